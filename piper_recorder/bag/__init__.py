@@ -1,0 +1,1 @@
+"""rosbag2 -> dataset conversion with the rosbags library (no ROS runtime)."""

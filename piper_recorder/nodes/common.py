@@ -1,0 +1,168 @@
+"""Shared rclpy plumbing for the thin nodes: stamps, typed parameters, and a clean spin/shutdown.
+
+Every node declares its parameters from one typed dataclass (``declare_config``), so the config
+class is the single place that names, types and defaults a parameter, and a bad value fails at
+start-up with a message naming it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import threading
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import rclpy
+from builtin_interfaces.msg import Time
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
+
+C = TypeVar("C")
+
+
+class ParameterError(ValueError):
+    """A node parameter has a wrong type or value; the message names the parameter."""
+
+
+def stamp_to_ns(stamp: Time) -> int:
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def ns_to_stamp(ns: int) -> Time:
+    ns = int(ns)
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def now_ns(node: Node) -> int:
+    return node.get_clock().now().nanoseconds
+
+
+_ROS_TYPES: dict[Any, Parameter.Type] = {
+    bool: Parameter.Type.BOOL,
+    int: Parameter.Type.INTEGER,
+    float: Parameter.Type.DOUBLE,
+    str: Parameter.Type.STRING,
+    list[str]: Parameter.Type.STRING_ARRAY,
+    list[float]: Parameter.Type.DOUBLE_ARRAY,
+    list[int]: Parameter.Type.INTEGER_ARRAY,
+    list[bool]: Parameter.Type.BOOL_ARRAY,
+}
+
+
+def _coerce(name: str, typ: Any, value: Any) -> Any:
+    """Accept the values YAML naturally produces (ints for floats, empty lists) and reject the rest."""
+    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if typ in (list[float], list[int], list[str], list[bool]):
+        (inner,) = typing.get_args(typ)
+        if value is None:
+            return []
+        try:
+            items = list(value)
+        except TypeError as exc:
+            raise ParameterError(f"parameter '{name}': expected a list, got {value!r}") from exc
+        return [_coerce(name, inner, v) for v in items]
+    if typ is bool and isinstance(value, bool):
+        return value
+    if typ is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if typ is str and isinstance(value, str):
+        return value
+    raise ParameterError(f"parameter '{name}': expected {getattr(typ, '__name__', typ)}, got {value!r}")
+
+
+def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
+    """Declare one ROS parameter per dataclass field (defaults from the class) and return the filled config.
+
+    Fields of type bool/int/float/str and list[...] of those map to ROS parameters; a field named
+    ``foo`` with ``prefix='bar.'`` becomes parameter ``bar.foo``. If the class has ``validate()``,
+    it runs last and its ValueError is re-raised as ParameterError.
+    """
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        typ = hints[f.name]
+        if typ not in _ROS_TYPES:
+            continue  # not a ROS parameter (e.g. nested config filled by the node itself)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = None
+        name = prefix + f.name
+        from rcl_interfaces.msg import ParameterDescriptor
+
+        descriptor = ParameterDescriptor(dynamic_typing=True)
+        param = node.declare_parameter(name, default if default not in (None, []) else None, descriptor)
+        value = param.value
+        values[f.name] = default if value is None else _coerce(name, typ, value)
+    try:
+        cfg = cls(**values)
+        validate = getattr(cfg, "validate", None)
+        if callable(validate):
+            validate()
+    except ParameterError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ParameterError(f"{node.get_name()}: {exc}") from exc
+    return cfg
+
+
+class ShutdownAware(typing.Protocol):
+    def on_shutdown(self) -> None: ...
+
+
+def _spin(executor: MultiThreadedExecutor) -> None:
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+
+
+def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, threads: int = 4) -> int:
+    """Create the node, spin it on a multi-threaded executor until SIGINT/SIGTERM, then shut down cleanly.
+
+    The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
+    discard the episode in flight and publish its last event before the process exits.
+    """
+    rclpy.init(args=list(sys.argv if args is None else args), signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    node: Node | None = None
+    code = 0
+    try:
+        try:
+            node = factory()
+        except ParameterError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        executor = MultiThreadedExecutor(num_threads=threads)
+        executor.add_node(node)
+        spinner = threading.Thread(target=_spin, args=(executor,), name="executor", daemon=True)
+        spinner.start()
+        while not stop.wait(0.1):
+            if not rclpy.ok() or not spinner.is_alive():
+                break
+        hook = getattr(node, "on_shutdown", None)
+        if callable(hook):
+            hook()  # the executor still spins: the hook may publish and call services
+        executor.shutdown(timeout_sec=2.0)
+        spinner.join(timeout=2.0)
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return code

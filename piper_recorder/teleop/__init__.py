@@ -1,0 +1,1 @@
+"""Teleoperation math: clutch, XR-to-robot frames, filters and limits (no ROS)."""

@@ -1,0 +1,59 @@
+"""ament_python package piper_recorder (also pip-installable for the PyPI ROS 2 wheels)."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "piper_recorder"
+
+# One list: each console script is also a `ros2 run` executable (see setup.cfg).
+CONSOLE_SCRIPTS = {
+    # nodes
+    "piper-quest-bridge": "piper_recorder.nodes.quest_bridge:main",
+    "piper-teleop": "piper_recorder.nodes.teleop:main",
+    "piper-arm": "piper_recorder.nodes.piper_arm:main",
+    "piper-sim-camera": "piper_recorder.nodes.sim_camera:main",
+    "piper-sim-quest": "piper_recorder.quest.sim_server:main",
+    "piper-lerobot-recorder": "piper_recorder.nodes.lerobot_recorder:main",
+    "piper-rgbd-recorder": "piper_recorder.nodes.rgbd_recorder:main",
+    "piper-replay": "piper_recorder.nodes.replay:main",
+    # tools
+    "piper-demo": "piper_recorder.cli.demo:main",
+    "piper-launch": "piper_recorder.cli.launch:main",
+    "piper-validate": "piper_recorder.cli.validate:main",
+    "piper-finalize": "piper_recorder.cli.finalize:main",
+    "piper-bag2dataset": "piper_recorder.cli.bag2dataset:main",
+    "piper-view": "piper_recorder.cli.view:main",
+}
+# ROS-style executable names (node names) for launch files, pointing at the same functions.
+ROS_EXECUTABLES = {
+    "quest_bridge": CONSOLE_SCRIPTS["piper-quest-bridge"],
+    "teleop": CONSOLE_SCRIPTS["piper-teleop"],
+    "piper_arm": CONSOLE_SCRIPTS["piper-arm"],
+    "sim_camera": CONSOLE_SCRIPTS["piper-sim-camera"],
+    "sim_quest": CONSOLE_SCRIPTS["piper-sim-quest"],
+    "lerobot_recorder": CONSOLE_SCRIPTS["piper-lerobot-recorder"],
+    "rgbd_recorder": CONSOLE_SCRIPTS["piper-rgbd-recorder"],
+    "replay": CONSOLE_SCRIPTS["piper-replay"],
+}
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(include=["piper_recorder", "piper_recorder.*", "rgbd_writer", "rgbd_writer.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="piper_recorder maintainers",
+    maintainer_email="maintainers@piper-recorder.invalid",
+    description="ROS 2 teleoperation data collection for the AgileX Piper: LeRobot v2.0 and RGB-D HDF5 recorders.",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    entry_points={
+        "console_scripts": [f"{k} = {v}" for k, v in {**CONSOLE_SCRIPTS, **ROS_EXECUTABLES}.items()],
+    },
+)
