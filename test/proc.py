@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+_SIGINT = signal.SIGINT  # class Proc has a method named `signal`, which shadows the module in its body
 
 
 class Proc:
@@ -36,7 +37,7 @@ class Proc:
         if self.alive():
             os.killpg(self.popen.pid, sig)
 
-    def stop(self, timeout: float = 10.0, sig: int = signal.SIGINT) -> int:
+    def stop(self, timeout: float = 10.0, sig: int = _SIGINT) -> int:
         if self.alive():
             self.signal(sig)
             try:
