@@ -1,0 +1,367 @@
+"""CAN-level emulator of the Piper arm firmware: a python-can ``virtual`` bus peer for piper_sdk.
+
+It speaks the V2 protocol byte for byte (its own encoder/decoder, so tests where piper_sdk decodes
+our frames and we decode piper_sdk's frames prove the frame ids and scaling independently):
+
+feedback (sent)   0x2A1 status, 0x2A2-0x2A4 end pose, 0x2A5-0x2A7 joints, 0x2A8 gripper: ~200 Hz;
+                  0x251-0x256 motor high-speed (speed, current, position): ~100 Hz;
+                  0x261-0x266 motor low-speed (voltage, temps, driver status): ~20 Hz;
+                  0x4AF firmware string in reply to a 0x4AF query.
+commands (parsed) 0x471 enable/disable, 0x151 MotionCtrl_2, 0x152-0x154 EndPoseCtrl (own DLS IK),
+                  0x155-0x157 JointCtrl, 0x159 GripperCtrl, 0x15A-0x15F JointMitCtrl.
+
+Dynamics: in position modes (P/J) each joint moves first-order toward its target, rate-limited by the
+speed percentage; in MIT mode each joint is a rigid body driven by the sent PD law
+``kp (p_ref - q) + kd (v_ref - dq) + t_ref`` against a point-mass gravity model, so a host-side
+gravity feed-forward measurably matters. Joint limits always clamp. Reported motor currents are
+the holding torques (gravity in position mode, the PD torque in MIT mode), converted with the
+SDK's torque coefficients.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+import can
+import numpy as np
+
+from . import kinematics as kin
+
+# frame ids (piper_sdk piper_msgs/msg_v2/can_id.py)
+ID_STATUS, ID_POSE = 0x2A1, (0x2A2, 0x2A3, 0x2A4)
+ID_JOINTS, ID_GRIPPER = (0x2A5, 0x2A6, 0x2A7), 0x2A8
+ID_HIGH_SPD, ID_LOW_SPD = tuple(range(0x251, 0x257)), tuple(range(0x261, 0x267))
+ID_MOTION_CTRL_2, ID_POSE_CTRL, ID_JOINT_CTRL = 0x151, (0x152, 0x153, 0x154), (0x155, 0x156, 0x157)
+ID_GRIPPER_CTRL, ID_MIT_CTRL = 0x159, tuple(range(0x15A, 0x160))
+ID_ENABLE, ID_FIRMWARE = 0x471, 0x4AF
+
+MOVE_P, MOVE_J, MOVE_L, MOVE_M = 0x00, 0x01, 0x02, 0x04
+MIT_FLAG = 0xAD
+# effort = current * coefficient (piper_sdk ArmMsgFeedbackHighSpd.cal_effort)
+TORQUE_COEF = np.array([1.18125, 1.18125, 1.18125, 0.95844, 0.95844, 0.95844])
+# JointMitCtrl packing ranges (piper_sdk C_PiperInterface_V2.__JointMitCtrl defaults)
+MIT_P, MIT_V, MIT_KP, MIT_KD, MIT_T = (-12.5, 12.5), (-45.0, 45.0), (0.0, 500.0), (-5.0, 5.0), (-8.0, 8.0)
+
+
+def uint_to_float(x: int, lo: float, hi: float, bits: int) -> float:
+    return x * (hi - lo) / float((1 << bits) - 1) + lo
+
+
+def float_to_uint(x: float, lo: float, hi: float, bits: int) -> int:
+    """Same truncating map as piper_sdk's ``FloatToUint`` (callers clip to [lo, hi] first)."""
+    return int((x - lo) * float((1 << bits) - 1) / (hi - lo))
+
+
+@dataclass
+class MitCommand:
+    pos: float
+    vel: float
+    kp: float
+    kd: float
+    t_ff: float
+
+
+def decode_mit(data: bytes) -> MitCommand | None:
+    """Unpack one 0x15A-0x15F payload; None when the 4-bit XOR checksum is wrong."""
+    d = bytes(data)
+    crc = (d[0] ^ d[1] ^ d[2] ^ d[3] ^ d[4] ^ d[5] ^ d[6]) & 0x0F
+    if crc != d[7] & 0x0F:
+        return None
+    pos = (d[0] << 8) | d[1]
+    vel = (d[2] << 4) | (d[3] >> 4)
+    kp = ((d[3] & 0x0F) << 8) | d[4]
+    kd = (d[5] << 4) | (d[6] >> 4)
+    t = ((d[6] & 0x0F) << 4) | (d[7] >> 4)
+    return MitCommand(uint_to_float(pos, *MIT_P, 16), uint_to_float(vel, *MIT_V, 12),
+                      uint_to_float(kp, *MIT_KP, 12), uint_to_float(kd, *MIT_KD, 12), uint_to_float(t, *MIT_T, 8))
+
+
+@dataclass
+class EmulatorConfig:
+    firmware: str = "S-V1.6-5"
+    feedback_hz: float = 200.0
+    high_spd_every: int = 2   # motor high-speed frames every N feedback ticks (100 Hz)
+    low_spd_every: int = 10   # low-speed every N ticks (20 Hz)
+    q_init: list[float] = field(default_factory=lambda: [0.0] * 6)
+    q_min: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MIN.tolist())
+    q_max: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MAX.tolist())
+    max_joint_speed: float = 3.0  # rad/s at speed 100 %
+    tau: float = 0.02             # s, first-order time constant of the position servo
+    gripper_speed: float = 0.15   # m/s
+    inertia: list[float] = field(default_factory=lambda: [0.06, 0.20, 0.08, 0.01, 0.01, 0.005])
+    friction: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.1, 0.02, 0.02, 0.01])  # N m s/rad
+    # point masses (kg) at the origins of frames 3..6 (elbow, forearm, wrist, flange)
+    link_masses: list[float] = field(default_factory=lambda: [0.0, 0.0, 1.0, 0.8, 0.4, 0.3])
+    substeps: int = 4
+
+
+class PiperEmulator:
+    """Firmware stand-in on ``can.Bus(interface="virtual", channel=channel)``; ``start()``/``stop()``."""
+
+    def __init__(self, channel: str, config: EmulatorConfig | None = None):
+        self.cfg = config or EmulatorConfig()
+        self.channel = channel
+        self._lock = threading.Lock()
+        self.q = np.array(self.cfg.q_init, dtype=float)
+        self.dq = np.zeros(6)
+        self.q_min, self.q_max = np.array(self.cfg.q_min), np.array(self.cfg.q_max)
+        self.q_target = self.q.copy()
+        self.tau_out = np.zeros(6)
+        self.enabled = False
+        self.ctrl_mode = 0x00      # 0 standby, 1 CAN command
+        self.move_mode = MOVE_P
+        self.mit = False
+        self.speed_pct = 50
+        self.arm_status = 0x00     # 0 normal, 2 no IK solution
+        self.gripper = 0.0
+        self.gripper_target = 0.0
+        self.gripper_effort = 0.0
+        self.gripper_enabled = False
+        self.mit_cmd: list[MitCommand | None] = [None] * 6
+        self._pose_cmd = [0, 0, 0, 0, 0, 0]
+        self.rx_counts: dict[int, int] = {}
+        self.rx_log: list[can.Message] = []   # every frame received, for round-trip tests
+        self.log_rx = False
+        self.bad_crc = 0
+        self.ik_failures = 0
+        self.silent = False                   # True: neither send nor answer (cable pulled)
+        self._pending: list[tuple[float, int, bytes]] = []
+        self._bus: can.BusABC | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.ticks = 0
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> "PiperEmulator":
+        self._bus = can.Bus(interface="virtual", channel=self.channel, receive_own_messages=False)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"piper-emu-{self.channel}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        if self._bus is not None:
+            self._bus.shutdown()
+            self._bus = None
+
+    def __enter__(self) -> "PiperEmulator":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def set_silent(self, silent: bool) -> None:
+        """Simulate a dead link: no feedback out; commands are still counted but not acted on."""
+        self.silent = silent
+
+    def joints(self) -> np.ndarray:
+        with self._lock:
+            return self.q.copy()
+
+    # ------------------------------------------------------------ loop
+    def _run(self) -> None:
+        period = 1.0 / self.cfg.feedback_hz
+        next_t = time.monotonic()
+        last = next_t
+        while not self._stop.is_set():
+            self._drain()
+            now = time.monotonic()
+            dt = min(now - last, 0.05)
+            last = now
+            with self._lock:
+                self._step(dt)
+            if not self.silent:
+                self._send_feedback()
+            self.ticks += 1
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay < -0.1:  # overloaded machine: do not try to catch up with a burst
+                next_t = time.monotonic()
+            elif delay > 0:
+                self._stop.wait(delay)
+
+    def _drain(self) -> None:
+        assert self._bus is not None
+        while True:
+            msg = self._bus.recv(timeout=0.0)
+            if msg is None:
+                break
+            self.rx_counts[msg.arbitration_id] = self.rx_counts.get(msg.arbitration_id, 0) + 1
+            if self.log_rx:
+                self.rx_log.append(msg)
+            if not self.silent:
+                with self._lock:
+                    self._handle(msg.arbitration_id, bytes(msg.data))
+        now = time.monotonic()
+        due = [p for p in self._pending if p[0] <= now]
+        self._pending = [p for p in self._pending if p[0] > now]
+        for _, fid, data in due:
+            self._send(fid, data)
+
+    # ------------------------------------------------------------ command decoding
+    def _handle(self, fid: int, d: bytes) -> None:
+        if fid == ID_ENABLE:
+            motor, flag = d[0], d[1]
+            if motor in (7, 0xFF):  # 7 = all joints (+gripper on 0xFF)
+                self.enabled = flag == 0x02
+                if self.enabled:
+                    self.q_target = self.q.copy()
+                    self.dq[:] = 0.0
+        elif fid == ID_MOTION_CTRL_2:
+            self.ctrl_mode, self.move_mode, self.speed_pct = d[0], d[1], max(1, min(100, d[2]))
+            mit = d[3] == MIT_FLAG and self.move_mode == MOVE_M
+            if mit and not self.mit:
+                self.mit_cmd = [None] * 6
+            if not mit and self.mit:
+                self.q_target = self.q.copy()  # leaving MIT: hold where we are
+                self.dq[:] = 0.0
+            self.mit = mit
+        elif fid in ID_POSE_CTRL:
+            i = ID_POSE_CTRL.index(fid)
+            a, b = struct.unpack(">ii", d)
+            self._pose_cmd[2 * i], self._pose_cmd[2 * i + 1] = a, b
+            if fid == ID_POSE_CTRL[-1] and self._accepts(MOVE_P, MOVE_L):
+                self._pose_target()
+        elif fid in ID_JOINT_CTRL:
+            i = ID_JOINT_CTRL.index(fid)
+            a, b = struct.unpack(">ii", d)
+            if self._accepts(MOVE_J):
+                self.q_target[2 * i] = np.radians(a / 1000.0)
+                self.q_target[2 * i + 1] = np.radians(b / 1000.0)
+                self.q_target = np.clip(self.q_target, self.q_min, self.q_max)
+        elif fid == ID_GRIPPER_CTRL:
+            width, effort = struct.unpack(">iH", d[:6])
+            code = d[6]
+            self.gripper_enabled = code in (0x01, 0x03)
+            if self.gripper_enabled:
+                self.gripper_target = float(np.clip(width / 1e6, 0.0, 0.08))
+                self.gripper_effort = effort / 1000.0
+        elif fid in ID_MIT_CTRL:
+            cmd = decode_mit(d)
+            if cmd is None:
+                self.bad_crc += 1
+            elif self.mit:
+                self.mit_cmd[ID_MIT_CTRL.index(fid)] = cmd
+        elif fid == ID_FIRMWARE and d[0] == 0x01:
+            # answer after a few ms like the real controller (the SDK clears its buffer after sending)
+            due = time.monotonic() + 0.01
+            blob = self.cfg.firmware.encode()
+            blob += b"\x00" * (-len(blob) % 8)
+            for k in range(0, len(blob), 8):
+                self._pending.append((due, ID_FIRMWARE, blob[k:k + 8]))
+
+    def _accepts(self, *modes: int) -> bool:
+        return self.enabled and self.ctrl_mode == 0x01 and not self.mit and self.move_mode in modes
+
+    def _pose_target(self) -> None:
+        x, y, z, rx, ry, rz = self._pose_cmd
+        t = np.eye(4)
+        t[:3, :3] = kin.euler_to_matrix(*np.radians(np.array([rx, ry, rz]) / 1000.0))
+        t[:3, 3] = np.array([x, y, z]) / 1e6
+        res = kin.solve_ik(t, self.q_target, self.q_min, self.q_max, max_iter=30)
+        if res.ok(1e-3, 1e-2):
+            self.q_target = res.q
+            self.arm_status = 0x00
+        else:
+            self.ik_failures += 1
+            self.arm_status = 0x02  # "no solution"; keep the previous target
+
+    # ------------------------------------------------------------ dynamics
+    def gravity(self, q: np.ndarray) -> np.ndarray:
+        """Joint torques needed to hold q against gravity (dU/dq of the point masses), N m."""
+        frames = kin.link_frames(q)
+        tau = np.zeros(6)
+        g = np.array([0.0, 0.0, -9.81])
+        for k, m in enumerate(self.cfg.link_masses):
+            if m == 0.0:
+                continue
+            p = frames[k][:3, 3]
+            for i in range(k + 1):
+                z, o = frames[i][:3, 2], frames[i][:3, 3]
+                tau[i] -= m * g @ np.cross(z, p - o)
+        return tau
+
+    def _step(self, dt: float) -> None:
+        if dt <= 0.0:
+            return
+        grav = self.gravity(self.q)
+        if self.enabled and self.mit:
+            inertia, fric = np.array(self.cfg.inertia), np.array(self.cfg.friction)
+            h = dt / self.cfg.substeps
+            tau = np.zeros(6)
+            for _ in range(self.cfg.substeps):
+                tau = np.zeros(6)
+                for i, c in enumerate(self.mit_cmd):
+                    if c is not None:
+                        tau[i] = c.kp * (c.pos - self.q[i]) + c.kd * (c.vel - self.dq[i]) + c.t_ff
+                acc = (tau - grav - fric * self.dq) / inertia
+                self.dq += acc * h
+                self.q += self.dq * h
+                hit = (self.q < self.q_min) | (self.q > self.q_max)
+                self.q = np.clip(self.q, self.q_min, self.q_max)
+                self.dq[hit] = 0.0
+            self.tau_out = tau
+        elif self.enabled and self.ctrl_mode == 0x01:
+            vmax = self.cfg.max_joint_speed * self.speed_pct / 100.0
+            v = np.clip((self.q_target - self.q) / max(self.cfg.tau, dt), -vmax, vmax)
+            self.q = np.clip(self.q + v * dt, self.q_min, self.q_max)
+            self.dq = v
+            self.tau_out = grav
+        else:
+            self.dq[:] = 0.0
+            self.tau_out = grav if self.enabled else np.zeros(6)
+        if self.gripper_enabled and self.enabled:
+            step = self.cfg.gripper_speed * dt
+            self.gripper += float(np.clip(self.gripper_target - self.gripper, -step, step))
+
+    # ------------------------------------------------------------ feedback encoding
+    def _send(self, fid: int, data: bytes) -> None:
+        if self._bus is None:
+            return
+        try:
+            self._bus.send(can.Message(arbitration_id=fid, data=data, is_extended_id=False))
+        except can.CanError:
+            pass
+
+    def _send_feedback(self) -> None:
+        with self._lock:
+            q, dq, tau = self.q.copy(), self.dq.copy(), self.tau_out.copy()
+            moving = bool(np.max(np.abs(self.q_target - q)) > 1e-3) if not self.mit else bool(np.max(np.abs(dq)) > 1e-3)
+            status = struct.pack(">BBBBBBH", self.ctrl_mode if self.enabled else 0x00, self.arm_status,
+                                 self.move_mode, 0, int(moving), 0, self._limit_bits(q))
+            gripper = struct.pack(">ihBB", round(self.gripper * 1e6),
+                                  int(np.clip(self.gripper_effort * 1000, -32768, 32767)),
+                                  0x40 * (self.gripper_enabled and self.enabled) | 0x80, 0)
+            enabled = self.enabled
+        t = kin.fk(q)
+        xyz = np.round(t[:3, 3] * 1e6).astype(int)
+        rpy = np.round(np.degrees(kin.matrix_to_euler(t[:3, :3])) * 1000).astype(int)
+        mdeg = np.round(np.degrees(q) * 1000).astype(int)
+        self._send(ID_STATUS, status)
+        self._send(ID_POSE[0], struct.pack(">ii", xyz[0], xyz[1]))
+        self._send(ID_POSE[1], struct.pack(">ii", xyz[2], rpy[0]))
+        self._send(ID_POSE[2], struct.pack(">ii", rpy[1], rpy[2]))
+        for i, fid in enumerate(ID_JOINTS):
+            self._send(fid, struct.pack(">ii", mdeg[2 * i], mdeg[2 * i + 1]))
+        self._send(ID_GRIPPER, gripper)
+        if self.ticks % self.cfg.high_spd_every == 0:
+            current = np.clip(np.round(tau * 1000.0 / TORQUE_COEF), -32768, 32767).astype(int)
+            speed = np.clip(np.round(dq * 1000.0), -32768, 32767).astype(int)
+            for i, fid in enumerate(ID_HIGH_SPD):
+                self._send(fid, struct.pack(">hhi", speed[i], current[i], round(q[i] * 1000.0)))
+        if self.ticks % self.cfg.low_spd_every == 0:
+            foc = 0x40 if enabled else 0x00
+            for fid in ID_LOW_SPD:
+                self._send(fid, struct.pack(">HhbBH", 240, 38, 36, foc, 800 if enabled else 0))
+
+    def _limit_bits(self, q: np.ndarray) -> int:
+        bits = 0
+        for i in range(6):
+            if q[i] < self.q_min[i] - 1e-3 or q[i] > self.q_max[i] + 1e-3:
+                bits |= 1 << (8 + i)
+        return bits

@@ -1,0 +1,142 @@
+"""The one place that talks to piper_sdk: open the port, read feedback in SI units, send commands.
+
+``C_PiperInterface_V2`` hard-codes SocketCAN when ``can_auto_init=True``; for any other python-can
+interface (``virtual`` for the in-process emulator) we construct it with ``can_auto_init=False`` and
+call ``CreateCanBus(name, bustype=...)``. On Linux the SDK opens two bus objects (receive and
+send); on a virtual channel the send object would queue every frame of the channel forever
+(nothing reads it), so there we let both directions share the receive bus, as the SDK itself does
+on Windows/macOS. The SDK's reading thread (``recv(1)`` loop) works unchanged on the virtual bus.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from piper_sdk import C_PiperInterface_V2
+from piper_sdk.version import PiperSDKVersion
+
+from . import kinematics as kin
+from .emulator import MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF  # noqa: F401  (re-exported ranges)
+
+SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
+
+
+@dataclass
+class Feedback:
+    """One consistent snapshot of what the arm reported (SI units)."""
+
+    stamp: float               # host receive time of the newest joint frame (s, time.time() clock)
+    joints: np.ndarray         # rad (6)
+    pose: np.ndarray           # 4x4 flange pose from the arm's end-pose frames (m)
+    gripper: float             # m
+    gripper_effort: float      # N m
+    effort: np.ndarray         # N m (6), from the motor high-speed frames
+    effort_stamp: float
+    ctrl_mode: int
+    arm_status: int
+    mode_feed: int
+    err_code: int
+    status_stamp: float
+
+
+class PiperLink:
+    """Thin typed wrapper over one ``C_PiperInterface_V2`` instance."""
+
+    def __init__(self, channel: str = "can0", interface: str = "socketcan"):
+        self.channel, self.interface = channel, interface
+        if interface == "socketcan":
+            self.sdk = C_PiperInterface_V2(can_name=channel, judge_flag=False, can_auto_init=True)
+        else:
+            self.sdk = C_PiperInterface_V2(can_name=channel, judge_flag=False, can_auto_init=False)
+            self.sdk.CreateCanBus(channel, bustype=interface, judge_flag=False)
+            port = self.sdk.GetCanBus()
+            if interface == "virtual" and port.send_bus is not port.recv_bus:
+                port.send_bus.shutdown()
+                port.send_bus = port.recv_bus
+        self.sdk.ConnectPort()  # starts the SDK reader thread; queries limits and firmware
+
+    def close(self) -> None:
+        self.sdk.DisconnectPort()
+
+    # ------------------------------------------------------------ feedback
+    def feedback(self) -> Feedback:
+        s = self.sdk
+        j = s.GetArmJointMsgs()
+        js = j.joint_state
+        joints = np.radians(np.array([js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6],
+                                     dtype=float) / 1000.0)
+        e = s.GetArmEndPoseMsgs().end_pose
+        pose = np.eye(4)
+        pose[:3, :3] = kin.euler_to_matrix(*np.radians(np.array([e.RX_axis, e.RY_axis, e.RZ_axis]) / 1000.0))
+        pose[:3, 3] = np.array([e.X_axis, e.Y_axis, e.Z_axis], dtype=float) / 1e6
+        g = s.GetArmGripperMsgs()
+        h = s.GetArmHighSpdInfoMsgs()
+        motors = (h.motor_1, h.motor_2, h.motor_3, h.motor_4, h.motor_5, h.motor_6)
+        effort = np.array([m.current * c / 1000.0 for m, c in zip(motors, TORQUE_COEF)])
+        st = s.GetArmStatus()
+        a = st.arm_status
+        return Feedback(stamp=float(j.time_stamp), joints=joints, pose=pose,
+                        gripper=g.gripper_state.grippers_angle / 1e6,
+                        gripper_effort=g.gripper_state.grippers_effort / 1000.0,
+                        effort=effort, effort_stamp=float(h.time_stamp),
+                        ctrl_mode=int(a.ctrl_mode), arm_status=int(a.arm_status), mode_feed=int(a.mode_feed),
+                        err_code=int(a.err_code), status_stamp=float(st.time_stamp))
+
+    def firmware(self, timeout: float = 1.0) -> str | None:
+        """Firmware string (e.g. "S-V1.6-5"); queries again once if nothing arrived yet."""
+        deadline = time.monotonic() + timeout
+        asked_again = False
+        while time.monotonic() < deadline:
+            v = self.sdk.GetPiperFirmwareVersion()
+            if isinstance(v, str):
+                return v
+            if not asked_again and time.monotonic() > deadline - timeout / 2:
+                self.sdk.SearchPiperFirmwareVersion()
+                asked_again = True
+            time.sleep(0.02)
+        return None
+
+    def enabled(self) -> bool:
+        return all(self.sdk.GetArmEnableStatus())
+
+    # ------------------------------------------------------------ commands
+    def enable(self) -> None:
+        self.sdk.EnableArm(7)
+
+    def disable(self) -> None:
+        self.sdk.DisableArm(7)
+
+    def mode_position(self, speed: int) -> None:
+        self.sdk.MotionCtrl_2(0x01, 0x00, int(speed), 0x00)
+
+    def mode_joint(self, speed: int) -> None:
+        self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
+
+    def mode_mit(self, speed: int) -> None:
+        self.sdk.MotionCtrl_2(0x01, 0x04, int(speed), 0xAD)
+
+    def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
+        """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
+        xyz = [round(v * 1e6) for v in pose[:3, 3]]
+        rpy = [round(math.degrees(v) * 1000) for v in kin.matrix_to_euler(pose[:3, :3])]
+        self.sdk.EndPoseCtrl(*xyz, *rpy)
+        sent = np.eye(4)
+        sent[:3, :3] = kin.euler_to_matrix(*np.radians(np.array(rpy) / 1000.0))
+        sent[:3, 3] = np.array(xyz) / 1e6
+        return xyz + rpy, sent
+
+    def joint_ctrl(self, q: np.ndarray) -> None:
+        self.sdk.JointCtrl(*[round(math.degrees(v) * 1000) for v in q])
+
+    def gripper(self, width: float, effort: float) -> float:
+        """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m)."""
+        w = round(width * 1e6)
+        self.sdk.GripperCtrl(w, int(round(effort * 1000)), 0x01, 0)
+        return w / 1e6
+
+    def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> None:
+        """JointMitCtrl for joint 1..6 with every value clipped into the SDK's packing range."""
+        self.sdk.JointMitCtrl(joint, float(np.clip(pos, *MIT_P)), float(np.clip(vel, *MIT_V)),
+                              float(np.clip(kp, *MIT_KP)), float(np.clip(kd, *MIT_KD)), float(np.clip(t_ff, *MIT_T)))
