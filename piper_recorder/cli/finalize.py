@@ -1,0 +1,43 @@
+"""piper-finalize --root DIR [--horizon 30]: write meta/relative_stats.json and meta/delta_stats.json."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from piper_recorder.lerobot.finalize import FinalizeConfig, FinalizeError, finalize_root
+
+
+def _pair(text: str) -> tuple[str, str]:
+    act, sep, obs = text.partition("=")
+    if not sep or not act or not obs:
+        raise argparse.ArgumentTypeError(f"expected ACTION_COLUMN=OBSERVATION_COLUMN, got {text!r}")
+    return act, obs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="piper-finalize", description=__doc__)
+    p.add_argument("--root", required=True, help="LeRobot v2.0 dataset root")
+    p.add_argument("--horizon", type=int, default=30, help="future window length in rows (default 30)")
+    p.add_argument("--pair", type=_pair, action="append", metavar="ACTION=OBSERVATION",
+                   help="pair an action column with its state column (repeatable; default: action.X=observation.X)")
+    p.add_argument("--pose-column", action="append", metavar="COLUMN",
+                   help="treat COLUMN as an [x,y,z,qw,qx,qy,qz] pose (repeatable; default: from modality.json)")
+    args = p.parse_args(argv)
+    if args.horizon < 1:
+        p.error("--horizon must be >= 1")
+    cfg = FinalizeConfig(horizon=args.horizon,
+                         pairs=dict(args.pair) if args.pair else None,
+                         pose_columns=tuple(args.pose_column) if args.pose_column else None,
+                         log=lambda m: print(m, file=sys.stderr))
+    try:
+        res = finalize_root(args.root, cfg)
+    except FinalizeError as e:
+        print(f"piper-finalize: {e}", file=sys.stderr)
+        return 1
+    print(f"piper-finalize: {res.episodes} episodes, {res.rows} rows, horizon {args.horizon} "
+          f"({res.samples} window samples per column) -> meta/relative_stats.json, meta/delta_stats.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Relative and delta action statistics for a LeRobot v2.0 root (``piper-finalize``).
+
+Writes ``meta/relative_stats.json`` and ``meta/delta_stats.json``; parquet files are only read.
+
+Definitions (per episode of n rows, horizon H, window index ``j(i, k) = min(i + k, n - 1)`` for
+``k = 0..H-1``, i.e. windows past the end repeat the last action):
+
+- relative: ``rel(state[i], action[j(i, k)])``
+- delta: ``rel(state[i], action[j(i, 0)])`` for k = 0, then ``rel(action[j(i, k-1)], action[j(i, k)])``
+
+``rel(a, b)`` is ``b - a`` for plain columns (gripper-like) and the SE(3) transform
+``T_a^-1 @ T_b`` for pose columns ``[x, y, z, qw, qx, qy, qz]``, its rotation written as a wxyz
+quaternion with the canonical sign ``w >= 0`` (see :mod:`piper_recorder.lerobot.se3`).
+
+Each action column ``action.<name>`` is paired with ``observation.<name>`` (override with
+``FinalizeConfig.pairs``). Statistics have the shape of stats.json: per element, over every (i, k)
+pair of every episode (n * H samples per episode), ``{mean, std, min, max, q01, q99}`` as lists as
+wide as the column; std is the population std, q01/q99 linear-interpolated quantiles. Both files
+also carry per-row statistics of every ``observation.*`` column as stored.
+
+A combined ``action`` column (issue 7) is not re-derived on its own: when its values equal the
+split action columns concatenated in info.json order, its entry is the concatenation of their
+entries (statistics are per element, so this is exact); otherwise it is left out with a note.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from piper_recorder.lerobot import se3
+from piper_recorder.lerobot.rootfiles import (atomic_write_json, column_array, data_file, read_json, read_jsonl,
+                                              vector_features)
+
+STAT_KEYS = ("mean", "std", "min", "max", "q01", "q99")
+POSE_NAMES_TAIL = ["qw", "qx", "qy", "qz"]
+QUAT_ROTATION_TYPES = {"quat_wxyz", "quaternion"}
+COMBINED_ACTION = "action"
+
+
+class FinalizeError(RuntimeError):
+    """The root cannot be finalized (missing files, no episodes, inconsistent columns)."""
+
+
+@dataclass
+class FinalizeConfig:
+    horizon: int = 30
+    # action column -> observation column; None pairs action.<x> with observation.<x>
+    pairs: dict[str, str] | None = None
+    # columns holding [x, y, z, qw, qx, qy, qz]; None derives them from modality.json / element names
+    pose_columns: tuple[str, ...] | None = None
+    log: Callable[[str], None] = field(default=print, repr=False)
+
+    def validate(self) -> None:
+        if self.horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {self.horizon}")
+
+
+def feature_stats(x: np.ndarray) -> dict[str, list[float]]:
+    """stats.json-shaped statistics of a (samples, width) array, per element."""
+    x = np.asarray(x, dtype=np.float64)
+    q01, q99 = np.quantile(x, [0.01, 0.99], axis=0)
+    return {
+        "mean": x.mean(axis=0).tolist(),
+        "std": x.std(axis=0).tolist(),
+        "min": x.min(axis=0).tolist(),
+        "max": x.max(axis=0).tolist(),
+        "q01": q01.tolist(),
+        "q99": q99.tolist(),
+    }
+
+
+def window_indices(n: int, horizon: int) -> np.ndarray:
+    """(n, H) row indices of each row's future action window, padded with the last row."""
+    return np.minimum(np.arange(n)[:, None] + np.arange(horizon)[None, :], n - 1)
+
+
+def relative_windows(state: np.ndarray, action: np.ndarray, horizon: int, pose: bool) -> np.ndarray:
+    """(n * H, w) samples of action[i + k] relative to state[i]."""
+    idx = window_indices(len(action), horizon)
+    target = action[idx]
+    base = np.broadcast_to(state[:, None, :], target.shape)
+    out = se3.relative_pose(base, target) if pose else target - base
+    return out.reshape(-1, action.shape[1])
+
+
+def delta_windows(state: np.ndarray, action: np.ndarray, horizon: int, pose: bool) -> np.ndarray:
+    """(n * H, w) samples of each window step relative to the previous one (state[i] before the first)."""
+    idx = window_indices(len(action), horizon)
+    target = action[idx]
+    base = np.concatenate([state[:, None, :], target[:, :-1, :]], axis=1)
+    out = se3.relative_pose(base, target) if pose else target - base
+    return out.reshape(-1, action.shape[1])
+
+
+def default_pairs(features: dict[str, dict]) -> dict[str, str]:
+    """action.<x> -> observation.<x> for every split action column with a same-width counterpart."""
+    pairs = {}
+    for key, feat in features.items():
+        if not key.startswith("action."):
+            continue
+        obs = "observation." + key[len("action."):]
+        if obs in features and list(features[obs]["shape"]) == list(feat["shape"]):
+            pairs[key] = obs
+    return pairs
+
+
+def default_pose_columns(features: dict[str, dict], modality: dict | None) -> set[str]:
+    """Width-7 columns with a quaternion at [3:7], declared by modality.json or by element names."""
+    poses = set()
+    for section in ("state", "action"):
+        for entry in (modality or {}).get(section, {}).values():
+            if (entry.get("rotation_type") in QUAT_ROTATION_TYPES and entry.get("start") == 3
+                    and entry.get("end") == 7):
+                poses.add(entry.get("original_key"))
+    for key, feat in features.items():
+        names = feat.get("names")
+        if list(feat.get("shape", [])) == [7] and isinstance(names, list) and names[3:] == POSE_NAMES_TAIL:
+            poses.add(key)
+    return {k for k in poses if k in features and list(features[k]["shape"]) == [7]}
+
+
+@dataclass
+class FinalizeResult:
+    relative: dict[str, dict]
+    delta: dict[str, dict]
+    episodes: int
+    rows: int
+    samples: int
+    notes: list[str]
+
+
+def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
+    """Read every episode of ``root`` and compute both statistic maps (nothing written)."""
+    cfg.validate()
+    root = Path(root)
+    meta = root / "meta"
+    try:
+        info = read_json(meta / "info.json")
+        episodes = read_jsonl(meta / "episodes.jsonl")
+    except (OSError, ValueError) as e:
+        raise FinalizeError(f"cannot read the root's metadata: {e}") from e
+    modality_path = meta / "modality.json"
+    modality = read_json(modality_path) if modality_path.exists() else None
+    if not episodes:
+        raise FinalizeError(f"{meta / 'episodes.jsonl'}: no episodes to finalize")
+    features = vector_features(info)
+    pairs = dict(cfg.pairs) if cfg.pairs is not None else default_pairs(features)
+    if not pairs:
+        raise FinalizeError("no action.<x> column with a matching observation.<x> column")
+    poses = set(cfg.pose_columns) if cfg.pose_columns is not None else default_pose_columns(features, modality)
+    for act, obs in pairs.items():
+        for col in (act, obs):
+            if col not in features:
+                raise FinalizeError(f"column {col} is not a feature in info.json")
+        if (act in poses) != (obs in poses):
+            raise FinalizeError(f"{act} and {obs} must both be poses or both plain columns")
+        if list(features[act]["shape"]) != list(features[obs]["shape"]):
+            raise FinalizeError(f"{act} and {obs} have different widths")
+    observations = [k for k in features if k.startswith("observation.")]
+    combined = COMBINED_ACTION if COMBINED_ACTION in features else None
+    split_order = [k for k in features if k in pairs]  # concatenation order of a combined column
+    widths = {k: int(np.prod(features[k]["shape"])) for k in features}
+
+    rel: dict[str, list[np.ndarray]] = {a: [] for a in pairs}
+    dlt: dict[str, list[np.ndarray]] = {a: [] for a in pairs}
+    rows: dict[str, list[np.ndarray]] = {o: [] for o in observations}
+    combined_matches = combined is not None
+    total_rows = 0
+    for ep in episodes:
+        path = data_file(root, info, int(ep["episode_index"]))
+        wanted = sorted(set(pairs) | set(pairs.values()) | set(observations) | ({combined} if combined else set()))
+        try:
+            table = pq.read_table(path, columns=wanted)
+        except (OSError, KeyError, ValueError) as e:
+            raise FinalizeError(f"{path}: {e}") from e
+        if table.num_rows == 0:
+            raise FinalizeError(f"{path}: empty episode")
+        cols = {k: column_array(table.column(k), widths[k]) for k in wanted}
+        total_rows += table.num_rows
+        for act, obs in pairs.items():
+            pose = act in poses
+            rel[act].append(relative_windows(cols[obs], cols[act], cfg.horizon, pose))
+            dlt[act].append(delta_windows(cols[obs], cols[act], cfg.horizon, pose))
+        for obs in observations:
+            rows[obs].append(cols[obs])
+        if combined_matches:
+            joined = np.concatenate([cols[k] for k in split_order], axis=1)
+            combined_matches = joined.shape == cols[combined].shape and np.array_equal(joined, cols[combined])
+
+    notes = []
+    obs_stats = {o: feature_stats(np.concatenate(rows[o])) for o in observations}
+    relative = {a: feature_stats(np.concatenate(rel[a])) for a in pairs}
+    delta = {a: feature_stats(np.concatenate(dlt[a])) for a in pairs}
+    if combined is not None:
+        if combined_matches:
+            for out in (relative, delta):
+                out[combined] = {s: sum((out[k][s] for k in split_order), []) for s in STAT_KEYS}
+        else:
+            notes.append(f"'{combined}' is not {' + '.join(split_order)} concatenated; left out of both files")
+    relative.update(obs_stats)
+    delta.update(obs_stats)
+    return FinalizeResult(relative=relative, delta=delta, episodes=len(episodes), rows=total_rows,
+                          samples=total_rows * cfg.horizon, notes=notes)
+
+
+def finalize_root(root: Path, cfg: FinalizeConfig | None = None) -> FinalizeResult:
+    """Compute and atomically write ``meta/relative_stats.json`` and ``meta/delta_stats.json``."""
+    cfg = cfg or FinalizeConfig()
+    result = compute(root, cfg)
+    meta = Path(root) / "meta"
+    atomic_write_json(meta / "relative_stats.json", result.relative)
+    atomic_write_json(meta / "delta_stats.json", result.delta)
+    for note in result.notes:
+        cfg.log(f"note: {note}")
+    return result

@@ -1,0 +1,79 @@
+"""Read-side helpers for a LeRobot v2.0 root (meta files, path templates, columns as arrays).
+
+Used by finalize and validate, which must read a root without trusting the writer's own code.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """Every non-blank line parsed as JSON (the validator reports blank lines separately)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def episode_chunk(info: dict, episode_index: int) -> int:
+    return episode_index // int(info["chunks_size"])
+
+
+def data_file(root: Path, info: dict, episode_index: int) -> Path:
+    rel = info["data_path"].format(episode_chunk=episode_chunk(info, episode_index), episode_index=episode_index)
+    return Path(root) / rel
+
+
+def video_file(root: Path, info: dict, episode_index: int, video_key: str) -> Path:
+    rel = info["video_path"].format(episode_chunk=episode_chunk(info, episode_index),
+                                    episode_index=episode_index, video_key=video_key)
+    return Path(root) / rel
+
+
+def vector_features(info: dict) -> dict[str, dict]:
+    """Non-video features of info.json (numeric columns of the parquet files)."""
+    return {k: v for k, v in info["features"].items() if v.get("dtype") != "video"}
+
+
+def video_keys(info: dict) -> list[str]:
+    return [k for k, v in info["features"].items() if v.get("dtype") == "video"]
+
+
+def column_array(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
+    """A scalar or fixed-size-list column as a (rows, width) float64 array."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_fixed_size_list(arr.type) or pa.types.is_list(arr.type):
+        values = arr.flatten().to_numpy(zero_copy_only=False)
+    else:
+        values = arr.to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=np.float64).reshape(len(arr), width)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Replace ``path`` with ``obj`` as JSON so a crash leaves either the old or the new file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
