@@ -1,0 +1,89 @@
+"""One-euro filters (Casiez et al. 2012) for a 3-D position and an orientation.
+
+The one-euro filter is a low-pass whose cutoff rises with speed: hand tremor at rest is smoothed
+hard (``min_cutoff``), fast deliberate motion passes with little lag (``beta``). The position variant
+uses one cutoff from the speed norm so the path is not distorted axis by axis; the orientation
+variant does the same with the angular speed and slerps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .rotations import angle_between, normalize, slerp
+
+
+@dataclass
+class FilterConfig:
+    min_cutoff: float = 1.2     # Hz, cutoff at rest
+    beta: float = 0.02          # cutoff gain per unit speed (m/s for position, rad/s for orientation)
+    d_cutoff: float = 1.0       # Hz, cutoff of the speed estimate
+    enabled: bool = True
+
+    def validate(self) -> None:
+        for name in ("min_cutoff", "beta", "d_cutoff"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0 or (name != "beta" and v == 0):
+                raise ValueError(f"filter {name} must be finite and positive, got {v}")
+
+
+def _alpha(cutoff: float, dt: float) -> float:
+    tau = 1.0 / (2.0 * math.pi * cutoff)
+    return 1.0 / (1.0 + tau / dt)
+
+
+class _Speed:
+    """Low-passed speed estimate shared by both variants."""
+
+    def __init__(self, cfg: FilterConfig):
+        self.cfg = cfg
+        self.value = 0.0
+
+    def cutoff(self, raw_speed: float, dt: float) -> float:
+        a = _alpha(self.cfg.d_cutoff, dt)
+        self.value = a * raw_speed + (1 - a) * self.value
+        return self.cfg.min_cutoff + self.cfg.beta * abs(self.value)
+
+
+class OneEuroPosition:
+    def __init__(self, cfg: FilterConfig):
+        self.cfg = cfg
+        self._x: np.ndarray | None = None
+        self._speed = _Speed(cfg)
+
+    def reset(self, x: np.ndarray) -> None:
+        self._x = np.asarray(x, dtype=float).copy()
+        self._speed.value = 0.0
+
+    def __call__(self, x: np.ndarray, dt: float) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        if self._x is None or not self.cfg.enabled or dt <= 0:
+            if self._x is None or not self.cfg.enabled:
+                self.reset(x)
+            return self._x.copy()
+        cutoff = self._speed.cutoff(float(np.linalg.norm(x - self._x)) / dt, dt)
+        a = _alpha(cutoff, dt)
+        self._x = a * x + (1 - a) * self._x
+        return self._x.copy()
+
+
+class OneEuroOrientation:
+    def __init__(self, cfg: FilterConfig):
+        self.cfg = cfg
+        self._q: np.ndarray | None = None
+        self._speed = _Speed(cfg)
+
+    def reset(self, q: np.ndarray) -> None:
+        self._q = normalize(q)
+        self._speed.value = 0.0
+
+    def __call__(self, q: np.ndarray, dt: float) -> np.ndarray:
+        if self._q is None or not self.cfg.enabled or dt <= 0:
+            if self._q is None or not self.cfg.enabled:
+                self.reset(q)
+            return self._q.copy()
+        cutoff = self._speed.cutoff(angle_between(self._q, q) / dt, dt)
+        self._q = slerp(self._q, q, _alpha(cutoff, dt))
+        return self._q.copy()

@@ -1,0 +1,99 @@
+"""Safety limits on the commanded pose: workspace box, tether to the measured pose, per-tick speed caps.
+
+Applied in this order each tick: tether (pull the target to within ``tether_m`` of where the arm
+really is), workspace clamp (project into the box), then the speed caps relative to the previously
+published target. Because the box is convex and the previous target was inside it, the capped
+step stays inside the box, so the two hard guarantees (inside the box, step within the caps) hold
+for every published target; ``check`` asserts exactly those.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .rotations import angle_between, is_finite, normalize, slerp
+
+
+@dataclass
+class LimitsConfig:
+    max_linear_speed: float = 0.8      # m/s
+    max_angular_speed: float = 2.5     # rad/s
+    workspace_min: list[float] = field(default_factory=lambda: [0.05, -0.35, 0.03])  # m, arm base
+    workspace_max: list[float] = field(default_factory=lambda: [0.55, 0.35, 0.50])
+    tether_m: float = 0.12             # max distance target <-> measured EEF; <= 0 disables
+
+    def validate(self) -> None:
+        for name in ("max_linear_speed", "max_angular_speed"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be finite and > 0, got {v}")
+        if len(self.workspace_min) != 3 or len(self.workspace_max) != 3:
+            raise ValueError("workspace_min / workspace_max need 3 values (x, y, z)")
+        if not is_finite(self.workspace_min, self.workspace_max) or any(
+                lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max)):
+            raise ValueError(f"workspace box is empty: {self.workspace_min} .. {self.workspace_max}")
+        if not math.isfinite(self.tether_m):
+            raise ValueError(f"tether_m must be finite, got {self.tether_m}")
+
+
+class LimitViolation(AssertionError):
+    """A target about to be published breaks a hard limit (a bug: the node refuses to publish it)."""
+
+
+class Limits:
+    EPS = 1e-9
+
+    def __init__(self, cfg: LimitsConfig):
+        cfg.validate()
+        self.cfg = cfg
+        self.lo = np.array(cfg.workspace_min, dtype=float)
+        self.hi = np.array(cfg.workspace_max, dtype=float)
+
+    def inside(self, p: np.ndarray, margin: float = 0.0) -> bool:
+        p = np.asarray(p, dtype=float)
+        return bool(np.all(p >= self.lo - margin) and np.all(p <= self.hi + margin))
+
+    def clamp_workspace(self, p: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(p, dtype=float), self.lo, self.hi)
+
+    def tether(self, p: np.ndarray, measured: np.ndarray) -> np.ndarray:
+        if self.cfg.tether_m <= 0:
+            return np.asarray(p, dtype=float)
+        d = np.asarray(p, dtype=float) - measured
+        n = float(np.linalg.norm(d))
+        return measured + d * (self.cfg.tether_m / n) if n > self.cfg.tether_m else np.asarray(p, dtype=float)
+
+    def cap_step(self, prev_p: np.ndarray, prev_q: np.ndarray, p: np.ndarray, q: np.ndarray,
+                 dt: float) -> tuple[np.ndarray, np.ndarray]:
+        max_lin = self.cfg.max_linear_speed * dt
+        d = p - prev_p
+        n = float(np.linalg.norm(d))
+        if n > max_lin:
+            p = prev_p + d * (max_lin / n)
+        max_ang = self.cfg.max_angular_speed * dt
+        ang = angle_between(prev_q, q)
+        if ang > max_ang:
+            q = slerp(prev_q, q, max_ang / ang)
+        return p, normalize(q)
+
+    def apply(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray,
+              measured_p: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        p = self.clamp_workspace(self.tether(p, measured_p))
+        return self.cap_step(prev_p, prev_q, p, q, dt)
+
+    def check(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray, dt: float) -> None:
+        """Raise LimitViolation unless (p, q) is finite, unit, in the box and within the caps of prev."""
+        if not is_finite(p, q):
+            raise LimitViolation(f"non-finite target {p} {q}")
+        if abs(float(np.linalg.norm(q)) - 1.0) > 1e-6:
+            raise LimitViolation(f"non-unit quaternion {q}")
+        if not self.inside(p, margin=1e-9):
+            raise LimitViolation(f"target {p} outside workspace {self.lo}..{self.hi}")
+        step = float(np.linalg.norm(p - prev_p))
+        if step > self.cfg.max_linear_speed * dt * (1 + 1e-6) + self.EPS:
+            raise LimitViolation(f"linear step {step:.6f} m exceeds cap over dt={dt}")
+        ang = angle_between(prev_q, q)
+        if ang > self.cfg.max_angular_speed * dt * (1 + 1e-6) + 1e-7:
+            raise LimitViolation(f"angular step {ang:.6f} rad exceeds cap over dt={dt}")

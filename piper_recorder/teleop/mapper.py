@@ -1,0 +1,301 @@
+"""TeleopCore: controller poses + buttons + arm feedback in, safe EEF targets and recorder actions out.
+
+Pure Python, driven with explicit monotonic times so tests can replay any sequence. The node feeds
+each message into ``on_*`` and calls ``tick(t)`` at the control rate; a tick returns a target only
+while the clutch is engaged.
+
+Mapping (on engage latch controller pose c0 and arm pose e0; M is the XR->robot remap):
+    p = e0.p + M (c.p - c0.p) * pos_scale
+    R = (M c.R c0.R^T M^T) e0.R
+At the engage tick c == c0, so the first target is exactly the measured arm pose: engaging (and
+re-engaging after any release) never makes the arm jump. The raw target then goes through the
+one-euro filter, the tether / workspace / speed limits, and a final hard check; a target failing
+the check is never returned (it is counted and the clutch is released).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from .clutch import Clutch, ClutchConfig, ClutchEvent
+from .filters import FilterConfig, OneEuroOrientation, OneEuroPosition
+from .frames import FrameConfig, remap_matrix
+from .limits import Limits, LimitsConfig, LimitViolation
+from .rotations import is_finite, matrix_to_quat, normalize, quat_to_matrix
+
+QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
+
+
+@dataclass
+class TeleopConfig:
+    hand: str = "right"                 # controller that drives the arm; the other hand's X/A deletes
+    control_rate_hz: float = 100.0
+    pos_scale: float = 1.0
+    stale_timeout_s: float = 0.25       # headset watchdog: disengage after this long without data
+    arm_stale_timeout_s: float = 0.5    # arm feedback older than this refuses / drops the clutch
+    gripper_max_width: float = 0.07     # m; width = max * (1 - trigger)
+    delete_hold_s: float = 1.0          # hold the other hand's primary this long to delete the last episode
+    clutch: ClutchConfig = field(default_factory=ClutchConfig)
+    frame: FrameConfig = field(default_factory=FrameConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+    @property
+    def other_hand(self) -> str:
+        return "left" if self.hand == "right" else "right"
+
+    @property
+    def period(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+    def validate(self) -> None:
+        if self.hand not in ("left", "right"):
+            raise ValueError(f"hand must be 'left' or 'right', got {self.hand!r}")
+        for name in ("control_rate_hz", "pos_scale", "stale_timeout_s", "arm_stale_timeout_s",
+                     "gripper_max_width", "delete_hold_s"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be finite and > 0, got {v}")
+        if self.control_rate_hz > 1000:
+            raise ValueError(f"control_rate_hz {self.control_rate_hz} is unreasonably high")
+        for sub in (self.clutch, self.frame, self.filter, self.limits):
+            sub.validate()
+
+
+class Action(Enum):
+    """Recorder service calls requested by the buttons."""
+    START = "start_episode"
+    STOP = "stop_episode"
+    DISCARD = "discard_episode"
+    DELETE_LAST = "delete_last_episode"
+
+
+@dataclass
+class Joy:
+    trigger: float = 0.0
+    squeeze: float = 0.0
+    primary: bool = False
+    secondary: bool = False
+    menu: bool = False
+
+
+@dataclass
+class Pose:
+    p: np.ndarray
+    q: np.ndarray  # xyzw, unit
+
+
+@dataclass
+class TickResult:
+    target: Pose | None = None
+    gripper: float | None = None
+    clutch: ClutchEvent = ClutchEvent.NONE
+    reason: str | None = None           # why the clutch refused or was forced to release
+    actions: list[Action] = field(default_factory=list)
+
+
+@dataclass
+class Counters:
+    rejected_inputs: int = 0      # non-finite / non-unit poses and joys ignored
+    refused_engages: int = 0      # ticks where the grip was closed but an interlock refused
+    forced_releases: int = 0
+    unsafe_targets: int = 0       # targets that failed the final check (never published)
+    published: int = 0
+
+
+def _valid_pose(p, q) -> Pose | None:
+    try:
+        p = np.asarray(p, dtype=float).reshape(3)
+        q = np.asarray(q, dtype=float).reshape(4)
+    except (TypeError, ValueError):
+        return None
+    if not is_finite(p, q) or abs(float(np.linalg.norm(q)) - 1.0) > QUAT_NORM_TOL:
+        return None
+    return Pose(p, normalize(q))
+
+
+class TeleopCore:
+    def __init__(self, cfg: TeleopConfig):
+        cfg.validate()
+        self.cfg = cfg
+        self.M = remap_matrix(cfg.frame)
+        self.clutch = Clutch(cfg.clutch)
+        self.limits = Limits(cfg.limits)
+        self.pos_filter = OneEuroPosition(cfg.filter)
+        self.rot_filter = OneEuroOrientation(cfg.filter)
+        self.counters = Counters()
+        self.recording = False
+        self._hand: Pose | None = None
+        self._hand_t = -math.inf
+        self._joy: Joy | None = None
+        self._joy_t = -math.inf
+        self._arm: Pose | None = None
+        self._arm_t = -math.inf
+        self._joints_t = -math.inf
+        self._arm_fault: str | None = None
+        self._actions: list[Action] = []
+        self._other_primary_since: float | None = None
+        self._delete_fired = False
+        self._c0: Pose | None = None
+        self._e0: Pose | None = None
+        self._prev: Pose | None = None
+        self._last_tick_t: float | None = None
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def on_hand_pose(self, t: float, p, q) -> bool:
+        pose = _valid_pose(p, q)
+        if pose is None:
+            self.counters.rejected_inputs += 1
+            return False
+        self._hand, self._hand_t = pose, t
+        return True
+
+    def on_joy(self, t: float, hand: str, joy: Joy) -> bool:
+        if not all(math.isfinite(v) for v in (joy.trigger, joy.squeeze)):
+            self.counters.rejected_inputs += 1
+            return False
+        joy = Joy(min(1.0, max(0.0, joy.trigger)), min(1.0, max(0.0, joy.squeeze)),
+                  bool(joy.primary), bool(joy.secondary), bool(joy.menu))
+        if hand == self.cfg.hand:
+            prev = self._joy or Joy()
+            if joy.primary and not prev.primary:
+                self._actions.append(Action.STOP if self.recording else Action.START)
+                self.recording = not self.recording  # optimistic; on_recording() corrects it
+            if joy.secondary and not prev.secondary:
+                self._actions.append(Action.DISCARD)
+                self.recording = False
+            self._joy, self._joy_t = joy, t
+        elif hand == self.cfg.other_hand:
+            if joy.primary:
+                if self._other_primary_since is None:
+                    self._other_primary_since = t
+            else:
+                self._other_primary_since, self._delete_fired = None, False
+            self._check_delete_hold(t)
+        return True
+
+    def on_arm_pose(self, t: float, p, q) -> bool:
+        pose = _valid_pose(p, q)
+        if pose is None:
+            self.counters.rejected_inputs += 1
+            return False
+        self._arm, self._arm_t = pose, t
+        return True
+
+    def on_joint_states(self, t: float, positions) -> bool:
+        if not is_finite(np.asarray(positions, dtype=float)):
+            self.counters.rejected_inputs += 1
+            return False
+        self._joints_t = t
+        return True
+
+    def on_arm_fault(self, fault: str | None) -> None:
+        """The arm reported a fault (message) or cleared it (None)."""
+        self._arm_fault = fault
+
+    def on_recording(self, recording: bool) -> None:
+        """Recorder-reported state (from /episode_events) wins over the optimistic toggle."""
+        self.recording = recording
+
+    @property
+    def engaged(self) -> bool:
+        return self.clutch.engaged
+
+    # ---- control tick -------------------------------------------------------------------------
+    def tick(self, t: float) -> TickResult:
+        res = TickResult()
+        self._check_delete_hold(t)
+        res.actions, self._actions = self._actions, []
+        dt_actual = self.cfg.period if self._last_tick_t is None else t - self._last_tick_t
+        self._last_tick_t = t
+
+        if self.clutch.engaged:
+            reason = self._stream_problem(t) or self._arm_problem(t)
+            if reason is not None:
+                return self._forced(res, reason)
+        if self._joy is not None and t - self._joy_t <= self.cfg.stale_timeout_s:
+            refuse = self._refuse_reason(t)
+            ev = self.clutch.update(self._joy.squeeze, self._joy.menu, refuse)
+            res.clutch = ev
+            if ev is ClutchEvent.REFUSED:
+                self.counters.refused_engages += 1
+                res.reason = refuse
+            elif ev is ClutchEvent.FORCED_RELEASE:
+                self.counters.forced_releases += 1
+                res.reason = "menu"
+            elif ev is ClutchEvent.ENGAGED:
+                self._latch()
+        if not self.clutch.engaged:
+            return res
+
+        assert self._hand is not None and self._arm is not None and self._prev is not None
+        raw = self._raw_target(self._hand)
+        dt_f = min(max(dt_actual, 0.2 * self.cfg.period), 5.0 * self.cfg.period)
+        fp = self.pos_filter(raw.p, dt_f)
+        fq = self.rot_filter(raw.q, dt_f)
+        p, q = self.limits.apply(fp, fq, self._prev.p, self._prev.q, self._arm.p, self.cfg.period)
+        try:
+            self.limits.check(p, q, self._prev.p, self._prev.q, self.cfg.period)
+        except LimitViolation as exc:
+            self.counters.unsafe_targets += 1
+            return self._forced(res, f"unsafe target refused: {exc}")
+        self._prev = Pose(p, q)
+        res.target = Pose(p.copy(), q.copy())
+        res.gripper = self.cfg.gripper_max_width * (1.0 - self._joy.trigger)
+        self.counters.published += 1
+        return res
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _raw_target(self, c: Pose) -> Pose:
+        c0, e0, M = self._c0, self._e0, self.M
+        p = e0.p + M @ (c.p - c0.p) * self.cfg.pos_scale
+        r_delta = M @ quat_to_matrix(c.q) @ quat_to_matrix(c0.q).T @ M.T
+        q = matrix_to_quat(r_delta @ quat_to_matrix(e0.q))
+        return Pose(p, q)
+
+    def _latch(self) -> None:
+        self._c0 = Pose(self._hand.p.copy(), self._hand.q.copy())
+        self._e0 = Pose(self._arm.p.copy(), self._arm.q.copy())
+        self._prev = Pose(self._arm.p.copy(), self._arm.q.copy())
+        self.pos_filter.reset(self._e0.p)
+        self.rot_filter.reset(self._e0.q)
+
+    def _forced(self, res: TickResult, reason: str) -> TickResult:
+        if self.clutch.force_release() is ClutchEvent.FORCED_RELEASE:
+            self.counters.forced_releases += 1
+            res.clutch, res.reason = ClutchEvent.FORCED_RELEASE, reason
+        return res
+
+    def _stream_problem(self, t: float) -> str | None:
+        age = t - min(self._hand_t, self._joy_t)
+        if age > self.cfg.stale_timeout_s:
+            return f"headset stream stale ({age:.3f} s)"
+        return None
+
+    def _arm_problem(self, t: float) -> str | None:
+        if self._arm is None or t - self._arm_t > self.cfg.arm_stale_timeout_s:
+            return "no arm pose feedback"
+        if t - self._joints_t > self.cfg.arm_stale_timeout_s:
+            return "no arm joint feedback"
+        if self._arm_fault is not None:
+            return f"arm fault: {self._arm_fault}"
+        return None
+
+    def _refuse_reason(self, t: float) -> str | None:
+        if self._hand is None or t - self._hand_t > self.cfg.stale_timeout_s:
+            return "controller not tracked"
+        reason = self._arm_problem(t)
+        if reason is not None:
+            return reason
+        if not self.limits.inside(self._arm.p):
+            return f"arm outside workspace at {np.round(self._arm.p, 3).tolist()}"
+        return None
+
+    def _check_delete_hold(self, t: float) -> None:
+        since = self._other_primary_since
+        if since is not None and not self._delete_fired and t - since >= self.cfg.delete_hold_s:
+            self._delete_fired = True
+            self._actions.append(Action.DELETE_LAST)
