@@ -1,0 +1,176 @@
+"""quest_bridge: headset TCP stream -> ROS topics (thin adapter over piper_recorder.quest).
+
+Publishes /quest/{head,left,right}/pose (capture-time stamps, only valid & tracked devices),
+/quest/{left,right}/joy, /quest/raw (every accepted raw line, verbatim; rejected lines are only
+counted), /quest/hello (transient local) and diagnostics on /diagnostics; forwards /quest/haptic
+to the headset as {"cmd": "haptic", ...}.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Joy
+from std_msgs.msg import String
+
+from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node
+from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
+from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
+from piper_recorder.quest.clock import ClockMapperConfig
+from piper_recorder.quest.protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message
+
+
+@dataclass
+class QuestBridgeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8735
+    reconnect_s: float = 1.0
+    reconnect_max_s: float = 5.0
+    silence_timeout_s: float = 6.0
+    max_line_bytes: int = MAX_LINE_BYTES
+    quat_tolerance: float = QUAT_TOLERANCE
+    publish_raw: bool = True
+    clock_window_s: float = 10.0
+    clock_jump_threshold_s: float = 0.25
+    frame_prefix: str = "quest_"
+    diagnostics_period_s: float = 1.0
+    stale_s: float = 0.5  # no frame for this long while connected -> WARN
+
+    def client(self) -> ClientConfig:
+        return ClientConfig(host=self.host, port=self.port, reconnect_s=self.reconnect_s,
+                            reconnect_max_s=self.reconnect_max_s, silence_timeout_s=self.silence_timeout_s,
+                            max_line_bytes=self.max_line_bytes, quat_tolerance=self.quat_tolerance)
+
+    def clock(self) -> ClockMapperConfig:
+        return ClockMapperConfig(window_s=self.clock_window_s, jump_threshold_s=self.clock_jump_threshold_s,
+                                 jump_confirm_s=min(1.0, self.clock_window_s))
+
+    def validate(self) -> None:
+        self.client().validate()
+        self.clock().validate()
+        if not (math.isfinite(self.diagnostics_period_s) and self.diagnostics_period_s > 0):
+            raise ValueError("diagnostics_period_s must be > 0")
+        if not (math.isfinite(self.stale_s) and self.stale_s > 0):
+            raise ValueError("stale_s must be > 0")
+
+
+class QuestBridge(Node):
+    def __init__(self) -> None:
+        super().__init__("quest_bridge")
+        self.cfg = declare_config(self, QuestBridgeConfig)
+        self.core = BridgeCore(self.cfg.clock(), self.cfg.frame_prefix)
+        self._lock = threading.Lock()
+        self.pose_pubs = {d: self.create_publisher(PoseStamped, f"/quest/{d}/pose", 10)
+                          for d in ("head", "left", "right")}
+        self.joy_pubs = {h: self.create_publisher(Joy, f"/quest/{h}/joy", 10) for h in ("left", "right")}
+        self.raw_pub = self.create_publisher(String, "/quest/raw", 200)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.hello_pub = self.create_publisher(String, "/quest/hello", latched)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(String, "/quest/haptic", self._on_haptic, 10)
+        self.haptic_invalid = 0
+        self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event)
+        self.create_timer(self.cfg.diagnostics_period_s, self._publish_diagnostics)
+        self.client.start()
+        self.get_logger().info(f"connecting to headset at {self.cfg.host}:{self.cfg.port}")
+
+    # -- headset -> ROS (client thread) ----------------------------------------------------
+    def _on_event(self, event: str) -> None:
+        if event == "connected":
+            with self._lock:
+                self.core.on_connection()
+        self.get_logger().info(f"headset {event}")
+
+    def _on_message(self, msg: Message, recv_ns: int) -> None:
+        with self._lock:
+            out = self.core.handle(msg, recv_ns)
+        self._publish(out)
+
+    def _publish(self, out: BridgeOutput) -> None:
+        for p in out.poses:
+            m = PoseStamped()
+            m.header.stamp = ns_to_stamp(p.stamp_ns)
+            m.header.frame_id = p.frame_id
+            m.pose.position.x, m.pose.position.y, m.pose.position.z = p.pos
+            q = m.pose.orientation
+            q.x, q.y, q.z, q.w = p.quat_xyzw
+            self.pose_pubs[p.device].publish(m)
+        for j in out.joys:
+            m = Joy()
+            m.header.stamp = ns_to_stamp(j.stamp_ns)
+            m.header.frame_id = j.frame_id
+            m.axes = [float(a) for a in j.axes]
+            m.buttons = list(j.buttons)
+            self.joy_pubs[j.hand].publish(m)
+        if out.raw is not None and self.cfg.publish_raw:
+            self.raw_pub.publish(String(data=out.raw))
+        if out.hello is not None:
+            self.hello_pub.publish(String(data=json.dumps(out.hello, allow_nan=False)))
+
+    # -- ROS -> headset --------------------------------------------------------------------
+    def _on_haptic(self, msg: String) -> None:
+        req = haptic_from_json(msg.data)
+        if req is None:
+            self.haptic_invalid += 1
+            self.get_logger().warning(f"ignoring malformed /quest/haptic: {msg.data[:120]!r}")
+            return
+        self.client.haptic(*req)
+
+    # -- diagnostics -----------------------------------------------------------------------
+    def _publish_diagnostics(self) -> None:
+        now = time.time_ns()
+        st = self.client.stats
+        with self._lock:
+            rate = self.core.frame_rate_hz(now)
+            counters = dict(self.core.counters)
+            offset = self.core.clock.offset_ns
+            delay = self.core.last_delay_ns
+            last_frame_ns = self.core.last_frame_recv_ns
+            clock_resets = self.core.clock.resets
+        rejected = dict(self.client.parser.rejected)
+        age = (now - last_frame_ns) / 1e9 if last_frame_ns else -1.0
+        if st.state != "connected":
+            level, text = DiagnosticStatus.ERROR, f"not connected ({st.state}): {st.last_error}"
+        elif age < 0 or age > self.cfg.stale_s:
+            level, text = DiagnosticStatus.WARN, "connected, no frames"
+        else:
+            level, text = DiagnosticStatus.OK, f"streaming {rate:.1f} Hz"
+        values = {
+            "state": st.state, "endpoint": f"{self.cfg.host}:{self.cfg.port}",
+            "connects": st.connects, "connect_failures": st.connect_failures,
+            "silence_reconnects": st.silence_reconnects, "bytes_received": st.bytes_received,
+            "frame_rate_hz": f"{rate:.2f}", "last_frame_age_s": f"{age:.3f}",
+            "clock_offset_ns": offset if offset is not None else "none", "clock_resets": clock_resets,
+            "arrival_delay_ms": f"{delay / 1e6:.3f}",
+            "haptic_sent": st.commands_sent, "haptic_failed": st.commands_failed,
+            "haptic_invalid": self.haptic_invalid,
+            "rejected_total": sum(rejected.values()), "last_rejection": self.client.parser.last_rejection,
+            **{f"rejected.{k}": v for k, v in sorted(rejected.items())},
+            **{f"count.{k}": v for k, v in sorted(counters.items())},
+        }
+        status = DiagnosticStatus(level=level, name="quest_bridge: headset", message=text,
+                                  hardware_id=f"quest@{self.cfg.host}:{self.cfg.port}",
+                                  values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+        arr = DiagnosticArray(status=[status])
+        arr.header.stamp = ns_to_stamp(now)
+        self.diag_pub.publish(arr)
+
+    def on_shutdown(self) -> None:
+        self.client.stop()
+
+
+def main(args=None):
+    sys.exit(run_node(QuestBridge, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""TCP client for the headset stream (the headset is the server; the host reaches it via adb forward).
+
+Runs in its own thread: connect, read, parse, deliver each accepted message with its host receive
+time (``time.time_ns()``, the ROS clock) to a callback. Reconnects with exponential back-off (from
+``reconnect_s``, as the reference client's 1 s, doubling up to ``reconnect_max_s``; back to the start
+after a connection that delivered a message) and forces a reconnect after ``silence_timeout_s``
+without any accepted line. Commands to the headset (haptic) go over the same socket.
+"""
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message, StreamParser, encode
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8735
+
+
+@dataclass
+class ClientConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    reconnect_s: float = 1.0
+    reconnect_max_s: float = 5.0
+    silence_timeout_s: float = 6.0
+    connect_timeout_s: float = 2.0
+    max_line_bytes: int = MAX_LINE_BYTES
+    quat_tolerance: float = QUAT_TOLERANCE
+
+    def validate(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port {self.port} out of range")
+        for name in ("reconnect_s", "reconnect_max_s", "silence_timeout_s", "connect_timeout_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        if self.reconnect_max_s < self.reconnect_s:
+            raise ValueError("reconnect_max_s must be >= reconnect_s")
+        if self.max_line_bytes < 256:
+            raise ValueError("max_line_bytes must be >= 256")
+        if not 0 < self.quat_tolerance < 1:
+            raise ValueError("quat_tolerance must be in (0, 1)")
+
+
+@dataclass
+class ClientStats:
+    state: str = "idle"  # idle | connecting | connected | backoff | stopped
+    connects: int = 0
+    connect_failures: int = 0
+    disconnects: int = 0
+    silence_reconnects: int = 0
+    bytes_received: int = 0
+    commands_sent: int = 0
+    commands_failed: int = 0
+    last_message_ns: int = 0  # host time of the last accepted message (0 = never)
+    last_error: str = ""
+
+
+MessageCallback = Callable[[Message, int], None]
+EventCallback = Callable[[str], None]
+
+
+class QuestClient:
+    """Threaded headset client. ``on_message(msg, recv_ns)`` runs on the client thread.
+
+    ``on_event(name)`` is called with "connected" / "disconnected" (e.g. to reset the clock mapper).
+    ``parser.rejected`` holds the drop counters (cumulative over reconnects).
+    """
+
+    def __init__(self, config: ClientConfig, on_message: MessageCallback,
+                 on_event: EventCallback | None = None):
+        config.validate()
+        self.config = config
+        self.parser = StreamParser(config.max_line_bytes, config.quat_tolerance)
+        self.stats = ClientStats()
+        self._on_message = on_message
+        self._on_event = on_event or (lambda _e: None)
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "QuestClient":
+        self._thread = threading.Thread(target=self._run, name="quest-client", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 3.0) -> None:
+        self._stop.set()
+        self._close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.stats.state = "stopped"
+
+    @property
+    def connected(self) -> bool:
+        return self.stats.state == "connected"
+
+    # -- commands ----------------------------------------------------------------------------
+    def send_command(self, cmd: dict[str, Any]) -> bool:
+        """Send one JSON command line; False when not connected or the send fails."""
+        try:
+            line = encode(cmd)
+        except (TypeError, ValueError):
+            self.stats.commands_failed += 1
+            return False
+        with self._send_lock:
+            sock = self._sock
+            if sock is None or not self.connected:
+                self.stats.commands_failed += 1
+                return False
+            try:
+                sock.sendall(line)
+            except OSError as exc:
+                self.stats.commands_failed += 1
+                self.stats.last_error = f"send: {exc}"
+                return False
+        self.stats.commands_sent += 1
+        return True
+
+    def haptic(self, hand: str, amp: float, ms: int) -> bool:
+        """Vibrate one controller: amp clamped to [0, 1], ms to [0, 10000]."""
+        if hand not in ("left", "right") or not math.isfinite(amp):
+            self.stats.commands_failed += 1
+            return False
+        return self.send_command({"cmd": "haptic", "hand": hand, "amp": min(max(float(amp), 0.0), 1.0),
+                                  "ms": int(min(max(int(ms), 0), 10_000))})
+
+    # -- thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        cfg = self.config
+        backoff = cfg.reconnect_s
+        while not self._stop.is_set():
+            self.stats.state = "connecting"
+            try:
+                sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout_s)
+            except OSError as exc:
+                self.stats.connect_failures += 1
+                self.stats.last_error = f"connect: {exc}"
+                self.stats.state = "backoff"
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, cfg.reconnect_max_s)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            delivered = self._serve(sock)
+            if self._stop.is_set():
+                break
+            if delivered:
+                backoff = cfg.reconnect_s
+            self.stats.state = "backoff"
+            self._stop.wait(backoff)
+            if not delivered:
+                backoff = min(backoff * 2, cfg.reconnect_max_s)
+        self.stats.state = "stopped"
+
+    def _serve(self, sock: socket.socket) -> bool:
+        """Read one connection until EOF, error, silence or stop; True if any message arrived."""
+        cfg = self.config
+        self.parser.reset()
+        with self._send_lock:
+            self._sock = sock
+        self.stats.connects += 1
+        self.stats.state = "connected"
+        self._on_event("connected")
+        delivered = False
+        last_ok = time.monotonic()
+        sock.settimeout(min(0.2, cfg.silence_timeout_s))
+        try:
+            while not self._stop.is_set():
+                try:
+                    data = sock.recv(65536)
+                except socket.timeout:
+                    data = None
+                except OSError as exc:
+                    self.stats.last_error = f"recv: {exc}"
+                    break
+                if data == b"":
+                    self.stats.last_error = "closed by headset"
+                    break
+                now_mono = time.monotonic()
+                if data:
+                    recv_ns = time.time_ns()
+                    self.stats.bytes_received += len(data)
+                    msgs = self.parser.feed(data)
+                    for msg in msgs:
+                        self._deliver(msg, recv_ns)
+                    if msgs:
+                        delivered = True
+                        last_ok = now_mono
+                        self.stats.last_message_ns = recv_ns
+                if now_mono - last_ok > cfg.silence_timeout_s:
+                    self.stats.silence_reconnects += 1
+                    self.stats.last_error = f"silence > {cfg.silence_timeout_s} s"
+                    break
+        finally:
+            self._close()
+            self.stats.disconnects += 1
+            self.stats.state = "backoff"
+            self._on_event("disconnected")
+        return delivered
+
+    def _deliver(self, msg: Message, recv_ns: int) -> None:
+        try:
+            self._on_message(msg, recv_ns)
+        except Exception as exc:  # noqa: BLE001 - a consumer bug must not kill the stream
+            self.stats.last_error = f"callback: {exc!r}"[:200]
+
+    def _close(self) -> None:
+        with self._send_lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
+def haptic_from_json(text: str) -> tuple[str, float, int] | None:
+    """Parse a /quest/haptic request {"hand","amp","ms"}; None when malformed (caller counts it)."""
+    try:
+        obj = json.loads(text, parse_constant=lambda _c: float("nan"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    hand, amp, ms = obj.get("hand"), obj.get("amp"), obj.get("ms")
+    if hand not in ("left", "right"):
+        return None
+    if isinstance(amp, bool) or not isinstance(amp, (int, float)) or not math.isfinite(amp):
+        return None
+    if not 0.0 <= amp <= 1.0:
+        return None
+    if isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms <= 10_000:
+        return None
+    return hand, float(amp), ms

@@ -1,0 +1,371 @@
+"""Headset stream protocol: typed messages and a strict, never-raising streaming parser.
+
+The headset sends newline-delimited JSON (reference-facts section 1). TCP delivers it in arbitrary
+chunks, and a bad line must never take the pipeline down or let a non-finite number through to a
+robot target, so :class:`StreamParser` takes bytes in, returns only fully validated messages, and
+counts every rejected line by reason (``parser.rejected``, a Counter).
+
+Validation rules (a line failing any of them is rejected whole and counted):
+
+- a line is at most ``max_line_bytes`` bytes (longer: discarded up to the next newline, ``too_long``);
+- UTF-8 (``bad_utf8``), JSON (``bad_json``), a JSON object (``not_object``);
+- ``NaN``/``Infinity`` literals (Python's json emits them) or numbers overflowing to inf: ``non_finite``;
+- kind: ``{"hello": {...}}``, ``{"heartbeat": ...}``, or a frame (has ``"mono"``); else ``unknown_kind``;
+- frame: ``t``/``mono`` finite numbers, ``frame`` an int in [0, 2**63), ``state`` a string, ``space``
+  an identifier; ``head``/``left``/``right`` objects (``missing_field``/``bad_type``);
+- device: ``pos`` 3 numbers, ``quat`` 4 numbers (xyzw) with | |q| - 1 | <= ``quat_tolerance``
+  (``quat_norm``; accepted quaternions are re-normalised), ``valid``/``tracked`` booleans; hands also
+  ``trigger``/``squeeze`` in [0, 1], ``stick`` 2 numbers in [-1, 1] (``out_of_range``), and the
+  booleans ``stick_click``/``primary``/``secondary``/``menu``.
+  A device reporting ``valid: false`` may carry a degenerate quaternion (OpenXR leaves the pose
+  undefined); it is replaced by identity instead of rejecting the other devices' data.
+- blank lines are counted as ``empty``.
+
+Every accepted message keeps its raw line text (``raw``, without the newline) so the bridge can
+publish it verbatim on ``/quest/raw`` and the recorder can store it; rejected lines are not
+published anywhere (only counted; ``last_rejection`` holds the latest reason and detail for logs).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+MAX_LINE_BYTES = 64 * 1024
+QUAT_TOLERANCE = 0.1
+HANDS = ("left", "right")
+DEVICES = ("head", "left", "right")
+_SPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+_INT_MAX = 2**63
+
+Vec3 = tuple[float, float, float]
+Quat = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """Pose of one tracked device in the XR frame; quat is xyzw, unit norm."""
+
+    pos: Vec3
+    quat: Quat
+    valid: bool
+    tracked: bool
+
+    @property
+    def usable(self) -> bool:
+        """A pose worth acting on / publishing: the runtime reports it valid and tracked."""
+        return self.valid and self.tracked
+
+
+@dataclass(frozen=True)
+class HandSample(DeviceSample):
+    """A controller: pose plus analog inputs and buttons (A/X = primary, B/Y = secondary)."""
+
+    trigger: float = 0.0
+    squeeze: float = 0.0
+    stick: tuple[float, float] = (0.0, 0.0)
+    stick_click: bool = False
+    primary: bool = False
+    secondary: bool = False
+    menu: bool = False
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One rendered headset frame. ``mono`` is the headset monotonic clock (s) at capture."""
+
+    t: float
+    mono: float
+    frame: int
+    state: str
+    space: str
+    head: DeviceSample
+    left: HandSample
+    right: HandSample
+    raw: str = field(repr=False, compare=False)
+
+    def hand(self, name: str) -> HandSample:
+        return self.left if name == "left" else self.right
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The app info object the headset sends on connect."""
+
+    info: dict[str, Any]
+    raw: str = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Keep-alive line; ``mono`` only when the headset includes a finite one."""
+
+    value: Any
+    state: str | None
+    mono: float | None
+    raw: str = field(repr=False, compare=False)
+
+
+Message = Union[Frame, Hello, Heartbeat]
+
+
+class Rejected(ValueError):
+    """A line failed validation; ``reason`` is the counter key, ``detail`` says where."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason, self.detail = reason, detail
+
+
+def _no_constants(name: str) -> Any:
+    raise Rejected("non_finite", name)
+
+
+def _float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Rejected("bad_type", f"{where}: expected a number")
+    try:
+        out = float(value)
+    except OverflowError:  # a huge JSON integer
+        raise Rejected("non_finite", where) from None
+    if not math.isfinite(out):
+        raise Rejected("non_finite", where)
+    return out
+
+
+def _floats(value: Any, n: int, where: str) -> tuple[float, ...]:
+    if not isinstance(value, list) or len(value) != n:
+        raise Rejected("bad_type", f"{where}: expected {n} numbers")
+    return tuple(_float(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _ranged(value: Any, lo: float, hi: float, where: str) -> float:
+    out = _float(value, where)
+    if not lo <= out <= hi:
+        raise Rejected("out_of_range", f"{where}={out} not in [{lo}, {hi}]")
+    return out
+
+
+def _bool(obj: dict, key: str, where: str) -> bool:
+    if key not in obj:
+        raise Rejected("missing_field", f"{where}.{key}")
+    value = obj[key]
+    if not isinstance(value, bool):
+        raise Rejected("bad_type", f"{where}.{key}: expected a boolean")
+    return value
+
+
+def _get(obj: dict, key: str, where: str) -> Any:
+    if key not in obj:
+        raise Rejected("missing_field", f"{where}.{key}" if where else key)
+    return obj[key]
+
+
+def _pose(obj: dict, where: str, tolerance: float) -> tuple[Vec3, Quat, bool, bool]:
+    valid = _bool(obj, "valid", where)
+    tracked = _bool(obj, "tracked", where)
+    pos = _floats(_get(obj, "pos", where), 3, f"{where}.pos")
+    quat = _floats(_get(obj, "quat", where), 4, f"{where}.quat")
+    norm = math.sqrt(sum(q * q for q in quat))
+    if abs(norm - 1.0) > tolerance or not math.isfinite(norm):
+        if valid:
+            raise Rejected("quat_norm", f"{where}.quat |q|={norm:.4g}")
+        quat = (0.0, 0.0, 0.0, 1.0)  # undefined pose of an invalid device
+    else:
+        quat = tuple(q / norm for q in quat)
+    return pos, quat, valid, tracked  # type: ignore[return-value]
+
+
+def _device(obj: Any, where: str, tolerance: float) -> DeviceSample:
+    if not isinstance(obj, dict):
+        raise Rejected("bad_type", f"{where}: expected an object")
+    return DeviceSample(*_pose(obj, where, tolerance))
+
+
+def _hand(obj: Any, where: str, tolerance: float) -> HandSample:
+    if not isinstance(obj, dict):
+        raise Rejected("bad_type", f"{where}: expected an object")
+    pos, quat, valid, tracked = _pose(obj, where, tolerance)
+    stick = _floats(_get(obj, "stick", where), 2, f"{where}.stick")
+    for i, s in enumerate(stick):
+        if not -1.0 <= s <= 1.0:
+            raise Rejected("out_of_range", f"{where}.stick[{i}]={s}")
+    return HandSample(
+        pos=pos, quat=quat, valid=valid, tracked=tracked,
+        trigger=_ranged(_get(obj, "trigger", where), 0.0, 1.0, f"{where}.trigger"),
+        squeeze=_ranged(_get(obj, "squeeze", where), 0.0, 1.0, f"{where}.squeeze"),
+        stick=stick,  # type: ignore[arg-type]
+        stick_click=_bool(obj, "stick_click", where),
+        primary=_bool(obj, "primary", where),
+        secondary=_bool(obj, "secondary", where),
+        menu=_bool(obj, "menu", where),
+    )
+
+
+def _frame(obj: dict, raw: str, tolerance: float) -> Frame:
+    frame_no = _get(obj, "frame", "")
+    if isinstance(frame_no, bool) or not isinstance(frame_no, int):
+        raise Rejected("bad_type", "frame: expected an integer")
+    if not 0 <= frame_no < _INT_MAX:
+        raise Rejected("out_of_range", "frame")
+    state = _get(obj, "state", "")
+    if not isinstance(state, str) or len(state) > 64:
+        raise Rejected("bad_type", "state: expected a short string")
+    space = _get(obj, "space", "")
+    if not isinstance(space, str) or not _SPACE_RE.match(space):
+        raise Rejected("bad_type", "space: expected an identifier")
+    return Frame(
+        t=_float(_get(obj, "t", ""), "t"),
+        mono=_float(_get(obj, "mono", ""), "mono"),
+        frame=frame_no, state=state, space=space,
+        head=_device(_get(obj, "head", ""), "head", tolerance),
+        left=_hand(_get(obj, "left", ""), "left", tolerance),
+        right=_hand(_get(obj, "right", ""), "right", tolerance),
+        raw=raw,
+    )
+
+
+def _check_finite_tree(value: Any, depth: int = 0) -> None:
+    """Hello/heartbeat payloads are free-form; still refuse numbers that overflowed to inf."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Rejected("non_finite", "payload")
+    if isinstance(value, dict):
+        for v in value.values():
+            _check_finite_tree(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_finite_tree(v, depth + 1)
+
+
+def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Message:
+    """Validate one line (without its newline) into a message; raises :class:`Rejected` only."""
+    if isinstance(line, bytes):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Rejected("bad_utf8") from None
+    else:
+        text = line
+    text = text.rstrip("\r")
+    if not text.strip():
+        raise Rejected("empty")
+    try:
+        obj = json.loads(text, parse_constant=_no_constants)
+    except Rejected:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise Rejected("bad_json", str(exc)[:80]) from None
+    if not isinstance(obj, dict):
+        raise Rejected("not_object")
+    if "hello" in obj:
+        info = obj["hello"]
+        if not isinstance(info, dict):
+            raise Rejected("bad_type", "hello: expected an object")
+        try:
+            _check_finite_tree(info)
+        except RecursionError:
+            raise Rejected("bad_json", "nesting") from None
+        return Hello(info=info, raw=text)
+    if "heartbeat" in obj:
+        value = obj["heartbeat"]
+        if isinstance(value, (dict, list)):
+            raise Rejected("bad_type", "heartbeat: expected a scalar")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise Rejected("non_finite", "heartbeat")
+        state = obj.get("state")
+        if state is not None and not isinstance(state, str):
+            raise Rejected("bad_type", "state: expected a string")
+        mono = _float(obj["mono"], "mono") if "mono" in obj else None
+        return Heartbeat(value=value, state=state, mono=mono, raw=text)
+    if "mono" in obj:
+        return _frame(obj, text, quat_tolerance)
+    raise Rejected("unknown_kind")
+
+
+class StreamParser:
+    """Bytes in (any chunking), validated messages out. Never raises on input; counts rejections.
+
+    ``accepted`` counts messages by kind ("frame", "hello", "heartbeat"); ``rejected`` counts
+    rejected lines by reason. ``reset()`` drops a partial line (call it on reconnect) but keeps
+    the counters, which are cumulative over the parser's life.
+    """
+
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES, quat_tolerance: float = QUAT_TOLERANCE):
+        if max_line_bytes < 2:
+            raise ValueError("max_line_bytes must be >= 2")
+        self.max_line_bytes = max_line_bytes
+        self.quat_tolerance = quat_tolerance
+        self.accepted: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+        self.last_rejection: str = ""
+        self._buf = bytearray()
+        self._discarding = False
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    def reset(self) -> None:
+        self._buf.clear()
+        self._discarding = False
+
+    def feed(self, data: bytes) -> list[Message]:
+        out: list[Message] = []
+        start = 0
+        n = len(data)
+        while start < n:
+            nl = data.find(b"\n", start)
+            end = n if nl < 0 else nl
+            chunk = data[start:end]
+            if self._discarding:
+                if nl >= 0:
+                    self._discarding = False
+            elif len(self._buf) + len(chunk) > self.max_line_bytes:
+                self._buf.clear()
+                self._reject("too_long", f"> {self.max_line_bytes} bytes")
+                self._discarding = nl < 0
+            elif nl < 0:
+                self._buf += chunk
+            else:
+                if self._buf:
+                    self._buf += chunk
+                    line = bytes(self._buf)
+                    self._buf.clear()
+                else:
+                    line = bytes(chunk)
+                msg = self._parse(line)
+                if msg is not None:
+                    out.append(msg)
+            start = n if nl < 0 else nl + 1
+        return out
+
+    def _parse(self, line: bytes) -> Message | None:
+        try:
+            msg = parse_line(line, self.quat_tolerance)
+        except Rejected as exc:
+            self._reject(exc.reason, exc.detail)
+            return None
+        except Exception as exc:  # noqa: BLE001 - the contract is: never raise on input
+            self._reject("internal", repr(exc)[:80])
+            return None
+        self.accepted[_KIND[type(msg)]] += 1
+        return msg
+
+    def _reject(self, reason: str, detail: str) -> None:
+        self.rejected[reason] += 1
+        self.last_rejection = f"{reason}: {detail}" if detail else reason
+
+
+_KIND = {Frame: "frame", Hello: "hello", Heartbeat: "heartbeat"}
+
+
+def kind_of(msg: Message) -> str:
+    return _KIND[type(msg)]
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """One protocol line (compact JSON + newline); refuses non-finite numbers."""
+    return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")

@@ -1,0 +1,124 @@
+"""Deterministic headset motion for the simulated headset: a pure function of time since connect.
+
+Tests and the teleop engineer predict the controller at any time with ``ScriptedHeadset.sample(t)``
+(``t`` = frame ``mono`` minus the ``mono`` in the sim's hello). Scripts:
+
+``demo`` (cycle of ``CYCLE_S`` seconds, starting at ``LEAD_S``; times relative to the cycle start):
+  0.0-0.15 A (right primary) pressed: start an episode (absent with ``buttons=False``)
+  0.5-0.8  grip (right squeeze) ramps 0 -> 1: engage the clutch
+  1.0-8.0  right controller draws a figure-eight of +-5 cm (x) by +-3 cm (y) and +-2 cm (z) in the
+           XR stage frame, period ``LOOP_S``, with a +-10 deg yaw swing; the trigger closes and
+           opens smoothly (period 3.5 s)
+  8.2-8.5  grip ramps 1 -> 0: release
+  9.0-9.15 A pressed: stop and save; every third cycle (k % 3 == 2) B (right secondary) instead:
+           discard
+``idle``    controllers still, nothing pressed.
+``circle``  engaged from ``LEAD_S`` + 0.3 s on, right controller on a 4 cm circle in the x-y
+            (right/up) plane, period ``LOOP_S``, trigger constant 0.5, no buttons; for tracking tests.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+SCRIPTS = ("demo", "idle", "circle")
+LEAD_S = 1.0
+CYCLE_S = 10.0
+LOOP_S = 3.5
+HEAD_POS = (0.0, 1.6, 0.0)
+LEFT_HOME = (-0.2, 1.1, -0.35)
+RIGHT_HOME = (0.2, 1.1, -0.35)
+PRESS_S = 0.15
+
+
+def _smoothstep(x: float) -> float:
+    x = min(max(x, 0.0), 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def _ramp(t: float, t0: float, t1: float) -> float:
+    return _smoothstep((t - t0) / (t1 - t0))
+
+
+def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
+    """Rotation about XR +y (up), xyzw."""
+    return (0.0, math.sin(yaw / 2.0), 0.0, math.cos(yaw / 2.0))
+
+
+def _hand(pos, quat, trigger=0.0, squeeze=0.0, primary=False, secondary=False) -> dict[str, Any]:
+    return {"pos": [float(p) for p in pos], "quat": [float(q) for q in quat], "valid": True, "tracked": True,
+            "trigger": float(trigger), "squeeze": float(squeeze), "stick": [0.0, 0.0],
+            "stick_click": False, "primary": bool(primary), "secondary": bool(secondary), "menu": False}
+
+
+@dataclass(frozen=True)
+class RightHand:
+    """The scripted right controller at one instant (also what ``sample`` encodes)."""
+
+    pos: tuple[float, float, float]
+    quat: tuple[float, float, float, float]
+    trigger: float
+    squeeze: float
+    primary: bool
+    secondary: bool
+
+
+class ScriptedHeadset:
+    """Scripted headset state. ``sample(t)`` is deterministic for a given (script, buttons, seed)."""
+
+    def __init__(self, script: str = "demo", buttons: bool = True, seed: int = 0):
+        if script not in SCRIPTS:
+            raise ValueError(f"unknown script {script!r}; choose from {SCRIPTS}")
+        self.script, self.buttons, self.seed = script, buttons, seed
+        rng = random.Random(seed)
+        # The seed only varies the phase of the head's breathing sway (the hands stay predictable).
+        self._head_phase = rng.uniform(0.0, 2.0 * math.pi)
+
+    def right(self, t: float) -> RightHand:
+        """The right controller at ``t`` seconds since connect."""
+        if self.script == "idle" or t < LEAD_S:
+            return RightHand(RIGHT_HOME, (0.0, 0.0, 0.0, 1.0), 0.0, 0.0, False, False)
+        if self.script == "circle":
+            u = t - LEAD_S
+            env = _ramp(u, 0.3, 1.3)
+            w = 2.0 * math.pi / LOOP_S
+            r = 0.04 * env
+            pos = (RIGHT_HOME[0] + r * math.sin(w * u), RIGHT_HOME[1] + r * (1.0 - math.cos(w * u)), RIGHT_HOME[2])
+            return RightHand(pos, (0.0, 0.0, 0.0, 1.0), 0.5, _ramp(u, 0.0, 0.3), False, False)
+        u = t - LEAD_S
+        k = int(u // CYCLE_S)
+        c = u - k * CYCLE_S
+        squeeze = _ramp(c, 0.5, 0.8) * (1.0 - _ramp(c, 8.2, 8.5))
+        m = min(max(c - 1.0, 0.0), 7.0)  # motion time inside the cycle
+        env = _ramp(c, 1.0, 1.5) * (1.0 - _ramp(c, 7.5, 8.0))
+        w = 2.0 * math.pi / LOOP_S
+        pos = (RIGHT_HOME[0] + env * 0.05 * math.sin(w * m),
+               RIGHT_HOME[1] + env * 0.03 * math.sin(2.0 * w * m),
+               RIGHT_HOME[2] + env * 0.02 * (1.0 - math.cos(w * m)))
+        quat = _yaw_quat(env * math.radians(10.0) * math.sin(w * m))
+        trigger = env * 0.5 * (1.0 - math.cos(2.0 * math.pi * m / 3.5))
+        press_start = self.buttons and 0.0 <= c < PRESS_S
+        press_end = self.buttons and 9.0 <= c < 9.0 + PRESS_S
+        discard = k % 3 == 2
+        return RightHand(pos, quat, trigger, squeeze, press_start or (press_end and not discard),
+                         press_end and discard)
+
+    def sample(self, t: float, *, mono: float | None = None, frame: int | None = None,
+               rate_hz: float = 90.0) -> dict[str, Any]:
+        """The full protocol frame at ``t`` s since connect (``mono`` defaults to ``t``)."""
+        mono = t if mono is None else mono
+        sway = 0.005 * math.sin(2.0 * math.pi * 0.25 * t + self._head_phase)
+        r = self.right(t)
+        return {
+            "t": mono + 1.5 / rate_hz,  # predicted display time: about one and a half frames ahead
+            "mono": mono,
+            "frame": int(round(t * rate_hz)) if frame is None else frame,
+            "state": "FOCUSED",
+            "space": "stage",
+            "head": {"pos": [HEAD_POS[0], HEAD_POS[1] + sway, HEAD_POS[2]], "quat": [0.0, 0.0, 0.0, 1.0],
+                     "valid": True, "tracked": True},
+            "left": _hand(LEFT_HOME, (0.0, 0.0, 0.0, 1.0)),
+            "right": _hand(r.pos, r.quat, r.trigger, r.squeeze, r.primary, r.secondary),
+        }

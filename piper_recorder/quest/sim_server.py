@@ -1,0 +1,330 @@
+"""``piper-sim-quest``: a simulated headset speaking the headset protocol over TCP.
+
+The headset app is the server, so this is too: on each connection it sends a hello, then frames at
+``rate`` Hz from a deterministic script (``scripts.ScriptedHeadset``, a pure function of time since
+that connection was accepted) or replays a recorded ``extras/*.quest.jsonl`` with its original
+relative timing (mono/t re-stamped to now), plus a heartbeat every ``heartbeat_s``. It reads host
+commands (haptic) and counts them.
+
+For clock-mapping tests it can add a known network delay (``delay_ms`` + exponential jitter with
+mean ``jitter_ms``, order preserved as over TCP) and a headset clock offset (``mono_offset_s``:
+mono = host CLOCK_MONOTONIC + offset), and it can stall (send nothing, socket open) for a while.
+
+The hello carries ``mono`` (the script's t = 0), so a client can compute the script time of a frame
+as ``frame.mono - hello["mono"]`` and predict it with ``ScriptedHeadset.sample``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .client import DEFAULT_PORT
+from .protocol import encode
+from .scripts import SCRIPTS, ScriptedHeadset
+
+APP_NAME = "piper-sim-quest"
+PROTOCOL_VERSION = 1
+
+
+@dataclass
+class SimConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT  # 0 = any free port (see ``SimQuestServer.port``)
+    rate: float = 90.0
+    script: str = "demo"
+    replay: str = ""  # path of a recorded *.quest.jsonl; overrides ``script``
+    buttons: bool = True
+    seed: int = 0
+    heartbeat_s: float = 1.0
+    delay_ms: float = 0.0  # fixed one-way delay added before each send
+    jitter_ms: float = 0.0  # mean of an exponential extra delay per frame
+    mono_offset_s: float = 0.0  # headset mono = time.monotonic() + this
+    stall_after_s: float = 0.0  # > 0: stop sending (socket stays open) this long after connect ...
+    stall_s: float = 0.0  # ... for this long
+
+    def validate(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port {self.port} out of range")
+        if not (math.isfinite(self.rate) and 1.0 <= self.rate <= 1000.0):
+            raise ValueError("rate must be in [1, 1000] Hz")
+        if self.script not in SCRIPTS:
+            raise ValueError(f"script must be one of {SCRIPTS}")
+        if self.replay and not Path(self.replay).is_file():
+            raise ValueError(f"replay file not found: {self.replay}")
+        for name in ("heartbeat_s", "delay_ms", "jitter_ms", "stall_after_s", "stall_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be finite and >= 0")
+
+
+@dataclass
+class ReplayFrames:
+    """Frames of a recorded stream: (seconds since the first frame, t - mono, frame dict)."""
+
+    frames: list[tuple[float, float, dict[str, Any]]] = field(default_factory=list)
+    skipped: int = 0
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ReplayFrames":
+        out = cls()
+        mono0: float | None = None
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    obj = json.loads(line)
+                    mono = float(obj["mono"])
+                    dt = float(obj.get("t", mono)) - mono
+                except (ValueError, TypeError, KeyError):
+                    out.skipped += 1  # hello / heartbeat / damaged line: the sim sends its own
+                    continue
+                if not (isinstance(obj, dict) and math.isfinite(mono) and math.isfinite(dt)):
+                    out.skipped += 1
+                    continue
+                if mono0 is None:
+                    mono0 = mono
+                rel = mono - mono0
+                if out.frames and rel < out.frames[-1][0]:
+                    out.skipped += 1  # the headset clock went backwards (a reconnect in the file)
+                    continue
+                out.frames.append((rel, dt, obj))
+        return out
+
+
+class SimQuestServer:
+    """Threaded TCP server; ``start()`` binds and returns the port, ``stop()`` closes everything."""
+
+    def __init__(self, config: SimConfig, log=None):
+        config.validate()
+        self.config = config
+        self.commands: Counter[str] = Counter()
+        self.haptics: list[dict[str, Any]] = []
+        self.connections = 0
+        self.frames_sent = 0
+        self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self._replay = ReplayFrames.load(config.replay) if config.replay else None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self.port = 0
+
+    def start(self) -> int:
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((self.config.host, self.config.port))
+        ls.listen(4)
+        ls.settimeout(0.2)
+        self._listener = ls
+        self.port = ls.getsockname()[1]
+        self._spawn(self._accept_loop, "sim-quest-accept")
+        return self.port
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            _close(c)
+        for t in list(self._threads):
+            t.join(2.0)
+
+    def drop_connections(self) -> None:
+        """Close the current client connections (the listener stays up): a headset-side disconnect."""
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            _close(c)
+
+    def _spawn(self, target, name: str, *args) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, addr = self._listener.accept()  # type: ignore[union-attr]
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self.connections += 1
+                index = self.connections
+                self._conns.append(conn)
+            self._log(f"{APP_NAME}: client {addr[0]}:{addr[1]} connected (#{index})")
+            self._spawn(self._read_commands, f"sim-quest-read-{index}", conn)
+            self._spawn(self._send_loop, f"sim-quest-send-{index}", conn, index)
+
+    def _mono(self) -> float:
+        return time.monotonic() + self.config.mono_offset_s
+
+    def _send_loop(self, conn: socket.socket, index: int) -> None:
+        cfg = self.config
+        rng = random.Random(cfg.seed * 1000 + index)
+        headset = ScriptedHeadset(cfg.script, cfg.buttons, cfg.seed)
+        start = time.monotonic()
+        hello = {"app": APP_NAME, "protocol": PROTOCOL_VERSION, "device": "simulated", "rate_hz": cfg.rate,
+                 "script": "replay" if self._replay else cfg.script, "buttons": cfg.buttons, "seed": cfg.seed,
+                 "mono": start + cfg.mono_offset_s}
+        if self._replay:
+            hello["replay"] = {"file": Path(cfg.replay).name, "frames": len(self._replay.frames)}
+        last_send = start
+        next_heartbeat = start + cfg.heartbeat_s
+        beat = 0
+        n = 0
+        try:
+            conn.sendall(encode({"hello": hello}))
+            while not self._stop.is_set():
+                if self._replay is not None:
+                    if n >= len(self._replay.frames):
+                        capture = None
+                    else:
+                        rel, dt, obj = self._replay.frames[n]
+                        capture = start + rel
+                else:
+                    capture = start + n / cfg.rate
+                if capture is None:  # replay finished: heartbeats only
+                    if cfg.heartbeat_s <= 0:
+                        self._stop.wait()
+                        break
+                    send_at = next_heartbeat
+                else:
+                    delay = cfg.delay_ms / 1000.0
+                    if cfg.jitter_ms > 0:
+                        delay += rng.expovariate(1000.0 / cfg.jitter_ms)
+                    send_at = max(capture + delay, last_send)
+                if cfg.heartbeat_s > 0 and next_heartbeat <= send_at:
+                    send_at, capture = next_heartbeat, None  # heartbeat first; frame n next round
+                    is_heartbeat = True
+                else:
+                    is_heartbeat = False
+                wait = send_at - time.monotonic()
+                if wait > 0 and self._stop.wait(wait):
+                    break
+                last_send = send_at
+                stalled = cfg.stall_after_s > 0 and cfg.stall_after_s <= send_at - start < cfg.stall_after_s + cfg.stall_s
+                if is_heartbeat:
+                    beat += 1
+                    next_heartbeat += cfg.heartbeat_s
+                    if not stalled:
+                        conn.sendall(encode({"heartbeat": beat, "state": "FOCUSED",
+                                             "mono": time.monotonic() + cfg.mono_offset_s}))
+                    continue
+                mono = capture + cfg.mono_offset_s
+                if self._replay is not None:
+                    frame = dict(obj)
+                    frame["mono"], frame["t"] = mono, mono + dt
+                else:
+                    frame = headset.sample(capture - start, mono=mono, frame=n, rate_hz=cfg.rate)
+                n += 1
+                if stalled:
+                    continue
+                try:
+                    line = encode(frame)
+                except (TypeError, ValueError):
+                    continue  # a replayed line that cannot be re-encoded finitely
+                conn.sendall(line)
+                with self._lock:
+                    self.frames_sent += 1
+        except OSError:
+            pass
+        finally:
+            _close(conn)
+            with self._lock:
+                if conn in self._conns:
+                    self._conns.remove(conn)
+            self._log(f"{APP_NAME}: client #{index} disconnected after {n} frames")
+
+    def _read_commands(self, conn: socket.socket) -> None:
+        buf = b""
+        while not self._stop.is_set():
+            try:
+                data = conn.recv(4096)
+            except OSError:
+                return
+            if not data:
+                return
+            buf += data
+            *lines, buf = buf.split(b"\n")
+            buf = buf[-65536:]
+            for line in lines:
+                try:
+                    cmd = json.loads(line)
+                    name = str(cmd["cmd"])
+                except (ValueError, TypeError, KeyError):
+                    self.commands["invalid"] += 1
+                    continue
+                with self._lock:
+                    self.commands[name] += 1
+                    if name == "haptic":
+                        self.haptics.append(cmd)
+                self._log(f"{APP_NAME}: command {line.decode('utf-8', 'replace')[:200]}")
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=APP_NAME, description="Simulated Meta Quest headset (TCP server).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 = any free port (printed)")
+    p.add_argument("--rate", type=float, default=90.0, help="frames per second")
+    p.add_argument("--script", choices=SCRIPTS, default="demo")
+    p.add_argument("--replay", default="", metavar="FILE.quest.jsonl", help="replay a recorded stream")
+    p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0 = run until signalled)")
+    p.add_argument("--no-buttons", action="store_true", help="no A/B presses (episodes driven by services)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--delay-ms", type=float, default=0.0, help="fixed network delay to simulate")
+    p.add_argument("--jitter-ms", type=float, default=0.0, help="mean exponential network jitter to simulate")
+    p.add_argument("--mono-offset", type=float, default=0.0, help="headset clock = host monotonic + this (s)")
+    p.add_argument("--stall-after", type=float, default=0.0, help="stop sending this long after connect (s)")
+    p.add_argument("--stall-for", type=float, default=0.0, help="... for this long (s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    cfg = SimConfig(host=args.host, port=args.port, rate=args.rate, script=args.script, replay=args.replay,
+                    buttons=not args.no_buttons, seed=args.seed, delay_ms=args.delay_ms, jitter_ms=args.jitter_ms,
+                    mono_offset_s=args.mono_offset, stall_after_s=args.stall_after, stall_s=args.stall_for)
+    try:
+        server = SimQuestServer(cfg)
+        port = server.start()
+    except (ValueError, OSError) as exc:
+        print(f"{APP_NAME}: error: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print(f"{APP_NAME} listening on {cfg.host}:{port} script={'replay' if cfg.replay else cfg.script} "
+          f"rate={cfg.rate:g}", flush=True)
+    done.wait(args.duration if args.duration > 0 else None)
+    server.stop()
+    print(f"{APP_NAME}: stopped; connections={server.connections} frames={server.frames_sent} "
+          f"commands={dict(server.commands)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
