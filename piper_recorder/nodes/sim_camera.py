@@ -1,0 +1,206 @@
+"""sim_camera: a simulated RealSense (realsense2_camera topics and encodings) looking at the arm.
+
+Topics (node name = camera name, e.g. ``--ros-args -r __node:=cam_front``):
+``/<cam>/color/image_raw`` rgb8, ``/<cam>/aligned_depth_to_color/image_raw`` 16UC1 mm with the same
+stamp, and ``/<cam>/color/camera_info`` + ``/<cam>/aligned_depth_to_color/camera_info``.
+
+Each sim camera is *static*, placed by ``position``/``look_at`` in the arm base frame; the sim
+"wrist" camera is a second static viewpoint, not mounted on the flange. The arm's EEF from
+``/arm/eef_pose`` is drawn as a red disc whose depth is its optical-axis distance.
+
+Timing: frames come from a dedicated thread on a steady ``1/fps`` schedule (not a ROS timer in
+the shared executor). The stamp is the capture time ``now - render_latency_ms``, and the EEF is
+interpolated from a short pose history to exactly that time, so the drawn marker is the EEF *at
+the frame stamp* (the latency lets poses published just after the capture time arrive first).
+"""
+from __future__ import annotations
+
+import array
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image
+
+from piper_recorder.nodes.common import declare_config, ns_to_stamp, now_ns, run_node, stamp_to_ns
+from piper_recorder.sim.camera import Intrinsics, PinholeCamera
+from piper_recorder.sim.faults import FaultPlan
+from piper_recorder.sim.history import PoseHistory
+from piper_recorder.sim.scene import SceneRenderer
+
+
+@dataclass
+class SimCameraConfig:
+    """Parameters of one sim camera (validated at start-up)."""
+
+    width: int = 640
+    height: int = 480
+    fps: float = 30.0
+    serial: str = ""  # default: "sim-<node name>"
+    intrinsics: list[float] = field(default_factory=list)  # [fx, fy, cx, cy]; empty = D435-like default
+    position: list[float] = field(default_factory=lambda: [0.9, 0.0, 0.45])  # camera origin, arm base (m)
+    look_at: list[float] = field(default_factory=lambda: [0.25, 0.0, 0.15])  # point on the optical axis
+    table_z: float = 0.0
+    marker_radius_m: float = 0.02
+    render_latency_ms: float = 20.0
+    eef_topic: str = "/arm/eef_pose"
+    pause_at_s: float = -1.0
+    pause_s: float = 0.0
+    drop_every_n: int = 0
+    jitter_ms: float = 0.0
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not (16 <= self.width <= 4096 and 16 <= self.height <= 4096):
+            raise ValueError(f"width/height out of range: {self.width}x{self.height}")
+        if not 0.5 <= self.fps <= 240:
+            raise ValueError(f"fps must be in [0.5, 240], got {self.fps}")
+        if len(self.position) != 3 or len(self.look_at) != 3:
+            raise ValueError("position and look_at must be [x, y, z] in metres")
+        if self.render_latency_ms < 0:
+            raise ValueError("render_latency_ms must be >= 0")
+        Intrinsics.from_list(self.width, self.height, self.intrinsics)
+        FaultPlan(self.pause_at_s, self.pause_s, self.drop_every_n, self.jitter_ms)
+
+
+class SimCamera(Node):
+    def __init__(self) -> None:
+        super().__init__("sim_camera")
+        self.cfg = declare_config(self, SimCameraConfig)
+        cam = self.get_name()
+        self.serial = self.cfg.serial or f"sim-{cam}"
+        k = Intrinsics.from_list(self.cfg.width, self.cfg.height, self.cfg.intrinsics)
+        self.camera = PinholeCamera.looking_at(k, self.cfg.position, self.cfg.look_at)
+        self.renderer = SceneRenderer(self.camera, self.cfg.table_z, self.cfg.marker_radius_m)
+        self.history = PoseHistory()
+        self._start = time.monotonic()
+        self.faults = self._fault_plan(self.cfg, self._start)
+        self.published = 0
+        self.skipped = 0
+        qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub_color = self.create_publisher(Image, "~/color/image_raw", qos)
+        self.pub_depth = self.create_publisher(Image, "~/aligned_depth_to_color/image_raw", qos)
+        self.pub_color_info = self.create_publisher(CameraInfo, "~/color/camera_info", qos)
+        self.pub_depth_info = self.create_publisher(CameraInfo, "~/aligned_depth_to_color/camera_info", qos)
+        self.create_subscription(PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self._frame_id = f"{cam}_color_optical_frame"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._capture_loop, name=f"{cam}-capture", daemon=True)
+        self._thread.start()
+        self.get_logger().info(
+            f"sim camera {cam} ({self.serial}) {k.width}x{k.height}@{self.cfg.fps:g} at {self.cfg.position} "
+            f"looking at {self.cfg.look_at}; render latency {self.cfg.render_latency_ms:g} ms")
+
+    @staticmethod
+    def _fault_plan(cfg: SimCameraConfig, origin_s: float) -> FaultPlan:
+        return FaultPlan(cfg.pause_at_s, cfg.pause_s, cfg.drop_every_n, cfg.jitter_ms, origin_s, cfg.seed)
+
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        """Fault parameters may change at runtime; a new pause counts from the moment it is set."""
+        changed = {p.name: p.value for p in params}
+        fault_keys = {"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"}
+        if not changed.keys() & fault_keys:
+            return SetParametersResult(successful=True)
+        values = {k: changed.get(k, getattr(self.cfg, k)) for k in fault_keys}
+        try:
+            plan = FaultPlan(float(values["pause_at_s"]), float(values["pause_s"]), int(values["drop_every_n"]),
+                             float(values["jitter_ms"]), time.monotonic(), self.cfg.seed)
+        except (TypeError, ValueError) as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        for k in fault_keys:
+            setattr(self.cfg, k, values[k])
+        self.faults = plan
+        self.get_logger().info(f"fault plan re-armed: {values}")
+        return SetParametersResult(successful=True)
+
+    def _on_eef(self, msg: PoseStamped) -> None:
+        p = msg.pose.position
+        self.history.add(stamp_to_ns(msg.header.stamp), (p.x, p.y, p.z))
+
+    def _camera_info(self, stamp, frame_id: str) -> CameraInfo:
+        k = self.camera.intrinsics
+        info = CameraInfo()
+        info.header.stamp = stamp
+        info.header.frame_id = frame_id
+        info.width, info.height = k.width, k.height
+        info.distortion_model = "plumb_bob"
+        info.d = [0.0] * 5
+        info.k = k.k_matrix()
+        info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        info.p = [k.fx, 0.0, k.cx, 0.0, 0.0, k.fy, k.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+        return info
+
+    def _image(self, stamp, encoding: str, pixels: np.ndarray, step: int) -> Image:
+        msg = Image()
+        msg.header.stamp = stamp
+        msg.header.frame_id = self._frame_id
+        msg.height, msg.width = pixels.shape[0], pixels.shape[1]
+        msg.encoding = encoding
+        msg.is_bigendian = 0
+        msg.step = step
+        data = array.array("B")
+        data.frombytes(pixels.reshape(-1).view(np.uint8).data)
+        msg.data = data
+        return msg
+
+    def _capture_loop(self) -> None:
+        period = 1.0 / self.cfg.fps
+        latency_ns = int(self.cfg.render_latency_ms * 1e6)
+        w = self.camera.intrinsics.width
+        next_t = time.monotonic()
+        index = 0
+        while not self._stop.is_set():
+            delay = next_t - time.monotonic()
+            if delay > 0 and self._stop.wait(delay):
+                break
+            faults = self.faults
+            jitter = faults.jitter_s()
+            if jitter > 0 and self._stop.wait(jitter):
+                break
+            now_mono = time.monotonic()
+            try:
+                if faults.paused(now_mono) or faults.dropped(index):
+                    self.skipped += 1
+                else:
+                    self._publish_frame(now_ns(self) - latency_ns, w)
+                    self.published += 1
+            except Exception as exc:  # context shut down under us during exit
+                if self._stop.is_set():
+                    break
+                self.get_logger().error(f"frame {index} failed: {exc!r}")
+            index += 1
+            next_t += period
+            behind = time.monotonic() - next_t
+            if behind > 0:  # late (machine stalled): skip to the next slot of the grid, never burst
+                next_t += (int(behind / period) + 1) * period
+
+    def _publish_frame(self, capture_ns: int, width: int) -> None:
+        rgb, depth = self.renderer.render(self.history.at(capture_ns))
+        stamp = ns_to_stamp(capture_ns)
+        color_msg = self._image(stamp, "rgb8", rgb, 3 * width)
+        depth_msg = self._image(stamp, "16UC1", depth, 2 * width)
+        depth_msg.header.frame_id = self._frame_id  # aligned to colour: same optical frame
+        self.pub_color.publish(color_msg)
+        self.pub_depth.publish(depth_msg)
+        self.pub_color_info.publish(self._camera_info(stamp, self._frame_id))
+        self.pub_depth_info.publish(self._camera_info(stamp, self._frame_id))
+
+    def on_shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self.get_logger().info(f"published {self.published} frames, skipped {self.skipped} (faults)")
+
+
+def main(args=None) -> None:
+    sys.exit(run_node(SimCamera, args))
+
+
+if __name__ == "__main__":
+    main()
