@@ -1,1 +1,35 @@
-"""Stamped events -> episode rows and camera frames; shared by the live recorders and the bag converter (no ROS)."""
+"""Stamped events -> episode rows and frames, shared by the live recorders and the rosbag converter.
+
+No ROS imports. API::
+
+    from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSink, RgbdSink, DepthPairer
+    cfg = AssemblyConfig(fps=30, cameras=("cam_front", "cam_wrist"), timestamp_mode="capture",
+                         lateness_s=0.05, stale_s=0.25)
+    sink = LeRobotSink(lerobot_writer, save_raw_quest=True)        # or RgbdSink(rgbd_writer, "cam_front")
+    asm = EpisodeAssembler(cfg, start_ns, sink, depth=False)       # depth=True for RGB-D (frames carry depth)
+    asm.add_joint_state(stamp_ns, [j1..j6, gripper_m])             # all stamps: int ns, ROS clock
+    asm.add_eef_pose(stamp_ns, (x, y, z), (qx, qy, qz, qw))        # ROS xyzw in; rows hold wxyz
+    asm.add_commanded_pose(stamp_ns, (x, y, z), (qx, qy, qz, qw))
+    asm.add_commanded_gripper(stamp_ns, width_m)
+    asm.add_reward(stamp_ns, r)                                    # optional; 0 until the first one
+    asm.add_frame(cam, stamp_ns, rgb_uint8_hwc, depth=None)        # depth: uint16 mm HxW (RGB-D)
+    asm.add_raw_quest(stamp_ns, line)                              # stamp = receive time
+    asm.advance(now_ns)                                            # assembles ticks with t_k + lateness <= now
+    counters = asm.finish(end_ns)                                  # remaining ticks with t_k <= end_ns
+    record = {**counters.to_dict(), **sink.counters()}             # LeRobotSink; -> writer.save_episode(record)
+    rgbd_sink.end(terminal=True, timeout=False)                    # RgbdSink: then writer.end_episode(...)
+
+Determinism: rows depend only on stamps, so the same messages fed in any order give the same rows as
+long as each arrives before ``now`` passes its stamp + lateness. The rosbag converter feeds each
+message with its bag receive time as ``now`` (``advance(t_recv)`` then ``add_*``, or the reverse: only
+the stamps matter), starting with a pre-roll of at least ``stale_s`` before ``start_ns``, and calls
+``finish(end_ns)`` after feeding messages received up to ``end_ns + lateness``. Rules in ``assembler``.
+"""
+from .assembler import STATE_INPUTS, TIMESTAMP_MODES, AssemblyConfig, Counters, EpisodeAssembler, Frame, Row, Sink
+from .pairing import DepthPairer
+from .sinks import LEROBOT_COLUMNS, RGBD_STATE_TERMS, LeRobotSink, RgbdSink
+
+__all__ = [
+    "AssemblyConfig", "Counters", "DepthPairer", "EpisodeAssembler", "Frame", "LEROBOT_COLUMNS", "LeRobotSink",
+    "RGBD_STATE_TERMS", "RgbdSink", "Row", "STATE_INPUTS", "Sink", "TIMESTAMP_MODES",
+]

@@ -1,0 +1,290 @@
+"""Stamped events -> rows on an exact time grid plus per-camera frames (DESIGN.md, Timing).
+
+Rules (one place, shared by the live recorders and the rosbag converter):
+- Grid: tick k is at ``t_k = start_ns + floor(k * 1e9 / fps)`` (integer ns). A tick is assembled once
+  ``now >= t_k + lateness`` so messages still in flight count. Timer wake-ups never move the grid.
+- A row holds, for every input, the newest sample stamped <= t_k (buffers are sorted by stamp, so the
+  arrival order does not matter). A sample older than ``stale_s`` at t_k is still used and counted in
+  ``values_stale``. A message stamped at or before an already assembled tick is counted in
+  ``messages_late`` (and still used for later ticks).
+- Origin: rows never contain NaN, so ticks before every required input (joint states, measured pose,
+  commanded pose, commanded gripper, one frame per camera) has a sample are skipped and counted
+  (``skipped_start_ticks``). The first complete tick k0 becomes the row origin: row i is tick k0 + i,
+  its ``timestamp = float32(i / fps)`` and ``origin_ns = t_k0``. Feed a short pre-roll (samples from
+  before ``start_ns``, e.g. the latest of each input) and k0 is 0.
+- Frames, ``capture`` mode: each frame stamped in [origin, end] goes to ``sink.frame`` in stamp order
+  with ``t = (stamp - origin_ns) / 1e9``, once ``now >= stamp + lateness``; the newest frame at or
+  before the origin is sent with t = 0 (so row 0 has a frame at or before it). A frame stamped at or
+  before one already sent is dropped and counted (``frames_late``).
+- Frames, ``nominal`` mode (and always for RGB-D observations): every row carries, per camera, the
+  newest frame stamped <= t_k; reusing the previous row's frame counts ``frames_repeated``, frames
+  skipped between two rows count ``frames_dropped``, a frame older than ``stale_s`` counts
+  ``frames_stale``. The LeRobot sink writes it re-stamped to the row time.
+- Raw headset lines stamped in [start_ns, end] go to ``sink.raw_quest`` in stamp order.
+- ``finish(end_ns)`` assembles every remaining tick with t_k <= end_ns and releases what is buffered
+  up to end_ns; call it after feeding every message received up to ``end_ns + lateness``.
+
+Quaternions: add_eef_pose/add_commanded_pose take ROS order (x, y, z, w); rows store (w, x, y, z).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Protocol
+
+import numpy as np
+
+from .buffers import SampleBuffer
+
+TIMESTAMP_MODES = ("capture", "nominal")
+# Inputs every row needs; "reward" is optional (0 until a reward arrives).
+STATE_INPUTS = ("joint_states", "eef_pose", "commanded_pose", "commanded_gripper")
+
+
+@dataclass(frozen=True)
+class AssemblyConfig:
+    fps: float = 30.0
+    cameras: tuple[str, ...] = ("cam_front", "cam_wrist")
+    timestamp_mode: str = "capture"
+    lateness_s: float = 0.05
+    stale_s: float = 0.25
+
+    def validate(self) -> None:
+        if not self.fps > 0:
+            raise ValueError(f"fps must be > 0, got {self.fps}")
+        if self.timestamp_mode not in TIMESTAMP_MODES:
+            raise ValueError(f"timestamp_mode must be one of {TIMESTAMP_MODES}, got {self.timestamp_mode!r}")
+        if self.lateness_s < 0 or self.stale_s <= 0:
+            raise ValueError("lateness_s must be >= 0 and stale_s > 0")
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f"duplicate camera names in {self.cameras}")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One camera capture: uint8 HxWx3 RGB, optional depth (uint16 mm or float m), capture stamp."""
+
+    stamp_ns: int
+    rgb: np.ndarray
+    depth: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    index: int                      # row index within the episode (0-based)
+    timestamp: np.float32           # index / fps
+    tick_ns: int                    # absolute grid time of this row
+    values: dict[str, np.ndarray]   # arm_joint(6) arm_eef(7) gripper(1) cmd_eef(7) cmd_gripper(1) reward(1); float32
+    frames: dict[str, Frame]        # per camera, the frame at/before tick_ns
+
+
+class Sink(Protocol):
+    def row(self, row: Row) -> None: ...
+    def frame(self, camera: str, frame: Frame, t: float) -> None: ...
+    def raw_quest(self, line: str) -> None: ...
+
+
+@dataclass
+class Counters:
+    """What the assembly noticed about one episode; ``to_dict()`` is merged into episodes.jsonl."""
+
+    timestamp_mode: str
+    rows: int = 0
+    skipped_start_ticks: int = 0
+    messages_late: dict[str, int] = field(default_factory=dict)
+    values_stale: dict[str, int] = field(default_factory=dict)
+    frames_received: dict[str, int] = field(default_factory=dict)
+    frames_sent: dict[str, int] = field(default_factory=dict)
+    frames_dropped: dict[str, int] = field(default_factory=dict)
+    frames_repeated: dict[str, int] = field(default_factory=dict)
+    frames_late: dict[str, int] = field(default_factory=dict)
+    frames_stale: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def _inc(d: dict[str, int], key: str, n: int = 1) -> None:
+        d[key] = d.get(key, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
+
+
+def _pose7(position: Sequence[float], quat_xyzw: Sequence[float]) -> np.ndarray:
+    x, y, z, w = (float(q) for q in quat_xyzw)
+    return np.array([*(float(p) for p in position), w, x, y, z], dtype=np.float32)
+
+
+class EpisodeAssembler:
+    """One episode's assembly. Not thread-safe: the caller serialises ``add_*``/``advance``/``finish``."""
+
+    def __init__(self, config: AssemblyConfig, start_ns: int, sink: Sink, depth: bool = False):
+        config.validate()
+        self.config, self.start_ns, self._sink, self._depth = config, int(start_ns), sink, depth
+        # RGB-D observations always pair a frame with each row, whatever the LeRobot timestamp mode
+        self._frames_in_rows = depth or config.timestamp_mode == "nominal"
+        f = Fraction(config.fps).limit_denominator(1_000_000)
+        self._num, self._den = f.numerator, f.denominator
+        self._lateness_ns = round(config.lateness_s * 1e9)
+        self._stale_ns = round(config.stale_s * 1e9)
+        self._inputs = {name: SampleBuffer() for name in (*STATE_INPUTS, "reward")}
+        self._frames = {cam: SampleBuffer() for cam in config.cameras}
+        self._raw = SampleBuffer()
+        self._raw_seq = 0
+        self._next_k = 0
+        self._last_tick_ns: int | None = None   # time of the last assembled (or skipped) tick
+        self._origin_k: int | None = None
+        self.origin_ns: int | None = None
+        self._sent_ns: dict[str, int | None] = {cam: None for cam in config.cameras}  # last frame sent / chosen
+        self._end_ns: int | None = None
+        self.counters = Counters(timestamp_mode=config.timestamp_mode)
+        for cam in config.cameras:
+            for d in (self.counters.frames_received, self.counters.frames_sent, self.counters.frames_dropped,
+                      self.counters.frames_repeated, self.counters.frames_late, self.counters.frames_stale):
+                d[cam] = 0
+
+    # ---- grid -------------------------------------------------------------------------------
+    def tick_ns(self, k: int) -> int:
+        return self.start_ns + (k * 1_000_000_000 * self._den) // self._num
+
+    @property
+    def rows(self) -> int:
+        return self.counters.rows
+
+    @property
+    def finished(self) -> bool:
+        return self._end_ns is not None
+
+    def missing_inputs(self, t_ns: int | None = None) -> list[str]:
+        """Required inputs with no sample at or before t_ns (default: the next tick); for status."""
+        t = self.tick_ns(self._next_k) if t_ns is None else t_ns
+        missing = [n for n in STATE_INPUTS if self._inputs[n].latest_at(t) is None]
+        return missing + [c for c in self.config.cameras if self._frames[c].latest_at(t) is None]
+
+    # ---- inputs -----------------------------------------------------------------------------
+    def _add(self, name: str, stamp_ns: int, value: np.ndarray) -> None:
+        stamp_ns = int(stamp_ns)
+        if self._last_tick_ns is not None and stamp_ns <= self._last_tick_ns:
+            Counters._inc(self.counters.messages_late, name)
+        self._inputs[name].insert(stamp_ns, value)
+
+    def add_joint_state(self, stamp_ns: int, positions: Sequence[float]) -> None:
+        """joint1..joint6 (rad) then the gripper width (m): 7 values."""
+        v = np.asarray(positions, dtype=np.float32).reshape(-1)
+        if v.shape != (7,):
+            raise ValueError(f"joint state needs 7 positions (6 joints + gripper), got {v.shape[0]}")
+        self._add("joint_states", stamp_ns, v)
+
+    def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        self._add("eef_pose", stamp_ns, _pose7(position, quat_xyzw))
+
+    def add_commanded_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        self._add("commanded_pose", stamp_ns, _pose7(position, quat_xyzw))
+
+    def add_commanded_gripper(self, stamp_ns: int, width_m: float) -> None:
+        self._add("commanded_gripper", stamp_ns, np.array([width_m], dtype=np.float32))
+
+    def add_reward(self, stamp_ns: int, reward: float) -> None:
+        self._add("reward", stamp_ns, np.array([reward], dtype=np.float32))
+
+    def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
+        if camera not in self._frames:
+            raise KeyError(f"unknown camera {camera!r} (configured: {list(self._frames)})")
+        if self._depth and depth is None:
+            raise ValueError(f"camera {camera!r}: this assembly needs a depth image with every frame")
+        stamp_ns = int(stamp_ns)
+        c = self.counters
+        c.frames_received[camera] += 1
+        sent = self._sent_ns[camera]
+        if not self._frames_in_rows and sent is not None and stamp_ns <= sent:
+            c.frames_late[camera] += 1   # its turn has passed: the encoder only takes increasing times
+            return
+        if self._frames_in_rows and self._last_tick_ns is not None and stamp_ns <= self._last_tick_ns:
+            c.frames_late[camera] += 1   # still a candidate for later rows, like any late sample
+        self._frames[camera].insert(stamp_ns, Frame(stamp_ns, rgb, depth))
+
+    def add_raw_quest(self, stamp_ns: int, line: str) -> None:
+        # (stamp, arrival seq) keeps distinct lines that share a receive stamp
+        self._raw.insert((int(stamp_ns), self._raw_seq), line)
+        self._raw_seq += 1
+
+    # ---- output -----------------------------------------------------------------------------
+    def advance(self, now_ns: int) -> int:
+        """Assemble every tick with t_k + lateness <= now_ns; returns the number of new rows."""
+        if self._end_ns is not None:
+            return 0
+        return self._run_until(int(now_ns) - self._lateness_ns)
+
+    def finish(self, end_ns: int) -> Counters:
+        """Assemble the remaining ticks up to end_ns, release buffered frames and lines; returns counters."""
+        if self._end_ns is None:
+            self._run_until(int(end_ns))
+            self._end_ns = int(end_ns)
+        return self.counters
+
+    def _run_until(self, limit_ns: int) -> int:
+        before = self.counters.rows
+        while self.tick_ns(self._next_k) <= limit_ns:
+            self._tick(self._next_k)
+            self._next_k += 1
+        if self.origin_ns is not None and not self._frames_in_rows:
+            for cam in self.config.cameras:
+                for s in self._frames[cam].pop_until(limit_ns):
+                    self._send(cam, s.value, s.stamp_ns - self.origin_ns)
+        for s in self._raw.pop_until((limit_ns, 1 << 62)):
+            if s.stamp_ns[0] >= self.start_ns:
+                self._sink.raw_quest(s.value)
+        return self.counters.rows - before
+
+    def _send(self, cam: str, frame: Frame, rel_ns: int) -> None:
+        self._sent_ns[cam] = frame.stamp_ns
+        self.counters.frames_sent[cam] += 1
+        self._sink.frame(cam, frame, max(0, rel_ns) / 1e9)
+
+    def _tick(self, k: int) -> None:
+        t = self.tick_ns(k)
+        self._last_tick_ns = t
+        c = self.counters
+        samples = {n: self._inputs[n].latest_at(t) for n in STATE_INPUTS}
+        frames = {cam: self._frames[cam].latest_at(t) for cam in self.config.cameras}
+        if self._origin_k is None:
+            if any(s is None for s in samples.values()) or any(f is None for f in frames.values()):
+                c.skipped_start_ticks += 1
+                for buf in (*self._inputs.values(), *self._frames.values()):
+                    buf.prune_before(t)
+                return
+            self._origin_k, self.origin_ns = k, t
+            if not self._frames_in_rows:
+                for cam, f in frames.items():   # the frame at/before the origin opens the video at t = 0
+                    self._frames[cam].drop_through(t)
+                    self._send(cam, f.value, 0)
+        for name, s in samples.items():
+            if t - s.stamp_ns > self._stale_ns:
+                Counters._inc(c.values_stale, name)
+        reward = self._inputs["reward"].latest_at(t)
+        js = samples["joint_states"].value
+        values = {
+            "arm_joint": js[:6], "arm_eef": samples["eef_pose"].value, "gripper": js[6:7],
+            "cmd_eef": samples["commanded_pose"].value, "cmd_gripper": samples["commanded_gripper"].value,
+            "reward": reward.value if reward is not None else np.zeros(1, dtype=np.float32),
+        }
+        row_frames: dict[str, Frame] = {}
+        if self._frames_in_rows:
+            for cam, f in frames.items():
+                prev = self._sent_ns[cam]
+                if prev is not None and f.stamp_ns == prev:
+                    c.frames_repeated[cam] += 1
+                elif prev is not None:
+                    c.frames_dropped[cam] += self._frames[cam].count_between(prev, f.stamp_ns)
+                if t - f.stamp_ns > self._stale_ns:
+                    c.frames_stale[cam] += 1
+                self._sent_ns[cam] = f.stamp_ns
+                c.frames_sent[cam] += 1
+                row_frames[cam] = f.value
+        for name in STATE_INPUTS + ("reward",):
+            self._inputs[name].prune_before(t)
+        if self._frames_in_rows:
+            for buf in self._frames.values():
+                buf.prune_before(t)
+        i = k - self._origin_k
+        c.rows += 1
+        self._sink.row(Row(i, np.float32(i / self.config.fps), t, values, row_frames))
