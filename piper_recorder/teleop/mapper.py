@@ -27,6 +27,7 @@ from .limits import Limits, LimitsConfig, LimitViolation
 from .rotations import is_finite, matrix_to_quat, normalize, quat_to_matrix
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
+MAX_ABS_POS = 100.0  # m; larger coordinates are garbage (and would overflow the arithmetic)
 
 
 @dataclass
@@ -112,7 +113,8 @@ def _valid_pose(p, q) -> Pose | None:
         q = np.asarray(q, dtype=float).reshape(4)
     except (TypeError, ValueError):
         return None
-    if not is_finite(p, q) or abs(float(np.linalg.norm(q)) - 1.0) > QUAT_NORM_TOL:
+    if not is_finite(p, q) or np.any(np.abs(p) > MAX_ABS_POS) or np.any(np.abs(q) > 2.0) \
+            or abs(float(np.linalg.norm(q)) - 1.0) > QUAT_NORM_TOL:
         return None
     return Pose(p, normalize(q))
 

@@ -95,8 +95,9 @@ def slerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
     d = float(np.dot(a, b))
     if d < 0:
         b, d = -b, -d
-    if d > 0.9995:  # nearly identical: linear is exact to float precision and avoids 0/0
-        return normalize(a + t * (b - a))
-    theta = math.acos(d)
+    # Half-angle via atan2: accurate for tiny angles too, so a capped step lands exactly on the cap.
+    theta = math.atan2(float(np.linalg.norm(b - d * a)), d)
     s = math.sin(theta)
+    if s < 1e-12:  # identical orientations: nothing to interpolate
+        return a
     return normalize((math.sin((1 - t) * theta) * a + math.sin(t * theta) * b) / s)

@@ -1,0 +1,60 @@
+"""Workspace clamp, tether, per-tick speed caps and the final hard check."""
+import math
+
+import numpy as np
+import pytest
+
+from piper_recorder.teleop.limits import Limits, LimitsConfig, LimitViolation
+from piper_recorder.teleop.rotations import angle_between, axis_angle_to_quat
+
+I = np.array([0, 0, 0, 1.0])
+DT = 0.01
+
+
+def test_workspace_clamp_by_hand():
+    lim = Limits(LimitsConfig())
+    np.testing.assert_allclose(lim.clamp_workspace([1.0, -1.0, 0.0]), [0.55, -0.35, 0.03])
+    np.testing.assert_allclose(lim.clamp_workspace([0.3, 0.1, 0.2]), [0.3, 0.1, 0.2])
+    assert lim.inside([0.05, 0.35, 0.5]) and not lim.inside([0.049, 0, 0.2])
+
+
+def test_tether_by_hand():
+    lim = Limits(LimitsConfig(tether_m=0.12))
+    np.testing.assert_allclose(lim.tether([0.5, 0, 0.2], np.array([0.3, 0, 0.2])), [0.42, 0, 0.2])
+    np.testing.assert_allclose(lim.tether([0.35, 0, 0.2], np.array([0.3, 0, 0.2])), [0.35, 0, 0.2])
+
+
+def test_linear_and_angular_caps_by_hand():
+    lim = Limits(LimitsConfig(max_linear_speed=0.8, max_angular_speed=2.5))
+    p, q = lim.cap_step(np.array([0.3, 0, 0.2]), I, np.array([0.4, 0, 0.2]), axis_angle_to_quat([0, 0, 1], 1.0), DT)
+    np.testing.assert_allclose(p, [0.308, 0, 0.2])  # 0.8 m/s * 10 ms = 8 mm
+    assert angle_between(I, q) == pytest.approx(0.025)  # 2.5 rad/s * 10 ms
+
+
+def test_apply_keeps_every_step_inside_box_and_caps():
+    rng = np.random.default_rng(0)
+    lim = Limits(LimitsConfig())
+    prev_p, prev_q = np.array([0.3, 0.0, 0.2]), I
+    for _ in range(2000):
+        raw_p = rng.uniform(-1, 1, 3)
+        raw_q = axis_angle_to_quat(rng.normal(size=3), rng.uniform(0, math.pi))
+        measured = rng.uniform(-0.5, 0.8, 3)
+        p, q = lim.apply(raw_p, raw_q, prev_p, prev_q, measured, DT)
+        lim.check(p, q, prev_p, prev_q, DT)  # raises on any violation
+        prev_p, prev_q = p, q
+
+
+@pytest.mark.parametrize("p,q", [
+    ([math.nan, 0, 0.2], I), ([0.3, 0, 0.2], [0, 0, 0, math.inf]), ([0.6, 0, 0.2], I),
+    ([0.3, 0, 0.2], [0, 0, 0, 2.0]), ([0.32, 0, 0.2], I), ([0.3, 0, 0.2], axis_angle_to_quat([1, 0, 0], 0.1)),
+])
+def test_check_rejects(p, q):
+    with pytest.raises(LimitViolation):
+        Limits(LimitsConfig()).check(np.array(p, float), np.array(q, float), np.array([0.3, 0, 0.2]), I, DT)
+
+
+def test_config_validated():
+    with pytest.raises(ValueError):
+        LimitsConfig(workspace_min=[0.6, -0.35, 0.03]).validate()
+    with pytest.raises(ValueError):
+        LimitsConfig(max_linear_speed=0).validate()

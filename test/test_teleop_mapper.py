@@ -1,0 +1,295 @@
+"""TeleopCore end to end on synthetic streams: mapping by hand, no jump on (re-)engage, limits,
+watchdog, interlocks, gripper, buttons, and garbage input never producing an output."""
+import math
+
+import numpy as np
+import pytest
+
+from piper_recorder.teleop.clutch import ClutchEvent
+from piper_recorder.teleop.filters import FilterConfig
+from piper_recorder.teleop.limits import Limits, LimitsConfig
+from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
+from piper_recorder.teleop.rotations import angle_between, axis_angle_to_quat, quat_mul, quat_to_matrix
+
+DT = 0.01
+I = np.array([0, 0, 0, 1.0])
+ARM_P = np.array([0.30, 0.0, 0.20])
+ARM_Q = axis_angle_to_quat([0, 1, 0], math.radians(90))  # a tool-down-ish flange orientation
+HAND_P = np.array([0.2, 1.1, -0.35])
+
+
+class Rig:
+    """Feeds the core like the node does: hand pose + joy + arm feedback, then one tick per 10 ms."""
+
+    def __init__(self, **cfg):
+        self.core = TeleopCore(TeleopConfig(**cfg))
+        self.t = 0.0
+        self.hand_p, self.hand_q = HAND_P.copy(), I.copy()
+        self.arm_p, self.arm_q = ARM_P.copy(), ARM_Q.copy()
+        self.joy = Joy()
+        self.other = Joy()
+        self.headset_alive = True
+        self.arm_alive = True
+
+    def step(self, n=1):
+        out = []
+        for _ in range(n):
+            self.t += DT
+            if self.headset_alive:
+                self.core.on_hand_pose(self.t, self.hand_p, self.hand_q)
+                self.core.on_joy(self.t, self.core.cfg.hand, self.joy)
+                self.core.on_joy(self.t, self.core.cfg.other_hand, self.other)
+            if self.arm_alive:
+                self.core.on_arm_pose(self.t, self.arm_p, self.arm_q)
+                self.core.on_joint_states(self.t, [0.0] * 7)
+            out.append(self.core.tick(self.t))
+        return out
+
+    def engage(self):
+        self.joy.squeeze = 1.0
+        (res,) = self.step()
+        assert res.clutch is ClutchEvent.ENGAGED, res
+        return res
+
+
+def exact(**kw):
+    """No filter, no tether, generous caps: targets equal the mapping formula."""
+    return dict(filter=FilterConfig(enabled=False),
+                limits=LimitsConfig(max_linear_speed=100.0, max_angular_speed=100.0, tether_m=0.0), **kw)
+
+
+def test_engage_target_is_measured_pose_exactly():
+    rig = Rig()
+    res = rig.engage()
+    np.testing.assert_allclose(res.target.p, ARM_P, rtol=0, atol=1e-12)
+    assert angle_between(res.target.q, ARM_Q) < 1e-12
+
+
+def test_position_mapping_by_hand():
+    rig = Rig(**exact(pos_scale=0.5))
+    rig.engage()
+    rig.hand_p = HAND_P + [0.04, 0.02, -0.06]  # 4 cm right, 2 cm up, 6 cm forward (xr -z)
+    (res,) = rig.step()
+    # robot dx = -xr_dz = 0.06, dy = -xr_dx = -0.04, dz = xr_dy = 0.02, times pos_scale 0.5
+    np.testing.assert_allclose(res.target.p, ARM_P + [0.03, -0.02, 0.01], atol=1e-12)
+
+
+def test_rotation_mapping_by_hand():
+    rig = Rig(**exact())
+    rig.hand_q = axis_angle_to_quat([1, 0, 0], 0.3)  # an arbitrary latched controller orientation
+    rig.engage()
+    # controller turns 30 deg about XR +y (up), in the world frame: c.R = Ry(30) c0.R
+    rig.hand_q = quat_mul(axis_angle_to_quat([0, 1, 0], math.radians(30)), rig.hand_q)
+    (res,) = rig.step()
+    expected = quat_mul(axis_angle_to_quat([0, 0, 1], math.radians(30)), ARM_Q)  # robot +z = xr +y
+    assert angle_between(res.target.q, expected) < 1e-9
+    np.testing.assert_allclose(res.target.p, ARM_P, atol=1e-12)  # rotation alone does not move the flange
+
+
+def test_yaw_offset_applies_to_mapping():
+    rig = Rig(**exact(frame=__import__("piper_recorder.teleop.frames", fromlist=["FrameConfig"]).FrameConfig(
+        yaw_offset_deg=-90.0)))
+    rig.engage()
+    rig.hand_p = HAND_P + [0, 0, -0.05]  # forward
+    (res,) = rig.step()
+    np.testing.assert_allclose(res.target.p, ARM_P + [0, -0.05, 0], atol=1e-12)  # yawed -90: forward -> -y
+
+
+def test_speed_caps_and_filter_limit_every_step():
+    rig = Rig()
+    rig.engage()
+    rig.hand_p = HAND_P + [0.0, 0.0, -0.3]      # a 30 cm jump forward
+    rig.hand_q = axis_angle_to_quat([0, 1, 0], 2.0)
+    prev = ARM_P
+    limits = Limits(LimitsConfig())
+    for res in rig.step(50):
+        assert np.linalg.norm(res.target.p - prev) <= 0.8 * DT + 1e-9
+        prev = res.target.p
+        limits.check(res.target.p, res.target.q, prev, res.target.q, DT)
+
+
+def test_workspace_clamp_holds_targets_inside_box():
+    rig = Rig(**exact())
+    rig.engage()
+    rig.hand_p = HAND_P + [0.0, 1.0, 0.0]  # 1 m up: robot z would be 1.2 m
+    rig.arm_p = np.array([0.30, 0.0, 0.45])  # arm follows (no tether pull-down)
+    (res,) = rig.step()
+    np.testing.assert_allclose(res.target.p, [0.30, 0.0, 0.50])
+
+
+def test_tether_keeps_target_near_measured_pose():
+    rig = Rig(filter=FilterConfig(enabled=False))
+    rig.engage()
+    rig.hand_p = HAND_P + [0.0, 0.0, -0.25]  # 25 cm forward, but the arm does not move
+    for res in rig.step(100):
+        assert np.linalg.norm(res.target.p - ARM_P) <= 0.12 + 1e-9
+    np.testing.assert_allclose(res.target.p, ARM_P + [0.12, 0, 0], atol=1e-9)
+
+
+def test_stale_headset_disengages_within_watchdog():
+    rig = Rig()
+    rig.engage()
+    rig.step(10)
+    rig.headset_alive = False
+    results = rig.step(40)
+    published = [r for r in results if r.target is not None]
+    assert 0.24 <= len(published) * DT <= 0.26  # targets for the 0.25 s watchdog window only
+    forced = [r for r in results if r.clutch is ClutchEvent.FORCED_RELEASE]
+    assert len(forced) == 1 and "stale" in forced[0].reason
+    assert not rig.core.engaged
+    rig.headset_alive = True  # stream resumes with the grip still closed: must not re-engage by itself
+    assert all(r.target is None for r in rig.step(20))
+    rig.joy.squeeze = 0.0
+    rig.step()
+    rig.engage()
+
+
+def test_lost_arm_feedback_and_fault_release():
+    rig = Rig()
+    rig.engage()
+    rig.arm_alive = False
+    results = rig.step(60)
+    assert any(r.clutch is ClutchEvent.FORCED_RELEASE and "arm" in r.reason for r in results)
+    assert results[-1].target is None
+    rig.arm_alive = True
+    rig.joy.squeeze = 0.0
+    rig.step()
+    rig.engage()
+    rig.core.on_arm_fault("joint 3 over temperature")
+    (res,) = rig.step()
+    assert res.clutch is ClutchEvent.FORCED_RELEASE and "fault" in res.reason and res.target is None
+
+
+@pytest.mark.parametrize("setup,reason", [
+    (lambda r: setattr(r, "arm_alive", False), "arm"),
+    (lambda r: r.core.on_arm_fault("overcurrent"), "fault"),
+    (lambda r: setattr(r, "arm_p", np.array([0.7, 0.0, 0.2])), "workspace"),
+    (lambda r: setattr(r, "hand_p", np.array([math.nan, 0, 0])), "tracked"),
+])
+def test_engage_refused_then_allowed(setup, reason):
+    rig = Rig()
+    setup(rig)
+    rig.joy.squeeze = 1.0
+    results = rig.step(5)
+    assert all(r.target is None for r in results)
+    assert results[-1].clutch is ClutchEvent.REFUSED and reason in results[-1].reason
+    assert rig.core.counters.refused_engages == 5
+    rig.arm_alive, rig.arm_p, rig.hand_p = True, ARM_P.copy(), HAND_P.copy()
+    rig.core.on_arm_fault(None)
+    (res,) = rig.step()
+    assert res.clutch is ClutchEvent.ENGAGED  # grip still held: engages once the interlock clears
+    np.testing.assert_allclose(res.target.p, ARM_P, rtol=0, atol=1e-12)
+
+
+def test_reengage_causes_no_jump():
+    rig = Rig()
+    rig.engage()
+    rig.hand_p = HAND_P + [0.05, 0.0, -0.05]
+    for res in rig.step(100):
+        rig.arm_p = res.target.p.copy()  # a perfect arm follows
+    rig.joy.squeeze = 0.1
+    (res,) = rig.step()
+    assert res.clutch is ClutchEvent.RELEASED and res.target is None
+    rig.hand_p = HAND_P + [-0.2, 0.1, 0.1]  # operator repositions the hand while released
+    rig.arm_p = rig.arm_p + [0.0, 0.0, -0.01]  # and the arm sagged a little
+    res = rig.engage()
+    np.testing.assert_allclose(res.target.p, rig.arm_p, rtol=0, atol=1e-12)
+    (nxt,) = rig.step()
+    assert np.linalg.norm(nxt.target.p - rig.arm_p) < 1e-12  # controller still: target stays put
+
+
+def test_menu_forces_release():
+    rig = Rig()
+    rig.engage()
+    rig.joy.menu = True
+    (res,) = rig.step()
+    assert res.clutch is ClutchEvent.FORCED_RELEASE and res.target is None
+
+
+def test_gripper_from_trigger():
+    rig = Rig()
+    rig.engage()
+    for trig, width in ((0.0, 0.07), (0.25, 0.0525), (1.0, 0.0), (3.0, 0.0)):
+        rig.joy.trigger = trig
+        (res,) = rig.step()
+        assert res.gripper == pytest.approx(width)
+
+
+def test_buttons_start_stop_discard_and_hold_to_delete():
+    rig = Rig()
+    actions = []
+
+    def press(attr, hand_joy, ticks=3):
+        setattr(hand_joy, attr, True)
+        actions.extend(a for r in rig.step(ticks) for a in r.actions)
+        setattr(hand_joy, attr, False)
+        actions.extend(a for r in rig.step(3) for a in r.actions)
+
+    press("primary", rig.joy)
+    press("primary", rig.joy)
+    assert actions == [Action.START, Action.STOP]
+    press("primary", rig.joy)
+    press("secondary", rig.joy)
+    assert actions[2:] == [Action.START, Action.DISCARD]
+    actions.clear()
+    press("primary", rig.other, ticks=50)    # 0.5 s: too short
+    assert actions == []
+    press("primary", rig.other, ticks=250)   # 2.5 s: exactly one delete
+    assert actions == [Action.DELETE_LAST]
+    rig.core.on_recording(True)               # the recorders say an episode is running
+    actions.clear()
+    press("primary", rig.joy)
+    assert actions == [Action.STOP]
+
+
+def test_garbage_input_never_produces_a_bad_target():
+    rng = np.random.default_rng(1)
+    rig = Rig()
+    rig.engage()
+    limits = Limits(LimitsConfig())
+    bad = [math.nan, math.inf, -math.inf, 1e308]
+    prev = None
+    for k in range(3000):
+        t = rig.t = rig.t + DT
+        p = HAND_P + rng.normal(scale=0.05, size=3)
+        q = axis_angle_to_quat([0, 1, 0], rng.normal(scale=0.3)) + rng.normal(scale=0.02, size=4)
+        if rng.random() < 0.3:
+            p[rng.integers(3)] = rng.choice(bad)
+        if rng.random() < 0.3:
+            q[rng.integers(4)] = rng.choice(bad)
+        rig.core.on_hand_pose(t, p, q)
+        rig.core.on_joy(t, "right", Joy(trigger=rng.choice([0.5, math.nan]), squeeze=rng.choice([1.0, 1.0, 1.0, math.nan, 0.8, 0.0])))
+        ap = ARM_P + rng.normal(scale=0.01, size=3)
+        if rng.random() < 0.2:
+            ap[rng.integers(3)] = rng.choice(bad)
+        rig.core.on_arm_pose(t, ap, ARM_Q)
+        rig.core.on_joint_states(t, [rng.choice([0.0, math.nan])] * 7)
+        res = rig.core.tick(t)
+        if res.target is not None:
+            assert np.all(np.isfinite(res.target.p)) and np.all(np.isfinite(res.target.q))
+            assert math.isfinite(res.gripper) and 0.0 <= res.gripper <= 0.07
+            if prev is not None:
+                limits.check(res.target.p, res.target.q, prev.p, prev.q, DT)
+            prev = res.target
+        else:
+            prev = None
+    c = rig.core.counters
+    assert c.rejected_inputs > 1000 and c.published > 100 and c.unsafe_targets == 0
+
+
+def test_nan_only_input_never_engages():
+    rig = Rig()
+    rig.hand_p = np.array([math.nan] * 3)
+    rig.arm_q = np.array([0, 0, 0, math.nan])
+    rig.joy.squeeze = 1.0
+    assert all(r.target is None for r in rig.step(50))
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        TeleopCore(TeleopConfig(hand="both"))
+    with pytest.raises(ValueError):
+        TeleopCore(TeleopConfig(stale_timeout_s=math.nan))
+    with pytest.raises(ValueError):
+        TeleopCore(TeleopConfig(limits=LimitsConfig(tether_m=math.inf)))
+    assert np.allclose(quat_to_matrix(I), np.eye(3))
