@@ -159,7 +159,12 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
         for key, feat in features.items():
             if feat["dtype"] == "video":
                 continue
-            arrays[key] = pa.array(book[key]) if key in book else _fixed(cols[key])
+            if key in book:
+                arrays[key] = pa.array(book[key])
+            elif feat["shape"] == [1]:  # LeRobot: shape [1] columns are plain scalars
+                arrays[key] = pa.array(cols[key][:, 0])
+            else:
+                arrays[key] = _fixed(cols[key])
             all_cols.setdefault(key, []).append(book[key] if key in book else cols[key])
         chunk = ep_idx // chunks_size
         data_path = root / DATA_PATH.format(episode_chunk=chunk, episode_index=ep_idx)

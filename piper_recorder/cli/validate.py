@@ -1,0 +1,58 @@
+"""piper-validate PATH [--full]: check a LeRobot v2.0 root (directory) or an RGB-D HDF5 file (.hdf5/.h5).
+
+Prints one line per problem and exits 1 if there is any; prints a one-line OK summary and exits 0
+otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HDF5_SUFFIXES = (".hdf5", ".h5")
+
+
+def _validate_hdf5(path: Path, full: bool) -> list[str] | None:
+    """Problems from rgbd_writer.validate (imported lazily); None when that package is unavailable."""
+    try:
+        from rgbd_writer.validate import validate_file
+    except ImportError as e:
+        print(f"piper-validate: cannot check {path}: RGB-D HDF5 validation needs rgbd_writer.validate "
+              f"({e})", file=sys.stderr)
+        return None
+    return [p if p.startswith(str(path)) else f"{path}: {p}" for p in validate_file(str(path), full=full)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="piper-validate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", help="LeRobot v2.0 dataset root, or an RGB-D .hdf5/.h5 file")
+    p.add_argument("--full", action="store_true", help="decode every video frame / read every dataset fully")
+    args = p.parse_args(argv)
+    path = Path(args.path)
+    if path.is_dir():
+        from piper_recorder.lerobot.validate import summary, validate_root
+        problems = validate_root(path, full=args.full)
+        ok_line = summary(path) if not problems else ""
+    elif path.is_file() and path.suffix.lower() in HDF5_SUFFIXES:
+        problems = _validate_hdf5(path, args.full)
+        if problems is None:
+            return 1
+        ok_line = f"OK: {path}: RGB-D HDF5"
+    elif path.exists():
+        print(f"piper-validate: {path}: expected a LeRobot root directory or a .hdf5/.h5 file", file=sys.stderr)
+        return 1
+    else:
+        print(f"piper-validate: {path}: does not exist", file=sys.stderr)
+        return 1
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"piper-validate: {len(problems)} problem(s) in {path}", file=sys.stderr)
+        return 1
+    print(ok_line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

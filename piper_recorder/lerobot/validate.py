@@ -1,0 +1,609 @@
+"""Independent checks of a LeRobot v2.0 root against the spec and what common loaders need.
+
+``validate_root(root, full=False) -> list[str]``: one line per problem, each prefixed with the file
+(relative to the root); an empty list means valid. ``full`` decodes every video frame instead of
+counting packets. The checks read the files with pyarrow, PyAV and json only, never the writer.
+
+Timestamps are an error, not a warning, when consecutive differences leave 1/fps by more than
+LeRobot's default tolerance (1e-4 s): LeRobot's loader refuses such a dataset (issue 7).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from piper_recorder.lerobot.rootfiles import column_array, data_file, video_file
+
+STAT_KEYS = {"mean", "std", "min", "max", "q01", "q99"}
+TIMESTAMP_TOLERANCE_S = 1e-4
+INT_BOOKKEEPING = ("frame_index", "episode_index", "index", "task_index")
+BOOKKEEPING_DTYPES = {"timestamp": "float32", **{k: "int64" for k in INT_BOOKKEEPING}}
+INFO_KEYS = ("codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks", "total_videos",
+             "total_chunks", "chunks_size", "fps", "splits", "data_path", "video_path", "features")
+VIDEO_INFO_KEYS = ("video.fps", "video.height", "video.width", "video.channels", "video.codec", "video.pix_fmt",
+                   "video.is_depth_map", "has_audio")
+ROTATION_TYPES = {"quat_wxyz", "quaternion", "axis_angle", "rotation_6d", "matrix"}
+QUAT_ROTATIONS = {"quat_wxyz", "quaternion"}
+ARROW_SCALARS = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(),
+                 "bool": pa.bool_()}
+
+
+@dataclass
+class _Report:
+    root: Path
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, where: Path | str, msg: str) -> None:
+        where = Path(where)
+        try:
+            where = where.relative_to(self.root)
+        except ValueError:
+            pass
+        self.problems.append(f"{where}: {msg}")
+
+
+@dataclass
+class _ColumnAccumulator:
+    """Running min/max/sum per element, to check stats.json against the data without holding it."""
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
+    total: np.ndarray | None = None
+    count: int = 0
+
+    def add(self, x: np.ndarray) -> None:
+        lo, hi, s = x.min(0), x.max(0), x.sum(0)
+        self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
+        self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
+        self.total = s if self.total is None else self.total + s
+        self.count += len(x)
+
+
+def _width(feat: dict) -> int | None:
+    shape = feat.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
+        return None
+    return int(np.prod(shape)) if shape else 1
+
+
+def _read_json(rep: _Report, path: Path) -> Any:
+    if not path.exists():
+        rep.add(path, "missing")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        rep.add(path, f"not valid JSON: {e}")
+        return None
+
+
+def _read_jsonl(rep: _Report, path: Path) -> list[dict] | None:
+    if not path.exists():
+        rep.add(path, "missing")
+        return None
+    text = path.read_text(encoding="utf-8")
+    out = []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            rep.add(path, f"line {n}: blank line")
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            rep.add(path, f"line {n}: not valid JSON: {e}")
+            continue
+        if not isinstance(rec, dict):
+            rep.add(path, f"line {n}: not a JSON object")
+            continue
+        out.append(rec)
+    return out
+
+
+def _check_info(rep: _Report, path: Path, info: dict) -> bool:
+    """Header and feature declarations; False when too broken to check the data against."""
+    for key in INFO_KEYS:
+        if key not in info:
+            rep.add(path, f"missing key '{key}'")
+    if info.get("codebase_version") != "v2.0":
+        rep.add(path, f"codebase_version is {info.get('codebase_version')!r}, expected 'v2.0'")
+    fps = info.get("fps")
+    if not isinstance(fps, (int, float)) or isinstance(fps, bool) or fps <= 0:
+        rep.add(path, f"fps must be a positive number, got {fps!r}")
+        return False
+    cs = info.get("chunks_size")
+    if not isinstance(cs, int) or cs <= 0:
+        rep.add(path, f"chunks_size must be a positive integer, got {cs!r}")
+        return False
+    feats = info.get("features")
+    if not isinstance(feats, dict):
+        rep.add(path, "features must be an object")
+        return False
+    try:
+        info["data_path"].format(episode_chunk=0, episode_index=0)
+    except (KeyError, IndexError, AttributeError, ValueError) as e:
+        rep.add(path, f"data_path template unusable: {e}")
+        return False
+    has_video = any(isinstance(f, dict) and f.get("dtype") == "video" for f in feats.values())
+    if has_video:
+        try:
+            info["video_path"].format(episode_chunk=0, episode_index=0, video_key="k")
+        except (KeyError, IndexError, AttributeError, ValueError) as e:
+            rep.add(path, f"video_path template unusable: {e}")
+            return False
+    ok = True
+    for key, feat in feats.items():
+        if not isinstance(feat, dict) or "dtype" not in feat or _width(feat) is None:
+            rep.add(path, f"feature '{key}': needs dtype and a shape of positive integers")
+            ok = False
+            continue
+        if feat["dtype"] == "video":
+            _check_video_feature(rep, path, key, feat)
+            continue
+        if feat["dtype"] not in ARROW_SCALARS:
+            rep.add(path, f"feature '{key}': unsupported dtype {feat['dtype']!r}")
+            ok = False
+        names = feat.get("names")
+        if isinstance(names, list) and len(names) != _width(feat):
+            rep.add(path, f"feature '{key}': {len(names)} names for shape {feat['shape']}")
+    for key, dtype in BOOKKEEPING_DTYPES.items():
+        feat = feats.get(key)
+        if feat is None:
+            rep.add(path, f"feature '{key}' missing")
+        elif feat.get("dtype") != dtype or feat.get("shape") != [1]:
+            rep.add(path, f"feature '{key}' must be {{dtype: {dtype}, shape: [1]}}, "
+                          f"got {{dtype: {feat.get('dtype')}, shape: {feat.get('shape')}}}")
+    return ok
+
+
+def _check_video_feature(rep: _Report, path: Path, key: str, feat: dict) -> None:
+    """LeRobot's own convention only: names height/width/channels + an `info` block."""
+    if "video_info" in feat:
+        rep.add(path, f"feature '{key}': has 'video_info' (older convention); use the 'info' block only")
+    names = feat.get("names")
+    if names != ["height", "width", "channels"]:
+        rep.add(path, f"feature '{key}': names must be ['height', 'width', 'channels'], got {names!r}")
+    shape = feat.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 3 and shape[2] == 3):
+        rep.add(path, f"feature '{key}': shape must be [height, width, 3], got {shape!r}")
+        return
+    info = feat.get("info")
+    if not isinstance(info, dict):
+        rep.add(path, f"feature '{key}': missing the 'info' block")
+        return
+    for k in VIDEO_INFO_KEYS:
+        if k not in info:
+            rep.add(path, f"feature '{key}': info lacks '{k}'")
+    if info.get("video.height") not in (None, shape[0]) or info.get("video.width") not in (None, shape[1]):
+        rep.add(path, f"feature '{key}': info size {info.get('video.width')}x{info.get('video.height')} "
+                      f"disagrees with shape {shape}")
+
+
+def _expected_arrow_type(feat: dict) -> pa.DataType:
+    scalar = ARROW_SCALARS[feat["dtype"]]
+    return scalar if feat["shape"] == [1] else pa.list_(scalar, _width(feat))
+
+
+@dataclass
+class _EpisodeContext:
+    ep: dict
+    episode_index: int
+    start_index: int
+    task_index: int | None
+
+
+def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, acc: dict[str, _ColumnAccumulator],
+                   n_tasks: int) -> tuple[int | None, np.ndarray | None]:
+    """One episode's table; returns (row count, timestamps as float64), None where unreadable."""
+    path = data_file(root, info, ctx.episode_index)
+    if not path.exists():
+        rep.add(path, "missing (named by meta/episodes.jsonl)")
+        return None, None
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        rep.add(path, f"unreadable parquet: {e}")
+        return None, None
+    feats = {k: f for k, f in info["features"].items() if f.get("dtype") != "video"}
+    length = ctx.ep.get("length")
+    if table.num_rows != length:
+        rep.add(path, f"{table.num_rows} rows, meta/episodes.jsonl says length {length}")
+    for name in table.column_names:
+        if name not in feats:
+            rep.add(path, f"column '{name}' is not declared in meta/info.json features")
+    n = table.num_rows
+    cols: dict[str, np.ndarray] = {}
+    for key, feat in feats.items():
+        if key not in table.column_names:
+            rep.add(path, f"column '{key}' missing")
+            continue
+        if feat.get("dtype") not in ARROW_SCALARS or _width(feat) is None:
+            continue
+        column = table.column(key)
+        want = _expected_arrow_type(feat)
+        if column.type != want:
+            rep.add(path, f"column '{key}' has type {column.type}, info.json declares {feat['dtype']} "
+                          f"shape {feat['shape']} (expected {want})")
+            continue
+        flat = column.combine_chunks()
+        if flat.null_count or (pa.types.is_fixed_size_list(flat.type) and flat.flatten().null_count):
+            rep.add(path, f"column '{key}' has null values")
+            continue
+        values = column_array(column, _width(feat))
+        if feat["dtype"].startswith("float") and not np.all(np.isfinite(values)):
+            rep.add(path, f"column '{key}' has non-finite values")
+            continue
+        cols[key] = values
+        if n:
+            acc.setdefault(key, _ColumnAccumulator()).add(values)
+    _check_bookkeeping(rep, path, ctx, cols, n, n_tasks)
+    ts = cols.get("timestamp")
+    if ts is None or n == 0:
+        return n, None
+    ts = ts[:, 0]
+    _check_timestamps(rep, path, ts, float(info["fps"]))
+    return n, ts
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.argmax(mask))
+
+
+def _check_bookkeeping(rep: _Report, path: Path, ctx: _EpisodeContext, cols: dict, n: int, n_tasks: int) -> None:
+    if "index" in cols:
+        idx = cols["index"][:, 0].astype(np.int64)
+        want = np.arange(ctx.start_index, ctx.start_index + n)
+        if not np.array_equal(idx, want):
+            r = _first_bad(idx != want)
+            rep.add(path, f"'index' not continuous: row {r} has {idx[r]}, expected {want[r]} "
+                          f"(global rows run 0.. across episodes in order)")
+    if "frame_index" in cols:
+        fi = cols["frame_index"][:, 0].astype(np.int64)
+        want = np.arange(n)
+        if not np.array_equal(fi, want):
+            r = _first_bad(fi != want)
+            rep.add(path, f"'frame_index' must be 0..{n - 1}: row {r} has {fi[r]}")
+    if "episode_index" in cols:
+        ei = cols["episode_index"][:, 0].astype(np.int64)
+        if n and not np.all(ei == ctx.episode_index):
+            r = _first_bad(ei != ctx.episode_index)
+            rep.add(path, f"'episode_index' row {r} is {ei[r]}, expected {ctx.episode_index}")
+    if "task_index" in cols:
+        ti = cols["task_index"][:, 0].astype(np.int64)
+        bad = (ti < 0) | (ti >= n_tasks)
+        if n and np.any(bad):
+            rep.add(path, f"'task_index' row {_first_bad(bad)} is {ti[_first_bad(bad)]}, "
+                          f"not in meta/tasks.jsonl (0..{n_tasks - 1})")
+        elif n and ctx.task_index is not None and not np.all(ti == ctx.task_index):
+            r = _first_bad(ti != ctx.task_index)
+            rep.add(path, f"'task_index' row {r} is {ti[r]}, meta/episodes.jsonl task is index {ctx.task_index}")
+
+
+def _check_timestamps(rep: _Report, path: Path, ts: np.ndarray, fps: float) -> None:
+    if ts[0] < 0:
+        rep.add(path, f"first timestamp {ts[0]} is negative")
+    d = np.diff(ts)
+    if np.any(d <= 0):
+        r = _first_bad(d <= 0) + 1
+        rep.add(path, f"timestamps not strictly increasing at row {r} ({ts[r - 1]:.6f} -> {ts[r]:.6f})")
+        return
+    off = np.abs(d - 1.0 / fps) > TIMESTAMP_TOLERANCE_S
+    if np.any(off):
+        r = _first_bad(off) + 1
+        rep.add(path, f"timestamp step {d[r - 1]:.6f} s at row {r} is not 1/fps = {1 / fps:.6f} s within "
+                      f"{TIMESTAMP_TOLERANCE_S} s ({int(off.sum())} such steps); LeRobot's loader rejects this")
+
+
+def _video_frames(path: Path, full: bool) -> tuple[int, list[float], tuple[int, int]]:
+    """(frame count, presentation times in s, (width, height)) by decoding or by counting packets."""
+    with av.open(str(path)) as container:
+        if not container.streams.video:
+            raise ValueError("no video stream")
+        stream = container.streams.video[0]
+        size = (stream.codec_context.width, stream.codec_context.height)
+        times = []
+        if full:
+            for frame in container.decode(stream):
+                if frame.pts is None:
+                    raise ValueError("decoded frame without PTS")
+                times.append(float(frame.pts * frame.time_base))
+        else:
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue
+                if packet.pts is None:
+                    raise ValueError("packet without PTS")
+                times.append(float(packet.pts * packet.time_base))
+    return len(times), times, size
+
+
+def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts: np.ndarray | None,
+                  full: bool) -> None:
+    keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
+    if not keys:
+        return
+    ep_line = f"meta/episodes.jsonl episode {ctx.episode_index}"
+    declared = ctx.ep.get("video_frame_lengths")
+    if not isinstance(declared, dict):
+        rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: missing 'video_frame_lengths'")
+        declared = {}
+    counts = []
+    fps = float(info["fps"])
+    for key in keys:
+        path = video_file(root, info, ctx.episode_index, key)
+        if not path.exists():
+            rep.add(path, "missing (one mp4 per video feature and episode)")
+            continue
+        try:
+            count, times, size = _video_frames(path, full)
+        except (OSError, ValueError, av.FFmpegError) as e:
+            rep.add(path, f"unreadable video: {e}")
+            continue
+        counts.append(count)
+        shape = info["features"][key].get("shape", [None, None])
+        if list(size) != [shape[1], shape[0]]:
+            rep.add(path, f"frame size {size[0]}x{size[1]}, info.json shape {shape}")
+        cam = key.split(".")[-1]
+        want = declared.get(cam, declared.get(key))
+        if want is None:
+            rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: no video_frame_lengths "
+                                                  f"entry for '{cam}'")
+        elif want != count:
+            rep.add(path, f"{count} frames, {ep_line} says {want}")
+        if not times:
+            rep.add(path, "no frames")
+            continue
+        sorted_t = sorted(times)
+        if any(b <= a for a, b in zip(sorted_t, sorted_t[1:])):
+            rep.add(path, "duplicate presentation timestamps")
+        if sorted_t[0] < 0:
+            rep.add(path, f"first PTS {sorted_t[0]:.4f} s is before the episode start")
+        if ts is not None:
+            limit = float(ts[-1]) + 1.0 / fps
+            if sorted_t[-1] > limit + 1e-6:
+                rep.add(path, f"last PTS {sorted_t[-1]:.4f} s is past the episode end "
+                              f"(last row {ts[-1]:.4f} s + 1/fps)")
+    if counts and len(counts) == len(keys) and "video_frame_length" in ctx.ep \
+            and ctx.ep["video_frame_length"] != min(counts):
+        rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: video_frame_length "
+                                              f"{ctx.ep['video_frame_length']}, minimum over cameras is {min(counts)}")
+
+
+def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, required: list[str]) -> None:
+    if not isinstance(stats, dict):
+        rep.add(path, "must be a JSON object")
+        return
+    for key in required:
+        if key not in stats:
+            rep.add(path, f"no entry for column '{key}'")
+    for key, entry in stats.items():
+        feat = feats.get(key)
+        if feat is None:
+            rep.add(path, f"entry '{key}' is not a feature in info.json")
+            continue
+        if not isinstance(entry, dict):
+            rep.add(path, f"entry '{key}' must be an object")
+            continue
+        if set(entry) != STAT_KEYS:
+            extra, missing = sorted(set(entry) - STAT_KEYS), sorted(STAT_KEYS - set(entry))
+            rep.add(path, f"entry '{key}' must have exactly mean,std,min,max,q01,q99"
+                          + (f"; extra {extra}" if extra else "") + (f"; missing {missing}" if missing else ""))
+        if feat.get("dtype") == "video":
+            continue
+        width = _width(feat)
+        arrays = {}
+        for s in STAT_KEYS & set(entry):
+            v = entry[s]
+            if (not isinstance(v, list) or len(v) != width
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
+                rep.add(path, f"entry '{key}'.{s} must be a flat list of {width} numbers")
+                continue
+            arrays[s] = np.asarray(v, dtype=np.float64)
+            if not np.all(np.isfinite(arrays[s])):
+                rep.add(path, f"entry '{key}'.{s} has non-finite values")
+        if len(arrays) == len(STAT_KEYS) and all(np.all(np.isfinite(a)) for a in arrays.values()):
+            tol = 1e-6 * (1 + np.abs(arrays["max"]) + np.abs(arrays["min"]))
+            if np.any(arrays["min"] > arrays["max"] + tol) or np.any(arrays["q01"] > arrays["q99"] + tol) \
+                    or np.any(arrays["std"] < 0) or np.any(arrays["min"] > arrays["q01"] + tol) \
+                    or np.any(arrays["q99"] > arrays["max"] + tol):
+                rep.add(path, f"entry '{key}': values out of order (need std >= 0, min <= q01 <= q99 <= max)")
+
+
+def _check_stats_against_data(rep: _Report, path: Path, stats: dict, acc: dict[str, _ColumnAccumulator]) -> None:
+    """stats.json must describe the saved episodes (catches a file not updated after the last save)."""
+    for key, a in acc.items():
+        entry = stats.get(key)
+        if not isinstance(entry, dict) or a.count == 0:
+            continue
+        for s, want in (("min", a.lo), ("max", a.hi), ("mean", a.total / a.count)):
+            got = entry.get(s)
+            if not isinstance(got, list) or len(got) != len(want):
+                continue
+            try:
+                got_arr = np.asarray(got, dtype=np.float64)
+            except (TypeError, ValueError):
+                continue
+            if not np.allclose(got_arr, want, rtol=1e-4, atol=1e-5):
+                rep.add(path, f"entry '{key}'.{s} does not match the data (stale or wrong stats)")
+
+
+def _check_modality(rep: _Report, path: Path, modality: Any, feats: dict) -> None:
+    if not isinstance(modality, dict):
+        rep.add(path, "must be a JSON object")
+        return
+    for section in ("state", "action", "video"):
+        if section not in modality and (section != "video"
+                                        or any(f.get("dtype") == "video" for f in feats.values())):
+            rep.add(path, f"missing section '{section}'")
+    for section, entries in modality.items():
+        if not isinstance(entries, dict):
+            rep.add(path, f"section '{section}' must be an object")
+            continue
+        for name, entry in entries.items():
+            where = f"{section}.{name}"
+            if not isinstance(entry, dict):
+                rep.add(path, f"{where} must be an object")
+                continue
+            key = entry.get("original_key")
+            if section in ("state", "action", "video") and key is None:
+                rep.add(path, f"{where} has no original_key")
+                continue
+            if key is not None and key not in feats:
+                rep.add(path, f"{where}: original_key '{key}' is not a feature in info.json")
+                continue
+            if section == "video" and feats[key].get("dtype") != "video":
+                rep.add(path, f"{where}: original_key '{key}' is not a video feature")
+            if "start" in entry or "end" in entry or section in ("state", "action"):
+                _check_slice(rep, path, where, entry, feats[key])
+
+
+def _check_slice(rep: _Report, path: Path, where: str, entry: dict, feat: dict) -> None:
+    start, end, width = entry.get("start"), entry.get("end"), _width(feat)
+    if not (isinstance(start, int) and isinstance(end, int)):
+        rep.add(path, f"{where}: start/end must be integers")
+        return
+    if not 0 <= start < end or width is None or end > width:
+        rep.add(path, f"{where}: slice [{start}:{end}] does not fit '{entry['original_key']}' of width {width}")
+        return
+    rot = entry.get("rotation_type")
+    if rot is not None:
+        if rot not in ROTATION_TYPES and not str(rot).startswith("euler_angles_"):
+            rep.add(path, f"{where}: unknown rotation_type {rot!r}")
+        elif rot in QUAT_ROTATIONS and end - start != 4:
+            rep.add(path, f"{where}: quaternion slice must be 4 wide, got {end - start}")
+
+
+def _check_totals(rep: _Report, path: Path, info: dict, episodes: list[dict], n_tasks: int,
+                  rows: int | None) -> None:
+    """info.json totals against episodes.jsonl / tasks.jsonl; ``rows``: parquet rows, None if some unreadable."""
+    n_ep = len(episodes)
+    n_video = sum(1 for f in info["features"].values() if f.get("dtype") == "video")
+    lengths = sum(e.get("length", 0) for e in episodes if isinstance(e.get("length"), int))
+    chunks = (n_ep - 1) // int(info["chunks_size"]) + 1 if n_ep else 0
+    expected = {"total_episodes": n_ep, "total_frames": lengths, "total_tasks": n_tasks,
+                "total_videos": n_ep * n_video, "total_chunks": chunks}
+    for key, want in expected.items():
+        if key in info and info[key] != want:
+            rep.add(path, f"{key} is {info[key]!r}, expected {want}")
+    if rows is not None and info.get("total_frames") != rows:
+        rep.add(path, f"total_frames is {info.get('total_frames')!r}, the parquet files hold {rows} rows")
+    splits = info.get("splits")
+    if not isinstance(splits, dict) or splits.get("train") != f"0:{n_ep}":
+        rep.add(path, f"splits must be {{'train': '0:{n_ep}'}}, got {splits!r}")
+
+
+def _check_stray_files(rep: _Report, root: Path, expected: set[Path]) -> None:
+    """LeRobot v2.0 loads every parquet under data/; leftovers from a crash are not harmless."""
+    for top in ("data", "videos"):
+        base = root / top
+        if not base.exists():
+            continue
+        for p in sorted(base.rglob("*")):
+            if p.is_file() and p not in expected:
+                rep.add(p, "not named by meta/episodes.jsonl (leftover or temporary file)")
+
+
+def validate_root(root: str | Path, full: bool = False) -> list[str]:
+    """Every problem found in the LeRobot v2.0 root, one line each; [] when valid."""
+    root = Path(root)
+    rep = _Report(root)
+    if not root.is_dir():
+        return [f"{root}: not a directory"]
+    meta = root / "meta"
+    info_path = meta / "info.json"
+    info = _read_json(rep, info_path)
+    episodes = _read_jsonl(rep, meta / "episodes.jsonl")
+    tasks = _read_jsonl(rep, meta / "tasks.jsonl")
+    if not isinstance(info, dict):
+        if info is not None:
+            rep.add(info_path, "must be a JSON object")
+        return rep.problems
+    if not _check_info(rep, info_path, info):
+        return rep.problems
+    feats = info["features"]
+    episodes = episodes or []
+    tasks = tasks or []
+
+    task_of: dict[str, int] = {}
+    for pos, t in enumerate(tasks):
+        if t.get("task_index") != pos:
+            rep.add(meta / "tasks.jsonl", f"line {pos + 1}: task_index {t.get('task_index')!r}, expected {pos}")
+        if not isinstance(t.get("task"), str):
+            rep.add(meta / "tasks.jsonl", f"line {pos + 1}: 'task' must be a string")
+        elif t["task"] in task_of:
+            rep.add(meta / "tasks.jsonl", f"line {pos + 1}: task {t['task']!r} listed twice")
+        else:
+            task_of[t["task"]] = pos
+
+    acc: dict[str, _ColumnAccumulator] = {}
+    expected_files: set[Path] = set()
+    video_keys = [k for k, f in feats.items() if f.get("dtype") == "video"]
+    start, rows = 0, 0  # rows becomes None once a parquet file is unreadable
+    ep_path = meta / "episodes.jsonl"
+    for pos, ep in enumerate(episodes):
+        if ep.get("episode_index") != pos:
+            rep.add(ep_path, f"line {pos + 1}: episode_index {ep.get('episode_index')!r}, expected {pos} "
+                             f"(episodes listed in order from 0)")
+        length = ep.get("length")
+        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+            rep.add(ep_path, f"episode {pos}: length must be a positive integer, got {length!r}")
+            length = 0
+        ep_tasks = ep.get("tasks")
+        task_index = None
+        if not (isinstance(ep_tasks, list) and ep_tasks and all(isinstance(t, str) for t in ep_tasks)):
+            rep.add(ep_path, f"episode {pos}: 'tasks' must be a non-empty list of strings")
+        else:
+            for t in ep_tasks:
+                if t not in task_of:
+                    rep.add(ep_path, f"episode {pos}: task {t!r} is not in meta/tasks.jsonl")
+            task_index = task_of.get(ep_tasks[0])
+        if "task_index" in ep:
+            if task_index is not None and ep["task_index"] != task_index:
+                rep.add(ep_path, f"episode {pos}: task_index {ep['task_index']!r} but meta/tasks.jsonl maps "
+                                 f"{ep_tasks[0]!r} to {task_index}")
+            task_index = ep["task_index"] if isinstance(ep["task_index"], int) else task_index
+        ctx = _EpisodeContext(ep=ep, episode_index=pos, start_index=start, task_index=task_index)
+        expected_files.add(data_file(root, info, pos))
+        expected_files.update(video_file(root, info, pos, k) for k in video_keys)
+        n_rows, ts = _check_parquet(rep, root, info, ctx, acc, len(tasks))
+        rows = None if rows is None or n_rows is None else rows + n_rows
+        _check_videos(rep, root, info, ctx, ts, full)
+        start += length
+    _check_totals(rep, info_path, info, episodes, len(tasks), rows)
+    _check_stray_files(rep, root, expected_files)
+
+    vector = {k: f for k, f in feats.items() if f.get("dtype") != "video"}
+    required = [k for k in vector if k not in INT_BOOKKEEPING]
+    stats_path = meta / "stats.json"
+    stats = _read_json(rep, stats_path)
+    if stats is not None:
+        _check_stats_file(rep, stats_path, stats, feats, required)
+        if isinstance(stats, dict):
+            _check_stats_against_data(rep, stats_path, stats, acc)
+    modality_path = meta / "modality.json"
+    modality = _read_json(rep, modality_path)
+    if modality is not None:
+        _check_modality(rep, modality_path, modality, feats)
+    for name in ("relative_stats.json", "delta_stats.json"):  # piper-finalize output, when present
+        p = meta / name
+        if p.exists():
+            extra = _read_json(rep, p)
+            if extra is not None:
+                _check_stats_file(rep, p, extra, feats, [k for k in vector if k.startswith("observation.")])
+    return rep.problems
+
+
+def summary(root: str | Path) -> str:
+    """One line describing a root that passed validation."""
+    info = json.loads((Path(root) / "meta" / "info.json").read_text())
+    return (f"OK: {root}: LeRobot {info['codebase_version']}, {info['total_episodes']} episodes, "
+            f"{info['total_frames']} frames, {info['total_videos']} videos, {info['total_tasks']} tasks")
+
