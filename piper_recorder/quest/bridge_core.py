@@ -17,6 +17,7 @@ from .clock import ClockMapperConfig, MonoClockMapper
 from .protocol import DEVICES, HANDS, Frame, Hello, Message
 
 FRAME_PREFIX = "quest_"
+MAX_STAMP_AGE_NS = 60 * 10**9
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ class BridgeCore:
             self.counters["heartbeat"] += 1
             return out
         stamp = self.clock.observe(msg.mono, recv_ns)
+        if not recv_ns - MAX_STAMP_AGE_NS <= stamp <= recv_ns:  # cannot happen by construction; guard it
+            self.counters["bad_stamp"] += 1
+            return out
         self.counters["frames"] += 1
         self.last_frame, self.last_frame_recv_ns = msg, recv_ns
         self.last_delay_ns = recv_ns - stamp

@@ -11,9 +11,9 @@ Validation rules (a line failing any of them is rejected whole and counted):
 - UTF-8 (``bad_utf8``), JSON (``bad_json``), a JSON object (``not_object``);
 - ``NaN``/``Infinity`` literals (Python's json emits them) or numbers overflowing to inf: ``non_finite``;
 - kind: ``{"hello": {...}}``, ``{"heartbeat": ...}``, or a frame (has ``"mono"``); else ``unknown_kind``;
-- frame: ``t``/``mono`` finite numbers, ``frame`` an int in [0, 2**63), ``state`` a string, ``space``
+- frame: ``t``/``mono`` finite numbers within +-1e9 s, ``frame`` an int in [0, 2**63), ``state`` a string, ``space``
   an identifier; ``head``/``left``/``right`` objects (``missing_field``/``bad_type``);
-- device: ``pos`` 3 numbers, ``quat`` 4 numbers (xyzw) with | |q| - 1 | <= ``quat_tolerance``
+- device: ``pos`` 3 numbers within +-1 km, ``quat`` 4 numbers (xyzw) with | |q| - 1 | <= ``quat_tolerance``
   (``quat_norm``; accepted quaternions are re-normalised), ``valid``/``tracked`` booleans; hands also
   ``trigger``/``squeeze`` in [0, 1], ``stick`` 2 numbers in [-1, 1] (``out_of_range``), and the
   booleans ``stick_click``/``primary``/``secondary``/``menu``.
@@ -40,6 +40,8 @@ HANDS = ("left", "right")
 DEVICES = ("head", "left", "right")
 _SPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _INT_MAX = 2**63
+MAX_ABS_TIME_S = 1e9  # t/mono: seconds since some boot; beyond ~31 years is corruption
+MAX_ABS_POS_M = 1e3  # a tracked position a kilometre away is corruption
 
 Vec3 = tuple[float, float, float]
 Quat = tuple[float, float, float, float]
@@ -168,6 +170,8 @@ def _pose(obj: dict, where: str, tolerance: float) -> tuple[Vec3, Quat, bool, bo
     valid = _bool(obj, "valid", where)
     tracked = _bool(obj, "tracked", where)
     pos = _floats(_get(obj, "pos", where), 3, f"{where}.pos")
+    if not all(abs(p) <= MAX_ABS_POS_M for p in pos):
+        raise Rejected("out_of_range", f"{where}.pos beyond {MAX_ABS_POS_M:g} m")
     quat = _floats(_get(obj, "quat", where), 4, f"{where}.quat")
     norm = math.sqrt(sum(q * q for q in quat))
     if abs(norm - 1.0) > tolerance or not math.isfinite(norm):
@@ -218,8 +222,8 @@ def _frame(obj: dict, raw: str, tolerance: float) -> Frame:
     if not isinstance(space, str) or not _SPACE_RE.match(space):
         raise Rejected("bad_type", "space: expected an identifier")
     return Frame(
-        t=_float(_get(obj, "t", ""), "t"),
-        mono=_float(_get(obj, "mono", ""), "mono"),
+        t=_ranged(_get(obj, "t", ""), -MAX_ABS_TIME_S, MAX_ABS_TIME_S, "t"),
+        mono=_ranged(_get(obj, "mono", ""), -MAX_ABS_TIME_S, MAX_ABS_TIME_S, "mono"),
         frame=frame_no, state=state, space=space,
         head=_device(_get(obj, "head", ""), "head", tolerance),
         left=_hand(_get(obj, "left", ""), "left", tolerance),
@@ -228,16 +232,16 @@ def _frame(obj: dict, raw: str, tolerance: float) -> Frame:
     )
 
 
-def _check_finite_tree(value: Any, depth: int = 0) -> None:
-    """Hello/heartbeat payloads are free-form; still refuse numbers that overflowed to inf."""
+def _check_finite_tree(value: Any) -> None:
+    """Refuse numbers that overflowed to inf (e.g. 1e999) anywhere, including free-form hello payloads."""
     if isinstance(value, float) and not math.isfinite(value):
         raise Rejected("non_finite", "payload")
     if isinstance(value, dict):
         for v in value.values():
-            _check_finite_tree(v, depth + 1)
+            _check_finite_tree(v)
     elif isinstance(value, list):
         for v in value:
-            _check_finite_tree(v, depth + 1)
+            _check_finite_tree(v)
 
 
 def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Message:
@@ -260,14 +264,14 @@ def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Mes
         raise Rejected("bad_json", str(exc)[:80]) from None
     if not isinstance(obj, dict):
         raise Rejected("not_object")
+    try:
+        _check_finite_tree(obj)  # numbers that overflowed to inf, anywhere in the line
+    except RecursionError:
+        raise Rejected("bad_json", "nesting") from None
     if "hello" in obj:
         info = obj["hello"]
         if not isinstance(info, dict):
             raise Rejected("bad_type", "hello: expected an object")
-        try:
-            _check_finite_tree(info)
-        except RecursionError:
-            raise Rejected("bad_json", "nesting") from None
         return Hello(info=info, raw=text)
     if "heartbeat" in obj:
         value = obj["heartbeat"]
@@ -278,7 +282,7 @@ def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Mes
         state = obj.get("state")
         if state is not None and not isinstance(state, str):
             raise Rejected("bad_type", "state: expected a string")
-        mono = _float(obj["mono"], "mono") if "mono" in obj else None
+        mono = _ranged(obj["mono"], -MAX_ABS_TIME_S, MAX_ABS_TIME_S, "mono") if "mono" in obj else None
         return Heartbeat(value=value, state=state, mono=mono, raw=text)
     if "mono" in obj:
         return _frame(obj, text, quat_tolerance)
