@@ -1,0 +1,126 @@
+"""Frame codecs: depth quantisation, RGB JPEG, lossless depth JPEG 2000 (JP2 container).
+
+Depth profiles (both reversible 5/3, lossless, decodable bit-exactly by Pillow/OpenJPEG >= 2.5):
+- ``"jpeg2000"``: the reference encoding, OpenJPEG defaults (6 resolutions, one tile, 64x64
+  code-blocks). Encoded through glymur (libopenjp2 via ctypes, so the GIL is released and two encoder
+  threads run in parallel; Pillow's JPEG 2000 encoder holds the GIL). Same JP2 boxes and coding
+  parameters as Pillow's ``save(format="JPEG2000", irreversible=False)`` (only the COM marker differs).
+- ``"htj2k"``: High-Throughput JPEG 2000 (Part 15) code-blocks from OpenJPH via imagecodecs, wrapped
+  in the same JP2 box structure (brand ``jp2 ``, compatibility ``jph ``) so it is still a JP2 file.
+"""
+from __future__ import annotations
+
+import io
+import os
+import struct
+import tempfile
+import threading
+
+import numpy as np
+from PIL import Image
+
+DEPTH_PROFILES = ("jpeg2000", "htj2k")
+_JP2_SIGNATURE = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
+
+
+def quantize_depth(depth: np.ndarray, min_m: float, max_m: float) -> np.ndarray:
+    """Metres (float) or millimetres (uint16) -> uint16 mm; outside [min, max], NaN, inf -> 0.
+
+    Float input: finite values in [min_m, max_m] (checked in metres, before rounding) are rounded to
+    the nearest millimetre. uint16 input is already millimetres: the same range rule applies in mm.
+    """
+    if depth.dtype == np.uint16:
+        lo, hi = int(round(min_m * 1000.0)), int(round(max_m * 1000.0))
+        return np.where((depth >= lo) & (depth <= hi), depth, 0).astype(np.uint16, copy=False)
+    d = depth.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        valid = np.isfinite(d) & (d >= min_m) & (d <= max_m)
+    out = np.zeros(d.shape, dtype=np.uint16)
+    out[valid] = np.rint(d[valid] * 1000.0).astype(np.uint16)
+    return out
+
+
+def encode_rgb_jpeg(rgb: np.ndarray, quality: int) -> bytes:
+    """HxWx3 uint8 RGB -> baseline JPEG bytes (Pillow/libjpeg-turbo, releases the GIL)."""
+    buf = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def decode_rgb_jpeg(data) -> np.ndarray:
+    """JPEG bytes -> HxWx3 uint8 RGB (Pillow, ``.convert("RGB")`` as the reference loader does)."""
+    return np.asarray(Image.open(io.BytesIO(bytes(data))).convert("RGB"))
+
+
+class _Jp2Scratch(threading.local):
+    """glymur writes to a path: one scratch file per thread in RAM-backed storage when available."""
+
+    def __init__(self):
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.dir = tempfile.mkdtemp(prefix="rgbd_jp2_", dir=base)
+        self.path = os.path.join(self.dir, "frame.jp2")
+
+    def __del__(self):
+        for p in (self.path, self.dir):
+            try:
+                os.unlink(p) if p == self.path else os.rmdir(p)
+            except OSError:
+                pass
+
+
+_scratch = _Jp2Scratch()
+
+
+def _encode_jp2_openjpeg(mm: np.ndarray) -> bytes:
+    import glymur
+
+    path = _scratch.path
+    glymur.Jp2k(path, data=mm)  # reversible 5/3 with OpenJPEG defaults
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I", 8 + len(payload)) + kind + payload
+
+
+def wrap_jp2(codestream: bytes, height: int, width: int, compat: tuple[bytes, ...]) -> bytes:
+    """Put a single-component 16-bit unsigned codestream into a minimal JP2 file (ISO 15444-1 I.5)."""
+    ftyp = _box(b"ftyp", b"jp2 " + struct.pack(">I", 0) + b"".join(compat))
+    ihdr = _box(b"ihdr", struct.pack(">IIHBBBB", height, width, 1, 15, 7, 0, 0))
+    colr = _box(b"colr", struct.pack(">BBBI", 1, 0, 0, 17))  # enumerated greyscale
+    return _JP2_SIGNATURE + ftyp + _box(b"jp2h", ihdr + colr) + _box(b"jp2c", codestream)
+
+
+def _encode_htj2k(mm: np.ndarray) -> bytes:
+    import imagecodecs
+
+    cs = imagecodecs.htj2k_encode(mm, reversible=True)
+    return wrap_jp2(cs, mm.shape[0], mm.shape[1], (b"jp2 ", b"jph "))
+
+
+def encode_depth(mm: np.ndarray, profile: str = "jpeg2000") -> bytes:
+    """HxW uint16 millimetres -> lossless JP2 bytes in the given profile."""
+    if mm.dtype != np.uint16 or mm.ndim != 2:
+        raise ValueError(f"depth to encode must be HxW uint16, got {mm.dtype} {mm.shape}")
+    if profile == "jpeg2000":
+        return _encode_jp2_openjpeg(np.ascontiguousarray(mm))
+    if profile == "htj2k":
+        return _encode_htj2k(np.ascontiguousarray(mm))
+    raise ValueError(f"unknown depth profile {profile!r}; expected one of {DEPTH_PROFILES}")
+
+
+def decode_depth_pillow(data) -> np.ndarray:
+    """JP2 bytes -> HxW uint16 mm with Pillow/OpenJPEG (the reference loader's decoder)."""
+    im = Image.open(io.BytesIO(bytes(data)))
+    arr = np.asarray(im)
+    if arr.dtype != np.uint16:
+        arr = arr.astype(np.uint16)
+    return arr
+
+
+def decode_depth_fast(data, threads: int = 1) -> np.ndarray:
+    """JP2 bytes -> HxW uint16 mm with imagecodecs' OpenJPEG 2.5 (multi-threaded; handles HTJ2K)."""
+    import imagecodecs
+
+    return imagecodecs.jpeg2k_decode(bytes(data), numthreads=threads)

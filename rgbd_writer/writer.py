@@ -1,0 +1,582 @@
+"""Streaming writer for ``rlroverlab.offline_rgbd_v2`` files (one observation timeline, T+1 obs per T actions).
+
+Threads: the caller validates and copies frames; a pool of encoder threads (JPEG via Pillow,
+JPEG 2000 via libopenjp2/OpenJPH; all release the GIL) compresses them; one sink thread appends the
+payloads in order. The number of frames submitted but not yet in the file is bounded by
+``queue_size``: when full, ``add_observation`` blocks and the wait is counted in ``stats``
+(explicit back-pressure; frames are never dropped, since that would break the T+1 timeline).
+
+Crash safety (see journal.py): each episode is one transaction on the file, opened through an undo
+journal. Commit = write index/metadata, close, fsync, delete the journal. A SIGKILL at any instant
+leaves either the committed state or a journal that the next open rolls back, so at most the
+episode in flight is lost. New files are built aside and renamed into place. ``writer_status`` is
+"incomplete" while a writer session is open (or crashed), "closing" during the final validation,
+"complete" after ``close()``, "failed" if that validation fails.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import fcntl
+import glob
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import h5py
+import numpy as np
+
+from . import codecs, schema
+from .errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
+from .journal import JournaledFile, rollback
+
+log = logging.getLogger(__name__)
+_VLEN = h5py.vlen_dtype(np.uint8)
+_SINK_BATCH = 8
+
+
+@dataclass
+class RgbdConfig:
+    """Camera geometry, codecs and pipeline sizing. Attributes recorded in the file must match on append."""
+
+    width: int = 640
+    height: int = 480
+    rgb_jpeg_quality: int = 88
+    depth_codec: str = "jpeg2000"  # "jpeg2000" (reference, OpenJPEG defaults) or "htj2k" (faster)
+    depth_min_m: float = 0.1
+    depth_max_m: float = 6.0
+    rgb_source: str = ""
+    depth_source: str = ""
+    env_args: dict = field(default_factory=dict)
+    workers: int = 2  # encoder threads
+    queue_size: int = 24  # frames in flight (encoding or waiting for the sink) before back-pressure
+    durable: bool = True  # fsync journal records and commits (power-loss safety, not just SIGKILL)
+
+    def validate(self) -> None:
+        if self.width <= 0 or self.height <= 0:
+            raise ValueError("width and height must be positive")
+        if not 1 <= self.rgb_jpeg_quality <= 100:
+            raise ValueError("rgb_jpeg_quality must be in 1..100")
+        if self.depth_codec not in codecs.DEPTH_PROFILES:
+            raise ValueError(f"depth_codec must be one of {codecs.DEPTH_PROFILES}")
+        if not 0.0 < self.depth_min_m < self.depth_max_m or self.depth_max_m * 1000.0 > 65535:
+            raise ValueError("need 0 < depth_min_m < depth_max_m <= 65.535 (0 mm is the invalid sentinel)")
+        if self.workers < 1 or self.queue_size < 1:
+            raise ValueError("workers and queue_size must be >= 1")
+        json.dumps(self.env_args)
+
+
+@dataclass
+class WriterStats:
+    frames_submitted: int = 0
+    frames_written: int = 0
+    backpressure_waits: int = 0  # add_observation calls that found the queue full
+    backpressure_wait_s: float = 0.0
+    max_backlog: int = 0
+    encode_s: float = 0.0  # summed worker time
+    episodes_committed: int = 0
+    episodes_discarded: int = 0
+    episodes_rolled_back_on_open: int = 0
+
+
+def _encode_job(rgb, depth, cfg: RgbdConfig):
+    t0 = time.perf_counter()
+    mm = codecs.quantize_depth(depth, cfg.depth_min_m, cfg.depth_max_m)
+    r = codecs.encode_rgb_jpeg(rgb, cfg.rgb_jpeg_quality)
+    d = codecs.encode_depth(mm, cfg.depth_codec)
+    return r, d, time.perf_counter() - t0
+
+
+def _as_attr(value):
+    if isinstance(value, (bool, int, float, str, np.integer, np.floating, np.bool_)):
+        return value
+    return json.dumps(value)
+
+
+class _Episode:
+    def __init__(self, index: int, obs_offset: int, tr_offset: int, seed, meta):
+        self.index, self.obs_offset, self.tr_offset = index, obs_offset, tr_offset
+        self.seed, self.meta = seed, dict(meta or {})
+        self.n_obs = 0
+        self.states: dict[str, list] = {}
+        self.actions: list = []
+        self.rewards: list = []
+        self.terminals: list = []
+        self.timeouts: list = []
+        self.extras: dict[str, list] = {}
+        self.start_ns = time.time_ns()
+
+
+class RgbdWriter:
+    """Create ``path`` or append to it (a complete file, or one a crashed writer left behind)."""
+
+    def __init__(self, path: str | os.PathLike, config: RgbdConfig | None = None):
+        self.path = os.fspath(path)
+        self.cfg = config or RgbdConfig()
+        self.cfg.validate()
+        self.stats = WriterStats()
+        self._lock_fd = self._acquire_lock()
+        self._closed = False
+        self._ep: _Episode | None = None
+        self._h5 = self._jf = None
+        self._error: BaseException | None = None
+        try:
+            if os.path.exists(self.path):
+                self._open_existing()
+            else:
+                self._create()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._pool = cf.ThreadPoolExecutor(self.cfg.workers, thread_name_prefix="rgbd-encode")
+        self._slots = threading.BoundedSemaphore(self.cfg.queue_size)
+        self._pending: queue.Queue = queue.Queue()
+        self._sink: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- file lifecycle
+    def _acquire_lock(self) -> int:
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise FileStateError(f"{self.path} is open in another writer") from None
+        return fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            try:
+                os.unlink(self.path + ".lock")
+            except OSError:
+                pass
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _create(self) -> None:
+        for stale in glob.glob(glob.escape(self.path) + ".creating.*"):
+            os.unlink(stale)
+        tmp = f"{self.path}.creating.{os.getpid()}"
+        c = self.cfg
+        with h5py.File(tmp, "w") as f:
+            f.attrs.update(schema.root_attrs(c))
+            obs = f.create_group("observations")
+            for name, attrs in ((schema.RGB, schema.rgb_attrs(c)), (schema.DEPTH, schema.depth_attrs(c))):
+                ds = f.create_dataset(name, shape=(0,), maxshape=(None,), dtype=_VLEN, chunks=(schema.VLEN_CHUNK,))
+                ds.attrs.update(attrs)
+            obs.create_group("state")
+            tr = f.create_group("transitions")
+            self._create_numeric(tr, "rewards", (), np.float32)
+            for flag in schema.FLAGS:
+                self._create_numeric(tr, flag, (), np.bool_)
+            idx = f.create_group("index")
+            for name in schema.PER_TRANSITION_INDEX + schema.PER_EPISODE_INDEX:
+                idx.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(schema.INDEX_CHUNK,))
+            f.create_group("episodes")
+            data = f.create_group("data")
+            data.attrs["total"] = 0
+            data.attrs["env_args"] = json.dumps(c.env_args)
+        fd = os.open(tmp, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(tmp, self.path)
+        self._n_episodes = 0
+        from .journal import _fsync_dir
+
+        _fsync_dir(self.path)
+
+    @staticmethod
+    def _create_numeric(group, name, row_shape, dtype):
+        return group.create_dataset(name, shape=(0, *row_shape), maxshape=(None, *row_shape), dtype=dtype,
+                                    chunks=schema.numeric_chunks(tuple(row_shape), dtype))
+
+    def _open_existing(self) -> None:
+        if rollback(self.path):
+            self.stats.episodes_rolled_back_on_open += 1
+            log.warning("%s: rolled back an interrupted transaction", self.path)
+        from .validate import validate_file
+
+        try:
+            with h5py.File(self.path, "r") as f:
+                attrs = dict(f.attrs)
+                depth_attrs = dict(f[schema.DEPTH].attrs) if schema.DEPTH in f else {}
+        except OSError as e:
+            raise FileStateError(f"{self.path}: not a readable HDF5 file ({e})") from e
+        if attrs.get("schema_name") != schema.SCHEMA_NAME:
+            raise FileStateError(f"{self.path}: schema_name is {attrs.get('schema_name')!r}, not {schema.SCHEMA_NAME}")
+        status = attrs.get("writer_status")
+        problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
+        if problems:
+            raise FileStateError(f"{self.path} (writer_status={status!r}) cannot be appended to: " + "; ".join(problems[:5]))
+        c = self.cfg
+        want = {
+            "rgb_jpeg_quality": c.rgb_jpeg_quality, schema.DEPTH_PROFILE_ATTR: c.depth_codec,
+            "depth_min_m": c.depth_min_m, "depth_max_m": c.depth_max_m,
+            "rgb_source": c.rgb_source, "depth_source": c.depth_source,
+        }
+        have = dict(attrs)
+        have[schema.DEPTH_PROFILE_ATTR] = depth_attrs.get(schema.DEPTH_PROFILE_ATTR, attrs.get(schema.DEPTH_PROFILE_ATTR))
+        if "camera_width" in attrs:
+            want.update(camera_width=c.width, camera_height=c.height)
+        diff = [f"{k}: file {have.get(k)!r} vs config {v!r}" for k, v in want.items() if have.get(k) != v]
+        if diff:
+            raise FileStateError(f"{self.path}: config does not match the file: " + "; ".join(diff))
+        if status != "incomplete":
+            self._set_status("incomplete")
+        self._n_episodes = int(attrs.get("total_episodes", 0))
+
+    def _begin(self) -> h5py.File:
+        self._jf = JournaledFile(self.path, durable=self.cfg.durable)
+        try:
+            self._h5 = h5py.File(self._jf, "r+")
+        except BaseException:
+            self._jf.rollback()
+            self._jf = None
+            raise
+        return self._h5
+
+    def _commit(self) -> None:
+        self._h5.close()
+        self._h5 = None
+        self._jf.commit()
+        self._jf = None
+
+    def _abort(self) -> None:
+        if self._h5 is not None:
+            try:
+                self._h5.close()
+            except Exception:  # the rollback below restores the bytes regardless
+                pass
+            self._h5 = None
+        if self._jf is not None:
+            self._jf.rollback()
+            self._jf = None
+
+    def _set_status(self, status: str) -> None:
+        f = self._begin()
+        try:
+            f.attrs["writer_status"] = status
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+
+    # ---------------------------------------------------------------- episode API
+    @property
+    def recording(self) -> bool:
+        return self._ep is not None
+
+    @property
+    def total_episodes(self) -> int:
+        return self._n_episodes
+
+    @property
+    def backlog(self) -> int:
+        """Frames submitted to the encoders but not yet appended to the file."""
+        return self.stats.frames_submitted - self.stats.frames_written
+
+    def start_episode(self, seed: int | None = None, meta: Mapping[str, Any] | None = None) -> int:
+        """Open the episode transaction; returns the episode index (N in /episodes/demo_N)."""
+        self._check_open()
+        if self._ep is not None:
+            raise EpisodeStateError("an episode is already recording; end or discard it first")
+        f = self._begin()
+        a = f.attrs
+        self._ep = _Episode(int(a["total_episodes"]), int(a["total_observations"]), int(a["total_transitions"]), seed, meta)
+        # Specs fixed by earlier episodes, cached so the caller's thread never waits on HDF5.
+        self._state_spec = self._spec(schema.STATE)
+        self._extra_spec = self._spec(schema.EXTRA)
+        self._action_shape = f[schema.ACTIONS].shape[1:] if schema.ACTIONS in f else None
+        self._error = None
+        self._obs_written = 0
+        self._sink = threading.Thread(target=self._sink_loop, name="rgbd-sink", daemon=True)
+        self._sink.start()
+        return self._ep.index
+
+    def add_observation(self, rgb: np.ndarray, depth: np.ndarray, state: Mapping[str, np.ndarray] | None = None) -> int:
+        """Queue one observation (RGB uint8 HxWx3|4; depth float metres or uint16 mm, HxW[x1]).
+
+        Returns its index within the episode. Blocks (counted in ``stats``) while ``queue_size``
+        frames are in flight.
+        """
+        ep = self._require_episode()
+        self._raise_sink_error()
+        c = self.cfg
+        rgb = np.asarray(rgb)
+        if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] not in (3, 4):
+            raise SchemaError(f"rgb must be uint8 HxWx3 (or x4), got {rgb.dtype} {rgb.shape}")
+        if rgb.shape[:2] != (c.height, c.width):
+            raise SchemaError(f"rgb is {rgb.shape[1]}x{rgb.shape[0]}, camera is configured {c.width}x{c.height}")
+        depth = np.asarray(depth)
+        if depth.ndim == 3 and depth.shape[2] == 1:
+            depth = depth[:, :, 0]
+        if depth.ndim != 2 or depth.shape != (c.height, c.width):
+            raise SchemaError(f"depth must be HxW ({c.height}x{c.width}) like rgb, got {depth.shape}")
+        if not (depth.dtype == np.uint16 or np.issubdtype(depth.dtype, np.floating)):
+            raise SchemaError(f"depth must be float metres or uint16 millimetres, got {depth.dtype}")
+        state_rows = self._check_rows("state", state or {}, ep.states, self._state_spec, ep.n_obs)
+        rgb_c = np.ascontiguousarray(rgb[:, :, :3])
+        depth_c = depth.copy()
+        if not self._slots.acquire(blocking=False):
+            self.stats.backpressure_waits += 1
+            t0 = time.perf_counter()
+            while not self._slots.acquire(timeout=0.5):
+                self._raise_sink_error()
+            self.stats.backpressure_wait_s += time.perf_counter() - t0
+        for k, v in state_rows.items():
+            ep.states.setdefault(k, []).append(v)
+        self._pending.put(self._pool.submit(_encode_job, rgb_c, depth_c, c))
+        self.stats.frames_submitted += 1
+        self.stats.max_backlog = max(self.stats.max_backlog, self.backlog)
+        ep.n_obs += 1
+        return ep.n_obs - 1
+
+    def add_transition(self, action: np.ndarray, reward: float, terminal: bool = False, timeout: bool = False,
+                       extras: Mapping[str, np.ndarray] | None = None) -> int:
+        """Record the transition from observation t (already added) to t+1. Returns t."""
+        ep = self._require_episode()
+        t = len(ep.actions)
+        if t >= ep.n_obs:
+            raise EpisodeStateError(f"transition {t} needs observation {t} first (episode has {ep.n_obs})")
+        a = np.asarray(action)
+        if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+            raise SchemaError(f"action must be numeric, got {a.dtype}")
+        a = a.astype(np.float32)
+        if not np.all(np.isfinite(a)):
+            raise SchemaError("action contains non-finite values")
+        spec = self._action_shape if self._action_shape is not None else (ep.actions[0].shape if ep.actions else None)
+        if spec is not None and a.shape != tuple(spec):
+            raise SchemaError(f"action shape {a.shape} differs from {tuple(spec)} used in this file")
+        r = np.float32(reward)
+        if np.ndim(reward) != 0 or not np.isfinite(r):
+            raise SchemaError(f"reward must be a finite scalar, got {reward!r}")
+        extra_rows = self._check_rows("extra", extras or {}, ep.extras, self._extra_spec, t)
+        ep.actions.append(a)
+        ep.rewards.append(r)
+        ep.terminals.append(bool(terminal))
+        ep.timeouts.append(bool(timeout))
+        for k, v in extra_rows.items():
+            ep.extras.setdefault(k, []).append(v)
+        return t
+
+    def end_episode(self, success: bool | None = None) -> dict:
+        """Commit the episode. Needs observations == transitions + 1 >= 2, else EpisodeStateError (episode stays open).
+
+        The last transition always ends the episode: if the caller flagged neither terminal nor
+        timeout on it, it is stored as a timeout (truncation by the recorder, not a real terminal).
+        """
+        ep = self._require_episode()
+        T = len(ep.actions)
+        if T == 0 or ep.n_obs != T + 1:
+            raise EpisodeStateError(f"episode has {ep.n_obs} observations and {T} transitions; "
+                                    f"need observations == transitions + 1 with at least one transition")
+        self._drain()
+        self._raise_sink_error()
+        truncated = not (ep.terminals[-1] or ep.timeouts[-1])
+        if truncated:
+            ep.timeouts[-1] = True
+        try:
+            summary = self._write_episode(ep, success, truncated)
+            self._commit()
+        except BaseException:
+            self._abort()
+            self._ep = None
+            raise
+        self._ep = None
+        self._n_episodes = ep.index + 1
+        self.stats.episodes_committed += 1
+        return summary
+
+    def discard_episode(self) -> None:
+        """Drop the episode in flight: its frames are rolled back out of the file."""
+        self._require_episode()
+        self._drain(ignore_errors=True)
+        self._abort()
+        self._ep = None
+        self._error = None
+        self.stats.episodes_discarded += 1
+
+    def close(self) -> None:
+        """Discard an unfinished episode, validate, and mark the file complete (or failed)."""
+        if self._closed:
+            return
+        try:
+            if self._ep is not None:
+                log.warning("%s: closing with an episode in flight; discarding it", self.path)
+                self.discard_episode()
+            self._pool.shutdown(wait=True)
+            self._set_status("closing")
+            from .validate import validate_file
+
+            problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
+            self._set_status("failed" if problems else "complete")
+            if problems:
+                raise FileStateError(f"{self.path} failed validation on close: " + "; ".join(problems[:5]))
+        finally:
+            self._closed = True
+            self._release_lock()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---------------------------------------------------------------- internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EpisodeStateError("writer is closed")
+
+    def _require_episode(self) -> _Episode:
+        self._check_open()
+        if self._ep is None:
+            raise EpisodeStateError("no episode is recording; call start_episode() first")
+        return self._ep
+
+    def _spec(self, group: str) -> dict | None:
+        """{name: (dtype, row_shape)} fixed by earlier episodes, or None if no episode defined it yet."""
+        if self._h5.attrs["total_episodes"] == 0:
+            return None
+        g = self._h5.get(group)
+        return {k: (g[k].dtype, g[k].shape[1:]) for k in g} if g is not None else {}
+
+    def _check_rows(self, what: str, rows: Mapping[str, np.ndarray], seen: dict, file_spec: dict | None, n: int) -> dict:
+        out = {}
+        for k, v in rows.items():
+            v = np.array(v)
+            if not (np.issubdtype(v.dtype, np.number) or v.dtype == np.bool_):
+                raise SchemaError(f"{what} {k!r} must be numeric, got {v.dtype}")
+            if np.issubdtype(v.dtype, np.floating) and not np.all(np.isfinite(v)):
+                raise SchemaError(f"{what} {k!r} contains non-finite values")
+            out[k] = v
+        if file_spec is not None:
+            spec = file_spec
+        elif n > 0:
+            spec = {k: (vals[0].dtype, vals[0].shape) for k, vals in seen.items()}
+        else:
+            spec = None
+        if spec is not None:
+            if set(out) != set(spec):
+                raise SchemaError(f"{what} keys {sorted(out)} differ from {sorted(spec)} used before")
+            for k, v in out.items():
+                dt, shape = spec[k]
+                if v.shape != tuple(shape):
+                    raise SchemaError(f"{what} {k!r} has shape {v.shape}, expected {tuple(shape)}")
+                if not np.can_cast(v.dtype, dt, casting="same_kind"):
+                    raise SchemaError(f"{what} {k!r} has dtype {v.dtype}, expected {dt}")
+                out[k] = v.astype(dt)
+        return out
+
+    def _raise_sink_error(self) -> None:
+        if self._error is not None:
+            raise RgbdError(f"encoding/writing failed; discard the episode: {self._error!r}") from self._error
+
+    def _drain(self, ignore_errors: bool = False) -> None:
+        if self._sink is not None:
+            self._pending.put(None)
+            self._sink.join()
+            self._sink = None
+        if not ignore_errors:
+            self._raise_sink_error()
+
+    def _sink_loop(self) -> None:
+        """Append encoded frames in submission order, in small batches."""
+        f = self._h5
+        rgb_ds, depth_ds = f[schema.RGB], f[schema.DEPTH]
+        base = self._ep.obs_offset
+        batch: list = []
+        stop = False
+        while not stop:
+            item = self._pending.get()
+            if item is None:
+                stop = True
+            else:
+                try:
+                    if self._error is None:
+                        batch.append(item.result())
+                except BaseException as e:  # surfaced to the caller by _raise_sink_error
+                    self._error = e
+                    batch = []
+                if self._error is not None:
+                    self.stats.frames_written += 1
+                    self._slots.release()
+                    continue
+            if batch and (stop or len(batch) >= _SINK_BATCH or self._pending.empty()):
+                try:
+                    n0 = base + self._obs_written
+                    k = len(batch)
+                    for ds, col in ((rgb_ds, 0), (depth_ds, 1)):
+                        arr = np.empty(k, dtype=object)
+                        arr[:] = [np.frombuffer(b[col], dtype=np.uint8) for b in batch]
+                        ds.resize((n0 + k,))
+                        ds[n0:n0 + k] = arr
+                    self.stats.encode_s += sum(b[2] for b in batch)
+                    self._obs_written += k
+                except BaseException as e:
+                    self._error = e
+                for _ in batch:
+                    self.stats.frames_written += 1
+                    self._slots.release()
+                batch = []
+
+    def _write_episode(self, ep: _Episode, success, truncated: bool) -> dict:
+        f = self._h5
+        T = len(ep.actions)
+        n_obs = ep.n_obs
+        o0, t0, e = ep.obs_offset, ep.tr_offset, ep.index
+        if self._obs_written != n_obs or f[schema.RGB].shape[0] != o0 + n_obs:
+            raise RgbdError(f"sink wrote {self._obs_written} frames, expected {n_obs}")
+
+        def append(group_path, name, rows, dtype=None):
+            rows = np.asarray(rows) if dtype is None else np.asarray(rows, dtype=dtype)
+            g = f.require_group(group_path)
+            if name not in g:
+                self._create_numeric(g, name, rows.shape[1:], rows.dtype)
+            ds = g[name]
+            n = ds.shape[0]
+            ds.resize((n + len(rows), *ds.shape[1:]))
+            ds[n:] = rows
+
+        for k, vals in ep.states.items():
+            append(schema.STATE, k, np.stack(vals))
+        append(schema.TRANSITIONS, "actions", np.stack(ep.actions), np.float32)
+        append(schema.TRANSITIONS, "rewards", ep.rewards, np.float32)
+        terminals = np.asarray(ep.terminals, dtype=bool)
+        timeouts = np.asarray(ep.timeouts, dtype=bool)
+        append(schema.TRANSITIONS, "dones", terminals | timeouts)
+        append(schema.TRANSITIONS, "terminals", terminals)
+        append(schema.TRANSITIONS, "timeouts", timeouts)
+        for k, vals in ep.extras.items():
+            append(schema.EXTRA, k, np.stack(vals))
+        j = np.arange(T, dtype=np.int64)
+        append("index", "obs_index", o0 + j)
+        append("index", "next_obs_index", o0 + j + 1)
+        append("index", "episode_id", np.full(T, e, dtype=np.int64))
+        append("index", "episode_transition_index", j)
+        append("index", "episode_lengths", np.array([T], dtype=np.int64))
+        append("index", "obs_offsets", np.array([o0], dtype=np.int64))
+        append("index", "transition_offsets", np.array([t0], dtype=np.int64))
+        demo = f.require_group("episodes").create_group(f"demo_{e}")
+        da = {"num_samples": T, "num_observations": n_obs, "obs_offset": o0, "transition_offset": t0,
+              "start_time_ns": ep.start_ns, "end_time_ns": time.time_ns(), "truncated": truncated}
+        if success is not None:
+            da["success"] = bool(success)
+        if ep.seed is not None:
+            da["seed"] = int(ep.seed)
+        for k, v in ep.meta.items():
+            if k not in da:
+                da[k] = _as_attr(v)
+        demo.attrs.update(da)
+        a = f.attrs
+        if e == 0:
+            a["camera_width"], a["camera_height"], a["camera_channels"] = self.cfg.width, self.cfg.height, 3
+        a["total_episodes"] = e + 1
+        a["total_transitions"] = t0 + T
+        a["total_observations"] = o0 + n_obs
+        f["data"].attrs["total"] = t0 + T
+        return {"episode_index": e, "num_samples": T, "num_observations": n_obs, "obs_offset": o0,
+                "transition_offset": t0, "success": success, "truncated": truncated,
+                "backpressure_waits": self.stats.backpressure_waits}
