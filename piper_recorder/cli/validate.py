@@ -20,7 +20,11 @@ def _validate_hdf5(path: Path, full: bool) -> list[str] | None:
         print(f"piper-validate: cannot check {path}: RGB-D HDF5 validation needs rgbd_writer.validate "
               f"({e})", file=sys.stderr)
         return None
-    return [p if p.startswith(str(path)) else f"{path}: {p}" for p in validate_file(str(path), full=full)]
+    try:
+        problems = validate_file(str(path), full=full)
+    except Exception as e:  # noqa: BLE001 - a file the validator cannot even open is a problem to report
+        return [f"{path}: cannot validate: {type(e).__name__}: {e}"]
+    return [p if p.startswith(str(path)) else f"{path}: {p}" for p in problems]
 
 
 def main(argv: list[str] | None = None) -> int:
