@@ -115,7 +115,7 @@ def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
     with ProcGroup(ros_domain.env(), tmp_path) as procs:
         cam_proc = procs.start("piper-sim-camera", "--ros-args", "-r", "__node:=cam_t",
                                "-p", "width:=320", "-p", "height:=240", "-p", "fps:=30.0",
-                               "-p", "drop_every_n:=4")
+                               "-p", "pose_wait_ms:=1000.0")
         ctx = rclpy.Context()
         rclpy.init(context=ctx)
         node = rclpy.create_node("probe", context=ctx)
@@ -164,10 +164,9 @@ def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
         assert list(info.k) == pytest.approx(k.k_matrix())
         cam = PinholeCamera.looking_at(k, *FRONT)
         gaps = np.diff([stamp_to_ns(m.header.stamp) for m in color]) / 1e9
-        # a steady 1/fps grid with every 4th frame dropped: gaps are whole periods, mostly 1 and 2
+        # stamps lie on a steady 1/fps grid: gaps are whole periods (several when a loaded machine stalls)
         periods = gaps * 30
-        assert np.all(periods > 0.5) and np.mean(np.abs(periods - np.round(periods)) < 0.25) > 0.8, gaps
-        assert np.sum(np.round(periods) == 2) >= len(periods) // 5, gaps
+        assert np.all(np.abs(periods - np.round(periods)) < 0.05) and np.all(periods > 0.5), gaps
         errors, shifted = [], []
         paired = [m for m in color if stamp_to_ns(m.header.stamp) in depth_by_stamp]  # same capture, same stamp
         assert len(paired) >= len(color) - 3  # the last depth images may still be in flight

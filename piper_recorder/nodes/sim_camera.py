@@ -8,10 +8,11 @@ Each sim camera is *static*, placed by ``position``/``look_at`` in the arm base 
 "wrist" camera is a second static viewpoint, not mounted on the flange. The arm's EEF from
 ``/arm/eef_pose`` is drawn as a red disc whose depth is its optical-axis distance.
 
-Timing: frames come from a dedicated thread on a steady ``1/fps`` schedule (not a ROS timer in
-the shared executor). The stamp is the capture time ``now - render_latency_ms``, and the EEF is
+Timing: frames come from a dedicated thread on a steady ``1/fps`` grid of capture slots (not a ROS
+timer in the shared executor). The stamp is the slot's time minus ``render_latency_ms``, and the EEF is
 interpolated from a short pose history to exactly that time, so the drawn marker is the EEF *at
-the frame stamp* (the latency lets poses published just after the capture time arrive first).
+the frame stamp* (the latency lets poses published just after the capture time arrive first; if
+the newest pose is still older than the capture time, the thread waits up to ``pose_wait_ms`` more).
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class SimCameraConfig:
     table_z: float = 0.0
     marker_radius_m: float = 0.02
     render_latency_ms: float = 20.0
+    pose_wait_ms: float = 100.0  # extra wait for a pose newer than the capture time (a busy machine)
     eef_topic: str = "/arm/eef_pose"
     pause_at_s: float = -1.0
     pause_s: float = 0.0
@@ -63,8 +65,8 @@ class SimCameraConfig:
             raise ValueError(f"fps must be in [0.5, 240], got {self.fps}")
         if len(self.position) != 3 or len(self.look_at) != 3:
             raise ValueError("position and look_at must be [x, y, z] in metres")
-        if self.render_latency_ms < 0:
-            raise ValueError("render_latency_ms must be >= 0")
+        if self.render_latency_ms < 0 or self.pose_wait_ms < 0:
+            raise ValueError("render_latency_ms and pose_wait_ms must be >= 0")
         Intrinsics.from_list(self.width, self.height, self.intrinsics)
         FaultPlan(self.pause_at_s, self.pause_s, self.drop_every_n, self.jitter_ms)
 
@@ -83,6 +85,8 @@ class SimCamera(Node):
         self.faults = self._fault_plan(self.cfg, self._start)
         self.published = 0
         self.skipped = 0
+        self.late_skipped = 0
+        self.stale_poses = 0
         qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
         self.pub_color = self.create_publisher(Image, "~/color/image_raw", qos)
         self.pub_depth = self.create_publisher(Image, "~/aligned_depth_to_color/image_raw", qos)
@@ -151,38 +155,56 @@ class SimCamera(Node):
         return msg
 
     def _capture_loop(self) -> None:
+        """Capture slots lie on a steady monotonic grid; a late wake-up still stamps and renders its
+        slot (from the pose history), and slots missed entirely are skipped like a camera would."""
         period = 1.0 / self.cfg.fps
         latency_ns = int(self.cfg.render_latency_ms * 1e6)
         w = self.camera.intrinsics.width
-        next_t = time.monotonic()
+        slot = time.monotonic()
         index = 0
         while not self._stop.is_set():
-            delay = next_t - time.monotonic()
+            faults = self.faults
+            capture = slot + faults.jitter_s()
+            delay = capture - time.monotonic()
             if delay > 0 and self._stop.wait(delay):
                 break
-            faults = self.faults
-            jitter = faults.jitter_s()
-            if jitter > 0 and self._stop.wait(jitter):
-                break
-            now_mono = time.monotonic()
             try:
-                if faults.paused(now_mono) or faults.dropped(index):
+                if faults.paused(capture) or faults.dropped(index):
                     self.skipped += 1
                 else:
-                    self._publish_frame(now_ns(self) - latency_ns, w)
+                    # ROS time of the capture: the wall clock now, minus how late this thread is
+                    late_ns = int((time.monotonic() - capture) * 1e9)
+                    self._publish_frame(now_ns(self) - late_ns - latency_ns, w)
                     self.published += 1
             except Exception as exc:  # context shut down under us during exit
                 if self._stop.is_set():
                     break
                 self.get_logger().error(f"frame {index} failed: {exc!r}")
             index += 1
-            next_t += period
-            behind = time.monotonic() - next_t
-            if behind > 0:  # late (machine stalled): skip to the next slot of the grid, never burst
-                next_t += (int(behind / period) + 1) * period
+            slot += period
+            behind = time.monotonic() - slot
+            if behind > period:  # stalled past whole slots: skip them, never burst
+                missed = int(behind / period)
+                slot += missed * period
+                index += missed
+                self.late_skipped += missed
+
+    def _pose_at(self, capture_ns: int) -> np.ndarray | None:
+        """The EEF at the capture time, waiting briefly until the history brackets it (then it is
+        interpolated, not held); with no pose stream at all the marker is simply absent."""
+        deadline = time.monotonic() + self.cfg.pose_wait_ms / 1000.0
+        while True:
+            latest = self.history.latest_stamp()
+            if latest is None or latest >= capture_ns:
+                return self.history.at(capture_ns)
+            if time.monotonic() >= deadline:
+                self.stale_poses += 1  # rendered with the newest (older) pose: reported at exit
+                return self.history.at(capture_ns)
+            if self._stop.wait(0.002):
+                return self.history.at(capture_ns)
 
     def _publish_frame(self, capture_ns: int, width: int) -> None:
-        rgb, depth = self.renderer.render(self.history.at(capture_ns))
+        rgb, depth = self.renderer.render(self._pose_at(capture_ns))
         stamp = ns_to_stamp(capture_ns)
         color_msg = self._image(stamp, "rgb8", rgb, 3 * width)
         depth_msg = self._image(stamp, "16UC1", depth, 2 * width)
@@ -195,7 +217,8 @@ class SimCamera(Node):
     def on_shutdown(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2.0)
-        self.get_logger().info(f"published {self.published} frames, skipped {self.skipped} (faults)")
+        self.get_logger().info(f"published {self.published} frames, skipped {self.skipped} (faults) "
+                               f"and {self.late_skipped} (stalls); {self.stale_poses} rendered with a stale pose")
 
 
 def main(args=None) -> None:
