@@ -1,0 +1,186 @@
+"""Streaming mp4 encoding: one encoder thread per camera fed through a bounded queue.
+
+Frames are encoded while the episode runs (no intermediate image files), so saving only flushes the
+encoder's few look-ahead frames. PyAV releases the GIL inside libx264 and swscale, so the encoder
+threads run in parallel with the recorder's callbacks.
+
+Timing: the mp4 time base is 1/1000 (``video_track_timescale=1000``) and each frame's PTS is
+``floor(float32(t) * 1000)`` ms, rounded down so that a frame stamped at a row's time satisfies
+``pts <= float32(timestamp)`` — the rule torchcodec/torchvision use ("last frame at or before t").
+Every packet carries a duration of one nominal frame period, so the last frame has a proper duration
+and torchcodec accepts a query at the last row. ``bf=0`` (no B-frames) by default for the same reason.
+
+Keyframe interval (``gop``), measured with ``bench/video_gop.py`` on 640x480 moving textured content
+with sensor noise (see its docstring for the table): random access (seek + decode to a random frame)
+costs about half a GOP of decoding on average, while the file shrinks only modestly beyond a GOP of
+~1 s. Default ``gop=15`` (0.5 s at 30 fps): random-frame fetch stays within a few ms for training
+loaders that seek per sample, at a modest size cost versus gop=30..250. Raise it for archival,
+lower it (LeRobot itself uses 2) for the fastest random access.
+
+Back-pressure: ``add`` blocks at most ``VideoConfig.max_block_s`` for queue space, then drops the frame
+and counts it (``queue_full``); ``max_block_s=None`` blocks until space frees (used by benchmarks).
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from .errors import DatasetError, SchemaError
+
+log = logging.getLogger(__name__)
+TIME_BASE = Fraction(1, 1000)
+
+
+@dataclass
+class VideoConfig:
+    """Encoder settings (PyAV / FFmpeg names)."""
+
+    codec: str = "libx264"
+    pix_fmt: str = "yuv420p"
+    crf: int = 23
+    preset: str = "veryfast"
+    gop: int = 15
+    bf: int = 0
+    threads: int = 0  # 0 = codec default
+    queue_size: int = 32  # frames buffered per camera before back-pressure
+    max_block_s: float | None = 0.2
+
+    def validate(self) -> None:
+        if self.gop < 1 or self.bf < 0 or self.queue_size < 1 or not 0 <= self.crf <= 51:
+            raise ValueError(f"invalid VideoConfig: {self}")
+        if self.max_block_s is not None and self.max_block_s < 0:
+            raise ValueError("VideoConfig.max_block_s must be >= 0 or None")
+
+
+def pts_ms(t: float) -> int:
+    """PTS in whole ms, rounded down from the float32 time so ``pts <= float32(t)`` holds exactly."""
+    return int(np.floor(float(np.float32(t)) * 1000.0))
+
+
+class VideoEncoder:
+    """Encodes one camera's frames of one episode into ``path`` on a background thread."""
+
+    def __init__(self, path: Path, name: str, height: int, width: int, fps: int, cfg: VideoConfig):
+        self.path, self.name, self.height, self.width = path, name, height, width
+        self.cfg = cfg
+        self.frames = 0  # encoded (written) frames
+        self.dropped_pts = 0
+        self.dropped_queue = 0
+        self.last_pts = -1
+        self._period_ms = max(1, round(1000 / fps))
+        self._error: BaseException | None = None
+        self._closing = False
+        self._q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
+        self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": "1000"})
+        try:
+            s = self._out.add_stream(cfg.codec, rate=fps)
+            s.width, s.height, s.pix_fmt = width, height, cfg.pix_fmt
+            s.time_base = TIME_BASE
+            cc = s.codec_context
+            cc.time_base = TIME_BASE
+            cc.gop_size = cfg.gop
+            cc.max_b_frames = cfg.bf
+            if cfg.threads:
+                cc.thread_count = cfg.threads
+            opts = {"bf": str(cfg.bf), "g": str(cfg.gop)}
+            if cfg.codec in ("libx264", "libx265"):
+                opts.update(crf=str(cfg.crf), preset=cfg.preset)
+            s.options = opts
+            self._stream = s
+        except BaseException:
+            self._out.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"encode-{name}", daemon=True)
+        self._thread.start()
+
+    def add(self, rgb: np.ndarray, t: float) -> bool:
+        """Queue one RGB frame at ``t`` s; False if dropped (non-increasing PTS or queue full)."""
+        if self._error is not None:
+            raise DatasetError(f"video encoder for {self.name} failed: {self._error!r}") from self._error
+        if (not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8
+                or rgb.shape != (self.height, self.width, 3)):
+            got = (getattr(rgb, "shape", None), getattr(rgb, "dtype", type(rgb)))
+            raise SchemaError(f"observation.images.{self.name}: expected uint8 "
+                              f"({self.height}, {self.width}, 3), got shape/dtype {got}")
+        pts = pts_ms(t)
+        if self._closing or pts <= self.last_pts:
+            self.dropped_pts += 1
+            return False
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")  # copies: caller may reuse rgb
+        frame.pts = pts
+        frame.time_base = TIME_BASE
+        try:
+            self._q.put(frame, timeout=self.cfg.max_block_s)
+        except queue.Full:
+            self.dropped_queue += 1
+            return False
+        self.last_pts = pts
+        return True
+
+    def _run(self) -> None:
+        try:
+            while True:
+                frame = self._q.get()
+                if frame is None:
+                    break
+                self._mux(self._stream.encode(frame))
+            self._mux(self._stream.encode(None))
+            self._out.close()
+        except BaseException as e:  # surfaced to the caller by add()/finish()
+            self._error = e
+            log.error("encoder %s failed: %r", self.name, e)
+            self._drain()
+
+    def _mux(self, packets) -> None:
+        for p in packets:
+            if not p.duration:
+                p.duration = self._period_ms
+            self._out.mux(p)
+            self.frames += 1
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self._q.get_nowait()
+        except queue.Empty:
+            pass
+
+    def request_finish(self) -> None:
+        """Stop accepting frames and let the thread flush; lets several cameras flush in parallel."""
+        if not self._closing:
+            self._closing = True
+            self._put_sentinel()
+
+    def finish(self) -> int:
+        """Flush and close the file; returns the encoded frame count. Raises if encoding failed."""
+        self.request_finish()
+        self._thread.join()
+        if self._error is not None:
+            raise DatasetError(f"video encoder for {self.name} failed: {self._error!r}") from self._error
+        return self.frames
+
+    def abort(self) -> None:
+        """Stop without caring about the output (the caller deletes the file)."""
+        self._drain()
+        self.request_finish()
+        self._thread.join()
+        try:
+            self._out.close()
+        except Exception:  # already closed or broken: nothing to keep
+            pass
+
+    def _put_sentinel(self) -> None:
+        while True:
+            try:
+                self._q.put(None, timeout=0.5)
+                return
+            except queue.Full:
+                if not self._thread.is_alive():
+                    return

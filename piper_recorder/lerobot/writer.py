@@ -1,0 +1,616 @@
+"""Streaming, crash-safe LeRobot v2.0 dataset writer (no ROS imports).
+
+Usage (see CONTRACTS.md)::
+
+    w = LeRobotWriter(root, WriterConfig(cameras={"cam_front": CameraSpec()}))  # create or resume
+    w.begin_session(record)                      # provenance; warns/refuses on binding changes
+    w.start_episode("pick the cube")
+    w.add_row(t, {"observation.arm_joint": q, ...})   # every configured feature, every row
+    w.add_frame("cam_front", rgb, t)             # encoded on a background thread
+    w.save_episode({"late_rows": 0})             # or discard_episode()
+    w.close()
+
+Life of an episode: everything in flight lives in ``<root>/.staging/episode_XXXXXX/`` (mp4s being
+encoded, raw headset lines). ``save_episode`` flushes the encoders, writes the parquet and the
+stats sketch there, prepares all new metadata as fsynced ``*.tmp`` files, moves the payload into
+``data/``, ``videos/``, ``extras/``, then renames tasks/stats/info and finally ``episodes.jsonl``
+(the commit point) into place. Any failure before the commit moves everything back and leaves the
+dataset exactly as it was (the episode stays pending: retry ``save_episode`` or discard). A crash at
+any instant is repaired by the next open (see ``repair.py``).
+
+Thread safety: ``add_row``, ``add_frame`` and ``add_raw_quest`` may be called from different
+threads; ``add_frame`` does not hold the writer lock while waiting for encoder queue space.
+Empty episodes (no rows) are discarded by ``save_episode`` (it returns None): they leave nothing.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from piper_recorder import __version__
+
+from . import fsutil, meta, provenance, repair, stats
+from .errors import DatasetError, EpisodeStateError, SchemaError
+from .features import BOOKKEEPING, FeatureSpec, combined_specs, piper_features
+from .video import VideoConfig, VideoEncoder
+
+log = logging.getLogger(__name__)
+ROTATION_TYPES = ("quat_wxyz", "quaternion")
+
+
+@dataclass
+class CameraSpec:
+    height: int = 480
+    width: int = 640
+
+
+@dataclass
+class WriterConfig:
+    """Dataset layout and encoding. A resumed root must use the same fps, features and cameras."""
+
+    fps: int = 30
+    robot_type: str = "agilex_piper"
+    cameras: dict[str, CameraSpec] = field(default_factory=dict)
+    features: tuple[FeatureSpec, ...] = field(default_factory=piper_features)
+    video: VideoConfig = field(default_factory=VideoConfig)
+    chunks_size: int = 1000
+    save_raw_quest: bool = True
+    rotation_type: str = "quat_wxyz"  # "quaternion" (w-first) is the name GR00T N1.5 accepts
+    combined_columns: bool = True  # observation.state / action for LeRobot policies
+    on_binding_change: str = "warn"  # or "refuse"
+
+    def validate(self) -> None:
+        if self.fps <= 0 or self.chunks_size <= 0:
+            raise ValueError("WriterConfig: fps and chunks_size must be positive")
+        if self.rotation_type not in ROTATION_TYPES:
+            raise ValueError(f"WriterConfig.rotation_type must be one of {ROTATION_TYPES}")
+        if self.on_binding_change not in ("warn", "refuse"):
+            raise ValueError('WriterConfig.on_binding_change must be "warn" or "refuse"')
+        keys = [f.key for f in self.features]
+        if not keys or len(set(keys)) != len(keys):
+            raise ValueError("WriterConfig.features: need at least one feature, unique keys")
+        for f in self.features:
+            f.validate()
+        for cam, spec in self.cameras.items():
+            if not cam or "/" in cam or spec.height <= 0 or spec.width <= 0:
+                raise ValueError(f"WriterConfig.cameras: bad camera {cam!r} {spec}")
+        self.video.validate()
+
+
+class _Episode:
+    """State of the episode in flight."""
+
+    def __init__(self, index: int, task: str, task_index: int, staging: Path, width: int):
+        self.index, self.task, self.task_index, self.staging = index, task, task_index, staging
+        self.rows = np.empty((256, width), np.float32)
+        self.times: list[float] = []
+        self.encoders: dict[str, VideoEncoder] = {}
+        self.quest = None
+        self.quest_lines = 0
+        self.frame_counts: dict[str, int] | None = None  # set once the encoders are flushed
+
+    @property
+    def n(self) -> int:
+        return len(self.times)
+
+    def append(self, row: np.ndarray, t: float) -> None:
+        if self.n == len(self.rows):
+            self.rows = np.concatenate([self.rows, np.empty_like(self.rows)])
+        self.rows[self.n] = row
+        self.times.append(t)
+
+
+class LeRobotWriter:
+    """Writes episodes into a LeRobot v2.0 root; see the module docstring."""
+
+    def __init__(self, root: str | os.PathLike, cfg: WriterConfig | None = None):
+        self.cfg = cfg = cfg or WriterConfig()
+        cfg.validate()
+        self.root = Path(root)
+        (self.root / "meta").mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise DatasetError(f"{self.root} is open in another writer") from None
+        try:
+            self._open()
+        except BaseException:
+            self._release()
+            raise
+
+    # ---- public API -------------------------------------------------------------------------
+    @property
+    def recording(self) -> bool:
+        return self._ep is not None
+
+    @property
+    def total_episodes(self) -> int:
+        return len(self._episodes)
+
+    @property
+    def total_frames(self) -> int:
+        return self._next_index
+
+    def begin_session(self, record: dict) -> list[tuple[str, Any, Any]]:
+        """Record a collection session; returns binding-key changes as (key, old, new).
+
+        Warns on stderr and via logging when binding keys changed since the previous session, or
+        raises ``BindingChangeError`` (appending nothing) when ``on_binding_change="refuse"``.
+        """
+        with self._lock:
+            if self._ep is not None:
+                raise EpisodeStateError("begin_session while an episode is being recorded")
+            _, changes = provenance.begin_session(
+                self.root, record, __version__, self.cfg.on_binding_change == "refuse")
+            return changes
+
+    def start_episode(self, task: str) -> int:
+        """Start recording an episode of ``task``; returns its episode_index."""
+        if not isinstance(task, str) or not task.strip():
+            raise SchemaError("task: must be a non-empty string")
+        with self._lock:
+            if self._ep is not None:
+                raise EpisodeStateError(f"episode {self._ep.index} is still being recorded")
+            idx = len(self._episodes)
+            task_index = self._task_index.get(task, len(self._task_index))
+            staging = self.root / repair.STAGING / f"episode_{idx:06d}"
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir(parents=True)
+            ep = _Episode(idx, task, task_index, staging, self._width)
+            try:
+                for cam, spec in self.cfg.cameras.items():
+                    ep.encoders[cam] = VideoEncoder(staging / f"{cam}.mp4", cam, spec.height,
+                                                    spec.width, self.cfg.fps, self.cfg.video)
+                if self.cfg.save_raw_quest:
+                    ep.quest = open(staging / "quest.jsonl", "w", encoding="utf-8")
+            except BaseException:
+                self._abort(ep)
+                raise
+            self._ep = ep
+            return idx
+
+    def add_row(self, timestamp: float, values: Mapping[str, np.ndarray]) -> None:
+        """Append one row: ``timestamp`` s since episode start (strictly increasing) + every feature."""
+        row = self._check_row(timestamp, values)
+        with self._lock:
+            ep = self._require_episode("add_row")
+            if ep.frame_counts is not None:
+                raise EpisodeStateError("add_row after save_episode started")
+            if ep.times and not float(np.float32(timestamp)) > ep.times[-1]:
+                raise SchemaError(f"timestamp: {timestamp} is not after the previous row "
+                                  f"({ep.times[-1]}) in float32")
+            ep.append(row, float(np.float32(timestamp)))
+
+    def add_frame(self, camera: str, rgb: np.ndarray, t: float) -> bool:
+        """Queue an RGB uint8 HxWx3 frame taken ``t`` s after episode start; False if dropped.
+
+        Dropped (and counted): PTS ``floor(t*1000)`` not after the previous frame's, or the encoder
+        queue still full after ``VideoConfig.max_block_s``.
+        """
+        with self._lock:
+            ep = self._require_episode("add_frame")
+            enc = ep.encoders.get(camera)
+            if enc is None:
+                raise SchemaError(f"observation.images.{camera}: unknown camera "
+                                  f"(configured: {sorted(self.cfg.cameras)})")
+        if not np.isfinite(t):
+            raise SchemaError(f"observation.images.{camera}: frame time {t} is not finite")
+        return enc.add(rgb, t)
+
+    def add_raw_quest(self, line: str) -> None:
+        """Keep one raw headset line for ``extras/episode_XXXXXX.quest.jsonl`` (if enabled)."""
+        with self._lock:
+            ep = self._require_episode("add_raw_quest")
+            if ep.quest is None:
+                return
+            text = line.strip()
+            if text:
+                ep.quest.write(text.replace("\n", " ") + "\n")
+                ep.quest_lines += 1
+
+    def save_episode(self, counters: Mapping[str, Any] | None = None) -> dict | None:
+        """Finish and commit the episode; returns its episodes.jsonl record (None if it was empty).
+
+        ``counters`` (JSON-serialisable) are merged into the record. On failure raises
+        ``DatasetError`` with the dataset unchanged and the episode still pending.
+        """
+        with self._lock:
+            ep = self._require_episode("save_episode")
+            if ep.n == 0:
+                self._abort(ep)
+                self._ep = None
+                return None
+            if ep.frame_counts is None:
+                ep.frame_counts = self._flush(ep)
+            empty = [c for c, n in ep.frame_counts.items() if n == 0]
+            if empty:
+                raise DatasetError(f"episode {ep.index}: no video frames from {empty}; "
+                                   "discard_episode() it")
+            record = self._record(ep, counters)
+            self._commit_save(ep, record)
+            self._ep = None
+            self._session_saved.append(ep.index)
+            return record
+
+    def discard_episode(self) -> None:
+        """Drop the episode in flight; it leaves nothing behind."""
+        with self._lock:
+            ep = self._require_episode("discard_episode")
+            self._abort(ep)
+            self._ep = None
+
+    def delete_last_episode(self) -> dict:
+        """Delete the last episode saved in this session; returns its record."""
+        with self._lock:
+            if self._ep is not None:
+                raise EpisodeStateError("delete_last_episode while an episode is being recorded")
+            if not self._session_saved or self._session_saved[-1] != len(self._episodes) - 1:
+                raise EpisodeStateError("no episode saved in this session to delete")
+            record = self._commit_delete()
+            self._session_saved.pop()
+            return record
+
+    def close(self) -> None:
+        """Discard any episode in flight and release the root."""
+        with self._lock:
+            if self._lock_fd is None:
+                return
+            if self._ep is not None:
+                log.warning("close(): discarding unsaved episode %d", self._ep.index)
+                self._abort(self._ep)
+                self._ep = None
+            staging = self.root / repair.STAGING
+            if staging.exists() and not any(staging.iterdir()):
+                staging.rmdir()
+            self._release()
+
+    def __enter__(self) -> "LeRobotWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- opening ------------------------------------------------------------------------------
+    def _open(self) -> None:
+        cfg = self.cfg
+        self._lock = threading.RLock()
+        self._ep: _Episode | None = None
+        self._session_saved: list[int] = []
+        self._features = list(cfg.features)
+        self._width = sum(f.dim for f in self._features)
+        # stats layout: one sketch row per scalar of every split feature + bookkeeping column
+        self._layout = [(f.key, f.dim) for f in self._features] + [(k, 1) for k in BOOKKEEPING]
+        self._combined = combined_specs(cfg.features) if cfg.combined_columns else {}
+        info_path = self.root / "meta" / "info.json"
+        if info_path.exists():
+            self._check_compatible(json.loads(info_path.read_text()))
+        self._episodes, tasks, self.repairs = repair.repair(self.root, list(cfg.cameras),
+                                                            cfg.chunks_size)
+        self._tasks = tasks
+        self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
+        self._next_index = sum(int(e["length"]) for e in self._episodes)
+        self._sketches = [self._load_sketch(e) for e in self._episodes]
+        self._write_derived_if_changed()
+
+    def _check_compatible(self, info: dict) -> None:
+        want = meta.features_json(self.cfg)
+        if info.get("fps") != self.cfg.fps or info.get("features") != want:
+            have = info.get("features", {})
+            diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+            raise DatasetError(f"{self.root} was recorded with a different configuration "
+                               f"(fps {info.get('fps')} vs {self.cfg.fps}; features differing: "
+                               f"{diff}); use a fresh root")
+        if info.get("chunks_size") != self.cfg.chunks_size:
+            raise DatasetError(f"{self.root}: chunks_size {info.get('chunks_size')} "
+                               f"!= configured {self.cfg.chunks_size}")
+
+    def _load_sketch(self, e: dict) -> np.ndarray:
+        """The episode's stats sketch from the cache, rebuilt from parquet when missing or stale."""
+        i = int(e["episode_index"])
+        path = self.root / repair.cache_relpath(i)
+        rows = len(stats.LEVELS) + stats.HEAD
+        try:
+            sk = np.load(path)
+            if sk.shape == (self._width + len(BOOKKEEPING), rows) and np.all(sk[:, 0] == e["length"]):
+                return sk
+        except (OSError, ValueError):
+            pass
+        table = pq.read_table(self.root / meta.data_relpath(i, self.cfg.chunks_size))
+        sk = stats.sketch(self._table_matrix(table))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.atomic_write(path, _npy_bytes(sk))
+        return sk
+
+    def _table_matrix(self, table: pa.Table) -> np.ndarray:
+        cols = []
+        for key, width in self._layout:
+            col = table.column(key).combine_chunks()
+            if isinstance(col.type, pa.FixedSizeListType):
+                cols.append(col.flatten().to_numpy().reshape(-1, width).astype(np.float64))
+            else:
+                cols.append(col.to_numpy().astype(np.float64).reshape(-1, 1))
+        return np.concatenate(cols, axis=1)
+
+    # ---- rows ---------------------------------------------------------------------------------
+    def _check_row(self, timestamp: float, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        try:
+            ts = float(timestamp)
+        except (TypeError, ValueError):
+            raise SchemaError(f"timestamp: not a number ({timestamp!r})") from None
+        if not np.isfinite(np.float32(ts)) or ts < 0:
+            raise SchemaError(f"timestamp: must be finite and >= 0, got {timestamp!r}")
+        unknown = set(values) - {f.key for f in self._features}
+        if unknown:
+            raise SchemaError(f"{sorted(unknown)[0]}: not a configured feature")
+        row = np.empty(self._width, np.float32)
+        pos = 0
+        for f in self._features:
+            if f.key not in values:
+                raise SchemaError(f"{f.key}: missing from the row")
+            v = np.asarray(values[f.key])
+            if v.dtype.kind not in "fiu":
+                raise SchemaError(f"{f.key}: dtype {v.dtype} is not a real number type")
+            if v.shape != (f.dim,):
+                raise SchemaError(f"{f.key}: shape {v.shape}, expected ({f.dim},)")
+            with np.errstate(over="ignore", invalid="ignore"):
+                v32 = v.astype(np.float32)
+            if not np.all(np.isfinite(v32)):
+                raise SchemaError(f"{f.key}: non-finite value {v.tolist()} (in float32)")
+            row[pos:pos + f.dim] = v32
+            pos += f.dim
+        return row
+
+    def _require_episode(self, what: str) -> _Episode:
+        if self._ep is None:
+            raise EpisodeStateError(f"{what}: no episode started")
+        return self._ep
+
+    # ---- saving -------------------------------------------------------------------------------
+    def _flush(self, ep: _Episode) -> dict[str, int]:
+        """Flush all encoders in parallel and close the raw-line file."""
+        for enc in ep.encoders.values():
+            enc.request_finish()
+        counts = {cam: enc.finish() for cam, enc in ep.encoders.items()}
+        if ep.quest is not None:
+            ep.quest.flush()
+            os.fsync(ep.quest.fileno())
+            ep.quest.close()
+            ep.quest = None
+        return counts
+
+    def _record(self, ep: _Episode, counters: Mapping[str, Any] | None) -> dict:
+        rec: dict[str, Any] = {"episode_index": ep.index, "tasks": [ep.task],
+                               "task_index": ep.task_index, "length": ep.n}
+        if self.cfg.cameras:
+            fc = ep.frame_counts or {}
+            rec["video_frame_length"] = min(fc.values())
+            rec["video_frame_lengths"] = dict(fc)
+            rec["video_dropped_frames"] = {
+                c: {"non_increasing_pts": e.dropped_pts, "queue_full": e.dropped_queue}
+                for c, e in ep.encoders.items()}
+        if self.cfg.save_raw_quest:
+            rec["raw_quest_lines"] = ep.quest_lines
+        for k, v in (counters or {}).items():
+            if k in rec:
+                raise DatasetError(f"save_episode: counter {k!r} clashes with a reserved key")
+            rec[k] = v
+        try:
+            json.dumps(rec)
+        except (TypeError, ValueError) as e:
+            raise DatasetError(f"save_episode: counters are not JSON-serialisable: {e}") from None
+        return rec
+
+    def _episode_table(self, ep: _Episode) -> pa.Table:
+        n = ep.n
+        rows = ep.rows[:n]
+        cols: dict[str, np.ndarray] = {}
+        pos = 0
+        for f in self._features:
+            cols[f.key] = rows[:, pos:pos + f.dim]
+            pos += f.dim
+        for key, parts in self._combined.items():
+            cols[key] = np.concatenate([cols[p.key] for p in parts], axis=1)
+        arrays, fields = [], []
+        for key, v in cols.items():
+            if v.shape[1] == 1:
+                arr = pa.array(np.ascontiguousarray(v[:, 0]), pa.float32())
+            else:
+                flat = pa.array(np.ascontiguousarray(v).reshape(-1), pa.float32())
+                arr = pa.FixedSizeListArray.from_arrays(flat, v.shape[1])
+            arrays.append(arr)
+            fields.append(pa.field(key, arr.type, nullable=False))
+        first = self._next_index
+        book = {
+            "timestamp": pa.array(np.asarray(ep.times, np.float32), pa.float32()),
+            "frame_index": pa.array(np.arange(n, dtype=np.int64)),
+            "episode_index": pa.array(np.full(n, ep.index, np.int64)),
+            "index": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            "task_index": pa.array(np.full(n, ep.task_index, np.int64)),
+        }
+        for key, arr in book.items():
+            arrays.append(arr)
+            fields.append(pa.field(key, arr.type, nullable=False))
+        hf = {"info": {"features": {f.name: _hf_feature(f.type) for f in fields}}}
+        schema = pa.schema(fields, metadata={"huggingface": json.dumps(hf)})
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def _payload(self, ep: _Episode) -> list[tuple[Path, Path]]:
+        """(staging file, final path) for every file the episode owns."""
+        cs = self.cfg.chunks_size
+        moves = [(ep.staging / "data.parquet", self.root / meta.data_relpath(ep.index, cs)),
+                 (ep.staging / "stats.npy", self.root / repair.cache_relpath(ep.index))]
+        moves += [(ep.staging / f"{cam}.mp4", self.root / meta.video_relpath(ep.index, cam, cs))
+                  for cam in self.cfg.cameras]
+        if self.cfg.save_raw_quest:
+            moves.append((ep.staging / "quest.jsonl", self.root / meta.extras_relpath(ep.index)))
+        return moves
+
+    def _commit_save(self, ep: _Episode, record: dict) -> None:
+        episodes = self._episodes + [record]
+        tasks = list(self._tasks)
+        if ep.task_index == len(tasks):
+            tasks.append({"task_index": ep.task_index, "task": ep.task})
+        moved: list[tuple[Path, Path]] = []
+        tmps: list[tuple[Path, Path]] = []
+        done: list[tuple[Path, bytes | None]] = []
+        try:
+            table = self._episode_table(ep)
+            write_parquet(table, ep.staging / "data.parquet")
+            sk = stats.sketch(self._table_matrix(table))
+            fsutil.write_tmp(ep.staging / "stats.npy", _npy_bytes(sk)).rename(ep.staging / "stats.npy")
+            contents = self._derived(episodes, tasks, self._sketches + [sk])
+            contents.append(("episodes.jsonl", fsutil.jsonl_bytes(episodes)))
+            for name, data in contents:
+                path = self.root / "meta" / name
+                tmps.append((fsutil.write_tmp(path, data), path))
+            for src, dst in self._payload(ep):
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                fsutil.replace(src, dst)
+                moved.append((src, dst))
+            for d in {dst.parent for _, dst in moved}:
+                fsutil.fsync_dir(d)
+            for tmp, path in tmps:  # episodes.jsonl last: the commit point
+                old = path.read_bytes() if path.exists() else None
+                fsutil.replace(tmp, path)
+                done.append((path, old))
+            fsutil.fsync_dir(self.root / "meta")
+        except BaseException as e:
+            self._rollback(tmps, done, moved)
+            if isinstance(e, OSError):
+                raise DatasetError(f"saving episode {ep.index} failed ({e}); the dataset is "
+                                   "unchanged, retry save_episode() or discard_episode()") from e
+            raise
+        self._episodes, self._tasks = episodes, tasks
+        self._task_index[ep.task] = ep.task_index
+        self._sketches.append(sk)
+        self._next_index += ep.n
+        shutil.rmtree(ep.staging, ignore_errors=True)
+
+    def _rollback(self, tmps, done, moved) -> None:
+        """Undo a failed save/delete as far as the OS lets us; the next open repairs the rest."""
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+        for path, old in reversed(done):
+            try:
+                if old is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    fsutil.atomic_write(path, old)
+            except OSError as e:
+                log.error("rollback of %s failed (%s); the next open repairs it", path, e)
+        for src, dst in reversed(moved):
+            try:
+                os.replace(dst, src)
+            except OSError as e:
+                log.error("rollback of %s failed (%s); the next open repairs it", dst, e)
+
+    def _derived(self, episodes, tasks, sketches) -> list[tuple[str, bytes]]:
+        """New content of the files derived from episodes.jsonl (written before it)."""
+        out = [("tasks.jsonl", fsutil.jsonl_bytes(tasks))]
+        if sketches:
+            merged = stats.merge(np.stack(sketches))
+            combined = {k: tuple(p.key for p in parts) for k, parts in self._combined.items()}
+            out.append(("stats.json", fsutil.json_bytes(stats.to_json(merged, self._layout, combined))))
+        else:
+            out.append(("stats.json", fsutil.json_bytes({})))
+        out.append(("info.json", fsutil.json_bytes(meta.info_json(self.cfg, episodes, len(tasks)))))
+        out.append(("modality.json", fsutil.json_bytes(meta.modality_json(self.cfg))))
+        return out
+
+    def _write_derived_if_changed(self) -> None:
+        files = self._derived(self._episodes, self._tasks, self._sketches)
+        files.append(("episodes.jsonl", fsutil.jsonl_bytes(self._episodes)))
+        for name, data in files:
+            path = self.root / "meta" / name
+            if not path.exists() or path.read_bytes() != data:
+                fsutil.atomic_write(path, data)
+
+    # ---- delete / discard ---------------------------------------------------------------------
+    def _commit_delete(self) -> dict:
+        last = self._episodes[-1]
+        episodes = self._episodes[:-1]
+        tasks = meta.tasks_from_episodes(episodes, self._tasks)
+        sketches = self._sketches[:-1]
+        tmps: list[tuple[Path, Path]] = []
+        done: list[tuple[Path, bytes | None]] = []
+        try:
+            contents = [("episodes.jsonl", fsutil.jsonl_bytes(episodes))]  # commit point first
+            contents += self._derived(episodes, tasks, sketches)
+            for name, data in contents:
+                path = self.root / "meta" / name
+                tmps.append((fsutil.write_tmp(path, data), path))
+            for tmp, path in tmps:
+                old = path.read_bytes() if path.exists() else None
+                fsutil.replace(tmp, path)
+                done.append((path, old))
+            fsutil.fsync_dir(self.root / "meta")
+        except BaseException as e:
+            self._rollback(tmps, done, [])
+            if isinstance(e, OSError):
+                raise DatasetError(f"deleting episode {last['episode_index']} failed ({e}); "
+                                   "the dataset is unchanged") from e
+            raise
+        i = int(last["episode_index"])
+        for path in self._payload_paths(i):
+            path.unlink(missing_ok=True)  # unreferenced now; repair would move leftovers aside
+        self._episodes, self._tasks, self._sketches = episodes, tasks, sketches
+        self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
+        self._next_index -= int(last["length"])
+        return last
+
+    def _payload_paths(self, i: int) -> list[Path]:
+        cs = self.cfg.chunks_size
+        paths = [self.root / meta.data_relpath(i, cs), self.root / repair.cache_relpath(i),
+                 self.root / meta.extras_relpath(i)]
+        paths += [self.root / meta.video_relpath(i, cam, cs) for cam in self.cfg.cameras]
+        return paths
+
+    def _abort(self, ep: _Episode) -> None:
+        for enc in ep.encoders.values():
+            enc.abort()
+        if ep.quest is not None:
+            ep.quest.close()
+            ep.quest = None
+        shutil.rmtree(ep.staging, ignore_errors=True)
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """Write and fsync an episode table (patched by the failure-injection tests)."""
+    pq.write_table(table, path)
+    fsutil.fsync_file(path)
+
+
+def _npy_bytes(a: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def _hf_feature(t: pa.DataType) -> dict:
+    """HF datasets feature description stored in the parquet schema metadata (as LeRobot does)."""
+    def value(v: pa.DataType) -> dict:
+        return {"dtype": {"float": "float32", "double": "float64"}.get(str(v), str(v)), "_type": "Value"}
+    if isinstance(t, pa.FixedSizeListType):
+        return {"feature": value(t.value_type), "length": t.list_size, "_type": "Sequence"}
+    return value(t)
