@@ -83,6 +83,8 @@ class ReplayFrames:
             for line in fh:
                 try:
                     obj = json.loads(line)
+                    if "hello" in obj or "heartbeat" in obj:
+                        raise KeyError("not a frame")
                     mono = float(obj["mono"])
                     dt = float(obj.get("t", mono)) - mono
                 except (ValueError, TypeError, KeyError):

@@ -1,0 +1,153 @@
+"""The simulated headset: deterministic script timeline, frames on the wire match ScriptedHeadset.sample,
+replay of a recorded stream with its relative timing, and the CLI."""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+
+import pytest
+
+from piper_recorder.quest import sim_server
+from piper_recorder.quest.client import ClientConfig, QuestClient
+from piper_recorder.quest.protocol import Frame, Hello, parse_line
+from piper_recorder.quest.scripts import CYCLE_S, LEAD_S, RIGHT_HOME, ScriptedHeadset
+from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
+
+DT = 1.0 / 90.0
+
+
+def timeline(h: ScriptedHeadset, seconds: float):
+    n = int(seconds / DT)
+    return [(i * DT, h.right(i * DT)) for i in range(n)]
+
+
+def edges(samples, attr):
+    """Times at which a boolean attribute rises."""
+    out, prev = [], False
+    for t, r in samples:
+        v = getattr(r, attr)
+        if v and not prev:
+            out.append(round(t - LEAD_S, 2))
+        prev = v
+    return out
+
+
+def test_script_is_a_pure_function_of_time():
+    a, b = ScriptedHeadset("demo", seed=5), ScriptedHeadset("demo", seed=5)
+    for t in (0.0, 1.3, 4.56, 17.0, 123.4):
+        assert a.sample(t) == b.sample(t)
+    assert ScriptedHeadset("demo", seed=6).right(4.56) == a.right(4.56)  # the seed never moves the hands
+
+
+def test_demo_cycle_buttons_clutch_and_motion():
+    h = ScriptedHeadset("demo")
+    samples = timeline(h, LEAD_S + 3 * CYCLE_S)
+    # A at each cycle start and end, except the third cycle, which ends with B (discard)
+    assert edges(samples, "primary") == pytest.approx([0.0, 9.0, 10.0, 19.0, 20.0], abs=0.02)
+    assert edges(samples, "secondary") == pytest.approx([29.0], abs=0.02)
+    engaged = [t - LEAD_S for t, r in samples if r.squeeze > 0.7]
+    assert engaged[0] == pytest.approx(0.5 + 0.3 * 0.5, abs=0.05)  # smooth ramp crosses 0.7 mid-way
+    # the controller only moves while engaged, within +-5 cm of home, smoothly
+    for t, r in samples:
+        d = [p - q for p, q in zip(r.pos, RIGHT_HOME)]
+        assert max(abs(x) for x in d) <= 0.0501
+        if math.dist(r.pos, RIGHT_HOME) > 1e-6:
+            assert r.squeeze > 0.99
+        assert abs(math.sqrt(sum(q * q for q in r.quat)) - 1) < 1e-12
+    speeds = [math.dist(a.pos, b.pos) / DT for (_, a), (_, b) in zip(samples, samples[1:])]
+    assert 0.05 < max(speeds) < 0.25
+    triggers = [r.trigger for _t, r in samples]
+    assert max(triggers) > 0.95 and min(triggers) == 0.0
+
+
+def test_no_buttons_and_other_scripts():
+    samples = timeline(ScriptedHeadset("demo", buttons=False), LEAD_S + 3 * CYCLE_S)
+    assert not any(r.primary or r.secondary for _t, r in samples)
+    idle = timeline(ScriptedHeadset("idle"), 5.0)
+    assert all(r.pos == RIGHT_HOME and r.squeeze == 0 for _t, r in idle)
+    circle = timeline(ScriptedHeadset("circle"), 8.0)
+    assert circle[-1][1].squeeze == 1.0 and max(math.dist(r.pos, RIGHT_HOME) for _t, r in circle) > 0.07
+    with pytest.raises(ValueError):
+        ScriptedHeadset("dance")
+
+
+def test_every_sample_passes_the_strict_parser():
+    h = ScriptedHeadset("demo")
+    for i in range(0, int((LEAD_S + CYCLE_S * 3) * 90), 7):
+        t = i * DT
+        assert isinstance(parse_line(json.dumps(h.sample(t, mono=1000.0 + t, frame=i))), Frame)
+
+
+def _collect(port: int, seconds: float):
+    msgs = []
+    lock = threading.Lock()
+
+    def on_message(m, _ns):
+        with lock:
+            msgs.append(m)
+
+    c = QuestClient(ClientConfig(port=port), on_message).start()
+    time.sleep(seconds)
+    c.stop()
+    return msgs
+
+
+def test_frames_on_the_wire_match_the_script():
+    server = SimQuestServer(SimConfig(port=0, seed=2, mono_offset_s=77.0), log=lambda _m: None)
+    port = server.start()
+    try:
+        msgs = _collect(port, 2.5)
+    finally:
+        server.stop()
+    hello = msgs[0]
+    assert isinstance(hello, Hello) and hello.info["app"] == "piper-sim-quest" and hello.info["script"] == "demo"
+    frames = [m for m in msgs if isinstance(m, Frame)]
+    assert 150 <= len(frames) <= 240  # ~90 Hz over 2.5 s, generous for a loaded box
+    ref = ScriptedHeadset("demo", seed=2)
+    for f in frames:
+        t = f.mono - hello.info["mono"]
+        expect = ref.sample(t)
+        assert f.right.pos == pytest.approx(tuple(expect["right"]["pos"]), abs=1e-9)
+        assert f.right.squeeze == pytest.approx(expect["right"]["squeeze"], abs=1e-9)
+        assert f.right.primary == expect["right"]["primary"]
+    assert [f.frame for f in frames] == list(range(len(frames)))
+    assert any(f.right.primary for f in frames)  # the A press at t = 1.0 s
+
+
+def test_replay_resends_with_original_relative_timing(tmp_path):
+    # record a live stream the way the recorder does: one raw line per line
+    live = SimQuestServer(SimConfig(port=0, script="circle"), log=lambda _m: None)
+    live.start()
+    try:
+        recorded = _collect(live.port, 1.5)
+    finally:
+        live.stop()
+    path = tmp_path / "episode_000000.quest.jsonl"
+    path.write_text("".join(m.raw + "\n" for m in recorded) + "garbage line\n")
+    rec_frames = [m for m in recorded if isinstance(m, Frame)]
+
+    replay = SimQuestServer(SimConfig(port=0, replay=str(path)), log=lambda _m: None)
+    replay.start()
+    try:
+        t0 = time.monotonic()
+        msgs = _collect(replay.port, 2.2)
+    finally:
+        replay.stop()
+    hello = msgs[0]
+    assert hello.info["script"] == "replay" and hello.info["replay"]["frames"] == len(rec_frames)
+    frames = [m for m in msgs if isinstance(m, Frame)]
+    assert [f.right.pos for f in frames] == [f.right.pos for f in rec_frames]
+    assert [f.frame for f in frames] == [f.frame for f in rec_frames]
+    for a, b, ra, rb in zip(frames, frames[1:], rec_frames, rec_frames[1:]):
+        assert b.mono - a.mono == pytest.approx(rb.mono - ra.mono, abs=1e-6)
+        assert b.t - b.mono == pytest.approx(rb.t - rb.mono, abs=1e-6)
+    assert abs(frames[0].mono - t0) < 1.0  # re-stamped to now
+
+
+def test_cli_runs_for_duration(capsys):
+    assert sim_server.main(["--port", "0", "--duration", "0.3", "--script", "idle", "--no-buttons"]) == 0
+    out = capsys.readouterr().out
+    assert "listening on 127.0.0.1:" in out and "stopped" in out
+    assert sim_server.main(["--port", "0", "--replay", "/nonexistent.quest.jsonl"]) == 2
