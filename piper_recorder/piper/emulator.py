@@ -93,7 +93,7 @@ class EmulatorConfig:
     inertia: list[float] = field(default_factory=lambda: [0.06, 0.20, 0.08, 0.01, 0.01, 0.005])
     friction: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.1, 0.02, 0.02, 0.01])  # N m s/rad
     # point masses (kg) at the origins of frames 3..6 (elbow, forearm, wrist, flange)
-    link_masses: list[float] = field(default_factory=lambda: [0.0, 0.0, 1.0, 0.8, 0.4, 0.3])
+    link_masses: list[float] = field(default_factory=lambda: [0.0, 0.0, 1.0, 0.4, 0.25, 0.15])
     substeps: int = 4
 
 

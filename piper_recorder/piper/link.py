@@ -18,7 +18,7 @@ from piper_sdk import C_PiperInterface_V2
 from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
-from .emulator import MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF  # noqa: F401  (re-exported ranges)
+from .emulator import MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF, float_to_uint, uint_to_float
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 
@@ -33,6 +33,7 @@ class Feedback:
     gripper: float             # m
     gripper_effort: float      # N m
     effort: np.ndarray         # N m (6), from the motor high-speed frames
+    velocity: np.ndarray       # rad/s (6), from the motor high-speed frames
     effort_stamp: float
     ctrl_mode: int
     arm_status: int
@@ -80,7 +81,8 @@ class PiperLink:
         return Feedback(stamp=float(j.time_stamp), joints=joints, pose=pose,
                         gripper=g.gripper_state.grippers_angle / 1e6,
                         gripper_effort=g.gripper_state.grippers_effort / 1000.0,
-                        effort=effort, effort_stamp=float(h.time_stamp),
+                        effort=effort, velocity=np.array([m.motor_speed / 1000.0 for m in motors]),
+                        effort_stamp=float(h.time_stamp),
                         ctrl_mode=int(a.ctrl_mode), arm_status=int(a.arm_status), mode_feed=int(a.mode_feed),
                         err_code=int(a.err_code), status_stamp=float(st.time_stamp))
 
@@ -136,7 +138,17 @@ class PiperLink:
         self.sdk.GripperCtrl(w, int(round(effort * 1000)), 0x01, 0)
         return w / 1e6
 
-    def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> None:
-        """JointMitCtrl for joint 1..6 with every value clipped into the SDK's packing range."""
-        self.sdk.JointMitCtrl(joint, float(np.clip(pos, *MIT_P)), float(np.clip(vel, *MIT_V)),
-                              float(np.clip(kp, *MIT_KP)), float(np.clip(kd, *MIT_KD)), float(np.clip(t_ff, *MIT_T)))
+    def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:
+        """JointMitCtrl for joint 1..6; returns the position reference the frame carries (rad).
+
+        The SDK packs with a truncating float->uint map (8 bits for torque: 0.063 N m steps, and 0 is
+        not representable); we pre-add half a step so the wire value is the nearest code, and clip
+        every value into the SDK's packing range (outside it the packing wraps around).
+        """
+        vals = []
+        for x, (lo, hi), bits in ((pos, MIT_P, 16), (vel, MIT_V, 12), (kp, MIT_KP, 12), (kd, MIT_KD, 12),
+                                  (t_ff, MIT_T, 8)):
+            half = 0.5 * (hi - lo) / ((1 << bits) - 1)
+            vals.append(float(np.clip(x + half, lo, hi)))
+        self.sdk.JointMitCtrl(joint, *vals)
+        return uint_to_float(float_to_uint(vals[0], *MIT_P, 16), *MIT_P, 16)

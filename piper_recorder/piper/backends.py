@@ -1,0 +1,207 @@
+"""Arm command backends over ``PiperLink``: how a goal (pose + joint solution) becomes CAN frames.
+
+* ``PositionBackend``: MotionCtrl_2(0x01, 0x00 MOVE P, speed) + EndPoseCtrl; the firmware solves IK.
+* ``ImpedanceBackend``: MotionCtrl_2(0x01, 0x04 MOVE M, speed, 0xAD) + JointMitCtrl per joint. The host
+  has already solved IK (the controller does it while validating the target); here the joint
+  reference moves at most ``max_joint_step`` per tick, gains ramp from 0 over ``gain_ramp_s``, and the
+  torque feed-forward is ``t_ff`` + gravity sampled from the holding currents in a joint-position
+  hold just before switching into MIT mode (clipped to ``gravity_ff_max``). Leaving MIT mode returns
+  to a joint-position hold at the measured joints.
+
+Each ``command`` returns the pose it sent (absolute, 4x4) or None when it sent nothing this tick;
+frames are re-sent after ``keepalive_s`` of silence even when the goal is unchanged.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import kinematics as kin
+from .link import Feedback, PiperLink
+
+
+@dataclass
+class ArmConfig:
+    """Everything the arm controller needs; the piper_arm node declares one ROS parameter per field."""
+
+    can_channel: str = "can0"
+    can_interface: str = "socketcan"
+    backend: str = "position"               # "position" | "impedance"
+    emulate: bool = False                   # start the CAN emulator in-process on a virtual bus
+    control_rate_hz: float = 200.0
+    speed: int = 50                         # MotionCtrl_2 speed percentage
+    kp: list[float] = field(default_factory=lambda: [5.0, 25.0, 5.0, 8.0, 8.0, 5.0])
+    kd: list[float] = field(default_factory=lambda: [0.3, 1.2, 0.3, 0.45, 0.45, 0.3])
+    t_ff: list[float] = field(default_factory=lambda: [0.0] * 6)
+    gravity_ff: bool = True
+    gravity_ff_max: float = 4.0             # N m clip of the sampled gravity torque
+    gravity_sample_s: float = 0.25
+    gravity_adapt_s: float = 1.0            # in MIT mode, low-pass the ff toward the holding torque
+                                            # measured while nearly still (0 = keep the entry sample)
+    gain_ramp_s: float = 0.8
+    max_joint_step: float = 0.02            # rad per control tick (impedance)
+    velocity_ff_tau: float = 0.03           # s, low-pass of the joint-reference velocity sent as v_ref
+                                            # (0 = send v_ref 0; the PD then lags by kd/kp seconds)
+    keepalive_s: float = 0.04
+    stale_target_s: float = 0.5
+    can_silence_s: float = 0.2
+    joint_min: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MIN.tolist())
+    joint_max: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MAX.tolist())
+    workspace_min: list[float] = field(default_factory=lambda: [-0.05, -0.45, 0.0])
+    workspace_max: list[float] = field(default_factory=lambda: [0.65, 0.45, 0.65])
+    home_joints: list[float] = field(default_factory=lambda: [0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
+    home_speed: float = 0.6                 # rad/s of the go_home joint trajectory
+    gripper_max: float = 0.07               # m
+    gripper_effort: float = 1.0             # N m
+
+    def validate(self) -> None:
+        if self.backend not in ("position", "impedance"):
+            raise ValueError(f"backend must be 'position' or 'impedance', got {self.backend!r}")
+        for name in ("kp", "kd", "t_ff", "joint_min", "joint_max", "home_joints"):
+            v = getattr(self, name)
+            if len(v) != 6 or not all(np.isfinite(v)):
+                raise ValueError(f"{name} must be 6 finite numbers, got {v!r}")
+        for name in ("workspace_min", "workspace_max"):
+            if len(getattr(self, name)) != 3:
+                raise ValueError(f"{name} must have 3 numbers")
+        if not all(0.0 <= k <= 500.0 for k in self.kp) or not all(-5.0 <= k <= 5.0 for k in self.kd):
+            raise ValueError("kp must lie in [0, 500] and kd in [-5, 5] (JointMitCtrl ranges)")
+        if not all(abs(t) <= 8.0 for t in self.t_ff):
+            raise ValueError("t_ff must lie in [-8, 8] N m (JointMitCtrl range)")
+        if not 1 <= self.speed <= 100:
+            raise ValueError(f"speed must be 1..100 %, got {self.speed}")
+        if not 10.0 <= self.control_rate_hz <= 1000.0:
+            raise ValueError(f"control_rate_hz must be 10..1000, got {self.control_rate_hz}")
+        if any(lo >= hi for lo, hi in zip(self.joint_min, self.joint_max)):
+            raise ValueError("joint_min must be below joint_max")
+        if any(lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max)):
+            raise ValueError("workspace_min must be below workspace_max")
+        for name in ("stale_target_s", "can_silence_s", "keepalive_s", "gain_ramp_s", "max_joint_step",
+                     "home_speed", "gripper_max"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+
+
+class PositionBackend:
+    name = "position"
+
+    def __init__(self, cfg: ArmConfig, link: PiperLink):
+        self.cfg, self.link = cfg, link
+        self._last_sent: np.ndarray | None = None
+        self._last_t = -1e9
+
+    def activate(self, fb: Feedback, now: float) -> None:
+        self.link.mode_position(self.cfg.speed)
+        self._last_sent, self._last_t = None, -1e9
+
+    def ready(self) -> bool:
+        return True
+
+    def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback, now: float) -> np.ndarray | None:
+        if self._last_sent is not None and np.array_equal(pose, self._last_sent) \
+                and now - self._last_t < self.cfg.keepalive_s:
+            return None
+        self.link.mode_position(self.cfg.speed)
+        _, sent = self.link.end_pose(pose)
+        self._last_sent, self._last_t = pose.copy(), now
+        return sent
+
+    def deactivate(self, fb: Feedback | None) -> None:
+        self._last_sent = None
+
+
+class ImpedanceBackend:
+    name = "impedance"
+
+    def __init__(self, cfg: ArmConfig, link: PiperLink):
+        self.cfg, self.link = cfg, link
+        self.kp, self.kd, self.t_ff = (np.array(v, dtype=float) for v in (cfg.kp, cfg.kd, cfg.t_ff))
+        self.gravity = np.zeros(6)
+        self.q_cmd = np.zeros(6)
+        self.v_cmd = np.zeros(6)
+        self._phase = "idle"  # idle -> sampling -> mit
+        self._samples: list[np.ndarray] = []
+        self._last_effort_stamp = 0.0
+        self._t_phase = 0.0
+        self._last_t = -1e9
+
+    def ready(self) -> bool:
+        return self._phase == "mit"
+
+    def activate(self, fb: Feedback, now: float) -> None:
+        """Hold the measured joints in joint-position mode and sample the holding torques."""
+        self.q_cmd = fb.joints.copy()
+        self._samples, self._last_effort_stamp = [], fb.effort_stamp
+        self._phase, self._t_phase = "sampling", now
+        self.link.mode_joint(self.cfg.speed)
+        self.link.joint_ctrl(self.q_cmd)
+
+    def _enter_mit(self, now: float) -> None:
+        if self.cfg.gravity_ff and self._samples:
+            g = np.mean(self._samples, axis=0)
+            self.gravity = np.clip(g, -self.cfg.gravity_ff_max, self.cfg.gravity_ff_max)
+        else:
+            self.gravity = np.zeros(6)
+        self._phase, self._t_phase = "mit", now
+        self.v_cmd = np.zeros(6)
+        self.link.mode_mit(self.cfg.speed)
+
+    def gain_scale(self, now: float) -> float:
+        return min(1.0, max(0.0, (now - self._t_phase) / self.cfg.gain_ramp_s)) if self._phase == "mit" else 0.0
+
+    def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback, now: float) -> np.ndarray | None:
+        if self._phase == "sampling":
+            if fb.effort_stamp != self._last_effort_stamp:
+                self._samples.append(fb.effort.copy())
+                self._last_effort_stamp = fb.effort_stamp
+            if now - self._t_phase < self.cfg.gravity_sample_s:
+                if now - self._last_t >= self.cfg.keepalive_s:
+                    self.link.mode_joint(self.cfg.speed)
+                    self.link.joint_ctrl(self.q_cmd)
+                    self._last_t = now
+                return None
+            self._enter_mit(now)
+        if self._phase == "mit" and self.cfg.gravity_ff and self.cfg.gravity_adapt_s > 0:
+            self._adapt_gravity(fb)
+        step = np.clip(q - self.q_cmd, -self.cfg.max_joint_step, self.cfg.max_joint_step)
+        s = self.gain_scale(now)
+        if not np.any(step) and s >= 1.0 and now - self._last_t < self.cfg.keepalive_s:
+            return None
+        self.q_cmd = self.q_cmd + step
+        dt = now - self._last_t
+        if self.cfg.velocity_ff_tau > 0 and 0.0 < dt < 0.1:
+            self.v_cmd += (step / dt - self.v_cmd) * min(1.0, dt / self.cfg.velocity_ff_tau)
+        else:
+            self.v_cmd = np.zeros(6)
+        self.link.mode_mit(self.cfg.speed)
+        torque = self.t_ff + self.gravity
+        sent = np.array([self.link.mit(i + 1, self.q_cmd[i], self.v_cmd[i], self.kp[i] * s, self.kd[i] * s, torque[i])
+                         for i in range(6)])
+        self._last_t = now
+        return kin.fk(sent)  # the pose of the 16-bit joint references actually on the wire
+
+    def _adapt_gravity(self, fb: Feedback) -> None:
+        """Holding torque = measured motor torque while still; follow it slowly (integral-like action)."""
+        if fb.effort_stamp == self._last_effort_stamp:
+            return
+        dt = fb.effort_stamp - self._last_effort_stamp
+        self._last_effort_stamp = fb.effort_stamp
+        if not 0.0 < dt < 0.1 or self.gain_scale(time.monotonic()) < 1.0:
+            return
+        still = np.abs(fb.velocity) < 0.3
+        a = dt / self.cfg.gravity_adapt_s
+        g = self.gravity + a * (fb.effort - self.t_ff - self.gravity)
+        self.gravity = np.where(still, np.clip(g, -self.cfg.gravity_ff_max, self.cfg.gravity_ff_max), self.gravity)
+
+    def deactivate(self, fb: Feedback | None) -> None:
+        """Clean return to a joint-position hold at the measured joints."""
+        if self._phase != "idle" and fb is not None:
+            self.link.mode_joint(self.cfg.speed)
+            self.link.joint_ctrl(fb.joints)
+        self._phase = "idle"
+
+
+def make_backend(cfg: ArmConfig, link: PiperLink) -> PositionBackend | ImpedanceBackend:
+    return PositionBackend(cfg, link) if cfg.backend == "position" else ImpedanceBackend(cfg, link)

@@ -1,0 +1,249 @@
+"""The arm control loop (no ROS): targets in, validated goals to a backend at the control rate.
+
+Safety rules, in the order the tick applies them:
+1. CAN silence: no joint feedback for ``can_silence_s`` -> send nothing, state "can_silent"; when
+   feedback returns the backend re-enters from the measured pose and a new target is required.
+2. Disabled -> send nothing.
+3. Goal = go-home trajectory if one runs; else the latest accepted target while it is fresh; else
+   hold (the last pose actually commanded). A target older than ``stale_target_s`` counts one
+   stale event and is dropped.
+Targets are validated on arrival (``set_target``): non-finite, non-unit quaternion, outside the
+workspace box, or without a joint-limited IK solution -> refused and counted by reason.
+
+``ArmController(cfg, link)``: ``start()``, ``stop()``, ``set_target(pos, quat_xyzw) -> bool``,
+``set_gripper(width) -> bool``, ``enable()``, ``disable()``, ``go_home()``, ``feedback()``,
+``status()``; ``on_command(stamp_s, pose4x4 | None, gripper_m | None)`` is called from the control
+thread with exactly what was sent.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import kinematics as kin
+from .backends import ArmConfig, make_backend
+from .limits import Limits, Rejection
+from .link import SDK_VERSION, Feedback, PiperLink
+
+
+@dataclass
+class _Target:
+    pose: np.ndarray
+    q: np.ndarray
+    received: float  # monotonic
+
+
+class ArmController:
+    def __init__(self, cfg: ArmConfig, link: PiperLink,
+                 on_command: Callable[[float, np.ndarray | None, float | None], None] | None = None):
+        cfg.validate()
+        self.cfg, self.link = cfg, link
+        self.backend = make_backend(cfg, link)
+        self.limits = Limits(np.array(cfg.joint_min), np.array(cfg.joint_max),
+                             np.array(cfg.workspace_min), np.array(cfg.workspace_max))
+        self.on_command = on_command
+        self._lock = threading.Lock()
+        self._target: _Target | None = None
+        self._gripper_target: float | None = None
+        self._gripper_sent: tuple[float, float] | None = None  # (width, monotonic)
+        self._hold: tuple[np.ndarray, np.ndarray] | None = None  # last commanded (pose, q)
+        self._home: tuple[np.ndarray, np.ndarray, float, float] | None = None  # q0, q1, t0, duration
+        self._fb: Feedback | None = None
+        self._active = False
+        self._enabled = False
+        self.state = "starting"
+        self.firmware: str | None = None
+        self.refused: Counter[str] = Counter()
+        self.last_refusal = ""
+        self.accepted = 0
+        self.stale_events = 0
+        self.silence_events = 0
+        self.sent_commands = 0
+        self.overruns = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self, enable: bool = True, feedback_timeout: float = 3.0) -> None:
+        """Read the firmware version, wait for feedback, enable (optional) and hold the current pose."""
+        self.firmware = self.link.firmware()
+        deadline = time.monotonic() + feedback_timeout
+        while time.monotonic() < deadline and time.time() - self.link.feedback().stamp > self.cfg.can_silence_s:
+            time.sleep(0.02)
+        if enable:
+            self.enable()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="arm-control", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop; the backend returns to a position hold (the arm stays enabled)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        with self._lock:
+            if self._active:
+                self.backend.deactivate(self._fb)
+                self._active = False
+
+    # ------------------------------------------------------------ inputs
+    def set_target(self, pos: Any, quat_xyzw: Any) -> bool:
+        with self._lock:
+            if not self._enabled:
+                return self._refuse(Rejection("disabled", "arm disabled"))
+            if self._home is not None:
+                return self._refuse(Rejection("homing", "go_home in progress"))
+            seed = self._target.q if self._target is not None else (
+                self._hold[1] if self._hold is not None else (self._fb.joints if self._fb else np.zeros(6)))
+        res = self.limits.check(np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed)
+        with self._lock:
+            if isinstance(res, Rejection):
+                return self._refuse(res)
+            self._target = _Target(res[0], res[1], time.monotonic())
+            self.accepted += 1
+            return True
+
+    def set_gripper(self, width: float) -> bool:
+        w = float(width)
+        with self._lock:
+            if not np.isfinite(w) or w < -1e-4 or w > self.cfg.gripper_max + 1e-4:
+                return self._refuse(Rejection("gripper_out_of_range", f"width={w}"))
+            self._gripper_target = float(np.clip(w, 0.0, self.cfg.gripper_max))
+            return True
+
+    def _refuse(self, r: Rejection) -> bool:
+        self.refused[r.reason] += 1
+        self.last_refusal = f"{r.reason}: {r.detail}"
+        return False
+
+    def enable(self) -> None:
+        self.link.enable()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and not self.link.enabled():
+            time.sleep(0.01)
+        with self._lock:
+            self._enabled = True
+            self._target = None
+
+    def disable(self) -> None:
+        with self._lock:
+            if self._active:
+                self.backend.deactivate(self._fb)
+                self._active = False
+            self._enabled = False
+            self._target, self._home = None, None
+        self.link.disable()
+
+    def go_home(self) -> bool:
+        with self._lock:
+            if not self._enabled or self._fb is None:
+                return False
+            q0 = self._hold[1] if self._hold is not None else self._fb.joints
+            q1 = np.clip(np.array(self.cfg.home_joints), self.limits.q_min, self.limits.q_max)
+            duration = max(float(np.max(np.abs(q1 - q0))) / self.cfg.home_speed, 0.1)
+            self._home = (q0.copy(), q1, time.monotonic(), duration)
+            self._target = None
+            return True
+
+    # ------------------------------------------------------------ outputs
+    def feedback(self) -> Feedback | None:
+        return self._fb
+
+    def homing(self) -> bool:
+        return self._home is not None
+
+    def status(self) -> dict[str, Any]:
+        fb = self._fb
+        age = time.time() - fb.stamp if fb else None
+        hold = self._hold
+        err = float(np.linalg.norm(hold[0][:3, 3] - fb.pose[:3, 3])) if (hold is not None and fb) else None
+        return {"state": self.state, "backend": self.backend.name, "enabled": self._enabled,
+                "firmware": self.firmware, "sdk_version": SDK_VERSION, "can_channel": self.cfg.can_channel,
+                "targets_accepted": self.accepted, "targets_refused": dict(self.refused),
+                "last_refusal": self.last_refusal, "stale_events": self.stale_events,
+                "can_silence_events": self.silence_events, "commands_sent": self.sent_commands,
+                "loop_overruns": self.overruns, "feedback_age_s": age, "tracking_error_m": err,
+                "arm_status": fb.arm_status if fb else None, "err_code": fb.err_code if fb else None,
+                "gravity_ff": getattr(self.backend, "gravity", np.zeros(6)).tolist()}
+
+    # ------------------------------------------------------------ loop
+    def _run(self) -> None:
+        period = 1.0 / self.cfg.control_rate_hz
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # keep the loop alive; report in status
+                self.state = f"error: {exc!r}"
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay < -period:
+                self.overruns += 1
+                next_t = time.monotonic()
+            elif delay > 0:
+                self._stop.wait(delay)
+
+    def tick(self) -> None:
+        fb = self.link.feedback()
+        now = time.monotonic()
+        with self._lock:
+            self._fb = fb
+            if time.time() - fb.stamp > self.cfg.can_silence_s:
+                if self.state != "can_silent":
+                    self.silence_events += 1
+                self.state = "can_silent"
+                self._active = False          # re-enter from the measured pose when feedback returns
+                self._target, self._home = None, None
+                return
+            if not self._enabled:
+                self.state = "disabled"
+                return
+            if not self._active:
+                self.backend.activate(fb, now)
+                self._active = True
+                self._hold = (fb.pose.copy(), fb.joints.copy())
+            goal = self._goal(fb, now)
+            sent = self.backend.command(goal[0], goal[1], fb, now)
+            if sent is not None:
+                self._hold = (sent, goal[1].copy() if self.backend.name == "position" else self.backend.q_cmd.copy())
+                self.sent_commands += 1
+            gripper_sent = self._gripper_tick(now)
+        if (sent is not None or gripper_sent is not None) and self.on_command is not None:
+            self.on_command(time.time(), sent, gripper_sent)
+
+    def _goal(self, fb: Feedback, now: float) -> tuple[np.ndarray, np.ndarray]:
+        if self._home is not None:
+            q0, q1, t0, dur = self._home
+            a = min(1.0, (now - t0) / dur)
+            q = q0 + (q1 - q0) * a
+            if a >= 1.0:
+                self._home = None
+            self.state = "homing"
+            return kin.fk(q), q
+        t = self._target
+        if t is not None and now - t.received > self.cfg.stale_target_s:
+            self.stale_events += 1
+            self._target = t = None
+        if t is not None:
+            self.state = "tracking"
+            return t.pose, t.q
+        self.state = "holding" if self.backend.ready() or self.backend.name == "position" else "entering"
+        assert self._hold is not None
+        return self._hold
+
+    def _gripper_tick(self, now: float) -> float | None:
+        w = self._gripper_target
+        if w is None:
+            return None
+        last = self._gripper_sent
+        if last is not None and last[0] == w and now - last[1] < self.cfg.keepalive_s * 5:
+            return None
+        sent = self.link.gripper(w, self.cfg.gripper_effort)
+        self._gripper_sent = (w, now)
+        return sent

@@ -1,0 +1,41 @@
+"""Target validation: finite numbers, unit quaternion, workspace box, joint-limited reachability."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kinematics as kin
+
+
+@dataclass
+class Rejection:
+    reason: str   # "non_finite" | "bad_quaternion" | "out_of_workspace" | "unreachable"
+    detail: str
+
+
+@dataclass
+class Limits:
+    q_min: np.ndarray
+    q_max: np.ndarray
+    box_min: np.ndarray   # flange position box in the arm base frame (m)
+    box_max: np.ndarray
+    ik_pos_tol: float = 2e-3
+    ik_rot_tol: float = 2e-2
+
+    def check(self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray] | Rejection:
+        """Validate an absolute flange target; returns (4x4 pose, joint solution) or a Rejection."""
+        pos, quat = np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float)
+        if pos.shape != (3,) or quat.shape != (4,) or not (np.all(np.isfinite(pos)) and np.all(np.isfinite(quat))):
+            return Rejection("non_finite", f"pos={pos.tolist()} quat={quat.tolist()}")
+        n = float(np.linalg.norm(quat))
+        if abs(n - 1.0) > 0.05:
+            return Rejection("bad_quaternion", f"|q|={n:.3f}")
+        if np.any(pos < self.box_min) or np.any(pos > self.box_max):
+            return Rejection("out_of_workspace", f"pos={np.round(pos, 4).tolist()}")
+        target = kin.pose_to_matrix(pos, quat / n)
+        res = kin.solve_ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
+        if not res.ok(self.ik_pos_tol, self.ik_rot_tol):
+            return Rejection("unreachable", f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg")
+        return target, res.q
