@@ -203,3 +203,20 @@ def test_cli_exit_codes(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1
     assert "piper-finalize:" in bad.stderr
+
+
+def test_bounded_memory_keeps_moments_exact(tmp_path):
+    """Above quantile_sample_cap only q01/q99 come from a subsample; mean/std/min/max stay exact."""
+    rng = np.random.default_rng(11)
+    episodes = [random_episode(rng, 40), random_episode(rng, 25)]
+    root = write_root(tmp_path / "r", [("a", episodes[0]), ("b", episodes[1])], cameras=())
+    res = compute(root, FinalizeConfig(horizon=8, quantile_sample_cap=100))
+    rel, _ = ref_samples(episodes, "action.arm_eef", "observation.arm_eef", 8, True)
+    want = ref_stats(rel)
+    got = res.relative["action.arm_eef"]
+    for key in ("mean", "std", "min", "max"):
+        np.testing.assert_allclose(got[key], want[key], atol=1e-9, err_msg=key)
+    assert np.all(np.array(got["q01"]) >= want["min"]) and np.all(np.array(got["q99"]) <= want["max"])
+    spread = want["max"] - want["min"]
+    np.testing.assert_allclose(got["q01"], want["q01"], atol=0.15 * spread.max())
+    np.testing.assert_allclose(got["q99"], want["q99"], atol=0.15 * spread.max())

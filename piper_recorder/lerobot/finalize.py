@@ -18,6 +18,11 @@ pair of every episode (n * H samples per episode), ``{mean, std, min, max, q01, 
 wide as the column; std is the population std, q01/q99 linear-interpolated quantiles. Both files
 also carry per-row statistics of every ``observation.*`` column as stored.
 
+Memory stays bounded: mean, std, min and max are always exact (streamed per episode); q01/q99 are
+exact while a column has at most ``quantile_sample_cap`` samples, and beyond that are taken from a
+seeded uniform random subsample of about that size (1000 episodes of 60 s at H = 30 would
+otherwise hold ~3 GB per pose column).
+
 A combined ``action`` column (issue 7) is not re-derived on its own: when its values equal the
 split action columns concatenated in info.json order, its entry is the concatenation of their
 entries (statistics are per element, so this is exact); otherwise it is left out with a note.
@@ -52,25 +57,50 @@ class FinalizeConfig:
     pairs: dict[str, str] | None = None
     # columns holding [x, y, z, qw, qx, qy, qz]; None derives them from modality.json / element names
     pose_columns: tuple[str, ...] | None = None
+    quantile_sample_cap: int = 2_000_000
     log: Callable[[str], None] = field(default=print, repr=False)
 
     def validate(self) -> None:
         if self.horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {self.horizon}")
+        if self.quantile_sample_cap < 1:
+            raise ValueError("quantile_sample_cap must be >= 1")
 
 
-def feature_stats(x: np.ndarray) -> dict[str, list[float]]:
-    """stats.json-shaped statistics of a (samples, width) array, per element."""
-    x = np.asarray(x, dtype=np.float64)
-    q01, q99 = np.quantile(x, [0.01, 0.99], axis=0)
-    return {
-        "mean": x.mean(axis=0).tolist(),
-        "std": x.std(axis=0).tolist(),
-        "min": x.min(axis=0).tolist(),
-        "max": x.max(axis=0).tolist(),
-        "q01": q01.tolist(),
-        "q99": q99.tolist(),
-    }
+class StreamingStats:
+    """Exact mean/std/min/max over batches (Chan et al. merge) + a bounded sample for q01/q99."""
+
+    def __init__(self, expected_samples: int, cap: int, seed: int = 0):
+        self.keep = min(1.0, cap / max(expected_samples, 1))
+        self.rng = np.random.default_rng(seed)
+        self.count = 0
+        self.mean = self.m2 = self.lo = self.hi = None
+        self.samples: list[np.ndarray] = []
+
+    def add(self, x: np.ndarray) -> None:
+        x = np.asarray(x, dtype=np.float64)
+        if len(x) == 0:
+            return
+        n, mean = len(x), x.mean(axis=0)
+        m2 = ((x - mean) ** 2).sum(axis=0)
+        if self.count == 0:
+            self.mean, self.m2, self.lo, self.hi = mean, m2, x.min(axis=0), x.max(axis=0)
+        else:
+            total = self.count + n
+            d = mean - self.mean
+            self.mean = self.mean + d * (n / total)
+            self.m2 = self.m2 + m2 + d * d * (self.count * n / total)
+            self.lo, self.hi = np.minimum(self.lo, x.min(axis=0)), np.maximum(self.hi, x.max(axis=0))
+        self.count += n
+        self.samples.append(x if self.keep >= 1.0 else x[self.rng.random(n) < self.keep])
+
+    def result(self) -> dict[str, list[float]]:
+        sample = np.concatenate(self.samples)
+        if len(sample) == 0:  # subsampling kept nothing: fall back to the extremes
+            sample = np.stack([self.lo, self.hi])
+        q01, q99 = np.quantile(sample, [0.01, 0.99], axis=0)
+        return {"mean": self.mean.tolist(), "std": np.sqrt(self.m2 / self.count).tolist(),
+                "min": self.lo.tolist(), "max": self.hi.tolist(), "q01": q01.tolist(), "q99": q99.tolist()}
 
 
 def window_indices(n: int, horizon: int) -> np.ndarray:
@@ -165,9 +195,11 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
     split_order = [k for k in features if k in pairs]  # concatenation order of a combined column
     widths = {k: int(np.prod(features[k]["shape"])) for k in features}
 
-    rel: dict[str, list[np.ndarray]] = {a: [] for a in pairs}
-    dlt: dict[str, list[np.ndarray]] = {a: [] for a in pairs}
-    rows: dict[str, list[np.ndarray]] = {o: [] for o in observations}
+    n_rows = sum(int(ep.get("length", 0)) for ep in episodes)
+    cap = cfg.quantile_sample_cap
+    rel = {a: StreamingStats(n_rows * cfg.horizon, cap, seed=1) for a in pairs}
+    dlt = {a: StreamingStats(n_rows * cfg.horizon, cap, seed=2) for a in pairs}
+    rows = {o: StreamingStats(n_rows, cap, seed=3) for o in observations}
     combined_matches = combined is not None
     total_rows = 0
     for ep in episodes:
@@ -183,18 +215,18 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
         total_rows += table.num_rows
         for act, obs in pairs.items():
             pose = act in poses
-            rel[act].append(relative_windows(cols[obs], cols[act], cfg.horizon, pose))
-            dlt[act].append(delta_windows(cols[obs], cols[act], cfg.horizon, pose))
+            rel[act].add(relative_windows(cols[obs], cols[act], cfg.horizon, pose))
+            dlt[act].add(delta_windows(cols[obs], cols[act], cfg.horizon, pose))
         for obs in observations:
-            rows[obs].append(cols[obs])
+            rows[obs].add(cols[obs])
         if combined_matches:
             joined = np.concatenate([cols[k] for k in split_order], axis=1)
             combined_matches = joined.shape == cols[combined].shape and np.array_equal(joined, cols[combined])
 
     notes = []
-    obs_stats = {o: feature_stats(np.concatenate(rows[o])) for o in observations}
-    relative = {a: feature_stats(np.concatenate(rel[a])) for a in pairs}
-    delta = {a: feature_stats(np.concatenate(dlt[a])) for a in pairs}
+    obs_stats = {o: rows[o].result() for o in observations}
+    relative = {a: rel[a].result() for a in pairs}
+    delta = {a: dlt[a].result() for a in pairs}
     if combined is not None:
         if combined_matches:
             for out in (relative, delta):
