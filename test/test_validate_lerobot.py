@@ -225,6 +225,18 @@ def test_each_corruption_is_reported(root, mutate, where, fragment):
     assert hits, f"expected '{where}: ...{fragment}...' among {problems}"
 
 
+def test_empty_root_is_valid_until_an_episode_is_listed(tmp_path):
+    from lerobot_fixtures import write_root
+    root = write_root(tmp_path / "r", [], cameras=("cam_front",))
+    assert json.loads((root / "meta/stats.json").read_text()) == {}
+    assert validate_root(root) == []
+    (meta(root) / "episodes.jsonl").write_text(json.dumps(
+        {"episode_index": 0, "tasks": ["t"], "length": 3}) + "\n")
+    problems = validate_root(root)
+    assert any(p.startswith(P1.replace("000001", "000000")) and "missing" in p for p in problems)
+    assert any("no entry for column 'timestamp'" in p for p in problems)
+
+
 def test_full_decode_counts_frames_too(root):
     write_video(root / V1, 8)
     assert any(p.startswith(V1) and "8 frames" in p for p in validate_root(root, full=True))

@@ -578,7 +578,8 @@ def validate_root(root: str | Path, full: bool = False) -> list[str]:
     _check_stray_files(rep, root, expected_files)
 
     vector = {k: f for k, f in feats.items() if f.get("dtype") != "video"}
-    required = [k for k in vector if k not in INT_BOOKKEEPING]
+    # an empty root (created, nothing saved yet) has no statistics to give
+    required = [k for k in vector if k not in INT_BOOKKEEPING] if episodes else []
     stats_path = meta / "stats.json"
     stats = _read_json(rep, stats_path)
     if stats is not None:
