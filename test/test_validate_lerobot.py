@@ -267,3 +267,44 @@ def test_chunked_root(tmp_path):
     assert validate_root(root) == []
     edit_json(meta(root) / "info.json", lambda i: i.update(total_chunks=1))
     assert any("total_chunks is 1, expected 2" in p for p in validate_root(root))
+
+
+def test_writer_output_validates_and_finalizes(tmp_path):
+    """The project's own writer, across a resume, a discard and a delete, against this independent validator."""
+    from lerobot_fixtures import random_episode
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    root = tmp_path / "w"
+    cfg = WriterConfig(fps=30, cameras={"cam_front": CameraSpec(height=48, width=64),
+                                        "cam_wrist": CameraSpec(height=48, width=64)})
+    rng = np.random.default_rng(5)
+
+    def record(w, task, n, save=True):
+        w.start_episode(task)
+        cols = random_episode(rng, n)
+        for i in range(n):
+            t = i / 30
+            w.add_row(t, {k: v[i].astype(np.float32) for k, v in cols.items()})
+            for cam in ("cam_front", "cam_wrist"):
+                w.add_frame(cam, np.full((48, 64, 3), (i * 9) % 256, np.uint8), t)
+        return w.save_episode() if save else w.discard_episode()
+
+    w = LeRobotWriter(root, cfg)
+    w.begin_session({})
+    record(w, "pick", 14)
+    record(w, "place", 10)
+    record(w, "pick", 6, save=False)
+    w.close()
+    w = LeRobotWriter(root, cfg)  # resume
+    w.begin_session({})
+    record(w, "stack", 8)
+    record(w, "pick", 5)
+    w.delete_last_episode()
+    w.close()
+
+    assert validate_root(root, full=True) == []
+    info = json.loads((root / "meta/info.json").read_text())
+    assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (3, 32, 3)
+    finalize_root(root, FinalizeConfig(horizon=6, log=lambda m: None))
+    assert validate_root(root) == []
+    rel = json.loads((root / "meta/relative_stats.json").read_text())
+    assert rel["action"]["mean"] == rel["action.arm_eef"]["mean"] + rel["action.gripper"]["mean"]
