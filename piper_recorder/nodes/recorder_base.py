@@ -1,0 +1,325 @@
+"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services, status, events, provenance.
+
+Threads (why encoding never blocks a message callback):
+- ``run_node``'s MultiThreadedExecutor (4 threads). Subscriptions sit in one Reentrant group: a callback
+  only wraps the message buffer with numpy (no copy for rgb8/16UC1) and inserts it into the assembler
+  under a short lock. Services sit in their own MutuallyExclusive group (one transition at a time; a
+  save may block its service thread for a while, the other executor threads keep taking messages).
+  The status timer has its own group.
+- A tick thread sleeps until the next grid tick plus the lateness allowance (computed from the grid,
+  not a periodic timer, so late wake-ups never shift rows) and calls ``controller.tick(now)``.
+- One writer thread (``WriterWorker``) owns every writer call; the writers encode in their own threads.
+Images: QoS reliable, keep-last 10 by default (``image_reliability``: reliable | best_effort), so a
+briefly busy process loses no frames; DDS absorbs short stalls in its history.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from piper_recorder.assembly import AssemblyConfig
+from piper_recorder.recording.controller import EpisodeController
+from piper_recorder.recording.targets import EpisodeTarget
+
+from .common import declare_config, now_ns, stamp_to_ns
+
+ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
+
+
+@dataclass
+class RecorderConfig:
+    """Parameters both recorders share (each recorder's config class extends this)."""
+
+    task: str = ""                      # read again at every start_episode (ros2 param set)
+    fps: float = 30.0
+    timestamp_mode: str = "capture"     # capture | nominal
+    lateness_s: float = 0.05            # a row is assembled once its time + this has passed
+    stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
+    max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
+    on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
+    camera_height: int = 480
+    camera_width: int = 640
+    camera_serials: list[str] = field(default_factory=list)   # per camera, for provenance
+    image_topic_pattern: str = "/{cam}/color/image_raw"
+    image_reliability: str = "reliable"  # reliable | best_effort
+    joint_states_topic: str = "/arm/joint_states"
+    eef_topic: str = "/arm/eef_pose"
+    commanded_pose_topic: str = "/arm/commanded_pose"
+    commanded_gripper_topic: str = "/arm/commanded_gripper"
+    provenance_topic: str = "/arm/provenance"
+    hello_topic: str = "/quest/hello"
+    provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
+    status_hz: float = 2.0
+
+    def camera_list(self) -> list[str]:
+        raise NotImplementedError
+
+    def validate(self) -> None:
+        AssemblyConfig(fps=self.fps, cameras=tuple(self.camera_list()), timestamp_mode=self.timestamp_mode,
+                       lateness_s=self.lateness_s, stale_s=self.stale_s).validate()
+        if self.on_shutdown not in ("save", "discard"):
+            raise ValueError(f"on_shutdown must be 'save' or 'discard', got {self.on_shutdown!r}")
+        if self.image_reliability not in ("reliable", "best_effort"):
+            raise ValueError(f"image_reliability must be 'reliable' or 'best_effort', got {self.image_reliability!r}")
+        if self.max_episode_s < 0 or self.status_hz <= 0 or self.provenance_wait_s < 0:
+            raise ValueError("max_episode_s and provenance_wait_s must be >= 0, status_hz > 0")
+        if self.max_episode_s * self.fps > 2 ** 24:
+            raise ValueError("max_episode_s too long for float32 timestamps on the 1/fps grid")
+        if self.camera_height <= 0 or self.camera_width <= 0:
+            raise ValueError("camera_height and camera_width must be positive")
+        if self.camera_serials and len(self.camera_serials) != len(self.camera_list()):
+            raise ValueError(f"camera_serials needs one entry per camera {self.camera_list()}")
+        if "{cam}" not in self.image_topic_pattern:
+            raise ValueError("image_topic_pattern must contain '{cam}'")
+
+    def assembly(self) -> AssemblyConfig:
+        return AssemblyConfig(fps=self.fps, cameras=tuple(self.camera_list()), timestamp_mode=self.timestamp_mode,
+                              lateness_s=self.lateness_s, stale_s=self.stale_s)
+
+
+def image_to_numpy(msg: Image) -> np.ndarray:
+    """sensor_msgs/Image -> HxWx3 uint8 RGB or HxW uint16 without copying (rgb8, 16UC1/mono16);
+    bgr8/rgba8/bgra8 need one copy to reorder channels."""
+    h, w, step, enc = int(msg.height), int(msg.width), int(msg.step), msg.encoding
+    buf = np.frombuffer(msg.data, dtype=np.uint8)
+    if enc in ("rgb8", "bgr8", "rgba8", "bgra8"):
+        ch = 4 if enc.endswith("a8") else 3
+        rows = buf[: h * step].reshape(h, step)[:, : w * ch].reshape(h, w, ch)
+        if enc == "rgb8":
+            return rows
+        order = [2, 1, 0] if enc.startswith("bgr") else [0, 1, 2]
+        return np.ascontiguousarray(rows[:, :, order])
+    if enc in ("16UC1", "mono16"):
+        dt = np.dtype(">u2" if msg.is_bigendian else "<u2")
+        img = buf[: h * step].view(dt).reshape(h, step // 2)[:, :w]
+        return img if dt.isnative else img.astype(np.uint16)
+    raise ValueError(f"unsupported image encoding {enc!r}")
+
+
+def joint_positions(msg: JointState, cache: dict[tuple[str, ...], list[int]]) -> list[float] | None:
+    """joint1..joint6 + gripper from a JointState by name (positional if unnamed); None if incomplete."""
+    names = tuple(msg.name)
+    idx = cache.get(names)
+    if idx is None:
+        if not names:
+            idx = list(range(7))
+        else:
+            pos = {n: i for i, n in enumerate(names)}
+            if any(j not in pos for j in ARM_JOINTS):
+                return None
+            idx = [pos[j] for j in ARM_JOINTS]
+        cache[names] = idx
+    p = msg.position
+    if len(p) <= max(idx):
+        return None
+    return [float(p[i]) for i in idx]
+
+
+def _pose(msg: PoseStamped) -> tuple[tuple[float, float, float], tuple[float, float, float, float]]:
+    p, q = msg.pose.position, msg.pose.orientation
+    return (p.x, p.y, p.z), (q.x, q.y, q.z, q.w)
+
+
+class RecorderNode(Node):
+    """Base node; subclasses name their config class, build the writer target and subscribe cameras."""
+
+    config_class: type[RecorderConfig]
+
+    def make_target(self) -> EpisodeTarget:
+        raise NotImplementedError
+
+    def subscribe_cameras(self) -> None:
+        raise NotImplementedError
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.cfg = cfg = declare_config(self, self.config_class)
+        target = self.make_target()
+        self.subs_group = ReentrantCallbackGroup()
+        self.srv_group = MutuallyExclusiveCallbackGroup()
+        self.timer_group = MutuallyExclusiveCallbackGroup()
+        self._arm_provenance: dict[str, Any] | None = None
+        self._hello: dict[str, Any] | None = None
+        self._prov_event = threading.Event()
+        self._joint_cache: dict[tuple[str, ...], list[int]] = {}
+        self.frames_rejected: dict[str, int] = {}
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.image_qos = QoSProfile(
+            depth=10, history=HistoryPolicy.KEEP_LAST,
+            reliability=ReliabilityPolicy.RELIABLE if cfg.image_reliability == "reliable"
+            else ReliabilityPolicy.BEST_EFFORT)
+        self.pub_status = self.create_publisher(String, "~/status", 10)
+        self.pub_events = self.create_publisher(String, "/episode_events", reliable)
+        self.controller = EpisodeController(
+            target, cfg.assembly(), recorder=self.get_name(), max_episode_s=cfg.max_episode_s,
+            publish_event=self._publish_event, session_record=self._session_record,
+            on_change=self._publish_status, log=lambda m: self.get_logger().info(m))
+        c = self.controller
+        g = self.subs_group
+        arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        self.create_subscription(JointState, cfg.joint_states_topic, self._on_joints, arm_qos, callback_group=g)
+        self.create_subscription(PoseStamped, cfg.eef_topic,
+                                 lambda m: c.add_eef_pose(stamp_to_ns(m.header.stamp), *_pose(m)), arm_qos,
+                                 callback_group=g)
+        self.create_subscription(PoseStamped, cfg.commanded_pose_topic,
+                                 lambda m: c.add_commanded_pose(stamp_to_ns(m.header.stamp), *_pose(m)), arm_qos,
+                                 callback_group=g)
+        self.create_subscription(JointState, cfg.commanded_gripper_topic, self._on_cmd_gripper, arm_qos,
+                                 callback_group=g)
+        self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched, callback_group=g)
+        self.create_subscription(String, cfg.hello_topic, self._on_hello, latched, callback_group=g)
+        for srv, fn in (("start_episode", self._srv_start), ("stop_episode", self._srv_stop),
+                        ("discard_episode", self._srv_discard), ("delete_last_episode", self._srv_delete)):
+            self.create_service(Trigger, f"~/{srv}", fn, callback_group=self.srv_group)
+        self.subscribe_cameras()
+        self.create_timer(1.0 / cfg.status_hz, self._publish_status, callback_group=self.timer_group)
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, name="tick", daemon=True)
+        self._ticker.start()
+        self._shutdown_done = False
+
+    # ---- inputs -----------------------------------------------------------------------------
+    def _on_joints(self, msg: JointState) -> None:
+        pos = joint_positions(msg, self._joint_cache)
+        if pos is not None:
+            self.controller.add_joint_state(stamp_to_ns(msg.header.stamp), pos)
+
+    def _on_cmd_gripper(self, msg: JointState) -> None:
+        if len(msg.position):
+            self.controller.add_commanded_gripper(stamp_to_ns(msg.header.stamp), float(msg.position[0]))
+
+    def _on_provenance(self, msg: String) -> None:
+        try:
+            self._arm_provenance = json.loads(msg.data)
+        except ValueError:
+            self.get_logger().warning(f"ignoring non-JSON {self.cfg.provenance_topic}: {msg.data[:80]!r}")
+            return
+        self._prov_event.set()
+
+    def _on_hello(self, msg: String) -> None:
+        try:
+            self._hello = json.loads(msg.data)
+        except ValueError:
+            self._hello = {"raw": msg.data}
+
+    def check_image(self, camera: str, img: np.ndarray, depth: bool = False) -> bool:
+        """Reject (count, warn once) frames whose size does not match the configured camera."""
+        h, w = self.camera_size(camera)
+        if img.shape[:2] == (h, w) and (depth or img.ndim == 3):
+            return True
+        n = self.frames_rejected.get(camera, 0) + 1
+        self.frames_rejected[camera] = n
+        if n == 1:
+            self.get_logger().error(f"{camera}: got {img.shape} frames, configured {h}x{w}; dropping them")
+        return False
+
+    def camera_size(self, camera: str) -> tuple[int, int]:
+        return self.cfg.camera_height, self.cfg.camera_width
+
+    # ---- provenance -------------------------------------------------------------------------
+    def recording_settings(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"recorder": self.get_name(), "fps": c.fps, "timestamp_mode": c.timestamp_mode,
+                "lateness_s": c.lateness_s, "stale_s": c.stale_s, "max_episode_s": c.max_episode_s}
+
+    def camera_record(self) -> dict[str, Any]:
+        cams = self.cfg.camera_list()
+        serials = self.cfg.camera_serials or ["unknown"] * len(cams)
+        out = {}
+        for cam, serial in zip(cams, serials):
+            h, w = self.camera_size(cam)
+            out[cam] = {"serial": serial, "topic": self.cfg.image_topic_pattern.format(cam=cam),
+                        "profile": {"width": w, "height": h, "fps": self.cfg.fps, "encoding": "rgb8"}}
+        return out
+
+    def _session_record(self) -> dict[str, Any]:
+        """Nested so the binding keys resolve: control.backend, control.impedance.*, arm.firmware, recording.fps."""
+        if not self._prov_event.wait(self.cfg.provenance_wait_s):
+            self.get_logger().warning(f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
+                                      "recording control/arm provenance as 'unknown'")
+        p = self._arm_provenance or {}
+        unknown = "unknown"
+        return {
+            "control": {"backend": p.get("backend", unknown),
+                        "impedance": {k: p.get(k, unknown) for k in ("kp", "kd", "t_ff", "gravity_ff")}},
+            "arm": {"firmware": p.get("firmware", unknown), "model": p.get("arm_model", unknown),
+                    "can_channel": p.get("can_channel", unknown), "sdk_version": p.get("sdk_version", unknown),
+                    "provenance": p or unknown},
+            "cameras": self.camera_record(),
+            "headset": self._hello if self._hello is not None else unknown,
+            "recording": self.recording_settings(),
+        }
+
+    # ---- services ---------------------------------------------------------------------------
+    def _answer(self, response: Trigger.Response, ans: Any) -> Trigger.Response:
+        response.success, response.message = bool(ans.ok), ans.message
+        if not ans.ok:
+            self.get_logger().warning(ans.message)
+        return response
+
+    def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        task = str(self.get_parameter("task").value or "")
+        return self._answer(res, self.controller.start(task, lambda: now_ns(self)))
+
+    def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        return self._answer(res, self.controller.stop(lambda: now_ns(self)))
+
+    def _srv_discard(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        return self._answer(res, self.controller.discard())
+
+    def _srv_delete(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        return self._answer(res, self.controller.delete_last())
+
+    # ---- status / events --------------------------------------------------------------------
+    def _publish_event(self, event: dict[str, Any]) -> None:
+        self.pub_events.publish(String(data=json.dumps(event)))
+
+    def _publish_status(self) -> None:
+        st = self.controller.status(now_ns(self))
+        if self.frames_rejected:
+            st["frames_wrong_size"] = dict(self.frames_rejected)
+        try:
+            self.pub_status.publish(String(data=json.dumps(st, default=str)))
+        except Exception:  # noqa: BLE001 - publisher gone during shutdown
+            pass
+
+    # ---- tick thread / shutdown -------------------------------------------------------------
+    def _tick_loop(self) -> None:
+        c = self.controller
+        while not self._stop.is_set():
+            due = c.next_tick_ns()
+            if due is None:
+                self._stop.wait(0.02)
+                continue
+            delay = (due - time.time_ns()) / 1e9
+            if delay > 0:
+                self._stop.wait(min(delay, 0.05))
+                continue
+            try:
+                c.tick(now_ns(self))
+            except Exception as exc:  # noqa: BLE001 - keep ticking; the save reports writer errors
+                self.get_logger().error(f"tick failed: {type(exc).__name__}: {exc}")
+                self._stop.wait(0.01)
+
+    def on_shutdown(self) -> None:
+        if self._shutdown_done:
+            return
+        self._shutdown_done = True
+        self._stop.set()
+        self._ticker.join(2.0)
+        ans = self.controller.shutdown(save=self.cfg.on_shutdown == "save")
+        self.get_logger().info(f"shutdown: {ans.message}")

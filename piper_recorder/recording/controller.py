@@ -1,0 +1,273 @@
+"""Episode state machine shared by both recorders (no ROS): start/stop/discard/delete, ticks, shutdown.
+
+Threads: input methods (``add_*``) are called from any thread and only insert into the assembler under
+a short lock; ``tick(now)`` is called by the recorder's tick thread; the service methods block their
+caller until the writer thread has done the work. Every writer call runs on one ``WriterWorker``.
+
+States: idle -> recording -> (saving) -> idle; closed after ``shutdown``. Every wrong order gets a
+clear refusal and changes nothing; an episode is always either saved whole or discarded.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler
+
+from .targets import EpisodeTarget
+from .worker import QueuedSink, WriterWorker
+
+IDLE, RECORDING, SAVING, CLOSED = "idle", "recording", "saving", "closed"
+
+
+@dataclass
+class Answer:
+    ok: bool
+    message: str
+    event: dict[str, Any] | None = None
+
+
+class EpisodeController:
+    def __init__(self, target: EpisodeTarget, assembly: AssemblyConfig, *, recorder: str,
+                 max_episode_s: float, publish_event: Callable[[dict[str, Any]], None],
+                 session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
+                 log: Callable[[str], None] = print):
+        assembly.validate()
+        self.target, self.assembly, self.recorder = target, assembly, recorder
+        self.max_episode_ns = int(max_episode_s * 1e9) if max_episode_s > 0 else 0
+        self._publish_event, self._session_record, self._on_change, self._log = \
+            publish_event, session_record, on_change, log
+        self.worker = WriterWorker(f"{recorder}-writer")
+        self._lock = threading.Lock()            # assembler and state; held only for short work
+        self._service = threading.Lock()         # one state transition at a time
+        self.state = IDLE
+        self._asm: EpisodeAssembler | None = None
+        self._sink: Any = None
+        self._episode: int | None = None
+        self._task = ""
+        self._session_started = False
+        self._saved: list[tuple[int, str]] = []  # (episode, task) saved in this session; delete_last pops
+        self._preroll: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
+        self.last_counters: dict[str, Any] = {}
+        self.last_message = "idle"
+
+    # ---- inputs (any thread) ----------------------------------------------------------------
+    def _input(self, key: tuple[str, str], method: str, *args: Any) -> None:
+        with self._lock:
+            self._preroll[key] = (method, args)   # newest sample of each input seeds the next episode
+            if self._asm is not None and self.state in (RECORDING, SAVING):
+                getattr(self._asm, method)(*args)
+
+    def add_joint_state(self, stamp_ns: int, positions: Any) -> None:
+        self._input(("joint_states", ""), "add_joint_state", stamp_ns, positions)
+
+    def add_eef_pose(self, stamp_ns: int, position: Any, quat_xyzw: Any) -> None:
+        self._input(("eef_pose", ""), "add_eef_pose", stamp_ns, position, quat_xyzw)
+
+    def add_commanded_pose(self, stamp_ns: int, position: Any, quat_xyzw: Any) -> None:
+        self._input(("commanded_pose", ""), "add_commanded_pose", stamp_ns, position, quat_xyzw)
+
+    def add_commanded_gripper(self, stamp_ns: int, width_m: float) -> None:
+        self._input(("commanded_gripper", ""), "add_commanded_gripper", stamp_ns, width_m)
+
+    def add_reward(self, stamp_ns: int, reward: float) -> None:
+        self._input(("reward", ""), "add_reward", stamp_ns, reward)
+
+    def add_frame(self, camera: str, stamp_ns: int, rgb: Any, depth: Any = None) -> None:
+        self._input(("frame", camera), "add_frame", camera, stamp_ns, rgb, depth)
+
+    def add_raw_quest(self, stamp_ns: int, line: str) -> None:
+        with self._lock:
+            if self._asm is not None and self.state in (RECORDING, SAVING):
+                self._asm.add_raw_quest(stamp_ns, line)
+
+    # ---- tick thread ------------------------------------------------------------------------
+    def next_tick_ns(self) -> int | None:
+        """ROS-clock time at which the next row becomes due (its grid time + lateness), or None if idle."""
+        with self._lock:
+            if self._asm is None or self.state != RECORDING:
+                return None
+            return self._asm.tick_ns(self._asm._next_k) + int(self.assembly.lateness_s * 1e9)
+
+    def tick(self, now_ns: int) -> None:
+        auto_stop: int | None = None
+        with self._lock:
+            if self._asm is None or self.state != RECORDING:
+                return
+            self._asm.advance(now_ns)
+            if self.max_episode_ns and now_ns - self._asm.start_ns >= self.max_episode_ns:
+                auto_stop = self._asm.start_ns + self.max_episode_ns
+        if auto_stop is not None:
+            self.stop(auto_stop, reason="max_episode_s")
+
+    # ---- services (block the caller) -------------------------------------------------------
+    def start(self, task: str, now: Callable[[], int]) -> Answer:
+        with self._service:
+            if self.state == CLOSED:
+                return self._refuse("recorder is shutting down; no new episodes")
+            if self.state != IDLE:
+                return self._refuse(f"already recording episode {self._episode} "
+                                    f"('{self._task}'); call stop_episode or discard_episode first")
+            if self.target.needs_task and not task.strip():
+                return self._refuse("parameter 'task' is empty; set it (ros2 param set <node> task '...') first")
+            if self.worker.backlog:
+                self._log(f"writer thread still has {self.worker.backlog} queued calls")
+            try:
+                record = self._session_record()
+                if not self._session_started:
+                    self.worker.call(lambda: self.target.begin_session(record))
+                    self._session_started = True
+                idx = self.worker.call(lambda: self.target.start_episode(task, record))
+            except Exception as exc:  # noqa: BLE001 - e.g. BindingChangeError: answer, stay idle
+                return self._refuse(f"cannot start: {type(exc).__name__}: {exc}")
+            sink = self.target.make_sink()
+            with self._lock:
+                start_ns = now()
+                self.worker.take_error()
+                self._sink = sink
+                self._asm = EpisodeAssembler(self.assembly, start_ns, QueuedSink(sink, self.worker),
+                                             depth=self.target.depth)
+                for method, args in self._preroll.values():
+                    getattr(self._asm, method)(*args)
+                self._episode, self._task, self.state = idx, task, RECORDING
+            event = self._event("started", start_ns=start_ns)
+            return self._done(Answer(True, f"recording episode {idx} (task '{task}')", event))
+
+    def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode") -> Answer:
+        with self._service:
+            if self.state != RECORDING:
+                return self._refuse(self._not_recording("stop"))
+            end = end_ns() if callable(end_ns) else int(end_ns)
+            with self._lock:
+                self.state = SAVING
+            self._on_change()
+            # messages still in flight for the last rows: wait out the lateness allowance
+            delay = self.assembly.lateness_s - max(0.0, (time.time_ns() - end) / 1e9)
+            if delay > 0:
+                time.sleep(delay)
+            with self._lock:
+                asm, sink = self._asm, self._sink
+                assert asm is not None
+                counters = asm.finish(end).to_dict()
+                self._asm = None
+            self.last_counters = counters
+            timeout = reason == "max_episode_s"
+            if counters["rows"] < self.target.min_rows:
+                missing = asm.missing_inputs(end)
+                why = f"empty: {counters['rows']} rows" + (f", never received {missing}" if missing else "")
+                return self._drop(why, ok=False, start_ns=asm.start_ns)
+            try:
+                self.worker.call(lambda: self._save(sink, counters, timeout))
+            except Exception as exc:  # noqa: BLE001 - a failed save leaves no half-written episode
+                return self._drop(f"save failed: {type(exc).__name__}: {exc}", ok=False, start_ns=asm.start_ns)
+            idx = self._episode
+            self._saved.append((idx, self._task))
+            with self._lock:
+                self.state = IDLE
+            event = self._event("saved", start_ns=asm.origin_ns, end_ns=end, rows=counters["rows"], reason=reason)
+            return self._done(Answer(True, f"saved episode {idx}: {counters['rows']} rows ({reason})", event))
+
+    def _save(self, sink: Any, counters: dict[str, Any], timeout: bool) -> dict[str, Any]:
+        err = self.worker.take_error()
+        if err is not None:
+            raise err
+        return self.target.save_episode(sink, counters, timeout)
+
+    def discard(self, reason: str = "discard_episode") -> Answer:
+        with self._service:
+            if self.state != RECORDING:
+                return self._refuse(self._not_recording("discard"))
+            with self._lock:
+                asm, self._asm = self._asm, None
+                self.state = SAVING
+            return self._drop(reason, ok=True, start_ns=asm.start_ns if asm else None)
+
+    def delete_last(self) -> Answer:
+        with self._service:
+            if self.state != IDLE:
+                return self._refuse(f"episode {self._episode} is {self.state}; stop or discard it before deleting")
+            if not self._saved:
+                return self._refuse("nothing saved in this session to delete")
+            idx, task = self._saved[-1]
+            try:
+                self.worker.call(self.target.delete_last_episode)
+            except Exception as exc:  # noqa: BLE001
+                return self._refuse(f"cannot delete episode {idx}: {type(exc).__name__}: {exc}")
+            self._saved.pop()
+            self._episode, self._task = idx, task
+            event = self._event("deleted", start_ns=None, reason="delete_last_episode")
+            return self._done(Answer(True, f"deleted episode {idx}", event))
+
+    def shutdown(self, save: bool) -> Answer:
+        """Save or discard the episode in flight, then close the writer. Idempotent."""
+        ans = Answer(True, "closed")
+        if self.state in (RECORDING, SAVING):
+            ans = self.stop(time.time_ns, reason="shutdown") if save else self.discard(reason="shutdown")
+        with self._service:
+            if self.state == CLOSED:
+                return ans
+            self.state = CLOSED
+            try:
+                self.worker.call(self.target.close)
+            except Exception as exc:  # noqa: BLE001
+                ans = Answer(False, f"{ans.message}; close failed: {type(exc).__name__}: {exc}", ans.event)
+            self.worker.stop()
+        self._on_change()
+        return ans
+
+    # ---- status -----------------------------------------------------------------------------
+    def status(self, now_ns: int) -> dict[str, Any]:
+        with self._lock:
+            st: dict[str, Any] = {"recorder": self.recorder, "state": self.state, "episode_index": self._episode,
+                                  "task": self._task, "saved_this_session": [i for i, _ in self._saved],
+                                  "writer_backlog": self.worker.backlog, "message": self.last_message}
+            if self._asm is not None:
+                st.update(elapsed_s=round((now_ns - self._asm.start_ns) / 1e9, 3), rows=self._asm.rows,
+                          waiting_for=self._asm.missing_inputs() if self._asm.origin_ns is None else [],
+                          counters=self._asm.counters.to_dict())
+            else:
+                st["counters"] = self.last_counters
+        return st
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _not_recording(self, what: str) -> str:
+        if self.state == SAVING:
+            return f"episode {self._episode} is already being saved; cannot {what} it"
+        if self.state == CLOSED:
+            return "recorder is shutting down"
+        return f"no episode in progress (state {self.state}); nothing to {what} — call start_episode first"
+
+    def _drop(self, reason: str, ok: bool, start_ns: int | None) -> Answer:
+        try:
+            self.worker.call(self._discard_writer)
+        except Exception as exc:  # noqa: BLE001
+            reason = f"{reason}; discard failed: {type(exc).__name__}: {exc}"
+            ok = False
+        with self._lock:
+            self.state = IDLE
+        event = self._event("discarded", start_ns=start_ns, reason=reason)
+        return self._done(Answer(ok, f"discarded episode {self._episode} ({reason})", event))
+
+    def _discard_writer(self) -> None:
+        self.worker.take_error()
+        self.target.discard_episode()
+
+    def _event(self, event: str, start_ns: int | None, end_ns: int | None = None, rows: int | None = None,
+               reason: str | None = None) -> dict[str, Any]:
+        return {"recorder": self.recorder, "event": event, "episode_index": self._episode, "task": self._task,
+                "start_ns": start_ns, "end_ns": end_ns, "rows": rows, "reason": reason}
+
+    def _refuse(self, message: str) -> Answer:
+        self.last_message = message
+        return Answer(False, message)
+
+    def _done(self, ans: Answer) -> Answer:
+        self.last_message = ans.message
+        if ans.event is not None:
+            self._publish_event(ans.event)
+        self._log(ans.message)
+        self._on_change()
+        return ans
