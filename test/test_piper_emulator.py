@@ -1,0 +1,219 @@
+"""The CAN emulator against piper_sdk itself: the SDK decodes what the emulator sends, the emulator
+decodes what the SDK sends (every command the backends use), at the feedback rates of the arm."""
+from __future__ import annotations
+
+import math
+import struct
+import time
+import uuid
+
+import can
+import numpy as np
+import pytest
+from piper_sdk.kinematics.piper_fk import C_PiperForwardKinematics
+from piper_sdk.piper_msgs.msg_v2 import PiperMessage
+from piper_sdk.protocol.protocol_v2 import C_PiperParserV2
+
+from piper_recorder.piper import kinematics as kin
+from piper_recorder.piper.emulator import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CTRL, ID_MOTION_CTRL_2,
+                                           MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P,
+                                           PiperEmulator, decode_mit)
+from piper_recorder.piper.link import PiperLink
+
+
+def wait_until(cond, timeout=2.0, step=0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+@pytest.fixture
+def arm():
+    channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
+    emu = PiperEmulator(channel).start()
+    link = PiperLink(channel, "virtual")
+    assert wait_until(lambda: link.sdk.GetArmJointMsgs().time_stamp > 0), "no feedback through the SDK"
+    yield emu, link
+    link.close()
+    emu.stop()
+
+
+def frames_since(emu: PiperEmulator, fid: int, start: int) -> list[can.Message]:
+    return [m for m in emu.rx_log[start:] if m.arbitration_id == fid]
+
+
+def test_sdk_decodes_joint_pose_gripper_status_and_motor_feedback(arm):
+    emu, link = arm
+    q = np.array([0.4, 1.1, -0.8, 0.3, -0.6, 1.2])
+    with emu._lock:
+        emu.q[:] = q
+        emu.q_target[:] = q
+        emu.gripper = 0.0321
+        emu.enabled, emu.ctrl_mode, emu.move_mode = True, 0x01, MOVE_J
+    time.sleep(0.1)
+    sdk = link.sdk
+    js = sdk.GetArmJointMsgs().joint_state
+    got = [js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6]
+    assert got == [round(math.degrees(v) * 1000) for v in q]  # 0.001 deg
+    # end pose feedback = the SDK's own FK of the joints (0.001 mm, 0.001 deg)
+    ep = sdk.GetArmEndPoseMsgs().end_pose
+    fk = C_PiperForwardKinematics(0x01).CalFK(list(np.radians(np.array(got) / 1000.0)))[-1]
+    assert np.allclose([ep.X_axis / 1000, ep.Y_axis / 1000, ep.Z_axis / 1000], fk[:3], atol=2e-3)
+    assert np.allclose([ep.RX_axis / 1000, ep.RY_axis / 1000, ep.RZ_axis / 1000], fk[3:], atol=2e-3)
+    g = sdk.GetArmGripperMsgs().gripper_state
+    assert g.grippers_angle == 32100 and g.foc_status.driver_enable_status is False
+    st = sdk.GetArmStatus().arm_status
+    assert int(st.ctrl_mode) == 0x01 and int(st.mode_feed) == MOVE_J and int(st.arm_status) == 0 and st.err_code == 0
+    hs = sdk.GetArmHighSpdInfoMsgs()
+    assert hs.motor_1.can_id == 0x251 and hs.motor_6.can_id == 0x256
+    assert hs.motor_2.pos == round(q[1] * 1000)
+    fb = link.feedback()
+    assert np.allclose(fb.effort, emu.gravity(q), atol=0.01)  # holding torque, via the SDK's coefficients
+    assert np.allclose(fb.pose, kin.fk(fb.joints), atol=5e-5)  # 0.001 deg joint quantisation
+    assert link.enabled()  # GetArmEnableStatus: low-speed driver status bit 6 on all six motors
+    assert abs(fb.stamp - time.time()) < 0.1  # stamps are host receive time
+
+
+def test_feedback_rates_through_sdk_reader_thread(arm):
+    _, link = arm
+    time.sleep(1.2)
+    sdk = link.sdk
+    # generous margins: a shared 2-core CI box
+    assert 120 <= sdk.GetArmJointMsgs().Hz <= 260
+    assert 120 <= sdk.GetArmEndPoseMsgs().Hz <= 260
+    assert 120 <= sdk.GetArmStatus().Hz <= 260
+    assert 120 <= sdk.GetArmGripperMsgs().Hz <= 260
+    assert 60 <= sdk.GetArmHighSpdInfoMsgs().Hz <= 130
+    assert 10 <= sdk.GetArmLowSpdInfoMsgs().Hz <= 30
+
+
+def test_firmware_version_query_and_reply(arm):
+    emu, link = arm
+    assert link.firmware() == emu.cfg.firmware
+    link.sdk.SearchPiperFirmwareVersion()
+    assert wait_until(lambda: link.sdk.GetPiperFirmwareVersion() == "S-V1.6-5")
+
+
+def test_enable_disable_and_motion_ctrl_2_modes(arm):
+    emu, link = arm
+    assert not emu.enabled and not link.enabled()
+    link.enable()
+    assert wait_until(lambda: emu.enabled and link.enabled())
+    link.mode_position(37)
+    assert wait_until(lambda: (emu.ctrl_mode, emu.move_mode, emu.speed_pct, emu.mit) == (1, MOVE_P, 37, False))
+    link.mode_joint(60)
+    assert wait_until(lambda: (emu.move_mode, emu.speed_pct, emu.mit) == (MOVE_J, 60, False))
+    link.mode_mit(80)
+    assert wait_until(lambda: (emu.move_mode, emu.mit) == (MOVE_M, True))
+    assert wait_until(lambda: int(link.sdk.GetArmStatus().arm_status.mode_feed) == MOVE_M)
+    link.disable()
+    assert wait_until(lambda: not emu.enabled and not link.enabled())
+
+
+def test_sdk_commands_decoded_identically_by_emulator_and_sdk_parser(arm):
+    """JointCtrl / MotionCtrl_2 / GripperCtrl frames: the emulator's decoding equals piper_sdk's parser."""
+    emu, link = arm
+    emu.log_rx = True
+    start = len(emu.rx_log)
+    link.enable()
+    link.mode_joint(45)
+    q = np.array([0.5, 0.7, -0.9, 0.2, 0.4, -0.3])
+    link.joint_ctrl(q)
+    link.gripper(0.0456, 1.5)
+    assert wait_until(lambda: len(frames_since(emu, ID_GRIPPER_CTRL, start)) == 1)
+    parser = C_PiperParserV2()
+    msg = PiperMessage()
+    for m in frames_since(emu, ID_MOTION_CTRL_2, start):
+        parser.DecodeMessage(m, msg)
+        assert (msg.arm_motion_ctrl_2.ctrl_mode, msg.arm_motion_ctrl_2.move_mode,
+                msg.arm_motion_ctrl_2.move_spd_rate_ctrl) == (1, MOVE_J, 45)
+    for fid in ID_JOINT_CTRL:
+        (m,) = frames_since(emu, fid, start)
+        parser.DecodeMessage(m, msg)
+    jc = msg.arm_joint_ctrl
+    sdk_q = np.radians(np.array([jc.joint_1, jc.joint_2, jc.joint_3, jc.joint_4, jc.joint_5, jc.joint_6]) / 1000.0)
+    assert np.allclose(sdk_q, q, atol=1e-5)
+    assert wait_until(lambda: np.allclose(emu.q_target, sdk_q, atol=1e-9))
+    (m,) = frames_since(emu, ID_GRIPPER_CTRL, start)
+    parser.DecodeMessage(m, msg)
+    assert msg.arm_gripper_ctrl.grippers_angle == 45600 and msg.arm_gripper_ctrl.grippers_effort == 1500
+    assert msg.arm_gripper_ctrl.status_code == 0x01
+    assert emu.gripper_target == pytest.approx(0.0456) and emu.gripper_effort == pytest.approx(1.5)
+    # the arm follows: joints and gripper reach the targets, seen through the SDK
+    assert wait_until(lambda: np.allclose(link.feedback().joints, q, atol=2e-4), timeout=3.0)
+    assert wait_until(lambda: abs(link.feedback().gripper - 0.0456) < 1e-5, timeout=3.0)
+
+
+def test_end_pose_ctrl_scaling_and_firmware_ik(arm):
+    emu, link = arm
+    emu.log_rx = True
+    start = len(emu.rx_log)
+    link.enable()
+    link.mode_position(100)
+    q_goal = np.array([0.3, 1.0, -1.1, 0.2, 0.5, -0.4])
+    ints, sent = link.end_pose(kin.fk(q_goal))
+    # frames 0x152-0x154: X,Y | Z,RX | RY,RZ as big-endian int32 in 0.001 mm / 0.001 deg
+    data = b"".join(bytes(frames_since(emu, fid, start)[0].data) for fid in (0x152, 0x153, 0x154)
+                    if wait_until(lambda fid=fid: frames_since(emu, fid, start)))
+    assert list(struct.unpack(">6i", data)) == ints
+    assert np.allclose(sent[:3, 3], kin.fk(q_goal)[:3, 3], atol=1e-6)
+    assert wait_until(lambda: np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5), timeout=3.0)
+    fb = link.feedback()
+    assert np.allclose(kin.rotation_error(sent[:3, :3], fb.pose[:3, :3]), 0.0, atol=1e-4)
+    # an unreachable pose: the firmware reports "no solution" and keeps the last target
+    far = kin.fk(q_goal)
+    far[:3, 3] = [1.2, 0.0, 0.2]
+    link.end_pose(far)
+    assert wait_until(lambda: int(link.sdk.GetArmStatus().arm_status.arm_status) == 0x02)
+    assert emu.ik_failures == 1
+    assert np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5)
+
+
+def test_joint_mit_ctrl_packing_and_pd_dynamics(arm):
+    emu, link = arm
+    emu.log_rx = True
+    link.enable()
+    assert wait_until(lambda: emu.enabled)
+    link.mode_mit(100)
+    assert wait_until(lambda: emu.mit)
+    start = len(emu.rx_log)
+    q0 = link.feedback().joints
+    target = q0 + np.array([0.3, 0.2, -0.2, 0.3, -0.3, 0.4])
+    kp, kd = [5, 25, 5, 8, 8, 5], [0.3, 1.2, 0.3, 0.45, 0.45, 0.3]
+    grav = emu.gravity(target)
+    sent_pos = [link.mit(i + 1, target[i], 0.1 * i, kp[i], kd[i], grav[i]) for i in range(6)]
+    assert wait_until(lambda: all(frames_since(emu, fid, start) for fid in ID_MIT_CTRL))
+    for i, fid in enumerate(ID_MIT_CTRL):
+        cmd = decode_mit(bytes(frames_since(emu, fid, start)[0].data))
+        assert cmd is not None  # checksum valid
+        step = lambda lo, hi, bits: (hi - lo) / ((1 << bits) - 1)  # noqa: E731
+        assert abs(cmd.pos - target[i]) <= step(*MIT_P, 16) / 2 + 1e-9 and cmd.pos == pytest.approx(sent_pos[i])
+        assert abs(cmd.vel - 0.1 * i) <= step(*MIT_V, 12) / 2 + 1e-9
+        assert abs(cmd.kp - kp[i]) <= step(*MIT_KP, 12) / 2 + 1e-9
+        assert abs(cmd.kd - kd[i]) <= step(*MIT_KD, 12) / 2 + 1e-9
+        assert abs(cmd.t_ff - grav[i]) <= step(*MIT_T, 8) / 2 + 1e-9
+    # zero velocity reference from here on; the PD + gravity feed-forward settles on the reference
+    for i in range(6):
+        link.mit(i + 1, target[i], 0.0, kp[i], kd[i], grav[i])
+    assert wait_until(lambda: np.allclose(link.feedback().joints, target, atol=0.03), timeout=4.0), \
+        link.feedback().joints - target
+    # corrupt checksum -> ignored and counted
+    data = bytearray(frames_since(emu, ID_MIT_CTRL[0], start)[0].data)
+    data[7] ^= 0x01
+    emu_bus = can.Bus(interface="virtual", channel=emu.channel)
+    emu_bus.send(can.Message(arbitration_id=ID_MIT_CTRL[0], data=data, is_extended_id=False))
+    emu_bus.shutdown()
+    assert wait_until(lambda: emu.bad_crc == 1)
+
+
+def test_disabled_arm_ignores_motion_commands(arm):
+    emu, link = arm
+    q0 = emu.joints()
+    link.mode_joint(100)
+    link.joint_ctrl(q0 + 0.3)
+    time.sleep(0.2)
+    assert np.allclose(emu.joints(), q0)
+    assert np.allclose(emu.q_target, q0)
