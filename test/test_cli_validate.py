@@ -1,7 +1,6 @@
 """piper-validate as a real process: exit codes, output lines, dispatch by path type."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -49,11 +48,18 @@ def test_missing_path_and_unknown_file_exit_1(tmp_path):
 
 
 def test_hdf5_goes_to_rgbd_validator(tmp_path):
-    bogus = tmp_path / "bogus.hdf5"
+    import rgbd_crash_worker as cw
+    from rgbd_writer.writer import RgbdConfig, RgbdWriter
+    good = tmp_path / "ok.hdf5"
+    w = RgbdWriter(good, RgbdConfig(width=cw.W, height=cw.H, rgb_source="/c", depth_source="/d", durable=False))
+    cw.write_episode(w, 0)
+    w.close()
+    for extra in ([], ["--full"]):
+        res = run(str(good), *extra)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.stdout.strip() == f"OK: {good}: RGB-D HDF5"
+    bogus = tmp_path / "bogus.h5"
     bogus.write_bytes(b"not an hdf5 file")
     res = run(str(bogus))
     assert res.returncode == 1
-    if importlib.util.find_spec("rgbd_writer.validate") is None:
-        assert "needs rgbd_writer.validate" in res.stderr
-    else:
-        assert res.stdout.strip(), "an unreadable file must produce at least one problem line"
+    assert res.stdout.startswith(f"{bogus}: ")

@@ -1,4 +1,10 @@
-"""piper-finalize --root DIR [--horizon 30]: write meta/relative_stats.json and meta/delta_stats.json."""
+"""piper-finalize --root DIR [--horizon 30]: write meta/relative_stats.json and meta/delta_stats.json.
+
+Statistics of future action windows (H rows, padded with the episode's last action) relative to the
+state at the window start (relative) or chained step to step (delta). Gripper-like columns are
+subtracted; EEF poses use T_state^-1 @ T_action with quaternions written wxyz and w >= 0.
+Statistics are per element over all windows and steps, shaped like stats.json; parquet is only read.
+"""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +21,8 @@ def _pair(text: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="piper-finalize", description=__doc__)
+    p = argparse.ArgumentParser(prog="piper-finalize", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="LeRobot v2.0 dataset root")
     p.add_argument("--horizon", type=int, default=30, help="future window length in rows (default 30)")
     p.add_argument("--pair", type=_pair, action="append", metavar="ACTION=OBSERVATION",
