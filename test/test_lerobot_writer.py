@@ -1,0 +1,387 @@
+"""LeRobot v2.0 writer: output checked with independent readers (pyarrow, PyAV, json, lerobot-doctor)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from piper_recorder.lerobot import stats as stats_mod
+from piper_recorder.lerobot.errors import (BindingChangeError, DatasetError, EpisodeStateError,
+                                           SchemaError)
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from test_lerobot_writer_helpers import (H, W, decode_video, index_frame, read_jsonl_strict,
+                                         read_table, row_values, tree_hashes)
+
+FPS = 30
+CAMS = ("cam_front", "cam_wrist")
+ROOT_DIR = Path(__file__).resolve().parents[1]
+
+
+def config(**kw) -> WriterConfig:
+    kw.setdefault("cameras", {c: CameraSpec(H, W) for c in CAMS})
+    return WriterConfig(fps=FPS, **kw)
+
+
+def record(w: LeRobotWriter, task: str, n: int, seed: int, jitter_ms=None, quest: int = 0) -> dict:
+    """One episode of n rows at k/fps; each camera frame k carries k in its pixels and is taken
+    ``jitter_ms[k]`` ms before its row (0 = exactly at the row time)."""
+    w.start_episode(task)
+    for k in range(n):
+        t = k / FPS
+        w.add_row(t, row_values(t, seed))
+        for cam in w.cfg.cameras:
+            j = 0.0 if jitter_ms is None else jitter_ms[k]
+            assert w.add_frame(cam, index_frame(k), max(0.0, t - j / 1000))
+        for _ in range(quest):
+            w.add_raw_quest(json.dumps({"t": t, "k": k}))
+    return w.save_episode({"late_rows": 0})
+
+
+def all_rows(root: Path, n_eps: int) -> dict[str, np.ndarray]:
+    tables = [read_table(root, e) for e in range(n_eps)]
+    return {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+
+
+def test_round_trip_schema_meta_and_stats(tmp_path):
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, config()) as w:
+        recs = [record(w, "pick", 40, 0, quest=2), record(w, "place", 35, 1), record(w, "pick", 30, 2)]
+        assert w.total_episodes == 3
+    assert [r["task_index"] for r in recs] == [0, 1, 0]
+
+    # parquet: exact arrow types, values, bookkeeping
+    t = pq.read_table(root / "data/chunk-000/episode_000000.parquet")
+    types = {f.name: f.type for f in t.schema}
+    assert types["observation.arm_joint"] == pa.list_(pa.float32(), 6)
+    assert types["observation.arm_eef"] == pa.list_(pa.float32(), 7)
+    assert types["observation.gripper"] == pa.float32()
+    assert types["observation.state"] == pa.list_(pa.float32(), 14)
+    assert types["action"] == pa.list_(pa.float32(), 8)
+    assert types["timestamp"] == pa.float32()
+    for k in ("frame_index", "episode_index", "index", "task_index"):
+        assert types[k] == pa.int64()
+    cols = read_table(root, 0)
+    for k in range(40):
+        want = row_values(k / FPS, 0)
+        for key, v in want.items():
+            got = cols[key][k]
+            np.testing.assert_array_equal(np.atleast_1d(got), v.astype(np.float32), err_msg=key)
+        np.testing.assert_array_equal(cols["observation.state"][k], np.concatenate(
+            [want["observation.arm_joint"], want["observation.arm_eef"],
+             want["observation.gripper"]]).astype(np.float32))
+        np.testing.assert_array_equal(cols["action"][k], np.concatenate(
+            [want["action.arm_eef"], want["action.gripper"]]).astype(np.float32))
+    assert cols["timestamp"].dtype == np.float32
+    np.testing.assert_allclose(np.diff(cols["timestamp"].astype(np.float64)), 1 / FPS, atol=1e-6)
+    rows = all_rows(root, 3)
+    np.testing.assert_array_equal(rows["index"], np.arange(105))
+    np.testing.assert_array_equal(rows["episode_index"], np.repeat([0, 1, 2], [40, 35, 30]))
+    np.testing.assert_array_equal(rows["task_index"], np.repeat([0, 1, 0], [40, 35, 30]))
+
+    # info.json
+    info = json.loads((root / "meta/info.json").read_text())
+    assert set(info) == {"codebase_version", "robot_type", "total_episodes", "total_frames",
+                         "total_tasks", "total_videos", "total_chunks", "chunks_size", "fps",
+                         "splits", "data_path", "video_path", "features"}
+    assert (info["codebase_version"], info["total_episodes"], info["total_frames"],
+            info["total_tasks"], info["total_videos"], info["total_chunks"]) == ("v2.0", 3, 105, 2, 6, 1)
+    assert info["splits"] == {"train": "0:3"}
+    f = info["features"]
+    assert f["observation.arm_eef"]["names"] == ["x", "y", "z", "qw", "qx", "qy", "qz"]
+    assert f["observation.state"]["shape"] == [14] and len(f["observation.state"]["names"]) == 14
+    assert f["timestamp"] == {"dtype": "float32", "shape": [1], "names": None}
+    v = f["observation.images.cam_front"]
+    assert v["dtype"] == "video" and v["shape"] == [H, W, 3]
+    assert v["names"] == ["height", "width", "channels"]
+    assert set(v["info"]) == {"video.fps", "video.height", "video.width", "video.channels",
+                              "video.codec", "video.pix_fmt", "video.is_depth_map", "has_audio"}
+    assert "video_info" not in json.dumps(info) and '"channel"' not in json.dumps(info)
+
+    # modality.json slices the split columns
+    mod = json.loads((root / "meta/modality.json").read_text())
+    assert mod["state"]["eef_rot"] == {"start": 3, "end": 7, "original_key": "observation.arm_eef",
+                                       "rotation_type": "quat_wxyz", "dtype": "float32",
+                                       "absolute": True}
+    assert mod["action"]["gripper"]["original_key"] == "action.gripper"
+    assert mod["video"] == {c: {"original_key": f"observation.images.{c}"} for c in CAMS}
+    assert mod["annotation"] == {"human.task_description": {"original_key": "task_index"}}
+
+    # episodes / tasks jsonl
+    eps = read_jsonl_strict(root / "meta/episodes.jsonl")
+    assert eps[0]["video_frame_lengths"] == {"cam_front": 40, "cam_wrist": 40}
+    assert eps[0]["video_frame_length"] == 40 and eps[0]["late_rows"] == 0
+    assert eps[1]["tasks"] == ["place"] and eps[1]["length"] == 35
+    assert read_jsonl_strict(root / "meta/tasks.jsonl") == [
+        {"task_index": 0, "task": "pick"}, {"task_index": 1, "task": "place"}]
+    lines = read_jsonl_strict(root / "extras/episode_000000.quest.jsonl")
+    assert len(lines) == 80 and lines[-1] == {"t": 39 / FPS, "k": 39}
+
+    # stats.json: exact mean/std/min/max, q01/q99 within the documented rank error
+    st = json.loads((root / "meta/stats.json").read_text())
+    for key, feat in f.items():
+        if feat["dtype"] == "video":
+            continue
+        assert set(st[key]) == {"mean", "std", "min", "max", "q01", "q99"}, key
+        x = rows[key].reshape(len(rows[key]), -1).astype(np.float64)
+        assert all(len(st[key][s]) == feat["shape"][0] for s in st[key])
+        np.testing.assert_allclose(st[key]["mean"], x.mean(0), rtol=1e-9, atol=1e-12, err_msg=key)
+        np.testing.assert_allclose(st[key]["std"], x.std(0), rtol=1e-7, atol=1e-9, err_msg=key)
+        np.testing.assert_array_equal(st[key]["min"], x.min(0), err_msg=key)
+        np.testing.assert_array_equal(st[key]["max"], x.max(0), err_msg=key)
+        for q, p in (("q01", 0.01), ("q99", 0.99)):  # rank error <= grid step + 1/episode rows
+            margin = 0.002 + 1 / 30
+            lo, hi = np.quantile(x, [max(0.0, p - margin), min(1.0, p + margin)], axis=0)
+            got = np.array(st[key][q])
+            assert np.all((got >= lo - 1e-9) & (got <= hi + 1e-9)), (key, q)
+
+
+def test_single_episode_quantiles_match_numpy():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(500, 4)) * [1, 10, 0.01, 100]
+    m = stats_mod.merge(stats_mod.sketch(x)[None])
+    np.testing.assert_allclose(m["q01"], np.quantile(x, 0.01, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(m["q99"], np.quantile(x, 0.99, axis=0), rtol=1e-12)
+    # many episodes with different distributions: within 0.2 % rank of the exact quantile
+    eps = [rng.normal(rng.normal(), 1 + rng.random(), (rng.integers(50, 400), 3)) for _ in range(60)]
+    m = stats_mod.merge(np.stack([stats_mod.sketch(e) for e in eps]))
+    allv = np.concatenate(eps)
+    np.testing.assert_allclose(m["mean"], allv.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(m["std"], allv.std(0), rtol=1e-10)
+    lo, hi = np.quantile(allv, [0.008, 0.012], axis=0)
+    assert np.all((m["q01"] >= lo) & (m["q01"] <= hi))
+    lo, hi = np.quantile(allv, [0.988, 0.992], axis=0)
+    assert np.all((m["q99"] >= lo) & (m["q99"] <= hi))
+
+
+def test_video_pts_and_both_lookup_rules(tmp_path):
+    """Frames taken 0..12 ms before their row: for every row, 'nearest within half a period' and
+    'last frame with pts <= float32(timestamp)' both return the frame written for that row."""
+    root = tmp_path / "ds"
+    n = 90
+    rng = np.random.default_rng(7)
+    jitter = np.where(rng.random(n) < 0.3, 0.0, rng.uniform(0, 12, n))
+    with LeRobotWriter(root, config()) as w:
+        w.start_episode("lookup")
+        for k in range(n):
+            t = k / FPS
+            w.add_row(t, row_values(t, 0))
+            for cam in CAMS:
+                assert w.add_frame(cam, index_frame(k), t - jitter[k] / 1000 if k else 0.0)
+            if k == 10:  # a repeated capture time: dropped and counted
+                assert not w.add_frame("cam_front", index_frame(999), t - jitter[k] / 1000)
+        rec = w.save_episode()
+    assert rec["video_dropped_frames"]["cam_front"]["non_increasing_pts"] == 1
+    ts = read_table(root, 0)["timestamp"].astype(np.float64)  # float32 values, exactly
+    for cam in CAMS:
+        pts, idx, dur, tb = decode_video(root / f"videos/chunk-000/observation.images.{cam}/episode_000000.mp4")
+        assert tb.numerator == 1 and tb.denominator == 1000
+        assert len(pts) == n and idx == list(range(n))
+        assert all(b > a for a, b in zip(pts, pts[1:]))
+        assert all(d > 0 for d in dur), "every frame, the last included, needs a duration"
+        p = np.array(pts, dtype=np.float64) / 1000.0
+        for k in range(n):
+            assert idx[int(np.argmin(np.abs(p - ts[k])))] == k and np.min(np.abs(p - ts[k])) <= 0.5 / FPS
+            le = np.nonzero(p <= ts[k])[0]
+            assert idx[le[-1]] == k, (cam, k, pts[k], ts[k])
+        # torchcodec needs the last row's time to lie inside the last frame's span
+        assert pts[-1] + dur[-1] > ts[-1] * 1000
+
+
+def test_lerobot_doctor_and_validator_pass(tmp_path):
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, config()) as w:
+        for e in range(3):
+            record(w, ["pick the cube", "stack"][e % 2], 110 + 7 * e, e, quest=1)
+    doctor = ROOT_DIR / ".venv/bin/lerobot-doctor"
+    if not doctor.exists():
+        doctor = Path(shutil.which("lerobot-doctor") or "lerobot-doctor")
+    r = subprocess.run([str(doctor), "check", str(root), "--ci", "--fail-on", "warn"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    from piper_recorder.lerobot.validate import validate_root
+    assert validate_root(root, full=True) == []
+
+
+def test_resume_continues_indices_and_tasks(tmp_path):
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, config()) as w:
+        record(w, "a", 20, 0)
+        record(w, "b", 25, 1)
+    with LeRobotWriter(root, config()) as w:
+        assert w.total_episodes == 2 and w.total_frames == 45
+        assert w.start_episode("b") == 2
+        w.add_row(0.0, row_values(0.0, 3))
+        w.add_row(1 / FPS, row_values(1 / FPS, 3))
+        for cam in CAMS:
+            w.add_frame(cam, index_frame(0), 0.0)
+        rec = w.save_episode()
+        assert rec["task_index"] == 1
+        rec = record(w, "c", 10, 4)
+        assert (rec["episode_index"], rec["task_index"]) == (3, 2)
+    rows = all_rows(root, 4)
+    np.testing.assert_array_equal(rows["index"], np.arange(57))
+    assert [t["task"] for t in read_jsonl_strict(root / "meta/tasks.jsonl")] == ["a", "b", "c"]
+    info = json.loads((root / "meta/info.json").read_text())
+    assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (4, 57, 3)
+
+
+def test_discard_and_empty_episodes_leave_nothing(tmp_path):
+    root = tmp_path / "ds"
+    w = LeRobotWriter(root, config())
+    record(w, "keep", 15, 0)
+    before = tree_hashes(root)
+    w.start_episode("new task")
+    for k in range(10):
+        w.add_row(k / FPS, row_values(k / FPS, 1))
+        w.add_frame("cam_front", index_frame(k), k / FPS)
+        w.add_raw_quest("{}")
+    w.discard_episode()
+    assert w.start_episode("empty") == 1
+    assert w.save_episode() is None  # no rows: discarded
+    assert tree_hashes(root) == before
+    assert not any((root / ".staging").iterdir())
+    assert w.start_episode("keep") == 1
+    w.close()  # unsaved episode discarded
+    assert tree_hashes(root) == before and not (root / ".staging").exists()
+
+
+def test_delete_last_episode_restores_previous_state(tmp_path):
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, config()) as w:
+        record(w, "a", 20, 0)
+    before = tree_hashes(root)
+    with LeRobotWriter(root, config()) as w:
+        with pytest.raises(EpisodeStateError):
+            w.delete_last_episode()  # episode 0 was saved by another session
+        record(w, "new", 30, 1, quest=1)
+        assert (root / "extras/episode_000001.quest.jsonl").exists()
+        w.start_episode("x")
+        with pytest.raises(EpisodeStateError):
+            w.delete_last_episode()
+        w.discard_episode()
+        deleted = w.delete_last_episode()
+        assert deleted["episode_index"] == 1 and deleted["length"] == 30
+        with pytest.raises(EpisodeStateError):
+            w.delete_last_episode()
+        assert tree_hashes(root) == before  # metadata, stats and files as before the save
+        assert record(w, "b", 12, 2)["task_index"] == 1  # indices continue from the restored state
+    np.testing.assert_array_equal(all_rows(root, 2)["index"], np.arange(32))
+
+
+def test_schema_errors_name_the_column(tmp_path):
+    with LeRobotWriter(tmp_path / "ds", config()) as w:
+        with pytest.raises(EpisodeStateError):
+            w.add_row(0.0, row_values(0.0, 0))
+        with pytest.raises(EpisodeStateError):
+            w.save_episode()
+        w.start_episode("t")
+        with pytest.raises(EpisodeStateError):
+            w.start_episode("t")
+        bad = [
+            ({"observation.arm_joint": np.zeros(5)}, "observation.arm_joint"),
+            ({"observation.arm_eef": np.zeros((1, 7))}, "observation.arm_eef"),
+            ({"action.gripper": np.array(["a"])}, "action.gripper"),
+            ({"action.gripper": np.array([True])}, "action.gripper"),
+            ({"observation.gripper": np.array([np.nan])}, "observation.gripper"),
+            ({"action.arm_eef": np.r_[np.zeros(6), np.inf]}, "action.arm_eef"),
+            ({"observation.arm_joint": np.full(6, 1e300)}, "observation.arm_joint"),  # inf in float32
+            ({"observation.extra": np.zeros(1)}, "observation.extra"),
+        ]
+        for patch, col in bad:
+            vals = {**row_values(0.0, 0), **patch}
+            with pytest.raises(SchemaError, match=col.replace(".", r"\.")):
+                w.add_row(0.0, vals)
+        vals = row_values(0.0, 0)
+        del vals["action.arm_eef"]
+        with pytest.raises(SchemaError, match=r"action\.arm_eef"):
+            w.add_row(0.0, vals)
+        with pytest.raises(SchemaError, match="timestamp"):
+            w.add_row(float("nan"), row_values(0.0, 0))
+        w.add_row(0.0, row_values(0.0, 0))
+        with pytest.raises(SchemaError, match="timestamp"):
+            w.add_row(0.0, row_values(0.0, 0))
+        with pytest.raises(SchemaError, match=r"observation\.images\.cam_back"):
+            w.add_frame("cam_back", index_frame(0), 0.0)
+        with pytest.raises(SchemaError, match=r"observation\.images\.cam_front"):
+            w.add_frame("cam_front", np.zeros((H, W, 3), np.float32), 0.0)
+        with pytest.raises(SchemaError, match=r"observation\.images\.cam_front"):
+            w.add_frame("cam_front", np.zeros((W, H, 3), np.uint8), 0.0)
+        w.discard_episode()
+    assert read_jsonl_strict(tmp_path / "ds/meta/episodes.jsonl") == []
+
+
+def session(kp: float, fw: str = "S-V1.6-3") -> dict:
+    return {"control": {"backend": "impedance", "impedance": {"kp": kp, "kd": 0.8, "t_ff": 0.0,
+                                                              "gravity_ff": True}},
+            "arm": {"firmware": fw, "model": "piper"}, "recording": {"fps": 30},
+            "cameras": {"cam_front": {"serial": "123"}}}
+
+
+def test_binding_change_warns_or_refuses(tmp_path, capsys):
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, config()) as w:
+        assert w.begin_session(session(10.0)) == []
+    with LeRobotWriter(root, config()) as w:
+        assert w.begin_session(session(10.0)) == []
+        changes = w.begin_session(session(12.0, "S-V1.7"))
+    assert changes == [("control.impedance.kp", 10.0, 12.0), ("arm.firmware", "S-V1.6-3", "S-V1.7")]
+    err = capsys.readouterr().err
+    assert "control.impedance.kp: 10.0 -> 12.0" in err and "fresh --root" in err
+    lines = read_jsonl_strict(root / "meta/collection_sessions.jsonl")
+    assert len(lines) == 3 and len({s["session_id"] for s in lines}) == 3
+    assert all(s["writer_version"] and s["started_at"] for s in lines)
+    assert json.loads((root / "meta/collection_meta.json").read_text()) == lines[-1]
+    with LeRobotWriter(root, config(on_binding_change="refuse")) as w:
+        with pytest.raises(BindingChangeError) as ei:
+            w.begin_session(session(15.0, "S-V1.7"))
+        assert ei.value.changes == [("control.impedance.kp", 12.0, 15.0)]
+    assert len(read_jsonl_strict(root / "meta/collection_sessions.jsonl")) == 3
+
+
+def test_options_rotation_type_no_combined_and_chunks(tmp_path):
+    root = tmp_path / "ds"
+    cfg = config(cameras={}, rotation_type="quaternion", combined_columns=False, chunks_size=2,
+                 save_raw_quest=False)
+    with LeRobotWriter(root, cfg) as w:
+        for e in range(3):
+            record(w, "t", 12, e, quest=1)
+    info = json.loads((root / "meta/info.json").read_text())
+    assert "observation.state" not in info["features"] and "action" not in info["features"]
+    assert info["total_chunks"] == 2 and info["total_videos"] == 0
+    assert (root / "data/chunk-001/episode_000002.parquet").exists()
+    assert not (root / "extras").exists()
+    mod = json.loads((root / "meta/modality.json").read_text())
+    assert mod["state"]["eef_rot"]["rotation_type"] == "quaternion"
+    assert "observation.state" not in json.loads((root / "meta/stats.json").read_text())
+    with pytest.raises(DatasetError, match="different configuration"):
+        LeRobotWriter(root, config(cameras={}, chunks_size=2))
+
+
+def test_one_writer_per_root(tmp_path):
+    with LeRobotWriter(tmp_path / "ds", config()):
+        with pytest.raises(DatasetError, match="another writer"):
+            LeRobotWriter(tmp_path / "ds", config())
+
+
+def test_stats_cache_rebuilt_when_missing_or_stale(tmp_path):
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, config(cameras={})) as w:
+        for e in range(3):
+            record(w, "t", 20 + e, e)
+    stats_before = (root / "meta/stats.json").read_bytes()
+    shutil.rmtree(root / "meta/.cache")
+    (root / "meta/stats.json").write_text("{}")
+    LeRobotWriter(root, config(cameras={})).close()
+    assert (root / "meta/stats.json").read_bytes() == stats_before
+    np.save(root / "meta/.cache/stats/episode_000001.npy", np.zeros((3, 3)))
+    with LeRobotWriter(root, config(cameras={})) as w:
+        record(w, "t", 20, 5)
+        w.delete_last_episode()
+    assert (root / "meta/stats.json").read_bytes() == stats_before
