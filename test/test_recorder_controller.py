@@ -1,0 +1,240 @@
+"""Episode controller (no ROS): every wrong order refused, saves/discards whole, auto-stop, shutdown."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from piper_recorder.assembly import AssemblyConfig
+from piper_recorder.recording.controller import EpisodeController
+from piper_recorder.recording.targets import LeRobotTarget, RgbdTarget
+
+MS = 1_000_000
+
+
+class FakeLeRobotWriter:
+    def __init__(self, fail_rows: bool = False):
+        self.sessions, self.episodes, self.current, self.closed = [], [], None, False
+        self.fail_rows = fail_rows
+        self.writer_thread = None
+
+    def _thread(self):
+        t = threading.current_thread().name
+        assert self.writer_thread in (None, t), "writer called from two threads"
+        self.writer_thread = t
+
+    def begin_session(self, record):
+        self._thread()
+        self.sessions.append(record)
+
+    def start_episode(self, task):
+        self._thread()
+        assert self.current is None
+        self.current = {"task": task, "rows": [], "frames": {}, "raw": []}
+        return len(self.episodes)
+
+    def add_row(self, t, values):
+        self._thread()
+        if self.fail_rows:
+            raise ValueError("schema: observation.arm_joint has NaN")
+        self.current["rows"].append(t)
+
+    def add_frame(self, cam, rgb, t):
+        self.current["frames"].setdefault(cam, []).append(t)
+        return True
+
+    def add_raw_quest(self, line):
+        self.current["raw"].append(line)
+
+    def save_episode(self, counters=None):
+        self._thread()
+        ep, self.current = self.current, None
+        ep["counters"] = dict(counters or {})
+        self.episodes.append(ep)
+        return {"episode_index": len(self.episodes) - 1, "length": len(ep["rows"])}
+
+    def discard_episode(self):
+        assert self.current is not None
+        self.current = None
+
+    def delete_last_episode(self):
+        self.episodes.pop()
+
+    def close(self):
+        self.closed = True
+
+
+class Clock:
+    def __init__(self):
+        self.t = time.time_ns()
+
+    def __call__(self):
+        return self.t
+
+
+def make(target, cams=("cam_front",), max_s=0.0, lateness=0.0):
+    events = []
+    cfg = AssemblyConfig(fps=30, cameras=cams, lateness_s=lateness)
+    c = EpisodeController(target, cfg, recorder="lerobot_recorder", max_episode_s=max_s,
+                          publish_event=events.append, session_record=lambda: {"recording": {"fps": 30}},
+                          log=lambda m: None)
+    return c, events
+
+
+def feed(c, t0, seconds, cams=("cam_front",), depth=False, step_ms=10):
+    for i in range(int(seconds * 1000 / step_ms)):
+        s = t0 + i * step_ms * MS
+        c.add_joint_state(s, [0.1] * 6 + [0.04])
+        c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
+        c.add_commanded_pose(s, (0, 0, 0), (0, 0, 0, 1))
+        c.add_commanded_gripper(s, 0.02)
+        if i % 3 == 0:
+            for cam in cams:
+                c.add_frame(cam, s, np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4), np.uint16) if depth else None)
+        c.tick(s)
+
+
+def test_wrong_orders_are_refused_and_change_nothing():
+    w = FakeLeRobotWriter()
+    c, events = make(LeRobotTarget(w))
+    clock = Clock()
+    for ans in (c.stop(clock), c.discard(), c.delete_last()):
+        assert not ans.ok and ("no episode in progress" in ans.message or "nothing saved" in ans.message)
+    assert not c.start("  ", clock).ok and "task" in c.start("", clock).message
+    assert events == [] and w.sessions == []
+    assert c.start("pick", clock).ok
+    again = c.start("pick", clock)
+    assert not again.ok and "already recording episode 0" in again.message
+    assert not c.delete_last().ok
+    feed(c, clock.t - 20 * MS, 0.5)
+    clock.t += 500 * MS
+    ans = c.stop(clock)
+    assert ans.ok and "saved episode 0" in ans.message, ans.message
+    assert len(w.sessions) == 1 and len(w.episodes) == 1
+    ep = w.episodes[0]
+    assert len(ep["rows"]) == 16 == ans.event["rows"]
+    assert np.allclose(np.diff(ep["rows"]), 1 / 30, atol=1e-4)
+    assert ep["counters"]["rows"] == 16 and ep["counters"]["frames_written"] == {"cam_front": len(ep["frames"]["cam_front"])}
+    assert [e["event"] for e in events] == ["started", "saved"]
+    assert events[1]["start_ns"] == events[0]["start_ns"] and events[1]["end_ns"] == clock.t
+    # discard, then delete the saved one, then nothing left to delete
+    assert c.start("place", clock).ok and c.discard().ok
+    assert len(w.episodes) == 1 and w.current is None
+    d = c.delete_last()
+    assert d.ok and d.event["episode_index"] == 0 and d.event["task"] == "pick" and w.episodes == []
+    assert not c.delete_last().ok
+    assert [e["event"] for e in events] == ["started", "saved", "started", "discarded", "deleted"]
+    assert c.start("again", clock).ok and len(w.sessions) == 1   # one session record per process
+
+
+def test_empty_episode_is_discarded_with_the_missing_input_named():
+    w = FakeLeRobotWriter()
+    c, events = make(LeRobotTarget(w))
+    clock = Clock()
+    assert c.start("pick", clock).ok
+    c.add_joint_state(clock.t, [0.0] * 7)
+    clock.t += 200 * MS
+    ans = c.stop(clock)
+    assert not ans.ok and "empty" in ans.message and "commanded_pose" in ans.message and "cam_front" in ans.message
+    assert w.episodes == [] and w.current is None and events[-1]["event"] == "discarded"
+    assert c.state == "idle" and c.start("pick", clock).ok
+
+
+def test_writer_error_discards_the_whole_episode():
+    w = FakeLeRobotWriter(fail_rows=True)
+    c, events = make(LeRobotTarget(w))
+    clock = Clock()
+    assert c.start("pick", clock).ok
+    feed(c, clock.t, 0.3)
+    clock.t += 300 * MS
+    ans = c.stop(clock)
+    assert not ans.ok and "NaN" in ans.message
+    assert w.episodes == [] and w.current is None and events[-1]["event"] == "discarded"
+
+
+def test_preroll_makes_row_zero_the_start():
+    w = FakeLeRobotWriter()
+    c, events = make(LeRobotTarget(w))
+    clock = Clock()
+    feed(c, clock.t - 100 * MS, 0.1)             # samples before start: the newest seeds the episode
+    assert c.start("pick", clock).ok
+    clock.t += 40 * MS
+    assert c.stop(clock).ok
+    assert w.episodes[0]["counters"]["skipped_start_ticks"] == 0 and len(w.episodes[0]["rows"]) == 2
+
+
+class FakeRgbdWriter:
+    def __init__(self):
+        self.log, self.ended, self.discarded = [], [], 0
+
+    def start_episode(self, seed=None, meta=None):
+        assert "provenance" in meta
+        self.log = []
+        return len(self.ended)
+
+    def add_observation(self, rgb, depth, state):
+        self.log.append("obs")
+
+    def add_transition(self, action, reward, terminal=False, timeout=False):
+        self.log.append(("tr", terminal, timeout))
+
+    def end_episode(self, success=None):
+        self.ended.append((list(self.log), success))
+        return {"transitions": self.log.count("obs") - 1}
+
+    def discard_episode(self):
+        self.discarded += 1
+
+    def close(self):
+        pass
+
+
+def test_rgbd_max_episode_auto_stop_flags_timeout_and_stop_flags_terminal():
+    w = FakeRgbdWriter()
+    c, events = make(RgbdTarget(w, "cam_front"), max_s=0.5)
+    t0 = time.time_ns()
+    assert c.start("", lambda: t0).ok
+    feed(c, t0 - 30 * MS, 0.7, depth=True)       # ticks past 0.5 s: the controller stops itself
+    assert c.state == "idle" and events[-1]["event"] == "saved" and events[-1]["reason"] == "max_episode_s"
+    assert events[-1]["end_ns"] == t0 + 500 * MS and events[-1]["rows"] == 16
+    log, success = w.ended[0]
+    assert log.count("obs") == 16 and log[-2] == ("tr", False, True) and success is None
+    assert c.start("", lambda: t0 + 10**9).ok
+    feed(c, t0 + 10**9 - 30 * MS, 0.2, depth=True)
+    assert c.stop(lambda: t0 + 10**9 + 150 * MS).ok
+    log, success = w.ended[1]
+    assert log[-2] == ("tr", True, False) and success is True
+    d = c.delete_last()
+    assert not d.ok and "cannot delete" in d.message
+
+
+@pytest.mark.parametrize("save", [True, False])
+def test_shutdown_saves_or_discards_then_closes(save):
+    w = FakeLeRobotWriter()
+    c, events = make(LeRobotTarget(w))
+    clock = Clock()
+    assert c.start("pick", clock).ok
+    feed(c, clock.t - 20 * MS, 0.3)
+    ans = c.shutdown(save=save)
+    assert w.closed and c.state == "closed"
+    assert len(w.episodes) == (1 if save else 0) and events[-1]["event"] == ("saved" if save else "discarded")
+    assert events[-1]["reason"] == "shutdown" and ans.event is events[-1]
+    assert not c.start("pick", clock).ok and c.shutdown(save=save).ok
+
+
+def test_writer_calls_stay_on_one_thread_while_inputs_come_from_many():
+    w = FakeLeRobotWriter()
+    c, _ = make(LeRobotTarget(w), cams=("a", "b"))
+    clock = Clock()
+    assert c.start("pick", clock).ok
+    t0 = clock.t - 20 * MS
+    threads = [threading.Thread(target=feed, args=(c, t0, 0.5, ("a", "b"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    clock.t = t0 + 500 * MS
+    assert c.stop(clock).ok
+    assert w.writer_thread == "lerobot_recorder-writer"

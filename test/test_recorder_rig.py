@@ -1,0 +1,148 @@
+"""Test rig for the recorder process tests: a synthetic arm + cameras publisher and service/event helpers.
+
+(No tests here; test_recorder_lerobot.py and test_recorder_rgbd.py import it.)
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float32, String
+from std_srvs.srv import Trigger
+
+from piper_recorder.nodes.common import ns_to_stamp
+
+W, H = 64, 48
+
+
+def frame_value(i: int) -> int:
+    """Uniform grey level of synthetic frame i (distinct steps survive lossy encoding)."""
+    return (i * 8) % 256
+
+
+class Rig:
+    """Publishes /arm/* at 100 Hz (commands at 50 Hz), cameras at 30 fps (64x48), optional reward."""
+
+    def __init__(self, ros_domain, cams=("cam_front", "cam_wrist"), depth=False, reward=False):
+        ros_domain.apply()
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx)
+        self.node = Node("test_rig", context=self.ctx)
+        n = self.node
+        rel = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.pub_js = n.create_publisher(JointState, "/arm/joint_states", rel)
+        self.pub_eef = n.create_publisher(PoseStamped, "/arm/eef_pose", rel)
+        self.pub_cmd = n.create_publisher(PoseStamped, "/arm/commanded_pose", rel)
+        self.pub_grip = n.create_publisher(JointState, "/arm/commanded_gripper", rel)
+        self.pub_reward = n.create_publisher(Float32, "/reward", rel) if reward else None
+        self.pub_prov = n.create_publisher(String, "/arm/provenance", latched)
+        self.pub_prov.publish(String(data=json.dumps({"backend": "emulator", "kp": 10.0, "kd": 0.8, "t_ff": 0.0,
+                                                      "gravity_ff": True, "firmware": "S-V1.6-3"})))
+        self.pub_img = {c: n.create_publisher(Image, f"/{c}/color/image_raw", rel) for c in cams}
+        self.pub_depth = {c: n.create_publisher(Image, f"/{c}/aligned_depth_to_color/image_raw", rel)
+                          for c in cams} if depth else {}
+        self.events: list[dict] = []
+        self.status: dict[str, dict] = {}
+        n.create_subscription(String, "/episode_events", lambda m: self.events.append(json.loads(m.data)),
+                              QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        self.frames_published = {c: 0 for c in cams}
+        self._rng = np.random.default_rng(0)
+        self.paused = threading.Event()
+        self._stop = threading.Event()
+        self.executor = MultiThreadedExecutor(num_threads=2, context=self.ctx)
+        self.executor.add_node(n)
+        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
+        self._spin.start()
+        self._pub = threading.Thread(target=self._publish_loop, daemon=True)
+        self._pub.start()
+
+    def watch_status(self, recorder: str) -> None:
+        self.node.create_subscription(String, f"/{recorder}/status",
+                                      lambda m: self.status.__setitem__(recorder, json.loads(m.data)), 10)
+
+    def _publish_loop(self) -> None:
+        i = 0
+        next_cam = time.time_ns()
+        cam_i = 0
+        while not self._stop.is_set():
+            t = time.time_ns()
+            if not self.paused.is_set():
+                stamp = ns_to_stamp(t)
+                v = (t / 1e9) % 10.0
+                js = JointState(name=[f"joint{k}" for k in range(1, 7)] + ["gripper"],
+                                position=[v + k for k in range(6)] + [0.05])
+                js.header.stamp = stamp
+                self.pub_js.publish(js)
+                eef = PoseStamped()
+                eef.header.stamp = stamp
+                eef.pose.position.x, eef.pose.orientation.w = v, 1.0
+                self.pub_eef.publish(eef)
+                if i % 2 == 0:
+                    cmd = PoseStamped()
+                    cmd.header.stamp = stamp
+                    cmd.pose.position.y, cmd.pose.orientation.z, cmd.pose.orientation.w = v, 0.6, 0.8
+                    self.pub_cmd.publish(cmd)
+                    g = JointState(name=["gripper"], position=[0.03])
+                    g.header.stamp = stamp
+                    self.pub_grip.publish(g)
+                    if self.pub_reward is not None:
+                        self.pub_reward.publish(Float32(data=1.0))
+                if t >= next_cam:
+                    next_cam += 1_000_000_000 // 30
+                    self._publish_frame(cam_i, stamp)
+                    cam_i += 1
+            i += 1
+            self._stop.wait(0.01)
+
+    def _publish_frame(self, i: int, stamp) -> None:
+        for cam, pub in self.pub_img.items():
+            msg = Image(height=H, width=W, encoding="rgb8", step=W * 3)
+            msg.header.stamp = stamp
+            msg.data = (np.full((H, W, 3), frame_value(i), np.uint8) + self._noise(8, (H, W, 3))).tobytes()
+            pub.publish(msg)
+            self.frames_published[cam] += 1
+            if cam in self.pub_depth:
+                d = Image(height=H, width=W, encoding="16UC1", step=W * 2)
+                d.header.stamp = stamp
+                d.data = (np.full((H, W), 500 + i % 1000, np.uint16) + self._noise(50, (H, W))).tobytes()
+                self.pub_depth[cam].publish(d)
+
+    def _noise(self, hi: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Mild noise: real frames never compress to identical sizes."""
+        return self._rng.integers(0, hi, shape).astype(np.uint8 if len(shape) == 3 else np.uint16)
+
+    def call(self, recorder: str, service: str, timeout: float = 20.0) -> Trigger.Response:
+        cli = self.node.create_client(Trigger, f"/{recorder}/{service}")
+        try:
+            assert cli.wait_for_service(timeout_sec=timeout), f"/{recorder}/{service} not available"
+            fut = cli.call_async(Trigger.Request())
+            end = time.monotonic() + timeout
+            while not fut.done():
+                assert time.monotonic() < end, f"/{recorder}/{service} timed out"
+                time.sleep(0.01)
+            return fut.result()
+        finally:
+            self.node.destroy_client(cli)
+
+    def wait_events(self, n: int, timeout: float = 10.0) -> list[dict]:
+        end = time.monotonic() + timeout
+        while len(self.events) < n and time.monotonic() < end:
+            time.sleep(0.02)
+        return list(self.events)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._pub.join(2)
+        self.executor.shutdown(timeout_sec=2)
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.ctx)
