@@ -1,8 +1,9 @@
 """teleop: Quest controller -> /arm/target_pose and /arm/target_gripper, and buttons -> recorder services.
 
 A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: every message is fed to the core
-with its arrival time (monotonic), and a timer at ``control_rate_hz`` asks the core for the next
-target. Targets are published only while the clutch is engaged; when it releases (grip open, menu,
+with its arrival time (monotonic), and a dedicated control thread at ``control_rate_hz`` asks the
+core for the next target. (Not a ROS timer: in the shared Python executor a 100 Hz timer starved
+the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog.) Targets are published only while the clutch is engaged; when it releases (grip open, menu,
 stale headset stream, lost arm feedback, arm fault) publishing stops and the arm holds.
 
 Parameters: the fields of ``TeleopConfig`` (``hand``, ``control_rate_hz``, ``pos_scale``, ...), its
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState, Joy as JoyMsg
@@ -75,8 +77,8 @@ class TeleopNode(Node):
         self.core = TeleopCore(cfg)  # validates the assembled config
         self.cfg = cfg
 
-        self._group = MutuallyExclusiveCallbackGroup()  # the core is single-threaded
-        g, sensor = self._group, qos_profile_sensor_data
+        self._lock = threading.Lock()  # the core is single-threaded: callbacks and the control thread share it
+        g, sensor = ReentrantCallbackGroup(), qos_profile_sensor_data
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.pub_target = self.create_publisher(PoseStamped, "/arm/target_pose", reliable)
         self.pub_gripper = self.create_publisher(JointState, "/arm/target_gripper", reliable)
@@ -99,34 +101,44 @@ class TeleopNode(Node):
                      for rec in self.ncfg.recorders]
             for action in Action
         }
-        self.create_timer(cfg.period, self._tick, callback_group=g)
         self.create_timer(1.0, self._publish_status, callback_group=g)
         self._last_refusal_log = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._control_loop, name="teleop-control", daemon=True)
+        self._thread.start()
         self.get_logger().info(f"teleop: hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
                                f"recorders={self.ncfg.recorders}")
 
     # ---- inputs -------------------------------------------------------------------------------
     def _on_hand_pose(self, msg: PoseStamped) -> None:
-        self.core.on_hand_pose(time.monotonic(), *_pose_arrays(msg))
+        p, q = _pose_arrays(msg)
+        with self._lock:
+            self.core.on_hand_pose(time.monotonic(), p, q)
 
     def _on_joy(self, hand: str, msg: JoyMsg) -> None:
         joy = _joy(msg)
-        if joy is None:
-            self.core.counters.rejected_inputs += 1
-            return
-        self.core.on_joy(time.monotonic(), hand, joy)
+        with self._lock:
+            if joy is None:
+                self.core.counters.rejected_inputs += 1
+                return
+            self.core.on_joy(time.monotonic(), hand, joy)
 
     def _on_arm_pose(self, msg: PoseStamped) -> None:
-        self.core.on_arm_pose(time.monotonic(), *_pose_arrays(msg))
+        p, q = _pose_arrays(msg)
+        with self._lock:
+            self.core.on_arm_pose(time.monotonic(), p, q)
 
     def _on_joints(self, msg: JointState) -> None:
-        self.core.on_joint_states(time.monotonic(), list(msg.position))
+        positions = list(msg.position)
+        with self._lock:
+            self.core.on_joint_states(time.monotonic(), positions)
 
     def _on_arm_status(self, msg: DiagnosticArray) -> None:
         if not self.ncfg.fault_on_arm_error:
             return
         errors = [f"{s.name}: {s.message}" for s in msg.status if s.level == DiagnosticStatus.ERROR]
-        self.core.on_arm_fault("; ".join(errors) if errors else None)
+        with self._lock:
+            self.core.on_arm_fault("; ".join(errors) if errors else None)
 
     def _on_episode_event(self, msg: String) -> None:
         try:
@@ -134,14 +146,31 @@ class TeleopNode(Node):
             kind = ev.get("event")
         except (ValueError, AttributeError):
             return
-        if kind == "started":
-            self.core.on_recording(True)
-        elif kind in ("saved", "discarded"):
-            self.core.on_recording(False)
+        if kind in ("started", "saved", "discarded"):
+            with self._lock:
+                self.core.on_recording(kind == "started")
 
-    # ---- control tick -------------------------------------------------------------------------
+    # ---- control loop -------------------------------------------------------------------------
+    def _control_loop(self) -> None:
+        period = self.cfg.period
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                if self._stop.wait(delay):
+                    break
+            elif delay < -period:
+                next_t = time.monotonic()  # fell behind (machine stalled): resync, never burst
+            self._tick()
+
+    def on_shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
     def _tick(self) -> None:
-        res = self.core.tick(time.monotonic())
+        with self._lock:
+            res = self.core.tick(time.monotonic())
         for action in res.actions:
             self._call_recorders(action)
         if res.clutch is ClutchEvent.ENGAGED:
@@ -189,8 +218,9 @@ class TeleopNode(Node):
         log(f"{rec}/{action.value}: {'ok' if reply.success else 'refused'} {reply.message}")
 
     def _publish_status(self) -> None:
-        self.pub_status.publish(String(data=json.dumps(
-            {"engaged": self.core.engaged, "recording": self.core.recording, **asdict(self.core.counters)})))
+        with self._lock:
+            status = {"engaged": self.core.engaged, "recording": self.core.recording, **asdict(self.core.counters)}
+        self.pub_status.publish(String(data=json.dumps(status)))
 
 
 def main(args=None) -> None:
