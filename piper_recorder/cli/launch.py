@@ -1,0 +1,90 @@
+"""piper-launch sim|robot [--config FILE] [--set node.param=value ...]: run the graph without `ros2 launch`.
+
+Leases a private ROS domain (loopback discovery) unless --domain-id is given, starts every node as
+its own process (see piper_recorder.launcher), waits until all nodes are in the graph, then runs
+until Ctrl-C or until a process dies (exit 1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from piper_recorder.launcher import Graph, LaunchError, config_path, plan_graph
+from piper_recorder.rosenv import lease_domain
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="piper-launch", description=__doc__.splitlines()[0])
+    p.add_argument("mode", choices=["sim", "robot"])
+    p.add_argument("--config", help="parameter file (default: config/<mode>.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                   help="override a parameter (value parsed as YAML); repeatable")
+    p.add_argument("--log-dir", help="per-process logs and the effective params.yaml (default: a temp dir)")
+    p.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); "
+                                                  "default: lease a private one")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes")
+    p.add_argument("--quiet", action="store_true", help="do not echo node output (it stays in the logs)")
+    args = p.parse_args(argv)
+
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="piper-launch-"))
+    lease = None
+    if args.domain_id is None:
+        lease = lease_domain()
+        env = lease.env()
+    else:
+        env = dict(os.environ, ROS_DOMAIN_ID=str(args.domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                   PYTHONUNBUFFERED="1")
+    os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")})
+    os.environ.pop("ROS_LOCALHOST_ONLY", None)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir)
+    except LaunchError as exc:
+        print(f"piper-launch: {exc}", file=sys.stderr)
+        return 2
+    for note in plan.skipped:
+        print(f"piper-launch: not started: {note}", file=sys.stderr)
+    print(f"piper-launch: {args.mode} graph, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback), "
+          f"params {plan.params_file}, logs {log_dir}", flush=True)
+    import rclpy
+
+    code = 0
+    with Graph(plan, env, log_dir, echo=not args.quiet) as graph:
+        ctx = rclpy.Context()
+        rclpy.init(context=ctx)
+        probe = rclpy.create_node("piper_launch_probe", context=ctx)
+        try:
+            graph.wait_nodes(probe, args.timeout)
+            print(f"piper-launch: ready: {', '.join(plan.node_names)}", flush=True)
+            while not stop.wait(0.5):
+                dead = graph.dead()
+                if dead:
+                    print(f"piper-launch: process(es) exited: {dead}; stopping\n{graph.logs()}", file=sys.stderr)
+                    code = 1
+                    break
+        except LaunchError as exc:
+            print(f"piper-launch: {exc}", file=sys.stderr)
+            code = 1
+        finally:
+            probe.destroy_node()
+            rclpy.shutdown(context=ctx)
+            print("piper-launch: stopping", flush=True)
+    bad = {n: c for n, c in graph.exit_codes.items() if c not in (0, None)}
+    print(f"piper-launch: stopped; exit codes {graph.exit_codes}", flush=True)
+    if bad and code == 0:
+        code = 1
+    if lease is not None:
+        lease.release()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+"""Pip-only launcher: start the same graph as launch/*.launch.py from the same config, without `launch`.
+
+The PyPI ROS 2 wheels have rclpy but no `launch`/`ros2 launch`, so ``piper-launch`` and ``piper-demo``
+use this module. It reads a ROS 2 parameter file (config/sim.yaml or config/robot.yaml), applies
+``node.param=value`` overrides, writes the effective file next to the logs, and starts every node as
+its own process group: ``<bin>/<console script> --ros-args -r __node:=<name> --params-file <file>``.
+The ``piper_launch`` section (not a node) names the cameras and the simulated headset's settings.
+
+Every process's output goes to ``<log_dir>/<name>.log`` (and, with ``echo``, to stdout prefixed
+``[name]``). ``stop()`` stops the recorders first (so an episode in flight is finished while its
+inputs still run), then the rest: SIGINT, then SIGTERM, then SIGKILL, per process group.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_SECTION = "piper_launch"
+RECORDERS = ("lerobot_recorder", "rgbd_recorder")
+# Node name -> console script. Cameras are added from the config (sim_camera or realsense2_camera).
+NODE_SCRIPTS = {
+    "quest_bridge": "piper-quest-bridge",
+    "teleop": "piper-teleop",
+    "piper_arm": "piper-arm",
+    "lerobot_recorder": "piper-lerobot-recorder",
+    "rgbd_recorder": "piper-rgbd-recorder",
+}
+START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder")
+
+
+class LaunchError(RuntimeError):
+    """The graph could not be configured, started, or did not become ready."""
+
+
+def config_path(mode_or_path: str) -> Path:
+    """``sim``/``robot`` -> the packaged config file (source tree or installed share/); else a path."""
+    if mode_or_path in ("sim", "robot"):
+        candidates = [PACKAGE_ROOT / "config" / f"{mode_or_path}.yaml",
+                      Path(sys.prefix) / "share" / "piper_recorder" / "config" / f"{mode_or_path}.yaml"]
+        for c in candidates:
+            if c.is_file():
+                return c
+        raise LaunchError(f"config/{mode_or_path}.yaml not found (looked in {', '.join(map(str, candidates))})")
+    p = Path(mode_or_path)
+    if not p.is_file():
+        raise LaunchError(f"config file {p} does not exist")
+    return p
+
+
+def load_config(path: str | Path) -> dict[str, dict[str, Any]]:
+    """A ROS 2 parameter file as {node: {param: value}} (``ros__parameters`` unwrapped)."""
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    out: dict[str, dict[str, Any]] = {}
+    for node, body in raw.items():
+        if not isinstance(body, dict) or "ros__parameters" not in body:
+            raise LaunchError(f"{path}: top-level key {node!r} has no ros__parameters")
+        out[str(node)] = dict(body["ros__parameters"] or {})
+    return out
+
+
+def apply_overrides(cfg: Mapping[str, Mapping[str, Any]], sets: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``node.param=value`` (value parsed as YAML; ``param`` may itself be dotted) -> a new config."""
+    out = copy.deepcopy({k: dict(v) for k, v in cfg.items()})
+    for item in sets:
+        key, sep, value = item.partition("=")
+        node, dot, param = key.partition(".")
+        if not sep or not dot or not node or not param:
+            raise LaunchError(f"--set expects node.param=value, got {item!r}")
+        parsed = yaml.safe_load(value) if value != "" else ""
+        section = out.setdefault(node, {})
+        parts = param.split(".")
+        # Nested sections (piper_launch.sim_quest.port) stay nested; dotted ROS names stay flat.
+        if len(parts) > 1 and isinstance(section.get(parts[0]), dict):
+            target = section
+            for p in parts[:-1]:
+                target = target.setdefault(p, {})
+            target[parts[-1]] = parsed
+        else:
+            section[param] = parsed
+    return out
+
+
+def dump_params(cfg: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        yaml.safe_dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, sort_keys=False)
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def find_script(name: str, bin_dir: Path | None = None) -> str:
+    for d in ([bin_dir] if bin_dir else []) + [Path(sys.executable).parent]:
+        if (d / name).exists():
+            return str(d / name)
+    found = shutil.which(name)
+    if not found:
+        raise LaunchError(f"executable {name!r} not found next to {sys.executable} or on PATH")
+    return found
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    node: bool = True  # a ROS node that must appear in the graph
+
+
+@dataclass
+class GraphPlan:
+    """Everything to start, in order, plus the effective parameter file."""
+
+    mode: str
+    params_file: Path
+    config: dict[str, dict[str, Any]]
+    processes: list[ProcessSpec] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def node_names(self) -> list[str]:
+        return [p.name for p in self.processes if p.node]
+
+    @property
+    def cameras(self) -> list[str]:
+        return list(self.config.get(LAUNCH_SECTION, {}).get("cameras", []))
+
+
+def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
+               bin_dir: Path | None = None) -> GraphPlan:
+    """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset)."""
+    if mode not in ("sim", "robot"):
+        raise LaunchError(f"mode must be sim or robot, got {mode!r}")
+    cfg = apply_overrides(load_config(config_file), sets)
+    launch = cfg.get(LAUNCH_SECTION, {})
+    cameras = list(launch.get("cameras", []))
+    for cam in cameras:
+        if cam not in cfg:
+            raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
+    quest = dict(launch.get("sim_quest", {}))
+    if mode == "sim":
+        port = int(quest.get("port", 8735)) or free_port(str(quest.get("host", "127.0.0.1")))
+        quest["port"] = port
+        cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = quest
+        cfg.setdefault("quest_bridge", {}).update(host=str(quest.get("host", "127.0.0.1")), port=port)
+    params = dump_params(cfg, run_dir / "params.yaml")
+    plan = GraphPlan(mode, params, cfg)
+
+    def node(name: str, script: str) -> ProcessSpec:
+        return ProcessSpec(name, [find_script(script, bin_dir), "--ros-args", "-r", f"__node:={name}",
+                                  "--params-file", str(params)])
+
+    if mode == "sim":
+        argv = [find_script("piper-sim-quest", bin_dir), "--host", str(quest.get("host", "127.0.0.1")),
+                "--port", str(quest["port"]), "--script", str(quest.get("script", "circle")),
+                "--rate", str(quest.get("rate", 90.0))]
+        if not quest.get("buttons", False):
+            argv.append("--no-buttons")
+        plan.processes.append(ProcessSpec("sim_quest", argv, node=False))
+    for name in START_ORDER[:3]:
+        if name in cfg:
+            plan.processes.append(node(name, NODE_SCRIPTS[name]))
+    for cam in cameras:
+        if mode == "sim":
+            plan.processes.append(node(cam, "piper-sim-camera"))
+        elif shutil.which("ros2"):
+            plan.processes.append(ProcessSpec(cam, ["ros2", "run", "realsense2_camera", "realsense2_camera_node",
+                                                    "--ros-args", "-r", f"__node:={cam}", "--params-file",
+                                                    str(params)]))
+        else:
+            plan.skipped.append(f"{cam}: realsense2_camera needs a ROS 2 install (ros2 launch piper_recorder "
+                                "robot.launch.py), or start the camera driver yourself")
+    for name in START_ORDER[3:]:
+        if name in cfg:
+            plan.processes.append(node(name, NODE_SCRIPTS[name]))
+    return plan
+
+
+class _Running:
+    def __init__(self, spec: ProcessSpec, env: dict[str, str], log_dir: Path, echo: bool):
+        self.spec = spec
+        self.log_path = log_dir / f"{spec.name}.log"
+        self._log = open(self.log_path, "ab", buffering=0)
+        self.popen = subprocess.Popen(spec.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        self._echo = echo
+        self._reader = threading.Thread(target=self._pump, name=f"log-{spec.name}", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        prefix = f"[{self.spec.name}] ".encode()
+        assert self.popen.stdout is not None
+        for line in iter(self.popen.stdout.readline, b""):
+            self._log.write(line)
+            if self._echo:
+                sys.stdout.buffer.write(prefix + line)
+                sys.stdout.flush()
+        self._log.close()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def tail(self, n: int = 40) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+
+class Graph:
+    """Runs a GraphPlan; use as a context manager so the processes are always stopped."""
+
+    def __init__(self, plan: GraphPlan, env: Mapping[str, str], log_dir: Path, echo: bool = False):
+        self.plan, self.env, self.log_dir, self.echo = plan, dict(env), Path(log_dir), echo
+        self.running: list[_Running] = []
+        self.exit_codes: dict[str, int | None] = {}
+
+    def start(self) -> "Graph":
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for spec in self.plan.processes:
+            self.running.append(_Running(spec, self.env, self.log_dir, self.echo))
+        return self
+
+    def dead(self) -> list[str]:
+        return [r.spec.name for r in self.running if not r.alive()]
+
+    def logs(self, n: int = 40) -> str:
+        return "\n".join(f"----- {r.spec.name} (exit {r.popen.poll()})\n{r.tail(n)}" for r in self.running)
+
+    def wait_nodes(self, probe: Any, timeout: float = 60.0) -> None:
+        """Block until every planned node is in the ROS graph (seen by the rclpy node ``probe``)."""
+        want = set(self.plan.node_names)
+        deadline = time.monotonic() + timeout
+        while True:
+            dead = self.dead()
+            if dead:
+                raise LaunchError(f"process(es) exited during start-up: {dead}\n{self.logs()}")
+            seen = {name for name, _ns in probe.get_node_names_and_namespaces()}
+            if want <= seen:
+                return
+            if time.monotonic() > deadline:
+                raise LaunchError(f"nodes not up after {timeout:.0f}s: {sorted(want - seen)}\n{self.logs()}")
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 20.0) -> dict[str, int | None]:
+        """Recorders first, then everything else: SIGINT, SIGTERM after ``timeout``, SIGKILL after 5 s more."""
+        stages = [[r for r in self.running if r.spec.name in RECORDERS],
+                  [r for r in self.running if r.spec.name not in RECORDERS]]
+        for stage in stages:
+            for sig, wait_s in ((signal.SIGINT, timeout), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                live = [r for r in stage if r.alive()]
+                if not live:
+                    break
+                for r in reversed(live):
+                    r.signal(sig)
+                deadline = time.monotonic() + wait_s
+                while any(r.alive() for r in live) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        for r in self.running:
+            try:
+                r.popen.wait(1.0)
+            except subprocess.TimeoutExpired:
+                pass
+            r._reader.join(timeout=2.0)
+            self.exit_codes[r.spec.name] = r.popen.poll()
+        return self.exit_codes
+
+    def __enter__(self) -> "Graph":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
