@@ -150,6 +150,12 @@ def test_matches_numpy_reference(tmp_path, horizon):
                              "observation.arm_eef", "observation.gripper", "observation.state"}
 
 
+def test_canonical_sign_rule():
+    from piper_recorder.lerobot.se3 import canonical
+    got = canonical(np.array([[-0.6, 0.8, 0, 0], [0, -0.6, 0.8, 0], [0, 0, 0, -1], [0.6, -0.8, 0, 0]]))
+    np.testing.assert_array_equal(got, [[0.6, -0.8, 0, 0], [0, 0.6, -0.8, 0], [0, 0, 0, 1], [0.6, -0.8, 0, 0]])
+
+
 def test_quaternion_sign_of_inputs_does_not_matter(tmp_path):
     rng = np.random.default_rng(7)
     ep = random_episode(rng, 9)

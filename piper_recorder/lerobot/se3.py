@@ -53,16 +53,6 @@ def rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     return mul(mul(q, qv), conj(q))[..., 1:]
 
 
-def to_matrix(q: np.ndarray) -> np.ndarray:
-    """3x3 rotation matrices from wxyz quaternions (normalised first)."""
-    w, x, y, z = np.moveaxis(normalize(q), -1, 0)
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=-1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=-1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=-1),
-    ], axis=-2)
-
-
 def relative_pose(base: np.ndarray, target: np.ndarray) -> np.ndarray:
     """``T_base^-1 @ T_target`` for 7-vector poses, as 7-vectors with a canonical unit quaternion.
 
