@@ -1,0 +1,207 @@
+"""Arm controller + backends over piper_sdk on the in-process emulator: safety rules and tracking."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from piper_recorder.piper import kinematics as kin
+from piper_recorder.piper.backends import ArmConfig
+from piper_recorder.piper.controller import ArmController
+from piper_recorder.piper.emulator import ID_MIT_CTRL, ID_POSE_CTRL, PiperEmulator, decode_mit
+from piper_recorder.piper.link import PiperLink
+
+
+def wait_until(cond, timeout=3.0, step=0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+class Rig:
+    def __init__(self, backend: str, **overrides):
+        self.channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
+        self.emu = PiperEmulator(self.channel).start()
+        self.link = PiperLink(self.channel, "virtual")
+        self.sent: list[tuple[float, np.ndarray | None, float | None]] = []
+        self.cfg = ArmConfig(backend=backend, can_channel=self.channel, can_interface="virtual", **overrides)
+        self.ctl = ArmController(self.cfg, self.link, on_command=lambda t, p, g: self.sent.append((t, p, g)))
+        self.ctl.start()
+
+    def close(self) -> None:
+        self.ctl.stop()
+        self.link.close()
+        self.emu.stop()
+
+    def go_home(self) -> None:
+        assert self.ctl.go_home()
+        assert wait_until(lambda: not self.ctl.homing(), timeout=10.0)
+
+    def track(self, seconds: float, settle: float = 1.0, amp=(0.05, 0.025, 0.03), hz: float = 0.25) -> float:
+        """Stream a smooth moving target at ~100 Hz; RMS flange position error after ``settle`` s (m)."""
+        base = self.ctl.feedback().pose.copy()
+        quat = kin.matrix_to_quat(base[:3, :3])
+        errs = []
+        t0 = time.monotonic()
+        while (t := time.monotonic() - t0) < seconds:
+            w = 2 * np.pi * hz * t
+            p = base[:3, 3] + np.array([amp[0] * np.sin(w), amp[1] * np.sin(2 * w), amp[2] * (1 - np.cos(w))])
+            assert self.ctl.set_target(p, quat), self.ctl.last_refusal
+            time.sleep(0.01)
+            if t > settle:
+                errs.append(np.linalg.norm(self.ctl.feedback().pose[:3, 3] - p))
+        return float(np.sqrt(np.mean(np.square(errs))))
+
+
+@pytest.fixture
+def position_rig():
+    rig = Rig("position")
+    yield rig
+    rig.close()
+
+
+@pytest.fixture
+def impedance_rig():
+    rig = Rig("impedance")
+    yield rig
+    rig.close()
+
+
+def test_start_reads_firmware_enables_and_holds(position_rig):
+    rig = position_rig
+    st = rig.ctl.status()
+    assert st["firmware"] == "S-V1.6-5" and st["enabled"] and rig.emu.enabled
+    assert wait_until(lambda: rig.ctl.state == "holding")
+    q0 = rig.emu.joints()
+    time.sleep(0.3)
+    assert np.allclose(rig.emu.joints(), q0, atol=1e-4)
+
+
+def test_bad_targets_are_refused_and_counted(position_rig):
+    ctl = position_rig.ctl
+    pose = ctl.feedback().pose
+    quat = kin.matrix_to_quat(pose[:3, :3])
+    assert not ctl.set_target([np.nan, 0.0, 0.2], quat)
+    assert not ctl.set_target(pose[:3, 3], [0.0, 0.0, np.inf, 1.0])
+    assert not ctl.set_target(pose[:3, 3], [0.0, 0.0, 0.0, 2.0])           # not a unit quaternion
+    assert not ctl.set_target([0.3, 0.0, 0.9], quat)                        # outside the workspace box
+    assert not ctl.set_target([0.60, 0.40, 0.60], quat)                     # in the box, beyond reach
+    assert not ctl.set_gripper(float("nan")) and not ctl.set_gripper(0.5)
+    refused = ctl.status()["targets_refused"]
+    assert refused == {"non_finite": 2, "bad_quaternion": 1, "out_of_workspace": 1, "unreachable": 1,
+                       "gripper_out_of_range": 2}
+    assert ctl.status()["targets_accepted"] == 0
+    sent_before = len(position_rig.emu.rx_log)
+    assert ctl.state == "holding" and sent_before == 0  # nothing refused ever reached the bus (log off)
+
+
+def test_stale_target_holds_the_last_command(position_rig):
+    rig = position_rig
+    rig.go_home()
+    pose = rig.ctl.feedback().pose
+    quat = kin.matrix_to_quat(pose[:3, :3])
+    goal = pose[:3, 3] + np.array([0.03, 0.0, 0.0])
+    assert rig.ctl.set_target(goal, quat)
+    assert wait_until(lambda: rig.ctl.state == "tracking")
+    assert wait_until(lambda: rig.ctl.state == "holding", timeout=rig.cfg.stale_target_s + 1.0)
+    assert rig.ctl.status()["stale_events"] == 1
+    held = [p for _, p, _ in rig.sent if p is not None][-1]
+    assert np.allclose(held[:3, 3], goal, atol=1e-5)
+    n = len(rig.sent)
+    time.sleep(0.3)
+    later = [p for _, p, _ in rig.sent[n:] if p is not None]
+    assert later and all(np.allclose(p, held) for p in later)  # keep-alive re-sends of the same hold
+    assert len(later) <= 0.3 / rig.cfg.keepalive_s + 2          # ...not at the control rate
+
+
+def test_can_silence_stops_commanding_and_reports(position_rig):
+    rig = position_rig
+    quat = kin.matrix_to_quat(rig.ctl.feedback().pose[:3, :3])
+    rig.emu.set_silent(True)
+    assert wait_until(lambda: rig.ctl.state == "can_silent", timeout=2.0)
+    before = rig.emu.rx_counts.get(ID_POSE_CTRL[0], 0)
+    rig.ctl.set_target(rig.ctl.feedback().pose[:3, 3], quat)
+    time.sleep(0.3)
+    assert rig.emu.rx_counts.get(ID_POSE_CTRL[0], 0) == before  # not one command while the link is dead
+    st = rig.ctl.status()
+    assert st["can_silence_events"] == 1 and st["feedback_age_s"] > rig.cfg.can_silence_s
+    rig.emu.set_silent(False)
+    assert wait_until(lambda: rig.ctl.state == "holding", timeout=2.0)  # re-entered from the measured pose
+
+
+def test_disable_enable_and_go_home(position_rig):
+    rig = position_rig
+    rig.ctl.disable()
+    assert wait_until(lambda: not rig.emu.enabled and rig.ctl.state == "disabled")
+    assert not rig.ctl.set_target([0.2, 0.0, 0.3], [0, 0, 0, 1])
+    assert rig.ctl.status()["targets_refused"]["disabled"] == 1
+    rig.ctl.enable()
+    assert wait_until(lambda: rig.emu.enabled)
+    rig.go_home()
+    assert wait_until(lambda: np.allclose(rig.emu.joints(), rig.cfg.home_joints, atol=2e-3), timeout=3.0)
+
+
+def test_position_backend_tracks_moving_target(position_rig):
+    rig = position_rig
+    rig.go_home()
+    rig.ctl.set_gripper(0.05)
+    rms = rig.track(seconds=5.0)
+    print(f"\nposition backend: RMS flange position error after settling = {rms * 1000:.2f} mm")
+    assert rms < 0.005
+    assert wait_until(lambda: abs(rig.ctl.feedback().gripper - 0.05) < 1e-4)
+    assert rig.emu.ik_failures == 0 and rig.ctl.status()["stale_events"] == 0
+
+
+def test_impedance_backend_gains_ramp_gravity_ff_and_tracks(impedance_rig):
+    rig = impedance_rig
+    rig.emu.log_rx = True
+    assert wait_until(lambda: rig.emu.mit, timeout=3.0)
+    assert wait_until(lambda: rig.ctl.backend.gain_scale(time.monotonic()) >= 1.0, timeout=3.0)
+    time.sleep(0.1)  # at least one keep-alive frame at full gain
+    # gain ramp-in: the first MIT frames carry small kp, later ones the configured kp
+    kp2 = [decode_mit(bytes(m.data)).kp for m in rig.emu.rx_log if m.arbitration_id == ID_MIT_CTRL[1]]
+    assert kp2[0] < 0.2 * rig.cfg.kp[1] and abs(kp2[-1] - rig.cfg.kp[1]) < 0.2
+    assert np.all(np.diff(kp2) >= -1e-9)
+    # gravity feed-forward from the holding torques: shoulder and elbow carry load
+    g = np.array(rig.ctl.status()["gravity_ff"])
+    assert abs(g[1]) > 0.2 and abs(g[2]) > 0.2 and np.all(np.abs(g) <= rig.cfg.gravity_ff_max)
+    rig.emu.log_rx = False
+    rig.go_home()
+    time.sleep(1.0)
+    rms = rig.track(seconds=5.0)
+    print(f"\nimpedance backend: RMS flange position error after settling = {rms * 1000:.2f} mm")
+    assert rms < 0.04
+    # stop: clean return to a joint-position hold
+    q_stop = rig.emu.joints()
+    rig.ctl.stop()
+    assert wait_until(lambda: not rig.emu.mit and rig.emu.move_mode == 0x01)
+    time.sleep(0.15)
+    q = rig.emu.joints()
+    assert np.allclose(q, q_stop, atol=0.02)  # held where it was, no drop
+    time.sleep(0.3)
+    assert np.allclose(rig.emu.joints(), q, atol=1e-4)
+
+
+def test_impedance_hold_uses_keepalive_and_step_clamp(impedance_rig):
+    rig = impedance_rig
+    rig.go_home()
+    time.sleep(0.2)
+    n0 = rig.emu.rx_counts.get(ID_MIT_CTRL[0], 0)
+    time.sleep(0.5)
+    n = rig.emu.rx_counts.get(ID_MIT_CTRL[0], 0) - n0
+    assert 5 <= n <= 0.5 / rig.cfg.keepalive_s + 4, n  # ~25 Hz keep-alive while holding, not 200 Hz
+    # a far target: the joint reference moves at most max_joint_step per tick
+    fb = rig.ctl.feedback()
+    quat = kin.matrix_to_quat(fb.pose[:3, :3])
+    q_before = rig.ctl.backend.q_cmd.copy()
+    assert rig.ctl.set_target(fb.pose[:3, 3] + np.array([0.0, 0.06, 0.03]), quat)
+    t0 = time.monotonic()
+    time.sleep(0.05)
+    moved = np.max(np.abs(rig.ctl.backend.q_cmd - q_before))
+    ticks = (time.monotonic() - t0) * rig.cfg.control_rate_hz + 2
+    assert 0 < moved <= ticks * rig.cfg.max_joint_step
