@@ -509,10 +509,9 @@ class RgbdWriter:
                     n0 = base + self._obs_written
                     k = len(batch)
                     for ds, col in ((rgb_ds, 0), (depth_ds, 1)):
-                        arr = np.empty(k, dtype=object)
-                        arr[:] = [np.frombuffer(b[col], dtype=np.uint8) for b in batch]
                         ds.resize((n0 + k,))
-                        ds[n0:n0 + k] = arr
+                        for i, b in enumerate(batch):  # row by row: equal-length rows must not broadcast
+                            ds[n0 + i] = np.frombuffer(b[col], dtype=np.uint8)
                     self.stats.encode_s += sum(b[2] for b in batch)
                     self._obs_written += k
                 except BaseException as e:

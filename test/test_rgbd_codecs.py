@@ -1,0 +1,94 @@
+"""Depth quantisation and codecs, checked with independent decoders (Pillow, imagecodecs, glymur)."""
+from __future__ import annotations
+
+import io
+import struct
+
+import glymur
+import imagecodecs
+import numpy as np
+import pytest
+from PIL import Image
+
+from rgbd_writer import codecs
+
+import rgbd_crash_worker as cw
+
+
+def test_quantize_float_metres_range_and_rounding():
+    d = np.array([[np.nan, np.inf, -np.inf, 0.0, 0.0999, 0.1, 1.2346, 1.2344, 5.9996, 6.0, 6.0004, -1.0]])
+    q = codecs.quantize_depth(d.astype(np.float64), 0.1, 6.0)
+    assert q.dtype == np.uint16
+    assert q.tolist() == [[0, 0, 0, 0, 0, 100, 1235, 1234, 6000, 6000, 0, 0]]
+    q32 = codecs.quantize_depth(d.astype(np.float32), 0.1, 6.0)
+    assert q32.tolist() == q.tolist()
+
+
+def test_quantize_uint16_millimetres_same_range_rule():
+    mm = np.array([[0, 1, 99, 100, 1234, 6000, 6001, 65535]], dtype=np.uint16)
+    assert codecs.quantize_depth(mm, 0.1, 6.0).tolist() == [[0, 0, 0, 100, 1234, 6000, 0, 0]]
+
+
+def _codestream(jp2: bytes) -> bytes:
+    i = jp2.index(b"jp2c")
+    return jp2[i + 4:]
+
+
+def _cod(cs: bytes) -> dict:
+    i = cs.index(b"\xff\x52")
+    scod, prog, layers, mct, levels, xcb, ycb, style, transform = struct.unpack(">BBHBBBBBB", cs[i + 4:i + 14])
+    return {"levels": levels, "cblk": (4 << xcb, 4 << ycb), "style": style, "transform": transform}
+
+
+@pytest.mark.parametrize("profile", ["jpeg2000", "htj2k"])
+def test_depth_round_trip_bit_exact_with_independent_decoders(profile, tmp_path):
+    _, depth, _ = cw.frame(3, 1, 120, 160)
+    mm = codecs.quantize_depth(depth, 0.1, 6.0)
+    assert (mm == 0).any() and (mm > 0).any()
+    mm[0, 5:8] = [1, 65535, 32768]  # full uint16 range survives the codec
+    data = codecs.encode_depth(mm, profile)
+    assert data.startswith(b"\x00\x00\x00\x0cjP  \r\n\x87\n") and b"jp2h" in data[:100]
+    im = Image.open(io.BytesIO(data))
+    assert im.format == "JPEG2000" and im.mode == "I;16"
+    assert np.array_equal(np.asarray(im), mm)
+    assert np.array_equal(imagecodecs.jpeg2k_decode(data), mm)
+    p = tmp_path / "d.jp2"
+    p.write_bytes(data)
+    assert np.array_equal(glymur.Jp2k(str(p))[:], mm)
+    assert np.array_equal(codecs.decode_depth_fast(data), mm)
+    assert np.array_equal(codecs.decode_depth_pillow(data), mm)
+    cod = _cod(_codestream(data))
+    assert cod["transform"] == 1  # reversible 5/3 wavelet
+    if profile == "jpeg2000":  # OpenJPEG defaults, as the reference writes
+        assert cod == {"levels": 5, "cblk": (64, 64), "style": 0, "transform": 1}
+    else:
+        assert cod["style"] & 0x40  # HT code-blocks
+        assert np.array_equal(imagecodecs.htj2k_decode(_codestream(data)), mm)
+
+
+def test_jpeg2000_profile_matches_pillow_encoder_parameters():
+    _, depth, _ = cw.frame(1, 0, 96, 128)
+    mm = codecs.quantize_depth(depth, 0.1, 6.0)
+    buf = io.BytesIO()
+    Image.fromarray(mm).save(buf, format="JPEG2000", irreversible=False)
+    ours = codecs.encode_depth(mm, "jpeg2000")
+    assert ours[:ours.index(b"jp2c")] == buf.getvalue()[:buf.getvalue().index(b"jp2c")]  # same JP2 boxes
+    assert _cod(_codestream(ours)) == _cod(_codestream(buf.getvalue()))
+
+
+def test_rgb_jpeg_decodes_with_pillow_and_libjpeg():
+    rgb, _, _ = cw.frame(2, 0, 96, 128)
+    data = codecs.encode_rgb_jpeg(rgb, 88)
+    a = codecs.decode_rgb_jpeg(data)
+    b = imagecodecs.jpeg8_decode(data)
+    assert a.shape == rgb.shape and a.dtype == np.uint8 and np.array_equal(a, b)
+    mse = np.mean((a.astype(float) - rgb) ** 2)
+    assert 10 * np.log10(255 ** 2 / mse) > 28
+    assert Image.open(io.BytesIO(data)).info.get("progressive") is None
+
+
+def test_encode_depth_rejects_bad_input():
+    with pytest.raises(ValueError):
+        codecs.encode_depth(np.zeros((4, 4), np.float32))
+    with pytest.raises(ValueError):
+        codecs.encode_depth(np.zeros((4, 4), np.uint16), "png")
