@@ -1,0 +1,161 @@
+"""HTML report of a LeRobot v2.0 root: overview, provenance, and per-episode videos synced to plots."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+
+from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
+from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
+
+STANDARD_EPISODE_KEYS = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
+                         "video_frame_lengths"}
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def session_changes(sessions: list[dict[str, Any]]) -> list[tuple[int, str, Any, Any]]:
+    """(session number, key, old, new) for every binding key that changed between consecutive sessions."""
+    return [(i, k, old, new) for i in range(1, len(sessions))
+            for k, old, new in binding_changes(sessions[i - 1], sessions[i])]
+
+
+def _pts_seconds(path: Path) -> np.ndarray:
+    """Presentation times of every video packet (demux only: no decoding), sorted."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        pts = [p.pts for p in container.demux(stream) if p.pts is not None]
+        return np.sort(np.asarray(pts, dtype=np.float64)) * float(stream.time_base)
+
+
+def _column(table: Any, name: str) -> np.ndarray | None:
+    if name not in table.column_names:
+        return None
+    col = table.column(name).to_pylist()
+    return np.asarray(col, dtype=np.float64).reshape(len(col), -1)
+
+
+def _series(name: str, values: np.ndarray, dash: bool = False) -> dict[str, Any]:
+    return {"name": name, "y": [round(float(v), 6) for v in values], "dash": dash}
+
+
+def _video_src(path: Path, out_dir: Path, embed: bool) -> str:
+    if embed:
+        return "data:video/mp4;base64," + base64.b64encode(path.read_bytes()).decode()
+    try:
+        return str(Path(path).resolve().relative_to(out_dir.resolve()))
+    except ValueError:
+        return Path(path).resolve().as_uri()
+
+
+def render(root: Path, out: Path, episodes: list[int] | None = None, embed_videos: bool = True) -> str:
+    """Write the report for ``root`` to ``out`` and return the HTML."""
+    root = Path(root)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    eps = _jsonl(root / "meta" / "episodes.jsonl")
+    sessions = _jsonl(root / "meta" / "collection_sessions.jsonl")
+    fps = float(info["fps"])
+    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
+    cams = [k.removeprefix("observation.images.") for k in video_keys]
+
+    overview_rows = []
+    for ep in eps:
+        extra = {k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}
+        frames = ep.get("video_frame_lengths", {})
+        overview_rows.append([ep["episode_index"], esc(", ".join(ep.get("tasks", []))), ep["length"],
+                              f"{ep['length'] / fps:.2f}", *[frames.get(c, "") for c in cams],
+                              f"<code>{esc(json.dumps(extra))}</code>" if extra else ""])
+    body = [f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.get('codebase_version'))}, "
+            f"robot <b>{esc(info.get('robot_type'))}</b>, {fps:g} fps, {info.get('total_episodes')} episodes, "
+            f"{info.get('total_frames')} rows, {info.get('total_tasks')} tasks, cameras: {esc(', '.join(cams))}</p>",
+            table(["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "counters"],
+                  overview_rows, left=2), "</section>"]
+
+    prov = ["<section><h2>Provenance</h2>"]
+    if sessions:
+        last = sessions[-1]
+        prov.append(table(["binding key", "latest session"], [[esc(k), esc(lookup(last, k))] for k in BINDING_KEYS]))
+        changes = session_changes(sessions)
+        prov.append(f"<p>{len(sessions)} collection session(s).</p>")
+        if changes:
+            prov.append('<p class="warn">Binding keys changed between sessions (mixed controllers):</p>')
+            prov.append(table(["session", "key", "old", "new"],
+                              [[i, esc(k), esc(o), esc(n)] for i, k, o, n in changes], left=2))
+        else:
+            prov.append('<p class="ok">No binding-key changes across sessions.</p>')
+    else:
+        prov.append("<p>No collection_sessions.jsonl.</p>")
+    prov.append("</section>")
+    body += prov
+
+    plots: dict[str, Any] = {}
+    chosen = [e for e in eps if episodes is None or e["episode_index"] in episodes]
+    chunks_size = int(info.get("chunks_size", 1000))
+    for ep in chosen:
+        idx = int(ep["episode_index"])
+        chunk = idx // chunks_size
+        data_path = root / info["data_path"].format(episode_chunk=chunk, episode_index=idx)
+        tbl = pq.read_table(data_path)
+        t = _column(tbl, "timestamp")[:, 0]
+        group = f"ep{idx}"
+        tl = [round(float(v), 4) for v in t]
+        sec = [f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(ep.get("tasks", [])))}</h2>',
+               time_controls(group, float(t[-1]) if len(t) else 0.0), '<div class="videos">']
+        frame_iv: list[dict[str, Any]] = []
+        for key, cam in zip(video_keys, cams):
+            vpath = root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=idx)
+            if not vpath.exists():
+                sec.append(f'<p class="warn">missing video {esc(vpath.name)} for {esc(cam)}</p>')
+                continue
+            sec.append(f'<figure><video data-group="{group}" data-camera="{esc(cam)}" muted playsinline controls '
+                       f'preload="auto" src="{_video_src(vpath, out.parent, embed_videos)}"></video>'
+                       f"<figcaption>{esc(cam)}</figcaption></figure>")
+            pts = _pts_seconds(vpath)
+            if len(pts) > 1:
+                frame_iv.append({"cam": cam, "t": pts[1:], "dt": np.diff(pts) * 1000.0})
+        sec.append('</div><div class="plots">')
+
+        def add(pid: str, title: str, unit: str, series: list[dict[str, Any]], tt: list[float] = tl) -> None:
+            plots[f"{group}-{pid}"] = {"title": title, "unit": unit, "t": tt, "series": series}
+            sec.append(plot_canvas(f"{group}-{pid}", group))
+
+        joints = _column(tbl, "observation.arm_joint")
+        if joints is not None:
+            add("joints", "joint positions", "rad", [_series(f"joint{j + 1}", joints[:, j]) for j in range(joints.shape[1])])
+        eef, cmd = _column(tbl, "observation.arm_eef"), _column(tbl, "action.arm_eef")
+        for axis, name in enumerate("xyz"):
+            series = []
+            if eef is not None:
+                series.append(_series(f"measured {name}", eef[:, axis]))
+            if cmd is not None:
+                series.append(_series(f"commanded {name}", cmd[:, axis], dash=True))
+            if series:
+                add(f"eef-{name}", f"EEF {name}: commanded vs measured", "m", series)
+        grip, gcmd = _column(tbl, "observation.gripper"), _column(tbl, "action.gripper")
+        gs = ([_series("measured", grip[:, 0])] if grip is not None else []) + \
+             ([_series("commanded", gcmd[:, 0], dash=True)] if gcmd is not None else [])
+        if gs:
+            add("gripper", "gripper width", "m", gs)
+        if len(t) > 1:
+            add("ticks", "row interval minus 1/fps (tick jitter)", "ms",
+                [_series("dt - 1/fps", (np.diff(t) - 1.0 / fps) * 1000.0)], tl[1:])
+        for fi in frame_iv:
+            add(f"frames-{fi['cam']}", f"{fi['cam']} frame intervals", "ms", [_series("interval", fi["dt"])],
+                [round(float(v), 4) for v in fi["t"]])
+        sec.append("</div></section>")
+        body += sec
+
+    html_text = page(f"piper_recorder report — {root.name}", "".join(body), {"plots": plots})
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html_text)
+    return html_text
