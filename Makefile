@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
-APT_PACKAGES := libopenjp2-7
+APT_PACKAGES := libopenjp2-7 chromium
 # DDS stays on loopback; each test allocates its own ROS_DOMAIN_ID (piper_recorder/rosenv.py).
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export RMW_IMPLEMENTATION := rmw_fastrtps_cpp
