@@ -24,7 +24,8 @@ def test_frame_to_poses_and_joys_with_capture_stamp():
     assert [p.device for p in out.poses] == ["head", "left", "right"]
     right = out.poses[2]
     assert right.stamp_ns == 1000 * S  # first observation: offset = recv - mono
-    assert right.frame_id == "quest_stage" and right.pos == msg.right.pos and right.quat_xyzw == msg.right.quat
+    assert right.frame_id == "quest_stage"
+    assert right.pos == msg.right.pos and right.quat_xyzw == msg.right.quat
     joy = {j.hand: j for j in out.joys}["right"]
     assert joy.axes == (0.25, msg.right.squeeze, 0.5, -0.5)
     assert joy.buttons == (1, 0, 0, 1)  # primary, secondary, stick_click, menu

@@ -35,7 +35,8 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
         sim = group.start("piper-sim-quest", "--port", "0", "--script", "circle", "--delay-ms", "2",
                           "--jitter-ms", "2", "--mono-offset", str(MONO_OFFSET), "--duration", "40")
         port = _wait_port(sim)
-        group.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "diagnostics_period_s:=0.5")
+        group.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}",
+                    "-p", "diagnostics_period_s:=0.5")
 
         ros_domain.apply()
         import rclpy
@@ -48,7 +49,8 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
         rclpy.init()
         node = rclpy.create_node("quest_bridge_test")
         try:
-            got: dict[str, list] = {k: [] for k in ("head", "left", "right", "ljoy", "rjoy", "raw", "hello", "diag")}
+            keys = ("head", "left", "right", "ljoy", "rjoy", "raw", "hello", "diag")
+            got: dict[str, list] = {k: [] for k in keys}
             for dev in ("head", "left", "right"):
                 node.create_subscription(PoseStamped, f"/quest/{dev}/pose",
                                          lambda m, d=dev: got[d].append((m, time.time_ns())), 50)
@@ -81,7 +83,9 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
                 rclpy.spin_once(node, timeout_sec=0.1)
                 return '"cmd":"haptic","hand":"right","amp":0.5,"ms":30' in sim.output()
             assert spin_until(haptic_seen, 8), group.logs()
-            assert spin_until(lambda: any(s.level == DiagnosticStatus.OK for a in got["diag"] for s in a.status), 5)
+            def diag_ok():
+                return any(s.level == DiagnosticStatus.OK for a in got["diag"] for s in a.status)
+            assert spin_until(diag_ok, 5), group.logs()
         finally:
             node.destroy_node()
             rclpy.shutdown()

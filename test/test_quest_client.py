@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
-from piper_recorder.quest.protocol import Frame, Hello
+from piper_recorder.quest.protocol import Frame
 from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
 
 
@@ -182,4 +182,3 @@ def test_config_validation():
         ClientConfig(reconnect_s=2.0, reconnect_max_s=1.0).validate()
     with pytest.raises(ValueError):
         ClientConfig(silence_timeout_s=float("nan")).validate()
-    assert isinstance(Hello(info={}, raw="{}").info, dict)

@@ -87,8 +87,9 @@ def test_host_clock_step_backward_followed_immediately():
 def _measure_live(delay_ms: float, jitter_ms: float, seconds: float) -> tuple[list[float], list[float]]:
     """Stamp errors and arrival errors (ms) of sim frames through client + bridge core."""
     mono_offset = -1234.5  # the headset clock is unrelated to the host's
-    server = SimQuestServer(SimConfig(port=0, delay_ms=delay_ms, jitter_ms=jitter_ms, mono_offset_s=mono_offset,
-                                      script="circle", seed=3), log=lambda _m: None)
+    cfg = SimConfig(port=0, delay_ms=delay_ms, jitter_ms=jitter_ms, mono_offset_s=mono_offset,
+                    script="circle", seed=3)
+    server = SimQuestServer(cfg, log=lambda _m: None)
     port = server.start()
     core = BridgeCore()
     lock = threading.Lock()

@@ -21,7 +21,8 @@ N_LINES = 12_000
 MAX_LINE = 4096
 HEADSET = ScriptedHeadset("demo")
 
-EVIL_VALUES = [math.nan, math.inf, -math.inf, 1e999, -1e308, 10**30, 2**64, -1, 0, 1.0000001, 2, -2, True, False,
+EVIL_VALUES = [math.nan, math.inf, -math.inf, 1e999, -1e308, 10**30, 2**64, -1, 0, 1.0000001, 2, -2, True,
+               False,
                None, "", "1.0", [], [1], [0.0] * 3, [0.0] * 4, [math.nan] * 4, {}, {"a": 1}, [[1, 2]], "NaN",
                1e-320, -0.0, 0.5]
 
@@ -86,7 +87,8 @@ def gen_line(rng: random.Random, i: int) -> bytes:
         obj = copy.deepcopy(frame)
         obj["mono"] = rng.choice([0.0, -5.0, 1e9, 1e9 + 1, 50.0 + t + rng.uniform(-100, 100), 1e-9])
         return json.dumps(obj).encode()
-    return rng.choice([b"", b" ", b"null", b"[]", b"{}", b'{"mono": 1}', b"\xc3\x28", b"{" * 3000, b"1" * 5000])
+    return rng.choice([b"", b" ", b"null", b"[]", b"{}", b'{"mono": 1}', b"\xc3\x28", b"{" * 3000,
+                       b"1" * 5000])
 
 
 def _check_output(out, recv_ns):

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from piper_recorder.quest.protocol import (Frame, HandSample, Heartbeat, Hello, Rejected, StreamParser, encode,
-                                           parse_line)
+from piper_recorder.quest.protocol import (Frame, HandSample, Heartbeat, Hello, Rejected, StreamParser,
+                                           encode, parse_line)
 from piper_recorder.quest.scripts import ScriptedHeadset
 
 

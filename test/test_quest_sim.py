@@ -102,7 +102,8 @@ def test_frames_on_the_wire_match_the_script():
     finally:
         server.stop()
     hello = msgs[0]
-    assert isinstance(hello, Hello) and hello.info["app"] == "piper-sim-quest" and hello.info["script"] == "demo"
+    assert isinstance(hello, Hello)
+    assert hello.info["app"] == "piper-sim-quest" and hello.info["script"] == "demo"
     frames = [m for m in msgs if isinstance(m, Frame)]
     assert 150 <= len(frames) <= 240  # ~90 Hz over 2.5 s, generous for a loaded box
     ref = ScriptedHeadset("demo", seed=2)

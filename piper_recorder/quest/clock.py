@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 
 class SlidingMin:
-    """Minimum of (key, value) observations whose key is within ``span`` of the newest key (O(1) amortised)."""
+    """Minimum of (key, value) pairs whose key is within ``span`` of the newest key (O(1) amortised)."""
 
     def __init__(self, span: int):
         self.span = span

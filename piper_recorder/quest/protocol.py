@@ -11,8 +11,8 @@ Validation rules (a line failing any of them is rejected whole and counted):
 - UTF-8 (``bad_utf8``), JSON (``bad_json``), a JSON object (``not_object``);
 - ``NaN``/``Infinity`` literals (Python's json emits them) or numbers overflowing to inf: ``non_finite``;
 - kind: ``{"hello": {...}}``, ``{"heartbeat": ...}``, or a frame (has ``"mono"``); else ``unknown_kind``;
-- frame: ``t``/``mono`` finite numbers within +-1e9 s, ``frame`` an int in [0, 2**63), ``state`` a string, ``space``
-  an identifier; ``head``/``left``/``right`` objects (``missing_field``/``bad_type``);
+- frame: ``t``/``mono`` finite numbers within +-1e9 s, ``frame`` an int in [0, 2**63), ``state`` a
+  string, ``space`` an identifier; ``head``/``left``/``right`` objects (``missing_field``/``bad_type``);
 - device: ``pos`` 3 numbers within +-1 km, ``quat`` 4 numbers (xyzw) with | |q| - 1 | <= ``quat_tolerance``
   (``quat_norm``; accepted quaternions are re-normalised), ``valid``/``tracked`` booleans; hands also
   ``trigger``/``squeeze`` in [0, 1], ``stick`` 2 numbers in [-1, 1] (``out_of_range``), and the

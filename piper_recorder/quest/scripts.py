@@ -85,7 +85,8 @@ class ScriptedHeadset:
             env = _ramp(u, 0.3, 1.3)
             w = 2.0 * math.pi / LOOP_S
             r = 0.04 * env
-            pos = (RIGHT_HOME[0] + r * math.sin(w * u), RIGHT_HOME[1] + r * (1.0 - math.cos(w * u)), RIGHT_HOME[2])
+            pos = (RIGHT_HOME[0] + r * math.sin(w * u), RIGHT_HOME[1] + r * (1.0 - math.cos(w * u)),
+                   RIGHT_HOME[2])
             return RightHand(pos, (0.0, 0.0, 0.0, 1.0), 0.5, _ramp(u, 0.0, 0.3), False, False)
         u = t - LEAD_S
         k = int(u // CYCLE_S)

@@ -220,7 +220,9 @@ class SimQuestServer:
                 if wait > 0 and self._stop.wait(wait):
                     break
                 last_send = send_at
-                stalled = cfg.stall_after_s > 0 and cfg.stall_after_s <= send_at - start < cfg.stall_after_s + cfg.stall_s
+                since = send_at - start
+                stall0 = cfg.stall_after_s
+                stalled = stall0 > 0 and stall0 <= since < stall0 + cfg.stall_s
                 if is_heartbeat:
                     beat += 1
                     next_heartbeat += cfg.heartbeat_s
@@ -294,7 +296,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=90.0, help="frames per second")
     p.add_argument("--script", choices=SCRIPTS, default="demo")
     p.add_argument("--replay", default="", metavar="FILE.quest.jsonl", help="replay a recorded stream")
-    p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0 = run until signalled)")
+    p.add_argument("--duration", type=float, default=0.0,
+                   help="exit after this many seconds (0 = run until signalled)")
     p.add_argument("--no-buttons", action="store_true", help="no A/B presses (episodes driven by services)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--delay-ms", type=float, default=0.0, help="fixed network delay to simulate")
@@ -308,8 +311,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = SimConfig(host=args.host, port=args.port, rate=args.rate, script=args.script, replay=args.replay,
-                    buttons=not args.no_buttons, seed=args.seed, delay_ms=args.delay_ms, jitter_ms=args.jitter_ms,
-                    mono_offset_s=args.mono_offset, stall_after_s=args.stall_after, stall_s=args.stall_for)
+                    buttons=not args.no_buttons, seed=args.seed, delay_ms=args.delay_ms,
+                    jitter_ms=args.jitter_ms, mono_offset_s=args.mono_offset, stall_after_s=args.stall_after,
+                    stall_s=args.stall_for)
     try:
         server = SimQuestServer(cfg)
         port = server.start()
