@@ -95,6 +95,39 @@ def apply_overrides(cfg: Mapping[str, Mapping[str, Any]], sets: Iterable[str]) -
     return out
 
 
+def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
+                     backend: str = "", cameras: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
+
+    Empty strings keep the config's values. ``cameras`` is a comma-separated subset of
+    ``piper_launch.cameras``; the recorders' camera lists and provenance serials follow it.
+    """
+    configured = list(cfg.get(LAUNCH_SECTION, {}).get("cameras", []))
+    chosen = [c.strip() for c in cameras.split(",") if c.strip()] if cameras else configured
+    unknown = [c for c in chosen if c not in cfg]
+    if unknown:
+        raise LaunchError(f"cameras {unknown} have no parameter section in the config")
+    out: dict[str, dict[str, Any]] = {}
+    if task:
+        out.setdefault("lerobot_recorder", {})["task"] = task
+        out.setdefault("rgbd_recorder", {})["task"] = task
+    if root:
+        out.setdefault("lerobot_recorder", {})["root"] = root
+    if rgbd_path:
+        out.setdefault("rgbd_recorder", {})["path"] = rgbd_path
+    if backend:
+        out.setdefault("piper_arm", {})["backend"] = backend
+    if cameras:
+        def serial(cam: str) -> str:
+            return str(cfg[cam].get("serial", cfg[cam].get("serial_no", "")))
+
+        out.setdefault("lerobot_recorder", {}).update(cameras=chosen, camera_serials=[serial(c) for c in chosen])
+        rgbd_cam = cfg.get("rgbd_recorder", {}).get("camera", "")
+        if chosen and rgbd_cam not in chosen:
+            out.setdefault("rgbd_recorder", {}).update(camera=chosen[0], camera_serials=[serial(chosen[0])])
+    return chosen, out
+
+
 def dump_params(cfg: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
@@ -145,11 +178,20 @@ class GraphPlan:
 
 
 def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
-               bin_dir: Path | None = None) -> GraphPlan:
-    """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset)."""
+               bin_dir: Path | None = None, **launch_args: str) -> GraphPlan:
+    """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset).
+
+    ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras);
+    ``sets`` (``node.param=value``) are applied after them.
+    """
     if mode not in ("sim", "robot"):
         raise LaunchError(f"mode must be sim or robot, got {mode!r}")
-    cfg = apply_overrides(load_config(config_file), sets)
+    cfg = load_config(config_file)
+    cameras, overrides = launch_overrides(cfg, **launch_args)
+    for node_name, params in overrides.items():
+        cfg.setdefault(node_name, {}).update(params)
+    cfg.setdefault(LAUNCH_SECTION, {})["cameras"] = cameras
+    cfg = apply_overrides(cfg, sets)
     launch = cfg.get(LAUNCH_SECTION, {})
     cameras = list(launch.get("cameras", []))
     for cam in cameras:

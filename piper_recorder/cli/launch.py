@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="parameter file (default: config/<mode>.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                    help="override a parameter (value parsed as YAML); repeatable")
+    for arg in ("task", "root", "rgbd-path", "backend", "cameras"):
+        p.add_argument(f"--{arg}", default="", help=f"as the launch files' {arg.replace('-', '_')} argument")
     p.add_argument("--log-dir", help="per-process logs and the effective params.yaml (default: a temp dir)")
     p.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); "
                                                   "default: lease a private one")
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir)
+        plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
+                          root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras)
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
         return 2

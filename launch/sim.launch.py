@@ -1,0 +1,59 @@
+"""The whole simulated graph from config/sim.yaml: `ros2 launch piper_recorder sim.launch.py`.
+
+Starts the simulated headset (piper-sim-quest, a plain process), quest_bridge, teleop, piper_arm
+(CAN emulator), one sim_camera per camera listed in ``piper_launch.cameras``, and both recorders,
+all with ``parameters=[<config>]`` so the YAML file is the single source of node parameters.
+Launch arguments override a few of them: ``task``, ``root`` (LeRobot root), ``rgbd_path``,
+``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another parameter file).
+"""
+from __future__ import annotations
+
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+from launch_ros.substitutions import ExecutableInPackage
+
+from piper_recorder.launcher import LAUNCH_SECTION, launch_overrides, load_config
+
+PACKAGE = "piper_recorder"
+ARGS = {
+    "config": ("", "parameter file (default: share/piper_recorder/config/sim.yaml)"),
+    "task": ("", "task string for both recorders (default: from the config)"),
+    "root": ("", "LeRobot dataset root (default: from the config)"),
+    "rgbd_path": ("", "RGB-D HDF5 file (default: from the config)"),
+    "backend": ("", "arm backend: position | impedance (default: from the config)"),
+    "cameras": ("", "comma-separated cameras to start and record (default: piper_launch.cameras)"),
+}
+
+
+def _graph(context, *_args, **_kwargs):
+    arg = {k: LaunchConfiguration(k).perform(context) for k in ARGS}
+    config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "sim.yaml")
+    cfg = load_config(config)
+    cameras, overrides = launch_overrides(cfg, **{k: arg[k] for k in ("task", "root", "rgbd_path", "backend",
+                                                                        "cameras")})
+    quest = cfg.get(LAUNCH_SECTION, {}).get("sim_quest", {})
+    headset_cmd = [ExecutableInPackage("sim_quest", PACKAGE), "--host", str(quest.get("host", "127.0.0.1")),
+                   "--port", str(quest.get("port", 8735)), "--script", str(quest.get("script", "circle")),
+                   "--rate", str(quest.get("rate", 90.0))]
+    if not quest.get("buttons", False):
+        headset_cmd.append("--no-buttons")
+    actions = [ExecuteProcess(cmd=headset_cmd, name="sim_quest", output="screen")]
+
+    def node(name: str, executable: str) -> Node:
+        return Node(package=PACKAGE, executable=executable, name=name, output="screen",
+                    parameters=[config, overrides.get(name, {})])
+
+    actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm")]
+    actions += [node(cam, "sim_camera") for cam in cameras]
+    actions += [node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
+    return actions
+
+
+def generate_launch_description() -> LaunchDescription:
+    return LaunchDescription([DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in ARGS.items()]
+                             + [OpaqueFunction(function=_graph)])
