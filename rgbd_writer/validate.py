@@ -68,7 +68,7 @@ def _int_attr(where, attrs, k, problems, minimum=0):
     return int(v)
 
 
-def _check_layout(ds, dtype, n_rows, chunks, problems, vlen=False) -> bool:
+def _check_layout(ds, dtype, n_rows, chunks, problems, vlen=False, count="total_observations") -> bool:
     """dtype, row count, chunk shape, maxshape, no filters. Returns False if the dataset is unusable."""
     name = ds.name
     ok = True
@@ -81,7 +81,7 @@ def _check_layout(ds, dtype, n_rows, chunks, problems, vlen=False) -> bool:
         problems.append(f"{name}: dtype {ds.dtype}, expected {np.dtype(dtype)}")
         ok = False
     if ds.shape[0:1] != (n_rows,):
-        problems.append(f"{name}: has {ds.shape[0] if ds.shape else 'no'} rows, expected {n_rows}")
+        problems.append(f"{name}: has {ds.shape[0] if ds.shape else 'no'} rows, expected {n_rows} ({count})")
         ok = False
     if chunks is None:
         chunks = schema.numeric_chunks(tuple(ds.shape[1:]), ds.dtype)
@@ -101,8 +101,9 @@ def _check_index(f, E, N_tr, N_obs, problems) -> dict:
         if path not in f:
             problems.append(f"/{path}: missing")
             continue
-        n = N_tr if name in schema.PER_TRANSITION_INDEX else E
-        if _check_layout(f[path], np.int64, n, (schema.INDEX_CHUNK,), problems):
+        per_tr = name in schema.PER_TRANSITION_INDEX
+        if _check_layout(f[path], np.int64, N_tr if per_tr else E, (schema.INDEX_CHUNK,), problems,
+                         count="total_transitions" if per_tr else "total_episodes"):
             idx[name] = f[path][()]
     if len(idx) != 7:
         return idx
@@ -261,21 +262,21 @@ def validate_file(path, full: bool = False) -> list[str]:
                 if isinstance(ds, h5py.Dataset):
                     _check_layout(ds, None, N_obs, None, problems)
         if schema.ACTIONS in f:
-            _check_layout(f[schema.ACTIONS], np.float32, N_tr, None, problems)
+            _check_layout(f[schema.ACTIONS], np.float32, N_tr, None, problems, count="total_transitions")
             if not np.all(np.isfinite(f[schema.ACTIONS][()])):
                 problems.append(f"/{schema.ACTIONS}: non-finite values")
         if schema.REWARDS not in missing:
-            _check_layout(f[schema.REWARDS], np.float32, N_tr, None, problems)
+            _check_layout(f[schema.REWARDS], np.float32, N_tr, None, problems, count="total_transitions")
         flags = {}
         for x in schema.FLAGS:
             p = f"transitions/{x}"
-            if p not in missing and _check_layout(f[p], np.bool_, N_tr, None, problems):
+            if p not in missing and _check_layout(f[p], np.bool_, N_tr, None, problems, count="total_transitions"):
                 flags[x] = f[p][()]
         if len(flags) == 3 and not np.array_equal(flags["dones"], flags["terminals"] | flags["timeouts"]):
             problems.append("/transitions/dones != terminals | timeouts")
         if schema.EXTRA in f:
             for k, ds in f[schema.EXTRA].items():
-                _check_layout(ds, None, N_tr, None, problems)
+                _check_layout(ds, None, N_tr, None, problems, count="total_transitions")
 
         idx = _check_index(f, E, N_tr, N_obs, problems)
 
