@@ -53,6 +53,7 @@ class Rig:
                           for c in cams} if depth else {}
         self.events: list[dict] = []
         self.status: dict[str, dict] = {}
+        self.status_at: dict[str, float] = {}
         n.create_subscription(String, "/episode_events", lambda m: self.events.append(json.loads(m.data)),
                               QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
         self.frames_published = {c: 0 for c in cams}
@@ -67,8 +68,23 @@ class Rig:
         self._pub.start()
 
     def watch_status(self, recorder: str) -> None:
-        self.node.create_subscription(String, f"/{recorder}/status",
-                                      lambda m: self.status.__setitem__(recorder, json.loads(m.data)), 10)
+        self.node.create_subscription(String, f"/{recorder}/status", lambda m: self._on_status(recorder, m), 10)
+
+    def _on_status(self, recorder: str, msg: String) -> None:
+        self.status[recorder] = json.loads(msg.data)
+        self.status_at[recorder] = time.monotonic()
+
+    def wait_up(self, recorder: str, since: float, timeout: float = 20.0) -> dict:
+        """Wait for a status message published after ``since`` (monotonic): that process is up.
+
+        Needed after a SIGKILL: the dead server's endpoints linger in discovery, so wait_for_service
+        alone may return before the new process can take requests.
+        """
+        end = time.monotonic() + timeout
+        while self.status_at.get(recorder, -1.0) <= since:
+            assert time.monotonic() < end, f"no /{recorder}/status since the restart"
+            time.sleep(0.02)
+        return self.status[recorder]
 
     def _publish_loop(self) -> None:
         i = 0

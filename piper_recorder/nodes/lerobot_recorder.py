@@ -52,8 +52,10 @@ class LeRobotRecorderConfig(RecorderConfig):
             raise ValueError(f"on_binding_change must be 'warn' or 'refuse', got {self.on_binding_change!r}")
         if self.rotation_type not in ("quat_wxyz", "quaternion"):
             raise ValueError(f"rotation_type must be 'quat_wxyz' or 'quaternion', got {self.rotation_type!r}")
-        if self.gop < 0 or not 0 <= self.crf <= 63 or self.chunks_size <= 0:
-            raise ValueError("gop must be >= 0, crf in 0..63, chunks_size > 0")
+        if self.gop < 0 or not 0 <= self.crf <= 51 or self.chunks_size <= 0:
+            raise ValueError("gop must be >= 0, crf in 0..51, chunks_size > 0")
+        if not float(self.fps).is_integer():
+            raise ValueError(f"fps must be a whole number for LeRobot, got {self.fps}")
 
     def size(self, camera: str) -> tuple[int, int]:
         i = self.cameras.index(camera)
@@ -69,7 +71,7 @@ def make_writer(cfg: LeRobotRecorderConfig):
     if cfg.gop:
         video["gop"] = cfg.gop
     wcfg = WriterConfig(
-        fps=cfg.fps, robot_type=cfg.robot_type,
+        fps=int(cfg.fps), robot_type=cfg.robot_type,
         cameras={cam: CameraSpec(height=cfg.size(cam)[0], width=cfg.size(cam)[1]) for cam in cfg.cameras},
         features=piper_features(), video=VideoConfig(**video), chunks_size=cfg.chunks_size,
         save_raw_quest=cfg.save_raw_quest, rotation_type=cfg.rotation_type,

@@ -45,7 +45,7 @@ class RecorderConfig:
     task: str = ""                      # read again at every start_episode (ros2 param set)
     fps: float = 30.0
     timestamp_mode: str = "capture"     # capture | nominal
-    lateness_s: float = 0.05            # a row is assembled once its time + this has passed
+    lateness_s: float = 0.1             # a row is assembled once its time + this has passed (covers GIL/encoder-start stalls)
     stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
     max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
     on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
