@@ -137,8 +137,8 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
             for v in got.values():
                 v.clear()
             sim2 = group.start("piper-sim-quest", "--port", str(port), "--script", "circle",
-                               "--delay-ms", "2", "--jitter-ms", "2", "--mono-offset", str(MONO_OFFSET_2), "--duration", "40",
-                               name="piper-sim-quest-2")
+                               "--delay-ms", "2", "--jitter-ms", "2", "--mono-offset", str(MONO_OFFSET_2),
+                               "--duration", "40", name="piper-sim-quest-2")
             _wait_port(sim2)
             assert spin_until(lambda: len(got["right"]) > 300, 20), group.logs()
         finally:
