@@ -170,3 +170,97 @@ def test_bridge_rejects_bad_parameter(ros_domain, tmp_path):
         bridge.popen.wait(20)
         assert bridge.popen.returncode == 2
         assert "silence_timeout_s" in bridge.output()
+
+
+class _GarbageHeadset:
+    """A test-owned headset server interleaving valid frames with bad lines of known reasons."""
+
+    BAD = [b'{"mono": NaN}', b"garbage", b"\xff\xfe", b'{"heartbeat": Infinity}', b"x" * 70_000]
+
+    def __init__(self):
+        import socket
+        import threading
+
+        from piper_recorder.quest.scripts import ScriptedHeadset
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.headset = ScriptedHeadset("circle")
+        self.stop = threading.Event()
+        self.sent_bad = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b'{"hello": {"app": "garbage-test"}}\n')
+                t0 = time.monotonic()
+                i = 0
+                try:
+                    while not self.stop.wait(0.01):
+                        t = time.monotonic() - t0
+                        frame = self.headset.sample(t, mono=time.monotonic(), frame=i)
+                        bad = self.BAD[i % len(self.BAD)]
+                        conn.sendall(json.dumps(frame).encode() + b"\n" + bad + b"\n")
+                        self.sent_bad += 1
+                        i += 1
+                except OSError:
+                    pass
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+@pytest.mark.timeout(60)
+def test_bridge_drops_bad_lines_and_reports_them(ros_domain, tmp_path):
+    server = _GarbageHeadset()
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path) as group:
+            group.start("piper-quest-bridge", "--ros-args", "-p", f"port:={server.port}",
+                        "-p", "diagnostics_period_s:=0.3")
+            ros_domain.apply()
+            import rclpy
+            from diagnostic_msgs.msg import DiagnosticArray
+            from geometry_msgs.msg import PoseStamped
+            from std_msgs.msg import String
+
+            rclpy.init()
+            node = rclpy.create_node("quest_bridge_garbage_test")
+            poses, raws, diags = [], [], []
+            try:
+                node.create_subscription(PoseStamped, "/quest/right/pose", poses.append, 50)
+                node.create_subscription(String, "/quest/raw", lambda m: raws.append(m.data), 200)
+                node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+
+                def enough():
+                    if len(poses) < 100 or not diags:
+                        return False
+                    values = {kv.key: kv.value for kv in diags[-1].status[0].values}
+                    return all(int(values.get(f"rejected.{r}", 0)) >= 5
+                               for r in ("non_finite", "bad_json", "bad_utf8", "too_long"))
+
+                end = time.monotonic() + 20
+                while time.monotonic() < end and not enough():
+                    rclpy.spin_once(node, timeout_sec=0.05)
+                assert enough(), group.logs()
+            finally:
+                node.destroy_node()
+                rclpy.shutdown()
+    finally:
+        server.close()
+    for m in poses:
+        p, q = m.pose.position, m.pose.orientation
+        assert all(math.isfinite(v) for v in (p.x, p.y, p.z, q.x, q.y, q.z, q.w))
+    for r in raws:  # only accepted lines are republished
+        obj = json.loads(r)
+        assert "mono" in obj or "hello" in obj
+    values = {kv.key: kv.value for kv in diags[-1].status[0].values}
+    assert int(values["rejected_total"]) >= 20 and values["state"] == "connected"
