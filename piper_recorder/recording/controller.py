@@ -154,7 +154,7 @@ class EpisodeController:
                 counters = asm.finish(end).to_dict()
                 self._asm = None
             self.last_counters = counters
-            timeout = reason == "max_episode_s"
+            timeout = reason != "stop_episode"   # max_episode_s or shutdown: a truncation, not a terminal
             if counters["rows"] < self.target.min_rows:
                 missing = asm.missing_inputs(end)
                 why = f"empty: {counters['rows']} rows" + (f", never received {missing}" if missing else "")
