@@ -20,10 +20,17 @@ No ROS imports. API::
     rgbd_sink.end(terminal=True, timeout=False)                    # RgbdSink: then writer.end_episode(...)
 
 Determinism: rows depend only on stamps, so the same messages fed in any order give the same rows as
-long as each arrives before ``now`` passes its stamp + lateness. The rosbag converter feeds each
-message with its bag receive time as ``now`` (``advance(t_recv)`` then ``add_*``, or the reverse: only
-the stamps matter), starting with a pre-roll of at least ``stale_s`` before ``start_ns``, and calls
-``finish(end_ns)`` after feeding messages received up to ``end_ns + lateness``. Rules in ``assembler``.
+long as each arrives before ``now`` passes its stamp + lateness. To reproduce a live episode from a bag
+(the live recorder does exactly this):
+  1. ``start_ns`` = the "started" event's start_ns; same fps / cameras / timestamp_mode / lateness_s /
+     stale_s as the recorder's parameters (``depth=True`` for RGB-D).
+  2. Pre-roll: first feed the newest message of each input (and camera) received before start_ns.
+  3. Then each message received in [start_ns, end_ns + lateness] in receive order: ``advance(t_recv)``
+     then ``add_*(stamp, ...)`` (raw headset lines: stamp = receive time).
+  4. ``finish(end_ns)`` with the "saved" event's end_ns. The "saved" event's start_ns is ``origin_ns``
+     (t_k0; equal to the started start_ns unless inputs were missing at the start) and its rows equal
+     ``counters.rows``.
+Rules in ``assembler``.
 """
 from .assembler import STATE_INPUTS, TIMESTAMP_MODES, AssemblyConfig, Counters, EpisodeAssembler, Frame, Row, Sink
 from .pairing import DepthPairer

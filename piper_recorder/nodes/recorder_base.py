@@ -153,6 +153,7 @@ class RecorderNode(Node):
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
+        self._prov_waited = False
         self._joint_cache: dict[tuple[str, ...], list[int]] = {}
         self.frames_rejected: dict[str, int] = {}
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -248,7 +249,8 @@ class RecorderNode(Node):
 
     def _session_record(self) -> dict[str, Any]:
         """Nested so the binding keys resolve: control.backend, control.impedance.*, arm.firmware, recording.fps."""
-        if not self._prov_event.wait(self.cfg.provenance_wait_s):
+        if not self._prov_event.wait(0.0 if self._prov_waited else self.cfg.provenance_wait_s):
+            self._prov_waited = True   # wait once per process, not at every start
             self.get_logger().warning(f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
                                       "recording control/arm provenance as 'unknown'")
         p = self._arm_provenance or {}

@@ -99,9 +99,9 @@ class EpisodeController:
                 return
             self._asm.advance(now_ns)
             if self.max_episode_ns and now_ns - self._asm.start_ns >= self.max_episode_ns:
-                auto_stop = self._asm.start_ns + self.max_episode_ns
+                auto_stop, asm = self._asm.start_ns + self.max_episode_ns, self._asm
         if auto_stop is not None:
-            self.stop(auto_stop, reason="max_episode_s")
+            self.stop(auto_stop, reason="max_episode_s", only=asm)
 
     # ---- services (block the caller) -------------------------------------------------------
     def start(self, task: str, now: Callable[[], int]) -> Answer:
@@ -136,8 +136,12 @@ class EpisodeController:
             event = self._event("started", start_ns=start_ns)
             return self._done(Answer(True, f"recording episode {idx} (task '{task}')", event))
 
-    def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode") -> Answer:
+    def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode",
+             only: EpisodeAssembler | None = None) -> Answer:
+        """Save the episode in flight (``only``: just if it is still that episode, for the auto-stop)."""
         with self._service:
+            if only is not None and self._asm is not only:
+                return Answer(False, "episode already ended")
             if self.state != RECORDING:
                 return self._refuse(self._not_recording("stop"))
             end = end_ns() if callable(end_ns) else int(end_ns)
@@ -204,7 +208,7 @@ class EpisodeController:
     def shutdown(self, save: bool) -> Answer:
         """Save or discard the episode in flight, then close the writer. Idempotent."""
         ans = Answer(True, "closed")
-        if self.state in (RECORDING, SAVING):
+        if self.state == RECORDING:
             ans = self.stop(time.time_ns, reason="shutdown") if save else self.discard(reason="shutdown")
         with self._service:
             if self.state == CLOSED:
