@@ -30,6 +30,10 @@ class ArmConfig:
     can_interface: str = "socketcan"
     backend: str = "position"               # "position" | "impedance"
     emulate: bool = False                   # start the CAN emulator in-process on a virtual bus
+    auto_enable: bool = False               # enable + hold on start with real hardware (emulate always does)
+    # where the emulated arm starts: a ready pose, because the real rest pose (all zeros) sits on the
+    # j2/j3 limits with the wrist singular (j5 = 0), where no IK can follow small Cartesian targets
+    emulator_start_joints: list[float] = field(default_factory=lambda: [0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     control_rate_hz: float = 200.0
     speed: int = 50                         # MotionCtrl_2 speed percentage
     kp: list[float] = field(default_factory=lambda: [5.0, 25.0, 5.0, 8.0, 8.0, 5.0])
@@ -59,7 +63,7 @@ class ArmConfig:
     def validate(self) -> None:
         if self.backend not in ("position", "impedance"):
             raise ValueError(f"backend must be 'position' or 'impedance', got {self.backend!r}")
-        for name in ("kp", "kd", "t_ff", "joint_min", "joint_max", "home_joints"):
+        for name in ("kp", "kd", "t_ff", "joint_min", "joint_max", "home_joints", "emulator_start_joints"):
             v = getattr(self, name)
             if len(v) != 6 or not all(np.isfinite(v)):
                 raise ValueError(f"{name} must be 6 finite numbers, got {v!r}")

@@ -101,7 +101,9 @@ class ArmController:
                 return self._refuse(Rejection("homing", "go_home in progress"))
             seed = self._target.q if self._target is not None else (
                 self._hold[1] if self._hold is not None else (self._fb.joints if self._fb else np.zeros(6)))
-        res = self.limits.check(np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed)
+            measured = self._fb.joints.copy() if self._fb is not None else seed
+        res = self.limits.check(np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed,
+                                (measured, np.array(self.cfg.home_joints)))
         with self._lock:
             if isinstance(res, Rejection):
                 return self._refuse(res)
@@ -116,6 +118,11 @@ class ArmController:
                 return self._refuse(Rejection("gripper_out_of_range", f"width={w}"))
             self._gripper_target = float(np.clip(w, 0.0, self.cfg.gripper_max))
             return True
+
+    def refuse(self, reason: str, detail: str) -> bool:
+        """Count a target the caller refused before it got here (e.g. a wrong frame_id)."""
+        with self._lock:
+            return self._refuse(Rejection(reason, detail))
 
     def _refuse(self, r: Rejection) -> bool:
         self.refused[r.reason] += 1
@@ -164,7 +171,7 @@ class ArmController:
         hold = self._hold
         err = float(np.linalg.norm(hold[0][:3, 3] - fb.pose[:3, 3])) if (hold is not None and fb) else None
         return {"state": self.state, "backend": self.backend.name, "enabled": self._enabled,
-                "firmware": self.firmware, "sdk_version": SDK_VERSION, "can_channel": self.cfg.can_channel,
+                "firmware": self.firmware, "sdk_version": SDK_VERSION, "can_channel": self.link.channel,
                 "targets_accepted": self.accepted, "targets_refused": dict(self.refused),
                 "last_refusal": self.last_refusal, "stale_events": self.stale_events,
                 "can_silence_events": self.silence_events, "commands_sent": self.sent_commands,

@@ -19,6 +19,7 @@ SDK's torque coefficients.
 """
 from __future__ import annotations
 
+import math
 import struct
 import threading
 import time
@@ -263,7 +264,9 @@ class PiperEmulator:
         t = np.eye(4)
         t[:3, :3] = kin.euler_to_matrix(*np.radians(np.array([rx, ry, rz]) / 1000.0))
         t[:3, 3] = np.array([x, y, z]) / 1e6
-        res = kin.solve_ik(t, self.q_target, self.q_min, self.q_max, max_iter=30)
+        res = kin.solve_ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
+        if not res.ok(1e-3, 1e-2):
+            res = kin.solve_ik(t, self.q, self.q_min, self.q_max, max_iter=60)
         if res.ok(1e-3, 1e-2):
             self.q_target = res.q
             self.arm_status = 0x00
@@ -273,17 +276,23 @@ class PiperEmulator:
 
     # ------------------------------------------------------------ dynamics
     def gravity(self, q: np.ndarray) -> np.ndarray:
-        """Joint torques needed to hold q against gravity (dU/dq of the point masses), N m."""
+        """Joint torques needed to hold q against gravity (point masses at frame origins), N m.
+
+        tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
+        9.81 (z_ix c_iy - z_iy c_ix). Plain floats: this runs every emulator tick.
+        """
         frames = kin.link_frames(q)
+        pts = [(m, f[0, 3], f[1, 3]) for m, f in zip(self.cfg.link_masses, frames) if m]
+        idx = [k for k, m in enumerate(self.cfg.link_masses) if m]
         tau = np.zeros(6)
-        g = np.array([0.0, 0.0, -9.81])
-        for k, m in enumerate(self.cfg.link_masses):
-            if m == 0.0:
-                continue
-            p = frames[k][:3, 3]
-            for i in range(k + 1):
-                z, o = frames[i][:3, 2], frames[i][:3, 3]
-                tau[i] -= m * g @ np.cross(z, p - o)
+        for i in range(6):
+            ox, oy = frames[i][0, 3], frames[i][1, 3]
+            cx = cy = 0.0
+            for k, (m, px, py) in zip(idx, pts):
+                if k >= i:
+                    cx += m * (px - ox)
+                    cy += m * (py - oy)
+            tau[i] = 9.81 * (frames[i][0, 2] * cy - frames[i][1, 2] * cx)
         return tau
 
     def _step(self, dt: float) -> None:
@@ -339,9 +348,9 @@ class PiperEmulator:
                                   0x40 * (self.gripper_enabled and self.enabled) | 0x80, 0)
             enabled = self.enabled
         t = kin.fk(q)
-        xyz = np.round(t[:3, 3] * 1e6).astype(int)
-        rpy = np.round(np.degrees(kin.matrix_to_euler(t[:3, :3])) * 1000).astype(int)
-        mdeg = np.round(np.degrees(q) * 1000).astype(int)
+        xyz = [round(float(v) * 1e6) for v in t[:3, 3]]
+        rpy = [round(math.degrees(float(v)) * 1000) for v in kin.matrix_to_euler(t[:3, :3])]
+        mdeg = [round(math.degrees(float(v)) * 1000) for v in q]
         self._send(ID_STATUS, status)
         self._send(ID_POSE[0], struct.pack(">ii", xyz[0], xyz[1]))
         self._send(ID_POSE[1], struct.pack(">ii", xyz[2], rpy[0]))
@@ -350,10 +359,10 @@ class PiperEmulator:
             self._send(fid, struct.pack(">ii", mdeg[2 * i], mdeg[2 * i + 1]))
         self._send(ID_GRIPPER, gripper)
         if self.ticks % self.cfg.high_spd_every == 0:
-            current = np.clip(np.round(tau * 1000.0 / TORQUE_COEF), -32768, 32767).astype(int)
-            speed = np.clip(np.round(dq * 1000.0), -32768, 32767).astype(int)
             for i, fid in enumerate(ID_HIGH_SPD):
-                self._send(fid, struct.pack(">hhi", speed[i], current[i], round(q[i] * 1000.0)))
+                current = max(-32768, min(32767, round(float(tau[i]) * 1000.0 / TORQUE_COEF[i])))
+                speed = max(-32768, min(32767, round(float(dq[i]) * 1000.0)))
+                self._send(fid, struct.pack(">hhi", speed, current, round(float(q[i]) * 1000.0)))
         if self.ticks % self.cfg.low_spd_every == 0:
             foc = 0x40 if enabled else 0x00
             for fid in ID_LOW_SPD:

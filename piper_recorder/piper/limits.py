@@ -20,12 +20,16 @@ class Limits:
     q_max: np.ndarray
     box_min: np.ndarray   # flange position box in the arm base frame (m)
     box_max: np.ndarray
-    ik_pos_tol: float = 2e-3
-    ik_rot_tol: float = 2e-2
+    ik_pos_tol: float = 1e-3   # the emulator's firmware IK accepts the same residuals
+    ik_rot_tol: float = 1e-2
 
-    def check(self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray] | Rejection:
-        """Validate an absolute flange target; returns (4x4 pose, joint solution) or a Rejection."""
+    def check(self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray,
+              fallback_seeds: tuple[np.ndarray, ...] = ()) -> tuple[np.ndarray, np.ndarray] | Rejection:
+        """Validate an absolute flange target; returns (4x4 pose, joint solution) or a Rejection.
+
+        IK is warm-started from ``q_seed`` (the previous solution); only if that fails are the
+        ``fallback_seeds`` (e.g. measured joints, home) tried before the target counts as unreachable.
+        """
         pos, quat = np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float)
         if pos.shape != (3,) or quat.shape != (4,) or not (np.all(np.isfinite(pos)) and np.all(np.isfinite(quat))):
             return Rejection("non_finite", f"pos={pos.tolist()} quat={quat.tolist()}")
@@ -36,6 +40,10 @@ class Limits:
             return Rejection("out_of_workspace", f"pos={np.round(pos, 4).tolist()}")
         target = kin.pose_to_matrix(pos, quat / n)
         res = kin.solve_ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
+        for seed in fallback_seeds:
+            if res.ok(self.ik_pos_tol, self.ik_rot_tol):
+                break
+            res = kin.solve_ik(target, seed, self.q_min, self.q_max, max_iter=60)
         if not res.ok(self.ik_pos_tol, self.ik_rot_tol):
             return Rejection("unreachable", f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg")
         return target, res.q

@@ -1,0 +1,185 @@
+"""piper_arm node: thin ROS adapter around ``piper_recorder.piper.controller.ArmController``.
+
+Subscribes /arm/target_pose (PoseStamped, absolute flange target, frame "arm_base" or empty) and
+/arm/target_gripper (JointState ["gripper"], m). Publishes /arm/joint_states and /arm/eef_pose at the
+feedback rate, stamped with the host receive time of the joint frames (capture time);
+/arm/commanded_pose and /arm/commanded_gripper with exactly what went on the bus, stamped when it
+was sent; /arm/status (DiagnosticArray, 2 Hz); /arm/provenance (String JSON, transient local).
+Services /arm/enable, /arm/disable, /arm/go_home (std_srvs/Trigger).
+With ``emulate: true`` the CAN-level emulator runs in this process on a python-can virtual bus named
+after ``can_channel``; the node then enables the arm and holds the current pose.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node
+from piper_recorder.piper import kinematics as kin
+from piper_recorder.piper.backends import ArmConfig
+from piper_recorder.piper.controller import ArmController
+from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
+from piper_recorder.piper.link import SDK_VERSION, PiperLink
+
+JOINT_NAMES = [f"joint{i}" for i in range(1, 7)] + ["gripper"]
+FRAME = "arm_base"
+
+
+def _pose_msg(stamp_ns: int, t: np.ndarray) -> PoseStamped:
+    m = PoseStamped()
+    m.header.stamp, m.header.frame_id = ns_to_stamp(stamp_ns), FRAME
+    m.pose.position.x, m.pose.position.y, m.pose.position.z = (float(v) for v in t[:3, 3])
+    q = kin.matrix_to_quat(t[:3, :3])
+    m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z, m.pose.orientation.w = (float(v) for v in q)
+    return m
+
+
+class PiperArmNode(Node):
+    def __init__(self) -> None:
+        super().__init__("piper_arm")
+        self.cfg = cfg = declare_config(self, ArmConfig)
+        self.emulator: PiperEmulator | None = None
+        if cfg.emulate:
+            cfg.can_interface = "virtual"
+            start = np.clip(cfg.emulator_start_joints, cfg.joint_min, cfg.joint_max).tolist()
+            self.emulator = PiperEmulator(cfg.can_channel, EmulatorConfig(q_init=start)).start()
+        self.link = PiperLink(cfg.can_channel, cfg.can_interface)
+
+        arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.pub_joints = self.create_publisher(JointState, "/arm/joint_states", arm_qos)
+        self.pub_eef = self.create_publisher(PoseStamped, "/arm/eef_pose", arm_qos)
+        self.pub_cmd_pose = self.create_publisher(PoseStamped, "/arm/commanded_pose", arm_qos)
+        self.pub_cmd_gripper = self.create_publisher(JointState, "/arm/commanded_gripper", arm_qos)
+        self.pub_status = self.create_publisher(DiagnosticArray, "/arm/status", QoSProfile(depth=10))
+        self.pub_provenance = self.create_publisher(String, "/arm/provenance", latched)
+
+        self.ctl = ArmController(cfg, self.link, on_command=self._on_command)
+        self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
+        self._publish_provenance()
+
+        inputs = ReentrantCallbackGroup()
+        self.create_subscription(PoseStamped, "/arm/target_pose", self._on_target, arm_qos, callback_group=inputs)
+        self.create_subscription(JointState, "/arm/target_gripper", self._on_gripper, arm_qos, callback_group=inputs)
+        services = MutuallyExclusiveCallbackGroup()
+        self.create_service(Trigger, "/arm/enable", self._srv_enable, callback_group=services)
+        self.create_service(Trigger, "/arm/disable", self._srv_disable, callback_group=services)
+        self.create_service(Trigger, "/arm/go_home", self._srv_go_home, callback_group=services)
+        self._last_stamp = 0.0
+        self._pub_lock = threading.Lock()
+        self.create_timer(1.0 / cfg.control_rate_hz, self._publish_feedback,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
+        self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
+                               f"({cfg.can_interface}{', emulated' if cfg.emulate else ''}) "
+                               f"firmware={self.ctl.firmware} state={self.ctl.state}")
+
+    # ------------------------------------------------------------ inputs
+    def _on_target(self, msg: PoseStamped) -> None:
+        if msg.header.frame_id not in ("", FRAME):
+            self.ctl.refuse("wrong_frame", f"frame_id={msg.header.frame_id!r}, expected {FRAME!r}")
+            return
+        p, o = msg.pose.position, msg.pose.orientation
+        self.ctl.set_target([p.x, p.y, p.z], [o.x, o.y, o.z, o.w])
+
+    def _on_gripper(self, msg: JointState) -> None:
+        names = list(msg.name)
+        if "gripper" not in names or len(msg.position) != len(names):
+            self.ctl.refuse("gripper_malformed", f"names={names}")
+            return
+        self.ctl.set_gripper(msg.position[names.index("gripper")])
+
+    # ------------------------------------------------------------ outputs
+    def _on_command(self, stamp_s: float, pose: np.ndarray | None, gripper: float | None) -> None:
+        ns = int(stamp_s * 1e9)
+        if pose is not None:
+            self.pub_cmd_pose.publish(_pose_msg(ns, pose))
+        if gripper is not None:
+            js = JointState()
+            js.header.stamp = ns_to_stamp(ns)
+            js.name, js.position = ["gripper"], [float(gripper)]
+            self.pub_cmd_gripper.publish(js)
+
+    def _publish_feedback(self) -> None:
+        fb = self.ctl.feedback()
+        if fb is None or fb.stamp == self._last_stamp or fb.stamp <= 0:
+            return
+        self._last_stamp = fb.stamp
+        ns = int(fb.stamp * 1e9)
+        js = JointState()
+        js.header.stamp = ns_to_stamp(ns)
+        js.name = JOINT_NAMES
+        js.position = [float(v) for v in fb.joints] + [float(fb.gripper)]
+        js.velocity = [float(v) for v in fb.velocity] + [0.0]
+        js.effort = [float(v) for v in fb.effort] + [float(fb.gripper_effort)]
+        self.pub_joints.publish(js)
+        self.pub_eef.publish(_pose_msg(ns, fb.pose))
+
+    def _publish_status(self) -> None:
+        st = self.ctl.status()
+        d = DiagnosticStatus(name="piper_arm", hardware_id=f"piper@{self.cfg.can_channel}")
+        state, arm_status = st["state"], st["arm_status"]
+        note = f"; last refusal: {st['last_refusal']}" if st["last_refusal"] else ""
+        if state == "can_silent" or state.startswith("error") or arm_status not in (0, None):
+            d.level = DiagnosticStatus.ERROR
+            d.message = state + (f"; arm_status=0x{arm_status:02X}" if arm_status else "")
+        elif state == "disabled":
+            d.level, d.message = DiagnosticStatus.WARN, state + note
+        else:
+            d.level, d.message = DiagnosticStatus.OK, state + note
+        for k, v in st.items():
+            d.values.append(KeyValue(key=k, value=json.dumps(v) if not isinstance(v, str) else v))
+        arr = DiagnosticArray()
+        arr.header.stamp = self.get_clock().now().to_msg()
+        arr.status = [d]
+        self.pub_status.publish(arr)
+
+    def _publish_provenance(self) -> None:
+        c = self.cfg
+        record = {"backend": c.backend, "kp": c.kp, "kd": c.kd, "t_ff": c.t_ff, "gravity_ff": c.gravity_ff,
+                  "firmware": self.ctl.firmware, "arm_model": "agilex_piper" + (" (emulated)" if c.emulate else ""),
+                  "can_channel": c.can_channel, "sdk_version": SDK_VERSION, "can_interface": c.can_interface,
+                  "control_rate_hz": c.control_rate_hz, "speed": c.speed,
+                  "euler_convention": "R = Rz(rz) Ry(ry) Rx(rx) (extrinsic XYZ)"}
+        self.pub_provenance.publish(String(data=json.dumps(record)))
+
+    # ------------------------------------------------------------ services
+    def _srv_enable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        self.ctl.enable()
+        res.success, res.message = self.link.enabled(), "enabled" if self.link.enabled() else "enable not confirmed"
+        return res
+
+    def _srv_disable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        self.ctl.disable()
+        res.success, res.message = True, "disabled"
+        return res
+
+    def _srv_go_home(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        ok = self.ctl.go_home()
+        res.success = ok
+        res.message = "homing to " + json.dumps([round(math.degrees(v), 1) for v in self.cfg.home_joints]) \
+            + " deg" if ok else f"cannot home in state {self.ctl.state}"
+        return res
+
+    def on_shutdown(self) -> None:
+        self.ctl.stop()
+        self.link.close()
+        if self.emulator is not None:
+            self.emulator.stop()
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(PiperArmNode, args))
