@@ -38,7 +38,7 @@ def _graph(context, *_args, **_kwargs):
                                                                         "cameras")})
     quest = cfg.get(LAUNCH_SECTION, {}).get("sim_quest", {})
     headset_cmd = [ExecutableInPackage("sim_quest", PACKAGE), "--host", str(quest.get("host", "127.0.0.1")),
-                   "--port", str(quest.get("port", 8735)), "--script", str(quest.get("script", "circle")),
+                   "--port", str(quest.get("port", 8735)), "--script", str(quest.get("script", "demo")),
                    "--rate", str(quest.get("rate", 90.0))]
     if not quest.get("buttons", False):
         headset_cmd.append("--no-buttons")

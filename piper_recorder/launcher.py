@@ -128,10 +128,17 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
     return chosen, out
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """rcl's parameter-file parser rejects YAML anchors/aliases (a list shared by two nodes)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dump_params(cfg: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        yaml.safe_dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, sort_keys=False)
+        yaml.dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, Dumper=_NoAliasDumper, sort_keys=False)
     return path
 
 
@@ -212,7 +219,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
 
     if mode == "sim":
         argv = [find_script("piper-sim-quest", bin_dir), "--host", str(quest.get("host", "127.0.0.1")),
-                "--port", str(quest["port"]), "--script", str(quest.get("script", "circle")),
+                "--port", str(quest["port"]), "--script", str(quest.get("script", "demo")),
                 "--rate", str(quest.get("rate", 90.0))]
         if not quest.get("buttons", False):
             argv.append("--no-buttons")
