@@ -36,26 +36,31 @@ def _stamp_errors(poses, raws, mono_offset: float, min_stamp_ns: int = 0):
     """(stamp - true capture time, arrival - stamp) in ms for right poses matched to raw lines by position.
 
     CLOCK_MONOTONIC is shared by all processes on this machine, so the true host time of a sim frame
-    is (mono - mono_offset) + (realtime - monotonic).
+    is (mono - mono_offset) + (realtime - monotonic). The circle repeats every 3.5 s, so a position
+    can recur: the pose is matched to the nearest such frame (a gross error still shows as >= 25 ms).
     """
     mono_to_realtime_ns = time.time_ns() - time.monotonic_ns()
-    mono_by_pos, dup = {}, set()
+    truths_by_pos: dict[tuple, list[int]] = {}
     for r in raws:
         obj = json.loads(r)
         if "right" not in obj:
             continue
-        key = tuple(obj["right"]["pos"])
-        if key in mono_by_pos:
-            dup.add(key)
-        mono_by_pos[key] = obj["mono"]
+        truth = round((obj["mono"] - mono_offset) * 1e9) + mono_to_realtime_ns
+        if truth < min_stamp_ns:
+            continue  # a line of the previous headset session, delivered late
+        truths_by_pos.setdefault(tuple(obj["right"]["pos"]), []).append(truth)
+    for truths in truths_by_pos.values():
+        truths.sort()
     errors_ms, late_ms = [], []
     for m, recv_ns in poses:
         p = m.pose.position
-        key = (p.x, p.y, p.z)
+        truths = truths_by_pos.get((p.x, p.y, p.z), [])
         stamp = m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
-        if key in dup or key not in mono_by_pos or stamp < min_stamp_ns:
+        if not truths or stamp < min_stamp_ns:
             continue
-        truth = round((mono_by_pos[key] - mono_offset) * 1e9) + mono_to_realtime_ns
+        if any(b - a < 10**9 for a, b in zip(truths, truths[1:])):
+            continue  # the controller rests here (before the motion starts): not identifiable
+        truth = min(truths, key=lambda t: abs(stamp - t))
         errors_ms.append((stamp - truth) / 1e6)
         late_ms.append((recv_ns - stamp) / 1e6)
     errors_ms.sort()
