@@ -51,22 +51,29 @@ def merge(sketches: np.ndarray) -> dict[str, np.ndarray]:
             "q01": _mixture_quantile(q, w, 0.01), "q99": _mixture_quantile(q, w, 0.99)}
 
 
-def _mixture_cdf(q: np.ndarray, w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Weighted mixture of piecewise-linear CDFs at x (one x per element)."""
-    L = q.shape[2]
-    xx = x[:, None, None]
-    cnt = (q <= xx).sum(axis=2)  # points <= x, [elements, episodes]
-    j = np.clip(cnt - 1, 0, L - 2)
-    lo = np.take_along_axis(q, j[:, :, None], 2)[:, :, 0]
-    hi = np.take_along_axis(q, (j + 1)[:, :, None], 2)[:, :, 0]
+def _mixture_cdf(qw: np.ndarray, lev: np.ndarray, j0: np.ndarray, w: np.ndarray, x: np.ndarray,
+                 L: int) -> np.ndarray:
+    """Weighted mixture of piecewise-linear CDFs at x (one x per element).
+
+    ``qw`` [elements, episodes, width] is a window of the stored points starting at column ``j0``
+    (per element) with levels ``lev`` [elements, width]; every point left of it is below x and
+    every point right of it above x, so only the window needs comparing.
+    """
+    cnt = j0[:, None] + (qw <= x[:, None, None]).sum(axis=2)  # points <= x, [elements, episodes]
+    jl = np.clip(cnt - 1 - j0[:, None], 0, qw.shape[2] - 2)
+    lo = np.take_along_axis(qw, jl[:, :, None], 2)[:, :, 0]
+    hi = np.take_along_axis(qw, (jl + 1)[:, :, None], 2)[:, :, 0]
+    l_lo = np.take_along_axis(lev, jl, 1)
+    l_hi = np.take_along_axis(lev, jl + 1, 1)
     span = hi - lo
     frac = np.where(span > 0, (x[:, None] - lo) / np.where(span > 0, span, 1.0), 1.0)
-    f = LEVELS[j] + np.clip(frac, 0.0, 1.0) * (LEVELS[j + 1] - LEVELS[j])
+    f = l_lo + np.clip(frac, 0.0, 1.0) * (l_hi - l_lo)
     f = np.where(cnt == 0, 0.0, np.where(cnt >= L, 1.0, f))
     return (w * f).sum(axis=1)
 
 
-def _mixture_quantile(q: np.ndarray, w: np.ndarray, p: float, iters: int = 48) -> np.ndarray:
+def _mixture_quantile(q: np.ndarray, w: np.ndarray, p: float, iters: int = 60) -> np.ndarray:
+    L = q.shape[2]
     k = int(np.argmin(np.abs(LEVELS - p)))
     lo = q[:, :, k].min(axis=1)  # mixture CDF at lo <= p, at hi >= p
     hi = q[:, :, k].max(axis=1)
@@ -74,11 +81,20 @@ def _mixture_quantile(q: np.ndarray, w: np.ndarray, p: float, iters: int = 48) -
     if q.shape[1] == 1 or not active.any():
         return lo
     qa, wa, a, b = q[active], w[active], lo[active], hi[active]
+    # Only points inside [a, b] (plus one neighbour each side) matter while bisecting: cut a window.
+    below = (qa < a[:, None, None]).sum(axis=2)
+    upto = (qa <= b[:, None, None]).sum(axis=2)
+    j0 = np.maximum(below.min(axis=1) - 1, 0)
+    width = int(max(2, (np.minimum(upto.max(axis=1) + 1, L) - j0).max()))
+    j0 = np.minimum(j0, L - width)
+    cols = j0[:, None] + np.arange(width)
+    qw = np.take_along_axis(qa, np.broadcast_to(cols[:, None, :], qa.shape[:2] + (width,)), 2)
+    lev = LEVELS[cols]
     for _ in range(iters):
         mid = 0.5 * (a + b)
-        below = _mixture_cdf(qa, wa, mid) < p
-        a = np.where(below, mid, a)
-        b = np.where(below, b, mid)
+        below_p = _mixture_cdf(qw, lev, j0, wa, mid, L) < p
+        a = np.where(below_p, mid, a)
+        b = np.where(below_p, b, mid)
         if np.all(b - a <= 1e-7 * np.maximum(np.abs(a), np.abs(b)) + 1e-12):
             break
     out = lo.copy()
