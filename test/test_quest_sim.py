@@ -133,7 +133,7 @@ def test_replay_resends_with_original_relative_timing(tmp_path):
     replay.start()
     try:
         t0 = time.monotonic()
-        msgs = _collect(replay.port, 2.2)
+        msgs = _collect(replay.port, 3.0)
     finally:
         replay.stop()
     hello = msgs[0]
