@@ -320,19 +320,40 @@ class RgbdWriter:
         state_rows = self._check_rows("state", state or {}, ep.states, self._state_spec, ep.n_obs)
         rgb_c = np.ascontiguousarray(rgb[:, :, :3])
         depth_c = depth.copy()
+        self._acquire_slot()
+        for k, v in state_rows.items():
+            ep.states.setdefault(k, []).append(v)
+        self._pending.put(self._pool.submit(_encode_job, rgb_c, depth_c, c))
+        return self._submitted(ep)
+
+    def add_encoded_observation(self, rgb_jpeg: bytes, depth_encoded: bytes,
+                                state: Mapping[str, np.ndarray] | None = None) -> int:
+        """Queue an observation already compressed with this file's codecs and settings (copying episodes
+        between files without re-encoding; the caller guarantees matching file attributes)."""
+        ep = self._require_episode()
+        self._raise_sink_error()
+        state_rows = self._check_rows("state", state or {}, ep.states, self._state_spec, ep.n_obs)
+        done: cf.Future = cf.Future()
+        done.set_result((bytes(rgb_jpeg), bytes(depth_encoded), 0.0))
+        self._acquire_slot()
+        for k, v in state_rows.items():
+            ep.states.setdefault(k, []).append(v)
+        self._pending.put(done)
+        return self._submitted(ep)
+
+    def _submitted(self, ep: _Episode) -> int:
+        self.stats.frames_submitted += 1
+        self.stats.max_backlog = max(self.stats.max_backlog, self.backlog)
+        ep.n_obs += 1
+        return ep.n_obs - 1
+
+    def _acquire_slot(self) -> None:
         if not self._slots.acquire(blocking=False):
             self.stats.backpressure_waits += 1
             t0 = time.perf_counter()
             while not self._slots.acquire(timeout=0.5):
                 self._raise_sink_error()
             self.stats.backpressure_wait_s += time.perf_counter() - t0
-        for k, v in state_rows.items():
-            ep.states.setdefault(k, []).append(v)
-        self._pending.put(self._pool.submit(_encode_job, rgb_c, depth_c, c))
-        self.stats.frames_submitted += 1
-        self.stats.max_backlog = max(self.stats.max_backlog, self.backlog)
-        ep.n_obs += 1
-        return ep.n_obs - 1
 
     def add_transition(self, action: np.ndarray, reward: float, terminal: bool = False, timeout: bool = False,
                        extras: Mapping[str, np.ndarray] | None = None) -> int:

@@ -246,6 +246,68 @@ class LeRobotWriter:
             self._session_saved.append(ep.index)
             return record
 
+    def import_episode(self, task: str, timestamps: np.ndarray, columns: Mapping[str, np.ndarray],
+                       videos: Mapping[str, str | os.PathLike], raw_quest: str | os.PathLike | None,
+                       record: Mapping[str, Any]) -> dict:
+        """Commit an episode that another writer with the same config already finished (e.g. a parallel
+        converter's staging root), without re-encoding: its split-feature ``columns`` (n x dim each),
+        ``timestamps``, finished mp4s and raw-line file are MOVED in; ``record`` is its episodes.jsonl
+        line (indices and task index are reassigned here, its counters are kept). Same commit path and
+        crash safety as ``save_episode``; returns the new record.
+        """
+        if not isinstance(task, str) or not task.strip():
+            raise SchemaError("task: must be a non-empty string")
+        times = np.asarray(timestamps, np.float32).reshape(-1)
+        n = len(times)
+        if n == 0 or not np.all(np.isfinite(times)) or times[0] < 0 or np.any(np.diff(times) <= 0):
+            raise SchemaError("timestamp: need >= 1 finite, non-negative, strictly increasing values")
+        rows = np.empty((n, self._width), np.float32)
+        pos = 0
+        for f in self._features:
+            if f.key not in columns:
+                raise SchemaError(f"{f.key}: missing from the imported episode")
+            v = np.asarray(columns[f.key], np.float32)
+            if v.size != n * f.dim or not np.all(np.isfinite(v)):
+                raise SchemaError(f"{f.key}: expected {n} finite rows of {f.dim}, got shape {v.shape}")
+            rows[:, pos:pos + f.dim] = v.reshape(n, f.dim)
+            pos += f.dim
+        missing = [c for c in self.cfg.cameras if c not in videos]
+        if missing:
+            raise SchemaError(f"import_episode: no video for cameras {missing}")
+        lengths = record.get("video_frame_lengths") or {}
+        reserved = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
+                    "video_frame_lengths", "video_dropped_frames", "raw_quest_lines"}
+        with self._lock:
+            if self._ep is not None:
+                raise EpisodeStateError(f"episode {self._ep.index} is still being recorded")
+            idx = len(self._episodes)
+            task_index = self._task_index.get(task, len(self._task_index))
+            staging = self.root / repair.STAGING / f"episode_{idx:06d}"
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir(parents=True)
+            ep = _Episode(idx, task, task_index, staging, self._width)
+            ep.rows, ep.times = rows, [float(t) for t in times]
+            try:
+                for cam in self.cfg.cameras:
+                    shutil.move(os.fspath(videos[cam]), staging / f"{cam}.mp4")
+                if self.cfg.save_raw_quest:
+                    if raw_quest is not None and Path(raw_quest).exists():
+                        shutil.move(os.fspath(raw_quest), staging / "quest.jsonl")
+                    else:
+                        (staging / "quest.jsonl").touch()
+                ep.frame_counts = {cam: int(lengths.get(cam, 0)) for cam in self.cfg.cameras}
+                ep.quest_lines = int(record.get("raw_quest_lines", 0) or 0)
+                rec = self._record(ep, {k: v for k, v in record.items() if k not in reserved})
+                if "video_dropped_frames" in record:
+                    rec["video_dropped_frames"] = record["video_dropped_frames"]
+                self._commit_save(ep, rec)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            self._session_saved.append(idx)
+            return rec
+
     def discard_episode(self) -> None:
         """Drop the episode in flight; it leaves nothing behind."""
         with self._lock:
