@@ -1,0 +1,435 @@
+"""One bag -> one staging dataset, through exactly the live recorders' path.
+
+The bag's messages go, in receive (log) order, through the same duck-typed message adapters
+(``assembly.messages``) into the same ``EpisodeController`` (pre-roll = newest sample of each input,
+assembler, writer thread, writer targets) the recorder nodes use; the log time plays the node's
+``now``: ``tick(log_ns)`` before each message, ``start`` once the log passes the episode's feed time,
+``stop(end_ns)`` once it passes ``end_ns + lateness``. Between episodes only the last few serialized
+messages per topic are kept (they become the pre-roll), so gaps cost no decoding.
+
+For /episode_events episodes the assembler starts at the live grid origin (the "saved" event's
+``start_ns``) and is fed from the live "started" time, so rows land on the live grid; the resulting
+origin and row count are checked against the event and any difference is reported as a note.
+
+Each episode carries a ``source`` block (bag, fingerprint, span) in its record (LeRobot
+episodes.jsonl counters; RGB-D demo attribute ``source``): that is what resume reads.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from piper_recorder import __version__
+from piper_recorder.assembly import DepthPairer
+from piper_recorder.assembly.messages import gripper_width, image_to_numpy, joint_positions, pose, stamp_ns
+from piper_recorder.recording.controller import EpisodeController
+from piper_recorder.recording.targets import LeRobotTarget, RgbdTarget
+
+from .config import LEROBOT_RECORDER, RGBD_RECORDER, LeRobotSettings, RecorderSettings, RgbdSettings, TopicMap
+from .episodes import EpisodeSpan, recorders_with_saves, spans_from_events, spans_from_ranges, whole_bag
+from .source import FINGERPRINT_METHOD, BagError, BagSource, RawMessage, bag_fingerprint, peak_rss_mb
+
+CONVERTER = "piper-bag2dataset"
+GAP_KEEP = 4               # serialized messages kept per topic between episodes (the next pre-roll)
+MAX_WRITER_BACKLOG = 256   # rows/frames queued for the writer thread before the reader waits
+Progress = Callable[[int, float, float], None]   # (bag index, seconds done, seconds total)
+
+
+@dataclass
+class ConvertOptions:
+    fmt: str                                 # "lerobot" | "rgbd"
+    settings: RecorderSettings
+    topics: TopicMap
+    ranges: tuple[str, ...] = ()
+    task: str | None = None
+    recorder: str | None = None              # whose /episode_events to follow (default: the format's)
+    output: str = ""                         # for provenance
+
+    @property
+    def recorder_name(self) -> str:
+        return LEROBOT_RECORDER if self.fmt == "lerobot" else RGBD_RECORDER
+
+
+@dataclass
+class BagResult:
+    index: int
+    bag: str
+    status: str = "failed"                   # converted | skipped | failed
+    fingerprint: str | None = None
+    error: str | None = None
+    staging: str | None = None               # staging dataset (LeRobot root / HDF5 file)
+    session: dict[str, Any] | None = None
+    episodes: int = 0
+    skipped_episodes: int = 0
+    notes: list[str] = field(default_factory=list)
+    bag_s: float = 0.0
+    wall_s: float = 0.0
+    peak_rss_mb: float = 0.0
+
+
+# ---- writers (same settings as the recorder nodes' make_writer; never drop frames) ---------------
+def lerobot_writer_config(s: LeRobotSettings, tm: TopicMap):
+    from piper_recorder.lerobot.features import piper_features
+    from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
+
+    video: dict[str, Any] = dict(codec=s.codec, pix_fmt=s.pix_fmt, crf=s.crf, preset=s.preset, bf=0,
+                                 max_block_s=None)   # offline: wait for the encoder instead of dropping
+    if s.gop:
+        video["gop"] = s.gop
+    return WriterConfig(
+        fps=int(s.fps), robot_type=s.robot_type,
+        cameras={cam: CameraSpec(height=c.height, width=c.width) for cam, c in tm.cameras.items()},
+        features=piper_features(), video=VideoConfig(**video), chunks_size=s.chunks_size,
+        save_raw_quest=s.save_raw_quest, rotation_type=s.rotation_type,
+        combined_columns=s.combined_columns, on_binding_change=s.on_binding_change)
+
+
+def rgbd_writer_config(s: RgbdSettings, tm: TopicMap):
+    from rgbd_writer.writer import RgbdConfig
+
+    (cam, c), = tm.cameras.items()
+    env = {"source": f"piper_recorder {CONVERTER}", "robot": "agilex_piper", "fps": s.fps, "camera": cam,
+           "state_terms": ["arm_joint", "arm_eef", "gripper"],
+           "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)"}
+    return RgbdConfig(width=c.width, height=c.height, rgb_jpeg_quality=s.rgb_jpeg_quality,
+                      depth_codec=s.depth_codec, depth_min_m=s.depth_min_m, depth_max_m=s.depth_max_m,
+                      rgb_source=c.color, depth_source=c.depth or "", env_args=env)
+
+
+def open_writer(opts: ConvertOptions, path: Path):
+    if opts.fmt == "lerobot":
+        from piper_recorder.lerobot.writer import LeRobotWriter
+
+        return LeRobotWriter(path, lerobot_writer_config(opts.settings, opts.topics))
+    from rgbd_writer.writer import RgbdWriter
+
+    return RgbdWriter(path, rgbd_writer_config(opts.settings, opts.topics))
+
+
+class _SourcedLeRobotTarget(LeRobotTarget):
+    """LeRobotTarget whose saved records also carry the episode's ``source`` block."""
+
+    source: dict[str, Any] = {}
+
+    def save_episode(self, sink, counters, timeout):
+        return super().save_episode(sink, {**counters, "source": self.source}, timeout)
+
+
+class _SourcedRgbdTarget(RgbdTarget):
+    """RgbdTarget whose episodes also carry the ``source`` block as a demo attribute."""
+
+    source: dict[str, Any] = {}
+
+    def start_episode(self, task, record):
+        meta = {"task": task, "provenance": json.dumps(record, sort_keys=True),
+                "source": json.dumps(self.source, sort_keys=True)}
+        return int(self.writer.start_episode(seed=None, meta=meta))
+
+
+# ---- provenance --------------------------------------------------------------------------------
+def _latest_json(src: BagSource, topic: str | None) -> dict[str, Any] | None:
+    if not topic or topic not in src.topics:
+        return None
+    last = None
+    for m in src.messages([topic]):
+        last = m.msg.data
+    if last is None:
+        return None
+    try:
+        v = json.loads(last)
+    except ValueError:
+        return {"raw": last}
+    return v if isinstance(v, dict) else {"raw": last}
+
+
+def session_record(opts: ConvertOptions, prov: dict | None, hello: dict | None, source: dict) -> dict[str, Any]:
+    """The recorder's session record (recorder_base._session_record) plus the ``source`` block."""
+    s, p, unknown = opts.settings, prov or {}, "unknown"
+    serials = s.camera_serials if len(s.camera_serials) == len(opts.topics.cameras) else \
+        ["unknown"] * len(opts.topics.cameras)
+    cameras = {cam: {"serial": serial, "topic": c.color,
+                     "profile": {"width": c.width, "height": c.height, "fps": s.fps, "encoding": "rgb8"}}
+               for (cam, c), serial in zip(opts.topics.cameras.items(), serials)}
+    recording: dict[str, Any] = {"recorder": opts.recorder_name, "fps": s.fps, "timestamp_mode": s.timestamp_mode,
+                                 "lateness_s": s.lateness_s, "stale_s": s.stale_s, "max_episode_s": s.max_episode_s}
+    if isinstance(s, LeRobotSettings):
+        recording.update(root=opts.output, video={"codec": s.codec, "pix_fmt": s.pix_fmt, "crf": s.crf,
+                                                  "preset": s.preset, "gop": s.gop or "writer default", "bf": 0},
+                         rotation_type=s.rotation_type, combined_columns=s.combined_columns,
+                         save_raw_quest=s.save_raw_quest)
+    elif isinstance(s, RgbdSettings):
+        recording.update(path=opts.output, depth_codec=s.depth_codec, rgb_jpeg_quality=s.rgb_jpeg_quality,
+                         depth_min_m=s.depth_min_m, depth_max_m=s.depth_max_m)
+    return {
+        "control": {"backend": p.get("backend", unknown),
+                    "impedance": {k: p.get(k, unknown) for k in ("kp", "kd", "t_ff", "gravity_ff")}},
+        "arm": {"firmware": p.get("firmware", unknown), "model": p.get("arm_model", unknown),
+                "can_channel": p.get("can_channel", unknown), "sdk_version": p.get("sdk_version", unknown),
+                "provenance": p or unknown},
+        "cameras": cameras,
+        "headset": hello if hello is not None else unknown,
+        "recording": recording,
+        "source": source,
+    }
+
+
+# ---- checks and spans ----------------------------------------------------------------------------
+def check_topics(src: BagSource, opts: ConvertOptions) -> None:
+    have = src.topics
+    required = opts.topics.required(depth=opts.fmt == "rgbd")
+    missing = [t for t in required if t not in have]
+    if missing:
+        raise BagError(f"{src.path}: missing topics {missing} (bag has {sorted(have) or 'no topics'}); "
+                       "map other names with --config/--mapping")
+    wrong = [f"{t} is {have[t]}, expected {want}" for t, want in {**required, **opts.topics.optional()}.items()
+             if t in have and have[t] != want]
+    if wrong:
+        raise BagError(f"{src.path}: unexpected message types: {'; '.join(wrong)}")
+    unknown = [f"{t} ({have[t]})" for t in required if not src.decodable(have[t])]
+    if unknown:
+        raise BagError(f"{src.path}: unknown message types (no definition in the bag or the ROS 2 store): "
+                       f"{unknown}")
+    counts = src.message_counts()
+    empty = [t for t in required if counts.get(t, 1) == 0]
+    if empty:
+        raise BagError(f"{src.path}: no messages on {empty}")
+
+
+def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list[EpisodeSpan]:
+    tm = opts.topics
+    if tm.episode_events and tm.episode_events in src.topics:
+        lines = [m.msg.data for m in src.messages([tm.episode_events])]
+        names = recorders_with_saves(lines)
+        who = opts.recorder or (opts.recorder_name if opts.recorder_name in names else
+                                (names[0] if names else None))
+        if who is not None:
+            spans = spans_from_events(lines, who)
+            if who != opts.recorder_name:
+                notes.append(f"episodes from {who}'s /episode_events (no {opts.recorder_name} saves in the bag)")
+            if spans:
+                return spans
+        notes.append("the bag's /episode_events hold no saved episodes; "
+                     + ("using --episode ranges" if opts.ranges else "converting the whole bag"))
+    if opts.ranges:
+        return spans_from_ranges(opts.ranges, src.start_ns, int(opts.settings.lateness_s * 1e9))
+    return whole_bag(src.start_ns, src.end_ns)
+
+
+# ---- the pass ------------------------------------------------------------------------------------
+class _Feeder:
+    """Topic -> handlers that turn one decoded message into controller inputs (as the recorder nodes do)."""
+
+    def __init__(self, opts: ConvertOptions, c: EpisodeController, notes: list[str]):
+        tm, self.c, self.notes = opts.topics, c, notes
+        self.handlers: dict[str, list[Callable[[Any, int], None]]] = {}
+        self._jcache: dict[tuple[str, ...], list[int]] = {}
+        self.rejected: dict[str, int] = {}
+        self._pairers: dict[str, DepthPairer] = {}
+        self.depth = opts.fmt == "rgbd"
+
+        def on(topic: str | None, fn: Callable[[Any, int], None]) -> None:
+            if topic:
+                self.handlers.setdefault(topic, []).append(fn)
+
+        def joints(m: Any, now: int) -> None:
+            pos = joint_positions(m, self._jcache, tm.joint_names, tm.gripper_scale)
+            if pos is not None:
+                c.add_joint_state(stamp_ns(m), pos)
+
+        def cmd_gripper(m: Any, now: int) -> None:
+            w = gripper_width(m, tm.commanded_gripper_joint, tm.commanded_gripper_scale)
+            if w is not None:
+                c.add_commanded_gripper(stamp_ns(m), w)
+
+        on(tm.joint_states, joints)
+        on(tm.eef_pose, lambda m, now: c.add_eef_pose(stamp_ns(m), *pose(m)))
+        on(tm.commanded_pose, lambda m, now: c.add_commanded_pose(stamp_ns(m), *pose(m)))
+        on(tm.commanded_gripper, cmd_gripper)
+        for cam, ct in tm.cameras.items():
+            if self.depth:
+                self._pairers[cam] = DepthPairer()
+                on(ct.color, lambda m, now, cam=cam: self._color_depth(cam, m, False))
+                on(ct.depth, lambda m, now, cam=cam: self._color_depth(cam, m, True))
+            else:
+                on(ct.color, lambda m, now, cam=cam: self._color(cam, m))
+        if not self.depth:
+            on(tm.raw_quest, lambda m, now: c.add_raw_quest(now, m.data))
+        else:
+            on(tm.reward, lambda m, now: c.add_reward(now, float(m.data)))
+        self.sizes = {cam: (ct.height, ct.width) for cam, ct in tm.cameras.items()}
+
+    def _image(self, cam: str, m: Any, depth: bool):
+        try:
+            img = image_to_numpy(m)
+        except ValueError as exc:
+            return self._reject(cam, str(exc))
+        if img.shape[:2] != self.sizes[cam] or (not depth and img.ndim != 3):
+            return self._reject(cam, f"got {img.shape} frames, configured {self.sizes[cam][0]}x{self.sizes[cam][1]}")
+        return img
+
+    def _reject(self, cam: str, why: str) -> None:
+        n = self.rejected.get(cam, 0) + 1
+        self.rejected[cam] = n
+        if n == 1:
+            self.notes.append(f"{cam}: dropping frames: {why}")
+        return None
+
+    def _color(self, cam: str, m: Any) -> None:
+        img = self._image(cam, m, False)
+        if img is not None:
+            self.c.add_frame(cam, stamp_ns(m), img)
+
+    def _color_depth(self, cam: str, m: Any, depth: bool) -> None:
+        img = self._image(cam, m, depth)
+        if img is None:
+            return
+        p = self._pairers[cam]
+        pair = p.add_depth(stamp_ns(m), img) if depth else p.add_color(stamp_ns(m), img)
+        if pair is not None:
+            stamp, rgb, d = pair
+            self.c.add_frame(cam, stamp, rgb, d)
+
+
+def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str | Path,
+                done: dict[str, list[tuple[int, int]]] | None = None, progress: Progress | None = None) -> BagResult:
+    """Convert one bag into a fresh staging dataset at ``staging``; never raises for bad input."""
+    t0 = time.perf_counter()
+    res = BagResult(index, str(bag))
+    try:
+        try:
+            res.fingerprint = bag_fingerprint(Path(bag))
+        except OSError as exc:
+            raise BagError(f"{bag}: cannot read ({exc})") from exc
+        with BagSource(Path(bag)) as src:
+            res.bag_s = src.duration_s
+            _convert(src, res, opts, Path(staging), set(map(tuple, (done or {}).get(res.fingerprint, []))), progress)
+    except BagError as exc:
+        res.status, res.error = "failed", str(exc)
+    except Exception as exc:  # noqa: BLE001 - one bad bag must not stop the others
+        res.status, res.error = "failed", f"{bag}: {type(exc).__name__}: {exc}"
+    res.wall_s = time.perf_counter() - t0
+    res.peak_rss_mb = peak_rss_mb()
+    return res
+
+
+def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path, done: set,
+             progress: Progress | None) -> None:
+    check_topics(src, opts)
+    spans = choose_spans(src, opts, res.notes)
+    todo = [s for s in spans if (s.start_ns, s.end_ns) not in done]
+    res.skipped_episodes = len(spans) - len(todo)
+    source = {"converter": CONVERTER, "converter_version": __version__, "bags": [str(src.path)],
+              "fingerprints": [res.fingerprint], "fingerprint_method": FINGERPRINT_METHOD,
+              "episodes_from": spans[0].origin if spans else None, "topics": opts.topics.to_dict()}
+    if not todo:
+        res.status = "skipped"
+        return
+    task_default = opts.task or opts.settings.task
+    record = session_record(opts, _latest_json(src, opts.topics.provenance), _latest_json(src, opts.topics.hello),
+                            source)
+    res.session = record
+    if opts.fmt == "lerobot":
+        staging.mkdir(parents=True, exist_ok=True)
+        path = staging / "lerobot"
+        target: Any = _SourcedLeRobotTarget(open_writer(opts, path), save_raw_quest=opts.settings.save_raw_quest)
+    else:
+        staging.mkdir(parents=True, exist_ok=True)
+        path = staging / "rgbd.hdf5"
+        target = _SourcedRgbdTarget(open_writer(opts, path), next(iter(opts.topics.cameras)))
+    res.staging = str(path)
+    events: list[dict] = []
+    c = EpisodeController(target, opts.settings.assembly(tuple(opts.topics.cameras)), recorder=opts.recorder_name,
+                          max_episode_s=0, publish_event=events.append, session_record=lambda: record,
+                          log=lambda m: None)
+    try:
+        feeder = _Feeder(opts, c, res.notes)
+        _run_pass(src, opts, c, feeder, todo, task_default, res, progress)
+    finally:
+        ans = c.shutdown(save=False)
+        if not ans.ok:
+            res.notes.append(ans.message)
+    res.status = "converted"
+
+
+def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder: _Feeder,
+              spans: list[EpisodeSpan], task_default: str, res: BagResult, progress: Progress | None) -> None:
+    lateness = int(opts.settings.lateness_s * 1e9)
+    spans = sorted(spans, key=lambda s: s.feed_from_ns)
+    gap: dict[str, deque[RawMessage]] = {}
+    handlers = feeder.handlers
+    stop_at = spans[-1].end_ns + lateness + 1
+    t_begin, total = src.start_ns, max(1e-9, min(src.end_ns, stop_at) - src.start_ns) / 1e9
+    last_report = 0.0
+
+    def dispatch(raw: RawMessage) -> None:
+        msg = src.decode(raw)
+        for fn in handlers[raw.topic]:
+            fn(msg, raw.log_ns)
+
+    def start(span: EpisodeSpan, i: int) -> None:
+        for raw in sorted((r for q in gap.values() for r in q), key=lambda r: r.log_ns):
+            dispatch(raw)   # idle: each input's newest sample becomes the pre-roll, as in the live node
+        gap.clear()
+        task = span.task or task_default
+        target = c.target
+        target.source = {"bag": str(src.path), "fingerprint": res.fingerprint, "start_ns": span.start_ns,
+                         "end_ns": span.end_ns, "episodes_from": span.origin, "live_episode_index": span.live_index}
+        ans = c.start(task, lambda: span.start_ns)
+        if not ans.ok:
+            raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)}: {ans.message}"
+                           + (" (pass --task)" if "task" in ans.message else ""))
+
+    def finish(span: EpisodeSpan) -> None:
+        ans = c.stop(span.end_ns, reason=span.reason)
+        where = f"episode {_rel(span.start_ns, t_begin)}..{_rel(span.end_ns, t_begin)}"
+        if not ans.ok:
+            raise BagError(f"{src.path}: {where}: {ans.message}")
+        ev = ans.event or {}
+        res.episodes += 1
+        if span.origin == "events":
+            if ev.get("start_ns") != span.start_ns:
+                res.notes.append(f"{where}: origin {ev.get('start_ns')} differs from the live {span.start_ns}")
+            if span.rows is not None and ev.get("rows") != span.rows:
+                res.notes.append(f"{where}: {ev.get('rows')} rows, the live recorder saved {span.rows}")
+
+    j, active = 0, None
+    for raw in src.raw_messages(list(handlers), stop_ns=stop_at):
+        now = raw.log_ns
+        if active is not None and now > active.end_ns + lateness:
+            finish(active)
+            active, j = None, j + 1
+        if active is None and j < len(spans) and now >= spans[j].feed_from_ns:
+            start(spans[j], j)
+            active = spans[j]
+        if active is None:
+            q = gap.get(raw.topic)
+            if q is None:
+                q = gap[raw.topic] = deque(maxlen=GAP_KEEP)
+            q.append(raw)
+            continue
+        c.tick(now)
+        dispatch(raw)
+        while c.worker.backlog > MAX_WRITER_BACKLOG:
+            time.sleep(0.002)
+        if progress is not None and now - last_report > 0.5e9:
+            last_report = now
+            progress(res.index, (now - t_begin) / 1e9, total)
+    if active is not None:
+        finish(active)
+        j += 1
+    if j < len(spans):
+        raise BagError(f"{src.path}: episode at {_rel(spans[j].start_ns, t_begin)} starts after the bag's last "
+                       f"message ({_rel(src.end_ns, t_begin)})")
+    if progress is not None:
+        progress(res.index, total, total)
+    if feeder.rejected:
+        res.notes.append(f"frames dropped for wrong size/encoding: {feeder.rejected}")
+
+
+def _rel(ns: int, t0: int) -> str:
+    return f"{(ns - t0) / 1e9:.3f}s"
