@@ -1,0 +1,185 @@
+"""Launch files and configs: always checked statically (AST + YAML against setup.py and the node
+config classes); with `launch_ros` importable, their launch descriptions are evaluated too."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from piper_recorder.launcher import LAUNCH_SECTION, load_config, plan_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH = {name: ROOT / "launch" / f"{name}.launch.py" for name in ("sim", "robot")}
+CONFIG = {name: ROOT / "config" / f"{name}.yaml" for name in ("sim", "robot")}
+OUR_NODES = ("quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder")
+REALSENSE_PARAMS = {"camera_name", "serial_no", "rgb_camera.color_profile", "depth_module.depth_profile",
+                    "align_depth.enable", "enable_sync", "enable_color", "enable_depth", "pointcloud.enable"}
+
+
+def _setup_executables() -> set[str]:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ROS_EXECUTABLES":
+            return {k.value for k in node.value.keys}
+    raise AssertionError("ROS_EXECUTABLES not found in setup.py")
+
+
+def _node_calls(tree: ast.AST) -> list[dict[str, object]]:
+    """Keyword literals of every Node(...) call in a launch file."""
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Node":
+            calls.append({k.arg: (k.value.value if isinstance(k.value, ast.Constant) else k.value)
+                          for k in node.keywords})
+    return calls
+
+
+@pytest.mark.parametrize("name", ["sim", "robot"])
+def test_launch_file_references_declared_executables(name):
+    tree = ast.parse(LAUNCH[name].read_text(), filename=str(LAUNCH[name]))
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
+    executables = _setup_executables()
+    calls = _node_calls(tree)
+    assert calls
+    # Our nodes go through the local helper node(name, executable): check its literal call sites.
+    helper_calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "node"]
+    pairs = [(c.args[0].value, c.args[1].value) for c in helper_calls if isinstance(c.args[0], ast.Constant)]
+    assert {n for n, _ in pairs} == set(OUR_NODES)
+    for node_name, exe in pairs:
+        assert exe in executables, f"{name}.launch.py uses executable {exe!r} not declared in setup.py"
+        assert node_name in load_config(CONFIG[name]), f"{node_name} has no section in {name}.yaml"
+    literal_exes = {c["executable"] for c in calls if isinstance(c.get("executable"), str)}
+    if name == "robot":
+        assert literal_exes == {"realsense2_camera_node"}
+        assert any(c.get("package") == "realsense2_camera" and c.get("namespace") == "" for c in calls)
+    else:
+        camera_calls = [c for c in helper_calls if not isinstance(c.args[0], ast.Constant)]
+        assert [c.args[1].value for c in camera_calls] == ["sim_camera"]
+        assert "sim_quest" in executables and '"sim_quest"' in LAUNCH[name].read_text()
+    for key in re.findall(r'\.get\("(\w+)"', LAUNCH[name].read_text()):
+        assert key in ("sim_quest", "host", "port", "script", "rate", "buttons")
+
+
+def _config_classes(node: str) -> list[tuple[type, str]]:
+    """(config dataclass, parameter prefix) pairs a node declares, read from its module."""
+    if node == "piper_arm":
+        from piper_recorder.piper.backends import ArmConfig
+        return [(ArmConfig, "")]
+    if node == "teleop":
+        mod = importlib.import_module("piper_recorder.nodes.teleop")
+        from piper_recorder.teleop import clutch, filters, frames, limits  # noqa: F401
+        src = Path(mod.__file__).read_text()
+        out = []
+        for cls_name, prefix in re.findall(r'declare_config\(self, (\w+)(?:, "([\w.]+)")?\)', src):
+            out.append((getattr(mod, cls_name), prefix))
+        return out
+    module = {"quest_bridge": "quest_bridge", "lerobot_recorder": "lerobot_recorder",
+              "rgbd_recorder": "rgbd_recorder", "sim_camera": "sim_camera"}[node]
+    mod = importlib.import_module(f"piper_recorder.nodes.{module}")
+    classes = {"quest_bridge": "QuestBridgeConfig", "lerobot_recorder": "LeRobotRecorderConfig",
+               "rgbd_recorder": "RgbdRecorderConfig", "sim_camera": "SimCameraConfig"}
+    return [(getattr(mod, classes[node]), "")]
+
+
+@pytest.mark.parametrize("name", ["sim", "robot"])
+def test_config_keys_are_declared_parameters(name):
+    """Every parameter in the YAML is a field of the node's config dataclass (rclpy would ignore a typo)."""
+    pytest.importorskip("rclpy")
+    cfg = load_config(CONFIG[name])
+    cameras = cfg[LAUNCH_SECTION]["cameras"]
+    assert cameras and set(OUR_NODES) <= set(cfg)
+    for node in OUR_NODES + (tuple(cameras) if name == "sim" else ()):
+        declared = set()
+        for cls, prefix in _config_classes("sim_camera" if node in cameras else node):
+            declared |= {prefix + f.name for f in dataclasses.fields(cls)}
+        unknown = set(cfg[node]) - declared
+        assert not unknown, f"{name}.yaml {node}: unknown parameters {sorted(unknown)}"
+    assert cfg["lerobot_recorder"]["cameras"] == cameras
+    assert cfg["rgbd_recorder"]["camera"] in cameras
+    if name == "robot":
+        for cam in cameras:
+            assert set(cfg[cam]) <= REALSENSE_PARAMS, set(cfg[cam]) - REALSENSE_PARAMS
+            assert cfg[cam]["align_depth.enable"] is True and cfg[cam]["enable_sync"] is True
+            assert isinstance(cfg[cam]["serial_no"], str) and cfg[cam]["camera_name"] == cam
+            assert cfg[cam]["rgb_camera.color_profile"] == cfg[cam]["depth_module.depth_profile"] == "640x480x30"
+    else:
+        assert cfg["piper_arm"]["emulate"] is True
+
+
+def test_pip_launcher_plan_matches_config(tmp_path):
+    plan = plan_graph("sim", CONFIG["sim"], ["piper_launch.sim_quest.port=0", "cam_front.width=320",
+                                             "lerobot_recorder.task=stack"], tmp_path, cameras="cam_front")
+    names = [p.name for p in plan.processes]
+    assert names == ["sim_quest", "piper_arm", "quest_bridge", "teleop", "cam_front", "lerobot_recorder",
+                     "rgbd_recorder"]
+    cfg = load_config(plan.params_file)  # the effective file every node gets
+    assert cfg["quest_bridge"]["port"] == cfg[LAUNCH_SECTION]["sim_quest"]["port"] > 0
+    assert cfg["cam_front"]["width"] == 320 and cfg["lerobot_recorder"]["task"] == "stack"
+    assert cfg["lerobot_recorder"]["cameras"] == ["cam_front"]
+    assert cfg["lerobot_recorder"]["camera_serials"] == ["sim-front-0001"]
+    cam = next(p for p in plan.processes if p.name == "cam_front")
+    assert cam.argv[1:] == ["--ros-args", "-r", "__node:=cam_front", "--params-file", str(plan.params_file)]
+    assert "&" not in plan.params_file.read_text()  # rcl rejects YAML aliases
+
+
+# ---- with launch / launch_ros installed (a full ROS 2 install) ---------------------------------------
+
+def _describe(name: str, **args: str):
+    pytest.importorskip("launch_ros")
+    from launch import LaunchContext
+    from launch.actions import OpaqueFunction
+    from launch.launch_description_sources import PythonLaunchDescriptionSource
+    from launch.utilities import perform_substitutions
+
+    ld = PythonLaunchDescriptionSource(str(LAUNCH[name])).get_launch_description(LaunchContext())
+    ctx = LaunchContext()
+    ctx.launch_configurations.update({a.name: a.default_value[0].text if a.default_value else ""
+                                      for a in ld.get_launch_arguments()})
+    ctx.launch_configurations.update(config=str(CONFIG[name]), **args)
+    actions = []
+    for entity in ld.entities:
+        if isinstance(entity, OpaqueFunction):
+            actions += entity.execute(ctx) or []
+    return actions, ctx, perform_substitutions
+
+
+def _nodes(actions, ctx, perform):
+    from launch_ros.actions import Node
+
+    def text(v):
+        return v if v is None or isinstance(v, str) else perform(ctx, v)
+
+    out = {}
+    for a in actions:
+        if isinstance(a, Node):
+            out[text(a._Node__node_name)] = (text(a.node_package), text(a.node_executable),
+                                             text(a._Node__node_namespace), a._Node__parameters)
+    return out
+
+
+def test_sim_launch_description():
+    actions, ctx, perform = _describe("sim", task="stack", root="/tmp/x", cameras="cam_front")
+    nodes = _nodes(actions, ctx, perform)
+    assert set(nodes) == {*OUR_NODES, "cam_front"}
+    assert nodes["cam_front"][:2] == ("piper_recorder", "sim_camera")
+    assert all(pkg == "piper_recorder" for pkg, *_ in nodes.values())
+    from launch.actions import ExecuteProcess
+    from launch_ros.actions import Node
+    headset = [a for a in actions if isinstance(a, ExecuteProcess) and not isinstance(a, Node)]
+    assert len(headset) == 1
+    cmd = [perform(ctx, part) if not isinstance(part, str) else part for part in headset[0].cmd[1:]]
+    assert cmd[cmd.index("--script") + 1] == "demo" and "--no-buttons" in cmd
+
+
+def test_robot_launch_description():
+    actions, ctx, perform = _describe("robot", cameras="cam_front,cam_wrist", backend="impedance")
+    nodes = _nodes(actions, ctx, perform)
+    assert set(nodes) == {*OUR_NODES, "cam_front", "cam_wrist"}
+    for cam in ("cam_front", "cam_wrist"):
+        pkg, exe, ns, _params = nodes[cam]
+        assert (pkg, exe, ns) == ("realsense2_camera", "realsense2_camera_node", "")
