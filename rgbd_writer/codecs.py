@@ -110,6 +110,28 @@ def encode_depth(mm: np.ndarray, profile: str = "jpeg2000") -> bytes:
     raise ValueError(f"unknown depth profile {profile!r}; expected one of {DEPTH_PROFILES}")
 
 
+def jp2_profile(data: bytes) -> str:
+    """"htj2k" if the codestream's COD marker selects HT code-blocks, else "jpeg2000"."""
+    i = data.find(b"jp2c")
+    cod = data.find(b"\xff\x52", i + 4 if i >= 0 else 0)
+    if cod < 0 or len(data) < cod + 13:
+        raise ValueError("no COD marker in the JPEG 2000 codestream")
+    return "htj2k" if data[cod + 12] & 0x40 else "jpeg2000"
+
+
+def probe(data: bytes, kind: str) -> tuple[int, int]:
+    """(width, height) from the header of a JPEG ("rgb") or JP2 ("depth") payload, without decoding."""
+    if kind == "rgb" and not data.startswith(b"\xff\xd8"):
+        raise ValueError("RGB payload is not a JPEG")
+    if kind == "depth" and not data.startswith(_JP2_SIGNATURE):
+        raise ValueError("depth payload is not a JP2 file")
+    im = Image.open(io.BytesIO(data))
+    want = ("RGB", "L") if kind == "rgb" else ("I;16",)
+    if im.mode not in want:
+        raise ValueError(f"{kind} payload has mode {im.mode}, expected {want[0]}")
+    return im.size
+
+
 def decode_depth_pillow(data) -> np.ndarray:
     """JP2 bytes -> HxW uint16 mm with Pillow/OpenJPEG (the reference loader's decoder)."""
     im = Image.open(io.BytesIO(bytes(data)))

@@ -326,15 +326,31 @@ class RgbdWriter:
         self._pending.put(self._pool.submit(_encode_job, rgb_c, depth_c, c))
         return self._submitted(ep)
 
-    def add_encoded_observation(self, rgb_jpeg: bytes, depth_encoded: bytes,
-                                state: Mapping[str, np.ndarray] | None = None) -> int:
-        """Queue an observation already compressed with this file's codecs and settings (copying episodes
-        between files without re-encoding; the caller guarantees matching file attributes)."""
+    def add_encoded_observation(self, rgb_jpeg, depth_encoded, state: Mapping[str, np.ndarray] | None = None) -> int:
+        """Queue an observation already compressed with this file's codecs (bytes or uint8 arrays, e.g.
+        rows copied from a staged file): stored as given, no re-encoding.
+
+        The JPEG/JP2 headers must match the camera size and the depth codestream the configured
+        profile. Same ordering and back-pressure as ``add_observation``.
+        """
         ep = self._require_episode()
         self._raise_sink_error()
+        c = self.cfg
+        payloads = []
+        for kind, data in (("rgb", rgb_jpeg), ("depth", depth_encoded)):
+            raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else np.asarray(data, np.uint8).tobytes()
+            try:
+                size = codecs.probe(raw, kind)
+                if kind == "depth" and codecs.jp2_profile(raw) != c.depth_codec:
+                    raise ValueError(f"codestream is {codecs.jp2_profile(raw)}, the file uses {c.depth_codec}")
+            except Exception as e:
+                raise SchemaError(f"encoded {kind} payload rejected: {e}") from None
+            if size != (c.width, c.height):
+                raise SchemaError(f"encoded {kind} payload is {size[0]}x{size[1]}, camera is {c.width}x{c.height}")
+            payloads.append(raw)
         state_rows = self._check_rows("state", state or {}, ep.states, self._state_spec, ep.n_obs)
         done: cf.Future = cf.Future()
-        done.set_result((bytes(rgb_jpeg), bytes(depth_encoded), 0.0))
+        done.set_result((payloads[0], payloads[1], 0.0))
         self._acquire_slot()
         for k, v in state_rows.items():
             ep.states.setdefault(k, []).append(v)
@@ -348,6 +364,7 @@ class RgbdWriter:
         return ep.n_obs - 1
 
     def _acquire_slot(self) -> None:
+        """Bounded pipeline: block (counted in stats) while queue_size frames are in flight."""
         if not self._slots.acquire(blocking=False):
             self.stats.backpressure_waits += 1
             t0 = time.perf_counter()

@@ -292,3 +292,32 @@ def test_refuses_foreign_file(tmp_path):
         f.attrs["schema_name"] = "something_else"
     with pytest.raises(FileStateError, match="schema_name"):
         RgbdWriter(str(p), cfg())
+
+
+def test_add_encoded_observation_copies_payloads(written, tmp_path):
+    out = str(tmp_path / "copy.hdf5")
+    with h5py.File(written, "r") as src, RgbdWriter(out, cfg()) as w:
+        T = int(src["index/episode_lengths"][0])
+        w.start_episode(seed=0)
+        for i in range(T + 1):
+            st = {k: src["observations/state"][k][i] for k in src["observations/state"]}
+            w.add_encoded_observation(src[schema.RGB][i], bytes(src[schema.DEPTH][i]), st)
+            if i < T:
+                w.add_transition(src["transitions/actions"][i], 0.0, extras={"progress": np.float32(0)})
+        with pytest.raises(SchemaError, match="not a JPEG"):
+            w.add_encoded_observation(src[schema.DEPTH][0], src[schema.DEPTH][0])
+        w.cfg.depth_codec = "htj2k"
+        with pytest.raises(SchemaError, match="the file uses htj2k"):
+            w.add_encoded_observation(src[schema.RGB][0], src[schema.DEPTH][0])
+        w.cfg.depth_codec = "jpeg2000"
+        w.end_episode()
+        small = codecs.encode_rgb_jpeg(np.zeros((8, 8, 3), np.uint8), 88)
+        w.start_episode()
+        with pytest.raises(SchemaError, match="8x8"):
+            w.add_encoded_observation(small, src[schema.DEPTH][0])
+        w.discard_episode()
+    with h5py.File(written, "r") as a, h5py.File(out, "r") as b:
+        for i in range(T + 1):
+            assert bytes(a[schema.RGB][i]) == bytes(b[schema.RGB][i])
+            assert bytes(a[schema.DEPTH][i]) == bytes(b[schema.DEPTH][i])
+    assert validate_file(out, full=True) == []
