@@ -144,6 +144,22 @@ def test_stale_headset_disengages_within_watchdog():
     rig.engage()
 
 
+def test_own_stall_is_not_a_stale_stream():
+    """The teleop process itself frozen for 0.4 s (overloaded host): the first ticks after it resumes
+    must not trip the watchdog before the queued messages are delivered."""
+    rig = Rig()
+    rig.engage()
+    rig.step(5)
+    rig.t += 0.4                              # no ticks and no deliveries for 0.4 s
+    (res,) = [rig.core.tick(rig.t)]           # the control thread runs first ...
+    assert rig.core.engaged and res.target is not None
+    rig.step(3)                               # ... then the messages arrive
+    assert rig.core.engaged
+    rig.headset_alive = False                 # a real stale stream still trips
+    results = rig.step(40)
+    assert any(r.clutch is ClutchEvent.FORCED_RELEASE for r in results)
+
+
 def test_lost_arm_feedback_and_fault_release():
     rig = Rig()
     rig.engage()

@@ -224,4 +224,4 @@ class TeleopNode(Node):
 
 
 def main(args=None) -> None:
-    sys.exit(run_node(TeleopNode, args))
+    sys.exit(run_node(TeleopNode, args, threads=1))  # callbacks only store data; the loop has its own thread

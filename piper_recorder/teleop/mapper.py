@@ -28,6 +28,8 @@ from .rotations import is_finite, matrix_to_quat, normalize, quat_to_matrix
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
 MAX_ABS_POS = 100.0  # m; larger coordinates are garbage (and would overflow the arithmetic)
+STALL_TICKS = 3      # a tick this many periods late means our own process was stalled ...
+STALL_GRACE_S = 0.05  # ... and the watchdogs wait this long for the queued messages to be delivered
 
 
 @dataclass
@@ -145,6 +147,7 @@ class TeleopCore:
         self._e0: Pose | None = None
         self._prev: Pose | None = None
         self._last_tick_t: float | None = None
+        self._grace_until = -math.inf
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_hand_pose(self, t: float, p, q) -> bool:
@@ -213,8 +216,12 @@ class TeleopCore:
         res.actions, self._actions = self._actions, []
         dt_actual = self.cfg.period if self._last_tick_t is None else t - self._last_tick_t
         self._last_tick_t = t
+        if dt_actual > STALL_TICKS * self.cfg.period:
+            # This process itself did not run (overloaded host): messages could not arrive either, so
+            # give the subscriptions a moment to catch up before judging the streams stale.
+            self._grace_until = t + STALL_GRACE_S
 
-        if self.clutch.engaged:
+        if self.clutch.engaged and t >= self._grace_until:
             reason = self._stream_problem(t) or self._arm_problem(t)
             if reason is not None:
                 return self._forced(res, reason)
