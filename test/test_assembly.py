@@ -227,6 +227,21 @@ def test_quaternion_xyzw_in_wxyz_out():
         asm.add_joint_state(START, [0.0] * 6)
 
 
+def test_non_finite_samples_are_dropped_and_counted():
+    cfg = AssemblyConfig(fps=10, cameras=())
+    sink = RecordingSink()
+    asm = EpisodeAssembler(cfg, START, sink)
+    asm.add_joint_state(START, [0.5] * 7)
+    asm.add_joint_state(START + 50 * MS, [float("nan")] + [0.0] * 6)
+    asm.add_eef_pose(START, (1, 2, 3), (0, 0, 0, 1))
+    asm.add_commanded_pose(START, (0, 0, 0), (0, 0, 0, 1))
+    asm.add_commanded_pose(START + 60 * MS, (float("inf"), 0, 0), (0, 0, 0, 1))
+    asm.add_commanded_gripper(START, 0.03)
+    c = asm.finish(START + 100 * MS)
+    assert c.messages_invalid == {"joint_states": 1, "commanded_pose": 1}
+    assert np.allclose(sink.rows[-1].values["arm_joint"], 0.5) and np.allclose(sink.rows[-1].values["cmd_eef"][:3], 0)
+
+
 def test_nominal_mode_one_frame_per_row_with_drops_and_repeats():
     cfg = AssemblyConfig(fps=30, cameras=("cam_front", "cam_wrist"), timestamp_mode="nominal", stale_s=0.1)
     ev = [e for e in make_events(2.0) if e[1] != "frame"]

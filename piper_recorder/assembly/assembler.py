@@ -6,7 +6,8 @@ Rules (one place, shared by the live recorders and the rosbag converter):
 - A row holds, for every input, the newest sample stamped <= t_k (buffers are sorted by stamp, so the
   arrival order does not matter). A sample older than ``stale_s`` at t_k is still used and counted in
   ``values_stale``. A message stamped at or before an already assembled tick is counted in
-  ``messages_late`` (and still used for later ticks).
+  ``messages_late`` (and still used for later ticks). Samples with NaN/inf are dropped and counted in
+  ``messages_invalid``, so rows hold the last finite value.
 - Origin: rows never contain NaN, so ticks before every required input (joint states, measured pose,
   commanded pose, commanded gripper, one frame per camera) has a sample are skipped and counted
   (``skipped_start_ticks``). The first complete tick k0 becomes the row origin: row i is tick k0 + i,
@@ -93,6 +94,7 @@ class Counters:
     rows: int = 0
     skipped_start_ticks: int = 0
     messages_late: dict[str, int] = field(default_factory=dict)
+    messages_invalid: dict[str, int] = field(default_factory=dict)   # non-finite values, dropped
     values_stale: dict[str, int] = field(default_factory=dict)
     frames_received: dict[str, int] = field(default_factory=dict)
     frames_sent: dict[str, int] = field(default_factory=dict)
@@ -162,6 +164,9 @@ class EpisodeAssembler:
 
     # ---- inputs -----------------------------------------------------------------------------
     def _add(self, name: str, stamp_ns: int, value: np.ndarray) -> None:
+        if not np.all(np.isfinite(value)):
+            Counters._inc(self.counters.messages_invalid, name)   # never into a row: hold the last good value
+            return
         stamp_ns = int(stamp_ns)
         if self._last_tick_ns is not None and stamp_ns <= self._last_tick_ns:
             Counters._inc(self.counters.messages_late, name)
