@@ -149,6 +149,11 @@ class EpisodeAssembler:
         return self.start_ns + (k * 1_000_000_000 * self._den) // self._num
 
     @property
+    def next_tick_ns(self) -> int:
+        """Grid time of the next tick to assemble (it is due at this + lateness)."""
+        return self.tick_ns(self._next_k)
+
+    @property
     def rows(self) -> int:
         return self.counters.rows
 

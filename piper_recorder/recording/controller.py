@@ -90,7 +90,7 @@ class EpisodeController:
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return None
-            return self._asm.tick_ns(self._asm._next_k) + int(self.assembly.lateness_s * 1e9)
+            return self._asm.next_tick_ns + int(self.assembly.lateness_s * 1e9)
 
     def tick(self, now_ns: int) -> None:
         auto_stop: int | None = None
