@@ -5,7 +5,8 @@ Prints:
   rows, fed as fast as the writer accepts them (queue back-pressure blocks: ``max_block_s=None``,
   so nothing is dropped), i.e. episode seconds / (feed time + save time);
 * encode cost per frame per camera (process CPU ms and wall ms);
-* stop-to-saved latency (``save_episode`` duration) for 10 s and 60 s episodes;
+* stop-to-saved latency (``save_episode`` duration) for 10 s and 60 s episodes, fed flat out
+  (queues full at stop: worst case) and paced in real time (what a live recorder sees);
 * peak RSS of each run (each in its own subprocess; includes a 60-frame pool of source images);
 * the time to update stats.json when the root already holds 1,000 episodes (rows only, 600 rows
   each, synthesised by copying one written parquet with perturbed values), plus the cold open.
@@ -48,8 +49,11 @@ def _rows(t: float, seed: int) -> dict[str, np.ndarray]:
             "action.arm_eef": pose + 0.001, "action.gripper": g}
 
 
-def run_episode(seconds: float, root: str) -> dict:
-    """One episode in this process; returns the figures (called via the subprocess entry)."""
+def run_episode(seconds: float, root: str, paced: bool) -> dict:
+    """One episode in this process; returns the figures (called via the subprocess entry).
+
+    ``paced`` feeds in real time as a live recorder does (encoder queues near empty at stop);
+    otherwise flat out, so the queues are full at stop (worst-case save latency)."""
     from piper_recorder.lerobot.video import VideoConfig
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
     from video_gop import make_scene
@@ -65,6 +69,8 @@ def run_episode(seconds: float, root: str) -> dict:
         w.start_episode("bench")
         for k in range(n):
             t = k / FPS
+            if paced and t0 + t > time.perf_counter():
+                time.sleep(t0 + t - time.perf_counter())
             w.add_row(t, _rows(t, 0))
             for j, cam in enumerate(CAMS):
                 w.add_frame(cam, pool[(k + 20 * j) % len(pool)], t)
@@ -81,9 +87,9 @@ def run_episode(seconds: float, root: str) -> dict:
             "rss_before_mb": rss0 / 1024}
 
 
-def episode_in_subprocess(seconds: float) -> dict:
+def episode_in_subprocess(seconds: float, paced: bool) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        out = subprocess.run([sys.executable, __file__, "--episode", str(seconds), d],
+        out = subprocess.run([sys.executable, __file__, "--episode", str(seconds), d, str(int(paced))],
                              capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -154,22 +160,30 @@ def stats_at(n_episodes: int, rows: int) -> dict:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--episode":
-        print(json.dumps(run_episode(float(sys.argv[2]), sys.argv[3])))
+    if len(sys.argv) == 5 and sys.argv[1] == "--episode":
+        print(json.dumps(run_episode(float(sys.argv[2]), sys.argv[3], sys.argv[4] == "1")))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="5 s / 15 s episodes, 200-episode stats root")
+    ap.add_argument("--no-paced", action="store_true", help="skip the real-time paced runs")
     a = ap.parse_args()
     short, long_, n_eps = (5.0, 15.0, 200) if a.quick else (10.0, 60.0, 1000)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (shared machine)")
     print(f"3 cameras 640x480 @ {FPS} fps + {FPS} Hz rows, libx264 crf 23 veryfast, fed flat out")
+    print("flat out (queues full at stop: worst-case stop-to-saved):")
     for sec in (short, long_):
-        r = episode_in_subprocess(sec)
+        r = episode_in_subprocess(sec, paced=False)
         print(f"{sec:>5.0f} s episode: {r['realtime_x']:.2f}x real time (feed {r['feed_s']:.2f} s + "
               f"save {r['save_s']:.3f} s); encode {r['cpu_ms_per_frame_cam']:.1f} CPU ms / "
               f"{r['wall_ms_per_frame_cam']:.1f} wall ms per frame per camera; stop-to-saved "
               f"{r['save_s'] * 1000:.0f} ms; peak RSS {r['peak_rss_mb']:.0f} MB (before episode "
               f"{r['rss_before_mb']:.0f} MB); frames {r['frames']}; drops {r['dropped']}", flush=True)
+    print("paced in real time, as live recording (stop-to-saved as the operator sees it):")
+    for sec in () if a.no_paced else (short, long_):
+        r = episode_in_subprocess(sec, paced=True)
+        print(f"{sec:>5.0f} s episode: stop-to-saved {r['save_s'] * 1000:.0f} ms; encode "
+              f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms per frame per camera; peak RSS "
+              f"{r['peak_rss_mb']:.0f} MB; drops {r['dropped']}", flush=True)
     s = stats_at(n_eps, 600)
     print(f"stats at {s['episodes']} episodes x {s['rows_each']} rows: update (merge+serialise) "
           f"{s['stats_update_s'] * 1000:.0f} ms wall / {s['stats_update_cpu_s'] * 1000:.0f} ms CPU; whole save_episode {s['save_s'] * 1000:.0f} ms; "
