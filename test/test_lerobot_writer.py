@@ -385,3 +385,42 @@ def test_stats_cache_rebuilt_when_missing_or_stale(tmp_path):
         record(w, "t", 20, 5)
         w.delete_last_episode()
     assert (root / "meta/stats.json").read_bytes() == stats_before
+
+
+def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
+    """A queue of one frame and no waiting: the caller never blocks on encoding; every refused
+    frame is reported by add_frame and counted, every accepted one is in the file."""
+    from piper_recorder.lerobot.video import VideoConfig
+
+    root = tmp_path / "ds"
+    cfg = config(cameras={"cam_front": CameraSpec(480, 640)},
+                 video=VideoConfig(queue_size=1, max_block_s=0.0, preset="medium"))
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    import time
+    with LeRobotWriter(root, cfg) as w:
+        w.start_episode("burst")
+        accepted, slowest = 0, 0.0
+        for k in range(60):
+            w.add_row(k / FPS, row_values(k / FPS, 0))
+            t0 = time.perf_counter()
+            accepted += w.add_frame("cam_front", np.roll(img, k, axis=1), k / FPS)
+            slowest = max(slowest, time.perf_counter() - t0)
+        rec = w.save_episode()
+    assert slowest < 1.0
+    dropped = rec["video_dropped_frames"]["cam_front"]["queue_full"]
+    assert dropped > 0 and dropped + accepted == 60
+    assert rec["video_frame_lengths"]["cam_front"] == accepted
+    import av
+    with av.open(str(root / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")) as c:
+        assert sum(1 for _ in c.decode(video=0)) == accepted
+
+
+def test_bad_config_is_refused(tmp_path):
+    from piper_recorder.lerobot.video import VideoConfig
+
+    for bad in (dict(rotation_type="quat_xyzw"), dict(on_binding_change="ignore"),
+                dict(video=VideoConfig(codec="no-such-codec")), dict(video=VideoConfig(gop=0)),
+                dict(cameras={"a/b": CameraSpec()})):
+        with pytest.raises(ValueError):
+            LeRobotWriter(tmp_path / "ds", config(**bad))

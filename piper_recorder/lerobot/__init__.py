@@ -1,1 +1,14 @@
-"""LeRobot v2.0 dataset writer, statistics, finalize and validation (no ROS imports)."""
+"""LeRobot v2.0 dataset writer, statistics, finalize and validation (no ROS imports).
+
+Writer (import from the submodules; nothing heavy is re-exported here)::
+
+    from piper_recorder.lerobot.writer import LeRobotWriter, WriterConfig, CameraSpec, VideoConfig
+    from piper_recorder.lerobot.features import FeatureSpec, piper_features
+    from piper_recorder.lerobot.errors import DatasetError, SchemaError, EpisodeStateError, BindingChangeError
+
+Modules: ``writer`` (streaming API, save/commit protocol), ``video`` (per-camera encoder threads,
+PTS and GOP choices), ``features`` (columns, Piper default set, combined columns), ``meta``
+(info/modality/episodes/tasks content), ``stats`` (per-episode sketches -> stats.json),
+``provenance`` (collection sessions, binding-key warning), ``repair`` (open-time crash repair),
+``fsutil`` (atomic writes); ``finalize`` and ``validate`` for piper-finalize / piper-validate.
+"""
