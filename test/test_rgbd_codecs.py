@@ -92,3 +92,14 @@ def test_encode_depth_rejects_bad_input():
         codecs.encode_depth(np.zeros((4, 4), np.float32))
     with pytest.raises(ValueError):
         codecs.encode_depth(np.zeros((4, 4), np.uint16), "png")
+
+
+@pytest.mark.parametrize("profile", ["jpeg2000", "htj2k"])
+def test_parallel_encoder_threads_stay_bit_exact(profile):
+    from concurrent.futures import ThreadPoolExecutor
+
+    mms = [codecs.quantize_depth(cw.frame(e, e)[1], 0.1, 6.0) for e in range(6)]
+    with ThreadPoolExecutor(2) as pool:
+        out = list(pool.map(lambda m: codecs.encode_depth(m, profile), mms))
+    for mm, data in zip(mms, out):
+        assert np.array_equal(codecs.decode_depth_pillow(data), mm)
