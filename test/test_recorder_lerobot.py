@@ -74,6 +74,7 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
                 time.sleep(1.5)
                 msg = ok(rig.call(REC, "stop_episode"), "stop")
                 assert "saved episode 0" in msg
+                rig.set_param(REC, "task", "place the cube")      # read again at every start
                 ok(rig.call(REC, "start_episode"), "start 2")
                 time.sleep(0.5)
                 ok(rig.call(REC, "discard_episode"), "discard")
@@ -84,6 +85,7 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
                 assert not any(root.glob("videos/*/*/episode_000001.mp4"))
                 ev = rig.wait_events(4)
                 assert [e["event"] for e in ev] == ["started", "saved", "started", "discarded"]
+                assert ev[2]["task"] == ev[3]["task"] == "place the cube"
                 saved = ev[1]
                 assert saved["rows"] == eps[0]["length"] and saved["task"] == "pick the cube"
                 assert saved["end_ns"] > saved["start_ns"] and saved["reason"] == "stop_episode"

@@ -150,6 +150,20 @@ class Rig:
         finally:
             self.node.destroy_client(cli)
 
+    def set_param(self, recorder: str, name: str, value, timeout: float = 20.0) -> None:
+        """What ``ros2 param set /<recorder> <name> <value>`` does."""
+        from rclpy.parameter import Parameter
+        from rclpy.parameter_client import AsyncParameterClient
+
+        client = AsyncParameterClient(self.node, recorder)
+        assert client.wait_for_services(timeout_sec=timeout)
+        fut = client.set_parameters([Parameter(name, value=value)])
+        end = time.monotonic() + timeout
+        while not fut.done():
+            assert time.monotonic() < end, f"setting {recorder}.{name} timed out"
+            time.sleep(0.01)
+        assert all(r.successful for r in fut.result().results), fut.result()
+
     def wait_events(self, n: int, timeout: float = 10.0) -> list[dict]:
         end = time.monotonic() + timeout
         while len(self.events) < n and time.monotonic() < end:
