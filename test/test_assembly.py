@@ -201,6 +201,21 @@ def test_capture_mode_late_frame_dropped_and_counted():
     assert c.frames_sent["cam_front"] == len(sent)
 
 
+def test_capture_mode_frame_right_after_origin_opens_the_video():
+    cfg = AssemblyConfig(fps=30, cameras=("cam_front",))
+    sink = RecordingSink()
+    asm = EpisodeAssembler(cfg, START, sink)
+    asm.add_joint_state(START, [0.0] * 7)
+    asm.add_eef_pose(START, (0, 0, 0), (0, 0, 0, 1))
+    asm.add_commanded_pose(START, (0, 0, 0), (0, 0, 0, 1))
+    asm.add_commanded_gripper(START, 0.0)
+    for s in (START - 33 * MS, START + MS // 2, START + 34 * MS):
+        asm.add_frame("cam_front", s, np.zeros((2, 2, 3), np.uint8))
+    asm.finish(START + 50 * MS)
+    # the pre-origin frame would share PTS 0 ms with the one 0.5 ms after the origin: it is left out
+    assert [(s - START, t) for _, s, t in sink.frames] == [(MS // 2, 0.0005), (34 * MS, 0.034)]
+
+
 def test_raw_quest_lines_in_stamp_order_within_episode():
     cfg = AssemblyConfig(fps=30)
     ev = make_events(1.0) + [(START - 50 * MS, "raw", ("before",))]

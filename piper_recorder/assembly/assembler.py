@@ -15,7 +15,8 @@ Rules (one place, shared by the live recorders and the rosbag converter):
   before ``start_ns``, e.g. the latest of each input) and k0 is 0.
 - Frames, ``capture`` mode: each frame stamped in [origin, end] goes to ``sink.frame`` in stamp order
   with ``t = (stamp - origin_ns) / 1e9``, once ``now >= stamp + lateness``; the newest frame at or
-  before the origin is sent with t = 0 (so row 0 has a frame at or before it). A frame stamped at or
+  before the origin is sent with t = 0 (so row 0 has a frame at or before it), unless the next frame
+  is within 1 ms of the origin (it gets PTS 0 itself). A frame stamped at or
   before one already sent is dropped and counted (``frames_late``).
 - Frames, ``nominal`` mode (and always for RGB-D observations): every row carries, per camera, the
   newest frame stamped <= t_k; reusing the previous row's frame counts ``frames_repeated``, frames
@@ -264,9 +265,11 @@ class EpisodeAssembler:
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:
-                for cam, f in frames.items():   # the frame at/before the origin opens the video at t = 0
+                for cam, f in frames.items():   # the frame at/before the origin opens the video at t = 0 ...
                     self._frames[cam].drop_through(t)
-                    self._send(cam, f.value, 0)
+                    nxt = self._frames[cam].first()
+                    if nxt is None or nxt.stamp_ns - t >= 1_000_000:   # ... unless the next one floors to 0 ms
+                        self._send(cam, f.value, 0)
         for name, s in samples.items():
             if t - s.stamp_ns > self._stale_ns:
                 Counters._inc(c.values_stale, name)

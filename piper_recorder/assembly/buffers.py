@@ -33,6 +33,9 @@ class SampleBuffer:
         self._stamps.insert(i, stamp_ns)
         self._values.insert(i, value)
 
+    def first(self) -> Sample | None:
+        return Sample(self._stamps[0], self._values[0]) if self._stamps else None
+
     def index_at(self, t_ns: int) -> int:
         """Index of the newest sample stamped <= t_ns, or -1."""
         return bisect.bisect_right(self._stamps, t_ns) - 1
