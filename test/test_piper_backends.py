@@ -10,7 +10,8 @@ import pytest
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig
 from piper_recorder.piper.controller import ArmController
-from piper_recorder.piper.emulator import ID_MIT_CTRL, ID_POSE_CTRL, PiperEmulator, decode_mit
+from piper_recorder.piper.emulator import PiperEmulator
+from piper_recorder.piper.wire import ID_MIT_CTRL, ID_POSE_CTRL, decode_mit
 from piper_recorder.piper.link import PiperLink
 
 

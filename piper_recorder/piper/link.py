@@ -18,7 +18,7 @@ from piper_sdk import C_PiperInterface_V2
 from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
-from .emulator import MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF, float_to_uint, uint_to_float
+from .wire import MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF, float_to_uint, uint_to_float
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 

@@ -1,0 +1,58 @@
+"""Piper V2 CAN wire facts shared by the link and the emulator: frame ids, modes, MIT packing.
+
+Taken from piper_sdk 0.6.2 (piper_msgs/msg_v2/can_id.py, protocol_v2, interface_v2); the emulator
+tests prove them against the SDK's own encoder and decoder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# frame ids (piper_sdk piper_msgs/msg_v2/can_id.py)
+ID_STATUS, ID_POSE = 0x2A1, (0x2A2, 0x2A3, 0x2A4)
+ID_JOINTS, ID_GRIPPER = (0x2A5, 0x2A6, 0x2A7), 0x2A8
+ID_HIGH_SPD, ID_LOW_SPD = tuple(range(0x251, 0x257)), tuple(range(0x261, 0x267))
+ID_MOTION_CTRL_2, ID_POSE_CTRL, ID_JOINT_CTRL = 0x151, (0x152, 0x153, 0x154), (0x155, 0x156, 0x157)
+ID_GRIPPER_CTRL, ID_MIT_CTRL = 0x159, tuple(range(0x15A, 0x160))
+ID_ENABLE, ID_FIRMWARE = 0x471, 0x4AF
+
+MOVE_P, MOVE_J, MOVE_L, MOVE_M = 0x00, 0x01, 0x02, 0x04
+MIT_FLAG = 0xAD
+# effort = current * coefficient (piper_sdk ArmMsgFeedbackHighSpd.cal_effort)
+TORQUE_COEF = np.array([1.18125, 1.18125, 1.18125, 0.95844, 0.95844, 0.95844])
+# JointMitCtrl packing ranges (piper_sdk C_PiperInterface_V2.__JointMitCtrl defaults)
+MIT_P, MIT_V, MIT_KP, MIT_KD, MIT_T = (-12.5, 12.5), (-45.0, 45.0), (0.0, 500.0), (-5.0, 5.0), (-8.0, 8.0)
+
+
+def uint_to_float(x: int, lo: float, hi: float, bits: int) -> float:
+    return x * (hi - lo) / float((1 << bits) - 1) + lo
+
+
+def float_to_uint(x: float, lo: float, hi: float, bits: int) -> int:
+    """Same truncating map as piper_sdk's ``FloatToUint`` (callers clip to [lo, hi] first)."""
+    return int((x - lo) * float((1 << bits) - 1) / (hi - lo))
+
+
+@dataclass
+class MitCommand:
+    pos: float
+    vel: float
+    kp: float
+    kd: float
+    t_ff: float
+
+
+def decode_mit(data: bytes) -> MitCommand | None:
+    """Unpack one 0x15A-0x15F payload; None when the 4-bit XOR checksum is wrong."""
+    d = bytes(data)
+    crc = (d[0] ^ d[1] ^ d[2] ^ d[3] ^ d[4] ^ d[5] ^ d[6]) & 0x0F
+    if crc != d[7] & 0x0F:
+        return None
+    pos = (d[0] << 8) | d[1]
+    vel = (d[2] << 4) | (d[3] >> 4)
+    kp = ((d[3] & 0x0F) << 8) | d[4]
+    kd = (d[5] << 4) | (d[6] >> 4)
+    t = ((d[6] & 0x0F) << 4) | (d[7] >> 4)
+    return MitCommand(uint_to_float(pos, *MIT_P, 16), uint_to_float(vel, *MIT_V, 12),
+                      uint_to_float(kp, *MIT_KP, 12), uint_to_float(kd, *MIT_KD, 12), uint_to_float(t, *MIT_T, 8))
