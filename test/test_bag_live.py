@@ -1,0 +1,222 @@
+"""A bag recorded during a live session converts to the dataset the live recorders wrote in that run.
+
+One session: the synthetic arm/camera rig publishes, the real lerobot_recorder and rgbd_recorder
+processes record (same parameter file the converter reads), and a raw-mode subscriber in this process
+writes every topic into a sqlite3 bag and an MCAP bag with rosbags (receive time = time.time_ns()).
+Episodes: saved, discarded, saved, and (LeRobot) saved-then-deleted. Each bag must convert to the
+live datasets: same episodes and row counts, equal row values, same video frame counts / frames.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+import av
+import h5py
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from proc import ProcGroup
+from test_recorder_rig import H, W, Rig
+
+from piper_recorder.cli.bag2dataset import main as bag2dataset
+
+pytestmark = pytest.mark.timeout(150)
+rclpy = pytest.importorskip("rclpy")
+
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from piper_recorder.bag.synth import TYPESTORE  # noqa: E402
+
+CAMS = ("cam_front", "cam_wrist")
+# Both sides read this from the same parameter file. Generous, because a live row can only equal the
+# bag's if the recorder process received every message before its row was assembled, and this box is
+# shared (the converter is exact regardless: it replays the receive times the bag recorded).
+LATENESS = 0.5
+TOPICS = {"/arm/joint_states": JointState, "/arm/eef_pose": PoseStamped, "/arm/commanded_pose": PoseStamped,
+          "/arm/commanded_gripper": JointState, "/arm/provenance": String, "/episode_events": String,
+          **{f"/{c}/color/image_raw": Image for c in CAMS},
+          **{f"/{c}/aligned_depth_to_color/image_raw": Image for c in CAMS}}
+MSGTYPE = {JointState: "sensor_msgs/msg/JointState", PoseStamped: "geometry_msgs/msg/PoseStamped",
+           Image: "sensor_msgs/msg/Image", String: "std_msgs/msg/String"}
+
+
+class BagRecorder:
+    """``ros2 bag record`` stand-in: raw subscriptions stamped at receive, one thread writing rosbags
+    bags (sqlite3 + MCAP; sqlite objects must stay on the thread that opened them)."""
+
+    def __init__(self, ros_domain, paths: dict[str, Path]):
+        ros_domain.apply()
+        self.paths = paths
+        self.q: queue.Queue = queue.Queue()
+        self.opened = threading.Event()
+        self.error: BaseException | None = None
+        self._writer = threading.Thread(target=self._write_loop, daemon=True)
+        self._writer.start()
+        assert self.opened.wait(10)
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx)
+        self.node = Node("bag_recorder", context=self.ctx)
+        for topic, typ in TOPICS.items():
+            latched = topic == "/arm/provenance"
+            qos = QoSProfile(depth=1 if latched else 100, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+            self.node.create_subscription(typ, topic, lambda raw, t=topic: self.q.put((t, time.time_ns(), raw)),
+                                          qos, raw=True)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
+        self._spin.start()
+
+    def _write_loop(self) -> None:
+        writers, conns = {}, {}
+        try:
+            for storage, path in self.paths.items():
+                plugin = {"sqlite3": StoragePlugin.SQLITE3, "mcap": StoragePlugin.MCAP}[storage]
+                w = writers[storage] = Writer(path, version=9, storage_plugin=plugin)
+                w.open()
+                conns[storage] = {t: w.add_connection(t, MSGTYPE[typ], typestore=TYPESTORE)
+                                  for t, typ in TOPICS.items()}
+            self.opened.set()
+            while (item := self.q.get()) is not None:
+                topic, t, raw = item
+                for storage, w in writers.items():
+                    w.write(conns[storage][topic], t, raw)
+        except BaseException as exc:  # noqa: BLE001 - reported by close()
+            self.error = exc
+            self.opened.set()
+        finally:
+            for w in writers.values():
+                w.close()
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=2)
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.ctx)
+        self.q.put(None)
+        self._writer.join(30)
+        assert self.error is None, self.error
+
+
+def ok(resp, what: str) -> None:
+    assert resp.success, f"{what}: {resp.message}"
+
+
+def lerobot_episodes(root: Path) -> list[dict]:
+    return [json.loads(x) for x in (root / "meta" / "episodes.jsonl").read_text().splitlines()]
+
+
+def frame_count(path: Path) -> int:
+    with av.open(str(path)) as c:
+        return sum(1 for _ in c.decode(c.streams.video[0]))
+
+
+def compare_lerobot(live: Path, conv: Path) -> None:
+    le, ce = lerobot_episodes(live), lerobot_episodes(conv)
+    assert [e["length"] for e in ce] == [e["length"] for e in le]
+    assert [e["tasks"] for e in ce] == [e["tasks"] for e in le]
+    assert [e["video_frame_lengths"] for e in ce] == [e["video_frame_lengths"] for e in le]
+    info = json.loads((live / "meta" / "info.json").read_text())
+    cols = ["timestamp", "observation.arm_joint", "observation.arm_eef", "observation.gripper",
+            "action.arm_eef", "action.gripper", "observation.state", "action", "frame_index", "index"]
+    for e in le:
+        i = e["episode_index"]
+        rel = info["data_path"].format(episode_chunk=0, episode_index=i)
+        a, b = pq.read_table(live / rel).to_pydict(), pq.read_table(conv / rel).to_pydict()
+        for col in cols:
+            np.testing.assert_allclose(np.asarray(b[col], np.float64), np.asarray(a[col], np.float64),
+                                       rtol=0, atol=1e-6, err_msg=f"episode {i} {col}")
+        for cam in CAMS:
+            rel_v = info["video_path"].format(episode_chunk=0, episode_index=i, video_key=f"observation.images.{cam}")
+            assert frame_count(conv / rel_v) == frame_count(live / rel_v) == e["video_frame_lengths"][cam]
+    sessions = [json.loads(x) for x in (conv / "meta" / "collection_sessions.jsonl").read_text().splitlines()]
+    assert sessions[-1]["source"]["fingerprints"][0] and sessions[-1]["arm"]["firmware"] == "S-V1.6-3"
+
+
+def compare_rgbd(live: Path, conv: Path) -> None:
+    with h5py.File(live, "r") as a, h5py.File(conv, "r") as b:
+        assert a.attrs["total_episodes"] == b.attrs["total_episodes"] >= 2
+        for k in ("total_observations", "total_transitions"):
+            assert a.attrs[k] == b.attrs[k], k
+        for name in ("transitions/actions", "transitions/rewards", "transitions/terminals", "transitions/timeouts",
+                     "observations/state/arm_joint", "observations/state/arm_eef", "observations/state/gripper",
+                     "index/episode_lengths", "index/obs_offsets"):
+            np.testing.assert_allclose(b[name][()].astype(np.float64), a[name][()].astype(np.float64),
+                                       rtol=0, atol=1e-6, err_msg=name)
+        # the same frame picked for every observation: the encoded payloads are byte-identical
+        for ds in ("observations/rgb_jpeg", "observations/depth_jp2"):
+            same = sum(bytes(x) == bytes(y) for x, y in zip(a[ds], b[ds]))
+            assert same == a[ds].shape[0], f"{ds}: {same} of {a[ds].shape[0]} payloads identical"
+        for name in a["episodes"]:
+            src = json.loads(b["episodes"][name].attrs["source"])
+            assert src["episodes_from"] == "events" and len(src["fingerprint"]) == 64
+
+
+def test_live_session_bag_converts_to_the_live_datasets(ros_domain, tmp_path, capsys):
+    params = {
+        "lerobot_recorder": {"ros__parameters": {
+            "root": str(tmp_path / "live_lerobot"), "task": "pick the cube", "cameras": list(CAMS),
+            "camera_width": W, "camera_height": H, "provenance_wait_s": 3.0, "lateness_s": LATENESS}},
+        "rgbd_recorder": {"ros__parameters": {
+            "path": str(tmp_path / "live_rgbd.hdf5"), "task": "pick the cube", "camera": "cam_front",
+            "camera_width": W, "camera_height": H, "provenance_wait_s": 3.0, "lateness_s": LATENESS}},
+    }
+    cfg = tmp_path / "recorders.yaml"
+    cfg.write_text(yaml.safe_dump(params))
+    bags = {"sqlite3": tmp_path / "bag_sqlite3", "mcap": tmp_path / "bag_mcap"}
+    bagrec = BagRecorder(ros_domain, bags)
+    rig = Rig(ros_domain, cams=CAMS, depth=True)
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
+            procs = [g.start(exe, "--ros-args", "-r", f"__node:={name}", "--params-file", str(cfg), name=name)
+                     for exe, name in (("piper-lerobot-recorder", "lerobot_recorder"),
+                                       ("piper-rgbd-recorder", "rgbd_recorder"))]
+            both = ("lerobot_recorder", "rgbd_recorder")
+            try:
+                for seconds, end in ((1.4, "stop_episode"), (0.5, "discard_episode"), (1.1, "stop_episode")):
+                    for rec in both:
+                        ok(rig.call(rec, "start_episode"), f"{rec} start")
+                    time.sleep(seconds)
+                    for rec in both:
+                        ok(rig.call(rec, end), f"{rec} {end}")
+                    time.sleep(0.3)
+                ok(rig.call("lerobot_recorder", "start_episode"), "start 4")
+                time.sleep(0.6)
+                ok(rig.call("lerobot_recorder", "stop_episode"), "stop 4")
+                ok(rig.call("lerobot_recorder", "delete_last_episode"), "delete 4")
+                events = rig.wait_events(12)
+                assert sum(e["event"] == "saved" for e in events) == 5, events
+                time.sleep(0.5)
+            except BaseException:
+                for p in procs:
+                    print(p.output()[-3000:])
+                raise
+            for p in procs:
+                assert p.stop(timeout=20) == 0, p.output()[-3000:]
+    finally:
+        bagrec.close()
+        rig.close()
+    assert len(lerobot_episodes(tmp_path / "live_lerobot")) == 2
+
+    for storage, bag in bags.items():
+        out = tmp_path / f"conv_{storage}"
+        assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(out), "--config", str(cfg),
+                            "--no-progress"]) == 0
+        compare_lerobot(tmp_path / "live_lerobot", out)
+        out_h5 = tmp_path / f"conv_{storage}.hdf5"
+        assert bag2dataset([str(bag), "--format", "rgbd", "--out", str(out_h5), "--config", str(cfg),
+                            "--no-progress"]) == 0
+        compare_rgbd(tmp_path / "live_rgbd.hdf5", out_h5)
+    err = capsys.readouterr().err
+    assert "differs from the live" not in err and "the live recorder saved" not in err, err
