@@ -1,4 +1,4 @@
-"""sensor_msgs/Image -> numpy (zero-copy where possible), JointState mapping, and start-up parameter checks."""
+"""Message adapters shared by the recorders and the bag converter (rclpy messages here), and start-up parameter checks."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +9,7 @@ from sensor_msgs.msg import Image, JointState
 
 from proc import BIN
 
-from piper_recorder.nodes.recorder_base import image_to_numpy, joint_positions
+from piper_recorder.assembly.messages import image_to_numpy, joint_positions
 
 
 def make(img: np.ndarray, encoding: str, pad: int = 0, big_endian: bool = False) -> Image:

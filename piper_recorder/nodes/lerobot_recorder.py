@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
+from piper_recorder.assembly.messages import image_to_numpy
 from piper_recorder.recording.targets import LeRobotTarget
 
 from .common import now_ns, run_node, stamp_to_ns
-from .recorder_base import RecorderConfig, RecorderNode, image_to_numpy
+from .recorder_base import RecorderConfig, RecorderNode
 
 
 @dataclass

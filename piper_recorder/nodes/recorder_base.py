@@ -25,18 +25,16 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly import AssemblyConfig
+from piper_recorder.assembly.messages import joint_positions, pose
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
 
 from .common import declare_config, now_ns, stamp_to_ns
-
-ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
-
 
 @dataclass
 class RecorderConfig:
@@ -89,49 +87,6 @@ class RecorderConfig:
                               lateness_s=self.lateness_s, stale_s=self.stale_s)
 
 
-def image_to_numpy(msg: Image) -> np.ndarray:
-    """sensor_msgs/Image -> HxWx3 uint8 RGB or HxW uint16 without copying (rgb8, 16UC1/mono16);
-    bgr8/rgba8/bgra8 need one copy to reorder channels."""
-    h, w, step, enc = int(msg.height), int(msg.width), int(msg.step), msg.encoding
-    buf = np.frombuffer(msg.data, dtype=np.uint8)
-    if enc in ("rgb8", "bgr8", "rgba8", "bgra8"):
-        ch = 4 if enc.endswith("a8") else 3
-        rows = buf[: h * step].reshape(h, step)[:, : w * ch].reshape(h, w, ch)
-        if enc == "rgb8":
-            return rows
-        order = [2, 1, 0] if enc.startswith("bgr") else [0, 1, 2]
-        return np.ascontiguousarray(rows[:, :, order])
-    if enc in ("16UC1", "mono16"):
-        dt = np.dtype(">u2" if msg.is_bigendian else "<u2")
-        img = buf[: h * step].view(dt).reshape(h, step // 2)[:, :w]
-        return img if dt.isnative else img.astype(np.uint16)
-    raise ValueError(f"unsupported image encoding {enc!r}")
-
-
-def joint_positions(msg: JointState, cache: dict[tuple[str, ...], list[int]]) -> list[float] | None:
-    """joint1..joint6 + gripper from a JointState by name (positional if unnamed); None if incomplete."""
-    names = tuple(msg.name)
-    idx = cache.get(names)
-    if idx is None:
-        if not names:
-            idx = list(range(7))
-        else:
-            pos = {n: i for i, n in enumerate(names)}
-            if any(j not in pos for j in ARM_JOINTS):
-                return None
-            idx = [pos[j] for j in ARM_JOINTS]
-        cache[names] = idx
-    p = msg.position
-    if len(p) <= max(idx):
-        return None
-    return [float(p[i]) for i in idx]
-
-
-def _pose(msg: PoseStamped) -> tuple[tuple[float, float, float], tuple[float, float, float, float]]:
-    p, q = msg.pose.position, msg.pose.orientation
-    return (p.x, p.y, p.z), (q.x, q.y, q.z, q.w)
-
-
 class RecorderNode(Node):
     """Base node; subclasses name their config class, build the writer target and subscribe cameras."""
 
@@ -174,10 +129,10 @@ class RecorderNode(Node):
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(JointState, cfg.joint_states_topic, self._on_joints, arm_qos, callback_group=g)
         self.create_subscription(PoseStamped, cfg.eef_topic,
-                                 lambda m: c.add_eef_pose(stamp_to_ns(m.header.stamp), *_pose(m)), arm_qos,
+                                 lambda m: c.add_eef_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos,
                                  callback_group=g)
         self.create_subscription(PoseStamped, cfg.commanded_pose_topic,
-                                 lambda m: c.add_commanded_pose(stamp_to_ns(m.header.stamp), *_pose(m)), arm_qos,
+                                 lambda m: c.add_commanded_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos,
                                  callback_group=g)
         self.create_subscription(JointState, cfg.commanded_gripper_topic, self._on_cmd_gripper, arm_qos,
                                  callback_group=g)

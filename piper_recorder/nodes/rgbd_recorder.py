@@ -15,10 +15,11 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Float32
 
 from piper_recorder.assembly import DepthPairer
+from piper_recorder.assembly.messages import image_to_numpy
 from piper_recorder.recording.targets import RgbdTarget
 
 from .common import now_ns, run_node, stamp_to_ns
-from .recorder_base import RecorderConfig, RecorderNode, image_to_numpy
+from .recorder_base import RecorderConfig, RecorderNode
 
 
 @dataclass
