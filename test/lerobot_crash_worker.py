@@ -1,14 +1,19 @@
-"""Crash-test worker: records, saves, discards and deletes episodes in a loop until killed.
+"""Crash-test worker: a pre-imported "zygote" that forks writer processes for the test to SIGKILL.
 
-Usage: python lerobot_crash_worker.py ROOT SEED. Prints "ready" once the root is open (repaired),
-"saving"/"deleting" just before those calls so the test can aim kills at them.
+Forking from a process that already imported numpy/PyAV/pyarrow makes each trial start in
+milliseconds, so many kills fit in a short test on a loaded machine.
+
+stdin commands: ``run SEED`` forks a child that prints ``pid N``, opens the root (repairing it),
+prints ``ready`` and then records, saves, discards and deletes episodes forever, printing
+``saving``/``deleting`` just before those calls. ``reap`` waits for that child and prints
+``exit CODE`` (-9 after SIGKILL). Usage: python lerobot_crash_worker.py ROOT
 """
 from __future__ import annotations
 
+import os
 import random
 import sys
 from pathlib import Path
-
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig  # noqa: E402
@@ -21,9 +26,9 @@ def config() -> WriterConfig:
     return WriterConfig(fps=FPS, cameras={"cam_front": CameraSpec(H, W), "cam_wrist": CameraSpec(H, W)})
 
 
-def main() -> None:
-    root, seed = Path(sys.argv[1]), int(sys.argv[2])
+def record_forever(root: Path, seed: int) -> None:
     rng = random.Random(seed)
+    print(f"pid {os.getpid()}", flush=True)
     w = LeRobotWriter(root, config())
     print("ready", flush=True)
     w.begin_session({"control": {"backend": "impedance"}, "recording": {"fps": FPS}})
@@ -45,7 +50,25 @@ def main() -> None:
         if r > 0.85:
             print("deleting", flush=True)
             w.delete_last_episode()
-            print("deleted", rec["episode_index"], flush=True)
+
+
+def main() -> None:
+    root = Path(sys.argv[1])
+    child = None
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        if cmd == "run":
+            sys.stdout.flush()
+            child = os.fork()
+            if child == 0:
+                try:
+                    record_forever(root, int(args[0]))
+                finally:
+                    os._exit(1)
+        elif cmd == "reap" and child is not None:
+            _, status = os.waitpid(child, 0)
+            child = None
+            print(f"exit {os.waitstatus_to_exitcode(status)}", flush=True)
 
 
 if __name__ == "__main__":
