@@ -158,8 +158,8 @@ class PiperArmNode(Node):
 
     # ------------------------------------------------------------ services
     def _srv_enable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        self.ctl.enable()
-        res.success, res.message = self.link.enabled(), "enabled" if self.link.enabled() else "enable not confirmed"
+        ok = self.ctl.enable()
+        res.success, res.message = ok, "enabled" if ok else "enable sent, not confirmed by the drivers"
         return res
 
     def _srv_disable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:

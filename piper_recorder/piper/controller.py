@@ -129,14 +129,20 @@ class ArmController:
         self.last_refusal = f"{r.reason}: {r.detail}"
         return False
 
-    def enable(self) -> None:
-        self.link.enable()
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and not self.link.enabled():
-            time.sleep(0.01)
+    def enable(self, timeout: float = 2.0) -> bool:
+        """EnableArm, re-sent every 0.2 s until the drivers confirm it (as the SDK demos loop); True if confirmed."""
+        deadline = time.monotonic() + timeout
+        confirmed = False
+        while not confirmed and time.monotonic() < deadline:
+            sent = time.time()
+            self.link.enable()
+            end = min(deadline, time.monotonic() + 0.2)
+            while not (confirmed := self.link.enabled(since=sent)) and time.monotonic() < end:
+                time.sleep(0.01)
         with self._lock:
             self._enabled = True
             self._target = None
+        return confirmed
 
     def disable(self) -> None:
         with self._lock:

@@ -100,8 +100,9 @@ class PiperLink:
             time.sleep(0.02)
         return None
 
-    def enabled(self) -> bool:
-        return all(self.sdk.GetArmEnableStatus())
+    def enabled(self, since: float = 0.0) -> bool:
+        """All six drivers report enabled (low-speed frames, ~20 Hz) in a frame received after ``since``."""
+        return self.sdk.GetArmLowSpdInfoMsgs().time_stamp > since and all(self.sdk.GetArmEnableStatus())
 
     # ------------------------------------------------------------ commands
     def enable(self) -> None:
