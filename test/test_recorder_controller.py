@@ -238,3 +238,16 @@ def test_writer_calls_stay_on_one_thread_while_inputs_come_from_many():
     clock.t = t0 + 500 * MS
     assert c.stop(clock).ok
     assert w.writer_thread == "lerobot_recorder-writer"
+
+
+def test_refused_session_leaves_recorder_idle_and_retries():
+    class Refusing(FakeLeRobotWriter):
+        def begin_session(self, record):
+            raise RuntimeError("binding keys changed since the previous session (control.backend)")
+
+    w = Refusing()
+    c, events = make(LeRobotTarget(w))
+    ans = c.start("pick", Clock())
+    assert not ans.ok and "binding keys changed" in ans.message
+    assert c.state == "idle" and w.current is None and events == []
+    assert not c.start("pick", Clock()).ok          # asked again at the next start, still refused

@@ -136,6 +136,7 @@ def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_pat
             try:
                 ok(rig.call(REC, "start_episode"), "start")
                 time.sleep(0.6)
+                rig.publish_late_joint_state(0.5)    # far beyond the lateness allowance: counted, grid intact
                 rig.paused.set()                 # a 0.3 s gap in every stream: repeats are counted
                 time.sleep(0.3)
                 rig.paused.clear()
@@ -146,14 +147,17 @@ def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_pat
                 assert len(eps) == 1
                 n = eps[0]["length"]
                 data, vids = episode_files(root, 0)
-                ts = pq.read_table(data).column("timestamp").to_numpy()
+                table = pq.read_table(data)
+                ts = table.column("timestamp").to_numpy()
+                joints = np.stack(table.column("observation.arm_joint").to_numpy(zero_copy_only=False))
+                assert not np.any(joints == 9.0)          # the late sample never replaced a newer one
                 assert len(ts) == n and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
                 for cam, path in vids.items():
                     pts = video_pts(path)
                     assert len(pts) == n, (cam, len(pts), n)      # nominal: one frame per row
                     assert all(pv <= float(np.float32(t)) for pv, t in zip(pts, ts))
                     assert eps[0]["frames_repeated"][cam] >= 5
-                assert eps[0]["timestamp_mode"] == "nominal"
+                assert eps[0]["timestamp_mode"] == "nominal" and eps[0]["messages_late"]["joint_states"] >= 1
                 assert validate_root(root) == []
             except BaseException:
                 print(g.logs())

@@ -120,6 +120,12 @@ class Rig:
             i += 1
             self._stop.wait(0.01)
 
+    def publish_late_joint_state(self, age_s: float) -> None:
+        """One joint state stamped ``age_s`` in the past: it reaches the recorder after its row was made."""
+        js = JointState(name=[f"joint{k}" for k in range(1, 7)] + ["gripper"], position=[9.0] * 6 + [0.05])
+        js.header.stamp = ns_to_stamp(time.time_ns() - int(age_s * 1e9))
+        self.pub_js.publish(js)
+
     def _publish_frame(self, i: int, stamp) -> None:
         for cam, pub in self.pub_img.items():
             msg = Image(height=H, width=W, encoding="rgb8", step=W * 3)
