@@ -143,7 +143,7 @@ class Rig:
         """Mild noise: real frames never compress to identical sizes."""
         return self._rng.integers(0, hi, shape).astype(np.uint8 if len(shape) == 3 else np.uint16)
 
-    def call(self, recorder: str, service: str, timeout: float = 20.0) -> Trigger.Response:
+    def call(self, recorder: str, service: str, timeout: float = 60.0) -> Trigger.Response:
         cli = self.node.create_client(Trigger, f"/{recorder}/{service}")
         try:
             assert cli.wait_for_service(timeout_sec=timeout), f"/{recorder}/{service} not available"
