@@ -10,6 +10,7 @@ on Windows/macOS. The SDK's reading thread (``recv(1)`` loop) works unchanged on
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 
@@ -43,10 +44,15 @@ class Feedback:
 
 
 class PiperLink:
-    """Thin typed wrapper over one ``C_PiperInterface_V2`` instance."""
+    """Thin typed wrapper over one ``C_PiperInterface_V2`` instance.
+
+    Every command goes through one lock: the SDK encodes into a single shared ``tx_msg`` object, so
+    two threads sending at once (control loop, enable/disable service) could otherwise swap fields.
+    """
 
     def __init__(self, channel: str = "can0", interface: str = "socketcan"):
         self.channel, self.interface = channel, interface
+        self._tx = threading.Lock()
         if interface == "socketcan":
             self.sdk = C_PiperInterface_V2(can_name=channel, judge_flag=False, can_auto_init=True)
         else:
@@ -95,7 +101,8 @@ class PiperLink:
             if isinstance(v, str):
                 return v
             if not asked_again and time.monotonic() > deadline - timeout / 2:
-                self.sdk.SearchPiperFirmwareVersion()
+                with self._tx:
+                    self.sdk.SearchPiperFirmwareVersion()
                 asked_again = True
             time.sleep(0.02)
         return None
@@ -106,37 +113,45 @@ class PiperLink:
 
     # ------------------------------------------------------------ commands
     def enable(self) -> None:
-        self.sdk.EnableArm(7)
+        with self._tx:
+            self.sdk.EnableArm(7)
 
     def disable(self) -> None:
-        self.sdk.DisableArm(7)
+        with self._tx:
+            self.sdk.DisableArm(7)
 
     def mode_position(self, speed: int) -> None:
-        self.sdk.MotionCtrl_2(0x01, 0x00, int(speed), 0x00)
+        with self._tx:
+            self.sdk.MotionCtrl_2(0x01, 0x00, int(speed), 0x00)
 
     def mode_joint(self, speed: int) -> None:
-        self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
+        with self._tx:
+            self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
 
     def mode_mit(self, speed: int) -> None:
-        self.sdk.MotionCtrl_2(0x01, 0x04, int(speed), 0xAD)
+        with self._tx:
+            self.sdk.MotionCtrl_2(0x01, 0x04, int(speed), 0xAD)
 
     def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
         """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
         xyz = [round(v * 1e6) for v in pose[:3, 3]]
         rpy = [round(math.degrees(v) * 1000) for v in kin.matrix_to_euler(pose[:3, :3])]
-        self.sdk.EndPoseCtrl(*xyz, *rpy)
+        with self._tx:
+            self.sdk.EndPoseCtrl(*xyz, *rpy)
         sent = np.eye(4)
         sent[:3, :3] = kin.euler_to_matrix(*np.radians(np.array(rpy) / 1000.0))
         sent[:3, 3] = np.array(xyz) / 1e6
         return xyz + rpy, sent
 
     def joint_ctrl(self, q: np.ndarray) -> None:
-        self.sdk.JointCtrl(*[round(math.degrees(v) * 1000) for v in q])
+        with self._tx:
+            self.sdk.JointCtrl(*[round(math.degrees(v) * 1000) for v in q])
 
     def gripper(self, width: float, effort: float) -> float:
         """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m)."""
         w = round(width * 1e6)
-        self.sdk.GripperCtrl(w, int(round(effort * 1000)), 0x01, 0)
+        with self._tx:
+            self.sdk.GripperCtrl(w, int(round(effort * 1000)), 0x01, 0)
         return w / 1e6
 
     def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:
@@ -151,5 +166,6 @@ class PiperLink:
                                   (t_ff, MIT_T, 8)):
             half = 0.5 * (hi - lo) / ((1 << bits) - 1)
             vals.append(float(np.clip(x + half, lo, hi)))
-        self.sdk.JointMitCtrl(joint, *vals)
+        with self._tx:
+            self.sdk.JointMitCtrl(joint, *vals)
         return uint_to_float(float_to_uint(vals[0], *MIT_P, 16), *MIT_P, 16)
