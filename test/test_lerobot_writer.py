@@ -424,3 +424,45 @@ def test_bad_config_is_refused(tmp_path):
                 dict(cameras={"a/b": CameraSpec()})):
         with pytest.raises(ValueError):
             LeRobotWriter(tmp_path / "ds", config(**bad))
+
+
+def test_camera_thread_racing_save_never_blocks_or_corrupts(tmp_path):
+    """A camera thread keeps pushing frames while the episode is saved: add_frame answers False
+    during the save (no waiting on it), EpisodeStateError once no episode is open; the file holds
+    exactly the frames that were accepted."""
+    import threading
+    import time
+
+    root = tmp_path / "ds"
+    accepted, refused, no_episode, slowest = [0], [0], [0], [0.0]
+    stop = threading.Event()
+    with LeRobotWriter(root, config(cameras={"cam_front": CameraSpec(H, W)})) as w:
+        w.start_episode("race")
+
+        def camera():
+            k = 0
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    ok = w.add_frame("cam_front", index_frame(k), k / FPS)
+                    (accepted if ok else refused)[0] += 1
+                except EpisodeStateError:
+                    no_episode[0] += 1
+                slowest[0] = max(slowest[0], time.perf_counter() - t0)
+                k += 1
+                time.sleep(0.001)
+
+        th = threading.Thread(target=camera)
+        th.start()
+        for k in range(40):
+            w.add_row(k / FPS, row_values(k / FPS, 0))
+            time.sleep(0.005)
+        rec = w.save_episode()
+        time.sleep(0.05)
+        stop.set()
+        th.join()
+    assert no_episode[0] > 0 and slowest[0] < 1.0
+    assert rec["video_frame_lengths"]["cam_front"] == accepted[0]
+    from test_lerobot_writer_helpers import decode_video
+    _, idx, _, _ = decode_video(root / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")
+    assert idx == list(range(accepted[0]))

@@ -19,7 +19,9 @@ dataset exactly as it was (the episode stays pending: retry ``save_episode`` or 
 any instant is repaired by the next open (see ``repair.py``).
 
 Thread safety: ``add_row``, ``add_frame`` and ``add_raw_quest`` may be called from different
-threads; ``add_frame`` does not hold the writer lock while waiting for encoder queue space.
+threads and only take a short state lock: they never wait for a save in progress (frames arriving
+then are refused with False) and ``add_frame`` waits for encoder queue space without any lock.
+The other calls are serialised by the operation lock.
 Empty episodes (no rows) are discarded by ``save_episode`` (it returns None): they leave nothing.
 """
 from __future__ import annotations
@@ -99,6 +101,7 @@ class _Episode:
         self.quest = None
         self.quest_lines = 0
         self.frame_counts: dict[str, int] | None = None  # set once the encoders are flushed
+        self.saving = False  # set by save_episode: no more rows, frames or raw lines
 
     @property
     def n(self) -> int:
@@ -180,15 +183,15 @@ class LeRobotWriter:
             except BaseException:
                 self._abort(ep)
                 raise
-            self._ep = ep
+            self._set_episode(ep)
             return idx
 
     def add_row(self, timestamp: float, values: Mapping[str, np.ndarray]) -> None:
         """Append one row: ``timestamp`` s since episode start (strictly increasing) + every feature."""
         row = self._check_row(timestamp, values)
-        with self._lock:
+        with self._state_lock:
             ep = self._require_episode("add_row")
-            if ep.frame_counts is not None:
+            if ep.saving:
                 raise EpisodeStateError("add_row after save_episode started")
             if ep.times and not float(np.float32(timestamp)) > ep.times[-1]:
                 raise SchemaError(f"timestamp: {timestamp} is not after the previous row "
@@ -201,21 +204,23 @@ class LeRobotWriter:
         Dropped (and counted): PTS ``floor(t*1000)`` not after the previous frame's, or the encoder
         queue still full after ``VideoConfig.max_block_s``.
         """
-        with self._lock:
+        with self._state_lock:
             ep = self._require_episode("add_frame")
             enc = ep.encoders.get(camera)
             if enc is None:
                 raise SchemaError(f"observation.images.{camera}: unknown camera "
                                   f"(configured: {sorted(self.cfg.cameras)})")
+            if ep.saving:
+                return False
         if not np.isfinite(t):
             raise SchemaError(f"observation.images.{camera}: frame time {t} is not finite")
         return enc.add(rgb, t)
 
     def add_raw_quest(self, line: str) -> None:
         """Keep one raw headset line for ``extras/episode_XXXXXX.quest.jsonl`` (if enabled)."""
-        with self._lock:
+        with self._state_lock:
             ep = self._require_episode("add_raw_quest")
-            if ep.quest is None:
+            if ep.saving or ep.quest is None:
                 return
             text = line.strip()
             if text:
@@ -229,10 +234,12 @@ class LeRobotWriter:
         ``DatasetError`` with the dataset unchanged and the episode still pending.
         """
         with self._lock:
-            ep = self._require_episode("save_episode")
+            with self._state_lock:
+                ep = self._require_episode("save_episode")
+                ep.saving = True
             if ep.n == 0:
                 self._abort(ep)
-                self._ep = None
+                self._set_episode(None)
                 return None
             if ep.frame_counts is None:
                 ep.frame_counts = self._flush(ep)
@@ -242,7 +249,7 @@ class LeRobotWriter:
                                    "discard_episode() it")
             record = self._record(ep, counters)
             self._commit_save(ep, record)
-            self._ep = None
+            self._set_episode(None)
             self._session_saved.append(ep.index)
             return record
 
@@ -311,9 +318,10 @@ class LeRobotWriter:
     def discard_episode(self) -> None:
         """Drop the episode in flight; it leaves nothing behind."""
         with self._lock:
-            ep = self._require_episode("discard_episode")
+            with self._state_lock:
+                ep = self._require_episode("discard_episode")
+                self._ep = None
             self._abort(ep)
-            self._ep = None
 
     def delete_last_episode(self) -> dict:
         """Delete the last episode saved in this session; returns its record."""
@@ -333,8 +341,9 @@ class LeRobotWriter:
                 return
             if self._ep is not None:
                 log.warning("close(): discarding unsaved episode %d", self._ep.index)
-                self._abort(self._ep)
-                self._ep = None
+                ep = self._ep
+                self._set_episode(None)
+                self._abort(ep)
             staging = self.root / repair.STAGING
             if staging.exists() and not any(staging.iterdir()):
                 staging.rmdir()
@@ -349,7 +358,8 @@ class LeRobotWriter:
     # ---- opening ------------------------------------------------------------------------------
     def _open(self) -> None:
         cfg = self.cfg
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # operations (start/save/discard/delete/...)
+        self._state_lock = threading.Lock()  # the episode in flight, for the add_* calls
         self._ep: _Episode | None = None
         self._session_saved: list[int] = []
         self._features = list(cfg.features)
@@ -384,14 +394,17 @@ class LeRobotWriter:
         """The episode's stats sketch from the cache, rebuilt from parquet when missing or stale."""
         i = int(e["episode_index"])
         path = self.root / repair.cache_relpath(i)
+        data = self.root / meta.data_relpath(i, self.cfg.chunks_size)
         rows = len(stats.LEVELS) + stats.HEAD
-        try:
-            sk = np.load(path)
-            if sk.shape == (self._width + len(BOOKKEEPING), rows) and np.all(sk[:, 0] == e["length"]):
-                return sk
+        try:  # valid if newer than the parquet (written after it) and of the right shape and count
+            if path.stat().st_mtime_ns >= data.stat().st_mtime_ns:
+                sk = np.load(path)
+                if (sk.shape == (self._width + len(BOOKKEEPING), rows)
+                        and np.all(sk[:, 0] == e["length"])):
+                    return sk
         except (OSError, ValueError):
             pass
-        table = pq.read_table(self.root / meta.data_relpath(i, self.cfg.chunks_size))
+        table = pq.read_table(data)
         sk = stats.sketch(self._table_matrix(table))
         path.parent.mkdir(parents=True, exist_ok=True)
         fsutil.atomic_write(path, _npy_bytes(sk))
@@ -435,6 +448,10 @@ class LeRobotWriter:
             row[pos:pos + f.dim] = v32
             pos += f.dim
         return row
+
+    def _set_episode(self, ep: _Episode | None) -> None:
+        with self._state_lock:
+            self._ep = ep
 
     def _require_episode(self, what: str) -> _Episode:
         if self._ep is None:
