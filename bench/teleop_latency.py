@@ -1,0 +1,252 @@
+"""Teleop latency: from a headset frame leaving the simulated headset to the CAN command frame it causes.
+
+Chain (each arrow crosses a process or a bus):
+  piper-sim-quest (process, TCP) -> piper-quest-bridge (process, DDS) -> piper-teleop (process, DDS)
+  -> piper_arm node (in this process) -> piper_sdk -> python-can virtual bus -> CAN-level emulator
+
+How a headset frame is tied to the CAN frame it causes (no field is smuggled through the messages):
+* The sim headset replays a generated stream (``--replay``): grip closed, right controller still,
+  then every ``--step-s`` a 1 cm step to the right or left (alternating). A step lives in one known
+  headset frame number. The sim sends frame n at its capture time ``mono`` (host CLOCK_MONOTONIC);
+  the bench reads each step frame's ``mono`` from ``/quest/raw``. That is the time the frame was due
+  to leave; the sim thread waking late only makes the measured latency larger (conservative).
+* The arm node runs in this process with the emulator on a private virtual CAN channel, and a
+  second python-can bus on that channel records every frame the SDK sends, stamped by python-can
+  at send time (``time.time()``, converted to the monotonic clock). A step to robot -y/+y (XR +x/-x)
+  shows up as the first pose command after the step frame that moved by more than ``THRESH`` in the
+  step's direction: EndPoseCtrl 0x152 Y (position backend) or the joint-1 reference of JointMitCtrl
+  0x15A (impedance). Steps alternate, so the filter's tail of the previous step moves the other way
+  and cannot be mistaken for the response.
+* Also reported, to tell the stages apart: the arrival in this process of the first
+  ``/quest/right/pose`` (bridge output) and the first ``/arm/target_pose`` (teleop output) that moved.
+  (Arrival here = DDS delivery plus this process's executor scheduling.)
+
+Prints n, p50, p90, p99, max per stage. The machine is shared: note the load average printed.
+Usage: .venv/bin/python bench/teleop_latency.py [--backend position|impedance] [--steps 60] [--step-s 0.3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import can
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
+from proc import ProcGroup  # noqa: E402  (test helper: real processes, always reaped)
+
+from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402
+from piper_recorder.rosenv import lease_domain  # noqa: E402
+
+RATE = 90.0
+STEP_M = 0.01          # XR x step (m) -> robot y step of the same size
+LEAD_S = 2.5           # still controller, grip closed, before the first step
+THRESH = {"position": 0.0002, "impedance": 0.0004}  # m in y / rad of joint 1: well above the tail, below
+                                                      # the first filtered tick of a 1 cm step (~0.7 mm)
+
+
+def make_replay(path: Path, steps: int, step_s: float) -> list[int]:
+    """Write the replay stream; return the frame numbers at which the steps happen."""
+    idle = ScriptedHeadset("idle", buttons=False)
+    step_frames = [int(round((LEAD_S + i * step_s) * RATE)) for i in range(steps)]
+    n_frames = step_frames[-1] + int(RATE * 1.0)
+    with open(path, "w") as fh:
+        k = 0
+        for n in range(n_frames):
+            while k < len(step_frames) and step_frames[k] <= n:
+                k += 1
+            offset = 0.0 if k == 0 else (STEP_M / 2 if k % 2 == 1 else -STEP_M / 2)
+            f = idle.sample(n / RATE, frame=n, rate_hz=RATE)
+            f["right"]["pos"] = [RIGHT_HOME[0] + offset, RIGHT_HOME[1], RIGHT_HOME[2]]
+            f["right"]["squeeze"] = 1.0 if n >= int(0.3 * RATE) else 0.0
+            fh.write(json.dumps(f) + "\n")
+    return step_frames
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stats(name: str, xs: list[float]) -> str:
+    if not xs:
+        return f"{name:<34} n=0"
+    a = np.array(xs) * 1e3
+    return (f"{name:<34} n={len(a):3d}  p50 {np.percentile(a, 50):6.2f} ms  p90 {np.percentile(a, 90):6.2f} ms  "
+            f"p99 {np.percentile(a, 99):6.2f} ms  max {a.max():6.2f} ms")
+
+
+class CanTap(threading.Thread):
+    """A second bus on the arm's virtual channel: (monotonic send time, value) of each pose command."""
+
+    def __init__(self, channel: str, backend: str):
+        super().__init__(daemon=True)
+        self.bus = can.Bus(interface="virtual", channel=channel, receive_own_messages=False)
+        self.backend = backend
+        self.frames: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        from piper_recorder.piper.emulator import decode_mit
+        self._decode_mit = decode_mit
+
+    def run(self) -> None:
+        off = time.time() - time.monotonic()
+        while not self.stop.is_set():
+            msg = self.bus.recv(0.1)
+            if msg is None:
+                continue
+            if self.backend == "position" and msg.arbitration_id == 0x152:
+                _x, y = struct.unpack(">ii", bytes(msg.data[:8]))
+                self.frames.append((msg.timestamp - off, y * 1e-6))  # 0.001 mm -> m
+            elif self.backend == "impedance" and msg.arbitration_id == 0x15A:
+                cmd = self._decode_mit(bytes(msg.data))
+                if cmd is not None:
+                    self.frames.append((msg.timestamp - off, cmd.pos))
+
+
+def first_response(events: list[tuple[float, float]], t0: float, direction: float, thresh: float,
+                   horizon: float) -> float | None:
+    """Time of the first event after t0 that moved past ``thresh`` in ``direction`` from the value at t0."""
+    before = [v for t, v in events if t < t0]
+    if not before:
+        return None
+    base = before[-1]
+    for t, v in events:
+        if t0 <= t <= t0 + horizon and (v - base) * direction > thresh:
+            return t
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=("position", "impedance"), default="position")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--step-s", type=float, default=0.3)
+    args = ap.parse_args()
+
+    with lease_domain() as lease, tempfile.TemporaryDirectory(prefix="teleop_latency_") as tmp:
+        lease.apply()
+        import rclpy
+        from geometry_msgs.msg import PoseStamped
+        from rclpy.executors import MultiThreadedExecutor
+        from std_msgs.msg import String
+
+        from piper_recorder.nodes.piper_arm import PiperArmNode
+
+        replay = Path(tmp) / "steps.quest.jsonl"
+        step_frames = make_replay(replay, args.steps, args.step_s)
+        channel = f"lat_{uuid.uuid4().hex[:8]}"
+        rclpy.init(args=["bench", "--ros-args", "-p", "emulate:=true", "-p", f"can_channel:={channel}",
+                         "-p", f"backend:={args.backend}"])
+        tap = CanTap(channel, args.backend)
+        tap.start()
+        arm = PiperArmNode()
+        probe = rclpy.create_node("latency_probe")
+        step_set = set(step_frames)
+        sent_mono: dict[int, float] = {}
+        targets: list[tuple[float, float]] = []  # (arrival monotonic, robot y)
+        hand: list[tuple[float, float]] = []     # (arrival monotonic, XR x) of the bridge's output
+        teleop_up = threading.Event()
+
+        def on_raw(m: String) -> None:
+            if '"frame"' not in m.data:
+                return
+            f = json.loads(m.data)
+            if f.get("frame") in step_set:
+                sent_mono[f["frame"]] = float(f["mono"])
+
+        probe.create_subscription(String, "/quest/raw", on_raw, 200)
+        probe.create_subscription(PoseStamped, "/arm/target_pose",
+                                  lambda m: targets.append((time.monotonic(), m.pose.position.y)), 200)
+        probe.create_subscription(PoseStamped, "/quest/right/pose",
+                                  lambda m: hand.append((time.monotonic(), m.pose.position.x)), 200)
+        probe.create_subscription(String, "/teleop/status", lambda m: teleop_up.set(), 10)
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(arm)
+        executor.add_node(probe)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        try:
+            arm.ctl.go_home()
+            while arm.ctl.homing():
+                time.sleep(0.05)
+            port = free_port()
+            with ProcGroup(lease.env(), Path(tmp) / "logs") as procs:
+                procs.start("piper-teleop")
+                if not teleop_up.wait(30):
+                    print(procs.logs())
+                    return 1
+                sim = procs.start("piper-sim-quest", "--port", str(port), "--replay", str(replay))
+                deadline = time.monotonic() + 10
+                while "listening" not in sim.output() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}")
+                total = LEAD_S + args.steps * args.step_s + 8.0
+                deadline = time.monotonic() + total
+                while len(sent_mono) < len(step_frames) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(0.5)
+                logs = procs.logs()
+        finally:
+            tap.stop.set()
+            tap.join(1.0)
+            tap.bus.shutdown()
+            arm.on_shutdown()
+            executor.shutdown(timeout_sec=2)
+            spinner.join(2)
+            arm.destroy_node()
+            probe.destroy_node()
+            rclpy.shutdown()
+
+    can_lat, bridge_lat, teleop_lat, target_lat, arm_lat, missed = [], [], [], [], [], 0
+    thresh = THRESH[args.backend]
+    for i, fn in enumerate(step_frames):
+        t0 = sent_mono.get(fn)
+        if t0 is None:
+            missed += 1
+            continue
+        xr_dir = 1.0 if i % 2 == 0 else -1.0  # +x (right) first, then alternating
+        y_dir = -xr_dir                         # robot y = -xr x; joint 1 turns the same way as y
+        t_can = first_response(tap.frames, t0, y_dir, thresh, args.step_s)
+        t_tgt = first_response(targets, t0, y_dir, 0.0002, args.step_s)
+        t_hand = first_response(hand, t0, xr_dir, STEP_M / 4, args.step_s)
+        if t_can is None:
+            missed += 1
+            continue
+        can_lat.append(t_can - t0)
+        if t_tgt is not None:
+            target_lat.append(t_tgt - t0)
+            arm_lat.append(t_can - t_tgt)
+        if t_hand is not None:
+            bridge_lat.append(t_hand - t0)
+            if t_tgt is not None:
+                teleop_lat.append(t_tgt - t_hand)
+    load = os.getloadavg()
+    print(f"teleop latency ({args.backend} backend), {len(step_frames)} steps of {STEP_M * 100:.0f} cm every "
+          f"{args.step_s} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
+    print(stats("headset frame -> /quest/right/pose", bridge_lat))
+    print(stats("  pose arrival -> /arm/target_pose", teleop_lat))
+    print(stats("headset frame -> /arm/target_pose", target_lat))
+    print(stats("  target arrival -> CAN frame", arm_lat))
+    print(stats("headset frame -> CAN frame", can_lat))
+    if missed:
+        print(f"{missed} steps without a detected CAN response")
+    if len(can_lat) < len(step_frames) // 2:
+        print("too few responses measured\n" + logs)
+        return 1
+    p99 = float(np.percentile(can_lat, 99)) * 1e3
+    print(f"target p99 < 20 ms: {'met' if p99 < 20 else 'NOT met'} ({p99:.1f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
