@@ -89,6 +89,7 @@ def test_services_flags_rewards_and_auto_stop(ros_domain, tmp_path):
                 assert np.allclose(first["actions"][:, 7], 0.03)
                 prov = json.loads(first["meta"]["provenance"])
                 assert prov["control"]["backend"] == "emulator" and prov["recording"]["fps"] == 30
+                assert prov["cameras"]["cam_front"]["depth"]["topic"] == "/cam_front/aligned_depth_to_color/image_raw"
                 if not d.success:
                     second = eps[1]
                     assert second["T"] == 60 and second["timeouts"][-1] and not second["terminals"].any()

@@ -109,6 +109,12 @@ class RgbdRecorder(RecorderNode):
             stamp, rgb, depth = pair
             self.controller.add_frame(self.cfg.camera, stamp, rgb, depth)
 
+    def camera_record(self) -> dict:
+        rec = super().camera_record()
+        rec[self.cfg.camera]["depth"] = {"topic": self.cfg.depth_topic_pattern.format(cam=self.cfg.camera),
+                                         "encoding": "16UC1", "unit": "mm", "aligned_to": "color"}
+        return rec
+
     def recording_settings(self) -> dict:
         c = self.cfg
         return {**super().recording_settings(), "path": c.path, "depth_codec": c.depth_codec,
