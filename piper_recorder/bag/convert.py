@@ -182,14 +182,14 @@ def session_record(opts: ConvertOptions, prov: dict | None, hello: dict | None, 
 def check_topics(src: BagSource, opts: ConvertOptions) -> None:
     have = src.topics
     required = opts.topics.required(depth=opts.fmt == "rgbd")
-    missing = [t for t in required if t not in have]
-    if missing:
-        raise BagError(f"{src.path}: missing topics {missing} (bag has {sorted(have) or 'no topics'}); "
-                       "map other names with --config/--mapping")
     wrong = [f"{t} is {have[t]}, expected {want}" for t, want in {**required, **opts.topics.optional()}.items()
              if t in have and have[t] != want]
     if wrong:
         raise BagError(f"{src.path}: unexpected message types: {'; '.join(wrong)}")
+    missing = [t for t in required if t not in have]
+    if missing:
+        raise BagError(f"{src.path}: missing topics {missing} (bag has {sorted(have) or 'no topics'}); "
+                       "map other names with --config/--mapping")
     unknown = [f"{t} ({have[t]})" for t in required if not src.decodable(have[t])]
     if unknown:
         raise BagError(f"{src.path}: unknown message types (no definition in the bag or the ROS 2 store): "
@@ -301,6 +301,8 @@ def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str 
     t0 = time.perf_counter()
     res = BagResult(index, str(bag))
     try:
+        if not Path(bag).exists():
+            raise BagError(f"{bag}: no such bag")
         try:
             res.fingerprint = bag_fingerprint(Path(bag))
         except OSError as exc:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for r in summary.results:
         if r.status == "failed":
-            print(f"FAILED {r.bag}: {r.error}", file=sys.stderr)
+            print(f"FAILED {r.error}", file=sys.stderr)
         else:
             extra = f", {r.skipped_episodes} already in the output" if r.skipped_episodes else ""
             print(f"{r.status} {r.bag}: {r.episodes} episodes{extra} ({r.bag_s:.1f} s of bag in {r.wall_s:.1f} s)")
