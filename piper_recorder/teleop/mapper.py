@@ -251,9 +251,13 @@ class TeleopCore:
         except LimitViolation as exc:
             self.counters.unsafe_targets += 1
             return self._forced(res, f"unsafe target refused: {exc}")
+        gripper = self.cfg.gripper_max_width * (1.0 - self._joy.trigger)
+        if not (math.isfinite(gripper) and 0.0 <= gripper <= self.cfg.gripper_max_width):
+            self.counters.unsafe_targets += 1
+            return self._forced(res, f"unsafe gripper width {gripper} refused")
         self._prev = Pose(p, q)
         res.target = Pose(p.copy(), q.copy())
-        res.gripper = self.cfg.gripper_max_width * (1.0 - self._joy.trigger)
+        res.gripper = gripper
         self.counters.published += 1
         return res
 
