@@ -116,6 +116,7 @@ def test_wrong_orders_are_refused_and_change_nothing():
     ep = w.episodes[0]
     assert len(ep["rows"]) == 16 == ans.event["rows"]
     assert np.allclose(np.diff(ep["rows"]), 1 / 30, atol=1e-4)
+    assert ep["counters"]["tick_delay_ms"]["ticks"] >= 1 and ep["counters"]["tick_delay_ms"]["max"] < 20
     assert ep["counters"]["rows"] == 16 and ep["counters"]["frames_written"] == {"cam_front": len(ep["frames"]["cam_front"])}
     assert [e["event"] for e in events] == ["started", "saved"]
     assert events[1]["start_ns"] == events[0]["start_ns"] and events[1]["end_ns"] == clock.t

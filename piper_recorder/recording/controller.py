@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler
 
 from .targets import EpisodeTarget
@@ -52,6 +54,8 @@ class EpisodeController:
         self._saved: list[tuple[int, str]] = []  # (episode, task) saved in this session; delete_last pops
         self._preroll: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
         self.last_counters: dict[str, Any] = {}
+        self._lateness_ns = int(assembly.lateness_s * 1e9)
+        self._tick_delays: list[int] = []
         self.last_message = "idle"
 
     # ---- inputs (any thread) ----------------------------------------------------------------
@@ -90,13 +94,16 @@ class EpisodeController:
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return None
-            return self._asm.next_tick_ns + int(self.assembly.lateness_s * 1e9)
+            return self._asm.next_tick_ns + self._lateness_ns
 
     def tick(self, now_ns: int) -> None:
         auto_stop: int | None = None
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return
+            due = self._asm.next_tick_ns + self._lateness_ns
+            if now_ns >= due:   # how late the tick thread assembled a row (rows stay on the grid regardless)
+                self._tick_delays.append(now_ns - due)
             self._asm.advance(now_ns)
             if self.max_episode_ns and now_ns - self._asm.start_ns >= self.max_episode_ns:
                 auto_stop, asm = self._asm.start_ns + self.max_episode_ns, self._asm
@@ -130,6 +137,7 @@ class EpisodeController:
                 self._sink = sink
                 self._asm = EpisodeAssembler(self.assembly, start_ns, QueuedSink(sink, self.worker),
                                              depth=self.target.depth)
+                self._tick_delays = []
                 for method, args in self._preroll.values():
                     getattr(self._asm, method)(*args)
                 self._episode, self._task, self.state = idx, task, RECORDING
@@ -155,7 +163,7 @@ class EpisodeController:
             with self._lock:
                 asm, sink = self._asm, self._sink
                 assert asm is not None
-                counters = asm.finish(end).to_dict()
+                counters = {**asm.finish(end).to_dict(), "tick_delay_ms": self._delay_stats()}
                 self._asm = None
             self.last_counters = counters
             timeout = reason != "stop_episode"   # max_episode_s or shutdown: a truncation, not a terminal
@@ -231,12 +239,20 @@ class EpisodeController:
             if self._asm is not None:
                 st.update(elapsed_s=round((now_ns - self._asm.start_ns) / 1e9, 3), rows=self._asm.rows,
                           waiting_for=self._asm.missing_inputs() if self._asm.origin_ns is None else [],
-                          counters=self._asm.counters.to_dict())
+                          counters=self._asm.counters.to_dict(), tick_delay_ms=self._delay_stats())
             else:
                 st["counters"] = self.last_counters
         return st
 
     # ---- helpers ----------------------------------------------------------------------------
+    def _delay_stats(self) -> dict[str, float]:
+        """p50/p99/max of the tick thread's delay past each row's due time (grid time + lateness), in ms."""
+        if not self._tick_delays:
+            return {"ticks": 0}
+        d = np.asarray(self._tick_delays, dtype=np.float64) / 1e6
+        return {"ticks": int(d.size), "p50": round(float(np.percentile(d, 50)), 3),
+                "p99": round(float(np.percentile(d, 99)), 3), "max": round(float(d.max()), 3)}
+
     def _not_recording(self, what: str) -> str:
         if self.state == SAVING:
             return f"episode {self._episode} is already being saved; cannot {what} it"
