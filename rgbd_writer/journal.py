@@ -2,14 +2,17 @@
 
 HDF5 updates metadata in place, so a process killed mid-write can leave a file that no longer opens.
 The writer therefore never lets HDF5 touch the file directly: it opens it through h5py's ``fileobj``
-driver with :class:`JournaledFile`. Before any byte that existed when the transaction began is
-overwritten (or truncated away), its original content is appended to ``<path>.journal`` (and, with
-``durable=True``, fsynced). Bytes past the original end of file need no record: rollback truncates.
+driver with :class:`JournaledFile`, which splits the file at its length when the transaction began:
 
-Commit = close HDF5, fsync the file, delete the journal (the commit point), fsync the directory.
-Rollback (discard, error, or crash found on the next open) = restore every recorded range, truncate
-to the original length, fsync, delete the journal. Records are only ever first-touch originals, so
-they can be applied in any order, and a torn final record is ignored: its overwrite never happened.
+- bytes past that point (new payloads, new metadata) go straight to disk; a rollback truncates them;
+- changes to bytes before it (superblock, object headers, B-tree nodes) stay in memory pages until
+  commit, so the committed part of the file on disk is untouched while an episode records.
+
+Commit: append the original content of every changed page to ``<path>.journal`` (one fsync), write
+the pages, fsync the file, delete the journal (the commit point), fsync the directory.
+Rollback (discard, error, or a journal found by the next open): restore the recorded pages, truncate
+to the original length, fsync, delete the journal. A torn final record is ignored (its page was not
+yet written); a torn header means nothing before the original length was touched.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import zlib
 MAGIC = b"RGBDJRN1"
 _HEADER = struct.Struct(">8sQI")  # magic, original length, crc32 of the first two fields
 _RECORD = struct.Struct(">QII")  # offset, length, crc32(data)
+_PAGE = 4096
 
 
 def journal_path(path: str) -> str:
@@ -32,6 +36,13 @@ def _write_all(fd: int, data: bytes) -> None:
         mv = mv[os.write(fd, mv):]
 
 
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    mv = memoryview(data).cast("B")
+    while mv:
+        n = os.pwrite(fd, mv, offset)
+        mv, offset = mv[n:], offset + n
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
     try:
@@ -41,115 +52,118 @@ def _fsync_dir(path: str) -> None:
 
 
 class JournaledFile:
-    """A seekable binary file object (for ``h5py.File(obj, "r+", driver="fileobj")``) with undo records."""
+    """A seekable binary file object for ``h5py.File(obj, "r+")`` that makes its changes atomic."""
 
     def __init__(self, path: str, durable: bool = True):
         self.path = path
         self.durable = durable
         self._fd = os.open(path, os.O_RDWR)
         self.original_size = os.fstat(self._fd).st_size
+        self._size = self.original_size  # logical length as HDF5 sees it
         self._pos = 0
-        self._saved: list[tuple[int, int]] = []  # sorted, merged [start, end) ranges already recorded
+        self._pages: dict[int, bytearray] = {}  # page number -> new content of a page before original_size
         self._jfd = os.open(journal_path(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         head = MAGIC + struct.pack(">Q", self.original_size)
         _write_all(self._jfd, _HEADER.pack(MAGIC, self.original_size, zlib.crc32(head)))
-        os.fsync(self._jfd)
+        os.fsync(self._jfd)  # must be durable before anything is appended to the file
         _fsync_dir(path)
         self.records = 0
 
     # -- file-object protocol used by HDF5's fileobj driver --------------------------------------
     def seek(self, pos: int, whence: int = 0) -> int:
-        if whence == 0:
-            self._pos = pos
-        elif whence == 1:
-            self._pos += pos
-        else:
-            self._pos = os.fstat(self._fd).st_size + pos
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
         return self._pos
 
     def tell(self) -> int:
         return self._pos
 
-    def readinto(self, buf) -> int:
-        n = os.preadv(self._fd, [buf], self._pos)
-        self._pos += n
-        return n
-
     def read(self, size: int = -1) -> bytes:
-        if size < 0:
-            size = max(0, os.fstat(self._fd).st_size - self._pos)
-        data = os.pread(self._fd, size, self._pos)
+        end = self._size if size < 0 else min(self._size, self._pos + size)
+        data = self._read_at(self._pos, max(0, end - self._pos))
         self._pos += len(data)
         return data
 
+    def readinto(self, buf) -> int:
+        mv = memoryview(buf).cast("B")
+        data = self.read(len(mv))
+        mv[:len(data)] = data
+        return len(data)
+
     def write(self, data) -> int:
         mv = memoryview(data).cast("B")
-        self._preserve(self._pos, self._pos + len(mv))
-        n = 0
-        while n < len(mv):
-            n += os.pwrite(self._fd, mv[n:], self._pos + n)
-        self._pos += n
+        pos, n = self._pos, len(mv)
+        split = min(max(self.original_size - pos, 0), n)  # bytes that land before original_size
+        if split:
+            self._write_pages(pos, mv[:split])
+        if split < n:
+            _pwrite_all(self._fd, mv[split:], pos + split)
+        self._pos = pos + n
+        self._size = max(self._size, self._pos)
         return n
 
     def truncate(self, size: int | None = None) -> int:
         size = self._pos if size is None else size
-        self._preserve(size, self.original_size)
-        os.ftruncate(self._fd, size)
+        if size < self.original_size:  # what HDF5 would read back after extending again: zeros
+            self._write_pages(size, bytes(self.original_size - size))
+        os.ftruncate(self._fd, max(size, self.original_size))
+        self._size = size
         return size
 
     def flush(self) -> None:
         pass
 
-    # -- journal ---------------------------------------------------------------------------------
-    def _preserve(self, start: int, end: int) -> None:
-        """Record the original bytes of [start, end) below the original size that are not yet saved."""
-        end = min(end, self.original_size)
-        if start >= end:
-            return
-        wrote = False
-        cur = start
-        for s, e in self._saved:
-            if e <= cur:
-                continue
-            if s >= end:
-                break
-            if s > cur:
-                self._record(cur, s)
-                wrote = True
-            cur = max(cur, e)
-            if cur >= end:
-                break
-        if cur < end:
-            self._record(cur, end)
-            wrote = True
-        if wrote:
-            if self.durable:
-                os.fsync(self._jfd)
-            self._merge(start, end)
+    # -- page overlay ----------------------------------------------------------------------------
+    def _page(self, p: int) -> bytearray:
+        page = self._pages.get(p)
+        if page is None:
+            start = p * _PAGE
+            page = bytearray(os.pread(self._fd, min(_PAGE, self.original_size - start), start))
+            self._pages[p] = page
+        return page
 
-    def _record(self, start: int, end: int) -> None:
-        data = os.pread(self._fd, end - start, start)
-        _write_all(self._jfd, _RECORD.pack(start, len(data), zlib.crc32(data)) + data)
-        self.records += 1
+    def _write_pages(self, pos: int, mv: memoryview) -> None:
+        done = 0
+        while done < len(mv):
+            p, off = divmod(pos + done, _PAGE)
+            page = self._page(p)
+            k = min(len(page) - off, len(mv) - done)
+            page[off:off + k] = mv[done:done + k]
+            done += k
 
-    def _merge(self, start: int, end: int) -> None:
-        out = []
-        for s, e in self._saved:
-            if e < start or s > end:
-                out.append((s, e))
-            else:
-                start, end = min(s, start), max(e, end)
-        out.append((start, end))
-        out.sort()
-        self._saved = out
+    def _read_at(self, pos: int, n: int) -> bytes:
+        data = bytearray(os.pread(self._fd, n, pos))
+        if len(data) < n:
+            data.extend(bytes(n - len(data)))
+        end = min(pos + n, self.original_size)
+        p = pos // _PAGE
+        while p * _PAGE < end:
+            page = self._pages.get(p)
+            if page is not None:
+                s, e = max(pos, p * _PAGE), min(end, p * _PAGE + len(page))
+                data[s - pos:e - pos] = page[s - p * _PAGE:e - p * _PAGE]
+            p += 1
+        return bytes(data)
 
     # -- transaction end -------------------------------------------------------------------------
     def commit(self) -> None:
-        """Make the current content durable, then drop the journal (the commit point)."""
-        os.fsync(self._fd)
+        """Journal the originals of the changed pages, write the pages, drop the journal (commit point)."""
+        pages = sorted(self._pages.items())
+        for p, new in pages:
+            old = os.pread(self._fd, len(new), p * _PAGE)
+            _write_all(self._jfd, _RECORD.pack(p * _PAGE, len(old), zlib.crc32(old)) + old)
+            self.records += 1
+        if pages and self.durable:
+            os.fsync(self._jfd)
+        for p, new in pages:
+            _pwrite_all(self._fd, new, p * _PAGE)
+        if self._size < self.original_size:
+            os.ftruncate(self._fd, self._size)
+        if self.durable:
+            os.fsync(self._fd)
         self._close_fds()
         os.unlink(journal_path(self.path))
-        _fsync_dir(self.path)
+        if self.durable:
+            _fsync_dir(self.path)
 
     def rollback(self) -> None:
         """Close, restore the original bytes and drop the journal."""
@@ -186,8 +200,8 @@ def rollback(path: str) -> bool:
                 off, n, crc = _RECORD.unpack_from(raw, pos)
                 data = raw[pos + _RECORD.size: pos + _RECORD.size + n]
                 if len(data) != n or zlib.crc32(data) != crc:
-                    break  # torn last record: its overwrite was never issued
-                os.pwrite(fd, data, off)
+                    break  # torn last record: no page had been written yet
+                _pwrite_all(fd, data, off)
                 pos += _RECORD.size + n
             os.ftruncate(fd, size)
             os.fsync(fd)

@@ -437,6 +437,44 @@ class RgbdWriter:
         self._error = None
         self.stats.episodes_discarded += 1
 
+    def delete_last_episode(self) -> int:
+        """Remove the last committed episode (one journaled transaction); returns its index.
+
+        Every dataset is cut back to the previous episode's end. HDF5 does not return the freed
+        payload space to the file system; the next episodes simply follow.
+        """
+        self._check_open()
+        if self._ep is not None:
+            raise EpisodeStateError("end or discard the episode in flight before deleting the last one")
+        if self._n_episodes == 0:
+            raise EpisodeStateError("the file has no episode to delete")
+        f = self._begin()
+        try:
+            e = int(f.attrs["total_episodes"]) - 1
+            o0 = int(f["index/obs_offsets"][e])
+            t0 = int(f["index/transition_offsets"][e])
+            cut = {schema.RGB: o0, schema.DEPTH: o0}
+            cut.update({f"{schema.STATE}/{k}": o0 for k in f[schema.STATE]})
+            cut.update({f"transitions/{k}": t0 for k, v in f["transitions"].items() if isinstance(v, h5py.Dataset)})
+            if schema.EXTRA in f:
+                cut.update({f"{schema.EXTRA}/{k}": t0 for k in f[schema.EXTRA]})
+            cut.update({f"index/{k}": t0 for k in schema.PER_TRANSITION_INDEX})
+            cut.update({f"index/{k}": e for k in schema.PER_EPISODE_INDEX})
+            for path, n in cut.items():
+                ds = f[path]
+                ds.resize((n, *ds.shape[1:]))
+            del f[f"episodes/demo_{e}"]
+            f.attrs["total_episodes"] = e
+            f.attrs["total_transitions"] = t0
+            f.attrs["total_observations"] = o0
+            f["data"].attrs["total"] = t0
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
+        self._n_episodes = e
+        return e
+
     def close(self) -> None:
         """Discard an unfinished episode, validate, and mark the file complete (or failed)."""
         if self._closed:

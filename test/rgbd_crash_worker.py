@@ -1,7 +1,8 @@
 """Deterministic RGB-D episodes for the rgbd tests, and the writer loop the SIGKILL test kills.
 
-Run: ``python test/rgbd_crash_worker.py FILE START_EPISODE`` - keeps appending episodes (and every
-few episodes closes and reopens the writer), printing ``COMMITTED <index>`` after each commit.
+Run: ``python test/rgbd_crash_worker.py FILE START_EPISODE`` - keeps committing episodes, deleting
+the last one now and then, closing and reopening the writer; prints ``OP commit|delete <episode>``
+before each operation and ``OK`` after it.
 """
 from __future__ import annotations
 
@@ -56,9 +57,14 @@ def main(path: str, start: int) -> None:
         w = RgbdWriter(path, cfg)
         assert w.total_episodes == e, (w.total_episodes, e)
         for _ in range(3):
+            print(f"OP commit {e}", flush=True)
             write_episode(w, e)
-            print(f"COMMITTED {e}", flush=True)
+            print("OK", flush=True)
             e += 1
+        e -= 1
+        print(f"OP delete {e}", flush=True)  # re-recorded identically by the next commit
+        assert w.delete_last_episode() == e
+        print("OK", flush=True)
         w.start_episode()  # an episode left in flight when close() discards it
         rgb, depth, state = frame(e, 0)
         w.add_observation(rgb, depth, state)

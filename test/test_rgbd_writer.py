@@ -321,3 +321,29 @@ def test_add_encoded_observation_copies_payloads(written, tmp_path):
             assert bytes(a[schema.RGB][i]) == bytes(b[schema.RGB][i])
             assert bytes(a[schema.DEPTH][i]) == bytes(b[schema.DEPTH][i])
     assert validate_file(out, full=True) == []
+
+
+def test_delete_last_episode_then_append(written):
+    with h5py.File(written, "r") as f:
+        keep = [bytes(f[schema.DEPTH][i]) for i in range(int(f["index/obs_offsets"][2]))]
+    with RgbdWriter(written, cfg()) as w:
+        assert w.delete_last_episode() == 2 and w.total_episodes == 2
+        assert validate_file(written).count("writer_status is 'incomplete': the file is being written or was not closed") == 1
+        w.start_episode()
+        with pytest.raises(EpisodeStateError, match="in flight"):
+            w.delete_last_episode()
+        w.discard_episode()
+        cw.write_episode(w, 2)  # re-recorded: same content, same place
+        assert w.delete_last_episode() == 2
+        assert w.delete_last_episode() == 1
+        cw.write_episode(w, 1)
+    assert validate_file(written, full=True) == []
+    with h5py.File(written, "r") as f:
+        assert f.attrs["total_episodes"] == 2 and sorted(f["episodes"]) == ["demo_0", "demo_1"]
+        assert [bytes(f[schema.DEPTH][i]) for i in range(len(keep))] == keep
+    with RgbdWriter(written, cfg()) as w:
+        w.delete_last_episode()
+        w.delete_last_episode()
+        with pytest.raises(EpisodeStateError, match="no episode"):
+            w.delete_last_episode()
+    assert validate_file(written) == []
