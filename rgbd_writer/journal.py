@@ -43,7 +43,7 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
         mv, offset = mv[n:], offset + n
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
     fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -66,7 +66,7 @@ class JournaledFile:
         head = MAGIC + struct.pack(">Q", self.original_size)
         _write_all(self._jfd, _HEADER.pack(MAGIC, self.original_size, zlib.crc32(head)))
         os.fsync(self._jfd)  # must be durable before anything is appended to the file
-        _fsync_dir(path)
+        fsync_dir(path)
         self.records = 0
 
     # -- file-object protocol used by HDF5's fileobj driver --------------------------------------
@@ -163,7 +163,7 @@ class JournaledFile:
         self._close_fds()
         os.unlink(journal_path(self.path))
         if self.durable:
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
 
     def rollback(self) -> None:
         """Close, restore the original bytes and drop the journal."""
@@ -208,5 +208,5 @@ def rollback(path: str) -> bool:
         finally:
             os.close(fd)
     os.unlink(jpath)
-    _fsync_dir(path)
+    fsync_dir(path)
     return True

@@ -32,7 +32,8 @@ import numpy as np
 
 from . import codecs, schema
 from .errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
-from .journal import JournaledFile, rollback
+from .journal import JournaledFile, fsync_dir, rollback
+from .validate import validate_file
 
 log = logging.getLogger(__name__)
 _VLEN = h5py.vlen_dtype(np.uint8)
@@ -184,9 +185,7 @@ class RgbdWriter:
         os.close(fd)
         os.rename(tmp, self.path)
         self._n_episodes = 0
-        from .journal import _fsync_dir
-
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
 
     @staticmethod
     def _create_numeric(group, name, row_shape, dtype):
@@ -197,7 +196,6 @@ class RgbdWriter:
         if rollback(self.path):
             self.stats.episodes_rolled_back_on_open += 1
             log.warning("%s: rolled back an interrupted transaction", self.path)
-        from .validate import validate_file
 
         try:
             with h5py.File(self.path, "r") as f:
@@ -485,8 +483,6 @@ class RgbdWriter:
                 self.discard_episode()
             self._pool.shutdown(wait=True)
             self._set_status("closing")
-            from .validate import validate_file
-
             problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
             self._set_status("failed" if problems else "complete")
             if problems:
@@ -513,11 +509,11 @@ class RgbdWriter:
         return self._ep
 
     def _spec(self, group: str) -> dict | None:
-        """{name: (dtype, row_shape)} fixed by earlier episodes, or None if no episode defined it yet."""
-        if self._h5.attrs["total_episodes"] == 0:
-            return None
+        """{name: (dtype, row_shape)} fixed by the file, or None while nothing has fixed it yet."""
         g = self._h5.get(group)
-        return {k: (g[k].dtype, g[k].shape[1:]) for k in g} if g is not None else {}
+        if g is not None and len(g):
+            return {k: (g[k].dtype, g[k].shape[1:]) for k in g}
+        return None if self._h5.attrs["total_episodes"] == 0 else {}
 
     def _check_rows(self, what: str, rows: Mapping[str, np.ndarray], seen: dict, file_spec: dict | None, n: int) -> dict:
         out = {}
