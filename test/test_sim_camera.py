@@ -46,6 +46,11 @@ def test_render_marker_and_depth_consistent():
     assert depth[round(v), round(u)] == round(z * 1000)
     assert depth[round(v), round(u)] < depth0[round(v), round(u)]  # marker is in front of the table
     assert r.render(np.array([0.25, 5.0, 0.2]))[0].tolist() == rgb0.tolist()  # out of view: no marker
+    stale_rgb, _ = r.render(p, stale=True)  # pose not known at the capture time: yellow, not red
+    assert find_marker(stale_rgb) is None
+    su, sv = find_marker(stale_rgb, stale=True)
+    assert abs(su - u) < 1.0 and abs(sv - v) < 1.0
+    assert find_marker(r.render(p)[0], stale=True) is None
 
 
 def test_find_marker_survives_h264():

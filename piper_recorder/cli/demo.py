@@ -1,7 +1,7 @@
 """piper-demo --out DIR [--episodes 3] [--seconds 10]: record through the simulated ROS 2 graph, validate.
 
 Starts the simulated graph from config/sim.yaml as separate processes (piper_recorder.launcher):
-simulated headset (scripted circle, clutch engaged, no buttons), quest_bridge, teleop, piper_arm
+simulated headset (continuous scripted motion: clutch engaged, figure-eight, trigger; no buttons), quest_bridge, teleop, piper_arm
 (CAN emulator), the sim cameras and both recorders, in a private ROS domain on loopback. When arm
 feedback, every camera and both recorders are up, it records N episodes through the recorders'
 services (start both, wait S seconds, stop both, wait for both "saved" events), stops the graph,
@@ -29,6 +29,9 @@ from piper_recorder.launcher import RECORDERS, Graph, LaunchError, config_path, 
 from piper_recorder.rosenv import lease_domain
 
 
+CONTINUOUS = "continuous"  # the launcher's never-pausing headset motion (piper_recorder.sim.headset_motion)
+
+
 class DemoError(RuntimeError):
     pass
 
@@ -44,11 +47,13 @@ class SimSession:
     """The simulated graph plus an rclpy client node that drives and watches the recorders."""
 
     def __init__(self, out: Path, config: str | Path | None = None, sets: Iterable[str] = (),
-                 log_dir: Path | None = None, cameras: str = "", echo: bool = False):
+                 log_dir: Path | None = None, cameras: str = "", echo: bool = False, motion_s: float = 180.0):
+        """``motion_s``: seconds of continuous headset motion (the clutch stays engaged throughout)."""
         self.out = Path(out)
         self.log_dir = Path(log_dir) if log_dir else self.out / "logs"
         sets = [f"lerobot_recorder.root={self.out / 'lerobot'}", f"rgbd_recorder.path={self.out / 'rgbd.hdf5'}",
-                "piper_launch.sim_quest.port=0", *sets]
+                "piper_launch.sim_quest.port=0", f"piper_launch.sim_quest.script={CONTINUOUS}",
+                f"piper_launch.sim_quest.duration_s={motion_s}", *sets]
         self.plan = plan_graph("sim", config or config_path("sim"), sets, self.log_dir, cameras=cameras)
         self.lease = lease_domain()
         self.graph = Graph(self.plan, self.lease.env(), self.log_dir, echo=echo)
@@ -274,24 +279,24 @@ class SimSession:
 
 
 # ---- checks and summary ---------------------------------------------------------------------------
-def lerobot_doctor(root: Path) -> tuple[bool | None, str]:
+def lerobot_doctor(root: Path, fail_on: str = "warn") -> tuple[bool | None, str]:
     """``lerobot-doctor check ROOT --ci --fail-on warn`` -> (passed, output); (None, why) if absent."""
     try:
         exe = find_script("lerobot-doctor")
     except LaunchError:
         return None, "lerobot-doctor not installed"
-    p = subprocess.run([exe, "check", str(root), "--ci", "--fail-on", "warn"], capture_output=True, text=True,
+    p = subprocess.run([exe, "check", str(root), "--ci", "--fail-on", fail_on], capture_output=True, text=True,
                        timeout=600)
     return p.returncode == 0, (p.stdout + p.stderr).strip()
 
 
-def validate_outputs(out: Path) -> dict[str, list[str]]:
+def validate_outputs(out: Path, doctor_fail_on: str = "warn") -> dict[str, list[str]]:
     """Problems per dataset ([] = valid): our validators plus lerobot-doctor when installed."""
     from piper_recorder.lerobot.validate import validate_root
     from rgbd_writer.validate import validate_file
 
     problems = {"lerobot": validate_root(out / "lerobot"), "rgbd": validate_file(str(out / "rgbd.hdf5"))}
-    ok, text = lerobot_doctor(out / "lerobot")
+    ok, text = lerobot_doctor(out / "lerobot", doctor_fail_on)
     if ok is False:
         problems["lerobot-doctor"] = [text[-4000:]]
     elif ok:
@@ -331,6 +336,19 @@ def summarize(out: Path) -> dict[str, Any]:
             "drops": drops, "lerobot_bytes": _du(root), "rgbd": rgbd, "rgbd_bytes": _du(out / "rgbd.hdf5")}
 
 
+def size_overrides(config: str | Path, size: str) -> list[str]:
+    """``WxH`` -> --set items giving every camera and both recorders that image size."""
+    from piper_recorder.launcher import LAUNCH_SECTION, load_config
+
+    try:
+        w, h = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--size expects WxH, got {size!r}") from None
+    cams = load_config(config).get(LAUNCH_SECTION, {}).get("cameras", [])
+    sets = [f"{cam}.{k}={v}" for cam in cams for k, v in (("width", w), ("height", h))]
+    return sets + [f"{rec}.camera_{k}={v}" for rec in RECORDERS for k, v in (("width", w), ("height", h))]
+
+
 def _clear(out: Path) -> None:
     """The demo owns DIR/lerobot, DIR/rgbd.hdf5 and DIR/logs: start each run from scratch."""
     for p in (out / "lerobot", out / "logs"):
@@ -348,16 +366,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="parameter file (default: config/sim.yaml)")
     ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="parameter override")
     ap.add_argument("--cameras", default="", help="comma-separated subset of the configured cameras")
+    ap.add_argument("--size", metavar="WxH", help="camera size for every camera and both recorders (default: config)")
+    ap.add_argument("--doctor-fail-on", choices=["warn", "fail"], default="warn",
+                    help="lerobot-doctor severity that fails the demo (warn-level checks such as frozen-action "
+                         "runs also reflect how loaded the machine is)")
     ap.add_argument("--verbose", action="store_true", help="echo every node's output")
     args = ap.parse_args(argv)
     if args.episodes < 1 or args.seconds <= 0:
         ap.error("--episodes must be >= 1 and --seconds > 0")
     out = args.out.resolve()
+    if args.size:
+        try:
+            args.set = size_overrides(args.config or config_path("sim"), args.size) + args.set
+        except ValueError as exc:
+            ap.error(str(exc))
     _clear(out)
     t0 = time.monotonic()
     results: list[EpisodeResult] = []
     try:
-        session = SimSession(out, args.config, args.set, cameras=args.cameras, echo=args.verbose)
+        # headset motion for the whole run: start-up allowance + episodes + saving
+        motion_s = 120.0 + args.episodes * (args.seconds + 15.0)
+        session = SimSession(out, args.config, args.set, cameras=args.cameras, echo=args.verbose, motion_s=motion_s)
         print(f"piper-demo: starting the simulated graph ({', '.join(session.plan.node_names)}); "
               f"logs in {session.log_dir}", flush=True)
         with session:
@@ -376,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piper-demo: FAILED: {exc}", file=sys.stderr)
         return 1
     bad_exit = {k: v for k, v in codes.items() if v != 0}
-    problems = validate_outputs(out)
+    problems = validate_outputs(out, args.doctor_fail_on)
     summary = summarize(out)
     print("\n== piper-demo summary")
     print(f"episodes: {summary['episodes']} (rgbd: {summary['rgbd']['episodes']}), rows per episode: "

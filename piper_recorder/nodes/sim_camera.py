@@ -12,7 +12,9 @@ Timing: frames come from a dedicated thread on a steady ``1/fps`` grid of captur
 timer in the shared executor). The stamp is the slot's time minus ``render_latency_ms``, and the EEF is
 interpolated from a short pose history to exactly that time, so the drawn marker is the EEF *at
 the frame stamp* (the latency lets poses published just after the capture time arrive first; if
-the newest pose is still older than the capture time, the thread waits up to ``pose_wait_ms`` more).
+the newest pose is still older than the capture time, the thread waits up to ``pose_wait_ms`` more;
+after that it draws the newest pose as a *yellow* marker, so a check can tell the sim's own
+staleness on a stalled machine from a recording error).
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ class SimCameraConfig:
     table_z: float = 0.0
     marker_radius_m: float = 0.02
     render_latency_ms: float = 20.0
-    pose_wait_ms: float = 100.0  # extra wait for a pose newer than the capture time (a busy machine)
+    pose_wait_ms: float = 150.0  # extra wait for a pose newer than the capture time (a busy machine)
     eef_topic: str = "/arm/eef_pose"
     pause_at_s: float = -1.0
     pause_s: float = 0.0
@@ -189,22 +191,21 @@ class SimCamera(Node):
                 index += missed
                 self.late_skipped += missed
 
-    def _pose_at(self, capture_ns: int) -> np.ndarray | None:
-        """The EEF at the capture time, waiting briefly until the history brackets it (then it is
-        interpolated, not held); with no pose stream at all the marker is simply absent."""
+    def _pose_at(self, capture_ns: int) -> tuple[np.ndarray | None, bool]:
+        """(EEF at the capture time, stale). Waits briefly until the history brackets the capture time so
+        the pose is interpolated; past ``pose_wait_ms`` the newest pose is used and flagged stale (drawn
+        yellow). With no pose stream at all the marker is absent."""
         deadline = time.monotonic() + self.cfg.pose_wait_ms / 1000.0
         while True:
             latest = self.history.latest_stamp()
             if latest is None or latest >= capture_ns:
-                return self.history.at(capture_ns)
-            if time.monotonic() >= deadline:
-                self.stale_poses += 1  # rendered with the newest (older) pose: reported at exit
-                return self.history.at(capture_ns)
-            if self._stop.wait(0.002):
-                return self.history.at(capture_ns)
+                return self.history.at(capture_ns), False
+            if time.monotonic() >= deadline or self._stop.wait(0.002):
+                self.stale_poses += 1
+                return self.history.at(capture_ns), True
 
     def _publish_frame(self, capture_ns: int, width: int) -> None:
-        rgb, depth = self.renderer.render(self._pose_at(capture_ns))
+        rgb, depth = self.renderer.render(*self._pose_at(capture_ns))
         stamp = ns_to_stamp(capture_ns)
         color_msg = self._image(stamp, "rgb8", rgb, 3 * width)
         depth_msg = self._image(stamp, "16UC1", depth, 2 * width)

@@ -1,4 +1,5 @@
-"""A cheap RGB-D scene: a pre-rendered textured table and backdrop, plus the EEF drawn as a red disc.
+"""A cheap RGB-D scene: a pre-rendered textured table and backdrop, plus the EEF drawn as a red disc
+(yellow when the sim did not know the EEF at the capture time).
 
 Everything static is rendered once per camera (``SceneRenderer.__init__``); a frame then costs one
 copy of the base images and a disc painted into a small bounding box, so two 640x480 cameras at
@@ -12,6 +13,7 @@ import numpy as np
 from piper_recorder.sim.camera import PinholeCamera
 
 MARKER_RGB = (255, 0, 0)
+STALE_MARKER_RGB = (255, 255, 0)  # drawn instead when the EEF pose at the capture time was not known
 FAR_MM = 4000  # backdrop depth where a ray misses the table
 TILE_M = 0.05  # checkerboard tile size on the table
 
@@ -37,8 +39,11 @@ class SceneRenderer:
             disc = self._discs[r] = (xx * xx + yy * yy) <= r * r
         return disc
 
-    def render(self, eef_position: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Fill and return the frame buffers (reused across calls: copy or publish before the next call)."""
+    def render(self, eef_position: np.ndarray | None, stale: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Fill and return the frame buffers (reused across calls: copy or publish before the next call).
+
+        ``stale``: the position is only the newest known one, not the EEF at the capture time; the
+        marker is then yellow, so checks can tell a sim limitation from a recording error."""
         np.copyto(self.rgb, self.base_rgb)
         np.copyto(self.depth, self.base_depth)
         if eef_position is None:
@@ -55,7 +60,7 @@ class SceneRenderer:
         if cx0 >= cx1 or cy0 >= cy1:
             return self.rgb, self.depth
         mask = self._disc(r)[cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0]
-        self.rgb[cy0:cy1, cx0:cx1][mask] = MARKER_RGB
+        self.rgb[cy0:cy1, cx0:cx1][mask] = STALE_MARKER_RGB if stale else MARKER_RGB
         self.depth[cy0:cy1, cx0:cx1][mask] = np.uint16(min(round(z * 1000.0), 65535))
         return self.rgb, self.depth
 
