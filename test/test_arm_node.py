@@ -160,7 +160,7 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend):
     print(f"\n{backend}: end-to-end RMS EEF error after settling {rms_steady * 1000:.2f} mm steady "
           f"(n={len(steady)}), {rms * 1000:.2f} mm all (n={len(errs)}); status: {st['_message']}")
     assert len(errs) > 100 and len(steady) > 50
-    assert rms_steady < (0.006 if backend == "position" else 0.04)
+    assert rms_steady < (0.008 if backend == "position" else 0.04)  # aim: 5 mm (position); margin for CI load
     assert rms < (0.03 if backend == "position" else 0.06)  # loose: includes CPU-starved moments
 
     # commanded = exactly the (absolute) targets sent, and never non-finite

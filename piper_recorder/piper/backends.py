@@ -42,7 +42,7 @@ class ArmConfig:
     gravity_ff: bool = True
     gravity_ff_max: float = 4.0             # N m clip of the sampled gravity torque
     gravity_sample_s: float = 0.25
-    gravity_adapt_s: float = 1.0            # in MIT mode, low-pass the ff toward the holding torque
+    gravity_adapt_s: float = 0.5            # in MIT mode, low-pass the ff toward the holding torque
                                             # measured while nearly still (0 = keep the entry sample)
     gain_ramp_s: float = 0.8
     max_joint_step: float = 0.02            # rad per control tick (impedance)
@@ -122,6 +122,7 @@ class ImpedanceBackend:
     def __init__(self, cfg: ArmConfig, link: PiperLink):
         self.cfg, self.link = cfg, link
         self.kp, self.kd, self.t_ff = (np.array(v, dtype=float) for v in (cfg.kp, cfg.kd, cfg.t_ff))
+        self.q_min, self.q_max = np.array(cfg.joint_min), np.array(cfg.joint_max)
         self.gravity = np.zeros(6)
         self.q_cmd = np.zeros(6)
         self.v_cmd = np.zeros(6)
@@ -194,10 +195,14 @@ class ImpedanceBackend:
         self._last_effort_stamp = fb.effort_stamp
         if not 0.0 < dt < 0.1 or self.gain_scale(time.monotonic()) < 1.0:
             return
-        still = np.abs(fb.velocity) < 0.3
+        # only joints that are nearly still and off their limits: a joint resting on a stop carries
+        # gravity in the stop, not in the motor
+        still = np.abs(fb.velocity) < 0.5
+        free = (fb.joints > self.q_min + 0.05) & (fb.joints < self.q_max - 0.05)
         a = dt / self.cfg.gravity_adapt_s
         g = self.gravity + a * (fb.effort - self.t_ff - self.gravity)
-        self.gravity = np.where(still, np.clip(g, -self.cfg.gravity_ff_max, self.cfg.gravity_ff_max), self.gravity)
+        self.gravity = np.where(still & free, np.clip(g, -self.cfg.gravity_ff_max, self.cfg.gravity_ff_max),
+                                self.gravity)
 
     def deactivate(self, fb: Feedback | None) -> None:
         """Clean return to a joint-position hold at the measured joints."""
