@@ -75,11 +75,12 @@ def bench_encode(frames, n):
                      ("depth quantise (numpy)", lambda: codecs.quantize_depth(depth, 0.1, 6.0).tobytes()),
                      ("depth jpeg2000 (OpenJPEG via glymur)", lambda: codecs.encode_depth(mm, "jpeg2000")),
                      ("depth jpeg2000 (Pillow, reference path)", lambda: _pillow_jp2(mm)),
+                     ("depth jpeg2000_bypass (OpenJPEG via glymur)", lambda: codecs.encode_depth(mm, "jpeg2000_bypass")),
                      ("depth htj2k (OpenJPH)", lambda: codecs.encode_depth(mm, "htj2k"))):
         ms, cpu, out = ms_per(fn, n)
         print(f"  {name:42s} {ms:7.1f} / {cpu:6.1f} ms  {len(out):8d} B")
     raw = mm.nbytes
-    for prof in ("jpeg2000", "htj2k"):
+    for prof in codecs.DEPTH_PROFILES:
         print(f"  depth {prof} ratio vs raw uint16: {raw / len(codecs.encode_depth(mm, prof)):.2f}x")
 
 
@@ -125,9 +126,9 @@ def write_file(path, frames, n_frames, codec, episode_len, pace_hz=None):
 
 def bench_writer(frames, n_fast, seconds_paced, tmp):
     print(f"== writer, {RgbdConfig().workers} encoder threads, 640x480 RGB-D")
-    for codec in ("jpeg2000", "htj2k"):
+    for codec in codecs.DEPTH_PROFILES:
         el, st, _ = write_file(os.path.join(tmp, "w.hdf5"), frames, n_fast, codec, 60)
-        print(f"  {codec:9s} flat out: {n_fast / el:6.1f} fps sustained ({n_fast} frames incl. commits), "
+        print(f"  {codec:15s} flat out: {n_fast / el:6.1f} fps sustained ({n_fast} frames incl. commits), "
               f"back-pressure waits {st.backpressure_waits} ({st.backpressure_wait_s:.2f} s), "
               f"encode {st.encode_s / max(1, st.frames_written) * 1000:.1f} ms/frame of worker wall time; "
               f"process CPU {st.cpu_s / n_fast * 1000:.1f} ms/frame -> capacity on 2 free cores "
@@ -135,7 +136,7 @@ def bench_writer(frames, n_fast, seconds_paced, tmp):
         n = int(seconds_paced * 30)
         el, st, bl = write_file(os.path.join(tmp, "w.hdf5"), frames, n, codec, 150, pace_hz=30)
         q = len(bl) // 4
-        print(f"  {codec:9s} fed at 30 fps for {n} frames: took {el:.1f} s ({n / el:.1f} fps), backlog mean "
+        print(f"  {codec:15s} fed at 30 fps for {n} frames: took {el:.1f} s ({n / el:.1f} fps), backlog mean "
               f"{np.mean(bl[:q]):.1f} (first quarter) -> {np.mean(bl[-q:]):.1f} (last quarter), max {max(bl)}, "
               f"back-pressure waits {st.backpressure_waits}")
 

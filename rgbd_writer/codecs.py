@@ -5,6 +5,8 @@ Depth profiles (both reversible 5/3, lossless, decodable bit-exactly by Pillow/O
   code-blocks). Encoded through glymur (libopenjp2 via ctypes, so the GIL is released and two encoder
   threads run in parallel; Pillow's JPEG 2000 encoder holds the GIL). Same JP2 boxes and coding
   parameters as Pillow's ``save(format="JPEG2000", irreversible=False)`` (only the COM marker differs).
+- ``"jpeg2000_bypass"``: the same with the selective arithmetic-coding bypass mode switch (a Part 1
+  code-block style, still lossless and decoded by every JPEG 2000 decoder): about 30% less CPU.
 - ``"htj2k"``: High-Throughput JPEG 2000 (Part 15) code-blocks from OpenJPH via imagecodecs, wrapped
   in the same JP2 box structure (brand ``jp2 ``, compatibility ``jph ``) so it is still a JP2 file.
 """
@@ -19,7 +21,7 @@ import threading
 import numpy as np
 from PIL import Image
 
-DEPTH_PROFILES = ("jpeg2000", "htj2k")
+DEPTH_PROFILES = ("jpeg2000", "jpeg2000_bypass", "htj2k")
 _JP2_SIGNATURE = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
 
 
@@ -71,11 +73,11 @@ class _Jp2Scratch(threading.local):
 _scratch = _Jp2Scratch()
 
 
-def _encode_jp2_openjpeg(mm: np.ndarray) -> bytes:
+def _encode_jp2_openjpeg(mm: np.ndarray, modesw: int = 0) -> bytes:
     import glymur
 
     path = _scratch.path
-    glymur.Jp2k(path, data=mm)  # reversible 5/3 with OpenJPEG defaults
+    glymur.Jp2k(path, data=mm, modesw=modesw)  # reversible 5/3 with OpenJPEG defaults
     with open(path, "rb") as f:
         return f.read()
 
@@ -105,18 +107,21 @@ def encode_depth(mm: np.ndarray, profile: str = "jpeg2000") -> bytes:
         raise ValueError(f"depth to encode must be HxW uint16, got {mm.dtype} {mm.shape}")
     if profile == "jpeg2000":
         return _encode_jp2_openjpeg(np.ascontiguousarray(mm))
+    if profile == "jpeg2000_bypass":
+        return _encode_jp2_openjpeg(np.ascontiguousarray(mm), modesw=1)
     if profile == "htj2k":
         return _encode_htj2k(np.ascontiguousarray(mm))
     raise ValueError(f"unknown depth profile {profile!r}; expected one of {DEPTH_PROFILES}")
 
 
 def jp2_profile(data: bytes) -> str:
-    """"htj2k" if the codestream's COD marker selects HT code-blocks, else "jpeg2000"."""
+    """The depth profile a JP2 payload was encoded with, from its COD marker's code-block style."""
     i = data.find(b"jp2c")
     cod = data.find(b"\xff\x52", i + 4 if i >= 0 else 0)
     if cod < 0 or len(data) < cod + 13:
         raise ValueError("no COD marker in the JPEG 2000 codestream")
-    return "htj2k" if data[cod + 12] & 0x40 else "jpeg2000"
+    style = data[cod + 12]
+    return "htj2k" if style & 0x40 else "jpeg2000_bypass" if style & 0x01 else "jpeg2000"
 
 
 def probe(data: bytes, kind: str) -> tuple[int, int]:

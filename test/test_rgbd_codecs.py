@@ -40,7 +40,7 @@ def _cod(cs: bytes) -> dict:
     return {"levels": levels, "cblk": (4 << xcb, 4 << ycb), "style": style, "transform": transform}
 
 
-@pytest.mark.parametrize("profile", ["jpeg2000", "htj2k"])
+@pytest.mark.parametrize("profile", codecs.DEPTH_PROFILES)
 def test_depth_round_trip_bit_exact_with_independent_decoders(profile, tmp_path):
     _, depth, _ = cw.frame(3, 1, 120, 160)
     mm = codecs.quantize_depth(depth, 0.1, 6.0)
@@ -59,8 +59,11 @@ def test_depth_round_trip_bit_exact_with_independent_decoders(profile, tmp_path)
     assert np.array_equal(codecs.decode_depth_pillow(data), mm)
     cod = _cod(_codestream(data))
     assert cod["transform"] == 1  # reversible 5/3 wavelet
+    assert codecs.jp2_profile(data) == profile
     if profile == "jpeg2000":  # OpenJPEG defaults, as the reference writes
         assert cod == {"levels": 5, "cblk": (64, 64), "style": 0, "transform": 1}
+    elif profile == "jpeg2000_bypass":
+        assert cod == {"levels": 5, "cblk": (64, 64), "style": 1, "transform": 1}
     else:
         assert cod["style"] & 0x40  # HT code-blocks
         assert np.array_equal(imagecodecs.htj2k_decode(_codestream(data)), mm)
@@ -94,7 +97,7 @@ def test_encode_depth_rejects_bad_input():
         codecs.encode_depth(np.zeros((4, 4), np.uint16), "png")
 
 
-@pytest.mark.parametrize("profile", ["jpeg2000", "htj2k"])
+@pytest.mark.parametrize("profile", codecs.DEPTH_PROFILES)
 def test_parallel_encoder_threads_stay_bit_exact(profile):
     from concurrent.futures import ThreadPoolExecutor
 
