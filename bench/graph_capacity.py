@@ -1,0 +1,128 @@
+"""Graph capacity: the whole simulated graph with 1, 2 and 3 cameras at 640x480, 30 fps, both recorders.
+
+For each camera count it records one episode of ``--seconds`` (default 60) through the services and
+prints, per camera: frames the camera published during the episode window (its grid minus its own
+stall skips), frames the LeRobot recorder received and wrote, frames repeated/dropped in rows
+(nominal mode: a missing frame shows as a repeat); the recorders' tick delay p50/p99 (how late the
+tick thread assembled rows past their due time); CPU per process (from /proc/<pid>/stat over the
+episode); and the stop-to-saved latency. Last line: the largest camera count with zero drops.
+
+  .venv/bin/python bench/graph_capacity.py [--seconds 60] [--quick] [--cameras 1,2,3] [--size 640x480]
+
+``--quick`` = 10 s episodes with 1 and 2 cameras. The figures depend on what else the machine runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from piper_recorder.cli.demo import SimSession, size_overrides  # noqa: E402
+from piper_recorder.launcher import LAUNCH_SECTION  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+THIRD_CAMERA = {"cam_side": {"ros__parameters": {"width": 640, "height": 480, "fps": 30.0, "serial": "sim-side-0003",
+                                                 "position": [0.30, 0.55, 0.50], "look_at": [0.20, 0.0, 0.38]}}}
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def config_with_cameras(n: int, tmp: Path) -> Path:
+    raw = yaml.safe_load((ROOT / "config" / "sim.yaml").read_text())
+    raw.update(THIRD_CAMERA)
+    cams = ["cam_front", "cam_wrist", "cam_side"][:n]
+    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams
+    raw["lerobot_recorder"]["ros__parameters"]["cameras"] = cams
+    raw["lerobot_recorder"]["ros__parameters"]["camera_serials"] = [
+        raw[c]["ros__parameters"]["serial"] for c in cams]
+    path = tmp / f"sim_{n}cam.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def camera_skips(log: Path) -> int:
+    m = re.search(r"skipped (\d+) \(faults\) and (\d+) \(stalls\)", log.read_text())
+    return int(m.group(1)) + int(m.group(2)) if m else -1
+
+
+def run(n: int, seconds: float, size: str, tmp: Path) -> dict:
+    config = config_with_cameras(n, tmp)
+    out = tmp / f"{n}cam"
+    session = SimSession(out, config, size_overrides(config, size), motion_s=seconds + 180.0)
+    with session:
+        session.wait_motion()
+        procs = {r.spec.name: r.popen.pid for r in session.graph.running}
+        cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        t0 = time.monotonic()
+        session.start_episode()
+        time.sleep(seconds)
+        status = {rec: dict(st) for rec, st in session.status.items()}
+        result = session.stop_episode()
+        wall = time.monotonic() - t0
+        cpu = {name: (cpu_seconds(pid) - cpu0[name]) / wall for name, pid in procs.items()}
+    ep = json.loads((out / "lerobot" / "meta" / "episodes.jsonl").read_text().splitlines()[-1])
+    cams = {}
+    for cam in session.cameras:
+        cams[cam] = {"grid": round(ep["length"]), "received": ep["frames_received"].get(cam, 0),
+                     "written": ep.get("frames_written", {}).get(cam, ep["frames_sent"].get(cam, 0)),
+                     "repeated": ep["frames_repeated"].get(cam, 0), "dropped": ep["frames_dropped"].get(cam, 0),
+                     "camera_skips_whole_run": camera_skips(out / "logs" / f"{cam}.log")}
+    delays = {"lerobot_recorder": ep.get("tick_delay_ms", {}),
+              "rgbd_recorder": status.get("rgbd_recorder", {}).get("tick_delay_ms", {})}
+    return {"cameras": n, "cams": cams, "tick_delay_ms": delays, "cpu": cpu,
+            "stop_to_saved_s": result.stop_to_saved_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--cameras", default="1,2,3")
+    ap.add_argument("--size", default="640x480")
+    ap.add_argument("--quick", action="store_true", help="10 s episodes, 1 and 2 cameras")
+    args = ap.parse_args(argv)
+    seconds, counts = args.seconds, [int(c) for c in args.cameras.split(",")]
+    if args.quick:
+        seconds, counts = 10.0, [1, 2]
+    best = 0
+    with tempfile.TemporaryDirectory(prefix="graph_capacity-") as tmp:
+        for n in counts:
+            r = run(n, seconds, args.size, Path(tmp))
+            print(f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode")
+            zero = True
+            for cam, c in r["cams"].items():
+                lost = c["repeated"] + c["dropped"] + max(0, c["grid"] - c["written"])
+                zero &= lost == 0
+                print(f"  {cam}: rows {c['grid']}, received {c['received']}, written {c['written']}, "
+                      f"repeated {c['repeated']}, dropped {c['dropped']}, camera skips (whole run) "
+                      f"{c['camera_skips_whole_run']}")
+            for rec, d in r["tick_delay_ms"].items():
+                print(f"  {rec} tick delay ms: p50 {d.get('p50', 'n/a')}, p99 {d.get('p99', 'n/a')}, "
+                      f"max {d.get('max', 'n/a')}")
+            print("  CPU (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["cpu"].items())))
+            print(f"  total CPU {sum(r['cpu'].values()):.2f} cores; stop->saved "
+                  + ", ".join(f"{k} {v:.2f}s" for k, v in r["stop_to_saved_s"].items()))
+            if zero:
+                best = max(best, n)
+    print(f"\nlargest camera count with zero dropped/repeated frames: {best}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
