@@ -148,7 +148,7 @@ def _sample_rows(idx, N_obs, full) -> list[int]:
     return sorted(r for r in rows if 0 <= r < N_obs)
 
 
-def _check_payloads(f, rows, H, W, vmin, vmax, problems) -> None:
+def _check_payloads(f, rows, H, W, vmin, vmax, profile, problems) -> None:
     rgb_ds, depth_ds = f[schema.RGB], f[schema.DEPTH]
     reported = 0
     for r in rows:
@@ -166,6 +166,8 @@ def _check_payloads(f, rows, H, W, vmin, vmax, problems) -> None:
             raw = bytes(depth_ds[r])
             if not raw.startswith(b"\x00\x00\x00\x0cjP  \r\n\x87\n"):
                 raise ValueError("not a JP2 file")
+            if codecs.jp2_profile(raw) != profile:
+                raise ValueError(f"encoded as {codecs.jp2_profile(raw)}, the file says {profile}")
             d = codecs.decode_depth_pillow(raw)
             if d.shape != (H, W) or d.dtype != np.uint16:
                 raise ValueError(f"decoded {d.dtype} {d.shape}, expected uint16 {(H, W)}")
@@ -254,6 +256,7 @@ def validate_file(path, full: bool = False) -> list[str]:
             else:
                 want.update(decoded_valid_min=vmin, decoded_valid_max=vmax, source_valid_min_m=float(dmin),
                             source_valid_max_m=float(dmax))
+                want[schema.DEPTH_PROFILE_ATTR] = a.get(schema.DEPTH_PROFILE_ATTR)
             for k, v in want.items():
                 if v is not None and (k not in ds.attrs or not _same(ds.attrs[k], v)):
                     problems.append(f"/{p}: attribute {k} is {ds.attrs.get(k)!r}, expected {v!r}")
@@ -309,7 +312,8 @@ def validate_file(path, full: bool = False) -> list[str]:
                             problems.append(f"/episodes/demo_{e}: attribute {k} is {g.attrs.get(k)!r}, expected {v}")
 
         if payload_ok and W is not None and H is not None:
-            _check_payloads(f, _sample_rows(idx, N_obs, full), H, W, vmin, vmax, problems)
+            profile = a.get(schema.DEPTH_PROFILE_ATTR, "jpeg2000")
+            _check_payloads(f, _sample_rows(idx, N_obs, full), H, W, vmin, vmax, profile, problems)
     return problems
 
 

@@ -132,6 +132,9 @@ MUTATIONS = {
     "rgb wrong size": (_wrong_size_rgb, "rgb_jpeg[1]"),
     "depth not jp2": (lambda f: f[schema.DEPTH].__setitem__(2, np.arange(50, dtype=np.uint8)), "depth_jp2[2]"),
     "depth out of range": (_bad_depth_row, "outside"),
+    "depth profile attr": (_attr("/", "depth_jpeg2000_profile", "htj2k"), "the file says htj2k"),
+    "depth ds profile": (_attr(schema.DEPTH, "depth_jpeg2000_profile", "htj2k"), "depth_jp2: attribute depth_jpeg2000"),
+    "unknown profile": (_attr("/", "depth_jpeg2000_profile", "jpegxl"), "depth_jpeg2000_profile"),
 }
 
 
