@@ -39,6 +39,7 @@ import av
 import numpy as np
 
 from .errors import DatasetError, SchemaError
+from .fsutil import fsync_file
 
 log = logging.getLogger(__name__)
 TIME_BASE = Fraction(1, 1000)
@@ -143,6 +144,7 @@ class VideoEncoder:
                 self._mux(self._stream.encode(frame))
             self._mux(self._stream.encode(None))
             self._out.close()
+            fsync_file(self.path)  # durable before the save commits it (each camera in parallel)
         except BaseException as e:  # surfaced to the caller by add()/finish()
             self._error = e
             log.error("encoder %s failed: %r", self.name, e)
