@@ -1,8 +1,8 @@
 """Graph capacity: the whole simulated graph with 1, 2 and 3 cameras at 640x480, 30 fps, both recorders.
 
 For each camera count it records one episode of ``--seconds`` (default 60) through the services and
-prints, per camera: frames the camera published during the episode window (its grid minus its own
-stall skips), frames the LeRobot recorder received and wrote, frames repeated/dropped in rows
+prints, per camera: frames the camera published around the episode (from its 1 Hz ``~/status``, so
+within about a second of the episode window), frames the LeRobot recorder received and wrote, frames repeated/dropped in rows
 (nominal mode: a missing frame shows as a repeat); the recorders' tick delay p50/p99 (how late the
 tick thread assembled rows past their due time); CPU per process (from /proc/<pid>/stat over the
 episode); and the stop-to-saved latency. Last line: the largest camera count with zero drops.
@@ -57,6 +57,12 @@ def config_with_cameras(n: int, tmp: Path) -> Path:
     return path
 
 
+def camera_status(session: SimSession, cam: str) -> dict:
+    from std_msgs.msg import String
+
+    return json.loads(session._first_message(String, f"/{cam}/status", 10.0).data)
+
+
 def camera_skips(log: Path) -> int:
     m = re.search(r"skipped (\d+) \(faults\) and (\d+) \(stalls\)", log.read_text())
     return int(m.group(1)) + int(m.group(2)) if m else -1
@@ -69,18 +75,21 @@ def run(n: int, seconds: float, size: str, tmp: Path) -> dict:
     with session:
         session.wait_motion()
         procs = {r.spec.name: r.popen.pid for r in session.graph.running}
+        published0 = {cam: camera_status(session, cam) for cam in session.cameras}
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         t0 = time.monotonic()
         session.start_episode()
         time.sleep(seconds)
         status = {rec: dict(st) for rec, st in session.status.items()}
         result = session.stop_episode()
+        published = {cam: camera_status(session, cam)["published"] - published0[cam]["published"]
+                     for cam in session.cameras}
         wall = time.monotonic() - t0
         cpu = {name: (cpu_seconds(pid) - cpu0[name]) / wall for name, pid in procs.items()}
     ep = json.loads((out / "lerobot" / "meta" / "episodes.jsonl").read_text().splitlines()[-1])
     cams = {}
     for cam in session.cameras:
-        cams[cam] = {"grid": round(ep["length"]), "received": ep["frames_received"].get(cam, 0),
+        cams[cam] = {"grid": round(ep["length"]), "published": published[cam], "received": ep["frames_received"].get(cam, 0),
                      "written": ep.get("frames_written", {}).get(cam, ep["frames_sent"].get(cam, 0)),
                      "repeated": ep["frames_repeated"].get(cam, 0), "dropped": ep["frames_dropped"].get(cam, 0),
                      "camera_skips_whole_run": camera_skips(out / "logs" / f"{cam}.log")}
@@ -109,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             for cam, c in r["cams"].items():
                 lost = c["repeated"] + c["dropped"] + max(0, c["grid"] - c["written"])
                 zero &= lost == 0
-                print(f"  {cam}: rows {c['grid']}, received {c['received']}, written {c['written']}, "
+                print(f"  {cam}: rows {c['grid']}, published ~{c['published']} (+-1 s of status), "
+                      f"received {c['received']}, written {c['written']}, "
                       f"repeated {c['repeated']}, dropped {c['dropped']}, camera skips (whole run) "
                       f"{c['camera_skips_whole_run']}")
             for rec, d in r["tick_delay_ms"].items():

@@ -2,7 +2,8 @@
 
 Topics (node name = camera name, e.g. ``--ros-args -r __node:=cam_front``):
 ``/<cam>/color/image_raw`` rgb8, ``/<cam>/aligned_depth_to_color/image_raw`` 16UC1 mm with the same
-stamp, and ``/<cam>/color/camera_info`` + ``/<cam>/aligned_depth_to_color/camera_info``.
+stamp, and ``/<cam>/color/camera_info`` + ``/<cam>/aligned_depth_to_color/camera_info``; plus
+``/<cam>/status`` (String JSON, 1 Hz): frames published, skipped by faults and by stalls, stale poses.
 
 Each sim camera is *static*, placed by ``position``/``look_at`` in the arm base frame; the sim
 "wrist" camera is a second static viewpoint, not mounted on the flange. The arm's EEF from
@@ -19,6 +20,7 @@ staleness on a stalled machine from a recording error).
 from __future__ import annotations
 
 import array
+import json
 import sys
 import threading
 import time
@@ -30,6 +32,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import String
 
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, now_ns, run_node, stamp_to_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
@@ -95,6 +98,8 @@ class SimCamera(Node):
         self.pub_color_info = self.create_publisher(CameraInfo, "~/color/camera_info", qos)
         self.pub_depth_info = self.create_publisher(CameraInfo, "~/aligned_depth_to_color/camera_info", qos)
         self.create_subscription(PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
+        self.pub_status = self.create_publisher(String, "~/status", 10)
+        self.create_timer(1.0, self._publish_status)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._frame_id = f"{cam}_color_optical_frame"
         self._stop = threading.Event()
@@ -125,6 +130,14 @@ class SimCamera(Node):
         self.faults = plan
         self.get_logger().info(f"fault plan re-armed: {values}")
         return SetParametersResult(successful=True)
+
+    def counters(self) -> dict[str, int]:
+        return {"published": self.published, "skipped_faults": self.skipped, "skipped_stalls": self.late_skipped,
+                "stale_poses": self.stale_poses}
+
+    def _publish_status(self) -> None:
+        """Counters for benches and tests: frames published and skipped (faults, stalls), stale poses."""
+        self.pub_status.publish(String(data=json.dumps({"camera": self.get_name(), **self.counters()})))
 
     def _on_eef(self, msg: PoseStamped) -> None:
         p = msg.pose.position
