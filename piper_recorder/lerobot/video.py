@@ -23,8 +23,10 @@ Random access costs about half a GOP of decoding, the file shrinks little beyond
 training loaders pay per sample, for ~35 % more bytes than gop=30. Raise it for archival size, lower
 it (LeRobot's own encoder uses 2) when decode time dominates training.
 
-Back-pressure: ``add`` blocks at most ``VideoConfig.max_block_s`` for queue space, then drops the frame
-and counts it (``queue_full``); ``max_block_s=None`` blocks until space frees (used by benchmarks).
+Back-pressure: ``add`` blocks at most ``VideoConfig.max_block_s`` (0.2 s) for queue space, then
+drops the frame and counts it (``queue_full``); ``max_block_s=None`` blocks until space frees (used by
+benchmarks). With ``queue_size=16`` an encoder may fall ~0.7 s behind before frames drop, and a save
+never drains more than 16 frames per camera (the worst-case stop-to-saved latency).
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ class VideoConfig:
     gop: int = 15
     bf: int = 0
     threads: int = 0  # 0 = codec default
-    queue_size: int = 32  # frames buffered per camera before back-pressure
+    queue_size: int = 16  # frames per camera (~0.5 s); bounds memory and the backlog a save drains
     max_block_s: float | None = 0.2
 
     def validate(self) -> None:
