@@ -53,6 +53,7 @@ class PiperArmNode(Node):
         self.emulator: PiperEmulator | None = None
         if cfg.emulate:
             cfg.can_interface = "virtual"
+            cfg.can_silence_s = max(cfg.can_silence_s, cfg.emulator_can_silence_s)
             start = np.clip(cfg.emulator_start_joints, cfg.joint_min, cfg.joint_max).tolist()
             self.emulator = PiperEmulator(cfg.can_channel, EmulatorConfig(q_init=start)).start()
         self.link = PiperLink(cfg.can_channel, cfg.can_interface)
@@ -85,7 +86,8 @@ class PiperArmNode(Node):
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
                                f"({cfg.can_interface}{', emulated' if cfg.emulate else ''}) "
-                               f"firmware={self.ctl.firmware} state={self.ctl.state}")
+                               f"firmware={self.ctl.firmware} state={self.ctl.state} "
+                               f"can_silence_s={cfg.can_silence_s}")
 
     # ------------------------------------------------------------ inputs
     def _on_target(self, msg: PoseStamped) -> None:

@@ -45,5 +45,6 @@ class Limits:
                 break
             res = kin.solve_ik(target, seed, self.q_min, self.q_max, max_iter=60)
         if not res.ok(self.ik_pos_tol, self.ik_rot_tol):
-            return Rejection("unreachable", f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg")
+            return Rejection("unreachable",
+                             f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg")
         return target, res.q
