@@ -466,3 +466,35 @@ def test_camera_thread_racing_save_never_blocks_or_corrupts(tmp_path):
     from test_lerobot_writer_helpers import decode_video
     _, idx, _, _ = decode_video(root / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")
     assert idx == list(range(accepted[0]))
+
+
+def test_open_repairs_leftovers_deterministically(tmp_path):
+    """Leftovers of each crash window: an episode in flight, payload moved but not committed,
+    interrupted atomic writes, stale derived metadata. Saved episodes stay byte-identical."""
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, config()) as w:
+        record(w, "a", 20, 0, quest=1)
+        record(w, "b", 22, 1, quest=1)
+    saved = tree_hashes(root)
+    # crash inside a save of episode 2: payload already moved into place, episodes.jsonl not yet
+    (root / ".staging/episode_000003").mkdir(parents=True)
+    (root / ".staging/episode_000003/cam_front.mp4").write_bytes(b"partial")
+    for rel in ("data/chunk-000/episode_000002.parquet",
+                "videos/chunk-000/observation.images.cam_front/episode_000002.mp4",
+                "extras/episode_000002.quest.jsonl", "meta/.cache/stats/episode_000002.npy"):
+        (root / rel).write_bytes(b"orphan")
+    (root / "meta/info.json.tmp").write_text("{")
+    info = json.loads((root / "meta/info.json").read_text())
+    (root / "meta/info.json").write_text(json.dumps({**info, "total_episodes": 3}))  # renamed early
+    (root / "meta/tasks.jsonl").write_text('{"task_index": 0, "task": "a"}\n'
+                                           '{"task_index": 1, "task": "b"}\n'
+                                           '{"task_index": 2, "task": "c"}\n')
+    w = LeRobotWriter(root, config())
+    w.close()
+    assert any(r.startswith("removed unsaved episode") for r in w.repairs)
+    assert any("moved unreferenced data/chunk-000/episode_000002.parquet" in r for r in w.repairs)
+    assert tree_hashes(root) == {**saved, **{k: v for k, v in tree_hashes(root).items()
+                                             if k.startswith(".recovered/")}}
+    assert len([k for k in tree_hashes(root) if k.startswith(".recovered/")]) == 3
+    from piper_recorder.lerobot.validate import validate_root
+    assert validate_root(root, full=True) == []
