@@ -1,10 +1,11 @@
 """Arm backend tracking error and CPU cost on the CAN-level emulator (in-process, no ROS).
 
 For each backend: the controller runs over piper_sdk on a python-can virtual bus with the emulator
-as firmware, goes home, then follows a smooth moving target (x 5 cm, y 2.5 cm, z 3 cm at 0.25 Hz,
-streamed at ~100 Hz like teleop). Prints the RMS and max flange position error (measured end pose vs
-the target current at the feedback's capture stamp) after 1 s of settling, the controller's loop
-overruns, and the process CPU share (emulator + SDK reader + control loop). The machine is shared: note the load average.
+as firmware, starting at the ready pose, and follows a smooth moving target (x 5 cm, y 2.5 cm,
+z 3 cm at 0.25 Hz, streamed at ~100 Hz like teleop). Prints the RMS and max flange position error
+(measured end pose vs the target current at the feedback's capture stamp) after 1 s of settling,
+the controller's loop overruns, and the process CPU share (emulator + SDK reader + control loop).
+The machine is shared: note the load average.
 
 Usage: .venv/bin/python bench/arm_tracking.py [--seconds 8]
 """
