@@ -192,3 +192,11 @@ def test_arm_node_rejects_bad_parameter(ros_domain, tmp_path):
         arm.popen.wait(20)
         assert arm.popen.returncode == 2
         assert "backend" in arm.output()
+
+
+def test_arm_node_reports_missing_can_interface(ros_domain, tmp_path):
+    with ProcGroup(ros_domain.env(), tmp_path) as group:
+        arm = group.start("piper-arm", "--ros-args", "-p", "can_channel:=nocan7")
+        arm.popen.wait(20)
+        assert arm.popen.returncode == 2
+        assert "can_channel 'nocan7'" in arm.output()

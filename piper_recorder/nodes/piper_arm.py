@@ -26,7 +26,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node
+from piper_recorder.nodes.common import ParameterError, declare_config, ns_to_stamp, run_node
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig
 from piper_recorder.piper.controller import ArmController
@@ -56,7 +56,12 @@ class PiperArmNode(Node):
             cfg.can_silence_s = max(cfg.can_silence_s, cfg.emulator_can_silence_s)
             start = np.clip(cfg.emulator_start_joints, cfg.joint_min, cfg.joint_max).tolist()
             self.emulator = PiperEmulator(cfg.can_channel, EmulatorConfig(q_init=start)).start()
-        self.link = PiperLink(cfg.can_channel, cfg.can_interface)
+        try:
+            self.link = PiperLink(cfg.can_channel, cfg.can_interface)
+        except (ConnectionError, OSError, ValueError) as exc:
+            if self.emulator is not None:
+                self.emulator.stop()
+            raise ParameterError(f"can_channel {cfg.can_channel!r} ({cfg.can_interface}): cannot open: {exc}") from exc
 
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
