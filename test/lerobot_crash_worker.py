@@ -47,7 +47,7 @@ def record_forever(root: Path, seed: int) -> None:
         print("saving", flush=True)
         rec = w.save_episode({"seed": seed})
         print("saved", rec["episode_index"], flush=True)
-        if r > 0.85:
+        if r > 0.7:
             print("deleting", flush=True)
             w.delete_last_episode()
 
