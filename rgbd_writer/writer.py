@@ -6,12 +6,15 @@ payloads in order. The number of frames submitted but not yet in the file is bou
 ``queue_size``: when full, ``add_observation`` blocks and the wait is counted in ``stats``
 (explicit back-pressure; frames are never dropped, since that would break the T+1 timeline).
 
-Crash safety (see journal.py): each episode is one transaction on the file, opened through an undo
-journal. Commit = write index/metadata, close, fsync, delete the journal. A SIGKILL at any instant
-leaves either the committed state or a journal that the next open rolls back, so at most the
-episode in flight is lost. New files are built aside and renamed into place. ``writer_status`` is
-"incomplete" while a writer session is open (or crashed), "closing" during the final validation,
-"complete" after ``close()``, "failed" if that validation fails.
+Crash safety (see journal.py): each episode (and each delete or status change) is one transaction
+on the file, which HDF5 reaches only through an undo journal: payloads are appended past the
+committed end, changes to committed bytes wait in memory until commit. Commit = write index and
+metadata, journal the original pages, write them, fsync, delete the journal. A SIGKILL at any
+instant leaves either the committed state or a journal that the next open rolls back, so at most
+the episode in flight is lost. New files are built aside and renamed into place. One writer per
+file (flock on ``<path>.lock``). ``writer_status`` is "incomplete" while a writer session is open
+(or crashed), "closing" during the final validation, "complete" after ``close()``, "failed" if that
+validation fails. Readers that open the file between commits see the episodes committed so far.
 """
 from __future__ import annotations
 
