@@ -253,7 +253,8 @@ def test_depth_inputs_metres_and_millimetres_and_htj2k_profile(tmp_path):
     with RgbdWriter(path, cfg(depth_codec="htj2k")) as w:
         w.start_episode()
         rgb = cw.frame(5, 0)[0]
-        w.add_observation(rgb, depth_m[..., None])  # HxWx1 float metres
+        rgba = np.dstack([rgb, np.full(rgb.shape[:2], 255, np.uint8)])
+        w.add_observation(rgba, depth_m[..., None])  # RGBA (alpha dropped), HxWx1 float metres
         w.add_transition(np.zeros(2), 0.0)
         w.add_observation(rgb, mm_in)  # uint16 millimetres
         w.end_episode()
@@ -263,7 +264,9 @@ def test_depth_inputs_metres_and_millimetres_and_htj2k_profile(tmp_path):
         assert "state" in f["observations"] and len(f["observations/state"]) == 0
         d0 = codecs.decode_depth_pillow(f[schema.DEPTH][0])
         d1 = codecs.decode_depth_pillow(f[schema.DEPTH][1])
+        rgb0 = codecs.decode_rgb_jpeg(f[schema.RGB][0])
     assert np.array_equal(d0, codecs.quantize_depth(depth_m, 0.1, 6.0))
+    assert np.array_equal(rgb0, codecs.decode_rgb_jpeg(codecs.encode_rgb_jpeg(rgb, 88)))
     assert np.array_equal(d1, codecs.quantize_depth(mm_in, 0.1, 6.0))
     assert (d0 == 0).sum() > 0 and d0[0, :4].tolist() == [0, 0, 0, 0]
     assert validate_file(path, full=True) == []
