@@ -18,7 +18,7 @@ class EpisodeSpan:
     start_ns: int
     end_ns: int
     task: str | None = None
-    timeout: bool = False       # ended by max_episode_s (RGB-D: timeouts instead of terminals)
+    reason: str = "stop_episode"  # why the live episode ended; anything else is a truncation (RGB-D timeout)
     origin: str = "whole"       # "events" | "range" | "whole"
     feed_ns: int | None = None
     rows: int | None = None
@@ -29,8 +29,8 @@ class EpisodeSpan:
         return self.start_ns if self.feed_ns is None else min(self.feed_ns, self.start_ns)
 
     @property
-    def reason(self) -> str:
-        return "max_episode_s" if self.timeout else "stop_episode"
+    def timeout(self) -> bool:
+        return self.reason != "stop_episode"
 
 
 def recorders_with_saves(lines: Iterable[str]) -> list[str]:
@@ -81,7 +81,7 @@ def spans_from_events(lines: Iterable[str], recorder: str | None = None) -> list
             rows = ev.get("rows")
             saved.append((idx, EpisodeSpan(
                 int(ev["start_ns"]), int(ev["end_ns"]), ev.get("task") or None,
-                timeout=ev.get("reason") == "max_episode_s", origin="events", feed_ns=started.pop(idx, None),
+                reason=str(ev.get("reason") or "stop_episode"), origin="events", feed_ns=started.pop(idx, None),
                 rows=int(rows) if rows is not None else None, live_index=idx)))
         elif kind == "deleted":
             for j in range(len(saved) - 1, -1, -1):
@@ -113,4 +113,5 @@ def spans_from_ranges(ranges: Iterable[str], bag_start_ns: int, min_gap_ns: int 
 
 
 def whole_bag(bag_start_ns: int, bag_end_ns: int) -> list[EpisodeSpan]:
-    return [EpisodeSpan(bag_start_ns, bag_end_ns, origin="whole")]
+    """The whole bag; its end is where recording stopped, not a task end, so it is a truncation."""
+    return [EpisodeSpan(bag_start_ns, bag_end_ns, reason="end_of_bag", origin="whole")]
