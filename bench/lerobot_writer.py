@@ -58,6 +58,17 @@ def run_episode(seconds: float, root: str, paced: bool) -> dict:
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
     from video_gop import make_scene
 
+    import logging
+
+    phases: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            phases.append(record.getMessage().split(": ", 1)[-1])
+
+    wlog = logging.getLogger("piper_recorder.lerobot.writer")
+    wlog.setLevel(logging.DEBUG)
+    wlog.addHandler(Keep())
     pool = list(make_scene(60))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(480, 640) for c in CAMS},
@@ -82,7 +93,7 @@ def run_episode(seconds: float, root: str, paced: bool) -> dict:
     return {"seconds": seconds, "feed_s": t1 - t0, "save_s": t2 - t1,
             "realtime_x": seconds / (t2 - t0), "cpu_ms_per_frame_cam": cpu / (n * len(CAMS)) * 1000,
             "wall_ms_per_frame_cam": (t2 - t0) / (n * len(CAMS)) * 1000,
-            "frames": rec["video_frame_lengths"], "dropped": rec["video_dropped_frames"],
+            "frames": rec["video_frame_lengths"], "save_phases": phases[-1] if phases else "", "dropped": rec["video_dropped_frames"],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "rss_before_mb": rss0 / 1024}
 
@@ -176,12 +187,12 @@ def main() -> None:
         print(f"{sec:>5.0f} s episode: {r['realtime_x']:.2f}x real time (feed {r['feed_s']:.2f} s + "
               f"save {r['save_s']:.3f} s); encode {r['cpu_ms_per_frame_cam']:.1f} CPU ms / "
               f"{r['wall_ms_per_frame_cam']:.1f} wall ms per frame per camera; stop-to-saved "
-              f"{r['save_s'] * 1000:.0f} ms; peak RSS {r['peak_rss_mb']:.0f} MB (before episode "
+              f"{r['save_s'] * 1000:.0f} ms ({r['save_phases']}); peak RSS {r['peak_rss_mb']:.0f} MB (before episode "
               f"{r['rss_before_mb']:.0f} MB); frames {r['frames']}; drops {r['dropped']}", flush=True)
     print("paced in real time, as live recording (stop-to-saved as the operator sees it):")
     for sec in () if a.no_paced else (short, long_):
         r = episode_in_subprocess(sec, paced=True)
-        print(f"{sec:>5.0f} s episode: stop-to-saved {r['save_s'] * 1000:.0f} ms; encode "
+        print(f"{sec:>5.0f} s episode: stop-to-saved {r['save_s'] * 1000:.0f} ms ({r['save_phases']}); encode "
               f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms per frame per camera; peak RSS "
               f"{r['peak_rss_mb']:.0f} MB; drops {r['dropped']}", flush=True)
     s = stats_at(n_eps, 600)

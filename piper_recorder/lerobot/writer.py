@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -241,16 +242,20 @@ class LeRobotWriter:
                 self._abort(ep)
                 self._set_episode(None)
                 return None
+            t0 = time.perf_counter()
             if ep.frame_counts is None:
                 ep.frame_counts = self._flush(ep)
             empty = [c for c, n in ep.frame_counts.items() if n == 0]
             if empty:
                 raise DatasetError(f"episode {ep.index}: no video frames from {empty}; "
                                    "discard_episode() it")
+            t1 = time.perf_counter()
             record = self._record(ep, counters)
             self._commit_save(ep, record)
             self._set_episode(None)
             self._session_saved.append(ep.index)
+            log.debug("episode %d saved: encoder flush %.0f ms, write + commit %.0f ms",
+                      ep.index, (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
             return record
 
     def import_episode(self, task: str, timestamps: np.ndarray, columns: Mapping[str, np.ndarray],
