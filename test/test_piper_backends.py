@@ -219,7 +219,7 @@ def test_impedance_backend_gains_ramp_gravity_ff_and_tracks(impedance_rig):
     assert wait_until(lambda: not rig.emu.mit and rig.emu.move_mode == 0x01)
     time.sleep(0.15)
     q = rig.emu.joints()
-    assert np.allclose(q, q_stop, atol=0.02)  # held where it was, no drop
+    assert np.allclose(q, q_stop, atol=0.05)  # held where it was (no drop under gravity)
     time.sleep(0.3)
     assert np.allclose(rig.emu.joints(), q, atol=1e-4)
 

@@ -89,7 +89,7 @@ class ArmController:
             self._thread.join(timeout=2.0)
         with self._lock:
             if self._active:
-                self.backend.deactivate(self._fb)
+                self.backend.deactivate(self.link.feedback())  # hold where the arm is now
                 self._active = False
 
     # ------------------------------------------------------------ inputs
@@ -147,7 +147,7 @@ class ArmController:
     def disable(self) -> None:
         with self._lock:
             if self._active:
-                self.backend.deactivate(self._fb)
+                self.backend.deactivate(self.link.feedback())
                 self._active = False
             self._enabled = False
             self._target, self._home = None, None

@@ -259,7 +259,7 @@ class PiperEmulator:
             h = dt / self.cfg.substeps
             tau = np.zeros(6)
             for _ in range(self.cfg.substeps):
-                tau = np.zeros(6)
+                tau = grav - 2.0 * self.dq  # a joint without an MIT frame yet keeps holding itself
                 for i, c in enumerate(self.mit_cmd):
                     if c is not None:
                         tau[i] = c.kp * (c.pos - self.q[i]) + c.kd * (c.vel - self.dq[i]) + c.t_ff
