@@ -34,17 +34,17 @@ def test_zero_pose_is_sdk_init_pose():
 
 def test_euler_convention_is_extrinsic_xyz():
     rx, ry, rz = 0.3, -0.4, 1.1
-    def rot(axis: int, a: float) -> np.ndarray:
-        c, s = np.cos(a), np.sin(a)
-        m = np.eye(3)
-        i, j = [(1, 2), (0, 2), (0, 1)][axis]
-        m[i, i], m[i, j], m[j, i], m[j, j] = c, -s, s, c
-        if axis == 1:
-            m[i, j], m[j, i] = s, -s
-        return m
-    expected = rot(2, rz) @ rot(1, ry) @ rot(0, rx)  # roll about x first, then pitch y, then yaw z (fixed axes)
+    cx, sx, cy, sy, cz, sz = np.cos(rx), np.sin(rx), np.cos(ry), np.sin(ry), np.cos(rz), np.sin(rz)
+    rot_x = np.array([[1, 0, 0], [0, cx, -sx], [0, sx, cx]])
+    rot_y = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+    rot_z = np.array([[cz, -sz, 0], [sz, cz, 0], [0, 0, 1]])
+    expected = rot_z @ rot_y @ rot_x  # roll about base x first, then pitch about y, then yaw about z
     assert np.allclose(kin.euler_to_matrix(rx, ry, rz), expected)
     assert np.allclose(kin.matrix_to_euler(expected), [rx, ry, rz])
+    # and it is the convention of the SDK's FK output: rebuild its flange rotation from its rx, ry, rz
+    q = np.array([0.4, 1.1, -0.8, 0.3, -0.6, 1.2])
+    x, y, z, r, p, w = C_PiperForwardKinematics(0x01).CalFK(list(q))[-1]
+    assert np.allclose(kin.euler_to_matrix(*np.radians([r, p, w])), kin.fk(q)[:3, :3], atol=1e-9)
 
 
 def test_quaternion_round_trip():
