@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -120,12 +121,13 @@ def test_camera_pause_counted_and_episode_valid(tmp_path):
 
     sets = size_overrides(SIM, f"{W}x{H}") + ["lerobot_recorder.timestamp_mode=nominal"]
     with SimSession(tmp_path / "out", sets=sets, cameras="cam_front") as s:
+        s.set_parameter("cam_front", "pause_s", 0.5)  # armed only once pause_at_s is set
         s.start_episode()
-        s.set_parameter("cam_front", "pause_s", 0.5)
-        s.set_parameter("cam_front", "pause_at_s", 0.3)  # re-arms: the pause starts 0.3 s from now
-        import time
-
-        time.sleep(2.5)
+        deadline = time.monotonic() + 20
+        while s.status.get("lerobot_recorder", {}).get("rows", 0) < 15 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the episode has rows with frames before the pause
+        s.set_parameter("cam_front", "pause_at_s", 0.1)  # re-arms: the pause starts 0.1 s from now
+        time.sleep(2.0)
         result = s.stop_episode()
     ep = json.loads((tmp_path / "out/lerobot/meta/episodes.jsonl").read_text().splitlines()[0])
     # 0.5 s at 30 fps: about 15 rows had to reuse an older frame
