@@ -281,3 +281,12 @@ def test_usage_errors_and_progress(tmp_path, cfg, capsys):
                         "--progress"]) == 0
     err = capsys.readouterr().err
     assert "bags: 100%" in err and "1/1" in err
+
+
+def test_same_bag_twice_in_one_run_is_converted_once(tmp_path, cfg, capsys):
+    bag = make_bag(tmp_path / "bag", duration_s=1.5, episodes=[(0.2, 1.2)], cameras=("cam_front", "cam_wrist"))
+    copy = tmp_path / "copy"
+    shutil.copytree(bag, copy)
+    assert run(bag, copy, "--format", "lerobot", "--out", tmp_path / "out", "--config", cfg) == 0
+    assert len(episodes(tmp_path / "out")) == 1
+    assert f"skipped {copy}: 0 episodes" in capsys.readouterr().out

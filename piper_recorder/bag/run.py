@@ -99,14 +99,16 @@ def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Pa
     bags = [str(b) for b in bags]
     opts.output = str(out)
     staging_root = out.parent / f".{out.name}.bag2dataset"
-    shutil.rmtree(staging_root, ignore_errors=True)   # leftovers of a killed run: never committed
-    staging_root.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = open_writer(opts, out)   # takes the output's lock: no other run owns the staging now
     summary = RunSummary()
     bars = _Bars(progress, bags)
-    writer = open_writer(opts, out)
     try:
+        shutil.rmtree(staging_root, ignore_errors=True)   # leftovers of a killed run: never committed
+        staging_root.mkdir(parents=True)
         done = lerobot_done(out) if opts.fmt == "lerobot" else rgbd_done(out)
         stagings = [str(staging_root / f"bag{i:05d}") for i in range(len(bags))]
+        imported: set[str | None] = set()
         if jobs <= 1:
             futures = None
         else:
@@ -123,7 +125,12 @@ def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Pa
                     res = convert_bag(i, bag, opts, stagings[i], done, bars.update)
                 else:
                     res = _result(futures[i], i, bag)
+                if res.status == "converted" and res.fingerprint in imported:
+                    res.status, res.episodes = "skipped", 0
+                    res.notes.append("same content as an earlier bag of this run")
                 _append(writer, opts, res, log)
+                if res.status == "converted":
+                    imported.add(res.fingerprint)
                 shutil.rmtree(stagings[i], ignore_errors=True)
                 summary.results.append(res)
                 bars.finish(i, res.status)
