@@ -3,13 +3,15 @@
 * ``PositionBackend``: MotionCtrl_2(0x01, 0x00 MOVE P, speed) + EndPoseCtrl; the firmware solves IK.
 * ``ImpedanceBackend``: MotionCtrl_2(0x01, 0x04 MOVE M, speed, 0xAD) + JointMitCtrl per joint. The host
   has already solved IK (the controller does it while validating the target); here the joint
-  reference moves at most ``max_joint_step`` per tick, gains ramp from 0 over ``gain_ramp_s``, and the
-  torque feed-forward is ``t_ff`` + gravity sampled from the holding currents in a joint-position
-  hold just before switching into MIT mode (clipped to ``gravity_ff_max``). Leaving MIT mode returns
-  to a joint-position hold at the measured joints.
+  reference moves at most ``max_joint_step`` per tick, its low-passed rate is sent as v_ref (without
+  it the PD lags by kd/kp), gains ramp from 0 over ``gain_ramp_s``, and the torque feed-forward is
+  ``t_ff`` + gravity: sampled from the holding torques in a joint-position hold just before switching
+  into MIT mode, then (``gravity_adapt_s`` > 0) low-passed toward the measured motor torque of joints
+  that are nearly still and off their limits, so it follows the pose; clipped to ``gravity_ff_max``.
+  Leaving MIT mode returns to a joint-position hold at the measured joints.
 
 Each ``command`` returns the pose it sent (absolute, 4x4) or None when it sent nothing this tick;
-frames are re-sent after ``keepalive_s`` of silence even when the goal is unchanged.
+an unchanged goal is re-sent after ``keepalive_s`` of silence rather than every tick.
 """
 from __future__ import annotations
 
