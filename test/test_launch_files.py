@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
-import os
 import re
 from pathlib import Path
 
@@ -72,7 +71,6 @@ def _config_classes(node: str) -> list[tuple[type, str]]:
         return [(ArmConfig, "")]
     if node == "teleop":
         mod = importlib.import_module("piper_recorder.nodes.teleop")
-        from piper_recorder.teleop import clutch, filters, frames, limits  # noqa: F401
         src = Path(mod.__file__).read_text()
         out = []
         for cls_name, prefix in re.findall(r'declare_config\(self, (\w+)(?:, "([\w.]+)")?\)', src):

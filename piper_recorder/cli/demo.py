@@ -17,7 +17,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -61,6 +60,7 @@ class SimSession:
         self.status: dict[str, dict[str, Any]] = {}
         self._cond = threading.Condition()
         self._ctx = self._node = self._executor = self._spinner = None
+        self._clients: dict[str, Any] = {}
 
     @property
     def cameras(self) -> list[str]:
@@ -198,13 +198,9 @@ class SimSession:
         self.stop()
 
     # ---- services -----------------------------------------------------------------------------
-    _clients: dict[str, Any]
-
     def _client(self, rec: str, srv: str):
         from std_srvs.srv import Trigger
 
-        if not hasattr(self, "_clients"):
-            self._clients = {}
         key = f"/{rec}/{srv}"
         if key not in self._clients:
             self._clients[key] = self._node.create_client(Trigger, key)

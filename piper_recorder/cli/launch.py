@@ -12,7 +12,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from piper_recorder.launcher import Graph, LaunchError, config_path, plan_graph

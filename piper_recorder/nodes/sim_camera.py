@@ -92,7 +92,7 @@ class SimCamera(Node):
         self.skipped = 0
         self.late_skipped = 0
         self.stale_poses = 0
-        qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # ~1/3 s of slack for a slow reader
         self.pub_color = self.create_publisher(Image, "~/color/image_raw", qos)
         self.pub_depth = self.create_publisher(Image, "~/aligned_depth_to_color/image_raw", qos)
         self.pub_color_info = self.create_publisher(CameraInfo, "~/color/camera_info", qos)
@@ -220,11 +220,11 @@ class SimCamera(Node):
     def _publish_frame(self, capture_ns: int, width: int) -> None:
         rgb, depth = self.renderer.render(*self._pose_at(capture_ns))
         stamp = ns_to_stamp(capture_ns)
-        color_msg = self._image(stamp, "rgb8", rgb, 3 * width)
-        depth_msg = self._image(stamp, "16UC1", depth, 2 * width)
-        depth_msg.header.frame_id = self._frame_id  # aligned to colour: same optical frame
-        self.pub_color.publish(color_msg)
-        self.pub_depth.publish(depth_msg)
+        # An image nobody subscribes to is not even copied into a message (saves CPU on a small box).
+        if self.pub_color.get_subscription_count():
+            self.pub_color.publish(self._image(stamp, "rgb8", rgb, 3 * width))
+        if self.pub_depth.get_subscription_count():  # aligned to colour: same optical frame id
+            self.pub_depth.publish(self._image(stamp, "16UC1", depth, 2 * width))
         self.pub_color_info.publish(self._camera_info(stamp, self._frame_id))
         self.pub_depth_info.publish(self._camera_info(stamp, self._frame_id))
 
