@@ -207,12 +207,12 @@ def main() -> int:
             probe.destroy_node()
             rclpy.shutdown()
 
-    can_lat, bridge_lat, teleop_lat, target_lat, arm_lat, missed = [], [], [], [], [], 0
+    can_lat, bridge_lat, teleop_lat, target_lat, arm_lat, missed = [], [], [], [], [], []
     thresh = THRESH[args.backend]
     for i, fn in enumerate(step_frames):
         t0 = sent_mono.get(fn)
         if t0 is None:
-            missed += 1
+            missed.append(f"{i} (frame not seen)")
             continue
         xr_dir = 1.0 if i % 2 == 0 else -1.0  # +x (right) first, then alternating
         y_dir = -xr_dir                         # robot y = -xr x; joint 1 turns the same way as y
@@ -220,7 +220,7 @@ def main() -> int:
         t_tgt = first_response(targets, t0, y_dir, 0.0002, args.step_s)
         t_hand = first_response(hand, t0, xr_dir, STEP_M / 4, args.step_s)
         if t_can is None:
-            missed += 1
+            missed.append(str(i))
             continue
         can_lat.append(t_can - t0)
         if t_tgt is not None:
@@ -239,7 +239,7 @@ def main() -> int:
     print(stats("  target arrival -> CAN frame", arm_lat))
     print(stats("headset frame -> CAN frame", can_lat))
     if missed:
-        print(f"{missed} steps without a detected CAN response")
+        print(f"steps without a detected CAN response: {', '.join(missed)}")
     if len(can_lat) < len(step_frames) // 2:
         print("too few responses measured\n" + logs)
         return 1
