@@ -183,6 +183,7 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend):
           f"{np.median(arrivals - stamps) * 1000:.1f} ms")
     assert rate > 50  # 200 Hz nominal; the subscriber shares a loaded 2-core box
     assert nan_published and set(json.loads(st["targets_refused"])) == {"non_finite"}  # nothing else refused
+    assert json.loads(st["feedback_listener_errors"]) == 0
     assert json.loads(st["stale_events"]) <= 1
 
 

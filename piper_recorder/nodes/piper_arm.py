@@ -2,7 +2,8 @@
 
 Subscribes /arm/target_pose (PoseStamped, absolute flange target, frame "arm_base" or empty) and
 /arm/target_gripper (JointState ["gripper"], m). Publishes /arm/joint_states and /arm/eef_pose at the
-feedback rate, stamped with the host receive time of the joint frames (capture time);
+arm's feedback rate (~200 Hz, from the SDK reader thread as each joint / end-pose frame set completes),
+stamped with the host receive time of those frames (capture time);
 /arm/commanded_pose and /arm/commanded_gripper with exactly what went on the bus, stamped when it
 was sent; /arm/status (DiagnosticArray, 2 Hz); /arm/provenance (String JSON, transient local).
 Services /arm/enable, /arm/disable, /arm/go_home (std_srvs/Trigger).
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import threading
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -32,6 +32,7 @@ from piper_recorder.piper.backends import ArmConfig
 from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
+from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
 
 JOINT_NAMES = [f"joint{i}" for i in range(1, 7)] + ["gripper"]
 FRAME = "arm_base"
@@ -84,10 +85,7 @@ class PiperArmNode(Node):
         self.create_service(Trigger, "/arm/enable", self._srv_enable, callback_group=services)
         self.create_service(Trigger, "/arm/disable", self._srv_disable, callback_group=services)
         self.create_service(Trigger, "/arm/go_home", self._srv_go_home, callback_group=services)
-        self._last_stamp = 0.0
-        self._pub_lock = threading.Lock()
-        self.create_timer(1.0 / cfg.control_rate_hz, self._publish_feedback,
-                          callback_group=MutuallyExclusiveCallbackGroup())
+        self.link.set_frame_listener(self._on_frame)
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
                                f"({cfg.can_interface}{', emulated' if cfg.emulate else ''}) "
@@ -120,20 +118,20 @@ class PiperArmNode(Node):
             js.name, js.position = ["gripper"], [float(gripper)]
             self.pub_cmd_gripper.publish(js)
 
-    def _publish_feedback(self) -> None:
-        fb = self.ctl.feedback()
-        if fb is None or fb.stamp == self._last_stamp or fb.stamp <= 0:
-            return
-        self._last_stamp = fb.stamp
-        ns = int(fb.stamp * 1e9)
-        js = JointState()
-        js.header.stamp = ns_to_stamp(ns)
-        js.name = JOINT_NAMES
-        js.position = [float(v) for v in fb.joints] + [float(fb.gripper)]
-        js.velocity = [float(v) for v in fb.velocity] + [0.0]
-        js.effort = [float(v) for v in fb.effort] + [float(fb.gripper_effort)]
-        self.pub_joints.publish(js)
-        self.pub_eef.publish(_pose_msg(ns, fb.pose))
+    def _on_frame(self, frame_id: int, _stamp: float) -> None:
+        """SDK reader thread: publish at the arm's feedback rate, once per complete joint / pose set."""
+        if frame_id == ID_JOINTS[-1]:
+            fb = self.link.feedback()
+            js = JointState()
+            js.header.stamp = ns_to_stamp(int(fb.stamp * 1e9))
+            js.name = JOINT_NAMES
+            js.position = [float(v) for v in fb.joints] + [float(fb.gripper)]
+            js.velocity = [float(v) for v in fb.velocity] + [0.0]
+            js.effort = [float(v) for v in fb.effort] + [float(fb.gripper_effort)]
+            self.pub_joints.publish(js)
+        elif frame_id == ID_POSE[-1]:
+            fb = self.link.feedback()
+            self.pub_eef.publish(_pose_msg(int(fb.pose_stamp * 1e9), fb.pose))
 
     def _publish_status(self) -> None:
         st = self.ctl.status()
@@ -182,6 +180,7 @@ class PiperArmNode(Node):
         return res
 
     def on_shutdown(self) -> None:
+        self.link.set_frame_listener(None)
         self.ctl.stop()
         self.link.close()
         if self.emulator is not None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import can
 import numpy as np
 from piper_sdk import C_PiperInterface_V2
 from piper_sdk.version import PiperSDKVersion
@@ -41,6 +43,7 @@ class Feedback:
     mode_feed: int
     err_code: int
     status_stamp: float
+    pose_stamp: float          # host receive time of the newest end-pose frame
 
 
 class PiperLink:
@@ -62,7 +65,34 @@ class PiperLink:
             if interface == "virtual" and port.send_bus is not port.recv_bus:
                 port.send_bus.shutdown()
                 port.send_bus = port.recv_bus
+        self._frame_listener: Callable[[int, float], None] | None = None
+        self.listener_errors = 0
+        self.last_listener_error = ""
+        port = self.sdk.GetCanBus()
+        # the SDK keeps one interface object per channel name: wrap its parser only once
+        sdk_parse = getattr(port, "_sdk_parse", port.callback_function)
+        port._sdk_parse = sdk_parse
+
+        def parse_then_notify(msg: can.Message) -> None:
+            sdk_parse(msg)
+            listener = self._frame_listener
+            if listener is not None:
+                try:
+                    listener(msg.arbitration_id, msg.timestamp)
+                except Exception as exc:  # the SDK's reader thread exits on any exception: never let one out
+                    self.listener_errors += 1
+                    self.last_listener_error = repr(exc)
+
+        port.callback_function = parse_then_notify
         self.sdk.ConnectPort()  # starts the SDK reader thread; queries limits and firmware
+
+    def set_frame_listener(self, listener: Callable[[int, float], None] | None) -> None:
+        """Call ``listener(frame_id, host_stamp)`` on the SDK reader thread after the SDK parsed each frame.
+
+        Lets a node publish feedback at the arm's own rate (e.g. on the last joint frame, 0x2A7)
+        instead of polling; keep it short, it delays the SDK's parsing of the next frame.
+        """
+        self._frame_listener = listener
 
     def close(self) -> None:
         self.sdk.DisconnectPort()
@@ -74,7 +104,8 @@ class PiperLink:
         js = j.joint_state
         joints = np.radians(np.array([js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6],
                                      dtype=float) / 1000.0)
-        e = s.GetArmEndPoseMsgs().end_pose
+        ep = s.GetArmEndPoseMsgs()
+        e = ep.end_pose
         pose = np.eye(4)
         pose[:3, :3] = kin.euler_to_matrix(*np.radians(np.array([e.RX_axis, e.RY_axis, e.RZ_axis]) / 1000.0))
         pose[:3, 3] = np.array([e.X_axis, e.Y_axis, e.Z_axis], dtype=float) / 1e6
@@ -90,7 +121,8 @@ class PiperLink:
                         effort=effort, velocity=np.array([m.motor_speed / 1000.0 for m in motors]),
                         effort_stamp=float(h.time_stamp),
                         ctrl_mode=int(a.ctrl_mode), arm_status=int(a.arm_status), mode_feed=int(a.mode_feed),
-                        err_code=int(a.err_code), status_stamp=float(st.time_stamp))
+                        err_code=int(a.err_code), status_stamp=float(st.time_stamp),
+                        pose_stamp=float(ep.time_stamp))
 
     def firmware(self, timeout: float = 1.0) -> str | None:
         """Firmware string (e.g. "S-V1.6-5"); queries again once if nothing arrived yet."""
