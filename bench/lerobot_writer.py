@@ -101,7 +101,9 @@ def run_episode(seconds: float, root: str, paced: bool) -> dict:
 def episode_in_subprocess(seconds: float, paced: bool) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run([sys.executable, __file__, "--episode", str(seconds), d, str(int(paced))],
-                             capture_output=True, text=True, check=True)
+                             capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"{seconds} s episode run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -415,6 +415,14 @@ class LeRobotWriter:
         fsutil.atomic_write(path, _npy_bytes(sk))
         return sk
 
+    def _episode_matrix(self, ep: _Episode) -> np.ndarray:
+        """The values ``_table_matrix`` would read back from the episode's parquet, from memory."""
+        n = ep.n
+        first = self._next_index
+        book = np.column_stack([np.asarray(ep.times, np.float32), np.arange(n), np.full(n, ep.index),
+                                np.arange(first, first + n), np.full(n, ep.task_index)])
+        return np.concatenate([ep.rows[:n].astype(np.float64), book.astype(np.float64)], axis=1)
+
     def _table_matrix(self, table: pa.Table) -> np.ndarray:
         cols = []
         for key, width in self._layout:
@@ -554,7 +562,7 @@ class LeRobotWriter:
         try:
             table = self._episode_table(ep)
             write_parquet(table, ep.staging / "data.parquet")
-            sk = stats.sketch(self._table_matrix(table))
+            sk = stats.sketch(self._episode_matrix(ep))
             fsutil.write_tmp(ep.staging / "stats.npy", _npy_bytes(sk)).rename(ep.staging / "stats.npy")
             contents = self._derived(episodes, tasks, self._sketches + [sk])
             contents.append(("episodes.jsonl", fsutil.jsonl_bytes(episodes)))
