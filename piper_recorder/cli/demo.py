@@ -28,6 +28,7 @@ from piper_recorder.launcher import RECORDERS, Graph, LaunchError, config_path, 
 from piper_recorder.rosenv import lease_domain
 
 
+SETTLE_S = 3.0  # after start-up (imports, discovery, encoder set-up) before the first episode
 CONTINUOUS = "continuous"  # the launcher's never-pausing headset motion (piper_recorder.sim.headset_motion)
 
 
@@ -389,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             moved = session.wait_motion()
             print(f"piper-demo: graph ready after {time.monotonic() - t0:.1f}s; arm moved {moved * 1000:.0f} mm "
                   "under teleop", flush=True)
+            time.sleep(SETTLE_S)
             for i in range(args.episodes):
                 r = session.record(args.seconds)
                 results.append(r)
