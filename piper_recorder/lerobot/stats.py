@@ -77,29 +77,37 @@ def _mixture_quantile(q: np.ndarray, w: np.ndarray, p: float, iters: int = 60) -
     k = int(np.argmin(np.abs(LEVELS - p)))
     lo = q[:, :, k].min(axis=1)  # mixture CDF at lo <= p, at hi >= p
     hi = q[:, :, k].max(axis=1)
-    active = hi > lo
-    if q.shape[1] == 1 or not active.any():
-        return lo
-    qa, wa, a, b = q[active], w[active], lo[active], hi[active]
-    # Only points inside [a, b] (plus one neighbour each side) matter while bisecting: cut a window.
-    below = (qa < a[:, None, None]).sum(axis=2)
-    upto = (qa <= b[:, None, None]).sum(axis=2)
+    out = lo.copy()
+    if q.shape[1] == 1:
+        return out
+    # Only points inside [lo, hi] (plus one neighbour each side) matter while bisecting, so each
+    # group of elements is solved on a window of columns; elements are grouped by window width
+    # so that one wide column (e.g. the global index) does not widen every other's window.
+    below = (q < lo[:, None, None]).sum(axis=2)
+    upto = (q <= hi[:, None, None]).sum(axis=2)
     j0 = np.maximum(below.min(axis=1) - 1, 0)
-    width = int(max(2, (np.minimum(upto.max(axis=1) + 1, L) - j0).max()))
-    j0 = np.minimum(j0, L - width)
-    cols = j0[:, None] + np.arange(width)
-    qw = np.take_along_axis(qa, np.broadcast_to(cols[:, None, :], qa.shape[:2] + (width,)), 2)
-    lev = LEVELS[cols]
+    width = np.maximum(2, np.minimum(upto.max(axis=1) + 1, L) - j0)
+    bucket = np.ceil(np.log2(width)).astype(int)
+    for b in np.unique(bucket[hi > lo]):
+        sel = np.nonzero((bucket == b) & (hi > lo))[0]
+        wd = int(width[sel].max())
+        s0 = np.minimum(j0[sel], L - wd)
+        cols = s0[:, None] + np.arange(wd)
+        qs = q[sel]
+        qw = np.take_along_axis(qs, np.broadcast_to(cols[:, None, :], qs.shape[:2] + (wd,)), 2)
+        out[sel] = _bisect(qw, LEVELS[cols], s0, w[sel], lo[sel], hi[sel], p, L, iters)
+    return out
+
+
+def _bisect(qw, lev, j0, w, a, b, p, L, iters) -> np.ndarray:
     for _ in range(iters):
         mid = 0.5 * (a + b)
-        below_p = _mixture_cdf(qw, lev, j0, wa, mid, L) < p
+        below_p = _mixture_cdf(qw, lev, j0, w, mid, L) < p
         a = np.where(below_p, mid, a)
         b = np.where(below_p, b, mid)
         if np.all(b - a <= 1e-7 * np.maximum(np.abs(a), np.abs(b)) + 1e-12):
             break
-    out = lo.copy()
-    out[active] = b
-    return out
+    return b
 
 
 def to_json(merged: dict[str, np.ndarray], layout: list[tuple[str, int]],
