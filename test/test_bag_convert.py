@@ -190,13 +190,11 @@ def _same_lerobot(a: Path, b: Path) -> None:
 def test_jobs_resume_and_crash_safety(tmp_path, cfg):
     bags = [make_bag(tmp_path / f"b{i}", duration_s=2.5, seed=i, t0_ns=1_700_000_000_000_000_000 + i * 10**10,
                      episodes=[(0.3, 1.1), (1.4, 2.2)], task=f"task {i % 2}") for i in range(4)]
-    one, two = tmp_path / "one", tmp_path / "two"
+    one = tmp_path / "one"
     assert run(*bags, "--format", "lerobot", "--out", one, "--config", cfg, "--jobs", "1") == 0
-    assert run(*bags, "--format", "lerobot", "--out", two, "--config", cfg, "--jobs", "2") == 0
-    _same_lerobot(one, two)
     assert [e["tasks"][0] for e in episodes(one)] == ["task 0"] * 2 + ["task 1"] * 2 + ["task 0"] * 2 + ["task 1"] * 2
 
-    # resume: converted bags are skipped, new ones appended (same result as one run over all)
+    # resume: converted bags are skipped, new ones appended, with --jobs 2: the same as one --jobs 1 run
     part = tmp_path / "part"
     assert run(*bags[:2], "--format", "lerobot", "--out", part, "--config", cfg) == 0
     before = (part / "meta" / "episodes.jsonl").read_bytes()
