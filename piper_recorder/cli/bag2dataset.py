@@ -36,7 +36,7 @@ exit status: 0 all bags converted or skipped; 1 some bags failed (each is report
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="piper-bag2dataset", description=__doc__.splitlines()[0], epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("bags", nargs="+", metavar="BAG", help="rosbag2 directories (or .db3/.mcap files)")
+    ap.add_argument("bags", nargs="+", metavar="BAG", help="rosbag2 bag directories (metadata.yaml + .db3 or .mcap)")
     ap.add_argument("--format", required=True, choices=("lerobot", "rgbd"))
     ap.add_argument("--out", required=True, help="LeRobot root directory or RGB-D .hdf5 file")
     ap.add_argument("--config", help="sim | robot | ROS 2 parameter file with the recorder's ros__parameters")
