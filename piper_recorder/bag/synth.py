@@ -136,7 +136,8 @@ def _arm(s: SynthScenario):
             ns = s.t0_ns + int(k * 1e9 / s.arm_hz)
             t = (ns - s.t0_ns) / 1e9
             pos, q = _arm_pose(t)
-            joints = np.array([0.1 * np.sin(t + j) for j in range(6)] + [s.gripper_scale_out * (0.03 + 0.02 * np.sin(t))])
+            gripper = s.gripper_scale_out * (0.03 + 0.02 * np.sin(t))
+            joints = np.array([0.1 * np.sin(t + j) for j in range(6)] + [gripper])
             yield (s.topics["joint_states"], "sensor_msgs/msg/JointState", ns,
                    joint_state(ns, list(s.joint_names), joints))
             yield s.topics["eef_pose"], "geometry_msgs/msg/PoseStamped", ns, pose_stamped(ns, pos, q)
