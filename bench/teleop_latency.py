@@ -7,19 +7,20 @@ Chain (each arrow crosses a process or a bus):
 How a headset frame is tied to the CAN frame it causes (no field is smuggled through the messages):
 * The sim headset replays a generated stream (``--replay``): grip closed, right controller still,
   then every ``--step-s`` a 1 cm step to the right or left (alternating). A step lives in one known
-  headset frame number. The sim sends frame n at its capture time ``mono`` (host CLOCK_MONOTONIC);
-  the bench reads each step frame's ``mono`` from ``/quest/raw``. That is the time the frame was due
-  to leave; the sim thread waking late only makes the measured latency larger (conservative).
+  headset frame n, written with ``mono = n / 90`` s. The sim sends each replayed frame at its
+  capture time ``start + mono`` on the host CLOCK_MONOTONIC, and its hello carries ``start``
+  (``mono`` in the hello), so step frame n is due to leave at ``hello.mono + n / 90``. The sim
+  thread waking late only makes the measured latency larger (conservative).
 * The arm node runs in this process with the emulator on a private virtual CAN channel, and a
-  second python-can bus on that channel records every frame the SDK sends, stamped by python-can
-  at send time (``time.time()``, converted to the monotonic clock). A step to robot -y/+y (XR +x/-x)
-  shows up as the first pose command after the step frame that moved by more than ``THRESH`` in the
-  step's direction: EndPoseCtrl 0x152 Y (position backend) or the joint-1 reference of JointMitCtrl
-  0x15A (impedance). Steps alternate, so the filter's tail of the previous step moves the other way
-  and cannot be mistaken for the response.
-* Also reported, to tell the stages apart: the arrival in this process of the first
-  ``/quest/right/pose`` (bridge output) and the first ``/arm/target_pose`` (teleop output) that moved.
-  (Arrival here = DDS delivery plus this process's executor scheduling.)
+  second python-can bus on that channel records the pose-command frames the SDK sends, stamped by
+  python-can at send time (``time.time()``, converted to the monotonic clock). A step to robot
+  -y/+y (XR +x/-x) shows up as the first pose command after the step frame that moved by more than
+  ``THRESH`` in the step's direction: EndPoseCtrl 0x152 Y (position backend) or the joint-1
+  reference of JointMitCtrl 0x15A (impedance). Steps alternate, so the filter's tail of the
+  previous step moves the other way and cannot be mistaken for the response.
+* The split at teleop's output uses the header stamp of the first ``/arm/target_pose`` that moved
+  (teleop stamps it when it publishes), so this process's own scheduling does not bias it. This
+  process subscribes to nothing else at a high rate, to keep the arm node's process as it runs alone.
 
 Prints n, p50, p90, p99, max per stage. The machine is shared: note the load average printed.
 Usage: .venv/bin/python bench/teleop_latency.py [--backend position|impedance] [--steps 60] [--step-s 0.3]
@@ -138,6 +139,7 @@ def main() -> int:
         import rclpy
         from geometry_msgs.msg import PoseStamped
         from rclpy.executors import MultiThreadedExecutor
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from std_msgs.msg import String
 
         from piper_recorder.nodes.piper_arm import PiperArmNode
@@ -151,24 +153,17 @@ def main() -> int:
         tap.start()
         arm = PiperArmNode()
         probe = rclpy.create_node("latency_probe")
-        step_set = set(step_frames)
-        sent_mono: dict[int, float] = {}
-        targets: list[tuple[float, float]] = []  # (arrival monotonic, robot y)
-        hand: list[tuple[float, float]] = []     # (arrival monotonic, XR x) of the bridge's output
+        targets: list[tuple[float, float]] = []  # (teleop publish time as monotonic, robot y)
+        hellos: list[dict] = []
         teleop_up = threading.Event()
-
-        def on_raw(m: String) -> None:
-            if '"frame"' not in m.data:
-                return
-            f = json.loads(m.data)
-            if f.get("frame") in step_set:
-                sent_mono[f["frame"]] = float(f["mono"])
-
-        probe.create_subscription(String, "/quest/raw", on_raw, 200)
-        probe.create_subscription(PoseStamped, "/arm/target_pose",
-                                  lambda m: targets.append((time.monotonic(), m.pose.position.y)), 200)
-        probe.create_subscription(PoseStamped, "/quest/right/pose",
-                                  lambda m: hand.append((time.monotonic(), m.pose.position.x)), 200)
+        off = time.time() - time.monotonic()
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        probe.create_subscription(String, "/quest/hello", lambda m: hellos.append(json.loads(m.data)), latched)
+        probe.create_subscription(
+            PoseStamped, "/arm/target_pose",
+            lambda m: targets.append((m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 - off, m.pose.position.y)),
+            200)
         probe.create_subscription(String, "/teleop/status", lambda m: teleop_up.set(), 10)
         executor = MultiThreadedExecutor(num_threads=4)
         executor.add_node(arm)
@@ -190,11 +185,10 @@ def main() -> int:
                 while "listening" not in sim.output() and time.monotonic() < deadline:
                     time.sleep(0.05)
                 procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}")
-                total = LEAD_S + args.steps * args.step_s + 8.0
-                deadline = time.monotonic() + total
-                while len(sent_mono) < len(step_frames) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                time.sleep(0.5)
+                deadline = time.monotonic() + 20
+                while not hellos and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                time.sleep(LEAD_S + args.steps * args.step_s + 0.5 if hellos else 0.0)
                 logs = procs.logs()
         finally:
             tap.stop.set()
@@ -207,18 +201,18 @@ def main() -> int:
             probe.destroy_node()
             rclpy.shutdown()
 
-    can_lat, bridge_lat, teleop_lat, target_lat, arm_lat, missed = [], [], [], [], [], []
+    if not hellos:
+        print("no headset hello\n" + logs)
+        return 1
+    start = float(hellos[-1]["mono"])
+    can_lat, target_lat, arm_lat, missed = [], [], [], []
     thresh = THRESH[args.backend]
     for i, fn in enumerate(step_frames):
-        t0 = sent_mono.get(fn)
-        if t0 is None:
-            missed.append(f"{i} (frame not seen)")
-            continue
+        t0 = start + fn / RATE           # when step frame fn was due to leave the sim headset
         xr_dir = 1.0 if i % 2 == 0 else -1.0  # +x (right) first, then alternating
         y_dir = -xr_dir                         # robot y = -xr x; joint 1 turns the same way as y
         t_can = first_response(tap.frames, t0, y_dir, thresh, args.step_s)
         t_tgt = first_response(targets, t0, y_dir, 0.0002, args.step_s)
-        t_hand = first_response(hand, t0, xr_dir, STEP_M / 4, args.step_s)
         if t_can is None:
             missed.append(str(i))
             continue
@@ -226,17 +220,11 @@ def main() -> int:
         if t_tgt is not None:
             target_lat.append(t_tgt - t0)
             arm_lat.append(t_can - t_tgt)
-        if t_hand is not None:
-            bridge_lat.append(t_hand - t0)
-            if t_tgt is not None:
-                teleop_lat.append(t_tgt - t_hand)
     load = os.getloadavg()
     print(f"teleop latency ({args.backend} backend), {len(step_frames)} steps of {STEP_M * 100:.0f} cm every "
           f"{args.step_s} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
-    print(stats("headset frame -> /quest/right/pose", bridge_lat))
-    print(stats("  pose arrival -> /arm/target_pose", teleop_lat))
-    print(stats("headset frame -> /arm/target_pose", target_lat))
-    print(stats("  target arrival -> CAN frame", arm_lat))
+    print(stats("headset frame -> teleop target", target_lat))
+    print(stats("teleop target -> CAN frame", arm_lat))
     print(stats("headset frame -> CAN frame", can_lat))
     if missed:
         print(f"steps without a detected CAN response: {', '.join(missed)}")
