@@ -288,3 +288,35 @@ def test_same_bag_twice_in_one_run_is_converted_once(tmp_path, cfg, capsys):
     assert run(bag, copy, "--format", "lerobot", "--out", tmp_path / "out", "--config", cfg) == 0
     assert len(episodes(tmp_path / "out")) == 1
     assert f"skipped {copy}: 0 episodes" in capsys.readouterr().out
+
+
+def test_import_episode_refuses_bad_input_and_leaves_the_root_unchanged(tmp_path, cfg):
+    from piper_recorder.bag.config import load_settings, topic_map
+    from piper_recorder.bag.convert import ConvertOptions, open_writer
+    from piper_recorder.lerobot.errors import SchemaError
+
+    bag = make_bag(tmp_path / "bag", duration_s=1.5, episodes=[(0.2, 1.2)])
+    src = tmp_path / "src"
+    assert run(bag, "--format", "lerobot", "--out", src, "--config", cfg) == 0
+    (rec,) = episodes(src)
+    assert "tick_delay_ms" not in rec
+    s = load_settings("lerobot", cfg)
+    w = open_writer(ConvertOptions("lerobot", s, topic_map("lerobot", s)), tmp_path / "dst")
+    try:
+        t = table(src, 0)
+        cols = {k: np.asarray(t[k], np.float32).reshape(len(t["timestamp"]), -1)
+                for k in ("observation.arm_joint", "observation.arm_eef", "observation.gripper", "action.arm_eef",
+                          "action.gripper")}
+        vids = {c: src / f"videos/chunk-000/observation.images.{c}/episode_000000.mp4" for c in ("cam_front", "cam_wrist")}
+        with pytest.raises(SchemaError, match="observation.gripper: missing"):
+            w.import_episode("t", t["timestamp"], {k: v for k, v in cols.items() if k != "observation.gripper"},
+                             vids, None, rec)
+        with pytest.raises(SchemaError, match="strictly increasing"):
+            w.import_episode("t", np.zeros(len(t["timestamp"])), cols, vids, None, rec)
+        assert w.total_episodes == 0 and all(v.exists() for v in vids.values())
+        new = w.import_episode("t", t["timestamp"], cols, vids, None, rec)
+        assert new["length"] == rec["length"] and new["video_frame_lengths"] == rec["video_frame_lengths"]
+        assert new["source"] == rec["source"] and not any(v.exists() for v in vids.values())   # moved
+    finally:
+        w.close()
+    assert validate_root(tmp_path / "dst", full=True) == []

@@ -112,12 +112,14 @@ def open_writer(opts: ConvertOptions, path: Path):
 
 
 class _SourcedLeRobotTarget(LeRobotTarget):
-    """LeRobotTarget whose saved records also carry the episode's ``source`` block."""
+    """LeRobotTarget whose saved records also carry the episode's ``source`` block. The live tick
+    thread's delay stats mean nothing for a replay (ticks follow the bag's receive times): dropped."""
 
     source: dict[str, Any] = {}
 
     def save_episode(self, sink, counters, timeout):
-        return super().save_episode(sink, {**counters, "source": self.source}, timeout)
+        kept = {k: v for k, v in counters.items() if k != "tick_delay_ms"}
+        return super().save_episode(sink, {**kept, "source": self.source}, timeout)
 
 
 class _SourcedRgbdTarget(RgbdTarget):
