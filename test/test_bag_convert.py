@@ -307,7 +307,8 @@ def test_import_episode_refuses_bad_input_and_leaves_the_root_unchanged(tmp_path
         cols = {k: np.asarray(t[k], np.float32).reshape(len(t["timestamp"]), -1)
                 for k in ("observation.arm_joint", "observation.arm_eef", "observation.gripper", "action.arm_eef",
                           "action.gripper")}
-        vids = {c: src / f"videos/chunk-000/observation.images.{c}/episode_000000.mp4" for c in ("cam_front", "cam_wrist")}
+        vids = {c: src / f"videos/chunk-000/observation.images.{c}/episode_000000.mp4"
+                for c in ("cam_front", "cam_wrist")}
         with pytest.raises(SchemaError, match="observation.gripper: missing"):
             w.import_episode("t", t["timestamp"], {k: v for k, v in cols.items() if k != "observation.gripper"},
                              vids, None, rec)
