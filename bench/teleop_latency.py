@@ -58,7 +58,9 @@ THRESH = {"position": 0.0002, "impedance": 0.0004}  # m in y / rad of joint 1: w
 def make_replay(path: Path, steps: int, step_s: float) -> list[int]:
     """Write the replay stream; return the frame numbers at which the steps happen."""
     idle = ScriptedHeadset("idle", buttons=False)
-    step_frames = [int(round((LEAD_S + i * step_s) * RATE)) for i in range(steps)]
+    # (i % 9) extra frames: the 90 Hz frames then land at 9 different phases of teleop's 100 Hz tick
+    # (and the arm's 200 Hz one) instead of always the same, so the quantization is sampled fairly.
+    step_frames = [int(round((LEAD_S + i * step_s) * RATE)) + i % 9 for i in range(steps)]
     n_frames = step_frames[-1] + int(RATE * 1.0)
     with open(path, "w") as fh:
         k = 0
