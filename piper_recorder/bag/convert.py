@@ -192,10 +192,6 @@ def check_topics(src: BagSource, opts: ConvertOptions) -> None:
     if missing:
         raise BagError(f"{src.path}: missing topics {missing} (bag has {sorted(have) or 'no topics'}); "
                        "map other names with --config/--mapping")
-    unknown = [f"{t} ({have[t]})" for t in required if not src.decodable(have[t])]
-    if unknown:
-        raise BagError(f"{src.path}: unknown message types (no definition in the bag or the ROS 2 store): "
-                       f"{unknown}")
     counts = src.message_counts()
     empty = [t for t in required if counts.get(t, 1) == 0]
     if empty:

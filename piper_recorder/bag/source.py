@@ -86,7 +86,11 @@ class BagSource:
             self._reader = AnyReader([self.path], default_typestore=get_typestore(DEFAULT_STORE))
             self._reader.open()
         except Exception as exc:  # rosbags raises several unrelated types for broken storage
-            raise BagError(f"{self.path}: cannot open bag ({type(exc).__name__}: {exc})") from exc
+            why = f"{type(exc).__name__}: {exc}"
+            if "Message type" in str(exc):
+                why = (f"unknown message type: the bag's definition is missing or does not match ({why}); "
+                       "re-record with message definitions (rosbag2 >= Iron) or convert from a bag without it")
+            raise BagError(f"{self.path}: cannot open bag ({why})") from exc
 
     def close(self) -> None:
         try:
@@ -110,10 +114,6 @@ class BagSource:
         for c in self._reader.connections:
             out[c.topic] = out.get(c.topic, 0) + int(c.msgcount or 0)
         return out
-
-    def decodable(self, msgtype: str) -> bool:
-        """Whether the bag (embedded definitions) or the default store defines this type."""
-        return msgtype in self._reader.typestore.fielddefs
 
     @property
     def start_ns(self) -> int:
