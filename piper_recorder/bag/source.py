@@ -89,7 +89,7 @@ class BagSource:
             why = f"{type(exc).__name__}: {exc}"
             if "Message type" in str(exc):
                 why = (f"unknown message type: the bag's definition is missing or does not match ({why}); "
-                       "re-record with message definitions (rosbag2 >= Iron) or convert from a bag without it")
+                       "rosbags decodes a type only from the bag's embedded definition or the ROS 2 store")
             raise BagError(f"{self.path}: cannot open bag ({why})") from exc
 
     def close(self) -> None:
