@@ -7,9 +7,10 @@ import pytest
 
 from piper_recorder.teleop.clutch import ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
+from piper_recorder.teleop.frames import FrameConfig
 from piper_recorder.teleop.limits import Limits, LimitsConfig
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
-from piper_recorder.teleop.rotations import angle_between, axis_angle_to_quat, quat_mul, quat_to_matrix
+from piper_recorder.teleop.rotations import angle_between, axis_angle_to_quat, quat_mul
 
 DT = 0.01
 I = np.array([0, 0, 0, 1.0])
@@ -87,8 +88,7 @@ def test_rotation_mapping_by_hand():
 
 
 def test_yaw_offset_applies_to_mapping():
-    rig = Rig(**exact(frame=__import__("piper_recorder.teleop.frames", fromlist=["FrameConfig"]).FrameConfig(
-        yaw_offset_deg=-90.0)))
+    rig = Rig(**exact(frame=FrameConfig(yaw_offset_deg=-90.0)))
     rig.engage()
     rig.hand_p = HAND_P + [0, 0, -0.05]  # forward
     (res,) = rig.step()
@@ -274,7 +274,8 @@ def test_garbage_input_never_produces_a_bad_target():
         if rng.random() < 0.3:
             q[rng.integers(4)] = rng.choice(bad)
         rig.core.on_hand_pose(t, p, q)
-        rig.core.on_joy(t, "right", Joy(trigger=rng.choice([0.5, math.nan]), squeeze=rng.choice([1.0, 1.0, 1.0, math.nan, 0.8, 0.0])))
+        rig.core.on_joy(t, "right", Joy(trigger=rng.choice([0.5, math.nan]),
+                                        squeeze=rng.choice([1.0, 1.0, 1.0, math.nan, 0.8, 0.0])))
         ap = ARM_P + rng.normal(scale=0.01, size=3)
         if rng.random() < 0.2:
             ap[rng.integers(3)] = rng.choice(bad)
@@ -308,4 +309,3 @@ def test_config_validation():
         TeleopCore(TeleopConfig(stale_timeout_s=math.nan))
     with pytest.raises(ValueError):
         TeleopCore(TeleopConfig(limits=LimitsConfig(tether_m=math.inf)))
-    assert np.allclose(quat_to_matrix(I), np.eye(3))

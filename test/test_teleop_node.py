@@ -12,7 +12,6 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
@@ -146,7 +145,7 @@ def test_teleop_node_end_to_end(graph):
     assert 30 < rate < 130, rate  # 100 Hz nominal; generous for a loaded 2-core box
     g.joy["right"][0] = 1.0  # trigger fully pressed closes the gripper
     time.sleep(0.3)
-    assert g.grippers[0] == pytest.approx(0.07) and g.grippers[-1] == pytest.approx(0.0), (len(g.grippers), len(g.targets), g.status[-1])
+    assert g.grippers[0] == pytest.approx(0.07) and g.grippers[-1] == pytest.approx(0.0)
 
     # NaN controller pose: rejected, the watchdog releases, nothing non-finite ever leaves
     g.hand = [math.nan, 1.1, -0.4]

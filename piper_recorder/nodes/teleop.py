@@ -2,9 +2,11 @@
 
 A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: every message is fed to the core
 with its arrival time (monotonic), and a dedicated control thread at ``control_rate_hz`` asks the
-core for the next target. (Not a ROS timer: in the shared Python executor a 100 Hz timer starved
-the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog.) Targets are published only while the clutch is engaged; when it releases (grip open, menu,
-stale headset stream, lost arm feedback, arm fault) publishing stops and the arm holds.
+core for the next target. (Not a ROS timer: in a shared Python executor a 100 Hz timer starved
+the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
+single-threaded because the callbacks only store data under one lock.) Targets are published only
+while the clutch is engaged; when it releases (grip open, menu, stale headset stream, lost arm
+feedback, arm fault) publishing stops and the arm holds.
 
 Parameters: the fields of ``TeleopConfig`` (``hand``, ``control_rate_hz``, ``pos_scale``, ...), its
 sub-configs under ``clutch.``, ``frame.``, ``filter.``, ``limits.``, and ``TeleopNodeConfig`` below.
