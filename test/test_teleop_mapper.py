@@ -309,3 +309,20 @@ def test_config_validation():
         TeleopCore(TeleopConfig(stale_timeout_s=math.nan))
     with pytest.raises(ValueError):
         TeleopCore(TeleopConfig(limits=LimitsConfig(tether_m=math.inf)))
+
+
+def test_left_hand_drives_and_right_a_deletes():
+    core = TeleopCore(TeleopConfig(hand="left"))
+    t = 0.0
+    actions = []
+    for k in range(150):
+        t += DT
+        core.on_hand_pose(t, HAND_P, I)
+        core.on_arm_pose(t, ARM_P, ARM_Q)
+        core.on_joint_states(t, [0.0] * 7)
+        core.on_joy(t, "left", Joy(squeeze=1.0, primary=5 <= k < 10))   # X on the driving hand: start
+        core.on_joy(t, "right", Joy(squeeze=1.0, primary=k >= 20))       # A on the other hand, held
+        res = core.tick(t)
+        actions += res.actions
+        assert res.target is not None  # the right grip does not matter, the left one engaged
+    assert actions == [Action.START, Action.DELETE_LAST]
