@@ -43,7 +43,7 @@ CAMS = ("cam_front", "cam_wrist")
 # Both sides read this from the same parameter file. Generous, because a live row can only equal the
 # bag's if the recorder process received every message before its row was assembled, and this box is
 # shared (the converter is exact regardless: it replays the receive times the bag recorded).
-LATENESS = 0.5
+LATENESS = 1.0
 # Rows/frames the live recorder may still have assembled before a message reached it on a loaded box
 # (it then used the previous sample); the converted dataset has the message's bag receive time instead.
 MAX_LIVE_MISSES = 0.03
