@@ -333,18 +333,17 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
     record = session_record(opts, _latest_json(src, opts.topics.provenance), _latest_json(src, opts.topics.hello),
                             source)
     res.session = record
+    staging.mkdir(parents=True, exist_ok=True)
     if opts.fmt == "lerobot":
-        staging.mkdir(parents=True, exist_ok=True)
         path = staging / "lerobot"
         target: Any = _SourcedLeRobotTarget(open_writer(opts, path), save_raw_quest=opts.settings.save_raw_quest)
     else:
-        staging.mkdir(parents=True, exist_ok=True)
         path = staging / "rgbd.hdf5"
         target = _SourcedRgbdTarget(open_writer(opts, path), next(iter(opts.topics.cameras)))
     res.staging = str(path)
-    events: list[dict] = []
+    # the end comes from the span, never from max_episode_s; events come back in the Answers
     c = EpisodeController(target, opts.settings.assembly(tuple(opts.topics.cameras)), recorder=opts.recorder_name,
-                          max_episode_s=0, publish_event=events.append, session_record=lambda: record,
+                          max_episode_s=0, publish_event=lambda e: None, session_record=lambda: record,
                           log=lambda m: None)
     try:
         feeder = _Feeder(opts, c, res.notes)
@@ -371,7 +370,7 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder
         for fn in handlers[raw.topic]:
             fn(msg, raw.log_ns)
 
-    def start(span: EpisodeSpan, i: int) -> None:
+    def start(span: EpisodeSpan) -> None:
         for raw in sorted((r for q in gap.values() for r in q), key=lambda r: r.log_ns):
             dispatch(raw)   # idle: each input's newest sample becomes the pre-roll, as in the live node
         gap.clear()
@@ -404,7 +403,7 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder
             finish(active)
             active, j = None, j + 1
         if active is None and j < len(spans) and now >= spans[j].feed_from_ns:
-            start(spans[j], j)
+            start(spans[j])
             active = spans[j]
         if active is None:
             q = gap.get(raw.topic)
