@@ -73,3 +73,15 @@ def test_message_helpers_on_rosbags_messages():
     grip = joint_state(3, ["joint7"], np.array([40.0]))
     assert messages.gripper_width(grip, "joint7", 0.001) == pytest.approx(0.04)
     assert messages.gripper_width(grip) == 40.0 and messages.gripper_width(grip, "joint8") is None
+
+
+def test_converter_needs_no_ros_runtime():
+    import subprocess
+    import sys
+
+    code = ("import sys; import piper_recorder.cli.bag2dataset, piper_recorder.bag.run, piper_recorder.bag.convert, "
+            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.launcher; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'rosbag2_py')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
