@@ -12,8 +12,8 @@ How a headset frame is tied to the CAN frame it causes (no field is smuggled thr
   (``mono`` in the hello), so step frame n is due to leave at ``hello.mono + n / 90``. The sim
   thread waking late only makes the measured latency larger (conservative).
 * The arm node runs in this process with the emulator on a private virtual CAN channel, and a
-  second python-can bus on that channel records the pose-command frames the SDK sends, stamped by
-  python-can at send time (``time.time()``, converted to the monotonic clock). A step to robot
+  second python-can bus on that channel receives every frame the SDK sends, stamped by python-can
+  at send time (``time.time()``, converted to the monotonic clock); they are read after the run. A step to robot
   -y/+y (XR +x/-x) shows up as the first pose command after the step frame that moved by more than
   ``THRESH`` in the step's direction: EndPoseCtrl 0x152 Y (position backend) or the joint-1
   reference of JointMitCtrl 0x15A (impedance). Steps alternate, so the filter's tail of the
@@ -89,31 +89,28 @@ def stats(name: str, xs: list[float]) -> str:
             f"p99 {np.percentile(a, 99):6.2f} ms  max {a.max():6.2f} ms")
 
 
-class CanTap(threading.Thread):
-    """A second bus on the arm's virtual channel: (monotonic send time, value) of each pose command."""
+class CanTap:
+    """A second bus on the arm's virtual channel. python-can stamps each frame when it is sent and
+    queues a copy for every other bus on the channel, so the frames are read only after the run:
+    no reader thread competes with the arm node for this process's GIL while it is measured."""
 
     def __init__(self, channel: str, backend: str):
-        super().__init__(daemon=True)
         self.bus = can.Bus(interface="virtual", channel=channel, receive_own_messages=False)
         self.backend = backend
-        self.frames: list[tuple[float, float]] = []
-        self.stop = threading.Event()
-        from piper_recorder.piper.emulator import decode_mit
-        self._decode_mit = decode_mit
+        self.frames: list[tuple[float, float]] = []  # (monotonic send time, y in m | joint-1 ref in rad)
 
-    def run(self) -> None:
+    def drain(self) -> None:
+        from piper_recorder.piper.emulator import decode_mit
         off = time.time() - time.monotonic()
-        while not self.stop.is_set():
-            msg = self.bus.recv(0.1)
-            if msg is None:
-                continue
+        while (msg := self.bus.recv(0.0)) is not None:
             if self.backend == "position" and msg.arbitration_id == 0x152:
                 _x, y = struct.unpack(">ii", bytes(msg.data[:8]))
                 self.frames.append((msg.timestamp - off, y * 1e-6))  # 0.001 mm -> m
             elif self.backend == "impedance" and msg.arbitration_id == 0x15A:
-                cmd = self._decode_mit(bytes(msg.data))
+                cmd = decode_mit(bytes(msg.data))
                 if cmd is not None:
                     self.frames.append((msg.timestamp - off, cmd.pos))
+        self.bus.shutdown()
 
 
 def first_response(events: list[tuple[float, float]], t0: float, direction: float, thresh: float,
@@ -151,9 +148,8 @@ def main() -> int:
         channel = f"lat_{uuid.uuid4().hex[:8]}"
         rclpy.init(args=["bench", "--ros-args", "-p", "emulate:=true", "-p", f"can_channel:={channel}",
                          "-p", f"backend:={args.backend}"])
-        tap = CanTap(channel, args.backend)
-        tap.start()
         arm = PiperArmNode()
+        tap = CanTap(channel, args.backend)  # after the node: only frames from the homing on are queued
         probe = rclpy.create_node("latency_probe")
         targets: list[tuple[float, float]] = []  # (teleop publish time as monotonic, robot y)
         hellos: list[dict] = []
@@ -193,10 +189,8 @@ def main() -> int:
                 time.sleep(LEAD_S + args.steps * args.step_s + 0.5 if hellos else 0.0)
                 logs = procs.logs()
         finally:
-            tap.stop.set()
-            tap.join(1.0)
-            tap.bus.shutdown()
             arm.on_shutdown()
+            tap.drain()
             executor.shutdown(timeout_sec=2)
             spinner.join(2)
             arm.destroy_node()
