@@ -112,12 +112,11 @@ def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Pa
         if jobs <= 1:
             futures = None
         else:
-            manager = mp.get_context("spawn").Manager()
-            q = manager.Queue()
+            ctx = mp.get_context("spawn")   # no forked copies of the parent's open writer
+            q = ctx.Queue()                  # handed to each worker at start-up: progress reports
             pump = threading.Thread(target=_pump, args=(q, bars), daemon=True)
             pump.start()
-            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
-                                       initializer=_worker_init, initargs=(q,))
+            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
             futures = [pool.submit(_worker, i, b, opts, stagings[i], done) for i, b in enumerate(bags)]
         try:
             for i, bag in enumerate(bags):
@@ -141,7 +140,7 @@ def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Pa
                 pool.shutdown(wait=True, cancel_futures=True)
                 q.put(None)
                 pump.join(2.0)
-                manager.shutdown()
+                q.close()
     finally:
         bars.close()
         writer.close()
