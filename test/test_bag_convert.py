@@ -83,7 +83,7 @@ def test_spans_from_events_follow_saves_deletes_and_the_recorder():
 
 
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
-def test_events_ranges_and_whole_bag(tmp_path, cfg, storage):
+def test_events_ranges_and_whole_bag(tmp_path, cfg, storage, capsys):
     bag = make_bag(tmp_path / "bag", storage, duration_s=4.0, episodes=[(0.5, 2.0), (2.4, 3.6)])
     out = tmp_path / "ev"
     assert run(bag, "--format", "lerobot", "--out", out, "--config", cfg) == 0
@@ -105,6 +105,8 @@ def test_events_ranges_and_whole_bag(tmp_path, cfg, storage):
     assert run(nev, "--format", "lerobot", "--out", out2, "--config", cfg, "--episode", "0.5:1.0",
                "--episode", "1.5:2.5", "--task", "ranged") == 0
     assert [(e["length"], e["tasks"]) for e in episodes(out2)] == [(16, ["ranged"]), (31, ["ranged"])]
+    assert run(nev, "--format", "lerobot", "--out", tmp_path / "notask") == 1   # recorder defaults: task ""
+    assert "has no task" in capsys.readouterr().err
     out3 = tmp_path / "whole"
     assert run(nev, "--format", "lerobot", "--out", out3, "--config", cfg) == 0
     (whole,) = episodes(out3)

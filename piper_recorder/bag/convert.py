@@ -375,13 +375,15 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder
             dispatch(raw)   # idle: each input's newest sample becomes the pre-roll, as in the live node
         gap.clear()
         task = span.task or task_default
+        if c.target.needs_task and not task.strip():
+            raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)} has no task (no /episode_events "
+                           "task, no --task, empty `task` in the recorder config); pass --task")
         target = c.target
         target.source = {"bag": str(src.path), "fingerprint": res.fingerprint, "start_ns": span.start_ns,
                          "end_ns": span.end_ns, "episodes_from": span.origin, "live_episode_index": span.live_index}
         ans = c.start(task, lambda: span.start_ns)
         if not ans.ok:
-            raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)}: {ans.message}"
-                           + (" (pass --task)" if "task" in ans.message else ""))
+            raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)}: {ans.message}")
 
     def finish(span: EpisodeSpan) -> None:
         ans = c.stop(span.end_ns, reason=span.reason)
