@@ -41,7 +41,6 @@ class _Bars:
 
     def __init__(self, enabled: bool, bags: Sequence[str]):
         self.enabled, self.bags, self._bars, self._lock = enabled, bags, {}, threading.Lock()
-        self._done: dict[int, float] = {}
         if enabled:
             from tqdm import tqdm
 
@@ -57,8 +56,8 @@ class _Bars:
                 bar = self._bars[i] = self._tqdm(total=round(total_s, 1), desc=Path(self.bags[i]).name[:28],
                                                  unit="s", position=1 + len(self._bars) % 8, leave=False,
                                                  file=sys.stderr)
-            bar.update(round(done_s - self._done.get(i, 0.0), 1))
-            self._done[i] = done_s
+            bar.n = round(min(done_s, total_s), 1)   # bag seconds done (set, not summed: no float drift)
+            bar.refresh()
 
     def finish(self, i: int, status: str) -> None:
         if not self.enabled:
