@@ -73,9 +73,9 @@ def bench_encode(frames, n):
     print("== encode, one thread, per 640x480 frame: wall ms / CPU ms (bytes)")
     for name, fn in (("rgb jpeg q88 (Pillow)", lambda: codecs.encode_rgb_jpeg(rgb, 88)),
                      ("depth quantise (numpy)", lambda: codecs.quantize_depth(depth, 0.1, 6.0).tobytes()),
-                     ("depth jpeg2000 (OpenJPEG via glymur)", lambda: codecs.encode_depth(mm, "jpeg2000")),
-                     ("depth jpeg2000 (Pillow, reference path)", lambda: _pillow_jp2(mm)),
-                     ("depth jpeg2000_bypass (OpenJPEG via glymur)", lambda: codecs.encode_depth(mm, "jpeg2000_bypass")),
+                     ("depth jpeg2000 default (bypass, glymur)", lambda: codecs.encode_depth(mm, "jpeg2000")),
+                     ("depth jpeg2000_strict (glymur)", lambda: codecs.encode_depth(mm, "jpeg2000_strict")),
+                     ("depth jpeg2000_strict (Pillow)", lambda: _pillow_jp2(mm)),
                      ("depth htj2k (OpenJPH)", lambda: codecs.encode_depth(mm, "htj2k"))):
         ms, cpu, out = ms_per(fn, n)
         print(f"  {name:42s} {ms:7.1f} / {cpu:6.1f} ms  {len(out):8d} B")

@@ -50,7 +50,7 @@ class RgbdConfig:
     width: int = 640
     height: int = 480
     rgb_jpeg_quality: int = 88
-    depth_codec: str = "jpeg2000"  # "jpeg2000" (reference, OpenJPEG defaults), "jpeg2000_bypass", "htj2k"
+    depth_codec: str = "jpeg2000"  # "jpeg2000" (default), "jpeg2000_strict", "htj2k": see codecs.py
     depth_min_m: float = 0.1
     depth_max_m: float = 6.0
     rgb_source: str = ""

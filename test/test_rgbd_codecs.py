@@ -60,21 +60,21 @@ def test_depth_round_trip_bit_exact_with_independent_decoders(profile, tmp_path)
     cod = _cod(_codestream(data))
     assert cod["transform"] == 1  # reversible 5/3 wavelet
     assert codecs.jp2_profile(data) == profile
-    if profile == "jpeg2000":  # OpenJPEG defaults, as the reference writes
+    if profile == "jpeg2000_strict":  # OpenJPEG defaults, as the reference writes
         assert cod == {"levels": 5, "cblk": (64, 64), "style": 0, "transform": 1}
-    elif profile == "jpeg2000_bypass":
+    elif profile == "jpeg2000":  # the reference parameters + the BYPASS code-block style
         assert cod == {"levels": 5, "cblk": (64, 64), "style": 1, "transform": 1}
     else:
         assert cod["style"] & 0x40  # HT code-blocks
         assert np.array_equal(imagecodecs.htj2k_decode(_codestream(data)), mm)
 
 
-def test_jpeg2000_profile_matches_pillow_encoder_parameters():
+def test_strict_profile_matches_pillow_encoder_parameters():
     _, depth, _ = cw.frame(1, 0, 96, 128)
     mm = codecs.quantize_depth(depth, 0.1, 6.0)
     buf = io.BytesIO()
     Image.fromarray(mm).save(buf, format="JPEG2000", irreversible=False)
-    ours = codecs.encode_depth(mm, "jpeg2000")
+    ours = codecs.encode_depth(mm, "jpeg2000_strict")
     assert ours[:ours.index(b"jp2c")] == buf.getvalue()[:buf.getvalue().index(b"jp2c")]  # same JP2 boxes
     assert _cod(_codestream(ours)) == _cod(_codestream(buf.getvalue()))
 

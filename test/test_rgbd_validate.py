@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rgbd_writer import schema
+from rgbd_writer import codecs, schema
 from rgbd_writer.validate import validate_file
 from rgbd_writer.writer import RgbdConfig, RgbdWriter
 
@@ -57,9 +57,7 @@ def _attr(obj, key, value):
 
 def _bad_depth_row(f):
     mm = np.full((cw.H, cw.W), 7000, np.uint16)  # beyond depth_max_m
-    buf = io.BytesIO()
-    Image.fromarray(mm).save(buf, format="JPEG2000", irreversible=False)
-    f[schema.DEPTH][0] = np.frombuffer(buf.getvalue(), np.uint8)
+    f[schema.DEPTH][0] = np.frombuffer(codecs.encode_depth(mm, "jpeg2000"), np.uint8)
 
 
 def _wrong_size_rgb(f):
@@ -133,6 +131,8 @@ MUTATIONS = {
     "depth not jp2": (lambda f: f[schema.DEPTH].__setitem__(2, np.arange(50, dtype=np.uint8)), "depth_jp2[2]"),
     "depth out of range": (_bad_depth_row, "outside"),
     "depth profile attr": (_attr("/", "depth_jpeg2000_profile", "htj2k"), "the file says htj2k"),
+    "strict payload in default file": (lambda f: f[schema.DEPTH].__setitem__(1, np.frombuffer(
+        codecs.encode_depth(np.zeros((cw.H, cw.W), np.uint16), "jpeg2000_strict"), np.uint8)), "jpeg2000_strict"),
     "depth ds profile": (_attr(schema.DEPTH, "depth_jpeg2000_profile", "htj2k"), "depth_jp2: attribute depth_jpeg2000"),
     "unknown profile": (_attr("/", "depth_jpeg2000_profile", "jpegxl"), "depth_jpeg2000_profile"),
 }
