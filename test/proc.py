@@ -27,7 +27,8 @@ class Proc:
                                       start_new_session=True)
 
     def output(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def alive(self) -> bool:
