@@ -227,7 +227,7 @@ def main():
         bench_encode(frames, 4 if q else 10)
         bench_writer(frames, 60 if q else 180, 4 if q else 12, tmp)
         path = bench_size(frames, 30 if q else 90, tmp)
-        bench_loader(path, 8 if q else 30, 2 if q else 5)
+        bench_loader(path, 12 if q else 30, 4 if q else 8)
     print(f"load average at end: {os.getloadavg()}")
 
 
