@@ -38,14 +38,18 @@ def test_row_at_follows_recorded_time_and_speed():
     assert row_at(t, 5.0, 1.0) == 9
 
 
-def test_tracking_stats():
+def test_tracking_stats_separates_lag_from_path_error():
+    t = np.arange(0.0, 4.0, 0.01)
+    path = np.stack([0.3 + 0.05 * np.sin(t), 0.05 * np.cos(t), np.full_like(t, 0.2)], axis=1)
+    late = np.stack([0.3 + 0.05 * np.sin(t - 0.15), 0.05 * np.cos(t - 0.15), np.full_like(t, 0.2)], axis=1)
     s = TrackingStats()
-    s.add(np.zeros(7), np.array([0.003, 0, 0, 1, 0, 0, 0]))
-    s.add(np.zeros(7), np.array([0, 0.004, 0, 1, 0, 0, 0]))
+    for ti, c, m in zip(t, path, late):
+        s.add(ti, np.concatenate([c, [1, 0, 0, 0]]), m + [0.001, 0, 0])   # 150 ms late, 1 mm off
     out = s.summary()
-    assert out["samples"] == 2
-    assert out["rms_m"] == pytest.approx(np.sqrt((0.003 ** 2 + 0.004 ** 2) / 2))
-    assert out["max_m"] == pytest.approx(0.004)
+    assert out["samples"] == len(t)
+    assert out["rms_m"] > 0.005                       # the raw error includes the lag
+    assert out["lag_s"] == pytest.approx(0.15, abs=0.006)
+    assert out["lag_rms_m"] == pytest.approx(0.001, abs=3e-4)
     assert TrackingStats().summary() == {"samples": 0}
 
 

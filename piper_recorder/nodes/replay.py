@@ -4,7 +4,8 @@ It first moves slowly from the measured pose to the episode's first commanded po
 ``action.arm_eef`` / ``action.gripper`` on /arm/target_pose and /arm/target_gripper at the recorded
 timestamps (scaled by ``speed``). Stale arm feedback aborts playback: the node stops publishing and
 the arm's own stale-target rule makes it hold. When done it reports the commanded-vs-measured
-tracking error on ``~/result`` (JSON, transient local) and in the ``~/play`` log.
+tracking error on ``~/result`` (JSON, transient local) and in the log: the raw commanded-vs-measured
+RMS (which includes the arm's lag) and the RMS after removing the best constant lag.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -67,12 +67,15 @@ class ReplayNode(Node):
                              reliability=ReliabilityPolicy.RELIABLE)
         self._pub_result = self.create_publisher(String, "~/result", latched)
         self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 10)
-        services = MutuallyExclusiveCallbackGroup()
-        self.create_service(Trigger, "~/play", self._srv_play, callback_group=services)
-        self.create_service(Trigger, "~/stop", self._srv_stop, callback_group=services)
-        self.create_timer(1.0 / self.cfg.rate_hz, self._tick, callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_service(Trigger, "~/play", self._srv_play)
+        self.create_service(Trigger, "~/stop", self._srv_stop)
         if self.cfg.autoplay:
             self.create_timer(0.5, self._autoplay_once)
+        # Playback runs in its own thread on absolute deadlines: a ROS timer in a busy executor
+        # wakes irregularly, and every late wake-up would stretch the replayed motion.
+        self._stop = threading.Event()
+        self._player = threading.Thread(target=self._play_loop, name="replay", daemon=True)
+        self._player.start()
 
     # -- inputs -------------------------------------------------------------------------------
     def _on_eef(self, msg: PoseStamped) -> None:
@@ -128,6 +131,17 @@ class ReplayNode(Node):
         return res
 
     # -- playback -----------------------------------------------------------------------------
+    def _play_loop(self) -> None:
+        period = 1.0 / self.cfg.rate_hz
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self._tick()
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay < -period:          # fell behind (machine stall): resynchronise, don't burst
+                next_t, delay = time.monotonic(), 0.0
+            self._stop.wait(max(0.0, delay))
+
     def _publish(self, pose: np.ndarray, gripper: float | None) -> None:
         stamp = ns_to_stamp(self.get_clock().now().nanoseconds)
         msg = PoseStamped()
@@ -176,15 +190,17 @@ class ReplayNode(Node):
                 return
             k = max(0, min(k, len(episode.t) - 1))
             self._publish(episode.poses[k], episode.gripper[k])
-            self._stats.add(episode.poses[k], measured)
+            self._stats.add(elapsed, episode.poses[k], measured)
 
     def on_shutdown(self) -> None:
+        self._stop.set()
+        self._player.join(2.0)
         if self._state in ("approach", "settle", "play"):
             self._finish("stopped", "shutdown")
 
 
 def main(args: list[str] | None = None) -> None:
-    sys.exit(run_node(ReplayNode, args))
+    sys.exit(run_node(ReplayNode, args, threads=1))
 
 
 if __name__ == "__main__":

@@ -54,16 +54,41 @@ def row_at(t: np.ndarray, elapsed: float, speed: float) -> int:
 
 @dataclass
 class TrackingStats:
-    """Commanded vs measured EEF position error, sampled during playback."""
+    """Commanded vs measured EEF positions over playback, each with its wall time (s).
 
-    errors_m: list[float] = field(default_factory=list)
+    The raw error compares both at the same instant, so it includes the arm's tracking lag; the
+    lag-compensated error first shifts the measured path back by the constant lag that fits best
+    (searched up to ``max_lag_s``), which separates "follows the path" from "follows it late".
+    """
 
-    def add(self, commanded: np.ndarray, measured: np.ndarray) -> None:
-        self.errors_m.append(float(np.linalg.norm(np.asarray(commanded[:3]) - np.asarray(measured[:3]))))
+    max_lag_s: float = 0.5
+    commanded: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    measured: list[tuple[float, np.ndarray]] = field(default_factory=list)
+
+    def add(self, t: float, commanded: np.ndarray, measured: np.ndarray) -> None:
+        self.commanded.append((t, np.asarray(commanded[:3], dtype=np.float64)))
+        self.measured.append((t, np.asarray(measured[:3], dtype=np.float64)))
+
+    def _errors(self, lag: float) -> np.ndarray:
+        tc = np.array([t for t, _ in self.commanded])
+        pc = np.array([p for _, p in self.commanded])
+        tm = np.array([t for t, _ in self.measured]) - lag
+        pm = np.array([p for _, p in self.measured])
+        keep = (tm >= tc[0]) & (tm <= tc[-1])
+        if keep.sum() < 2:
+            return np.zeros(0)
+        ref = np.stack([np.interp(tm[keep], tc, pc[:, i]) for i in range(3)], axis=1)
+        return np.linalg.norm(pm[keep] - ref, axis=1)
 
     def summary(self) -> dict[str, float | int]:
-        e = np.asarray(self.errors_m)
-        if e.size == 0:
-            return {"samples": 0}
-        return {"samples": int(e.size), "rms_m": float(np.sqrt(np.mean(e ** 2))),
-                "p95_m": float(np.percentile(e, 95)), "max_m": float(e.max())}
+        if len(self.commanded) < 2:
+            return {"samples": len(self.commanded)}
+        raw = self._errors(0.0)
+        lags = np.arange(0.0, self.max_lag_s + 1e-9, 0.005)
+        rms = [float(np.sqrt(np.mean(e ** 2))) if e.size else np.inf for e in map(self._errors, lags)]
+        best = int(np.argmin(rms))
+        comp = self._errors(float(lags[best]))
+        return {"samples": len(self.commanded), "rms_m": float(np.sqrt(np.mean(raw ** 2))),
+                "p95_m": float(np.percentile(raw, 95)), "max_m": float(raw.max()),
+                "lag_s": float(lags[best]), "lag_rms_m": float(np.sqrt(np.mean(comp ** 2))),
+                "lag_max_m": float(comp.max())}
