@@ -5,7 +5,7 @@ in the root namespace so that its topics are ``/<camera>/color/image_raw`` and
 ``/<camera>/aligned_depth_to_color/image_raw`` (realsense2_camera 4.x names topics
 ``/<camera_namespace>/<camera_name>/...``). Its parameters (serial_no, rgb_camera.color_profile,
 depth_module.depth_profile, align_depth.enable, enable_sync, ...) come from the camera's section of
-the config. Then quest_bridge (the headset on the LAN), teleop, piper_arm on can0 and both recorders.
+the config. Then quest_bridge (the headset through `adb forward tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
 subset), ``config``.
 """
