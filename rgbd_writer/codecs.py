@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import os
 import struct
-import tempfile
 import threading
 
 import numpy as np
@@ -58,32 +57,40 @@ def decode_rgb_jpeg(data) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(bytes(data))).convert("RGB"))
 
 
-class _Jp2Scratch(threading.local):
-    """glymur writes to a path: one scratch file per thread in RAM-backed storage when available."""
+class _Scratch(threading.local):
+    """glymur writes to a path: per thread (and process) a memfd, so nothing is left on any file
+    system, even after SIGKILL. glymur parses an existing file before writing, so it always holds a
+    valid codestream (a 1x1 one to start with)."""
 
     def __init__(self):
-        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        self.dir = tempfile.mkdtemp(prefix="rgbd_jp2_", dir=base)
-        self.path = os.path.join(self.dir, "frame.jp2")
+        self.pid = -1
+
+    def path(self) -> tuple[int, str]:
+        if self.pid != os.getpid():  # new thread, or a forked child: never share the parent's memfd
+            import imagecodecs
+
+            self.fd = os.memfd_create("rgbd_j2k", os.MFD_CLOEXEC)
+            os.write(self.fd, imagecodecs.jpeg2k_encode(np.zeros((1, 1), np.uint16), level=0,
+                                                        codecformat="J2K", reversible=True))
+            self.pid = os.getpid()
+        return self.fd, f"/proc/self/fd/{self.fd}"
 
     def __del__(self):
-        for p in (self.path, self.dir):
-            try:
-                os.unlink(p) if p == self.path else os.rmdir(p)
-            except OSError:
-                pass
+        if self.pid == os.getpid():
+            os.close(self.fd)
 
 
-_scratch = _Jp2Scratch()
+_scratch = _Scratch()
 
 
 def _encode_jp2_openjpeg(mm: np.ndarray, modesw: int = 0) -> bytes:
     import glymur
 
-    path = _scratch.path
-    glymur.Jp2k(path, data=mm, modesw=modesw)  # reversible 5/3 with OpenJPEG defaults
-    with open(path, "rb") as f:
-        return f.read()
+    fd, path = _scratch.path()
+    glymur.Jp2k(path, data=mm, modesw=modesw)  # no .jp2 suffix: a raw codestream, reversible 5/3
+    codestream = os.pread(fd, os.fstat(fd).st_size, 0)
+    # the same boxes OpenJPEG writes for a 16-bit grey JP2 (byte-identical to glymur's .jp2 output)
+    return wrap_jp2(codestream, mm.shape[0], mm.shape[1], (b"jp2 ",))
 
 
 def _box(kind: bytes, payload: bytes) -> bytes:

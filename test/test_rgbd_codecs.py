@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
 
 import glymur
@@ -106,3 +107,23 @@ def test_parallel_encoder_threads_stay_bit_exact(profile):
         out = list(pool.map(lambda m: codecs.encode_depth(m, profile), mms))
     for mm, data in zip(mms, out):
         assert np.array_equal(codecs.decode_depth_pillow(data), mm)
+
+
+def _encode_in_child(mm, q):
+    q.put((codecs.encode_depth(mm, "jpeg2000"), codecs._scratch.path()[0]))
+
+
+def test_encoder_scratch_is_in_memory_and_per_process():
+    import multiprocessing as mp
+
+    mm = codecs.quantize_depth(cw.frame(4, 0)[1], 0.1, 6.0)
+    ours = codecs.encode_depth(mm, "jpeg2000")
+    fd, path = codecs._scratch.path()
+    assert path == f"/proc/self/fd/{fd}" and os.readlink(path).startswith("/memfd:")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_encode_in_child, args=(mm, q))
+    p.start()
+    data, _ = q.get(timeout=30)
+    p.join(30)
+    assert data == ours and codecs.encode_depth(mm, "jpeg2000") == ours  # parent's memfd untouched
