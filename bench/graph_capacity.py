@@ -71,7 +71,7 @@ def camera_skips(log: Path) -> int:
 def run(n: int, seconds: float, size: str, tmp: Path) -> dict:
     config = config_with_cameras(n, tmp)
     out = tmp / f"{n}cam"
-    session = SimSession(out, config, size_overrides(config, size), motion_s=seconds + 180.0)
+    session = SimSession(out, config, size_overrides(config, size))
     with session:
         session.wait_motion()
         procs = {r.spec.name: r.popen.pid for r in session.graph.running}

@@ -220,15 +220,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     if mode == "sim":
         argv = [find_script("piper-sim-quest", bin_dir), "--host", str(quest.get("host", "127.0.0.1")),
                 "--port", str(quest["port"]), "--rate", str(quest.get("rate", 90.0))]
-        script = str(quest.get("script", "demo"))
-        if script == "continuous":  # never-pausing motion (piper_recorder.sim.headset_motion), as a replay
-            from piper_recorder.sim.headset_motion import write_replay
-
-            replay = write_replay(run_dir / "continuous.quest.jsonl", float(quest.get("duration_s", 300.0)),
-                                  float(quest.get("rate", 90.0)))
-            argv += ["--replay", str(replay)]
-        else:
-            argv += ["--script", script]
+        argv += ["--script", str(quest.get("script", "demo"))]
         if not quest.get("buttons", False):
             argv.append("--no-buttons")
         plan.processes.append(ProcessSpec("sim_quest", argv, node=False))

@@ -73,6 +73,30 @@ def test_no_buttons_and_other_scripts():
         ScriptedHeadset("dance")
 
 
+def test_continuous_script_never_pauses_or_releases():
+    """piper-demo's script: engaged once, then every 1/30 s row sees a new pose and a new trigger."""
+    h = ScriptedHeadset("continuous")
+    samples = timeline(h, LEAD_S + 40.0)
+    assert not any(r.primary or r.secondary for _t, r in samples)
+    engaged = [t for t, r in samples if r.squeeze > 0.7]
+    assert engaged[0] == pytest.approx(LEAD_S + 0.19, abs=0.03)  # the 0.3 s smooth ramp crosses 0.7
+    assert all(r.squeeze == 1.0 for t, r in samples if t >= LEAD_S + 0.3)  # never released
+    moving = [(t, r) for t, r in samples if t >= LEAD_S + 1.3]
+    rows = moving[::3]  # 30 Hz rows from the 90 Hz timeline
+    for (_, a), (_, b), (_, c) in zip(rows, rows[1:], rows[2:]):
+        assert math.dist(a.pos, b.pos) > 1e-4, (a, b)
+        assert max(abs(a.trigger - b.trigger), abs(b.trigger - c.trigger)) > 1e-4, (a, c)  # never 3 equal rows
+    for _t, r in samples:
+        assert max(abs(p - q) for p, q in zip(r.pos, RIGHT_HOME)) <= 0.0501
+        assert 0.0 <= r.trigger <= 1.0 and abs(math.sqrt(sum(q * q for q in r.quat)) - 1) < 1e-12
+    speeds = [math.dist(a.pos, b.pos) / DT for (_, a), (_, b) in zip(samples, samples[1:])]
+    assert 0.05 < max(speeds) < 0.25  # hand speed as in ``demo``: smooth, no steps
+    yaw = [2 * math.degrees(math.asin(r.quat[1])) for _t, r in moving]
+    assert 9.0 < max(yaw) <= 10.0 and -10.0 <= min(yaw) < -9.0
+    triggers = [r.trigger for _t, r in moving]
+    assert min(triggers) < 0.15 and max(triggers) > 0.85
+
+
 def test_every_sample_passes_the_strict_parser():
     h = ScriptedHeadset("demo")
     for i in range(0, int((LEAD_S + CYCLE_S * 3) * 90), 7):

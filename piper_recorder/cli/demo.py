@@ -1,9 +1,10 @@
 """piper-demo --out DIR [--episodes 3] [--seconds 10]: record through the simulated ROS 2 graph, validate.
 
 Starts the simulated graph from config/sim.yaml as separate processes (piper_recorder.launcher):
-simulated headset (continuous scripted motion: clutch engaged, figure-eight, trigger; no buttons), quest_bridge, teleop, piper_arm
-(CAN emulator), the sim cameras and both recorders, in a private ROS domain on loopback. When arm
-feedback, every camera and both recorders are up, it records N episodes through the recorders'
+simulated headset (its built-in ``continuous`` script: clutch engaged throughout, figure-eight with a
+yaw swing, moving trigger, no buttons), quest_bridge, teleop, piper_arm (CAN emulator), the sim
+cameras and both recorders, in a private ROS domain on loopback. When arm feedback, every camera and
+both recorders are up, it records N episodes through the recorders'
 services (start both, wait S seconds, stop both, wait for both "saved" events), stops the graph,
 validates DIR/lerobot (piper-validate rules, lerobot-doctor when installed) and DIR/rgbd.hdf5, and
 prints a summary. Exit status 0 only if every step and every check passed.
@@ -29,7 +30,7 @@ from piper_recorder.rosenv import lease_domain
 
 
 SETTLE_S = 3.0  # after start-up (imports, discovery, encoder set-up) before the first episode
-CONTINUOUS = "continuous"  # the launcher's never-pausing headset motion (piper_recorder.sim.headset_motion)
+CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
 
 
 class DemoError(RuntimeError):
@@ -47,13 +48,11 @@ class SimSession:
     """The simulated graph plus an rclpy client node that drives and watches the recorders."""
 
     def __init__(self, out: Path, config: str | Path | None = None, sets: Iterable[str] = (),
-                 log_dir: Path | None = None, cameras: str = "", echo: bool = False, motion_s: float = 180.0):
-        """``motion_s``: seconds of continuous headset motion (the clutch stays engaged throughout)."""
+                 log_dir: Path | None = None, cameras: str = "", echo: bool = False):
         self.out = Path(out)
         self.log_dir = Path(log_dir) if log_dir else self.out / "logs"
         sets = [f"lerobot_recorder.root={self.out / 'lerobot'}", f"rgbd_recorder.path={self.out / 'rgbd.hdf5'}",
-                "piper_launch.sim_quest.port=0", f"piper_launch.sim_quest.script={CONTINUOUS}",
-                f"piper_launch.sim_quest.duration_s={motion_s}", *sets]
+                "piper_launch.sim_quest.port=0", f"piper_launch.sim_quest.script={CONTINUOUS}", *sets]
         self.plan = plan_graph("sim", config or config_path("sim"), sets, self.log_dir, cameras=cameras)
         self.lease = lease_domain()
         self.graph = Graph(self.plan, self.lease.env(), self.log_dir, echo=echo)
@@ -381,9 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     results: list[EpisodeResult] = []
     try:
-        # headset motion for the whole run: start-up allowance + episodes + saving
-        motion_s = 120.0 + args.episodes * (args.seconds + 15.0)
-        session = SimSession(out, args.config, args.set, cameras=args.cameras, echo=args.verbose, motion_s=motion_s)
+        session = SimSession(out, args.config, args.set, cameras=args.cameras, echo=args.verbose)
         print(f"piper-demo: starting the simulated graph ({', '.join(session.plan.node_names)}); "
               f"logs in {session.log_dir}", flush=True)
         with session:

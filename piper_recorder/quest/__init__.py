@@ -23,6 +23,6 @@ Public API (others build on these names)::
     out = BridgeCore().handle(msg, recv_ns)  # poses / joys / raw / hello, as quest_bridge publishes them
 
     from piper_recorder.quest.scripts import ScriptedHeadset, LEAD_S, CYCLE_S, LOOP_S, RIGHT_HOME
-    ScriptedHeadset("demo"|"idle"|"circle", buttons=True, seed=0).sample(t) -> frame dict; .right(t)
+    ScriptedHeadset("demo"|"idle"|"circle"|"continuous", buttons=True, seed=0).sample(t) -> frame dict; .right(t)
     from piper_recorder.quest.sim_server import SimQuestServer, SimConfig   # piper-sim-quest
 """

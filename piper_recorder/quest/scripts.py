@@ -15,6 +15,11 @@ Tests and the teleop engineer predict the controller at any time with ``Scripted
 ``idle``    controllers still, nothing pressed.
 ``circle``  engaged from ``LEAD_S`` + 0.3 s on, right controller on a 4 cm circle in the x-y
             (right/up) plane, period ``LOOP_S``, trigger constant 0.5, no buttons; for tracking tests.
+``continuous`` engaged from ``LEAD_S`` + 0.3 s on and never released or paused: the ``demo``
+            figure-eight and yaw swing (fading in over 1 s) with a trigger that keeps opening and
+            closing (period ``TRIGGER_S``, incommensurate with ``LOOP_S``, so no two rows repeat), no
+            buttons ever. For recording sessions driven through the recorders' services (piper-demo):
+            every stretch of an episode has moving actions.
 """
 from __future__ import annotations
 
@@ -23,10 +28,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-SCRIPTS = ("demo", "idle", "circle")
+SCRIPTS = ("demo", "idle", "circle", "continuous")
 LEAD_S = 1.0
 CYCLE_S = 10.0
 LOOP_S = 3.5
+TRIGGER_S = 2.9
 HEAD_POS = (0.0, 1.6, 0.0)
 LEFT_HOME = (-0.2, 1.1, -0.35)
 RIGHT_HOME = (0.2, 1.1, -0.35)
@@ -88,6 +94,8 @@ class ScriptedHeadset:
             pos = (RIGHT_HOME[0] + r * math.sin(w * u), RIGHT_HOME[1] + r * (1.0 - math.cos(w * u)),
                    RIGHT_HOME[2])
             return RightHand(pos, (0.0, 0.0, 0.0, 1.0), 0.5, _ramp(u, 0.0, 0.3), False, False)
+        if self.script == "continuous":
+            return self._continuous(t - LEAD_S)
         u = t - LEAD_S
         k = int(u // CYCLE_S)
         c = u - k * CYCLE_S
@@ -105,6 +113,19 @@ class ScriptedHeadset:
         discard = k % 3 == 2
         return RightHand(pos, quat, trigger, squeeze, press_start or (press_end and not discard),
                          press_end and discard)
+
+    @staticmethod
+    def _continuous(u: float) -> RightHand:
+        """``u`` s after ``LEAD_S``: grip ramps in over 0.3 s, then the figure-eight fades in and never stops."""
+        m = max(u - 0.3, 0.0)
+        env = _ramp(m, 0.0, 1.0)
+        w = 2.0 * math.pi / LOOP_S
+        pos = (RIGHT_HOME[0] + env * 0.05 * math.sin(w * m),
+               RIGHT_HOME[1] + env * 0.03 * math.sin(2.0 * w * m),
+               RIGHT_HOME[2] + env * 0.02 * (1.0 - math.cos(w * m)))
+        quat = _yaw_quat(env * math.radians(10.0) * math.sin(0.7 * w * m))
+        trigger = 0.5 - 0.4 * env * math.cos(2.0 * math.pi * m / TRIGGER_S)
+        return RightHand(pos, quat, trigger, _ramp(u, 0.0, 0.3), False, False)
 
     def sample(self, t: float, *, mono: float | None = None, frame: int | None = None,
                rate_hz: float = 90.0) -> dict[str, Any]:
