@@ -1,52 +1,46 @@
-"""The converter reads the recorders' configuration and messages exactly as the recorder nodes do.
+"""The converter reads the recorders' topics and messages exactly as the recorder nodes do.
 
-``piper_recorder.bag.config`` mirrors the node config dataclasses (the core package cannot import
-rclpy; these tests fail as soon as the two drift). ``piper_recorder.assembly.messages`` is shared:
-the recorder nodes call the same functions on rclpy messages that the converter calls on rosbags ones.
+The settings are the recorders' own config classes (``piper_recorder.recording.config``, tested in
+test_recorder_config.py). ``piper_recorder.assembly.messages`` is shared: the recorder nodes call the
+same functions on rclpy messages that the converter calls on rosbags ones.
 """
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pytest
 
 from piper_recorder.assembly import messages
-from piper_recorder.bag.config import LeRobotSettings, RgbdSettings, load_settings, topic_map
+from piper_recorder.bag.config import topic_map
 from piper_recorder.bag.synth import T, image, joint_state, pose_stamped
 from piper_recorder.launcher import config_path
-
-pytest.importorskip("rclpy")
-
-from piper_recorder.nodes import lerobot_recorder, recorder_base, rgbd_recorder  # noqa: E402
-from piper_recorder.nodes.lerobot_recorder import LeRobotRecorderConfig  # noqa: E402
-from piper_recorder.nodes.rgbd_recorder import RgbdRecorderConfig  # noqa: E402
-
-
-@pytest.mark.parametrize("mine, node", [(LeRobotSettings, LeRobotRecorderConfig), (RgbdSettings, RgbdRecorderConfig)])
-def test_settings_mirror_the_recorder_configs(mine, node):
-    assert dataclasses.asdict(mine()) == dataclasses.asdict(node())
-    assert [f.name for f in dataclasses.fields(mine)] == [f.name for f in dataclasses.fields(node)]
+from piper_recorder.recording.config import LeRobotRecorderConfig, RgbdRecorderConfig, load_config
 
 
 @pytest.mark.parametrize("mode", ["sim", "robot"])
 def test_packaged_configs_map_the_graph_topics(mode):
-    s = load_settings("lerobot", config_path(mode))
+    s = load_config(LeRobotRecorderConfig, config_path(mode))
     tm = topic_map("lerobot", s)
     assert tm.cameras["cam_wrist"].color == "/cam_wrist/color/image_raw"
     assert tm.joint_states == "/arm/joint_states" and tm.raw_quest == "/quest/raw"
-    r = topic_map("rgbd", load_settings("rgbd", config_path(mode)))
+    r = topic_map("rgbd", load_config(RgbdRecorderConfig, config_path(mode)))
     assert r.cameras["cam_front"].depth == "/cam_front/aligned_depth_to_color/image_raw" and r.reward == "/reward"
 
 
-def test_unknown_parameters_are_refused(tmp_path):
-    p = tmp_path / "x.yaml"
-    p.write_text("lerobot_recorder:\n  ros__parameters:\n    fsp: 30\n")
-    with pytest.raises(ValueError, match=r"unknown lerobot_recorder parameters \['fsp'\]"):
-        load_settings("lerobot", p)
+def test_mapping_cameras_take_the_configured_sizes(tmp_path):
+    s = LeRobotRecorderConfig(cameras=["cam_front", "cam_wrist"], camera_heights=[48, 96], camera_widths=[64, 128])
+    wrist = topic_map("lerobot", s).cameras["cam_wrist"]
+    assert (wrist.color, wrist.depth, wrist.height, wrist.width) == ("/cam_wrist/color/image_raw", None, 96, 128)
+    m = tmp_path / "map.yaml"
+    m.write_text("cameras:\n  cam_wrist: {color: /wrist/image}\n  cam_top: {color: /top/image, width: 320}\n")
+    cams = topic_map("lerobot", s, m).cameras
+    assert (cams["cam_wrist"].color, cams["cam_wrist"].height, cams["cam_wrist"].width) == ("/wrist/image", 96, 128)
+    assert (cams["cam_top"].height, cams["cam_top"].width) == (480, 320)   # unknown camera: the default size
 
 
 def test_nodes_and_converter_share_the_message_helpers():
+    pytest.importorskip("rclpy")
+    from piper_recorder.nodes import lerobot_recorder, recorder_base, rgbd_recorder
+
     assert lerobot_recorder.image_to_numpy is rgbd_recorder.image_to_numpy is messages.image_to_numpy
     assert recorder_base.joint_positions is messages.joint_positions and recorder_base.pose is messages.pose
 
@@ -80,7 +74,8 @@ def test_converter_needs_no_ros_runtime():
     import sys
 
     code = ("import sys; import piper_recorder.cli.bag2dataset, piper_recorder.bag.run, piper_recorder.bag.convert, "
-            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.launcher; "
+            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.launcher, "
+            "piper_recorder.recording.config; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'rosbag2_py')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

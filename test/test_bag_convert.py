@@ -293,16 +293,17 @@ def test_same_bag_twice_in_one_run_is_converted_once(tmp_path, cfg, capsys):
 
 
 def test_import_episode_refuses_bad_input_and_leaves_the_root_unchanged(tmp_path, cfg):
-    from piper_recorder.bag.config import load_settings, topic_map
+    from piper_recorder.bag.config import topic_map
     from piper_recorder.bag.convert import ConvertOptions, open_writer
     from piper_recorder.lerobot.errors import SchemaError
+    from piper_recorder.recording.config import LeRobotRecorderConfig, load_config
 
     bag = make_bag(tmp_path / "bag", duration_s=1.5, episodes=[(0.2, 1.2)])
     src = tmp_path / "src"
     assert run(bag, "--format", "lerobot", "--out", src, "--config", cfg) == 0
     (rec,) = episodes(src)
     assert "tick_delay_ms" not in rec
-    s = load_settings("lerobot", cfg)
+    s = load_config(LeRobotRecorderConfig, cfg)
     w = open_writer(ConvertOptions("lerobot", s, topic_map("lerobot", s)), tmp_path / "dst")
     try:
         t = table(src, 0)

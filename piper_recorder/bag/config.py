@@ -1,10 +1,9 @@
-"""Recorder settings and topic mapping for the converter, read from the recorders' own parameter files.
+"""Topic mapping for the converter: which bag topics feed which recorder input.
 
-The live recorder nodes declare their parameters from dataclasses in ``piper_recorder/nodes`` (which
-import rclpy, so this core package cannot import them). ``LeRobotSettings``/``RgbdSettings`` mirror
-those fields and defaults exactly; ``test/test_bag_config.py`` fails if the two drift apart.
-``load_settings`` applies a ROS 2 parameter file's ``<recorder>: ros__parameters:`` section (also
-``/**``), e.g. config/sim.yaml or config/robot.yaml, so bags of either graph map directly.
+The recorder settings themselves are the live recorders' own config classes
+(``piper_recorder.recording.config``, loaded from the same parameter file with ``load_config``, e.g.
+config/sim.yaml or config/robot.yaml), so bags of either graph map directly: ``topic_map`` starts
+from the topics the recorder node subscribes.
 
 Mapping file (``--mapping FILE.yaml``) for other topic layouts; every key is optional and overrides
 what the recorder settings give::
@@ -31,144 +30,16 @@ what the recorder settings give::
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.assembly.messages import ARM_JOINTS
+from piper_recorder.recording.config import CameraTopics, LeRobotRecorderConfig, RecorderConfig, RgbdRecorderConfig
 
-LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
 EVENTS_TOPIC = "/episode_events"
-
-
-@dataclass
-class RecorderSettings:
-    """Mirror of nodes/recorder_base.RecorderConfig."""
-
-    task: str = ""
-    fps: float = 30.0
-    timestamp_mode: str = "capture"
-    lateness_s: float = 0.1
-    stale_s: float = 0.25
-    max_episode_s: float = 600.0
-    on_shutdown: str = "save"
-    camera_height: int = 480
-    camera_width: int = 640
-    camera_serials: list[str] = field(default_factory=list)
-    image_topic_pattern: str = "/{cam}/color/image_raw"
-    image_reliability: str = "reliable"
-    joint_states_topic: str = "/arm/joint_states"
-    eef_topic: str = "/arm/eef_pose"
-    commanded_pose_topic: str = "/arm/commanded_pose"
-    commanded_gripper_topic: str = "/arm/commanded_gripper"
-    provenance_topic: str = "/arm/provenance"
-    hello_topic: str = "/quest/hello"
-    provenance_wait_s: float = 2.0
-    status_hz: float = 2.0
-
-    def camera_list(self) -> list[str]:
-        raise NotImplementedError
-
-    def camera_size(self, camera: str) -> tuple[int, int]:
-        return self.camera_height, self.camera_width
-
-    def assembly(self, cameras: tuple[str, ...]) -> AssemblyConfig:
-        return AssemblyConfig(fps=self.fps, cameras=cameras, timestamp_mode=self.timestamp_mode,
-                              lateness_s=self.lateness_s, stale_s=self.stale_s)
-
-
-@dataclass
-class LeRobotSettings(RecorderSettings):
-    """Mirror of nodes/lerobot_recorder.LeRobotRecorderConfig."""
-
-    root: str = "lerobot_dataset"
-    cameras: list[str] = field(default_factory=lambda: ["cam_front", "cam_wrist"])
-    camera_heights: list[int] = field(default_factory=list)
-    camera_widths: list[int] = field(default_factory=list)
-    raw_quest_topic: str = "/quest/raw"
-    save_raw_quest: bool = True
-    robot_type: str = "agilex_piper"
-    codec: str = "libx264"
-    pix_fmt: str = "yuv420p"
-    crf: int = 23
-    preset: str = "veryfast"
-    gop: int = 0
-    chunks_size: int = 1000
-    rotation_type: str = "quat_wxyz"
-    combined_columns: bool = True
-    on_binding_change: str = "warn"
-
-    def camera_list(self) -> list[str]:
-        return list(self.cameras)
-
-    def camera_size(self, camera: str) -> tuple[int, int]:
-        i = self.cameras.index(camera) if camera in self.cameras else -1
-        return (self.camera_heights[i] if self.camera_heights and i >= 0 else self.camera_height,
-                self.camera_widths[i] if self.camera_widths and i >= 0 else self.camera_width)
-
-
-@dataclass
-class RgbdSettings(RecorderSettings):
-    """Mirror of nodes/rgbd_recorder.RgbdRecorderConfig."""
-
-    path: str = "rgbd.hdf5"
-    camera: str = "cam_front"
-    depth_topic_pattern: str = "/{cam}/aligned_depth_to_color/image_raw"
-    reward_topic: str = "/reward"
-    rgb_jpeg_quality: int = 88
-    depth_codec: str = "jpeg2000"
-    depth_min_m: float = 0.1
-    depth_max_m: float = 6.0
-
-    def camera_list(self) -> list[str]:
-        return [self.camera]
-
-
-SETTINGS = {"lerobot": (LEROBOT_RECORDER, LeRobotSettings), "rgbd": (RGBD_RECORDER, RgbdSettings)}
-
-
-def load_settings(fmt: str, config: str | Path | None = None) -> RecorderSettings:
-    """The recorder's defaults, updated from ``config``'s ``<recorder>.ros__parameters`` (if given)."""
-    node, cls = SETTINGS[fmt]
-    values: dict[str, Any] = {}
-    if config is not None:
-        doc = yaml.safe_load(Path(config).read_text()) or {}
-        if not isinstance(doc, dict):
-            raise ValueError(f"{config}: not a ROS 2 parameter file (expected a mapping of node names)")
-        for key in ("/**", node, f"/{node}"):
-            params = (doc.get(key) or {}).get("ros__parameters") or {}
-            values.update(params)
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(names))
-    if unknown:
-        raise ValueError(f"{config}: unknown {node} parameters {unknown}")
-    s = cls()
-    for k, v in values.items():
-        default = getattr(s, k)
-        if isinstance(default, bool):
-            v = bool(v)
-        elif isinstance(default, float):
-            v = float(v)
-        elif isinstance(default, int):
-            v = int(v)
-        elif isinstance(default, list):
-            v = list(v or [])
-        elif isinstance(default, str):
-            v = "" if v is None else str(v)
-        setattr(s, k, v)
-    s.assembly(tuple(s.camera_list())).validate()
-    return s
-
-
-@dataclass(frozen=True)
-class CameraTopics:
-    color: str
-    depth: str | None = None
-    height: int = 480
-    width: int = 640
 
 
 @dataclass
@@ -216,17 +87,13 @@ class TopicMap:
         return d
 
 
-def topic_map(fmt: str, s: RecorderSettings, mapping: str | Path | None = None) -> TopicMap:
+def topic_map(fmt: str, s: RecorderConfig, mapping: str | Path | None = None) -> TopicMap:
     """The recorder's topics (as its node subscribes them), overridden by a mapping file if given."""
-    cams = s.camera_list()
-    depth_pattern = getattr(s, "depth_topic_pattern", "/{cam}/aligned_depth_to_color/image_raw")
     tm = TopicMap(
         joint_states=s.joint_states_topic, eef_pose=s.eef_topic, commanded_pose=s.commanded_pose_topic,
-        commanded_gripper=s.commanded_gripper_topic,
-        cameras={c: CameraTopics(s.image_topic_pattern.format(cam=c), depth_pattern.format(cam=c),
-                                 *s.camera_size(c)) for c in cams},
-        raw_quest=s.raw_quest_topic if fmt == "lerobot" and getattr(s, "save_raw_quest", False) else None,
-        reward=(getattr(s, "reward_topic", "") or None) if fmt == "rgbd" else None,
+        commanded_gripper=s.commanded_gripper_topic, cameras=s.camera_topics(),
+        raw_quest=s.raw_quest_topic if isinstance(s, LeRobotRecorderConfig) and s.save_raw_quest else None,
+        reward=(s.reward_topic or None) if isinstance(s, RgbdRecorderConfig) else None,
         provenance=s.provenance_topic or None, hello=s.hello_topic or None)
     if mapping is not None:
         apply_mapping(tm, yaml.safe_load(Path(mapping).read_text()) or {}, str(mapping), s)
@@ -245,7 +112,7 @@ def _topic(v: Any, where: str) -> str | None:
     return v
 
 
-def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderSettings) -> None:
+def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig) -> None:
     known = {"joint_states", "eef_pose", "commanded_pose", "commanded_gripper", "cameras", "raw_quest", "reward",
              "provenance", "hello", "episode_events"}
     if not isinstance(doc, dict) or set(doc) - known:

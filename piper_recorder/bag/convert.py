@@ -27,10 +27,12 @@ from typing import Any
 from piper_recorder import __version__
 from piper_recorder.assembly import DepthPairer
 from piper_recorder.assembly.messages import gripper_width, image_to_numpy, joint_positions, pose, stamp_ns
+from piper_recorder.recording.config import (
+    LEROBOT_RECORDER, RGBD_RECORDER, RecorderConfig, lerobot_writer_config, rgbd_writer_config, session_record)
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import LeRobotTarget, RgbdTarget
 
-from .config import LEROBOT_RECORDER, RGBD_RECORDER, LeRobotSettings, RecorderSettings, RgbdSettings, TopicMap
+from .config import TopicMap
 from .episodes import EpisodeSpan, recorders_with_saves, spans_from_events, spans_from_ranges, whole_bag
 from .source import FINGERPRINT_METHOD, BagError, BagSource, RawMessage, bag_fingerprint, peak_rss_mb
 
@@ -43,7 +45,7 @@ Progress = Callable[[int, float, float], None]   # (bag index, seconds done, sec
 @dataclass
 class ConvertOptions:
     fmt: str                                 # "lerobot" | "rgbd"
-    settings: RecorderSettings
+    settings: RecorderConfig                 # the recorder's own config class (recording.config)
     topics: TopicMap
     ranges: tuple[str, ...] = ()
     task: str | None = None
@@ -72,43 +74,15 @@ class BagResult:
     peak_rss_mb: float = 0.0
 
 
-# ---- writers (same settings as the recorder nodes' make_writer; never drop frames) ---------------
-def lerobot_writer_config(s: LeRobotSettings, tm: TopicMap):
-    from piper_recorder.lerobot.features import piper_features
-    from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
-
-    video: dict[str, Any] = dict(codec=s.codec, pix_fmt=s.pix_fmt, crf=s.crf, preset=s.preset, bf=0,
-                                 max_block_s=None)   # offline: wait for the encoder instead of dropping
-    if s.gop:
-        video["gop"] = s.gop
-    return WriterConfig(
-        fps=int(s.fps), robot_type=s.robot_type,
-        cameras={cam: CameraSpec(height=c.height, width=c.width) for cam, c in tm.cameras.items()},
-        features=piper_features(), video=VideoConfig(**video), chunks_size=s.chunks_size,
-        save_raw_quest=s.save_raw_quest, rotation_type=s.rotation_type,
-        combined_columns=s.combined_columns, on_binding_change=s.on_binding_change)
-
-
-def rgbd_writer_config(s: RgbdSettings, tm: TopicMap):
-    from rgbd_writer.writer import RgbdConfig
-
-    (cam, c), = tm.cameras.items()
-    env = {"source": f"piper_recorder {CONVERTER}", "robot": "agilex_piper", "fps": s.fps, "camera": cam,
-           "state_terms": ["arm_joint", "arm_eef", "gripper"],
-           "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)"}
-    return RgbdConfig(width=c.width, height=c.height, rgb_jpeg_quality=s.rgb_jpeg_quality,
-                      depth_codec=s.depth_codec, depth_min_m=s.depth_min_m, depth_max_m=s.depth_max_m,
-                      rgb_source=c.color, depth_source=c.depth or "", env_args=env)
-
-
+# ---- writers (the recorder nodes' settings; offline: never drop frames) --------------------------
 def open_writer(opts: ConvertOptions, path: Path):
     if opts.fmt == "lerobot":
         from piper_recorder.lerobot.writer import LeRobotWriter
 
-        return LeRobotWriter(path, lerobot_writer_config(opts.settings, opts.topics))
+        return LeRobotWriter(path, lerobot_writer_config(opts.settings, opts.topics.cameras, offline=True))
     from rgbd_writer.writer import RgbdWriter
 
-    return RgbdWriter(path, rgbd_writer_config(opts.settings, opts.topics))
+    return RgbdWriter(path, rgbd_writer_config(opts.settings, opts.topics.cameras, producer=CONVERTER))
 
 
 class _SourcedLeRobotTarget(LeRobotTarget):
@@ -147,37 +121,6 @@ def _latest_json(src: BagSource, topic: str | None) -> dict[str, Any] | None:
     except ValueError:
         return {"raw": last}
     return v if isinstance(v, dict) else {"raw": last}
-
-
-def session_record(opts: ConvertOptions, prov: dict | None, hello: dict | None, source: dict) -> dict[str, Any]:
-    """The recorder's session record (recorder_base._session_record) plus the ``source`` block."""
-    s, p, unknown = opts.settings, prov or {}, "unknown"
-    serials = s.camera_serials if len(s.camera_serials) == len(opts.topics.cameras) else \
-        ["unknown"] * len(opts.topics.cameras)
-    cameras = {cam: {"serial": serial, "topic": c.color,
-                     "profile": {"width": c.width, "height": c.height, "fps": s.fps, "encoding": "rgb8"}}
-               for (cam, c), serial in zip(opts.topics.cameras.items(), serials)}
-    recording: dict[str, Any] = {"recorder": opts.recorder_name, "fps": s.fps, "timestamp_mode": s.timestamp_mode,
-                                 "lateness_s": s.lateness_s, "stale_s": s.stale_s, "max_episode_s": s.max_episode_s}
-    if isinstance(s, LeRobotSettings):
-        recording.update(root=opts.output, video={"codec": s.codec, "pix_fmt": s.pix_fmt, "crf": s.crf,
-                                                  "preset": s.preset, "gop": s.gop or "writer default", "bf": 0},
-                         rotation_type=s.rotation_type, combined_columns=s.combined_columns,
-                         save_raw_quest=s.save_raw_quest)
-    elif isinstance(s, RgbdSettings):
-        recording.update(path=opts.output, depth_codec=s.depth_codec, rgb_jpeg_quality=s.rgb_jpeg_quality,
-                         depth_min_m=s.depth_min_m, depth_max_m=s.depth_max_m)
-    return {
-        "control": {"backend": p.get("backend", unknown),
-                    "impedance": {k: p.get(k, unknown) for k in ("kp", "kd", "t_ff", "gravity_ff")}},
-        "arm": {"firmware": p.get("firmware", unknown), "model": p.get("arm_model", unknown),
-                "can_channel": p.get("can_channel", unknown), "sdk_version": p.get("sdk_version", unknown),
-                "provenance": p or unknown},
-        "cameras": cameras,
-        "headset": hello if hello is not None else unknown,
-        "recording": recording,
-        "source": source,
-    }
 
 
 # ---- checks and spans ----------------------------------------------------------------------------
@@ -330,8 +273,9 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
         res.status = "skipped"
         return
     task_default = opts.task or opts.settings.task
-    record = session_record(opts, _latest_json(src, opts.topics.provenance), _latest_json(src, opts.topics.hello),
-                            source)
+    record = {**session_record(opts.settings, opts.recorder_name, _latest_json(src, opts.topics.provenance),
+                               _latest_json(src, opts.topics.hello), opts.topics.cameras, opts.output),
+              "source": source}
     res.session = record
     staging.mkdir(parents=True, exist_ok=True)
     if opts.fmt == "lerobot":

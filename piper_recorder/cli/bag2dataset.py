@@ -51,9 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     bar.add_argument("--no-progress", dest="progress", action="store_false")
     a = ap.parse_args(argv)
 
-    from piper_recorder.bag.config import load_settings, topic_map
+    from piper_recorder.bag.config import topic_map
     from piper_recorder.bag.convert import ConvertOptions
     from piper_recorder.bag.run import convert_many
+    from piper_recorder.recording.config import RECORDER_CONFIGS, load_config
 
     try:
         config = a.config
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             from piper_recorder.launcher import config_path
 
             config = config_path(config)
-        settings = load_settings(a.format, config)
+        settings = load_config(RECORDER_CONFIGS[a.format], config)
         topics = topic_map(a.format, settings, a.mapping)
         if a.format == "rgbd" and not a.out.endswith((".hdf5", ".h5")):
             raise ValueError(f"--out must be an .hdf5 file for --format rgbd, got {a.out!r}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,62 +28,12 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.assembly.messages import joint_positions, pose
+from piper_recorder.recording.config import RecorderConfig, session_record
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
 
 from .common import declare_config, now_ns, stamp_to_ns
-
-@dataclass
-class RecorderConfig:
-    """Parameters both recorders share (each recorder's config class extends this)."""
-
-    task: str = ""                      # read again at every start_episode (ros2 param set)
-    fps: float = 30.0
-    timestamp_mode: str = "capture"     # capture | nominal
-    lateness_s: float = 0.1             # a row is assembled once its time + this has passed (covers GIL/encoder-start stalls)
-    stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
-    max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
-    on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
-    camera_height: int = 480
-    camera_width: int = 640
-    camera_serials: list[str] = field(default_factory=list)   # per camera, for provenance
-    image_topic_pattern: str = "/{cam}/color/image_raw"
-    image_reliability: str = "reliable"  # reliable | best_effort
-    joint_states_topic: str = "/arm/joint_states"
-    eef_topic: str = "/arm/eef_pose"
-    commanded_pose_topic: str = "/arm/commanded_pose"
-    commanded_gripper_topic: str = "/arm/commanded_gripper"
-    provenance_topic: str = "/arm/provenance"
-    hello_topic: str = "/quest/hello"
-    provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
-    status_hz: float = 2.0
-
-    def camera_list(self) -> list[str]:
-        raise NotImplementedError
-
-    def validate(self) -> None:
-        AssemblyConfig(fps=self.fps, cameras=tuple(self.camera_list()), timestamp_mode=self.timestamp_mode,
-                       lateness_s=self.lateness_s, stale_s=self.stale_s).validate()
-        if self.on_shutdown not in ("save", "discard"):
-            raise ValueError(f"on_shutdown must be 'save' or 'discard', got {self.on_shutdown!r}")
-        if self.image_reliability not in ("reliable", "best_effort"):
-            raise ValueError(f"image_reliability must be 'reliable' or 'best_effort', got {self.image_reliability!r}")
-        if self.max_episode_s < 0 or self.status_hz <= 0 or self.provenance_wait_s < 0:
-            raise ValueError("max_episode_s and provenance_wait_s must be >= 0, status_hz > 0")
-        if self.max_episode_s * self.fps > 2 ** 24:
-            raise ValueError("max_episode_s too long for float32 timestamps on the 1/fps grid")
-        if self.camera_height <= 0 or self.camera_width <= 0:
-            raise ValueError("camera_height and camera_width must be positive")
-        if self.camera_serials and len(self.camera_serials) != len(self.camera_list()):
-            raise ValueError(f"camera_serials needs one entry per camera {self.camera_list()}")
-        if "{cam}" not in self.image_topic_pattern:
-            raise ValueError("image_topic_pattern must contain '{cam}'")
-
-    def assembly(self) -> AssemblyConfig:
-        return AssemblyConfig(fps=self.fps, cameras=tuple(self.camera_list()), timestamp_mode=self.timestamp_mode,
-                              lateness_s=self.lateness_s, stale_s=self.stale_s)
 
 
 class RecorderNode(Node):
@@ -174,7 +123,7 @@ class RecorderNode(Node):
 
     def check_image(self, camera: str, img: np.ndarray, depth: bool = False) -> bool:
         """Reject (count, warn once) frames whose size does not match the configured camera."""
-        h, w = self.camera_size(camera)
+        h, w = self.cfg.camera_size(camera)
         if img.shape[:2] == (h, w) and (depth or img.ndim == 3):
             return True
         n = self.frames_rejected.get(camera, 0) + 1
@@ -183,43 +132,14 @@ class RecorderNode(Node):
             self.get_logger().error(f"{camera}: got {img.shape} frames, configured {h}x{w}; dropping them")
         return False
 
-    def camera_size(self, camera: str) -> tuple[int, int]:
-        return self.cfg.camera_height, self.cfg.camera_width
-
     # ---- provenance -------------------------------------------------------------------------
-    def recording_settings(self) -> dict[str, Any]:
-        c = self.cfg
-        return {"recorder": self.get_name(), "fps": c.fps, "timestamp_mode": c.timestamp_mode,
-                "lateness_s": c.lateness_s, "stale_s": c.stale_s, "max_episode_s": c.max_episode_s}
-
-    def camera_record(self) -> dict[str, Any]:
-        cams = self.cfg.camera_list()
-        serials = self.cfg.camera_serials or ["unknown"] * len(cams)
-        out = {}
-        for cam, serial in zip(cams, serials):
-            h, w = self.camera_size(cam)
-            out[cam] = {"serial": serial, "topic": self.cfg.image_topic_pattern.format(cam=cam),
-                        "profile": {"width": w, "height": h, "fps": self.cfg.fps, "encoding": "rgb8"}}
-        return out
-
     def _session_record(self) -> dict[str, Any]:
-        """Nested so the binding keys resolve: control.backend, control.impedance.*, arm.firmware, recording.fps."""
+        """The shared session record (recording.config), once /arm/provenance arrived or the wait ran out."""
         if not self._prov_event.wait(0.0 if self._prov_waited else self.cfg.provenance_wait_s):
             self._prov_waited = True   # wait once per process, not at every start
             self.get_logger().warning(f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
                                       "recording control/arm provenance as 'unknown'")
-        p = self._arm_provenance or {}
-        unknown = "unknown"
-        return {
-            "control": {"backend": p.get("backend", unknown),
-                        "impedance": {k: p.get(k, unknown) for k in ("kp", "kd", "t_ff", "gravity_ff")}},
-            "arm": {"firmware": p.get("firmware", unknown), "model": p.get("arm_model", unknown),
-                    "can_channel": p.get("can_channel", unknown), "sdk_version": p.get("sdk_version", unknown),
-                    "provenance": p or unknown},
-            "cameras": self.camera_record(),
-            "headset": self._hello if self._hello is not None else unknown,
-            "recording": self.recording_settings(),
-        }
+        return session_record(self.cfg, self.get_name(), self._arm_provenance, self._hello)
 
     # ---- services ---------------------------------------------------------------------------
     def _answer(self, response: Trigger.Response, ans: Any) -> Trigger.Response:

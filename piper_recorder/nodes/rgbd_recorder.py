@@ -9,51 +9,17 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass
 
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32
 
 from piper_recorder.assembly import DepthPairer
 from piper_recorder.assembly.messages import image_to_numpy
+from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_config
 from piper_recorder.recording.targets import RgbdTarget
 
 from .common import now_ns, run_node, stamp_to_ns
-from .recorder_base import RecorderConfig, RecorderNode
-
-
-@dataclass
-class RgbdRecorderConfig(RecorderConfig):
-    path: str = "rgbd.hdf5"
-    camera: str = "cam_front"
-    depth_topic_pattern: str = "/{cam}/aligned_depth_to_color/image_raw"
-    reward_topic: str = "/reward"        # optional; rewards are 0 without it
-    rgb_jpeg_quality: int = 88
-    depth_codec: str = "jpeg2000"        # jpeg2000 | htj2k
-    depth_min_m: float = 0.1
-    depth_max_m: float = 6.0
-
-    def camera_list(self) -> list[str]:
-        return [self.camera]
-
-    def validate(self) -> None:
-        if not self.camera:
-            raise ValueError("camera must name the RGB-D camera")
-        super().validate()
-        if not self.path.endswith((".hdf5", ".h5")):
-            raise ValueError(f"path must be an .hdf5 file, got {self.path!r}")
-        if "{cam}" not in self.depth_topic_pattern:
-            raise ValueError("depth_topic_pattern must contain '{cam}'")
-
-
-def make_writer(cfg: RgbdRecorderConfig, env_args: dict):
-    from rgbd_writer.writer import RgbdConfig, RgbdWriter
-
-    return RgbdWriter(cfg.path, RgbdConfig(
-        width=cfg.camera_width, height=cfg.camera_height, rgb_jpeg_quality=cfg.rgb_jpeg_quality,
-        depth_codec=cfg.depth_codec, depth_min_m=cfg.depth_min_m, depth_max_m=cfg.depth_max_m,
-        rgb_source=cfg.image_topic_pattern.format(cam=cfg.camera),
-        depth_source=cfg.depth_topic_pattern.format(cam=cfg.camera), env_args=env_args))
+from .recorder_base import RecorderNode
 
 
 class RgbdRecorder(RecorderNode):
@@ -63,13 +29,12 @@ class RgbdRecorder(RecorderNode):
     def __init__(self) -> None:
         self._pairer = DepthPairer()
         self._pair_lock = threading.Lock()
-        super().__init__("rgbd_recorder")
+        super().__init__(RgbdRecorderConfig.node_name)
 
     def make_target(self) -> RgbdTarget:
-        env = {"source": "piper_recorder rgbd_recorder", "robot": "agilex_piper", "fps": self.cfg.fps,
-               "camera": self.cfg.camera, "state_terms": ["arm_joint", "arm_eef", "gripper"],
-               "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)"}
-        return RgbdTarget(make_writer(self.cfg, env), self.cfg.camera)
+        from rgbd_writer.writer import RgbdWriter
+
+        return RgbdTarget(RgbdWriter(self.cfg.path, rgbd_writer_config(self.cfg)), self.cfg.camera)
 
     def subscribe_cameras(self) -> None:
         cam, g = self.cfg.camera, self.subs_group
@@ -108,17 +73,6 @@ class RgbdRecorder(RecorderNode):
         if pair is not None:
             stamp, rgb, depth = pair
             self.controller.add_frame(self.cfg.camera, stamp, rgb, depth)
-
-    def camera_record(self) -> dict:
-        rec = super().camera_record()
-        rec[self.cfg.camera]["depth"] = {"topic": self.cfg.depth_topic_pattern.format(cam=self.cfg.camera),
-                                         "encoding": "16UC1", "unit": "mm", "aligned_to": "color"}
-        return rec
-
-    def recording_settings(self) -> dict:
-        c = self.cfg
-        return {**super().recording_settings(), "path": c.path, "depth_codec": c.depth_codec,
-                "rgb_jpeg_quality": c.rgb_jpeg_quality, "depth_min_m": c.depth_min_m, "depth_max_m": c.depth_max_m}
 
 
 def main(args=None):

@@ -1,0 +1,310 @@
+"""The recorders' parameters, writer settings and session record: one ROS-free definition for both paths.
+
+The recorder nodes declare these dataclasses as ROS parameters (``nodes.common.declare_config``); the
+rosbag converter loads the same classes from the same parameter files (``load_config``, e.g.
+config/sim.yaml or config/robot.yaml) and builds its writers and session record with the same
+functions, so a bag converts with exactly the settings the live recorder used. The converter's only
+differences are explicit arguments: its cameras may come from a mapping file (``cameras``), it has
+no real-time deadline (``offline``), and it names itself as the producer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import yaml
+
+from piper_recorder.assembly import AssemblyConfig
+
+LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
+UNKNOWN = "unknown"
+IMPEDANCE_KEYS = ("kp", "kd", "t_ff", "gravity_ff")
+
+
+@dataclass(frozen=True)
+class CameraTopics:
+    """Where one camera's frames come from and their configured size."""
+
+    color: str
+    depth: str | None = None
+    height: int = 480
+    width: int = 640
+
+
+@dataclass
+class RecorderConfig:
+    """Parameters both recorders share (each recorder's config class extends this)."""
+
+    node_name: ClassVar[str]
+
+    task: str = ""                      # read again at every start_episode (ros2 param set)
+    fps: float = 30.0
+    timestamp_mode: str = "capture"     # capture | nominal
+    lateness_s: float = 0.1             # a row is assembled once its time + this has passed (covers GIL/encoder-start stalls)
+    stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
+    max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
+    on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
+    camera_height: int = 480
+    camera_width: int = 640
+    camera_serials: list[str] = field(default_factory=list)   # per camera, for provenance
+    image_topic_pattern: str = "/{cam}/color/image_raw"
+    image_reliability: str = "reliable"  # reliable | best_effort
+    joint_states_topic: str = "/arm/joint_states"
+    eef_topic: str = "/arm/eef_pose"
+    commanded_pose_topic: str = "/arm/commanded_pose"
+    commanded_gripper_topic: str = "/arm/commanded_gripper"
+    provenance_topic: str = "/arm/provenance"
+    hello_topic: str = "/quest/hello"
+    provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
+    status_hz: float = 2.0
+
+    def camera_list(self) -> list[str]:
+        raise NotImplementedError
+
+    def camera_size(self, camera: str) -> tuple[int, int]:
+        """(height, width) of a camera's frames."""
+        return self.camera_height, self.camera_width
+
+    def camera_topics(self) -> dict[str, CameraTopics]:
+        """Each camera's topics and size, as the node subscribes them."""
+        return {cam: CameraTopics(self.image_topic_pattern.format(cam=cam), None, *self.camera_size(cam))
+                for cam in self.camera_list()}
+
+    def assembly(self, cameras: Sequence[str] | None = None) -> AssemblyConfig:
+        return AssemblyConfig(fps=self.fps, cameras=tuple(self.camera_list() if cameras is None else cameras),
+                              timestamp_mode=self.timestamp_mode, lateness_s=self.lateness_s, stale_s=self.stale_s)
+
+    def validate(self) -> None:
+        self.assembly().validate()
+        if self.on_shutdown not in ("save", "discard"):
+            raise ValueError(f"on_shutdown must be 'save' or 'discard', got {self.on_shutdown!r}")
+        if self.image_reliability not in ("reliable", "best_effort"):
+            raise ValueError(f"image_reliability must be 'reliable' or 'best_effort', got {self.image_reliability!r}")
+        if self.max_episode_s < 0 or self.status_hz <= 0 or self.provenance_wait_s < 0:
+            raise ValueError("max_episode_s and provenance_wait_s must be >= 0, status_hz > 0")
+        if self.max_episode_s * self.fps > 2 ** 24:
+            raise ValueError("max_episode_s too long for float32 timestamps on the 1/fps grid")
+        if self.camera_height <= 0 or self.camera_width <= 0:
+            raise ValueError("camera_height and camera_width must be positive")
+        if self.camera_serials and len(self.camera_serials) != len(self.camera_list()):
+            raise ValueError(f"camera_serials needs one entry per camera {self.camera_list()}")
+        if "{cam}" not in self.image_topic_pattern:
+            raise ValueError("image_topic_pattern must contain '{cam}'")
+
+    # ---- session record parts ------------------------------------------------------------------
+    def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
+        """The ``recording`` block; ``output``: where the data went if not the configured root/path."""
+        return {"recorder": recorder, "fps": self.fps, "timestamp_mode": self.timestamp_mode,
+                "lateness_s": self.lateness_s, "stale_s": self.stale_s, "max_episode_s": self.max_episode_s}
+
+    def camera_record(self, cameras: Mapping[str, CameraTopics]) -> dict[str, Any]:
+        serials = self.camera_serials if len(self.camera_serials) == len(cameras) else [UNKNOWN] * len(cameras)
+        return {cam: {"serial": serial, "topic": c.color,
+                      "profile": {"width": c.width, "height": c.height, "fps": self.fps, "encoding": "rgb8"}}
+                for (cam, c), serial in zip(cameras.items(), serials)}
+
+
+@dataclass
+class LeRobotRecorderConfig(RecorderConfig):
+    node_name: ClassVar[str] = LEROBOT_RECORDER
+
+    root: str = "lerobot_dataset"
+    cameras: list[str] = field(default_factory=lambda: ["cam_front", "cam_wrist"])
+    camera_heights: list[int] = field(default_factory=list)   # per camera; empty = camera_height for all
+    camera_widths: list[int] = field(default_factory=list)
+    raw_quest_topic: str = "/quest/raw"
+    save_raw_quest: bool = True
+    robot_type: str = "agilex_piper"
+    codec: str = "libx264"
+    pix_fmt: str = "yuv420p"
+    crf: int = 23
+    preset: str = "veryfast"
+    gop: int = 0                         # 0 = the writer's measured default
+    chunks_size: int = 1000
+    rotation_type: str = "quat_wxyz"     # or "quaternion" (GR00T N1.5)
+    combined_columns: bool = True
+    on_binding_change: str = "warn"      # warn | refuse
+
+    def camera_list(self) -> list[str]:
+        return list(self.cameras)
+
+    def camera_size(self, camera: str) -> tuple[int, int]:
+        """Per-camera size if configured; a camera not in ``cameras`` (converter mapping) gets the default."""
+        i = self.cameras.index(camera) if camera in self.cameras else -1
+        return (self.camera_heights[i] if self.camera_heights and i >= 0 else self.camera_height,
+                self.camera_widths[i] if self.camera_widths and i >= 0 else self.camera_width)
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.root:
+            raise ValueError("root must be a directory path")
+        for name in ("camera_heights", "camera_widths"):
+            v = getattr(self, name)
+            if v and (len(v) != len(self.cameras) or min(v) <= 0):
+                raise ValueError(f"{name} needs one positive entry per camera {self.cameras}")
+        if self.on_binding_change not in ("warn", "refuse"):
+            raise ValueError(f"on_binding_change must be 'warn' or 'refuse', got {self.on_binding_change!r}")
+        if self.rotation_type not in ("quat_wxyz", "quaternion"):
+            raise ValueError(f"rotation_type must be 'quat_wxyz' or 'quaternion', got {self.rotation_type!r}")
+        if self.gop < 0 or not 0 <= self.crf <= 51 or self.chunks_size <= 0:
+            raise ValueError("gop must be >= 0, crf in 0..51, chunks_size > 0")
+        if not float(self.fps).is_integer():
+            raise ValueError(f"fps must be a whole number for LeRobot, got {self.fps}")
+
+    def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
+        return {**super().recording_record(recorder), "root": self.root if output is None else output,
+                "video": {"codec": self.codec, "pix_fmt": self.pix_fmt, "crf": self.crf, "preset": self.preset,
+                          "gop": self.gop or "writer default", "bf": 0},
+                "rotation_type": self.rotation_type, "combined_columns": self.combined_columns,
+                "save_raw_quest": self.save_raw_quest}
+
+
+@dataclass
+class RgbdRecorderConfig(RecorderConfig):
+    node_name: ClassVar[str] = RGBD_RECORDER
+
+    path: str = "rgbd.hdf5"
+    camera: str = "cam_front"
+    depth_topic_pattern: str = "/{cam}/aligned_depth_to_color/image_raw"
+    reward_topic: str = "/reward"        # optional; rewards are 0 without it
+    rgb_jpeg_quality: int = 88
+    depth_codec: str = "jpeg2000"        # jpeg2000 | htj2k
+    depth_min_m: float = 0.1
+    depth_max_m: float = 6.0
+
+    def camera_list(self) -> list[str]:
+        return [self.camera]
+
+    def camera_topics(self) -> dict[str, CameraTopics]:
+        return {cam: dataclasses.replace(c, depth=self.depth_topic_pattern.format(cam=cam))
+                for cam, c in super().camera_topics().items()}
+
+    def validate(self) -> None:
+        if not self.camera:
+            raise ValueError("camera must name the RGB-D camera")
+        super().validate()
+        if not self.path.endswith((".hdf5", ".h5")):
+            raise ValueError(f"path must be an .hdf5 file, got {self.path!r}")
+        if "{cam}" not in self.depth_topic_pattern:
+            raise ValueError("depth_topic_pattern must contain '{cam}'")
+
+    def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
+        return {**super().recording_record(recorder), "path": self.path if output is None else output,
+                "depth_codec": self.depth_codec, "rgb_jpeg_quality": self.rgb_jpeg_quality,
+                "depth_min_m": self.depth_min_m, "depth_max_m": self.depth_max_m}
+
+    def camera_record(self, cameras: Mapping[str, CameraTopics]) -> dict[str, Any]:
+        rec = super().camera_record(cameras)
+        for cam, c in cameras.items():
+            if c.depth:
+                rec[cam]["depth"] = {"topic": c.depth, "encoding": "16UC1", "unit": "mm", "aligned_to": "color"}
+        return rec
+
+
+RECORDER_CONFIGS: dict[str, type[RecorderConfig]] = {"lerobot": LeRobotRecorderConfig, "rgbd": RgbdRecorderConfig}
+
+
+# ---- writers -----------------------------------------------------------------------------------
+def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
+                          offline: bool = False):
+    """The LeRobot ``WriterConfig`` for ``cfg``; ``offline``: no real-time deadline, so ``add_frame``
+    waits for the encoder instead of dropping (the converter)."""
+    from piper_recorder.lerobot.features import piper_features
+    from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
+
+    cams = cfg.camera_topics() if cameras is None else cameras
+    video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0)
+    if offline:
+        video["max_block_s"] = None
+    if cfg.gop:
+        video["gop"] = cfg.gop
+    return WriterConfig(
+        fps=int(cfg.fps), robot_type=cfg.robot_type,
+        cameras={cam: CameraSpec(height=c.height, width=c.width) for cam, c in cams.items()},
+        features=piper_features(), video=VideoConfig(**video), chunks_size=cfg.chunks_size,
+        save_raw_quest=cfg.save_raw_quest, rotation_type=cfg.rotation_type,
+        combined_columns=cfg.combined_columns, on_binding_change=cfg.on_binding_change)
+
+
+def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
+                       producer: str = RGBD_RECORDER):
+    """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"]."""
+    from rgbd_writer.writer import RgbdConfig
+
+    (cam, c), = (cfg.camera_topics() if cameras is None else cameras).items()
+    env = {"source": f"piper_recorder {producer}", "robot": "agilex_piper", "fps": cfg.fps, "camera": cam,
+           "state_terms": ["arm_joint", "arm_eef", "gripper"],
+           "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)"}
+    return RgbdConfig(width=c.width, height=c.height, rgb_jpeg_quality=cfg.rgb_jpeg_quality,
+                      depth_codec=cfg.depth_codec, depth_min_m=cfg.depth_min_m, depth_max_m=cfg.depth_max_m,
+                      rgb_source=c.color, depth_source=c.depth or "", env_args=env)
+
+
+# ---- session record ----------------------------------------------------------------------------
+def session_record(cfg: RecorderConfig, recorder: str, provenance: Mapping[str, Any] | None,
+                   hello: Any, cameras: Mapping[str, CameraTopics] | None = None,
+                   output: str | None = None) -> dict[str, Any]:
+    """Arm provenance (the /arm/provenance JSON) + cameras + headset hello + recording settings.
+
+    Nested so the writer's binding keys resolve: control.backend, control.impedance.{kp,kd,t_ff,
+    gravity_ff}, arm.firmware, recording.fps. Anything the arm did not report is "unknown".
+    """
+    p = dict(provenance or {})
+    return {
+        "control": {"backend": p.get("backend", UNKNOWN),
+                    "impedance": {k: p.get(k, UNKNOWN) for k in IMPEDANCE_KEYS}},
+        "arm": {"firmware": p.get("firmware", UNKNOWN), "model": p.get("arm_model", UNKNOWN),
+                "can_channel": p.get("can_channel", UNKNOWN), "sdk_version": p.get("sdk_version", UNKNOWN),
+                "provenance": p or UNKNOWN},
+        "cameras": cfg.camera_record(cfg.camera_topics() if cameras is None else cameras),
+        "headset": hello if hello is not None else UNKNOWN,
+        "recording": cfg.recording_record(recorder, output),
+    }
+
+
+# ---- parameter files ---------------------------------------------------------------------------
+C = TypeVar("C", bound=RecorderConfig)
+
+
+def load_config(cls: type[C], params_file: str | Path | None = None, node: str | None = None) -> C:
+    """``cls`` with the defaults updated from a ROS 2 parameter file's ``/**`` and ``<node>`` sections
+    (``ros__parameters``), read with the rules ``declare_config`` applies; then ``validate()``.
+
+    Raises ValueError naming the file and the parameter for unknown names, wrong types and bad values.
+    """
+    node = node or cls.node_name
+    where = f"{params_file}: {node}" if params_file is not None else node
+    values: dict[str, Any] = {}
+    if params_file is not None:
+        doc = yaml.safe_load(Path(params_file).read_text()) or {}
+        if not isinstance(doc, dict):
+            raise ValueError(f"{params_file}: not a ROS 2 parameter file (expected a mapping of node names)")
+        for key in ("/**", node, f"/{node}"):
+            values.update((doc.get(key) or {}).get("ros__parameters") or {})
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown parameters {unknown}")
+    try:
+        cfg = cls(**{k: _coerce(k, hints[k], v) for k, v in values.items() if v is not None})
+        cfg.validate()
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    return cfg
+
+
+def _coerce(name: str, typ: Any, value: Any) -> Any:
+    """YAML value -> field type, as rcl types a parameter: ints pass for floats, nothing else converts."""
+    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if typing.get_origin(typ) is list and isinstance(value, list):
+        (inner,) = typing.get_args(typ)
+        return [_coerce(name, inner, v) for v in value]
+    if typ in (bool, int, str) and type(value) is typ:
+        return value
+    raise ValueError(f"parameter '{name}': expected {getattr(typ, '__name__', typ)}, got {value!r}")
