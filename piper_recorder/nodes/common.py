@@ -119,21 +119,64 @@ class ShutdownAware(typing.Protocol):
     def on_shutdown(self) -> None: ...
 
 
-def _spin(executor: Executor) -> None:
+def _spin(executor: Executor, stop: threading.Event) -> None:
+    # spin_once in a loop rather than spin(): rclpy's EventsExecutor.spin() runs no timers when it is
+    # spun from a thread other than the main one (Kilted wheels); spin_once does.
     try:
-        executor.spin()
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
 
 
-def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, threads: int = 4) -> int:
-    """Create the node, spin it on a multi-threaded executor until SIGINT/SIGTERM, then shut down cleanly.
+EXECUTORS = ("events", "single", "multi")
+
+
+def make_executor(kind: str = "events") -> Executor:
+    """``events`` (default): rclpy's EventsExecutor, single-threaded, lowest cost per callback and the
+    only one that kept up with a recorder's input in ``bench/executor_overhead.py`` (the
+    MultiThreadedExecutor delivered half the 200 Hz arm messages and lost images). ``single``: the
+    classic SingleThreadedExecutor; ``multi``: MultiThreadedExecutor (4 threads).
+    Callbacks must not block on single-threaded executors: long work goes to a thread and a service
+    callback awaits it as a coroutine (see ``run_in_thread``).
+    """
+    if kind == "events":
+        from rclpy.experimental import EventsExecutor
+
+        return EventsExecutor()
+    if kind == "single":
+        return SingleThreadedExecutor()
+    if kind == "multi":
+        return MultiThreadedExecutor(num_threads=4)
+    raise ValueError(f"executor must be one of {EXECUTORS}, got {kind!r}")
+
+
+async def run_in_thread(fn: Callable[[], Any]) -> Any:
+    """Await ``fn()`` run on a short-lived thread, from a coroutine callback, without blocking the executor."""
+    from rclpy.task import Future
+
+    fut: Future = Future()
+
+    def _run() -> None:
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the awaiting callback
+            fut.set_exception(exc)
+
+    threading.Thread(target=_run, name="service-work", daemon=True).start()
+    return await fut
+
+
+def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "multi",
+             threads: int | None = None) -> int:
+    """Create the node, spin it (``make_executor(executor)``) until SIGINT/SIGTERM, then shut down cleanly.
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
     discard the episode in flight and publish its last event before the process exits.
-    ``threads=1`` spins a SingleThreadedExecutor instead (far less Python overhead per callback, for
-    nodes whose callbacks only store data and never block).
+    ``threads=1`` is the same as ``executor="single"``.
     """
+    if threads is not None:
+        executor = "single" if threads <= 1 else "multi"
     rclpy.init(args=list(sys.argv if args is None else args), signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
 
@@ -150,9 +193,10 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, thr
         except ParameterError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        executor = SingleThreadedExecutor() if threads <= 1 else MultiThreadedExecutor(num_threads=threads)
-        executor.add_node(node)
-        spinner = threading.Thread(target=_spin, args=(executor,), name="executor", daemon=True)
+        spin = make_executor(executor)
+        spin.add_node(node)
+        stop_spin = threading.Event()
+        spinner = threading.Thread(target=_spin, args=(spin, stop_spin), name="executor", daemon=True)
         spinner.start()
         while not stop.wait(0.1):
             if not rclpy.ok() or not spinner.is_alive():
@@ -160,8 +204,9 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, thr
         hook = getattr(node, "on_shutdown", None)
         if callable(hook):
             hook()  # the executor still spins: the hook may publish and call services
-        executor.shutdown(timeout_sec=2.0)
+        stop_spin.set()
         spinner.join(timeout=2.0)
+        spin.shutdown(timeout_sec=2.0)
     finally:
         if node is not None:
             node.destroy_node()
