@@ -83,6 +83,7 @@ def test_wrong_types_are_refused_naming_the_parameter(tmp_path, key, value):
     (LeRobotRecorderConfig, {"on_binding_change": "ignore"}, "on_binding_change"),
     (LeRobotRecorderConfig, {"rotation_type": "euler"}, "rotation_type"),
     (LeRobotRecorderConfig, {"crf": 60}, "crf"),
+    (LeRobotRecorderConfig, {"encoder_max_block_s": -1.0}, "encoder_max_block_s"),
     (LeRobotRecorderConfig, {"cameras": ["cam_front", "cam_front"]}, "duplicate camera"),
     (RgbdRecorderConfig, {"path": "out.txt"}, "path"),
     (RgbdRecorderConfig, {"camera": ""}, "camera"),
@@ -127,7 +128,8 @@ def test_lerobot_writer_config_live_and_offline():
     assert {c: (s.height, s.width) for c, s in live.cameras.items()} == {"cam_front": (480, 640),
                                                                           "cam_wrist": (240, 320)}
     assert (live.fps, live.video.crf, live.video.bf, live.video.gop) == (30, 30, 0, 15)   # gop 0: writer default
-    assert live.video.max_block_s == 0.2
+    assert live.video.max_block_s == 2.0   # encoder_max_block_s: the live writer thread may wait this long
+    assert lerobot_writer_config(dataclasses.replace(cfg, encoder_max_block_s=0.5)).video.max_block_s == 0.5
     assert (live.rotation_type, live.on_binding_change, live.save_raw_quest) == ("quaternion", "refuse", False)
     offline = lerobot_writer_config(dataclasses.replace(cfg, gop=30), {"cam_top": CameraTopics("/top", None, 48, 64)},
                                     offline=True)

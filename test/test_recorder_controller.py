@@ -252,3 +252,54 @@ def test_refused_session_leaves_recorder_idle_and_retries():
     assert not ans.ok and "binding keys changed" in ans.message
     assert c.state == "idle" and w.current is None and events == []
     assert not c.start("pick", Clock()).ok          # asked again at the next start, still refused
+
+
+def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monkeypatch):
+    """An encoder stalled longer than encoder_max_block_s: frames are dropped on the writer thread and
+    episodes.jsonl shows it (frames_written < length, each drop counted)."""
+    import dataclasses
+    import json
+
+    from piper_recorder.lerobot.video import VideoEncoder
+    from piper_recorder.lerobot.writer import LeRobotWriter
+    from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
+
+    release = threading.Event()
+    run = VideoEncoder._run
+    monkeypatch.setattr(VideoEncoder, "_run", lambda self: (release.wait(30), run(self)))
+
+    class ReleaseAtSave(LeRobotTarget):
+        def save_episode(self, sink, counters, timeout):
+            release.set()   # the writer thread has offered every frame of the episode by now
+            return super().save_episode(sink, counters, timeout)
+
+    cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16,
+                                timestamp_mode="nominal", lateness_s=0.0, encoder_max_block_s=0.02)
+    wcfg = lerobot_writer_config(cfg)
+    assert wcfg.video.max_block_s == 0.02
+    wcfg = dataclasses.replace(wcfg, video=dataclasses.replace(wcfg.video, queue_size=2))
+    c = EpisodeController(ReleaseAtSave(LeRobotWriter(cfg.root, wcfg)), cfg.assembly(), recorder="lerobot_recorder",
+                          max_episode_s=0, publish_event=lambda e: None,
+                          session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
+                          log=lambda m: None)
+    clock = Clock()
+    try:
+        assert c.start("stall", clock).ok
+        for i in range(50):
+            s = clock.t + i * 10 * MS
+            c.add_joint_state(s, [0.1] * 6 + [0.04])
+            c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
+            c.add_commanded_pose(s, (0, 0, 0), (0, 0, 0, 1))
+            c.add_commanded_gripper(s, 0.02)
+            if i % 3 == 0:
+                c.add_frame("cam_front", s, np.full((16, 16, 3), i, np.uint8))
+            c.tick(s)
+        assert c.stop(clock.t + 490 * MS).ok
+    finally:
+        c.shutdown(save=False)
+    (ep,) = [json.loads(x) for x in (tmp_path / "ds/meta/episodes.jsonl").read_text().splitlines()]
+    rows = ep["length"]
+    assert rows == ep["rows"] == 15 and ep["timestamp_mode"] == "nominal"
+    assert ep["frames_written"] == {"cam_front": 2} == ep["video_frame_lengths"]   # what the stalled queue held
+    assert ep["frames_rejected_by_encoder"] == {"cam_front": rows - 2}
+    assert ep["video_dropped_frames"]["cam_front"]["queue_full"] == rows - 2

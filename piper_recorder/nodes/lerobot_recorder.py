@@ -2,7 +2,9 @@
 
 Threads and timing: see recorder_base. Rows follow the exact 1/fps grid (piper_recorder.assembly);
 frames go to the writer's per-camera encoders with their capture time (``timestamp_mode: capture``)
-or one per row re-stamped to the row time (``nominal``).
+or one per row re-stamped to the row time (``nominal``). A frame waits up to ``encoder_max_block_s``
+on the writer thread for encoder queue space before it is dropped and counted (trade-off: see
+``LeRobotRecorderConfig`` in piper_recorder.recording.config).
 """
 from __future__ import annotations
 

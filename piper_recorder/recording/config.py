@@ -110,6 +110,16 @@ class RecorderConfig:
 
 @dataclass
 class LeRobotRecorderConfig(RecorderConfig):
+    """``encoder_max_block_s``: how long a frame may wait for space in its camera's encoder queue
+    before it is dropped (``VideoConfig.max_block_s``). The wait happens on the recorder's writer
+    thread, never in a ROS callback, so a long one only holds back the rows and frames queued behind it
+    (in memory: ~0.9 MB per 640x480 frame, ~110 MB for 2 s of two cameras at 30 fps) and the
+    stop-to-saved time. Long enough, it rides out a machine that stalls for a moment without losing a
+    frame (in nominal mode every lost frame breaks frames == rows); a machine that cannot keep up for
+    that long still drops frames, each counted in episodes.jsonl (``frames_rejected_by_encoder``,
+    ``video_dropped_frames.queue_full``, and ``frames_written`` below ``length`` in nominal mode).
+    """
+
     node_name: ClassVar[str] = LEROBOT_RECORDER
 
     root: str = "lerobot_dataset"
@@ -124,6 +134,7 @@ class LeRobotRecorderConfig(RecorderConfig):
     crf: int = 23
     preset: str = "veryfast"
     gop: int = 0                         # 0 = the writer's measured default
+    encoder_max_block_s: float = 2.0     # wait for encoder queue space, then drop (see the class docstring)
     chunks_size: int = 1000
     rotation_type: str = "quat_wxyz"     # or "quaternion" (GR00T N1.5)
     combined_columns: bool = True
@@ -152,6 +163,8 @@ class LeRobotRecorderConfig(RecorderConfig):
             raise ValueError(f"rotation_type must be 'quat_wxyz' or 'quaternion', got {self.rotation_type!r}")
         if self.gop < 0 or not 0 <= self.crf <= 51 or self.chunks_size <= 0:
             raise ValueError("gop must be >= 0, crf in 0..51, chunks_size > 0")
+        if self.encoder_max_block_s < 0:
+            raise ValueError(f"encoder_max_block_s must be >= 0, got {self.encoder_max_block_s}")
         if not float(self.fps).is_integer():
             raise ValueError(f"fps must be a whole number for LeRobot, got {self.fps}")
 
@@ -211,15 +224,14 @@ RECORDER_CONFIGS: dict[str, type[RecorderConfig]] = {"lerobot": LeRobotRecorderC
 # ---- writers -----------------------------------------------------------------------------------
 def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
                           offline: bool = False):
-    """The LeRobot ``WriterConfig`` for ``cfg``; ``offline``: no real-time deadline, so ``add_frame``
-    waits for the encoder instead of dropping (the converter)."""
+    """The LeRobot ``WriterConfig`` for ``cfg``. Live, a frame waits ``encoder_max_block_s`` for the
+    encoder; ``offline`` (the converter: no real-time deadline) it waits as long as needed, never dropped."""
     from piper_recorder.lerobot.features import piper_features
     from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
-    video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0)
-    if offline:
-        video["max_block_s"] = None
+    video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0,
+                                 max_block_s=None if offline else cfg.encoder_max_block_s)
     if cfg.gop:
         video["gop"] = cfg.gop
     return WriterConfig(
