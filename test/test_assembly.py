@@ -201,6 +201,25 @@ def test_capture_mode_late_frame_dropped_and_counted():
     assert c.frames_sent["cam_front"] == len(sent)
 
 
+def test_capture_mode_camera_gap_counted_as_frames_missing():
+    """A 0.5 s pause of one camera: 14 frames missing at 30 fps; capture jitter is no gap."""
+    cfg = AssemblyConfig(fps=30, lateness_s=0.05)
+    all_ev = make_events(2.0)
+    ev = [e for e in all_ev if not (e[1] == "frame" and e[2][0] == "cam_front"
+                                    and START + 600 * MS < e[0] < START + 1070 * MS)]
+    assert len(all_ev) - len(ev) == 14
+    sink, c, _ = run(ev, [s for s, _, _ in ev], cfg, START + 2 * 1_000_000_000, jittery_ticks(30, 2.0))
+    sent = [s for cam, s, _ in sink.frames if cam == "cam_front"]
+    gaps = np.diff(sent) / 1e9
+    assert 0.495 < gaps.max() < 0.505 and np.sort(gaps)[-2] < 1.5 / 30   # one 0.5 s gap, the rest is jitter
+    assert c.frames_missing == {"cam_front": 14, "cam_wrist": 0}
+    assert c.frames_dropped == {"cam_front": 0, "cam_wrist": 0} and c.frames_late == {"cam_front": 0, "cam_wrist": 0}
+    assert c.frames_sent["cam_front"] + 14 == c.frames_sent["cam_wrist"]
+    nominal = run(ev, [s for s, _, _ in ev], AssemblyConfig(fps=30, lateness_s=0.05, timestamp_mode="nominal"),
+                  START + 2 * 1_000_000_000)[1]
+    assert nominal.frames_missing == {} and nominal.frames_repeated["cam_front"] >= 14
+
+
 def test_capture_mode_frame_right_after_origin_opens_the_video():
     cfg = AssemblyConfig(fps=30, cameras=("cam_front",))
     sink = RecordingSink()

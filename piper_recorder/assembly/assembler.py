@@ -17,7 +17,11 @@ Rules (one place, shared by the live recorders and the rosbag converter):
   with ``t = (stamp - origin_ns) / 1e9``, once ``now >= stamp + lateness``; the newest frame at or
   before the origin is sent with t = 0 (so row 0 has a frame at or before it), unless the next frame
   is within 1 ms of the origin (it gets PTS 0 itself). A frame stamped at or
-  before one already sent is dropped and counted (``frames_late``).
+  before one already sent is dropped and counted (``frames_late``). Gaps in what is sent are counted
+  in ``frames_missing``: for consecutive sent frames more than 1.5 frame periods apart,
+  ``round(dt * fps) - 1`` (a 0.5 s camera pause at 30 fps: 14), whatever the cause (the camera
+  paused, frames lost in transport, or frames also counted in ``frames_late``). Capture mode only:
+  the dict stays empty when rows carry the frames (nominal, RGB-D): ``frames_repeated`` counts gaps there.
 - Frames, ``nominal`` mode (and always for RGB-D observations): every row carries, per camera, the
   newest frame stamped <= t_k; reusing the previous row's frame counts ``frames_repeated``, frames
   skipped between two rows count ``frames_dropped``, a frame older than ``stale_s`` counts
@@ -103,6 +107,7 @@ class Counters:
     frames_repeated: dict[str, int] = field(default_factory=dict)
     frames_late: dict[str, int] = field(default_factory=dict)
     frames_stale: dict[str, int] = field(default_factory=dict)
+    frames_missing: dict[str, int] = field(default_factory=dict)     # capture mode: gaps in the sent frames
 
     @staticmethod
     def _inc(d: dict[str, int], key: str, n: int = 1) -> None:
@@ -144,6 +149,8 @@ class EpisodeAssembler:
             for d in (self.counters.frames_received, self.counters.frames_sent, self.counters.frames_dropped,
                       self.counters.frames_repeated, self.counters.frames_late, self.counters.frames_stale):
                 d[cam] = 0
+            if not self._frames_in_rows:
+                self.counters.frames_missing[cam] = 0
 
     # ---- grid -------------------------------------------------------------------------------
     def tick_ns(self, k: int) -> int:
@@ -247,6 +254,11 @@ class EpisodeAssembler:
         return self.counters.rows - before
 
     def _send(self, cam: str, frame: Frame, rel_ns: int) -> None:
+        prev = self._sent_ns[cam]
+        if prev is not None:
+            periods = (frame.stamp_ns - prev) * self.config.fps / 1e9
+            if periods > 1.5:
+                self.counters.frames_missing[cam] += round(periods) - 1
         self._sent_ns[cam] = frame.stamp_ns
         self.counters.frames_sent[cam] += 1
         self._sink.frame(cam, frame, max(0, rel_ns) / 1e9)
