@@ -40,7 +40,12 @@ class ArmConfig:
     # emulator's thread (seen for > 0.2 s on a loaded 2-core box), so emulation relaxes can_silence_s
     emulator_can_silence_s: float = 1.0
     control_rate_hz: float = 200.0
-    speed: int = 50                         # MotionCtrl_2 speed percentage
+    # MotionCtrl_2 speed percentage: caps the firmware's joint speeds. Streamed EndPoseCtrl targets need
+    # full speed (as piper_sdk's end-pose demo sends): near the ready pose a 5 cm sideways hand move
+    # counter-rotates joints 4 and 6 by ~0.8 rad, and at 50 % a figure-eight with a +-10 deg yaw
+    # swing lagged by 19 mm / 17 deg RMS (bench/arm_tracking.py --motion figure8). Teleop already
+    # caps the target's speed and tethers it to the measured pose.
+    speed: int = 100
     kp: list[float] = field(default_factory=lambda: [5.0, 25.0, 5.0, 8.0, 8.0, 5.0])
     kd: list[float] = field(default_factory=lambda: [0.3, 1.2, 0.3, 0.45, 0.45, 0.3])
     t_ff: list[float] = field(default_factory=lambda: [0.0] * 6)
