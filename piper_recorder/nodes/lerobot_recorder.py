@@ -37,11 +37,9 @@ class LeRobotRecorder(RecorderNode):
     def subscribe_cameras(self) -> None:
         for cam in self.cfg.cameras:
             self.create_subscription(Image, self.cfg.image_topic_pattern.format(cam=cam),
-                                     lambda m, cam=cam: self._on_image(cam, m), self.image_qos,
-                                     callback_group=self.subs_group)
+                                     lambda m, cam=cam: self._on_image(cam, m), self.image_qos)
         if self.cfg.save_raw_quest:
-            self.create_subscription(String, self.cfg.raw_quest_topic, self._on_raw, 1000,
-                                     callback_group=self.subs_group)
+            self.create_subscription(String, self.cfg.raw_quest_topic, self._on_raw, 1000)
 
     def _on_image(self, cam: str, msg: Image) -> None:
         try:
@@ -58,4 +56,4 @@ class LeRobotRecorder(RecorderNode):
 
 
 def main(args=None):
-    sys.exit(run_node(LeRobotRecorder, args))
+    sys.exit(run_node(LeRobotRecorder, args, executor="events"))

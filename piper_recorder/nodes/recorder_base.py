@@ -1,11 +1,12 @@
 """Shared rclpy shell of both recorders: subscriptions, the four Trigger services, status, events, provenance.
 
 Threads (why encoding never blocks a message callback):
-- ``run_node``'s MultiThreadedExecutor (4 threads). Subscriptions sit in one Reentrant group: a callback
-  only wraps the message buffer with numpy (no copy for rgb8/16UC1) and inserts it into the assembler
-  under a short lock. Services sit in their own MutuallyExclusive group (one transition at a time; a
-  save may block its service thread for a while, the other executor threads keep taking messages).
-  The status timer has its own group.
+- ``run_node``'s EventsExecutor (one thread, the cheapest per message: a recorder takes ~1,000
+  messages/s, which rclpy's MultiThreadedExecutor could not keep up with, see
+  bench/executor_overhead.py). A subscription callback only wraps the message buffer with numpy (no
+  copy for rgb8/16UC1) and inserts it into the assembler under a short lock. Services are coroutines
+  that run their transition (which may wait for the lateness allowance and a save) on a worker thread
+  and await it, so the executor keeps taking messages meanwhile; the controller serialises transitions.
 - A tick thread sleeps until the next grid tick plus the lateness allowance (computed from the grid,
   not a periodic timer, so late wake-ups never shift rows) and calls ``controller.tick(now)``.
 - One writer thread (``WriterWorker``) owns every writer call; the writers encode in their own threads.
@@ -21,7 +22,6 @@ from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -33,7 +33,7 @@ from piper_recorder.recording.config import RecorderConfig, session_record
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
 
-from .common import declare_config, now_ns, stamp_to_ns
+from .common import declare_config, now_ns, run_in_thread, stamp_to_ns
 
 
 class RecorderNode(Node):
@@ -51,9 +51,6 @@ class RecorderNode(Node):
         super().__init__(name)
         self.cfg = cfg = declare_config(self, self.config_class)
         target = self.make_target()
-        self.subs_group = ReentrantCallbackGroup()
-        self.srv_group = MutuallyExclusiveCallbackGroup()
-        self.timer_group = MutuallyExclusiveCallbackGroup()
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
@@ -74,24 +71,20 @@ class RecorderNode(Node):
             publish_event=self._publish_event, session_record=self._session_record,
             on_change=self._publish_status, log=lambda m: self.get_logger().info(m))
         c = self.controller
-        g = self.subs_group
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-        self.create_subscription(JointState, cfg.joint_states_topic, self._on_joints, arm_qos, callback_group=g)
+        self.create_subscription(JointState, cfg.joint_states_topic, self._on_joints, arm_qos)
         self.create_subscription(PoseStamped, cfg.eef_topic,
-                                 lambda m: c.add_eef_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos,
-                                 callback_group=g)
+                                 lambda m: c.add_eef_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos)
         self.create_subscription(PoseStamped, cfg.commanded_pose_topic,
-                                 lambda m: c.add_commanded_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos,
-                                 callback_group=g)
-        self.create_subscription(JointState, cfg.commanded_gripper_topic, self._on_cmd_gripper, arm_qos,
-                                 callback_group=g)
-        self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched, callback_group=g)
-        self.create_subscription(String, cfg.hello_topic, self._on_hello, latched, callback_group=g)
+                                 lambda m: c.add_commanded_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos)
+        self.create_subscription(JointState, cfg.commanded_gripper_topic, self._on_cmd_gripper, arm_qos)
+        self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
+        self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         for srv, fn in (("start_episode", self._srv_start), ("stop_episode", self._srv_stop),
                         ("discard_episode", self._srv_discard), ("delete_last_episode", self._srv_delete)):
-            self.create_service(Trigger, f"~/{srv}", fn, callback_group=self.srv_group)
+            self.create_service(Trigger, f"~/{srv}", fn)
         self.subscribe_cameras()
-        self.create_timer(1.0 / cfg.status_hz, self._publish_status, callback_group=self.timer_group)
+        self.create_timer(1.0 / cfg.status_hz, self._publish_status)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="tick", daemon=True)
         self._ticker.start()
@@ -148,18 +141,19 @@ class RecorderNode(Node):
             self.get_logger().warning(ans.message)
         return response
 
-    def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+    async def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         task = str(self.get_parameter("task").value or "")
-        return self._answer(res, self.controller.start(task, lambda: now_ns(self)))
+        return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: now_ns(self))))
 
-    def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        return self._answer(res, self.controller.stop(lambda: now_ns(self)))
+    async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        end = now_ns(self)   # the episode ends when the request arrives, not when the worker runs
+        return self._answer(res, await run_in_thread(lambda: self.controller.stop(end)))
 
-    def _srv_discard(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        return self._answer(res, self.controller.discard())
+    async def _srv_discard(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        return self._answer(res, await run_in_thread(self.controller.discard))
 
-    def _srv_delete(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        return self._answer(res, self.controller.delete_last())
+    async def _srv_delete(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        return self._answer(res, await run_in_thread(self.controller.delete_last))
 
     # ---- status / events --------------------------------------------------------------------
     def _publish_event(self, event: dict[str, Any]) -> None:

@@ -37,15 +37,14 @@ class RgbdRecorder(RecorderNode):
         return RgbdTarget(RgbdWriter(self.cfg.path, rgbd_writer_config(self.cfg)), self.cfg.camera)
 
     def subscribe_cameras(self) -> None:
-        cam, g = self.cfg.camera, self.subs_group
+        cam = self.cfg.camera
         self.create_subscription(Image, self.cfg.image_topic_pattern.format(cam=cam), self._on_color,
-                                 self.image_qos, callback_group=g)
+                                 self.image_qos)
         self.create_subscription(Image, self.cfg.depth_topic_pattern.format(cam=cam), self._on_depth,
-                                 self.image_qos, callback_group=g)
+                                 self.image_qos)
         if self.cfg.reward_topic:
             self.create_subscription(Float32, self.cfg.reward_topic,
-                                     lambda m: self.controller.add_reward(now_ns(self), float(m.data)), 10,
-                                     callback_group=g)
+                                     lambda m: self.controller.add_reward(now_ns(self), float(m.data)), 10)
 
     def _image(self, msg: Image, depth: bool):
         try:
@@ -76,4 +75,4 @@ class RgbdRecorder(RecorderNode):
 
 
 def main(args=None):
-    sys.exit(run_node(RgbdRecorder, args))
+    sys.exit(run_node(RgbdRecorder, args, executor="events"))
