@@ -4,10 +4,10 @@ Starts the simulated graph from config/sim.yaml as separate processes (piper_rec
 simulated headset (its built-in ``continuous`` script: clutch engaged throughout, figure-eight with a
 yaw swing, moving trigger, no buttons), quest_bridge, teleop, piper_arm (CAN emulator), the sim
 cameras and both recorders, in a private ROS domain on loopback. When arm feedback, every camera and
-both recorders are up, it records N episodes through the recorders'
-services (start both, wait S seconds, stop both, wait for both "saved" events), stops the graph,
-validates DIR/lerobot (piper-validate rules, lerobot-doctor when installed) and DIR/rgbd.hdf5, and
-prints a summary. Exit status 0 only if every step and every check passed.
+both recorders are up, it records N episodes through the recorders' services (start both, wait S
+seconds, stop both, wait for both "saved" events), stops the graph, validates DIR/lerobot
+(piper-validate rules; lerobot-doctor --fail-on warn when installed: any warning fails the demo) and
+DIR/rgbd.hdf5, and prints a summary. Exit status 0 only if every step and every check passed.
 
 ``SimSession`` is the reusable part (end-to-end tests and bench/graph_capacity.py use it).
 """
@@ -275,28 +275,34 @@ class SimSession:
 
 
 # ---- checks and summary ---------------------------------------------------------------------------
-def lerobot_doctor(root: Path, fail_on: str = "warn") -> tuple[bool | None, str]:
-    """``lerobot-doctor check ROOT --ci --fail-on warn`` -> (passed, output); (None, why) if absent."""
+def lerobot_doctor(root: Path) -> tuple[bool | None, list[str]]:
+    """``lerobot-doctor check ROOT --ci --fail-on warn`` (issue 7: a warning fails the demo) ->
+    (passed, its WARN/FAIL messages as "check: message"); (None, [why]) if it is not installed."""
     try:
         exe = find_script("lerobot-doctor")
     except LaunchError:
-        return None, "lerobot-doctor not installed"
-    p = subprocess.run([exe, "check", str(root), "--ci", "--fail-on", fail_on], capture_output=True, text=True,
+        return None, ["lerobot-doctor not installed"]
+    p = subprocess.run([exe, "check", str(root), "--ci", "--fail-on", "warn"], capture_output=True, text=True,
                        timeout=600)
-    return p.returncode == 0, (p.stdout + p.stderr).strip()
+    text = (p.stdout + p.stderr).strip()
+    try:
+        report = json.loads(text[text.index("{"):text.rindex("}") + 1])
+        found = [f"{c['name']}: {m['severity']} {m['message']}" for c in report["checks"]
+                 for m in c.get("messages", []) if m.get("severity") != "PASS"]
+    except (ValueError, KeyError, TypeError):
+        found = [text[-4000:]]
+    return p.returncode == 0, (found or [text[-4000:]]) if p.returncode else []
 
 
-def validate_outputs(out: Path, doctor_fail_on: str = "warn") -> dict[str, list[str]]:
+def validate_outputs(out: Path) -> dict[str, list[str]]:
     """Problems per dataset ([] = valid): our validators plus lerobot-doctor when installed."""
     from piper_recorder.lerobot.validate import validate_root
     from rgbd_writer.validate import validate_file
 
     problems = {"lerobot": validate_root(out / "lerobot"), "rgbd": validate_file(str(out / "rgbd.hdf5"))}
-    ok, text = lerobot_doctor(out / "lerobot", doctor_fail_on)
-    if ok is False:
-        problems["lerobot-doctor"] = [text[-4000:]]
-    elif ok:
-        problems["lerobot-doctor"] = []
+    ok, found = lerobot_doctor(out / "lerobot")
+    if ok is not None:
+        problems["lerobot-doctor"] = found
     return problems
 
 
@@ -363,9 +369,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="parameter override")
     ap.add_argument("--cameras", default="", help="comma-separated subset of the configured cameras")
     ap.add_argument("--size", metavar="WxH", help="camera size for every camera and both recorders (default: config)")
-    ap.add_argument("--doctor-fail-on", choices=["warn", "fail"], default="warn",
-                    help="lerobot-doctor severity that fails the demo (warn-level checks such as frozen-action "
-                         "runs also reflect how loaded the machine is)")
     ap.add_argument("--verbose", action="store_true", help="echo every node's output")
     args = ap.parse_args(argv)
     if args.episodes < 1 or args.seconds <= 0:
@@ -400,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piper-demo: FAILED: {exc}", file=sys.stderr)
         return 1
     bad_exit = {k: v for k, v in codes.items() if v != 0}
-    problems = validate_outputs(out, args.doctor_fail_on)
+    problems = validate_outputs(out)
     summary = summarize(out)
     print("\n== piper-demo summary")
     print(f"episodes: {summary['episodes']} (rgbd: {summary['rgbd']['episodes']}), rows per episode: "
