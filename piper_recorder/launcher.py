@@ -213,9 +213,16 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     params = dump_params(cfg, run_dir / "params.yaml")
     plan = GraphPlan(mode, params, cfg)
 
+    # Buffered bulk work (camera rendering, encoding) may run at a lower CPU priority than the control
+    # chain (headset -> bridge -> teleop -> arm), whose stalls become frozen or jumping actions.
+    bulk_nice = int(launch.get("bulk_nice", 0))
+    bulk = {*cameras, "lerobot_recorder", "rgbd_recorder"}
+
     def node(name: str, script: str) -> ProcessSpec:
-        return ProcessSpec(name, [find_script(script, bin_dir), "--ros-args", "-r", f"__node:={name}",
-                                  "--params-file", str(params)])
+        argv = [find_script(script, bin_dir), "--ros-args", "-r", f"__node:={name}", "--params-file", str(params)]
+        if bulk_nice and name in bulk:
+            argv = ["nice", "-n", str(bulk_nice), *argv]
+        return ProcessSpec(name, argv)
 
     if mode == "sim":
         argv = [find_script("piper-sim-quest", bin_dir), "--host", str(quest.get("host", "127.0.0.1")),

@@ -121,7 +121,11 @@ def test_pip_launcher_plan_matches_config(tmp_path):
     assert cfg["lerobot_recorder"]["cameras"] == ["cam_front"]
     assert cfg["lerobot_recorder"]["camera_serials"] == ["sim-front-0001"]
     cam = next(p for p in plan.processes if p.name == "cam_front")
-    assert cam.argv[1:] == ["--ros-args", "-r", "__node:=cam_front", "--params-file", str(plan.params_file)]
+    nice = cfg[LAUNCH_SECTION]["bulk_nice"]
+    assert nice > 0 and cam.argv[:3] == ["nice", "-n", str(nice)]     # bulk work yields to the control chain
+    assert cam.argv[4:] == ["--ros-args", "-r", "__node:=cam_front", "--params-file", str(plan.params_file)]
+    arm = next(p for p in plan.processes if p.name == "piper_arm")
+    assert arm.argv[0].endswith("piper-arm")
     assert "&" not in plan.params_file.read_text()  # rcl rejects YAML aliases
 
 

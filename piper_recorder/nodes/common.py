@@ -167,16 +167,12 @@ async def run_in_thread(fn: Callable[[], Any]) -> Any:
     return await fut
 
 
-def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "multi",
-             threads: int | None = None) -> int:
+def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "events") -> int:
     """Create the node, spin it (``make_executor(executor)``) until SIGINT/SIGTERM, then shut down cleanly.
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
     discard the episode in flight and publish its last event before the process exits.
-    ``threads=1`` is the same as ``executor="single"``.
     """
-    if threads is not None:
-        executor = "single" if threads <= 1 else "multi"
     rclpy.init(args=list(sys.argv if args is None else args), signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
 

@@ -56,4 +56,4 @@ class LeRobotRecorder(RecorderNode):
 
 
 def main(args=None):
-    sys.exit(run_node(LeRobotRecorder, args, executor="events"))
+    sys.exit(run_node(LeRobotRecorder, args))

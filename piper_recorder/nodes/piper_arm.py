@@ -191,4 +191,4 @@ def main(args: list[str] | None = None) -> None:
     # Single-threaded (events) executor: feedback is published from the SDK reader thread, so the executor only
     # takes targets (teleop latency p99 dropped from ~50-250 ms to ~5-12 ms for the arm stage) and the
     # services; /arm/enable may block it for up to 2 s, while the arm is not moving anyway.
-    sys.exit(run_node(PiperArmNode, args, executor="events"))
+    sys.exit(run_node(PiperArmNode, args))

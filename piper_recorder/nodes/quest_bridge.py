@@ -169,7 +169,7 @@ class QuestBridge(Node):
 
 
 def main(args=None):
-    sys.exit(run_node(QuestBridge, args, executor="events"))
+    sys.exit(run_node(QuestBridge, args))
 
 
 if __name__ == "__main__":

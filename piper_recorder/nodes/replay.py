@@ -200,7 +200,7 @@ class ReplayNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    sys.exit(run_node(ReplayNode, args, executor="events"))
+    sys.exit(run_node(ReplayNode, args))
 
 
 if __name__ == "__main__":

@@ -75,4 +75,4 @@ class RgbdRecorder(RecorderNode):
 
 
 def main(args=None):
-    sys.exit(run_node(RgbdRecorder, args, executor="events"))
+    sys.exit(run_node(RgbdRecorder, args))

@@ -239,7 +239,7 @@ def main(args=None) -> None:
     # Events executor like the other device nodes: the only frequent callback stores the ~200 Hz EEF
     # pose (rendering and publishing run in the capture thread), and the multi-threaded executor's cost
     # per callback was taken from the control chain and the recorders on the demo's 2-core machine.
-    sys.exit(run_node(SimCamera, args, executor="events"))
+    sys.exit(run_node(SimCamera, args))
 
 
 if __name__ == "__main__":

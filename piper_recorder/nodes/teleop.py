@@ -226,4 +226,4 @@ class TeleopNode(Node):
 
 
 def main(args=None) -> None:
-    sys.exit(run_node(TeleopNode, args, executor="events"))  # callbacks only store data; the loop has its own thread
+    sys.exit(run_node(TeleopNode, args))  # callbacks only store data; the control loop has its own thread
