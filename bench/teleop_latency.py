@@ -24,7 +24,7 @@ How a headset frame is tied to the CAN frame it causes (no field is smuggled thr
 
 Prints n, p50, p90, p99, max per stage. The machine is shared: note the load average printed.
 Usage: .venv/bin/python bench/teleop_latency.py [--backend position|impedance] [--steps 50] [--step-s 0.3]
-       [--arm-executor multi|single]
+       [--arm-executor events|single|multi]
 """
 from __future__ import annotations
 
@@ -128,20 +128,20 @@ def first_response(events: list[tuple[float, float]], t0: float, direction: floa
 
 
 def main() -> int:
+    from piper_recorder.nodes.common import EXECUTORS, _spin, make_executor
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=("position", "impedance"), default="position")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--step-s", type=float, default=0.3)
-    ap.add_argument("--arm-executor", choices=("multi", "single"), default="multi",
-                    help="executor for the in-process arm node: multi = as piper-arm's run_node default "
-                         "(MultiThreadedExecutor, 4 threads), single = SingleThreadedExecutor")
+    ap.add_argument("--arm-executor", choices=EXECUTORS, default="events",
+                    help="executor for the in-process arm node (events = piper-arm's, see nodes/common.py)")
     args = ap.parse_args()
 
     with lease_domain() as lease, tempfile.TemporaryDirectory(prefix="teleop_latency_") as tmp:
         lease.apply()
         import rclpy
         from geometry_msgs.msg import PoseStamped
-        from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from std_msgs.msg import String
 
@@ -167,10 +167,11 @@ def main() -> int:
             lambda m: targets.append((m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 - off, m.pose.position.y)),
             200)
         probe.create_subscription(String, "/teleop/status", lambda m: teleop_up.set(), 10)
-        executor = MultiThreadedExecutor(num_threads=4) if args.arm_executor == "multi" else SingleThreadedExecutor()
+        executor = make_executor(args.arm_executor)
         executor.add_node(arm)
         executor.add_node(probe)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
+        stop_spin = threading.Event()
+        spinner = threading.Thread(target=_spin, args=(executor, stop_spin), daemon=True)
         spinner.start()
         try:
             arm.ctl.go_home()
@@ -195,8 +196,9 @@ def main() -> int:
         finally:
             arm.on_shutdown()
             tap.drain()
-            executor.shutdown(timeout_sec=2)
+            stop_spin.set()
             spinner.join(2)
+            executor.shutdown(timeout_sec=2)
             arm.destroy_node()
             probe.destroy_node()
             rclpy.shutdown()
@@ -221,7 +223,7 @@ def main() -> int:
             target_lat.append(t_tgt - t0)
             arm_lat.append(t_can - t_tgt)
     load = os.getloadavg()
-    print(f"teleop latency ({args.backend} backend, {args.arm_executor}-threaded arm executor), "
+    print(f"teleop latency ({args.backend} backend, {args.arm_executor} arm executor), "
           f"{len(step_frames)} steps of {STEP_M * 100:.0f} cm every "
           f"{args.step_s} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
     print(stats("headset frame -> teleop target", target_lat))
