@@ -19,21 +19,13 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from piper_recorder.launcher import launch_overrides, load_config
+from piper_recorder.launcher import LAUNCH_ARGUMENTS, launch_overrides, load_config
 
 PACKAGE = "piper_recorder"
-ARGS = {
-    "config": ("", "parameter file (default: share/piper_recorder/config/robot.yaml)"),
-    "task": ("", "task string for both recorders (default: from the config)"),
-    "root": ("", "LeRobot dataset root (default: from the config)"),
-    "rgbd_path": ("", "RGB-D HDF5 file (default: from the config)"),
-    "backend": ("", "arm backend: position | impedance (default: from the config)"),
-    "cameras": ("", "comma-separated cameras to start and record (default: piper_launch.cameras)"),
-}
 
 
 def _graph(context, *_args, **_kwargs):
-    arg = {k: LaunchConfiguration(k).perform(context) for k in ARGS}
+    arg = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
     config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "robot.yaml")
     cfg = load_config(config)
     cameras, overrides = launch_overrides(cfg, **{k: arg[k] for k in ("task", "root", "rgbd_path", "backend",
@@ -54,5 +46,6 @@ def _graph(context, *_args, **_kwargs):
 
 
 def generate_launch_description() -> LaunchDescription:
-    return LaunchDescription([DeclareLaunchArgument(k, default_value=d, description=h) for k, (d, h) in ARGS.items()]
+    return LaunchDescription([DeclareLaunchArgument(k, default_value="", description=h)
+                              for k, h in LAUNCH_ARGUMENTS.items()]
                              + [OpaqueFunction(function=_graph)])

@@ -95,6 +95,16 @@ def apply_overrides(cfg: Mapping[str, Mapping[str, Any]], sets: Iterable[str]) -
     return out
 
 
+LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch take the same arguments
+    "config": "parameter file (default: share/piper_recorder/config/<mode>.yaml)",
+    "task": "task string for both recorders (default: from the config)",
+    "root": "LeRobot dataset root (default: from the config)",
+    "rgbd_path": "RGB-D HDF5 file (default: from the config)",
+    "backend": "arm backend: position | impedance (default: from the config)",
+    "cameras": "comma-separated cameras to start and record (default: piper_launch.cameras)",
+}
+
+
 def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
                      backend: str = "", cameras: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).

@@ -161,20 +161,24 @@ class LeRobotWriter:
                 self.root, record, __version__, self.cfg.on_binding_change == "refuse")
             return changes
 
+    def _new_episode(self, task: str) -> _Episode:
+        """The next episode with an empty staging directory (caller holds ``self._lock``)."""
+        if self._ep is not None:
+            raise EpisodeStateError(f"episode {self._ep.index} is still being recorded")
+        idx = len(self._episodes)
+        staging = self.root / repair.STAGING / f"episode_{idx:06d}"
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        return _Episode(idx, task, self._task_index.get(task, len(self._task_index)), staging, self._width)
+
     def start_episode(self, task: str) -> int:
         """Start recording an episode of ``task``; returns its episode_index."""
         if not isinstance(task, str) or not task.strip():
             raise SchemaError("task: must be a non-empty string")
         with self._lock:
-            if self._ep is not None:
-                raise EpisodeStateError(f"episode {self._ep.index} is still being recorded")
-            idx = len(self._episodes)
-            task_index = self._task_index.get(task, len(self._task_index))
-            staging = self.root / repair.STAGING / f"episode_{idx:06d}"
-            if staging.exists():
-                shutil.rmtree(staging)
-            staging.mkdir(parents=True)
-            ep = _Episode(idx, task, task_index, staging, self._width)
+            ep = self._new_episode(task)
+            idx, staging = ep.index, ep.staging
             try:
                 for cam, spec in self.cfg.cameras.items():
                     ep.encoders[cam] = VideoEncoder(staging / f"{cam}.mp4", cam, spec.height,
@@ -290,15 +294,8 @@ class LeRobotWriter:
         reserved = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
                     "video_frame_lengths", "video_dropped_frames", "raw_quest_lines"}
         with self._lock:
-            if self._ep is not None:
-                raise EpisodeStateError(f"episode {self._ep.index} is still being recorded")
-            idx = len(self._episodes)
-            task_index = self._task_index.get(task, len(self._task_index))
-            staging = self.root / repair.STAGING / f"episode_{idx:06d}"
-            if staging.exists():
-                shutil.rmtree(staging)
-            staging.mkdir(parents=True)
-            ep = _Episode(idx, task, task_index, staging, self._width)
+            ep = self._new_episode(task)
+            idx, staging = ep.index, ep.staging
             ep.rows, ep.times = rows, [float(t) for t in times]
             try:
                 for cam in self.cfg.cameras:
