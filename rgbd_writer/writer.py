@@ -123,6 +123,7 @@ class RgbdWriter:
         self.cfg = config or RgbdConfig()
         self.cfg.validate()
         self.stats = WriterStats()
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)  # like a LeRobot root
         self._lock_fd = self._acquire_lock()
         self._closed = False
         self._ep: _Episode | None = None

@@ -67,3 +67,18 @@ def test_bad_parameters_fail_at_start_naming_the_parameter(ros_domain, tmp_path,
                        env=ros_domain.env(), capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path / "ds").exists() and not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.parametrize("exe,param", [("piper-lerobot-recorder", "root"), ("piper-rgbd-recorder", "path")])
+def test_dataset_held_by_another_writer_fails_cleanly(ros_domain, tmp_path, exe, param):
+    """A second recorder on the same dataset exits with a one-line error, not a traceback."""
+    if exe == "piper-lerobot-recorder":
+        from piper_recorder.lerobot.writer import LeRobotWriter as Writer
+        target = tmp_path / "ds"
+    else:
+        from rgbd_writer.writer import RgbdWriter as Writer
+        target = tmp_path / "sub" / "rgbd.hdf5"   # also: the folder does not exist yet
+    with Writer(target):
+        r = subprocess.run([str(BIN / exe), "--ros-args", "-p", f"{param}:={target}"],
+                           env=ros_domain.env(), capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert r.returncode == 2 and "cannot open the dataset" in r.stderr and "Traceback" not in r.stderr, r.stderr

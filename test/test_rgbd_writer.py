@@ -178,6 +178,14 @@ def test_second_writer_refused(written):
             RgbdWriter(written, cfg())
 
 
+def test_creates_missing_parent_directories(tmp_path):
+    # the recorders start in parallel: the RGB-D file's folder may not exist yet
+    path = tmp_path / "not" / "yet" / "rgbd.hdf5"
+    with RgbdWriter(path, cfg()):
+        pass
+    assert path.exists() and validate_file(str(path)) == []
+
+
 def test_refuses_wrong_inputs_with_clear_errors(tmp_path):
     w = RgbdWriter(str(tmp_path / "bad.hdf5"), cfg())
     rgb, depth, state = cw.frame(0, 0)

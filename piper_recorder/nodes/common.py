@@ -189,6 +189,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         except ParameterError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+
         spin = make_executor(executor)
         spin.add_node(node)
         stop_spin = threading.Event()

@@ -33,7 +33,10 @@ from piper_recorder.recording.config import RecorderConfig, session_record
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
 
-from .common import declare_config, now_ns, run_in_thread, stamp_to_ns
+from piper_recorder.lerobot.errors import DatasetError
+from rgbd_writer.errors import RgbdError
+
+from .common import ParameterError, declare_config, now_ns, run_in_thread, stamp_to_ns
 
 
 class RecorderNode(Node):
@@ -50,7 +53,10 @@ class RecorderNode(Node):
     def __init__(self, name: str):
         super().__init__(name)
         self.cfg = cfg = declare_config(self, self.config_class)
-        target = self.make_target()
+        try:
+            target = self.make_target()
+        except (OSError, DatasetError, RgbdError) as exc:   # unwritable path, another writer holds it, ...
+            raise ParameterError(f"{name}: cannot open the dataset: {type(exc).__name__}: {exc}") from exc
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
