@@ -128,7 +128,7 @@ def first_response(events: list[tuple[float, float]], t0: float, direction: floa
 
 
 def main() -> int:
-    from piper_recorder.nodes.common import EXECUTORS, _spin, make_executor
+    from piper_recorder.nodes.common import EXECUTORS, make_executor, spin_until
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=("position", "impedance"), default="position")
@@ -171,7 +171,7 @@ def main() -> int:
         executor.add_node(arm)
         executor.add_node(probe)
         stop_spin = threading.Event()
-        spinner = threading.Thread(target=_spin, args=(executor, stop_spin), daemon=True)
+        spinner = threading.Thread(target=spin_until, args=(executor, stop_spin), daemon=True)
         spinner.start()
         try:
             arm.ctl.go_home()

@@ -17,7 +17,8 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, launch_overrides, load_config
+from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, launch_overrides, load_config,
+                                     nice_prefix)
 
 PACKAGE = "piper_recorder"
 
@@ -38,7 +39,7 @@ def _graph(context, *_args, **_kwargs):
 
     def node(name: str, executable: str) -> Node:
         return Node(package=PACKAGE, executable=executable, name=name, output="screen",
-                    parameters=[config, overrides.get(name, {})])
+                    prefix=nice_prefix(cfg, name), parameters=[config, overrides.get(name, {})])
 
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm")]
     actions += [node(cam, "sim_camera") for cam in cameras]

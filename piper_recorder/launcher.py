@@ -105,6 +105,19 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
 }
 
 
+def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
+    """``nice -n N`` for the buffered bulk work (cameras, recorders) when ``piper_launch.bulk_nice`` is set.
+
+    Camera rendering and encoding may run at a lower CPU priority than the control chain
+    (headset -> bridge -> teleop -> arm), whose stalls become frozen or jumping actions. Used by
+    piper-launch and sim.launch.py alike.
+    """
+    launch = cfg.get(LAUNCH_SECTION, {})
+    nice = int(launch.get("bulk_nice", 0))
+    bulk = {*launch.get("cameras", []), "lerobot_recorder", "rgbd_recorder"}
+    return f"nice -n {nice}" if nice and name in bulk else None
+
+
 def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
                      backend: str = "", cameras: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
@@ -223,16 +236,10 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     params = dump_params(cfg, run_dir / "params.yaml")
     plan = GraphPlan(mode, params, cfg)
 
-    # Buffered bulk work (camera rendering, encoding) may run at a lower CPU priority than the control
-    # chain (headset -> bridge -> teleop -> arm), whose stalls become frozen or jumping actions.
-    bulk_nice = int(launch.get("bulk_nice", 0))
-    bulk = {*cameras, "lerobot_recorder", "rgbd_recorder"}
-
     def node(name: str, script: str) -> ProcessSpec:
         argv = [find_script(script, bin_dir), "--ros-args", "-r", f"__node:={name}", "--params-file", str(params)]
-        if bulk_nice and name in bulk:
-            argv = ["nice", "-n", str(bulk_nice), *argv]
-        return ProcessSpec(name, argv)
+        prefix = nice_prefix(cfg, name)
+        return ProcessSpec(name, prefix.split() + argv if prefix else argv)
 
     if mode == "sim":
         argv = [find_script("piper-sim-quest", bin_dir), "--host", str(quest.get("host", "127.0.0.1")),

@@ -176,6 +176,12 @@ def test_sim_launch_description():
     assert len(headset) == 1
     cmd = [perform(ctx, part) if not isinstance(part, str) else part for part in headset[0].cmd[1:]]
     assert cmd[cmd.index("--script") + 1] == "demo" and "--no-buttons" in cmd
+    # bulk work (sim cameras, recorders) at a lower CPU priority, as piper-launch starts it
+    prefixes = {a._Node__node_name: perform(ctx, a.process_description.prefix)
+                for a in actions if isinstance(a, Node)}
+    nice = f"nice -n {load_config(CONFIG['sim'])[LAUNCH_SECTION]['bulk_nice']}"
+    assert {n for n, p in prefixes.items() if p == nice} == {"cam_front", "lerobot_recorder", "rgbd_recorder"}
+    assert all(p in ("", nice) for p in prefixes.values())
 
 
 def test_robot_launch_description():

@@ -119,7 +119,7 @@ class ShutdownAware(typing.Protocol):
     def on_shutdown(self) -> None: ...
 
 
-def _spin(executor: Executor, stop: threading.Event) -> None:
+def spin_until(executor: Executor, stop: threading.Event) -> None:
     # spin_once in a loop rather than spin(): rclpy's EventsExecutor.spin() runs no timers when it is
     # spun from a thread other than the main one (Kilted wheels); spin_once does.
     try:
@@ -193,7 +193,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         spin = make_executor(executor)
         spin.add_node(node)
         stop_spin = threading.Event()
-        spinner = threading.Thread(target=_spin, args=(spin, stop_spin), name="executor", daemon=True)
+        spinner = threading.Thread(target=spin_until, args=(spin, stop_spin), name="executor", daemon=True)
         spinner.start()
         while not stop.wait(0.1):
             if not rclpy.ok() or not spinner.is_alive():
