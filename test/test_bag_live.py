@@ -78,16 +78,33 @@ class BagRecorder:
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx)
         self.node = Node("bag_recorder", context=self.ctx)
+        self.subs = {}
+        self.status_from: set[str] = set()
         for topic, typ in TOPICS.items():
             latched = topic == "/arm/provenance"
             qos = QoSProfile(depth=1 if latched else 100, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
-            self.node.create_subscription(typ, topic, lambda raw, t=topic: self.q.put((t, time.time_ns(), raw)),
-                                          qos, raw=True)
+            self.subs[topic] = self.node.create_subscription(
+                typ, topic, lambda raw, t=topic: self.q.put((t, time.time_ns(), raw)), qos, raw=True)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
         self._spin = threading.Thread(target=self.executor.spin, daemon=True)
         self._spin.start()
+
+    def wait_matched(self, recorders: tuple[str, ...], timeout: float = 30.0) -> None:
+        """Wait until every recorder's /episode_events writer is matched and a message from each recorder
+        has arrived here (``ros2 bag record`` started after a recorder can miss its first events: a VOLATILE
+        writer only sends to readers it has matched, and discovery on a loaded box can take seconds)."""
+        for rec in recorders:
+            self.node.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self.status_from.add(r), 10)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if (self.subs["/episode_events"].get_publisher_count() >= len(recorders)
+                    and self.status_from >= set(recorders)):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"bag recorder: /episode_events matched {self.subs['/episode_events'].get_publisher_count()}"
+                             f" publishers, status from {sorted(self.status_from)} of {recorders}")
 
     def _write_loop(self) -> None:
         writers, conns = {}, {}
@@ -117,6 +134,13 @@ class BagRecorder:
         self.q.put(None)
         self._writer.join(30)
         assert self.error is None, self.error
+
+
+def bag_events(bag: Path) -> list[dict]:
+    from rosbags.highlevel import AnyReader
+    with AnyReader([bag], default_typestore=TYPESTORE) as r:
+        conns = [c for c in r.connections if c.topic == "/episode_events"]
+        return [json.loads(r.deserialize(raw, c.msgtype).data) for c, _, raw in r.messages(connections=conns)]
 
 
 def ok(resp, what: str) -> None:
@@ -201,6 +225,7 @@ def test_live_session_bag_converts_to_the_live_datasets(ros_domain, tmp_path, ca
                                        ("piper-rgbd-recorder", "rgbd_recorder"))]
             both = ("lerobot_recorder", "rgbd_recorder")
             try:
+                bagrec.wait_matched(both)
                 for seconds, end in ((1.4, "stop_episode"), (0.5, "discard_episode"), (1.1, "stop_episode")):
                     for rec in both:
                         ok(rig.call(rec, "start_episode"), f"{rec} start")
@@ -225,6 +250,9 @@ def test_live_session_bag_converts_to_the_live_datasets(ros_domain, tmp_path, ca
         bagrec.close()
         rig.close()
     assert len(lerobot_episodes(tmp_path / "live_lerobot")) == 2
+    for storage, bag in bags.items():   # a bag that lost an event cannot convert to the live dataset
+        key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731 - two subscribers may interleave recorders
+        assert sorted(map(key, bag_events(bag))) == sorted(map(key, events)), f"{storage} bag: /episode_events differ from what the rig received"
 
     for storage, bag in bags.items():
         out = tmp_path / f"conv_{storage}"
