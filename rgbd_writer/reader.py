@@ -6,8 +6,8 @@
   same timeline row as the following obs, so a sequence of L transitions decodes L+1 rows (not 2L),
   and a stack of k frames for obs and next_obs decodes at most k+1 rows.
 - Decoding runs on a small per-process thread pool (libjpeg-turbo and OpenJPEG release the GIL).
-  ``decoder="fast"`` uses imagecodecs' OpenJPEG 2.5 (bit-exact, handles HTJ2K); ``"pillow"`` is the
-  reference loader's decoder.
+  ``decoder="fast"`` uses imagecodecs' libjpeg-turbo and OpenJPEG 2.5 directly (the same pixels as
+  Pillow, bit for bit; handles HTJ2K); ``"pillow"`` is the reference loader's decoder.
 - Output: RGB float32 x recommended_rgb_scale, depth float32 metres with ``depth_valid`` (stored 0
   is never a distance), ``layout="CHW"`` ((3,H,W), (1,H,W)) or ``"HWC"``; stacks add a leading axis.
 - Sequences and stacks never cross an episode boundary (stacks repeat the episode's first frame).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import threading
 from typing import Sequence
 
 import h5py
@@ -80,56 +81,78 @@ class RgbdFile:
         return self._h5
 
     def _executor(self):
-        if self._pool is None and self.threads > 1:
-            self._pool = cf.ThreadPoolExecutor(self.threads, thread_name_prefix="rgbd-decode")
+        if self._pool is None and self.threads > 1:  # the calling thread is the last decoder
+            self._pool = cf.ThreadPoolExecutor(self.threads - 1, thread_name_prefix="rgbd-decode")
         return self._pool
 
     def _decode_one(self, rgb_bytes, depth_bytes):
-        rgb = codecs.decode_rgb_jpeg(rgb_bytes) if rgb_bytes is not None else None
+        fast = self.decoder == "fast"
+        rgb = None if rgb_bytes is None else codecs.decode_rgb_fast(rgb_bytes) if fast else codecs.decode_rgb_jpeg(rgb_bytes)
         if depth_bytes is None:
             depth = None
-        elif self.decoder == "fast":
+        elif fast:
             depth = codecs.decode_depth_fast(depth_bytes)
         else:
             depth = codecs.decode_depth_pillow(depth_bytes)
         return rgb, depth
 
-    def read_rows(self, rows: np.ndarray, rgb: bool = True, depth: bool = True, state: bool = True) -> dict:
-        """Decode observation rows (global timeline indices, ascending and unique) to raw arrays."""
+    def read_rows(self, rows: np.ndarray, rgb: bool = True, depth: bool = True, state: bool = True,
+                  layout: str = "CHW") -> dict:
+        """Decode observation rows (global timeline indices, ascending and unique) to training arrays.
+
+        RGB float32 x rgb_scale, depth float32 metres and ``depth_valid`` (stored value != sentinel),
+        with a leading row axis; ``"CHW"`` returns channel-first views. Rows are handed out one at a
+        time to the pool's threads and to the calling thread (which would otherwise sit idle), and
+        each row is converted by the thread that decoded it, straight into the output arrays.
+        """
         rows = np.asarray(rows, dtype=np.int64)
         f = self.h5
-        contiguous = rows.size > 1 and rows[-1] - rows[0] == rows.size - 1
+        n = rows.size
+        contiguous = n > 1 and rows[-1] - rows[0] == n - 1
         sel = slice(int(rows[0]), int(rows[-1]) + 1) if contiguous else rows
-        rb = f[schema.RGB][sel] if rgb else [None] * rows.size
-        db = f[schema.DEPTH][sel] if depth else [None] * rows.size
-        pool = self._executor()
-        if pool is not None and rows.size > 1:
-            pairs = list(pool.map(self._decode_one, rb, db))
-        else:
-            pairs = [self._decode_one(r, d) for r, d in zip(rb, db)]
+        rb = f[schema.RGB][sel] if rgb else [None] * n
+        db = f[schema.DEPTH][sel] if depth else [None] * n
+        hw = (int(f.attrs["camera_height"]), int(f.attrs["camera_width"]))
+        out_rgb = np.empty((n, *hw, 3), np.float32) if rgb else None
+        out_d = np.empty((n, *hw, 1), np.float32) if depth else None
+        out_v = np.empty((n, *hw, 1), np.bool_) if depth else None
+        rgb_scale, depth_scale = np.float32(self.rgb_scale), np.float32(self.depth_scale)
+        todo = iter(range(n))
+        lock = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                r8, mm = self._decode_one(rb[i], db[i])
+                for name, img, want in (("rgb", r8, (*hw, 3)), ("depth", mm, hw)):
+                    if img is not None and img.shape != want:
+                        raise ValueError(f"{self.path}: observation {int(rows[i])} {name} is {img.shape}, "
+                                         f"the file says {want}")
+                if r8 is not None:
+                    np.multiply(r8, rgb_scale, out=out_rgb[i])
+                if mm is not None:
+                    np.multiply(mm, depth_scale, out=out_d[i, ..., 0])
+                    np.not_equal(mm, self.sentinel, out=out_v[i, ..., 0])
+
+        pool = self._executor() if n > 1 else None
+        helpers = [pool.submit(work) for _ in range(min(self.threads - 1, n - 1))] if pool else []
+        try:
+            work()
+        finally:
+            for h in helpers:
+                h.result()
+        chw = layout == "CHW"
         out = {}
         if rgb:
-            out["rgb"] = np.stack([p[0] for p in pairs])
+            out["rgb"] = np.moveaxis(out_rgb, -1, -3) if chw else out_rgb
         if depth:
-            out["depth_mm"] = np.stack([p[1] for p in pairs])
+            out["depth"] = np.moveaxis(out_d, -1, -3) if chw else out_d
+            out["depth_valid"] = np.moveaxis(out_v, -1, -3) if chw else out_v
         if state:
             out["state"] = {k: f[schema.STATE][k][sel] for k in self.state_keys}
-        return out
-
-    def to_training(self, raw: dict, layout: str = "CHW") -> dict:
-        """uint8 RGB -> float32 x scale; uint16 mm -> float32 metres + validity mask; optional CHW."""
-        out = {}
-        if "rgb" in raw:
-            rgb = raw["rgb"].astype(np.float32) * np.float32(self.rgb_scale)
-            out["rgb"] = np.moveaxis(rgb, -1, -3) if layout == "CHW" else rgb
-        if "depth_mm" in raw:
-            mm = raw["depth_mm"]
-            d = (mm.astype(np.float32) * np.float32(self.depth_scale))[..., None]
-            v = (mm != self.sentinel)[..., None]
-            out["depth"] = np.moveaxis(d, -1, -3) if layout == "CHW" else d
-            out["depth_valid"] = np.moveaxis(v, -1, -3) if layout == "CHW" else v
-        if "state" in raw:
-            out["state"] = raw["state"]
         return out
 
     def close(self) -> None:
@@ -168,8 +191,7 @@ class _Base:
     def _obs(self, rows: np.ndarray) -> tuple[dict, np.ndarray]:
         """Decode the unique rows once; return the decoded tree and the positions of ``rows`` in it."""
         uniq, inv = np.unique(rows, return_inverse=True)
-        raw = self.file.read_rows(uniq, rgb=self.rgb, depth=self.depth)
-        return self.file.to_training(raw, self.layout), inv.reshape(rows.shape)
+        return self.file.read_rows(uniq, rgb=self.rgb, depth=self.depth, layout=self.layout), inv.reshape(rows.shape)
 
 
 class TransitionDataset(_Base):
@@ -231,8 +253,7 @@ class SequenceDataset(_Base):
         L = self.seq_len
         t0 = int(fl.transition_offsets[e]) + s
         o0 = int(fl.obs_offsets[e]) + s
-        raw = fl.read_rows(np.arange(o0, o0 + L + 1), rgb=self.rgb, depth=self.depth)
-        tree = fl.to_training(raw, self.layout)
+        tree = fl.read_rows(np.arange(o0, o0 + L + 1), rgb=self.rgb, depth=self.depth, layout=self.layout)
         sl = slice(t0, t0 + L)
         return {"obs": _pick(tree, slice(0, L)), "next_obs": _pick(tree, slice(1, L + 1)),
                 "actions": fl.actions[sl], "rewards": fl.rewards[sl], "dones": fl.dones[sl],

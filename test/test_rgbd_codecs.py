@@ -127,3 +127,49 @@ def test_encoder_scratch_is_in_memory_and_per_process():
     data, _ = q.get(timeout=30)
     p.join(30)
     assert data == ours and codecs.encode_depth(mm, "jpeg2000") == ours  # parent's memfd untouched
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "CMYK"])
+def test_fast_rgb_decoder_gives_pillows_pixels(mode):
+    rgb, _, _ = cw.frame(5, 2, 96, 128)
+    buf = io.BytesIO()
+    Image.fromarray(rgb, "RGB").convert(mode).save(buf, format="JPEG", quality=88)
+    fast = codecs.decode_rgb_fast(buf.getvalue())
+    assert fast.shape == rgb.shape and fast.dtype == np.uint8
+    assert np.array_equal(fast, codecs.decode_rgb_jpeg(buf.getvalue()))
+
+
+def test_fast_depth_decoder_reads_htj2k_with_openjph(monkeypatch):
+    mm = codecs.quantize_depth(cw.frame(2, 4, 96, 128)[1], 0.1, 6.0)
+    ht, classic = codecs.encode_depth(mm, "htj2k"), codecs.encode_depth(mm, "jpeg2000")
+
+    def no_openjpeg(*a, **k):
+        raise AssertionError("OpenJPEG used")
+
+    monkeypatch.setattr(imagecodecs, "jpeg2k_decode", no_openjpeg)
+    assert np.array_equal(codecs.decode_depth_fast(ht), mm)   # OpenJPH, bit-exact
+    with pytest.raises(AssertionError, match="OpenJPEG used"):
+        codecs.decode_depth_fast(classic)                      # Part 1 code-blocks: OpenJPEG
+
+
+def test_jp2_walk_finds_boxes_and_markers_by_structure():
+    # 65362 = 0xFF52: the image width in SIZ holds the COD marker's bytes; a byte search would misread it
+    mm = (np.arange(32 * 65362, dtype=np.uint32) % 4000 + 100).astype(np.uint16).reshape(32, -1)
+    for profile in codecs.DEPTH_PROFILES:
+        data = codecs.encode_depth(mm, profile)
+        cs = bytes(codecs.jp2_codestream(data))
+        assert cs[2:4] == b"\xff\x51" and cs.index(b"\xff\x52") < 4 + struct.unpack(">H", cs[4:6])[0]  # inside SIZ
+        assert codecs.jp2_profile(data) == profile
+        assert np.array_equal(codecs.decode_depth_fast(data), mm)
+    # an XLBox (64-bit length) and a to-the-end box are boxes too
+    head, cs = data[:data.index(b"jp2c") - 4], bytes(codecs.jp2_codestream(data))
+    xl = head + struct.pack(">I4sQ", 1, b"jp2c", 16 + len(cs)) + cs
+    to_end = head + struct.pack(">I4s", 0, b"jp2c") + cs
+    for d in (xl, to_end):
+        assert bytes(codecs.jp2_codestream(d)) == cs and codecs.jp2_profile(d) == "htj2k"
+    with pytest.raises(ValueError, match="not a JP2"):
+        codecs.jp2_codestream(cs)
+    with pytest.raises(ValueError, match="no jp2c"):
+        codecs.jp2_codestream(head)
+    with pytest.raises(ValueError, match="no COD"):
+        codecs.codestream_style(cs[:cs.index(b"\xff\x51")] + b"\xff\x90\x00\x0a" + bytes(8))

@@ -175,3 +175,20 @@ def test_incomplete_file_needs_opt_in(tmp_path):
     assert len(ds) == cw.episode_length(0)
     ds.file.close()
     w.close()
+
+
+def test_decode_threads_change_nothing_but_speed(path):
+    one, two = SequenceDataset(path, seq_len=4, threads=1), SequenceDataset(path, seq_len=4, threads=3)
+    for k in (0, len(one) // 2, len(one) - 1):
+        a, b = one[k], two[k]
+        for key in ("rgb", "depth", "depth_valid"):
+            np.testing.assert_array_equal(a["obs"][key], b["obs"][key])
+            np.testing.assert_array_equal(a["next_obs"][key], b["next_obs"][key])
+
+
+def test_payload_of_the_wrong_size_is_a_clear_error(path, monkeypatch):
+    ds = TransitionDataset(path)
+    orig = RgbdFile._decode_one
+    monkeypatch.setattr(RgbdFile, "_decode_one", lambda self, r, d: (orig(self, r, d)[0][:-1], orig(self, r, d)[1]))
+    with pytest.raises(ValueError, match="rgb is .* the file says"):
+        ds[0]
