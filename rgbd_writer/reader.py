@@ -65,6 +65,13 @@ class RgbdFile:
         self.timeouts = tr["timeouts"][:n_tr]
         self.dones = tr["dones"][:n_tr] if "dones" in tr else self.terminals | self.timeouts
         self.state_keys = sorted(f[schema.STATE].keys()) if schema.STATE in f else []
+        if "camera_height" in a and "camera_width" in a:
+            self.hw = (int(a["camera_height"]), int(a["camera_width"]))
+        elif schema.RGB in f and len(f[schema.RGB]):  # the spec lets a file omit them: read the first frame's
+            w, h = codecs.probe(bytes(f[schema.RGB][0]), "rgb")
+            self.hw = (h, w)
+        else:
+            self.hw = (0, 0)
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -112,7 +119,7 @@ class RgbdFile:
         sel = slice(int(rows[0]), int(rows[-1]) + 1) if contiguous else rows
         rb = f[schema.RGB][sel] if rgb else [None] * n
         db = f[schema.DEPTH][sel] if depth else [None] * n
-        hw = (int(f.attrs["camera_height"]), int(f.attrs["camera_width"]))
+        hw = self.hw
         out_rgb = np.empty((n, *hw, 3), np.float32) if rgb else None
         out_d = np.empty((n, *hw, 1), np.float32) if depth else None
         out_v = np.empty((n, *hw, 1), np.bool_) if depth else None

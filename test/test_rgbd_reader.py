@@ -192,3 +192,17 @@ def test_payload_of_the_wrong_size_is_a_clear_error(path, monkeypatch):
     monkeypatch.setattr(RgbdFile, "_decode_one", lambda self, r, d: (orig(self, r, d)[0][:-1], orig(self, r, d)[1]))
     with pytest.raises(ValueError, match="rgb is .* the file says"):
         ds[0]
+
+
+def test_camera_size_comes_from_the_frames_when_the_attributes_are_absent(path, tmp_path):
+    import shutil
+
+    import h5py
+
+    bare = tmp_path / "bare.hdf5"
+    shutil.copy(path, bare)
+    with h5py.File(bare, "a") as f:
+        del f.attrs["camera_height"], f.attrs["camera_width"]
+    a, b = TransitionDataset(path)[3], TransitionDataset(bare)[3]
+    np.testing.assert_array_equal(a["obs"]["rgb"], b["obs"]["rgb"])
+    np.testing.assert_array_equal(a["next_obs"]["depth"], b["next_obs"]["depth"])
