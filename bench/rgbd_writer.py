@@ -227,9 +227,14 @@ def bench_loader(path, profile, n_tr, n_seq):
     ds = TransitionDataset(path)
     ds1 = TransitionDataset(path, threads=1)
     picks = rng.integers(0, len(ds), 10_000)
-    base, base_cpu = rate(lambda k: baseline_transition(path, int(picks[k])), n_tr)
-    ours, ours_cpu = rate(lambda k: ds[int(picks[k])], n_tr)
-    one, one_cpu = rate(lambda k: ds1[int(picks[k])], n_tr)
+    runs = {"base": lambda k: baseline_transition(path, int(picks[k])), "ours": lambda k: ds[int(picks[k])],
+            "one": lambda k: ds1[int(picks[k])]}
+    best: dict = {}
+    for _ in range(2):  # alternate, keep each one's best round: whoever runs first is not penalised
+        for name, fn in runs.items():
+            r = rate(fn, n_tr)
+            best[name] = max(best.get(name, r), r)
+    (base, base_cpu), (ours, ours_cpu), (one, _) = best["base"], best["ours"], best["one"]
     print(f"  random transitions:   baseline {base:6.2f}/s ({base_cpu:3.0f} ms), loader {ours:6.2f}/s ({ours_cpu:3.0f} ms) "
           f"= {ours / base:.2f}x; with 1 decode thread {one:6.2f}/s = {one / base:.2f}x")
     scale = two_thread_ceiling(path, 24)
