@@ -139,3 +139,71 @@ def test_replay_aborts_and_holds_on_stale_arm_feedback(recorded, ros_domain, tmp
                 raise
     finally:
         watcher.close()
+
+
+def test_slow_episode_load_does_not_starve_arm_feedback(recorded, ros_domain, monkeypatch):
+    """Reading the episode must not happen inside an executor callback: while it blocks, no
+    /arm/eef_pose callback runs and playback would abort on "stale" feedback the moment it starts.
+    In-process: the replay node on its EventsExecutor, an echoing arm in its own context and thread."""
+    import rclpy
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from piper_recorder.nodes import replay as replay_node
+    from piper_recorder.nodes.common import make_executor, spin_until
+    from piper_recorder.replay.episode import load_episode
+
+    def slow_load(*a, **k):
+        time.sleep(0.6)  # a cold disk or a busy box
+        return load_episode(*a, **k)
+
+    monkeypatch.setattr(replay_node, "load_episode", slow_load)
+    ros_domain.apply()
+    first = load_episode(recorded, 0).poses[0]
+    arm_ctx = rclpy.Context()
+    rclpy.init(context=arm_ctx)
+    arm = rclpy.create_node("echo_arm", context=arm_ctx)
+    pose = {"p": first.copy()}
+    results: list[dict] = []
+    pub = arm.create_publisher(PoseStamped, "/arm/eef_pose", 10)
+
+    def on_target(m):
+        pose["p"] = np.array([m.pose.position.x, m.pose.position.y, m.pose.position.z, m.pose.orientation.w,
+                              m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z])
+
+    def publish():
+        msg = PoseStamped()
+        p = pose["p"]
+        msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in p[:3])
+        msg.pose.orientation.w, msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z = \
+            (float(v) for v in p[3:])
+        pub.publish(msg)
+
+    arm.create_subscription(PoseStamped, "/arm/target_pose", on_target, 10)
+    arm.create_subscription(String, "/replay/result", lambda m: results.append(json.loads(m.data)),
+                            QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                                       reliability=ReliabilityPolicy.RELIABLE))
+    arm.create_timer(0.01, publish)
+    arm_exec = SingleThreadedExecutor(context=arm_ctx)
+    arm_exec.add_node(arm)
+    threading.Thread(target=arm_exec.spin, daemon=True).start()
+    rclpy.init(args=["--ros-args", "-p", f"root:={recorded}", "-p", "episode:=0", "-p", "autoplay:=true",
+                     "-p", "approach_linear_speed:=0.15"])
+    stop = threading.Event()
+    try:
+        node = replay_node.ReplayNode()
+        ex = make_executor("events")
+        ex.add_node(node)
+        spinner = threading.Thread(target=spin_until, args=(ex, stop), daemon=True)
+        spinner.start()
+        deadline = time.monotonic() + 30
+        while not results and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert results and results[-1]["state"] == "done", results
+    finally:
+        stop.set()
+        arm_exec.shutdown(timeout_sec=2)
+        rclpy.shutdown()
+        rclpy.shutdown(context=arm_ctx)

@@ -69,6 +69,11 @@ class ReplayNode(Node):
         self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 10)
         self.create_service(Trigger, "~/play", self._srv_play)
         self.create_service(Trigger, "~/stop", self._srv_stop)
+        # Load before spinning: reading parquet inside a callback would block this single-threaded
+        # executor, so no /arm/eef_pose callback could run and the first tick would see stale feedback.
+        self._loaded, self._load_error = self._load()
+        if self._load_error:
+            self.get_logger().error(self._load_error)
         if self.cfg.autoplay:
             self.create_timer(0.5, self._autoplay_once)
         # Playback runs in its own thread on absolute deadlines: a ROS timer in a busy executor
@@ -98,16 +103,23 @@ class ReplayNode(Node):
             if ok:
                 self.cfg.autoplay = False
 
+    def _load(self) -> tuple[ReplayEpisode | None, str]:
+        try:
+            return load_episode(self.cfg.root, self.cfg.episode), ""
+        except (OSError, ValueError, KeyError) as exc:
+            return None, f"cannot load episode {self.cfg.episode} from '{self.cfg.root}': {exc}"
+
     def _start(self) -> tuple[bool, str]:
         if self._state in ("approach", "settle", "play"):
             return False, f"already playing (state {self._state})"
-        current = self._feedback()
+        if self._loaded is None:  # e.g. the episode was saved after this node started: try again
+            self._loaded, self._load_error = self._load()
+            if self._loaded is None:
+                return False, self._load_error
+        episode = self._loaded
+        current = self._feedback()  # after any loading, so the age it sees is the age the first tick sees
         if current is None:
             return False, "no fresh arm feedback on /arm/eef_pose: is piper_arm running?"
-        try:
-            episode = load_episode(self.cfg.root, self.cfg.episode)
-        except (OSError, ValueError, KeyError) as exc:
-            return False, f"cannot load episode {self.cfg.episode} from '{self.cfg.root}': {exc}"
         with self._lock:
             self._episode = episode
             self._approach = Approach(current, episode.poses[0], self.cfg.approach_linear_speed,
