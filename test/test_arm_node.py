@@ -73,6 +73,12 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend):
             assert spin_until(lambda: json.loads(status()["enabled"]) and status()["_message"].startswith("holding"),
                               10), group.logs()
 
+            # enable through the service (a coroutine: its up-to-2 s wait for the drivers runs off the executor)
+            enable = node.create_client(Trigger, "/arm/enable")
+            assert enable.wait_for_service(5)
+            fut = enable.call_async(Trigger.Request())
+            assert spin_until(fut.done, 5) and fut.result().success and fut.result().message == "enabled", group.logs()
+
             # provenance: subscribe late; transient local delivers the record anyway
             latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)

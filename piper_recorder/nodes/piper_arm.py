@@ -26,7 +26,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import ParameterError, declare_config, ns_to_stamp, run_node
+from piper_recorder.nodes.common import ParameterError, declare_config, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig
 from piper_recorder.piper.controller import ArmController
@@ -162,8 +162,8 @@ class PiperArmNode(Node):
         self.pub_provenance.publish(String(data=json.dumps(record)))
 
     # ------------------------------------------------------------ services
-    def _srv_enable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        ok = self.ctl.enable()
+    async def _srv_enable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        ok = await run_in_thread(self.ctl.enable)  # waits up to 2 s for the drivers: off the executor
         res.success, res.message = ok, "enabled" if ok else "enable sent, not confirmed by the drivers"
         return res
 
