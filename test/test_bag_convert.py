@@ -120,6 +120,22 @@ def test_events_ranges_and_whole_bag(tmp_path, cfg, storage, capsys):
         assert bool(f["transitions/terminals"][44]) and not bool(f["transitions/timeouts"][44])
 
 
+def test_bag_started_mid_episode_skips_that_episode(tmp_path, cfg, capsys):
+    """``ros2 bag record`` started 1 s into a session: the first episode's start is not in the bag."""
+    s = SynthScenario(duration_s=4.0, episodes=[(0.5, 2.0), (2.4, 3.6)], cameras=("cam_front", "cam_wrist"))
+    late = (m for m in scenario_messages(s) if m[2] >= s.t0_ns + 1_000_000_000)
+    bag = write_bag(tmp_path / "late", late)
+    out = tmp_path / "late_out"
+    assert run(bag, "--format", "lerobot", "--out", out, "--config", cfg) == 0
+    (ep,) = episodes(out)
+    assert ep["length"] == 37 and ep["source"]["live_episode_index"] == 1
+    assert "live episode 0 began 0.502s before the bag's first message: skipped" in capsys.readouterr().err
+    h5 = tmp_path / "late.hdf5"
+    assert run(bag, "--format", "rgbd", "--out", h5, "--config", cfg) == 0
+    with h5py.File(h5, "r") as f:
+        assert list(f["index/episode_lengths"][()]) == [36]
+
+
 def _bad_bags(tmp: Path, good: Path) -> dict[str, Path]:
     bags = {}
     for kind in ("truncated", "corrupt"):

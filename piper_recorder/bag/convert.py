@@ -153,12 +153,25 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
             if who != opts.recorder_name:
                 notes.append(f"episodes from {who}'s /episode_events (no {opts.recorder_name} saves in the bag)")
             if spans:
-                return spans
+                return _recorded_whole(spans, src, notes)
         notes.append("the bag's /episode_events hold no saved episodes; "
                      + ("using --episode ranges" if opts.ranges else "converting the whole bag"))
     if opts.ranges:
         return spans_from_ranges(opts.ranges, src.start_ns, int(opts.settings.lateness_s * 1e9))
     return whole_bag(src.start_ns, src.end_ns)
+
+
+def _recorded_whole(spans: list[EpisodeSpan], src: BagSource, notes: list[str]) -> list[EpisodeSpan]:
+    """Drop live episodes that began before the bag did (``ros2 bag record`` started mid-episode):
+    their first rows are not in the bag, so a conversion could only be a silently shorter episode."""
+    keep = []
+    for s in spans:
+        if s.start_ns < src.start_ns:
+            notes.append(f"live episode {s.live_index} began {(src.start_ns - s.start_ns) / 1e9:.3f}s before the "
+                         "bag's first message: skipped (convert what the bag holds with --episode START:END)")
+        else:
+            keep.append(s)
+    return keep
 
 
 # ---- the pass ------------------------------------------------------------------------------------
