@@ -153,7 +153,7 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
             if who != opts.recorder_name:
                 notes.append(f"episodes from {who}'s /episode_events (no {opts.recorder_name} saves in the bag)")
             if spans:
-                return _recorded_whole(spans, src, notes)
+                return _begun_in_bag(spans, src, notes)
         notes.append("the bag's /episode_events hold no saved episodes; "
                      + ("using --episode ranges" if opts.ranges else "converting the whole bag"))
     if opts.ranges:
@@ -161,7 +161,7 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
     return whole_bag(src.start_ns, src.end_ns)
 
 
-def _recorded_whole(spans: list[EpisodeSpan], src: BagSource, notes: list[str]) -> list[EpisodeSpan]:
+def _begun_in_bag(spans: list[EpisodeSpan], src: BagSource, notes: list[str]) -> list[EpisodeSpan]:
     """Drop live episodes that began before the bag did (``ros2 bag record`` started mid-episode):
     their first rows are not in the bag, so a conversion could only be a silently shorter episode."""
     keep = []
