@@ -14,10 +14,14 @@ import numpy as np
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
 
 
+def stamp_to_ns(stamp: Any) -> int:
+    """A builtin_interfaces/Time in int ns."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
 def stamp_ns(msg: Any) -> int:
     """``header.stamp`` of a stamped message in int ns."""
-    s = msg.header.stamp
-    return int(s.sec) * 1_000_000_000 + int(s.nanosec)
+    return stamp_to_ns(msg.header.stamp)
 
 
 def image_to_numpy(msg: Any) -> np.ndarray:

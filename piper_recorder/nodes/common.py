@@ -21,15 +21,14 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 
+from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
+from piper_recorder.recording.config import coerce_param
+
 C = TypeVar("C")
 
 
 class ParameterError(ValueError):
     """A node parameter has a wrong type or value; the message names the parameter."""
-
-
-def stamp_to_ns(stamp: Time) -> int:
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 def ns_to_stamp(ns: int) -> Time:
@@ -54,25 +53,10 @@ _ROS_TYPES: dict[Any, Parameter.Type] = {
 
 
 def _coerce(name: str, typ: Any, value: Any) -> Any:
-    """Accept the values YAML naturally produces (ints for floats, empty lists) and reject the rest."""
-    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if typ in (list[float], list[int], list[str], list[bool]):
-        (inner,) = typing.get_args(typ)
-        if value is None:
-            return []
-        try:
-            items = list(value)
-        except TypeError as exc:
-            raise ParameterError(f"parameter '{name}': expected a list, got {value!r}") from exc
-        return [_coerce(name, inner, v) for v in items]
-    if typ is bool and isinstance(value, bool):
-        return value
-    if typ is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if typ is str and isinstance(value, str):
-        return value
-    raise ParameterError(f"parameter '{name}': expected {getattr(typ, '__name__', typ)}, got {value!r}")
+    try:
+        return coerce_param(name, typ, value)
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from exc
 
 
 def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:

@@ -13,11 +13,11 @@ import sys
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
-from piper_recorder.assembly.messages import image_to_numpy
+from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
 from piper_recorder.recording.targets import LeRobotTarget
 
-from .common import now_ns, run_node, stamp_to_ns
+from .common import now_ns, run_node
 from .recorder_base import RecorderNode
 
 
@@ -49,7 +49,7 @@ class LeRobotRecorder(RecorderNode):
             self.get_logger().error(f"{cam}: {exc}", throttle_duration_sec=5.0)
             return
         if self.check_image(cam, rgb):
-            self.controller.add_frame(cam, stamp_to_ns(msg.header.stamp), rgb)
+            self.controller.add_frame(cam, stamp_ns(msg), rgb)
 
     def _on_raw(self, msg: String) -> None:
         self.controller.add_raw_quest(now_ns(self), msg.data)

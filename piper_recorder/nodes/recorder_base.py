@@ -28,7 +28,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.assembly.messages import joint_positions, pose
+from piper_recorder.assembly.messages import gripper_width, joint_positions, pose, stamp_ns
 from piper_recorder.recording.config import RecorderConfig, session_record
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
@@ -36,7 +36,7 @@ from piper_recorder.recording.targets import EpisodeTarget
 from piper_recorder.lerobot.errors import DatasetError
 from rgbd_writer.errors import RgbdError
 
-from .common import ParameterError, declare_config, now_ns, run_in_thread, stamp_to_ns
+from .common import ParameterError, declare_config, now_ns, run_in_thread
 
 
 class RecorderNode(Node):
@@ -80,9 +80,9 @@ class RecorderNode(Node):
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(JointState, cfg.joint_states_topic, self._on_joints, arm_qos)
         self.create_subscription(PoseStamped, cfg.eef_topic,
-                                 lambda m: c.add_eef_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos)
+                                 lambda m: c.add_eef_pose(stamp_ns(m), *pose(m)), arm_qos)
         self.create_subscription(PoseStamped, cfg.commanded_pose_topic,
-                                 lambda m: c.add_commanded_pose(stamp_to_ns(m.header.stamp), *pose(m)), arm_qos)
+                                 lambda m: c.add_commanded_pose(stamp_ns(m), *pose(m)), arm_qos)
         self.create_subscription(JointState, cfg.commanded_gripper_topic, self._on_cmd_gripper, arm_qos)
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
@@ -100,11 +100,12 @@ class RecorderNode(Node):
     def _on_joints(self, msg: JointState) -> None:
         pos = joint_positions(msg, self._joint_cache)
         if pos is not None:
-            self.controller.add_joint_state(stamp_to_ns(msg.header.stamp), pos)
+            self.controller.add_joint_state(stamp_ns(msg), pos)
 
     def _on_cmd_gripper(self, msg: JointState) -> None:
-        if len(msg.position):
-            self.controller.add_commanded_gripper(stamp_to_ns(msg.header.stamp), float(msg.position[0]))
+        width = gripper_width(msg)
+        if width is not None:
+            self.controller.add_commanded_gripper(stamp_ns(msg), width)
 
     def _on_provenance(self, msg: String) -> None:
         try:

@@ -14,11 +14,11 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Float32
 
 from piper_recorder.assembly import DepthPairer
-from piper_recorder.assembly.messages import image_to_numpy
+from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
 from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_config
 from piper_recorder.recording.targets import RgbdTarget
 
-from .common import now_ns, run_node, stamp_to_ns
+from .common import now_ns, run_node
 from .recorder_base import RecorderNode
 
 
@@ -58,14 +58,14 @@ class RgbdRecorder(RecorderNode):
         img = self._image(msg, depth=False)
         if img is not None:
             with self._pair_lock:
-                pair = self._pairer.add_color(stamp_to_ns(msg.header.stamp), img)
+                pair = self._pairer.add_color(stamp_ns(msg), img)
             self._forward(pair)
 
     def _on_depth(self, msg: Image) -> None:
         img = self._image(msg, depth=True)
         if img is not None:
             with self._pair_lock:
-                pair = self._pairer.add_depth(stamp_to_ns(msg.header.stamp), img)
+                pair = self._pairer.add_depth(stamp_ns(msg), img)
             self._forward(pair)
 
     def _forward(self, pair) -> None:

@@ -303,20 +303,29 @@ def load_config(cls: type[C], params_file: str | Path | None = None, node: str |
     if unknown:
         raise ValueError(f"{where}: unknown parameters {unknown}")
     try:
-        cfg = cls(**{k: _coerce(k, hints[k], v) for k, v in values.items() if v is not None})
+        cfg = cls(**{k: coerce_param(k, hints[k], v) for k, v in values.items() if v is not None})
         cfg.validate()
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from exc
     return cfg
 
 
-def _coerce(name: str, typ: Any, value: Any) -> Any:
-    """YAML value -> field type, as rcl types a parameter: ints pass for floats, nothing else converts."""
+def coerce_param(name: str, typ: Any, value: Any) -> Any:
+    """A parameter value (from YAML or from rcl) -> the field's type, as rcl types a parameter: ints
+    pass for floats, any non-string sequence for a list (None for an empty one); nothing else converts.
+    The one rule for recorder nodes (``declare_config``) and the bag converter (``load_config``)."""
     if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if typing.get_origin(typ) is list and isinstance(value, list):
+    if typing.get_origin(typ) is list and not isinstance(value, (str, bytes)):
         (inner,) = typing.get_args(typ)
-        return [_coerce(name, inner, v) for v in value]
+        if value is None:
+            return []
+        try:
+            items = list(value)
+        except TypeError:
+            items = None
+        if items is not None:
+            return [coerce_param(name, inner, v) for v in items]
     if typ in (bool, int, str) and type(value) is typ:
         return value
     raise ValueError(f"parameter '{name}': expected {getattr(typ, '__name__', typ)}, got {value!r}")
