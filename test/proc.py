@@ -51,7 +51,8 @@ class Proc:
 
 
 class ProcGroup:
-    """Context manager owning several processes: stops all of them on exit, even after a failure."""
+    """Context manager owning several processes: stops all of them on exit, even after a failure, and
+    then prints their output if the block failed (pytest shows it with the failure)."""
 
     def __init__(self, env: dict[str, str], log_dir: Path):
         self.env, self.log_dir, self.procs = env, log_dir, []
@@ -67,6 +68,8 @@ class ProcGroup:
     def __enter__(self) -> "ProcGroup":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *_: object) -> None:
         for p in reversed(self.procs):
             p.stop()
+        if exc_type is not None:
+            print(self.logs())

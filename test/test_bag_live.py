@@ -224,26 +224,21 @@ def test_live_session_bag_converts_to_the_live_datasets(ros_domain, tmp_path, ca
                      for exe, name in (("piper-lerobot-recorder", "lerobot_recorder"),
                                        ("piper-rgbd-recorder", "rgbd_recorder"))]
             both = ("lerobot_recorder", "rgbd_recorder")
-            try:
-                bagrec.wait_matched(both)
-                for seconds, end in ((1.4, "stop_episode"), (0.5, "discard_episode"), (1.1, "stop_episode")):
-                    for rec in both:
-                        ok(rig.call(rec, "start_episode"), f"{rec} start")
-                    time.sleep(seconds)
-                    for rec in both:
-                        ok(rig.call(rec, end), f"{rec} {end}")
-                    time.sleep(0.3)
-                ok(rig.call("lerobot_recorder", "start_episode"), "start 4")
-                time.sleep(0.6)
-                ok(rig.call("lerobot_recorder", "stop_episode"), "stop 4")
-                ok(rig.call("lerobot_recorder", "delete_last_episode"), "delete 4")
-                events = rig.wait_events(12)
-                assert sum(e["event"] == "saved" for e in events) == 5, events
-                time.sleep(0.5)
-            except BaseException:
-                for p in procs:
-                    print(p.output()[-3000:])
-                raise
+            bagrec.wait_matched(both)
+            for seconds, end in ((1.4, "stop_episode"), (0.5, "discard_episode"), (1.1, "stop_episode")):
+                for rec in both:
+                    ok(rig.call(rec, "start_episode"), f"{rec} start")
+                time.sleep(seconds)
+                for rec in both:
+                    ok(rig.call(rec, end), f"{rec} {end}")
+                time.sleep(0.3)
+            ok(rig.call("lerobot_recorder", "start_episode"), "start 4")
+            time.sleep(0.6)
+            ok(rig.call("lerobot_recorder", "stop_episode"), "stop 4")
+            ok(rig.call("lerobot_recorder", "delete_last_episode"), "delete 4")
+            events = rig.wait_events(12)
+            assert sum(e["event"] == "saved" for e in events) == 5, events
+            time.sleep(0.5)
             for p in procs:
                 assert p.stop(timeout=20) == 0, p.output()[-3000:]
     finally:

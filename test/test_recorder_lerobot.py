@@ -64,65 +64,61 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
             p = g.start(*recorder_args(root))
-            try:
-                refused(rig.call(REC, "stop_episode"), "no episode in progress")
-                refused(rig.call(REC, "discard_episode"), "no episode in progress")
-                refused(rig.call(REC, "delete_last_episode"), "nothing saved")
-                ok(rig.call(REC, "start_episode"), "start")
-                refused(rig.call(REC, "start_episode"), "already recording episode 0")
-                refused(rig.call(REC, "delete_last_episode"), "stop or discard")
-                time.sleep(1.5)
-                msg = ok(rig.call(REC, "stop_episode"), "stop")
-                assert "saved episode 0" in msg
-                rig.set_param(REC, "task", "place the cube")      # read again at every start
-                ok(rig.call(REC, "start_episode"), "start 2")
-                time.sleep(0.5)
-                ok(rig.call(REC, "discard_episode"), "discard")
-                refused(rig.call(REC, "discard_episode"), "no episode in progress")
-                eps = episodes(root)
-                assert [e["episode_index"] for e in eps] == [0]
-                assert not any(root.glob("data/*/episode_000001.parquet"))
-                assert not any(root.glob("videos/*/*/episode_000001.mp4"))
-                ev = rig.wait_events(4)
-                assert [e["event"] for e in ev] == ["started", "saved", "started", "discarded"]
-                assert ev[2]["task"] == ev[3]["task"] == "place the cube"
-                saved = ev[1]
-                assert saved["rows"] == eps[0]["length"] and saved["task"] == "pick the cube"
-                assert saved["end_ns"] > saved["start_ns"] and saved["reason"] == "stop_episode"
-                # the saved episode read back with independent readers
-                data, vids = episode_files(root, 0)
-                t = pq.read_table(data)
-                n = t.num_rows
-                # every grid tick from the origin to the stop is a row (1.5 s at 30 fps plus service latency)
-                assert n == (saved["end_ns"] - saved["start_ns"]) * 30 // 10**9 + 1 and n >= 45, n
-                ts = t.column("timestamp").to_numpy()
-                assert ts[0] == 0.0 and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
-                q = np.stack(t.column("observation.arm_eef").to_numpy(zero_copy_only=False))
-                assert np.allclose(q[:, 3], 1.0)              # wxyz: w first
-                a = np.stack(t.column("action.arm_eef").to_numpy(zero_copy_only=False))
-                assert np.allclose(a[:, 3:], [0.8, 0.0, 0.0, 0.6], atol=1e-6)
-                for cam, path in vids.items():
-                    pts = video_pts(path)
-                    # every frame the recorder took is in the video; the publisher itself may lag under load
-                    assert eps[0]["video_frame_lengths"][cam] == len(pts) == eps[0]["frames_written"][cam]
-                    assert eps[0]["frames_sent"][cam] == len(pts) and len(pts) >= 0.6 * n, (cam, len(pts), n)
-                    assert pts[0] == 0.0 and pts[-1] <= float(ts[-1]) + 0.05
-                assert eps[0]["frames_rejected_by_encoder"] == {} and eps[0]["tick_delay_ms"]["ticks"] >= n // 2
-                # late messages depend on the machine's load (counted, not asserted); the pre-roll makes row 0 the start
-                assert eps[0]["skipped_start_ticks"] == 0 and set(eps[0]["messages_late"]) <= {
-                    "joint_states", "eef_pose", "commanded_pose", "commanded_gripper"}
-                # delete the saved episode, then nothing is left to delete
-                assert "deleted episode 0" in ok(rig.call(REC, "delete_last_episode"), "delete")
-                refused(rig.call(REC, "delete_last_episode"), "nothing saved")
-                assert episodes(root) == []
-                assert validate_root(root) == []
-                sess = [json.loads(x) for x in (root / "meta" / "collection_sessions.jsonl").read_text().splitlines()]
-                assert sess[-1]["control"]["backend"] == "emulator" and sess[-1]["arm"]["firmware"] == "S-V1.6-3"
-                assert sess[-1]["recording"]["fps"] == 30 and "cam_front" in sess[-1]["cameras"]
-                assert p.stop() == 0
-            except BaseException:
-                print(g.logs())
-                raise
+            refused(rig.call(REC, "stop_episode"), "no episode in progress")
+            refused(rig.call(REC, "discard_episode"), "no episode in progress")
+            refused(rig.call(REC, "delete_last_episode"), "nothing saved")
+            ok(rig.call(REC, "start_episode"), "start")
+            refused(rig.call(REC, "start_episode"), "already recording episode 0")
+            refused(rig.call(REC, "delete_last_episode"), "stop or discard")
+            time.sleep(1.5)
+            msg = ok(rig.call(REC, "stop_episode"), "stop")
+            assert "saved episode 0" in msg
+            rig.set_param(REC, "task", "place the cube")      # read again at every start
+            ok(rig.call(REC, "start_episode"), "start 2")
+            time.sleep(0.5)
+            ok(rig.call(REC, "discard_episode"), "discard")
+            refused(rig.call(REC, "discard_episode"), "no episode in progress")
+            eps = episodes(root)
+            assert [e["episode_index"] for e in eps] == [0]
+            assert not any(root.glob("data/*/episode_000001.parquet"))
+            assert not any(root.glob("videos/*/*/episode_000001.mp4"))
+            ev = rig.wait_events(4)
+            assert [e["event"] for e in ev] == ["started", "saved", "started", "discarded"]
+            assert ev[2]["task"] == ev[3]["task"] == "place the cube"
+            saved = ev[1]
+            assert saved["rows"] == eps[0]["length"] and saved["task"] == "pick the cube"
+            assert saved["end_ns"] > saved["start_ns"] and saved["reason"] == "stop_episode"
+            # the saved episode read back with independent readers
+            data, vids = episode_files(root, 0)
+            t = pq.read_table(data)
+            n = t.num_rows
+            # every grid tick from the origin to the stop is a row (1.5 s at 30 fps plus service latency)
+            assert n == (saved["end_ns"] - saved["start_ns"]) * 30 // 10**9 + 1 and n >= 45, n
+            ts = t.column("timestamp").to_numpy()
+            assert ts[0] == 0.0 and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
+            q = np.stack(t.column("observation.arm_eef").to_numpy(zero_copy_only=False))
+            assert np.allclose(q[:, 3], 1.0)              # wxyz: w first
+            a = np.stack(t.column("action.arm_eef").to_numpy(zero_copy_only=False))
+            assert np.allclose(a[:, 3:], [0.8, 0.0, 0.0, 0.6], atol=1e-6)
+            for cam, path in vids.items():
+                pts = video_pts(path)
+                # every frame the recorder took is in the video; the publisher itself may lag under load
+                assert eps[0]["video_frame_lengths"][cam] == len(pts) == eps[0]["frames_written"][cam]
+                assert eps[0]["frames_sent"][cam] == len(pts) and len(pts) >= 0.6 * n, (cam, len(pts), n)
+                assert pts[0] == 0.0 and pts[-1] <= float(ts[-1]) + 0.05
+            assert eps[0]["frames_rejected_by_encoder"] == {} and eps[0]["tick_delay_ms"]["ticks"] >= n // 2
+            # late messages depend on the machine's load (counted, not asserted); the pre-roll makes row 0 the start
+            assert eps[0]["skipped_start_ticks"] == 0 and set(eps[0]["messages_late"]) <= {
+                "joint_states", "eef_pose", "commanded_pose", "commanded_gripper"}
+            # delete the saved episode, then nothing is left to delete
+            assert "deleted episode 0" in ok(rig.call(REC, "delete_last_episode"), "delete")
+            refused(rig.call(REC, "delete_last_episode"), "nothing saved")
+            assert episodes(root) == []
+            assert validate_root(root) == []
+            sess = [json.loads(x) for x in (root / "meta" / "collection_sessions.jsonl").read_text().splitlines()]
+            assert sess[-1]["control"]["backend"] == "emulator" and sess[-1]["arm"]["firmware"] == "S-V1.6-3"
+            assert sess[-1]["recording"]["fps"] == 30 and "cam_front" in sess[-1]["cameras"]
+            assert p.stop() == 0
     finally:
         rig.close()
 
@@ -133,35 +129,31 @@ def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_pat
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
             p = g.start(*recorder_args(root, "timestamp_mode:=nominal", "on_shutdown:=save"))
-            try:
-                ok(rig.call(REC, "start_episode"), "start")
-                time.sleep(0.6)
-                rig.publish_late_joint_state(0.5)    # far beyond the lateness allowance: counted, grid intact
-                rig.paused.set()                 # a 0.3 s gap in every stream: repeats are counted
-                time.sleep(0.3)
-                rig.paused.clear()
-                time.sleep(0.6)
-                p.signal(signal.SIGINT)
-                assert p.popen.wait(30) == 0
-                eps = episodes(root)
-                assert len(eps) == 1
-                n = eps[0]["length"]
-                data, vids = episode_files(root, 0)
-                table = pq.read_table(data)
-                ts = table.column("timestamp").to_numpy()
-                joints = np.stack(table.column("observation.arm_joint").to_numpy(zero_copy_only=False))
-                assert not np.any(joints == 9.0)          # the late sample never replaced a newer one
-                assert len(ts) == n and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
-                for cam, path in vids.items():
-                    pts = video_pts(path)
-                    assert len(pts) == n, (cam, len(pts), n)      # nominal: one frame per row
-                    assert all(pv <= float(np.float32(t)) for pv, t in zip(pts, ts))
-                    assert eps[0]["frames_repeated"][cam] >= 5
-                assert eps[0]["timestamp_mode"] == "nominal" and eps[0]["messages_late"]["joint_states"] >= 1
-                assert validate_root(root) == []
-            except BaseException:
-                print(g.logs())
-                raise
+            ok(rig.call(REC, "start_episode"), "start")
+            time.sleep(0.6)
+            rig.publish_late_joint_state(0.5)    # far beyond the lateness allowance: counted, grid intact
+            rig.paused.set()                 # a 0.3 s gap in every stream: repeats are counted
+            time.sleep(0.3)
+            rig.paused.clear()
+            time.sleep(0.6)
+            p.signal(signal.SIGINT)
+            assert p.popen.wait(30) == 0
+            eps = episodes(root)
+            assert len(eps) == 1
+            n = eps[0]["length"]
+            data, vids = episode_files(root, 0)
+            table = pq.read_table(data)
+            ts = table.column("timestamp").to_numpy()
+            joints = np.stack(table.column("observation.arm_joint").to_numpy(zero_copy_only=False))
+            assert not np.any(joints == 9.0)          # the late sample never replaced a newer one
+            assert len(ts) == n and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
+            for cam, path in vids.items():
+                pts = video_pts(path)
+                assert len(pts) == n, (cam, len(pts), n)      # nominal: one frame per row
+                assert all(pv <= float(np.float32(t)) for pv, t in zip(pts, ts))
+                assert eps[0]["frames_repeated"][cam] >= 5
+            assert eps[0]["timestamp_mode"] == "nominal" and eps[0]["messages_late"]["joint_states"] >= 1
+            assert validate_root(root) == []
     finally:
         rig.close()
 
@@ -172,34 +164,30 @@ def test_sigkill_mid_episode_then_restart_keeps_saved_episodes(ros_domain, tmp_p
     rig.watch_status(REC)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            try:
-                p = g.start(*recorder_args(root))
-                ok(rig.call(REC, "start_episode"), "start")
-                time.sleep(0.7)
-                ok(rig.call(REC, "stop_episode"), "stop")
-                saved = episodes(root)
-                data0, _ = episode_files(root, 0)
-                rows0 = pq.read_table(data0).num_rows
-                ok(rig.call(REC, "start_episode"), "start 2")
-                time.sleep(0.7)
-                p.signal(signal.SIGKILL)
-                p.popen.wait(10)
-                restart = time.monotonic()
-                p2 = g.start(*recorder_args(root, "on_shutdown:=discard"), name="recorder2")
-                assert rig.wait_up(REC, restart)["state"] == "idle"
-                ok(rig.call(REC, "start_episode"), "start after restart")
-                time.sleep(0.5)
-                msg = ok(rig.call(REC, "stop_episode"), "stop after restart")
-                assert "saved episode 1" in msg
-                ok(rig.call(REC, "start_episode"), "start 4")
-                time.sleep(0.3)
-                assert p2.stop(sig=signal.SIGINT) == 0        # on_shutdown=discard: episode 2 leaves nothing
-                eps = episodes(root)
-                assert [e["episode_index"] for e in eps] == [0, 1] and eps[0] == saved[0]
-                assert pq.read_table(data0).num_rows == rows0
-                assert validate_root(root, full=True) == []
-            except BaseException:
-                print(g.logs())
-                raise
+            p = g.start(*recorder_args(root))
+            ok(rig.call(REC, "start_episode"), "start")
+            time.sleep(0.7)
+            ok(rig.call(REC, "stop_episode"), "stop")
+            saved = episodes(root)
+            data0, _ = episode_files(root, 0)
+            rows0 = pq.read_table(data0).num_rows
+            ok(rig.call(REC, "start_episode"), "start 2")
+            time.sleep(0.7)
+            p.signal(signal.SIGKILL)
+            p.popen.wait(10)
+            restart = time.monotonic()
+            p2 = g.start(*recorder_args(root, "on_shutdown:=discard"), name="recorder2")
+            assert rig.wait_up(REC, restart)["state"] == "idle"
+            ok(rig.call(REC, "start_episode"), "start after restart")
+            time.sleep(0.5)
+            msg = ok(rig.call(REC, "stop_episode"), "stop after restart")
+            assert "saved episode 1" in msg
+            ok(rig.call(REC, "start_episode"), "start 4")
+            time.sleep(0.3)
+            assert p2.stop(sig=signal.SIGINT) == 0        # on_shutdown=discard: episode 2 leaves nothing
+            eps = episodes(root)
+            assert [e["episode_index"] for e in eps] == [0, 1] and eps[0] == saved[0]
+            assert pq.read_table(data0).num_rows == rows0
+            assert validate_root(root, full=True) == []
     finally:
         rig.close()

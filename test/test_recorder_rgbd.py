@@ -59,43 +59,39 @@ def test_services_flags_rewards_and_auto_stop(ros_domain, tmp_path):
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
             p = g.start(*recorder_args(path, "max_episode_s:=2.0", "task:=stack"))
-            try:
-                refused(rig.call(REC, "stop_episode"), "no episode in progress")
-                refused(rig.call(REC, "delete_last_episode"), "nothing saved")
-                ok(rig.call(REC, "start_episode"), "start")
-                refused(rig.call(REC, "start_episode"), "already recording")
-                time.sleep(0.5)
-                ok(rig.call(REC, "stop_episode"), "stop")
-                ok(rig.call(REC, "start_episode"), "start 2")
-                ev = rig.wait_events(4, timeout=15)          # max_episode_s ends episode 1 by itself
-                assert [e["event"] for e in ev] == ["started", "saved", "started", "saved"]
-                assert ev[3]["reason"] == "max_episode_s"
-                assert ev[3]["end_ns"] - ev[2]["start_ns"] == 2 * 10**9 and ev[3]["rows"] == 61
-                refused(rig.call(REC, "stop_episode"), "no episode in progress")
-                ok(rig.call(REC, "start_episode"), "start 3")
-                time.sleep(0.3)
-                ok(rig.call(REC, "discard_episode"), "discard")
-                d = rig.call(REC, "delete_last_episode")     # the RGB-D writer has no delete (yet)
-                assert d.success or "cannot delete" in d.message
-                assert p.stop() == 0
-                assert validate_file(str(path), full=True) == []
-                eps = episodes(path)
-                assert len(eps) == 1 + (not d.success)
-                first = eps[0]
-                assert first["T"] == ev[1]["rows"] - 1 and len(first["joints"]) == first["T"] + 1
-                assert first["terminals"][-1] and not first["terminals"][:-1].any() and not first["timeouts"].any()
-                assert np.all(first["rewards"] == 1.0)
-                assert np.allclose(first["actions"][:, 3:7], [0.8, 0, 0, 0.6], atol=1e-6)   # wxyz
-                assert np.allclose(first["actions"][:, 7], 0.03)
-                prov = json.loads(first["meta"]["provenance"])
-                assert prov["control"]["backend"] == "emulator" and prov["recording"]["fps"] == 30
-                assert prov["cameras"]["cam_front"]["depth"]["topic"] == "/cam_front/aligned_depth_to_color/image_raw"
-                if not d.success:
-                    second = eps[1]
-                    assert second["T"] == 60 and second["timeouts"][-1] and not second["terminals"].any()
-            except BaseException:
-                print(g.logs())
-                raise
+            refused(rig.call(REC, "stop_episode"), "no episode in progress")
+            refused(rig.call(REC, "delete_last_episode"), "nothing saved")
+            ok(rig.call(REC, "start_episode"), "start")
+            refused(rig.call(REC, "start_episode"), "already recording")
+            time.sleep(0.5)
+            ok(rig.call(REC, "stop_episode"), "stop")
+            ok(rig.call(REC, "start_episode"), "start 2")
+            ev = rig.wait_events(4, timeout=15)          # max_episode_s ends episode 1 by itself
+            assert [e["event"] for e in ev] == ["started", "saved", "started", "saved"]
+            assert ev[3]["reason"] == "max_episode_s"
+            assert ev[3]["end_ns"] - ev[2]["start_ns"] == 2 * 10**9 and ev[3]["rows"] == 61
+            refused(rig.call(REC, "stop_episode"), "no episode in progress")
+            ok(rig.call(REC, "start_episode"), "start 3")
+            time.sleep(0.3)
+            ok(rig.call(REC, "discard_episode"), "discard")
+            d = rig.call(REC, "delete_last_episode")     # the RGB-D writer has no delete (yet)
+            assert d.success or "cannot delete" in d.message
+            assert p.stop() == 0
+            assert validate_file(str(path), full=True) == []
+            eps = episodes(path)
+            assert len(eps) == 1 + (not d.success)
+            first = eps[0]
+            assert first["T"] == ev[1]["rows"] - 1 and len(first["joints"]) == first["T"] + 1
+            assert first["terminals"][-1] and not first["terminals"][:-1].any() and not first["timeouts"].any()
+            assert np.all(first["rewards"] == 1.0)
+            assert np.allclose(first["actions"][:, 3:7], [0.8, 0, 0, 0.6], atol=1e-6)   # wxyz
+            assert np.allclose(first["actions"][:, 7], 0.03)
+            prov = json.loads(first["meta"]["provenance"])
+            assert prov["control"]["backend"] == "emulator" and prov["recording"]["fps"] == 30
+            assert prov["cameras"]["cam_front"]["depth"]["topic"] == "/cam_front/aligned_depth_to_color/image_raw"
+            if not d.success:
+                second = eps[1]
+                assert second["T"] == 60 and second["timeouts"][-1] and not second["terminals"].any()
     finally:
         rig.close()
 
@@ -106,32 +102,28 @@ def test_sigkill_mid_episode_then_restart(ros_domain, tmp_path):
     rig.watch_status(REC)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            try:
-                p = g.start(*recorder_args(path))
-                ok(rig.call(REC, "start_episode"), "start")
-                time.sleep(0.5)
-                ok(rig.call(REC, "stop_episode"), "stop")
-                before = episodes(path)
-                ok(rig.call(REC, "start_episode"), "start 2")
-                time.sleep(0.5)
-                p.signal(signal.SIGKILL)
-                p.popen.wait(10)
-                restart = time.monotonic()
-                p2 = g.start(*recorder_args(path, "on_shutdown:=save"), name="recorder2")
-                assert rig.wait_up(REC, restart)["state"] == "idle"
-                assert "recording episode 1" in ok(rig.call(REC, "start_episode"), "start after restart")
-                time.sleep(0.4)
-                ok(rig.call(REC, "stop_episode"), "stop after restart")
-                ok(rig.call(REC, "start_episode"), "start 4")
-                time.sleep(0.4)
-                assert p2.stop(sig=signal.SIGINT) == 0          # on_shutdown=save: truncated, kept
-                assert validate_file(str(path), full=True) == []
-                eps = episodes(path)
-                assert len(eps) == 3
-                assert eps[0]["T"] == before[0]["T"] and np.array_equal(eps[0]["joints"], before[0]["joints"])
-                assert eps[1]["terminals"][-1] and eps[2]["timeouts"][-1] and not eps[2]["terminals"].any()
-            except BaseException:
-                print(g.logs())
-                raise
+            p = g.start(*recorder_args(path))
+            ok(rig.call(REC, "start_episode"), "start")
+            time.sleep(0.5)
+            ok(rig.call(REC, "stop_episode"), "stop")
+            before = episodes(path)
+            ok(rig.call(REC, "start_episode"), "start 2")
+            time.sleep(0.5)
+            p.signal(signal.SIGKILL)
+            p.popen.wait(10)
+            restart = time.monotonic()
+            p2 = g.start(*recorder_args(path, "on_shutdown:=save"), name="recorder2")
+            assert rig.wait_up(REC, restart)["state"] == "idle"
+            assert "recording episode 1" in ok(rig.call(REC, "start_episode"), "start after restart")
+            time.sleep(0.4)
+            ok(rig.call(REC, "stop_episode"), "stop after restart")
+            ok(rig.call(REC, "start_episode"), "start 4")
+            time.sleep(0.4)
+            assert p2.stop(sig=signal.SIGINT) == 0          # on_shutdown=save: truncated, kept
+            assert validate_file(str(path), full=True) == []
+            eps = episodes(path)
+            assert len(eps) == 3
+            assert eps[0]["T"] == before[0]["T"] and np.array_equal(eps[0]["joints"], before[0]["joints"])
+            assert eps[1]["terminals"][-1] and eps[2]["timeouts"][-1] and not eps[2]["terminals"].any()
     finally:
         rig.close()

@@ -99,20 +99,16 @@ def test_replay_tracks_the_recorded_episode(recorded, ros_domain, tmp_path):
     watcher = ResultWatcher(ros_domain)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            try:
-                g.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", "can_channel:=replay_ok")
-                g.start(*_replay_args(recorded))
-                result = watcher.wait_result(60)
-                assert result["state"] == "done", result
-                assert result["samples"] >= 0.8 * len(actions) / 30 * 100   # ~100 Hz over the episode
-                print("replay tracking:", result)
-                assert result["lag_rms_m"] < TRACKING_BOUND_M and result["lag_s"] < 0.3, result
-                assert result["rms_m"] < 2 * TRACKING_BOUND_M, result
-                # the measured path ends where the recording ends
-                assert np.linalg.norm(watcher.eef[-1] - actions[-1, :3]) < 0.01
-            except BaseException:
-                print(g.logs())
-                raise
+            g.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", "can_channel:=replay_ok")
+            g.start(*_replay_args(recorded))
+            result = watcher.wait_result(60)
+            assert result["state"] == "done", result
+            assert result["samples"] >= 0.8 * len(actions) / 30 * 100   # ~100 Hz over the episode
+            print("replay tracking:", result)
+            assert result["lag_rms_m"] < TRACKING_BOUND_M and result["lag_s"] < 0.3, result
+            assert result["rms_m"] < 2 * TRACKING_BOUND_M, result
+            # the measured path ends where the recording ends
+            assert np.linalg.norm(watcher.eef[-1] - actions[-1, :3]) < 0.01
     finally:
         watcher.close()
 
@@ -121,22 +117,18 @@ def test_replay_aborts_and_holds_on_stale_arm_feedback(recorded, ros_domain, tmp
     watcher = ResultWatcher(ros_domain)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
+            arm = g.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", "can_channel:=replay_stale")
+            g.start(*_replay_args(recorded))
+            deadline = time.monotonic() + 30
+            while len(watcher.eef) < 50 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)                      # approaching / playing by now
+            arm.signal(signal.SIGSTOP)           # the arm process freezes: feedback goes stale
             try:
-                arm = g.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", "can_channel:=replay_stale")
-                g.start(*_replay_args(recorded))
-                deadline = time.monotonic() + 30
-                while len(watcher.eef) < 50 and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                time.sleep(1.0)                      # approaching / playing by now
-                arm.signal(signal.SIGSTOP)           # the arm process freezes: feedback goes stale
-                try:
-                    result = watcher.wait_result(10)
-                finally:
-                    arm.signal(signal.SIGCONT)
-                assert result["state"] == "aborted" and "stale" in result["reason"], result
-            except BaseException:
-                print(g.logs())
-                raise
+                result = watcher.wait_result(10)
+            finally:
+                arm.signal(signal.SIGCONT)
+            assert result["state"] == "aborted" and "stale" in result["reason"], result
     finally:
         watcher.close()
 
