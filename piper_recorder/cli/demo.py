@@ -206,16 +206,25 @@ class SimSession:
             self._clients[key] = self._node.create_client(Trigger, key)
         return self._clients[key]
 
-    def call(self, rec: str, srv: str, timeout: float = 30.0) -> tuple[bool, str]:
-        from std_srvs.srv import Trigger
-
-        fut = self._client(rec, srv).call_async(Trigger.Request())
+    @staticmethod
+    def _wait(fut, timeout: float) -> bool:
         done = threading.Event()
         fut.add_done_callback(lambda _f: done.set())
-        if not done.wait(timeout):
-            raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
-        res = fut.result()
-        return bool(res.success), str(res.message)
+        return done.wait(timeout)
+
+    def call_all(self, srv: str, timeout: float = 30.0) -> dict[str, tuple[bool, str]]:
+        """Call ``srv`` on every recorder at once (one after the other, the second recorder's episode
+        would start or end a whole save later than the first's) and wait for every answer."""
+        from std_srvs.srv import Trigger
+
+        futs = {rec: self._client(rec, srv).call_async(Trigger.Request()) for rec in RECORDERS}
+        out = {}
+        for rec, fut in futs.items():
+            if not self._wait(fut, timeout):
+                raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
+            res = fut.result()
+            out[rec] = (bool(res.success), str(res.message))
+        return out
 
     def set_parameter(self, node: str, name: str, value: Any, timeout: float = 10.0) -> None:
         """Set one parameter on a running node (e.g. a camera's fault injection)."""
@@ -226,16 +235,15 @@ class SimSession:
         if not cli.wait_for_service(timeout_sec=timeout):
             raise DemoError(f"/{node}/set_parameters not available")
         req = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
-        fut = cli.call_async(req)
-        done = threading.Event()
-        fut.add_done_callback(lambda _f: done.set())
-        if not done.wait(timeout) or not fut.result().results[0].successful:
-            raise DemoError(f"setting {node}.{name}={value!r} failed")
-        self._node.destroy_client(cli)
+        try:
+            fut = cli.call_async(req)
+            if not self._wait(fut, timeout) or not fut.result().results[0].successful:
+                raise DemoError(f"setting {node}.{name}={value!r} failed")
+        finally:
+            self._node.destroy_client(cli)
 
     def start_episode(self) -> None:
-        for rec in RECORDERS:
-            ok, msg = self.call(rec, "start_episode")
+        for rec, (ok, msg) in self.call_all("start_episode").items():
             if not ok:
                 self._fail(f"{rec} start_episode refused: {msg}")
 
@@ -243,10 +251,8 @@ class SimSession:
         """Stop both recorders and wait for their "saved" events; returns the events and latencies."""
         with self._cond:
             seen = len(self.events)
-        t_stop = {}
-        for rec in RECORDERS:
-            t_stop[rec] = time.monotonic()
-            ok, msg = self.call(rec, "stop_episode", timeout=timeout)
+        t_stop = dict.fromkeys(RECORDERS, time.monotonic())
+        for rec, (ok, msg) in self.call_all("stop_episode", timeout=timeout).items():
             if not ok:
                 self._fail(f"{rec} stop_episode refused: {msg}")
         result = EpisodeResult(index=-1)
