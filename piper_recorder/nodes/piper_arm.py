@@ -190,5 +190,5 @@ class PiperArmNode(Node):
 def main(args: list[str] | None = None) -> None:
     # Single-threaded (events) executor: feedback is published from the SDK reader thread, so the executor only
     # takes targets (teleop latency p99 dropped from ~50-250 ms to ~5-12 ms for the arm stage) and the
-    # services; /arm/enable may block it for up to 2 s, while the arm is not moving anyway.
+    # services (/arm/enable waits for the drivers on a thread of its own).
     sys.exit(run_node(PiperArmNode, args))

@@ -23,7 +23,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node
+from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.replay.episode import ReplayEpisode, load_episode
 from piper_recorder.replay.motion import Approach, TrackingStats, row_at
 
@@ -69,9 +69,10 @@ class ReplayNode(Node):
         self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 10)
         self.create_service(Trigger, "~/play", self._srv_play)
         self.create_service(Trigger, "~/stop", self._srv_stop)
-        # Load before spinning: reading parquet inside a callback would block this single-threaded
-        # executor, so no /arm/eef_pose callback could run and the first tick would see stale feedback.
-        self._loaded, self._load_error = self._load()
+        self._loaded: ReplayEpisode | None = None
+        self._load_error = ""
+        self._loading = threading.Lock()
+        self._load()
         if self._load_error:
             self.get_logger().error(self._load_error)
         if self.cfg.autoplay:
@@ -97,27 +98,35 @@ class ReplayNode(Node):
 
     # -- services -----------------------------------------------------------------------------
     def _autoplay_once(self) -> None:
-        if self._state == "idle" and self._feedback() is not None:
+        if self._state != "idle":
+            return
+        if self._loaded is None:  # e.g. the episode is saved after this node started: retry off the executor
+            threading.Thread(target=self._load, name="replay-load", daemon=True).start()
+        elif self._feedback() is not None:
             ok, msg = self._start()
             self.get_logger().info(f"autoplay: {msg}")
             if ok:
                 self.cfg.autoplay = False
 
-    def _load(self) -> tuple[ReplayEpisode | None, str]:
+    def _load(self) -> None:
+        """Read the episode: before spinning, or on a thread (a read inside a callback of this
+        single-threaded executor would hold back /arm/eef_pose, and playback would start on stale feedback)."""
+        if not self._loading.acquire(blocking=False):
+            return  # a load is already running
         try:
-            return load_episode(self.cfg.root, self.cfg.episode), ""
+            self._loaded, self._load_error = load_episode(self.cfg.root, self.cfg.episode), ""
         except (OSError, ValueError, KeyError) as exc:
-            return None, f"cannot load episode {self.cfg.episode} from '{self.cfg.root}': {exc}"
+            self._load_error = f"cannot load episode {self.cfg.episode} from '{self.cfg.root}': {exc}"
+        finally:
+            self._loading.release()
 
     def _start(self) -> tuple[bool, str]:
         if self._state in ("approach", "settle", "play"):
             return False, f"already playing (state {self._state})"
-        if self._loaded is None:  # e.g. the episode was saved after this node started: try again
-            self._loaded, self._load_error = self._load()
-            if self._loaded is None:
-                return False, self._load_error
         episode = self._loaded
-        current = self._feedback()  # after any loading, so the age it sees is the age the first tick sees
+        if episode is None:
+            return False, self._load_error or f"episode {self.cfg.episode} is still loading"
+        current = self._feedback()
         if current is None:
             return False, "no fresh arm feedback on /arm/eef_pose: is piper_arm running?"
         with self._lock:
@@ -130,7 +139,9 @@ class ReplayNode(Node):
         return True, (f"approaching the first pose ({self._approach.duration:.1f} s), then playing "
                       f"{len(episode.t)} rows ({episode.duration / self.cfg.speed:.1f} s)")
 
-    def _srv_play(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+    async def _srv_play(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        if self._loaded is None:
+            await run_in_thread(self._load)
         res.success, res.message = self._start()
         return res
 
