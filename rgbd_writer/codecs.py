@@ -221,4 +221,4 @@ def decode_depth_fast(data, threads: int = 1) -> np.ndarray:
         out = imagecodecs.htj2k_decode(cs)
         if out.dtype == np.uint16 and out.ndim == 2:
             return out
-    return imagecodecs.jpeg2k_decode(bytes(data), numthreads=threads)
+    return imagecodecs.jpeg2k_decode(data, numthreads=threads)  # any buffer: no copy of the payload

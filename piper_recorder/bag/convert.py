@@ -54,7 +54,7 @@ class ConvertOptions:
 
     @property
     def recorder_name(self) -> str:
-        return LEROBOT_RECORDER if self.fmt == "lerobot" else RGBD_RECORDER
+        return self.settings.node_name
 
 
 @dataclass

@@ -127,14 +127,13 @@ class BagSource:
     def duration_s(self) -> float:
         return max(0, self.end_ns - self.start_ns) / 1e9
 
-    def raw_messages(self, topics: Collection[str], start_ns: int | None = None,
-                     stop_ns: int | None = None) -> Iterator[RawMessage]:
-        """Serialized messages on ``topics`` with start_ns <= receive time < stop_ns, in receive order."""
+    def raw_messages(self, topics: Collection[str], stop_ns: int | None = None) -> Iterator[RawMessage]:
+        """Serialized messages on ``topics`` with receive time < stop_ns, in receive order."""
         conns = [c for c in self._reader.connections if c.topic in topics]
         if not conns:
             return
         try:
-            for conn, log_ns, raw in self._reader.messages(connections=conns, start=start_ns, stop=stop_ns):
+            for conn, log_ns, raw in self._reader.messages(connections=conns, stop=stop_ns):
                 yield RawMessage(conn.topic, conn.msgtype, int(log_ns), raw)
         except Exception as exc:
             raise BagError(f"{self.path}: cannot read messages ({type(exc).__name__}: {exc})") from exc
@@ -146,10 +145,9 @@ class BagSource:
             raise BagError(f"{self.path}: cannot decode a {raw.msgtype} message on {raw.topic} at "
                            f"{raw.log_ns} ({type(exc).__name__}: {exc})") from exc
 
-    def messages(self, topics: Collection[str], start_ns: int | None = None,
-                 stop_ns: int | None = None) -> Iterator[BagMessage]:
-        """Deserialised messages on ``topics`` with start_ns <= receive time < stop_ns, in receive order."""
-        for raw in self.raw_messages(topics, start_ns, stop_ns):
+    def messages(self, topics: Collection[str]) -> Iterator[BagMessage]:
+        """Deserialised messages on ``topics``, in receive order."""
+        for raw in self.raw_messages(topics):
             yield BagMessage(raw.topic, raw.msgtype, raw.log_ns, self.decode(raw))
 
 
