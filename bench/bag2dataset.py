@@ -107,7 +107,7 @@ def main() -> int:
         print(f"  --jobs 2 (parent + workers, max of the tree): {r2['rss_mb']:.0f} MB")
         target = 2 * short_s / r2["wall"]
         print(f"\ntarget >= 4x real time with --jobs 2: {'met' if target >= 4 else 'NOT met'} ({target:.2f}x)"
-              f"; memory growth 30->60 s: {r1['rss_mb'] - m_short['rss_mb']:+.0f} MB")
+              f"; memory growth {short_s:g}->{long_s:g} s: {r1['rss_mb'] - m_short['rss_mb']:+.0f} MB")
     finally:
         for name in ("out_jobs1", "out_jobs2", "out_mem_short"):
             shutil.rmtree(d / name, ignore_errors=True)

@@ -187,8 +187,8 @@ def main() -> None:
     for sec in (short, long_):
         r = episode_in_subprocess(sec, paced=False)
         print(f"{sec:>5.0f} s episode: {r['realtime_x']:.2f}x real time (feed {r['feed_s']:.2f} s + "
-              f"save {r['save_s']:.3f} s); encode {r['cpu_ms_per_frame_cam']:.1f} CPU ms / "
-              f"{r['wall_ms_per_frame_cam']:.1f} wall ms per frame per camera; stop-to-saved "
+              f"save {r['save_s']:.3f} s); whole run (feed, encode, parquet, stats, fsync) per camera-frame: "
+              f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms / {r['wall_ms_per_frame_cam']:.1f} wall ms; stop-to-saved "
               f"{r['save_s'] * 1000:.0f} ms ({r['save_phases']}); peak RSS {r['peak_rss_mb']:.0f} MB (before episode "
               f"{r['rss_before_mb']:.0f} MB); frames {r['frames']}; drops {r['dropped']}", flush=True)
     print("paced in real time, as live recording (stop-to-saved as the operator sees it):")
