@@ -186,3 +186,14 @@ def test_session_record_without_provenance_and_for_a_converter():
     two = session_record(LeRobotRecorderConfig(camera_serials=["s1", "s2"]), "lerobot_recorder", None, None,
                          {"cam_a": CameraTopics("/a", None, 48, 64)})
     assert two["cameras"]["cam_a"]["serial"] == "unknown"   # serials no longer match the mapped cameras
+
+
+def test_one_coercion_rule_for_rcl_values_too():
+    import array
+
+    from piper_recorder.recording.config import coerce_param
+
+    assert coerce_param("kp", list[float], array.array("d", [1.0, 2])) == [1.0, 2.0]  # rcl gives arrays
+    assert coerce_param("cameras", list[str], None) == [] and coerce_param("fps", float, 30) == 30.0
+    with pytest.raises(ValueError, match="parameter 'cameras': expected list"):
+        coerce_param("cameras", list[str], "cam_front")  # never a list of letters
