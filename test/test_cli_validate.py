@@ -37,7 +37,7 @@ def test_whole_ms_root_fails_naming_the_worst_row_and_the_fix(tmp_path):
     vid = "videos/chunk-000/observation.images.cam_front/episode_000000.mp4: "
     line = next(x for x in out.splitlines() if x.startswith(vid))
     assert "4 of 6 rows have no frame at or before their timestamp within 0.0001 s" in line
-    assert "worst row 5: timestamp 0.166667 s, frame pts 166 x 1/1000 = 0.166000 s, gap 666.7 us" in line
+    assert "worst row 5: timestamp 0.166667 s, frame pts 166 x 1/1000 = 0.166000 s, gap 666.672 us" in line
     assert f"piper-repair {root}" in line
     timing = next(x for x in out.splitlines() if x.startswith("video timing: "))
     assert "video rows find their frame" in timing and "worst: episode 0, cam_front, row 5" in timing

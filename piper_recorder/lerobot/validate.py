@@ -60,7 +60,7 @@ class WorstRow:
     def describe_row(self) -> str:
         frame = ("no frame at or before it" if self.pts is None else
                  f"frame pts {self.pts} x {self.time_base} = {float(self.pts * self.time_base):.6f} s")
-        gap = "" if self.pts is None else f", gap {self.gap_s * 1e6:.1f} us"
+        gap = "" if self.pts is None else f", gap {self.gap_s * 1e6:.3f} us"
         return f"row {self.row}: timestamp {self.timestamp:.6f} s, {frame}{gap}"
 
     def describe(self) -> str:
