@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -43,10 +44,12 @@ def episode_files(root: Path, idx: int) -> tuple[Path, dict[str, Path]]:
     return data, vids
 
 
-def video_pts(path: Path) -> list[float]:
+def video_pts(path: Path) -> list[Fraction]:
+    """Every decoded frame's presentation time, exactly (pts x time base), in order."""
     with av.open(str(path)) as c:
         s = c.streams.video[0]
-        return sorted(float(f.pts * s.time_base) for f in c.decode(s))
+        assert s.time_base == Fraction(1, 90000)
+        return sorted(f.pts * s.time_base for f in c.decode(s))
 
 
 def ok(resp, what):
@@ -63,7 +66,7 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
     rig = Rig(ros_domain)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            p = g.start(*recorder_args(root))
+            p = g.start(*recorder_args(root, "timestamp_mode:=capture"))
             refused(rig.call(REC, "stop_episode"), "no episode in progress")
             refused(rig.call(REC, "discard_episode"), "no episode in progress")
             refused(rig.call(REC, "delete_last_episode"), "nothing saved")
@@ -107,6 +110,7 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
                 assert eps[0]["frames_sent"][cam] == len(pts) and len(pts) >= 0.6 * n, (cam, len(pts), n)
                 assert pts[0] == 0.0 and pts[-1] <= float(ts[-1]) + 0.05
             assert eps[0]["frames_rejected_by_encoder"] == {} and eps[0]["tick_delay_ms"]["ticks"] >= n // 2
+            assert eps[0]["timestamp_mode"] == "capture" and validate_root(root) == []
             # late messages depend on the machine's load (counted, not asserted); the pre-roll makes row 0 the start
             assert eps[0]["skipped_start_ticks"] == 0 and set(eps[0]["messages_late"]) <= {
                 "joint_states", "eef_pose", "commanded_pose", "commanded_gripper"}
@@ -128,7 +132,7 @@ def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_pat
     rig = Rig(ros_domain)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            p = g.start(*recorder_args(root, "timestamp_mode:=nominal", "on_shutdown:=save"))
+            p = g.start(*recorder_args(root, "on_shutdown:=save"))     # nominal: the node's default
             ok(rig.call(REC, "start_episode"), "start")
             time.sleep(0.6)
             rig.publish_late_joint_state(0.5)    # far beyond the lateness allowance: counted, grid intact
@@ -150,7 +154,8 @@ def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_pat
             for cam, path in vids.items():
                 pts = video_pts(path)
                 assert len(pts) == n, (cam, len(pts), n)      # nominal: one frame per row
-                assert all(pv <= float(np.float32(t)) for pv, t in zip(pts, ts))
+                # both lookup rules, exactly: the frame at or before the row, less than 1e-4 s before it
+                assert all(pv <= Fraction(float(t)) < pv + Fraction(1, 10_000) for pv, t in zip(pts, ts))
                 assert eps[0]["frames_repeated"][cam] >= 5
             assert eps[0]["timestamp_mode"] == "nominal" and eps[0]["messages_late"]["joint_states"] >= 1
             assert validate_root(root) == []
