@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -293,6 +294,11 @@ def test_agilex_mapping_file(tmp_path, cfg):
     (e,) = episodes(plain)
     assert e["timestamp_mode"] == "nominal" and e["video_frame_lengths"] == {"cam_front": e["length"]}
     assert validate_root(plain) == []    # includes every row's frame at or before it, < 1e-4 s
+    with av.open(str(plain / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")) as c:
+        s = c.streams.video[0]
+        pts = [p.pts * s.time_base for p in c.demux(s) if p.size]
+    rows = [Fraction(float(t)) for t in table(plain, 0)["timestamp"]]   # float32 values, exactly
+    assert len(pts) == len(rows) and all(p <= t < p + Fraction(1, 10_000) for p, t in zip(pts, rows))
 
 
 def test_usage_errors_and_progress(tmp_path, cfg, capsys):
