@@ -395,7 +395,7 @@ def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray
     """For each row time (float32 values): index of the last frame with ``pts * tb <= t`` (-1: none)
     and ``t - pts * tb`` in s (inf: none). Exact: a float32 times the time base denominator (< 2**29)
     and a PTS times its numerator (< 2**53) are exact in float64, so the comparison is too."""
-    if tb.denominator < 2 ** 29 and (len(pts) == 0 or abs(int(pts.max())) * tb.numerator < 2 ** 53):
+    if tb.denominator < 2 ** 29 and (len(pts) == 0 or int(np.abs(pts).max()) * tb.numerator < 2 ** 53):
         frame = pts.astype(np.float64) * tb.numerator
         row = ts.astype(np.float64) * tb.denominator
         idx = np.searchsorted(frame, row, side="right") - 1
