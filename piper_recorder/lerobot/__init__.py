@@ -10,5 +10,6 @@ Modules: ``writer`` (streaming API, save/commit protocol), ``video`` (per-camera
 PTS and GOP choices), ``features`` (columns, Piper default set, combined columns), ``meta``
 (info/modality/episodes/tasks content), ``stats`` (per-episode sketches -> stats.json),
 ``provenance`` (collection sessions, binding-key warning), ``repair`` (open-time crash repair),
-``fsutil`` (atomic writes); ``finalize`` and ``validate`` for piper-finalize / piper-validate.
+``fsutil`` (atomic writes); ``finalize``, ``validate`` and ``retime`` (whole-ms video PTS -> 1/90000
+by remux) for piper-finalize / piper-validate / piper-repair.
 """
