@@ -16,7 +16,7 @@ import pytest
 from piper_recorder.lerobot import stats as stats_mod
 from piper_recorder.lerobot.errors import (BindingChangeError, DatasetError, EpisodeStateError,
                                            SchemaError)
-from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
 from test_lerobot_writer_helpers import (H, W, decode_video, index_frame, read_jsonl_strict,
                                          read_table, row_values, tree_hashes)
 
@@ -205,7 +205,8 @@ def test_every_frame_meets_both_rules_exactly(tmp_path, fps):
     rng = np.random.default_rng(fps)
     capture = np.cumsum(rng.uniform(0.5, 70.0, len(ks))) / 1000.0            # capture times, s
     capture[0] = 0.0
-    cfg = WriterConfig(fps=fps, cameras={"nominal": CameraSpec(H, W), "capture": CameraSpec(H, W)})
+    cfg = WriterConfig(fps=fps, cameras={"nominal": CameraSpec(H, W), "capture": CameraSpec(H, W)},
+                       video=VideoConfig(max_block_s=None))     # fed flat out: wait for the encoder, never drop
     with LeRobotWriter(root, cfg) as w:
         w.start_episode("rules")
         for i, k in enumerate(ks):

@@ -227,17 +227,18 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path):
     """A root from the project's writer (nominal: frames at row times), downgraded to whole-ms PTS
     (what it wrote before issue 11), repaired: PTS and packets equal the writer's own output again,
     and lerobot-doctor accepts it."""
-    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
     from test_lerobot_writer_helpers import H, W, index_frame, row_values
 
     root = tmp_path / "ds"
-    with LeRobotWriter(root, WriterConfig(fps=30, cameras={c: CameraSpec(H, W) for c in CAMS})) as w:
+    cfg = WriterConfig(fps=30, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None))
+    with LeRobotWriter(root, cfg) as w:
         for e, n in enumerate((110, 104)):    # >= 100 rows: lerobot-doctor warns below ACT chunk size
             w.start_episode("pick the cube")
             for k in range(n):
                 w.add_row(k / 30, row_values(k / 30, e))
                 for cam in CAMS:
-                    w.add_frame(cam, index_frame(k), k / 30)
+                    assert w.add_frame(cam, index_frame(k), k / 30)
             w.save_episode({"timestamp_mode": "nominal"})
     now = {v: packets(v) for v in videos(root)}
     for v in videos(root):
