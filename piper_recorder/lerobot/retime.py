@@ -66,7 +66,7 @@ class FilePlan:
     @property
     def max_shift_s(self) -> float:
         """Largest |new - old| presentation time change (s)."""
-        return max((abs(float(n * TIME_BASE - o * MS)) for o, n in zip(self.old_pts, self.new_pts)), default=0.0)
+        return max((abs(n / TICKS_PER_S - o / 1000) for o, n in zip(self.old_pts, self.new_pts)), default=0.0)
 
     def describe(self, root: Path) -> str:
         rel = self.path.relative_to(root)
@@ -74,7 +74,9 @@ class FilePlan:
             return (f"{rel}: {len(self.new_pts)} frames, time base 1/1000 -> 1/{TICKS_PER_S} ({self.mode}"
                     f"{'' if not self.reason else ', ' + self.reason}; largest shift "
                     f"{self.max_shift_s * 1e3:.3f} ms)")
-        return f"{rel}: {'already 1/%d, skipped' % TICKS_PER_S if self.action == OK else 'NOT repaired: ' + self.reason}"
+        if self.action == OK:
+            return f"{rel}: already 1/{TICKS_PER_S}, skipped"
+        return f"{rel}: NOT repaired: {self.reason}"
 
 
 @dataclass
