@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -345,6 +344,24 @@ def test_v21_export_passes_lerobot_doctor_and_links_payload(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
+def test_v21_export_exports_on_to_v30_with_its_own_stats(tmp_path, monkeypatch):
+    """A v2.1 root (here our v2.1 export) is a source too; its episodes_stats lines are used as they are."""
+    src = tmp_path / "src"
+    record(src, [31, 40])
+    export(src, "v2.1", tmp_path / "v21")
+    export(src, "v3.0", tmp_path / "direct")
+
+    def no_decoding(*a, **kw):
+        raise AssertionError("stats recomputed although the v2.1 source has them")
+
+    monkeypatch.setattr("piper_recorder.lerobot.episode_stats.root_episode_stats", no_decoding)
+    export(tmp_path / "v21", "v3.0", tmp_path / "chained")
+    check_v30(tmp_path / "chained", tmp_path / "v21")
+    a = pq.read_table(tmp_path / "direct/meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    b = pq.read_table(tmp_path / "chained/meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert a == b
+
+
 # ---- refusals -------------------------------------------------------------------------------
 def _cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "piper-export"), *map(str, args), "-q"], capture_output=True,
@@ -400,3 +417,8 @@ def test_refusals_exit_2_with_a_clear_message(tmp_path):
     assert ok.returncode == 0, ok.stderr
     r = _cli(src, "--to", "v3.0", "--out", tmp_path / "v21")
     assert r.returncode == 2 and "holds a v2.1 export" in r.stderr
+    empty = tmp_path / "empty"
+    shutil.copytree(src, empty)
+    (empty / "meta/episodes.jsonl").write_text("")
+    r = _cli(empty, "--to", "v3.0", "--out", tmp_path / "out-empty")
+    assert r.returncode == 2 and "no saved episodes" in r.stderr

@@ -80,6 +80,25 @@ class Source:
     def extras_rel(self, i: int) -> str:
         return meta.extras_relpath(i)
 
+    def own_episode_stats(self) -> dict[int, dict]:
+        """A v2.1 source's own meta/episodes_stats.jsonl ``stats`` by episode index (else empty)."""
+        path = self.root / "meta" / "episodes_stats.jsonl"
+        if self.version != "v2.1" or not path.is_file():
+            return {}
+        try:
+            return {int(line["episode_index"]): line["stats"] for line in fsutil.read_jsonl(path)}
+        except (ValueError, KeyError, TypeError) as e:
+            raise ExportError(f"{path}: unreadable ({e})") from None
+
+    def episode_stats(self, i: int, own: dict[int, dict]) -> dict:
+        """Episode ``i``'s LeRobot v2.1 stats: the source's own line, else computed by
+        ``episode_stats.root_episode_stats`` (the recorder's cached record, else parquet + video)."""
+        if i in own:
+            return own[i]
+        from .episode_stats import root_episode_stats
+
+        return root_episode_stats(self.root, self.info, i)
+
     def fingerprint(self, i: int) -> str:
         """Changes whenever episode ``i``'s record, parquet or any of its videos change."""
         h = hashlib.sha256(json.dumps(self.episodes[i], sort_keys=True).encode())
@@ -350,6 +369,8 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
     try:
         recover(out)
         src = open_source(root)
+        if not src.episodes:
+            raise ExportError(f"{root} has no saved episodes; nothing to export")
         state = load_state(out, to)
         if state is not None:
             check_prefix(src, state)

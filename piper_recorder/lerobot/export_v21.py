@@ -1,9 +1,9 @@
 """LeRobot v2.1 export: the v2.0 layout plus ``meta/episodes_stats.jsonl`` (see ``export.py``).
 
 Payload files (parquet, mp4, raw headset lines) are hard links to the source (copies across
-filesystems); an episode's stats line is the source's own when it is already v2.1, else
-``episode_stats.root_episode_stats`` (the writer's per-episode record when present, else computed
-from the parquet and a decoded sample of each video). On a re-run the lines and payload of the
+filesystems); an episode's stats line is ``Source.episode_stats`` (the source's own line when it
+is already v2.1, else the recorder's per-episode record, else computed from the parquet and a
+decoded sample of each video). On a re-run the lines and payload of the
 episodes already exported come from the previous export.
 """
 from __future__ import annotations
@@ -18,16 +18,6 @@ from .rootfiles import read_json
 
 CODEBASE_VERSION = "v2.1"
 EPISODES_STATS = "meta/episodes_stats.jsonl"
-
-
-def _source_stats_lines(src: Source) -> dict[int, dict]:
-    path = src.root / EPISODES_STATS
-    if src.version != "v2.1" or not path.is_file():
-        return {}
-    try:
-        return {int(line["episode_index"]): line for line in fsutil.read_jsonl(path)}
-    except (ValueError, KeyError, TypeError) as e:
-        raise ExportError(f"{path}: unreadable ({e})") from None
 
 
 def stats_json(src: Source, lines: list[dict]) -> dict:
@@ -52,7 +42,7 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path,
         if len(lines) != done:
             raise ExportError(f"{prev / EPISODES_STATS} has {len(lines)} lines for {done} exported "
                               "episodes; export to a fresh directory")
-    own = _source_stats_lines(src)
+    own = src.own_episode_stats()
     todo = range(done, len(src.episodes))
     for i in iter_progress(todo, len(todo), "export v2.1", progress):
         rels = [src.data_rel(i)] + [src.video_rel(i, k) for k in src.video_keys]
@@ -60,11 +50,7 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path,
             rels.append(src.extras_rel(i))
         for rel in rels:
             link_or_copy(src.root / rel, staging / rel)
-        if i in own:
-            lines.append(own[i])
-        else:
-            lines.append(episode_stats.stats_line(
-                i, episode_stats.root_episode_stats(src.root, src.info, i)))
+        lines.append(episode_stats.stats_line(i, src.episode_stats(i, own)))
     info = dict(src.info, codebase_version=CODEBASE_VERSION)
     meta_dir = staging / "meta"
     write_json(meta_dir / "info.json", info)

@@ -308,6 +308,7 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
     schema = episodes_schema(src)
     rows: list[dict] = []
     todo = range(done, len(src.episodes))
+    own = src.own_episode_stats()
     try:
         for i in iter_progress(todo, len(todo), "export v3.0", progress):
             e = src.episodes[i]
@@ -318,7 +319,7 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
             ts = pq.read_table(src.root / src.data_rel(i), columns=["timestamp"]).column(0).to_numpy()
             for key in src.video_keys:
                 b.add_video(key, i, ts, row)
-            stats = episode_stats.root_episode_stats(src.root, src.info, i)
+            stats = src.episode_stats(i, own)
             per_episode.append(stats)
             for key, feat in src.info["features"].items():
                 for stat in STAT_KEYS:
