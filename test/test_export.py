@@ -173,14 +173,14 @@ def check_v30(out: Path, src: Path) -> dict:
 # ---- v3.0 -----------------------------------------------------------------------------------
 def test_v30_export_reads_back_with_pyarrow_and_pyav(tmp_path):
     src, out = tmp_path / "src", tmp_path / "v30"
-    record(src, [40, 35, 31])
+    record(src, [110, 117, 124])
     res = export(src, "v3.0", out)
-    assert (res.episodes, res.added, res.frames) == (3, 3, 106)
+    assert (res.episodes, res.added, res.frames) == (3, 3, 351)
     summary = check_v30(out, src)
     assert summary == {"episodes": 3, "data_files": 1, "meta_files": 1, "video_files": 2}
     assert not any(p.name.startswith(".v30.export") and p.is_dir() for p in tmp_path.iterdir())
     # lerobot-doctor reads v3.0 too
-    r = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "fail"],
+    r = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
@@ -224,6 +224,23 @@ def test_start_ticks_map_onto_themselves_in_float32():
     assert np.any((300 * 3000 + src_pts) / 90000 > query.astype(np.float64))
     new = video_concat.row_ticks(300 * 3000, ts)
     assert np.all(new / 90000 <= query.astype(np.float64))
+
+
+def test_restamped_rows_meet_both_rules_across_a_whole_file():
+    """Episodes of 10 s back to back up to the file cap: every row of every episode."""
+    ts = (np.arange(300) / 30).astype(np.float32)
+    n_eps = int(video_concat.MAX_FILE_S * 30) // 300
+    for e in range(n_eps):
+        f, f_next = video_concat.start_tick(300 * e, 30), video_concat.start_tick(300 * (e + 1), 30)
+        pts = video_concat.row_ticks(f, ts)
+        sec = pts / 90000
+        query = f / 90000 + ts.astype(np.float64)  # LeRobot's from_timestamp + timestamp
+        q32 = query.astype(np.float32)
+        assert pts[0] == f and np.all(np.diff(pts) > 0) and pts[-1] < f_next
+        assert np.all(sec <= q32.astype(np.float64))  # at or before the float32 query
+        assert np.all(np.abs(query - sec) < 1e-4)  # float64 tolerance
+        assert np.all(np.abs(q32 - sec.astype(np.float32)) < 1e-4)  # LeRobot's float32 comparison
+        assert np.all(np.round(query * 30) == 300 * e + np.arange(300))  # torchcodec's index rule
 
 
 def test_rerun_appends_only_new_episodes_into_new_files(tmp_path):
