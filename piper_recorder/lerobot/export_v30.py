@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from . import episode_stats
 from .export import ExportError, Source, State, carry_meta, iter_progress, link_tree, write_json
 from .rootfiles import read_json
-from .video_concat import MAX_FILE_S, TICKS, ConcatError, StreamSignature, VideoFileWriter, start_tick
+from .video_concat import MAX_FILE_S, TICKS, ConcatError, StreamSignature, VideoFileWriter
 
 CODEBASE_VERSION = "v3.0"
 # lerobot 0.4.4 datasets/utils.py
@@ -144,11 +144,8 @@ class _Builder:
             self.videos[key] = cur
             self.next_video[key] = next_file(index, self.chunks_size)
             self.last_files["videos"][key] = index
-        w = cur.writer
-        from_tick = start_tick(w.frames, self.src.fps)
-        end_tick = start_tick(w.frames + len(timestamps), self.src.fps)
         try:
-            w.add_episode(path, timestamps, from_tick, end_tick)
+            from_tick, end_tick = cur.writer.add_episode(path, timestamps)
         except ConcatError as e:
             raise ExportError(f"episode {i}, {key}: {e}") from None
         cur.size_mb += size

@@ -1,28 +1,28 @@
 """Concatenate episode mp4s into one LeRobot v3.0 video file by remuxing (no decoding, no re-encoding).
 
 Every packet's payload is copied byte for byte; only its timestamps are written anew, on a 1/90000
-time base (``TIME_BASE``), from the row times of the parquet, so that LeRobot v3.0's lookup finds
-each row's frame. LeRobot 0.4 asks for the frame at ``from_timestamp + timestamp`` (float64) but
-compares it with the frame times in float32 (``torch.tensor`` of Python floats) within 1e-4 s, and
-its torchcodec path picks the frame by index ``round(query * average_fps)``. Hence:
+time base (``TIME_BASE``): the file's i-th frame gets ``pts = i * 90000 / fps``, the exact frame
+grid LeRobot's own encoder writes (frame i at i/fps). Why the grid and not an offset of the source
+PTS (``floor(float32(t) * 90000)`` per episode): LeRobot 0.4.4 finds a row's frame with torchcodec
+``get_frames_at(index=round((from_timestamp + timestamp) * average_fps))`` in *approximate* seek
+mode, which after a seek returns the first frame whose PTS is at or after ``index / fps``; a frame
+one tick before its grid time is then skipped and the next frame returned (measured with
+torchcodec 0.10: 49 of the first 120 frames of a floor-stamped file came back one late). On the
+grid, that lookup, LeRobot's pyav path (nearest frame) and its float32 tolerance check (1e-4 s) all
+return each row's own frame:
 
-* episode ``e`` starts at tick ``F_e`` close (a few ticks) to ``frames_before_e / fps`` (uniform
-  grid: the index rule holds), chosen so that ``floor(float32(F_e / 90000) * 90000) == F_e``;
-* row k's frame gets ``pts = floor(float32(from_timestamp + timestamp_k) * 90000)``, the timing
-  rule of the recorder applied to the file's time: ``pts <= float32(query)`` and
-  ``float32(query) - pts < 1/90000`` for every row (an offset of the source PTS alone breaks both
-  once ``from_timestamp`` is not 0, because float32 rounds ``from_timestamp + timestamp``);
-* each packet lasts until the next one; the last packet of an episode until the next episode's
-  start, so ``to_timestamp`` of an episode is exactly ``from_timestamp`` of the next.
-
-Within 1e-4 s in float64 as well while a file stays below 2048 s (float32 spacing 1.2e-4 s there);
-files are capped at ``MAX_FILE_S`` for that reason. Frames must pair one to one with rows (frame
-count = row count, frame k within half a frame period of row k, no B-frames); otherwise the
-episode cannot be expressed in v3.0 and ``ConcatError`` says why.
+* episode ``e`` starts at tick ``frames_before_e * 90000 / fps``; ``from_timestamp`` is that time and
+  ``to_timestamp`` the next episode's start (the file's end for the last one), as LeRobot's
+  converter writes them (sums of episode durations);
+* rows must sit on the grid (``timestamp_k == float32(k / fps)``, what the recorder writes) and
+  pair one to one with frames (frame count = row count, frame k within half a frame period of row
+  k, no B-frames); anything else cannot be expressed in v3.0 and ``ConcatError`` says why;
+* LeRobot compares ``float32(from_timestamp + timestamp)`` with ``float32(pts)``: the two differ by
+  at most half a float32 step of the row time plus one float32 step of the file time, < 1e-4 s while
+  a file stays below ``MAX_FILE_S`` (1,024 s; float32 steps 6.1e-5 s there), so files are cut there.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -39,26 +39,11 @@ class ConcatError(Exception):
     """An episode's video cannot be placed in a v3.0 file as it is."""
 
 
-def f32_floor_tick(seconds: float) -> int:
-    """``floor(float32(seconds) * 90000)``: the tick at or before the float32 value of ``seconds``."""
-    return math.floor(float(np.float32(seconds)) * TICKS)
-
-
-def start_tick(frames_before: int, fps: int) -> int:
-    """The tick of an episode start near ``frames_before / fps`` that float32 maps onto itself."""
-    g = round(Fraction(frames_before * TICKS, fps))
-    for d in range(64):
-        for cand in ((g + d, g - d) if d else (g,)):
-            if cand >= 0 and f32_floor_tick(cand / TICKS) == cand:
-                return cand
-    raise ConcatError(f"no start tick near {frames_before}/{fps} s")  # not reachable below 2**20 s
-
-
-def row_ticks(from_tick: int, timestamps: np.ndarray) -> np.ndarray:
-    """Frame PTS (ticks) for rows at ``timestamps`` (float32) in an episode starting at ``from_tick``."""
-    start = from_tick / TICKS
-    q = start + np.asarray(timestamps, np.float32).astype(np.float64)
-    return np.floor(q.astype(np.float32).astype(np.float64) * TICKS).astype(np.int64)
+def frame_step(fps: int) -> int:
+    """Ticks per frame; the grid must be exact on the 1/90000 time base."""
+    if TICKS % fps:
+        raise ConcatError(f"fps {fps} has no exact frame grid on a 1/{TICKS} time base")
+    return TICKS // fps
 
 
 @dataclass(frozen=True)
@@ -98,17 +83,20 @@ class VideoFileWriter:
             self._out.close()
             raise
         self.frames = 0
-        self.end_tick = 0
         self.bytes = 0
 
-    def add_episode(self, src: Path, timestamps: np.ndarray, from_tick: int, end_tick: int) -> None:
-        """Append ``src`` whose frames pair with rows at ``timestamps``; it ends at ``end_tick``."""
+    def add_episode(self, src: Path, timestamps: np.ndarray) -> tuple[int, int]:
+        """Append ``src``, whose frames pair with rows at ``timestamps``; returns its (from, to) ticks."""
         ts = np.asarray(timestamps, np.float32)
         n = len(ts)
-        pts = row_ticks(from_tick, ts)
-        ends = np.append(pts[1:], end_tick)
-        if n == 0 or np.any(ends <= pts) or pts[0] < self.end_tick:
-            raise ConcatError(f"{src}: rows do not fit between ticks {from_tick} and {end_tick}")
+        on_grid = np.arange(n, dtype=np.float64) / self.fps
+        off = np.nonzero(ts != on_grid.astype(np.float32))[0]
+        if n == 0 or len(off):
+            k = int(off[0]) if len(off) else 0
+            raise ConcatError(f"row {k} has timestamp {float(ts[k]) if n else None}, not float32({k}/{self.fps}); "
+                              "v3.0 needs rows on the frame grid")
+        step = frame_step(self.fps)
+        first = self.frames * step
         half = 0.5 / self.fps
         k = 0
         with av.open(str(src)) as c:
@@ -130,14 +118,14 @@ class VideoFileWriter:
                 self.bytes += pkt.size
                 pkt.stream = self._stream
                 pkt.time_base = TIME_BASE
-                pkt.pts = pkt.dts = int(pts[k])
-                pkt.duration = int(ends[k] - pts[k])
+                pkt.pts = pkt.dts = first + k * step
+                pkt.duration = step
                 self._out.mux(pkt)
                 k += 1
         if k != n:
             raise ConcatError(f"{src}: {k} video frames for {n} rows")
         self.frames += n
-        self.end_tick = end_tick
+        return first, first + n * step
 
     def close(self) -> None:
         self._out.close()
