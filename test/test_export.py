@@ -163,7 +163,8 @@ def check_v30(out: Path, src: Path) -> dict:
     np.testing.assert_allclose(stats["observation.state"]["mean"], s.mean(0), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(stats["observation.state"]["min"], s.min(0), rtol=1e-6)
     for key in vkeys:
-        assert np.asarray(stats[key]["mean"]).shape == (3, 1, 1)
+        assert set(stats[key]) == {"min", "max", "mean", "std", "count", "q01", "q99"}
+        assert all(np.asarray(stats[key][s]).shape == (3, 1, 1) for s in ("min", "max", "mean", "std", "q01", "q99"))
     for name in ("modality.json",):
         assert (out / "meta" / name).read_bytes() == (src / "meta" / name).read_bytes()
     return {"episodes": len(rows), "data_files": len(data_files), "meta_files": len(meta_files),
@@ -341,7 +342,15 @@ def test_v21_export_passes_lerobot_doctor_and_links_payload(tmp_path):
                 "videos/chunk-000/observation.images.cam_wrist/episode_000001.mp4"):
         assert (out / rel).stat().st_ino == (src / rel).stat().st_ino  # hard link, not a copy
     stats = json.loads((out / "meta/stats.json").read_text())
-    assert "observation.images.cam_front" in stats
+    for key in ("observation.images.cam_front", "observation.images.cam_wrist"):
+        entry = stats[key]  # the source (recorded before camera stats) had none
+        assert set(entry) == {"mean", "std", "min", "max", "q01", "q99"}
+        for v in entry.values():
+            assert np.asarray(v).shape == (3, 1, 1) and 0 <= np.min(v) and np.max(v) <= 1
+        counts = np.array([x["stats"][key]["count"][0] for x in lines], float)
+        means = np.array([x["stats"][key]["mean"] for x in lines])
+        np.testing.assert_allclose(entry["mean"], np.tensordot(counts, means, 1) / counts.sum(), rtol=1e-9)
+        assert np.all(np.asarray(entry["q01"]) <= entry["mean"]) and np.all(np.asarray(entry["mean"]) <= entry["q99"])
     for name in ("episodes.jsonl", "tasks.jsonl", "modality.json"):
         assert (out / "meta" / name).read_bytes() == (src / "meta" / name).read_bytes()
     r = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],

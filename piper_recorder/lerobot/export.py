@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
+
 from piper_recorder import __version__
 
 from . import fsutil, meta
@@ -90,14 +92,38 @@ class Source:
         except (ValueError, KeyError, TypeError) as e:
             raise ExportError(f"{path}: unreadable ({e})") from None
 
-    def episode_stats(self, i: int, own: dict[int, dict]) -> dict:
-        """Episode ``i``'s LeRobot v2.1 stats: the source's own line, else computed by
-        ``episode_stats.root_episode_stats`` (the recorder's cached record, else parquet + video)."""
-        if i in own:
-            return own[i]
-        from .episode_stats import root_episode_stats
+    def cameras_without_stats(self) -> list[str]:
+        """Cameras the source's stats.json has no entry for (roots recorded before camera stats)."""
+        path = self.root / "meta" / "stats.json"
+        have = read_json(path) if path.is_file() else {}
+        return [k for k in self.video_keys if k not in have]
 
-        return root_episode_stats(self.root, self.info, i)
+    def episode_stats(self, i: int, own: dict[int, dict],
+                      cameras: list[str] = ()) -> tuple[dict, dict[str, tuple[np.ndarray, int]]]:
+        """Episode ``i``'s LeRobot v2.1 stats and, for ``cameras``, its (histograms, frames) sample.
+
+        Stats: the source's own line (``own``), else ``episode_stats.root_episode_stats`` (the
+        recorder's per-episode record, else parquet + decoded video sample). Histograms: the
+        record's, else decoded once (``episode_stats.decode_sample``) and then also used for the line.
+        """
+        from . import episode_stats as es
+
+        rec = es.load_record(self.root / es.record_relpath(i)) or {}
+        images = rec.get("images") or {}
+        hists, decoded = {}, {}
+        for key in cameras:
+            if key in images:
+                hists[key] = (np.asarray(images[key]["hist"], np.int64), int(images[key]["frames"]))
+            else:
+                hists[key] = decoded[key] = es.decode_sample(self.root / self.video_rel(i, key))
+        if i in own:
+            return own[i], hists
+        if decoded and set(decoded) == set(self.video_keys):  # no record: one decode serves both
+            stats = {k: es.vector_stats(v) for k, v in es.read_columns(self.root / self.data_rel(i),
+                                                                          self.info).items()}
+            stats.update({k: es.hist_stats(*decoded[k]) for k in self.video_keys})
+            return es.to_jsonable(stats), hists
+        return es.root_episode_stats(self.root, self.info, i), hists
 
     def fingerprint(self, i: int) -> str:
         """Changes whenever episode ``i``'s record, parquet or any of its videos change."""
@@ -186,6 +212,50 @@ class State:
         return {"tool": "piper-export", "version": __version__, "to": self.to, "source": self.source,
                 "episodes": len(self.fingerprints), "fingerprints": self.fingerprints,
                 "extra": self.extra}
+
+
+@dataclass
+class CameraTotals:
+    """Summed sample histograms per camera, for stats.json camera entries the source lacks
+    (``episode_stats.image_entry``: mean/std/min/max/q01/q99); kept in the export state so a re-run
+    only adds the new episodes' samples."""
+
+    hist: dict[str, np.ndarray] = field(default_factory=dict)
+    frames: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(obj: dict | None) -> "CameraTotals":
+        t = CameraTotals()
+        for key, v in (obj or {}).items():
+            t.hist[key] = np.asarray(v["hist"], np.int64)
+            t.frames[key] = int(v["frames"])
+        return t
+
+    def to_json(self) -> dict:
+        return {k: {"hist": self.hist[k].tolist(), "frames": self.frames[k]} for k in self.hist}
+
+    def add(self, hists: dict[str, tuple[np.ndarray, int]]) -> None:
+        for key, (h, n) in hists.items():
+            self.hist[key] = self.hist.get(key, np.zeros((3, 256), np.int64)) + np.asarray(h, np.int64)
+            self.frames[key] = self.frames.get(key, 0) + int(n)
+
+    def entries(self) -> dict[str, dict]:
+        from .episode_stats import image_entry, to_jsonable
+
+        return {k: to_jsonable({k: image_entry(self.hist[k], self.frames[k])})[k] for k in self.hist}
+
+
+def camera_totals(src: Source, state: "State | None", own: dict[int, dict]) -> CameraTotals:
+    """Totals of the exported episodes for the cameras without stats (recomputed if the state lacks them)."""
+    cams = src.cameras_without_stats()
+    totals = CameraTotals.from_json((state.extra if state else {}).get("camera_hist"))
+    totals.hist = {k: v for k, v in totals.hist.items() if k in cams}
+    totals.frames = {k: v for k, v in totals.frames.items() if k in cams}
+    lacking = [k for k in cams if k not in totals.hist]
+    if state is not None and lacking:
+        for i in range(len(state.fingerprints)):
+            totals.add(src.episode_stats(i, own, lacking)[1])
+    return totals
 
 
 def load_state(out: Path, to: str) -> State | None:

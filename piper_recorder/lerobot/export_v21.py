@@ -10,25 +10,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from . import episode_stats, fsutil
-from .export import ExportError, Source, State, carry_meta, iter_progress, link_or_copy, link_tree, write_file, write_json
+from .export import (ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_or_copy,
+                     link_tree, write_file, write_json)
 from .rootfiles import read_json
 
 CODEBASE_VERSION = "v2.1"
 EPISODES_STATS = "meta/episodes_stats.jsonl"
 
 
-def stats_json(src: Source, lines: list[dict]) -> dict:
-    """The source's stats.json, with an entry for each camera it lacks (aggregated episode stats)."""
+def stats_json(src: Source, cameras: dict[str, dict]) -> dict:
+    """The source's stats.json plus entries for the cameras it lacks (``CameraTotals.entries``)."""
     path = src.root / "meta" / "stats.json"
     stats = read_json(path) if path.is_file() else {}
-    missing = [k for k in src.video_keys if k not in stats]
-    if missing and lines:
-        agg = episode_stats.aggregate_stats([{k: line["stats"][k] for k in missing} for line in lines])
-        for k in missing:
-            stats[k] = {s: np.asarray(agg[k][s]).tolist() for s in ("mean", "std", "min", "max")}
+    stats.update(cameras)
     return stats
 
 
@@ -43,6 +38,8 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path,
             raise ExportError(f"{prev / EPISODES_STATS} has {len(lines)} lines for {done} exported "
                               "episodes; export to a fresh directory")
     own = src.own_episode_stats()
+    cams = src.cameras_without_stats()
+    totals = camera_totals(src, state, own)
     todo = range(done, len(src.episodes))
     for i in iter_progress(todo, len(todo), "export v2.1", progress):
         rels = [src.data_rel(i)] + [src.video_rel(i, k) for k in src.video_keys]
@@ -50,13 +47,15 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path,
             rels.append(src.extras_rel(i))
         for rel in rels:
             link_or_copy(src.root / rel, staging / rel)
-        lines.append(episode_stats.stats_line(i, src.episode_stats(i, own)))
+        stats, hists = src.episode_stats(i, own, cams)
+        totals.add(hists)
+        lines.append(episode_stats.stats_line(i, stats))
     info = dict(src.info, codebase_version=CODEBASE_VERSION)
     meta_dir = staging / "meta"
     write_json(meta_dir / "info.json", info)
     write_file(meta_dir / "episodes.jsonl", fsutil.jsonl_bytes(src.episodes))
     write_file(meta_dir / "tasks.jsonl", fsutil.jsonl_bytes(src.tasks))
     write_file(staging / EPISODES_STATS, fsutil.jsonl_bytes(lines))
-    write_json(meta_dir / "stats.json", stats_json(src, lines))
+    write_json(meta_dir / "stats.json", stats_json(src, totals.entries()))
     carry_meta(src, staging)
-    return State(CODEBASE_VERSION, str(src.root))
+    return State(CODEBASE_VERSION, str(src.root), extra={"camera_hist": totals.to_json()})

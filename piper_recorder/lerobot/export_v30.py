@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import episode_stats
-from .export import ExportError, Source, State, carry_meta, iter_progress, link_tree, write_json
+from .export import ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_tree, write_json
 from .rootfiles import read_json
 from .video_concat import MAX_FILE_S, TICKS, ConcatError, StreamSignature, VideoFileWriter
 
@@ -265,11 +265,13 @@ def info_json(src: Source, total_frames: int, data_mb: float, video_mb: float) -
     }
 
 
-def stats_json(src: Source, per_episode: list[dict]) -> dict:
-    """``aggregate_stats`` over all episodes, plus the source's q01/q99 (over the same episodes)."""
+def stats_json(src: Source, per_episode: list[dict], cameras: dict[str, dict]) -> dict:
+    """``aggregate_stats`` over all episodes, plus q01/q99 from the source's stats.json (over the
+    same episodes) or, for cameras it lacks, from the summed sample histograms (``cameras``)."""
     agg = episode_stats.aggregate_stats(per_episode) if per_episode else {}
     path = src.root / "meta" / "stats.json"
     extra = read_json(path) if path.is_file() else {}
+    extra.update(cameras)
     out = {}
     for key in src.info["features"]:
         if key not in agg:
@@ -306,6 +308,8 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
     rows: list[dict] = []
     todo = range(done, len(src.episodes))
     own = src.own_episode_stats()
+    cams = src.cameras_without_stats()
+    totals = camera_totals(src, state, own)
     try:
         for i in iter_progress(todo, len(todo), "export v3.0", progress):
             e = src.episodes[i]
@@ -316,7 +320,8 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
             ts = pq.read_table(src.root / src.data_rel(i), columns=["timestamp"]).column(0).to_numpy()
             for key in src.video_keys:
                 b.add_video(key, i, ts, row)
-            stats = src.episode_stats(i, own)
+            stats, hists = src.episode_stats(i, own, cams)
+            totals.add(hists)
             per_episode.append(stats)
             for key, feat in src.info["features"].items():
                 for stat in STAT_KEYS:
@@ -336,10 +341,11 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
     pq.write_table(tasks_table(src.tasks), staging / TASKS_PATH)
     write_json(staging / "meta" / "info.json",
                info_json(src, b.frames, data_files_size_in_mb, video_files_size_in_mb))
-    write_json(staging / "meta" / "stats.json", stats_json(src, per_episode))
+    write_json(staging / "meta" / "stats.json", stats_json(src, per_episode, totals.entries()))
     carry_meta(src, staging)
     last = {"data": list(b.last_files["data"]), "episodes": list(b.meta_index),
             "videos": {k: list(v) for k, v in b.last_files["videos"].items()}}
     return State(CODEBASE_VERSION, str(src.root), extra={
         "last_files": last, "frames": b.frames, "video_keys": src.video_keys,
+        "camera_hist": totals.to_json(),
         "data_files_size_in_mb": data_files_size_in_mb, "video_files_size_in_mb": video_files_size_in_mb})
