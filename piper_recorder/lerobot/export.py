@@ -119,9 +119,9 @@ class Source:
         if i in own:
             return own[i], hists
         if decoded and set(decoded) == set(self.video_keys):  # no record: one decode serves both
-            stats = {k: es.vector_stats(v) for k, v in es.read_columns(self.root / self.data_rel(i),
-                                                                          self.info).items()}
-            stats.update({k: es.hist_stats(*decoded[k]) for k in self.video_keys})
+            columns = es.read_columns(self.root / self.data_rel(i), self.info)
+            stats = {k: es.vector_stats(columns[k]) if k in columns else es.hist_stats(*decoded[k])
+                     for k in self.info["features"] if k in columns or k in decoded}  # info.json order
             return es.to_jsonable(stats), hists
         return es.root_episode_stats(self.root, self.info, i), hists
 
