@@ -87,12 +87,17 @@ class ImageSampler:
         self.frames = 0  # frames in the sample
         self.offered = 0
 
-    def offer(self, rgb: np.ndarray) -> None:
-        """Call once per frame that went into the video, in order."""
+    def offer(self, frame: Any) -> None:
+        """Call once per frame that goes into the video, in order: an HxWx3 uint8 array or a PyAV
+        rgb24 ``VideoFrame`` (converted only when sampled)."""
         if self.offered % self.stride == 0:
+            rgb = frame if isinstance(frame, np.ndarray) else frame.to_ndarray(format="rgb24")
             self.hist += _frame_histogram(rgb)
             self.frames += 1
         self.offered += 1
+
+    def expected_frames(self, video_frames: int) -> int:
+        return -(-int(video_frames) // self.stride)
 
 
 def hist_stats(hist: np.ndarray, frames: int) -> dict[str, np.ndarray]:
