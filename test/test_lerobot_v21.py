@@ -258,3 +258,35 @@ def test_validator_catches_bad_episodes_stats(tmp_path):
     del stats["observation.images.cam_wrist"]
     (root / "meta/stats.json").write_text(json.dumps(stats))
     assert any("no entry for column 'observation.images.cam_wrist'" in p for p in validate_root(root))
+
+
+def test_root_episode_stats_cached_and_recomputed(tmp_path):
+    from piper_recorder.lerobot.episode_stats import root_episode_stats
+    from lerobot_fixtures import small_root
+
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, cfg()) as w:
+        record(w, "a", 27, 0)
+        record(w, "b", 16, 1)
+    info = json.loads((root / "meta/info.json").read_text())
+    lines = read_jsonl_strict(root / "meta/episodes_stats.jsonl")
+    for i in range(2):
+        assert root_episode_stats(root, info, i) == lines[i]["stats"]
+        fresh = root_episode_stats(root, info, i, cached=False)
+        assert list(fresh) == list(lines[i]["stats"])
+        for key, e in lines[i]["stats"].items():
+            if key.startswith("observation.images."):
+                assert fresh[key]["count"] == e["count"]
+                np.testing.assert_allclose(fresh[key]["mean"], e["mean"], atol=3 / 255)
+            else:
+                assert fresh[key] == e
+    # a root written by another tool (no records): parquet + decoded frames
+    other = small_root(tmp_path / "other", lengths=(12, 9))
+    info = json.loads((other / "meta/info.json").read_text())
+    st = root_episode_stats(other, info, 1)
+    tab = read_table(other, 1)
+    assert st["index"] == {"min": [12], "max": [20], "mean": [16.0], "std": [float(np.std(np.arange(9)))],
+                           "count": [9]}
+    assert st["action"]["max"] == np.max(tab["action"], axis=0).tolist()
+    assert st["observation.images.cam_front"]["count"] == [2]  # frames 0 and 5 of 9
+    assert np.asarray(st["observation.images.cam_wrist"]["std"]).shape == (3, 1, 1)

@@ -243,11 +243,14 @@ def root_episode_stats(root: Path, info: dict, episode_index: int, *, cached: bo
         rec = load_record(root / record_relpath(episode_index))
         if rec is not None and rec.get("length") == n and set(videos) <= set(rec.get("stats", {})):
             return rec["stats"]
-    out = {k: vector_stats(v) for k, v in columns.items()}
-    for key in videos:
-        path = root / info["video_path"].format(episode_chunk=chunk, video_key=key,
-                                                 episode_index=episode_index)
-        out[key] = hist_stats(*decode_sample(path))
+    out = {}
+    for key in info["features"]:  # info.json order, as the writer's lines
+        if key in columns:
+            out[key] = vector_stats(columns[key])
+        elif key in videos:
+            path = root / info["video_path"].format(episode_chunk=chunk, video_key=key,
+                                                     episode_index=episode_index)
+            out[key] = hist_stats(*decode_sample(path))
     return to_jsonable(out)
 
 

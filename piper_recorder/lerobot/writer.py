@@ -109,6 +109,7 @@ class _Episode:
         self.quest_lines = 0
         self.frame_counts: dict[str, int] | None = None  # set once the encoders are flushed
         self.saving = False  # set by save_episode: no more rows, frames or raw lines
+        self.record_ms = 0.0  # time spent building the stats record at save (bench figure)
 
     @property
     def n(self) -> int:
@@ -266,8 +267,9 @@ class LeRobotWriter:
             self._commit_save(ep, record)
             self._set_episode(None)
             self._session_saved.append(ep.index)
-            log.debug("episode %d saved: encoder flush %.0f ms, write + commit %.0f ms",
-                      ep.index, (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
+            log.debug("episode %d saved: encoder flush %.0f ms, write + commit %.0f ms (stats record "
+                      "%.1f ms)", ep.index, (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000,
+                      ep.record_ms)
             return record
 
     def import_episode(self, task: str, timestamps: np.ndarray, columns: Mapping[str, np.ndarray],
@@ -392,7 +394,7 @@ class LeRobotWriter:
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
         self._next_index = sum(int(e["length"]) for e in self._episodes)
         self._sketches = [self._load_sketch(e) for e in self._episodes]
-        self._records = [self._load_record(e) for e in self._episodes]
+        self._records = [_StatsRecord.of(self._load_record(e)) for e in self._episodes]
         self._write_derived_if_changed()
 
     def _check_compatible(self, info: dict) -> None:
@@ -656,12 +658,15 @@ class LeRobotWriter:
             write_parquet(table, ep.staging / "data.parquet")
             sk = stats.sketch(self._episode_matrix(ep))
             fsutil.write_tmp(ep.staging / "stats.npy", _npy_bytes(sk)).rename(ep.staging / "stats.npy")
+            t0 = time.perf_counter()
             images = ep.images if ep.images is not None else {
                 c: (s.hist, s.frames) for c, s in ep.samplers.items()}
             rec = self._make_record(ep.index, ep.n, self._episode_columns(ep), images)
+            ep.record_ms = (time.perf_counter() - t0) * 1000
             fsutil.write_tmp(ep.staging / "episode.json", fsutil.json_bytes(rec)).rename(
                 ep.staging / "episode.json")
-            contents = self._derived(episodes, tasks, self._sketches + [sk], self._records + [rec])
+            contents = self._derived(episodes, tasks, self._sketches + [sk],
+                                     self._records + [_StatsRecord.of(rec)])
             contents.append(("episodes.jsonl", fsutil.jsonl_bytes(episodes)))
             for name, data in contents:
                 path = self.root / "meta" / name
@@ -686,7 +691,7 @@ class LeRobotWriter:
         self._episodes, self._tasks = episodes, tasks
         self._task_index[ep.task] = ep.task_index
         self._sketches.append(sk)
-        self._records.append(rec)
+        self._records.append(_StatsRecord.of(rec))
         self._next_index += ep.n
         shutil.rmtree(ep.staging, ignore_errors=True)
 
@@ -720,20 +725,19 @@ class LeRobotWriter:
         else:
             out.append(("stats.json", fsutil.json_bytes({})))
         if self.cfg.lerobot_version != "v2.0":
-            out.append(("episodes_stats.jsonl", fsutil.jsonl_bytes(
-                episode_stats.stats_line(r["episode_index"], r["stats"]) for r in records)))
+            out.append(("episodes_stats.jsonl", b"".join(r.line for r in records)))
         out.append(("info.json", fsutil.json_bytes(meta.info_json(self.cfg, episodes, len(tasks)))))
         out.append(("modality.json", fsutil.json_bytes(meta.modality_json(self.cfg))))
         return out
 
-    def _image_stats(self, records: list[dict]) -> dict:
+    def _image_stats(self, records: list["_StatsRecord"]) -> dict:
         """stats.json camera entries: the episodes' sampled histograms merged (exact), as
         mean/std/min/max/q01/q99 of shape (3, 1, 1); no ``count`` (GR00T reads every key)."""
         out = {}
         for cam in self.cfg.cameras:
             key = meta.video_key(cam)
-            hist = sum(np.asarray(r["images"][key]["hist"], np.int64) for r in records)
-            frames = sum(int(r["images"][key]["frames"]) for r in records)
+            hist = np.sum([r.images[key][0] for r in records], axis=0)
+            frames = sum(r.images[key][1] for r in records)
             out[key] = episode_stats.to_jsonable({key: episode_stats.image_entry(hist, frames)})[key]
         return out
 
@@ -797,6 +801,21 @@ class LeRobotWriter:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
+
+
+@dataclass(frozen=True)
+class _StatsRecord:
+    """An episode's stats record as the derived files need it: its episodes_stats.jsonl line (bytes,
+    serialised once) and its cameras' sampled histograms by video key."""
+
+    line: bytes
+    images: dict[str, tuple[np.ndarray, int]]
+
+    @classmethod
+    def of(cls, rec: dict) -> "_StatsRecord":
+        line = fsutil.jsonl_bytes([episode_stats.stats_line(rec["episode_index"], rec["stats"])])
+        return cls(line, {k: (np.asarray(v["hist"], np.int64), int(v["frames"]))
+                          for k, v in rec["images"].items()})
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
