@@ -12,6 +12,7 @@ import pytest
 
 from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
+from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import read_jsonl_strict, read_table, row_values, tree_hashes
 
@@ -23,8 +24,9 @@ SIX = {"mean", "std", "min", "max", "q01", "q99"}
 
 
 def cfg(version: str = "v2.1", **kw) -> WriterConfig:
+    """Encoders block instead of dropping a frame (the machine is shared; the sample must be exact)."""
     return WriterConfig(fps=FPS, cameras={c: CameraSpec(h, w) for c, (h, w) in CAMS.items()},
-                        lerobot_version=version, **kw)
+                        video=VideoConfig(max_block_s=None), lerobot_version=version, **kw)
 
 
 def frame(cam: str, k: int, seed: int) -> np.ndarray:
@@ -216,7 +218,10 @@ def test_resuming_the_other_version_is_refused(tmp_path, have, want):
 def test_v20_default_has_camera_stats_and_no_episodes_stats(tmp_path):
     root = tmp_path / "ds"
     fed = []
-    with LeRobotWriter(root, WriterConfig(fps=FPS, cameras={c: CameraSpec(h, w) for c, (h, w) in CAMS.items()})) as w:
+    default = WriterConfig(fps=FPS, cameras={c: CameraSpec(h, w) for c, (h, w) in CAMS.items()},
+                           video=VideoConfig(max_block_s=None))
+    assert default.lerobot_version == "v2.0"
+    with LeRobotWriter(root, default) as w:
         fed.append(record(w, "a", 111, 0))
         fed.append(record(w, "b", 106, 1))
     info = json.loads((root / "meta/info.json").read_text())

@@ -394,7 +394,13 @@ class LeRobotWriter:
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
         self._next_index = sum(int(e["length"]) for e in self._episodes)
         self._sketches = [self._load_sketch(e) for e in self._episodes]
+        self._decoded_stats = 0
+        t0 = time.perf_counter()
         self._records = [_StatsRecord.of(self._load_record(e)) for e in self._episodes]
+        if self._decoded_stats:
+            log.warning("%s: image statistics of %d episodes rebuilt from their videos in %.1f s "
+                        "(their stats records were missing; kept from now on)", self.root,
+                        self._decoded_stats, time.perf_counter() - t0)
         self._write_derived_if_changed()
 
     def _check_compatible(self, info: dict) -> None:
@@ -463,7 +469,7 @@ class LeRobotWriter:
                     and list(rec.get("stats", {})) == keys):
                 return rec
         if len(images) < len(cams):
-            log.warning("%s: computing image statistics of episode %d from its videos", self.root, i)
+            self._decoded_stats += 1
         for cam in cams.values():
             if cam not in images:
                 images[cam] = episode_stats.decode_sample(
