@@ -1,4 +1,4 @@
-"""Streaming, crash-safe LeRobot v2.0 dataset writer (no ROS imports).
+"""Streaming, crash-safe LeRobot v2.0 / v2.1 dataset writer (no ROS imports).
 
 Usage (see CONTRACTS.md)::
 
@@ -11,10 +11,11 @@ Usage (see CONTRACTS.md)::
     w.close()
 
 Life of an episode: everything in flight lives in ``<root>/.staging/episode_XXXXXX/`` (mp4s being
-encoded, raw headset lines). ``save_episode`` flushes the encoders, writes the parquet and the
-stats sketch there, prepares all new metadata as fsynced ``*.tmp`` files, moves the payload into
-``data/``, ``videos/``, ``extras/``, then renames tasks/stats/info and finally ``episodes.jsonl``
-(the commit point) into place. Any failure before the commit moves everything back and leaves the
+encoded, raw headset lines). ``save_episode`` flushes the encoders, writes the parquet, the
+stats sketch and the episode's stats record (episodes_stats line + sampled image histograms)
+there, prepares all new metadata as fsynced ``*.tmp`` files, moves the payload into ``data/``,
+``videos/``, ``extras/``, ``meta/.cache/``, then renames tasks/stats/(episodes_stats)/info and
+finally ``episodes.jsonl`` (the commit point) into place. Any failure before the commit moves everything back and leaves the
 dataset exactly as it was (the episode stays pending: retry ``save_episode`` or discard). A crash at
 any instant is repaired by the next open (see ``repair.py``).
 
@@ -123,7 +124,7 @@ class _Episode:
 
 
 class LeRobotWriter:
-    """Writes episodes into a LeRobot v2.0 root; see the module docstring."""
+    """Writes episodes into a LeRobot v2.0 or v2.1 root; see the module docstring."""
 
     def __init__(self, root: str | os.PathLike, cfg: WriterConfig | None = None):
         self.cfg = cfg = cfg or WriterConfig()
@@ -443,7 +444,7 @@ class LeRobotWriter:
     def _load_record(self, e: dict) -> dict:
         """The episode's stats record (episodes_stats line + image histograms), rebuilt when missing
         or stale: vectors from the parquet, images from the record if they still fit, else from
-        the videos' keyframes."""
+        the same frames decoded from the videos (``episode_stats.decode_sample``)."""
         i, n = int(e["episode_index"]), int(e["length"])
         path = self.root / episode_stats.record_relpath(i)
         data = self.root / meta.data_relpath(i, self.cfg.chunks_size)
