@@ -14,8 +14,9 @@ Which frames: LeRobot samples ``sample_indices(n)`` (evenly spaced, 100 to 10,00
 PNGs it keeps on disk. A streaming recorder does not know ``n`` in advance and keeps no frames, so
 the writer takes every ``SAMPLE_STRIDE``-th frame it encodes (video frames 0, 5, 10, ...; 180 of
 a 30 s episode at 30 fps, where LeRobot takes 164) and folds each into per-channel 256-bin
-histograms (``ImageSampler``): constant memory, about 0.3 ms per sampled 640x480 frame on the
-thread that adds it, nothing left to do at save. Histograms make every statistic exact for the
+histograms (``ImageSampler``): constant memory, about 0.2 ms per sampled 640x480 frame (0.05 ms
+per camera-frame on average) on the encoder thread, nothing left to do at save but ~1 ms of
+bookkeeping. Histograms make every statistic exact for the
 sampled pixels, including q01/q99, and merge exactly across episodes (sum). ``root_episode_stats``
 recomputes the same sample from a saved episode by decoding its videos (the values then differ from
 the live ones only by compression loss).
@@ -31,7 +32,6 @@ import numpy as np
 SAMPLE_STRIDE = 5
 EPISODE_STATS_KEYS = ("min", "max", "mean", "std", "count")  # episodes_stats.jsonl entries
 IMAGE_STATS_KEYS = ("mean", "std", "min", "max", "q01", "q99")  # stats.json image entries
-_OFFSETS = np.array([0, 256, 512], np.intp)
 
 
 # ---- vectors ------------------------------------------------------------------------------------
@@ -74,8 +74,8 @@ def histogram(frames: np.ndarray) -> np.ndarray:
 
 
 def _frame_histogram(rgb: np.ndarray) -> np.ndarray:
-    ds = downsample(rgb).reshape(-1, 3).astype(np.intp) + _OFFSETS
-    return np.bincount(ds.ravel(), minlength=768).reshape(3, 256)
+    ds = downsample(rgb)  # one bincount per channel: ~3x faster than one over offset values
+    return np.stack([np.bincount(ds[..., c].ravel(), minlength=256) for c in range(3)]).astype(np.int64)
 
 
 class ImageSampler:
@@ -87,12 +87,17 @@ class ImageSampler:
         self.frames = 0  # frames in the sample
         self.offered = 0
 
-    def offer(self, rgb: np.ndarray) -> None:
-        """Call once per frame that went into the video, in order."""
+    def offer(self, frame: Any) -> None:
+        """Call once per frame that goes into the video, in order: an HxWx3 uint8 array or a PyAV
+        rgb24 ``VideoFrame`` (converted only when sampled)."""
         if self.offered % self.stride == 0:
+            rgb = frame if isinstance(frame, np.ndarray) else frame.to_ndarray(format="rgb24")
             self.hist += _frame_histogram(rgb)
             self.frames += 1
         self.offered += 1
+
+    def expected_frames(self, video_frames: int) -> int:
+        return -(-int(video_frames) // self.stride)
 
 
 def hist_stats(hist: np.ndarray, frames: int) -> dict[str, np.ndarray]:
@@ -238,11 +243,14 @@ def root_episode_stats(root: Path, info: dict, episode_index: int, *, cached: bo
         rec = load_record(root / record_relpath(episode_index))
         if rec is not None and rec.get("length") == n and set(videos) <= set(rec.get("stats", {})):
             return rec["stats"]
-    out = {k: vector_stats(v) for k, v in columns.items()}
-    for key in videos:
-        path = root / info["video_path"].format(episode_chunk=chunk, video_key=key,
-                                                 episode_index=episode_index)
-        out[key] = hist_stats(*decode_sample(path))
+    out = {}
+    for key in info["features"]:  # info.json order, as the writer's lines
+        if key in columns:
+            out[key] = vector_stats(columns[key])
+        elif key in videos:
+            path = root / info["video_path"].format(episode_chunk=chunk, video_key=key,
+                                                     episode_index=episode_index)
+            out[key] = hist_stats(*decode_sample(path))
     return to_jsonable(out)
 
 

@@ -90,6 +90,7 @@ class VideoEncoder:
         self.dropped_pts = 0
         self.dropped_queue = 0
         self.last_pts = -1
+        self.on_frame = None  # called on the encoder thread with each frame it encodes, in order
         self._period_ms = max(1, round(1000 / fps))
         self._error: BaseException | None = None
         self._closing = False
@@ -146,6 +147,8 @@ class VideoEncoder:
                 frame = self._q.get()
                 if frame is None:
                     break
+                if self.on_frame is not None:
+                    self.on_frame(frame)
                 self._mux(self._stream.encode(frame))
             self._mux(self._stream.encode(None))
             self._out.close()
