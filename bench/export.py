@@ -5,10 +5,10 @@ The source roots are built quickly and honestly: one 60 s episode with three 640
 sensor noise, crf 23, GOP 15: ~7-8 MB/min per camera, about the README's textured-scene figure),
 then replicated into a 10-minute and a 60-minute root through the writer's own import path
 (``import_episode``, the path the parallel bag converter uses), the mp4s as hard links of the
-recorded ones. Each replicated episode also gets the per-episode stats record the recorder writes
-at every save (``episode_stats.make_record``: vectors computed from its own parquet, camera stats
-those of the recorded episode), so the export only remuxes and copies; the cost of an old root
-without those records (stats from decoding every video) is measured apart and printed.
+recorded ones, and the recorded episode's camera sample histograms, so the writer's per-episode
+stats records and stats.json camera entries are those a recorder writes; the export then only
+remuxes and copies. The cost of an old root without those records (stats from decoding every
+video) is measured apart and printed.
 
 Each export runs the real console script as a child process; wall time includes interpreter
 start-up, peak memory is the child's ru_maxrss (os.wait4). The machine is shared: load averages are
@@ -82,17 +82,19 @@ def record_template(root: Path, seconds: float, w: int, h: int) -> None:
 
 
 def replicate(template: Path, root: Path, episodes: int) -> None:
-    """``episodes`` copies of the template episode through ``import_episode`` (mp4s hard-linked)."""
+    """``episodes`` copies of the template episode through ``import_episode`` (mp4s hard-linked),
+    with the recorded episode's camera sample histograms (what a converter's staging record holds)."""
     info = json.loads((template / "meta/info.json").read_text())
     line = json.loads((template / "meta/episodes.jsonl").read_text().splitlines()[0])
     table = pq.read_table(template / "data/chunk-000/episode_000000.parquet")
     feats = piper_features()
     cols = {f.key: np.asarray(table.column(f.key).to_pylist(), np.float32).reshape(len(table), -1) for f in feats}
     ts = table.column("timestamp").to_numpy()
-    image_stats = episode_stats.root_episode_stats(template, info, 0, cached=False)
-    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(info["features"][f"observation.images.{c}"]["shape"][0],
-                                                       info["features"][f"observation.images.{c}"]["shape"][1])
-                                         for c in CAMS}, features=feats)
+    rec0 = episode_stats.load_record(template / episode_stats.record_relpath(0))
+    images = {c: (np.asarray(rec0["images"][f"observation.images.{c}"]["hist"], np.int64),
+                  int(rec0["images"][f"observation.images.{c}"]["frames"])) for c in CAMS}
+    shape = {c: info["features"][f"observation.images.{c}"]["shape"] for c in CAMS}
+    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(shape[c][0], shape[c][1]) for c in CAMS}, features=feats)
     tmp = root.parent / f".{root.name}.links"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -100,16 +102,9 @@ def replicate(template: Path, root: Path, episodes: int) -> None:
         for i in range(episodes):
             videos = {}
             for cam in CAMS:
-                src = template / f"videos/chunk-000/observation.images.{cam}/episode_000000.mp4"
                 videos[cam] = tmp / f"{i}_{cam}.mp4"
-                os.link(src, videos[cam])
-            rec = wr.import_episode("bench task", ts, cols, videos, None, line)
-            columns = episode_stats.read_columns(root / f"data/chunk-{i // 1000:03d}/episode_{i:06d}.parquet", info)
-            stats = {k: v for k, v in image_stats.items() if k.startswith("observation.images.")}
-            stats.update(episode_stats.to_jsonable({k: episode_stats.vector_stats(v) for k, v in columns.items()}))
-            path = root / episode_stats.record_relpath(i)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(episode_stats.make_record(i, rec["length"], stats, {})))
+                os.link(template / f"videos/chunk-000/observation.images.{cam}/episode_000000.mp4", videos[cam])
+            wr.import_episode("bench task", ts, cols, videos, None, line, images=images)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
