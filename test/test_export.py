@@ -441,6 +441,10 @@ def test_refusals_exit_2_with_a_clear_message(tmp_path):
         ts = pa.array(t["timestamp"].to_numpy() + np.float32(0.004), pa.float32())
         pq.write_table(t.set_column(t.schema.get_field_index("timestamp"), "timestamp", ts), path)
 
+    def corrupt_video(root):
+        path = root / "videos/chunk-000/observation.images.cam_wrist/episode_000001.mp4"
+        path.write_bytes(b"\x00" * 64 + path.read_bytes()[64:200])
+
     cases = {
         "unknown version": (variant("v16", lambda r: set_info(r, codebase_version="v1.6")),
                             "codebase_version 'v1.6' cannot be exported"),
@@ -449,6 +453,7 @@ def test_refusals_exit_2_with_a_clear_message(tmp_path):
         "cameras differ": (variant("cams", drop_camera), "cameras must be the same in every episode"),
         "frames != rows": (variant("short", short_video), "25 video frames for 30 rows"),
         "rows off the grid": (variant("offgrid", off_grid), "v3.0 needs rows on the frame grid"),
+        "unreadable video": (variant("corrupt", corrupt_video), "cannot be read"),
     }
     for what, (root, message) in cases.items():
         r = _cli(root, "--to", "v3.0", "--out", tmp_path / f"out-{root.name}")

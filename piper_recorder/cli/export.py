@@ -3,7 +3,8 @@
 v2.1: the same files (hard links) plus meta/episodes_stats.jsonl. v3.0: LeRobot 0.4's layout, many
 episodes per parquet and per mp4, videos concatenated by remux (never re-encoded). Re-running into
 the same DIR appends the episodes recorded since; a killed export leaves the previous one intact.
-Exit codes: 0 done, 2 the root cannot be exported as asked (the message says why).
+Exit codes: 0 done, 2 the root cannot be exported as asked (the message says why), 1 an I/O
+error (e.g. a full disk; the previous export is left as it was).
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as e:
         print(f"piper-export: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # e.g. a full disk: the staging tree is gone, the previous export intact
+        print(f"piper-export: {e}; nothing was changed in {args.out}", file=sys.stderr)
+        return 1
     wall = time.monotonic() - t0
     if res.added == 0:
         print(f"piper-export: {res.out} is up to date ({res.episodes} episodes, LeRobot {res.to})")

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import av
 import numpy as np
+import pyarrow as pa
 
 from piper_recorder import __version__
 
@@ -452,7 +454,10 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
         else:
             from .export_v30 import build
         staging.mkdir()
-        new_state = build(src, state, out if state else None, staging, progress=progress, **options)
+        try:
+            new_state = build(src, state, out if state else None, staging, progress=progress, **options)
+        except (av.FFmpegError, pa.ArrowException) as e:
+            raise ExportError(f"{root}: a payload file cannot be read ({e})") from None
         new_state.fingerprints = (state.fingerprints if state else []) + [
             src.fingerprint(i) for i in range(done, len(src.episodes))]
         write_json(staging / STATE_FILE, new_state.to_json())

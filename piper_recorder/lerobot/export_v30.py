@@ -24,9 +24,10 @@ the previous export (those are hard links in the staging tree).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,18 +78,18 @@ class _VideoFile:
     index: tuple[int, int]
     writer: VideoFileWriter
     size_mb: float = 0.0
-    episodes: list[dict] = field(default_factory=list)  # meta rows whose end tick awaits the next start
 
 
 class _Builder:
     def __init__(self, src: Source, staging: Path, extra: dict, data_mb: float, video_mb: float):
         self.src, self.staging, self.data_mb, self.video_mb = src, staging, data_mb, video_mb
-        self.chunks_size = DEFAULT_CHUNK_SIZE
+        self.chunks_size = int(src.info.get("chunks_size", DEFAULT_CHUNK_SIZE))  # files per chunk dir
         last = extra.get("last_files") or {}
-        self.next_data = next_file(tuple(last["data"])) if "data" in last else (0, 0)
-        self.next_video = {k: next_file(tuple(last["videos"][k])) if k in last.get("videos", {}) else (0, 0)
+        cs = self.chunks_size
+        self.next_data = next_file(tuple(last["data"]), cs) if last.get("data") else (0, 0)
+        self.next_video = {k: next_file(tuple(last["videos"][k]), cs) if k in last.get("videos", {}) else (0, 0)
                            for k in src.video_keys}
-        self.meta_index = next_file(tuple(last["episodes"])) if "episodes" in last else (0, 0)
+        self.meta_index = next_file(tuple(last["episodes"]), cs) if last.get("episodes") else (0, 0)
         self.frames = int(extra.get("frames", 0))
         self.data: _DataFile | None = None
         self.videos: dict[str, _VideoFile | None] = {k: None for k in src.video_keys}
@@ -98,8 +99,11 @@ class _Builder:
     # data
     def add_data(self, i: int, row: dict) -> int:
         path = self.src.root / self.src.data_rel(i)
-        table = pq.read_table(path)
-        size = parquet_size_mb(path)
+        try:
+            table = pq.read_table(path)
+            size = parquet_size_mb(path)
+        except pa.ArrowException as e:
+            raise ExportError(f"episode {i}: {path} cannot be read ({e})") from None
         if self.data is not None and self.data.size_mb + size >= self.data_mb:
             self._close_data()
         if self.data is None:
@@ -128,13 +132,20 @@ class _Builder:
     # videos
     def add_video(self, key: str, i: int, timestamps: np.ndarray, row: dict) -> None:
         path = self.src.root / self.src.video_rel(i, key)
+        try:
+            self._add_video(key, path, timestamps, row)
+        except ConcatError as e:
+            raise ExportError(f"episode {i}, {key}: {e}") from None
+        except av.FFmpegError as e:
+            raise ExportError(f"episode {i}, {key}: {path} cannot be read ({e})") from None
+
+    def _add_video(self, key: str, path: Path, timestamps: np.ndarray, row: dict) -> None:
         size = path.stat().st_size / 1024 ** 2
         cur = self.videos[key]
         if cur is not None:
-            sig = StreamSignature.of(path)
             frames_s = (cur.writer.frames + len(timestamps)) / self.src.fps
             if (cur.size_mb + size >= self.video_mb or frames_s > MAX_FILE_S
-                    or sig != cur.writer.signature):
+                    or StreamSignature.of(path) != cur.writer.signature):
                 self._close_video(key)
                 cur = None
         if cur is None:
@@ -144,10 +155,7 @@ class _Builder:
             self.videos[key] = cur
             self.next_video[key] = next_file(index, self.chunks_size)
             self.last_files["videos"][key] = index
-        try:
-            from_tick, end_tick = cur.writer.add_episode(path, timestamps)
-        except ConcatError as e:
-            raise ExportError(f"episode {i}, {key}: {e}") from None
+        from_tick, end_tick = cur.writer.add_episode(path, timestamps)
         cur.size_mb += size
         row.update({f"videos/{key}/chunk_index": cur.index[0], f"videos/{key}/file_index": cur.index[1],
                     f"videos/{key}/from_timestamp": from_tick / TICKS,
