@@ -15,8 +15,11 @@ target layouts. What this module owns:
   kept from the previous export are hard links, never written to), fsynced, and swapped with the
   output in one ``renameat2(RENAME_EXCHANGE)``; the old tree is then deleted. A killed export leaves
   the previous export untouched (the next run deletes the staging tree); a reader opening the output
-  at any instant sees one complete export (where the filesystem cannot exchange, two renames leave a
+  at any instant finds one complete export (where the filesystem cannot exchange, two renames leave a
   moment without the directory, never a mixed one; the next run restores it if killed in between).
+  An append never rewrites a payload file of the previous export (v2.1: one file per episode; v3.0:
+  new episodes go to new files), so a reader that loaded the previous meta before the swap keeps
+  reading the same bytes after it.
 """
 from __future__ import annotations
 
