@@ -1,4 +1,4 @@
-"""LeRobot v2.0 dataset writer, statistics, finalize and validation (no ROS imports).
+"""LeRobot v2.0 / v2.1 dataset writer, statistics, finalize and validation (no ROS imports).
 
 Writer (import from the submodules; nothing heavy is re-exported here)::
 
@@ -9,6 +9,7 @@ Writer (import from the submodules; nothing heavy is re-exported here)::
 Modules: ``writer`` (streaming API, save/commit protocol), ``video`` (per-camera encoder threads,
 PTS and GOP choices), ``features`` (columns, Piper default set, combined columns), ``meta``
 (info/modality/episodes/tasks content), ``stats`` (per-episode sketches -> stats.json),
+``episode_stats`` (LeRobot v2.1 per-episode stats, camera image stats, aggregation),
 ``provenance`` (collection sessions, binding-key warning), ``repair`` (open-time crash repair),
 ``fsutil`` (atomic writes); ``finalize``, ``validate`` and ``retime`` (whole-ms video PTS -> 1/90000
 by remux) for piper-finalize / piper-validate / piper-repair.
