@@ -29,8 +29,8 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import gripper_width, joint_positions, pose, stamp_ns
-from piper_recorder.recording.config import RecorderConfig, session_record
-from piper_recorder.recording.controller import EpisodeController
+from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
+from piper_recorder.recording.controller import Answer, EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
 
 from piper_recorder.lerobot.errors import DatasetError
@@ -149,7 +149,11 @@ class RecorderNode(Node):
         return response
 
     async def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        task = str(self.get_parameter("task").value or "")
+        task = self.get_parameter("task").value
+        problem = task_problem(task)
+        if problem:
+            return self._answer(res, Answer(False, f"parameter {problem}; set it first: ros2 param set "
+                                                   f"{self.get_fully_qualified_name()} task '...'"))
         return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: now_ns(self))))
 
     async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:

@@ -35,11 +35,23 @@ class CameraTopics:
     width: int = 640
 
 
+def task_problem(task: Any) -> str | None:
+    """Why ``task`` cannot label an episode, or None. Both recorder nodes refuse the same tasks (at
+    ``ros2 param set`` and at start_episode), so a start refused by one is refused by the other and
+    the LeRobot and RGB-D datasets keep the same episode numbers."""
+    if not isinstance(task, str) or not task.strip():
+        return f"task must be a non-blank string, got {task!r}"
+    return None
+
+
 @dataclass
 class RecorderConfig:
     """Parameters both recorders share (each recorder's config class extends this)."""
 
     node_name: ClassVar[str]
+    # The only parameter a running recorder reads again (at every start_episode); every other one is
+    # read-only once the node runs (declare_config), since a change could not take effect.
+    runtime_params: ClassVar[frozenset[str]] = frozenset({"task"})
 
     task: str = ""                      # read again at every start_episode (ros2 param set)
     fps: float = 30.0
@@ -61,6 +73,10 @@ class RecorderConfig:
     hello_topic: str = "/quest/hello"
     provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
     status_hz: float = 2.0
+
+    def check_runtime(self, name: str, value: Any) -> str | None:
+        """Why a running recorder refuses ``name = value`` (ros2 param set), or None."""
+        return task_problem(value) if name == "task" else f"{name} cannot change at run time"
 
     def camera_list(self) -> list[str]:
         raise NotImplementedError
