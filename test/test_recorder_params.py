@@ -7,6 +7,7 @@ exactly what `ros2 param set` calls.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -127,3 +128,63 @@ def test_running_recorders_refuse_what_cannot_apply_and_agree_on_tasks(ros_domai
             assert f["episodes/demo_0"].attrs["task"] == "pick"
     finally:
         rig.close()
+
+
+def node_configs():
+    """Each node of the graph and the config classes it declares (with their prefixes), as the nodes do."""
+    from piper_recorder.nodes.quest_bridge import QuestBridgeConfig
+    from piper_recorder.nodes.replay import ReplayConfig
+    from piper_recorder.nodes.sim_camera import SimCameraConfig
+    from piper_recorder.nodes.teleop import TeleopNodeConfig
+    from piper_recorder.piper.backends import ArmConfig
+    from piper_recorder.recording.config import LeRobotRecorderConfig, RgbdRecorderConfig
+    from piper_recorder.teleop.clutch import ClutchConfig
+    from piper_recorder.teleop.filters import FilterConfig
+    from piper_recorder.teleop.frames import FrameConfig
+    from piper_recorder.teleop.limits import LimitsConfig
+    from piper_recorder.teleop.mapper import TeleopConfig
+
+    return {"quest_bridge": [(QuestBridgeConfig, "")],
+            "teleop": [(TeleopConfig, ""), (ClutchConfig, "clutch."), (FrameConfig, "frame."),
+                       (FilterConfig, "filter."), (LimitsConfig, "limits."), (TeleopNodeConfig, "")],
+            "piper_arm": [(ArmConfig, "")], "cam_front": [(SimCameraConfig, "")], "replay": [(ReplayConfig, "")],
+            LR: [(LeRobotRecorderConfig, "")], RG: [(RgbdRecorderConfig, "")]}
+
+
+@pytest.mark.parametrize("mode", ["sim", "robot"])
+def test_every_node_parameter_is_typed_and_read_only_unless_applied_at_run_time(ros_domain, mode):
+    """The shipped parameter files (integers where floats are declared, lists) load into typed
+    parameters; only `task` and the sim camera's faults may change on a running node."""
+    import rclpy
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+
+    from piper_recorder.launcher import config_path
+    from piper_recorder.nodes.common import declare_config
+
+    ros_domain.apply()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        for node_name, classes in node_configs().items():
+            node = Node(node_name, context=ctx, cli_args=["--ros-args", "--params-file", str(config_path(mode))])
+            try:
+                runtime = set()
+                for cls, prefix in classes:
+                    declare_config(node, cls, prefix)
+                    runtime |= {prefix + n for n in getattr(cls, "runtime_params", ())}
+                ours = {prefix + f.name for cls, prefix in classes for f in dataclasses.fields(cls)}
+                names = [n for n in node.list_parameters([], 10).names if n in ours]   # not rclpy's own
+                assert len(names) > 3, node_name
+                for d in node.describe_parameters(names):
+                    assert not d.dynamic_typing and d.type != ParameterType.PARAMETER_NOT_SET, (node_name, d.name)
+                    assert d.read_only == (d.name not in runtime), (node_name, d.name)
+                    value = node.get_parameter(d.name)
+                    assert value.type_.value == d.type, (node_name, d.name)
+                    wrong = Parameter(d.name, value=1 if d.type != ParameterType.PARAMETER_INTEGER else "x")
+                    assert not node.set_parameters([wrong])[0].successful, (node_name, d.name)
+            finally:
+                node.destroy_node()
+
+    finally:
+        rclpy.shutdown(context=ctx)
