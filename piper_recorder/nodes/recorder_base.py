@@ -33,8 +33,7 @@ from piper_recorder.recording.config import RecorderConfig, session_record, task
 from piper_recorder.recording.controller import Answer, EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
 
-from piper_recorder.lerobot.errors import DatasetError
-from rgbd_writer.errors import RgbdError
+from piper_recorder.errors import INPUT_ERRORS, describe
 
 from .common import ParameterError, declare_config, now_ns, run_in_thread
 
@@ -55,8 +54,8 @@ class RecorderNode(Node):
         self.cfg = cfg = declare_config(self, self.config_class)
         try:
             target = self.make_target()
-        except (OSError, DatasetError, RgbdError) as exc:   # unwritable path, another writer holds it, ...
-            raise ParameterError(f"{name}: cannot open the dataset: {type(exc).__name__}: {exc}") from exc
+        except INPUT_ERRORS as exc:   # unwritable path, another writer holds it, a damaged root, ...
+            raise ParameterError(f"{name}: cannot open the dataset: {describe(exc)}") from exc
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()

@@ -10,6 +10,7 @@ no real-time deadline (``offline``), and it names itself as the producer.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from piper_recorder.assembly import AssemblyConfig
 
 LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
 UNKNOWN = "unknown"
+CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 IMPEDANCE_KEYS = ("kp", "kd", "t_ff", "gravity_ff")
 
 
@@ -95,6 +97,10 @@ class RecorderConfig:
                               timestamp_mode=self.timestamp_mode, lateness_s=self.lateness_s, stale_s=self.stale_s)
 
     def validate(self) -> None:
+        for cam in self.camera_list():   # names go into topic names and file paths: never "../x" or "a/b"
+            if not CAMERA_NAME.fullmatch(cam):
+                raise ValueError(f"camera name {cam!r} must be a plain identifier (letters, digits, '_', "
+                                 "starting with a letter)")
         self.assembly().validate()
         if self.on_shutdown not in ("save", "discard"):
             raise ValueError(f"on_shutdown must be 'save' or 'discard', got {self.on_shutdown!r}")
