@@ -128,7 +128,7 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
 
 
 # realsense-ros >= 4.55.1 reads one profile per stream (rgb_camera.color_profile, depth_module.depth_profile);
-# 4.0 to 4.54 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
+# 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
 # the other's names, so a camera section's profiles are given under both.
 REALSENSE_PROFILE_ALIASES = {"rgb_camera.color_profile": "rgb_camera.profile",
                              "depth_module.depth_profile": "depth_module.profile"}

@@ -122,7 +122,7 @@ def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_
         assert Path(config_file) == ROOT / "config" / "robot.yaml" and a.kwargs["namespace"] == ""
         section = {**cfg[cam], **extra}   # what the node gets: its section, then the launch file's dict
         assert section["rgb_camera.color_profile"] == section["rgb_camera.profile"] == "640x480x30"      # >= 4.55.1
-        assert section["depth_module.depth_profile"] == section["depth_module.profile"] == "640x480x30"  # 4.0-4.54
+        assert section["depth_module.depth_profile"] == section["depth_module.profile"] == "640x480x30"  # 4.0.1-4.54.1
         assert section["camera_name"] == cam and label(a) == cam
     assert {label(a) for a in actions if isinstance(a, Node)} >= OUR_NODES
 
