@@ -216,6 +216,7 @@ def test_corrupted_rgbd_files(tmp_path, capsys, inputs):
         rc, _ = run_main(capsys, validate.main, [h5], (0, 1, 2))
         assert rc or op != "truncate", (op, what)   # a flipped bit may land in unused bytes, some data are optional
         run_main(capsys, view.main, [h5, "--out", tmp_path / "r.html"])
+        run_main(capsys, finalize.main, ["--root", h5], (2,))   # not a LeRobot root: said so
         open_writer("rgbd", h5, inputs["cfg"])
         run_main(capsys, bag2dataset.main, [inputs["bag"], "--format", "rgbd", "--out", h5, "--config",
                                             inputs["cfg"], "--no-progress"], (0, 1, 2))
