@@ -5,7 +5,9 @@ in the root namespace so that its topics are ``/<camera>/color/image_raw`` and
 ``/<camera>/aligned_depth_to_color/image_raw`` (realsense2_camera 4.x names topics
 ``/<camera_namespace>/<camera_name>/...``). Its parameters (serial_no, rgb_camera.color_profile,
 depth_module.depth_profile, align_depth.enable, enable_sync, ...) come from the camera's section of
-the config. Then quest_bridge (the headset through `adb forward tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders.
+the config; the profiles are also given under the names realsense-ros before 4.55.1 reads
+(rgb_camera.profile, depth_module.profile: ``launcher.realsense_parameters``). Each process's output
+is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
 subset), ``config``.
 """
@@ -19,7 +21,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, launch_overrides, load_config
+from piper_recorder.launcher import LAUNCH_ARGUMENTS, launch_overrides, load_config, realsense_parameters
 
 PACKAGE = "piper_recorder"
 
@@ -32,12 +34,12 @@ def _graph(context, *_args, **_kwargs):
                                                                         "cameras")})
     actions = [
         Node(package="realsense2_camera", executable="realsense2_camera_node", name=cam, namespace="",
-             output="screen", parameters=[config, {"camera_name": cam}])
+             exec_name=cam, output="screen", parameters=[config, realsense_parameters(cfg, cam)])
         for cam in cameras
     ]
 
     def node(name: str, executable: str) -> Node:
-        return Node(package=PACKAGE, executable=executable, name=name, output="screen",
+        return Node(package=PACKAGE, executable=executable, name=name, exec_name=name, output="screen",
                     parameters=[config, overrides.get(name, {})])
 
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm"),

@@ -38,7 +38,8 @@ def _graph(context, *_args, **_kwargs):
     actions = [ExecuteProcess(cmd=headset_cmd, name="sim_quest", output="screen")]
 
     def node(name: str, executable: str) -> Node:
-        return Node(package=PACKAGE, executable=executable, name=name, output="screen",
+        # exec_name labels the output: without it launch uses the first word of the command, "nice" with a prefix
+        return Node(package=PACKAGE, executable=executable, name=name, exec_name=name, output="screen",
                     prefix=nice_prefix(cfg, name), parameters=[config, overrides.get(name, {})])
 
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm")]

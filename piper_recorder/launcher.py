@@ -46,11 +46,20 @@ class LaunchError(RuntimeError):
     """The graph could not be configured, started, or did not become ready."""
 
 
+def install_prefixes() -> list[Path]:
+    """Where this package's data files and scripts may be installed: the interpreter's prefix (pip,
+    a venv) and the prefix the package itself was installed under (a colcon install runs the system
+    Python, whose prefix is /usr, with the package in ``<install>/lib/python3.X/site-packages``)."""
+    out = [Path(sys.prefix)]
+    out += [p for p in PACKAGE_ROOT.parents[:4] if p not in out]
+    return out
+
+
 def config_path(mode_or_path: str) -> Path:
     """``sim``/``robot`` -> the packaged config file (source tree or installed share/); else a path."""
     if mode_or_path in ("sim", "robot"):
-        candidates = [PACKAGE_ROOT / "config" / f"{mode_or_path}.yaml",
-                      Path(sys.prefix) / "share" / "piper_recorder" / "config" / f"{mode_or_path}.yaml"]
+        candidates = [PACKAGE_ROOT / "config" / f"{mode_or_path}.yaml"]
+        candidates += [p / "share" / "piper_recorder" / "config" / f"{mode_or_path}.yaml" for p in install_prefixes()]
         for c in candidates:
             if c.is_file():
                 return c
@@ -118,6 +127,23 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
     return f"nice -n {nice}" if nice and name in bulk else None
 
 
+# realsense-ros >= 4.55.1 reads one profile per stream (rgb_camera.color_profile, depth_module.depth_profile);
+# 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
+# the other's names, so a camera section's profiles are given under both.
+REALSENSE_PROFILE_ALIASES = {"rgb_camera.color_profile": "rgb_camera.profile",
+                             "depth_module.depth_profile": "depth_module.profile"}
+
+
+def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
+    """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section: its
+    ``camera_name`` and the profile names of older wrappers (REALSENSE_PROFILE_ALIASES)."""
+    section = cfg.get(camera, {})
+    out: dict[str, Any] = {old: section[new] for new, old in REALSENSE_PROFILE_ALIASES.items()
+                           if new in section and old not in section}
+    out["camera_name"] = camera
+    return out
+
+
 def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
                      backend: str = "", cameras: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
@@ -171,13 +197,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def script_dirs(bin_dir: Path | None = None) -> list[Path]:
+    """Where this package's console scripts are, in order: ``bin_dir``, next to the interpreter (pip,
+    a venv), ``<prefix>/lib/piper_recorder`` of the package's own install (colcon puts them there for
+    ``ros2 run``, off PATH: setup.cfg), then the interpreter's ``bin``."""
+    dirs = [bin_dir] if bin_dir else []
+    dirs.append(Path(sys.executable).parent)
+    dirs += [p / "lib" / "piper_recorder" for p in install_prefixes()]
+    return dirs
+
+
 def find_script(name: str, bin_dir: Path | None = None) -> str:
-    for d in ([bin_dir] if bin_dir else []) + [Path(sys.executable).parent]:
-        if (d / name).exists():
+    dirs = script_dirs(bin_dir)
+    for d in dirs:
+        if (d / name).is_file() and os.access(d / name, os.X_OK):
             return str(d / name)
     found = shutil.which(name)
     if not found:
-        raise LaunchError(f"executable {name!r} not found next to {sys.executable} or on PATH")
+        raise LaunchError(f"executable {name!r} not found in {', '.join(map(str, dirs))} or on PATH")
     return found
 
 
@@ -233,6 +270,9 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         quest["port"] = port
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = quest
         cfg.setdefault("quest_bridge", {}).update(host=str(quest.get("host", "127.0.0.1")), port=port)
+    if mode == "robot":
+        for cam in cameras:
+            cfg[cam].update(realsense_parameters(cfg, cam))
     params = dump_params(cfg, run_dir / "params.yaml")
     plan = GraphPlan(mode, params, cfg)
 

@@ -205,12 +205,15 @@ class RgbdWriter:
             with h5py.File(self.path, "r") as f:
                 attrs = dict(f.attrs)
                 depth_attrs = dict(f[schema.DEPTH].attrs) if schema.DEPTH in f else {}
-        except OSError as e:
-            raise FileStateError(f"{self.path}: not a readable HDF5 file ({e})") from e
+        except (OSError, TypeError, ValueError, RuntimeError) as e:   # h5py's errors for damaged headers/attributes
+            raise FileStateError(f"{self.path}: not a readable HDF5 file ({type(e).__name__}: {e})") from e
         if attrs.get("schema_name") != schema.SCHEMA_NAME:
             raise FileStateError(f"{self.path}: schema_name is {attrs.get('schema_name')!r}, not {schema.SCHEMA_NAME}")
         status = attrs.get("writer_status")
-        problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
+        try:
+            problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
+        except Exception as e:  # noqa: BLE001 - damaged beyond what the validator can read
+            problems = [f"cannot validate: {type(e).__name__}: {e}"]
         if problems:
             raise FileStateError(f"{self.path} (writer_status={status!r}) cannot be appended to: " + "; ".join(problems[:5]))
         c = self.cfg

@@ -182,6 +182,9 @@ def test_sim_launch_description():
     nice = f"nice -n {load_config(CONFIG['sim'])[LAUNCH_SECTION]['bulk_nice']}"
     assert {n for n, p in prefixes.items() if p == nice} == {"cam_front", "lerobot_recorder", "rgbd_recorder"}
     assert all(p in ("", nice) for p in prefixes.values())
+    # each process's output is labelled by its node, not by the prefix's first word ("nice")
+    labels = {a._Node__node_name: perform(ctx, a.process_description.name) for a in actions if isinstance(a, Node)}
+    assert labels == {n: n for n in labels}
 
 
 def test_robot_launch_description():

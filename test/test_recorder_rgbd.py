@@ -102,7 +102,7 @@ def test_sigkill_mid_episode_then_restart(ros_domain, tmp_path):
     rig.watch_status(REC)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            p = g.start(*recorder_args(path))
+            p = g.start(*recorder_args(path, "task:=stack"))
             ok(rig.call(REC, "start_episode"), "start")
             time.sleep(0.5)
             ok(rig.call(REC, "stop_episode"), "stop")
@@ -112,7 +112,7 @@ def test_sigkill_mid_episode_then_restart(ros_domain, tmp_path):
             p.signal(signal.SIGKILL)
             p.popen.wait(10)
             restart = time.monotonic()
-            p2 = g.start(*recorder_args(path, "on_shutdown:=save"), name="recorder2")
+            p2 = g.start(*recorder_args(path, "on_shutdown:=save", "task:=stack"), name="recorder2")
             assert rig.wait_up(REC, restart)["state"] == "idle"
             assert "recording episode 1" in ok(rig.call(REC, "start_episode"), "start after restart")
             time.sleep(0.4)

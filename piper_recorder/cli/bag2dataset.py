@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from piper_recorder.cli.errors import exits_2_on_bad_input
+
 EPILOG = """\
 episodes: from the bag's /episode_events when present (the "saved" events of the matching recorder:
   the same grid origin, end and task as live), else every --episode START:END range (seconds from the
@@ -33,6 +35,7 @@ exit status: 0 all bags converted or skipped; 1 some bags failed (each is report
 """
 
 
+@exits_2_on_bad_input("piper-bag2dataset")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="piper-bag2dataset", description=__doc__.splitlines()[0], epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -13,8 +13,10 @@ import sys
 import time
 
 from piper_recorder.lerobot.export import TARGETS, ExportError, export
+from piper_recorder.cli.errors import exits_2_on_bad_input
 
 
+@exits_2_on_bad_input("piper-export")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="piper-export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

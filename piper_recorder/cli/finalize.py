@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from piper_recorder.lerobot.finalize import FinalizeConfig, FinalizeError, finalize_root
+from piper_recorder.cli.errors import exits_2_on_bad_input
+from piper_recorder.lerobot.finalize import FinalizeConfig, finalize_root
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -20,6 +21,7 @@ def _pair(text: str) -> tuple[str, str]:
     return act, obs
 
 
+@exits_2_on_bad_input("piper-finalize")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="piper-finalize", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,11 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                          pairs=dict(args.pair) if args.pair else None,
                          pose_columns=tuple(args.pose_column) if args.pose_column else None,
                          log=lambda m: print(m, file=sys.stderr))
-    try:
-        res = finalize_root(args.root, cfg)
-    except FinalizeError as e:
-        print(f"piper-finalize: {e}", file=sys.stderr)
-        return 1
+    res = finalize_root(args.root, cfg)   # a root it cannot use: exit 2 (cli.errors)
     print(f"piper-finalize: {res.episodes} episodes, {res.rows} rows, horizon {args.horizon} "
           f"({res.samples} window samples per column) -> meta/relative_stats.json, meta/delta_stats.json")
     return 0

@@ -16,8 +16,10 @@ from pathlib import Path
 
 from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.retime import OK, REFUSE, REWRITE, FilePlan, repair_root
+from piper_recorder.cli.errors import exits_2_on_bad_input
 
 
+@exits_2_on_bad_input("piper-repair")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="piper-repair", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

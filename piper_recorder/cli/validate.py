@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from piper_recorder.cli.errors import exits_2_on_bad_input
+
 HDF5_SUFFIXES = (".hdf5", ".h5")
 
 
@@ -29,6 +31,7 @@ def _validate_hdf5(path: Path, full: bool) -> list[str] | None:
     return [p if p.startswith(str(path)) else f"{path}: {p}" for p in problems]
 
 
+@exits_2_on_bad_input("piper-validate")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="piper-validate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -5,7 +5,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from piper_recorder.cli.errors import exits_2_on_bad_input
 
+
+@exits_2_on_bad_input("piper-view")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="piper-view", description=__doc__)
     ap.add_argument("path", type=Path, help="a LeRobot v2.0 root directory or an RGB-D .hdf5 file")

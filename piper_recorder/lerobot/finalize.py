@@ -36,8 +36,9 @@ from typing import Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot import se3
-from piper_recorder.lerobot.rootfiles import (atomic_write_json, column_array, data_file, read_json, read_jsonl,
+from piper_recorder.lerobot import metacheck, se3
+from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.lerobot.rootfiles import (atomic_write_json, column_array, data_file,
                                               vector_features)
 
 STAT_KEYS = ("mean", "std", "min", "max", "q01", "q99")
@@ -46,7 +47,7 @@ QUAT_ROTATION_TYPES = {"quat_wxyz", "quaternion"}
 COMBINED_ACTION = "action"
 
 
-class FinalizeError(RuntimeError):
+class FinalizeError(DatasetError):
     """The root cannot be finalized (missing files, no episodes, inconsistent columns)."""
 
 
@@ -168,13 +169,14 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
     cfg.validate()
     root = Path(root)
     meta = root / "meta"
-    try:
-        info = read_json(meta / "info.json")
-        episodes = read_jsonl(meta / "episodes.jsonl")
-    except (OSError, ValueError) as e:
-        raise FinalizeError(f"cannot read the root's metadata: {e}") from e
     modality_path = meta / "modality.json"
-    modality = read_json(modality_path) if modality_path.exists() else None
+    try:
+        info = metacheck.load_info(root)
+        episodes = metacheck.check_episodes(metacheck.load_jsonl(meta / "episodes.jsonl", missing_ok=False),
+                                            meta / "episodes.jsonl")
+        modality = metacheck.load_json_object(modality_path) if modality_path.exists() else None
+    except DatasetError as e:
+        raise FinalizeError(f"cannot read the root's metadata: {e}") from e
     if not episodes:
         raise FinalizeError(f"{meta / 'episodes.jsonl'}: no episodes to finalize")
     features = vector_features(info)

@@ -379,6 +379,8 @@ def _video_frames(path: Path, full: bool) -> _Video:
         if not container.streams.video:
             raise ValueError("no video stream")
         stream = container.streams.video[0]
+        if stream.codec_context is None:
+            raise ValueError("video stream without codec parameters")
         size = (stream.codec_context.width, stream.codec_context.height)
         tb = stream.time_base
         if tb is None or tb <= 0:

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from piper_recorder import __version__
 
-from . import episode_stats, fsutil, meta, provenance, repair, stats
+from . import episode_stats, fsutil, meta, metacheck, provenance, repair, stats
 from .errors import DatasetError, EpisodeStateError, SchemaError
 from .features import BOOKKEEPING, FeatureSpec, combined_specs, piper_features
 from .video import VideoConfig, VideoEncoder
@@ -388,7 +388,8 @@ class LeRobotWriter:
         self._combined = combined_specs(cfg.features) if cfg.combined_columns else {}
         info_path = self.root / "meta" / "info.json"
         if info_path.exists():
-            self._check_compatible(json.loads(info_path.read_text()))
+            self._check_compatible(metacheck.load_info(self.root))
+        metacheck.load_episodes(self.root), metacheck.load_tasks(self.root)   # shapes checked before repair uses them
         self._episodes, tasks, self.repairs = repair.repair(self.root, list(cfg.cameras),
                                                             cfg.chunks_size)
         self._tasks = tasks

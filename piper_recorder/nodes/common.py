@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import rclpy
 from builtin_interfaces.msg import Time
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -59,15 +60,28 @@ def _coerce(name: str, typ: Any, value: Any) -> Any:
         raise ParameterError(str(exc)) from exc
 
 
-def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
-    """Declare one ROS parameter per dataclass field (defaults from the class) and return the filled config.
+def _descriptor(name: str, typ: Any, settable: bool) -> ParameterDescriptor:
+    return ParameterDescriptor(
+        name=name, type=_ROS_TYPES[typ].value, read_only=not settable,
+        description="may change at run time" if settable else "read at start-up; restart the node to change it")
 
-    Fields of type bool/int/float/str and list[...] of those map to ROS parameters; a field named
-    ``foo`` with ``prefix='bar.'`` becomes parameter ``bar.foo``. If the class has ``validate()``,
-    it runs last and its ValueError is re-raised as ParameterError.
+
+def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
+    """Declare one statically typed ROS parameter per dataclass field (defaults from the class) and
+    return the filled config.
+
+    Fields of type bool/int/float/str and list[...] of those map to ROS parameters of that type; a
+    field named ``foo`` with ``prefix='bar.'`` becomes parameter ``bar.foo``. A start-up value (``-p``,
+    ``--params-file``) is read with ``coerce_param`` (an int passes for a float, anything else of the
+    wrong type is a ParameterError naming it). Every parameter is read-only (the node reads it once)
+    except the class's ``runtime_params``; a change to one of those is checked by the config's
+    ``check_runtime(name, value)`` (a reason string refuses it). If the class has ``validate()``, it
+    runs last and its ValueError is re-raised as ParameterError.
     """
     hints = typing.get_type_hints(cls)
+    runtime: frozenset[str] = getattr(cls, "runtime_params", frozenset())
     values: dict[str, Any] = {}
+    fields: dict[str, str] = {}   # parameter name -> field name
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.init:
             continue
@@ -81,12 +95,15 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
         else:
             default = None
         name = prefix + f.name
-        from rcl_interfaces.msg import ParameterDescriptor
-
-        descriptor = ParameterDescriptor(dynamic_typing=True)
-        param = node.declare_parameter(name, default if default not in (None, []) else None, descriptor)
-        value = param.value
-        values[f.name] = default if value is None else _coerce(name, typ, value)
+        # Declared untyped first to receive the start-up value as rcl parsed it (30 for a float field,
+        # [] without a type), then typed by set_descriptor with the coerced value.
+        given = node.declare_parameter(name, None, ParameterDescriptor(dynamic_typing=True)).value
+        value = default if given is None else _coerce(name, typ, given)
+        if value is not None:
+            node.set_descriptor(name, _descriptor(name, typ, f.name in runtime),
+                                Parameter(name, _ROS_TYPES[typ], value).get_parameter_value())
+        values[f.name] = value
+        fields[name] = f.name
     try:
         cfg = cls(**values)
         validate = getattr(cfg, "validate", None)
@@ -96,6 +113,18 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
         raise
     except (ValueError, TypeError) as exc:
         raise ParameterError(f"{node.get_name()}: {exc}") from exc
+    check = getattr(cfg, "check_runtime", None)
+    if runtime and callable(check):
+        def _on_set(params: list[Parameter]) -> SetParametersResult:
+            for p in params:
+                field_name = fields.get(p.name)
+                if field_name in runtime:
+                    reason = check(field_name, p.value)
+                    if reason:
+                        return SetParametersResult(successful=False, reason=f"{p.name}: {reason}")
+            return SetParametersResult(successful=True)
+
+        node.add_on_set_parameters_callback(_on_set)
     return cfg
 
 

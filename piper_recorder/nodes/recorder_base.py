@@ -29,12 +29,11 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import gripper_width, joint_positions, pose, stamp_ns
-from piper_recorder.recording.config import RecorderConfig, session_record
-from piper_recorder.recording.controller import EpisodeController
+from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
+from piper_recorder.recording.controller import Answer, EpisodeController
 from piper_recorder.recording.targets import EpisodeTarget
 
-from piper_recorder.lerobot.errors import DatasetError
-from rgbd_writer.errors import RgbdError
+from piper_recorder.errors import INPUT_ERRORS, describe
 
 from .common import ParameterError, declare_config, now_ns, run_in_thread
 
@@ -55,8 +54,8 @@ class RecorderNode(Node):
         self.cfg = cfg = declare_config(self, self.config_class)
         try:
             target = self.make_target()
-        except (OSError, DatasetError, RgbdError) as exc:   # unwritable path, another writer holds it, ...
-            raise ParameterError(f"{name}: cannot open the dataset: {type(exc).__name__}: {exc}") from exc
+        except INPUT_ERRORS as exc:   # unwritable path, another writer holds it, a damaged root, ...
+            raise ParameterError(f"{name}: cannot open the dataset: {describe(exc)}") from exc
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
@@ -149,7 +148,11 @@ class RecorderNode(Node):
         return response
 
     async def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        task = str(self.get_parameter("task").value or "")
+        task = self.get_parameter("task").value
+        problem = task_problem(task)
+        if problem:
+            return self._answer(res, Answer(False, f"parameter {problem}; set it first: ros2 param set "
+                                                   f"{self.get_fully_qualified_name()} task '...'"))
         return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: now_ns(self))))
 
     async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:

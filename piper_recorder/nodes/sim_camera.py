@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
@@ -43,7 +44,10 @@ from piper_recorder.sim.scene import SceneRenderer
 
 @dataclass
 class SimCameraConfig:
-    """Parameters of one sim camera (validated at start-up)."""
+    """Parameters of one sim camera (validated at start-up); the fault parameters may change at run
+    time (the node's own callback re-arms the fault plan), every other one is read-only."""
+
+    runtime_params: ClassVar[frozenset[str]] = frozenset({"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"})
 
     width: int = 640
     height: int = 480

@@ -10,6 +10,7 @@ no real-time deadline (``offline``), and it names itself as the producer.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMEST
 
 LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
 UNKNOWN = "unknown"
+CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 IMPEDANCE_KEYS = ("kp", "kd", "t_ff", "gravity_ff")
 
 
@@ -36,11 +38,23 @@ class CameraTopics:
     width: int = 640
 
 
+def task_problem(task: Any) -> str | None:
+    """Why ``task`` cannot label an episode, or None. Both recorder nodes refuse the same tasks (at
+    ``ros2 param set`` and at start_episode), so a start refused by one is refused by the other and
+    the LeRobot and RGB-D datasets keep the same episode numbers."""
+    if not isinstance(task, str) or not task.strip():
+        return f"task must be a non-blank string, got {task!r}"
+    return None
+
+
 @dataclass
 class RecorderConfig:
     """Parameters both recorders share (each recorder's config class extends this)."""
 
     node_name: ClassVar[str]
+    # The only parameter a running recorder reads again (at every start_episode); every other one is
+    # read-only once the node runs (declare_config), since a change could not take effect.
+    runtime_params: ClassVar[frozenset[str]] = frozenset({"task"})
 
     task: str = ""                      # read again at every start_episode (ros2 param set)
     fps: float = 30.0
@@ -63,6 +77,10 @@ class RecorderConfig:
     provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
     status_hz: float = 2.0
 
+    def check_runtime(self, name: str, value: Any) -> str | None:
+        """Why a running recorder refuses ``name = value`` (ros2 param set), or None."""
+        return task_problem(value) if name == "task" else f"{name} cannot change at run time"
+
     def camera_list(self) -> list[str]:
         raise NotImplementedError
 
@@ -80,6 +98,10 @@ class RecorderConfig:
                               timestamp_mode=self.timestamp_mode, lateness_s=self.lateness_s, stale_s=self.stale_s)
 
     def validate(self) -> None:
+        for cam in self.camera_list():   # names go into topic names and file paths: never "../x" or "a/b"
+            if not CAMERA_NAME.fullmatch(cam):
+                raise ValueError(f"camera name {cam!r} must be a plain identifier (letters, digits, '_', "
+                                 "starting with a letter)")
         self.assembly().validate()
         if self.on_shutdown not in ("save", "discard"):
             raise ValueError(f"on_shutdown must be 'save' or 'discard', got {self.on_shutdown!r}")

@@ -10,17 +10,12 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
+from piper_recorder.lerobot import metacheck
 from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
 
 STANDARD_EPISODE_KEYS = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
                          "video_frame_lengths"}
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def session_changes(sessions: list[dict[str, Any]]) -> list[tuple[int, str, Any, Any]]:
@@ -60,9 +55,9 @@ def _video_src(path: Path, out_dir: Path, embed: bool) -> str:
 def render(root: Path, out: Path, episodes: list[int] | None = None, embed_videos: bool = True) -> str:
     """Write the report for ``root`` to ``out`` and return the HTML."""
     root = Path(root)
-    info = json.loads((root / "meta" / "info.json").read_text())
-    eps = _jsonl(root / "meta" / "episodes.jsonl")
-    sessions = _jsonl(root / "meta" / "collection_sessions.jsonl")
+    info = metacheck.load_info(root)   # a damaged root: DatasetError naming the file (piper-view exits 2)
+    eps = metacheck.load_episodes(root)
+    sessions = metacheck.load_jsonl(root / "meta" / "collection_sessions.jsonl")
     fps = float(info["fps"])
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     cams = [k.removeprefix("observation.images.") for k in video_keys]

@@ -35,7 +35,28 @@ def _data_uri(img: Image.Image, width: int = 160) -> str:
 
 
 def render(path: Path, out: Path, episodes: list[int] | None = None) -> str:
-    path = Path(path)
+    """Write the report for the RGB-D file ``path`` to ``out`` and return the HTML.
+
+    h5py raises KeyError, TypeError, RuntimeError, ... on a damaged file; if reading fails and the
+    validator finds problems, that is an RgbdError listing them (piper-view exits 2), while a failure
+    on a file the validator accepts is a bug here and propagates."""
+    try:
+        return _render(Path(path), out, episodes)
+    except Exception as exc:
+        from rgbd_writer.errors import RgbdError
+        from rgbd_writer.validate import validate_file
+
+        try:
+            problems = validate_file(str(path))
+        except Exception as vexc:  # noqa: BLE001 - as piper-validate: unreadable even for the validator
+            problems = [f"cannot validate: {type(vexc).__name__}: {vexc}"]
+        if not problems:
+            raise
+        more = f" (and {len(problems) - 1} more: piper-validate lists them)" if len(problems) > 1 else ""
+        raise RgbdError(f"{path}: cannot show a damaged file: {problems[0]}{more}") from exc
+
+
+def _render(path: Path, out: Path, episodes: list[int] | None) -> str:
     plots: dict[str, Any] = {}
     with h5py.File(path, "r") as f:
         attrs = dict(f.attrs)

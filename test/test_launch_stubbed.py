@@ -1,0 +1,165 @@
+"""The launch files' graph builders run here, where `launch`/`launch_ros` are not installed (#16.10).
+
+The launch files are evaluated with stand-in `launch`, `launch_ros` and `ament_index_python` modules
+that record each action's arguments, so what `ros2 launch` would start is checked on every machine:
+each process labelled with its node name (launch labels a process with ``exec_name``, else with the
+basename of the first word of its command line, which a ``prefix`` such as ``nice -n 5`` replaces:
+launch/descriptions/executable.py), the RealSense profiles under both wrapper generations' names,
+and the pip launcher finding its scripts in a colcon install. test_launch_files.py evaluates the same
+files with the real `launch_ros` wherever it is importable.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from piper_recorder import launcher
+from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, load_config, plan_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder"}
+
+
+class Action:
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+class Node(Action):
+    pass
+
+
+class ExecuteProcess(Action):
+    pass
+
+
+class OpaqueFunction(Action):
+    pass
+
+
+class LaunchConfiguration:
+    def __init__(self, name: str, **_kw):
+        self.name = name
+
+    def perform(self, context: dict) -> str:
+        return context[self.name]
+
+
+def _module(name: str, **attrs) -> types.ModuleType:
+    m = types.ModuleType(name)
+    m.__dict__.update(attrs)
+    return m
+
+
+@pytest.fixture
+def stub_launch(monkeypatch):
+    mods = {
+        "launch": _module("launch", LaunchDescription=Action),
+        "launch.actions": _module("launch.actions", DeclareLaunchArgument=Action, ExecuteProcess=ExecuteProcess,
+                                  OpaqueFunction=OpaqueFunction),
+        "launch.substitutions": _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
+        "launch_ros": _module("launch_ros"),
+        "launch_ros.actions": _module("launch_ros.actions", Node=Node),
+        "launch_ros.substitutions": _module("launch_ros.substitutions", ExecutableInPackage=Action),
+        "ament_index_python": _module("ament_index_python"),
+        "ament_index_python.packages": _module("ament_index_python.packages",
+                                               get_package_share_directory=lambda _pkg: str(ROOT)),
+    }
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+def graph(name: str, **args: str) -> list[Action]:
+    """The actions ``ros2 launch piper_recorder <name>.launch.py key:=value ...`` would run."""
+    spec = importlib.util.spec_from_file_location(f"{name}_launch", ROOT / "launch" / f"{name}.launch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (ld,) = mod.generate_launch_description().args
+    (opaque,) = [a for a in ld if isinstance(a, OpaqueFunction)]
+    context = {k: "" for k in LAUNCH_ARGUMENTS} | args
+    return opaque.kwargs["function"](context)
+
+
+def label(action: Action) -> str:
+    """The output label launch gives a process (launch/descriptions/executable.py: ``name`` (a Node's
+    ``exec_name``) if given, else the basename of the command's first word after the prefix)."""
+    kw = action.kwargs
+    given = kw.get("exec_name") if isinstance(action, Node) else kw.get("name")
+    if given:
+        return given
+    cmd = shlex.split(kw.get("prefix") or "") + [kw.get("executable") or "<cmd>"]
+    return os.path.basename(cmd[0])
+
+
+def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launch):
+    actions = graph("sim", task="stack", cameras="cam_front,cam_wrist")
+    nodes = {a.kwargs["name"]: a for a in actions if isinstance(a, Node)}
+    assert set(nodes) == OUR_NODES | {"cam_front", "cam_wrist"}
+    nice = f"nice -n {load_config(ROOT / 'config' / 'sim.yaml')[LAUNCH_SECTION]['bulk_nice']}"
+    bulk = {"cam_front", "cam_wrist", "lerobot_recorder", "rgbd_recorder"}
+    assert {n for n, a in nodes.items() if a.kwargs.get("prefix") == nice} == bulk   # still niced
+    assert {n: label(a) for n, a in nodes.items()} == {n: n for n in nodes}          # not "nice"
+    (headset,) = [a for a in actions if isinstance(a, ExecuteProcess)]
+    assert label(headset) == "sim_quest"
+    assert nodes["lerobot_recorder"].kwargs["parameters"][1]["task"] == "stack"
+    assert nodes["rgbd_recorder"].kwargs["parameters"][1]["task"] == "stack"
+
+
+def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_launch):
+    actions = graph("robot", cameras="cam_front,cam_wrist")
+    cams = [a for a in actions if isinstance(a, Node) and a.kwargs["package"] == "realsense2_camera"]
+    cfg = load_config(ROOT / "config" / "robot.yaml")
+    assert [a.kwargs["name"] for a in cams] == ["cam_front", "cam_wrist"]
+    for a in cams:
+        cam = a.kwargs["name"]
+        config_file, extra = a.kwargs["parameters"]
+        assert Path(config_file) == ROOT / "config" / "robot.yaml" and a.kwargs["namespace"] == ""
+        section = {**cfg[cam], **extra}   # what the node gets: its section, then the launch file's dict
+        assert section["rgb_camera.color_profile"] == section["rgb_camera.profile"] == "640x480x30"      # >= 4.55.1
+        assert section["depth_module.depth_profile"] == section["depth_module.profile"] == "640x480x30"  # 4.0.1-4.54.1
+        assert section["camera_name"] == cam and label(a) == cam
+    assert {label(a) for a in actions if isinstance(a, Node)} >= OUR_NODES
+
+
+def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):
+    plan = plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path)
+    cfg = load_config(plan.params_file)
+    for cam in cfg[LAUNCH_SECTION]["cameras"]:
+        assert cfg[cam]["rgb_camera.profile"] == cfg[cam]["rgb_camera.color_profile"]
+        assert cfg[cam]["depth_module.profile"] == cfg[cam]["depth_module.depth_profile"]
+
+
+def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path, monkeypatch):
+    """`ros2 run piper_recorder piper-launch sim` in a colcon install: the system Python runs it, the
+    package sits in <install>/lib/python3.X/site-packages, the scripts in <install>/lib/piper_recorder
+    (setup.cfg), the config in <install>/share/piper_recorder/config; none of them on PATH."""
+    install = tmp_path / "install" / "piper_recorder"
+    site = install / "lib" / "python3.12" / "site-packages"
+    (site / "piper_recorder").mkdir(parents=True)
+    scripts = install / "lib" / "piper_recorder"
+    scripts.mkdir(parents=True)
+    for exe in ("piper-sim-quest", "piper-sim-camera", *launcher.NODE_SCRIPTS.values()):
+        (scripts / exe).write_text("#!/usr/bin/python3\n")
+        (scripts / exe).chmod(0o755)
+    share = install / "share" / "piper_recorder" / "config"
+    share.mkdir(parents=True)
+    (share / "sim.yaml").write_text((ROOT / "config" / "sim.yaml").read_text())
+    system_bin = tmp_path / "usr" / "bin"
+    system_bin.mkdir(parents=True)
+    monkeypatch.setattr(launcher, "PACKAGE_ROOT", site)            # where the package was imported from
+    monkeypatch.setattr(sys, "executable", str(system_bin / "python3"))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "usr"))
+    monkeypatch.setenv("PATH", str(system_bin))
+    config = launcher.config_path("sim")
+    assert config == share / "sim.yaml"
+    plan = plan_graph("sim", config, [], tmp_path / "run")
+    argv0 = {p.name: Path(next(a for a in p.argv if "/" in a)) for p in plan.processes}
+    assert argv0["sim_quest"] == scripts / "piper-sim-quest"
+    assert argv0["cam_front"] == scripts / "piper-sim-camera"
+    assert argv0["lerobot_recorder"] == scripts / "piper-lerobot-recorder"
