@@ -29,6 +29,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .errors import DatasetError
+
 SAMPLE_STRIDE = 5
 EPISODE_STATS_KEYS = ("min", "max", "mean", "std", "count")  # episodes_stats.jsonl entries
 IMAGE_STATS_KEYS = ("mean", "std", "min", "max", "q01", "q99")  # stats.json image entries
@@ -197,13 +199,18 @@ def decode_sample(path: Path, stride: int = SAMPLE_STRIDE) -> tuple[np.ndarray, 
     import av
 
     hist, frames = np.zeros((3, 256), np.int64), 0
-    with av.open(str(path)) as c:
-        stream = c.streams.video[0]
-        stream.thread_type = "AUTO"
-        for i, frame in enumerate(c.decode(stream)):
-            if i % stride == 0:  # only the sampled frames are converted to RGB
-                hist += _frame_histogram(frame.to_ndarray(format="rgb24"))
-                frames += 1
+    try:
+        with av.open(str(path)) as c:
+            if not c.streams.video:
+                raise DatasetError(f"{path}: no video stream")
+            stream = c.streams.video[0]
+            stream.thread_type = "AUTO"
+            for i, frame in enumerate(c.decode(stream)):
+                if i % stride == 0:  # only the sampled frames are converted to RGB
+                    hist += _frame_histogram(frame.to_ndarray(format="rgb24"))
+                    frames += 1
+    except av.FFmpegError as e:  # garbled or truncated payload: bad input, named, not a crash
+        raise DatasetError(f"{path}: cannot decode video ({e})") from e
     return hist, frames
 
 
