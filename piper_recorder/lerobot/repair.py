@@ -46,8 +46,8 @@ def load_episodes(root: Path) -> list[dict]:
     path = root / "meta" / "episodes.jsonl"
     try:
         episodes = fsutil.read_jsonl(path)
-    except ValueError as e:
-        raise DatasetError(f"{path} is not valid JSON lines ({e}); refusing to touch the root") from e
+    except ValueError as e:  # names the file and the line
+        raise DatasetError(f"{e}; refusing to touch the root") from e
     for i, e in enumerate(episodes):
         if e.get("episode_index") != i:
             raise DatasetError(f"{path}: line {i + 1} has episode_index {e.get('episode_index')}, "

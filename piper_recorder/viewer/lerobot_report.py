@@ -10,6 +10,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
+from piper_recorder.lerobot.fsutil import read_jsonl
 from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
 
@@ -18,9 +19,7 @@ STANDARD_EPISODE_KEYS = {"episode_index", "tasks", "task_index", "length", "vide
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)  # split on "\n" only: a task may hold U+2028 and friends
 
 
 def session_changes(sessions: list[dict[str, Any]]) -> list[tuple[int, str, Any, Any]]:
