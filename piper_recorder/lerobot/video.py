@@ -93,6 +93,7 @@ class VideoEncoder:
         self._period_ms = max(1, round(1000 / fps))
         self._error: BaseException | None = None
         self._closing = False
+        self._aborted = False
         self._q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
         self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": "1000"})
         try:
@@ -149,7 +150,10 @@ class VideoEncoder:
                 self._mux(self._stream.encode(frame))
             self._mux(self._stream.encode(None))
             self._out.close()
-            fsync_file(self.path)  # durable before the save commits it (each camera in parallel)
+            # durable before the save commits it (each camera in parallel); an aborted episode's file is
+            # being deleted, and with no frame muxed PyAV never created one: nothing to persist then
+            if self.frames and not self._aborted:
+                fsync_file(self.path)
         except BaseException as e:  # surfaced to the caller by add()/finish()
             self._error = e
             log.error("encoder %s failed: %r", self.name, e)
@@ -185,6 +189,7 @@ class VideoEncoder:
 
     def abort(self) -> None:
         """Stop without caring about the output (the caller deletes the file)."""
+        self._aborted = True
         self._drain()
         self.request_finish()
         self._thread.join()
