@@ -370,10 +370,16 @@ class LeRobotWriter:
         self._layout = [(f.key, f.dim) for f in self._features] + [(k, 1) for k in BOOKKEEPING]
         self._combined = combined_specs(cfg.features) if cfg.combined_columns else {}
         info_path = self.root / "meta" / "info.json"
+        info = None
         if info_path.exists():
-            self._check_compatible(json.loads(info_path.read_text()))
+            try:
+                info = json.loads(info_path.read_text(encoding="utf-8"))
+            except ValueError as e:
+                raise repair.DamagedRootError(f"{info_path} is not valid JSON ({e}); the root was left "
+                                              f"untouched; {repair.recover_hint(self.root)}") from None
+            self._check_compatible(info)
         self._episodes, tasks, self.repairs = repair.repair(self.root, list(cfg.cameras),
-                                                            cfg.chunks_size)
+                                                            cfg.chunks_size, info)
         self._tasks = tasks
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
         self._next_index = sum(int(e["length"]) for e in self._episodes)
