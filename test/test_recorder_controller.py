@@ -354,11 +354,13 @@ def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path,
 
 
 def test_failed_save_can_be_discarded_and_shutdown_drops_it():
+    from piper_recorder.lerobot.errors import SaveFailedError
+
     class FullDisk(FakeLeRobotWriter):
         recording = True
 
         def save_episode(self, counters=None):
-            raise OSError(28, "No space left on device")
+            raise SaveFailedError("saving episode 0 failed ([Errno 28] No space left on device)")
 
     w = FullDisk()
     c, events = make(LeRobotTarget(w))
@@ -373,3 +375,26 @@ def test_failed_save_can_be_discarded_and_shutdown_drops_it():
     assert not c.stop(clock.t + 300 * MS).ok
     ans = c.shutdown(save=True)   # one more try, then the episode is dropped and the answer says so
     assert not ans.ok and "No space left" in ans.message and w.current is None and w.closed
+
+
+def test_rgbd_save_failure_is_reported_once_without_a_failed_discard():
+    """The RGB-D writer rolls a failed commit back (its journal truncates the episode's frames): the answer
+    says the episode is lost, with no misleading "discard failed", and the next episode can start."""
+    class FullDisk(FakeRgbdWriter):
+        recording = False   # what RgbdWriter reports after end_episode rolled back
+
+        def end_episode(self, success=None):
+            raise OSError(28, "No space left on device")
+
+        def discard_episode(self):
+            raise AssertionError("nothing to discard: the writer already rolled the episode back")
+
+    w = FullDisk()
+    c, events = make(RgbdTarget(w, "cam_front"))
+    t0 = time.time_ns()
+    assert c.start("", lambda: t0).ok
+    feed(c, t0 - 30 * MS, 0.3, depth=True)
+    ans = c.stop(lambda: t0 + 250 * MS)
+    assert not ans.ok and "No space left" in ans.message and "lost" in ans.message
+    assert "discard failed" not in ans.message and c.state == "idle" and events[-1]["event"] == "discarded"
+    assert c.start("", lambda: t0 + 10**9).ok

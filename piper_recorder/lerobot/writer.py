@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from piper_recorder import __version__
 
 from . import fsutil, meta, provenance, repair, stats
-from .errors import DatasetError, EpisodeStateError, SchemaError
+from .errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
 from .features import BOOKKEEPING, FeatureSpec, combined_specs, piper_features
 from .video import VideoConfig, VideoEncoder
 
@@ -586,8 +586,8 @@ class LeRobotWriter:
         except BaseException as e:
             self._rollback(tmps, done, moved)
             if isinstance(e, OSError):
-                raise DatasetError(f"saving episode {ep.index} failed ({e}); the dataset is "
-                                   "unchanged, retry save_episode() or discard_episode()") from e
+                raise SaveFailedError(f"saving episode {ep.index} failed ({e}); the dataset is "
+                                      "unchanged, retry save_episode() or discard_episode()") from e
             raise
         self._episodes, self._tasks = episodes, tasks
         self._task_index[ep.task] = ep.task_index

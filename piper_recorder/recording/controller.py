@@ -213,8 +213,10 @@ class EpisodeController:
             return self._drop(f"save failed: {exc.describe()}", ok=False, start_ns=u.start_ns)
         except Exception as exc:  # noqa: BLE001 - a failed save leaves no half-written episode
             why = f"{type(exc).__name__}: {exc}"
-            if not self._writer_holds_episode():
-                return self._drop(f"save failed: {why}", ok=False, start_ns=u.start_ns)
+            held = self._writer_holds_episode()
+            if not (held and self.target.keeps_failed_save(exc)):   # not held: nothing left to discard
+                return self._drop(f"save failed: {why}" + ("" if held else "; the episode is lost"), ok=False,
+                                  start_ns=u.start_ns, discard_writer=held)
             self._unsaved = u
             with self._lock:
                 self.state = SAVE_FAILED
@@ -245,12 +247,12 @@ class EpisodeController:
         return self.target.save_episode(u.sink, u.counters, u.timeout)
 
     def _writer_holds_episode(self) -> bool:
-        """True if the writer kept the episode after the failed save (the LeRobot writer does; the RGB-D
-        writer's journal rollback removes its frames from the file, so there is nothing to retry)."""
+        """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
+        staged; the RGB-D writer's journal rollback ends it)."""
         try:
-            return bool(self.worker.call(lambda: getattr(self.target.writer, "recording", False)))
+            return bool(self.worker.call(lambda: getattr(self.target.writer, "recording", True)))
         except Exception:  # noqa: BLE001
-            return False
+            return True
 
     def _unsaved_hint(self) -> str:
         return (f"episode {self._episode} is not saved but kept: free disk space and call stop_episode to "
@@ -338,9 +340,9 @@ class EpisodeController:
             return "recorder is shutting down"
         return f"no episode in progress (state {self.state}); nothing to {what} — call start_episode first"
 
-    def _drop(self, reason: str, ok: bool, start_ns: int | None) -> Answer:
+    def _drop(self, reason: str, ok: bool, start_ns: int | None, discard_writer: bool = True) -> Answer:
         try:
-            self.worker.call(self._discard_writer)
+            self.worker.call(self._discard_writer if discard_writer else self.worker.take_error)
         except Exception as exc:  # noqa: BLE001
             reason = f"{reason}; discard failed: {type(exc).__name__}: {exc}"
             ok = False
