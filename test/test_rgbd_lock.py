@@ -151,3 +151,29 @@ def test_releasing_the_lock_cannot_let_a_third_writer_in(tmp_path):
     finally:
         b.kill()
     assert validate_file(str(path), full=True) == [] and episodes(path) == 3
+
+
+def test_bag2dataset_rgbd_through_a_symlink_is_refused_while_a_writer_holds_the_file(tmp_path, capsys):
+    """The issue's case: a second `piper-bag2dataset --format rgbd` reaching the file through a symlink."""
+    import yaml
+
+    from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
+    from piper_recorder.cli.bag2dataset import main as bag2dataset
+
+    conf = tmp_path / "recorders.yaml"
+    conf.write_text(yaml.safe_dump({"rgbd_recorder": {"ros__parameters": {
+        "camera": "cam_front", "camera_width": 64, "camera_height": 48}}}))
+    bag = write_bag(tmp_path / "bag", scenario_messages(SynthScenario(duration_s=1.5, episodes=[(0.3, 1.2)])))
+    real, sym = tmp_path / "real.hdf5", tmp_path / "link.hdf5"
+    args = [str(bag), "--format", "rgbd", "--config", str(conf), "--no-progress"]
+    assert bag2dataset([*args, "--out", str(real)]) == 0
+    sym.symlink_to(real)
+    from piper_recorder.recording.config import RgbdRecorderConfig, load_config, rgbd_writer_config
+
+    with RgbdWriter(real, rgbd_writer_config(load_config(RgbdRecorderConfig, conf))):
+        capsys.readouterr()
+        assert bag2dataset([*args, "--out", str(sym)]) == 2
+        assert "open in another writer" in capsys.readouterr().err
+    assert validate_file(str(real), full=True) == [] and episodes(real) == 1
+    assert bag2dataset([*args, "--out", str(sym)]) == 0   # resume: already converted, file intact
+    assert episodes(real) == 1 and validate_file(str(real), full=True) == []
