@@ -131,7 +131,7 @@ def test_recover_moves_what_no_episode_names_and_leaves_a_healthy_root_alone(mad
     pq.write_table(pq.read_table(root / "data/chunk-000/episode_000000.parquet"), stray)   # wrong episode_index
     res = recover(root, "--config", both)
     assert res.returncode == 0, res.stderr
-    assert "cannot be rebuilt" not in res.stdout   # notes are only printed in the dry run
+    assert "episode 1 is on disk but cannot be rebuilt (parquet episode_index" in res.stdout
     moved = sorted(p.relative_to(root).as_posix() for p in (root / ".recovered").rglob("*") if p.is_file())
     assert len(moved) == 2 * 3 + 2   # episodes 1 and 2: parquet, 2 videos, raw lines
     assert validate_root(root, full=True) == [] and len(parquet_rows(root)) == 1

@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = p.lines()
     if a.dry_run:
         print("\n".join(lines) if lines else f"nothing to recover in {root}")
-        print(f"(dry run: nothing changed; run without --dry-run to do it)")
+        print("(dry run: nothing changed; run without --dry-run to do it)")
         return 0
+    for note in p.notes:
+        print(f"note: {note}")
     try:
         done = recover.apply(p, wcfg)
     except DatasetError as exc:

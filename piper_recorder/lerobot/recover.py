@@ -189,7 +189,10 @@ def apply(p: Plan, wcfg: "WriterConfig") -> list[str]:
             raise DatasetError(f"{root} is open in a writer; stop the recorder or converter first") from None
         for rel in p.remove:
             q = root / rel
-            shutil.rmtree(q) if q.is_dir() else q.unlink(missing_ok=True)
+            if q.is_dir():
+                shutil.rmtree(q)
+            else:
+                q.unlink(missing_ok=True)
             done.append(f"removed unsaved {rel}")
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for rel in p.move:
