@@ -205,7 +205,7 @@ class EpisodeController:
                 return self._drop(why, ok=False, start_ns=asm.start_ns)
             return self._commit(_Unsaved(sink, counters, timeout, asm.start_ns, asm.origin_ns, end, reason))
 
-    def _commit(self, u: "_Unsaved") -> Answer:
+    def _commit(self, u: _Unsaved) -> Answer:
         """Save on the writer thread; a failure with the episode still held by the writer keeps it."""
         try:
             self.worker.call(lambda: self._save(u))
@@ -240,7 +240,7 @@ class EpisodeController:
         self._on_change()
         return self._commit(u)
 
-    def _save(self, u: "_Unsaved") -> dict[str, Any]:
+    def _save(self, u: _Unsaved) -> dict[str, Any]:
         err = self.worker.take_error()
         if err is not None:
             raise _InputError(err)
