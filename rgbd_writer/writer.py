@@ -16,16 +16,17 @@ file: an exclusive OFD lock on the data file itself (see ``_lock``), so a symlin
 another mount path reaches the same lock, and releasing it is just closing the descriptor (no lock
 file to unlink, so nothing can race a third writer). The journal sits next to the resolved real
 path, where any symlink or mount path finds it; a file with several hard links is refused (the
-journal could not be found through the other names). ``writer_status`` is "incomplete" while a writer session is open
-(or crashed), "closing" during the final validation, "complete" after ``close()``, "failed" if that
-validation fails. Readers that open the file between commits see the episodes committed so far.
+journal could not be found through the other names). ``writer_status`` is "incomplete" while a
+writer session is open (or crashed), "closing" during the final validation, "complete" after
+``close()``, "failed" if that validation fails. Readers that open the file between commits see the
+episodes committed so far.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import fcntl
 import glob
-import errno
 import json
 import logging
 import os
@@ -211,13 +212,13 @@ class RgbdWriter:
 
     def _create(self) -> bool:
         """Build a new file aside, locked, and link it into place; False if ``path`` already exists."""
-        if os.path.lexists(self.path):
-            return False
         prefix = self.path + ".creating."
-        for stale in glob.glob(glob.escape(prefix) + "*"):
+        for stale in glob.glob(glob.escape(prefix) + "*"):  # also a second link left by a crash after os.link
             pid = stale[len(prefix):]
             if pid.isdigit() and not _alive(int(pid)):  # a live creator's file is not ours to remove
                 os.unlink(stale)
+        if os.path.lexists(self.path):
+            return False
         tmp = f"{prefix}{os.getpid()}"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

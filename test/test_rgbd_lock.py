@@ -177,3 +177,22 @@ def test_bag2dataset_rgbd_through_a_symlink_is_refused_while_a_writer_holds_the_
     assert validate_file(str(real), full=True) == [] and episodes(real) == 1
     assert bag2dataset([*args, "--out", str(sym)]) == 0   # resume: already converted, file intact
     assert episodes(real) == 1 and validate_file(str(real), full=True) == []
+
+
+def test_a_creator_killed_after_linking_the_new_file_leaves_no_second_link(tmp_path):
+    """Killed between linking the new file into place and removing its temporary name: the next writer
+    removes that dead creator's name (not a live one's) instead of refusing a file with two links."""
+    path = tmp_path / "f.hdf5"
+    with RgbdWriter(path, RgbdConfig(width=cw.W, height=cw.H)) as w:
+        cw.write_episode(w, 0)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftover = Path(f"{path}.creating.{dead.pid}")
+    os.link(path, leftover)
+    live = Path(f"{path}.creating.{os.getpid()}x")   # not a pid: never touched
+    live.write_bytes(b"")
+    with RgbdWriter(path, RgbdConfig(width=cw.W, height=cw.H)) as w:
+        assert w.total_episodes == 1
+        cw.write_episode(w, 1)
+    assert not leftover.exists() and live.exists() and os.stat(path).st_nlink == 1
+    assert validate_file(str(path), full=True) == [] and episodes(path) == 2
