@@ -135,3 +135,19 @@ def test_recover_moves_what_no_episode_names_and_leaves_a_healthy_root_alone(mad
     moved = sorted(p.relative_to(root).as_posix() for p in (root / ".recovered").rglob("*") if p.is_file())
     assert len(moved) == 2 * 3 + 2   # episodes 1 and 2: parquet, 2 videos, raw lines
     assert validate_root(root, full=True) == [] and len(parquet_rows(root)) == 1
+
+
+def test_a_crash_leftover_is_still_cleaned_up_without_asking(made, tmp_path):
+    """What a crash can leave (the one unsaved episode n's files, info.json one episode ahead) is not damage."""
+    _, _, both, _ = made
+    root = copy_of(made, tmp_path)
+    saved = {k: v for k, v in tree_hashes(root).items() if k.startswith(("data/", "videos/", "extras/"))}
+    leftover = root / "data/chunk-000/episode_000003.parquet"
+    leftover.write_bytes(b"partial")
+    info = json.loads((root / "meta/info.json").read_text())
+    (root / "meta/info.json").write_text(json.dumps({**info, "total_episodes": 4}))
+    w = LeRobotWriter(root, wcfg(both))
+    w.close()
+    assert any("moved unreferenced data/chunk-000/episode_000003.parquet" in r for r in w.repairs)
+    assert {k: v for k, v in tree_hashes(root).items() if k.startswith(("data/", "videos/", "extras/"))} == saved
+    assert validate_root(root, full=True) == []

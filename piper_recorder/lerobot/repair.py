@@ -65,9 +65,9 @@ def check_consistent(root: Path, episodes: list[dict], cameras, chunks_size: int
     files = payload_files(root)
     problems = []
     on_disk = sorted({i for _, i in files if i is not None})
-    if info is None and (n or on_disk):
-        problems.append(f"meta/info.json is missing but meta/episodes.jsonl lists {n} episodes and "
-                        f"{len(on_disk)} episodes have files on disk")
+    if info is None and n:  # the writer writes info.json when it opens a root, before any save
+        problems.append(f"meta/info.json is missing but meta/episodes.jsonl lists {n} saved episodes "
+                        f"({len(on_disk)} with files on disk)")
     total: Any = (info or {}).get("total_episodes")
     if isinstance(total, int) and total not in (n, n + 1):
         problems.append(f"meta/info.json says {total} episodes, meta/episodes.jsonl lists {n}")
