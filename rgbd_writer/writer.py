@@ -11,20 +11,27 @@ on the file, which HDF5 reaches only through an undo journal: payloads are appen
 committed end, changes to committed bytes wait in memory until commit. Commit = write index and
 metadata, journal the original pages, write them, fsync, delete the journal. A SIGKILL at any
 instant leaves either the committed state or a journal that the next open rolls back, so at most
-the episode in flight is lost. New files are built aside and renamed into place. One writer per
-file (flock on ``<path>.lock``). ``writer_status`` is "incomplete" while a writer session is open
-(or crashed), "closing" during the final validation, "complete" after ``close()``, "failed" if that
-validation fails. Readers that open the file between commits see the episodes committed so far.
+the episode in flight is lost. New files are built aside and linked into place. One writer per
+file: an exclusive OFD lock on the data file itself (see ``_lock``), so a symlink, a hard link or
+another mount path reaches the same lock, and releasing it is just closing the descriptor (no lock
+file to unlink, so nothing can race a third writer). The journal sits next to the resolved real
+path, where any symlink or mount path finds it; a file with several hard links is refused (the
+journal could not be found through the other names). ``writer_status`` is "incomplete" while a
+writer session is open (or crashed), "closing" during the final validation, "complete" after
+``close()``, "failed" if that validation fails. Readers that open the file between commits see the
+episodes committed so far.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import fcntl
 import glob
 import json
 import logging
 import os
 import queue
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -87,6 +94,16 @@ class WriterStats:
     episodes_rolled_back_on_open: int = 0
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _encode_job(rgb, depth, cfg: RgbdConfig):
     t0 = time.perf_counter()
     mm = codecs.quantize_depth(depth, cfg.depth_min_m, cfg.depth_max_m)
@@ -119,21 +136,21 @@ class RgbdWriter:
     """Create ``path`` or append to it (a complete file, or one a crashed writer left behind)."""
 
     def __init__(self, path: str | os.PathLike, config: RgbdConfig | None = None):
-        self.path = os.fspath(path)
+        self.given_path = os.fspath(path)
+        self.path = os.path.realpath(self.given_path)  # journal and temp files live next to the real file
         self.cfg = config or RgbdConfig()
         self.cfg.validate()
         self.stats = WriterStats()
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)  # like a LeRobot root
-        self._lock_fd = self._acquire_lock()
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)  # like a LeRobot root
+        self._lock_fd = -1
         self._closed = False
         self._ep: _Episode | None = None
         self._h5 = self._jf = None
         self._error: BaseException | None = None
         try:
-            if os.path.exists(self.path):
+            if not self._create():  # the file exists (or another writer just created it)
+                self._lock_fd = self._lock_existing()
                 self._open_existing()
-            else:
-                self._create()
         except BaseException:
             self._release_lock()
             raise
@@ -143,28 +160,94 @@ class RgbdWriter:
         self._sink: threading.Thread | None = None
 
     # ---------------------------------------------------------------- file lifecycle
-    def _acquire_lock(self) -> int:
-        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    @staticmethod
+    def _lock(fd: int) -> bool:
+        """Exclusive open-file-description lock on the whole file; False if another writer holds it.
+
+        OFD locks (Linux) belong to the inode, whatever name opened it, and unlike POSIX record locks
+        they survive this process closing other descriptors of the file (h5py, the journal). They do
+        not conflict with the ``flock`` HDF5 takes, so readers keep opening the file while it is written.
+        """
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise FileStateError(f"{self.path} is open in another writer") from None
-        return fd
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        return True
+
+    def _in_use(self) -> FileStateError:
+        where = f" (through {self.given_path})" if self.given_path != self.path else ""
+        return FileStateError(f"{self.path}{where} is open in another writer (the file is locked; one writer per "
+                              "file, whatever path reaches it)")
+
+    def _lock_existing(self) -> int:
+        for _ in range(10):
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                if not self._lock(fd):
+                    raise self._in_use()
+                st = os.fstat(fd)
+                try:
+                    same = os.stat(self.path).st_ino == st.st_ino
+                except FileNotFoundError:
+                    same = False
+                if not same:  # replaced between open and lock: lock what the name now holds
+                    os.close(fd)
+                    continue
+                if st.st_nlink > 1:
+                    raise FileStateError(
+                        f"{self.path} has {st.st_nlink} hard links: a crash journal is named after one of them "
+                        "and could not be found through the others; write to a copy (cp) or remove the extra links")
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        raise FileStateError(f"{self.path} keeps being replaced while opening it")
 
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:
-            try:
-                os.unlink(self.path + ".lock")
-            except OSError:
-                pass
-            os.close(self._lock_fd)
+            os.close(self._lock_fd)  # drops the OFD lock; no lock file to unlink
             self._lock_fd = -1
 
-    def _create(self) -> None:
-        for stale in glob.glob(glob.escape(self.path) + ".creating.*"):
-            os.unlink(stale)
-        tmp = f"{self.path}.creating.{os.getpid()}"
+    def _create(self) -> bool:
+        """Build a new file aside, locked, and link it into place; False if ``path`` already exists."""
+        prefix = self.path + ".creating."
+        for stale in glob.glob(glob.escape(prefix) + "*"):  # also a second link left by a crash after os.link
+            pid = stale[len(prefix):]
+            if pid.isdigit() and not _alive(int(pid)):  # a live creator's file is not ours to remove
+                os.unlink(stale)
+        if os.path.lexists(self.path):
+            return False
+        tmp = f"{prefix}{os.getpid()}"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            self._lock(fd)
+            self._build(tmp)
+            os.fsync(fd)
+            try:
+                os.link(tmp, self.path)  # never replaces: a writer that got here first keeps its file
+            except FileExistsError:
+                os.close(fd)
+                fd = -1
+                return False
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+                    raise
+                os.rename(tmp, self.path)  # a file system without hard links
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        self._lock_fd = fd
+        self._n_episodes = 0
+        fsync_dir(self.path)
+        return True
+
+    def _build(self, tmp: str) -> None:
         c = self.cfg
         with h5py.File(tmp, "w") as f:
             f.attrs.update(schema.root_attrs(c))
@@ -184,12 +267,6 @@ class RgbdWriter:
             data = f.create_group("data")
             data.attrs["total"] = 0
             data.attrs["env_args"] = json.dumps(c.env_args)
-        fd = os.open(tmp, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-        os.rename(tmp, self.path)
-        self._n_episodes = 0
-        fsync_dir(self.path)
 
     @staticmethod
     def _create_numeric(group, name, row_shape, dtype):

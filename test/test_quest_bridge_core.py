@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from piper_recorder.quest.bridge_core import BridgeCore
-from piper_recorder.quest.protocol import parse_line
+from piper_recorder.quest.protocol import Hello, Rejected, parse_line
 from piper_recorder.quest.scripts import ScriptedHeadset
 
 S = 10**9
@@ -60,3 +60,22 @@ def test_frame_rate():
         core.handle(frame(mono=10 + i / 90), 100 * S + i * S // 90)
     assert 85 <= core.frame_rate_hz(101 * S) <= 91
     assert core.frame_rate_hz(105 * S) == 0.0
+
+
+
+def test_a_frame_with_a_hello_key_does_not_replace_the_hello():
+    core = BridgeCore()
+    core.handle(parse_line('{"hello": {"app": "q", "v": 2}}'), 1)
+    obj = ScriptedHeadset("demo").sample(3.0, mono=50.0, frame=9)
+    obj["hello"] = {"app": "injected"}
+    out = core.handle(parse_line(json.dumps(obj)), 2 * S)
+    assert out.hello is None and core.hello == {"app": "q", "v": 2}
+    assert [p.device for p in out.poses] == ["head", "left", "right"] and core.counters["frames"] == 1
+    for extra in ({"mono": 1.0}, {"head": {}}, {"frame": 3}, {"t": 1.0}, {"heartbeat": 1}):
+        try:   # a partial frame is rejected, a heartbeat stays a heartbeat: neither is a hello
+            msg = parse_line(json.dumps({"hello": {"app": "x"}, **extra}))
+        except Rejected:
+            continue
+        assert not isinstance(msg, Hello)
+        assert core.handle(msg, 3 * S).hello is None
+    assert core.hello == {"app": "q", "v": 2}

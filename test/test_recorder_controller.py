@@ -83,7 +83,7 @@ def make(target, cams=("cam_front",), max_s=0.0, lateness=0.0):
     return c, events
 
 
-def feed(c, t0, seconds, cams=("cam_front",), depth=False, step_ms=10):
+def feed(c, t0, seconds, cams=("cam_front",), depth=False, step_ms=10, size=(4, 4)):
     for i in range(int(seconds * 1000 / step_ms)):
         s = t0 + i * step_ms * MS
         c.add_joint_state(s, [0.1] * 6 + [0.04])
@@ -92,7 +92,7 @@ def feed(c, t0, seconds, cams=("cam_front",), depth=False, step_ms=10):
         c.add_commanded_gripper(s, 0.02)
         if i % 3 == 0:
             for cam in cams:
-                c.add_frame(cam, s, np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4), np.uint16) if depth else None)
+                c.add_frame(cam, s, np.zeros((*size, 3), np.uint8), np.zeros(size, np.uint16) if depth else None)
         c.tick(s)
 
 
@@ -303,3 +303,98 @@ def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monke
     assert ep["frames_written"] == {"cam_front": 2} == ep["video_frame_lengths"]   # what the stalled queue held
     assert ep["frames_rejected_by_encoder"] == {"cam_front": rows - 2}
     assert ep["video_dropped_frames"]["cam_front"]["queue_full"] == rows - 2
+
+
+def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path, monkeypatch):
+    """ENOSPC while saving: the answer says so, nothing is discarded, start is refused until the episode is
+    dealt with, and stop_episode once space is back saves it whole (validated by the independent checker)."""
+    import errno
+    import json
+
+    from piper_recorder.lerobot import fsutil
+    from piper_recorder.lerobot.validate import validate_root
+    from piper_recorder.lerobot.writer import LeRobotWriter
+    from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
+
+    cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16,
+                                lateness_s=0.0)
+    events = []
+    c = EpisodeController(LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg))), cfg.assembly(),
+                          recorder="lerobot_recorder", max_episode_s=0, publish_event=events.append,
+                          session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
+                          log=lambda m: None)
+    real = fsutil.write_tmp
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+    clock = Clock()
+    try:
+        assert c.start("pick", clock).ok
+        feed(c, clock.t, 0.5, size=(16, 16))
+        monkeypatch.setattr(fsutil, "write_tmp", full)
+        ans = c.stop(clock.t + 490 * MS)
+        assert not ans.ok and "No space left" in ans.message and "stop_episode" in ans.message, ans.message
+        assert c.state == "save_failed" and events[-1]["event"] == "save_failed"
+        assert any((tmp_path / "ds/.staging").iterdir()), "the staged episode is kept"
+        refused = c.start("next", clock)
+        assert not refused.ok and "episode 0 is not saved" in refused.message
+        again = c.stop(clock.t + 490 * MS)   # still full: still kept
+        assert not again.ok and c.state == "save_failed"
+        monkeypatch.setattr(fsutil, "write_tmp", real)
+        saved = c.stop(clock.t + 490 * MS)
+        assert saved.ok and "saved episode 0" in saved.message, saved.message
+        assert c.state == "idle" and events[-1]["event"] == "saved" and events[-1]["rows"] == 15
+        assert c.start("next", clock).ok and c.discard().ok
+    finally:
+        c.shutdown(save=False)
+    assert validate_root(tmp_path / "ds", full=True) == []
+    (ep,) = [json.loads(x) for x in (tmp_path / "ds/meta/episodes.jsonl").read_bytes().split(b"\n") if x]
+    assert ep["episode_index"] == 0 and ep["length"] == 15 and ep["tasks"] == ["pick"]
+
+
+def test_failed_save_can_be_discarded_and_shutdown_drops_it():
+    from piper_recorder.lerobot.errors import SaveFailedError
+
+    class FullDisk(FakeLeRobotWriter):
+        recording = True
+
+        def save_episode(self, counters=None):
+            raise SaveFailedError("saving episode 0 failed ([Errno 28] No space left on device)")
+
+    w = FullDisk()
+    c, events = make(LeRobotTarget(w))
+    clock = Clock()
+    assert c.start("pick", clock).ok
+    feed(c, clock.t, 0.3)
+    assert not c.stop(clock.t + 300 * MS).ok and c.state == "save_failed" and w.current is not None
+    d = c.discard()
+    assert d.ok and w.current is None and c.state == "idle" and events[-1]["event"] == "discarded"
+    assert c.start("pick", clock).ok
+    feed(c, clock.t, 0.3)
+    assert not c.stop(clock.t + 300 * MS).ok
+    ans = c.shutdown(save=True)   # one more try, then the episode is dropped and the answer says so
+    assert not ans.ok and "No space left" in ans.message and w.current is None and w.closed
+
+
+def test_rgbd_save_failure_is_reported_once_without_a_failed_discard():
+    """The RGB-D writer rolls a failed commit back (its journal truncates the episode's frames): the answer
+    says the episode is lost, with no misleading "discard failed", and the next episode can start."""
+    class FullDisk(FakeRgbdWriter):
+        recording = False   # what RgbdWriter reports after end_episode rolled back
+
+        def end_episode(self, success=None):
+            raise OSError(28, "No space left on device")
+
+        def discard_episode(self):
+            raise AssertionError("nothing to discard: the writer already rolled the episode back")
+
+    w = FullDisk()
+    c, events = make(RgbdTarget(w, "cam_front"))
+    t0 = time.time_ns()
+    assert c.start("", lambda: t0).ok
+    feed(c, t0 - 30 * MS, 0.3, depth=True)
+    ans = c.stop(lambda: t0 + 250 * MS)
+    assert not ans.ok and "No space left" in ans.message and "lost" in ans.message
+    assert "discard failed" not in ans.message and c.state == "idle" and events[-1]["event"] == "discarded"
+    assert c.start("", lambda: t0 + 10**9).ok

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from piper_recorder.launcher import RECORDERS, Graph, LaunchError, config_path, find_script, plan_graph
+from piper_recorder.lerobot.fsutil import read_jsonl
 from piper_recorder.rosenv import lease_domain
 
 
@@ -324,7 +325,7 @@ def summarize(out: Path) -> dict[str, Any]:
     import h5py
 
     root = out / "lerobot"
-    episodes = [json.loads(line) for line in (root / "meta" / "episodes.jsonl").read_text().splitlines() if line]
+    episodes = read_jsonl(root / "meta" / "episodes.jsonl")
     info = json.loads((root / "meta" / "info.json").read_text())
     video_frames: dict[str, list[int]] = {}
     for ep in episodes:

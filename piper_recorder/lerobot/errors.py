@@ -10,6 +10,11 @@ class SchemaError(DatasetError):
     """A row or frame does not match the configured features (shape, dtype, non-finite); names the column."""
 
 
+class SaveFailedError(DatasetError):
+    """A save failed on I/O (e.g. a full disk) before its commit point: the dataset is unchanged and the
+    episode stays pending, so ``save_episode`` may be retried once the cause is gone."""
+
+
 class EpisodeStateError(DatasetError):
     """A call came in the wrong order (e.g. ``add_row`` with no episode started)."""
 

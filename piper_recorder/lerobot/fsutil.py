@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from .errors import DatasetError
+
 TMP_SUFFIX = ".tmp"
 
 
@@ -56,20 +58,51 @@ def json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=4, ensure_ascii=False) + "\n").encode()
 
 
+# Code points that str.splitlines() (and some editors) treat as line breaks but json.dumps leaves raw
+# inside strings; the ASCII ones (\r, \x0b, \x0c, \x1c-\x1e) json.dumps escapes already.
+_RAW_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_line(obj: Any) -> str:
+    """One JSON line (no newline) that no line splitter can cut: line-break code points are escaped."""
+    text = json.dumps(obj, ensure_ascii=False)
+    for raw, esc in _RAW_BREAKS.items():
+        text = text.replace(raw, esc)  # json.dumps only emits these inside strings: escaping is exact
+    return text
+
+
 def jsonl_bytes(rows: Iterable[dict]) -> bytes:
     """JSON lines with no blank lines (an empty list gives an empty file)."""
-    return b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in rows)
+    return b"".join(json_line(r).encode() + b"\n" for r in rows)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Read a JSON-lines file, skipping blank lines; a missing file is empty."""
-    if not path.exists():
-        return []
+class JsonLinesError(DatasetError, ValueError):
+    """A JSON-lines file has a line that does not parse; the message names the file and the line."""
+
+
+def parse_jsonl(path: Path, data: bytes) -> list[Any]:
+    """Parse JSON lines split on ``\n`` only, skipping blank lines.
+
+    Never ``splitlines()``: roots written before the writer escaped U+2028/U+2029/U+0085 hold them
+    raw inside strings, which is valid JSON as long as nothing splits the line there.
+    """
     out = []
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(data.decode("utf-8").split("\n"), 1):
         if line.strip():
-            out.append(json.loads(line))
+            try:
+                out.append(json.loads(line))
+            except ValueError as e:
+                raise JsonLinesError(f"{path}: line {n} is not valid JSON ({e})") from None
     return out
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """Read a JSON-lines file (see ``parse_jsonl``); a missing file is empty."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    return parse_jsonl(path, data)
 
 
 def fsync_file(path: Path) -> None:

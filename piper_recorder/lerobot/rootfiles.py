@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from . import fsutil
+
 
 def read_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as f:
@@ -19,9 +21,8 @@ def read_json(path: Path) -> Any:
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """Every non-blank line parsed as JSON (the validator reports blank lines separately)."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """Every non-blank line (split on ``\n`` only) parsed as JSON; a bad line raises naming file and line."""
+    return fsutil.parse_jsonl(path, Path(path).read_bytes())
 
 
 def episode_chunk(info: dict, episode_index: int) -> int:

@@ -107,6 +107,7 @@ class VideoEncoder:
         self.on_frame = None  # called on the encoder thread with each frame it encodes, in order
         self._error: BaseException | None = None
         self._closing = False
+        self._aborted = False
         self._q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
         self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": str(TICKS_PER_S)})
         try:
@@ -165,7 +166,10 @@ class VideoEncoder:
                 self._mux(self._stream.encode(frame))
             self._mux(self._stream.encode(None))
             self._out.close()
-            fsync_file(self.path)  # durable before the save commits it (each camera in parallel)
+            # durable before the save commits it (each camera in parallel); an aborted episode's file is
+            # being deleted, and with no frame muxed PyAV never created one: nothing to persist then
+            if self.frames and not self._aborted:
+                fsync_file(self.path)
         except BaseException as e:  # surfaced to the caller by add()/finish()
             self._error = e
             log.error("encoder %s failed: %r", self.name, e)
@@ -201,6 +205,7 @@ class VideoEncoder:
 
     def abort(self) -> None:
         """Stop without caring about the output (the caller deletes the file)."""
+        self._aborted = True
         self._drain()
         self.request_finish()
         self._thread.join()

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from piper_recorder import __version__
 
 from . import episode_stats, fsutil, meta, metacheck, provenance, repair, stats
-from .errors import DatasetError, EpisodeStateError, SchemaError
+from .errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
 from .features import BOOKKEEPING, FeatureSpec, combined_specs, piper_features
 from .video import VideoConfig, VideoEncoder
 
@@ -387,11 +387,17 @@ class LeRobotWriter:
         self._layout = [(f.key, f.dim) for f in self._features] + [(k, 1) for k in BOOKKEEPING]
         self._combined = combined_specs(cfg.features) if cfg.combined_columns else {}
         info_path = self.root / "meta" / "info.json"
+        info = None
         if info_path.exists():
-            self._check_compatible(metacheck.load_info(self.root))
+            try:
+                info = metacheck.load_info(self.root)
+            except DatasetError as e:
+                raise repair.DamagedRootError(f"{e}; the root was left untouched; "
+                                              f"{repair.recover_hint(self.root)}") from None
+            self._check_compatible(info)
         metacheck.load_episodes(self.root), metacheck.load_tasks(self.root)   # shapes checked before repair uses them
         self._episodes, tasks, self.repairs = repair.repair(self.root, list(cfg.cameras),
-                                                            cfg.chunks_size)
+                                                            cfg.chunks_size, info)
         self._tasks = tasks
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
         self._next_index = sum(int(e["length"]) for e in self._episodes)
@@ -693,8 +699,8 @@ class LeRobotWriter:
         except BaseException as e:
             self._rollback(tmps, done, moved)
             if isinstance(e, OSError):
-                raise DatasetError(f"saving episode {ep.index} failed ({e}); the dataset is "
-                                   "unchanged, retry save_episode() or discard_episode()") from e
+                raise SaveFailedError(f"saving episode {ep.index} failed ({e}); the dataset is "
+                                      "unchanged, retry save_episode() or discard_episode()") from e
             raise
         self._episodes, self._tasks = episodes, tasks
         self._task_index[ep.task] = ep.task_index

@@ -148,7 +148,7 @@ class TeleopNode(Node):
             kind = ev.get("event")
         except (ValueError, AttributeError):
             return
-        if kind in ("started", "saved", "discarded"):
+        if kind in ("started", "saved", "save_failed", "discarded"):   # save_failed: not recording
             with self._lock:
                 self.core.on_recording(kind == "started")
 

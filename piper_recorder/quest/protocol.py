@@ -11,6 +11,8 @@ Validation rules (a line failing any of them is rejected whole and counted):
 - UTF-8 (``bad_utf8``), JSON (``bad_json``), a JSON object (``not_object``);
 - ``NaN``/``Infinity`` literals (Python's json emits them) or numbers overflowing to inf: ``non_finite``;
 - kind: ``{"hello": {...}}``, ``{"heartbeat": ...}``, or a frame (has ``"mono"``); else ``unknown_kind``;
+  a line is a hello only if it has none of the frame keys (``FRAME_KEYS``) and no ``heartbeat``: a frame
+  carrying a stray ``"hello"`` key is a frame and never replaces the headset hello;
 - frame: ``t``/``mono`` finite numbers within +-1e9 s, ``frame`` an int in [0, 2**63), ``state`` a
   string, ``space`` an identifier; ``head``/``left``/``right`` objects (``missing_field``/``bad_type``);
 - device: ``pos`` 3 numbers within +-1 km, ``quat`` 4 numbers (xyzw) with | |q| - 1 | <= ``quat_tolerance``
@@ -38,6 +40,7 @@ MAX_LINE_BYTES = 64 * 1024
 QUAT_TOLERANCE = 0.1
 HANDS = ("left", "right")
 DEVICES = ("head", "left", "right")
+FRAME_KEYS = ("mono", "t", "frame", "state", "space", *DEVICES)  # any of them: the line is no hello
 _SPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _INT_MAX = 2**63
 MAX_ABS_TIME_S = 1e9  # t/mono: seconds since some boot; beyond ~31 years is corruption
@@ -268,7 +271,7 @@ def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Mes
         _check_finite_tree(obj)  # numbers that overflowed to inf, anywhere in the line
     except RecursionError:
         raise Rejected("bad_json", "nesting") from None
-    if "hello" in obj:
+    if "hello" in obj and "heartbeat" not in obj and not any(k in obj for k in FRAME_KEYS):
         info = obj["hello"]
         if not isinstance(info, dict):
             raise Rejected("bad_type", "hello: expected an object")

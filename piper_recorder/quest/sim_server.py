@@ -79,7 +79,7 @@ class ReplayFrames:
     def load(cls, path: str | Path) -> "ReplayFrames":
         out = cls()
         mono0: float | None = None
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:  # \n only, never \r
             for line in fh:
                 try:
                     obj = json.loads(line)

@@ -6,6 +6,8 @@ caller until the writer thread has done the work. Every writer call runs on one 
 
 States: idle -> recording -> (saving) -> idle; closed after ``shutdown``. Every wrong order gets a
 clear refusal and changes nothing; an episode is always either saved whole or discarded.
+A save that fails while the writer still holds the episode (e.g. a full disk) goes to ``save_failed``:
+nothing is discarded, ``stop`` retries the save (once space is back) and ``discard`` drops it.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler
 from .targets import EpisodeTarget
 from .worker import QueuedSink, WriterWorker
 
-IDLE, RECORDING, SAVING, CLOSED = "idle", "recording", "saving", "closed"
+IDLE, RECORDING, SAVING, SAVE_FAILED, CLOSED = "idle", "recording", "saving", "save_failed", "closed"
 
 
 @dataclass
@@ -30,6 +32,30 @@ class Answer:
     ok: bool
     message: str
     event: dict[str, Any] | None = None
+
+
+@dataclass
+class _Unsaved:
+    """A finished episode whose save is (still) to be done: what a retry of the save needs."""
+
+    sink: Any
+    counters: dict[str, Any]
+    timeout: bool
+    start_ns: int
+    origin_ns: int | None
+    end_ns: int
+    reason: str
+
+
+class _InputError(Exception):
+    """A row/frame call failed on the writer thread before the save: the episode cannot be saved whole."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+    def describe(self) -> str:
+        return f"{type(self.cause).__name__}: {self.cause}"
 
 
 class EpisodeController:
@@ -56,6 +82,7 @@ class EpisodeController:
         self.last_counters: dict[str, Any] = {}
         self._lateness_ns = int(assembly.lateness_s * 1e9)
         self._tick_delays: list[int] = []
+        self._unsaved: _Unsaved | None = None    # the finished episode a failed save left with the writer
         self.last_message = "idle"
 
     # ---- inputs (any thread) ----------------------------------------------------------------
@@ -115,6 +142,8 @@ class EpisodeController:
         with self._service:
             if self.state == CLOSED:
                 return self._refuse("recorder is shutting down; no new episodes")
+            if self.state == SAVE_FAILED:
+                return self._refuse(self._unsaved_hint())
             if self.state != IDLE:
                 return self._refuse(f"already recording episode {self._episode} "
                                     f"('{self._task}'); call stop_episode or discard_episode first")
@@ -146,10 +175,13 @@ class EpisodeController:
 
     def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode",
              only: EpisodeAssembler | None = None) -> Answer:
-        """Save the episode in flight (``only``: just if it is still that episode, for the auto-stop)."""
+        """Save the episode in flight, or retry a failed save (``only``: just if it is still that episode, for
+        the auto-stop)."""
         with self._service:
             if only is not None and self._asm is not only:
                 return Answer(False, "episode already ended")
+            if self.state == SAVE_FAILED and only is None:
+                return self._retry_save()
             if self.state != RECORDING:
                 return self._refuse(self._not_recording("stop"))
             end = end_ns() if callable(end_ns) else int(end_ns)
@@ -171,25 +203,68 @@ class EpisodeController:
                 missing = asm.missing_inputs(end)
                 why = f"empty: {counters['rows']} rows" + (f", never received {missing}" if missing else "")
                 return self._drop(why, ok=False, start_ns=asm.start_ns)
-            try:
-                self.worker.call(lambda: self._save(sink, counters, timeout))
-            except Exception as exc:  # noqa: BLE001 - a failed save leaves no half-written episode
-                return self._drop(f"save failed: {type(exc).__name__}: {exc}", ok=False, start_ns=asm.start_ns)
-            idx = self._episode
-            self._saved.append((idx, self._task))
-            with self._lock:
-                self.state = IDLE
-            event = self._event("saved", start_ns=asm.origin_ns, end_ns=end, rows=counters["rows"], reason=reason)
-            return self._done(Answer(True, f"saved episode {idx}: {counters['rows']} rows ({reason})", event))
+            return self._commit(_Unsaved(sink, counters, timeout, asm.start_ns, asm.origin_ns, end, reason))
 
-    def _save(self, sink: Any, counters: dict[str, Any], timeout: bool) -> dict[str, Any]:
+    def _commit(self, u: _Unsaved) -> Answer:
+        """Save on the writer thread; a failure with the episode still held by the writer keeps it."""
+        try:
+            self.worker.call(lambda: self._save(u))
+        except _InputError as exc:  # rows or frames never reached the writer: the episode is incomplete
+            return self._drop(f"save failed: {exc.describe()}", ok=False, start_ns=u.start_ns)
+        except Exception as exc:  # noqa: BLE001 - a failed save leaves no half-written episode
+            why = f"{type(exc).__name__}: {exc}"
+            held = self._writer_holds_episode()
+            if not (held and self.target.keeps_failed_save(exc)):   # not held: nothing left to discard
+                return self._drop(f"save failed: {why}" + ("" if held else "; the episode is lost"), ok=False,
+                                  start_ns=u.start_ns, discard_writer=held)
+            self._unsaved = u
+            with self._lock:
+                self.state = SAVE_FAILED
+            event = self._event("save_failed", start_ns=u.origin_ns, end_ns=u.end_ns, rows=u.counters["rows"],
+                                reason=why)
+            return self._done(Answer(False, f"saving episode {self._episode} failed ({why}); "
+                                            + self._unsaved_hint(), event))
+        self._unsaved = None
+        idx = self._episode
+        self._saved.append((idx, self._task))
+        with self._lock:
+            self.state = IDLE
+        event = self._event("saved", start_ns=u.origin_ns, end_ns=u.end_ns, rows=u.counters["rows"], reason=u.reason)
+        return self._done(Answer(True, f"saved episode {idx}: {u.counters['rows']} rows ({u.reason})", event))
+
+    def _retry_save(self) -> Answer:
+        u = self._unsaved
+        assert u is not None
+        with self._lock:
+            self.state = SAVING
+        self._on_change()
+        return self._commit(u)
+
+    def _save(self, u: _Unsaved) -> dict[str, Any]:
         err = self.worker.take_error()
         if err is not None:
-            raise err
-        return self.target.save_episode(sink, counters, timeout)
+            raise _InputError(err)
+        return self.target.save_episode(u.sink, u.counters, u.timeout)
+
+    def _writer_holds_episode(self) -> bool:
+        """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
+        staged; the RGB-D writer's journal rollback ends it)."""
+        try:
+            return bool(self.worker.call(lambda: getattr(self.target.writer, "recording", True)))
+        except Exception:  # noqa: BLE001
+            return True
+
+    def _unsaved_hint(self) -> str:
+        return (f"episode {self._episode} is not saved but kept: free disk space and call stop_episode to "
+                "retry the save, or discard_episode to drop it")
 
     def discard(self, reason: str = "discard_episode") -> Answer:
         with self._service:
+            if self.state == SAVE_FAILED:
+                self._unsaved = None
+                with self._lock:
+                    self.state = SAVING
+                return self._drop(reason, ok=True, start_ns=None)
             if self.state != RECORDING:
                 return self._refuse(self._not_recording("discard"))
             with self._lock:
@@ -216,8 +291,13 @@ class EpisodeController:
     def shutdown(self, save: bool) -> Answer:
         """Save or discard the episode in flight, then close the writer. Idempotent."""
         ans = Answer(True, "closed")
-        if self.state == RECORDING:
+        if self.state == SAVE_FAILED and save:
+            ans = self.stop(time.time_ns, reason="shutdown")   # one more try before the writer closes
+        elif self.state == RECORDING:
             ans = self.stop(time.time_ns, reason="shutdown") if save else self.discard(reason="shutdown")
+        if self.state == SAVE_FAILED:   # the writer discards it on close anyway: say so
+            ans = self.discard(reason=f"shutdown; {ans.message}" if not ans.ok else "shutdown")
+            ans = Answer(False, ans.message, ans.event) if save else ans
         with self._service:
             if self.state == CLOSED:
                 return ans
@@ -260,9 +340,9 @@ class EpisodeController:
             return "recorder is shutting down"
         return f"no episode in progress (state {self.state}); nothing to {what} — call start_episode first"
 
-    def _drop(self, reason: str, ok: bool, start_ns: int | None) -> Answer:
+    def _drop(self, reason: str, ok: bool, start_ns: int | None, discard_writer: bool = True) -> Answer:
         try:
-            self.worker.call(self._discard_writer)
+            self.worker.call(self._discard_writer if discard_writer else self.worker.take_error)
         except Exception as exc:  # noqa: BLE001
             reason = f"{reason}; discard failed: {type(exc).__name__}: {exc}"
             ok = False

@@ -20,6 +20,7 @@ class EpisodeTarget(Protocol):
     def start_episode(self, task: str, record: dict[str, Any]) -> int: ...
     def make_sink(self) -> Any: ...
     def save_episode(self, sink: Any, counters: dict[str, Any], timeout: bool) -> dict[str, Any]: ...
+    def keeps_failed_save(self, exc: BaseException) -> bool: ...
     def discard_episode(self) -> None: ...
     def delete_last_episode(self) -> None: ...
     def close(self) -> None: ...
@@ -43,6 +44,12 @@ class LeRobotTarget:
     def save_episode(self, sink: LeRobotSink, counters: dict[str, Any], timeout: bool) -> dict[str, Any]:
         rec = self.writer.save_episode({**counters, **sink.counters()})
         return dict(rec) if isinstance(rec, dict) else {}
+
+    def keeps_failed_save(self, exc: BaseException) -> bool:
+        """An I/O failure before the commit point leaves the staged episode pending: a retry can save it."""
+        from piper_recorder.lerobot.errors import SaveFailedError
+
+        return isinstance(exc, SaveFailedError)
 
     def discard_episode(self) -> None:
         self.writer.discard_episode()
@@ -77,6 +84,11 @@ class RgbdTarget:
         rec = self.writer.end_episode(success=None if timeout else True)
         return {"observations": sink.observations, "transitions": sink.transitions,
                 **(dict(rec) if isinstance(rec, dict) else {})}
+
+    def keeps_failed_save(self, exc: BaseException) -> bool:
+        """Never: a failed commit is rolled back by the journal, which truncates the episode's frames
+        (they were appended past the committed end); the frames are not held anywhere else."""
+        return False
 
     def discard_episode(self) -> None:
         self.writer.discard_episode()
