@@ -25,7 +25,8 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "piper_recorder_ros_domains"
 # Valid Fast DDS domain ids on Linux without port clashes: 0..101 and 215..232. Keep 0 for users.
 DOMAIN_IDS = tuple(range(1, 102)) + tuple(range(215, 233))
 FASTDDS_PROFILE = "fastdds_loopback.xml"
-FASTDDS_PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")  # Fast DDS 3, 2
+# Fast DDS 3 reads FASTDDS_DEFAULT_PROFILES_FILE; rmw_fastrtps warns that FASTRTPS_... (Fast DDS 2) is deprecated.
+FASTDDS_PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE",)
 
 
 def loopback_profile() -> Path | None:
@@ -53,6 +54,7 @@ def loopback_env(base: dict[str, str] | None = None) -> dict[str, str]:
     if profile is not None:
         for var in FASTDDS_PROFILE_VARS:
             env[var] = str(profile)
+        env.pop("FASTRTPS_DEFAULT_PROFILES_FILE", None)   # a stale one would be loaded too
         env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "SYSTEM_DEFAULT"  # LOCALHOST would add an open UDP transport
     else:
         env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"

@@ -51,8 +51,10 @@ def test_timeout_reconnects_waits_for_the_restarted_recorder_and_resends():
     assert res.reports[0].outcome.alarm == "timeout"
     assert not c.recording, "a start nobody answered must not show as recording"
     assert not c.poll(4.5, up).sends                      # no status since the timeout: not up yet
-    c.on_status(5.0, REC, "idle")                         # the relaunched recorder publishes
-    assert not c.poll(5.1, down).sends                    # ... but the new client is not matched yet
+    c.on_status(5.0, REC, "idle")                         # the relaunched recorder publishes:
+    res = c.poll(5.1, up)                                 # fresh clients, made now that it is known
+    assert not res.sends and res.reconnect == [REC]
+    assert not c.poll(5.15, down).sends                   # ... not matched yet
     res = c.poll(5.2, up)
     assert [(s.action, s.call_id != lost.call_id) for s in res.sends] == [(Action.START, True)]
     assert outcomes(res) == [(REC, Action.START, Outcome.RETRY)]
@@ -121,7 +123,8 @@ def test_unavailable_service_is_reported_then_delivered_or_given_up():
     res = c.poll(0.0, down)
     assert outcomes(res) == [(REC, Action.START, Outcome.UNAVAILABLE)] and res.reports[0].outcome.alarm == "timeout"
     c.on_status(1.0, REC, "idle")
-    assert c.poll(1.1, up).sends                          # delivered once it appears
+    assert c.poll(1.1, up).reconnect == [REC]
+    assert c.poll(1.2, up).sends                          # delivered once it appears
     c2 = make(call_timeout_s=1.0, retry_window_s=5.0)
     c2.press(0.0, Action.START)
     c2.poll(0.0, down)

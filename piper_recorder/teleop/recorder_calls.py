@@ -10,7 +10,8 @@ Every press becomes one call per recorder with a deadline (``call_timeout_s``). 
 reports TIMEOUT (the node pulses the headset and logs) and asks the node to destroy and re-create
 that recorder's clients: a fresh client matches the live server, and the dead endpoint is gone for
 good once its lease expires. It then waits until the recorder is up again (a ``~/status`` arrived
-after the timeout: that process is alive and discovered) and its service is matched, and resends,
+after the timeout: that process is alive and discovered), re-creates the clients once more (those
+made while it was down know only the dead endpoint), and resends when they are matched,
 unless the recorder's own state already shows the press took effect (a lost reply): START is done
 when it records, STOP when a ``saved`` event came, DISCARD when it is idle. STOP on a recorder that
 came back idle without a ``saved`` event is FAILED: that episode was lost with the process. A press
@@ -106,6 +107,7 @@ class _Call:
     sent_t: float = -math.inf
     waiting_since: float = -math.inf
     effect_seen: bool = False
+    up_t: float = math.inf        # when the recorder was first seen up again while this call waited
     ids: set[int] = field(default_factory=set)   # every attempt's id: a late answer to any of them counts
 
 
@@ -213,7 +215,7 @@ class RecorderCalls:
                                                   f"no answer in {self.cfg.call_timeout_s:g} s; not resent "
                                                   "(it may have deleted): check the dataset, hold again"))
                         continue
-                    call.phase, call.waiting_since = WAITING, t
+                    call.phase, call.waiting_since, call.up_t = WAITING, t, math.inf
                     out.reports.append(Report(name, call.action, Outcome.TIMEOUT,
                                               f"no answer in {self.cfg.call_timeout_s:g} s; re-matching"))
             if call.phase == WAITING:
@@ -229,8 +231,8 @@ class RecorderCalls:
         if t - call.pressed_t > self.cfg.retry_window_s:
             return self._done(rec, Outcome.FAILED, name, call,
                               f"not delivered within {self.cfg.retry_window_s:g} s of the press")
-        if rec.status_t <= call.waiting_since or not ready(name):
-            return None   # not up again yet (no status since the timeout) or not matched
+        if rec.status_t <= call.waiting_since:
+            return None   # not up again yet (no status since the timeout)
         st = rec.status
         if call.action is Action.START and st == RECORDING:
             return self._done(rec, Outcome.OK, name, call, "recording (per status; reply lost)")
@@ -239,10 +241,18 @@ class RecorderCalls:
                               "recorder is idle and saved nothing: the episode was lost (recorder restarted?)")
         if call.action is Action.DISCARD and st == IDLE:
             return self._done(rec, Outcome.OK, name, call, "not recording (per status)")
-        if (call.action is Action.START and st == IDLE) or (call.action is not Action.START and st == RECORDING):
-            out.sends.append(self._send(name, call, t))
-            return Report(name, call.action, Outcome.RETRY, "resent to the re-matched recorder")
-        return None   # saving (or closed): wait for it to settle
+        if not ((call.action is Action.START and st == IDLE) or (call.action is not Action.START and st == RECORDING)):
+            return None   # saving (or closed): wait for it to settle
+        if call.up_t == math.inf:
+            # Seen up again: resend only through clients created now. Older ones may be matched to the
+            # dead endpoint alone, and "ready" would send the request nowhere once more.
+            call.up_t = t
+            out.reconnect.append(name)
+            return None
+        if not ready(name):
+            return None   # the fresh clients are not matched yet
+        out.sends.append(self._send(name, call, t))
+        return Report(name, call.action, Outcome.RETRY, "resent to the re-matched recorder")
 
     @staticmethod
     def _done(rec: _Recorder, outcome: Outcome, name: str, call: _Call, message: str) -> Report:
