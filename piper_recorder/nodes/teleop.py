@@ -1,7 +1,9 @@
 """teleop: Quest controller -> /arm/target_pose and /arm/target_gripper, and buttons -> recorder services.
 
-A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: every message is fed to the core
-with its arrival time (monotonic), and a dedicated control thread at ``control_rate_hz`` asks the
+A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: headset poses and joys are fed to
+the core with their capture time (``header.stamp``, which quest_bridge maps from the headset clock to
+the host clock) moved onto the monotonic clock, so a late-delivered old pose counts as old (an
+unstamped message, stamp 0, counts from its arrival); arm feedback with its arrival time. A dedicated control thread at ``control_rate_hz`` asks the
 core for the next target. (Not a ROS timer: in a shared Python executor a 100 Hz timer starved
 the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
 single-threaded because the callbacks only store data under one lock.) Targets are published only
@@ -38,7 +40,7 @@ from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import declare_config, now_ns, ns_to_stamp, run_node
+from piper_recorder.nodes.common import declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
 from piper_recorder.teleop.frames import FrameConfig
@@ -137,18 +139,28 @@ class TeleopNode(Node):
                                f"recorders={self.ncfg.recorders}")
 
     # ---- inputs -------------------------------------------------------------------------------
+    def _captured(self, header) -> float:
+        """The message's capture time on the monotonic clock (never later than now)."""
+        stamp = stamp_to_ns(header.stamp)
+        mono = time.monotonic()
+        if stamp <= 0:
+            return mono   # not stamped: all we know is that it arrived now
+        return mono - max(0, now_ns(self) - stamp) / 1e9
+
     def _on_hand_pose(self, msg: PoseStamped) -> None:
         p, q = _pose_arrays(msg)
+        t = self._captured(msg.header)
         with self._lock:
-            self.core.on_hand_pose(time.monotonic(), p, q)
+            self.core.on_hand_pose(t, p, q)
 
     def _on_joy(self, hand: str, msg: JoyMsg) -> None:
         joy = _joy(msg)
+        t = self._captured(msg.header)
         with self._lock:
             if joy is None:
                 self.core.counters.rejected_inputs += 1
                 return
-            self.core.on_joy(time.monotonic(), hand, joy)
+            self.core.on_joy(t, hand, joy)
 
     def _on_arm_pose(self, msg: PoseStamped) -> None:
         p, q = _pose_arrays(msg)
