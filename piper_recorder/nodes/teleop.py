@@ -129,6 +129,7 @@ class TeleopNode(Node):
                                      reliable, callback_group=g)
         self._pulses: list[tuple[float, float, int]] = []   # (due monotonic, amp, ms), executor thread only
         self._last_alarm: dict | None = None
+        self._pattern_busy_until: dict[str, float] = {}
         self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
         self.create_timer(1.0, self._publish_status, callback_group=g)
         self._last_refusal_log = 0.0
@@ -304,7 +305,10 @@ class TeleopNode(Node):
         if alarm is None:
             return
         now = time.monotonic()
-        self._pulses += [(now + delay, amp, ms) for delay, amp, ms in HAPTIC_PATTERNS[alarm]]
+        pattern = HAPTIC_PATTERNS[alarm]
+        if now >= self._pattern_busy_until.get(alarm, -1.0):   # several recorders at once: one pattern
+            self._pulses += [(now + delay, amp, ms) for delay, amp, ms in pattern]
+            self._pattern_busy_until[alarm] = now + pattern[-1][0] + pattern[-1][2] / 1000.0 + 0.3
         self._last_alarm = {"recorder": report.recorder, "action": report.action.value,
                             "outcome": report.outcome.value, "message": report.message, "pattern": alarm}
         self._service_poll_pulses(now)
