@@ -67,8 +67,8 @@ class Watch:
                               lambda m: self.poses.append((time.time_ns(), _stamp_ns(m))), 500)
         n.create_subscription(Joy, "/quest/right/joy",
                               lambda m: self.joys.append((time.time_ns(), _stamp_ns(m), m.axes[1])), 500)
-        n.create_subscription(String, "/quest/raw", lambda m: self.raw.append((time.time_ns(), json.loads(m.data))),
-                              1000)
+        n.create_subscription(String, "/quest/raw",
+                              lambda m: self.raw.append((time.time_ns(), json.loads(m.data))), 1000)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
         self._stop = threading.Event()

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from std_msgs.msg import String
+
 from proc import ProcGroup
 from test_recorder_lerobot import REC, recorder_args
 from test_recorder_rig import Rig
@@ -27,7 +29,6 @@ class Headset:
 
     def __init__(self, rig: Rig):
         from sensor_msgs.msg import Joy
-        from std_msgs.msg import String
 
         self._joy_type = Joy
         self.pub = rig.node.create_publisher(Joy, "/quest/right/joy", 10)
@@ -35,7 +36,8 @@ class Headset:
         self.status: list[dict] = []
         rig.node.create_subscription(String, "/quest/haptic",
                                      lambda m: self.haptics.append((time.monotonic(), json.loads(m.data))), 50)
-        rig.node.create_subscription(String, "/teleop/status", lambda m: self.status.append(json.loads(m.data)), 10)
+        rig.node.create_subscription(String, "/teleop/status",
+                                     lambda m: self.status.append(json.loads(m.data)), 10)
         self.primary = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -75,9 +77,8 @@ def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domai
     root = tmp_path / "ds"
     rig = Rig(ros_domain)
     events_at: list[tuple[float, dict]] = []
-    rig.node.create_subscription(
-        __import__("std_msgs.msg", fromlist=["String"]).String, "/episode_events",
-        lambda m: events_at.append((time.monotonic(), json.loads(m.data))), 100)
+    rig.node.create_subscription(String, "/episode_events",
+                                 lambda m: events_at.append((time.monotonic(), json.loads(m.data))), 100)
     rig.watch_status(REC)
     head = Headset(rig)
     try:

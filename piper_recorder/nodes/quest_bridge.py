@@ -2,9 +2,10 @@
 
 Publishes /quest/{head,left,right}/pose (capture-time stamps, only valid & tracked devices),
 /quest/{left,right}/joy, /quest/raw (every accepted raw line, verbatim; rejected lines are only
-counted); a backlog read from the socket at once is coalesced for control (newest pose, joys with
-a button edge or the lowest grip, newest joy: ``BridgeCore.handle_batch``), never for /quest/raw; /quest/hello (transient local) and diagnostics on /diagnostics; forwards /quest/haptic
-to the headset as {"cmd": "haptic", ...}.
+counted), /quest/hello (transient local) and diagnostics on /diagnostics; forwards /quest/haptic
+to the headset as {"cmd": "haptic", ...}. A backlog read from the socket at once is coalesced for
+control (newest pose, joys with a button edge or the lowest grip, newest joy:
+``BridgeCore.handle_batch``), never for /quest/raw.
 """
 from __future__ import annotations
 

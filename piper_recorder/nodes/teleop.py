@@ -3,9 +3,9 @@
 A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: headset poses and joys are fed to
 the core with their capture time (``header.stamp``, which quest_bridge maps from the headset clock to
 the host clock) moved onto the monotonic clock, so a late-delivered old pose counts as old (an
-unstamped message, stamp 0, counts from its arrival); arm feedback with its arrival time. A dedicated control thread at ``control_rate_hz`` asks the
-core for the next target. (Not a ROS timer: in a shared Python executor a 100 Hz timer starved
-the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
+unstamped message, stamp 0, counts from its arrival); arm feedback with its arrival time. A
+dedicated control thread at ``control_rate_hz`` asks the core for the next target. (Not a ROS
+timer: in a shared Python executor a 100 Hz timer starved the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
 single-threaded because the callbacks only store data under one lock.) Targets are published only
 while the clutch is engaged; when it releases (grip open, menu, stale headset stream, lost arm
 feedback, arm fault) publishing stops and the arm holds.
@@ -258,7 +258,8 @@ class TeleopNode(Node):
 
     # ---- recorder services (executor thread) ---------------------------------------------------
     def _make_clients(self, rec: str) -> dict[Action, object]:
-        return {a: self.create_client(Trigger, f"/{rec}/{a.value}", callback_group=self._call_group) for a in Action}
+        return {a: self.create_client(Trigger, f"/{rec}/{a.value}", callback_group=self._call_group)
+                for a in Action}
 
     def _service_poll(self) -> None:
         """Send, time out, re-create clients and resend as RecorderCalls decides; play due haptic pulses."""

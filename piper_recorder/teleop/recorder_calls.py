@@ -76,7 +76,8 @@ class Report:
     message: str = ""
 
     def __str__(self) -> str:
-        return f"{self.recorder}/{self.action.value}: {self.outcome.value}" + (f" ({self.message})" if self.message else "")
+        text = f"{self.recorder}/{self.action.value}: {self.outcome.value}"
+        return f"{text} ({self.message})" if self.message else text
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,8 @@ class RecorderCalls:
                               "recorder is idle and saved nothing: the episode was lost (recorder restarted?)")
         if call.action is Action.DISCARD and st == IDLE:
             return self._done(rec, Outcome.OK, name, call, "not recording (per status)")
-        if not ((call.action is Action.START and st == IDLE) or (call.action is not Action.START and st == RECORDING)):
+        resend = st == IDLE if call.action is Action.START else st == RECORDING
+        if not resend:
             return None   # saving (or closed): wait for it to settle
         if call.up_t == math.inf:
             # Seen up again: resend only through clients created now. Older ones may be matched to the
