@@ -107,6 +107,15 @@ def test_slow_save_is_waited_for_not_resent():
     assert not res.sends and outcomes(res) == [(REC, Action.STOP, Outcome.OK)]
 
 
+def test_lost_reply_with_its_event_is_no_alarm():
+    c = make(call_timeout_s=1.0)
+    c.press(0.0, Action.START)
+    c.poll(0.0, up)
+    c.on_event(0.3, REC, "started")                      # the reply never comes, the event does
+    res = c.poll(1.0, up)
+    assert outcomes(res) == [(REC, Action.START, Outcome.OK)] and not res.reconnect and c.recording
+
+
 def test_delete_is_never_resent():
     c = make(call_timeout_s=1.0)
     c.press(0.0, Action.DELETE_LAST)

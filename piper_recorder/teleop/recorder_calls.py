@@ -207,6 +207,11 @@ class RecorderCalls:
                     rec.state, rec.state_t = None, -math.inf   # not delivered: the optimistic state is void
                     out.reports.append(Report(name, call.action, Outcome.UNAVAILABLE, "service not matched"))
             elif call.phase == SENT:
+                if t - call.sent_t >= self.cfg.call_timeout_s and call.effect_seen:
+                    rec.call = None   # the reply was lost, but its event says it happened: nothing to alarm
+                    out.reports.append(Report(name, call.action, Outcome.OK,
+                                              f"{_EFFECT_EVENT[call.action]} (reply lost)"))
+                    continue
                 if t - call.sent_t >= self.cfg.call_timeout_s:
                     rec.state, rec.state_t = None, -math.inf   # unknown until the recorder says
                     out.reconnect.append(name)
