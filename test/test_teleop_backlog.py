@@ -190,4 +190,6 @@ def test_burst_is_coalesced_for_control_and_fully_recorded(graph):
     truth = round(lowest["mono"] * 1e9) + mono_to_real
     assert abs(released[0][1] - truth) < 0.05 * ns_per_s, (released[0][1] - truth) / 1e9
     regrip_ns = round((mono0 + 11.4) * 1e9) + mono_to_real   # the next cycle closes the grip at 11.5 s
+    opened_ns = next(round(r["mono"] * 1e9) + mono_to_real for r in in_burst if r["right"]["squeeze"] < 0.3)
+    assert not [t for t in watch.targets if opened_ns < t < regrip_ns], "targets after the grip was released"
     assert not [t for t in watch.targets if t_burst + ns_per_s // 20 < t < regrip_ns], "targets after the burst"
