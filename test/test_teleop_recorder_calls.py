@@ -116,6 +116,18 @@ def test_lost_reply_with_its_event_is_no_alarm():
     assert outcomes(res) == [(REC, Action.START, Outcome.OK)] and not res.reconnect and c.recording
 
 
+def test_failed_save_keeps_the_toggle_on_stop_so_the_next_press_retries_it():
+    c = make(status_grace_s=1.0)
+    c.on_event(0.0, REC, "started")
+    c.press(5.0, Action.STOP)
+    (send,) = c.poll(5.0, up).sends
+    rep = c.on_reply(6.0, send.call_id, False, "save failed: No space left on device; episode kept")
+    assert rep.outcome.alarm == "failed"
+    c.on_event(6.0, REC, "save_failed")
+    c.on_status(7.5, REC, "save_failed")
+    assert c.recording                                    # the next press is a stop: it retries the save
+
+
 def test_delete_is_never_resent():
     c = make(call_timeout_s=1.0)
     c.press(0.0, Action.DELETE_LAST)

@@ -32,6 +32,8 @@ from enum import Enum
 from .mapper import Action
 
 RECORDING, IDLE, SAVING = "recording", "idle", "saving"
+SAVE_FAILED = "save_failed"   # the save failed (e.g. a full disk) and the recorder kept the episode: stop retries it
+UNSAVED = (RECORDING, SAVE_FAILED)   # states where the next press must stop (save), never start
 
 
 @dataclass
@@ -134,8 +136,9 @@ class RecorderCalls:
     # ---- state ---------------------------------------------------------------------------------
     @property
     def recording(self) -> bool:
-        """The toggle: True when any recorder is (believed) recording, so the next press stops."""
-        return any(r.state == RECORDING for r in self.recorders.values())
+        """The toggle: True when any recorder is (believed) recording or holds an episode whose save
+        failed, so the next press stops (and retries that save)."""
+        return any(r.state in UNSAVED for r in self.recorders.values())
 
     def pending(self) -> dict[str, str]:
         """Recorder -> action still in flight (for the status topic)."""
@@ -180,6 +183,8 @@ class RecorderCalls:
             rec.state, rec.state_t = RECORDING, t
         elif event in ("saved", "discarded"):
             rec.state, rec.state_t = IDLE, t
+        elif event == "save_failed":
+            rec.state, rec.state_t = SAVE_FAILED, t
         if rec.call is not None and _EFFECT_EVENT[rec.call.action] == event:
             rec.call.effect_seen = True
 
@@ -247,7 +252,7 @@ class RecorderCalls:
                               "recorder is idle and saved nothing: the episode was lost (recorder restarted?)")
         if call.action is Action.DISCARD and st == IDLE:
             return self._done(rec, Outcome.OK, name, call, "not recording (per status)")
-        resend = st == IDLE if call.action is Action.START else st == RECORDING
+        resend = st == IDLE if call.action is Action.START else st in UNSAVED
         if not resend:
             return None   # saving (or closed): wait for it to settle
         if call.up_t == math.inf:
