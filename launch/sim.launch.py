@@ -12,13 +12,14 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
 from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, launch_overrides, load_config,
                                      nice_prefix)
+from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, loopback_env
 
 PACKAGE = "piper_recorder"
 
@@ -48,7 +49,15 @@ def _graph(context, *_args, **_kwargs):
     return actions
 
 
+def _loopback_dds() -> list[SetEnvironmentVariable]:
+    """Keep every node's DDS sockets on loopback (config/fastdds_loopback.xml; see piper_recorder/rosenv.py)."""
+    env = loopback_env({k: v for k, v in os.environ.items() if k == "RMW_IMPLEMENTATION"})
+    return [SetEnvironmentVariable(k, env[k]) for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", *FASTDDS_PROFILE_VARS)
+            if k in env]
+
+
 def generate_launch_description() -> LaunchDescription:
-    return LaunchDescription([DeclareLaunchArgument(k, default_value="", description=h)
-                              for k, h in LAUNCH_ARGUMENTS.items()]
+    return LaunchDescription(_loopback_dds()
+                             + [DeclareLaunchArgument(k, default_value="", description=h)
+                                for k, h in LAUNCH_ARGUMENTS.items()]
                              + [OpaqueFunction(function=_graph)])

@@ -79,3 +79,43 @@ def test_a_frame_with_a_hello_key_does_not_replace_the_hello():
         assert not isinstance(msg, Hello)
         assert core.handle(msg, 3 * S).hello is None
     assert core.hello == {"app": "q", "v": 2}
+
+def _backlog(n=180, release_at=90, regrip_at=None, press=()):
+    """n frames of a 90 Hz stream, all read at once; the right grip opens at ``release_at``."""
+    msgs = []
+    for i in range(n):
+        squeeze = 1.0 if i < release_at or (regrip_at is not None and i >= regrip_at) else 0.0
+        msgs.append(frame(t=3.0 + i / 90, mono=50.0 + i / 90,
+                          right={"squeeze": squeeze, "pos": [0.2 + i * 1e-4, 1.1, -0.35], "primary": i in press}))
+    return msgs
+
+
+def test_backlog_is_coalesced_for_control_but_every_raw_line_is_kept():
+    core = BridgeCore()
+    core.handle(frame(mono=49.0), 999 * S)          # the clock mapping is already established
+    msgs = _backlog()
+    outs = core.handle_batch(msgs, 1003 * S)        # 2 s of frames read in one go
+    assert [o.raw for o in outs] == [m.raw for m in msgs]
+    poses = [p for o in outs for p in o.poses]
+    assert sorted(p.device for p in poses) == ["head", "left", "right"]   # the newest of each, nothing else
+    right = next(p for p in poses if p.device == "right")
+    assert right.pos == msgs[-1].right.pos
+    right_joys = [j for o in outs for j in o.joys if j.hand == "right"]
+    assert [j.axes[1] for j in right_joys] == [0.0, 0.0]   # the release (first open line) and the newest
+    assert core.counters["coalesced"] == 180 * 5 - 3 - len([j for o in outs for j in o.joys])
+
+
+def test_release_in_a_backlog_survives_a_later_regrip_and_button_edges_are_kept():
+    core = BridgeCore()
+    outs = core.handle_batch(_backlog(release_at=60, regrip_at=120, press=range(30, 40)), 5 * S)
+    right = [(j.axes[1], j.buttons[0]) for o in outs for j in o.joys if j.hand == "right"]
+    # press edge (down at 30, up at 40), the release at 60 (lowest grip), the newest (grip closed again)
+    assert right == [(1.0, 1), (1.0, 0), (0.0, 0), (1.0, 0)]
+    squeezes = [s for s, _ in right]
+    assert squeezes.index(0.0) < len(squeezes) - 1  # the release goes out before the re-grip
+
+
+def test_single_message_batch_is_not_coalesced():
+    core = BridgeCore()
+    (out,) = core.handle_batch([frame()], 5 * S)
+    assert len(out.poses) == 3 and len(out.joys) == 2 and core.counters["coalesced"] == 0

@@ -78,6 +78,21 @@ def test_host_clock_step_forward_followed_after_confirmation():
     assert m.offset_ns == 52 * S
 
 
+def test_backlog_after_a_stall_keeps_its_capture_times():
+    """2 s of frames held back (a stalled bridge or link) arrive at one instant: each keeps its own
+    capture time. (The jump rule used to count that single instant as a confirmed host clock step and
+    stamped the whole backlog "now": seconds-old poses looked fresh to teleop.)"""
+    m = MonoClockMapper(ClockMapperConfig(window_s=10.0, jump_threshold_s=0.25, jump_confirm_s=1.0))
+    t = 0.0
+    while t < 3.0:
+        m.observe(t, round(t * 1e9) + 50 * S)
+        t += 0.01
+    arrival = round(5.0 * 1e9) + 50 * S            # nothing from 3.0 to 5.0 s, then all of it at once
+    stamps = [(m.observe(3.0 + i / 100, arrival), round((3.0 + i / 100) * 1e9) + 50 * S) for i in range(200)]
+    assert all(stamp == truth for stamp, truth in stamps)
+    assert m.resets == 0 and m.offset_ns == 50 * S
+
+
 def test_host_clock_step_backward_followed_immediately():
     m = MonoClockMapper()
     m.observe(1.0, 51 * S)

@@ -326,3 +326,55 @@ def test_left_hand_drives_and_right_a_deletes():
         actions += res.actions
         assert res.target is not None  # the right grip does not matter, the left one engaged
     assert actions == [Action.START, Action.DELETE_LAST]
+
+
+def test_release_in_a_backlog_acts_before_a_later_regrip():
+    """A backlog delivered between two ticks: grip opened, then closed again. The release wins."""
+    rig = Rig()
+    rig.engage()
+    rig.step(5)
+    core, t = rig.core, rig.t + DT / 2
+    core.on_joy(t, "right", Joy(squeeze=0.0))       # released in the backlog ...
+    core.on_joy(t, "right", Joy(squeeze=1.0))       # ... closed again later in the same backlog
+    res = core.tick(rig.t + DT)
+    assert res.clutch is ClutchEvent.RELEASED and res.target is None
+    assert not core.engaged
+
+
+def test_menu_in_a_stale_message_still_releases():
+    rig = Rig()
+    rig.engage()
+    core = rig.core
+    core.on_joy(rig.t - 5.0, "right", Joy(squeeze=1.0, menu=True))   # captured 5 s ago, delivered now
+    res = core.tick(rig.t + DT)
+    assert res.clutch is ClutchEvent.FORCED_RELEASE and res.target is None
+
+
+def test_staleness_is_judged_by_capture_time_not_arrival():
+    """The node passes capture times: a bridge falling 0.4 s behind still delivers a message every
+    tick, but none newer than the last fresh one, so the arm stops once that is stale_timeout_s old."""
+    rig = Rig(stale_timeout_s=0.25)
+    rig.engage()
+    core, t_fresh = rig.core, rig.t
+    targets = []
+    for _ in range(60):
+        rig.t += DT
+        core.on_hand_pose(rig.t - 0.4, rig.hand_p, rig.hand_q)
+        core.on_joy(rig.t - 0.4, "right", Joy(squeeze=1.0))
+        core.on_arm_pose(rig.t, rig.arm_p, rig.arm_q)
+        core.on_joint_states(rig.t, [0.0] * 7)
+        if core.tick(rig.t).target is not None:
+            targets.append(rig.t)
+    assert targets and max(targets) <= t_fresh + 0.25 + 1e-9
+    assert not core.engaged and core.counters.forced_releases == 1
+
+
+def test_pose_older_than_the_one_held_is_ignored():
+    rig = Rig(**exact())
+    rig.engage()
+    core = rig.core
+    core.on_hand_pose(rig.t + DT, HAND_P + [0.0, 0.0, -0.02], I)   # newest: 2 cm forward
+    assert not core.on_hand_pose(rig.t, HAND_P + [0.0, 0.0, -0.10], I)   # an older one, delivered late
+    res = core.tick(rig.t + DT)
+    np.testing.assert_allclose(res.target.p, ARM_P + [0.02, 0.0, 0.0], atol=1e-12)
+    assert core.counters.out_of_order_inputs == 1

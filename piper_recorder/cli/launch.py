@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from piper_recorder.launcher import Graph, LaunchError, config_path, plan_graph
-from piper_recorder.rosenv import lease_domain
+from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, lease_domain, loopback_env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         lease = lease_domain()
         env = lease.env()
     else:
-        env = dict(os.environ, ROS_DOMAIN_ID=str(args.domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-                   PYTHONUNBUFFERED="1")
-    os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")})
+        env = loopback_env(dict(os.environ, ROS_DOMAIN_ID=str(args.domain_id), PYTHONUNBUFFERED="1"))
+    os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "RMW_IMPLEMENTATION",
+                                           *FASTDDS_PROFILE_VARS) if k in env})
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -3,7 +3,9 @@
 Publishes /quest/{head,left,right}/pose (capture-time stamps, only valid & tracked devices),
 /quest/{left,right}/joy, /quest/raw (every accepted raw line, verbatim; rejected lines are only
 counted), /quest/hello (transient local) and diagnostics on /diagnostics; forwards /quest/haptic
-to the headset as {"cmd": "haptic", ...}.
+to the headset as {"cmd": "haptic", ...}. A backlog read from the socket at once is coalesced for
+control (newest pose, joys with a button edge or the lowest grip, newest joy:
+``BridgeCore.handle_batch``), never for /quest/raw.
 """
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ class QuestBridge(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(String, "/quest/haptic", self._on_haptic, 10)
         self.haptic_invalid = 0
-        self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event)
+        self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
         self.create_timer(self.cfg.diagnostics_period_s, self._publish_diagnostics)
         self.client.start()
         self.get_logger().info(f"connecting to headset at {self.cfg.host}:{self.cfg.port}")
@@ -94,6 +96,13 @@ class QuestBridge(Node):
         with self._lock:
             out = self.core.handle(msg, recv_ns)
         self._publish(out)
+
+    def _on_batch(self, msgs: list[Message], recv_ns: int) -> None:
+        """Everything that was waiting in the socket: a backlog is coalesced for control (BridgeCore)."""
+        with self._lock:
+            outs = self.core.handle_batch(msgs, recv_ns)
+        for out in outs:
+            self._publish(out)
 
     def _publish(self, out: BridgeOutput) -> None:
         for p in out.poses:

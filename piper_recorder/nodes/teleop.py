@@ -1,9 +1,11 @@
 """teleop: Quest controller -> /arm/target_pose and /arm/target_gripper, and buttons -> recorder services.
 
-A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: every message is fed to the core
-with its arrival time (monotonic), and a dedicated control thread at ``control_rate_hz`` asks the
-core for the next target. (Not a ROS timer: in a shared Python executor a 100 Hz timer starved
-the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
+A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: headset poses and joys are fed to
+the core with their capture time (``header.stamp``, which quest_bridge maps from the headset clock to
+the host clock) moved onto the monotonic clock, so a late-delivered old pose counts as old (an
+unstamped message, stamp 0, counts from its arrival); arm feedback with its arrival time. A
+dedicated control thread at ``control_rate_hz`` asks the core for the next target. (Not a ROS
+timer: in a shared Python executor a 100 Hz timer starved the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
 single-threaded because the callbacks only store data under one lock.) Targets are published only
 while the clutch is engaged; when it releases (grip open, menu, stale headset stream, lost arm
 feedback, arm fault) publishing stops and the arm holds.
@@ -11,8 +13,15 @@ feedback, arm fault) publishing stops and the arm holds.
 Parameters: the fields of ``TeleopConfig`` (``hand``, ``control_rate_hz``, ``pos_scale``, ...), its
 sub-configs under ``clutch.``, ``frame.``, ``filter.``, ``limits.``, and ``TeleopNodeConfig`` below.
 Buttons call ``/<recorder>/{start,stop,discard,delete_last}_episode`` asynchronously on every
-recorder in ``recorders``; ``/episode_events`` keeps the start/stop toggle in step with the
-recorders. ``/teleop/status`` (String JSON, 1 Hz) carries the counters.
+recorder in ``recorders`` through ``piper_recorder.teleop.recorder_calls.RecorderCalls``: each call
+has a deadline (``call_timeout_s``); a timeout pulses the headset (``HAPTIC_PATTERNS["timeout"]``),
+is logged, re-creates that recorder's clients (a fresh client matches the relaunched server; the
+old one may hold a dead endpoint) and resends once the recorder publishes its ``~/status`` again;
+a press that did not take effect pulses ``HAPTIC_PATTERNS["failed"]``. Replies, ``/episode_events``
+and the recorders' ``~/status`` keep the start/stop toggle on what the recorders actually do.
+Clients are created, called and destroyed only on the executor thread (a ``SERVICE_POLL_HZ``
+timer). ``/teleop/status`` (String JSON, 1 Hz)
+carries the counters, each recorder's state and the calls in flight.
 """
 from __future__ import annotations
 
@@ -31,12 +40,21 @@ from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import declare_config, now_ns, ns_to_stamp, run_node
+from piper_recorder.nodes.common import declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
 from piper_recorder.teleop.frames import FrameConfig
 from piper_recorder.teleop.limits import LimitsConfig
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
+from piper_recorder.teleop.recorder_calls import Outcome, RecorderCallConfig, RecorderCalls
+
+# Haptic patterns on /quest/haptic, (delay s, amp, ms) per pulse; the engage pulse is one short
+# ``haptic_amp``/``haptic_ms`` buzz, so these are unmistakably different.
+HAPTIC_PATTERNS: dict[str, tuple[tuple[float, float, int], ...]] = {
+    "timeout": ((0.0, 1.0, 90), (0.2, 1.0, 90), (0.4, 1.0, 90)),   # a recorder did not answer: retrying
+    "failed": ((0.0, 1.0, 700),),                                   # the press did not take effect
+}
+SERVICE_POLL_HZ = 50.0   # presses wait <= 20 ms for the executor thread (EventsExecutor has no guard conditions)
 
 
 @dataclass
@@ -46,12 +64,18 @@ class TeleopNodeConfig:
     haptic_ms: int = 40
     fault_on_arm_error: bool = True   # an ERROR level in /arm/status refuses / releases the clutch
     arm_frame: str = "arm_base"
+    call_timeout_s: float = 3.0       # a recorder service call unanswered this long is reported and resent
+    retry_window_s: float = 20.0      # ... until this long after the press; then it is reported as failed
+
+    def calls(self) -> RecorderCallConfig:
+        return RecorderCallConfig(call_timeout_s=self.call_timeout_s, retry_window_s=self.retry_window_s)
 
     def validate(self) -> None:
         if not 0.0 <= self.haptic_amp <= 1.0 or not 0 <= self.haptic_ms <= 2000:
             raise ValueError("haptic_amp must be in [0, 1] and haptic_ms in [0, 2000]")
         if any(not r or "/" in r for r in self.recorders):
             raise ValueError(f"recorders must be plain node names, got {self.recorders}")
+        self.calls().validate()
 
 
 def _pose_arrays(msg: PoseStamped) -> tuple[list[float], list[float]]:
@@ -97,12 +121,16 @@ class TeleopNode(Node):
         self.create_subscription(DiagnosticArray, "/arm/status", self._on_arm_status, reliable, callback_group=g)
         self.create_subscription(String, "/episode_events", self._on_episode_event, reliable, callback_group=g)
 
-        services = ReentrantCallbackGroup()
-        self.clients_by_action = {
-            action: [self.create_client(Trigger, f"/{rec}/{action.value}", callback_group=services)
-                     for rec in self.ncfg.recorders]
-            for action in Action
-        }
+        self.calls = RecorderCalls(list(self.ncfg.recorders), self.ncfg.calls())
+        self._call_group = ReentrantCallbackGroup()
+        self.recorder_clients = {rec: self._make_clients(rec) for rec in self.ncfg.recorders}
+        for rec in self.ncfg.recorders:
+            self.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_recorder_status(r, m),
+                                     reliable, callback_group=g)
+        self._pulses: list[tuple[float, float, int]] = []   # (due monotonic, amp, ms), executor thread only
+        self._last_alarm: dict | None = None
+        self._pattern_busy_until: dict[str, float] = {}
+        self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
         self.create_timer(1.0, self._publish_status, callback_group=g)
         self._last_refusal_log = 0.0
         self._stop = threading.Event()
@@ -112,18 +140,28 @@ class TeleopNode(Node):
                                f"recorders={self.ncfg.recorders}")
 
     # ---- inputs -------------------------------------------------------------------------------
+    def _captured(self, header) -> float:
+        """The message's capture time on the monotonic clock (never later than now)."""
+        stamp = stamp_to_ns(header.stamp)
+        mono = time.monotonic()
+        if stamp <= 0:
+            return mono   # not stamped: all we know is that it arrived now
+        return mono - max(0, now_ns(self) - stamp) / 1e9
+
     def _on_hand_pose(self, msg: PoseStamped) -> None:
         p, q = _pose_arrays(msg)
+        t = self._captured(msg.header)
         with self._lock:
-            self.core.on_hand_pose(time.monotonic(), p, q)
+            self.core.on_hand_pose(t, p, q)
 
     def _on_joy(self, hand: str, msg: JoyMsg) -> None:
         joy = _joy(msg)
+        t = self._captured(msg.header)
         with self._lock:
             if joy is None:
                 self.core.counters.rejected_inputs += 1
                 return
-            self.core.on_joy(time.monotonic(), hand, joy)
+            self.core.on_joy(t, hand, joy)
 
     def _on_arm_pose(self, msg: PoseStamped) -> None:
         p, q = _pose_arrays(msg)
@@ -148,9 +186,20 @@ class TeleopNode(Node):
             kind = ev.get("event")
         except (ValueError, AttributeError):
             return
-        if kind in ("started", "saved", "save_failed", "discarded"):   # save_failed: not recording
+        rec = ev.get("recorder")
+        if isinstance(kind, str) and isinstance(rec, str):
             with self._lock:
-                self.core.on_recording(kind == "started")
+                self.calls.on_event(time.monotonic(), rec, kind)
+                self.core.on_recording(self.calls.recording)
+
+    def _on_recorder_status(self, rec: str, msg: String) -> None:
+        try:
+            state = json.loads(msg.data).get("state")
+        except (ValueError, AttributeError):
+            return
+        with self._lock:
+            self.calls.on_status(time.monotonic(), rec, state)
+            self.core.on_recording(self.calls.recording)
 
     # ---- control loop -------------------------------------------------------------------------
     def _control_loop(self) -> None:
@@ -172,9 +221,15 @@ class TeleopNode(Node):
 
     def _tick(self) -> None:
         with self._lock:
-            res = self.core.tick(time.monotonic())
+            now = time.monotonic()
+            res = self.core.tick(now)
+            for action in res.actions:
+                self.calls.press(now, action)
+            if res.actions:
+                self.core.on_recording(self.calls.recording)
         for action in res.actions:
-            self._call_recorders(action)
+            self.get_logger().info(f"button: {action.value} on {self.ncfg.recorders}")
+
         if res.clutch is ClutchEvent.ENGAGED:
             self.get_logger().info("clutch engaged")
             self.pub_haptic.publish(String(data=json.dumps(
@@ -201,27 +256,75 @@ class TeleopNode(Node):
         grip.name, grip.position = ["gripper"], [float(res.gripper)]
         self.pub_gripper.publish(grip)
 
-    def _call_recorders(self, action: Action) -> None:
-        self.get_logger().info(f"button: {action.value} on {self.ncfg.recorders}")
-        for rec, client in zip(self.ncfg.recorders, self.clients_by_action[action]):
-            if not client.service_is_ready():
-                self.get_logger().warning(f"{rec}/{action.value}: service not available")
-                continue
-            future = client.call_async(Trigger.Request())
-            future.add_done_callback(lambda f, r=rec, a=action: self._on_reply(r, a, f))
+    # ---- recorder services (executor thread) ---------------------------------------------------
+    def _make_clients(self, rec: str) -> dict[Action, object]:
+        return {a: self.create_client(Trigger, f"/{rec}/{a.value}", callback_group=self._call_group)
+                for a in Action}
 
-    def _on_reply(self, rec: str, action: Action, future) -> None:
+    def _service_poll(self) -> None:
+        """Send, time out, re-create clients and resend as RecorderCalls decides; play due haptic pulses."""
+        with self._lock:
+            now = time.monotonic()
+            res = self.calls.poll(now, self._ready)
+            self.core.on_recording(self.calls.recording)
+        for rec in res.reconnect:
+            for client in self.recorder_clients[rec].values():
+                self.destroy_client(client)   # its pending request may sit on a dead endpoint: drop it
+            self.recorder_clients[rec] = self._make_clients(rec)
+        for report in res.reports:
+            self._report(report)
+        for send in res.sends:
+            future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
+            future.add_done_callback(lambda f, cid=send.call_id: self._on_reply(cid, f))
+        self._service_poll_pulses(now)
+
+    def _ready(self, rec: str) -> bool:
+        return all(c.service_is_ready() for c in self.recorder_clients[rec].values())
+
+    def _on_reply(self, call_id: int, future) -> None:
         try:
             reply = future.result()
+            success, message = bool(reply.success), str(reply.message)
         except Exception as exc:  # noqa: BLE001 - a failed call is reported, never raised into the executor
-            self.get_logger().error(f"{rec}/{action.value} failed: {exc}")
+            success, message = False, f"call failed: {exc}"
+        with self._lock:
+            report = self.calls.on_reply(time.monotonic(), call_id, success, message)
+            self.core.on_recording(self.calls.recording)
+        if report is not None:
+            self._report(report)
+
+    def _report(self, report) -> None:
+        """Log every outcome; pulse the headset and remember it for the status when the operator must know."""
+        alarm = report.outcome.alarm
+        # one logging call site per severity: rclpy refuses a call site whose severity changes
+        if alarm == "failed":
+            self.get_logger().error(str(report))
+        elif alarm == "timeout" or report.outcome is Outcome.RETRY:
+            self.get_logger().warning(str(report))
+        else:
+            self.get_logger().info(str(report))
+        if alarm is None:
             return
-        log = self.get_logger().info if reply.success else self.get_logger().warning
-        log(f"{rec}/{action.value}: {'ok' if reply.success else 'refused'} {reply.message}")
+        now = time.monotonic()
+        pattern = HAPTIC_PATTERNS[alarm]
+        if now >= self._pattern_busy_until.get(alarm, -1.0):   # several recorders at once: one pattern
+            self._pulses += [(now + delay, amp, ms) for delay, amp, ms in pattern]
+            self._pattern_busy_until[alarm] = now + pattern[-1][0] + pattern[-1][2] / 1000.0 + 0.3
+        self._last_alarm = {"recorder": report.recorder, "action": report.action.value,
+                            "outcome": report.outcome.value, "message": report.message, "pattern": alarm}
+        self._service_poll_pulses(now)
+
+    def _service_poll_pulses(self, now: float) -> None:
+        due = [p for p in self._pulses if p[0] <= now]
+        self._pulses = [p for p in self._pulses if p[0] > now]
+        for _, amp, ms in due:
+            self.pub_haptic.publish(String(data=json.dumps({"hand": self.cfg.hand, "amp": amp, "ms": ms})))
 
     def _publish_status(self) -> None:
         with self._lock:
-            status = {"engaged": self.core.engaged, "recording": self.core.recording, **asdict(self.core.counters)}
+            status = {"engaged": self.core.engaged, "recording": self.core.recording, **asdict(self.core.counters),
+                      "recorders": {n: r.state for n, r in self.calls.recorders.items()},
+                      "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm}
         self.pub_status.publish(String(data=json.dumps(status)))
 
 

@@ -5,6 +5,13 @@ returns plain records the node turns into messages one to one: poses only for de
 valid and tracked, joy for both hands on every frame, the raw line for every accepted message, and
 the hello info. A last finiteness check guards every number that leaves (defence in depth behind
 the parser; a failing record is dropped and counted as ``non_finite_output``).
+
+``handle_batch`` takes every message that was waiting in the socket at once. When the bridge fell
+behind (a burst, or the bridge starved of CPU) that is a backlog of old frames, and publishing them
+all replayed seconds of old motion into teleop. The control records are therefore coalesced: per
+device only the newest pose; per hand only the joys that carry a change (a button edge), the one
+with the lowest grip (a release anywhere in the backlog is never coalesced away) and the newest.
+Every raw line and hello still goes out, in order, for recording.
 """
 from __future__ import annotations
 
@@ -110,7 +117,47 @@ class BridgeCore:
                                    (int(h.primary), int(h.secondary), int(h.stick_click), int(h.menu))))
         return out
 
+    def handle_batch(self, msgs: list[Message], recv_ns: int) -> list[BridgeOutput]:
+        """``handle`` for every message received together, with the control records coalesced."""
+        outs = [self.handle(m, recv_ns) for m in msgs]
+        self.counters["coalesced"] += coalesce(outs)
+        return outs
+
     def frame_rate_hz(self, now_ns: int) -> float:
         """Frames received over the last rate window, per second (0 when stale)."""
         times = [t for t in self._frame_times if t >= now_ns - self._rate_window_ns]
         return len(times) * 1e9 / self._rate_window_ns
+
+
+def coalesce(outs: list[BridgeOutput]) -> int:
+    """Strip superseded control records from a backlog, in place; returns how many were dropped.
+
+    Kept: the newest pose of each device; for each hand the newest joy, the joy with the lowest grip
+    (where a release happened, so teleop releases even if the grip closed again later in the
+    backlog), and every joy whose buttons differ from that hand's previous joy (each press and
+    release of A/B/X/Y/menu stays an edge). Raw lines and hellos are untouched.
+    """
+    if len(outs) < 2:
+        return 0
+    newest_pose: dict[str, tuple[int, int]] = {}
+    joys: dict[str, list[tuple[int, int, JoyOut]]] = {}
+    for i, out in enumerate(outs):
+        for k, p in enumerate(out.poses):
+            newest_pose[p.device] = (i, k)
+        for k, j in enumerate(out.joys):
+            joys.setdefault(j.hand, []).append((i, k, j))
+    keep_joy: set[tuple[int, int]] = set()
+    for seq in joys.values():
+        keep_joy.add(seq[-1][:2])
+        keep_joy.add(min(seq, key=lambda e: e[2].axes[1])[:2])   # lowest squeeze (the first of equals)
+        for prev, cur in zip(seq, seq[1:]):
+            if cur[2].buttons != prev[2].buttons:
+                keep_joy.add(cur[:2])
+    kept_poses = set(newest_pose.values())
+    dropped = 0
+    for i, out in enumerate(outs):
+        poses = [p for k, p in enumerate(out.poses) if (i, k) in kept_poses]
+        js = [j for k, j in enumerate(out.joys) if (i, k) in keep_joy]
+        dropped += len(out.poses) - len(poses) + len(out.joys) - len(js)
+        out.poses, out.joys = poses, js
+    return dropped

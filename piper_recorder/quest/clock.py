@@ -10,9 +10,12 @@ without a round trip; for adb over USB it is sub-millisecond), plus headset/host
 window (50 ppm over 10 s = 0.5 ms). Measured figures are in test/test_quest_clock.py and the report.
 
 Clock jumps: a headset reboot/reconnect (``reset()`` from the client), the headset clock going
-backwards, or a consistent jump of the host clock (every observation in the last ``jump_confirm_s``
-later than the estimate by more than ``jump_threshold_s``) reset the window; a jump the other way is
-followed immediately because it lowers the minimum.
+backwards, or a consistent jump of the host clock (every observation for at least ``jump_confirm_s``
+of receive time later than the estimate by more than ``jump_threshold_s``) reset the window; a jump
+the other way is followed immediately because it lowers the minimum. "For at least" matters: after
+a stall, a backlog arrives at one instant with its oldest line far above the estimate; that single
+instant must not count as confirmed (it did, and re-based the clock so that the whole backlog got
+"now" as capture time, which made seconds-old poses look fresh).
 """
 from __future__ import annotations
 
@@ -69,6 +72,7 @@ class MonoClockMapper:
         self._recent = SlidingMin(int(self.config.jump_confirm_s * 1e9))
         self._first_recv_ns: int | None = None
         self._last_mono_ns: int | None = None
+        self._above_since_ns: int | None = None  # receive time since which every d is above the estimate
         self.resets = 0
         self.samples = 0
 
@@ -78,6 +82,7 @@ class MonoClockMapper:
         self._recent.clear()
         self._first_recv_ns = None
         self._last_mono_ns = None
+        self._above_since_ns = None
         self.resets += 1
 
     @property
@@ -100,12 +105,18 @@ class MonoClockMapper:
             self._first_recv_ns = recv_ns
         current = self._window.min
         confirm_ns = int(self.config.jump_confirm_s * 1e9)
-        if (current is not None and recv_ns - self._first_recv_ns >= confirm_ns
+        if current is None or d - current <= self.config.jump_threshold_s * 1e9:
+            self._above_since_ns = None
+        elif self._above_since_ns is None:
+            self._above_since_ns = recv_ns
+        if (current is not None and self._above_since_ns is not None
+                and recv_ns - self._above_since_ns >= confirm_ns
                 and self._recent.min - current > self.config.jump_threshold_s * 1e9):
             recent = self._recent.min
             self._window.clear()
             self._window.push(recv_ns, recent)
             self._first_recv_ns = recv_ns
+            self._above_since_ns = None
             self.resets += 1
         self._window.push(recv_ns, d)
         self.samples += 1

@@ -8,7 +8,11 @@ commands (haptic) and counts them.
 
 For clock-mapping tests it can add a known network delay (``delay_ms`` + exponential jitter with
 mean ``jitter_ms``, order preserved as over TCP) and a headset clock offset (``mono_offset_s``:
-mono = host CLOCK_MONOTONIC + offset), and it can stall (send nothing, socket open) for a while.
+mono = host CLOCK_MONOTONIC + offset), and it can stall (send nothing, socket open) for a while,
+optionally sending the frames held back in one burst at the end (``stall_burst``: a backlog, as a
+reader that fell behind finds it), or fall behind gradually (``lag_after_s``/``lag_rate``: from
+then on each frame leaves ``lag_rate`` s later per second, up to ``lag_max_s``; old frames arrive
+one by one, as from a starved bridge).
 
 The hello carries ``mono`` (the script's t = 0), so a client can compute the script time of a frame
 as ``frame.mono - hello["mono"]`` and predict it with ``ScriptedHeadset.sample``.
@@ -52,6 +56,10 @@ class SimConfig:
     mono_offset_s: float = 0.0  # headset mono = time.monotonic() + this
     stall_after_s: float = 0.0  # > 0: stop sending (socket stays open) this long after connect ...
     stall_s: float = 0.0  # ... for this long
+    stall_burst: bool = False  # send the frames captured during the stall at once when it ends
+    lag_after_s: float = 0.0  # > 0: from this long after connect, frames leave later and later ...
+    lag_rate: float = 0.0  # ... by this many seconds per second ...
+    lag_max_s: float = 5.0  # ... up to this delay
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -62,7 +70,8 @@ class SimConfig:
             raise ValueError(f"script must be one of {SCRIPTS}")
         if self.replay and not Path(self.replay).is_file():
             raise ValueError(f"replay file not found: {self.replay}")
-        for name in ("heartbeat_s", "delay_ms", "jitter_ms", "stall_after_s", "stall_s"):
+        for name in ("heartbeat_s", "delay_ms", "jitter_ms", "stall_after_s", "stall_s", "lag_after_s",
+                     "lag_rate", "lag_max_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be finite and >= 0")
@@ -190,6 +199,7 @@ class SimQuestServer:
         next_heartbeat = start + cfg.heartbeat_s
         beat = 0
         n = 0
+        held: list[bytes] = []
         try:
             conn.sendall(encode({"hello": hello}))
             while not self._stop.is_set():
@@ -210,6 +220,8 @@ class SimQuestServer:
                     delay = cfg.delay_ms / 1000.0
                     if cfg.jitter_ms > 0:
                         delay += rng.expovariate(1000.0 / cfg.jitter_ms)
+                    if cfg.lag_after_s > 0:
+                        delay += min(cfg.lag_max_s, max(0.0, capture - start - cfg.lag_after_s) * cfg.lag_rate)
                     send_at = max(capture + delay, last_send)
                 if cfg.heartbeat_s > 0 and next_heartbeat <= send_at:
                     send_at, capture = next_heartbeat, None  # heartbeat first; frame n next round
@@ -237,15 +249,19 @@ class SimQuestServer:
                 else:
                     frame = headset.sample(capture - start, mono=mono, frame=n, rate_hz=cfg.rate)
                 n += 1
-                if stalled:
+                if stalled and not cfg.stall_burst:
                     continue
                 try:
                     line = encode(frame)
                 except (TypeError, ValueError):
                     continue  # a replayed line that cannot be re-encoded finitely
-                conn.sendall(line)
+                if stalled:
+                    held.append(line)   # sent with the first frame after the stall
+                    continue
+                conn.sendall(b"".join(held) + line)
                 with self._lock:
-                    self.frames_sent += 1
+                    self.frames_sent += len(held) + 1
+                held.clear()
         except OSError:
             pass
         finally:
@@ -305,6 +321,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mono-offset", type=float, default=0.0, help="headset clock = host monotonic + this (s)")
     p.add_argument("--stall-after", type=float, default=0.0, help="stop sending this long after connect (s)")
     p.add_argument("--stall-for", type=float, default=0.0, help="... for this long (s)")
+    p.add_argument("--stall-burst", action="store_true", help="send the frames of the stall at once after it")
+    p.add_argument("--lag-after", type=float, default=0.0, help="fall behind from this long after connect (s) ...")
+    p.add_argument("--lag-rate", type=float, default=0.0, help="... by this many seconds per second ...")
+    p.add_argument("--lag-max", type=float, default=5.0, help="... up to this delay (s)")
     return p
 
 
@@ -313,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SimConfig(host=args.host, port=args.port, rate=args.rate, script=args.script, replay=args.replay,
                     buttons=not args.no_buttons, seed=args.seed, delay_ms=args.delay_ms,
                     jitter_ms=args.jitter_ms, mono_offset_s=args.mono_offset, stall_after_s=args.stall_after,
-                    stall_s=args.stall_for)
+                    stall_s=args.stall_for, stall_burst=args.stall_burst, lag_after_s=args.lag_after,
+                    lag_rate=args.lag_rate, lag_max_s=args.lag_max)
     try:
         server = SimQuestServer(cfg)
         port = server.start()

@@ -4,6 +4,13 @@ Pure Python, driven with explicit monotonic times so tests can replay any sequen
 each message into ``on_*`` and calls ``tick(t)`` at the control rate; a tick returns a target only
 while the clutch is engaged.
 
+Headset inputs carry their capture time (the node maps ``header.stamp`` onto the monotonic clock),
+not their arrival: a bridge that falls behind delivers old poses late, and judging them by arrival
+replayed seconds of old motion. The watchdog therefore releases once the newest pose or joy was
+captured more than ``stale_timeout_s`` ago, however recently it arrived; a pose older than the one
+held is ignored. A grip release (or the menu button) acts in ``on_joy`` at once, before any later
+message of the same backlog can hide it, whatever the age of the message that carried it.
+
 Mapping (on engage latch controller pose c0 and arm pose e0; M is the XR->robot remap):
     p = e0.p + M (c.p - c0.p) * pos_scale
     R = (M c.R c0.R^T M^T) e0.R
@@ -107,6 +114,7 @@ class Counters:
     forced_releases: int = 0
     unsafe_targets: int = 0       # targets that failed the final check (never published)
     published: int = 0
+    out_of_order_inputs: int = 0  # headset poses/joys captured before the one already held (ignored)
 
 
 def _valid_pose(p, q) -> Pose | None:
@@ -148,12 +156,17 @@ class TeleopCore:
         self._prev: Pose | None = None
         self._last_tick_t: float | None = None
         self._grace_until = -math.inf
+        self._released: tuple[ClutchEvent, str | None] | None = None   # a release on_joy applied, to report
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_hand_pose(self, t: float, p, q) -> bool:
+        """``t``: capture time of the pose (monotonic clock)."""
         pose = _valid_pose(p, q)
         if pose is None:
             self.counters.rejected_inputs += 1
+            return False
+        if t < self._hand_t:
+            self.counters.out_of_order_inputs += 1   # older than the pose held: never drive with it
             return False
         self._hand, self._hand_t = pose, t
         return True
@@ -172,7 +185,17 @@ class TeleopCore:
             if joy.secondary and not prev.secondary:
                 self._actions.append(Action.DISCARD)
                 self.recording = False
-            self._joy, self._joy_t = joy, t
+            if self.clutch.engaged and (joy.squeeze < self.cfg.clutch.release_below or joy.menu):
+                # Release now, not at the next tick: a later message of a backlog (a re-grip) must not
+                # hide it, and its age does not matter: an opened grip is always obeyed.
+                ev = self.clutch.update(joy.squeeze, joy.menu, None)
+                if ev is ClutchEvent.FORCED_RELEASE:
+                    self.counters.forced_releases += 1
+                self._released = (ev, "menu" if ev is ClutchEvent.FORCED_RELEASE else None)
+            if t >= self._joy_t:
+                self._joy, self._joy_t = joy, t
+            else:
+                self.counters.out_of_order_inputs += 1
         elif hand == self.cfg.other_hand:
             if joy.primary:
                 if self._other_primary_since is None:
@@ -221,6 +244,9 @@ class TeleopCore:
             # give the subscriptions a moment to catch up before judging the streams stale.
             self._grace_until = t + STALL_GRACE_S
 
+        if self._released is not None:
+            (res.clutch, res.reason), self._released = self._released, None
+            return res   # released in on_joy: no target this tick, whatever came after
         if self.clutch.engaged and t >= self._grace_until:
             reason = self._stream_problem(t) or self._arm_problem(t)
             if reason is not None:

@@ -1,0 +1,143 @@
+"""A recorder SIGKILLed and relaunched while teleop stays up: the next press in the (simulated) headset
+starts an episode on the new recorder within a bounded time, or the operator feels the timeout
+pulse first; never a silent loss. Real processes: piper-lerobot-recorder and piper-teleop; this
+process plays the arm, the cameras (test_recorder_rig.Rig) and the headset's right controller."""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import pytest
+
+from std_msgs.msg import String
+
+from proc import ProcGroup
+from test_recorder_lerobot import REC, recorder_args
+from test_recorder_rig import Rig
+
+from piper_recorder.nodes.teleop import HAPTIC_PATTERNS
+
+pytestmark = pytest.mark.timeout(150)
+CALL_TIMEOUT_S = 2.0
+BOUND_S = 20.0   # press -> started on the relaunched recorder, at most (timeout + re-match + resend)
+
+
+class Headset:
+    """The right controller's buttons on /quest/right/joy at 50 Hz; haptics and teleop status recorded."""
+
+    def __init__(self, rig: Rig):
+        from sensor_msgs.msg import Joy
+
+        self._joy_type = Joy
+        self.pub = rig.node.create_publisher(Joy, "/quest/right/joy", 10)
+        self.haptics: list[tuple[float, dict]] = []
+        self.status: list[dict] = []
+        rig.node.create_subscription(String, "/quest/haptic",
+                                     lambda m: self.haptics.append((time.monotonic(), json.loads(m.data))), 50)
+        rig.node.create_subscription(String, "/teleop/status",
+                                     lambda m: self.status.append(json.loads(m.data)), 10)
+        self.primary = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            j = self._joy_type()
+            j.axes, j.buttons = [0.0, 0.0, 0.0, 0.0], [int(self.primary), 0, 0, 0]
+            self.pub.publish(j)
+            time.sleep(0.02)
+
+    def press_a(self) -> float:
+        t = time.monotonic()
+        self.primary = True
+        time.sleep(0.15)
+        self.primary = False
+        time.sleep(0.1)
+        return t
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def wait_for(cond, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domain, tmp_path):
+    root = tmp_path / "ds"
+    rig = Rig(ros_domain)
+    events_at: list[tuple[float, dict]] = []
+    rig.node.create_subscription(String, "/episode_events",
+                                 lambda m: events_at.append((time.monotonic(), json.loads(m.data))), 100)
+    rig.watch_status(REC)
+    head = Headset(rig)
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
+            rec = g.start(*recorder_args(root, "on_shutdown:=discard"), name="recorder1")
+            g.start("piper-teleop", "--ros-args", "-p", f"recorders:=[{REC}]",
+                    "-p", f"call_timeout_s:={CALL_TIMEOUT_S}", name="teleop")
+            rig.wait_up(REC, -1.0)
+            wait_for(lambda: head.status, 30, "teleop status")
+            time.sleep(1.0)
+
+            head.press_a()
+            wait_for(lambda: [e for _, e in events_at if e["event"] == "started"], 15, "started on recorder 1")
+
+            rec.signal(signal.SIGKILL)
+            rec.popen.wait(10)
+            restart = time.monotonic()
+            g.start(*recorder_args(root, "on_shutdown:=discard"), name="recorder2")
+            assert rig.wait_up(REC, restart, timeout=30)["state"] == "idle"
+            time.sleep(1.0)                           # an operator glancing at the headset
+
+            n_events, n_haptics = len(events_at), len(head.haptics)
+            t_press = head.press_a()
+            started = wait_for(lambda: [(t, e) for t, e in events_at[n_events:] if e["event"] == "started"],
+                               BOUND_S, "an episode started on the relaunched recorder after the press")
+            t_started = started[0][0]
+            latency = t_started - t_press
+            pulses = [(t, h) for t, h in head.haptics[n_haptics:] if t < t_started]
+            timeout_pulse = [h for _, h in pulses if (h["amp"], h["ms"]) == HAPTIC_PATTERNS["timeout"][0][1:]]
+            print(f"press -> started on the relaunched recorder: {latency:.2f} s; pulses before it: {pulses}")
+            if latency > CALL_TIMEOUT_S + 0.5:
+                assert timeout_pulse, f"started only after {latency:.2f} s, and the operator was never told"
+            # teleop's toggle follows the recorder: the next press stops and saves
+            wait_for(lambda: head.status[-1]["recording"] and head.status[-1]["recorders"][REC] == "recording",
+                     5, "teleop shows recording")
+            head.press_a()
+            wait_for(lambda: [e for _, e in events_at[n_events:] if e["event"] == "saved"], 20,
+                     "saved after the next press")
+
+            # pressed while the recorder is dead (its endpoint still matched in teleop: the request
+            # goes nowhere): the timeout pattern at once, and the start lands on the relaunched one
+            wait_for(lambda: head.status[-1]["recorders"][REC] == "idle" and not head.status[-1]["recording"],
+                     5, "teleop shows idle")
+            n_events, n_haptics = len(events_at), len(head.haptics)
+            g.procs[-1].signal(signal.SIGKILL)
+            g.procs[-1].popen.wait(10)
+            t_press = head.press_a()
+            wait_for(lambda: len(head.haptics) >= n_haptics + len(HAPTIC_PATTERNS["timeout"]),
+                     CALL_TIMEOUT_S + 5, "the timeout pulses while the recorder is down")
+            pattern = [(h["amp"], h["ms"]) for _, h in head.haptics[n_haptics:]]
+            assert pattern[:3] == [p[1:] for p in HAPTIC_PATTERNS["timeout"]], pattern
+            assert not [e for _, e in events_at[n_events:] if e["event"] == "started"]
+            restart = time.monotonic()
+            g.start(*recorder_args(root, "on_shutdown:=discard"), name="recorder3")
+            wait_for(lambda: [e for _, e in events_at[n_events:] if e["event"] == "started"], BOUND_S,
+                     "the press delivered to the relaunched recorder")
+            print(f"pressed while down: started {time.monotonic() - restart:.2f} s after the relaunch, "
+                  f"{time.monotonic() - t_press:.2f} s after the press")
+            assert head.status[-1]["last_alarm"]["pattern"] == "timeout"
+    finally:
+        head.close()
+        rig.close()
