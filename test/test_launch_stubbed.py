@@ -43,6 +43,10 @@ class OpaqueFunction(Action):
     pass
 
 
+class SetEnvironmentVariable(Action):
+    pass
+
+
 class LaunchConfiguration:
     def __init__(self, name: str, **_kw):
         self.name = name
@@ -62,7 +66,7 @@ def stub_launch(monkeypatch):
     mods = {
         "launch": _module("launch", LaunchDescription=Action),
         "launch.actions": _module("launch.actions", DeclareLaunchArgument=Action, ExecuteProcess=ExecuteProcess,
-                                  OpaqueFunction=OpaqueFunction),
+                                  OpaqueFunction=OpaqueFunction, SetEnvironmentVariable=SetEnvironmentVariable),
         "launch.substitutions": _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
         "launch_ros": _module("launch_ros"),
         "launch_ros.actions": _module("launch_ros.actions", Node=Node),
@@ -109,6 +113,17 @@ def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launc
     assert label(headset) == "sim_quest"
     assert nodes["lerobot_recorder"].kwargs["parameters"][1]["task"] == "stack"
     assert nodes["rgbd_recorder"].kwargs["parameters"][1]["task"] == "stack"
+
+
+def test_sim_launch_keeps_dds_on_loopback(stub_launch):
+    spec = importlib.util.spec_from_file_location("sim_launch", ROOT / "launch" / "sim.launch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (ld,) = mod.generate_launch_description().args
+    env = dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable))
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"   # the profile below restricts transports
+    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]).name == "fastdds_loopback.xml"
+    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]).is_file()
 
 
 def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_launch):
