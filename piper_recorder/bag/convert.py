@@ -4,7 +4,8 @@ The bag's messages go, in receive (log) order, through the same duck-typed messa
 (``assembly.messages``) into the same ``EpisodeController`` (pre-roll = newest sample of each input,
 assembler, writer thread, writer targets) the recorder nodes use; the log time plays the node's
 ``now``: ``tick(log_ns)`` before each message, ``start`` once the log passes the episode's feed time,
-``stop(end_ns)`` once it passes ``end_ns + lateness``. Between episodes only the last few serialized
+``stop(end_ns)`` once it passes ``end_ns`` + the assembly delay (lateness, plus the frame horizon when
+rows carry frames). Between episodes only the last few serialized
 messages per topic are kept (they become the pre-roll), so gaps cost no decoding.
 
 For /episode_events episodes the assembler starts at the live grid origin (the "saved" event's
@@ -157,7 +158,8 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
         notes.append("the bag's /episode_events hold no saved episodes; "
                      + ("using --episode ranges" if opts.ranges else "converting the whole bag"))
     if opts.ranges:
-        return spans_from_ranges(opts.ranges, src.start_ns, int(opts.settings.lateness_s * 1e9))
+        return spans_from_ranges(opts.ranges, src.start_ns, opts.settings.assembly(tuple(opts.topics.cameras))
+                                 .delay_ns(depth=opts.fmt == "rgbd"))
     return whole_bag(src.start_ns, src.end_ns)
 
 
@@ -314,7 +316,7 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
 
 def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder: _Feeder,
               spans: list[EpisodeSpan], task_default: str, res: BagResult, progress: Progress | None) -> None:
-    lateness = int(opts.settings.lateness_s * 1e9)
+    lateness = opts.settings.assembly(tuple(opts.topics.cameras)).delay_ns(depth=opts.fmt == "rgbd")
     spans = sorted(spans, key=lambda s: s.feed_from_ns)
     gap: dict[str, deque[RawMessage]] = {}
     handlers = feeder.handlers

@@ -54,7 +54,7 @@ class EpisodeController:
         self._saved: list[tuple[int, str]] = []  # (episode, task) saved in this session; delete_last pops
         self._preroll: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
         self.last_counters: dict[str, Any] = {}
-        self._lateness_ns = int(assembly.lateness_s * 1e9)
+        self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
         self._tick_delays: list[int] = []
         self.last_message = "idle"
 
@@ -90,18 +90,18 @@ class EpisodeController:
 
     # ---- tick thread ------------------------------------------------------------------------
     def next_tick_ns(self) -> int | None:
-        """ROS-clock time at which the next row becomes due (its grid time + lateness), or None if idle."""
+        """ROS-clock time at which the next row becomes due (grid time + lateness [+ frame horizon]), or None."""
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return None
-            return self._asm.next_tick_ns + self._lateness_ns
+            return self._asm.next_due_ns
 
     def tick(self, now_ns: int) -> None:
         auto_stop: int | None = None
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return
-            due = self._asm.next_tick_ns + self._lateness_ns
+            due = self._asm.next_due_ns
             if now_ns >= due:   # how late the tick thread assembled a row (rows stay on the grid regardless)
                 self._tick_delays.append(now_ns - due)
             self._asm.advance(now_ns)
@@ -156,8 +156,8 @@ class EpisodeController:
             with self._lock:
                 self.state = SAVING
             self._on_change()
-            # messages still in flight for the last rows: wait out the lateness allowance
-            delay = self.assembly.lateness_s - max(0.0, (time.time_ns() - end) / 1e9)
+            # messages still in flight for the last rows (and their frames): wait out the assembly delay
+            delay = self._delay_s - max(0.0, (time.time_ns() - end) / 1e9)
             if delay > 0:
                 time.sleep(delay)
             with self._lock:
@@ -246,7 +246,7 @@ class EpisodeController:
 
     # ---- helpers ----------------------------------------------------------------------------
     def _delay_stats(self) -> dict[str, float]:
-        """p50/p99/max of the tick thread's delay past each row's due time (grid time + lateness), in ms."""
+        """p50/p99/max of the tick thread's delay past each row's due time (``next_due_ns``), in ms."""
         if not self._tick_delays:
             return {"ticks": 0}
         d = np.asarray(self._tick_delays, dtype=np.float64) / 1e6
