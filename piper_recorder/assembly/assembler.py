@@ -131,6 +131,7 @@ class Counters:
     frames_missing: dict[str, int] = field(default_factory=dict)     # capture mode: gaps in the sent frames
     frames_beyond_half_period: dict[str, int] = field(default_factory=dict)  # rows carrying frames: |capture - t_k| > P/2
     frame_offset_max_ms: dict[str, float] = field(default_factory=dict)      # rows carrying frames: largest |capture - t_k|
+    frames_unpaired: dict[str, int] = field(default_factory=dict)    # RGB-D: colour/depth images with no partner
 
     @staticmethod
     def _inc(d: dict[str, int], key: str, n: int = 1) -> None:
@@ -182,6 +183,8 @@ class EpisodeAssembler:
             else:
                 self.counters.frames_beyond_half_period[cam] = 0
                 self.counters.frame_offset_max_ms[cam] = 0.0
+            if depth:
+                self.counters.frames_unpaired[cam] = 0
 
     # ---- grid -------------------------------------------------------------------------------
     def tick_ns(self, k: int) -> int:
@@ -256,6 +259,10 @@ class EpisodeAssembler:
         if self._frames_in_rows and fed is not None and stamp_ns <= fed:
             c.frames_late[camera] += 1   # a row that could have taken it is done; later rows still may
         self._frames[camera].insert(stamp_ns, Frame(stamp_ns, rgb, depth))
+
+    def count_unpaired(self, camera: str, n: int = 1) -> None:
+        """Colour or depth images that found no partner (``DepthPairer``) while this episode ran."""
+        Counters._inc(self.counters.frames_unpaired, camera, n)
 
     def add_raw_quest(self, stamp_ns: int, line: str) -> None:
         # (stamp, arrival seq) keeps distinct lines that share a receive stamp

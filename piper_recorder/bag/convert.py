@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from piper_recorder import __version__
-from piper_recorder.assembly import DepthPairer
 from piper_recorder.assembly.messages import gripper_width, image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.recording.config import (
     LEROBOT_RECORDER, RGBD_RECORDER, RecorderConfig, lerobot_writer_config, rgbd_writer_config, session_record)
@@ -185,7 +184,6 @@ class _Feeder:
         self.handlers: dict[str, list[Callable[[Any, int], None]]] = {}
         self._jcache: dict[tuple[str, ...], list[int]] = {}
         self.rejected: dict[str, int] = {}
-        self._pairers: dict[str, DepthPairer] = {}
         self.depth = opts.fmt == "rgbd"
 
         def on(topic: str | None, fn: Callable[[Any, int], None]) -> None:
@@ -208,7 +206,6 @@ class _Feeder:
         on(tm.commanded_gripper, cmd_gripper)
         for cam, ct in tm.cameras.items():
             if self.depth:
-                self._pairers[cam] = DepthPairer()
                 on(ct.color, lambda m, now, cam=cam: self._color_depth(cam, m, False))
                 on(ct.depth, lambda m, now, cam=cam: self._color_depth(cam, m, True))
             else:
@@ -244,11 +241,10 @@ class _Feeder:
         img = self._image(cam, m, depth)
         if img is None:
             return
-        p = self._pairers[cam]
-        pair = p.add_depth(stamp_ns(m), img) if depth else p.add_color(stamp_ns(m), img)
-        if pair is not None:
-            stamp, rgb, d = pair
-            self.c.add_frame(cam, stamp, rgb, d)
+        if depth:
+            self.c.add_depth(cam, stamp_ns(m), img)
+        else:
+            self.c.add_color(cam, stamp_ns(m), img)
 
 
 def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str | Path,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler
+from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler
 
 from .targets import EpisodeTarget
 from .worker import QueuedSink, WriterWorker
@@ -53,6 +53,7 @@ class EpisodeController:
         self._session_started = False
         self._saved: list[tuple[int, str]] = []  # (episode, task) saved in this session; delete_last pops
         self._preroll: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
+        self._pairers = {cam: DepthPairer(1e9 / assembly.fps) for cam in assembly.cameras}
         self.last_counters: dict[str, Any] = {}
         self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
         self._tick_delays: list[int] = []
@@ -82,6 +83,25 @@ class EpisodeController:
 
     def add_frame(self, camera: str, stamp_ns: int, rgb: Any, depth: Any = None) -> None:
         self._input(("frame", camera), "add_frame", camera, stamp_ns, rgb, depth)
+
+    def add_color(self, camera: str, stamp_ns: int, rgb: Any) -> None:
+        """RGB-D: one half of a capture; it reaches the assembly once paired with its depth image."""
+        self._pair(camera, stamp_ns, rgb, is_depth=False)
+
+    def add_depth(self, camera: str, stamp_ns: int, depth: Any) -> None:
+        self._pair(camera, stamp_ns, depth, is_depth=True)
+
+    def _pair(self, camera: str, stamp_ns: int, img: Any, is_depth: bool) -> None:
+        if camera not in self._pairers:
+            raise KeyError(f"unknown camera {camera!r} (configured: {list(self._pairers)})")
+        with self._lock:
+            p = self._pairers[camera]
+            before = p.unpaired
+            pairs = p.add_depth(stamp_ns, img) if is_depth else p.add_color(stamp_ns, img)
+            if p.unpaired > before and self._asm is not None and self.state in (RECORDING, SAVING):
+                self._asm.count_unpaired(camera, p.unpaired - before)
+        for stamp, rgb, depth in pairs:
+            self.add_frame(camera, stamp, rgb, depth)
 
     def add_raw_quest(self, stamp_ns: int, line: str) -> None:
         with self._lock:
