@@ -8,7 +8,8 @@ somewhere in the period; this one puts it opposite the camera:
 - ``PhaseTracker`` keeps a robust running estimate of the camera's capture phase relative to the
   grid: the median (wrapped, so it stays continuous) of the offsets of the last ``window`` frames to
   their nearest row time. A camera that is not phase-coherent with the rows (another rate: the
-  offsets spread around the period, mean resultant length below ``MIN_COHERENCE``) gets phase 0.
+  offsets spread around the period, mean resultant length below ``MIN_COHERENCE``, or below
+  ``KEEP_COHERENCE`` once locked) gets phase 0.
 - Row k targets ``t_k + phase`` and takes the frame nearest that target among the frames newer than
   the previous row's frame, within half a period of the target; none there: the previous frame is
   repeated. Frames passed over are dropped. So a camera at the row rate whose jitter stays within
@@ -33,7 +34,8 @@ import cmath
 import math
 from collections import deque
 
-MIN_COHERENCE = 0.3     # mean resultant length of the phases: ±10 ms uniform jitter at 30 fps gives ~0.5
+MIN_COHERENCE = 0.3     # mean resultant length of the phases: ±10 ms uniform jitter at 30 fps gives ~0.5,
+KEEP_COHERENCE = 0.2    # ±12 ms ~0.34, another rate ~0; once locked, a lock is kept down to this
 HYSTERESIS = 0.125      # of a period, past the half period, before the phase estimate wraps
 
 
@@ -67,7 +69,7 @@ class PhaseTracker:
             phase += p
         self._phase = phase
         r = abs(sum(cmath.exp(2j * math.pi * o / p) for o in self._offsets)) / n
-        self.coherent = r >= MIN_COHERENCE
+        self.coherent = r >= (KEEP_COHERENCE if self.coherent else MIN_COHERENCE)
 
     @property
     def phase_ns(self) -> float:
