@@ -35,7 +35,7 @@ Rules (one place, shared by the live recorders and the rosbag converter):
   pre-roll). The LeRobot sink writes the frame re-stamped to the row time.
 - Raw headset lines stamped in [start_ns, end] go to ``sink.raw_quest`` in stamp order.
 - ``finish(end_ns)`` assembles every remaining tick with t_k <= end_ns and releases what is buffered
-  up to end_ns; call it after feeding every message received up to ``end_ns + lateness``.
+  up to end_ns; call it after feeding every message received up to ``end_ns + config.delay_ns(depth)``.
 
 Quaternions: add_eef_pose/add_commanded_pose take ROS order (x, y, z, w); rows store (w, x, y, z).
 """
