@@ -157,8 +157,8 @@ def test_slightly_slow_camera_repeats_once_per_slip():
     pairs, c = assemble(stamps, 20.0)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert drops == 0 and repeats == len(pairs) - len({s for _, s in pairs}) and 1 <= repeats <= 3
-    # before a slip the phase sits up to the hysteresis past P/2, the 2 s median lags the drift by ~3 ms
-    assert max(offsets) < 0.8 * PERIOD
+    # before a slip the phase sits up to the hysteresis (P/4) past P/2, the 2 s median lags the drift by ~3 ms
+    assert max(offsets) < 0.95 * PERIOD
 
 
 def test_late_arrivals_within_lateness_give_the_same_pairs():
@@ -186,3 +186,18 @@ def test_phase_tracker_is_continuous_across_the_half_period():
     for i in range(600):
         other_rate.add(wrap(i * SEC / 45 + 3 * MS, PERIOD))
     assert not other_rate.coherent and other_rate.phase_ns == 0.0
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("phase_ms", [12.0, 13.3, -13.3, 14.5])
+def test_first_capture_across_the_half_period_does_not_start_the_estimate_on_the_far_side(phase_ms, seed):
+    """Captures centred 12-15 ms from the row times with ±10 ms jitter: some land past the half period.
+    Started from a single such capture, the estimate sat on the far side within the hysteresis and
+    later wrapped (a repeat and a drop mid-episode); it starts from the warm-up's circular mean and a
+    far side it may still start on (near the half period) is kept, not flipped."""
+    stamps = camera(12.0, phase_ms, 10.0, seed=100 + seed)
+    pairs, c = assemble(stamps, 12.0)
+    repeats, drops, offsets = check(pairs, stamps, c)
+    assert repeats == 0 and drops == 0
+    if abs(phase_ms) <= 12:   # clearly on one side of the half period: the estimate starts on the near side
+        assert max(offsets) <= abs(phase_ms) * MS + 10 * MS + 1

@@ -3,8 +3,9 @@
 Rules (one place, shared by the live recorders and the rosbag converter):
 - Grid: tick k is at ``t_k = start_ns + floor(k * 1e9 / fps)`` (integer ns). A tick is assembled once
   ``now >= t_k + delay`` so messages still in flight count: ``delay = lateness``, plus, when rows carry
-  frames (nominal, RGB-D), the frame horizon (1.125 periods: how far past t_k a row's frame may be
-  captured, ``frame_assign``). Timer wake-ups never move the grid.
+  frames (nominal, RGB-D), the frame horizon (1.25 periods: how far past t_k a row's frame may be
+  captured, ``frame_assign``); the first tick also waits ``frame_assign.WARMUP_S`` (0.3 s) so the
+  cameras' phase estimates start from several captures. Timer wake-ups never move the grid.
 - A row holds, for every input, the newest sample stamped <= t_k (buffers are sorted by stamp, so the
   arrival order does not matter). A sample older than ``stale_s`` at t_k is still used and counted in
   ``values_stale``. A message stamped at or before an already assembled tick is counted in
@@ -49,7 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .buffers import Sample, SampleBuffer
-from .frame_assign import PhaseTracker, horizon_ns, pick
+from .frame_assign import WARMUP_S, PhaseTracker, horizon_ns, pick
 
 TIMESTAMP_MODES = ("capture", "nominal")
 # Inputs every row needs; "reward" is optional (0 until a reward arrives).
@@ -162,6 +163,9 @@ class EpisodeAssembler:
         window = max(5, round(2 * config.fps))   # 2 s of frames: a median steady to ~1 ms under ±10 ms jitter
         self._phase = {cam: PhaseTracker(self._period_ns, window) for cam in config.cameras}
         self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}   # tracker fed up to here
+        # the first tick also waits for WARMUP_S of captures, so the phase estimate starts from several
+        self._warmup_ns = round(WARMUP_S * 1e9) if self._frames_in_rows and config.cameras else 0
+        self._finish_ns: int | None = None
         self._stale_ns = round(config.stale_s * 1e9)
         self._inputs = {name: SampleBuffer() for name in (*STATE_INPUTS, "reward")}
         self._frames = {cam: SampleBuffer() for cam in config.cameras}
@@ -197,8 +201,9 @@ class EpisodeAssembler:
 
     @property
     def next_due_ns(self) -> int:
-        """When the next tick may be assembled: its grid time + ``config.delay_ns``."""
-        return self.tick_ns(self._next_k) + self._delay_ns
+        """When the next tick may be assembled: its grid time + ``config.delay_ns`` (the first one also
+        waits for the phase warm-up)."""
+        return self.tick_ns(self._next_k) + self._delay_ns + (self._warmup_ns if self._next_k == 0 else 0)
 
     @property
     def rows(self) -> int:
@@ -279,6 +284,7 @@ class EpisodeAssembler:
     def finish(self, end_ns: int) -> Counters:
         """Assemble the remaining ticks up to end_ns, release buffered frames and lines; returns counters."""
         if self._end_ns is None:
+            self._finish_ns = int(end_ns)
             self._run_until(int(end_ns))
             self._end_ns = int(end_ns)
         return self.counters
@@ -286,6 +292,8 @@ class EpisodeAssembler:
     def _run_until(self, limit_ns: int) -> int:
         before = self.counters.rows
         while self.tick_ns(self._next_k) <= limit_ns:
+            if self._next_k == 0 and self._finish_ns is None and self.tick_ns(0) + self._warmup_ns > limit_ns:
+                break   # the first tick waits for the phase warm-up
             self._tick(self._next_k)
             self._next_k += 1
         if self.origin_ns is not None and not self._frames_in_rows:
@@ -319,10 +327,15 @@ class EpisodeAssembler:
         buf, tracker = self._frames[cam], self._phase[cam]
         limit = t + self._horizon_ns
         fed = self._fed_ns[cam]
+        feed = limit
+        if fed is None:   # the first tick: the warm-up captures too (at most what finish() may rely on)
+            feed = limit + self._warmup_ns
+            if self._finish_ns is not None:
+                feed = max(limit, min(feed, self._finish_ns + self._horizon_ns))
         lo = 0 if fed is None else buf.index_at(fed) + 1
-        for i in range(lo, buf.index_at(limit) + 1):
+        for i in range(lo, buf.index_at(feed) + 1):
             tracker.add(self._grid_offset(buf.stamps[i]))
-        self._fed_ns[cam] = limit if fed is None else max(fed, limit)
+        self._fed_ns[cam] = feed if fed is None else max(fed, feed)
         prev = self._sent_ns[cam]
         i = pick(buf.stamps, prev, t + tracker.phase_ns, self._period_ns, limit)
         if i is not None:

@@ -16,8 +16,10 @@ somewhere in the period; this one puts it opposite the camera:
   half a period of its mean phase gives no repeat and no drop at any phase, and each row's frame is
   the capture nearest its time up to the jitter.
 - The phase only wraps (one repeat, or one drop: a camera slightly slower or faster than the rows)
-  once it is ``HYSTERESIS`` of a period past the half period, so jitter around the half period does
-  not flip it back and forth.
+  once it is ``HYSTERESIS`` (a quarter) of a period past the half period, i.e. once the other side is
+  better by half a period: captures centred near the half period with jitter may start the estimate
+  on either side, and the median's noise must not carry it across and back (each crossing costs a
+  repeat or a drop). The first estimate comes from ``WARMUP_S`` of captures (row 0 waits for them).
 
 The bound ``|capture - t_k| <= period/2`` holds for every new frame whenever the camera's phase plus
 its jitter stays within half a period of the row times. A camera whose captures sit midway between
@@ -36,7 +38,8 @@ from collections import deque
 
 MIN_COHERENCE = 0.3     # mean resultant length of the phases: ±10 ms uniform jitter at 30 fps gives ~0.5,
 KEEP_COHERENCE = 0.2    # ±12 ms ~0.34, another rate ~0; once locked, a lock is kept down to this
-HYSTERESIS = 0.125      # of a period, past the half period, before the phase estimate wraps
+HYSTERESIS = 0.25       # of a period, past the half period, before the phase estimate wraps (see below)
+WARMUP_S = 0.3          # captures the tracker sees before row 0's frame is chosen (row 0 waits for them)
 
 
 def wrap(x: float, period: float) -> float:
@@ -45,19 +48,35 @@ def wrap(x: float, period: float) -> float:
 
 
 class PhaseTracker:
-    """Running capture-phase estimate of one camera against the row grid (ns)."""
+    """Running capture-phase estimate of one camera against the row grid (ns).
+
+    ``add`` the offsets of new captures; ``phase_ns`` brings the estimate up to date with them. The
+    first estimate starts from the circular mean of what was added (the assembler gives it
+    ``WARMUP_S`` of captures before row 0), later ones move continuously from the previous one."""
 
     def __init__(self, period_ns: float, window: int):
         self.period = float(period_ns)
         self._offsets: deque[float] = deque(maxlen=max(3, window))
         self._phase: float | None = None      # continuous: in [-P/2 - h, P/2 + h]
+        self._dirty = False
         self.coherent = False
 
     def add(self, offset_ns: float) -> None:
         """Offset of one capture to its nearest row time, in [-P/2, P/2]."""
         self._offsets.append(float(offset_ns))
+        self._dirty = True
+
+    def _resultant(self) -> complex:
         p = self.period
-        ref = self._offsets[0] if self._phase is None else self._phase
+        return sum(cmath.exp(2j * math.pi * o / p) for o in self._offsets) / len(self._offsets)
+
+    def _update(self) -> None:
+        self._dirty = False
+        p = self.period
+        z = self._resultant()
+        # the first estimate: around the circular mean, so a first capture jittered across the half
+        # period does not start the estimate on the far side (it would stay there: the hysteresis)
+        ref = wrap(cmath.phase(z) / (2 * math.pi) * p, p) if self._phase is None else self._phase
         d = sorted(wrap(o - ref, p) for o in self._offsets)
         n = len(d)
         med = d[n // 2] if n % 2 else (d[n // 2 - 1] + d[n // 2]) / 2
@@ -68,12 +87,13 @@ class PhaseTracker:
         elif phase < -limit:
             phase += p
         self._phase = phase
-        r = abs(sum(cmath.exp(2j * math.pi * o / p) for o in self._offsets)) / n
-        self.coherent = r >= (KEEP_COHERENCE if self.coherent else MIN_COHERENCE)
+        self.coherent = abs(z) >= (KEEP_COHERENCE if self.coherent else MIN_COHERENCE)
 
     @property
     def phase_ns(self) -> float:
         """Where this camera's captures sit relative to the row times; 0 when not locked."""
+        if self._dirty:
+            self._update()
         return self._phase if (self.coherent and self._phase is not None) else 0.0
 
 
