@@ -7,7 +7,10 @@ within about a second of the episode window), frames the LeRobot recorder receiv
 tick thread assembled rows past their due time); CPU per process (from /proc/<pid>/stat over the
 episode); and the stop-to-saved latency. Last line: the largest camera count with zero drops.
 
-  .venv/bin/python bench/graph_capacity.py [--seconds 60] [--quick] [--cameras 1,2,3] [--size 640x480]
+  .venv/bin/python bench/graph_capacity.py [--seconds 60] [--quick] [--cameras 1,2,3] [--size 640x480] [--jitter-ms J]
+
+``--jitter-ms J`` sets every sim camera's ``jitter_ms`` fault (each capture delayed by a uniform 0..J ms,
+so ±J/2 around its mean phase): the case where frames used to alias between rows (issue 16.11).
 
 ``--quick`` = 10 s episodes with 1 and 2 cameras. The figures depend on what else the machine runs.
 """
@@ -44,10 +47,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def config_with_cameras(n: int, tmp: Path) -> Path:
+def config_with_cameras(n: int, tmp: Path, jitter_ms: float = 0.0) -> Path:
     raw = yaml.safe_load((ROOT / "config" / "sim.yaml").read_text())
     raw.update(THIRD_CAMERA)
     cams = ["cam_front", "cam_wrist", "cam_side"][:n]
+    if jitter_ms > 0:
+        for c in cams:
+            raw[c]["ros__parameters"]["jitter_ms"] = float(jitter_ms)
     raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams
     raw["lerobot_recorder"]["ros__parameters"]["cameras"] = cams
     raw["lerobot_recorder"]["ros__parameters"]["camera_serials"] = [
@@ -68,8 +74,8 @@ def camera_skips(log: Path) -> int:
     return int(m.group(1)) + int(m.group(2)) if m else -1
 
 
-def run(n: int, seconds: float, size: str, tmp: Path) -> dict:
-    config = config_with_cameras(n, tmp)
+def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0) -> dict:
+    config = config_with_cameras(n, tmp, jitter_ms)
     out = tmp / f"{n}cam"
     session = SimSession(out, config, size_overrides(config, size))
     with session:
@@ -92,6 +98,8 @@ def run(n: int, seconds: float, size: str, tmp: Path) -> dict:
         cams[cam] = {"grid": round(ep["length"]), "published": published[cam], "received": ep["frames_received"].get(cam, 0),
                      "written": ep.get("frames_written", {}).get(cam, ep["frames_sent"].get(cam, 0)),
                      "repeated": ep["frames_repeated"].get(cam, 0), "dropped": ep["frames_dropped"].get(cam, 0),
+                     "beyond_half": ep.get("frames_beyond_half_period", {}).get(cam, "n/a"),
+                     "offset_max_ms": ep.get("frame_offset_max_ms", {}).get(cam, "n/a"),
                      "camera_skips_whole_run": camera_skips(out / "logs" / f"{cam}.log")}
     delays = {"lerobot_recorder": ep.get("tick_delay_ms", {}),
               "rgbd_recorder": status.get("rgbd_recorder", {}).get("tick_delay_ms", {})}
@@ -105,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cameras", default="1,2,3")
     ap.add_argument("--size", default="640x480")
     ap.add_argument("--quick", action="store_true", help="10 s episodes, 1 and 2 cameras")
+    ap.add_argument("--jitter-ms", type=float, default=0.0, help="sim cameras' jitter_ms fault (0: off)")
     args = ap.parse_args(argv)
     seconds, counts = args.seconds, [int(c) for c in args.cameras.split(",")]
     if args.quick:
@@ -112,16 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     best = 0
     with tempfile.TemporaryDirectory(prefix="graph_capacity-") as tmp:
         for n in counts:
-            r = run(n, seconds, args.size, Path(tmp))
-            print(f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode")
+            r = run(n, seconds, args.size, Path(tmp), args.jitter_ms)
+            print(f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode"
+                  + (f", capture jitter 0..{args.jitter_ms:g} ms" if args.jitter_ms else "") + f" (load {os.getloadavg()[0]:.1f})")
             zero = True
             for cam, c in r["cams"].items():
                 lost = c["repeated"] + c["dropped"] + max(0, c["grid"] - c["written"])
                 zero &= lost == 0
                 print(f"  {cam}: rows {c['grid']}, published ~{c['published']} (+-1 s of status), "
                       f"received {c['received']}, written {c['written']}, "
-                      f"repeated {c['repeated']}, dropped {c['dropped']}, camera skips (whole run) "
-                      f"{c['camera_skips_whole_run']}")
+                      f"repeated {c['repeated']}, dropped {c['dropped']}, beyond half a period {c['beyond_half']}, "
+                      f"largest offset {c['offset_max_ms']} ms, camera skips (whole run) {c['camera_skips_whole_run']}")
             for rec, d in r["tick_delay_ms"].items():
                 print(f"  {rec} tick delay ms: p50 {d.get('p50', 'n/a')}, p99 {d.get('p99', 'n/a')}, "
                       f"max {d.get('max', 'n/a')}")

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler, LeRobotSink, RgbdSink
+from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSink, RgbdSink
 
 MS = 1_000_000
 START = 1_700_000_000_000_000_000 + 123_456_789   # a realistic ROS-clock origin, not grid aligned
@@ -362,14 +362,3 @@ def test_rgbd_consecutive_ticks_give_t_plus_one_observations(terminal, timeout):
     trs = [e for e in w.log if e[0] == "tr"]
     assert [t[1] for t in trs] == [float(i) for i in range(10)]   # reward at t_k for transition k
     assert all(not t[2] and not t[3] for t in trs[:-1]) and trs[-1][2:] == (terminal, timeout)
-
-
-def test_depth_pairer_matches_by_stamp():
-    p = DepthPairer(window=2)
-    assert p.add_color(1, "c1") is None
-    assert p.add_depth(2, "d2") is None
-    assert p.add_depth(1, "d1") == (1, "c1", "d1")
-    assert p.add_color(2, "c2") == (2, "c2", "d2")
-    for s in (3, 4, 5):
-        p.add_color(s, "c")
-    assert p.unpaired == 1 and p.add_depth(3, "d") is None and p.add_depth(5, "d") == (5, "c", "d")

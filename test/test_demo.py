@@ -64,9 +64,11 @@ def _check_alignment(root: Path, episode: int, cam: str) -> tuple[list[float], i
             assert find_marker(rgb, stale=True) is not None, f"{cam} ep {episode}: no marker at t={t_f:.3f}"
             stale += 1
             continue
-        # EEF at the capture time, in (t_f - 1/30, t_f] (pts rounded down by less than 1/90000 s)
+        # EEF at the capture time: the capture paired with the row is the one nearest t_f up to the
+        # camera's phase (assembly.frame_assign; the sim cameras have no jitter), within half a frame
+        # period either side (pts rounded down by less than 1/90000 s)
         err = np.inf
-        for t_c in np.linspace(t_f - 1.0 / 30.0, t_f + 1e-3, 12):
+        for t_c in np.linspace(t_f - 0.5 / 30.0 - 1e-3, t_f + 0.5 / 30.0 + 2e-3, 12):
             p = np.array([np.interp(t_c, t_rows, eef[:, k]) for k in range(3)])
             u, v, _ = camera.project(p)
             err = min(err, math.hypot(found[0] - u, found[1] - v))

@@ -2,7 +2,7 @@
 
 No ROS imports. API::
 
-    from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSink, RgbdSink, DepthPairer
+    from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSink, RgbdSink
     cfg = AssemblyConfig(fps=30, cameras=("cam_front", "cam_wrist"), timestamp_mode="capture",
                          lateness_s=0.05, stale_s=0.25)
     sink = LeRobotSink(lerobot_writer, save_raw_quest=True)        # or RgbdSink(rgbd_writer, "cam_front")
@@ -13,8 +13,10 @@ No ROS imports. API::
     asm.add_commanded_gripper(stamp_ns, width_m)
     asm.add_reward(stamp_ns, r)                                    # optional; 0 until the first one
     asm.add_frame(cam, stamp_ns, rgb_uint8_hwc, depth=None)        # depth: uint16 mm HxW (RGB-D)
+    # RGB-D: colour and depth arrive apart; DepthPairer(period_ns) pairs them by nearest stamp (within
+    # half a period; EpisodeController.add_color/add_depth do that and count frames_unpaired)
     asm.add_raw_quest(stamp_ns, line)                              # stamp = receive time
-    asm.advance(now_ns)                                            # assembles ticks with t_k + lateness <= now
+    asm.advance(now_ns)                                            # assembles ticks with t_k + cfg.delay_ns() <= now
     counters = asm.finish(end_ns)                                  # remaining ticks with t_k <= end_ns
     record = {**counters.to_dict(), **sink.counters()}             # LeRobotSink; -> writer.save_episode(record)
     rgbd_sink.end(terminal=True, timeout=False)                    # RgbdSink: then writer.end_episode(...)
@@ -25,7 +27,7 @@ long as each arrives before ``now`` passes its stamp + lateness. To reproduce a 
   1. ``start_ns`` = the "started" event's start_ns; same fps / cameras / timestamp_mode / lateness_s /
      stale_s as the recorder's parameters (``depth=True`` for RGB-D).
   2. Pre-roll: first feed the newest message of each input (and camera) received before start_ns.
-  3. Then each message received in [start_ns, end_ns + lateness] in receive order: ``advance(t_recv)``
+  3. Then each message received in [start_ns, end_ns + cfg.delay_ns(depth)] in receive order: ``advance(t_recv)``
      then ``add_*(stamp, ...)`` (raw headset lines: stamp = receive time).
   4. ``finish(end_ns)`` with the "saved" event's end_ns. The "saved" event's start_ns is ``origin_ns``
      (t_k0; equal to the started start_ns unless inputs were missing at the start) and its rows equal

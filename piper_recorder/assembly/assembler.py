@@ -2,7 +2,10 @@
 
 Rules (one place, shared by the live recorders and the rosbag converter):
 - Grid: tick k is at ``t_k = start_ns + floor(k * 1e9 / fps)`` (integer ns). A tick is assembled once
-  ``now >= t_k + lateness`` so messages still in flight count. Timer wake-ups never move the grid.
+  ``now >= t_k + delay`` so messages still in flight count: ``delay = lateness``, plus, when rows carry
+  frames (nominal, RGB-D), the frame horizon (1.25 periods: how far past t_k a row's frame may be
+  captured, ``frame_assign``); the first tick also waits ``frame_assign.WARMUP_S`` (0.3 s) so the
+  cameras' phase estimates start from several captures. Timer wake-ups never move the grid.
 - A row holds, for every input, the newest sample stamped <= t_k (buffers are sorted by stamp, so the
   arrival order does not matter). A sample older than ``stale_s`` at t_k is still used and counted in
   ``values_stale``. A message stamped at or before an already assembled tick is counted in
@@ -22,13 +25,18 @@ Rules (one place, shared by the live recorders and the rosbag converter):
   ``round(dt * fps) - 1`` (a 0.5 s camera pause at 30 fps: 14), whatever the cause (the camera
   paused, frames lost in transport, or frames also counted in ``frames_late``). Capture mode only:
   the dict stays empty when rows carry the frames (nominal, RGB-D): ``frames_repeated`` counts gaps there.
-- Frames, ``nominal`` mode (and always for RGB-D observations): every row carries, per camera, the
-  newest frame stamped <= t_k; reusing the previous row's frame counts ``frames_repeated``, frames
-  skipped between two rows count ``frames_dropped``, a frame older than ``stale_s`` counts
-  ``frames_stale``. The LeRobot sink writes it re-stamped to the row time.
+- Frames, ``nominal`` mode (and always for RGB-D observations): every row carries, per camera, one
+  frame chosen by phase-locked pairing (``frame_assign``): the frame nearest ``t_k`` plus the
+  camera's tracked capture phase, newer than the previous row's, within half a period of that target.
+  Reusing the previous row's frame (none there) counts ``frames_repeated``, frames skipped between two
+  rows count ``frames_dropped``, a frame older than ``stale_s`` counts ``frames_stale``, a new frame
+  captured more than half a period from t_k counts ``frames_beyond_half_period`` (the largest offset
+  is ``frame_offset_max_ms``); a frame arriving after a row within its horizon was assembled counts
+  ``frames_late``. Row 0 with no frame near its target takes the newest frame at or before t_0 (the
+  pre-roll). The LeRobot sink writes the frame re-stamped to the row time.
 - Raw headset lines stamped in [start_ns, end] go to ``sink.raw_quest`` in stamp order.
 - ``finish(end_ns)`` assembles every remaining tick with t_k <= end_ns and releases what is buffered
-  up to end_ns; call it after feeding every message received up to ``end_ns + lateness``.
+  up to end_ns; call it after feeding every message received up to ``end_ns + config.delay_ns(depth)``.
 
 Quaternions: add_eef_pose/add_commanded_pose take ROS order (x, y, z, w); rows store (w, x, y, z).
 """
@@ -41,7 +49,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .buffers import SampleBuffer
+from .buffers import Sample, SampleBuffer
+from .frame_assign import WARMUP_S, PhaseTracker, horizon_ns, pick
 
 TIMESTAMP_MODES = ("capture", "nominal")
 # The one default of each timing setting, for the assembler, both recorders (nodes and parameter
@@ -70,6 +79,19 @@ class AssemblyConfig:
             raise ValueError("lateness_s must be >= 0 and stale_s > 0")
         if len(set(self.cameras)) != len(self.cameras):
             raise ValueError(f"duplicate camera names in {self.cameras}")
+
+    def frames_in_rows(self, depth: bool = False) -> bool:
+        """Rows carry their frames (nominal mode, RGB-D observations) rather than capture-time PTS."""
+        return depth or self.timestamp_mode == "nominal"
+
+    def frame_horizon_ns(self, depth: bool = False) -> int:
+        """How far past t_k the frame of row k may be captured (0 when frames keep their capture time)."""
+        return horizon_ns(1e9 / self.fps) if self.frames_in_rows(depth) else 0
+
+    def delay_ns(self, depth: bool = False) -> int:
+        """How long after t_k row k is assembled: every message it may use has arrived by then if each
+        arrives within ``lateness_s`` of its stamp. Callers stop feeding ``end + delay`` after an end."""
+        return round(self.lateness_s * 1e9) + self.frame_horizon_ns(depth)
 
 
 @dataclass(frozen=True)
@@ -113,6 +135,9 @@ class Counters:
     frames_late: dict[str, int] = field(default_factory=dict)
     frames_stale: dict[str, int] = field(default_factory=dict)
     frames_missing: dict[str, int] = field(default_factory=dict)     # capture mode: gaps in the sent frames
+    frames_beyond_half_period: dict[str, int] = field(default_factory=dict)  # rows carrying frames: |capture - t_k| > P/2
+    frame_offset_max_ms: dict[str, float] = field(default_factory=dict)      # rows carrying frames: largest |capture - t_k|
+    frames_unpaired: dict[str, int] = field(default_factory=dict)    # RGB-D: colour/depth images with no partner
 
     @staticmethod
     def _inc(d: dict[str, int], key: str, n: int = 1) -> None:
@@ -134,10 +159,18 @@ class EpisodeAssembler:
         config.validate()
         self.config, self.start_ns, self._sink, self._depth = config, int(start_ns), sink, depth
         # RGB-D observations always pair a frame with each row, whatever the LeRobot timestamp mode
-        self._frames_in_rows = depth or config.timestamp_mode == "nominal"
+        self._frames_in_rows = config.frames_in_rows(depth)
         f = Fraction(config.fps).limit_denominator(1_000_000)
         self._num, self._den = f.numerator, f.denominator
-        self._lateness_ns = round(config.lateness_s * 1e9)
+        self._period_ns = 1e9 * self._den / self._num
+        self._delay_ns = config.delay_ns(depth)
+        self._horizon_ns = config.frame_horizon_ns(depth)
+        window = max(5, round(2 * config.fps))   # 2 s of frames: a median steady to ~1 ms under ±10 ms jitter
+        self._phase = {cam: PhaseTracker(self._period_ns, window) for cam in config.cameras}
+        self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}   # tracker fed up to here
+        # the first tick also waits for WARMUP_S of captures, so the phase estimate starts from several
+        self._warmup_ns = round(WARMUP_S * 1e9) if self._frames_in_rows and config.cameras else 0
+        self._finish_ns: int | None = None
         self._stale_ns = round(config.stale_s * 1e9)
         self._inputs = {name: SampleBuffer() for name in (*STATE_INPUTS, "reward")}
         self._frames = {cam: SampleBuffer() for cam in config.cameras}
@@ -156,6 +189,11 @@ class EpisodeAssembler:
                 d[cam] = 0
             if not self._frames_in_rows:
                 self.counters.frames_missing[cam] = 0
+            else:
+                self.counters.frames_beyond_half_period[cam] = 0
+                self.counters.frame_offset_max_ms[cam] = 0.0
+            if depth:
+                self.counters.frames_unpaired[cam] = 0
 
     # ---- grid -------------------------------------------------------------------------------
     def tick_ns(self, k: int) -> int:
@@ -163,8 +201,14 @@ class EpisodeAssembler:
 
     @property
     def next_tick_ns(self) -> int:
-        """Grid time of the next tick to assemble (it is due at this + lateness)."""
+        """Grid time of the next tick to assemble (it is due at ``next_due_ns``)."""
         return self.tick_ns(self._next_k)
+
+    @property
+    def next_due_ns(self) -> int:
+        """When the next tick may be assembled: its grid time + ``config.delay_ns`` (the first one also
+        waits for the phase warm-up)."""
+        return self.tick_ns(self._next_k) + self._delay_ns + (self._warmup_ns if self._next_k == 0 else 0)
 
     @property
     def rows(self) -> int:
@@ -178,7 +222,7 @@ class EpisodeAssembler:
         """Required inputs with no sample at or before t_ns (default: the next tick); for status."""
         t = self.tick_ns(self._next_k) if t_ns is None else t_ns
         missing = [n for n in STATE_INPUTS if self._inputs[n].latest_at(t) is None]
-        return missing + [c for c in self.config.cameras if self._frames[c].latest_at(t) is None]
+        return missing + [c for c in self.config.cameras if self._frames[c].latest_at(t + self._horizon_ns) is None]
 
     # ---- inputs -----------------------------------------------------------------------------
     def _add(self, name: str, stamp_ns: int, value: np.ndarray) -> None:
@@ -221,9 +265,14 @@ class EpisodeAssembler:
         if not self._frames_in_rows and sent is not None and stamp_ns <= sent:
             c.frames_late[camera] += 1   # its turn has passed: the encoder only takes increasing times
             return
-        if self._frames_in_rows and self._last_tick_ns is not None and stamp_ns <= self._last_tick_ns:
-            c.frames_late[camera] += 1   # still a candidate for later rows, like any late sample
+        fed = self._fed_ns[camera]
+        if self._frames_in_rows and fed is not None and stamp_ns <= fed:
+            c.frames_late[camera] += 1   # a row that could have taken it is done; later rows still may
         self._frames[camera].insert(stamp_ns, Frame(stamp_ns, rgb, depth))
+
+    def count_unpaired(self, camera: str, n: int = 1) -> None:
+        """Colour or depth images that found no partner (``DepthPairer``) while this episode ran."""
+        Counters._inc(self.counters.frames_unpaired, camera, n)
 
     def add_raw_quest(self, stamp_ns: int, line: str) -> None:
         # (stamp, arrival seq) keeps distinct lines that share a receive stamp
@@ -232,14 +281,15 @@ class EpisodeAssembler:
 
     # ---- output -----------------------------------------------------------------------------
     def advance(self, now_ns: int) -> int:
-        """Assemble every tick with t_k + lateness <= now_ns; returns the number of new rows."""
+        """Assemble every tick with t_k + delay <= now_ns; returns the number of new rows."""
         if self._end_ns is not None:
             return 0
-        return self._run_until(int(now_ns) - self._lateness_ns)
+        return self._run_until(int(now_ns) - self._delay_ns)
 
     def finish(self, end_ns: int) -> Counters:
         """Assemble the remaining ticks up to end_ns, release buffered frames and lines; returns counters."""
         if self._end_ns is None:
+            self._finish_ns = int(end_ns)
             self._run_until(int(end_ns))
             self._end_ns = int(end_ns)
         return self.counters
@@ -247,6 +297,8 @@ class EpisodeAssembler:
     def _run_until(self, limit_ns: int) -> int:
         before = self.counters.rows
         while self.tick_ns(self._next_k) <= limit_ns:
+            if self._next_k == 0 and self._finish_ns is None and self.tick_ns(0) + self._warmup_ns > limit_ns:
+                break   # the first tick waits for the phase warm-up
             self._tick(self._next_k)
             self._next_k += 1
         if self.origin_ns is not None and not self._frames_in_rows:
@@ -268,17 +320,49 @@ class EpisodeAssembler:
         self.counters.frames_sent[cam] += 1
         self._sink.frame(cam, frame, max(0, rel_ns) / 1e9)
 
+    def _grid_offset(self, stamp_ns: int) -> int:
+        """stamp - its nearest grid time, in [-P/2, P/2] (integer, on the exact grid)."""
+        unit = 1_000_000_000 * self._den
+        k = (2 * (stamp_ns - self.start_ns) * self._num + unit) // (2 * unit)
+        return stamp_ns - self.tick_ns(k)
+
+    def _row_frame(self, cam: str, t: int) -> Sample | None:
+        """The frame for the row at t (phase-locked pairing, ``frame_assign``); None if there is none yet.
+        Commits nothing but the phase tracker's input, so a skipped start tick can call it."""
+        buf, tracker = self._frames[cam], self._phase[cam]
+        limit = t + self._horizon_ns
+        fed = self._fed_ns[cam]
+        feed = limit
+        if fed is None:   # the first tick: the warm-up captures too (at most what finish() may rely on)
+            feed = limit + self._warmup_ns
+            if self._finish_ns is not None:
+                feed = max(limit, min(feed, self._finish_ns + self._horizon_ns))
+        lo = 0 if fed is None else buf.index_at(fed) + 1
+        for i in range(lo, buf.index_at(feed) + 1):
+            tracker.add(self._grid_offset(buf.stamps[i]))
+        self._fed_ns[cam] = feed if fed is None else max(fed, feed)
+        prev = self._sent_ns[cam]
+        i = pick(buf.stamps, prev, t + tracker.phase_ns, self._period_ns, limit)
+        if i is not None:
+            return buf.at(i)
+        return buf.latest_at(t if prev is None else prev)   # row 0: the pre-roll frame; later: a repeat
+
     def _tick(self, k: int) -> None:
         t = self.tick_ns(k)
         self._last_tick_ns = t
         c = self.counters
         samples = {n: self._inputs[n].latest_at(t) for n in STATE_INPUTS}
-        frames = {cam: self._frames[cam].latest_at(t) for cam in self.config.cameras}
+        if self._frames_in_rows:
+            frames = {cam: self._row_frame(cam, t) for cam in self.config.cameras}
+        else:
+            frames = {cam: self._frames[cam].latest_at(t) for cam in self.config.cameras}
         if self._origin_k is None:
             if any(s is None for s in samples.values()) or any(f is None for f in frames.values()):
                 c.skipped_start_ticks += 1
-                for buf in (*self._inputs.values(), *self._frames.values()):
+                for buf in self._inputs.values():
                     buf.prune_before(t)
+                for buf in self._frames.values():   # keep what a later start tick's window may take
+                    buf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:
@@ -303,18 +387,21 @@ class EpisodeAssembler:
                 prev = self._sent_ns[cam]
                 if prev is not None and f.stamp_ns == prev:
                     c.frames_repeated[cam] += 1
-                elif prev is not None:
-                    c.frames_dropped[cam] += self._frames[cam].count_between(prev, f.stamp_ns)
+                else:
+                    if prev is not None:
+                        c.frames_dropped[cam] += self._frames[cam].count_between(prev, f.stamp_ns)
+                    off = abs(f.stamp_ns - t)
+                    if 2 * off > self._period_ns:
+                        c.frames_beyond_half_period[cam] += 1
+                    c.frame_offset_max_ms[cam] = max(c.frame_offset_max_ms[cam], round(off / 1e6, 3))
                 if t - f.stamp_ns > self._stale_ns:
                     c.frames_stale[cam] += 1
                 self._sent_ns[cam] = f.stamp_ns
                 c.frames_sent[cam] += 1
                 row_frames[cam] = f.value
+                self._frames[cam].prune_before(f.stamp_ns)
         for name in STATE_INPUTS + ("reward",):
             self._inputs[name].prune_before(t)
-        if self._frames_in_rows:
-            for buf in self._frames.values():
-                buf.prune_before(t)
         i = k - self._origin_k
         c.rows += 1
         self._sink.row(Row(i, np.float32(i / self.config.fps), t, values, row_frames))

@@ -33,6 +33,14 @@ class SampleBuffer:
         self._stamps.insert(i, stamp_ns)
         self._values.insert(i, value)
 
+    @property
+    def stamps(self) -> list[int]:
+        """The buffered stamps, sorted (read only)."""
+        return self._stamps
+
+    def at(self, i: int) -> Sample:
+        return Sample(self._stamps[i], self._values[i])
+
     def first(self) -> Sample | None:
         return Sample(self._stamps[0], self._values[0]) if self._stamps else None
 

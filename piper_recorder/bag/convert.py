@@ -4,7 +4,8 @@ The bag's messages go, in receive (log) order, through the same duck-typed messa
 (``assembly.messages``) into the same ``EpisodeController`` (pre-roll = newest sample of each input,
 assembler, writer thread, writer targets) the recorder nodes use; the log time plays the node's
 ``now``: ``tick(log_ns)`` before each message, ``start`` once the log passes the episode's feed time,
-``stop(end_ns)`` once it passes ``end_ns + lateness``. Between episodes only the last few serialized
+``stop(end_ns)`` once it passes ``end_ns`` + the assembly delay (lateness, plus the frame horizon when
+rows carry frames). Between episodes only the last few serialized
 messages per topic are kept (they become the pre-roll), so gaps cost no decoding.
 
 For /episode_events episodes the assembler starts at the live grid origin (the "saved" event's
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from piper_recorder import __version__
-from piper_recorder.assembly import DepthPairer
 from piper_recorder.assembly.messages import gripper_width, image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.recording.config import (
     LEROBOT_RECORDER, RGBD_RECORDER, RecorderConfig, lerobot_writer_config, rgbd_writer_config, session_record)
@@ -157,7 +157,8 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
         notes.append("the bag's /episode_events hold no saved episodes; "
                      + ("using --episode ranges" if opts.ranges else "converting the whole bag"))
     if opts.ranges:
-        return spans_from_ranges(opts.ranges, src.start_ns, int(opts.settings.lateness_s * 1e9))
+        return spans_from_ranges(opts.ranges, src.start_ns, opts.settings.assembly(tuple(opts.topics.cameras))
+                                 .delay_ns(depth=opts.fmt == "rgbd"))
     return whole_bag(src.start_ns, src.end_ns)
 
 
@@ -183,7 +184,6 @@ class _Feeder:
         self.handlers: dict[str, list[Callable[[Any, int], None]]] = {}
         self._jcache: dict[tuple[str, ...], list[int]] = {}
         self.rejected: dict[str, int] = {}
-        self._pairers: dict[str, DepthPairer] = {}
         self.depth = opts.fmt == "rgbd"
 
         def on(topic: str | None, fn: Callable[[Any, int], None]) -> None:
@@ -206,7 +206,6 @@ class _Feeder:
         on(tm.commanded_gripper, cmd_gripper)
         for cam, ct in tm.cameras.items():
             if self.depth:
-                self._pairers[cam] = DepthPairer()
                 on(ct.color, lambda m, now, cam=cam: self._color_depth(cam, m, False))
                 on(ct.depth, lambda m, now, cam=cam: self._color_depth(cam, m, True))
             else:
@@ -242,11 +241,10 @@ class _Feeder:
         img = self._image(cam, m, depth)
         if img is None:
             return
-        p = self._pairers[cam]
-        pair = p.add_depth(stamp_ns(m), img) if depth else p.add_color(stamp_ns(m), img)
-        if pair is not None:
-            stamp, rgb, d = pair
-            self.c.add_frame(cam, stamp, rgb, d)
+        if depth:
+            self.c.add_depth(cam, stamp_ns(m), img)
+        else:
+            self.c.add_color(cam, stamp_ns(m), img)
 
 
 def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str | Path,
@@ -314,7 +312,7 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
 
 def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder: _Feeder,
               spans: list[EpisodeSpan], task_default: str, res: BagResult, progress: Progress | None) -> None:
-    lateness = int(opts.settings.lateness_s * 1e9)
+    lateness = opts.settings.assembly(tuple(opts.topics.cameras)).delay_ns(depth=opts.fmt == "rgbd")
     spans = sorted(spans, key=lambda s: s.feed_from_ns)
     gap: dict[str, deque[RawMessage]] = {}
     handlers = feeder.handlers

@@ -107,7 +107,7 @@ def spans_from_ranges(ranges: Iterable[str], bag_start_ns: int, min_gap_ns: int 
     for prev, nxt in zip(spans, spans[1:]):
         if nxt.start_ns < prev.end_ns + min_gap_ns:
             raise ValueError(f"--episode ranges overlap or are closer than {min_gap_ns / 1e9:g} s "
-                             f"(the assembler lateness): {(prev.end_ns - bag_start_ns) / 1e9:g} s and "
+                             f"(the assembly delay): {(prev.end_ns - bag_start_ns) / 1e9:g} s and "
                              f"{(nxt.start_ns - bag_start_ns) / 1e9:g} s")
     return spans
 

@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.episode:
             from piper_recorder.bag.episodes import spans_from_ranges
 
-            spans_from_ranges(a.episode, 0, int(settings.lateness_s * 1e9))   # validate before any work
+            spans_from_ranges(a.episode, 0, settings.assembly(list(topics.cameras))   # validate before any work
+                              .delay_ns(depth=a.format == "rgbd"))
     except (OSError, ValueError) as exc:
         print(f"piper-bag2dataset: {exc}", file=sys.stderr)
         return 2

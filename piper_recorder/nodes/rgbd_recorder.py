@@ -1,6 +1,7 @@
 """rgbd_recorder: one RGB-D camera + arm -> optimized RGB-D HDF5 (T+1 observations per T transitions).
 
-obs k = (colour/depth capture at or before t_k, arm_joint/arm_eef/gripper at t_k); transition k =
+obs k = (the colour/depth capture paired with row k, see assembly.frame_assign; arm_joint/arm_eef/gripper
+at t_k); colour and depth pair by nearest stamp within half a frame period (assembly.pairing); transition k =
 (commanded EEF (7, wxyz) + commanded gripper (1) at t_k, /reward at t_k or 0). The last transition
 is terminal when the episode is stopped with stop_episode (success) and a timeout when max_episode_s
 ends it. Threads and timing: see recorder_base.
@@ -8,12 +9,10 @@ ends it. Threads and timing: see recorder_base.
 from __future__ import annotations
 
 import sys
-import threading
 
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32
 
-from piper_recorder.assembly import DepthPairer
 from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
 from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_config
 from piper_recorder.recording.targets import RgbdTarget
@@ -27,8 +26,6 @@ class RgbdRecorder(RecorderNode):
     cfg: RgbdRecorderConfig
 
     def __init__(self) -> None:
-        self._pairer = DepthPairer()
-        self._pair_lock = threading.Lock()
         super().__init__(RgbdRecorderConfig.node_name)
 
     def make_target(self) -> RgbdTarget:
@@ -54,24 +51,15 @@ class RgbdRecorder(RecorderNode):
             return None
         return img if self.check_image(self.cfg.camera, img, depth=depth) else None
 
-    def _on_color(self, msg: Image) -> None:
+    def _on_color(self, msg: Image) -> None:   # paired with its depth image by nearest stamp (DepthPairer)
         img = self._image(msg, depth=False)
         if img is not None:
-            with self._pair_lock:
-                pair = self._pairer.add_color(stamp_ns(msg), img)
-            self._forward(pair)
+            self.controller.add_color(self.cfg.camera, stamp_ns(msg), img)
 
     def _on_depth(self, msg: Image) -> None:
         img = self._image(msg, depth=True)
         if img is not None:
-            with self._pair_lock:
-                pair = self._pairer.add_depth(stamp_ns(msg), img)
-            self._forward(pair)
-
-    def _forward(self, pair) -> None:
-        if pair is not None:
-            stamp, rgb, depth = pair
-            self.controller.add_frame(self.cfg.camera, stamp, rgb, depth)
+            self.controller.add_depth(self.cfg.camera, stamp_ns(msg), img)
 
 
 def main(args=None):

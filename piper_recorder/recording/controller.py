@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler
+from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler
 
 from .targets import EpisodeTarget
 from .worker import QueuedSink, WriterWorker
@@ -79,8 +79,9 @@ class EpisodeController:
         self._session_started = False
         self._saved: list[tuple[int, str]] = []  # (episode, task) saved in this session; delete_last pops
         self._preroll: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
+        self._pairers = {cam: DepthPairer(1e9 / assembly.fps) for cam in assembly.cameras}
         self.last_counters: dict[str, Any] = {}
-        self._lateness_ns = int(assembly.lateness_s * 1e9)
+        self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
         self._tick_delays: list[int] = []
         self._unsaved: _Unsaved | None = None    # the finished episode a failed save left with the writer
         self.last_message = "idle"
@@ -110,6 +111,25 @@ class EpisodeController:
     def add_frame(self, camera: str, stamp_ns: int, rgb: Any, depth: Any = None) -> None:
         self._input(("frame", camera), "add_frame", camera, stamp_ns, rgb, depth)
 
+    def add_color(self, camera: str, stamp_ns: int, rgb: Any) -> None:
+        """RGB-D: one half of a capture; it reaches the assembly once paired with its depth image."""
+        self._pair(camera, stamp_ns, rgb, is_depth=False)
+
+    def add_depth(self, camera: str, stamp_ns: int, depth: Any) -> None:
+        self._pair(camera, stamp_ns, depth, is_depth=True)
+
+    def _pair(self, camera: str, stamp_ns: int, img: Any, is_depth: bool) -> None:
+        if camera not in self._pairers:
+            raise KeyError(f"unknown camera {camera!r} (configured: {list(self._pairers)})")
+        with self._lock:
+            p = self._pairers[camera]
+            before = p.unpaired
+            pairs = p.add_depth(stamp_ns, img) if is_depth else p.add_color(stamp_ns, img)
+            if p.unpaired > before and self._asm is not None and self.state in (RECORDING, SAVING):
+                self._asm.count_unpaired(camera, p.unpaired - before)
+        for stamp, rgb, depth in pairs:
+            self.add_frame(camera, stamp, rgb, depth)
+
     def add_raw_quest(self, stamp_ns: int, line: str) -> None:
         with self._lock:
             if self._asm is not None and self.state in (RECORDING, SAVING):
@@ -117,18 +137,18 @@ class EpisodeController:
 
     # ---- tick thread ------------------------------------------------------------------------
     def next_tick_ns(self) -> int | None:
-        """ROS-clock time at which the next row becomes due (its grid time + lateness), or None if idle."""
+        """ROS-clock time at which the next row becomes due (grid time + lateness [+ frame horizon]), or None."""
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return None
-            return self._asm.next_tick_ns + self._lateness_ns
+            return self._asm.next_due_ns
 
     def tick(self, now_ns: int) -> None:
         auto_stop: int | None = None
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return
-            due = self._asm.next_tick_ns + self._lateness_ns
+            due = self._asm.next_due_ns
             if now_ns >= due:   # how late the tick thread assembled a row (rows stay on the grid regardless)
                 self._tick_delays.append(now_ns - due)
             self._asm.advance(now_ns)
@@ -188,8 +208,8 @@ class EpisodeController:
             with self._lock:
                 self.state = SAVING
             self._on_change()
-            # messages still in flight for the last rows: wait out the lateness allowance
-            delay = self.assembly.lateness_s - max(0.0, (time.time_ns() - end) / 1e9)
+            # messages still in flight for the last rows (and their frames): wait out the assembly delay
+            delay = self._delay_s - max(0.0, (time.time_ns() - end) / 1e9)
             if delay > 0:
                 time.sleep(delay)
             with self._lock:
@@ -326,7 +346,7 @@ class EpisodeController:
 
     # ---- helpers ----------------------------------------------------------------------------
     def _delay_stats(self) -> dict[str, float]:
-        """p50/p99/max of the tick thread's delay past each row's due time (grid time + lateness), in ms."""
+        """p50/p99/max of the tick thread's delay past each row's due time (``next_due_ns``), in ms."""
         if not self._tick_delays:
             return {"ticks": 0}
         d = np.asarray(self._tick_delays, dtype=np.float64) / 1e6

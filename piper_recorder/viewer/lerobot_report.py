@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from piper_recorder.lerobot import metacheck
 from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
+from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
 
 STANDARD_EPISODE_KEYS = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
@@ -63,16 +64,18 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
     cams = [k.removeprefix("observation.images.") for k in video_keys]
 
     overview_rows = []
+    shown = {int(e["episode_index"]) for e in eps if episodes is None or e["episode_index"] in episodes}
     for ep in eps:
         extra = {k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}
         frames = ep.get("video_frame_lengths", {})
-        overview_rows.append([ep["episode_index"], esc(", ".join(ep.get("tasks", []))), ep["length"],
+        idx = int(ep["episode_index"])
+        overview_rows.append([idx, esc(", ".join(ep.get("tasks", []))), ep["length"],
                               f"{ep['length'] / fps:.2f}", *[frames.get(c, "") for c in cams],
-                              f"<code>{esc(json.dumps(extra))}</code>" if extra else ""])
+                              summary_cell(extra, f"counters-ep{idx}" if idx in shown else None)])
     body = [f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.get('codebase_version'))}, "
             f"robot <b>{esc(info.get('robot_type'))}</b>, {fps:g} fps, {info.get('total_episodes')} episodes, "
             f"{info.get('total_frames')} rows, {info.get('total_tasks')} tasks, cameras: {esc(', '.join(cams))}</p>",
-            table(["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "counters"],
+            table(["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "problems"],
                   overview_rows, left=2), "</section>"]
 
     prov = ["<section><h2>Provenance</h2>"]
@@ -105,6 +108,7 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         tl = [round(float(v), 4) for v in t]
         sec = [f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(ep.get("tasks", [])))}</h2>',
                time_controls(group, float(t[-1]) if len(t) else 0.0), '<div class="videos">']
+        counters = counters_table({k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}, f"counters-{group}")
         frame_iv: list[dict[str, Any]] = []
         for key, cam in zip(video_keys, cams):
             vpath = root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=idx)
@@ -117,7 +121,15 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
             pts = _pts_seconds(vpath)
             if len(pts) > 1:
                 frame_iv.append({"cam": cam, "t": pts[1:], "dt": np.diff(pts) * 1000.0})
-        sec.append('</div><div class="plots">')
+        sec.append("</div>")
+        flat = []   # frame intervals that are all 1/fps (nominal mode) carry no information: say so, no plot
+        for fi in frame_iv:
+            if np.all(np.abs(fi["dt"] - 1000.0 / fps) < 1.0):
+                flat.append(fi["cam"])
+        if flat:
+            sec.append(f'<p class="note">Frame intervals of {esc(", ".join(flat))}: every one 1/fps '
+                       f"(one frame per row).</p>")
+        sec.append('<div class="plots">')
 
         def add(pid: str, title: str, unit: str, series: list[dict[str, Any]], tt: list[float] = tl) -> None:
             plots[f"{group}-{pid}"] = {"title": title, "unit": unit, "t": tt, "series": series}
@@ -140,13 +152,13 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
              ([_series("commanded", gcmd[:, 0], dash=True)] if gcmd is not None else [])
         if gs:
             add("gripper", "gripper width", "m", gs)
-        if len(t) > 1:
-            add("ticks", "row interval minus 1/fps (tick jitter)", "ms",
-                [_series("dt - 1/fps", (np.diff(t) - 1.0 / fps) * 1000.0)], tl[1:])
-        for fi in frame_iv:
+        for fi in (f for f in frame_iv if f["cam"] not in flat):
             add(f"frames-{fi['cam']}", f"{fi['cam']} frame intervals", "ms", [_series("interval", fi["dt"])],
                 [round(float(v), 4) for v in fi["t"]])
-        sec.append("</div></section>")
+        sec.append("</div>")
+        if counters:
+            sec.append(f"<h3>Counters</h3>{counters}")
+        sec.append("</section>")
         body += sec
 
     html_text = page(f"piper_recorder report — {root.name}", "".join(body), {"plots": plots})

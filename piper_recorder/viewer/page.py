@@ -20,6 +20,10 @@ th{background:#eef1f4}td.l,th.l{text-align:left}.warn{color:#b3261e;font-weight:
 figcaption{font-size:12px;color:#555}.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));gap:8px}
 canvas{width:100%;height:170px;border:1px solid #eef1f4;cursor:crosshair}.ctl{margin:8px 0}.ctl input{width:60%}
 .thumbs{display:flex;flex-wrap:wrap;gap:4px}.thumbs img{width:160px}code{background:#eef1f4;padding:0 3px}
+tr.bad td{background:#fdecea}tr.bad td:first-child{color:#b3261e;font-weight:600;border-left:3px solid #b3261e}
+.badge{display:inline-block;border-radius:3px;padding:0 5px;margin:1px 0;font-size:12px;white-space:nowrap}
+.badge.bad{background:#fdecea;color:#b3261e;border:1px solid #f3b7b2}a:has(.badge){text-decoration:none}.note{color:#555;font-size:13px;margin:6px 0}
+table.counters{margin-top:4px}table.counters td.l:last-child{color:#444}
 """
 
 PLOT_JS = r"""
