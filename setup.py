@@ -21,6 +21,7 @@ CONSOLE_SCRIPTS = {
     "piper-launch": "piper_recorder.cli.launch:main",
     "piper-validate": "piper_recorder.cli.validate:main",
     "piper-finalize": "piper_recorder.cli.finalize:main",
+    "piper-repair": "piper_recorder.cli.repair:main",
     "piper-bag2dataset": "piper_recorder.cli.bag2dataset:main",
     "piper-view": "piper_recorder.cli.view:main",
 }

@@ -22,7 +22,7 @@ import av
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from piper_recorder.lerobot.video import VideoConfig, VideoEncoder  # noqa: E402
+from piper_recorder.lerobot.video import VideoConfig, VideoEncoder, pts_ticks  # noqa: E402
 
 H, W, FPS = 480, 640, 30
 
@@ -63,7 +63,7 @@ def random_access_ms(path: Path, n_frames: int, trials: int, seed: int = 1) -> f
     times = []
     for _ in range(trials):
         k = rng.randrange(n_frames)
-        target = int(np.floor(float(np.float32(k / FPS)) * 1000))
+        target = pts_ticks(k / FPS)  # in the stream's time base, as the encoder stamped frame k
         t0 = time.perf_counter()
         with av.open(str(path)) as c:
             s = c.streams.video[0]

@@ -109,28 +109,44 @@ def _fixed(x: np.ndarray) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1), type=pa.float32()), x.shape[1])
 
 
-def write_video(path: Path, n_frames: int, fps: int = FPS, seed: int = 0) -> None:
-    """libx264/yuv420p, time base 1/1000, frame k at pts floor(k / fps * 1000) ms, no B-frames."""
+MS = Fraction(1, 1000)            # whole-ms PTS, as recorders before issue 11 wrote them
+FINE = Fraction(1, 90000)         # the MPEG clock the recorders write now
+
+
+def grid_pts(t: float, time_base: Fraction) -> int:
+    """floor(float32(t) / time_base) in exact arithmetic: the frame at or just before float32(t)."""
+    return math.floor(Fraction(float(np.float32(t))) / time_base)
+
+
+def write_video(path: Path, n_frames: int, fps: int = FPS, seed: int = 0, time_base: Fraction = FINE,
+                gop: int = 12, pts: list[int] | None = None) -> None:
+    """libx264/yuv420p, no B-frames, frame k at pts ``grid_pts(k / fps, time_base)`` (or ``pts[k]``);
+    ``time_base=MS`` gives the whole-ms files older recorders wrote. The last packet lasts one period."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=fps, options={"bf": "0", "preset": "ultrafast", "crf": "30"})
+    period = max(1, round(1 / (fps * time_base)))
+    with av.open(str(path), "w", format="mp4",
+                 options={"video_track_timescale": str(time_base.denominator)}) as container:
+        stream = container.add_stream("libx264", rate=fps, options={"bf": "0", "preset": "ultrafast", "crf": "30",
+                                                                    "g": str(gop)})
         stream.width, stream.height, stream.pix_fmt = VIDEO_W, VIDEO_H, "yuv420p"
-        stream.time_base = stream.codec_context.time_base = Fraction(1, 1000)
+        stream.time_base = stream.codec_context.time_base = time_base
+        packets = []
         for k in range(n_frames):
             img = np.full((VIDEO_H, VIDEO_W, 3), (k * 7) % 256, dtype=np.uint8)
             img[: VIDEO_H // 2] = rng.integers(0, 255, size=3, dtype=np.uint8)
             frame = av.VideoFrame.from_ndarray(img, format="rgb24")
-            frame.pts = math.floor(k / fps * 1000)
-            frame.time_base = Fraction(1, 1000)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
+            frame.pts = grid_pts(k / fps, time_base) if pts is None else pts[k]
+            frame.time_base = time_base
+            packets += stream.encode(frame)
+        packets += stream.encode()
+        for packet in packets:
+            packet.duration = period
             container.mux(packet)
 
 
 def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], cameras: tuple[str, ...] = ("cam_front",),
-               combined: bool = True, chunks_size: int = 1000) -> Path:
+               combined: bool = True, chunks_size: int = 1000, time_base: Fraction = FINE) -> Path:
     """Write a complete v2.0 root. ``episodes``: (task, split-column arrays) per episode, in order."""
     root = Path(root)
     (root / "meta").mkdir(parents=True, exist_ok=True)
@@ -172,7 +188,8 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
         pq.write_table(pa.table(arrays), data_path)
         for c, cam in enumerate(cameras):
             write_video(root / VIDEO_PATH.format(episode_chunk=chunk, episode_index=ep_idx,
-                                                 video_key=f"observation.images.{cam}"), n, seed=ep_idx * 10 + c)
+                                                 video_key=f"observation.images.{cam}"), n, seed=ep_idx * 10 + c,
+                        time_base=time_base)
         line = {"episode_index": ep_idx, "tasks": [task], "length": n, "task_index": t_idx}
         if cameras:
             line["video_frame_length"] = n
@@ -199,7 +216,7 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
 
 
 def small_root(root: Path, seed: int = 0, lengths: tuple[int, ...] = (12, 9, 7), cameras=("cam_front", "cam_wrist"),
-               combined: bool = True) -> Path:
+               combined: bool = True, time_base: Fraction = FINE) -> Path:
     rng = np.random.default_rng(seed)
     eps = [(("pick the cube", "place the cube")[i % 2], random_episode(rng, n)) for i, n in enumerate(lengths)]
-    return write_root(root, eps, cameras=cameras, combined=combined)
+    return write_root(root, eps, cameras=cameras, combined=combined, time_base=time_base)

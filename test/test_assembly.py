@@ -162,7 +162,7 @@ def test_staleness_counted_rows_still_emitted():
 
 
 def test_rows_wait_for_every_input_then_origin_rebases():
-    cfg = AssemblyConfig(fps=30, lateness_s=0.05, stale_s=0.25)
+    cfg = AssemblyConfig(fps=30, lateness_s=0.05, stale_s=0.25, timestamp_mode="capture")
     first_cmd = START + 200 * MS
     ev = [e for e in make_events(1.0) if not (e[1] in ("cmd", "grip") and e[0] < first_cmd)]
     sink, c, asm = run(ev, [s for s, _, _ in ev], cfg, START + 1_000_000_000)
@@ -189,7 +189,7 @@ def test_no_rows_when_an_input_never_arrives():
 
 
 def test_capture_mode_late_frame_dropped_and_counted():
-    cfg = AssemblyConfig(fps=30, cameras=("cam_front",), lateness_s=0.05)
+    cfg = AssemblyConfig(fps=30, cameras=("cam_front",), lateness_s=0.05, timestamp_mode="capture")
     ev = make_events(1.0, cams=("cam_front",))
     frames = [i for i, e in enumerate(ev) if e[1] == "frame" and e[0] > START + 300 * MS]
     arrivals = [s for s, _, _ in ev]
@@ -203,7 +203,7 @@ def test_capture_mode_late_frame_dropped_and_counted():
 
 def test_capture_mode_camera_gap_counted_as_frames_missing():
     """A 0.5 s pause of one camera: 14 frames missing at 30 fps; capture jitter is no gap."""
-    cfg = AssemblyConfig(fps=30, lateness_s=0.05)
+    cfg = AssemblyConfig(fps=30, lateness_s=0.05, timestamp_mode="capture")
     all_ev = make_events(2.0)
     ev = [e for e in all_ev if not (e[1] == "frame" and e[2][0] == "cam_front"
                                     and START + 600 * MS < e[0] < START + 1070 * MS)]
@@ -221,7 +221,7 @@ def test_capture_mode_camera_gap_counted_as_frames_missing():
 
 
 def test_capture_mode_frame_right_after_origin_opens_the_video():
-    cfg = AssemblyConfig(fps=30, cameras=("cam_front",))
+    cfg = AssemblyConfig(fps=30, cameras=("cam_front",), timestamp_mode="capture")
     sink = RecordingSink()
     asm = EpisodeAssembler(cfg, START, sink)
     asm.add_joint_state(START, [0.0] * 7)

@@ -283,6 +283,16 @@ def test_agilex_mapping_file(tmp_path, cfg):
     h5 = tmp_path / "agilex.hdf5"
     assert run(bag, "--format", "rgbd", "--out", h5, "--config", cfg, "--mapping", mapping) == 0
     assert validate_file(h5, full=True) == []
+    # no --config (issue 12): the code defaults give nominal timing, which every loader accepts
+    doc = yaml.safe_load(mapping.read_text())
+    doc["cameras"]["cam_front"].update(height=H, width=W)
+    mapping.write_text(yaml.safe_dump(doc))
+    plain = tmp_path / "no_config"
+    assert run(bag, "--format", "lerobot", "--out", plain, "--mapping", mapping, "--episode", "0.2:2.2",
+               "--task", "agilex") == 0
+    (e,) = episodes(plain)
+    assert e["timestamp_mode"] == "nominal" and e["video_frame_lengths"] == {"cam_front": e["length"]}
+    assert validate_root(plain) == []    # includes every row's frame at or before it, < 1e-4 s
 
 
 def test_usage_errors_and_progress(tmp_path, cfg, capsys):

@@ -21,7 +21,26 @@ def test_valid_root_exits_0_with_one_ok_line(tmp_path):
         res = run(str(root), *extra)
         assert res.returncode == 0, res.stdout + res.stderr
         lines = res.stdout.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("OK: ") and "2 episodes, 11 frames" in lines[0]
+        assert len(lines) == 2 and lines[1].startswith("OK: ") and "2 episodes, 11 frames" in lines[1]
+        assert lines[0].startswith("video timing: 22 of 22 video rows find their frame") and "worst: episode" in lines[0]
+        assert "x 1/90000" in lines[0] and " gap " in lines[0]
+
+
+def test_whole_ms_root_fails_naming_the_worst_row_and_the_fix(tmp_path):
+    """A root as recorders before issue 11 wrote it (time base 1/1000): at 30 fps two rows in three
+    sit up to 1 ms after their frame, beyond LeRobot's 1e-4 s."""
+    from lerobot_fixtures import MS
+    root = small_root(tmp_path / "r", lengths=(6, 5), time_base=MS)
+    res = run(str(root))
+    assert res.returncode == 1
+    out = res.stdout
+    vid = "videos/chunk-000/observation.images.cam_front/episode_000000.mp4: "
+    line = next(x for x in out.splitlines() if x.startswith(vid))
+    assert "4 of 6 rows have no frame at or before their timestamp within 0.0001 s" in line
+    assert "worst row 5: timestamp 0.166667 s, frame pts 166 x 1/1000 = 0.166000 s, gap 666.672 us" in line
+    assert f"piper-repair {root}" in line
+    timing = next(x for x in out.splitlines() if x.startswith("video timing: "))
+    assert "video rows find their frame" in timing and "worst: episode 0, cam_front, row 5" in timing
 
 
 def test_broken_root_prints_each_problem_and_exits_1(tmp_path):

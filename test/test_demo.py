@@ -64,7 +64,7 @@ def _check_alignment(root: Path, episode: int, cam: str) -> tuple[list[float], i
             assert find_marker(rgb, stale=True) is not None, f"{cam} ep {episode}: no marker at t={t_f:.3f}"
             stale += 1
             continue
-        # EEF at the capture time, in (t_f - 1/30, t_f] (pts are whole ms, rounded down)
+        # EEF at the capture time, in (t_f - 1/30, t_f] (pts rounded down by less than 1/90000 s)
         err = np.inf
         for t_c in np.linspace(t_f - 1.0 / 30.0, t_f + 1e-3, 12):
             p = np.array([np.interp(t_c, t_rows, eef[:, k]) for k in range(3)])

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -180,17 +182,48 @@ def test_video_pts_and_both_lookup_rules(tmp_path):
     ts = read_table(root, 0)["timestamp"].astype(np.float64)  # float32 values, exactly
     for cam in CAMS:
         pts, idx, dur, tb = decode_video(root / f"videos/chunk-000/observation.images.{cam}/episode_000000.mp4")
-        assert tb.numerator == 1 and tb.denominator == 1000
+        assert tb == Fraction(1, 90000)
         assert len(pts) == n and idx == list(range(n))
         assert all(b > a for a, b in zip(pts, pts[1:]))
-        assert all(d > 0 for d in dur), "every frame, the last included, needs a duration"
-        p = np.array(pts, dtype=np.float64) / 1000.0
+        assert all(d > 0 for d in dur) and dur[-1] == 3000, "the last frame lasts one frame period"
+        p = np.array(pts, dtype=np.float64) / 90000.0
         for k in range(n):
             assert idx[int(np.argmin(np.abs(p - ts[k])))] == k and np.min(np.abs(p - ts[k])) <= 0.5 / FPS
             le = np.nonzero(p <= ts[k])[0]
             assert idx[le[-1]] == k, (cam, k, pts[k], ts[k])
         # torchcodec needs the last row's time to lie inside the last frame's span
-        assert pts[-1] + dur[-1] > ts[-1] * 1000
+        assert pts[-1] + dur[-1] > ts[-1] * 90000
+
+
+@pytest.mark.parametrize("fps", [30, 15, 60])
+def test_every_frame_meets_both_rules_exactly(tmp_path, fps):
+    """Nominal (frames at row times, up to 10 min into an episode) and capture (arbitrary times):
+    read back with PyAV, every frame's pts * time_base is <= float32(its time) and less than 1e-4 s
+    below it, checked in exact arithmetic. Whole-ms PTS fail the second rule for 2 rows in 3."""
+    root = tmp_path / "ds"
+    ks = sorted({*range(40), *range(40, 600 * fps, 997), 600 * fps - 1})   # rows k/fps, sparse past 40
+    rng = np.random.default_rng(fps)
+    capture = np.cumsum(rng.uniform(0.5, 70.0, len(ks))) / 1000.0            # capture times, s
+    capture[0] = 0.0
+    cfg = WriterConfig(fps=fps, cameras={"nominal": CameraSpec(H, W), "capture": CameraSpec(H, W)})
+    with LeRobotWriter(root, cfg) as w:
+        w.start_episode("rules")
+        for i, k in enumerate(ks):
+            w.add_row(k / fps, row_values(k / fps, 0))
+            assert w.add_frame("nominal", index_frame(i), k / fps)
+            assert w.add_frame("capture", index_frame(i), float(capture[i]))
+        w.save_episode()
+    ts = read_table(root, 0)["timestamp"]
+    ms_misses = 0
+    for cam, times in (("nominal", ts), ("capture", capture)):
+        pts, idx, dur, tb = decode_video(root / f"videos/chunk-000/observation.images.{cam}/episode_000000.mp4")
+        assert tb == Fraction(1, 90000) and idx == list(range(len(ks))) and len(pts) == len(ks)
+        assert dur[-1] == 90000 // fps
+        for p, t in zip(pts, times):
+            exact_t = Fraction(float(np.float32(t)))
+            assert p * tb <= exact_t and exact_t - p * tb < Fraction(1, 10_000), (cam, p, t)
+            ms_misses += exact_t - Fraction(math.floor(exact_t * 1000), 1000) >= Fraction(1, 10_000)
+    assert ms_misses > len(ks) // 2      # the old whole-ms PTS would have failed most of these
 
 
 def test_lerobot_doctor_and_validator_pass(tmp_path):

@@ -160,7 +160,7 @@ def test_session_record_binding_keys_resolve():
     assert rec["headset"] == {"app": "quest"}
     assert rec["cameras"]["cam_wrist"] == {"serial": "s2", "topic": "/cam_wrist/color/image_raw",
                                            "profile": {"width": 640, "height": 480, "fps": 15.0, "encoding": "rgb8"}}
-    assert rec["recording"] == {"recorder": "lerobot_recorder", "fps": 15.0, "timestamp_mode": "capture",
+    assert rec["recording"] == {"recorder": "lerobot_recorder", "fps": 15.0, "timestamp_mode": "nominal",
                                 "lateness_s": 0.1, "stale_s": 0.25, "max_episode_s": 600.0, "root": "lerobot_dataset",
                                 "video": {"codec": "libx264", "pix_fmt": "yuv420p", "crf": 23, "preset": "veryfast",
                                           "gop": "writer default", "bf": 0},

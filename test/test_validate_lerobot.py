@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerobot_fixtures import small_root, write_video
+from lerobot_fixtures import FINE, MS, grid_pts, small_root, write_video
 from piper_recorder.lerobot.finalize import FinalizeConfig, finalize_root
-from piper_recorder.lerobot.validate import validate_root
+from piper_recorder.lerobot.validate import TimingSummary, validate_root
 
 LENGTHS = (12, 9, 7)  # episodes 0, 1, 2 -> global index 0..11, 12..20, 21..27
 P1 = "data/chunk-000/episode_000001.parquet"
@@ -159,6 +159,12 @@ MUTATIONS = [
                                                 lambda ls: ls[0].update(video_frame_length=11)),
      "meta/episodes.jsonl", "video_frame_length 11, minimum over cameras is 12"),
     ("pts past the end", lambda r: write_video(r / V1, 9, fps=15), V1, "past the episode end"),
+    ("whole-ms pts", lambda r: write_video(r / V1, 9, time_base=MS), V1,
+     "6 of 9 rows have no frame at or before their timestamp within 0.0001 s"),
+    ("pts one tick late", lambda r: write_video(r / V1, 9, pts=[grid_pts(k / 30, FINE) + (k > 0) for k in range(9)]),
+     V1, "8 of 9 rows have no frame at or before their timestamp"),
+    ("capture mode whole-ms", lambda r: (set_mode(r, 1, "capture"), write_video(r / V1, 9, time_base=MS)), V1,
+     "capture mode: frames cannot be placed within 0.0001 s of their capture time; time base 1/1000"),
     ("stats missing column", lambda r: edit_json(meta(r) / "stats.json", lambda s: s.pop("action.gripper")),
      "meta/stats.json", "no entry for column 'action.gripper'"),
     ("stats missing timestamp", lambda r: edit_json(meta(r) / "stats.json", lambda s: s.pop("timestamp")),
@@ -212,9 +218,42 @@ MUTATIONS = [
 ]
 
 
+def set_mode(root: Path, episode: int, mode: str) -> None:
+    edit_jsonl(meta(root) / "episodes.jsonl", lambda ls: ls[episode].update(timestamp_mode=mode))
+
+
 def test_valid_root_has_no_problems(pristine):
     assert validate_root(pristine) == []
     assert validate_root(pristine, full=True) == []
+
+
+def test_timing_summary_names_the_worst_row(pristine):
+    timing = TimingSummary()
+    assert validate_root(pristine, timing=timing) == []
+    assert timing.rows == 2 * sum(LENGTHS) and timing.bad_rows == 0 and timing.capture_videos == 0
+    w = timing.worst
+    # independently: the largest float32(k/30) - floor(float32(k/30) * 90000) / 90000 over the rows
+    gaps = [(float(np.float32(k / 30)) - grid_pts(k / 30, FINE) / 90000, k) for k in range(max(LENGTHS))]
+    assert w.time_base == FINE and 0 < w.gap_s < 1 / 90000 and (w.gap_s, w.row) == pytest.approx(max(gaps))
+    assert w.pts == grid_pts(w.row / 30, FINE) and w.timestamp == float(np.float32(w.row / 30))
+
+
+def test_capture_mode_frames_off_the_rows_pass_nominal_ones_do_not(root):
+    """Capture mode keeps frames at capture times (here 1 to 20 ms after each row but row 0): the row
+    rules do not apply, only 'row 0 has a frame' and a fine time base; the same file in a nominal
+    episode fails."""
+    rng = np.random.default_rng(3)
+    pts = [0] + [grid_pts(k / 30, FINE) + int(rng.integers(90, 1800)) for k in range(1, 9)]
+    write_video(root / V1, 9, pts=pts)
+    problems = validate_root(root)
+    assert any(p.startswith(V1) and "8 of 9 rows have no frame" in p for p in problems), problems
+    set_mode(root, 1, "capture")
+    timing = TimingSummary()
+    assert validate_root(root, timing=timing) == []
+    assert timing.capture_videos == 2 and timing.rows == 2 * sum(LENGTHS) - 2 * 9   # both cameras of episode 1
+    write_video(root / V1, 9, pts=[p + 90 for p in pts])
+    assert any(p.startswith(V1) and "row 0 (timestamp 0.000000 s) has no frame at or before it" in p
+               for p in validate_root(root))
 
 
 @pytest.mark.parametrize("mutate,where,fragment", [m[1:] for m in MUTATIONS], ids=[m[0] for m in MUTATIONS])

@@ -44,6 +44,11 @@ import numpy as np
 from .buffers import SampleBuffer
 
 TIMESTAMP_MODES = ("capture", "nominal")
+# The one default of each timing setting, for the assembler, both recorders (nodes and parameter
+# files) and the bag converter. nominal: one frame per row at the row time, the mode every loader
+# accepts (LeRobot's 1e-4 s tolerance, torchcodec, GR00T's index-based readers).
+DEFAULT_TIMESTAMP_MODE = "nominal"
+DEFAULT_LATENESS_S = 0.1    # a row is assembled this long after its time (covers GIL/encoder-start stalls)
 # Inputs every row needs; "reward" is optional (0 until a reward arrives).
 STATE_INPUTS = ("joint_states", "eef_pose", "commanded_pose", "commanded_gripper")
 
@@ -52,8 +57,8 @@ STATE_INPUTS = ("joint_states", "eef_pose", "commanded_pose", "commanded_gripper
 class AssemblyConfig:
     fps: float = 30.0
     cameras: tuple[str, ...] = ("cam_front", "cam_wrist")
-    timestamp_mode: str = "capture"
-    lateness_s: float = 0.05
+    timestamp_mode: str = DEFAULT_TIMESTAMP_MODE
+    lateness_s: float = DEFAULT_LATENESS_S
     stale_s: float = 0.25
 
     def validate(self) -> None:

@@ -1,7 +1,9 @@
 """piper-validate PATH [--full]: check a LeRobot v2.0 root (directory) or an RGB-D HDF5 file (.hdf5/.h5).
 
 Prints one line per problem and exits 1 if there is any; prints a one-line OK summary and exits 0
-otherwise.
+otherwise. For a LeRobot root it also prints the video timing line: how many rows find their frame
+by both lookup rules (last frame at or before the row, less than 1e-4 s before it) and the worst row
+(episode, camera, row, timestamp, pts, gap).
 """
 from __future__ import annotations
 
@@ -34,10 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full", action="store_true", help="decode every video frame / read every dataset fully")
     args = p.parse_args(argv)
     path = Path(args.path)
+    notes: list[str] = []
     if path.is_dir():
-        from piper_recorder.lerobot.validate import summary, validate_root
-        problems = validate_root(path, full=args.full)
+        from piper_recorder.lerobot.validate import TimingSummary, summary, validate_root
+        timing = TimingSummary()
+        problems = validate_root(path, full=args.full, timing=timing)
         ok_line = summary(path) if not problems else ""
+        notes.append(timing.describe())
     elif path.is_file() and path.suffix.lower() in HDF5_SUFFIXES:
         problems = _validate_hdf5(path, args.full)
         if problems is None:
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piper-validate: {path}: does not exist", file=sys.stderr)
         return 1
     for line in problems:
+        print(line)
+    for line in notes:
         print(line)
     if problems:
         print(f"piper-validate: {len(problems)} problem(s) in {path}", file=sys.stderr)

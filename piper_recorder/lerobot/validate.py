@@ -6,11 +6,22 @@ counting packets. The checks read the files with pyarrow, PyAV and json only, ne
 
 Timestamps are an error, not a warning, when consecutive differences leave 1/fps by more than
 LeRobot's default tolerance (1e-4 s): LeRobot's loader refuses such a dataset (issue 7).
+
+Video timing (every row of every video, from packet PTS only, no decoding): each row's frame is the
+last one with ``pts * time_base <= float32(timestamp)`` (torchcodec/torchvision), and it must lie less
+than 1e-4 s before the row (LeRobot's default ``tolerance_s``), compared in exact arithmetic. Both
+must hold at once; whole-ms PTS (time base 1/1000, older recorders) fail the second for two rows in
+three at 30 fps, and ``piper-repair`` fixes them. Episodes recorded with ``timestamp_mode: capture``
+keep frames at their capture times, which by design do not sit on the rows: there only row 0 must
+have a frame at or before it and the time base must resolve 1e-4 s. The worst row over the root is
+kept in a ``TimingSummary`` when the caller passes one.
 """
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +47,50 @@ ARROW_SCALARS = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.i
 
 
 @dataclass
+class WorstRow:
+    """The row whose frame lies furthest before it (``gap_s`` inf: no frame at or before the row)."""
+    episode: int
+    camera: str
+    row: int
+    timestamp: float
+    pts: int | None
+    time_base: Fraction
+    gap_s: float
+
+    def describe_row(self) -> str:
+        frame = ("no frame at or before it" if self.pts is None else
+                 f"frame pts {self.pts} x {self.time_base} = {float(self.pts * self.time_base):.6f} s")
+        gap = "" if self.pts is None else f", gap {self.gap_s * 1e6:.3f} us"
+        return f"row {self.row}: timestamp {self.timestamp:.6f} s, {frame}{gap}"
+
+    def describe(self) -> str:
+        return f"episode {self.episode}, {self.camera}, {self.describe_row()}"
+
+
+@dataclass
+class TimingSummary:
+    """Video timing over a root: rows checked against both lookup rules and the worst of them."""
+    rows: int = 0
+    bad_rows: int = 0
+    capture_videos: int = 0
+    worst: WorstRow | None = None
+
+    def describe(self) -> str:
+        if self.worst is None:
+            text = "no nominal-mode video rows"
+        else:
+            text = (f"{self.rows - self.bad_rows} of {self.rows} video rows find their frame at or before "
+                    f"them within {TIMESTAMP_TOLERANCE_S} s; worst: {self.worst.describe()}")
+        if self.capture_videos:
+            text += f"; {self.capture_videos} capture-mode video(s): frames at capture times"
+        return f"video timing: {text}"
+
+
+@dataclass
 class _Report:
     root: Path
     problems: list[str] = field(default_factory=list)
+    timing: TimingSummary = field(default_factory=TimingSummary)
 
     def add(self, where: Path | str, msg: str) -> None:
         where = Path(where)
@@ -302,27 +354,93 @@ def _check_timestamps(rep: _Report, path: Path, ts: np.ndarray, fps: float) -> N
                       f"{TIMESTAMP_TOLERANCE_S} s ({int(off.sum())} such steps); LeRobot's loader rejects this")
 
 
-def _video_frames(path: Path, full: bool) -> tuple[int, list[float], tuple[int, int]]:
-    """(frame count, presentation times in s, (width, height)) by decoding or by counting packets."""
+@dataclass
+class _Video:
+    pts: list[int]          # in stream order, in units of time_base
+    time_base: Fraction
+    size: tuple[int, int]   # (width, height)
+
+    @property
+    def times(self) -> list[float]:
+        return [float(p * self.time_base) for p in self.pts]
+
+
+def _video_frames(path: Path, full: bool) -> _Video:
+    """Every frame's PTS and the frame size, by decoding (``full``) or from the packets alone."""
     with av.open(str(path)) as container:
         if not container.streams.video:
             raise ValueError("no video stream")
         stream = container.streams.video[0]
         size = (stream.codec_context.width, stream.codec_context.height)
-        times = []
+        tb = stream.time_base
+        if tb is None or tb <= 0:
+            raise ValueError(f"video stream time base {tb!r}")
+        pts = []
         if full:
             for frame in container.decode(stream):
                 if frame.pts is None:
                     raise ValueError("decoded frame without PTS")
-                times.append(float(frame.pts * frame.time_base))
+                pts.append(int(frame.pts))
         else:
             for packet in container.demux(stream):
                 if packet.size == 0:
                     continue
                 if packet.pts is None:
                     raise ValueError("packet without PTS")
-                times.append(float(packet.pts * packet.time_base))
-    return len(times), times, size
+                pts.append(int(packet.pts))
+    return _Video(pts, Fraction(tb), size)
+
+
+def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each row time (float32 values): index of the last frame with ``pts * tb <= t`` (-1: none)
+    and ``t - pts * tb`` in s (inf: none). Exact: a float32 times the time base denominator (< 2**29)
+    and a PTS times its numerator (< 2**53) are exact in float64, so the comparison is too."""
+    if tb.denominator < 2 ** 29 and (len(pts) == 0 or abs(int(pts.max())) * tb.numerator < 2 ** 53):
+        frame = pts.astype(np.float64) * tb.numerator
+        row = ts.astype(np.float64) * tb.denominator
+        idx = np.searchsorted(frame, row, side="right") - 1
+        gap = np.where(idx >= 0, (row - frame[np.maximum(idx, 0)]) / tb.denominator, np.inf)
+        return idx, gap
+    frames = [p * tb for p in pts.tolist()]           # unusual time bases: plain exact arithmetic
+    idx = np.empty(len(ts), np.int64)
+    gap = np.empty(len(ts), np.float64)
+    for r, t in enumerate(ts.tolist()):
+        exact = Fraction(t)
+        i = bisect.bisect_right(frames, exact) - 1
+        idx[r], gap[r] = i, (float(exact - frames[i]) if i >= 0 else np.inf)
+    return idx, gap
+
+
+def _check_video_timing(rep: _Report, path: Path, video: _Video, ts: np.ndarray, ctx: _EpisodeContext,
+                        camera: str) -> None:
+    """Both lookup rules for every row (see the module docstring)."""
+    pts = np.sort(np.asarray(video.pts, np.int64))
+    tb = video.time_base
+    hint = (f"; time base {tb} is coarser than {TIMESTAMP_TOLERANCE_S} s (whole-ms PTS from an older "
+            f"recorder): `piper-repair {rep.root}` rewrites them" if tb > Fraction(1, 10_000) else "")
+    idx, gap = _row_gaps(pts, tb, ts)
+    if ctx.ep.get("timestamp_mode") == "capture":
+        rep.timing.capture_videos += 1
+        if idx[0] < 0:
+            rep.add(path, f"row 0 (timestamp {ts[0]:.6f} s) has no frame at or before it "
+                          f"(first pts {pts[0]} x {tb})")
+        if hint:
+            rep.add(path, f"capture mode: frames cannot be placed within {TIMESTAMP_TOLERANCE_S} s of their "
+                          f"capture time{hint}")
+        return
+    bad = gap >= TIMESTAMP_TOLERANCE_S
+    r = int(np.argmax(gap))
+    worst = WorstRow(ctx.episode_index, camera, r, float(ts[r]), int(pts[idx[r]]) if idx[r] >= 0 else None,
+                     tb, float(gap[r]))
+    t = rep.timing
+    t.rows += len(ts)
+    t.bad_rows += int(bad.sum())
+    if t.worst is None or worst.gap_s > t.worst.gap_s:
+        t.worst = worst
+    if bad.any():
+        rep.add(path, f"{int(bad.sum())} of {len(ts)} rows have no frame at or before their timestamp within "
+                      f"{TIMESTAMP_TOLERANCE_S} s (LeRobot's tolerance with torchcodec's 'last frame at or before "
+                      f"t'); worst {worst.describe_row()}{hint}")
 
 
 def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts: np.ndarray | None,
@@ -343,10 +461,11 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
             rep.add(path, "missing (one mp4 per video feature and episode)")
             continue
         try:
-            count, times, size = _video_frames(path, full)
+            video = _video_frames(path, full)
         except (OSError, ValueError, av.FFmpegError) as e:
             rep.add(path, f"unreadable video: {e}")
             continue
+        count, times, size = len(video.pts), video.times, video.size
         counts.append(count)
         shape = info["features"][key].get("shape", [None, None])
         if list(size) != [shape[1], shape[0]]:
@@ -371,6 +490,7 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
             if sorted_t[-1] > limit + 1e-6:
                 rep.add(path, f"last PTS {sorted_t[-1]:.4f} s is past the episode end "
                               f"(last row {ts[-1]:.4f} s + 1/fps)")
+            _check_video_timing(rep, path, video, ts, ctx, cam)
     if counts and len(counts) == len(keys) and "video_frame_length" in ctx.ep \
             and ctx.ep["video_frame_length"] != min(counts):
         rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: video_frame_length "
@@ -508,10 +628,11 @@ def _check_stray_files(rep: _Report, root: Path, expected: set[Path]) -> None:
                 rep.add(p, "not named by meta/episodes.jsonl (leftover or temporary file)")
 
 
-def validate_root(root: str | Path, full: bool = False) -> list[str]:
-    """Every problem found in the LeRobot v2.0 root, one line each; [] when valid."""
+def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | None = None) -> list[str]:
+    """Every problem found in the LeRobot v2.0 root, one line each; [] when valid. ``timing``, when
+    given, receives the video timing figures (rows checked, the worst row)."""
     root = Path(root)
-    rep = _Report(root)
+    rep = _Report(root, timing=TimingSummary() if timing is None else timing)
     if not root.is_dir():
         return [f"{root}: not a directory"]
     meta = root / "meta"

@@ -4,11 +4,15 @@ Frames are encoded while the episode runs (no intermediate image files), so savi
 encoder's few look-ahead frames. PyAV releases the GIL inside libx264 and swscale, so the encoder
 threads run in parallel with the recorder's callbacks.
 
-Timing: the mp4 time base is 1/1000 (``video_track_timescale=1000``) and each frame's PTS is
-``floor(float32(t) * 1000)`` ms, rounded down so that a frame stamped at a row's time satisfies
-``pts <= float32(timestamp)`` — the rule torchcodec/torchvision use ("last frame at or before t").
-Every packet carries a duration of one nominal frame period, so the last frame has a proper duration
-and torchcodec accepts a query at the last row. ``bf=0`` (no B-frames) by default for the same reason.
+Timing: the mp4 time base is 1/90000 (the MPEG clock; ``video_track_timescale=90000``) and each
+frame's PTS is ``floor(float32(t) * 90000)``, computed exactly (``pts_ticks``). A frame stamped at a
+row's time therefore satisfies both lookup rules at once: ``pts * tb <= float32(timestamp)`` (torchcodec
+and torchvision take the last frame at or before t) and ``float32(timestamp) - pts * tb < 1/90000 s``,
+well inside LeRobot's default ``tolerance_s`` of 1e-4 s (whole-ms PTS, used before, are up to 1 ms off
+and failed it for two rows in three at 30 fps; ``piper-repair`` rewrites such files). Every packet
+carries a duration of one nominal frame period (3000 ticks at 30 fps), so the last frame has a proper
+duration and torchcodec accepts a query at the last row. ``bf=0`` (no B-frames) by default for the
+same reason.
 
 Keyframe interval (``gop``), measured with ``bench/video_gop.py`` (640x480 panning textured scene
 with a moving object and sensor noise, crf 23 veryfast bf=0; random access = open, seek, decode to a
@@ -31,6 +35,7 @@ never drains more than 16 frames per camera (the worst-case stop-to-saved latenc
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 from dataclasses import dataclass
@@ -44,7 +49,8 @@ from .errors import DatasetError, SchemaError
 from .fsutil import fsync_file
 
 log = logging.getLogger(__name__)
-TIME_BASE = Fraction(1, 1000)
+TICKS_PER_S = 90000                  # the MPEG clock: exact for 24/25/30/50/60 fps frame periods
+TIME_BASE = Fraction(1, TICKS_PER_S)
 
 
 @dataclass
@@ -75,9 +81,16 @@ class VideoConfig:
             raise ValueError("VideoConfig.max_block_s must be >= 0 or None")
 
 
-def pts_ms(t: float) -> int:
-    """PTS in whole ms, rounded down from the float32 time so ``pts <= float32(t)`` holds exactly."""
-    return int(np.floor(float(np.float32(t)) * 1000.0))
+def pts_ticks(t: float) -> int:
+    """PTS in 1/90000 s, rounded down from the float32 time: ``pts * TIME_BASE <= float32(t)`` and
+    ``float32(t) - pts * TIME_BASE < 1/90000`` hold exactly: float32(t) is a dyadic rational and the
+    floor is taken in exact arithmetic, so no float rounding can push a PTS past its row time."""
+    return math.floor(Fraction(float(np.float32(t))) * TICKS_PER_S)
+
+
+def frame_period_ticks(fps: float) -> int:
+    """One nominal frame period in ticks (3000 at 30 fps): every packet's duration."""
+    return max(1, round(TICKS_PER_S / fps))
 
 
 class VideoEncoder:
@@ -90,11 +103,11 @@ class VideoEncoder:
         self.dropped_pts = 0
         self.dropped_queue = 0
         self.last_pts = -1
-        self._period_ms = max(1, round(1000 / fps))
+        self._period = frame_period_ticks(fps)
         self._error: BaseException | None = None
         self._closing = False
         self._q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
-        self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": "1000"})
+        self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": str(TICKS_PER_S)})
         try:
             s = self._out.add_stream(cfg.codec, rate=fps)
             s.width, s.height, s.pix_fmt = width, height, cfg.pix_fmt
@@ -125,7 +138,7 @@ class VideoEncoder:
             got = (getattr(rgb, "shape", None), getattr(rgb, "dtype", type(rgb)))
             raise SchemaError(f"observation.images.{self.name}: expected uint8 "
                               f"({self.height}, {self.width}, 3), got shape/dtype {got}")
-        pts = pts_ms(t)
+        pts = pts_ticks(t)
         if self._closing or pts <= self.last_pts:
             self.dropped_pts += 1
             return False
@@ -158,7 +171,7 @@ class VideoEncoder:
     def _mux(self, packets) -> None:
         for p in packets:
             if not p.duration:
-                p.duration = self._period_ms
+                p.duration = self._period
             self._out.mux(p)
             self.frames += 1
 

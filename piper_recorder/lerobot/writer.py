@@ -206,8 +206,8 @@ class LeRobotWriter:
     def add_frame(self, camera: str, rgb: np.ndarray, t: float) -> bool:
         """Queue an RGB uint8 HxWx3 frame taken ``t`` s after episode start; False if dropped.
 
-        Dropped (and counted): PTS ``floor(t*1000)`` not after the previous frame's, or the encoder
-        queue still full after ``VideoConfig.max_block_s``.
+        Dropped (and counted): PTS ``floor(float32(t) * 90000)`` not after the previous frame's, or the
+        encoder queue still full after ``VideoConfig.max_block_s``.
         """
         with self._state_lock:
             ep = self._require_episode("add_frame")

@@ -1,8 +1,8 @@
 """lerobot_recorder: arm topics + cameras -> LeRobot v2.0 dataset episodes through the four Trigger services.
 
 Threads and timing: see recorder_base. Rows follow the exact 1/fps grid (piper_recorder.assembly);
-frames go to the writer's per-camera encoders with their capture time (``timestamp_mode: capture``)
-or one per row re-stamped to the row time (``nominal``). A frame waits up to ``encoder_max_block_s``
+frames go to the writer's per-camera encoders one per row re-stamped to the row time
+(``timestamp_mode: nominal``, the default) or with their capture time (``capture``). A frame waits up to ``encoder_max_block_s``
 on the writer thread for encoder queue space before it is dropped and counted (trade-off: see
 ``LeRobotRecorderConfig`` in piper_recorder.recording.config).
 """

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import yaml
 
 from piper_recorder.assembly import AssemblyConfig
+from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
 
 LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
 UNKNOWN = "unknown"
@@ -43,8 +44,8 @@ class RecorderConfig:
 
     task: str = ""                      # read again at every start_episode (ros2 param set)
     fps: float = 30.0
-    timestamp_mode: str = "capture"     # capture | nominal
-    lateness_s: float = 0.1             # a row is assembled once its time + this has passed (covers GIL/encoder-start stalls)
+    timestamp_mode: str = DEFAULT_TIMESTAMP_MODE   # nominal | capture
+    lateness_s: float = DEFAULT_LATENESS_S         # a row is assembled once its time + this has passed
     stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
     max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
     on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM

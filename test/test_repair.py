@@ -1,0 +1,262 @@
+"""piper-repair on roots with whole-ms video PTS (as recorders wrote them before issue 11).
+
+The roots come from the spec-built fixtures (PyAV directly, not the writer); the results are read
+back with PyAV and pyarrow and checked in exact arithmetic, and by the validator."""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from lerobot_fixtures import FINE, MS, small_root, write_video
+from piper_recorder.lerobot import fsutil
+from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.lerobot.retime import repair_root
+from piper_recorder.lerobot.validate import validate_root
+
+EXE = str(Path(sys.executable).parent / "piper-repair")
+CAMS = ("cam_front", "cam_wrist")
+CAPTURE_MS = [0, 29, 64, 101, 130, 168, 199]        # episode 2 (7 rows): frames at capture times
+
+
+def video(root: Path, ep: int, cam: str) -> Path:
+    return root / f"videos/chunk-000/observation.images.{cam}/episode_{ep:06d}.mp4"
+
+
+def videos(root: Path) -> list[Path]:
+    return sorted((root / "videos").rglob("*.mp4"))
+
+
+def packets(path: Path) -> tuple[Fraction, list[int], list[bytes], bytes, list[int]]:
+    """(time base, pts, packet bytes, codec extradata, dts) with PyAV."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        out = [(p.pts, bytes(p), p.dts) for p in c.demux(s) if p.size]
+        return Fraction(s.time_base), [o[0] for o in out], [o[1] for o in out], s.codec_context.extradata, \
+            [o[2] for o in out]
+
+
+def frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def timestamps(root: Path, ep: int) -> list[float]:
+    col = pq.read_table(root / f"data/chunk-000/episode_{ep:06d}.parquet").column("timestamp")
+    return [float(x) for x in col.to_numpy()]          # float32 values, exact as float64
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def set_capture(root: Path, ep: int) -> None:
+    p = root / "meta/episodes.jsonl"
+    lines = [json.loads(x) for x in p.read_text().splitlines()]
+    lines[ep]["timestamp_mode"] = "capture"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def old_root(path: Path, lengths=(12, 9, 7)) -> Path:
+    """Whole-ms root: nominal episodes (frame k at floor(float32(k/30) * 1000) ms) and, as the last
+    episode, a capture-mode one with frames off the rows."""
+    root = small_root(path, lengths=lengths, time_base=MS)
+    last = len(lengths) - 1
+    for c, cam in enumerate(CAMS):
+        write_video(video(root, last, cam), lengths[-1], time_base=MS, pts=CAPTURE_MS, seed=c)
+    set_capture(root, last)
+    return root
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def assert_both_rules(root: Path, ep: int, cam: str) -> None:
+    tb, pts, _, _, dts = packets(video(root, ep, cam))
+    ts = timestamps(root, ep)
+    assert tb == FINE and dts == pts and len(pts) == len(ts)
+    for p, t in zip(pts, ts):
+        exact = Fraction(t)
+        assert p * tb <= exact and exact - p * tb < Fraction(1, 10_000), (ep, cam, p, t)
+
+
+def test_repair_remuxes_bit_identical_packets_onto_the_fine_grid(tmp_path):
+    root = old_root(tmp_path / "r")
+    before = {v: packets(v) for v in videos(root)}
+    decoded = {v: frames(v) for v in videos(root)}
+    problems = validate_root(root)
+    assert sum("rows have no frame at or before their timestamp" in p for p in problems) == 4   # nominal videos
+    assert sum("capture mode: frames cannot be placed within" in p for p in problems) == 2
+
+    hashes = {v: sha(v) for v in videos(root)}
+    dry = run(root, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.count("would rewrite videos/") == 6 and "nothing changed (dry run)" in dry.stdout
+    assert "episode_000002.mp4: 7 frames, time base 1/1000 -> 1/90000 (capture" in dry.stdout
+    assert "episode_000000.mp4: 12 frames, time base 1/1000 -> 1/90000 (nominal" in dry.stdout
+    assert {v: sha(v) for v in videos(root)} == hashes and not list(root.rglob("*.tmp"))
+
+    res = run(root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("rewrote videos/") == 6 and "6 videos: 6 rewritten" in res.stdout
+    assert validate_root(root) == [] and validate_root(root, full=True) == []
+    for v, (tb, pts, data, extradata, _) in before.items():
+        tb2, pts2, data2, extradata2, _ = packets(v)
+        assert tb == MS and tb2 == FINE
+        assert data2 == data and extradata2 == extradata            # no re-encoding: same bytes
+        assert all(np.array_equal(a, b) for a, b in zip(frames(v), decoded[v])) and len(frames(v)) == len(data)
+    for ep in (0, 1):
+        for cam in CAMS:
+            assert_both_rules(root, ep, cam)
+    for cam in CAMS:     # capture: the recorded millisecond, exactly, in the fine time base
+        assert packets(video(root, 2, cam))[1] == [m * 90 for m in CAPTURE_MS]
+
+    hashes = {v: sha(v) for v in videos(root)}
+    again = run(root)
+    assert again.returncode == 0 and "6 videos: 0 rewritten, 6 already 1/90000" in again.stdout
+    assert {v: sha(v) for v in videos(root)} == hashes
+
+
+def test_a_failed_rewrite_keeps_the_original_and_leaves_no_temp(tmp_path, monkeypatch):
+    root = old_root(tmp_path / "r", lengths=(5, 4))
+    hashes = {v: sha(v) for v in videos(root)}
+
+    def boom(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(fsutil, "replace", boom)
+    with pytest.raises(OSError):
+        repair_root(root)
+    assert {v: sha(v) for v in videos(root)} == hashes and not list(root.rglob("*.tmp"))
+
+
+def test_killed_mid_run_every_file_old_or_new_and_rerun_finishes(tmp_path):
+    lengths = (9,) * 30 + (7,)
+    root = old_root(tmp_path / "r", lengths=lengths)
+    before = {v: (sha(v), packets(v)) for v in videos(root)}
+    proc = subprocess.Popen([EXE, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("rewrote "), line
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+        proc.stdout.close()
+    new = 0
+    for v, (digest, (tb, pts, data, extradata, _)) in before.items():
+        now = packets(v)
+        if now[0] == MS:
+            assert sha(v) == digest                              # untouched, byte for byte
+        else:
+            assert now[0] == FINE and now[2] == data and now[3] == extradata
+            new += 1
+    assert 1 <= new < len(before), "the kill should land mid-run"
+    res = run(root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(before) - new} rewritten, {new} already 1/90000" in res.stdout
+    assert not list(root.rglob("*.tmp")) and validate_root(root) == []
+    for v, (_, (_, _, data, _, _)) in before.items():
+        assert packets(v)[2] == data
+
+
+def test_leftover_temp_is_removed_and_a_writer_lock_refuses(tmp_path):
+    root = old_root(tmp_path / "r", lengths=(5, 4))
+    stray = video(root, 0, "cam_front").with_name("episode_000000.mp4.tmp")
+    stray.write_bytes(b"half a file")
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)          # as a recorder holding the root does
+        res = run(root)
+        assert res.returncode == 1 and "is open in a writer" in res.stderr
+        assert packets(video(root, 0, "cam_front"))[0] == MS and stray.exists()
+        assert run(root, "--dry-run").returncode == 0          # reading is fine
+    finally:
+        os.close(fd)
+    res = run(root)
+    assert res.returncode == 0 and "removed interrupted write" in res.stdout and not stray.exists()
+    assert validate_root(root) == []
+
+
+def test_frames_that_match_no_row_are_left_alone(tmp_path):
+    root = old_root(tmp_path / "r", lengths=(6, 5))
+    p = root / "meta/episodes.jsonl"
+    lines = [json.loads(x) for x in p.read_text().splitlines()]
+    lines[0]["timestamp_mode"] = "nominal"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    odd = video(root, 0, "cam_wrist")
+    write_video(odd, 6, time_base=MS, pts=[0, 30, 61, 95, 130, 160])   # not the rows' floor-ms
+    digest = sha(odd)
+    res = run(root)
+    assert res.returncode == 1
+    assert "skipped videos/chunk-000/observation.images.cam_wrist/episode_000000.mp4: NOT repaired: nominal " \
+           "episode, but some frame's PTS matches no row timestamp" in res.stdout
+    assert sha(odd) == digest and "3 rewritten" in res.stdout
+    timing = [p for p in validate_root(root) if "rows have no frame" in p]
+    assert len(timing) == 1 and timing[0].startswith(str(odd.relative_to(root)))
+
+
+def to_whole_ms(path: Path) -> None:
+    """Remux a fine-PTS mp4 as the old recorders wrote it: PTS floor(t * 1000) in time base 1/1000."""
+    tmp = path.with_name("ms.mp4")
+    with av.open(str(path)) as inp, av.open(str(tmp), "w", format="mp4",
+                                           options={"video_track_timescale": "1000"}) as out:
+        s_in = inp.streams.video[0]
+        s_out = out.add_stream_from_template(s_in)
+        s_out.time_base = MS
+        for p in inp.demux(s_in):
+            if not p.size:
+                continue
+            ms = int(p.pts * p.time_base * 1000)           # floor: non-negative Fraction -> int
+            p.stream, p.time_base, p.pts, p.dts, p.duration = s_out, MS, ms, ms, 33
+            out.mux(p)
+    tmp.replace(path)
+
+
+def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path):
+    """A root from the project's writer (nominal: frames at row times), downgraded to whole-ms PTS
+    (what it wrote before issue 11), repaired: PTS and packets equal the writer's own output again,
+    and lerobot-doctor accepts it."""
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    from test_lerobot_writer_helpers import H, W, index_frame, row_values
+
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, WriterConfig(fps=30, cameras={c: CameraSpec(H, W) for c in CAMS})) as w:
+        for e, n in enumerate((110, 104)):    # >= 100 rows: lerobot-doctor warns below ACT chunk size
+            w.start_episode("pick the cube")
+            for k in range(n):
+                w.add_row(k / 30, row_values(k / 30, e))
+                for cam in CAMS:
+                    w.add_frame(cam, index_frame(k), k / 30)
+            w.save_episode({"timestamp_mode": "nominal"})
+    now = {v: packets(v) for v in videos(root)}
+    for v in videos(root):
+        to_whole_ms(v)
+        assert packets(v)[0] == MS and packets(v)[2] == now[v][2]
+    assert any("rows have no frame" in p for p in validate_root(root))
+    res = run(root)
+    assert res.returncode == 0 and "4 rewritten" in res.stdout, res.stdout + res.stderr
+    for v, (tb, pts, data, extradata, _) in now.items():
+        assert packets(v)[:4] == (tb, pts, data, extradata)
+    doctor = Path(sys.executable).parent / "lerobot-doctor"
+    r = subprocess.run([str(doctor), "check", str(root), "--ci", "--fail-on", "warn"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert validate_root(root, full=True) == []
+
+
+def test_not_a_root(tmp_path):
+    with pytest.raises(DatasetError, match="not a LeRobot root"):
+        repair_root(tmp_path)
+    res = run(tmp_path / "nope")
+    assert res.returncode == 1 and "not a LeRobot root" in res.stderr
