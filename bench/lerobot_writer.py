@@ -9,7 +9,10 @@ Prints:
   (queues full at stop: worst case) and paced in real time (what a live recorder sees);
 * peak RSS of each run (each in its own subprocess; includes a 60-frame pool of source images);
 * the time to update stats.json when the root already holds 1,000 episodes (rows only, 600 rows
-  each, synthesised by copying one written parquet with perturbed values), plus the cold open.
+  each, synthesised by copying one written parquet with perturbed values), plus the cold open;
+* image statistics: the cost of folding one sampled 640x480 frame into the histograms (paid on the
+  encoder threads for every 5th frame), and rebuilding them from a saved mp4 (decode) when an
+  episode's stats record is lost. ``--lerobot-version v2.1`` also writes episodes_stats.jsonl.
 
 Frames are realistic for the encoder: the panning textured scene with sensor noise from
 ``bench/video_gop.py``. The machine is shared: note the load average printed at the start.
@@ -49,7 +52,7 @@ def _rows(t: float, seed: int) -> dict[str, np.ndarray]:
             "action.arm_eef": pose + 0.001, "action.gripper": g}
 
 
-def run_episode(seconds: float, root: str, paced: bool) -> dict:
+def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -> dict:
     """One episode in this process; returns the figures (called via the subprocess entry).
 
     ``paced`` feeds in real time as a live recorder does (encoder queues near empty at stop);
@@ -72,7 +75,7 @@ def run_episode(seconds: float, root: str, paced: bool) -> dict:
     pool = list(make_scene(60))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(480, 640) for c in CAMS},
-                       video=VideoConfig(max_block_s=None))
+                       video=VideoConfig(max_block_s=None), lerobot_version=version)
     n = int(seconds * FPS)
     with LeRobotWriter(root, cfg) as w:
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -98,16 +101,16 @@ def run_episode(seconds: float, root: str, paced: bool) -> dict:
             "rss_before_mb": rss0 / 1024}
 
 
-def episode_in_subprocess(seconds: float, paced: bool) -> dict:
+def episode_in_subprocess(seconds: float, paced: bool, version: str = "v2.0") -> dict:
     with tempfile.TemporaryDirectory() as d:
-        out = subprocess.run([sys.executable, __file__, "--episode", str(seconds), d, str(int(paced))],
+        out = subprocess.run([sys.executable, __file__, "--episode", str(seconds), d, str(int(paced)), version],
                              capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{seconds} s episode run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def stats_at(n_episodes: int, rows: int) -> dict:
+def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
     """Synthesise a rows-only root with n_episodes and time the stats update of one more save."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -115,7 +118,7 @@ def stats_at(n_episodes: int, rows: int) -> dict:
     from piper_recorder.lerobot import stats
     from piper_recorder.lerobot.writer import LeRobotWriter, WriterConfig
 
-    cfg = WriterConfig(fps=FPS, cameras={}, save_raw_quest=False)
+    cfg = WriterConfig(fps=FPS, cameras={}, save_raw_quest=False, lerobot_version=version)
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         with LeRobotWriter(root, cfg) as w:
@@ -172,20 +175,46 @@ def stats_at(n_episodes: int, rows: int) -> dict:
             "stats_update_cpu_s": update_cpu}
 
 
+def image_stats_cost() -> dict:
+    """ms per sampled frame for the histograms; decode-rebuild speed of one 10 s 640x480 mp4."""
+    from piper_recorder.lerobot import episode_stats
+    from piper_recorder.lerobot.video import VideoConfig, VideoEncoder
+    from video_gop import make_scene
+
+    pool = list(make_scene(60))
+    sampler = episode_stats.ImageSampler(stride=1)
+    t0 = time.perf_counter()
+    for k in range(300):
+        sampler.offer(pool[k % len(pool)])
+    per_frame = (time.perf_counter() - t0) / 300 * 1000
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "v.mp4"
+        enc = VideoEncoder(path, "bench", 480, 640, FPS, VideoConfig(max_block_s=None))
+        for k in range(10 * FPS):
+            enc.add(pool[k % len(pool)], k / FPS)
+        enc.finish()
+        t0 = time.perf_counter()
+        episode_stats.decode_sample(path)
+        decode = time.perf_counter() - t0
+    return {"sample_ms": per_frame, "decode_x": 10.0 / decode}
+
+
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--episode":
-        print(json.dumps(run_episode(float(sys.argv[2]), sys.argv[3], sys.argv[4] == "1")))
+    if len(sys.argv) == 6 and sys.argv[1] == "--episode":
+        print(json.dumps(run_episode(float(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", sys.argv[5])))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="5 s / 15 s episodes, 200-episode stats root")
     ap.add_argument("--no-paced", action="store_true", help="skip the real-time paced runs")
+    ap.add_argument("--lerobot-version", default="v2.0", choices=("v2.0", "v2.1"))
     a = ap.parse_args()
+    v = a.lerobot_version
     short, long_, n_eps = (5.0, 15.0, 200) if a.quick else (10.0, 60.0, 1000)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (shared machine)")
-    print(f"3 cameras 640x480 @ {FPS} fps + {FPS} Hz rows, libx264 crf 23 veryfast, fed flat out")
+    print(f"LeRobot {v}: 3 cameras 640x480 @ {FPS} fps + {FPS} Hz rows, libx264 crf 23 veryfast, fed flat out")
     print("flat out (queues full at stop: worst-case stop-to-saved):")
     for sec in (short, long_):
-        r = episode_in_subprocess(sec, paced=False)
+        r = episode_in_subprocess(sec, paced=False, version=v)
         print(f"{sec:>5.0f} s episode: {r['realtime_x']:.2f}x real time (feed {r['feed_s']:.2f} s + "
               f"save {r['save_s']:.3f} s); whole run (feed, encode, parquet, stats, fsync) per camera-frame: "
               f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms / {r['wall_ms_per_frame_cam']:.1f} wall ms; stop-to-saved "
@@ -193,11 +222,16 @@ def main() -> None:
               f"{r['rss_before_mb']:.0f} MB); frames {r['frames']}; drops {r['dropped']}", flush=True)
     print("paced in real time, as live recording (stop-to-saved as the operator sees it):")
     for sec in () if a.no_paced else (short, long_):
-        r = episode_in_subprocess(sec, paced=True)
+        r = episode_in_subprocess(sec, paced=True, version=v)
         print(f"{sec:>5.0f} s episode: stop-to-saved {r['save_s'] * 1000:.0f} ms ({r['save_phases']}); encode "
               f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms per frame per camera; peak RSS "
               f"{r['peak_rss_mb']:.0f} MB; drops {r['dropped']}", flush=True)
-    s = stats_at(n_eps, 600)
+    c = image_stats_cost()
+    print(f"image stats: {c['sample_ms']:.2f} ms per sampled 640x480 frame (every "
+          f"5th frame: {c['sample_ms'] / 5:.3f} ms per camera-frame, on the encoder thread); rebuild "
+          f"from a saved mp4 (decode every frame, convert every 5th) {c['decode_x']:.1f}x real time per camera",
+          flush=True)
+    s = stats_at(n_eps, 600, v)
     print(f"stats at {s['episodes']} episodes x {s['rows_each']} rows: update (merge+serialise) "
           f"{s['stats_update_s'] * 1000:.0f} ms wall / {s['stats_update_cpu_s'] * 1000:.0f} ms CPU; whole save_episode {s['save_s'] * 1000:.0f} ms; "
           f"open warm {s['warm_open_s']:.2f} s, cold (rebuild cache from parquet) {s['cold_open_s']:.1f} s")

@@ -22,8 +22,11 @@ from test_lerobot_writer_helpers import H, W, index_frame, row_values  # noqa: E
 FPS = 30
 
 
-def config() -> WriterConfig:
-    return WriterConfig(fps=FPS, cameras={"cam_front": CameraSpec(H, W), "cam_wrist": CameraSpec(H, W)})
+def config(version: str | None = None) -> WriterConfig:
+    """The worker's config; the LeRobot version comes from PIPER_TEST_LEROBOT_VERSION (default v2.0)."""
+    version = version or os.environ.get("PIPER_TEST_LEROBOT_VERSION", "v2.0")
+    return WriterConfig(fps=FPS, cameras={"cam_front": CameraSpec(H, W), "cam_wrist": CameraSpec(H, W)},
+                        lerobot_version=version)
 
 
 def record_forever(root: Path, seed: int) -> None:

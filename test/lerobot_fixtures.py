@@ -113,6 +113,24 @@ MS = Fraction(1, 1000)            # whole-ms PTS, as recorders before issue 11 w
 FINE = Fraction(1, 90000)         # the MPEG clock the recorders write now
 
 
+def _image_stats(frames: np.ndarray) -> dict:
+    """Per-channel stats of uint8 (N, H, W, 3) frames, / 255, as [[[v]], [[v]], [[v]]] (LeRobot's shape)."""
+    px = frames.reshape(-1, 3).astype(np.float64) / 255.0
+    q01, q99 = np.quantile(px, [0.01, 0.99], axis=0)
+    return {k: v.reshape(3, 1, 1).tolist() for k, v in (
+        ("mean", px.mean(0)), ("std", px.std(0)), ("min", px.min(0)), ("max", px.max(0)), ("q01", q01), ("q99", q99))}
+
+
+def video_frames(n_frames: int, seed: int = 0) -> np.ndarray:
+    """The RGB frames ``write_video`` encodes."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_frames, VIDEO_H, VIDEO_W, 3), np.uint8)
+    for k in range(n_frames):
+        out[k] = (k * 7) % 256
+        out[k, : VIDEO_H // 2] = rng.integers(0, 255, size=3, dtype=np.uint8)
+    return out
+
+
 def grid_pts(t: float, time_base: Fraction) -> int:
     """floor(float32(t) / time_base) in exact arithmetic: the frame at or just before float32(t)."""
     return math.floor(Fraction(float(np.float32(t))) / time_base)
@@ -123,7 +141,7 @@ def write_video(path: Path, n_frames: int, fps: int = FPS, seed: int = 0, time_b
     """libx264/yuv420p, no B-frames, frame k at pts ``grid_pts(k / fps, time_base)`` (or ``pts[k]``);
     ``time_base=MS`` gives the whole-ms files older recorders wrote. The last packet lasts one period."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    frames = video_frames(n_frames, seed)
     period = max(1, round(1 / (fps * time_base)))
     with av.open(str(path), "w", format="mp4",
                  options={"video_track_timescale": str(time_base.denominator)}) as container:
@@ -133,9 +151,7 @@ def write_video(path: Path, n_frames: int, fps: int = FPS, seed: int = 0, time_b
         stream.time_base = stream.codec_context.time_base = time_base
         packets = []
         for k in range(n_frames):
-            img = np.full((VIDEO_H, VIDEO_W, 3), (k * 7) % 256, dtype=np.uint8)
-            img[: VIDEO_H // 2] = rng.integers(0, 255, size=3, dtype=np.uint8)
-            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            frame = av.VideoFrame.from_ndarray(frames[k], format="rgb24")
             frame.pts = grid_pts(k / fps, time_base) if pts is None else pts[k]
             frame.time_base = time_base
             packets += stream.encode(frame)
@@ -152,7 +168,7 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
     (root / "meta").mkdir(parents=True, exist_ok=True)
     features = _features(cameras, combined)
     tasks: list[str] = []
-    ep_lines, all_cols = [], {}
+    ep_lines, all_cols, all_frames = [], {}, {}
     global_index = 0
     for ep_idx, (task, cols) in enumerate(episodes):
         if task not in tasks:
@@ -187,6 +203,7 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
         data_path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table(arrays), data_path)
         for c, cam in enumerate(cameras):
+            all_frames.setdefault(f"observation.images.{cam}", []).append(video_frames(n, seed=ep_idx * 10 + c))
             write_video(root / VIDEO_PATH.format(episode_chunk=chunk, episode_index=ep_idx,
                                                  video_key=f"observation.images.{cam}"), n, seed=ep_idx * 10 + c,
                         time_base=time_base)
@@ -206,6 +223,7 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
     }
     stats = {k: _stats(np.concatenate(v)) for k, v in all_cols.items()
              if k not in ("frame_index", "episode_index", "index", "task_index")}
+    stats.update({k: _image_stats(np.concatenate(v)) for k, v in all_frames.items()})
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
     (root / "meta" / "modality.json").write_text(json.dumps(_modality(cameras), indent=2))
     (root / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))

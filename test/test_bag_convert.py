@@ -350,3 +350,25 @@ def test_import_episode_refuses_bad_input_and_leaves_the_root_unchanged(tmp_path
     finally:
         w.close()
     assert validate_root(tmp_path / "dst", full=True) == []
+
+
+def test_lerobot_version_v21_jobs_and_refusal(tmp_path, cfg, capsys):
+    bags = [make_bag(tmp_path / f"b{i}", duration_s=2.0, seed=i, t0_ns=1_700_000_000_000_000_000 + i * 10**10,
+                     episodes=[(0.2, 0.9), (1.1, 1.8)]) for i in range(2)]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert run(*bags, "--format", "lerobot", "--out", one, "--config", cfg, "--lerobot-version", "v2.1") == 0
+    assert run(*bags, "--format", "lerobot", "--out", two, "--config", cfg, "--lerobot-version", "v2.1",
+               "--jobs", "2") == 0
+    assert json.loads((one / "meta/info.json").read_text())["codebase_version"] == "v2.1"
+    lines = [json.loads(x) for x in (one / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    assert [x["episode_index"] for x in lines] == [0, 1, 2, 3]
+    assert lines[0]["stats"]["observation.images.cam_front"]["count"][0] > 0
+    # parallel staging roots hand their sampled image histograms over: the same stats as one writer
+    for name in ("episodes_stats.jsonl", "stats.json"):
+        assert (one / "meta" / name).read_bytes() == (two / "meta" / name).read_bytes(), name
+    assert validate_root(one) == [] and validate_root(two) == []
+    capsys.readouterr()
+    assert run(*bags, "--format", "lerobot", "--out", one, "--config", cfg) == 2  # v2.0 onto a v2.1 root
+    assert "LeRobot v2.1 root but lerobot_version is 'v2.0'" in capsys.readouterr().err
+    assert run(*bags, "--format", "rgbd", "--out", tmp_path / "x.hdf5", "--config", cfg,
+               "--lerobot-version", "v2.1") == 2

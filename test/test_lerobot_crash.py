@@ -40,8 +40,9 @@ def saved_files(root: Path) -> dict[str, str]:
 
 
 class Zygote:
-    def __init__(self, root: Path):
-        env = dict(os.environ, PYTHONPATH=str(HERE.parent), OPENBLAS_NUM_THREADS="1")
+    def __init__(self, root: Path, version: str = "v2.0"):
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent), OPENBLAS_NUM_THREADS="1",
+                   PIPER_TEST_LEROBOT_VERSION=version)
         self.p = subprocess.Popen([sys.executable, str(HERE / "lerobot_crash_worker.py"), str(root)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                                   env=env)
@@ -63,12 +64,13 @@ class Zygote:
 
 
 @pytest.mark.timeout(300)
-def test_sigkill_at_random_instants(tmp_path):
+@pytest.mark.parametrize("version", ["v2.0", "v2.1"])
+def test_sigkill_at_random_instants(tmp_path, version):
     root = tmp_path / "ds"
     rng = random.Random(1234)
     t_start = time.monotonic()
     repairs: list[str] = []
-    z = Zygote(root)
+    z = Zygote(root, version)
     try:
         for trial in range(TRIALS):
             before = saved_files(root)
@@ -86,7 +88,7 @@ def test_sigkill_at_random_instants(tmp_path):
             os.kill(pid, signal.SIGKILL)
             z.send("reap")
             assert z.until("exit ") == f"exit {-signal.SIGKILL}", "writer died on its own"
-            w = LeRobotWriter(root, config())  # repairs
+            w = LeRobotWriter(root, config(version))  # repairs
             w.close()
             repairs += w.repairs
             assert not (root / ".staging").exists()

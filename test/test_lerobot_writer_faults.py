@@ -37,8 +37,8 @@ class FailAt:
         return inner
 
 
-def cfg() -> WriterConfig:
-    return WriterConfig(fps=FPS, cameras={"cam_front": CameraSpec(H, W)})
+def cfg(version: str = "v2.0") -> WriterConfig:
+    return WriterConfig(fps=FPS, cameras={"cam_front": CameraSpec(H, W)}, lerobot_version=version)
 
 
 def feed(w: LeRobotWriter, task: str, n: int, seed: int) -> None:
@@ -49,9 +49,10 @@ def feed(w: LeRobotWriter, task: str, n: int, seed: int) -> None:
         w.add_raw_quest("{}")
 
 
-def test_enospc_at_every_save_step_leaves_dataset_unchanged(tmp_path):
+@pytest.mark.parametrize("version", ["v2.0", "v2.1"])
+def test_enospc_at_every_save_step_leaves_dataset_unchanged(tmp_path, version):
     root = tmp_path / "ds"
-    with LeRobotWriter(root, cfg()) as w:
+    with LeRobotWriter(root, cfg(version)) as w:
         feed(w, "a", 20, 0)
         w.save_episode()
         feed(w, "b", 25, 1)  # new task: tasks.jsonl changes too
@@ -74,13 +75,17 @@ def test_enospc_at_every_save_step_leaves_dataset_unchanged(tmp_path):
         assert failures >= 8, "every I/O step of the save was exercised"
         assert rec["episode_index"] == 1 and w.total_episodes == 2
     assert validate_root(root, full=True) == []
+    if version == "v2.1":
+        assert [json.loads(x)["episode_index"] for x in
+                (root / "meta/episodes_stats.jsonl").read_text().splitlines()] == [0, 1]
     np.testing.assert_array_equal(read_table(root, 1)["index"], np.arange(20, 45))
     assert json.loads((root / "meta/info.json").read_text())["total_tasks"] == 2
 
 
-def test_enospc_during_delete_leaves_dataset_unchanged(tmp_path):
+@pytest.mark.parametrize("version", ["v2.0", "v2.1"])
+def test_enospc_during_delete_leaves_dataset_unchanged(tmp_path, version):
     root = tmp_path / "ds"
-    with LeRobotWriter(root, cfg()) as w:
+    with LeRobotWriter(root, cfg(version)) as w:
         feed(w, "a", 20, 0)
         w.save_episode()
         feed(w, "b", 22, 1)

@@ -82,6 +82,7 @@ def test_wrong_types_are_refused_naming_the_parameter(tmp_path, key, value):
     (LeRobotRecorderConfig, {"root": ""}, "root"),
     (LeRobotRecorderConfig, {"on_binding_change": "ignore"}, "on_binding_change"),
     (LeRobotRecorderConfig, {"rotation_type": "euler"}, "rotation_type"),
+    (LeRobotRecorderConfig, {"lerobot_version": "v3.0"}, "lerobot_version"),
     (LeRobotRecorderConfig, {"crf": 60}, "crf"),
     (LeRobotRecorderConfig, {"encoder_max_block_s": -1.0}, "encoder_max_block_s"),
     (LeRobotRecorderConfig, {"cameras": ["cam_front", "cam_front"]}, "duplicate camera"),
@@ -131,6 +132,8 @@ def test_lerobot_writer_config_live_and_offline():
     assert live.video.max_block_s == 2.0   # encoder_max_block_s: the live writer thread may wait this long
     assert lerobot_writer_config(dataclasses.replace(cfg, encoder_max_block_s=0.5)).video.max_block_s == 0.5
     assert (live.rotation_type, live.on_binding_change, live.save_raw_quest) == ("quaternion", "refuse", False)
+    assert live.lerobot_version == "v2.0"   # the default: the user's spec
+    assert lerobot_writer_config(dataclasses.replace(cfg, lerobot_version="v2.1")).lerobot_version == "v2.1"
     offline = lerobot_writer_config(dataclasses.replace(cfg, gop=30), {"cam_top": CameraTopics("/top", None, 48, 64)},
                                     offline=True)
     assert offline.video.max_block_s is None and offline.video.gop == 30
@@ -164,7 +167,8 @@ def test_session_record_binding_keys_resolve():
                                 "lateness_s": 0.1, "stale_s": 0.25, "max_episode_s": 600.0, "root": "lerobot_dataset",
                                 "video": {"codec": "libx264", "pix_fmt": "yuv420p", "crf": 23, "preset": "veryfast",
                                           "gop": "writer default", "bf": 0},
-                                "rotation_type": "quat_wxyz", "combined_columns": True, "save_raw_quest": True}
+                                "rotation_type": "quat_wxyz", "combined_columns": True, "lerobot_version": "v2.0",
+                                "save_raw_quest": True}
 
 
 def test_session_record_without_provenance_and_for_a_converter():

@@ -69,8 +69,18 @@ def import_lerobot(writer: Any, staged_root: Path, session: dict[str, Any]) -> i
         cols = {k: _column(table, k) for k in keys}
         videos = {cam: staged_root / meta.video_relpath(i, cam, cs) for cam in writer.cfg.cameras}
         writer.import_episode(rec["tasks"][0], table.column("timestamp").to_numpy(), cols, videos,
-                              staged_root / meta.extras_relpath(i), rec)
+                              staged_root / meta.extras_relpath(i), rec, _image_hists(staged_root, i))
     return len(records)
+
+
+def _image_hists(staged_root: Path, i: int) -> dict[str, tuple[np.ndarray, int]]:
+    """The staged episode's sampled image histograms by camera (its writer's stats record)."""
+    from piper_recorder.lerobot import episode_stats, meta
+
+    rec = episode_stats.load_record(staged_root / episode_stats.record_relpath(i)) or {}
+    prefix = meta.video_key("")
+    return {k[len(prefix):]: (np.asarray(v["hist"], np.int64), int(v["frames"]))
+            for k, v in (rec.get("images") or {}).items() if k.startswith(prefix)}
 
 
 def _column(table: Any, key: str) -> np.ndarray:

@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", help="task for episodes whose events carry none (LeRobot needs one)")
     ap.add_argument("--recorder", help="follow this recorder's /episode_events (default: the format's recorder)")
     ap.add_argument("--jobs", type=int, default=1, help="bags converted in parallel (processes)")
+    ap.add_argument("--lerobot-version", choices=("v2.0", "v2.1"),
+                    help="LeRobot codebase version to write (default: the config's lerobot_version, v2.0); "
+                         "v2.1 adds meta/episodes_stats.jsonl")
     bar = ap.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None, help="progress bars")
     bar.add_argument("--no-progress", dest="progress", action="store_false")
@@ -63,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
             config = config_path(config)
         settings = load_config(RECORDER_CONFIGS[a.format], config)
+        if a.lerobot_version:
+            if a.format != "lerobot":
+                raise ValueError("--lerobot-version applies to --format lerobot only")
+            settings.lerobot_version = a.lerobot_version
         topics = topic_map(a.format, settings, a.mapping)
         if a.format == "rgbd" and not a.out.endswith((".hdf5", ".h5")):
             raise ValueError(f"--out must be an .hdf5 file for --format rgbd, got {a.out!r}")

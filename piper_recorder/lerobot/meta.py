@@ -1,7 +1,8 @@
 """Builders for the meta/ files (pure functions of the config and the saved episodes).
 
-``episodes.jsonl`` is the dataset's commit record; info.json, tasks.jsonl and stats.json are derived
-from it (and from the per-episode stats sketches), which is what lets repair regenerate them.
+``episodes.jsonl`` is the dataset's commit record; info.json, tasks.jsonl, stats.json (and for v2.1
+episodes_stats.jsonl) are derived from it and from the per-episode stats sketches and records,
+which is what lets repair regenerate them.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from .features import BOOKKEEPING, combined_names, combined_specs
 if TYPE_CHECKING:
     from .writer import WriterConfig
 
-CODEBASE_VERSION = "v2.0"
+CODEBASE_VERSION = "v2.0"  # the default (the user's spec)
+CODEBASE_VERSIONS = ("v2.0", "v2.1")  # v2.1 adds meta/episodes_stats.jsonl
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 EXTRAS_PATH = "extras/episode_{episode_index:06d}.quest.jsonl"
@@ -74,7 +76,7 @@ def _codec_name(codec: str) -> str:
 def info_json(cfg: "WriterConfig", episodes: list[dict], n_tasks: int) -> dict:
     n = len(episodes)
     return {
-        "codebase_version": CODEBASE_VERSION,
+        "codebase_version": cfg.lerobot_version,
         "robot_type": cfg.robot_type,
         "total_episodes": n,
         "total_frames": sum(int(e["length"]) for e in episodes),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import fsutil
 from .errors import DatasetError
+from .episode_stats import record_relpath
 from .meta import data_relpath, extras_relpath, tasks_from_episodes, video_relpath
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ def expected_files(episodes: list[dict], cameras, chunks_size: int) -> set[str]:
         out.update(video_relpath(i, cam, chunks_size) for cam in cameras)
         out.add(extras_relpath(i))
         out.add(cache_relpath(i))
+        out.add(record_relpath(i))
     return out
 
 

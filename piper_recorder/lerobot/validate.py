@@ -1,4 +1,4 @@
-"""Independent checks of a LeRobot v2.0 root against the spec and what common loaders need.
+"""Independent checks of a LeRobot v2.0 / v2.1 root against the spec and what common loaders need.
 
 ``validate_root(root, full=False) -> list[str]``: one line per problem, each prefixed with the file
 (relative to the root); an empty list means valid. ``full`` decodes every video frame instead of
@@ -33,6 +33,8 @@ import pyarrow.parquet as pq
 from piper_recorder.lerobot.rootfiles import column_array, data_file, video_file
 
 STAT_KEYS = {"mean", "std", "min", "max", "q01", "q99"}
+EPISODE_STAT_KEYS = {"min", "max", "mean", "std", "count"}  # LeRobot v2.1 meta/episodes_stats.jsonl
+CODEBASE_VERSIONS = ("v2.0", "v2.1")
 TIMESTAMP_TOLERANCE_S = 1e-4
 INT_BOOKKEEPING = ("frame_index", "episode_index", "index", "task_index")
 BOOKKEEPING_DTYPES = {"timestamp": "float32", **{k: "int64" for k in INT_BOOKKEEPING}}
@@ -110,11 +112,17 @@ class _ColumnAccumulator:
     count: int = 0
 
     def add(self, x: np.ndarray) -> None:
-        lo, hi, s = x.min(0), x.max(0), x.sum(0)
+        self._fold(x.min(0), x.max(0), x.sum(0), len(x))
+
+    def merge(self, other: "_ColumnAccumulator") -> None:
+        if other.count:
+            self._fold(other.lo, other.hi, other.total, other.count)
+
+    def _fold(self, lo: np.ndarray, hi: np.ndarray, s: np.ndarray, n: int) -> None:
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
         self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
         self.total = s if self.total is None else self.total + s
-        self.count += len(x)
+        self.count += n
 
 
 def _width(feat: dict) -> int | None:
@@ -165,8 +173,8 @@ def _check_info(rep: _Report, path: Path, info: dict) -> bool:
     for key in INFO_KEYS:
         if key not in info:
             rep.add(path, f"missing key '{key}'")
-    if info.get("codebase_version") != "v2.0":
-        rep.add(path, f"codebase_version is {info.get('codebase_version')!r}, expected 'v2.0'")
+    if info.get("codebase_version") not in CODEBASE_VERSIONS:
+        rep.add(path, f"codebase_version is {info.get('codebase_version')!r}, expected 'v2.0' or 'v2.1'")
     fps = info.get("fps")
     if not isinstance(fps, (int, float)) or isinstance(fps, bool) or fps <= 0:
         rep.add(path, f"fps must be a positive number, got {fps!r}")
@@ -503,7 +511,10 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
         return
     for key in required:
         if key not in stats:
-            rep.add(path, f"no entry for column '{key}'")
+            video = feats.get(key, {}).get("dtype") == "video"
+            rep.add(path, f"no entry for column '{key}'" + (
+                " (lerobot-train needs per-camera image stats; opening the root with the writer, e.g. "
+                "resuming a recording, adds them)" if video else ""))
     for key, entry in stats.items():
         feat = feats.get(key)
         if feat is None:
@@ -517,6 +528,7 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
             rep.add(path, f"entry '{key}' must have exactly mean,std,min,max,q01,q99"
                           + (f"; extra {extra}" if extra else "") + (f"; missing {missing}" if missing else ""))
         if feat.get("dtype") == "video":
+            _check_image_entry(rep, path, f"entry '{key}'", entry, STAT_KEYS)
             continue
         width = _width(feat)
         arrays = {}
@@ -535,6 +547,74 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
                     or np.any(arrays["std"] < 0) or np.any(arrays["min"] > arrays["q01"] + tol) \
                     or np.any(arrays["q99"] > arrays["max"] + tol):
                 rep.add(path, f"entry '{key}': values out of order (need std >= 0, min <= q01 <= q99 <= max)")
+
+
+def _check_image_entry(rep: _Report, path: Path, where: str, entry: dict, keys: set[str]) -> None:
+    """Per-channel image stats as LeRobot writes them: shape (3, 1, 1), values in [0, 1]."""
+    arrays = {}
+    for s in keys & set(entry):
+        if s == "count":
+            continue
+        try:
+            a = np.asarray(entry[s], dtype=np.float64)
+        except (TypeError, ValueError):
+            a = None
+        if a is None or a.shape != (3, 1, 1) or not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+            rep.add(path, f"{where}.{s} must be per-channel [[[v]], [[v]], [[v]]] with values in [0, 1]")
+            return
+        arrays[s] = a
+    if all(k in arrays for k in ("min", "max", "mean")) and (
+            np.any(arrays["min"] > arrays["mean"] + 1e-9) or np.any(arrays["mean"] > arrays["max"] + 1e-9)):
+        rep.add(path, f"{where}: values out of order (need min <= mean <= max)")
+
+
+def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: dict, episodes: list[dict],
+                          per_episode: list[dict[str, "_ColumnAccumulator"]]) -> None:
+    """LeRobot v2.1 meta/episodes_stats.jsonl: one line per episode, in order, every feature with
+    min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count match the data."""
+    if len(lines) != len(episodes):
+        rep.add(path, f"{len(lines)} lines for {len(episodes)} episodes in meta/episodes.jsonl")
+    for pos, line in enumerate(lines):
+        if set(line) != {"episode_index", "stats"} or line.get("episode_index") != pos:
+            rep.add(path, f"line {pos + 1}: must be {{episode_index: {pos}, stats: {{...}}}}")
+            continue
+        st = line["stats"]
+        if not isinstance(st, dict) or set(st) != set(feats):
+            missing = sorted(set(feats) - set(st)) if isinstance(st, dict) else []
+            extra = sorted(set(st) - set(feats)) if isinstance(st, dict) else []
+            rep.add(path, f"line {pos + 1}: stats must cover every feature of info.json"
+                          + (f"; missing {missing}" if missing else "") + (f"; extra {extra}" if extra else ""))
+            continue
+        length = episodes[pos].get("length") if pos < len(episodes) else None
+        acc = per_episode[pos] if pos < len(per_episode) else {}
+        for key, entry in st.items():
+            where = f"line {pos + 1} '{key}'"
+            if not isinstance(entry, dict) or set(entry) != EPISODE_STAT_KEYS:
+                rep.add(path, f"{where}: must have exactly min, max, mean, std, count")
+                continue
+            count = entry["count"]
+            if not (isinstance(count, list) and len(count) == 1 and isinstance(count[0], int) and count[0] > 0):
+                rep.add(path, f"{where}.count must be [positive integer], got {count!r}")
+                continue
+            if feats[key].get("dtype") == "video":
+                _check_image_entry(rep, path, where, entry, EPISODE_STAT_KEYS)
+                continue
+            if count[0] != length:
+                rep.add(path, f"{where}.count is {count[0]}, the episode has {length} rows")
+            width = _width(feats[key])
+            try:
+                arrays = {s: np.asarray(entry[s], dtype=np.float64) for s in ("min", "max", "mean", "std")}
+            except (TypeError, ValueError):
+                arrays = {}
+            if any(a.shape != (width,) or not np.all(np.isfinite(a)) for a in arrays.values()) or not arrays:
+                rep.add(path, f"{where}: min/max/mean/std must be lists of {width} finite numbers")
+                continue
+            a = acc.get(key)
+            if a is not None and a.count:
+                wrong = [s for s, want in (("min", a.lo), ("max", a.hi), ("mean", a.total / a.count))
+                         if not np.allclose(arrays[s], want, rtol=1e-5, atol=1e-6)]
+                if wrong:
+                    rep.add(path, f"{where}: {'/'.join(wrong)} do not match the episode's parquet data")
 
 
 def _check_stats_against_data(rep: _Report, path: Path, stats: dict, acc: dict[str, _ColumnAccumulator]) -> None:
@@ -629,7 +709,7 @@ def _check_stray_files(rep: _Report, root: Path, expected: set[Path]) -> None:
 
 
 def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | None = None) -> list[str]:
-    """Every problem found in the LeRobot v2.0 root, one line each; [] when valid. ``timing``, when
+    """Every problem found in the LeRobot v2.0 / v2.1 root, one line each; [] when valid. ``timing``, when
     given, receives the video timing figures (rows checked, the worst row)."""
     root = Path(root)
     rep = _Report(root, timing=TimingSummary() if timing is None else timing)
@@ -662,6 +742,7 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
             task_of[t["task"]] = pos
 
     acc: dict[str, _ColumnAccumulator] = {}
+    per_episode: list[dict[str, _ColumnAccumulator]] = []
     expected_files: set[Path] = set()
     video_keys = [k for k, f in feats.items() if f.get("dtype") == "video"]
     start = 0
@@ -691,7 +772,11 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
         ctx = _EpisodeContext(ep=ep, episode_index=pos, start_index=start, task_index=task_index)
         expected_files.add(data_file(root, info, pos))
         expected_files.update(video_file(root, info, pos, k) for k in video_keys)
-        ts = _check_parquet(rep, root, info, ctx, acc, len(tasks))
+        ep_acc: dict[str, _ColumnAccumulator] = {}
+        ts = _check_parquet(rep, root, info, ctx, ep_acc, len(tasks))
+        per_episode.append(ep_acc)
+        for key, a in ep_acc.items():
+            acc.setdefault(key, _ColumnAccumulator()).merge(a)
         _check_videos(rep, root, info, ctx, ts, full)
         start += length
     data_clean = not rep.problems  # compare stats with the data only when the data itself is sound
@@ -700,13 +785,21 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
 
     vector = {k: f for k, f in feats.items() if f.get("dtype") != "video"}
     # an empty root (created, nothing saved yet) has no statistics to give
-    required = [k for k in vector if k not in INT_BOOKKEEPING] if episodes else []
+    required = ([k for k in vector if k not in INT_BOOKKEEPING] + video_keys) if episodes else []
     stats_path = meta / "stats.json"
     stats = _read_json(rep, stats_path)
     if stats is not None:
         _check_stats_file(rep, stats_path, stats, feats, required)
         if isinstance(stats, dict) and data_clean:
             _check_stats_against_data(rep, stats_path, stats, acc)
+    if info.get("codebase_version") == "v2.1":
+        es_path = meta / "episodes_stats.jsonl"
+        if not es_path.exists():
+            rep.add(es_path, "missing (a v2.1 root keeps per-episode stats there)")
+        else:
+            lines = _read_jsonl(rep, es_path)
+            if lines is not None:
+                _check_episodes_stats(rep, es_path, lines, feats, episodes, per_episode if data_clean else [])
     modality_path = meta / "modality.json"
     modality = _read_json(rep, modality_path)
     if modality is not None:

@@ -104,6 +104,7 @@ class VideoEncoder:
         self.dropped_queue = 0
         self.last_pts = -1
         self._period = frame_period_ticks(fps)
+        self.on_frame = None  # called on the encoder thread with each frame it encodes, in order
         self._error: BaseException | None = None
         self._closing = False
         self._q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
@@ -159,6 +160,8 @@ class VideoEncoder:
                 frame = self._q.get()
                 if frame is None:
                     break
+                if self.on_frame is not None:
+                    self.on_frame(frame)
                 self._mux(self._stream.encode(frame))
             self._mux(self._stream.encode(None))
             self._out.close()

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from piper_recorder import __version__
 
-from . import fsutil, meta, provenance, repair, stats
+from . import episode_stats, fsutil, meta, provenance, repair, stats
 from .errors import DatasetError, EpisodeStateError, SchemaError
 from .features import BOOKKEEPING, FeatureSpec, combined_specs, piper_features
 from .video import VideoConfig, VideoEncoder
@@ -72,6 +72,7 @@ class WriterConfig:
     rotation_type: str = "quat_wxyz"  # "quaternion" (w-first) is the name GR00T N1.5 accepts
     combined_columns: bool = True  # observation.state / action for LeRobot policies
     on_binding_change: str = "warn"  # or "refuse"
+    lerobot_version: str = meta.CODEBASE_VERSION  # "v2.1" adds meta/episodes_stats.jsonl
 
     def validate(self) -> None:
         if self.fps <= 0 or self.chunks_size <= 0:
@@ -80,6 +81,9 @@ class WriterConfig:
             raise ValueError(f"WriterConfig.rotation_type must be one of {ROTATION_TYPES}")
         if self.on_binding_change not in ("warn", "refuse"):
             raise ValueError('WriterConfig.on_binding_change must be "warn" or "refuse"')
+        if self.lerobot_version not in meta.CODEBASE_VERSIONS:
+            raise ValueError(f"WriterConfig.lerobot_version must be one of {meta.CODEBASE_VERSIONS}, "
+                             f"got {self.lerobot_version!r}")
         keys = [f.key for f in self.features]
         if not keys or len(set(keys)) != len(keys):
             raise ValueError("WriterConfig.features: need at least one feature, unique keys")
@@ -99,10 +103,13 @@ class _Episode:
         self.rows = np.empty((256, width), np.float32)
         self.times: list[float] = []
         self.encoders: dict[str, VideoEncoder] = {}
+        self.samplers: dict[str, episode_stats.ImageSampler] = {}  # fed by the encoder threads
+        self.images: dict[str, tuple[np.ndarray, int]] | None = None  # (hist, frames) set by import
         self.quest = None
         self.quest_lines = 0
         self.frame_counts: dict[str, int] | None = None  # set once the encoders are flushed
         self.saving = False  # set by save_episode: no more rows, frames or raw lines
+        self.record_ms = 0.0  # time spent building the stats record at save (bench figure)
 
     @property
     def n(self) -> int:
@@ -183,6 +190,8 @@ class LeRobotWriter:
                 for cam, spec in self.cfg.cameras.items():
                     ep.encoders[cam] = VideoEncoder(staging / f"{cam}.mp4", cam, spec.height,
                                                     spec.width, self.cfg.fps, self.cfg.video)
+                    ep.samplers[cam] = episode_stats.ImageSampler()
+                    ep.encoders[cam].on_frame = ep.samplers[cam].offer
                 if self.cfg.save_raw_quest:
                     ep.quest = open(staging / "quest.jsonl", "w", encoding="utf-8")
             except BaseException:
@@ -258,18 +267,22 @@ class LeRobotWriter:
             self._commit_save(ep, record)
             self._set_episode(None)
             self._session_saved.append(ep.index)
-            log.debug("episode %d saved: encoder flush %.0f ms, write + commit %.0f ms",
-                      ep.index, (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
+            log.debug("episode %d saved: encoder flush %.0f ms, write + commit %.0f ms (stats record "
+                      "%.1f ms)", ep.index, (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000,
+                      ep.record_ms)
             return record
 
     def import_episode(self, task: str, timestamps: np.ndarray, columns: Mapping[str, np.ndarray],
                        videos: Mapping[str, str | os.PathLike], raw_quest: str | os.PathLike | None,
-                       record: Mapping[str, Any]) -> dict:
+                       record: Mapping[str, Any],
+                       images: Mapping[str, tuple[np.ndarray, int]] | None = None) -> dict:
         """Commit an episode that another writer with the same config already finished (e.g. a parallel
         converter's staging root), without re-encoding: its split-feature ``columns`` (n x dim each),
         ``timestamps``, finished mp4s and raw-line file are MOVED in; ``record`` is its episodes.jsonl
-        line (indices and task index are reassigned here, its counters are kept). Same commit path and
-        crash safety as ``save_episode``; returns the new record.
+        line (indices and task index are reassigned here, its counters are kept). ``images`` are the
+        cameras' sampled image histograms ``{camera: (hist, frames)}`` from the other writer's episode
+        record; without them they are taken from the moved videos (``episode_stats.decode_sample``).
+        Same commit path and crash safety as ``save_episode``; returns the new record.
         """
         if not isinstance(task, str) or not task.strip():
             raise SchemaError("task: must be a non-empty string")
@@ -306,6 +319,9 @@ class LeRobotWriter:
                     else:
                         (staging / "quest.jsonl").touch()
                 ep.frame_counts = {cam: int(lengths.get(cam, 0)) for cam in self.cfg.cameras}
+                ep.images = {cam: (images[cam] if images and cam in images
+                                   else episode_stats.decode_sample(staging / f"{cam}.mp4"))
+                             for cam in self.cfg.cameras}
                 ep.quest_lines = int(record.get("raw_quest_lines", 0) or 0)
                 rec = self._record(ep, {k: v for k, v in record.items() if k not in reserved})
                 if "video_dropped_frames" in record:
@@ -378,9 +394,15 @@ class LeRobotWriter:
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
         self._next_index = sum(int(e["length"]) for e in self._episodes)
         self._sketches = [self._load_sketch(e) for e in self._episodes]
+        self._records = [_StatsRecord.of(self._load_record(e)) for e in self._episodes]
         self._write_derived_if_changed()
 
     def _check_compatible(self, info: dict) -> None:
+        have_version = info.get("codebase_version")
+        if have_version != self.cfg.lerobot_version:
+            raise DatasetError(f"{self.root} is a LeRobot {have_version} root but lerobot_version is "
+                               f"{self.cfg.lerobot_version!r}; resume it with lerobot_version "
+                               f"{have_version!r} or record into a fresh root (piper-export converts)")
         want = meta.features_json(self.cfg)
         if info.get("fps") != self.cfg.fps or info.get("features") != want:
             have = info.get("features", {})
@@ -411,6 +433,80 @@ class LeRobotWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         fsutil.atomic_write(path, _npy_bytes(sk))
         return sk
+
+    def _load_record(self, e: dict) -> dict:
+        """The episode's stats record (episodes_stats line + image histograms), rebuilt when missing
+        or stale: vectors from the parquet, images from the record if they still fit, else from
+        the videos' keyframes."""
+        i, n = int(e["episode_index"]), int(e["length"])
+        path = self.root / episode_stats.record_relpath(i)
+        data = self.root / meta.data_relpath(i, self.cfg.chunks_size)
+        rec = episode_stats.load_record(path)
+        keys = self._stats_keys()
+        cams = {meta.video_key(c): c for c in self.cfg.cameras}
+        images: dict[str, tuple[np.ndarray, int]] = {}
+        if rec is not None and rec.get("episode_index") == i:
+            lengths = e.get("video_frame_lengths") or {}
+            for key, cam in cams.items():
+                try:
+                    im = rec["images"][key]
+                    hist, frames = np.asarray(im["hist"], np.int64), int(im["frames"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if hist.shape == (3, 256) and 0 < frames <= int(lengths.get(cam, frames)):
+                    images[cam] = (hist, frames)
+            try:
+                fresh = path.stat().st_mtime_ns >= data.stat().st_mtime_ns
+            except OSError:
+                fresh = False
+            if (fresh and rec.get("length") == n and len(images) == len(cams)
+                    and list(rec.get("stats", {})) == keys):
+                return rec
+        if len(images) < len(cams):
+            log.warning("%s: computing image statistics of episode %d from its videos", self.root, i)
+        for cam in cams.values():
+            if cam not in images:
+                images[cam] = episode_stats.decode_sample(
+                    self.root / meta.video_relpath(i, cam, self.cfg.chunks_size))
+        columns = episode_stats.read_columns(data, {"features": meta.features_json(self.cfg)})
+        rec = self._make_record(i, n, columns, images)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.atomic_write(path, fsutil.json_bytes(rec))
+        return rec
+
+    def _stats_keys(self) -> list[str]:
+        """Feature keys of an episodes_stats line, in info.json ``features`` order."""
+        return list(meta.features_json(self.cfg))
+
+    def _make_record(self, i: int, n: int, columns: Mapping[str, np.ndarray],
+                     images: Mapping[str, tuple[np.ndarray, int]]) -> dict:
+        st: dict[str, dict[str, np.ndarray]] = {}
+        for key in self._stats_keys():
+            if key in columns:
+                st[key] = episode_stats.vector_stats(columns[key])
+            else:
+                cam = key[len(meta.video_key("")):]
+                st[key] = episode_stats.hist_stats(*images[cam])
+        return episode_stats.make_record(
+            i, n, episode_stats.to_jsonable(st),
+            {meta.video_key(c): images[c] for c in self.cfg.cameras})
+
+    def _episode_columns(self, ep: _Episode) -> dict[str, np.ndarray]:
+        """The episode's parquet columns (stored dtypes; shape-[1] columns 1-D), from memory."""
+        n, first = ep.n, self._next_index
+        cols: dict[str, np.ndarray] = {}
+        pos = 0
+        for f in self._features:
+            cols[f.key] = ep.rows[:n, pos:pos + f.dim]
+            pos += f.dim
+        for key, parts in self._combined.items():
+            cols[key] = np.concatenate([cols[p.key] for p in parts], axis=1)
+        cols = {k: np.ascontiguousarray(v[:, 0] if v.shape[1] == 1 else v) for k, v in cols.items()}
+        cols.update(timestamp=np.asarray(ep.times, np.float32), frame_index=np.arange(n, dtype=np.int64),
+                    episode_index=np.full(n, ep.index, np.int64),
+                    index=np.arange(first, first + n, dtype=np.int64),
+                    task_index=np.full(n, ep.task_index, np.int64))
+        return cols
 
     def _episode_matrix(self, ep: _Episode) -> np.ndarray:
         """The values ``_table_matrix`` would read back from the episode's parquet, from memory."""
@@ -541,7 +637,8 @@ class LeRobotWriter:
         """(staging file, final path) for every file the episode owns."""
         cs = self.cfg.chunks_size
         moves = [(ep.staging / "data.parquet", self.root / meta.data_relpath(ep.index, cs)),
-                 (ep.staging / "stats.npy", self.root / repair.cache_relpath(ep.index))]
+                 (ep.staging / "stats.npy", self.root / repair.cache_relpath(ep.index)),
+                 (ep.staging / "episode.json", self.root / episode_stats.record_relpath(ep.index))]
         moves += [(ep.staging / f"{cam}.mp4", self.root / meta.video_relpath(ep.index, cam, cs))
                   for cam in self.cfg.cameras]
         if self.cfg.save_raw_quest:
@@ -561,7 +658,15 @@ class LeRobotWriter:
             write_parquet(table, ep.staging / "data.parquet")
             sk = stats.sketch(self._episode_matrix(ep))
             fsutil.write_tmp(ep.staging / "stats.npy", _npy_bytes(sk)).rename(ep.staging / "stats.npy")
-            contents = self._derived(episodes, tasks, self._sketches + [sk])
+            t0 = time.perf_counter()
+            images = ep.images if ep.images is not None else {
+                c: (s.hist, s.frames) for c, s in ep.samplers.items()}
+            rec = self._make_record(ep.index, ep.n, self._episode_columns(ep), images)
+            ep.record_ms = (time.perf_counter() - t0) * 1000
+            fsutil.write_tmp(ep.staging / "episode.json", fsutil.json_bytes(rec)).rename(
+                ep.staging / "episode.json")
+            contents = self._derived(episodes, tasks, self._sketches + [sk],
+                                     self._records + [_StatsRecord.of(rec)])
             contents.append(("episodes.jsonl", fsutil.jsonl_bytes(episodes)))
             for name, data in contents:
                 path = self.root / "meta" / name
@@ -586,6 +691,7 @@ class LeRobotWriter:
         self._episodes, self._tasks = episodes, tasks
         self._task_index[ep.task] = ep.task_index
         self._sketches.append(sk)
+        self._records.append(_StatsRecord.of(rec))
         self._next_index += ep.n
         shutil.rmtree(ep.staging, ignore_errors=True)
 
@@ -607,21 +713,36 @@ class LeRobotWriter:
             except OSError as e:
                 log.error("rollback of %s failed (%s); the next open repairs it", dst, e)
 
-    def _derived(self, episodes, tasks, sketches) -> list[tuple[str, bytes]]:
+    def _derived(self, episodes, tasks, sketches, records) -> list[tuple[str, bytes]]:
         """New content of the files derived from episodes.jsonl (written before it)."""
         out = [("tasks.jsonl", fsutil.jsonl_bytes(tasks))]
         if sketches:
             merged = stats.merge(np.stack(sketches))
             combined = {k: tuple(p.key for p in parts) for k, parts in self._combined.items()}
-            out.append(("stats.json", fsutil.json_bytes(stats.to_json(merged, self._layout, combined))))
+            st = stats.to_json(merged, self._layout, combined)
+            st.update(self._image_stats(records))
+            out.append(("stats.json", fsutil.json_bytes(st)))
         else:
             out.append(("stats.json", fsutil.json_bytes({})))
+        if self.cfg.lerobot_version != "v2.0":
+            out.append(("episodes_stats.jsonl", b"".join(r.line for r in records)))
         out.append(("info.json", fsutil.json_bytes(meta.info_json(self.cfg, episodes, len(tasks)))))
         out.append(("modality.json", fsutil.json_bytes(meta.modality_json(self.cfg))))
         return out
 
+    def _image_stats(self, records: list["_StatsRecord"]) -> dict:
+        """stats.json camera entries: the episodes' sampled histograms merged (exact), as
+        mean/std/min/max/q01/q99 of shape (3, 1, 1); no ``count`` (GR00T reads every key)."""
+        out = {}
+        for cam in self.cfg.cameras:
+            key = meta.video_key(cam)
+            hist = np.sum([r.images[key][0] for r in records], axis=0)
+            frames = sum(r.images[key][1] for r in records)
+            out[key] = episode_stats.to_jsonable({key: episode_stats.image_entry(hist, frames)})[key]
+        return out
+
     def _write_derived_if_changed(self) -> None:
-        files = self._derived(self._episodes, self._tasks, self._sketches)
+        files = self._derived(self._episodes, self._tasks, self._sketches, self._records)
         files.append(("episodes.jsonl", fsutil.jsonl_bytes(self._episodes)))
         for name, data in files:
             path = self.root / "meta" / name
@@ -633,12 +754,12 @@ class LeRobotWriter:
         last = self._episodes[-1]
         episodes = self._episodes[:-1]
         tasks = meta.tasks_from_episodes(episodes, self._tasks)
-        sketches = self._sketches[:-1]
+        sketches, records = self._sketches[:-1], self._records[:-1]
         tmps: list[tuple[Path, Path]] = []
         done: list[tuple[Path, bytes | None]] = []
         try:
             contents = [("episodes.jsonl", fsutil.jsonl_bytes(episodes))]  # commit point first
-            contents += self._derived(episodes, tasks, sketches)
+            contents += self._derived(episodes, tasks, sketches, records)
             for name, data in contents:
                 path = self.root / "meta" / name
                 tmps.append((fsutil.write_tmp(path, data), path))
@@ -656,7 +777,7 @@ class LeRobotWriter:
         i = int(last["episode_index"])
         for path in self._payload_paths(i):
             path.unlink(missing_ok=True)  # unreferenced now; repair would move leftovers aside
-        self._episodes, self._tasks, self._sketches = episodes, tasks, sketches
+        self._episodes, self._tasks, self._sketches, self._records = episodes, tasks, sketches, records
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
         self._next_index -= int(last["length"])
         return last
@@ -664,7 +785,7 @@ class LeRobotWriter:
     def _payload_paths(self, i: int) -> list[Path]:
         cs = self.cfg.chunks_size
         paths = [self.root / meta.data_relpath(i, cs), self.root / repair.cache_relpath(i),
-                 self.root / meta.extras_relpath(i)]
+                 self.root / episode_stats.record_relpath(i), self.root / meta.extras_relpath(i)]
         paths += [self.root / meta.video_relpath(i, cam, cs) for cam in self.cfg.cameras]
         return paths
 
@@ -680,6 +801,21 @@ class LeRobotWriter:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
+
+
+@dataclass(frozen=True)
+class _StatsRecord:
+    """An episode's stats record as the derived files need it: its episodes_stats.jsonl line (bytes,
+    serialised once) and its cameras' sampled histograms by video key."""
+
+    line: bytes
+    images: dict[str, tuple[np.ndarray, int]]
+
+    @classmethod
+    def of(cls, rec: dict) -> "_StatsRecord":
+        line = fsutil.jsonl_bytes([episode_stats.stats_line(rec["episode_index"], rec["stats"])])
+        return cls(line, {k: (np.asarray(v["hist"], np.int64), int(v["frames"]))
+                          for k, v in rec["images"].items()})
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:

@@ -140,6 +140,7 @@ class LeRobotRecorderConfig(RecorderConfig):
     rotation_type: str = "quat_wxyz"     # or "quaternion" (GR00T N1.5)
     combined_columns: bool = True
     on_binding_change: str = "warn"      # warn | refuse
+    lerobot_version: str = "v2.0"        # v2.0 | v2.1 (adds meta/episodes_stats.jsonl)
 
     def camera_list(self) -> list[str]:
         return list(self.cameras)
@@ -162,6 +163,8 @@ class LeRobotRecorderConfig(RecorderConfig):
             raise ValueError(f"on_binding_change must be 'warn' or 'refuse', got {self.on_binding_change!r}")
         if self.rotation_type not in ("quat_wxyz", "quaternion"):
             raise ValueError(f"rotation_type must be 'quat_wxyz' or 'quaternion', got {self.rotation_type!r}")
+        if self.lerobot_version not in ("v2.0", "v2.1"):
+            raise ValueError(f"lerobot_version must be 'v2.0' or 'v2.1', got {self.lerobot_version!r}")
         if self.gop < 0 or not 0 <= self.crf <= 51 or self.chunks_size <= 0:
             raise ValueError("gop must be >= 0, crf in 0..51, chunks_size > 0")
         if self.encoder_max_block_s < 0:
@@ -174,6 +177,7 @@ class LeRobotRecorderConfig(RecorderConfig):
                 "video": {"codec": self.codec, "pix_fmt": self.pix_fmt, "crf": self.crf, "preset": self.preset,
                           "gop": self.gop or "writer default", "bf": 0},
                 "rotation_type": self.rotation_type, "combined_columns": self.combined_columns,
+                "lerobot_version": self.lerobot_version,
                 "save_raw_quest": self.save_raw_quest}
 
 
@@ -240,7 +244,8 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
         cameras={cam: CameraSpec(height=c.height, width=c.width) for cam, c in cams.items()},
         features=piper_features(), video=VideoConfig(**video), chunks_size=cfg.chunks_size,
         save_raw_quest=cfg.save_raw_quest, rotation_type=cfg.rotation_type,
-        combined_columns=cfg.combined_columns, on_binding_change=cfg.on_binding_change)
+        combined_columns=cfg.combined_columns, on_binding_change=cfg.on_binding_change,
+        lerobot_version=cfg.lerobot_version)
 
 
 def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
