@@ -24,6 +24,7 @@ CONSOLE_SCRIPTS = {
     "piper-repair": "piper_recorder.cli.repair:main",
     "piper-bag2dataset": "piper_recorder.cli.bag2dataset:main",
     "piper-view": "piper_recorder.cli.view:main",
+    "piper-export": "piper_recorder.cli.export:main",
 }
 # ROS-style executable names (node names) for launch files, pointing at the same functions.
 ROS_EXECUTABLES = {

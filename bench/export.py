@@ -1,0 +1,187 @@
+"""Benchmark piper-export to LeRobot v3.0: speed as a multiple of real time and peak memory.
+
+The source roots are built quickly and honestly: one 60 s episode with three 640x480 cameras at
+30 fps is recorded once through the real writer (a panning noise texture with a moving square and
+sensor noise, crf 23, GOP 15: ~8 MB/min per camera like a real scene), then replicated into a
+10-minute and a 60-minute root through the writer's own import path (``import_episode``, the path
+the parallel bag converter uses), the mp4s as hard links of the recorded ones. Each replicated
+episode also gets the per-episode stats record the recorder writes at every save
+(``episode_stats.make_record``: vectors computed from its own parquet, camera stats those of the
+recorded episode), so the export only remuxes and copies; the cost of an old root without those
+records (stats from decoding every video) is measured apart and printed.
+
+Each export runs the real console script as a child process; wall time includes interpreter
+start-up, peak memory is the child's ru_maxrss (os.wait4). The machine is shared: load averages are
+printed next to the figures. Target: >= 20x real time for the 60-minute root, flat memory.
+
+    .venv/bin/python bench/export.py [--quick] [--dir /tmp/piper_export_bench] [--keep] [--size 640x480]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from piper_recorder.lerobot import episode_stats
+from piper_recorder.lerobot.features import piper_features
+from piper_recorder.lerobot.video import VideoConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+
+FPS = 30
+CAMS = ("cam_front", "cam_wrist", "cam_side")
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _rows(t: float) -> dict[str, np.ndarray]:
+    q = 0.8 * np.sin(t + np.arange(6))
+    quat = np.array([1.0, 0.1 * np.sin(t), 0.1 * np.cos(t), 0.0])
+    quat /= np.linalg.norm(quat)
+    pos = 0.3 + 0.1 * np.sin(0.5 * t + np.arange(3))
+    return {"observation.arm_joint": q, "observation.arm_eef": np.r_[pos, quat],
+            "observation.gripper": np.array([0.04 + 0.03 * np.sin(1.7 * t)]),
+            "action.arm_eef": np.r_[pos + 0.01, quat], "action.gripper": np.array([0.04 + 0.03 * np.sin(1.7 * t + 0.2)])}
+
+
+def record_template(root: Path, seconds: float, w: int, h: int) -> None:
+    """One episode through the real writer (encoded while it is fed, as live)."""
+    rng = np.random.default_rng(0)
+    texture = rng.integers(0, 256, size=(h, 2 * w, 3), dtype=np.uint8)
+    texture = ((texture.astype(np.uint16) + np.roll(texture, 1, 0) + np.roll(texture, 1, 1)) // 3).astype(np.uint8)
+    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(h, w) for c in CAMS}, features=piper_features(),
+                       video=VideoConfig(max_block_s=None))
+    n = int(seconds * FPS)
+    with LeRobotWriter(root, cfg) as wr:
+        wr.start_episode("bench task")
+        for k in range(n):
+            t = k / FPS
+            wr.add_row(t, _rows(t))
+            for c, cam in enumerate(CAMS):
+                x = (k * 4 + c * 50) % w
+                img = texture[:, x:x + w].copy()
+                y0 = int((h - 60) * (0.5 + 0.5 * np.sin(0.05 * k + c)))
+                img[y0:y0 + 60, (k * 3) % (w - 60):(k * 3) % (w - 60) + 60] = (200, 40, 40)
+                img = np.clip(img.astype(np.int16) + rng.integers(-6, 7, size=img.shape, dtype=np.int16),
+                              0, 255).astype(np.uint8)
+                wr.add_frame(cam, img, t)
+        wr.save_episode({})
+
+
+def replicate(template: Path, root: Path, episodes: int) -> None:
+    """``episodes`` copies of the template episode through ``import_episode`` (mp4s hard-linked)."""
+    info = json.loads((template / "meta/info.json").read_text())
+    line = json.loads((template / "meta/episodes.jsonl").read_text().splitlines()[0])
+    table = pq.read_table(template / "data/chunk-000/episode_000000.parquet")
+    feats = piper_features()
+    cols = {f.key: np.asarray(table.column(f.key).to_pylist(), np.float32).reshape(len(table), -1) for f in feats}
+    ts = table.column("timestamp").to_numpy()
+    image_stats = episode_stats.root_episode_stats(template, info, 0, cached=False)
+    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(info["features"][f"observation.images.{c}"]["shape"][0],
+                                                       info["features"][f"observation.images.{c}"]["shape"][1])
+                                         for c in CAMS}, features=feats)
+    tmp = root.parent / f".{root.name}.links"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with LeRobotWriter(root, cfg) as wr:
+        for i in range(episodes):
+            videos = {}
+            for cam in CAMS:
+                src = template / f"videos/chunk-000/observation.images.{cam}/episode_000000.mp4"
+                videos[cam] = tmp / f"{i}_{cam}.mp4"
+                os.link(src, videos[cam])
+            rec = wr.import_episode("bench task", ts, cols, videos, None, line)
+            columns = episode_stats.read_columns(root / f"data/chunk-{i // 1000:03d}/episode_{i:06d}.parquet", info)
+            stats = {k: v for k, v in image_stats.items() if k.startswith("observation.images.")}
+            stats.update(episode_stats.to_jsonable({k: episode_stats.vector_stats(v) for k, v in columns.items()}))
+            path = root / episode_stats.record_relpath(i)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(episode_stats.make_record(i, rec["length"], stats, {})))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_export(root: Path, out: Path) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [str(Path(sys.executable).parent / "piper-export"), str(root), "--to", "v3.0", "--out", str(out), "-q"]
+    before = load()
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    text = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"export failed:\n{text}")
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    files = len(list((out / "videos").rglob("*.mp4")))
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "gb": size / 1e9,
+            "mp4s": files, "load": f"{before} -> {load()}"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2- and 6-minute roots of 20 s episodes")
+    ap.add_argument("--dir", default="/tmp/piper_export_bench")
+    ap.add_argument("--keep", action="store_true", help="keep the generated roots")
+    ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
+    a = ap.parse_args()
+    w, h = (int(x) for x in a.size.split("x"))
+    ep_s = 20.0 if a.quick else 60.0
+    short_min, long_min = (2, 6) if a.quick else (10, 60)
+    d = Path(a.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {os.cpu_count()} CPUs, load average {load()} (shared)", flush=True)
+    try:
+        template = d / f"template_{int(ep_s)}s_{w}x{h}"
+        if not (template / "meta/episodes.jsonl").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            t0 = time.perf_counter()
+            record_template(template, ep_s, w, h)
+            print(f"recorded the {ep_s:g} s template episode ({len(CAMS)} cameras {w}x{h}) in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+        mb = sum(f.stat().st_size for f in (template / "videos").rglob("*.mp4")) / 1e6
+        print(f"  video: {mb / len(CAMS) / (ep_s / 60):.1f} MB/min per camera", flush=True)
+        roots = {}
+        for minutes in (short_min, long_min):
+            root = d / f"root_{minutes}min"
+            n = int(minutes * 60 / ep_s)
+            if not (root / "meta/episodes.jsonl").exists() or len((root / "meta/episodes.jsonl").read_text().splitlines()) != n:
+                shutil.rmtree(root, ignore_errors=True)
+                t0 = time.perf_counter()
+                replicate(template, root, n)
+                print(f"built {root.name}: {n} episodes in {time.perf_counter() - t0:.1f} s", flush=True)
+            roots[minutes] = root
+        res = {m: run_export(r, d / f"out_{m}min") for m, r in roots.items()}
+        info = json.loads((template / "meta/info.json").read_text())
+        t0 = time.perf_counter()
+        episode_stats.root_episode_stats(template, info, 0, cached=False)
+        cold = time.perf_counter() - t0
+        print("\nexport to v3.0 (wall time of the whole command incl. start-up; x real time = recorded s / wall s):")
+        for m, r in res.items():
+            print(f"  {m:3d} min root, {len(CAMS)} cameras: {r['wall']:7.1f} s -> {m * 60 / r['wall']:6.1f}x real time; "
+                  f"CPU {r['cpu']:.1f} s ({r['cpu'] / (m * 60) * 1000:.1f} ms per recorded s); output {r['gb']:.2f} GB "
+                  f"in {r['mp4s']} mp4s; peak RSS {r['rss_mb']:.0f} MB (load {r['load']})")
+        grow = res[long_min]["rss_mb"] - res[short_min]["rss_mb"]
+        speed = long_min * 60 / res[long_min]["wall"]
+        print(f"\ntarget >= 20x real time ({long_min} min root): {'met' if speed >= 20 else 'NOT met'} ({speed:.1f}x); "
+              f"peak RSS {short_min} -> {long_min} min: {grow:+.0f} MB")
+        print(f"a root without the recorder's per-episode stats records: +{cold:.1f} s per {ep_s:g} s episode "
+              f"(decoding {len(CAMS)} videos for the camera stats) -> at most {ep_s / cold:.1f}x real time")
+    finally:
+        for m in (short_min, long_min):
+            shutil.rmtree(d / f"out_{m}min", ignore_errors=True)
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

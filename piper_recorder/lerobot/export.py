@@ -1,0 +1,409 @@
+"""Export one of our LeRobot v2.0/v2.1 roots to LeRobot v2.1 or v3.0 (``piper-export``).
+
+``export(root, to, out)`` is the whole operation; ``export_v21`` and ``export_v30`` build the
+target layouts. What this module owns:
+
+* **Reading the source** (``open_source``): only roots this project writes (our path templates,
+  ``meta/episodes.jsonl``, ``modality.json``, the bookkeeping columns); every episode must have
+  every camera. Anything else is an ``ExportError`` (the CLI exits 2).
+* **Appending**: the output's ``meta/piper_export.json`` lists what was exported, with a
+  fingerprint of each source episode (its episodes.jsonl line, file sizes, a hash of its parquet
+  and of both ends of each mp4). A re-run checks that the exported episodes are unchanged in the
+  source and exports only the new ones; a source that lost or changed an exported episode is an
+  error (export to a fresh directory).
+* **Crash safety**: the new state is built in ``.<out>.export-staging`` next to the output (files
+  kept from the previous export are hard links, never written to), fsynced, and swapped with the
+  output in one ``renameat2(RENAME_EXCHANGE)``; the old tree is then deleted. A killed export leaves
+  the previous export untouched (the next run deletes the staging tree); a reader opening the output
+  at any instant sees one complete export (where the filesystem cannot exchange, two renames leave a
+  moment without the directory, never a mixed one; the next run restores it if killed in between).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from piper_recorder import __version__
+
+from . import fsutil, meta
+from .errors import DatasetError
+from .features import BOOKKEEPING
+from .rootfiles import read_json, video_keys
+
+TARGETS = ("v2.1", "v3.0")
+SOURCE_VERSIONS = ("v2.0", "v2.1")
+STATE_FILE = "meta/piper_export.json"
+# meta files carried along unchanged (small: copied, since the recorder may rewrite them)
+CARRIED_META = ("modality.json", "collection_meta.json", "collection_sessions.jsonl",
+                "relative_stats.json", "delta_stats.json")
+_HASH_SPAN = 256 * 1024  # bytes hashed at each end of an mp4 (covers the moov box either way)
+
+
+class ExportError(DatasetError):
+    """The source cannot be exported as asked (the message says why); the output is unchanged."""
+
+
+@dataclass
+class Source:
+    """A validated source root: its meta and the per-episode payload paths."""
+
+    root: Path
+    info: dict
+    episodes: list[dict]
+    tasks: list[dict]
+    video_keys: list[str]
+
+    @property
+    def version(self) -> str:
+        return self.info["codebase_version"]
+
+    @property
+    def fps(self) -> int:
+        return int(self.info["fps"])
+
+    def data_rel(self, i: int) -> str:
+        return meta.data_relpath(i, int(self.info["chunks_size"]))
+
+    def video_rel(self, i: int, key: str) -> str:
+        cam = key.removeprefix("observation.images.")
+        return meta.video_relpath(i, cam, int(self.info["chunks_size"]))
+
+    def extras_rel(self, i: int) -> str:
+        return meta.extras_relpath(i)
+
+    def own_episode_stats(self) -> dict[int, dict]:
+        """A v2.1 source's own meta/episodes_stats.jsonl ``stats`` by episode index (else empty)."""
+        path = self.root / "meta" / "episodes_stats.jsonl"
+        if self.version != "v2.1" or not path.is_file():
+            return {}
+        try:
+            return {int(line["episode_index"]): line["stats"] for line in fsutil.read_jsonl(path)}
+        except (ValueError, KeyError, TypeError) as e:
+            raise ExportError(f"{path}: unreadable ({e})") from None
+
+    def episode_stats(self, i: int, own: dict[int, dict]) -> dict:
+        """Episode ``i``'s LeRobot v2.1 stats: the source's own line, else computed by
+        ``episode_stats.root_episode_stats`` (the recorder's cached record, else parquet + video)."""
+        if i in own:
+            return own[i]
+        from .episode_stats import root_episode_stats
+
+        return root_episode_stats(self.root, self.info, i)
+
+    def fingerprint(self, i: int) -> str:
+        """Changes whenever episode ``i``'s record, parquet or any of its videos change."""
+        h = hashlib.sha256(json.dumps(self.episodes[i], sort_keys=True).encode())
+        data = self.root / self.data_rel(i)
+        h.update(data.read_bytes())
+        for key in self.video_keys:
+            path = self.root / self.video_rel(i, key)
+            size = path.stat().st_size
+            h.update(f"{key}:{size}".encode())
+            with open(path, "rb") as f:
+                h.update(f.read(_HASH_SPAN))
+                if size > _HASH_SPAN:
+                    f.seek(max(_HASH_SPAN, size - _HASH_SPAN))
+                    h.update(f.read())
+        return h.hexdigest()
+
+
+def open_source(root: str | os.PathLike) -> Source:
+    """Read and check a root written by this project; ``ExportError`` for anything else."""
+    root = Path(root)
+    info_path = root / "meta" / "info.json"
+    if not info_path.is_file():
+        raise ExportError(f"{root}: no meta/info.json; not a LeRobot root")
+    try:
+        info = read_json(info_path)
+    except ValueError as e:
+        raise ExportError(f"{info_path}: not valid JSON ({e})") from None
+    version = info.get("codebase_version")
+    if version not in SOURCE_VERSIONS:
+        raise ExportError(f"{root}: codebase_version {version!r} cannot be exported "
+                          f"(piper-export reads {', '.join(SOURCE_VERSIONS)})")
+    features = info.get("features") or {}
+    keys = video_keys(info) if features else []
+    ours = (info.get("data_path") == meta.DATA_PATH
+            and info.get("video_path") in ((meta.VIDEO_PATH,) if keys else (None, meta.VIDEO_PATH))
+            and all(features.get(k, {}).get("dtype") == d for k, d in BOOKKEEPING.items())
+            and (root / "meta" / "modality.json").is_file()
+            and (root / "meta" / "episodes.jsonl").is_file()
+            and (root / "meta" / "tasks.jsonl").is_file()
+            and isinstance(info.get("fps"), int) and isinstance(info.get("chunks_size"), int))
+    if not ours:
+        raise ExportError(f"{root}: not a root written by piper_recorder (its path templates, "
+                          "bookkeeping columns, modality.json, episodes.jsonl or tasks.jsonl differ)")
+    bad_keys = [k for k in keys if not k.startswith("observation.images.")]
+    if bad_keys:
+        raise ExportError(f"{root}: video features {bad_keys} are not observation.images.<camera>")
+    try:
+        episodes = fsutil.read_jsonl(root / "meta" / "episodes.jsonl")
+        tasks = fsutil.read_jsonl(root / "meta" / "tasks.jsonl")
+    except ValueError as e:
+        raise ExportError(f"{root}: meta/*.jsonl is not valid JSON lines ({e})") from None
+    cams = {k.removeprefix("observation.images.") for k in keys}
+    task_indices = {int(t["task_index"]) for t in tasks}
+    src = Source(root, info, episodes, sorted(tasks, key=lambda t: t["task_index"]), keys)
+    for i, e in enumerate(episodes):
+        if e.get("episode_index") != i:
+            raise ExportError(f"{root}: episodes.jsonl line {i + 1} has episode_index "
+                              f"{e.get('episode_index')}, expected {i}")
+        if int(e.get("task_index", -1)) not in task_indices:
+            raise ExportError(f"{root}: episode {i} has task_index {e.get('task_index')} "
+                              "missing from tasks.jsonl")
+        lengths = e.get("video_frame_lengths")
+        if keys and (not isinstance(lengths, dict) or set(lengths) != cams):
+            have = sorted(lengths) if isinstance(lengths, dict) else None
+            raise ExportError(f"{root}: episode {i} has cameras {have}, the root declares "
+                              f"{sorted(cams)}; cameras must be the same in every episode")
+        missing = [r for r in [src.data_rel(i)] + [src.video_rel(i, k) for k in keys]
+                   if not (root / r).is_file()]
+        if missing:
+            raise ExportError(f"{root}: episode {i} is missing {missing}")
+    return src
+
+
+# ---- state of a previous export -------------------------------------------------------------
+@dataclass
+class State:
+    """``meta/piper_export.json``: what the output holds (plus layout-specific ``extra``)."""
+
+    to: str
+    source: str
+    fingerprints: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"tool": "piper-export", "version": __version__, "to": self.to, "source": self.source,
+                "episodes": len(self.fingerprints), "fingerprints": self.fingerprints,
+                "extra": self.extra}
+
+
+def load_state(out: Path, to: str) -> State | None:
+    """The previous export's state; None for a missing or empty ``out``."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        raise ExportError(f"{out} exists and is not a directory")
+    path = out / STATE_FILE
+    if not path.is_file():
+        if any(out.iterdir()):
+            raise ExportError(f"{out} is not empty and holds no piper-export output "
+                              f"({STATE_FILE} missing); choose an empty or new directory")
+        return None
+    try:
+        raw = read_json(path)
+        state = State(raw["to"], raw["source"], list(raw["fingerprints"]), dict(raw.get("extra") or {}))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"{path} is unreadable ({e}); export to a fresh directory") from None
+    if state.to != to:
+        raise ExportError(f"{out} holds a {state.to} export; cannot add {to} episodes to it")
+    return state
+
+
+def check_prefix(src: Source, state: State) -> None:
+    """The exported episodes must still be the source's first episodes, unchanged."""
+    n = len(state.fingerprints)
+    if n > len(src.episodes):
+        raise ExportError(f"the export holds {n} episodes but {src.root} has only "
+                          f"{len(src.episodes)} (episodes deleted since); export to a fresh directory")
+    for i in range(n):
+        if src.fingerprint(i) != state.fingerprints[i]:
+            raise ExportError(f"episode {i} of {src.root} changed since it was exported "
+                              "(re-recorded, repaired or edited); export to a fresh directory")
+
+
+# ---- files ----------------------------------------------------------------------------------
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Hard link ``src`` at ``dst`` (same filesystem), else copy it; never re-encodes anything."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        shutil.copyfile(src, dst)
+
+
+def link_tree(src: Path, dst: Path, skip: Callable[[str], bool] = lambda rel: False) -> None:
+    """Hard-link every file under ``src`` into ``dst`` (relative paths kept) except skipped ones."""
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src).as_posix()
+        if path.is_file() and not skip(rel):
+            link_or_copy(path, dst / rel)
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """A new file at ``path`` (replacing a hard link there by a new inode, never writing into it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + fsutil.TMP_SUFFIX)
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    write_file(path, fsutil.json_bytes(obj))
+
+
+def carry_meta(src: Source, staging: Path) -> None:
+    for name in CARRIED_META:
+        path = src.root / "meta" / name
+        if path.is_file():
+            write_file(staging / "meta" / name, path.read_bytes())
+
+
+# ---- commit ---------------------------------------------------------------------------------
+def _paths(out: Path) -> tuple[Path, Path, Path]:
+    return (out.with_name(f".{out.name}.export-staging"), out.with_name(f".{out.name}.export-old"),
+            out.with_name(f".{out.name}.export-lock"))
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_file():
+            fsutil.fsync_file(path)
+    for d in sorted({p for p in root.rglob("*") if p.is_dir()} | {root}, key=lambda p: -len(p.parts)):
+        fsutil.fsync_dir(d)
+
+
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2); False where unsupported."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:
+        return False
+    AT_FDCWD = -100
+    res = fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if res == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def recover(out: Path) -> None:
+    """Undo what a killed run left: a half-built staging tree, or an output moved aside."""
+    staging, old, _ = _paths(out)
+    if old.exists():
+        if out.exists():
+            shutil.rmtree(old)
+        else:
+            os.rename(old, out)  # killed between the two fallback renames
+    if staging.exists():
+        shutil.rmtree(staging)
+
+
+def commit(staging: Path, out: Path) -> None:
+    """Make the fully written ``staging`` tree the output (see the module docstring)."""
+    _, old, _ = _paths(out)
+    _fsync_tree(staging)
+    if not out.exists():
+        os.rename(staging, out)
+    elif exchange(staging, out):
+        shutil.rmtree(staging)  # now the previous export
+    else:
+        os.rename(out, old)
+        os.rename(staging, out)
+        shutil.rmtree(old)
+    fsutil.fsync_dir(out.parent)
+
+
+class _Lock:
+    """One export per output directory at a time."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            raise ExportError(f"another piper-export is writing {path.parent}") from None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# ---- the operation --------------------------------------------------------------------------
+@dataclass
+class ExportResult:
+    to: str
+    out: Path
+    episodes: int  # total in the output
+    added: int  # exported by this run
+    frames: int  # rows in the output
+    seconds_of_data: float  # added rows / fps
+
+
+def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: bool = False,
+           **options) -> ExportResult:
+    """Export ``root`` (ours, v2.0 or v2.1) as LeRobot ``to`` ("v2.1" or "v3.0") into ``out``.
+
+    A re-run into the same ``out`` appends the episodes added to ``root`` since; ``options`` go to
+    the layout builder (v3.0: ``data_files_size_in_mb``, ``video_files_size_in_mb``). Raises
+    ``ExportError`` for anything it cannot express; the output is then unchanged.
+    """
+    if to not in TARGETS:
+        raise ExportError(f"--to {to!r}: must be one of {', '.join(TARGETS)}")
+    root, out = Path(root).resolve(), Path(out).absolute()
+    if out == root or root in out.parents or out in root.parents:
+        raise ExportError(f"--out {out} must be outside the source root {root} and not contain it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging, _, lock_path = _paths(out)
+    lock = _Lock(lock_path)
+    try:
+        recover(out)
+        src = open_source(root)
+        if not src.episodes:
+            raise ExportError(f"{root} has no saved episodes; nothing to export")
+        state = load_state(out, to)
+        if state is not None:
+            check_prefix(src, state)
+        done = len(state.fingerprints) if state else 0
+        if state is not None and done == len(src.episodes):
+            return ExportResult(to, out, done, 0, sum(int(e["length"]) for e in src.episodes), 0.0)
+        if to == "v2.1":
+            from .export_v21 import build
+        else:
+            from .export_v30 import build
+        staging.mkdir()
+        new_state = build(src, state, out if state else None, staging, progress=progress, **options)
+        new_state.fingerprints = (state.fingerprints if state else []) + [
+            src.fingerprint(i) for i in range(done, len(src.episodes))]
+        write_json(staging / STATE_FILE, new_state.to_json())
+        commit(staging, out)
+        added = src.episodes[done:]
+        return ExportResult(to, out, len(src.episodes), len(added),
+                            sum(int(e["length"]) for e in src.episodes),
+                            sum(int(e["length"]) for e in added) / src.fps)
+    except BaseException:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        lock.close()
+
+
+def iter_progress(items, total: int, desc: str, enabled: bool) -> Iterator:
+    if not enabled:
+        yield from items
+        return
+    from tqdm import tqdm
+
+    with tqdm(items, total=total, desc=desc, unit="ep") as bar:
+        yield from bar

@@ -1,0 +1,62 @@
+"""LeRobot v2.1 export: the v2.0 layout plus ``meta/episodes_stats.jsonl`` (see ``export.py``).
+
+Payload files (parquet, mp4, raw headset lines) are hard links to the source (copies across
+filesystems); an episode's stats line is ``Source.episode_stats`` (the source's own line when it
+is already v2.1, else the recorder's per-episode record, else computed from the parquet and a
+decoded sample of each video). On a re-run the lines and payload of the
+episodes already exported come from the previous export.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import episode_stats, fsutil
+from .export import ExportError, Source, State, carry_meta, iter_progress, link_or_copy, link_tree, write_file, write_json
+from .rootfiles import read_json
+
+CODEBASE_VERSION = "v2.1"
+EPISODES_STATS = "meta/episodes_stats.jsonl"
+
+
+def stats_json(src: Source, lines: list[dict]) -> dict:
+    """The source's stats.json, with an entry for each camera it lacks (aggregated episode stats)."""
+    path = src.root / "meta" / "stats.json"
+    stats = read_json(path) if path.is_file() else {}
+    missing = [k for k in src.video_keys if k not in stats]
+    if missing and lines:
+        agg = episode_stats.aggregate_stats([{k: line["stats"][k] for k in missing} for line in lines])
+        for k in missing:
+            stats[k] = {s: np.asarray(agg[k][s]).tolist() for s in ("mean", "std", "min", "max")}
+    return stats
+
+
+def build(src: Source, state: State | None, prev: Path | None, staging: Path,
+          progress: bool = False) -> State:
+    done = len(state.fingerprints) if state else 0
+    lines: list[dict] = []
+    if prev is not None:
+        link_tree(prev, staging, skip=lambda rel: rel.startswith("meta/"))
+        lines = fsutil.read_jsonl(prev / EPISODES_STATS)[:done]
+        if len(lines) != done:
+            raise ExportError(f"{prev / EPISODES_STATS} has {len(lines)} lines for {done} exported "
+                              "episodes; export to a fresh directory")
+    own = src.own_episode_stats()
+    todo = range(done, len(src.episodes))
+    for i in iter_progress(todo, len(todo), "export v2.1", progress):
+        rels = [src.data_rel(i)] + [src.video_rel(i, k) for k in src.video_keys]
+        if (src.root / src.extras_rel(i)).is_file():
+            rels.append(src.extras_rel(i))
+        for rel in rels:
+            link_or_copy(src.root / rel, staging / rel)
+        lines.append(episode_stats.stats_line(i, src.episode_stats(i, own)))
+    info = dict(src.info, codebase_version=CODEBASE_VERSION)
+    meta_dir = staging / "meta"
+    write_json(meta_dir / "info.json", info)
+    write_file(meta_dir / "episodes.jsonl", fsutil.jsonl_bytes(src.episodes))
+    write_file(meta_dir / "tasks.jsonl", fsutil.jsonl_bytes(src.tasks))
+    write_file(staging / EPISODES_STATS, fsutil.jsonl_bytes(lines))
+    write_json(meta_dir / "stats.json", stats_json(src, lines))
+    carry_meta(src, staging)
+    return State(CODEBASE_VERSION, str(src.root))
