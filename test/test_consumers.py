@@ -179,6 +179,21 @@ def test_lerobot_decodes_every_frame_at_default_tolerance(version, roots, hf_hom
     assert p.returncode == 0
 
 
+def test_every_frame_lookup_rule_gets_the_paired_frame(roots, hf_home):
+    """#11.6: torchvision's last-at-or-before after a keyframe seek (GR00T N1.5 torchvision_av),
+    torchcodec played-at (GR00T torchcodec), torchcodec index in approximate mode within 1e-4 s
+    (LeRobot's default) and OpenCV's CAP_PROP_FPS index + CAP_PROP_POS_FRAMES seek (GR00T opencv) all
+    return frame k for row k of every episode and camera of the recorded root."""
+    py = consumer_python("lerobot03")
+    root = roots.get("v2.0")
+    t0 = time.monotonic()
+    p, rep = _run_json([str(py), str(SCRIPTS / "lookup_rules.py"), str(root)], consumer_env(hf_home), 900)
+    _timed("lookup rules on v2.0", t0)
+    print(json.dumps(rep))
+    assert rep, f"no report ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    assert rep["rows"] > 0 and rep["misses"] == dict.fromkeys(rep["misses"], 0), json.dumps(rep["examples"])
+
+
 def _losses(log: str) -> list[float]:
     return [float(v) for v in re.findall(r"\bloss:\s*([-+0-9.eE]+|nan|inf)", log)]
 

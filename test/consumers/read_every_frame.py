@@ -2,8 +2,10 @@
 
 Runs inside a consumer virtualenv (.venv-lerobot03 / .venv-lerobot04), never in the project's .venv.
 ``LeRobotDataset(repo_id, root=ROOT)`` with LeRobot's defaults: ``tolerance_s`` (1e-4 s, what
-``lerobot-train`` uses) and video backend (torchcodec where it loads). Every row is fetched, which
-decodes the frame of every camera at that row's timestamp and applies LeRobot's own checks.
+``lerobot-train`` uses) and video backend (torchcodec where it loads). Every row is fetched, in a
+shuffled order as a training sampler does (LeRobot 0.4 caches one decoder per file, so sequential
+reads can hide what random access shows), which decodes the frame of every camera at that row's
+timestamp and applies LeRobot's own checks.
 Prints one JSON object: rows, frames decoded per camera, failures and the first error text.
 """
 from __future__ import annotations
@@ -36,7 +38,11 @@ def main() -> int:
                video_backend=ds.video_backend, rows=len(ds), episodes=ds.meta.total_episodes, cameras=cams,
                decoded=dict.fromkeys(cams, 0), failed_rows=0, first_error=None, bad_images=0)
     shapes = {c: tuple(ds.meta.features[c]["shape"]) for c in cams}
-    for i in range(len(ds)):
+    import random
+
+    order = list(range(len(ds)))
+    random.Random(0).shuffle(order)
+    for i in order:
         try:
             item = ds[i]
         except Exception as e:  # noqa: BLE001 - count every failing row, keep LeRobot's message
