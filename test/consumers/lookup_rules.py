@@ -65,10 +65,10 @@ def main() -> int:
                 seen = []
                 for fr in reader:
                     seen.append(fr["pts"])
-                    if fr["pts"] >= t:
+                    if fr["pts"] >= float(t):
                         break
                 reader.container.close()
-                before = [p for p in seen if p <= t]
+                before = [p for p in seen if p <= float(t)]  # in float64, as GR00T compares arrays
                 return int(np.searchsorted(pts, max(before))) if before else None
 
             def played_at(t):
