@@ -10,7 +10,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export RMW_IMPLEMENTATION := rmw_fastrtps_cpp
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test bench bootstrap system-deps clean
+.PHONY: demo test bench bootstrap system-deps clean consumers consumer-system-deps test-consumers
 demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
@@ -22,13 +22,18 @@ bench: $(STAMP)
 
 bootstrap: $(STAMP)
 
-system-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# $(call apt_install,PACKAGES): install the Debian packages not yet installed.
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+endef
+
+system-deps:
+	$(call apt_install,$(APT_PACKAGES))
 
 $(STAMP): requirements.txt setup.py setup.cfg | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,5 +42,25 @@ $(STAMP): requirements.txt setup.py setup.cfg | system-deps
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# Consumer virtualenvs: real trainers (LeRobot 0.3.3 reads v2.x, 0.4.4 reads v3.0) with torch, outside .venv so the
+# project's own environment stays free of torch. Built on demand (minutes, GBs); test/test_consumers.py drives them.
+CONSUMER_VENVS := .venv-lerobot03 .venv-lerobot04
+# torchcodec (LeRobot's default video decoder) loads the system FFmpeg 4-7 shared libraries.
+CONSUMER_APT_PACKAGES := libavutil57 libavcodec59 libavformat59 libavdevice59 libavfilter8 libswscale6 libswresample4
+consumers: $(addsuffix /.bootstrapped,$(CONSUMER_VENVS))
+
+consumer-system-deps:
+	$(call apt_install,$(CONSUMER_APT_PACKAGES))
+
+.venv-lerobot%/.bootstrapped: test/consumers/requirements-lerobot%.txt | consumer-system-deps
+	test -x $(@D)/bin/python || $(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(@D)/bin/python -m pip install -q -r $<
+	touch $@
+
+# The consumer tests alone (the venvs are built first); `make test` runs them too, skipping none.
+test-consumers: $(STAMP) consumers
+	$(BIN)/python -m pytest -q test/test_consumers.py
+
 clean:
-	rm -rf $(VENV) demo_output build *.egg-info
+	rm -rf $(VENV) $(CONSUMER_VENVS) demo_output build *.egg-info

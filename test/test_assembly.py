@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSink, RgbdSink
+from piper_recorder.assembly.assembler import grid_timestamp
 
 MS = 1_000_000
 START = 1_700_000_000_000_000_000 + 123_456_789   # a realistic ROS-clock origin, not grid aligned
@@ -298,7 +299,7 @@ def test_nominal_mode_one_frame_per_row_with_drops_and_repeats():
     for cam in cfg.cameras:
         pts = [t for t in w.frames[cam]]
         assert len(pts) == c.rows, cam
-        assert pts == [float(np.float32(k / 30)) for k in range(c.rows)]
+        assert pts == [float(grid_timestamp(k, 30)) for k in range(c.rows)]
     assert 13 <= c.frames_repeated["cam_front"] <= 16 and c.frames_dropped["cam_front"] == 0
     assert c.frames_stale["cam_front"] >= 10
     assert c.frames_repeated["cam_wrist"] == 0 and 25 <= c.frames_dropped["cam_wrist"] <= 32
@@ -362,3 +363,18 @@ def test_rgbd_consecutive_ticks_give_t_plus_one_observations(terminal, timeout):
     trs = [e for e in w.log if e[0] == "tr"]
     assert [t[1] for t in trs] == [float(i) for i in range(10)]   # reward at t_k for transition k
     assert all(not t[2] and not t[3] for t in trs[:-1]) and trs[-1][2:] == (terminal, timeout)
+
+
+def test_grid_timestamp_is_the_smallest_float32_at_or_after_the_grid():
+    """Row times never fall below index / fps (LeRobot's torchcodec lookup needs the floored PTS at or
+    after the grid) and stay within one float32 step of it; nearest rounding falls below for ~half."""
+    from fractions import Fraction
+
+    below = 0
+    for k in range(30 * 600):
+        t = grid_timestamp(k, 30)
+        exact = Fraction(k, 30)
+        assert t.dtype == np.float32 and Fraction(float(t)) >= exact
+        assert Fraction(float(np.nextafter(t, np.float32(-np.inf)))) < exact or Fraction(float(t)) == exact
+        below += Fraction(float(np.float32(k / 30))) < exact
+    assert below > 30 * 600 // 4  # what nearest rounding did

@@ -14,7 +14,7 @@ Rules (one place, shared by the live recorders and the rosbag converter):
 - Origin: rows never contain NaN, so ticks before every required input (joint states, measured pose,
   commanded pose, commanded gripper, one frame per camera) has a sample are skipped and counted
   (``skipped_start_ticks``). The first complete tick k0 becomes the row origin: row i is tick k0 + i,
-  its ``timestamp = float32(i / fps)`` and ``origin_ns = t_k0``. Feed a short pre-roll (samples from
+  its ``timestamp = grid_timestamp(i, fps)`` (i / fps rounded up to float32) and ``origin_ns = t_k0``. Feed a short pre-roll (samples from
   before ``start_ns``, e.g. the latest of each input) and k0 is 0.
 - Frames, ``capture`` mode: each frame stamped in [origin, end] goes to ``sink.frame`` in stamp order
   with ``t = (stamp - origin_ns) / 1e9``, once ``now >= stamp + lateness``; the newest frame at or
@@ -103,10 +103,26 @@ class Frame:
     depth: np.ndarray | None = None
 
 
+def grid_timestamp(index: int, fps: float) -> np.float32:
+    """Row ``index``'s ``timestamp``: ``index / fps`` rounded UP to float32 (the smallest float32 >= it).
+
+    Frame lookups disagree on which side of the grid a PTS may sit: LeRobot's default decoder (0.3
+    and 0.4: torchcodec, approximate seek) asks for frame ``round(t * fps)``, i.e. the first frame
+    whose PTS is >= that frame's exact grid time ``index / fps``; torchvision/torchcodec time lookups
+    (GR00T) take the last frame whose PTS is <= ``t``. The video writer floors each PTS from ``t``
+    (``video.pts_ticks``), so both hold only when ``t >= index / fps``; nearest rounding puts ``t`` below
+    the grid for about half the rows and LeRobot then gets the next frame, 1/fps away."""
+    exact = Fraction(index) / Fraction(fps)
+    t = np.float32(float(exact))
+    if Fraction(float(t)) < exact:
+        t = np.nextafter(t, np.float32(np.inf))
+    return t
+
+
 @dataclass(frozen=True)
 class Row:
     index: int                      # row index within the episode (0-based)
-    timestamp: np.float32           # index / fps
+    timestamp: np.float32           # grid_timestamp(index, fps)
     tick_ns: int                    # absolute grid time of this row
     values: dict[str, np.ndarray]   # arm_joint(6) arm_eef(7) gripper(1) cmd_eef(7) cmd_gripper(1) reward(1); float32
     frames: dict[str, Frame]        # per camera, the frame at/before tick_ns
@@ -404,4 +420,4 @@ class EpisodeAssembler:
             self._inputs[name].prune_before(t)
         i = k - self._origin_k
         c.rows += 1
-        self._sink.row(Row(i, np.float32(i / self.config.fps), t, values, row_frames))
+        self._sink.row(Row(i, grid_timestamp(i, self.config.fps), t, values, row_frames))
