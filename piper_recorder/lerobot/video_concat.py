@@ -14,7 +14,8 @@ return each row's own frame:
 * episode ``e`` starts at tick ``frames_before_e * 90000 / fps``; ``from_timestamp`` is that time and
   ``to_timestamp`` the next episode's start (the file's end for the last one), as LeRobot's
   converter writes them (sums of episode durations);
-* rows must sit on the grid (``timestamp_k == float32(k / fps)``, what the recorder writes) and
+* rows must sit on the grid (``timestamp_k`` is ``k / fps`` rounded up to float32, what the recorder
+  writes (``assembly.grid_timestamp``), or rounded to nearest, what it wrote before) and
   pair one to one with frames (frame count = row count, frame k within half a frame period of row
   k, no B-frames); anything else cannot be expressed in v3.0 and ``ConcatError`` says why;
 * LeRobot compares ``float32(from_timestamp + timestamp)`` with ``float32(pts)``: the two differ by
@@ -29,6 +30,8 @@ from pathlib import Path
 
 import av
 import numpy as np
+
+from piper_recorder.assembly.assembler import grid_timestamp
 
 TICKS = 90000
 TIME_BASE = Fraction(1, TICKS)
@@ -89,11 +92,12 @@ class VideoFileWriter:
         """Append ``src``, whose frames pair with rows at ``timestamps``; returns its (from, to) ticks."""
         ts = np.asarray(timestamps, np.float32)
         n = len(ts)
-        on_grid = np.arange(n, dtype=np.float64) / self.fps
-        off = np.nonzero(ts != on_grid.astype(np.float32))[0]
+        nearest = (np.arange(n, dtype=np.float64) / self.fps).astype(np.float32)
+        rounded_up = np.array([grid_timestamp(k, self.fps) for k in range(n)], np.float32)
+        off = np.nonzero((ts != nearest) & (ts != rounded_up))[0]
         if n == 0 or len(off):
             k = int(off[0]) if len(off) else 0
-            raise ConcatError(f"row {k} has timestamp {float(ts[k]) if n else None}, not float32({k}/{self.fps}); "
+            raise ConcatError(f"row {k} has timestamp {float(ts[k]) if n else None}, not {k}/{self.fps} in float32; "
                               "v3.0 needs rows on the frame grid")
         step = frame_step(self.fps)
         first = self.frames * step
