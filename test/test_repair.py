@@ -233,11 +233,11 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, v
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
     from test_lerobot_writer_helpers import H, W, index_frame, row_values
 
-    def record(root: Path, time_of) -> None:
+    def record(root: Path, time_of, lengths=(110, 104)) -> None:
         cfg = WriterConfig(fps=30, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None),
                            lerobot_version=version)
         with LeRobotWriter(root, cfg) as w:
-            for e, n in enumerate((110, 104)):    # >= 100 rows: lerobot-doctor warns below ACT chunk size
+            for e, n in enumerate(lengths):    # >= 100 rows: lerobot-doctor warns below ACT chunk size
                 w.start_episode("pick the cube")
                 for k in range(n):
                     w.add_row(time_of(k), row_values(k / 30, e))
@@ -267,10 +267,20 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, v
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     # stats.json (and v2.1's episodes_stats.jsonl) keep the old timestamp entries: they move by at
     # most one float32 step, well inside the validator's and lerobot-doctor's tolerance (checked above)
-    old_stats = json.loads((ref / "meta/stats.json").read_text())["timestamp"]
-    new_stats = json.loads((root / "meta/stats.json").read_text())["timestamp"]
-    assert all(np.allclose(old_stats[k], new_stats[k], rtol=1e-6, atol=0) for k in old_stats)
+    ref_stats = json.loads((ref / "meta/stats.json").read_text())["timestamp"]
+    kept_stats = json.loads((root / "meta/stats.json").read_text())["timestamp"]
+    assert kept_stats != ref_stats          # the nearest-rounded rows' stats, kept ...
+    assert all(np.allclose(ref_stats[k], kept_stats[k], rtol=1e-6, atol=0) for k in ref_stats)   # ... but close
     assert validate_root(root, full=True) == []
+    # a writer resuming the root rebuilds its cached per-episode stats from the rewritten parquets
+    # (newer than the cache): with one more episode, the stats files equal the reference's exactly
+    grid = lambda k: grid_timestamp(k, 30)                      # noqa: E731
+    record(root, grid, lengths=(100,))
+    record(ref, grid, lengths=(100,))
+    names = ["stats.json"] + (["episodes_stats.jsonl"] if version == "v2.1" else [])
+    for name in names:
+        assert (root / "meta" / name).read_bytes() == (ref / "meta" / name).read_bytes(), name
+    assert validate_root(root) == []
 
 
 def nearest_root(path: Path, time_base: Fraction, lengths=(41, 9)) -> Path:
