@@ -16,10 +16,11 @@ torchcodec in approximate seek mode) is checked too: it asks for frame ``round(t
 first frame whose PTS is at or after that frame's exact grid time ``index / fps``; that must be the
 same frame as the first rule's, within 1e-4 s. A timestamp below the grid (``k / fps`` rounded to
 the NEAREST float32, as recorders before the up-rounding did) with a PTS floored from it fails this for
-about half the rows (LeRobot gets the next frame); ``piper-repair`` moves those rows onto the grid. Episodes recorded with ``timestamp_mode: capture``
-keep frames at their capture times, which by design do not sit on the rows: there only row 0 must
-have a frame at or before it and the time base must resolve 1e-4 s. The worst row over the root is
-kept in a ``TimingSummary`` when the caller passes one.
+about half the rows (LeRobot gets the next frame); ``piper-repair`` moves those rows onto the grid.
+Episodes recorded with ``timestamp_mode: capture`` keep frames at their capture times, which by design
+do not sit on the rows: there only row 0 must have a frame at or before it and the time base must
+resolve 1e-4 s. The worst row over the root (per rule) is kept in a ``TimingSummary`` when the caller
+passes one.
 """
 from __future__ import annotations
 
