@@ -2,8 +2,10 @@
 
 Builds a root with the project's writer (2 cameras 640x480 at 30 fps, nominal mode, the panning
 textured scene with sensor noise of ``bench/video_gop.py``, so packet sizes are realistic: ~8 MB/min
-per camera; one episode encoded, the others committed as copies of it), remuxes its videos to whole-ms PTS (time base 1/1000, what recorders wrote before issue
-11), then runs ``repair_root`` on it and prints:
+per camera; one episode encoded, the others committed as copies of it) with rows at k/fps rounded to
+the nearest float32 (what recorders wrote before the up-rounding), remuxes its videos to whole-ms PTS
+(time base 1/1000, what recorders wrote before issue 11), then runs ``repair_root`` on it (videos
+remuxed and every episode's parquet timestamps moved onto the grid) and prints:
 * repair wall time and recorded seconds / wall seconds (x real time; target >= 50x), per camera-hour;
 * the dry run (plan only) time;
 * baselines measured in the same run on the same files: copying every video (read + write + fsync,
@@ -57,7 +59,7 @@ def build_root(root: Path, episodes: int, seconds: float) -> None:
     with LeRobotWriter(root, cfg) as w:
         w.start_episode("bench")
         for k in range(int(seconds * FPS)):
-            t = k / FPS
+            t = k / FPS                  # float32-nearest row times, as older recorders wrote
             w.add_row(t, _rows(t, 0))
             for c, cam in enumerate(CAMS):
                 w.add_frame(cam, pool[(k + 37 * c) % len(pool)], t)
@@ -134,18 +136,20 @@ def main() -> None:
         dry = repair_root(root, dry_run=True)
         dry_s = time.perf_counter() - t0
         assert sum(p.action == "rewrite" for p in dry.plans) == len(vids)
+        assert sum(d.action == "rewrite" for d in dry.data) == episodes
 
         t0 = time.perf_counter()
         rep = repair_root(root)
         repair_s = time.perf_counter() - t0
-        assert rep.rewritten == len(vids)
+        assert rep.rewritten == len(vids) and rep.data_rewritten == episodes
 
         t0 = time.perf_counter()
         problems = validate_root(root)
         validate_s = time.perf_counter() - t0
 
     print(f"repair:   {repair_s:6.2f} s wall = {recorded / repair_s:6.1f}x real time "
-          f"({repair_s / (recorded * len(CAMS) / 3600):.1f} s per camera-hour); target >= 50x")
+          f"({repair_s / (recorded * len(CAMS) / 3600):.1f} s per camera-hour; {rep.rewritten} videos remuxed, "
+          f"{rep.data_rewritten} parquets' timestamps moved onto the grid); target >= 50x")
     print(f"dry run:  {dry_s:6.2f} s = {recorded / dry_s:6.1f}x real time (plan only: reads packets and rows)")
     print(f"baseline: copy + fsync of every video {copy_s:6.2f} s = {recorded / copy_s:6.1f}x real time; "
           f"repair / copy = {repair_s / copy_s:.2f}")

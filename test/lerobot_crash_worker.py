@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from piper_recorder.assembly.assembler import grid_timestamp  # noqa: E402
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig  # noqa: E402
 from test_lerobot_writer_helpers import H, W, index_frame, row_values  # noqa: E402
 
@@ -38,7 +39,7 @@ def record_forever(root: Path, seed: int) -> None:
     while True:
         w.start_episode(rng.choice(["pick", "place", f"task {seed}"]))
         for k in range(rng.randint(3, 30)):
-            t = k / FPS
+            t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up
             w.add_row(t, row_values(t, seed * 100 + w.total_episodes))
             for cam in ("cam_front", "cam_wrist"):
                 w.add_frame(cam, index_frame(k), t)

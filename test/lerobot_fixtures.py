@@ -131,17 +131,30 @@ def video_frames(n_frames: int, seed: int = 0) -> np.ndarray:
     return out
 
 
+def grid_times(n: int, fps: int = FPS, up: bool = True) -> np.ndarray:
+    """Row timestamps k/fps as float32: rounded UP (the smallest float32 >= k/fps, what recorders write
+    now), or to the nearest float32 with ``up=False`` (older recorders)."""
+    out = (np.arange(n) / fps).astype(np.float32)
+    if up:
+        for k in range(n):
+            if Fraction(float(out[k])) < Fraction(k, fps):
+                out[k] = np.nextafter(out[k], np.float32(np.inf))
+    return out
+
+
 def grid_pts(t: float, time_base: Fraction) -> int:
     """floor(float32(t) / time_base) in exact arithmetic: the frame at or just before float32(t)."""
     return math.floor(Fraction(float(np.float32(t))) / time_base)
 
 
 def write_video(path: Path, n_frames: int, fps: int = FPS, seed: int = 0, time_base: Fraction = FINE,
-                gop: int = 12, pts: list[int] | None = None) -> None:
-    """libx264/yuv420p, no B-frames, frame k at pts ``grid_pts(k / fps, time_base)`` (or ``pts[k]``);
-    ``time_base=MS`` gives the whole-ms files older recorders wrote. The last packet lasts one period."""
+                gop: int = 12, pts: list[int] | None = None, round_up: bool = True) -> None:
+    """libx264/yuv420p, no B-frames, frame k at pts ``grid_pts(t_k, time_base)`` with ``t_k`` row k's
+    timestamp (``grid_times(.., up=round_up)``), or ``pts[k]``; ``time_base=MS`` gives the whole-ms
+    files older recorders wrote. The last packet lasts one period."""
     path.parent.mkdir(parents=True, exist_ok=True)
     frames = video_frames(n_frames, seed)
+    times = grid_times(n_frames, fps, up=round_up)
     period = max(1, round(1 / (fps * time_base)))
     with av.open(str(path), "w", format="mp4",
                  options={"video_track_timescale": str(time_base.denominator)}) as container:
@@ -152,7 +165,7 @@ def write_video(path: Path, n_frames: int, fps: int = FPS, seed: int = 0, time_b
         packets = []
         for k in range(n_frames):
             frame = av.VideoFrame.from_ndarray(frames[k], format="rgb24")
-            frame.pts = grid_pts(k / fps, time_base) if pts is None else pts[k]
+            frame.pts = grid_pts(float(times[k]), time_base) if pts is None else pts[k]
             frame.time_base = time_base
             packets += stream.encode(frame)
         packets += stream.encode()
@@ -162,8 +175,10 @@ def write_video(path: Path, n_frames: int, fps: int = FPS, seed: int = 0, time_b
 
 
 def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], cameras: tuple[str, ...] = ("cam_front",),
-               combined: bool = True, chunks_size: int = 1000, time_base: Fraction = FINE) -> Path:
-    """Write a complete v2.0 root. ``episodes``: (task, split-column arrays) per episode, in order."""
+               combined: bool = True, chunks_size: int = 1000, time_base: Fraction = FINE,
+               round_up: bool = True) -> Path:
+    """Write a complete v2.0 root. ``episodes``: (task, split-column arrays) per episode, in order.
+    ``round_up=False``: timestamps k/fps rounded to the nearest float32, as older recorders wrote them."""
     root = Path(root)
     (root / "meta").mkdir(parents=True, exist_ok=True)
     features = _features(cameras, combined)
@@ -180,7 +195,7 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
             for key, parts in COMBINED.items():
                 cols[key] = np.concatenate([cols[p] for p in parts], axis=1)
         book = {
-            "timestamp": (np.arange(n) / FPS).astype(np.float32),
+            "timestamp": grid_times(n, FPS, up=round_up),
             "frame_index": np.arange(n, dtype=np.int64),
             "episode_index": np.full(n, ep_idx, dtype=np.int64),
             "index": np.arange(global_index, global_index + n, dtype=np.int64),
@@ -206,7 +221,7 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
             all_frames.setdefault(f"observation.images.{cam}", []).append(video_frames(n, seed=ep_idx * 10 + c))
             write_video(root / VIDEO_PATH.format(episode_chunk=chunk, episode_index=ep_idx,
                                                  video_key=f"observation.images.{cam}"), n, seed=ep_idx * 10 + c,
-                        time_base=time_base)
+                        time_base=time_base, round_up=round_up)
         line = {"episode_index": ep_idx, "tasks": [task], "length": n, "task_index": t_idx}
         if cameras:
             line["video_frame_length"] = n
@@ -234,7 +249,7 @@ def write_root(root: Path, episodes: list[tuple[str, dict[str, np.ndarray]]], ca
 
 
 def small_root(root: Path, seed: int = 0, lengths: tuple[int, ...] = (12, 9, 7), cameras=("cam_front", "cam_wrist"),
-               combined: bool = True, time_base: Fraction = FINE) -> Path:
+               combined: bool = True, time_base: Fraction = FINE, round_up: bool = True) -> Path:
     rng = np.random.default_rng(seed)
     eps = [(("pick the cube", "place the cube")[i % 2], random_episode(rng, n)) for i, n in enumerate(lengths)]
-    return write_root(root, eps, cameras=cameras, combined=combined, time_base=time_base)
+    return write_root(root, eps, cameras=cameras, combined=combined, time_base=time_base, round_up=round_up)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.lerobot.video import VideoConfig
@@ -44,7 +45,7 @@ def record(w: LeRobotWriter, task: str, n: int, seed: int) -> dict[str, list[np.
     w.start_episode(task)
     fed: dict[str, list[np.ndarray]] = {c: [] for c in CAMS}
     for k in range(n):
-        t = k / FPS
+        t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up to float32
         w.add_row(t, row_values(t, seed))
         for cam in CAMS:
             img = frame(cam, k, seed)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.lerobot import stats as stats_mod
 from piper_recorder.lerobot.errors import (BindingChangeError, DatasetError, EpisodeStateError,
                                            SchemaError)
@@ -35,13 +36,13 @@ def record(w: LeRobotWriter, task: str, n: int, seed: int, jitter_ms=None, quest
     ``jitter_ms[k]`` ms before its row (0 = exactly at the row time)."""
     w.start_episode(task)
     for k in range(n):
-        t = k / FPS
+        t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up to float32
         w.add_row(t, row_values(t, seed))
         for cam in w.cfg.cameras:
             j = 0.0 if jitter_ms is None else jitter_ms[k]
             assert w.add_frame(cam, index_frame(k), max(0.0, t - j / 1000))
         for _ in range(quest):
-            w.add_raw_quest(json.dumps({"t": t, "k": k}))
+            w.add_raw_quest(json.dumps({"t": k / FPS, "k": k}))
     return w.save_episode({"late_rows": 0})
 
 
@@ -70,7 +71,7 @@ def test_round_trip_schema_meta_and_stats(tmp_path):
         assert types[k] == pa.int64()
     cols = read_table(root, 0)
     for k in range(40):
-        want = row_values(k / FPS, 0)
+        want = row_values(float(grid_timestamp(k, FPS)), 0)   # as record() fed it
         for key, v in want.items():
             got = cols[key][k]
             np.testing.assert_array_equal(np.atleast_1d(got), v.astype(np.float32), err_msg=key)

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.lerobot import fsutil, writer
 from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
@@ -44,8 +45,9 @@ def cfg(version: str = "v2.0") -> WriterConfig:
 def feed(w: LeRobotWriter, task: str, n: int, seed: int) -> None:
     w.start_episode(task)
     for k in range(n):
-        w.add_row(k / FPS, row_values(k / FPS, seed))
-        w.add_frame("cam_front", index_frame(k), k / FPS)
+        t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up to float32
+        w.add_row(t, row_values(t, seed))
+        w.add_frame("cam_front", index_frame(k), t)
         w.add_raw_quest("{}")
 
 

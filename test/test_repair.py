@@ -223,37 +223,159 @@ def to_whole_ms(path: Path) -> None:
     tmp.replace(path)
 
 
-def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path):
-    """A root from the project's writer (nominal: frames at row times), downgraded to whole-ms PTS
-    (what it wrote before issue 11), repaired: PTS and packets equal the writer's own output again,
-    and lerobot-doctor accepts it."""
+@pytest.mark.parametrize("version", ["v2.0", "v2.1"])
+def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, version):
+    """A root from the project's writer fed row times k/30 (what recorders did before issue 11:
+    timestamps rounded to the nearest float32, frames floored from them), downgraded to whole-ms PTS
+    (what it wrote before that), repaired: parquet tables equal, and PTS and packets equal, those of
+    the same recording written now (rows at grid_timestamp, k/30 rounded up); lerobot-doctor accepts it."""
+    from piper_recorder.assembly.assembler import grid_timestamp
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
     from test_lerobot_writer_helpers import H, W, index_frame, row_values
 
-    root = tmp_path / "ds"
-    cfg = WriterConfig(fps=30, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None))
-    with LeRobotWriter(root, cfg) as w:
-        for e, n in enumerate((110, 104)):    # >= 100 rows: lerobot-doctor warns below ACT chunk size
-            w.start_episode("pick the cube")
-            for k in range(n):
-                w.add_row(k / 30, row_values(k / 30, e))
-                for cam in CAMS:
-                    assert w.add_frame(cam, index_frame(k), k / 30)
-            w.save_episode({"timestamp_mode": "nominal"})
-    now = {v: packets(v) for v in videos(root)}
+    def record(root: Path, time_of, lengths=(110, 104)) -> None:
+        cfg = WriterConfig(fps=30, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None),
+                           lerobot_version=version)
+        with LeRobotWriter(root, cfg) as w:
+            for e, n in enumerate(lengths):    # >= 100 rows: lerobot-doctor warns below ACT chunk size
+                w.start_episode("pick the cube")
+                for k in range(n):
+                    w.add_row(time_of(k), row_values(k / 30, e))
+                    for cam in CAMS:
+                        assert w.add_frame(cam, index_frame(k), time_of(k))
+                w.save_episode({"timestamp_mode": "nominal"})
+
+    root, ref = tmp_path / "ds", tmp_path / "now"
+    record(root, lambda k: k / 30)
+    record(ref, lambda k: grid_timestamp(k, 30))
+    old = {v: packets(v) for v in videos(root)}
     for v in videos(root):
         to_whole_ms(v)
-        assert packets(v)[0] == MS and packets(v)[2] == now[v][2]
+        assert packets(v)[0] == MS and packets(v)[2] == old[v][2]
     assert any("rows have no frame" in p for p in validate_root(root))
     res = run(root)
-    assert res.returncode == 0 and "4 rewritten" in res.stdout, res.stdout + res.stderr
-    for v, (tb, pts, data, extradata, _) in now.items():
-        assert packets(v)[:4] == (tb, pts, data, extradata)
+    assert res.returncode == 0 and "4 rewritten" in res.stdout and "2 nominal episode parquets: 2 rewritten" \
+        in res.stdout, res.stdout + res.stderr
+    for v in videos(root):
+        tb, pts, data, extradata, _ = packets(ref / v.relative_to(root))
+        assert packets(v)[:4] == (tb, pts, old[v][2], old[v][3])
+    for p in sorted(root.rglob("*.parquet")):
+        assert pq.read_table(p).equals(pq.read_table(ref / p.relative_to(root)), check_metadata=True)
     doctor = Path(sys.executable).parent / "lerobot-doctor"
     r = subprocess.run([str(doctor), "check", str(root), "--ci", "--fail-on", "warn"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    # stats.json (and v2.1's episodes_stats.jsonl) keep the old timestamp entries: they move by at
+    # most one float32 step, well inside the validator's and lerobot-doctor's tolerance (checked above)
+    ref_stats = json.loads((ref / "meta/stats.json").read_text())["timestamp"]
+    kept_stats = json.loads((root / "meta/stats.json").read_text())["timestamp"]
+    assert kept_stats != ref_stats          # the nearest-rounded rows' stats, kept ...
+    assert all(np.allclose(ref_stats[k], kept_stats[k], rtol=1e-6, atol=0) for k in ref_stats)   # ... but close
     assert validate_root(root, full=True) == []
+    # a writer resuming the root rebuilds its cached per-episode stats from the rewritten parquets
+    # (newer than the cache): with one more episode, the stats files equal the reference's exactly
+    grid = lambda k: grid_timestamp(k, 30)                      # noqa: E731
+    record(root, grid, lengths=(100,))
+    record(ref, grid, lengths=(100,))
+    names = ["stats.json"] + (["episodes_stats.jsonl"] if version == "v2.1" else [])
+    for name in names:
+        assert (root / "meta" / name).read_bytes() == (ref / "meta" / name).read_bytes(), name
+    assert validate_root(root) == []
+
+
+def nearest_root(path: Path, time_base: Fraction, lengths=(41, 9)) -> Path:
+    """A root as recorders wrote it before the up-rounding: timestamps k/30 rounded to the NEAREST
+    float32 (below k/30 for rows 17, 19, ...), frame PTS floored from them (in ``time_base``)."""
+    return small_root(path, lengths=lengths, time_base=time_base, round_up=False)
+
+
+def data_path(root: Path, ep: int) -> Path:
+    return root / f"data/chunk-000/episode_{ep:06d}.parquet"
+
+
+@pytest.mark.parametrize("time_base", [MS, FINE], ids=["whole_ms", "fine"])
+def test_nearest_rounded_timestamps_are_moved_onto_the_grid(tmp_path, time_base):
+    """Nominal episodes: the parquet's timestamp column becomes k/30 rounded up to float32, every other
+    column, the schema and its metadata unchanged; the videos' packets stay bit-identical at PTS
+    floor(t * 90000) = 3000 k; LeRobot's lookup then gets every row's frame."""
+    root = nearest_root(tmp_path / "r", time_base)
+    below = [k for k, t in enumerate(timestamps(root, 0)) if Fraction(t) < Fraction(k, 30)]
+    assert below and not [k for k, t in enumerate(timestamps(root, 1)) if Fraction(t) < Fraction(k, 30)]
+    assert any("get another frame from LeRobot's lookup" in p for p in validate_root(root))
+    before_tables = {e: pq.read_table(data_path(root, e)) for e in (0, 1)}
+    before_meta = {e: pq.ParquetFile(data_path(root, e)).metadata for e in (0, 1)}
+    before = {v: packets(v) for v in videos(root)}
+    hashes = {p: sha(p) for p in [*videos(root), data_path(root, 0), data_path(root, 1)]}
+
+    dry = run(root, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"would rewrite data/chunk-000/episode_000000.parquet: {len(below)} row timestamps moved up" in dry.stdout
+    assert "2 nominal episode parquets: 1 to rewrite, 1 on the grid" in dry.stdout
+    assert {p: sha(p) for p in hashes} == hashes and not list(root.rglob("*.tmp"))
+
+    res = run(root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"rewrote data/chunk-000/episode_000000.parquet: {len(below)} row timestamps" in res.stdout
+    want = lambda k: Fraction(k, 30)                                  # noqa: E731
+    for e in (0, 1):
+        after = pq.read_table(data_path(root, e))
+        meta = pq.ParquetFile(data_path(root, e)).metadata
+        assert after.schema.equals(before_tables[e].schema, check_metadata=True)
+        assert after.schema.metadata == before_tables[e].schema.metadata
+        assert meta.num_row_groups == before_meta[e].num_row_groups and meta.num_rows == before_meta[e].num_rows
+        assert [meta.row_group(0).column(i).compression for i in range(meta.num_columns)] == \
+            [before_meta[e].row_group(0).column(i).compression for i in range(meta.num_columns)]
+        for name in after.column_names:
+            if name != "timestamp":
+                assert after.column(name).equals(before_tables[e].column(name)), name
+        ts = after.column("timestamp").to_numpy()
+        assert ts.dtype == np.float32
+        for k, t in enumerate(ts):       # the smallest float32 >= k/30, independently
+            assert Fraction(float(t)) >= want(k) and Fraction(float(np.nextafter(t, np.float32(-1)))) < want(k)
+    for v, (_, _, data, extradata, _) in before.items():
+        tb, pts, data2, extradata2, dts = packets(v)
+        assert tb == FINE and data2 == data and extradata2 == extradata and dts == pts
+        assert pts == [3000 * k for k in range(len(pts))]
+    for e in (0, 1):
+        for cam in CAMS:
+            assert_both_rules(root, e, cam)
+    assert validate_root(root) == [] and validate_root(root, full=True) == []
+
+    hashes = {p: sha(p) for p in hashes}
+    again = run(root)
+    assert again.returncode == 0 and "4 videos: 0 rewritten, 4 already 1/90000" in again.stdout
+    assert "2 nominal episode parquets: 0 rewritten, 2 on the grid" in again.stdout
+    assert {p: sha(p) for p in hashes} == hashes
+
+
+def test_killed_between_videos_and_parquet_rerun_finishes(tmp_path, monkeypatch):
+    """Videos go first, then their episode's parquet: a failure (or kill) at the parquet's rename
+    leaves the parquet byte for byte as it was and no temp file; the videos, already on the grid, are
+    skipped by the re-run, which rewrites the parquet."""
+    root = nearest_root(tmp_path / "r", MS)
+    parquet = data_path(root, 0)
+    digest = sha(parquet)
+    real = fsutil.replace
+
+    def kill_at_parquet(src, dst):
+        if str(dst).endswith(".parquet"):
+            raise KeyboardInterrupt("killed")
+        real(src, dst)
+    monkeypatch.setattr(fsutil, "replace", kill_at_parquet)
+    with pytest.raises(KeyboardInterrupt):
+        repair_root(root)
+    assert sha(parquet) == digest and not list(root.rglob("*.tmp"))
+    assert all(packets(video(root, 0, cam))[0] == FINE for cam in CAMS)
+    assert all(packets(video(root, 1, cam))[0] == MS for cam in CAMS)       # episode 1 not reached
+    assert any("rows have no frame at or before" in p for p in validate_root(root))   # frames now past rows
+    monkeypatch.setattr(fsutil, "replace", real)
+    res = run(root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "4 videos: 2 rewritten, 2 already 1/90000" in res.stdout
+    assert "2 nominal episode parquets: 1 rewritten, 1 on the grid" in res.stdout
+    assert validate_root(root, full=True) == []
+    for cam in CAMS:
+        assert_both_rules(root, 0, cam)
 
 
 def test_not_a_root(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 import shutil
 from pathlib import Path
 
@@ -236,6 +237,33 @@ def test_timing_summary_names_the_worst_row(pristine):
     gaps = [(float(np.float32(k / 30)) - grid_pts(k / 30, FINE) / 90000, k) for k in range(max(LENGTHS))]
     assert w.time_base == FINE and 0 < w.gap_s < 1 / 90000 and (w.gap_s, w.row) == pytest.approx(max(gaps))
     assert w.pts == grid_pts(w.row / 30, FINE) and w.timestamp == float(np.float32(w.row / 30))
+
+
+def test_nearest_rounded_timestamps_fail_lerobots_lookup_rounded_up_ones_pass(tmp_path):
+    """Timestamps k/30 rounded to the NEAREST float32 (below the grid for rows 17, 19, ...) with PTS
+    floored from them onto 1/90000: every row's last frame at or before t is its own, but LeRobot asks
+    for frame round(t * 30) and gets the first frame at or after k/30 exactly: frame k + 1 there.
+    The same rows rounded up (what the recorder writes now) pass both rules."""
+    old = small_root(tmp_path / "old", lengths=(41,), cameras=("cam_front",), round_up=False)
+    ts = pq.read_table(old / "data/chunk-000/episode_000000.parquet").column("timestamp").to_numpy()
+    below = [k for k, t in enumerate(ts) if Fraction(float(t)) < Fraction(k, 30)]
+    assert below[:2] == [17, 19]
+    timing = TimingSummary()
+    problems = validate_root(old, timing=timing)
+    assert len(problems) == 1, problems
+    msg = problems[0]
+    assert msg.startswith("videos/chunk-000/observation.images.cam_front/episode_000000.mp4")
+    assert f"{len(below)} of 41 rows get another frame from LeRobot's lookup" in msg
+    assert f"{len(below)} row timestamps lie below the k/fps grid" in msg and "piper-repair" in msg
+    w = timing.lerobot_worst
+    assert timing.bad_rows == 0 and timing.lerobot_bad_rows == len(below) and w.row in below
+    assert f"LeRobot gets frame {w.row + 1}" in msg and f"the last frame at or before t is frame {w.row}" in msg
+    assert w.pts == grid_pts(float(ts[w.row + 1]), FINE) and w.gap_s == pytest.approx(1 / 30, abs=1e-6)
+
+    new = small_root(tmp_path / "new", lengths=(40,), cameras=("cam_front",))
+    timing = TimingSummary()
+    assert validate_root(new, timing=timing) == [] and validate_root(new, full=True) == []
+    assert timing.lerobot_bad_rows == 0 and timing.lerobot_worst is None and timing.rows == 40
 
 
 def test_capture_mode_frames_off_the_rows_pass_nominal_ones_do_not(root):

@@ -1,11 +1,15 @@
-"""piper-repair ROOT [--dry-run]: rewrite whole-millisecond video PTS of a LeRobot root to 1/90000 s.
+"""piper-repair ROOT [--dry-run]: put an older LeRobot root's video PTS and row timestamps on the grid.
 
 Roots recorded before issue 11 carry video PTS in whole ms, which LeRobot's default tolerance
-(1e-4 s) rejects for two rows in three. This remuxes each such mp4 (packets copied bit for bit, no
-re-encoding) with PTS on the 1/90000 s grid, file by file and atomically; files already in 1/90000
-are skipped, so an interrupted run is simply run again. --dry-run lists what would change. Rules
-(nominal vs capture episodes) in piper_recorder/lerobot/retime.py. Exit 0 when every video is fine
-afterwards, 1 if any could not be repaired or the root is unusable (e.g. a recorder has it open).
+(1e-4 s) rejects for two rows in three, and row timestamps k/fps rounded to the NEAREST float32 (below
+the grid for about half the rows), for which LeRobot's lookup (frame round(t * fps)) gets the next
+frame. This remuxes each such mp4 (packets copied bit for bit, no re-encoding) with PTS on the 1/90000 s
+grid, and for nominal episodes rewrites the parquet's ``timestamp`` column to k/fps rounded up to
+float32 (every other column unchanged), file by file and atomically, videos before their parquet;
+files already right are skipped, so an interrupted run is simply run again. --dry-run lists what would
+change. Rules (nominal vs capture episodes) in piper_recorder/lerobot/retime.py. Exit 0 when every
+file is fine afterwards, 1 if any could not be repaired or the root is unusable (e.g. a recorder has
+it open).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import time
 from pathlib import Path
 
 from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.retime import OK, REFUSE, REWRITE, FilePlan, repair_root
+from piper_recorder.lerobot.retime import OK, REFUSE, REWRITE, DataPlan, FilePlan, repair_root
 from piper_recorder.cli.errors import exits_2_on_bad_input
 
 
@@ -29,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     verb, done = ("would rewrite", "to rewrite") if args.dry_run else ("rewrote", "rewritten")
 
-    def progress(plan: FilePlan) -> None:
+    def progress(plan: FilePlan | DataPlan) -> None:
         if plan.action != OK:
             print(f"{verb if plan.action == REWRITE else 'skipped'} {plan.describe(root)}", flush=True)
 
@@ -43,11 +47,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"removed interrupted write {tmp.relative_to(root)}")
     n, ok, refused = len(report.plans), report.count(OK), report.count(REFUSE)
     todo = report.count(REWRITE)
-    print(f"piper-repair: {n} videos: {todo} {done}, {ok} already 1/90000, {refused} not repairable"
+    d_todo, d_refused = report.data_count(REWRITE), report.data_count(REFUSE)
+    refused += d_refused
+    print(f"piper-repair: {n} videos: {todo} {done}, {ok} already 1/90000, {refused - d_refused} not repairable; "
+          f"{len(report.data)} nominal episode parquets: {d_todo} {done}, {report.data_count(OK)} on the grid"
+          f"{f', {d_refused} not repairable' if d_refused else ''}"
           f"{'' if args.dry_run else f' ({report.seconds_of_video:.0f} s of video in {time.monotonic() - t0:.1f} s)'}"
           f"{'; nothing changed (dry run)' if args.dry_run else ''}")
     if refused:
-        print(f"piper-repair: {refused} video(s) left unchanged, see 'skipped' lines above", file=sys.stderr)
+        print(f"piper-repair: {refused} file(s) left unchanged, see 'skipped' lines above", file=sys.stderr)
     return 1 if refused else 0
 
 

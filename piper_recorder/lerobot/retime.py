@@ -1,31 +1,43 @@
-"""Rewrite the video PTS of an existing root to the 1/90000 s grid (``piper-repair``), by remuxing.
+"""Put an existing root's video PTS and nominal row timestamps on the grid (``piper-repair``), by remuxing.
 
 Recorders before issue 11 wrote PTS in whole milliseconds (time base 1/1000, ``floor(float32(t) *
 1000)``), which puts two rows in three at 30 fps up to 1 ms after their frame: beyond LeRobot's default
-tolerance (1e-4 s). The encoded frames are fine; only their timestamps are too coarse. This module
-copies every packet unchanged (no decoding, no re-encoding: packet bytes and codec extradata stay
-bit-identical) into a new mp4 whose PTS follow the writer's rule (``video.pts_ticks``):
+tolerance (1e-4 s). Until the up-rounding they also wrote row timestamps k/fps rounded to the NEAREST
+float32, below the grid for about half the rows: LeRobot's own lookup (frame ``round(t * fps)``, the
+first at or after ``k / fps`` exactly) then gets the next frame whenever the PTS is floored from such a
+row. The encoded frames are fine; only timestamps are off. This module copies every packet unchanged
+(no decoding, no re-encoding: packet bytes and codec extradata stay bit-identical) into a new mp4 whose
+PTS follow the writer's rule (``video.pts_ticks``), and rewrites nominal episodes' ``timestamp``
+column to what the assembler writes now (``grid_timestamp``: k/fps rounded up to float32):
 
-* nominal episodes (one frame per row at the row time): a whole-ms PTS ``m`` came from exactly one row,
-  the one whose ``floor(float32(timestamp) * 1000) == m`` (rows are 1/fps apart, so the match is
-  unique); that frame gets ``pts_ticks(timestamp)`` and both lookup rules then hold for every row. A
-  frame dropped by the encoder leaves its row without a frame, before and after.
+* nominal episodes (one frame per row at the row time): each PTS (1/1000 or 1/90000) came from
+  exactly one row, the one whose ``floor(float32(t) / time_base)`` it is, with ``t`` the row's stored
+  timestamp or its grid timestamp (rows are 1/fps apart, so the match is unique); that frame gets
+  ``pts_ticks(grid timestamp)`` = the exact grid time, then the parquet's timestamps become the grid
+  timestamps, and every lookup rule holds for every row. A frame dropped by the encoder leaves its row
+  without a frame, before and after.
 * capture episodes (frames at their capture times): the capture time was only kept to the millisecond
   below it, so the best statement the file can make is ``m`` ms exactly: new PTS = ``m * 90``. It stays
   at or before the true capture time (never later, which would break "last frame at or before t"),
   changes no frame's time, and applying the float32 floor to ``m / 1000`` instead could only move it
   up to one float32 step earlier (61 us at 10 min) for no gain. The sub-millisecond part is lost for
-  good; only a new recording has it.
+  good; only a new recording has it. Their rows and 1/90000 files are left as they are.
 * the mode comes from the episode's ``timestamp_mode`` in ``meta/episodes.jsonl``; without one, an
   episode whose every frame matches a distinct row is nominal, otherwise capture.
 
 Safety: the root's writer lock is held (a recorder or converter writing to the root makes the repair
 refuse); each file is written as ``<name>.tmp`` beside it, fsynced, read back and compared (packet
-bytes, count, PTS), renamed over the original and the directory fsynced, so a kill at any instant
-leaves every file either old or new (a leftover ``.tmp`` is removed by the next run, or by the
-writer's open-time repair). A file already in 1/90000 is skipped, so re-running resumes. A file that
-cannot be mapped (unknown time base, reordered frames, a PTS that matches no row) is reported and
-left untouched. Metadata does not change: frame counts, durations and rows stay the same.
+bytes, count, PTS; the whole parquet table with its schema metadata), renamed over the original and
+the directory fsynced, so a kill at any instant leaves every file either old or new (a leftover
+``.tmp`` is removed by the next run). Per episode the videos go first and the parquet last: a video
+already on the grid maps through the grid timestamps, so after a kill between the two the re-run skips
+the videos and rewrites the parquet. A file already right is skipped, so re-running resumes. A file
+that cannot be mapped (unknown time base, reordered frames, a PTS that matches no row) is reported and
+left untouched. The parquet keeps every other column, its schema and metadata, compression and row
+groups. stats.json / episodes_stats.jsonl timestamp entries are left as they are: they move by at most
+one float32 step (< 1e-7 relative), inside the validator's and lerobot-doctor's tolerances; the
+writer's cached stats sketch is older than the rewritten parquet and so rebuilt when a writer next
+opens the root. Frame counts, durations and rows stay the same.
 """
 from __future__ import annotations
 
@@ -39,8 +51,10 @@ from pathlib import Path
 
 import av
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..assembly.assembler import grid_timestamp
 from . import fsutil
 from .errors import DatasetError
 from .rootfiles import data_file, read_json, read_jsonl, video_file, video_keys
@@ -62,20 +76,45 @@ class FilePlan:
     mode: str = ""                    # nominal | capture (how the new PTS were derived)
     old_pts: list[int] = field(default_factory=list)
     new_pts: list[int] = field(default_factory=list)
+    old_time_base: Fraction = MS
 
     @property
     def max_shift_s(self) -> float:
         """Largest |new - old| presentation time change (s)."""
-        return max((abs(n / TICKS_PER_S - o / 1000) for o, n in zip(self.old_pts, self.new_pts)), default=0.0)
+        return max((abs(n / TICKS_PER_S - float(o * self.old_time_base)) for o, n in zip(self.old_pts, self.new_pts)),
+                   default=0.0)
 
     def describe(self, root: Path) -> str:
         rel = self.path.relative_to(root)
         if self.action == REWRITE:
-            return (f"{rel}: {len(self.new_pts)} frames, time base 1/1000 -> 1/{TICKS_PER_S} ({self.mode}"
+            tb = (f"time base 1/{self.old_time_base.denominator} -> 1/{TICKS_PER_S}" if self.old_time_base != TIME_BASE
+                  else "PTS moved onto the k/fps grid")
+            return (f"{rel}: {len(self.new_pts)} frames, {tb} ({self.mode}"
                     f"{'' if not self.reason else ', ' + self.reason}; largest shift "
                     f"{self.max_shift_s * 1e3:.3f} ms)")
         if self.action == OK:
             return f"{rel}: already 1/{TICKS_PER_S}, skipped"
+        return f"{rel}: NOT repaired: {self.reason}"
+
+
+@dataclass
+class DataPlan:
+    """What the repair does with one nominal episode's parquet: ``timestamp`` onto the k/fps grid
+    (``grid_timestamp``: rounded up to float32), rewritten after the episode's videos."""
+
+    path: Path
+    episode: int
+    action: str                       # ok | rewrite | refuse
+    reason: str = ""
+    new_ts: np.ndarray | None = None
+    rows_moved: int = 0
+
+    def describe(self, root: Path) -> str:
+        rel = self.path.relative_to(root)
+        if self.action == REWRITE:
+            return f"{rel}: {self.rows_moved} row timestamps moved up onto the k/fps grid (one float32 step)"
+        if self.action == OK:
+            return f"{rel}: timestamps on the grid, skipped"
         return f"{rel}: NOT repaired: {self.reason}"
 
 
@@ -85,9 +124,14 @@ class RepairReport:
     rewritten: int = 0
     removed_tmp: list[Path] = field(default_factory=list)
     seconds_of_video: float = 0.0     # rows / fps over every planned file
+    data: list[DataPlan] = field(default_factory=list)
+    data_rewritten: int = 0
 
     def count(self, action: str) -> int:
         return sum(p.action == action for p in self.plans)
+
+    def data_count(self, action: str) -> int:
+        return sum(p.action == action for p in self.data)
 
 
 def _read_packets(path: Path) -> tuple[Fraction, list[int], list[int]]:
@@ -107,30 +151,48 @@ def _read_packets(path: Path) -> tuple[Fraction, list[int], list[int]]:
         return Fraction(s.time_base), pts, dts
 
 
-def _nominal_rows(old_ms: list[int], ts: np.ndarray) -> list[int] | None:
-    """For each whole-ms PTS the row it was written for (``floor(float32(t) * 1000)``; a float32 times
-    1000 is exact in float64, so this is the old writer's value), or None if some frame has none."""
-    row_ms = np.floor(ts.astype(np.float64) * 1000.0).astype(np.int64)
-    idx = np.searchsorted(row_ms, np.asarray(old_ms, np.int64))
-    if np.any(idx >= len(row_ms)) or not np.array_equal(row_ms[np.minimum(idx, len(row_ms) - 1)], old_ms):
+def _floor_rows(pts: list[int], times: np.ndarray, den: int) -> np.ndarray:
+    """For each PTS the row whose ``floor(float32(t) * den)`` it is (-1: none). Exact: a float32 times
+    ``den`` (1000 or 90000) is exact in float64."""
+    row = np.floor(times.astype(np.float64) * den).astype(np.int64)
+    want = np.asarray(pts, np.int64)
+    idx = np.searchsorted(row, want)
+    hit = (idx < len(row)) & (row[np.minimum(idx, len(row) - 1)] == want)
+    return np.where(hit, idx, -1)
+
+
+def _nominal_rows(pts: list[int], tb: Fraction, ts: np.ndarray, grid: np.ndarray) -> list[int] | None:
+    """For each PTS the row it was written for: ``floor(float32(t) / tb)`` of the row's timestamp as
+    the parquet holds it (what the old writer did), or of its grid timestamp (a file this repair or
+    the current writer already wrote while the parquet still holds the old value); None if some frame
+    matches no row or two frames the same row."""
+    if not pts:
         return None
-    return idx.tolist() if len(set(idx.tolist())) == len(idx) else None
+    a, b = _floor_rows(pts, ts, tb.denominator), _floor_rows(pts, grid, tb.denominator)
+    rows = np.where(a >= 0, a, b)
+    if np.any(rows < 0) or np.any(np.diff(rows) <= 0):
+        return None
+    return rows.tolist()
 
 
-def plan_file(path: Path, episode: int, camera: str, ts: np.ndarray, mode: str | None) -> FilePlan:
-    """How to retime one video: ``ts`` are the episode's float32 row timestamps; ``mode`` the
-    episode's recorded timestamp_mode (None: infer it)."""
+def plan_file(path: Path, episode: int, camera: str, ts: np.ndarray, mode: str | None,
+              grid: np.ndarray | None = None) -> FilePlan:
+    """How to retime one video: ``ts`` are the episode's float32 row timestamps as stored, ``grid``
+    the ones they must become (``grid_timestamp``; default: ``ts``); ``mode`` the episode's recorded
+    timestamp_mode (None: infer it)."""
+    grid = ts if grid is None else grid
     plan = FilePlan(path, episode, camera, REFUSE)
     try:
         tb, pts, dts = _read_packets(path)
     except (OSError, ValueError, av.FFmpegError) as e:
         plan.reason = f"unreadable video: {e}"
         return plan
-    if tb == TIME_BASE:
-        plan.action = OK
+    plan.old_time_base = tb
+    if tb not in (MS, TIME_BASE):
+        plan.reason = f"time base {tb}: only whole-ms (1/1000) and 1/{TICKS_PER_S} files are rewritten"
         return plan
-    if tb != MS:
-        plan.reason = f"time base {tb}: only whole-ms files (1/1000) are rewritten"
+    if tb == TIME_BASE and mode == "capture":
+        plan.action = OK
         return plan
     if not pts:
         plan.reason = "no frames"
@@ -138,25 +200,41 @@ def plan_file(path: Path, episode: int, camera: str, ts: np.ndarray, mode: str |
     if dts != pts or any(b <= a for a, b in zip(pts, pts[1:])):
         plan.reason = "frames are reordered (B-frames) or PTS not increasing; not a file this recorder wrote"
         return plan
-    rows = _nominal_rows(pts, ts) if mode != "capture" else None
+    rows = _nominal_rows(pts, tb, ts, grid) if mode != "capture" else None
     if mode == "nominal" and rows is None:
         plan.reason = "nominal episode, but some frame's PTS matches no row timestamp"
         return plan
     plan.old_pts = pts
     if rows is not None:
         plan.mode = "nominal" if mode else "nominal (inferred: every frame matches a row)"
-        plan.new_pts = [pts_ticks(float(ts[r])) for r in rows]
+        plan.new_pts = [pts_ticks(float(grid[r])) for r in rows]
         if len(rows) < len(ts):
             plan.reason = f"{len(ts) - len(rows)} rows without a frame stay so"
+    elif tb == TIME_BASE:           # frames off the rows in 1/90000: capture mode, nothing to do
+        plan.action = OK
+        return plan
     else:
         plan.mode = "capture" if mode else "capture (inferred: frames off the rows)"
         plan.new_pts = [m * (TICKS_PER_S // 1000) for m in pts]
-    plan.action = REWRITE
+    plan.action = OK if tb == TIME_BASE and plan.new_pts == pts else REWRITE
     return plan
 
 
-def plan_root(root: str | Path) -> tuple[list[FilePlan], float]:
-    """A plan per video of every saved episode, and the seconds of video they hold."""
+def plan_data(path: Path, episode: int, ts: np.ndarray, grid: np.ndarray) -> DataPlan:
+    """The parquet's ``timestamp`` column onto the grid, if it is not there yet."""
+    moved = int(np.sum(ts.view(np.uint32) != grid.view(np.uint32)))
+    if not moved:
+        return DataPlan(path, episode, OK)
+    return DataPlan(path, episode, REWRITE, new_ts=grid, rows_moved=moved)
+
+
+def _grid(table_frame_index: np.ndarray, fps: float) -> np.ndarray:
+    return np.array([grid_timestamp(int(k), fps) for k in table_frame_index], np.float32)
+
+
+def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
+    """A plan per video of every saved episode, the seconds of video they hold, and a plan per
+    nominal episode's parquet (listed after that episode's videos are planned: videos go first)."""
     root = Path(root)
     try:
         info = read_json(root / "meta" / "info.json")
@@ -165,21 +243,55 @@ def plan_root(root: str | Path) -> tuple[list[FilePlan], float]:
         raise DatasetError(f"{root}: not a readable LeRobot root ({e})") from e
     keys = video_keys(info)
     fps = float(info["fps"])
-    plans, seconds = [], 0.0
+    plans, seconds, data = [], 0.0, []
     for ep in episodes:
         i = int(ep["episode_index"])
+        path = data_file(root, info, i)
         try:
-            ts = pq.read_table(data_file(root, info, i), columns=["timestamp"]).column(0).to_numpy()
-        except (OSError, ValueError, KeyError) as e:
+            table = pq.read_table(path, columns=["timestamp", "frame_index"])
+            ts = np.asarray(table.column("timestamp").to_numpy(), np.float32)
+            grid = _grid(table.column("frame_index").to_numpy(), fps)
+        except (OSError, ValueError, KeyError, pa.ArrowException) as e:
             plans += [FilePlan(video_file(root, info, i, k), i, k.split(".")[-1], REFUSE,
                                f"cannot read the episode's timestamps: {e}") for k in keys]
+            data.append(DataPlan(path, i, REFUSE, f"cannot read the episode's timestamps: {e}"))
             continue
-        ts = np.asarray(ts, np.float32)
         mode = ep.get("timestamp_mode") if ep.get("timestamp_mode") in ("nominal", "capture") else None
-        for k in keys:
-            plans.append(plan_file(video_file(root, info, i, k), i, k.split(".")[-1], ts, mode))
-            seconds += len(ts) / fps
-    return plans, seconds
+        mine = [plan_file(video_file(root, info, i, k), i, k.split(".")[-1], ts, mode, grid) for k in keys]
+        plans += mine
+        seconds += len(ts) / fps * len(keys)
+        nominal = mode == "nominal" or (mode is None and bool(mine) and all(p.mode.startswith("nominal") for p in mine))
+        if nominal:
+            data.append(plan_data(path, i, ts, grid))
+    return plans, seconds, data
+
+
+def rewrite_data(plan: DataPlan) -> None:
+    """Replace the parquet's ``timestamp`` column by ``plan.new_ts``, every other column, the schema
+    and its metadata unchanged: ``<name>.tmp`` beside it, fsynced, read back and compared, renamed
+    over the original, directory fsynced."""
+    src = plan.path
+    pf = pq.ParquetFile(src)
+    table = pf.read()
+    md = pf.metadata
+    compression = md.row_group(0).column(0).compression if md.num_row_groups else "snappy"
+    row_group = max((md.row_group(r).num_rows for r in range(md.num_row_groups)), default=None)
+    i = table.schema.get_field_index("timestamp")
+    field_ = table.schema.field(i)
+    new = table.set_column(i, field_, pa.array(plan.new_ts, type=field_.type))
+    tmp = src.with_name(src.name + fsutil.TMP_SUFFIX)
+    try:
+        pq.write_table(new, tmp, compression=compression.lower() if compression != "UNCOMPRESSED" else "none",
+                       row_group_size=row_group)
+        fsutil.fsync_file(tmp)
+        back = pq.read_table(tmp)
+        if not back.equals(new, check_metadata=True):
+            raise DatasetError(f"{src}: the rewritten parquet does not read back as written; original kept")
+        fsutil.replace(tmp, src)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsutil.fsync_dir(src.parent)
 
 
 def _packet_digest(path: Path) -> tuple[str, bytes | None, list[int]]:
@@ -261,9 +373,10 @@ class _RootLock:
 
 
 def repair_root(root: str | Path, dry_run: bool = False,
-                progress: Callable[[FilePlan], None] | None = None) -> RepairReport:
-    """Retime every whole-ms video of ``root`` (see the module docstring); ``dry_run`` only plans.
-    ``progress`` is called once per file after it is handled."""
+                progress: Callable[[FilePlan | DataPlan], None] | None = None) -> RepairReport:
+    """Retime every video of ``root`` and move nominal episodes' row timestamps onto the grid (see
+    the module docstring); ``dry_run`` only plans. ``progress`` is called once per file after it is
+    handled."""
     root = Path(root)
     if not (root / "meta" / "info.json").is_file():
         raise DatasetError(f"{root}: not a LeRobot root (no meta/info.json)")
@@ -271,17 +384,31 @@ def repair_root(root: str | Path, dry_run: bool = False,
     try:
         report = RepairReport([])
         if not dry_run:
-            for tmp in sorted((root / "videos").rglob("*" + fsutil.TMP_SUFFIX)) if (root / "videos").exists() else []:
-                tmp.unlink()
-                report.removed_tmp.append(tmp)
-        report.plans, report.seconds_of_video = plan_root(root)
+            for sub in ("videos", "data"):
+                tmps = sorted((root / sub).rglob("*" + fsutil.TMP_SUFFIX)) if (root / sub).exists() else []
+                for tmp in tmps:
+                    tmp.unlink()
+                    report.removed_tmp.append(tmp)
+        report.plans, report.seconds_of_video, report.data = plan_root(root)
         period = frame_period_ticks(float(read_json(root / "meta" / "info.json")["fps"]))
+        data = {d.episode: d for d in report.data}
+        by_episode: dict[int, list[FilePlan]] = {}
         for plan in report.plans:
-            if plan.action == REWRITE and not dry_run:
-                rewrite_file(plan, period)
-                report.rewritten += 1
-            if progress is not None:
-                progress(plan)
+            by_episode.setdefault(plan.episode, []).append(plan)
+        for ep in sorted(set(by_episode) | set(data)):
+            for plan in by_episode.get(ep, []):          # videos first: their PTS map to rows through
+                if plan.action == REWRITE and not dry_run:  # the old or the grid timestamps alike
+                    rewrite_file(plan, period)
+                    report.rewritten += 1
+                if progress is not None:
+                    progress(plan)
+            d = data.get(ep)
+            if d is not None:                                # then the parquet: a kill in between
+                if d.action == REWRITE and not dry_run:      # leaves videos on the grid, found OK
+                    rewrite_data(d)                           # by the re-run, which ends the job
+                    report.data_rewritten += 1
+                if progress is not None:
+                    progress(d)
         return report
     finally:
         if lock is not None:

@@ -11,10 +11,16 @@ Video timing (every row of every video, from packet PTS only, no decoding): each
 last one with ``pts * time_base <= float32(timestamp)`` (torchcodec/torchvision), and it must lie less
 than 1e-4 s before the row (LeRobot's default ``tolerance_s``), compared in exact arithmetic. Both
 must hold at once; whole-ms PTS (time base 1/1000, older recorders) fail the second for two rows in
-three at 30 fps, and ``piper-repair`` fixes them. Episodes recorded with ``timestamp_mode: capture``
-keep frames at their capture times, which by design do not sit on the rows: there only row 0 must
-have a frame at or before it and the time base must resolve 1e-4 s. The worst row over the root is
-kept in a ``TimingSummary`` when the caller passes one.
+three at 30 fps, and ``piper-repair`` fixes them. LeRobot's own lookup (0.3/0.4 default decoder:
+torchcodec in approximate seek mode) is checked too: it asks for frame ``round(t * fps)`` and gets the
+first frame whose PTS is at or after that frame's exact grid time ``index / fps``; that must be the
+same frame as the first rule's, within 1e-4 s. A timestamp below the grid (``k / fps`` rounded to
+the NEAREST float32, as recorders before the up-rounding did) with a PTS floored from it fails this for
+about half the rows (LeRobot gets the next frame); ``piper-repair`` moves those rows onto the grid.
+Episodes recorded with ``timestamp_mode: capture`` keep frames at their capture times, which by design
+do not sit on the rows: there only row 0 must have a frame at or before it and the time base must
+resolve 1e-4 s. The worst row over the root (per rule) is kept in a ``TimingSummary`` when the caller
+passes one.
 """
 from __future__ import annotations
 
@@ -76,13 +82,18 @@ class TimingSummary:
     bad_rows: int = 0
     capture_videos: int = 0
     worst: WorstRow | None = None
+    lerobot_bad_rows: int = 0             # rows whose LeRobot lookup gets another frame or one >= 1e-4 s away
+    lerobot_worst: WorstRow | None = None  # the worst of those (gap_s: |frame time - t|; inf: no frame)
 
     def describe(self) -> str:
         if self.worst is None:
             text = "no nominal-mode video rows"
         else:
             text = (f"{self.rows - self.bad_rows} of {self.rows} video rows find their frame at or before "
-                    f"them within {TIMESTAMP_TOLERANCE_S} s; worst: {self.worst.describe()}")
+                    f"them within {TIMESTAMP_TOLERANCE_S} s; worst: {self.worst.describe()}; "
+                    f"{self.rows - self.lerobot_bad_rows} of {self.rows} get the same frame from LeRobot's "
+                    f"lookup (frame round(t * fps))"
+                    + (f"; worst: {self.lerobot_worst.describe()}" if self.lerobot_worst else ""))
         if self.capture_videos:
             text += f"; {self.capture_videos} capture-mode video(s): frames at capture times"
         return f"video timing: {text}"
@@ -421,8 +432,19 @@ def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray
     return idx, gap
 
 
+def _lerobot_frames(pts: np.ndarray, tb: Fraction, ts: np.ndarray, fps: float) -> np.ndarray:
+    """LeRobot 0.3/0.4's default lookup (torchcodec, approximate seek) for each row time: frame index
+    ``i = round(t * fps)`` (half to even, as Python's round), then the first frame whose ``pts * tb`` is
+    >= ``i / fps``, compared exactly in integers; ``len(pts)`` where there is none."""
+    f = Fraction(fps).limit_denominator(1_000_000)
+    want = np.rint(ts.astype(np.float64) * float(fps)).astype(np.int64)
+    frame = [p * tb.numerator * f.numerator for p in pts.tolist()]     # pts*tb >= i/f in exact integers
+    grid = [i * tb.denominator * f.denominator for i in want.tolist()]
+    return np.array([bisect.bisect_left(frame, g) for g in grid], np.int64)
+
+
 def _check_video_timing(rep: _Report, path: Path, video: _Video, ts: np.ndarray, ctx: _EpisodeContext,
-                        camera: str) -> None:
+                        camera: str, fps: float) -> None:
     """Both lookup rules for every row (see the module docstring)."""
     pts = np.sort(np.asarray(video.pts, np.int64))
     tb = video.time_base
@@ -451,6 +473,38 @@ def _check_video_timing(rep: _Report, path: Path, video: _Video, ts: np.ndarray,
         rep.add(path, f"{int(bad.sum())} of {len(ts)} rows have no frame at or before their timestamp within "
                       f"{TIMESTAMP_TOLERANCE_S} s (LeRobot's tolerance with torchcodec's 'last frame at or before "
                       f"t'); worst {worst.describe_row()}{hint}")
+    _check_lerobot_lookup(rep, path, pts, tb, ts, idx, ctx, camera, fps)
+
+
+def _check_lerobot_lookup(rep: _Report, path: Path, pts: np.ndarray, tb: Fraction, ts: np.ndarray,
+                          idx: np.ndarray, ctx: _EpisodeContext, camera: str, fps: float) -> None:
+    """Rule (b): LeRobot's frame ``round(t * fps)`` must be rule (a)'s frame, within 1e-4 s of t."""
+    jb = _lerobot_frames(pts, tb, ts, fps)
+    has = jb < len(pts)
+    frame_s = pts.astype(np.float64) * tb.numerator / tb.denominator
+    gap = np.where(has, np.abs(frame_s[np.minimum(jb, max(len(pts) - 1, 0))] - ts.astype(np.float64))
+                   if len(pts) else np.inf, np.inf)
+    bad = ~has | (jb != idx) | (gap >= TIMESTAMP_TOLERANCE_S)
+    t = rep.timing
+    t.lerobot_bad_rows += int(bad.sum())
+    if not bad.any():
+        return
+    r = int(np.flatnonzero(bad)[np.argmax(gap[bad])])
+    worst = WorstRow(ctx.episode_index, camera, r, float(ts[r]), int(pts[jb[r]]) if has[r] else None, tb,
+                     float(gap[r]))
+    if t.lerobot_worst is None or worst.gap_s > t.lerobot_worst.gap_s:
+        t.lerobot_worst = worst
+    below = int(sum(Fraction(float(x)) < Fraction(k) / Fraction(fps).limit_denominator(1_000_000)
+                    for k, x in enumerate(ts.tolist())))
+    hint = (f"; {below} row timestamps lie below the k/fps grid (rounded to the nearest float32 by an older "
+            f"recorder; they must be rounded up): `piper-repair {rep.root}` rewrites them" if below else "")
+    got = f"frame {jb[r]}" if has[r] else "no frame"
+    rep.add(path, f"{int(bad.sum())} of {len(ts)} rows get another frame from LeRobot's lookup (frame "
+                  f"round(t * fps): the first at or after its grid time) than the last frame at or before t, "
+                  f"or one {TIMESTAMP_TOLERANCE_S} s or more away; worst row {r}: timestamp {float(ts[r]):.9f} s, "
+                  f"LeRobot gets {got}"
+                  + (f" (pts {int(pts[jb[r]])} x {tb}, {gap[r] * 1e6:.3f} us away)" if has[r] else "")
+                  + f", the last frame at or before t is frame {int(idx[r])}{hint}")
 
 
 def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts: np.ndarray | None,
@@ -500,7 +554,7 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
             if sorted_t[-1] > limit + 1e-6:
                 rep.add(path, f"last PTS {sorted_t[-1]:.4f} s is past the episode end "
                               f"(last row {ts[-1]:.4f} s + 1/fps)")
-            _check_video_timing(rep, path, video, ts, ctx, cam)
+            _check_video_timing(rep, path, video, ts, ctx, cam, fps)
     if counts and len(counts) == len(keys) and "video_frame_length" in ctx.ep \
             and ctx.ep["video_frame_length"] != min(counts):
         rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: video_frame_length "
