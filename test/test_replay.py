@@ -30,7 +30,10 @@ def recorded(tmp_path_factory):
                               "--cameras", "cam_front", "--size", "160x120"],
                              env=lease.env(), capture_output=True, text=True, timeout=240)
     root = out / "lerobot"
-    assert (root / "meta" / "episodes.jsonl").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    # the recording is this module's input: it must hold the episode (piper-demo says why when it does not)
+    episodes = (root / "meta" / "episodes.jsonl")
+    assert episodes.exists() and episodes.read_text().strip(), \
+        f"piper-demo exit {res.returncode}\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
     return root
 
 
