@@ -5,6 +5,7 @@ failure (e.g. ``OSError(ENOSPC)``) at each step by monkeypatching them.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -111,3 +112,19 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+ROOT_LOCK = ".lock"
+
+
+def lock_root(root: Path, busy: str) -> int:
+    """Hold the one-writer lock of a LeRobot root (``<root>/.lock``, a flock that dies with the
+    process); returns the fd, whose close releases it. ``busy``: the DatasetError text when another
+    process holds it. Used by the writer and by every tool that rewrites a root in place."""
+    fd = os.open(Path(root) / ROOT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise DatasetError(busy) from None
+    return fd

@@ -41,7 +41,6 @@ opens the root. Frame counts, durations and rows stay the same.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 from collections.abc import Callable
@@ -357,21 +356,6 @@ def rewrite_file(plan: FilePlan, period: int) -> None:
     fsutil.fsync_dir(src.parent)
 
 
-class _RootLock:
-    """The writer's lock on ``<root>/.lock``: no recorder or converter may write while we rewrite."""
-
-    def __init__(self, root: Path):
-        self.fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.fd)
-            raise DatasetError(f"{root} is open in a writer (a recorder or converter); stop it first") from None
-
-    def release(self) -> None:
-        os.close(self.fd)
-
-
 def repair_root(root: str | Path, dry_run: bool = False,
                 progress: Callable[[FilePlan | DataPlan], None] | None = None) -> RepairReport:
     """Retime every video of ``root`` and move nominal episodes' row timestamps onto the grid (see
@@ -380,7 +364,8 @@ def repair_root(root: str | Path, dry_run: bool = False,
     root = Path(root)
     if not (root / "meta" / "info.json").is_file():
         raise DatasetError(f"{root}: not a LeRobot root (no meta/info.json)")
-    lock = None if dry_run else _RootLock(root)
+    lock = None if dry_run else fsutil.lock_root(
+        root, f"{root} is open in a writer (a recorder or converter); stop it first")
     try:
         report = RepairReport([])
         if not dry_run:
@@ -412,4 +397,4 @@ def repair_root(root: str | Path, dry_run: bool = False,
         return report
     finally:
         if lock is not None:
-            lock.release()
+            os.close(lock)   # releases the flock

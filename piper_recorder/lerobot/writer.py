@@ -27,7 +27,6 @@ Empty episodes (no rows) are discarded by ``save_episode`` (it returns None): th
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -131,12 +130,7 @@ class LeRobotWriter:
         cfg.validate()
         self.root = Path(root)
         (self.root / "meta").mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock_fd)
-            raise DatasetError(f"{self.root} is open in another writer") from None
+        self._lock_fd = fsutil.lock_root(self.root, f"{self.root} is open in another writer")
         try:
             self._open()
         except BaseException:
