@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot import episode_stats
+from piper_recorder.lerobot import episode_stats, layout
 from piper_recorder.lerobot.features import piper_features
 from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
@@ -90,7 +90,7 @@ def replicate(template: Path, root: Path, episodes: int) -> None:
     feats = piper_features()
     cols = {f.key: np.asarray(table.column(f.key).to_pylist(), np.float32).reshape(len(table), -1) for f in feats}
     ts = table.column("timestamp").to_numpy()
-    rec0 = episode_stats.load_record(template / episode_stats.record_relpath(0))
+    rec0 = episode_stats.load_record(template / layout.record_relpath(0))
     images = {c: (np.asarray(rec0["images"][f"observation.images.{c}"]["hist"], np.int64),
                   int(rec0["images"][f"observation.images.{c}"]["frames"])) for c in CAMS}
     shape = {c: info["features"][f"observation.images.{c}"]["shape"] for c in CAMS}

@@ -7,7 +7,9 @@ in the root namespace so that its topics are ``/<camera>/color/image_raw`` and
 depth_module.depth_profile, align_depth.enable, enable_sync, ...) come from the camera's section of
 the config; the profiles are also given under the names realsense-ros before 4.55.1 reads
 (rgb_camera.profile, depth_module.profile: ``launcher.realsense_parameters``). Each process's output
-is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders.
+is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward
+tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders. The graph itself is
+``piper_recorder.launcher.graph_nodes``, which piper-launch starts too.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
 subset), ``config``.
 """
@@ -21,30 +23,18 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, launch_overrides, load_config, realsense_parameters
+from piper_recorder.launcher import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS, PACKAGE, GraphNode, launch_graph
 
-PACKAGE = "piper_recorder"
+
+def _action(p: GraphNode, config: str) -> Node:
+    return Node(package=p.package, executable=p.executable, name=p.name, namespace=p.namespace,
+                exec_name=p.name, output="screen", prefix=p.prefix, parameters=[config, p.parameters])
 
 
 def _graph(context, *_args, **_kwargs):
     arg = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
     config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "robot.yaml")
-    cfg = load_config(config)
-    cameras, overrides = launch_overrides(cfg, **{k: arg[k] for k in ("task", "root", "rgbd_path", "backend",
-                                                                        "cameras")})
-    actions = [
-        Node(package="realsense2_camera", executable="realsense2_camera_node", name=cam, namespace="",
-             exec_name=cam, output="screen", parameters=[config, realsense_parameters(cfg, cam)])
-        for cam in cameras
-    ]
-
-    def node(name: str, executable: str) -> Node:
-        return Node(package=PACKAGE, executable=executable, name=name, exec_name=name, output="screen",
-                    parameters=[config, overrides.get(name, {})])
-
-    actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm"),
-                node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
-    return actions
+    return [_action(p, config) for p in launch_graph("robot", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})]
 
 
 def generate_launch_description() -> LaunchDescription:

@@ -1,10 +1,12 @@
 """The whole simulated graph from config/sim.yaml: `ros2 launch piper_recorder sim.launch.py`.
 
-Starts the simulated headset (piper-sim-quest, a plain process), quest_bridge, teleop, piper_arm
-(CAN emulator), one sim_camera per camera listed in ``piper_launch.cameras``, and both recorders,
-all with ``parameters=[<config>]`` so the YAML file is the single source of node parameters.
-Launch arguments override a few of them: ``task``, ``root`` (LeRobot root), ``rgbd_path``,
-``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another parameter file).
+Starts the simulated headset (piper-sim-quest, a plain process), piper_arm (CAN emulator),
+quest_bridge, teleop, one sim_camera per camera listed in ``piper_launch.cameras``, and both
+recorders, all with ``parameters=[<config>, <launch arguments>]`` so the YAML file is the single
+source of node parameters. The graph itself is ``piper_recorder.launcher.graph_nodes``, which
+piper-launch starts too. Launch arguments override a few parameters: ``task``, ``root`` (LeRobot
+root), ``rgbd_path``, ``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another
+parameter file).
 """
 from __future__ import annotations
 
@@ -17,36 +19,23 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
-from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, launch_overrides, load_config,
-                                     nice_prefix)
+from piper_recorder.launcher import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS, PACKAGE, GraphNode, launch_graph
 from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, loopback_env
 
-PACKAGE = "piper_recorder"
+
+def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
+    if not p.ros_node:  # the simulated headset
+        return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name,
+                              output="screen")
+    # exec_name labels the output: without it launch uses the first word of the command, "nice" with a prefix
+    return Node(package=p.package, executable=p.executable, name=p.name, exec_name=p.name, output="screen",
+                prefix=p.prefix, parameters=[config, p.parameters])
 
 
 def _graph(context, *_args, **_kwargs):
     arg = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
     config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "sim.yaml")
-    cfg = load_config(config)
-    cameras, overrides = launch_overrides(cfg, **{k: arg[k] for k in ("task", "root", "rgbd_path", "backend",
-                                                                        "cameras")})
-    quest = cfg.get(LAUNCH_SECTION, {}).get("sim_quest", {})
-    headset_cmd = [ExecutableInPackage("sim_quest", PACKAGE), "--host", str(quest.get("host", "127.0.0.1")),
-                   "--port", str(quest.get("port", 8735)), "--script", str(quest.get("script", "demo")),
-                   "--rate", str(quest.get("rate", 90.0))]
-    if not quest.get("buttons", False):
-        headset_cmd.append("--no-buttons")
-    actions = [ExecuteProcess(cmd=headset_cmd, name="sim_quest", output="screen")]
-
-    def node(name: str, executable: str) -> Node:
-        # exec_name labels the output: without it launch uses the first word of the command, "nice" with a prefix
-        return Node(package=PACKAGE, executable=executable, name=name, exec_name=name, output="screen",
-                    prefix=nice_prefix(cfg, name), parameters=[config, overrides.get(name, {})])
-
-    actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm")]
-    actions += [node(cam, "sim_camera") for cam in cameras]
-    actions += [node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
-    return actions
+    return [_action(p, config) for p in launch_graph("sim", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})]
 
 
 def _loopback_dds() -> list[SetEnvironmentVariable]:

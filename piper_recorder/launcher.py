@@ -13,6 +13,7 @@ inputs still run), then the rest: SIGINT, then SIGTERM, then SIGKILL, per proces
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shutil
 import signal
@@ -22,16 +23,21 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from piper_recorder.params_file import read_params_file
+from piper_recorder.quest.sim_server import SimConfig
+
+PACKAGE = "piper_recorder"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_SECTION = "piper_launch"
 RECORDERS = ("lerobot_recorder", "rgbd_recorder")
-# Node name -> console script. Cameras are added from the config (sim_camera or realsense2_camera).
+# Node name -> console script (pip) and ROS executable (launch files; setup.py ROS_EXECUTABLES) of the
+# same entry point. Cameras are added from the config (sim_camera or realsense2_camera).
 NODE_SCRIPTS = {
     "quest_bridge": "piper-quest-bridge",
     "teleop": "piper-teleop",
@@ -39,6 +45,8 @@ NODE_SCRIPTS = {
     "lerobot_recorder": "piper-lerobot-recorder",
     "rgbd_recorder": "piper-rgbd-recorder",
 }
+SIM_CAMERA = ("sim_camera", "piper-sim-camera")
+SIM_QUEST = ("sim_quest", "piper-sim-quest")
 START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder")
 
 
@@ -70,16 +78,11 @@ def config_path(mode_or_path: str) -> Path:
     return p
 
 
-def load_config(path: str | Path) -> dict[str, dict[str, Any]]:
-    """A ROS 2 parameter file as {node: {param: value}} (``ros__parameters`` unwrapped)."""
-    with open(path) as f:
-        raw = yaml.safe_load(f) or {}
-    out: dict[str, dict[str, Any]] = {}
-    for node, body in raw.items():
-        if not isinstance(body, dict) or "ros__parameters" not in body:
-            raise LaunchError(f"{path}: top-level key {node!r} has no ros__parameters")
-        out[str(node)] = dict(body["ros__parameters"] or {})
-    return out
+def _read_config(path: str | Path) -> dict[str, dict[str, Any]]:
+    try:
+        return read_params_file(path)
+    except (OSError, ValueError) as exc:
+        raise LaunchError(str(exc)) from None
 
 
 def apply_overrides(cfg: Mapping[str, Mapping[str, Any]], sets: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -94,7 +97,7 @@ def apply_overrides(cfg: Mapping[str, Mapping[str, Any]], sets: Iterable[str]) -
         section = out.setdefault(node, {})
         parts = param.split(".")
         # Nested sections (piper_launch.sim_quest.port) stay nested; dotted ROS names stay flat.
-        if len(parts) > 1 and isinstance(section.get(parts[0]), dict):
+        if len(parts) > 1 and (node == LAUNCH_SECTION or isinstance(section.get(parts[0]), dict)):
             target = section
             for p in parts[:-1]:
                 target = target.setdefault(p, {})
@@ -112,6 +115,7 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "backend": "arm backend: position | impedance (default: from the config)",
     "cameras": "comma-separated cameras to start and record (default: piper_launch.cameras)",
 }
+GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras")  # all but config: launch_overrides'
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
@@ -175,6 +179,86 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
         if chosen and rgbd_cam not in chosen:
             out.setdefault("rgbd_recorder", {}).update(camera=chosen[0], camera_serials=[serial(chosen[0])])
     return chosen, out
+
+
+@dataclass(frozen=True)
+class SimQuestSettings:
+    """``piper_launch.sim_quest``: the simulated headset of the sim graph (defaults: its own, except
+    ``buttons``: the graph drives episodes through the recorders' services)."""
+
+    host: str = SimConfig.host
+    port: int = SimConfig.port      # 0 = piper-launch picks a free port
+    script: str = SimConfig.script
+    rate: float = SimConfig.rate
+    buttons: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> "SimQuestSettings":
+        section = dict(cfg.get(LAUNCH_SECTION, {}).get("sim_quest", {}))
+        unknown = set(section) - {f.name for f in fields(cls)}
+        if unknown:
+            raise LaunchError(f"{LAUNCH_SECTION}.sim_quest: unknown settings {sorted(unknown)}")
+        return cls(**section)
+
+    def argv(self) -> list[str]:
+        """piper-sim-quest's command-line arguments."""
+        out = ["--host", str(self.host), "--port", str(self.port), "--script", str(self.script),
+               "--rate", str(self.rate)]
+        return out if self.buttons else [*out, "--no-buttons"]
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One process of the graph, as both launchers start it: ``launch/*.launch.py`` as a launch_ros
+    ``Node`` (or ``ExecuteProcess`` when not ``ros_node``) of ``package``/``executable``, piper-launch
+    as ``script`` with ``--params-file``. ``parameters`` go on top of the node's section of the config."""
+
+    name: str
+    executable: str
+    script: str = ""
+    package: str = PACKAGE
+    ros_node: bool = True
+    args: tuple[str, ...] = ()          # command-line arguments of a plain process
+    prefix: str | None = None           # e.g. "nice -n 5"
+    namespace: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterable[str],
+                overrides: Mapping[str, Mapping[str, Any]] | None = None) -> list[GraphNode]:
+    """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
+    order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments)."""
+    overrides = overrides or {}
+
+    def ours(name: str, executable: str, script: str, **params: Any) -> GraphNode:
+        return GraphNode(name, executable, script, prefix=nice_prefix(cfg, name),
+                         parameters={**overrides.get(name, {}), **params})
+
+    nodes: list[GraphNode] = []
+    bridge: dict[str, Any] = {}
+    if mode == "sim":
+        quest = SimQuestSettings.from_config(cfg)
+        nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv())))
+        bridge = {"host": str(quest.host), "port": int(quest.port)}
+    for name in START_ORDER[:3]:
+        if name in cfg:  # a node without a section in the config is not started
+            nodes.append(ours(name, name, NODE_SCRIPTS[name], **(bridge if name == "quest_bridge" else {})))
+    for cam in cameras:
+        if mode == "sim":
+            nodes.append(ours(cam, *SIM_CAMERA))
+        else:
+            nodes.append(GraphNode(cam, "realsense2_camera_node", package="realsense2_camera", namespace="",
+                                   parameters=realsense_parameters(cfg, cam)))
+    nodes += [ours(name, name, NODE_SCRIPTS[name]) for name in START_ORDER[3:] if name in cfg]
+    return nodes
+
+
+def launch_graph(mode: str, config_file: str | Path, **launch_args: str) -> list[GraphNode]:
+    """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
+    arguments (task, root, rgbd_path, backend, cameras) as per-node parameters."""
+    cfg = _read_config(config_file)
+    cameras, overrides = launch_overrides(cfg, **launch_args)
+    return graph_nodes(mode, cfg, cameras, overrides)
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -253,7 +337,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     """
     if mode not in ("sim", "robot"):
         raise LaunchError(f"mode must be sim or robot, got {mode!r}")
-    cfg = load_config(config_file)
+    cfg = _read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)
     for node_name, params in overrides.items():
         cfg.setdefault(node_name, {}).update(params)
@@ -264,46 +348,30 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for cam in cameras:
         if cam not in cfg:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
-    quest = dict(launch.get("sim_quest", {}))
     if mode == "sim":
-        port = int(quest.get("port", 8735)) or free_port(str(quest.get("host", "127.0.0.1")))
-        quest["port"] = port
-        cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = quest
-        cfg.setdefault("quest_bridge", {}).update(host=str(quest.get("host", "127.0.0.1")), port=port)
-    if mode == "robot":
-        for cam in cameras:
-            cfg[cam].update(realsense_parameters(cfg, cam))
+        quest = SimQuestSettings.from_config(cfg)
+        if not quest.port:
+            quest = dataclasses.replace(quest, port=free_port(str(quest.host)))
+        cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
+    nodes = graph_nodes(mode, cfg, cameras)
+    for n in nodes:
+        if n.parameters:
+            cfg.setdefault(n.name, {}).update(n.parameters)
     params = dump_params(cfg, run_dir / "params.yaml")
     plan = GraphPlan(mode, params, cfg)
-
-    def node(name: str, script: str) -> ProcessSpec:
-        argv = [find_script(script, bin_dir), "--ros-args", "-r", f"__node:={name}", "--params-file", str(params)]
-        prefix = nice_prefix(cfg, name)
-        return ProcessSpec(name, prefix.split() + argv if prefix else argv)
-
-    if mode == "sim":
-        argv = [find_script("piper-sim-quest", bin_dir), "--host", str(quest.get("host", "127.0.0.1")),
-                "--port", str(quest["port"]), "--rate", str(quest.get("rate", 90.0))]
-        argv += ["--script", str(quest.get("script", "demo"))]
-        if not quest.get("buttons", False):
-            argv.append("--no-buttons")
-        plan.processes.append(ProcessSpec("sim_quest", argv, node=False))
-    for name in START_ORDER[:3]:
-        if name in cfg:
-            plan.processes.append(node(name, NODE_SCRIPTS[name]))
-    for cam in cameras:
-        if mode == "sim":
-            plan.processes.append(node(cam, "piper-sim-camera"))
+    for n in nodes:
+        if not n.ros_node:
+            plan.processes.append(ProcessSpec(n.name, [find_script(n.script, bin_dir), *n.args], node=False))
+        elif n.package == PACKAGE:
+            argv = [find_script(n.script, bin_dir), "--ros-args", "-r", f"__node:={n.name}", "--params-file",
+                    str(params)]
+            plan.processes.append(ProcessSpec(n.name, n.prefix.split() + argv if n.prefix else argv))
         elif shutil.which("ros2"):
-            plan.processes.append(ProcessSpec(cam, ["ros2", "run", "realsense2_camera", "realsense2_camera_node",
-                                                    "--ros-args", "-r", f"__node:={cam}", "--params-file",
-                                                    str(params)]))
+            plan.processes.append(ProcessSpec(n.name, ["ros2", "run", n.package, n.executable, "--ros-args", "-r",
+                                                       f"__node:={n.name}", "--params-file", str(params)]))
         else:
-            plan.skipped.append(f"{cam}: realsense2_camera needs a ROS 2 install (ros2 launch piper_recorder "
+            plan.skipped.append(f"{n.name}: {n.package} needs a ROS 2 install (ros2 launch piper_recorder "
                                 "robot.launch.py), or start the camera driver yourself")
-    for name in START_ORDER[3:]:
-        if name in cfg:
-            plan.processes.append(node(name, NODE_SCRIPTS[name]))
     return plan
 
 

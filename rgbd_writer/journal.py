@@ -20,6 +20,8 @@ import os
 import struct
 import zlib
 
+from piper_recorder.durable import fsync_parent
+
 MAGIC = b"RGBDJRN1"
 _HEADER = struct.Struct(">8sQI")  # magic, original length, crc32 of the first two fields
 _RECORD = struct.Struct(">QII")  # offset, length, crc32(data)
@@ -43,14 +45,6 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
         mv, offset = mv[n:], offset + n
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class JournaledFile:
     """A seekable binary file object for ``h5py.File(obj, "r+")`` that makes its changes atomic."""
 
@@ -66,7 +60,7 @@ class JournaledFile:
         head = MAGIC + struct.pack(">Q", self.original_size)
         _write_all(self._jfd, _HEADER.pack(MAGIC, self.original_size, zlib.crc32(head)))
         os.fsync(self._jfd)  # must be durable before anything is appended to the file
-        fsync_dir(path)
+        fsync_parent(path)
         self.records = 0
 
     # -- file-object protocol used by HDF5's fileobj driver --------------------------------------
@@ -163,7 +157,7 @@ class JournaledFile:
         self._close_fds()
         os.unlink(journal_path(self.path))
         if self.durable:
-            fsync_dir(self.path)
+            fsync_parent(self.path)
 
     def rollback(self) -> None:
         """Close, restore the original bytes and drop the journal."""
@@ -208,5 +202,5 @@ def rollback(path: str) -> bool:
         finally:
             os.close(fd)
     os.unlink(jpath)
-    fsync_dir(path)
+    fsync_parent(path)
     return True

@@ -40,9 +40,11 @@ from typing import Any, Mapping
 import h5py
 import numpy as np
 
+from piper_recorder.durable import fsync_parent
+
 from . import codecs, schema
 from .errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
-from .journal import JournaledFile, fsync_dir, rollback
+from .journal import JournaledFile, rollback
 from .validate import validate_file
 
 log = logging.getLogger(__name__)
@@ -244,7 +246,7 @@ class RgbdWriter:
                 os.unlink(tmp)
         self._lock_fd = fd
         self._n_episodes = 0
-        fsync_dir(self.path)
+        fsync_parent(self.path)
         return True
 
     def _build(self, tmp: str) -> None:

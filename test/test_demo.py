@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from piper_recorder.launcher import load_config
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.marker import find_marker
+from piper_recorder.params_file import read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _camera(cam: str) -> PinholeCamera:
-    p = load_config(SIM)[cam]
+    p = read_params_file(SIM)[cam]
     return PinholeCamera.looking_at(Intrinsics.from_list(W, H, p.get("intrinsics", [])), p["position"], p["look_at"])
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.launcher import LAUNCH_SECTION, load_config, plan_graph
+from piper_recorder.launcher import LAUNCH_SECTION, launch_graph, plan_graph
+from piper_recorder.params_file import read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = {name: ROOT / "launch" / f"{name}.launch.py" for name in ("sim", "robot")}
@@ -40,28 +41,31 @@ def _node_calls(tree: ast.AST) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("name", ["sim", "robot"])
 def test_launch_file_references_declared_executables(name):
+    """The launch file turns launcher.launch_graph (the graph piper-launch starts too) into launch_ros
+    actions; every executable of that graph is declared in setup.py and every node has a config section."""
     tree = ast.parse(LAUNCH[name].read_text(), filename=str(LAUNCH[name]))
     assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
+    assert _node_calls(tree)
+    assert "launch_graph" in {getattr(n.func, "id", "") for n in ast.walk(tree) if isinstance(n, ast.Call)}
     executables = _setup_executables()
-    calls = _node_calls(tree)
-    assert calls
-    # Our nodes go through the local helper node(name, executable): check its literal call sites.
-    helper_calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "node"]
-    pairs = [(c.args[0].value, c.args[1].value) for c in helper_calls if isinstance(c.args[0], ast.Constant)]
-    assert {n for n, _ in pairs} == set(OUR_NODES)
-    for node_name, exe in pairs:
-        assert exe in executables, f"{name}.launch.py uses executable {exe!r} not declared in setup.py"
-        assert node_name in load_config(CONFIG[name]), f"{node_name} has no section in {name}.yaml"
-    literal_exes = {c["executable"] for c in calls if isinstance(c.get("executable"), str)}
+    cfg = read_params_file(CONFIG[name])
+    cameras = cfg[LAUNCH_SECTION]["cameras"]
+    graph = launch_graph(name, CONFIG[name])
+    ours = [(p.name, p.executable) for p in graph if p.package == "piper_recorder" and p.name not in cameras
+            and p.ros_node]
+    assert {n for n, _ in ours} == set(OUR_NODES)
+    for node_name, exe in ours:
+        assert exe in executables, f"{name} graph uses executable {exe!r} not declared in setup.py"
+        assert node_name in cfg, f"{node_name} has no section in {name}.yaml"
+    camera_nodes = [p for p in graph if p.name in cameras]
+    assert [p.name for p in camera_nodes] == cameras
     if name == "robot":
-        assert literal_exes == {"realsense2_camera_node"}
-        assert any(c.get("package") == "realsense2_camera" and c.get("namespace") == "" for c in calls)
+        assert {p.executable for p in graph if p.package != "piper_recorder"} == {"realsense2_camera_node"}
+        assert all(p.package == "realsense2_camera" and p.namespace == "" for p in camera_nodes)
     else:
-        camera_calls = [c for c in helper_calls if not isinstance(c.args[0], ast.Constant)]
-        assert [c.args[1].value for c in camera_calls] == ["sim_camera"]
-        assert "sim_quest" in executables and '"sim_quest"' in LAUNCH[name].read_text()
-    for key in re.findall(r'\.get\("(\w+)"', LAUNCH[name].read_text()):
-        assert key in ("sim_quest", "host", "port", "script", "rate", "buttons")
+        assert {p.executable for p in camera_nodes} == {"sim_camera"}
+        headset = [p for p in graph if not p.ros_node]
+        assert [p.executable for p in headset] == ["sim_quest"] and "sim_quest" in executables
 
 
 def _config_classes(node: str) -> list[tuple[type, str]]:
@@ -88,7 +92,7 @@ def _config_classes(node: str) -> list[tuple[type, str]]:
 def test_config_keys_are_declared_parameters(name):
     """Every parameter in the YAML is a field of the node's config dataclass (rclpy would ignore a typo)."""
     pytest.importorskip("rclpy")
-    cfg = load_config(CONFIG[name])
+    cfg = read_params_file(CONFIG[name])
     cameras = cfg[LAUNCH_SECTION]["cameras"]
     assert cameras and set(OUR_NODES) <= set(cfg)
     for node in OUR_NODES + (tuple(cameras) if name == "sim" else ()):
@@ -115,7 +119,7 @@ def test_pip_launcher_plan_matches_config(tmp_path):
     names = [p.name for p in plan.processes]
     assert names == ["sim_quest", "piper_arm", "quest_bridge", "teleop", "cam_front", "lerobot_recorder",
                      "rgbd_recorder"]
-    cfg = load_config(plan.params_file)  # the effective file every node gets
+    cfg = read_params_file(plan.params_file)  # the effective file every node gets
     assert cfg["quest_bridge"]["port"] == cfg[LAUNCH_SECTION]["sim_quest"]["port"] > 0
     assert cfg["cam_front"]["width"] == 320 and cfg["lerobot_recorder"]["task"] == "stack"
     assert cfg["lerobot_recorder"]["cameras"] == ["cam_front"]
@@ -179,7 +183,7 @@ def test_sim_launch_description():
     # bulk work (sim cameras, recorders) at a lower CPU priority, as piper-launch starts it
     prefixes = {a._Node__node_name: perform(ctx, a.process_description.prefix)
                 for a in actions if isinstance(a, Node)}
-    nice = f"nice -n {load_config(CONFIG['sim'])[LAUNCH_SECTION]['bulk_nice']}"
+    nice = f"nice -n {read_params_file(CONFIG['sim'])[LAUNCH_SECTION]['bulk_nice']}"
     assert {n for n, p in prefixes.items() if p == nice} == {"cam_front", "lerobot_recorder", "rgbd_recorder"}
     assert all(p in ("", nice) for p in prefixes.values())
     # each process's output is labelled by its node, not by the prefix's first word ("nice")

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from piper_recorder import launcher
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, load_config, plan_graph
+from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
+from piper_recorder.params_file import read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
 OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder"}
@@ -105,7 +106,7 @@ def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launc
     actions = graph("sim", task="stack", cameras="cam_front,cam_wrist")
     nodes = {a.kwargs["name"]: a for a in actions if isinstance(a, Node)}
     assert set(nodes) == OUR_NODES | {"cam_front", "cam_wrist"}
-    nice = f"nice -n {load_config(ROOT / 'config' / 'sim.yaml')[LAUNCH_SECTION]['bulk_nice']}"
+    nice = f"nice -n {read_params_file(ROOT / 'config' / 'sim.yaml')[LAUNCH_SECTION]['bulk_nice']}"
     bulk = {"cam_front", "cam_wrist", "lerobot_recorder", "rgbd_recorder"}
     assert {n for n, a in nodes.items() if a.kwargs.get("prefix") == nice} == bulk   # still niced
     assert {n: label(a) for n, a in nodes.items()} == {n: n for n in nodes}          # not "nice"
@@ -129,7 +130,7 @@ def test_sim_launch_keeps_dds_on_loopback(stub_launch):
 def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_launch):
     actions = graph("robot", cameras="cam_front,cam_wrist")
     cams = [a for a in actions if isinstance(a, Node) and a.kwargs["package"] == "realsense2_camera"]
-    cfg = load_config(ROOT / "config" / "robot.yaml")
+    cfg = read_params_file(ROOT / "config" / "robot.yaml")
     assert [a.kwargs["name"] for a in cams] == ["cam_front", "cam_wrist"]
     for a in cams:
         cam = a.kwargs["name"]
@@ -144,7 +145,7 @@ def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_
 
 def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):
     plan = plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path)
-    cfg = load_config(plan.params_file)
+    cfg = read_params_file(plan.params_file)
     for cam in cfg[LAUNCH_SECTION]["cameras"]:
         assert cfg[cam]["rgb_camera.profile"] == cfg[cam]["rgb_camera.color_profile"]
         assert cfg[cam]["depth_module.profile"] == cfg[cam]["depth_module.depth_profile"]

@@ -1,4 +1,4 @@
-"""Stamped events -> rows on an exact time grid plus per-camera frames (DESIGN.md, Timing).
+"""Stamped events -> rows on an exact time grid plus per-camera frames (README.md, Timing).
 
 Rules (one place, shared by the live recorders and the rosbag converter):
 - Grid: tick k is at ``t_k = start_ns + floor(k * 1e9 / fps)`` (integer ns). A tick is assembled once
@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
 from .frame_assign import WARMUP_S, PhaseTracker, horizon_ns, pick
 
@@ -101,22 +102,6 @@ class Frame:
     stamp_ns: int
     rgb: np.ndarray
     depth: np.ndarray | None = None
-
-
-def grid_timestamp(index: int, fps: float) -> np.float32:
-    """Row ``index``'s ``timestamp``: ``index / fps`` rounded UP to float32 (the smallest float32 >= it).
-
-    Frame lookups disagree on which side of the grid a PTS may sit: LeRobot's default decoder (0.3
-    and 0.4: torchcodec, approximate seek) asks for frame ``round(t * fps)``, i.e. the first frame
-    whose PTS is >= that frame's exact grid time ``index / fps``; torchvision/torchcodec time lookups
-    (GR00T) take the last frame whose PTS is <= ``t``. The video writer floors each PTS from ``t``
-    (``video.pts_ticks``), so both hold only when ``t >= index / fps``; nearest rounding puts ``t`` below
-    the grid for about half the rows and LeRobot then gets the next frame, 1/fps away."""
-    exact = Fraction(index) / Fraction(fps)
-    t = np.float32(float(exact))
-    if Fraction(float(t)) < exact:
-        t = np.nextafter(t, np.float32(np.inf))
-    return t
 
 
 @dataclass(frozen=True)

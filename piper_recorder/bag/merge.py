@@ -54,7 +54,7 @@ def import_lerobot(writer: Any, staged_root: Path, session: dict[str, Any]) -> i
     """Append every episode of a staged LeRobot root (in order) to ``writer``; returns the count."""
     import pyarrow.parquet as pq
 
-    from piper_recorder.lerobot import fsutil, meta
+    from piper_recorder.lerobot import fsutil, layout
 
     staged_root = Path(staged_root)
     records = fsutil.read_jsonl(staged_root / "meta" / "episodes.jsonl")
@@ -65,22 +65,21 @@ def import_lerobot(writer: Any, staged_root: Path, session: dict[str, Any]) -> i
     keys = [f.key for f in writer.cfg.features]
     for rec in records:
         i = int(rec["episode_index"])
-        table = pq.read_table(staged_root / meta.data_relpath(i, cs), columns=["timestamp", *keys])
+        table = pq.read_table(staged_root / layout.data_relpath(i, cs), columns=["timestamp", *keys])
         cols = {k: _column(table, k) for k in keys}
-        videos = {cam: staged_root / meta.video_relpath(i, cam, cs) for cam in writer.cfg.cameras}
+        videos = {cam: staged_root / layout.video_relpath(i, cam, cs) for cam in writer.cfg.cameras}
         writer.import_episode(rec["tasks"][0], table.column("timestamp").to_numpy(), cols, videos,
-                              staged_root / meta.extras_relpath(i), rec, _image_hists(staged_root, i))
+                              staged_root / layout.extras_relpath(i), rec, _image_hists(staged_root, i))
     return len(records)
 
 
 def _image_hists(staged_root: Path, i: int) -> dict[str, tuple[np.ndarray, int]]:
     """The staged episode's sampled image histograms by camera (its writer's stats record)."""
-    from piper_recorder.lerobot import episode_stats, meta
+    from piper_recorder.lerobot import episode_stats, layout
 
-    rec = episode_stats.load_record(staged_root / episode_stats.record_relpath(i)) or {}
-    prefix = meta.video_key("")
-    return {k[len(prefix):]: (np.asarray(v["hist"], np.int64), int(v["frames"]))
-            for k, v in (rec.get("images") or {}).items() if k.startswith(prefix)}
+    rec = episode_stats.load_record(staged_root / layout.record_relpath(i)) or {}
+    return {layout.camera_of(k): (np.asarray(v["hist"], np.int64), int(v["frames"]))
+            for k, v in (rec.get("images") or {}).items() if k.startswith(layout.VIDEO_KEY_PREFIX)}
 
 
 def _column(table: Any, key: str) -> np.ndarray:

@@ -324,6 +324,8 @@ def summarize(out: Path) -> dict[str, Any]:
     import av
     import h5py
 
+    from piper_recorder.lerobot.layout import video_file
+
     root = out / "lerobot"
     episodes = read_jsonl(root / "meta" / "episodes.jsonl")
     info = json.loads((root / "meta" / "info.json").read_text())
@@ -333,9 +335,7 @@ def summarize(out: Path) -> dict[str, Any]:
         for key, feat in info["features"].items():
             if feat.get("dtype") != "video":
                 continue
-            path = root / info["video_path"].format(episode_chunk=idx // info["chunks_size"], video_key=key,
-                                                    episode_index=idx)
-            with av.open(str(path)) as c:
+            with av.open(str(video_file(root, info, idx, key))) as c:
                 video_frames.setdefault(key.split(".")[-1], []).append(sum(1 for p in c.demux(video=0) if p.size))
     drops = {k: sum(sum(ep.get(k, {}).values()) for ep in episodes)
              for k in ("frames_dropped", "frames_late", "frames_stale", "frames_repeated")}
@@ -347,13 +347,14 @@ def summarize(out: Path) -> dict[str, Any]:
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
     """``WxH`` -> --set items giving every camera and both recorders that image size."""
-    from piper_recorder.launcher import LAUNCH_SECTION, load_config
+    from piper_recorder.launcher import LAUNCH_SECTION
+    from piper_recorder.params_file import read_params_file
 
     try:
         w, h = (int(v) for v in size.lower().split("x"))
     except ValueError:
         raise ValueError(f"--size expects WxH, got {size!r}") from None
-    cams = load_config(config).get(LAUNCH_SECTION, {}).get("cameras", [])
+    cams = read_params_file(config).get(LAUNCH_SECTION, {}).get("cameras", [])
     sets = [f"{cam}.{k}={v}" for cam in cams for k, v in (("width", w), ("height", h))]
     return sets + [f"{rec}.camera_{k}={v}" for rec in RECORDERS for k, v in (("width", w), ("height", h))]
 

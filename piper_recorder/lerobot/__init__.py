@@ -11,7 +11,8 @@ PTS and GOP choices), ``features`` (columns, Piper default set, combined columns
 (info/modality/episodes/tasks content), ``stats`` (per-episode sketches -> stats.json),
 ``episode_stats`` (LeRobot v2.1 per-episode stats, camera image stats, aggregation),
 ``provenance`` (collection sessions, binding-key warning), ``repair`` (open-time crash repair),
-``fsutil`` (atomic writes); ``finalize``, ``validate`` and ``retime`` (old roots' video PTS -> the
+``layout`` (path templates, bookkeeping directories), ``writer_config``,
+``fsutil`` (atomic writes, fsync, the root lock); ``finalize``, ``validate`` and ``retime`` (old roots' video PTS -> the
 1/90000 grid by remux, nominal row timestamps -> k/fps rounded up) for piper-finalize /
 piper-validate / piper-repair.
 """

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import DatasetError
+from .layout import data_file, record_relpath, video_file
 
 SAMPLE_STRIDE = 5
 EPISODE_STATS_KEYS = ("min", "max", "mean", "std", "count")  # episodes_stats.jsonl entries
@@ -241,8 +242,7 @@ def root_episode_stats(root: Path, info: dict, episode_index: int, *, cached: bo
     computed from the parquet and the ``SAMPLE_STRIDE`` sample of each decoded video.
     """
     root = Path(root)
-    chunk = episode_index // int(info.get("chunks_size", 1000))
-    data = root / info["data_path"].format(episode_chunk=chunk, episode_index=episode_index)
+    data = data_file(root, info, episode_index)
     columns = read_columns(data, info)
     n = len(next(iter(columns.values())))
     videos = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
@@ -255,21 +255,11 @@ def root_episode_stats(root: Path, info: dict, episode_index: int, *, cached: bo
         if key in columns:
             out[key] = vector_stats(columns[key])
         elif key in videos:
-            path = root / info["video_path"].format(episode_chunk=chunk, video_key=key,
-                                                     episode_index=episode_index)
-            out[key] = hist_stats(*decode_sample(path))
+            out[key] = hist_stats(*decode_sample(video_file(root, info, episode_index, key)))
     return to_jsonable(out)
 
 
-# ---- the writer's per-episode record ------------------------------------------------------------
-RECORD_DIR = "meta/.cache/stats"
-
-
-def record_relpath(ep: int) -> str:
-    """Per-episode record: the episodes_stats ``stats`` plus the image histograms behind them."""
-    return f"{RECORD_DIR}/episode_{ep:06d}.episode.json"
-
-
+# ---- the writer's per-episode record (layout.record_relpath) ------------------------------------
 def make_record(episode_index: int, length: int, stats: dict,
                 images: Mapping[str, tuple[np.ndarray, int]]) -> dict:
     return {"episode_index": int(episode_index), "length": int(length), "stride": SAMPLE_STRIDE,

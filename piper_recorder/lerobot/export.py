@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from piper_recorder import __version__
 
-from . import fsutil, meta
+from . import fsutil, layout
 from .errors import DatasetError
 from .features import BOOKKEEPING
 from .rootfiles import read_json, video_keys
@@ -78,14 +78,13 @@ class Source:
         return int(self.info["fps"])
 
     def data_rel(self, i: int) -> str:
-        return meta.data_relpath(i, int(self.info["chunks_size"]))
+        return layout.data_relpath(i, int(self.info["chunks_size"]))
 
     def video_rel(self, i: int, key: str) -> str:
-        cam = key.removeprefix("observation.images.")
-        return meta.video_relpath(i, cam, int(self.info["chunks_size"]))
+        return layout.video_relpath(i, layout.camera_of(key), int(self.info["chunks_size"]))
 
     def extras_rel(self, i: int) -> str:
-        return meta.extras_relpath(i)
+        return layout.extras_relpath(i)
 
     def own_episode_stats(self) -> dict[int, dict]:
         """A v2.1 source's own meta/episodes_stats.jsonl ``stats`` by episode index (else empty)."""
@@ -113,7 +112,7 @@ class Source:
         """
         from . import episode_stats as es
 
-        rec = es.load_record(self.root / es.record_relpath(i)) or {}
+        rec = es.load_record(self.root / layout.record_relpath(i)) or {}
         images = rec.get("images") or {}
         hists, decoded = {}, {}
         for key in cameras:
@@ -163,8 +162,8 @@ def open_source(root: str | os.PathLike) -> Source:
                           f"(piper-export reads {', '.join(SOURCE_VERSIONS)})")
     features = info.get("features") or {}
     keys = video_keys(info) if features else []
-    ours = (info.get("data_path") == meta.DATA_PATH
-            and info.get("video_path") in ((meta.VIDEO_PATH,) if keys else (None, meta.VIDEO_PATH))
+    ours = (info.get("data_path") == layout.DATA_PATH
+            and info.get("video_path") in ((layout.VIDEO_PATH,) if keys else (None, layout.VIDEO_PATH))
             and all(features.get(k, {}).get("dtype") == d for k, d in BOOKKEEPING.items())
             and (root / "meta" / "modality.json").is_file()
             and (root / "meta" / "episodes.jsonl").is_file()
@@ -173,7 +172,7 @@ def open_source(root: str | os.PathLike) -> Source:
     if not ours:
         raise ExportError(f"{root}: not a root written by piper_recorder (its path templates, "
                           "bookkeeping columns, modality.json, episodes.jsonl or tasks.jsonl differ)")
-    bad_keys = [k for k in keys if not k.startswith("observation.images.")]
+    bad_keys = [k for k in keys if not k.startswith(layout.VIDEO_KEY_PREFIX)]
     if bad_keys:
         raise ExportError(f"{root}: video features {bad_keys} are not observation.images.<camera>")
     try:
@@ -181,7 +180,7 @@ def open_source(root: str | os.PathLike) -> Source:
         tasks = fsutil.read_jsonl(root / "meta" / "tasks.jsonl")
     except ValueError as e:
         raise ExportError(f"{root}: meta/*.jsonl is not valid JSON lines ({e})") from None
-    cams = {k.removeprefix("observation.images.") for k in keys}
+    cams = {layout.camera_of(k) for k in keys}
     task_indices = {int(t["task_index"]) for t in tasks}
     src = Source(root, info, episodes, sorted(tasks, key=lambda t: t["task_index"]), keys)
     for i, e in enumerate(episodes):

@@ -36,14 +36,13 @@ from typing import Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot import metacheck, se3
+from piper_recorder.lerobot import fsutil, metacheck, se3
 from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.rootfiles import (atomic_write_json, column_array, data_file,
-                                              vector_features)
+from piper_recorder.lerobot.layout import ROTATION_TYPES, data_file
+from piper_recorder.lerobot.rootfiles import column_array, vector_features
 
 STAT_KEYS = ("mean", "std", "min", "max", "q01", "q99")
 POSE_NAMES_TAIL = ["qw", "qx", "qy", "qz"]
-QUAT_ROTATION_TYPES = {"quat_wxyz", "quaternion"}
 COMBINED_ACTION = "action"
 
 
@@ -144,7 +143,7 @@ def default_pose_columns(features: dict[str, dict], modality: dict | None) -> se
     poses = set()
     for section in ("state", "action"):
         for entry in (modality or {}).get(section, {}).values():
-            if (entry.get("rotation_type") in QUAT_ROTATION_TYPES and entry.get("start") == 3
+            if (entry.get("rotation_type") in ROTATION_TYPES and entry.get("start") == 3
                     and entry.get("end") == 7):
                 poses.add(entry.get("original_key"))
     for key, feat in features.items():
@@ -246,8 +245,8 @@ def finalize_root(root: Path, cfg: FinalizeConfig | None = None) -> FinalizeResu
     cfg = cfg or FinalizeConfig()
     result = compute(root, cfg)
     meta = Path(root) / "meta"
-    atomic_write_json(meta / "relative_stats.json", result.relative)
-    atomic_write_json(meta / "delta_stats.json", result.delta)
+    fsutil.atomic_write(meta / "relative_stats.json", fsutil.json_bytes(result.relative, indent=2))
+    fsutil.atomic_write(meta / "delta_stats.json", fsutil.json_bytes(result.delta, indent=2))
     for note in result.notes:
         cfg.log(f"note: {note}")
     return result

@@ -11,18 +11,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..durable import fsync_dir, fsync_file  # called through this module, where tests inject faults
 from .errors import DatasetError
 
 TMP_SUFFIX = ".tmp"
-
-
-def fsync_dir(path: Path) -> None:
-    """Persist a directory entry change (rename, create, unlink)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_tmp(path: Path, data: bytes) -> Path:
@@ -55,8 +47,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def json_bytes(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=4, ensure_ascii=False) + "\n").encode()
+def json_bytes(obj: Any, indent: int = 4) -> bytes:
+    return (json.dumps(obj, indent=indent, ensure_ascii=False) + "\n").encode()
 
 
 # Code points that str.splitlines() (and some editors) treat as line breaks but json.dumps leaves raw
@@ -104,14 +96,6 @@ def read_jsonl(path: Path) -> list[Any]:
     except FileNotFoundError:
         return []
     return parse_jsonl(path, data)
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 ROOT_LOCK = ".lock"

@@ -6,38 +6,12 @@ which is what lets repair regenerate them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .features import BOOKKEEPING, combined_names, combined_specs
-
-if TYPE_CHECKING:
-    from .writer import WriterConfig
-
-CODEBASE_VERSION = "v2.0"  # the default (the user's spec)
-CODEBASE_VERSIONS = ("v2.0", "v2.1")  # v2.1 adds meta/episodes_stats.jsonl
-DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-EXTRAS_PATH = "extras/episode_{episode_index:06d}.quest.jsonl"
+from .layout import DATA_PATH, VIDEO_PATH, video_key
+from .writer_config import WriterConfig
 
 
-def video_key(camera: str) -> str:
-    return f"observation.images.{camera}"
-
-
-def data_relpath(ep: int, chunks_size: int) -> str:
-    return DATA_PATH.format(episode_chunk=ep // chunks_size, episode_index=ep)
-
-
-def video_relpath(ep: int, camera: str, chunks_size: int) -> str:
-    return VIDEO_PATH.format(episode_chunk=ep // chunks_size, video_key=video_key(camera),
-                             episode_index=ep)
-
-
-def extras_relpath(ep: int) -> str:
-    return EXTRAS_PATH.format(episode_index=ep)
-
-
-def features_json(cfg: "WriterConfig") -> dict:
+def features_json(cfg: WriterConfig) -> dict:
     """info.json ``features``: split + combined vectors, videos (LeRobot convention), bookkeeping."""
     out: dict[str, dict] = {}
     for f in cfg.features:
@@ -73,7 +47,7 @@ def _codec_name(codec: str) -> str:
             "libvpx-vp9": "vp9"}.get(codec, codec)
 
 
-def info_json(cfg: "WriterConfig", episodes: list[dict], n_tasks: int) -> dict:
+def info_json(cfg: WriterConfig, episodes: list[dict], n_tasks: int) -> dict:
     n = len(episodes)
     return {
         "codebase_version": cfg.lerobot_version,
@@ -92,7 +66,7 @@ def info_json(cfg: "WriterConfig", episodes: list[dict], n_tasks: int) -> dict:
     }
 
 
-def modality_json(cfg: "WriterConfig") -> dict:
+def modality_json(cfg: WriterConfig) -> dict:
     """GR00T-style map slicing the split columns; rotations tagged with ``cfg.rotation_type``."""
     out: dict[str, dict] = {"state": {}, "action": {}}
     for f in cfg.features:

@@ -26,18 +26,17 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import av
 import numpy as np
 import pyarrow.parquet as pq
 
-from . import fsutil, meta, repair, rootfiles
+from . import fsutil, layout, meta, repair, rootfiles
 from .errors import DatasetError
 from .features import BOOKKEEPING
+from .writer_config import WriterConfig
 
-if TYPE_CHECKING:
-    from .writer import WriterConfig
 
 RECOVERED_BY = "piper-recover"
 
@@ -56,24 +55,24 @@ class Plan:
         out = [f"remove unsaved {rel}" for rel in self.remove]
         out += [f"rebuild meta/episodes.jsonl line of episode {r['episode_index']} ({r['length']} rows, "
                 f"task {r['tasks'][0]!r}, video frames {r.get('video_frame_lengths', {})})" for r in self.rebuilt]
-        out += [f"move {rel} to {repair.RECOVERED}/" for rel in self.move]
+        out += [f"move {rel} to {layout.RECOVERED}/" for rel in self.move]
         if self.write_info:
             out.append("write meta/info.json from the configuration (missing, or its totals disagree)")
         out += [f"note: {n}" for n in self.notes]
         return out
 
 
-def plan(root: Path, wcfg: "WriterConfig") -> Plan:
+def plan(root: Path, wcfg: WriterConfig) -> Plan:
     """What ``apply`` would do to ``root`` (reads only)."""
     root = Path(root)
     p = Plan(root)
     if not (root / "meta").is_dir():
         p.problems.append(f"{root} is not a LeRobot root (no meta/)")
         return p
-    staging = root / repair.STAGING
+    staging = root / layout.STAGING
     if staging.exists():
-        p.remove.append(repair.STAGING)
-    for top in (*repair.PAYLOAD_DIRS, "meta"):
+        p.remove.append(layout.STAGING)
+    for top in (*layout.PAYLOAD_DIRS, "meta"):
         if (root / top).exists():
             p.remove += [q.relative_to(root).as_posix() for q in sorted((root / top).rglob("*" + fsutil.TMP_SUFFIX))
                          if q.is_file()]
@@ -90,14 +89,14 @@ def plan(root: Path, wcfg: "WriterConfig") -> Plan:
     if p.problems:
         return p
     missing = [rel for rel in sorted(repair.expected_files(episodes, cameras, cs))
-               if not rel.startswith(("extras/", repair.CACHE)) and not (root / rel).exists()]
+               if not rel.startswith(("extras/", layout.STATS_CACHE)) and not (root / rel).exists()]
     if missing:
         p.problems.append(f"files of saved episodes are missing: {missing[:5]}; recovery cannot recreate them "
                           "(restore them from a backup)")
         return p
     first = sum(int(e["length"]) for e in episodes)
     i = len(episodes)
-    while (root / meta.data_relpath(i, cs)).exists():
+    while (root / layout.data_relpath(i, cs)).exists():
         rec, why = _rebuild(root, wcfg, i, first, tasks)
         if rec is None:
             p.notes.append(f"episode {i} is on disk but cannot be rebuilt ({why}); its files are moved aside")
@@ -113,7 +112,7 @@ def plan(root: Path, wcfg: "WriterConfig") -> Plan:
     return p
 
 
-def _check_config(p: Plan, root: Path, wcfg: "WriterConfig", info_path: Path) -> None:
+def _check_config(p: Plan, root: Path, wcfg: WriterConfig, info_path: Path) -> None:
     want = meta.features_json(wcfg)
     if info_path.exists():
         try:
@@ -132,17 +131,17 @@ def _check_config(p: Plan, root: Path, wcfg: "WriterConfig", info_path: Path) ->
         if have != columns:
             p.problems.append(f"the configuration's columns differ from {data[0].relative_to(root)}: "
                               f"{sorted(have ^ columns)}; pass the configuration the root was recorded with")
-    keys = {meta.video_key(c) for c in wcfg.cameras}
+    keys = {layout.video_key(c) for c in wcfg.cameras}
     on_disk = {d.name for d in (root / "videos").glob("chunk-*/*") if d.is_dir()} if (root / "videos").exists() else set()
     if on_disk and on_disk != keys:
         p.problems.append(f"videos on disk are for {sorted(on_disk)}, the configuration records {sorted(keys)}; "
                           "pass the configuration the root was recorded with")
 
 
-def _rebuild(root: Path, wcfg: "WriterConfig", i: int, first: int, tasks: dict[int, str]) -> tuple[dict | None, str]:
+def _rebuild(root: Path, wcfg: WriterConfig, i: int, first: int, tasks: dict[int, str]) -> tuple[dict | None, str]:
     cs = wcfg.chunks_size
     try:
-        t = pq.read_table(root / meta.data_relpath(i, cs))
+        t = pq.read_table(root / layout.data_relpath(i, cs))
         n = t.num_rows
         cols = {k: np.asarray(t.column(k).to_numpy()) for k in BOOKKEEPING}
     except Exception as e:  # noqa: BLE001 - an unreadable file is a reason not to rebuild, not a crash
@@ -156,7 +155,7 @@ def _rebuild(root: Path, wcfg: "WriterConfig", i: int, first: int, tasks: dict[i
         return None, f"task_index {ti.tolist()} not in meta/tasks.jsonl"
     lengths = {}
     for cam in wcfg.cameras:
-        path = root / meta.video_relpath(i, cam, cs)
+        path = root / layout.video_relpath(i, cam, cs)
         try:
             with av.open(str(path)) as c:
                 lengths[cam] = sum(1 for pkt in c.demux(c.streams.video[0]) if pkt.size)
@@ -166,14 +165,14 @@ def _rebuild(root: Path, wcfg: "WriterConfig", i: int, first: int, tasks: dict[i
     if lengths:
         rec["video_frame_length"] = min(lengths.values())
         rec["video_frame_lengths"] = lengths
-    extras = root / meta.extras_relpath(i)
+    extras = root / layout.extras_relpath(i)
     if wcfg.save_raw_quest:
         rec["raw_quest_lines"] = extras.read_bytes().count(b"\n") if extras.exists() else 0
     rec["recovered_by"] = RECOVERED_BY
     return rec, ""
 
 
-def apply(p: Plan, wcfg: "WriterConfig") -> list[str]:
+def apply(p: Plan, wcfg: WriterConfig) -> list[str]:
     """Carry out ``p`` under the root's writer lock, then let the writer regenerate the derived files."""
     from .writer import LeRobotWriter
 
@@ -196,7 +195,7 @@ def apply(p: Plan, wcfg: "WriterConfig") -> list[str]:
             done.append(f"removed unsaved {rel}")
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for rel in p.move:
-            dst = root / repair.RECOVERED / stamp / rel
+            dst = root / layout.RECOVERED / stamp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             (root / rel).rename(dst)
             done.append(f"moved {rel} to {dst.relative_to(root).as_posix()}")

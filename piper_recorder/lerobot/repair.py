@@ -25,14 +25,11 @@ from typing import Any
 
 from . import fsutil
 from .errors import DatasetError
-from .episode_stats import record_relpath
-from .meta import data_relpath, extras_relpath, tasks_from_episodes, video_relpath
+from .layout import (PAYLOAD_DIRS, RECOVERED, STAGING, STATS_CACHE, cache_relpath, data_relpath, extras_relpath,
+                     record_relpath, video_relpath)
+from .meta import tasks_from_episodes
 
 log = logging.getLogger(__name__)
-STAGING = ".staging"
-RECOVERED = ".recovered"
-CACHE = "meta/.cache/stats"
-PAYLOAD_DIRS = ("data", "videos", "extras")
 _EPISODE_RE = re.compile(r"^episode_(\d+)\.")
 
 
@@ -80,7 +77,7 @@ def check_consistent(root: Path, episodes: list[dict], cameras, chunks_size: int
     if stray:
         problems.append(f"files of saved episodes that this configuration does not name: {_few(stray)} "
                         "(recorded with other cameras?)")
-    missing = [rel for rel in sorted(expected) if not rel.startswith(("extras/", CACHE))
+    missing = [rel for rel in sorted(expected) if not rel.startswith(("extras/", STATS_CACHE))
                and not (root / rel).exists()]
     if missing:
         problems.append(f"files of saved episodes are missing: {_few(missing)}")
@@ -91,10 +88,6 @@ def check_consistent(root: Path, episodes: list[dict], cameras, chunks_size: int
 
 def _few(items: list, k: int = 5) -> str:
     return ", ".join(map(str, items[:k])) + (f" (+{len(items) - k} more)" if len(items) > k else "")
-
-
-def cache_relpath(ep: int) -> str:
-    return f"{CACHE}/episode_{ep:06d}.npy"
 
 
 def expected_files(episodes: list[dict], cameras, chunks_size: int) -> set[str]:
@@ -148,7 +141,7 @@ def repair(root: Path, cameras, chunks_size: int, info: dict | None) -> tuple[li
             if p.name.endswith(fsutil.TMP_SUFFIX):
                 p.unlink()
                 actions.append(f"removed interrupted write {rel}")
-            elif top == "meta" and rel.startswith(CACHE + "/") and rel not in expected:
+            elif top == "meta" and rel.startswith(STATS_CACHE + "/") and rel not in expected:
                 p.unlink()
                 actions.append(f"removed stale stats cache {rel}")
             elif top != "meta" and rel not in expected:

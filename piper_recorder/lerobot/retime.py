@@ -53,11 +53,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..assembly.assembler import grid_timestamp
+from ..timebase import TICKS, TIME_BASE, frame_period_ticks, grid_timestamp, pts_ticks
 from . import fsutil
 from .errors import DatasetError
-from .rootfiles import data_file, read_json, read_jsonl, video_file, video_keys
-from .video import TICKS_PER_S, TIME_BASE, frame_period_ticks, pts_ticks
+from .layout import data_file, video_file
+from .rootfiles import read_json, read_jsonl, video_keys
 
 MS = Fraction(1, 1000)
 OK, REWRITE, REFUSE = "ok", "rewrite", "refuse"
@@ -80,19 +80,19 @@ class FilePlan:
     @property
     def max_shift_s(self) -> float:
         """Largest |new - old| presentation time change (s)."""
-        return max((abs(n / TICKS_PER_S - float(o * self.old_time_base)) for o, n in zip(self.old_pts, self.new_pts)),
+        return max((abs(n / TICKS - float(o * self.old_time_base)) for o, n in zip(self.old_pts, self.new_pts)),
                    default=0.0)
 
     def describe(self, root: Path) -> str:
         rel = self.path.relative_to(root)
         if self.action == REWRITE:
-            tb = (f"time base 1/{self.old_time_base.denominator} -> 1/{TICKS_PER_S}" if self.old_time_base != TIME_BASE
+            tb = (f"time base 1/{self.old_time_base.denominator} -> 1/{TICKS}" if self.old_time_base != TIME_BASE
                   else "PTS moved onto the k/fps grid")
             return (f"{rel}: {len(self.new_pts)} frames, {tb} ({self.mode}"
                     f"{'' if not self.reason else ', ' + self.reason}; largest shift "
                     f"{self.max_shift_s * 1e3:.3f} ms)")
         if self.action == OK:
-            return f"{rel}: already 1/{TICKS_PER_S}, skipped"
+            return f"{rel}: already 1/{TICKS}, skipped"
         return f"{rel}: NOT repaired: {self.reason}"
 
 
@@ -188,7 +188,7 @@ def plan_file(path: Path, episode: int, camera: str, ts: np.ndarray, mode: str |
         return plan
     plan.old_time_base = tb
     if tb not in (MS, TIME_BASE):
-        plan.reason = f"time base {tb}: only whole-ms (1/1000) and 1/{TICKS_PER_S} files are rewritten"
+        plan.reason = f"time base {tb}: only whole-ms (1/1000) and 1/{TICKS} files are rewritten"
         return plan
     if tb == TIME_BASE and mode == "capture":
         plan.action = OK
@@ -214,7 +214,7 @@ def plan_file(path: Path, episode: int, camera: str, ts: np.ndarray, mode: str |
         return plan
     else:
         plan.mode = "capture" if mode else "capture (inferred: frames off the rows)"
-        plan.new_pts = [m * (TICKS_PER_S // 1000) for m in pts]
+        plan.new_pts = [m * (TICKS // 1000) for m in pts]
     plan.action = OK if tb == TIME_BASE and plan.new_pts == pts else REWRITE
     return plan
 
@@ -315,7 +315,7 @@ def remux(src: Path, dst: Path, new_pts: list[int], period: int) -> tuple[str, b
     source's codec extradata."""
     h = hashlib.blake2b(digest_size=16)
     with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4",
-                                          options={"video_track_timescale": str(TICKS_PER_S)}) as out:
+                                          options={"video_track_timescale": str(TICKS)}) as out:
         s_in = inp.streams.video[0]
         extradata = s_in.codec_context.extradata
         s_out = out.add_stream_from_template(s_in)

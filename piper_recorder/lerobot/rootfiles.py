@@ -1,11 +1,10 @@
-"""Read-side helpers for a LeRobot v2.0 root (meta files, path templates, columns as arrays).
+"""Read-side helpers for a LeRobot v2.0 root (meta files, columns as arrays; paths: ``layout``).
 
 Used by finalize and validate, which must read a root without trusting the writer's own code.
 """
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +24,6 @@ def read_jsonl(path: Path) -> list[Any]:
     return fsutil.parse_jsonl(path, Path(path).read_bytes())
 
 
-def episode_chunk(info: dict, episode_index: int) -> int:
-    return episode_index // int(info["chunks_size"])
-
-
-def data_file(root: Path, info: dict, episode_index: int) -> Path:
-    rel = info["data_path"].format(episode_chunk=episode_chunk(info, episode_index), episode_index=episode_index)
-    return Path(root) / rel
-
-
-def video_file(root: Path, info: dict, episode_index: int, video_key: str) -> Path:
-    rel = info["video_path"].format(episode_chunk=episode_chunk(info, episode_index),
-                                    episode_index=episode_index, video_key=video_key)
-    return Path(root) / rel
-
-
 def vector_features(info: dict) -> dict[str, dict]:
     """Non-video features of info.json (numeric columns of the parquet files)."""
     return {k: v for k, v in info["features"].items() if v.get("dtype") != "video"}
@@ -57,24 +41,3 @@ def column_array(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
     else:
         values = arr.to_numpy(zero_copy_only=False)
     return np.asarray(values, dtype=np.float64).reshape(len(arr), width)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Replace ``path`` with ``obj`` as JSON so a crash leaves either the old or the new file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -36,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot.rootfiles import column_array, data_file, video_file
+from piper_recorder.lerobot.layout import ROTATION_TYPES, data_file, video_file
+from piper_recorder.lerobot.rootfiles import column_array
 
 STAT_KEYS = {"mean", "std", "min", "max", "q01", "q99"}
 EPISODE_STAT_KEYS = {"min", "max", "mean", "std", "count"}  # LeRobot v2.1 meta/episodes_stats.jsonl
@@ -48,8 +49,7 @@ INFO_KEYS = ("codebase_version", "robot_type", "total_episodes", "total_frames",
              "total_chunks", "chunks_size", "fps", "splits", "data_path", "video_path", "features")
 VIDEO_INFO_KEYS = ("video.fps", "video.height", "video.width", "video.channels", "video.codec", "video.pix_fmt",
                    "video.is_depth_map", "has_audio")
-ROTATION_TYPES = {"quat_wxyz", "quaternion", "axis_angle", "rotation_6d", "matrix"}
-QUAT_ROTATIONS = {"quat_wxyz", "quaternion"}
+GR00T_ROTATION_TYPES = {*ROTATION_TYPES, "axis_angle", "rotation_6d", "matrix"}  # plus euler_angles_*
 ARROW_SCALARS = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(),
                  "bool": pa.bool_()}
 
@@ -731,9 +731,9 @@ def _check_slice(rep: _Report, path: Path, where: str, entry: dict, feat: dict) 
         return
     rot = entry.get("rotation_type")
     if rot is not None:
-        if rot not in ROTATION_TYPES and not str(rot).startswith("euler_angles_"):
+        if rot not in GR00T_ROTATION_TYPES and not str(rot).startswith("euler_angles_"):
             rep.add(path, f"{where}: unknown rotation_type {rot!r}")
-        elif rot in QUAT_ROTATIONS and end - start != 4:
+        elif rot in ROTATION_TYPES and end - start != 4:
             rep.add(path, f"{where}: quaternion slice must be 4 wide, got {end - start}")
 
 

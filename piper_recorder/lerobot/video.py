@@ -35,22 +35,19 @@ never drains more than 16 frames per camera (the worst-case stop-to-saved latenc
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 
+from ..timebase import TICKS, TIME_BASE, frame_period_ticks, pts_ticks
 from .errors import DatasetError, SchemaError
 from .fsutil import fsync_file
 
 log = logging.getLogger(__name__)
-TICKS_PER_S = 90000                  # the MPEG clock: exact for 24/25/30/50/60 fps frame periods
-TIME_BASE = Fraction(1, TICKS_PER_S)
 
 
 @dataclass
@@ -81,18 +78,6 @@ class VideoConfig:
             raise ValueError("VideoConfig.max_block_s must be >= 0 or None")
 
 
-def pts_ticks(t: float) -> int:
-    """PTS in 1/90000 s, rounded down from the float32 time: ``pts * TIME_BASE <= float32(t)`` and
-    ``float32(t) - pts * TIME_BASE < 1/90000`` hold exactly: float32(t) is a dyadic rational and the
-    floor is taken in exact arithmetic, so no float rounding can push a PTS past its row time."""
-    return math.floor(Fraction(float(np.float32(t))) * TICKS_PER_S)
-
-
-def frame_period_ticks(fps: float) -> int:
-    """One nominal frame period in ticks (3000 at 30 fps): every packet's duration."""
-    return max(1, round(TICKS_PER_S / fps))
-
-
 class VideoEncoder:
     """Encodes one camera's frames of one episode into ``path`` on a background thread."""
 
@@ -109,7 +94,7 @@ class VideoEncoder:
         self._closing = False
         self._aborted = False
         self._q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
-        self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": str(TICKS_PER_S)})
+        self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": str(TICKS)})
         try:
             s = self._out.add_stream(cfg.codec, rate=fps)
             s.width, s.height, s.pix_fmt = width, height, cfg.pix_fmt

@@ -25,16 +25,13 @@ return each row's own frame:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 
-from piper_recorder.assembly.assembler import grid_timestamp
+from piper_recorder.timebase import TICKS, TIME_BASE, grid_timestamp
 
-TICKS = 90000
-TIME_BASE = Fraction(1, TICKS)
 MAX_FILE_S = 1024.0  # float32 spacing of the file time stays <= 6.1e-5 s
 
 

@@ -1,6 +1,6 @@
 """Streaming, crash-safe LeRobot v2.0 / v2.1 dataset writer (no ROS imports).
 
-Usage (see CONTRACTS.md)::
+Usage::
 
     w = LeRobotWriter(root, WriterConfig(cameras={"cam_front": CameraSpec()}))  # create or resume
     w.begin_session(record)                      # provenance; warns/refuses on binding changes
@@ -43,56 +43,13 @@ import pyarrow.parquet as pq
 
 from piper_recorder import __version__
 
-from . import episode_stats, fsutil, meta, metacheck, provenance, repair, stats
+from . import episode_stats, fsutil, layout, meta, metacheck, provenance, repair, stats
 from .errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
-from .features import BOOKKEEPING, FeatureSpec, combined_specs, piper_features
+from .features import BOOKKEEPING, combined_specs
 from .video import VideoConfig, VideoEncoder
+from .writer_config import CameraSpec, WriterConfig  # with VideoConfig: the writer API (writer_config.py)
 
 log = logging.getLogger(__name__)
-ROTATION_TYPES = ("quat_wxyz", "quaternion")
-
-
-@dataclass
-class CameraSpec:
-    height: int = 480
-    width: int = 640
-
-
-@dataclass
-class WriterConfig:
-    """Dataset layout and encoding. A resumed root must use the same fps, features and cameras."""
-
-    fps: int = 30
-    robot_type: str = "agilex_piper"
-    cameras: dict[str, CameraSpec] = field(default_factory=dict)
-    features: tuple[FeatureSpec, ...] = field(default_factory=piper_features)
-    video: VideoConfig = field(default_factory=VideoConfig)
-    chunks_size: int = 1000
-    save_raw_quest: bool = True
-    rotation_type: str = "quat_wxyz"  # "quaternion" (w-first) is the name GR00T N1.5 accepts
-    combined_columns: bool = True  # observation.state / action for LeRobot policies
-    on_binding_change: str = "warn"  # or "refuse"
-    lerobot_version: str = meta.CODEBASE_VERSION  # "v2.1" adds meta/episodes_stats.jsonl
-
-    def validate(self) -> None:
-        if self.fps <= 0 or self.chunks_size <= 0:
-            raise ValueError("WriterConfig: fps and chunks_size must be positive")
-        if self.rotation_type not in ROTATION_TYPES:
-            raise ValueError(f"WriterConfig.rotation_type must be one of {ROTATION_TYPES}")
-        if self.on_binding_change not in ("warn", "refuse"):
-            raise ValueError('WriterConfig.on_binding_change must be "warn" or "refuse"')
-        if self.lerobot_version not in meta.CODEBASE_VERSIONS:
-            raise ValueError(f"WriterConfig.lerobot_version must be one of {meta.CODEBASE_VERSIONS}, "
-                             f"got {self.lerobot_version!r}")
-        keys = [f.key for f in self.features]
-        if not keys or len(set(keys)) != len(keys):
-            raise ValueError("WriterConfig.features: need at least one feature, unique keys")
-        for f in self.features:
-            f.validate()
-        for cam, spec in self.cameras.items():
-            if not cam or "/" in cam or spec.height <= 0 or spec.width <= 0:
-                raise ValueError(f"WriterConfig.cameras: bad camera {cam!r} {spec}")
-        self.video.validate()
 
 
 class _Episode:
@@ -168,7 +125,7 @@ class LeRobotWriter:
         if self._ep is not None:
             raise EpisodeStateError(f"episode {self._ep.index} is still being recorded")
         idx = len(self._episodes)
-        staging = self.root / repair.STAGING / f"episode_{idx:06d}"
+        staging = self.root / layout.STAGING / layout.episode_name(idx)
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir(parents=True)
@@ -357,7 +314,7 @@ class LeRobotWriter:
                 ep = self._ep
                 self._set_episode(None)
                 self._abort(ep)
-            staging = self.root / repair.STAGING
+            staging = self.root / layout.STAGING
             if staging.exists() and not any(staging.iterdir()):
                 staging.rmdir()
             self._release()
@@ -425,8 +382,8 @@ class LeRobotWriter:
     def _load_sketch(self, e: dict) -> np.ndarray:
         """The episode's stats sketch from the cache, rebuilt from parquet when missing or stale."""
         i = int(e["episode_index"])
-        path = self.root / repair.cache_relpath(i)
-        data = self.root / meta.data_relpath(i, self.cfg.chunks_size)
+        path = self.root / layout.cache_relpath(i)
+        data = self.root / layout.data_relpath(i, self.cfg.chunks_size)
         rows = len(stats.LEVELS) + stats.HEAD
         try:  # valid if newer than the parquet (written after it) and of the right shape and count
             if path.stat().st_mtime_ns >= data.stat().st_mtime_ns:
@@ -447,11 +404,11 @@ class LeRobotWriter:
         or stale: vectors from the parquet, images from the record if they still fit, else from
         the same frames decoded from the videos (``episode_stats.decode_sample``)."""
         i, n = int(e["episode_index"]), int(e["length"])
-        path = self.root / episode_stats.record_relpath(i)
-        data = self.root / meta.data_relpath(i, self.cfg.chunks_size)
+        path = self.root / layout.record_relpath(i)
+        data = self.root / layout.data_relpath(i, self.cfg.chunks_size)
         rec = episode_stats.load_record(path)
         keys = self._stats_keys()
-        cams = {meta.video_key(c): c for c in self.cfg.cameras}
+        cams = {layout.video_key(c): c for c in self.cfg.cameras}
         images: dict[str, tuple[np.ndarray, int]] = {}
         if rec is not None and rec.get("episode_index") == i:
             lengths = e.get("video_frame_lengths") or {}
@@ -475,7 +432,7 @@ class LeRobotWriter:
         for cam in cams.values():
             if cam not in images:
                 images[cam] = episode_stats.decode_sample(
-                    self.root / meta.video_relpath(i, cam, self.cfg.chunks_size))
+                    self.root / layout.video_relpath(i, cam, self.cfg.chunks_size))
         columns = episode_stats.read_columns(data, {"features": meta.features_json(self.cfg)})
         rec = self._make_record(i, n, columns, images)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -493,11 +450,11 @@ class LeRobotWriter:
             if key in columns:
                 st[key] = episode_stats.vector_stats(columns[key])
             else:
-                cam = key[len(meta.video_key("")):]
+                cam = layout.camera_of(key)
                 st[key] = episode_stats.hist_stats(*images[cam])
         return episode_stats.make_record(
             i, n, episode_stats.to_jsonable(st),
-            {meta.video_key(c): images[c] for c in self.cfg.cameras})
+            {layout.video_key(c): images[c] for c in self.cfg.cameras})
 
     def _episode_columns(self, ep: _Episode) -> dict[str, np.ndarray]:
         """The episode's parquet columns (stored dtypes; shape-[1] columns 1-D), from memory."""
@@ -644,13 +601,13 @@ class LeRobotWriter:
     def _payload(self, ep: _Episode) -> list[tuple[Path, Path]]:
         """(staging file, final path) for every file the episode owns."""
         cs = self.cfg.chunks_size
-        moves = [(ep.staging / "data.parquet", self.root / meta.data_relpath(ep.index, cs)),
-                 (ep.staging / "stats.npy", self.root / repair.cache_relpath(ep.index)),
-                 (ep.staging / "episode.json", self.root / episode_stats.record_relpath(ep.index))]
-        moves += [(ep.staging / f"{cam}.mp4", self.root / meta.video_relpath(ep.index, cam, cs))
+        moves = [(ep.staging / "data.parquet", self.root / layout.data_relpath(ep.index, cs)),
+                 (ep.staging / "stats.npy", self.root / layout.cache_relpath(ep.index)),
+                 (ep.staging / "episode.json", self.root / layout.record_relpath(ep.index))]
+        moves += [(ep.staging / f"{cam}.mp4", self.root / layout.video_relpath(ep.index, cam, cs))
                   for cam in self.cfg.cameras]
         if self.cfg.save_raw_quest:
-            moves.append((ep.staging / "quest.jsonl", self.root / meta.extras_relpath(ep.index)))
+            moves.append((ep.staging / "quest.jsonl", self.root / layout.extras_relpath(ep.index)))
         return moves
 
     def _commit_save(self, ep: _Episode, record: dict) -> None:
@@ -743,7 +700,7 @@ class LeRobotWriter:
         mean/std/min/max/q01/q99 of shape (3, 1, 1); no ``count`` (GR00T reads every key)."""
         out = {}
         for cam in self.cfg.cameras:
-            key = meta.video_key(cam)
+            key = layout.video_key(cam)
             hist = np.sum([r.images[key][0] for r in records], axis=0)
             frames = sum(r.images[key][1] for r in records)
             out[key] = episode_stats.to_jsonable({key: episode_stats.image_entry(hist, frames)})[key]
@@ -792,9 +749,9 @@ class LeRobotWriter:
 
     def _payload_paths(self, i: int) -> list[Path]:
         cs = self.cfg.chunks_size
-        paths = [self.root / meta.data_relpath(i, cs), self.root / repair.cache_relpath(i),
-                 self.root / episode_stats.record_relpath(i), self.root / meta.extras_relpath(i)]
-        paths += [self.root / meta.video_relpath(i, cam, cs) for cam in self.cfg.cameras]
+        paths = [self.root / layout.data_relpath(i, cs), self.root / layout.cache_relpath(i),
+                 self.root / layout.record_relpath(i), self.root / layout.extras_relpath(i)]
+        paths += [self.root / layout.video_relpath(i, cam, cs) for cam in self.cfg.cameras]
         return paths
 
     def _abort(self, ep: _Episode) -> None:

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-import yaml
-
 from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
+from piper_recorder.params_file import node_params, read_params_file
 
 LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
 UNKNOWN = "unknown"
@@ -318,13 +317,7 @@ def load_config(cls: type[C], params_file: str | Path | None = None, node: str |
     """
     node = node or cls.node_name
     where = f"{params_file}: {node}" if params_file is not None else node
-    values: dict[str, Any] = {}
-    if params_file is not None:
-        doc = yaml.safe_load(Path(params_file).read_text()) or {}
-        if not isinstance(doc, dict):
-            raise ValueError(f"{params_file}: not a ROS 2 parameter file (expected a mapping of node names)")
-        for key in ("/**", node, f"/{node}"):
-            values.update((doc.get(key) or {}).get("ros__parameters") or {})
+    values = node_params(read_params_file(params_file), node) if params_file is not None else {}
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)

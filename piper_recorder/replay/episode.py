@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from piper_recorder.lerobot.layout import data_file
+
 
 @dataclass(frozen=True)
 class ReplayEpisode:
@@ -33,9 +35,7 @@ def load_episode(root: Path, episode_index: int, pose_key: str = "action.arm_eef
             raise ValueError(f"{root}: dataset has no feature {key!r} to replay")
     if not 0 <= episode_index < int(info["total_episodes"]):
         raise ValueError(f"{root}: episode {episode_index} out of range (0..{int(info['total_episodes']) - 1})")
-    chunk = episode_index // int(info.get("chunks_size", 1000))
-    path = root / info["data_path"].format(episode_chunk=chunk, episode_index=episode_index)
-    table = pq.read_table(path, columns=["timestamp", pose_key, gripper_key])
+    table = pq.read_table(data_file(root, info, episode_index), columns=["timestamp", pose_key, gripper_key])
     t = table.column("timestamp").to_numpy().astype(np.float64)
     poses = np.asarray(table.column(pose_key).to_pylist(), dtype=np.float64).reshape(len(t), -1)
     gripper = np.asarray(table.column(gripper_key).to_pylist(), dtype=np.float64).reshape(len(t), -1)[:, 0]

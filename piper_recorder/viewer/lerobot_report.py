@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from piper_recorder.lerobot import metacheck
+from piper_recorder.lerobot.layout import camera_of, data_file, video_file
 from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
 from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
@@ -61,7 +62,7 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
     sessions = metacheck.load_jsonl(root / "meta" / "collection_sessions.jsonl")
     fps = float(info["fps"])
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    cams = [k.removeprefix("observation.images.") for k in video_keys]
+    cams = [camera_of(k) for k in video_keys]
 
     overview_rows = []
     shown = {int(e["episode_index"]) for e in eps if episodes is None or e["episode_index"] in episodes}
@@ -97,12 +98,9 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
 
     plots: dict[str, Any] = {}
     chosen = [e for e in eps if episodes is None or e["episode_index"] in episodes]
-    chunks_size = int(info.get("chunks_size", 1000))
     for ep in chosen:
         idx = int(ep["episode_index"])
-        chunk = idx // chunks_size
-        data_path = root / info["data_path"].format(episode_chunk=chunk, episode_index=idx)
-        tbl = pq.read_table(data_path)
+        tbl = pq.read_table(data_file(root, info, idx))
         t = _column(tbl, "timestamp")[:, 0]
         group = f"ep{idx}"
         tl = [round(float(v), 4) for v in t]
@@ -111,7 +109,7 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         counters = counters_table({k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}, f"counters-{group}")
         frame_iv: list[dict[str, Any]] = []
         for key, cam in zip(video_keys, cams):
-            vpath = root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=idx)
+            vpath = video_file(root, info, idx, key)
             if not vpath.exists():
                 sec.append(f'<p class="warn">missing video {esc(vpath.name)} for {esc(cam)}</p>')
                 continue

@@ -1,0 +1,84 @@
+"""Where everything lives in a LeRobot v2.x root: path templates, bookkeeping directories, version names.
+
+A leaf module (standard library only): the writer, meta builders, repair, recover, exporters, readers,
+the viewer and replay all name and format paths through it, so the layout is written down once.
+Readers format the templates the root's own ``info.json`` carries (``data_file``, ``video_file``);
+the writer fills ours (``data_relpath``, ``video_relpath``, ``extras_relpath``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+CODEBASE_VERSION = "v2.0"  # the default (the user's spec)
+CODEBASE_VERSIONS = ("v2.0", "v2.1")  # v2.1 adds meta/episodes_stats.jsonl
+DEFAULT_CHUNKS_SIZE = 1000
+DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+EXTRAS_PATH = "extras/episode_{episode_index:06d}.quest.jsonl"
+VIDEO_KEY_PREFIX = "observation.images."
+# quaternion rotation_type names the writer may tag modality.json with (w-first: "quat_wxyz" as the
+# spec writes, "quaternion" as GR00T N1.5's schema names it); GR00T accepts a few more (validate.py).
+ROTATION_TYPES = ("quat_wxyz", "quaternion")
+
+STAGING = ".staging"              # the episode in flight (deleted by repair)
+RECOVERED = ".recovered"          # files repair or piper-recover moved aside, by time stamp
+STATS_CACHE = "meta/.cache/stats"  # per-episode stats sketches and records
+PAYLOAD_DIRS = ("data", "videos", "extras")
+
+
+def episode_name(ep: int) -> str:
+    return f"episode_{ep:06d}"
+
+
+def video_key(camera: str) -> str:
+    return VIDEO_KEY_PREFIX + camera
+
+
+def camera_of(key: str) -> str:
+    """``observation.images.<camera>`` -> ``<camera>``."""
+    return key.removeprefix(VIDEO_KEY_PREFIX)
+
+
+def format_path(template: str, ep: int, chunks_size: int, video_key: str | None = None) -> str:
+    """A v2.x ``data_path``/``video_path`` template filled for episode ``ep``."""
+    fields: dict[str, Any] = {"episode_chunk": ep // chunks_size, "episode_index": ep}
+    if video_key is not None:
+        fields["video_key"] = video_key
+    return template.format(**fields)
+
+
+def data_relpath(ep: int, chunks_size: int) -> str:
+    return format_path(DATA_PATH, ep, chunks_size)
+
+
+def video_relpath(ep: int, camera: str, chunks_size: int) -> str:
+    return format_path(VIDEO_PATH, ep, chunks_size, video_key(camera))
+
+
+def extras_relpath(ep: int) -> str:
+    return EXTRAS_PATH.format(episode_index=ep)
+
+
+def cache_relpath(ep: int) -> str:
+    """The episode's stats sketch (quantiles) in the stats cache."""
+    return f"{STATS_CACHE}/{episode_name(ep)}.npy"
+
+
+def record_relpath(ep: int) -> str:
+    """Per-episode record: the episodes_stats ``stats`` plus the image histograms behind them."""
+    return f"{STATS_CACHE}/{episode_name(ep)}.episode.json"
+
+
+# ---- reading any v2.x root: its own templates from info.json --------------------------------------
+def chunks_size(info: Mapping[str, Any]) -> int:
+    return int(info.get("chunks_size", DEFAULT_CHUNKS_SIZE))
+
+
+def data_file(root: Path, info: Mapping[str, Any], episode_index: int) -> Path:
+    return Path(root) / format_path(info["data_path"], episode_index, chunks_size(info))
+
+
+def video_file(root: Path, info: Mapping[str, Any], episode_index: int, video_key: str) -> Path:
+    return Path(root) / format_path(info["video_path"], episode_index, chunks_size(info), video_key)
