@@ -27,7 +27,7 @@ Random access costs about half a GOP of decoding, the file shrinks little beyond
 training loaders pay per sample, for ~35 % more bytes than gop=30. Raise it for archival size, lower
 it (LeRobot's own encoder uses 2) when decode time dominates training.
 
-Back-pressure: ``add`` blocks at most ``VideoConfig.max_block_s`` (0.2 s) for queue space, then
+Back-pressure: ``add`` blocks at most ``VideoConfig.max_block_s`` (2 s) for queue space, then
 drops the frame and counts it (``queue_full``); ``max_block_s=None`` blocks until space frees (used by
 benchmarks). With ``queue_size=16`` an encoder may fall ~0.7 s behind before frames drop, and a save
 never drains more than 16 frames per camera (the worst-case stop-to-saved latency).
@@ -65,7 +65,9 @@ class VideoConfig:
     # here), which is what bounds offline conversion. 0 = codec default (one large camera).
     threads: int = 1
     queue_size: int = 16  # frames per camera (~0.5 s); bounds memory and the backlog a save drains
-    max_block_s: float | None = 0.2
+    # how long ``add`` waits for queue space before dropping the frame (None: no limit); the live
+    # recorders' default (``encoder_max_block_s``) rides out a machine that stalls for a moment
+    max_block_s: float | None = 2.0
 
     def validate(self) -> None:
         try:

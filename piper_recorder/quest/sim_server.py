@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .client import DEFAULT_PORT
+from .client import DEFAULT_HOST, DEFAULT_PORT
 from .protocol import encode
 from .scripts import SCRIPTS, ScriptedHeadset
 
@@ -43,7 +43,7 @@ PROTOCOL_VERSION = 1
 
 @dataclass
 class SimConfig:
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT  # 0 = any free port (see ``SimQuestServer.port``)
     rate: float = 90.0
     script: str = "demo"
@@ -306,25 +306,31 @@ def _close(sock: socket.socket) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    d = SimConfig()  # the one set of defaults
     p = argparse.ArgumentParser(prog=APP_NAME, description="Simulated Meta Quest headset (TCP server).")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 = any free port (printed)")
-    p.add_argument("--rate", type=float, default=90.0, help="frames per second")
-    p.add_argument("--script", choices=SCRIPTS, default="demo")
-    p.add_argument("--replay", default="", metavar="FILE.quest.jsonl", help="replay a recorded stream")
+    p.add_argument("--host", default=d.host)
+    p.add_argument("--port", type=int, default=d.port, help="0 = any free port (printed)")
+    p.add_argument("--rate", type=float, default=d.rate, help="frames per second")
+    p.add_argument("--script", choices=SCRIPTS, default=d.script)
+    p.add_argument("--replay", default=d.replay, metavar="FILE.quest.jsonl", help="replay a recorded stream")
     p.add_argument("--duration", type=float, default=0.0,
                    help="exit after this many seconds (0 = run until signalled)")
     p.add_argument("--no-buttons", action="store_true", help="no A/B presses (episodes driven by services)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--delay-ms", type=float, default=0.0, help="fixed network delay to simulate")
-    p.add_argument("--jitter-ms", type=float, default=0.0, help="mean exponential network jitter to simulate")
-    p.add_argument("--mono-offset", type=float, default=0.0, help="headset clock = host monotonic + this (s)")
-    p.add_argument("--stall-after", type=float, default=0.0, help="stop sending this long after connect (s)")
-    p.add_argument("--stall-for", type=float, default=0.0, help="... for this long (s)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--delay-ms", type=float, default=d.delay_ms, help="fixed network delay to simulate")
+    p.add_argument("--jitter-ms", type=float, default=d.jitter_ms,
+                   help="mean exponential network jitter to simulate")
+    p.add_argument("--mono-offset", type=float, default=d.mono_offset_s,
+                   help="headset clock = host monotonic + this (s)")
+    p.add_argument("--stall-after", type=float, default=d.stall_after_s,
+                   help="stop sending this long after connect (s)")
+    p.add_argument("--stall-for", type=float, default=d.stall_s, help="... for this long (s)")
     p.add_argument("--stall-burst", action="store_true", help="send the frames of the stall at once after it")
-    p.add_argument("--lag-after", type=float, default=0.0, help="fall behind from this long after connect (s) ...")
-    p.add_argument("--lag-rate", type=float, default=0.0, help="... by this many seconds per second ...")
-    p.add_argument("--lag-max", type=float, default=5.0, help="... up to this delay (s)")
+    p.add_argument("--lag-after", type=float, default=d.lag_after_s,
+                   help="fall behind from this long after connect (s) ...")
+    p.add_argument("--lag-rate", type=float, default=d.lag_rate,
+                   help="... by this many seconds per second ...")
+    p.add_argument("--lag-max", type=float, default=d.lag_max_s, help="... up to this delay (s)")
     return p
 
 
