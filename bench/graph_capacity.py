@@ -30,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from piper_recorder.cli.demo import SimSession, size_overrides  # noqa: E402
+from piper_recorder.sim_session import SimSession, size_overrides  # noqa: E402
 from piper_recorder.launcher import LAUNCH_SECTION  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

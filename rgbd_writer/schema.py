@@ -23,8 +23,6 @@ REWARDS = "transitions/rewards"
 FLAGS = ("dones", "terminals", "timeouts")
 PER_TRANSITION_INDEX = ("obs_index", "next_obs_index", "episode_id", "episode_transition_index")
 PER_EPISODE_INDEX = ("episode_lengths", "obs_offsets", "transition_offsets")
-TOTALS = ("total_episodes", "total_transitions", "total_observations")
-CAMERA_ATTRS = ("camera_width", "camera_height", "camera_channels")
 
 
 def numeric_chunks(row_shape: tuple[int, ...], dtype) -> tuple[int, ...]:

@@ -123,7 +123,8 @@ def test_demo_cli_records_valid_aligned_datasets(tmp_path):
 
 
 def test_camera_pause_counted_and_episode_valid(tmp_path):
-    from piper_recorder.cli.demo import SimSession, size_overrides, validate_outputs
+    from piper_recorder.cli.demo import validate_outputs
+    from piper_recorder.sim_session import SimSession, size_overrides
 
     sets = size_overrides(SIM, f"{W}x{H}") + ["lerobot_recorder.timestamp_mode=nominal"]
     with SimSession(tmp_path / "out", sets=sets, cameras="cam_front") as s:

@@ -99,9 +99,6 @@ class ImageSampler:
             self.frames += 1
         self.offered += 1
 
-    def expected_frames(self, video_frames: int) -> int:
-        return -(-int(video_frames) // self.stride)
-
 
 def hist_stats(hist: np.ndarray, frames: int) -> dict[str, np.ndarray]:
     """LeRobot's image stats (``(3, 1, 1)`` in [0, 1], ``count`` [frames]) from ``(3, 256)`` counts."""

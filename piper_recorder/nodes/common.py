@@ -128,10 +128,6 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
     return cfg
 
 
-class ShutdownAware(typing.Protocol):
-    def on_shutdown(self) -> None: ...
-
-
 def spin_until(executor: Executor, stop: threading.Event) -> None:
     # spin_once in a loop rather than spin(): rclpy's EventsExecutor.spin() runs no timers when it is
     # spun from a thread other than the main one (Kilted wheels); spin_once does.

@@ -121,8 +121,3 @@ class MonoClockMapper:
         self._window.push(recv_ns, d)
         self.samples += 1
         return min(mono_ns + self._window.min, recv_ns)
-
-    def to_host_ns(self, mono_s: float) -> int | None:
-        """Map a headset mono time without adding an observation (None before any observation)."""
-        off = self._window.min
-        return None if off is None else round(mono_s * 1e9) + off

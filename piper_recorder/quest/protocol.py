@@ -369,10 +369,6 @@ class StreamParser:
 _KIND = {Frame: "frame", Hello: "hello", Heartbeat: "heartbeat"}
 
 
-def kind_of(msg: Message) -> str:
-    return _KIND[type(msg)]
-
-
 def encode(obj: dict[str, Any]) -> bytes:
     """One protocol line (compact JSON + newline); refuses non-finite numbers."""
     return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")

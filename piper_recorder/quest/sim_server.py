@@ -182,9 +182,6 @@ class SimQuestServer:
             self._spawn(self._read_commands, f"sim-quest-read-{index}", conn)
             self._spawn(self._send_loop, f"sim-quest-send-{index}", conn, index)
 
-    def _mono(self) -> float:
-        return time.monotonic() + self.config.mono_offset_s
-
     def _send_loop(self, conn: socket.socket, index: int) -> None:
         cfg = self.config
         rng = random.Random(cfg.seed * 1000 + index)

@@ -10,8 +10,6 @@ import math
 
 import numpy as np
 
-UNIT_TOL = 1e-3  # |q| must be within this of 1 to count as a rotation
-
 
 def is_finite(*arrays: np.ndarray) -> bool:
     return all(bool(np.all(np.isfinite(np.asarray(a, dtype=float)))) for a in arrays)

@@ -1,0 +1,278 @@
+"""The simulated graph as a library: start it, drive both recorders through their services, watch them.
+
+``SimSession`` runs config/sim.yaml's graph (``launcher.plan_graph``) in a leased loopback ROS domain
+plus an rclpy client node; piper-demo, the end-to-end tests and bench/graph_capacity.py use it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, Graph, config_path, plan_graph
+from piper_recorder.params_file import read_params_file
+from piper_recorder.rosenv import lease_domain
+
+CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+@dataclass
+class EpisodeResult:
+    index: int
+    events: dict[str, dict[str, Any]] = field(default_factory=dict)  # recorder -> "saved" event
+    stop_to_saved_s: dict[str, float] = field(default_factory=dict)
+
+
+class SimSession:
+    """The simulated graph plus an rclpy client node that drives and watches the recorders."""
+
+    def __init__(self, out: Path, config: str | Path | None = None, sets: Iterable[str] = (),
+                 log_dir: Path | None = None, cameras: str = "", echo: bool = False):
+        self.out = Path(out)
+        self.log_dir = Path(log_dir) if log_dir else self.out / "logs"
+        sets = [f"lerobot_recorder.root={self.out / 'lerobot'}", f"rgbd_recorder.path={self.out / 'rgbd.hdf5'}",
+                "piper_launch.sim_quest.port=0", f"piper_launch.sim_quest.script={CONTINUOUS}", *sets]
+        self.plan = plan_graph("sim", config or config_path("sim"), sets, self.log_dir, cameras=cameras)
+        self.lease = lease_domain()
+        self.graph = Graph(self.plan, self.lease.env(), self.log_dir, echo=echo)
+        self.events: list[dict[str, Any]] = []
+        self.status: dict[str, dict[str, Any]] = {}
+        self._cond = threading.Condition()
+        self._ctx = self._node = self._executor = self._spinner = None
+        self._clients: dict[str, Any] = {}
+
+    @property
+    def cameras(self) -> list[str]:
+        return self.plan.cameras
+
+    # ---- life cycle ---------------------------------------------------------------------------
+    def start(self, timeout: float = 90.0) -> "SimSession":
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lease.apply()
+        import rclpy
+        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from std_msgs.msg import String
+
+        self.graph.start()
+        self._ctx = rclpy.Context()
+        rclpy.init(context=self._ctx)
+        self._node = rclpy.create_node("piper_demo", context=self._ctx)
+        self._node.create_subscription(String, "/episode_events", self._on_event,
+                                       QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                                                  durability=DurabilityPolicy.VOLATILE))
+        for rec in RECORDERS:
+            self._node.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_status(r, m), 10)
+        self._executor = MultiThreadedExecutor(num_threads=2, context=self._ctx)
+        self._executor.add_node(self._node)
+        self._spinner = threading.Thread(target=self._spin, name="demo-executor", daemon=True)
+        self._spinner.start()
+        try:
+            self.graph.wait_nodes(self._node, timeout)
+            self._wait_inputs(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except Exception:  # noqa: BLE001 - context shut down
+            pass
+
+    def _on_event(self, msg) -> None:
+        with self._cond:
+            self.events.append(json.loads(msg.data))
+            self._cond.notify_all()
+
+    def _on_status(self, rec: str, msg) -> None:
+        with self._cond:
+            self.status[rec] = json.loads(msg.data)
+            self._cond.notify_all()
+
+    def _first_message(self, msg_type, topic: str, timeout: float) -> Any:
+        """The next message on ``topic`` (best-effort QoS: matches reliable and best-effort publishers)."""
+        from rclpy.qos import qos_profile_sensor_data
+
+        got: list[Any] = []
+        ev = threading.Event()
+
+        def cb(m):
+            if not got:
+                got.append(m)
+                ev.set()
+
+        sub = self._node.create_subscription(msg_type, topic, cb, qos_profile_sensor_data)
+        try:
+            if not ev.wait(timeout):
+                raise DemoError(f"no message on {topic} within {timeout:.0f}s\n{self.graph.logs()}")
+        finally:
+            self._node.destroy_subscription(sub)  # images are large: stop receiving at once
+        return got[0]
+
+    def _wait_inputs(self, timeout: float) -> None:
+        """Arm feedback, a frame from every camera, both recorders' services and status."""
+        from geometry_msgs.msg import PoseStamped
+        from sensor_msgs.msg import Image
+
+        deadline = time.monotonic() + timeout
+        left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
+        self._first_message(PoseStamped, "/arm/eef_pose", left())
+        for cam in self.cameras:
+            self._first_message(Image, f"/{cam}/color/image_raw", left())
+        for rec in RECORDERS:
+            for srv in ("start_episode", "stop_episode"):
+                self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"/{rec}/{srv} not up")
+        with self._cond:
+            if not self._cond.wait_for(lambda: all(r in self.status for r in RECORDERS), left()):
+                self._fail(f"no status from {[r for r in RECORDERS if r not in self.status]}")
+
+    def wait_motion(self, min_m: float = 0.005, timeout: float = 30.0) -> float:
+        """Wait until the EEF has moved ``min_m`` (teleop engaged, the arm follows); returns the motion seen."""
+        from geometry_msgs.msg import PoseStamped
+        from rclpy.qos import qos_profile_sensor_data
+
+        points: list[tuple[float, float, float]] = []
+
+        def cb(m) -> None:
+            p = m.pose.position
+            with self._cond:
+                points.append((p.x, p.y, p.z))
+                self._cond.notify_all()
+
+        def moved() -> float:
+            if not points:
+                return 0.0
+            a = points[0]
+            return max(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for b in points[-50:])
+
+        sub = self._node.create_subscription(PoseStamped, "/arm/eef_pose", cb, qos_profile_sensor_data)
+        try:
+            with self._cond:
+                self._cond.wait_for(lambda: moved() >= min_m, timeout)
+                return moved()
+        finally:
+            self._node.destroy_subscription(sub)
+
+    def _fail(self, what: str) -> None:
+        raise DemoError(f"{what}\n{self.graph.logs()}")
+
+    def stop(self) -> dict[str, int | None]:
+        if self._node is not None:
+            self._executor.shutdown(timeout_sec=2.0)
+            self._node.destroy_node()
+            import rclpy
+
+            rclpy.shutdown(context=self._ctx)
+            self._node = None
+        codes = self.graph.stop()
+        self.lease.release()
+        return codes
+
+    def __enter__(self) -> "SimSession":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- services -----------------------------------------------------------------------------
+    def _client(self, rec: str, srv: str):
+        from std_srvs.srv import Trigger
+
+        key = f"/{rec}/{srv}"
+        if key not in self._clients:
+            self._clients[key] = self._node.create_client(Trigger, key)
+        return self._clients[key]
+
+    @staticmethod
+    def _wait(fut, timeout: float) -> bool:
+        done = threading.Event()
+        fut.add_done_callback(lambda _f: done.set())
+        return done.wait(timeout)
+
+    def call_all(self, srv: str, timeout: float = 30.0) -> dict[str, tuple[bool, str]]:
+        """Call ``srv`` on every recorder at once (one after the other, the second recorder's episode
+        would start or end a whole save later than the first's) and wait for every answer."""
+        from std_srvs.srv import Trigger
+
+        futs = {rec: self._client(rec, srv).call_async(Trigger.Request()) for rec in RECORDERS}
+        out = {}
+        for rec, fut in futs.items():
+            if not self._wait(fut, timeout):
+                raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
+            res = fut.result()
+            out[rec] = (bool(res.success), str(res.message))
+        return out
+
+    def set_parameter(self, node: str, name: str, value: Any, timeout: float = 10.0) -> None:
+        """Set one parameter on a running node (e.g. a camera's fault injection)."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        cli = self._node.create_client(SetParameters, f"/{node}/set_parameters")
+        if not cli.wait_for_service(timeout_sec=timeout):
+            raise DemoError(f"/{node}/set_parameters not available")
+        req = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        try:
+            fut = cli.call_async(req)
+            if not self._wait(fut, timeout) or not fut.result().results[0].successful:
+                raise DemoError(f"setting {node}.{name}={value!r} failed")
+        finally:
+            self._node.destroy_client(cli)
+
+    def start_episode(self) -> None:
+        for rec, (ok, msg) in self.call_all("start_episode").items():
+            if not ok:
+                self._fail(f"{rec} start_episode refused: {msg}")
+
+    def stop_episode(self, timeout: float = 120.0) -> EpisodeResult:
+        """Stop both recorders and wait for their "saved" events; returns the events and latencies."""
+        with self._cond:
+            seen = len(self.events)
+        t_stop = dict.fromkeys(RECORDERS, time.monotonic())
+        for rec, (ok, msg) in self.call_all("stop_episode", timeout=timeout).items():
+            if not ok:
+                self._fail(f"{rec} stop_episode refused: {msg}")
+        result = EpisodeResult(index=-1)
+
+        def saved() -> bool:
+            for ev in self.events[seen:]:
+                rec = ev.get("recorder")
+                if rec in RECORDERS and rec not in result.events:
+                    if ev.get("event") == "saved":
+                        result.events[rec] = ev
+                        result.stop_to_saved_s[rec] = time.monotonic() - t_stop[rec]
+                    elif ev.get("event") == "discarded":
+                        raise DemoError(f"{rec} discarded the episode: {ev.get('reason')}")
+            return all(r in result.events for r in RECORDERS)
+
+        with self._cond:
+            if not self._cond.wait_for(saved, timeout):
+                self._fail(f"no saved event from {[r for r in RECORDERS if r not in result.events]}")
+        result.index = int(result.events[RECORDERS[0]]["episode_index"])
+        return result
+
+    def record(self, seconds: float) -> EpisodeResult:
+        self.start_episode()
+        time.sleep(seconds)
+        return self.stop_episode()
+
+
+def size_overrides(config: str | Path, size: str) -> list[str]:
+    """``WxH`` -> --set items giving every camera and both recorders that image size."""
+    try:
+        w, h = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--size expects WxH, got {size!r}") from None
+    cams = read_params_file(config).get(LAUNCH_SECTION, {}).get("cameras", [])
+    sets = [f"{cam}.{k}={v}" for cam in cams for k, v in (("width", w), ("height", h))]
+    return sets + [f"{rec}.camera_{k}={v}" for rec in RECORDERS for k, v in (("width", w), ("height", h))]
