@@ -357,18 +357,18 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for n in nodes:
         if n.parameters:
             cfg.setdefault(n.name, {}).update(n.parameters)
-    params = dump_params(cfg, run_dir / "params.yaml")
-    plan = GraphPlan(mode, params, cfg)
+    params_file = dump_params(cfg, run_dir / "params.yaml")
+    plan = GraphPlan(mode, params_file, cfg)
     for n in nodes:
         if not n.ros_node:
             plan.processes.append(ProcessSpec(n.name, [find_script(n.script, bin_dir), *n.args], node=False))
         elif n.package == PACKAGE:
             argv = [find_script(n.script, bin_dir), "--ros-args", "-r", f"__node:={n.name}", "--params-file",
-                    str(params)]
+                    str(params_file)]
             plan.processes.append(ProcessSpec(n.name, n.prefix.split() + argv if n.prefix else argv))
         elif shutil.which("ros2"):
             plan.processes.append(ProcessSpec(n.name, ["ros2", "run", n.package, n.executable, "--ros-args", "-r",
-                                                       f"__node:={n.name}", "--params-file", str(params)]))
+                                                       f"__node:={n.name}", "--params-file", str(params_file)]))
         else:
             plan.skipped.append(f"{n.name}: {n.package} needs a ROS 2 install (ros2 launch piper_recorder "
                                 "robot.launch.py), or start the camera driver yourself")

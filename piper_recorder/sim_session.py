@@ -11,11 +11,18 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, Graph, config_path, plan_graph
 from piper_recorder.params_file import read_params_file
 from piper_recorder.rosenv import lease_domain
+
+if TYPE_CHECKING:  # rclpy is imported when the session starts
+    from rclpy.client import Client
+    from rclpy.context import Context
+    from rclpy.executors import Executor
+    from rclpy.node import Node
+    from rclpy.task import Future
 
 CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
 
@@ -46,8 +53,11 @@ class SimSession:
         self.events: list[dict[str, Any]] = []
         self.status: dict[str, dict[str, Any]] = {}
         self._cond = threading.Condition()
-        self._ctx = self._node = self._executor = self._spinner = None
-        self._clients: dict[str, Any] = {}
+        self._ctx: Context | None = None
+        self._node: Node | None = None
+        self._executor: Executor | None = None
+        self._spinner: threading.Thread | None = None
+        self._clients: dict[str, Client[Any, Any]] = {}
 
     @property
     def cameras(self) -> list[str]:
@@ -85,38 +95,39 @@ class SimSession:
 
     def _spin(self) -> None:
         try:
+            assert self._executor is not None
             self._executor.spin()
         except Exception:  # noqa: BLE001 - context shut down
             pass
 
-    def _on_event(self, msg) -> None:
+    def _on_event(self, msg: Any) -> None:
         with self._cond:
             self.events.append(json.loads(msg.data))
             self._cond.notify_all()
 
-    def _on_status(self, rec: str, msg) -> None:
+    def _on_status(self, rec: str, msg: Any) -> None:
         with self._cond:
             self.status[rec] = json.loads(msg.data)
             self._cond.notify_all()
 
-    def _first_message(self, msg_type, topic: str, timeout: float) -> Any:
+    def _first_message(self, msg_type: type, topic: str, timeout: float) -> Any:
         """The next message on ``topic`` (best-effort QoS: matches reliable and best-effort publishers)."""
         from rclpy.qos import qos_profile_sensor_data
 
         got: list[Any] = []
         ev = threading.Event()
 
-        def cb(m):
+        def cb(m: Any) -> None:
             if not got:
                 got.append(m)
                 ev.set()
 
-        sub = self._node.create_subscription(msg_type, topic, cb, qos_profile_sensor_data)
+        sub = self._live().create_subscription(msg_type, topic, cb, qos_profile_sensor_data)
         try:
             if not ev.wait(timeout):
                 raise DemoError(f"no message on {topic} within {timeout:.0f}s\n{self.graph.logs()}")
         finally:
-            self._node.destroy_subscription(sub)  # images are large: stop receiving at once
+            self._live().destroy_subscription(sub)  # images are large: stop receiving at once
         return got[0]
 
     def _wait_inputs(self, timeout: float) -> None:
@@ -143,7 +154,7 @@ class SimSession:
 
         points: list[tuple[float, float, float]] = []
 
-        def cb(m) -> None:
+        def cb(m: Any) -> None:
             p = m.pose.position
             with self._cond:
                 points.append((p.x, p.y, p.z))
@@ -155,20 +166,26 @@ class SimSession:
             a = points[0]
             return max(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for b in points[-50:])
 
-        sub = self._node.create_subscription(PoseStamped, "/arm/eef_pose", cb, qos_profile_sensor_data)
+        sub = self._live().create_subscription(PoseStamped, "/arm/eef_pose", cb, qos_profile_sensor_data)
         try:
             with self._cond:
                 self._cond.wait_for(lambda: moved() >= min_m, timeout)
                 return moved()
         finally:
-            self._node.destroy_subscription(sub)
+            self._live().destroy_subscription(sub)
 
-    def _fail(self, what: str) -> None:
+    def _live(self) -> "Node":
+        if self._node is None:
+            raise DemoError("the session is not started")
+        return self._node
+
+    def _fail(self, what: str) -> NoReturn:
         raise DemoError(f"{what}\n{self.graph.logs()}")
 
     def stop(self) -> dict[str, int | None]:
         if self._node is not None:
-            self._executor.shutdown(timeout_sec=2.0)
+            if self._executor is not None:
+                self._executor.shutdown(timeout_sec=2.0)
             self._node.destroy_node()
             import rclpy
 
@@ -185,16 +202,16 @@ class SimSession:
         self.stop()
 
     # ---- services -----------------------------------------------------------------------------
-    def _client(self, rec: str, srv: str):
+    def _client(self, rec: str, srv: str) -> "Client[Any, Any]":
         from std_srvs.srv import Trigger
 
         key = f"/{rec}/{srv}"
         if key not in self._clients:
-            self._clients[key] = self._node.create_client(Trigger, key)
+            self._clients[key] = self._live().create_client(Trigger, key)
         return self._clients[key]
 
     @staticmethod
-    def _wait(fut, timeout: float) -> bool:
+    def _wait(fut: "Future[Any]", timeout: float) -> bool:
         done = threading.Event()
         fut.add_done_callback(lambda _f: done.set())
         return done.wait(timeout)
@@ -210,6 +227,8 @@ class SimSession:
             if not self._wait(fut, timeout):
                 raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
             res = fut.result()
+            if res is None:
+                raise DemoError(f"/{rec}/{srv}: the call failed\n{self.graph.logs()}")
             out[rec] = (bool(res.success), str(res.message))
         return out
 
@@ -218,16 +237,17 @@ class SimSession:
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
 
-        cli = self._node.create_client(SetParameters, f"/{node}/set_parameters")
+        cli: Client[Any, Any] = self._live().create_client(SetParameters, f"/{node}/set_parameters")
         if not cli.wait_for_service(timeout_sec=timeout):
             raise DemoError(f"/{node}/set_parameters not available")
         req = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
         try:
             fut = cli.call_async(req)
-            if not self._wait(fut, timeout) or not fut.result().results[0].successful:
+            res = fut.result() if self._wait(fut, timeout) else None
+            if res is None or not res.results[0].successful:
                 raise DemoError(f"setting {node}.{name}={value!r} failed")
         finally:
-            self._node.destroy_client(cli)
+            self._live().destroy_client(cli)
 
     def start_episode(self) -> None:
         for rec, (ok, msg) in self.call_all("start_episode").items():

@@ -122,7 +122,7 @@ def _encode_htj2k(mm: np.ndarray) -> bytes:
     import imagecodecs
 
     cs = imagecodecs.htj2k_encode(mm, reversible=True)
-    return wrap_jp2(cs, mm.shape[0], mm.shape[1], (b"jp2 ", b"jph "))
+    return wrap_jp2(bytes(cs), mm.shape[0], mm.shape[1], (b"jp2 ", b"jph "))
 
 
 def encode_depth(mm: np.ndarray, profile: str = "jpeg2000") -> bytes:
@@ -218,7 +218,7 @@ def decode_depth_fast(data, threads: int = 1) -> np.ndarray:
     except ValueError:
         ht = False  # let OpenJPEG report what is wrong with it
     if ht:
-        out = imagecodecs.htj2k_decode(cs)
+        out = imagecodecs.htj2k_decode(cs)  # type: ignore[arg-type]  # any buffer (its stub: bytes)
         if out.dtype == np.uint16 and out.ndim == 2:
             return out
     return imagecodecs.jpeg2k_decode(data, numthreads=threads)  # any buffer: no copy of the payload

@@ -98,7 +98,7 @@ class JournaledFile:
     def truncate(self, size: int | None = None) -> int:
         size = self._pos if size is None else size
         if size < self.original_size:  # what HDF5 would read back after extending again: zeros
-            self._write_pages(size, bytes(self.original_size - size))
+            self._write_pages(size, memoryview(bytes(self.original_size - size)))
         os.ftruncate(self._fd, max(size, self.original_size))
         self._size = size
         return size

@@ -17,7 +17,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from typing import Sequence
+from typing import Any, Sequence
 
 import h5py
 import numpy as np
@@ -34,9 +34,9 @@ class RgbdFile:
         self.path = os.fspath(path)
         self.decoder = decoder
         self.threads = max(1, int(threads))
-        self._pid = None
-        self._h5 = None
-        self._pool = None
+        self._pid: int | None = None
+        self._h5: h5py.File | None = None
+        self._pool: cf.ThreadPoolExecutor | None = None
         f = self.h5
         a = f.attrs
         if a.get("schema_name") != schema.SCHEMA_NAME or not a.get("zero_structural_duplication", False):
@@ -120,9 +120,9 @@ class RgbdFile:
         rb = f[schema.RGB][sel] if rgb else [None] * n
         db = f[schema.DEPTH][sel] if depth else [None] * n
         hw = self.hw
-        out_rgb = np.empty((n, *hw, 3), np.float32) if rgb else None
-        out_d = np.empty((n, *hw, 1), np.float32) if depth else None
-        out_v = np.empty((n, *hw, 1), np.bool_) if depth else None
+        out_rgb = np.empty((n, *hw, 3) if rgb else 0, np.float32)   # empty unless asked for
+        out_d = np.empty((n, *hw, 1) if depth else 0, np.float32)
+        out_v = np.empty((n, *hw, 1) if depth else 0, np.bool_)
         rgb_scale, depth_scale = np.float32(self.rgb_scale), np.float32(self.depth_scale)
         todo = iter(range(n))
         lock = threading.Lock()
@@ -152,7 +152,7 @@ class RgbdFile:
             for h in helpers:
                 h.result()
         chw = layout == "CHW"
-        out = {}
+        out: dict[str, Any] = {}
         if rgb:
             out["rgb"] = np.moveaxis(out_rgb, -1, -3) if chw else out_rgb
         if depth:

@@ -140,7 +140,7 @@ def _sample_rows(idx, N_obs, full) -> list[int]:
         return list(range(N_obs))
     if "obs_offsets" not in idx or "episode_lengths" not in idx:
         return sorted({0, N_obs - 1}) if N_obs else []
-    rows = set()
+    rows: set[int] = set()
     for o, t in zip(idx["obs_offsets"], idx["episode_lengths"]):
         rows.update((int(o), int(o + t)))
         if len(rows) >= _SAMPLE_CAP:
@@ -180,7 +180,7 @@ def _check_payloads(f, rows, H, W, vmin, vmax, profile, problems) -> None:
 
 
 def _walk_names(f) -> list[str]:
-    names = []
+    names: list[str] = []
     f.visit(names.append)
     return names
 
@@ -300,16 +300,16 @@ def validate_file(path, full: bool = False) -> list[str]:
             for n in sorted(names - expected_names):
                 problems.append(f"/episodes/{n}: unexpected (total_episodes is {E})")
             if len(idx) == 7:
-                for e in range(E):
-                    g = eg.get(f"demo_{e}")
+                for ep in range(E):
+                    g = eg.get(f"demo_{ep}")
                     if g is None:
                         continue
-                    T = int(idx["episode_lengths"][e])
+                    T = int(idx["episode_lengths"][ep])
                     want = {"num_samples": T, "num_observations": T + 1,
-                            "obs_offset": int(idx["obs_offsets"][e]), "transition_offset": int(idx["transition_offsets"][e])}
+                            "obs_offset": int(idx["obs_offsets"][ep]), "transition_offset": int(idx["transition_offsets"][ep])}
                     for k, v in want.items():
                         if not _same(g.attrs.get(k), v):
-                            problems.append(f"/episodes/demo_{e}: attribute {k} is {g.attrs.get(k)!r}, expected {v}")
+                            problems.append(f"/episodes/demo_{ep}: attribute {k} is {g.attrs.get(k)!r}, expected {v}")
 
         if payload_ok and W is not None and H is not None:
             profile = a.get(schema.DEPTH_PROFILE_ATTR)  # absent in reference-writer files: not checked

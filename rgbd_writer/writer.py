@@ -147,7 +147,8 @@ class RgbdWriter:
         self._lock_fd = -1
         self._closed = False
         self._ep: _Episode | None = None
-        self._h5 = self._jf = None
+        self._h5: h5py.File | None = None
+        self._jf: JournaledFile | None = None
         self._error: BaseException | None = None
         try:
             if not self._create():  # the file exists (or another writer just created it)
@@ -313,16 +314,17 @@ class RgbdWriter:
         self._n_episodes = int(attrs.get("total_episodes", 0))
 
     def _begin(self) -> h5py.File:
-        self._jf = JournaledFile(self.path, durable=self.cfg.durable)
+        self._jf = jf = JournaledFile(self.path, durable=self.cfg.durable)
         try:
-            self._h5 = h5py.File(self._jf, "r+")
+            self._h5 = h5 = h5py.File(jf, "r+")
         except BaseException:
-            self._jf.rollback()
+            jf.rollback()
             self._jf = None
             raise
-        return self._h5
+        return h5
 
     def _commit(self) -> None:
+        assert self._h5 is not None and self._jf is not None  # in a transaction (_begin)
         self._h5.close()
         self._h5 = None
         self._jf.commit()
@@ -596,6 +598,7 @@ class RgbdWriter:
 
     def _spec(self, group: str) -> dict | None:
         """{name: (dtype, row_shape)} fixed by the file, or None while nothing has fixed it yet."""
+        assert self._h5 is not None  # the file is open while an episode records
         g = self._h5.get(group)
         if g is not None and len(g):
             return {k: (g[k].dtype, g[k].shape[1:]) for k in g}
@@ -642,9 +645,10 @@ class RgbdWriter:
 
     def _sink_loop(self) -> None:
         """Append encoded frames in submission order, in small batches."""
-        f = self._h5
+        f, ep = self._h5, self._ep
+        assert f is not None and ep is not None  # started by start_episode, joined before it ends
         rgb_ds, depth_ds = f[schema.RGB], f[schema.DEPTH]
-        base = self._ep.obs_offset
+        base = ep.obs_offset
         batch: list = []
         stop = False
         while not stop:
@@ -681,6 +685,7 @@ class RgbdWriter:
 
     def _write_episode(self, ep: _Episode, success, truncated: bool) -> dict:
         f = self._h5
+        assert f is not None  # in the episode's transaction
         T = len(ep.actions)
         n_obs = ep.n_obs
         o0, t0, e = ep.obs_offset, ep.tr_offset, ep.index

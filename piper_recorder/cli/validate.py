@@ -47,9 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         ok_line = summary(path) if not problems else ""
         notes.append(timing.describe())
     elif path.is_file() and path.suffix.lower() in HDF5_SUFFIXES:
-        problems = _validate_hdf5(path, args.full)
-        if problems is None:
+        found = _validate_hdf5(path, args.full)
+        if found is None:
             return 1
+        problems = found
         ok_line = f"OK: {path}: RGB-D HDF5"
     elif path.exists():
         print(f"piper-validate: {path}: expected a LeRobot root directory or a .hdf5/.h5 file", file=sys.stderr)

@@ -33,7 +33,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import av
 import numpy as np
@@ -45,6 +45,8 @@ from . import fsutil, layout
 from .errors import DatasetError
 from .features import BOOKKEEPING
 from .rootfiles import read_json, video_keys
+
+T = TypeVar("T")
 
 TARGETS = ("v2.1", "v3.0")
 SOURCE_VERSIONS = ("v2.0", "v2.1")
@@ -103,7 +105,7 @@ class Source:
         return [k for k in self.video_keys if k not in have]
 
     def episode_stats(self, i: int, own: dict[int, dict],
-                      cameras: list[str] = ()) -> tuple[dict, dict[str, tuple[np.ndarray, int]]]:
+                      cameras: Sequence[str] = ()) -> tuple[dict, dict[str, tuple[np.ndarray, int]]]:
         """Episode ``i``'s LeRobot v2.1 stats and, for ``cameras``, its (histograms, frames) sample.
 
         Stats: the source's own line (``own``), else ``episode_stats.root_episode_stats`` (the
@@ -154,8 +156,8 @@ def open_source(root: str | os.PathLike) -> Source:
         raise ExportError(f"{root}: no meta/info.json; not a LeRobot root")
     try:
         info = read_json(info_path)
-    except ValueError as e:
-        raise ExportError(f"{info_path}: not valid JSON ({e})") from None
+    except ValueError as exc:
+        raise ExportError(f"{info_path}: not valid JSON ({exc})") from None
     version = info.get("codebase_version")
     if version not in SOURCE_VERSIONS:
         raise ExportError(f"{root}: codebase_version {version!r} cannot be exported "
@@ -178,8 +180,8 @@ def open_source(root: str | os.PathLike) -> Source:
     try:
         episodes = fsutil.read_jsonl(root / "meta" / "episodes.jsonl")
         tasks = fsutil.read_jsonl(root / "meta" / "tasks.jsonl")
-    except ValueError as e:
-        raise ExportError(f"{root}: meta/*.jsonl is not valid JSON lines ({e})") from None
+    except ValueError as exc:
+        raise ExportError(f"{root}: meta/*.jsonl is not valid JSON lines ({exc})") from None
     cams = {layout.camera_of(k) for k in keys}
     task_indices = {int(t["task_index"]) for t in tasks}
     src = Source(root, info, episodes, sorted(tasks, key=lambda t: t["task_index"]), keys)
@@ -324,7 +326,7 @@ def write_file(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_json(path: Path, obj) -> None:
+def write_json(path: Path, obj: Any) -> None:
     write_file(path, fsutil.json_bytes(obj))
 
 
@@ -425,7 +427,7 @@ class ExportResult:
 
 
 def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: bool = False,
-           **options) -> ExportResult:
+           **options: Any) -> ExportResult:
     """Export ``root`` (ours, v2.0 or v2.1) as LeRobot ``to`` ("v2.1" or "v3.0") into ``out``.
 
     A re-run into the same ``out`` appends the episodes added to ``root`` since; ``options`` go to
@@ -476,7 +478,7 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
         lock.close()
 
 
-def iter_progress(items, total: int, desc: str, enabled: bool) -> Iterator:
+def iter_progress(items: Iterable[T], total: int, desc: str, enabled: bool) -> Iterator[T]:
     if not enabled:
         yield from items
         return

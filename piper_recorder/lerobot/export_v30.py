@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -93,7 +94,7 @@ class _Builder:
         self.frames = int(extra.get("frames", 0))
         self.data: _DataFile | None = None
         self.videos: dict[str, _VideoFile | None] = {k: None for k in src.video_keys}
-        self.last_files = {"data": last.get("data"), "videos": dict(last.get("videos", {})),
+        self.last_files: dict[str, Any] = {"data": last.get("data"), "videos": dict(last.get("videos", {})),
                            "episodes": self.meta_index}
 
     # data

@@ -74,7 +74,10 @@ class StreamingStats:
         self.keep = min(1.0, cap / max(expected_samples, 1))
         self.rng = np.random.default_rng(seed)
         self.count = 0
-        self.mean = self.m2 = self.lo = self.hi = None
+        self.mean: np.ndarray | None = None
+        self.m2: np.ndarray | None = None
+        self.lo: np.ndarray | None = None
+        self.hi: np.ndarray | None = None
         self.samples: list[np.ndarray] = []
 
     def add(self, x: np.ndarray) -> None:
@@ -86,6 +89,7 @@ class StreamingStats:
         if self.count == 0:
             self.mean, self.m2, self.lo, self.hi = mean, m2, x.min(axis=0), x.max(axis=0)
         else:
+            assert self.mean is not None and self.m2 is not None and self.lo is not None and self.hi is not None
             total = self.count + n
             d = mean - self.mean
             self.mean = self.mean + d * (n / total)
@@ -95,6 +99,7 @@ class StreamingStats:
         self.samples.append(x if self.keep >= 1.0 else x[self.rng.random(n) < self.keep])
 
     def result(self) -> dict[str, list[float]]:
+        assert self.mean is not None and self.m2 is not None and self.lo is not None and self.hi is not None
         sample = np.concatenate(self.samples)
         if len(sample) == 0:  # subsampling kept nothing: fall back to the extremes
             sample = np.stack([self.lo, self.hi])
@@ -220,7 +225,7 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
             dlt[act].add(delta_windows(cols[obs], cols[act], cfg.horizon, pose))
         for obs in observations:
             rows[obs].add(cols[obs])
-        if combined_matches:
+        if combined_matches and combined is not None:
             joined = np.concatenate([cols[k] for k in split_order], axis=1)
             combined_matches = joined.shape == cols[combined].shape and np.array_equal(joined, cols[combined])
 

@@ -21,6 +21,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from . import fsutil
@@ -55,7 +56,8 @@ def payload_files(root: Path) -> list[tuple[str, int | None]]:
     return out
 
 
-def check_consistent(root: Path, episodes: list[dict], cameras, chunks_size: int, info: dict | None) -> None:
+def check_consistent(root: Path, episodes: list[dict], cameras: Iterable[str], chunks_size: int,
+                     info: dict | None) -> None:
     """Raise ``DamagedRootError`` (saying what is inconsistent and how to recover) unless the root is
     what the writer leaves, possibly with one interrupted save or delete of episode ``len(episodes)``."""
     n = len(episodes)
@@ -90,7 +92,7 @@ def _few(items: list, k: int = 5) -> str:
     return ", ".join(map(str, items[:k])) + (f" (+{len(items) - k} more)" if len(items) > k else "")
 
 
-def expected_files(episodes: list[dict], cameras, chunks_size: int) -> set[str]:
+def expected_files(episodes: list[dict], cameras: Iterable[str], chunks_size: int) -> set[str]:
     """Relative paths of every payload file the saved episodes own (extras only if present)."""
     out = set()
     for e in episodes:
@@ -107,8 +109,8 @@ def load_episodes(root: Path) -> list[dict]:
     path = root / "meta" / "episodes.jsonl"
     try:
         episodes = fsutil.read_jsonl(path)
-    except ValueError as e:  # names the file and the line
-        raise DatasetError(f"{e}; refusing to touch the root") from e
+    except ValueError as exc:  # names the file and the line
+        raise DatasetError(f"{exc}; refusing to touch the root") from exc
     for i, e in enumerate(episodes):
         if e.get("episode_index") != i:
             raise DatasetError(f"{path}: line {i + 1} has episode_index {e.get('episode_index')}, "
@@ -116,7 +118,8 @@ def load_episodes(root: Path) -> list[dict]:
     return episodes
 
 
-def repair(root: Path, cameras, chunks_size: int, info: dict | None) -> tuple[list[dict], list[dict], list[str]]:
+def repair(root: Path, cameras: Iterable[str], chunks_size: int,
+           info: dict | None) -> tuple[list[dict], list[dict], list[str]]:
     """Repair ``root`` in place after ``check_consistent``; returns (episodes, tasks, actions taken).
 
     ``info``: the root's info.json (None if there is none)."""

@@ -147,6 +147,8 @@ def _read_packets(path: Path) -> tuple[Fraction, list[int], list[int]]:
                 raise ValueError("packet without PTS")
             pts.append(int(p.pts))
             dts.append(int(p.dts) if p.dts is not None else int(p.pts))
+        if s.time_base is None:
+            raise ValueError("video stream without a time base")
         return Fraction(s.time_base), pts, dts
 
 
@@ -305,6 +307,8 @@ def _packet_digest(path: Path) -> tuple[str, bytes | None, list[int]]:
                 continue
             h.update(p.size.to_bytes(8, "little"))
             h.update(bytes(p))
+            if p.pts is None:
+                raise ValueError("packet without PTS")
             pts.append(int(p.pts))
     return h.hexdigest(), extradata, pts
 

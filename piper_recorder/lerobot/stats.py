@@ -99,7 +99,8 @@ def _mixture_quantile(q: np.ndarray, w: np.ndarray, p: float, iters: int = 60) -
     return out
 
 
-def _bisect(qw, lev, j0, w, a, b, p, L, iters) -> np.ndarray:
+def _bisect(qw: np.ndarray, lev: np.ndarray, j0: np.ndarray, w: np.ndarray, a: np.ndarray, b: np.ndarray,
+            p: float, L: int, iters: int) -> np.ndarray:
     for _ in range(iters):
         mid = 0.5 * (a + b)
         below_p = _mixture_cdf(qw, lev, j0, w, mid, L) < p

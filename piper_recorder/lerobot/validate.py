@@ -127,7 +127,17 @@ class _ColumnAccumulator:
 
     def merge(self, other: "_ColumnAccumulator") -> None:
         if other.count:
-            self._fold(other.lo, other.hi, other.total, other.count)
+            self._fold(*other.sums(), other.count)
+
+    def sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(min, max, sum) of what was folded in (count > 0)."""
+        assert self.lo is not None and self.hi is not None and self.total is not None and self.count
+        return self.lo, self.hi, self.total
+
+    def summary(self) -> tuple[tuple[str, np.ndarray], ...]:
+        """("min", ...), ("max", ...), ("mean", ...) of what was folded in (count > 0)."""
+        lo, hi, total = self.sums()
+        return ("min", lo), ("max", hi), ("mean", total / self.count)
 
     def _fold(self, lo: np.ndarray, hi: np.ndarray, s: np.ndarray, n: int) -> None:
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
@@ -296,7 +306,8 @@ def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, a
         if key not in table.column_names:
             rep.add(path, f"column '{key}' missing")
             continue
-        if feat.get("dtype") not in ARROW_SCALARS or _width(feat) is None:
+        width = _width(feat)
+        if feat.get("dtype") not in ARROW_SCALARS or width is None:
             continue
         column = table.column(key)
         want = _expected_arrow_type(feat)
@@ -308,7 +319,7 @@ def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, a
         if flat.null_count or (pa.types.is_fixed_size_list(flat.type) and flat.flatten().null_count):
             rep.add(path, f"column '{key}' has null values")
             continue
-        values = column_array(column, _width(feat))
+        values = column_array(column, width)
         if feat["dtype"].startswith("float") and not np.all(np.isfinite(values)):
             rep.add(path, f"column '{key}' has non-finite values")
             continue
@@ -667,7 +678,7 @@ def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: di
                 continue
             a = acc.get(key)
             if a is not None and a.count:
-                wrong = [s for s, want in (("min", a.lo), ("max", a.hi), ("mean", a.total / a.count))
+                wrong = [s for s, want in a.summary()
                          if not np.allclose(arrays[s], want, rtol=1e-5, atol=1e-6)]
                 if wrong:
                     rep.add(path, f"{where}: {'/'.join(wrong)} do not match the episode's parquet data")
@@ -680,7 +691,7 @@ def _check_stats_against_data(rep: _Report, path: Path, stats: dict, acc: dict[s
         if not isinstance(entry, dict) or a.count == 0:
             continue
         wrong = []
-        for s, want in (("min", a.lo), ("max", a.hi), ("mean", a.total / a.count)):
+        for s, want in a.summary():
             try:
                 got = np.asarray(entry.get(s), dtype=np.float64)
             except (TypeError, ValueError):
@@ -821,7 +832,7 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
                     rep.add(ep_path, f"episode {pos}: task {t!r} is not in meta/tasks.jsonl")
             task_index = task_of.get(ep_tasks[0])
         if "task_index" in ep:
-            if task_index is not None and ep["task_index"] != task_index:
+            if task_index is not None and ep_tasks and ep["task_index"] != task_index:
                 rep.add(ep_path, f"episode {pos}: task_index {ep['task_index']!r} but meta/tasks.jsonl maps "
                                  f"{ep_tasks[0]!r} to {task_index}")
             task_index = ep["task_index"] if isinstance(ep["task_index"], int) else task_index

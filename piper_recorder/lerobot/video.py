@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,8 @@ class VideoEncoder:
         self.dropped_queue = 0
         self.last_pts = -1
         self._period = frame_period_ticks(fps)
-        self.on_frame = None  # called on the encoder thread with each frame it encodes, in order
+        # called on the encoder thread with each frame it encodes, in order
+        self.on_frame: Callable[[np.ndarray], None] | None = None
         self._error: BaseException | None = None
         self._closing = False
         self._aborted = False
@@ -99,6 +101,7 @@ class VideoEncoder:
         self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": str(TICKS)})
         try:
             s = self._out.add_stream(cfg.codec, rate=fps)
+            assert isinstance(s, av.VideoStream)
             s.width, s.height, s.pix_fmt = width, height, cfg.pix_fmt
             s.time_base = TIME_BASE
             cc = s.codec_context
@@ -107,7 +110,7 @@ class VideoEncoder:
             cc.max_b_frames = cfg.bf
             if cfg.threads:
                 cc.thread_count = cfg.threads
-            opts = {"bf": str(cfg.bf), "g": str(cfg.gop)}
+            opts: dict[str, object] = {"bf": str(cfg.bf), "g": str(cfg.gop)}
             if cfg.codec in ("libx264", "libx265"):
                 opts.update(crf=str(cfg.crf), preset=cfg.preset)
             s.options = opts
@@ -162,7 +165,7 @@ class VideoEncoder:
             log.error("encoder %s failed: %r", self.name, e)
             self._drain()
 
-    def _mux(self, packets) -> None:
+    def _mux(self, packets: Iterable[av.Packet]) -> None:
         for p in packets:
             if not p.duration:
                 p.duration = self._period

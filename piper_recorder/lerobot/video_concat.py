@@ -103,6 +103,8 @@ class VideoFileWriter:
         with av.open(str(src)) as c:
             stream = c.streams.video[0]
             tb = stream.time_base
+            if tb is None:
+                raise ConcatError(f"{src}: video stream without a time base")
             for pkt in c.demux(stream):
                 if pkt.dts is None and pkt.pts is None:
                     continue  # demuxer flush packet

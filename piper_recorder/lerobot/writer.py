@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +62,7 @@ class _Episode:
         self.encoders: dict[str, VideoEncoder] = {}
         self.samplers: dict[str, episode_stats.ImageSampler] = {}  # fed by the encoder threads
         self.images: dict[str, tuple[np.ndarray, int]] | None = None  # (hist, frames) set by import
-        self.quest = None
+        self.quest: TextIO | None = None
         self.quest_lines = 0
         self.frame_counts: dict[str, int] | None = None  # set once the encoders are flushed
         self.saving = False  # set by save_episode: no more rows, frames or raw lines
@@ -81,6 +81,9 @@ class _Episode:
 
 class LeRobotWriter:
     """Writes episodes into a LeRobot v2.0 or v2.1 root; see the module docstring."""
+
+    _ep: _Episode | None          # the episode in flight (guarded by _state_lock)
+    _lock_fd: int | None          # the root lock (fsutil.lock_root) until close
 
     def __init__(self, root: str | os.PathLike, cfg: WriterConfig | None = None):
         self.cfg = cfg = cfg or WriterConfig()
@@ -322,7 +325,7 @@ class LeRobotWriter:
     def __enter__(self) -> "LeRobotWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- opening ------------------------------------------------------------------------------
@@ -330,7 +333,7 @@ class LeRobotWriter:
         cfg = self.cfg
         self._lock = threading.RLock()  # operations (start/save/discard/delete/...)
         self._state_lock = threading.Lock()  # the episode in flight, for the add_* calls
-        self._ep: _Episode | None = None
+        self._ep = None
         self._session_saved: list[int] = []
         self._features = list(cfg.features)
         self._width = sum(f.dim for f in self._features)
@@ -660,7 +663,8 @@ class LeRobotWriter:
         self._next_index += ep.n
         shutil.rmtree(ep.staging, ignore_errors=True)
 
-    def _rollback(self, tmps, done, moved) -> None:
+    def _rollback(self, tmps: list[tuple[Path, Path]], done: list[tuple[Path, bytes | None]],
+                  moved: list[tuple[Path, Path]]) -> None:
         """Undo a failed save/delete as far as the OS lets us; the next open repairs the rest."""
         for tmp, _ in tmps:
             tmp.unlink(missing_ok=True)
@@ -678,7 +682,8 @@ class LeRobotWriter:
             except OSError as e:
                 log.error("rollback of %s failed (%s); the next open repairs it", dst, e)
 
-    def _derived(self, episodes, tasks, sketches, records) -> list[tuple[str, bytes]]:
+    def _derived(self, episodes: list[dict], tasks: list[dict], sketches: list[np.ndarray],
+                 records: list[_StatsRecord]) -> list[tuple[str, bytes]]:
         """New content of the files derived from episodes.jsonl (written before it)."""
         out = [("tasks.jsonl", fsutil.jsonl_bytes(tasks))]
         if sketches:

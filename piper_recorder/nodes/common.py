@@ -90,8 +90,8 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
             continue  # not a ROS parameter (e.g. nested config filled by the node itself)
         if f.default is not dataclasses.MISSING:
             default = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            default = f.default_factory()  # type: ignore[misc]
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
         else:
             default = None
         name = prefix + f.name
@@ -170,7 +170,7 @@ async def run_in_thread(fn: Callable[[], Any]) -> Any:
         try:
             fut.set_result(fn())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the awaiting callback
-            fut.set_exception(exc)
+            fut.set_exception(exc)  # type: ignore[arg-type]  # rclpy takes any exception
 
     threading.Thread(target=_run, name="service-work", daemon=True).start()
     return await fut

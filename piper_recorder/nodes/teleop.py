@@ -25,15 +25,18 @@ carries the counters, each recorder's state and the calls in flight.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState, Joy as JoyMsg
@@ -241,7 +244,7 @@ class TeleopNode(Node):
             if now - self._last_refusal_log > 2.0:
                 self._last_refusal_log = now
                 self.get_logger().warning(f"clutch refused: {res.reason}")
-        if res.target is None:
+        if res.target is None or res.gripper is None:   # a target always comes with its gripper width
             return
         stamp = ns_to_stamp(now_ns(self))
         pose = PoseStamped()
@@ -257,7 +260,7 @@ class TeleopNode(Node):
         self.pub_gripper.publish(grip)
 
     # ---- recorder services (executor thread) ---------------------------------------------------
-    def _make_clients(self, rec: str) -> dict[Action, object]:
+    def _make_clients(self, rec: str) -> dict[Action, Client[Any, Any]]:
         return {a: self.create_client(Trigger, f"/{rec}/{a.value}", callback_group=self._call_group)
                 for a in Action}
 
@@ -275,7 +278,7 @@ class TeleopNode(Node):
             self._report(report)
         for send in res.sends:
             future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
-            future.add_done_callback(lambda f, cid=send.call_id: self._on_reply(cid, f))
+            future.add_done_callback(functools.partial(self._on_reply, send.call_id))
         self._service_poll_pulses(now)
 
     def _ready(self, rec: str) -> bool:

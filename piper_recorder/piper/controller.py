@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import kinematics as kin
-from .backends import ArmConfig, make_backend
+from .backends import ArmConfig, ImpedanceBackend, make_backend
 from .limits import Limits, Rejection
 from .link import SDK_VERSION, Feedback, PiperLink
 
@@ -225,7 +225,8 @@ class ArmController:
             goal = self._goal(fb, now)
             sent = self.backend.command(goal[0], goal[1], fb, now)
             if sent is not None:
-                self._hold = (sent, goal[1].copy() if self.backend.name == "position" else self.backend.q_cmd.copy())
+                held = self.backend.q_cmd if isinstance(self.backend, ImpedanceBackend) else goal[1]
+                self._hold = (sent, held.copy())
                 self.sent_commands += 1
             gripper_sent = self._gripper_tick(now)
         if (sent is not None or gripper_sent is not None) and self.on_command is not None:

@@ -109,10 +109,10 @@ class MonoClockMapper:
             self._above_since_ns = None
         elif self._above_since_ns is None:
             self._above_since_ns = recv_ns
-        if (current is not None and self._above_since_ns is not None
+        recent = self._recent.min
+        if (current is not None and recent is not None and self._above_since_ns is not None
                 and recv_ns - self._above_since_ns >= confirm_ns
-                and self._recent.min - current > self.config.jump_threshold_s * 1e9):
-            recent = self._recent.min
+                and recent - current > self.config.jump_threshold_s * 1e9):
             self._window.clear()
             self._window.push(recv_ns, recent)
             self._first_recv_ns = recv_ns
@@ -120,4 +120,6 @@ class MonoClockMapper:
             self.resets += 1
         self._window.push(recv_ns, d)
         self.samples += 1
-        return min(mono_ns + self._window.min, recv_ns)
+        offset = self._window.min
+        assert offset is not None  # just pushed
+        return min(mono_ns + offset, recv_ns)

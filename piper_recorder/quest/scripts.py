@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 SCRIPTS = ("demo", "idle", "circle", "continuous")
@@ -53,7 +54,8 @@ def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
     return (0.0, math.sin(yaw / 2.0), 0.0, math.cos(yaw / 2.0))
 
 
-def _hand(pos, quat, trigger=0.0, squeeze=0.0, primary=False, secondary=False) -> dict[str, Any]:
+def _hand(pos: Sequence[float], quat: Sequence[float], trigger: float = 0.0, squeeze: float = 0.0, primary: bool = False,
+          secondary: bool = False) -> dict[str, Any]:
     return {"pos": [float(p) for p in pos], "quat": [float(q) for q in quat], "valid": True, "tracked": True,
             "trigger": float(trigger), "squeeze": float(squeeze), "stick": [0.0, 0.0],
             "stick_click": False, "primary": bool(primary), "secondary": bool(secondary), "menu": False}

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from .client import DEFAULT_HOST, DEFAULT_PORT
@@ -115,7 +116,7 @@ class ReplayFrames:
 class SimQuestServer:
     """Threaded TCP server; ``start()`` binds and returns the port, ``stop()`` closes everything."""
 
-    def __init__(self, config: SimConfig, log=None):
+    def __init__(self, config: SimConfig, log: Callable[[str], None] | None = None):
         config.validate()
         self.config = config
         self.commands: Counter[str] = Counter()
@@ -160,7 +161,7 @@ class SimQuestServer:
         for c in conns:
             _close(c)
 
-    def _spawn(self, target, name: str, *args) -> None:
+    def _spawn(self, target: Callable[..., None], name: str, *args: Any) -> None:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)
         self._threads.append(t)
         t.start()
@@ -199,6 +200,7 @@ class SimQuestServer:
         held: list[bytes] = []
         try:
             conn.sendall(encode({"hello": hello}))
+            capture: float | None
             while not self._stop.is_set():
                 if self._replay is not None:
                     if n >= len(self._replay.frames):
@@ -239,6 +241,7 @@ class SimQuestServer:
                         conn.sendall(encode({"heartbeat": beat, "state": "FOCUSED",
                                              "mono": time.monotonic() + cfg.mono_offset_s}))
                     continue
+                assert capture is not None  # a frame, not a heartbeat
                 mono = capture + cfg.mono_offset_s
                 if self._replay is not None:
                     frame = dict(obj)

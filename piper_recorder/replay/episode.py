@@ -26,7 +26,7 @@ class ReplayEpisode:
         return float(self.t[-1]) if len(self.t) else 0.0
 
 
-def load_episode(root: Path, episode_index: int, pose_key: str = "action.arm_eef",
+def load_episode(root: str | Path, episode_index: int, pose_key: str = "action.arm_eef",
                  gripper_key: str = "action.gripper") -> ReplayEpisode:
     root = Path(root)
     info = json.loads((root / "meta" / "info.json").read_text())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -68,15 +70,16 @@ class PinholeCamera:
     rotation: np.ndarray  # (3, 3) optical axes as columns, arm base frame
 
     @classmethod
-    def looking_at(cls, intrinsics: Intrinsics, position, target) -> "PinholeCamera":
-        position = np.asarray(position, float).reshape(3)
-        return cls(intrinsics, position, look_at_rotation(position, np.asarray(target, float).reshape(3)))
+    def looking_at(cls, intrinsics: Intrinsics, position: Sequence[float],
+                   target: Sequence[float]) -> "PinholeCamera":
+        origin = np.asarray(position, float).reshape(3)
+        return cls(intrinsics, origin, look_at_rotation(origin, np.asarray(target, float).reshape(3)))
 
     def to_optical(self, points: np.ndarray) -> np.ndarray:
         """Base-frame points (..., 3) -> optical-frame points (..., 3)."""
         return (np.asarray(points, float) - self.position) @ self.rotation
 
-    def project(self, point) -> tuple[float, float, float]:
+    def project(self, point: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
         """Base-frame point -> (u, v, depth_m); depth <= 0 means behind the camera."""
         x, y, z = self.to_optical(np.asarray(point, float).reshape(3))
         if z <= 1e-6:

@@ -10,6 +10,8 @@ import bisect
 import threading
 from collections import deque
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -21,7 +23,7 @@ class PoseHistory:
         self._points: deque[np.ndarray] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
 
-    def add(self, stamp_ns: int, xyz) -> None:
+    def add(self, stamp_ns: int, xyz: Sequence[float] | np.ndarray) -> None:
         p = np.asarray(xyz, float).reshape(3)
         with self._lock:
             if self._stamps and stamp_ns <= self._stamps[-1]:

@@ -62,6 +62,7 @@ class OneEuroPosition:
         if self._x is None or not self.cfg.enabled or dt <= 0:
             if self._x is None or not self.cfg.enabled:
                 self.reset(x)
+            assert self._x is not None
             return self._x.copy()
         cutoff = self._speed.cutoff(float(np.linalg.norm(x - self._x)) / dt, dt)
         a = _alpha(cutoff, dt)
@@ -83,6 +84,7 @@ class OneEuroOrientation:
         if self._q is None or not self.cfg.enabled or dt <= 0:
             if self._q is None or not self.cfg.enabled:
                 self.reset(q)
+            assert self._q is not None
             return self._q.copy()
         cutoff = self._speed.cutoff(angle_between(self._q, q) / dt, dt)
         self._q = slerp(self._q, q, _alpha(cutoff, dt))

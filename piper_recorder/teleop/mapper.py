@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .clutch import Clutch, ClutchConfig, ClutchEvent
 from .filters import FilterConfig, OneEuroOrientation, OneEuroPosition
@@ -117,7 +118,7 @@ class Counters:
     out_of_order_inputs: int = 0  # headset poses/joys captured before the one already held (ignored)
 
 
-def _valid_pose(p, q) -> Pose | None:
+def _valid_pose(p: ArrayLike, q: ArrayLike) -> Pose | None:
     try:
         p = np.asarray(p, dtype=float).reshape(3)
         q = np.asarray(q, dtype=float).reshape(4)
@@ -159,7 +160,7 @@ class TeleopCore:
         self._released: tuple[ClutchEvent, str | None] | None = None   # a release on_joy applied, to report
 
     # ---- inputs -------------------------------------------------------------------------------
-    def on_hand_pose(self, t: float, p, q) -> bool:
+    def on_hand_pose(self, t: float, p: ArrayLike, q: ArrayLike) -> bool:
         """``t``: capture time of the pose (monotonic clock)."""
         pose = _valid_pose(p, q)
         if pose is None:
@@ -205,7 +206,7 @@ class TeleopCore:
             self._check_delete_hold(t)
         return True
 
-    def on_arm_pose(self, t: float, p, q) -> bool:
+    def on_arm_pose(self, t: float, p: ArrayLike, q: ArrayLike) -> bool:
         pose = _valid_pose(p, q)
         if pose is None:
             self.counters.rejected_inputs += 1
@@ -213,7 +214,7 @@ class TeleopCore:
         self._arm, self._arm_t = pose, t
         return True
 
-    def on_joint_states(self, t: float, positions) -> bool:
+    def on_joint_states(self, t: float, positions: ArrayLike) -> bool:
         if not is_finite(np.asarray(positions, dtype=float)):
             self.counters.rejected_inputs += 1
             return False
@@ -267,13 +268,15 @@ class TeleopCore:
             return res
 
         assert self._hand is not None and self._arm is not None and self._prev is not None
+        assert self._joy is not None  # the clutch engages on a joy message only
+        prev = self._prev
         raw = self._raw_target(self._hand)
         dt_f = min(max(dt_actual, 0.2 * self.cfg.period), 5.0 * self.cfg.period)
         fp = self.pos_filter(raw.p, dt_f)
         fq = self.rot_filter(raw.q, dt_f)
         p, q = self.limits.apply(fp, fq, self._prev.p, self._prev.q, self._arm.p, self.cfg.period)
         try:
-            self.limits.check(p, q, self._prev.p, self._prev.q, self.cfg.period)
+            self.limits.check(p, q, prev.p, prev.q, self.cfg.period)
         except LimitViolation as exc:
             self.counters.unsafe_targets += 1
             return self._forced(res, f"unsafe target refused: {exc}")
@@ -290,16 +293,18 @@ class TeleopCore:
     # ---- internals ----------------------------------------------------------------------------
     def _raw_target(self, c: Pose) -> Pose:
         c0, e0, M = self._c0, self._e0, self.M
+        assert c0 is not None and e0 is not None  # latched when the clutch engaged
         p = e0.p + M @ (c.p - c0.p) * self.cfg.pos_scale
         r_delta = M @ quat_to_matrix(c.q) @ quat_to_matrix(c0.q).T @ M.T
         q = matrix_to_quat(r_delta @ quat_to_matrix(e0.q))
         return Pose(p, q)
 
     def _latch(self) -> None:
+        assert self._hand is not None and self._arm is not None  # _refuse_reason let the clutch engage
         self._c0 = Pose(self._hand.p.copy(), self._hand.q.copy())
         self._e0 = Pose(self._arm.p.copy(), self._arm.q.copy())
         self._prev = Pose(self._arm.p.copy(), self._arm.q.copy())
-        self.pos_filter.reset(self._e0.p)
+        self.pos_filter.reset(self._arm.p.copy())
         self.rot_filter.reset(self._e0.q)
 
     def _forced(self, res: TickResult, reason: str) -> TickResult:
@@ -329,6 +334,7 @@ class TeleopCore:
         reason = self._arm_problem(t)
         if reason is not None:
             return reason
+        assert self._arm is not None  # _arm_problem: no feedback is a reason
         if not self.limits.inside(self._arm.p):
             return f"arm outside workspace at {np.round(self._arm.p, 3).tolist()}"
         return None

@@ -26,6 +26,7 @@ itself without an extra press.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -197,7 +198,7 @@ class RecorderCalls:
             rec.state = state
 
     # ---- policy --------------------------------------------------------------------------------
-    def poll(self, t: float, ready) -> PollResult:
+    def poll(self, t: float, ready: Callable[[str], bool]) -> PollResult:
         """Advance every call; ``ready(recorder)`` is True when that recorder's service is matched."""
         out = PollResult()
         for name, rec in self.recorders.items():
@@ -235,7 +236,7 @@ class RecorderCalls:
                     out.reports.append(report)
         return out
 
-    def _resolve_waiting(self, name: str, rec: _Recorder, call: _Call, t: float, ready,
+    def _resolve_waiting(self, name: str, rec: _Recorder, call: _Call, t: float, ready: Callable[[str], bool],
                          out: PollResult) -> Report | None:
         if call.effect_seen:
             return self._done(rec, Outcome.OK, name, call, f"{_EFFECT_EVENT[call.action]} (reply lost)")

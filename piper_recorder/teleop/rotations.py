@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 
-def is_finite(*arrays: np.ndarray) -> bool:
+def is_finite(*arrays: np.ndarray | list[float]) -> bool:
     return all(bool(np.all(np.isfinite(np.asarray(a, dtype=float)))) for a in arrays)
 
 

@@ -31,7 +31,9 @@ def _pts_seconds(path: Path) -> np.ndarray:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         pts = [p.pts for p in container.demux(stream) if p.pts is not None]
-        return np.sort(np.asarray(pts, dtype=np.float64)) * float(stream.time_base)
+        tb = stream.time_base
+        assert tb is not None  # mp4 streams have one
+        return np.sort(np.asarray(pts, dtype=np.float64)) * float(tb)
 
 
 def _column(table: Any, name: str) -> np.ndarray | None:
@@ -101,7 +103,10 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
     for ep in chosen:
         idx = int(ep["episode_index"])
         tbl = pq.read_table(data_file(root, info, idx))
-        t = _column(tbl, "timestamp")[:, 0]
+        ts = _column(tbl, "timestamp")
+        if ts is None:
+            raise ValueError(f"{data_file(root, info, idx)}: no timestamp column")
+        t = ts[:, 0]
         group = f"ep{idx}"
         tl = [round(float(v), 4) for v in t]
         sec = [f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(ep.get("tasks", [])))}</h2>',
