@@ -1,0 +1,106 @@
+"""One place per concept (issue 12.5): no module-level import cycle in piper_recorder (the LeRobot
+meta <-> writer <-> repair cycle is gone: layout and writer config are leaves), the v3.0 video
+concatenator needs no assembler, and each shared helper is defined once in the source."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("piper_recorder", "rgbd_writer")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in (ROOT / pkg).rglob("*.py"):
+            name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = p
+    return out
+
+
+def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module-level imports (including ``if TYPE_CHECKING:`` blocks) between our modules."""
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.parse(p.read_text()).body:
+            for n in node.body if isinstance(node, ast.If) else [node]:
+                if isinstance(n, ast.ImportFrom):
+                    base = n.module or ""
+                    if n.level:
+                        parts = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
+                        base = ".".join(parts + ([n.module] if n.module else []))
+                    for a in n.names:
+                        target = next((c for c in (f"{base}.{a.name}", base) if c in mods), None)
+                        if target and target != m:
+                            graph[m].add(target)
+                elif isinstance(n, ast.Import):
+                    graph[m].update(a.name for a in n.names if a.name in mods and a.name != m)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    graph = _imports(_modules())
+    assert _cycles(graph) == []
+    for leaf in ("piper_recorder.lerobot.layout", "piper_recorder.timebase", "piper_recorder.durable",
+                 "piper_recorder.params_file"):
+        assert graph[leaf] == set(), f"{leaf} must stay a leaf, imports {graph[leaf]}"
+    assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.meta"]
+    assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.repair"]
+
+
+def test_video_concat_does_not_load_the_assembler():
+    code = ("import sys, piper_recorder.lerobot.video_concat, piper_recorder.lerobot.retime; "
+            "print(sorted(m for m in sys.modules if m.startswith('piper_recorder.assembly')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_each_shared_helper_is_defined_once():
+    names = {"fsync_dir", "fsync_file", "atomic_write", "load_config", "read_params_file", "grid_timestamp",
+             "pts_ticks", "frame_period_ticks", "data_relpath", "video_relpath", "data_file", "video_file",
+             "ROTATION_TYPES", "TICKS", "STAGING"}
+    where: dict[str, list[str]] = {n: [] for n in names}
+    for m, p in _modules().items():
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
+                where[node.name].append(m)
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id in names:
+                        where[t.id].append(m)
+    assert {n: ms for n, ms in where.items() if len(ms) != 1} == {}
