@@ -150,8 +150,7 @@ class OutputLock:
             raise EditError(f"another {TOOL} is writing {out}") from None
 
     def close(self) -> None:
-        os.close(self.fd)
-        self.path.unlink(missing_ok=True)
+        os.close(self.fd)  # the file stays (as piper-export's): unlinking a flock file races a waiting opener
 
 
 def remove_stale_staging(out: Path) -> None:

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from piper_recorder import __version__
-from piper_recorder.lerobot import episode_stats, export, fsutil, meta, provenance
+from piper_recorder.lerobot import episode_stats, export, fsutil, meta, metacheck, provenance
 from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
 from piper_recorder.lerobot.video import VideoConfig
@@ -83,12 +83,17 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
         except DatasetError as e:
             raise EditError(str(e)) from None
     try:
+        metacheck.load_info(path)  # the shapes of the meta files, checked before anything reads them
+        for n, e in enumerate(metacheck.load_episodes(path), 1):
+            if not e["tasks"] or "task_index" not in e:
+                raise EditError(f"{path}/meta/episodes.jsonl: line {n} has no task")
+        metacheck.load_tasks(path)
         try:
             src = export.open_source(path)
         except export.ExportError as e:
             raise EditError(str(e).replace("cannot be exported", "cannot be edited")
                             .replace("piper-export reads", f"{TOOL} edits")) from None
-        modality = json.loads((path / "meta" / "modality.json").read_text(encoding="utf-8"))
+        modality = metacheck.load_json_object(path / "meta" / "modality.json")
         cfg = config_of(src, modality)
         return LeRobotSource(src, cfg, modality, lock_fd)
     except BaseException:

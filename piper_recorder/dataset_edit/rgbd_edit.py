@@ -86,7 +86,10 @@ def open_file(path: Path, lock: bool = True) -> RgbdSource:
         if Path(f"{os.path.realpath(path)}.journal").exists():
             raise EditError(f"{path} has an interrupted transaction (a .journal beside it); open it with "
                             "the recorder or piper-validate first so it is rolled back")
-        problems = validate_file(path)
+        try:
+            problems = validate_file(path)
+        except Exception as e:  # noqa: BLE001 - h5py's errors for damaged headers/attributes (as the writer's open)
+            problems = [f"cannot validate: {type(e).__name__}: {e}"]
         if problems:
             raise EditError(f"{path} is not a complete, valid RGB-D file: " + "; ".join(problems[:3]))
         with h5py.File(path, "r") as f:
