@@ -84,8 +84,8 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
             raise EditError(str(e)) from None
     try:
         metacheck.load_info(path)  # the shapes of the meta files, checked before anything reads them
-        for n, e in enumerate(metacheck.load_episodes(path), 1):
-            if not e["tasks"] or "task_index" not in e:
+        for n, line in enumerate(metacheck.load_episodes(path), 1):
+            if not line["tasks"] or "task_index" not in line:
                 raise EditError(f"{path}/meta/episodes.jsonl: line {n} has no task")
         metacheck.load_tasks(path)
         try:
@@ -248,9 +248,9 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
     meta_dir = staging / "meta"
     sessions: list[dict[str, Any]] = []
     edits: list[dict[str, Any]] = []
-    for s in sources:
-        sessions += fsutil.read_jsonl(s.root / "meta" / provenance.SESSIONS_FILE)
-        edits += fsutil.read_jsonl(s.root / "meta" / EDITS_FILE)
+    for source in sources:
+        sessions += fsutil.read_jsonl(source.root / "meta" / provenance.SESSIONS_FILE)
+        edits += fsutil.read_jsonl(source.root / "meta" / EDITS_FILE)
     edits.append(edit)
     if sessions:
         fsutil.atomic_write(meta_dir / provenance.SESSIONS_FILE, fsutil.jsonl_bytes(sessions))

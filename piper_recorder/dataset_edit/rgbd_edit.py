@@ -99,8 +99,8 @@ def open_file(path: Path, lock: bool = True) -> RgbdSource:
                 attrs[schema.DEPTH_PROFILE_ATTR] = str(depth_profile)
             n = int(attrs["total_episodes"])
             episodes = []
-            for e in range(n):
-                a = f["episodes"][f"demo_{e}"].attrs
+            for ep in range(n):
+                a = f["episodes"][f"demo_{ep}"].attrs
                 task = a.get("task", "")
                 episodes.append(EpisodeInfo(task.decode() if isinstance(task, bytes) else str(task),
                                             int(a["num_samples"])))
