@@ -26,6 +26,7 @@ CONSOLE_SCRIPTS = {
     "piper-view": "piper_recorder.cli.view:main",
     "piper-export": "piper_recorder.cli.export:main",
     "piper-recover": "piper_recorder.cli.recover:main",
+    "piper-dataset": "piper_recorder.cli.dataset:main",
 }
 # ROS-style executable names (node names) for launch files, pointing at the same functions.
 ROS_EXECUTABLES = {

@@ -25,7 +25,7 @@ import yaml
 from lerobot_fixtures import small_root
 
 from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
-from piper_recorder.cli import bag2dataset, finalize, validate, view
+from piper_recorder.cli import bag2dataset, dataset, finalize, validate, view
 
 pytestmark = pytest.mark.timeout(180)
 BIN = Path(sys.executable).parent
@@ -203,6 +203,7 @@ def test_corrupted_lerobot_root(tmp_path, capsys, inputs, rel, op):
     run_main(capsys, view.main, [root, "--out", tmp_path / "r.html", "--link-videos"])
     run_main(capsys, finalize.main, ["--root", root, "--horizon", "4"])
     open_writer("lerobot", root, inputs["cfg"])
+    run_main(capsys, dataset.main, ["delete", root, "--episodes", "0", "--out", tmp_path / "edited"], (0, 1, 2))
     run_main(capsys, bag2dataset.main, [inputs["bag"], "--format", "lerobot", "--out", root, "--config",
                                         inputs["cfg"], "--no-progress"], (0, 1, 2))
 
@@ -218,6 +219,7 @@ def test_corrupted_rgbd_files(tmp_path, capsys, inputs):
         run_main(capsys, view.main, [h5, "--out", tmp_path / "r.html"])
         run_main(capsys, finalize.main, ["--root", h5], (2,))   # not a LeRobot root: said so
         open_writer("rgbd", h5, inputs["cfg"])
+        run_main(capsys, dataset.main, ["retask", h5, "--rename", "a=b", "--out", tmp_path / f"e{i}.hdf5"], (0, 1, 2))
         run_main(capsys, bag2dataset.main, [inputs["bag"], "--format", "rgbd", "--out", h5, "--config",
                                             inputs["cfg"], "--no-progress"], (0, 1, 2))
 

@@ -100,36 +100,42 @@ def import_rgbd(writer: Any, staged_path: Path) -> int:
     """Append every episode of a staged RGB-D HDF5 file (in order) to ``writer``; returns the count."""
     import h5py
 
-    from rgbd_writer import schema
-
-    n = 0
     with h5py.File(staged_path, "r") as f:
         demos = sorted(f.get("episodes", {}), key=lambda s: int(s.split("_")[1]))
-        rgb, depth = f[schema.RGB], f[schema.DEPTH]
-        states = f.get(schema.STATE, {})
-        extras = f.get(schema.EXTRA, {})
-        tr = f[schema.TRANSITIONS]
         for name in demos:
-            a = dict(f["episodes"][name].attrs)
-            o0, n_obs = int(a["obs_offset"]), int(a["num_observations"])
-            t0, T = int(a["transition_offset"]), int(a["num_samples"])
-            meta = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in a.items() if k not in _RGBD_OWN}
-            seed = int(a["seed"]) if "seed" in a else None
-            writer.start_episode(seed=seed, meta=meta)
-            try:
-                st = {k: states[k][o0:o0 + n_obs] for k in states}
-                for i in range(n_obs):
-                    writer.add_encoded_observation(rgb[o0 + i], depth[o0 + i], {k: v[i] for k, v in st.items()})
-                acts = tr["actions"][t0:t0 + T]
-                rew, term, tout = (tr[k][t0:t0 + T] for k in ("rewards", "terminals", "timeouts"))
-                ex = {k: extras[k][t0:t0 + T] for k in extras}
-                for t in range(T):
-                    writer.add_transition(acts[t], float(rew[t]), terminal=bool(term[t]), timeout=bool(tout[t]),
-                                          extras={k: v[t] for k, v in ex.items()} or None)
-                writer.end_episode(success=bool(a["success"]) if "success" in a else None)
-            except BaseException:
-                if writer.recording:
-                    writer.discard_episode()
-                raise
-            n += 1
-    return n
+            copy_rgbd_episode(writer, f, int(name.split("_")[1]))
+    return len(demos)
+
+
+def copy_rgbd_episode(writer: Any, f: Any, episode: int, meta_update: dict[str, Any] | None = None) -> None:
+    """Append episode ``episode`` of the open RGB-D file ``f`` to ``writer`` as one committed episode:
+    payloads copied as stored (never re-encoded), states, transitions and extras as they are, the demo's
+    own attributes kept (``meta_update`` overrides some); indices and offsets are the writer's."""
+    from rgbd_writer import schema
+
+    rgb, depth = f[schema.RGB], f[schema.DEPTH]
+    states = f.get(schema.STATE, {})
+    extras = f.get(schema.EXTRA, {})
+    tr = f[schema.TRANSITIONS]
+    a = dict(f["episodes"][f"demo_{episode}"].attrs)
+    o0, n_obs = int(a["obs_offset"]), int(a["num_observations"])
+    t0, T = int(a["transition_offset"]), int(a["num_samples"])
+    meta = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in a.items() if k not in _RGBD_OWN}
+    meta.update(meta_update or {})
+    seed = int(a["seed"]) if "seed" in a else None
+    writer.start_episode(seed=seed, meta=meta)
+    try:
+        st = {k: states[k][o0:o0 + n_obs] for k in states}
+        for i in range(n_obs):
+            writer.add_encoded_observation(rgb[o0 + i], depth[o0 + i], {k: v[i] for k, v in st.items()})
+        acts = tr["actions"][t0:t0 + T]
+        rew, term, tout = (tr[k][t0:t0 + T] for k in ("rewards", "terminals", "timeouts"))
+        ex = {k: extras[k][t0:t0 + T] for k in extras}
+        for t in range(T):
+            writer.add_transition(acts[t], float(rew[t]), terminal=bool(term[t]), timeout=bool(tout[t]),
+                                  extras={k: v[t] for k, v in ex.items()} or None)
+        writer.end_episode(success=bool(a["success"]) if "success" in a else None)
+    except BaseException:
+        if writer.recording:
+            writer.discard_episode()
+        raise

@@ -1,0 +1,116 @@
+"""Benchmark `piper-dataset merge` of two 1-hour LeRobot roots: wall time, CPU, peak memory.
+
+How the roots are made (cheaply, honestly): bench/export.py's recipe. One 60 s episode with three
+640x480 cameras at 30 fps is recorded through the real writer (textured moving scene with noise,
+crf 23, GOP 15: ~7-8 MB/min per camera), then replicated 60 times into each root through the
+writer's own import path (``import_episode``) with the mp4s as hard links of the recorded ones and
+the recorded episode's camera sample histograms, so each root has the per-episode stats records and
+stats.json a recorder writes. Each root is 60 episodes, 108,000 rows, 180 mp4s (about 1.4 GB).
+
+The merge runs the real console script as a child process (wall time incl. interpreter start-up;
+CPU and peak RSS of the child from os.wait4). Baseline in the same run: hard-linking every file of
+both roots into a new tree (what any merge that does not re-encode must at least do), and the dry
+run (planning only). The machine is shared: load averages are printed next to the figures.
+
+    .venv/bin/python bench/dataset_merge.py [--quick] [--dir /tmp/piper_merge_bench] [--keep] [--size 640x480]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from export import CAMS, load, record_template, replicate  # noqa: E402  (bench/export.py's recipe)
+
+
+def run(cmd: list[str]) -> dict:
+    before = load()
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    text = p.stdout.read() if p.stdout else ""
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{cmd[0]} failed:\n{text}")
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "load": f"{before} -> {load()}",
+            "out": text}
+
+
+def link_tree_time(roots: list[Path], out: Path) -> float:
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    for n, r in enumerate(roots):
+        for p in r.rglob("*"):
+            if p.is_file():
+                dst = out / str(n) / p.relative_to(r)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.link(p, dst)
+    wall = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    return wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="two 6-minute roots of 20 s episodes")
+    ap.add_argument("--dir", default="/tmp/piper_merge_bench")
+    ap.add_argument("--keep", action="store_true", help="keep the generated roots")
+    ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
+    a = ap.parse_args()
+    w, h = (int(x) for x in a.size.split("x"))
+    ep_s, minutes = (20.0, 6) if a.quick else (60.0, 60)
+    d = Path(a.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    tool = str(Path(sys.executable).parent / "piper-dataset")
+    print(f"machine: {os.cpu_count()} CPUs, load average {load()} (shared)", flush=True)
+    out = d / "merged"
+    try:
+        template = d / f"template_{int(ep_s)}s_{w}x{h}"
+        if not (template / "meta/episodes.jsonl").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            t0 = time.perf_counter()
+            record_template(template, ep_s, w, h)
+            print(f"recorded the {ep_s:g} s template episode ({len(CAMS)} cameras {w}x{h}) in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+        n = int(minutes * 60 / ep_s)
+        roots = []
+        for name in ("a", "b"):
+            root = d / f"root_{name}_{minutes}min"
+            if not (root / "meta/episodes.jsonl").exists() or len((root / "meta/episodes.jsonl").read_text().splitlines()) != n:
+                shutil.rmtree(root, ignore_errors=True)
+                t0 = time.perf_counter()
+                replicate(template, root, n)
+                print(f"built {root.name}: {n} episodes in {time.perf_counter() - t0:.1f} s", flush=True)
+            roots.append(root)
+        gb = sum(f.stat().st_size for r in roots for f in r.rglob("*") if f.is_file()) / 1e9
+        rows = sum(json.loads(x)["length"] for r in roots for x in (r / "meta/episodes.jsonl").read_text().splitlines())
+        shutil.rmtree(out, ignore_errors=True)
+        dry = run([tool, "merge", *map(str, roots), "--out", str(out), "--dry-run"])
+        res = run([tool, "merge", *map(str, roots), "--out", str(out), "-q"])
+        info = json.loads((out / "meta/info.json").read_text())
+        assert info["total_episodes"] == 2 * n and info["total_frames"] == rows, info
+        floor = link_tree_time(roots, d / "links")
+        rec_s = 2 * minutes * 60
+        print(f"\nmerge of two {minutes}-minute roots ({2 * n} episodes, {rows} rows, {len(CAMS)} cameras {w}x{h}, "
+              f"{gb:.2f} GB; wall time of the whole command incl. start-up):")
+        print(f"  piper-dataset merge: {res['wall']:.1f} s = {rec_s / res['wall']:.0f}x real time; CPU {res['cpu']:.1f} s "
+              f"({res['cpu'] / rec_s * 1000:.1f} ms per recorded s, {res['cpu'] / (2 * n) * 1000:.0f} ms per episode); "
+              f"peak RSS {res['rss_mb']:.0f} MB (load {res['load']})")
+        print(f"  dry run (open, check and plan only): {dry['wall']:.1f} s")
+        print(f"  baseline, hard-linking every file of both roots: {floor:.2f} s -> merge / link-only = "
+              f"{res['wall'] / floor:.0f}x")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

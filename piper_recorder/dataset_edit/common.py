@@ -1,0 +1,175 @@
+"""What every edit shares, whatever the format: the plan (which source episode becomes which output
+episode, under which task), episode selections, and the staged, atomic commit of the output.
+
+Every operation is "build a new dataset from picked episodes of the sources": merge picks all
+episodes of every source, split the selected ones (and the rest), delete all but the deleted ones,
+retask all of them under renamed tasks. The new dataset is built beside the output path under a
+hidden staging name by the format's own writer (so indices, offsets, metadata and statistics are
+exactly what the writer produces) and renamed over the output at the end; a killed run leaves the
+sources untouched and only that hidden staging path behind, which the next run removes.
+"""
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from piper_recorder.lerobot.errors import DatasetError
+
+STAGING_SUFFIX = ".dsedit-staging"
+LOCK_SUFFIX = ".dsedit-lock"
+TOOL = "piper-dataset"
+
+
+class EditError(DatasetError):
+    """The edit cannot be done as asked (the message says why); nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Output episode <- episode ``episode`` of source number ``source``, saved under ``task``."""
+
+    source: int
+    episode: int
+    task: str
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """What a plan needs to know about one source episode."""
+
+    task: str
+    length: int  # LeRobot rows / RGB-D transitions
+
+
+def parse_episodes(text: str, n: int) -> list[int]:
+    """``"0,3,5-7"`` -> [0, 3, 5, 6, 7] (sorted, unique), each checked against ``n`` episodes."""
+    out: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise EditError(f"--episodes {text!r}: expected indices and ranges like 0,3,5-7")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) is not None else a
+        if b < a:
+            raise EditError(f"--episodes {text!r}: range {part} is empty")
+        out.update(range(a, b + 1))
+    bad = sorted(i for i in out if i >= n)
+    if bad:
+        raise EditError(f"--episodes {text!r}: episodes {bad} do not exist (the source has {n}: 0-{n - 1})")
+    return sorted(out)
+
+
+def split_fraction(n: int, fraction: float, seed: int) -> list[int]:
+    """The episodes a seeded random split by ``fraction`` selects: the RGB-D loader's own
+    ``split_episodes`` (its "val" part), so both formats split a given count identically."""
+    from rgbd_writer.reader import split_episodes
+
+    if not 0.0 < fraction < 1.0:
+        raise EditError(f"--fraction {fraction}: must be between 0 and 1 (exclusive)")
+    if n < 2:
+        raise EditError(f"cannot split {n} episode(s) by fraction: need at least 2")
+    return [int(i) for i in split_episodes(n, fraction, seed)[1]]
+
+
+def parse_renames(pairs: list[str]) -> dict[str, str]:
+    """``["old=new", ...]`` -> {old: new}; several olds may map to one new task (a merge of tasks)."""
+    out: dict[str, str] = {}
+    for p in pairs:
+        old, sep, new = p.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            raise EditError(f"--rename {p!r}: expected OLD=NEW with non-blank task strings")
+        if old in out and out[old] != new:
+            raise EditError(f"--rename: task {old!r} renamed twice ({out[old]!r}, {new!r})")
+        out[old] = new
+    return out
+
+
+def retask_picks(episodes: list[EpisodeInfo], renames: dict[str, str]) -> list[Pick]:
+    known = {e.task for e in episodes}
+    unknown = sorted(set(renames) - known)
+    if unknown:
+        raise EditError(f"--rename: no episode has task(s) {unknown}; tasks present: {sorted(known)}")
+    return [Pick(0, i, renames.get(e.task, e.task)) for i, e in enumerate(episodes)]
+
+
+def picks_of(source: int, episodes: list[EpisodeInfo], keep: list[int] | None = None) -> list[Pick]:
+    idx = range(len(episodes)) if keep is None else keep
+    return [Pick(source, i, episodes[i].task) for i in idx]
+
+
+def describe_plan(picks: list[Pick], names: list[str], episodes: list[list[EpisodeInfo]]) -> list[str]:
+    """One line per output episode (for --dry-run), runs of unchanged consecutive picks folded."""
+    lines: list[str] = []
+    run: list[tuple[int, Pick]] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        (o0, p0), (o1, p1) = run[0], run[-1]
+        rows = sum(episodes[p.source][p.episode].length for _, p in run)
+        src = names[p0.source]
+        same_task = all(p.task == episodes[p.source][p.episode].task for _, p in run)
+        out = f"{o0}" if o0 == o1 else f"{o0}-{o1}"
+        ins = f"{p0.episode}" if o0 == o1 else f"{p0.episode}-{p1.episode}"
+        task = "" if same_task else f", task -> {run[0][1].task!r}"
+        lines.append(f"  episodes {out} <- {src} episodes {ins} ({rows} rows{task})")
+        run.clear()
+
+    for o, p in enumerate(picks):
+        if run:
+            lo, lp = run[-1]
+            same_task = p.task == lp.task or (
+                p.task == episodes[p.source][p.episode].task and lp.task == episodes[lp.source][lp.episode].task)
+            if not (p.source == lp.source and p.episode == lp.episode + 1 and same_task):
+                flush()
+        run.append((o, p))
+    flush()
+    return lines
+
+
+# ---- the staged output ----------------------------------------------------------------------------
+def staging_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}{STAGING_SUFFIX}")
+
+
+class OutputLock:
+    """One edit per output path at a time (a flock on a hidden file beside it; dies with the process)."""
+
+    def __init__(self, out: Path):
+        self.path = out.with_name(f".{out.name}{LOCK_SUFFIX}")
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            raise EditError(f"another {TOOL} is writing {out}") from None
+
+    def close(self) -> None:
+        os.close(self.fd)  # the file stays (as piper-export's): unlinking a flock file races a waiting opener
+
+
+def remove_stale_staging(out: Path) -> None:
+    """A killed run's staging tree or file (never valid output: it sits under a hidden name)."""
+    st = staging_path(out)
+    if st.is_dir() and not st.is_symlink():
+        shutil.rmtree(st)
+    elif st.exists() or st.is_symlink():
+        st.unlink()
+    for aside in st.parent.glob(glob.escape(st.name) + ".*"):  # an RGB-D writer's journal / creating file
+        aside.unlink()
+
+
+def check_new_output(out: Path, inputs: list[Path]) -> None:
+    """``out`` must be a new path, not one of the inputs nor inside/around one."""
+    if out.exists() or out.is_symlink():
+        raise EditError(f"--out {out} already exists; choose a new path (edits never overwrite an output)")
+    for src in inputs:
+        s = src.resolve()
+        o = out.absolute()
+        if o == s or s in o.parents or o in s.parents:
+            raise EditError(f"--out {out} must be outside the source {src} and not contain it")

@@ -1,0 +1,205 @@
+"""The four edits (merge, split, delete, retask) over either format, staged and committed atomically.
+
+Sources are opened holding their writers' locks (a LeRobot root's ``.lock`` flock, an RGB-D file's
+OFD lock), so no recorder changes them while they are read. Each output is built under a hidden
+staging name beside it (``.<name>.dsedit-staging``) and then renamed into place: a new output
+appears whole or not at all; an edit in place (delete / retask without ``--out``) swaps the new
+root with the old one in one ``renameat2(RENAME_EXCHANGE)`` (``export.commit``) or renames the new
+RGB-D file over the old one, while still holding the source's lock. A killed run leaves the sources
+untouched and only the staging path, which the next run on that output removes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Union
+
+from piper_recorder.lerobot import export, fsutil
+
+from . import lerobot_edit, rgbd_edit
+from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_new_output, describe_plan, parse_episodes,
+                     picks_of, remove_stale_staging, retask_picks, split_fraction, staging_path)
+
+Source = Union[lerobot_edit.LeRobotSource, rgbd_edit.RgbdSource]
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Output:
+    """One dataset an edit writes: where, and the picked source episodes in output order."""
+
+    path: Path
+    picks: list[Pick]
+    in_place: bool = False
+
+
+@dataclass
+class Result:
+    operation: str
+    kind: str  # "lerobot" or "rgbd"
+    outputs: list[Path]
+    plan: list[str]
+    dry_run: bool
+    totals: list[dict[str, int]] = field(default_factory=list)
+
+
+def _kind(paths: list[Path]) -> str:
+    kinds = set()
+    for p in paths:
+        if lerobot_edit.is_root(p):
+            kinds.add("lerobot")
+        elif rgbd_edit.is_file(p):
+            kinds.add("rgbd")
+        else:
+            raise EditError(f"{p}: neither a LeRobot root (meta/info.json) nor an RGB-D HDF5 file")
+    if len(kinds) > 1:
+        raise EditError("cannot mix LeRobot roots and RGB-D files in one edit")
+    return kinds.pop()
+
+
+def _open(kind: str, paths: list[Path]) -> list[Source]:
+    out: list[Source] = []
+    try:
+        for p in paths:
+            out.append(lerobot_edit.open_root(p) if kind == "lerobot" else rgbd_edit.open_file(p))
+    except BaseException:
+        for s in out:
+            s.close()
+        raise
+    return out
+
+
+def _episodes(s: Source) -> list[EpisodeInfo]:
+    return s.episodes
+
+
+def _run(op: str, kind: str, paths: list[Path], sources: list[Source], outputs: list[Output], dry_run: bool,
+         progress: Progress | None, **extra: object) -> Result:
+    names = [str(p) for p in paths]
+    eps = [_episodes(s) for s in sources]
+    plan: list[str] = []
+    for o in outputs:
+        if not o.picks:
+            raise EditError(f"{o.path} would hold no episode; refusing to write an empty dataset")
+        rows = sum(eps[p.source][p.episode].length for p in o.picks)
+        unit = "rows" if kind == "lerobot" else "transitions"
+        plan.append(f"{'rewrite in place' if o.in_place else 'write'} {o.path}: {len(o.picks)} episodes, "
+                    f"{rows} {unit}, {len({p.task for p in o.picks})} tasks")
+        plan += describe_plan(o.picks, names, eps)
+        if not o.in_place:
+            check_new_output(o.path, paths)
+    result = Result(op, kind, [o.path for o in outputs], plan, dry_run)
+    if dry_run:
+        return result
+    for o in outputs:
+        result.totals.append(_write(kind, op, paths, sources, o, progress, extra))
+    return result
+
+
+def _write(kind: str, op: str, paths: list[Path], sources: list[Source], o: Output, progress: Progress | None,
+           extra: dict[str, object]) -> dict[str, int]:
+    out = o.path.absolute()
+    lock = OutputLock(out)
+    staging = staging_path(out)
+    try:
+        remove_stale_staging(out)
+        if kind == "lerobot":
+            export.recover(out)  # an output moved aside by a killed fallback commit
+            edit = lerobot_edit.edit_record(op, paths, o.picks, **extra)
+            totals = lerobot_edit.build([s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)],
+                                        o.picks, staging, edit, progress)
+            export.commit(staging, out)  # fsyncs the tree; exchange with an existing root (in place)
+        else:
+            totals = rgbd_edit.build([s for s in sources if isinstance(s, rgbd_edit.RgbdSource)],
+                                     o.picks, staging, progress)
+            os.replace(staging, out)
+            fsutil.fsync_dir(out.parent)
+        return totals
+    except BaseException:
+        if staging.is_dir():
+            shutil.rmtree(staging, ignore_errors=True)
+        elif staging.exists():
+            staging.unlink()
+        raise
+    finally:
+        lock.close()
+
+
+def _close(sources: list[Source]) -> None:
+    for s in sources:
+        s.close()
+
+
+def merge(inputs: list[Path], out: Path, dry_run: bool = False, progress: Progress | None = None) -> Result:
+    """All episodes of every input, in input order, into the new dataset ``out``."""
+    if len(inputs) < 2:
+        raise EditError("merge needs at least two inputs")
+    if len({p.resolve() for p in inputs}) != len(inputs):
+        raise EditError("merge: an input is given twice")
+    kind = _kind(inputs)
+    sources = _open(kind, inputs)
+    try:
+        if kind == "lerobot":
+            lerobot_edit.check_mergeable([s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)])
+        else:
+            rgbd_edit.check_mergeable([s for s in sources if isinstance(s, rgbd_edit.RgbdSource)])
+        picks = [p for i, s in enumerate(sources) for p in picks_of(i, _episodes(s))]
+        return _run("merge", kind, inputs, sources, [Output(out, picks)], dry_run, progress)
+    finally:
+        _close(sources)
+
+
+def split(src: Path, out: Path, rest: Path | None, episodes: str | None = None, fraction: float | None = None,
+          seed: int = 0, dry_run: bool = False, progress: Progress | None = None) -> Result:
+    """The selected episodes into ``out`` and, with ``rest``, the others into ``rest`` (source unchanged)."""
+    if (episodes is None) == (fraction is None):
+        raise EditError("split: give exactly one of --episodes or --fraction")
+    kind = _kind([src])
+    sources = _open(kind, [src])
+    try:
+        eps = _episodes(sources[0])
+        chosen = parse_episodes(episodes, len(eps)) if episodes is not None else split_fraction(len(eps), fraction or 0.0, seed)
+        others = [i for i in range(len(eps)) if i not in set(chosen)]
+        outputs = [Output(out, picks_of(0, eps, chosen))]
+        if rest is not None:
+            if rest.absolute() == out.absolute():
+                raise EditError("split: --out and --rest must differ")
+            outputs.append(Output(rest, picks_of(0, eps, others)))
+        sel = {"selected": chosen} if fraction is None else {"selected": chosen, "fraction": fraction, "seed": seed}
+        return _run("split", kind, [src], sources, outputs, dry_run, progress, **sel)
+    finally:
+        _close(sources)
+
+
+def delete(src: Path, episodes: str, out: Path | None = None, dry_run: bool = False,
+           progress: Progress | None = None) -> Result:
+    """Every episode but the given ones, renumbered; into ``out``, or in place when it is None."""
+    kind = _kind([src])
+    sources = _open(kind, [src])
+    try:
+        eps = _episodes(sources[0])
+        gone = set(parse_episodes(episodes, len(eps)))
+        if len(gone) == len(eps):
+            raise EditError(f"delete: that is every episode of {src}; nothing would remain")
+        keep = [i for i in range(len(eps)) if i not in gone]
+        o = Output(out if out is not None else src, picks_of(0, eps, keep), in_place=out is None)
+        return _run("delete", kind, [src], sources, [o], dry_run, progress, deleted=sorted(gone))
+    finally:
+        _close(sources)
+
+
+def retask(src: Path, renames: dict[str, str], out: Path | None = None, dry_run: bool = False,
+           progress: Progress | None = None) -> Result:
+    """Rename tasks (several old names onto one new name merges them); into ``out`` or in place."""
+    if not renames:
+        raise EditError("retask: give at least one --rename OLD=NEW")
+    kind = _kind([src])
+    sources = _open(kind, [src])
+    try:
+        picks = retask_picks(_episodes(sources[0]), renames)
+        o = Output(out if out is not None else src, picks, in_place=out is None)
+        return _run("retask", kind, [src], sources, [o], dry_run, progress, renamed=renames)
+    finally:
+        _close(sources)
