@@ -193,9 +193,9 @@ class EpisodeAssembler:
         self._table = config.table
         self._dims = {spec.name: spec.dim for spec in config.table.inputs}
         self._required = config.table.required
-        self._inputs = {name: SampleBuffer() for name in self._dims}
-        self._frames = {cam: SampleBuffer() for cam in config.cameras}
-        self._raw = SampleBuffer()
+        self._inputs: dict[str, SampleBuffer[int, np.ndarray]] = {name: SampleBuffer() for name in self._dims}
+        self._frames: dict[str, SampleBuffer[int, Frame]] = {cam: SampleBuffer() for cam in config.cameras}
+        self._raw: SampleBuffer[tuple[int, int], str] = SampleBuffer()
         self._raw_seq = 0
         self._next_k = 0
         self._last_tick_ns: int | None = None   # time of the last assembled (or skipped) tick
@@ -336,9 +336,9 @@ class EpisodeAssembler:
             for cam in self.config.cameras:
                 for s in self._frames[cam].pop_until(limit_ns):
                     self._send(cam, s.value, s.stamp_ns - self.origin_ns)
-        for s in self._raw.pop_until((limit_ns, 1 << 62)):
-            if s.stamp_ns[0] >= self.start_ns:
-                self._sink.raw_quest(s.value)
+        for line in self._raw.pop_until((limit_ns, 1 << 62)):
+            if line.stamp_ns[0] >= self.start_ns:
+                self._sink.raw_quest(line.value)
         return self.counters.rows - before
 
     def _send(self, cam: str, frame: Frame, rel_ns: int) -> None:
@@ -357,7 +357,7 @@ class EpisodeAssembler:
         k = (2 * (stamp_ns - self.start_ns) * self._num + unit) // (2 * unit)
         return stamp_ns - self.tick_ns(k)
 
-    def _row_frame(self, cam: str, t: int) -> Sample | None:
+    def _row_frame(self, cam: str, t: int) -> Sample[int, Frame] | None:
         """The frame for the row at t (phase-locked pairing, ``frame_assign``); None if there is none yet.
         Commits nothing but the phase tracker's input, so a skipped start tick can call it."""
         buf, tracker = self._frames[cam], self._phase[cam]
@@ -373,9 +373,9 @@ class EpisodeAssembler:
             tracker.add(self._grid_offset(buf.stamps[i]))
         self._fed_ns[cam] = feed if fed is None else max(fed, feed)
         prev = self._sent_ns[cam]
-        i = pick(buf.stamps, prev, t + tracker.phase_ns, self._period_ns, limit)
-        if i is not None:
-            return buf.at(i)
+        j = pick(buf.stamps, prev, t + tracker.phase_ns, self._period_ns, limit)
+        if j is not None:
+            return buf.at(j)
         return buf.latest_at(t if prev is None else prev)   # row 0: the pre-roll frame; later: a repeat
 
     def _tick(self, k: int) -> None:
@@ -387,32 +387,34 @@ class EpisodeAssembler:
             frames = {cam: self._row_frame(cam, t) for cam in self.config.cameras}
         else:
             frames = {cam: self._frames[cam].latest_at(t) for cam in self.config.cameras}
+        have = {n: s for n, s in samples.items() if s is not None}
+        got = {cam: f for cam, f in frames.items() if f is not None}   # both complete from the origin on
         if self._origin_k is None:
-            if any(s is None for s in samples.values()) or any(f is None for f in frames.values()):
+            if len(have) < len(samples) or len(got) < len(frames):
                 c.skipped_start_ticks += 1
                 for buf in self._inputs.values():
                     buf.prune_before(t)
-                for buf in self._frames.values():   # keep what a later start tick's window may take
-                    buf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
+                for fbuf in self._frames.values():   # keep what a later start tick's window may take
+                    fbuf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:
-                for cam, f in frames.items():   # the frame at/before the origin opens the video at t = 0 ...
+                for cam, f in got.items():   # the frame at/before the origin opens the video at t = 0 ...
                     self._frames[cam].drop_through(t)
                     nxt = self._frames[cam].first()
                     if nxt is None or nxt.stamp_ns - t >= 1_000_000:   # ... unless the next one floors to 0 ms
                         self._send(cam, f.value, 0)
-        for name, s in samples.items():
+        for name, s in have.items():
             if t - s.stamp_ns > self._stale_ns:
                 Counters._inc(c.values_stale, name)
         current: dict[str, np.ndarray] = {}
         for name, dim in self._dims.items():   # optional inputs are zeros until their first sample
-            s = samples[name] if name in samples else self._inputs[name].latest_at(t)
-            current[name] = s.value if s is not None else np.zeros(dim, dtype=np.float32)
+            opt = have.get(name) or self._inputs[name].latest_at(t)
+            current[name] = opt.value if opt is not None else np.zeros(dim, dtype=np.float32)
         values = {f.key: current[f.input][f.start:f.stop] for f in self._table.features}
         row_frames: dict[str, Frame] = {}
         if self._frames_in_rows:
-            for cam, f in frames.items():
+            for cam, f in got.items():
                 prev = self._sent_ns[cam]
                 if prev is not None and f.stamp_ns == prev:
                     c.frames_repeated[cam] += 1

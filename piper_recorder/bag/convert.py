@@ -83,26 +83,31 @@ class BagResult:
 
 # ---- writers (the recorder nodes' settings; offline: never drop frames) --------------------------
 def open_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter | RgbdWriter:
-    s, tm = opts.settings, opts.topics
-    if opts.fmt == "lerobot":
-        from piper_recorder.lerobot.writer import LeRobotWriter
+    return _lerobot_writer(opts, path) if opts.fmt == "lerobot" else _rgbd_writer(opts, path)
 
-        assert isinstance(s, LeRobotRecorderConfig)
-        return LeRobotWriter(path, lerobot_writer_config(s, tm.cameras, offline=True, table=tm.table))
+
+def _lerobot_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter:
+    from piper_recorder.lerobot.writer import LeRobotWriter
+
+    assert isinstance(opts.settings, LeRobotRecorderConfig)
+    tm = opts.topics
+    return LeRobotWriter(path, lerobot_writer_config(opts.settings, tm.cameras, offline=True, table=tm.table))
+
+
+def _rgbd_writer(opts: ConvertOptions, path: Path) -> RgbdWriter:
     from rgbd_writer.writer import RgbdWriter
 
-    assert isinstance(s, RgbdRecorderConfig)
-    return RgbdWriter(path, rgbd_writer_config(s, tm.cameras, producer=CONVERTER, table=tm.table))
+    assert isinstance(opts.settings, RgbdRecorderConfig)
+    tm = opts.topics
+    return RgbdWriter(path, rgbd_writer_config(opts.settings, tm.cameras, producer=CONVERTER, table=tm.table))
 
 
 def open_target(opts: ConvertOptions, path: Path) -> EpisodeTarget[Any]:
     """The recorder's own writer target over a fresh writer at ``path``."""
-    writer = open_writer(opts, path)
     if opts.fmt == "lerobot":
         assert isinstance(opts.settings, LeRobotRecorderConfig)
-        return LeRobotTarget(writer, save_raw_quest=opts.settings.save_raw_quest,  # type: ignore[arg-type]
-                             table=opts.topics.table)
-    return RgbdTarget(writer, next(iter(opts.topics.cameras)), opts.topics.table)  # type: ignore[arg-type]
+        return LeRobotTarget(_lerobot_writer(opts, path), opts.settings.save_raw_quest, opts.topics.table)
+    return RgbdTarget(_rgbd_writer(opts, path), next(iter(opts.topics.cameras)), opts.topics.table)
 
 
 # ---- provenance --------------------------------------------------------------------------------
@@ -188,7 +193,8 @@ def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str 
             raise BagError(f"{bag}: cannot read ({exc})") from exc
         with BagSource(Path(bag)) as src:
             res.bag_s = src.duration_s
-            _convert(src, res, opts, Path(staging), set(map(tuple, (done or {}).get(res.fingerprint, []))), progress)
+            finished = {(a, b) for a, b in (done or {}).get(res.fingerprint, [])}
+            _convert(src, res, opts, Path(staging), finished, progress)
     except BagError as exc:
         res.status, res.error = "failed", str(exc)
     except Exception as exc:  # noqa: BLE001 - one bad bag must not stop the others
@@ -198,7 +204,7 @@ def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str 
     return res
 
 
-def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path, done: set,
+def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path, done: set[tuple[int, int]],
              progress: Progress | None) -> None:
     check_topics(src, opts)
     spans = choose_spans(src, opts, res.notes)

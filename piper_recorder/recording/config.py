@@ -263,7 +263,8 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
     ``encoder_max_block_s`` for the encoder; ``offline`` (the converter: no real-time deadline) it waits
     as long as needed, never dropped."""
     from piper_recorder.lerobot.features import lerobot_features
-    from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
+    from piper_recorder.lerobot.video import VideoConfig
+    from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
     video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0,

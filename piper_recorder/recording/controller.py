@@ -66,7 +66,7 @@ class EpisodeController:
     def __init__(self, target: EpisodeTarget[Any], assembly: AssemblyConfig, *, recorder: str,
                  max_episode_s: float, publish_event: Callable[[dict[str, Any]], None],
                  session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
-                 log: Callable[[str], None] = print, tick_stats: bool = True):
+                 log: Callable[[str], object] = print, tick_stats: bool = True):
         assembly.validate()
         self._tick_stats = tick_stats
         self.target, self.assembly, self.recorder = target, assembly, recorder
@@ -262,6 +262,7 @@ class EpisodeController:
                                             + self._unsaved_hint(), event))
         self._unsaved = None
         idx = self._episode
+        assert idx is not None
         self._saved.append((idx, self._task))
         with self._lock:
             self.state = IDLE

@@ -45,7 +45,7 @@ class InputRouter:
     is called once per camera with the reason."""
 
     def __init__(self, topics: TopicMap, sink: InputSink, *, depth: bool,
-                 warn: Callable[[str], None] = lambda m: None):
+                 warn: Callable[[str], object] = lambda m: None):
         self.sink, self.depth, self._warn = sink, depth, warn
         self.rejected: dict[str, int] = {}
         self._handlers: dict[str, list[Handler]] = {}
@@ -107,10 +107,12 @@ class InputRouter:
         try:
             img = image_to_numpy(msg)
         except ValueError as exc:
-            return self._reject(cam, str(exc))
+            self._reject(cam, str(exc))
+            return None
         h, w = self._sizes[cam]
         if img.shape[:2] != (h, w) or (not depth and img.ndim != 3):
-            return self._reject(cam, f"got {img.shape} frames, configured {h}x{w}")
+            self._reject(cam, f"got {img.shape} frames, configured {h}x{w}")
+            return None
         return img
 
     def _reject(self, cam: str, why: str) -> None:
@@ -118,4 +120,3 @@ class InputRouter:
         self.rejected[cam] = n
         if n == 1:
             self._warn(f"{cam}: dropping frames: {why}")
-        return None
