@@ -94,7 +94,8 @@ def test_one_mapping_entry_adds_the_input_to_every_layer(tmp_path):
     for bad, why in (({"topic": WRENCH_TOPIC, "adapter": "nope"}, "unknown adapter"),
                      ({"topic": WRENCH_TOPIC}, "needs at least"),
                      ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "timestamp"}, "reserved"),
-                     ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "observation.gripper"}, "duplicate")):
+                     ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "observation.gripper"}, "duplicate"),
+                     ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "observation.ft.gripper"}, "is taken")):
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"inputs": {"wrench": bad}}))
         with pytest.raises(ValueError, match=why):
             topic_map("lerobot", LeRobotRecorderConfig(), tmp_path / "bad.yaml")

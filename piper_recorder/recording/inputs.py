@@ -190,13 +190,13 @@ def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig
                                           int(c.get("height", h)), int(c.get("width", w)))
         tm.cameras = out
     for name, entry in (doc.get("inputs") or {}).items():
-        add_input(tm, str(name), entry, f"{src}: inputs.{name}")
+        add_extra_input(tm, str(name), entry, f"{src}: inputs.{name}")
     for spec in tm.table.inputs:
         if spec.required and tm.fmt in spec.formats and not tm.topic(spec.name):
             raise ValueError(f"{src}: {spec.name} cannot be null (every row needs it)")
 
 
-def add_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
+def add_extra_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
     """One extra input from a mapping entry: its table entry (input + one feature) and its binding."""
     if not isinstance(entry, dict) or "adapter" not in entry or "topic" not in entry:
         raise ValueError(f"{where}: needs at least {{topic: /..., adapter: {{joint_state|pose|...}}}}")
@@ -216,8 +216,13 @@ def add_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
         if feature.column is not None:
             from piper_recorder.lerobot.features import lerobot_features
 
+            seen: set[tuple[str, str]] = set()
             for f in lerobot_features(tm.table):
                 f.validate()
+                for sl in f.slices():   # modality.json names one slice per group and name
+                    if (f.group, sl[0]) in seen:
+                        raise ValueError(f"modality name {f.group}.{sl[0]} is taken; choose another column")
+                    seen.add((f.group, sl[0]))
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from exc
     tm.inputs[name] = InputBinding(_topic(entry["topic"], f"{where}.topic"), adapter)
