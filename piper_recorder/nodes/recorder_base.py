@@ -44,9 +44,12 @@ from .common import ParameterError, declare_config, now_ns, run_in_thread
 
 
 def message_class(msg_type: str) -> Any:
-    """The rclpy message class of a "pkg/msg/Type" name."""
+    """The rclpy message class of a "pkg/msg/Type" name; ParameterError if it is not installed."""
     pkg, _, name = msg_type.split("/")
-    return getattr(importlib.import_module(f"{pkg}.msg"), name)
+    try:
+        return getattr(importlib.import_module(f"{pkg}.msg"), name)
+    except (ImportError, AttributeError) as exc:
+        raise ParameterError(f"message type {msg_type} is not installed ({exc})") from exc
 
 
 class RecorderNode(Node):
