@@ -210,9 +210,10 @@ def test_extra_input_from_a_bag_through_config_alone(tmp_path):
 
 
 # ---- live ------------------------------------------------------------------------------------------
-def test_live_node_takes_the_extra_input_and_the_mappings_joint_names(ros_domain, tmp_path):
-    """A real lerobot_recorder process given only a mapping file: the wrench column holds the published
-    values on the grid, and the joint names / gripper scales of the mapping apply as in the converter."""
+def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain, tmp_path):
+    """Real recorder processes given only a mapping file: the LeRobot wrench column and the RGB-D wrench
+    state term hold the published values on the grid, and the joint names / gripper scales of the
+    mapping apply as in the converter."""
     from geometry_msgs.msg import WrenchStamped
     from proc import ProcGroup
     from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -225,8 +226,8 @@ def test_live_node_takes_the_extra_input_and_the_mappings_joint_names(ros_domain
         tmp_path / "map.yaml",
         joint_states={"topic": "/arm/joint_states", "names": reversed_names, "gripper_scale": 2.0},
         commanded_gripper={"topic": "/arm/commanded_gripper", "name": "gripper", "scale": 0.5})
-    root = tmp_path / "ds"
-    rig = Rig(ros_domain)
+    root, h5 = tmp_path / "ds", tmp_path / "rgbd.hdf5"
+    rig = Rig(ros_domain, depth=True)
     pub = rig.node.create_publisher(WrenchStamped, WRENCH_TOPIC,
                                     QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
     stamps: list[int] = []
@@ -248,26 +249,40 @@ def test_live_node_takes_the_extra_input_and_the_mappings_joint_names(ros_domain
     th.start()
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            p = g.start("piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", "-p", "task:=wrench",
-                        "-p", f"camera_width:={W}", "-p", f"camera_height:={H}", "-p", "provenance_wait_s:=3.0",
-                        "-p", "lateness_s:=0.5", "-p", f"mapping:={mapping}")
-            resp = rig.call("lerobot_recorder", "start_episode")
-            assert resp.success, resp.message
+            common = ["-p", "task:=wrench", "-p", f"camera_width:={W}", "-p", f"camera_height:={H}",
+                      "-p", "provenance_wait_s:=3.0", "-p", "lateness_s:=3.0", "-p", f"mapping:={mapping}"]
+            procs = [g.start("piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", *common),
+                     g.start("piper-rgbd-recorder", "--ros-args", "-p", f"path:={h5}", *common)]
+            recorders = ("lerobot_recorder", "rgbd_recorder")
+            for rec in recorders:
+                resp = rig.call(rec, "start_episode")
+                assert resp.success, resp.message
             time.sleep(1.5)
-            resp = rig.call("lerobot_recorder", "stop_episode")
-            assert resp.success, resp.message
-            saved = [e for e in rig.wait_events(2) if e["event"] == "saved"][0]
-            assert p.stop() == 0
+            for rec in recorders:
+                resp = rig.call(rec, "stop_episode")
+                assert resp.success, resp.message
+            saved = {e["recorder"]: e for e in rig.wait_events(4) if e["event"] == "saved"}
+            # lateness 3 s: on a loaded shared machine every message still reaches its row, so rows are exact
+            assert [p.stop() for p in procs] == [0, 0]
     finally:
         stop.set()
         th.join(2)
         rig.close()
     (ep,) = [json.loads(x) for x in (root / "meta/episodes.jsonl").read_text().splitlines()]
     t = pq.read_table(root / "data/chunk-000/episode_000000.parquet")
-    assert t.num_rows == saved["rows"] == ep["length"] >= 40
+    live = saved["lerobot_recorder"]
+    assert t.num_rows == live["rows"] == ep["length"] >= 40
     got = np.stack(t.column("observation.wrench").to_numpy(zero_copy_only=False))
     assert ep["messages_late"].get("wrench", 0) == 0, ep["messages_late"]
-    assert np.array_equal(got, expected_rows(saved["start_ns"], t.num_rows, stamps))
+    assert np.array_equal(got, expected_rows(live["start_ns"], t.num_rows, stamps))
+    rgbd = saved["rgbd_recorder"]
+    assert validate_file(h5, full=True) == []
+    with h5py.File(h5, "r") as f:
+        obs = f["observations/state/wrench"][()]
+        rgbd_joints = f["observations/state/arm_joint"][()]
+    assert len(obs) == rgbd["rows"] >= 40
+    assert np.array_equal(obs, expected_rows(rgbd["start_ns"], rgbd["rows"], stamps))
+    assert np.allclose(rgbd_joints[:, 0] - rgbd_joints[:, 5], 5.0, atol=1e-4)
     # the rig publishes joint k at v + k - 1 and the gripper at 0.05 m, commands 0.03 m
     joints = np.stack(t.column("observation.arm_joint").to_numpy(zero_copy_only=False))
     assert np.allclose(joints[:, 0] - joints[:, 5], 5.0, atol=1e-4)        # joint6 first: the mapping's order
