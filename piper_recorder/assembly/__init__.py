@@ -12,6 +12,7 @@ No ROS imports. API::
     asm.add_commanded_pose(stamp_ns, (x, y, z), (qx, qy, qz, qw))
     asm.add_commanded_gripper(stamp_ns, width_m)
     asm.add_reward(stamp_ns, r)                                    # optional; 0 until the first one
+    asm.add_input(name, stamp_ns, values)                          # any input of cfg.table (features.py)
     asm.add_frame(cam, stamp_ns, rgb_uint8_hwc, depth=None)        # depth: uint16 mm HxW (RGB-D)
     # RGB-D: colour and depth arrive apart; DepthPairer(period_ns) pairs them by nearest stamp (within
     # half a period; EpisodeController.add_color/add_depth do that and count frames_unpaired)
@@ -35,10 +36,12 @@ long as each arrives before ``now`` passes its stamp + lateness. To reproduce a 
 Rules in ``assembler``.
 """
 from .assembler import STATE_INPUTS, TIMESTAMP_MODES, AssemblyConfig, Counters, EpisodeAssembler, Frame, Row, Sink
+from .features import PIPER_TABLE, Feature, FeatureTable, InputSpec
 from .pairing import DepthPairer
 from .sinks import LEROBOT_COLUMNS, RGBD_STATE_TERMS, LeRobotSink, RgbdSink
 
 __all__ = [
-    "AssemblyConfig", "Counters", "DepthPairer", "EpisodeAssembler", "Frame", "LEROBOT_COLUMNS", "LeRobotSink",
-    "RGBD_STATE_TERMS", "RgbdSink", "Row", "STATE_INPUTS", "Sink", "TIMESTAMP_MODES",
+    "AssemblyConfig", "Counters", "DepthPairer", "EpisodeAssembler", "Feature", "FeatureTable", "Frame",
+    "InputSpec", "LEROBOT_COLUMNS", "LeRobotSink", "PIPER_TABLE", "RGBD_STATE_TERMS", "RgbdSink", "Row",
+    "STATE_INPUTS", "Sink", "TIMESTAMP_MODES",
 ]

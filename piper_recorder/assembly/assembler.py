@@ -38,7 +38,10 @@ Rules (one place, shared by the live recorders and the rosbag converter):
 - ``finish(end_ns)`` assembles every remaining tick with t_k <= end_ns and releases what is buffered
   up to end_ns; call it after feeding every message received up to ``end_ns + config.delay_ns(depth)``.
 
-Quaternions: add_eef_pose/add_commanded_pose take ROS order (x, y, z, w); rows store (w, x, y, z).
+Inputs and row values come from the feature table (``AssemblyConfig.table``, ``assembly.features``):
+``add_input(name, stamp, values)`` takes any input of the table; ``add_joint_state`` & co. are the Piper
+inputs by name. Quaternions: add_eef_pose/add_commanded_pose take ROS order (x, y, z, w); rows store
+(w, x, y, z).
 """
 from __future__ import annotations
 
@@ -51,7 +54,9 @@ import numpy as np
 
 from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
+from .features import PIPER_TABLE, FeatureTable
 from .frame_assign import WARMUP_S, PhaseTracker, horizon_ns, pick
+from .messages import pose7
 
 TIMESTAMP_MODES = ("capture", "nominal")
 # The one default of each timing setting, for the assembler, both recorders (nodes and parameter
@@ -59,8 +64,8 @@ TIMESTAMP_MODES = ("capture", "nominal")
 # accepts (LeRobot's 1e-4 s tolerance, torchcodec, GR00T's index-based readers).
 DEFAULT_TIMESTAMP_MODE = "nominal"
 DEFAULT_LATENESS_S = 0.1    # a row is assembled this long after its time (covers GIL/encoder-start stalls)
-# Inputs every row needs; "reward" is optional (0 until a reward arrives).
-STATE_INPUTS = ("joint_states", "eef_pose", "commanded_pose", "commanded_gripper")
+# Inputs every row of the Piper table needs; "reward" is optional (0 until a reward arrives).
+STATE_INPUTS = PIPER_TABLE.required
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,10 @@ class AssemblyConfig:
     timestamp_mode: str = DEFAULT_TIMESTAMP_MODE
     lateness_s: float = DEFAULT_LATENESS_S
     stale_s: float = 0.25
+    table: FeatureTable = PIPER_TABLE   # inputs sampled per row and the row values cut from them
 
     def validate(self) -> None:
+        self.table.validate()
         if not self.fps > 0:
             raise ValueError(f"fps must be > 0, got {self.fps}")
         if self.timestamp_mode not in TIMESTAMP_MODES:
@@ -109,7 +116,7 @@ class Row:
     index: int                      # row index within the episode (0-based)
     timestamp: np.float32           # grid_timestamp(index, fps)
     tick_ns: int                    # absolute grid time of this row
-    values: dict[str, np.ndarray]   # arm_joint(6) arm_eef(7) gripper(1) cmd_eef(7) cmd_gripper(1) reward(1); float32
+    values: dict[str, np.ndarray]   # per table feature: arm_joint(6) arm_eef(7) gripper(1) cmd_eef(7) ...; float32
     frames: dict[str, Frame]        # per camera, the frame at/before tick_ns
 
 
@@ -148,11 +155,6 @@ class Counters:
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
 
 
-def _pose7(position: Sequence[float], quat_xyzw: Sequence[float]) -> np.ndarray:
-    x, y, z, w = (float(q) for q in quat_xyzw)
-    return np.array([*(float(p) for p in position), w, x, y, z], dtype=np.float32)
-
-
 class EpisodeAssembler:
     """One episode's assembly. Not thread-safe: the caller serialises ``add_*``/``advance``/``finish``."""
 
@@ -173,9 +175,12 @@ class EpisodeAssembler:
         self._warmup_ns = round(WARMUP_S * 1e9) if self._frames_in_rows and config.cameras else 0
         self._finish_ns: int | None = None
         self._stale_ns = round(config.stale_s * 1e9)
-        self._inputs = {name: SampleBuffer() for name in (*STATE_INPUTS, "reward")}
-        self._frames = {cam: SampleBuffer() for cam in config.cameras}
-        self._raw = SampleBuffer()
+        self._table = config.table
+        self._dims = {spec.name: spec.dim for spec in config.table.inputs}
+        self._required = config.table.required
+        self._inputs: dict[str, SampleBuffer[int, np.ndarray]] = {name: SampleBuffer() for name in self._dims}
+        self._frames: dict[str, SampleBuffer[int, Frame]] = {cam: SampleBuffer() for cam in config.cameras}
+        self._raw: SampleBuffer[tuple[int, int], str] = SampleBuffer()
         self._raw_seq = 0
         self._next_k = 0
         self._last_tick_ns: int | None = None   # time of the last assembled (or skipped) tick
@@ -222,7 +227,7 @@ class EpisodeAssembler:
     def missing_inputs(self, t_ns: int | None = None) -> list[str]:
         """Required inputs with no sample at or before t_ns (default: the next tick); for status."""
         t = self.tick_ns(self._next_k) if t_ns is None else t_ns
-        missing = [n for n in STATE_INPUTS if self._inputs[n].latest_at(t) is None]
+        missing = [n for n in self._required if self._inputs[n].latest_at(t) is None]
         return missing + [c for c in self.config.cameras if self._frames[c].latest_at(t + self._horizon_ns) is None]
 
     # ---- inputs -----------------------------------------------------------------------------
@@ -235,24 +240,34 @@ class EpisodeAssembler:
             Counters._inc(self.counters.messages_late, name)
         self._inputs[name].insert(stamp_ns, value)
 
+    def add_input(self, name: str, stamp_ns: int, values: Sequence[float] | np.ndarray) -> None:
+        """One sample of the table's input ``name``: ``dim`` values (as a message adapter reads them)."""
+        dim = self._dims.get(name)
+        if dim is None:
+            raise KeyError(f"unknown input {name!r} (inputs: {list(self._dims)})")
+        v = np.asarray(values, dtype=np.float32).reshape(-1)
+        if v.shape != (dim,):
+            raise ValueError(f"input {name!r} needs {dim} values, got {v.shape[0]}")
+        self._add(name, stamp_ns, v)
+
     def add_joint_state(self, stamp_ns: int, positions: Sequence[float]) -> None:
         """joint1..joint6 (rad) then the gripper width (m): 7 values."""
         v = np.asarray(positions, dtype=np.float32).reshape(-1)
         if v.shape != (7,):
             raise ValueError(f"joint state needs 7 positions (6 joints + gripper), got {v.shape[0]}")
-        self._add("joint_states", stamp_ns, v)
+        self.add_input("joint_states", stamp_ns, v)
 
     def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
-        self._add("eef_pose", stamp_ns, _pose7(position, quat_xyzw))
+        self.add_input("eef_pose", stamp_ns, pose7(position, quat_xyzw))
 
     def add_commanded_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
-        self._add("commanded_pose", stamp_ns, _pose7(position, quat_xyzw))
+        self.add_input("commanded_pose", stamp_ns, pose7(position, quat_xyzw))
 
     def add_commanded_gripper(self, stamp_ns: int, width_m: float) -> None:
-        self._add("commanded_gripper", stamp_ns, np.array([width_m], dtype=np.float32))
+        self.add_input("commanded_gripper", stamp_ns, np.array([width_m], dtype=np.float32))
 
     def add_reward(self, stamp_ns: int, reward: float) -> None:
-        self._add("reward", stamp_ns, np.array([reward], dtype=np.float32))
+        self.add_input("reward", stamp_ns, np.array([reward], dtype=np.float32))
 
     def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
         if camera not in self._frames:
@@ -306,9 +321,9 @@ class EpisodeAssembler:
             for cam in self.config.cameras:
                 for s in self._frames[cam].pop_until(limit_ns):
                     self._send(cam, s.value, s.stamp_ns - self.origin_ns)
-        for s in self._raw.pop_until((limit_ns, 1 << 62)):
-            if s.stamp_ns[0] >= self.start_ns:
-                self._sink.raw_quest(s.value)
+        for line in self._raw.pop_until((limit_ns, 1 << 62)):
+            if line.stamp_ns[0] >= self.start_ns:
+                self._sink.raw_quest(line.value)
         return self.counters.rows - before
 
     def _send(self, cam: str, frame: Frame, rel_ns: int) -> None:
@@ -327,7 +342,7 @@ class EpisodeAssembler:
         k = (2 * (stamp_ns - self.start_ns) * self._num + unit) // (2 * unit)
         return stamp_ns - self.tick_ns(k)
 
-    def _row_frame(self, cam: str, t: int) -> Sample | None:
+    def _row_frame(self, cam: str, t: int) -> Sample[int, Frame] | None:
         """The frame for the row at t (phase-locked pairing, ``frame_assign``); None if there is none yet.
         Commits nothing but the phase tracker's input, so a skipped start tick can call it."""
         buf, tracker = self._frames[cam], self._phase[cam]
@@ -343,48 +358,48 @@ class EpisodeAssembler:
             tracker.add(self._grid_offset(buf.stamps[i]))
         self._fed_ns[cam] = feed if fed is None else max(fed, feed)
         prev = self._sent_ns[cam]
-        i = pick(buf.stamps, prev, t + tracker.phase_ns, self._period_ns, limit)
-        if i is not None:
-            return buf.at(i)
+        j = pick(buf.stamps, prev, t + tracker.phase_ns, self._period_ns, limit)
+        if j is not None:
+            return buf.at(j)
         return buf.latest_at(t if prev is None else prev)   # row 0: the pre-roll frame; later: a repeat
 
     def _tick(self, k: int) -> None:
         t = self.tick_ns(k)
         self._last_tick_ns = t
         c = self.counters
-        samples = {n: self._inputs[n].latest_at(t) for n in STATE_INPUTS}
+        samples = {n: self._inputs[n].latest_at(t) for n in self._required}
         if self._frames_in_rows:
             frames = {cam: self._row_frame(cam, t) for cam in self.config.cameras}
         else:
             frames = {cam: self._frames[cam].latest_at(t) for cam in self.config.cameras}
+        have = {n: s for n, s in samples.items() if s is not None}
+        got = {cam: f for cam, f in frames.items() if f is not None}   # both complete from the origin on
         if self._origin_k is None:
-            if any(s is None for s in samples.values()) or any(f is None for f in frames.values()):
+            if len(have) < len(samples) or len(got) < len(frames):
                 c.skipped_start_ticks += 1
                 for buf in self._inputs.values():
                     buf.prune_before(t)
-                for buf in self._frames.values():   # keep what a later start tick's window may take
-                    buf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
+                for fbuf in self._frames.values():   # keep what a later start tick's window may take
+                    fbuf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:
-                for cam, f in frames.items():   # the frame at/before the origin opens the video at t = 0 ...
+                for cam, f in got.items():   # the frame at/before the origin opens the video at t = 0 ...
                     self._frames[cam].drop_through(t)
                     nxt = self._frames[cam].first()
                     if nxt is None or nxt.stamp_ns - t >= 1_000_000:   # ... unless the next one floors to 0 ms
                         self._send(cam, f.value, 0)
-        for name, s in samples.items():
+        for name, s in have.items():
             if t - s.stamp_ns > self._stale_ns:
                 Counters._inc(c.values_stale, name)
-        reward = self._inputs["reward"].latest_at(t)
-        js = samples["joint_states"].value
-        values = {
-            "arm_joint": js[:6], "arm_eef": samples["eef_pose"].value, "gripper": js[6:7],
-            "cmd_eef": samples["commanded_pose"].value, "cmd_gripper": samples["commanded_gripper"].value,
-            "reward": reward.value if reward is not None else np.zeros(1, dtype=np.float32),
-        }
+        current: dict[str, np.ndarray] = {}
+        for name, dim in self._dims.items():   # optional inputs are zeros until their first sample
+            opt = have.get(name) or self._inputs[name].latest_at(t)
+            current[name] = opt.value if opt is not None else np.zeros(dim, dtype=np.float32)
+        values = {f.key: current[f.input][f.start:f.stop] for f in self._table.features}
         row_frames: dict[str, Frame] = {}
         if self._frames_in_rows:
-            for cam, f in frames.items():
+            for cam, f in got.items():
                 prev = self._sent_ns[cam]
                 if prev is not None and f.stamp_ns == prev:
                     c.frames_repeated[cam] += 1
@@ -401,8 +416,8 @@ class EpisodeAssembler:
                 c.frames_sent[cam] += 1
                 row_frames[cam] = f.value
                 self._frames[cam].prune_before(f.stamp_ns)
-        for name in STATE_INPUTS + ("reward",):
-            self._inputs[name].prune_before(t)
+        for buf in self._inputs.values():
+            buf.prune_before(t)
         i = k - self._origin_k
         c.rows += 1
         self._sink.row(Row(i, grid_timestamp(i, self.config.fps), t, values, row_frames))

@@ -3,11 +3,15 @@
 rclpy messages and rosbags messages carry the same field names (rosbags gives numpy arrays for
 ``uint8[]``/``float64[]``), so the live recorders and the rosbag converter can share these and the
 same messages give the same rows. Functions return plain Python/numpy values.
+
+Message adapters (``ADAPTERS``, by the kind an ``InputSpec`` names): one message -> one input vector
+(float32, the spec's ``dim``), with the options a mapping file may set (joint names, scales).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -88,3 +92,149 @@ def pose(msg: Any) -> tuple[tuple[float, float, float], tuple[float, float, floa
     """PoseStamped -> ((x, y, z), (qx, qy, qz, qw)) in ROS order."""
     p, q = msg.pose.position, msg.pose.orientation
     return (float(p.x), float(p.y), float(p.z)), (float(q.x), float(q.y), float(q.z), float(q.w))
+
+
+def pose7(position: Sequence[float], quat_xyzw: Sequence[float]) -> np.ndarray:
+    """Position + ROS-order quaternion -> the float32 row layout (x, y, z, qw, qx, qy, qz)."""
+    x, y, z, w = (float(q) for q in quat_xyzw)
+    return np.array([*(float(p) for p in position), w, x, y, z], dtype=np.float32)
+
+
+# ---- message adapters --------------------------------------------------------------------------
+class Adapter(Protocol):
+    """Reads one input vector from a message; None if the message does not hold it (counted nowhere:
+    e.g. a JointState without the mapped names)."""
+
+    msg_type: ClassVar[str]          # ROS type name, "pkg/msg/Type"
+    dim: ClassVar[int]
+    names: ClassVar[tuple[str, ...]]  # default element names of the dataset column
+    stamped: ClassVar[bool]          # header.stamp is the sample time (else the receive time)
+
+    def read(self, msg: Any) -> np.ndarray | None: ...
+    def options(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class JointStateAdapter:
+    """sensor_msgs/JointState -> 6 joints (rad) + gripper (m), picked by ``names`` (gripper last)."""
+
+    joint_names: tuple[str, ...] = ARM_JOINTS
+    gripper_scale: float = 1.0
+    _cache: dict[tuple[str, ...], list[int]] = field(default_factory=dict, repr=False, compare=False)
+    msg_type: ClassVar[str] = "sensor_msgs/msg/JointState"
+    dim: ClassVar[int] = 7
+    names: ClassVar[tuple[str, ...]] = ARM_JOINTS
+    stamped: ClassVar[bool] = True
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str) -> JointStateAdapter:
+        names = d.get("names", list(ARM_JOINTS))
+        if not isinstance(names, (list, tuple)) or len(names) != 7:
+            raise ValueError(f"{where}.names needs 7 names (6 joints + gripper), got {names}")
+        return cls(tuple(str(n) for n in names), float(d.get("gripper_scale", 1.0)))
+
+    def read(self, msg: Any) -> np.ndarray | None:
+        pos = joint_positions(msg, self._cache, self.joint_names, self.gripper_scale)
+        return None if pos is None else np.asarray(pos, dtype=np.float32)
+
+    def options(self) -> dict[str, Any]:
+        return {"names": list(self.joint_names), "gripper_scale": self.gripper_scale}
+
+
+@dataclass
+class GripperAdapter:
+    """sensor_msgs/JointState -> one gripper width: the joint ``name`` (default the first) x ``scale``."""
+
+    name: str | None = None
+    scale: float = 1.0
+    msg_type: ClassVar[str] = "sensor_msgs/msg/JointState"
+    dim: ClassVar[int] = 1
+    names: ClassVar[tuple[str, ...]] = ("width",)
+    stamped: ClassVar[bool] = True
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str) -> GripperAdapter:
+        name = d.get("name")
+        return cls(None if name is None else str(name), float(d.get("scale", 1.0)))
+
+    def read(self, msg: Any) -> np.ndarray | None:
+        w = gripper_width(msg, self.name, self.scale)
+        return None if w is None else np.array([w], dtype=np.float32)
+
+    def options(self) -> dict[str, Any]:
+        return {"name": self.name, "scale": self.scale}
+
+
+@dataclass
+class PoseAdapter:
+    """geometry_msgs/PoseStamped -> x, y, z, qw, qx, qy, qz."""
+
+    msg_type: ClassVar[str] = "geometry_msgs/msg/PoseStamped"
+    dim: ClassVar[int] = 7
+    names: ClassVar[tuple[str, ...]] = ("x", "y", "z", "qw", "qx", "qy", "qz")
+    stamped: ClassVar[bool] = True
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str) -> PoseAdapter:
+        return cls()
+
+    def read(self, msg: Any) -> np.ndarray | None:
+        return pose7(*pose(msg))
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class Float32Adapter:
+    """std_msgs/Float32 (no header: stamped with the receive time), e.g. /reward."""
+
+    msg_type: ClassVar[str] = "std_msgs/msg/Float32"
+    dim: ClassVar[int] = 1
+    names: ClassVar[tuple[str, ...]] = ("value",)
+    stamped: ClassVar[bool] = False
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str) -> Float32Adapter:
+        return cls()
+
+    def read(self, msg: Any) -> np.ndarray | None:
+        return np.array([float(msg.data)], dtype=np.float32)
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class WrenchAdapter:
+    """geometry_msgs/WrenchStamped -> force x, y, z (N) + torque x, y, z (N m)."""
+
+    msg_type: ClassVar[str] = "geometry_msgs/msg/WrenchStamped"
+    dim: ClassVar[int] = 6
+    names: ClassVar[tuple[str, ...]] = ("fx", "fy", "fz", "tx", "ty", "tz")
+    stamped: ClassVar[bool] = True
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str) -> WrenchAdapter:
+        return cls()
+
+    def read(self, msg: Any) -> np.ndarray | None:
+        f, t = msg.wrench.force, msg.wrench.torque
+        return np.array([f.x, f.y, f.z, t.x, t.y, t.z], dtype=np.float32)
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+
+# kind (``InputSpec.adapter``) -> the adapter built from a mapping entry's options
+ADAPTERS: dict[str, Callable[[Mapping[str, Any], str], Adapter]] = {
+    "joint_state": JointStateAdapter.from_mapping, "gripper": GripperAdapter.from_mapping,
+    "pose": PoseAdapter.from_mapping, "float32": Float32Adapter.from_mapping, "wrench": WrenchAdapter.from_mapping,
+}
+
+
+def make_adapter(kind: str, options: Mapping[str, Any] | None = None, where: str = "adapter") -> Adapter:
+    """The adapter ``kind`` with the options of a mapping entry (joint names, scales)."""
+    if kind not in ADAPTERS:
+        raise ValueError(f"{where}: unknown adapter {kind!r} (known: {sorted(ADAPTERS)})")
+    return ADAPTERS[kind](options or {}, where)

@@ -1,38 +1,53 @@
-"""Adapters from assembled rows/frames to the two writers (duck-typed: no writer import needed here).
+"""Adapters from assembled rows/frames to the two writers (typed by the calls they make: no writer import).
 
-``LeRobotSink`` maps rows to the split LeRobot columns and frames to ``add_frame`` (capture stamps, or
-re-stamped to the row time in nominal mode). ``RgbdSink`` turns consecutive rows into T+1 observations
-and T transitions; it holds one step back so the last transition can carry terminal/timeout.
+``LeRobotSink`` maps rows to the LeRobot columns of the feature table and frames to ``add_frame``
+(capture stamps, or re-stamped to the row time in nominal mode). ``RgbdSink`` turns consecutive rows
+into T+1 observations (the table's RGB-D state terms) and T transitions (its action parts, its reward);
+it holds one step back so the last transition can carry terminal/timeout.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
 from .assembler import Frame, Row
+from .features import PIPER_TABLE, FeatureTable
 
-LEROBOT_COLUMNS = {
-    "observation.arm_joint": "arm_joint",
-    "observation.arm_eef": "arm_eef",
-    "observation.gripper": "gripper",
-    "action.arm_eef": "cmd_eef",
-    "action.gripper": "cmd_gripper",
-}
-RGBD_STATE_TERMS = ("arm_joint", "arm_eef", "gripper")
+# The Piper table's LeRobot columns (column -> row value key) and RGB-D state terms.
+LEROBOT_COLUMNS = PIPER_TABLE.columns()
+RGBD_STATE_TERMS = PIPER_TABLE.rgbd_keys("state")
+
+
+class LeRobotRows(Protocol):
+    """What ``LeRobotSink`` calls on a LeRobot writer (``lerobot.writer.LeRobotWriter``)."""
+
+    def add_row(self, timestamp: float, values: Mapping[str, np.ndarray]) -> None: ...
+    def add_frame(self, camera: str, rgb: np.ndarray, t: float) -> bool: ...
+    def add_raw_quest(self, line: str) -> None: ...
+
+
+class RgbdSteps(Protocol):
+    """What ``RgbdSink`` calls on an RGB-D writer (``rgbd_writer.writer.RgbdWriter``)."""
+
+    def add_observation(self, rgb: np.ndarray, depth: np.ndarray, state: Mapping[str, np.ndarray]) -> Any: ...
+    def add_transition(self, action: np.ndarray, reward: float, terminal: bool = False,
+                       timeout: bool = False) -> Any: ...
 
 
 class LeRobotSink:
     """Feeds a LeRobotWriter; counts frames the writer refused (non-increasing ms PTS) per camera."""
 
-    def __init__(self, writer: Any, save_raw_quest: bool = True):
+    def __init__(self, writer: LeRobotRows, save_raw_quest: bool = True, table: FeatureTable = PIPER_TABLE):
         self.writer, self.save_raw_quest = writer, save_raw_quest
+        self.columns = table.columns()
         self.frames_written: dict[str, int] = {}
         self.frames_rejected: dict[str, int] = {}
 
     def row(self, row: Row) -> None:
         t = float(row.timestamp)
-        self.writer.add_row(t, {col: row.values[key] for col, key in LEROBOT_COLUMNS.items()})
+        self.writer.add_row(t, {col: row.values[key] for col, key in self.columns.items()})
         for cam, frame in row.frames.items():   # nominal mode: one frame per row, at the row time
             self._frame(cam, frame, t)
 
@@ -55,16 +70,20 @@ class LeRobotSink:
 class RgbdSink:
     """Feeds an RgbdWriter: obs k = (frame at/before t_k, state at t_k); transition k = (action, reward at t_k)."""
 
-    def __init__(self, writer: Any, camera: str):
+    def __init__(self, writer: RgbdSteps, camera: str, table: FeatureTable = PIPER_TABLE):
         self.writer, self.camera = writer, camera
+        self.state_terms = table.rgbd_keys("state")
+        self.action_parts = table.rgbd_keys("action")
+        rewards = table.rgbd_keys("reward")
+        self.reward_key = rewards[0] if rewards else None
         self.observations = 0
         self.transitions = 0
         self._pending: tuple[tuple[np.ndarray, float], Row] | None = None  # (transition k-1, obs k)
         self._last_action: tuple[np.ndarray, float] | None = None
 
     def row(self, row: Row) -> None:
-        action = (np.concatenate([row.values["cmd_eef"], row.values["cmd_gripper"]]).astype(np.float32),
-                  float(row.values["reward"][0]))
+        reward = float(row.values[self.reward_key][0]) if self.reward_key is not None else 0.0
+        action = (np.concatenate([row.values[k] for k in self.action_parts]).astype(np.float32), reward)
         if self._last_action is None:
             self._observe(row)
         else:
@@ -94,5 +113,6 @@ class RgbdSink:
 
     def _observe(self, row: Row) -> None:
         f = row.frames[self.camera]
-        self.writer.add_observation(f.rgb, f.depth, {k: row.values[k] for k in RGBD_STATE_TERMS})
+        assert f.depth is not None   # the assembly (depth=True) refuses frames without depth
+        self.writer.add_observation(f.rgb, f.depth, {k: row.values[k] for k in self.state_terms})
         self.observations += 1

@@ -1,8 +1,9 @@
 """One bag -> one staging dataset, through exactly the live recorders' path.
 
-The bag's messages go, in receive (log) order, through the same duck-typed message adapters
-(``assembly.messages``) into the same ``EpisodeController`` (pre-roll = newest sample of each input,
-assembler, writer thread, writer targets) the recorder nodes use; the log time plays the node's
+The bag's messages go, in receive (log) order, through the same input router (``recording.router``:
+message adapters, joint names and scales of the mapping, image checks) into the same
+``EpisodeController`` (pre-roll = newest sample of each input, assembler, writer thread, writer
+targets) the recorder nodes use; the log time plays the node's
 ``now``: ``tick(log_ns)`` before each message, ``start`` once the log passes the episode's feed time,
 ``stop(end_ns)`` once it passes ``end_ns`` + the assembly delay (lateness, plus the frame horizon when
 rows carry frames). Between episodes only the last few serialized
@@ -13,7 +14,8 @@ For /episode_events episodes the assembler starts at the live grid origin (the "
 origin and row count are checked against the event and any difference is reported as a note.
 
 Each episode carries a ``source`` block (bag, fingerprint, span) in its record (LeRobot
-episodes.jsonl counters; RGB-D demo attribute ``source``): that is what resume reads.
+episodes.jsonl counters; RGB-D demo attribute ``source``), passed to ``EpisodeController.start``:
+that is what resume reads.
 """
 from __future__ import annotations
 
@@ -23,14 +25,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from piper_recorder import __version__
-from piper_recorder.assembly.messages import gripper_width, image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.recording.config import (
-    LEROBOT_RECORDER, RGBD_RECORDER, RecorderConfig, lerobot_writer_config, rgbd_writer_config, session_record)
+    LeRobotRecorderConfig, RecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config,
+    session_record)
 from piper_recorder.recording.controller import EpisodeController
-from piper_recorder.recording.targets import LeRobotTarget, RgbdTarget
+from piper_recorder.recording.router import InputRouter
+from piper_recorder.recording.targets import EpisodeTarget, LeRobotTarget, RgbdTarget
 
 from .config import TopicMap
 from .episodes import EpisodeSpan, recorders_with_saves, spans_from_events, spans_from_ranges, whole_bag
@@ -40,6 +43,10 @@ CONVERTER = "piper-bag2dataset"
 GAP_KEEP = 4               # serialized messages kept per topic between episodes (the next pre-roll)
 MAX_WRITER_BACKLOG = 256   # rows/frames queued for the writer thread before the reader waits
 Progress = Callable[[int, float, float], None]   # (bag index, seconds done, seconds total)
+
+if TYPE_CHECKING:
+    from piper_recorder.lerobot.writer import LeRobotWriter
+    from rgbd_writer.writer import RgbdWriter
 
 
 @dataclass
@@ -75,36 +82,32 @@ class BagResult:
 
 
 # ---- writers (the recorder nodes' settings; offline: never drop frames) --------------------------
-def open_writer(opts: ConvertOptions, path: Path):
-    if opts.fmt == "lerobot":
-        from piper_recorder.lerobot.writer import LeRobotWriter
+def open_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter | RgbdWriter:
+    return _lerobot_writer(opts, path) if opts.fmt == "lerobot" else _rgbd_writer(opts, path)
 
-        return LeRobotWriter(path, lerobot_writer_config(opts.settings, opts.topics.cameras, offline=True))
+
+def _lerobot_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter:
+    from piper_recorder.lerobot.writer import LeRobotWriter
+
+    assert isinstance(opts.settings, LeRobotRecorderConfig)
+    tm = opts.topics
+    return LeRobotWriter(path, lerobot_writer_config(opts.settings, tm.cameras, offline=True, table=tm.table))
+
+
+def _rgbd_writer(opts: ConvertOptions, path: Path) -> RgbdWriter:
     from rgbd_writer.writer import RgbdWriter
 
-    return RgbdWriter(path, rgbd_writer_config(opts.settings, opts.topics.cameras, producer=CONVERTER))
+    assert isinstance(opts.settings, RgbdRecorderConfig)
+    tm = opts.topics
+    return RgbdWriter(path, rgbd_writer_config(opts.settings, tm.cameras, producer=CONVERTER, table=tm.table))
 
 
-class _SourcedLeRobotTarget(LeRobotTarget):
-    """LeRobotTarget whose saved records also carry the episode's ``source`` block. The live tick
-    thread's delay stats mean nothing for a replay (ticks follow the bag's receive times): dropped."""
-
-    source: dict[str, Any] = {}
-
-    def save_episode(self, sink, counters, timeout):
-        kept = {k: v for k, v in counters.items() if k != "tick_delay_ms"}
-        return super().save_episode(sink, {**kept, "source": self.source}, timeout)
-
-
-class _SourcedRgbdTarget(RgbdTarget):
-    """RgbdTarget whose episodes also carry the ``source`` block as a demo attribute."""
-
-    source: dict[str, Any] = {}
-
-    def start_episode(self, task, record):
-        meta = {"task": task, "provenance": json.dumps(record, sort_keys=True),
-                "source": json.dumps(self.source, sort_keys=True)}
-        return int(self.writer.start_episode(seed=None, meta=meta))
+def open_target(opts: ConvertOptions, path: Path) -> EpisodeTarget[Any]:
+    """The recorder's own writer target over a fresh writer at ``path``."""
+    if opts.fmt == "lerobot":
+        assert isinstance(opts.settings, LeRobotRecorderConfig)
+        return LeRobotTarget(_lerobot_writer(opts, path), opts.settings.save_raw_quest, opts.topics.table)
+    return RgbdTarget(_rgbd_writer(opts, path), next(iter(opts.topics.cameras)), opts.topics.table)
 
 
 # ---- provenance --------------------------------------------------------------------------------
@@ -176,77 +179,6 @@ def _begun_in_bag(spans: list[EpisodeSpan], src: BagSource, notes: list[str]) ->
 
 
 # ---- the pass ------------------------------------------------------------------------------------
-class _Feeder:
-    """Topic -> handlers that turn one decoded message into controller inputs (as the recorder nodes do)."""
-
-    def __init__(self, opts: ConvertOptions, c: EpisodeController, notes: list[str]):
-        tm, self.c, self.notes = opts.topics, c, notes
-        self.handlers: dict[str, list[Callable[[Any, int], None]]] = {}
-        self._jcache: dict[tuple[str, ...], list[int]] = {}
-        self.rejected: dict[str, int] = {}
-        self.depth = opts.fmt == "rgbd"
-
-        def on(topic: str | None, fn: Callable[[Any, int], None]) -> None:
-            if topic:
-                self.handlers.setdefault(topic, []).append(fn)
-
-        def joints(m: Any, now: int) -> None:
-            pos = joint_positions(m, self._jcache, tm.joint_names, tm.gripper_scale)
-            if pos is not None:
-                c.add_joint_state(stamp_ns(m), pos)
-
-        def cmd_gripper(m: Any, now: int) -> None:
-            w = gripper_width(m, tm.commanded_gripper_joint, tm.commanded_gripper_scale)
-            if w is not None:
-                c.add_commanded_gripper(stamp_ns(m), w)
-
-        on(tm.joint_states, joints)
-        on(tm.eef_pose, lambda m, now: c.add_eef_pose(stamp_ns(m), *pose(m)))
-        on(tm.commanded_pose, lambda m, now: c.add_commanded_pose(stamp_ns(m), *pose(m)))
-        on(tm.commanded_gripper, cmd_gripper)
-        for cam, ct in tm.cameras.items():
-            if self.depth:
-                on(ct.color, lambda m, now, cam=cam: self._color_depth(cam, m, False))
-                on(ct.depth, lambda m, now, cam=cam: self._color_depth(cam, m, True))
-            else:
-                on(ct.color, lambda m, now, cam=cam: self._color(cam, m))
-        if not self.depth:
-            on(tm.raw_quest, lambda m, now: c.add_raw_quest(now, m.data))
-        else:
-            on(tm.reward, lambda m, now: c.add_reward(now, float(m.data)))
-        self.sizes = {cam: (ct.height, ct.width) for cam, ct in tm.cameras.items()}
-
-    def _image(self, cam: str, m: Any, depth: bool):
-        try:
-            img = image_to_numpy(m)
-        except ValueError as exc:
-            return self._reject(cam, str(exc))
-        if img.shape[:2] != self.sizes[cam] or (not depth and img.ndim != 3):
-            return self._reject(cam, f"got {img.shape} frames, configured {self.sizes[cam][0]}x{self.sizes[cam][1]}")
-        return img
-
-    def _reject(self, cam: str, why: str) -> None:
-        n = self.rejected.get(cam, 0) + 1
-        self.rejected[cam] = n
-        if n == 1:
-            self.notes.append(f"{cam}: dropping frames: {why}")
-        return None
-
-    def _color(self, cam: str, m: Any) -> None:
-        img = self._image(cam, m, False)
-        if img is not None:
-            self.c.add_frame(cam, stamp_ns(m), img)
-
-    def _color_depth(self, cam: str, m: Any, depth: bool) -> None:
-        img = self._image(cam, m, depth)
-        if img is None:
-            return
-        if depth:
-            self.c.add_depth(cam, stamp_ns(m), img)
-        else:
-            self.c.add_color(cam, stamp_ns(m), img)
-
-
 def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str | Path,
                 done: dict[str, list[tuple[int, int]]] | None = None, progress: Progress | None = None) -> BagResult:
     """Convert one bag into a fresh staging dataset at ``staging``; never raises for bad input."""
@@ -261,7 +193,8 @@ def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str 
             raise BagError(f"{bag}: cannot read ({exc})") from exc
         with BagSource(Path(bag)) as src:
             res.bag_s = src.duration_s
-            _convert(src, res, opts, Path(staging), set(map(tuple, (done or {}).get(res.fingerprint, []))), progress)
+            finished = {(a, b) for a, b in (done or {}).get(res.fingerprint, [])}
+            _convert(src, res, opts, Path(staging), finished, progress)
     except BagError as exc:
         res.status, res.error = "failed", str(exc)
     except Exception as exc:  # noqa: BLE001 - one bad bag must not stop the others
@@ -271,7 +204,7 @@ def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str 
     return res
 
 
-def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path, done: set,
+def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path, done: set[tuple[int, int]],
              progress: Progress | None) -> None:
     check_topics(src, opts)
     spans = choose_spans(src, opts, res.notes)
@@ -289,20 +222,16 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
               "source": source}
     res.session = record
     staging.mkdir(parents=True, exist_ok=True)
-    if opts.fmt == "lerobot":
-        path = staging / "lerobot"
-        target: Any = _SourcedLeRobotTarget(open_writer(opts, path), save_raw_quest=opts.settings.save_raw_quest)
-    else:
-        path = staging / "rgbd.hdf5"
-        target = _SourcedRgbdTarget(open_writer(opts, path), next(iter(opts.topics.cameras)))
+    path = staging / ("lerobot" if opts.fmt == "lerobot" else "rgbd.hdf5")
+    target = open_target(opts, path)
     res.staging = str(path)
     # the end comes from the span, never from max_episode_s; events come back in the Answers
-    c = EpisodeController(target, opts.settings.assembly(tuple(opts.topics.cameras)), recorder=opts.recorder_name,
-                          max_episode_s=0, publish_event=lambda e: None, session_record=lambda: record,
-                          log=lambda m: None)
+    c = EpisodeController(target, opts.settings.assembly(tuple(opts.topics.cameras), opts.topics.table),
+                          recorder=opts.recorder_name, max_episode_s=0, publish_event=lambda e: None,
+                          session_record=lambda: record, log=lambda m: None, tick_stats=False)
     try:
-        feeder = _Feeder(opts, c, res.notes)
-        _run_pass(src, opts, c, feeder, todo, task_default, res, progress)
+        router = InputRouter(opts.topics, c, depth=opts.fmt == "rgbd", warn=res.notes.append)
+        _run_pass(src, opts, c, router, todo, task_default, res, progress)
     finally:
         ans = c.shutdown(save=False)
         if not ans.ok:
@@ -310,20 +239,18 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
     res.status = "converted"
 
 
-def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder: _Feeder,
+def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router: InputRouter,
               spans: list[EpisodeSpan], task_default: str, res: BagResult, progress: Progress | None) -> None:
     lateness = opts.settings.assembly(tuple(opts.topics.cameras)).delay_ns(depth=opts.fmt == "rgbd")
     spans = sorted(spans, key=lambda s: s.feed_from_ns)
     gap: dict[str, deque[RawMessage]] = {}
-    handlers = feeder.handlers
+    topics = [r.topic for r in router.routes]
     stop_at = spans[-1].end_ns + lateness + 1
     t_begin, total = src.start_ns, max(1e-9, min(src.end_ns, stop_at) - src.start_ns) / 1e9
     last_report = 0.0
 
     def dispatch(raw: RawMessage) -> None:
-        msg = src.decode(raw)
-        for fn in handlers[raw.topic]:
-            fn(msg, raw.log_ns)
+        router.route(raw.topic, src.decode(raw), raw.log_ns)
 
     def start(span: EpisodeSpan) -> None:
         for raw in sorted((r for q in gap.values() for r in q), key=lambda r: r.log_ns):
@@ -333,10 +260,9 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder
         if c.target.needs_task and not task.strip():
             raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)} has no task (no /episode_events "
                            "task, no --task, empty `task` in the recorder config); pass --task")
-        target = c.target
-        target.source = {"bag": str(src.path), "fingerprint": res.fingerprint, "start_ns": span.start_ns,
-                         "end_ns": span.end_ns, "episodes_from": span.origin, "live_episode_index": span.live_index}
-        ans = c.start(task, lambda: span.start_ns)
+        source = {"bag": str(src.path), "fingerprint": res.fingerprint, "start_ns": span.start_ns,
+                  "end_ns": span.end_ns, "episodes_from": span.origin, "live_episode_index": span.live_index}
+        ans = c.start(task, lambda: span.start_ns, source=source)
         if not ans.ok:
             raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)}: {ans.message}")
 
@@ -354,7 +280,7 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder
                 res.notes.append(f"{where}: {ev.get('rows')} rows, the live recorder saved {span.rows}")
 
     j, active = 0, None
-    for raw in src.raw_messages(list(handlers), stop_ns=stop_at):
+    for raw in src.raw_messages(topics, stop_ns=stop_at):
         now = raw.log_ns
         if active is not None and now > active.end_ns + lateness:
             finish(active)
@@ -383,8 +309,8 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, feeder
                        f"message ({_rel(src.end_ns, t_begin)})")
     if progress is not None:
         progress(res.index, total, total)
-    if feeder.rejected:
-        res.notes.append(f"frames dropped for wrong size/encoding: {feeder.rejected}")
+    if router.rejected:
+        res.notes.append(f"frames dropped for wrong size/encoding: {router.rejected}")
 
 
 def _rel(ns: int, t0: int) -> str:

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from piper_recorder.lerobot import recover
     from piper_recorder.lerobot.errors import DatasetError
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, load_config
+    from piper_recorder.recording.inputs import topic_map
 
     root = Path(a.root)
     try:
@@ -40,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
             from piper_recorder.launcher import config_path
 
             config = config_path(config)
-        wcfg = lerobot_writer_config(load_config(LeRobotRecorderConfig, config), offline=True)
+        cfg = load_config(LeRobotRecorderConfig, config)
+        topics = topic_map("lerobot", cfg)   # its mapping's cameras and extra inputs, as the recorder had them
+        wcfg = lerobot_writer_config(cfg, topics.cameras, offline=True, table=topics.table)
     except Exception as exc:  # noqa: BLE001 - a bad or missing config file
         print(f"piper-recover: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -1,16 +1,20 @@
-"""Feature (parquet column) definitions and the default Piper set of the dataset spec.
+"""Feature (parquet column) definitions; the Piper set comes from the one feature table.
 
 A ``FeatureSpec`` is one float32 vector column; ``modality`` names its sub-slices for
 ``modality.json`` (GR00T style). Combined columns (``observation.state``, ``action``) are not
-configured here: the writer concatenates the split columns listed in ``COMBINED`` when
-``WriterConfig.combined_columns`` is on, because LeRobot policies and lerobot-doctor look for them.
+columns of their own: the writer concatenates the split columns that name one in ``combined`` (in
+feature order) when ``WriterConfig.combined_columns`` is on, because LeRobot policies and
+lerobot-doctor look for them. The columns, names and modality slices are those of the feature table
+(``assembly.features``): ``lerobot_features(table)``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# (sub-modality name, start, end, is_rotation)
-Slice = tuple[str, int, int, bool]
+from piper_recorder.assembly.features import JOINTS, PIPER_TABLE, POSE, POSE_SLICES, FeatureTable, Slice
+
+__all__ = ["BOOKKEEPING", "COMBINED", "FeatureSpec", "JOINTS", "POSE", "POSE_SLICES", "Slice", "combined_names",
+           "combined_specs", "lerobot_features", "piper_features"]
 
 BOOKKEEPING: dict[str, str] = {
     "timestamp": "float32",
@@ -28,6 +32,7 @@ class FeatureSpec:
     key: str
     names: tuple[str, ...]
     modality: tuple[Slice, ...] = field(default=())
+    combined: str | None = None      # the combined column this joins (observation.state, action)
 
     @property
     def dim(self) -> int:
@@ -52,33 +57,29 @@ class FeatureSpec:
                 raise ValueError(f"feature {self.key!r}: modality slice {name} [{a}:{b}] out of range")
 
 
-JOINTS = tuple(f"joint{i}" for i in range(1, 7))
-POSE = ("x", "y", "z", "qw", "qx", "qy", "qz")
-POSE_SLICES: tuple[Slice, ...] = (("eef_pos", 0, 3, False), ("eef_rot", 3, 7, True))
-
-# combined column -> split columns concatenated in this order
-COMBINED: dict[str, tuple[str, ...]] = {
-    "observation.state": ("observation.arm_joint", "observation.arm_eef", "observation.gripper"),
-    "action": ("action.arm_eef", "action.gripper"),
-}
+def lerobot_features(table: FeatureTable) -> tuple[FeatureSpec, ...]:
+    """The LeRobot columns of a feature table, in table order."""
+    return tuple(FeatureSpec(f.column, f.names, f.modality, f.combined) for f in table.features
+                 if f.column is not None)
 
 
 def piper_features() -> tuple[FeatureSpec, ...]:
     """The spec's Piper columns: joints (rad), flange pose (m + quat wxyz), gripper width (m)."""
-    return (
-        FeatureSpec("observation.arm_joint", JOINTS, (("arm_joint", 0, 6, False),)),
-        FeatureSpec("observation.arm_eef", POSE, POSE_SLICES),
-        FeatureSpec("observation.gripper", ("width",), (("gripper", 0, 1, False),)),
-        FeatureSpec("action.arm_eef", POSE, POSE_SLICES),
-        FeatureSpec("action.gripper", ("width",), (("gripper", 0, 1, False),)),
-    )
+    return lerobot_features(PIPER_TABLE)
 
 
 def combined_specs(features: tuple[FeatureSpec, ...]) -> dict[str, tuple[FeatureSpec, ...]]:
-    """The combined columns whose parts are all configured, with element names prefixed by part."""
-    by_key = {f.key: f for f in features}
-    return {k: tuple(by_key[p] for p in parts) for k, parts in COMBINED.items()
-            if all(p in by_key for p in parts)}
+    """Combined column -> the split columns it concatenates, in feature order."""
+    out: dict[str, list[FeatureSpec]] = {}
+    for f in features:
+        if f.combined is not None:
+            out.setdefault(f.combined, []).append(f)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+# combined column -> split columns concatenated in this order (the Piper set)
+COMBINED: dict[str, tuple[str, ...]] = {k: tuple(p.key for p in parts)
+                                        for k, parts in combined_specs(piper_features()).items()}
 
 
 def combined_names(parts: tuple[FeatureSpec, ...]) -> list[str]:

@@ -12,25 +12,30 @@ Threads (why encoding never blocks a message callback):
 - One writer thread (``WriterWorker``) owns every writer call; the writers encode in their own threads.
 Images: QoS reliable, keep-last 10 by default (``image_reliability``: reliable | best_effort), so a
 briefly busy process loses no frames; DDS absorbs short stalls in its history.
+Inputs: the node subscribes what the input router (``recording.router``, shared with the bag
+converter) lists for the recorder's topic map (``recording.inputs``: its topic parameters and its
+``mapping`` file: joint names, gripper scales, extra inputs of the feature table) and hands it every
+message; the router turns messages into the controller's inputs exactly as the converter does.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 import time
 from typing import Any
 
-import numpy as np
-from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.assembly.messages import gripper_width, joint_positions, pose, stamp_ns
+# joint_positions, pose: the message helpers the router's adapters use (test_bag_config checks the nodes share them)
+from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController
+from piper_recorder.recording.inputs import TopicMap, topic_map
+from piper_recorder.recording.router import IMAGE, TEXT, InputRouter, Route
 from piper_recorder.recording.targets import EpisodeTarget
 
 from piper_recorder.errors import INPUT_ERRORS, describe
@@ -38,30 +43,39 @@ from piper_recorder.errors import INPUT_ERRORS, describe
 from .common import ParameterError, declare_config, now_ns, run_in_thread
 
 
+def message_class(msg_type: str) -> Any:
+    """The rclpy message class of a "pkg/msg/Type" name; ParameterError if it is not installed."""
+    pkg, _, name = msg_type.split("/")
+    try:
+        return getattr(importlib.import_module(f"{pkg}.msg"), name)
+    except (ImportError, AttributeError) as exc:
+        raise ParameterError(f"message type {msg_type} is not installed ({exc})") from exc
+
+
 class RecorderNode(Node):
-    """Base node; subclasses name their config class, build the writer target and subscribe cameras."""
+    """Base node; subclasses name their config class and format and build the writer target."""
 
     config_class: type[RecorderConfig]
+    fmt: str   # "lerobot" | "rgbd": which inputs of the feature table it records
 
-    def make_target(self) -> EpisodeTarget:
-        raise NotImplementedError
-
-    def subscribe_cameras(self) -> None:
+    def make_target(self, topics: TopicMap) -> EpisodeTarget[Any]:
         raise NotImplementedError
 
     def __init__(self, name: str):
         super().__init__(name)
         self.cfg = cfg = declare_config(self, self.config_class)
         try:
-            target = self.make_target()
+            self.topics = topics = topic_map(self.fmt, cfg)
+        except (OSError, ValueError) as exc:   # the mapping file: missing, unreadable, wrong
+            raise ParameterError(f"{name}: mapping {cfg.mapping!r}: {exc}") from exc
+        try:
+            target = self.make_target(topics)
         except INPUT_ERRORS as exc:   # unwritable path, another writer holds it, a damaged root, ...
             raise ParameterError(f"{name}: cannot open the dataset: {describe(exc)}") from exc
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
         self._prov_waited = False
-        self._joint_cache: dict[tuple[str, ...], list[int]] = {}
-        self.frames_rejected: dict[str, int] = {}
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -72,23 +86,20 @@ class RecorderNode(Node):
         self.pub_status = self.create_publisher(String, "~/status", 10)
         self.pub_events = self.create_publisher(String, "/episode_events", reliable)
         self.controller = EpisodeController(
-            target, cfg.assembly(), recorder=self.get_name(), max_episode_s=cfg.max_episode_s,
-            publish_event=self._publish_event, session_record=self._session_record,
+            target, cfg.assembly(tuple(topics.cameras), topics.table), recorder=self.get_name(),
+            max_episode_s=cfg.max_episode_s, publish_event=self._publish_event, session_record=self._session_record,
             on_change=self._publish_status, log=lambda m: self.get_logger().info(m))
-        c = self.controller
+        self.router = InputRouter(topics, self.controller, depth=target.depth,
+                                  warn=lambda m: self.get_logger().error(m))
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-        self.create_subscription(JointState, cfg.joint_states_topic, self._on_joints, arm_qos)
-        self.create_subscription(PoseStamped, cfg.eef_topic,
-                                 lambda m: c.add_eef_pose(stamp_ns(m), *pose(m)), arm_qos)
-        self.create_subscription(PoseStamped, cfg.commanded_pose_topic,
-                                 lambda m: c.add_commanded_pose(stamp_ns(m), *pose(m)), arm_qos)
-        self.create_subscription(JointState, cfg.commanded_gripper_topic, self._on_cmd_gripper, arm_qos)
+        for r in self.router.routes:
+            qos = self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT else arm_qos
+            self.create_subscription(message_class(r.msg_type), r.topic, self._receiver(r), qos)
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         for srv, fn in (("start_episode", self._srv_start), ("stop_episode", self._srv_stop),
                         ("discard_episode", self._srv_discard), ("delete_last_episode", self._srv_delete)):
             self.create_service(Trigger, f"~/{srv}", fn)
-        self.subscribe_cameras()
         self.create_timer(1.0 / cfg.status_hz, self._publish_status)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="tick", daemon=True)
@@ -96,15 +107,9 @@ class RecorderNode(Node):
         self._shutdown_done = False
 
     # ---- inputs -----------------------------------------------------------------------------
-    def _on_joints(self, msg: JointState) -> None:
-        pos = joint_positions(msg, self._joint_cache)
-        if pos is not None:
-            self.controller.add_joint_state(stamp_ns(msg), pos)
-
-    def _on_cmd_gripper(self, msg: JointState) -> None:
-        width = gripper_width(msg)
-        if width is not None:
-            self.controller.add_commanded_gripper(stamp_ns(msg), width)
+    def _receiver(self, r: Route) -> Any:
+        route, topic = self.router.route, r.topic
+        return lambda msg: route(topic, msg, now_ns(self))
 
     def _on_provenance(self, msg: String) -> None:
         try:
@@ -120,17 +125,6 @@ class RecorderNode(Node):
         except ValueError:
             self._hello = {"raw": msg.data}
 
-    def check_image(self, camera: str, img: np.ndarray, depth: bool = False) -> bool:
-        """Reject (count, warn once) frames whose size does not match the configured camera."""
-        h, w = self.cfg.camera_size(camera)
-        if img.shape[:2] == (h, w) and (depth or img.ndim == 3):
-            return True
-        n = self.frames_rejected.get(camera, 0) + 1
-        self.frames_rejected[camera] = n
-        if n == 1:
-            self.get_logger().error(f"{camera}: got {img.shape} frames, configured {h}x{w}; dropping them")
-        return False
-
     # ---- provenance -------------------------------------------------------------------------
     def _session_record(self) -> dict[str, Any]:
         """The shared session record (recording.config), once /arm/provenance arrived or the wait ran out."""
@@ -138,10 +132,10 @@ class RecorderNode(Node):
             self._prov_waited = True   # wait once per process, not at every start
             self.get_logger().warning(f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
                                       "recording control/arm provenance as 'unknown'")
-        return session_record(self.cfg, self.get_name(), self._arm_provenance, self._hello)
+        return session_record(self.cfg, self.get_name(), self._arm_provenance, self._hello, self.topics.cameras)
 
     # ---- services ---------------------------------------------------------------------------
-    def _answer(self, response: Trigger.Response, ans: Any) -> Trigger.Response:
+    def _answer(self, response: Trigger.Response, ans: Answer) -> Trigger.Response:
         response.success, response.message = bool(ans.ok), ans.message
         if not ans.ok:
             self.get_logger().warning(ans.message)
@@ -171,8 +165,8 @@ class RecorderNode(Node):
 
     def _publish_status(self) -> None:
         st = self.controller.status(now_ns(self))
-        if self.frames_rejected:
-            st["frames_wrong_size"] = dict(self.frames_rejected)
+        if self.router.rejected:
+            st["frames_wrong_size"] = dict(self.router.rejected)
         try:
             self.pub_status.publish(String(data=json.dumps(st, default=str)))
         except Exception:  # noqa: BLE001 - publisher gone during shutdown

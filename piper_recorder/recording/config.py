@@ -17,9 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from piper_recorder.assembly import AssemblyConfig
+from piper_recorder.assembly import PIPER_TABLE, AssemblyConfig, FeatureTable
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
 from piper_recorder.params_file import node_params, read_params_file
+
+if typing.TYPE_CHECKING:
+    from piper_recorder.lerobot.writer import WriterConfig
+    from rgbd_writer.writer import RgbdConfig
 
 LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
 UNKNOWN = "unknown"
@@ -71,6 +75,8 @@ class RecorderConfig:
     eef_topic: str = "/arm/eef_pose"
     commanded_pose_topic: str = "/arm/commanded_pose"
     commanded_gripper_topic: str = "/arm/commanded_gripper"
+    mapping: str = ""                   # a mapping file (recording.inputs): input topics, joint names,
+                                        # gripper scales, extra inputs; "" = the topics above as they are
     provenance_topic: str = "/arm/provenance"
     hello_topic: str = "/quest/hello"
     provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
@@ -92,9 +98,11 @@ class RecorderConfig:
         return {cam: CameraTopics(self.image_topic_pattern.format(cam=cam), None, *self.camera_size(cam))
                 for cam in self.camera_list()}
 
-    def assembly(self, cameras: Sequence[str] | None = None) -> AssemblyConfig:
+    def assembly(self, cameras: Sequence[str] | None = None, table: FeatureTable = PIPER_TABLE) -> AssemblyConfig:
+        """``table``: the feature table with any extra inputs of the mapping (``TopicMap.table``)."""
         return AssemblyConfig(fps=self.fps, cameras=tuple(self.camera_list() if cameras is None else cameras),
-                              timestamp_mode=self.timestamp_mode, lateness_s=self.lateness_s, stale_s=self.stale_s)
+                              timestamp_mode=self.timestamp_mode, lateness_s=self.lateness_s, stale_s=self.stale_s,
+                              table=table)
 
     def validate(self) -> None:
         for cam in self.camera_list():   # names go into topic names and file paths: never "../x" or "a/b"
@@ -249,11 +257,13 @@ RECORDER_CONFIGS: dict[str, type[RecorderConfig]] = {"lerobot": LeRobotRecorderC
 
 # ---- writers -----------------------------------------------------------------------------------
 def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
-                          offline: bool = False):
-    """The LeRobot ``WriterConfig`` for ``cfg``. Live, a frame waits ``encoder_max_block_s`` for the
-    encoder; ``offline`` (the converter: no real-time deadline) it waits as long as needed, never dropped."""
-    from piper_recorder.lerobot.features import piper_features
-    from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
+                          offline: bool = False, table: FeatureTable = PIPER_TABLE) -> WriterConfig:
+    """The LeRobot ``WriterConfig`` for ``cfg`` with the columns of ``table``. Live, a frame waits
+    ``encoder_max_block_s`` for the encoder; ``offline`` (the converter: no real-time deadline) it waits
+    as long as needed, never dropped."""
+    from piper_recorder.lerobot.features import lerobot_features
+    from piper_recorder.lerobot.video import VideoConfig
+    from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
     video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0,
@@ -263,20 +273,20 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
     return WriterConfig(
         fps=int(cfg.fps), robot_type=cfg.robot_type,
         cameras={cam: CameraSpec(height=c.height, width=c.width) for cam, c in cams.items()},
-        features=piper_features(), video=VideoConfig(**video), chunks_size=cfg.chunks_size,
+        features=lerobot_features(table), video=VideoConfig(**video), chunks_size=cfg.chunks_size,
         save_raw_quest=cfg.save_raw_quest, rotation_type=cfg.rotation_type,
         combined_columns=cfg.combined_columns, on_binding_change=cfg.on_binding_change,
         lerobot_version=cfg.lerobot_version)
 
 
 def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
-                       producer: str = RGBD_RECORDER):
+                       producer: str = RGBD_RECORDER, table: FeatureTable = PIPER_TABLE) -> RgbdConfig:
     """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"]."""
     from rgbd_writer.writer import RgbdConfig
 
     (cam, c), = (cfg.camera_topics() if cameras is None else cameras).items()
     env = {"source": f"piper_recorder {producer}", "robot": "agilex_piper", "fps": cfg.fps, "camera": cam,
-           "state_terms": ["arm_joint", "arm_eef", "gripper"],
+           "state_terms": list(table.rgbd_keys("state")),
            "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)"}
     return RgbdConfig(width=c.width, height=c.height, rgb_jpeg_quality=cfg.rgb_jpeg_quality,
                       depth_codec=cfg.depth_codec, depth_min_m=cfg.depth_min_m, depth_max_m=cfg.depth_max_m,

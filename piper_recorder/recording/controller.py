@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler
+from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler, Sink
+from piper_recorder.assembly.messages import pose7
 
-from .targets import EpisodeTarget
+from .targets import EpisodeTarget, Record
 from .worker import QueuedSink, WriterWorker
 
 IDLE, RECORDING, SAVING, SAVE_FAILED, CLOSED = "idle", "recording", "saving", "save_failed", "closed"
@@ -38,7 +39,7 @@ class Answer:
 class _Unsaved:
     """A finished episode whose save is (still) to be done: what a retry of the save needs."""
 
-    sink: Any
+    sink: Sink
     counters: dict[str, Any]
     timeout: bool
     start_ns: int
@@ -59,11 +60,15 @@ class _InputError(Exception):
 
 
 class EpisodeController:
-    def __init__(self, target: EpisodeTarget, assembly: AssemblyConfig, *, recorder: str,
+    """``tick_stats``: record the tick thread's delays in each episode (``tick_delay_ms``); off for a
+    replay (the bag converter), whose ticks follow the log times and measure nothing."""
+
+    def __init__(self, target: EpisodeTarget[Any], assembly: AssemblyConfig, *, recorder: str,
                  max_episode_s: float, publish_event: Callable[[dict[str, Any]], None],
                  session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], object] = print, tick_stats: bool = True):
         assembly.validate()
+        self._tick_stats = tick_stats
         self.target, self.assembly, self.recorder = target, assembly, recorder
         self.max_episode_ns = int(max_episode_s * 1e9) if max_episode_s > 0 else 0
         self._publish_event, self._session_record, self._on_change, self._log = \
@@ -73,12 +78,14 @@ class EpisodeController:
         self._service = threading.Lock()         # one state transition at a time
         self.state = IDLE
         self._asm: EpisodeAssembler | None = None
-        self._sink: Any = None
+        self._sink: Sink | None = None
         self._episode: int | None = None
         self._task = ""
         self._session_started = False
         self._saved: list[tuple[int, str]] = []  # (episode, task) saved in this session; delete_last pops
-        self._preroll: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
+        # the newest sample of each input and camera seeds the next episode (its pre-roll)
+        self._preroll_inputs: dict[str, tuple[int, np.ndarray]] = {}
+        self._preroll_frames: dict[str, tuple[int, np.ndarray, np.ndarray | None]] = {}
         self._pairers = {cam: DepthPairer(1e9 / assembly.fps) for cam in assembly.cameras}
         self.last_counters: dict[str, Any] = {}
         self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
@@ -87,29 +94,33 @@ class EpisodeController:
         self.last_message = "idle"
 
     # ---- inputs (any thread) ----------------------------------------------------------------
-    def _input(self, key: tuple[str, str], method: str, *args: Any) -> None:
+    def add_input(self, name: str, stamp_ns: int, values: Sequence[float] | np.ndarray) -> None:
+        """One sample of a feature-table input (``InputRouter`` calls this for every vector message)."""
         with self._lock:
-            self._preroll[key] = (method, args)   # newest sample of each input seeds the next episode
+            self._preroll_inputs[name] = (stamp_ns, np.asarray(values, dtype=np.float32))
             if self._asm is not None and self.state in (RECORDING, SAVING):
-                getattr(self._asm, method)(*args)
+                self._asm.add_input(name, stamp_ns, values)
 
-    def add_joint_state(self, stamp_ns: int, positions: Any) -> None:
-        self._input(("joint_states", ""), "add_joint_state", stamp_ns, positions)
+    def add_joint_state(self, stamp_ns: int, positions: Sequence[float]) -> None:
+        self.add_input("joint_states", stamp_ns, positions)
 
-    def add_eef_pose(self, stamp_ns: int, position: Any, quat_xyzw: Any) -> None:
-        self._input(("eef_pose", ""), "add_eef_pose", stamp_ns, position, quat_xyzw)
+    def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        self.add_input("eef_pose", stamp_ns, pose7(position, quat_xyzw))
 
-    def add_commanded_pose(self, stamp_ns: int, position: Any, quat_xyzw: Any) -> None:
-        self._input(("commanded_pose", ""), "add_commanded_pose", stamp_ns, position, quat_xyzw)
+    def add_commanded_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        self.add_input("commanded_pose", stamp_ns, pose7(position, quat_xyzw))
 
     def add_commanded_gripper(self, stamp_ns: int, width_m: float) -> None:
-        self._input(("commanded_gripper", ""), "add_commanded_gripper", stamp_ns, width_m)
+        self.add_input("commanded_gripper", stamp_ns, [width_m])
 
     def add_reward(self, stamp_ns: int, reward: float) -> None:
-        self._input(("reward", ""), "add_reward", stamp_ns, reward)
+        self.add_input("reward", stamp_ns, [reward])
 
-    def add_frame(self, camera: str, stamp_ns: int, rgb: Any, depth: Any = None) -> None:
-        self._input(("frame", camera), "add_frame", camera, stamp_ns, rgb, depth)
+    def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
+        with self._lock:
+            self._preroll_frames[camera] = (stamp_ns, rgb, depth)
+            if self._asm is not None and self.state in (RECORDING, SAVING):
+                self._asm.add_frame(camera, stamp_ns, rgb, depth)
 
     def add_color(self, camera: str, stamp_ns: int, rgb: Any) -> None:
         """RGB-D: one half of a capture; it reaches the assembly once paired with its depth image."""
@@ -158,7 +169,8 @@ class EpisodeController:
             self.stop(auto_stop, reason="max_episode_s", only=asm)
 
     # ---- services (block the caller) -------------------------------------------------------
-    def start(self, task: str, now: Callable[[], int]) -> Answer:
+    def start(self, task: str, now: Callable[[], int], source: Record | None = None) -> Answer:
+        """Start an episode at ``now()``; ``source``: where its messages come from (a bag), saved with it."""
         with self._service:
             if self.state == CLOSED:
                 return self._refuse("recorder is shutting down; no new episodes")
@@ -176,10 +188,9 @@ class EpisodeController:
                 if not self._session_started:
                     self.worker.call(lambda: self.target.begin_session(record))
                     self._session_started = True
-                idx = self.worker.call(lambda: self.target.start_episode(task, record))
+                idx, sink = self.worker.call(lambda: self.target.start_episode(task, record, source))
             except Exception as exc:  # noqa: BLE001 - e.g. BindingChangeError: answer, stay idle
                 return self._refuse(f"cannot start: {type(exc).__name__}: {exc}")
-            sink = self.target.make_sink()
             with self._lock:
                 start_ns = now()
                 self.worker.take_error()
@@ -187,8 +198,10 @@ class EpisodeController:
                 self._asm = EpisodeAssembler(self.assembly, start_ns, QueuedSink(sink, self.worker),
                                              depth=self.target.depth)
                 self._tick_delays = []
-                for method, args in self._preroll.values():
-                    getattr(self._asm, method)(*args)
+                for name, (stamp, values) in self._preroll_inputs.items():
+                    self._asm.add_input(name, stamp, values)
+                for cam, (stamp, rgb, depth) in self._preroll_frames.items():
+                    self._asm.add_frame(cam, stamp, rgb, depth)
                 self._episode, self._task, self.state = idx, task, RECORDING
             event = self._event("started", start_ns=start_ns)
             return self._done(Answer(True, f"recording episode {idx} (task '{task}')", event))
@@ -215,7 +228,9 @@ class EpisodeController:
             with self._lock:
                 asm, sink = self._asm, self._sink
                 assert asm is not None
-                counters = {**asm.finish(end).to_dict(), "tick_delay_ms": self._delay_stats()}
+                counters = asm.finish(end).to_dict()
+                if self._tick_stats:
+                    counters["tick_delay_ms"] = self._delay_stats()
                 self._asm = None
             self.last_counters = counters
             timeout = reason != "stop_episode"   # max_episode_s or shutdown: a truncation, not a terminal
@@ -223,6 +238,7 @@ class EpisodeController:
                 missing = asm.missing_inputs(end)
                 why = f"empty: {counters['rows']} rows" + (f", never received {missing}" if missing else "")
                 return self._drop(why, ok=False, start_ns=asm.start_ns)
+            assert sink is not None
             return self._commit(_Unsaved(sink, counters, timeout, asm.start_ns, asm.origin_ns, end, reason))
 
     def _commit(self, u: _Unsaved) -> Answer:
@@ -246,6 +262,7 @@ class EpisodeController:
                                             + self._unsaved_hint(), event))
         self._unsaved = None
         idx = self._episode
+        assert idx is not None
         self._saved.append((idx, self._task))
         with self._lock:
             self.state = IDLE
@@ -270,7 +287,7 @@ class EpisodeController:
         """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
         staged; the RGB-D writer's journal rollback ends it)."""
         try:
-            return bool(self.worker.call(lambda: getattr(self.target.writer, "recording", True)))
+            return self.worker.call(self.target.holds_episode)
         except Exception:  # noqa: BLE001
             return True
 

@@ -1,48 +1,82 @@
 """Writer adapters with one shape, so one episode controller drives both dataset formats.
 
-Every method runs on the controller's writer thread.
+Every method runs on the controller's writer thread. A target makes the episode's sink at
+``start_episode`` (its typed ``Sink``, fed rows and frames) and saves the episode from that sink's
+counters and end flags: ``save_episode(sink, counters, timeout)``. ``source`` (the bag converter:
+where the episode came from) is a per-episode argument that goes into the saved record.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
 
-from piper_recorder.assembly import LeRobotSink, RgbdSink
+from piper_recorder.assembly import PIPER_TABLE, FeatureTable, LeRobotSink, RgbdSink, Sink
+from piper_recorder.assembly.sinks import LeRobotRows, RgbdSteps
+
+S = TypeVar("S", bound=Sink)
+Record = dict[str, Any]
 
 
-class EpisodeTarget(Protocol):
+class LeRobotDatasetWriter(LeRobotRows, Protocol):
+    """The LeRobot writer calls a target makes (``lerobot.writer.LeRobotWriter``)."""
+
+    def begin_session(self, record: Record) -> Any: ...
+    def start_episode(self, task: str) -> int: ...
+    def save_episode(self, counters: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None: ...
+    def discard_episode(self) -> None: ...
+    def delete_last_episode(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+class RgbdDatasetWriter(RgbdSteps, Protocol):
+    """The RGB-D writer calls a target makes (``rgbd_writer.writer.RgbdWriter``)."""
+
+    def start_episode(self, seed: int | None = None, meta: Mapping[str, Any] | None = None) -> int: ...
+    def end_episode(self, success: bool | None = None) -> Mapping[str, Any] | None: ...
+    def discard_episode(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class EpisodeTarget(Protocol[S]):
     kind: str
     depth: bool          # frames must carry depth (RGB-D observations)
     min_rows: int        # fewer assembled rows than this: the episode is empty and discarded
     needs_task: bool
 
-    def begin_session(self, record: dict[str, Any]) -> None: ...
-    def start_episode(self, task: str, record: dict[str, Any]) -> int: ...
-    def make_sink(self) -> Any: ...
-    def save_episode(self, sink: Any, counters: dict[str, Any], timeout: bool) -> dict[str, Any]: ...
+    def begin_session(self, record: Record) -> None: ...
+    def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, S]: ...
+    def save_episode(self, sink: S, counters: Record, timeout: bool) -> Record: ...
     def keeps_failed_save(self, exc: BaseException) -> bool: ...
+    def holds_episode(self) -> bool: ...
     def discard_episode(self) -> None: ...
     def delete_last_episode(self) -> None: ...
     def close(self) -> None: ...
 
 
+def _holds(writer: object) -> bool:
+    """The writer still has an episode open (writers say so in ``recording``; assume yes if one cannot)."""
+    return bool(getattr(writer, "recording", True))
+
+
 class LeRobotTarget:
     kind, depth, min_rows, needs_task = "lerobot", False, 1, True
 
-    def __init__(self, writer: Any, save_raw_quest: bool = True):
-        self.writer, self.save_raw_quest = writer, save_raw_quest
+    def __init__(self, writer: LeRobotDatasetWriter, save_raw_quest: bool = True, table: FeatureTable = PIPER_TABLE):
+        self.writer, self.save_raw_quest, self.table = writer, save_raw_quest, table
+        self._source: Record | None = None
 
-    def begin_session(self, record: dict[str, Any]) -> None:
+    def begin_session(self, record: Record) -> None:
         self.writer.begin_session(record)
 
-    def start_episode(self, task: str, record: dict[str, Any]) -> int:
-        return int(self.writer.start_episode(task))
+    def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, LeRobotSink]:
+        idx = int(self.writer.start_episode(task))
+        self._source = source
+        return idx, LeRobotSink(self.writer, self.save_raw_quest, self.table)
 
-    def make_sink(self) -> LeRobotSink:
-        return LeRobotSink(self.writer, self.save_raw_quest)
-
-    def save_episode(self, sink: LeRobotSink, counters: dict[str, Any], timeout: bool) -> dict[str, Any]:
-        rec = self.writer.save_episode({**counters, **sink.counters()})
+    def save_episode(self, sink: LeRobotSink, counters: Record, timeout: bool) -> Record:
+        source = {} if self._source is None else {"source": self._source}
+        rec = self.writer.save_episode({**counters, **source, **sink.counters()})
         return dict(rec) if isinstance(rec, dict) else {}
 
     def keeps_failed_save(self, exc: BaseException) -> bool:
@@ -50,6 +84,9 @@ class LeRobotTarget:
         from piper_recorder.lerobot.errors import SaveFailedError
 
         return isinstance(exc, SaveFailedError)
+
+    def holds_episode(self) -> bool:
+        return _holds(self.writer)
 
     def discard_episode(self) -> None:
         self.writer.discard_episode()
@@ -62,24 +99,24 @@ class LeRobotTarget:
 
 
 class RgbdTarget:
-    """RGB-D HDF5: the session record and task go into each episode's metadata (the format has no session)."""
+    """RGB-D HDF5: the session record, task and source go into each episode's metadata (the format has
+    no session)."""
 
     kind, depth, min_rows, needs_task = "rgbd", True, 2, False
 
-    def __init__(self, writer: Any, camera: str):
-        self.writer, self.camera = writer, camera
+    def __init__(self, writer: RgbdDatasetWriter, camera: str, table: FeatureTable = PIPER_TABLE):
+        self.writer, self.camera, self.table = writer, camera, table
 
-    def begin_session(self, record: dict[str, Any]) -> None:
+    def begin_session(self, record: Record) -> None:
         """Nothing up front: every episode carries the record it was recorded under."""
 
-    def start_episode(self, task: str, record: dict[str, Any]) -> int:
+    def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, RgbdSink]:
         meta = {"task": task, "provenance": json.dumps(record, sort_keys=True)}
-        return int(self.writer.start_episode(seed=None, meta=meta))
+        if source is not None:
+            meta["source"] = json.dumps(source, sort_keys=True)
+        return int(self.writer.start_episode(seed=None, meta=meta)), RgbdSink(self.writer, self.camera, self.table)
 
-    def make_sink(self) -> RgbdSink:
-        return RgbdSink(self.writer, self.camera)
-
-    def save_episode(self, sink: RgbdSink, counters: dict[str, Any], timeout: bool) -> dict[str, Any]:
+    def save_episode(self, sink: RgbdSink, counters: Record, timeout: bool) -> Record:
         sink.end(terminal=not timeout, timeout=timeout)
         rec = self.writer.end_episode(success=None if timeout else True)
         return {"observations": sink.observations, "transitions": sink.transitions,
@@ -90,11 +127,14 @@ class RgbdTarget:
         (they were appended past the committed end); the frames are not held anywhere else."""
         return False
 
+    def holds_episode(self) -> bool:
+        return _holds(self.writer)
+
     def discard_episode(self) -> None:
         self.writer.discard_episode()
 
     def delete_last_episode(self) -> None:
-        delete = getattr(self.writer, "delete_last_episode", None)
+        delete = getattr(self.writer, "delete_last_episode", None)   # writers that cannot delete lack it
         if delete is None:
             raise NotImplementedError("the RGB-D writer cannot delete a committed episode")
         delete()

@@ -11,12 +11,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from piper_recorder.assembly import Frame, Row, Sink
+
 T = TypeVar("T")
 
 
 class WriterWorker:
     def __init__(self, name: str = "writer"):
-        self._q: queue.Queue[tuple[Callable[[], Any], Future | None] | None] = queue.Queue()
+        self._q: queue.Queue[tuple[Callable[[], Any], Future[Any] | None] | None] = queue.Queue()
         self.error: BaseException | None = None   # first failure of a fire-and-forget call since reset
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -31,7 +33,7 @@ class WriterWorker:
 
     def call(self, fn: Callable[[], T], timeout: float | None = None) -> T:
         """Run fn on the writer thread after everything queued before it; return its result or raise."""
-        fut: Future = Future()
+        fut: Future[T] = Future()
         self._q.put((fn, fut))
         return fut.result(timeout)
 
@@ -64,13 +66,13 @@ class WriterWorker:
 class QueuedSink:
     """Assembly sink that forwards to the real sink on the writer thread (rows/frames never block the caller)."""
 
-    def __init__(self, inner: Any, worker: WriterWorker):
+    def __init__(self, inner: Sink, worker: WriterWorker):
         self.inner, self._worker = inner, worker
 
-    def row(self, row: Any) -> None:
+    def row(self, row: Row) -> None:
         self._worker.post(lambda: self.inner.row(row))
 
-    def frame(self, camera: str, frame: Any, t: float) -> None:
+    def frame(self, camera: str, frame: Frame, t: float) -> None:
         self._worker.post(lambda: self.inner.frame(camera, frame, t))
 
     def raw_quest(self, line: str) -> None:

@@ -1,0 +1,132 @@
+"""The one feature table: which inputs the assembler samples and which dataset columns they become.
+
+An ``InputSpec`` is one stamped vector input (a topic read by a message adapter, ``assembly.messages``);
+a ``Feature`` is one slice of an input that every row carries, named for the LeRobot writer (column,
+element names, ``modality.json`` slices, combined column) and the RGB-D writer (observation state
+term, part of the action, the reward). Everything else derives from the table: the assembler's inputs
+and row values, the LeRobot columns, modality and stats, the RGB-D state terms, the topics the recorder
+nodes subscribe and the bag converter maps. Adding a sensor is one ``InputSpec`` plus its ``Feature``
+(``FeatureTable.extended``; from config: a mapping file's ``inputs:`` entry, ``recording.inputs``) and,
+for a new message type, its adapter. No ROS, no numpy: plain data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# (sub-modality name, start, end, is_rotation): one modality.json slice of a column
+Slice = tuple[str, int, int, bool]
+FORMATS = ("lerobot", "rgbd")
+RGBD_ROLES = ("state", "action", "reward")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One assembler input: a float32 vector of ``dim`` values sampled at each row time.
+
+    ``required``: rows wait for a first sample (none before it: the start ticks are skipped); an
+    optional input is zeros until its first sample. ``topic_param``: the recorder parameter naming its
+    default topic (``RecorderConfig``); ``formats``: the datasets whose recorder subscribes it."""
+
+    name: str
+    adapter: str                        # message adapter kind (assembly.messages.ADAPTERS)
+    dim: int
+    required: bool = True
+    topic_param: str = ""
+    formats: tuple[str, ...] = FORMATS
+
+
+@dataclass(frozen=True)
+class Feature:
+    """Row value ``key`` = ``input``'s values [start:stop]; ``column``: its LeRobot column (None: not
+    one); ``rgbd``: its RGB-D role (state term, part of the action in table order, the reward)."""
+
+    key: str
+    input: str
+    start: int
+    stop: int
+    column: str | None
+    names: tuple[str, ...]
+    modality: tuple[Slice, ...] = ()
+    rgbd: str | None = None
+    combined: str | None = None         # the LeRobot combined column this joins, in table order
+
+
+@dataclass(frozen=True)
+class FeatureTable:
+    inputs: tuple[InputSpec, ...]
+    features: tuple[Feature, ...]
+
+    def input(self, name: str) -> InputSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"no input {name!r} (inputs: {[s.name for s in self.inputs]})")
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.inputs if s.required)
+
+    def rgbd_keys(self, role: str) -> tuple[str, ...]:
+        """Row value keys with an RGB-D role, in table order."""
+        return tuple(f.key for f in self.features if f.rgbd == role)
+
+    def columns(self) -> dict[str, str]:
+        """LeRobot column -> row value key, in column order."""
+        return {f.column: f.key for f in self.features if f.column is not None}
+
+    def extended(self, spec: InputSpec, *features: Feature) -> FeatureTable:
+        """This table plus one input and the features cut from it (appended: existing columns keep their order)."""
+        table = FeatureTable((*self.inputs, spec), (*self.features, *features))
+        table.validate()
+        return table
+
+    def validate(self) -> None:
+        names = [s.name for s in self.inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate input names in {names}")
+        dims = {s.name: s.dim for s in self.inputs}
+        for s in self.inputs:
+            if s.dim <= 0 or not set(s.formats) <= set(FORMATS):
+                raise ValueError(f"input {s.name!r}: dim must be > 0 and formats in {FORMATS}")
+        keys = [f.key for f in self.features]
+        cols = [f.column for f in self.features if f.column is not None]
+        if len(set(keys)) != len(keys) or len(set(cols)) != len(cols):
+            raise ValueError(f"duplicate feature keys or columns in {keys} / {cols}")
+        for f in self.features:
+            if f.input not in dims or not 0 <= f.start < f.stop <= dims[f.input]:
+                raise ValueError(f"feature {f.key!r}: [{f.start}:{f.stop}] is not a slice of an input {names}")
+            if len(f.names) != f.stop - f.start:
+                raise ValueError(f"feature {f.key!r}: {len(f.names)} names for {f.stop - f.start} values")
+            if f.rgbd is not None and f.rgbd not in RGBD_ROLES:
+                raise ValueError(f"feature {f.key!r}: rgbd role must be one of {RGBD_ROLES}, got {f.rgbd!r}")
+
+
+JOINTS = tuple(f"joint{i}" for i in range(1, 7))
+POSE = ("x", "y", "z", "qw", "qx", "qy", "qz")
+POSE_SLICES: tuple[Slice, ...] = (("eef_pos", 0, 3, False), ("eef_rot", 3, 7, True))
+STATE, ACTION = "observation.state", "action"
+
+# The spec's Piper set: joints (rad), flange pose (m + quat wxyz), gripper width (m); the commanded pose
+# and gripper as the action; the RGB-D reward. Column order is the dataset's: do not reorder.
+PIPER_TABLE = FeatureTable(
+    inputs=(
+        InputSpec("joint_states", "joint_state", 7, topic_param="joint_states_topic"),   # 6 joints + gripper
+        InputSpec("eef_pose", "pose", 7, topic_param="eef_topic"),
+        InputSpec("commanded_pose", "pose", 7, topic_param="commanded_pose_topic"),
+        InputSpec("commanded_gripper", "gripper", 1, topic_param="commanded_gripper_topic"),
+        InputSpec("reward", "float32", 1, required=False, topic_param="reward_topic", formats=("rgbd",)),
+    ),
+    features=(
+        Feature("arm_joint", "joint_states", 0, 6, "observation.arm_joint", JOINTS, (("arm_joint", 0, 6, False),),
+                rgbd="state", combined=STATE),
+        Feature("arm_eef", "eef_pose", 0, 7, "observation.arm_eef", POSE, POSE_SLICES, rgbd="state", combined=STATE),
+        Feature("gripper", "joint_states", 6, 7, "observation.gripper", ("width",), (("gripper", 0, 1, False),),
+                rgbd="state", combined=STATE),
+        Feature("cmd_eef", "commanded_pose", 0, 7, "action.arm_eef", POSE, POSE_SLICES, rgbd="action",
+                combined=ACTION),
+        Feature("cmd_gripper", "commanded_gripper", 0, 1, "action.gripper", ("width",), (("gripper", 0, 1, False),),
+                rgbd="action", combined=ACTION),
+        Feature("reward", "reward", 0, 1, None, ("reward",), rgbd="reward"),
+    ),
+)
+PIPER_TABLE.validate()

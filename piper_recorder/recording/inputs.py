@@ -1,0 +1,230 @@
+"""Which topic feeds which input, and how its messages are read: the recorder nodes and the converter alike.
+
+``topic_map(fmt, cfg, mapping)`` starts from the topics the recorder's parameters name (each input's
+``topic_param`` in the feature table, ``assembly.features``) and applies a mapping file: the
+``mapping`` parameter of a recorder node, ``--mapping`` of piper-bag2dataset. The result drives the
+subscriptions (``recording.router``), the assembler's inputs and both writers' columns.
+
+Mapping file (every key optional; overrides the recorder settings)::
+
+    joint_states:                     # sensor_msgs/JointState -> 6 joints (rad) + gripper (m)
+      topic: /joint_states_single
+      names: [joint1, joint2, joint3, joint4, joint5, joint6, joint7]   # 7 names, gripper last
+      gripper_scale: 1.0              # multiplies the gripper position (to metres)
+    eef_pose: /end_pose_stamped       # geometry_msgs/PoseStamped (a topic string or {topic: ...})
+    commanded_pose: /end_pose_stamped # PoseStamped; action.arm_eef
+    commanded_gripper:                # JointState; action.gripper
+      topic: /joint_ctrl_single
+      name: joint7                    # which joint (default: the first position)
+      scale: 1.0
+    cameras:                          # replaces the camera set: name -> topics (+ optional size)
+      cam_front: {color: /camera/color/image_raw, depth: /camera/aligned_depth_to_color/image_raw,
+                  height: 480, width: 640}
+    raw_quest: null                   # std_msgs/String headset lines (null: none)
+    reward: null                      # std_msgs/Float32 (RGB-D)
+    provenance: /arm/provenance       # std_msgs/String JSON
+    hello: /quest/hello
+    episode_events: /episode_events
+    inputs:                           # extra inputs: one feature-table entry each, appended as columns
+      wrench:                         # input name = RGB-D state term /observations/state/wrench
+        topic: /ft_sensor/wrench
+        adapter: wrench               # message adapter (assembly.messages.ADAPTERS): geometry_msgs/WrenchStamped
+        column: observation.wrench    # LeRobot column (default observation.<name>; null: none)
+        names: [fx, fy, fz, tx, ty, tz]   # element names (default: the adapter's)
+        required: true                # rows wait for its first sample (false: zeros until then)
+        rgbd: state                   # RGB-D role: state (default for observation.*) | null
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from piper_recorder.assembly.features import PIPER_TABLE, Feature, FeatureTable, InputSpec
+from piper_recorder.assembly.messages import Adapter, GripperAdapter, JointStateAdapter, make_adapter
+
+from .config import CameraTopics, LeRobotRecorderConfig, RecorderConfig
+
+EVENTS_TOPIC = "/episode_events"
+CHANNELS = ("raw_quest", "provenance", "hello", "episode_events")   # string topics, not row inputs
+
+
+@dataclass
+class InputBinding:
+    """One input's topic (None: not recorded) and the adapter that reads its messages."""
+
+    topic: str | None
+    adapter: Adapter
+
+
+@dataclass
+class TopicMap:
+    """Which topic feeds which input (``inputs``, keyed by the table's input names) and camera."""
+
+    inputs: dict[str, InputBinding]
+    cameras: dict[str, CameraTopics]
+    table: FeatureTable = PIPER_TABLE
+    fmt: str = "lerobot"
+    raw_quest: str | None = None
+    provenance: str | None = "/arm/provenance"
+    hello: str | None = "/quest/hello"
+    episode_events: str | None = EVENTS_TOPIC
+
+    def topic(self, name: str) -> str | None:
+        b = self.inputs.get(name)
+        return b.topic if b is not None else None
+
+    @property
+    def joint_states(self) -> str | None:
+        return self.topic("joint_states")
+
+    @property
+    def reward(self) -> str | None:
+        return self.topic("reward")
+
+    def active(self) -> list[tuple[InputSpec, InputBinding]]:
+        """The inputs this format records from a topic, in table order."""
+        out = []
+        for spec in self.table.inputs:
+            b = self.inputs.get(spec.name)
+            if self.fmt in spec.formats and b is not None and b.topic:
+                out.append((spec, b))
+        return out
+
+    # message type every mapped input needs (the converter checks the bag against this)
+    def required(self, depth: bool) -> dict[str, str]:
+        req = {b.topic: b.adapter.msg_type for spec, b in self.active() if spec.required and b.topic}
+        for cam in self.cameras.values():
+            req[cam.color] = "sensor_msgs/msg/Image"
+            if depth:
+                if not cam.depth:
+                    raise ValueError("RGB-D conversion needs a depth topic for the camera")
+                req[cam.depth] = "sensor_msgs/msg/Image"
+        return req
+
+    def optional(self) -> dict[str, str]:
+        opt = {t: "std_msgs/msg/String" for t in (self.raw_quest, self.provenance, self.hello, self.episode_events)
+               if t}
+        opt.update({b.topic: b.adapter.msg_type for spec, b in self.active() if not spec.required and b.topic})
+        return opt
+
+    def to_dict(self) -> dict[str, Any]:
+        """For provenance (``source.topics``); the Piper inputs keep the layout of earlier releases."""
+        js, cg = self.inputs["joint_states"].adapter, self.inputs["commanded_gripper"].adapter
+        d: dict[str, Any] = {
+            "joint_states": self.topic("joint_states"), "eef_pose": self.topic("eef_pose"),
+            "commanded_pose": self.topic("commanded_pose"), "commanded_gripper": self.topic("commanded_gripper"),
+            "cameras": {k: dataclasses.asdict(c) for k, c in self.cameras.items()},
+            "joint_names": list(js.joint_names) if isinstance(js, JointStateAdapter) else None,
+            "gripper_scale": js.gripper_scale if isinstance(js, JointStateAdapter) else 1.0,
+            "commanded_gripper_joint": cg.name if isinstance(cg, GripperAdapter) else None,
+            "commanded_gripper_scale": cg.scale if isinstance(cg, GripperAdapter) else 1.0,
+            "raw_quest": self.raw_quest, "reward": self.topic("reward"), "provenance": self.provenance,
+            "hello": self.hello, "episode_events": self.episode_events,
+        }
+        extra = [s for s in self.table.inputs if s not in PIPER_TABLE.inputs]
+        if extra:
+            d["inputs"] = {s.name: {"topic": self.topic(s.name), "adapter": s.adapter,
+                                    **self.inputs[s.name].adapter.options()} for s in extra}
+        return d
+
+
+def topic_map(fmt: str, s: RecorderConfig, mapping: str | Path | None = None) -> TopicMap:
+    """The recorder's topics (as its node subscribes them), overridden by a mapping file: ``mapping``,
+    else the recorder's ``mapping`` parameter."""
+    inputs = {spec.name: InputBinding(getattr(s, spec.topic_param, "") or None, make_adapter(spec.adapter))
+              for spec in PIPER_TABLE.inputs}
+    tm = TopicMap(inputs=inputs, cameras=s.camera_topics(), fmt=fmt,
+                  raw_quest=s.raw_quest_topic if isinstance(s, LeRobotRecorderConfig) and s.save_raw_quest else None,
+                  provenance=s.provenance_topic or None, hello=s.hello_topic or None)
+    if fmt != "rgbd":
+        tm.inputs["reward"].topic = None   # the LeRobot dataset has no reward
+    path = mapping if mapping is not None else (s.mapping or None)
+    if path is not None:
+        apply_mapping(tm, yaml.safe_load(Path(path).read_text()) or {}, str(path), s)
+    if fmt == "rgbd" and len(tm.cameras) != 1:
+        raise ValueError(f"RGB-D conversion needs exactly one camera, mapping gives {sorted(tm.cameras)}")
+    return tm
+
+
+def _topic(v: Any, where: str) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        v = v.get("topic")
+    if not isinstance(v, str) or not v.startswith("/"):
+        raise ValueError(f"{where}: expected an absolute topic name, got {v!r}")
+    return v
+
+
+def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig) -> None:
+    known = {*(spec.name for spec in PIPER_TABLE.inputs), "cameras", "inputs", *CHANNELS}
+    if not isinstance(doc, dict) or set(doc) - known:
+        raise ValueError(f"{src}: unknown mapping keys {sorted(set(doc) - known) if isinstance(doc, dict) else doc}"
+                         f" (known: {sorted(known)})")
+    for spec in PIPER_TABLE.inputs:
+        if spec.name in doc:
+            v = doc[spec.name]
+            b = tm.inputs[spec.name]
+            b.topic = _topic(v, f"{src}: {spec.name}")
+            if isinstance(v, dict):
+                b.adapter = make_adapter(spec.adapter, v, f"{src}: {spec.name}")
+    for key in CHANNELS:
+        if key in doc:
+            setattr(tm, key, _topic(doc[key], f"{src}: {key}"))
+    if "cameras" in doc:
+        cams = doc["cameras"]
+        if not isinstance(cams, dict) or not cams:
+            raise ValueError(f"{src}: cameras must map camera names to {{color: ..., depth: ...}}")
+        out = {}
+        for name, c in cams.items():
+            if not isinstance(c, dict) or "color" not in c:
+                raise ValueError(f"{src}: camera {name!r} needs a color topic")
+            h, w = s.camera_size(name)
+            color = _topic(c["color"], f"{src}: cameras.{name}.color")
+            assert color is not None
+            out[str(name)] = CameraTopics(color, _topic(c.get("depth"), f"{src}: cameras.{name}.depth"),
+                                          int(c.get("height", h)), int(c.get("width", w)))
+        tm.cameras = out
+    for name, entry in (doc.get("inputs") or {}).items():
+        add_extra_input(tm, str(name), entry, f"{src}: inputs.{name}")
+    for spec in tm.table.inputs:
+        if spec.required and tm.fmt in spec.formats and not tm.topic(spec.name):
+            raise ValueError(f"{src}: {spec.name} cannot be null (every row needs it)")
+
+
+def add_extra_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
+    """One extra input from a mapping entry: its table entry (input + one feature) and its binding."""
+    if not isinstance(entry, dict) or "adapter" not in entry or "topic" not in entry:
+        raise ValueError(f"{where}: needs at least {{topic: /..., adapter: {{joint_state|pose|...}}}}")
+    unknown = set(entry) - {"topic", "adapter", "column", "names", "required", "rgbd", "combined",
+                            "name", "scale", "gripper_scale"}   # the last three: adapter options
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+    adapter = make_adapter(str(entry["adapter"]), entry, where)
+    column = entry.get("column", f"observation.{name}")
+    names = tuple(str(n) for n in entry.get("names", adapter.names))
+    default_role = "state" if column is None or str(column).startswith("observation.") else None
+    spec = InputSpec(name, str(entry["adapter"]), adapter.dim, required=bool(entry.get("required", True)))
+    feature = Feature(name, name, 0, adapter.dim, None if column is None else str(column), names,
+                      rgbd=entry.get("rgbd", default_role), combined=entry.get("combined"))
+    try:
+        tm.table = tm.table.extended(spec, feature)
+        if feature.column is not None:
+            from piper_recorder.lerobot.features import lerobot_features
+
+            seen: set[tuple[str, str]] = set()
+            for f in lerobot_features(tm.table):
+                f.validate()
+                for sl in f.slices():   # modality.json names one slice per group and name
+                    if (f.group, sl[0]) in seen:
+                        raise ValueError(f"modality name {f.group}.{sl[0]} is taken; choose another column")
+                    seen.add((f.group, sl[0]))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    tm.inputs[name] = InputBinding(_topic(entry["topic"], f"{where}.topic"), adapter)
+
+

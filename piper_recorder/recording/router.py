@@ -1,0 +1,122 @@
+"""The one input router: a received message -> the episode controller's inputs (no ROS imports).
+
+The recorder nodes subscribe ``router.routes`` and pass every message to ``route``; the bag converter
+passes each decoded bag message the same way (with its log time as the receive time). So joint names,
+gripper scales, extra inputs of a mapping, image checks and the stamps (header, or the receive time for
+unstamped messages) are applied identically live and offline.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from piper_recorder.assembly.messages import Adapter, image_to_numpy, stamp_ns
+
+from .inputs import TopicMap
+
+IMAGE, INPUT, TEXT = "image", "input", "text"   # route kinds: the nodes pick a QoS per kind
+Handler = Callable[[Any, int], None]
+
+
+class InputSink(Protocol):
+    """What the router feeds (``EpisodeController``)."""
+
+    def add_input(self, name: str, stamp_ns: int, values: np.ndarray) -> None: ...
+    def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None: ...
+    def add_color(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None: ...
+    def add_depth(self, camera: str, stamp_ns: int, depth: np.ndarray) -> None: ...
+    def add_raw_quest(self, stamp_ns: int, line: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Route:
+    topic: str
+    msg_type: str      # "pkg/msg/Type"
+    kind: str          # IMAGE | INPUT | TEXT
+
+
+class InputRouter:
+    """Topic -> handlers for one recorder format (``depth``: RGB-D, colour and depth paired by the sink).
+
+    Frames of the wrong size or encoding are dropped, counted in ``rejected`` per camera, and ``warn``
+    is called once per camera with the reason."""
+
+    def __init__(self, topics: TopicMap, sink: InputSink, *, depth: bool,
+                 warn: Callable[[str], object] = lambda m: None):
+        self.sink, self.depth, self._warn = sink, depth, warn
+        self.rejected: dict[str, int] = {}
+        self._handlers: dict[str, list[Handler]] = {}
+        self._types: dict[str, tuple[str, str]] = {}
+        for spec, b in topics.active():
+            assert b.topic is not None
+            self._on(b.topic, b.adapter.msg_type, INPUT, self._vector(spec.name, b.adapter))
+        self._sizes = {cam: (ct.height, ct.width) for cam, ct in topics.cameras.items()}
+        for cam, ct in topics.cameras.items():
+            self._on(ct.color, "sensor_msgs/msg/Image", IMAGE, self._image_handler(cam, False))
+            if depth and ct.depth:
+                self._on(ct.depth, "sensor_msgs/msg/Image", IMAGE, self._image_handler(cam, True))
+        if not depth and topics.raw_quest:
+            self._on(topics.raw_quest, "std_msgs/msg/String", TEXT, lambda m, now: sink.add_raw_quest(now, m.data))
+
+    @property
+    def routes(self) -> list[Route]:
+        return [Route(t, typ, kind) for t, (typ, kind) in self._types.items()]
+
+    def route(self, topic: str, msg: Any, now_ns: int) -> None:
+        """One message received on ``topic`` at ``now_ns`` (the ROS clock, or the bag's log time)."""
+        for fn in self._handlers[topic]:
+            fn(msg, now_ns)
+
+    def _on(self, topic: str, msg_type: str, kind: str, fn: Handler) -> None:
+        have = self._types.setdefault(topic, (msg_type, kind))
+        if have[0] != msg_type:
+            raise ValueError(f"topic {topic} is mapped as {have[0]} and as {msg_type}")
+        self._handlers.setdefault(topic, []).append(fn)
+
+    def _vector(self, name: str, adapter: Adapter) -> Handler:
+        add = self.sink.add_input
+
+        def handle(msg: Any, now: int) -> None:
+            v = adapter.read(msg)
+            if v is not None:
+                add(name, stamp_ns(msg) if adapter.stamped else now, v)
+        return handle
+
+    def _image_handler(self, cam: str, depth: bool) -> Handler:
+        sink = self.sink
+        if not self.depth:
+            return lambda msg, now: self._frame(cam, msg)
+        if depth:
+            return lambda msg, now: self._paired(cam, msg, sink.add_depth, True)
+        return lambda msg, now: self._paired(cam, msg, sink.add_color, False)
+
+    def _frame(self, cam: str, msg: Any) -> None:
+        img = self._image(cam, msg, False)
+        if img is not None:
+            self.sink.add_frame(cam, stamp_ns(msg), img)
+
+    def _paired(self, cam: str, msg: Any, add: Callable[[str, int, np.ndarray], None], depth: bool) -> None:
+        img = self._image(cam, msg, depth)
+        if img is not None:
+            add(cam, stamp_ns(msg), img)
+
+    def _image(self, cam: str, msg: Any, depth: bool) -> np.ndarray | None:
+        try:
+            img = image_to_numpy(msg)
+        except ValueError as exc:
+            self._reject(cam, str(exc))
+            return None
+        h, w = self._sizes[cam]
+        if img.shape[:2] != (h, w) or (not depth and img.ndim != 3):
+            self._reject(cam, f"got {img.shape} frames, configured {h}x{w}")
+            return None
+        return img
+
+    def _reject(self, cam: str, why: str) -> None:
+        n = self.rejected.get(cam, 0) + 1
+        self.rejected[cam] = n
+        if n == 1:
+            self._warn(f"{cam}: dropping frames: {why}")
