@@ -78,7 +78,12 @@ class PolicyBackend(Protocol):
 
 def make_backend(spec: str, *, timeout_s: float = 1.0) -> PolicyBackend:
     """Backend from a spec string: ``http://host:port[/prefix]``, ``gr00t://host:port``,
-    ``hold``, ``replay:<root>:<episode>``."""
+    ``hold``, ``replay:<root>:<episode>``.
+
+    ``gr00t://`` imports ``piper_recorder.policy.gr00t`` and calls
+    ``Gr00tBackend(host, port, timeout_s=...)`` (it reads the training root's modality.json itself
+    if it needs keys; it gets the Observation's feature keys and camera names).
+    """
     spec = spec.strip()
     if spec.startswith(("http://", "https://")):
         from piper_recorder.policy.http import HttpBackend
