@@ -68,7 +68,7 @@ class PolicyNode(Node):
         self.cfg = cfg
         task = cfg.task or (meta.tasks[0] if meta.tasks else "")
         self.builder = ObservationBuilder(meta, task, cfg.fps, cfg.lateness_s)
-        self.runtime = PolicyRuntime(cfg, self.builder, backend, log=lambda m: self.get_logger().warning(m))
+        self.runtime = PolicyRuntime(cfg, self.builder, backend, log=self._warn)
         self._lock = threading.Lock()
         self._arm_provenance: dict[str, Any] | None = None
         self._joint_cache: dict[tuple[str, ...], list[int]] = {}
@@ -107,6 +107,9 @@ class PolicyNode(Node):
         self._thread.start()
         self.get_logger().info(f"policy: {cfg.policy} trained on {self.root} ({meta.fps:g} fps, cameras "
                                f"{sorted(meta.cameras)}), task '{task}'; call ~/start")
+
+    def _warn(self, message: str) -> None:
+        self.get_logger().warning(message)
 
     # ---- inputs -------------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:
