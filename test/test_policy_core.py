@@ -413,3 +413,20 @@ def test_hold_backend_answers_the_measured_pose():
                           "observation.gripper": np.array([0.02], np.float32)}, {}, 7)
     rows = make_backend("hold").predict(o, 3).rows
     assert rows.shape == (3, 8) and np.all(rows == np.array([0.3, 0, 0.2, 1, 0, 0, 0, 0.02], np.float32))
+
+
+def test_make_backend_gr00t_passes_the_training_roots_modality(root: Path, monkeypatch):
+    import sys
+    import types
+
+    seen: dict = {}
+
+    class Fake:
+        def __init__(self, host, port, **kw):
+            seen.update(host=host, port=port, **kw)
+
+    monkeypatch.setitem(sys.modules, "piper_recorder.policy.gr00t", types.SimpleNamespace(Gr00tBackend=Fake))
+    make_backend("gr00t://10.0.0.5:5555", timeout_s=0.7, root=str(root))
+    assert seen == {"host": "10.0.0.5", "port": 5555, "timeout_s": 0.7, "modality": root / "meta" / "modality.json"}
+    with pytest.raises(ValueError, match="gr00t://host:port"):
+        make_backend("gr00t://nohost")

@@ -62,7 +62,7 @@ class PolicyNode(Node):
             cfg.validate()
             self.root = training_root(cfg)
             meta = TrainingMeta.load(self.root)
-            backend = make_backend(cfg.policy, timeout_s=cfg.timeout_s)
+            backend = make_backend(cfg.policy, timeout_s=cfg.timeout_s, root=self.root)
         except (ValueError, MetaError, OSError) as exc:
             raise ParameterError(f"policy: {exc}") from exc
         self.cfg = cfg
