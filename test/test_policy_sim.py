@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from lerobot_fixtures import small_root
+from test_launch_stubbed import stub_launch  # noqa: F401 - fixture
 from piper_recorder.launcher import free_port, plan_graph
 from piper_recorder.teleop.limits import LimitsConfig
 
@@ -35,6 +36,17 @@ def test_launch_argument_policy_starts_the_policy_node(tmp_path):
     plan = plan_graph("sim", SIM, [], tmp_path, policy="hold", policy_root="/data/train")
     assert "policy" in plan.node_names and plan.config["policy"] == {"policy": "hold", "root": "/data/train"}
     assert "policy" not in plan_graph("sim", SIM, [], tmp_path / "b").node_names
+
+
+@pytest.mark.parametrize("name", ["sim", "robot"])
+def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, name):
+    from test_launch_stubbed import Node, graph
+
+    nodes = {a.kwargs["name"]: a for a in graph(name, policy="http://10.0.0.2:8000", policy_root="/data/train")
+             if isinstance(a, Node)}
+    assert nodes["policy"].kwargs["executable"] == "policy"
+    assert nodes["policy"].kwargs["parameters"][1] == {"policy": "http://10.0.0.2:8000", "root": "/data/train"}
+    assert "policy" not in {a.kwargs["name"] for a in graph(name) if isinstance(a, Node)}
 
 
 def training_root(path: Path, session: dict | None) -> Path:
