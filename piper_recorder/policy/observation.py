@@ -106,19 +106,10 @@ class _LatestRow:
     """Assembler sink keeping only the newest row (frames ride in the rows: nominal mode)."""
 
     def __init__(self) -> None:
-        self.row: Row | None = None
-        self.rows = 0
-
-    def row_(self, row: Row) -> None:
-        self.row, self.rows = row, self.rows + 1
-
-
-class _Sink:
-    def __init__(self, latest: _LatestRow) -> None:
-        self.latest = latest
+        self.latest: Row | None = None
 
     def row(self, row: Row) -> None:
-        self.latest.row_(row)
+        self.latest = row
 
     def frame(self, camera: str, frame: Frame, t: float) -> None:
         pass
@@ -210,7 +201,7 @@ class ObservationBuilder:
     def start(self, now_ns: int) -> None:
         """Start assembling on a fresh grid from ``now_ns`` (the newest samples are the pre-roll)."""
         self._latest = _LatestRow()
-        self._asm = EpisodeAssembler(self.asm_cfg, now_ns, _Sink(self._latest))
+        self._asm = EpisodeAssembler(self.asm_cfg, now_ns, self._latest)
         for method, args in self._pre.values():
             getattr(self._asm, method)(*args)
 
@@ -222,7 +213,7 @@ class ObservationBuilder:
         if self._asm is None:
             return None
         self._asm.advance(now_ns)
-        row = self._latest.row
+        row = self._latest.latest
         return None if row is None else self.observation(row)
 
     def observation(self, row: Row) -> Observation:
