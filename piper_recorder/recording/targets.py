@@ -65,6 +65,7 @@ class LeRobotTarget:
     def __init__(self, writer: LeRobotDatasetWriter, save_raw_quest: bool = True, table: FeatureTable = PIPER_TABLE):
         self.writer, self.save_raw_quest, self.table = writer, save_raw_quest, table
         self._source: Record | None = None
+        self._policy: Record | None = None
 
     def begin_session(self, record: Record) -> None:
         self.writer.begin_session(record)
@@ -72,11 +73,13 @@ class LeRobotTarget:
     def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, LeRobotSink]:
         idx = int(self.writer.start_episode(task))
         self._source = source
+        self._policy = record.get("policy")   # a rollout names its policy in episodes.jsonl
         return idx, LeRobotSink(self.writer, self.save_raw_quest, self.table)
 
     def save_episode(self, sink: LeRobotSink, counters: Record, timeout: bool) -> Record:
         source = {} if self._source is None else {"source": self._source}
-        rec = self.writer.save_episode({**counters, **source, **sink.counters()})
+        extra = {} if self._policy is None else {"policy": self._policy}
+        rec = self.writer.save_episode({**counters, **source, **sink.counters(), **extra})
         return dict(rec) if isinstance(rec, dict) else {}
 
     def keeps_failed_save(self, exc: BaseException) -> bool:

@@ -1,0 +1,122 @@
+"""The policy backend interface: one observation in, one action chunk out.
+
+Every backend (``http`` PiperPilot ``/predict``, ``gr00t`` ZeroMQ client, the ``hold`` and
+``replay:`` dry-run built-ins) implements ``PolicyBackend``. ``predict`` may block for as long as the
+server takes: the chunk executor calls it off the control thread and never waits on it. No ROS and
+no torch here.
+
+Action rows are in the training root's action column layout: ``action.arm_eef`` (x, y, z, qw, qx,
+qy, qz; metres, arm-base frame, absolute) followed by ``action.gripper`` (metres): ``ACTION_DIM`` = 8.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+U8 = npt.NDArray[np.uint8]
+
+ACTION_KEYS: tuple[str, ...] = ("action.arm_eef", "action.gripper")
+ACTION_DIM = 8
+STATE_KEYS: tuple[str, ...] = ("observation.arm_joint", "observation.arm_eef", "observation.gripper")
+
+
+class BackendError(RuntimeError):
+    """A backend could not answer (connection, timeout, malformed answer). The executor pauses."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the policy sees at one instant, as the recorders would have written it.
+
+    ``state``: feature key -> float32 vector (e.g. "observation.arm_eef": 7, quat wxyz).
+    ``images``: camera name (e.g. "cam_front", not the feature key) -> HxWx3 uint8 RGB at the
+    training root's image size. ``stamp_ns``: the control-grid time this observation stands for
+    (the clock the executor uses), so an answer can be placed in time.
+    """
+
+    task: str
+    state: dict[str, F32]
+    images: dict[str, U8]
+    stamp_ns: int
+
+
+@dataclass(frozen=True)
+class ActionChunk:
+    """A backend's answer: ``rows`` (n, ACTION_DIM) float32, row k is the target for time
+    ``t0_ns + k * period`` where ``t0_ns`` is normally ``obs_stamp_ns`` (the observation it answers)."""
+
+    rows: F32
+    obs_stamp_ns: int
+    t0_ns: int
+    info: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.rows.ndim != 2 or self.rows.shape[1] != ACTION_DIM:
+            raise BackendError(f"action chunk must be (n, {ACTION_DIM}), got {self.rows.shape}")
+
+
+@runtime_checkable
+class PolicyBackend(Protocol):
+    """One policy behind one interface."""
+
+    def describe(self) -> dict[str, object]:
+        """Provenance: at least ``backend`` and ``url`` or ``checkpoint``; ``content_hash`` if known."""
+        ...
+
+    def predict(self, obs: Observation, horizon: int) -> ActionChunk:
+        """At most ``horizon`` rows answering ``obs``. May block; raises ``BackendError``."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def make_backend(spec: str, *, timeout_s: float = 1.0, root: str | None = None) -> PolicyBackend:
+    """Backend from a spec string: ``http://host:port[/prefix]``, ``gr00t://host:port``,
+    ``hold``, ``replay:<root>:<episode>``.
+
+    ``gr00t://`` imports ``piper_recorder.policy.gr00t`` and calls
+    ``Gr00tBackend(host, port, timeout_s=..., modality=<root>/meta/modality.json)`` (the training
+    root's modality map names the GR00T keys; without a root the backend uses its default).
+    """
+    spec = spec.strip()
+    if spec.startswith(("http://", "https://")):
+        from piper_recorder.policy.http import HttpBackend
+
+        return HttpBackend(spec, timeout_s=timeout_s)
+    if spec.startswith("gr00t://"):
+        try:
+            mod = importlib.import_module("piper_recorder.policy.gr00t")
+        except ImportError as e:
+            raise ValueError(
+                f"policy {spec!r}: the gr00t backend (piper_recorder/policy/gr00t.py) is not "
+                f"available: {e}") from e
+        hostport = spec[len("gr00t://"):].rstrip("/")
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"policy {spec!r}: expected gr00t://host:port")
+        modality = Path(root) / "meta" / "modality.json" if root else None
+        kwargs: dict[str, object] = {"timeout_s": timeout_s}
+        if modality is not None and modality.is_file():
+            kwargs["modality"] = modality
+        backend: PolicyBackend = mod.Gr00tBackend(host, int(port), **kwargs)
+        return backend
+    if spec == "hold":
+        from piper_recorder.policy.builtin import HoldBackend
+
+        return HoldBackend()
+    if spec.startswith("replay:"):
+        from piper_recorder.policy.builtin import ReplayBackend
+
+        rest = spec[len("replay:"):]
+        root, sep, episode = rest.rpartition(":")
+        if not sep or not root or not episode.isdigit():
+            raise ValueError(f"policy {spec!r}: expected replay:<root>:<episode index>")
+        return ReplayBackend(root, int(episode))
+    raise ValueError(f"policy {spec!r}: expected http://..., gr00t://host:port, hold or replay:<root>:<episode>")
