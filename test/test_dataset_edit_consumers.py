@@ -1,8 +1,9 @@
 """piper-dataset on roots recorded through the simulated ROS 2 graph (issue 15.2, Proof): two
 `piper-demo` roots merged pass piper-validate, lerobot-doctor and LeRobot 0.3.3's loader (every row,
-every camera, at its default tolerance); deleting the middle episode of the merged three keeps every
-index and video paired with its rows (pyarrow + PyAV: frame count and PTS per episode) and still
-loads in LeRobot. The consumer venv is test_consumers.py's (built through make; PIPER_CONSUMERS=skip
+every camera, at its default tolerance); deleting the first episode of the merged two renumbers the
+other, keeps every index and video paired with its rows (pyarrow + PyAV: frame count and PTS per
+episode) and still loads in LeRobot (deleting the middle one of three, with frames that spell their
+row index, is test_dataset_edit.py's). The consumer venv is test_consumers.py's (built through make; PIPER_CONSUMERS=skip
 skips visibly, refused in CI)."""
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def record(base: Path, name: str, episodes: int) -> Path:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     root = base / name / "lerobot"
     assert (root / "meta" / "episodes.jsonl").is_file(), f"piper-demo wrote no root ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    got = len(jsonl(root / "meta" / "episodes.jsonl"))
+    assert got == episodes, f"piper-demo saved {got} of {episodes} episodes ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
     return root
 
 
@@ -77,7 +80,7 @@ def test_merged_demo_roots_load_in_lerobot_and_delete_keeps_pairing(tmp_path):
     py = consumer_python("lerobot03")  # first: a skipped or failed venv build ends the test before recording
     hf_home = tmp_path / "hf"
     t0 = time.monotonic()
-    a = record(tmp_path, "a", 2)
+    a = record(tmp_path, "a", 1)
     b = record(tmp_path, "b", 1)
     _timed("record two demo roots", t0)
     merged = tmp_path / "merged"
@@ -88,19 +91,19 @@ def test_merged_demo_roots_load_in_lerobot_and_delete_keeps_pairing(tmp_path):
     assert v.returncode == 0, _tail(v.stdout + v.stderr)
     # lerobot-doctor: no failure (3 s sim episodes raise its data-quality warnings, as in test_consumers.py;
     # test_dataset_edit.py holds merged roots to --fail-on warn)
-    d = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(merged), "--ci", "--fail-on", "error"],
+    d = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(merged), "--ci", "--fail-on", "fail"],
                        capture_output=True, text=True, timeout=600)
     assert d.returncode == 0, _tail(d.stdout + d.stderr)
     rows = check_pairing(merged)
     assert rows == sum(e["length"] for r in (a, b) for e in jsonl(r / "meta/episodes.jsonl"))
-    lerobot_reads_every_row(py, merged, hf_home, rows, 3)
+    lerobot_reads_every_row(py, merged, hf_home, rows, 2)
 
     lengths = [e["length"] for e in jsonl(merged / "meta/episodes.jsonl")]
-    r = subprocess.run([str(BIN / "piper-dataset"), "delete", str(merged), "--episodes", "1"],
+    r = subprocess.run([str(BIN / "piper-dataset"), "delete", str(merged), "--episodes", "0"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert [e["length"] for e in jsonl(merged / "meta/episodes.jsonl")] == [lengths[0], lengths[2]]
+    assert [e["length"] for e in jsonl(merged / "meta/episodes.jsonl")] == [lengths[1]]
     v = subprocess.run([str(BIN / "piper-validate"), str(merged)], capture_output=True, text=True, timeout=600)
     assert v.returncode == 0, _tail(v.stdout + v.stderr)
-    assert check_pairing(merged) == lengths[0] + lengths[2]
-    lerobot_reads_every_row(py, merged, hf_home, lengths[0] + lengths[2], 2)
+    assert check_pairing(merged) == lengths[1]
+    lerobot_reads_every_row(py, merged, hf_home, lengths[1], 1)
