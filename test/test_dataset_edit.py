@@ -297,8 +297,11 @@ def test_sigkill_mid_edit_leaves_input_untouched_and_no_valid_output(tmp_path, i
     assert {r: tree_hashes(r) for r in (a, b)} == before
     assert not out.exists()
     assert not any(x.name == "out" or not x.name.startswith(".") for x in tmp_path.iterdir() if x.name not in ("a", "b"))
+    assert len(jsonl(staging / "meta/episodes.jsonl")) >= 2  # the writer had committed episodes in it...
     r = subprocess.run([str(BIN / "piper-validate"), str(staging)], capture_output=True, text=True)
-    assert r.returncode != 0  # the staging tree is not a valid root
+    assert r.returncode == 1 and "data/INCOMPLETE.parquet" in r.stdout  # ...yet it is not a valid root
+    with pytest.raises(Exception):  # nor readable the way LeRobot reads data/ (every *.parquet under it)
+        pq.ParquetDataset(staging / "data").read()
     # the re-run removes the leftover and completes
     r = run_cli(*cmd)
     assert r.returncode == 0, r.stderr

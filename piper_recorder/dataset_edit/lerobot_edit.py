@@ -41,6 +41,7 @@ from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfi
 from .common import TOOL, EditError, EpisodeInfo, Pick
 
 EDITS_FILE = "dataset_edits.jsonl"
+INCOMPLETE = "data/INCOMPLETE.parquet"  # present in a staging root until its build is complete
 _CODECS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
 
 
@@ -223,7 +224,13 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
     cfg = sources[0].cfg
     keys = [f.key for f in cfg.features]
     work = staging / ".dsedit-import"
+    marker = staging / INCOMPLETE
     with LeRobotWriter(staging, cfg) as w:
+        # The writer commits episode by episode, so a killed build would leave a valid-looking root of
+        # the first episodes: this file under data/ (where LeRobot loads every *.parquet, and which
+        # piper-validate checks for strays) keeps it invalid until the build is complete.
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("partial output of a piper-dataset edit (in progress, or killed): not a dataset\n")
         for n, p in enumerate(picks):
             s = sources[p.source].src
             rec = s.episodes[p.episode]
@@ -257,6 +264,7 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
         fsutil.atomic_write(meta_dir / provenance.META_FILE, fsutil.json_bytes(sessions[-1]))
     fsutil.atomic_write(meta_dir / EDITS_FILE, fsutil.jsonl_bytes(edits))
     (staging / fsutil.ROOT_LOCK).unlink(missing_ok=True)
+    marker.unlink()
     return totals
 
 
