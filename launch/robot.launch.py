@@ -9,7 +9,7 @@ the config; the profiles are also given under the names realsense-ros before 4.5
 (rgb_camera.profile, depth_module.profile: ``launcher.realsense_parameters``). Each process's output
 is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
-subset), ``config``.
+subset), ``config``, ``dashboard`` (true: also the read-only web dashboard node).
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, launch_overrides, load_config, realsense_parameters
+from piper_recorder.launcher import (LAUNCH_ARGUMENTS, dashboard_params, launch_overrides, load_config,
+                                     realsense_parameters)
 
 PACKAGE = "piper_recorder"
 
@@ -44,6 +45,11 @@ def _graph(context, *_args, **_kwargs):
 
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm"),
                 node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
+    started = [*cameras, "quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder"]
+    dash = dashboard_params(cfg, arg["dashboard"], started, overrides)
+    if dash is not None:
+        overrides["dashboard"] = dash
+        actions.append(node("dashboard", "dashboard"))
     return actions
 
 

@@ -4,7 +4,8 @@ Starts the simulated headset (piper-sim-quest, a plain process), quest_bridge, t
 (CAN emulator), one sim_camera per camera listed in ``piper_launch.cameras``, and both recorders,
 all with ``parameters=[<config>]`` so the YAML file is the single source of node parameters.
 Launch arguments override a few of them: ``task``, ``root`` (LeRobot root), ``rgbd_path``,
-``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another parameter file).
+``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another parameter file),
+``dashboard`` (true: also the read-only web dashboard node).
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
-from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, launch_overrides, load_config,
-                                     nice_prefix)
+from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, dashboard_params, launch_overrides,
+                                     load_config, nice_prefix)
 from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, loopback_env
 
 PACKAGE = "piper_recorder"
@@ -46,6 +47,11 @@ def _graph(context, *_args, **_kwargs):
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm")]
     actions += [node(cam, "sim_camera") for cam in cameras]
     actions += [node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
+    started = ["quest_bridge", "teleop", "piper_arm", *cameras, "lerobot_recorder", "rgbd_recorder"]
+    dash = dashboard_params(cfg, arg["dashboard"], started, overrides)
+    if dash is not None:
+        overrides["dashboard"] = dash
+        actions.append(node("dashboard", "dashboard"))
     return actions
 
 

@@ -111,7 +111,29 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "rgbd_path": "RGB-D HDF5 file (default: from the config)",
     "backend": "arm backend: position | impedance (default: from the config)",
     "cameras": "comma-separated cameras to start and record (default: piper_launch.cameras)",
+    "dashboard": "start the read-only web dashboard node: true | false (default: piper_launch.dashboard, else false)",
 }
+
+
+def dashboard_params(cfg: Mapping[str, Mapping[str, Any]], dashboard: str | bool, nodes: Iterable[str],
+                     overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The ``dashboard`` node's parameters on top of its config section, or None when it is off.
+
+    ``dashboard``: the launch argument ("" = ``piper_launch.dashboard``). Unless the config sets them,
+    the dashboard expects exactly the nodes the launch starts and offers the LeRobot recorder's root
+    for the re-alignment view (``overrides``: the launch arguments' parameters, see ``launch_overrides``).
+    """
+    flag = cfg.get(LAUNCH_SECTION, {}).get("dashboard", False) if dashboard == "" else dashboard
+    if str(flag).strip().lower() not in ("true", "1", "yes", "on"):
+        return None
+    section = cfg.get("dashboard", {})
+    out: dict[str, Any] = {}
+    if "nodes" not in section:
+        out["nodes"] = [n for n in nodes if n != "dashboard"]
+    root = {**cfg.get("lerobot_recorder", {}), **(overrides or {}).get("lerobot_recorder", {})}.get("root")
+    if "roots" not in section and root:
+        out["roots"] = [str(root)]
+    return out
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
@@ -245,11 +267,11 @@ class GraphPlan:
 
 
 def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
-               bin_dir: Path | None = None, **launch_args: str) -> GraphPlan:
+               bin_dir: Path | None = None, dashboard: str = "", **launch_args: str) -> GraphPlan:
     """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset).
 
     ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras);
-    ``sets`` (``node.param=value``) are applied after them.
+    ``sets`` (``node.param=value``) are applied after them. ``dashboard`` as the launch argument.
     """
     if mode not in ("sim", "robot"):
         raise LaunchError(f"mode must be sim or robot, got {mode!r}")
@@ -273,6 +295,9 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     if mode == "robot":
         for cam in cameras:
             cfg[cam].update(realsense_parameters(cfg, cam))
+    dash = dashboard_params(cfg, dashboard, [*(n for n in START_ORDER if n in cfg), *cameras])
+    if dash is not None:
+        cfg.setdefault("dashboard", {}).update(dash)
     params = dump_params(cfg, run_dir / "params.yaml")
     plan = GraphPlan(mode, params, cfg)
 
@@ -304,6 +329,8 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for name in START_ORDER[3:]:
         if name in cfg:
             plan.processes.append(node(name, NODE_SCRIPTS[name]))
+    if dash is not None:
+        plan.processes.append(node("dashboard", "piper-dashboard"))
     return plan
 
 
