@@ -227,7 +227,8 @@ class DashboardModel:
             return {"joints": [], "gripper": None, "age_s": None}
         names, pos = self._joints.data["names"], self._joints.data["positions"]
         lo, hi = self.cfg.joint_min, self.cfg.joint_max
-        joints, gripper = [], None
+        joints: list[JsonDict] = []
+        gripper: JsonDict | None = None
         for n, p in zip(names, pos):
             if p is None:
                 continue   # a non-finite value: not shown (the arm node counts it)

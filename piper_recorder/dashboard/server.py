@@ -138,7 +138,7 @@ class DashboardServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{host!s}:{port}/"
 
     def start(self) -> "DashboardServer":
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},

@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
@@ -23,7 +24,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
-from piper_recorder.dashboard.model import DashboardConfig
+from piper_recorder.dashboard.model import DashboardConfig, JsonDict
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
 from piper_recorder.nodes.common import ParameterError, declare_config, run_node
 
@@ -76,7 +77,7 @@ class DashboardNode(Node):
         self.create_timer(1.0, self._housekeeping)
 
     # ---- inputs ---------------------------------------------------------------------------------
-    def _on_json(self, topic: str | None, msg: String, sink) -> None:  # type: ignore[no-untyped-def]
+    def _on_json(self, topic: str | None, msg: String, sink: Callable[[JsonDict, float], None]) -> None:
         t = time.monotonic()
         if topic is not None:
             self.model.tick(topic, t)
