@@ -6,7 +6,6 @@ import io
 import json
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,6 +115,12 @@ def test_view_model():
     h = v["headset"]
     assert h["rate_hz"] == pytest.approx(89.95) and h["clock_offset_ms"] == -1.5 and h["rejected_total"] == 3
     assert h["rejected"] == {"bad_json": 2, "too_long": 1} and h["state"] == "connected"
+    assert h["clock_drift_ms"] == 0.0
+    diag = {"state": "connected", "clock_offset_ns": "-1250000", "connects": "", "clock_resets": ""}
+    m.on_diagnostic("quest_bridge: headset", 0, "streaming", diag, 11.0)
+    assert m.view(11.0)["headset"]["clock_drift_ms"] == 0.25               # drifted by 0.25 ms
+    m.on_diagnostic("quest_bridge: headset", 0, "streaming", diag | {"connects": "2"}, 11.5)
+    assert m.view(11.5)["headset"]["clock_drift_ms"] == 0.0                # a new connection: a new origin
 
     joints = {j["name"]: j for j in v["joints"]["joints"]}
     assert joints["joint2"]["near_limit"] and not joints["joint1"]["near_limit"] and "joint5" not in joints
@@ -201,7 +206,7 @@ def test_reference_frame_is_frame_zero(served, tmp_path):
     import av
 
     root = small_root(tmp_path / "ds", lengths=(8, 6))
-    dash, srv, _ = served(roots=[str(root), str(tmp_path / "not_yet")], thumb_width=32)
+    _dash, srv, _ = served(roots=[str(root), str(tmp_path / "not_yet")], thumb_width=32)
     roots = json.loads(_get(srv.url + "api/roots")[2])["roots"]
     assert [len(r["episodes"]) for r in roots] == [2, 0] and roots[0]["cameras"] == ["cam_front", "cam_wrist"]
     code, _, body = _get(srv.url + "api/reference?root=0&episode=1&camera=cam_wrist")

@@ -77,7 +77,8 @@ def test_dashboard_live_in_browser(tmp_path):
             # graph health: every node of the plan present
             _wait(page, "document.getElementById('health').textContent === 'graph healthy'",
                                    timeout=30000)
-            present = page.eval_on_selector_all("#nodes .chip", "cs => cs.map(c => [c.dataset.node, c.dataset.present])")
+            present = page.eval_on_selector_all("#nodes .chip",
+                                                "cs => cs.map(c => [c.dataset.node, c.dataset.present])")
             assert {n for n, p in present if p == "true"} >= set(s.plan.node_names) - {"dashboard"}
 
             # thumbnails refresh: newer capture stamps, and different pixels once the arm moves in the scene
@@ -85,12 +86,14 @@ def test_dashboard_live_in_browser(tmp_path):
             thumbs = "Array.from(document.querySelectorAll('img.thumb'))"
             _wait(page, f"{thumbs}.length === 2 && {thumbs}.every(i => i.dataset.stamp && i.naturalWidth)", 20000)
             page.evaluate(f"""() => {{ window.__pix = i => {{ const c = document.createElement('canvas');
-                c.width = i.naturalWidth; c.height = i.naturalHeight; const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+                c.width = i.naturalWidth; c.height = i.naturalHeight;
+                const g = c.getContext('2d'); g.drawImage(i, 0, 0);
                 return g.getImageData(0, 0, c.width, c.height).data; }};
               window.__first = {thumbs}.map(i => [BigInt(i.dataset.stamp), window.__pix(i)]); }}""")
             _wait(page, f"{thumbs}.every((i, k) => BigInt(i.dataset.stamp) > window.__first[k][0] + 500000000n)", 10000)
             _wait(page, f"{thumbs}.every((i, k) => {{ const a = window.__pix(i), b = window.__first[k][1];"
-                        " let n = 0; for (let j = 0; j < a.length; j++) if (Math.abs(a[j] - b[j]) > 40) n++; return n > 20; })",
+                        " let n = 0; for (let j = 0; j < a.length; j++) if (Math.abs(a[j] - b[j]) > 40) n++;"
+                        " return n > 20; })",
                   15000)
             assert page.evaluate("window.__dashboard.thumbs") >= 4
 
@@ -99,9 +102,10 @@ def test_dashboard_live_in_browser(tmp_path):
             s.start_episode()
             _wait(page, "document.getElementById('rec-dot').className === 'on' && "
                                    "document.querySelector('#rec-lerobot_recorder').dataset.rows > 0", timeout=15000)
-            read = """() => ({t: parseFloat(document.getElementById('timer').dataset.elapsed), text: document.getElementById('timer').textContent,
-              rows: Number(document.querySelector('#rec-lerobot_recorder').dataset.rows),
-              recv: Number(document.querySelector('#rec-lerobot_recorder [data-counter=frames_received]').dataset.total)})"""
+            read = """() => { const timer = document.getElementById('timer'),
+                rec = document.querySelector('#rec-lerobot_recorder');
+              return {t: parseFloat(timer.dataset.elapsed), text: timer.textContent, rows: Number(rec.dataset.rows),
+                      recv: Number(rec.querySelector('[data-counter=frames_received]').dataset.total)}; }"""
             a = page.evaluate(read)
             t0 = time.monotonic()
 

@@ -99,6 +99,7 @@ class DashboardModel:
         self._recorders: dict[str, _Stamped] = {}
         self._teleop: _Stamped | None = None
         self._headset: _Stamped | None = None
+        self._offset0: tuple[tuple[str, str], float] | None = None   # (connection, first clock offset ns)
         self._joints: _Stamped | None = None
         self._events: deque[JsonDict] = deque(maxlen=8)
 
@@ -141,6 +142,12 @@ class DashboardModel:
             return
         with self._lock:
             self._headset = _Stamped({"level": level, "message": message, "values": dict(values)}, t)
+            # The offset itself (host clock - headset clock) is an arbitrary large number; its drift since
+            # the connection (or the bridge's last clock reset) is what tells a link going bad.
+            key = (values.get("connects", ""), values.get("clock_resets", ""))
+            offset = _float(values.get("clock_offset_ns"))
+            if offset is not None and (self._offset0 is None or self._offset0[0] != key):
+                self._offset0 = (key, offset)
 
     def on_joints(self, names: list[str], positions: list[float], t: float) -> None:
         with self._lock:
@@ -268,6 +275,8 @@ class DashboardModel:
         return {"present": True, "stale": age > self.cfg.stale_s, "age_s": round(age, 1), "level": d["level"],
                 "message": d["message"], "state": v.get("state"), "rate_hz": _float(v.get("frame_rate_hz")),
                 "clock_offset_ms": None if offset is None else round(offset / 1e6, 3),
+                "clock_drift_ms": None if offset is None or self._offset0 is None
+                else round((offset - self._offset0[1]) / 1e6, 3),
                 "arrival_delay_ms": _float(v.get("arrival_delay_ms")),
                 "last_frame_age_s": _float(v.get("last_frame_age_s")),
                 "rejected_total": int(_float(v.get("rejected_total")) or 0), "rejected": rejected,

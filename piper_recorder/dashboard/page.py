@@ -28,7 +28,7 @@ td.l,th.l{text-align:left}th{color:#8b96a5;font-weight:500}tr.problem td{backgro
 .thumbs{display:flex;flex-wrap:wrap;gap:8px}.thumbs figure{margin:0}.thumbs img{width:320px;max-width:100%;background:#000;display:block;min-height:60px}
 figcaption{font-size:12px;color:#8b96a5}.bar{position:relative;height:14px;background:#2a3441;border-radius:3px}
 .bar i{position:absolute;top:-2px;width:3px;height:18px;background:#4fc3f7}.bar.near i{background:#e53935}
-.bar.near{outline:1px solid #e53935}.joint td{vertical-align:middle}.joint td.b{width:55%}
+.bar.near{outline:1px solid #e53935}.joint td{vertical-align:middle;white-space:nowrap}.joint td.b{width:50%}
 .ctl{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin-bottom:8px}select,input{background:#11151b;color:#e6e9ee;border:1px solid #2a3441}
 #align-canvas{max-width:100%;background:#000;display:block}.kv{display:grid;grid-template-columns:auto 1fr;gap:2px 12px;font-size:13px}
 .kv span:nth-child(odd){color:#8b96a5}.msg{font-size:12px;color:#c9d1dc;word-break:break-word}
@@ -124,7 +124,7 @@ function renderHeadset(h) {
   if (!h.present) { $('headset').innerHTML = '<span>link</span><span>no /diagnostics from quest_bridge</span>'; return; }
   const rej = Object.entries(h.rejected).map(([k, v]) => `${k} ${v}`).join(' · ');
   $('headset').innerHTML = `<span>state</span><span id="headset-state" class="${h.level === 0 && !h.stale ? '' : 'bad'}">${esc(h.state)} · ${esc(h.message)}${h.stale ? ' (stale)' : ''}</span>` +
-    `<span>input rate</span><span id="headset-rate">${num(h.rate_hz)} Hz</span><span>clock offset</span><span>${num(h.clock_offset_ms, 3)} ms</span>` +
+    `<span>input rate</span><span id="headset-rate">${num(h.rate_hz)} Hz</span><span>clock offset</span><span>${num(h.clock_offset_ms === null ? null : h.clock_offset_ms / 1000, 3)} s (drift since connect ${num(h.clock_drift_ms, 3)} ms)</span>` +
     `<span>arrival delay</span><span>${num(h.arrival_delay_ms, 3)} ms</span><span>rejected lines</span><span id="headset-rejected">${h.rejected_total}${rej ? ' (' + esc(rej) + ')' : ''}</span>` +
     (h.last_rejection ? `<span>last rejection</span><span class="msg">${esc(h.last_rejection)}</span>` : '') + `<span>connects</span><span>${esc(h.connects)}</span>`;
 }

@@ -38,7 +38,7 @@ class Dashboard:
     clock: Callable[[], float] = time.monotonic
 
     @classmethod
-    def create(cls, cfg: DashboardConfig, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
+    def create(cls, cfg: DashboardConfig, clock: Callable[[], float] = time.monotonic) -> Dashboard:
         cfg.validate()
         return cls(cfg, DashboardModel(cfg), FrameStore(cfg.thumb_width, cfg.thumb_hz, cfg.jpeg_quality,
                                                         cfg.watch_timeout_s),
@@ -46,11 +46,11 @@ class Dashboard:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "DashboardServer"
+    server: DashboardServer
     server_version = "piper-dashboard"
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's argument name
         pass   # one line per poll would flood the node's log
 
     def do_HEAD(self) -> None:
@@ -82,7 +82,6 @@ class _Handler(BaseHTTPRequestHandler):
                        {"WWW-Authenticate": 'Bearer realm="piper-dashboard"'}, head)
             return
         d = self.server.dashboard
-        arg = lambda k: query.get(k, [""])[0]  # noqa: E731
         try:
             if url.path == "/":
                 self._send(HTTPStatus.OK, render_page().encode(), "text/html; charset=utf-8", head=head)
@@ -90,7 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
                 view = d.model.view(d.clock())
                 self._json({**view, "roots": [str(r) for r in d.refs.roots]}, head)
             elif url.path == "/api/thumb":
-                thumb = d.frames.thumbnail(arg("camera"), d.clock())
+                thumb = d.frames.thumbnail(self._arg(query, "camera"), d.clock())
                 if thumb is None:
                     self._send(HTTPStatus.NO_CONTENT, b"", "image/jpeg", head=head)
                 else:
@@ -98,7 +97,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif url.path == "/api/roots":
                 self._json({"roots": d.refs.listing()}, head)
             elif url.path == "/api/reference":
-                jpeg = d.refs.first_frame(int(arg("root") or 0), int(arg("episode") or 0), arg("camera"))
+                jpeg = d.refs.first_frame(int(self._arg(query, "root") or 0), int(self._arg(query, "episode") or 0),
+                                          self._arg(query, "camera"))
                 self._send(HTTPStatus.OK, jpeg, "image/jpeg", head=head)
             else:
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", head=head)
@@ -106,6 +106,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.NOT_FOUND, f"{exc}\n".encode(), "text/plain", head=head)
         except DatasetError as exc:
             self._send(HTTPStatus.UNPROCESSABLE_ENTITY, f"{exc}\n".encode(), "text/plain", head=head)
+
+    @staticmethod
+    def _arg(query: dict[str, list[str]], key: str) -> str:
+        return query.get(key, [""])[0]
 
     def _json(self, obj: Any, head: bool) -> None:
         self._send(HTTPStatus.OK, json.dumps(obj, allow_nan=False, default=str).encode(), "application/json", head=head)
@@ -140,7 +144,7 @@ class DashboardServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/"
 
-    def start(self) -> "DashboardServer":
+    def start(self) -> DashboardServer:
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="dashboard-http", daemon=True)
         self._thread.start()
