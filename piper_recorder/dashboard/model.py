@@ -44,6 +44,7 @@ class DashboardConfig:
     joint_max: list[float] = field(default_factory=lambda: [float(v) for v in SDK_JOINT_MAX])
     gripper_max: float = 0.07            # m (teleop's gripper_max_width)
     stale_s: float = 3.0                 # a status older than this is shown as stale
+    silent_s: float = 1.5                # a required topic silent this long (or 2 periods) degrades the graph
     rate_window_s: float = 2.0
 
     def validate(self) -> None:
@@ -54,7 +55,7 @@ class DashboardConfig:
                              "so that only those given it can read the dashboard")
         if self.thumb_width < 16 or not 1 <= self.jpeg_quality <= 95:
             raise ValueError("thumb_width must be >= 16 and jpeg_quality 1..95")
-        for name in ("thumb_hz", "watch_timeout_s", "stale_s", "rate_window_s", "gripper_max"):
+        for name in ("thumb_hz", "watch_timeout_s", "stale_s", "silent_s", "rate_window_s", "gripper_max"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {v}")
@@ -191,7 +192,8 @@ class DashboardModel:
         topics = []
         for topic in self._rates:
             r = self._rate_view(topic, now)
-            fresh = r["age_s"] is not None and r["age_s"] < max(1.5, 2.0 / max(r["rate_hz"] or 0.5, 0.5))
+            allowed = max(self.cfg.silent_s, 2.0 / max(r["rate_hz"] or 0.5, 0.5))
+            fresh = r["age_s"] is not None and r["age_s"] < allowed
             topics.append({"topic": topic, **r, "required": self._required[topic], "ok": fresh})
         healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"])
         return {"nodes": nodes, "topics": topics, "healthy": healthy,
