@@ -10,6 +10,7 @@ the token (401).
 """
 from __future__ import annotations
 
+import json
 import secrets
 import time
 import urllib.error
@@ -57,6 +58,11 @@ def _wait(page, expr: str, timeout: float, state_url: str = "") -> None:
         raise AssertionError(f"not true within {timeout / 1000:.0f} s: {expr}\n{state}") from None
 
 
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
 def _get(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -72,14 +78,34 @@ def test_dashboard_live_in_browser(tmp_path):
     sets = size_overrides(SIM, f"{W}x{H}") + [
         "piper_launch.dashboard=true", "dashboard.host=0.0.0.0", f"dashboard.port={port}", f"dashboard.token={token}",
         "piper_launch.sim_quest.script=demo", "teleop.limits.max_angular_speed=0.2",
-        "dashboard.silent_s=5.0"]   # the test machine is shared: a niced recorder may pause for seconds
+        # the test machine is shared: a niced recorder may pause for seconds, and so may the arm emulator
+        # (its CAN-silence fault would keep the clutch from engaging, and the limit from being reached)
+        "dashboard.silent_s=5.0", "piper_arm.can_silence_s=5.0", "teleop.arm_stale_timeout_s=3.0"]
     with SimSession(tmp_path / "out", sets=sets) as s:
         assert "dashboard" in s.plan.node_names
         base = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 20   # the node is in the graph a moment before its server listens
+        while True:
+            try:
+                urllib.request.urlopen(base, timeout=5)
+            except urllib.error.HTTPError:
+                break
+            except urllib.error.URLError:
+                assert time.monotonic() < deadline, "dashboard not serving"
+                time.sleep(0.2)
         # bound to a non-loopback address: nothing without the token
         for path in ("", "api/state", "api/thumb?camera=cam_front", "api/roots", f"api/state?token={token}x"):
             assert _get(base + path) == 401, path
         assert _get(base + f"api/state?token={token}") == 200
+        # read-only in the graph too: no publisher but rclpy's own, no service client, no service of its own
+        probe = s._node   # the session's rclpy node
+        pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node("dashboard", "/")}
+        assert pubs <= {"/rosout", "/parameter_events"}, pubs
+        assert probe.get_client_names_and_types_by_node("dashboard", "/") == []
+        services = {t for t, _ in probe.get_service_names_and_types_by_node("dashboard", "/")}
+        rclpy_own = {"describe_parameters", "get_parameter_types", "get_parameters", "get_type_description",
+                     "list_parameters", "set_parameters", "set_parameters_atomically"}
+        assert services and services <= {f"/dashboard/{n}" for n in rclpy_own}, services
 
         with open_page(base + f"?token={token}") as (page, errors):
             # graph health: every node of the plan present
@@ -127,7 +153,7 @@ def test_dashboard_live_in_browser(tmp_path):
                 seen.add(st[0])
                 hits.append(st[1])
                 time.sleep(0.25)
-            assert seen == {"true", "false"}, seen
+            assert seen == {"true", "false"}, (seen, hits, _get_json(base + f"api/state?token={token}")["teleop"])
             assert hits[-1] > hits[0] >= 0, hits
             assert page.eval_on_selector("#limit-workspace", "e => e.dataset.hits") == "0"
 
