@@ -85,6 +85,7 @@ def test_view_model():
     m.on_event({"recorder": "lerobot_recorder", "event": "started", "episode_index": 4}, 9.0)
     v = m.view(10.5)
     json.dumps(v, allow_nan=False)
+    assert v["t"] == 10.5
 
     g = v["graph"]
     assert {n["name"]: n["present"] for n in g["nodes"]}["stranger"] and all(n["present"] for n in g["nodes"])

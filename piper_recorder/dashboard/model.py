@@ -164,6 +164,7 @@ class DashboardModel:
             recorders = [self._recorder_view(n, now) for n in self.cfg.recorders]
             timers = [r for r in recorders if r["state"] == "recording"]
             return {
+                "t": round(now, 3),   # the dashboard's clock (monotonic s) when this view was made
                 "graph": self._graph_view(now),
                 "recorders": recorders,
                 "episode": {"recording": bool(timers),

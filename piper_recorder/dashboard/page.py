@@ -77,7 +77,7 @@ function renderHeader(s) {
   $('rec-dot').className = s.episode.recording ? 'on' : '';
   $('rec-label').textContent = s.episode.recording ? 'recording episode ' + s.episode.episode_index : 'idle';
   $('timer').textContent = s.episode.recording ? clock(s.episode.elapsed_s) : '--:--.-';
-  $('timer').dataset.elapsed = s.episode.elapsed_s ?? '';
+  $('timer').dataset.elapsed = s.episode.elapsed_s ?? ''; $('timer').dataset.at = s.t;
   $('saved').textContent = 'saved this session: ' + s.episode.saved_this_session;
 }
 function renderGraph(g) {
