@@ -111,7 +111,7 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "rgbd_path": "RGB-D HDF5 file (default: from the config)",
     "backend": "arm backend: position | impedance (default: from the config)",
     "cameras": "comma-separated cameras to start and record (default: piper_launch.cameras)",
-    "dashboard": "start the read-only web dashboard node: true | false (default: piper_launch.dashboard, else false)",
+    "dashboard": "start the read-only web dashboard: true | false (default: piper_launch.dashboard, else false)",
 }
 
 

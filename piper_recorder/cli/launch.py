@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
-                          root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras, dashboard=args.dashboard)
+                          root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
+                          dashboard=args.dashboard)
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
         return 2
