@@ -74,6 +74,8 @@ window.__dashboard = {align, polls: 0, thumbs: 0};
 function renderHeader(s) {
   const h = $('health'), ok = s.graph.healthy;
   h.textContent = ok ? 'graph healthy' : 'graph degraded'; h.className = ok ? 'good' : 'bad';
+  h.title = ok ? '' : [...s.graph.nodes.filter(n => !n.present).map(n => 'missing node ' + n.name),
+    ...s.graph.topics.filter(t => t.required && !t.ok).map(t => 'silent ' + t.topic)].join('\n');
   $('rec-dot').className = s.episode.recording ? 'on' : '';
   $('rec-label').textContent = s.episode.recording ? 'recording episode ' + s.episode.episode_index : 'idle';
   $('timer').textContent = s.episode.recording ? clock(s.episode.elapsed_s) : '--:--.-';
@@ -83,7 +85,7 @@ function renderHeader(s) {
 function renderGraph(g) {
   $('nodes').innerHTML = g.nodes.map(n => `<span class="chip ${n.extra ? 'extra' : (n.present ? 'ok' : 'missing')}" data-node="${esc(n.name)}" data-present="${n.present}">${esc(n.name)}</span>`).join('');
   $('topics').innerHTML = '<tr><th class="l">topic</th><th>Hz</th><th>last (s)</th></tr>' + g.topics.map(t =>
-    `<tr data-topic="${esc(t.topic)}" class="${t.required && !t.ok ? 'problem' : ''}"><td class="l">${esc(t.topic)}</td><td>${num(t.rate_hz)}</td><td>${num(t.age_s, 2)}</td></tr>`).join('');
+    `<tr data-topic="${esc(t.topic)}" class="${t.required && !t.ok ? 'problem' : ''}"><td class="l">${esc(t.topic)}${t.required ? '' : ' <span class="muted">(when driven)</span>'}</td><td>${num(t.rate_hz)}</td><td>${num(t.age_s, 2)}</td></tr>`).join('');
 }
 function renderRecorders(rs) {
   $('recorders').innerHTML = rs.map(r => {
