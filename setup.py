@@ -17,6 +17,7 @@ CONSOLE_SCRIPTS = {
     "piper-rgbd-recorder": "piper_recorder.nodes.rgbd_recorder:main",
     "piper-replay": "piper_recorder.nodes.replay:main",
     "piper-policy": "piper_recorder.nodes.policy:main",
+    "piper-dashboard": "piper_recorder.nodes.dashboard:main",
     # tools
     "piper-demo": "piper_recorder.cli.demo:main",
     "piper-launch": "piper_recorder.cli.launch:main",
@@ -40,6 +41,7 @@ ROS_EXECUTABLES = {
     "rgbd_recorder": CONSOLE_SCRIPTS["piper-rgbd-recorder"],
     "replay": CONSOLE_SCRIPTS["piper-replay"],
     "policy": CONSOLE_SCRIPTS["piper-policy"],
+    "dashboard": CONSOLE_SCRIPTS["piper-dashboard"],
 }
 
 setup(

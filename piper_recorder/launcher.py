@@ -117,9 +117,10 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "policy": "start the policy node with this backend: http://host:port | gr00t://host:port | hold | "
               "replay:<root>:<episode> (default: no policy node)",
     "policy_root": "the policy's training root (default: policy.root in the config, or the replay root)",
+    "dashboard": "start the read-only web dashboard: true | false (default: piper_launch.dashboard, else false)",
 }
-GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras", "policy",
-                   "policy_root")  # all but config: launch_overrides'
+GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras", "policy", "policy_root",
+                   "dashboard")  # all but config: launch_graph's
 POLICY_NODE = ("policy", "piper-policy")   # node name, console script; started only when a policy is set
 
 
@@ -128,6 +129,27 @@ def policy_enabled(cfg: Mapping[str, Mapping[str, Any]],
     """The policy node runs when the config or the ``policy`` launch argument names a backend."""
     name = POLICY_NODE[0]
     return bool({**cfg.get(name, {}), **(overrides or {}).get(name, {})}.get("policy"))
+
+
+def dashboard_params(cfg: Mapping[str, Mapping[str, Any]], dashboard: str | bool, nodes: Iterable[str],
+                     overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The ``dashboard`` node's parameters on top of its config section, or None when it is off.
+
+    ``dashboard``: the launch argument ("" = ``piper_launch.dashboard``). Unless the config sets them,
+    the dashboard expects exactly the nodes the launch starts and offers the LeRobot recorder's root
+    for the re-alignment view (``overrides``: the launch arguments' parameters, see ``launch_overrides``).
+    """
+    flag = cfg.get(LAUNCH_SECTION, {}).get("dashboard", False) if dashboard == "" else dashboard
+    if str(flag).strip().lower() not in ("true", "1", "yes", "on"):
+        return None
+    section = cfg.get("dashboard", {})
+    out: dict[str, Any] = {}
+    if "nodes" not in section:
+        out["nodes"] = [n for n in nodes if n != "dashboard"]
+    root = {**cfg.get("lerobot_recorder", {}), **(overrides or {}).get("lerobot_recorder", {})}.get("root")
+    if "roots" not in section and root:
+        out["roots"] = [str(root)]
+    return out
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
@@ -242,9 +264,10 @@ class GraphNode:
 
 
 def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterable[str],
-                overrides: Mapping[str, Mapping[str, Any]] | None = None) -> list[GraphNode]:
+                overrides: Mapping[str, Mapping[str, Any]] | None = None, dashboard: str = "") -> list[GraphNode]:
     """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
-    order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments)."""
+    order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments);
+    ``dashboard``: the launch argument ("" = ``piper_launch.dashboard``)."""
     overrides = overrides or {}
 
     def ours(name: str, executable: str, script: str, **params: Any) -> GraphNode:
@@ -269,15 +292,18 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     nodes += [ours(name, name, NODE_SCRIPTS[name]) for name in START_ORDER[3:] if name in cfg]
     if policy_enabled(cfg, overrides):  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
+    dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)
+    if dash is not None:  # the read-only web dashboard expects exactly the nodes started here
+        nodes.append(ours("dashboard", "dashboard", "piper-dashboard", **dash))
     return nodes
 
 
-def launch_graph(mode: str, config_file: str | Path, **launch_args: str) -> list[GraphNode]:
+def launch_graph(mode: str, config_file: str | Path, dashboard: str = "", **launch_args: str) -> list[GraphNode]:
     """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
-    arguments (task, root, rgbd_path, backend, cameras) as per-node parameters."""
+    arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters."""
     cfg = _read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)
-    return graph_nodes(mode, cfg, cameras, overrides)
+    return graph_nodes(mode, cfg, cameras, overrides, dashboard)
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -348,7 +374,7 @@ class GraphPlan:
 
 
 def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
-               bin_dir: Path | None = None, **launch_args: str) -> GraphPlan:
+               bin_dir: Path | None = None, dashboard: str = "", **launch_args: str) -> GraphPlan:
     """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset).
 
     ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras, policy,
@@ -373,7 +399,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         if not quest.port:
             quest = dataclasses.replace(quest, port=free_port(str(quest.host)))
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
-    nodes = graph_nodes(mode, cfg, cameras)
+    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard)
     for n in nodes:
         if n.parameters:
             cfg.setdefault(n.name, {}).update(n.parameters)

@@ -59,6 +59,10 @@ def test_launch_file_references_declared_executables(name):
         assert node_name in cfg, f"{node_name} has no section in {name}.yaml"
     camera_nodes = [p for p in graph if p.name in cameras]
     assert [p.name for p in camera_nodes] == cameras
+    optional = launch_graph(name, CONFIG[name], dashboard="true", policy="hold")
+    extra = [(p.name, p.executable) for p in optional if p.name not in {q.name for q in graph}]
+    assert extra == [("policy", "policy"), ("dashboard", "dashboard")]  # started by launch arguments only
+    assert all(exe in executables for _, exe in extra)
     if name == "robot":
         assert {p.executable for p in graph if p.package != "piper_recorder"} == {"realsense2_camera_node"}
         assert all(p.package == "realsense2_camera" and p.namespace == "" for p in camera_nodes)

@@ -179,3 +179,23 @@ def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path,
     assert argv0["sim_quest"] == scripts / "piper-sim-quest"
     assert argv0["cam_front"] == scripts / "piper-sim-camera"
     assert argv0["lerobot_recorder"] == scripts / "piper-lerobot-recorder"
+
+
+def test_dashboard_is_an_on_off_launch_argument(stub_launch, tmp_path):
+    names = lambda acts: {a.kwargs["name"] for a in acts if isinstance(a, Node)}  # noqa: E731
+    assert "dashboard" not in names(graph("sim")) and "dashboard" not in names(graph("robot"))
+    for mode in ("sim", "robot"):
+        actions = graph(mode, dashboard="true", root="/data/cube", cameras="cam_front")
+        (dash,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "dashboard"]
+        assert dash.kwargs["executable"] == "dashboard" and dash.kwargs["exec_name"] == "dashboard"
+        params = dash.kwargs["parameters"][1]
+        assert params["roots"] == ["/data/cube"]          # the recording root, for the re-alignment view
+        assert set(params["nodes"]) == OUR_NODES | {"cam_front"}
+    # piper-launch: the same argument, or piper_launch.dashboard in the config (what --set reaches)
+    plan = plan_graph("sim", ROOT / "config" / "sim.yaml", [], tmp_path, dashboard="true")
+    assert plan.node_names[-1] == "dashboard" and plan.processes[-1].argv[0].endswith("piper-dashboard")
+    assert set(plan.config["dashboard"]["nodes"]) == set(plan.node_names) - {"dashboard"}
+    plan = plan_graph("sim", ROOT / "config" / "sim.yaml", ["piper_launch.dashboard=true"], tmp_path)
+    assert "dashboard" in plan.node_names
+    plan = plan_graph("sim", ROOT / "config" / "sim.yaml", ["piper_launch.dashboard=true"], tmp_path, dashboard="false")
+    assert "dashboard" not in plan.node_names

@@ -152,7 +152,7 @@ def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: floa
 
 
 def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
-    from piper_recorder.cli.demo import SimSession, size_overrides
+    from piper_recorder.sim_session import SimSession, size_overrides
 
     train = training_root(tmp_path / "train", None)
     port = free_port()

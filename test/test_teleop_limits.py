@@ -58,3 +58,16 @@ def test_config_validated():
         LimitsConfig(workspace_min=[0.6, -0.35, 0.03]).validate()
     with pytest.raises(ValueError):
         LimitsConfig(max_linear_speed=0).validate()
+
+
+def test_apply_names_the_limits_that_acted():
+    lim = Limits(LimitsConfig(max_linear_speed=0.8, max_angular_speed=2.5, tether_m=0.12))
+    prev, arm = np.array([0.3, 0, 0.2]), np.array([0.3, 0, 0.2])
+    lim.apply(np.array([0.301, 0, 0.2]), I, prev, I, arm, DT)
+    assert lim.acted == ()
+    lim.apply(np.array([0.3, 0, 0.9]), I, prev, I, arm, DT)            # 70 cm up: tether, then the speed cap
+    assert lim.acted == ("tether", "linear_speed")
+    lim.apply(np.array([0.3, 0, 0.55]), I, prev, I, np.array([0.3, 0, 0.5]), DT)   # above the box, near the arm
+    assert "workspace" in lim.acted and "tether" not in lim.acted
+    lim.apply(prev, axis_angle_to_quat([0, 0, 1], 1.0), prev, I, arm, DT)
+    assert lim.acted == ("angular_speed",)

@@ -378,3 +378,21 @@ def test_pose_older_than_the_one_held_is_ignored():
     res = core.tick(rig.t + DT)
     np.testing.assert_allclose(res.target.p, ARM_P + [0.02, 0.0, 0.0], atol=1e-12)
     assert core.counters.out_of_order_inputs == 1
+
+
+def test_limit_hits_count_each_onset_and_limits_seen_collects():
+    rig = Rig(**exact())
+    rig.engage()
+    rig.step(3)
+    assert rig.core.counters.limit_hits == {} and rig.core.limits_seen == set()
+    rig.hand_p = HAND_P + [0.0, 1.0, 0.0]      # far above the box: the workspace clamp holds every tick
+    rig.arm_p = np.array([0.30, 0.0, 0.45])
+    rig.step(5)
+    assert rig.core.counters.limit_hits == {"workspace": 1} and rig.core.limits_seen == {"workspace"}
+    rig.core.limits_seen.clear()
+    rig.hand_p = HAND_P.copy()                  # back inside: not acting, then a second onset
+    rig.step(5)
+    assert rig.core.limits_seen == set()
+    rig.hand_p = HAND_P + [0.0, 1.0, 0.0]
+    rig.step(2)
+    assert rig.core.counters.limit_hits == {"workspace": 2}

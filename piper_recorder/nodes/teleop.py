@@ -21,7 +21,8 @@ a press that did not take effect pulses ``HAPTIC_PATTERNS["failed"]``. Replies, 
 and the recorders' ``~/status`` keep the start/stop toggle on what the recorders actually do.
 Clients are created, called and destroyed only on the executor thread (a ``SERVICE_POLL_HZ``
 timer). ``/teleop/status`` (String JSON, 1 Hz)
-carries the counters, each recorder's state and the calls in flight.
+carries the counters (``limit_hits``: how often each safety limit started acting this session), the
+limits that acted since the previous status (``limits_active``), each recorder's state and the calls in flight.
 """
 from __future__ import annotations
 
@@ -325,9 +326,12 @@ class TeleopNode(Node):
 
     def _publish_status(self) -> None:
         with self._lock:
+            # limits_active: every limit that changed a target since the last status (1 s), so a brief hit shows
             status = {"engaged": self.core.engaged, "recording": self.core.recording, **asdict(self.core.counters),
+                      "limits_active": sorted(self.core.limits_seen),
                       "recorders": {n: r.state for n, r in self.calls.recorders.items()},
                       "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm}
+            self.core.limits_seen.clear()
         self.pub_status.publish(String(data=json.dumps(status)))
 
 

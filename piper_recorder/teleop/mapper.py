@@ -116,6 +116,7 @@ class Counters:
     unsafe_targets: int = 0       # targets that failed the final check (never published)
     published: int = 0
     out_of_order_inputs: int = 0  # headset poses/joys captured before the one already held (ignored)
+    limit_hits: dict[str, int] = field(default_factory=dict)   # limits.LIMIT_NAMES: times each started acting
 
 
 def _valid_pose(p: ArrayLike, q: ArrayLike) -> Pose | None:
@@ -140,6 +141,7 @@ class TeleopCore:
         self.pos_filter = OneEuroPosition(cfg.filter)
         self.rot_filter = OneEuroOrientation(cfg.filter)
         self.counters = Counters()
+        self.limits_seen: set[str] = set()   # limits that acted since the caller last cleared it (status)
         self.recording = False
         self._hand: Pose | None = None
         self._hand_t = -math.inf
@@ -274,7 +276,12 @@ class TeleopCore:
         dt_f = min(max(dt_actual, 0.2 * self.cfg.period), 5.0 * self.cfg.period)
         fp = self.pos_filter(raw.p, dt_f)
         fq = self.rot_filter(raw.q, dt_f)
-        p, q = self.limits.apply(fp, fq, self._prev.p, self._prev.q, self._arm.p, self.cfg.period)
+        before = self.limits.acted
+        p, q = self.limits.apply(fp, fq, prev.p, prev.q, self._arm.p, self.cfg.period)
+        for name in self.limits.acted:
+            if name not in before:
+                self.counters.limit_hits[name] = self.counters.limit_hits.get(name, 0) + 1
+        self.limits_seen.update(self.limits.acted)
         try:
             self.limits.check(p, q, prev.p, prev.q, self.cfg.period)
         except LimitViolation as exc:
@@ -301,6 +308,7 @@ class TeleopCore:
 
     def _latch(self) -> None:
         assert self._hand is not None and self._arm is not None  # _refuse_reason let the clutch engage
+        self.limits.acted = ()   # a limit still acting at the first tick of a new engagement is a new hit
         self._c0 = Pose(self._hand.p.copy(), self._hand.q.copy())
         self._e0 = Pose(self._arm.p.copy(), self._arm.q.copy())
         self._prev = Pose(self._arm.p.copy(), self._arm.q.copy())

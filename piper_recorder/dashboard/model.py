@@ -1,0 +1,286 @@
+"""Everything the dashboard shows, aggregated from what the node hears, as one JSON view model.
+
+The node calls the ``on_*`` methods from its callbacks with the arrival time on the monotonic clock;
+the HTTP server calls ``view(now)``. One lock guards the state, so both may run on any thread. No ROS
+here: the tests feed it plain dicts.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from piper_recorder.dashboard.rates import RateMeter
+from piper_recorder.piper.kinematics import SDK_JOINT_MAX, SDK_JOINT_MIN
+from piper_recorder.teleop.limits import LIMIT_NAMES
+from piper_recorder.viewer.counters import INFO, PROBLEMS, total
+
+JsonDict = dict[str, Any]
+DEFAULT_NODES = ["quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder"]
+DEFAULT_RECORDERS = ["lerobot_recorder", "rgbd_recorder"]
+NEAR_LIMIT = 0.05          # a joint within 5 % of its range from a limit is flagged
+HEADSET_DIAG = "quest_bridge: headset"
+SHOWN_INFO = ("rows", "frames_received", "frames_written", "frame_offset_max_ms")
+
+
+@dataclass
+class DashboardConfig:
+    """The ``dashboard`` node's parameters (also the plain-Python server's settings)."""
+
+    host: str = "127.0.0.1"              # anything but loopback needs ``token``
+    port: int = 8740                     # 0: any free port (logged)
+    token: str = ""                      # required in every request when set (``?token=``, or Bearer header)
+    nodes: list[str] = field(default_factory=lambda: list(DEFAULT_NODES))
+    cameras: list[str] = field(default_factory=list)   # empty: every /<cam>/color/image_raw in the graph
+    recorders: list[str] = field(default_factory=lambda: list(DEFAULT_RECORDERS))
+    roots: list[str] = field(default_factory=list)     # LeRobot roots offered for the re-alignment view
+    thumb_width: int = 320
+    thumb_hz: float = 2.0                # thumbnails encoded at most this often per camera
+    jpeg_quality: int = 70
+    watch_timeout_s: float = 5.0         # images are subscribed only while a page fetched one this recently
+    joint_min: list[float] = field(default_factory=lambda: [float(v) for v in SDK_JOINT_MIN])
+    joint_max: list[float] = field(default_factory=lambda: [float(v) for v in SDK_JOINT_MAX])
+    gripper_max: float = 0.07            # m (teleop's gripper_max_width)
+    stale_s: float = 3.0                 # a status older than this is shown as stale
+    silent_s: float = 1.5                # a required topic silent this long (or 2 periods) degrades the graph
+    rate_window_s: float = 2.0
+
+    def validate(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be 0..65535, got {self.port}")
+        if not is_loopback(self.host) and not self.token:
+            raise ValueError(f"host {self.host!r} is not a loopback address: set a token (parameter token) "
+                             "so that only those given it can read the dashboard")
+        if self.thumb_width < 16 or not 1 <= self.jpeg_quality <= 95:
+            raise ValueError("thumb_width must be >= 16 and jpeg_quality 1..95")
+        for name in ("thumb_hz", "watch_timeout_s", "stale_s", "silent_s", "rate_window_s", "gripper_max"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {v}")
+        if len(self.joint_min) != len(self.joint_max) or any(a >= b for a, b in zip(self.joint_min, self.joint_max)):
+            raise ValueError("joint_min and joint_max need the same length and min < max")
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False   # a host name other than localhost may resolve anywhere
+
+
+def _float(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+@dataclass
+class _Stamped:
+    data: JsonDict
+    t: float
+
+
+class DashboardModel:
+    def __init__(self, cfg: DashboardConfig):
+        self.cfg = cfg
+        self._lock = threading.Lock()
+        self._rates: dict[str, RateMeter] = {}
+        self._required: dict[str, bool] = {}
+        self._nodes: set[str] = set()
+        self._nodes_t: float | None = None
+        self._cameras: list[str] = list(cfg.cameras)
+        self._recorders: dict[str, _Stamped] = {}
+        self._teleop: _Stamped | None = None
+        self._headset: _Stamped | None = None
+        self._offset0: tuple[tuple[str, str], float] | None = None   # (connection, first clock offset ns)
+        self._joints: _Stamped | None = None
+        self._events: deque[JsonDict] = deque(maxlen=8)
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def watch_topic(self, topic: str, required: bool = True) -> None:
+        """Show ``topic``'s rate; ``required``: silence is a problem (not e.g. targets, only sent while engaged)."""
+        with self._lock:
+            self._rates.setdefault(topic, RateMeter(self.cfg.rate_window_s))
+            self._required[topic] = required
+
+    def tick(self, topic: str, t: float) -> None:
+        with self._lock:
+            meter = self._rates.get(topic)
+            if meter is not None:
+                meter.tick(t)
+
+    def set_nodes(self, names: set[str], t: float) -> None:
+        with self._lock:
+            self._nodes, self._nodes_t = set(names), t
+
+    def set_cameras(self, cameras: list[str]) -> None:
+        with self._lock:
+            self._cameras = list(cameras)
+
+    @property
+    def cameras(self) -> list[str]:
+        with self._lock:
+            return list(self._cameras)
+
+    def on_recorder_status(self, recorder: str, status: JsonDict, t: float) -> None:
+        with self._lock:
+            self._recorders[recorder] = _Stamped(status, t)
+
+    def on_teleop_status(self, status: JsonDict, t: float) -> None:
+        with self._lock:
+            self._teleop = _Stamped(status, t)
+
+    def on_diagnostic(self, name: str, level: int, message: str, values: dict[str, str], t: float) -> None:
+        if name != HEADSET_DIAG:
+            return
+        with self._lock:
+            self._headset = _Stamped({"level": level, "message": message, "values": dict(values)}, t)
+            # The offset itself (host clock - headset clock) is an arbitrary large number; its drift since
+            # the connection (or the bridge's last clock reset) is what tells a link going bad.
+            key = (values.get("connects", ""), values.get("clock_resets", ""))
+            offset = _float(values.get("clock_offset_ns"))
+            if offset is not None and (self._offset0 is None or self._offset0[0] != key):
+                self._offset0 = (key, offset)
+
+    def on_joints(self, names: list[str], positions: list[float], t: float) -> None:
+        with self._lock:
+            self._joints = _Stamped({"names": list(names), "positions": [_float(p) for p in positions]}, t)
+
+    def on_event(self, event: JsonDict, t: float) -> None:
+        with self._lock:
+            self._events.appendleft({**event, "_t": t})
+
+    # ---- the view model ---------------------------------------------------------------------------
+    def view(self, now: float) -> JsonDict:
+        with self._lock:
+            recorders = [self._recorder_view(n, now) for n in self.cfg.recorders]
+            timers = [r for r in recorders if r["state"] == "recording"]
+            return {
+                "t": round(now, 3),   # the dashboard's clock (monotonic s) when this view was made
+                "graph": self._graph_view(now),
+                "recorders": recorders,
+                "episode": {"recording": bool(timers),
+                            "elapsed_s": max((r["elapsed_s"] or 0.0 for r in timers), default=None),
+                            "episode_index": timers[0]["episode_index"] if timers else None,
+                            "saved_this_session": max((r["saved_this_session"] for r in recorders), default=0)},
+                "cameras": [{"name": c, **self._rate_view(f"/{c}/color/camera_info", now)} for c in self._cameras],
+                "joints": self._joints_view(now),
+                "teleop": self._teleop_view(now),
+                "headset": self._headset_view(now),
+                "events": [{k: v for k, v in e.items() if k != "_t"} | {"age_s": round(now - e["_t"], 1)}
+                           for e in self._events],
+            }
+
+    def _rate_view(self, topic: str, now: float) -> JsonDict:
+        meter = self._rates.get(topic)
+        if meter is None:
+            return {"rate_hz": None, "age_s": None}
+        age = meter.age(now)
+        return {"rate_hz": round(meter.rate(now), 1), "age_s": None if age is None else round(age, 2)}
+
+    def _graph_view(self, now: float) -> JsonDict:
+        expected = list(dict.fromkeys([*self.cfg.nodes, *self._cameras]))
+        nodes = [{"name": n, "present": n in self._nodes} for n in expected]
+        nodes += [{"name": n, "present": True, "extra": True} for n in sorted(self._nodes - set(expected))]
+        topics = []
+        for topic in self._rates:
+            r = self._rate_view(topic, now)
+            allowed = max(self.cfg.silent_s, 2.0 / max(r["rate_hz"] or 0.5, 0.5))
+            fresh = r["age_s"] is not None and r["age_s"] < allowed
+            topics.append({"topic": topic, **r, "required": self._required[topic], "ok": fresh})
+        healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"])
+        return {"nodes": nodes, "topics": topics, "healthy": healthy,
+                "nodes_age_s": None if self._nodes_t is None else round(now - self._nodes_t, 1)}
+
+    def _recorder_view(self, name: str, now: float) -> JsonDict:
+        st = self._recorders.get(name)
+        if st is None:
+            return {"name": name, "state": "unknown", "stale": True, "episode_index": None, "elapsed_s": None,
+                    "rows": None, "saved_this_session": 0, "counters": [], "message": "", "age_s": None}
+        d, age = st.data, now - st.t
+        state = str(d.get("state", "unknown"))
+        elapsed = _float(d.get("elapsed_s"))
+        if elapsed is not None and state == "recording":
+            elapsed += age   # the status is published at status_hz: the timer runs on between them
+        counters = d.get("counters") or {}
+        shown = []
+        for key, label in PROBLEMS.items():
+            if key in counters:
+                shown.append({"key": key, "label": label, "total": total(counters[key]), "problem": True,
+                              "detail": counters[key] if isinstance(counters[key], dict) else None})
+        for key in SHOWN_INFO:
+            if key in counters and key != "rows":
+                value = counters[key]
+                tot = max(value.values(), default=0) if key == "frame_offset_max_ms" and isinstance(value, dict) \
+                    else total(value)
+                shown.append({"key": key, "label": INFO.get(key, key), "total": tot, "problem": False,
+                              "detail": value if isinstance(value, dict) else None})
+        saved = d.get("saved_this_session") or []
+        return {"name": name, "state": state, "stale": age > self.cfg.stale_s, "age_s": round(age, 1),
+                "episode_index": d.get("episode_index"), "task": d.get("task"),
+                "elapsed_s": None if elapsed is None else round(elapsed, 2),
+                "rows": d.get("rows", counters.get("rows")), "saved_this_session": len(saved),
+                "writer_backlog": d.get("writer_backlog"), "message": str(d.get("message") or ""),
+                "waiting_for": d.get("waiting_for") or [], "tick_delay_ms": d.get("tick_delay_ms"),
+                "counters": shown}
+
+    def _joints_view(self, now: float) -> JsonDict:
+        if self._joints is None:
+            return {"joints": [], "gripper": None, "age_s": None}
+        names, pos = self._joints.data["names"], self._joints.data["positions"]
+        lo, hi = self.cfg.joint_min, self.cfg.joint_max
+        joints: list[JsonDict] = []
+        gripper: JsonDict | None = None
+        for n, p in zip(names, pos):
+            if p is None:
+                continue   # a non-finite value: not shown (the arm node counts it)
+            if n == "gripper":
+                gripper = {"position": p, "min": 0.0, "max": self.cfg.gripper_max}
+                continue
+            k = len(joints)
+            if k >= len(lo):
+                continue
+            frac = (p - lo[k]) / (hi[k] - lo[k])
+            joints.append({"name": n, "position": p, "min": lo[k], "max": hi[k], "fraction": frac,
+                           "near_limit": frac <= NEAR_LIMIT or frac >= 1.0 - NEAR_LIMIT})
+        return {"joints": joints, "gripper": gripper, "age_s": round(now - self._joints.t, 2)}
+
+    def _teleop_view(self, now: float) -> JsonDict:
+        if self._teleop is None:
+            return {"present": False, "limits": [{"name": n, "active": False, "hits": 0} for n in LIMIT_NAMES]}
+        d, age = self._teleop.data, now - self._teleop.t
+        stale = age > self.cfg.stale_s
+        active = set(d.get("limits_active") or []) if not stale else set()
+        hits = d.get("limit_hits") or {}
+        names = list(dict.fromkeys([*LIMIT_NAMES, *active, *hits]))
+        counters = {k: d[k] for k in ("published", "refused_engages", "forced_releases", "unsafe_targets",
+                                      "rejected_inputs", "out_of_order_inputs") if k in d}
+        return {"present": True, "stale": stale, "age_s": round(age, 1), "engaged": bool(d.get("engaged")),
+                "recording": bool(d.get("recording")),
+                "limits": [{"name": n, "active": n in active, "hits": int(hits.get(n, 0))} for n in names],
+                "counters": counters, "last_alarm": d.get("last_alarm"), "calls_in_flight": d.get("calls_in_flight")}
+
+    def _headset_view(self, now: float) -> JsonDict:
+        if self._headset is None:
+            return {"present": False}
+        d, age = self._headset.data, now - self._headset.t
+        v = d["values"]
+        offset = _float(v.get("clock_offset_ns"))
+        rejected = {k.split(".", 1)[1]: int(_float(x) or 0) for k, x in v.items() if k.startswith("rejected.")}
+        return {"present": True, "stale": age > self.cfg.stale_s, "age_s": round(age, 1), "level": d["level"],
+                "message": d["message"], "state": v.get("state"), "rate_hz": _float(v.get("frame_rate_hz")),
+                "clock_offset_ms": None if offset is None else round(offset / 1e6, 3),
+                "clock_drift_ms": None if offset is None or self._offset0 is None
+                else round((offset - self._offset0[1]) / 1e6, 3),
+                "arrival_delay_ms": _float(v.get("arrival_delay_ms")),
+                "last_frame_age_s": _float(v.get("last_frame_age_s")),
+                "rejected_total": int(_float(v.get("rejected_total")) or 0), "rejected": rejected,
+                "last_rejection": v.get("last_rejection") or "", "connects": v.get("connects")}

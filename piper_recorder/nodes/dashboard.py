@@ -1,0 +1,151 @@
+"""dashboard (``piper-dashboard``): the live, read-only web dashboard, served next to the graph.
+
+A thin adapter: subscriptions feed ``piper_recorder.dashboard.model.DashboardModel`` and the frame
+store; ``piper_recorder.dashboard.server`` serves the page on ``host:port`` (127.0.0.1:8740 by default;
+any other address needs ``token``). Read-only by construction: the node creates no publisher, no
+service client and no service of its own (rclpy's implicit /rosout and /parameter_events aside).
+Images are subscribed only while a page fetched a thumbnail within ``watch_timeout_s`` (the node
+otherwise costs only the small topics); camera rates come from ``/<cam>/color/camera_info``.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.subscription import Subscription
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import String
+
+from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
+from piper_recorder.dashboard.model import DashboardConfig, JsonDict
+from piper_recorder.dashboard.server import Dashboard, DashboardServer
+from piper_recorder.nodes.common import ParameterError, declare_config, run_node
+
+CAMERA_TOPIC = re.compile(r"^/([A-Za-z_][A-Za-z0-9_]*)/color/image_raw$")
+# topic -> (type, required): silence of a required topic marks the graph degraded. One topic per link of
+# the chain (headset -> bridge, arm feedback, arm commands); /arm/eef_pose would only repeat joint_states'
+# 200 Hz at the same cost. The arm sends commands only while something drives it (teleop engaged, replay):
+# their rate is shown, their silence is no fault.
+RATE_TOPICS: dict[str, tuple[type, bool]] = {
+    "/arm/joint_states": (JointState, True),
+    "/quest/right/pose": (PoseStamped, True),
+    "/arm/commanded_pose": (PoseStamped, False),
+}
+
+
+class DashboardNode(Node):
+    def __init__(self) -> None:
+        super().__init__("dashboard")
+        cfg = declare_config(self, DashboardConfig)
+        self.cfg = cfg
+        self.dash = Dashboard.create(cfg)
+        self.model = self.dash.model
+        reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        for topic, (typ, required) in RATE_TOPICS.items():
+            self.model.watch_topic(topic, required)
+            if topic == "/arm/joint_states":
+                continue
+            self.create_subscription(typ, topic, lambda _m, tp=topic: self.model.tick(tp, time.monotonic()),
+                                     qos_profile_sensor_data)
+        self.create_subscription(JointState, "/arm/joint_states", self._on_joints, qos_profile_sensor_data)
+        for rec in cfg.recorders:
+            topic = f"/{rec}/status"
+            self.model.watch_topic(topic)
+            self.create_subscription(String, topic, lambda m, r=rec, tp=topic: self._on_json(
+                tp, m, lambda d, t: self.model.on_recorder_status(r, d, t)), 10)
+        self.model.watch_topic("/teleop/status")
+        self.create_subscription(String, "/teleop/status", lambda m: self._on_json(
+            "/teleop/status", m, self.model.on_teleop_status), 10)
+        self.model.watch_topic("/diagnostics")
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.create_subscription(String, "/episode_events", lambda m: self._on_json(
+            None, m, self.model.on_event), reliable)
+        self._info_subs: dict[str, Subscription] = {}
+        self._image_subs: dict[str, Subscription] = {}
+        self._set_cameras(list(cfg.cameras))
+        try:
+            self.server = DashboardServer(self.dash).start()
+        except OSError as exc:
+            raise ParameterError(f"dashboard: cannot serve on {cfg.host}:{cfg.port}: {exc}") from exc
+        self.get_logger().info(f"dashboard on {self.server.url}" + (" (token required)" if cfg.token else ""))
+        self.create_timer(1.0, self._housekeeping)
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def _on_json(self, topic: str | None, msg: String, sink: Callable[[JsonDict, float], None]) -> None:
+        t = time.monotonic()
+        if topic is not None:
+            self.model.tick(topic, t)
+        try:
+            data = json.loads(msg.data)
+        except ValueError:
+            return
+        if isinstance(data, dict):
+            sink(data, t)
+
+    def _on_joints(self, msg: JointState) -> None:
+        t = time.monotonic()
+        self.model.tick("/arm/joint_states", t)
+        self.model.on_joints(list(msg.name), list(msg.position), t)
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        t = time.monotonic()
+        self.model.tick("/diagnostics", t)
+        for st in msg.status:
+            self.model.on_diagnostic(st.name, int.from_bytes(st.level, "little") if isinstance(st.level, bytes)
+                                     else int(st.level), st.message, {kv.key: kv.value for kv in st.values}, t)
+
+    def _on_image(self, camera: str, msg: Image) -> None:
+        try:
+            rgb = image_to_numpy(msg)
+        except ValueError:
+            return
+        if rgb.ndim == 3:
+            self.dash.frames.put(camera, rgb, stamp_ns(msg))
+
+    # ---- housekeeping (1 Hz) --------------------------------------------------------------------
+    def _set_cameras(self, cameras: list[str]) -> None:
+        for cam in cameras:
+            if cam not in self._info_subs:
+                topic = f"/{cam}/color/camera_info"
+                self.model.watch_topic(topic)
+                self._info_subs[cam] = self.create_subscription(
+                    CameraInfo, topic, lambda _m, tp=topic: self.model.tick(tp, time.monotonic()),
+                    qos_profile_sensor_data)
+        self.model.set_cameras(cameras)
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        self.model.set_nodes({n for n, _ns in self.get_node_names_and_namespaces()}, now)
+        if not self.cfg.cameras:
+            found = sorted({m.group(1) for name, _types in self.get_topic_names_and_types()
+                            if (m := CAMERA_TOPIC.match(name))})
+            if found != self.model.cameras:
+                self._set_cameras(found)
+        watched = self.dash.frames.watched(now)
+        for cam in self.model.cameras:
+            if watched and cam not in self._image_subs:
+                self._image_subs[cam] = self.create_subscription(
+                    Image, f"/{cam}/color/image_raw", lambda m, c=cam: self._on_image(c, m), qos_profile_sensor_data)
+        if not watched and self._image_subs:
+            for sub in self._image_subs.values():
+                self.destroy_subscription(sub)
+            self._image_subs.clear()
+            self.dash.frames.forget()
+
+    def on_shutdown(self) -> None:
+        self.server.close()
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(DashboardNode, args))
+
+
+if __name__ == "__main__":
+    main()
