@@ -119,7 +119,7 @@ class ReferenceFrames:
         import av
 
         from piper_recorder.lerobot.metacheck import load_info
-        from piper_recorder.lerobot.rootfiles import video_file
+        from piper_recorder.lerobot.layout import video_file
 
         root = self._root(root_index)
         info = load_info(root)

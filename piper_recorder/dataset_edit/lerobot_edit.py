@@ -103,6 +103,17 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
         raise
 
 
+def _combined_of(key: str, names: tuple[str, ...], feats: dict[str, dict[str, Any]]) -> str | None:
+    """The combined column (observation.state, action) whose element names hold this column's
+    ("arm_eef.qw" for observation.arm_eef's "qw"); the features check below proves the guess."""
+    part = key.split(".", 1)[-1]
+    for combined in COMBINED:
+        same_group = combined.split(".")[0] == key.split(".")[0]   # observation.* -> observation.state
+        if same_group and names and f"{part}.{names[0]}" in (feats.get(combined, {}).get("names") or ()):
+            return combined
+    return None
+
+
 def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
     """The ``WriterConfig`` that writes exactly this root's info.json features and modality.json."""
     info = src.info
@@ -124,7 +135,8 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
             continue
         slices: tuple[Slice, ...] = tuple((name, int(e["start"]), int(e["end"]), "rotation_type" in e)
                                           for _, name, e in entries if e.get("original_key") == key)
-        specs.append(FeatureSpec(key, tuple(str(n) for n in f.get("names") or ()), slices))
+        names = tuple(str(n) for n in f.get("names") or ())
+        specs.append(FeatureSpec(key, names, slices, _combined_of(key, names, feats)))
     combined = any(k in feats for k in COMBINED)
     raw = any("raw_quest_lines" in e for e in src.episodes)
     try:
