@@ -9,7 +9,7 @@ the config; the profiles are also given under the names realsense-ros before 4.5
 (rgb_camera.profile, depth_module.profile: ``launcher.realsense_parameters``). Each process's output
 is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
-subset), ``config``.
+subset), ``config``, ``policy`` (start the policy node with that backend), ``policy_root``.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, launch_overrides, load_config, realsense_parameters
+from piper_recorder.launcher import (LAUNCH_ARGUMENTS, launch_overrides, load_config, policy_enabled,
+                                     realsense_parameters)
 
 PACKAGE = "piper_recorder"
 
@@ -31,7 +32,7 @@ def _graph(context, *_args, **_kwargs):
     config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "robot.yaml")
     cfg = load_config(config)
     cameras, overrides = launch_overrides(cfg, **{k: arg[k] for k in ("task", "root", "rgbd_path", "backend",
-                                                                        "cameras")})
+                                                                        "cameras", "policy", "policy_root")})
     actions = [
         Node(package="realsense2_camera", executable="realsense2_camera_node", name=cam, namespace="",
              exec_name=cam, output="screen", parameters=[config, realsense_parameters(cfg, cam)])
@@ -44,6 +45,8 @@ def _graph(context, *_args, **_kwargs):
 
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm"),
                 node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
+    if policy_enabled(cfg, overrides):   # launch argument policy:=SPEC (ROS executable "policy")
+        actions.append(node("policy", "policy"))
     return actions
 
 

@@ -4,7 +4,8 @@ Starts the simulated headset (piper-sim-quest, a plain process), quest_bridge, t
 (CAN emulator), one sim_camera per camera listed in ``piper_launch.cameras``, and both recorders,
 all with ``parameters=[<config>]`` so the YAML file is the single source of node parameters.
 Launch arguments override a few of them: ``task``, ``root`` (LeRobot root), ``rgbd_path``,
-``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another parameter file).
+``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another parameter file), ``policy``
+(start the policy node with that backend) and ``policy_root`` (its training root).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
 from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, launch_overrides, load_config,
-                                     nice_prefix)
+                                     nice_prefix, policy_enabled)
 from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, loopback_env
 
 PACKAGE = "piper_recorder"
@@ -29,7 +30,7 @@ def _graph(context, *_args, **_kwargs):
     config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "sim.yaml")
     cfg = load_config(config)
     cameras, overrides = launch_overrides(cfg, **{k: arg[k] for k in ("task", "root", "rgbd_path", "backend",
-                                                                        "cameras")})
+                                                                        "cameras", "policy", "policy_root")})
     quest = cfg.get(LAUNCH_SECTION, {}).get("sim_quest", {})
     headset_cmd = [ExecutableInPackage("sim_quest", PACKAGE), "--host", str(quest.get("host", "127.0.0.1")),
                    "--port", str(quest.get("port", 8735)), "--script", str(quest.get("script", "demo")),
@@ -46,6 +47,8 @@ def _graph(context, *_args, **_kwargs):
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm")]
     actions += [node(cam, "sim_camera") for cam in cameras]
     actions += [node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
+    if policy_enabled(cfg, overrides):   # launch argument policy:=SPEC (ROS executable "policy")
+        actions.append(node("policy", "policy"))
     return actions
 
 

@@ -111,7 +111,18 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "rgbd_path": "RGB-D HDF5 file (default: from the config)",
     "backend": "arm backend: position | impedance (default: from the config)",
     "cameras": "comma-separated cameras to start and record (default: piper_launch.cameras)",
+    "policy": "start the policy node with this backend: http://host:port | gr00t://host:port | hold | "
+              "replay:<root>:<episode> (default: no policy node)",
+    "policy_root": "the policy's training root (default: policy.root in the config, or the replay root)",
 }
+POLICY_NODE = ("policy", "piper-policy")   # node name, console script; started only when a policy is set
+
+
+def policy_enabled(cfg: Mapping[str, Mapping[str, Any]],
+                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
+    """The policy node runs when the config or the ``policy`` launch argument names a backend."""
+    name = POLICY_NODE[0]
+    return bool({**cfg.get(name, {}), **(overrides or {}).get(name, {})}.get("policy"))
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
@@ -145,7 +156,8 @@ def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> d
 
 
 def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
-                     backend: str = "", cameras: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
+                     backend: str = "", cameras: str = "", policy: str = "",
+                     policy_root: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
 
     Empty strings keep the config's values. ``cameras`` is a comma-separated subset of
@@ -166,6 +178,10 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
         out.setdefault("rgbd_recorder", {})["path"] = rgbd_path
     if backend:
         out.setdefault("piper_arm", {})["backend"] = backend
+    if policy:
+        out.setdefault(POLICY_NODE[0], {})["policy"] = policy
+    if policy_root:
+        out.setdefault(POLICY_NODE[0], {})["root"] = policy_root
     if cameras:
         def serial(cam: str) -> str:
             return str(cfg[cam].get("serial", cfg[cam].get("serial_no", "")))
@@ -248,7 +264,8 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
                bin_dir: Path | None = None, **launch_args: str) -> GraphPlan:
     """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset).
 
-    ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras);
+    ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras, policy,
+    policy_root);
     ``sets`` (``node.param=value``) are applied after them.
     """
     if mode not in ("sim", "robot"):
@@ -304,6 +321,8 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for name in START_ORDER[3:]:
         if name in cfg:
             plan.processes.append(node(name, NODE_SCRIPTS[name]))
+    if policy_enabled(cfg):
+        plan.processes.append(node(*POLICY_NODE))
     return plan
 
 

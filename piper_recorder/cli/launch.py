@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="parameter file (default: config/<mode>.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                    help="override a parameter (value parsed as YAML); repeatable")
-    for arg in ("task", "root", "rgbd-path", "backend", "cameras"):
+    for arg in ("task", "root", "rgbd-path", "backend", "cameras", "policy", "policy-root"):
         p.add_argument(f"--{arg}", default="", help=f"as the launch files' {arg.replace('-', '_')} argument")
     p.add_argument("--log-dir", help="per-process logs and the effective params.yaml (default: a temp dir)")
     p.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); "
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
-                          root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras)
+                          root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
+                          policy=args.policy, policy_root=args.policy_root)
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,269 @@
+"""policy: a trained policy drives /arm/target_pose and /arm/target_gripper, safely, through the graph.
+
+A thin adapter over ``piper_recorder.policy`` (no torch here: servers run out of process). Camera
+and arm messages feed the ``ObservationBuilder`` (the recorders' assembly) with their capture
+stamps; a control thread at ``control_rate_hz`` asks the ``PolicyRuntime`` for the next target
+(queries run on worker threads and never block it) and publishes it. Not a ROS timer, for the same
+reason as teleop: a shared executor would delay the ticks behind image callbacks.
+
+Takeover: the operator's grip on ``/quest/<hand>/joy`` (squeeze above ``takeover_above``, teleop's
+engage rule) or teleop reporting ``engaged`` stops the policy's targets at once (teleop drives);
+only ``~/resume`` hands the arm back. Services ``~/start``, ``~/stop``, ``~/pause``, ``~/resume``
+(std_srvs/Trigger); ``~/status`` (String JSON, 2 Hz); ``/policy/provenance`` (String JSON, latched:
+backend, URL or checkpoint, content hash, chunk settings, ``active``) and ``/policy/actor`` (String,
+latched: ``policy`` | ``operator`` | ``none``) for the recorders.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from geometry_msgs.msg import PoseStamped
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState, Joy
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from piper_recorder.assembly.messages import image_to_numpy, joint_positions, pose, stamp_ns
+from piper_recorder.nodes.common import ParameterError, declare_config, now_ns, ns_to_stamp, run_in_thread, run_node
+from piper_recorder.policy.backend import make_backend
+from piper_recorder.policy.config import PolicyConfig
+from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
+from piper_recorder.policy.runtime import PolicyRuntime
+from piper_recorder.policy.safety import Target
+from piper_recorder.teleop.limits import LimitsConfig
+
+STATUS_HZ = 2.0
+PROVENANCE_TOPIC = "/policy/provenance"
+ACTOR_TOPIC = "/policy/actor"
+
+
+def training_root(cfg: PolicyConfig) -> str:
+    """``root``, or the replayed root of a ``replay:<root>:<episode>`` spec."""
+    if cfg.root:
+        return cfg.root
+    if cfg.policy.startswith("replay:"):
+        return cfg.policy[len("replay:"):].rpartition(":")[0]
+    raise ParameterError("policy: parameter 'root' (the training root) is required")
+
+
+class PolicyNode(Node):
+    def __init__(self) -> None:
+        super().__init__("policy")
+        cfg = declare_config(self, PolicyConfig)
+        cfg.limits = declare_config(self, LimitsConfig, "limits.")
+        try:
+            cfg.validate()
+            self.root = training_root(cfg)
+            meta = TrainingMeta.load(self.root)
+            backend = make_backend(cfg.policy, timeout_s=cfg.timeout_s)
+        except (ValueError, MetaError, OSError) as exc:
+            raise ParameterError(f"policy: {exc}") from exc
+        self.cfg = cfg
+        task = cfg.task or (meta.tasks[0] if meta.tasks else "")
+        self.builder = ObservationBuilder(meta, task, cfg.fps, cfg.lateness_s)
+        self.runtime = PolicyRuntime(cfg, self.builder, backend, log=lambda m: self.get_logger().warning(m))
+        self._lock = threading.Lock()
+        self._arm_provenance: dict[str, Any] | None = None
+        self._joint_cache: dict[tuple[str, ...], list[int]] = {}
+        self._actor = ""
+        self._state = ""
+
+        g = ReentrantCallbackGroup()
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        images = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.pub_target = self.create_publisher(PoseStamped, "/arm/target_pose", reliable)
+        self.pub_gripper = self.create_publisher(JointState, "/arm/target_gripper", reliable)
+        self.pub_status = self.create_publisher(String, "~/status", reliable)
+        self.pub_provenance = self.create_publisher(String, PROVENANCE_TOPIC, latched)
+        self.pub_actor = self.create_publisher(String, ACTOR_TOPIC, latched)
+        sensor = qos_profile_sensor_data
+        self.create_subscription(JointState, "/arm/joint_states", self._on_joints, sensor, callback_group=g)
+        self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, sensor, callback_group=g)
+        self.create_subscription(String, "/arm/provenance", self._on_arm_provenance, latched, callback_group=g)
+        for cam in meta.cameras:
+            self.create_subscription(Image, f"/{cam}/color/image_raw", lambda m, c=cam: self._on_image(c, m),
+                                     images, callback_group=g)
+        self.create_subscription(Joy, f"/quest/{cfg.hand}/joy", self._on_joy, sensor, callback_group=g)
+        self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable, callback_group=g)
+        for name, fn in (("start", self._srv_start), ("stop", self._srv_stop), ("pause", self._srv_pause),
+                         ("resume", self._srv_resume)):
+            self.create_service(Trigger, f"~/{name}", fn, callback_group=g)
+        self.create_timer(1.0 / STATUS_HZ, self._publish_status, callback_group=g)
+        self._publish_actor("none")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._control_loop, name="policy-control", daemon=True)
+        self._thread.start()
+        self.get_logger().info(f"policy: {cfg.policy} trained on {self.root} ({meta.fps:g} fps, cameras "
+                               f"{sorted(meta.cameras)}), task '{task}'; call ~/start")
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def _on_joints(self, msg: JointState) -> None:
+        pos = joint_positions(msg, self._joint_cache)
+        if pos is not None:
+            with self._lock:
+                self.builder.add_joint_state(stamp_ns(msg), pos)
+
+    def _on_eef(self, msg: PoseStamped) -> None:
+        p, q = pose(msg)
+        with self._lock:
+            self.builder.add_eef_pose(stamp_ns(msg), p, q)
+
+    def _on_image(self, cam: str, msg: Image) -> None:
+        try:
+            rgb = image_to_numpy(msg)
+        except ValueError:
+            return
+        with self._lock:
+            self.builder.add_frame(cam, stamp_ns(msg), rgb)
+
+    def _on_arm_provenance(self, msg: String) -> None:
+        try:
+            prov = json.loads(msg.data)
+        except ValueError:
+            return
+        with self._lock:
+            self._arm_provenance = prov if isinstance(prov, dict) else None
+
+    def _on_joy(self, msg: Joy) -> None:
+        if len(msg.axes) >= 2 and float(msg.axes[1]) > self.cfg.takeover_above:
+            self._takeover(f"operator grip on /quest/{self.cfg.hand}/joy")
+
+    def _on_teleop_status(self, msg: String) -> None:
+        try:
+            engaged = json.loads(msg.data).get("engaged")
+        except (ValueError, AttributeError):
+            return
+        if engaged is True:
+            self._takeover("teleop clutch engaged")
+
+    def _takeover(self, why: str) -> None:
+        with self._lock:
+            changed = self.runtime.takeover(why)
+        if changed:
+            self._publish_actor("operator")
+            self.get_logger().warning(f"takeover: {why}; the policy resumes only on ~/resume")
+
+    # ---- control loop -------------------------------------------------------------------------
+    def _control_loop(self) -> None:
+        period = self.cfg.period_s
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                if self._stop.wait(delay):
+                    break
+            elif delay < -period:
+                next_t = time.monotonic()   # fell behind: resync, never burst
+            try:
+                self._tick()
+            except Exception as exc:  # noqa: BLE001 - pause and hold; never let the loop die silently
+                self.get_logger().error(f"tick failed: {type(exc).__name__}: {exc}")
+                with self._lock:
+                    self.runtime.pause(f"internal error: {type(exc).__name__}: {exc}")
+
+    def _tick(self) -> None:
+        with self._lock:
+            tick = self.runtime.tick(now_ns(self))
+            state, reason = self.runtime.state, self.runtime.reason
+        if state != self._state:
+            self._state = state
+            self.get_logger().info(f"state: {state}" + (f" ({reason})" if reason else ""))
+        if tick.actor != self._actor:
+            self._publish_actor(tick.actor)
+        if tick.target is not None:
+            self._publish_target(tick.target)
+
+    def _publish_target(self, t: Target) -> None:
+        if not t.finite():   # the runtime guarantees it; this is the last gate before the arm
+            return
+        stamp = ns_to_stamp(now_ns(self))
+        msg = PoseStamped()
+        msg.header.stamp, msg.header.frame_id = stamp, self.cfg.arm_frame
+        msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in t.p)
+        (msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z,
+         msg.pose.orientation.w) = (float(v) for v in t.q)
+        self.pub_target.publish(msg)
+        grip = JointState()
+        grip.header.stamp = stamp
+        grip.name, grip.position = ["gripper"], [float(t.gripper)]
+        self.pub_gripper.publish(grip)
+
+    def _publish_actor(self, actor: str) -> None:
+        self._actor = actor
+        self.pub_actor.publish(String(data=actor))
+
+    def _publish_provenance(self, active: bool) -> None:
+        prov = {**self.runtime.provenance(), "active": active, "node": self.get_fully_qualified_name()}
+        self.pub_provenance.publish(String(data=json.dumps(prov, default=str)))
+
+    def _publish_status(self) -> None:
+        with self._lock:
+            st = {**self.runtime.status(), "actor": self._actor, "policy": self.cfg.policy}
+        self.pub_status.publish(String(data=json.dumps(st, default=str)))
+
+    # ---- services ---------------------------------------------------------------------------
+    def _reload_meta(self) -> str | None:
+        """Re-read the training root (its provenance may have changed); refuse another camera set or fps."""
+        try:
+            meta = TrainingMeta.load(self.root)
+        except MetaError as exc:
+            return str(exc)
+        old = self.builder.meta
+        if meta.cameras != old.cameras or meta.fps != old.fps:
+            return (f"the training root changed (cameras {old.cameras} -> {meta.cameras}, fps {old.fps} -> "
+                    f"{meta.fps}); restart the node")
+        self.builder.meta = meta
+        return None
+
+    async def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        def start() -> tuple[bool, str]:
+            with self._lock:
+                problem = self._reload_meta()
+                if problem:
+                    return False, f"refused: {problem}"
+                ok, msg = self.runtime.start(now_ns(self), self._arm_provenance)
+            if ok:
+                self._publish_provenance(True)   # may ask the server for its hash: outside the lock
+            return ok, msg
+        return self._answer(res, *(await run_in_thread(start)))
+
+    def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            ok, msg = self.runtime.stop("stopped by ~/stop")
+        if ok:
+            self._publish_provenance(False)
+        return self._answer(res, ok, msg)
+
+    def _srv_pause(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            ok, msg = self.runtime.pause("paused by ~/pause")
+        return self._answer(res, ok, msg)
+
+    def _srv_resume(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            ok, msg = self.runtime.resume(now_ns(self))
+        return self._answer(res, ok, msg)
+
+    def _answer(self, res: Trigger.Response, ok: bool, msg: str) -> Trigger.Response:
+        res.success, res.message = bool(ok), msg
+        (self.get_logger().info if ok else self.get_logger().warning)(msg)
+        return res
+
+    def on_shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+        with self._lock:
+            self.runtime.stop("shutdown")
+        self.runtime.backend.close()
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(PolicyNode, args))

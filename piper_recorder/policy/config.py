@@ -1,0 +1,72 @@
+"""One typed config for the inference runtime: backend, chunking, safety bounds, binding check.
+
+Flat scalar fields are the ``policy`` node's ROS parameters (``declare_config``); the envelope is
+teleop's own ``LimitsConfig`` (parameters ``limits.*``), so policy and operator share one envelope.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from piper_recorder.teleop.limits import LimitsConfig
+
+MODES = ("receding", "ensemble")
+BINDING_ACTIONS = ("warn", "refuse")
+
+
+@dataclass
+class PolicyConfig:
+    policy: str = "hold"                 # http://host:port | gr00t://host:port | hold | replay:<root>:<episode>
+    root: str = ""                       # training root (meta/ is read for features, cameras, fps, provenance)
+    task: str = ""                       # task string sent with every query ("" = the root's first task)
+    horizon: int = 30                    # rows asked per query
+    mode: str = "receding"               # receding: newest chunk wins | ensemble: ACT temporal ensembling
+    ensemble_m: float = 0.01             # ACT weights w_i = exp(-m * i), i = 0 the oldest prediction
+    replan_every: int = 10               # steps executed from a chunk before the next query is sent ...
+    query_ahead: int = 10                # ... or earlier, once the newest chunk has this few rows left
+    control_rate_hz: float = 30.0        # targets published at this rate, whatever the server does
+    fps: float = 0.0                     # observation grid; 0 = the training root's fps
+    timeout_s: float = 1.0               # one query longer than this: pause and hold
+    arm_stale_s: float = 0.5             # newest arm feedback older than this: pause and hold
+    camera_stale_s: float = 0.5          # newest frame of any camera older than this: pause and hold
+    max_duration_s: float = 0.0          # stop after this long running (0 = no limit)
+    on_binding_mismatch: str = "refuse"  # warn | refuse (training root's provenance vs the live arm)
+    lateness_s: float = 0.02             # observation rows assembled this long after their grid time
+    gripper_max_width: float = 0.07      # m; gripper targets are clamped into [0, this]
+    hand: str = "right"                  # the headset hand whose grip takes over (teleop's hand)
+    takeover_above: float = 0.7          # grip (squeeze) above this = operator takeover (teleop's engage_above)
+    arm_frame: str = "arm_base"
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.on_binding_mismatch not in BINDING_ACTIONS:
+            raise ValueError(f"on_binding_mismatch must be one of {BINDING_ACTIONS}, got {self.on_binding_mismatch!r}")
+        if self.hand not in ("left", "right"):
+            raise ValueError(f"hand must be 'left' or 'right', got {self.hand!r}")
+        if self.horizon < 1 or self.replan_every < 1 or self.query_ahead < 0:
+            raise ValueError("horizon and replan_every must be >= 1, query_ahead >= 0")
+        for name in ("control_rate_hz", "timeout_s", "arm_stale_s", "camera_stale_s", "gripper_max_width"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be finite and > 0, got {v}")
+        for name in ("fps", "max_duration_s", "lateness_s", "ensemble_m"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be finite and >= 0, got {v}")
+        if not 0.0 < self.takeover_above <= 1.0:
+            raise ValueError(f"takeover_above must be in (0, 1], got {self.takeover_above}")
+        if not self.policy.strip():
+            raise ValueError("policy must name a backend (http://..., gr00t://..., hold, replay:<root>:<ep>)")
+        self.limits.validate()
+
+    def chunk_settings(self) -> dict[str, object]:
+        """What the rollout provenance records about execution."""
+        return {"horizon": self.horizon, "mode": self.mode, "ensemble_m": self.ensemble_m,
+                "replan_every": self.replan_every, "query_ahead": self.query_ahead,
+                "control_rate_hz": self.control_rate_hz, "timeout_s": self.timeout_s}

@@ -1,0 +1,114 @@
+"""Chunk executor: action chunks in, one due action per control tick out; never waits on a query.
+
+Row k of a chunk answering the observation at ``t0`` is due at ``t0 + k * period`` (the training
+rate). At time ``now`` the due row is ``k = floor((now - t0) / period)``; rows before it passed while
+the query was in flight and are dropped (counted). ``receding``: the newest chunk covering ``now``
+gives the action. ``ensemble`` (ACT temporal ensembling): every chunk covering ``now`` votes with
+weight ``exp(-m * i)``, ``i = 0`` for the oldest prediction (ACT's convention; ``m`` configurable),
+quaternions sign-aligned before averaging and renormalised. The next query is due once the newest
+chunk has run ``replan_every`` steps or has ``query_ahead`` rows left, so it is in flight before
+the chunk runs out. Pure and clock-free: every method takes ``now_ns``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .backend import ACTION_DIM, ActionChunk
+
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass
+class _Chunk:
+    rows: F64
+    t0_ns: int
+    first_k: int      # the row due when the chunk arrived (executed from here)
+
+
+@dataclass
+class ExecutorCounters:
+    chunks: int = 0
+    rows_received: int = 0
+    rows_dropped_late: int = 0   # rows whose time passed before their chunk arrived
+    chunks_stale: int = 0        # chunks that arrived with nothing left to execute
+
+
+class ChunkExecutor:
+    def __init__(self, period_ns: int, mode: str = "receding", ensemble_m: float = 0.01,
+                 replan_every: int = 10, query_ahead: int = 10):
+        if period_ns <= 0:
+            raise ValueError("period_ns must be > 0")
+        if mode not in ("receding", "ensemble"):
+            raise ValueError(f"mode must be receding or ensemble, got {mode!r}")
+        self.period_ns, self.mode, self.m = int(period_ns), mode, float(ensemble_m)
+        self.replan_every, self.query_ahead = int(replan_every), int(query_ahead)
+        self._chunks: list[_Chunk] = []   # oldest first (by observation time)
+        self.counters = ExecutorCounters()
+
+    def reset(self) -> None:
+        """Forget every chunk (after a pause or takeover the old answers describe another world)."""
+        self._chunks = []
+
+    def _k(self, c: _Chunk, now_ns: int) -> int:
+        return (now_ns - c.t0_ns) // self.period_ns
+
+    def add(self, chunk: ActionChunk, now_ns: int) -> None:
+        rows = np.asarray(chunk.rows, dtype=np.float64)
+        c = _Chunk(rows, int(chunk.t0_ns), 0)
+        k = max(0, self._k(c, now_ns))
+        c.first_k = k
+        self.counters.chunks += 1
+        self.counters.rows_received += len(rows)
+        self.counters.rows_dropped_late += min(k, len(rows))
+        if k >= len(rows):
+            self.counters.chunks_stale += 1
+            return
+        if self._chunks and c.t0_ns < self._chunks[-1].t0_ns:
+            return   # an answer to an older observation than the newest held: nothing new in it
+        self._chunks.append(c)
+
+    def _covering(self, now_ns: int) -> list[tuple[_Chunk, int]]:
+        self._chunks = [c for c in self._chunks if self._k(c, now_ns) < len(c.rows)]
+        return [(c, k) for c in self._chunks if 0 <= (k := self._k(c, now_ns)) < len(c.rows)]
+
+    def action(self, now_ns: int) -> F64 | None:
+        """The action due at ``now_ns`` (ACTION_DIM, quat wxyz), or None when no chunk covers it."""
+        cov = self._covering(now_ns)
+        if not cov:
+            return None
+        if self.mode == "receding" or len(cov) == 1:
+            c, k = cov[-1]
+            return c.rows[k].copy()
+        preds = np.stack([c.rows[k] for c, k in cov])           # oldest first
+        w = np.exp(-self.m * np.arange(len(preds), dtype=np.float64))
+        w /= w.sum()
+        quats = preds[:, 3:7].copy()
+        ref = quats[0]
+        quats[np.einsum("ij,j->i", quats, ref) < 0] *= -1.0      # one hemisphere before averaging
+        out = np.einsum("i,ij->j", w, preds)
+        q = np.einsum("i,ij->j", w, quats)
+        n = float(np.linalg.norm(q))
+        out[3:7] = q / n if n > 0 and math.isfinite(n) else ref
+        return out
+
+    def want_query(self, now_ns: int) -> bool:
+        """True when a new query should be sent now (the caller keeps at most one in flight)."""
+        if not self._chunks:
+            return True
+        c = self._chunks[-1]
+        k = self._k(c, now_ns)
+        return k - c.first_k >= self.replan_every or len(c.rows) - k <= self.query_ahead
+
+    def remaining(self, now_ns: int) -> int:
+        """Rows of the newest chunk still ahead (0 when nothing covers now)."""
+        if not self._chunks:
+            return 0
+        c = self._chunks[-1]
+        return max(0, len(c.rows) - max(0, self._k(c, now_ns)))
+
+
+assert ACTION_DIM == 8

@@ -1,0 +1,235 @@
+"""Observations exactly as the policy was trained: the training root's meta, the recorders' assembly.
+
+``TrainingMeta`` reads what a root says about its data (features, modality.json, cameras and image
+sizes, fps, tasks, stats, latest provenance). ``ObservationBuilder`` feeds live messages into the
+recorders' own ``EpisodeAssembler`` (same grid, same frame pairing, same quaternion order wxyz,
+same float32 columns) and turns each assembled row into an ``Observation``: a row is what the
+recorder would have written at that tick, so the policy sees what it was trained on. Live inputs
+that differ from the root (a camera missing, another image size, another camera rate) are named
+by ``problems()`` and refuse the start.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
+from piper_recorder.lerobot.features import COMBINED
+from piper_recorder.lerobot.provenance import META_FILE, SESSIONS_FILE
+
+from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation
+
+IMAGE_PREFIX = "observation.images."
+ROW_VALUE = {"observation.arm_joint": "arm_joint", "observation.arm_eef": "arm_eef",
+             "observation.gripper": "gripper"}   # feature key -> the assembler's row value
+CAMERA_RATE_TOL = 0.25   # a camera whose measured rate is off the root's fps by more refuses the start
+RATE_SAMPLES = 10
+
+
+class MetaError(ValueError):
+    """The training root cannot drive this arm (missing file, unsupported features)."""
+
+
+@dataclass(frozen=True)
+class TrainingMeta:
+    root: Path
+    fps: float
+    cameras: dict[str, tuple[int, int]]      # camera name -> (height, width)
+    state_keys: tuple[str, ...]              # observation feature columns the policy was trained on
+    tasks: tuple[str, ...]
+    modality: dict[str, Any]
+    stats: dict[str, Any]
+    session: dict[str, Any] | None           # latest collection session record (binding keys)
+
+    @classmethod
+    def load(cls, root: str | Path) -> "TrainingMeta":
+        root = Path(root)
+        meta = root / "meta"
+        try:
+            info = json.loads((meta / "info.json").read_text())
+        except (OSError, ValueError) as e:
+            raise MetaError(f"{root}: cannot read meta/info.json: {e}") from e
+        feats: dict[str, Any] = info.get("features") or {}
+        missing = [k for k in ACTION_KEYS if k not in feats]
+        if missing:
+            raise MetaError(f"{root}: no {', '.join(missing)} feature: this runtime drives action.arm_eef + "
+                            "action.gripper")
+        cams: dict[str, tuple[int, int]] = {}
+        state: list[str] = []
+        unsupported: list[str] = []
+        for key, f in feats.items():
+            if key.startswith(IMAGE_PREFIX):
+                shape = list(f.get("shape") or [])
+                names = list(f.get("names") or [])
+                if names[:2] == ["channels", "height"] or (len(shape) == 3 and shape[0] == 3 and shape[2] != 3):
+                    shape = [shape[1], shape[2], shape[0]]
+                cams[key[len(IMAGE_PREFIX):]] = (int(shape[0]), int(shape[1]))
+            elif key.startswith("observation."):
+                if key in ROW_VALUE or key in COMBINED:
+                    state.append(key)
+                else:
+                    unsupported.append(key)
+        if unsupported:
+            raise MetaError(f"{root}: observation features the live graph cannot provide: {unsupported}")
+        tasks = tuple(json.loads(line)["task"] for line in _lines(meta / "tasks.jsonl"))
+        session = None
+        try:
+            session = json.loads((meta / META_FILE).read_text())
+        except (OSError, ValueError):
+            sessions = [json.loads(line) for line in _lines(meta / SESSIONS_FILE)]
+            session = sessions[-1] if sessions else None
+        return cls(root, float(info["fps"]), cams, tuple(state), tasks,
+                   _json(meta / "modality.json"), _json(meta / "stats.json"), session)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [ln for ln in path.read_text().splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        out = json.loads(path.read_text())
+        return out if isinstance(out, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class _LatestRow:
+    """Assembler sink keeping only the newest row (frames ride in the rows: nominal mode)."""
+
+    def __init__(self) -> None:
+        self.row: Row | None = None
+        self.rows = 0
+
+    def row_(self, row: Row) -> None:
+        self.row, self.rows = row, self.rows + 1
+
+
+class _Sink:
+    def __init__(self, latest: _LatestRow) -> None:
+        self.latest = latest
+
+    def row(self, row: Row) -> None:
+        self.latest.row_(row)
+
+    def frame(self, camera: str, frame: Frame, t: float) -> None:
+        pass
+
+    def raw_quest(self, line: str) -> None:
+        pass
+
+
+@dataclass
+class _CamSeen:
+    shape: tuple[int, ...] = ()
+    newest_ns: int = 0
+    stamps: list[int] = field(default_factory=list)
+
+
+class ObservationBuilder:
+    """Live arm/camera samples -> the newest assembled observation. Not thread-safe (one lock in the node)."""
+
+    def __init__(self, meta: TrainingMeta, task: str, fps: float = 0.0, lateness_s: float = 0.02):
+        self.meta, self.task = meta, task
+        self.fps = fps or meta.fps
+        self.asm_cfg = AssemblyConfig(fps=self.fps, cameras=tuple(meta.cameras), timestamp_mode="nominal",
+                                      lateness_s=lateness_s, stale_s=1.0)
+        self.asm_cfg.validate()
+        self._asm: EpisodeAssembler | None = None
+        self._latest = _LatestRow()
+        self._pre: dict[str, tuple[str, tuple[Any, ...]]] = {}   # input -> newest (method, args): pre-roll
+        self.cams: dict[str, _CamSeen] = {c: _CamSeen() for c in meta.cameras}
+        self.arm_newest_ns = 0
+        self.eef: tuple[Sequence[float], Sequence[float]] | None = None    # newest measured (p, q xyzw)
+        self.gripper: float | None = None
+        self.frames_wrong_size: dict[str, int] = {}
+
+    # ---- inputs (stamps in the graph's clock, ns) --------------------------------------------
+    def _feed(self, key: str, method: str, *args: Any) -> None:
+        self._pre[key] = (method, args)
+        if self._asm is not None:
+            getattr(self._asm, method)(*args)
+
+    def add_joint_state(self, stamp_ns: int, positions: Sequence[float]) -> None:
+        """6 joints (rad) + gripper (m), the recorders' ``joint_positions`` order."""
+        self.arm_newest_ns = max(self.arm_newest_ns, stamp_ns)
+        self.gripper = float(positions[6])
+        self._feed("joint_states", "add_joint_state", stamp_ns, positions)
+        # the assembler needs a commanded gripper to complete a row; the policy does not use it
+        self._feed("commanded_gripper", "add_commanded_gripper", stamp_ns, float(positions[6]))
+
+    def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        self.eef = (position, quat_xyzw)
+        self._feed("eef_pose", "add_eef_pose", stamp_ns, position, quat_xyzw)
+        self._feed("commanded_pose", "add_commanded_pose", stamp_ns, position, quat_xyzw)
+
+    def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None:
+        seen = self.cams.get(camera)
+        if seen is None:
+            return
+        seen.shape = tuple(rgb.shape)
+        if rgb.shape != (*self.meta.cameras[camera], 3):
+            self.frames_wrong_size[camera] = self.frames_wrong_size.get(camera, 0) + 1
+            return
+        seen.newest_ns = max(seen.newest_ns, stamp_ns)
+        if len(seen.stamps) < RATE_SAMPLES + 1:
+            seen.stamps.append(stamp_ns)
+        self._feed(f"frame:{camera}", "add_frame", camera, stamp_ns, rgb)
+
+    # ---- checks ------------------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """What differs between the live inputs and the training root (empty: ready)."""
+        out: list[str] = []
+        for cam, (h, w) in self.meta.cameras.items():
+            seen = self.cams[cam]
+            if not seen.shape:
+                out.append(f"camera {cam}: no frames received (the policy was trained with it)")
+            elif seen.shape != (h, w, 3):
+                out.append(f"camera {cam}: live frames {seen.shape[1]}x{seen.shape[0]} ({seen.shape}), "
+                           f"trained on {w}x{h}")
+            elif len(seen.stamps) > RATE_SAMPLES:
+                dt = float(np.median(np.diff(seen.stamps))) / 1e9
+                rate = 1.0 / dt if dt > 0 else float("inf")
+                if abs(rate - self.meta.fps) > CAMERA_RATE_TOL * self.meta.fps:
+                    out.append(f"camera {cam}: live rate {rate:.1f} fps, trained at {self.meta.fps:g} fps")
+        if self.fps != self.meta.fps:
+            out.append(f"fps: node {self.fps:g}, trained at {self.meta.fps:g}")
+        if self.eef is None or self.gripper is None:
+            out.append("arm: no /arm/eef_pose and /arm/joint_states received")
+        return out
+
+    # ---- rows ----------------------------------------------------------------------------------
+    def start(self, now_ns: int) -> None:
+        """Start assembling on a fresh grid from ``now_ns`` (the newest samples are the pre-roll)."""
+        self._latest = _LatestRow()
+        self._asm = EpisodeAssembler(self.asm_cfg, now_ns, _Sink(self._latest))
+        for method, args in self._pre.values():
+            getattr(self._asm, method)(*args)
+
+    def stop(self) -> None:
+        self._asm = None
+
+    def advance(self, now_ns: int) -> Observation | None:
+        """Assemble every due row; the newest as an Observation (None before the first row)."""
+        if self._asm is None:
+            return None
+        self._asm.advance(now_ns)
+        row = self._latest.row
+        return None if row is None else self.observation(row)
+
+    def observation(self, row: Row) -> Observation:
+        state: dict[str, F32] = {k: np.asarray(row.values[v], dtype=np.float32) for k, v in ROW_VALUE.items()}
+        for key in self.meta.state_keys:
+            if key in COMBINED:
+                state[key] = np.concatenate([state[p] for p in COMBINED[key]]).astype(np.float32)
+        state = {k: v for k, v in state.items() if k in self.meta.state_keys or k in STATE_KEYS}
+        images = {cam: np.asarray(f.rgb, dtype=np.uint8) for cam, f in row.frames.items()}
+        return Observation(task=self.task, state=state, images=images, stamp_ns=row.tick_ns)

@@ -1,0 +1,271 @@
+"""PolicyRuntime: states, queries off the control thread, one safe target per control tick.
+
+States: ``idle`` -> ``running`` (start) <-> ``paused`` (pause, stale input, query error or timeout,
+binding mismatch in warn mode never pauses) / ``takeover`` (the operator's clutch: at once, resume
+only on an explicit resume) -> ``stopped`` (stop, max_duration_s). While running or paused the arm
+gets a target every tick: the due action through the envelope, or the previous target (hold) when
+nothing valid is due. In takeover and when idle/stopped nothing is published (teleop drives, or the
+arm holds its last target). All methods take ``now_ns`` from the caller (monotonic or the graph's
+clock, one clock throughout): tests run it on a fake clock in milliseconds.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import binding
+from .backend import ActionChunk, BackendError, Observation, PolicyBackend
+from .config import PolicyConfig
+from .executor import ChunkExecutor
+from .observation import ObservationBuilder
+from .safety import Envelope, Target
+
+IDLE, RUNNING, PAUSED, TAKEOVER, STOPPED = "idle", "running", "paused", "takeover", "stopped"
+Result = ActionChunk | BaseException
+
+
+class QueryRunner(Protocol):
+    """Runs ``backend.predict`` somewhere else; ``poll`` hands back the finished result once."""
+
+    def submit(self, obs: Observation, horizon: int) -> None: ...
+    def poll(self) -> Result | None: ...
+    def abandon(self) -> None: ...
+
+
+class ThreadRunner:
+    """One worker thread per query; an abandoned query's late answer is ignored."""
+
+    def __init__(self, backend: PolicyBackend):
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._gen = 0
+        self._result: Result | None = None
+
+    def submit(self, obs: Observation, horizon: int) -> None:
+        with self._lock:
+            self._gen += 1
+            gen = self._gen
+
+        def run() -> None:
+            res: Result
+            try:
+                res = self.backend.predict(obs, horizon)
+            except BaseException as e:  # noqa: BLE001 - handed to the control thread, which pauses
+                res = e
+            with self._lock:
+                if gen == self._gen:
+                    self._result = res
+
+        threading.Thread(target=run, name="policy-query", daemon=True).start()
+
+    def poll(self) -> Result | None:
+        with self._lock:
+            res, self._result = self._result, None
+            return res
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._gen += 1
+            self._result = None
+
+
+@dataclass(frozen=True)
+class Tick:
+    target: Target | None      # publish this (None: publish nothing)
+    actor: str                 # policy | operator | none
+    due: bool                  # the target is a policy action (False: hold)
+
+
+class PolicyRuntime:
+    def __init__(self, cfg: PolicyConfig, builder: ObservationBuilder, backend: PolicyBackend,
+                 runner: QueryRunner | None = None, log: Callable[[str], None] = lambda m: None):
+        cfg.validate()
+        self.cfg, self.builder, self.backend, self.log = cfg, builder, backend, log
+        self.runner: QueryRunner = runner or ThreadRunner(backend)
+        self.executor = ChunkExecutor(round(1e9 / builder.fps), cfg.mode, cfg.ensemble_m,
+                                      cfg.replan_every, cfg.query_ahead)
+        self.envelope = Envelope(cfg.limits, cfg.gripper_max_width, cfg.period_s)
+        self.state, self.reason = IDLE, ""
+        self._started_ns = 0
+        self._query_ns: int | None = None     # submit time of the query in flight
+        self._query_obs_ns = -1                # the newest observation already asked about
+        self._have_chunk = False
+        self.latency_ms: deque[float] = deque(maxlen=2000)
+        self.counters: dict[str, int] = {"ticks": 0, "starved_ticks": 0, "waiting_ticks": 0, "queries": 0,
+                                         "query_errors": 0, "query_timeouts": 0, "takeovers": 0,
+                                         "pauses": 0, "non_finite_refused": 0}
+        self.binding: list[binding.Mismatch] = []
+        self.pause_reasons: dict[str, int] = {}
+
+    # ---- commands -------------------------------------------------------------------------------
+    def start(self, now_ns: int, arm_provenance: Mapping[str, Any] | None) -> tuple[bool, str]:
+        if self.state in (RUNNING, PAUSED, TAKEOVER):
+            return False, f"already {self.state}"
+        problems = self.builder.problems()
+        if problems:
+            return False, "refused: live inputs differ from the training root: " + "; ".join(problems)
+        self.binding = binding.mismatches(self.builder.meta.session,
+                                          binding.live_record(arm_provenance, self.builder.fps))
+        note = ""
+        if self.binding:
+            text = binding.describe(self.binding)
+            if self.cfg.on_binding_mismatch == "refuse":
+                return False, f"refused: binding keys differ from the training root: {text}"
+            note = f" (WARNING binding mismatch: {text})"
+            self.log(f"binding mismatch (on_binding_mismatch=warn): {text}")
+        self._started_ns = now_ns
+        self.builder.start(now_ns)
+        self._arm(now_ns)
+        self.state, self.reason = RUNNING, ""
+        return True, f"running {self.describe().get('backend')}{note}"
+
+    def _arm(self, now_ns: int) -> None:
+        """Fresh chunks, no query in flight, the envelope anchored on the measured pose."""
+        self.executor.reset()
+        self.runner.abandon()
+        self._query_ns = None
+        self._have_chunk = False
+        assert self.builder.eef is not None and self.builder.gripper is not None
+        p, q = self.builder.eef
+        self.envelope.reset(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64), self.builder.gripper)
+
+    def stop(self, reason: str = "stopped") -> tuple[bool, str]:
+        if self.state in (IDLE, STOPPED):
+            return False, f"not running ({self.state})"
+        self.runner.abandon()
+        self._query_ns = None
+        self.builder.stop()
+        self.state, self.reason = STOPPED, reason
+        return True, reason
+
+    def pause(self, reason: str) -> tuple[bool, str]:
+        if self.state != RUNNING:
+            return False, f"not running ({self.state})"
+        self.state, self.reason = PAUSED, reason
+        self.counters["pauses"] += 1
+        key = reason.split(":")[0]
+        self.pause_reasons[key] = self.pause_reasons.get(key, 0) + 1
+        self.runner.abandon()
+        self._query_ns = None
+        self.log(f"paused: {reason}")
+        return True, f"paused: {reason}"
+
+    def takeover(self, reason: str = "operator clutch") -> bool:
+        """The operator's clutch: stop publishing at once. True when it changed the state."""
+        if self.state not in (RUNNING, PAUSED):
+            return False
+        self.state, self.reason = TAKEOVER, reason
+        self.counters["takeovers"] += 1
+        self.runner.abandon()
+        self._query_ns = None
+        return True
+
+    def resume(self, now_ns: int) -> tuple[bool, str]:
+        if self.state not in (PAUSED, TAKEOVER):
+            return False, f"nothing to resume ({self.state})"
+        if self.builder.eef is None or self.builder.gripper is None:
+            return False, "no arm feedback"
+        stale = self._stale(now_ns)
+        if stale:
+            return False, f"cannot resume: {stale}"
+        self._arm(now_ns)
+        self.state, self.reason = RUNNING, ""
+        return True, "running"
+
+    # ---- the control tick ---------------------------------------------------------------------------
+    def _stale(self, now_ns: int) -> str | None:
+        arm_age = (now_ns - self.builder.arm_newest_ns) / 1e9
+        if arm_age > self.cfg.arm_stale_s:
+            return f"stale arm: newest feedback {arm_age:.2f} s old (bound {self.cfg.arm_stale_s} s)"
+        for cam, seen in self.builder.cams.items():
+            age = (now_ns - seen.newest_ns) / 1e9
+            if age > self.cfg.camera_stale_s:
+                return f"stale camera: {cam} newest frame {age:.2f} s old (bound {self.cfg.camera_stale_s} s)"
+        return None
+
+    def tick(self, now_ns: int) -> Tick:
+        if self.state in (IDLE, STOPPED):
+            return Tick(None, "none", False)
+        if self.state == TAKEOVER:
+            return Tick(None, "operator", False)
+        self.counters["ticks"] += 1
+        obs = self.builder.advance(now_ns)
+        if self.state == RUNNING:
+            if self.cfg.max_duration_s > 0 and now_ns - self._started_ns >= self.cfg.max_duration_s * 1e9:
+                self.stop(f"max_duration_s {self.cfg.max_duration_s} reached")
+                return Tick(None, "none", False)
+            problem = self._stale(now_ns) or self._collect(now_ns)
+            if problem:
+                self.pause(problem)
+        if self.state == RUNNING and obs is not None and self._query_ns is None \
+                and self.executor.want_query(now_ns) and obs.stamp_ns > self._query_obs_ns:
+            self.runner.submit(obs, self.cfg.horizon)
+            self._query_ns, self._query_obs_ns = now_ns, obs.stamp_ns
+            self.counters["queries"] += 1
+        target: Target | None = None
+        due = False
+        if self.state == RUNNING:
+            row = self.executor.action(now_ns)
+            if row is None:
+                self.counters["starved_ticks" if self._have_chunk else "waiting_ticks"] += 1
+            else:
+                assert self.builder.eef is not None
+                target = self.envelope.apply(row, np.asarray(self.builder.eef[0], dtype=np.float64))
+                due = target is not None
+        if target is None:
+            target = self.envelope.hold()
+        if target is not None and not target.finite():   # cannot happen by construction; never publish it
+            self.counters["non_finite_refused"] += 1
+            self.pause("non-finite target refused")
+            return Tick(None, "policy", False)
+        return Tick(target, "policy", due)
+
+    def _collect(self, now_ns: int) -> str | None:
+        """Take a finished query, or report one that takes too long. A problem string pauses."""
+        if self._query_ns is None:
+            return None
+        res = self.runner.poll()
+        if res is None:
+            waited = (now_ns - self._query_ns) / 1e9
+            if waited > self.cfg.timeout_s:
+                self.counters["query_timeouts"] += 1
+                return f"query timeout: no answer in {waited:.2f} s (timeout_s {self.cfg.timeout_s})"
+            return None
+        self.latency_ms.append((now_ns - self._query_ns) / 1e6)
+        self._query_ns = None
+        if isinstance(res, BaseException):
+            self.counters["query_errors"] += 1
+            kind = "server error" if isinstance(res, BackendError) else f"backend {type(res).__name__}"
+            return f"{kind}: {res}"
+        self.executor.add(res, now_ns)
+        self._have_chunk = True
+        return None
+
+    # ---- reporting ------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, object]:
+        try:
+            return dict(self.backend.describe())
+        except Exception as e:  # noqa: BLE001 - provenance must not fail the start
+            return {"backend": type(self.backend).__name__, "describe_error": str(e)}
+
+    def provenance(self) -> dict[str, object]:
+        return {**self.describe(), "spec": self.cfg.policy, "training_root": str(self.builder.meta.root),
+                "chunk": self.cfg.chunk_settings(),
+                "binding_mismatches": [list(m) for m in self.binding]}
+
+    def status(self) -> dict[str, object]:
+        lat = np.asarray(self.latency_ms, dtype=np.float64)
+        p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (None, None)
+        return {"state": self.state, "reason": self.reason, **self.counters,
+                "chunks": self.executor.counters.chunks,
+                "rows_dropped_late": self.executor.counters.rows_dropped_late,
+                "chunks_stale": self.executor.counters.chunks_stale,
+                "query_in_flight": self._query_ns is not None,
+                "query_latency_ms": {"p50": p50, "p99": p99, "n": len(lat)},
+                "limit_hits": dict(self.envelope.hits), "pause_reasons": dict(self.pause_reasons),
+                "frames_wrong_size": dict(self.builder.frames_wrong_size)}
