@@ -195,3 +195,20 @@ def test_jpeg_from_pillow_is_what_a_piperpilot_client_sends(served):
                        "images": {"cam_front": base64.b64encode(buf.getvalue()).decode()}}).encode()
     status, doc = post(url, body)
     assert status == 200 and np.asarray(doc["actions"]).shape == (3, 8)
+
+
+def test_the_console_script_outside_a_trainer_env_says_where_to_run_it(tmp_path):
+    """The project's venv has no torch: the server exits 2 with one line, no traceback."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is importable here")
+    exe = Path(sys.executable).parent / "piper-policy-server"
+    (tmp_path / "config.json").write_text('{"type": "act"}')
+    p = subprocess.run([str(exe), "--checkpoint", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "trainer's environment" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    p = subprocess.run([str(exe), "--checkpoint", str(tmp_path / "nothing")], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "no config.json" in p.stderr, p.stderr

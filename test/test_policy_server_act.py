@@ -1,0 +1,193 @@
+"""#13 proof: a real LeRobot ACT served by piper-policy-server answers PiperPilot's /predict.
+
+A demo root is recorded through the simulated graph (`piper-demo`, 1 episode, 2 cameras 320x240);
+a small ACT is built for it in the LeRobot 0.4.4 consumer venv, randomly initialised and saved as
+`lerobot-train` saves one (config + weights + pre/post-processor pipelines holding the root's
+stats); `python -m piper_recorder.policy.server` serves it from that venv (nothing from ROS, only
+PYTHONPATH to this checkout). The request is built from the root's own rows (pyarrow) and frames
+(PyAV), as a PiperPilot client would send it. Checked: 200 with finite (30, 8) absolute rows;
+they equal LeRobot's own inference loop on the same request (test/consumers/reference_chunk.py:
+pre-processor, select_action over the policy's action queue, post-processor) within float
+tolerance; unnormalised into the dataset's range; /info names the checkpoint and its hash; a
+missing camera or a wrong frame size is a 400 naming it.
+
+Consumer venvs follow test_consumers.py (built through make; PIPER_CONSUMERS=skip skips visibly).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from piper_recorder.policy.server.protocol import encode_request
+from test_consumers import _tail, consumer_env, consumer_python
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / ".venv" / "bin"
+SCRIPTS = ROOT / "test" / "consumers"
+CHUNK = 30
+ROW = 40
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def demo_root(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("policy_demo")
+    p = subprocess.run([str(BIN / "piper-demo"), "--out", str(out), "--episodes", "1", "--seconds", "3",
+                        "--size", "320x240"], capture_output=True, text=True, timeout=600)
+    root = out / "lerobot"
+    assert (root / "meta" / "episodes.jsonl").is_file(), f"piper-demo wrote no root ({p.returncode}):\n" \
+                                                          f"{_tail(p.stdout + p.stderr)}"
+    return root
+
+
+class Server:
+    """piper-policy-server in the consumer venv, on a free port; stopped by its own pid."""
+
+    def __init__(self, py: Path, checkpoint: Path, env: dict[str, str]):
+        env = {**env, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([str(py), "-m", "piper_recorder.policy.server", "--checkpoint", str(checkpoint),
+                                      "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env, cwd=str(checkpoint))
+        self.log: list[str] = []
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 1.0)
+            if ready:
+                line = self.proc.stdout.readline()
+                if not line:
+                    break
+                self.log.append(line)
+                if line.startswith("piper-policy-server: ready "):
+                    self.url = line.split()[2]
+                    return
+        self.stop()
+        pytest.fail(f"piper-policy-server did not get ready ({self.proc.returncode}):\n{''.join(self.log)[-4000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def served_act(demo_root, tmp_path_factory) -> Iterator[tuple[Server, Path, Path, dict[str, str]]]:
+    py = consumer_python("lerobot04")
+    env = consumer_env(tmp_path_factory.mktemp("hf_home"))
+    ckpt = tmp_path_factory.mktemp("act") / "pretrained_model"
+    p = subprocess.run([str(py), str(SCRIPTS / "make_act_checkpoint.py"), str(demo_root), str(ckpt),
+                        "--chunk", str(CHUNK)], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, f"make_act_checkpoint failed:\n{_tail(p.stdout + p.stderr)}"
+    server = Server(py, ckpt, env)
+    yield server, ckpt, py, env
+    server.stop()
+
+
+def frame_at(video: Path, index: int) -> np.ndarray:
+    with av.open(str(video)) as c:
+        for i, f in enumerate(c.decode(video=0)):
+            if i == index:
+                return f.to_ndarray(format="rgb24")
+    raise AssertionError(f"{video}: no frame {index}")
+
+
+def observation(root: Path, row: int = ROW) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+    """Row `row` of episode 0 as a PiperPilot client sends it: split state columns + camera frames."""
+    table = pq.read_table(root / "data" / "chunk-000" / "episode_000000.parquet").to_pydict()
+    state = {k: np.asarray(table[k][row], dtype=np.float32)
+             for k in ("observation.arm_joint", "observation.arm_eef", "observation.gripper")}
+    info = json.loads((root / "meta" / "info.json").read_text())
+    cams = [k.split(".", 2)[2] for k, f in info["features"].items() if f["dtype"] == "video"]
+    images = {c: frame_at(root / "videos" / "chunk-000" / f"observation.images.{c}" / "episode_000000.mp4", row)
+              for c in cams}
+    task = json.loads((root / "meta" / "tasks.jsonl").read_text().splitlines()[0])["task"]
+    return state, images, task
+
+
+def post(url: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(url + "/predict", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_served_act_answers_a_real_observation_as_lerobot_does(served_act, demo_root, tmp_path):
+    server, ckpt, py, env = served_act
+    state, images, task = observation(demo_root)
+    assert set(images) == {"cam_front", "cam_wrist"} and images["cam_front"].shape == (240, 320, 3)
+    body = encode_request(task, state, images, horizon=CHUNK)
+    t0 = time.monotonic()
+    status, doc = post(server.url, body)
+    print(f"[policy server] first /predict {time.monotonic() - t0:.2f}s")
+    assert status == 200, doc
+    rows = np.asarray(doc["actions"], dtype=np.float64)
+    assert rows.shape == (CHUNK, 8) and np.isfinite(rows).all()
+
+    # LeRobot's own loop on the very same request bytes
+    (tmp_path / "request.json").write_bytes(body)
+    p = subprocess.run([str(py), str(SCRIPTS / "reference_chunk.py"), str(ckpt), str(tmp_path / "request.json")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert p.returncode == 0 and lines, _tail(p.stdout + p.stderr)
+    ref = np.asarray(json.loads(lines[-1])["rows"], dtype=np.float64)
+    assert ref.shape == (CHUNK, 8)
+    np.testing.assert_allclose(rows, ref, rtol=1e-4, atol=1e-5)
+
+    # absolute targets in the dataset's units: unnormalised with the root's action stats
+    stats = json.loads((demo_root / "meta" / "stats.json").read_text())["action"]
+    mean, std = np.asarray(stats["mean"]), np.maximum(np.asarray(stats["std"]), 1e-6)
+    z = np.abs(rows - mean) / std
+    assert z.max() < 50, f"rows not unnormalised: max |a - mean| / std = {z.max():.1f}"
+
+    # shorter horizons are a prefix of the same chunk (the policy is reset per query)
+    status, doc = post(server.url, encode_request(task, state, images, horizon=7))
+    assert status == 200
+    np.testing.assert_allclose(np.asarray(doc["actions"]), rows[:7], rtol=1e-5, atol=1e-6)
+
+    with urllib.request.urlopen(server.url + "/info", timeout=30) as r:
+        info = json.loads(r.read())
+    assert info["policy_type"] == "act" and info["chunk_size"] == CHUNK and info["lerobot"] == "0.4.4"
+    assert info["checkpoint"] == str(ckpt.resolve()) and str(info["content_hash"]).startswith("sha256:")
+    assert set(info["inputs"]) == {"observation.state", "observation.images.cam_front", "observation.images.cam_wrist"}
+    assert info["served"] >= 2
+
+
+def test_served_act_refuses_what_it_was_not_trained_on(served_act, demo_root):
+    server, *_ = served_act
+    state, images, task = observation(demo_root)
+    status, doc = post(server.url, encode_request(task, state, {"cam_front": images["cam_front"]}, horizon=5))
+    assert status == 400 and "cam_wrist" in doc["error"], doc
+    small = {c: img[::2, ::2] for c, img in images.items()}
+    status, doc = post(server.url, encode_request(task, state, small, horizon=5))
+    assert status == 400 and "320x240" in doc["error"] and "160x120" in doc["error"], doc
+    del state["observation.gripper"]
+    status, doc = post(server.url, encode_request(task, state, images, horizon=5))
+    assert status == 400 and "observation.gripper" in doc["error"], doc
+    assert server.proc.poll() is None  # still serving
+
+
+def test_server_refuses_a_directory_that_is_no_checkpoint(tmp_path):
+    py = consumer_python("lerobot04")
+    p = subprocess.run([str(py), "-m", "piper_recorder.policy.server", "--checkpoint", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**consumer_env(tmp_path / "hf"), "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr, p.stderr
