@@ -16,14 +16,12 @@ Consumer venvs follow test_consumers.py (built through make; PIPER_CONSUMERS=ski
 from __future__ import annotations
 
 import json
-import os
 import select
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -191,3 +189,85 @@ def test_server_refuses_a_directory_that_is_no_checkpoint(tmp_path):
                        capture_output=True, text=True, timeout=300,
                        env={**consumer_env(tmp_path / "hf"), "PYTHONPATH": str(ROOT)})
     assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+# ---- the sim graph: the policy node drives the emulated arm from the served ACT ----------------------
+class Rollout:
+    """One episode recorded by both recorders while the policy node drives the arm from the served ACT."""
+
+    def __init__(self, out: Path, status: dict, targets: list[tuple[float, ...]], started: tuple[bool, str]):
+        self.out, self.status, self.targets, self.started = out, status, targets, started
+
+
+@pytest.fixture(scope="module")
+def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
+    from piper_recorder.cli.demo import SimSession, size_overrides
+    from piper_recorder.launcher import config_path
+
+    server, *_ = served_act
+    out = tmp_path_factory.mktemp("policy_rollout")
+    sets = [*size_overrides(config_path("sim"), "320x240"),
+            "piper_launch.sim_quest.script=idle",            # nobody grips: the policy keeps the arm
+            f"policy.policy={server.url}", f"policy.root={demo_root}", "policy.timeout_s=5.0"]
+    from geometry_msgs.msg import PoseStamped
+    from std_msgs.msg import String
+    from std_srvs.srv import Trigger
+
+    with SimSession(out, sets=sets) as s:
+        node = s._node
+        targets: list[tuple[float, ...]] = []
+        status: list[dict] = []
+        node.create_subscription(PoseStamped, "/arm/target_pose", lambda m: targets.append(
+            (m.pose.position.x, m.pose.position.y, m.pose.position.z, m.pose.orientation.x, m.pose.orientation.y,
+             m.pose.orientation.z, m.pose.orientation.w)), 100)
+        node.create_subscription(String, "/policy/status", lambda m: status.append(json.loads(m.data)), 10)
+        start = s._client("policy", "start")
+        assert start.wait_for_service(timeout_sec=60), s.graph.logs()
+        s.start_episode()
+        fut = start.call_async(Trigger.Request())
+        assert s._wait(fut, 60), "no answer from /policy/start"
+        started = (bool(fut.result().success), str(fut.result().message))
+        time.sleep(8.0)
+        s.stop_episode()
+        time.sleep(1.0)   # a last status after the episode
+        final = status[-1] if status else {}
+        return Rollout(out, final, targets, started)
+
+
+@pytest.mark.ros
+def test_policy_node_drives_the_arm_from_the_served_act_inside_the_envelope(rollout):
+    assert rollout.started[0], rollout.started[1]
+    st = rollout.status
+    assert st.get("state") == "running", st
+    assert st["chunks"] >= 2 and st["queries"] >= 2 and st["query_errors"] == 0 and st["pauses"] == 0, st
+    assert st["non_finite_refused"] == 0
+    t = np.asarray(rollout.targets, dtype=np.float64)
+    assert len(t) >= 100 and np.isfinite(t).all()
+    lo, hi = np.array([0.05, -0.35, 0.03]), np.array([0.55, 0.35, 0.50])   # teleop's workspace box (sim.yaml)
+    assert (t[:, :3] >= lo - 1e-9).all() and (t[:, :3] <= hi + 1e-9).all()
+    step = np.linalg.norm(np.diff(t[:, :3], axis=0), axis=1)
+    assert step.max() <= 0.8 / 30 + 1e-6     # teleop's linear speed cap at the control rate
+
+
+@pytest.mark.ros
+def test_policy_rollout_validates(rollout):
+    root = rollout.out / "lerobot"
+    v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
+    assert v.returncode == 0, v.stdout + v.stderr
+    v = subprocess.run([str(BIN / "piper-validate"), str(rollout.out / "rgbd.hdf5")], capture_output=True,
+                       text=True, timeout=600)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+@pytest.mark.ros
+@pytest.mark.xfail(strict=True, reason="#13.6: the recorders do not record /policy/provenance yet (their side is "
+                                       "another branch); remove this mark once they do")
+def test_policy_rollout_names_the_policy(rollout, served_act):
+    server, ckpt, *_ = served_act
+    with urllib.request.urlopen(server.url + "/info", timeout=30) as r:
+        content_hash = json.loads(r.read())["content_hash"]
+    meta = rollout.out / "lerobot" / "meta"
+    text = "".join(p.read_text() for p in (meta / "collection_meta.json", meta / "collection_sessions.jsonl")
+                   if p.is_file())
+    text += (meta / "episodes.jsonl").read_text()
+    assert server.url in text and content_hash in text
