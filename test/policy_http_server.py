@@ -65,12 +65,13 @@ def answer(req: dict, st: State) -> dict:
     eef = req["state"]["observation.arm_eef"]
     g = req["state"]["observation.gripper"][0]
     n = req["horizon"] if st.rows is None else st.rows
-    t = time.time()
+    w = 2 * math.pi * 0.25          # one turn in 4 s, continued from the observed pose
+    a0 = w * time.time()
     acts = []
     for k in range(n):
-        a = 2 * math.pi * 0.1 * (t + k / 30.0)
-        acts.append([eef[0] + st.radius * math.sin(a) * 0.1, eef[1] + st.radius * math.cos(a) * 0.1, eef[2],
-                     *eef[3:7], min(max(g, 0.0), 0.07)])
+        a = a0 + w * k / 30.0
+        acts.append([eef[0] + st.radius * (math.sin(a) - math.sin(a0)),
+                     eef[1] + st.radius * (math.cos(a) - math.cos(a0)), eef[2], *eef[3:7], min(max(g, 0.0), 0.07)])
     return {"actions": acts}
 
 

@@ -389,3 +389,44 @@ def test_make_backend_specs(root: Path):
         make_backend("ftp://x")
     with pytest.raises(ValueError, match="replay"):
         make_backend("replay:nowhere")
+
+
+def test_replay_backend_answers_the_recorded_actions_by_time(root: Path):
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(root / "data/chunk-000/episode_000001.parquet").to_pydict()
+    eef = np.array(t["action.arm_eef"], dtype=np.float64)
+    eef[:, 3:] /= np.linalg.norm(eef[:, 3:], axis=1, keepdims=True)
+    expected = np.concatenate([eef, np.array(t["action.gripper"], dtype=np.float64).reshape(-1, 1)], axis=1)
+    b = make_backend(f"replay:{root}:1")
+    o = Observation("t", {}, {}, stamp_ns=5 * 10**9)
+    first = b.predict(o, 4)
+    assert first.rows == pytest.approx(expected[:4].astype(np.float32), abs=1e-6) and first.t0_ns == o.stamp_ns
+    later = b.predict(Observation("t", {}, {}, stamp_ns=5 * 10**9 + 3 * P), 20)
+    n = len(expected)
+    assert later.rows[: n - 3] == pytest.approx(expected[3:].astype(np.float32), abs=1e-6)
+    assert np.all(later.rows[n - 3:] == later.rows[n - 4])     # past the end: the last action held
+
+
+def test_hold_backend_answers_the_measured_pose():
+    o = Observation("t", {"observation.arm_eef": np.array([0.3, 0, 0.2, 1, 0, 0, 0], np.float32),
+                          "observation.gripper": np.array([0.02], np.float32)}, {}, 7)
+    rows = make_backend("hold").predict(o, 3).rows
+    assert rows.shape == (3, 8) and np.all(rows == np.array([0.3, 0, 0.2, 1, 0, 0, 0, 0.02], np.float32))
+
+
+def test_make_backend_gr00t_passes_the_training_roots_modality(root: Path, monkeypatch):
+    import sys
+    import types
+
+    seen: dict = {}
+
+    class Fake:
+        def __init__(self, host, port, **kw):
+            seen.update(host=host, port=port, **kw)
+
+    monkeypatch.setitem(sys.modules, "piper_recorder.policy.gr00t", types.SimpleNamespace(Gr00tBackend=Fake))
+    make_backend("gr00t://10.0.0.5:5555", timeout_s=0.7, root=str(root))
+    assert seen == {"host": "10.0.0.5", "port": 5555, "timeout_s": 0.7, "modality": root / "meta" / "modality.json"}
+    with pytest.raises(ValueError, match="gr00t://host:port"):
+        make_backend("gr00t://nohost")

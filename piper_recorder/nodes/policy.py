@@ -39,6 +39,7 @@ from piper_recorder.policy.safety import Target
 from piper_recorder.teleop.limits import LimitsConfig
 
 STATUS_HZ = 2.0
+ACTOR_POLL_HZ = 50.0   # a change of the acting source reaches /policy/actor within 20 ms
 PROVENANCE_TOPIC = "/policy/provenance"
 ACTOR_TOPIC = "/policy/actor"
 
@@ -61,13 +62,13 @@ class PolicyNode(Node):
             cfg.validate()
             self.root = training_root(cfg)
             meta = TrainingMeta.load(self.root)
-            backend = make_backend(cfg.policy, timeout_s=cfg.timeout_s)
+            backend = make_backend(cfg.policy, timeout_s=cfg.timeout_s, root=self.root)
         except (ValueError, MetaError, OSError) as exc:
             raise ParameterError(f"policy: {exc}") from exc
         self.cfg = cfg
         task = cfg.task or (meta.tasks[0] if meta.tasks else "")
         self.builder = ObservationBuilder(meta, task, cfg.fps, cfg.lateness_s)
-        self.runtime = PolicyRuntime(cfg, self.builder, backend, log=lambda m: self.get_logger().warning(m))
+        self.runtime = PolicyRuntime(cfg, self.builder, backend, log=self._warn)
         self._lock = threading.Lock()
         self._arm_provenance: dict[str, Any] | None = None
         self._joint_cache: dict[tuple[str, ...], list[int]] = {}
@@ -96,12 +97,19 @@ class PolicyNode(Node):
                          ("resume", self._srv_resume)):
             self.create_service(Trigger, f"~/{name}", fn, callback_group=g)
         self.create_timer(1.0 / STATUS_HZ, self._publish_status, callback_group=g)
-        self._publish_actor("none")
+        # The latched topics are published on the executor thread only (the control thread publishes just
+        # the targets, as teleop does): publishing them from the control thread crashed the EventsExecutor.
+        self._actor_pub = ""
+        self.create_timer(1.0 / ACTOR_POLL_HZ, self._publish_actor, callback_group=g)
+        self._actor = "none"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._control_loop, name="policy-control", daemon=True)
         self._thread.start()
         self.get_logger().info(f"policy: {cfg.policy} trained on {self.root} ({meta.fps:g} fps, cameras "
                                f"{sorted(meta.cameras)}), task '{task}'; call ~/start")
+
+    def _warn(self, message: str) -> None:
+        self.get_logger().warning(message)
 
     # ---- inputs -------------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:
@@ -147,7 +155,8 @@ class PolicyNode(Node):
         with self._lock:
             changed = self.runtime.takeover(why)
         if changed:
-            self._publish_actor("operator")
+            self._actor = "operator"
+            self._publish_actor()
             self.get_logger().warning(f"takeover: {why}; the policy resumes only on ~/resume")
 
     # ---- control loop -------------------------------------------------------------------------
@@ -176,8 +185,7 @@ class PolicyNode(Node):
         if state != self._state:
             self._state = state
             self.get_logger().info(f"state: {state}" + (f" ({reason})" if reason else ""))
-        if tick.actor != self._actor:
-            self._publish_actor(tick.actor)
+        self._actor = tick.actor
         if tick.target is not None:
             self._publish_target(tick.target)
 
@@ -196,17 +204,21 @@ class PolicyNode(Node):
         grip.name, grip.position = ["gripper"], [float(t.gripper)]
         self.pub_gripper.publish(grip)
 
-    def _publish_actor(self, actor: str) -> None:
-        self._actor = actor
-        self.pub_actor.publish(String(data=actor))
+    def _publish_actor(self) -> None:
+        actor = self._actor
+        if actor != self._actor_pub:
+            self._actor_pub = actor
+            self.pub_actor.publish(String(data=actor))
 
-    def _publish_provenance(self, active: bool) -> None:
+    def _provenance(self, active: bool) -> str:
+        """May ask the server for its hash (blocking): call it off the executor thread."""
         prov = {**self.runtime.provenance(), "active": active, "node": self.get_fully_qualified_name()}
-        self.pub_provenance.publish(String(data=json.dumps(prov, default=str)))
+        return json.dumps(prov, default=str)
 
     def _publish_status(self) -> None:
         with self._lock:
-            st = {**self.runtime.status(), "actor": self._actor, "policy": self.cfg.policy}
+            st = {**self.runtime.status(), "actor": self._actor, "policy": self.cfg.policy,
+                  "input_age_s": self.runtime.ages(now_ns(self))}
         self.pub_status.publish(String(data=json.dumps(st, default=str)))
 
     # ---- services ---------------------------------------------------------------------------
@@ -224,22 +236,24 @@ class PolicyNode(Node):
         return None
 
     async def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        def start() -> tuple[bool, str]:
+        def start() -> tuple[bool, str, str]:
             with self._lock:
                 problem = self._reload_meta()
                 if problem:
-                    return False, f"refused: {problem}"
+                    return False, f"refused: {problem}", ""
                 ok, msg = self.runtime.start(now_ns(self), self._arm_provenance)
-            if ok:
-                self._publish_provenance(True)   # may ask the server for its hash: outside the lock
-            return ok, msg
-        return self._answer(res, *(await run_in_thread(start)))
+            return ok, msg, self._provenance(True) if ok else ""   # outside the lock
 
-    def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        ok, msg, prov = await run_in_thread(start)
+        if ok:
+            self.pub_provenance.publish(String(data=prov))
+        return self._answer(res, ok, msg)
+
+    async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         with self._lock:
             ok, msg = self.runtime.stop("stopped by ~/stop")
         if ok:
-            self._publish_provenance(False)
+            self.pub_provenance.publish(String(data=await run_in_thread(lambda: self._provenance(False))))
         return self._answer(res, ok, msg)
 
     def _srv_pause(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
@@ -254,7 +268,11 @@ class PolicyNode(Node):
 
     def _answer(self, res: Trigger.Response, ok: bool, msg: str) -> Trigger.Response:
         res.success, res.message = bool(ok), msg
-        (self.get_logger().info if ok else self.get_logger().warning)(msg)
+        # one call site per severity: rclpy refuses a call site whose severity changes
+        if ok:
+            self.get_logger().info(msg)
+        else:
+            self.get_logger().warning(msg)
         return res
 
     def on_shutdown(self) -> None:

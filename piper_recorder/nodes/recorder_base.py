@@ -85,6 +85,8 @@ class RecorderNode(Node):
         self.create_subscription(JointState, cfg.commanded_gripper_topic, self._on_cmd_gripper, arm_qos)
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
+        self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
+        self.create_subscription(String, "/policy/provenance", self._on_policy, latched)
         for srv, fn in (("start_episode", self._srv_start), ("stop_episode", self._srv_stop),
                         ("discard_episode", self._srv_discard), ("delete_last_episode", self._srv_delete)):
             self.create_service(Trigger, f"~/{srv}", fn)
@@ -120,6 +122,13 @@ class RecorderNode(Node):
         except ValueError:
             self._hello = {"raw": msg.data}
 
+    def _on_policy(self, msg: String) -> None:
+        try:
+            prov = json.loads(msg.data)
+        except ValueError:
+            return
+        self._policy = prov if isinstance(prov, dict) and prov.get("active") else None
+
     def check_image(self, camera: str, img: np.ndarray, depth: bool = False) -> bool:
         """Reject (count, warn once) frames whose size does not match the configured camera."""
         h, w = self.cfg.camera_size(camera)
@@ -138,7 +147,10 @@ class RecorderNode(Node):
             self._prov_waited = True   # wait once per process, not at every start
             self.get_logger().warning(f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
                                       "recording control/arm provenance as 'unknown'")
-        return session_record(self.cfg, self.get_name(), self._arm_provenance, self._hello)
+        record = session_record(self.cfg, self.get_name(), self._arm_provenance, self._hello)
+        if self._policy is not None:   # a rollout: the episode names the policy that drove the arm
+            record["policy"] = self._policy
+        return record
 
     # ---- services ---------------------------------------------------------------------------
     def _answer(self, response: Trigger.Response, ans: Any) -> Trigger.Response:

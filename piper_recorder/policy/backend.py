@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -76,13 +77,13 @@ class PolicyBackend(Protocol):
         ...
 
 
-def make_backend(spec: str, *, timeout_s: float = 1.0) -> PolicyBackend:
+def make_backend(spec: str, *, timeout_s: float = 1.0, root: str | None = None) -> PolicyBackend:
     """Backend from a spec string: ``http://host:port[/prefix]``, ``gr00t://host:port``,
     ``hold``, ``replay:<root>:<episode>``.
 
     ``gr00t://`` imports ``piper_recorder.policy.gr00t`` and calls
-    ``Gr00tBackend(host, port, timeout_s=...)`` (it reads the training root's modality.json itself
-    if it needs keys; it gets the Observation's feature keys and camera names).
+    ``Gr00tBackend(host, port, timeout_s=..., modality=<root>/meta/modality.json)`` (the training
+    root's modality map names the GR00T keys; without a root the backend uses its default).
     """
     spec = spec.strip()
     if spec.startswith(("http://", "https://")):
@@ -100,7 +101,11 @@ def make_backend(spec: str, *, timeout_s: float = 1.0) -> PolicyBackend:
         host, _, port = hostport.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"policy {spec!r}: expected gr00t://host:port")
-        backend: PolicyBackend = mod.Gr00tBackend(host, int(port), timeout_s=timeout_s)
+        modality = Path(root) / "meta" / "modality.json" if root else None
+        kwargs: dict[str, object] = {"timeout_s": timeout_s}
+        if modality is not None and modality.is_file():
+            kwargs["modality"] = modality
+        backend: PolicyBackend = mod.Gr00tBackend(host, int(port), **kwargs)
         return backend
     if spec == "hold":
         from piper_recorder.policy.builtin import HoldBackend

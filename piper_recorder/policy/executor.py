@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .backend import ACTION_DIM, ActionChunk
+from .backend import ActionChunk
 
 F64 = npt.NDArray[np.float64]
 
@@ -82,14 +82,15 @@ class ChunkExecutor:
             return None
         if self.mode == "receding" or len(cov) == 1:
             c, k = cov[-1]
-            return c.rows[k].copy()
+            row: F64 = c.rows[k].copy()
+            return row
         preds = np.stack([c.rows[k] for c, k in cov])           # oldest first
         w = np.exp(-self.m * np.arange(len(preds), dtype=np.float64))
         w /= w.sum()
         quats = preds[:, 3:7].copy()
         ref = quats[0]
         quats[np.einsum("ij,j->i", quats, ref) < 0] *= -1.0      # one hemisphere before averaging
-        out = np.einsum("i,ij->j", w, preds)
+        out: F64 = np.einsum("i,ij->j", w, preds)
         q = np.einsum("i,ij->j", w, quats)
         n = float(np.linalg.norm(q))
         out[3:7] = q / n if n > 0 and math.isfinite(n) else ref
@@ -110,5 +111,3 @@ class ChunkExecutor:
         c = self._chunks[-1]
         return max(0, len(c.rows) - max(0, self._k(c, now_ns)))
 
-
-assert ACTION_DIM == 8

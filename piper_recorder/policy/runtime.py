@@ -188,6 +188,13 @@ class PolicyRuntime:
                 return f"stale camera: {cam} newest frame {age:.2f} s old (bound {self.cfg.camera_stale_s} s)"
         return None
 
+    def ages(self, now_ns: int) -> dict[str, float | None]:
+        """Seconds since the newest arm feedback and each camera's newest frame (None: never)."""
+        def age(t: int) -> float | None:
+            return round((now_ns - t) / 1e9, 3) if t else None
+        return {"arm": age(self.builder.arm_newest_ns),
+                **{cam: age(seen.newest_ns) for cam, seen in self.builder.cams.items()}}
+
     def tick(self, now_ns: int) -> Tick:
         if self.state in (IDLE, STOPPED):
             return Tick(None, "none", False)

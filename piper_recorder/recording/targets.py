@@ -31,18 +31,21 @@ class LeRobotTarget:
 
     def __init__(self, writer: Any, save_raw_quest: bool = True):
         self.writer, self.save_raw_quest = writer, save_raw_quest
+        self._policy: Any = None
 
     def begin_session(self, record: dict[str, Any]) -> None:
         self.writer.begin_session(record)
 
     def start_episode(self, task: str, record: dict[str, Any]) -> int:
+        self._policy = record.get("policy")   # a rollout names its policy in episodes.jsonl
         return int(self.writer.start_episode(task))
 
     def make_sink(self) -> LeRobotSink:
         return LeRobotSink(self.writer, self.save_raw_quest)
 
     def save_episode(self, sink: LeRobotSink, counters: dict[str, Any], timeout: bool) -> dict[str, Any]:
-        rec = self.writer.save_episode({**counters, **sink.counters()})
+        extra = {"policy": self._policy} if self._policy is not None else {}
+        rec = self.writer.save_episode({**counters, **sink.counters(), **extra})
         return dict(rec) if isinstance(rec, dict) else {}
 
     def keeps_failed_save(self, exc: BaseException) -> bool:

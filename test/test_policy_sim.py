@@ -1,0 +1,273 @@
+"""The policy node in the simulated graph, as separate processes (#13 proof).
+
+A /predict server written from the published schema (test/policy_http_server.py, its own process)
+drives the emulated arm through the policy node while both recorders record; the rollout validates
+(piper-validate) and its episodes.jsonl names the policy. In the same graph: the binding check
+refuses a root recorded with other gains and lists them; the operator's grip takes over mid-chunk
+and only ~/resume hands back; a camera that stops, the server killed mid-run and a server slower
+than ``timeout_s`` each pause the policy with the reason in ~/status while the arm holds. Every target the arm
+got is finite and inside teleop's envelope. Cameras run at 320x240 for speed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lerobot_fixtures import small_root
+from piper_recorder.launcher import free_port, plan_graph
+from piper_recorder.teleop.limits import LimitsConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ROOT / "config" / "sim.yaml"
+W, H = 320, 240
+pytestmark = pytest.mark.timeout(420)
+
+
+def test_launch_argument_policy_starts_the_policy_node(tmp_path):
+    plan = plan_graph("sim", SIM, [], tmp_path, policy="hold", policy_root="/data/train")
+    assert "policy" in plan.node_names and plan.config["policy"] == {"policy": "hold", "root": "/data/train"}
+    assert "policy" not in plan_graph("sim", SIM, [], tmp_path / "b").node_names
+
+
+def training_root(path: Path, session: dict | None) -> Path:
+    """A small root whose meta says: cam_front + cam_wrist at WxH, 30 fps, this provenance."""
+    root = small_root(path)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    for cam in ("cam_front", "cam_wrist"):
+        info["features"][f"observation.images.{cam}"]["shape"] = [H, W, 3]
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    if session is not None:
+        (root / "meta" / "collection_meta.json").write_text(json.dumps(session))
+    return root
+
+
+def session_from(arm: dict, fps: float = 30.0) -> dict:
+    """A session record as the recorders write it (spec: Provenance), from an /arm/provenance JSON."""
+    return {"control": {"backend": arm["backend"], "impedance": {k: arm[k] for k in ("kp", "kd", "t_ff", "gravity_ff")}},
+            "arm": {"firmware": arm["firmware"]}, "recording": {"fps": fps}}
+
+
+class Watch:
+    """Every /arm/target_pose, the policy's status and actor, the arm's provenance, on the session's node."""
+
+    def __init__(self, node) -> None:
+        from geometry_msgs.msg import PoseStamped
+        from sensor_msgs.msg import JointState
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from std_msgs.msg import String
+
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.lock = threading.Condition()
+        self.targets: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.status: dict = {}
+        self.actor = ""
+        self.arm: dict | None = None
+        node.create_subscription(PoseStamped, "/arm/target_pose", self._target, QoSProfile(depth=200))
+        node.create_subscription(String, "/policy/status", lambda m: self._set("status", json.loads(m.data)), 10)
+        node.create_subscription(String, "/policy/actor", lambda m: self._set("actor", m.data), latched)
+        node.create_subscription(String, "/arm/provenance", lambda m: self._set("arm", json.loads(m.data)), latched)
+        self.commanded = 0
+        node.create_subscription(JointState, "/arm/commanded_gripper", self._commanded, QoSProfile(depth=50))
+
+    def _commanded(self, _m) -> None:
+        with self.lock:
+            self.commanded += 1
+            self.lock.notify_all()
+
+    def _set(self, name: str, value) -> None:
+        with self.lock:
+            setattr(self, name, value)
+            self.lock.notify_all()
+
+    def _target(self, m) -> None:
+        p, q = m.pose.position, m.pose.orientation
+        with self.lock:
+            self.targets.append((time.monotonic(), np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w])))
+
+    def wait(self, pred, timeout: float, what: str):
+        with self.lock:
+            if not self.lock.wait_for(pred, timeout):
+                raise AssertionError(f"timed out waiting for {what}; status {self.status}")
+
+    def mark(self) -> int:
+        with self.lock:
+            return len(self.targets)
+
+
+def call(s, srv: str, timeout: float = 20.0) -> tuple[bool, str]:
+    from std_srvs.srv import Trigger
+
+    cli = s._client("policy", srv)
+    assert cli.wait_for_service(timeout_sec=timeout), f"/policy/{srv} not up"
+    fut = cli.call_async(Trigger.Request())
+    assert s._wait(fut, timeout), f"/policy/{srv}: no answer"
+    return bool(fut.result().success), str(fut.result().message)
+
+
+def start_server(port: int, delay: float = 0.0) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, str(ROOT / "test" / "policy_http_server.py"), str(port), "--delay",
+                          str(delay)], stdout=subprocess.PIPE, text=True)
+    assert "listening" in (p.stdout.readline() if p.stdout else "")
+    return p
+
+
+def stop_server(p: subprocess.Popen) -> None:
+    p.kill()
+    p.wait(10)
+
+
+def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: float) -> None:
+    """Every target finite, unit and in the box; consecutive policy targets within 2x the speed caps
+    (the caps hold per control tick; DDS delivery jitter bunches ticks), except across the marks
+    where another source (takeover) or a re-anchor (resume) starts a new run."""
+    lo, hi = np.array(cfg.workspace_min), np.array(cfg.workspace_max)
+    for _, p, q in targets:
+        assert np.all(np.isfinite(p)) and np.all(np.isfinite(q)) and abs(np.linalg.norm(q) - 1) < 1e-6
+        assert np.all(p >= lo - 1e-9) and np.all(p <= hi + 1e-9), p
+    for i in range(1, len(targets)):
+        if any(b - 2 <= i <= b + 2 for b in breaks):
+            continue
+        step = float(np.linalg.norm(targets[i][1] - targets[i - 1][1]))
+        assert step <= cfg.max_linear_speed * dt * 1.0001 + 1e-9, (i, step)
+
+
+def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
+    from piper_recorder.cli.demo import SimSession, size_overrides
+
+    train = training_root(tmp_path / "train", None)
+    port = free_port()
+    server = start_server(port)
+    url = f"http://127.0.0.1:{port}"
+    sets = size_overrides(SIM, f"{W}x{H}") + [
+        "piper_launch.sim_quest.script=idle",
+        f"policy.policy={url}", f"policy.root={train}", "policy.timeout_s=3.0",
+        "policy.camera_stale_s=2.0",
+        # The shared test machine runs at load 30-45 on 2 cores: there the emulated arm's feedback lags
+        # 1-3 s (up to 20 s seen) and a first query took 1.6 s, so the arm bound is off and the query
+        # timeout loose here (both are covered on a fake clock in test_policy_core); the camera bound
+        # is what this test trips on purpose, and the slow server answers in 6 s > timeout_s.
+        "policy.arm_stale_s=60.0"]
+    out = tmp_path / "out"
+    try:
+        with SimSession(out, sets=sets) as s:
+            w = Watch(s._node)
+            w.wait(lambda: w.arm is not None, 30, "/arm/provenance")
+            w.wait(lambda: w.status.get("state") == "idle", 30, "policy status")
+            # binding: a root recorded with other gains is refused, naming the key and both values
+            wrong = {**w.arm, "kp": [v * 2 for v in w.arm["kp"]]}
+            (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(wrong)))
+            ok, msg = call(s, "start")
+            assert not ok and "control.impedance.kp" in msg and json.dumps(wrong["kp"]) in msg, msg
+            (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(w.arm)))
+            ok, msg = call(s, "start")
+            assert ok, msg
+            w.wait(lambda: w.actor == "policy" and w.status.get("chunks", 0) > 3, 30, "chunks")
+            w.wait(lambda: w.commanded > 10, 90, "the arm taking the policy's targets")
+
+            # a rollout recorded by both recorders
+            s.start_episode()
+            moved = s.wait_motion(0.004, timeout=40)
+            time.sleep(2.0)
+            rec = s.stop_episode()
+            assert moved >= 0.004     # the measured EEF followed the policy (4 mm of a 2 cm circle: a loaded machine)
+            st = w.status
+            assert st["state"] == "running" and st["query_latency_ms"]["p50"] is not None, st
+
+            breaks = []
+            # takeover mid-chunk: the operator's grip; only ~/resume hands back
+            from sensor_msgs.msg import Joy
+            pub = s._node.create_publisher(Joy, "/quest/right/joy", 10)
+            breaks.append(w.mark())
+            grip = Joy(axes=[0.0, 1.0, 0.0, 0.0], buttons=[0, 0, 0, 0])
+            deadline = time.monotonic() + 20
+            while w.actor != "operator" and time.monotonic() < deadline:   # the operator holds the grip
+                pub.publish(grip)
+                time.sleep(0.05)
+            w.wait(lambda: w.actor == "operator", 1, "takeover")
+            w.wait(lambda: w.status.get("state") == "takeover" and w.status.get("takeovers") == 1, 5, "takeover status")
+            time.sleep(1.0)
+            assert w.status["state"] == "takeover"       # the grip opened long ago: still the operator's
+            breaks.append(w.mark())
+            ok, msg = call(s, "resume")
+            assert ok, msg
+            w.wait(lambda: w.status.get("state") == "running" and w.actor == "policy", 5, "resume")
+
+            # a camera that stops: paused with the reason, the arm holds
+            s.set_parameter("cam_wrist", "pause_s", 6.0)
+            s.set_parameter("cam_wrist", "pause_at_s", 0.0)
+            wait_pause(w, 0, "stale camera pause")
+            assert "stale camera: cam_wrist" in w.status["reason"], w.status
+            held = w.mark()
+            time.sleep(1.0)
+            assert_held(w, held)
+            w.wait(lambda: (w.status.get("input_age_s") or {}).get("cam_wrist", 9) < 1.0, 15, "camera back")
+            breaks.append(w.mark())
+            ok, msg = call(s, "resume")
+            assert ok, msg
+
+            # the server killed mid-run
+            w.wait(lambda: w.status.get("state") == "running", 5, "running again")
+            stop_server(server)
+            wait_pause(w, 1, "pause on server death")
+            assert w.status["reason"].startswith(("server error", "query timeout")), w.status
+            held = w.mark()
+            time.sleep(1.0)
+            assert_held(w, held)
+
+            # a server slower than timeout_s
+            server = start_server(port, delay=6.0)
+            breaks.append(w.mark())
+            ok, msg = call(s, "resume")
+            assert ok, msg
+            wait_pause(w, 2, "pause on a slow server")
+            assert w.status["reason"].startswith("query timeout"), w.status
+            held = w.mark()
+            time.sleep(1.0)
+            assert_held(w, held)
+            ok, msg = call(s, "stop")
+            assert ok and w.status.get("query_timeouts", 0) >= 1, (ok, msg, w.status)
+
+            dt = 1.0 / 30.0
+            check_envelope(w.targets, breaks, LimitsConfig(), dt)
+    finally:
+        stop_server(server)
+
+    # the rollout is valid and names the policy
+    lerobot = out / "lerobot"
+    p = subprocess.run([str(Path(sys.executable).parent / "piper-validate"), str(lerobot)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = subprocess.run([str(Path(sys.executable).parent / "piper-validate"), str(out / "rgbd.hdf5")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    episodes = [json.loads(x) for x in (lerobot / "meta" / "episodes.jsonl").read_text().splitlines() if x.strip()]
+    pol = episodes[rec.index]["policy"]
+    assert pol["backend"] == "http" and pol["url"] == url and pol["content_hash"] == "test-server-0001"
+    assert pol["chunk"]["horizon"] == 30 and pol["training_root"] == str(train)
+    import h5py   # the RGB-D episode carries the same record in its provenance attribute
+
+    with h5py.File(out / "rgbd.hdf5", "r") as f:
+        demo = f[f"episodes/demo_{rec.events['rgbd_recorder']['episode_index']}"]
+        prov = json.loads(demo.attrs["provenance"])
+    assert prov["policy"]["url"] == url and prov["policy"]["content_hash"] == "test-server-0001"
+
+
+def wait_pause(w: Watch, before: int, what: str) -> None:
+    """The policy's ``before + 1``-th pause (a fresh status, not the previous pause's)."""
+    w.wait(lambda: w.status.get("state") == "paused" and w.status.get("pauses") == before + 1, 20, what)
+
+
+def assert_held(w: Watch, since: int) -> None:
+    """Targets keep coming at control rate and all equal: the arm holds."""
+    with w.lock:
+        got = w.targets[since:]
+    assert len(got) >= 15, f"only {len(got)} targets in 1 s while paused"
+    assert all(np.allclose(p, got[0][1], atol=1e-9) for _, p, _ in got), "the held target moved"
