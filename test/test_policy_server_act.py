@@ -208,7 +208,9 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
     out = tmp_path_factory.mktemp("policy_rollout")
     sets = [*size_overrides(config_path("sim"), "320x240"),
             "piper_launch.sim_quest.script=idle",            # nobody grips: the policy keeps the arm
-            f"policy.policy={server.url}", f"policy.root={demo_root}", "policy.timeout_s=5.0"]
+            f"policy.policy={server.url}", f"policy.root={demo_root}",
+            # bounds for a shared 2-core CI machine (stalls of a loaded machine are not what this tests)
+            "policy.timeout_s=5.0", "policy.arm_stale_s=2.0", "policy.camera_stale_s=2.0"]
     from geometry_msgs.msg import PoseStamped
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
@@ -238,8 +240,9 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
 def test_policy_node_drives_the_arm_from_the_served_act_inside_the_envelope(rollout):
     assert rollout.started[0], rollout.started[1]
     st = rollout.status
-    assert st.get("state") == "running", st
-    assert st["chunks"] >= 2 and st["queries"] >= 2 and st["query_errors"] == 0 and st["pauses"] == 0, st
+    print(json.dumps(st))
+    assert st.get("state") == "running", json.dumps(st)
+    assert st["chunks"] >= 2 and st["queries"] >= 2 and st["query_errors"] == 0 and st["pauses"] == 0, json.dumps(st)
     assert st["non_finite_refused"] == 0
     t = np.asarray(rollout.targets, dtype=np.float64)
     assert len(t) >= 100 and np.isfinite(t).all()
