@@ -250,10 +250,9 @@ def run_ours(url: str, seconds: float, root: Path) -> Result:
     finally:
         cams.close()
         rt.stop()
-    st = rt.status()
-    res.queries = int(st["queries"])
-    res.runtime_starved = int(st["starved_ticks"])
-    res.pauses = dict(st["pause_reasons"])  # type: ignore[call-overload]
+    res.queries = rt.counters["queries"]
+    res.runtime_starved = rt.counters["starved_ticks"]
+    res.pauses = dict(rt.pause_reasons)
     return res
 
 
