@@ -248,10 +248,10 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
         node.create_subscription(String, "/policy/status", lambda m: status.append(json.loads(m.data)), 10)
         start = s._client("policy", "start")
         assert start.wait_for_service(timeout_sec=60), s.graph.logs()
-        s.start_episode()
         fut = start.call_async(Trigger.Request())
         assert s._wait(fut, 60), "no answer from /policy/start"
         started = (bool(fut.result().success), str(fut.result().message))
+        s.start_episode()   # a recorder names the policy active when its episode starts
         time.sleep(8.0)
         s.stop_episode()
         time.sleep(1.0)   # a last status after the episode
