@@ -86,7 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
             request = parse_request(body)
             with self.server.infer_lock:
                 actions = np.asarray(self.server.runner.predict(request), dtype=np.float64)
-            answer = encode_answer(actions[: request.horizon])
+                answer = encode_answer(actions[: request.horizon])
+                self.server.served += 1
         except (ProtocolError, RequestRefused) as e:
             self._error(400, str(e))
             return
@@ -94,7 +95,6 @@ class _Handler(BaseHTTPRequestHandler):
             LOG.exception("predict failed")
             self._error(500, f"{type(e).__name__}: {e}")
             return
-        self.server.served += 1
         self._send(200, answer)
 
 
