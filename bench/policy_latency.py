@@ -204,8 +204,10 @@ class Recorded:
         self.inner.close()
 
 
-def run_ours(url: str, seconds: float, root: Path) -> Result:
+def run_ours(url: str, seconds: float, root: Path, query_ahead: int | None = None) -> Result:
     cfg = PolicyConfig(policy=url, root=str(root), horizon=CHUNK, on_binding_mismatch="warn", timeout_s=1.0)
+    if query_ahead is not None:
+        cfg.query_ahead = query_ahead
     builder = ObservationBuilder(TrainingMeta.load(root), "sway", lateness_s=cfg.lateness_s)
     backend = Recorded(HttpBackend(url, timeout_s=cfg.timeout_s))
     rt = PolicyRuntime(cfg, builder, backend)
@@ -326,6 +328,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--delays", default="50,300", help="server answer delays in ms")
+    ap.add_argument("--query-ahead", type=int, default=None,
+                    help="also run ours with this query_ahead (rows left when the next query leaves)")
     ap.add_argument("--serve", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve is not None:
@@ -341,11 +345,15 @@ def main() -> int:
             try:
                 urllib.request.urlopen(server.url + "/info", timeout=10).read()
                 ours = run_ours(server.url, args.seconds, root)
+                tuned = None if args.query_ahead is None else \
+                    run_ours(server.url, args.seconds, root, args.query_ahead)
                 base = run_piperpilot(server.url, args.seconds)
             finally:
                 server.close()
             print(f"\nserver answers in {delay:g} ms")
             print(f"  ours (async chunks)      {fmt(ours)}")
+            if tuned is not None:
+                print(f"  ours, query_ahead {args.query_ahead:<2d}    {fmt(tuned)}")
             print(f"  PiperPilot (synchronous) {fmt(base)}")
             rows.append((delay, ours, base))
     print("\nratios (PiperPilot / ours):")

@@ -1,6 +1,7 @@
 """#13 proof: a real LeRobot ACT served by piper-policy-server answers PiperPilot's /predict.
 
-A demo root is recorded through the simulated graph (`piper-demo`, 1 episode, 2 cameras 320x240);
+A demo root is recorded through the simulated graph (`piper-demo`, 1 episode, 2 cameras 160x120: small
+image messages get through a loaded machine's loopback, and a small ACT stays fast);
 a small ACT is built for it in the LeRobot 0.4.4 consumer venv, randomly initialised and saved as
 `lerobot-train` saves one (config + weights + pre/post-processor pipelines holding the root's
 stats); `python -m piper_recorder.policy.server` serves it from that venv (nothing from ROS, only
@@ -37,6 +38,7 @@ BIN = ROOT / ".venv" / "bin"
 SCRIPTS = ROOT / "test" / "consumers"
 CHUNK = 30
 ROW = 40
+W, H = 160, 120
 pytestmark = pytest.mark.timeout(900)
 
 
@@ -44,7 +46,7 @@ pytestmark = pytest.mark.timeout(900)
 def demo_root(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("policy_demo")
     p = subprocess.run([str(BIN / "piper-demo"), "--out", str(out), "--episodes", "1", "--seconds", "3",
-                        "--size", "320x240"], capture_output=True, text=True, timeout=600)
+                        "--size", f"{W}x{H}"], capture_output=True, text=True, timeout=600)
     root = out / "lerobot"
     assert (root / "meta" / "episodes.jsonl").is_file(), f"piper-demo wrote no root ({p.returncode}):\n" \
                                                           f"{_tail(p.stdout + p.stderr)}"
@@ -138,7 +140,7 @@ def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], d
     """/predict on a real observation == LeRobot's own loop on the same request; returns /info."""
     server, ckpt, py, env = served
     state, images, task = observation(demo_root)
-    assert set(images) == {"cam_front", "cam_wrist"} and images["cam_front"].shape == (240, 320, 3)
+    assert set(images) == {"cam_front", "cam_wrist"} and images["cam_front"].shape == (H, W, 3)
     body = encode_request(task, state, images, horizon=CHUNK)
     t0 = time.monotonic()
     status, doc = post(server.url, body)
@@ -198,7 +200,7 @@ def test_served_act_refuses_what_it_was_not_trained_on(served_act, demo_root):
     assert status == 400 and "cam_wrist" in doc["error"], doc
     small = {c: img[::2, ::2] for c, img in images.items()}
     status, doc = post(server.url, encode_request(task, state, small, horizon=5))
-    assert status == 400 and "320x240" in doc["error"] and "160x120" in doc["error"], doc
+    assert status == 400 and f"{W}x{H}" in doc["error"] and f"{W // 2}x{H // 2}" in doc["error"], doc
     del state["observation.gripper"]
     status, doc = post(server.url, encode_request(task, state, images, horizon=5))
     assert status == 400 and "observation.gripper" in doc["error"], doc
@@ -228,7 +230,7 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
 
     server, *_ = served_act
     out = tmp_path_factory.mktemp("policy_rollout")
-    sets = [*size_overrides(config_path("sim"), "320x240"),
+    sets = [*size_overrides(config_path("sim"), f"{W}x{H}"),
             "piper_launch.sim_quest.script=idle",            # nobody grips: the policy keeps the arm
             f"policy.policy={server.url}", f"policy.root={demo_root}",
             # bounds for a shared 2-core CI machine (stalls of a loaded machine are not what this tests)
