@@ -44,13 +44,21 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def demo_root(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("policy_demo")
-    p = subprocess.run([str(BIN / "piper-demo"), "--out", str(out), "--episodes", "1", "--seconds", "3",
-                        "--size", f"{W}x{H}"], capture_output=True, text=True, timeout=600)
-    root = out / "lerobot"
-    assert (root / "meta" / "episodes.jsonl").is_file(), f"piper-demo wrote no root ({p.returncode}):\n" \
-                                                          f"{_tail(p.stdout + p.stderr)}"
-    return root
+    """One saved episode with rows and stats. piper-demo may save nothing on a loaded machine (seen: the
+    recorder discarded the episode, "never received ['commanded_gripper']"), so it gets a second try."""
+    log = ""
+    for attempt in range(2):
+        out = tmp_path_factory.mktemp(f"policy_demo{attempt}")
+        p = subprocess.run([str(BIN / "piper-demo"), "--out", str(out), "--episodes", "1", "--seconds", "3",
+                            "--size", f"{W}x{H}"], capture_output=True, text=True, timeout=600)
+        root = out / "lerobot"
+        episodes = root / "meta" / "episodes.jsonl"
+        if episodes.is_file() and episodes.read_text().strip():
+            stats = json.loads((root / "meta" / "stats.json").read_text())
+            assert {"observation.state", "action"} <= set(stats), sorted(stats)
+            return root
+        log += f"attempt {attempt + 1} ({p.returncode}):\n{_tail(p.stdout + p.stderr)}\n"
+    pytest.fail(f"piper-demo saved no episode:\n{log}")
 
 
 class Server:

@@ -42,6 +42,10 @@ def main() -> int:
                     chunk_size=args.chunk, n_action_steps=args.chunk)
     stats = {k: {s: torch.tensor(v, dtype=torch.float32) for s, v in st.items() if s in ("mean", "std", "min", "max")}
              for k, st in stats_json.items() if k in inputs or k in outputs}
+    missing = sorted(k for k in (*inputs, *outputs) if k not in stats)
+    if missing:
+        print(f"{root}: meta/stats.json has no statistics for {missing}", file=sys.stderr)
+        return 1
     torch.manual_seed(args.seed)
     out = Path(args.out)
     try:  # LeRobot >= 0.4: normalisation in processor pipelines
