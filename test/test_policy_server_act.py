@@ -227,13 +227,15 @@ def test_server_refuses_a_directory_that_is_no_checkpoint(tmp_path):
 class Rollout:
     """One episode recorded by both recorders while the policy node drives the arm from the served ACT."""
 
-    def __init__(self, out: Path, status: dict, targets: list[tuple[float, ...]], started: tuple[bool, str]):
+    def __init__(self, out: Path, status: dict, targets: list[tuple[float, ...]], started: tuple[bool, str],
+                 save_error: str):
         self.out, self.status, self.targets, self.started = out, status, targets, started
+        self.save_error = save_error   # "" when both recorders saved the episode
 
 
 @pytest.fixture(scope="module")
 def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
-    from piper_recorder.cli.demo import SimSession, size_overrides
+    from piper_recorder.cli.demo import DemoError, SimSession, size_overrides
     from piper_recorder.launcher import config_path
 
     server, *_ = served_act
@@ -264,17 +266,21 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
         started = (bool(fut.result().success), str(fut.result().message))
         s.start_episode()   # a recorder names the policy active when its episode starts
         time.sleep(8.0)
-        s.stop_episode()
+        saved = ""
+        try:
+            s.stop_episode()
+        except DemoError as e:   # reported by the tests after the policy's own answer, which says more
+            saved = str(e).splitlines()[0]
         time.sleep(1.0)   # a last status after the episode
         final = status[-1] if status else {}
-        return Rollout(out, final, targets, started)
+        return Rollout(out, final, targets, started, saved)
     finally:
         s.stop()
 
 
 @pytest.mark.ros
 def test_policy_node_drives_the_arm_from_the_served_act_inside_the_envelope(rollout):
-    assert rollout.started[0], rollout.started[1]
+    assert rollout.started[0], f"/policy/start refused: {rollout.started[1]}"
     st = rollout.status
     print(json.dumps(st))
     assert st.get("state") == "running", json.dumps(st)
@@ -293,6 +299,8 @@ def test_policy_node_drives_the_arm_from_the_served_act_inside_the_envelope(roll
 
 @pytest.mark.ros
 def test_policy_rollout_validates(rollout):
+    assert rollout.started[0], rollout.started[1]
+    assert not rollout.save_error, rollout.save_error
     root = rollout.out / "lerobot"
     v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
     assert v.returncode == 0, v.stdout + v.stderr
@@ -303,6 +311,7 @@ def test_policy_rollout_validates(rollout):
 
 @pytest.mark.ros
 def test_policy_rollout_names_the_policy(rollout, served_act):
+    assert rollout.started[0] and not rollout.save_error, (rollout.started, rollout.save_error)
     server, ckpt, *_ = served_act
     with urllib.request.urlopen(server.url + "/info", timeout=30) as r:
         content_hash = json.loads(r.read())["content_hash"]
