@@ -153,6 +153,8 @@ class Result:
     queries: int = 0
     runtime_starved: int | None = None
     pauses: dict[str, int] = field(default_factory=dict)
+    parts: str = ""   # where ours spends the latency
+    loop_ticks: int = 0   # control-loop iterations after the first action
 
     def action_at(self, now_ns: int) -> None:
         if self.first_ns is None:
@@ -191,12 +193,17 @@ class Recorded:
     def __init__(self, inner: PolicyBackend):
         self.inner = inner
         self.answered: list[int] = []
+        self.obs_age_ms: list[float] = []
+        self.round_trip_ms: list[float] = []
 
     def describe(self) -> dict[str, object]:
         return self.inner.describe()
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
+        t0 = time.monotonic_ns()
+        self.obs_age_ms.append((t0 - obs.stamp_ns) / 1e6)   # how old the observation is when it leaves
         chunk = self.inner.predict(obs, horizon)
+        self.round_trip_ms.append((time.monotonic_ns() - t0) / 1e6)
         self.answered.append(obs.stamp_ns)
         return chunk
 
@@ -240,6 +247,8 @@ def run_ours(url: str, seconds: float, root: Path, query_ahead: int | None = Non
                 tick = rt.tick(now)
             if rt.executor.counters.chunks > seen_chunks:
                 seen_chunks, fresh = rt.executor.counters.chunks, True
+            if res.first_ns is not None:
+                res.loop_ticks += 1
             if tick.due:
                 res.action_at(now)
                 if fresh:
@@ -255,6 +264,9 @@ def run_ours(url: str, seconds: float, root: Path, query_ahead: int | None = Non
     res.queries = rt.counters["queries"]
     res.runtime_starved = rt.counters["starved_ticks"]
     res.pauses = dict(rt.pause_reasons)
+    res.parts = (f"observation age when the query leaves p50 {np.percentile(backend.obs_age_ms, 50):.0f} ms, "
+                 f"request round trip (JPEG + POST + answer) p50 {np.percentile(backend.round_trip_ms, 50):.0f} ms, "
+                 f"slots the control loop itself missed {max(0, res.slots - res.loop_ticks)}")
     return res
 
 
@@ -352,6 +364,7 @@ def main() -> int:
                 server.close()
             print(f"\nserver answers in {delay:g} ms")
             print(f"  ours (async chunks)      {fmt(ours)}")
+            print(f"      ({ours.parts})")
             if tuned is not None:
                 print(f"  ours, query_ahead {args.query_ahead:<2d}    {fmt(tuned)}")
             print(f"  PiperPilot (synchronous) {fmt(base)}")
