@@ -294,7 +294,8 @@ def test_policy_node_drives_the_arm_from_the_served_act_inside_the_envelope(roll
     assert step.max() <= 0.8 / 30 + 1e-6     # teleop's linear speed cap at the control rate
     moved = float(np.linalg.norm(t[:, :3] - t[0, :3], axis=1).max())
     print(f"[rollout] {len(t)} targets, moved up to {moved * 1e3:.1f} mm, limit hits {st['limit_hits']}")
-    assert moved > 0.001, "no policy action got through the envelope: the arm only held"
+    # a hold repeats the previous target exactly; a random ACT near the data's mean pose moves the arm ~1 mm
+    assert moved > 1e-5, "no policy action got through the envelope: the arm only held"
 
 
 @pytest.mark.ros
