@@ -29,6 +29,7 @@ CONSOLE_SCRIPTS = {
     "piper-export": "piper_recorder.cli.export:main",
     "piper-recover": "piper_recorder.cli.recover:main",
     "piper-dataset": "piper_recorder.cli.dataset:main",
+    "piper-policy-server": "piper_recorder.policy.server.__main__:main",  # runs in the trainer's venv
 }
 # ROS-style executable names (node names) for launch files, pointing at the same functions.
 ROS_EXECUTABLES = {

@@ -1,0 +1,319 @@
+"""``gr00t://host:port``: a client for GR00T N1.5's inference service (reference-facts §7).
+
+Protocol (``gr00t/eval/service.py``, tag n1.5-release): ZeroMQ REQ/REP; every message is msgpack;
+numpy arrays travel as ``{"__ndarray_class__": True, "as_npy": <np.save bytes, no pickle>}``;
+requests are ``{"endpoint": "get_action" | "get_modality_config" | "ping", "data": {...},
+"api_token": optional}``; a failure comes back as ``{"error": str}``; modality configs as
+``{"__ModalityConfig_class__": True, "as_json": ...}``.
+
+Keys come from the training root's ``meta/modality.json`` (default: the recorder's own Piper layout):
+``video.<cam>`` (1, H, W, 3) uint8, ``state.<name>`` (1, D) = the slice ``[start:end]`` of its
+``original_key`` column, the language key(s) ``[task]``; the answer's ``action.<name>`` (horizon, D)
+arrays go back into their slices of the ``action`` columns (``action.arm_eef`` + ``action.gripper``).
+The server's own ``get_modality_config`` (asked once) says which keys it wants; an observation
+history longer than the current step is refused rather than faked.
+
+A timeout leaves a REQ socket unusable (it still awaits the lost reply), so the socket is closed
+and reopened, as GR00T's own client does.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+import zmq
+
+from piper_recorder.lerobot.features import COMBINED, piper_features
+from piper_recorder.policy.backend import ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, Observation
+
+IMAGES_PREFIX = "observation.images."
+DEFAULT_LANGUAGE_KEY = "annotation.human.task_description"
+TOKEN_ENV = "PIPER_GR00T_API_TOKEN"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """``<group>.<name>`` = column ``original_key`` [start:end]."""
+
+    name: str
+    original_key: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Modality:
+    """The parts of modality.json the client needs."""
+
+    state: tuple[Slice, ...]
+    action: tuple[Slice, ...]
+    video: dict[str, str]  # modality name -> camera name
+    language: tuple[str, ...]  # full keys, e.g. "annotation.human.task_description"
+
+    @staticmethod
+    def from_json(doc: Mapping[str, object]) -> Modality:
+        def slices(group: str) -> tuple[Slice, ...]:
+            entries = doc.get(group) or {}
+            if not isinstance(entries, Mapping):
+                raise ValueError(f"modality.json: {group} must be an object")
+            default = "observation.state" if group == "state" else "action"  # GR00T's default columns
+            return tuple(Slice(str(n), str(e.get("original_key") or default), int(e["start"]), int(e["end"]))
+                         for n, e in entries.items())
+
+        video_doc = doc.get("video") or {}
+        annotation_doc = doc.get("annotation") or {}
+        if not isinstance(video_doc, Mapping) or not isinstance(annotation_doc, Mapping):
+            raise ValueError("modality.json: video and annotation must be objects")
+        video = {}
+        for name, e in video_doc.items():
+            original = str(e.get("original_key", IMAGES_PREFIX + str(name)))
+            video[str(name)] = original[len(IMAGES_PREFIX):] if original.startswith(IMAGES_PREFIX) else str(name)
+        language = tuple(f"annotation.{n}" for n in annotation_doc) or (DEFAULT_LANGUAGE_KEY,)
+        return Modality(slices("state"), slices("action"), video, language)
+
+    @staticmethod
+    def load(source: Mapping[str, object] | str | Path | None) -> Modality:
+        """A modality.json dict, its path, a root holding meta/modality.json, or None (the
+        recorder's default Piper layout; cameras then follow the observation)."""
+        if source is None:
+            doc: dict[str, object] = {"state": {}, "action": {}}
+            for f in piper_features():
+                for name, a, b, _rot in f.slices():
+                    cast(dict, doc[f.group])[name] = {"start": a, "end": b, "original_key": f.key}
+            return Modality.from_json(doc)
+        if isinstance(source, Mapping):
+            return Modality.from_json(source)
+        path = Path(source)
+        if path.is_dir():
+            path = path / "meta" / "modality.json"
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: cannot read modality.json ({e})") from e
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: modality.json must be an object")
+        return Modality.from_json(loaded)
+
+
+class ServerError(BackendError):
+    """The service answered ``{"error": ...}`` (it is up; the request was refused or failed)."""
+
+
+def _encode(obj: object) -> object:
+    if isinstance(obj, np.ndarray):
+        buf = io.BytesIO()
+        np.save(buf, obj, allow_pickle=False)
+        return {"__ndarray_class__": True, "as_npy": buf.getvalue()}
+    return obj
+
+
+def _decode(obj: dict[object, object]) -> object:
+    if "__ndarray_class__" in obj:
+        return np.load(io.BytesIO(cast(bytes, obj["as_npy"])), allow_pickle=False)
+    if "__ModalityConfig_class__" in obj:  # a pydantic model on their side; plain dict here
+        return json.loads(cast(str, obj["as_json"]))
+    return obj
+
+
+def pack(message: Mapping[str, object]) -> bytes:
+    return cast(bytes, msgpack.packb(message, default=_encode))
+
+
+def unpack(raw: bytes) -> object:
+    return msgpack.unpackb(raw, object_hook=_decode)
+
+
+def _column(obs: Observation, key: str) -> npt.NDArray[np.float32] | None:
+    """An observation column, or a combined one (observation.state) from its parts."""
+    if key in obs.state:
+        return np.asarray(obs.state[key], dtype=np.float32).reshape(-1)
+    parts = COMBINED.get(key)
+    if parts and all(p in obs.state for p in parts):
+        return np.concatenate([np.asarray(obs.state[p], dtype=np.float32).reshape(-1) for p in parts])
+    return None
+
+
+class Gr00tBackend:
+    """``PolicyBackend`` over a GR00T N1.5 inference service. Thread-safe (one request at a time)."""
+
+    def __init__(self, host: str, port: int, *, timeout_s: float = 1.0, api_token: str | None = None,
+                 modality: Mapping[str, object] | str | Path | None = None):
+        self.host, self.port = host, int(port)
+        self.timeout_ms = max(1, int(timeout_s * 1000))
+        self.api_token = api_token if api_token is not None else os.environ.get(TOKEN_ENV) or None
+        self.modality = Modality.load(modality)
+        self._modality_source = "default" if modality is None else \
+            ("dict" if isinstance(modality, Mapping) else str(modality))
+        self._ctx = zmq.Context()
+        self._sock: zmq.Socket[bytes] | None = None
+        self._lock = threading.Lock()
+        self._server_keys: dict[str, tuple[list[str], int]] | None = None  # group -> (keys, steps)
+
+    # -- transport ---------------------------------------------------------------------------------
+    def _socket(self) -> zmq.Socket[bytes]:
+        if self._sock is None:
+            s: zmq.Socket[bytes] = self._ctx.socket(zmq.REQ)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+            s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
+            s.connect(f"tcp://{self.host}:{self.port}")
+            self._sock = s
+        return self._sock
+
+    def _reset_socket(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def call(self, endpoint: str, data: Mapping[str, object] | None = None) -> dict[str, object]:
+        """One request/reply; BackendError on timeout, transport failure, ``{"error"}`` or garbage."""
+        request: dict[str, object] = {"endpoint": endpoint}
+        if data is not None:
+            request["data"] = dict(data)
+        if self.api_token:
+            request["api_token"] = self.api_token
+        with self._lock:
+            sock = self._socket()
+            try:
+                sock.send(pack(request))
+                raw = sock.recv()
+            except zmq.Again as e:
+                self._reset_socket()
+                raise BackendError(f"gr00t://{self.host}:{self.port} {endpoint}: no answer within "
+                                   f"{self.timeout_ms} ms") from e
+            except zmq.ZMQError as e:
+                self._reset_socket()
+                raise BackendError(f"gr00t://{self.host}:{self.port} {endpoint}: {e}") from e
+        try:
+            reply = unpack(raw)
+        except (ValueError, msgpack.UnpackException) as e:
+            raise BackendError(f"gr00t {endpoint}: undecodable answer ({e})") from e
+        if not isinstance(reply, dict):
+            raise BackendError(f"gr00t {endpoint}: answer is not a map")
+        if "error" in reply:
+            raise ServerError(f"gr00t {endpoint}: server error: {reply['error']}")
+        return cast(dict[str, object], reply)
+
+    def ping(self) -> bool:
+        try:
+            self.call("ping")
+            return True
+        except BackendError:
+            return False
+
+    # -- modality ----------------------------------------------------------------------------------
+    def server_keys(self) -> dict[str, tuple[list[str], int]]:
+        """The server's modality config: group -> (modality keys, observation steps). Asked once."""
+        if self._server_keys is None:
+            reply = self.call("get_modality_config")
+            keys: dict[str, tuple[list[str], int]] = {}
+            for group, cfg in reply.items():
+                if isinstance(cfg, Mapping) and isinstance(cfg.get("modality_keys"), list):
+                    steps = len(cfg.get("delta_indices") or [0])
+                    keys[str(group)] = ([str(k) for k in cfg["modality_keys"]], steps)
+            self._server_keys = keys
+        return self._server_keys
+
+    def observation_message(self, obs: Observation) -> dict[str, object]:
+        """The ``get_action`` data for one observation (only the keys the server asks for)."""
+        m = self.modality
+        video = m.video or {cam: cam for cam in obs.images}
+        msg: dict[str, object] = {}
+        for name, cam in video.items():
+            if cam not in obs.images:
+                raise BackendError(f"gr00t: video.{name} needs camera {cam!r}, the observation has "
+                                   f"{sorted(obs.images)}")
+            msg[f"video.{name}"] = np.ascontiguousarray(obs.images[cam], dtype=np.uint8)[None]
+        for s in m.state:
+            col = _column(obs, s.original_key)
+            if col is None:
+                raise BackendError(f"gr00t: state.{s.name} needs {s.original_key}, the observation has "
+                                   f"{sorted(obs.state)}")
+            if s.end > col.shape[0]:
+                raise BackendError(f"gr00t: state.{s.name} slices [{s.start}:{s.end}] of the {col.shape[0]}-wide "
+                                   f"{s.original_key}")
+            msg[f"state.{s.name}"] = col[s.start:s.end][None]
+        language = list(m.language)
+        try:
+            wanted = self.server_keys()
+        except ServerError:
+            wanted = {}  # a server without get_modality_config: send everything we have
+        if "language" in wanted:
+            language = wanted["language"][0]
+        for lang in language:
+            msg[lang] = [obs.task]
+        for group in ("video", "state"):
+            if group not in wanted:
+                continue
+            keys, steps = wanted[group]
+            if steps != 1:
+                raise BackendError(f"gr00t: the server wants {steps} {group} steps per key; this client sends "
+                                   f"only the current observation")
+            missing = [k for k in keys if k not in msg]
+            if missing:
+                raise BackendError(f"gr00t: the server wants {missing}, the training modality gives "
+                                   f"{sorted(k for k in msg if k.startswith(group + '.'))}")
+            for k in [k for k in msg if k.startswith(group + ".") and k not in keys]:
+                del msg[k]
+        return msg
+
+    def rows_from_answer(self, answer: Mapping[str, object], horizon: int) -> npt.NDArray[np.float32]:
+        """``action.<name>`` arrays -> (n, ACTION_DIM) rows in the action columns' layout."""
+        offsets = {"action": 0}  # the combined column, or its parts in ACTION_KEYS order
+        at = 0
+        for k in ACTION_KEYS:
+            offsets[k] = at
+            at += max((s.end for s in self.modality.action if s.original_key == k), default=0)
+        parts: list[tuple[Slice, npt.NDArray[np.float32]]] = []
+        for s in self.modality.action:
+            arr = answer.get(f"action.{s.name}")
+            if not isinstance(arr, np.ndarray):
+                raise BackendError(f"gr00t: answer lacks action.{s.name} (got {sorted(answer)})")
+            a = arr.astype(np.float32)
+            if a.ndim == 3 and a.shape[0] == 1:  # a batched answer
+                a = a[0]
+            if a.ndim == 1 and s.end - s.start == 1:
+                a = a[:, None]
+            if a.ndim != 2 or a.shape[1] != s.end - s.start or a.shape[0] < 1:
+                raise BackendError(f"gr00t: action.{s.name} has shape {arr.shape}, expected (horizon, "
+                                   f"{s.end - s.start})")
+            parts.append((s, a))
+        n = min(min(a.shape[0] for _, a in parts), horizon)
+        rows = np.full((n, ACTION_DIM), np.nan, dtype=np.float32)
+        for s, a in parts:
+            if s.original_key not in offsets or offsets[s.original_key] + s.end > ACTION_DIM:
+                raise BackendError(f"gr00t: action.{s.name} maps to {s.original_key}[{s.start}:{s.end}], outside "
+                                   f"the {ACTION_DIM} action columns")
+            o = offsets[s.original_key]
+            rows[:, o + s.start:o + s.end] = a[:n]
+        if not np.isfinite(rows).all():
+            raise BackendError("gr00t: answer leaves action columns unset or non-finite")
+        return rows
+
+    # -- PolicyBackend -----------------------------------------------------------------------------
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"backend": "gr00t", "url": f"gr00t://{self.host}:{self.port}",
+                                  "modality": self._modality_source, "api_token": bool(self.api_token)}
+        if self._server_keys is not None:
+            out["server_modality"] = {g: k for g, (k, _) in self._server_keys.items()}
+        return out
+
+    def predict(self, obs: Observation, horizon: int) -> ActionChunk:
+        answer = self.call("get_action", self.observation_message(obs))
+        rows = self.rows_from_answer(answer, horizon)
+        return ActionChunk(rows=rows, obs_stamp_ns=obs.stamp_ns, t0_ns=obs.stamp_ns,
+                           info={"backend": "gr00t"})
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset_socket()
+        self._ctx.term()
