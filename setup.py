@@ -16,6 +16,7 @@ CONSOLE_SCRIPTS = {
     "piper-lerobot-recorder": "piper_recorder.nodes.lerobot_recorder:main",
     "piper-rgbd-recorder": "piper_recorder.nodes.rgbd_recorder:main",
     "piper-replay": "piper_recorder.nodes.replay:main",
+    "piper-quest-video": "piper_recorder.nodes.quest_video:main",
     # tools
     "piper-demo": "piper_recorder.cli.demo:main",
     "piper-launch": "piper_recorder.cli.launch:main",
@@ -37,6 +38,7 @@ ROS_EXECUTABLES = {
     "lerobot_recorder": CONSOLE_SCRIPTS["piper-lerobot-recorder"],
     "rgbd_recorder": CONSOLE_SCRIPTS["piper-rgbd-recorder"],
     "replay": CONSOLE_SCRIPTS["piper-replay"],
+    "quest_video": CONSOLE_SCRIPTS["piper-quest-video"],
 }
 
 setup(

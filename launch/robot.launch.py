@@ -21,7 +21,8 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, launch_overrides, load_config, realsense_parameters
+from piper_recorder.launcher import (LAUNCH_ARGUMENTS, headset_video, launch_overrides, load_config,
+                                     realsense_parameters)
 
 PACKAGE = "piper_recorder"
 
@@ -44,6 +45,8 @@ def _graph(context, *_args, **_kwargs):
 
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm"),
                 node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
+    if headset_video(cfg):   # panels + HUD on the headset's second port (adb forward tcp:8736 tcp:8736)
+        actions.append(node("quest_video", "quest_video"))
     return actions
 
 

@@ -17,8 +17,8 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
-from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, launch_overrides, load_config,
-                                     nice_prefix)
+from piper_recorder.launcher import (LAUNCH_ARGUMENTS, LAUNCH_SECTION, headset_video, launch_overrides,
+                                     load_config, nice_prefix)
 from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, loopback_env
 
 PACKAGE = "piper_recorder"
@@ -36,6 +36,8 @@ def _graph(context, *_args, **_kwargs):
                    "--rate", str(quest.get("rate", 90.0))]
     if not quest.get("buttons", False):
         headset_cmd.append("--no-buttons")
+    if headset_video(cfg):
+        headset_cmd += ["--video-port", str(quest.get("video_port", 8736))]
     actions = [ExecuteProcess(cmd=headset_cmd, name="sim_quest", output="screen")]
 
     def node(name: str, executable: str) -> Node:
@@ -46,6 +48,8 @@ def _graph(context, *_args, **_kwargs):
     actions += [node("quest_bridge", "quest_bridge"), node("teleop", "teleop"), node("piper_arm", "piper_arm")]
     actions += [node(cam, "sim_camera") for cam in cameras]
     actions += [node("lerobot_recorder", "lerobot_recorder"), node("rgbd_recorder", "rgbd_recorder")]
+    if headset_video(cfg):
+        actions.append(node("quest_video", "quest_video"))
     return actions
 
 

@@ -38,8 +38,9 @@ NODE_SCRIPTS = {
     "piper_arm": "piper-arm",
     "lerobot_recorder": "piper-lerobot-recorder",
     "rgbd_recorder": "piper-rgbd-recorder",
+    "quest_video": "piper-quest-video",
 }
-START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder")
+START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder", "quest_video")
 
 
 class LaunchError(RuntimeError):
@@ -123,7 +124,7 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
     """
     launch = cfg.get(LAUNCH_SECTION, {})
     nice = int(launch.get("bulk_nice", 0))
-    bulk = {*launch.get("cameras", []), "lerobot_recorder", "rgbd_recorder"}
+    bulk = {*launch.get("cameras", []), "lerobot_recorder", "rgbd_recorder", "quest_video"}
     return f"nice -n {nice}" if nice and name in bulk else None
 
 
@@ -174,7 +175,16 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
         rgbd_cam = cfg.get("rgbd_recorder", {}).get("camera", "")
         if chosen and rgbd_cam not in chosen:
             out.setdefault("rgbd_recorder", {}).update(camera=chosen[0], camera_serials=[serial(chosen[0])])
+    if "quest_video" in cfg:   # the headset's panels: the config's list, else the first three cameras
+        own = list(cfg["quest_video"].get("cameras", []) or [])
+        out.setdefault("quest_video", {})["cameras"] = [c for c in own if c in chosen] if own else chosen[:3]
     return chosen, out
+
+
+def headset_video(cfg: Mapping[str, Any]) -> bool:
+    """Whether to start quest_video (panels + HUD to the headset): a ``quest_video`` section and
+    ``piper_launch.headset_video`` not false."""
+    return "quest_video" in cfg and bool(cfg.get(LAUNCH_SECTION, {}).get("headset_video", True))
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -266,10 +276,19 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
     quest = dict(launch.get("sim_quest", {}))
     if mode == "sim":
+        any_port = not int(quest.get("port", 8735))   # port 0: free ports for the pose and video channels
         port = int(quest.get("port", 8735)) or free_port(str(quest.get("host", "127.0.0.1")))
         quest["port"] = port
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = quest
         cfg.setdefault("quest_bridge", {}).update(host=str(quest.get("host", "127.0.0.1")), port=port)
+        if headset_video(cfg):   # the simulated headset also takes the video channel
+            vport = int(quest.get("video_port", 8736))
+            if vport == 0 or any_port:
+                vport = free_port(str(quest.get("host", "127.0.0.1")))
+            quest["video_port"] = vport
+            cfg["quest_video"].update(host=str(quest.get("host", "127.0.0.1")), port=vport)
+    if not headset_video(cfg):
+        cfg.pop("quest_video", None)
     if mode == "robot":
         for cam in cameras:
             cfg[cam].update(realsense_parameters(cfg, cam))
@@ -287,6 +306,10 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         argv += ["--script", str(quest.get("script", "demo"))]
         if not quest.get("buttons", False):
             argv.append("--no-buttons")
+        if "video_port" in quest:
+            argv += ["--video-port", str(quest["video_port"])]
+        if quest.get("report"):
+            argv += ["--report", str(quest["report"])]
         plan.processes.append(ProcessSpec("sim_quest", argv, node=False))
     for name in START_ORDER[:3]:
         if name in cfg:

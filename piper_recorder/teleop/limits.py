@@ -50,6 +50,7 @@ class Limits:
         self.cfg = cfg
         self.lo = np.array(cfg.workspace_min, dtype=float)
         self.hi = np.array(cfg.workspace_max, dtype=float)
+        self.active: tuple[str, ...] = ()   # the limits that changed the last ``apply`` target (HUD, haptics)
 
     def inside(self, p: np.ndarray, margin: float = 0.0) -> bool:
         p = np.asarray(p, dtype=float)
@@ -80,8 +81,22 @@ class Limits:
 
     def apply(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray,
               measured_p: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
-        p = self.clamp_workspace(self.tether(p, measured_p))
-        return self.cap_step(prev_p, prev_q, p, q, dt)
+        """The target after tether, workspace box and speed caps; ``active`` names those that changed it."""
+        p = np.asarray(p, dtype=float)
+        active = []
+        tethered = self.tether(p, measured_p)
+        if not np.array_equal(tethered, p):
+            active.append("tether")
+        boxed = self.clamp_workspace(tethered)
+        if not np.array_equal(boxed, tethered):
+            active.append("workspace")
+        out_p, out_q = self.cap_step(prev_p, prev_q, boxed, q, dt)
+        if not np.array_equal(out_p, boxed):
+            active.append("linear_speed")
+        if angle_between(prev_q, q) > self.cfg.max_angular_speed * dt:
+            active.append("angular_speed")
+        self.active = tuple(active)
+        return out_p, out_q
 
     def check(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray, dt: float) -> None:
         """Raise LimitViolation unless (p, q) is finite, unit, in the box and within the caps of prev."""

@@ -105,6 +105,7 @@ class TickResult:
     clutch: ClutchEvent = ClutchEvent.NONE
     reason: str | None = None           # why the clutch refused or was forced to release
     actions: list[Action] = field(default_factory=list)
+    limits: tuple[str, ...] = ()        # safety limits that shaped this tick's target (empty: none)
 
 
 @dataclass
@@ -282,6 +283,7 @@ class TeleopCore:
             self.counters.unsafe_targets += 1
             return self._forced(res, f"unsafe gripper width {gripper} refused")
         self._prev = Pose(p, q)
+        res.limits = self.limits.active
         res.target = Pose(p.copy(), q.copy())
         res.gripper = gripper
         self.counters.published += 1
