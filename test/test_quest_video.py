@@ -171,10 +171,12 @@ def test_haptic_patterns_defaults_and_dedupe():
     assert cfg.pattern("discard") == [(0.0, 1.0, 60), (0.2, 1.0, 60), (0.4, 1.0, 60)]
     assert cfg.pattern("refused") != cfg.pattern("start")
     h = HapticScheduler(cfg)
-    assert h.play(10.0, "save") and not h.play(10.1, "save")   # two recorders saving: felt once
+    assert h.confirm(10.0, "save") and not h.confirm(12.0, "save")   # two recorders saving: felt once
+    assert h.confirm(13.0, "start") and h.confirm(14.0, "save")       # a new save after a start is felt
     assert [(p.amp, p.ms) for p in h.due(10.0)] == [(0.5, 200)]
-    assert h.play(10.0, "discard")
-    assert len(h.due(10.25)) == 2 and len(h.due(11.0)) == 1
+    h.due(20.0)
+    assert h.play(30.0, "discard")
+    assert len(h.due(30.25)) == 2 and len(h.due(31.0)) == 1
     with pytest.raises(ValueError):
         HapticConfig(start=[1.5, 100, 1]).validate()
 

@@ -13,7 +13,7 @@ tint (red while recording) goes to quest_bridge as a ``/quest/command`` on each 
 
 ``~/status`` (String JSON, 1 Hz): link state, frames sent / dropped per panel, and per camera the
 latency from capture (the image stamp) to the frame's last byte handed to the socket (p50/p99/max
-over the last 300 frames) and the encode time.
+over the last 300 frames), the encode time, and the camera frames received and panels sent.
 """
 from __future__ import annotations
 
@@ -97,6 +97,7 @@ class QuestVideo(Node):
         self._sent_seq: dict[int, int] = {}
         self._latency_ms = {i: deque(maxlen=LATENCY_WINDOW) for i in range(len(self.cfg.cameras))}
         self._encode_ms = {i: deque(maxlen=LATENCY_WINDOW) for i in range(len(self.cfg.cameras))}
+        self._received = [0] * len(self.cfg.cameras)
         self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for idx, cam in enumerate(self.cfg.cameras):
@@ -123,6 +124,7 @@ class QuestVideo(Node):
             if prev and self._sent_seq.get(idx, 0) != prev:
                 self.skipped_frames += 1   # the previous frame was never sent: expected when the camera outruns fps
             self._latest[idx] = (prev + 1, msg)
+            self._received[idx] += 1
 
     @staticmethod
     def _json(msg: String) -> dict[str, Any] | None:
@@ -235,7 +237,8 @@ class QuestVideo(Node):
                     "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2)}
 
         with self._lock:
-            cams = {cam: {"latency_ms": pct(self._latency_ms[i]), "encode_ms": pct(self._encode_ms[i])}
+            cams = {cam: {"received": self._received[i], "sent": st.sent.get(i, 0),
+                          "latency_ms": pct(self._latency_ms[i]), "encode_ms": pct(self._encode_ms[i])}
                     for i, cam in enumerate(self.cfg.cameras)}
             skipped = self.skipped_frames
         status = {"state": st.state, "endpoint": f"{self.cfg.host}:{self.cfg.port}", "connects": st.connects,

@@ -202,7 +202,7 @@ class TeleopNode(Node):
                 self.calls.on_event(time.monotonic(), rec, kind)
                 self.core.on_recording(self.calls.recording)
                 if kind in EVENT_PATTERNS:
-                    self.haptics.play(time.monotonic(), EVENT_PATTERNS[kind])   # once for all recorders
+                    self.haptics.confirm(time.monotonic(), EVENT_PATTERNS[kind])   # once for all recorders
 
     def _on_recorder_status(self, rec: str, msg: String) -> None:
         try:

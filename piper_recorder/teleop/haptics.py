@@ -10,7 +10,8 @@ did not answer three 1.0/90 ms at 0.2 s (while teleop retries); a safety limit s
 target two light 0.35/40 ms.
 
 ``HapticScheduler`` plays one pattern at a time per name: the same confirmation from several
-recorders (both save) within the pattern's length is felt once.
+recorders (both save, seconds apart on a busy machine) is felt once: ``confirm`` drops a
+confirmation that repeats the previous one within ``dedupe_s``.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class HapticConfig:
     timeout: list[float] = field(default_factory=lambda: [1.0, 90.0, 3.0])
     limit: list[float] = field(default_factory=lambda: [0.35, 40.0, 2.0])
     gap_s: float = 0.2                 # from one pulse's start to the next one's
+    dedupe_s: float = 5.0              # the same confirmation again (another recorder) within this is felt once
     limit_repeat_s: float = 2.0        # a limit that keeps re-engaging pulses at most this often
 
     @staticmethod
@@ -54,7 +56,7 @@ class HapticConfig:
             if not 0.0 <= amp <= 1.0 or not 0 <= ms <= 2000 or count != int(count) or not 0 <= count <= 10:
                 raise ValueError(f"haptics.{name}: amp in [0, 1], ms in [0, 2000], count an integer in [0, 10]; "
                                  f"got {v!r}")
-        for name in ("gap_s", "limit_repeat_s"):
+        for name in ("gap_s", "dedupe_s", "limit_repeat_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and 0.0 <= v <= 10.0):
                 raise ValueError(f"haptics.{name} must be in [0, 10] s, got {v!r}")
@@ -77,6 +79,7 @@ class HapticScheduler:
         self._pulses: list[Pulse] = []
         self._busy_until: dict[str, float] = {}
         self.played: dict[str, int] = {}
+        self._last_confirm: tuple[str, float] = ("", -math.inf)
 
     def play(self, now: float, name: str) -> bool:
         """Queue pattern ``name`` unless the same one is still playing; True when queued."""
@@ -91,6 +94,14 @@ class HapticScheduler:
         self._busy_until[name] = now + hold
         self.played[name] = self.played.get(name, 0) + 1
         return True
+
+    def confirm(self, now: float, name: str) -> bool:
+        """Play a confirmation unless it repeats the previous one within ``dedupe_s`` (the same save
+        reported by each recorder, however far apart their saves finish); True when queued."""
+        if name == self._last_confirm[0] and now - self._last_confirm[1] < self.cfg.dedupe_s:
+            return False
+        self._last_confirm = (name, now)
+        return self.play(now, name)
 
     def due(self, now: float) -> list[Pulse]:
         out = [p for p in self._pulses if p.due <= now]
