@@ -95,8 +95,10 @@ class QuestVideo(Node):
         self.sender = PanelSender(self.cfg.sender())
         self._latest: dict[int, tuple[int, Any]] = {}     # panel -> (seq, image message)
         self._sent_seq: dict[int, int] = {}
-        self._latency_ms = {i: deque(maxlen=LATENCY_WINDOW) for i in range(len(self.cfg.cameras))}
-        self._encode_ms = {i: deque(maxlen=LATENCY_WINDOW) for i in range(len(self.cfg.cameras))}
+        self._latency_ms: dict[int, deque[float]] = {i: deque(maxlen=LATENCY_WINDOW)
+                                                     for i in range(len(self.cfg.cameras))}
+        self._encode_ms: dict[int, deque[float]] = {i: deque(maxlen=LATENCY_WINDOW)
+                                                    for i in range(len(self.cfg.cameras))}
         self._received = [0] * len(self.cfg.cameras)
         self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -229,7 +231,7 @@ class QuestVideo(Node):
     def _publish_status(self) -> None:
         st = self.sender.stats
 
-        def pct(values: deque) -> dict[str, float]:
+        def pct(values: deque[float]) -> dict[str, float]:
             if not values:
                 return {"n": 0}
             a = np.asarray(values)

@@ -29,6 +29,7 @@ import math
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,7 +190,7 @@ class SenderStats:
 class PanelSender:
     """Non-blocking, dropping sender of PCV1 frames; call ``send`` from one thread (the stream loop)."""
 
-    def __init__(self, config: SenderConfig, clock: Any = time.monotonic) -> None:
+    def __init__(self, config: SenderConfig, clock: Callable[[], float] = time.monotonic) -> None:
         config.validate()
         self.config = config
         self.stats = SenderStats()
