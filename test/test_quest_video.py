@@ -149,6 +149,13 @@ def test_hud_model_follows_events_and_refusals():
     m.on_recorder_status(200.0, {"recorder": "lerobot_recorder", "state": "idle", "ok": False, "answers": 7,
                                  "message": "no episode in progress"})
     assert m.state(200.0).error == ""   # the same answer again is not a new refusal
+    alarm = {"recorder": "rgbd_recorder", "action": "start_episode", "outcome": "refused", "message": "no", "seq": 1}
+    m.on_teleop_status(300.0, {"last_alarm": alarm})
+    assert m.state(300.0).error == "rgbd_recorder/start_episode: refused no"
+    m.on_teleop_status(310.0, {"last_alarm": dict(alarm)})
+    assert m.state(310.0).error == ""   # still the same alarm (faded)
+    m.on_teleop_status(320.0, {"last_alarm": {**alarm, "seq": 2}})
+    assert m.state(320.0).error.startswith("rgbd_recorder/start_episode")   # the same press refused again
 
 
 def test_hud_jpeg_is_640x140_and_carries_its_state():

@@ -336,8 +336,10 @@ class TeleopNode(Node):
         now = time.monotonic()
         with self._lock:
             self.haptics.play(now, ALARM_PATTERN[alarm])   # several recorders at once: one pattern
+            seq = (self._last_alarm or {}).get("seq", 0) + 1   # tells a repeated alarm from the same one
             self._last_alarm = {"recorder": report.recorder, "action": report.action.value,
-                                "outcome": report.outcome.value, "message": report.message, "pattern": alarm}
+                                "outcome": report.outcome.value, "message": report.message, "pattern": alarm,
+                                "seq": seq}
             self._status_dirty = True
         self._service_poll_pulses(now)
 
