@@ -140,6 +140,8 @@ def test_hud_model_follows_events_and_refusals():
     st = m.state(113.5)
     assert st.recording and st.episode_index == 4 and st.headline() == "REC ep4  00:12.5"
     m.on_episode_event(114.0, {"recorder": "lerobot_recorder", "event": "saved", "episode_index": 4})
+    m.on_recorder_status(114.2, {"recorder": "lerobot_recorder", "state": "recording"})   # sent before the save
+    assert not m.state(114.2).recording
     m.on_episode_event(114.0, {"recorder": "rgbd_recorder", "event": "saved", "episode_index": 9})
     assert m.state(114.0).saved_count == 1 and not m.state(114.0).recording
     m.on_recorder_status(115.0, {"recorder": "lerobot_recorder", "state": "idle", "saved_this_session": [4],

@@ -23,6 +23,7 @@ from PIL import Image, ImageDraw, ImageFont
 from .video import HUD_SIZE
 
 ERROR_HOLD_S = 8.0   # an error stays on the HUD this long (a limit or the normal line shows after it)
+STATUS_GRACE_S = 1.0   # a ~/status this soon after an event may predate it: its state is not trusted
 
 
 @dataclass
@@ -88,6 +89,7 @@ class HudModel:
         self._error_t = -math.inf
         self._last_alarm: Any = None
         self._answers: Any = None
+        self._event_t = -math.inf
 
     # ---- inputs ---------------------------------------------------------------------------------
     def error(self, now: float, text: str) -> None:
@@ -97,7 +99,7 @@ class HudModel:
         if st.get("recorder", self.recorder) != self.recorder:
             return
         state = st.get("state")
-        if isinstance(state, str):
+        if isinstance(state, str) and now - self._event_t > STATUS_GRACE_S:
             self.recording = state in ("recording", "save_failed")
         idx = st.get("episode_index")
         if isinstance(idx, int) and not isinstance(idx, bool):
@@ -120,6 +122,7 @@ class HudModel:
                 self.error(now, f"{ev.get('recorder')}: save failed ({ev.get('reason')})")
             return
         idx = idx if isinstance(idx, int) and not isinstance(idx, bool) else None
+        self._event_t = now
         if kind == "started":
             self.recording, self.episode_index = True, idx
             start = ev.get("start_ns")
