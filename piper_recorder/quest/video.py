@@ -13,7 +13,8 @@ drops the connection on a wrong magic, a panel >= 4, a zero length or one above 
 in the socket's send buffer right now is dropped and counted (never queued, so no latency builds
 up); a frame whose first bytes went out is finished (a bounded blocking send) because a half frame
 would desynchronise the stream. It reconnects like the pose client (back-off doubling from
-``reconnect_s`` up to ``reconnect_max_s``).
+``reconnect_s`` up to ``reconnect_max_s``, back to the start once a frame went through: an
+``adb forward`` accepts connections while the app is not running and closes them at once).
 
 ``FrameReader`` is the headset side (the simulated headset and tests): bytes in, whole frames out,
 and a framing error ends the connection as in the app.
@@ -224,7 +225,6 @@ class PanelSender:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.sndbuf_bytes)
         sock.setblocking(False)
         self._sock = sock
-        self._backoff = cfg.reconnect_s
         self.stats.connects += 1
         self.stats.state = "connected"
         return True
@@ -251,6 +251,7 @@ class PanelSender:
             return False
         self._count(self.stats.sent, panel)
         self.stats.bytes_sent += len(data)
+        self._backoff = self.config.reconnect_s   # back to the short back-off once a frame went through
         return True
 
     def _finish(self, sock: socket.socket, rest: bytes) -> bool:
