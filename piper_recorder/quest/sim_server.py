@@ -129,8 +129,9 @@ class SimQuestServer:
         config.validate()
         self.config = config
         self.commands: Counter[str] = Counter()
-        self.haptics: list[dict[str, Any]] = []   # each with "t_recv" (time.time() at arrival)
-        self.colors: list[dict[str, Any]] = []
+        self.haptics: list[dict[str, Any]] = []   # as received
+        self.haptic_times: list[float] = []       # time.time() at each one's arrival
+        self.colors: list[dict[str, Any]] = []    # with "t_recv" (time.time() at arrival)
         self.video = SimVideoServer(config.host, config.video_port) if config.video_port >= 0 else None
         self.connections = 0
         self.frames_sent = 0
@@ -173,7 +174,8 @@ class SimQuestServer:
         """Everything observed so far, JSON-ready."""
         with self._lock:
             out: dict[str, Any] = {"port": self.port, "connections": self.connections, "frames_sent": self.frames_sent,
-                                   "commands": dict(self.commands), "haptics": list(self.haptics),
+                                   "commands": dict(self.commands),
+                                   "haptics": [{**h, "t_recv": t} for h, t in zip(self.haptics, self.haptic_times)],
                                    "colors": list(self.colors)}
         out["video"] = self.video.report() if self.video is not None else None
         return out
@@ -324,7 +326,8 @@ class SimQuestServer:
                 with self._lock:
                     self.commands[name] += 1
                     if name == "haptic":
-                        self.haptics.append({**cmd, "t_recv": time.time()})
+                        self.haptics.append(cmd)
+                        self.haptic_times.append(time.time())
                     elif name == "color":
                         self.colors.append({**cmd, "t_recv": time.time()})
                 self._log(f"{APP_NAME}: command {line.decode('utf-8', 'replace')[:200]}")
