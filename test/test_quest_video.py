@@ -195,6 +195,6 @@ def test_limits_report_which_one_shaped_the_target():
     prev_q = np.array([0.0, 0.0, 0.0, 1.0])
     prev = np.array([0.3, 0.0, 0.2])
     lim.apply(prev + [0.0005, 0, 0], prev_q, prev, prev_q, prev, 0.01)
-    assert lim.active == ()
+    assert lim.acted == ()
     lim.apply(np.array([0.3, 0.0, -0.2]), prev_q, prev, prev_q, np.array([0.3, 0.0, -0.1]), 0.01)
-    assert "workspace" in lim.active and "linear_speed" in lim.active
+    assert "workspace" in lim.acted and "linear_speed" in lim.acted

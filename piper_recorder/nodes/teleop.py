@@ -24,8 +24,9 @@ started / saved / discarded / deleted pulse ``haptics.start`` / ``save`` / ``dis
 (once for all recorders), and a safety limit starting to shape the target pulses ``haptics.limit``.
 Clients are created, called and destroyed only on the executor thread (a ``SERVICE_POLL_HZ``
 timer). ``/teleop/status`` (String JSON, 1 Hz, and at once, at most 10 Hz, when the clutch or the active
-limits change) carries the counters, each recorder's state, the calls in flight, ``limits_active``
-(the limits shaping the target now), ``limit_hits`` (per limit, this session) and ``haptics`` (patterns played).
+limits change) carries the counters (``limit_hits``: how often each safety limit started acting this
+session), ``limits_active`` (the limits acting now or since the previous status), each recorder's
+state, the calls in flight and ``haptics`` (patterns played).
 """
 from __future__ import annotations
 
@@ -136,8 +137,7 @@ class TeleopNode(Node):
             self.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_recorder_status(r, m),
                                      reliable, callback_group=g)
         self._last_alarm: dict | None = None
-        self._limits_active: tuple[str, ...] = ()
-        self.limit_hits: dict[str, int] = {}
+        self._limits_active: tuple[str, ...] = ()   # the limits that shaped the last published target
         self._status_dirty = False
         self._status_sent = 0.0
         self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
@@ -239,7 +239,7 @@ class TeleopNode(Node):
                 self.calls.press(now, action)
             if res.actions:
                 self.core.on_recording(self.calls.recording)
-            self._track_limits(now, res.limits if res.target is not None else ())
+            self._track_limits(now, self.core.limits.acted if res.target is not None else ())
             if res.clutch in (ClutchEvent.ENGAGED, ClutchEvent.RELEASED, ClutchEvent.FORCED_RELEASE):
                 self._status_dirty = True
         for action in res.actions:
@@ -272,11 +272,9 @@ class TeleopNode(Node):
         self.pub_gripper.publish(grip)
 
     def _track_limits(self, now: float, active: tuple[str, ...]) -> None:
-        """Count each limit that starts shaping the target, pulse ``haptics.limit`` (under the lock)."""
-        new = [name for name in active if name not in self._limits_active]
-        for name in new:
-            self.limit_hits[name] = self.limit_hits.get(name, 0) + 1
-        if new:
+        """Pulse ``haptics.limit`` when a limit starts shaping the target (the core counts the hits),
+        and publish the status soon (under the lock)."""
+        if any(name not in self._limits_active for name in active):
             self.haptics.play(now, "limit")
         if active != self._limits_active:
             self._limits_active = active
@@ -351,11 +349,13 @@ class TeleopNode(Node):
 
     def _publish_status(self) -> None:
         with self._lock:
+            # limits_active: every limit that changed a target since the last status, so a brief hit shows
             status = {"engaged": self.core.engaged, "recording": self.core.recording, **asdict(self.core.counters),
+                      "limits_active": sorted(self.core.limits_seen | set(self._limits_active)),
                       "recorders": {n: r.state for n, r in self.calls.recorders.items()},
                       "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm,
-                      "limits_active": list(self._limits_active), "limit_hits": dict(self.limit_hits),
                       "haptics": dict(self.haptics.played)}
+            self.core.limits_seen.clear()
             self._status_dirty, self._status_sent = False, time.monotonic()
         self.pub_status.publish(String(data=json.dumps(status)))
 

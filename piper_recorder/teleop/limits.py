@@ -42,6 +42,9 @@ class LimitViolation(AssertionError):
     """A target about to be published breaks a hard limit (a bug: the node refuses to publish it)."""
 
 
+LIMIT_NAMES = ("tether", "workspace", "linear_speed", "angular_speed")
+
+
 class Limits:
     EPS = 1e-9
 
@@ -50,7 +53,7 @@ class Limits:
         self.cfg = cfg
         self.lo = np.array(cfg.workspace_min, dtype=float)
         self.hi = np.array(cfg.workspace_max, dtype=float)
-        self.active: tuple[str, ...] = ()   # the limits that changed the last ``apply`` target (HUD, haptics)
+        self.acted: tuple[str, ...] = ()   # LIMIT_NAMES that changed the target at the last ``apply``
 
     def inside(self, p: np.ndarray, margin: float = 0.0) -> bool:
         p = np.asarray(p, dtype=float)
@@ -67,36 +70,34 @@ class Limits:
         return measured + d * (self.cfg.tether_m / n) if n > self.cfg.tether_m else np.asarray(p, dtype=float)
 
     def cap_step(self, prev_p: np.ndarray, prev_q: np.ndarray, p: np.ndarray, q: np.ndarray,
-                 dt: float) -> tuple[np.ndarray, np.ndarray]:
+                 dt: float, acted: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         max_lin = self.cfg.max_linear_speed * dt
         d = p - prev_p
         n = float(np.linalg.norm(d))
         if n > max_lin:
             p = prev_p + d * (max_lin / n)
+            if acted is not None:
+                acted.append("linear_speed")
         max_ang = self.cfg.max_angular_speed * dt
         ang = angle_between(prev_q, q)
         if ang > max_ang:
             q = slerp(prev_q, q, max_ang / ang)
+            if acted is not None:
+                acted.append("angular_speed")
         return p, normalize(q)
 
     def apply(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray,
               measured_p: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
-        """The target after tether, workspace box and speed caps; ``active`` names those that changed it."""
-        p = np.asarray(p, dtype=float)
-        active = []
+        acted: list[str] = []
         tethered = self.tether(p, measured_p)
-        if not np.array_equal(tethered, p):
-            active.append("tether")
-        boxed = self.clamp_workspace(tethered)
-        if not np.array_equal(boxed, tethered):
-            active.append("workspace")
-        out_p, out_q = self.cap_step(prev_p, prev_q, boxed, q, dt)
-        if not np.array_equal(out_p, boxed):
-            active.append("linear_speed")
-        if angle_between(prev_q, q) > self.cfg.max_angular_speed * dt:
-            active.append("angular_speed")
-        self.active = tuple(active)
-        return out_p, out_q
+        if not np.array_equal(tethered, np.asarray(p, dtype=float)):
+            acted.append("tether")
+        clamped = self.clamp_workspace(tethered)
+        if not np.array_equal(clamped, tethered):
+            acted.append("workspace")
+        out = self.cap_step(prev_p, prev_q, clamped, q, dt, acted)
+        self.acted = tuple(acted)
+        return out
 
     def check(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray, dt: float) -> None:
         """Raise LimitViolation unless (p, q) is finite, unit, in the box and within the caps of prev."""

@@ -105,7 +105,6 @@ class TickResult:
     clutch: ClutchEvent = ClutchEvent.NONE
     reason: str | None = None           # why the clutch refused or was forced to release
     actions: list[Action] = field(default_factory=list)
-    limits: tuple[str, ...] = ()        # safety limits that shaped this tick's target (empty: none)
 
 
 @dataclass
@@ -116,6 +115,7 @@ class Counters:
     unsafe_targets: int = 0       # targets that failed the final check (never published)
     published: int = 0
     out_of_order_inputs: int = 0  # headset poses/joys captured before the one already held (ignored)
+    limit_hits: dict[str, int] = field(default_factory=dict)   # limits.LIMIT_NAMES: times each started acting
 
 
 def _valid_pose(p, q) -> Pose | None:
@@ -140,6 +140,7 @@ class TeleopCore:
         self.pos_filter = OneEuroPosition(cfg.filter)
         self.rot_filter = OneEuroOrientation(cfg.filter)
         self.counters = Counters()
+        self.limits_seen: set[str] = set()   # limits that acted since the caller last cleared it (status)
         self.recording = False
         self._hand: Pose | None = None
         self._hand_t = -math.inf
@@ -272,7 +273,12 @@ class TeleopCore:
         dt_f = min(max(dt_actual, 0.2 * self.cfg.period), 5.0 * self.cfg.period)
         fp = self.pos_filter(raw.p, dt_f)
         fq = self.rot_filter(raw.q, dt_f)
+        before = self.limits.acted
         p, q = self.limits.apply(fp, fq, self._prev.p, self._prev.q, self._arm.p, self.cfg.period)
+        for name in self.limits.acted:
+            if name not in before:
+                self.counters.limit_hits[name] = self.counters.limit_hits.get(name, 0) + 1
+        self.limits_seen.update(self.limits.acted)
         try:
             self.limits.check(p, q, self._prev.p, self._prev.q, self.cfg.period)
         except LimitViolation as exc:
@@ -283,7 +289,6 @@ class TeleopCore:
             self.counters.unsafe_targets += 1
             return self._forced(res, f"unsafe gripper width {gripper} refused")
         self._prev = Pose(p, q)
-        res.limits = self.limits.active
         res.target = Pose(p.copy(), q.copy())
         res.gripper = gripper
         self.counters.published += 1
@@ -298,6 +303,7 @@ class TeleopCore:
         return Pose(p, q)
 
     def _latch(self) -> None:
+        self.limits.acted = ()   # a limit still acting at the first tick of a new engagement is a new hit
         self._c0 = Pose(self._hand.p.copy(), self._hand.q.copy())
         self._e0 = Pose(self._arm.p.copy(), self._arm.q.copy())
         self._prev = Pose(self._arm.p.copy(), self._arm.q.copy())
