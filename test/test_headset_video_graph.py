@@ -234,6 +234,11 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
                  20.0, "the recording tint again on the new connection", dump2)
         wait_for(lambda: (_read(report2).get("video") or {}).get("hud", {}).get("recording"), 20.0,
                  "REC on the restarted headset's HUD", dump2)
+        # the pose path is back: the bridge reconnected and streams at the headset's rate again (its diagnostics,
+        # as the HUD on the new headset shows them)
+        wait_for(lambda: ((_read(report2).get("video") or {}).get("hud") or {}).get("input_hz", 0) > 50, 30.0,
+                 "the bridge streaming from the restarted headset", dump2)
+        assert _read(report2)["connections"] == 1   # one pose connection to the new headset
         assert op.status["lerobot_recorder"]["state"] == "recording"
         assert op.status["lerobot_recorder"].get("rows", 0) > rows_during   # rows kept coming meanwhile
         time.sleep(1.0)

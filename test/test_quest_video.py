@@ -180,10 +180,12 @@ def test_haptic_patterns_defaults_and_dedupe():
     assert cfg.pattern("discard") == [(0.0, 1.0, 60), (0.2, 1.0, 60), (0.4, 1.0, 60)]
     assert cfg.pattern("refused") != cfg.pattern("start")
     h = HapticScheduler(cfg)
-    assert h.confirm(10.0, "save") and not h.confirm(12.0, "save")   # two recorders saving: felt once
-    assert h.confirm(13.0, "start") and h.confirm(14.0, "save")       # a new save after a start is felt
-    assert [(p.amp, p.ms) for p in h.due(10.0)] == [(0.5, 200)]
-    h.due(20.0)
+    assert h.confirm(10.0, "save") and not h.confirm(17.0, "save")   # two recorders saving, 7 s apart: felt once
+    assert [(p.amp, p.ms) for p in h.due(17.0)] == [(0.5, 200)]
+    h.new_press()
+    assert h.confirm(18.0, "save")                                   # the next press's save is felt again
+    assert h.confirm(19.0, "start") and h.confirm(20.0, "save")      # so is a save after a start
+    assert len(h.due(21.0)) == 3
     assert h.play(30.0, "discard")
     assert len(h.due(30.25)) == 2 and len(h.due(31.0)) == 1
     with pytest.raises(ValueError):

@@ -237,6 +237,7 @@ class TeleopNode(Node):
             res = self.core.tick(now)
             for action in res.actions:
                 self.calls.press(now, action)
+                self.haptics.new_press()
             if res.actions:
                 self.core.on_recording(self.calls.recording)
             self._track_limits(now, self.core.limits.acted if res.target is not None else ())

@@ -11,7 +11,8 @@ target two light 0.35/40 ms.
 
 ``HapticScheduler`` plays one pattern at a time per name: the same confirmation from several
 recorders (both save, seconds apart on a busy machine) is felt once: ``confirm`` drops a
-confirmation that repeats the previous one within ``dedupe_s``.
+confirmation that repeats the previous one with no press in between (``new_press``; within
+``dedupe_s``: episodes driven through the services have no presses).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class HapticConfig:
     timeout: list[float] = field(default_factory=lambda: [1.0, 90.0, 3.0])
     limit: list[float] = field(default_factory=lambda: [0.35, 40.0, 2.0])
     gap_s: float = 0.2                 # from one pulse's start to the next one's
-    dedupe_s: float = 5.0              # the same confirmation again (another recorder) within this is felt once
+    dedupe_s: float = 30.0             # the same confirmation again (another recorder) within this is felt once
     limit_repeat_s: float = 2.0        # a limit that keeps re-engaging pulses at most this often
 
     @staticmethod
@@ -56,10 +57,10 @@ class HapticConfig:
             if not 0.0 <= amp <= 1.0 or not 0 <= ms <= 2000 or count != int(count) or not 0 <= count <= 10:
                 raise ValueError(f"haptics.{name}: amp in [0, 1], ms in [0, 2000], count an integer in [0, 10]; "
                                  f"got {v!r}")
-        for name in ("gap_s", "dedupe_s", "limit_repeat_s"):
+        for name, hi in (("gap_s", 10.0), ("dedupe_s", 600.0), ("limit_repeat_s", 60.0)):
             v = getattr(self, name)
-            if not (math.isfinite(v) and 0.0 <= v <= 10.0):
-                raise ValueError(f"haptics.{name} must be in [0, 10] s, got {v!r}")
+            if not (math.isfinite(v) and 0.0 <= v <= hi):
+                raise ValueError(f"haptics.{name} must be in [0, {hi:g}] s, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -95,9 +96,14 @@ class HapticScheduler:
         self.played[name] = self.played.get(name, 0) + 1
         return True
 
+    def new_press(self) -> None:
+        """The operator pressed: the confirmations that follow answer this press."""
+        self._last_confirm = ("", -math.inf)
+
     def confirm(self, now: float, name: str) -> bool:
-        """Play a confirmation unless it repeats the previous one within ``dedupe_s`` (the same save
-        reported by each recorder, however far apart their saves finish); True when queued."""
+        """Play a confirmation unless it repeats the previous one with no press in between (within
+        ``dedupe_s``): the same save reported by each recorder, however far apart on a busy machine
+        their saves finish, is felt once; True when queued."""
         if name == self._last_confirm[0] and now - self._last_confirm[1] < self.cfg.dedupe_s:
             return False
         self._last_confirm = (name, now)
