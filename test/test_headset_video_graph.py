@@ -104,7 +104,7 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
     report = tmp_path / "headset.json"
     sets = [f"lerobot_recorder.root={tmp_path / 'lerobot'}", f"rgbd_recorder.path={tmp_path / 'rgbd.hdf5'}",
             "piper_launch.sim_quest.port=0", f"piper_launch.sim_quest.report={report}",
-            "piper_launch.sim_quest.script=continuous",   # engaged: the arm is commanded, rows fill
+            "piper_launch.sim_quest.script=demo",   # the grip closes the clutch every 10 s cycle: the arm is commanded
             "cam_front.width=320", "cam_front.height=240", "cam_wrist.width=320", "cam_wrist.height=240",
             "lerobot_recorder.camera_width=320", "lerobot_recorder.camera_height=240",
             "rgbd_recorder.camera_width=320", "rgbd_recorder.camera_height=240"]
@@ -170,6 +170,10 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
                              for h in hud_since(t)), 15.0, "the refusal on the HUD", dump)
 
         # -- start: REC on the HUD, red tint, the start pulse ---------------------------------------
+        # (the recorders save an episode only once the arm was commanded: wait for the clutch, which the
+        # demo script closes in every cycle; a machine overloaded by other work can release it for a while)
+        engaged = lambda: (_read(report)["video"].get("hud") or {}).get("engaged")  # noqa: E731
+        wait_for(engaged, 90.0, "the clutch engaged", dump)
         t = time.time()
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
@@ -214,6 +218,7 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
         assert not any(h["recording"] for h in hud_since(t))
 
         # -- the headset dies mid-episode and comes back: recording, pose path, video all resume --------
+        wait_for(engaged, 90.0, "the clutch engaged", dump)
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
         time.sleep(2.0)
