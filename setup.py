@@ -18,6 +18,7 @@ CONSOLE_SCRIPTS = {
     "piper-replay": "piper_recorder.nodes.replay:main",
     "piper-policy": "piper_recorder.nodes.policy:main",
     "piper-dashboard": "piper_recorder.nodes.dashboard:main",
+    "piper-quest-video": "piper_recorder.nodes.quest_video:main",
     # tools
     "piper-demo": "piper_recorder.cli.demo:main",
     "piper-launch": "piper_recorder.cli.launch:main",
@@ -43,6 +44,7 @@ ROS_EXECUTABLES = {
     "replay": CONSOLE_SCRIPTS["piper-replay"],
     "policy": CONSOLE_SCRIPTS["piper-policy"],
     "dashboard": CONSOLE_SCRIPTS["piper-dashboard"],
+    "quest_video": CONSOLE_SCRIPTS["piper-quest-video"],
 }
 
 setup(

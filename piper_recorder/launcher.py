@@ -44,10 +44,11 @@ NODE_SCRIPTS = {
     "piper_arm": "piper-arm",
     "lerobot_recorder": "piper-lerobot-recorder",
     "rgbd_recorder": "piper-rgbd-recorder",
+    "quest_video": "piper-quest-video",
 }
 SIM_CAMERA = ("sim_camera", "piper-sim-camera")
 SIM_QUEST = ("sim_quest", "piper-sim-quest")
-START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder")
+START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder", "quest_video")
 
 
 class LaunchError(RuntimeError):
@@ -161,7 +162,7 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
     """
     launch = cfg.get(LAUNCH_SECTION, {})
     nice = int(launch.get("bulk_nice", 0))
-    bulk = {*launch.get("cameras", []), "lerobot_recorder", "rgbd_recorder"}
+    bulk = {*launch.get("cameras", []), "lerobot_recorder", "rgbd_recorder", "quest_video"}
     return f"nice -n {nice}" if nice and name in bulk else None
 
 
@@ -217,6 +218,9 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
         rgbd_cam = cfg.get("rgbd_recorder", {}).get("camera", "")
         if chosen and rgbd_cam not in chosen:
             out.setdefault("rgbd_recorder", {}).update(camera=chosen[0], camera_serials=[serial(chosen[0])])
+    if "quest_video" in cfg:   # the headset's panels: the config's list, else the first three cameras
+        own = list(cfg["quest_video"].get("cameras", []) or [])
+        out.setdefault("quest_video", {})["cameras"] = [c for c in own if c in chosen] if own else chosen[:3]
     return chosen, out
 
 
@@ -230,6 +234,8 @@ class SimQuestSettings:
     script: str = SimConfig.script
     rate: float = SimConfig.rate
     buttons: bool = False
+    video_port: int = 8736          # the app's video/HUD channel (quest_video); 0 = a free port
+    report: str = ""                # write what the headset received to this JSON file (tests)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> "SimQuestSettings":
@@ -239,11 +245,13 @@ class SimQuestSettings:
             raise LaunchError(f"{LAUNCH_SECTION}.sim_quest: unknown settings {sorted(unknown)}")
         return cls(**section)
 
-    def argv(self) -> list[str]:
-        """piper-sim-quest's command-line arguments."""
+    def argv(self, video: bool = False) -> list[str]:
+        """piper-sim-quest's command-line arguments (``video``: also accept quest_video's channel)."""
         out = ["--host", str(self.host), "--port", str(self.port), "--script", str(self.script),
                "--rate", str(self.rate)]
-        return out if self.buttons else [*out, "--no-buttons"]
+        out += [] if self.buttons else ["--no-buttons"]
+        out += ["--video-port", str(self.video_port)] if video else []
+        return out + (["--report", self.report] if self.report else [])
 
 
 @dataclass(frozen=True)
@@ -276,10 +284,14 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
 
     nodes: list[GraphNode] = []
     bridge: dict[str, Any] = {}
+    peer: dict[str, dict[str, Any]] = {}
     if mode == "sim":
         quest = SimQuestSettings.from_config(cfg)
-        nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv())))
+        video = headset_video(cfg)
+        nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
         bridge = {"host": str(quest.host), "port": int(quest.port)}
+        if video:   # quest_video streams to the simulated headset's video channel
+            peer["quest_video"] = {"host": str(quest.host), "port": int(quest.video_port)}
     for name in START_ORDER[:3]:
         if name in cfg:  # a node without a section in the config is not started
             nodes.append(ours(name, name, NODE_SCRIPTS[name], **(bridge if name == "quest_bridge" else {})))
@@ -289,7 +301,8 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
         else:
             nodes.append(GraphNode(cam, "realsense2_camera_node", package="realsense2_camera", namespace="",
                                    parameters=realsense_parameters(cfg, cam)))
-    nodes += [ours(name, name, NODE_SCRIPTS[name]) for name in START_ORDER[3:] if name in cfg]
+    nodes += [ours(name, name, NODE_SCRIPTS[name], **peer.get(name, {})) for name in START_ORDER[3:]
+              if name in cfg and (name != "quest_video" or headset_video(cfg))]
     if policy_enabled(cfg, overrides):  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
     dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)
@@ -304,6 +317,12 @@ def launch_graph(mode: str, config_file: str | Path, dashboard: str = "", **laun
     cfg = _read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)
     return graph_nodes(mode, cfg, cameras, overrides, dashboard)
+
+
+def headset_video(cfg: Mapping[str, Any]) -> bool:
+    """Whether to start quest_video (panels + HUD to the headset): a ``quest_video`` section and
+    ``piper_launch.headset_video`` not false."""
+    return "quest_video" in cfg and bool(cfg.get(LAUNCH_SECTION, {}).get("headset_video", True))
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -396,9 +415,15 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
     if mode == "sim":
         quest = SimQuestSettings.from_config(cfg)
-        if not quest.port:
-            quest = dataclasses.replace(quest, port=free_port(str(quest.host)))
+        if not quest.port:   # port 0: free ports for the pose and the video channel
+            host = str(quest.host)
+            quest = dataclasses.replace(quest, port=free_port(host),
+                                        video_port=free_port(host) if headset_video(cfg) else quest.video_port)
+        elif headset_video(cfg) and not quest.video_port:
+            quest = dataclasses.replace(quest, video_port=free_port(str(quest.host)))
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
+    if not headset_video(cfg):
+        cfg.pop("quest_video", None)
     nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard)
     for n in nodes:
         if n.parameters:

@@ -16,7 +16,7 @@ from piper_recorder.params_file import read_params_file
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = {name: ROOT / "launch" / f"{name}.launch.py" for name in ("sim", "robot")}
 CONFIG = {name: ROOT / "config" / f"{name}.yaml" for name in ("sim", "robot")}
-OUR_NODES = ("quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder")
+OUR_NODES = ("quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video")
 REALSENSE_PARAMS = {"camera_name", "serial_no", "rgb_camera.color_profile", "depth_module.depth_profile",
                     "align_depth.enable", "enable_sync", "enable_color", "enable_depth", "pointcloud.enable"}
 
@@ -70,6 +70,7 @@ def test_launch_file_references_declared_executables(name):
         assert {p.executable for p in camera_nodes} == {"sim_camera"}
         headset = [p for p in graph if not p.ros_node]
         assert [p.executable for p in headset] == ["sim_quest"] and "sim_quest" in executables
+        assert headset[0].args[headset[0].args.index("--video-port") + 1] == "8736"   # quest_video's peer
 
 
 def _config_classes(node: str) -> list[tuple[type, str]]:
@@ -85,10 +86,11 @@ def _config_classes(node: str) -> list[tuple[type, str]]:
             out.append((getattr(mod, cls_name), prefix))
         return out
     module = {"quest_bridge": "quest_bridge", "lerobot_recorder": "lerobot_recorder",
-              "rgbd_recorder": "rgbd_recorder", "sim_camera": "sim_camera"}[node]
+              "rgbd_recorder": "rgbd_recorder", "sim_camera": "sim_camera", "quest_video": "quest_video"}[node]
     mod = importlib.import_module(f"piper_recorder.nodes.{module}")
     classes = {"quest_bridge": "QuestBridgeConfig", "lerobot_recorder": "LeRobotRecorderConfig",
-               "rgbd_recorder": "RgbdRecorderConfig", "sim_camera": "SimCameraConfig"}
+               "rgbd_recorder": "RgbdRecorderConfig", "sim_camera": "SimCameraConfig",
+               "quest_video": "QuestVideoConfig"}
     return [(getattr(mod, classes[node]), "")]
 
 
@@ -122,9 +124,19 @@ def test_pip_launcher_plan_matches_config(tmp_path):
                                              "lerobot_recorder.task=stack"], tmp_path, cameras="cam_front")
     names = [p.name for p in plan.processes]
     assert names == ["sim_quest", "piper_arm", "quest_bridge", "teleop", "cam_front", "lerobot_recorder",
-                     "rgbd_recorder"]
+                     "rgbd_recorder", "quest_video"]
     cfg = read_params_file(plan.params_file)  # the effective file every node gets
     assert cfg["quest_bridge"]["port"] == cfg[LAUNCH_SECTION]["sim_quest"]["port"] > 0
+    # the headset's video channel: a free port too, shared by quest_video and the sim headset; its panels follow
+    # the chosen cameras
+    vport = cfg[LAUNCH_SECTION]["sim_quest"]["video_port"]
+    assert cfg["quest_video"]["port"] == vport > 0 and vport != cfg["quest_bridge"]["port"]
+    assert cfg["quest_video"]["cameras"] == ["cam_front"]
+    headset = next(p for p in plan.processes if p.name == "sim_quest")
+    assert headset.argv[headset.argv.index("--video-port") + 1] == str(vport)
+    off = plan_graph("sim", CONFIG["sim"], ["piper_launch.sim_quest.port=0", "piper_launch.headset_video=false"],
+                     tmp_path)
+    assert "quest_video" not in [p.name for p in off.processes] and "quest_video" not in off.config
     assert cfg["cam_front"]["width"] == 320 and cfg["lerobot_recorder"]["task"] == "stack"
     assert cfg["lerobot_recorder"]["cameras"] == ["cam_front"]
     assert cfg["lerobot_recorder"]["camera_serials"] == ["sim-front-0001"]

@@ -24,7 +24,7 @@ from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
 from piper_recorder.params_file import read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
-OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder"}
+OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video"}
 
 
 class Action:
@@ -107,11 +107,14 @@ def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launc
     nodes = {a.kwargs["name"]: a for a in actions if isinstance(a, Node)}
     assert set(nodes) == OUR_NODES | {"cam_front", "cam_wrist"}
     nice = f"nice -n {read_params_file(ROOT / 'config' / 'sim.yaml')[LAUNCH_SECTION]['bulk_nice']}"
-    bulk = {"cam_front", "cam_wrist", "lerobot_recorder", "rgbd_recorder"}
+    bulk = {"cam_front", "cam_wrist", "lerobot_recorder", "rgbd_recorder", "quest_video"}
     assert {n for n, a in nodes.items() if a.kwargs.get("prefix") == nice} == bulk   # still niced
     assert {n: label(a) for n, a in nodes.items()} == {n: n for n in nodes}          # not "nice"
     (headset,) = [a for a in actions if isinstance(a, ExecuteProcess)]
     assert label(headset) == "sim_quest"
+    cmd = [str(c) for c in headset.kwargs["cmd"]]
+    assert cmd[cmd.index("--video-port") + 1] == "8736"   # where quest_video sends the panels (its default port)
+    assert nodes["quest_video"].kwargs["parameters"][1]["cameras"] == ["cam_front", "cam_wrist"]
     assert nodes["lerobot_recorder"].kwargs["parameters"][1]["task"] == "stack"
     assert nodes["rgbd_recorder"].kwargs["parameters"][1]["task"] == "stack"
 

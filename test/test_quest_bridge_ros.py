@@ -269,3 +269,59 @@ def test_bridge_drops_bad_lines_and_reports_them(ros_domain, tmp_path):
         assert "mono" in obj or "hello" in obj
     values = {kv.key: kv.value for kv in diags[-1].status[0].values}
     assert int(values["rejected_total"]) >= 20 and values["state"] == "connected"
+
+
+@pytest.mark.timeout(90)
+def test_bridge_forwards_panel_commands_and_replays_the_tint_on_reconnect(ros_domain, tmp_path):
+    """/quest/command: checked, forwarded to the headset; the latest tint and panel placement are sent
+    again when a restarted headset connects (it shows the recording tint without waiting for a change)."""
+    ros_domain.apply()
+    import rclpy
+    from std_msgs.msg import String
+
+    report1, report2 = tmp_path / "h1.json", tmp_path / "h2.json"
+    rclpy.init()
+    node = rclpy.create_node("command_probe")
+    pub = node.create_publisher(String, "/quest/command", 10)
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path) as procs:
+            sim = procs.start("piper-sim-quest", "--port", "0", "--script", "idle", "--no-buttons",
+                              "--report", str(report1))
+            port = _wait_port(sim)
+            procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.2")
+
+            def commands(path):
+                try:
+                    return json.loads(path.read_text()).get("commands", {})
+                except (OSError, ValueError):
+                    return {}
+
+            def colors(path):
+                try:
+                    return json.loads(path.read_text()).get("colors", [])
+                except (OSError, ValueError):
+                    return []
+
+            red = {"cmd": "color", "r": 0.6, "g": 0.02, "b": 0.02, "a": 0.25}
+            place = {"cmd": "panel", "cam": 1, "x": 0.3, "y": 1.2, "z": -0.9, "width": 0.5, "yaw": 10.0}
+            end = time.monotonic() + 30
+            while not colors(report1) and time.monotonic() < end:   # until the bridge is matched and connected
+                for cmd in ({"cmd": "color", "r": 2.0, "g": 0, "b": 0, "a": 0}, {"cmd": "anchor_clear"}, red, place):
+                    pub.publish(String(data=json.dumps(cmd)))   # the first two are refused, never forwarded
+                time.sleep(0.5)
+            got = colors(report1)
+            assert got and all({k: c[k] for k in "rgba"} == {k: red[k] for k in "rgba"} for c in got), got
+            assert set(commands(report1)) == {"color", "panel"}, commands(report1)
+
+            sim.stop()   # the headset app restarts: a new connection, nobody publishes anything new
+            sim2 = procs.start("piper-sim-quest", "--port", str(port), "--script", "idle", "--no-buttons",
+                               "--report", str(report2))
+            end = time.monotonic() + 30
+            while commands(report2).get("panel", 0) < 1 and time.monotonic() < end:
+                time.sleep(0.2)
+            assert sim2.alive()
+            assert [{k: c[k] for k in "rgba"} for c in colors(report2)] == [{k: red[k] for k in "rgba"}]
+            assert commands(report2) == {"color": 1, "panel": 1}, commands(report2)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()

@@ -3,7 +3,10 @@
 Publishes /quest/{head,left,right}/pose (capture-time stamps, only valid & tracked devices),
 /quest/{left,right}/joy, /quest/raw (every accepted raw line, verbatim; rejected lines are only
 counted), /quest/hello (transient local) and diagnostics on /diagnostics; forwards /quest/haptic
-to the headset as {"cmd": "haptic", ...}. A backlog read from the socket at once is coalesced for
+to the headset as {"cmd": "haptic", ...}, and /quest/command (the panel commands of
+``piper_recorder.quest.video``: view tint ``color``, ``panel`` placement, ``panels_front``) after
+checking them; the latest tint and each panel's placement are sent again on every (re)connect, so a
+restarted headset shows the recording tint at once. A backlog read from the socket at once is coalesced for
 control (newest pose, joys with a button edge or the lowest grip, newest joy:
 ``BridgeCore.handle_batch``), never for /quest/raw.
 """
@@ -28,6 +31,7 @@ from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.clock import ClockMapperConfig
 from piper_recorder.quest.protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message
+from piper_recorder.quest.video import ui_command_from_json
 
 
 @dataclass
@@ -80,6 +84,9 @@ class QuestBridge(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(String, "/quest/haptic", self._on_haptic, 10)
         self.haptic_invalid = 0
+        self.create_subscription(String, "/quest/command", self._on_command, 10)
+        self.command_invalid = 0
+        self._ui_state: dict[str, dict] = {}   # "color" / "panel<N>" -> the latest such command (replayed on connect)
         self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
         self.create_timer(self.cfg.diagnostics_period_s, self._publish_diagnostics)
         self.client.start()
@@ -90,6 +97,9 @@ class QuestBridge(Node):
         if event == "connected":
             with self._lock:
                 self.core.on_connection()
+                replay = list(self._ui_state.values())
+            for cmd in replay:
+                self.client.send_command(cmd)
         self.get_logger().info(f"headset {event}")
 
     def _on_message(self, msg: Message, recv_ns: int) -> None:
@@ -134,6 +144,18 @@ class QuestBridge(Node):
             return
         self.client.haptic(*req)
 
+    def _on_command(self, msg: String) -> None:
+        cmd = ui_command_from_json(msg.data)
+        if cmd is None:
+            self.command_invalid += 1
+            self.get_logger().warning(f"ignoring invalid /quest/command: {msg.data[:120]!r}")
+            return
+        key = "color" if cmd["cmd"] == "color" else f"panel{cmd['cam']}" if cmd["cmd"] == "panel" else ""
+        if key:
+            with self._lock:
+                self._ui_state[key] = cmd
+        self.client.send_command(cmd)
+
     # -- diagnostics -----------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
         now = time.time_ns()
@@ -161,7 +183,7 @@ class QuestBridge(Node):
             "clock_offset_ns": offset if offset is not None else "none", "clock_resets": clock_resets,
             "arrival_delay_ms": f"{delay / 1e6:.3f}",
             "haptic_sent": st.commands_sent, "haptic_failed": st.commands_failed,
-            "haptic_invalid": self.haptic_invalid,
+            "haptic_invalid": self.haptic_invalid, "command_invalid": self.command_invalid,
             "rejected_total": sum(rejected.values()), "last_rejection": self.client.parser.last_rejection,
             **{f"rejected.{k}": v for k, v in sorted(rejected.items())},
             **{f"count.{k}": v for k, v in sorted(counters.items())},

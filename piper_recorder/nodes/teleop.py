@@ -14,15 +14,19 @@ Parameters: the fields of ``TeleopConfig`` (``hand``, ``control_rate_hz``, ``pos
 sub-configs under ``clutch.``, ``frame.``, ``filter.``, ``limits.``, and ``TeleopNodeConfig`` below.
 Buttons call ``/<recorder>/{start,stop,discard,delete_last}_episode`` asynchronously on every
 recorder in ``recorders`` through ``piper_recorder.teleop.recorder_calls.RecorderCalls``: each call
-has a deadline (``call_timeout_s``); a timeout pulses the headset (``HAPTIC_PATTERNS["timeout"]``),
+has a deadline (``call_timeout_s``); a timeout pulses the headset (``haptics.timeout``),
 is logged, re-creates that recorder's clients (a fresh client matches the relaunched server; the
 old one may hold a dead endpoint) and resends once the recorder publishes its ``~/status`` again;
-a press that did not take effect pulses ``HAPTIC_PATTERNS["failed"]``. Replies, ``/episode_events``
+a press that did not take effect (refused, failed) pulses ``haptics.refused``. Replies, ``/episode_events``
 and the recorders' ``~/status`` keep the start/stop toggle on what the recorders actually do.
+Confirmations (``piper_recorder.teleop.haptics``) follow what the recorders did: ``/episode_events``
+started / saved / discarded / deleted pulse ``haptics.start`` / ``save`` / ``discard`` / ``delete``
+(once for all recorders), and a safety limit starting to shape the target pulses ``haptics.limit``.
 Clients are created, called and destroyed only on the executor thread (a ``SERVICE_POLL_HZ``
-timer). ``/teleop/status`` (String JSON, 1 Hz)
-carries the counters (``limit_hits``: how often each safety limit started acting this session), the
-limits that acted since the previous status (``limits_active``), each recorder's state and the calls in flight.
+timer). ``/teleop/status`` (String JSON, 1 Hz, and at once, at most 10 Hz, when the clutch or the active
+limits change) carries the counters (``limit_hits``: how often each safety limit started acting this
+session), ``limits_active`` (the limits acting now or since the previous status), each recorder's
+state, the calls in flight and ``haptics`` (patterns played).
 """
 from __future__ import annotations
 
@@ -48,16 +52,19 @@ from piper_recorder.nodes.common import declare_config, now_ns, ns_to_stamp, run
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
 from piper_recorder.teleop.frames import FrameConfig
+from piper_recorder.teleop.haptics import EVENT_PATTERNS, HapticConfig, HapticScheduler
 from piper_recorder.teleop.limits import LimitsConfig
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
 from piper_recorder.teleop.recorder_calls import Outcome, RecorderCallConfig, RecorderCalls
 
-# Haptic patterns on /quest/haptic, (delay s, amp, ms) per pulse; the engage pulse is one short
-# ``haptic_amp``/``haptic_ms`` buzz, so these are unmistakably different.
+# The default alarm patterns on /quest/haptic, (delay s, amp, ms) per pulse (configurable: ``haptics.*``);
+# the engage pulse is one short ``haptic_amp``/``haptic_ms`` buzz, so these are unmistakably different.
 HAPTIC_PATTERNS: dict[str, tuple[tuple[float, float, int], ...]] = {
-    "timeout": ((0.0, 1.0, 90), (0.2, 1.0, 90), (0.4, 1.0, 90)),   # a recorder did not answer: retrying
-    "failed": ((0.0, 1.0, 700),),                                   # the press did not take effect
+    "timeout": tuple(HapticConfig().pattern("timeout")),   # a recorder did not answer: retrying
+    "failed": tuple(HapticConfig().pattern("refused")),    # the press did not take effect
 }
+ALARM_PATTERN = {"timeout": "timeout", "failed": "refused"}   # RecorderCalls' alarm -> haptics pattern
+STATUS_MIN_PERIOD_S = 0.1
 SERVICE_POLL_HZ = 50.0   # presses wait <= 20 ms for the executor thread (EventsExecutor has no guard conditions)
 
 
@@ -104,6 +111,7 @@ class TeleopNode(Node):
         cfg.filter = declare_config(self, FilterConfig, "filter.")
         cfg.limits = declare_config(self, LimitsConfig, "limits.")
         self.ncfg = declare_config(self, TeleopNodeConfig)
+        self.haptics = HapticScheduler(declare_config(self, HapticConfig, "haptics."))
         self.core = TeleopCore(cfg)  # validates the assembled config
         self.cfg = cfg
 
@@ -131,9 +139,10 @@ class TeleopNode(Node):
         for rec in self.ncfg.recorders:
             self.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_recorder_status(r, m),
                                      reliable, callback_group=g)
-        self._pulses: list[tuple[float, float, int]] = []   # (due monotonic, amp, ms), executor thread only
         self._last_alarm: dict | None = None
-        self._pattern_busy_until: dict[str, float] = {}
+        self._limits_active: tuple[str, ...] = ()   # the limits that shaped the last published target
+        self._status_dirty = False
+        self._status_sent = 0.0
         self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
         self.create_timer(1.0, self._publish_status, callback_group=g)
         self._last_refusal_log = 0.0
@@ -195,6 +204,8 @@ class TeleopNode(Node):
             with self._lock:
                 self.calls.on_event(time.monotonic(), rec, kind)
                 self.core.on_recording(self.calls.recording)
+                if kind in EVENT_PATTERNS:
+                    self.haptics.confirm(time.monotonic(), EVENT_PATTERNS[kind])   # once for all recorders
 
     def _on_recorder_status(self, rec: str, msg: String) -> None:
         try:
@@ -229,8 +240,12 @@ class TeleopNode(Node):
             res = self.core.tick(now)
             for action in res.actions:
                 self.calls.press(now, action)
+                self.haptics.new_press()
             if res.actions:
                 self.core.on_recording(self.calls.recording)
+            self._track_limits(now, self.core.limits.acted if res.target is not None else ())
+            if res.clutch in (ClutchEvent.ENGAGED, ClutchEvent.RELEASED, ClutchEvent.FORCED_RELEASE):
+                self._status_dirty = True
         for action in res.actions:
             self.get_logger().info(f"button: {action.value} on {self.ncfg.recorders}")
 
@@ -260,6 +275,15 @@ class TeleopNode(Node):
         grip.name, grip.position = ["gripper"], [float(res.gripper)]
         self.pub_gripper.publish(grip)
 
+    def _track_limits(self, now: float, active: tuple[str, ...]) -> None:
+        """Pulse ``haptics.limit`` when a limit starts shaping the target (the core counts the hits),
+        and publish the status soon (under the lock)."""
+        if any(name not in self._limits_active for name in active):
+            self.haptics.play(now, "limit")
+        if active != self._limits_active:
+            self._limits_active = active
+            self._status_dirty = True
+
     # ---- recorder services (executor thread) ---------------------------------------------------
     def _make_clients(self, rec: str) -> dict[Action, Client[Any, Any]]:
         return {a: self.create_client(Trigger, f"/{rec}/{a.value}", callback_group=self._call_group)
@@ -281,6 +305,8 @@ class TeleopNode(Node):
             future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
             future.add_done_callback(functools.partial(self._on_reply, send.call_id))
         self._service_poll_pulses(now)
+        if self._status_dirty and now - self._status_sent >= STATUS_MIN_PERIOD_S:
+            self._publish_status()
 
     def _ready(self, rec: str) -> bool:
         return all(c.service_is_ready() for c in self.recorder_clients[rec].values())
@@ -310,28 +336,31 @@ class TeleopNode(Node):
         if alarm is None:
             return
         now = time.monotonic()
-        pattern = HAPTIC_PATTERNS[alarm]
-        if now >= self._pattern_busy_until.get(alarm, -1.0):   # several recorders at once: one pattern
-            self._pulses += [(now + delay, amp, ms) for delay, amp, ms in pattern]
-            self._pattern_busy_until[alarm] = now + pattern[-1][0] + pattern[-1][2] / 1000.0 + 0.3
-        self._last_alarm = {"recorder": report.recorder, "action": report.action.value,
-                            "outcome": report.outcome.value, "message": report.message, "pattern": alarm}
+        with self._lock:
+            self.haptics.play(now, ALARM_PATTERN[alarm])   # several recorders at once: one pattern
+            seq = (self._last_alarm or {}).get("seq", 0) + 1   # tells a repeated alarm from the same one
+            self._last_alarm = {"recorder": report.recorder, "action": report.action.value,
+                                "outcome": report.outcome.value, "message": report.message, "pattern": alarm,
+                                "seq": seq}
+            self._status_dirty = True
         self._service_poll_pulses(now)
 
     def _service_poll_pulses(self, now: float) -> None:
-        due = [p for p in self._pulses if p[0] <= now]
-        self._pulses = [p for p in self._pulses if p[0] > now]
-        for _, amp, ms in due:
-            self.pub_haptic.publish(String(data=json.dumps({"hand": self.cfg.hand, "amp": amp, "ms": ms})))
+        with self._lock:
+            due = self.haptics.due(now)
+        for p in due:
+            self.pub_haptic.publish(String(data=json.dumps({"hand": self.cfg.hand, "amp": p.amp, "ms": p.ms})))
 
     def _publish_status(self) -> None:
         with self._lock:
-            # limits_active: every limit that changed a target since the last status (1 s), so a brief hit shows
+            # limits_active: every limit that changed a target since the last status, so a brief hit shows
             status = {"engaged": self.core.engaged, "recording": self.core.recording, **asdict(self.core.counters),
-                      "limits_active": sorted(self.core.limits_seen),
+                      "limits_active": sorted(self.core.limits_seen | set(self._limits_active)),
                       "recorders": {n: r.state for n, r in self.calls.recorders.items()},
-                      "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm}
+                      "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm,
+                      "haptics": dict(self.haptics.played)}
             self.core.limits_seen.clear()
+            self._status_dirty, self._status_sent = False, time.monotonic()
         self.pub_status.publish(String(data=json.dumps(status)))
 
 

@@ -14,6 +14,11 @@ reader that fell behind finds it), or fall behind gradually (``lag_after_s``/``l
 then on each frame leaves ``lag_rate`` s later per second, up to ``lag_max_s``; old frames arrive
 one by one, as from a starved bridge).
 
+With ``video_port`` (>= 0; 0 = any free port) it also listens on the app's video channel
+(``sim_video.SimVideoServer``: panels and HUD decoded, rates, the HUD's state). Every host command
+is kept with its arrival time (``haptics``, ``colors``), and ``--report FILE`` writes all of it as
+JSON twice a second (atomically), for tests and benches that run the headset as its own process.
+
 The hello carries ``mono`` (the script's t = 0), so a client can compute the script time of a frame
 as ``frame.mono - hello["mono"]`` and predict it with ``ScriptedHeadset.sample``.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import signal
 import socket
@@ -37,6 +43,7 @@ from typing import Any
 from .client import DEFAULT_HOST, DEFAULT_PORT
 from .protocol import encode
 from .scripts import SCRIPTS, ScriptedHeadset
+from .sim_video import SimVideoServer
 
 APP_NAME = "piper-sim-quest"
 PROTOCOL_VERSION = 1
@@ -61,10 +68,13 @@ class SimConfig:
     lag_after_s: float = 0.0  # > 0: from this long after connect, frames leave later and later ...
     lag_rate: float = 0.0  # ... by this many seconds per second ...
     lag_max_s: float = 5.0  # ... up to this delay
+    video_port: int = -1  # >= 0: accept the video channel on this port (0 = any free port); -1: off
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port {self.port} out of range")
+        if not -1 <= self.video_port < 65536:
+            raise ValueError(f"video_port {self.video_port} out of range")
         if not (math.isfinite(self.rate) and 1.0 <= self.rate <= 1000.0):
             raise ValueError("rate must be in [1, 1000] Hz")
         if self.script not in SCRIPTS:
@@ -120,7 +130,10 @@ class SimQuestServer:
         config.validate()
         self.config = config
         self.commands: Counter[str] = Counter()
-        self.haptics: list[dict[str, Any]] = []
+        self.haptics: list[dict[str, Any]] = []   # as received
+        self.haptic_times: list[float] = []       # time.time() at each one's arrival
+        self.colors: list[dict[str, Any]] = []    # with "t_recv" (time.time() at arrival)
+        self.video = SimVideoServer(config.host, config.video_port) if config.video_port >= 0 else None
         self.connections = 0
         self.frames_sent = 0
         self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -141,6 +154,8 @@ class SimQuestServer:
         self._listener = ls
         self.port = ls.getsockname()[1]
         self._spawn(self._accept_loop, "sim-quest-accept")
+        if self.video is not None:
+            self.video.start()
         return self.port
 
     def stop(self) -> None:
@@ -153,6 +168,24 @@ class SimQuestServer:
             _close(c)
         for t in list(self._threads):
             t.join(2.0)
+        if self.video is not None:
+            self.video.stop()
+
+    def report(self) -> dict[str, Any]:
+        """Everything observed so far, JSON-ready."""
+        with self._lock:
+            out: dict[str, Any] = {"port": self.port, "connections": self.connections, "frames_sent": self.frames_sent,
+                                   "commands": dict(self.commands),
+                                   "haptics": [{**h, "t_recv": t} for h, t in zip(self.haptics, self.haptic_times)],
+                                   "colors": list(self.colors)}
+        out["video"] = self.video.report() if self.video is not None else None
+        return out
+
+    def write_report(self, path: str | Path) -> None:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.report(), fh)
+        os.replace(tmp, path)
 
     def drop_connections(self) -> None:
         """Close the current client connections (the listener stays up): a headset-side disconnect."""
@@ -294,6 +327,9 @@ class SimQuestServer:
                     self.commands[name] += 1
                     if name == "haptic":
                         self.haptics.append(cmd)
+                        self.haptic_times.append(time.time())
+                    elif name == "color":
+                        self.colors.append({**cmd, "t_recv": time.time()})
                 self._log(f"{APP_NAME}: command {line.decode('utf-8', 'replace')[:200]}")
 
 
@@ -331,6 +367,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lag-rate", type=float, default=d.lag_rate,
                    help="... by this many seconds per second ...")
     p.add_argument("--lag-max", type=float, default=d.lag_max_s, help="... up to this delay (s)")
+    p.add_argument("--video-port", type=int, default=d.video_port,
+                   help="accept the video/HUD channel on this port (the app: 8736; 0 = any free; -1 = off)")
+    p.add_argument("--report", default="", metavar="FILE.json",
+                   help="write what the headset received (commands, haptics, colours, video) here twice a second")
     return p
 
 
@@ -340,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                     buttons=not args.no_buttons, seed=args.seed, delay_ms=args.delay_ms,
                     jitter_ms=args.jitter_ms, mono_offset_s=args.mono_offset, stall_after_s=args.stall_after,
                     stall_s=args.stall_for, stall_burst=args.stall_burst, lag_after_s=args.lag_after,
-                    lag_rate=args.lag_rate, lag_max_s=args.lag_max)
+                    lag_rate=args.lag_rate, lag_max_s=args.lag_max, video_port=args.video_port)
     try:
         server = SimQuestServer(cfg)
         port = server.start()
@@ -350,10 +390,18 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: done.set())
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    print(f"{APP_NAME} listening on {cfg.host}:{port} script={'replay' if cfg.replay else cfg.script} "
+    video = f" video={cfg.host}:{server.video.port}" if server.video is not None else ""
+    print(f"{APP_NAME} listening on {cfg.host}:{port}{video} script={'replay' if cfg.replay else cfg.script} "
           f"rate={cfg.rate:g}", flush=True)
-    done.wait(args.duration if args.duration > 0 else None)
+    deadline = time.monotonic() + args.duration if args.duration > 0 else math.inf
+    while not done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+        if args.report:
+            server.write_report(args.report)
+        if time.monotonic() >= deadline:
+            break
     server.stop()
+    if args.report:
+        server.write_report(args.report)
     print(f"{APP_NAME}: stopped; connections={server.connections} frames={server.frames_sent} "
           f"commands={dict(server.commands)}", flush=True)
     return 0

@@ -92,6 +92,8 @@ class EpisodeController:
         self._tick_delays: list[int] = []
         self._unsaved: _Unsaved | None = None    # the finished episode a failed save left with the writer
         self.last_message = "idle"
+        self.last_ok = True    # whether the last answer was a success (False: a refusal, shown on the HUD)
+        self.answers = 0       # answers given so far: tells a repeated refusal from the same one
 
     # ---- inputs (any thread) ----------------------------------------------------------------
     def add_input(self, name: str, stamp_ns: int, values: Sequence[float] | np.ndarray) -> None:
@@ -352,7 +354,8 @@ class EpisodeController:
         with self._lock:
             st: dict[str, Any] = {"recorder": self.recorder, "state": self.state, "episode_index": self._episode,
                                   "task": self._task, "saved_this_session": [i for i, _ in self._saved],
-                                  "writer_backlog": self.worker.backlog, "message": self.last_message}
+                                  "writer_backlog": self.worker.backlog, "message": self.last_message,
+                                  "ok": self.last_ok, "answers": self.answers}
             if self._asm is not None:
                 st.update(elapsed_s=round((now_ns - self._asm.start_ns) / 1e9, 3), rows=self._asm.rows,
                           waiting_for=self._asm.missing_inputs() if self._asm.origin_ns is None else [],
@@ -398,11 +401,11 @@ class EpisodeController:
                 "start_ns": start_ns, "end_ns": end_ns, "rows": rows, "reason": reason}
 
     def _refuse(self, message: str) -> Answer:
-        self.last_message = message
+        self.last_message, self.last_ok, self.answers = message, False, self.answers + 1
         return Answer(False, message)
 
     def _done(self, ans: Answer) -> Answer:
-        self.last_message = ans.message
+        self.last_message, self.last_ok, self.answers = ans.message, ans.ok, self.answers + 1
         if ans.event is not None:
             self._publish_event(ans.event)
         self._log(ans.message)

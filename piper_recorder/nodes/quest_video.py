@@ -1,0 +1,265 @@
+"""quest_video: camera panels and the HUD to the headset app's video channel (thin adapter).
+
+Its own process, not a thread of quest_bridge: JPEG encoding (a few ms per 640x480 frame, several
+cameras at 15 fps) holding the GIL in the bridge would delay the pose callbacks, and the pose path's
+latency is the one thing this must not touch; a process of its own also keeps a stalled video link
+and the bridge's reconnects apart. Image messages are only stored by the callbacks; one stream
+thread (``fps``) encodes each camera's newest frame when it is new (``quest.hud.encode_panel``) and
+sends it through ``quest.video.PanelSender`` (non-blocking; a busy link drops the frame), and at
+``hud_hz`` renders the HUD (``quest.hud``) from ``HudModel``, fed by the recorder's status and
+``/episode_events``, ``/teleop/status``, the bridge's ``/diagnostics`` and ``/arm/status``. The view
+tint (red while recording) goes to quest_bridge as a ``/quest/command`` on each change and every
+``tint_refresh_s``.
+
+``~/status`` (String JSON, 1 Hz): link state, frames sent / dropped per panel, and per camera the
+latency from capture (the image stamp) to the frame's last byte handed to the socket (p50/p99/max
+over the last 300 frames), the encode time, and the camera frames received and panels sent.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image as ImageMsg
+from std_msgs.msg import String
+
+from piper_recorder.assembly.messages import image_to_numpy
+from piper_recorder.nodes.common import declare_config, run_node, stamp_to_ns
+from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
+from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
+                                        PanelSender, SenderConfig, color_command)
+
+LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
+BRIDGE_STATUS = "quest_bridge: headset"
+LATENCY_WINDOW = 300
+
+
+@dataclass
+class QuestVideoConfig:
+    host: str = "127.0.0.1"
+    port: int = VIDEO_PORT
+    cameras: list[str] = field(default_factory=list)   # panels 0..2, left to right
+    image_topic_pattern: str = "/{camera}/color/image_raw"
+    fps: float = 15.0
+    quality: int = 70
+    max_width: int = 640
+    labels: bool = True              # the camera's name in a banner on its panel
+    hud: bool = True
+    hud_hz: float = 5.0
+    hud_quality: int = 80
+    recorder: str = "lerobot_recorder"   # whose status and events the HUD shows
+    tint: bool = True
+    tint_refresh_s: float = 5.0
+    reconnect_s: float = 1.0
+    reconnect_max_s: float = 5.0
+
+    def sender(self) -> SenderConfig:
+        return SenderConfig(host=self.host, port=self.port, reconnect_s=self.reconnect_s,
+                            reconnect_max_s=self.reconnect_max_s)
+
+    def validate(self) -> None:
+        self.sender().validate()
+        if len(self.cameras) > MAX_CAMERA_PANELS or any(not c.isidentifier() for c in self.cameras):
+            raise ValueError(f"cameras: at most {MAX_CAMERA_PANELS} plain names, got {self.cameras}")
+        if "{camera}" not in self.image_topic_pattern:
+            raise ValueError("image_topic_pattern must contain {camera}")
+        for name, lo, hi in (("fps", 0.5, 60.0), ("hud_hz", 0.2, 30.0), ("tint_refresh_s", 0.5, 600.0)):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and lo <= v <= hi):
+                raise ValueError(f"{name} must be in [{lo}, {hi}], got {v!r}")
+        for name in ("quality", "hud_quality"):
+            if not 1 <= getattr(self, name) <= 95:
+                raise ValueError(f"{name} must be in [1, 95]")
+        if not 64 <= self.max_width <= 640:
+            raise ValueError("max_width must be in [64, 640] (the app's panels)")
+        if not self.recorder or "/" in self.recorder:
+            raise ValueError("recorder must be a plain node name")
+
+
+class QuestVideo(Node):
+    def __init__(self) -> None:
+        super().__init__("quest_video")
+        self.cfg = declare_config(self, QuestVideoConfig)
+        self._lock = threading.Lock()
+        self.model = HudModel(self.cfg.recorder)
+        self.sender = PanelSender(self.cfg.sender())
+        self._latest: dict[int, tuple[int, Any]] = {}     # panel -> (seq, image message)
+        self._sent_seq: dict[int, int] = {}
+        self._latency_ms: dict[int, deque[float]] = {i: deque(maxlen=LATENCY_WINDOW)
+                                                     for i in range(len(self.cfg.cameras))}
+        self._encode_ms: dict[int, deque[float]] = {i: deque(maxlen=LATENCY_WINDOW)
+                                                    for i in range(len(self.cfg.cameras))}
+        self._received = [0] * len(self.cfg.cameras)
+        self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        for idx, cam in enumerate(self.cfg.cameras):
+            self.create_subscription(ImageMsg, self.cfg.image_topic_pattern.format(camera=cam),
+                                     lambda m, i=idx: self._on_image(i, m), qos_profile_sensor_data)
+        self.create_subscription(String, f"/{self.cfg.recorder}/status", self._on_recorder_status, reliable)
+        self.create_subscription(String, "/episode_events", self._on_episode_event, reliable)
+        self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.create_subscription(DiagnosticArray, "/arm/status", self._on_arm_status, reliable)
+        self.pub_command = self.create_publisher(String, "/quest/command", reliable)
+        self.pub_status = self.create_publisher(String, "~/status", reliable)
+        self.create_timer(1.0, self._publish_status)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._stream, name="quest-video", daemon=True)
+        self._thread.start()
+        self.get_logger().info(f"streaming {self.cfg.cameras} at {self.cfg.fps:g} fps q{self.cfg.quality} "
+                               f"+ HUD at {self.cfg.hud_hz:g} Hz to {self.cfg.host}:{self.cfg.port}")
+
+    # ---- inputs (executor thread: store only) --------------------------------------------------
+    def _on_image(self, idx: int, msg: ImageMsg) -> None:
+        with self._lock:
+            prev = self._latest.get(idx, (0, None))[0]
+            if prev and self._sent_seq.get(idx, 0) != prev:
+                self.skipped_frames += 1   # the previous frame was never sent: expected when the camera outruns fps
+            self._latest[idx] = (prev + 1, msg)
+            self._received[idx] += 1
+
+    @staticmethod
+    def _json(msg: String) -> dict[str, Any] | None:
+        try:
+            obj = json.loads(msg.data)
+        except ValueError:
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    def _on_recorder_status(self, msg: String) -> None:
+        if (st := self._json(msg)) is not None:
+            with self._lock:
+                self.model.on_recorder_status(time.time(), st)
+
+    def _on_episode_event(self, msg: String) -> None:
+        if (ev := self._json(msg)) is not None:
+            with self._lock:
+                self.model.on_episode_event(time.time(), ev)
+
+    def _on_teleop_status(self, msg: String) -> None:
+        if (st := self._json(msg)) is not None:
+            with self._lock:
+                self.model.on_teleop_status(time.time(), st)
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for st in msg.status:
+            if st.name == BRIDGE_STATUS:
+                values = {kv.key: kv.value for kv in st.values}
+                try:
+                    rate: float | None = float(values.get("frame_rate_hz", "nan"))
+                except ValueError:
+                    rate = None
+                with self._lock:
+                    self.model.on_headset(values.get("state", ""), rate if rate is not None and math.isfinite(rate)
+                                          else None)
+
+    def _on_arm_status(self, msg: DiagnosticArray) -> None:
+        if not msg.status:
+            return
+        worst = max(msg.status, key=lambda s: int.from_bytes(s.level, "little") if isinstance(s.level, bytes)
+                    else int(s.level))
+        level = int.from_bytes(worst.level, "little") if isinstance(worst.level, bytes) else int(worst.level)
+        with self._lock:
+            self.model.on_arm(time.time(), LEVELS.get(level, str(level)), worst.message)
+
+    # ---- stream thread ------------------------------------------------------------------------
+    def _stream(self) -> None:
+        period = 1.0 / self.cfg.fps
+        hud_period = 1.0 / self.cfg.hud_hz
+        next_t = time.monotonic()
+        next_hud = next_t
+        tint: tuple[float, float, float, float] | None = None
+        tint_sent = -math.inf
+        while not self._stop.is_set():
+            linked = self.sender.ensure_connected()   # nothing is encoded while the headset is away
+            for idx in range(len(self.cfg.cameras)):
+                if linked:
+                    self._send_camera(idx)
+            now = time.monotonic()
+            if now >= next_hud:
+                next_hud = max(next_hud + hud_period, now - hud_period)
+                with self._lock:
+                    state = self.model.state(time.time())
+                if self.cfg.hud and linked:
+                    self.sender.send(HUD_PANEL, render_hud(state, self.cfg.hud_quality))
+                want = TINT_RECORDING if state.recording else TINT_IDLE
+                if self.cfg.tint and (want != tint or now - tint_sent >= self.cfg.tint_refresh_s):
+                    self.pub_command.publish(String(data=json.dumps(color_command(want))))
+                    tint, tint_sent = want, now
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay < -period:
+                next_t = time.monotonic()   # fell behind: resync, never burst
+            elif delay > 0 and self._stop.wait(delay):
+                break
+
+    def _send_camera(self, idx: int) -> None:
+        with self._lock:
+            seq, msg = self._latest.get(idx, (0, None))
+            if msg is None or self._sent_seq.get(idx) == seq:
+                return
+            self._sent_seq[idx] = seq
+        try:
+            rgb = image_to_numpy(msg)
+        except ValueError as exc:
+            self.get_logger().warning(f"{self.cfg.cameras[idx]}: {exc}", throttle_duration_sec=10.0)
+            return
+        if rgb.ndim != 3:
+            return
+        t0 = time.perf_counter()
+        jpeg = encode_panel(np.ascontiguousarray(rgb[..., :3]), self.cfg.quality, self.cfg.max_width,
+                            self.cfg.cameras[idx] if self.cfg.labels else "")
+        t1 = time.perf_counter()
+        if self.sender.send(idx, jpeg):
+            stamp = stamp_to_ns(msg.header.stamp)
+            with self._lock:
+                self._encode_ms[idx].append((t1 - t0) * 1e3)
+                if stamp > 0:
+                    self._latency_ms[idx].append((time.time_ns() - stamp) / 1e6)
+
+    # ---- status --------------------------------------------------------------------------------
+    def _publish_status(self) -> None:
+        st = self.sender.stats
+
+        def pct(values: deque[float]) -> dict[str, float]:
+            if not values:
+                return {"n": 0}
+            a = np.asarray(values)
+            return {"n": int(a.size), "p50": round(float(np.percentile(a, 50)), 2),
+                    "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2)}
+
+        with self._lock:
+            cams = {cam: {"received": self._received[i], "sent": st.sent.get(i, 0),
+                          "latency_ms": pct(self._latency_ms[i]), "encode_ms": pct(self._encode_ms[i])}
+                    for i, cam in enumerate(self.cfg.cameras)}
+            skipped = self.skipped_frames
+        status = {"state": st.state, "endpoint": f"{self.cfg.host}:{self.cfg.port}", "connects": st.connects,
+                  "connect_failures": st.connect_failures, "disconnects": st.disconnects,
+                  "sent": {str(k): v for k, v in sorted(st.sent.items())},
+                  "dropped": {str(k): v for k, v in sorted(st.dropped.items())},
+                  "bytes_sent": st.bytes_sent, "camera_frames_skipped": skipped, "cameras": cams,
+                  "last_error": st.last_error}
+        self.pub_status.publish(String(data=json.dumps(status)))
+
+    def on_shutdown(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+        self.sender.close()
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(QuestVideo, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""What the operator reads in the headset: the HUD state, fed from the graph's status, and its image (no ROS).
+
+``HudModel`` folds the messages the graph already publishes (plain dicts here; the ``quest_video``
+node parses them) into one ``HudState``: the primary recorder's ``~/status`` and ``/episode_events``
+(recording, episode, timer, saved this session, refusals), ``/teleop/status`` (clutch, the safety
+limits holding the target now, refused presses), the bridge's ``/diagnostics`` (headset input rate)
+and ``/arm/status`` (arm state). ``render_hud`` draws it as the 640x140 strip the app shows under
+the camera panels and returns a JPEG that also carries the state as JSON in a JPEG comment (COM)
+segment: decoders (the app's stb_image, Pillow) skip it, and a test or tool can read exactly what
+the image shows (``hud_state_from_jpeg``).
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from .video import HUD_SIZE
+
+ERROR_HOLD_S = 8.0   # an error stays on the HUD this long (a limit or the normal line shows after it)
+STATUS_GRACE_S = 1.0   # a ~/status this soon after an event may predate it: its state is not trusted
+
+
+@dataclass
+class HudState:
+    recording: bool = False
+    episode_index: int | None = None
+    elapsed_s: float = 0.0
+    saved_count: int = 0
+    engaged: bool | None = None        # None: no teleop status yet
+    input_hz: float | None = None      # None: no bridge diagnostics yet
+    headset: str = ""                  # the bridge's connection state
+    limits: list[str] = field(default_factory=list)   # teleop safety limits shaping the target now
+    error: str = ""                    # the newest error still within ERROR_HOLD_S
+    arm: str = ""                      # arm state from /arm/status ("OK", "ERROR: ...")
+
+    def headline(self) -> str:
+        if self.recording:
+            ep = "?" if self.episode_index is None else str(self.episode_index)
+            minutes, seconds = divmod(max(0.0, self.elapsed_s), 60.0)
+            return f"REC ep{ep}  {int(minutes):02d}:{seconds:04.1f}"
+        return f"READY  {self.saved_count} saved"
+
+    def info_line(self) -> str:
+        clutch = "--" if self.engaged is None else ("ENGAGED" if self.engaged else "idle")
+        rate = "--" if self.input_hz is None else f"{self.input_hz:.0f} Hz"
+        return f"{self.saved_count} saved | {clutch} | input {rate} | arm {self.arm or '--'}"
+
+    def alert_line(self) -> tuple[str, str]:
+        """(text, kind): the error if one is held, else the active limits, else nothing."""
+        if self.error:
+            return self.error, "error"
+        if self.limits:
+            return "LIMIT " + ", ".join(self.limits), "limit"
+        return "", ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["elapsed_s"] = round(self.elapsed_s, 2)
+        d["input_hz"] = None if self.input_hz is None else round(self.input_hz, 1)
+        d["lines"] = [self.headline(), self.info_line(), self.alert_line()[0]]
+        return d
+
+
+class HudModel:
+    """Folds the graph's status messages into a ``HudState``; every method takes explicit times
+    (``now`` in seconds on the wall clock, the one the recorders stamp ``start_ns`` with)."""
+
+    def __init__(self, recorder: str = "lerobot_recorder", error_hold_s: float = ERROR_HOLD_S) -> None:
+        self.recorder = recorder
+        self.error_hold_s = error_hold_s
+        self.recording = False
+        self.episode_index: int | None = None
+        self._start_ns: int | None = None
+        self._elapsed_s = 0.0
+        self._elapsed_at = 0.0
+        self._saved: set[int] = set()
+        self.engaged: bool | None = None
+        self.limits: list[str] = []
+        self.input_hz: float | None = None
+        self.headset = ""
+        self.arm = ""
+        self._error = ""
+        self._error_t = -math.inf
+        self._last_alarm: Any = None
+        self._answers: Any = None
+        self._event_t = -math.inf
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def error(self, now: float, text: str) -> None:
+        self._error, self._error_t = text[:120], now
+
+    def on_recorder_status(self, now: float, st: dict[str, Any]) -> None:
+        if st.get("recorder", self.recorder) != self.recorder:
+            return
+        state = st.get("state")
+        if isinstance(state, str) and now - self._event_t > STATUS_GRACE_S:
+            self.recording = state in ("recording", "save_failed")
+        idx = st.get("episode_index")
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            self.episode_index = idx
+        elapsed = st.get("elapsed_s")
+        if self.recording and isinstance(elapsed, (int, float)) and math.isfinite(elapsed):
+            self._elapsed_s, self._elapsed_at = float(elapsed), now
+        saved = st.get("saved_this_session")
+        if isinstance(saved, list):
+            self._saved = {i for i in saved if isinstance(i, int)}
+        answers = st.get("answers")
+        if st.get("ok") is False and answers != self._answers and isinstance(st.get("message"), str):
+            self.error(now, f"{self.recorder}: {st['message']}")   # a refusal (by anyone's call)
+        self._answers = answers
+
+    def on_episode_event(self, now: float, ev: dict[str, Any]) -> None:
+        kind, idx = ev.get("event"), ev.get("episode_index")
+        if ev.get("recorder") != self.recorder:
+            if kind == "save_failed":
+                self.error(now, f"{ev.get('recorder')}: save failed ({ev.get('reason')})")
+            return
+        idx = idx if isinstance(idx, int) and not isinstance(idx, bool) else None
+        self._event_t = now
+        if kind == "started":
+            self.recording, self.episode_index = True, idx
+            start = ev.get("start_ns")
+            self._start_ns = start if isinstance(start, int) else None
+            self._elapsed_s, self._elapsed_at = 0.0, now
+        elif kind in ("saved", "discarded"):
+            self.recording, self._start_ns = False, None
+            if kind == "saved" and idx is not None:
+                self._saved.add(idx)
+        elif kind == "deleted" and idx is not None:
+            self._saved.discard(idx)
+        elif kind == "save_failed":
+            self.error(now, f"{self.recorder}: save failed ({ev.get('reason')})")
+
+    def on_teleop_status(self, now: float, st: dict[str, Any]) -> None:
+        if isinstance(st.get("engaged"), bool):
+            self.engaged = st["engaged"]
+        limits = st.get("limits_active")
+        if isinstance(limits, list):
+            self.limits = [str(x) for x in limits]
+        alarm = st.get("last_alarm")
+        if alarm and alarm != self._last_alarm and isinstance(alarm, dict):
+            self.error(now, f"{alarm.get('recorder')}/{alarm.get('action')}: {alarm.get('outcome')} "
+                            f"{alarm.get('message') or ''}".strip())
+        self._last_alarm = alarm
+
+    def on_headset(self, state: str, rate_hz: float | None) -> None:
+        self.headset = state
+        self.input_hz = rate_hz if state == "connected" else 0.0
+
+    def on_arm(self, now: float, level: str, message: str) -> None:
+        self.arm = level if level == "OK" else f"{level}: {message}"[:40]
+
+    # ---- output ---------------------------------------------------------------------------------
+    def state(self, now: float) -> HudState:
+        if not self.recording:
+            elapsed = 0.0
+        elif self._start_ns is not None:
+            elapsed = now - self._start_ns / 1e9
+        else:
+            elapsed = self._elapsed_s + (now - self._elapsed_at)
+        error = self._error if now - self._error_t <= self.error_hold_s else ""
+        return HudState(recording=self.recording, episode_index=self.episode_index, elapsed_s=max(0.0, elapsed),
+                        saved_count=len(self._saved), engaged=self.engaged, input_hz=self.input_hz,
+                        headset=self.headset, limits=list(self.limits), error=error, arm=self.arm)
+
+
+# ---- rendering --------------------------------------------------------------------------------------
+BACKGROUND = (18, 18, 24)
+REC_RED = (255, 70, 70)
+READY_GREEN = (90, 230, 90)
+INFO_GREY = (200, 200, 210)
+LIMIT_AMBER = (255, 190, 40)
+_FONTS: dict[int, ImageFont.ImageFont | ImageFont.FreeTypeFont] = {}
+
+
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    if size not in _FONTS:
+        try:
+            _FONTS[size] = ImageFont.load_default(size=size)
+        except (TypeError, OSError):   # Pillow without FreeType: the fixed bitmap font
+            _FONTS[size] = ImageFont.load_default()
+    return _FONTS[size]
+
+
+def render_hud_image(state: HudState) -> Image.Image:
+    img = Image.new("RGB", HUD_SIZE, BACKGROUND)
+    draw = ImageDraw.Draw(img)
+    if state.recording:
+        draw.rectangle((0, 0, 8, HUD_SIZE[1]), fill=REC_RED)            # a red bar while recording
+        draw.ellipse((588, 20, 620, 52), fill=REC_RED)
+    draw.text((18, 10), state.headline(), font=_font(44), fill=REC_RED if state.recording else READY_GREEN)
+    draw.text((18, 66), state.info_line(), font=_font(24), fill=INFO_GREY)
+    alert, kind = state.alert_line()
+    if alert:
+        draw.text((18, 102), alert[:56], font=_font(24), fill=REC_RED if kind == "error" else LIMIT_AMBER)
+    return img
+
+
+def render_hud(state: HudState, quality: int = 80) -> bytes:
+    """The HUD as JPEG, with the state it shows as JSON in a comment segment."""
+    buf = io.BytesIO()
+    comment = json.dumps(state.to_dict(), separators=(",", ":")).encode()
+    render_hud_image(state).save(buf, format="JPEG", quality=quality, comment=comment)
+    return buf.getvalue()
+
+
+def hud_state_from_jpeg(jpeg: bytes) -> dict[str, Any] | None:
+    """The state a HUD frame was rendered from (its comment segment), or None."""
+    try:
+        with Image.open(io.BytesIO(jpeg)) as im:
+            comment = im.info.get("comment")
+    except (OSError, ValueError):
+        return None
+    if not comment:
+        return None
+    try:
+        obj = json.loads(comment)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+# ---- camera panels ------------------------------------------------------------------------------
+def encode_panel(rgb: np.ndarray, quality: int = 70, max_width: int = 640, label: str = "") -> bytes:
+    """One camera frame (HxWx3 uint8 RGB) as a panel JPEG: at most ``max_width`` wide (aspect kept),
+    the camera's name in a darkened banner on top (the app draws no text of its own)."""
+    img = Image.fromarray(rgb, "RGB")
+    if img.width > max_width:
+        img = img.resize((max_width, max(1, round(img.height * max_width / img.width))), Image.Resampling.BILINEAR)
+    if label:
+        h = max(22, img.height // 16)
+        band = img.crop((0, 0, img.width, h)).point(lambda v: v * 35 // 100)
+        img.paste(band, (0, 0))
+        ImageDraw.Draw(img).text((8, 2), label, font=_font(h - 6), fill=(255, 255, 255))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
