@@ -31,6 +31,7 @@ import yaml
 
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.sim_server import SimConfig
+from piper_recorder.quest.video import VIDEO_PORT
 
 PACKAGE = "piper_recorder"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -234,7 +235,7 @@ class SimQuestSettings:
     script: str = SimConfig.script
     rate: float = SimConfig.rate
     buttons: bool = False
-    video_port: int = 8736          # the app's video/HUD channel (quest_video); 0 = a free port
+    video_port: int = VIDEO_PORT    # the app's video/HUD channel (quest_video); 0 = a free port
     report: str = ""                # write what the headset received to this JSON file (tests)
 
     @classmethod

@@ -91,8 +91,12 @@ def test_command_line_defaults_are_the_config_defaults():
     sim = _fields(SimConfig())
     assert cli == {k: sim[k] for k in cli}
     graph = _fields(SimQuestSettings())
-    assert {k: v for k, v in graph.items() if k != "buttons"} == {k: sim[k] for k in graph if k != "buttons"}
-    assert graph["buttons"] is False
+    own = {"buttons", "video_port", "report"}   # the graph's headset: services, quest_video's channel, no report
+    assert {k: v for k, v in graph.items() if k not in own} == {k: sim[k] for k in graph if k not in own}
+    assert graph["buttons"] is False and graph["report"] == "" and sim["video_port"] == -1
+    assert args.video_port == sim["video_port"]
+    from piper_recorder.quest.video import VIDEO_PORT, SenderConfig
+    assert graph["video_port"] == VIDEO_PORT == SenderConfig().port
 
 
 def _node_defaults(node: str, cameras: list[str]) -> dict:
