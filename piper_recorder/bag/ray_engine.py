@@ -25,7 +25,7 @@ import importlib
 import os
 import socket
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -89,12 +89,64 @@ def convert_task(job: BagJob, opts: ConvertOptions, done: DoneMap, board: object
     return res
 
 
+def init_local(ray: ModuleType, cpus: int | None, attempts: int = 3) -> None:
+    """Start a new local Ray cluster of ``cpus`` CPUs on 127.0.0.1: no dashboard, no usage stats.
+
+    Ray's raylet aborts its start when its Python agents take more than ~15 s to report their ports
+    (seen on this 2-core machine under a load average of 30); the next attempt starts with warm
+    imports, so it is retried a few times before giving up.
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    for attempt in range(attempts):
+        try:
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     object_store_memory=128 * 2**20, logging_level="WARNING", log_to_driver=False)
+            return
+        except Exception:
+            ray.shutdown()
+            if attempt == attempts - 1:
+                raise
+
+
 # ---- the driver ----------------------------------------------------------------------------------
+def _kill(ray: ModuleType, actor: object) -> None:
+    try:
+        ray.kill(actor)
+    except Exception:  # noqa: BLE001 - already gone with its node
+        pass
+
+
+class _Poller:
+    """Takes the board's new reports without ever blocking the driver; forwards those of unfinished bags."""
+
+    def __init__(self, ray: ModuleType, board: object | None, progress: Progress) -> None:
+        self.ray, self.board, self.progress = ray, board, progress
+        self.finished: set[int] = set()
+        self._pending: object | None = None
+
+    def poll(self) -> None:
+        if self.board is None:
+            return
+        if self._pending is None:
+            self._pending = getattr(self.board, "take").remote()
+        if not self.ray.wait([self._pending], timeout=0)[0]:
+            return   # the actor is still starting or busy: next time
+        ref, self._pending = self._pending, None
+        try:
+            new: dict[int, tuple[float, float]] = self.ray.get(ref)
+        except Exception:  # noqa: BLE001 - best-effort: a lost progress actor loses only the bars
+            self.board = None
+            return
+        for i, (d, t) in sorted(new.items()):
+            if i not in self.finished:
+                self.progress(i, d, t)
+
+
 @dataclass
 class RayEngine:
     """Bags as Ray tasks. ``address``: an existing cluster (``ray.init(address)``; also RAY_ADDRESS);
-    without one a local cluster of ``cpus`` CPUs (default: all) is started on 127.0.0.1 and stopped at
-    the end. A driver that already called ``ray.init`` (tests) is used as it is."""
+    without one a new local cluster of ``cpus`` CPUs (default: all) is started on 127.0.0.1 (never one
+    found running) and stopped at the end. A driver that already called ``ray.init`` (tests) is used as it is."""
 
     address: str | None = None
     cpus: int | None = None
@@ -117,13 +169,12 @@ class RayEngine:
         if ray.is_initialized():
             return
         address = self.address or os.environ.get("RAY_ADDRESS") or None
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
             if address:
+                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
                 ray.init(address=address, logging_level="WARNING")
             else:
-                ray.init(num_cpus=self.cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                         object_store_memory=256 * 2**20, logging_level="WARNING")
+                init_local(ray, self.cpus)
         except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: one clear line
             where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
             raise RayUnavailable(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from exc
@@ -135,7 +186,7 @@ class RayEngine:
             self._owned = False
 
     def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Iterator[BagResult]:
+                progress: Progress) -> Generator[BagResult, None, None]:
         if not jobs:
             return
         self.connect()
@@ -144,44 +195,32 @@ class RayEngine:
         (Path(jobs[0].staging).parent / RUN_MARKER).write_text(token)
         task = ray.remote(convert_task).options(num_cpus=self.cpus_per_bag, max_retries=self.retries,
                                                  retry_exceptions=False)
-        board = ray.remote(ProgressBoard).options(num_cpus=0).remote()
+        board: object | None = ray.remote(ProgressBoard).options(num_cpus=0).remote()
+        try:   # up before the first task, so no bag finishes before its reports can be taken
+            ray.get(getattr(board, "take").remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - no progress actor: convert without bars
+            _kill(ray, board)
+            board = None
+        poller = _Poller(ray, board, progress)
         opts_ref, done_ref = ray.put(opts), ray.put(done)
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         window = self.window or max(2, int(2 * cpus / self.cpus_per_bag))
         pending: dict[int, object] = {}
-        finished: set[int] = set()
         try:
             for k, job in enumerate(jobs):
-                for j in range(len(finished) + len(pending), min(len(jobs), k + window)):
+                for j in range(k + len(pending), min(len(jobs), k + window)):
                     pending[j] = task.remote(jobs[j], opts_ref, done_ref, board, token)
                 ref = pending.pop(k)
                 while not ray.wait([ref], timeout=self.poll_s)[0]:
-                    board = self._show(ray, board, finished, progress)
-                board = self._show(ray, board, finished, progress)
-                finished.add(k)
+                    poller.poll()
+                poller.poll()
+                poller.finished.add(k)
                 yield self._get(ray, ref, job)
         finally:
             for ref in pending.values():
                 ray.cancel(ref, force=True)
             if board is not None:
-                try:
-                    ray.kill(board)
-                except Exception:  # noqa: BLE001 - already gone with its node
-                    pass
-
-    @staticmethod
-    def _show(ray: ModuleType, board: object | None, finished: set[int], progress: Progress) -> object | None:
-        """Forward the bags' newest progress to the bars; returns None (no more polling) if the actor is gone."""
-        if board is None:
-            return None
-        try:
-            new: dict[int, tuple[float, float]] = ray.get(getattr(board, "take").remote(), timeout=10)
-        except Exception:  # noqa: BLE001 - best-effort: losing the progress actor loses only the bars
-            return None
-        for i, (d, t) in sorted(new.items()):
-            if i not in finished:
-                progress(i, d, t)
-        return board
+                _kill(ray, board)
 
     @staticmethod
     def _get(ray: ModuleType, ref: object, job: BagJob) -> BagResult:

@@ -19,7 +19,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -45,7 +45,7 @@ class Engine(Protocol):
     """Where and when bags convert; the run (staging, resume, appending, reporting) is ``convert_many``'s."""
 
     def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Iterator[BagResult]:
+                progress: Progress) -> Generator[BagResult, None, None]:
         """Convert every job and yield the results in job order. Never raises for one bag (a lost worker
         is that bag's failed result); closing the iterator early cancels what is still running."""
         ...
@@ -113,7 +113,7 @@ class InProcess:
     """``--jobs 1``: each bag in this process, in order."""
 
     def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Iterator[BagResult]:
+                progress: Progress) -> Generator[BagResult, None, None]:
         for job in jobs:
             yield convert_bag(job.index, job.bag, opts, job.staging, done, progress)
 
@@ -139,7 +139,7 @@ class ProcessPool:
     jobs: int
 
     def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Iterator[BagResult]:
+                progress: Progress) -> Generator[BagResult, None, None]:
         ctx = mp.get_context("spawn")   # no forked copies of the parent's open writer
         q = ctx.Queue()                  # handed to each worker at start-up: progress reports
         pump = threading.Thread(target=_pump, args=(q, progress), daemon=True)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from piper_recorder.bag.config import topic_map
     from piper_recorder.bag.convert import ConvertOptions
     from piper_recorder.bag.run import convert_many
-    from piper_recorder.recording.config import RECORDER_CONFIGS, load_config
+    from piper_recorder.recording.config import RECORDER_CONFIGS, LeRobotRecorderConfig, load_config
 
     try:
         config = a.config
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             config = config_path(config)
         settings = load_config(RECORDER_CONFIGS[a.format], config)
         if a.lerobot_version:
-            if a.format != "lerobot":
+            if not isinstance(settings, LeRobotRecorderConfig):
                 raise ValueError("--lerobot-version applies to --format lerobot only")
             settings.lerobot_version = a.lerobot_version
         topics = topic_map(a.format, settings, a.mapping)
