@@ -11,7 +11,7 @@ Figures: wall time and x real time of each; Ray's overhead against the baseline 
 bag); the writer's serial share (the CLI's "writer: A s of the run's W s" line: the one process
 appending staged bags in bag order) and, from it, the speed-up to expect on N machines.
 
-    .venv/bin/python bench/bag2dataset_ray.py [--quick] [--bags 4] [--dir /tmp/piper_bag_ray_bench] [--keep]
+    .venv/bin/python bench/bag2dataset_ray.py [--quick] [--bags 4] [--seconds 30] [--dir /tmp/piper_bag_ray_bench] [--keep]
 """
 from __future__ import annotations
 
@@ -61,10 +61,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="5 s bags instead of 30 s")
     ap.add_argument("--bags", type=int, default=4)
+    ap.add_argument("--seconds", type=float, help="bag length (default 30 s, --quick 5 s)")
     ap.add_argument("--dir", default="/tmp/piper_bag_ray_bench", help="bags and outputs (bags are reused)")
     ap.add_argument("--keep", action="store_true", help="keep the bags for the next run (default: delete)")
     a = ap.parse_args()
-    seconds = 5.0 if a.quick else 30.0
+    seconds = a.seconds or (5.0 if a.quick else 30.0)
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} CPUs, load average {load()} (1/5/15 min); shared with other work", flush=True)
