@@ -3,7 +3,7 @@
 The bags are bench/bag2dataset.py's (robot graph: two 640x480 cameras at 30 fps with aligned depth,
 arm at 200 Hz, one episode per bag), written once into --dir. Each run is the real console script in
 a child process (wall time includes interpreter start-up):
-- local:        --jobs 2 (two worker processes)                          <- the baseline
+- local:        --jobs 2 (two worker processes), first and again last    <- the baseline (mean)
 - ray (own):    --engine ray --jobs 2: the CLI starts and stops a local 2-CPU Ray cluster
 - ray (joined): --engine ray --address ADDR: a 2-CPU cluster this script started beforehand, as on a
                 real cluster where Ray is already up
@@ -84,14 +84,16 @@ def main() -> int:
             joined = convert(bags, d / "out_ray_joined", "--engine", "ray", "--address", address)
         finally:
             ray.shutdown()
-        rows = [("local --jobs 2", local), ("ray, own cluster", own), ("ray, joined cluster", joined)]
+        again = convert(bags, d / "out_local", "--jobs", "2")   # the load drifts on a shared machine: bracket
+        rows = [("local --jobs 2", local), ("ray, own cluster", own), ("ray, joined cluster", joined),
+                ("local --jobs 2 again", again)]
         print(f"\n{len(bags)} bags x {seconds:g} s ({rec_s:g} s recorded), LeRobot, 2 cameras 640x480 + depth:")
         for name, r in rows:
             inner = ", ".join(f"{x:.1f}" for x in r.per_bag)
             print(f"  {name:20s} {r.wall:6.1f} s -> {rec_s / r.wall:5.2f}x real time   (per-bag conversion "
                   f"{inner} s; writer {r.append:.1f} s of the run's {r.run:.1f} s; load {r.load})")
-        lw, ow, jw = local.wall, own.wall, joined.wall
-        print(f"\nRay overhead vs local --jobs 2: own cluster {ow / lw:.2f}x wall ({ow - lw:+.1f} s; starting a local "
+        lw, ow, jw = (local.wall + again.wall) / 2, own.wall, joined.wall
+        print(f"\nRay overhead vs local --jobs 2 (mean of the two bracketing runs): own cluster {ow / lw:.2f}x wall ({ow - lw:+.1f} s; starting a local "
               f"cluster from this script took {t_init:.1f} s), joined cluster {jw / lw:.2f}x ({jw - lw:+.1f} s, "
               f"{(jw - lw) / len(bags):+.2f} s per bag)")
         # the serial part: the one writer appends every bag; conversion spreads over the cluster
