@@ -58,6 +58,9 @@ setup(
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
     ],
     install_requires=["setuptools"],
+    # optional engines: `pip install .[ray]` for `piper-bag2dataset --engine ray` (requirements.txt installs
+    # it into the dev/test venv; the recorders never import it)
+    extras_require={"ray": ["ray>=2.40"]},
     zip_safe=True,
     maintainer="piper_recorder maintainers",
     maintainer_email="maintainers@piper-recorder.invalid",

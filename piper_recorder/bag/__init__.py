@@ -9,6 +9,8 @@ Modules, in data-flow order:
 - ``convert``: one bag -> a staging dataset through the live recorders' episode controller,
   assembler and writer targets (log time = the node's ``now``).
 - ``merge``: append staged episodes to the output through the writers; what the output holds.
-- ``run``: many bags, ``--jobs`` worker processes, one writer in bag order, progress bars.
+- ``run``: many bags: an ``Engine`` converts them (in process, ``--jobs`` worker processes), one
+  writer appends in bag order; resume, progress bars.
+- ``ray_engine``: the ``--engine ray`` engine (each bag a Ray task; Ray imported only there).
 - ``synth``: synthetic bags of the robot graph (tests, bench).
 """

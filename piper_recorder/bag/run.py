@@ -1,31 +1,61 @@
-"""Convert many bags into one dataset: parallel workers, one writer, bag order, resume, progress.
+"""Convert many bags into one dataset: an engine converts, one writer appends in bag order; resume, progress.
 
-One dataset root/file has one writer, so ``--jobs N`` worker processes each convert a bag into its
-own staging dataset under ``<out parent>/.<out name>.bag2dataset/`` while the parent appends the
-finished ones to the output strictly in bag order (``merge``). ``--jobs 1`` takes the same path in
-process, so both give the same dataset. Resume: before converting, a worker fingerprints its bag and
-skips the episodes the output already holds (their ``source`` blocks); a run killed at any point
-leaves a valid output and stale staging that the next run deletes.
+One dataset root/file has one writer, so each bag is converted (by an ``Engine``) into its own
+staging dataset under ``<staging>/.<out name>.bag2dataset/`` (``staging`` defaults to the output's
+parent) while this process appends the finished ones to the output strictly in bag order
+(``merge``). Engines differ only in where and when bags convert: ``InProcess`` (``--jobs 1``),
+``ProcessPool`` (``--jobs N`` local processes) and ``ray_engine.RayEngine`` (a Ray cluster; Ray is
+imported only there). Everything else (staging layout, resume, duplicate bags, append order, failure
+reporting, progress bars) is here, shared, so every engine gives the same dataset. Resume: before
+converting, a bag's task fingerprints it and skips the episodes the output already holds (their
+``source`` blocks); a run killed at any point leaves a valid output and stale staging that the next
+run deletes.
 """
 from __future__ import annotations
 
+import hashlib
 import multiprocessing as mp
 import shutil
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from .convert import BagResult, ConvertOptions, convert_bag, open_writer
-from .merge import import_lerobot, import_rgbd, lerobot_done, rgbd_done
+from .convert import BagResult, ConvertOptions, Progress, convert_bag, open_writer
+from .merge import SpanKey, import_lerobot, import_rgbd, lerobot_done, rgbd_done
+
+DoneMap = dict[str, list[SpanKey]]   # bag fingerprint -> episode spans the output already holds
+
+
+@dataclass(frozen=True)
+class BagJob:
+    """One bag to convert into the fresh staging dataset directory ``staging`` (nothing else writes there)."""
+
+    index: int
+    bag: str
+    staging: str
+
+
+class Engine(Protocol):
+    """Where and when bags convert; the run (staging, resume, appending, reporting) is ``convert_many``'s."""
+
+    def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
+                progress: Progress) -> Generator[BagResult, None, None]:
+        """Convert every job and yield the results in job order. Never raises for one bag (a lost worker
+        is that bag's failed result); closing the iterator early cancels what is still running."""
+        ...
 
 
 @dataclass
 class RunSummary:
     results: list[BagResult] = field(default_factory=list)
+    append_s: float = 0.0     # wall time in the one writer (the run's serial part)
+    wall_s: float = 0.0
 
     @property
     def failed(self) -> list[BagResult]:
@@ -40,7 +70,9 @@ class _Bars:
     """tqdm bars: one overall (bag seconds), one per bag while it converts."""
 
     def __init__(self, enabled: bool, bags: Sequence[str]):
-        self.enabled, self.bags, self._bars, self._lock = enabled, bags, {}, threading.Lock()
+        self.enabled, self.bags = enabled, bags
+        self._bars: dict[int, Any] = {}
+        self._lock = threading.Lock()
         if enabled:
             from tqdm import tqdm
 
@@ -76,6 +108,16 @@ class _Bars:
             self.total.close()
 
 
+# ---- local engines -------------------------------------------------------------------------------
+class InProcess:
+    """``--jobs 1``: each bag in this process, in order."""
+
+    def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
+                progress: Progress) -> Generator[BagResult, None, None]:
+        for job in jobs:
+            yield convert_bag(job.index, job.bag, opts, job.staging, done, progress)
+
+
 _progress_q: Any = None
 
 
@@ -84,85 +126,112 @@ def _worker_init(q: Any) -> None:
     _progress_q = q
 
 
-def _worker(index: int, bag: str, opts: ConvertOptions, staging: str, done: dict) -> BagResult:
+def _worker(job: BagJob, opts: ConvertOptions, done: DoneMap) -> BagResult:
     q = _progress_q
-    report = (lambda i, d, t: q.put((i, d, t))) if q is not None else None
-    return convert_bag(index, bag, opts, staging, done, report)
+    report: Progress | None = (lambda i, d, t: q.put((i, d, t))) if q is not None else None
+    return convert_bag(job.index, job.bag, opts, job.staging, done, report)
 
 
-def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Path, jobs: int = 1,
-                 progress: bool = False, log=print) -> RunSummary:
-    """Convert ``bags`` into ``out`` (created or appended to). Raises only for output-level errors
-    (unusable output path/config); per-bag problems are in the returned results."""
-    out = Path(out).absolute()
-    bags = [str(b) for b in bags]
-    opts.output = str(out)
-    staging_root = out.parent / f".{out.name}.bag2dataset"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer = open_writer(opts, out)   # takes the output's lock: no other run owns the staging now
-    summary = RunSummary()
-    bars = _Bars(progress, bags)
-    try:
-        shutil.rmtree(staging_root, ignore_errors=True)   # leftovers of a killed run: never committed
-        staging_root.mkdir(parents=True)
-        done = lerobot_done(out) if opts.fmt == "lerobot" else rgbd_done(out)
-        stagings = [str(staging_root / f"bag{i:05d}") for i in range(len(bags))]
-        imported: set[str | None] = set()
-        if jobs <= 1:
-            futures = None
-        else:
-            ctx = mp.get_context("spawn")   # no forked copies of the parent's open writer
-            q = ctx.Queue()                  # handed to each worker at start-up: progress reports
-            pump = threading.Thread(target=_pump, args=(q, bars), daemon=True)
-            pump.start()
-            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
-            futures = [pool.submit(_worker, i, b, opts, stagings[i], done) for i, b in enumerate(bags)]
+@dataclass
+class ProcessPool:
+    """``--jobs N``: N spawned worker processes of this machine."""
+
+    jobs: int
+
+    def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
+                progress: Progress) -> Generator[BagResult, None, None]:
+        ctx = mp.get_context("spawn")   # no forked copies of the parent's open writer
+        q = ctx.Queue()                  # handed to each worker at start-up: progress reports
+        pump = threading.Thread(target=_pump, args=(q, progress), daemon=True)
+        pump.start()
+        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
+        futures = [pool.submit(_worker, job, opts, done) for job in jobs]
         try:
-            for i, bag in enumerate(bags):
-                if futures is None:
-                    res = convert_bag(i, bag, opts, stagings[i], done, bars.update)
-                else:
-                    res = _result(futures[i], i, bag)
-                if res.status == "converted" and res.fingerprint in imported:
-                    res.status, res.episodes = "skipped", 0
-                    res.notes.append("same content as an earlier bag of this run")
-                _append(writer, opts, res, log)
-                if res.status == "converted":
-                    imported.add(res.fingerprint)
-                shutil.rmtree(stagings[i], ignore_errors=True)
-                summary.results.append(res)
-                bars.finish(i, res.status)
+            for job, fut in zip(jobs, futures):
+                yield _result(fut, job)
         finally:
-            if futures is not None:
-                for f in futures:
-                    f.cancel()
-                pool.shutdown(wait=True, cancel_futures=True)
-                q.put(None)
-                pump.join(2.0)
-                q.close()
-    finally:
-        bars.close()
-        writer.close()
-        shutil.rmtree(staging_root, ignore_errors=True)
-    return summary
+            for f in futures:
+                f.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+            q.put(None)
+            pump.join(2.0)
+            q.close()
 
 
-def _pump(q: Any, bars: _Bars) -> None:
+def _pump(q: Any, progress: Progress) -> None:
     while True:
         item = q.get()
         if item is None:
             return
-        bars.update(*item)
+        progress(*item)
 
 
-def _result(fut: Future, i: int, bag: str) -> BagResult:
+def _result(fut: Future[BagResult], job: BagJob) -> BagResult:
     try:
         return fut.result()
     except Exception as exc:  # noqa: BLE001 - a worker that died (e.g. OOM-killed) fails only its bag
-        return BagResult(i, bag, "failed", error=f"{bag}: worker failed ({type(exc).__name__}: {exc})")
+        return BagResult(job.index, job.bag, "failed",
+                         error=f"{job.bag}: worker failed ({type(exc).__name__}: {exc})")
 
 
-def _append(writer: Any, opts: ConvertOptions, res: BagResult, log) -> None:
+def local_engine(jobs: int) -> Engine:
+    return InProcess() if jobs <= 1 else ProcessPool(jobs)
+
+
+# ---- the run -------------------------------------------------------------------------------------
+def staging_root(out: Path, staging: str | Path | None = None) -> Path:
+    """Where a run's staging datasets go: beside the output by default; under ``staging`` (a path every
+    worker can reach, for a cluster) named after the output's absolute path, so outputs never share one."""
+    if staging is None:
+        return out.parent / f".{out.name}.bag2dataset"
+    tag = hashlib.sha1(str(out).encode()).hexdigest()[:10]
+    return Path(staging).absolute() / f".{out.name}-{tag}.bag2dataset"
+
+
+def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Path, jobs: int = 1,
+                 progress: bool = False, log: Callable[[str], None] = print, engine: Engine | None = None,
+                 staging: str | Path | None = None) -> RunSummary:
+    """Convert ``bags`` into ``out`` (created or appended to) with ``engine`` (default: the local one
+    for ``jobs``). Raises only for output-level errors (unusable output path/config, an engine that
+    cannot start); per-bag problems are in the returned results."""
+    t0 = time.perf_counter()
+    out = Path(out).absolute()
+    names = [str(b) for b in bags]
+    opts.output = str(out)
+    root = staging_root(out, staging)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = open_writer(opts, out)   # takes the output's lock: no other run owns the staging now
+    summary = RunSummary()
+    bars = _Bars(progress, names)
+    try:
+        shutil.rmtree(root, ignore_errors=True)   # leftovers of a killed run: never committed
+        root.mkdir(parents=True)
+        done = lerobot_done(out) if opts.fmt == "lerobot" else rgbd_done(out)
+        jobs_ = [BagJob(i, b, str(root / f"bag{i:05d}")) for i, b in enumerate(names)]
+        imported: set[str | None] = set()
+        eng = engine if engine is not None else local_engine(jobs)
+        with closing(eng.results(jobs_, opts, done, bars.update)) as results:
+            for job, res in zip(jobs_, results):
+                if res.status == "converted" and res.fingerprint in imported:
+                    res.status, res.episodes = "skipped", 0
+                    res.notes.append("same content as an earlier bag of this run")
+                ta = time.perf_counter()
+                _append(writer, opts, res, log)
+                summary.append_s += time.perf_counter() - ta
+                if res.status == "converted":
+                    imported.add(res.fingerprint)
+                shutil.rmtree(job.staging, ignore_errors=True)
+                summary.results.append(res)
+                bars.finish(job.index, res.status)
+    finally:
+        bars.close()
+        writer.close()
+        shutil.rmtree(root, ignore_errors=True)
+    summary.wall_s = time.perf_counter() - t0
+    return summary
+
+
+def _append(writer: Any, opts: ConvertOptions, res: BagResult, log: Callable[[str], None]) -> None:
     """Import a converted bag's staging dataset into the output; a failure fails only this bag."""
     for note in res.notes:
         log(f"note: {res.bag}: {note}")
