@@ -315,7 +315,7 @@ class TeleopNode(Node):
     def _on_reply(self, call_id: int, future: Future[Trigger.Response]) -> None:
         try:
             reply = future.result()
-            if reply is None:   # cancelled: no reply was set (was an AttributeError on None, reported the same way)
+            if reply is None:   # cancelled, no reply set (was an AttributeError on None, reported alike)
                 raise RuntimeError("no reply (call cancelled)")
             success, message = bool(reply.success), str(reply.message)
         except Exception as exc:  # noqa: BLE001 - a failed call is reported, never raised into the executor
