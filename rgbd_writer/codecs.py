@@ -20,9 +20,13 @@ import io
 import os
 import struct
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
+
+if TYPE_CHECKING:   # payloads: bytes, or uint8 rows read from the file (any buffer)
+    from typing_extensions import Buffer
 
 DEPTH_PROFILES = ("jpeg2000", "jpeg2000_strict", "htj2k")
 _JP2_SIGNATURE = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
@@ -52,17 +56,17 @@ def encode_rgb_jpeg(rgb: np.ndarray, quality: int) -> bytes:
     return buf.getvalue()
 
 
-def decode_rgb_jpeg(data) -> np.ndarray:
+def decode_rgb_jpeg(data: Buffer) -> np.ndarray:
     """JPEG bytes -> HxWx3 uint8 RGB (Pillow, ``.convert("RGB")`` as the reference loader does)."""
     return np.asarray(Image.open(io.BytesIO(bytes(data))).convert("RGB"))
 
 
-def decode_rgb_fast(data) -> np.ndarray:
+def decode_rgb_fast(data: Buffer) -> np.ndarray:
     """JPEG bytes -> HxWx3 uint8 RGB with imagecodecs' libjpeg-turbo: the same pixels as
     :func:`decode_rgb_jpeg` at less than half its CPU (Pillow copies the image twice on the way to numpy)."""
     import imagecodecs
 
-    rgb = imagecodecs.jpeg8_decode(data)
+    rgb = imagecodecs.jpeg8_decode(data)  # type: ignore[arg-type]  # any buffer (its stub: bytes)
     if rgb.ndim == 2:  # greyscale: replicate as Pillow's convert("RGB") does
         return np.repeat(rgb[..., None], 3, axis=2)
     if rgb.shape[-1] != 3:  # CMYK and other rarities: Pillow knows the conversions
@@ -75,7 +79,7 @@ class _Scratch(threading.local):
     system, even after SIGKILL. glymur parses an existing file before writing, so it always holds a
     valid codestream (a 1x1 one to start with)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pid = -1
 
     def path(self) -> tuple[int, str]:
@@ -88,7 +92,7 @@ class _Scratch(threading.local):
             self.pid = os.getpid()
         return self.fd, f"/proc/self/fd/{self.fd}"
 
-    def __del__(self):
+    def __del__(self) -> None:
         if self.pid == os.getpid():
             os.close(self.fd)
 
@@ -138,7 +142,7 @@ def encode_depth(mm: np.ndarray, profile: str = "jpeg2000") -> bytes:
     raise ValueError(f"unknown depth profile {profile!r}; expected one of {DEPTH_PROFILES}")
 
 
-def jp2_codestream(data) -> memoryview:
+def jp2_codestream(data: Buffer) -> memoryview:
     """The JPEG 2000 codestream inside a JP2 file (its ``jp2c`` box), found by walking the boxes."""
     mv = memoryview(data).cast("B")
     if bytes(mv[:12]) != _JP2_SIGNATURE:
@@ -161,7 +165,7 @@ def jp2_codestream(data) -> memoryview:
     raise ValueError("no jp2c box in the JP2 file")
 
 
-def codestream_style(cs) -> int:
+def codestream_style(cs: Buffer) -> int:
     """The code-block style byte of a codestream's main-header COD marker (walked marker by marker)."""
     mv = memoryview(cs).cast("B")
     if bytes(mv[:2]) != b"\xff\x4f":
@@ -198,7 +202,7 @@ def probe(data: bytes, kind: str) -> tuple[int, int]:
     return im.size
 
 
-def decode_depth_pillow(data) -> np.ndarray:
+def decode_depth_pillow(data: Buffer) -> np.ndarray:
     """JP2 bytes -> HxW uint16 mm with Pillow/OpenJPEG (the reference loader's decoder)."""
     im = Image.open(io.BytesIO(bytes(data)))
     arr = np.asarray(im)
@@ -207,7 +211,7 @@ def decode_depth_pillow(data) -> np.ndarray:
     return arr
 
 
-def decode_depth_fast(data, threads: int = 1) -> np.ndarray:
+def decode_depth_fast(data: Buffer, threads: int = 1) -> np.ndarray:
     """JP2 bytes -> HxW uint16 mm, bit-exact: HTJ2K codestreams with OpenJPH (about half OpenJPEG's
     CPU), everything else with imagecodecs' OpenJPEG 2.5 (``threads`` decoder threads)."""
     import imagecodecs
@@ -221,4 +225,5 @@ def decode_depth_fast(data, threads: int = 1) -> np.ndarray:
         out = imagecodecs.htj2k_decode(cs)  # type: ignore[arg-type]  # any buffer (its stub: bytes)
         if out.dtype == np.uint16 and out.ndim == 2:
             return out
-    return imagecodecs.jpeg2k_decode(data, numthreads=threads)  # any buffer: no copy of the payload
+    # any buffer, no copy of the payload (its stub: bytes)
+    return imagecodecs.jpeg2k_decode(data, numthreads=threads)  # type: ignore[arg-type]

@@ -19,8 +19,12 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from typing import TYPE_CHECKING
 
 from piper_recorder.durable import fsync_parent
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 MAGIC = b"RGBDJRN1"
 _HEADER = struct.Struct(">8sQI")  # magic, original length, crc32 of the first two fields
@@ -38,7 +42,7 @@ def _write_all(fd: int, data: bytes) -> None:
         mv = mv[os.write(fd, mv):]
 
 
-def _pwrite_all(fd: int, data, offset: int) -> None:
+def _pwrite_all(fd: int, data: Buffer, offset: int) -> None:
     mv = memoryview(data).cast("B")
     while mv:
         n = os.pwrite(fd, mv, offset)
@@ -77,13 +81,13 @@ class JournaledFile:
         self._pos += len(data)
         return data
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Buffer) -> int:
         mv = memoryview(buf).cast("B")
         data = self.read(len(mv))
         mv[:len(data)] = data
         return len(data)
 
-    def write(self, data) -> int:
+    def write(self, data: Buffer) -> int:
         mv = memoryview(data).cast("B")
         pos, n = self._pos, len(mv)
         split = min(max(self.original_size - pos, 0), n)  # bytes that land before original_size

@@ -17,18 +17,26 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, TypeAlias
 
 import h5py
 import numpy as np
 
 from . import codecs, schema
 
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+    from typing_extensions import Buffer
+
+# decoded observations: arrays with a leading row axis, nested by name ("state" holds one per key)
+Batch: TypeAlias = "np.ndarray | dict[str, Batch]"
+
 
 class RgbdFile:
     """Metadata in memory, payloads read and decoded on demand through a per-process handle."""
 
-    def __init__(self, path, decoder: str = "fast", threads: int = 2, allow_incomplete: bool = False):
+    def __init__(self, path: str | os.PathLike[str], decoder: str = "fast", threads: int = 2,
+                 allow_incomplete: bool = False):
         if decoder not in ("fast", "pillow"):
             raise ValueError("decoder must be 'fast' or 'pillow'")
         self.path = os.fspath(path)
@@ -73,7 +81,7 @@ class RgbdFile:
         else:
             self.hw = (0, 0)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d.update(_h5=None, _pool=None, _pid=None)
         return d
@@ -87,12 +95,13 @@ class RgbdFile:
             self._pid = os.getpid()
         return self._h5
 
-    def _executor(self):
+    def _executor(self) -> cf.ThreadPoolExecutor | None:
         if self._pool is None and self.threads > 1:  # the calling thread is the last decoder
             self._pool = cf.ThreadPoolExecutor(self.threads - 1, thread_name_prefix="rgbd-decode")
         return self._pool
 
-    def _decode_one(self, rgb_bytes, depth_bytes):
+    def _decode_one(self, rgb_bytes: Buffer | None,
+                    depth_bytes: Buffer | None) -> tuple[np.ndarray | None, np.ndarray | None]:
         fast = self.decoder == "fast"
         rgb = None if rgb_bytes is None else codecs.decode_rgb_fast(rgb_bytes) if fast else codecs.decode_rgb_jpeg(rgb_bytes)
         if depth_bytes is None:
@@ -104,7 +113,7 @@ class RgbdFile:
         return rgb, depth
 
     def read_rows(self, rows: np.ndarray, rgb: bool = True, depth: bool = True, state: bool = True,
-                  layout: str = "CHW") -> dict:
+                  layout: str = "CHW") -> dict[str, Batch]:
         """Decode observation rows (global timeline indices, ascending and unique) to training arrays.
 
         RGB float32 x rgb_scale, depth float32 metres and ``depth_valid`` (stored value != sentinel),
@@ -152,7 +161,7 @@ class RgbdFile:
             for h in helpers:
                 h.result()
         chw = layout == "CHW"
-        out: dict[str, Any] = {}
+        out: dict[str, Batch] = {}
         if rgb:
             out["rgb"] = np.moveaxis(out_rgb, -1, -3) if chw else out_rgb
         if depth:
@@ -177,15 +186,15 @@ def split_episodes(n_episodes: int, val_fraction: float = 0.1, seed: int = 0) ->
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
-def _pick(tree, idx):
+def _pick(tree: Batch, idx: int | slice | np.ndarray) -> Batch:
     if isinstance(tree, dict):
         return {k: _pick(v, idx) for k, v in tree.items()}
     return tree[idx]
 
 
 class _Base:
-    def __init__(self, path, episodes: Sequence[int] | None, layout: str, rgb: bool, depth: bool,
-                 decoder: str, threads: int, allow_incomplete: bool):
+    def __init__(self, path: str | os.PathLike[str], episodes: Sequence[int] | None, layout: str, rgb: bool, depth: bool,
+                 decoder: str, threads: int, allow_incomplete: bool) -> None:
         if layout not in ("CHW", "HWC"):
             raise ValueError("layout must be 'CHW' or 'HWC'")
         self.file = RgbdFile(path, decoder=decoder, threads=threads, allow_incomplete=allow_incomplete)
@@ -195,7 +204,7 @@ class _Base:
             raise IndexError(f"episodes must be in 0..{n - 1}")
         self.layout, self.rgb, self.depth = layout, rgb, depth
 
-    def _obs(self, rows: np.ndarray) -> tuple[dict, np.ndarray]:
+    def _obs(self, rows: np.ndarray) -> tuple[dict[str, Batch], np.ndarray]:
         """Decode the unique rows once; return the decoded tree and the positions of ``rows`` in it."""
         uniq, inv = np.unique(rows, return_inverse=True)
         return self.file.read_rows(uniq, rgb=self.rgb, depth=self.depth, layout=self.layout), inv.reshape(rows.shape)
@@ -204,9 +213,10 @@ class _Base:
 class TransitionDataset(_Base):
     """Random-access transitions (obs, action, reward, next_obs, done, terminal, timeout)."""
 
-    def __init__(self, path, episodes: Sequence[int] | None = None, frame_stack: int = 1, layout: str = "CHW",
+    def __init__(self, path: str | os.PathLike[str], episodes: Sequence[int] | None = None, frame_stack: int = 1,
+                 layout: str = "CHW",
                  rgb: bool = True, depth: bool = True, decoder: str = "fast", threads: int = 2,
-                 allow_incomplete: bool = False):
+                 allow_incomplete: bool = False) -> None:
         super().__init__(path, episodes, layout, rgb, depth, decoder, threads, allow_incomplete)
         if frame_stack < 1:
             raise ValueError("frame_stack must be >= 1")
@@ -240,9 +250,9 @@ class TransitionDataset(_Base):
 class SequenceDataset(_Base):
     """Windows of ``seq_len`` consecutive transitions inside one episode (obs/next_obs share decodes)."""
 
-    def __init__(self, path, seq_len: int = 16, episodes: Sequence[int] | None = None, stride: int = 1,
+    def __init__(self, path: str | os.PathLike[str], seq_len: int = 16, episodes: Sequence[int] | None = None, stride: int = 1,
                  layout: str = "CHW", rgb: bool = True, depth: bool = True, decoder: str = "fast", threads: int = 2,
-                 allow_incomplete: bool = False):
+                 allow_incomplete: bool = False) -> None:
         super().__init__(path, episodes, layout, rgb, depth, decoder, threads, allow_incomplete)
         if seq_len < 1 or stride < 1:
             raise ValueError("seq_len and stride must be >= 1")
@@ -275,7 +285,7 @@ def collate(samples: list[dict]) -> dict:
     return np.stack([np.asarray(s) for s in samples])
 
 
-def as_torch_dataset(ds):
+def as_torch_dataset(ds: TransitionDataset | SequenceDataset) -> Dataset:
     """Wrap a TransitionDataset/SequenceDataset as ``torch.utils.data.Dataset`` (needs torch installed)."""
     try:
         import torch
@@ -283,19 +293,19 @@ def as_torch_dataset(ds):
     except ImportError as e:
         raise ImportError("as_torch_dataset needs PyTorch, which is optional for rgbd_writer") from e
 
-    def to_tensor(x):
+    def to_tensor(x: object) -> object:
         if isinstance(x, dict):
             return {k: to_tensor(v) for k, v in x.items()}
         return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
 
     class TorchRgbdDataset(Dataset):
-        def __init__(self, inner):
+        def __init__(self, inner: TransitionDataset | SequenceDataset) -> None:
             self.inner = inner
 
-        def __len__(self):
+        def __len__(self) -> int:
             return len(self.inner)
 
-        def __getitem__(self, k):
+        def __getitem__(self, k: int) -> object:
             return to_tensor(self.inner[k])
 
     return TorchRgbdDataset(ds)

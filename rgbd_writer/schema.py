@@ -1,7 +1,13 @@
 """Names, attributes, dtypes and chunking of ``rlroverlab.offline_rgbd_v2`` (the reference schema)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import DTypeLike
+
+if TYPE_CHECKING:   # writer imports this module
+    from .writer import RgbdConfig
 
 SCHEMA_NAME = "rlroverlab.offline_rgbd_v2"
 FORMAT_VERSION = 2
@@ -23,16 +29,17 @@ REWARDS = "transitions/rewards"
 FLAGS = ("dones", "terminals", "timeouts")
 PER_TRANSITION_INDEX = ("obs_index", "next_obs_index", "episode_id", "episode_transition_index")
 PER_EPISODE_INDEX = ("episode_lengths", "obs_offsets", "transition_offsets")
+AttrValue = str | float   # a scalar attribute as this schema writes it (bool and int included)
 
 
-def numeric_chunks(row_shape: tuple[int, ...], dtype) -> tuple[int, ...]:
+def numeric_chunks(row_shape: tuple[int, ...], dtype: DTypeLike) -> tuple[int, ...]:
     """Reference rule: rows = max(1, min(1024, 1 MiB // bytes_per_row)), chunks (rows, *row_shape)."""
     bytes_per_row = int(np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64)))
     rows = max(1, min(1024, (1 << 20) // max(1, bytes_per_row)))
     return (rows, *row_shape)
 
 
-def root_attrs(cfg) -> dict:
+def root_attrs(cfg: RgbdConfig) -> dict[str, AttrValue]:
     """Root attributes fixed at creation (totals start at 0; camera_* come with the first episode)."""
     return {
         "schema_name": SCHEMA_NAME,
@@ -71,7 +78,7 @@ def root_attrs(cfg) -> dict:
     }
 
 
-def rgb_attrs(cfg) -> dict:
+def rgb_attrs(cfg: RgbdConfig) -> dict[str, AttrValue]:
     return {
         "source": cfg.rgb_source,
         "source_space": "raw_sensor",
@@ -91,7 +98,7 @@ def rgb_attrs(cfg) -> dict:
     }
 
 
-def depth_attrs(cfg) -> dict:
+def depth_attrs(cfg: RgbdConfig) -> dict[str, AttrValue]:
     return {
         "source": cfg.depth_source,
         "source_space": "raw_sensor",

@@ -9,16 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+from collections.abc import Mapping
 
 import h5py
 import numpy as np
+from numpy.typing import DTypeLike, NDArray
 
 from . import codecs, schema
 
 _SAMPLE_CAP = 16
 
-_FIXED_ROOT = {
+_FIXED_ROOT: dict[str, schema.AttrValue] = {
     "schema_name": schema.SCHEMA_NAME, "format_version": schema.FORMAT_VERSION,
     "visual_profile": schema.VISUAL_PROFILE, "storage_contract_version": 1,
     "visual_storage_contract": "raw_sensor_values_compressed", "training_normalization_applied": False,
@@ -29,20 +32,20 @@ _FIXED_ROOT = {
     "depth_codec": schema.DEPTH_CODEC_ATTR, "depth_source_unit": "meters", "depth_storage_dtype": "uint16",
     "depth_storage_unit": "millimeters", "depth_psnr_target_db": 50.0, "depth_invalid_sentinel": 0,
 }
-_FIXED_RGB = {
+_FIXED_RGB: dict[str, schema.AttrValue] = {
     "source_space": "raw_sensor", "codec": "jpeg", "stored_as": schema.STORED_AS, "decoded_dtype": "uint8",
     "decoded_channel_order": "RGB", "decoded_range_min": 0, "decoded_range_max": 255,
     "training_normalization_applied": False, "recommended_training_scale": 1 / 255,
     "recommended_training_dtype": "float32", "channels": 3,
 }
-_FIXED_DEPTH = {
+_FIXED_DEPTH: dict[str, schema.AttrValue] = {
     "source_space": "raw_sensor", "source_unit": "meters", "codec": "jpeg2000", "codec_input_dtype": "uint16",
     "stored_as": schema.STORED_AS, "decoded_dtype": "uint16", "decoded_unit": "millimeters", "invalid_sentinel": 0,
     "recommended_training_scale_m": 0.001, "recommended_training_dtype": "float32", "channels": 1,
 }
 
 
-def _same(a, b) -> bool:
+def _same(a: object, b: schema.AttrValue) -> bool:
     if isinstance(b, str):
         return isinstance(a, str) and a == b
     if isinstance(b, bool):
@@ -52,7 +55,8 @@ def _same(a, b) -> bool:
     return isinstance(a, (float, np.floating, int, np.integer)) and math.isclose(float(a), b, rel_tol=1e-9)
 
 
-def _check_fixed(where: str, attrs, expected: dict, problems: list) -> None:
+def _check_fixed(where: str, attrs: h5py.AttributeManager, expected: Mapping[str, schema.AttrValue],
+                 problems: list[str]) -> None:
     for k, v in expected.items():
         if k not in attrs:
             problems.append(f"{where}: attribute {k} missing")
@@ -60,7 +64,7 @@ def _check_fixed(where: str, attrs, expected: dict, problems: list) -> None:
             problems.append(f"{where}: attribute {k} is {attrs[k]!r}, expected {v!r}")
 
 
-def _int_attr(where, attrs, k, problems, minimum=0):
+def _int_attr(where: str, attrs: h5py.AttributeManager, k: str, problems: list[str], minimum: int = 0) -> int | None:
     v = attrs.get(k)
     if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < minimum:
         problems.append(f"{where}: attribute {k} must be an int >= {minimum}, got {v!r}")
@@ -68,7 +72,8 @@ def _int_attr(where, attrs, k, problems, minimum=0):
     return int(v)
 
 
-def _check_layout(ds, dtype, n_rows, chunks, problems, vlen=False, count="total_observations") -> bool:
+def _check_layout(ds: h5py.Dataset, dtype: DTypeLike | None, n_rows: int, chunks: tuple[int, ...] | None,
+                  problems: list[str], vlen: bool = False, count: str = "total_observations") -> bool:
     """dtype, row count, chunk shape, maxshape, no filters. Returns False if the dataset is unusable."""
     name = ds.name
     ok = True
@@ -94,8 +99,8 @@ def _check_layout(ds, dtype, n_rows, chunks, problems, vlen=False, count="total_
     return ok
 
 
-def _check_index(f, E, N_tr, N_obs, problems) -> dict:
-    idx = {}
+def _check_index(f: h5py.File, E: int, N_tr: int, N_obs: int, problems: list[str]) -> dict[str, NDArray[np.int64]]:
+    idx: dict[str, NDArray[np.int64]] = {}
     for name in schema.PER_TRANSITION_INDEX + schema.PER_EPISODE_INDEX:
         path = f"index/{name}"
         if path not in f:
@@ -135,7 +140,7 @@ def _check_index(f, E, N_tr, N_obs, problems) -> dict:
     return idx
 
 
-def _sample_rows(idx, N_obs, full) -> list[int]:
+def _sample_rows(idx: Mapping[str, NDArray[np.int64]], N_obs: int, full: bool) -> list[int]:
     if full:
         return list(range(N_obs))
     if "obs_offsets" not in idx or "episode_lengths" not in idx:
@@ -148,7 +153,8 @@ def _sample_rows(idx, N_obs, full) -> list[int]:
     return sorted(r for r in rows if 0 <= r < N_obs)
 
 
-def _check_payloads(f, rows, H, W, vmin, vmax, profile, problems) -> None:
+def _check_payloads(f: h5py.File, rows: list[int], H: int, W: int, vmin: int, vmax: int, profile: str | None,
+                    problems: list[str]) -> None:
     rgb_ds, depth_ds = f[schema.RGB], f[schema.DEPTH]
     reported = 0
     for r in rows:
@@ -179,13 +185,13 @@ def _check_payloads(f, rows, H, W, vmin, vmax, profile, problems) -> None:
             reported += 1
 
 
-def _walk_names(f) -> list[str]:
+def _walk_names(f: h5py.File) -> list[str]:
     names: list[str] = []
     f.visit(names.append)
     return names
 
 
-def validate_file(path, full: bool = False) -> list[str]:
+def validate_file(path: str | os.PathLike[str], full: bool = False) -> list[str]:
     """Return every problem found in ``path`` (empty list = valid and complete)."""
     problems: list[str] = []
     try:
@@ -217,7 +223,7 @@ def validate_file(path, full: bool = False) -> list[str]:
         E = _int_attr("/", a, "total_episodes", problems)
         N_tr = _int_attr("/", a, "total_transitions", problems)
         N_obs = _int_attr("/", a, "total_observations", problems)
-        if None in (E, N_tr, N_obs):
+        if E is None or N_tr is None or N_obs is None:
             return problems
         H = W = None
         if E > 0:
@@ -317,7 +323,7 @@ def validate_file(path, full: bool = False) -> list[str]:
     return problems
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file")
     ap.add_argument("--full", action="store_true", help="decode every payload, not a sample")

@@ -35,10 +35,11 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeAlias
 
 import h5py
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from piper_recorder.durable import fsync_parent
 
@@ -50,6 +51,9 @@ from .validate import validate_file
 log = logging.getLogger(__name__)
 _VLEN = h5py.vlen_dtype(np.uint8)
 _SINK_BATCH = 8
+_Encoded: TypeAlias = "tuple[bytes, bytes, float]"   # RGB JPEG, depth JP2, encode seconds
+# a compressed payload handed to add_encoded_observation: bytes, or a uint8 row read from a file
+EncodedPayload: TypeAlias = "bytes | bytearray | memoryview | np.ndarray"
 
 
 @dataclass
@@ -106,7 +110,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _encode_job(rgb, depth, cfg: RgbdConfig):
+def _encode_job(rgb: np.ndarray, depth: np.ndarray, cfg: RgbdConfig) -> _Encoded:
     t0 = time.perf_counter()
     mm = codecs.quantize_depth(depth, cfg.depth_min_m, cfg.depth_max_m)
     r = codecs.encode_rgb_jpeg(rgb, cfg.rgb_jpeg_quality)
@@ -114,14 +118,15 @@ def _encode_job(rgb, depth, cfg: RgbdConfig):
     return r, d, time.perf_counter() - t0
 
 
-def _as_attr(value):
+def _as_attr(value: object) -> schema.AttrValue | np.generic:
     if isinstance(value, (bool, int, float, str, np.integer, np.floating, np.bool_)):
         return value
     return json.dumps(value)
 
 
 class _Episode:
-    def __init__(self, index: int, obs_offset: int, tr_offset: int, seed, meta):
+    def __init__(self, index: int, obs_offset: int, tr_offset: int, seed: int | None,
+                 meta: Mapping[str, Any] | None) -> None:
         self.index, self.obs_offset, self.tr_offset = index, obs_offset, tr_offset
         self.seed, self.meta = seed, dict(meta or {})
         self.n_obs = 0
@@ -159,7 +164,7 @@ class RgbdWriter:
             raise
         self._pool = cf.ThreadPoolExecutor(self.cfg.workers, thread_name_prefix="rgbd-encode")
         self._slots = threading.BoundedSemaphore(self.cfg.queue_size)
-        self._pending: queue.Queue = queue.Queue()
+        self._pending: queue.Queue[cf.Future[_Encoded] | None] = queue.Queue()
         self._sink: threading.Thread | None = None
 
     # ---------------------------------------------------------------- file lifecycle
@@ -272,7 +277,7 @@ class RgbdWriter:
             data.attrs["env_args"] = json.dumps(c.env_args)
 
     @staticmethod
-    def _create_numeric(group, name, row_shape, dtype):
+    def _create_numeric(group: h5py.Group, name: str, row_shape: tuple[int, ...], dtype: DTypeLike) -> h5py.Dataset:
         return group.create_dataset(name, shape=(0, *row_shape), maxshape=(None, *row_shape), dtype=dtype,
                                     chunks=schema.numeric_chunks(tuple(row_shape), dtype))
 
@@ -412,7 +417,8 @@ class RgbdWriter:
         self._pending.put(self._pool.submit(_encode_job, rgb_c, depth_c, c))
         return self._submitted(ep)
 
-    def add_encoded_observation(self, rgb_jpeg, depth_encoded, state: Mapping[str, np.ndarray] | None = None) -> int:
+    def add_encoded_observation(self, rgb_jpeg: EncodedPayload, depth_encoded: EncodedPayload,
+                                state: Mapping[str, np.ndarray] | None = None) -> int:
         """Queue an observation already compressed with this file's codecs (bytes or uint8 arrays, e.g.
         rows copied from a staged file): stored as given, no re-encoding.
 
@@ -435,7 +441,7 @@ class RgbdWriter:
                 raise SchemaError(f"encoded {kind} payload is {size[0]}x{size[1]}, camera is {c.width}x{c.height}")
             payloads.append(raw)
         state_rows = self._check_rows("state", state or {}, ep.states, self._state_spec, ep.n_obs)
-        done: cf.Future = cf.Future()
+        done: cf.Future[_Encoded] = cf.Future()
         done.set_result((payloads[0], payloads[1], 0.0))
         self._acquire_slot()
         for k, v in state_rows.items():
@@ -579,10 +585,10 @@ class RgbdWriter:
             self._closed = True
             self._release_lock()
 
-    def __enter__(self):
+    def __enter__(self) -> RgbdWriter:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---------------------------------------------------------------- internals
@@ -649,7 +655,7 @@ class RgbdWriter:
         assert f is not None and ep is not None  # started by start_episode, joined before it ends
         rgb_ds, depth_ds = f[schema.RGB], f[schema.DEPTH]
         base = ep.obs_offset
-        batch: list = []
+        batch: list[_Encoded] = []
         stop = False
         while not stop:
             item = self._pending.get()
@@ -670,10 +676,10 @@ class RgbdWriter:
                 try:
                     n0 = base + self._obs_written
                     k = len(batch)
-                    for ds, col in ((rgb_ds, 0), (depth_ds, 1)):
+                    for ds, payloads in ((rgb_ds, [b[0] for b in batch]), (depth_ds, [b[1] for b in batch])):
                         ds.resize((n0 + k,))
-                        for i, b in enumerate(batch):  # row by row: equal-length rows must not broadcast
-                            ds[n0 + i] = np.frombuffer(b[col], dtype=np.uint8)
+                        for i, payload in enumerate(payloads):  # row by row: equal-length rows must not broadcast
+                            ds[n0 + i] = np.frombuffer(payload, dtype=np.uint8)
                     self.stats.encode_s += sum(b[2] for b in batch)
                     self._obs_written += k
                 except BaseException as e:
@@ -683,7 +689,7 @@ class RgbdWriter:
                     self._slots.release()
                 batch = []
 
-    def _write_episode(self, ep: _Episode, success, truncated: bool) -> dict:
+    def _write_episode(self, ep: _Episode, success: bool | None, truncated: bool) -> dict:
         f = self._h5
         assert f is not None  # in the episode's transaction
         T = len(ep.actions)
@@ -692,8 +698,8 @@ class RgbdWriter:
         if self._obs_written != n_obs or f[schema.RGB].shape[0] != o0 + n_obs:
             raise RgbdError(f"sink wrote {self._obs_written} frames, expected {n_obs}")
 
-        def append(group_path, name, rows, dtype=None):
-            rows = np.asarray(rows) if dtype is None else np.asarray(rows, dtype=dtype)
+        def append(group_path: str, name: str, values: ArrayLike, dtype: DTypeLike | None = None) -> None:
+            rows = np.asarray(values) if dtype is None else np.asarray(values, dtype=dtype)
             g = f.require_group(group_path)
             if name not in g:
                 self._create_numeric(g, name, rows.shape[1:], rows.dtype)
@@ -722,6 +728,7 @@ class RgbdWriter:
         append("index", "obs_offsets", np.array([o0], dtype=np.int64))
         append("index", "transition_offsets", np.array([t0], dtype=np.int64))
         demo = f.require_group("episodes").create_group(f"demo_{e}")
+        da: dict[str, schema.AttrValue | np.generic]
         da = {"num_samples": T, "num_observations": n_obs, "obs_offset": o0, "transition_offset": t0,
               "start_time_ns": ep.start_ns, "end_time_ns": time.time_ns(), "truncated": truncated}
         if success is not None:

@@ -100,6 +100,12 @@ def agilex_scenario(**kw: Any) -> SynthScenario:
                                                          "/camera/aligned_depth_to_color/image_raw")}, **kw)
 
 
+# (topic, msgtype, stamp_ns, msg) of one stream, and (receive_ns, tie-break, topic, msgtype, msg) for heapq.merge;
+# msgs are rosbags typestore dataclasses, generated at runtime (no static type)
+_Item = tuple[str, str, int, Any]
+_Merged = tuple[int, tuple[int, int], str, str, Any]
+
+
 def _arm_pose(t: float) -> tuple[np.ndarray, np.ndarray]:
     pos = np.array([0.30 + 0.05 * np.sin(0.8 * t), 0.05 * np.cos(0.8 * t), 0.25 + 0.02 * np.sin(1.6 * t)])
     yaw = 0.2 * np.sin(0.5 * t)
@@ -116,13 +122,13 @@ def scenario_messages(s: SynthScenario) -> Iterator[tuple[str, str, int, Any]]:
             yield topic, msgtype, recv, msg
 
 
-def _stream(s: SynthScenario, order: int, items: Iterator[tuple[str, str, int, Any]]):
+def _stream(s: SynthScenario, order: int, items: Iterator[_Item]) -> Iterator[_Merged]:
     """(receive_ns, tie-break, topic, msgtype, msg) for heapq.merge; the tie-break never compares msgs."""
     for k, (topic, msgtype, stamp_ns, msg) in enumerate(items):
         yield stamp_ns + s.latency_ns, (order, k), topic, msgtype, msg
 
 
-def _provenance(s: SynthScenario):
+def _provenance(s: SynthScenario) -> Iterator[_Merged]:
     prov = {"backend": "position", "kp": [5, 25, 5, 8, 8, 5], "kd": [0.3, 1.2, 0.3, 0.45, 0.45, 0.3],
             "t_ff": 0.0, "gravity_ff": False, "firmware": "S-V1.6-3", "arm_model": "piper",
             "can_channel": "can0", "sdk_version": "0.6.2"}
@@ -130,8 +136,8 @@ def _provenance(s: SynthScenario):
     return _stream(s, 0, iter(items if s.topics.get("provenance") else []))
 
 
-def _arm(s: SynthScenario):
-    def gen():
+def _arm(s: SynthScenario) -> Iterator[_Merged]:
+    def gen() -> Iterator[_Item]:
         for k in range(int(s.duration_s * s.arm_hz)):
             ns = s.t0_ns + int(k * 1e9 / s.arm_hz)
             t = (ns - s.t0_ns) / 1e9
@@ -144,8 +150,8 @@ def _arm(s: SynthScenario):
     return _stream(s, 1, gen())
 
 
-def _commands(s: SynthScenario):
-    def gen():
+def _commands(s: SynthScenario) -> Iterator[_Merged]:
+    def gen() -> Iterator[_Item]:
         if not s.topics.get("commanded_pose"):
             return
         for k in range(int(s.duration_s * s.command_hz)):
@@ -157,8 +163,8 @@ def _commands(s: SynthScenario):
     return _stream(s, 2, gen())
 
 
-def _camera(s: SynthScenario, cam_i: int, cam: str):
-    def gen():
+def _camera(s: SynthScenario, cam_i: int, cam: str) -> Iterator[_Merged]:
+    def gen() -> Iterator[_Item]:
         rng = np.random.default_rng(s.seed + cam_i)
         yy, xx = np.mgrid[0:s.height, 0:s.width]
         noise = rng.integers(0, 256, (8, s.height, s.width), dtype=np.uint8)
@@ -176,8 +182,8 @@ def _camera(s: SynthScenario, cam_i: int, cam: str):
     return _stream(s, 10 + cam_i, gen())
 
 
-def _quest(s: SynthScenario):
-    def gen():
+def _quest(s: SynthScenario) -> Iterator[_Merged]:
+    def gen() -> Iterator[_Item]:
         if not s.topics.get("raw_quest"):
             return
         for k in range(int(s.duration_s * s.quest_hz)):
@@ -186,8 +192,8 @@ def _quest(s: SynthScenario):
     return _stream(s, 3, gen())
 
 
-def _events(s: SynthScenario):
-    def gen():
+def _events(s: SynthScenario) -> Iterator[_Merged]:
+    def gen() -> Iterator[_Item]:
         if not s.with_events:
             return
         for i, (a, b) in enumerate(s.episodes):

@@ -199,7 +199,7 @@ class QuestBridge(Node):
         self.client.stop()
 
 
-def main(args=None):
+def main(args: list[str] | None = None) -> None:
     sys.exit(run_node(QuestBridge, args))
 
 

@@ -25,12 +25,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
@@ -117,7 +119,7 @@ class SimCamera(Node):
     def _fault_plan(cfg: SimCameraConfig, origin_s: float) -> FaultPlan:
         return FaultPlan(cfg.pause_at_s, cfg.pause_s, cfg.drop_every_n, cfg.jitter_ms, origin_s, cfg.seed)
 
-    def _on_set_parameters(self, params) -> SetParametersResult:
+    def _on_set_parameters(self, params: list[Parameter[Any]]) -> SetParametersResult:
         """Fault parameters may change at runtime; a new pause counts from the moment it is set."""
         changed = {p.name: p.value for p in params}
         fault_keys = {"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"}
@@ -147,7 +149,7 @@ class SimCamera(Node):
         p = msg.pose.position
         self.history.add(stamp_to_ns(msg.header.stamp), (p.x, p.y, p.z))
 
-    def _camera_info(self, stamp, frame_id: str) -> CameraInfo:
+    def _camera_info(self, stamp: Time, frame_id: str) -> CameraInfo:
         k = self.camera.intrinsics
         info = CameraInfo()
         info.header.stamp = stamp
@@ -160,7 +162,7 @@ class SimCamera(Node):
         info.p = [k.fx, 0.0, k.cx, 0.0, 0.0, k.fy, k.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
         return info
 
-    def _image(self, stamp, encoding: str, pixels: np.ndarray, step: int) -> Image:
+    def _image(self, stamp: Time, encoding: str, pixels: np.ndarray, step: int) -> Image:
         msg = Image()
         msg.header.stamp = stamp
         msg.header.frame_id = self._frame_id
@@ -239,7 +241,7 @@ class SimCamera(Node):
                                f"and {self.late_skipped} (stalls); {self.stale_poses} rendered with a stale pose")
 
 
-def main(args=None) -> None:
+def main(args: list[str] | None = None) -> None:
     # Events executor like the other device nodes: the only frequent callback stores the ~200 Hz EEF
     # pose (rendering and publishing run in the capture thread), and the multi-threaded executor's cost
     # per callback was taken from the control chain and the recorders on the demo's 2-core machine.

@@ -44,8 +44,9 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.task import Future
 from sensor_msgs.msg import JointState, Joy as JoyMsg
-from std_msgs.msg import String
+from std_msgs.msg import Header, String
 from std_srvs.srv import Trigger
 
 from piper_recorder.nodes.common import declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
@@ -55,7 +56,7 @@ from piper_recorder.teleop.frames import FrameConfig
 from piper_recorder.teleop.haptics import EVENT_PATTERNS, HapticConfig, HapticScheduler
 from piper_recorder.teleop.limits import LimitsConfig
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
-from piper_recorder.teleop.recorder_calls import Outcome, RecorderCallConfig, RecorderCalls
+from piper_recorder.teleop.recorder_calls import Outcome, RecorderCallConfig, RecorderCalls, Report
 
 # The default alarm patterns on /quest/haptic, (delay s, amp, ms) per pulse (configurable: ``haptics.*``);
 # the engage pulse is one short ``haptic_amp``/``haptic_ms`` buzz, so these are unmistakably different.
@@ -153,7 +154,7 @@ class TeleopNode(Node):
                                f"recorders={self.ncfg.recorders}")
 
     # ---- inputs -------------------------------------------------------------------------------
-    def _captured(self, header) -> float:
+    def _captured(self, header: Header) -> float:
         """The message's capture time on the monotonic clock (never later than now)."""
         stamp = stamp_to_ns(header.stamp)
         mono = time.monotonic()
@@ -311,9 +312,11 @@ class TeleopNode(Node):
     def _ready(self, rec: str) -> bool:
         return all(c.service_is_ready() for c in self.recorder_clients[rec].values())
 
-    def _on_reply(self, call_id: int, future) -> None:
+    def _on_reply(self, call_id: int, future: Future[Trigger.Response]) -> None:
         try:
             reply = future.result()
+            if reply is None:   # cancelled, no reply set (was an AttributeError on None, reported alike)
+                raise RuntimeError("no reply (call cancelled)")
             success, message = bool(reply.success), str(reply.message)
         except Exception as exc:  # noqa: BLE001 - a failed call is reported, never raised into the executor
             success, message = False, f"call failed: {exc}"
@@ -323,7 +326,7 @@ class TeleopNode(Node):
         if report is not None:
             self._report(report)
 
-    def _report(self, report) -> None:
+    def _report(self, report: Report) -> None:
         """Log every outcome; pulse the headset and remember it for the status when the operator must know."""
         alarm = report.outcome.alarm
         # one logging call site per severity: rclpy refuses a call site whose severity changes
@@ -364,5 +367,5 @@ class TeleopNode(Node):
         self.pub_status.publish(String(data=json.dumps(status)))
 
 
-def main(args=None) -> None:
+def main(args: list[str] | None = None) -> None:
     sys.exit(run_node(TeleopNode, args))  # callbacks only store data; the control loop has its own thread
