@@ -158,6 +158,35 @@ def test_rollout_bag_converts_to_rows_that_say_who_acted(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+@pytest.fixture(scope="module")
+def rollout_root(tmp_path_factory) -> tuple[Path, list[float]]:
+    """A converted rollout bag (see above) and its column as written."""
+    tmp = tmp_path_factory.mktemp("rollout")
+    scen = SynthScenario(duration_s=2.5, episodes=[(0.5, 2.0)], cameras=("cam_front",), width=W, height=H)
+    extra = [(ACTOR_TOPIC, STRING, scen.t0_ns + round(s * 1e9), actor(v)) for s, v in ((0.1, "policy"), (1.2, "operator"))]
+    bag = write_bag(tmp / "bag", heapq.merge(scenario_messages(scen), extra, key=lambda m: m[2]))
+    cfg = tmp / "recorders.yaml"
+    cfg.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
+        "cameras": ["cam_front"], "camera_width": W, "camera_height": H, "actor_topic": ACTOR_TOPIC}}}))
+    assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(tmp / "lerobot"), "--config", str(cfg),
+                        "--no-progress"]) == 0
+    t = pq.read_table(tmp / "lerobot" / "data/chunk-000/episode_000000.parquet")
+    return tmp / "lerobot", t.column(COLUMN).to_pylist()
+
+
+def test_lerobot_reads_the_actor_column_and_offers_it_to_no_policy(rollout_root, tmp_path):
+    """LeRobot 0.3.3 (the consumer venv) gives every row's code; the column is not a policy feature."""
+    from test_consumers import SCRIPTS, _run_json, consumer_env, consumer_python
+
+    root, written = rollout_root
+    assert set(written) == {1.0, 2.0}
+    p, rep = _run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_column.py"), str(root), COLUMN],
+                       consumer_env(tmp_path / "hf"), 600)
+    assert p.returncode == 0 and rep, p.stdout[-2000:] + p.stderr[-2000:]
+    assert rep["values"] == written
+    assert "observation.state" in rep["policy_features"] and COLUMN not in rep["policy_features"]
+
+
 def test_the_same_bag_without_the_actor_topic_keeps_the_piper_columns(tmp_path):
     scen = SynthScenario(duration_s=2.0, episodes=[(0.5, 1.5)], cameras=("cam_front",), width=W, height=H)
     extra = [(ACTOR_TOPIC, STRING, scen.t0_ns + 100_000_000, actor("policy"))]
