@@ -46,7 +46,10 @@ def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, na
              if isinstance(a, Node)}
     assert nodes["policy"].kwargs["executable"] == "policy"
     assert nodes["policy"].kwargs["parameters"][1] == {"policy": "http://10.0.0.2:8000", "root": "/data/train"}
-    assert "policy" not in {a.kwargs["name"] for a in graph(name) if isinstance(a, Node)}
+    assert nodes["lerobot_recorder"].kwargs["parameters"][1]["actor_topic"] == "/policy/actor"   # rows say who acted
+    plain = {a.kwargs["name"]: a for a in graph(name) if isinstance(a, Node)}
+    assert "policy" not in plain
+    assert all("actor_topic" not in p for p in plain["lerobot_recorder"].kwargs["parameters"] if isinstance(p, dict))
 
 
 def training_root(path: Path, session: dict | None) -> Path:
