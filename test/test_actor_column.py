@@ -160,10 +160,11 @@ def test_rollout_bag_converts_to_rows_that_say_who_acted(tmp_path):
 
 @pytest.fixture(scope="module")
 def rollout_root(tmp_path_factory) -> tuple[Path, list[float]]:
-    """A converted rollout bag (see above) and its column as written."""
+    """A converted bag whose first /policy/actor message comes mid-episode (0.9 s; the episode runs
+    0.5-2.0 s), then a takeover at 1.4 s; and its column as written."""
     tmp = tmp_path_factory.mktemp("rollout")
     scen = SynthScenario(duration_s=2.5, episodes=[(0.5, 2.0)], cameras=("cam_front",), width=W, height=H)
-    extra = [(ACTOR_TOPIC, STRING, scen.t0_ns + round(s * 1e9), actor(v)) for s, v in ((0.1, "policy"), (1.2, "operator"))]
+    extra = [(ACTOR_TOPIC, STRING, scen.t0_ns + round(s * 1e9), actor(v)) for s, v in ((0.9, "policy"), (1.4, "operator"))]
     bag = write_bag(tmp / "bag", heapq.merge(scenario_messages(scen), extra, key=lambda m: m[2]))
     cfg = tmp / "recorders.yaml"
     cfg.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
@@ -174,12 +175,21 @@ def rollout_root(tmp_path_factory) -> tuple[Path, list[float]]:
     return tmp / "lerobot", t.column(COLUMN).to_pylist()
 
 
+def test_rows_before_the_first_actor_message_carry_none_and_are_not_held_back(rollout_root):
+    root, written = rollout_root
+    (ep,) = [json.loads(x) for x in (root / "meta/episodes.jsonl").read_text().splitlines()]
+    assert ep["skipped_start_ticks"] == 0 and len(written) == ep["length"] > 40
+    first = [written.index(c) for c in (0.0, 1.0, 2.0)]
+    assert first[0] == 0 and 8 <= first[1] < first[2] <= len(written) - 10        # none, policy, operator ...
+    assert written == sorted(written)                                               # ... in that order, held
+
+
 def test_lerobot_reads_the_actor_column_and_offers_it_to_no_policy(rollout_root, tmp_path):
     """LeRobot 0.3.3 (the consumer venv) gives every row's code; the column is not a policy feature."""
     from test_consumers import SCRIPTS, _run_json, consumer_env, consumer_python
 
     root, written = rollout_root
-    assert set(written) == {1.0, 2.0}
+    assert set(written) == {0.0, 1.0, 2.0}
     p, rep = _run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_column.py"), str(root), COLUMN],
                        consumer_env(tmp_path / "hf"), 600)
     assert p.returncode == 0 and rep, p.stdout[-2000:] + p.stderr[-2000:]
