@@ -176,6 +176,7 @@ def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
             w = Watch(s._node)
             w.wait(lambda: w.arm is not None, 30, "/arm/provenance")
             w.wait(lambda: w.status.get("state") == "idle", 30, "policy status")
+            wait_inputs(w)
             # binding: a root recorded with other gains is refused, naming the key and both values
             wrong = {**w.arm, "kp": [v * 2 for v in w.arm["kp"]]}
             (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(wrong)))
@@ -275,6 +276,13 @@ def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
     assert prov["policy"]["url"] == url and prov["policy"]["content_hash"] == "test-server-0001"
 
 
+def wait_inputs(w: Watch) -> None:
+    """The policy node has arm feedback and a frame of every trained camera (else ~/start refuses
+    for that, before any binding check: a race on a loaded machine)."""
+    w.wait(lambda: bool(w.status.get("input_age_s")) and None not in w.status["input_age_s"].values(), 60,
+           "the policy node's first arm and camera samples")
+
+
 def wait_pause(w: Watch, before: int, what: str) -> None:
     """The policy's ``before + 1``-th pause (a fresh status, not the previous pause's)."""
     w.wait(lambda: w.status.get("state") == "paused" and w.status.get("pauses") == before + 1, 20, what)
@@ -309,6 +317,7 @@ def test_rollout_rows_say_who_acted(tmp_path):
         w.wait(lambda: w.arm is not None, 30, "/arm/provenance")
         (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(w.arm)))
         w.wait(lambda: w.status.get("state") == "idle", 30, "policy status")
+        wait_inputs(w)
         ok, msg = call(s, "start")
         assert ok, msg
         w.wait(lambda: w.actor == "policy", 30, "the policy acting")
