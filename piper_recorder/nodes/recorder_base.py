@@ -15,7 +15,9 @@ briefly busy process loses no frames; DDS absorbs short stalls in its history.
 Inputs: the node subscribes what the input router (``recording.router``, shared with the bag
 converter) lists for the recorder's topic map (``recording.inputs``: its topic parameters and its
 ``mapping`` file: joint names, gripper scales, extra inputs of the feature table) and hands it every
-message; the router turns messages into the controller's inputs exactly as the converter does.
+message; the router turns messages into the controller's inputs exactly as the converter does. A
+latched input (``InputSpec.latched``: the policy node's /policy/actor) is subscribed transient-local,
+so a recorder started after the policy node still gets the current value.
 """
 from __future__ import annotations
 
