@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from piper_recorder.assembly.messages import ACTOR_TOPIC
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
@@ -302,9 +303,12 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
         else:
             nodes.append(GraphNode(cam, "realsense2_camera_node", package="realsense2_camera", namespace="",
                                    parameters=realsense_parameters(cfg, cam)))
+    policy = policy_enabled(cfg, overrides)
+    if policy:   # rollouts are data: the LeRobot rows say who acted (complementary_info.actor)
+        peer.setdefault("lerobot_recorder", {})["actor_topic"] = ACTOR_TOPIC
     nodes += [ours(name, name, NODE_SCRIPTS[name], **peer.get(name, {})) for name in START_ORDER[3:]
               if name in cfg and (name != "quest_video" or headset_video(cfg))]
-    if policy_enabled(cfg, overrides):  # launch argument policy:=SPEC (ROS executable "policy")
+    if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
     dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)
     if dash is not None:  # the read-only web dashboard expects exactly the nodes started here

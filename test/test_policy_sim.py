@@ -46,7 +46,10 @@ def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, na
              if isinstance(a, Node)}
     assert nodes["policy"].kwargs["executable"] == "policy"
     assert nodes["policy"].kwargs["parameters"][1] == {"policy": "http://10.0.0.2:8000", "root": "/data/train"}
-    assert "policy" not in {a.kwargs["name"] for a in graph(name) if isinstance(a, Node)}
+    assert nodes["lerobot_recorder"].kwargs["parameters"][1]["actor_topic"] == "/policy/actor"   # rows say who acted
+    plain = {a.kwargs["name"]: a for a in graph(name) if isinstance(a, Node)}
+    assert "policy" not in plain
+    assert all("actor_topic" not in p for p in plain["lerobot_recorder"].kwargs["parameters"] if isinstance(p, dict))
 
 
 def training_root(path: Path, session: dict | None) -> Path:
@@ -173,6 +176,7 @@ def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
             w = Watch(s._node)
             w.wait(lambda: w.arm is not None, 30, "/arm/provenance")
             w.wait(lambda: w.status.get("state") == "idle", 30, "policy status")
+            wait_inputs(w)
             # binding: a root recorded with other gains is refused, naming the key and both values
             wrong = {**w.arm, "kp": [v * 2 for v in w.arm["kp"]]}
             (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(wrong)))
@@ -272,6 +276,13 @@ def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
     assert prov["policy"]["url"] == url and prov["policy"]["content_hash"] == "test-server-0001"
 
 
+def wait_inputs(w: Watch) -> None:
+    """The policy node has arm feedback and a frame of every trained camera (else ~/start refuses
+    for that, before any binding check: a race on a loaded machine)."""
+    w.wait(lambda: bool(w.status.get("input_age_s")) and None not in w.status["input_age_s"].values(), 60,
+           "the policy node's first arm and camera samples")
+
+
 def wait_pause(w: Watch, before: int, what: str) -> None:
     """The policy's ``before + 1``-th pause (a fresh status, not the previous pause's)."""
     w.wait(lambda: w.status.get("state") == "paused" and w.status.get("pauses") == before + 1, 20, what)
@@ -283,3 +294,54 @@ def assert_held(w: Watch, since: int) -> None:
         got = w.targets[since:]
     assert len(got) >= 15, f"only {len(got)} targets in 1 s while paused"
     assert all(np.allclose(p, got[0][1], atol=1e-9) for _, p, _ in got), "the held target moved"
+
+
+def test_rollout_rows_say_who_acted(tmp_path):
+    """A hold policy drives the sim arm while the recorders record one episode; the operator's grip
+    takes over in the middle. The launcher switched the LeRobot recorder's ``actor_topic`` on with the
+    policy node, so each row's complementary_info.actor (read with pyarrow) is the policy's code (1)
+    before the takeover and the operator's (2) after it, changing once."""
+    import pyarrow.parquet as pq
+    from sensor_msgs.msg import Joy
+
+    from piper_recorder.sim_session import SimSession, size_overrides
+
+    train = training_root(tmp_path / "train", None)
+    sets = size_overrides(SIM, f"{W}x{H}") + [
+        "piper_launch.sim_quest.script=idle", "policy.policy=hold", f"policy.root={train}",
+        "policy.camera_stale_s=5.0", "policy.arm_stale_s=60.0"]   # loose bounds: a loaded 2-core machine
+    out = tmp_path / "out"
+    with SimSession(out, sets=sets) as s:
+        assert s.plan.config["lerobot_recorder"]["actor_topic"] == "/policy/actor"
+        w = Watch(s._node)
+        w.wait(lambda: w.arm is not None, 30, "/arm/provenance")
+        (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(w.arm)))
+        w.wait(lambda: w.status.get("state") == "idle", 30, "policy status")
+        wait_inputs(w)
+        ok, msg = call(s, "start")
+        assert ok, msg
+        w.wait(lambda: w.actor == "policy", 30, "the policy acting")
+        s.start_episode()
+        time.sleep(2.0)
+        pub = s._node.create_publisher(Joy, "/quest/right/joy", 10)
+        grip = Joy(axes=[0.0, 1.0, 0.0, 0.0], buttons=[0, 0, 0, 0])
+        deadline = time.monotonic() + 20
+        while w.actor != "operator" and time.monotonic() < deadline:   # the operator holds the grip
+            pub.publish(grip)
+            time.sleep(0.05)
+        w.wait(lambda: w.actor == "operator", 1, "takeover")
+        time.sleep(2.0)
+        rec = s.stop_episode()
+        call(s, "stop")
+
+    lerobot = out / "lerobot"
+    p = subprocess.run([str(Path(sys.executable).parent / "piper-validate"), str(lerobot)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    t = pq.read_table(lerobot / "data" / "chunk-000" / f"episode_{rec.index:06d}.parquet")
+    codes = t.column("complementary_info.actor").to_numpy().tolist()
+    change = [i for i in range(1, len(codes)) if codes[i] != codes[i - 1]]
+    assert codes[0] == 1.0 and codes[-1] == 2.0 and len(change) == 1, codes
+    assert change[0] >= 15 and len(codes) - change[0] >= 15, (change, len(codes))   # ~2 s either side
+    episodes = [json.loads(x) for x in (lerobot / "meta" / "episodes.jsonl").read_text().splitlines() if x.strip()]
+    assert episodes[rec.index]["policy"]["backend"] == "hold"

@@ -25,7 +25,9 @@ class InputSpec:
 
     ``required``: rows wait for a first sample (none before it: the start ticks are skipped); an
     optional input is zeros until its first sample. ``topic_param``: the recorder parameter naming its
-    default topic (``RecorderConfig``); ``formats``: the datasets whose recorder subscribes it."""
+    default topic (``RecorderConfig``); ``formats``: the datasets whose recorder subscribes it;
+    ``latched``: its topic is latched (transient local), so the recorders subscribe it that way and get
+    the current value on joining."""
 
     name: str
     adapter: str                        # message adapter kind (assembly.messages.ADAPTERS)
@@ -33,6 +35,7 @@ class InputSpec:
     required: bool = True
     topic_param: str = ""
     formats: tuple[str, ...] = FORMATS
+    latched: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,16 @@ PIPER_TABLE = FeatureTable(
     ),
 )
 PIPER_TABLE.validate()
+
+# Opt-in entries: appended to the table only when their topic is set (the recorder's ``topic_param``, or
+# the input's key in a mapping file), so datasets recorded without them keep the Piper columns exactly.
+# ``actor``: who acted at each row, from the policy node's latched /policy/actor (std_msgs/String, the
+# ``actor`` adapter's codes: 0 = none/teleop recording, 1 = policy, 2 = operator takeover), held from
+# the last message at or before the row (0 before the first). Its column sits outside observation.* and
+# action.*, where LeRobot's HIL-SERL keeps its per-frame ``complementary_info.is_intervention``: no
+# policy takes it as an input; not named is_intervention because it is a code (policy = 1 is not an
+# intervention): interventions are the rows where it is 2. LeRobot only (RGB-D has no role for it).
+ACTOR_INPUT = InputSpec("actor", "actor", 1, required=False, topic_param="actor_topic", formats=("lerobot",),
+                        latched=True)
+ACTOR_FEATURE = Feature("actor", "actor", 0, 1, "complementary_info.actor", ("actor",))
+OPT_IN: tuple[tuple[InputSpec, tuple[Feature, ...]], ...] = ((ACTOR_INPUT, (ACTOR_FEATURE,)),)

@@ -226,10 +226,39 @@ class WrenchAdapter:
         return {}
 
 
+# /policy/actor values -> the codes of the ``actor`` input (feature table: ``ACTOR_FEATURE``)
+ACTOR_TOPIC = "/policy/actor"
+ACTOR_CODES: dict[str, float] = {"none": 0.0, "policy": 1.0, "operator": 2.0}
+
+
+@dataclass
+class ActorAdapter:
+    """std_msgs/String "none" | "policy" | "operator" (the policy node's latched /policy/actor) -> its
+    code in ``ACTOR_CODES`` (0 none/teleop recording, 1 policy, 2 operator takeover); another value is
+    not a sample (the row keeps the last code). No header: stamped with the receive time."""
+
+    msg_type: ClassVar[str] = "std_msgs/msg/String"
+    dim: ClassVar[int] = 1
+    names: ClassVar[tuple[str, ...]] = ("actor",)
+    stamped: ClassVar[bool] = False
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str) -> ActorAdapter:
+        return cls()
+
+    def read(self, msg: Any) -> np.ndarray | None:
+        code = ACTOR_CODES.get(str(msg.data).strip())
+        return None if code is None else np.array([code], dtype=np.float32)
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+
 # kind (``InputSpec.adapter``) -> the adapter built from a mapping entry's options
 ADAPTERS: dict[str, Callable[[Mapping[str, Any], str], Adapter]] = {
     "joint_state": JointStateAdapter.from_mapping, "gripper": GripperAdapter.from_mapping,
     "pose": PoseAdapter.from_mapping, "float32": Float32Adapter.from_mapping, "wrench": WrenchAdapter.from_mapping,
+    "actor": ActorAdapter.from_mapping,
 }
 
 

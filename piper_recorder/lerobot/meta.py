@@ -70,6 +70,8 @@ def modality_json(cfg: WriterConfig) -> dict:
     """GR00T-style map slicing the split columns; rotations tagged with ``cfg.rotation_type``."""
     out: dict[str, dict] = {"state": {}, "action": {}}
     for f in cfg.features:
+        if f.group is None:   # complementary_info.*: not a modality
+            continue
         for name, a, b, is_rot in f.slices():
             entry: dict = {"start": a, "end": b, "original_key": f.key}
             if is_rot:

@@ -29,7 +29,7 @@ from sensor_msgs.msg import Image, JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.assembly.messages import image_to_numpy, joint_positions, pose, stamp_ns
+from piper_recorder.assembly.messages import ACTOR_TOPIC, image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.nodes.common import ParameterError, declare_config, now_ns, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.policy.backend import make_backend
 from piper_recorder.policy.config import PolicyConfig
@@ -41,7 +41,6 @@ from piper_recorder.teleop.limits import LimitsConfig
 STATUS_HZ = 2.0
 ACTOR_POLL_HZ = 50.0   # a change of the acting source reaches /policy/actor within 20 ms
 PROVENANCE_TOPIC = "/policy/provenance"
-ACTOR_TOPIC = "/policy/actor"
 
 
 def training_root(cfg: PolicyConfig) -> str:

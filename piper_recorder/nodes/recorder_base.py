@@ -15,7 +15,9 @@ briefly busy process loses no frames; DDS absorbs short stalls in its history.
 Inputs: the node subscribes what the input router (``recording.router``, shared with the bag
 converter) lists for the recorder's topic map (``recording.inputs``: its topic parameters and its
 ``mapping`` file: joint names, gripper scales, extra inputs of the feature table) and hands it every
-message; the router turns messages into the controller's inputs exactly as the converter does.
+message; the router turns messages into the controller's inputs exactly as the converter does. A
+latched input (``InputSpec.latched``: the policy node's /policy/actor) is subscribed transient-local,
+so a recorder started after the policy node still gets the current value.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController
 from piper_recorder.recording.inputs import TopicMap, topic_map
-from piper_recorder.recording.router import IMAGE, TEXT, InputRouter, Route
+from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
 from piper_recorder.recording.targets import EpisodeTarget
 
 from piper_recorder.errors import INPUT_ERRORS, describe
@@ -92,8 +94,12 @@ class RecorderNode(Node):
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        # a latched input (/policy/actor): its current value on joining, and every change after it
+        latched_input = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                                   durability=DurabilityPolicy.TRANSIENT_LOCAL)
         for r in self.router.routes:
-            qos = self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT else arm_qos
+            qos = (self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT
+                   else latched_input if r.kind == LATCHED else arm_qos)
             self.create_subscription(message_class(r.msg_type), r.topic, self._receiver(r), qos)
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)

@@ -88,7 +88,8 @@ class Modality:
             doc: dict[str, object] = {"state": {}, "action": {}}
             for f in piper_features():
                 for name, a, b, _rot in f.slices():
-                    cast(dict, doc[f.group])[name] = {"start": a, "end": b, "original_key": f.key}
+                    if f.group is not None:
+                        cast(dict, doc[f.group])[name] = {"start": a, "end": b, "original_key": f.key}
             return Modality.from_json(doc)
         if isinstance(source, Mapping):
             return Modality.from_json(source)

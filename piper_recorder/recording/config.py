@@ -170,6 +170,8 @@ class LeRobotRecorderConfig(RecorderConfig):
     combined_columns: bool = True
     on_binding_change: str = "warn"      # warn | refuse
     lerobot_version: str = "v2.0"        # v2.0 | v2.1 (adds meta/episodes_stats.jsonl)
+    actor_topic: str = ""                # who acted (/policy/actor) -> column complementary_info.actor;
+                                         # "" = no column (piper-launch sets it when the policy node runs)
 
     def camera_list(self) -> list[str]:
         return list(self.cameras)
@@ -192,6 +194,8 @@ class LeRobotRecorderConfig(RecorderConfig):
             raise ValueError(f"on_binding_change must be 'warn' or 'refuse', got {self.on_binding_change!r}")
         if self.rotation_type not in ("quat_wxyz", "quaternion"):
             raise ValueError(f"rotation_type must be 'quat_wxyz' or 'quaternion', got {self.rotation_type!r}")
+        if self.actor_topic and not self.actor_topic.startswith("/"):
+            raise ValueError(f"actor_topic must be an absolute topic name or empty, got {self.actor_topic!r}")
         if self.lerobot_version not in ("v2.0", "v2.1"):
             raise ValueError(f"lerobot_version must be 'v2.0' or 'v2.1', got {self.lerobot_version!r}")
         if self.gop < 0 or not 0 <= self.crf <= 51 or self.chunks_size <= 0:

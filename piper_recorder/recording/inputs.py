@@ -22,6 +22,8 @@ Mapping file (every key optional; overrides the recorder settings)::
                   height: 480, width: 640}
     raw_quest: null                   # std_msgs/String headset lines (null: none)
     reward: null                      # std_msgs/Float32 (RGB-D)
+    actor: /policy/actor              # std_msgs/String (latched) -> complementary_info.actor (LeRobot;
+                                      # opt-in: absent/null = no column; see assembly.features.OPT_IN)
     provenance: /arm/provenance       # std_msgs/String JSON
     hello: /quest/hello
     episode_events: /episode_events
@@ -43,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from piper_recorder.assembly.features import PIPER_TABLE, Feature, FeatureTable, InputSpec
+from piper_recorder.assembly.features import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
 from piper_recorder.assembly.messages import Adapter, GripperAdapter, JointStateAdapter, make_adapter
 
 from .config import CameraTopics, LeRobotRecorderConfig, RecorderConfig
@@ -143,8 +145,16 @@ def topic_map(fmt: str, s: RecorderConfig, mapping: str | Path | None = None) ->
     if fmt != "rgbd":
         tm.inputs["reward"].topic = None   # the LeRobot dataset has no reward
     path = mapping if mapping is not None else (s.mapping or None)
+    doc = yaml.safe_load(Path(path).read_text()) or {} if path is not None else {}
+    for spec, features in OPT_IN:   # joins the table (and the columns) only when it has a topic
+        where = f"{path}: {spec.name}"
+        topic = _topic(doc[spec.name], where) if isinstance(doc, dict) and spec.name in doc \
+            else getattr(s, spec.topic_param, "") or None
+        if topic and fmt in spec.formats:
+            tm.table = tm.table.extended(spec, *features)
+            tm.inputs[spec.name] = InputBinding(topic, make_adapter(spec.adapter, None, where))
     if path is not None:
-        apply_mapping(tm, yaml.safe_load(Path(path).read_text()) or {}, str(path), s)
+        apply_mapping(tm, doc, str(path), s)
     if fmt == "rgbd" and len(tm.cameras) != 1:
         raise ValueError(f"RGB-D conversion needs exactly one camera, mapping gives {sorted(tm.cameras)}")
     return tm
@@ -161,7 +171,8 @@ def _topic(v: Any, where: str) -> str | None:
 
 
 def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig) -> None:
-    known = {*(spec.name for spec in PIPER_TABLE.inputs), "cameras", "inputs", *CHANNELS}
+    known = {*(spec.name for spec in PIPER_TABLE.inputs), *(spec.name for spec, _ in OPT_IN), "cameras", "inputs",
+             *CHANNELS}
     if not isinstance(doc, dict) or set(doc) - known:
         raise ValueError(f"{src}: unknown mapping keys {sorted(set(doc) - known) if isinstance(doc, dict) else doc}"
                          f" (known: {sorted(known)})")
@@ -216,7 +227,7 @@ def add_extra_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
         if feature.column is not None:
             from piper_recorder.lerobot.features import lerobot_features
 
-            seen: set[tuple[str, str]] = set()
+            seen: set[tuple[str | None, str]] = set()
             for f in lerobot_features(tm.table):
                 f.validate()
                 for sl in f.slices():   # modality.json names one slice per group and name

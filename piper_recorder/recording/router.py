@@ -17,7 +17,8 @@ from piper_recorder.assembly.messages import Adapter, image_to_numpy, stamp_ns
 
 from .inputs import TopicMap
 
-IMAGE, INPUT, TEXT = "image", "input", "text"   # route kinds: the nodes pick a QoS per kind
+# route kinds: the nodes pick a QoS per kind (LATCHED: an input whose topic is latched, ``InputSpec.latched``)
+IMAGE, INPUT, LATCHED, TEXT = "image", "input", "latched", "text"
 Handler = Callable[[Any, int], None]
 
 
@@ -35,7 +36,7 @@ class InputSink(Protocol):
 class Route:
     topic: str
     msg_type: str      # "pkg/msg/Type"
-    kind: str          # IMAGE | INPUT | TEXT
+    kind: str          # IMAGE | INPUT | LATCHED | TEXT
 
 
 class InputRouter:
@@ -52,7 +53,7 @@ class InputRouter:
         self._types: dict[str, tuple[str, str]] = {}
         for spec, b in topics.active():
             assert b.topic is not None
-            self._on(b.topic, b.adapter.msg_type, INPUT, self._vector(spec.name, b.adapter))
+            self._on(b.topic, b.adapter.msg_type, LATCHED if spec.latched else INPUT, self._vector(spec.name, b.adapter))
         self._sizes = {cam: (ct.height, ct.width) for cam, ct in topics.cameras.items()}
         for cam, ct in topics.cameras.items():
             self._on(ct.color, "sensor_msgs/msg/Image", IMAGE, self._image_handler(cam, False))
