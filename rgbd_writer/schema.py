@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import DTypeLike
 
-if TYPE_CHECKING:   # writer imports this module
-    from .writer import RgbdConfig
+if TYPE_CHECKING:
+    from .config import RgbdConfig
 
 SCHEMA_NAME = "rlroverlab.offline_rgbd_v2"
 FORMAT_VERSION = 2

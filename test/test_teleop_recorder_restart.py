@@ -18,6 +18,7 @@ from test_recorder_lerobot import REC, recorder_args
 from test_recorder_rig import Rig
 
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS
+from piper_recorder.teleop.haptics import HapticConfig
 
 pytestmark = pytest.mark.timeout(150)
 CALL_TIMEOUT_S = 2.0
@@ -122,6 +123,10 @@ def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domai
             # goes nowhere): the timeout pattern at once, and the start lands on the relaunched one
             wait_for(lambda: head.status[-1]["recorders"][REC] == "idle" and not head.status[-1]["recording"],
                      5, "teleop shows idle")
+            # the save confirmation (from /episode_events) is felt before the next press is counted
+            save = tuple(HapticConfig().pattern("save")[0][1:])
+            wait_for(lambda: [h for h in head.haptics[n_haptics:] if (h[1]["amp"], h[1]["ms"]) == save], 5,
+                     "the save confirmation pulse")
             n_events, n_haptics = len(events_at), len(head.haptics)
             g.procs[-1].signal(signal.SIGKILL)
             g.procs[-1].popen.wait(10)
