@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lerobot_fixtures import small_root
-from piper_recorder.policy.backend import ActionChunk, BackendError, Observation, make_backend
+from piper_recorder.policy.backend import ActionChunk, BackendError, BackendTimeout, Observation, make_backend
 from piper_recorder.policy.binding import live_record, mismatches
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.executor import ChunkExecutor
@@ -318,6 +318,18 @@ def test_a_server_error_pauses_holds_and_resume_restarts_cleanly(root: Path):
     assert rig.resume()[0]
     rig.run(1.0)
     assert rig.rt.state == RUNNING and rig.targets[-1].p[0] > rig.targets[n - 1].p[0]
+
+
+def test_a_backend_timeout_reads_as_a_query_timeout(root: Path):
+    """The backend's own socket timeout and the runtime's deadline give the same reason."""
+    rig = Rig(root, latency_ms=50)
+    assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
+    rig.run(1.0)
+    rig.server.fail = BackendTimeout("http://x/predict: timed out (no answer within 1.0 s)")
+    rig.run(1.0)
+    assert rig.rt.state == PAUSED and rig.rt.reason.startswith("query timeout"), rig.rt.reason
+    st = rig.rt.status()
+    assert st["pause_reasons"] == {"query timeout": 1} and st["query_timeouts"] == 1
 
 
 def test_takeover_mid_chunk_stops_publishing_at_once_and_needs_resume(root: Path):

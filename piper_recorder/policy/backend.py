@@ -30,6 +30,11 @@ class BackendError(RuntimeError):
     """A backend could not answer (connection, timeout, malformed answer). The executor pauses."""
 
 
+class BackendTimeout(BackendError):
+    """No answer within the backend's timeout: reported as a query timeout, like the runtime's own
+    deadline (whichever clock fires first, a slow server reads the same in ~/status)."""
+
+
 @dataclass(frozen=True)
 class Observation:
     """What the policy sees at one instant, as the recorders would have written it.

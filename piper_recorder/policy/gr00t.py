@@ -33,7 +33,8 @@ import numpy.typing as npt
 import zmq
 
 from piper_recorder.lerobot.features import COMBINED, piper_features
-from piper_recorder.policy.backend import ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, Observation
+from piper_recorder.policy.backend import (ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, BackendTimeout,
+                                            Observation)
 
 IMAGES_PREFIX = "observation.images."
 DEFAULT_LANGUAGE_KEY = "annotation.human.task_description"
@@ -189,7 +190,7 @@ class Gr00tBackend:
                 raw = sock.recv()
             except zmq.Again as e:
                 self._reset_socket()
-                raise BackendError(f"gr00t://{self.host}:{self.port} {endpoint}: no answer within "
+                raise BackendTimeout(f"gr00t://{self.host}:{self.port} {endpoint}: no answer within "
                                    f"{self.timeout_ms} ms") from e
             except zmq.ZMQError as e:
                 self._reset_socket()

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 from PIL import Image
 
-from .backend import ACTION_DIM, ActionChunk, BackendError, Observation
+from .backend import ACTION_DIM, ActionChunk, BackendError, BackendTimeout, Observation
 
 JPEG_QUALITY = 90
 
@@ -85,6 +85,8 @@ class HttpBackend:
         except urllib.error.HTTPError as e:
             raise BackendError(f"{self.url}/predict: HTTP {e.code} {e.reason}") from e
         except (OSError, urllib.error.URLError) as e:   # refused, reset, timeout
+            if isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError):
+                raise BackendTimeout(f"{self.url}/predict: timed out (no answer within {self.timeout_s} s)") from e
             raise BackendError(f"{self.url}/predict: {type(e).__name__}: {e}") from e
         try:
             answer = json.loads(raw)

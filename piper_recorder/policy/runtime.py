@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import binding
-from .backend import ActionChunk, BackendError, Observation, PolicyBackend
+from .backend import ActionChunk, BackendError, BackendTimeout, Observation, PolicyBackend
 from .config import PolicyConfig
 from .executor import ChunkExecutor
 from .observation import ObservationBuilder
@@ -245,6 +245,9 @@ class PolicyRuntime:
             return None
         self.latency_ms.append((now_ns - self._query_ns) / 1e6)
         self._query_ns = None
+        if isinstance(res, BackendTimeout):
+            self.counters["query_timeouts"] += 1
+            return f"query timeout: {res} (timeout_s {self.cfg.timeout_s})"
         if isinstance(res, BaseException):
             self.counters["query_errors"] += 1
             kind = "server error" if isinstance(res, BackendError) else f"backend {type(res).__name__}"
