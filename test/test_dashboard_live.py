@@ -177,6 +177,10 @@ def test_dashboard_live_in_browser(tmp_path):
             _wait(page, "(c => c.dataset.ref === '0/0/cam_front' && c.dataset.live)"
                                    "(document.getElementById('align-canvas'))", timeout=10000)
             blend = page.evaluate(BLEND_CHECK)
+            deadline = time.monotonic() + 30   # the live view must have moved away from frame 0 (the demo
+            while blend["differ"] <= 50 and time.monotonic() < deadline:   # script moves the arm)
+                time.sleep(0.5)
+                blend = page.evaluate(BLEND_CHECK)
             assert (blend["w"], blend["h"]) == (W, H) and blend["alpha"] == 0.5
             assert blend["meanErr"] < 1.0 and blend["maxErr"] <= 3, blend
             assert blend["differ"] > 50 and blend["between"] >= 0.9 * blend["differ"], blend   # really both images

@@ -261,6 +261,12 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
         node.create_subscription(String, "/policy/status", lambda m: status.append(json.loads(m.data)), 10)
         start = s._client("policy", "start")
         assert start.wait_for_service(timeout_sec=60), s.graph.logs()
+        # ~/start refuses until the node has arm feedback and a frame of every trained camera (as in
+        # test_policy_sim.wait_inputs): wait for them, not race them
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (
+                status and status[-1].get("input_age_s") and None not in status[-1]["input_age_s"].values()):
+            time.sleep(0.2)
         fut = start.call_async(Trigger.Request())
         assert s._wait(fut, 60), "no answer from /policy/start"
         started = (bool(fut.result().success), str(fut.result().message))
