@@ -32,13 +32,23 @@ define apt_install
 	fi
 endef
 
+# $(call pip_install,PYTHON,ARGS): pip install from the registry, robust to a dropped connection (a consumer venv
+# downloads several GB: torch and its CUDA wheels, PyPI has no CPU build): pip resumes a cut download where it
+# stopped, and a download that still fails retries the whole install (pip keeps no HTTP cache of these here).
+define pip_install
+	ok=0; for attempt in 1 2 3; do \
+	  $(1) -m pip install -q --resume-retries 20 $(2) && { ok=1; break; }; \
+	  echo "pip install $(2): attempt $$attempt failed, retrying"; sleep 15; \
+	done; test $$ok = 1
+endef
+
 system-deps:
 	$(call apt_install,$(APT_PACKAGES))
 
 $(STAMP): requirements.txt setup.py setup.cfg | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install -q -r requirements.txt
+	$(call pip_install,$(BIN)/python,-r requirements.txt)
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
@@ -55,7 +65,7 @@ consumer-system-deps:
 .venv-lerobot%/.bootstrapped: test/consumers/requirements-lerobot%.txt | consumer-system-deps
 	test -x $(@D)/bin/python || $(PYTHON) -m venv $(@D)
 	$(@D)/bin/python -m pip install -q --upgrade pip setuptools wheel
-	$(@D)/bin/python -m pip install -q -r $<
+	$(call pip_install,$(@D)/bin/python,-r $<)
 	touch $@
 
 # The consumer tests alone (the venvs are built first); `make test` runs them too, skipping none.
