@@ -29,7 +29,8 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import ACTOR_TOPIC, image_to_numpy, joint_positions, pose, stamp_ns
-from piper_recorder.nodes.common import FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp, run_in_thread, run_node
+from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp,
+                                         run_in_thread, run_node)
 from piper_recorder.policy.backend import make_backend
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta

@@ -278,12 +278,13 @@ class PolicyRuntime:
     def status(self) -> dict[str, object]:
         lat = np.asarray(self.latency_ms, dtype=np.float64)
         p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (None, None)
+        lead_ns = max(self.lead_ns(), self.cfg.query_ahead * self.executor.period_ns)   # as want_query uses it
         return {"state": self.state, "reason": self.reason, **self.counters,
                 "chunks": self.executor.counters.chunks,
                 "rows_dropped_late": self.executor.counters.rows_dropped_late,
                 "chunks_stale": self.executor.counters.chunks_stale,
                 "query_in_flight": self._query_ns is not None,
                 "query_latency_ms": {"p50": p50, "p99": p99, "n": len(lat)},
-                "query_lead_ms": round(max(self.lead_ns(), self.cfg.query_ahead * self.executor.period_ns) / 1e6, 1),
+                "query_lead_ms": round(lead_ns / 1e6, 1),
                 "limit_hits": dict(self.envelope.hits), "pause_reasons": dict(self.pause_reasons),
                 "frames_wrong_size": dict(self.builder.frames_wrong_size)}
