@@ -14,6 +14,8 @@ import math
 import urllib.error
 import urllib.request
 
+import PIL.Image  # noqa: F401 - protocol.encode_jpeg imports it lazily: load it with the backend, not in a query
+
 from .backend import ActionChunk, BackendError, BackendTimeout, Observation
 from .server.protocol import ProtocolError, encode_request, parse_answer
 
