@@ -27,7 +27,12 @@ fresh action = 1/30 s slots after the first action in which the arm got no fresh
 the baseline's loop sends nothing while it waits on the query). The machine is shared: note the
 load averages printed.
 
-Usage: .venv/bin/python bench/policy_latency.py [--seconds 10] [--delays 50,300]
+Measured (README, Benchmarks; nice'd on a shared 2-core machine at load 5-13): at 300 ms ours 0-3
+starved ticks where the fixed margin had 7-32 in the same run, as long as the round trip's p99 stays
+under about half a chunk; when the loaded machine stretched it to 650-800 ms, 21-73 (fixed margin
+15-93): one query in flight cannot cover two round trips longer than a chunk.
+
+Usage: .venv/bin/python bench/policy_latency.py [--seconds 10] [--delays 50,300] [--no-fixed]
 """
 from __future__ import annotations
 
