@@ -2,6 +2,7 @@
 independent of piper_recorder: it validates every request and answers a slow circle around the
 observed pose. Run in-process (``serve``) or as a process: ``python policy_http_server.py PORT
 [--delay S] [--radius M]``. ``GET /stats`` reports the requests seen and any schema problem.
+``post`` is the tests' raw client for any ``/predict`` server (status and JSON, errors included).
 """
 from __future__ import annotations
 
@@ -12,9 +13,21 @@ import json
 import math
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from PIL import Image
+
+def post(url: str, body: bytes, timeout_s: float = 10.0) -> tuple[int, dict]:
+    """POST ``body`` to ``url``/predict: (HTTP status, the JSON answer), an error status included."""
+    req = urllib.request.Request(url + "/predict", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
 
 STATE_DIMS = {"observation.arm_joint": 6, "observation.arm_eef": 7, "observation.gripper": 1}
 

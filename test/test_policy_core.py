@@ -15,7 +15,7 @@ from lerobot_fixtures import small_root
 from piper_recorder.policy.backend import ActionChunk, BackendError, BackendTimeout, Observation, make_backend
 from piper_recorder.policy.binding import live_record, mismatches
 from piper_recorder.policy.config import PolicyConfig
-from piper_recorder.policy.executor import ChunkExecutor
+from piper_recorder.policy.executor import ChunkExecutor, LeadTime
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
 from piper_recorder.policy.runtime import PAUSED, RUNNING, STOPPED, TAKEOVER, PolicyRuntime
 from piper_recorder.policy.safety import Envelope
@@ -224,13 +224,13 @@ class FakeServer:
 
 
 class Rig:
-    def __init__(self, root: Path, latency_ms: float = 50, **cfg):
+    def __init__(self, root: Path, latency_ms: float = 50, runtime: type[PolicyRuntime] = PolicyRuntime, **cfg):
         self.clock = Clock()
-        self.cfg = PolicyConfig(policy="hold", root=str(root), horizon=30, replan_every=10, query_ahead=12,
-                                control_rate_hz=30.0, **cfg)
-        self.builder = ObservationBuilder(TrainingMeta.load(root), "pick", lateness_s=0.0)
+        cfg = {"horizon": 30, "replan_every": 10, "query_ahead": 12, "control_rate_hz": 30.0, "lateness_s": 0.0, **cfg}
+        self.cfg = PolicyConfig(policy="hold", root=str(root), **cfg)
+        self.builder = ObservationBuilder(TrainingMeta.load(root), "pick", lateness_s=self.cfg.lateness_s)
         self.server = FakeServer(self.clock, int(latency_ms * 1e6))
-        self.rt = PolicyRuntime(self.cfg, self.builder, make_backend("hold"), runner=self.server)
+        self.rt = runtime(self.cfg, self.builder, make_backend("hold"), runner=self.server)
         self.x = 0.3
         self.targets: list = []
         self.lim = Limits(self.cfg.limits)
@@ -278,6 +278,56 @@ def test_runtime_keeps_a_query_in_flight_and_never_starves_at_300ms(root: Path):
     assert st["chunks"] >= 8 and st["rows_dropped_late"] > 0
     assert rig.targets[-1].p[0] > 0.3 + 0.1        # it moved along the policy's drift
     assert st["query_latency_ms"]["p50"] == pytest.approx(300, abs=40)
+
+
+class FixedMarginRuntime(PolicyRuntime):
+    """The runtime before the measured lead time: the next query left at ``query_ahead`` rows left."""
+
+    def lead_ns(self) -> int:
+        return 0
+
+
+# node defaults (query_ahead 10, replan_every 10, lateness_s 0.02): a server answering in 300 ms behind
+# ~45 ms of JPEG encoding and HTTP (the bench's round trip at 300 ms is ~350 ms)
+NODE_DEFAULTS = {"replan_every": PolicyConfig.replan_every, "query_ahead": PolicyConfig.query_ahead,
+                 "lateness_s": PolicyConfig.lateness_s}
+
+
+def test_the_next_query_leaves_a_measured_round_trip_ahead_so_a_300ms_server_never_starves(root: Path):
+    rig = Rig(root, latency_ms=345, **NODE_DEFAULTS)
+    assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
+    rig.run(10.0)
+    st = rig.rt.status()
+    assert st["state"] == RUNNING and st["starved_ticks"] == 0, st
+    assert st["chunks"] >= 15 and st["waiting_ticks"] > 0     # the first chunk is awaited, not starved
+    # latency as the ticks see it: 345 ms -> taken on the 11th tick; lead = that + one tick + 50 ms margin
+    assert rig.rt.lead.p99_ns() == 11 * P
+    assert st["query_lead_ms"] == pytest.approx((12 * P + 50e6) / 1e6, abs=0.1)
+    # steady replans: a chunk arrives 12 rows in (observation ~2 ticks old + 11 in flight), the next query
+    # leaves once 14 rows (450 ms) are left, at row 16: one query every 11 + 4 ticks
+    assert set(np.diff(rig.server.queries[2:]) // P) == {15}
+
+    old = Rig(root, latency_ms=345, runtime=FixedMarginRuntime, **NODE_DEFAULTS)
+    assert old.rt.start(old.clock.ns, ARM_PROV)[0]
+    old.run(10.0)
+    assert old.rt.status()["starved_ticks"] > 0    # query_ahead 10 rows (333 ms) < the round trip
+
+
+def test_lead_time_is_the_p99_plus_a_tick_and_margin_bounded_by_the_chunk():
+    lead = LeadTime(P, 50_000_000, 30 * P)
+    assert lead.lead_ns() == 0                       # no answer yet: the query_ahead floor applies
+    for ms in [100] * 98 + [300, 300]:
+        lead.observe(ms * 1_000_000)
+    assert lead.lead_ns() == pytest.approx(300e6 + P + 50e6, rel=0.01)
+    for _ in range(32):
+        lead.observe(2_000_000_000)                  # slower than a chunk: ask as soon as an answer comes
+    assert lead.lead_ns() == 30 * P
+    ex = ChunkExecutor(P, "receding", replan_every=100, query_ahead=3)
+    ex.add(ActionChunk(rows(30), 0, 0), now_ns=0)
+    assert not ex.want_query(14 * P, lead_ns=15 * P)   # 16 rows left
+    assert ex.want_query(15 * P, lead_ns=15 * P)
+    assert ex.want_query(15 * P, lead_ns=14 * P + 1)   # rounded up to whole rows
+    assert not ex.want_query(26 * P) and ex.want_query(27 * P)   # no lead: the query_ahead floor
 
 
 def test_runtime_starves_and_counts_when_the_server_is_slower_than_a_chunk(root: Path):

@@ -50,10 +50,12 @@ def test_more_rows_than_horizon_are_cut(server):
 
 
 @pytest.mark.parametrize("body,status,match", [
-    (b'{"actions": []}', 200, "empty"),
-    (b'{"actions": [[1, 2, 3]]}', 200, "rows of 8"),
-    (b'{"nope": 1}', 200, "no 'actions'"),
+    (b'{"actions": []}', 200, "1..5 action rows"),
+    (b'{"actions": [[1, 2, 3]]}', 200, "8 numbers"),
+    (b'{"nope": 1}', 200, "1..5 action rows"),
     (b"not json", 200, "not JSON"),
+    (b'{"actions": [[0, 0, 0, 1, 0, 0, 0, NaN]]}', 200, "non-finite"),   # pause: never a NaN to the arm
+    (b'{"error": "model crashed"}', 200, "server error: model crashed"),
     (b"{}", 500, "HTTP 500"),
 ])
 def test_bad_answers_are_backend_errors(server, body, status, match):

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import pytest
 from PIL import Image
 
+from policy_http_server import post
 from piper_recorder.policy.server.httpd import PolicyHTTPServer, make_server
 from piper_recorder.policy.server.inputs import InputFeature, build_inputs
 from piper_recorder.policy.server.protocol import (PredictRequest, ProtocolError, RequestRefused, encode_request,
@@ -140,15 +141,6 @@ def served() -> Iterator[tuple[PolicyHTTPServer, Chunker, str]]:
     server.shutdown()
     server.server_close()
     t.join(5)
-
-
-def post(url: str, body: bytes) -> tuple[int, dict]:
-    req = urllib.request.Request(url + "/predict", data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def test_predict_answers_at_most_horizon_rows(served):

@@ -20,7 +20,6 @@ import json
 import select
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from piper_recorder.policy.server.protocol import encode_request
+from policy_http_server import post
 from test_consumers import _tail, consumer_env, consumer_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,15 +134,6 @@ def observation(root: Path, row: int = ROW) -> tuple[dict[str, np.ndarray], dict
     return state, images, task
 
 
-def post(url: str, body: bytes) -> tuple[int, dict]:
-    req = urllib.request.Request(url + "/predict", data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], demo_root: Path,
                             tmp_path: Path) -> dict:
     """/predict on a real observation == LeRobot's own loop on the same request; returns /info."""
@@ -151,7 +142,7 @@ def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], d
     assert set(images) == {"cam_front", "cam_wrist"} and images["cam_front"].shape == (H, W, 3)
     body = encode_request(task, state, images, horizon=CHUNK)
     t0 = time.monotonic()
-    status, doc = post(server.url, body)
+    status, doc = post(server.url, body, timeout_s=120)
     print(f"[policy server] first /predict {time.monotonic() - t0:.2f}s")
     assert status == 200, doc
     rows = np.asarray(doc["actions"], dtype=np.float64)
@@ -174,7 +165,7 @@ def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], d
     assert z.max() < 50, f"rows not unnormalised: max |a - mean| / std = {z.max():.1f}"
 
     # shorter horizons are a prefix of the same chunk (the policy is reset per query)
-    status, doc = post(server.url, encode_request(task, state, images, horizon=7))
+    status, doc = post(server.url, encode_request(task, state, images, horizon=7), timeout_s=120)
     assert status == 200
     np.testing.assert_allclose(np.asarray(doc["actions"]), rows[:7], rtol=1e-5, atol=1e-6)
 
@@ -204,13 +195,14 @@ def test_lerobot03_checkpoint_served_from_a_lerobot03_env(demo_root, tmp_path_fa
 def test_served_act_refuses_what_it_was_not_trained_on(served_act, demo_root):
     server, *_ = served_act
     state, images, task = observation(demo_root)
-    status, doc = post(server.url, encode_request(task, state, {"cam_front": images["cam_front"]}, horizon=5))
+    status, doc = post(server.url, encode_request(task, state, {"cam_front": images["cam_front"]}, horizon=5),
+                       timeout_s=120)
     assert status == 400 and "cam_wrist" in doc["error"], doc
     small = {c: img[::2, ::2] for c, img in images.items()}
-    status, doc = post(server.url, encode_request(task, state, small, horizon=5))
+    status, doc = post(server.url, encode_request(task, state, small, horizon=5), timeout_s=120)
     assert status == 400 and f"{W}x{H}" in doc["error"] and f"{W // 2}x{H // 2}" in doc["error"], doc
     del state["observation.gripper"]
-    status, doc = post(server.url, encode_request(task, state, images, horizon=5))
+    status, doc = post(server.url, encode_request(task, state, images, horizon=5), timeout_s=120)
     assert status == 400 and "observation.gripper" in doc["error"], doc
     assert server.proc.poll() is None  # still serving
 

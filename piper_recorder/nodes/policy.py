@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped
@@ -30,7 +29,8 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import ACTOR_TOPIC, image_to_numpy, joint_positions, pose, stamp_ns
-from piper_recorder.nodes.common import ParameterError, declare_config, now_ns, ns_to_stamp, run_in_thread, run_node
+from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp,
+                                         run_in_thread, run_node)
 from piper_recorder.policy.backend import make_backend
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
@@ -101,9 +101,7 @@ class PolicyNode(Node):
         self._actor_pub = ""
         self.create_timer(1.0 / ACTOR_POLL_HZ, self._publish_actor, callback_group=g)
         self._actor = "none"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._control_loop, name="policy-control", daemon=True)
-        self._thread.start()
+        self._loop = FixedRateLoop(cfg.period_s, self._tick, "policy-control", self._tick_failed)
         self.get_logger().info(f"policy: {cfg.policy} trained on {self.root} ({meta.fps:g} fps, cameras "
                                f"{sorted(meta.cameras)}), task '{task}'; call ~/start")
 
@@ -159,23 +157,11 @@ class PolicyNode(Node):
             self.get_logger().warning(f"takeover: {why}; the policy resumes only on ~/resume")
 
     # ---- control loop -------------------------------------------------------------------------
-    def _control_loop(self) -> None:
-        period = self.cfg.period_s
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                if self._stop.wait(delay):
-                    break
-            elif delay < -period:
-                next_t = time.monotonic()   # fell behind: resync, never burst
-            try:
-                self._tick()
-            except Exception as exc:  # noqa: BLE001 - pause and hold; never let the loop die silently
-                self.get_logger().error(f"tick failed: {type(exc).__name__}: {exc}")
-                with self._lock:
-                    self.runtime.pause(f"internal error: {type(exc).__name__}: {exc}")
+    def _tick_failed(self, exc: Exception) -> None:
+        """Pause and hold; never let the loop die silently."""
+        self.get_logger().error(f"tick failed: {type(exc).__name__}: {exc}")
+        with self._lock:
+            self.runtime.pause(f"internal error: {type(exc).__name__}: {exc}")
 
     def _tick(self) -> None:
         with self._lock:
@@ -275,8 +261,7 @@ class PolicyNode(Node):
         return res
 
     def on_shutdown(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
+        self._loop.stop()
         with self._lock:
             self.runtime.stop("shutdown")
         self.runtime.backend.close()

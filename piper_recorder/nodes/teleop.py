@@ -49,7 +49,7 @@ from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import Header, String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
+from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
 from piper_recorder.teleop.frames import FrameConfig
@@ -147,9 +147,7 @@ class TeleopNode(Node):
         self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
         self.create_timer(1.0, self._publish_status, callback_group=g)
         self._last_refusal_log = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._control_loop, name="teleop-control", daemon=True)
-        self._thread.start()
+        self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
         self.get_logger().info(f"teleop: hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
                                f"recorders={self.ncfg.recorders}")
 
@@ -218,22 +216,8 @@ class TeleopNode(Node):
             self.core.on_recording(self.calls.recording)
 
     # ---- control loop -------------------------------------------------------------------------
-    def _control_loop(self) -> None:
-        period = self.cfg.period
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                if self._stop.wait(delay):
-                    break
-            elif delay < -period:
-                next_t = time.monotonic()  # fell behind (machine stalled): resync, never burst
-            self._tick()
-
     def on_shutdown(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
+        self._loop.stop()
 
     def _tick(self) -> None:
         with self._lock:

@@ -23,7 +23,8 @@ class PolicyConfig:
     mode: str = "receding"               # receding: newest chunk wins | ensemble: ACT temporal ensembling
     ensemble_m: float = 0.01             # ACT weights w_i = exp(-m * i), i = 0 the oldest prediction
     replan_every: int = 10               # steps executed from a chunk before the next query is sent ...
-    query_ahead: int = 10                # ... or earlier, once the newest chunk has this few rows left
+    query_ahead: int = 10                # ... or earlier, once the newest chunk has this few rows left ...
+    lead_margin_s: float = 0.05          # ... or the time p99 query latency + one tick + this margin
     control_rate_hz: float = 30.0        # targets published at this rate, whatever the server does
     fps: float = 0.0                     # observation grid; 0 = the training root's fps
     timeout_s: float = 1.0               # one query longer than this: pause and hold
@@ -55,7 +56,7 @@ class PolicyConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be finite and > 0, got {v}")
-        for name in ("fps", "max_duration_s", "lateness_s", "ensemble_m"):
+        for name in ("fps", "max_duration_s", "lateness_s", "ensemble_m", "lead_margin_s"):
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be finite and >= 0, got {v}")
@@ -69,4 +70,5 @@ class PolicyConfig:
         """What the rollout provenance records about execution."""
         return {"horizon": self.horizon, "mode": self.mode, "ensemble_m": self.ensemble_m,
                 "replan_every": self.replan_every, "query_ahead": self.query_ahead,
+                "lead_margin_s": self.lead_margin_s,
                 "control_rate_hz": self.control_rate_hz, "timeout_s": self.timeout_s}

@@ -6,12 +6,14 @@ the query was in flight and are dropped (counted). ``receding``: the newest chun
 gives the action. ``ensemble`` (ACT temporal ensembling): every chunk covering ``now`` votes with
 weight ``exp(-m * i)``, ``i = 0`` for the oldest prediction (ACT's convention; ``m`` configurable),
 quaternions sign-aligned before averaging and renormalised. The next query is due once the newest
-chunk has run ``replan_every`` steps or has ``query_ahead`` rows left, so it is in flight before
-the chunk runs out. Pure and clock-free: every method takes ``now_ns``.
+chunk has run ``replan_every`` steps or has no more than the lead time left (``lead_ns``: the
+runtime derives it from the measured round trip, ``LeadTime``; ``query_ahead`` rows at least), so
+its answer arrives before the chunk runs out. Pure and clock-free: every method takes ``now_ns``.
 """
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +22,30 @@ import numpy.typing as npt
 from .backend import ActionChunk
 
 F64 = npt.NDArray[np.float64]
+
+
+class LeadTime:
+    """How long before the newest chunk runs out the next query must leave: the p99 of the recent
+    query latencies (submit to answer taken, on the control ticks) plus one control period (a query
+    leaves on a tick, up to a period after the ideal instant) plus ``margin_ns`` (jitter), never more
+    than a whole chunk (then the next query leaves as soon as an answer arrives). Before the first
+    answer it is 0: the executor's ``query_ahead`` floor applies."""
+
+    def __init__(self, period_ns: int, margin_ns: int, chunk_ns: int, window: int = 32):
+        self.period_ns, self.margin_ns, self.chunk_ns = int(period_ns), int(margin_ns), int(chunk_ns)
+        self._recent: deque[int] = deque(maxlen=window)
+
+    def observe(self, latency_ns: int) -> None:
+        self._recent.append(int(latency_ns))
+
+    def p99_ns(self) -> int | None:
+        return int(np.percentile(np.asarray(self._recent, dtype=np.float64), 99)) if self._recent else None
+
+    def lead_ns(self) -> int:
+        p99 = self.p99_ns()
+        if p99 is None:
+            return 0
+        return min(p99 + self.period_ns + self.margin_ns, self.chunk_ns)
 
 
 @dataclass
@@ -96,13 +122,15 @@ class ChunkExecutor:
         out[3:7] = q / n if n > 0 and math.isfinite(n) else ref
         return out
 
-    def want_query(self, now_ns: int) -> bool:
-        """True when a new query should be sent now (the caller keeps at most one in flight)."""
+    def want_query(self, now_ns: int, lead_ns: int = 0) -> bool:
+        """True when a new query should be sent now (the caller keeps at most one in flight): the
+        newest chunk ran ``replan_every`` steps, or has at most ``max(query_ahead rows, lead_ns)`` left."""
         if not self._chunks:
             return True
         c = self._chunks[-1]
         k = self._k(c, now_ns)
-        return k - c.first_k >= self.replan_every or len(c.rows) - k <= self.query_ahead
+        ahead = max(self.query_ahead, -(-int(lead_ns) // self.period_ns))   # rows, rounded up
+        return k - c.first_k >= self.replan_every or len(c.rows) - k <= ahead
 
     def remaining(self, now_ns: int) -> int:
         """Rows of the newest chunk still ahead (0 when nothing covers now)."""

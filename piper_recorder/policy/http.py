@@ -2,56 +2,22 @@
 
 Request ``{"task", "state": {feature key: [floats]}, "images": {camera: base64 JPEG}, "horizon"}``;
 answer ``{"actions": [[x, y, z, qw, qx, qy, qz, gripper], ...]}`` (at most ``horizon`` rows,
-absolute targets in the arm base frame). Standard library only (urllib), one connection per query,
-a hard timeout; any failure is a ``BackendError``.
+absolute targets in the arm base frame; a longer answer is cut to ``horizon``). Bodies are built and
+checked by ``server.protocol``, the one definition both ends use. Standard library only (urllib), one
+connection per query, a hard timeout; any failure (a non-finite action included) is a ``BackendError``.
 """
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import json
 import math
 import urllib.error
 import urllib.request
 
-import numpy as np
-from PIL import Image
+import PIL.Image  # noqa: F401 - protocol.encode_jpeg imports it lazily: load it with the backend, not in a query
 
-from .backend import ACTION_DIM, ActionChunk, BackendError, BackendTimeout, Observation
-
-JPEG_QUALITY = 90
-
-
-def encode_jpeg(rgb: np.ndarray, quality: int = JPEG_QUALITY) -> str:
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8), "RGB").save(buf, "JPEG", quality=quality)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def request_body(obs: Observation, horizon: int) -> dict[str, object]:
-    return {"task": obs.task,
-            "state": {k: [float(x) for x in v] for k, v in obs.state.items()},
-            "images": {cam: encode_jpeg(img) for cam, img in obs.images.items()},
-            "horizon": int(horizon)}
-
-
-def parse_actions(answer: object, horizon: int) -> np.ndarray:
-    if not isinstance(answer, dict) or not isinstance(answer.get("actions"), list):
-        raise BackendError("answer has no 'actions' list")
-    rows = answer["actions"]
-    if not rows:
-        raise BackendError("answer has an empty 'actions' list")
-    if len(rows) > horizon:
-        rows = rows[:horizon]   # the protocol says at most horizon rows; extra ones are ignored
-    try:
-        arr = np.asarray(rows, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise BackendError(f"'actions' is not a list of number rows: {e}") from e
-    if arr.ndim != 2 or arr.shape[1] != ACTION_DIM:
-        raise BackendError(f"'actions' must be rows of {ACTION_DIM} numbers (x y z qw qx qy qz gripper), "
-                           f"got shape {arr.shape}")
-    return arr.astype(np.float32)
+from .backend import ActionChunk, BackendError, BackendTimeout, Observation
+from .server.protocol import ProtocolError, encode_request, parse_answer
 
 
 class HttpBackend:
@@ -76,7 +42,7 @@ class HttpBackend:
             return None
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
-        body = json.dumps(request_body(obs, horizon)).encode()
+        body = encode_request(obs.task, obs.state, obs.images, horizon)
         req = urllib.request.Request(self.url + "/predict", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
         try:
@@ -89,10 +55,9 @@ class HttpBackend:
                 raise BackendTimeout(f"{self.url}/predict: timed out (no answer within {self.timeout_s} s)") from e
             raise BackendError(f"{self.url}/predict: {type(e).__name__}: {e}") from e
         try:
-            answer = json.loads(raw)
-        except ValueError as e:
-            raise BackendError(f"{self.url}/predict: answer is not JSON: {e}") from e
-        rows = parse_actions(answer, horizon)
+            rows = parse_answer(raw, horizon, cut=True)
+        except ProtocolError as e:
+            raise BackendError(f"{self.url}/predict: {e}") from e
         return ActionChunk(rows, obs.stamp_ns, obs.stamp_ns,
                            {"bytes_sent": len(body), "sha1": hashlib.sha1(raw).hexdigest()[:12]})
 

@@ -21,7 +21,7 @@ import numpy as np
 from . import binding
 from .backend import ActionChunk, BackendError, BackendTimeout, Observation, PolicyBackend
 from .config import PolicyConfig
-from .executor import ChunkExecutor
+from .executor import ChunkExecutor, LeadTime
 from .observation import ObservationBuilder
 from .safety import Envelope, Target
 
@@ -89,6 +89,8 @@ class PolicyRuntime:
         self.runner: QueryRunner = runner or ThreadRunner(backend)
         self.executor = ChunkExecutor(round(1e9 / builder.fps), cfg.mode, cfg.ensemble_m,
                                       cfg.replan_every, cfg.query_ahead)
+        self.lead = LeadTime(round(cfg.period_s * 1e9), round(cfg.lead_margin_s * 1e9),
+                             cfg.horizon * self.executor.period_ns)
         self.envelope = Envelope(cfg.limits, cfg.gripper_max_width, cfg.period_s)
         self.state, self.reason = IDLE, ""
         self._started_ns = 0
@@ -210,7 +212,7 @@ class PolicyRuntime:
             if problem:
                 self.pause(problem)
         if self.state == RUNNING and obs is not None and self._query_ns is None \
-                and self.executor.want_query(now_ns) and obs.stamp_ns > self._query_obs_ns:
+                and self.executor.want_query(now_ns, self.lead_ns()) and obs.stamp_ns > self._query_obs_ns:
             self.runner.submit(obs, self.cfg.horizon)
             self._query_ns, self._query_obs_ns = now_ns, obs.stamp_ns
             self.counters["queries"] += 1
@@ -244,6 +246,7 @@ class PolicyRuntime:
                 return f"query timeout: no answer in {waited:.2f} s (timeout_s {self.cfg.timeout_s})"
             return None
         self.latency_ms.append((now_ns - self._query_ns) / 1e6)
+        self.lead.observe(now_ns - self._query_ns)
         self._query_ns = None
         if isinstance(res, BackendTimeout):
             self.counters["query_timeouts"] += 1
@@ -255,6 +258,10 @@ class PolicyRuntime:
         self.executor.add(res, now_ns)
         self._have_chunk = True
         return None
+
+    def lead_ns(self) -> int:
+        """How long before the newest chunk runs out the next query leaves (``LeadTime``)."""
+        return self.lead.lead_ns()
 
     # ---- reporting ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, object]:
@@ -271,11 +278,13 @@ class PolicyRuntime:
     def status(self) -> dict[str, object]:
         lat = np.asarray(self.latency_ms, dtype=np.float64)
         p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (None, None)
+        lead_ns = max(self.lead_ns(), self.cfg.query_ahead * self.executor.period_ns)   # as want_query uses it
         return {"state": self.state, "reason": self.reason, **self.counters,
                 "chunks": self.executor.counters.chunks,
                 "rows_dropped_late": self.executor.counters.rows_dropped_late,
                 "chunks_stale": self.executor.counters.chunks_stale,
                 "query_in_flight": self._query_ns is not None,
                 "query_latency_ms": {"p50": p50, "p99": p99, "n": len(lat)},
+                "query_lead_ms": round(lead_ns / 1e6, 1),
                 "limit_hits": dict(self.envelope.hits), "pause_reasons": dict(self.pause_reasons),
                 "frames_wrong_size": dict(self.builder.frames_wrong_size)}

@@ -118,9 +118,10 @@ def encode_answer(actions: npt.NDArray[np.floating]) -> bytes:
     return json.dumps({"actions": a.tolist()}).encode("utf-8")
 
 
-def parse_answer(body: bytes, horizon: int) -> F32:
+def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
     """Client side: the answer's rows as (n, 8) float32, n in [1, horizon]; ProtocolError otherwise
-    (including an ``{"error": ...}`` answer)."""
+    (including an ``{"error": ...}`` answer). ``cut``: keep the first ``horizon`` rows of a longer
+    answer instead (servers written for PiperPilot may answer their whole chunk)."""
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -128,6 +129,8 @@ def parse_answer(body: bytes, horizon: int) -> F32:
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         raise ProtocolError(f"server error: {doc['error']}")
     rows = doc.get("actions") if isinstance(doc, dict) else None
+    if cut and isinstance(rows, list):
+        rows = rows[:horizon]
     if not isinstance(rows, list) or not rows or len(rows) > horizon:
         raise ProtocolError(f"answer must hold 1..{horizon} action rows")
     if not all(isinstance(r, list) and len(r) == ACTION_WIDTH and
