@@ -9,7 +9,8 @@ somewhere in the period; this one puts it opposite the camera:
   grid: the median (wrapped, so it stays continuous) of the offsets of the last ``window`` frames to
   their nearest row time. A camera that is not phase-coherent with the rows (another rate: the
   offsets spread around the period, mean resultant length below ``MIN_COHERENCE``, or below
-  ``KEEP_COHERENCE`` once locked) gets phase 0.
+  ``KEEP_COHERENCE`` once locked) gets phase 0. A first lock from few captures (the warm-up, a
+  stalling camera) needs less (``lock_threshold``): their resultant is too noisy for ``MIN_COHERENCE``.
 - Row k targets ``t_k + phase`` and takes the frame nearest that target among the frames newer than
   the previous row's frame, within half a period of the target; none there: the previous frame is
   repeated. Frames passed over are dropped. So a camera at the row rate whose jitter stays within
@@ -38,6 +39,7 @@ from collections import deque
 
 MIN_COHERENCE = 0.3     # mean resultant length of the phases: ±10 ms uniform jitter at 30 fps gives ~0.5,
 KEEP_COHERENCE = 0.2    # ±12 ms ~0.34, another rate ~0; once locked, a lock is kept down to this
+COHERENCE_FLOOR = 0.15  # a first lock from few captures needs at least this (another rate's spread captures: <~0.12)
 HYSTERESIS = 0.25       # of a period, past the half period, before the phase estimate wraps (see below)
 WARMUP_S = 0.3          # captures the tracker sees before row 0's frame is chosen (row 0 waits for them)
 
@@ -87,7 +89,7 @@ class PhaseTracker:
         elif phase < -limit:
             phase += p
         self._phase = phase
-        self.coherent = abs(z) >= (KEEP_COHERENCE if self.coherent else MIN_COHERENCE)
+        self.coherent = abs(z) >= (KEEP_COHERENCE if self.coherent else lock_threshold(len(self._offsets)))
 
     @property
     def phase_ns(self) -> float:
@@ -95,6 +97,16 @@ class PhaseTracker:
         if self._dirty:
             self._update()
         return self._phase if (self.coherent and self._phase is not None) else 0.0
+
+
+def lock_threshold(n: int) -> float:
+    """Resultant length a first lock needs from ``n`` captures. The warm-up gives ~10 (fewer when the
+    camera stalls), and from so few a camera at the row rate with ±10 ms jitter (resultant ~0.5, spread
+    ~0.41 per capture) falls below ``MIN_COHERENCE`` by chance in ~3% of episodes: its phase then reads
+    0, and captures jittered past the half period repeat and drop. So the bar is lowered to what such a
+    camera clears with 3 sigma, down to ``COHERENCE_FLOOR`` (other rates spread their captures evenly:
+    their resultant is near 0 at any n); from ~40 captures it is ``MIN_COHERENCE``."""
+    return min(MIN_COHERENCE, max(COHERENCE_FLOOR, 0.505 - 3 * 0.41 / math.sqrt(max(1, n))))
 
 
 def horizon_ns(period_ns: float) -> int:

@@ -193,9 +193,7 @@ class SimCamera(Node):
                 if faults.paused(capture) or faults.dropped(index):
                     self.skipped += 1
                 else:
-                    # ROS time of the capture: the wall clock now, minus how late this thread is
-                    late_ns = int((time.monotonic() - capture) * 1e9)
-                    self._publish_frame(now_ns(self) - late_ns - latency_ns, w)
+                    self._publish_frame(self._ros_time_ns(capture) - latency_ns, w)
                     self.published += 1
             except Exception as exc:  # context shut down under us during exit
                 if self._stop.is_set():
@@ -209,6 +207,18 @@ class SimCamera(Node):
                 slot += missed * period
                 index += missed
                 self.late_skipped += missed
+
+    def _ros_time_ns(self, mono_s: float) -> int:
+        """ROS time of the monotonic instant ``mono_s``: the ROS clock read between two monotonic reads.
+        A thread switch between the reads (the GIL, a loaded machine) would shift the stamp off the
+        capture time by its length, so a read bracketed by more than 1 ms is taken again."""
+        for _ in range(5):
+            m0 = time.monotonic_ns()
+            ros = now_ns(self)
+            m1 = time.monotonic_ns()
+            if m1 - m0 <= 1_000_000:
+                break
+        return ros - ((m0 + m1) // 2 - int(mono_s * 1e9))
 
     def _pose_at(self, capture_ns: int) -> tuple[np.ndarray | None, bool]:
         """(EEF at the capture time, stale). Waits briefly until the history brackets the capture time so
