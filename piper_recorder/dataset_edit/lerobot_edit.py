@@ -190,15 +190,6 @@ def differences(a: LeRobotSource, b: LeRobotSource) -> list[str]:
     return out
 
 
-def check_mergeable(sources: list[LeRobotSource]) -> None:
-    problems = []
-    for s in sources[1:]:
-        d = differences(sources[0], s)
-        if d:
-            problems.append(f"{sources[0].root} and {s.root} differ: " + "; ".join(d))
-    if problems:
-        raise EditError("cannot merge: " + " | ".join(problems))
-
 
 # ---- building the output --------------------------------------------------------------------------
 def _columns(table: pa.Table, keys: list[str]) -> dict[str, np.ndarray]:
