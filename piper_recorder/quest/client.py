@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message, StreamParser, encode
-from .reconnect import Backoff, connect_tcp, validate_backoff
+from .reconnect import Backoff, try_connect, validate_link
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8735
@@ -39,13 +39,8 @@ class ClientConfig:
     quat_tolerance: float = QUAT_TOLERANCE
 
     def validate(self) -> None:
-        if not 0 < self.port < 65536:
-            raise ValueError(f"port {self.port} out of range")
-        validate_backoff(self.reconnect_s, self.reconnect_max_s)
-        for name in ("silence_timeout_s", "connect_timeout_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        validate_link(self.port, self.reconnect_s, self.reconnect_max_s,
+                      silence_timeout_s=self.silence_timeout_s, connect_timeout_s=self.connect_timeout_s)
         if self.max_line_bytes < 256:
             raise ValueError("max_line_bytes must be >= 256")
         if not 0 < self.quat_tolerance < 1:
@@ -146,12 +141,8 @@ class QuestClient:
         backoff = Backoff(cfg.reconnect_s, cfg.reconnect_max_s)
         while not self._stop.is_set():
             self.stats.state = "connecting"
-            try:
-                sock = connect_tcp(cfg.host, cfg.port, cfg.connect_timeout_s)
-            except OSError as exc:
-                self.stats.connect_failures += 1
-                self.stats.last_error = f"connect: {exc}"
-                self.stats.state = "backoff"
+            sock = try_connect(cfg.host, cfg.port, cfg.connect_timeout_s, self.stats)
+            if sock is None:
                 self._stop.wait(backoff.failed())
                 continue
             delivered = self._serve(sock)

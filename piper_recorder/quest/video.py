@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .reconnect import Backoff, connect_tcp, validate_backoff
+from .reconnect import Backoff, try_connect, validate_link
 
 VIDEO_PORT = 8736
 MAGIC = 0x31564350                 # b"PCV1" read as a little-endian u32
@@ -166,13 +166,8 @@ class SenderConfig:
     finish_timeout_s: float = 1.0    # bound on finishing a frame whose first bytes went out
 
     def validate(self) -> None:
-        if not 0 < self.port < 65536:
-            raise ValueError(f"port {self.port} out of range")
-        validate_backoff(self.reconnect_s, self.reconnect_max_s)
-        for name in ("connect_timeout_s", "finish_timeout_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {v!r}")
+        validate_link(self.port, self.reconnect_s, self.reconnect_max_s,
+                      connect_timeout_s=self.connect_timeout_s, finish_timeout_s=self.finish_timeout_s)
         if self.sndbuf_bytes < 4096:
             raise ValueError("sndbuf_bytes must be >= 4096")
 
@@ -213,12 +208,8 @@ class PanelSender:
         if now < self._next_attempt:
             return False
         cfg = self.config
-        try:
-            sock = connect_tcp(cfg.host, cfg.port, cfg.connect_timeout_s)
-        except OSError as exc:
-            self.stats.connect_failures += 1
-            self.stats.last_error = f"connect: {exc}"
-            self.stats.state = "backoff"
+        sock = try_connect(cfg.host, cfg.port, cfg.connect_timeout_s, self.stats)
+        if sock is None:
             self._next_attempt = now + self._backoff.failed()
             return False
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.sndbuf_bytes)
