@@ -43,7 +43,8 @@ def link_tree_time(roots: list[Path], out: Path) -> float:
 
 
 def main() -> int:
-    ap = parser(__doc__, "two 6-minute roots of 20 s episodes", "/tmp/piper_merge_bench", "keep the generated roots")
+    ap = parser(__doc__, "two 6-minute roots of 20 s episodes", "/tmp/piper_merge_bench",
+                "keep the generated roots")
     ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
     a = ap.parse_args()
     w, h = (int(x) for x in a.size.split("x"))

@@ -137,7 +137,8 @@ def run_export(root: Path, out: Path) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__, "2- and 6-minute roots of 20 s episodes", "/tmp/piper_export_bench", "keep the generated roots")
+    ap = parser(__doc__, "2- and 6-minute roots of 20 s episodes", "/tmp/piper_export_bench",
+                "keep the generated roots")
     ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
     a = ap.parse_args()
     w, h = (int(x) for x in a.size.split("x"))
@@ -150,7 +151,8 @@ def main() -> int:
         template = ensure_template(d, ep_s, w, h)
         mb = sum(f.stat().st_size for f in (template / "videos").rglob("*.mp4")) / 1e6
         print(f"  video: {mb / len(CAMS) / (ep_s / 60):.1f} MB/min per camera", flush=True)
-        roots = {m: ensure_root(template, d / f"root_{m}min", int(m * 60 / ep_s)) for m in (short_min, long_min)}
+        roots = {m: ensure_root(template, d / f"root_{m}min", int(m * 60 / ep_s))
+                 for m in (short_min, long_min)}
         res = {m: run_export(r, d / f"out_{m}min") for m, r in roots.items()}
         info = json.loads((template / "meta/info.json").read_text())
         t0 = time.perf_counter()

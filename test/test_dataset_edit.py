@@ -199,7 +199,8 @@ def test_merge_refuses_a_root_held_by_a_writer(tmp_path):
 
 # ---- the combined columns the writer recorded ---------------------------------------------------
 PIPER_COMBINED = {"observation.arm_joint": "observation.state", "observation.arm_eef": "observation.state",
-                  "observation.gripper": "observation.state", "action.arm_eef": "action", "action.gripper": "action"}
+                  "observation.gripper": "observation.state",
+                  "action.arm_eef": "action", "action.gripper": "action"}
 
 
 def test_edit_rebuilds_the_combined_columns_the_writer_recorded(tmp_path):
@@ -211,7 +212,8 @@ def test_edit_rebuilds_the_combined_columns_the_writer_recorded(tmp_path):
     record(src, [14, 15, 16], features=piper_features() + (obj,),
            extra=lambda t, seed: {obj.key: np.array([np.sin(t + seed), np.cos(2 * t), 0.1 * t + seed])})
     info = json.loads((src / "meta/info.json").read_text())
-    assert info["piper_combined"] == PIPER_COMBINED | {"observation.object_pose": "observation.environment_state"}
+    joins = {"observation.object_pose": "observation.environment_state"}
+    assert info["piper_combined"] == PIPER_COMBINED | joins
     assert info["features"]["observation.environment_state"]["names"] == ["object_pose.x", "object_pose.y",
                                                                          "object_pose.z"]
     delete(src, "1", out)
