@@ -19,17 +19,18 @@ busy box lowers the speed figures (nothing here is asserted).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from piper_recorder.bag.source import bag_size
 from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
 
 W, H = 640, 480
 CAMS = ("cam_front", "cam_wrist")
@@ -49,40 +50,28 @@ def make_bag(d: Path, seconds: float, seed: int) -> Path:
     return path
 
 
-def load() -> str:
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
-
-
 def convert(bags: list[Path], out: Path, jobs: int, fmt: str = "lerobot") -> dict:
     shutil.rmtree(out, ignore_errors=True)
     if out.suffix == ".hdf5":
         out.unlink(missing_ok=True)
-    cmd = [str(Path(sys.executable).parent / "piper-bag2dataset"), *map(str, bags), "--format", fmt,
-           "--out", str(out), "--jobs", str(jobs), "--no-progress"]
-    before = load()
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out_text = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    rc = os.waitstatus_to_exitcode(status)
-    if rc != 0:
-        raise SystemExit(f"conversion failed (rc {rc}):\n{out_text}")
-    per_bag = [float(x) for x in re.findall(r"s of bag in ([0-9.]+) s", out_text)]
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024.0, "per_bag": per_bag,
-            "load": f"{before} -> {load()}"}
+    r = run_child([tool("piper-bag2dataset"), *map(str, bags), "--format", fmt, "--out", str(out),
+                   "--jobs", str(jobs), "--no-progress"])
+    return {"wall": r.wall, "cpu": r.cpu, "rss_mb": r.rss_mb, "per_bag": per_bag_seconds(r.out), "load": r.load}
+
+
+def per_bag_seconds(out: str) -> list[float]:
+    """Each bag's conversion time from the converter's report lines."""
+    return [float(x) for x in re.findall(r"s of bag in ([0-9.]+) s", out)]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="10 s / 5 s bags instead of 60 s / 30 s")
-    ap.add_argument("--dir", default="/tmp/piper_bag_bench", help="bags and outputs (bags are reused)")
-    ap.add_argument("--keep", action="store_true", help="keep the bags for the next run (default: delete)")
+    ap = parser(__doc__, "10 s / 5 s bags instead of 60 s / 30 s", "/tmp/piper_bag_bench",
+                "keep the bags for the next run (default: delete)")
     a = ap.parse_args()
     long_s, short_s = (10.0, 5.0) if a.quick else (60.0, 30.0)
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {os.cpu_count()} CPUs, load average {load()} (1/5/15 min); shared with other work", flush=True)
+    print(machine_line(), flush=True)
     print("bags:", flush=True)
     long_bag = make_bag(d, long_s, 0)
     short_bags = [make_bag(d, short_s, 1), make_bag(d, short_s, 2)]
@@ -109,10 +98,7 @@ def main() -> int:
         print(f"\ntarget >= 4x real time with --jobs 2: {'met' if target >= 4 else 'NOT met'} ({target:.2f}x)"
               f"; memory growth {short_s:g}->{long_s:g} s: {r1['rss_mb'] - m_short['rss_mb']:+.0f} MB")
     finally:
-        for name in ("out_jobs1", "out_jobs2", "out_mem_short"):
-            shutil.rmtree(d / name, ignore_errors=True)
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
+        clean_up(d, ("out_jobs1", "out_jobs2", "out_mem_short"), a.keep)
     return 0
 
 

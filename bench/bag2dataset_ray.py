@@ -15,18 +15,16 @@ appending staged bags in bag order) and, from it, the speed-up to expect on N ma
 """
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bag2dataset import load, make_bag  # noqa: E402 - the sibling bench's bags
+from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
+from bag2dataset import make_bag, per_bag_seconds  # noqa: E402 - the sibling bench's bags
 
 from piper_recorder.bag.ray_engine import import_ray, init_local  # noqa: E402
 
@@ -42,33 +40,23 @@ class Run:
 
 def convert(bags: list[Path], out: Path, *extra: str) -> Run:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [str(Path(sys.executable).parent / "piper-bag2dataset"), *map(str, bags), "--format", "lerobot",
-           "--out", str(out), "--no-progress", *extra]
-    before = load()
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"conversion failed (rc {p.returncode}): {' '.join(cmd)}\n{p.stdout}")
-    m = re.search(r"writer: ([0-9.]+) s of the run's ([0-9.]+) s", p.stdout)
-    assert m, p.stdout
-    per_bag = [float(x) for x in re.findall(r"s of bag in ([0-9.]+) s", p.stdout)]
-    return Run(wall, float(m.group(1)), float(m.group(2)), per_bag, f"{before} -> {load()}")
+    r = run_child([tool("piper-bag2dataset"), *map(str, bags), "--format", "lerobot", "--out", str(out),
+                   "--no-progress", *extra], env={"RAY_USAGE_STATS_ENABLED": "0"})
+    m = re.search(r"writer: ([0-9.]+) s of the run's ([0-9.]+) s", r.out)
+    assert m, r.out
+    return Run(r.wall, float(m.group(1)), float(m.group(2)), per_bag_seconds(r.out), r.load)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5 s bags instead of 30 s")
+    ap = parser(__doc__, "5 s bags instead of 30 s", "/tmp/piper_bag_ray_bench",
+                "keep the bags for the next run (default: delete)")
     ap.add_argument("--bags", type=int, default=4)
     ap.add_argument("--seconds", type=float, help="bag length (default 30 s, --quick 5 s)")
-    ap.add_argument("--dir", default="/tmp/piper_bag_ray_bench", help="bags and outputs (bags are reused)")
-    ap.add_argument("--keep", action="store_true", help="keep the bags for the next run (default: delete)")
     a = ap.parse_args()
     seconds = a.seconds or (5.0 if a.quick else 30.0)
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {os.cpu_count()} CPUs, load average {load()} (1/5/15 min); shared with other work", flush=True)
+    print(machine_line(), flush=True)
     print("bags:", flush=True)
     bags = [make_bag(d, seconds, 10 + i) for i in range(a.bags)]
     rec_s = seconds * len(bags)
@@ -117,10 +105,7 @@ def main() -> int:
         print(f"  the writer caps the speed-up at {conv / per_bag_append:.0f} workers' worth "
               f"(conversion s per bag / append s per bag)")
     finally:
-        for name in ("out_local", "out_ray_own", "out_ray_joined"):
-            shutil.rmtree(d / name, ignore_errors=True)
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
+        clean_up(d, ("out_local", "out_ray_own", "out_ray_joined"), a.keep)
     return 0
 
 

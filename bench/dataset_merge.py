@@ -16,30 +16,16 @@ run (planning only). The machine is shared: load averages are printed next to th
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from export import CAMS, load, record_template, replicate  # noqa: E402  (bench/export.py's recipe)
-
-
-def run(cmd: list[str]) -> dict:
-    before = load()
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    text = p.stdout.read() if p.stdout else ""
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{cmd[0]} failed:\n{text}")
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "load": f"{before} -> {load()}",
-            "out": text}
+from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
+from export import CAMS, ensure_root, ensure_template  # noqa: E402  (bench/export.py's recipe)
 
 
 def link_tree_time(roots: list[Path], out: Path) -> float:
@@ -57,58 +43,40 @@ def link_tree_time(roots: list[Path], out: Path) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="two 6-minute roots of 20 s episodes")
-    ap.add_argument("--dir", default="/tmp/piper_merge_bench")
-    ap.add_argument("--keep", action="store_true", help="keep the generated roots")
+    ap = parser(__doc__, "two 6-minute roots of 20 s episodes", "/tmp/piper_merge_bench",
+                "keep the generated roots")
     ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
     a = ap.parse_args()
     w, h = (int(x) for x in a.size.split("x"))
     ep_s, minutes = (20.0, 6) if a.quick else (60.0, 60)
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
-    tool = str(Path(sys.executable).parent / "piper-dataset")
-    print(f"machine: {os.cpu_count()} CPUs, load average {load()} (shared)", flush=True)
+    merge = tool("piper-dataset")
+    print(machine_line(), flush=True)
     out = d / "merged"
     try:
-        template = d / f"template_{int(ep_s)}s_{w}x{h}"
-        if not (template / "meta/episodes.jsonl").exists():
-            shutil.rmtree(template, ignore_errors=True)
-            t0 = time.perf_counter()
-            record_template(template, ep_s, w, h)
-            print(f"recorded the {ep_s:g} s template episode ({len(CAMS)} cameras {w}x{h}) in "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+        template = ensure_template(d, ep_s, w, h)
         n = int(minutes * 60 / ep_s)
-        roots = []
-        for name in ("a", "b"):
-            root = d / f"root_{name}_{minutes}min"
-            if not (root / "meta/episodes.jsonl").exists() or len((root / "meta/episodes.jsonl").read_text().splitlines()) != n:
-                shutil.rmtree(root, ignore_errors=True)
-                t0 = time.perf_counter()
-                replicate(template, root, n)
-                print(f"built {root.name}: {n} episodes in {time.perf_counter() - t0:.1f} s", flush=True)
-            roots.append(root)
+        roots = [ensure_root(template, d / f"root_{name}_{minutes}min", n) for name in ("a", "b")]
         gb = sum(f.stat().st_size for r in roots for f in r.rglob("*") if f.is_file()) / 1e9
         rows = sum(json.loads(x)["length"] for r in roots for x in (r / "meta/episodes.jsonl").read_text().splitlines())
         shutil.rmtree(out, ignore_errors=True)
-        dry = run([tool, "merge", *map(str, roots), "--out", str(out), "--dry-run"])
-        res = run([tool, "merge", *map(str, roots), "--out", str(out), "-q"])
+        dry = run_child([merge, "merge", *map(str, roots), "--out", str(out), "--dry-run"])
+        res = run_child([merge, "merge", *map(str, roots), "--out", str(out), "-q"])
         info = json.loads((out / "meta/info.json").read_text())
         assert info["total_episodes"] == 2 * n and info["total_frames"] == rows, info
         floor = link_tree_time(roots, d / "links")
         rec_s = 2 * minutes * 60
         print(f"\nmerge of two {minutes}-minute roots ({2 * n} episodes, {rows} rows, {len(CAMS)} cameras {w}x{h}, "
               f"{gb:.2f} GB; wall time of the whole command incl. start-up):")
-        print(f"  piper-dataset merge: {res['wall']:.1f} s = {rec_s / res['wall']:.0f}x real time; CPU {res['cpu']:.1f} s "
-              f"({res['cpu'] / rec_s * 1000:.1f} ms per recorded s, {res['cpu'] / (2 * n) * 1000:.0f} ms per episode); "
-              f"peak RSS {res['rss_mb']:.0f} MB (load {res['load']})")
-        print(f"  dry run (open, check and plan only): {dry['wall']:.1f} s")
+        print(f"  piper-dataset merge: {res.wall:.1f} s = {rec_s / res.wall:.0f}x real time; CPU {res.cpu:.1f} s "
+              f"({res.cpu / rec_s * 1000:.1f} ms per recorded s, {res.cpu / (2 * n) * 1000:.0f} ms per episode); "
+              f"peak RSS {res.rss_mb:.0f} MB (load {res.load})")
+        print(f"  dry run (open, check and plan only): {dry.wall:.1f} s")
         print(f"  baseline, hard-linking every file of both roots: {floor:.2f} s -> merge / link-only = "
-              f"{res['wall'] / floor:.0f}x")
+              f"{res.wall / floor:.0f}x")
     finally:
-        shutil.rmtree(out, ignore_errors=True)
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
+        clean_up(d, [out.name], a.keep)
     return 0
 
 

@@ -18,11 +18,9 @@ printed next to the figures. Target: >= 20x real time for the 60-minute root, fl
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,12 +33,11 @@ from piper_recorder.lerobot.features import piper_features
 from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
+
 FPS = 30
 CAMS = ("cam_front", "cam_wrist", "cam_side")
-
-
-def load() -> str:
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _rows(t: float) -> dict[str, np.ndarray]:
@@ -108,28 +105,40 @@ def replicate(template: Path, root: Path, episodes: int) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def ensure_template(d: Path, seconds: float, w: int, h: int) -> Path:
+    """The recorded template episode below ``d`` (recorded once, reused while kept)."""
+    template = d / f"template_{int(seconds)}s_{w}x{h}"
+    if not (template / "meta/episodes.jsonl").exists():
+        shutil.rmtree(template, ignore_errors=True)
+        t0 = time.perf_counter()
+        record_template(template, seconds, w, h)
+        print(f"recorded the {seconds:g} s template episode ({len(CAMS)} cameras {w}x{h}) in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+    return template
+
+
+def ensure_root(template: Path, root: Path, episodes: int) -> Path:
+    """``root`` holding ``episodes`` replicas of the template (built unless a kept one has as many)."""
+    done = root / "meta/episodes.jsonl"
+    if not done.exists() or len(done.read_text().splitlines()) != episodes:
+        shutil.rmtree(root, ignore_errors=True)
+        t0 = time.perf_counter()
+        replicate(template, root, episodes)
+        print(f"built {root.name}: {episodes} episodes in {time.perf_counter() - t0:.1f} s", flush=True)
+    return root
+
+
 def run_export(root: Path, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [str(Path(sys.executable).parent / "piper-export"), str(root), "--to", "v3.0", "--out", str(out), "-q"]
-    before = load()
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    text = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"export failed:\n{text}")
+    r = run_child([tool("piper-export"), str(root), "--to", "v3.0", "--out", str(out), "-q"])
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     files = len(list((out / "videos").rglob("*.mp4")))
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "gb": size / 1e9,
-            "mp4s": files, "load": f"{before} -> {load()}"}
+    return {"wall": r.wall, "cpu": r.cpu, "rss_mb": r.rss_mb, "gb": size / 1e9, "mp4s": files, "load": r.load}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2- and 6-minute roots of 20 s episodes")
-    ap.add_argument("--dir", default="/tmp/piper_export_bench")
-    ap.add_argument("--keep", action="store_true", help="keep the generated roots")
+    ap = parser(__doc__, "2- and 6-minute roots of 20 s episodes", "/tmp/piper_export_bench",
+                "keep the generated roots")
     ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
     a = ap.parse_args()
     w, h = (int(x) for x in a.size.split("x"))
@@ -137,27 +146,13 @@ def main() -> int:
     short_min, long_min = (2, 6) if a.quick else (10, 60)
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {os.cpu_count()} CPUs, load average {load()} (shared)", flush=True)
+    print(machine_line(), flush=True)
     try:
-        template = d / f"template_{int(ep_s)}s_{w}x{h}"
-        if not (template / "meta/episodes.jsonl").exists():
-            shutil.rmtree(template, ignore_errors=True)
-            t0 = time.perf_counter()
-            record_template(template, ep_s, w, h)
-            print(f"recorded the {ep_s:g} s template episode ({len(CAMS)} cameras {w}x{h}) in "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+        template = ensure_template(d, ep_s, w, h)
         mb = sum(f.stat().st_size for f in (template / "videos").rglob("*.mp4")) / 1e6
         print(f"  video: {mb / len(CAMS) / (ep_s / 60):.1f} MB/min per camera", flush=True)
-        roots = {}
-        for minutes in (short_min, long_min):
-            root = d / f"root_{minutes}min"
-            n = int(minutes * 60 / ep_s)
-            if not (root / "meta/episodes.jsonl").exists() or len((root / "meta/episodes.jsonl").read_text().splitlines()) != n:
-                shutil.rmtree(root, ignore_errors=True)
-                t0 = time.perf_counter()
-                replicate(template, root, n)
-                print(f"built {root.name}: {n} episodes in {time.perf_counter() - t0:.1f} s", flush=True)
-            roots[minutes] = root
+        roots = {m: ensure_root(template, d / f"root_{m}min", int(m * 60 / ep_s))
+                 for m in (short_min, long_min)}
         res = {m: run_export(r, d / f"out_{m}min") for m, r in roots.items()}
         info = json.loads((template / "meta/info.json").read_text())
         t0 = time.perf_counter()
@@ -175,10 +170,7 @@ def main() -> int:
         print(f"a root without the recorder's per-episode stats records: +{cold:.1f} s per {ep_s:g} s episode "
               f"(decoding {len(CAMS)} videos for the camera stats) -> at most {ep_s / cold:.1f}x real time")
     finally:
-        for m in (short_min, long_min):
-            shutil.rmtree(d / f"out_{m}min", ignore_errors=True)
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
+        clean_up(d, (f"out_{m}min" for m in (short_min, long_min)), a.keep)
     return 0
 
 

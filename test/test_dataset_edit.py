@@ -19,6 +19,7 @@ import pytest
 
 from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.dataset_edit import EditError, delete, merge, retask, split
+from piper_recorder.lerobot.features import FeatureSpec, piper_features
 from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import H, W, frame_index_of, index_frame, row_values, tree_hashes
@@ -30,9 +31,11 @@ BIN = ROOT_DIR / ".venv" / "bin"
 TASKS = ("pick", "place", "stack")
 
 
-def record(root: Path, lengths: list[int], seed0: int = 0, cams=CAMS, version: str = "v2.0", **cfg_kw) -> None:
+def record(root: Path, lengths: list[int], seed0: int = 0, cams=CAMS, version: str = "v2.0", extra=None,
+           **cfg_kw) -> None:
     """Episodes recorded by the real writer on the row grid; camera frame k spells k in its pixels.
-    Episode j has seed ``seed0 + j`` and task ``TASKS[(seed0 + j) % 3]``."""
+    Episode j has seed ``seed0 + j`` and task ``TASKS[(seed0 + j) % 3]``; ``extra(t, seed)`` gives the
+    values of extra features."""
     cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(H, W) for c in cams}, lerobot_version=version,
                        video=VideoConfig(max_block_s=None), **cfg_kw)
     with LeRobotWriter(root, cfg) as w:
@@ -41,7 +44,7 @@ def record(root: Path, lengths: list[int], seed0: int = 0, cams=CAMS, version: s
             w.start_episode(TASKS[(seed0 + j) % 3])
             for k in range(n):
                 t = float(grid_timestamp(k, FPS))
-                w.add_row(t, row_values(t, seed0 + j))
+                w.add_row(t, row_values(t, seed0 + j) | (extra(t, seed0 + j) if extra else {}))
                 for cam in cams:
                     assert w.add_frame(cam, index_frame(k), t)
             w.save_episode({"late_rows": seed0 + j})
@@ -192,6 +195,43 @@ def test_merge_refuses_a_root_held_by_a_writer(tmp_path):
         with pytest.raises(EditError, match="is open in a writer"):
             merge([a, b], tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+# ---- the combined columns the writer recorded ---------------------------------------------------
+PIPER_COMBINED = {"observation.arm_joint": "observation.state", "observation.arm_eef": "observation.state",
+                  "observation.gripper": "observation.state",
+                  "action.arm_eef": "action", "action.gripper": "action"}
+
+
+def test_edit_rebuilds_the_combined_columns_the_writer_recorded(tmp_path):
+    """info.json records which combined column each split column joins, so a column joining one the
+    old name guess does not know (LeRobot's observation.environment_state) edits like any other; a
+    root written before the record (no key) still edits by the guess."""
+    obj = FeatureSpec("observation.object_pose", ("x", "y", "z"), combined="observation.environment_state")
+    src, out = tmp_path / "src", tmp_path / "out"
+    record(src, [14, 15, 16], features=piper_features() + (obj,),
+           extra=lambda t, seed: {obj.key: np.array([np.sin(t + seed), np.cos(2 * t), 0.1 * t + seed])})
+    info = json.loads((src / "meta/info.json").read_text())
+    joins = {"observation.object_pose": "observation.environment_state"}
+    assert info["piper_combined"] == PIPER_COMBINED | joins
+    assert info["features"]["observation.environment_state"]["names"] == ["object_pose.x", "object_pose.y",
+                                                                         "object_pose.z"]
+    delete(src, "1", out)
+    check_root(out, [(src, 0, "pick"), (src, 2, "stack")])
+    edited = json.loads((out / "meta/info.json").read_text())
+    assert edited["features"] == info["features"] and edited["piper_combined"] == info["piper_combined"]
+    np.testing.assert_array_equal(  # the combined column is still the object pose's rows
+        episode_rows(out, 1)["observation.environment_state"], episode_rows(src, 2)["observation.object_pose"])
+    validate(out)
+
+    old, old_out = tmp_path / "old", tmp_path / "old_out"
+    record(old, [12, 13])
+    info = json.loads((old / "meta/info.json").read_text())
+    assert info.pop("piper_combined") == PIPER_COMBINED
+    (old / "meta/info.json").write_text(json.dumps(info, indent=4))
+    delete(old, "0", old_out)
+    check_root(old_out, [(old, 1, "place")])
+    assert json.loads((old_out / "meta/info.json").read_text())["piper_combined"] == PIPER_COMBINED
 
 
 # ---- delete -----------------------------------------------------------------------------------

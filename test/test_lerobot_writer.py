@@ -91,13 +91,16 @@ def test_round_trip_schema_meta_and_stats(tmp_path):
     info = json.loads((root / "meta/info.json").read_text())
     assert set(info) == {"codebase_version", "robot_type", "total_episodes", "total_frames",
                          "total_tasks", "total_videos", "total_chunks", "chunks_size", "fps",
-                         "splits", "data_path", "video_path", "features"}
+                         "splits", "data_path", "video_path", "features", "piper_combined"}
     assert (info["codebase_version"], info["total_episodes"], info["total_frames"],
             info["total_tasks"], info["total_videos"], info["total_chunks"]) == ("v2.0", 3, 105, 2, 6, 1)
     assert info["splits"] == {"train": "0:3"}
     f = info["features"]
     assert f["observation.arm_eef"]["names"] == ["x", "y", "z", "qw", "qx", "qy", "qz"]
     assert f["observation.state"]["shape"] == [14] and len(f["observation.state"]["names"]) == 14
+    assert info["piper_combined"] == {  # which combined column each split column joins (read by piper-dataset)
+        "observation.arm_joint": "observation.state", "observation.arm_eef": "observation.state",
+        "observation.gripper": "observation.state", "action.arm_eef": "action", "action.gripper": "action"}
     assert f["timestamp"] == {"dtype": "float32", "shape": [1], "names": None}
     v = f["observation.images.cam_front"]
     assert v["dtype"] == "video" and v["shape"] == [H, W, 3]

@@ -10,6 +10,7 @@ import pytest
 
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.protocol import Frame
+from piper_recorder.quest.reconnect import Backoff
 from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
 
 
@@ -182,3 +183,15 @@ def test_config_validation():
         ClientConfig(reconnect_s=2.0, reconnect_max_s=1.0).validate()
     with pytest.raises(ValueError):
         ClientConfig(silence_timeout_s=float("nan")).validate()
+
+
+def test_backoff_schedule_shared_by_client_and_video_sender():
+    # the one schedule both headset links use: 1, 2, 4, capped at 5, back to 1 after a good connection
+    b = Backoff(1.0, 5.0)
+    assert [b.failed() for _ in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    b.reset()
+    assert b.delay_s == 1.0 and b.failed() == 1.0
+    with pytest.raises(ValueError):
+        Backoff(2.0, 1.0)
+    with pytest.raises(ValueError):
+        Backoff(float("inf"), float("inf"))

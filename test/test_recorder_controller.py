@@ -269,9 +269,9 @@ def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monke
     monkeypatch.setattr(VideoEncoder, "_run", lambda self: (release.wait(30), run(self)))
 
     class ReleaseAtSave(LeRobotTarget):
-        def save_episode(self, sink, counters, timeout):
+        def save_episode(self, counters, timeout):
             release.set()   # the writer thread has offered every frame of the episode by now
-            return super().save_episode(sink, counters, timeout)
+            return super().save_episode(counters, timeout)
 
     cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16,
                                 timestamp_mode="nominal", lateness_s=0.0, encoder_max_block_s=0.02)

@@ -15,14 +15,18 @@ import glob
 import os
 import re
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from piper_recorder.lerobot.errors import DatasetError
 
 STAGING_SUFFIX = ".dsedit-staging"
 LOCK_SUFFIX = ".dsedit-lock"
 TOOL = "piper-dataset"
+
+S = TypeVar("S")
 
 
 class EditError(DatasetError):
@@ -130,6 +134,19 @@ def describe_plan(picks: list[Pick], names: list[str], episodes: list[list[Episo
         run.append((o, p))
     flush()
     return lines
+
+
+def check_mergeable(sources: Sequence[S], differences: Callable[[S, S], list[str]],
+                    name: Callable[[S], object]) -> None:
+    """Every source must agree with the first (the format's ``differences`` empty); the error names
+    each pair that does not and what differs, so one run shows every problem."""
+    problems = []
+    for s in sources[1:]:
+        d = differences(sources[0], s)
+        if d:
+            problems.append(f"{name(sources[0])} and {name(s)} differ: " + "; ".join(d))
+    if problems:
+        raise EditError("cannot merge: " + " | ".join(problems))
 
 
 # ---- the staged output ----------------------------------------------------------------------------

@@ -103,9 +103,10 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
         raise
 
 
-def _combined_of(key: str, names: tuple[str, ...], feats: dict[str, dict[str, Any]]) -> str | None:
-    """The combined column (observation.state, action) whose element names hold this column's
-    ("arm_eef.qw" for observation.arm_eef's "qw"); the features check below proves the guess."""
+def _guess_combined(key: str, names: tuple[str, ...], feats: dict[str, dict[str, Any]]) -> str | None:
+    """For roots written before info.json recorded it (``meta.COMBINED_RECORD``): the combined column
+    (observation.state, action) whose element names hold this column's ("arm_eef.qw" for
+    observation.arm_eef's "qw"); the features check in ``config_of`` proves the guess."""
     part = key.split(".", 1)[-1]
     for combined in COMBINED:
         same_group = combined.split(".")[0] == key.split(".")[0]   # observation.* -> observation.state
@@ -129,15 +130,22 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
     entries = [(group, name, e) for group in ("state", "action")
                for name, e in (modality.get(group) or {}).items() if isinstance(e, dict)]
     rotation = next((str(e["rotation_type"]) for _, _, e in entries if "rotation_type" in e), "quat_wxyz")
+    record = info.get(meta.COMBINED_RECORD)
+    recorded: dict[str, Any] | None = record if isinstance(record, dict) else None
+    joined = set(COMBINED) | {str(v) for v in (recorded or {}).values()}   # combined columns, not split ones
     specs = []
     for key, f in feats.items():
-        if f.get("dtype") == "video" or key in BOOKKEEPING or key in COMBINED:
+        if f.get("dtype") == "video" or key in BOOKKEEPING or key in joined:
             continue
         slices: tuple[Slice, ...] = tuple((name, int(e["start"]), int(e["end"]), "rotation_type" in e)
                                           for _, name, e in entries if e.get("original_key") == key)
         names = tuple(str(n) for n in f.get("names") or ())
-        specs.append(FeatureSpec(key, names, slices, _combined_of(key, names, feats)))
-    combined = any(k in feats for k in COMBINED)
+        if recorded is None:
+            joins = _guess_combined(key, names, feats)
+        else:
+            joins = None if recorded.get(key) is None else str(recorded[key])
+        specs.append(FeatureSpec(key, names, slices, joins))
+    combined = any(k in feats for k in joined)
     raw = any("raw_quest_lines" in e for e in src.episodes)
     try:
         cfg = WriterConfig(fps=int(info["fps"]), robot_type=str(info.get("robot_type")), cameras=cameras,
@@ -189,15 +197,6 @@ def differences(a: LeRobotSource, b: LeRobotSource) -> list[str]:
         out.append("modality.json differs (rotation_type or slices)")
     return out
 
-
-def check_mergeable(sources: list[LeRobotSource]) -> None:
-    problems = []
-    for s in sources[1:]:
-        d = differences(sources[0], s)
-        if d:
-            problems.append(f"{sources[0].root} and {s.root} differ: " + "; ".join(d))
-    if problems:
-        raise EditError("cannot merge: " + " | ".join(problems))
 
 
 # ---- building the output --------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from typing import Callable, Union
 from piper_recorder.lerobot import export, fsutil
 
 from . import lerobot_edit, rgbd_edit
-from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_new_output, describe_plan, parse_episodes,
-                     picks_of, remove_stale_staging, retask_picks, split_fraction, staging_path)
+from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_mergeable, check_new_output, describe_plan,
+                     parse_episodes, picks_of, remove_stale_staging, retask_picks, split_fraction, staging_path)
 
 Source = Union[lerobot_edit.LeRobotSource, rgbd_edit.RgbdSource]
 Progress = Callable[[int, int], None]
@@ -142,9 +142,11 @@ def merge(inputs: list[Path], out: Path, dry_run: bool = False, progress: Progre
     sources = _open(kind, inputs)
     try:
         if kind == "lerobot":
-            lerobot_edit.check_mergeable([s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)])
+            check_mergeable([s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)],
+                            lerobot_edit.differences, lambda s: s.root)
         else:
-            rgbd_edit.check_mergeable([s for s in sources if isinstance(s, rgbd_edit.RgbdSource)])
+            check_mergeable([s for s in sources if isinstance(s, rgbd_edit.RgbdSource)],
+                            rgbd_edit.differences, lambda s: s.path)
         picks = [p for i, s in enumerate(sources) for p in picks_of(i, _episodes(s))]
         return _run("merge", kind, inputs, sources, [Output(out, picks)], dry_run, progress)
     finally:

@@ -130,15 +130,6 @@ def differences(a: RgbdSource, b: RgbdSource) -> list[str]:
     return out
 
 
-def check_mergeable(sources: list[RgbdSource]) -> None:
-    problems = []
-    for s in sources[1:]:
-        d = differences(sources[0], s)
-        if d:
-            problems.append(f"{sources[0].path} and {s.path} differ: " + "; ".join(d))
-    if problems:
-        raise EditError("cannot merge: " + " | ".join(problems))
-
 
 def build(sources: list[RgbdSource], picks: list[Pick], staging: Path,
           progress: Callable[[int, int], None] | None = None) -> dict[str, int]:

@@ -10,6 +10,18 @@ from .features import BOOKKEEPING, combined_names, combined_specs
 from .layout import DATA_PATH, VIDEO_PATH, video_key
 from .writer_config import WriterConfig
 
+# info.json key (project-owned, top level) recording which combined column each split column joins:
+# {"observation.arm_joint": "observation.state", ...}. Not inside the ``features`` entries: our own
+# writer compares those exactly on resume, so roots written before the record would stop appending.
+# LeRobot 0.3.3/0.4.4 and GR00T N1.5 read info.json as a plain dict and ignore keys they do not know.
+COMBINED_RECORD = "piper_combined"
+
+
+def combined_record(cfg: WriterConfig) -> dict[str, str]:
+    """Split column -> the combined column it joins (every feature that names one, in feature order;
+    recorded even with ``combined_columns`` off, so an edit rebuilds exactly this configuration)."""
+    return {f.key: f.combined for f in cfg.features if f.combined is not None}
+
 
 def features_json(cfg: WriterConfig) -> dict:
     """info.json ``features``: split + combined vectors, videos (LeRobot convention), bookkeeping."""
@@ -63,6 +75,7 @@ def info_json(cfg: WriterConfig, episodes: list[dict], n_tasks: int) -> dict:
         "data_path": DATA_PATH,
         "video_path": VIDEO_PATH if cfg.cameras else None,
         "features": features_json(cfg),
+        COMBINED_RECORD: combined_record(cfg),
     }
 
 

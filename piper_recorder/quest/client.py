@@ -3,7 +3,7 @@
 Runs in its own thread: connect, read, parse, deliver each accepted message with its host receive
 time (``time.time_ns()``, the ROS clock) to a callback, or, with ``on_batch``, every message that was
 waiting in the socket at once as one list (a backlog, when the reader fell behind, arrives as one
-batch the consumer can coalesce). Reconnects with exponential back-off (from
+batch the consumer can coalesce). Reconnects with exponential back-off (:mod:`.reconnect`, from
 ``reconnect_s``, as the reference client's 1 s, doubling up to ``reconnect_max_s``; back to the start
 after a connection that delivered a message) and forces a reconnect after ``silence_timeout_s``
 without any accepted line. Commands to the headset (haptic) go over the same socket.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message, StreamParser, encode
+from .reconnect import Backoff, try_connect, validate_link
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8735
@@ -38,14 +39,8 @@ class ClientConfig:
     quat_tolerance: float = QUAT_TOLERANCE
 
     def validate(self) -> None:
-        if not 0 < self.port < 65536:
-            raise ValueError(f"port {self.port} out of range")
-        for name in ("reconnect_s", "reconnect_max_s", "silence_timeout_s", "connect_timeout_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-        if self.reconnect_max_s < self.reconnect_s:
-            raise ValueError("reconnect_max_s must be >= reconnect_s")
+        validate_link(self.port, self.reconnect_s, self.reconnect_max_s,
+                      silence_timeout_s=self.silence_timeout_s, connect_timeout_s=self.connect_timeout_s)
         if self.max_line_bytes < 256:
             raise ValueError("max_line_bytes must be >= 256")
         if not 0 < self.quat_tolerance < 1:
@@ -143,28 +138,22 @@ class QuestClient:
     # -- thread ------------------------------------------------------------------------------
     def _run(self) -> None:
         cfg = self.config
-        backoff = cfg.reconnect_s
+        backoff = Backoff(cfg.reconnect_s, cfg.reconnect_max_s)
         while not self._stop.is_set():
             self.stats.state = "connecting"
-            try:
-                sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout_s)
-            except OSError as exc:
-                self.stats.connect_failures += 1
-                self.stats.last_error = f"connect: {exc}"
-                self.stats.state = "backoff"
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, cfg.reconnect_max_s)
+            sock = try_connect(cfg.host, cfg.port, cfg.connect_timeout_s, self.stats)
+            if sock is None:
+                self._stop.wait(backoff.failed())
                 continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             delivered = self._serve(sock)
             if self._stop.is_set():
                 break
-            if delivered:
-                backoff = cfg.reconnect_s
             self.stats.state = "backoff"
-            self._stop.wait(backoff)
-            if not delivered:
-                backoff = min(backoff * 2, cfg.reconnect_max_s)
+            if delivered:
+                backoff.reset()
+                self._stop.wait(backoff.delay_s)   # the short wait, and it stays short
+            else:
+                self._stop.wait(backoff.failed())
         self.stats.state = "stopped"
 
     def _serve(self, sock: socket.socket) -> bool:

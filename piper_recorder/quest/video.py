@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .reconnect import Backoff, try_connect, validate_link
+
 VIDEO_PORT = 8736
 MAGIC = 0x31564350                 # b"PCV1" read as a little-endian u32
 HEADER = struct.Struct("<IB3xI")   # magic, panel, 3 pad bytes, payload length
@@ -164,14 +166,8 @@ class SenderConfig:
     finish_timeout_s: float = 1.0    # bound on finishing a frame whose first bytes went out
 
     def validate(self) -> None:
-        if not 0 < self.port < 65536:
-            raise ValueError(f"port {self.port} out of range")
-        for name in ("reconnect_s", "reconnect_max_s", "connect_timeout_s", "finish_timeout_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {v!r}")
-        if self.reconnect_max_s < self.reconnect_s:
-            raise ValueError("reconnect_max_s must be >= reconnect_s")
+        validate_link(self.port, self.reconnect_s, self.reconnect_max_s,
+                      connect_timeout_s=self.connect_timeout_s, finish_timeout_s=self.finish_timeout_s)
         if self.sndbuf_bytes < 4096:
             raise ValueError("sndbuf_bytes must be >= 4096")
 
@@ -197,7 +193,7 @@ class PanelSender:
         self.stats = SenderStats()
         self._clock = clock
         self._sock: socket.socket | None = None
-        self._backoff = config.reconnect_s
+        self._backoff = Backoff(config.reconnect_s, config.reconnect_max_s)
         self._next_attempt = 0.0
 
     @property
@@ -212,16 +208,10 @@ class PanelSender:
         if now < self._next_attempt:
             return False
         cfg = self.config
-        try:
-            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout_s)
-        except OSError as exc:
-            self.stats.connect_failures += 1
-            self.stats.last_error = f"connect: {exc}"
-            self.stats.state = "backoff"
-            self._next_attempt = now + self._backoff
-            self._backoff = min(self._backoff * 2, cfg.reconnect_max_s)
+        sock = try_connect(cfg.host, cfg.port, cfg.connect_timeout_s, self.stats)
+        if sock is None:
+            self._next_attempt = now + self._backoff.failed()
             return False
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.sndbuf_bytes)
         sock.setblocking(False)
         self._sock = sock
@@ -251,7 +241,7 @@ class PanelSender:
             return False
         self._count(self.stats.sent, panel)
         self.stats.bytes_sent += len(data)
-        self._backoff = self.config.reconnect_s   # back to the short back-off once a frame went through
+        self._backoff.reset()   # back to the short back-off once a frame went through
         return True
 
     def _finish(self, sock: socket.socket, rest: bytes) -> bool:
@@ -270,8 +260,7 @@ class PanelSender:
         self.close()
         self.stats.disconnects += 1
         self.stats.state = "backoff"
-        self._next_attempt = self._clock() + self._backoff
-        self._backoff = min(self._backoff * 2, self.config.reconnect_max_s)
+        self._next_attempt = self._clock() + self._backoff.failed()
 
     @staticmethod
     def _count(counter: dict[int, int], panel: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler, Sink
+from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler
 from piper_recorder.assembly.messages import pose7
 
 from .targets import EpisodeTarget, Record
@@ -37,9 +37,9 @@ class Answer:
 
 @dataclass
 class _Unsaved:
-    """A finished episode whose save is (still) to be done: what a retry of the save needs."""
+    """A finished episode whose save is (still) to be done: what a retry of the save needs (the
+    target keeps the episode's sink itself)."""
 
-    sink: Sink
     counters: dict[str, Any]
     timeout: bool
     start_ns: int
@@ -78,7 +78,6 @@ class EpisodeController:
         self._service = threading.Lock()         # one state transition at a time
         self.state = IDLE
         self._asm: EpisodeAssembler | None = None
-        self._sink: Sink | None = None
         self._episode: int | None = None
         self._task = ""
         self._session_started = False
@@ -196,7 +195,6 @@ class EpisodeController:
             with self._lock:
                 start_ns = now()
                 self.worker.take_error()
-                self._sink = sink
                 self._asm = EpisodeAssembler(self.assembly, start_ns, QueuedSink(sink, self.worker),
                                              depth=self.target.depth)
                 self._tick_delays = []
@@ -228,7 +226,7 @@ class EpisodeController:
             if delay > 0:
                 time.sleep(delay)
             with self._lock:
-                asm, sink = self._asm, self._sink
+                asm = self._asm
                 assert asm is not None
                 counters = asm.finish(end).to_dict()
                 if self._tick_stats:
@@ -240,8 +238,7 @@ class EpisodeController:
                 missing = asm.missing_inputs(end)
                 why = f"empty: {counters['rows']} rows" + (f", never received {missing}" if missing else "")
                 return self._drop(why, ok=False, start_ns=asm.start_ns)
-            assert sink is not None
-            return self._commit(_Unsaved(sink, counters, timeout, asm.start_ns, asm.origin_ns, end, reason))
+            return self._commit(_Unsaved(counters, timeout, asm.start_ns, asm.origin_ns, end, reason))
 
     def _commit(self, u: _Unsaved) -> Answer:
         """Save on the writer thread; a failure with the episode still held by the writer keeps it."""
@@ -283,7 +280,7 @@ class EpisodeController:
         err = self.worker.take_error()
         if err is not None:
             raise _InputError(err)
-        return self.target.save_episode(u.sink, u.counters, u.timeout)
+        return self.target.save_episode(u.counters, u.timeout)
 
     def _writer_holds_episode(self) -> bool:
         """True if the writer still has the episode after the failed save (the LeRobot writer keeps it

@@ -1,8 +1,8 @@
 """Writer adapters with one shape, so one episode controller drives both dataset formats.
 
 Every method runs on the controller's writer thread. A target makes the episode's sink at
-``start_episode`` (its typed ``Sink``, fed rows and frames) and saves the episode from that sink's
-counters and end flags: ``save_episode(sink, counters, timeout)``. ``source`` (the bag converter:
+``start_episode`` (its typed ``Sink``, fed rows and frames), keeps it, and saves the episode from that
+sink's counters and end flags: ``save_episode(counters, timeout)``. ``source`` (the bag converter:
 where the episode came from) is a per-episode argument that goes into the saved record.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from piper_recorder.assembly import PIPER_TABLE, FeatureTable, LeRobotSink, Rgbd
 from piper_recorder.assembly.sinks import LeRobotRows, RgbdSteps
 
 S = TypeVar("S", bound=Sink)
+S_co = TypeVar("S_co", bound=Sink, covariant=True)   # a target's sink type (only handed out)
 Record = dict[str, Any]
 
 
@@ -38,20 +39,26 @@ class RgbdDatasetWriter(RgbdSteps, Protocol):
     def close(self) -> None: ...
 
 
-class EpisodeTarget(Protocol[S]):
+class EpisodeTarget(Protocol[S_co]):
     kind: str
     depth: bool          # frames must carry depth (RGB-D observations)
     min_rows: int        # fewer assembled rows than this: the episode is empty and discarded
     needs_task: bool
 
     def begin_session(self, record: Record) -> None: ...
-    def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, S]: ...
-    def save_episode(self, sink: S, counters: Record, timeout: bool) -> Record: ...
+    def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, S_co]: ...
+    def save_episode(self, counters: Record, timeout: bool) -> Record: ...
     def keeps_failed_save(self, exc: BaseException) -> bool: ...
     def holds_episode(self) -> bool: ...
     def discard_episode(self) -> None: ...
     def delete_last_episode(self) -> None: ...
     def close(self) -> None: ...
+
+
+def _open_sink(sink: S | None) -> S:
+    if sink is None:
+        raise RuntimeError("save_episode without an episode started")
+    return sink
 
 
 def _holds(writer: object) -> bool:
@@ -66,6 +73,7 @@ class LeRobotTarget:
         self.writer, self.save_raw_quest, self.table = writer, save_raw_quest, table
         self._source: Record | None = None
         self._policy: Record | None = None
+        self._sink: LeRobotSink | None = None   # the episode's, kept until it is saved or discarded
 
     def begin_session(self, record: Record) -> None:
         self.writer.begin_session(record)
@@ -74,12 +82,15 @@ class LeRobotTarget:
         idx = int(self.writer.start_episode(task))
         self._source = source
         self._policy = record.get("policy")   # a rollout names its policy in episodes.jsonl
-        return idx, LeRobotSink(self.writer, self.save_raw_quest, self.table)
+        self._sink = LeRobotSink(self.writer, self.save_raw_quest, self.table)
+        return idx, self._sink
 
-    def save_episode(self, sink: LeRobotSink, counters: Record, timeout: bool) -> Record:
+    def save_episode(self, counters: Record, timeout: bool) -> Record:
+        sink = _open_sink(self._sink)
         source = {} if self._source is None else {"source": self._source}
         extra = {} if self._policy is None else {"policy": self._policy}
         rec = self.writer.save_episode({**counters, **source, **sink.counters(), **extra})
+        self._sink = None   # saved (a failed save keeps it: the retry saves the same episode)
         return dict(rec) if isinstance(rec, dict) else {}
 
     def keeps_failed_save(self, exc: BaseException) -> bool:
@@ -92,6 +103,7 @@ class LeRobotTarget:
         return _holds(self.writer)
 
     def discard_episode(self) -> None:
+        self._sink = None
         self.writer.discard_episode()
 
     def delete_last_episode(self) -> None:
@@ -109,6 +121,7 @@ class RgbdTarget:
 
     def __init__(self, writer: RgbdDatasetWriter, camera: str, table: FeatureTable = PIPER_TABLE):
         self.writer, self.camera, self.table = writer, camera, table
+        self._sink: RgbdSink | None = None   # the episode's, kept until it is saved or discarded
 
     def begin_session(self, record: Record) -> None:
         """Nothing up front: every episode carries the record it was recorded under."""
@@ -117,9 +130,12 @@ class RgbdTarget:
         meta = {"task": task, "provenance": json.dumps(record, sort_keys=True)}
         if source is not None:
             meta["source"] = json.dumps(source, sort_keys=True)
-        return int(self.writer.start_episode(seed=None, meta=meta)), RgbdSink(self.writer, self.camera, self.table)
+        idx = int(self.writer.start_episode(seed=None, meta=meta))
+        self._sink = RgbdSink(self.writer, self.camera, self.table)
+        return idx, self._sink
 
-    def save_episode(self, sink: RgbdSink, counters: Record, timeout: bool) -> Record:
+    def save_episode(self, counters: Record, timeout: bool) -> Record:
+        sink, self._sink = _open_sink(self._sink), None   # a failed save is never retried (keeps_failed_save)
         sink.end(terminal=not timeout, timeout=timeout)
         rec = self.writer.end_episode(success=None if timeout else True)
         return {"observations": sink.observations, "transitions": sink.transitions,
@@ -134,6 +150,7 @@ class RgbdTarget:
         return _holds(self.writer)
 
     def discard_episode(self) -> None:
+        self._sink = None
         self.writer.discard_episode()
 
     def delete_last_episode(self) -> None:
