@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from piper_recorder.assembly.assembler import grid_timestamp
-from piper_recorder.dataset_edit import EditError, delete, merge, retask, split
+from piper_recorder.dataset_edit import EditError, delete, merge, retask, retype, split
 from piper_recorder.lerobot.features import FeatureSpec, piper_features
 from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
@@ -314,6 +314,46 @@ def test_retask_renames_and_merges_tasks(tmp_path):
     validate(out)
     r = run_cli("retask", str(src), "--rename", "nope=x")
     assert r.returncode == 2 and "no episode has task(s) ['nope']" in r.stderr
+
+
+# ---- retype ------------------------------------------------------------------------------------
+def _rotation_tags(root: Path) -> dict[str, str]:
+    mod = json.loads((root / "meta/modality.json").read_text())
+    return {f"{part}.{k}": e["rotation_type"] for part in ("state", "action") for k, e in mod[part].items()
+            if "rotation_type" in e}
+
+
+def test_retype_tags_the_quaternions_for_gr00t_and_changes_nothing_else(tmp_path):
+    """GR00T N1.5's modality schema rejects the spec's ``quat_wxyz`` (its pydantic enum has
+    ``quaternion``, w-first): retype changes that tag and nothing else a reader sees."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    record(src, [12, 9, 10])
+    assert _rotation_tags(src) == {"state.eef_rot": "quat_wxyz", "action.eef_rot": "quat_wxyz"}
+    retype(src, "quaternion", out)
+    assert _rotation_tags(out) == {"state.eef_rot": "quaternion", "action.eef_rot": "quaternion"}
+    assert _rotation_tags(src) == {"state.eef_rot": "quat_wxyz", "action.eef_rot": "quat_wxyz"}  # untouched
+    check_root(out, [(src, i, TASKS[i]) for i in range(3)])   # rows, indices, every row's frame
+    for ep in range(3):
+        a, b = episode_rows(src, ep), episode_rows(out, ep)
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    for name in ("info.json", "stats.json"):
+        assert json.loads((src / "meta" / name).read_text()) == json.loads((out / "meta" / name).read_text())
+    retagged = json.loads((src / "meta/modality.json").read_text().replace('"quat_wxyz"', '"quaternion"'))
+    assert json.loads((out / "meta/modality.json").read_text()) == retagged
+    assert jsonl(out / "meta/dataset_edits.jsonl")[-1]["rotation_type"] == {"from": "quat_wxyz", "to": "quaternion"}
+    validate(out)
+    # in place, through the CLI; a dry run and a no-op change nothing
+    r = run_cli("retype", str(src), "--rotation-type", "quaternion", "--dry-run")
+    assert r.returncode == 0 and "quat_wxyz -> quaternion" in r.stdout, r.stderr
+    assert _rotation_tags(src)["state.eef_rot"] == "quat_wxyz"
+    r = run_cli("retype", str(src), "--rotation-type", "quaternion")
+    assert r.returncode == 0, r.stderr
+    assert _rotation_tags(src) == {"state.eef_rot": "quaternion", "action.eef_rot": "quaternion"}
+    validate(src)
+    r = run_cli("retype", str(src), "--rotation-type", "quaternion")
+    assert r.returncode == 2 and "already tagged" in r.stderr
+    with pytest.raises(EditError, match="rotation type must be one of"):
+        retype(src, "rotation_6d", tmp_path / "x")
 
 
 # ---- crash safety -----------------------------------------------------------------------------

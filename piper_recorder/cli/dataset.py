@@ -1,10 +1,12 @@
-"""piper-dataset merge|split|delete|retask: edit LeRobot v2.0/v2.1 roots and RGB-D HDF5 files.
+"""piper-dataset merge|split|delete|retask|retype: edit LeRobot v2.0/v2.1 roots and RGB-D HDF5 files.
 
   piper-dataset merge A B [C ...] --out OUT        all episodes of A, then B, ... (must agree on
                                                     version, robot, fps, features, cameras, codecs)
   piper-dataset split SRC --out VAL [--rest TRAIN] (--episodes 0,3,5-7 | --fraction 0.1 [--seed 0])
   piper-dataset delete SRC --episodes 1,4-6 [--out OUT]     (in place without --out)
   piper-dataset retask SRC --rename OLD=NEW [--rename ...] [--out OUT]   (several OLD onto one NEW merge)
+  piper-dataset retype SRC --rotation-type quaternion [--out OUT]   (modality.json's quaternion tag; GR00T N1.5
+                                                    accepts `quaternion` and rejects the spec's `quat_wxyz`)
 
 Episodes, frame/global/task indices are renumbered and metadata, stats (and v2.1 episodes_stats)
 recomputed by the format's own writer; videos and image payloads are linked or copied, never
@@ -23,6 +25,7 @@ from pathlib import Path
 from piper_recorder.cli.errors import exits_2_on_bad_input
 from piper_recorder.dataset_edit import EditError, ops
 from piper_recorder.dataset_edit.common import parse_renames
+from piper_recorder.lerobot.layout import ROTATION_TYPES
 
 PROG = "piper-dataset"
 
@@ -57,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--rename", action="append", default=[], metavar="OLD=NEW", required=True)
     r.add_argument("--out", type=Path, help="write a new root / file instead of editing in place")
     common(r)
+    t = sub.add_parser("retype", help="re-tag modality.json's quaternion slices (LeRobot roots)")
+    t.add_argument("src", type=Path)
+    t.add_argument("--rotation-type", required=True, choices=ROTATION_TYPES,
+                   help="quaternion: the w-first name GR00T N1.5 accepts; quat_wxyz: the spec's name")
+    t.add_argument("--out", type=Path, help="write a new root instead of editing in place")
+    common(t)
     return p
 
 
@@ -81,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             res = ops.split(args.src, args.out, args.rest, args.episodes, args.fraction, args.seed, args.dry_run, prog)
         elif args.op == "delete":
             res = ops.delete(args.src, args.episodes, args.out, args.dry_run, prog)
-        else:
+        elif args.op == "retask":
             res = ops.retask(args.src, parse_renames(args.rename), args.out, args.dry_run, prog)
+        else:
+            res = ops.retype(args.src, args.rotation_type, args.out, args.dry_run, prog)
     except EditError as e:
         print(f"{PROG} {args.op}: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""The four edits (merge, split, delete, retask) over either format, staged and committed atomically.
+"""The edits (merge, split, delete, retask; retype for LeRobot roots) over either format, staged and committed
+atomically.
 
 Sources are opened holding their writers' locks (a LeRobot root's ``.lock`` flock, an RGB-D file's
 OFD lock), so no recorder changes them while they are read. Each output is built under a hidden
@@ -10,6 +11,7 @@ untouched and only the staging path, which the next run on that output removes.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Union
 
 from piper_recorder.lerobot import export, fsutil
+from piper_recorder.lerobot.layout import ROTATION_TYPES
 
 from . import lerobot_edit, rgbd_edit
 from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_mergeable, check_new_output, describe_plan,
@@ -203,5 +206,32 @@ def retask(src: Path, renames: dict[str, str], out: Path | None = None, dry_run:
         picks = retask_picks(_episodes(sources[0]), renames)
         o = Output(out if out is not None else src, picks, in_place=out is None)
         return _run("retask", kind, [src], sources, [o], dry_run, progress, renamed=renames)
+    finally:
+        _close(sources)
+
+
+def retype(src: Path, rotation_type: str, out: Path | None = None, dry_run: bool = False,
+           progress: Progress | None = None) -> Result:
+    """Re-tag the quaternion slices of a LeRobot root's ``modality.json`` (``quat_wxyz``, the spec's name,
+    or ``quaternion``, the w-first name GR00T N1.5's schema accepts; it rejects ``quat_wxyz``). The rows
+    are w-first either way, so only the tag changes: the root is rebuilt by the writer like any edit
+    (videos linked, rows and stats as written), into ``out`` or in place."""
+    if rotation_type not in ROTATION_TYPES:
+        raise EditError(f"retype: rotation type must be one of {', '.join(ROTATION_TYPES)}, got {rotation_type!r}")
+    kind = _kind([src])
+    if kind != "lerobot":
+        raise EditError("retype: only LeRobot roots carry a modality.json")
+    sources = _open(kind, [src])
+    try:
+        s = sources[0]
+        assert isinstance(s, lerobot_edit.LeRobotSource)
+        was = s.cfg.rotation_type
+        if was == rotation_type and out is None:
+            raise EditError(f"retype: {src} is already tagged {rotation_type!r}; nothing to do")
+        s.cfg = dataclasses.replace(s.cfg, rotation_type=rotation_type)
+        o = Output(out if out is not None else src, picks_of(0, _episodes(s)), in_place=out is None)
+        res = _run("retype", kind, [src], sources, [o], dry_run, progress, rotation_type={"from": was, "to": rotation_type})
+        res.plan.insert(0, f"modality.json rotation_type: {was} -> {rotation_type}")
+        return res
     finally:
         _close(sources)
