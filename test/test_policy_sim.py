@@ -140,6 +140,20 @@ def stop_server(p: subprocess.Popen) -> None:
     p.wait(10)
 
 
+def grip_until_takeover(s, w: Watch) -> None:
+    """The operator closes the right grip on the headset's joy topic until the policy's actor says
+    ``operator`` (the takeover), as the bridge would publish it while the hand stays closed."""
+    from sensor_msgs.msg import Joy
+
+    pub = s._node.create_publisher(Joy, "/quest/right/joy", 10)
+    grip = Joy(axes=[0.0, 1.0, 0.0, 0.0], buttons=[0, 0, 0, 0])
+    deadline = time.monotonic() + 20
+    while w.actor != "operator" and time.monotonic() < deadline:
+        pub.publish(grip)
+        time.sleep(0.05)
+    w.wait(lambda: w.actor == "operator", 1, "takeover")
+
+
 def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: float) -> None:
     """Every target finite, unit and in the box; consecutive policy targets within 2x the speed caps
     (the caps hold per control tick; DDS delivery jitter bunches ticks), except across the marks
@@ -200,15 +214,8 @@ def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
 
             breaks = []
             # takeover mid-chunk: the operator's grip; only ~/resume hands back
-            from sensor_msgs.msg import Joy
-            pub = s._node.create_publisher(Joy, "/quest/right/joy", 10)
             breaks.append(w.mark())
-            grip = Joy(axes=[0.0, 1.0, 0.0, 0.0], buttons=[0, 0, 0, 0])
-            deadline = time.monotonic() + 20
-            while w.actor != "operator" and time.monotonic() < deadline:   # the operator holds the grip
-                pub.publish(grip)
-                time.sleep(0.05)
-            w.wait(lambda: w.actor == "operator", 1, "takeover")
+            grip_until_takeover(s, w)
             w.wait(lambda: w.status.get("state") == "takeover" and w.status.get("takeovers") == 1, 5, "takeover status")
             time.sleep(1.0)
             assert w.status["state"] == "takeover"       # the grip opened long ago: still the operator's
@@ -305,7 +312,6 @@ def test_rollout_rows_say_who_acted(tmp_path):
     policy node, so each row's complementary_info.actor (read with pyarrow) is the policy's code (1)
     before the takeover and the operator's (2) after it, changing once."""
     import pyarrow.parquet as pq
-    from sensor_msgs.msg import Joy
 
     from piper_recorder.sim_session import SimSession, size_overrides
 
@@ -326,13 +332,7 @@ def test_rollout_rows_say_who_acted(tmp_path):
         w.wait(lambda: w.actor == "policy", 30, "the policy acting")
         s.start_episode()
         time.sleep(2.0)
-        pub = s._node.create_publisher(Joy, "/quest/right/joy", 10)
-        grip = Joy(axes=[0.0, 1.0, 0.0, 0.0], buttons=[0, 0, 0, 0])
-        deadline = time.monotonic() + 20
-        while w.actor != "operator" and time.monotonic() < deadline:   # the operator holds the grip
-            pub.publish(grip)
-            time.sleep(0.05)
-        w.wait(lambda: w.actor == "operator", 1, "takeover")
+        grip_until_takeover(s, w)
         time.sleep(2.0)
         rec = s.stop_episode()
         call(s, "stop")
