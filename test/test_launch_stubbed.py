@@ -119,15 +119,34 @@ def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launc
     assert nodes["rgbd_recorder"].kwargs["parameters"][1]["task"] == "stack"
 
 
-def test_sim_launch_keeps_dds_on_loopback(stub_launch):
-    spec = importlib.util.spec_from_file_location("sim_launch", ROOT / "launch" / "sim.launch.py")
+def _launch_env(mode: str) -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location(f"{mode}_launch", ROOT / "launch" / f"{mode}.launch.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     (ld,) = mod.generate_launch_description().args
-    env = dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable))
+    return dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable))
+
+
+@pytest.mark.parametrize("mode", ["sim", "robot"])
+def test_launch_keeps_dds_on_loopback_with_frames_in_shared_memory(stub_launch, monkeypatch, mode):
+    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
+    env = _launch_env(mode)
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"   # the profile below restricts transports
-    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]).name == "fastdds_loopback.xml"
-    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]).is_file()
+    profile = Path(env["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert profile.name == "fastdds_loopback.xml" and profile.is_file()
+    import xml.etree.ElementTree as ET
+    ns = {"d": "http://www.eprosima.com"}
+    (shm,) = [t for t in ET.parse(profile).getroot().iterfind(".//d:transport_descriptor", ns)
+              if t.findtext("d:type", namespaces=ns) == "SHM"]
+    assert int(shm.findtext("d:segment_size", namespaces=ns)) >= 8 * 1280 * 720 * 3   # frames of history, not < 1
+
+
+@pytest.mark.parametrize("mode", ["sim", "robot"])
+def test_launch_keeps_a_users_own_dds_profile(stub_launch, monkeypatch, tmp_path, mode):
+    own = tmp_path / "lan.xml"
+    own.write_text("<dds/>")
+    monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", str(own))
+    assert _launch_env(mode) == {}   # nothing overwritten: the shell's profile applies to every node
 
 
 def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_launch):
