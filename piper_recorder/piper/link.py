@@ -24,6 +24,7 @@ from . import kinematics as kin
 from .wire import MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF, float_to_uint, uint_to_float
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
+TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
 
 
 @dataclass
@@ -99,20 +100,23 @@ class PiperLink:
 
     # ------------------------------------------------------------ feedback
     def feedback(self) -> Feedback:
+        """A snapshot of the SDK's newest frames in SI units (plain float math: called ~600 times a second)."""
         s = self.sdk
         j = s.GetArmJointMsgs()
         js = j.joint_state
-        joints = np.radians(np.array([js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6],
-                                     dtype=float) / 1000.0)
+        r = math.pi / 180e3   # 0.001 deg -> rad
+        joints = np.array([js.joint_1 * r, js.joint_2 * r, js.joint_3 * r, js.joint_4 * r, js.joint_5 * r,
+                           js.joint_6 * r])
         ep = s.GetArmEndPoseMsgs()
         e = ep.end_pose
-        pose = np.eye(4)
-        pose[:3, :3] = kin.euler_to_matrix(*np.radians(np.array([e.RX_axis, e.RY_axis, e.RZ_axis]) / 1000.0))
-        pose[:3, 3] = np.array([e.X_axis, e.Y_axis, e.Z_axis], dtype=float) / 1e6
+        pose = np.empty((4, 4))
+        pose[:3, :3] = kin.euler_to_matrix(e.RX_axis * r, e.RY_axis * r, e.RZ_axis * r)
+        pose[:3, 3] = e.X_axis / 1e6, e.Y_axis / 1e6, e.Z_axis / 1e6
+        pose[3] = 0.0, 0.0, 0.0, 1.0
         g = s.GetArmGripperMsgs()
         h = s.GetArmHighSpdInfoMsgs()
         motors = (h.motor_1, h.motor_2, h.motor_3, h.motor_4, h.motor_5, h.motor_6)
-        effort = np.array([m.current * c / 1000.0 for m, c in zip(motors, TORQUE_COEF)])
+        effort = np.array([m.current * c / 1000.0 for m, c in zip(motors, TORQUE_COEF_F)])
         st = s.GetArmStatus()
         a = st.arm_status
         return Feedback(stamp=float(j.time_stamp), joints=joints, pose=pose,
