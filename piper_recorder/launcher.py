@@ -33,6 +33,7 @@ from piper_recorder.assembly.messages import ACTOR_TOPIC
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
+from piper_recorder.supervision import LAUNCHER_PID_ENV
 
 PACKAGE = "piper_recorder"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -499,9 +500,12 @@ class Graph:
         self.exit_codes: dict[str, int | None] = {}
 
     def start(self) -> "Graph":
+        """Start every process; each ends by itself if this process dies without stopping it (SIGKILL
+        included: ``supervision.watch_parent``, told our pid through ``PIPER_LAUNCHER_PID``)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**self.env, LAUNCHER_PID_ENV: str(os.getpid())}
         for spec in self.plan.processes:
-            self.running.append(_Running(spec, self.env, self.log_dir, self.echo))
+            self.running.append(_Running(spec, env, self.log_dir, self.echo))
         return self
 
     def dead(self) -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from piper_recorder.launcher import Graph, LaunchError, config_path, plan_graph
 from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, lease_domain, loopback_env
+from piper_recorder.supervision import on_stop_signals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                                            *FASTDDS_PROFILE_VARS) if k in env})
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    on_stop_signals(lambda _sig: stop.set())   # SIGINT, SIGTERM, SIGHUP: stop the graph cleanly
     try:
         plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
                           root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
