@@ -40,6 +40,11 @@ class ArmConfig:
     # emulator's thread (seen for > 0.2 s on a loaded 2-core box), so emulation relaxes can_silence_s
     emulator_can_silence_s: float = 1.0
     control_rate_hz: float = 200.0
+    # /arm/joint_states and /arm/eef_pose rate (Hz): every complete feedback set of the arm (~200 Hz) is
+    # read, every other one published. No consumer needs 200 Hz (rows at 30 Hz hold the newest sample,
+    # <= 10 ms old at 100 Hz; teleop ticks at 100 Hz; cameras at 30 Hz), and each of ~7 subscribers paid
+    # for every message: 100 Hz halved the graph's arm-topic cost. >= the arm's rate publishes every set.
+    feedback_publish_hz: float = 100.0
     # MotionCtrl_2 speed percentage: caps the firmware's joint speeds. Streamed EndPoseCtrl targets need
     # full speed (as piper_sdk's end-pose demo sends): near the ready pose a 5 cm sideways hand move
     # counter-rotates joints 4 and 6 by ~0.8 rad, and at 50 % a figure-eight with a +-10 deg yaw
@@ -86,6 +91,8 @@ class ArmConfig:
             raise ValueError("t_ff must lie in [-8, 8] N m (JointMitCtrl range)")
         if not 1 <= self.speed <= 100:
             raise ValueError(f"speed must be 1..100 %, got {self.speed}")
+        if not 1.0 <= self.feedback_publish_hz <= 1000.0:
+            raise ValueError(f"feedback_publish_hz must be 1..1000, got {self.feedback_publish_hz}")
         if not 10.0 <= self.control_rate_hz <= 1000.0:
             raise ValueError(f"control_rate_hz must be 10..1000, got {self.control_rate_hz}")
         if any(lo >= hi for lo, hi in zip(self.joint_min, self.joint_max)):
