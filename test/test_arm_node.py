@@ -86,7 +86,7 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend):
             assert spin_until(lambda: got["prov"], 5), group.logs()
             prov = json.loads(got["prov"][0])
             assert prov["backend"] == backend and prov["kp"] == [5.0, 25.0, 5.0, 8.0, 8.0, 5.0]
-            assert prov["firmware"] == "S-V1.6-5" and prov["can_channel"] == channel
+            assert prov["firmware"] == "S-V1.8-5" and prov["can_channel"] == channel
             assert prov["sdk_version"] == "0.6.2" and "emulated" in prov["arm_model"]
             assert set(prov) >= {"backend", "kp", "kd", "t_ff", "gravity_ff", "firmware", "arm_model",
                                  "can_channel", "sdk_version"}
