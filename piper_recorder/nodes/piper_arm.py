@@ -56,7 +56,10 @@ class PiperArmNode(Node):
             cfg.can_interface = "virtual"
             cfg.can_silence_s = max(cfg.can_silence_s, cfg.emulator_can_silence_s)
             start = np.clip(cfg.emulator_start_joints, cfg.joint_min, cfg.joint_max).tolist()
-            self.emulator = PiperEmulator(cfg.can_channel, EmulatorConfig(q_init=start)).start()
+            emu = EmulatorConfig(q_init=start)
+            if cfg.emulator_firmware:
+                emu.firmware = cfg.emulator_firmware
+            self.emulator = PiperEmulator(cfg.can_channel, emu).start()
         try:
             self.link = PiperLink(cfg.can_channel, cfg.can_interface)
         except (ConnectionError, OSError, ValueError) as exc:

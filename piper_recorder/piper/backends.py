@@ -51,6 +51,9 @@ class ArmConfig:
     # an in-process virtual bus cannot fall silent: a feedback gap there means the host starved the
     # emulator's thread (seen for > 0.2 s on a loaded 2-core box), so emulation relaxes can_silence_s
     emulator_can_silence_s: float = 1.0
+    # the firmware version the emulator reports and whose MIT dialect it speaks ("" = the emulator's
+    # default, S-V1.8-5; e.g. S-V1.8-8 for the 12-bit MIT frame, firmware.py)
+    emulator_firmware: str = ""
     control_rate_hz: float = 200.0
     # MotionCtrl_2 speed percentage: caps the firmware's joint speeds. Streamed EndPoseCtrl targets need
     # full speed (as piper_sdk's end-pose demo sends): near the ready pose a 5 cm sideways hand move
