@@ -19,14 +19,14 @@ and the next drops one although every frame arrived. Instead each camera is lock
   locked) has no slot (``slot_ns`` None). A first lock from few captures (the warm-up, a stalling
   camera) needs less (``lock_threshold``): their resultant is too noisy for ``MIN_COHERENCE``.
 - The slot is the phase moved back by whole periods until the latest capture the measured jitter
-  allows is at or before the row: the first slot's band ends 1 ms plus twice its uncertainty (band /
-  (n+1)) before ``t_k`` (at most ``HYSTERESIS`` / 2 of a period: ~4 ms at 30 fps), so a later, better
-  estimate does not move it. It then moves continuously with the phase; back a period (one repeat)
+  allows is at or before the row: the first slot's band ends twice its uncertainty (band / (n+1))
+  before ``t_k``, i.e. that plus 1 ms inside the tolerance (capped at ``HYSTERESIS`` / 2 of a period
+  inside it: 3.2 ms before ``t_k`` at 30 fps), so a later, better estimate does not move it. It then moves continuously with the phase; back a period (one repeat)
   as soon as its band reaches past ``t_k + CAUSAL_TOL_NS``, forward a period (one drop) only once the
   fresher slot's band ends ``HYSTERESIS`` of a period before that (so the estimate's noise does not
   carry it across and back; only a camera drifting against the rows gets there). A camera 3 ms after
   the rows thus pairs row k with the capture 3 ms after row k-1. A steady camera's frames are at most
-  one period plus its jitter band plus that first margin old (±10 ms at 30 fps: <= 33.3 + 20 + 4.2 ms),
+  one period plus its jitter band plus that first margin old (±10 ms at 30 fps: <= 33.3 + 20 + 3.2 ms),
   and at most 1 ms new.
 - Row k targets ``t_k + slot`` and takes the frame nearest that target among the frames newer than
   the previous row's frame, within half a period of the target and captured at or before
