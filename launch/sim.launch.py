@@ -6,7 +6,8 @@ recorders, all with ``parameters=[<config>, <launch arguments>]`` so the YAML fi
 source of node parameters. The graph itself is ``piper_recorder.launcher.graph_nodes``, which
 piper-launch starts too. Launch arguments override a few parameters: ``task``, ``root`` (LeRobot
 root), ``rgbd_path``, ``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another
-parameter file).
+parameter file); ``sim_headset:=false`` starts no simulated headset (quest_bridge keeps the config's
+host/port, for a real headset), as ``piper-launch sim --no-sim-headset``.
 """
 from __future__ import annotations
 

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{arg}", default="", help=f"as the launch files' {arg.replace('-', '_')} argument")
     p.add_argument("--dashboard", default="", choices=["", "true", "false"],
                    help="start the read-only web dashboard (default: piper_launch.dashboard in the config)")
+    p.add_argument("--no-sim-headset", action="store_true",
+                   help="sim: do not start the simulated headset; quest_bridge keeps its host/port (e.g. --set "
+                        "quest_bridge.port=...) for a real headset (as piper_launch.sim_quest.enabled=false)")
     p.add_argument("--log-dir", help="per-process logs and the effective params.yaml (default: a temp dir)")
     p.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); "
                                                   "default: lease a private one")
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
                           root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
                           policy=args.policy, policy_root=args.policy_root,
-                          dashboard=args.dashboard)
+                          dashboard=args.dashboard, sim_headset="false" if args.no_sim_headset else "")
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
         return 2

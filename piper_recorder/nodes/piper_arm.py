@@ -28,7 +28,7 @@ from std_srvs.srv import Trigger
 
 from piper_recorder.nodes.common import ParameterError, declare_config, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.piper import kinematics as kin
-from piper_recorder.piper.backends import ArmConfig
+from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
 from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
@@ -56,7 +56,10 @@ class PiperArmNode(Node):
             cfg.can_interface = "virtual"
             cfg.can_silence_s = max(cfg.can_silence_s, cfg.emulator_can_silence_s)
             start = np.clip(cfg.emulator_start_joints, cfg.joint_min, cfg.joint_max).tolist()
-            self.emulator = PiperEmulator(cfg.can_channel, EmulatorConfig(q_init=start)).start()
+            emu = EmulatorConfig(q_init=start)
+            if cfg.emulator_firmware:
+                emu.firmware = cfg.emulator_firmware
+            self.emulator = PiperEmulator(cfg.can_channel, emu).start()
         try:
             self.link = PiperLink(cfg.can_channel, cfg.can_interface, feedback_hz=cfg.feedback_publish_hz)
         except (ConnectionError, OSError, ValueError) as exc:
@@ -75,7 +78,13 @@ class PiperArmNode(Node):
         self.pub_provenance = self.create_publisher(String, "/arm/provenance", latched)
 
         self.ctl = ArmController(cfg, self.link, on_command=self._on_command)
-        self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
+        try:
+            self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
+        except FirmwareRefused as exc:   # before enabling: the arm was never commanded
+            self.link.close()
+            if self.emulator is not None:
+                self.emulator.stop()
+            raise ParameterError(f"backend {cfg.backend!r}: {exc}") from exc
         self._publish_provenance()
 
         # Targets are absolute and superseded by the next one: keep only the newest unread one. With a deeper

@@ -16,6 +16,12 @@ speed percentage; in MIT mode each joint is a rigid body driven by the sent PD l
 gravity feed-forward measurably matters. Joint limits always clamp. Reported motor currents are
 the holding torques (gravity in position mode, the PD torque in MIT mode), converted with the
 SDK's torque coefficients.
+
+Firmware: ``EmulatorConfig.firmware`` is the version string it reports, and it reads MIT frames the
+way that release does (``firmware.mit_dialect``): the SDK's 8-bit frame with its check, or from
+S-V1.8-8 the 12-bit torque without one (MIT entered with move mode 0x06, 0x04 accepted too: whether
+1.8-8 still honours 0x04 is not reported); S-V1.7-3..1.8-2 apply 4x the torque field on joints 1-3
+and report 4x their torque. An empty string: no reply to the version query.
 """
 from __future__ import annotations
 
@@ -32,7 +38,8 @@ from can.interfaces.virtual import VirtualBus
 from . import kinematics as kin
 from .wire import (ID_ENABLE, ID_FIRMWARE, ID_GRIPPER, ID_GRIPPER_CTRL, ID_HIGH_SPD, ID_JOINT_CTRL,
                    ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_POSE_CTRL, ID_STATUS,
-                   MIT_FLAG, MOVE_J, MOVE_L, MOVE_M, MOVE_P, TORQUE_COEF, MitCommand, decode_mit)
+                   MIT_FLAG, MOVE_J, MOVE_L, MOVE_M, MOVE_MIT, MOVE_P, TORQUE_COEF, MitCommand, decode_mit)
+from .firmware import mit_dialect
 
 
 class EmulatorBus(VirtualBus):
@@ -59,7 +66,8 @@ class EmulatorBus(VirtualBus):
 
 @dataclass
 class EmulatorConfig:
-    firmware: str = "S-V1.6-5"
+    # a release whose MIT frame is the SDK's as documented (firmware.py); set another to emulate its dialect
+    firmware: str = "S-V1.8-5"
     feedback_hz: float = 200.0
     high_spd_every: int = 2   # motor high-speed frames every N feedback ticks (100 Hz)
     low_spd_every: int = 10   # low-speed every N ticks (20 Hz)
@@ -82,6 +90,9 @@ class PiperEmulator:
     def __init__(self, channel: str, config: EmulatorConfig | None = None):
         self.cfg = config or EmulatorConfig()
         self.channel = channel
+        self.dialect = mit_dialect(self.cfg.firmware)   # how this firmware reads JointMitCtrl
+        self._torque_gain = np.array(self.dialect.torque_gain)
+        self._effort_gain = np.array(self.dialect.effort_gain)
         self._lock = threading.Lock()
         self.q = np.array(self.cfg.q_init, dtype=float)
         self.dq = np.zeros(6)
@@ -194,7 +205,8 @@ class PiperEmulator:
                     self.dq[:] = 0.0
         elif fid == ID_MOTION_CTRL_2:
             self.ctrl_mode, self.move_mode, self.speed_pct = d[0], d[1], max(1, min(100, d[2]))
-            mit = d[3] == MIT_FLAG and self.move_mode == MOVE_M
+            mit_modes = (MOVE_M, MOVE_MIT) if self.dialect.frame == "raw12" else (MOVE_M,)
+            mit = d[3] == MIT_FLAG and self.move_mode in mit_modes
             if mit and not self.mit:
                 self.mit_cmd = [None] * 6
             if not mit and self.mit:
@@ -222,7 +234,7 @@ class PiperEmulator:
                 self.gripper_target = float(np.clip(width / 1e6, 0.0, 0.08))
                 self.gripper_effort = effort / 1000.0
         elif fid in ID_MIT_CTRL:
-            cmd = decode_mit(d)
+            cmd = decode_mit(d, self.dialect.frame, self.dialect.t_range)
             if cmd is None:
                 self.bad_crc += 1
             elif self.mit:
@@ -280,7 +292,8 @@ class PiperEmulator:
                 tau = grav - 2.0 * self.dq  # a joint without an MIT frame yet keeps holding itself
                 for i, c in enumerate(self.mit_cmd):
                     if c is not None:
-                        tau[i] = c.kp * (c.pos - self.q[i]) + c.kd * (c.vel - self.dq[i]) + c.t_ff
+                        tau[i] = c.kp * (c.pos - self.q[i]) + c.kd * (c.vel - self.dq[i]) \
+                            + c.t_ff * self._torque_gain[i]
                 acc = (tau - grav - fric * self.dq) / inertia
                 self.dq += acc * h
                 self.q += self.dq * h
@@ -333,7 +346,8 @@ class PiperEmulator:
         self._send(ID_GRIPPER, gripper)
         if self.ticks % self.cfg.high_spd_every == 0:
             for i, fid in enumerate(ID_HIGH_SPD):
-                current = max(-32768, min(32767, round(float(tau[i]) * 1000.0 / TORQUE_COEF[i])))
+                reported = float(tau[i] * self._effort_gain[i])
+                current = max(-32768, min(32767, round(reported * 1000.0 / TORQUE_COEF[i])))
                 speed = max(-32768, min(32767, round(float(dq[i]) * 1000.0)))
                 self._send(fid, struct.pack(">hhi", speed, current, round(float(q[i]) * 1000.0)))
         if self.ticks % self.cfg.low_spd_every == 0:

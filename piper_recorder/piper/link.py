@@ -21,8 +21,9 @@ from piper_sdk import C_PiperInterface_V2
 from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
-from .wire import (ID_GRIPPER, ID_JOINTS, ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF,
-                   float_to_uint, uint_to_float)
+from .firmware import MitDialect, mit_dialect, parse_version, version_string
+from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_STATUS, MIT_KD,
+                   MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12, float_to_uint, uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
@@ -106,6 +107,10 @@ class PiperLink:
                 port.send_bus.shutdown()
                 port.send_bus = port.recv_bus
         self._frame_listener: Callable[[int, float], None] | None = None
+        self._firmware_raw = bytearray()   # the 0x4AF reply as sent (the SDK keeps only 8 characters of it)
+        self._firmware_at = 0.0            # when its last frame arrived
+        # how the firmware reads JointMitCtrl and scales effort; known once ``firmware()`` has read it
+        self.dialect: MitDialect = mit_dialect(None)
         self.listener_errors = 0
         self.last_listener_error = ""
         port = self.sdk.GetCanBus()
@@ -117,6 +122,9 @@ class PiperLink:
             if decimator is not None and decimator.skip(msg.arbitration_id, msg.timestamp):
                 return
             sdk_parse(msg)
+            if msg.arbitration_id == ID_FIRMWARE:
+                self._firmware_raw.extend(bytes(msg.data))
+                self._firmware_at = time.monotonic()
             listener = self._frame_listener
             if listener is not None:
                 try:
@@ -157,7 +165,9 @@ class PiperLink:
         g = s.GetArmGripperMsgs()
         h = s.GetArmHighSpdInfoMsgs()
         motors = (h.motor_1, h.motor_2, h.motor_3, h.motor_4, h.motor_5, h.motor_6)
-        effort = np.array([m.current * c / 1000.0 for m, c in zip(motors, TORQUE_COEF_F)])
+        # true torques: S-V1.7-3..1.8-2 report 4x on joints 1-3 (``firmware``)
+        effort = np.array([m.current * c / 1000.0 / gain
+                           for m, c, gain in zip(motors, TORQUE_COEF_F, self.dialect.effort_gain)])
         st = s.GetArmStatus()
         a = st.arm_status
         return Feedback(stamp=float(j.time_stamp), joints=joints, pose=pose,
@@ -170,19 +180,34 @@ class PiperLink:
                         pose_stamp=float(ep.time_stamp))
 
     def firmware(self, timeout: float = 1.0) -> str | None:
-        """Firmware string (e.g. "S-V1.6-5"); queries again once if nothing arrived yet."""
+        """Firmware string (e.g. "S-V1.8-5"); queries again once if nothing arrived yet. Sets ``dialect``.
+
+        Parsed from the raw 0x4AF bytes: the SDK's ``GetPiperFirmwareVersion`` keeps 8 characters, so
+        "S-V1.8-10" would read "S-V1.8-1" (another MIT dialect, ``firmware``); the SDK's string is the
+        fallback when the raw bytes do not parse."""
         deadline = time.monotonic() + timeout
         asked_again = False
+        found: str | None = None
         while time.monotonic() < deadline:
-            v = self.sdk.GetPiperFirmwareVersion()
-            if isinstance(v, str):
-                return v
+            time.sleep(0.02)
+            # the reply spans several frames: a version running to the end of what arrived may go on
+            # ("S-V1.8-1" + "0"), so it counts once 50 ms passed without another frame
+            settled = time.monotonic() - self._firmware_at > 0.05
+            v = parse_version(bytes(self._firmware_raw), complete=settled)
+            if v is not None:
+                found = version_string(v)
+                break
+            sdk_v = self.sdk.GetPiperFirmwareVersion()
+            if isinstance(sdk_v, str) and settled and not parse_version(sdk_v):
+                found = sdk_v   # a reply we cannot parse: keep what the SDK made of it (refused later)
+                break
             if not asked_again and time.monotonic() > deadline - timeout / 2:
                 with self._tx:
+                    self._firmware_raw.clear()
                     self.sdk.SearchPiperFirmwareVersion()
                 asked_again = True
-            time.sleep(0.02)
-        return None
+        self.dialect = mit_dialect(found)
+        return found
 
     def enabled(self, since: float = 0.0) -> bool:
         """All six drivers report enabled (low-speed frames, ~20 Hz) in a frame received after ``since``."""
@@ -206,8 +231,13 @@ class PiperLink:
             self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
 
     def mode_mit(self, speed: int) -> None:
+        """MotionCtrl_2 into MIT mode with the move mode this firmware wants (0x04; 0x06 from S-V1.8-8)."""
+        mode = self.dialect.move_mode
         with self._tx:
-            self.sdk.MotionCtrl_2(0x01, 0x04, int(speed), 0xAD)
+            if mode == MOVE_M:
+                self.sdk.MotionCtrl_2(0x01, mode, int(speed), 0xAD)
+            else:   # piper_sdk 0.6.2 refuses move modes above 0x05: the same 0x151 frame, sent raw
+                self.sdk.GetCanBus().SendCanMessage(ID_MOTION_CTRL_2, [0x01, mode, int(speed), 0xAD, 0, 0, 0, 0])
 
     def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
         """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
@@ -232,12 +262,21 @@ class PiperLink:
         return w / 1e6
 
     def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:
-        """JointMitCtrl for joint 1..6; returns the position reference the frame carries (rad).
+        """JointMitCtrl for joint 1..6 in this firmware's dialect; returns the position reference the
+        frame carries (rad). ``t_ff`` is the torque field as the firmware reads it (callers divide by
+        the dialect's ``torque_gain``).
 
-        The SDK packs with a truncating float->uint map (8 bits for torque: 0.063 N m steps, and 0 is
-        not representable); we pre-add half a step so the wire value is the nearest code, and clip
-        every value into the SDK's packing range (outside it the packing wraps around).
+        SDK frame: the SDK packs with a truncating float->uint map (8 bits for torque: 0.063 N m steps,
+        and 0 is not representable); we pre-add half a step so the wire value is the nearest code, and
+        clip every value into the SDK's packing range (outside it the packing wraps around). From
+        S-V1.8-8 the SDK's frame is misread (``firmware``): we encode the 12-bit frame ourselves and
+        send it on the SDK's CAN port.
         """
+        if self.dialect.frame == "raw12":
+            data = encode_mit_raw12(pos, vel, kp, kd, t_ff, self.dialect.t_range)
+            with self._tx:
+                self.sdk.GetCanBus().SendCanMessage(ID_MIT_CTRL[joint - 1], list(data))
+            return uint_to_float((data[0] << 8) | data[1], *MIT_P, 16)
         vals = []
         for x, (lo, hi), bits in ((pos, MIT_P, 16), (vel, MIT_V, 12), (kp, MIT_KP, 12), (kd, MIT_KD, 12),
                                   (t_ff, MIT_T, 8)):
