@@ -77,10 +77,7 @@ def encode_request(task: str, state: dict[str, F32], images: dict[str, U8], hori
 
 def parse_request(body: bytes) -> PredictRequest:
     """Decode and check a request body; every defect is one ProtocolError naming the field."""
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"body is not JSON ({e})") from e
+    doc = _json(body, "body")
     if not isinstance(doc, dict):
         raise ProtocolError("body must be a JSON object")
     task = doc.get("task", "")
@@ -97,10 +94,7 @@ def parse_request(body: bytes) -> PredictRequest:
         if not isinstance(values, list) or not values or \
                 not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             raise ProtocolError(f"state.{key} must be a non-empty list of numbers")
-        vec = np.asarray(values, dtype=np.float32)
-        if not np.isfinite(vec).all():
-            raise ProtocolError(f"state.{key} holds a non-finite value")
-        state[str(key)] = vec
+        state[str(key)] = _finite_f32(values, f"state.{key}", "value")
     images_doc = doc.get("images", {})
     if not isinstance(images_doc, dict) or not all(isinstance(v, str) for v in images_doc.values()):
         raise ProtocolError("images must be an object {camera: base64 JPEG string}")
@@ -122,10 +116,7 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
     """Client side: the answer's rows as (n, 8) float32, n in [1, horizon]; ProtocolError otherwise
     (including an ``{"error": ...}`` answer). ``cut``: keep the first ``horizon`` rows of a longer
     answer instead (servers written for PiperPilot may answer their whole chunk)."""
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"answer is not JSON ({e})") from e
+    doc = _json(body, "answer")
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         raise ProtocolError(f"server error: {doc['error']}")
     rows = doc.get("actions") if isinstance(doc, dict) else None
@@ -136,7 +127,29 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
     if not all(isinstance(r, list) and len(r) == ACTION_WIDTH and
                all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r) for r in rows):
         raise ProtocolError(f"every action row must be {ACTION_WIDTH} numbers")
-    out = np.asarray(rows, dtype=np.float32)
-    if not np.isfinite(out).all():
-        raise ProtocolError("answer holds a non-finite action")
-    return out
+    return _finite_f32(rows, "answer", "action")
+
+
+def _json(body: bytes, what: str) -> object:
+    """``json.loads`` whose every failure is a ProtocolError in the sender's terms: not JSON, or nested
+    deeper than the parser's recursion limit (``[[[[...`` a few thousand deep raises RecursionError)."""
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"{what} is not JSON ({e})") from e
+    except RecursionError:
+        raise ProtocolError(f"{what} nested too deeply (not a {what} of this protocol)") from None
+
+
+def _finite_f32(values: object, what: str, kind: str) -> F32:
+    """Numbers -> float32, refusing what float32 cannot hold as such: non-finite values, and values out
+    of float32's range (an integer beyond float64 raises OverflowError; 1e39 would become inf)."""
+    try:
+        wide = np.asarray(values, dtype=np.float64)
+    except OverflowError:
+        raise ProtocolError(f"{what}: {kind} value out of range (larger than any float)") from None
+    if not np.isfinite(wide).all():
+        raise ProtocolError(f"{what} holds a non-finite {kind}")
+    if (np.abs(wide) > np.finfo(np.float32).max).any():
+        raise ProtocolError(f"{what}: {kind} value out of range (beyond float32, {np.finfo(np.float32).max:.3g})")
+    return wide.astype(np.float32)
