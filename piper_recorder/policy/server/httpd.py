@@ -134,8 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client reuses one connection per query stream
 
     def setup(self) -> None:
-        self.timeout = self.server.client_timeout_s   # StreamRequestHandler sets it on the socket
         super().setup()
+        self.connection.settimeout(self.server.client_timeout_s)   # every read and write of this connection
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
         LOG.debug("%s " + format, self.address_string(), *args)
