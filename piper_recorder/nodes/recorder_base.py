@@ -37,10 +37,11 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 # joint_positions, pose: the message helpers the router's adapters use (test_bag_config checks the nodes share them)
-from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
+from piper_recorder.assembly.messages import ACTOR_TOPIC, joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController
 from piper_recorder.recording.inputs import TopicMap, topic_map
+from piper_recorder.recording.policy_log import PolicyLog, episode_fields
 from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
 from piper_recorder.recording.targets import EpisodeTarget
 
@@ -91,10 +92,12 @@ class RecorderNode(Node):
             else ReliabilityPolicy.BEST_EFFORT)
         self.pub_status = self.create_publisher(String, "~/status", 10)
         self.pub_events = self.create_publisher(String, "/episode_events", reliable)
+        self.policy_log = PolicyLog()   # every policy that acted in an episode, and when (episodes.jsonl)
         self.controller = EpisodeController(
             target, cfg.assembly(tuple(topics.cameras), topics.table), recorder=self.get_name(),
             max_episode_s=cfg.max_episode_s, publish_event=self._publish_event, session_record=self._session_record,
-            on_change=self._publish_status, log=lambda m: self.get_logger().info(m), max_lag_s=cfg.writer_max_lag_s)
+            on_change=self._publish_status, log=lambda m: self.get_logger().info(m), max_lag_s=cfg.writer_max_lag_s,
+            episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end))
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
@@ -109,6 +112,8 @@ class RecorderNode(Node):
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
         self.create_subscription(String, "/policy/provenance", self._on_policy, latched)
+        self.create_subscription(String, ACTOR_TOPIC, lambda m: self.policy_log.on_actor(now_ns(self), m.data),
+                                 latched_input)
         # services on their own node and executor thread (module doc): answered however busy the inputs are
         self._control = Node(f"{self.get_name()}_control", namespace=self.get_namespace(), context=self.context,
                              use_global_arguments=False, start_parameter_services=False)
@@ -153,6 +158,7 @@ class RecorderNode(Node):
         except ValueError:
             return
         self._policy = prov if isinstance(prov, dict) and prov.get("active") else None
+        self.policy_log.on_provenance(now_ns(self), prov)
 
     # ---- provenance -------------------------------------------------------------------------
     def _session_record(self) -> dict[str, Any]:

@@ -68,10 +68,12 @@ class EpisodeController:
                  max_episode_s: float, publish_event: Callable[[dict[str, Any]], None],
                  session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
                  log: Callable[[str], object] = print, tick_stats: bool = True,
-                 max_lag_s: float = DEFAULT_MAX_LAG_S):
+                 max_lag_s: float = DEFAULT_MAX_LAG_S,
+                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None):
         assembly.validate()
         self.max_lag_s = max_lag_s
         self._tick_stats = tick_stats
+        self._episode_fields = episode_fields   # (row-0 time, end) -> fields of the saved episode's record
         self.target, self.assembly, self.recorder = target, assembly, recorder
         self.max_episode_ns = int(max_episode_s * 1e9) if max_episode_s > 0 else 0
         self._publish_event, self._session_record, self._on_change, self._log = \
@@ -299,7 +301,9 @@ class EpisodeController:
             raise _InputError(err)
         if u.sink is not None and u.sink.behind:   # on the writer thread: every frame before the save is counted
             u.counters["frames_dropped_writer_behind"] = dict(u.sink.behind)
-        return self.target.save_episode(u.counters, u.timeout)
+        fields = {} if self._episode_fields is None else \
+            self._episode_fields(u.origin_ns if u.origin_ns is not None else u.start_ns, u.end_ns)
+        return self.target.save_episode({**u.counters, **fields}, u.timeout)
 
     def _writer_holds_episode(self) -> bool:
         """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
