@@ -113,11 +113,11 @@ def _loopback_node(ray: ModuleType) -> Iterator[None]:
     constants = importlib.import_module("ray._private.ray_constants")
     saved_env, saved_const = os.environ.get(LOOPBACK_SWITCH), getattr(constants, "ENABLE_RAY_CLUSTER", True)
     os.environ[LOOPBACK_SWITCH] = "0"
-    constants.ENABLE_RAY_CLUSTER = False
+    setattr(constants, "ENABLE_RAY_CLUSTER", False)
     try:
         yield
     finally:
-        constants.ENABLE_RAY_CLUSTER = saved_const
+        setattr(constants, "ENABLE_RAY_CLUSTER", saved_const)
         if saved_env is None:
             os.environ.pop(LOOPBACK_SWITCH, None)
         else:

@@ -105,8 +105,10 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def setup(self) -> None:
-        self.timeout = self.server.dashboard.cfg.request_timeout_s   # StreamRequestHandler applies it to the socket
         super().setup()
+        # every read and write of this connection: a client silent this long is dropped (the base
+        # class reports the timeout to log_message, i.e. nowhere)
+        self.connection.settimeout(self.server.dashboard.cfg.request_timeout_s)
 
     def log_message(self, format: str, *args: Any) -> None:  # the base class's argument name
         pass   # one line per poll would flood the node's log (timeouts land here too: a slow client, no error)
@@ -214,7 +216,7 @@ class DashboardServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 64
 
-    def __init__(self, dashboard: Dashboard, log: Callable[[str], None] | None = None):
+    def __init__(self, dashboard: Dashboard, log: Callable[[str], object] | None = None):
         self.dashboard = dashboard
         self._log = log
         self._slots = threading.BoundedSemaphore(dashboard.cfg.max_connections)
