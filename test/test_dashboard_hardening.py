@@ -276,3 +276,38 @@ def test_clients_that_vanish_print_no_traceback(served, capfd):
     assert _request(srv, "/api/state", f"127.0.0.1:{port}")[0] == 200
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception occurred" not in err, err
+
+
+def test_a_trickling_client_is_dropped_at_the_request_deadline(served):
+    """One byte every 0.3 s never trips a per-recv timeout: the request as a whole must arrive in time."""
+    _dash, srv = served(request_timeout_s=1.5)
+    port = srv.server_address[1]
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    request = b"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 200
+    t0, closed_at = time.monotonic(), None
+    try:
+        for byte in request:
+            try:
+                s.sendall(bytes([byte]))
+            except OSError:
+                closed_at = time.monotonic()
+                break
+            time.sleep(0.3)
+            s.setblocking(False)
+            try:
+                if s.recv(1) == b"":
+                    closed_at = time.monotonic()
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed_at = time.monotonic()
+                break
+            finally:
+                s.setblocking(True)
+            if time.monotonic() - t0 > 10:
+                break
+    finally:
+        s.close()
+    assert closed_at is not None and closed_at - t0 < 1.5 + 1.0, closed_at and closed_at - t0
+    assert _request(srv, "/api/state", f"127.0.0.1:{port}")[0] == 200

@@ -16,6 +16,7 @@ Hardened for a network nobody vets (issue #21):
 from __future__ import annotations
 
 import hmac
+import io
 import ipaddress
 import json
 import socket
@@ -99,6 +100,28 @@ class Dashboard:
                    ReferenceFrames(cfg.roots, cfg.thumb_width, cfg.jpeg_quality), clock)
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The connection's input with a deadline per request: a socket timeout alone is per ``recv``, so a
+    client sending one byte every few seconds would hold its thread (and a slot) for ever."""
+
+    def __init__(self, sock: socket.socket, limit_s: float):
+        self._sock, self._limit = sock, limit_s
+        self._deadline = time.monotonic() + limit_s
+
+    def restart(self) -> None:
+        self._deadline = time.monotonic() + self._limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not complete in time")
+        self._sock.settimeout(min(left, self._limit))
+        return self._sock.recv_into(buf)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     server_version = "piper-dashboard"
@@ -107,8 +130,17 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         # every read and write of this connection: a client silent this long is dropped (the base
-        # class reports the timeout to log_message, i.e. nowhere)
-        self.connection.settimeout(self.server.dashboard.cfg.request_timeout_s)
+        # class reports the timeout to log_message, i.e. nowhere) ...
+        limit = self.server.dashboard.cfg.request_timeout_s
+        self.connection.settimeout(limit)
+        # ... and a request must arrive whole within it, however the client trickles its bytes
+        self.rfile.close()
+        self._reader = _DeadlineReader(self.connection, limit)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.restart()   # the next request (or the wait for it, on a kept-alive connection)
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # the base class's argument name
         pass   # one line per poll would flood the node's log (timeouts land here too: a slow client, no error)
