@@ -58,6 +58,7 @@ class SimSession:
         self._executor: Executor | None = None
         self._spinner: threading.Thread | None = None
         self._clients: dict[str, Client[Any, Any]] = {}
+        self.answered: dict[str, dict[str, float]] = {}   # service -> recorder -> when its last answer came
 
     @property
     def cameras(self) -> list[str]:
@@ -216,16 +217,28 @@ class SimSession:
         fut.add_done_callback(lambda _f: done.set())
         return done.wait(timeout)
 
-    def call_all(self, srv: str, timeout: float = 30.0) -> dict[str, tuple[bool, str]]:
+    def call_all(self, srv: str, timeout: float = 30.0,
+                 at: dict[str, float] | None = None) -> dict[str, tuple[bool, str]]:
         """Call ``srv`` on every recorder at once (one after the other, the second recorder's episode
-        would start or end a whole save later than the first's) and wait for every answer."""
+        would start or end a whole save later than the first's) and wait for every answer.
+
+        ``at``: recorder -> monotonic time to send its request (the calls still overlap). Each answer's
+        arrival is kept in ``answered[srv][rec]``."""
         from std_srvs.srv import Trigger
 
-        futs = {rec: self._client(rec, srv).call_async(Trigger.Request()) for rec in RECORDERS}
+        answered: dict[str, float] = {}
+        self.answered[srv] = answered
+        futs = {}
+        for rec in sorted(RECORDERS, key=lambda r: (at or {}).get(r, 0.0)):
+            if at and rec in at:
+                time.sleep(max(0.0, at[rec] - time.monotonic()))
+            futs[rec] = self._client(rec, srv).call_async(Trigger.Request())
+            futs[rec].add_done_callback(lambda _f, r=rec: answered.__setitem__(r, time.monotonic()))
         out = {}
         for rec, fut in futs.items():
             if not self._wait(fut, timeout):
                 raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
+            answered.setdefault(rec, time.monotonic())   # its done callback may not have run yet
             res = fut.result()
             if res is None:
                 raise DemoError(f"/{rec}/{srv}: the call failed\n{self.graph.logs()}")
@@ -254,12 +267,13 @@ class SimSession:
             if not ok:
                 self._fail(f"{rec} start_episode refused: {msg}")
 
-    def stop_episode(self, timeout: float = 120.0) -> EpisodeResult:
-        """Stop both recorders and wait for their "saved" events; returns the events and latencies."""
+    def stop_episode(self, timeout: float = 120.0, at: dict[str, float] | None = None) -> EpisodeResult:
+        """Stop both recorders (each at ``at[rec]``, monotonic, if given) and wait for their "saved"
+        events; returns the events and the stop-to-saved latencies."""
         with self._cond:
             seen = len(self.events)
-        t_stop = dict.fromkeys(RECORDERS, time.monotonic())
-        for rec, (ok, msg) in self.call_all("stop_episode", timeout=timeout).items():
+        t_stop = {rec: max(time.monotonic(), (at or {}).get(rec, 0.0)) for rec in RECORDERS}
+        for rec, (ok, msg) in self.call_all("stop_episode", timeout=timeout, at=at).items():
             if not ok:
                 self._fail(f"{rec} stop_episode refused: {msg}")
         result = EpisodeResult(index=-1)
@@ -282,9 +296,12 @@ class SimSession:
         return result
 
     def record(self, seconds: float) -> EpisodeResult:
+        """One episode of ``seconds`` in each recorder: each one's stop is sent ``seconds`` after its own
+        start answered (a recorder that answered later, e.g. waiting for /arm/provenance at its first
+        start, is not cut short, and the other not made longer)."""
         self.start_episode()
-        time.sleep(seconds)
-        return self.stop_episode()
+        started = self.answered["start_episode"]
+        return self.stop_episode(at={rec: started[rec] + seconds for rec in RECORDERS})
 
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
