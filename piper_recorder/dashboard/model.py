@@ -266,7 +266,8 @@ class DashboardModel:
         return {"present": True, "stale": stale, "age_s": round(age, 1), "engaged": bool(d.get("engaged")),
                 "recording": bool(d.get("recording")),
                 "limits": [{"name": n, "active": n in active, "hits": int(hits.get(n, 0))} for n in names],
-                "counters": counters, "last_alarm": d.get("last_alarm"), "calls_in_flight": d.get("calls_in_flight")}
+                "counters": counters, "last_alarm": d.get("last_alarm"), "calls_in_flight": d.get("calls_in_flight"),
+                "last_release": d.get("last_release") if isinstance(d.get("last_release"), str) else None}
 
     def _headset_view(self, now: float) -> JsonDict:
         if self._headset is None:

@@ -114,6 +114,7 @@ function renderTeleop(t) {
   const c = t.counters || {}, a = t.last_alarm;
   $('teleop').innerHTML = `<span>clutch</span><span id="clutch">${t.engaged ? 'engaged' : 'idle'}${t.stale ? ' (stale)' : ''}</span>` +
     Object.entries(c).map(([k, v]) => `<span>${esc(k.replace(/_/g, ' '))}</span><span>${esc(v)}</span>`).join('') +
+    (t.last_release ? `<span>last release</span><span class="msg" id="last-release">${esc(t.last_release)}</span>` : '') +
     (a ? `<span>last alarm</span><span class="msg">${esc(a.recorder + ' ' + a.action + ': ' + a.outcome + ' ' + (a.message || ''))}</span>` : '');
 }
 function renderJoints(j) {
