@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piper_recorder.dashboard.rates import RateMeter
+from piper_recorder.delivery import link_health
 from piper_recorder.piper.kinematics import SDK_JOINT_MAX, SDK_JOINT_MIN
 from piper_recorder.teleop.limits import LIMIT_NAMES
 from piper_recorder.viewer.counters import INFO, PROBLEMS, total
@@ -23,6 +24,7 @@ DEFAULT_RECORDERS = ["lerobot_recorder", "rgbd_recorder"]
 NEAR_LIMIT = 0.05          # a joint within 5 % of its range from a limit is flagged
 HEADSET_DIAG = "quest_bridge: headset"
 SHOWN_INFO = ("rows", "frames_received", "frames_written", "frame_offset_max_ms")
+IMAGE_CONSUMERS = ("quest_video", "policy")   # besides the recorders: their ~/status carries images_received
 
 
 @dataclass
@@ -102,6 +104,8 @@ class DashboardModel:
         self._headset: _Stamped | None = None
         self._offset0: tuple[tuple[str, str], float] | None = None   # (connection, first clock offset ns)
         self._joints: _Stamped | None = None
+        self._consumers: dict[str, _Stamped] = {}     # quest_video, policy: ~/status (images_received)
+        self._camera_status: dict[str, _Stamped] = {}  # sim_camera ~/status (published fps)
         self._events: deque[JsonDict] = deque(maxlen=8)
 
     # ---- inputs -------------------------------------------------------------------------------
@@ -133,6 +137,16 @@ class DashboardModel:
     def on_recorder_status(self, recorder: str, status: JsonDict, t: float) -> None:
         with self._lock:
             self._recorders[recorder] = _Stamped(status, t)
+
+    def on_consumer_status(self, node: str, status: JsonDict, t: float) -> None:
+        """An image consumer other than the recorders (quest_video, policy): its per-camera delivery."""
+        with self._lock:
+            self._consumers[node] = _Stamped(status, t)
+
+    def on_camera_status(self, camera: str, status: JsonDict, t: float) -> None:
+        """A camera's own status (sim_camera): its published rate, the reference of every delivery."""
+        with self._lock:
+            self._camera_status[camera] = _Stamped(status, t)
 
     def on_teleop_status(self, status: JsonDict, t: float) -> None:
         with self._lock:
@@ -196,9 +210,34 @@ class DashboardModel:
             allowed = max(self.cfg.silent_s, 2.0 / max(r["rate_hz"] or 0.5, 0.5))
             fresh = r["age_s"] is not None and r["age_s"] < allowed
             topics.append({"topic": topic, **r, "required": self._required[topic], "ok": fresh})
-        healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"])
-        return {"nodes": nodes, "topics": topics, "healthy": healthy,
+        delivery = self._delivery_view(now)
+        healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"]) \
+            and all(d["ok"] for d in delivery)
+        return {"nodes": nodes, "topics": topics, "healthy": healthy, "delivery": delivery,
                 "nodes_age_s": None if self._nodes_t is None else round(now - self._nodes_t, 1)}
+
+    def _published_fps(self, camera: str, now: float) -> float | None:
+        """A camera's published rate: its own status (sim_camera, by capture stamp: exact), else the
+        camera_info rate this dashboard measures (a realsense2_camera publishes no status; noisier)."""
+        st = self._camera_status.get(camera)
+        if st is not None and now - st.t <= self.cfg.stale_s:
+            fps = _float(st.data.get("fps"))
+            if fps is not None:
+                return fps
+        meter = self._rates.get(f"/{camera}/color/camera_info")
+        if meter is not None and meter.total:
+            return meter.rate(now)
+        return None
+
+    def _delivery_view(self, now: float) -> list[JsonDict]:
+        """Per (consumer, camera): frames received vs published and panels sent vs their target
+        (``delivery.link_health``), from fresh statuses only (a stale one is the topic check's job)."""
+        statuses = {n: s.data for n, s in (*self._recorders.items(), *self._consumers.items())
+                    if now - s.t <= self.cfg.stale_s}
+        cams = {str(c) for d in statuses.values() if isinstance(d.get("images_received"), dict)
+                for c in d["images_received"]}
+        published = {c: self._published_fps(c.split("/")[0], now) for c in cams}
+        return [link.to_dict() for link in link_health(statuses, published)]
 
     def _recorder_view(self, name: str, now: float) -> JsonDict:
         st = self._recorders.get(name)

@@ -40,6 +40,7 @@ class HudState:
     error: str = ""                    # the newest error still within ERROR_HOLD_S
     arm: str = ""                      # arm state from /arm/status ("OK", "ERROR: ...")
     releases: int = 0                  # clutch releases teleop made (teleop's forced_releases)
+    degraded: list[str] = field(default_factory=list)   # deliveries below their mark (piper_recorder.delivery)
     last_release: str = ""             # ... the newest one's reason
 
     def headline(self) -> str:
@@ -58,6 +59,9 @@ class HudState:
         """(text, kind): the error if one is held, else the active limits, else nothing."""
         if self.error:
             return self.error, "error"
+        if self.degraded:
+            more = f" (+{len(self.degraded) - 1})" if len(self.degraded) > 1 else ""
+            return f"DEGRADED {self.degraded[0]}{more}", "limit"
         if self.limits:
             return "LIMIT " + ", ".join(self.limits), "limit"
         return "", ""
@@ -95,6 +99,7 @@ class HudModel:
         self._event_t = -math.inf
         self.releases = 0
         self.last_release = ""
+        self.degraded: list[str] = []
         self._teleop_seen = False   # the first teleop status only sets the release count (a restarted quest_video)
 
     # ---- inputs ---------------------------------------------------------------------------------
@@ -163,6 +168,10 @@ class HudModel:
                             f"{alarm.get('message') or ''}".strip())
         self._last_alarm = alarm
 
+    def on_delivery(self, degraded: list[str]) -> None:
+        """The deliveries below their mark now (``delivery.link_health``: panels, the recorder's frames)."""
+        self.degraded = [str(d) for d in degraded]
+
     def on_headset(self, state: str, rate_hz: float | None) -> None:
         self.headset = state
         self.input_hz = rate_hz if state == "connected" else 0.0
@@ -182,7 +191,7 @@ class HudModel:
         return HudState(recording=self.recording, episode_index=self.episode_index, elapsed_s=max(0.0, elapsed),
                         saved_count=len(self._saved), engaged=self.engaged, input_hz=self.input_hz,
                         headset=self.headset, limits=list(self.limits), error=error, arm=self.arm,
-                        releases=self.releases, last_release=self.last_release)
+                        releases=self.releases, last_release=self.last_release, degraded=list(self.degraded))
 
 
 # ---- rendering --------------------------------------------------------------------------------------
