@@ -130,5 +130,8 @@ def test_hud_shows_degraded_delivery():
     st = m.state(0.0)
     assert st.alert_line()[0].startswith("DEGRADED ") and st.alert_line()[0].endswith("(+1)")
     assert len(st.degraded) == 2 and st.to_dict()["degraded"] == st.degraded
+    m.on_teleop_status(0.0, {"limits_active": ["tether"]})
+    assert m.state(0.0).alert_line() == ("LIMIT tether", "limit")   # what shapes the arm now comes first
+    m.on_teleop_status(0.0, {"limits_active": []})
     m.on_delivery([])
     assert m.state(0.0).alert_line() == ("", "")

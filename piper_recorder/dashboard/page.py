@@ -75,7 +75,8 @@ function renderHeader(s) {
   const h = $('health'), ok = s.graph.healthy;
   h.textContent = ok ? 'graph healthy' : 'graph degraded'; h.className = ok ? 'good' : 'bad';
   h.title = ok ? '' : [...s.graph.nodes.filter(n => !n.present).map(n => 'missing node ' + n.name),
-    ...s.graph.topics.filter(t => t.required && !t.ok).map(t => 'silent ' + t.topic)].join('\n');
+    ...s.graph.topics.filter(t => t.required && !t.ok).map(t => 'silent ' + t.topic),
+    ...(s.graph.delivery || []).filter(d => !d.ok).map(d => d.consumer + ': ' + d.why)].join('\n');
   $('rec-dot').className = s.episode.recording ? 'on' : '';
   $('rec-label').textContent = s.episode.recording ? 'recording episode ' + s.episode.episode_index : 'idle';
   $('timer').textContent = s.episode.recording ? clock(s.episode.elapsed_s) : '--:--.-';

@@ -56,14 +56,15 @@ class HudState:
         return f"{self.saved_count} saved | {clutch} | input {rate} | arm {self.arm or '--'}"
 
     def alert_line(self) -> tuple[str, str]:
-        """(text, kind): the error if one is held, else the active limits, else nothing."""
+        """(text, kind): the error if one is held, else the active limits, else a degraded delivery
+        (``delivery.link_health``: panels below their rate, a recorder losing frames), else nothing."""
         if self.error:
             return self.error, "error"
+        if self.limits:   # before a degraded delivery: it shapes the arm's motion now
+            return "LIMIT " + ", ".join(self.limits), "limit"
         if self.degraded:
             more = f" (+{len(self.degraded) - 1})" if len(self.degraded) > 1 else ""
             return f"DEGRADED {self.degraded[0]}{more}", "limit"
-        if self.limits:
-            return "LIMIT " + ", ".join(self.limits), "limit"
         return "", ""
 
     def to_dict(self) -> dict[str, Any]:
