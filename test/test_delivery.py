@@ -121,6 +121,11 @@ def test_dashboard_graph_health_uses_delivery():
     m2.on_recorder_status("lerobot_recorder", _recorder(), 10.0)
     (d,) = m2.view(10.0)["graph"]["delivery"]
     assert d["reference_fps"] == pytest.approx(30.0, abs=0.1) and d["ok"]
+    # ... and with a second consumer, the best capture-stamp rate received (exact), not the noisy meter
+    m2.on_recorder_status("lerobot_recorder", _recorder(ratio_drop_every=50), 10.0)   # 98 %
+    m2.on_consumer_status("quest_video", _video(14.9), 10.0)                          # all 30 fps
+    bad = [d for d in m2.view(10.0)["graph"]["delivery"] if not d["ok"]]
+    assert [d["consumer"] for d in bad] == ["lerobot_recorder"] and bad[0]["reference_fps"] == 30.0
 
 
 def test_hud_shows_degraded_delivery():

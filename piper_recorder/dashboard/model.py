@@ -216,14 +216,18 @@ class DashboardModel:
         return {"nodes": nodes, "topics": topics, "healthy": healthy, "delivery": delivery,
                 "nodes_age_s": None if self._nodes_t is None else round(now - self._nodes_t, 1)}
 
-    def _published_fps(self, camera: str, now: float) -> float | None:
-        """A camera's published rate: its own status (sim_camera, by capture stamp: exact), else the
-        camera_info rate this dashboard measures (a realsense2_camera publishes no status; noisier)."""
+    def _published_fps(self, camera: str, now: float, best_received: float | None) -> float | None:
+        """A camera's published rate: its own status (sim_camera, by capture stamp: exact). A
+        realsense2_camera publishes no status: then the best capture-stamp rate any consumer received
+        (exact too, and what was demonstrably published), else the camera_info rate measured here (a 2 s
+        window: +-1 frame, too coarse alone to judge 99 %)."""
         st = self._camera_status.get(camera)
         if st is not None and now - st.t <= self.cfg.stale_s:
             fps = _float(st.data.get("fps"))
             if fps is not None:
                 return fps
+        if best_received is not None:
+            return best_received
         meter = self._rates.get(f"/{camera}/color/camera_info")
         if meter is not None and meter.total:
             return meter.rate(now)
@@ -234,9 +238,13 @@ class DashboardModel:
         (``delivery.link_health``), from fresh statuses only (a stale one is the topic check's job)."""
         statuses = {n: s.data for n, s in (*self._recorders.items(), *self._consumers.items())
                     if now - s.t <= self.cfg.stale_s}
-        cams = {str(c) for d in statuses.values() if isinstance(d.get("images_received"), dict)
-                for c in d["images_received"]}
-        published = {c: self._published_fps(c.split("/")[0], now) for c in cams}
+        best: dict[str, float | None] = {}
+        for d in statuses.values():
+            received = d.get("images_received")
+            for cam, entry in (received.items() if isinstance(received, dict) else ()):
+                rate = _float(entry.get("stamp_fps")) if isinstance(entry, dict) else None
+                best[str(cam)] = max((r for r in (best.get(str(cam)), rate) if r is not None), default=None)
+        published = {c: self._published_fps(c.split("/")[0], now, rate) for c, rate in best.items()}
         return [link.to_dict() for link in link_health(statuses, published)]
 
     def _recorder_view(self, name: str, now: float) -> JsonDict:
