@@ -98,8 +98,8 @@ def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0) ->
         cams[cam] = {"grid": round(ep["length"]), "published": published[cam], "received": ep["frames_received"].get(cam, 0),
                      "written": ep.get("frames_written", {}).get(cam, ep["frames_sent"].get(cam, 0)),
                      "repeated": ep["frames_repeated"].get(cam, 0), "dropped": ep["frames_dropped"].get(cam, 0),
-                     "beyond_half": ep.get("frames_beyond_half_period", {}).get(cam, "n/a"),
-                     "offset_max_ms": ep.get("frame_offset_max_ms", {}).get(cam, "n/a"),
+                     "ahead_max_ms": ep.get("frame_ahead_max_ms", {}).get(cam, "n/a"),
+                     "behind_max_ms": ep.get("frame_behind_max_ms", {}).get(cam, "n/a"),
                      "camera_skips_whole_run": camera_skips(out / "logs" / f"{cam}.log")}
     delays = {"lerobot_recorder": ep.get("tick_delay_ms", {}),
               "rgbd_recorder": status.get("rgbd_recorder", {}).get("tick_delay_ms", {})}
@@ -130,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                 zero &= lost == 0
                 print(f"  {cam}: rows {c['grid']}, published ~{c['published']} (+-1 s of status), "
                       f"received {c['received']}, written {c['written']}, "
-                      f"repeated {c['repeated']}, dropped {c['dropped']}, beyond half a period {c['beyond_half']}, "
-                      f"largest offset {c['offset_max_ms']} ms, camera skips (whole run) {c['camera_skips_whole_run']}")
+                      f"repeated {c['repeated']}, dropped {c['dropped']}, "
+                      f"frame after its row up to {c['ahead_max_ms']} ms, before it up to {c['behind_max_ms']} ms, "
+                      f"camera skips (whole run) {c['camera_skips_whole_run']}")
             for rec, d in r["tick_delay_ms"].items():
                 print(f"  {rec} tick delay ms: p50 {d.get('p50', 'n/a')}, p99 {d.get('p99', 'n/a')}, "
                       f"max {d.get('max', 'n/a')}")

@@ -11,7 +11,8 @@ is labelled with its node name (``exec_name``). Then quest_bridge (the headset t
 tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders. The graph itself is
 ``piper_recorder.launcher.graph_nodes``, which piper-launch starts too.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
-subset), ``config``.
+subset), ``config``. DDS: the loopback profile (shared memory sized for frames), unless the shell sets
+``FASTDDS_DEFAULT_PROFILES_FILE`` itself.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from piper_recorder.launcher import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS, PACKAGE, GraphNode, launch_graph
+from piper_recorder.rosenv import launch_dds_env
 
 
 def _action(p: GraphNode, config: str) -> Node:
@@ -37,7 +39,13 @@ def _graph(context, *_args, **_kwargs):
     return [_action(p, config) for p in launch_graph("robot", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})]
 
 
+def _loopback_dds() -> list[SetEnvironmentVariable]:
+    """The nodes on one computer: DDS on loopback, images sized for shared memory (config/fastdds_loopback.xml),
+    unless the shell names a Fast DDS profile of its own (README "Restricting DDS on the robot")."""
+    return [SetEnvironmentVariable(k, v) for k, v in launch_dds_env().items()]
+
+
 def generate_launch_description() -> LaunchDescription:
-    return LaunchDescription([DeclareLaunchArgument(k, default_value="", description=h)
+    return LaunchDescription(_loopback_dds() + [DeclareLaunchArgument(k, default_value="", description=h)
                               for k, h in LAUNCH_ARGUMENTS.items()]
                              + [OpaqueFunction(function=_graph)])

@@ -6,7 +6,8 @@ recorders, all with ``parameters=[<config>, <launch arguments>]`` so the YAML fi
 source of node parameters. The graph itself is ``piper_recorder.launcher.graph_nodes``, which
 piper-launch starts too. Launch arguments override a few parameters: ``task``, ``root`` (LeRobot
 root), ``rgbd_path``, ``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another
-parameter file).
+parameter file); ``sim_headset:=false`` starts no simulated headset (quest_bridge keeps the config's
+host/port, for a real headset), as ``piper-launch sim --no-sim-headset``.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
 from piper_recorder.launcher import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS, PACKAGE, GraphNode, launch_graph
-from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, loopback_env
+from piper_recorder.rosenv import launch_dds_env
 
 
 def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
@@ -39,10 +40,9 @@ def _graph(context, *_args, **_kwargs):
 
 
 def _loopback_dds() -> list[SetEnvironmentVariable]:
-    """Keep every node's DDS sockets on loopback (config/fastdds_loopback.xml; see piper_recorder/rosenv.py)."""
-    env = loopback_env({k: v for k, v in os.environ.items() if k == "RMW_IMPLEMENTATION"})
-    return [SetEnvironmentVariable(k, env[k]) for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", *FASTDDS_PROFILE_VARS)
-            if k in env]
+    """Every node's DDS sockets on loopback, images sized for shared memory (config/fastdds_loopback.xml,
+    unless the shell names a profile of its own; piper_recorder/rosenv.py ``launch_dds_env``)."""
+    return [SetEnvironmentVariable(k, v) for k, v in launch_dds_env().items()]
 
 
 def generate_launch_description() -> LaunchDescription:

@@ -33,6 +33,7 @@ from piper_recorder.assembly.messages import ACTOR_TOPIC
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
+from piper_recorder.supervision import LAUNCHER_PID_ENV
 
 PACKAGE = "piper_recorder"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -121,9 +122,11 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
               "replay:<root>:<episode> (default: no policy node)",
     "policy_root": "the policy's training root (default: policy.root in the config, or the replay root)",
     "dashboard": "start the read-only web dashboard: true | false (default: piper_launch.dashboard, else false)",
+    "sim_headset": "sim only: start the simulated headset: true | false (default: piper_launch.sim_quest.enabled, "
+                   "else true); false keeps quest_bridge's host/port (and quest_video's) for an external headset",
 }
 GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras", "policy", "policy_root",
-                   "dashboard")  # all but config: launch_graph's
+                   "dashboard", "sim_headset")  # all but config: launch_graph's
 POLICY_NODE = ("policy", "piper-policy")   # node name, console script; started only when a policy is set
 
 
@@ -226,11 +229,24 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
     return chosen, out
 
 
+def _flag(value: str | bool, default: bool) -> bool:
+    """A launch argument's true | false ("" = ``default``)."""
+    if value == "" or value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        raise LaunchError(f"expected true or false, got {value!r}")
+    return text in ("true", "1", "yes", "on")
+
+
 @dataclass(frozen=True)
 class SimQuestSettings:
     """``piper_launch.sim_quest``: the simulated headset of the sim graph (defaults: its own, except
-    ``buttons``: the graph drives episodes through the recorders' services)."""
+    ``buttons``: the graph drives episodes through the recorders' services). ``enabled`` false (or the
+    launch argument ``sim_headset:=false``, ``piper-launch sim --no-sim-headset``): no simulated
+    headset; quest_bridge and quest_video keep their own host/port, for a real headset."""
 
+    enabled: bool = True
     host: str = SimConfig.host
     port: int = SimConfig.port      # 0 = piper-launch picks a free port
     script: str = SimConfig.script
@@ -271,32 +287,54 @@ class GraphNode:
     prefix: str | None = None           # e.g. "nice -n 5"
     namespace: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+    # parameters the graph derives from other settings -> what they follow (an explicit --set of one of
+    # them to another value is refused with this, never silently overwritten: plan_graph)
+    derived: dict[str, str] = field(default_factory=dict)
+
+
+def sim_headset_enabled(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "") -> bool:
+    """Whether the graph starts the simulated headset: sim mode, and the launch argument ``sim_headset``
+    ("" = ``piper_launch.sim_quest.enabled``, default true)."""
+    return mode == "sim" and _flag(sim_headset, bool(SimQuestSettings.from_config(cfg).enabled))
+
+
+SIM_HEADSET_WAY_OUT = ("for an external headset start the graph without the simulated one (piper-launch sim "
+                       "--no-sim-headset, sim.launch.py sim_headset:=false, or piper_launch.sim_quest.enabled=false)")
 
 
 def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterable[str],
-                overrides: Mapping[str, Mapping[str, Any]] | None = None, dashboard: str = "") -> list[GraphNode]:
+                overrides: Mapping[str, Mapping[str, Any]] | None = None, dashboard: str = "",
+                sim_headset: str | bool = "") -> list[GraphNode]:
     """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
     order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments);
-    ``dashboard``: the launch argument ("" = ``piper_launch.dashboard``)."""
+    ``dashboard``, ``sim_headset``: the launch arguments ("" = ``piper_launch.dashboard``,
+    ``piper_launch.sim_quest.enabled``)."""
     overrides = overrides or {}
 
-    def ours(name: str, executable: str, script: str, **params: Any) -> GraphNode:
+    def ours(name: str, executable: str, script: str, derived: Mapping[str, str] | None = None,
+             **params: Any) -> GraphNode:
         return GraphNode(name, executable, script, prefix=nice_prefix(cfg, name),
-                         parameters={**overrides.get(name, {}), **params})
+                         parameters={**overrides.get(name, {}), **params}, derived=dict(derived or {}))
 
     nodes: list[GraphNode] = []
-    bridge: dict[str, Any] = {}
     peer: dict[str, dict[str, Any]] = {}
-    if mode == "sim":
+    why: dict[str, dict[str, str]] = {}
+    if sim_headset_enabled(mode, cfg, sim_headset):
         quest = SimQuestSettings.from_config(cfg)
         video = headset_video(cfg)
         nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
-        bridge = {"host": str(quest.host), "port": int(quest.port)}
+        peer["quest_bridge"] = {"host": str(quest.host), "port": int(quest.port)}
+        why["quest_bridge"] = {k: f"the simulated headset's {k} ({LAUNCH_SECTION}.sim_quest.{k}={v!r})"
+                               for k, v in peer["quest_bridge"].items()}
         if video:   # quest_video streams to the simulated headset's video channel
             peer["quest_video"] = {"host": str(quest.host), "port": int(quest.video_port)}
+            why["quest_video"] = {"host": f"the simulated headset's host ({LAUNCH_SECTION}.sim_quest.host="
+                                          f"{quest.host!r})",
+                                  "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
+                                          f"video_port={quest.video_port!r})"}
     for name in START_ORDER[:3]:
         if name in cfg:  # a node without a section in the config is not started
-            nodes.append(ours(name, name, NODE_SCRIPTS[name], **(bridge if name == "quest_bridge" else {})))
+            nodes.append(ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})))
     for cam in cameras:
         if mode == "sim":
             nodes.append(ours(cam, *SIM_CAMERA))
@@ -306,7 +344,8 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     policy = policy_enabled(cfg, overrides)
     if policy:   # rollouts are data: the LeRobot rows say who acted (complementary_info.actor)
         peer.setdefault("lerobot_recorder", {})["actor_topic"] = ACTOR_TOPIC
-    nodes += [ours(name, name, NODE_SCRIPTS[name], **peer.get(name, {})) for name in START_ORDER[3:]
+        why.setdefault("lerobot_recorder", {})["actor_topic"] = f"the policy node's actor topic ({ACTOR_TOPIC})"
+    nodes += [ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})) for name in START_ORDER[3:]
               if name in cfg and (name != "quest_video" or headset_video(cfg))]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
@@ -316,12 +355,13 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     return nodes
 
 
-def launch_graph(mode: str, config_file: str | Path, dashboard: str = "", **launch_args: str) -> list[GraphNode]:
+def launch_graph(mode: str, config_file: str | Path, dashboard: str = "", sim_headset: str = "",
+                 **launch_args: str) -> list[GraphNode]:
     """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
     arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters."""
     cfg = _read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)
-    return graph_nodes(mode, cfg, cameras, overrides, dashboard)
+    return graph_nodes(mode, cfg, cameras, overrides, dashboard, sim_headset)
 
 
 def headset_video(cfg: Mapping[str, Any]) -> bool:
@@ -398,13 +438,18 @@ class GraphPlan:
 
 
 def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
-               bin_dir: Path | None = None, dashboard: str = "", **launch_args: str) -> GraphPlan:
-    """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset).
+               bin_dir: Path | None = None, dashboard: str = "", sim_headset: str = "",
+               **launch_args: str) -> GraphPlan:
+    """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset,
+    unless ``sim_headset`` / ``piper_launch.sim_quest.enabled`` is false).
 
     ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras, policy,
     policy_root);
-    ``sets`` (``node.param=value``) are applied after them.
+    ``sets`` (``node.param=value``) are applied after them. A set of a parameter the graph derives from
+    another setting (quest_bridge's host/port from the simulated headset, ...: ``GraphNode.derived``)
+    to another value is refused (``LaunchError`` naming both and the way out), never overwritten.
     """
+    sets = list(sets)
     if mode not in ("sim", "robot"):
         raise LaunchError(f"mode must be sim or robot, got {mode!r}")
     cfg = _read_config(config_file)
@@ -418,7 +463,8 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for cam in cameras:
         if cam not in cfg:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
-    if mode == "sim":
+    headset = sim_headset_enabled(mode, cfg, sim_headset)
+    if headset:
         quest = SimQuestSettings.from_config(cfg)
         if not quest.port:   # port 0: free ports for the pose and the video channel
             host = str(quest.host)
@@ -429,8 +475,17 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
     if not headset_video(cfg):
         cfg.pop("quest_video", None)
-    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard)
+    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard, sim_headset=headset)
+    explicit = {item.partition("=")[0] for item in sets}
     for n in nodes:
+        for key, value in n.parameters.items():
+            given = cfg.get(n.name, {}).get(key)
+            if f"{n.name}.{key}" in explicit and given != value:
+                way_out = SIM_HEADSET_WAY_OUT if n.name in ("quest_bridge", "quest_video") else \
+                    "drop the --set (or start the graph without what it follows)"
+                raise LaunchError(f"--set {n.name}.{key}={given!r} conflicts with "
+                                  f"{n.derived.get(key, 'a value the graph derives')}, which this graph sets it "
+                                  f"to ({value!r}); {way_out}")
         if n.parameters:
             cfg.setdefault(n.name, {}).update(n.parameters)
     params_file = dump_params(cfg, run_dir / "params.yaml")
@@ -499,9 +554,12 @@ class Graph:
         self.exit_codes: dict[str, int | None] = {}
 
     def start(self) -> "Graph":
+        """Start every process; each ends by itself if this process dies without stopping it (SIGKILL
+        included: ``supervision.watch_parent``, told our pid through ``PIPER_LAUNCHER_PID``)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**self.env, LAUNCHER_PID_ENV: str(os.getpid())}
         for spec in self.plan.processes:
-            self.running.append(_Running(spec, self.env, self.log_dir, self.echo))
+            self.running.append(_Running(spec, env, self.log_dir, self.echo))
         return self
 
     def dead(self) -> list[str]:

@@ -61,6 +61,20 @@ def loopback_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def launch_dds_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The DDS variables both launch files set for every node they start (sim and robot alike).
+
+    The loopback profile, unless the launching shell already names a Fast DDS profile of its own
+    (``FASTDDS_DEFAULT_PROFILES_FILE``, e.g. one that adds the robot's LAN interface to watch it from
+    another computer): the user's profile wins. Only the variables to set are returned.
+    """
+    env = dict(os.environ if base is None else base)
+    if env.get(FASTDDS_PROFILE_VARS[0]):
+        return {}
+    out = loopback_env({k: v for k, v in env.items() if k == "RMW_IMPLEMENTATION"})
+    return {k: out[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", *FASTDDS_PROFILE_VARS) if k in out}
+
+
 @dataclass
 class DomainLease:
     """An exclusively held ROS_DOMAIN_ID; ``env()`` gives the variables every DDS process needs."""

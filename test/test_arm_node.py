@@ -24,12 +24,13 @@ def _status_values(arr) -> dict:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("backend", ["position", "impedance"])
-def test_arm_node_end_to_end(ros_domain, tmp_path, backend):
+# impedance on S-V1.8-8: the 12-bit MIT frame the emulated firmware decodes (issue 21.16)
+@pytest.mark.parametrize("backend,firmware", [("position", ""), ("impedance", ""), ("impedance", "S-V1.8-8")])
+def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
     channel = f"emu_{uuid.uuid4().hex[:8]}"
     with ProcGroup(ros_domain.env(), tmp_path) as group:
         arm = group.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", f"can_channel:={channel}",
-                          "-p", f"backend:={backend}")
+                          "-p", f"backend:={backend}", *(["-p", f"emulator_firmware:={firmware}"] if firmware else []))
         ros_domain.apply()
         import rclpy
         import rclpy.executors
@@ -86,7 +87,7 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend):
             assert spin_until(lambda: got["prov"], 5), group.logs()
             prov = json.loads(got["prov"][0])
             assert prov["backend"] == backend and prov["kp"] == [5.0, 25.0, 5.0, 8.0, 8.0, 5.0]
-            assert prov["firmware"] == "S-V1.6-5" and prov["can_channel"] == channel
+            assert prov["firmware"] == (firmware or "S-V1.8-5") and prov["can_channel"] == channel
             assert prov["sdk_version"] == "0.6.2" and "emulated" in prov["arm_model"]
             assert set(prov) >= {"backend", "kp", "kd", "t_ff", "gravity_ff", "firmware", "arm_model",
                                  "can_channel", "sdk_version"}
@@ -207,3 +208,20 @@ def test_arm_node_reports_missing_can_interface(ros_domain, tmp_path):
         arm.popen.wait(20)
         assert arm.popen.returncode == 2
         assert "can_channel 'nocan7'" in arm.output()
+
+
+@pytest.mark.timeout(60)
+def test_impedance_node_refuses_a_firmware_it_does_not_drive(ros_domain, tmp_path):
+    """Issue 21.16 through the node: on an (emulated) S-V1.6-5 the impedance backend refuses before the
+    arm is enabled, and the node exits 2 with the message naming the firmware and the way out."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = str(Path(sys.executable).parent / "piper-arm")
+    res = subprocess.run([exe, "--ros-args", "-p", "emulate:=true", "-p", f"can_channel:=emu_{uuid.uuid4().hex[:8]}",
+                          "-p", "backend:=impedance", "-p", "emulator_firmware:=S-V1.6-5"],
+                         env=ros_domain.env(), capture_output=True, text=True, timeout=45)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "backend 'impedance': impedance backend refused on S-V1.6-5" in res.stderr
+    assert "backend: position" in res.stderr

@@ -67,6 +67,118 @@ def cfg(tmp_path_factory) -> Path:
     return p
 
 
+
+# ---- the local cluster listens on loopback only (issue #21 item 9) ------------------------------------
+def _descendants(root: int) -> set[int]:
+    """``root`` and every process below it (from /proc: Ray's node processes are the driver's children,
+    its workers the raylet's)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        out.add(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _hex_addr(text: str) -> str:
+    """An address of /proc/net/tcp{,6}: little-endian 32-bit words of hex."""
+    import ipaddress
+    import struct
+
+    raw = bytes.fromhex(text)
+    words = b"".join(struct.pack("<I", w) for w in struct.unpack(f">{len(raw) // 4}I", raw))
+    return str(ipaddress.ip_address(words))
+
+
+def _listening(pids: set[int]) -> list[tuple[int, str, str, int]]:
+    """(pid, process name, address, port) of every listening TCP and bound UDP socket the processes hold,
+    from the kernel's tables (what `ss -ltnup` shows)."""
+    inode_pid: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inode_pid[target[8:-1]] = pid
+        except OSError:
+            continue
+    out = []
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            f = line.split()
+            local, state, inode = f[1], f[3], f[9]
+            if inode in inode_pid and (state == "0A" or table.startswith("udp")):
+                addr, port = local.split(":")
+                pid = inode_pid[inode]
+                try:
+                    name = Path(f"/proc/{pid}/comm").read_text().strip()
+                except OSError:
+                    name = "?"
+                out.append((pid, name, _hex_addr(addr), int(port, 16)))
+    return out
+
+
+def _is_loopback(addr: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(addr)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def test_local_cluster_listens_on_loopback_only_and_wants_its_token(cluster):
+    @ray.remote
+    def pid() -> int:
+        return os.getpid()
+
+    @ray.remote
+    class Probe:
+        def pid(self) -> int:
+            return os.getpid()
+
+    probe = Probe.remote()
+    worker_pids = {ray.get(pid.remote()), ray.get(probe.pid.remote())}   # a task's worker and an actor's
+    procs = _descendants(os.getpid())
+    assert worker_pids <= procs
+    sockets = _listening(procs)
+    names = {name for _p, name, _a, _port in sockets}
+    assert any("gcs_server" in n for n in names) and any("raylet" in n for n in names), sockets
+    assert {p for p, *_ in sockets} & worker_pids, sockets          # the workers' own servers were seen
+    wide = [s for s in sockets if not _is_loopback(s[2])]
+    assert wide == [], wide                                           # nothing on '::', 0.0.0.0 or the host's address
+    # token authentication: the runtime-env agent (HTTP) refuses a request without this run's token
+    agent = [s for s in sockets if "RuntimeEnv" in Path(f"/proc/{s[0]}/cmdline").read_text()
+             or "RuntimeEnv" in s[1]]
+    assert agent, sockets
+    import urllib.error
+    import urllib.request
+
+    url = f"http://127.0.0.1:{agent[0][3]}/get_runtime_envs_info"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=10)
+    assert e.value.code in (401, 403)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST",
+                                                      headers={"Authorization": "Bearer not-the-token"}), timeout=10)
+    assert e.value.code in (401, 403)
+    ok = urllib.request.Request(url, data=b"", method="POST",
+                                headers={"Authorization": f"Bearer {os.environ['RAY_AUTH_TOKEN']}"})
+    with urllib.request.urlopen(ok, timeout=10) as r:
+        assert r.status == 200
+    ray.kill(probe)
+
 @pytest.fixture(scope="module")
 def bags(tmp_path_factory) -> list[Path]:
     d = tmp_path_factory.mktemp("bags")

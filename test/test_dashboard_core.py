@@ -231,5 +231,16 @@ def test_reference_frame_is_frame_zero(served, tmp_path):
 
 
 def test_page_is_self_contained():
+    """No CDN, nothing from the network: the script and the stylesheet are this server's own paths, and
+    the document carries no inline script, style or event handler (the CSP allows none)."""
+    import re
+
+    from piper_recorder.dashboard.page import static_file
+
     html = render_page()
-    assert "http://" not in html and "https://" not in html and "<script src" not in html
+    srcs = re.findall(r'<script\b[^>]*\bsrc="([^"]*)"', html) + re.findall(r'<link\b[^>]*\bhref="([^"]*)"', html)
+    assert sorted(srcs) == sorted(["/dashboard.js", "/dashboard.css", "data:,"])
+    for text in (html, static_file("/dashboard.js")[0].decode(), static_file("/dashboard.css")[0].decode()):
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text
+    assert len(re.findall(r"<script\b", html)) == 1 and "<style" not in html
+    assert not re.search(r"\sstyle=", html) and not re.search(r"\son[a-z]+=", html)

@@ -91,9 +91,10 @@ def test_command_line_defaults_are_the_config_defaults():
     sim = _fields(SimConfig())
     assert cli == {k: sim[k] for k in cli}
     graph = _fields(SimQuestSettings())
-    own = {"buttons", "video_port", "report"}   # the graph's headset: services, quest_video's channel, no report
+    # the graph's headset: services, quest_video's channel, no report; enabled: whether the graph starts it at all
+    own = {"buttons", "video_port", "report", "enabled"}
     assert {k: v for k, v in graph.items() if k not in own} == {k: sim[k] for k in graph if k not in own}
-    assert graph["buttons"] is False and graph["report"] == "" and sim["video_port"] == -1
+    assert graph["buttons"] is False and graph["report"] == "" and sim["video_port"] == -1 and graph["enabled"] is True
     assert args.video_port == sim["video_port"]
     from piper_recorder.quest.video import VIDEO_PORT, SenderConfig
     assert graph["video_port"] == VIDEO_PORT == SenderConfig().port

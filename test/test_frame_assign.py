@@ -1,4 +1,4 @@
-"""Frame-to-row pairing when rows carry frames (nominal mode, RGB-D): phase-locked, one-to-one, bounded.
+"""Frame-to-row pairing when rows carry frames (nominal mode, RGB-D): causal, phase-locked, one-to-one, bounded.
 
 Synthetic capture stamps at a known phase and jitter go through the real assembler; every check
 recomputes from the rows' frame stamps what the counters claim (repeats, drops, offsets)."""
@@ -84,60 +84,69 @@ def check(pairs, stamps, c):
     drops = sum(1 for s in stamps if used[0] < s < used[-1] and s not in set(used))
     assert c.frames_repeated["cam"] == repeats and c.frames_dropped["cam"] == drops
     new = [(t, s) for j, (t, s) in enumerate(pairs) if j == 0 or s != pairs[j - 1][1]]
-    offsets = [abs(s - t) for t, s in new]
-    assert c.frames_beyond_half_period["cam"] == sum(1 for o in offsets if 2 * o > PERIOD)
+    signed = [s - t for t, s in new]
+    offsets = [abs(o) for o in signed]
+    assert c.frames_ahead["cam"] == sum(1 for o in signed if o > 0)
+    assert c.frame_ahead_max_ms["cam"] == pytest.approx(max([0, *signed]) / 1e6, abs=1e-3)
+    assert c.frame_behind_max_ms["cam"] == pytest.approx(max([0, *(-o for o in signed)]) / 1e6, abs=1e-3)
     assert c.frame_offset_max_ms["cam"] == pytest.approx(max(offsets) / 1e6, abs=1e-3)
+    # causal: never a capture more than the 1 ms tolerance after its row (issue 21.15)
+    assert max(signed) <= MS
     return repeats, drops, offsets
+
+
+def slot_of(stamp, phase_ms, fps=FPS):
+    """The camera slot i (``camera``) a capture stamp belongs to."""
+    return round((stamp - START - phase_ms * MS) * fps / SEC)
+
+
+def lag(pairs, phase_ms):
+    """How many slots behind its row each row's frame is: row k holds slot k - lag (constant when locked)."""
+    return {round((t - START) * FPS / SEC) - slot_of(s, phase_ms) for j, (t, s) in enumerate(pairs)
+            if j == 0 or s != pairs[j - 1][1]}
 
 
 @pytest.mark.parametrize("phase_ms", [0.0, 0.3, -0.3, 3.0, -3.0, 6.0, -6.0])
 @pytest.mark.parametrize("mode,depth", [("nominal", False), ("capture", True)])   # LeRobot nominal, RGB-D
 def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(phase_ms, mode, depth):
-    """The alias of issue 16.11: captures straddling t_k with ±10 ms jitter used to flip between rows."""
+    """The alias of issue 16.11: captures straddling t_k with ±10 ms jitter used to flip between rows.
+    Causal (issue 21.15): the band reaches past t_k, so each row holds the previous slot's capture."""
     stamps = camera(20.0, phase_ms, 10.0, seed=int(phase_ms * 10) + 7)
     pairs, c = assemble(stamps, 20.0, mode, depth)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert len(pairs) == 601 and repeats == 0 and drops == 0
-    assert max(offsets) <= PERIOD / 2 and c.frames_beyond_half_period["cam"] == 0   # never beyond half a period
-    # each row holds the capture of its own slot: the one nearest t_k
-    for t, s in pairs:
-        assert min(stamps, key=lambda x: abs(x - t)) == s
+    assert lag(pairs, phase_ms) == {1}        # every row: the capture of the slot before its own
+    assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS   # a period + the band + the first margin
 
 
 @pytest.mark.parametrize("phase_ms", [PERIOD / 2e6, -PERIOD / 2e6, PERIOD / 2e6 - 1, 12.0])
 def test_camera_midway_between_rows_stays_one_to_one_and_counts_the_far_pairs(phase_ms):
-    """Captures midway between two rows with ±10 ms jitter: no assignment keeps every row within half
-    a period (some row has no capture there, and a repeat is farther still). The pairing stays one to
-    one, and what exceeds the bound is counted, never more than the jitter past it."""
+    """Captures midway between two rows with ±10 ms jitter: the pairing stays one to one and causal,
+    each row holding the slot whose whole band is before it."""
     stamps = camera(20.0, phase_ms, 10.0, seed=3)
     pairs, c = assemble(stamps, 20.0)
     repeats, drops, offsets = check(pairs, stamps, c)
-    assert repeats == 0 and drops == 0
-    assert max(offsets) <= PERIOD / 2 + 10 * MS
-    far = sum(1 for o in offsets if 2 * o > PERIOD)
-    if phase_ms == 12.0:
-        assert far < 0.3 * len(pairs)
-    assert c.frames_beyond_half_period["cam"] == far
+    assert repeats == 0 and drops == 0 and len(lag(pairs, phase_ms)) == 1
+    assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS
 
 
 def test_a_real_frame_drop_is_one_repeat_and_nothing_else():
     stamps = camera(10.0, 0.5, 10.0, seed=11, skip={150})
     pairs, c = assemble(stamps, 10.0)
     repeats, drops, offsets = check(pairs, stamps, c)
-    assert repeats == 1 and drops == 0 and max(offsets) <= PERIOD / 2
-    missing = START + round(150 * PERIOD)
+    assert repeats == 1 and drops == 0 and lag(pairs, 0.5) == {1}
     (k,) = [j for j in range(1, len(pairs)) if pairs[j][1] == pairs[j - 1][1]]
-    assert pairs[k][0] == missing
+    assert pairs[k][0] == START + round(151 * PERIOD)   # the row that would hold slot 150
 
 
-def test_double_rate_camera_pairs_the_nearest_capture_and_drops_every_other():
+def test_double_rate_camera_pairs_the_newest_capture_before_the_row_and_drops_every_other():
     stamps = camera(10.0, 4.0, 2.0, fps=60, seed=5)
     pairs, c = assemble(stamps, 10.0)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert repeats == 0 and drops == len(pairs) - 1
-    assert max(offsets) <= PERIOD / 4 + 2 * MS   # the nearer of the two captures per row
+    assert max(offsets) <= PERIOD / 2 + 2 * MS   # not locked: the newer of the two captures before the row
     for t, s in pairs:
-        assert min(stamps, key=lambda x: abs(x - t)) == s
+        assert max(x for x in stamps if x <= t) == s
 
 
 def test_stall_repeats_exactly_the_missing_captures_then_relocks():
@@ -145,10 +154,10 @@ def test_stall_repeats_exactly_the_missing_captures_then_relocks():
     stamps = camera(10.0, -1.0, 10.0, seed=2, skip=gone)
     pairs, c = assemble(stamps, 10.0)
     repeats, drops, offsets = check(pairs, stamps, c)
-    assert repeats == len(gone) and drops == 0 and max(offsets) <= PERIOD / 2
+    assert repeats == len(gone) and drops == 0 and lag(pairs, -1.0) == {1}
     assert c.frames_stale["cam"] >= 7   # rows more than stale_s (0.25 s) after the last capture
     rep = [j for j in range(1, len(pairs)) if pairs[j][1] == pairs[j - 1][1]]
-    assert rep == list(range(90, 105))
+    assert rep == list(range(91, 106))   # the rows that would hold the missing slots
 
 
 def test_slightly_slow_camera_repeats_once_per_slip():
@@ -157,8 +166,8 @@ def test_slightly_slow_camera_repeats_once_per_slip():
     pairs, c = assemble(stamps, 20.0)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert drops == 0 and repeats == len(pairs) - len({s for _, s in pairs}) and 1 <= repeats <= 3
-    # before a slip the phase sits up to the hysteresis (P/4) past P/2, the 2 s median lags the drift by ~3 ms
-    assert max(offsets) < 0.95 * PERIOD
+    # causal: the slot moves back a period (the repeat) as soon as its band reaches past the row
+    assert max(t - s for t, s in pairs) < PERIOD + 6 * MS + 4.2 * MS
 
 
 def test_late_arrivals_within_lateness_give_the_same_pairs():
@@ -199,8 +208,8 @@ def test_first_capture_across_the_half_period_does_not_start_the_estimate_on_the
     pairs, c = assemble(stamps, 12.0)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert repeats == 0 and drops == 0
-    if abs(phase_ms) <= 12:   # clearly on one side of the half period: the estimate starts on the near side
-        assert max(offsets) <= abs(phase_ms) * MS + 10 * MS + 1
+    assert len(lag(pairs, phase_ms)) == 1
+    assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS
 
 
 def stall_runs(seed, seconds, frac):
@@ -228,4 +237,5 @@ def test_a_stalling_row_rate_camera_repeats_its_missing_slots_and_drops_nothing(
     pairs, c = assemble(stamps, 4.0)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert drops == 0
-    assert repeats == sum(1 for k in range(1, len(pairs)) if k in gone)
+    (d,) = lag(pairs, phase_ms)
+    assert repeats == sum(1 for k in range(1, len(pairs)) if k - d in gone)

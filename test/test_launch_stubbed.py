@@ -119,15 +119,34 @@ def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launc
     assert nodes["rgbd_recorder"].kwargs["parameters"][1]["task"] == "stack"
 
 
-def test_sim_launch_keeps_dds_on_loopback(stub_launch):
-    spec = importlib.util.spec_from_file_location("sim_launch", ROOT / "launch" / "sim.launch.py")
+def _launch_env(mode: str) -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location(f"{mode}_launch", ROOT / "launch" / f"{mode}.launch.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     (ld,) = mod.generate_launch_description().args
-    env = dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable))
+    return dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable))
+
+
+@pytest.mark.parametrize("mode", ["sim", "robot"])
+def test_launch_keeps_dds_on_loopback_with_frames_in_shared_memory(stub_launch, monkeypatch, mode):
+    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
+    env = _launch_env(mode)
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"   # the profile below restricts transports
-    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]).name == "fastdds_loopback.xml"
-    assert Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]).is_file()
+    profile = Path(env["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert profile.name == "fastdds_loopback.xml" and profile.is_file()
+    import xml.etree.ElementTree as ET
+    ns = {"d": "http://www.eprosima.com"}
+    (shm,) = [t for t in ET.parse(profile).getroot().iterfind(".//d:transport_descriptor", ns)
+              if t.findtext("d:type", namespaces=ns) == "SHM"]
+    assert int(shm.findtext("d:segment_size", namespaces=ns)) >= 8 * 1280 * 720 * 3   # frames of history, not < 1
+
+
+@pytest.mark.parametrize("mode", ["sim", "robot"])
+def test_launch_keeps_a_users_own_dds_profile(stub_launch, monkeypatch, tmp_path, mode):
+    own = tmp_path / "lan.xml"
+    own.write_text("<dds/>")
+    monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", str(own))
+    assert _launch_env(mode) == {}   # nothing overwritten: the shell's profile applies to every node
 
 
 def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_launch):
@@ -202,3 +221,47 @@ def test_dashboard_is_an_on_off_launch_argument(stub_launch, tmp_path):
     assert "dashboard" in plan.node_names
     plan = plan_graph("sim", ROOT / "config" / "sim.yaml", ["piper_launch.dashboard=true"], tmp_path, dashboard="false")
     assert "dashboard" not in plan.node_names
+
+
+def test_sim_graph_without_the_sim_headset_keeps_the_bridge_on_an_external_one(stub_launch, tmp_path):
+    """Issue 21.14: the sim graph always started piper-sim-quest and overwrote quest_bridge's host/port
+    (a --set quest_bridge.port=... was silently replaced by the sim headset's)."""
+    cfg = ROOT / "config" / "sim.yaml"
+    ext = ["quest_bridge.host=192.168.1.50", "quest_bridge.port=9911", "quest_video.port=9912"]
+    for kw, sets in (({"sim_headset": "false"}, ext), ({}, [*ext, "piper_launch.sim_quest.enabled=false"])):
+        plan = plan_graph("sim", cfg, sets, tmp_path, **kw)
+        assert "sim_quest" not in [p.name for p in plan.processes]
+        eff = read_params_file(plan.params_file)
+        assert (eff["quest_bridge"]["host"], eff["quest_bridge"]["port"]) == ("192.168.1.50", 9911)
+        assert eff["quest_video"]["port"] == 9912 and "host" not in eff["quest_video"]
+        assert {"piper_arm", "teleop", "cam_front", "lerobot_recorder"} <= set(plan.node_names)
+    # the launch file: the same launch argument
+    names = {a.kwargs["name"] for a in graph("sim", sim_headset="false")}
+    assert "sim_quest" not in names and {"quest_bridge", "teleop", "piper_arm"} <= names
+    (bridge,) = [a for a in graph("sim", sim_headset="false") if a.kwargs["name"] == "quest_bridge"]
+    assert bridge.kwargs["parameters"][1] == {}     # the config's (or the user's) host/port, untouched
+    assert "sim_quest" in {a.kwargs["name"] for a in graph("sim")}
+    with pytest.raises(launcher.LaunchError, match="expected true or false"):
+        plan_graph("sim", cfg, [], tmp_path, sim_headset="maybe")
+
+
+def test_a_set_the_sim_graph_would_overwrite_is_refused_with_the_way_out(tmp_path):
+    cfg = ROOT / "config" / "sim.yaml"
+    with pytest.raises(launcher.LaunchError) as err:
+        plan_graph("sim", cfg, ["quest_bridge.port=9911"], tmp_path)
+    msg = str(err.value)
+    assert "--set quest_bridge.port=9911 conflicts with the simulated headset's port" in msg
+    assert "--no-sim-headset" in msg and "piper_launch.sim_quest.enabled=false" in msg
+    with pytest.raises(launcher.LaunchError, match="quest_video.port=9912 conflicts with the simulated headset's "
+                                                   "video channel"):
+        plan_graph("sim", cfg, ["quest_video.port=9912"], tmp_path)
+    # the same value as the simulated headset's is no conflict; moving the headset moves the bridge
+    plan = plan_graph("sim", cfg, ["piper_launch.sim_quest.port=9911", "quest_bridge.port=9911"], tmp_path)
+    assert read_params_file(plan.params_file)["quest_bridge"]["port"] == 9911
+    # a policy run records who acted on its own topic: another actor_topic is refused, not replaced
+    with pytest.raises(launcher.LaunchError, match="lerobot_recorder.actor_topic='/mine' conflicts with the "
+                                                   "policy node's actor topic"):
+        plan_graph("sim", cfg, ["lerobot_recorder.actor_topic=/mine"], tmp_path, policy="hold")
+    # robot mode derives no headset: the bridge's --set is the bridge's
+    plan = plan_graph("robot", ROOT / "config" / "robot.yaml", ["quest_bridge.port=9911"], tmp_path)
+    assert read_params_file(plan.params_file)["quest_bridge"]["port"] == 9911

@@ -107,7 +107,7 @@ def impedance_rig():
 def test_start_reads_firmware_enables_and_holds(position_rig):
     rig = position_rig
     st = rig.ctl.status()
-    assert st["firmware"] == "S-V1.6-5" and st["enabled"] and rig.emu.enabled
+    assert st["firmware"] == "S-V1.8-5" and st["enabled"] and rig.emu.enabled
     assert wait_until(lambda: rig.ctl.state == "holding")
     q0 = rig.emu.joints()
     time.sleep(0.3)

@@ -112,7 +112,7 @@ def test_firmware_version_query_and_reply(arm):
     emu, link = arm
     assert link.firmware() == emu.cfg.firmware
     link.sdk.SearchPiperFirmwareVersion()
-    assert wait_until(lambda: link.sdk.GetPiperFirmwareVersion() == "S-V1.6-5")
+    assert wait_until(lambda: link.sdk.GetPiperFirmwareVersion() == "S-V1.8-5")
 
 
 def test_enable_disable_and_motion_ctrl_2_modes(arm):

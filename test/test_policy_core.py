@@ -492,3 +492,71 @@ def test_make_backend_gr00t_passes_the_training_roots_modality(root: Path, monke
     assert seen == {"host": "10.0.0.5", "port": 5555, "timeout_s": 0.7, "modality": root / "meta" / "modality.json"}
     with pytest.raises(ValueError, match="gr00t://host:port"):
         make_backend("gr00t://nohost")
+
+
+# ---- #21 item 2: the operator always wins ------------------------------------------------------------
+def test_resume_and_start_are_refused_while_the_headset_says_the_grip_is_held(root: Path):
+    """~/resume while the operator held the grip was accepted: the policy published until the next joy
+    message took over again (14 of 30 tries, 1-6 targets). The grip on the joy stream (not teleop's
+    1 Hz status) now refuses it, with teleop's hysteresis: held above takeover_above until below
+    takeover_release_below."""
+    rig = Rig(root, latency_ms=50)
+    assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
+    rig.run(0.5)
+    assert rig.rt.on_joy(rig.clock.ns, 0.95)                       # the grip: takeover at once
+    n = len(rig.targets)
+    for squeeze in (0.95, 0.6, 0.4, 0.31):                         # relaxed, but teleop still drives
+        rig.rt.on_joy(rig.clock.ns, squeeze)
+        ok, msg = rig.resume()
+        assert not ok and "operator's grip is held on /quest/right/joy" in msg, msg
+        rig.run(0.1)
+    assert len(rig.targets) == n and rig.rt.state == TAKEOVER
+    rig.rt.on_joy(rig.clock.ns, float("nan"))                      # unreadable: changes nothing
+    assert not rig.resume()[0]
+    rig.rt.on_joy(rig.clock.ns, 0.1)                               # opened
+    ok, msg = rig.resume()
+    assert ok, msg
+    rig.run(0.2)
+    assert len(rig.targets) > n
+    assert rig.rt.stop()[0]
+    rig.rt.on_joy(rig.clock.ns, 0.9)
+    ok, msg = rig.rt.start(rig.clock.ns, ARM_PROV)
+    assert not ok and msg.startswith("start refused: the operator's grip is held"), msg
+    assert rig.rt.status()["operator_refusals"] == 6
+
+
+def test_a_grip_last_seen_held_stays_held_when_the_headset_goes_silent(root: Path):
+    rig = Rig(root, latency_ms=50)
+    assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
+    rig.rt.on_joy(rig.clock.ns, 1.0)
+    rig.run(5.0)                                                   # no joy message for 5 s
+    ok, msg = rig.resume()
+    assert not ok and "no joy message for 5.0 s" in msg, msg
+
+
+def test_teleop_engaged_refuses_until_it_says_otherwise_or_its_status_stops(root: Path):
+    from piper_recorder.policy.operator import TELEOP_STATUS_STALE_S
+
+    rig = Rig(root, latency_ms=50)
+    assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
+    assert rig.rt.on_teleop_status(rig.clock.ns, True)
+    ok, msg = rig.resume()
+    assert not ok and "teleop reports its clutch engaged" in msg
+    rig.rt.on_teleop_status(rig.clock.ns, False)
+    assert rig.resume()[0]
+    rig.rt.on_teleop_status(rig.clock.ns, True)
+    rig.run(TELEOP_STATUS_STALE_S + 0.5)                           # teleop gone: a dead teleop cannot drive
+    assert rig.resume()[0]
+
+
+def test_no_policy_target_while_the_grip_is_held_whatever_the_order(root: Path):
+    """The gate is checked by the tick itself: a grip recorded while paused (or by any path that did
+    not take over) publishes nothing from the next tick on, mid-chunk."""
+    rig = Rig(root, latency_ms=50)
+    assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
+    rig.run(1.0)
+    assert rig.rt.executor.remaining(rig.clock.ns) > 0
+    rig.rt.operator.on_joy(rig.clock.ns, 0.9)    # the gate alone, as if the takeover call were lost
+    n = len(rig.targets)
+    rig.run(0.5)
+    assert len(rig.targets) == n and rig.rt.state == TAKEOVER and rig.last.actor == "operator"

@@ -224,3 +224,84 @@ def test_server_modality_config_selects_and_checks_keys():
     finally:
         backend.close()
         srv.close()
+
+
+class RawReplyServer:
+    """A ZeroMQ REP socket answering every request with fixed raw bytes (a broken service)."""
+
+    def __init__(self, reply: bytes):
+        import threading
+
+        import zmq
+        self.reply = reply
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self.port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import zmq
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if poller.poll(50):
+                self._sock.recv()
+                self._sock.send(self.reply)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close(0)
+        self._ctx.term()
+
+
+@pytest.mark.parametrize("reply, match", [
+    (b"\xc1", r"answer is not msgpack \(a byte"),                 # FormatError: read "undecodable answer ()"
+    (b"\x91" * 100_000, "answer nested too deeply"),              # StackError: read "undecodable answer ()"
+    (b"\x92\x01", r"answer is truncated \(2 bytes"),
+    (b"\x80\x01", "answer has bytes after its msgpack message"),
+])
+def test_undecodable_answers_say_why(reply, match):
+    srv = RawReplyServer(reply)
+    backend = Gr00tBackend("127.0.0.1", srv.port, timeout_s=5.0, modality=MODALITY)
+    try:
+        with pytest.raises(BackendError, match=match):
+            backend.call("get_action", {})
+    finally:
+        backend.close()
+        srv.close()
+
+
+def test_answer_fields_that_are_not_real_arrays_are_named():
+    import msgpack
+
+    def ext(data: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = drift_policy(data)
+        out["action.eef_pos"] = msgpack.ExtType(5, b"\x00" * 8)
+        return out
+
+    def complex_valued(data: dict[str, Any]) -> dict[str, Any]:
+        out = drift_policy(data)
+        out["action.eef_pos"] = out["action.eef_pos"] + 0.5j   # astype(float32) dropped 0.5j silently
+        return out
+
+    def huge(data: dict[str, Any]) -> dict[str, Any]:
+        out = drift_policy(data)
+        out["action.gripper"][2, 0] = 1e300                       # became inf in float32
+        return out
+
+    for policy, match in (
+            (ext, r"answer field action.eef_pos has an unsupported msgpack extension type \(code 5\)"),
+            (complex_valued, "answer field action.eef_pos is complex-valued; actions must be real numbers"),
+            (huge, "answer field action.gripper: action value out of range")):
+        srv = Gr00tTestServer(policy)
+        backend = Gr00tBackend("127.0.0.1", srv.port, timeout_s=5.0, modality=MODALITY)
+        try:
+            with pytest.raises(BackendError, match=match):
+                backend.predict(observation(), horizon=8)
+        finally:
+            backend.close()
+            srv.close()

@@ -6,6 +6,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
+import struct
+import time
 import threading
 import urllib.error
 import urllib.request
@@ -204,3 +207,191 @@ def test_the_console_script_outside_a_trainer_env_says_where_to_run_it(tmp_path)
     p = subprocess.run([str(exe), "--checkpoint", str(tmp_path / "nothing")], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2 and "no config.json" in p.stderr, p.stderr
+
+
+# ---- #21 item 6: images are checked before they are decoded ----------------------------------------
+def jpeg_bytes(rgb: npt.NDArray[np.uint8]) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+def claimed_size(jpeg: bytes, w: int, h: int) -> bytes:
+    """The same small JPEG with its frame header (SOF0) claiming w x h: Pillow's lazy open reports that
+    size; decoding it would allocate w*h*3 bytes before finding the scan data too short."""
+    i = jpeg.index(b"\xff\xc0")
+    return jpeg[:i + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + jpeg[i + 9:]
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+class ListsInputs(Chunker):
+    """A runner that lists its inputs as LeRobotRunner's info() does: cam_front at 32x24."""
+
+    def info(self) -> dict[str, object]:
+        return {**super().info(), "inputs": {"observation.images.cam_front": {"type": "VISUAL", "shape": [3, 24, 32]},
+                                             "observation.state": {"type": "STATE", "shape": [14]}}}
+
+
+@pytest.fixture
+def served_inputs() -> Iterator[str]:
+    server = make_server(ListsInputs(), "127.0.0.1", 0)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    t.join(5)
+
+
+def body_with(images: dict[str, str]) -> bytes:
+    return json.dumps({"task": "pick", "horizon": 3, "state": {k: v.tolist() for k, v in STATE.items()},
+                       "images": images}).encode()
+
+
+def test_images_of_cameras_the_policy_does_not_use_are_not_decoded(served_inputs):
+    """Every image was decoded, used or not: here the unused ones are a PNG and bytes that are no image
+    at all, which the old server refused (400) after decoding them."""
+    png = io.BytesIO()
+    Image.fromarray(frame()).save(png, format="PNG")
+    status, doc = post(served_inputs, body_with({"cam_front": b64(jpeg_bytes(frame())),
+                                                 "cam_top": b64(png.getvalue()), "cam_side": b64(b"junk")}))
+    assert status == 200 and len(doc["actions"]) == 3, doc
+
+
+def test_a_used_image_of_another_size_is_refused_from_its_header(served_inputs):
+    """A 12500x12500 frame header over 600 bytes: refused with the size, before any decode (the old
+    server decoded it first: 470 MB for this one image)."""
+    bomb = claimed_size(jpeg_bytes(frame()), 12500, 12500)
+    from piper_recorder.policy.server.protocol import jpeg_size
+    assert jpeg_size(bomb) == (12500, 12500) and jpeg_size(jpeg_bytes(frame())) == (32, 24)
+    status, doc = post(served_inputs, body_with({"cam_front": b64(bomb)}))
+    assert status == 400 and doc["error"] == ("images.cam_front: 12500x12500, the policy was trained on 32x24 "
+                                              "frames (the server never resizes)"), doc
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP", "BMP"])
+def test_only_jpeg_is_accepted(served_inputs, fmt):
+    buf = io.BytesIO()
+    Image.fromarray(frame()).save(buf, format=fmt)
+    status, doc = post(served_inputs, body_with({"cam_front": b64(buf.getvalue())}))
+    assert status == 400 and doc["error"].startswith("images.cam_front: not a JPEG"), doc
+
+
+def test_without_listed_inputs_count_and_pixels_are_bounded(served):
+    """A runner that does not list its inputs: at most MAX_IMAGES images of at most MAX_PIXELS each,
+    both checked before decoding; and Pillow's own bomb cap is set to the same bound."""
+    from piper_recorder.policy.server.protocol import MAX_IMAGES, MAX_PIXELS
+
+    _server, _runner, url = served
+    small = b64(jpeg_bytes(frame()))
+    status, doc = post(url, body_with({f"cam_{i}": small for i in range(MAX_IMAGES + 1)}))
+    assert status == 400 and doc["error"] == f"images: {MAX_IMAGES + 1} images, at most {MAX_IMAGES} per request"
+    big = b64(claimed_size(jpeg_bytes(frame()), 4200, 4200))
+    status, doc = post(url, body_with({"cam_front": big}))
+    assert status == 400 and doc["error"] == f"images.cam_front: 4200x4200 is more than {MAX_PIXELS} pixels", doc
+    assert Image.MAX_IMAGE_PIXELS == MAX_PIXELS
+
+
+def test_request_bodies_nested_or_out_of_range_are_400_with_the_reason(served):
+    _server, _runner, url = served
+    status, doc = post(url, b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400 and doc["error"] == "body nested too deeply (not a body of this protocol)"
+    huge = json.dumps({"task": "t", "horizon": 3, "images": {}, "state": {"observation.gripper": [10 ** 400]}})
+    status, doc = post(url, huge.encode())
+    assert status == 400 and doc["error"].startswith("state.observation.gripper: value out of range"), doc
+
+
+# ---- #21 item 7: bounded connections, socket timeouts, no traceback per client -----------------------
+def half_sent(port: int) -> socket.socket:
+    """A client that sends the headers and part of the body, then nothing."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+              b'{"task": ')
+    return s
+
+
+def closed_by_server(s: socket.socket, within_s: float) -> bool:
+    s.settimeout(within_s)
+    try:
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return True
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_half_sent_requests_are_bounded_and_time_out():
+    """300 half-sent requests held 300 threads for over 60 s; now a fixed pool serves, excess
+    connections get 503 at once, and a client that stops sending is dropped after the socket timeout."""
+    runner = Chunker()
+    server = make_server(runner, "127.0.0.1", 0, workers=3, queued=2, client_timeout_s=0.5)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}"
+    threads_before = threading.active_count()
+    socks = []
+    try:
+        socks = [half_sent(port) for _ in range(40)]
+        time.sleep(0.3)
+        assert threading.active_count() <= threads_before, "a thread per connection"
+        busy = []
+        for s in socks[5:]:
+            s.settimeout(2)
+            busy.append(s.recv(4096))
+        assert all(b.startswith(b"HTTP/1.1 503") and b"server busy" in b for b in busy), busy[:2]
+        assert server.refused_busy == 35
+        t0 = time.monotonic()
+        assert all(closed_by_server(s, 3.0) for s in socks[:5])     # held ones dropped by the timeout
+        assert time.monotonic() - t0 < 2.5
+        status, doc = post(url, encode_request("pick", STATE, {"cam_front": frame()}, 5))   # serving again
+        assert status == 200 and len(doc["actions"]) == 5
+    finally:
+        for s in socks:
+            s.close()
+        server.shutdown()
+        server.server_close()
+        t.join(5)
+
+
+def test_a_client_that_goes_away_costs_no_traceback(capfd):
+    """A client that resets the connection before its answer: socketserver printed a traceback per
+    client to stderr."""
+    class Slow(Chunker):
+        def predict(self, req: PredictRequest) -> npt.NDArray[np.float32]:
+            time.sleep(0.3)
+            return super().predict(req)
+
+    server = make_server(Slow(), "127.0.0.1", 0)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    port = server.server_address[1]
+    try:
+        body = encode_request("pick", STATE, {"cam_front": frame()}, 5) * 1
+        big = body + b" " * (4 << 20)   # padding: the answer write cannot vanish into buffers unnoticed
+        for payload in (body, big):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(payload)).encode() +
+                      b"\r\n\r\n" + payload)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST on close
+            s.close()
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        time.sleep(1.5)
+        status, _doc = post(f"http://127.0.0.1:{port}", body)
+        assert status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join(5)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err, err

@@ -352,3 +352,82 @@ def test_rollout_rows_say_who_acted(tmp_path):
     assert change[0] >= 15 and len(codes) - change[0] >= 15, (change, len(codes))   # ~2 s either side
     episodes = [json.loads(x) for x in (lerobot / "meta" / "episodes.jsonl").read_text().splitlines() if x.strip()]
     assert episodes[rec.index]["policy"]["backend"] == "hold"
+
+
+
+def test_start_is_refused_while_the_headset_grip_is_held(tmp_path):
+    """#21 item 2 in the graph: the simulated headset holds the right grip closed (script ``circle``,
+    engaged from 1.3 s on, as quest_bridge publishes it every frame). ~/start is refused naming the
+    grip and the policy never publishes a target (its tick counter stays 0). The old node accepted it
+    and published until the next joy message took over."""
+    from std_msgs.msg import String
+
+    from piper_recorder.sim_session import SimSession, size_overrides
+
+    train = training_root(tmp_path / "train", None)
+    sets = size_overrides(SIM, f"{W}x{H}") + [
+        "piper_launch.sim_quest.script=circle", "policy.policy=hold", f"policy.root={train}",
+        "policy.camera_stale_s=5.0", "policy.arm_stale_s=60.0"]   # loose bounds: a loaded 2-core machine
+    with SimSession(tmp_path / "out", sets=sets) as s:
+        w = Watch(s._node)
+        teleop: dict = {}
+        s._node.create_subscription(String, "/teleop/status", lambda m: teleop.update(json.loads(m.data)), 10)
+        w.wait(lambda: w.arm is not None, 30, "/arm/provenance")
+        (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(w.arm)))
+        w.wait(lambda: w.status.get("state") == "idle", 30, "policy status")
+        wait_inputs(w)
+        deadline = time.monotonic() + 30
+        while not teleop.get("engaged") and time.monotonic() < deadline:   # the grip is closed by now
+            time.sleep(0.1)
+        assert teleop.get("engaged"), teleop
+        for _ in range(3):
+            ok, msg = call(s, "start")
+            assert not ok and "start refused: the operator's grip is held on /quest/right/joy" in msg, msg
+        time.sleep(1.0)
+        assert w.status["state"] == "idle" and w.status["ticks"] == 0 and w.status["operator_refusals"] == 3, w.status
+        assert w.actor in ("", "none")
+
+
+def test_a_policy_started_mid_episode_is_named_with_when_it_acted(tmp_path):
+    """#21 item 10 in the graph: the episode starts before /policy/start; the operator takes over and
+    ~/resume hands back. episodes.jsonl names the policy (the old recorder named none: no policy was
+    active at the episode's start) with both stretches it drove the arm, on the rows' time axis. With
+    the headset idle nothing commands the arm before the policy, so the episode's rows (which need
+    /arm/commanded_gripper) begin with the policy's first targets: its first stretch starts at row 0."""
+    from piper_recorder.sim_session import SimSession, size_overrides
+
+    train = training_root(tmp_path / "train", None)
+    sets = size_overrides(SIM, f"{W}x{H}") + [
+        "piper_launch.sim_quest.script=idle", "policy.policy=hold", f"policy.root={train}",
+        "policy.camera_stale_s=5.0", "policy.arm_stale_s=60.0"]   # loose bounds: a loaded 2-core machine
+    out = tmp_path / "out"
+    with SimSession(out, sets=sets) as s:
+        w = Watch(s._node)
+        w.wait(lambda: w.arm is not None, 30, "/arm/provenance")
+        (train / "meta" / "collection_meta.json").write_text(json.dumps(session_from(w.arm)))
+        w.wait(lambda: w.status.get("state") == "idle", 30, "policy status")
+        wait_inputs(w)
+        s.start_episode()
+        time.sleep(1.5)   # the episode waits for /arm/commanded_gripper: its rows start with the policy's
+        ok, msg = call(s, "start")
+        assert ok, msg
+        w.wait(lambda: w.actor == "policy", 30, "the policy acting")
+        time.sleep(1.5)
+        grip_until_takeover(s, w)
+        time.sleep(1.0)                  # the headset's own frames say the grip is open again
+        ok, msg = call(s, "resume")
+        assert ok, msg
+        w.wait(lambda: w.actor == "policy", 10, "resumed")
+        time.sleep(1.5)
+        rec = s.stop_episode()
+        call(s, "stop")
+
+    episodes = [json.loads(x) for x in (out / "lerobot" / "meta" / "episodes.jsonl").read_text().splitlines()
+                if x.strip()]
+    ep = episodes[rec.index]
+    assert ep["policy"]["backend"] == "hold" and ep["policy"]["training_root"] == str(train), ep.get("policy")
+    (pol,) = ep["policies"]
+    assert pol["backend"] == "hold" and len(pol["acted_s"]) == 2, pol
+    (a0, a1), (b0, b1) = pol["acted_s"]
+    assert 0.0 <= a0 < a1 - 0.5 < b0 - 0.5 < b1 - 1.0 <= ep["length"] / 30, (pol["acted_s"], ep["length"])
+    assert pol["first_s"] == a0 and pol["last_s"] == b1

@@ -3,8 +3,9 @@
 Rules (one place, shared by the live recorders and the rosbag converter):
 - Grid: tick k is at ``t_k = start_ns + floor(k * 1e9 / fps)`` (integer ns). A tick is assembled once
   ``now >= t_k + delay`` so messages still in flight count: ``delay = lateness``, plus, when rows carry
-  frames (nominal, RGB-D), the frame horizon (1.25 periods: how far past t_k a row's frame may be
-  captured, ``frame_assign``); the first tick also waits ``frame_assign.WARMUP_S`` (0.3 s) so the
+  frames (nominal, RGB-D), the frame horizon (1.25 periods: how far past t_k the phase tracker sees
+  captures before row k's frame, itself captured at or before t_k, is chosen, ``frame_assign``); the
+  first tick also waits ``frame_assign.WARMUP_S`` (0.3 s) so the
   cameras' phase estimates start from several captures. Timer wake-ups never move the grid.
 - A row holds, for every input, the newest sample stamped <= t_k (buffers are sorted by stamp, so the
   arrival order does not matter). A sample older than ``stale_s`` at t_k is still used and counted in
@@ -26,12 +27,16 @@ Rules (one place, shared by the live recorders and the rosbag converter):
   paused, frames lost in transport, or frames also counted in ``frames_late``). Capture mode only:
   the dict stays empty when rows carry the frames (nominal, RGB-D): ``frames_repeated`` counts gaps there.
 - Frames, ``nominal`` mode (and always for RGB-D observations): every row carries, per camera, one
-  frame chosen by phase-locked pairing (``frame_assign``): the frame nearest ``t_k`` plus the
-  camera's tracked capture phase, newer than the previous row's, within half a period of that target.
+  frame chosen by causal phase-locked pairing (``frame_assign``): captured at or before ``t_k`` (1 ms
+  of clock noise allowed), the frame nearest ``t_k`` plus the camera's causal slot (its tracked
+  capture phase moved back by whole periods until its jitter band ends at or before the row), newer
+  than the previous row's, within half a period of that target; a camera not locked to the rows
+  takes its newest frame at or before ``t_k``.
   Reusing the previous row's frame (none there) counts ``frames_repeated``, frames skipped between two
-  rows count ``frames_dropped``, a frame older than ``stale_s`` counts ``frames_stale``, a new frame
-  captured more than half a period from t_k counts ``frames_beyond_half_period`` (the largest offset
-  is ``frame_offset_max_ms``); a frame arriving after a row within its horizon was assembled counts
+  rows count ``frames_dropped``, a frame older than ``stale_s`` counts ``frames_stale``; over new
+  frames, ``frames_ahead`` counts those captured after t_k, ``frame_ahead_max_ms`` /
+  ``frame_behind_max_ms`` are the largest offsets after / before t_k (``frame_offset_max_ms`` the
+  larger of the two); a frame arriving after a row within its horizon was assembled counts
   ``frames_late``. Row 0 with no frame near its target takes the newest frame at or before t_0 (the
   pre-roll). The LeRobot sink writes the frame re-stamped to the row time.
 - Raw headset lines stamped in [start_ns, end] go to ``sink.raw_quest`` in stamp order.
@@ -55,7 +60,7 @@ import numpy as np
 from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
 from .features import PIPER_TABLE, FeatureTable
-from .frame_assign import WARMUP_S, PhaseTracker, horizon_ns, pick
+from .frame_assign import CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, horizon_ns, pick
 from .messages import pose7
 
 TIMESTAMP_MODES = ("capture", "nominal")
@@ -143,8 +148,12 @@ class Counters:
     frames_late: dict[str, int] = field(default_factory=dict)
     frames_stale: dict[str, int] = field(default_factory=dict)
     frames_missing: dict[str, int] = field(default_factory=dict)     # capture mode: gaps in the sent frames
-    frames_beyond_half_period: dict[str, int] = field(default_factory=dict)  # rows carrying frames: |capture - t_k| > P/2
-    frame_offset_max_ms: dict[str, float] = field(default_factory=dict)      # rows carrying frames: largest |capture - t_k|
+    # rows carrying frames, over each row's new frame (not repeats): captured after t_k (<= 1 ms, clock
+    # noise), the largest capture - t_k > 0 and t_k - capture >= 0, and the largest |capture - t_k|
+    frames_ahead: dict[str, int] = field(default_factory=dict)
+    frame_ahead_max_ms: dict[str, float] = field(default_factory=dict)
+    frame_behind_max_ms: dict[str, float] = field(default_factory=dict)
+    frame_offset_max_ms: dict[str, float] = field(default_factory=dict)
     frames_unpaired: dict[str, int] = field(default_factory=dict)    # RGB-D: colour/depth images with no partner
 
     @staticmethod
@@ -196,7 +205,9 @@ class EpisodeAssembler:
             if not self._frames_in_rows:
                 self.counters.frames_missing[cam] = 0
             else:
-                self.counters.frames_beyond_half_period[cam] = 0
+                self.counters.frames_ahead[cam] = 0
+                self.counters.frame_ahead_max_ms[cam] = 0.0
+                self.counters.frame_behind_max_ms[cam] = 0.0
                 self.counters.frame_offset_max_ms[cam] = 0.0
             if depth:
                 self.counters.frames_unpaired[cam] = 0
@@ -358,7 +369,10 @@ class EpisodeAssembler:
             tracker.add(self._grid_offset(buf.stamps[i]))
         self._fed_ns[cam] = feed if fed is None else max(fed, feed)
         prev = self._sent_ns[cam]
-        j = pick(buf.stamps, prev, t + tracker.phase_ns, self._period_ns, limit)
+        slot = tracker.slot_ns
+        # causal: a locked camera's frame may be CAUSAL_TOL_NS (clock noise) after t, another's none
+        j = pick(buf.stamps, prev, None if slot is None else t + slot, self._period_ns,
+                 t + (CAUSAL_TOL_NS if slot is not None else 0))
         if j is not None:
             return buf.at(j)
         return buf.latest_at(t if prev is None else prev)   # row 0: the pre-roll frame; later: a repeat
@@ -406,10 +420,13 @@ class EpisodeAssembler:
                 else:
                     if prev is not None:
                         c.frames_dropped[cam] += self._frames[cam].count_between(prev, f.stamp_ns)
-                    off = abs(f.stamp_ns - t)
-                    if 2 * off > self._period_ns:
-                        c.frames_beyond_half_period[cam] += 1
-                    c.frame_offset_max_ms[cam] = max(c.frame_offset_max_ms[cam], round(off / 1e6, 3))
+                    off = f.stamp_ns - t   # > 0: captured after its row (at most CAUSAL_TOL_NS)
+                    if off > 0:
+                        c.frames_ahead[cam] += 1
+                        c.frame_ahead_max_ms[cam] = max(c.frame_ahead_max_ms[cam], round(off / 1e6, 3))
+                    else:
+                        c.frame_behind_max_ms[cam] = max(c.frame_behind_max_ms[cam], round(-off / 1e6, 3))
+                    c.frame_offset_max_ms[cam] = max(c.frame_offset_max_ms[cam], round(abs(off) / 1e6, 3))
                 if t - f.stamp_ns > self._stale_ns:
                     c.frames_stale[cam] += 1
                 self._sent_ns[cam] = f.stamp_ns

@@ -1,35 +1,49 @@
-"""Which camera frame goes with which row (nominal mode and RGB-D observations): phase-locked pairing.
+"""Which camera frame goes with which row (nominal mode and RGB-D observations): causal, phase-locked.
 
-Why not "the newest frame at or before t_k": a camera running at the row rate whose captures sit
-near a row time flips, with jitter, between just before and just after it, so one row repeats a
-frame and the next drops one although every frame arrived. Any fixed rule has such a boundary
-somewhere in the period; this one puts it opposite the camera:
+Causal: row k's frame was captured at or before ``t_k`` (``CAUSAL_TOL_NS``, 1 ms, of clock noise
+allowed), as LeRobot's own recorder (the newest frame at the tick) and a policy at run time see it; a
+later capture would leak the commanded motion into the observation. An earlier version took the
+capture nearest ``t_k`` (up to half a period after it): a camera firing 3 ms after each row gave every
+row the next frame.
+
+Why not simply "the newest frame at or before t_k": a camera running at the row rate whose captures sit
+near a row time flips, with jitter, between just before and just after it, so one row repeats a frame
+and the next drops one although every frame arrived. Instead each camera is locked to a slot:
 
 - ``PhaseTracker`` keeps a robust running estimate of the camera's capture phase relative to the
   grid: the median (wrapped, so it stays continuous) of the offsets of the last ``window`` frames to
-  their nearest row time. A camera that is not phase-coherent with the rows (another rate: the
-  offsets spread around the period, mean resultant length below ``MIN_COHERENCE``, or below
-  ``KEEP_COHERENCE`` once locked) gets phase 0. A first lock from few captures (the warm-up, a
-  stalling camera) needs less (``lock_threshold``): their resultant is too noisy for ``MIN_COHERENCE``.
-- Row k targets ``t_k + phase`` and takes the frame nearest that target among the frames newer than
-  the previous row's frame, within half a period of the target; none there: the previous frame is
-  repeated. Frames passed over are dropped. So a camera at the row rate whose jitter stays within
-  half a period of its mean phase gives no repeat and no drop at any phase, and each row's frame is
-  the capture nearest its time up to the jitter.
-- The phase only wraps (one repeat, or one drop: a camera slightly slower or faster than the rows)
-  once it is ``HYSTERESIS`` (a quarter) of a period past the half period, i.e. once the other side is
-  better by half a period: captures centred near the half period with jitter may start the estimate
-  on either side, and the median's noise must not carry it across and back (each crossing costs a
-  repeat or a drop). The first estimate comes from ``WARMUP_S`` of captures (row 0 waits for them).
+  their nearest row time, and of the jitter around it (the largest deviation either side, widened by
+  the small-sample factor (n+1)/(n-1): n uniform samples fall short of their bound by 1/(n+1) of the
+  range). A camera that is not phase-coherent with the rows (another rate: the offsets spread around
+  the period, mean resultant length below ``MIN_COHERENCE``, or below ``KEEP_COHERENCE`` once
+  locked) has no slot (``slot_ns`` None). A first lock from few captures (the warm-up, a stalling
+  camera) needs less (``lock_threshold``): their resultant is too noisy for ``MIN_COHERENCE``.
+- The slot is the phase moved back by whole periods until the latest capture the measured jitter
+  allows is at or before the row: the first slot's band ends twice its uncertainty (band / (n+1))
+  before ``t_k``, i.e. that plus 1 ms inside the tolerance (capped at ``HYSTERESIS`` / 2 of a period
+  inside it: 3.2 ms before ``t_k`` at 30 fps), so a later, better estimate does not move it. It then moves continuously with the phase; back a period (one repeat)
+  as soon as its band reaches past ``t_k + CAUSAL_TOL_NS``, forward a period (one drop) only once the
+  fresher slot's band ends ``HYSTERESIS`` of a period before that (so the estimate's noise does not
+  carry it across and back; only a camera drifting against the rows gets there). A camera 3 ms after
+  the rows thus pairs row k with the capture 3 ms after row k-1. A steady camera's frames are at most
+  one period plus its jitter band plus that first margin old (±10 ms at 30 fps: <= 33.3 + 20 + 3.2 ms),
+  and at most 1 ms new.
+- Row k targets ``t_k + slot`` and takes the frame nearest that target among the frames newer than
+  the previous row's frame, within half a period of the target and captured at or before
+  ``t_k + CAUSAL_TOL_NS``; none there: the previous frame is repeated. Frames passed over are dropped.
+  A camera at the row rate whose jitter stays within its measured band gives no repeat and no drop at
+  any phase. A capture jittered past the row beyond the measured band is never taken for that row: it
+  widens the band, the slot moves back (one repeat) and the next row takes it.
+- Cameras not locked take the newest frame captured at or before ``t_k`` (a 60 fps camera: every
+  other frame dropped).
+- The phase estimate only wraps once it is ``HYSTERESIS`` (a quarter) of a period past the half
+  period; the slot follows the wrapped phase continuously (a wrap by a period moves nothing). The first
+  estimate comes from ``WARMUP_S`` of captures (row 0 waits for them).
 
-The bound ``|capture - t_k| <= period/2`` holds for every new frame whenever the camera's phase plus
-its jitter stays within half a period of the row times. A camera whose captures sit midway between
-rows with jitter cannot meet it with any assignment (some row has no capture within half a period,
-and a repeated frame is farther still); the pairing stays one-to-one there and each such row is
-counted (``frames_beyond_half_period``), with the largest offset (``frame_offset_max_ms``).
 Everything is a function of the stamps of frames captured up to ``t_k + horizon``, so the live
 recorder and the bag converter choose the same frames (rows are assembled after that horizon plus
-the lateness allowance).
+the lateness allowance). The assembler counts, per camera, the largest offset ahead of the row
+(``frame_ahead_max_ms``, at most the 1 ms tolerance) and behind it (``frame_behind_max_ms``).
 """
 from __future__ import annotations
 
@@ -42,6 +56,7 @@ KEEP_COHERENCE = 0.2    # ±12 ms ~0.34, another rate ~0; once locked, a lock is
 COHERENCE_FLOOR = 0.15  # a first lock from few captures needs at least this (another rate's spread captures: <~0.12)
 HYSTERESIS = 0.25       # of a period, past the half period, before the phase estimate wraps (see below)
 WARMUP_S = 0.3          # captures the tracker sees before row 0's frame is chosen (row 0 waits for them)
+CAUSAL_TOL_NS = 1_000_000   # a row's frame may be captured this long after it at most: the clock mapper's noise
 
 
 def wrap(x: float, period: float) -> float:
@@ -60,8 +75,11 @@ class PhaseTracker:
         self.period = float(period_ns)
         self._offsets: deque[float] = deque(maxlen=max(3, window))
         self._phase: float | None = None      # continuous: in [-P/2 - h, P/2 + h]
+        self._slot: float | None = None       # causal target: phase - m * period, slot + jitter_up <= 1 ms
         self._dirty = False
         self.coherent = False
+        self.jitter_up = 0.0                  # measured jitter above / below the phase (ns)
+        self.jitter_down = 0.0
 
     def add(self, offset_ns: float) -> None:
         """Offset of one capture to its nearest row time, in [-P/2, P/2]."""
@@ -89,7 +107,33 @@ class PhaseTracker:
         elif phase < -limit:
             phase += p
         self._phase = phase
+        widen = (n + 1) / (n - 1) if n > 1 else 2.0   # n uniform samples miss 1/(n+1) of the range each side
+        self.jitter_up = (d[-1] - med) * widen
+        self.jitter_down = (med - d[0]) * widen
         self.coherent = abs(z) >= (KEEP_COHERENCE if self.coherent else lock_threshold(len(self._offsets)))
+        if self.coherent:
+            self._slot = self._causal_slot(phase)
+
+    def _causal_slot(self, phase: float) -> float:
+        """The phase moved back by whole periods so that its band's end ``slot + jitter_up`` stays within
+        ``CAUSAL_TOL_NS`` of the row (the freshest causal slot), continuous with the previous slot;
+        forward again only once ``HYSTERESIS`` of a period clear of the tolerance."""
+        p, up = self.period, self.jitter_up
+        hyst = HYSTERESIS * p
+        if self._slot is None:
+            # the first estimate comes from ~10 captures: its band's edge is uncertain by about the band /
+            # (n + 1); keep 1 ms plus twice that inside the tolerance (at most midway to the drop bound
+            # below), so a later, better estimate moves nothing (a repeat or a drop mid-episode)
+            n = len(self._offsets)
+            margin = min(hyst / 2, CAUSAL_TOL_NS + 2 * (up + self.jitter_down) / (n + 1))
+            edge = CAUSAL_TOL_NS - margin
+            return phase - math.ceil((phase + up - edge) / p) * p
+        slot = phase - round((phase - self._slot) / p) * p   # follows the phase, across its wraps
+        while slot + up > CAUSAL_TOL_NS:
+            slot -= p            # the band reaches past the tolerance: one period back (a repeat)
+        if slot + p + up <= CAUSAL_TOL_NS - hyst:
+            slot += p            # the fresher slot is well clear of the row: one period on (a drop)
+        return slot
 
     @property
     def phase_ns(self) -> float:
@@ -97,6 +141,13 @@ class PhaseTracker:
         if self._dirty:
             self._update()
         return self._phase if (self.coherent and self._phase is not None) else 0.0
+
+    @property
+    def slot_ns(self) -> float | None:
+        """Where row k's frame is sought, relative to t_k (at most ``-jitter_up``); None when not locked."""
+        if self._dirty:
+            self._update()
+        return self._slot if self.coherent else None
 
 
 def lock_threshold(n: int) -> float:
@@ -110,15 +161,26 @@ def lock_threshold(n: int) -> float:
 
 
 def horizon_ns(period_ns: float) -> int:
-    """How far past t_k a row's frame may have been captured: half a period around a target that
-    is itself at most half a period plus the hysteresis away from t_k."""
+    """How far past t_k the phase tracker is fed before row k's frame is chosen (the frame itself is
+    captured at or before ``t_k + CAUSAL_TOL_NS``): the captures of the next row's slot, so a capture
+    jittered past the row beyond the measured band widens the band before a row could wait for it."""
     return math.ceil(period_ns * (1 + HYSTERESIS))
 
 
-def pick(stamps: list[int], after_ns: int | None, target_ns: float, period_ns: float, limit_ns: int) -> int | None:
+def pick(stamps: list[int], after_ns: int | None, target_ns: float | None, period_ns: float,
+         limit_ns: int) -> int | None:
     """Index (into the sorted ``stamps``) of the frame for a row targeting ``target_ns``: the nearest
     one newer than ``after_ns`` (the previous row's frame), within half a period of the target and
-    captured at or before ``limit_ns``; earlier wins a tie. None: no such frame (repeat)."""
+    captured at or before ``limit_ns`` (the causal bound); earlier wins a tie. ``target_ns`` None (no
+    lock): the newest one newer than ``after_ns`` at or before ``limit_ns``. None: no such frame (repeat)."""
+    if target_ns is None:
+        newest = None
+        for i, s in enumerate(stamps):
+            if s > limit_ns:
+                break
+            if after_ns is None or s > after_ns:
+                newest = i
+        return newest
     best, best_d = None, None
     half = period_ns / 2
     for i, s in enumerate(stamps):

@@ -20,6 +20,7 @@ that is what resume reads.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -228,7 +229,8 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
     # the end comes from the span, never from max_episode_s; events come back in the Answers
     c = EpisodeController(target, opts.settings.assembly(tuple(opts.topics.cameras), opts.topics.table),
                           recorder=opts.recorder_name, max_episode_s=0, publish_event=lambda e: None,
-                          session_record=lambda: record, log=lambda m: None, tick_stats=False)
+                          session_record=lambda: record, log=lambda m: None, tick_stats=False,
+                          max_lag_s=math.inf)   # offline: no deadline, so never shed a frame behind the writer
     try:
         router = InputRouter(opts.topics, c, depth=opts.fmt == "rgbd", warn=res.notes.append)
         _run_pass(src, opts, c, router, todo, task_default, res, progress)

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import secrets
 import socket
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -89,18 +91,74 @@ def convert_task(job: BagJob, opts: ConvertOptions, done: DoneMap, board: object
     return res
 
 
+# Ray's one switch for a cluster that stays on this machine: with it off (the default on macOS and
+# Windows only) the node address is the loopback address, and every server of the node binds to it.
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+
+
+@contextmanager
+def _loopback_node(ray: ModuleType) -> Iterator[None]:
+    """While a local cluster starts: its node address is 127.0.0.1, not the host's address.
+
+    Ray makes a local node "remotely reachable": it replaces 127.0.0.1 (also a ``_node_ip_address`` of
+    127.0.0.1) by the host's address (``services.resolve_ip_for_localhost``), and gcs_server, the raylet,
+    the workers and the agents bind that address or every interface: a "local" cluster listened on
+    ``::`` and, for the runtime-env agent, on the host's network address. With
+    ``ray_constants.ENABLE_RAY_CLUSTER`` off the node address is the loopback address (read by the
+    driver here, at start-up only: later processes get it from their node) and everything binds
+    127.0.0.1 (checked in test/test_bag_ray.py with the kernel's socket table). The environment
+    variable carries it to the processes started now; both are restored after.
+    """
+    constants = importlib.import_module("ray._private.ray_constants")
+    saved_env, saved_const = os.environ.get(LOOPBACK_SWITCH), getattr(constants, "ENABLE_RAY_CLUSTER", True)
+    os.environ[LOOPBACK_SWITCH] = "0"
+    setattr(constants, "ENABLE_RAY_CLUSTER", False)
+    try:
+        yield
+    finally:
+        setattr(constants, "ENABLE_RAY_CLUSTER", saved_const)
+        if saved_env is None:
+            os.environ.pop(LOOPBACK_SWITCH, None)
+        else:
+            os.environ[LOOPBACK_SWITCH] = saved_env
+
+
+def _local_token() -> None:
+    """Token authentication for the local cluster, with a token of this run only.
+
+    Loopback is reachable by every user of the machine, and Ray runs what it is sent: every gRPC and
+    HTTP endpoint of the cluster requires the token (Ray's ``RAY_AUTH_MODE=token``). Given through the
+    environment (inherited by every process of the cluster), so nothing is written to ``~/.ray``; a
+    token the user set in ``RAY_AUTH_TOKEN`` is used as it is.
+    """
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    # The driver has imported Ray already: its C++ config and token cache must re-read the environment
+    # (what Ray's own _enable_token_auth does), else the driver is the one client without the token.
+    raylet = importlib.import_module("ray._raylet")
+    raylet.Config.initialize("")
+    loader = getattr(raylet, "AuthenticationTokenLoader", None)
+    if loader is not None:
+        loader.instance().reset_cache()
+
+
 def init_local(ray: ModuleType, cpus: int | None, attempts: int = 3) -> None:
-    """Start a new local Ray cluster of ``cpus`` CPUs on 127.0.0.1: no dashboard, no usage stats.
+    """Start a new local Ray cluster of ``cpus`` CPUs on 127.0.0.1 only (``_loopback_node``), with token
+    authentication (``_local_token``): no dashboard, no usage stats.
 
     Ray's raylet aborts its start when its Python agents take more than ~15 s to report their ports
     (seen on this 2-core machine under a load average of 30); the next attempt starts with warm
     imports, so it is retried a few times before giving up.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    _local_token()
     for attempt in range(attempts):
         try:
-            ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                     object_store_memory=128 * 2**20, logging_level="WARNING", log_to_driver=False)
+            with _loopback_node(ray):
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                         object_store_memory=128 * 2**20, logging_level="WARNING", log_to_driver=False)
             return
         except Exception:
             ray.shutdown()

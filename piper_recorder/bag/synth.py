@@ -85,6 +85,7 @@ class SynthScenario:
     gripper_scale_out: float = 1.0       # gripper value in the bag = metres * this
     camera_topic_map: dict[str, tuple[str, str]] = field(default_factory=dict)   # cam -> (color, depth)
     depth: bool = True
+    camera_delay_ns: int | None = None   # capture after each camera slot k / camera_fps; None: (i + 1) ms for camera i
 
     def camera_topics(self, cam: str) -> tuple[str, str | None]:
         color, depth = self.camera_topic_map.get(
@@ -169,8 +170,9 @@ def _camera(s: SynthScenario, cam_i: int, cam: str) -> Iterator[_Merged]:
         yy, xx = np.mgrid[0:s.height, 0:s.width]
         noise = rng.integers(0, 256, (8, s.height, s.width), dtype=np.uint8)
         color, depth_topic = s.camera_topics(cam)
+        delay = 1_000_000 * (cam_i + 1) if s.camera_delay_ns is None else s.camera_delay_ns
         for k in range(int(s.duration_s * s.camera_fps)):
-            ns = s.t0_ns + int(k * 1e9 / s.camera_fps) + 1_000_000 * (cam_i + 1)
+            ns = s.t0_ns + int(k * 1e9 / s.camera_fps) + delay
             rgb = np.empty((s.height, s.width, 3), np.uint8)
             rgb[..., 0] = (xx + k) % 256
             rgb[..., 1] = (yy * 2 + 3 * k) % 256

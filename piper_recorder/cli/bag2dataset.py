@@ -10,6 +10,7 @@ import sys
 from contextlib import ExitStack
 
 from piper_recorder.cli.errors import exits_2_on_bad_input
+from piper_recorder.outpaths import overlapping_input
 
 EPILOG = """\
 episodes: from the bag's /episode_events when present (the "saved" events of the matching recorder:
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         topics = topic_map(a.format, settings, a.mapping)
         if a.format == "rgbd" and not a.out.endswith((".hdf5", ".h5")):
             raise ValueError(f"--out must be an .hdf5 file for --format rgbd, got {a.out!r}")
+        inside = overlapping_input(a.out, a.bags)
+        if inside is not None:   # resolved: a symlinked directory is no way into a bag
+            raise ValueError(f"--out {a.out} must be outside the input {inside} and not contain it")
         if a.jobs is not None and a.jobs < 1:
             raise ValueError("--jobs must be >= 1")
         if a.engine != "ray" and a.address:

@@ -26,6 +26,7 @@ from typing import Any
 from piper_recorder.launcher import LaunchError, config_path, find_script
 from piper_recorder.lerobot.fsutil import read_jsonl
 from piper_recorder.sim_session import DemoError, EpisodeResult, SimSession, size_overrides
+from piper_recorder.supervision import interrupt_on_stop_signals
 
 SETTLE_S = 3.0  # after start-up (imports, discovery, encoder set-up) before the first episode
 
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             ap.error(str(exc))
     _clear(out)
+    interrupt_on_stop_signals()   # SIGTERM/SIGHUP stop the graph like Ctrl-C
     t0 = time.monotonic()
     results: list[EpisodeResult] = []
     try:

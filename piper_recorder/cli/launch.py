@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from piper_recorder.launcher import Graph, LaunchError, config_path, plan_graph
 from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, lease_domain, loopback_env
+from piper_recorder.supervision import on_stop_signals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{arg}", default="", help=f"as the launch files' {arg.replace('-', '_')} argument")
     p.add_argument("--dashboard", default="", choices=["", "true", "false"],
                    help="start the read-only web dashboard (default: piper_launch.dashboard in the config)")
+    p.add_argument("--no-sim-headset", action="store_true",
+                   help="sim: do not start the simulated headset; quest_bridge keeps its host/port (e.g. --set "
+                        "quest_bridge.port=...) for a real headset (as piper_launch.sim_quest.enabled=false)")
     p.add_argument("--log-dir", help="per-process logs and the effective params.yaml (default: a temp dir)")
     p.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); "
                                                   "default: lease a private one")
@@ -46,13 +49,12 @@ def main(argv: list[str] | None = None) -> int:
                                            *FASTDDS_PROFILE_VARS) if k in env})
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    on_stop_signals(lambda _sig: stop.set())   # SIGINT, SIGTERM, SIGHUP: stop the graph cleanly
     try:
         plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
                           root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
                           policy=args.policy, policy_root=args.policy_root,
-                          dashboard=args.dashboard)
+                          dashboard=args.dashboard, sim_headset="false" if args.no_sim_headset else "")
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
 Prints one line per problem and exits 1 if there is any; prints a one-line OK summary and exits 0
 otherwise. For a LeRobot root it also prints the video timing line: how many rows find their frame
 by both lookup rules (last frame at or before the row, less than 1e-4 s before it) and the worst row
-(episode, camera, row, timestamp, pts, gap).
+(episode, camera, row, timestamp, pts, gap), and the frame pairing line: the worst capture offset of a
+row's frame after its row (more than 1 ms is a problem: a frame from the future) and before it.
 """
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.path)
     notes: list[str] = []
     if path.is_dir():
-        from piper_recorder.lerobot.validate import TimingSummary, summary, validate_root
-        timing = TimingSummary()
-        problems = validate_root(path, full=args.full, timing=timing)
+        from piper_recorder.lerobot.validate import PairingSummary, TimingSummary, summary, validate_root
+        timing, pairing = TimingSummary(), PairingSummary()
+        problems = validate_root(path, full=args.full, timing=timing, pairing=pairing)
         ok_line = summary(path) if not problems else ""
-        notes.append(timing.describe())
+        notes += [timing.describe(), pairing.describe()]
     elif path.is_file() and path.suffix.lower() in HDF5_SUFFIXES:
         found = _validate_hdf5(path, args.full)
         if found is None:

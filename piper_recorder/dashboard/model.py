@@ -24,6 +24,8 @@ DEFAULT_RECORDERS = ["lerobot_recorder", "rgbd_recorder"]
 NEAR_LIMIT = 0.05          # a joint within 5 % of its range from a limit is flagged
 HEADSET_DIAG = "quest_bridge: headset"
 SHOWN_INFO = ("rows", "frames_received", "frames_written", "frame_offset_max_ms")
+TELEOP_COUNTERS = ("published", "refused_engages", "forced_releases", "unsafe_targets", "rejected_inputs",
+                   "out_of_order_inputs")
 IMAGE_CONSUMERS = ("quest_video", "policy")   # besides the recorders: their ~/status carries images_received
 
 
@@ -48,6 +50,12 @@ class DashboardConfig:
     stale_s: float = 3.0                 # a status older than this is shown as stale
     silent_s: float = 1.5                # a required topic silent this long (or 2 periods) degrades the graph
     rate_window_s: float = 2.0
+    # Host header names accepted besides loopback names, the bound address and the address a client
+    # connected to (a page reached through a DNS name, e.g. "robot.local"); any other Host gets 421, so
+    # a page on another site cannot read the dashboard through DNS rebinding.
+    allowed_hosts: list[str] = field(default_factory=list)
+    request_timeout_s: float = 5.0       # a client silent this long mid-request (or idle between requests) is dropped
+    max_connections: int = 32            # connections served at once (one thread each); beyond: 503 at once
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -57,7 +65,10 @@ class DashboardConfig:
                              "so that only those given it can read the dashboard")
         if self.thumb_width < 16 or not 1 <= self.jpeg_quality <= 95:
             raise ValueError("thumb_width must be >= 16 and jpeg_quality 1..95")
-        for name in ("thumb_hz", "watch_timeout_s", "stale_s", "silent_s", "rate_window_s", "gripper_max"):
+        if not 1 <= self.max_connections <= 1024:
+            raise ValueError(f"max_connections must be 1..1024, got {self.max_connections}")
+        for name in ("thumb_hz", "watch_timeout_s", "stale_s", "silent_s", "rate_window_s", "gripper_max",
+                     "request_timeout_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {v}")
@@ -79,9 +90,169 @@ def is_loopback(host: str) -> bool:
 def _float(v: Any) -> float | None:
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return f if math.isfinite(f) else None
+
+
+# ---- validation where a status enters ------------------------------------------------------------
+# Statuses are JSON from any node in the graph: a field of the wrong type (a string for a count, a list
+# for a map, NaN) must not reach the view, where it would break the JSON (NaN), the arithmetic or the
+# page. Each status is rebuilt here from the fields the dashboard shows, each of its expected type;
+# a field that is not is dropped (shown as unknown) and named in ``invalid_fields``.
+MAX_TEXT = 400           # characters of a text field shown
+MAX_ITEMS = 64           # entries of a list or map kept
+
+
+class _Fields:
+    """Reads typed fields out of one untrusted JSON object, remembering the ones that were malformed."""
+
+    def __init__(self, data: Any):
+        self.data: JsonDict = data if isinstance(data, dict) else {}
+        self.invalid: list[str] = [] if isinstance(data, dict) else ["(not an object)"]
+
+    def _get(self, key: str, conv: Any) -> Any:
+        if key not in self.data or self.data[key] is None:
+            return None
+        value = conv(self.data[key])
+        if value is None:
+            self.invalid.append(key)
+        return value
+
+    def text(self, key: str) -> str | None:
+        return self._get(key, _text)
+
+    def number(self, key: str) -> float | None:
+        return self._get(key, _number)
+
+    def count(self, key: str) -> int | None:
+        return self._get(key, _count)
+
+    def flag(self, key: str) -> bool | None:
+        return self._get(key, lambda v: v if isinstance(v, bool) else None)
+
+    def texts(self, key: str) -> list[str] | None:
+        return self._get(key, _texts)
+
+    def counts(self, key: str) -> dict[str, int] | None:
+        return self._get(key, _counts)
+
+    def counters(self, key: str) -> JsonDict | None:
+        return self._get(key, _counters)
+
+    def rates(self, key: str, keys: tuple[str, ...]) -> dict[str, JsonDict] | None:
+        return self._get(key, lambda v: _rates(v, keys))
+
+
+def _text(v: Any) -> str | None:
+    return v[:MAX_TEXT] if isinstance(v, str) else None
+
+
+def _number(v: Any) -> float | None:
+    """A finite JSON number (not a bool, not a numeric string)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)   # JSON integers are unbounded: 10**400 does not fit a float
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _count(v: Any) -> int | None:
+    """A non-negative whole number (3 or 3.0)."""
+    f = _number(v)
+    return int(f) if f is not None and f >= 0 and f == int(f) else None
+
+
+def _texts(v: Any) -> list[str] | None:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        return None
+    return [x[:MAX_TEXT] for x in v[:MAX_ITEMS]]
+
+
+def _counts(v: Any) -> dict[str, int] | None:
+    if not isinstance(v, dict) or len(v) > MAX_ITEMS:
+        return None
+    out = {str(k)[:MAX_TEXT]: _count(x) for k, x in v.items()}
+    return None if any(x is None for x in out.values()) else {k: x for k, x in out.items() if x is not None}
+
+
+def _counter_value(v: Any, depth: int = 0) -> Any:
+    """A counter: a number, a short text (``timestamp_mode``) or a map of those (per camera, per topic)."""
+    if isinstance(v, str):
+        return v[:MAX_TEXT]
+    if isinstance(v, dict) and depth < 2 and len(v) <= MAX_ITEMS:
+        out = {str(k)[:MAX_TEXT]: _counter_value(x, depth + 1) for k, x in v.items()}
+        return None if any(x is None for x in out.values()) else out
+    return _number(v)
+
+
+def _counters(v: Any) -> JsonDict | None:
+    if not isinstance(v, dict) or len(v) > 4 * MAX_ITEMS:
+        return None
+    out = {str(k)[:MAX_TEXT]: _counter_value(x) for k, x in v.items()}
+    return {k: x for k, x in out.items() if x is not None}   # a malformed counter alone is dropped
+
+
+def clean_recorder_status(status: Any) -> JsonDict:
+    """The recorder status fields the dashboard shows, each of its type (see ``_Fields``)."""
+    f = _Fields(status)
+    saved = f.data.get("saved_this_session")
+    n_saved = len(saved) if isinstance(saved, list) else _count(saved)
+    if saved is not None and n_saved is None:
+        f.invalid.append("saved_this_session")
+    out: JsonDict = {"state": f.text("state"), "episode_index": f.count("episode_index"), "task": f.text("task"),
+                     "elapsed_s": f.number("elapsed_s"), "rows": f.count("rows"), "saved_this_session": n_saved or 0,
+                     "writer_backlog": f.count("writer_backlog"), "message": f.text("message"),
+                     "waiting_for": f.texts("waiting_for"), "tick_delay_ms": f.counters("tick_delay_ms"),
+                     "counters": f.counters("counters"), **clean_delivery(f)}
+    out["invalid_fields"] = f.invalid
+    return out
+
+
+def _rates(v: Any, keys: tuple[str, ...]) -> dict[str, JsonDict] | None:
+    """Per camera, a few numbers (``images_received``, ``panels``); a malformed entry alone is dropped."""
+    if not isinstance(v, dict) or len(v) > MAX_ITEMS:
+        return None
+    return {str(cam)[:MAX_TEXT]: {k: _number(e.get(k)) for k in keys} for cam, e in v.items() if isinstance(e, dict)}
+
+
+def clean_delivery(f: "_Fields") -> JsonDict:
+    """An image consumer's delivery fields (``piper_recorder.delivery``), each of its type."""
+    need = f.data.get("images_required")
+    return {"images_received": f.rates("images_received", ("count", "fps", "stamp_fps")),
+            "images_required": {k: _number(need.get(k)) for k in ("min_delivery", "min_fps")}
+            if isinstance(need, dict) else None,
+            "panels": f.rates("panels", ("fps", "target_fps", "min_fps"))}
+
+
+def clean_teleop_status(status: Any) -> JsonDict:
+    """The teleop status fields the dashboard shows, each of its type."""
+    f = _Fields(status)
+    out: JsonDict = {"engaged": f.flag("engaged"), "recording": f.flag("recording"),
+                     "limits_active": f.texts("limits_active"), "limit_hits": f.counts("limit_hits"),
+                     "calls_in_flight": f.count("calls_in_flight"), "last_release": f.text("last_release")}
+    for key in TELEOP_COUNTERS:
+        out[key] = f.count(key)
+    alarm = f.data.get("last_alarm")
+    if isinstance(alarm, dict):
+        a = _Fields(alarm)
+        out["last_alarm"] = {k: a.text(k) or "" for k in ("recorder", "action", "outcome", "message")}
+        f.invalid += [f"last_alarm.{k}" for k in a.invalid]
+    else:
+        out["last_alarm"] = None
+        if alarm is not None:
+            f.invalid.append("last_alarm")
+    out["invalid_fields"] = f.invalid
+    return out
+
+
+def clean_event(event: Any) -> JsonDict:
+    """An ``/episode_events`` line: the fields shown."""
+    f = _Fields(event)
+    return {"recorder": f.text("recorder"), "event": f.text("event"), "episode_index": f.count("episode_index"),
+            "rows": f.count("rows"), "reason": f.text("reason"), "invalid_fields": f.invalid}
 
 
 @dataclass
@@ -135,28 +306,34 @@ class DashboardModel:
             return list(self._cameras)
 
     def on_recorder_status(self, recorder: str, status: JsonDict, t: float) -> None:
+        """A recorder's ``~/status``; validated here (``clean_recorder_status``), so one bad one hides nothing."""
+        clean = clean_recorder_status(status)
         with self._lock:
-            self._recorders[recorder] = _Stamped(status, t)
+            self._recorders[recorder] = _Stamped(clean, t)
 
     def on_consumer_status(self, node: str, status: JsonDict, t: float) -> None:
         """An image consumer other than the recorders (quest_video, policy): its per-camera delivery."""
+        clean = clean_delivery(_Fields(status))
         with self._lock:
-            self._consumers[node] = _Stamped(status, t)
+            self._consumers[node] = _Stamped(clean, t)
 
     def on_camera_status(self, camera: str, status: JsonDict, t: float) -> None:
         """A camera's own status (sim_camera): its published rate, the reference of every delivery."""
+        clean = {"fps": _number(status.get("fps")) if isinstance(status, dict) else None}
         with self._lock:
-            self._camera_status[camera] = _Stamped(status, t)
+            self._camera_status[camera] = _Stamped(clean, t)
 
     def on_teleop_status(self, status: JsonDict, t: float) -> None:
+        clean = clean_teleop_status(status)
         with self._lock:
-            self._teleop = _Stamped(status, t)
+            self._teleop = _Stamped(clean, t)
 
     def on_diagnostic(self, name: str, level: int, message: str, values: dict[str, str], t: float) -> None:
         if name != HEADSET_DIAG:
             return
+        values = {str(k)[:MAX_TEXT]: str(v)[:MAX_TEXT] for k, v in list(values.items())[:4 * MAX_ITEMS]}
         with self._lock:
-            self._headset = _Stamped({"level": level, "message": message, "values": dict(values)}, t)
+            self._headset = _Stamped({"level": int(level), "message": str(message)[:MAX_TEXT], "values": values}, t)
             # The offset itself (host clock - headset clock) is an arbitrary large number; its drift since
             # the connection (or the bridge's last clock reset) is what tells a link going bad.
             key = (values.get("connects", ""), values.get("clock_resets", ""))
@@ -166,11 +343,13 @@ class DashboardModel:
 
     def on_joints(self, names: list[str], positions: list[float], t: float) -> None:
         with self._lock:
-            self._joints = _Stamped({"names": list(names), "positions": [_float(p) for p in positions]}, t)
+            self._joints = _Stamped({"names": [str(n)[:MAX_TEXT] for n in names],
+                                     "positions": [_float(p) for p in positions]}, t)
 
     def on_event(self, event: JsonDict, t: float) -> None:
+        clean = clean_event(event)
         with self._lock:
-            self._events.appendleft({**event, "_t": t})
+            self._events.appendleft({**clean, "_t": t})
 
     # ---- the view model ---------------------------------------------------------------------------
     def view(self, now: float) -> JsonDict:
@@ -250,14 +429,16 @@ class DashboardModel:
     def _recorder_view(self, name: str, now: float) -> JsonDict:
         st = self._recorders.get(name)
         if st is None:
-            return {"name": name, "state": "unknown", "stale": True, "episode_index": None, "elapsed_s": None,
-                    "rows": None, "saved_this_session": 0, "counters": [], "message": "", "age_s": None}
+            # not published yet: every field the page reads, empty (the page draws this like any other)
+            return {"name": name, "state": "unknown", "stale": True, "age_s": None, "episode_index": None,
+                    "task": None, "elapsed_s": None, "rows": None, "saved_this_session": 0, "writer_backlog": None,
+                    "message": "", "waiting_for": [], "tick_delay_ms": None, "counters": [], "invalid_fields": []}
         d, age = st.data, now - st.t
-        state = str(d.get("state", "unknown"))
-        elapsed = _float(d.get("elapsed_s"))
+        state = d["state"] or "unknown"
+        elapsed = d["elapsed_s"]
         if elapsed is not None and state == "recording":
             elapsed += age   # the status is published at status_hz: the timer runs on between them
-        counters = d.get("counters") or {}
+        counters: JsonDict = d["counters"] or {}
         shown = []
         for key, label in PROBLEMS.items():
             if key in counters:
@@ -266,18 +447,18 @@ class DashboardModel:
         for key in SHOWN_INFO:
             if key in counters and key != "rows":
                 value = counters[key]
-                tot = max(value.values(), default=0) if key == "frame_offset_max_ms" and isinstance(value, dict) \
-                    else total(value)
+                tot = max((total(x) for x in value.values()), default=0) \
+                    if key == "frame_offset_max_ms" and isinstance(value, dict) else total(value)
                 shown.append({"key": key, "label": INFO.get(key, key), "total": tot, "problem": False,
                               "detail": value if isinstance(value, dict) else None})
-        saved = d.get("saved_this_session") or []
+        rows = d["rows"] if d["rows"] is not None else _count(counters.get("rows"))
         return {"name": name, "state": state, "stale": age > self.cfg.stale_s, "age_s": round(age, 1),
-                "episode_index": d.get("episode_index"), "task": d.get("task"),
+                "episode_index": d["episode_index"], "task": d["task"],
                 "elapsed_s": None if elapsed is None else round(elapsed, 2),
-                "rows": d.get("rows", counters.get("rows")), "saved_this_session": len(saved),
-                "writer_backlog": d.get("writer_backlog"), "message": str(d.get("message") or ""),
-                "waiting_for": d.get("waiting_for") or [], "tick_delay_ms": d.get("tick_delay_ms"),
-                "counters": shown}
+                "rows": rows, "saved_this_session": d["saved_this_session"],
+                "writer_backlog": d["writer_backlog"], "message": d["message"] or "",
+                "waiting_for": d["waiting_for"] or [], "tick_delay_ms": d["tick_delay_ms"],
+                "counters": shown, "invalid_fields": list(d["invalid_fields"])}
 
     def _joints_view(self, now: float) -> JsonDict:
         if self._joints is None:
@@ -305,16 +486,15 @@ class DashboardModel:
             return {"present": False, "limits": [{"name": n, "active": False, "hits": 0} for n in LIMIT_NAMES]}
         d, age = self._teleop.data, now - self._teleop.t
         stale = age > self.cfg.stale_s
-        active = set(d.get("limits_active") or []) if not stale else set()
-        hits = d.get("limit_hits") or {}
-        names = list(dict.fromkeys([*LIMIT_NAMES, *active, *hits]))
-        counters = {k: d[k] for k in ("published", "refused_engages", "forced_releases", "unsafe_targets",
-                                      "rejected_inputs", "out_of_order_inputs") if k in d}
-        return {"present": True, "stale": stale, "age_s": round(age, 1), "engaged": bool(d.get("engaged")),
-                "recording": bool(d.get("recording")),
-                "limits": [{"name": n, "active": n in active, "hits": int(hits.get(n, 0))} for n in names],
-                "counters": counters, "last_alarm": d.get("last_alarm"), "calls_in_flight": d.get("calls_in_flight"),
-                "last_release": d.get("last_release") if isinstance(d.get("last_release"), str) else None}
+        active = set(d["limits_active"] or []) if not stale else set()
+        hits: dict[str, int] = d["limit_hits"] or {}
+        names = list(dict.fromkeys([*LIMIT_NAMES, *sorted(active), *hits]))
+        counters = {k: d[k] for k in TELEOP_COUNTERS if d[k] is not None}
+        return {"present": True, "stale": stale, "age_s": round(age, 1), "engaged": bool(d["engaged"]),
+                "recording": bool(d["recording"]),
+                "limits": [{"name": n, "active": n in active, "hits": hits.get(n, 0)} for n in names],
+                "counters": counters, "last_alarm": d["last_alarm"], "calls_in_flight": d["calls_in_flight"],
+                "invalid_fields": list(d["invalid_fields"]), "last_release": d["last_release"]}
 
     def _headset_view(self, now: float) -> JsonDict:
         if self._headset is None:

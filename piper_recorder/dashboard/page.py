@@ -1,10 +1,18 @@
-"""The dashboard page: one self-contained HTML document (inline CSS and JS, no CDN, no network).
+"""The dashboard page: an HTML document, its stylesheet and its script, all served by the dashboard
+itself (no CDN, no network).
 
-The script polls ``/api/state`` twice a second and renders it; it fetches camera thumbnails (the
-server encodes at most ``thumb_hz`` per camera, so polling faster costs nothing) only while the page
-is visible; the re-alignment view draws the live thumbnail and frame 0 of a chosen recorded episode
-into one canvas, blended (``alpha``) or as their difference. The page carries the token of its own
-URL (``?token=``) into every request it makes.
+The script and the stylesheet are separate resources (``/dashboard.js``, ``/dashboard.css``) so that
+the Content-Security-Policy can forbid every inline script, event handler and style attribute
+(``script-src 'self'``, no ``'unsafe-inline'``): a status field that smuggles markup into the page
+(a recorder's ``rows`` once did) still cannot run anything. The script builds markup only through
+its ``H`...``` template, which escapes every interpolated value, and shows numbers only as numbers.
+
+The script polls ``/api/state`` twice a second and renders it, each section on its own (one that
+cannot be drawn leaves the others current); it fetches camera thumbnails (the server encodes at most
+``thumb_hz`` per camera, so polling faster costs nothing) only while the page is visible; the
+re-alignment view draws the live thumbnail and frame 0 of a chosen recorded episode into one canvas,
+blended (``alpha``) or as their difference. The page carries the token of its own URL (``?token=``)
+into every request it makes.
 """
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ figcaption{font-size:12px;color:#8b96a5}.bar{position:relative;height:14px;backg
 .bar.near{outline:1px solid #e53935}.joint td{vertical-align:middle;white-space:nowrap}.joint td.b{width:50%}
 .ctl{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin-bottom:8px}select,input{background:#11151b;color:#e6e9ee;border:1px solid #2a3441}
 #align-canvas{max-width:100%;background:#000;display:block}.kv{display:grid;grid-template-columns:auto 1fr;gap:2px 12px;font-size:13px}
-.kv span:nth-child(odd){color:#8b96a5}.msg{font-size:12px;color:#c9d1dc;word-break:break-word}
+.kv span:nth-child(odd){color:#8b96a5}#teleop{margin-top:8px}.msg{font-size:12px;color:#c9d1dc;word-break:break-word}
 """
 
 BODY = """
@@ -42,7 +50,7 @@ BODY = """
 <section id="graph"><h2>Graph</h2><div id="nodes" class="chips"></div><table id="topics"></table></section>
 <section id="recorders-box"><h2>Recorders</h2><div id="recorders"></div></section>
 <section class="wide"><h2>Cameras</h2><div id="thumbs" class="thumbs"></div></section>
-<section id="teleop-box"><h2>Teleop safety limits</h2><div id="limits" class="chips"></div><div id="teleop" class="kv" style="margin-top:8px"></div></section>
+<section id="teleop-box"><h2>Teleop safety limits</h2><div id="limits" class="chips"></div><div id="teleop" class="kv"></div></section>
 <section id="arm-box"><h2>Arm joints</h2><table id="joints"></table></section>
 <section id="headset-box"><h2>Headset link</h2><div id="headset" class="kv"></div></section>
 <section class="wide" id="align-box"><h2>Camera re-alignment</h2>
@@ -55,6 +63,10 @@ BODY = """
 """
 
 JS = r"""
+// piper dashboard: polls /api/state twice a second and renders it (see piper_recorder/dashboard/page.py).
+// Served as a file under a Content-Security-Policy without 'unsafe-inline': markup is built only with the
+// H`...` template below, which escapes every interpolated value (a status field is data, never markup).
+'use strict';
 const TOKEN = new URLSearchParams(location.search).get('token');
 function api(path, params) {
   const q = new URLSearchParams(params || {}); if (TOKEN) q.set('token', TOKEN);
@@ -62,88 +74,121 @@ function api(path, params) {
 }
 const $ = id => document.getElementById(id);
 const esc = s => String(s ?? '').replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
-const num = (v, d = 1) => (v === null || v === undefined) ? '–' : (typeof v === 'number' ? v.toFixed(d) : esc(v));
+// Markup made by H itself; anything else interpolated into H is text and is escaped.
+class Raw { constructor(s) { this.s = s; } }
+const frag = v => v instanceof Raw ? v.s : (Array.isArray(v) ? v.map(frag).join('') : esc(v));
+function H(strings, ...vals) {
+  let out = strings[0];
+  vals.forEach((v, i) => { out += frag(v) + strings[i + 1]; });
+  return new Raw(out);
+}
+const setHTML = (id, markup) => { $(id).innerHTML = markup.s; };
+const isNum = v => typeof v === 'number' && Number.isFinite(v);
+const num = (v, d = 1) => isNum(v) ? v.toFixed(d) : '–';
+const list = v => Array.isArray(v) ? v : [];
 function clock(s) {
-  if (s === null || s === undefined) return '--:--.-';
+  if (!isNum(s)) return '--:--.-';
   const m = Math.floor(s / 60), r = s - 60 * m; return String(m).padStart(2, '0') + ':' + r.toFixed(1).padStart(4, '0');
 }
 let STATE = null, CAMS = [];
 const align = {live: null, ref: null, key: ''};
-window.__dashboard = {align, polls: 0, thumbs: 0};
+window.__dashboard = {align, polls: 0, thumbs: 0, renderErrors: 0};
 
 function renderHeader(s) {
-  const h = $('health'), ok = s.graph.healthy;
+  const h = $('health'), ok = s.graph.healthy === true;
   h.textContent = ok ? 'graph healthy' : 'graph degraded'; h.className = ok ? 'good' : 'bad';
-  h.title = ok ? '' : [...s.graph.nodes.filter(n => !n.present).map(n => 'missing node ' + n.name),
-    ...s.graph.topics.filter(t => t.required && !t.ok).map(t => 'silent ' + t.topic),
-    ...(s.graph.delivery || []).filter(d => !d.ok).map(d => d.consumer + ': ' + d.why)].join('\n');
+  h.title = ok ? '' : [...list(s.graph.nodes).filter(n => !n.present).map(n => 'missing node ' + n.name),
+    ...list(s.graph.topics).filter(t => t.required && !t.ok).map(t => 'silent ' + t.topic),
+    ...list(s.graph.delivery).filter(d => !d.ok).map(d => d.consumer + ': ' + d.why)].join('\n');
   $('rec-dot').className = s.episode.recording ? 'on' : '';
-  $('rec-label').textContent = s.episode.recording ? 'recording episode ' + s.episode.episode_index : 'idle';
+  $('rec-label').textContent = s.episode.recording ? 'recording episode ' + num(s.episode.episode_index, 0) : 'idle';
   $('timer').textContent = s.episode.recording ? clock(s.episode.elapsed_s) : '--:--.-';
-  $('timer').dataset.elapsed = s.episode.elapsed_s ?? ''; $('timer').dataset.at = s.t;
-  $('saved').textContent = 'saved this session: ' + s.episode.saved_this_session;
+  $('timer').dataset.elapsed = isNum(s.episode.elapsed_s) ? String(s.episode.elapsed_s) : ''; $('timer').dataset.at = String(s.t);
+  $('saved').textContent = 'saved this session: ' + num(s.episode.saved_this_session, 0);
 }
 function renderGraph(g) {
-  $('nodes').innerHTML = g.nodes.map(n => `<span class="chip ${n.extra ? 'extra' : (n.present ? 'ok' : 'missing')}" data-node="${esc(n.name)}" data-present="${n.present}">${esc(n.name)}</span>`).join('');
-  $('topics').innerHTML = '<tr><th class="l">topic</th><th>Hz</th><th>last (s)</th></tr>' + g.topics.map(t =>
-    `<tr data-topic="${esc(t.topic)}" class="${t.required && !t.ok ? 'problem' : ''}"><td class="l">${esc(t.topic)}${t.required ? '' : ' <span class="muted">(when driven)</span>'}</td><td>${num(t.rate_hz)}</td><td>${num(t.age_s, 2)}</td></tr>`).join('');
+  setHTML('nodes', H`${list(g.nodes).map(n => H`<span class="chip ${n.extra ? 'extra' : (n.present ? 'ok' : 'missing')}" data-node="${n.name}" data-present="${n.present === true}">${n.name}</span>`)}`);
+  setHTML('topics', H`<tr><th class="l">topic</th><th>Hz</th><th>last (s)</th></tr>${list(g.topics).map(t =>
+    H`<tr data-topic="${t.topic}" class="${t.required && !t.ok ? 'problem' : ''}"><td class="l">${t.topic}${t.required ? '' : H` <span class="muted">(when driven)</span>`}</td><td>${num(t.rate_hz)}</td><td>${num(t.age_s, 2)}</td></tr>`)}`);
+}
+function detailText(d) {
+  return Object.entries(d).map(([k, v]) => k + ' ' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(' · ');
+}
+function recorderHTML(r) {
+  const rows = list(r.counters).map(c => H`<tr data-counter="${c.key}" data-total="${isNum(c.total) ? c.total : ''}" class="${c.problem && c.total ? 'problem' : ''}"><td class="l">${c.label}</td><td>${num(c.total, c.key === 'frame_offset_max_ms' ? 1 : 0)}</td><td class="l msg">${c.detail && typeof c.detail === 'object' ? detailText(c.detail) : ''}</td></tr>`);
+  const waiting = list(r.waiting_for);
+  return H`<div class="rec" id="rec-${r.name}" data-state="${r.state}" data-rows="${isNum(r.rows) ? r.rows : ''}"><h2>${r.name} <span class="chip ${r.state === 'recording' ? 'bad' : (r.stale ? 'missing' : 'ok')}">${r.stale ? r.state + ' (stale)' : r.state}</span></h2>
+      <div class="kv"><span>episode</span><span>${num(r.episode_index, 0)}${r.task ? ' · ' + r.task : ''}</span><span>elapsed</span><span>${clock(r.elapsed_s)}</span>
+      <span>rows</span><span class="rows">${num(r.rows, 0)}</span><span>saved this session</span><span>${num(r.saved_this_session, 0)}</span>
+      <span>writer backlog</span><span>${num(r.writer_backlog, 0)}</span>${waiting.length ? H`<span>waiting for</span><span>${waiting.join(', ')}</span>` : ''}
+      <span>message</span><span class="msg">${r.message}</span></div>
+      <table class="counters">${rows}</table></div>`;
 }
 function renderRecorders(rs) {
-  $('recorders').innerHTML = rs.map(r => {
-    const rows = r.counters.map(c => `<tr data-counter="${esc(c.key)}" data-total="${c.total}" class="${c.problem && c.total ? 'problem' : ''}"><td class="l">${esc(c.label)}</td><td>${num(c.total, c.key === 'frame_offset_max_ms' ? 1 : 0)}</td><td class="l msg">${c.detail ? esc(Object.entries(c.detail).map(([k, v]) => k + ' ' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(' · ')) : ''}</td></tr>`).join('');
-    return `<div class="rec" id="rec-${esc(r.name)}" data-state="${esc(r.state)}" data-rows="${r.rows ?? ''}"><h2>${esc(r.name)} <span class="chip ${r.state === 'recording' ? 'bad' : (r.stale ? 'missing' : 'ok')}">${esc(r.stale ? r.state + ' (stale)' : r.state)}</span></h2>
-      <div class="kv"><span>episode</span><span>${num(r.episode_index, 0)}${r.task ? ' · ' + esc(r.task) : ''}</span><span>elapsed</span><span>${clock(r.elapsed_s)}</span>
-      <span>rows</span><span class="rows">${num(r.rows, 0)}</span><span>saved this session</span><span>${r.saved_this_session}</span>
-      <span>writer backlog</span><span>${num(r.writer_backlog, 0)}</span>${r.waiting_for.length ? `<span>waiting for</span><span>${esc(r.waiting_for.join(', '))}</span>` : ''}
-      <span>message</span><span class="msg">${esc(r.message)}</span></div>
-      <table class="counters">${rows}</table></div>`;
-  }).join('');
+  // one recorder that cannot be drawn is shown as such; the others still are
+  setHTML('recorders', H`${list(rs).map(r => {
+    try { return recorderHTML(r); } catch (e) {
+      window.__dashboard.renderErrors++;
+      return H`<div class="rec" data-state="unrenderable"><h2>${r && r.name}</h2><span class="msg">cannot show this status</span></div>`;
+    }
+  })}`);
 }
 function renderCameras(cams) {
-  const names = cams.map(c => c.name);
+  cams = list(cams);
+  const names = cams.map(c => String(c.name));
   if (names.join() !== CAMS.join()) {
     CAMS = names;
-    $('thumbs').innerHTML = cams.map(c => `<figure><img class="thumb" data-camera="${esc(c.name)}" alt="${esc(c.name)}"><figcaption id="cap-${esc(c.name)}"></figcaption></figure>`).join('');
+    setHTML('thumbs', H`${names.map(n => H`<figure><img class="thumb" data-camera="${n}" alt="${n}"><figcaption id="cap-${n}"></figcaption></figure>`)}`);
     const sel = $('align-camera'), cur = sel.value;
-    sel.innerHTML = names.map(n => `<option>${esc(n)}</option>`).join(''); if (names.includes(cur)) sel.value = cur;
+    sel.innerHTML = H`${names.map(n => H`<option>${n}</option>`)}`.s; if (names.includes(cur)) sel.value = cur;
   }
   for (const c of cams) { const cap = $('cap-' + c.name); if (cap) cap.textContent = `${c.name} · ${num(c.rate_hz)} Hz`; }
 }
 function renderTeleop(t) {
-  $('limits').innerHTML = t.limits.map(l => `<div class="limit ${l.active ? 'active' : ''}" id="limit-${esc(l.name)}" data-active="${l.active}" data-hits="${l.hits}">${esc(l.name.replace('_', ' '))}<b>${l.hits}</b><span class="muted">hits this session</span></div>`).join('');
-  if (!t.present) { $('teleop').innerHTML = '<span>teleop</span><span>no status</span>'; return; }
+  setHTML('limits', H`${list(t.limits).map(l => H`<div class="limit ${l.active ? 'active' : ''}" id="limit-${l.name}" data-active="${l.active === true}" data-hits="${num(l.hits, 0)}">${String(l.name).replace('_', ' ')}<b>${num(l.hits, 0)}</b><span class="muted">hits this session</span></div>`)}`);
+  if (!t.present) { setHTML('teleop', H`<span>teleop</span><span>no status</span>`); return; }
   const c = t.counters || {}, a = t.last_alarm;
-  $('teleop').innerHTML = `<span>clutch</span><span id="clutch">${t.engaged ? 'engaged' : 'idle'}${t.stale ? ' (stale)' : ''}</span>` +
-    Object.entries(c).map(([k, v]) => `<span>${esc(k.replace(/_/g, ' '))}</span><span>${esc(v)}</span>`).join('') +
-    (t.last_release ? `<span>last release</span><span class="msg" id="last-release">${esc(t.last_release)}</span>` : '') +
-    (a ? `<span>last alarm</span><span class="msg">${esc(a.recorder + ' ' + a.action + ': ' + a.outcome + ' ' + (a.message || ''))}</span>` : '');
+  setHTML('teleop', H`<span>clutch</span><span id="clutch">${t.engaged ? 'engaged' : 'idle'}${t.stale ? ' (stale)' : ''}</span>${
+    Object.entries(c).map(([k, v]) => H`<span>${k.replace(/_/g, ' ')}</span><span>${num(v, 0)}</span>`)}${
+    t.last_release ? H`<span>last release</span><span class="msg" id="last-release">${t.last_release}</span>` : ''}${
+    a ? H`<span>last alarm</span><span class="msg">${a.recorder + ' ' + a.action + ': ' + a.outcome + ' ' + (a.message || '')}</span>` : ''}`);
 }
 function renderJoints(j) {
-  const row = (name, p, lo, hi, near, d) => `<tr class="joint" data-joint="${esc(name)}" data-near="${near}"><td class="l">${esc(name)}</td><td>${num(p, d)}</td><td class="b"><div class="bar ${near ? 'near' : ''}"><i style="left:calc(${Math.max(0, Math.min(1, (p - lo) / (hi - lo))) * 100}% - 1px)"></i></div></td><td class="muted">${num(lo, 2)} … ${num(hi, 2)}</td></tr>`;
-  let html = j.joints.map(x => row(x.name, x.position, x.min, x.max, x.near_limit, 3)).join('');
-  if (j.gripper) html += row('gripper (m)', j.gripper.position, j.gripper.min, j.gripper.max, false, 4);
-  $('joints').innerHTML = html || '<tr><td class="l muted">no /arm/joint_states</td></tr>';
+  const row = (name, p, lo, hi, near, d) => H`<tr class="joint" data-joint="${name}" data-near="${near === true}"><td class="l">${name}</td><td>${num(p, d)}</td><td class="b"><div class="bar ${near ? 'near' : ''}"><i data-frac="${Math.max(0, Math.min(1, (p - lo) / (hi - lo)))}"></i></div></td><td class="muted">${num(lo, 2)} … ${num(hi, 2)}</td></tr>`;
+  const rows = list(j.joints).map(x => row(x.name, x.position, x.min, x.max, x.near_limit, 3));
+  if (j.gripper) rows.push(row('gripper (m)', j.gripper.position, j.gripper.min, j.gripper.max, false, 4));
+  setHTML('joints', rows.length ? H`${rows}` : H`<tr><td class="l muted">no /arm/joint_states</td></tr>`);
+  // positions through the CSSOM: the policy allows no style attribute in markup
+  for (const i of $('joints').querySelectorAll('.bar i')) {
+    const f = parseFloat(i.dataset.frac); i.style.left = `calc(${(Number.isFinite(f) ? f : 0) * 100}% - 1px)`;
+  }
 }
 function renderHeadset(h) {
-  if (!h.present) { $('headset').innerHTML = '<span>link</span><span>no /diagnostics from quest_bridge</span>'; return; }
-  const rej = Object.entries(h.rejected).map(([k, v]) => `${k} ${v}`).join(' · ');
-  $('headset').innerHTML = `<span>state</span><span id="headset-state" class="${h.level === 0 && !h.stale ? '' : 'bad'}">${esc(h.state)} · ${esc(h.message)}${h.stale ? ' (stale)' : ''}</span>` +
-    `<span>input rate</span><span id="headset-rate">${num(h.rate_hz)} Hz</span><span>clock offset</span><span>${num(h.clock_offset_ms === null ? null : h.clock_offset_ms / 1000, 3)} s (drift since connect ${num(h.clock_drift_ms, 3)} ms)</span>` +
-    `<span>arrival delay</span><span>${num(h.arrival_delay_ms, 3)} ms</span><span>rejected lines</span><span id="headset-rejected">${h.rejected_total}${rej ? ' (' + esc(rej) + ')' : ''}</span>` +
-    (h.last_rejection ? `<span>last rejection</span><span class="msg">${esc(h.last_rejection)}</span>` : '') + `<span>connects</span><span>${esc(h.connects)}</span>`;
+  if (!h.present) { setHTML('headset', H`<span>link</span><span>no /diagnostics from quest_bridge</span>`); return; }
+  const rej = Object.entries(h.rejected || {}).map(([k, v]) => `${k} ${num(v, 0)}`).join(' · ');
+  setHTML('headset', H`<span>state</span><span id="headset-state" class="${h.level === 0 && !h.stale ? '' : 'bad'}">${h.state} · ${h.message}${h.stale ? ' (stale)' : ''}</span>${''
+    }<span>input rate</span><span id="headset-rate">${num(h.rate_hz)} Hz</span><span>clock offset</span><span>${num(isNum(h.clock_offset_ms) ? h.clock_offset_ms / 1000 : null, 3)} s (drift since connect ${num(h.clock_drift_ms, 3)} ms)</span>${''
+    }<span>arrival delay</span><span>${num(h.arrival_delay_ms, 3)} ms</span><span>rejected lines</span><span id="headset-rejected">${num(h.rejected_total, 0)}${rej ? ' (' + rej + ')' : ''}</span>${
+    h.last_rejection ? H`<span>last rejection</span><span class="msg">${h.last_rejection}</span>` : ''}<span>connects</span><span>${h.connects}</span>`);
 }
 function renderEvents(es) {
-  $('events').innerHTML = '<tr><th class="l">recorder</th><th class="l">event</th><th>episode</th><th>rows</th><th class="l">reason</th><th>age (s)</th></tr>' +
-    es.map(e => `<tr><td class="l">${esc(e.recorder)}</td><td class="l">${esc(e.event)}</td><td>${num(e.episode_index, 0)}</td><td>${num(e.rows, 0)}</td><td class="l msg">${esc(e.reason || '')}</td><td>${num(e.age_s)}</td></tr>`).join('');
+  setHTML('events', H`<tr><th class="l">recorder</th><th class="l">event</th><th>episode</th><th>rows</th><th class="l">reason</th><th>age (s)</th></tr>${
+    list(es).map(e => H`<tr><td class="l">${e.recorder}</td><td class="l">${e.event}</td><td>${num(e.episode_index, 0)}</td><td>${num(e.rows, 0)}</td><td class="l msg">${e.reason || ''}</td><td>${num(e.age_s)}</td></tr>`)}`);
 }
+const SECTIONS = [[s => renderHeader(s)], [s => renderGraph(s.graph)], [s => renderRecorders(s.recorders)],
+  [s => renderCameras(s.cameras)], [s => renderTeleop(s.teleop)], [s => renderJoints(s.joints)],
+  [s => renderHeadset(s.headset)], [s => renderEvents(s.events)]];
 async function pollState() {
+  let s;
   try {
     const r = await fetch(api('/api/state'), {cache: 'no-store'});
     if (!r.ok) throw new Error('state: HTTP ' + r.status);
-    const s = await r.json(); STATE = s; window.__dashboard.polls++;
-    renderHeader(s); renderGraph(s.graph); renderRecorders(s.recorders); renderCameras(s.cameras);
-    renderTeleop(s.teleop); renderJoints(s.joints); renderHeadset(s.headset); renderEvents(s.events);
-  } catch (e) { const h = $('health'); h.textContent = 'dashboard unreachable'; h.className = 'bad'; }
+    s = await r.json(); STATE = s; window.__dashboard.polls++;
+  } catch (e) { const h = $('health'); h.textContent = 'dashboard unreachable'; h.className = 'bad'; return; }
+  // each section on its own: one that cannot be drawn leaves the others current
+  for (const [render] of SECTIONS) {
+    try { render(s); } catch (e) { window.__dashboard.renderErrors++; }
+  }
 }
 async function loadImage(url) {
   const r = await fetch(url, {cache: 'no-store'});
@@ -185,24 +230,24 @@ function drawAlign() {
 let ROOTS = [];
 async function loadRoots() {
   try {
-    const r = await fetch(api('/api/roots'), {cache: 'no-store'}); ROOTS = (await r.json()).roots;
+    const r = await fetch(api('/api/roots'), {cache: 'no-store'}); ROOTS = list((await r.json()).roots);
   } catch (e) { ROOTS = []; }
   const sel = $('align-root'), cur = sel.value;
-  sel.innerHTML = ROOTS.map(x => `<option value="${x.index}">${esc(x.root)}</option>`).join('');
+  sel.innerHTML = H`${ROOTS.map(x => H`<option value="${x.index}">${x.root}</option>`)}`.s;
   if (cur && ROOTS.some(x => String(x.index) === cur)) sel.value = cur;
   fillEpisodes();
 }
 function fillEpisodes() {
   const root = ROOTS.find(x => String(x.index) === $('align-root').value), sel = $('align-episode'), cur = sel.value;
-  const eps = root ? root.episodes : [];
-  sel.innerHTML = eps.map(e => `<option value="${e.episode_index}">${e.episode_index} (${e.length ?? '?'} rows)</option>`).join('');
+  const eps = root ? list(root.episodes) : [];
+  sel.innerHTML = H`${eps.map(e => H`<option value="${e.episode_index}">${e.episode_index} (${e.length ?? '?'} rows)</option>`)}`.s;
   if (eps.some(e => String(e.episode_index) === cur)) sel.value = cur;
   $('align-note').textContent = !ROOTS.length ? 'no roots configured (parameter roots)' : (root && root.error ? root.error : (eps.length ? '' : 'no saved episode in this root yet'));
 }
 async function loadReference() {
   const root = $('align-root').value, ep = $('align-episode').value, cam = $('align-camera').value;
   const entry = ROOTS.find(x => String(x.index) === root);
-  if (root === '' || ep === '' || !cam || !entry || !entry.cameras.includes(cam)) { align.ref = null; align.key = ''; drawAlign(); return; }
+  if (root === '' || ep === '' || !cam || !entry || !list(entry.cameras).includes(cam)) { align.ref = null; align.key = ''; drawAlign(); return; }
   const key = `${root}/${ep}/${cam}`; if (key === align.key && align.ref) { drawAlign(); return; }
   const img = await loadImage(api('/api/reference', {root, episode: ep, camera: cam}));
   if (align.ref) URL.revokeObjectURL(align.ref.src);
@@ -219,7 +264,22 @@ setInterval(pollState, 500); setInterval(pollThumbs, 500); setInterval(loadRoots
 """
 
 
+SCRIPT_PATH = "/dashboard.js"
+STYLE_PATH = "/dashboard.css"
+
+
 def render_page() -> str:
+    """The document: markup only, the script and stylesheet by URL (no inline code for the CSP to allow)."""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>piper dashboard</title>'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,"><style>{CSS}</style></head>'
-            f'<body>{BODY}<script>{JS}</script></body></html>')
+            f'<meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,">'
+            f'<link rel="stylesheet" href="{STYLE_PATH}"></head>'
+            f'<body>{BODY}<script src="{SCRIPT_PATH}"></script></body></html>')
+
+
+def static_file(path: str) -> tuple[bytes, str] | None:
+    """(body, content type) of the page's script or stylesheet at ``path``; None for any other path."""
+    if path == SCRIPT_PATH:
+        return JS.encode(), "text/javascript; charset=utf-8"
+    if path == STYLE_PATH:
+        return CSS.encode(), "text/css; charset=utf-8"
+    return None

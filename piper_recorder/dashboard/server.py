@@ -4,14 +4,26 @@ Standard library only (``ThreadingHTTPServer``), GET/HEAD only, nothing that cha
 can watch the robot but never drive it. Bound to 127.0.0.1 by default; when a token is set (required
 for any other address, ``DashboardConfig.validate``) every request must carry it (``?token=`` or
 ``Authorization: Bearer``), else 401. Everything the page needs is served from here (no CDN).
+
+Hardened for a network nobody vets (issue #21):
+- ``Host`` is checked before anything else (``host_allowed``): a page on another site that re-binds its
+  DNS name to this address sends its own name and gets 421, so it cannot read the state or the frames.
+- The CSP allows scripts and styles only from this server (no ``'unsafe-inline'``).
+- Each connection has a socket timeout (``request_timeout_s``) and at most ``max_connections`` are
+  served at once (one thread each); a connection beyond that gets 503 at once and is closed. A client
+  that goes away or times out is no error: nothing is printed for it.
 """
 from __future__ import annotations
 
 import hmac
+import io
+import ipaddress
 import json
+import socket
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,11 +32,54 @@ from urllib.parse import parse_qs, urlsplit
 
 from piper_recorder.dashboard.frames import FrameStore, ReferenceFrames
 from piper_recorder.dashboard.model import DashboardConfig, DashboardModel
-from piper_recorder.dashboard.page import render_page
+from piper_recorder.dashboard.page import render_page, static_file
 from piper_recorder.lerobot.errors import DatasetError
 
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' blob: data:; "
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 18\r\n"
+        b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many requests\n")
+
+
+def _host_name(header: str) -> str | None:
+    """The host of a ``Host`` header without its port, lower case; None if it is not well formed."""
+    h = header.strip().lower()
+    if h.startswith("["):                      # [::1]:8740
+        end = h.find("]")
+        rest = h[end + 1:]
+        if end < 0 or (rest and not rest.startswith(":")):
+            return None
+        return h[1:end]
+    if h.count(":") > 1:
+        return None                            # a bare IPv6 address is not a valid Host
+    name = h.split(":", 1)[0].rstrip(".")
+    return name or None
+
+
+def host_allowed(header: str | None, bound: str, local_addr: str, names: Iterable[str]) -> bool:
+    """Whether a request's ``Host`` names this server: a loopback name or address, the bound address,
+    the address the client connected to (an IP literal: a page reached by the robot's address), or one of
+    ``names`` (the ``allowed_hosts`` parameter). A DNS-rebinding page sends its own name: refused."""
+    if not header:
+        return False
+    name = _host_name(header)
+    if name is None:
+        return False
+    if name == "localhost" or name in {n.strip().lower().rstrip(".") for n in names}:
+        return True
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return name == bound.lower()
+    if ip.is_loopback:
+        return True
+    addrs = set()
+    for a in (bound, local_addr):
+        try:
+            addrs.add(ipaddress.ip_address(a.split("%", 1)[0]))
+        except ValueError:
+            pass
+    return ip in addrs and not ip.is_unspecified
 
 
 @dataclass
@@ -45,13 +100,50 @@ class Dashboard:
                    ReferenceFrames(cfg.roots, cfg.thumb_width, cfg.jpeg_quality), clock)
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The connection's input with a deadline per request: a socket timeout alone is per ``recv``, so a
+    client sending one byte every few seconds would hold its thread (and a slot) for ever."""
+
+    def __init__(self, sock: socket.socket, limit_s: float):
+        self._sock, self._limit = sock, limit_s
+        self._deadline = time.monotonic() + limit_s
+
+    def restart(self) -> None:
+        self._deadline = time.monotonic() + self._limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not complete in time")
+        self._sock.settimeout(min(left, self._limit))
+        return self._sock.recv_into(buf)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     server_version = "piper-dashboard"
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        super().setup()
+        # every read and write of this connection: a client silent this long is dropped (the base
+        # class reports the timeout to log_message, i.e. nowhere) ...
+        limit = self.server.dashboard.cfg.request_timeout_s
+        self.connection.settimeout(limit)
+        # ... and a request must arrive whole within it, however the client trickles its bytes
+        self.rfile.close()
+        self._reader = _DeadlineReader(self.connection, limit)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.restart()   # the next request (or the wait for it, on a kept-alive connection)
+        super().handle_one_request()
+
     def log_message(self, format: str, *args: Any) -> None:  # the base class's argument name
-        pass   # one line per poll would flood the node's log
+        pass   # one line per poll would flood the node's log (timeouts land here too: a slow client, no error)
 
     def do_HEAD(self) -> None:
         self._serve(head=True)
@@ -74,9 +166,23 @@ class _Handler(BaseHTTPRequestHandler):
             given = given or auth[len("Bearer "):].strip()
         return hmac.compare_digest(given.encode(), token.encode())
 
+    def _host_ok(self) -> bool:
+        cfg = self.server.dashboard.cfg
+        local = self.connection.getsockname()[0] if self.connection is not None else ""
+        return host_allowed(self.headers.get("Host"), cfg.host, str(local), cfg.allowed_hosts)
+
     def _serve(self, head: bool) -> None:
+        if not self._host_ok():
+            self._send(HTTPStatus.MISDIRECTED_REQUEST, b"unknown Host (see the dashboard's allowed_hosts)\n",
+                       "text/plain", {"Connection": "close"}, head)
+            self.close_connection = True
+            return
         url = urlsplit(self.path)
         query = parse_qs(url.query)
+        asset = static_file(url.path)
+        if asset is not None:    # the page's own script and stylesheet: code, no data; served without the token
+            self._send(HTTPStatus.OK, asset[0], asset[1], head=head)
+            return
         if not self._authorized(query):
             self._send(HTTPStatus.UNAUTHORIZED, b"token required\n", "text/plain",
                        {"WWW-Authenticate": 'Bearer realm="piper-dashboard"'}, head)
@@ -106,6 +212,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.NOT_FOUND, f"{exc}\n".encode(), "text/plain", head=head)
         except DatasetError as exc:
             self._send(HTTPStatus.UNPROCESSABLE_ENTITY, f"{exc}\n".encode(), "text/plain", head=head)
+        except OSError:
+            raise    # the client went away: handle_error drops it silently
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the connection
+            self.server.report(f"dashboard: {self.path.split('?', 1)[0]}: {type(exc).__name__}: {exc}")
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", "text/plain", head=head)
 
     @staticmethod
     def _arg(query: dict[str, list[str]], key: str) -> str:
@@ -131,13 +242,58 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class DashboardServer(ThreadingHTTPServer):
+    """The HTTP server: one thread per connection, at most ``max_connections`` of them (503 beyond)."""
+
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 64
 
-    def __init__(self, dashboard: Dashboard):
+    def __init__(self, dashboard: Dashboard, log: Callable[[str], object] | None = None):
         self.dashboard = dashboard
+        self._log = log
+        self._slots = threading.BoundedSemaphore(dashboard.cfg.max_connections)
+        self.refused_busy = 0
+        if ":" in dashboard.cfg.host:
+            self.address_family = socket.AF_INET6
         super().__init__((dashboard.cfg.host, dashboard.cfg.port), _Handler)
         self._thread: threading.Thread | None = None
+
+    def report(self, line: str) -> None:
+        """One line for the node's log (stderr without one)."""
+        if self._log is not None:
+            self._log(line)
+        else:
+            print(line, file=sys.stderr)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            # every slot busy (slow or many clients): answer at once rather than queue a thread
+            self.refused_busy += 1
+            try:
+                request.setblocking(False)
+                request.send(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed, reset or timed out is routine: nothing printed. Anything else: one line."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            return
+        self.report(f"dashboard: connection from {client_address[0]}: {type(exc).__name__}: {exc}")
 
     @property
     def url(self) -> str:

@@ -10,7 +10,6 @@ sources untouched and only that hidden staging path behind, which the next run r
 """
 from __future__ import annotations
 
-import fcntl
 import glob
 import os
 import re
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.outpaths import overlapping_input
+from piper_recorder.sidelock import SideLock
 
 STAGING_SUFFIX = ".dsedit-staging"
 LOCK_SUFFIX = ".dsedit-lock"
@@ -154,20 +155,13 @@ def staging_path(out: Path) -> Path:
     return out.with_name(f".{out.name}{STAGING_SUFFIX}")
 
 
-class OutputLock:
-    """One edit per output path at a time (a flock on a hidden file beside it; dies with the process)."""
+class OutputLock(SideLock):
+    """One edit per output path at a time: a flock on ``.<name>.dsedit-lock`` beside it, removed when the
+    edit ends, refused or not (``SideLock``: never while another live process holds it)."""
 
     def __init__(self, out: Path):
-        self.path = out.with_name(f".{out.name}{LOCK_SUFFIX}")
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.fd)
-            raise EditError(f"another {TOOL} is writing {out}") from None
-
-    def close(self) -> None:
-        os.close(self.fd)  # the file stays (as piper-export's): unlinking a flock file races a waiting opener
+        super().__init__(out.with_name(f".{out.name}{LOCK_SUFFIX}"),
+                         lambda: EditError(f"another {TOOL} is writing {out}"))
 
 
 def remove_stale_staging(out: Path) -> None:
@@ -185,8 +179,7 @@ def check_new_output(out: Path, inputs: list[Path]) -> None:
     """``out`` must be a new path, not one of the inputs nor inside/around one."""
     if out.exists() or out.is_symlink():
         raise EditError(f"--out {out} already exists; choose a new path (edits never overwrite an output)")
-    for src in inputs:
-        s = src.resolve()
-        o = out.absolute()
-        if o == s or s in o.parents or o in s.parents:
-            raise EditError(f"--out {out} must be outside the source {src} and not contain it")
+    src = overlapping_input(out, inputs)   # symlinks resolved on both sides
+    if src is not None:
+        raise EditError(f"--out {out} must be outside the source {src} and not contain it "
+                        f"(resolved: {out.resolve()} and {src.resolve()})")

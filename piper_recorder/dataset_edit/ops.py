@@ -21,6 +21,8 @@ from typing import Callable, Union
 from piper_recorder.lerobot import export, fsutil
 from piper_recorder.lerobot.layout import ROTATION_TYPES
 
+from piper_recorder.outpaths import located, nested
+
 from . import lerobot_edit, rgbd_edit
 from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_mergeable, check_new_output, describe_plan,
                      parse_episodes, picks_of, remove_stale_staging, retask_picks, split_fraction, staging_path)
@@ -93,6 +95,12 @@ def _run(op: str, kind: str, paths: list[Path], sources: list[Source], outputs: 
         plan += describe_plan(o.picks, names, eps)
         if not o.in_place:
             check_new_output(o.path, paths)
+    news = [o.path for o in outputs if not o.in_place]
+    for i, a in enumerate(news):
+        for b in news[i + 1:]:
+            if nested(a, b):
+                raise EditError(f"split: --out and --rest must differ and neither may lie inside the other "
+                                f"(resolved: {a.resolve()} and {b.resolve()})")
     result = Result(op, kind, [o.path for o in outputs], plan, dry_run)
     if dry_run:
         return result
@@ -103,7 +111,7 @@ def _run(op: str, kind: str, paths: list[Path], sources: list[Source], outputs: 
 
 def _write(kind: str, op: str, paths: list[Path], sources: list[Source], o: Output, progress: Progress | None,
            extra: dict[str, object]) -> dict[str, int]:
-    out = o.path.absolute()
+    out = o.path.absolute() if o.in_place else located(o.path)   # a new output: beside its real directory
     lock = OutputLock(out)
     staging = staging_path(out)
     try:
@@ -169,8 +177,8 @@ def split(src: Path, out: Path, rest: Path | None, episodes: str | None = None, 
         others = [i for i in range(len(eps)) if i not in set(chosen)]
         outputs = [Output(out, picks_of(0, eps, chosen))]
         if rest is not None:
-            if rest.absolute() == out.absolute():
-                raise EditError("split: --out and --rest must differ")
+            if nested(rest, out):
+                raise EditError("split: --out and --rest must differ and neither may lie inside the other")
             outputs.append(Output(rest, picks_of(0, eps, others)))
         sel = {"selected": chosen} if fraction is None else {"selected": chosen, "fraction": fraction, "seed": seed}
         return _run("split", kind, [src], sources, outputs, dry_run, progress, **sel)

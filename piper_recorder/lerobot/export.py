@@ -40,6 +40,8 @@ import numpy as np
 import pyarrow as pa
 
 from piper_recorder import __version__
+from piper_recorder.outpaths import located, nested
+from piper_recorder.sidelock import SideLock
 
 from . import fsutil, layout
 from .errors import DatasetError
@@ -400,19 +402,11 @@ def commit(staging: Path, out: Path) -> None:
     fsutil.fsync_dir(out.parent)
 
 
-class _Lock:
-    """One export per output directory at a time."""
+class _Lock(SideLock):
+    """One export per output directory at a time (``.<name>.export-lock``, removed when the run ends)."""
 
     def __init__(self, path: Path):
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.fd)
-            raise ExportError(f"another piper-export is writing {path.parent}") from None
-
-    def close(self) -> None:
-        os.close(self.fd)
+        super().__init__(path, lambda: ExportError(f"another piper-export is writing {path.parent}"))
 
 
 # ---- the operation --------------------------------------------------------------------------
@@ -436,9 +430,11 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
     """
     if to not in TARGETS:
         raise ExportError(f"--to {to!r}: must be one of {', '.join(TARGETS)}")
-    root, out = Path(root).resolve(), Path(out).absolute()
-    if out == root or root in out.parents or out in root.parents:
-        raise ExportError(f"--out {out} must be outside the source root {root} and not contain it")
+    given = Path(out)
+    root, out = Path(root).resolve(), located(given)
+    if nested(given, root):   # symlinks resolved on both sides: --out Alink/v30 is inside A
+        raise ExportError(f"--out {given} must be outside the source root {root} and not contain it "
+                          f"(resolved: {given.resolve()})")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging, _, lock_path = _paths(out)
     lock = _Lock(lock_path)

@@ -21,6 +21,13 @@ Episodes recorded with ``timestamp_mode: capture`` keep frames at their capture 
 do not sit on the rows: there only row 0 must have a frame at or before it and the time base must
 resolve 1e-4 s. The worst row over the root (per rule) is kept in a ``TimingSummary`` when the caller
 passes one.
+
+Frame pairing (the recorder's per-episode counters in meta/episodes.jsonl, since a nominal video is
+re-stamped to the row times): a row's frame must have been captured at or before the row, within
+``CAUSAL_TOLERANCE_MS`` (1 ms, the clock mapper's noise; DESIGN.md Timing): ``frame_ahead_max_ms``
+above that is a problem (a frame from the future leaks the commanded motion into the observation).
+The worst offsets both ways (ahead of and behind the row) go into a ``PairingSummary``. Older roots
+record only ``frame_offset_max_ms`` (no direction): reported as such, not checked.
 """
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ STAT_KEYS = {"mean", "std", "min", "max", "q01", "q99"}
 EPISODE_STAT_KEYS = {"min", "max", "mean", "std", "count"}  # LeRobot v2.1 meta/episodes_stats.jsonl
 CODEBASE_VERSIONS = ("v2.0", "v2.1")
 TIMESTAMP_TOLERANCE_S = 1e-4
+CAUSAL_TOLERANCE_MS = 1.0   # a row's frame may be captured at most this long after the row (DESIGN.md, Timing)
 INT_BOOKKEEPING = ("frame_index", "episode_index", "index", "task_index")
 BOOKKEEPING_DTYPES = {"timestamp": "float32", **{k: "int64" for k in INT_BOOKKEEPING}}
 INFO_KEYS = ("codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks", "total_videos",
@@ -100,10 +108,34 @@ class TimingSummary:
 
 
 @dataclass
+class PairingSummary:
+    """Worst capture offsets of row frames over a root, from the episodes' counters: (ms, episode, camera)."""
+    ahead: tuple[float, int, str] | None = None     # largest capture - row time (> 0: after the row)
+    behind: tuple[float, int, str] | None = None    # largest row time - capture (the oldest frame)
+    undirected: tuple[float, int, str] | None = None  # older roots: largest |capture - row time| only
+
+    @staticmethod
+    def _worse(old: tuple[float, int, str] | None, new: tuple[float, int, str]) -> tuple[float, int, str]:
+        return new if old is None or new[0] > old[0] else old
+
+    def describe(self) -> str:
+        def one(w: tuple[float, int, str]) -> str:
+            return f"{w[0]:.3f} ms (episode {w[1]}, {w[2]})"
+        parts = []
+        if self.ahead is not None or self.behind is not None:
+            parts.append(f"worst frame captured after its row: {one(self.ahead) if self.ahead else 'none'}; "
+                         f"worst before its row: {one(self.behind) if self.behind else 'none'}")
+        if self.undirected is not None:
+            parts.append(f"older episodes record no direction: largest offset {one(self.undirected)}")
+        return "frame pairing: " + ("; ".join(parts) if parts else "no per-row frame offsets recorded")
+
+
+@dataclass
 class _Report:
     root: Path
     problems: list[str] = field(default_factory=list)
     timing: TimingSummary = field(default_factory=TimingSummary)
+    pairing: PairingSummary = field(default_factory=PairingSummary)
 
     def add(self, where: Path | str, msg: str) -> None:
         where = Path(where)
@@ -775,11 +807,38 @@ def _check_stray_files(rep: _Report, root: Path, expected: set[Path]) -> None:
                 rep.add(p, "not named by meta/episodes.jsonl (leftover or temporary file)")
 
 
-def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | None = None) -> list[str]:
+def _check_pairing(rep: _Report, path: Path, pos: int, ep: dict) -> None:
+    """The episode's frame offsets against the causal rule; the worst of them into ``rep.pairing``."""
+    pr = rep.pairing
+    for key in ("frame_ahead_max_ms", "frame_behind_max_ms", "frame_offset_max_ms"):
+        per_cam = ep.get(key)
+        if per_cam is None:
+            continue
+        if not isinstance(per_cam, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                    for v in per_cam.values()):
+            rep.add(path, f"episode {pos}: {key!r} must map camera names to numbers, got {per_cam!r}")
+            continue
+        for cam, v in per_cam.items():
+            w = (float(v), pos, str(cam))
+            if key == "frame_ahead_max_ms":
+                pr.ahead = pr._worse(pr.ahead, w)
+                if v > CAUSAL_TOLERANCE_MS:
+                    rep.add(path, f"episode {pos}: {cam}: a row's frame was captured {v:.3f} ms after the row "
+                                  f"(more than {CAUSAL_TOLERANCE_MS:g} ms: a frame from the future)")
+            elif key == "frame_behind_max_ms":
+                pr.behind = pr._worse(pr.behind, w)
+            elif "frame_ahead_max_ms" not in ep:
+                pr.undirected = pr._worse(pr.undirected, w)
+
+
+def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | None = None,
+                  pairing: PairingSummary | None = None) -> list[str]:
     """Every problem found in the LeRobot v2.0 / v2.1 root, one line each; [] when valid. ``timing``, when
-    given, receives the video timing figures (rows checked, the worst row)."""
+    given, receives the video timing figures (rows checked, the worst row); ``pairing`` the worst frame
+    capture offsets ahead of and behind their rows."""
     root = Path(root)
-    rep = _Report(root, timing=TimingSummary() if timing is None else timing)
+    rep = _Report(root, timing=TimingSummary() if timing is None else timing,
+                  pairing=PairingSummary() if pairing is None else pairing)
     if not root.is_dir():
         return [f"{root}: not a directory"]
     meta = root / "meta"
@@ -836,6 +895,7 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
                 rep.add(ep_path, f"episode {pos}: task_index {ep['task_index']!r} but meta/tasks.jsonl maps "
                                  f"{ep_tasks[0]!r} to {task_index}")
             task_index = ep["task_index"] if isinstance(ep["task_index"], int) else task_index
+        _check_pairing(rep, ep_path, pos, ep)
         ctx = _EpisodeContext(ep=ep, episode_index=pos, start_index=start, task_index=task_index)
         expected_files.add(data_file(root, info, pos))
         expected_files.update(video_file(root, info, pos, k) for k in video_keys)

@@ -27,6 +27,7 @@ Empty episodes (no rows) are discarded by ``save_episode`` (it returns None): th
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -77,6 +78,15 @@ class _Episode:
             self.rows = np.concatenate([self.rows, np.empty_like(self.rows)])
         self.rows[self.n] = row
         self.times.append(t)
+
+
+def io_reason(e: OSError) -> str:
+    """An I/O failure as what happened to the files: the errno's meaning first, then the OS's text."""
+    what = {errno.EFBIG: "a file grew past the file-size limit (ulimit -f) or the file system's largest file",
+            errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
+            errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}.get(e.errno or 0)
+    text = " ".join(str(e).split())
+    return f"{what}: {text}" if what else text
 
 
 class LeRobotWriter:
@@ -281,7 +291,8 @@ class LeRobotWriter:
                 rec = self._record(ep, {k: v for k, v in record.items() if k not in reserved})
                 if "video_dropped_frames" in record:
                     rec["video_dropped_frames"] = record["video_dropped_frames"]
-                self._commit_save(ep, rec)
+                self._commit_save(ep, rec, retry="this episode was not written and the root is as it was "
+                                                 "before it; fix the cause and run the command again")
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
@@ -613,7 +624,10 @@ class LeRobotWriter:
             moves.append((ep.staging / "quest.jsonl", self.root / layout.extras_relpath(ep.index)))
         return moves
 
-    def _commit_save(self, ep: _Episode, record: dict) -> None:
+    def _commit_save(self, ep: _Episode, record: dict,
+                     retry: str = "the dataset is unchanged, retry save_episode() or discard_episode()") -> None:
+        """Commit one episode (``retry``: what the caller can do after an I/O failure, in its own terms:
+        the recorder API's save_episode(), or a command line that imports episodes)."""
         episodes = self._episodes + [record]
         tasks = list(self._tasks)
         if ep.task_index == len(tasks):
@@ -653,8 +667,7 @@ class LeRobotWriter:
         except BaseException as e:
             self._rollback(tmps, done, moved)
             if isinstance(e, OSError):
-                raise SaveFailedError(f"saving episode {ep.index} failed ({e}); the dataset is "
-                                      "unchanged, retry save_episode() or discard_episode()") from e
+                raise SaveFailedError(f"saving episode {ep.index} failed ({io_reason(e)}); {retry}") from e
             raise
         self._episodes, self._tasks = episodes, tasks
         self._task_index[ep.task] = ep.task_index

@@ -7,7 +7,6 @@ start-up with a message naming it.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import sys
 import threading
 import time
@@ -24,7 +23,9 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
+from piper_recorder.nodehelp import node_usage, wants_help
 from piper_recorder.recording.config import coerce_param
+from piper_recorder.supervision import on_stop_signals, watch_parent
 
 C = TypeVar("C")
 
@@ -218,19 +219,22 @@ async def run_in_thread(fn: Callable[[], Any]) -> Any:
 
 
 def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "events") -> int:
-    """Create the node, spin it (``make_executor(executor)``) until SIGINT/SIGTERM, then shut down cleanly.
+    """Create the node, spin it (``make_executor(executor)``) until SIGINT/SIGTERM/SIGHUP or until the
+    process that started it is gone (``supervision.watch_parent``: a SIGKILLed launcher), then shut down
+    cleanly.
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
     discard the episode in flight and publish its last event before the process exits.
     """
-    rclpy.init(args=list(sys.argv if args is None else args), signal_handler_options=SignalHandlerOptions.NO)
+    argv = list(sys.argv if args is None else args)
+    if wants_help(argv):   # rcl would ignore --help and start the node: print usage, start nothing
+        module = sys.modules.get(getattr(factory, "__module__", ""))
+        print(node_usage(argv[0] if argv else "", getattr(module, "__doc__", None)), end="")
+        return 0
+    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    on_stop_signals(lambda _sig: stop.set())
+    watch_parent(stop.set)
     node: Node | None = None
     code = 0
     try:

@@ -75,7 +75,7 @@ class DashboardNode(Node):
         self._image_subs: dict[str, Subscription] = {}
         self._set_cameras(list(cfg.cameras))
         try:
-            self.server = DashboardServer(self.dash).start()
+            self.server = DashboardServer(self.dash, log=self.get_logger().warning).start()
         except OSError as exc:
             raise ParameterError(f"dashboard: cannot serve on {cfg.host}:{cfg.port}: {exc}") from exc
         self.get_logger().info(f"dashboard on {self.server.url}" + (" (token required)" if cfg.token else ""))

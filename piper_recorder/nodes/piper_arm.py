@@ -1,8 +1,8 @@
 """piper_arm node: thin ROS adapter around ``piper_recorder.piper.controller.ArmController``.
 
 Subscribes /arm/target_pose (PoseStamped, absolute flange target, frame "arm_base" or empty) and
-/arm/target_gripper (JointState ["gripper"], m), keeping only the newest unread target of each. Publishes /arm/joint_states and /arm/eef_pose at the
-arm's feedback rate (~200 Hz, from the SDK reader thread as each joint / end-pose frame set completes),
+/arm/target_gripper (JointState ["gripper"], m), keeping only the newest unread target of each. Publishes /arm/joint_states and /arm/eef_pose at
+``feedback_publish_hz`` (100 Hz; from the SDK reader thread as a joint / end-pose frame set completes),
 stamped with the host receive time of those frames (capture time);
 /arm/commanded_pose and /arm/commanded_gripper with exactly what went on the bus, stamped when it
 was sent; /arm/status (DiagnosticArray, 2 Hz); /arm/provenance (String JSON, transient local).
@@ -28,7 +28,7 @@ from std_srvs.srv import Trigger
 
 from piper_recorder.nodes.common import ParameterError, declare_config, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.piper import kinematics as kin
-from piper_recorder.piper.backends import ArmConfig
+from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
 from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
@@ -56,9 +56,12 @@ class PiperArmNode(Node):
             cfg.can_interface = "virtual"
             cfg.can_silence_s = max(cfg.can_silence_s, cfg.emulator_can_silence_s)
             start = np.clip(cfg.emulator_start_joints, cfg.joint_min, cfg.joint_max).tolist()
-            self.emulator = PiperEmulator(cfg.can_channel, EmulatorConfig(q_init=start)).start()
+            emu = EmulatorConfig(q_init=start)
+            if cfg.emulator_firmware:
+                emu.firmware = cfg.emulator_firmware
+            self.emulator = PiperEmulator(cfg.can_channel, emu).start()
         try:
-            self.link = PiperLink(cfg.can_channel, cfg.can_interface)
+            self.link = PiperLink(cfg.can_channel, cfg.can_interface, feedback_hz=cfg.feedback_publish_hz)
         except (ConnectionError, OSError, ValueError) as exc:
             if self.emulator is not None:
                 self.emulator.stop()
@@ -75,7 +78,13 @@ class PiperArmNode(Node):
         self.pub_provenance = self.create_publisher(String, "/arm/provenance", latched)
 
         self.ctl = ArmController(cfg, self.link, on_command=self._on_command)
-        self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
+        try:
+            self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
+        except FirmwareRefused as exc:   # before enabling: the arm was never commanded
+            self.link.close()
+            if self.emulator is not None:
+                self.emulator.stop()
+            raise ParameterError(f"backend {cfg.backend!r}: {exc}") from exc
         self._publish_provenance()
 
         # Targets are absolute and superseded by the next one: keep only the newest unread one. With a deeper
@@ -89,6 +98,10 @@ class PiperArmNode(Node):
         self.create_service(Trigger, "/arm/enable", self._srv_enable, callback_group=services)
         self.create_service(Trigger, "/arm/disable", self._srv_disable, callback_group=services)
         self.create_service(Trigger, "/arm/go_home", self._srv_go_home, callback_group=services)
+        # publish a set once its stamp is a period past the last one published (less half an arm frame
+        # period of tolerance, so 100 Hz of a 200 Hz arm is every other set, not every third)
+        self._publish_gap = max(0.0, 1.0 / cfg.feedback_publish_hz - 0.0025)
+        self._last_published = {ID_JOINTS[-1]: 0.0, ID_POSE[-1]: 0.0}
         self.link.set_frame_listener(self._on_frame)
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
@@ -122,8 +135,12 @@ class PiperArmNode(Node):
             js.name, js.position = ["gripper"], [float(gripper)]
             self.pub_cmd_gripper.publish(js)
 
-    def _on_frame(self, frame_id: int, _stamp: float) -> None:
-        """SDK reader thread: publish at the arm's feedback rate, once per complete joint / pose set."""
+    def _on_frame(self, frame_id: int, stamp: float) -> None:
+        """SDK reader thread: publish once per complete joint / pose set, at ``feedback_publish_hz``."""
+        last = self._last_published.get(frame_id)
+        if last is None or stamp - last < self._publish_gap:
+            return
+        self._last_published[frame_id] = stamp
         if frame_id == ID_JOINTS[-1]:
             fb = self.link.feedback()
             js = JointState()

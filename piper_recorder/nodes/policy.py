@@ -7,8 +7,9 @@ stamps; a control thread at ``control_rate_hz`` asks the ``PolicyRuntime`` for t
 reason as teleop: a shared executor would delay the ticks behind image callbacks.
 
 Takeover: the operator's grip on ``/quest/<hand>/joy`` (squeeze above ``takeover_above``, teleop's
-engage rule) or teleop reporting ``engaged`` stops the policy's targets at once (teleop drives);
-only ``~/resume`` hands the arm back. Services ``~/start``, ``~/stop``, ``~/pause``, ``~/resume``
+engage rule, held until below ``takeover_release_below``) or teleop reporting ``engaged`` stops the
+policy's targets at once (teleop drives); only ``~/resume`` hands the arm back, and ``~/start`` /
+``~/resume`` are refused while the grip is held or teleop is engaged (``policy.operator``). Services ``~/start``, ``~/stop``, ``~/pause``, ``~/resume``
 (std_srvs/Trigger); ``~/status`` (String JSON, 2 Hz); ``/policy/provenance`` (String JSON, latched:
 backend, URL or checkpoint, content hash, chunk settings, ``active``) and ``/policy/actor`` (String,
 latched: ``policy`` | ``operator`` | ``none``) for the recorders.
@@ -143,24 +144,33 @@ class PolicyNode(Node):
             self._arm_provenance = prov if isinstance(prov, dict) else None
 
     def _on_joy(self, msg: Joy) -> None:
-        if len(msg.axes) >= 2 and float(msg.axes[1]) > self.cfg.takeover_above:
-            self._takeover(f"operator grip on /quest/{self.cfg.hand}/joy")
+        """Every joy message of the hand feeds the operator gate (grip held or open), not only grips:
+        ~/start and ~/resume are refused while the headset says the grip is held."""
+        if len(msg.axes) < 2:
+            return
+        with self._lock:
+            changed = self.runtime.on_joy(now_ns(self), float(msg.axes[1]))
+            why = self.runtime.reason
+        if changed:
+            self._took_over(why)
 
     def _on_teleop_status(self, msg: String) -> None:
         try:
             engaged = json.loads(msg.data).get("engaged")
         except (ValueError, AttributeError):
             return
-        if engaged is True:
-            self._takeover("teleop clutch engaged")
-
-    def _takeover(self, why: str) -> None:
+        if not isinstance(engaged, bool):
+            return
         with self._lock:
-            changed = self.runtime.takeover(why)
+            changed = self.runtime.on_teleop_status(now_ns(self), engaged)
+            why = self.runtime.reason
         if changed:
-            self._actor = "operator"
-            self._publish_actor()
-            self.get_logger().warning(f"takeover: {why}; the policy resumes only on ~/resume")
+            self._took_over(why)
+
+    def _took_over(self, why: str) -> None:
+        self._actor = "operator"
+        self._publish_actor()
+        self.get_logger().warning(f"takeover: {why}; the policy resumes only on ~/resume")
 
     # ---- control loop -------------------------------------------------------------------------
     def _tick_failed(self, exc: Exception) -> None:
@@ -170,15 +180,17 @@ class PolicyNode(Node):
             self.runtime.pause(f"internal error: {type(exc).__name__}: {exc}")
 
     def _tick(self) -> None:
+        # The target is published under the lock the joy callback takes: a grip that arrives after the
+        # tick was computed cannot see a policy target published after it.
         with self._lock:
             tick = self.runtime.tick(now_ns(self))
             state, reason = self.runtime.state, self.runtime.reason
+            if tick.target is not None:
+                self._publish_target(tick.target)
         if state != self._state:
             self._state = state
             self.get_logger().info(f"state: {state}" + (f" ({reason})" if reason else ""))
         self._actor = tick.actor
-        if tick.target is not None:
-            self._publish_target(tick.target)
 
     def _publish_target(self, t: Target) -> None:
         if not t.finite():   # the runtime guarantees it; this is the last gate before the arm

@@ -7,6 +7,10 @@ Threads (why encoding never blocks a message callback):
   copy for rgb8/16UC1) and inserts it into the assembler under a short lock. Services are coroutines
   that run their transition (which may wait for the lateness allowance and a save) on a worker thread
   and await it, so the executor keeps taking messages meanwhile; the controller serialises transitions.
+- The four services live on a second, message-free node (``<name>_control``, its services named under
+  the recorder's own name: ``/lerobot_recorder/stop_episode``) spun by its own executor thread, so a
+  stop is taken when it arrives, not after the images queued before it on a busy recorder; its
+  arrival time is the episode's end (``controller.request_stop``: no row after it is assembled).
 - A tick thread sleeps until the next grid tick plus the lateness allowance (computed from the grid,
   not a periodic timer, so late wake-ups never shift rows) and calls ``controller.tick(now)``.
 - One writer thread (``WriterWorker``) owns every writer call; the writers encode in their own threads.
@@ -33,17 +37,18 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 # joint_positions, pose: the message helpers the router's adapters use (test_bag_config checks the nodes share them)
-from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
+from piper_recorder.assembly.messages import ACTOR_TOPIC, joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController
 from piper_recorder.recording.inputs import TopicMap, topic_map
+from piper_recorder.recording.policy_log import PolicyLog, episode_fields
 from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
 from piper_recorder.recording.targets import EpisodeTarget
 
 from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import INPUT_ERRORS, describe
 
-from .common import ParameterError, declare_config, now_ns, run_in_thread
+from .common import ParameterError, declare_config, make_executor, now_ns, run_in_thread, spin_until
 
 
 def message_class(msg_type: str) -> Any:
@@ -89,10 +94,12 @@ class RecorderNode(Node):
             else ReliabilityPolicy.BEST_EFFORT)
         self.pub_status = self.create_publisher(String, "~/status", 10)
         self.pub_events = self.create_publisher(String, "/episode_events", reliable)
+        self.policy_log = PolicyLog()   # every policy that acted in an episode, and when (episodes.jsonl)
         self.controller = EpisodeController(
             target, cfg.assembly(tuple(topics.cameras), topics.table), recorder=self.get_name(),
             max_episode_s=cfg.max_episode_s, publish_event=self._publish_event, session_record=self._session_record,
-            on_change=self._publish_status, log=lambda m: self.get_logger().info(m))
+            on_change=self._publish_status, log=lambda m: self.get_logger().info(m), max_lag_s=cfg.writer_max_lag_s,
+            episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end))
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
         # frames received per camera (delivery health, piper_recorder.delivery): colour, and depth for RGB-D
@@ -113,9 +120,21 @@ class RecorderNode(Node):
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
         self.create_subscription(String, "/policy/provenance", self._on_policy, latched)
+        self.create_subscription(String, ACTOR_TOPIC, lambda m: self.policy_log.on_actor(now_ns(self), m.data),
+                                 latched_input)
+        # services on their own node and executor thread (module doc): answered however busy the inputs are
+        self._control = Node(f"{self.get_name()}_control", namespace=self.get_namespace(), context=self.context,
+                             use_global_arguments=False, start_parameter_services=False)
+        base = self.get_fully_qualified_name()
         for srv, fn in (("start_episode", self._srv_start), ("stop_episode", self._srv_stop),
                         ("discard_episode", self._srv_discard), ("delete_last_episode", self._srv_delete)):
-            self.create_service(Trigger, f"~/{srv}", fn)
+            self._control.create_service(Trigger, f"{base}/{srv}", fn)
+        self._control_exec = make_executor()
+        self._control_exec.add_node(self._control)
+        self._control_stop = threading.Event()
+        self._control_thread = threading.Thread(target=spin_until, args=(self._control_exec, self._control_stop),
+                                                name="control", daemon=True)
+        self._control_thread.start()
         self.create_timer(1.0 / cfg.status_hz, self._status_tick)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="tick", daemon=True)
@@ -155,6 +174,7 @@ class RecorderNode(Node):
         except ValueError:
             return
         self._policy = prov if isinstance(prov, dict) and prov.get("active") else None
+        self.policy_log.on_provenance(now_ns(self), prov)
 
     # ---- provenance -------------------------------------------------------------------------
     def _session_record(self) -> dict[str, Any]:
@@ -185,6 +205,7 @@ class RecorderNode(Node):
 
     async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         end = now_ns(self)   # the episode ends when the request arrives, not when the worker runs
+        self.controller.request_stop(end)
         return self._answer(res, await run_in_thread(lambda: self.controller.stop(end)))
 
     async def _srv_discard(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
@@ -240,3 +261,7 @@ class RecorderNode(Node):
         self._ticker.join(2.0)
         ans = self.controller.shutdown(save=self.cfg.on_shutdown == "save")
         self.get_logger().info(f"shutdown: {ans.message}")
+        self._control_stop.set()
+        self._control_thread.join(2.0)
+        self._control_exec.shutdown(timeout_sec=2.0)
+        self._control.destroy_node()

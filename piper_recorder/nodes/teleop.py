@@ -2,8 +2,10 @@
 
 A thin adapter around ``piper_recorder.teleop.mapper.TeleopCore``: headset poses and joys are fed to
 the core with their capture time (``header.stamp``, which quest_bridge maps from the headset clock to
-the host clock) moved onto the monotonic clock, so a late-delivered old pose counts as old (an
-unstamped message, stamp 0, counts from its arrival); arm feedback with its arrival time. A
+the host clock) moved onto the monotonic clock (``teleop.capture_time.HostToMono``), so a
+late-delivered old pose counts as old (an unstamped message, stamp 0, counts from its arrival), and
+with the stamp itself as their order (an input stamped after the one held is never "out of order",
+whatever the clock conversion's noise); arm feedback with its arrival time. A
 dedicated control thread at ``control_rate_hz`` asks the core for the next target. (Not a ROS
 timer: in a shared Python executor a 100 Hz timer starved the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
 single-threaded because the callbacks only store data under one lock.) Targets are published only
@@ -53,6 +55,7 @@ from std_msgs.msg import Header, String
 from std_srvs.srv import Trigger
 
 from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
+from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
 from piper_recorder.teleop.frames import FrameConfig
@@ -117,6 +120,8 @@ class TeleopNode(Node):
         self.ncfg = declare_config(self, TeleopNodeConfig)
         self.haptics = HapticScheduler(declare_config(self, HapticConfig, "haptics."))
         self.core = TeleopCore(cfg)  # validates the assembled config
+        # header stamps (the ROS clock) onto the monotonic clock, immune to a thread held between clock reads
+        self._to_mono = HostToMono(host_ns=lambda: now_ns(self))
         self.cfg = cfg
 
         self._lock = threading.Lock()  # the core is single-threaded: callbacks and the control thread share it
@@ -155,28 +160,26 @@ class TeleopNode(Node):
                                f"recorders={self.ncfg.recorders}")
 
     # ---- inputs -------------------------------------------------------------------------------
-    def _captured(self, header: Header) -> float:
-        """The message's capture time on the monotonic clock (never later than now)."""
+    def _captured(self, header: Header) -> tuple[float, int | None]:
+        """The message's capture time on the monotonic clock (never later than now) and its source
+        order (the stamp; None when unstamped: all we know is that it arrived now)."""
         stamp = stamp_to_ns(header.stamp)
-        mono = time.monotonic()
-        if stamp <= 0:
-            return mono   # not stamped: all we know is that it arrived now
-        return mono - max(0, now_ns(self) - stamp) / 1e9
+        return self._to_mono.convert(stamp), (stamp if stamp > 0 else None)
 
     def _on_hand_pose(self, msg: PoseStamped) -> None:
         p, q = _pose_arrays(msg)
-        t = self._captured(msg.header)
-        with self._lock:
-            self.core.on_hand_pose(t, p, q)
+        with self._lock:   # the converter's state too
+            t, order = self._captured(msg.header)
+            self.core.on_hand_pose(t, p, q, order)
 
     def _on_joy(self, hand: str, msg: JoyMsg) -> None:
         joy = _joy(msg)
-        t = self._captured(msg.header)
         with self._lock:
+            t, order = self._captured(msg.header)
             if joy is None:
                 self.core.counters.rejected_inputs += 1
                 return
-            self.core.on_joy(t, hand, joy)
+            self.core.on_joy(t, hand, joy, order)
 
     def _on_arm_pose(self, msg: PoseStamped) -> None:
         p, q = _pose_arrays(msg)

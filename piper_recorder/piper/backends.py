@@ -12,6 +12,13 @@
 
 Each ``command`` returns the pose it sent (absolute, 4x4) or None when it sent nothing this tick;
 an unchanged goal is re-sent after ``keepalive_s`` of silence rather than every tick.
+
+Firmware (issue 21.16, ``firmware``): releases read JointMitCtrl differently, so before it commands
+anything the impedance backend is configured with the dialect of the firmware the link read
+(``configure``): it refuses (``FirmwareRefused``, naming the firmware and the way out) an unknown
+firmware or one before S-V1.7-3 (joints reversed in MIT mode), divides the torque of joints 1-3 by
+4 on S-V1.7-3..1.8-2 (the firmware multiplies it by 4; the link divides their effort likewise), and
+sends the 12-bit frame with move mode 0x06 from S-V1.8-8 (the link encodes it).
 """
 from __future__ import annotations
 
@@ -21,7 +28,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import kinematics as kin
+from .firmware import MitDialect
 from .link import Feedback, PiperLink
+
+
+class FirmwareRefused(RuntimeError):
+    """The impedance backend will not drive this firmware (the message says why and what to do)."""
 
 
 @dataclass
@@ -39,7 +51,15 @@ class ArmConfig:
     # an in-process virtual bus cannot fall silent: a feedback gap there means the host starved the
     # emulator's thread (seen for > 0.2 s on a loaded 2-core box), so emulation relaxes can_silence_s
     emulator_can_silence_s: float = 1.0
+    # the firmware version the emulator reports and whose MIT dialect it speaks ("" = the emulator's
+    # default, S-V1.8-5; e.g. S-V1.8-8 for the 12-bit MIT frame, firmware.py)
+    emulator_firmware: str = ""
     control_rate_hz: float = 200.0
+    # /arm/joint_states and /arm/eef_pose rate (Hz): every complete feedback set of the arm (~200 Hz) is
+    # read, every other one published. No consumer needs 200 Hz (rows at 30 Hz hold the newest sample,
+    # <= 10 ms old at 100 Hz; teleop ticks at 100 Hz; cameras at 30 Hz), and each of ~7 subscribers paid
+    # for every message: 100 Hz halved the graph's arm-topic cost. >= the arm's rate publishes every set.
+    feedback_publish_hz: float = 100.0
     # MotionCtrl_2 speed percentage: caps the firmware's joint speeds. Streamed EndPoseCtrl targets need
     # full speed (as piper_sdk's end-pose demo sends): near the ready pose a 5 cm sideways hand move
     # counter-rotates joints 4 and 6 by ~0.8 rad, and at 50 % a figure-eight with a +-10 deg yaw
@@ -86,6 +106,8 @@ class ArmConfig:
             raise ValueError("t_ff must lie in [-8, 8] N m (JointMitCtrl range)")
         if not 1 <= self.speed <= 100:
             raise ValueError(f"speed must be 1..100 %, got {self.speed}")
+        if not 1.0 <= self.feedback_publish_hz <= 1000.0:
+            raise ValueError(f"feedback_publish_hz must be 1..1000, got {self.feedback_publish_hz}")
         if not 10.0 <= self.control_rate_hz <= 1000.0:
             raise ValueError(f"control_rate_hz must be 10..1000, got {self.control_rate_hz}")
         if any(lo >= hi for lo, hi in zip(self.joint_min, self.joint_max)):
@@ -141,12 +163,22 @@ class ImpedanceBackend:
         self._last_effort_stamp = 0.0
         self._t_phase = 0.0
         self._last_t = -1e9
+        self.dialect: MitDialect | None = None   # set by configure() before anything is sent
+
+    def configure(self, dialect: MitDialect) -> None:
+        """Take the firmware's MIT dialect (``PiperLink.dialect`` once it read the firmware); raise
+        ``FirmwareRefused`` for a firmware this backend does not drive."""
+        if dialect.refusal is not None:
+            raise FirmwareRefused(dialect.refusal)
+        self.dialect = dialect
 
     def ready(self) -> bool:
         return self._phase == "mit"
 
     def activate(self, fb: Feedback, now: float) -> None:
         """Hold the measured joints in joint-position mode and sample the holding torques."""
+        if self.dialect is None:
+            raise FirmwareRefused("impedance backend: not configured with the arm's firmware (configure())")
         self.q_cmd = fb.joints.copy()
         self._samples, self._last_effort_stamp = [], fb.effort_stamp
         self._phase, self._t_phase = "sampling", now
@@ -191,7 +223,9 @@ class ImpedanceBackend:
         else:
             self.v_cmd = np.zeros(6)
         self.link.mode_mit(self.cfg.speed)
-        torque = self.t_ff + self.gravity
+        assert self.dialect is not None   # activate() checked it
+        # the torque field as this firmware reads it: it multiplies joints 1-3 by 4 on S-V1.7-3..1.8-2
+        torque = np.clip((self.t_ff + self.gravity) / np.array(self.dialect.torque_gain), *self.dialect.t_range)
         sent = np.array([self.link.mit(i + 1, self.q_cmd[i], self.v_cmd[i], self.kp[i] * s, self.kd[i] * s, torque[i])
                          for i in range(6)])
         self._last_t = now

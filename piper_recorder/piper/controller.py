@@ -71,8 +71,11 @@ class ArmController:
 
     # ------------------------------------------------------------ lifecycle
     def start(self, enable: bool = True, feedback_timeout: float = 3.0) -> None:
-        """Read the firmware version, wait for feedback, enable (optional) and hold the current pose."""
+        """Read the firmware version, wait for feedback, enable (optional) and hold the current pose.
+        Raises ``FirmwareRefused`` (before enabling) if the impedance backend does not drive this firmware."""
         self.firmware = self.link.firmware()
+        if isinstance(self.backend, ImpedanceBackend):
+            self.backend.configure(self.link.dialect)
         deadline = time.monotonic() + feedback_timeout
         while time.monotonic() < deadline and time.time() - self.link.feedback().stamp > self.cfg.can_silence_s:
             time.sleep(0.02)
@@ -177,7 +180,8 @@ class ArmController:
         hold = self._hold
         err = float(np.linalg.norm(hold[0][:3, 3] - fb.pose[:3, 3])) if (hold is not None and fb) else None
         return {"state": self.state, "backend": self.backend.name, "enabled": self._enabled,
-                "firmware": self.firmware, "sdk_version": SDK_VERSION, "can_channel": self.link.channel,
+                "firmware": self.firmware, "mit_dialect": self.link.dialect.describe(),
+                "sdk_version": SDK_VERSION, "can_channel": self.link.channel,
                 "targets_accepted": self.accepted, "targets_refused": dict(self.refused),
                 "last_refusal": self.last_refusal, "stale_events": self.stale_events,
                 "can_silence_events": self.silence_events, "commands_sent": self.sent_commands,

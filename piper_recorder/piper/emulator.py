@@ -16,6 +16,12 @@ speed percentage; in MIT mode each joint is a rigid body driven by the sent PD l
 gravity feed-forward measurably matters. Joint limits always clamp. Reported motor currents are
 the holding torques (gravity in position mode, the PD torque in MIT mode), converted with the
 SDK's torque coefficients.
+
+Firmware: ``EmulatorConfig.firmware`` is the version string it reports, and it reads MIT frames the
+way that release does (``firmware.mit_dialect``): the SDK's 8-bit frame with its check, or from
+S-V1.8-8 the 12-bit torque without one (MIT entered with move mode 0x06, 0x04 accepted too: whether
+1.8-8 still honours 0x04 is not reported); S-V1.7-3..1.8-2 apply 4x the torque field on joints 1-3
+and report 4x their torque. An empty string: no reply to the version query.
 """
 from __future__ import annotations
 
@@ -27,16 +33,41 @@ from dataclasses import dataclass, field
 
 import can
 import numpy as np
+from can.interfaces.virtual import VirtualBus
 
 from . import kinematics as kin
 from .wire import (ID_ENABLE, ID_FIRMWARE, ID_GRIPPER, ID_GRIPPER_CTRL, ID_HIGH_SPD, ID_JOINT_CTRL,
                    ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_POSE_CTRL, ID_STATUS,
-                   MIT_FLAG, MOVE_J, MOVE_L, MOVE_M, MOVE_P, TORQUE_COEF, MitCommand, decode_mit)
+                   MIT_FLAG, MOVE_J, MOVE_L, MOVE_M, MOVE_MIT, MOVE_P, TORQUE_COEF, MitCommand, decode_mit)
+from .firmware import mit_dialect
+
+
+class EmulatorBus(VirtualBus):
+    """python-can's virtual bus without its defensive per-receiver ``deepcopy`` of each sent message.
+
+    The emulator sends ~3,500 frames/s, each a fresh ``can.Message`` it never touches again, so the
+    first receiver (the SDK's bus) gets the message itself and any further one a plain copy; the
+    deepcopy alone cost more than encoding the frame. Receiving is python-can's own.
+    """
+
+    def send(self, msg: can.Message, timeout: float | None = None) -> None:
+        self._check_if_open()
+        stamp = time.time()
+        first = True
+        for bus_queue in self.channel:
+            if bus_queue is self.queue:
+                continue
+            m = msg if first else can.Message(arbitration_id=msg.arbitration_id, data=msg.data,
+                                              is_extended_id=msg.is_extended_id, dlc=msg.dlc)
+            first = False
+            m.timestamp, m.channel, m.is_rx = stamp, self.channel_id, True
+            bus_queue.put(m, block=True, timeout=timeout)
 
 
 @dataclass
 class EmulatorConfig:
-    firmware: str = "S-V1.6-5"
+    # a release whose MIT frame is the SDK's as documented (firmware.py); set another to emulate its dialect
+    firmware: str = "S-V1.8-5"
     feedback_hz: float = 200.0
     high_spd_every: int = 2   # motor high-speed frames every N feedback ticks (100 Hz)
     low_spd_every: int = 10   # low-speed every N ticks (20 Hz)
@@ -59,6 +90,9 @@ class PiperEmulator:
     def __init__(self, channel: str, config: EmulatorConfig | None = None):
         self.cfg = config or EmulatorConfig()
         self.channel = channel
+        self.dialect = mit_dialect(self.cfg.firmware)   # how this firmware reads JointMitCtrl
+        self._torque_gain = np.array(self.dialect.torque_gain)
+        self._effort_gain = np.array(self.dialect.effort_gain)
         self._lock = threading.Lock()
         self.q = np.array(self.cfg.q_init, dtype=float)
         self.dq = np.zeros(6)
@@ -88,10 +122,11 @@ class PiperEmulator:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.ticks = 0
+        self._masses = np.array(self.cfg.link_masses, dtype=float)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "PiperEmulator":
-        self._bus = can.Bus(interface="virtual", channel=self.channel, receive_own_messages=False)
+        self._bus = EmulatorBus(channel=self.channel, receive_own_messages=False)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"piper-emu-{self.channel}", daemon=True)
         self._thread.start()
@@ -170,7 +205,8 @@ class PiperEmulator:
                     self.dq[:] = 0.0
         elif fid == ID_MOTION_CTRL_2:
             self.ctrl_mode, self.move_mode, self.speed_pct = d[0], d[1], max(1, min(100, d[2]))
-            mit = d[3] == MIT_FLAG and self.move_mode == MOVE_M
+            mit_modes = (MOVE_M, MOVE_MIT) if self.dialect.frame == "raw12" else (MOVE_M,)
+            mit = d[3] == MIT_FLAG and self.move_mode in mit_modes
             if mit and not self.mit:
                 self.mit_cmd = [None] * 6
             if not mit and self.mit:
@@ -198,7 +234,7 @@ class PiperEmulator:
                 self.gripper_target = float(np.clip(width / 1e6, 0.0, 0.08))
                 self.gripper_effort = effort / 1000.0
         elif fid in ID_MIT_CTRL:
-            cmd = decode_mit(d)
+            cmd = decode_mit(d, self.dialect.frame, self.dialect.t_range)
             if cmd is None:
                 self.bad_crc += 1
             elif self.mit:
@@ -234,21 +270,15 @@ class PiperEmulator:
         """Joint torques needed to hold q against gravity (point masses at frame origins), N m.
 
         tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
-        9.81 (z_ix c_iy - z_iy c_ix). Plain floats: this runs every emulator tick.
+        9.81 (z_ix c_iy - z_iy c_ix). Vectorised over the joints: this runs every emulator tick.
         """
-        frames = kin.link_frames(q)
-        pts = [(m, f[0, 3], f[1, 3]) for m, f in zip(self.cfg.link_masses, frames) if m]
-        idx = [k for k, m in enumerate(self.cfg.link_masses) if m]
-        tau = np.zeros(6)
-        for i in range(6):
-            ox, oy = frames[i][0, 3], frames[i][1, 3]
-            cx = cy = 0.0
-            for k, (m, px, py) in zip(idx, pts):
-                if k >= i:
-                    cx += m * (px - ox)
-                    cy += m * (py - oy)
-            tau[i] = 9.81 * (frames[i][0, 2] * cy - frames[i][1, 2] * cx)
-        return tau
+        f = kin.frames_array(q)
+        p, z = f[:, :2, 3], f[:, :2, 2]
+        m = self._masses
+        mass_from = np.cumsum(m[::-1])[::-1]                              # sum_{k >= i} m_k
+        moment_from = np.cumsum((m[:, None] * p)[::-1], axis=0)[::-1]    # sum_{k >= i} m_k p_k
+        c = moment_from - mass_from[:, None] * p
+        return 9.81 * (z[:, 0] * c[:, 1] - z[:, 1] * c[:, 0])
 
     def _step(self, dt: float) -> None:
         if dt <= 0.0:
@@ -262,7 +292,8 @@ class PiperEmulator:
                 tau = grav - 2.0 * self.dq  # a joint without an MIT frame yet keeps holding itself
                 for i, c in enumerate(self.mit_cmd):
                     if c is not None:
-                        tau[i] = c.kp * (c.pos - self.q[i]) + c.kd * (c.vel - self.dq[i]) + c.t_ff
+                        tau[i] = c.kp * (c.pos - self.q[i]) + c.kd * (c.vel - self.dq[i]) \
+                            + c.t_ff * self._torque_gain[i]
                 acc = (tau - grav - fric * self.dq) / inertia
                 self.dq += acc * h
                 self.q += self.dq * h
@@ -315,7 +346,8 @@ class PiperEmulator:
         self._send(ID_GRIPPER, gripper)
         if self.ticks % self.cfg.high_spd_every == 0:
             for i, fid in enumerate(ID_HIGH_SPD):
-                current = max(-32768, min(32767, round(float(tau[i]) * 1000.0 / TORQUE_COEF[i])))
+                reported = float(tau[i] * self._effort_gain[i])
+                current = max(-32768, min(32767, round(reported * 1000.0 / TORQUE_COEF[i])))
                 speed = max(-32768, min(32767, round(float(dq[i]) * 1000.0)))
                 self._send(fid, struct.pack(">hhi", speed, current, round(float(q[i]) * 1000.0)))
         if self.ticks % self.cfg.low_spd_every == 0:

@@ -21,9 +21,12 @@ from piper_sdk import C_PiperInterface_V2
 from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
-from .wire import MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF, float_to_uint, uint_to_float
+from .firmware import MitDialect, mit_dialect, parse_version, version_string
+from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_STATUS, MIT_KD,
+                   MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12, float_to_uint, uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
+TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
 
 
 @dataclass
@@ -46,6 +49,41 @@ class Feedback:
     pose_stamp: float          # host receive time of the newest end-pose frame
 
 
+class FeedbackDecimator:
+    """Which of the arm's ~200 Hz feedback frames to hand to piper_sdk's parser, at most ``hz`` sets a second.
+
+    The SDK's parser costs ~45 us a frame (every frame runs through all its update functions, each under
+    a lock), ~0.1 core for the ~2,300 frames a second an arm sends; the node publishes feedback at
+    ``feedback_publish_hz`` (100 Hz), so parsing the sets it never publishes was half of that for nothing.
+    A multi-frame set (end pose 0x2A2-0x2A4, joints 0x2A5-0x2A7) is kept or skipped whole, decided at
+    its first frame, so a parsed set is never a mix of two instants. Motor frames (already 100/20 Hz)
+    and every other frame are always parsed.
+    """
+
+    def __init__(self, hz: float):
+        self.gap = max(0.0, 1.0 / hz - 0.0025)   # half a 200 Hz period of tolerance: 100 Hz = every other set
+        self._last: dict[int, float] = {}
+        self._skipping: set[int] = set()
+
+    def skip(self, fid: int, stamp: float) -> bool:
+        head = _SET_HEAD.get(fid)
+        if head is None:
+            return False
+        if fid != head:   # the rest of a set follows its first frame's decision
+            return fid in self._skipping
+        members = _SETS[head]
+        if stamp - self._last.get(head, -1e18) < self.gap:
+            self._skipping.update(members)
+            return True
+        self._skipping.difference_update(members)
+        self._last[head] = stamp
+        return False
+
+
+_SETS = {ID_STATUS: (ID_STATUS,), ID_POSE[0]: ID_POSE, ID_JOINTS[0]: ID_JOINTS, ID_GRIPPER: (ID_GRIPPER,)}
+_SET_HEAD = {fid: head for head, members in _SETS.items() for fid in members}
+
+
 class PiperLink:
     """Thin typed wrapper over one ``C_PiperInterface_V2`` instance.
 
@@ -53,8 +91,11 @@ class PiperLink:
     two threads sending at once (control loop, enable/disable service) could otherwise swap fields.
     """
 
-    def __init__(self, channel: str = "can0", interface: str = "socketcan"):
+    def __init__(self, channel: str = "can0", interface: str = "socketcan", feedback_hz: float | None = None):
+        """``feedback_hz``: parse the arm's ~200 Hz feedback sets (status, end pose, joints, gripper) at most
+        this often (``FeedbackDecimator``); None parses every frame. Every other frame is always parsed."""
         self.channel, self.interface = channel, interface
+        decimator = FeedbackDecimator(feedback_hz) if feedback_hz else None
         self._tx = threading.Lock()
         if interface == "socketcan":
             self.sdk = C_PiperInterface_V2(can_name=channel, judge_flag=False, can_auto_init=True)
@@ -66,6 +107,10 @@ class PiperLink:
                 port.send_bus.shutdown()
                 port.send_bus = port.recv_bus
         self._frame_listener: Callable[[int, float], None] | None = None
+        self._firmware_raw = bytearray()   # the 0x4AF reply as sent (the SDK keeps only 8 characters of it)
+        self._firmware_at = 0.0            # when its last frame arrived
+        # how the firmware reads JointMitCtrl and scales effort; known once ``firmware()`` has read it
+        self.dialect: MitDialect = mit_dialect(None)
         self.listener_errors = 0
         self.last_listener_error = ""
         port = self.sdk.GetCanBus()
@@ -74,7 +119,12 @@ class PiperLink:
         port._sdk_parse = sdk_parse
 
         def parse_then_notify(msg: can.Message) -> None:
+            if decimator is not None and decimator.skip(msg.arbitration_id, msg.timestamp):
+                return
             sdk_parse(msg)
+            if msg.arbitration_id == ID_FIRMWARE:
+                self._firmware_raw.extend(bytes(msg.data))
+                self._firmware_at = time.monotonic()
             listener = self._frame_listener
             if listener is not None:
                 try:
@@ -99,20 +149,25 @@ class PiperLink:
 
     # ------------------------------------------------------------ feedback
     def feedback(self) -> Feedback:
+        """A snapshot of the SDK's newest frames in SI units (plain float math: called ~600 times a second)."""
         s = self.sdk
         j = s.GetArmJointMsgs()
         js = j.joint_state
-        joints = np.radians(np.array([js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6],
-                                     dtype=float) / 1000.0)
+        r = math.pi / 180e3   # 0.001 deg -> rad
+        joints = np.array([js.joint_1 * r, js.joint_2 * r, js.joint_3 * r, js.joint_4 * r, js.joint_5 * r,
+                           js.joint_6 * r])
         ep = s.GetArmEndPoseMsgs()
         e = ep.end_pose
-        pose = np.eye(4)
-        pose[:3, :3] = kin.euler_to_matrix(*np.radians(np.array([e.RX_axis, e.RY_axis, e.RZ_axis]) / 1000.0))
-        pose[:3, 3] = np.array([e.X_axis, e.Y_axis, e.Z_axis], dtype=float) / 1e6
+        pose = np.empty((4, 4))
+        pose[:3, :3] = kin.euler_to_matrix(e.RX_axis * r, e.RY_axis * r, e.RZ_axis * r)
+        pose[:3, 3] = e.X_axis / 1e6, e.Y_axis / 1e6, e.Z_axis / 1e6
+        pose[3] = 0.0, 0.0, 0.0, 1.0
         g = s.GetArmGripperMsgs()
         h = s.GetArmHighSpdInfoMsgs()
         motors = (h.motor_1, h.motor_2, h.motor_3, h.motor_4, h.motor_5, h.motor_6)
-        effort = np.array([m.current * c / 1000.0 for m, c in zip(motors, TORQUE_COEF)])
+        # true torques: S-V1.7-3..1.8-2 report 4x on joints 1-3 (``firmware``)
+        effort = np.array([m.current * c / 1000.0 / gain
+                           for m, c, gain in zip(motors, TORQUE_COEF_F, self.dialect.effort_gain)])
         st = s.GetArmStatus()
         a = st.arm_status
         return Feedback(stamp=float(j.time_stamp), joints=joints, pose=pose,
@@ -125,19 +180,34 @@ class PiperLink:
                         pose_stamp=float(ep.time_stamp))
 
     def firmware(self, timeout: float = 1.0) -> str | None:
-        """Firmware string (e.g. "S-V1.6-5"); queries again once if nothing arrived yet."""
+        """Firmware string (e.g. "S-V1.8-5"); queries again once if nothing arrived yet. Sets ``dialect``.
+
+        Parsed from the raw 0x4AF bytes: the SDK's ``GetPiperFirmwareVersion`` keeps 8 characters, so
+        "S-V1.8-10" would read "S-V1.8-1" (another MIT dialect, ``firmware``); the SDK's string is the
+        fallback when the raw bytes do not parse."""
         deadline = time.monotonic() + timeout
         asked_again = False
+        found: str | None = None
         while time.monotonic() < deadline:
-            v = self.sdk.GetPiperFirmwareVersion()
-            if isinstance(v, str):
-                return v
+            time.sleep(0.02)
+            # the reply spans several frames: a version running to the end of what arrived may go on
+            # ("S-V1.8-1" + "0"), so it counts once 50 ms passed without another frame
+            settled = time.monotonic() - self._firmware_at > 0.05
+            v = parse_version(bytes(self._firmware_raw), complete=settled)
+            if v is not None:
+                found = version_string(v)
+                break
+            sdk_v = self.sdk.GetPiperFirmwareVersion()
+            if isinstance(sdk_v, str) and settled and not parse_version(sdk_v):
+                found = sdk_v   # a reply we cannot parse: keep what the SDK made of it (refused later)
+                break
             if not asked_again and time.monotonic() > deadline - timeout / 2:
                 with self._tx:
+                    self._firmware_raw.clear()
                     self.sdk.SearchPiperFirmwareVersion()
                 asked_again = True
-            time.sleep(0.02)
-        return None
+        self.dialect = mit_dialect(found)
+        return found
 
     def enabled(self, since: float = 0.0) -> bool:
         """All six drivers report enabled (low-speed frames, ~20 Hz) in a frame received after ``since``."""
@@ -161,8 +231,13 @@ class PiperLink:
             self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
 
     def mode_mit(self, speed: int) -> None:
+        """MotionCtrl_2 into MIT mode with the move mode this firmware wants (0x04; 0x06 from S-V1.8-8)."""
+        mode = self.dialect.move_mode
         with self._tx:
-            self.sdk.MotionCtrl_2(0x01, 0x04, int(speed), 0xAD)
+            if mode == MOVE_M:
+                self.sdk.MotionCtrl_2(0x01, mode, int(speed), 0xAD)
+            else:   # piper_sdk 0.6.2 refuses move modes above 0x05: the same 0x151 frame, sent raw
+                self.sdk.GetCanBus().SendCanMessage(ID_MOTION_CTRL_2, [0x01, mode, int(speed), 0xAD, 0, 0, 0, 0])
 
     def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
         """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
@@ -187,12 +262,21 @@ class PiperLink:
         return w / 1e6
 
     def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:
-        """JointMitCtrl for joint 1..6; returns the position reference the frame carries (rad).
+        """JointMitCtrl for joint 1..6 in this firmware's dialect; returns the position reference the
+        frame carries (rad). ``t_ff`` is the torque field as the firmware reads it (callers divide by
+        the dialect's ``torque_gain``).
 
-        The SDK packs with a truncating float->uint map (8 bits for torque: 0.063 N m steps, and 0 is
-        not representable); we pre-add half a step so the wire value is the nearest code, and clip
-        every value into the SDK's packing range (outside it the packing wraps around).
+        SDK frame: the SDK packs with a truncating float->uint map (8 bits for torque: 0.063 N m steps,
+        and 0 is not representable); we pre-add half a step so the wire value is the nearest code, and
+        clip every value into the SDK's packing range (outside it the packing wraps around). From
+        S-V1.8-8 the SDK's frame is misread (``firmware``): we encode the 12-bit frame ourselves and
+        send it on the SDK's CAN port.
         """
+        if self.dialect.frame == "raw12":
+            data = encode_mit_raw12(pos, vel, kp, kd, t_ff, self.dialect.t_range)
+            with self._tx:
+                self.sdk.GetCanBus().SendCanMessage(ID_MIT_CTRL[joint - 1], list(data))
+            return uint_to_float((data[0] << 8) | data[1], *MIT_P, 16)
         vals = []
         for x, (lo, hi), bits in ((pos, MIT_P, 16), (vel, MIT_V, 12), (kp, MIT_KP, 12), (kd, MIT_KD, 12),
                                   (t_ff, MIT_T, 8)):

@@ -17,7 +17,7 @@ ID_MOTION_CTRL_2, ID_POSE_CTRL, ID_JOINT_CTRL = 0x151, (0x152, 0x153, 0x154), (0
 ID_GRIPPER_CTRL, ID_MIT_CTRL = 0x159, tuple(range(0x15A, 0x160))
 ID_ENABLE, ID_FIRMWARE = 0x471, 0x4AF
 
-MOVE_P, MOVE_J, MOVE_L, MOVE_M = 0x00, 0x01, 0x02, 0x04
+MOVE_P, MOVE_J, MOVE_L, MOVE_M, MOVE_MIT = 0x00, 0x01, 0x02, 0x04, 0x06   # MOVE_MIT: S-V1.8-8+
 MIT_FLAG = 0xAD
 # effort = current * coefficient (piper_sdk ArmMsgFeedbackHighSpd.cal_effort)
 TORQUE_COEF = np.array([1.18125, 1.18125, 1.18125, 0.95844, 0.95844, 0.95844])
@@ -43,16 +43,35 @@ class MitCommand:
     t_ff: float
 
 
-def decode_mit(data: bytes) -> MitCommand | None:
-    """Unpack one 0x15A-0x15F payload; None when the 4-bit XOR checksum is wrong."""
+def decode_mit(data: bytes, frame: str = "crc8", t_range: tuple[float, float] = MIT_T) -> MitCommand | None:
+    """Unpack one 0x15A-0x15F payload as a firmware reading ``frame`` does (``firmware.MitDialect``):
+    "crc8" (piper_sdk 0.6.2's frame: 8-bit torque, 4-bit XOR check; None when the check is wrong) or
+    "raw12" (S-V1.8-8 and later: 12-bit torque in bytes 6-7, no check)."""
     d = bytes(data)
-    crc = (d[0] ^ d[1] ^ d[2] ^ d[3] ^ d[4] ^ d[5] ^ d[6]) & 0x0F
-    if crc != d[7] & 0x0F:
-        return None
     pos = (d[0] << 8) | d[1]
     vel = (d[2] << 4) | (d[3] >> 4)
     kp = ((d[3] & 0x0F) << 8) | d[4]
     kd = (d[5] << 4) | (d[6] >> 4)
-    t = ((d[6] & 0x0F) << 4) | (d[7] >> 4)
+    if frame == "raw12":
+        t, t_bits = ((d[6] & 0x0F) << 8) | d[7], 12
+    else:
+        crc = (d[0] ^ d[1] ^ d[2] ^ d[3] ^ d[4] ^ d[5] ^ d[6]) & 0x0F
+        if crc != d[7] & 0x0F:
+            return None
+        t, t_bits = ((d[6] & 0x0F) << 4) | (d[7] >> 4), 8
     return MitCommand(uint_to_float(pos, *MIT_P, 16), uint_to_float(vel, *MIT_V, 12),
-                      uint_to_float(kp, *MIT_KP, 12), uint_to_float(kd, *MIT_KD, 12), uint_to_float(t, *MIT_T, 8))
+                      uint_to_float(kp, *MIT_KP, 12), uint_to_float(kd, *MIT_KD, 12),
+                      uint_to_float(t, *t_range, t_bits))
+
+
+def encode_mit_raw12(pos: float, vel: float, kp: float, kd: float, t_ff: float,
+                     t_range: tuple[float, float]) -> bytes:
+    """The S-V1.8-8+ JointMitCtrl payload (``firmware``): piper_sdk 0.6.2 cannot encode it. Each value
+    maps to the nearest code of its field (clipped into the field's range)."""
+    def code(x: float, lo: float, hi: float, bits: int) -> int:
+        top = (1 << bits) - 1
+        return int(round((min(max(x, lo), hi) - lo) * top / (hi - lo)))
+    p, v = code(pos, *MIT_P, 16), code(vel, *MIT_V, 12)
+    k, d, t = code(kp, *MIT_KP, 12), code(kd, *MIT_KD, 12), code(t_ff, *t_range, 12)
+    return bytes([p >> 8, p & 0xFF, v >> 4, ((v & 0x0F) << 4) | (k >> 8), k & 0xFF, d >> 4,
+                  ((d & 0x0F) << 4) | (t >> 8), t & 0xFF])

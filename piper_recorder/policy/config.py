@@ -36,6 +36,7 @@ class PolicyConfig:
     gripper_max_width: float = 0.07      # m; gripper targets are clamped into [0, this]
     hand: str = "right"                  # the headset hand whose grip takes over (teleop's hand)
     takeover_above: float = 0.7          # grip (squeeze) above this = operator takeover (teleop's engage_above)
+    takeover_release_below: float = 0.3  # ... held until it falls below this (teleop's release_below)
     arm_frame: str = "arm_base"
     limits: LimitsConfig = field(default_factory=LimitsConfig)
 
@@ -62,6 +63,9 @@ class PolicyConfig:
                 raise ValueError(f"{name} must be finite and >= 0, got {v}")
         if not 0.0 < self.takeover_above <= 1.0:
             raise ValueError(f"takeover_above must be in (0, 1], got {self.takeover_above}")
+        if not 0.0 <= self.takeover_release_below < self.takeover_above:
+            raise ValueError(f"takeover_release_below must be in [0, takeover_above), got "
+                             f"{self.takeover_release_below}")
         if not self.policy.strip():
             raise ValueError("policy must name a backend (http://..., gr00t://..., hold, replay:<root>:<ep>)")
         self.limits.validate()

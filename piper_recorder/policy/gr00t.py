@@ -118,11 +118,26 @@ def _encode(obj: object) -> object:
     return obj
 
 
+class AnswerError(ValueError):
+    """An answer that cannot be decoded; the text says what is wrong with it in the service's terms."""
+
+
 def _decode(obj: dict[object, object]) -> object:
     if "__ndarray_class__" in obj:
-        return np.load(io.BytesIO(cast(bytes, obj["as_npy"])), allow_pickle=False)
+        raw = obj.get("as_npy")
+        if not isinstance(raw, bytes):
+            raise AnswerError("an array in the answer carries no np.save bytes (as_npy)")
+        try:
+            return np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:   # truncated, not .npy, an object array (pickle)
+            raise AnswerError(f"an array in the answer is not a readable .npy ({' '.join(str(e).split())[:120]})") \
+                from None
     if "__ModalityConfig_class__" in obj:  # a pydantic model on their side; plain dict here
-        return json.loads(cast(str, obj["as_json"]))
+        text = obj.get("as_json")
+        try:
+            return json.loads(cast(str, text))
+        except (TypeError, ValueError, RecursionError):
+            raise AnswerError("a modality config in the answer is not JSON (as_json)") from None
     return obj
 
 
@@ -131,7 +146,35 @@ def pack(message: Mapping[str, object]) -> bytes:
 
 
 def unpack(raw: bytes) -> object:
-    return msgpack.unpackb(raw, object_hook=_decode)
+    """Decode one reply; AnswerError says why it cannot be (msgpack's own exceptions often carry no
+    text: a FormatError or StackError reads ``()``)."""
+    try:
+        return msgpack.unpackb(raw, object_hook=_decode)
+    except AnswerError:
+        raise
+    except msgpack.StackError:
+        raise AnswerError("answer nested too deeply") from None
+    except RecursionError:
+        raise AnswerError("answer nested too deeply") from None
+    except msgpack.ExtraData:
+        raise AnswerError("answer has bytes after its msgpack message") from None
+    except msgpack.FormatError:
+        raise AnswerError("answer is not msgpack (a byte no msgpack message starts with)") from None
+    except ValueError as e:
+        if "incomplete" in str(e):
+            raise AnswerError(f"answer is truncated ({len(raw)} bytes end inside a msgpack message)") from None
+        raise AnswerError(f"answer is not msgpack ({' '.join(str(e).split())[:120] or type(e).__name__})") from None
+    except (TypeError, OverflowError) as e:   # e.g. an unhashable map key, an integer beyond 64 bits
+        raise AnswerError(f"answer is not msgpack this client reads ({type(e).__name__}: {e})") from None
+
+
+def _field_problem(name: str, value: object) -> str:
+    """Why an answer field is not an action array, in the answer's own terms."""
+    if isinstance(value, msgpack.ExtType):
+        return f"answer field {name} has an unsupported msgpack extension type (code {value.code})"
+    if value is None:
+        return f"answer field {name} is nil"
+    return f"answer field {name} is a msgpack {type(value).__name__}, not an array"
 
 
 def _column(obs: Observation, key: str) -> npt.NDArray[np.float32] | None:
@@ -197,8 +240,8 @@ class Gr00tBackend:
                 raise BackendError(f"gr00t://{self.host}:{self.port} {endpoint}: {e}") from e
         try:
             reply = unpack(raw)
-        except (ValueError, msgpack.UnpackException) as e:
-            raise BackendError(f"gr00t {endpoint}: undecodable answer ({e})") from e
+        except AnswerError as e:
+            raise BackendError(f"gr00t {endpoint}: {e}") from e
         if not isinstance(reply, dict):
             raise BackendError(f"gr00t {endpoint}: answer is not a map")
         if "error" in reply:
@@ -277,10 +320,19 @@ class Gr00tBackend:
             at += max((s.end for s in self.modality.action if s.original_key == k), default=0)
         parts: list[tuple[Slice, npt.NDArray[np.float32]]] = []
         for s in self.modality.action:
-            arr = answer.get(f"action.{s.name}")
+            key = f"action.{s.name}"
+            if key not in answer:
+                raise BackendError(f"gr00t: answer lacks {key} (got {sorted(map(str, answer))})")
+            arr = answer[key]
             if not isinstance(arr, np.ndarray):
-                raise BackendError(f"gr00t: answer lacks action.{s.name} (got {sorted(answer)})")
-            a = arr.astype(np.float32)
+                raise BackendError(f"gr00t: {_field_problem(key, arr)}")
+            if arr.dtype.kind not in "fiu":   # complex: astype would drop the imaginary part silently
+                kind = {"c": "complex-valued", "b": "boolean"}.get(arr.dtype.kind, f"of dtype {arr.dtype}")
+                raise BackendError(f"gr00t: answer field {key} is {kind}; actions must be real numbers")
+            wide = arr.astype(np.float64)
+            if np.isfinite(wide).all() and (np.abs(wide) > np.finfo(np.float32).max).any():
+                raise BackendError(f"gr00t: answer field {key}: action value out of range (beyond float32)")
+            a = wide.astype(np.float32)
             if a.ndim == 3 and a.shape[0] == 1:  # a batched answer
                 a = a[0]
             if a.ndim == 1 and s.end - s.start == 1:

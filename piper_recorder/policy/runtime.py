@@ -7,6 +7,11 @@ gets a target every tick: the due action through the envelope, or the previous t
 nothing valid is due. In takeover and when idle/stopped nothing is published (teleop drives, or the
 arm holds its last target). All methods take ``now_ns`` from the caller (monotonic or the graph's
 clock, one clock throughout): tests run it on a fake clock in milliseconds.
+
+The operator always wins (``operator.OperatorGate``): the grip on the headset's joy stream and
+teleop's clutch feed ``on_joy`` / ``on_teleop_status``; while the gate says the operator holds the
+arm, ``start`` and ``resume`` are refused and every tick publishes nothing (a tick that finds the
+grip held takes over then, whatever message order brought it).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from .backend import ActionChunk, BackendError, BackendTimeout, Observation, Pol
 from .config import PolicyConfig
 from .executor import ChunkExecutor, LeadTime
 from .observation import ObservationBuilder
+from .operator import OperatorGate
 from .safety import Envelope, Target
 
 IDLE, RUNNING, PAUSED, TAKEOVER, STOPPED = "idle", "running", "paused", "takeover", "stopped"
@@ -103,11 +109,36 @@ class PolicyRuntime:
                                          "pauses": 0, "non_finite_refused": 0}
         self.binding: list[binding.Mismatch] = []
         self.pause_reasons: dict[str, int] = {}
+        self.operator = OperatorGate(cfg.hand, cfg.takeover_above, cfg.takeover_release_below)
+        self.counters["operator_refusals"] = 0
+
+    # ---- the operator ---------------------------------------------------------------------------
+    def on_joy(self, now_ns: int, squeeze: float) -> bool:
+        """A joy message of the takeover hand; True when it took the arm from the policy."""
+        if self.operator.on_joy(now_ns, squeeze):
+            return self.takeover(f"operator grip on /quest/{self.cfg.hand}/joy")
+        return False
+
+    def on_teleop_status(self, now_ns: int, engaged: bool) -> bool:
+        """Teleop's reported clutch; True when it took the arm from the policy."""
+        if self.operator.on_teleop_status(now_ns, engaged):
+            return self.takeover("teleop clutch engaged")
+        return False
+
+    def _operator_refusal(self, now_ns: int, what: str) -> str | None:
+        holder = self.operator.holder(now_ns)
+        if holder is None:
+            return None
+        self.counters["operator_refusals"] += 1
+        return f"{what} refused: {holder}; the operator has the arm (release the grip, then call ~/{what})"
 
     # ---- commands -------------------------------------------------------------------------------
     def start(self, now_ns: int, arm_provenance: Mapping[str, Any] | None) -> tuple[bool, str]:
         if self.state in (RUNNING, PAUSED, TAKEOVER):
             return False, f"already {self.state}"
+        refusal = self._operator_refusal(now_ns, "start")
+        if refusal:
+            return False, refusal
         problems = self.builder.problems()
         if problems:
             return False, "refused: live inputs differ from the training root: " + "; ".join(problems)
@@ -170,6 +201,9 @@ class PolicyRuntime:
     def resume(self, now_ns: int) -> tuple[bool, str]:
         if self.state not in (PAUSED, TAKEOVER):
             return False, f"nothing to resume ({self.state})"
+        refusal = self._operator_refusal(now_ns, "resume")
+        if refusal:
+            return False, refusal
         if self.builder.eef is None or self.builder.gripper is None:
             return False, "no arm feedback"
         stale = self._stale(now_ns)
@@ -200,6 +234,8 @@ class PolicyRuntime:
     def tick(self, now_ns: int) -> Tick:
         if self.state in (IDLE, STOPPED):
             return Tick(None, "none", False)
+        if self.state in (RUNNING, PAUSED) and self.operator.holder(now_ns) is not None:
+            self.takeover(self.operator.holder(now_ns) or "operator")
         if self.state == TAKEOVER:
             return Tick(None, "operator", False)
         self.counters["ticks"] += 1

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import random
-import signal
 import socket
 import sys
 import threading
@@ -47,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
+
+from piper_recorder.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_HOST, DEFAULT_PORT
 from .protocol import encode
@@ -439,8 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{APP_NAME}: error: {exc}", file=sys.stderr)
         return 2
     done = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    on_stop_signals(lambda _sig: done.set())
+    watch_parent(done.set)   # a SIGKILLed launcher: no headset left serving (supervision)
     video = f" video={cfg.host}:{server.video.port}" if server.video is not None else ""
     print(f"{APP_NAME} listening on {cfg.host}:{port}{video} script={'replay' if cfg.replay else cfg.script} "
           f"rate={cfg.rate:g}", flush=True)

@@ -81,6 +81,10 @@ class RecorderConfig:
     hello_topic: str = "/quest/hello"
     provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
     status_hz: float = 2.0
+    # a frame that waited longer than this for the writer thread is dropped and counted
+    # (frames_dropped_writer_behind): a recorder that cannot keep up sheds frames instead of growing a
+    # backlog that stop_episode would wait for (recording.worker); ~/status says falling_behind at half
+    writer_max_lag_s: float = 2.0
 
     def check_runtime(self, name: str, value: Any) -> str | None:
         """Why a running recorder refuses ``name = value`` (ros2 param set), or None."""
@@ -116,6 +120,8 @@ class RecorderConfig:
             raise ValueError(f"image_reliability must be 'reliable' or 'best_effort', got {self.image_reliability!r}")
         if self.max_episode_s < 0 or self.status_hz <= 0 or self.provenance_wait_s < 0:
             raise ValueError("max_episode_s and provenance_wait_s must be >= 0, status_hz > 0")
+        if not self.writer_max_lag_s > 0:
+            raise ValueError(f"writer_max_lag_s must be > 0, got {self.writer_max_lag_s}")
         if self.max_episode_s * self.fps > 2 ** 24:
             raise ValueError("max_episode_s too long for float32 timestamps on the 1/fps grid")
         if self.camera_height <= 0 or self.camera_width <= 0:

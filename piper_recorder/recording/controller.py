@@ -23,7 +23,7 @@ from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssemble
 from piper_recorder.assembly.messages import pose7
 
 from .targets import EpisodeTarget, Record
-from .worker import QueuedSink, WriterWorker
+from .worker import DEFAULT_MAX_LAG_S, QueuedSink, WriterWorker
 
 IDLE, RECORDING, SAVING, SAVE_FAILED, CLOSED = "idle", "recording", "saving", "save_failed", "closed"
 
@@ -46,6 +46,7 @@ class _Unsaved:
     origin_ns: int | None
     end_ns: int
     reason: str
+    sink: QueuedSink | None = None   # its frames dropped behind the writer join the counters at the save
 
 
 class _InputError(Exception):
@@ -66,9 +67,13 @@ class EpisodeController:
     def __init__(self, target: EpisodeTarget[Any], assembly: AssemblyConfig, *, recorder: str,
                  max_episode_s: float, publish_event: Callable[[dict[str, Any]], None],
                  session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
-                 log: Callable[[str], object] = print, tick_stats: bool = True):
+                 log: Callable[[str], object] = print, tick_stats: bool = True,
+                 max_lag_s: float = DEFAULT_MAX_LAG_S,
+                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None):
         assembly.validate()
+        self.max_lag_s = max_lag_s
         self._tick_stats = tick_stats
+        self._episode_fields = episode_fields   # (row-0 time, end) -> fields of the saved episode's record
         self.target, self.assembly, self.recorder = target, assembly, recorder
         self.max_episode_ns = int(max_episode_s * 1e9) if max_episode_s > 0 else 0
         self._publish_event, self._session_record, self._on_change, self._log = \
@@ -78,6 +83,8 @@ class EpisodeController:
         self._service = threading.Lock()         # one state transition at a time
         self.state = IDLE
         self._asm: EpisodeAssembler | None = None
+        self._sink: QueuedSink | None = None
+        self._stop_at: int | None = None   # a stop was requested for this time: no row after it is assembled
         self._episode: int | None = None
         self._task = ""
         self._session_started = False
@@ -161,6 +168,8 @@ class EpisodeController:
             if self._asm is None or self.state != RECORDING:
                 return
             due = self._asm.next_due_ns
+            if self._stop_at is not None:   # a stop is on its way to the worker: rows end at its time
+                now_ns = min(now_ns, self._stop_at + round(self._delay_s * 1e9))
             if now_ns >= due:   # how late the tick thread assembled a row (rows stay on the grid regardless)
                 self._tick_delays.append(now_ns - due)
             self._asm.advance(now_ns)
@@ -195,8 +204,9 @@ class EpisodeController:
             with self._lock:
                 start_ns = now()
                 self.worker.take_error()
-                self._asm = EpisodeAssembler(self.assembly, start_ns, QueuedSink(sink, self.worker),
-                                             depth=self.target.depth)
+                self._sink = QueuedSink(sink, self.worker, self.max_lag_s, shed_row_frames=not self.target.depth)
+                self._stop_at = None
+                self._asm = EpisodeAssembler(self.assembly, start_ns, self._sink, depth=self.target.depth)
                 self._tick_delays = []
                 for name, (stamp, values) in self._preroll_inputs.items():
                     self._asm.add_input(name, stamp, values)
@@ -205,6 +215,13 @@ class EpisodeController:
                 self._episode, self._task, self.state = idx, task, RECORDING
             event = self._event("started", start_ns=start_ns)
             return self._done(Answer(True, f"recording episode {idx} (task '{task}')", event))
+
+    def request_stop(self, end_ns: int) -> None:
+        """Note at once (any thread, before ``stop`` gets its turn) that the episode ends at ``end_ns``: the
+        tick thread assembles no row after it, however long the stop then waits for the service lock."""
+        with self._lock:
+            if self.state == RECORDING and self._asm is not None:
+                self._stop_at = int(end_ns) if self._stop_at is None else min(self._stop_at, int(end_ns))
 
     def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode",
              only: EpisodeAssembler | None = None) -> Answer:
@@ -219,6 +236,8 @@ class EpisodeController:
                 return self._refuse(self._not_recording("stop"))
             end = end_ns() if callable(end_ns) else int(end_ns)
             with self._lock:
+                if self._stop_at is not None:
+                    end = min(end, self._stop_at)
                 self.state = SAVING
             self._on_change()
             # messages still in flight for the last rows (and their frames): wait out the assembly delay
@@ -231,14 +250,14 @@ class EpisodeController:
                 counters = asm.finish(end).to_dict()
                 if self._tick_stats:
                     counters["tick_delay_ms"] = self._delay_stats()
-                self._asm = None
+                self._asm, sink, self._stop_at = None, self._sink, None
             self.last_counters = counters
             timeout = reason != "stop_episode"   # max_episode_s or shutdown: a truncation, not a terminal
             if counters["rows"] < self.target.min_rows:
                 missing = asm.missing_inputs(end)
                 why = f"empty: {counters['rows']} rows" + (f", never received {missing}" if missing else "")
                 return self._drop(why, ok=False, start_ns=asm.start_ns)
-            return self._commit(_Unsaved(counters, timeout, asm.start_ns, asm.origin_ns, end, reason))
+            return self._commit(_Unsaved(counters, timeout, asm.start_ns, asm.origin_ns, end, reason, sink))
 
     def _commit(self, u: _Unsaved) -> Answer:
         """Save on the writer thread; a failure with the episode still held by the writer keeps it."""
@@ -280,7 +299,11 @@ class EpisodeController:
         err = self.worker.take_error()
         if err is not None:
             raise _InputError(err)
-        return self.target.save_episode(u.counters, u.timeout)
+        if u.sink is not None and u.sink.behind:   # on the writer thread: every frame before the save is counted
+            u.counters["frames_dropped_writer_behind"] = dict(u.sink.behind)
+        fields = {} if self._episode_fields is None else \
+            self._episode_fields(u.origin_ns if u.origin_ns is not None else u.start_ns, u.end_ns)
+        return self.target.save_episode({**u.counters, **fields}, u.timeout)
 
     def _writer_holds_episode(self) -> bool:
         """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
@@ -304,7 +327,7 @@ class EpisodeController:
             if self.state != RECORDING:
                 return self._refuse(self._not_recording("discard"))
             with self._lock:
-                asm, self._asm = self._asm, None
+                asm, self._asm, self._stop_at = self._asm, None, None
                 self.state = SAVING
             return self._drop(reason, ok=True, start_ns=asm.start_ns if asm else None)
 
@@ -348,13 +371,19 @@ class EpisodeController:
 
     # ---- status -----------------------------------------------------------------------------
     def status(self, now_ns: int) -> dict[str, Any]:
+        """``writer_lag_s``/``falling_behind``: how far the writer thread is behind real time (at half of
+        ``max_lag_s`` it says so; at ``max_lag_s`` it drops frames, counted in ``frames_dropped_writer_behind``)."""
+        lag = self.worker.lag_s()
         with self._lock:
             st: dict[str, Any] = {"recorder": self.recorder, "state": self.state, "episode_index": self._episode,
                                   "task": self._task, "saved_this_session": [i for i, _ in self._saved],
-                                  "writer_backlog": self.worker.backlog, "message": self.last_message,
+                                  "writer_backlog": self.worker.backlog, "writer_lag_s": round(lag, 3),
+                                  "falling_behind": lag > 0.5 * self.max_lag_s, "message": self.last_message,
                                   "ok": self.last_ok, "answers": self.answers}
             if self._asm is not None:
+                behind = dict(self._sink.behind) if self._sink is not None else {}
                 st.update(elapsed_s=round((now_ns - self._asm.start_ns) / 1e9, 3), rows=self._asm.rows,
+                          frames_dropped_writer_behind=behind,
                           waiting_for=self._asm.missing_inputs() if self._asm.origin_ns is None else [],
                           counters=self._asm.counters.to_dict(), tick_delay_ms=self._delay_stats())
             else:

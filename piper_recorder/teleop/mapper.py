@@ -125,7 +125,7 @@ class Counters:
     forced_releases: int = 0
     unsafe_targets: int = 0       # targets that failed the final check (never published)
     published: int = 0
-    out_of_order_inputs: int = 0  # headset poses/joys captured before the one already held (ignored)
+    out_of_order_inputs: int = 0  # headset poses/joys captured (at the source) before the one held (ignored)
     limit_hits: dict[str, int] = field(default_factory=dict)   # limits.LIMIT_NAMES: times each started acting
 
 
@@ -157,6 +157,9 @@ class TeleopCore:
         self._hand_t = -math.inf
         self._joy: Joy | None = None
         self._joy_t = -math.inf
+        # the source's order of the pose / joy held (their header stamps, ns): None = unstamped
+        self._hand_order: int | None = None
+        self._joy_order: int | None = None
         self._arm: Pose | None = None
         self._arm_t = -math.inf
         self._joints_t = -math.inf
@@ -174,19 +177,32 @@ class TeleopCore:
         self.last_release: str | None = None   # why the newest forced release happened (menu, stale stream, ...)
 
     # ---- inputs -------------------------------------------------------------------------------
-    def on_hand_pose(self, t: float, p: ArrayLike, q: ArrayLike) -> bool:
-        """``t``: capture time of the pose (monotonic clock)."""
+    @staticmethod
+    def _newer(t: float, order: int | None, held_t: float, held_order: int | None) -> bool:
+        """Whether an input is not older than the one held. By the source's order (the header stamp the
+        bridge gave it, which rises with the headset's capture clock) when both have one: ``t`` is that
+        stamp moved onto this host's monotonic clock, and the move reads two clocks, so a thread preempted
+        between the reads shifts it by the preemption (issue 21.17: 11-16 inputs a minute of a stream
+        whose mono and frame rose were counted out of order, and dropped). By ``t`` otherwise."""
+        if order is not None and held_order is not None:
+            return order >= held_order
+        return t >= held_t
+
+    def on_hand_pose(self, t: float, p: ArrayLike, q: ArrayLike, order: int | None = None) -> bool:
+        """``t``: capture time of the pose (monotonic clock); ``order``: its source order (header stamp, ns)."""
         pose = _valid_pose(p, q)
         if pose is None:
             self.counters.rejected_inputs += 1
             return False
-        if t < self._hand_t:
+        if not self._newer(t, order, self._hand_t, self._hand_order):
             self.counters.out_of_order_inputs += 1   # older than the pose held: never drive with it
             return False
-        self._hand, self._hand_t = pose, t
+        # newer at the source: its capture time is not earlier than the held one's, whatever t's noise
+        self._hand, self._hand_t, self._hand_order = pose, max(t, self._hand_t) if order is not None else t, order
         return True
 
-    def on_joy(self, t: float, hand: str, joy: Joy) -> bool:
+    def on_joy(self, t: float, hand: str, joy: Joy, order: int | None = None) -> bool:
+        """``t``, ``order``: as ``on_hand_pose``."""
         if not all(math.isfinite(v) for v in (joy.trigger, joy.squeeze)):
             self.counters.rejected_inputs += 1
             return False
@@ -208,8 +224,9 @@ class TeleopCore:
                     self.counters.forced_releases += 1
                     self.last_release = "menu"
                 self._released = (ev, "menu" if ev is ClutchEvent.FORCED_RELEASE else None)
-            if t >= self._joy_t:
-                self._joy, self._joy_t = joy, t
+            if self._newer(t, order, self._joy_t, self._joy_order):
+                self._joy, self._joy_order = joy, order
+                self._joy_t = max(t, self._joy_t) if order is not None else t
             else:
                 self.counters.out_of_order_inputs += 1
         elif hand == self.cfg.other_hand:

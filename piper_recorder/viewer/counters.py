@@ -18,7 +18,8 @@ PROBLEMS: dict[str, str] = {
     "frames_missing": "frames missing (capture gaps)",
     "frames_late": "frames late (arrived after their row)",
     "frames_stale": "frames stale (older than stale_s)",
-    "frames_beyond_half_period": "frames more than ½ period from their row",
+    "frames_ahead": "frames captured after their row (within 1 ms)",
+    "frames_beyond_half_period": "frames more than ½ period from their row (older recorders)",
     "frames_unpaired": "colour/depth images unpaired",
     "frames_rejected_by_encoder": "encoder drops (refused frames)",
     "video_dropped_frames": "encoder drops (writer)",
@@ -34,10 +35,13 @@ INFO: dict[str, str] = {
     "frames_sent": "frames sent",
     "frames_written": "frames written",
     "frame_offset_max_ms": "largest frame offset from its row (ms)",
+    "frame_ahead_max_ms": "largest frame capture after its row (ms)",
+    "frame_behind_max_ms": "oldest frame before its row (ms)",
     "tick_delay_ms": "tick delay past due (ms)",
     "raw_quest_lines": "raw headset lines",
 }
-MAXIMA = {"frame_offset_max_ms"}   # per-camera maxima: the overall figure is their maximum, not a sum
+# per-camera maxima: the overall figure is their maximum, not a sum
+MAXIMA = {"frame_offset_max_ms", "frame_ahead_max_ms", "frame_behind_max_ms"}
 
 
 def total(value: Any) -> float:

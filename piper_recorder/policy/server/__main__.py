@@ -21,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default loopback)")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
     ap.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, mps")
+    ap.add_argument("--workers", type=int, default=8, help="handler threads (connections served at once)")
+    ap.add_argument("--queue", type=int, default=16,
+                    help="connections waiting for a handler; more are answered 503 at once")
+    ap.add_argument("--client-timeout", type=float, default=10.0,
+                    help="seconds a client may leave a read or write waiting before it is dropped")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -34,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piper-policy-server: {e}", file=sys.stderr)
         return 2
     try:
-        server = make_server(runner, args.host, args.port)
+        server = make_server(runner, args.host, args.port, workers=args.workers, queued=args.queue,
+                             client_timeout_s=args.client_timeout)
+    except ValueError as e:
+        print(f"piper-policy-server: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"piper-policy-server: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ import base64
 import binascii
 import io
 import json
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,8 @@ U8 = npt.NDArray[np.uint8]
 
 ACTION_WIDTH = 8  # x, y, z, qw, qx, qy, qz, gripper: the dataset's `action` column
 MAX_HORIZON = 10_000
+MAX_IMAGES = 8                # images per request when the policy does not say which cameras it takes
+MAX_PIXELS = 4096 * 4096      # per image (a 4K frame is 8.3 Mpx); also Pillow's MAX_IMAGE_PIXELS in the server
 
 
 class ProtocolError(ValueError):
@@ -53,16 +56,120 @@ def encode_jpeg(rgb: U8, quality: int = 90) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def decode_jpeg(text: str, camera: str) -> U8:
-    """base64 JPEG (or any image Pillow reads) -> HxWx3 uint8 RGB; ProtocolError names the camera."""
+@dataclass(frozen=True)
+class ImageRule:
+    """What a request's images may be, checked before any is decoded (a decoded frame costs W*H*3
+    bytes whatever its file size: a 1.2 MB body of six 12500x12500 PNGs took 3.9 GB).
+
+    ``cameras``: camera name -> (width, height) the policy was trained on; images of other cameras are
+    not decoded (the policy does not use them) and a used one of another size is refused from its
+    header. ``single``: the policy takes one image of any camera (LeRobot's ``observation.image``),
+    of that size. Neither known (a runner that does not list its inputs): at most ``max_images``
+    images of at most ``max_pixels`` each. JPEG only, always (PiperPilot's protocol)."""
+
+    cameras: dict[str, tuple[int, int]] | None = None
+    single: tuple[int, int] | None = None
+    max_images: int = MAX_IMAGES
+    max_pixels: int = MAX_PIXELS
+
+    @staticmethod
+    def from_inputs(inputs: object) -> ImageRule:
+        """From a runner's ``info()["inputs"]`` ({feature key: {"type", "shape": [c, h, w]}})."""
+        if not isinstance(inputs, dict):
+            return ImageRule()
+        cams: dict[str, tuple[int, int]] = {}
+        single = None
+        for key, f in inputs.items():
+            if not isinstance(f, dict) or f.get("type") != "VISUAL":
+                continue
+            shape = f.get("shape")
+            if not (isinstance(shape, (list, tuple)) and len(shape) == 3 and all(isinstance(v, int) for v in shape)):
+                return ImageRule()
+            size = (int(shape[2]), int(shape[1]))
+            if str(key).startswith("observation.images."):
+                cams[str(key)[len("observation.images."):]] = size
+            elif key == "observation.image":
+                single = size
+        return ImageRule(cameras=cams, single=single)
+
+
+JPEG_MAGIC = b"\xff\xd8\xff"
+_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def jpeg_size(raw: bytes) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header (SOFn), walking the marker segments; None if there is
+    none before the scan. Read here rather than by Pillow so that a frame too large for Pillow's bomb
+    cap is refused with its size, like any other wrong size."""
+    i = 2
+    while i + 4 <= len(raw):
+        if raw[i] != 0xFF:
+            return None
+        marker = raw[i + 1]
+        if marker == 0xFF:   # fill byte
+            i += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:   # segments without a length
+            i += 2
+            continue
+        n = int.from_bytes(raw[i + 2:i + 4], "big")
+        if marker in _SOF:
+            if i + 9 > len(raw):
+                return None
+            return int.from_bytes(raw[i + 7:i + 9], "big"), int.from_bytes(raw[i + 5:i + 7], "big")
+        if marker == 0xDA or n < 2:   # start of scan before any frame header
+            return None
+        i += 2 + n
+    return None
+
+
+def _open_jpeg(text: str, camera: str, rule: ImageRule) -> object:
+    """base64 JPEG -> a lazily opened Pillow image (header read, nothing decoded), its format and size
+    checked; ProtocolError names the camera."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         raw = base64.b64decode(text, validate=True)
-        with Image.open(io.BytesIO(raw)) as im:
+    except (binascii.Error, ValueError) as e:
+        raise ProtocolError(f"images.{camera}: not base64 ({e})") from e
+    if not raw.startswith(JPEG_MAGIC):
+        raise ProtocolError(f"images.{camera}: not a JPEG (the protocol sends base64 JPEG; this starts "
+                            f"{raw[:8]!r})")
+    size = jpeg_size(raw)
+    if size is None:
+        raise ProtocolError(f"images.{camera}: not a readable JPEG (no frame header)")
+    w, h = size
+    want = rule.single if rule.cameras is not None and camera not in rule.cameras else \
+        (rule.cameras or {}).get(camera)
+    if want is not None and (w, h) != want:
+        raise ProtocolError(f"images.{camera}: {w}x{h}, the policy was trained on {want[0]}x{want[1]} frames "
+                            f"(the server never resizes)")
+    if w * h > rule.max_pixels:
+        raise ProtocolError(f"images.{camera}: {w}x{h} is more than {rule.max_pixels} pixels")
+    try:
+        im = Image.open(io.BytesIO(raw), formats=["JPEG"])   # reads the header only
+    except (ValueError, OSError, UnidentifiedImageError, Image.DecompressionBombError) as e:
+        raise ProtocolError(f"images.{camera}: not a readable JPEG ({e})") from e
+    if im.size != (w, h):   # Pillow read another frame header than ours: trust neither
+        im.close()
+        raise ProtocolError(f"images.{camera}: not a readable JPEG (inconsistent frame headers)")
+    return im
+
+
+def _decode_opened(im: object, camera: str) -> U8:
+    from PIL import Image
+
+    assert isinstance(im, Image.Image)
+    try:
+        with im:
             return np.asarray(im.convert("RGB"), dtype=np.uint8)
-    except (binascii.Error, ValueError, OSError, UnidentifiedImageError) as e:
-        raise ProtocolError(f"images.{camera}: not a base64 image ({e})") from e
+    except (ValueError, OSError, Image.DecompressionBombError) as e:   # truncated or corrupt scan data
+        raise ProtocolError(f"images.{camera}: a damaged JPEG ({e})") from e
+
+
+def decode_jpeg(text: str, camera: str, rule: ImageRule | None = None) -> U8:
+    """base64 JPEG -> HxWx3 uint8 RGB, checked from its header first; ProtocolError names the camera."""
+    return _decode_opened(_open_jpeg(text, camera, rule or ImageRule()), camera)
 
 
 def encode_request(task: str, state: dict[str, F32], images: dict[str, U8], horizon: int,
@@ -75,12 +182,15 @@ def encode_request(task: str, state: dict[str, F32], images: dict[str, U8], hori
     return json.dumps(body).encode("utf-8")
 
 
-def parse_request(body: bytes) -> PredictRequest:
-    """Decode and check a request body; every defect is one ProtocolError naming the field."""
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"body is not JSON ({e})") from e
+def parse_request(body: bytes, rule: ImageRule | None = None,
+                  decode_gate: AbstractContextManager[object] | None = None) -> PredictRequest:
+    """Check and decode a request body; every defect is one ProtocolError naming the field.
+
+    Everything is checked before any image is decoded: the fields, which images the policy uses
+    (``rule``; the others are dropped undecoded), their count, and each one's format and size from its
+    JPEG header. Only then are the used images decoded, inside ``decode_gate`` (the server's bounded
+    decoder slots) when given."""
+    doc = _json(body, "body")
     if not isinstance(doc, dict):
         raise ProtocolError("body must be a JSON object")
     task = doc.get("task", "")
@@ -97,14 +207,28 @@ def parse_request(body: bytes) -> PredictRequest:
         if not isinstance(values, list) or not values or \
                 not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             raise ProtocolError(f"state.{key} must be a non-empty list of numbers")
-        vec = np.asarray(values, dtype=np.float32)
-        if not np.isfinite(vec).all():
-            raise ProtocolError(f"state.{key} holds a non-finite value")
-        state[str(key)] = vec
+        state[str(key)] = _finite_f32(values, f"state.{key}", "value")
     images_doc = doc.get("images", {})
     if not isinstance(images_doc, dict) or not all(isinstance(v, str) for v in images_doc.values()):
         raise ProtocolError("images must be an object {camera: base64 JPEG string}")
-    images = {str(cam): decode_jpeg(text, str(cam)) for cam, text in images_doc.items()}
+    rule = rule or ImageRule()
+    if rule.cameras is not None:
+        used = {str(c): t for c, t in images_doc.items() if str(c) in rule.cameras}
+        if rule.single is not None and not used and len(images_doc) == 1:
+            used = {str(c): t for c, t in images_doc.items()}
+    else:
+        used = {str(c): t for c, t in images_doc.items()}
+    if len(used) > rule.max_images:
+        raise ProtocolError(f"images: {len(used)} images, at most {rule.max_images} per request")
+    opened: dict[str, object] = {}
+    try:
+        for cam, text in used.items():
+            opened[cam] = _open_jpeg(text, cam, rule)
+        with decode_gate if decode_gate is not None else nullcontext():
+            images = {cam: _decode_opened(opened.pop(cam), cam) for cam in list(opened)}
+    finally:
+        for im in opened.values():
+            getattr(im, "close")()
     return PredictRequest(task=task, state=state, images=images, horizon=horizon)
 
 
@@ -122,10 +246,7 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
     """Client side: the answer's rows as (n, 8) float32, n in [1, horizon]; ProtocolError otherwise
     (including an ``{"error": ...}`` answer). ``cut``: keep the first ``horizon`` rows of a longer
     answer instead (servers written for PiperPilot may answer their whole chunk)."""
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"answer is not JSON ({e})") from e
+    doc = _json(body, "answer")
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         raise ProtocolError(f"server error: {doc['error']}")
     rows = doc.get("actions") if isinstance(doc, dict) else None
@@ -136,7 +257,30 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
     if not all(isinstance(r, list) and len(r) == ACTION_WIDTH and
                all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r) for r in rows):
         raise ProtocolError(f"every action row must be {ACTION_WIDTH} numbers")
-    out = np.asarray(rows, dtype=np.float32)
-    if not np.isfinite(out).all():
-        raise ProtocolError("answer holds a non-finite action")
-    return out
+    return _finite_f32(rows, "answer", "action")
+
+
+def _json(body: bytes, what: str) -> object:
+    """``json.loads`` whose every failure is a ProtocolError in the sender's terms: not JSON, or nested
+    deeper than the parser's recursion limit (``[[[[...`` a few thousand deep raises RecursionError)."""
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"{what} is not JSON ({e})") from e
+    except RecursionError:
+        raise ProtocolError(f"{what} nested too deeply (not a {what} of this protocol)") from None
+
+
+def _finite_f32(values: object, what: str, kind: str) -> F32:
+    """Numbers -> float32, refusing what float32 cannot hold as such: non-finite values, and values out
+    of float32's range (an integer beyond float64 raises OverflowError; 1e39 would become inf)."""
+    out_of_range = f"{what}: {'action value' if kind == 'action' else 'value'} out of range"
+    try:
+        wide = np.asarray(values, dtype=np.float64)
+    except OverflowError:
+        raise ProtocolError(f"{out_of_range} (larger than any float)") from None
+    if not np.isfinite(wide).all():
+        raise ProtocolError(f"{what} holds a non-finite {kind}")
+    if (np.abs(wide) > np.finfo(np.float32).max).any():
+        raise ProtocolError(f"{out_of_range} (beyond float32, {np.finfo(np.float32).max:.3g})")
+    return wide.astype(np.float32)

@@ -1,0 +1,34 @@
+"""Where an output may go relative to its inputs, compared on resolved paths (a leaf module).
+
+``piper-dataset merge A B --out Alink/merged`` (``Alink`` a symlink to ``A``) used to pass the check
+that an output is not inside an input, which compared ``out.absolute()`` (symlinks kept) with the
+resolved input; the output then lived inside ``A`` and a later in-place edit of ``A`` deleted it.
+Every dataset tool that takes ``--out`` compares here, with every symlink of both paths resolved
+(``Path.resolve``: the existing part of a path is resolved, a missing tail kept as given).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def nested(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are the same path or one lies inside the other, once resolved."""
+    ra, rb = Path(a).resolve(), Path(b).resolve()
+    return ra == rb or ra in rb.parents or rb in ra.parents
+
+
+def overlapping_input(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]]) -> Path | None:
+    """The first input ``out`` is, lies inside or contains (resolved), else None."""
+    for src in inputs:
+        if nested(Path(out), Path(src)):
+            return Path(src)
+    return None
+
+
+def located(out: str | os.PathLike[str]) -> Path:
+    """``out`` with its directory resolved and its own name kept: where the tool stages, locks and
+    renames (beside the real directory, whatever symlink led there)."""
+    p = Path(out).absolute()
+    return p.parent.resolve() / p.name
