@@ -43,6 +43,7 @@ from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECOR
 LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
 BRIDGE_STATUS = "quest_bridge: headset"
 LATENCY_WINDOW = 300
+RECORDER_STALE_S = 3.0
 
 
 @dataclass
@@ -104,6 +105,7 @@ class QuestVideo(Node):
         self._sent_counts = ImageCounts(self.cfg.cameras)   # panels sent per camera, for their rate
         self._camera_fps: dict[str, float | None] = {}    # each camera's published rate (its ~/status)
         self._recorder_status: dict[str, Any] = {}
+        self._recorder_status_t = -math.inf
         self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for idx, cam in enumerate(self.cfg.cameras):
@@ -146,7 +148,7 @@ class QuestVideo(Node):
         if (st := self._json(msg)) is not None:
             with self._lock:
                 self.model.on_recorder_status(time.time(), st)
-                self._recorder_status = st
+                self._recorder_status, self._recorder_status_t = st, time.monotonic()
 
     def _on_camera_status(self, cam: str, msg: String) -> None:
         if (st := self._json(msg)) is not None:
@@ -262,7 +264,8 @@ class QuestVideo(Node):
             self._sent_counts.count[:] = [st.sent.get(i, 0) for i in range(len(self.cfg.cameras))]
             sent = self._sent_counts.snapshot(now)
             published = dict(self._camera_fps)
-            recorder = dict(self._recorder_status)
+            # a recorder silent for 3 s is not judged on its last delivery (its silence shows elsewhere)
+            recorder = dict(self._recorder_status) if now - self._recorder_status_t <= RECORDER_STALE_S else {}
         panels = {}
         for cam in self.cfg.cameras:
             # the target: our fps, or what the camera delivered to us if less (frames never received cannot be sent)
