@@ -112,6 +112,11 @@ def test_view_model():
     assert limits["workspace"] == {"name": "workspace", "active": True, "hits": 2}
     assert limits["tether"] == {"name": "tether", "active": False, "hits": 1}
     assert v["teleop"]["engaged"] and v["teleop"]["counters"] == {"published": 500}
+    assert v["teleop"]["last_release"] is None
+    m.on_teleop_status({"engaged": False, "forced_releases": 1, "last_release": "headset stream stale (1.013 s)"},
+                       10.4)
+    t = m.view(10.5)["teleop"]   # a release teleop made: counted and why (issue 20.4)
+    assert t["counters"]["forced_releases"] == 1 and t["last_release"] == "headset stream stale (1.013 s)"
 
     h = v["headset"]
     assert h["rate_hz"] == pytest.approx(89.95) and h["clock_offset_ms"] == -1.5 and h["rejected_total"] == 3

@@ -176,3 +176,84 @@ def test_cli_runs_for_duration(capsys):
     out = capsys.readouterr().out
     assert "listening on 127.0.0.1:" in out and "stopped" in out
     assert sim_server.main(["--port", "0", "--replay", "/nonexistent.quest.jsonl"]) == 2
+
+
+# ---- re-gripping after a release teleop made (issue 20.4) ----------------------------------------
+def test_regrip_opens_below_release_and_closes_above_engage():
+    """The teleop clutch re-engages only after the grip opened below 0.3 and closed above 0.7 again."""
+    from piper_recorder.quest.scripts import REGRIP_S
+    from piper_recorder.teleop.clutch import ClutchConfig
+    cc = ClutchConfig()
+    h = ScriptedHeadset("continuous")
+    assert h.right(5.0).squeeze == 1.0
+    assert h.regrip(5.0) and not h.regrip(5.3)   # one re-grip at a time
+    squeeze = [h.right(5.0 + i * DT).squeeze for i in range(int(REGRIP_S / DT) + 10)]
+    low = min(range(len(squeeze)), key=squeeze.__getitem__)
+    assert squeeze[low] < cc.release_below and squeeze[-1] > cc.engage_above
+    assert sum(s < cc.release_below for s in squeeze) * DT >= 0.3   # open long enough for teleop to see it
+    assert h.right(5.0 + REGRIP_S).pos == ScriptedHeadset("continuous").right(5.0 + REGRIP_S).pos  # motion goes on
+    assert ScriptedHeadset("continuous").right(5.3).squeeze == 1.0   # deterministic: only the noticed one acts
+
+
+def _hud(sender, **state):
+    from piper_recorder.quest.hud import HudState, render_hud
+    from piper_recorder.quest.video import HUD_PANEL
+    assert sender.send(HUD_PANEL, render_hud(HudState(**state)))
+
+
+def test_sim_headset_regrips_when_the_hud_shows_a_release():
+    """Over the real channels: the headset squeezes (continuous script); a HUD frame whose release count
+    grew makes it open the grip below the clutch's release threshold and squeeze again. The first HUD
+    only sets the count; a HUD that still shows the clutch idle a while after the re-grip re-grips again."""
+    from piper_recorder.quest.video import PanelSender, SenderConfig
+    server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0), log=lambda _m: None)
+    port = server.start()
+    msgs: list = []
+    lock = threading.Lock()
+
+    def on_message(m, _ns):
+        with lock:
+            msgs.append((time.monotonic(), m))
+
+    client = QuestClient(ClientConfig(port=port), on_message).start()
+    sender = PanelSender(SenderConfig(port=server.video.port))
+    try:
+        time.sleep(LEAD_S + 0.8)
+        _hud(sender, engaged=True, releases=3)           # the first HUD: the count so far, no re-grip
+        time.sleep(0.5)
+        assert server.report()["regrips"] == []
+        t_release = time.monotonic()
+        _hud(sender, engaged=False, releases=4, last_release="headset stream stale (1.013 s)")
+        time.sleep(1.5)
+        with lock:
+            after = [m.right.squeeze for t, m in msgs if t > t_release and isinstance(m, Frame)]
+        assert min(after) < 0.3 and after[-1] > 0.7, after[::10]
+        assert len(server.report()["regrips"]) == 1
+        time.sleep(0.5)
+        _hud(sender, engaged=False, releases=4)          # still idle > REGRIP_RETRY_S after: again
+        time.sleep(0.2)
+        assert len(server.report()["regrips"]) == 2
+        _hud(sender, engaged=True, releases=4)
+        time.sleep(2.0)
+        _hud(sender, engaged=False, releases=4)          # engaged since: an idle clutch is not ours to fix
+        time.sleep(0.2)
+        assert len(server.report()["regrips"]) == 2
+    finally:
+        sender.close()
+        client.stop()
+        server.stop()
+
+
+def test_no_regrip_keeps_squeezing():
+    from piper_recorder.quest.video import PanelSender, SenderConfig
+    server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0, regrip=False), log=lambda _m: None)
+    server.start()
+    sender = PanelSender(SenderConfig(port=server.video.port))
+    try:
+        _hud(sender, releases=0)
+        _hud(sender, releases=1, engaged=False)
+        time.sleep(0.3)
+        assert server.report()["regrips"] == []
+    finally:
+        sender.close()
+        server.stop()

@@ -202,3 +202,21 @@ def test_limits_report_which_one_shaped_the_target():
     assert lim.acted == ()
     lim.apply(np.array([0.3, 0.0, -0.2]), prev_q, prev, prev_q, np.array([0.3, 0.0, -0.1]), 0.01)
     assert "workspace" in lim.acted and "linear_speed" in lim.acted
+
+
+def test_hud_shows_a_release_teleop_made_and_counts_it():
+    """Issue 20.4: a forced release (teleop's forced_releases grows, the clutch idle) shows on the HUD
+    with its reason and what to do, and the HUD state carries the count (the sim headset re-grips on it)."""
+    m = HudModel("lerobot_recorder")
+    m.on_teleop_status(10.0, {"engaged": False, "forced_releases": 2, "last_release": "menu"})
+    assert m.state(10.0).error == "" and m.state(10.0).releases == 2   # the first status: the count only
+    m.on_teleop_status(11.0, {"engaged": True, "forced_releases": 2, "last_release": "menu"})
+    m.on_teleop_status(12.0, {"engaged": False, "forced_releases": 3,
+                              "last_release": "headset stream stale (1.013 s)"})
+    st = m.state(12.5)
+    assert st.error == "RELEASED: headset stream stale (1.013 s) - re-grip" and st.releases == 3
+    assert st.alert_line() == (st.error, "error") and not st.engaged
+    state = hud_state_from_jpeg(render_hud(st))
+    assert state["releases"] == 3 and state["last_release"].startswith("headset stream stale")
+    m.on_teleop_status(30.0, {"engaged": False, "forced_releases": 4, "last_release": "menu"})
+    assert m.state(30.0).error == "" and m.state(30.0).releases == 4   # the operator's own menu press

@@ -127,3 +127,35 @@ def test_sigkill_mid_episode_then_restart(ros_domain, tmp_path):
             assert eps[1]["terminals"][-1] and eps[2]["timeouts"][-1] and not eps[2]["terminals"].any()
     finally:
         rig.close()
+
+
+def test_status_reports_frames_received_per_camera(ros_domain, tmp_path):
+    """Issue 20.5: the recorder's ~/status says, per camera (colour and depth), how many frames it received
+    and at what rate (arrival and capture-stamp), and what it needs (99 % of them): the delivery the
+    dashboard and the HUD judge against the camera's published rate."""
+    from piper_recorder.delivery import link_health
+
+    rig = Rig(ros_domain, cams=("cam_front",), depth=True)
+    rig.watch_status(REC)
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
+            g.start(*recorder_args(tmp_path / "rgbd.hdf5", "task:=stack"))
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                st = rig.status.get(REC, {})
+                got = st.get("images_received", {})
+                if all((got.get(k) or {}).get("stamp_fps") for k in ("cam_front", "cam_front/depth")) \
+                        and got["cam_front"]["count"] > 120:
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"no images_received in the status: {rig.status.get(REC)}")
+            published = rig.frames_published["cam_front"]
+            assert 0 < got["cam_front"]["count"] <= published and got["cam_front/depth"]["count"] > 0
+            assert st["images_required"] == {"min_delivery": 0.99}
+            for k in ("cam_front", "cam_front/depth"):   # the rig publishes at 30 fps, reliably, on loopback
+                assert got[k]["stamp_fps"] == pytest.approx(30.0, rel=0.05), got
+            links = link_health({REC: st}, {"cam_front": 30.0, "cam_front/depth": 30.0})
+            assert [link.consumer for link in links] == [REC, REC]
+    finally:
+        rig.close()

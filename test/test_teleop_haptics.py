@@ -112,3 +112,37 @@ def test_refused_start_feels_different_from_a_started_one_and_limits_pulse(recor
     wait_for(lambda: abs(g.targets[-1][1].pose.position.x - (0.25 + 0.12)) < 1e-6, 5, "target held at the tether")
     st = g.status[-1]
     assert st["limit_hits"].get("tether", 0) >= 1 and st["haptics"]["limit"] >= 1, st
+
+
+def test_refused_grip_and_forced_release_reach_quest_haptic(recorders):
+    """Issue 20.4: a grip refused by the interlocks (no arm feedback) gives the refused pattern on
+    /quest/haptic (it gave none), once for the held grip; a stalled headset stream releases the clutch
+    with the release pattern, and /teleop/status counts it and says why."""
+    g = recorders
+    time.sleep(0.5)
+    g.arm = False
+    time.sleep(1.0)   # > arm_stale_timeout_s: the arm feedback is stale
+    n = len(g.haptics)
+    g.joy["right"][1] = 1.0
+    wait_for(lambda: pulses("refused")[0] in g.felt(n), 10, "refused pulse for the refused grip")
+    time.sleep(1.5)   # the grip stays closed and refused: told once, not at every retry
+    assert g.felt(n) == pulses("refused"), g.felt(n)
+    assert g.targets == []
+    g.arm = True      # the interlock clears while the grip is held: engages (no fresh grip needed)
+    wait_for(lambda: len(g.targets) > 10, 10, "targets once the arm feedback is back")
+    n, releases = len(g.haptics), g.status[-1]["forced_releases"]
+    g.headset = False  # a headset stall: the stream goes stale
+    wait_for(lambda: g.felt(n) == pulses("release"), 10, "release pattern")
+    wait_for(lambda: g.status[-1]["forced_releases"] == releases + 1 and not g.status[-1]["engaged"], 5,
+             "the release in /teleop/status")
+    assert g.status[-1]["last_release"].startswith("headset stream stale"), g.status[-1]
+    assert pulses("release") == [(0.7, 300)] * 2
+    g.headset = True   # the stream is back, the grip still closed: stays released until re-gripped
+    time.sleep(0.5)
+    count = len(g.targets)
+    time.sleep(0.5)
+    assert len(g.targets) == count and not g.status[-1]["engaged"]
+    g.joy["right"][1] = 0.0
+    time.sleep(0.2)
+    g.joy["right"][1] = 1.0
+    wait_for(lambda: len(g.targets) > count + 10, 10, "targets after the re-grip")

@@ -396,3 +396,58 @@ def test_limit_hits_count_each_onset_and_limits_seen_collects():
     rig.hand_p = HAND_P + [0.0, 1.0, 0.0]
     rig.step(2)
     assert rig.core.counters.limit_hits == {"workspace": 2}
+
+
+# ---- what the hand feels about the clutch (issue 20.4): the core's haptic output ----------------
+def _felt(results, scheduler, t):
+    """Feed the core's haptic output to the real scheduler as the node does; the pulses due by ``t``."""
+    for i, r in enumerate(results):
+        for name in r.haptics:
+            scheduler.play(i * DT, name)
+    return scheduler.due(t)
+
+
+@pytest.mark.parametrize("setup,reason", [
+    (lambda r: setattr(r, "arm_alive", False), "arm"),
+    (lambda r: setattr(r, "arm_p", np.array([0.7, 0.0, 0.2])), "workspace"),
+])
+def test_refused_grip_gives_the_refused_pattern_once_per_grip(setup, reason):
+    """The clutch retries a refused grip every tick; the old core returned no haptic at all, so the
+    operator felt nothing and thought the arm followed. Now: the refused pattern, once per attempt."""
+    from piper_recorder.teleop.haptics import HapticConfig, HapticScheduler
+    rig = Rig()
+    setup(rig)
+    rig.joy.squeeze = 1.0
+    results = rig.step(200)   # 2 s of a held, refused grip
+    assert all(r.clutch is ClutchEvent.REFUSED and reason in r.reason for r in results)
+    assert [n for r in results for n in r.haptics] == ["refused"]
+    pulses = _felt(results, HapticScheduler(HapticConfig()), 3.0)
+    assert [(p.amp, p.ms, p.pattern) for p in pulses] == [(1.0, 700, "refused")]
+    rig.joy.squeeze = 0.0
+    rig.step(3)
+    rig.joy.squeeze = 1.0
+    again = rig.step(5)
+    assert [n for r in again for n in r.haptics] == ["refused"]   # a new grip attempt is told again
+
+
+def test_forced_release_gives_the_release_pattern_and_its_reason():
+    """A stall releases the clutch (as before) and now says so: ``release`` pattern, reason kept."""
+    rig = Rig(stale_timeout_s=0.25)
+    rig.engage()
+    rig.headset_alive = False
+    results = rig.step(40)
+    forced = [r for r in results if r.clutch is ClutchEvent.FORCED_RELEASE]
+    assert len(forced) == 1 and forced[0].haptics == ["release"]
+    assert [n for r in results for n in r.haptics] == ["release"]
+    assert rig.core.last_release is not None and rig.core.last_release.startswith("headset stream stale")
+    assert rig.core.counters.forced_releases == 1
+    rig.headset_alive = True
+    assert all(r.clutch is ClutchEvent.NONE for r in rig.step(20))   # still gripped: no re-engage ...
+    rig.joy.squeeze = 0.0
+    rig.step(2)
+    rig.joy.squeeze = 1.0
+    (res,) = rig.step()
+    assert res.clutch is ClutchEvent.ENGAGED   # ... until the grip opens and closes again
+    rig.joy.menu = True
+    (res,) = rig.step()
+    assert res.clutch is ClutchEvent.FORCED_RELEASE and res.haptics == [] and rig.core.last_release == "menu"

@@ -55,6 +55,7 @@ class FakeGraph:
         self.hand = [0.2, 1.1, -0.35]
         self.joy = {"right": [0.0, 0.0, 0, 0, 0, 0], "left": [0.0, 0.0, 0, 0, 0, 0]}  # trig, squeeze, buttons
         self.headset = True
+        self.arm = True   # False: the arm feedback stops (piper_arm gone)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
         self._stop = threading.Event()
@@ -76,11 +77,12 @@ class FakeGraph:
 
     def _feeder(self):
         while not self._stop.is_set():
-            self.pub_eef.publish(_pose(ARM, frame="arm_base"))
-            js = JointState()
-            js.name = [f"joint{i}" for i in range(1, 7)] + ["gripper"]
-            js.position = [0.0] * 7
-            self.pub_js.publish(js)
+            if self.arm:
+                self.pub_eef.publish(_pose(ARM, frame="arm_base"))
+                js = JointState()
+                js.name = [f"joint{i}" for i in range(1, 7)] + ["gripper"]
+                js.position = [0.0] * 7
+                self.pub_js.publish(js)
             if self.headset:
                 self.pub_pose.publish(_pose(self.hand))
                 for h, (trig, sq, *b) in self.joy.items():

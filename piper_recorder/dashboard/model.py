@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piper_recorder.dashboard.rates import RateMeter
+from piper_recorder.delivery import link_health
 from piper_recorder.piper.kinematics import SDK_JOINT_MAX, SDK_JOINT_MIN
 from piper_recorder.teleop.limits import LIMIT_NAMES
 from piper_recorder.viewer.counters import INFO, PROBLEMS, total
@@ -25,6 +26,7 @@ HEADSET_DIAG = "quest_bridge: headset"
 SHOWN_INFO = ("rows", "frames_received", "frames_written", "frame_offset_max_ms")
 TELEOP_COUNTERS = ("published", "refused_engages", "forced_releases", "unsafe_targets", "rejected_inputs",
                    "out_of_order_inputs")
+IMAGE_CONSUMERS = ("quest_video", "policy")   # besides the recorders: their ~/status carries images_received
 
 
 @dataclass
@@ -138,6 +140,9 @@ class _Fields:
     def counters(self, key: str) -> JsonDict | None:
         return self._get(key, _counters)
 
+    def rates(self, key: str, keys: tuple[str, ...]) -> dict[str, JsonDict] | None:
+        return self._get(key, lambda v: _rates(v, keys))
+
 
 def _text(v: Any) -> str | None:
     return v[:MAX_TEXT] if isinstance(v, str) else None
@@ -201,9 +206,25 @@ def clean_recorder_status(status: Any) -> JsonDict:
                      "elapsed_s": f.number("elapsed_s"), "rows": f.count("rows"), "saved_this_session": n_saved or 0,
                      "writer_backlog": f.count("writer_backlog"), "message": f.text("message"),
                      "waiting_for": f.texts("waiting_for"), "tick_delay_ms": f.counters("tick_delay_ms"),
-                     "counters": f.counters("counters")}
+                     "counters": f.counters("counters"), **clean_delivery(f)}
     out["invalid_fields"] = f.invalid
     return out
+
+
+def _rates(v: Any, keys: tuple[str, ...]) -> dict[str, JsonDict] | None:
+    """Per camera, a few numbers (``images_received``, ``panels``); a malformed entry alone is dropped."""
+    if not isinstance(v, dict) or len(v) > MAX_ITEMS:
+        return None
+    return {str(cam)[:MAX_TEXT]: {k: _number(e.get(k)) for k in keys} for cam, e in v.items() if isinstance(e, dict)}
+
+
+def clean_delivery(f: "_Fields") -> JsonDict:
+    """An image consumer's delivery fields (``piper_recorder.delivery``), each of its type."""
+    need = f.data.get("images_required")
+    return {"images_received": f.rates("images_received", ("count", "fps", "stamp_fps")),
+            "images_required": {k: _number(need.get(k)) for k in ("min_delivery", "min_fps")}
+            if isinstance(need, dict) else None,
+            "panels": f.rates("panels", ("fps", "target_fps", "min_fps"))}
 
 
 def clean_teleop_status(status: Any) -> JsonDict:
@@ -211,7 +232,7 @@ def clean_teleop_status(status: Any) -> JsonDict:
     f = _Fields(status)
     out: JsonDict = {"engaged": f.flag("engaged"), "recording": f.flag("recording"),
                      "limits_active": f.texts("limits_active"), "limit_hits": f.counts("limit_hits"),
-                     "calls_in_flight": f.count("calls_in_flight")}
+                     "calls_in_flight": f.count("calls_in_flight"), "last_release": f.text("last_release")}
     for key in TELEOP_COUNTERS:
         out[key] = f.count(key)
     alarm = f.data.get("last_alarm")
@@ -254,6 +275,8 @@ class DashboardModel:
         self._headset: _Stamped | None = None
         self._offset0: tuple[tuple[str, str], float] | None = None   # (connection, first clock offset ns)
         self._joints: _Stamped | None = None
+        self._consumers: dict[str, _Stamped] = {}     # quest_video, policy: ~/status (images_received)
+        self._camera_status: dict[str, _Stamped] = {}  # sim_camera ~/status (published fps)
         self._events: deque[JsonDict] = deque(maxlen=8)
 
     # ---- inputs -------------------------------------------------------------------------------
@@ -287,6 +310,18 @@ class DashboardModel:
         clean = clean_recorder_status(status)
         with self._lock:
             self._recorders[recorder] = _Stamped(clean, t)
+
+    def on_consumer_status(self, node: str, status: JsonDict, t: float) -> None:
+        """An image consumer other than the recorders (quest_video, policy): its per-camera delivery."""
+        clean = clean_delivery(_Fields(status))
+        with self._lock:
+            self._consumers[node] = _Stamped(clean, t)
+
+    def on_camera_status(self, camera: str, status: JsonDict, t: float) -> None:
+        """A camera's own status (sim_camera): its published rate, the reference of every delivery."""
+        clean = {"fps": _number(status.get("fps")) if isinstance(status, dict) else None}
+        with self._lock:
+            self._camera_status[camera] = _Stamped(clean, t)
 
     def on_teleop_status(self, status: JsonDict, t: float) -> None:
         clean = clean_teleop_status(status)
@@ -354,9 +389,42 @@ class DashboardModel:
             allowed = max(self.cfg.silent_s, 2.0 / max(r["rate_hz"] or 0.5, 0.5))
             fresh = r["age_s"] is not None and r["age_s"] < allowed
             topics.append({"topic": topic, **r, "required": self._required[topic], "ok": fresh})
-        healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"])
-        return {"nodes": nodes, "topics": topics, "healthy": healthy,
+        delivery = self._delivery_view(now)
+        healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"]) \
+            and all(d["ok"] for d in delivery)
+        return {"nodes": nodes, "topics": topics, "healthy": healthy, "delivery": delivery,
                 "nodes_age_s": None if self._nodes_t is None else round(now - self._nodes_t, 1)}
+
+    def _published_fps(self, camera: str, now: float, best_received: float | None) -> float | None:
+        """A camera's published rate: its own status (sim_camera, by capture stamp: exact). A
+        realsense2_camera publishes no status: then the best capture-stamp rate any consumer received
+        (exact too, and what was demonstrably published), else the camera_info rate measured here (a 2 s
+        window: +-1 frame, too coarse alone to judge 99 %)."""
+        st = self._camera_status.get(camera)
+        if st is not None and now - st.t <= self.cfg.stale_s:
+            fps = _float(st.data.get("fps"))
+            if fps is not None:
+                return fps
+        if best_received is not None:
+            return best_received
+        meter = self._rates.get(f"/{camera}/color/camera_info")
+        if meter is not None and meter.total:
+            return meter.rate(now)
+        return None
+
+    def _delivery_view(self, now: float) -> list[JsonDict]:
+        """Per (consumer, camera): frames received vs published and panels sent vs their target
+        (``delivery.link_health``), from fresh statuses only (a stale one is the topic check's job)."""
+        statuses = {n: s.data for n, s in (*self._recorders.items(), *self._consumers.items())
+                    if now - s.t <= self.cfg.stale_s}
+        best: dict[str, float | None] = {}
+        for d in statuses.values():
+            received = d.get("images_received")
+            for cam, entry in (received.items() if isinstance(received, dict) else ()):
+                rate = _float(entry.get("stamp_fps")) if isinstance(entry, dict) else None
+                best[str(cam)] = max((r for r in (best.get(str(cam)), rate) if r is not None), default=None)
+        published = {c: self._published_fps(c.split("/")[0], now, rate) for c, rate in best.items()}
+        return [link.to_dict() for link in link_health(statuses, published)]
 
     def _recorder_view(self, name: str, now: float) -> JsonDict:
         st = self._recorders.get(name)
@@ -426,7 +494,7 @@ class DashboardModel:
                 "recording": bool(d["recording"]),
                 "limits": [{"name": n, "active": n in active, "hits": hits.get(n, 0)} for n in names],
                 "counters": counters, "last_alarm": d["last_alarm"], "calls_in_flight": d["calls_in_flight"],
-                "invalid_fields": list(d["invalid_fields"])}
+                "invalid_fields": list(d["invalid_fields"]), "last_release": d["last_release"]}
 
     def _headset_view(self, now: float) -> JsonDict:
         if self._headset is None:

@@ -98,7 +98,8 @@ function renderHeader(s) {
   const h = $('health'), ok = s.graph.healthy === true;
   h.textContent = ok ? 'graph healthy' : 'graph degraded'; h.className = ok ? 'good' : 'bad';
   h.title = ok ? '' : [...list(s.graph.nodes).filter(n => !n.present).map(n => 'missing node ' + n.name),
-    ...list(s.graph.topics).filter(t => t.required && !t.ok).map(t => 'silent ' + t.topic)].join('\n');
+    ...list(s.graph.topics).filter(t => t.required && !t.ok).map(t => 'silent ' + t.topic),
+    ...list(s.graph.delivery).filter(d => !d.ok).map(d => d.consumer + ': ' + d.why)].join('\n');
   $('rec-dot').className = s.episode.recording ? 'on' : '';
   $('rec-label').textContent = s.episode.recording ? 'recording episode ' + num(s.episode.episode_index, 0) : 'idle';
   $('timer').textContent = s.episode.recording ? clock(s.episode.elapsed_s) : '--:--.-';
@@ -149,6 +150,7 @@ function renderTeleop(t) {
   const c = t.counters || {}, a = t.last_alarm;
   setHTML('teleop', H`<span>clutch</span><span id="clutch">${t.engaged ? 'engaged' : 'idle'}${t.stale ? ' (stale)' : ''}</span>${
     Object.entries(c).map(([k, v]) => H`<span>${k.replace(/_/g, ' ')}</span><span>${num(v, 0)}</span>`)}${
+    t.last_release ? H`<span>last release</span><span class="msg" id="last-release">${t.last_release}</span>` : ''}${
     a ? H`<span>last alarm</span><span class="msg">${a.recorder + ' ' + a.action + ': ' + a.outcome + ' ' + (a.message || '')}</span>` : ''}`);
 }
 function renderJoints(j) {

@@ -24,7 +24,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
-from piper_recorder.dashboard.model import DashboardConfig, JsonDict
+from piper_recorder.dashboard.model import IMAGE_CONSUMERS, DashboardConfig, JsonDict
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
 from piper_recorder.nodes.common import ParameterError, declare_config, run_node
 
@@ -60,6 +60,9 @@ class DashboardNode(Node):
             self.model.watch_topic(topic)
             self.create_subscription(String, topic, lambda m, r=rec, tp=topic: self._on_json(
                 tp, m, lambda d, t: self.model.on_recorder_status(r, d, t)), 10)
+        for node in IMAGE_CONSUMERS:   # per-subscriber delivery (quest_video, policy; the recorders above)
+            self.create_subscription(String, f"/{node}/status", lambda m, n=node: self._on_json(
+                None, m, lambda d, t: self.model.on_consumer_status(n, d, t)), 10)
         self.model.watch_topic("/teleop/status")
         self.create_subscription(String, "/teleop/status", lambda m: self._on_json(
             "/teleop/status", m, self.model.on_teleop_status), 10)
@@ -68,6 +71,7 @@ class DashboardNode(Node):
         self.create_subscription(String, "/episode_events", lambda m: self._on_json(
             None, m, self.model.on_event), reliable)
         self._info_subs: dict[str, Subscription] = {}
+        self._status_subs: dict[str, Subscription] = {}
         self._image_subs: dict[str, Subscription] = {}
         self._set_cameras(list(cfg.cameras))
         try:
@@ -118,6 +122,9 @@ class DashboardNode(Node):
                 self._info_subs[cam] = self.create_subscription(
                     CameraInfo, topic, lambda _m, tp=topic: self.model.tick(tp, time.monotonic()),
                     qos_profile_sensor_data)
+                self._status_subs[cam] = self.create_subscription(   # sim_camera: its published rate
+                    String, f"/{cam}/status", lambda m, c=cam: self._on_json(
+                        None, m, lambda d, t: self.model.on_camera_status(c, d, t)), 10)
         self.model.set_cameras(cameras)
 
     def _housekeeping(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped
@@ -30,6 +31,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import ACTOR_TOPIC, image_to_numpy, joint_positions, pose, stamp_ns
+from piper_recorder.delivery import ImageCounts
 from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp,
                                          run_in_thread, run_node)
 from piper_recorder.policy.backend import make_backend
@@ -88,8 +90,11 @@ class PolicyNode(Node):
         self.create_subscription(JointState, "/arm/joint_states", self._on_joints, sensor, callback_group=g)
         self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, sensor, callback_group=g)
         self.create_subscription(String, "/arm/provenance", self._on_arm_provenance, latched, callback_group=g)
-        for cam in meta.cameras:
-            self.create_subscription(Image, f"/{cam}/color/image_raw", lambda m, c=cam: self._on_image(c, m),
+        # frames received per camera against the observation grid's rate (delivery health, piper_recorder.delivery)
+        self.image_counts = ImageCounts(list(meta.cameras))
+        self.input_fps = cfg.fps or meta.fps
+        for i, cam in enumerate(meta.cameras):
+            self.create_subscription(Image, f"/{cam}/color/image_raw", lambda m, c=cam, i=i: self._on_image(c, i, m),
                                      images, callback_group=g)
         self.create_subscription(Joy, f"/quest/{cfg.hand}/joy", self._on_joy, sensor, callback_group=g)
         self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable, callback_group=g)
@@ -121,7 +126,8 @@ class PolicyNode(Node):
         with self._lock:
             self.builder.add_eef_pose(stamp_ns(msg), p, q)
 
-    def _on_image(self, cam: str, msg: Image) -> None:
+    def _on_image(self, cam: str, i: int, msg: Image) -> None:
+        self.image_counts.on_image(i, msg.header)   # a counter bump per frame (the executor's one thread)
         try:
             rgb = image_to_numpy(msg)
         except ValueError:
@@ -215,7 +221,9 @@ class PolicyNode(Node):
     def _publish_status(self) -> None:
         with self._lock:
             st = {**self.runtime.status(), "actor": self._actor, "policy": self.cfg.policy,
-                  "input_age_s": self.runtime.ages(now_ns(self))}
+                  "input_age_s": self.runtime.ages(now_ns(self)),
+                  "images_received": self.image_counts.snapshot(time.monotonic()),
+                  "images_required": {"min_fps": self.input_fps}}
         self.pub_status.publish(String(data=json.dumps(st, default=str)))
 
     # ---- services ---------------------------------------------------------------------------

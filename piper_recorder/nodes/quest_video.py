@@ -34,6 +34,7 @@ from sensor_msgs.msg import Image as ImageMsg
 from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy
+from piper_recorder.delivery import ImageCounts, link_health, panel_target, received_rate
 from piper_recorder.nodes.common import declare_config, run_node, stamp_to_ns
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
@@ -42,6 +43,7 @@ from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECOR
 LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
 BRIDGE_STATUS = "quest_bridge: headset"
 LATENCY_WINDOW = 300
+RECORDER_STALE_S = 3.0
 
 
 @dataclass
@@ -99,13 +101,19 @@ class QuestVideo(Node):
                                                      for i in range(len(self.cfg.cameras))}
         self._encode_ms: dict[int, deque[float]] = {i: deque(maxlen=LATENCY_WINDOW)
                                                     for i in range(len(self.cfg.cameras))}
-        self._received = [0] * len(self.cfg.cameras)
+        self._counts = ImageCounts(self.cfg.cameras)   # frames received per camera (delivery health)
+        self._sent_counts = ImageCounts(self.cfg.cameras)   # panels sent per camera, for their rate
+        self._camera_fps: dict[str, float | None] = {}    # each camera's published rate (its ~/status)
+        self._recorder_status: dict[str, Any] = {}
+        self._recorder_status_t = -math.inf
         self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for idx, cam in enumerate(self.cfg.cameras):
             self.create_subscription(ImageMsg, self.cfg.image_topic_pattern.format(camera=cam),
                                      lambda m, i=idx: self._on_image(i, m), qos_profile_sensor_data)
         self.create_subscription(String, f"/{self.cfg.recorder}/status", self._on_recorder_status, reliable)
+        for cam in self.cfg.cameras:   # the cameras' published rates (sim_camera; a realsense has no status)
+            self.create_subscription(String, f"/{cam}/status", lambda m, c=cam: self._on_camera_status(c, m), 10)
         self.create_subscription(String, "/episode_events", self._on_episode_event, reliable)
         self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
@@ -126,7 +134,7 @@ class QuestVideo(Node):
             if prev and self._sent_seq.get(idx, 0) != prev:
                 self.skipped_frames += 1   # the previous frame was never sent: expected when the camera outruns fps
             self._latest[idx] = (prev + 1, msg)
-            self._received[idx] += 1
+            self._counts.on_image(idx, msg.header)
 
     @staticmethod
     def _json(msg: String) -> dict[str, Any] | None:
@@ -140,6 +148,14 @@ class QuestVideo(Node):
         if (st := self._json(msg)) is not None:
             with self._lock:
                 self.model.on_recorder_status(time.time(), st)
+                self._recorder_status, self._recorder_status_t = st, time.monotonic()
+
+    def _on_camera_status(self, cam: str, msg: String) -> None:
+        if (st := self._json(msg)) is not None:
+            fps = st.get("fps")
+            with self._lock:
+                self._camera_fps[cam] = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) \
+                    else None
 
     def _on_episode_event(self, msg: String) -> None:
         if (ev := self._json(msg)) is not None:
@@ -238,17 +254,35 @@ class QuestVideo(Node):
             return {"n": int(a.size), "p50": round(float(np.percentile(a, 50)), 2),
                     "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2)}
 
+        now = time.monotonic()
         with self._lock:
-            cams = {cam: {"received": self._received[i], "sent": st.sent.get(i, 0),
+            received = self._counts.snapshot(now)
+            cams = {cam: {"received": received[cam]["count"], "sent": st.sent.get(i, 0),
                           "latency_ms": pct(self._latency_ms[i]), "encode_ms": pct(self._encode_ms[i])}
                     for i, cam in enumerate(self.cfg.cameras)}
             skipped = self.skipped_frames
+            self._sent_counts.count[:] = [st.sent.get(i, 0) for i in range(len(self.cfg.cameras))]
+            sent = self._sent_counts.snapshot(now)
+            published = dict(self._camera_fps)
+            # a recorder silent for 3 s is not judged on its last delivery (its silence shows elsewhere)
+            recorder = dict(self._recorder_status) if now - self._recorder_status_t <= RECORDER_STALE_S else {}
+        panels = {}
+        for cam in self.cfg.cameras:
+            # the target: our fps, or what the camera delivered to us if less (frames never received cannot be sent)
+            target, floor = panel_target(self.cfg.fps, published.get(cam) or received_rate(received[cam]))
+            panels[cam] = {"fps": sent[cam]["fps"], "target_fps": round(target, 2), "min_fps": round(floor, 2)}
         status = {"state": st.state, "endpoint": f"{self.cfg.host}:{self.cfg.port}", "connects": st.connects,
                   "connect_failures": st.connect_failures, "disconnects": st.disconnects,
                   "sent": {str(k): v for k, v in sorted(st.sent.items())},
                   "dropped": {str(k): v for k, v in sorted(st.dropped.items())},
                   "bytes_sent": st.bytes_sent, "camera_frames_skipped": skipped, "cameras": cams,
-                  "last_error": st.last_error}
+                  "last_error": st.last_error, "images_received": received, "panels": panels}
+        # The HUD's health: our panels and the primary recorder's delivery, per camera (piper_recorder.delivery);
+        # panels are judged only while the headset link is up (nothing is encoded while it is away).
+        mine = status if st.state == "connected" else {**status, "panels": {}}
+        links = link_health({"quest_video": mine, self.cfg.recorder: recorder}, published)
+        with self._lock:
+            self.model.on_delivery([link.why for link in links if not link.ok])
         self.pub_status.publish(String(data=json.dumps(status)))
 
     def on_shutdown(self) -> None:

@@ -45,6 +45,7 @@ from piper_recorder.recording.policy_log import PolicyLog, episode_fields
 from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
 from piper_recorder.recording.targets import EpisodeTarget
 
+from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import INPUT_ERRORS, describe
 
 from .common import ParameterError, declare_config, make_executor, now_ns, run_in_thread, spin_until
@@ -79,6 +80,7 @@ class RecorderNode(Node):
             target = self.make_target(topics)
         except INPUT_ERRORS as exc:   # unwritable path, another writer holds it, a damaged root, ...
             raise ParameterError(f"{name}: cannot open the dataset: {describe(exc)}") from exc
+        self._images_received: dict[str, dict[str, Any]] = {}   # the last snapshot (status timer only)
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
@@ -100,6 +102,12 @@ class RecorderNode(Node):
             episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end))
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
+        # frames received per camera (delivery health, piper_recorder.delivery): colour, and depth for RGB-D
+        streams = [(cam, ct.color) for cam, ct in topics.cameras.items()]
+        if target.depth:
+            streams += [(f"{cam}/depth", ct.depth) for cam, ct in topics.cameras.items() if ct.depth]
+        self.image_counts = ImageCounts([name for name, _ in streams])
+        self._image_index = {topic: i for i, (_, topic) in enumerate(streams)}
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
         # a latched input (/policy/actor): its current value on joining, and every change after it
         latched_input = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
@@ -127,7 +135,7 @@ class RecorderNode(Node):
         self._control_thread = threading.Thread(target=spin_until, args=(self._control_exec, self._control_stop),
                                                 name="control", daemon=True)
         self._control_thread.start()
-        self.create_timer(1.0 / cfg.status_hz, self._publish_status)
+        self.create_timer(1.0 / cfg.status_hz, self._status_tick)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="tick", daemon=True)
         self._ticker.start()
@@ -136,7 +144,15 @@ class RecorderNode(Node):
     # ---- inputs -----------------------------------------------------------------------------
     def _receiver(self, r: Route) -> Any:
         route, topic = self.router.route, r.topic
-        return lambda msg: route(topic, msg, now_ns(self))
+        idx = self._image_index.get(topic)
+        if idx is None:
+            return lambda msg: route(topic, msg, now_ns(self))
+        count = self.image_counts.on_image
+
+        def on_image(msg: Any) -> None:
+            count(idx, msg.header)   # the only per-frame cost of the delivery health: a counter bump
+            route(topic, msg, now_ns(self))
+        return on_image
 
     def _on_provenance(self, msg: String) -> None:
         try:
@@ -202,8 +218,16 @@ class RecorderNode(Node):
     def _publish_event(self, event: dict[str, Any]) -> None:
         self.pub_events.publish(String(data=json.dumps(event)))
 
+    def _status_tick(self) -> None:
+        """The status timer: the delivery snapshot is taken here only (the controller also publishes the
+        status on changes, from other threads, which reuse the last snapshot)."""
+        self._images_received = self.image_counts.snapshot(time.monotonic())
+        self._publish_status()
+
     def _publish_status(self) -> None:
         st = self.controller.status(now_ns(self))
+        st["images_received"] = self._images_received
+        st["images_required"] = {"min_delivery": RECORDER_MIN_DELIVERY}
         if self.router.rejected:
             st["frames_wrong_size"] = dict(self.router.rejected)
         try:

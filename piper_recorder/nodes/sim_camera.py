@@ -37,6 +37,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
+from piper_recorder.delivery import ImageCounts, received_rate
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, now_ns, run_node, stamp_to_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
@@ -95,6 +96,7 @@ class SimCamera(Node):
         self._start = time.monotonic()
         self.faults = self._fault_plan(self.cfg, self._start)
         self.published = 0
+        self._sent = ImageCounts(["color"])   # published frames and their stamps (piper_recorder.delivery)
         self.skipped = 0
         self.late_skipped = 0
         self.stale_poses = 0
@@ -142,8 +144,12 @@ class SimCamera(Node):
                 "stale_poses": self.stale_poses}
 
     def _publish_status(self) -> None:
-        """Counters for benches and tests: frames published and skipped (faults, stalls), stale poses."""
-        self.pub_status.publish(String(data=json.dumps({"camera": self.get_name(), **self.counters()})))
+        """Counters for benches and tests: frames published and skipped (faults, stalls), stale poses; and
+        ``fps``, the published rate (by capture stamp, as each consumer counts what it received), against
+        which the dashboard and the HUD judge every subscriber's delivery (``nominal_fps``: the parameter)."""
+        sent = self._sent.snapshot(time.monotonic(), lambda stamp: int(stamp))["color"]
+        self.pub_status.publish(String(data=json.dumps({"camera": self.get_name(), **self.counters(),
+                                                        "fps": received_rate(sent), "nominal_fps": self.cfg.fps})))
 
     def _on_eef(self, msg: PoseStamped) -> None:
         p = msg.pose.position
@@ -193,8 +199,10 @@ class SimCamera(Node):
                 if faults.paused(capture) or faults.dropped(index):
                     self.skipped += 1
                 else:
-                    self._publish_frame(self._ros_time_ns(capture) - latency_ns, w)
+                    stamp = self._ros_time_ns(capture) - latency_ns
+                    self._publish_frame(stamp, w)
                     self.published += 1
+                    self._sent.on_image(0, stamp)   # the published rate for the delivery health
             except Exception as exc:  # context shut down under us during exit
                 if self._stop.is_set():
                     break

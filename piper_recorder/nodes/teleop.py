@@ -28,7 +28,10 @@ Clients are created, called and destroyed only on the executor thread (a ``SERVI
 timer). ``/teleop/status`` (String JSON, 1 Hz, and at once, at most 10 Hz, when the clutch or the active
 limits change) carries the counters (``limit_hits``: how often each safety limit started acting this
 session), ``limits_active`` (the limits acting now or since the previous status), each recorder's
-state, the calls in flight and ``haptics`` (patterns played).
+state, the calls in flight, ``haptics`` (patterns played) and ``last_release`` (the reason of the
+newest forced release; ``forced_releases`` counts them). A grip the interlocks refuse pulses
+``haptics.refused`` once per grip attempt, a release the operator did not make ``haptics.release``
+(the core's ``TickResult.haptics``); both used to be silent.
 """
 from __future__ import annotations
 
@@ -232,6 +235,8 @@ class TeleopNode(Node):
             if res.actions:
                 self.core.on_recording(self.calls.recording)
             self._track_limits(now, self.core.limits.acted if res.target is not None else ())
+            for name in res.haptics:   # a refused grip, a release the operator did not make
+                self.haptics.play(now, name)
             if res.clutch in (ClutchEvent.ENGAGED, ClutchEvent.RELEASED, ClutchEvent.FORCED_RELEASE):
                 self._status_dirty = True
         for action in res.actions:
@@ -348,6 +353,7 @@ class TeleopNode(Node):
                       "limits_active": sorted(self.core.limits_seen | set(self._limits_active)),
                       "recorders": {n: r.state for n, r in self.calls.recorders.items()},
                       "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm,
+                      "last_release": self.core.last_release,
                       "haptics": dict(self.haptics.played)}
             self.core.limits_seen.clear()
             self._status_dirty, self._status_sent = False, time.monotonic()

@@ -3,7 +3,8 @@
 ``HudModel`` folds the messages the graph already publishes (plain dicts here; the ``quest_video``
 node parses them) into one ``HudState``: the primary recorder's ``~/status`` and ``/episode_events``
 (recording, episode, timer, saved this session, refusals), ``/teleop/status`` (clutch, the safety
-limits holding the target now, refused presses), the bridge's ``/diagnostics`` (headset input rate)
+limits holding the target now, refused presses, the releases teleop made: ``releases`` counts them
+and a new one shows as the error line with its reason, since the operator must re-grip), the bridge's ``/diagnostics`` (headset input rate)
 and ``/arm/status`` (arm state). ``render_hud`` draws it as the 640x140 strip the app shows under
 the camera panels and returns a JPEG that also carries the state as JSON in a JPEG comment (COM)
 segment: decoders (the app's stb_image, Pillow) skip it, and a test or tool can read exactly what
@@ -38,6 +39,9 @@ class HudState:
     limits: list[str] = field(default_factory=list)   # teleop safety limits shaping the target now
     error: str = ""                    # the newest error still within ERROR_HOLD_S
     arm: str = ""                      # arm state from /arm/status ("OK", "ERROR: ...")
+    releases: int = 0                  # clutch releases teleop made (teleop's forced_releases)
+    degraded: list[str] = field(default_factory=list)   # deliveries below their mark (piper_recorder.delivery)
+    last_release: str = ""             # ... the newest one's reason
 
     def headline(self) -> str:
         if self.recording:
@@ -52,11 +56,15 @@ class HudState:
         return f"{self.saved_count} saved | {clutch} | input {rate} | arm {self.arm or '--'}"
 
     def alert_line(self) -> tuple[str, str]:
-        """(text, kind): the error if one is held, else the active limits, else nothing."""
+        """(text, kind): the error if one is held, else the active limits, else a degraded delivery
+        (``delivery.link_health``: panels below their rate, a recorder losing frames), else nothing."""
         if self.error:
             return self.error, "error"
-        if self.limits:
+        if self.limits:   # before a degraded delivery: it shapes the arm's motion now
             return "LIMIT " + ", ".join(self.limits), "limit"
+        if self.degraded:
+            more = f" (+{len(self.degraded) - 1})" if len(self.degraded) > 1 else ""
+            return f"DEGRADED {self.degraded[0]}{more}", "limit"
         return "", ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +98,10 @@ class HudModel:
         self._last_alarm: Any = None
         self._answers: Any = None
         self._event_t = -math.inf
+        self.releases = 0
+        self.last_release = ""
+        self.degraded: list[str] = []
+        self._teleop_seen = False   # the first teleop status only sets the release count (a restarted quest_video)
 
     # ---- inputs ---------------------------------------------------------------------------------
     def error(self, now: float, text: str) -> None:
@@ -138,16 +150,28 @@ class HudModel:
             self.error(now, f"{self.recorder}: save failed ({ev.get('reason')})")
 
     def on_teleop_status(self, now: float, st: dict[str, Any]) -> None:
+        first, self._teleop_seen = not self._teleop_seen, True
         if isinstance(st.get("engaged"), bool):
             self.engaged = st["engaged"]
         limits = st.get("limits_active")
         if isinstance(limits, list):
             self.limits = [str(x) for x in limits]
+        releases, reason = st.get("forced_releases"), st.get("last_release")
+        if isinstance(releases, int) and not isinstance(releases, bool):
+            if not first and releases > self.releases and isinstance(reason, str) and reason != "menu" \
+                    and self.engaged is False:
+                self.error(now, f"RELEASED: {reason} - re-grip")   # not the operator's doing: say what to do
+            self.releases = releases
+            self.last_release = reason if isinstance(reason, str) else ""
         alarm = st.get("last_alarm")
         if alarm and alarm != self._last_alarm and isinstance(alarm, dict):
             self.error(now, f"{alarm.get('recorder')}/{alarm.get('action')}: {alarm.get('outcome')} "
                             f"{alarm.get('message') or ''}".strip())
         self._last_alarm = alarm
+
+    def on_delivery(self, degraded: list[str]) -> None:
+        """The deliveries below their mark now (``delivery.link_health``: panels, the recorder's frames)."""
+        self.degraded = [str(d) for d in degraded]
 
     def on_headset(self, state: str, rate_hz: float | None) -> None:
         self.headset = state
@@ -167,7 +191,8 @@ class HudModel:
         error = self._error if now - self._error_t <= self.error_hold_s else ""
         return HudState(recording=self.recording, episode_index=self.episode_index, elapsed_s=max(0.0, elapsed),
                         saved_count=len(self._saved), engaged=self.engaged, input_hz=self.input_hz,
-                        headset=self.headset, limits=list(self.limits), error=error, arm=self.arm)
+                        headset=self.headset, limits=list(self.limits), error=error, arm=self.arm,
+                        releases=self.releases, last_release=self.last_release, degraded=list(self.degraded))
 
 
 # ---- rendering --------------------------------------------------------------------------------------

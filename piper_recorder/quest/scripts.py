@@ -20,12 +20,20 @@ Tests and the teleop engineer predict the controller at any time with ``Scripted
             closing (period ``TRIGGER_S``, incommensurate with ``LOOP_S``, so no two rows repeat), no
             buttons ever. For recording sessions driven through the recorders' services (piper-demo):
             every stretch of an episode has moving actions.
+
+Re-gripping like an operator (every script): when the headset learns that teleop released the clutch
+(``regrip(t)``; the sim server calls it when the HUD's ``releases`` count grows, as an operator reads
+the HUD and feels the release pulse), the hand lets go of the squeeze over ``REGRIP_OPEN_S``, waits
+``REGRIP_PAUSE_S`` and squeezes again over ``REGRIP_CLOSE_S``: a forced release needs the grip
+opened below the clutch's release threshold and closed again (``teleop.clutch``), and a headset that
+kept squeezing never engaged again after one stall (issue 20.4). The motion goes on meanwhile;
+``sample`` stays a pure function of the time and the release times noticed so far.
 """
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +46,10 @@ HEAD_POS = (0.0, 1.6, 0.0)
 LEFT_HOME = (-0.2, 1.1, -0.35)
 RIGHT_HOME = (0.2, 1.1, -0.35)
 PRESS_S = 0.15
+REGRIP_OPEN_S = 0.15    # letting go of the squeeze ...
+REGRIP_PAUSE_S = 0.4    # ... a short pause, hand open ...
+REGRIP_CLOSE_S = 0.3    # ... and squeezing again
+REGRIP_S = REGRIP_OPEN_S + REGRIP_PAUSE_S + REGRIP_CLOSE_S
 
 
 def _smoothstep(x: float) -> float:
@@ -83,9 +95,31 @@ class ScriptedHeadset:
         rng = random.Random(seed)
         # The seed only varies the phase of the head's breathing sway (the hands stay predictable).
         self._head_phase = rng.uniform(0.0, 2.0 * math.pi)
+        self._regrips: tuple[float, ...] = ()   # script times at which a release was noticed (replaced whole)
+
+    @property
+    def regrips(self) -> tuple[float, ...]:
+        return self._regrips
+
+    def regrip(self, t: float) -> bool:
+        """Teleop released the clutch (noticed at script time ``t``): open and close the grip again.
+        Ignored (False) while a re-grip is under way or for a time before the last one."""
+        if self._regrips and t < self._regrips[-1] + REGRIP_S:
+            return False
+        self._regrips = (*self._regrips, float(t))   # one assignment: the send thread reads it unlocked
+        return True
 
     def right(self, t: float) -> RightHand:
-        """The right controller at ``t`` seconds since connect."""
+        """The right controller at ``t`` seconds since connect (the script, with any re-grips)."""
+        hand = self._scripted(t)
+        factor = 1.0
+        for tr in self._regrips:
+            if tr <= t < tr + REGRIP_S:
+                factor *= 1.0 - _ramp(t, tr, tr + REGRIP_OPEN_S) + _ramp(t, tr + REGRIP_S - REGRIP_CLOSE_S,
+                                                                         tr + REGRIP_S)
+        return hand if factor == 1.0 else replace(hand, squeeze=hand.squeeze * factor)
+
+    def _scripted(self, t: float) -> RightHand:
         if self.script == "idle" or t < LEAD_S:
             return RightHand(RIGHT_HOME, (0.0, 0.0, 0.0, 1.0), 0.0, 0.0, False, False)
         if self.script == "circle":

@@ -19,6 +19,14 @@ With ``video_port`` (>= 0; 0 = any free port) it also listens on the app's video
 is kept with its arrival time (``haptics``, ``colors``), and ``--report FILE`` writes all of it as
 JSON twice a second (atomically), for tests and benches that run the headset as its own process.
 
+Like an operator it re-grips after a clutch release it did not make (``regrip``, on by default;
+``--no-regrip`` keeps squeezing): it learns of the release from the HUD on the video channel, whose
+``releases`` count (teleop's forced releases, carried in the HUD frame's state) grows, as the operator
+reads "RELEASED: ... - re-grip" there (and feels ``haptics.release``, whose amplitude and length the
+app cannot tell apart from other pulses reliably, so the HUD is the signal). Each scripted
+connection then lets go of the squeeze and squeezes again (``scripts.ScriptedHeadset.regrip``); the
+first HUD seen only sets the count. ``regrips`` (report) lists when.
+
 The hello carries ``mono`` (the script's t = 0), so a client can compute the script time of a frame
 as ``frame.mono - hello["mono"]`` and predict it with ``ScriptedHeadset.sample``.
 """
@@ -43,10 +51,11 @@ from piper_recorder.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_HOST, DEFAULT_PORT
 from .protocol import encode
-from .scripts import SCRIPTS, ScriptedHeadset
+from .scripts import REGRIP_S, SCRIPTS, ScriptedHeadset
 from .sim_video import SimVideoServer
 
 APP_NAME = "piper-sim-quest"
+REGRIP_RETRY_S = 1.0   # the HUD still shows the clutch idle this long after a re-grip: re-grip again
 PROTOCOL_VERSION = 1
 
 
@@ -70,6 +79,7 @@ class SimConfig:
     lag_rate: float = 0.0  # ... by this many seconds per second ...
     lag_max_s: float = 5.0  # ... up to this delay
     video_port: int = -1  # >= 0: accept the video channel on this port (0 = any free port); -1: off
+    regrip: bool = True  # re-grip when the HUD shows a clutch release teleop made (needs the video channel)
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -134,7 +144,11 @@ class SimQuestServer:
         self.haptics: list[dict[str, Any]] = []   # as received
         self.haptic_times: list[float] = []       # time.time() at each one's arrival
         self.colors: list[dict[str, Any]] = []    # with "t_recv" (time.time() at arrival)
-        self.video = SimVideoServer(config.host, config.video_port) if config.video_port >= 0 else None
+        self.video = SimVideoServer(config.host, config.video_port, self._on_hud) if config.video_port >= 0 else None
+        self.regrips: list[dict[str, Any]] = []   # {"t": wall time, "releases": the HUD's count}
+        self._releases_seen: int | None = None    # the HUD's release count last read
+        self._awaiting_engage = False             # re-gripped; the HUD has not shown the clutch engaged since
+        self._headsets: dict[int, tuple[ScriptedHeadset, float]] = {}   # connection -> (script, its start)
         self.connections = 0
         self.frames_sent = 0
         self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -178,7 +192,7 @@ class SimQuestServer:
             out: dict[str, Any] = {"port": self.port, "connections": self.connections, "frames_sent": self.frames_sent,
                                    "commands": dict(self.commands),
                                    "haptics": [{**h, "t_recv": t} for h, t in zip(self.haptics, self.haptic_times)],
-                                   "colors": list(self.colors)}
+                                   "colors": list(self.colors), "regrips": list(self.regrips)}
         out["video"] = self.video.report() if self.video is not None else None
         return out
 
@@ -222,6 +236,9 @@ class SimQuestServer:
         rng = random.Random(cfg.seed * 1000 + index)
         headset = ScriptedHeadset(cfg.script, cfg.buttons, cfg.seed)
         start = time.monotonic()
+        if self._replay is None:
+            with self._lock:
+                self._headsets[index] = (headset, start)
         hello = {"app": APP_NAME, "protocol": PROTOCOL_VERSION, "device": "simulated", "rate_hz": cfg.rate,
                  "script": "replay" if self._replay else cfg.script, "buttons": cfg.buttons, "seed": cfg.seed,
                  "mono": start + cfg.mono_offset_s}
@@ -303,7 +320,38 @@ class SimQuestServer:
             with self._lock:
                 if conn in self._conns:
                     self._conns.remove(conn)
+                self._headsets.pop(index, None)
             self._log(f"{APP_NAME}: client #{index} disconnected after {n} frames")
+
+    def _on_hud(self, hud: dict[str, Any]) -> None:
+        """A HUD frame arrived (video thread). A grown ``releases`` count means teleop released the
+        clutch while this hand squeezed: re-grip, as the operator reading it would; and if the HUD
+        still shows the clutch idle ``REGRIP_RETRY_S`` after a re-grip (the open grip fell into a
+        stall and never reached teleop), try again, until it shows it engaged."""
+        releases = hud.get("releases")
+        if not isinstance(releases, int) or isinstance(releases, bool):
+            return
+        engaged = hud.get("engaged")
+        why = ""
+        with self._lock:
+            seen, self._releases_seen = self._releases_seen, releases
+            if engaged is True:
+                self._awaiting_engage = False
+            if not self.config.regrip or seen is None:
+                return   # the first HUD only sets the count
+            now = time.monotonic()
+            if releases > seen:
+                why = f"clutch release #{releases} ({hud.get('last_release')})"
+                started = [h.regrip(now - start) for h, start in self._headsets.values()]
+                self._awaiting_engage = True
+            elif self._awaiting_engage and engaged is False:
+                why = "clutch still idle after a re-grip"
+                started = [h.regrip(now - start) for h, start in self._headsets.values()
+                           if h.regrips and now - start >= h.regrips[-1] + REGRIP_S + REGRIP_RETRY_S]
+            if not why or not any(started):
+                return
+            self.regrips.append({"t": time.time(), "releases": releases, "why": why})
+        self._log(f"{APP_NAME}: HUD shows {why}: re-gripping")
 
     def _read_commands(self, conn: socket.socket) -> None:
         buf = b""
@@ -370,6 +418,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lag-max", type=float, default=d.lag_max_s, help="... up to this delay (s)")
     p.add_argument("--video-port", type=int, default=d.video_port,
                    help="accept the video/HUD channel on this port (the app: 8736; 0 = any free; -1 = off)")
+    p.add_argument("--no-regrip", action="store_true",
+                   help="keep squeezing after a clutch release shown on the HUD (default: re-grip like an operator)")
     p.add_argument("--report", default="", metavar="FILE.json",
                    help="write what the headset received (commands, haptics, colours, video) here twice a second")
     return p
@@ -381,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                     buttons=not args.no_buttons, seed=args.seed, delay_ms=args.delay_ms,
                     jitter_ms=args.jitter_ms, mono_offset_s=args.mono_offset, stall_after_s=args.stall_after,
                     stall_s=args.stall_for, stall_burst=args.stall_burst, lag_after_s=args.lag_after,
-                    lag_rate=args.lag_rate, lag_max_s=args.lag_max, video_port=args.video_port)
+                    lag_rate=args.lag_rate, lag_max_s=args.lag_max, video_port=args.video_port,
+                    regrip=not args.no_regrip)
     try:
         server = SimQuestServer(cfg)
         port = server.start()

@@ -4,7 +4,9 @@ Like the app it listens on its own port, serves one sender at a time, ends a con
 error, and decodes every JPEG (Pillow here, stb_image there). It keeps, per panel, the frame count,
 decode failures, the receive rate over the last ``RATE_WINDOW_S``, the last image size and, for the
 HUD, the state the frame was rendered from (``hud.hud_state_from_jpeg``) plus the history of distinct
-HUD states, so tests can check what the operator would have read.
+HUD states, so tests can check what the operator would have read. ``on_hud`` (optional) is called
+with each decoded HUD state on the receiving thread: the simulated headset reads the HUD as an
+operator would (a clutch release teleop made: re-grip).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +46,10 @@ class PanelStats:
 class SimVideoServer:
     """Threaded listener; ``start()`` binds and returns the port."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0,
+                 on_hud: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.host, self.port = host, port
+        self.on_hud = on_hud
         self.connections = 0
         self.framing_errors = 0
         self.panels: dict[int, PanelStats] = {}
@@ -144,6 +149,8 @@ class SimVideoServer:
                 if last is None or {k: v for k, v in last.items() if k in key} != key:
                     self.hud_history.append({**hud, "t": time.time()})
                     del self.hud_history[:-HUD_HISTORY]
+        if hud is not None and self.on_hud is not None:
+            self.on_hud(hud)
 
     def report(self) -> dict[str, Any]:
         now = time.monotonic()

@@ -7,7 +7,9 @@ refused start (the recorder's refusal). Patterns are ``[amp, ms, count]``: ``cou
 the headset app's own confirmations (reference-facts §8): start 0.8/120 ms, save 0.5/200 ms,
 discard and delete three 1.0/60 ms; a refused or failed press one long 1.0/700 ms; a recorder that
 did not answer three 1.0/90 ms at 0.2 s (while teleop retries); a safety limit starting to hold the
-target two light 0.35/40 ms.
+target two light 0.35/40 ms; the clutch released by teleop, not by the operator (a stale headset
+stream, lost arm feedback: re-grip to go on) two 0.7/300 ms, long enough not to pass for a
+confirmation. A grip the interlocks refuse plays ``refused`` (teleop.mapper: once per grip attempt).
 
 ``HapticScheduler`` plays one pattern at a time per name: the same confirmation from several
 recorders (both save, seconds apart on a busy machine) is felt once: ``confirm`` drops a
@@ -35,6 +37,7 @@ class HapticConfig:
     refused: list[float] = field(default_factory=lambda: [1.0, 700.0, 1.0])
     timeout: list[float] = field(default_factory=lambda: [1.0, 90.0, 3.0])
     limit: list[float] = field(default_factory=lambda: [0.35, 40.0, 2.0])
+    release: list[float] = field(default_factory=lambda: [0.7, 300.0, 2.0])
     gap_s: float = 0.2                 # from one pulse's start to the next one's
     dedupe_s: float = 30.0             # the same confirmation again (another recorder) within this is felt once
     limit_repeat_s: float = 2.0        # a limit that keeps re-engaging pulses at most this often

@@ -18,6 +18,15 @@ At the engage tick c == c0, so the first target is exactly the measured arm pose
 re-engaging after any release) never makes the arm jump. The raw target then goes through the
 one-euro filter, the tether / workspace / speed limits, and a final hard check; a target failing
 the check is never returned (it is counted and the clutch is released).
+
+What the operator must feel (``TickResult.haptics``, pattern names of ``teleop.haptics``): a grip
+the interlocks refuse (no arm feedback, arm fault, arm outside the workspace, controller not
+tracked) gives ``refused`` once per grip attempt, since the clutch retries silently while the grip
+stays closed and an operator who feels nothing thinks the arm follows; a release the operator did
+not make (stale headset stream, lost arm feedback, arm fault, unsafe target) gives ``release``,
+because the clutch now needs the grip opened and closed again, and an operator still holding it
+would otherwise wait for an arm that never moves. The menu button's release is the operator's own:
+counted, not pulsed. ``last_release`` keeps the reason of the newest forced release for the status.
 """
 from __future__ import annotations
 
@@ -106,6 +115,7 @@ class TickResult:
     clutch: ClutchEvent = ClutchEvent.NONE
     reason: str | None = None           # why the clutch refused or was forced to release
     actions: list[Action] = field(default_factory=list)
+    haptics: list[str] = field(default_factory=list)   # patterns to play now ("refused", "release")
 
 
 @dataclass
@@ -163,6 +173,8 @@ class TeleopCore:
         self._last_tick_t: float | None = None
         self._grace_until = -math.inf
         self._released: tuple[ClutchEvent, str | None] | None = None   # a release on_joy applied, to report
+        self._refusal_felt = False   # this grip attempt's refusal was already pulsed (reset when the grip opens)
+        self.last_release: str | None = None   # why the newest forced release happened (menu, stale stream, ...)
 
     # ---- inputs -------------------------------------------------------------------------------
     @staticmethod
@@ -210,6 +222,7 @@ class TeleopCore:
                 ev = self.clutch.update(joy.squeeze, joy.menu, None)
                 if ev is ClutchEvent.FORCED_RELEASE:
                     self.counters.forced_releases += 1
+                    self.last_release = "menu"
                 self._released = (ev, "menu" if ev is ClutchEvent.FORCED_RELEASE else None)
             if self._newer(t, order, self._joy_t, self._joy_order):
                 self._joy, self._joy_order = joy, order
@@ -272,16 +285,22 @@ class TeleopCore:
             if reason is not None:
                 return self._forced(res, reason)
         if self._joy is not None and t - self._joy_t <= self.cfg.stale_timeout_s:
+            if self._joy.squeeze < self.cfg.clutch.release_below:
+                self._refusal_felt = False   # the grip opened: the next closing is a new attempt
             refuse = self._refuse_reason(t)
             ev = self.clutch.update(self._joy.squeeze, self._joy.menu, refuse)
             res.clutch = ev
             if ev is ClutchEvent.REFUSED:
                 self.counters.refused_engages += 1
                 res.reason = refuse
+                if not self._refusal_felt:   # once per grip attempt: the clutch retries every tick
+                    self._refusal_felt = True
+                    res.haptics.append("refused")
             elif ev is ClutchEvent.FORCED_RELEASE:
                 self.counters.forced_releases += 1
-                res.reason = "menu"
+                res.reason = self.last_release = "menu"
             elif ev is ClutchEvent.ENGAGED:
+                self._refusal_felt = False
                 self._latch()
         if not self.clutch.engaged:
             return res
@@ -336,6 +355,8 @@ class TeleopCore:
         if self.clutch.force_release() is ClutchEvent.FORCED_RELEASE:
             self.counters.forced_releases += 1
             res.clutch, res.reason = ClutchEvent.FORCED_RELEASE, reason
+            self.last_release = reason
+            res.haptics.append("release")   # not the operator's doing: tell the hand to re-grip
         return res
 
     def _stream_problem(self, t: float) -> str | None:
