@@ -80,6 +80,10 @@ class DashboardNode(Node):
             raise ParameterError(f"dashboard: cannot serve on {cfg.host}:{cfg.port}: {exc}") from exc
         self.get_logger().info(f"dashboard on {self.server.url}" + (" (token required)" if cfg.token else ""))
         self.create_timer(1.0, self._housekeeping)
+        # its own delivery, like every image consumer (delivery.py): frames received per camera while watched
+        self._images: dict[str, int] = {}
+        self.pub_status = self.create_publisher(String, "~/status", 10)
+        self.create_timer(1.0, self._publish_status)
 
     # ---- inputs ---------------------------------------------------------------------------------
     def _on_json(self, topic: str | None, msg: String, sink: Callable[[JsonDict, float], None]) -> None:
@@ -106,6 +110,7 @@ class DashboardNode(Node):
                                      else int(st.level), st.message, {kv.key: kv.value for kv in st.values}, t)
 
     def _on_image(self, camera: str, msg: Image) -> None:
+        self._images[camera] = self._images.get(camera, 0) + 1
         try:
             rgb = image_to_numpy(msg)
         except ValueError:
@@ -145,6 +150,11 @@ class DashboardNode(Node):
                 self.destroy_subscription(sub)
             self._image_subs.clear()
             self.dash.frames.forget()
+
+    def _publish_status(self) -> None:
+        self.pub_status.publish(String(data=json.dumps(
+            {"watched": bool(self._image_subs),
+             "images_received": {cam: {"count": n} for cam, n in sorted(self._images.items())}})))
 
     def on_shutdown(self) -> None:
         self.server.close()
