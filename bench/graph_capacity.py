@@ -85,7 +85,7 @@ def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0) ->
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         t0 = time.monotonic()
         session.start_episode()
-        started = session.answered["start_episode"]
+        started = session.sent["start_episode"]
         time.sleep(max(0.0, max(started.values()) + seconds - 0.5 - time.monotonic()))
         status = {rec: dict(st) for rec, st in session.status.items()}
         result = session.stop_episode(at={rec: t + seconds for rec, t in started.items()})

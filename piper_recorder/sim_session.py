@@ -58,7 +58,9 @@ class SimSession:
         self._executor: Executor | None = None
         self._spinner: threading.Thread | None = None
         self._clients: dict[str, Client[Any, Any]] = {}
-        self.answered: dict[str, dict[str, float]] = {}   # service -> recorder -> when its last answer came
+        # service -> recorder -> when its last request was sent / its answer came (monotonic)
+        self.answered: dict[str, dict[str, float]] = {}
+        self.sent: dict[str, dict[str, float]] = {}
 
     @property
     def cameras(self) -> list[str]:
@@ -222,16 +224,18 @@ class SimSession:
         """Call ``srv`` on every recorder at once (one after the other, the second recorder's episode
         would start or end a whole save later than the first's) and wait for every answer.
 
-        ``at``: recorder -> monotonic time to send its request (the calls still overlap). Each answer's
-        arrival is kept in ``answered[srv][rec]``."""
+        ``at``: recorder -> monotonic time to send its request (the calls still overlap). When each
+        request went and each answer came are kept in ``sent[srv][rec]`` and ``answered[srv][rec]``."""
         from std_srvs.srv import Trigger
 
         answered: dict[str, float] = {}
-        self.answered[srv] = answered
+        sent: dict[str, float] = {}
+        self.answered[srv], self.sent[srv] = answered, sent
         futs = {}
         for rec in sorted(RECORDERS, key=lambda r: (at or {}).get(r, 0.0)):
             if at and rec in at:
                 time.sleep(max(0.0, at[rec] - time.monotonic()))
+            sent[rec] = time.monotonic()
             futs[rec] = self._client(rec, srv).call_async(Trigger.Request())
             futs[rec].add_done_callback(lambda _f, r=rec: answered.__setitem__(r, time.monotonic()))
         out = {}
@@ -296,11 +300,11 @@ class SimSession:
         return result
 
     def record(self, seconds: float) -> EpisodeResult:
-        """One episode of ``seconds`` in each recorder: each one's stop is sent ``seconds`` after its own
-        start answered (a recorder that answered later, e.g. waiting for /arm/provenance at its first
-        start, is not cut short, and the other not made longer)."""
+        """One episode of ``seconds`` in each recorder: each one's stop is sent ``seconds`` after its start
+        was (a recorder's episode runs from the arrival of its start to that of its stop, whenever it
+        answers: a first start waiting for /arm/provenance does not lengthen the episode)."""
         self.start_episode()
-        started = self.answered["start_episode"]
+        started = self.sent["start_episode"]
         return self.stop_episode(at={rec: started[rec] + seconds for rec in RECORDERS})
 
 

@@ -196,12 +196,14 @@ class RecorderNode(Node):
         return response
 
     async def _srv_start(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        arrived = now_ns(self)
         task = self.get_parameter("task").value
         problem = task_problem(task)
         if problem:
             return self._answer(res, Answer(False, f"parameter {problem}; set it first: ros2 param set "
                                                    f"{self.get_fully_qualified_name()} task '...'"))
-        return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: now_ns(self))))
+        # the episode starts when the request arrived (its stop likewise), not once the writer is ready
+        return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: arrived)))
 
     async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         end = now_ns(self)   # the episode ends when the request arrives, not when the worker runs

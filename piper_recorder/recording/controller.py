@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +27,24 @@ from .targets import EpisodeTarget, Record
 from .worker import DEFAULT_MAX_LAG_S, QueuedSink, WriterWorker
 
 IDLE, RECORDING, SAVING, SAVE_FAILED, CLOSED = "idle", "recording", "saving", "save_failed", "closed"
+# how long samples are kept before an episode starts: the newest one at or before the start seeds it,
+# and the ones after it cover the writer's start-up (the episode starts when the request arrived)
+PREROLL_INPUTS_NS, PREROLL_FRAMES_NS = 1_000_000_000, 500_000_000
+_T = TypeVar("_T", bound=tuple)
+
+
+def _keep(buf: deque[_T], item: _T, window_ns: int) -> None:
+    buf.append(item)
+    while len(buf) > 1 and buf[0][0] < item[0] - window_ns:
+        buf.popleft()
+
+
+def _preroll(buf: deque[_T], start_ns: int) -> list[_T]:
+    """The newest sample at or before ``start_ns`` and every later one (just the newest when the writer
+    was ready at once, as before): what a recorder already running at ``start_ns`` would hold."""
+    items = sorted(buf, key=lambda x: x[0])
+    first = max((i for i, x in enumerate(items) if x[0] <= start_ns), default=0)
+    return items[first:]
 
 
 @dataclass
@@ -90,8 +109,10 @@ class EpisodeController:
         self._session_started = False
         self._saved: list[tuple[int, str]] = []  # (episode, task) saved in this session; delete_last pops
         # the newest sample of each input and camera seeds the next episode (its pre-roll)
-        self._preroll_inputs: dict[str, tuple[int, np.ndarray]] = {}
-        self._preroll_frames: dict[str, tuple[int, np.ndarray, np.ndarray | None]] = {}
+        # (an episode starts when its request arrived, before the writer is ready: the samples that came
+        # in between are kept here for a short while and fed to the new episode, see ``_preroll``)
+        self._preroll_inputs: dict[str, deque[tuple[int, np.ndarray]]] = {}
+        self._preroll_frames: dict[str, deque[tuple[int, np.ndarray, np.ndarray | None]]] = {}
         self._pairers = {cam: DepthPairer(1e9 / assembly.fps) for cam in assembly.cameras}
         self.last_counters: dict[str, Any] = {}
         self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
@@ -105,7 +126,8 @@ class EpisodeController:
     def add_input(self, name: str, stamp_ns: int, values: Sequence[float] | np.ndarray) -> None:
         """One sample of a feature-table input (``InputRouter`` calls this for every vector message)."""
         with self._lock:
-            self._preroll_inputs[name] = (stamp_ns, np.asarray(values, dtype=np.float32))
+            _keep(self._preroll_inputs.setdefault(name, deque()), (stamp_ns, np.asarray(values, dtype=np.float32)),
+                  PREROLL_INPUTS_NS)
             if self._asm is not None and self.state in (RECORDING, SAVING):
                 self._asm.add_input(name, stamp_ns, values)
 
@@ -126,7 +148,7 @@ class EpisodeController:
 
     def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
         with self._lock:
-            self._preroll_frames[camera] = (stamp_ns, rgb, depth)
+            _keep(self._preroll_frames.setdefault(camera, deque()), (stamp_ns, rgb, depth), PREROLL_FRAMES_NS)
             if self._asm is not None and self.state in (RECORDING, SAVING):
                 self._asm.add_frame(camera, stamp_ns, rgb, depth)
 
@@ -208,10 +230,12 @@ class EpisodeController:
                 self._stop_at = None
                 self._asm = EpisodeAssembler(self.assembly, start_ns, self._sink, depth=self.target.depth)
                 self._tick_delays = []
-                for name, (stamp, values) in self._preroll_inputs.items():
-                    self._asm.add_input(name, stamp, values)
-                for cam, (stamp, rgb, depth) in self._preroll_frames.items():
-                    self._asm.add_frame(cam, stamp, rgb, depth)
+                for name, inputs in self._preroll_inputs.items():
+                    for stamp, values in _preroll(inputs, start_ns):
+                        self._asm.add_input(name, stamp, values)
+                for cam, frames in self._preroll_frames.items():
+                    for stamp, rgb, depth in _preroll(frames, start_ns):
+                        self._asm.add_frame(cam, stamp, rgb, depth)
                 self._episode, self._task, self.state = idx, task, RECORDING
             event = self._event("started", start_ns=start_ns)
             return self._done(Answer(True, f"recording episode {idx} (task '{task}')", event))
@@ -261,6 +285,7 @@ class EpisodeController:
 
     def _commit(self, u: _Unsaved) -> Answer:
         """Save on the writer thread; a failure with the episode still held by the writer keeps it."""
+        t0 = time.monotonic()
         try:
             self.worker.call(lambda: self._save(u))
         except _InputError as exc:  # rows or frames never reached the writer: the episode is incomplete
@@ -285,7 +310,9 @@ class EpisodeController:
         with self._lock:
             self.state = IDLE
         event = self._event("saved", start_ns=u.origin_ns, end_ns=u.end_ns, rows=u.counters["rows"], reason=u.reason)
-        return self._done(Answer(True, f"saved episode {idx}: {u.counters['rows']} rows ({u.reason})", event))
+        late = (time.time_ns() - u.end_ns) / 1e9
+        return self._done(Answer(True, f"saved episode {idx}: {u.counters['rows']} rows ({u.reason}; saved "
+                                       f"{late:.2f} s after its end, the save {time.monotonic() - t0:.2f} s)", event))
 
     def _retry_save(self) -> Answer:
         u = self._unsaved
