@@ -95,7 +95,16 @@ def test_view_model():
     assert v["cameras"][0] == {"name": "cam_front", "rate_hz": 60.0, "age_s": 0.5}
     assert v["cameras"][1] == {"name": "cam_wrist", "rate_hz": None, "age_s": None}   # its topic not watched
     # every required topic fresh: healthy (the optional target topic never seen does not count)
-    assert g["healthy"]
+    assert g["healthy"] and g["falling_behind"] == []
+    # a recorder whose writer is behind real time says so (recording.worker): the graph is degraded at once
+    m.on_recorder_status("rgbd_recorder", _status("recording", 2.0, 60, 3) | {
+        "recorder": "rgbd_recorder", "falling_behind": True, "writer_lag_s": 1.4,
+        "frames_dropped_writer_behind": {"cam_front": 12}}, 10.4)
+    behind = m.view(10.5)
+    assert not behind["graph"]["healthy"] and behind["graph"]["falling_behind"] == ["rgbd_recorder"]
+    assert behind["recorders"][1]["writer_lag_s"] == 1.4
+    assert behind["recorders"][1]["frames_dropped_writer_behind"] == {"cam_front": 12}
+    m.on_recorder_status("rgbd_recorder", _status("idle", None, 0, 0) | {"recorder": "rgbd_recorder"}, 10.45)
 
     lr = v["recorders"][0]
     assert lr["state"] == "recording" and lr["elapsed_s"] == pytest.approx(2.5) and lr["rows"] == 60

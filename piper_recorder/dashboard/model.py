@@ -206,7 +206,9 @@ def clean_recorder_status(status: Any) -> JsonDict:
                      "elapsed_s": f.number("elapsed_s"), "rows": f.count("rows"), "saved_this_session": n_saved or 0,
                      "writer_backlog": f.count("writer_backlog"), "message": f.text("message"),
                      "waiting_for": f.texts("waiting_for"), "tick_delay_ms": f.counters("tick_delay_ms"),
-                     "counters": f.counters("counters"), **clean_delivery(f)}
+                     "counters": f.counters("counters"), "writer_lag_s": f.number("writer_lag_s"),
+                     "falling_behind": f.flag("falling_behind"),
+                     "frames_dropped_writer_behind": f.counts("frames_dropped_writer_behind"), **clean_delivery(f)}
     out["invalid_fields"] = f.invalid
     return out
 
@@ -390,9 +392,11 @@ class DashboardModel:
             fresh = r["age_s"] is not None and r["age_s"] < allowed
             topics.append({"topic": topic, **r, "required": self._required[topic], "ok": fresh})
         delivery = self._delivery_view(now)
+        # a recorder whose writer is behind real time (recording.worker) says so in its status: degraded
+        behind = sorted(r for r, st in self._recorders.items() if st.data.get("falling_behind"))
         healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"]) \
-            and all(d["ok"] for d in delivery)
-        return {"nodes": nodes, "topics": topics, "healthy": healthy, "delivery": delivery,
+            and all(d["ok"] for d in delivery) and not behind
+        return {"nodes": nodes, "topics": topics, "healthy": healthy, "delivery": delivery, "falling_behind": behind,
                 "nodes_age_s": None if self._nodes_t is None else round(now - self._nodes_t, 1)}
 
     def _published_fps(self, camera: str, now: float, best_received: float | None) -> float | None:
@@ -432,7 +436,8 @@ class DashboardModel:
             # not published yet: every field the page reads, empty (the page draws this like any other)
             return {"name": name, "state": "unknown", "stale": True, "age_s": None, "episode_index": None,
                     "task": None, "elapsed_s": None, "rows": None, "saved_this_session": 0, "writer_backlog": None,
-                    "message": "", "waiting_for": [], "tick_delay_ms": None, "counters": [], "invalid_fields": []}
+                    "message": "", "waiting_for": [], "tick_delay_ms": None, "writer_lag_s": None,
+                    "falling_behind": False, "frames_dropped_writer_behind": {}, "counters": [], "invalid_fields": []}
         d, age = st.data, now - st.t
         state = d["state"] or "unknown"
         elapsed = d["elapsed_s"]
@@ -458,6 +463,8 @@ class DashboardModel:
                 "rows": rows, "saved_this_session": d["saved_this_session"],
                 "writer_backlog": d["writer_backlog"], "message": d["message"] or "",
                 "waiting_for": d["waiting_for"] or [], "tick_delay_ms": d["tick_delay_ms"],
+                "writer_lag_s": d["writer_lag_s"], "falling_behind": bool(d["falling_behind"]),
+                "frames_dropped_writer_behind": d["frames_dropped_writer_behind"] or {},
                 "counters": shown, "invalid_fields": list(d["invalid_fields"])}
 
     def _joints_view(self, now: float) -> JsonDict:

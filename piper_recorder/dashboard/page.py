@@ -120,7 +120,7 @@ function recorderHTML(r) {
   return H`<div class="rec" id="rec-${r.name}" data-state="${r.state}" data-rows="${isNum(r.rows) ? r.rows : ''}"><h2>${r.name} <span class="chip ${r.state === 'recording' ? 'bad' : (r.stale ? 'missing' : 'ok')}">${r.stale ? r.state + ' (stale)' : r.state}</span></h2>
       <div class="kv"><span>episode</span><span>${num(r.episode_index, 0)}${r.task ? ' · ' + r.task : ''}</span><span>elapsed</span><span>${clock(r.elapsed_s)}</span>
       <span>rows</span><span class="rows">${num(r.rows, 0)}</span><span>saved this session</span><span>${num(r.saved_this_session, 0)}</span>
-      <span>writer backlog</span><span>${num(r.writer_backlog, 0)}</span>${waiting.length ? H`<span>waiting for</span><span>${waiting.join(', ')}</span>` : ''}
+      <span>writer backlog</span><span>${num(r.writer_backlog, 0)}</span>${r.falling_behind ? H`<span>falling behind</span><span class="msg bad">writer ${num(r.writer_lag_s, 1)} s behind real time</span>` : ''}${waiting.length ? H`<span>waiting for</span><span>${waiting.join(', ')}</span>` : ''}
       <span>message</span><span class="msg">${r.message}</span></div>
       <table class="counters">${rows}</table></div>`;
 }

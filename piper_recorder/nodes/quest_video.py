@@ -281,8 +281,11 @@ class QuestVideo(Node):
         # panels are judged only while the headset link is up (nothing is encoded while it is away).
         mine = status if st.state == "connected" else {**status, "panels": {}}
         links = link_health({"quest_video": mine, self.cfg.recorder: recorder}, published)
+        degraded = [link.why for link in links if not link.ok]
+        if isinstance(recorder, dict) and recorder.get("falling_behind"):   # its writer is behind real time
+            degraded.insert(0, f"{self.cfg.recorder} writer {recorder.get('writer_lag_s', '?')} s behind")
         with self._lock:
-            self.model.on_delivery([link.why for link in links if not link.ok])
+            self.model.on_delivery(degraded)
         self.pub_status.publish(String(data=json.dumps(status)))
 
     def on_shutdown(self) -> None:
