@@ -249,8 +249,9 @@ class SimCamera(Node):
             self.pub_color.publish(self._image(stamp, "rgb8", rgb, 3 * width))
         if self.pub_depth.get_subscription_count():  # aligned to colour: same optical frame id
             self.pub_depth.publish(self._image(stamp, "16UC1", depth, 2 * width))
-        self.pub_color_info.publish(self._camera_info(stamp, self._frame_id))
-        self.pub_depth_info.publish(self._camera_info(stamp, self._frame_id))
+        for pub in (self.pub_color_info, self.pub_depth_info):   # likewise: ~120 messages/s for 2 cameras
+            if pub.get_subscription_count():
+                pub.publish(self._camera_info(stamp, self._frame_id))
 
     def on_shutdown(self) -> None:
         self._stop.set()
