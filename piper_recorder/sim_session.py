@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from functools import partial
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,7 +238,7 @@ class SimSession:
                 time.sleep(max(0.0, at[rec] - time.monotonic()))
             sent[rec] = time.monotonic()
             futs[rec] = self._client(rec, srv).call_async(Trigger.Request())
-            futs[rec].add_done_callback(lambda _f, r=rec: answered.__setitem__(r, time.monotonic()))
+            futs[rec].add_done_callback(partial(_note_answer, answered, rec))
         out = {}
         for rec, fut in futs.items():
             if not self._wait(fut, timeout):
@@ -306,6 +307,10 @@ class SimSession:
         self.start_episode()
         started = self.sent["start_episode"]
         return self.stop_episode(at={rec: started[rec] + seconds for rec in RECORDERS})
+
+
+def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
+    answered[rec] = time.monotonic()
 
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
