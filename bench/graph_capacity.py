@@ -84,11 +84,12 @@ def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0) ->
         published0 = {cam: camera_status(session, cam) for cam in session.cameras}
         cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
         t0 = time.monotonic()
+        seen = len(session.events)
         session.start_episode()
-        started = session.sent["start_episode"]
-        time.sleep(max(0.0, max(started.values()) + seconds - 0.5 - time.monotonic()))
+        at = session._stop_times(seen, seconds)
+        time.sleep(max(0.0, max(at.values()) - 0.5 - time.monotonic()))
         status = {rec: dict(st) for rec, st in session.status.items()}
-        result = session.stop_episode(at={rec: t + seconds for rec, t in started.items()})
+        result = session.stop_episode(at=at)
         published = {cam: camera_status(session, cam)["published"] - published0[cam]["published"]
                      for cam in session.cameras}
         wall = time.monotonic() - t0

@@ -301,12 +301,31 @@ class SimSession:
         return result
 
     def record(self, seconds: float) -> EpisodeResult:
-        """One episode of ``seconds`` in each recorder: each one's stop is sent ``seconds`` after its start
-        was (a recorder's episode runs from the arrival of its start to that of its stop, whenever it
-        answers: a first start waiting for /arm/provenance does not lengthen the episode)."""
+        """One episode of ``seconds`` in each recorder: each one's stop is sent ``seconds`` after its episode
+        started (the ``start_ns`` of its "started" event; a first start that waited for /arm/provenance
+        or for the writer does not shorten the episode)."""
+        with self._cond:
+            seen = len(self.events)
         self.start_episode()
-        started = self.sent["start_episode"]
-        return self.stop_episode(at={rec: started[rec] + seconds for rec in RECORDERS})
+        return self.stop_episode(at=self._stop_times(seen, seconds))
+
+    def _stop_times(self, seen: int, seconds: float, timeout: float = 10.0) -> dict[str, float]:
+        """Monotonic send time of each recorder's stop: ``seconds`` after its "started" event's start_ns
+        (ROS time = system time here); the start request's send time if the event did not come."""
+        starts: dict[str, int] = {}
+
+        def started() -> bool:
+            for ev in self.events[seen:]:
+                if ev.get("event") == "started" and ev.get("recorder") in RECORDERS and ev.get("start_ns"):
+                    starts[str(ev["recorder"])] = int(ev["start_ns"])
+            return all(r in starts for r in RECORDERS)
+
+        with self._cond:
+            self._cond.wait_for(started, timeout)
+        sent = self.sent.get("start_episode", {})
+        now_wall, now_mono = time.time_ns(), time.monotonic()
+        return {rec: now_mono + (starts[rec] - now_wall) / 1e9 + seconds if rec in starts
+                else sent.get(rec, now_mono) + seconds for rec in RECORDERS}
 
 
 def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
