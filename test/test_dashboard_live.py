@@ -100,7 +100,8 @@ def test_dashboard_live_in_browser(tmp_path):
         # read-only in the graph too: no publisher but rclpy's own, no service client, no service of its own
         probe = s._node   # the session's rclpy node
         pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node("dashboard", "/")}
-        assert pubs <= {"/rosout", "/parameter_events"}, pubs
+        # (and its own ~/status: what it received, like every image consumer; never a command topic)
+        assert pubs <= {"/rosout", "/parameter_events", "/dashboard/status"}, pubs
         assert probe.get_client_names_and_types_by_node("dashboard", "/") == []
         services = {t for t, _ in probe.get_service_names_and_types_by_node("dashboard", "/")}
         rclpy_own = {"describe_parameters", "get_parameter_types", "get_parameters", "get_type_description",
