@@ -123,7 +123,7 @@ def test_replay_aborts_and_holds_on_stale_arm_feedback(recorded, ros_domain, tmp
             arm = g.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", "can_channel:=replay_stale")
             g.start(*_replay_args(recorded))
             deadline = time.monotonic() + 30
-            while len(watcher.eef) < 50 and time.monotonic() < deadline:
+            while len(watcher.eef) < 25 and time.monotonic() < deadline:   # 0.25 s of 100 Hz feedback
                 time.sleep(0.05)
             time.sleep(1.0)                      # approaching / playing by now
             arm.signal(signal.SIGSTOP)           # the arm process freezes: feedback goes stale
