@@ -98,10 +98,6 @@ class PiperArmNode(Node):
         self.create_service(Trigger, "/arm/enable", self._srv_enable, callback_group=services)
         self.create_service(Trigger, "/arm/disable", self._srv_disable, callback_group=services)
         self.create_service(Trigger, "/arm/go_home", self._srv_go_home, callback_group=services)
-        # publish a set once its stamp is a period past the last one published (less half an arm frame
-        # period of tolerance, so 100 Hz of a 200 Hz arm is every other set, not every third)
-        self._publish_gap = max(0.0, 1.0 / cfg.feedback_publish_hz - 0.0025)
-        self._last_published = {ID_JOINTS[-1]: 0.0, ID_POSE[-1]: 0.0}
         self.link.set_frame_listener(self._on_frame)
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
@@ -135,12 +131,9 @@ class PiperArmNode(Node):
             js.name, js.position = ["gripper"], [float(gripper)]
             self.pub_cmd_gripper.publish(js)
 
-    def _on_frame(self, frame_id: int, stamp: float) -> None:
-        """SDK reader thread: publish once per complete joint / pose set, at ``feedback_publish_hz``."""
-        last = self._last_published.get(frame_id)
-        if last is None or stamp - last < self._publish_gap:
-            return
-        self._last_published[frame_id] = stamp
+    def _on_frame(self, frame_id: int, _stamp: float) -> None:
+        """SDK reader thread: publish once per complete joint / pose set. The link parses only the sets
+        of ``feedback_publish_hz`` (``FeedbackDecimator``), so each one that completes is published."""
         if frame_id == ID_JOINTS[-1]:
             fb = self.link.feedback()
             js = JointState()
