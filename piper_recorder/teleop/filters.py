@@ -64,9 +64,10 @@ class OneEuroPosition:
                 self.reset(x)
             assert self._x is not None
             return self._x.copy()
-        cutoff = self._speed.cutoff(float(np.linalg.norm(x - self._x)) / dt, dt)
+        xl, held = x.tolist(), self._x.tolist()
+        cutoff = self._speed.cutoff(math.dist(xl, held) / dt, dt)
         a = _alpha(cutoff, dt)
-        self._x = a * x + (1 - a) * self._x
+        self._x = np.array([a * v + (1 - a) * h for v, h in zip(xl, held)])
         return self._x.copy()
 
 

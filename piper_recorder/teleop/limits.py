@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .rotations import angle_between, is_finite, normalize, slerp
+from .rotations import as_floats, angle_between, is_finite, normalize, slerp
 
 
 @dataclass
@@ -53,29 +53,32 @@ class Limits:
         self.cfg = cfg
         self.lo = np.array(cfg.workspace_min, dtype=float)
         self.hi = np.array(cfg.workspace_max, dtype=float)
+        self._lo, self._hi = self.lo.tolist(), self.hi.tolist()
         self.acted: tuple[str, ...] = ()   # LIMIT_NAMES that changed the target at the last ``apply``
 
     def inside(self, p: np.ndarray, margin: float = 0.0) -> bool:
-        p = np.asarray(p, dtype=float)
-        return bool(np.all(p >= self.lo - margin) and np.all(p <= self.hi + margin))
+        return all(lo - margin <= v <= hi + margin for v, lo, hi in zip(as_floats(p), self._lo, self._hi))
 
     def clamp_workspace(self, p: np.ndarray) -> np.ndarray:
-        return np.clip(np.asarray(p, dtype=float), self.lo, self.hi)
+        return np.array([min(max(v, lo), hi) for v, lo, hi in zip(as_floats(p), self._lo, self._hi)])
 
     def tether(self, p: np.ndarray, measured: np.ndarray) -> np.ndarray:
         if self.cfg.tether_m <= 0:
             return np.asarray(p, dtype=float)
-        d = np.asarray(p, dtype=float) - measured
-        n = float(np.linalg.norm(d))
-        return measured + d * (self.cfg.tether_m / n) if n > self.cfg.tether_m else np.asarray(p, dtype=float)
+        pl, ml = as_floats(p), as_floats(measured)
+        n = math.dist(pl, ml)
+        if n <= self.cfg.tether_m:
+            return np.asarray(p, dtype=float)
+        k = self.cfg.tether_m / n
+        return np.array([m + (v - m) * k for v, m in zip(pl, ml)])
 
     def cap_step(self, prev_p: np.ndarray, prev_q: np.ndarray, p: np.ndarray, q: np.ndarray,
                  dt: float, acted: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         max_lin = self.cfg.max_linear_speed * dt
-        d = p - prev_p
-        n = float(np.linalg.norm(d))
+        pl, prev = as_floats(p), as_floats(prev_p)
+        n = math.dist(pl, prev)
         if n > max_lin:
-            p = prev_p + d * (max_lin / n)
+            p = np.array([b + (v - b) * (max_lin / n) for v, b in zip(pl, prev)])
             if acted is not None:
                 acted.append("linear_speed")
         max_ang = self.cfg.max_angular_speed * dt
@@ -90,10 +93,10 @@ class Limits:
               measured_p: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
         acted: list[str] = []
         tethered = self.tether(p, measured_p)
-        if not np.array_equal(tethered, np.asarray(p, dtype=float)):
+        if tethered.tolist() != as_floats(p):
             acted.append("tether")
         clamped = self.clamp_workspace(tethered)
-        if not np.array_equal(clamped, tethered):
+        if clamped.tolist() != tethered.tolist():
             acted.append("workspace")
         out = self.cap_step(prev_p, prev_q, clamped, q, dt, acted)
         self.acted = tuple(acted)
@@ -103,11 +106,11 @@ class Limits:
         """Raise LimitViolation unless (p, q) is finite, unit, in the box and within the caps of prev."""
         if not is_finite(p, q):
             raise LimitViolation(f"non-finite target {p} {q}")
-        if abs(float(np.linalg.norm(q)) - 1.0) > 1e-6:
+        if abs(math.sqrt(sum(v * v for v in as_floats(q))) - 1.0) > 1e-6:
             raise LimitViolation(f"non-unit quaternion {q}")
         if not self.inside(p, margin=1e-9):
             raise LimitViolation(f"target {p} outside workspace {self.lo}..{self.hi}")
-        step = float(np.linalg.norm(p - prev_p))
+        step = math.dist(as_floats(p), as_floats(prev_p))
         if step > self.cfg.max_linear_speed * dt * (1 + 1e-6) + self.EPS:
             raise LimitViolation(f"linear step {step:.6f} m exceeds cap over dt={dt}")
         ang = angle_between(prev_q, q)

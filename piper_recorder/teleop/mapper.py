@@ -41,7 +41,7 @@ from .clutch import Clutch, ClutchConfig, ClutchEvent
 from .filters import FilterConfig, OneEuroOrientation, OneEuroPosition
 from .frames import FrameConfig, remap_matrix
 from .limits import Limits, LimitsConfig, LimitViolation
-from .rotations import is_finite, matrix_to_quat, normalize, quat_to_matrix
+from .rotations import conjugate_rotation, is_finite, normalize, quat_conj, quat_mul, rotate_then
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
 MAX_ABS_POS = 100.0  # m; larger coordinates are garbage (and would overflow the arithmetic)
@@ -131,14 +131,16 @@ class Counters:
 
 def _valid_pose(p: ArrayLike, q: ArrayLike) -> Pose | None:
     try:
-        p = np.asarray(p, dtype=float).reshape(3)
-        q = np.asarray(q, dtype=float).reshape(4)
+        pl = np.asarray(p, dtype=float).ravel().tolist()
+        ql = np.asarray(q, dtype=float).ravel().tolist()
     except (TypeError, ValueError):
         return None
-    if not is_finite(p, q) or np.any(np.abs(p) > MAX_ABS_POS) or np.any(np.abs(q) > 2.0) \
-            or abs(float(np.linalg.norm(q)) - 1.0) > QUAT_NORM_TOL:
+    if len(pl) != 3 or len(ql) != 4 or not is_finite(pl, ql):
         return None
-    return Pose(p, normalize(q))
+    if max(abs(v) for v in pl) > MAX_ABS_POS or max(abs(v) for v in ql) > 2.0 \
+            or abs(math.sqrt(sum(v * v for v in ql)) - 1.0) > QUAT_NORM_TOL:
+        return None
+    return Pose(np.array(pl), normalize(ql))
 
 
 class TeleopCore:
@@ -146,6 +148,7 @@ class TeleopCore:
         cfg.validate()
         self.cfg = cfg
         self.M = remap_matrix(cfg.frame)
+        self._M = self.M.tolist()
         self.clutch = Clutch(cfg.clutch)
         self.limits = Limits(cfg.limits)
         self.pos_filter = OneEuroPosition(cfg.filter)
@@ -335,12 +338,14 @@ class TeleopCore:
 
     # ---- internals ----------------------------------------------------------------------------
     def _raw_target(self, c: Pose) -> Pose:
-        c0, e0, M = self._c0, self._e0, self.M
+        c0, e0 = self._c0, self._e0
         assert c0 is not None and e0 is not None  # latched when the clutch engaged
-        p = e0.p + M @ (c.p - c0.p) * self.cfg.pos_scale
-        r_delta = M @ quat_to_matrix(c.q) @ quat_to_matrix(c0.q).T @ M.T
-        q = matrix_to_quat(r_delta @ quat_to_matrix(e0.q))
-        return Pose(p, q)
+        k = self.cfg.pos_scale
+        d = [(a - b) * k for a, b in zip(c.p.tolist(), c0.p.tolist())]
+        p = [e + m0 * d[0] + m1 * d[1] + m2 * d[2] for e, (m0, m1, m2) in zip(e0.p.tolist(), self._M)]
+        # M R(c) R(c0)^T M^T = M R(c conj(c0)) M^T, applied after the arm's latched orientation
+        r_delta = conjugate_rotation(self.M, quat_mul(c.q, quat_conj(c0.q)))
+        return Pose(np.array(p), rotate_then(r_delta, e0.q))
 
     def _latch(self) -> None:
         assert self._hand is not None and self._arm is not None  # _refuse_reason let the clutch engage
