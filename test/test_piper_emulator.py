@@ -34,7 +34,7 @@ def wait_until(cond, timeout=2.0, step=0.01) -> bool:
 def arm():
     channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
     emu = PiperEmulator(channel).start()
-    link = PiperLink(channel, "virtual")
+    link = PiperLink(channel, "virtual", sdk_feedback=True)
     assert wait_until(lambda: link.sdk.GetArmJointMsgs().time_stamp > 0), "no feedback through the SDK"
     yield emu, link
     link.close()

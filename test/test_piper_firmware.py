@@ -41,7 +41,7 @@ class Arm:
         self.channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
         self.emu = PiperEmulator(self.channel, EmulatorConfig(firmware=firmware, q_init=START)).start()
         self.link = PiperLink(self.channel, "virtual")
-        assert wait_until(lambda: self.link.sdk.GetArmJointMsgs().time_stamp > 0)
+        assert wait_until(lambda: self.link.feedback().stamp > 0)
 
     def close(self) -> None:
         self.link.close()
