@@ -123,6 +123,7 @@ class PiperEmulator:
         self._stop = threading.Event()
         self.ticks = 0
         self._masses = np.array(self.cfg.link_masses, dtype=float)
+        self._fk_cache: tuple[bytes, np.ndarray] | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "PiperEmulator":
@@ -272,13 +273,22 @@ class PiperEmulator:
         tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
         9.81 (z_ix c_iy - z_iy c_ix). Vectorised over the joints: this runs every emulator tick.
         """
-        f = kin.frames_array(q)
+        f = self._frames(q)
         p, z = f[:, :2, 3], f[:, :2, 2]
         m = self._masses
         mass_from = np.cumsum(m[::-1])[::-1]                              # sum_{k >= i} m_k
         moment_from = np.cumsum((m[:, None] * p)[::-1], axis=0)[::-1]    # sum_{k >= i} m_k p_k
         c = moment_from - mass_from[:, None] * p
         return 9.81 * (z[:, 0] * c[:, 1] - z[:, 1] * c[:, 0])
+
+    def _frames(self, q: np.ndarray) -> np.ndarray:
+        """``kin.frames_array(q)``, kept for the newest q: a tick's feedback FK and the next tick's gravity
+        see the same joints, so each tick builds the link frames once instead of twice."""
+        key = np.asarray(q, dtype=float).tobytes()
+        cached = self._fk_cache
+        if cached is None or cached[0] != key:
+            cached = self._fk_cache = (key, kin.frames_array(q))
+        return cached[1]
 
     def _step(self, dt: float) -> None:
         if dt <= 0.0:
@@ -298,13 +308,14 @@ class PiperEmulator:
                 self.dq += acc * h
                 self.q += self.dq * h
                 hit = (self.q < self.q_min) | (self.q > self.q_max)
-                self.q = np.clip(self.q, self.q_min, self.q_max)
+                self.q = np.minimum(np.maximum(self.q, self.q_min), self.q_max)
                 self.dq[hit] = 0.0
             self.tau_out = tau
         elif self.enabled and self.ctrl_mode == 0x01:
             vmax = self.cfg.max_joint_speed * self.speed_pct / 100.0
-            v = np.clip((self.q_target - self.q) / max(self.cfg.tau, dt), -vmax, vmax)
-            self.q = np.clip(self.q + v * dt, self.q_min, self.q_max)
+            # np.minimum/maximum: np.clip's Python-level dispatch costs more than the 6-element work, every tick
+            v = np.minimum(np.maximum((self.q_target - self.q) / max(self.cfg.tau, dt), -vmax), vmax)
+            self.q = np.minimum(np.maximum(self.q + v * dt, self.q_min), self.q_max)
             self.dq = v
             self.tau_out = grav
         else:
@@ -312,7 +323,7 @@ class PiperEmulator:
             self.tau_out = grav if self.enabled else np.zeros(6)
         if self.gripper_enabled and self.enabled:
             step = self.cfg.gripper_speed * dt
-            self.gripper += float(np.clip(self.gripper_target - self.gripper, -step, step))
+            self.gripper += min(max(self.gripper_target - self.gripper, -step), step)
 
     # ------------------------------------------------------------ feedback encoding
     def _send(self, fid: int, data: bytes) -> None:
@@ -330,10 +341,10 @@ class PiperEmulator:
             status = struct.pack(">BBBBBBH", self.ctrl_mode if self.enabled else 0x00, self.arm_status,
                                  self.move_mode, 0, int(moving), 0, self._limit_bits(q))
             gripper = struct.pack(">ihBB", round(self.gripper * 1e6),
-                                  int(np.clip(self.gripper_effort * 1000, -32768, 32767)),
+                                  int(min(max(self.gripper_effort * 1000, -32768), 32767)),
                                   0x40 * (self.gripper_enabled and self.enabled) | 0x80, 0)
             enabled = self.enabled
-        t = kin.fk(q)
+        t = self._frames(q)[-1]
         xyz = [round(float(v) * 1e6) for v in t[:3, 3]]
         rpy = [round(math.degrees(float(v)) * 1000) for v in kin.matrix_to_euler(t[:3, :3])]
         mdeg = [round(math.degrees(float(v)) * 1000) for v in q]
