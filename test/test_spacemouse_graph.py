@@ -1,0 +1,158 @@
+"""SpaceMouse teleop through real processes: recorded HID reports replayed through a fake hidraw device
+(a FIFO teleop opens as its ``spacemouse.device``, one report per read) drive the emulated Piper
+(piper-arm over piper_sdk's CAN emulator) through piper-teleop in ``input: spacemouse`` mode.
+
+The arm holds while the clutch is off, however hard the cap is pushed; after the clutch button the
+flange moves forward (+x) by what the deflection commands (0.1 m/s at full deflection); garbage reports
+are counted drops in /teleop/status and move nothing; the clutch button again stops it."""
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.qos import qos_profile_sensor_data  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from proc import ProcGroup  # noqa: E402
+from test_spacemouse import FakeHidraw, buttons, trans  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
+REPORT_PERIOD_S = 0.008   # a SpaceNavigator reports every 8 ms while deflected
+
+
+class Probe:
+    def __init__(self) -> None:
+        self.node = rclpy.create_node("spacemouse_probe")
+        self.status: dict[str, Any] = {}
+        self.eef: np.ndarray | None = None
+        self.commanded = 0
+        self.node.create_subscription(String, "/teleop/status", self._on_status, 50)
+        self.node.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, qos_profile_sensor_data)
+        self.node.create_subscription(PoseStamped, "/arm/target_pose", self._on_cmd, 50)   # teleop's
+        self.go_home = self.node.create_client(Trigger, "/arm/go_home")
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _on_status(self, m: String) -> None:
+        self.status = json.loads(m.data)
+
+    def _on_eef(self, m: PoseStamped) -> None:
+        p = m.pose.position
+        self.eef = np.array([p.x, p.y, p.z])
+
+    def _on_cmd(self, _m: PoseStamped) -> None:
+        self.commanded += 1
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+        self.node.destroy_node()
+
+
+def wait_for(cond, timeout: float, what: str, procs: ProcGroup) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}\n{procs.logs()}")
+
+
+def replay(dev: FakeHidraw, report: bytes, seconds: float) -> None:
+    """The device streaming one deflection at its report rate, then coming to rest."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        dev.send(report)
+        time.sleep(REPORT_PERIOD_S)
+    dev.send(trans(0, 0, 0))
+
+
+def press(dev: FakeHidraw, mask: int) -> None:
+    dev.send(buttons(mask))
+    time.sleep(0.05)
+    dev.send(buttons(0))
+
+
+def settled(probe: Probe, seconds: float = 1.0) -> np.ndarray:
+    time.sleep(seconds)
+    assert probe.eef is not None
+    return probe.eef.copy()
+
+
+def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
+    ros_domain.apply()
+    rclpy.init()
+    probe = Probe()
+    dev = FakeHidraw(tmp_path / "hidraw0")
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path) as procs:
+            procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
+            procs.start("piper-teleop", "--ros-args", "-p", "input:=spacemouse",
+                        "-p", f"spacemouse.device:={dev.path}")
+            wait_for(lambda: probe.go_home.service_is_ready() and probe.eef is not None
+                     and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
+                     "arm, teleop and the device open", procs)
+            assert probe.status["input"] == "spacemouse"
+            fut = probe.go_home.call_async(Trigger.Request())
+            wait_for(fut.done, 10, "go_home reply", procs)
+            assert fut.result().success, fut.result().message
+            home = settled(probe, 3.0)
+
+            # clutch off: a full push moves nothing
+            replay(dev, trans(0, -350, 0), 1.0)
+            assert np.abs(settled(probe, 0.5) - home).max() < 0.002
+            assert probe.commanded == 0 and not probe.status["engaged"]
+
+            # clutch on, full deflection away from the user for 1.5 s: +x by ~0.15 m
+            press(dev, 1)
+            wait_for(lambda: probe.status.get("engaged"), 5, "the clutch engaged by the button", procs)
+            start = settled(probe, 0.5)
+            replay(dev, trans(0, -350, 0), 1.5)
+            moved = settled(probe, 1.5) - start
+            print(f"home {np.round(home, 4).tolist()} moved {np.round(moved, 4).tolist()}")
+            assert moved[0] == pytest.approx(0.15, abs=0.03), moved
+            assert abs(moved[1]) < 0.01 and abs(moved[2]) < 0.01, moved
+            assert probe.commanded > 100
+
+            # garbage: counted, no motion
+            before = settled(probe, 0.2)
+            for bad in (struct.pack("<B3h", 1, 0, -32767, 0), b"\x01\x00\x00", b"\x02" + bytes(8)):
+                for _ in range(5):
+                    dev.send(bad)
+            wait_for(lambda: probe.status["spacemouse"]["drops"] == {"out_of_range": 5, "bad_length": 10}, 5,
+                     "the garbage reports counted as drops", procs)
+            assert np.abs(settled(probe, 0.5) - before).max() < 0.002
+            assert probe.status["engaged"]
+
+            # clutch off again: pushing moves nothing
+            press(dev, 1)
+            wait_for(lambda: not probe.status.get("engaged"), 5, "the clutch released by the button", procs)
+            stopped = settled(probe, 0.5)
+            n = probe.commanded
+            replay(dev, trans(0, -350, 0), 1.0)
+            assert np.abs(settled(probe, 0.5) - stopped).max() < 0.002
+            assert probe.commanded == n
+            st = probe.status["spacemouse"]
+            assert st["clutch_presses"] == 2 and st["layout"] == "split" and st["stalls"] == 0, st
+    finally:
+        probe.close()
+        dev.unplug()
+        rclpy.shutdown()
