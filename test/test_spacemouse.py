@@ -353,3 +353,26 @@ def test_config_is_validated():
             SpaceMouseConfig(**bad).validate()
     with pytest.raises(ValueError):
         TeleopCore(TeleopConfig(), remap=np.diag([1.0, 1.0, -1.0]))
+
+
+# ---- launch --------------------------------------------------------------------------------------
+def test_teleop_input_spacemouse_starts_no_headset_node(tmp_path):
+    from piper_recorder.launcher import LaunchError, config_path, launch_graph, plan_graph
+    from piper_recorder.params_file import read_params_file
+
+    plan = plan_graph("sim", config_path("sim"), ["teleop.spacemouse.device=/dev/hidraw3"], tmp_path,
+                      teleop_input="spacemouse")
+    names = [p.name for p in plan.processes]
+    assert "teleop" in names and "piper_arm" in names and "lerobot_recorder" in names
+    assert not {"sim_quest", "quest_bridge", "quest_video"} & set(names)
+    params = read_params_file(plan.params_file)["teleop"]
+    assert params["input"] == "spacemouse" and params["spacemouse.device"] == "/dev/hidraw3"
+    # the same through --set alone, and through the launch files' entry point
+    via_set = plan_graph("robot", config_path("robot"), ["teleop.input=spacemouse"], tmp_path / "r")
+    assert not {"quest_bridge", "quest_video"} & {p.name for p in via_set.processes}
+    nodes = launch_graph("sim", config_path("sim"), teleop_input="spacemouse")
+    assert not {"sim_quest", "quest_bridge", "quest_video"} & {n.name for n in nodes}
+    assert next(n for n in nodes if n.name == "teleop").parameters["input"] == "spacemouse"
+    assert {"sim_quest", "quest_bridge"} <= {n.name for n in launch_graph("sim", config_path("sim"))}
+    with pytest.raises(LaunchError, match="teleop_input"):
+        launch_graph("sim", config_path("sim"), teleop_input="joystick")

@@ -67,7 +67,7 @@ from std_srvs.srv import Trigger
 import numpy as np
 
 from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
-from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
+from piper_recorder.spacemouse.input import TELEOP_INPUTS, SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
@@ -77,8 +77,6 @@ from piper_recorder.teleop.haptics import EVENT_PATTERNS, HapticConfig, HapticSc
 from piper_recorder.teleop.limits import LimitsConfig
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
 from piper_recorder.teleop.recorder_calls import Outcome, RecorderCallConfig, RecorderCalls, Report
-
-INPUTS = ("headset", "spacemouse")
 
 # The default alarm patterns on /quest/haptic, (delay s, amp, ms) per pulse (configurable: ``haptics.*``);
 # the engage pulse is one short ``haptic_amp``/``haptic_ms`` buzz, so these are unmistakably different.
@@ -110,8 +108,8 @@ class TeleopNodeConfig:
             raise ValueError("haptic_amp must be in [0, 1] and haptic_ms in [0, 2000]")
         if any(not r or "/" in r for r in self.recorders):
             raise ValueError(f"recorders must be plain node names, got {self.recorders}")
-        if self.input not in INPUTS:
-            raise ValueError(f"input must be one of {INPUTS}, got {self.input!r}")
+        if self.input not in TELEOP_INPUTS:
+            raise ValueError(f"input must be one of {TELEOP_INPUTS}, got {self.input!r}")
         self.calls().validate()
 
 

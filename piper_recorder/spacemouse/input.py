@@ -50,6 +50,7 @@ from .hid import DROP_REASONS, HidDecoder
 # = -x, base z = up = -z); a proper rotation, so rotation vectors map like translations
 DEVICE_TO_BASE = np.array([[0.0, -1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
 MAX_BUTTON = 63
+TELEOP_INPUTS = ("headset", "spacemouse")   # teleop's ``input`` parameter (and the launch argument teleop_input)
 
 
 @dataclass
