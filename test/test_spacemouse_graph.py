@@ -19,7 +19,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.qos import qos_profile_sensor_data  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -36,6 +36,10 @@ class Probe:
         self.status: dict[str, Any] = {}
         self.eef: np.ndarray | None = None
         self.commanded = 0
+        self.hello: dict[str, Any] = {}
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.node.create_subscription(String, "/quest/hello", lambda m: setattr(self, "hello", json.loads(m.data)),
+                                      latched)
         self.node.create_subscription(String, "/teleop/status", self._on_status, 50)
         self.node.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, qos_profile_sensor_data)
         self.node.create_subscription(PoseStamped, "/arm/target_pose", self._on_cmd, 50)   # teleop's
@@ -111,6 +115,8 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
                      and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
                      "arm, teleop and the device open", procs)
             assert probe.status["input"] == "spacemouse"
+            wait_for(lambda: probe.hello, 5, "the latched hello for the recorders' provenance", procs)
+            assert probe.hello == {"client": "spacemouse", "device": dev.path}
             fut = probe.go_home.call_async(Trigger.Request())
             wait_for(fut.done, 10, "go_home reply", procs)
             assert fut.result().success, fut.result().message

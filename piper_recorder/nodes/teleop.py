@@ -40,8 +40,10 @@ thread blocks on the hidraw device (no CPU while the cap rests) and hands each r
 the core (``SpaceMouseInput.step``). It is a mode of this node, not a node of its own, because the
 clutch interlocks, limits, recorder calls and status live here: a separate node publishing
 ``/quest/*`` would have to stream poses at the control rate even with the cap at rest (the staleness
-rule) and would pass for a headset in the recorders' provenance. ``/teleop/status`` then carries
-``input`` and ``spacemouse`` (device state, reports, drops by reason, stalls, presses).
+rule) and would pass for a headset in the recorders' provenance. In this mode teleop publishes the
+latched ``/quest/hello`` the recorders put in their provenance, ``{"client": "spacemouse", "device"}``
+(no quest_bridge runs then), and ``/teleop/status`` carries ``input`` and ``spacemouse`` (device
+state, reports, drops by reason, stalls, presses).
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.client import Client
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import Header, String
@@ -179,7 +181,10 @@ class TeleopNode(Node):
         self._last_refusal_log = 0.0
         self._reader: HidrawReader | None = None
         self._sm_logged: tuple[str, str] | None = None
-        if self.spacemouse is not None:
+        if self.spacemouse is not None:   # the recorders' provenance names the input device
+            latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            self.pub_hello = self.create_publisher(String, "/quest/hello", latched)
             self._reader = HidrawReader(sm_cfg.device, self._on_spacemouse_report, self._on_spacemouse_state,
                                         sm_cfg.reopen_s).start()
         self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
@@ -263,6 +268,7 @@ class TeleopNode(Node):
         self._sm_logged = (state, detail)
         if state == "open":
             self.get_logger().info(f"spacemouse: reading {detail}")
+            self.pub_hello.publish(String(data=json.dumps({"client": "spacemouse", "device": detail})))
         else:
             self.get_logger().warning(f"spacemouse: {state}: {detail}")
 
