@@ -331,6 +331,11 @@ def test_lost_arm_feedback_or_device_releases_and_needs_a_new_press():
     assert not rig.core.engaged
     assert any(r.clutch is ClutchEvent.FORCED_RELEASE and "stale" in (r.reason or "") for r in rig.results[n:])
     assert rig.sm.counters.disconnects == 1
+    rig.sm.on_state(rig.t, "open", "plugged in again")
+    rig.run(0.3, every=trans(0, -350, 0))
+    assert not rig.core.engaged                      # not by itself after a reconnect either
+    rig.press(1)                                     # one press engages again
+    assert rig.core.engaged
 
 
 def test_pushing_into_the_workspace_wall_winds_nothing_up():

@@ -148,6 +148,10 @@ class SpaceMouseInput:
         self._record_fired = False
         self._pulse_primary = False
         self._pulse_secondary = False
+        self._fed_live = False         # the last Joy fed had the clutch on or a press: the next one must follow
+        # the core's clutch may wait for an open grip (after its forced release, a refusal, a reconnect):
+        # the next Joy fed is an open one, so the next press engages
+        self._disarmed = False
 
     @property
     def connected(self) -> bool:
@@ -158,6 +162,8 @@ class SpaceMouseInput:
         """The reader's device state: "open", "absent", "lost"."""
         if self.connected and state != "open":
             self.counters.disconnects += 1
+        if state == "open" and not self.connected:
+            self._disarmed = True   # the core may have released on the silence: re-arm it with an open grip
         self.device_state, self.device_detail = state, detail
         if state != "open":   # nothing held over a reconnect: no motion, no clutch, no half press
             self._integrate(t)
@@ -235,7 +241,9 @@ class SpaceMouseInput:
             return None
         self._integrate(t)
         self._check_hold(t)
-        joy = Joy(trigger=1.0 if self.gripper_closed else 0.0, squeeze=1.0 if self.clutch_on else 0.0,
+        squeeze = 1.0 if self.clutch_on and not self._disarmed else 0.0
+        self._disarmed = False
+        joy = Joy(trigger=1.0 if self.gripper_closed else 0.0, squeeze=squeeze,
                   primary=self._pulse_primary, secondary=self._pulse_secondary, menu=False)
         self._pulse_primary = self._pulse_secondary = False   # one tick high: the core acts on the edge
         return self.p.copy(), self.q.copy(), joy
@@ -244,15 +252,29 @@ class SpaceMouseInput:
         self.p, self.q = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
 
     def step(self, core: TeleopCore, t: float) -> TickResult:
-        """One control tick: feed the core, tick it, and follow what it did."""
-        fed = self.sample(t)
+        """One control tick: feed the core, tick it, and follow what it did.
+
+        With the clutch off and nothing to press the core is not fed at all (it then has nothing to do
+        each tick, as with no headset): the integration and the hold timer still advance here, and the
+        tick that turns the clutch on (or carries a press) feeds the pose and the Joy the core engages
+        or acts on."""
+        if self.connected:
+            self._integrate(t)
+            self._check_hold(t)
+        active = (self.clutch_on or core.engaged or self._pulse_primary or self._pulse_secondary or self._fed_live
+                  or self._disarmed)
+        fed = self.sample(t) if active else None
+        # after a Joy with the clutch on or a press, feed the one that lets go too (the core re-arms the
+        # clutch on an open grip and sees a press by its edge)
+        self._fed_live = fed is not None and (fed[2].squeeze > 0 or fed[2].primary or fed[2].secondary)
         if fed is not None:
             p, q, joy = fed
             core.on_hand_pose(t, p, q)
             core.on_joy(t, core.cfg.hand, joy)
         res = core.tick(t)
         if res.clutch in (ClutchEvent.FORCED_RELEASE, ClutchEvent.REFUSED):
-            self.clutch_on = False   # press again: a late engage or a re-engage never starts by surprise
+            self.clutch_on = False
+            self._disarmed = True   # press again: a late engage or a re-engage never starts by surprise
         if res.target is not None and core.limits.acted and fed is not None:
             self.recenter()          # a limit holds the target: follow it, wind nothing up
             core.on_hand_pose(t, self.p, self.q)
