@@ -80,13 +80,20 @@ def wait_for(cond, timeout: float, what: str, procs: ProcGroup) -> Any:
     raise AssertionError(f"timed out waiting for {what}\n{procs.logs()}")
 
 
-def replay(dev: FakeHidraw, report: bytes, seconds: float) -> None:
-    """The device streaming one deflection at its report rate, then coming to rest."""
+def replay(dev: FakeHidraw, report: bytes, seconds: float, timeout_s: float = 0.25) -> float:
+    """The device streaming one deflection at its report rate, then coming to rest; returns how long the
+    deflection was on the wire as teleop counts it (a gap between reports longer than its
+    ``spacemouse.report_timeout_s`` counts as rest after it: this process starved on a loaded machine
+    is a device that stopped reporting)."""
     end = time.monotonic() + seconds
+    sent: list[float] = []
     while time.monotonic() < end:
         dev.send(report)
+        sent.append(time.monotonic())
         time.sleep(REPORT_PERIOD_S)
     dev.send(trans(0, 0, 0))
+    sent.append(time.monotonic())
+    return sum(min(b - a, timeout_s) for a, b in zip(sent, sent[1:]))
 
 
 def press(dev: FakeHidraw, mask: int) -> None:
@@ -131,10 +138,12 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             press(dev, 1)
             wait_for(lambda: probe.status.get("engaged"), 5, "the clutch engaged by the button", procs)
             start = settled(probe, 0.5)
-            replay(dev, trans(0, -350, 0), 1.5)
+            deflected = replay(dev, trans(0, -350, 0), 1.5)
             moved = settled(probe, 1.5) - start
-            print(f"home {np.round(home, 4).tolist()} moved {np.round(moved, 4).tolist()}")
-            assert moved[0] == pytest.approx(0.15, abs=0.03), moved
+            print(f"home {np.round(home, 4).tolist()} moved {np.round(moved, 4).tolist()} for {deflected:.3f} s "
+                  f"of deflection; stalls {probe.status['spacemouse']['stalls']}")
+            assert deflected > 1.0
+            assert moved[0] == pytest.approx(0.1 * deflected, abs=0.02), moved   # 0.1 m/s at full deflection
             assert abs(moved[1]) < 0.01 and abs(moved[2]) < 0.01, moved
             assert probe.commanded > 100
 
@@ -157,7 +166,7 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             assert np.abs(settled(probe, 0.5) - stopped).max() < 0.002
             assert probe.commanded == n
             st = probe.status["spacemouse"]
-            assert st["clutch_presses"] == 2 and st["layout"] == "split" and st["stalls"] == 0, st
+            assert st["clutch_presses"] == 2 and st["layout"] == "split", st
     finally:
         probe.close()
         dev.unplug()
