@@ -1,13 +1,14 @@
 """CPU of piper-teleop with the SpaceMouse input, beside the emulated arm, against the headset input.
 
-Starts piper-arm (CAN emulator) and then, one after the other, piper-teleop with ``input: headset``
-(no headset connected: its control loop and arm-feedback subscriptions, the baseline), with
-``input: spacemouse`` reading a fake hidraw device (a FIFO) that sends nothing (the cap at rest), and
-with the same device streaming reports at a SpaceNavigator's rate (125 Hz: translation and rotation
-reports alternating) with the clutch engaged, the arm moving forward and back. For each: the teleop
-process's CPU (cores, utime + stime from /proc/<pid>/stat) over ``--seconds``, after a settling time.
+Starts piper-arm (CAN emulator) and then, one after the other, ``--rounds`` times, piper-teleop with
+``input: headset`` and nothing connected (its control loop and arm-feedback subscriptions), with
+``input: headset`` and the simulated headset streaming at rest through quest_bridge (``idle`` script),
+with ``input: spacemouse`` reading a fake hidraw device (a FIFO) that sends nothing (the cap at rest),
+and with that device streaming a report every 8 ms (translation and rotation reports alternating)
+with the clutch engaged, the arm moving forward and back. For each: the teleop process's CPU (cores,
+utime + stime from /proc/<pid>/stat) over ``--seconds``, after ``--settle`` seconds.
 
-  .venv/bin/python bench/spacemouse_cpu.py [--seconds 15]
+  .venv/bin/python bench/spacemouse_cpu.py [--seconds 15] [--rounds 2]
 """
 from __future__ import annotations
 

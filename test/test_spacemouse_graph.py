@@ -27,7 +27,7 @@ from proc import ProcGroup  # noqa: E402
 from test_spacemouse import FakeHidraw, buttons, trans  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
-REPORT_PERIOD_S = 0.008   # a SpaceNavigator reports every 8 ms while deflected
+REPORT_PERIOD_S = 0.008   # the replay sends a report every 8 ms while deflected
 
 
 class Probe:
