@@ -4,7 +4,9 @@
 
 The arm holds while the clutch is off, however hard the cap is pushed; after the clutch button the
 flange moves forward (+x) by what the deflection commands (0.1 m/s at full deflection); garbage reports
-are counted drops in /teleop/status and move nothing; the clutch button again stops it."""
+are counted drops in /teleop/status and move nothing; the clutch button again stops it; holding the
+right button 1 s calls start_episode, holding it again stop_episode (on a recorder's services the test
+offers); teleop publishes the latched hello the recorders put in their provenance."""
 from __future__ import annotations
 
 import json
@@ -44,6 +46,9 @@ class Probe:
         self.node.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, qos_profile_sensor_data)
         self.node.create_subscription(PoseStamped, "/arm/target_pose", self._on_cmd, 50)   # teleop's
         self.go_home = self.node.create_client(Trigger, "/arm/go_home")
+        self.calls: list[str] = []   # a recorder's services, as teleop calls them on the buttons
+        for action in ("start_episode", "stop_episode", "discard_episode", "delete_last_episode"):
+            self.node.create_service(Trigger, f"/probe_rec/{action}", lambda req, resp, a=action: self._call(a, resp))
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self._stop = threading.Event()
@@ -59,6 +64,11 @@ class Probe:
 
     def _on_cmd(self, _m: PoseStamped) -> None:
         self.commanded += 1
+
+    def _call(self, action: str, resp: Trigger.Response) -> Trigger.Response:
+        self.calls.append(action)
+        resp.success, resp.message = True, f"{action} done"
+        return resp
 
     def _spin(self) -> None:
         while not self._stop.is_set():
@@ -117,7 +127,7 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
         with ProcGroup(ros_domain.env(), tmp_path) as procs:
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
             procs.start("piper-teleop", "--ros-args", "-p", "input:=spacemouse",
-                        "-p", f"spacemouse.device:={dev.path}")
+                        "-p", f"spacemouse.device:={dev.path}", "-p", "recorders:=[probe_rec]")
             wait_for(lambda: probe.go_home.service_is_ready() and probe.eef is not None
                      and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
                      "arm, teleop and the device open", procs)
@@ -167,6 +177,15 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             assert probe.commanded == n
             st = probe.status["spacemouse"]
             assert st["clutch_presses"] == 2 and st["layout"] == "split", st
+
+            # the right button held 1 s: start, held again: stop and save (teleop's recorder calls)
+            for expected in (["start_episode"], ["start_episode", "stop_episode"]):
+                dev.send(buttons(2))
+                time.sleep(1.3)
+                dev.send(buttons(0))
+                wait_for(lambda: probe.calls == expected, 10, f"the recorder calls {expected}", procs)
+            assert probe.status["spacemouse"]["record_holds"] == 2
+            assert probe.status["spacemouse"]["gripper_toggles"] == 0
     finally:
         probe.close()
         dev.unplug()
