@@ -14,8 +14,9 @@ little-endian bitmask (bit 0 = the left button of a two-button device, bit 1 the
 report ids (battery 0x17 of the wireless models, ...) are not motion and are only counted. The layout
 needs no table: a hidraw read is exactly one report, so report 1's length says which one it is.
 
-Device axes (as the reports give them): x to the right, y toward the user, z down; rotations are
-right-handed about those axes (a right-handed frame: the cap pushed away from the user is -y).
+Device axes (as the reports give them; the HID usage tables' convention, as pyspacemouse documents
+it): x to the right, y toward the user, z down, a right-handed frame (the cap pushed away from the
+user is -y); rotations are right-handed about those axes (+rz = clockwise seen from above).
 """
 from __future__ import annotations
 
