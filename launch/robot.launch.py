@@ -11,7 +11,7 @@ is labelled with its node name (``exec_name``). Then quest_bridge (the headset t
 tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders. The graph itself is
 ``piper_recorder.launcher.graph_nodes``, which piper-launch starts too.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
-subset), ``config``. DDS: the loopback profile (shared memory sized for frames), unless the shell sets
+subset), ``config``, ``teleop_input`` (headset | spacemouse: a SpaceMouse instead of quest_bridge). DDS: the loopback profile (shared memory sized for frames), unless the shell sets
 ``FASTDDS_DEFAULT_PROFILES_FILE`` itself.
 """
 from __future__ import annotations

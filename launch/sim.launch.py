@@ -7,7 +7,8 @@ source of node parameters. The graph itself is ``piper_recorder.launcher.graph_n
 piper-launch starts too. Launch arguments override a few parameters: ``task``, ``root`` (LeRobot
 root), ``rgbd_path``, ``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another
 parameter file); ``sim_headset:=false`` starts no simulated headset (quest_bridge keeps the config's
-host/port, for a real headset), as ``piper-launch sim --no-sim-headset``.
+host/port, for a real headset), as ``piper-launch sim --no-sim-headset``; ``teleop_input:=spacemouse``
+drives teleop from a 3Dconnexion SpaceMouse (``teleop.spacemouse.device``) and starts no headset node.
 """
 from __future__ import annotations
 

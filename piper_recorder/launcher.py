@@ -33,6 +33,7 @@ from piper_recorder.assembly.messages import ACTOR_TOPIC
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
+from piper_recorder.spacemouse.input import TELEOP_INPUTS
 from piper_recorder.supervision import LAUNCHER_PID_ENV
 
 PACKAGE = "piper_recorder"
@@ -124,10 +125,23 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "dashboard": "start the read-only web dashboard: true | false (default: piper_launch.dashboard, else false)",
     "sim_headset": "sim only: start the simulated headset: true | false (default: piper_launch.sim_quest.enabled, "
                    "else true); false keeps quest_bridge's host/port (and quest_video's) for an external headset",
+    "teleop_input": "what teleop follows: headset | spacemouse (default: teleop.input in the config, else headset); "
+                    "spacemouse reads teleop.spacemouse.device (default auto: the first 3Dconnexion hidraw device) "
+                    "and starts no headset node (quest_bridge, quest_video, the simulated headset)",
 }
 GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras", "policy", "policy_root",
-                   "dashboard", "sim_headset")  # all but config: launch_graph's
+                   "dashboard", "sim_headset", "teleop_input")  # all but config: launch_graph's
 POLICY_NODE = ("policy", "piper-policy")   # node name, console script; started only when a policy is set
+
+
+def teleop_input(cfg: Mapping[str, Mapping[str, Any]],
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """teleop's ``input`` (the launch argument ``teleop_input`` is an override of it): with
+    ``spacemouse`` the graph starts no headset node."""
+    value = str({**cfg.get("teleop", {}), **(overrides or {}).get("teleop", {})}.get("input", TELEOP_INPUTS[0]))
+    if value not in TELEOP_INPUTS:
+        raise LaunchError(f"teleop input must be one of {', '.join(TELEOP_INPUTS)}, got {value!r}")
+    return value
 
 
 def policy_enabled(cfg: Mapping[str, Mapping[str, Any]],
@@ -190,7 +204,7 @@ def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> d
 
 def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
                      backend: str = "", cameras: str = "", policy: str = "",
-                     policy_root: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
+                     policy_root: str = "", teleop_input: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
 
     Empty strings keep the config's values. ``cameras`` is a comma-separated subset of
@@ -215,6 +229,10 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
         out.setdefault(POLICY_NODE[0], {})["policy"] = policy
     if policy_root:
         out.setdefault(POLICY_NODE[0], {})["root"] = policy_root
+    if teleop_input:
+        if teleop_input not in TELEOP_INPUTS:
+            raise LaunchError(f"teleop_input must be one of {', '.join(TELEOP_INPUTS)}, got {teleop_input!r}")
+        out.setdefault("teleop", {})["input"] = teleop_input
     if cameras:
         def serial(cam: str) -> str:
             return str(cfg[cam].get("serial", cfg[cam].get("serial_no", "")))
@@ -319,7 +337,8 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     nodes: list[GraphNode] = []
     peer: dict[str, dict[str, Any]] = {}
     why: dict[str, dict[str, str]] = {}
-    if sim_headset_enabled(mode, cfg, sim_headset):
+    headset = teleop_input(cfg, overrides) == "headset"   # a SpaceMouse needs no headset node
+    if headset and sim_headset_enabled(mode, cfg, sim_headset):
         quest = SimQuestSettings.from_config(cfg)
         video = headset_video(cfg)
         nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
@@ -333,7 +352,7 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
                                   "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
                                           f"video_port={quest.video_port!r})"}
     for name in START_ORDER[:3]:
-        if name in cfg:  # a node without a section in the config is not started
+        if name in cfg and (headset or name != "quest_bridge"):  # a node without a config section is not started
             nodes.append(ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})))
     for cam in cameras:
         if mode == "sim":
@@ -346,7 +365,7 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
         peer.setdefault("lerobot_recorder", {})["actor_topic"] = ACTOR_TOPIC
         why.setdefault("lerobot_recorder", {})["actor_topic"] = f"the policy node's actor topic ({ACTOR_TOPIC})"
     nodes += [ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})) for name in START_ORDER[3:]
-              if name in cfg and (name != "quest_video" or headset_video(cfg))]
+              if name in cfg and (name != "quest_video" or (headset and headset_video(cfg)))]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
     dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="parameter file (default: config/<mode>.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                    help="override a parameter (value parsed as YAML); repeatable")
-    for arg in ("task", "root", "rgbd-path", "backend", "cameras", "policy", "policy-root"):
+    for arg in ("task", "root", "rgbd-path", "backend", "cameras", "policy", "policy-root", "teleop-input"):
         p.add_argument(f"--{arg}", default="", help=f"as the launch files' {arg.replace('-', '_')} argument")
     p.add_argument("--dashboard", default="", choices=["", "true", "false"],
                    help="start the read-only web dashboard (default: piper_launch.dashboard in the config)")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
                           root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
-                          policy=args.policy, policy_root=args.policy_root,
+                          policy=args.policy, policy_root=args.policy_root, teleop_input=args.teleop_input,
                           dashboard=args.dashboard, sim_headset="false" if args.no_sim_headset else "")
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)

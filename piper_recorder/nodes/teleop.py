@@ -32,6 +32,18 @@ state, the calls in flight, ``haptics`` (patterns played) and ``last_release`` (
 newest forced release; ``forced_releases`` counts them). A grip the interlocks refuse pulses
 ``haptics.refused`` once per grip attempt, a release the operator did not make ``haptics.release``
 (the core's ``TickResult.haptics``); both used to be silent.
+
+``input: spacemouse`` drives the same core from a 3Dconnexion SpaceMouse instead of the headset
+(``piper_recorder.spacemouse``, parameters ``spacemouse.*``): no ``/quest/*`` subscription; a reader
+thread blocks on the hidraw device (no CPU while the cap rests) and hands each report to
+``SpaceMouseInput`` under the lock, and each control tick feeds the integrated pose and the buttons to
+the core (``SpaceMouseInput.step``). It is a mode of this node, not a node of its own, because the
+clutch interlocks, limits, recorder calls and status live here: a separate node publishing
+``/quest/*`` would have to stream poses at the control rate even with the cap at rest (the staleness
+rule) and would pass for a headset in the recorders' provenance. In this mode teleop publishes the
+latched ``/quest/hello`` the recorders put in their provenance, ``{"client": "spacemouse", "device"}``
+(no quest_bridge runs then), and ``/teleop/status`` carries ``input`` and ``spacemouse`` (device
+state, reports, drops by reason, stalls, presses).
 """
 from __future__ import annotations
 
@@ -48,13 +60,17 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.client import Client
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import Header, String
 from std_srvs.srv import Trigger
 
+import numpy as np
+
 from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
+from piper_recorder.spacemouse.input import TELEOP_INPUTS, SpaceMouseConfig, SpaceMouseInput
+from piper_recorder.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
@@ -84,6 +100,7 @@ class TeleopNodeConfig:
     arm_frame: str = "arm_base"
     call_timeout_s: float = 3.0       # a recorder service call unanswered this long is reported and resent
     retry_window_s: float = 20.0      # ... until this long after the press; then it is reported as failed
+    input: str = "headset"            # headset (/quest/* from quest_bridge) | spacemouse (spacemouse.*)
 
     def calls(self) -> RecorderCallConfig:
         return RecorderCallConfig(call_timeout_s=self.call_timeout_s, retry_window_s=self.retry_window_s)
@@ -93,6 +110,8 @@ class TeleopNodeConfig:
             raise ValueError("haptic_amp must be in [0, 1] and haptic_ms in [0, 2000]")
         if any(not r or "/" in r for r in self.recorders):
             raise ValueError(f"recorders must be plain node names, got {self.recorders}")
+        if self.input not in TELEOP_INPUTS:
+            raise ValueError(f"input must be one of {TELEOP_INPUTS}, got {self.input!r}")
         self.calls().validate()
 
 
@@ -119,7 +138,11 @@ class TeleopNode(Node):
         cfg.limits = declare_config(self, LimitsConfig, "limits.")
         self.ncfg = declare_config(self, TeleopNodeConfig)
         self.haptics = HapticScheduler(declare_config(self, HapticConfig, "haptics."))
-        self.core = TeleopCore(cfg)  # validates the assembled config
+        sm_cfg = declare_config(self, SpaceMouseConfig, "spacemouse.")
+        spacemouse = self.ncfg.input == "spacemouse"
+        # validates the assembled config; a SpaceMouse speaks the arm base frame already
+        self.core = TeleopCore(cfg, remap=np.eye(3) if spacemouse else None)
+        self.spacemouse = SpaceMouseInput(sm_cfg) if spacemouse else None
         # header stamps (the ROS clock) onto the monotonic clock, immune to a thread held between clock reads
         self._to_mono = HostToMono(host_ns=lambda: now_ns(self))
         self.cfg = cfg
@@ -132,11 +155,12 @@ class TeleopNode(Node):
         self.pub_haptic = self.create_publisher(String, "/quest/haptic", reliable)
         self.pub_status = self.create_publisher(String, "~/status", reliable)
 
-        self.create_subscription(PoseStamped, f"/quest/{cfg.hand}/pose", self._on_hand_pose, sensor,
-                                 callback_group=g)
-        for hand in ("left", "right"):
-            self.create_subscription(JoyMsg, f"/quest/{hand}/joy", lambda m, h=hand: self._on_joy(h, m), sensor,
+        if self.spacemouse is None:
+            self.create_subscription(PoseStamped, f"/quest/{cfg.hand}/pose", self._on_hand_pose, sensor,
                                      callback_group=g)
+            for hand in ("left", "right"):
+                self.create_subscription(JoyMsg, f"/quest/{hand}/joy", lambda m, h=hand: self._on_joy(h, m),
+                                         sensor, callback_group=g)
         self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_arm_pose, sensor, callback_group=g)
         self.create_subscription(JointState, "/arm/joint_states", self._on_joints, sensor, callback_group=g)
         self.create_subscription(DiagnosticArray, "/arm/status", self._on_arm_status, reliable, callback_group=g)
@@ -155,8 +179,16 @@ class TeleopNode(Node):
         self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
         self.create_timer(1.0, self._publish_status, callback_group=g)
         self._last_refusal_log = 0.0
+        self._reader: HidrawReader | None = None
+        self._sm_logged: tuple[str, str] | None = None
+        if self.spacemouse is not None:   # the recorders' provenance names the input device
+            latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            self.pub_hello = self.create_publisher(String, "/quest/hello", latched)
+            self._reader = HidrawReader(sm_cfg.device, self._on_spacemouse_report, self._on_spacemouse_state,
+                                        sm_cfg.reopen_s).start()
         self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
-        self.get_logger().info(f"teleop: hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
+        self.get_logger().info(f"teleop: input={self.ncfg.input} hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
                                f"recorders={self.ncfg.recorders}")
 
     # ---- inputs -------------------------------------------------------------------------------
@@ -221,14 +253,35 @@ class TeleopNode(Node):
             self.calls.on_status(time.monotonic(), rec, state)
             self.core.on_recording(self.calls.recording)
 
+    def _on_spacemouse_report(self, t: float, report: bytes) -> None:
+        assert self.spacemouse is not None
+        with self._lock:
+            self.spacemouse.on_report(t, report)
+
+    def _on_spacemouse_state(self, state: str, detail: str) -> None:
+        assert self.spacemouse is not None
+        with self._lock:
+            self.spacemouse.on_state(time.monotonic(), state, detail)
+            self._status_dirty = True
+        if (state, detail) == self._sm_logged:
+            return   # an absent device is retried every reopen_s: log each change once
+        self._sm_logged = (state, detail)
+        if state == "open":
+            self.get_logger().info(f"spacemouse: reading {detail}")
+            self.pub_hello.publish(String(data=json.dumps({"client": "spacemouse", "device": detail})))
+        else:
+            self.get_logger().warning(f"spacemouse: {state}: {detail}")
+
     # ---- control loop -------------------------------------------------------------------------
     def on_shutdown(self) -> None:
         self._loop.stop()
+        if self._reader is not None:
+            self._reader.stop()
 
     def _tick(self) -> None:
         with self._lock:
             now = time.monotonic()
-            res = self.core.tick(now)
+            res = self.core.tick(now) if self.spacemouse is None else self.spacemouse.step(self.core, now)
             for action in res.actions:
                 self.calls.press(now, action)
                 self.haptics.new_press()
@@ -354,7 +407,9 @@ class TeleopNode(Node):
                       "recorders": {n: r.state for n, r in self.calls.recorders.items()},
                       "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm,
                       "last_release": self.core.last_release,
-                      "haptics": dict(self.haptics.played)}
+                      "haptics": dict(self.haptics.played), "input": self.ncfg.input}
+            if self.spacemouse is not None:
+                status["spacemouse"] = self.spacemouse.status()
             self.core.limits_seen.clear()
             self._status_dirty, self._status_sent = False, time.monotonic()
         self.pub_status.publish(String(data=json.dumps(status)))

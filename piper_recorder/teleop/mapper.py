@@ -144,10 +144,14 @@ def _valid_pose(p: ArrayLike, q: ArrayLike) -> Pose | None:
 
 
 class TeleopCore:
-    def __init__(self, cfg: TeleopConfig):
+    def __init__(self, cfg: TeleopConfig, remap: np.ndarray | None = None):
+        """``remap``: the input's frame -> arm base (default: the XR stage remap of ``cfg.frame``); an
+        input that already speaks the arm base frame (``piper_recorder.spacemouse``) passes the identity."""
         cfg.validate()
         self.cfg = cfg
-        self.M = remap_matrix(cfg.frame)
+        self.M = remap_matrix(cfg.frame) if remap is None else np.asarray(remap, dtype=float).reshape(3, 3)
+        if abs(float(np.linalg.det(self.M)) - 1.0) > 1e-6 or not np.allclose(self.M @ self.M.T, np.eye(3)):
+            raise ValueError(f"remap must be a rotation matrix, got {self.M.tolist()}")
         self._M = self.M.tolist()
         self.clutch = Clutch(cfg.clutch)
         self.limits = Limits(cfg.limits)
@@ -355,6 +359,17 @@ class TeleopCore:
         self._prev = Pose(self._arm.p.copy(), self._arm.q.copy())
         self.pos_filter.reset(self._arm.p.copy())
         self.rot_filter.reset(self._e0.q)
+
+    def rebase(self) -> None:
+        """Make the hand pose held correspond to the last published target from now on (engaged only).
+
+        An absolute input (a tracked controller) must not: its offset is the operator's hand. A rate
+        input (a SpaceMouse integrates its twist into a pose) calls it when a limit held the target:
+        without it the integrated pose runs on past the workspace wall or the tether, and pulling back
+        first has to unwind all of that before the arm moves."""
+        if self.clutch.engaged and self._hand is not None and self._prev is not None:
+            self._c0 = Pose(self._hand.p.copy(), self._hand.q.copy())
+            self._e0 = Pose(self._prev.p.copy(), self._prev.q.copy())
 
     def _forced(self, res: TickResult, reason: str) -> TickResult:
         if self.clutch.force_release() is ClutchEvent.FORCED_RELEASE:

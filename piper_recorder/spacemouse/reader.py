@@ -1,0 +1,97 @@
+"""Read a hidraw device on a thread of its own (no ROS, no dependency beyond the standard library).
+
+The thread blocks in ``poll`` (half a second at most, so ``stop`` is prompt) and hands every report to
+``on_report(t, report)`` with the monotonic time it was read: a SpaceMouse at rest sends nothing,
+and then the thread costs nothing. A device that is absent, unplugged (``POLLHUP``/``POLLERR``, a read
+error or end of file) or not readable is reported through ``on_state`` and opened again every
+``reopen_s``; ``device="auto"`` looks for the first 3Dconnexion hidraw node again at each attempt
+(hot-plug). A hidraw read returns one whole report, so reads are never split or joined here.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+
+from .hid import hidraw_devices
+
+READ_SIZE = 64          # larger than any 3Dconnexion input report (a hidraw read returns one report)
+POLL_MS = 500
+
+
+class HidrawReader:
+    def __init__(self, device: str, on_report: Callable[[float, bytes], None],
+                 on_state: Callable[[str, str], None], reopen_s: float = 1.0,
+                 sysfs: str = "/sys/class/hidraw", dev: str = "/dev"):
+        self.device, self.reopen_s = device, reopen_s
+        self._on_report, self._on_state = on_report, on_state
+        self._sysfs, self._dev = sysfs, dev
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spacemouse-hidraw", daemon=True)
+
+    def start(self) -> "HidrawReader":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _resolve(self) -> tuple[str | None, str]:
+        if self.device != "auto":
+            return self.device, self.device
+        found = hidraw_devices(self._sysfs, self._dev)
+        if not found:
+            return None, f"no 3Dconnexion device in {self._sysfs}"
+        d = found[0]
+        return d.path, f"{d.path} ({d.name or 'unnamed'}, {d.vendor:04x}:{d.product:04x})"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            path, what = self._resolve()
+            if path is None:
+                self._on_state("absent", what)
+                self._stop.wait(self.reopen_s)
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                self._on_state("absent", f"{what}: {exc.strerror}")
+                self._stop.wait(self.reopen_s)
+                continue
+            try:
+                self._on_state("open", what)
+                reason = self._read(fd)
+            finally:
+                os.close(fd)
+            if not self._stop.is_set():
+                self._on_state("lost", f"{what}: {reason}")
+                self._stop.wait(self.reopen_s)
+
+    def _read(self, fd: int) -> str:
+        """Read reports until the device goes away (returns why) or ``stop``."""
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        while not self._stop.is_set():
+            events = poller.poll(POLL_MS)
+            if not events:
+                continue
+            mask = events[0][1]
+            if not mask & select.POLLIN:
+                return "hung up" if mask & select.POLLHUP else "device error"
+            try:
+                report = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                return f"read failed: {exc.strerror}"
+            if not report:
+                return "end of file"
+            self._on_report(time.monotonic(), report)
+        return "stopped"
