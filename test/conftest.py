@@ -1,9 +1,23 @@
-"""Shared fixtures. Every DDS process in the suite runs on loopback in its own leased ROS domain."""
+"""Shared fixtures and the test tiers. Every DDS process in the suite runs on loopback in its own leased
+ROS domain.
+
+Tiers (pyproject.toml declares the markers; `make check` runs the unit tier, `make test` everything):
+
+- ``ros``: starts DDS (rclpy in this process or ROS nodes in child processes). A test that takes the
+  ``ros_domain`` fixture is marked automatically; one that starts DDS otherwise says so with the marker.
+- ``integration``: starts other processes (console scripts, HTTP servers, a browser, a Ray cluster, mypy).
+- the unit tier is every other test: in-process, no child process, no DDS. The guard below enforces it at
+  run time, so a test that starts a process without its marker fails in every run (``make test`` too)
+  instead of slowing the one-minute loop down unnoticed.
+"""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,3 +39,101 @@ def ros_domain():
     """A test-unique ROS domain: ``lease.env()`` for subprocesses, ``lease.apply()`` for in-process rclpy."""
     with lease_domain() as lease:
         yield lease
+
+
+# -- tiers ----------------------------------------------------------------------------------------------
+
+TIER_MARKERS = ("ros", "integration")
+_violations: pytest.StashKey[list[str]] = pytest.StashKey()
+_guarded: list[pytest.Item] = []        # the unit-tier item whose setup/call/teardown is running, if any
+
+# Audit events that start a child process (subprocess, os.system/posix_spawn/exec*, a multiprocessing fork).
+_PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork",
+                   "os.forkpty"}
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """Record a child process or a first import of rclpy while a unit-tier test runs (the report fails the
+    test). It only records: an exception raised from an audit hook can leave the interpreter inconsistent."""
+    if not _guarded:
+        return
+    if event in _PROCESS_EVENTS:
+        _guarded[0].stash[_violations].append(f"started a process ({event} {str(args[:2])[:160]})")
+    elif event == "import" and args and args[0] == "rclpy":
+        _guarded[0].stash[_violations].append("imported rclpy")
+
+
+sys.addaudithook(_audit)
+
+
+def _refuse(what: str) -> Any:
+    def refuse(*_args: Any, **_kwargs: Any) -> None:
+        if _guarded:
+            _guarded[0].stash[_violations].append(what)
+        # pytest's Failed is a BaseException: code under test that catches Exception cannot swallow it
+        pytest.fail(f"unit-tier test {what}: mark it `ros` or `integration` (test/conftest.py)", pytrace=False)
+    return refuse
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "ros_domain" in getattr(item, "fixturenames", ()) and item.get_closest_marker("ros") is None:
+            item.add_marker(pytest.mark.ros)
+
+
+def _is_unit(item: pytest.Item) -> bool:
+    return not any(item.get_closest_marker(m) for m in TIER_MARKERS)
+
+
+@pytest.fixture
+def unit_guard_active() -> bool:
+    """Whether this test runs under the unit-tier guard (for test_tiers itself)."""
+    return bool(_guarded)
+
+
+def _guard(item: pytest.Item) -> Generator[None, None, None]:
+    if not _is_unit(item):
+        yield
+        return
+    item.stash.setdefault(_violations, [])
+    mp = pytest.MonkeyPatch()
+    # the audit hook has recorded the Popen by now; refusing it here keeps a misplaced test short
+    mp.setattr(subprocess.Popen, "_execute_child", _refuse("started a process"))
+    rclpy = sys.modules.get("rclpy")
+    if rclpy is not None:       # loaded by another test module: a unit test may use its types, never DDS
+        mp.setattr(rclpy, "init", _refuse("initialised rclpy (DDS)"))
+        mp.setattr(sys.modules["rclpy.context"].Context, "init", _refuse("initialised rclpy (DDS)"))
+    _guarded.append(item)
+    try:
+        yield
+    finally:
+        _guarded.remove(item)
+        mp.undo()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    yield from _guard(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    yield from _guard(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    yield from _guard(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    found = item.stash.get(_violations, [])
+    if found and report.when == call.when and not report.failed:
+        report.outcome = "failed"
+        report.longrepr = f"unit-tier test {'; '.join(dict.fromkeys(found))}: mark it `ros` or `integration`"
+    if found and (path := os.environ.get("PIPER_TIER_REPORT")):
+        with open(path, "a") as f:
+            f.write(f"{item.nodeid}\t{'; '.join(dict.fromkeys(found))}\n")
