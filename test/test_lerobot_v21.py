@@ -144,7 +144,7 @@ def gr00t_stats_rules(root: Path) -> None:
     for key, e in stats.items():
         assert set(e) == SIX, key  # no count: GR00T slices every key it finds
     for group in ("state", "action"):
-        for name, m in modality[group].items():
+        for _name, m in modality[group].items():
             e = stats[m["original_key"]]
             for s in SIX:
                 assert len(np.asarray(e[s])[np.arange(m["start"], m["end"])]) == m["end"] - m["start"]

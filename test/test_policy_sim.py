@@ -39,7 +39,7 @@ def test_launch_argument_policy_starts_the_policy_node(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["sim", "robot"])
-def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, name):
+def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, name):  # noqa: F811 - the fixture
     from test_launch_stubbed import Node, graph
 
     nodes = {a.kwargs["name"]: a for a in graph(name, policy="http://10.0.0.2:8000", policy_root="/data/train")

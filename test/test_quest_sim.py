@@ -50,7 +50,7 @@ def test_demo_cycle_buttons_clutch_and_motion():
     engaged = [t - LEAD_S for t, r in samples if r.squeeze > 0.7]
     assert engaged[0] == pytest.approx(0.5 + 0.3 * 0.5, abs=0.05)  # smooth ramp crosses 0.7 mid-way
     # the controller only moves while engaged, within +-5 cm of home, smoothly
-    for t, r in samples:
+    for _t, r in samples:
         d = [p - q for p, q in zip(r.pos, RIGHT_HOME)]
         assert max(abs(x) for x in d) <= 0.0501
         if math.dist(r.pos, RIGHT_HOME) > 1e-6:

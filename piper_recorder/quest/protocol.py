@@ -34,7 +34,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 MAX_LINE_BYTES = 64 * 1024
 QUAT_TOLERANCE = 0.1
@@ -114,7 +114,7 @@ class Heartbeat:
     raw: str = field(repr=False, compare=False)
 
 
-Message = Union[Frame, Hello, Heartbeat]
+Message = Frame | Hello | Heartbeat
 
 
 class Rejected(ValueError):
