@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from piper_recorder.errors import PiperError
 from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, Graph, config_path, plan_graph
 from piper_recorder.params_file import read_params_file
 from piper_recorder.rosenv import lease_domain
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # rclpy is imported when the session starts
 CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
 
 
-class DemoError(RuntimeError):
+class DemoError(PiperError, RuntimeError):
     pass
 
 

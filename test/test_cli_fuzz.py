@@ -5,7 +5,8 @@ wrong JSON type), RGB-D HDF5 files (truncated, bytes flipped, datasets and attri
 bags (truncated, garbled) go through piper-validate (exit 0, or 1 listing problems, or 2),
 piper-view, piper-finalize, piper-bag2dataset and the recorders' writer open (which the nodes turn
 into exit 2). The commands run in-process through their ``main`` (what the console scripts call),
-so a genuine bug surfaces as the exception itself; a few run as real processes to check stderr.
+so a genuine bug surfaces as exit code 1 with its traceback (or the exception itself where no
+command wraps the call); a few run as real processes to check stderr.
 Seeded and bounded: a few dozen cases.
 """
 from __future__ import annotations
@@ -172,7 +173,7 @@ def run_main(capsys, fn, argv: list[str], allowed: tuple[int, ...] = (0, 2)) -> 
 
 def open_writer(kind: str, path: Path, cfg: Path) -> None:
     """The recorder node's writer open: it may succeed or raise what the node maps to exit 2."""
-    from piper_recorder.errors import INPUT_ERRORS
+    from piper_recorder.errors import is_input_error
 
     from piper_recorder.recording.config import (
         LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config, rgbd_writer_config)
@@ -186,7 +187,9 @@ def open_writer(kind: str, path: Path, cfg: Path) -> None:
             from rgbd_writer.writer import RgbdWriter
 
             w = RgbdWriter(path, rgbd_writer_config(load_config(RgbdRecorderConfig, cfg)))
-    except INPUT_ERRORS as exc:
+    except Exception as exc:
+        if not is_input_error(exc):
+            raise
         assert str(exc)
         return
     w.close()

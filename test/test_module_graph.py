@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("piper_recorder", "rgbd_writer")
 
@@ -77,12 +79,13 @@ def test_no_import_cycles():
     graph = _imports(_modules())
     assert _cycles(graph) == []
     for leaf in ("piper_recorder.lerobot.layout", "piper_recorder.timebase", "piper_recorder.durable",
-                 "piper_recorder.params_file"):
+                 "piper_recorder.params_file", "piper_recorder.errors"):
         assert graph[leaf] == set(), f"{leaf} must stay a leaf, imports {graph[leaf]}"
     assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.meta"]
     assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.repair"]
 
 
+@pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_video_concat_does_not_load_the_assembler():
     code = ("import sys, piper_recorder.lerobot.video_concat, piper_recorder.lerobot.retime; "
             "print(sorted(m for m in sys.modules if m.startswith('piper_recorder.assembly')))")
@@ -93,7 +96,8 @@ def test_video_concat_does_not_load_the_assembler():
 def test_each_shared_helper_is_defined_once():
     names = {"fsync_dir", "fsync_file", "atomic_write", "load_config", "read_params_file", "grid_timestamp",
              "pts_ticks", "frame_period_ticks", "data_relpath", "video_relpath", "data_file", "video_file",
-             "ROTATION_TYPES", "TICKS", "STAGING"}
+             "ROTATION_TYPES", "TICKS", "STAGING", "SchemaError", "EpisodeStateError", "DatasetError",
+             "RgbdError", "PiperError", "PiperInputError"}
     where: dict[str, list[str]] = {n: [] for n in names}
     for m, p in _modules().items():
         for node in ast.parse(p.read_text()).body:

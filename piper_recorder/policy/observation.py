@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
+from piper_recorder.errors import PiperInputError
 from piper_recorder.lerobot.features import COMBINED
 from piper_recorder.lerobot.provenance import META_FILE, SESSIONS_FILE
 
@@ -31,7 +32,7 @@ CAMERA_RATE_TOL = 0.25   # a camera whose measured rate is off the root's fps by
 RATE_SAMPLES = 10
 
 
-class MetaError(ValueError):
+class MetaError(PiperInputError, ValueError):
     """The training root cannot drive this arm (missing file, unsupported features)."""
 
 

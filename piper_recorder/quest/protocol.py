@@ -36,6 +36,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from piper_recorder.errors import PiperInputError
+
 MAX_LINE_BYTES = 64 * 1024
 QUAT_TOLERANCE = 0.1
 HANDS = ("left", "right")
@@ -117,7 +119,7 @@ class Heartbeat:
 Message = Frame | Hello | Heartbeat
 
 
-class Rejected(ValueError):
+class Rejected(PiperInputError, ValueError):
     """A line failed validation; ``reason`` is the counter key, ``detail`` says where."""
 
     def __init__(self, reason: str, detail: str = ""):

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from piper_recorder.errors import PiperInputError
+
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
 
@@ -28,11 +30,11 @@ MAX_IMAGES = 8                # images per request when the policy does not say 
 MAX_PIXELS = 4096 * 4096      # per image (a 4K frame is 8.3 Mpx); also Pillow's MAX_IMAGE_PIXELS in the server
 
 
-class ProtocolError(ValueError):
+class ProtocolError(PiperInputError, ValueError):
     """A request or answer that does not follow the protocol (HTTP 400 on the server side)."""
 
 
-class RequestRefused(ValueError):
+class RequestRefused(PiperInputError, ValueError):
     """A well-formed request this policy cannot answer (missing camera, another image size or state
     width): HTTP 400 with the reason, unlike a failure inside the model (500)."""
 
