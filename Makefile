@@ -1,4 +1,6 @@
 # The two commands: `make demo` and `make test`. Both bootstrap .venv (and system packages) on first use.
+# `make check` is the one-minute loop while working: ruff, mypy and the unit tier (test/conftest.py says
+# what each tier is); `make test` runs every tier, as CI does.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,12 +12,19 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export RMW_IMPLEMENTATION := rmw_fastrtps_cpp
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test bench bootstrap system-deps clean consumers consumer-system-deps test-consumers
+.PHONY: demo test check bench bootstrap system-deps clean consumers consumer-system-deps test-consumers
 demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q test
+
+# The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py).
+UNIT_TIER := not ros and not integration
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
+	$(BIN)/python -m pytest -q -m "$(UNIT_TIER)" test
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

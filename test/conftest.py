@@ -44,8 +44,8 @@ def ros_domain():
 # -- tiers ----------------------------------------------------------------------------------------------
 
 TIER_MARKERS = ("ros", "integration")
-_violations: pytest.StashKey[list[str]] = pytest.StashKey()
-_guarded: list[pytest.Item] = []        # the unit-tier item whose setup/call/teardown is running, if any
+_violations: pytest.StashKey[list[tuple[str, str]]] = pytest.StashKey()   # (phase, what)
+_guarded: list[tuple[pytest.Item, str]] = []    # the unit-tier item and the phase (setup/call/teardown) running
 
 # Audit events that start a child process (subprocess, os.system/posix_spawn/exec*, a multiprocessing fork).
 _PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork",
@@ -57,10 +57,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     test). It only records: an exception raised from an audit hook can leave the interpreter inconsistent."""
     if not _guarded:
         return
+    item, phase = _guarded[0]
     if event in _PROCESS_EVENTS:
-        _guarded[0].stash[_violations].append(f"started a process ({event} {str(args[:2])[:160]})")
+        item.stash[_violations].append((phase, f"started a process ({event} {str(args[:2])[:160]})"))
     elif event == "import" and args and args[0] == "rclpy":
-        _guarded[0].stash[_violations].append("imported rclpy")
+        item.stash[_violations].append((phase, "imported rclpy"))
 
 
 sys.addaudithook(_audit)
@@ -69,7 +70,8 @@ sys.addaudithook(_audit)
 def _refuse(what: str) -> Any:
     def refuse(*_args: Any, **_kwargs: Any) -> None:
         if _guarded:
-            _guarded[0].stash[_violations].append(what)
+            item, phase = _guarded[0]
+            item.stash[_violations].append((phase, what))
         # pytest's Failed is a BaseException: code under test that catches Exception cannot swallow it
         pytest.fail(f"unit-tier test {what}: mark it `ros` or `integration` (test/conftest.py)", pytrace=False)
     return refuse
@@ -91,7 +93,7 @@ def unit_guard_active() -> bool:
     return bool(_guarded)
 
 
-def _guard(item: pytest.Item) -> Generator[None, None, None]:
+def _guard(item: pytest.Item, phase: str) -> Generator[None, None, None]:
     if not _is_unit(item):
         yield
         return
@@ -103,37 +105,37 @@ def _guard(item: pytest.Item) -> Generator[None, None, None]:
     if rclpy is not None:       # loaded by another test module: a unit test may use its types, never DDS
         mp.setattr(rclpy, "init", _refuse("initialised rclpy (DDS)"))
         mp.setattr(sys.modules["rclpy.context"].Context, "init", _refuse("initialised rclpy (DDS)"))
-    _guarded.append(item)
+    _guarded.append((item, phase))
     try:
         yield
     finally:
-        _guarded.remove(item)
+        _guarded.clear()
         mp.undo()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
-    yield from _guard(item)
+    yield from _guard(item, "setup")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    yield from _guard(item)
+    yield from _guard(item, "call")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
-    yield from _guard(item)
+    yield from _guard(item, "teardown")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     report = outcome.get_result()
-    found = item.stash.get(_violations, [])
-    if found and report.when == call.when and not report.failed:
+    found = list(dict.fromkeys(what for phase, what in item.stash.get(_violations, []) if phase == report.when))
+    if found and not report.failed:
         report.outcome = "failed"
-        report.longrepr = f"unit-tier test {'; '.join(dict.fromkeys(found))}: mark it `ros` or `integration`"
+        report.longrepr = f"unit-tier test {'; '.join(found)}: mark it `ros` or `integration`"
     if found and (path := os.environ.get("PIPER_TIER_REPORT")):
         with open(path, "a") as f:
-            f.write(f"{item.nodeid}\t{'; '.join(dict.fromkeys(found))}\n")
+            f.write(f"{item.nodeid}\t{'; '.join(found)}\n")

@@ -257,6 +257,7 @@ def test_corrupted_bags(tmp_path, capsys, inputs, op):
                                  ["piper-finalize", "--root", "{root}"],
                                  ["piper-bag2dataset", "{bag}", "--format", "lerobot", "--out", "{root}",
                                   "--config", "{cfg}", "--no-progress"]])
+@pytest.mark.integration
 def test_console_scripts_on_info_json_with_features_as_a_list(tmp_path, inputs, cmd):
     root = tmp_path / "root"
     shutil.copytree(inputs["root"], root)

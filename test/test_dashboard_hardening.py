@@ -77,6 +77,7 @@ def _hostile_statuses(dash: Dashboard) -> None:
     m.set_cameras([HOSTILE])
 
 
+@pytest.mark.integration
 def test_hostile_status_runs_no_script_in_the_page(served):
     dash, srv = served()
     _hostile_statuses(dash)

@@ -24,6 +24,8 @@ from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import H, W, frame_index_of, index_frame, row_values, tree_hashes
 
+pytestmark = pytest.mark.integration
+
 FPS = 30
 CAMS = ("cam_front", "cam_wrist")
 ROOT_DIR = Path(__file__).resolve().parents[1]

@@ -159,6 +159,7 @@ def doctor(root: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_v21_save_delete_resume_keep_episodes_stats_current(tmp_path):
     root = tmp_path / "ds"
     fed = []
@@ -216,6 +217,7 @@ def test_resuming_the_other_version_is_refused(tmp_path, have, want):
     assert tree_hashes(root) == before
 
 
+@pytest.mark.integration
 def test_v20_default_has_camera_stats_and_no_episodes_stats(tmp_path):
     root = tmp_path / "ds"
     fed = []

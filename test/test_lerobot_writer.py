@@ -231,6 +231,7 @@ def test_every_frame_meets_both_rules_exactly(tmp_path, fps):
     assert ms_misses > len(ks) // 2      # the old whole-ms PTS would have failed most of these
 
 
+@pytest.mark.integration
 def test_lerobot_doctor_and_validator_pass(tmp_path):
     root = tmp_path / "ds"
     with LeRobotWriter(root, config()) as w:

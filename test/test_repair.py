@@ -25,6 +25,8 @@ from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.retime import repair_root
 from piper_recorder.lerobot.validate import validate_root
 
+pytestmark = pytest.mark.integration
+
 EXE = str(Path(sys.executable).parent / "piper-repair")
 CAMS = ("cam_front", "cam_wrist")
 CAPTURE_MS = [0, 29, 64, 101, 130, 168, 199]        # episode 2 (7 rows): frames at capture times

@@ -47,8 +47,8 @@ from piper_recorder import __version__
 from . import episode_stats, fsutil, layout, meta, metacheck, provenance, repair, stats
 from .errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
 from .features import BOOKKEEPING, combined_specs
-from .video import VideoConfig, VideoEncoder
-from .writer_config import CameraSpec, WriterConfig  # with VideoConfig: the writer API (writer_config.py)
+from .video import VideoConfig, VideoEncoder  # noqa: F401 - VideoConfig: the writer API (writer_config.py)
+from .writer_config import CameraSpec, WriterConfig  # noqa: F401 - with VideoConfig: the writer API
 
 log = logging.getLogger(__name__)
 
