@@ -187,12 +187,12 @@ class LeRobotWriter:
             ep = self._require_episode("add_frame")
             enc = ep.encoders.get(camera)
             if enc is None:
-                raise SchemaError(f"observation.images.{camera}: unknown camera "
+                raise SchemaError(f"{layout.video_key(camera)}: unknown camera "
                                   f"(configured: {sorted(self.cfg.cameras)})")
             if ep.saving:
                 return False
         if not np.isfinite(t):
-            raise SchemaError(f"observation.images.{camera}: frame time {t} is not finite")
+            raise SchemaError(f"{layout.video_key(camera)}: frame time {t} is not finite")
         return enc.add(rgb, t)
 
     def add_raw_quest(self, line: str) -> None:

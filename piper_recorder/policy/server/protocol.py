@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from piper_recorder.errors import PiperInputError
+from piper_recorder.names import image_camera
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
@@ -88,8 +89,8 @@ class ImageRule:
             if not (isinstance(shape, (list, tuple)) and len(shape) == 3 and all(isinstance(v, int) for v in shape)):
                 return ImageRule()
             size = (int(shape[2]), int(shape[1]))
-            if str(key).startswith("observation.images."):
-                cams[str(key)[len("observation.images."):]] = size
+            if (cam := image_camera(str(key))) is not None:
+                cams[cam] = size
             elif key == "observation.image":
                 single = size
         return ImageRule(cameras=cams, single=single)
