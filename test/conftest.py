@@ -52,16 +52,25 @@ _PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn"
                    "os.forkpty"}
 
 
+# What the standard library runs to describe the machine when a library first asks (platform.processor ->
+# `uname -p`, ctypes.util.find_library -> ldconfig/gcc/ld): an import's probe, not a test starting a process.
+_SYSTEM_PROBES = {"uname", "ldconfig", "gcc", "cc", "ld", "objdump"}
+
+
+def _probe(args: tuple[Any, ...]) -> bool:
+    exe = args[0] if args else None
+    return isinstance(exe, (str, bytes, os.PathLike)) and os.path.basename(os.fsdecode(exe)) in _SYSTEM_PROBES
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    """Record a child process or a first import of rclpy while a unit-tier test runs (the report fails the
-    test). It only records: an exception raised from an audit hook can leave the interpreter inconsistent."""
+    """Record a child process started while a unit-tier test runs (the report fails the test). It only
+    records: an exception raised from an audit hook can leave the interpreter inconsistent."""
     if not _guarded:
         return
     item, phase = _guarded[0]
-    if event in _PROCESS_EVENTS:
+    if event in _PROCESS_EVENTS and not (event == "subprocess.Popen" and _probe(args)):
         item.stash[_violations].append((phase, f"started a process ({event} {str(args[:2])[:160]})"))
-    elif event == "import" and args and args[0] == "rclpy":
-        item.stash[_violations].append((phase, "imported rclpy"))
+
 
 
 sys.addaudithook(_audit)
@@ -100,11 +109,24 @@ def _guard(item: pytest.Item, phase: str) -> Generator[None, None, None]:
     item.stash.setdefault(_violations, [])
     mp = pytest.MonkeyPatch()
     # the audit hook has recorded the Popen by now; refusing it here keeps a misplaced test short
-    mp.setattr(subprocess.Popen, "_execute_child", _refuse("started a process"))
-    rclpy = sys.modules.get("rclpy")
-    if rclpy is not None:       # loaded by another test module: a unit test may use its types, never DDS
+    execute_child, refuse = subprocess.Popen._execute_child, _refuse("started a process")  # type: ignore[attr-defined]
+
+    def guarded(self: subprocess.Popen[Any], args: Any, executable: Any, *rest: Any) -> Any:
+        if _probe(((executable or (args if isinstance(args, (str, bytes)) else args[0])),)):
+            return execute_child(self, args, executable, *rest)
+        return refuse()
+
+    mp.setattr(subprocess.Popen, "_execute_child", guarded)
+    # A unit test may import rclpy (the nodes' config classes live beside them), never start DDS: rclpy is
+    # loaded here once (0.2 s) if it is not yet, so that its init can be refused before the test runs.
+    try:
+        import rclpy
+        import rclpy.context
+    except ImportError:
+        rclpy = None
+    if rclpy is not None:
         mp.setattr(rclpy, "init", _refuse("initialised rclpy (DDS)"))
-        mp.setattr(sys.modules["rclpy.context"].Context, "init", _refuse("initialised rclpy (DDS)"))
+        mp.setattr(rclpy.context.Context, "init", _refuse("initialised rclpy (DDS)"))
     _guarded.append((item, phase))
     try:
         yield
