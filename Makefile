@@ -19,8 +19,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q test
 
-# The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py).
-UNIT_TIER := not ros and not integration
+# The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py),
+# less the in-process tests that take seconds (`slow`: real-time loops, deadlines, fuzzing); `make test` runs all.
+UNIT_TIER := not ros and not integration and not slow
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy

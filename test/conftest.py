@@ -6,6 +6,8 @@ Tiers (pyproject.toml declares the markers; `make check` runs the unit tier, `ma
 - ``ros``: starts DDS (rclpy in this process or ROS nodes in child processes). A test that takes the
   ``ros_domain`` fixture is marked automatically; one that starts DDS otherwise says so with the marker.
 - ``integration``: starts other processes (console scripts, HTTP servers, a browser, a Ray cluster, mypy).
+- ``slow``: in-process (the guard applies) but seconds long: control loops, sockets and deadlines that run
+  against wall-clock time, fuzzing, long synthetic bags. `make check` leaves them to `make test`.
 - the unit tier is every other test: in-process, no child process, no DDS. The guard below enforces it at
   run time, so a test that starts a process without its marker fails in every run (``make test`` too)
   instead of slowing the one-minute loop down unnoticed.

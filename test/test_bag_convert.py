@@ -26,7 +26,7 @@ from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.validate import validate_root
 from rgbd_writer.validate import validate_file
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # slow: converts synthetic bags of seconds of 30 fps video
 W, H = 64, 48
 
 

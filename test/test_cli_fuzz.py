@@ -197,6 +197,7 @@ def open_writer(kind: str, path: Path, cfg: Path) -> None:
 
 # ---- tests --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("rel, op", root_cases())
+@pytest.mark.slow
 def test_corrupted_lerobot_root(tmp_path, capsys, inputs, rel, op):
     rng = random.Random(f"{SEED}{rel}{op}")
     root = tmp_path / "root"
@@ -211,6 +212,7 @@ def test_corrupted_lerobot_root(tmp_path, capsys, inputs, rel, op):
                                         inputs["cfg"], "--no-progress"], (0, 1, 2))
 
 
+@pytest.mark.slow
 def test_corrupted_rgbd_files(tmp_path, capsys, inputs):
     for i, (op, what) in enumerate(h5_cases(inputs["h5"])):
         rng = random.Random(f"{SEED}{i}")

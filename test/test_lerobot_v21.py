@@ -180,6 +180,7 @@ def test_v21_save_delete_resume_keep_episodes_stats_current(tmp_path):
     doctor(root)
 
 
+@pytest.mark.slow
 def test_records_rebuilt_from_parquet_and_video_when_lost(tmp_path):
     root = tmp_path / "ds"
     with LeRobotWriter(root, cfg()) as w:

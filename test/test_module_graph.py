@@ -4,6 +4,7 @@ concatenator needs no assembler, and each shared helper is defined once in the s
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("piper_recorder", "rgbd_writer")
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """Each source file parsed once per session (every test here walks all of them)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
 def _modules() -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
@@ -28,7 +36,7 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
         pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
-        for node in ast.parse(p.read_text()).body:
+        for node in _tree(p).body:
             for n in node.body if isinstance(node, ast.If) else [node]:
                 if isinstance(n, ast.ImportFrom):
                     base = n.module or ""
@@ -101,7 +109,7 @@ def test_each_shared_helper_is_defined_once():
              "RgbdError", "PiperError", "PiperInputError"}
     where: dict[str, list[str]] = {n: [] for n in names}
     for m, p in _modules().items():
-        for node in ast.parse(p.read_text()).body:
+        for node in _tree(p).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
                 where[node.name].append(m)
             elif isinstance(node, ast.Assign):
@@ -136,7 +144,7 @@ def test_names_are_stated_only_in_the_names_module():
     for m, p in _modules().items():
         if m == NAMES_MODULE:
             continue
-        tree = ast.parse(p.read_text())
+        tree = _tree(p)
         docs = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
@@ -151,7 +159,7 @@ def test_one_camera_placeholder():
     assert CAMERA_PLACEHOLDER == "{cam}"
     found = []
     for m, p in _modules().items():
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(_tree(p)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "/{camera}" in node.value:
                 found.append(f"{m}:{node.lineno}")
     assert found == []

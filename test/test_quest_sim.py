@@ -15,6 +15,8 @@ from piper_recorder.quest.protocol import Frame, Hello, parse_line
 from piper_recorder.quest.scripts import CYCLE_S, LEAD_S, RIGHT_HOME, ScriptedHeadset
 from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
 
+pytestmark = pytest.mark.slow  # the simulated headset streams over real sockets in real time
+
 DT = 1.0 / 90.0
 
 
