@@ -108,6 +108,7 @@ def test_a_broken_line_is_named_with_its_file_and_line(tmp_path):
     assert str(path) in str(err.value) and "line 2" in str(err.value)
 
 
+@pytest.mark.slow
 def test_bag_conversion_appends_to_a_root_with_separator_tasks(tmp_path):
     conf = tmp_path / "recorders.yaml"
     conf.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {

@@ -258,6 +258,7 @@ def test_buttons_start_stop_discard_and_hold_to_delete():
     assert actions == [Action.STOP]
 
 
+@pytest.mark.slow
 def test_garbage_input_never_produces_a_bad_target():
     rng = np.random.default_rng(1)
     rig = Rig()
