@@ -1,4 +1,6 @@
 # The two commands: `make demo` and `make test`. Both bootstrap .venv (and system packages) on first use.
+# `make check` is the one-minute loop while working: ruff, mypy and the unit tier (test/conftest.py says
+# what each tier is); `make test` runs every tier, as CI does.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,12 +12,33 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export RMW_IMPLEMENTATION := rmw_fastrtps_cpp
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test bench bootstrap system-deps clean consumers consumer-system-deps test-consumers
+.PHONY: demo test check docs bench bootstrap system-deps clean consumers consumer-system-deps test-consumers
 demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q test
+
+# The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py),
+# less the in-process tests that take seconds (`slow`: real-time loops, deadlines, fuzzing); `make test` runs all.
+UNIT_TIER := not ros and not integration and not slow
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
+	$(BIN)/python -m pytest -q -m "$(UNIT_TIER)" test
+
+# The manual: docs/ built by MkDocs (Material) with --strict link checking, in its own venv (.venv-docs).
+DOCS_VENV := .venv-docs
+$(DOCS_VENV)/.bootstrapped: docs/requirements.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(call pip_install,$(DOCS_VENV)/bin/python,-r docs/requirements.txt)
+	touch $@
+
+# not --quiet: mkdocs does not count the warnings it was told not to print, and --strict then passes
+docs: $(STAMP) $(DOCS_VENV)/.bootstrapped
+	$(BIN)/python docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
@@ -73,4 +96,4 @@ test-consumers: $(STAMP) consumers
 	$(BIN)/python -m pytest -q test/test_consumers.py
 
 clean:
-	rm -rf $(VENV) $(CONSUMER_VENVS) demo_output build *.egg-info
+	rm -rf $(VENV) $(CONSUMER_VENVS) $(DOCS_VENV) demo_output build *.egg-info

@@ -66,7 +66,7 @@ def build_root(root: Path, episodes: int, seconds: float) -> None:
         rec = w.save_episode({"timestamp_mode": "nominal"})
         table = pq.read_table(root / "data/chunk-000/episode_000000.parquet").to_pydict()
         cols = {k: v for k, v in table.items() if k.startswith(("observation.", "action."))}
-        for e in range(1, episodes):
+        for _e in range(1, episodes):
             vids = {}
             for cam in CAMS:
                 vids[cam] = root.parent / f"import_{cam}.mp4"

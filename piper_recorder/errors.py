@@ -1,21 +1,77 @@
-"""The error types that mean "this input cannot be used" (a missing, truncated, garbled or wrongly
-typed file), as opposed to a bug: the console scripts (``cli.errors``) and the recorder nodes turn
-exactly these into a one-line message and exit code 2.
+"""The project's error root and the one rule for exit codes.
 
-The dataset errors of both formats, OSError (missing or unreadable files, h5py and pyarrow I/O) and
-ValueError (JSON, UTF-8, pyarrow's ArrowInvalid, PyAV's InvalidDataError). TypeError, KeyError,
-AttributeError and the like stay bugs in the reading code and are never mapped.
+Every exception class the project defines derives from ``PiperError``. Those that mean "this input
+cannot be used" (a missing, truncated, garbled or wrongly typed file, a parameter out of range, a bag
+that cannot be converted, a peer's malformed message) derive from ``PiperInputError``: the console
+scripts (``cli.errors``) and the recorder nodes turn exactly these, and ``OSError`` (missing or
+unreadable files, a full disk), into a one-line message and exit code 2. Anything else is a bug in
+the reading code (a bare ValueError, TypeError, KeyError, ...): exit 1 with the traceback, so it is
+reported as a bug and not mistaken for bad input.
+
+A third-party decoder's own "these bytes do not decode" error (JSON, UTF-8, pyarrow's ArrowInvalid,
+PyAV's FFmpeg errors) is input as well: ``is_input_error`` knows those by type, never ValueError as a
+whole.
+
+The formats' shared names live here once: ``SchemaError`` (a value does not fit the schema) and
+``EpisodeStateError`` (a call does not fit the episode state) are raised by both the LeRobot writer
+and the RGB-D writer, and are both a ``DatasetError`` and an ``RgbdError`` so that either format's
+callers catch them with their own base. This module imports nothing of the project (a leaf).
 """
 from __future__ import annotations
 
-from piper_recorder.lerobot.errors import DatasetError   # also piper-finalize's FinalizeError
-from rgbd_writer.errors import RgbdError
+import json
+import sys
 
-PROJECT_ERRORS: tuple[type[Exception], ...] = (DatasetError, RgbdError)
-INPUT_ERRORS: tuple[type[Exception], ...] = (*PROJECT_ERRORS, OSError, ValueError)
+
+class PiperError(Exception):
+    """Base of every error the project raises on purpose."""
+
+
+class PiperInputError(PiperError):
+    """The input cannot be used; the message says which input and why (exit code 2 in the commands)."""
+
+
+class DatasetError(PiperInputError):
+    """A LeRobot dataset operation failed; the message says why and what state the root is in."""
+
+
+class RgbdError(PiperInputError):
+    """An RGB-D HDF5 file cannot be written or read as asked."""
+
+
+class SchemaError(DatasetError, RgbdError, ValueError):
+    """A row, frame or array does not match the configured features (shape, dtype, non-finite values);
+    the message names the column or field."""
+
+
+class EpisodeStateError(DatasetError, RgbdError, RuntimeError):
+    """A call does not fit the episode state (``add_row`` with no episode started, an episode ended
+    with too few observations, a writer already closed)."""
+
+
+def _decoder_errors() -> tuple[type[BaseException], ...]:
+    """The decoders' own error types, from the modules already loaded (one that raised is loaded)."""
+    out: list[type[BaseException]] = [json.JSONDecodeError, UnicodeDecodeError]
+    lib = sys.modules.get("pyarrow.lib")
+    if lib is not None:
+        out.append(lib.ArrowInvalid)
+    av_error = sys.modules.get("av.error")
+    if av_error is not None:
+        out.append(av_error.FFmpegError)
+    return tuple(out)
+
+
+def is_input_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means unusable input (exit 2) rather than a bug (exit 1)."""
+    return isinstance(exc, (PiperInputError, OSError, *_decoder_errors()))
+
+
+# What the commands and the recorder nodes catch as input errors. The decoders' errors join at the
+# catch site through ``is_input_error`` (their modules load lazily); this tuple is the project's part.
+INPUT_ERRORS: tuple[type[Exception], ...] = (PiperInputError, OSError)
 
 
 def describe(exc: BaseException) -> str:
     """The error as one line: the project's errors say what they mean; others get their type name."""
     text = " ".join(str(exc).split()) or "(no details)"
-    return text if isinstance(exc, PROJECT_ERRORS) else f"{type(exc).__name__}: {text}"
+    return text if isinstance(exc, PiperError) else f"{type(exc).__name__}: {text}"

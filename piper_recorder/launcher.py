@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from piper_recorder.assembly.messages import ACTOR_TOPIC
+from piper_recorder.errors import PiperError
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
@@ -55,7 +56,7 @@ SIM_QUEST = ("sim_quest", "piper-sim-quest")
 START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder", "quest_video")
 
 
-class LaunchError(RuntimeError):
+class LaunchError(PiperError, RuntimeError):
     """The graph could not be configured, started, or did not become ready."""
 
 

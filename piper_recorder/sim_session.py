@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from piper_recorder.errors import PiperError
 from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, Graph, config_path, plan_graph
+from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_topic
 from piper_recorder.params_file import read_params_file
 from piper_recorder.rosenv import lease_domain
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:  # rclpy is imported when the session starts
 CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
 
 
-class DemoError(RuntimeError):
+class DemoError(PiperError, RuntimeError):
     pass
 
 
@@ -143,7 +145,7 @@ class SimSession:
         left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
         self._first_message(PoseStamped, "/arm/eef_pose", left())
         for cam in self.cameras:
-            self._first_message(Image, f"/{cam}/color/image_raw", left())
+            self._first_message(Image, camera_topic(COLOR_TOPIC_PATTERN, cam), left())
         for rec in RECORDERS:
             for srv in ("start_episode", "stop_episode"):
                 self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"/{rec}/{srv} not up")

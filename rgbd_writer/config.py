@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from piper_recorder.names import CAMERA
+
 from . import codecs
 
 
@@ -12,8 +14,8 @@ from . import codecs
 class RgbdConfig:
     """Camera geometry, codecs and pipeline sizing. Attributes recorded in the file must match on append."""
 
-    width: int = 640
-    height: int = 480
+    width: int = CAMERA.width
+    height: int = CAMERA.height
     rgb_jpeg_quality: int = 88
     depth_codec: str = "jpeg2000"  # "jpeg2000" (default), "jpeg2000_strict", "htj2k": see codecs.py
     depth_min_m: float = 0.1

@@ -1,16 +1,13 @@
-"""Errors raised by the RGB-D writer, so callers can tell bad input from wrong call order."""
+"""Errors raised by the RGB-D writer, so callers can tell bad input from wrong call order.
 
+``RgbdError``, ``SchemaError`` and ``EpisodeStateError`` are the project's (``piper_recorder.errors``,
+shared with the LeRobot writer); this module adds the writer's own.
+"""
+from __future__ import annotations
 
-class RgbdError(Exception):
-    """Base class for every rgbd_writer error."""
+from piper_recorder.errors import EpisodeStateError, RgbdError, SchemaError
 
-
-class SchemaError(RgbdError, ValueError):
-    """An array has the wrong shape, dtype or non-finite values (the message names the field)."""
-
-
-class EpisodeStateError(RgbdError, RuntimeError):
-    """A call does not fit the episode state (e.g. end_episode with obs != transitions + 1)."""
+__all__ = ["EpisodeStateError", "FileStateError", "RgbdError", "SchemaError"]
 
 
 class FileStateError(RgbdError, RuntimeError):

@@ -267,7 +267,7 @@ def validate_file(path: str | os.PathLike[str], full: bool = False) -> list[str]
                 if v is not None and (k not in ds.attrs or not _same(ds.attrs[k], v)):
                     problems.append(f"/{p}: attribute {k} is {ds.attrs.get(k)!r}, expected {v!r}")
         if schema.STATE not in missing:
-            for k, ds in f[schema.STATE].items():
+            for ds in f[schema.STATE].values():
                 if isinstance(ds, h5py.Dataset):
                     _check_layout(ds, None, N_obs, None, problems)
         if schema.ACTIONS in f:
@@ -284,7 +284,7 @@ def validate_file(path: str | os.PathLike[str], full: bool = False) -> list[str]
         if len(flags) == 3 and not np.array_equal(flags["dones"], flags["terminals"] | flags["timeouts"]):
             problems.append("/transitions/dones != terminals | timeouts")
         if schema.EXTRA in f:
-            for k, ds in f[schema.EXTRA].items():
+            for ds in f[schema.EXTRA].values():
                 _check_layout(ds, None, N_tr, None, problems, count="total_transitions")
 
         idx = _check_index(f, E, N_tr, N_obs, problems)

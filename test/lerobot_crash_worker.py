@@ -43,7 +43,7 @@ def record_forever(root: Path, seed: int) -> None:
             w.add_row(t, row_values(t, seed * 100 + w.total_episodes))
             for cam in ("cam_front", "cam_wrist"):
                 w.add_frame(cam, index_frame(k), t)
-            w.add_raw_quest('{"k": %d}' % k)
+            w.add_raw_quest(f'{{"k": {k}}}')
         r = rng.random()
         if r < 0.15:
             w.discard_episode()

@@ -117,6 +117,7 @@ def test_router_stamps_actor_messages_with_the_receive_time():
 
 
 # ---- through the converter: codes per row ----------------------------------------------------------
+@pytest.mark.integration
 def test_rollout_bag_converts_to_rows_that_say_who_acted(tmp_path):
     """A rollout bag: the latched "policy" before the episode, a takeover at 1.6 s, back to the policy
     at 2.2 s; every row holds the code of the last message at or before its grid time."""
@@ -184,6 +185,7 @@ def test_rows_before_the_first_actor_message_carry_none_and_are_not_held_back(ro
     assert written == sorted(written)                                               # ... in that order, held
 
 
+@pytest.mark.integration
 def test_lerobot_reads_the_actor_column_and_offers_it_to_no_policy(rollout_root, tmp_path):
     """LeRobot 0.3.3 (the consumer venv) gives every row's code; the column is not a policy feature."""
     from test_consumers import SCRIPTS, _run_json, consumer_env, consumer_python

@@ -69,6 +69,7 @@ def test_message_helpers_on_rosbags_messages():
     assert messages.gripper_width(grip) == 40.0 and messages.gripper_width(grip, "joint8") is None
 
 
+@pytest.mark.integration
 def test_converter_needs_no_ros_runtime():
     import subprocess
     import sys

@@ -26,7 +26,7 @@ from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.validate import validate_root
 from rgbd_writer.validate import validate_file
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # slow: converts synthetic bags of seconds of 30 fps video
 W, H = 64, 48
 
 
@@ -206,6 +206,7 @@ def _same_lerobot(a: Path, b: Path) -> None:
         assert (a / "meta" / name).read_bytes() == (b / "meta" / name).read_bytes(), name
 
 
+@pytest.mark.integration
 def test_jobs_resume_and_crash_safety(tmp_path, cfg):
     bags = [make_bag(tmp_path / f"b{i}", duration_s=2.5, seed=i, t0_ns=1_700_000_000_000_000_000 + i * 10**10,
                      episodes=[(0.3, 1.1), (1.4, 2.2)], task=f"task {i % 2}") for i in range(4)]

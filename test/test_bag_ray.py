@@ -33,7 +33,7 @@ from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.recording.config import RECORDER_CONFIGS, load_config
 from rgbd_writer.validate import validate_file
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 W, H = 64, 48
 CAMS = ("cam_front", "cam_wrist")
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}

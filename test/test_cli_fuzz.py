@@ -5,7 +5,8 @@ wrong JSON type), RGB-D HDF5 files (truncated, bytes flipped, datasets and attri
 bags (truncated, garbled) go through piper-validate (exit 0, or 1 listing problems, or 2),
 piper-view, piper-finalize, piper-bag2dataset and the recorders' writer open (which the nodes turn
 into exit 2). The commands run in-process through their ``main`` (what the console scripts call),
-so a genuine bug surfaces as the exception itself; a few run as real processes to check stderr.
+so a genuine bug surfaces as exit code 1 with its traceback (or the exception itself where no
+command wraps the call); a few run as real processes to check stderr.
 Seeded and bounded: a few dozen cases.
 """
 from __future__ import annotations
@@ -172,7 +173,7 @@ def run_main(capsys, fn, argv: list[str], allowed: tuple[int, ...] = (0, 2)) -> 
 
 def open_writer(kind: str, path: Path, cfg: Path) -> None:
     """The recorder node's writer open: it may succeed or raise what the node maps to exit 2."""
-    from piper_recorder.errors import INPUT_ERRORS
+    from piper_recorder.errors import is_input_error
 
     from piper_recorder.recording.config import (
         LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config, rgbd_writer_config)
@@ -186,7 +187,9 @@ def open_writer(kind: str, path: Path, cfg: Path) -> None:
             from rgbd_writer.writer import RgbdWriter
 
             w = RgbdWriter(path, rgbd_writer_config(load_config(RgbdRecorderConfig, cfg)))
-    except INPUT_ERRORS as exc:
+    except Exception as exc:
+        if not is_input_error(exc):
+            raise
         assert str(exc)
         return
     w.close()
@@ -194,6 +197,7 @@ def open_writer(kind: str, path: Path, cfg: Path) -> None:
 
 # ---- tests --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("rel, op", root_cases())
+@pytest.mark.slow
 def test_corrupted_lerobot_root(tmp_path, capsys, inputs, rel, op):
     rng = random.Random(f"{SEED}{rel}{op}")
     root = tmp_path / "root"
@@ -208,6 +212,7 @@ def test_corrupted_lerobot_root(tmp_path, capsys, inputs, rel, op):
                                         inputs["cfg"], "--no-progress"], (0, 1, 2))
 
 
+@pytest.mark.slow
 def test_corrupted_rgbd_files(tmp_path, capsys, inputs):
     for i, (op, what) in enumerate(h5_cases(inputs["h5"])):
         rng = random.Random(f"{SEED}{i}")
@@ -254,6 +259,7 @@ def test_corrupted_bags(tmp_path, capsys, inputs, op):
                                  ["piper-finalize", "--root", "{root}"],
                                  ["piper-bag2dataset", "{bag}", "--format", "lerobot", "--out", "{root}",
                                   "--config", "{cfg}", "--no-progress"]])
+@pytest.mark.integration
 def test_console_scripts_on_info_json_with_features_as_a_list(tmp_path, inputs, cmd):
     root = tmp_path / "root"
     shutil.copytree(inputs["root"], root)

@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lerobot_fixtures import small_root
+
+pytestmark = pytest.mark.integration
 
 EXE = str(Path(sys.executable).parent / "piper-validate")
 

@@ -41,7 +41,7 @@ ACT_FLAGS = ["--policy.type=act", "--policy.device=cpu", "--policy.push_to_hub=f
              "--policy.pretrained_backbone_weights=null", "--policy.dim_model=64", "--policy.n_encoder_layers=1",
              "--policy.n_decoder_layers=1", "--policy.chunk_size=10", "--policy.n_action_steps=10",
              "--policy.use_vae=false", "--batch_size=2", "--num_workers=0", "--wandb.enable=false"]
-pytestmark = pytest.mark.timeout(1800)  # the first use may build a consumer venv (~5 min cold)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # the first use may build a consumer venv (~5 min cold)
 
 
 def _in_ci() -> bool:

@@ -20,7 +20,7 @@ from piper_recorder.lerobot.writer import LeRobotWriter
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, load_config
 from test_lerobot_writer_helpers import tree_hashes
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 BIN = Path(sys.executable).parent
 CAMS = ["cam_front", "cam_wrist"]
 

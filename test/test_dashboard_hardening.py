@@ -21,6 +21,8 @@ from browser import open_page
 from piper_recorder.dashboard.model import DashboardConfig, DashboardModel
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
 
+pytestmark = pytest.mark.slow  # HTTP deadlines and slow clients against wall-clock time
+
 HOSTILE = '"><img src=x onerror="window.__pwned=(window.__pwned||0)+1"><script>window.__pwned=1</script>'
 
 
@@ -77,6 +79,7 @@ def _hostile_statuses(dash: Dashboard) -> None:
     m.set_cameras([HOSTILE])
 
 
+@pytest.mark.integration
 def test_hostile_status_runs_no_script_in_the_page(served):
     dash, srv = served()
     _hostile_statuses(dash)

@@ -24,6 +24,8 @@ from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import H, W, frame_index_of, index_frame, row_values, tree_hashes
 
+pytestmark = pytest.mark.integration
+
 FPS = 30
 CAMS = ("cam_front", "cam_wrist")
 ROOT_DIR = Path(__file__).resolve().parents[1]
@@ -380,7 +382,7 @@ def test_sigkill_mid_edit_leaves_input_untouched_and_no_valid_output(tmp_path, i
     assert len(jsonl(staging / "meta/episodes.jsonl")) >= 2  # the writer had committed episodes in it...
     r = subprocess.run([str(BIN / "piper-validate"), str(staging)], capture_output=True, text=True)
     assert r.returncode == 1 and "data/INCOMPLETE.parquet" in r.stdout  # ...yet it is not a valid root
-    with pytest.raises(Exception):  # nor readable the way LeRobot reads data/ (every *.parquet under it)
+    with pytest.raises(OSError):  # nor readable the way LeRobot reads data/ (every *.parquet under it)
         pq.ParquetDataset(staging / "data").read()
     # the re-run removes the leftover and completes
     r = run_cli(*cmd)

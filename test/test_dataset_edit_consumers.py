@@ -19,7 +19,7 @@ import pytest
 import test_dataset_edit as edit
 from test_consumers import BIN, SCRIPTS, _run_json, _tail, _timed, consumer_env, consumer_python
 
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
 
 def record_roots(base: Path) -> tuple[Path, Path]:

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lerobot_fixtures import small_root
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_file_size_limit_reads_as_one_and_names_no_recorder_api(tmp_path: Path):

@@ -18,6 +18,8 @@ import rgbd_crash_worker as cw
 from piper_recorder.dataset_edit import EditError, delete, merge, retask, split
 from rgbd_writer.writer import RgbdConfig, RgbdWriter
 
+pytestmark = pytest.mark.integration
+
 ROOT_DIR = Path(__file__).resolve().parents[1]
 BIN = ROOT_DIR / ".venv" / "bin"
 

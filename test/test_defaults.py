@@ -134,7 +134,7 @@ def test_shipped_configs_set_only_what_differs_from_the_defaults(name):
 @pytest.mark.parametrize("name", ["sim", "robot"])
 def test_shipped_configs_do_not_repeat_timing_defaults(name):
     doc = read_params_file(config_path(name))
-    for fmt, cls in RECORDER_CONFIGS.items():
+    for _fmt, cls in RECORDER_CONFIGS.items():
         params = doc.get(cls.node_name) or {}
         for key in TIMING:
             if key in params:

@@ -24,7 +24,7 @@ from piper_recorder.params_file import read_params_file
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"
 W, H = 320, 240
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
 
 
 def _camera(cam: str) -> PinholeCamera:

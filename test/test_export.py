@@ -172,6 +172,7 @@ def check_v30(out: Path, src: Path) -> dict:
 
 
 # ---- v3.0 -----------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_v30_export_reads_back_with_pyarrow_and_pyav(tmp_path):
     src, out = tmp_path / "src", tmp_path / "v30"
     record(src, [110, 117, 124])
@@ -232,6 +233,7 @@ def test_grid_rows_meet_lerobot_rules_across_a_whole_file():
         video_concat.frame_step(7)
 
 
+@pytest.mark.integration
 def test_rerun_appends_only_new_episodes_into_new_files(tmp_path):
     src, out = tmp_path / "src", tmp_path / "v30"
     record(src, [31, 33])
@@ -270,6 +272,7 @@ def test_changed_or_shrunk_source_is_refused(tmp_path):
     assert tree_hashes(out) == hashes
 
 
+@pytest.mark.integration
 def test_exception_mid_export_leaves_previous_export(tmp_path, monkeypatch):
     src, out = tmp_path / "src", tmp_path / "v30"
     record(src, [31, 32])
@@ -295,6 +298,7 @@ def test_exception_mid_export_leaves_previous_export(tmp_path, monkeypatch):
     check_v30(out, src)
 
 
+@pytest.mark.integration
 def test_sigkill_mid_export_leaves_previous_export(tmp_path):
     src, out = tmp_path / "src", tmp_path / "v30"
     record(src, [31])
@@ -324,6 +328,7 @@ def test_sigkill_mid_export_leaves_previous_export(tmp_path):
 
 
 # ---- v2.1 -----------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_v21_export_passes_lerobot_doctor_and_links_payload(tmp_path):
     src, out = tmp_path / "src", tmp_path / "v21"
     record(src, [110, 117])
@@ -379,6 +384,7 @@ def strip_camera_stats(root: Path) -> dict:
 
 
 @pytest.mark.parametrize("to", ["v2.1", "v3.0"])
+@pytest.mark.integration
 def test_old_root_without_camera_stats_gets_them(tmp_path, to):
     src, out = tmp_path / "src", tmp_path / "out"
     record(src, [110, 117])
@@ -411,6 +417,7 @@ def _cli(*args) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_refusals_exit_2_with_a_clear_message(tmp_path):
     src = tmp_path / "src"
     small_root(src, lengths=(31, 30))

@@ -197,6 +197,7 @@ def test_combined_action_left_out_when_not_the_concatenation(tmp_path):
     assert any("'action'" in n for n in notes)
 
 
+@pytest.mark.integration
 def test_cli_exit_codes(tmp_path):
     root = small_root(tmp_path / "r", cameras=())
     ok = subprocess.run([str(BIN / "piper-finalize"), "--root", str(root), "--horizon", "4"],

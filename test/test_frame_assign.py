@@ -108,6 +108,7 @@ def lag(pairs, phase_ms):
 
 @pytest.mark.parametrize("phase_ms", [0.0, 0.3, -0.3, 3.0, -3.0, 6.0, -6.0])
 @pytest.mark.parametrize("mode,depth", [("nominal", False), ("capture", True)])   # LeRobot nominal, RGB-D
+@pytest.mark.slow
 def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(phase_ms, mode, depth):
     """The alias of issue 16.11: captures straddling t_k with ±10 ms jitter used to flip between rows.
     Causal (issue 21.15): the band reaches past t_k, so each row holds the previous slot's capture."""
@@ -120,6 +121,7 @@ def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(pha
 
 
 @pytest.mark.parametrize("phase_ms", [PERIOD / 2e6, -PERIOD / 2e6, PERIOD / 2e6 - 1, 12.0])
+@pytest.mark.slow
 def test_camera_midway_between_rows_stays_one_to_one_and_counts_the_far_pairs(phase_ms):
     """Captures midway between two rows with ±10 ms jitter: the pairing stays one to one and causal,
     each row holding the slot whose whole band is before it."""
@@ -199,6 +201,7 @@ def test_phase_tracker_is_continuous_across_the_half_period():
 
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("phase_ms", [12.0, 13.3, -13.3, 14.5])
+@pytest.mark.slow
 def test_first_capture_across_the_half_period_does_not_start_the_estimate_on_the_far_side(phase_ms, seed):
     """Captures centred 12-15 ms from the row times with ±10 ms jitter: some land past the half period.
     Started from a single such capture, the estimate sat on the far side within the hysteresis and
@@ -227,6 +230,7 @@ def stall_runs(seed, seconds, frac):
 
 @pytest.mark.parametrize("seed", range(40))
 @pytest.mark.parametrize("phase_ms", [11.5, -11.5])
+@pytest.mark.slow
 def test_a_stalling_row_rate_camera_repeats_its_missing_slots_and_drops_nothing(phase_ms, seed):
     """The live flake of issue 16.11's test on a loaded machine: captures 11.5 ms from the row times
     with ±10 ms jitter, slots missed in runs. The warm-up then holds ~8 captures, whose resultant fell

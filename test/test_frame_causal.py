@@ -60,6 +60,7 @@ def capture_index(row: int) -> int:
 
 
 @pytest.mark.parametrize("delay_ms", [3.0, 6.0])
+@pytest.mark.slow
 def test_bag_camera_firing_after_each_row_gives_each_row_the_frame_before_it(tmp_path, delay_ms):
     bag, mapping = agilex_bag(tmp_path, delay_ms)
     h5 = tmp_path / "causal.hdf5"

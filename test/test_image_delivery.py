@@ -25,7 +25,7 @@ CAMS = ["cam_front", "cam_wrist", "cam_side"]
 WINDOW_S = 22.0
 MIN_DELIVERY = 0.995
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
 
 
 def three_camera_config(tmp: Path) -> Path:

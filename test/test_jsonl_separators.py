@@ -46,6 +46,7 @@ def tool(name: str, *args) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / name), *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_separators_in_tasks_and_hello_keep_the_root_usable(tmp_path):
     root = tmp_path / "ds"
     with LeRobotWriter(root, cfg()) as w:
@@ -72,6 +73,7 @@ def test_separators_in_tasks_and_hello_keep_the_root_usable(tmp_path):
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.integration
 def test_root_written_with_raw_separators_is_still_read(tmp_path):
     """What the old writer left: the code points raw inside JSON strings (valid JSON on one \\n line)."""
     root = tmp_path / "ds"
@@ -106,6 +108,7 @@ def test_a_broken_line_is_named_with_its_file_and_line(tmp_path):
     assert str(path) in str(err.value) and "line 2" in str(err.value)
 
 
+@pytest.mark.slow
 def test_bag_conversion_appends_to_a_root_with_separator_tasks(tmp_path):
     conf = tmp_path / "recorders.yaml"
     conf.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {

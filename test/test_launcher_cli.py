@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 
 def test_piper_launch_sim_up_and_clean_shutdown(tmp_path):

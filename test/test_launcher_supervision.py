@@ -15,7 +15,7 @@ import pytest
 
 from piper_recorder.supervision import LAUNCHER_PID_ENV
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 BIN = Path(sys.executable).parent
 
 

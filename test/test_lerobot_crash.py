@@ -21,6 +21,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from lerobot_crash_worker import config  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 TRIALS = 24
 
 

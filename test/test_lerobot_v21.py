@@ -144,7 +144,7 @@ def gr00t_stats_rules(root: Path) -> None:
     for key, e in stats.items():
         assert set(e) == SIX, key  # no count: GR00T slices every key it finds
     for group in ("state", "action"):
-        for name, m in modality[group].items():
+        for _name, m in modality[group].items():
             e = stats[m["original_key"]]
             for s in SIX:
                 assert len(np.asarray(e[s])[np.arange(m["start"], m["end"])]) == m["end"] - m["start"]
@@ -159,6 +159,7 @@ def doctor(root: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_v21_save_delete_resume_keep_episodes_stats_current(tmp_path):
     root = tmp_path / "ds"
     fed = []
@@ -179,6 +180,7 @@ def test_v21_save_delete_resume_keep_episodes_stats_current(tmp_path):
     doctor(root)
 
 
+@pytest.mark.slow
 def test_records_rebuilt_from_parquet_and_video_when_lost(tmp_path):
     root = tmp_path / "ds"
     with LeRobotWriter(root, cfg()) as w:
@@ -216,6 +218,7 @@ def test_resuming_the_other_version_is_refused(tmp_path, have, want):
     assert tree_hashes(root) == before
 
 
+@pytest.mark.integration
 def test_v20_default_has_camera_stats_and_no_episodes_stats(tmp_path):
     root = tmp_path / "ds"
     fed = []

@@ -231,6 +231,7 @@ def test_every_frame_meets_both_rules_exactly(tmp_path, fps):
     assert ms_misses > len(ks) // 2      # the old whole-ms PTS would have failed most of these
 
 
+@pytest.mark.integration
 def test_lerobot_doctor_and_validator_pass(tmp_path):
     root = tmp_path / "ds"
     with LeRobotWriter(root, config()) as w:
@@ -424,6 +425,7 @@ def test_stats_cache_rebuilt_when_missing_or_stale(tmp_path):
     assert (root / "meta/stats.json").read_bytes() == stats_before
 
 
+@pytest.mark.slow
 def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
     """A queue of one frame and no waiting: the caller never blocks on encoding; every refused
     frame is reported by add_frame and counted, every accepted one is in the file."""

@@ -52,6 +52,7 @@ def feed(w: LeRobotWriter, task: str, n: int, seed: int) -> None:
 
 
 @pytest.mark.parametrize("version", ["v2.0", "v2.1"])
+@pytest.mark.slow
 def test_enospc_at_every_save_step_leaves_dataset_unchanged(tmp_path, version):
     root = tmp_path / "ds"
     with LeRobotWriter(root, cfg(version)) as w:

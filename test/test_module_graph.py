@@ -4,14 +4,24 @@ concatenator needs no assembler, and each shared helper is defined once in the s
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("piper_recorder", "rgbd_writer")
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """Each source file parsed once per session (every test here walks all of them)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
 def _modules() -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
@@ -26,7 +36,7 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
         pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
-        for node in ast.parse(p.read_text()).body:
+        for node in _tree(p).body:
             for n in node.body if isinstance(node, ast.If) else [node]:
                 if isinstance(n, ast.ImportFrom):
                     base = n.module or ""
@@ -76,13 +86,15 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles():
     graph = _imports(_modules())
     assert _cycles(graph) == []
+    # leaves import none of our modules but the names (itself a leaf)
     for leaf in ("piper_recorder.lerobot.layout", "piper_recorder.timebase", "piper_recorder.durable",
-                 "piper_recorder.params_file"):
-        assert graph[leaf] == set(), f"{leaf} must stay a leaf, imports {graph[leaf]}"
+                 "piper_recorder.params_file", "piper_recorder.errors", "piper_recorder.names"):
+        assert graph[leaf] <= {"piper_recorder.names"} - {leaf}, f"{leaf} must stay a leaf, imports {graph[leaf]}"
     assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.meta"]
     assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.repair"]
 
 
+@pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_video_concat_does_not_load_the_assembler():
     code = ("import sys, piper_recorder.lerobot.video_concat, piper_recorder.lerobot.retime; "
             "print(sorted(m for m in sys.modules if m.startswith('piper_recorder.assembly')))")
@@ -93,10 +105,11 @@ def test_video_concat_does_not_load_the_assembler():
 def test_each_shared_helper_is_defined_once():
     names = {"fsync_dir", "fsync_file", "atomic_write", "load_config", "read_params_file", "grid_timestamp",
              "pts_ticks", "frame_period_ticks", "data_relpath", "video_relpath", "data_file", "video_file",
-             "ROTATION_TYPES", "TICKS", "STAGING"}
+             "ROTATION_TYPES", "TICKS", "STAGING", "SchemaError", "EpisodeStateError", "DatasetError",
+             "RgbdError", "PiperError", "PiperInputError"}
     where: dict[str, list[str]] = {n: [] for n in names}
     for m, p in _modules().items():
-        for node in ast.parse(p.read_text()).body:
+        for node in _tree(p).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
                 where[node.name].append(m)
             elif isinstance(node, ast.Assign):
@@ -104,3 +117,49 @@ def test_each_shared_helper_is_defined_once():
                     if isinstance(t, ast.Name) and t.id in names:
                         where[t.id].append(m)
     assert {n: ms for n, ms in where.items() if len(ms) != 1} == {}
+
+
+# Literals only piper_recorder.names may state: the image feature prefix and the camera topic suffixes
+# (every colour/depth/info topic is built from its patterns). Docstrings and --help texts (EPILOG) may
+# mention them: they show a user what to write.
+NAMES_MODULE = "piper_recorder.names"
+NAME_LITERALS = ("observation.images.", "color/image_raw", "aligned_depth_to_color/", "color/camera_info")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+                any(isinstance(t, ast.Name) and t.id.endswith("EPILOG") for t in node.targets):
+            out.add(id(node.value))
+    return out
+
+
+def test_names_are_stated_only_in_the_names_module():
+    found = []
+    for m, p in _modules().items():
+        if m == NAMES_MODULE:
+            continue
+        tree = _tree(p)
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                found += [f"{m}:{node.lineno}: {lit!r}" for lit in NAME_LITERALS if lit in node.value]
+    assert found == [], "state these through piper_recorder.names"
+
+
+def test_one_camera_placeholder():
+    """Every camera topic pattern names its camera {cam} (the recorders' parameter), never {camera}."""
+    from piper_recorder.names import CAMERA_PLACEHOLDER
+
+    assert CAMERA_PLACEHOLDER == "{cam}"
+    found = []
+    for m, p in _modules().items():
+        for node in ast.walk(_tree(p)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "/{camera}" in node.value:
+                found.append(f"{m}:{node.lineno}")
+    assert found == []

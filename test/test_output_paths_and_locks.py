@@ -20,6 +20,8 @@ import pytest
 from lerobot_fixtures import small_root
 from test_lerobot_writer_helpers import tree_hashes
 
+pytestmark = pytest.mark.integration
+
 BIN = Path(sys.executable).parent
 
 

@@ -14,6 +14,8 @@ from piper_recorder.piper.emulator import PiperEmulator
 from piper_recorder.piper.wire import ID_MIT_CTRL, ID_POSE_CTRL, decode_mit
 from piper_recorder.piper.link import PiperLink
 
+pytestmark = pytest.mark.slow  # the arm's control loops run against wall-clock time on the emulated bus
+
 
 def wait_until(cond, timeout=3.0, step=0.01) -> bool:
     deadline = time.monotonic() + timeout

@@ -20,6 +20,8 @@ from piper_recorder.piper.wire import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CT
                                        MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P, decode_mit)
 from piper_recorder.piper.link import PiperLink
 
+pytestmark = pytest.mark.slow  # the emulator's feedback threads run against wall-clock time
+
 
 def wait_until(cond, timeout=2.0, step=0.01) -> bool:
     deadline = time.monotonic() + timeout

@@ -22,6 +22,8 @@ from piper_recorder.piper.firmware import mit_dialect, parse_version
 from piper_recorder.piper.link import PiperLink
 from piper_recorder.piper.wire import ID_MIT_CTRL, MOVE_M, MOVE_MIT, decode_mit, encode_mit_raw12
 
+pytestmark = pytest.mark.slow  # the arm's control loops run against wall-clock time on the emulated bus
+
 START = [0.0, 0.9, -0.9, 0.0, 0.5, 0.0]
 
 

@@ -66,6 +66,7 @@ def test_ensemble_uses_act_exponential_weights_and_sign_aligned_quaternions():
 
 
 # ---- envelope ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_envelope_counts_each_limit_and_every_output_passes_teleops_hard_check():
     cfg = LimitsConfig(max_linear_speed=0.3, max_angular_speed=1.0, tether_m=0.1)
     env = Envelope(cfg, gripper_max=0.07, period_s=1 / 30)
@@ -293,6 +294,7 @@ NODE_DEFAULTS = {"replan_every": PolicyConfig.replan_every, "query_ahead": Polic
                  "lateness_s": PolicyConfig.lateness_s}
 
 
+@pytest.mark.slow
 def test_the_next_query_leaves_a_measured_round_trip_ahead_so_a_300ms_server_never_starves(root: Path):
     rig = Rig(root, latency_ms=345, **NODE_DEFAULTS)
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]

@@ -12,6 +12,8 @@ import pytest
 from policy_http_server import serve
 from piper_recorder.policy.backend import BackendError, BackendTimeout, Observation, make_backend
 
+pytestmark = pytest.mark.slow  # HTTP servers in threads with real timeouts
+
 
 def obs(stamp: int = 123) -> Observation:
     return Observation(

@@ -192,6 +192,7 @@ def test_jpeg_from_pillow_is_what_a_piperpilot_client_sends(served):
     assert status == 200 and np.asarray(doc["actions"]).shape == (3, 8)
 
 
+@pytest.mark.integration
 def test_the_console_script_outside_a_trainer_env_says_where_to_run_it(tmp_path):
     """The project's venv has no torch: the server exits 2 with one line, no traceback."""
     import importlib.util

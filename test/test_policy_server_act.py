@@ -39,7 +39,7 @@ SCRIPTS = ROOT / "test" / "consumers"
 CHUNK = 30
 ROW = 40
 W, H = 160, 120
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ def test_launch_argument_policy_starts_the_policy_node(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["sim", "robot"])
-def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, name):
+def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, name):  # noqa: F811 - the fixture
     from test_launch_stubbed import Node, graph
 
     nodes = {a.kwargs["name"]: a for a in graph(name, policy="http://10.0.0.2:8000", policy_root="/data/train")
@@ -169,6 +169,7 @@ def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: floa
         assert step <= cfg.max_linear_speed * dt * 1.0001 + 1e-9, (i, step)
 
 
+@pytest.mark.ros
 def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
     from piper_recorder.sim_session import SimSession, size_overrides
 
@@ -310,6 +311,7 @@ def assert_held(w: Watch, since_ns: int) -> None:
     assert all(np.allclose(p, got[0][1], atol=1e-9) for _, p, _ in got), "the held target moved"
 
 
+@pytest.mark.ros
 def test_rollout_rows_say_who_acted(tmp_path):
     """A hold policy drives the sim arm while the recorders record one episode; the operator's grip
     takes over in the middle. The launcher switched the LeRobot recorder's ``actor_topic`` on with the
@@ -355,6 +357,7 @@ def test_rollout_rows_say_who_acted(tmp_path):
 
 
 
+@pytest.mark.ros
 def test_start_is_refused_while_the_headset_grip_is_held(tmp_path):
     """#21 item 2 in the graph: the simulated headset holds the right grip closed (script ``circle``,
     engaged from 1.3 s on, as quest_bridge publishes it every frame). ~/start is refused naming the
@@ -388,6 +391,7 @@ def test_start_is_refused_while_the_headset_grip_is_held(tmp_path):
         assert w.actor in ("", "none")
 
 
+@pytest.mark.ros
 def test_a_policy_started_mid_episode_is_named_with_when_it_acted(tmp_path):
     """#21 item 10 in the graph: the episode starts before /policy/start; the operator takes over and
     ~/resume hands back. episodes.jsonl names the policy (the old recorder named none: no policy was

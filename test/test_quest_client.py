@@ -13,6 +13,8 @@ from piper_recorder.quest.protocol import Frame
 from piper_recorder.quest.reconnect import Backoff
 from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
 
+pytestmark = pytest.mark.slow  # reconnects and back-off against real sockets and wall-clock time
+
 
 def wait_for(pred, timeout=10.0, step=0.02):
     end = time.monotonic() + timeout

@@ -13,11 +13,15 @@ import statistics
 import threading
 import time
 
+import pytest
+
 from piper_recorder.quest.bridge_core import BridgeCore
 from piper_recorder.quest.client import ClientConfig, QuestClient
 from piper_recorder.quest.clock import ClockMapperConfig, MonoClockMapper, SlidingMin
 from piper_recorder.quest.protocol import Frame, Hello
 from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
+
+pytestmark = pytest.mark.slow  # clock mapping measured over a real-time stream
 
 S = 10**9
 

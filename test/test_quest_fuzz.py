@@ -13,9 +13,13 @@ import json
 import math
 import random
 
+import pytest
+
 from piper_recorder.quest.bridge_core import BridgeCore
 from piper_recorder.quest.protocol import StreamParser
 from piper_recorder.quest.scripts import ScriptedHeadset
+
+pytestmark = pytest.mark.slow  # fuzzing
 
 N_LINES = 12_000
 MAX_LINE = 4096

@@ -15,6 +15,8 @@ from piper_recorder.quest.protocol import Frame, Hello, parse_line
 from piper_recorder.quest.scripts import CYCLE_S, LEAD_S, RIGHT_HOME, ScriptedHeadset
 from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
 
+pytestmark = pytest.mark.slow  # the simulated headset streams over real sockets in real time
+
 DT = 1.0 / 90.0
 
 
@@ -50,7 +52,7 @@ def test_demo_cycle_buttons_clutch_and_motion():
     engaged = [t - LEAD_S for t, r in samples if r.squeeze > 0.7]
     assert engaged[0] == pytest.approx(0.5 + 0.3 * 0.5, abs=0.05)  # smooth ramp crosses 0.7 mid-way
     # the controller only moves while engaged, within +-5 cm of home, smoothly
-    for t, r in samples:
+    for _t, r in samples:
         d = [p - q for p, q in zip(r.pos, RIGHT_HOME)]
         assert max(abs(x) for x in d) <= 0.0501
         if math.dist(r.pos, RIGHT_HOME) > 1e-6:

@@ -6,6 +6,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.recording.controller import EpisodeController
@@ -13,6 +14,8 @@ from piper_recorder.recording.targets import LeRobotTarget
 from piper_recorder.recording.worker import QueuedSink, WriterWorker
 
 from test_recorder_controller import MS, FakeLeRobotWriter
+
+pytestmark = pytest.mark.slow  # a slowed writer measured against its wall-clock bound
 
 
 class SlowFrames(FakeLeRobotWriter):

@@ -25,6 +25,8 @@ from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.retime import repair_root
 from piper_recorder.lerobot.validate import validate_root
 
+pytestmark = pytest.mark.integration
+
 EXE = str(Path(sys.executable).parent / "piper-repair")
 CAMS = ("cam_front", "cam_wrist")
 CAPTURE_MS = [0, 29, 64, 101, 130, 168, 199]        # episode 2 (7 rows): frames at capture times
@@ -112,7 +114,7 @@ def test_repair_remuxes_bit_identical_packets_onto_the_fine_grid(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("rewrote videos/") == 6 and "6 videos: 6 rewritten" in res.stdout
     assert validate_root(root) == [] and validate_root(root, full=True) == []
-    for v, (tb, pts, data, extradata, _) in before.items():
+    for v, (tb, _pts, data, extradata, _) in before.items():
         tb2, pts2, data2, extradata2, _ = packets(v)
         assert tb == MS and tb2 == FINE
         assert data2 == data and extradata2 == extradata            # no re-encoding: same bytes
@@ -154,7 +156,7 @@ def test_killed_mid_run_every_file_old_or_new_and_rerun_finishes(tmp_path):
         proc.wait(timeout=60)
         proc.stdout.close()
     new = 0
-    for v, (digest, (tb, pts, data, extradata, _)) in before.items():
+    for v, (digest, (_tb, _pts, data, extradata, _)) in before.items():
         now = packets(v)
         if now[0] == MS:
             assert sha(v) == digest                              # untouched, byte for byte

@@ -113,6 +113,7 @@ def _encode_in_child(mm, q):
     q.put((codecs.encode_depth(mm, "jpeg2000"), codecs._scratch.path()[0]))
 
 
+@pytest.mark.integration
 def test_encoder_scratch_is_in_memory_and_per_process():
     import multiprocessing as mp
 

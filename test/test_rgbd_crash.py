@@ -20,6 +20,8 @@ from rgbd_writer.writer import RgbdConfig, RgbdWriter
 
 import rgbd_crash_worker as cw
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 KILLS = 24
 

@@ -17,7 +17,7 @@ from rgbd_writer.writer import RgbdConfig, RgbdWriter
 
 import rgbd_crash_worker as cw
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TEST_DIR = Path(__file__).parent
 
 # A writer process: opens PATH, commits N episodes from FIRST, prints "ready", waits for a line on stdin

@@ -137,6 +137,7 @@ def _child_read(ds, k, q):
     q.put(ds[k]["obs"]["depth"].sum())
 
 
+@pytest.mark.integration
 def test_fork_reopens_handle_and_pickles(path):
     ds = TransitionDataset(path)
     want = ds[2]["obs"]["depth"].sum()

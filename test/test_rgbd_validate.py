@@ -138,6 +138,7 @@ MUTATIONS = {
 }
 
 
+@pytest.mark.integration
 def test_valid_file_passes_and_cli(valid):
     assert validate_file(valid) == [] and validate_file(valid, full=True) == []
     r = subprocess.run([sys.executable, "-m", "rgbd_writer.validate", valid, "--full"], capture_output=True, text=True)
@@ -155,6 +156,7 @@ def test_mutation_is_reported(valid, tmp_path, name):
     assert any(needle in p for p in problems), problems
 
 
+@pytest.mark.integration
 def test_non_hdf5_and_cli_failure(tmp_path):
     p = tmp_path / "x.hdf5"
     p.write_bytes(b"not hdf5")

@@ -7,7 +7,7 @@ import pytest
 from piper_recorder.teleop.limits import Limits, LimitsConfig, LimitViolation
 from piper_recorder.teleop.rotations import angle_between, axis_angle_to_quat
 
-I = np.array([0, 0, 0, 1.0])
+I = np.array([0, 0, 0, 1.0])  # noqa: E741 - the identity quaternion
 DT = 0.01
 
 

@@ -13,7 +13,7 @@ from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
 from piper_recorder.teleop.rotations import angle_between, axis_angle_to_quat, quat_mul
 
 DT = 0.01
-I = np.array([0, 0, 0, 1.0])
+I = np.array([0, 0, 0, 1.0])  # noqa: E741 - the identity quaternion
 ARM_P = np.array([0.30, 0.0, 0.20])
 ARM_Q = axis_angle_to_quat([0, 1, 0], math.radians(90))  # a tool-down-ish flange orientation
 HAND_P = np.array([0.2, 1.1, -0.35])
@@ -258,6 +258,7 @@ def test_buttons_start_stop_discard_and_hold_to_delete():
     assert actions == [Action.STOP]
 
 
+@pytest.mark.slow
 def test_garbage_input_never_produces_a_bad_target():
     rng = np.random.default_rng(1)
     rig = Rig()
@@ -265,7 +266,7 @@ def test_garbage_input_never_produces_a_bad_target():
     limits = Limits(LimitsConfig())
     bad = [math.nan, math.inf, -math.inf, 1e308]
     prev = None
-    for k in range(3000):
+    for _k in range(3000):
         t = rig.t = rig.t + DT
         p = HAND_P + rng.normal(scale=0.05, size=3)
         q = axis_angle_to_quat([0, 1, 0], rng.normal(scale=0.3)) + rng.normal(scale=0.02, size=4)

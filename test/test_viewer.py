@@ -5,9 +5,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from browser import open_page
 from lerobot_fixtures import small_root
+
+pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 

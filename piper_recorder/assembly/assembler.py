@@ -57,6 +57,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from piper_recorder.names import CAMERA
+
 from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
 from .features import PIPER_TABLE, FeatureTable
@@ -75,7 +77,7 @@ STATE_INPUTS = PIPER_TABLE.required
 
 @dataclass(frozen=True)
 class AssemblyConfig:
-    fps: float = 30.0
+    fps: float = float(CAMERA.fps)
     cameras: tuple[str, ...] = ("cam_front", "cam_wrist")
     timestamp_mode: str = DEFAULT_TIMESTAMP_MODE
     lateness_s: float = DEFAULT_LATENESS_S

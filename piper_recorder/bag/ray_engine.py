@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
 
+from piper_recorder.errors import PiperError
+
 from .convert import BagResult, ConvertOptions, Progress, convert_bag
 from .run import BagJob, DoneMap
 
@@ -39,7 +41,7 @@ RUN_MARKER = ".run"     # in the run's staging root: the token every task checks
 INSTALL_HINT = "--engine ray needs Ray: pip install 'piper_recorder[ray]' (or pip install ray)"
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(PiperError, RuntimeError):
     """Ray is not installed, or the cluster cannot be reached."""
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
 
+from piper_recorder.errors import PiperInputError
+
 # Decode with the bag's embedded definitions when present, else the Kilted store (what we record with).
 DEFAULT_STORE = Stores.ROS2_KILTED
 FINGERPRINT_METHOD = "sha256-sampled-v1"
@@ -22,7 +24,7 @@ _BLOCK = 1 << 20
 _STRIDE = 64 << 20
 
 
-class BagError(Exception):
+class BagError(PiperInputError):
     """A bag cannot be converted; the message says which bag and why."""
 
 

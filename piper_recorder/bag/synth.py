@@ -17,6 +17,7 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import get_typestore
 
 from piper_recorder.bag.source import DEFAULT_STORE
+from piper_recorder.names import CAMERA, COLOR_TOPIC_PATTERN, DEPTH_TOPIC_PATTERN, camera_topic
 
 TYPESTORE = get_typestore(DEFAULT_STORE)
 T = TYPESTORE.types
@@ -69,7 +70,7 @@ class SynthScenario:
     cameras: tuple[str, ...] = ("cam_front",)
     width: int = 64
     height: int = 48
-    camera_fps: float = 30.0
+    camera_fps: float = float(CAMERA.fps)
     arm_hz: float = 200.0
     command_hz: float = 100.0
     quest_hz: float = 90.0
@@ -89,7 +90,7 @@ class SynthScenario:
 
     def camera_topics(self, cam: str) -> tuple[str, str | None]:
         color, depth = self.camera_topic_map.get(
-            cam, (f"/{cam}/color/image_raw", f"/{cam}/aligned_depth_to_color/image_raw"))
+            cam, (camera_topic(COLOR_TOPIC_PATTERN, cam), camera_topic(DEPTH_TOPIC_PATTERN, cam)))
         return color, depth if self.depth else None
 
 
@@ -97,8 +98,8 @@ def agilex_scenario(**kw: Any) -> SynthScenario:
     """AgileX driver layout: gripper as joint7 (x1000), one /camera/... RealSense, no events/commands."""
     return SynthScenario(topics=dict(AGILEX_TOPICS), joint_names=tuple(f"joint{i}" for i in range(1, 8)),
                          gripper_scale_out=1000.0, with_events=False,
-                         camera_topic_map={"cam_front": ("/camera/color/image_raw",
-                                                         "/camera/aligned_depth_to_color/image_raw")}, **kw)
+                         camera_topic_map={"cam_front": (camera_topic(COLOR_TOPIC_PATTERN, "camera"),
+                                                         camera_topic(DEPTH_TOPIC_PATTERN, "camera"))}, **kw)
 
 
 # (topic, msgtype, stamp_ns, msg) of one stream, and (receive_ns, tie-break, topic, msgtype, msg) for heapq.merge;

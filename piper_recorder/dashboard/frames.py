@@ -119,11 +119,11 @@ class ReferenceFrames:
         import av
 
         from piper_recorder.lerobot.metacheck import load_info
-        from piper_recorder.lerobot.layout import video_file
+        from piper_recorder.lerobot.layout import video_file, video_key
 
         root = self._root(root_index)
         info = load_info(root)
-        key = f"observation.images.{camera}"
+        key = video_key(camera)
         if key not in info.get("features", {}):
             raise KeyError(f"{root}: no camera {camera!r}")
         path = video_file(root, info, episode, key)

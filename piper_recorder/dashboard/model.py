@@ -14,6 +14,7 @@ from typing import Any
 
 from piper_recorder.dashboard.rates import RateMeter
 from piper_recorder.delivery import link_health
+from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_info_pattern, camera_topic, check_topic_pattern
 from piper_recorder.piper.kinematics import SDK_JOINT_MAX, SDK_JOINT_MIN
 from piper_recorder.teleop.limits import LIMIT_NAMES
 from piper_recorder.viewer.counters import INFO, PROBLEMS, total
@@ -37,7 +38,8 @@ class DashboardConfig:
     port: int = 8740                     # 0: any free port (logged)
     token: str = ""                      # required in every request when set (``?token=``, or Bearer header)
     nodes: list[str] = field(default_factory=lambda: list(DEFAULT_NODES))
-    cameras: list[str] = field(default_factory=list)   # empty: every /<cam>/color/image_raw in the graph
+    cameras: list[str] = field(default_factory=list)   # empty: every camera of image_topic_pattern in the graph
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN      # the recorders' parameter: each camera's colour topic
     recorders: list[str] = field(default_factory=lambda: list(DEFAULT_RECORDERS))
     roots: list[str] = field(default_factory=list)     # LeRobot roots offered for the re-alignment view
     thumb_width: int = 320
@@ -58,6 +60,7 @@ class DashboardConfig:
     max_connections: int = 32            # connections served at once (one thread each); beyond: 503 at once
 
     def validate(self) -> None:
+        check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         if not is_loopback(self.host) and not self.token:
@@ -298,6 +301,10 @@ class DashboardModel:
         with self._lock:
             self._nodes, self._nodes_t = set(names), t
 
+    def camera_info_topic(self, camera: str) -> str:
+        """The ``camera_info`` topic beside ``camera``'s colour image (its rate is the camera's rate)."""
+        return camera_topic(camera_info_pattern(self.cfg.image_topic_pattern), camera)
+
     def set_cameras(self, cameras: list[str]) -> None:
         with self._lock:
             self._cameras = list(cameras)
@@ -366,7 +373,7 @@ class DashboardModel:
                             "elapsed_s": max((r["elapsed_s"] or 0.0 for r in timers), default=None),
                             "episode_index": timers[0]["episode_index"] if timers else None,
                             "saved_this_session": max((r["saved_this_session"] for r in recorders), default=0)},
-                "cameras": [{"name": c, **self._rate_view(f"/{c}/color/camera_info", now)} for c in self._cameras],
+                "cameras": [{"name": c, **self._rate_view(self.camera_info_topic(c), now)} for c in self._cameras],
                 "joints": self._joints_view(now),
                 "teleop": self._teleop_view(now),
                 "headset": self._headset_view(now),
@@ -411,7 +418,7 @@ class DashboardModel:
                 return fps
         if best_received is not None:
             return best_received
-        meter = self._rates.get(f"/{camera}/color/camera_info")
+        meter = self._rates.get(self.camera_info_topic(camera))
         if meter is not None and meter.total:
             return meter.rate(now)
         return None

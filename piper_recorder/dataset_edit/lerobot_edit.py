@@ -37,6 +37,7 @@ from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
 from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.names import IMAGES_PREFIX
 
 from .common import TOOL, EditError, EpisodeInfo, Pick
 
@@ -123,7 +124,7 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
     codec, pix_fmt = "libx264", "yuv420p"
     for key in src.video_keys:
         f = feats[key]
-        cameras[key.removeprefix("observation.images.")] = CameraSpec(int(f["shape"][0]), int(f["shape"][1]))
+        cameras[key.removeprefix(IMAGES_PREFIX)] = CameraSpec(int(f["shape"][0]), int(f["shape"][1]))
         vinfo = f.get("info") or {}
         codec = _CODECS.get(str(vinfo.get("video.codec")), str(vinfo.get("video.codec", codec)))
         pix_fmt = str(vinfo.get("video.pix_fmt", pix_fmt))
@@ -179,7 +180,7 @@ def differences(a: LeRobotSource, b: LeRobotSource) -> list[str]:
     fa, fb = ia["features"], ib["features"]
     for key in sorted(set(fa) | set(fb)):
         x, y = fa.get(key), fb.get(key)
-        if x == y or (key.startswith("observation.images.") and (x is None or y is None)):
+        if x == y or (key.startswith(IMAGES_PREFIX) and (x is None or y is None)):
             continue
         if x is None or y is None:
             out.append(f"feature {key}: only in {'the first' if y is None else 'the second'}")
@@ -249,7 +250,7 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
             work.mkdir(exist_ok=True)
             videos = {}
             for key in s.video_keys:
-                cam = key.removeprefix("observation.images.")
+                cam = key.removeprefix(IMAGES_PREFIX)
                 videos[cam] = work / f"{cam}.mp4"
                 export.link_or_copy(s.root / s.video_rel(p.episode, key), videos[cam])
             raw = s.root / s.extras_rel(p.episode)

@@ -16,7 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable
 
 from piper_recorder.lerobot import export, fsutil
 from piper_recorder.lerobot.layout import ROTATION_TYPES
@@ -27,7 +27,7 @@ from . import lerobot_edit, rgbd_edit
 from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_mergeable, check_new_output, describe_plan,
                      parse_episodes, picks_of, remove_stale_staging, retask_picks, split_fraction, staging_path)
 
-Source = Union[lerobot_edit.LeRobotSource, rgbd_edit.RgbdSource]
+Source = lerobot_edit.LeRobotSource | rgbd_edit.RgbdSource
 Progress = Callable[[int, int], None]
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from piper_recorder.bag.merge import copy_rgbd_episode
 from piper_recorder.lerobot import fsutil
+from piper_recorder.names import CAMERA
 from rgbd_writer import schema
 from rgbd_writer.validate import validate_file
 from rgbd_writer.writer import RgbdConfig, RgbdWriter
@@ -46,7 +47,7 @@ class RgbdSource:
 
     def config(self) -> RgbdConfig:
         a = self.attrs
-        return RgbdConfig(width=int(a.get("camera_width", 640)), height=int(a.get("camera_height", 480)),
+        return RgbdConfig(width=int(a.get("camera_width", CAMERA.width)), height=int(a.get("camera_height", CAMERA.height)),
                           rgb_jpeg_quality=int(a["rgb_jpeg_quality"]),
                           depth_codec=str(a.get(schema.DEPTH_PROFILE_ATTR, "jpeg2000")),
                           depth_min_m=float(a["depth_min_m"]), depth_max_m=float(a["depth_max_m"]),

@@ -1,22 +1,18 @@
-"""Errors raised by the LeRobot writer. Callers catch ``DatasetError`` for any of them."""
+"""Errors raised by the LeRobot writer. Callers catch ``DatasetError`` for any of them.
+
+``DatasetError``, ``SchemaError`` and ``EpisodeStateError`` are the project's (``piper_recorder.errors``,
+shared with the RGB-D writer); this module adds the writer's own.
+"""
 from __future__ import annotations
 
+from piper_recorder.errors import DatasetError, EpisodeStateError, SchemaError
 
-class DatasetError(Exception):
-    """Base class: the dataset operation failed; the message says why and what state the root is in."""
-
-
-class SchemaError(DatasetError):
-    """A row or frame does not match the configured features (shape, dtype, non-finite); names the column."""
+__all__ = ["BindingChangeError", "DatasetError", "EpisodeStateError", "SaveFailedError", "SchemaError"]
 
 
 class SaveFailedError(DatasetError):
     """A save failed on I/O (e.g. a full disk) before its commit point: the dataset is unchanged and the
     episode stays pending, so ``save_episode`` may be retried once the cause is gone."""
-
-
-class EpisodeStateError(DatasetError):
-    """A call came in the wrong order (e.g. ``add_row`` with no episode started)."""
 
 
 class BindingChangeError(DatasetError):

@@ -178,7 +178,7 @@ def open_source(root: str | os.PathLike) -> Source:
                           "bookkeeping columns, modality.json, episodes.jsonl or tasks.jsonl differ)")
     bad_keys = [k for k in keys if not k.startswith(layout.VIDEO_KEY_PREFIX)]
     if bad_keys:
-        raise ExportError(f"{root}: video features {bad_keys} are not observation.images.<camera>")
+        raise ExportError(f"{root}: video features {bad_keys} are not {layout.VIDEO_KEY_PREFIX}<camera>")
     try:
         episodes = fsutil.read_jsonl(root / "meta" / "episodes.jsonl")
         tasks = fsutil.read_jsonl(root / "meta" / "tasks.jsonl")

@@ -332,7 +332,7 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
             stats, hists = src.episode_stats(i, own, cams)
             totals.add(hists)
             per_episode.append(stats)
-            for key, feat in src.info["features"].items():
+            for key, _feat in src.info["features"].items():
                 for stat in STAT_KEYS:
                     row[f"stats/{key}/{stat}"] = stats[key][stat] if key in stats else None
             row["meta/episodes/chunk_index"], row["meta/episodes/file_index"] = b.meta_index

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from piper_recorder.assembly.features import JOINTS, PIPER_TABLE, POSE, POSE_SLICES, FeatureTable, Slice
+from piper_recorder.names import IMAGES_PREFIX
 
 __all__ = ["BOOKKEEPING", "COMBINED", "FeatureSpec", "JOINTS", "POSE", "POSE_SLICES", "Slice", "combined_names",
            "combined_specs", "lerobot_features", "piper_features"]
@@ -54,7 +55,7 @@ class FeatureSpec:
     def validate(self) -> None:
         if not self.key or not self.names or len(set(self.names)) != len(self.names):
             raise ValueError(f"feature {self.key!r}: needs a key and unique element names")
-        if self.key in BOOKKEEPING or self.key.startswith("observation.images."):
+        if self.key in BOOKKEEPING or self.key.startswith(IMAGES_PREFIX):
             raise ValueError(f"feature {self.key!r}: reserved key")
         for name, a, b, _ in self.slices():
             if not 0 <= a < b <= self.dim:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..durable import fsync_dir, fsync_file  # called through this module, where tests inject faults
+from ..durable import fsync_dir, fsync_file  # noqa: F401 - called through this module, where tests inject faults
 from .errors import DatasetError
 
 TMP_SUFFIX = ".tmp"

@@ -11,13 +11,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from piper_recorder.names import IMAGES_PREFIX
+
 CODEBASE_VERSION = "v2.0"  # the default (the user's spec)
 CODEBASE_VERSIONS = ("v2.0", "v2.1")  # v2.1 adds meta/episodes_stats.jsonl
 DEFAULT_CHUNKS_SIZE = 1000
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 EXTRAS_PATH = "extras/episode_{episode_index:06d}.quest.jsonl"
-VIDEO_KEY_PREFIX = "observation.images."
+VIDEO_KEY_PREFIX = IMAGES_PREFIX    # piper_recorder.names: observation.images.<camera>
 # quaternion rotation_type names the writer may tag modality.json with (w-first: "quat_wxyz" as the
 # spec writes, "quaternion" as GR00T N1.5's schema names it); GR00T accepts a few more (validate.py).
 ROTATION_TYPES = ("quat_wxyz", "quaternion")

@@ -44,6 +44,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+from piper_recorder.names import IMAGES_PREFIX
+
 from ..timebase import TICKS, TIME_BASE, frame_period_ticks, pts_ticks
 from .errors import DatasetError, SchemaError
 from .fsutil import fsync_file
@@ -128,7 +130,7 @@ class VideoEncoder:
         if (not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8
                 or rgb.shape != (self.height, self.width, 3)):
             got = (getattr(rgb, "shape", None), getattr(rgb, "dtype", type(rgb)))
-            raise SchemaError(f"observation.images.{self.name}: expected uint8 "
+            raise SchemaError(f"{IMAGES_PREFIX}{self.name}: expected uint8 "
                               f"({self.height}, {self.width}, 3), got shape/dtype {got}")
         pts = pts_ticks(t)
         if self._closing or pts <= self.last_pts:

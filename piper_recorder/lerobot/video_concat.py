@@ -30,12 +30,13 @@ from pathlib import Path
 import av
 import numpy as np
 
+from piper_recorder.errors import DatasetError
 from piper_recorder.timebase import TICKS, TIME_BASE, grid_timestamp
 
 MAX_FILE_S = 1024.0  # float32 spacing of the file time stays <= 6.1e-5 s
 
 
-class ConcatError(Exception):
+class ConcatError(DatasetError):
     """An episode's video cannot be placed in a v3.0 file as it is."""
 
 

@@ -47,8 +47,8 @@ from piper_recorder import __version__
 from . import episode_stats, fsutil, layout, meta, metacheck, provenance, repair, stats
 from .errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
 from .features import BOOKKEEPING, combined_specs
-from .video import VideoConfig, VideoEncoder
-from .writer_config import CameraSpec, WriterConfig  # with VideoConfig: the writer API (writer_config.py)
+from .video import VideoConfig, VideoEncoder  # noqa: F401 - VideoConfig: the writer API (writer_config.py)
+from .writer_config import CameraSpec, WriterConfig  # noqa: F401 - with VideoConfig: the writer API
 
 log = logging.getLogger(__name__)
 
@@ -187,12 +187,12 @@ class LeRobotWriter:
             ep = self._require_episode("add_frame")
             enc = ep.encoders.get(camera)
             if enc is None:
-                raise SchemaError(f"observation.images.{camera}: unknown camera "
+                raise SchemaError(f"{layout.video_key(camera)}: unknown camera "
                                   f"(configured: {sorted(self.cfg.cameras)})")
             if ep.saving:
                 return False
         if not np.isfinite(t):
-            raise SchemaError(f"observation.images.{camera}: frame time {t} is not finite")
+            raise SchemaError(f"{layout.video_key(camera)}: frame time {t} is not finite")
         return enc.add(rgb, t)
 
     def add_raw_quest(self, line: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from piper_recorder.names import CAMERA
+
 from .features import FeatureSpec, piper_features
 from .layout import CODEBASE_VERSION, CODEBASE_VERSIONS, DEFAULT_CHUNKS_SIZE, ROTATION_TYPES
 from .video import VideoConfig
@@ -11,15 +13,15 @@ from .video import VideoConfig
 
 @dataclass
 class CameraSpec:
-    height: int = 480
-    width: int = 640
+    height: int = CAMERA.height
+    width: int = CAMERA.width
 
 
 @dataclass
 class WriterConfig:
     """Dataset layout and encoding. A resumed root must use the same fps, features and cameras."""
 
-    fps: int = 30
+    fps: int = CAMERA.fps
     robot_type: str = "agilex_piper"
     cameras: dict[str, CameraSpec] = field(default_factory=dict)
     features: tuple[FeatureSpec, ...] = field(default_factory=piper_features)

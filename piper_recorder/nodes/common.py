@@ -23,6 +23,7 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
+from piper_recorder.errors import PiperInputError
 from piper_recorder.nodehelp import node_usage, wants_help
 from piper_recorder.recording.config import coerce_param
 from piper_recorder.supervision import on_stop_signals, watch_parent
@@ -30,7 +31,7 @@ from piper_recorder.supervision import on_stop_signals, watch_parent
 C = TypeVar("C")
 
 
-class ParameterError(ValueError):
+class ParameterError(PiperInputError, ValueError):
     """A node parameter has a wrong type or value; the message names the parameter."""
 
 

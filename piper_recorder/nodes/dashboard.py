@@ -5,12 +5,12 @@ store; ``piper_recorder.dashboard.server`` serves the page on ``host:port`` (127
 any other address needs ``token``). Read-only by construction: the node creates no publisher, no
 service client and no service of its own (rclpy's implicit /rosout and /parameter_events aside).
 Images are subscribed only while a page fetched a thumbnail within ``watch_timeout_s`` (the node
-otherwise costs only the small topics); camera rates come from ``/<cam>/color/camera_info``.
+otherwise costs only the small topics); camera rates come from the ``camera_info`` beside each image
+topic. Cameras follow ``image_topic_pattern``, the recorders' parameter (``piper_recorder.names``).
 """
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -26,9 +26,9 @@ from std_msgs.msg import String
 from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
 from piper_recorder.dashboard.model import IMAGE_CONSUMERS, DashboardConfig, JsonDict
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
+from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic, camera_topic_regex
 from piper_recorder.nodes.common import ParameterError, declare_config, run_node
 
-CAMERA_TOPIC = re.compile(r"^/([A-Za-z_][A-Za-z0-9_]*)/color/image_raw$")
 # topic -> (type, required): silence of a required topic marks the graph degraded. One topic per link of
 # the chain (headset -> bridge, arm feedback, arm commands); /arm/eef_pose would only repeat joint_states'
 # 200 Hz at the same cost. The arm sends commands only while something drives it (teleop engaged, replay):
@@ -73,6 +73,7 @@ class DashboardNode(Node):
         self._info_subs: dict[str, Subscription] = {}
         self._status_subs: dict[str, Subscription] = {}
         self._image_subs: dict[str, Subscription] = {}
+        self._camera_topic = camera_topic_regex(cfg.image_topic_pattern)   # graph discovery: group 1 = camera
         self._set_cameras(list(cfg.cameras))
         try:
             self.server = DashboardServer(self.dash, log=self.get_logger().warning).start()
@@ -122,13 +123,13 @@ class DashboardNode(Node):
     def _set_cameras(self, cameras: list[str]) -> None:
         for cam in cameras:
             if cam not in self._info_subs:
-                topic = f"/{cam}/color/camera_info"
+                topic = self.model.camera_info_topic(cam)
                 self.model.watch_topic(topic)
                 self._info_subs[cam] = self.create_subscription(
                     CameraInfo, topic, lambda _m, tp=topic: self.model.tick(tp, time.monotonic()),
                     qos_profile_sensor_data)
                 self._status_subs[cam] = self.create_subscription(   # sim_camera: its published rate
-                    String, f"/{cam}/status", lambda m, c=cam: self._on_json(
+                    String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam), lambda m, c=cam: self._on_json(
                         None, m, lambda d, t: self.model.on_camera_status(c, d, t)), 10)
         self.model.set_cameras(cameras)
 
@@ -137,14 +138,15 @@ class DashboardNode(Node):
         self.model.set_nodes({n for n, _ns in self.get_node_names_and_namespaces()}, now)
         if not self.cfg.cameras:
             found = sorted({m.group(1) for name, _types in self.get_topic_names_and_types()
-                            if (m := CAMERA_TOPIC.match(name))})
+                            if (m := self._camera_topic.match(name))})
             if found != self.model.cameras:
                 self._set_cameras(found)
         watched = self.dash.frames.watched(now)
         for cam in self.model.cameras:
             if watched and cam not in self._image_subs:
                 self._image_subs[cam] = self.create_subscription(
-                    Image, f"/{cam}/color/image_raw", lambda m, c=cam: self._on_image(c, m), qos_profile_sensor_data)
+                    Image, camera_topic(self.cfg.image_topic_pattern, cam), lambda m, c=cam: self._on_image(c, m),
+                    qos_profile_sensor_data)
         if not watched and self._image_subs:
             for sub in self._image_subs.values():
                 self.destroy_subscription(sub)

@@ -32,6 +32,8 @@ from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import ACTOR_TOPIC, image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.delivery import ImageCounts
+from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, TARGET_GRIPPER, TARGET_POSE,
+                                  camera_topic)
 from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp,
                                          run_in_thread, run_node)
 from piper_recorder.policy.backend import make_backend
@@ -81,21 +83,21 @@ class PolicyNode(Node):
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         images = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
-        self.pub_target = self.create_publisher(PoseStamped, "/arm/target_pose", reliable)
-        self.pub_gripper = self.create_publisher(JointState, "/arm/target_gripper", reliable)
+        self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
+        self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
         self.pub_status = self.create_publisher(String, "~/status", reliable)
         self.pub_provenance = self.create_publisher(String, PROVENANCE_TOPIC, latched)
         self.pub_actor = self.create_publisher(String, ACTOR_TOPIC, latched)
         sensor = qos_profile_sensor_data
-        self.create_subscription(JointState, "/arm/joint_states", self._on_joints, sensor, callback_group=g)
-        self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, sensor, callback_group=g)
-        self.create_subscription(String, "/arm/provenance", self._on_arm_provenance, latched, callback_group=g)
+        self.create_subscription(JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
+        self.create_subscription(PoseStamped, EEF_POSE, self._on_eef, sensor, callback_group=g)
+        self.create_subscription(String, ARM_PROVENANCE, self._on_arm_provenance, latched, callback_group=g)
         # frames received per camera against the observation grid's rate (delivery health, piper_recorder.delivery)
         self.image_counts = ImageCounts(list(meta.cameras))
         self.input_fps = cfg.fps or meta.fps
         for i, cam in enumerate(meta.cameras):
-            self.create_subscription(Image, f"/{cam}/color/image_raw", lambda m, c=cam, i=i: self._on_image(c, i, m),
-                                     images, callback_group=g)
+            self.create_subscription(Image, camera_topic(cfg.image_topic_pattern, cam),
+                                     lambda m, c=cam, i=i: self._on_image(c, i, m), images, callback_group=g)
         self.create_subscription(Joy, f"/quest/{cfg.hand}/joy", self._on_joy, sensor, callback_group=g)
         self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable, callback_group=g)
         for name, fn in (("start", self._srv_start), ("stop", self._srv_stop), ("pause", self._srv_pause),

@@ -35,6 +35,7 @@ from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy
 from piper_recorder.delivery import ImageCounts, link_health, panel_target, received_rate
+from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_topic, check_topic_pattern
 from piper_recorder.nodes.common import declare_config, run_node, stamp_to_ns
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
@@ -51,7 +52,7 @@ class QuestVideoConfig:
     host: str = "127.0.0.1"
     port: int = VIDEO_PORT
     cameras: list[str] = field(default_factory=list)   # panels 0..2, left to right
-    image_topic_pattern: str = "/{camera}/color/image_raw"
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN   # the recorders' parameter: names, one placeholder {cam}
     fps: float = 15.0
     quality: int = 70
     max_width: int = 640
@@ -73,8 +74,7 @@ class QuestVideoConfig:
         self.sender().validate()
         if len(self.cameras) > MAX_CAMERA_PANELS or any(not c.isidentifier() for c in self.cameras):
             raise ValueError(f"cameras: at most {MAX_CAMERA_PANELS} plain names, got {self.cameras}")
-        if "{camera}" not in self.image_topic_pattern:
-            raise ValueError("image_topic_pattern must contain {camera}")
+        check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
         for name, lo, hi in (("fps", 0.5, 60.0), ("hud_hz", 0.2, 30.0), ("tint_refresh_s", 0.5, 600.0)):
             v = getattr(self, name)
             if not (math.isfinite(v) and lo <= v <= hi):
@@ -109,7 +109,7 @@ class QuestVideo(Node):
         self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for idx, cam in enumerate(self.cfg.cameras):
-            self.create_subscription(ImageMsg, self.cfg.image_topic_pattern.format(camera=cam),
+            self.create_subscription(ImageMsg, camera_topic(self.cfg.image_topic_pattern, cam),
                                      lambda m, i=idx: self._on_image(i, m), qos_profile_sensor_data)
         self.create_subscription(String, f"/{self.cfg.recorder}/status", self._on_recorder_status, reliable)
         for cam in self.cfg.cameras:   # the cameras' published rates (sim_camera; a realsense has no status)

@@ -46,7 +46,7 @@ from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, R
 from piper_recorder.recording.targets import EpisodeTarget
 
 from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
-from piper_recorder.errors import INPUT_ERRORS, describe
+from piper_recorder.errors import describe, is_input_error
 
 from .common import ParameterError, declare_config, make_executor, now_ns, run_in_thread, spin_until
 
@@ -78,7 +78,9 @@ class RecorderNode(Node):
             raise ParameterError(f"{name}: mapping {cfg.mapping!r}: {exc}") from exc
         try:
             target = self.make_target(topics)
-        except INPUT_ERRORS as exc:   # unwritable path, another writer holds it, a damaged root, ...
+        except Exception as exc:   # unwritable path, another writer holds it, a damaged root, ...
+            if not is_input_error(exc):
+                raise                  # a bug: the traceback, not a parameter message
             raise ParameterError(f"{name}: cannot open the dataset: {describe(exc)}") from exc
         self._images_received: dict[str, dict[str, Any]] = {}   # the last snapshot (status timer only)
         self._arm_provenance: dict[str, Any] | None = None

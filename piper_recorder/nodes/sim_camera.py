@@ -38,6 +38,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
 from piper_recorder.delivery import ImageCounts, received_rate
+from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, now_ns, run_node, stamp_to_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
@@ -52,9 +53,9 @@ class SimCameraConfig:
 
     runtime_params: ClassVar[frozenset[str]] = frozenset({"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"})
 
-    width: int = 640
-    height: int = 480
-    fps: float = 30.0
+    width: int = CAMERA.width
+    height: int = CAMERA.height
+    fps: float = float(CAMERA.fps)
     serial: str = ""  # default: "sim-<node name>"
     intrinsics: list[float] = field(default_factory=list)  # [fx, fy, cx, cy]; empty = D435-like default
     position: list[float] = field(default_factory=lambda: [0.9, 0.0, 0.45])  # camera origin, arm base (m)
@@ -101,10 +102,10 @@ class SimCamera(Node):
         self.late_skipped = 0
         self.stale_poses = 0
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # ~1/3 s of slack for a slow reader
-        self.pub_color = self.create_publisher(Image, "~/color/image_raw", qos)
-        self.pub_depth = self.create_publisher(Image, "~/aligned_depth_to_color/image_raw", qos)
-        self.pub_color_info = self.create_publisher(CameraInfo, "~/color/camera_info", qos)
-        self.pub_depth_info = self.create_publisher(CameraInfo, "~/aligned_depth_to_color/camera_info", qos)
+        self.pub_color = self.create_publisher(Image, f"~/{COLOR_IMAGE}", qos)
+        self.pub_depth = self.create_publisher(Image, f"~/{DEPTH_IMAGE}", qos)
+        self.pub_color_info = self.create_publisher(CameraInfo, f"~/{COLOR_INFO}", qos)
+        self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", qos)
         self.create_subscription(PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
         self.pub_status = self.create_publisher(String, "~/status", 10)
         self.create_timer(1.0, self._publish_status)

@@ -27,12 +27,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from piper_recorder.errors import PiperError
+
 from . import kinematics as kin
 from .firmware import MitDialect
 from .link import Feedback, PiperLink
 
 
-class FirmwareRefused(RuntimeError):
+class FirmwareRefused(PiperError, RuntimeError):
     """The impedance backend will not drive this firmware (the message says why and what to do)."""
 
 

@@ -18,6 +18,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from piper_recorder.errors import PiperError
+
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
 
@@ -26,7 +28,7 @@ ACTION_DIM = 8
 STATE_KEYS: tuple[str, ...] = ("observation.arm_joint", "observation.arm_eef", "observation.gripper")
 
 
-class BackendError(RuntimeError):
+class BackendError(PiperError, RuntimeError):
     """A backend could not answer (connection, timeout, malformed answer). The executor pauses."""
 
 

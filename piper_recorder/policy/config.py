@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from piper_recorder.names import COLOR_TOPIC_PATTERN, check_topic_pattern
 from piper_recorder.teleop.limits import LimitsConfig
 
 MODES = ("receding", "ensemble")
@@ -38,6 +39,7 @@ class PolicyConfig:
     takeover_above: float = 0.7          # grip (squeeze) above this = operator takeover (teleop's engage_above)
     takeover_release_below: float = 0.3  # ... held until it falls below this (teleop's release_below)
     arm_frame: str = "arm_base"
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN   # the recorders' parameter: each camera's colour topic
     limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     @property
@@ -66,6 +68,7 @@ class PolicyConfig:
         if not 0.0 <= self.takeover_release_below < self.takeover_above:
             raise ValueError(f"takeover_release_below must be in [0, takeover_above), got "
                              f"{self.takeover_release_below}")
+        check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
         if not self.policy.strip():
             raise ValueError("policy must name a backend (http://..., gr00t://..., hold, replay:<root>:<ep>)")
         self.limits.validate()

@@ -32,11 +32,12 @@ import numpy as np
 import numpy.typing as npt
 import zmq
 
+from piper_recorder.errors import PiperInputError
 from piper_recorder.lerobot.features import COMBINED, piper_features
+from piper_recorder.names import IMAGES_PREFIX
 from piper_recorder.policy.backend import (ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, BackendTimeout,
                                             Observation)
 
-IMAGES_PREFIX = "observation.images."
 DEFAULT_LANGUAGE_KEY = "annotation.human.task_description"
 TOKEN_ENV = "PIPER_GR00T_API_TOKEN"
 
@@ -118,7 +119,7 @@ def _encode(obj: object) -> object:
     return obj
 
 
-class AnswerError(ValueError):
+class AnswerError(PiperInputError, ValueError):
     """An answer that cannot be decoded; the text says what is wrong with it in the service's terms."""
 
 

@@ -19,19 +19,20 @@ from typing import Any
 import numpy as np
 
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
+from piper_recorder.errors import PiperInputError
 from piper_recorder.lerobot.features import COMBINED
 from piper_recorder.lerobot.provenance import META_FILE, SESSIONS_FILE
+from piper_recorder.names import IMAGES_PREFIX
 
 from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation
 
-IMAGE_PREFIX = "observation.images."
 ROW_VALUE = {"observation.arm_joint": "arm_joint", "observation.arm_eef": "arm_eef",
              "observation.gripper": "gripper"}   # feature key -> the assembler's row value
 CAMERA_RATE_TOL = 0.25   # a camera whose measured rate is off the root's fps by more refuses the start
 RATE_SAMPLES = 10
 
 
-class MetaError(ValueError):
+class MetaError(PiperInputError, ValueError):
     """The training root cannot drive this arm (missing file, unsupported features)."""
 
 
@@ -63,12 +64,12 @@ class TrainingMeta:
         state: list[str] = []
         unsupported: list[str] = []
         for key, f in feats.items():
-            if key.startswith(IMAGE_PREFIX):
+            if key.startswith(IMAGES_PREFIX):
                 shape = list(f.get("shape") or [])
                 names = list(f.get("names") or [])
                 if names[:2] == ["channels", "height"] or (len(shape) == 3 and shape[0] == 3 and shape[2] != 3):
                     shape = [shape[1], shape[2], shape[0]]
-                cams[key[len(IMAGE_PREFIX):]] = (int(shape[0]), int(shape[1]))
+                cams[key[len(IMAGES_PREFIX):]] = (int(shape[0]), int(shape[1]))
             elif key.startswith("observation."):
                 if key in ROW_VALUE or key in COMBINED:
                     state.append(key)

@@ -34,7 +34,9 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
+
+from piper_recorder.errors import PiperInputError
 
 MAX_LINE_BYTES = 64 * 1024
 QUAT_TOLERANCE = 0.1
@@ -114,10 +116,10 @@ class Heartbeat:
     raw: str = field(repr=False, compare=False)
 
 
-Message = Union[Frame, Hello, Heartbeat]
+Message = Frame | Hello | Heartbeat
 
 
-class Rejected(ValueError):
+class Rejected(PiperInputError, ValueError):
     """A line failed validation; ``reason`` is the counter key, ``detail`` says where."""
 
     def __init__(self, reason: str, detail: str = ""):

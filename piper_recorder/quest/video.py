@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from piper_recorder.errors import PiperInputError
+
 from .reconnect import Backoff, try_connect, validate_link
 
 VIDEO_PORT = 8736
@@ -50,7 +52,7 @@ TINT_RECORDING = (0.6, 0.02, 0.02, 0.25)
 UI_COMMANDS = ("color", "panel", "panels_front")
 
 
-class FramingError(ValueError):
+class FramingError(PiperInputError, ValueError):
     """A frame the app would refuse (and drop the connection for)."""
 
 

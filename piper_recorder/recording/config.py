@@ -19,6 +19,9 @@ from typing import Any, ClassVar, TypeVar
 
 from piper_recorder.assembly import PIPER_TABLE, AssemblyConfig, FeatureTable
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
+from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
+                                  DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, QUEST_HELLO, QUEST_RAW, camera_topic,
+                                  check_topic_pattern)
 from piper_recorder.params_file import node_params, read_params_file
 
 if typing.TYPE_CHECKING:
@@ -37,8 +40,8 @@ class CameraTopics:
 
     color: str
     depth: str | None = None
-    height: int = 480
-    width: int = 640
+    height: int = CAMERA.height
+    width: int = CAMERA.width
 
 
 def task_problem(task: Any) -> str | None:
@@ -60,25 +63,25 @@ class RecorderConfig:
     runtime_params: ClassVar[frozenset[str]] = frozenset({"task"})
 
     task: str = ""                      # read again at every start_episode (ros2 param set)
-    fps: float = 30.0
+    fps: float = float(CAMERA.fps)
     timestamp_mode: str = DEFAULT_TIMESTAMP_MODE   # nominal | capture
     lateness_s: float = DEFAULT_LATENESS_S         # a row is assembled once its time + this has passed
     stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
     max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
     on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
-    camera_height: int = 480
-    camera_width: int = 640
+    camera_height: int = CAMERA.height
+    camera_width: int = CAMERA.width
     camera_serials: list[str] = field(default_factory=list)   # per camera, for provenance
-    image_topic_pattern: str = "/{cam}/color/image_raw"
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN   # names: one placeholder, {cam}
     image_reliability: str = "reliable"  # reliable | best_effort
-    joint_states_topic: str = "/arm/joint_states"
-    eef_topic: str = "/arm/eef_pose"
-    commanded_pose_topic: str = "/arm/commanded_pose"
-    commanded_gripper_topic: str = "/arm/commanded_gripper"
+    joint_states_topic: str = JOINT_STATES
+    eef_topic: str = EEF_POSE
+    commanded_pose_topic: str = COMMANDED_POSE
+    commanded_gripper_topic: str = COMMANDED_GRIPPER
     mapping: str = ""                   # a mapping file (recording.inputs): input topics, joint names,
                                         # gripper scales, extra inputs; "" = the topics above as they are
-    provenance_topic: str = "/arm/provenance"
-    hello_topic: str = "/quest/hello"
+    provenance_topic: str = ARM_PROVENANCE
+    hello_topic: str = QUEST_HELLO
     provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
     status_hz: float = 2.0
     # a frame that waited longer than this for the writer thread is dropped and counted
@@ -99,7 +102,7 @@ class RecorderConfig:
 
     def camera_topics(self) -> dict[str, CameraTopics]:
         """Each camera's topics and size, as the node subscribes them."""
-        return {cam: CameraTopics(self.image_topic_pattern.format(cam=cam), None, *self.camera_size(cam))
+        return {cam: CameraTopics(camera_topic(self.image_topic_pattern, cam), None, *self.camera_size(cam))
                 for cam in self.camera_list()}
 
     def assembly(self, cameras: Sequence[str] | None = None, table: FeatureTable = PIPER_TABLE) -> AssemblyConfig:
@@ -128,8 +131,7 @@ class RecorderConfig:
             raise ValueError("camera_height and camera_width must be positive")
         if self.camera_serials and len(self.camera_serials) != len(self.camera_list()):
             raise ValueError(f"camera_serials needs one entry per camera {self.camera_list()}")
-        if "{cam}" not in self.image_topic_pattern:
-            raise ValueError("image_topic_pattern must contain '{cam}'")
+        check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
 
     # ---- session record parts ------------------------------------------------------------------
     def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
@@ -162,7 +164,7 @@ class LeRobotRecorderConfig(RecorderConfig):
     cameras: list[str] = field(default_factory=lambda: ["cam_front", "cam_wrist"])
     camera_heights: list[int] = field(default_factory=list)   # per camera; empty = camera_height for all
     camera_widths: list[int] = field(default_factory=list)
-    raw_quest_topic: str = "/quest/raw"
+    raw_quest_topic: str = QUEST_RAW
     save_raw_quest: bool = True
     robot_type: str = "agilex_piper"
     codec: str = "libx264"
@@ -226,7 +228,7 @@ class RgbdRecorderConfig(RecorderConfig):
 
     path: str = "rgbd.hdf5"
     camera: str = "cam_front"
-    depth_topic_pattern: str = "/{cam}/aligned_depth_to_color/image_raw"
+    depth_topic_pattern: str = DEPTH_TOPIC_PATTERN
     reward_topic: str = "/reward"        # optional; rewards are 0 without it
     rgb_jpeg_quality: int = 88
     depth_codec: str = "jpeg2000"        # jpeg2000 | htj2k
@@ -237,7 +239,7 @@ class RgbdRecorderConfig(RecorderConfig):
         return [self.camera]
 
     def camera_topics(self) -> dict[str, CameraTopics]:
-        return {cam: dataclasses.replace(c, depth=self.depth_topic_pattern.format(cam=cam))
+        return {cam: dataclasses.replace(c, depth=camera_topic(self.depth_topic_pattern, cam))
                 for cam, c in super().camera_topics().items()}
 
     def validate(self) -> None:
@@ -246,8 +248,7 @@ class RgbdRecorderConfig(RecorderConfig):
         super().validate()
         if not self.path.endswith((".hdf5", ".h5")):
             raise ValueError(f"path must be an .hdf5 file, got {self.path!r}")
-        if "{cam}" not in self.depth_topic_pattern:
-            raise ValueError("depth_topic_pattern must contain '{cam}'")
+        check_topic_pattern("depth_topic_pattern", self.depth_topic_pattern)
 
     def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
         return {**super().recording_record(recorder), "path": self.path if output is None else output,

@@ -22,6 +22,7 @@ import numpy as np
 
 from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler
 from piper_recorder.assembly.messages import pose7
+from piper_recorder.errors import PiperError
 
 from .targets import EpisodeTarget, Record
 from .worker import DEFAULT_MAX_LAG_S, QueuedSink, WriterWorker
@@ -68,7 +69,7 @@ class _Unsaved:
     sink: QueuedSink | None = None   # its frames dropped behind the writer join the counters at the save
 
 
-class _InputError(Exception):
+class _InputError(PiperError):
     """A row/frame call failed on the writer thread before the save: the episode cannot be saved whole."""
 
     def __init__(self, cause: BaseException):

@@ -18,10 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from piper_recorder.lerobot.features import COMBINED
+from piper_recorder.names import IMAGES_PREFIX
 from piper_recorder.policy.server.protocol import PredictRequest, RequestRefused
 
 F32 = npt.NDArray[np.float32]
-IMAGES_PREFIX = "observation.images."
 SINGLE_IMAGE = "observation.image"
 
 

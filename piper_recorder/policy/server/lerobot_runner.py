@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from piper_recorder.errors import PiperInputError
 from piper_recorder.policy.server.inputs import InputFeature, build_inputs
 from piper_recorder.policy.server.protocol import ACTION_WIDTH, PredictRequest
 
@@ -32,7 +33,7 @@ QUEUE_POLICIES = frozenset({"diffusion", "vqbet", "tdmpc"})
 SUPPORTED_INPUTS = frozenset({"STATE", "VISUAL"})
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(PiperInputError, RuntimeError):
     """The checkpoint cannot be served (missing files, unsupported inputs, action width)."""
 
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from piper_recorder.errors import PiperInputError
+from piper_recorder.names import image_camera
+
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
 
@@ -28,11 +31,11 @@ MAX_IMAGES = 8                # images per request when the policy does not say 
 MAX_PIXELS = 4096 * 4096      # per image (a 4K frame is 8.3 Mpx); also Pillow's MAX_IMAGE_PIXELS in the server
 
 
-class ProtocolError(ValueError):
+class ProtocolError(PiperInputError, ValueError):
     """A request or answer that does not follow the protocol (HTTP 400 on the server side)."""
 
 
-class RequestRefused(ValueError):
+class RequestRefused(PiperInputError, ValueError):
     """A well-formed request this policy cannot answer (missing camera, another image size or state
     width): HTTP 400 with the reason, unlike a failure inside the model (500)."""
 
@@ -86,8 +89,8 @@ class ImageRule:
             if not (isinstance(shape, (list, tuple)) and len(shape) == 3 and all(isinstance(v, int) for v in shape)):
                 return ImageRule()
             size = (int(shape[2]), int(shape[1]))
-            if str(key).startswith("observation.images."):
-                cams[str(key)[len("observation.images."):]] = size
+            if (cam := image_camera(str(key))) is not None:
+                cams[cam] = size
             elif key == "observation.image":
                 single = size
         return ImageRule(cameras=cams, single=single)

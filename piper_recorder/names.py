@@ -1,0 +1,96 @@
+"""The project's names, stated once: the graph's topics, the camera topic patterns (one placeholder,
+``{cam}``), the dataset's image feature keys and the camera profile every layer defaults to.
+
+Every node, core and converter that needs one of these imports it from here, so a renamed topic or a
+changed default is one edit; ``test_module_graph`` forbids the image-feature prefix and the colour topic
+literal anywhere else. The nodes that follow cameras (recorders, policy, dashboard, quest_video) take the
+same ``image_topic_pattern`` parameter with the same default, so a camera namespace set for the recorders
+(a RealSense ``/camera/{cam}/color/image_raw``) is set the same way for every image consumer.
+
+A leaf: imports nothing of the project.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# ---- arm (piper_arm publishes, teleop / policy / replay command) ----------------------------------
+JOINT_STATES = "/arm/joint_states"
+EEF_POSE = "/arm/eef_pose"
+COMMANDED_POSE = "/arm/commanded_pose"
+COMMANDED_GRIPPER = "/arm/commanded_gripper"
+TARGET_POSE = "/arm/target_pose"
+TARGET_GRIPPER = "/arm/target_gripper"
+ARM_STATUS = "/arm/status"
+ARM_PROVENANCE = "/arm/provenance"
+
+# ---- headset (quest_bridge) and the recorders' events ----------------------------------------------
+QUEST_HELLO = "/quest/hello"
+QUEST_RAW = "/quest/raw"
+QUEST_HAPTIC = "/quest/haptic"
+EPISODE_EVENTS = "/episode_events"
+
+# ---- cameras: one placeholder name for every pattern -------------------------------------------------
+# A camera node publishes these under its own namespace (realsense2_camera, sim_camera: ``~/color/...``).
+COLOR_IMAGE = "color/image_raw"
+COLOR_INFO = "color/camera_info"
+DEPTH_IMAGE = "aligned_depth_to_color/image_raw"
+DEPTH_INFO = "aligned_depth_to_color/camera_info"
+CAMERA_PLACEHOLDER = "{cam}"
+COLOR_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/{COLOR_IMAGE}"
+DEPTH_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/{DEPTH_IMAGE}"
+CAMERA_STATUS_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/status"     # sim_camera's published rate
+_CAMERA_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def check_topic_pattern(name: str, pattern: str) -> None:
+    """ValueError unless ``pattern`` names its camera with ``{cam}`` and nothing else to fill in."""
+    if CAMERA_PLACEHOLDER not in pattern:
+        raise ValueError(f"{name} must contain '{CAMERA_PLACEHOLDER}', got {pattern!r}")
+    try:
+        pattern.format(cam="x")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(f"{name}: only '{CAMERA_PLACEHOLDER}' may be filled in, got {pattern!r} ({exc})") from None
+
+
+def camera_topic(pattern: str, cam: str) -> str:
+    """The topic of camera ``cam`` under ``pattern`` (e.g. ``COLOR_TOPIC_PATTERN``)."""
+    return pattern.format(cam=cam)
+
+
+def camera_info_pattern(image_pattern: str) -> str:
+    """The ``camera_info`` beside an image topic (the ROS image_transport convention: same namespace)."""
+    return image_pattern.rpartition("/")[0] + "/camera_info"
+
+
+def camera_topic_regex(pattern: str) -> re.Pattern[str]:
+    """A regex matching the topics of ``pattern``; group 1 is the camera name (graph discovery)."""
+    head, _, tail = pattern.partition(CAMERA_PLACEHOLDER)
+    return re.compile(f"^{re.escape(head)}({_CAMERA_NAME}){re.escape(tail)}$")
+
+
+# ---- dataset feature keys ----------------------------------------------------------------------------
+IMAGES_PREFIX = "observation.images."
+
+
+def image_key(cam: str) -> str:
+    """The LeRobot feature key of camera ``cam``'s video."""
+    return IMAGES_PREFIX + cam
+
+
+def image_camera(key: str) -> str | None:
+    """The camera of an image feature key, or None for any other key."""
+    return key[len(IMAGES_PREFIX):] if key.startswith(IMAGES_PREFIX) else None
+
+
+# ---- camera profile ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CameraProfile:
+    """The colour stream every layer defaults to (sim camera, recorders, writers, bag converter)."""
+
+    width: int = 640
+    height: int = 480
+    fps: int = 30
+
+
+CAMERA = CameraProfile()
