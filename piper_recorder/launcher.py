@@ -31,8 +31,10 @@ import yaml
 
 from piper_recorder.assembly.messages import ACTOR_TOPIC
 from piper_recorder.params_file import read_params_file
+from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
+from piper_recorder.quest.web_server import WEB_PORT
 from piper_recorder.supervision import LAUNCHER_PID_ENV
 
 PACKAGE = "piper_recorder"
@@ -51,6 +53,8 @@ NODE_SCRIPTS = {
 }
 SIM_CAMERA = ("sim_camera", "piper-sim-camera")
 SIM_QUEST = ("sim_quest", "piper-sim-quest")
+QUEST_WEB = ("quest_web", "piper-quest-web")
+HEADSETS = ("native", "web", "sim")
 START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder", "quest_video")
 
 
@@ -124,9 +128,12 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "dashboard": "start the read-only web dashboard: true | false (default: piper_launch.dashboard, else false)",
     "sim_headset": "sim only: start the simulated headset: true | false (default: piper_launch.sim_quest.enabled, "
                    "else true); false keeps quest_bridge's host/port (and quest_video's) for an external headset",
+    "headset": "native | web | sim: the headset app over adb forward, the WebXR page (quest_web, "
+               "piper_launch.quest_web; open it in the Quest Browser), or the simulated one (sim mode only); "
+               "default: sim in sim mode (unless sim_headset is false), else native",
 }
 GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras", "policy", "policy_root",
-                   "dashboard", "sim_headset")  # all but config: launch_graph's
+                   "dashboard", "sim_headset", "headset")  # all but config: launch_graph's
 POLICY_NODE = ("policy", "piper-policy")   # node name, console script; started only when a policy is set
 
 
@@ -292,10 +299,58 @@ class GraphNode:
     derived: dict[str, str] = field(default_factory=dict)
 
 
-def sim_headset_enabled(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "") -> bool:
-    """Whether the graph starts the simulated headset: sim mode, and the launch argument ``sim_headset``
-    ("" = ``piper_launch.sim_quest.enabled``, default true)."""
-    return mode == "sim" and _flag(sim_headset, bool(SimQuestSettings.from_config(cfg).enabled))
+@dataclass(frozen=True)
+class QuestWebSettings:
+    """``piper_launch.quest_web``: the WebXR headset page (``headset:=web``). It listens where quest_bridge
+    and quest_video connect (their own host/port, as the native app's servers), so no node parameter
+    changes with it; ``port`` is the page's (``adb reverse tcp:PORT tcp:PORT``, then
+    ``http://localhost:PORT`` in the Quest Browser), ``cert``/``key`` serve HTTPS for LAN use."""
+
+    host: str = "127.0.0.1"
+    port: int = WEB_PORT
+    cert: str = ""
+    key: str = ""
+    report: str = ""                # write the relay's counters to this JSON file (tests)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> "QuestWebSettings":
+        section = dict(cfg.get(LAUNCH_SECTION, {}).get("quest_web", {}))
+        unknown = set(section) - {f.name for f in fields(cls)}
+        if unknown:
+            raise LaunchError(f"{LAUNCH_SECTION}.quest_web: unknown settings {sorted(unknown)}")
+        return cls(**section)
+
+    def argv(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> list[str]:
+        """piper-quest-web's arguments: the page's address, and quest_bridge's / quest_video's endpoints."""
+        bridge = cfg.get("quest_bridge", {})
+        out = ["--host", str(self.host), "--port", str(self.port),
+               "--bridge-host", str(bridge.get("host", DEFAULT_HOST)), "--bridge-port",
+               str(bridge.get("port", DEFAULT_PORT)),
+               "--video-port", str(cfg.get("quest_video", {}).get("port", VIDEO_PORT)) if video else "-1"]
+        out += ["--cert", str(self.cert), "--key", str(self.key)] if self.cert or self.key else []
+        return out + (["--report", self.report] if self.report else [])
+
+
+def headset_kind(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "",
+                 headset: str = "") -> str:
+    """Which headset the graph talks to: the launch argument ``headset`` (native | web | sim), else sim in sim
+    mode unless ``sim_headset`` ("" = ``piper_launch.sim_quest.enabled``, default true) is false, else native."""
+    if headset:
+        if headset not in HEADSETS:
+            raise LaunchError(f"headset must be one of {' | '.join(HEADSETS)}, got {headset!r}")
+        if headset == "sim" and mode != "sim":
+            raise LaunchError("headset:=sim needs the sim graph (the robot has a real headset: native or web)")
+        if headset != "sim" and sim_headset != "" and _flag(sim_headset, False):
+            raise LaunchError(f"headset:={headset} and sim_headset:=true contradict each other")
+        return headset
+    return "sim" if mode == "sim" and _flag(sim_headset, bool(SimQuestSettings.from_config(cfg).enabled)) \
+        else "native"
+
+
+def sim_headset_enabled(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "",
+                        headset: str = "") -> bool:
+    """Whether the graph starts the simulated headset (``headset_kind`` is sim)."""
+    return headset_kind(mode, cfg, sim_headset, headset) == "sim"
 
 
 SIM_HEADSET_WAY_OUT = ("for an external headset start the graph without the simulated one (piper-launch sim "
@@ -304,7 +359,7 @@ SIM_HEADSET_WAY_OUT = ("for an external headset start the graph without the simu
 
 def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterable[str],
                 overrides: Mapping[str, Mapping[str, Any]] | None = None, dashboard: str = "",
-                sim_headset: str | bool = "") -> list[GraphNode]:
+                sim_headset: str | bool = "", headset: str = "") -> list[GraphNode]:
     """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
     order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments);
     ``dashboard``, ``sim_headset``: the launch arguments ("" = ``piper_launch.dashboard``,
@@ -319,7 +374,13 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     nodes: list[GraphNode] = []
     peer: dict[str, dict[str, Any]] = {}
     why: dict[str, dict[str, str]] = {}
-    if sim_headset_enabled(mode, cfg, sim_headset):
+    kind = headset_kind(mode, cfg, sim_headset, headset)
+    if kind == "web":   # the page's relay, where quest_bridge and quest_video connect (their own host/port)
+        merged = {n: {**cfg.get(n, {}), **overrides.get(n, {})} for n in ("quest_bridge", "quest_video")}
+        web = QuestWebSettings.from_config(cfg)
+        nodes.append(GraphNode(QUEST_WEB[0], *QUEST_WEB, ros_node=False,
+                               args=tuple(web.argv(merged, headset_video(cfg)))))
+    if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
         video = headset_video(cfg)
         nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
@@ -356,12 +417,12 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
 
 
 def launch_graph(mode: str, config_file: str | Path, dashboard: str = "", sim_headset: str = "",
-                 **launch_args: str) -> list[GraphNode]:
+                 headset: str = "", **launch_args: str) -> list[GraphNode]:
     """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
     arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters."""
     cfg = _read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)
-    return graph_nodes(mode, cfg, cameras, overrides, dashboard, sim_headset)
+    return graph_nodes(mode, cfg, cameras, overrides, dashboard, sim_headset, headset)
 
 
 def headset_video(cfg: Mapping[str, Any]) -> bool:
@@ -438,7 +499,7 @@ class GraphPlan:
 
 
 def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
-               bin_dir: Path | None = None, dashboard: str = "", sim_headset: str = "",
+               bin_dir: Path | None = None, dashboard: str = "", sim_headset: str = "", headset: str = "",
                **launch_args: str) -> GraphPlan:
     """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset,
     unless ``sim_headset`` / ``piper_launch.sim_quest.enabled`` is false).
@@ -463,8 +524,8 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for cam in cameras:
         if cam not in cfg:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
-    headset = sim_headset_enabled(mode, cfg, sim_headset)
-    if headset:
+    kind = headset_kind(mode, cfg, sim_headset, headset)
+    if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
         if not quest.port:   # port 0: free ports for the pose and the video channel
             host = str(quest.host)
@@ -475,7 +536,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
     if not headset_video(cfg):
         cfg.pop("quest_video", None)
-    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard, sim_headset=headset)
+    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard, headset=kind)
     explicit = {item.partition("=")[0] for item in sets}
     for n in nodes:
         for key, value in n.parameters.items():
