@@ -179,6 +179,7 @@ class WebRelay:
         self._servers: list[asyncio.base_events.Server] = []
         self._thread: threading.Thread | None = None
         self._heartbeat: asyncio.Task[None]
+        self._writers: set[asyncio.StreamWriter] = set()   # every open connection, closed on stop
         for name, _ctype in ASSETS.values():
             asset(name)   # every asset must be there before anything is served
 
@@ -230,7 +231,12 @@ class WebRelay:
                 self.page.close(CLOSE_NORMAL, "server stopping")
             if self.bridge is not None:
                 self.bridge.close()
+            for w in list(self._writers):   # each handler then ends on its own (EOF), none is cancelled
+                w.close()
             self._heartbeat.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if tasks:
+                await asyncio.wait(tasks, timeout=2.0)
 
         if self._thread is None:
             return
@@ -262,6 +268,7 @@ class WebRelay:
 
     # -- the page's HTTP server ---------------------------------------------------------------------
     async def _http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.cfg.request_timeout_s)
@@ -303,6 +310,7 @@ class WebRelay:
                 except (asyncio.TimeoutError, ConnectionError, RuntimeError):
                     pass
                 writer.close()
+            self._writers.discard(writer)
 
     def _respond(self, writer: asyncio.StreamWriter, status: int, body: bytes,
                  headers: dict[str, str] | None = None, head: bool = False, host: str = "") -> None:
@@ -383,6 +391,7 @@ class WebRelay:
         if self.bridge is not None:
             self.bridge.close()
         self.bridge = writer
+        self._writers.add(writer)
         self.counters["bridge_connects"] += 1
         if self.hello is not None:
             writer.write(self.hello + b"\n")
@@ -409,6 +418,7 @@ class WebRelay:
             if self.bridge is writer:
                 self.bridge = None
             writer.close()
+            self._writers.discard(writer)
 
     async def _idle_heartbeat(self) -> None:
         """No page: the bridge still hears a heartbeat (its diagnostics say "connected, no frames"
@@ -423,6 +433,7 @@ class WebRelay:
     # -- quest_video's connection (the app's video server) ------------------------------------------
     async def _video_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         frames = VideoFrameReader()
+        self._writers.add(writer)
         self.counters["video_connects"] += 1
         try:
             while True:
@@ -438,6 +449,7 @@ class WebRelay:
             pass
         finally:
             writer.close()
+            self._writers.discard(writer)
 
     def _panel_to_page(self, panel: int, jpeg: bytes) -> None:
         page = self.page
