@@ -20,6 +20,7 @@ from piper_recorder.quest.protocol import Frame, Hello, StreamParser
 from piper_recorder.quest.video import encode_frame as pcv1
 from piper_recorder.quest.web_server import ASSETS, WebConfig, WebRelay, asset, origin_allowed, web_hello
 from piper_recorder.quest.websocket import accept_key
+from wsclient import WebSocketClient
 
 FRAME = {"t": 12.5, "mono": 12.5, "frame": 7, "state": "FOCUSED", "space": "local_floor",
          "head": {"pos": [0, 1.6, 0], "quat": [0, 0, 0, 1], "valid": True, "tracked": True},
@@ -51,52 +52,11 @@ def _http(port: int, request: bytes, timeout: float = 5.0) -> bytes:
             out += chunk
 
 
-class WS:
-    """A minimal browser-side WebSocket client (masked frames) over a raw socket."""
-
-    def __init__(self, port: int, origin: str | None = None, host: str | None = None):
-        host = host or f"127.0.0.1:{port}"
-        origin = origin if origin is not None else f"http://{host}"
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5.0)
-        key = base64.b64encode(os.urandom(16)).decode()
-        req = (f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-               + (f"Origin: {origin}\r\n" if origin else "") + "\r\n")
-        self.sock.sendall(req.encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.sock.recv(1)
-            if not chunk:
-                break
-            head += chunk
-        self.status = int(head.split(b" ", 2)[1]) if head else 0
-        self.accept_ok = f"Sec-WebSocket-Accept: {accept_key(key)}".encode() in head
-
-    def send(self, data: bytes, opcode: int = 1) -> None:
-        mask = os.urandom(4)
-        n = len(data)
-        head = bytes([0x80 | opcode])
-        head += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n) if n < 65536 \
-            else bytes([0x80 | 127]) + struct.pack("!Q", n)
-        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-
-    def _exact(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("closed")
-            out += chunk
-        return out
-
-    def recv(self) -> tuple[int, bytes]:
-        b0, b1 = self._exact(2)
-        n = b1 & 0x7F
-        if n == 126:
-            (n,) = struct.unpack("!H", self._exact(2))
-        elif n == 127:
-            (n,) = struct.unpack("!Q", self._exact(8))
-        return b0 & 0x0F, self._exact(n)
+def _ws(port: int, origin: str | None = None, host: str | None = None) -> WebSocketClient:
+    ws = WebSocketClient(port, origin, host)
+    if ws.status == 101:
+        assert ws.accept == accept_key(ws.key)
+    return ws
 
 
 def _bridge(relay: WebRelay) -> socket.socket:
@@ -132,12 +92,12 @@ def test_assets_ship_in_the_package_and_are_served_with_a_strict_csp(relay):
 def test_foreign_host_and_origin_are_refused(relay):
     port = relay.ports["web"]
     assert _http(port, b"GET / HTTP/1.1\r\nHost: evil.example:8737\r\n\r\n").startswith(b"HTTP/1.1 421")
-    assert WS(port, host="evil.example").status == 421                  # DNS rebinding
-    assert WS(port, origin="http://evil.example").status == 403          # another site's page
-    assert WS(port, origin="").status == 403                             # no Origin at all
-    assert WS(port, origin=f"http://127.0.0.1:{port + 1}").status == 403  # another port is another origin
-    ok = WS(port)
-    assert ok.status == 101 and ok.accept_ok
+    assert _ws(port, host="evil.example").status == 421                  # DNS rebinding
+    assert _ws(port, origin="http://evil.example").status == 403          # another site's page
+    assert _ws(port, origin="").status == 403                             # no Origin at all
+    assert _ws(port, origin=f"http://127.0.0.1:{port + 1}").status == 403  # another port is another origin
+    ok = _ws(port)
+    assert ok.status == 101
     assert relay.counters["refused_origin"] == 3 and relay.counters["refused_host"] == 2
     assert origin_allowed("https://robot.lan:8737", "robot.lan:8737")
     assert not origin_allowed("null", "127.0.0.1:8737")
@@ -150,7 +110,7 @@ def test_a_slow_request_and_a_silent_page_are_dropped(relay):
         t0 = time.monotonic()
         assert s.recv(100) == b""
         assert time.monotonic() - t0 < 3.0
-    ws = WS(port)
+    ws = _ws(port)
     t0 = time.monotonic()
     op, payload = ws.recv()                          # the close frame after page_timeout_s
     assert op == 8 and 0.8 < time.monotonic() - t0 < 3.0
@@ -159,7 +119,7 @@ def test_a_slow_request_and_a_silent_page_are_dropped(relay):
 
 def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
     bridge = _bridge(relay)
-    ws = WS(relay.ports["web"])
+    ws = _ws(relay.ports["web"])
     ws.send(json.dumps({"hello": {"app": "piper-quest-web", "client": "native", "mode": "immersive-ar"}}).encode())
     ws.send(json.dumps(FRAME).encode())
     ws.send(b'{"heartbeat": 3, "state": "HIDDEN"}')
@@ -183,7 +143,7 @@ def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
 
 def test_bridge_commands_and_panels_reach_the_page_latest_only(relay):
     bridge = _bridge(relay)
-    ws = WS(relay.ports["web"])
+    ws = _ws(relay.ports["web"])
     deadline = time.monotonic() + 5
     while relay.page is None and time.monotonic() < deadline:
         time.sleep(0.01)
