@@ -310,6 +310,7 @@ class QuestWebSettings:
     port: int = WEB_PORT
     cert: str = ""
     key: str = ""
+    allowed_hosts: tuple[str, ...] = ()   # DNS names the page may be reached by (LAN use; Host check)
     report: str = ""                # write the relay's counters to this JSON file (tests)
 
     @classmethod
@@ -318,6 +319,7 @@ class QuestWebSettings:
         unknown = set(section) - {f.name for f in fields(cls)}
         if unknown:
             raise LaunchError(f"{LAUNCH_SECTION}.quest_web: unknown settings {sorted(unknown)}")
+        section["allowed_hosts"] = tuple(section.get("allowed_hosts") or ())
         return cls(**section)
 
     def argv(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> list[str]:
@@ -328,6 +330,7 @@ class QuestWebSettings:
                str(bridge.get("port", DEFAULT_PORT)),
                "--video-port", str(cfg.get("quest_video", {}).get("port", VIDEO_PORT)) if video else "-1"]
         out += ["--cert", str(self.cert), "--key", str(self.key)] if self.cert or self.key else []
+        out += [a for name in self.allowed_hosts for a in ("--allowed-host", str(name))]
         return out + (["--report", self.report] if self.report else [])
 
 

@@ -170,3 +170,30 @@ def test_web_hello_only_marks_hellos():
     assert web_hello(b'{"hello": 3}') is None and web_hello(b"nope") is None
     with pytest.raises(ValueError):
         WebConfig(cert="a.pem").validate()
+
+
+def test_https_with_a_user_certificate(tmp_path):
+    """LAN use: the page over HTTPS with a certificate the user supplies (here a self-signed one made now)."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1, cert=str(cert), key=str(key)), log=lambda _l: None)
+    r.start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        ctx.check_hostname = False
+        with socket.create_connection(("127.0.0.1", r.ports["web"]), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(f"GET / HTTP/1.1\r\nHost: localhost:{r.ports['web']}\r\n\r\n".encode())
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200") and got.endswith(asset("index.html"))
+    finally:
+        r.stop()
