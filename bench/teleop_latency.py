@@ -350,6 +350,7 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                 while not hellos and time.monotonic() < deadline:
                     time.sleep(0.05)
                 if web is not None and hellos:   # the bridge is connected: now the stream, from its t = 0
+                    relay_cpu0, relay_w0 = cpu_seconds(relay.popen.pid), time.monotonic()
                     web.stream()
                     deadline = time.monotonic() + 5
                     while hellos[-1].get("mono", -1.0) < 0 and time.monotonic() < deadline:
@@ -366,6 +367,9 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                         time.sleep(0.05)
                 logs = procs.logs()
                 if web is not None:
+                    if hellos:
+                        relay_cpu = (cpu_seconds(relay.popen.pid) - relay_cpu0) / (time.monotonic() - relay_w0)
+                        print(f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core")
                     web.close()
         finally:
             arm.on_shutdown()
