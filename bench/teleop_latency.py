@@ -233,42 +233,36 @@ def compare_clients(args) -> int:
     return 0
 
 
-class WebClient:
-    """The page's side: the replayed frames over a WebSocket to piper-quest-web, each at its capture time
-    (host CLOCK_MONOTONIC = ``start`` + the frame's mono), as app.js sends them (one text message each)."""
-
-    def __init__(self, port: int, replay: Path):
-        self.ws = WebSocketClient(port)
-        if self.ws.status != 101:
-            raise RuntimeError(f"piper-quest-web refused the WebSocket ({self.ws.status})")
-        self.frames = [json.loads(line) for line in replay.read_text().splitlines()]
-        self.ws.send(json.dumps({"hello": {"app": "teleop_latency", "client": "web", "mono": -1.0}}).encode())
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.late = 0
-
-    def stream(self) -> None:
-        """A fresh hello carrying the stream's t = 0 (``mono``), then the frames in real time."""
-        start = time.monotonic() + 0.2
-        self.ws.send(json.dumps({"hello": {"app": "teleop_latency", "client": "web", "mono": start}}).encode())
-
-        def run() -> None:
-            for f in self.frames:
-                due = start + float(f["mono"])
-                wait = due - time.monotonic()
-                if wait > 0 and self._stop.wait(wait):
-                    return
-                f["mono"] = f["t"] = due
-                self.ws.send(json.dumps(f, separators=(",", ":")).encode())
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2)
-        self.ws.close()
+def web_client(port: int, replay: Path, go: Path) -> int:
+    """The page's side, as a process of its own (as the simulated headset is; in this process its sends
+    would contend for the GIL with the arm node being measured): the replayed frames over a WebSocket to
+    piper-quest-web, one text message each as app.js sends them, each at its capture time (host
+    CLOCK_MONOTONIC = ``start`` + the frame's mono). A first hello (mono -1) lets the bridge connect; once
+    ``go`` exists, a fresh hello carries the stream's t = 0 (``mono``) and the frames follow."""
+    ws = WebSocketClient(port)
+    if ws.status != 101:
+        print(f"piper-quest-web refused the WebSocket ({ws.status})", flush=True)
+        return 1
+    frames = [json.loads(line) for line in replay.read_text().splitlines()]
+    ws.send(json.dumps({"hello": {"app": "teleop_latency", "client": "web", "mono": -1.0}}).encode())
+    beat = time.monotonic()
+    while not go.exists():   # a heartbeat a second meanwhile, as the page sends (the relay drops a silent page)
+        time.sleep(0.01)
+        if time.monotonic() - beat >= 1.0:
+            ws.send(b'{"heartbeat": 0, "state": "NO_SESSION"}')
+            beat = time.monotonic()
+    start = time.monotonic() + 0.2
+    ws.send(json.dumps({"hello": {"app": "teleop_latency", "client": "web", "mono": start}}).encode())
+    for f in frames:
+        due = start + float(f["mono"])
+        wait = due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        f["mono"] = f["t"] = due
+        ws.send(json.dumps(f, separators=(",", ":")).encode())
+    time.sleep(0.5)
+    ws.close()
+    return 0
 
 
 def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None:
@@ -335,7 +329,9 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                     deadline = time.monotonic() + 10
                     while "page at" not in relay.output() and time.monotonic() < deadline:
                         time.sleep(0.05)
-                    web = WebClient(wport, replay)
+                    go = Path(tmp) / "go"
+                    web = procs.start(sys.executable, __file__, "--web-client", str(wport), str(replay), str(go),
+                                      name="web_client")
                 else:
                     sim = procs.start("piper-sim-quest", "--port", str(port), "--replay", str(replay), *video)
                     deadline = time.monotonic() + 10
@@ -351,7 +347,7 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                     time.sleep(0.05)
                 if web is not None and hellos:   # the bridge is connected: now the stream, from its t = 0
                     relay_cpu0, relay_w0 = cpu_seconds(relay.popen.pid), time.monotonic()
-                    web.stream()
+                    go.touch()
                     deadline = time.monotonic() + 5
                     while hellos[-1].get("mono", -1.0) < 0 and time.monotonic() < deadline:
                         time.sleep(0.02)
@@ -370,7 +366,6 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                     if hellos:
                         relay_cpu = (cpu_seconds(relay.popen.pid) - relay_cpu0) / (time.monotonic() - relay_w0)
                         print(f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core")
-                    web.close()
         finally:
             arm.on_shutdown()
             tap.drain()
@@ -427,4 +422,6 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--web-client"]:
+        sys.exit(web_client(int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])))
     sys.exit(main())
