@@ -165,6 +165,17 @@ def _stats(page: Any) -> dict[str, Any]:
     return page.evaluate("JSON.parse(JSON.stringify(window.piperWeb.stats))")
 
 
+def _corner(page: Any) -> tuple[float, float, float]:
+    """Mean colour of the view's top-left corner (no panel there), from a screenshot."""
+    import io
+
+    from PIL import Image
+
+    im = Image.open(io.BytesIO(page.screenshot())).convert("RGB").crop((0, 0, 24, 24))
+    px = list(im.getdata())
+    return tuple(sum(p[i] for p in px) / len(px) for i in range(3))  # type: ignore[return-value]
+
+
 def _press(page: Any, button: str, hold_s: float = 0.3) -> None:
     page.evaluate(f"__iwer.controllers.right.updateButtonValue('{button}', 1)")
     time.sleep(hold_s)
@@ -216,11 +227,17 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     wait_for(lambda: any(p["value"] == 0.8 and p["duration"] == 120 for p in page.evaluate("__pulses")[p0:]),
              10.0, "the start pulse at the emulated controller", dump)
     wait_for(lambda: _stats(page)["tint"] == pytest.approx(list(TINT_RECORDING), abs=1e-6), 10.0, "red tint", dump)
+    r, g, b = _corner(page)   # drawn: IWER composes the XR canvas over the page (passthrough: the page behind)
+    assert r > 2 * g + 20 and r > 2 * b + 20, ("the view is not tinted red while recording", (r, g, b))
     _move(page, tuple(h + d for h, d in zip(home, delta_xr)), (0.0, -0.03, 0.03), 1.0)   # motion in the episode
     time.sleep(1.0)
     n, p0 = len(w.events), len(page.evaluate("__pulses"))
     _press(page, "a-button")
     wait_for(lambda: w.saw("saved", n) == set(RECORDERS), 60.0, "saved from A", dump)
+    wait_for(lambda: _stats(page)["tint"][3] == 0.0, 10.0, "the tint off after the save", dump)
+    time.sleep(0.3)
+    r, g, b = _corner(page)
+    assert abs(r - g) < 12 and abs(r - b) < 12, ("still tinted after the save", (r, g, b))
     wait_for(lambda: any(p["value"] == 0.5 and p["duration"] == 200 for p in page.evaluate("__pulses")[p0:]),
              10.0, "the save pulse", dump)
     n = len(w.events)

@@ -12,7 +12,7 @@
   const PROTOCOL = 1;
   const HUD = 3;
   const stats = {
-    wsOpen: false, hellos: 0, framesSent: 0, framesSuppressed: 0, heartbeats: 0, commands: 0,
+    wsOpen: false, hellos: 0, framesSent: 0, framesSuppressed: 0, framesBackedUp: 0, heartbeats: 0, commands: 0,
     panels: [0, 0, 0, 0], panelsSuperseded: 0, panelDecodeErrors: 0, haptics: [], tint: [0, 0, 0, 0],
     session: '', visibility: 'none', sending: false, lastError: '',
   };
@@ -198,7 +198,9 @@
     const pose = frame.getViewerPose(refSpace);
     headPose = pose || headPose;
     stats.sending = canSend();
-    if (stats.sending) {
+    if (stats.sending && ws && ws.bufferedAmount > 65536) {
+      stats.framesBackedUp++;   // the link is behind: drop this frame rather than queue stale poses
+    } else if (stats.sending) {
       const mono = frame.predictedDisplayTime / 1000;
       if (send({ t: mono, mono: mono, frame: frameNo++, state: 'FOCUSED', space: spaceName, head: device(pose),
         left: hand(frame, 'left'), right: hand(frame, 'right') })) stats.framesSent++;
@@ -300,7 +302,8 @@
     for (let p = 0; p <= HUD; p++) if (dirty[p]) upload(p);
     if (!pose) return;
     gl.enable(gl.BLEND);
-    gl.blendFunc(gl.SRC_ALPHA, gl.ONE_MINUS_SRC_ALPHA);
+    // colour blended by alpha; the alpha adds up, so an opaque VR view stays opaque under the tint
+    gl.blendFuncSeparate(gl.SRC_ALPHA, gl.ONE_MINUS_SRC_ALPHA, gl.ONE, gl.ONE_MINUS_SRC_ALPHA);
     for (const view of pose.views) {
       const vp = layer.getViewport(view);
       gl.viewport(vp.x, vp.y, vp.width, vp.height);
