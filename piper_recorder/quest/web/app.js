@@ -13,7 +13,7 @@
   const HUD = 3;
   const stats = {
     wsOpen: false, hellos: 0, framesSent: 0, framesSuppressed: 0, framesBackedUp: 0, heartbeats: 0, commands: 0,
-    panels: [0, 0, 0, 0], panelsSuperseded: 0, panelDecodeErrors: 0, haptics: [], tint: [0, 0, 0, 0],
+    panelsReceived: [0, 0, 0, 0], panels: [0, 0, 0, 0], panelsSuperseded: 0, panelDecodeErrors: 0, haptics: [], tint: [0, 0, 0, 0],
     session: '', visibility: 'none', sending: false, lastError: '',
   };
   const statusEl = document.getElementById('status');
@@ -115,7 +115,8 @@
     const bytes = new Uint8Array(buf);
     if (bytes.length < 2 || bytes[0] > HUD) return;
     const p = bytes[0];
-    if (latest[p]) stats.panelsSuperseded++;
+    stats.panelsReceived[p]++;
+    if (latest[p]) stats.panelsSuperseded++;   // a newer one came while the last still decoded: drawn instead
     latest[p] = new Blob([bytes.subarray(1)], { type: 'image/jpeg' });
     if (!decoding[p]) decode(p);
   }
