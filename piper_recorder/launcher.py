@@ -34,7 +34,7 @@ from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
-from piper_recorder.quest.web_server import WEB_PORT
+from piper_recorder.quest.web_server import WebConfig
 from piper_recorder.supervision import LAUNCHER_PID_ENV
 
 PACKAGE = "piper_recorder"
@@ -306,10 +306,10 @@ class QuestWebSettings:
     changes with it; ``port`` is the page's (``adb reverse tcp:PORT tcp:PORT``, then
     ``http://localhost:PORT`` in the Quest Browser), ``cert``/``key`` serve HTTPS for LAN use."""
 
-    host: str = "127.0.0.1"
-    port: int = WEB_PORT
-    cert: str = ""
-    key: str = ""
+    host: str = WebConfig.host
+    port: int = WebConfig.port
+    cert: str = WebConfig.cert
+    key: str = WebConfig.key
     allowed_hosts: tuple[str, ...] = ()   # DNS names the page may be reached by (LAN use; Host check)
     report: str = ""                # write the relay's counters to this JSON file (tests)
 

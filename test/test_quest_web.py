@@ -166,6 +166,12 @@ def _stats(page: Any) -> dict[str, Any]:
     return page.evaluate("JSON.parse(JSON.stringify(window.piperWeb.stats))")
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _corner(page: Any) -> tuple[float, float, float]:
     """Mean colour of the view's top-left corner (no panel there), from a screenshot."""
     import io
@@ -199,25 +205,35 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
              "the web hello on /quest/hello", dump)
 
     # -- the clutch: squeeze, then the arm follows the controller ------------------------------------
+    # A motion during which teleop released the clutch itself (a starved machine: the arm's CAN feedback
+    # late, "arm fault: can_silent") is done again after a re-grip, as an operator would; the check is
+    # made on a motion with the clutch held throughout, up to 3 attempts.
     home = (0.2, 1.1, -0.4)
-    page.evaluate(f"__iwer.controllers.right.position.set({home[0]}, {home[1]}, {home[2]})")
-    time.sleep(0.3)
-    page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 1)")
-    wait_for(lambda: w.teleop.get("engaged") is True, 20.0, "the clutch engaged", dump)
-    time.sleep(1.0)
-    e0 = w.eef
-    assert e0 is not None
     delta_xr = (0.0, 0.04, -0.06)          # up 4 cm, forward (-z in XR) 6 cm
-    _move(page, home, delta_xr, 1.0)
-    time.sleep(1.5)
-    e1 = w.eef
-    assert e1 is not None
-    moved = [b - a for a, b in zip(e0, e1)]
     expected = (-delta_xr[2], -delta_xr[0], delta_xr[1])   # robot x = -xr z, y = -xr x, z = xr y (teleop.frames)
+    for attempt in range(3):
+        page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 0)")
+        page.evaluate(f"__iwer.controllers.right.position.set({home[0]}, {home[1]}, {home[2]})")
+        time.sleep(0.4)
+        page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 1)")
+        wait_for(lambda: w.teleop.get("engaged") is True, 20.0, "the clutch engaged", dump)
+        time.sleep(1.0)
+        releases, e0 = w.teleop.get("forced_releases"), w.eef
+        assert e0 is not None
+        _move(page, home, delta_xr, 1.0)
+        time.sleep(1.5)
+        e1 = w.eef
+        assert e1 is not None
+        why = {k: w.teleop.get(k) for k in ("engaged", "forced_releases", "last_release", "limits_active")}
+        if w.teleop.get("forced_releases") == releases and w.teleop.get("engaged"):
+            break
+        print(f"attempt {attempt + 1}: teleop released the clutch during the motion ({why}); again")
+    else:
+        raise AssertionError(f"teleop released the clutch during each of 3 motions: {why}, load {os.getloadavg()}")
+    moved = [b - a for a, b in zip(e0, e1)]
     norm = math.dist(e0, e1)
     cos = sum(m * e for m, e in zip(moved, expected)) / (norm * math.hypot(*expected))
     print(f"end effector moved {[round(m, 4) for m in moved]} m for a controller motion of {expected} (robot axes)")
-    why = {k: w.teleop.get(k) for k in ("engaged", "forced_releases", "last_release", "limits_active")}
     assert cos > 0.95, (moved, expected, why, dump())
     assert 0.8 * math.hypot(*expected) <= norm <= 1.2 * math.hypot(*expected), (moved, expected, why, os.getloadavg())
 
@@ -270,11 +286,15 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
 
     # -- panels: both cameras and the HUD arrive in the page at >= 14 fps (counted there), and are drawn ----
     wait_for(lambda: min(_stats(page)["panels"][p] for p in (0, 1, 3)) > 10, 60.0, "panels and HUD", dump)
+    (relay_pid,) = [r.popen.pid for r in graph.running if r.spec.name == "quest_web"]
+    c0 = _cpu_s(relay_pid)
     a0, s0, r0, t0 = (_stats(page)["panelsReceived"], _stats(page)["panels"], _read(report).get("panels_sent", {}),
                       time.monotonic())
     time.sleep(4.0)
     a1, s1, r1, t1 = (_stats(page)["panelsReceived"], _stats(page)["panels"], _read(report).get("panels_sent", {}),
                       time.monotonic())
+    relay_cpu = (_cpu_s(relay_pid) - c0) / (t1 - t0)
+    print(f"piper-quest-web CPU, relaying the page's frames and 2 panels + HUD: {relay_cpu * 100:.1f} % of a core")
     arrived = [(a1[p] - a0[p]) / (t1 - t0) for p in range(4)]
     decoded = [(s1[p] - s0[p]) / (t1 - t0) for p in range(4)]
     relayed = {p: (r1.get(p, 0) - r0.get(p, 0)) / (t1 - t0) for p in ("0", "1", "3")}
