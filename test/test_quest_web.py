@@ -176,11 +176,11 @@ def _corner(page: Any) -> tuple[float, float, float]:
     """Mean colour of the view's top-left corner (no panel there), from a screenshot."""
     import io
 
-    from PIL import Image
+    from PIL import Image, ImageStat
 
     im = Image.open(io.BytesIO(page.screenshot())).convert("RGB").crop((0, 0, 24, 24))
-    px = list(im.getdata())
-    return tuple(sum(p[i] for p in px) / len(px) for i in range(3))  # type: ignore[return-value]
+    r, g, b = ImageStat.Stat(im).mean
+    return r, g, b
 
 
 def _press(page: Any, button: str, hold_s: float = 0.3) -> None:
