@@ -12,11 +12,11 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export RMW_IMPLEMENTATION := rmw_fastrtps_cpp
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test check docs bench bootstrap system-deps clean consumers consumer-system-deps test-consumers
+.PHONY: demo test check docs bench bootstrap system-deps clean consumers consumer-system-deps test-consumers web-test-deps node-system-deps
 demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
-test: $(STAMP)
+test: $(STAMP) web-test-deps
 	$(BIN)/python -m pytest -q test
 
 # The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py),
@@ -43,7 +43,22 @@ docs: $(STAMP) $(DOCS_VENV)/.bootstrapped
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-bootstrap: $(STAMP)
+bootstrap: $(STAMP) web-test-deps
+
+# The headset page's CI test (test/test_quest_web.py) injects Meta's WebXR emulator (npm `iwer`, MIT) into
+# headless Chromium: pinned in test/web/package-lock.json, installed by `npm ci` into the git-ignored
+# test/web/node_modules (test-only; the page itself ships none of it).
+WEB_DEPS := test/web/node_modules/.installed
+web-test-deps: $(WEB_DEPS)
+
+node-system-deps:
+	@command -v npm >/dev/null 2>&1 || { echo "installing system packages: nodejs npm"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; }
+
+$(WEB_DEPS): test/web/package.json test/web/package-lock.json | node-system-deps
+	cd test/web && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
 
 # $(call apt_install,PACKAGES): install the Debian packages not yet installed.
 define apt_install
@@ -96,4 +111,4 @@ test-consumers: $(STAMP) consumers
 	$(BIN)/python -m pytest -q test/test_consumers.py
 
 clean:
-	rm -rf $(VENV) $(CONSUMER_VENVS) $(DOCS_VENV) demo_output build *.egg-info
+	rm -rf $(VENV) $(CONSUMER_VENVS) $(DOCS_VENV) demo_output build *.egg-info test/web/node_modules

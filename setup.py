@@ -19,6 +19,7 @@ CONSOLE_SCRIPTS = {
     "piper-policy": "piper_recorder.nodes.policy:main",
     "piper-dashboard": "piper_recorder.nodes.dashboard:main",
     "piper-quest-video": "piper_recorder.nodes.quest_video:main",
+    "piper-quest-web": "piper_recorder.quest.web_server:main",
     # tools
     "piper-demo": "piper_recorder.cli.demo:main",
     "piper-launch": "piper_recorder.cli.launch:main",
@@ -45,6 +46,7 @@ ROS_EXECUTABLES = {
     "policy": CONSOLE_SCRIPTS["piper-policy"],
     "dashboard": CONSOLE_SCRIPTS["piper-dashboard"],
     "quest_video": CONSOLE_SCRIPTS["piper-quest-video"],
+    "quest_web": CONSOLE_SCRIPTS["piper-quest-web"],
 }
 
 setup(
@@ -57,6 +59,8 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
     ],
+    # the headset page's own files (quest/web_server.py serves them from the installed package)
+    package_data={"piper_recorder.quest": ["web/*.html", "web/*.js", "web/*.css"]},
     install_requires=["setuptools"],
     # optional engines: `pip install .[ray]` for `piper-bag2dataset --engine ray` (requirements.txt installs
     # it into the dev/test venv; the recorders never import it)

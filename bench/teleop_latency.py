@@ -30,8 +30,15 @@ headset's camera panels: N sim cameras (640x480, 30 fps) run in both, and in the
 channel. Prints the p99 ratio (target: within 10 %), the CPU the panel stream costs per camera
 (quest_video's user+system time over the run, /proc) and the panel latency from capture (the image
 stamp) to the frame's last byte handed to the socket, p50/p99 (quest_video's ``~/status``).
+``--client web`` (issue 22): the same run alternately through the native path (piper-sim-quest -> TCP ->
+bridge) and the web path (a WebSocket client sending the page's frames -> piper-quest-web -> TCP -> bridge),
+``--rounds`` pairs in one invocation, side by side: page -> CAN frame p50/p99 for both and the p99
+difference (target: within 5 ms). The web client sends the same replayed stream over a WebSocket as
+``quest/web/app.js`` does, one text message per frame, each at its capture time; the browser itself is
+not in the loop: on the robot it runs on the headset, not on the host's cores, and a headless Chromium
+here would only add its own CPU load to the measured host.
 Usage: .venv/bin/python bench/teleop_latency.py [--backend position|impedance] [--steps 50] [--step-s 0.3]
-       [--arm-executor events|single|multi] [--panels 2 [--panel-fps 15] [--rounds 2]]
+       [--arm-executor events|single|multi] [--panels 2 [--panel-fps 15] [--rounds 2]] [--client web]
 """
 from __future__ import annotations
 
@@ -52,6 +59,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
 from proc import ProcGroup  # noqa: E402  (test helper: real processes, always reaped)
+
+from wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
 
 from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402
 from piper_recorder.rosenv import lease_domain  # noqa: E402
@@ -151,8 +160,12 @@ def main() -> int:
                     help="executor for the in-process arm node (events = piper-arm's, see nodes/common.py)")
     ap.add_argument("--panels", type=int, default=0, help="compare without / with N camera panels streaming")
     ap.add_argument("--panel-fps", type=float, default=15.0)
-    ap.add_argument("--rounds", type=int, default=2, help="with --panels: alternating pairs of runs")
+    ap.add_argument("--rounds", type=int, default=2, help="with --panels / --client web: alternating pairs of runs")
+    ap.add_argument("--client", choices=("native", "web"), default="native",
+                    help="web: compare the native path with the WebXR page's path, side by side")
     args = ap.parse_args()
+    if args.client == "web":
+        return compare_clients(args)
     if not args.panels:
         res = run(args, cameras=0, panels=False)
         return 0 if res is not None else 1
@@ -192,7 +205,67 @@ def main() -> int:
     return 0
 
 
-def run(args, cameras: int, panels: bool) -> dict | None:
+def compare_clients(args) -> int:
+    runs: dict[str, list[dict]] = {"native": [], "web": []}
+    failed = 0
+    for _ in range(args.rounds):
+        for client in ("native", "web"):
+            print(f"\n-- {client} client --")
+            res = run(args, cameras=0, panels=False, client=client)
+            if res is None:
+                failed += 1
+                continue
+            runs[client].append(res)
+    if failed:
+        print(f"\n{failed} run(s) failed (see above) and are left out")
+    if not runs["native"] or not runs["web"]:
+        print("not enough runs to compare")
+        return 1
+    lat = {c: np.concatenate([r["can_lat"] for r in rs]) * 1e3 for c, rs in runs.items()}
+    load = os.getloadavg()
+    print(f"\n== native vs web, {args.rounds} alternating rounds, {args.backend} backend; load average "
+          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs ==")
+    for c, a in lat.items():
+        print(f"{c:<7} headset/page -> CAN  n={a.size}  p50 {np.percentile(a, 50):.2f} ms  "
+              f"p99 {np.percentile(a, 99):.2f} ms")
+    diff = np.percentile(lat["web"], 99) - np.percentile(lat["native"], 99)
+    print(f"p99 web - native: {diff:+.2f} ms (target <= 5 ms: {'met' if diff <= 5.0 else 'NOT met'})")
+    return 0
+
+
+def web_client(port: int, replay: Path, go: Path) -> int:
+    """The page's side, as a process of its own (as the simulated headset is; in this process its sends
+    would contend for the GIL with the arm node being measured): the replayed frames over a WebSocket to
+    piper-quest-web, one text message each as app.js sends them, each at its capture time (host
+    CLOCK_MONOTONIC = ``start`` + the frame's mono). A first hello (mono -1) lets the bridge connect; once
+    ``go`` exists, a fresh hello carries the stream's t = 0 (``mono``) and the frames follow."""
+    ws = WebSocketClient(port)
+    if ws.status != 101:
+        print(f"piper-quest-web refused the WebSocket ({ws.status})", flush=True)
+        return 1
+    frames = [json.loads(line) for line in replay.read_text().splitlines()]
+    ws.send(json.dumps({"hello": {"app": "teleop_latency", "client": "web", "mono": -1.0}}).encode())
+    beat = time.monotonic()
+    while not go.exists():   # a heartbeat a second meanwhile, as the page sends (the relay drops a silent page)
+        time.sleep(0.01)
+        if time.monotonic() - beat >= 1.0:
+            ws.send(b'{"heartbeat": 0, "state": "NO_SESSION"}')
+            beat = time.monotonic()
+    start = time.monotonic() + 0.2
+    ws.send(json.dumps({"hello": {"app": "teleop_latency", "client": "web", "mono": start}}).encode())
+    for f in frames:
+        due = start + float(f["mono"])
+        wait = due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        f["mono"] = f["t"] = due
+        ws.send(json.dumps(f, separators=(",", ":")).encode())
+    time.sleep(0.5)
+    ws.close()
+    return 0
+
+
+def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None:
     from piper_recorder.nodes.common import make_executor, spin_until
 
     with lease_domain() as lease, tempfile.TemporaryDirectory(prefix="teleop_latency_") as tmp:
@@ -248,10 +321,22 @@ def run(args, cameras: int, panels: bool) -> dict | None:
                     print(procs.logs())
                     return None
                 video = ["--video-port", str(vport)] if cameras else []
-                sim = procs.start("piper-sim-quest", "--port", str(port), "--replay", str(replay), *video)
-                deadline = time.monotonic() + 10
-                while "listening" not in sim.output() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                web = None
+                if client == "web":
+                    wport = free_port()
+                    relay = procs.start("piper-quest-web", "--port", str(wport), "--bridge-port", str(port),
+                                        "--video-port", str(vport) if cameras else "-1")
+                    deadline = time.monotonic() + 10
+                    while "page at" not in relay.output() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    go = Path(tmp) / "go"
+                    web = procs.start(sys.executable, __file__, "--web-client", str(wport), str(replay), str(go),
+                                      name="web_client")
+                else:
+                    sim = procs.start("piper-sim-quest", "--port", str(port), "--replay", str(replay), *video)
+                    deadline = time.monotonic() + 10
+                    while "listening" not in sim.output() and time.monotonic() < deadline:
+                        time.sleep(0.05)
                 if panels:
                     qv = procs.start("nice", "-n", "5", str(Path(sys.executable).parent / "piper-quest-video"),
                                      "--ros-args", "-p", f"port:={vport}", "-p", f"fps:={args.panel_fps}",
@@ -260,6 +345,12 @@ def run(args, cameras: int, panels: bool) -> dict | None:
                 deadline = time.monotonic() + 20
                 while not hellos and time.monotonic() < deadline:
                     time.sleep(0.05)
+                if web is not None and hellos:   # the bridge is connected: now the stream, from its t = 0
+                    relay_cpu0, relay_w0 = cpu_seconds(relay.popen.pid), time.monotonic()
+                    go.touch()
+                    deadline = time.monotonic() + 5
+                    while hellos[-1].get("mono", -1.0) < 0 and time.monotonic() < deadline:
+                        time.sleep(0.02)
                 if panels:
                     pid = qv.popen.pid
                     c0, w0 = cpu_seconds(pid), time.monotonic()
@@ -271,6 +362,10 @@ def run(args, cameras: int, panels: bool) -> dict | None:
                     while len(video_status) == n and time.monotonic() < deadline:
                         time.sleep(0.05)
                 logs = procs.logs()
+                if web is not None:
+                    if hellos:
+                        relay_cpu = (cpu_seconds(relay.popen.pid) - relay_cpu0) / (time.monotonic() - relay_w0)
+                        print(f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core")
         finally:
             arm.on_shutdown()
             tap.drain()
@@ -327,4 +422,6 @@ def run(args, cameras: int, panels: bool) -> dict | None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--web-client"]:
+        sys.exit(web_client(int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])))
     sys.exit(main())

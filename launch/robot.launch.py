@@ -11,7 +11,9 @@ is labelled with its node name (``exec_name``). Then quest_bridge (the headset t
 tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders. The graph itself is
 ``piper_recorder.launcher.graph_nodes``, which piper-launch starts too.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
-subset), ``config``, ``teleop_input`` (headset | spacemouse: a SpaceMouse instead of quest_bridge). DDS: the loopback profile (shared memory sized for frames), unless the shell sets
+subset), ``config``, ``headset`` (native: the app over adb forward; web: the WebXR page served by
+quest_web, ``adb reverse tcp:8737 tcp:8737`` and http://localhost:8737 in the Quest Browser),
+``teleop_input`` (headset | spacemouse: a SpaceMouse instead of quest_bridge). DDS: the loopback profile (shared memory sized for frames), unless the shell sets
 ``FASTDDS_DEFAULT_PROFILES_FILE`` itself.
 """
 from __future__ import annotations
@@ -20,15 +22,19 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from launch_ros.substitutions import ExecutableInPackage
 
 from piper_recorder.launcher import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS, PACKAGE, GraphNode, launch_graph
 from piper_recorder.rosenv import launch_dds_env
 
 
-def _action(p: GraphNode, config: str) -> Node:
+def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
+    if not p.ros_node:  # the WebXR headset page's server (headset:=web), a plain process
+        return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name,
+                              output="screen")
     return Node(package=p.package, executable=p.executable, name=p.name, namespace=p.namespace,
                 exec_name=p.name, output="screen", prefix=p.prefix, parameters=[config, p.parameters])
 

@@ -7,8 +7,10 @@ source of node parameters. The graph itself is ``piper_recorder.launcher.graph_n
 piper-launch starts too. Launch arguments override a few parameters: ``task``, ``root`` (LeRobot
 root), ``rgbd_path``, ``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another
 parameter file); ``sim_headset:=false`` starts no simulated headset (quest_bridge keeps the config's
-host/port, for a real headset), as ``piper-launch sim --no-sim-headset``; ``teleop_input:=spacemouse``
-drives teleop from a 3Dconnexion SpaceMouse (``teleop.spacemouse.device``) and starts no headset node.
+host/port, for a real headset), as ``piper-launch sim --no-sim-headset``; ``headset:=web`` drives the
+simulated arm from a real headset's browser (quest_web: the WebXR page), as ``piper-launch sim --headset web``;
+``teleop_input:=spacemouse`` drives teleop from a 3Dconnexion SpaceMouse (``teleop.spacemouse.device``) and
+starts no headset node.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from piper_recorder.rosenv import launch_dds_env
 
 
 def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
-    if not p.ros_node:  # the simulated headset
+    if not p.ros_node:  # the simulated headset, or the WebXR page's server (headset:=web)
         return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name,
                               output="screen")
     # exec_name labels the output: without it launch uses the first word of the command, "nice" with a prefix

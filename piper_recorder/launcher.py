@@ -32,8 +32,10 @@ import yaml
 from piper_recorder.assembly.messages import ACTOR_TOPIC
 from piper_recorder.errors import PiperError
 from piper_recorder.params_file import read_params_file
+from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
+from piper_recorder.quest.web_server import WebConfig
 from piper_recorder.spacemouse.input import TELEOP_INPUTS
 from piper_recorder.supervision import LAUNCHER_PID_ENV
 
@@ -53,6 +55,8 @@ NODE_SCRIPTS = {
 }
 SIM_CAMERA = ("sim_camera", "piper-sim-camera")
 SIM_QUEST = ("sim_quest", "piper-sim-quest")
+QUEST_WEB = ("quest_web", "piper-quest-web")
+HEADSETS = ("native", "web", "sim")
 START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder", "quest_video")
 
 
@@ -129,9 +133,12 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "teleop_input": "what teleop follows: headset | spacemouse (default: teleop.input in the config, else headset); "
                     "spacemouse reads teleop.spacemouse.device (default auto: the first 3Dconnexion hidraw device) "
                     "and starts no headset node (quest_bridge, quest_video, the simulated headset)",
+    "headset": "native | web | sim: the headset app over adb forward, the WebXR page (quest_web, "
+               "piper_launch.quest_web; open it in the Quest Browser), or the simulated one (sim mode only); "
+               "default: sim in sim mode (unless sim_headset is false), else native",
 }
 GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras", "policy", "policy_root",
-                   "dashboard", "sim_headset", "teleop_input")  # all but config: launch_graph's
+                   "dashboard", "sim_headset", "teleop_input", "headset")  # all but config: launch_graph's
 POLICY_NODE = ("policy", "piper-policy")   # node name, console script; started only when a policy is set
 
 
@@ -311,10 +318,61 @@ class GraphNode:
     derived: dict[str, str] = field(default_factory=dict)
 
 
-def sim_headset_enabled(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "") -> bool:
-    """Whether the graph starts the simulated headset: sim mode, and the launch argument ``sim_headset``
-    ("" = ``piper_launch.sim_quest.enabled``, default true)."""
-    return mode == "sim" and _flag(sim_headset, bool(SimQuestSettings.from_config(cfg).enabled))
+@dataclass(frozen=True)
+class QuestWebSettings:
+    """``piper_launch.quest_web``: the WebXR headset page (``headset:=web``). It listens where quest_bridge
+    and quest_video connect (their own host/port, as the native app's servers), so no node parameter
+    changes with it; ``port`` is the page's (``adb reverse tcp:PORT tcp:PORT``, then
+    ``http://localhost:PORT`` in the Quest Browser), ``cert``/``key`` serve HTTPS for LAN use."""
+
+    host: str = WebConfig.host
+    port: int = WebConfig.port
+    cert: str = WebConfig.cert
+    key: str = WebConfig.key
+    allowed_hosts: tuple[str, ...] = ()   # DNS names the page may be reached by (LAN use; Host check)
+    report: str = ""                # write the relay's counters to this JSON file (tests)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> "QuestWebSettings":
+        section = dict(cfg.get(LAUNCH_SECTION, {}).get("quest_web", {}))
+        unknown = set(section) - {f.name for f in fields(cls)}
+        if unknown:
+            raise LaunchError(f"{LAUNCH_SECTION}.quest_web: unknown settings {sorted(unknown)}")
+        section["allowed_hosts"] = tuple(section.get("allowed_hosts") or ())
+        return cls(**section)
+
+    def argv(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> list[str]:
+        """piper-quest-web's arguments: the page's address, and quest_bridge's / quest_video's endpoints."""
+        bridge = cfg.get("quest_bridge", {})
+        out = ["--host", str(self.host), "--port", str(self.port),
+               "--bridge-host", str(bridge.get("host", DEFAULT_HOST)), "--bridge-port",
+               str(bridge.get("port", DEFAULT_PORT)),
+               "--video-port", str(cfg.get("quest_video", {}).get("port", VIDEO_PORT)) if video else "-1"]
+        out += ["--cert", str(self.cert), "--key", str(self.key)] if self.cert or self.key else []
+        out += [a for name in self.allowed_hosts for a in ("--allowed-host", str(name))]
+        return out + (["--report", self.report] if self.report else [])
+
+
+def headset_kind(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "",
+                 headset: str = "") -> str:
+    """Which headset the graph talks to: the launch argument ``headset`` (native | web | sim), else sim in sim
+    mode unless ``sim_headset`` ("" = ``piper_launch.sim_quest.enabled``, default true) is false, else native."""
+    if headset:
+        if headset not in HEADSETS:
+            raise LaunchError(f"headset must be one of {' | '.join(HEADSETS)}, got {headset!r}")
+        if headset == "sim" and mode != "sim":
+            raise LaunchError("headset:=sim needs the sim graph (the robot has a real headset: native or web)")
+        if headset != "sim" and sim_headset != "" and _flag(sim_headset, False):
+            raise LaunchError(f"headset:={headset} and sim_headset:=true contradict each other")
+        return headset
+    return "sim" if mode == "sim" and _flag(sim_headset, bool(SimQuestSettings.from_config(cfg).enabled)) \
+        else "native"
+
+
+def sim_headset_enabled(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "",
+                        headset: str = "") -> bool:
+    """Whether the graph starts the simulated headset (``headset_kind`` is sim)."""
+    return headset_kind(mode, cfg, sim_headset, headset) == "sim"
 
 
 SIM_HEADSET_WAY_OUT = ("for an external headset start the graph without the simulated one (piper-launch sim "
@@ -323,7 +381,7 @@ SIM_HEADSET_WAY_OUT = ("for an external headset start the graph without the simu
 
 def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterable[str],
                 overrides: Mapping[str, Mapping[str, Any]] | None = None, dashboard: str = "",
-                sim_headset: str | bool = "") -> list[GraphNode]:
+                sim_headset: str | bool = "", headset: str = "") -> list[GraphNode]:
     """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
     order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments);
     ``dashboard``, ``sim_headset``: the launch arguments ("" = ``piper_launch.dashboard``,
@@ -338,8 +396,14 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     nodes: list[GraphNode] = []
     peer: dict[str, dict[str, Any]] = {}
     why: dict[str, dict[str, str]] = {}
-    headset = teleop_input(cfg, overrides) == "headset"   # a SpaceMouse needs no headset node
-    if headset and sim_headset_enabled(mode, cfg, sim_headset):
+    use_headset = teleop_input(cfg, overrides) == "headset"   # a SpaceMouse needs no headset node
+    kind = headset_kind(mode, cfg, sim_headset, headset) if use_headset else "none"
+    if kind == "web":   # the page's relay, where quest_bridge and quest_video connect (their own host/port)
+        merged = {n: {**cfg.get(n, {}), **overrides.get(n, {})} for n in ("quest_bridge", "quest_video")}
+        web = QuestWebSettings.from_config(cfg)
+        nodes.append(GraphNode(QUEST_WEB[0], *QUEST_WEB, ros_node=False,
+                               args=tuple(web.argv(merged, headset_video(cfg)))))
+    if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
         video = headset_video(cfg)
         nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
@@ -353,7 +417,7 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
                                   "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
                                           f"video_port={quest.video_port!r})"}
     for name in START_ORDER[:3]:
-        if name in cfg and (headset or name != "quest_bridge"):  # a node without a config section is not started
+        if name in cfg and (use_headset or name != "quest_bridge"):  # a node without a config section is not started
             nodes.append(ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})))
     for cam in cameras:
         if mode == "sim":
@@ -366,7 +430,7 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
         peer.setdefault("lerobot_recorder", {})["actor_topic"] = ACTOR_TOPIC
         why.setdefault("lerobot_recorder", {})["actor_topic"] = f"the policy node's actor topic ({ACTOR_TOPIC})"
     nodes += [ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})) for name in START_ORDER[3:]
-              if name in cfg and (name != "quest_video" or (headset and headset_video(cfg)))]
+              if name in cfg and (name != "quest_video" or (use_headset and headset_video(cfg)))]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
     dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)
@@ -376,12 +440,12 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
 
 
 def launch_graph(mode: str, config_file: str | Path, dashboard: str = "", sim_headset: str = "",
-                 **launch_args: str) -> list[GraphNode]:
+                 headset: str = "", **launch_args: str) -> list[GraphNode]:
     """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
     arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters."""
     cfg = _read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)
-    return graph_nodes(mode, cfg, cameras, overrides, dashboard, sim_headset)
+    return graph_nodes(mode, cfg, cameras, overrides, dashboard, sim_headset, headset)
 
 
 def headset_video(cfg: Mapping[str, Any]) -> bool:
@@ -458,7 +522,7 @@ class GraphPlan:
 
 
 def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
-               bin_dir: Path | None = None, dashboard: str = "", sim_headset: str = "",
+               bin_dir: Path | None = None, dashboard: str = "", sim_headset: str = "", headset: str = "",
                **launch_args: str) -> GraphPlan:
     """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset,
     unless ``sim_headset`` / ``piper_launch.sim_quest.enabled`` is false).
@@ -483,8 +547,8 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for cam in cameras:
         if cam not in cfg:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
-    headset = sim_headset_enabled(mode, cfg, sim_headset)
-    if headset:
+    kind = headset_kind(mode, cfg, sim_headset, headset)
+    if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
         if not quest.port:   # port 0: free ports for the pose and the video channel
             host = str(quest.host)
@@ -495,7 +559,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
     if not headset_video(cfg):
         cfg.pop("quest_video", None)
-    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard, sim_headset=headset)
+    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard, headset=kind)
     explicit = {item.partition("=")[0] for item in sets}
     for n in nodes:
         for key, value in n.parameters.items():

@@ -265,3 +265,35 @@ def test_a_set_the_sim_graph_would_overwrite_is_refused_with_the_way_out(tmp_pat
     # robot mode derives no headset: the bridge's --set is the bridge's
     plan = plan_graph("robot", ROOT / "config" / "robot.yaml", ["quest_bridge.port=9911"], tmp_path)
     assert read_params_file(plan.params_file)["quest_bridge"]["port"] == 9911
+
+
+def test_headset_web_starts_the_page_server_where_the_bridge_and_video_connect(stub_launch, tmp_path):
+    """Issue 22.3: ``headset:=web`` (launch files and ``piper-launch --headset web``) starts quest_web, a plain
+    process listening where quest_bridge and quest_video connect; no simulated headset; nothing of the
+    nodes' parameters changes."""
+    for mode in ("sim", "robot"):
+        actions = graph(mode, headset="web")
+        (web,) = [a for a in actions if isinstance(a, ExecuteProcess)]
+        assert label(web) == "quest_web"
+        cmd = [str(c) for c in web.kwargs["cmd"]]
+        assert web.kwargs["cmd"][0].args == ("quest_web", "piper_recorder")   # ExecutableInPackage
+        assert cmd[cmd.index("--port") + 1] == "8737" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+        assert cmd[cmd.index("--bridge-port") + 1] == "8735" and cmd[cmd.index("--video-port") + 1] == "8736"
+        (bridge,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "quest_bridge"]
+        assert "port" not in bridge.kwargs["parameters"][1]
+    cfg = ROOT / "config" / "sim.yaml"
+    plan = plan_graph("sim", cfg, ["quest_bridge.port=9911", "quest_video.port=9912",
+                                   "piper_launch.headset_video=false"], tmp_path, headset="web")
+    (web,) = [p for p in plan.processes if p.name == "quest_web"]
+    assert web.argv[web.argv.index("--bridge-port") + 1] == "9911" and web.argv[web.argv.index("--video-port") + 1] == "-1"
+    assert "sim_quest" not in [p.name for p in plan.processes]
+    assert read_params_file(plan.params_file)["quest_bridge"]["port"] == 9911
+    assert "sim_quest" in [p.name for p in plan_graph("sim", cfg, [], tmp_path, headset="sim").processes]
+    assert not {"sim_quest", "quest_web"} & {p.name for p in plan_graph("sim", cfg, [], tmp_path,
+                                                                        headset="native").processes}
+    with pytest.raises(launcher.LaunchError, match="needs the sim graph"):
+        plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path, headset="sim")
+    with pytest.raises(launcher.LaunchError, match="native | web | sim"):
+        plan_graph("sim", cfg, [], tmp_path, headset="apk")
+    with pytest.raises(launcher.LaunchError, match="contradict"):
+        plan_graph("sim", cfg, [], tmp_path, headset="web", sim_headset="true")

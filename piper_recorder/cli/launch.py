@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sim-headset", action="store_true",
                    help="sim: do not start the simulated headset; quest_bridge keeps its host/port (e.g. --set "
                         "quest_bridge.port=...) for a real headset (as piper_launch.sim_quest.enabled=false)")
+    p.add_argument("--headset", default="", choices=["", "native", "web", "sim"],
+                   help="native: the headset app (adb forward); web: the WebXR page (piper-quest-web, "
+                        "piper_launch.quest_web; adb reverse tcp:8737 tcp:8737, then http://localhost:8737 in the "
+                        "Quest Browser); sim: the simulated headset (default in sim mode)")
     p.add_argument("--log-dir", help="per-process logs and the effective params.yaml (default: a temp dir)")
     p.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); "
                                                   "default: lease a private one")
@@ -54,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
                           root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
                           policy=args.policy, policy_root=args.policy_root, teleop_input=args.teleop_input,
-                          dashboard=args.dashboard, sim_headset="false" if args.no_sim_headset else "")
+                          dashboard=args.dashboard, sim_headset="false" if args.no_sim_headset else "",
+                          headset=args.headset)
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
         return 2

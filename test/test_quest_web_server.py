@@ -1,0 +1,199 @@
+"""piper-quest-web's relay without ROS: a real server on loopback, a raw-socket WebSocket client (RFC 6455
+framing written here, independent of the server's), a TCP client in quest_bridge's place and a PCV1 sender
+in quest_video's. It checks the safety rules (Host, Origin, sizes, silent and slow clients), that the
+page's lines reach the bridge verbatim with the hello marked ``client: web``, that the bridge's commands
+reach the page, that panels are relayed latest-only, and that the protocol parser accepts what the page
+sends (one parser for native and web). ~3 s.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import struct
+import time
+
+import pytest
+
+from piper_recorder.quest.protocol import Frame, Hello, StreamParser
+from piper_recorder.quest.video import encode_frame as pcv1
+from piper_recorder.quest.web_server import ASSETS, WebConfig, WebRelay, asset, origin_allowed, web_hello
+from piper_recorder.quest.websocket import accept_key
+from wsclient import WebSocketClient
+
+FRAME = {"t": 12.5, "mono": 12.5, "frame": 7, "state": "FOCUSED", "space": "local_floor",
+         "head": {"pos": [0, 1.6, 0], "quat": [0, 0, 0, 1], "valid": True, "tracked": True},
+         "left": {"pos": [-0.2, 1.4, -0.3], "quat": [0, 0, 0, 1], "valid": True, "tracked": True, "trigger": 0,
+                  "squeeze": 0, "stick": [0, 0], "stick_click": False, "primary": False, "secondary": False,
+                  "menu": False},
+         "right": {"pos": [0.2, 1.4, -0.3], "quat": [0, 0, 0, 1], "valid": True, "tracked": True, "trigger": 0.5,
+                   "squeeze": 1, "stick": [0.1, -0.2], "stick_click": False, "primary": True, "secondary": False,
+                   "menu": False}}
+
+
+@pytest.fixture
+def relay():
+    r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=0, page_timeout_s=1.0, request_timeout_s=1.0,
+                           max_pending_bytes=64 * 1024, max_buffer_bytes=16 << 20), log=lambda _l: None)
+    r.start()
+    yield r
+    r.stop()
+
+
+def _http(port: int, request: bytes, timeout: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(request)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def _ws(port: int, origin: str | None = None, host: str | None = None) -> WebSocketClient:
+    ws = WebSocketClient(port, origin, host)
+    if ws.status == 101:
+        assert ws.accept == accept_key(ws.key)
+    return ws
+
+
+def _bridge(relay: WebRelay) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", relay.ports["bridge"]), timeout=5.0)
+    deadline = time.monotonic() + 5
+    while relay.bridge is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return s
+
+
+def _lines(sock: socket.socket, n: int) -> list[bytes]:
+    buf = b""
+    while buf.count(b"\n") < n:
+        buf += sock.recv(65536)
+    return buf.split(b"\n")[:n]
+
+
+def test_assets_ship_in_the_package_and_are_served_with_a_strict_csp(relay):
+    for path, (name, ctype) in ASSETS.items():
+        body = asset(name)
+        assert body, name
+        resp = _http(relay.ports["web"], f"GET {path} HTTP/1.1\r\nHost: localhost:{relay.ports['web']}\r\n\r\n".encode())
+        head, _, got = resp.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and got == body and f"Content-Type: {ctype}".encode() in head
+        assert b"Content-Security-Policy: default-src 'none'; script-src 'self'" in head
+    page = asset("index.html").decode()
+    assert "http" not in page.replace("http-equiv", "")   # nothing from anywhere else (no CDN)
+    assert "https://" not in asset("app.js").decode() and "http://" not in asset("app.js").decode()
+    assert _http(relay.ports["web"], b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 404")
+    assert _http(relay.ports["web"], b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+
+
+def test_foreign_host_and_origin_are_refused(relay):
+    port = relay.ports["web"]
+    assert _http(port, b"GET / HTTP/1.1\r\nHost: evil.example:8737\r\n\r\n").startswith(b"HTTP/1.1 421")
+    assert _ws(port, host="evil.example").status == 421                  # DNS rebinding
+    assert _ws(port, origin="http://evil.example").status == 403          # another site's page
+    assert _ws(port, origin="").status == 403                             # no Origin at all
+    assert _ws(port, origin=f"http://127.0.0.1:{port + 1}").status == 403  # another port is another origin
+    ok = _ws(port)
+    assert ok.status == 101
+    assert relay.counters["refused_origin"] == 3 and relay.counters["refused_host"] == 2
+    assert origin_allowed("https://robot.lan:8737", "robot.lan:8737")
+    assert not origin_allowed("null", "127.0.0.1:8737")
+
+
+def test_a_slow_request_and_a_silent_page_are_dropped(relay):
+    port = relay.ports["web"]
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: 127")   # and then nothing
+        t0 = time.monotonic()
+        assert s.recv(100) == b""
+        assert time.monotonic() - t0 < 3.0
+    ws = _ws(port)
+    t0 = time.monotonic()
+    op, payload = ws.recv()                          # the close frame after page_timeout_s
+    assert op == 8 and 0.8 < time.monotonic() - t0 < 3.0
+    assert relay.counters["page_timeouts"] == 1
+
+
+def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
+    bridge = _bridge(relay)
+    ws = _ws(relay.ports["web"])
+    ws.send(json.dumps({"hello": {"app": "piper-quest-web", "client": "native", "mode": "immersive-ar"}}).encode())
+    ws.send(json.dumps(FRAME).encode())
+    ws.send(b'{"heartbeat": 3, "state": "HIDDEN"}')
+    ws.send(b'{"a": 1}\n{"b": 2}')                   # two lines in one message: refused
+    ws.send(b"x" * 70000)                           # above max_message_bytes: the page is closed (1009)
+    hello, frame, beat = _lines(bridge, 3)
+    assert json.loads(hello)["hello"]["client"] == "web"   # whatever the page claimed
+    assert json.loads(frame) == FRAME
+    msgs = StreamParser().feed(hello + b"\n" + frame + b"\n" + beat + b"\n")
+    assert isinstance(msgs[0], Hello) and msgs[0].info["client"] == "web"
+    assert isinstance(msgs[1], Frame) and msgs[1].right.primary and msgs[1].right.squeeze == 1.0
+    op, payload = ws.recv()
+    assert op == 8 and struct.unpack("!H", payload[:2])[0] == 1009
+    assert relay.counters["page_not_one_line"] == 1
+    # a new bridge connection gets the page's hello first (the bridge publishes it latched)
+    bridge.close()
+    again = _bridge(relay)
+    assert json.loads(_lines(again, 1)[0])["hello"]["client"] == "web"
+    again.close()
+
+
+def test_bridge_commands_and_panels_reach_the_page_latest_only(relay):
+    bridge = _bridge(relay)
+    ws = _ws(relay.ports["web"])
+    deadline = time.monotonic() + 5
+    while relay.page is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bridge.sendall(b'{"cmd":"haptic","hand":"right","amp":0.8,"ms":120}\n')
+    op, payload = ws.recv()
+    assert op == 1 and json.loads(payload) == {"cmd": "haptic", "hand": "right", "amp": 0.8, "ms": 120}
+    video = socket.create_connection(("127.0.0.1", relay.ports["video"]), timeout=5.0)
+    jpeg = b"\xff\xd8" + os.urandom(200_000) + b"\xff\xd9"
+    for _ in range(60):        # 12 MB the page does not read meanwhile: past the socket buffers, frames drop
+        video.sendall(pcv1(1, jpeg))
+    deadline = time.monotonic() + 5
+    while relay.panels_sent[1] + relay.panels_dropped[1] < 60 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sent, dropped = relay.panels_sent[1], relay.panels_dropped[1]
+    assert sent + dropped == 60 and dropped > 0 and sent >= 1, (sent, dropped)
+    op, payload = ws.recv()
+    assert op == 2 and payload == bytes([1]) + jpeg
+    video.close()
+
+
+def test_web_hello_only_marks_hellos():
+    assert web_hello(b'{"hello": {"app": "x"}}') == b'{"hello":{"app":"x","client":"web"}}'
+    assert web_hello(b'{"hello": {"app": "x"}, "mono": 1}') is None
+    assert web_hello(b'{"hello": 3}') is None and web_hello(b"nope") is None
+    with pytest.raises(ValueError):
+        WebConfig(cert="a.pem").validate()
+
+
+def test_https_with_a_user_certificate(tmp_path):
+    """LAN use: the page over HTTPS with a certificate the user supplies (here a self-signed one made now)."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1, cert=str(cert), key=str(key)), log=lambda _l: None)
+    r.start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        ctx.check_hostname = False
+        with socket.create_connection(("127.0.0.1", r.ports["web"]), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(f"GET / HTTP/1.1\r\nHost: localhost:{r.ports['web']}\r\n\r\n".encode())
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200") and got.endswith(asset("index.html"))
+    finally:
+        r.stop()
