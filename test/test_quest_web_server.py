@@ -172,6 +172,7 @@ def test_web_hello_only_marks_hellos():
         WebConfig(cert="a.pem").validate()
 
 
+@pytest.mark.integration   # openssl makes the certificate
 def test_https_with_a_user_certificate(tmp_path):
     """LAN use: the page over HTTPS with a certificate the user supplies (here a self-signed one made now)."""
     import shutil
