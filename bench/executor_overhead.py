@@ -10,7 +10,6 @@ executor in turn. Prints messages received vs sent and the subscriber's CPU seco
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time

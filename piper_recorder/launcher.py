@@ -282,7 +282,7 @@ class SimQuestSettings:
     report: str = ""                # write what the headset received to this JSON file (tests)
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> "SimQuestSettings":
+    def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> SimQuestSettings:
         section = dict(cfg.get(LAUNCH_SECTION, {}).get("sim_quest", {}))
         unknown = set(section) - {f.name for f in fields(cls)}
         if unknown:
@@ -333,7 +333,7 @@ class QuestWebSettings:
     report: str = ""                # write the relay's counters to this JSON file (tests)
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> "QuestWebSettings":
+    def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> QuestWebSettings:
         section = dict(cfg.get(LAUNCH_SECTION, {}).get("quest_web", {}))
         unknown = set(section) - {f.name for f in fields(cls)}
         if unknown:
@@ -637,7 +637,7 @@ class Graph:
         self.running: list[_Running] = []
         self.exit_codes: dict[str, int | None] = {}
 
-    def start(self) -> "Graph":
+    def start(self) -> Graph:
         """Start every process; each ends by itself if this process dies without stopping it (SIGKILL
         included: ``supervision.watch_parent``, told our pid through ``PIPER_LAUNCHER_PID``)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -690,7 +690,7 @@ class Graph:
             self.exit_codes[r.spec.name] = r.popen.poll()
         return self.exit_codes
 
-    def __enter__(self) -> "Graph":
+    def __enter__(self) -> Graph:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

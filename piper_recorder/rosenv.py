@@ -99,7 +99,7 @@ class DomainLease:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "DomainLease":
+    def __enter__(self) -> DomainLease:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -70,7 +70,7 @@ class SimSession:
         return self.plan.cameras
 
     # ---- life cycle ---------------------------------------------------------------------------
-    def start(self, timeout: float = 90.0) -> "SimSession":
+    def start(self, timeout: float = 90.0) -> SimSession:
         self.out.mkdir(parents=True, exist_ok=True)
         self.lease.apply()
         import rclpy
@@ -180,7 +180,7 @@ class SimSession:
         finally:
             self._live().destroy_subscription(sub)
 
-    def _live(self) -> "Node":
+    def _live(self) -> Node:
         if self._node is None:
             raise DemoError("the session is not started")
         return self._node
@@ -201,14 +201,14 @@ class SimSession:
         self.lease.release()
         return codes
 
-    def __enter__(self) -> "SimSession":
+    def __enter__(self) -> SimSession:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ---- services -----------------------------------------------------------------------------
-    def _client(self, rec: str, srv: str) -> "Client[Any, Any]":
+    def _client(self, rec: str, srv: str) -> Client[Any, Any]:
         from std_srvs.srv import Trigger
 
         key = f"/{rec}/{srv}"
@@ -217,7 +217,7 @@ class SimSession:
         return self._clients[key]
 
     @staticmethod
-    def _wait(fut: "Future[Any]", timeout: float) -> bool:
+    def _wait(fut: Future[Any], timeout: float) -> bool:
         done = threading.Event()
         fut.add_done_callback(lambda _f: done.set())
         return done.wait(timeout)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Sequence, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Sequence
 
 import h5py
 import numpy as np

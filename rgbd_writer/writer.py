@@ -35,7 +35,8 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeAlias
+from typing import Any, TypeAlias
+from collections.abc import Mapping
 
 import h5py
 import numpy as np

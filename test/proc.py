@@ -65,7 +65,7 @@ class ProcGroup:
     def logs(self) -> str:
         return "\n".join(f"----- {p.name}\n{p.output()[-4000:]}" for p in self.procs)
 
-    def __enter__(self) -> "ProcGroup":
+    def __enter__(self) -> ProcGroup:
         return self
 
     def __exit__(self, exc_type: object, *_: object) -> None:

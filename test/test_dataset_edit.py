@@ -6,7 +6,6 @@ LeRobot 0.3.3's loader are in test_dataset_edit_consumers.py."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import rgbd_crash_worker as cw
-from piper_recorder.dataset_edit import EditError, delete, merge, retask, split
+from piper_recorder.dataset_edit import EditError, merge, retask, split
 from rgbd_writer.writer import RgbdConfig, RgbdWriter
 
 pytestmark = pytest.mark.integration

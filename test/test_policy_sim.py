@@ -11,7 +11,6 @@ got is finite and inside teleop's envelope. Cameras run at 320x240 for speed.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import threading

@@ -7,7 +7,6 @@ sends (one parser for native and web). ~3 s.
 """
 from __future__ import annotations
 
-import base64
 import json
 import os
 import socket

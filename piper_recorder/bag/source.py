@@ -100,7 +100,7 @@ class BagSource:
         except Exception:  # noqa: BLE001 - closing a broken bag must not hide the first error
             pass
 
-    def __enter__(self) -> "BagSource":
+    def __enter__(self) -> BagSource:
         return self
 
     def __exit__(self, *exc: object) -> None:

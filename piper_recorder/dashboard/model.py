@@ -223,7 +223,7 @@ def _rates(v: Any, keys: tuple[str, ...]) -> dict[str, JsonDict] | None:
     return {str(cam)[:MAX_TEXT]: {k: _number(e.get(k)) for k in keys} for cam, e in v.items() if isinstance(e, dict)}
 
 
-def clean_delivery(f: "_Fields") -> JsonDict:
+def clean_delivery(f: _Fields) -> JsonDict:
     """An image consumer's delivery fields (``piper_recorder.delivery``), each of its type."""
     need = f.data.get("images_required")
     return {"images_received": f.rates("images_received", ("count", "fps", "stamp_fps")),

@@ -11,7 +11,6 @@ sources untouched and only that hidden staging path behind, which the next run r
 from __future__ import annotations
 
 import glob
-import os
 import re
 import shutil
 from collections.abc import Callable, Sequence

@@ -18,14 +18,14 @@ output episode the source and episode it came from.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -283,7 +283,7 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
 def edit_record(op: str, sources: list[Path], picks: list[Pick], **extra: Any) -> dict[str, Any]:
     """This edit's line in ``meta/dataset_edits.jsonl``."""
     return {"tool": TOOL, "version": __version__, "operation": op,
-            "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "sources": [str(p) for p in sources],
             "episodes_from": [[p.source, p.episode] for p in picks], **extra}
 

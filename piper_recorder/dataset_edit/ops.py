@@ -16,7 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from piper_recorder.lerobot import export, fsutil
 from piper_recorder.lerobot.layout import ROTATION_TYPES

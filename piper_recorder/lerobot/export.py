@@ -26,14 +26,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import av
 import numpy as np
@@ -232,7 +232,7 @@ class CameraTotals:
     frames: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
-    def from_json(obj: dict | None) -> "CameraTotals":
+    def from_json(obj: dict | None) -> CameraTotals:
         t = CameraTotals()
         for key, v in (obj or {}).items():
             t.hist[key] = np.asarray(v["hist"], np.int64)
@@ -253,7 +253,7 @@ class CameraTotals:
         return {k: to_jsonable({k: image_entry(self.hist[k], self.frames[k])})[k] for k in self.hist}
 
 
-def camera_totals(src: Source, state: "State | None", own: dict[int, dict]) -> CameraTotals:
+def camera_totals(src: Source, state: State | None, own: dict[int, dict]) -> CameraTotals:
     """Totals of the exported episodes for the cameras without stats (recomputed if the state lacks them)."""
     cams = src.cameras_without_stats()
     totals = CameraTotals.from_json((state.extra if state else {}).get("camera_hist"))

@@ -9,7 +9,8 @@ import fcntl
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from ..durable import fsync_dir, fsync_file  # noqa: F401 - called through this module, where tests inject faults
 from .errors import DatasetError

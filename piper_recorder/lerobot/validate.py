@@ -157,7 +157,7 @@ class _ColumnAccumulator:
     def add(self, x: np.ndarray) -> None:
         self._fold(x.min(0), x.max(0), x.sum(0), len(x))
 
-    def merge(self, other: "_ColumnAccumulator") -> None:
+    def merge(self, other: _ColumnAccumulator) -> None:
         if other.count:
             self._fold(*other.sums(), other.count)
 
@@ -668,7 +668,7 @@ def _check_image_entry(rep: _Report, path: Path, where: str, entry: dict, keys: 
 
 
 def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: dict, episodes: list[dict],
-                          per_episode: list[dict[str, "_ColumnAccumulator"]]) -> None:
+                          per_episode: list[dict[str, _ColumnAccumulator]]) -> None:
     """LeRobot v2.1 meta/episodes_stats.jsonl: one line per episode, in order, every feature with
     min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count match the data."""
     if len(lines) != len(episodes):

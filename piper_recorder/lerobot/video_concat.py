@@ -58,7 +58,7 @@ class StreamSignature:
     extradata: bytes
 
     @staticmethod
-    def of(path: Path) -> "StreamSignature":
+    def of(path: Path) -> StreamSignature:
         with av.open(str(path)) as c:
             if not c.streams.video:
                 raise ConcatError(f"{path}: no video stream")

@@ -34,9 +34,10 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, TextIO
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -333,7 +334,7 @@ class LeRobotWriter:
                 staging.rmdir()
             self._release()
 
-    def __enter__(self) -> "LeRobotWriter":
+    def __enter__(self) -> LeRobotWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -713,7 +714,7 @@ class LeRobotWriter:
         out.append(("modality.json", fsutil.json_bytes(meta.modality_json(self.cfg))))
         return out
 
-    def _image_stats(self, records: list["_StatsRecord"]) -> dict:
+    def _image_stats(self, records: list[_StatsRecord]) -> dict:
         """stats.json camera entries: the episodes' sampled histograms merged (exact), as
         mean/std/min/max/q01/q99 of shape (3, 1, 1); no ``count`` (GR00T reads every key)."""
         out = {}
@@ -795,7 +796,7 @@ class _StatsRecord:
     images: dict[str, tuple[np.ndarray, int]]
 
     @classmethod
-    def of(cls, rec: dict) -> "_StatsRecord":
+    def of(cls, rec: dict) -> _StatsRecord:
         line = fsutil.jsonl_bytes([episode_stats.stats_line(rec["episode_index"], rec["stats"])])
         return cls(line, {k: (np.asarray(v["hist"], np.int64), int(v["frames"]))
                           for k, v in rec["images"].items()})

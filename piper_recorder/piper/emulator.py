@@ -126,7 +126,7 @@ class PiperEmulator:
         self._fk_cache: tuple[bytes, np.ndarray] | None = None
 
     # ------------------------------------------------------------ lifecycle
-    def start(self) -> "PiperEmulator":
+    def start(self) -> PiperEmulator:
         self._bus = EmulatorBus(channel=self.channel, receive_own_messages=False)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"piper-emu-{self.channel}", daemon=True)
@@ -141,7 +141,7 @@ class PiperEmulator:
             self._bus.shutdown()
             self._bus = None
 
-    def __enter__(self) -> "PiperEmulator":
+    def __enter__(self) -> PiperEmulator:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

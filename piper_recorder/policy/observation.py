@@ -48,7 +48,7 @@ class TrainingMeta:
     session: dict[str, Any] | None           # latest collection session record (binding keys)
 
     @classmethod
-    def load(cls, root: str | Path) -> "TrainingMeta":
+    def load(cls, root: str | Path) -> TrainingMeta:
         root = Path(root)
         meta = root / "meta"
         try:

@@ -89,7 +89,7 @@ class QuestClient:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "QuestClient":
+    def start(self) -> QuestClient:
         self._thread = threading.Thread(target=self._run, name="quest-client", daemon=True)
         self._thread.start()
         return self
@@ -172,7 +172,7 @@ class QuestClient:
             while not self._stop.is_set():
                 try:
                     data = sock.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     data = None
                 except OSError as exc:
                     self.stats.last_error = f"recv: {exc}"

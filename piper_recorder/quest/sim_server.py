@@ -107,7 +107,7 @@ class ReplayFrames:
     skipped: int = 0
 
     @classmethod
-    def load(cls, path: str | Path) -> "ReplayFrames":
+    def load(cls, path: str | Path) -> ReplayFrames:
         out = cls()
         mono0: float | None = None
         with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:  # \n only, never \r
@@ -218,7 +218,7 @@ class SimQuestServer:
         while not self._stop.is_set():
             try:
                 conn, addr = self._listener.accept()  # type: ignore[union-attr]
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 break

@@ -91,7 +91,7 @@ class SimVideoServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 break
@@ -110,7 +110,7 @@ class SimVideoServer:
         while not self._stop.is_set():
             try:
                 data = conn.recv(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -36,7 +36,6 @@ import os
 import ssl
 import sys
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -272,8 +271,7 @@ class WebRelay:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.cfg.request_timeout_s)
-            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                    ConnectionError, ssl.SSLError):
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ssl.SSLError):
                 self.counters["http_incomplete"] += 1
                 return
             lines = head.decode("latin-1").split("\r\n")
@@ -307,7 +305,7 @@ class WebRelay:
             if not writer.is_closing():
                 try:
                     await asyncio.wait_for(writer.drain(), self.cfg.request_timeout_s)
-                except (asyncio.TimeoutError, ConnectionError, RuntimeError):
+                except (TimeoutError, ConnectionError, RuntimeError):
                     pass
                 writer.close()
             self._writers.discard(writer)
@@ -347,7 +345,7 @@ class WebRelay:
             while not page.closed:
                 try:
                     msg = await asyncio.wait_for(frames.read(), self.cfg.page_timeout_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self.counters["page_timeouts"] += 1
                     page.close(CLOSE_NORMAL, "silent")
                     break

@@ -25,13 +25,13 @@ class Intrinsics:
     cy: float
 
     @classmethod
-    def default(cls, width: int, height: int) -> "Intrinsics":
+    def default(cls, width: int, height: int) -> Intrinsics:
         """RealSense D435-like field of view (fx = 0.96 * width, about 55 degrees horizontal)."""
         f = 0.96 * width
         return cls(width, height, f, f, (width - 1) / 2.0, (height - 1) / 2.0)
 
     @classmethod
-    def from_list(cls, width: int, height: int, fx_fy_cx_cy: list[float]) -> "Intrinsics":
+    def from_list(cls, width: int, height: int, fx_fy_cx_cy: list[float]) -> Intrinsics:
         if not fx_fy_cx_cy:
             return cls.default(width, height)
         if len(fx_fy_cx_cy) != 4:
@@ -71,7 +71,7 @@ class PinholeCamera:
 
     @classmethod
     def looking_at(cls, intrinsics: Intrinsics, position: Sequence[float],
-                   target: Sequence[float]) -> "PinholeCamera":
+                   target: Sequence[float]) -> PinholeCamera:
         origin = np.asarray(position, float).reshape(3)
         return cls(intrinsics, origin, look_at_rotation(origin, np.asarray(target, float).reshape(3)))
 

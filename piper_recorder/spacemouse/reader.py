@@ -32,7 +32,7 @@ class HidrawReader:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="spacemouse-hidraw", daemon=True)
 
-    def start(self) -> "HidrawReader":
+    def start(self) -> HidrawReader:
         self._thread.start()
         return self
 
