@@ -9,7 +9,8 @@ Inputs, all known at the save:
 * the episode's counters (``assembly.Counters`` + the writer's record): frames repeated, dropped
   (by the assembly, behind the writer, refused by a full encoder queue, non-increasing PTS), stale,
   late; frames captured after their row (a clock step between a camera and the recorder) and the
-  largest age of a row's frame (a stalled camera shows as a frame hundreds of ms old); arm inputs
+  oldest frame any row carried (``frame_age_max_ms``: a stalled camera's rows repeat a frame that
+  grows hundreds of ms old); arm inputs
   stale at a row (a gap in arm feedback longer than ``stale_s``);
 * what was written: rows against the encoded frames per camera (nominal mode: one frame per row,
   the writer's own count) and, when the mp4s are given, their packet PTS read back with PyAV (no
@@ -54,7 +55,7 @@ class VerdictConfig:
     bad_stale: float = 0.05
     warn_late: float = 0.02         # messages that arrived after their row was assembled, per input
     bad_late: float = 0.10
-    warn_frame_age_ms: float = 150.0   # the oldest frame a row carried (frame_behind_max_ms): a stall
+    warn_frame_age_ms: float = 150.0   # the oldest frame a row carried (frame_age_max_ms): a stall
     bad_frame_age_ms: float = 500.0
     warn_frame_ahead_ms: float = 5.0   # a frame captured this long after its row: a clock step
     bad_frame_ahead_ms: float = 50.0
@@ -144,7 +145,8 @@ def judge(record: Mapping[str, Any], cfg: VerdictConfig, fps: float, cameras: Se
         j.frac(f"{cam}: frames repeated", _num(record.get("frames_repeated"), cam), rows,
                cfg.warn_repeated, cfg.bad_repeated)
         j.frac(f"{cam}: stale frames", _num(record.get("frames_stale"), cam), rows, cfg.warn_stale, cfg.bad_stale)
-        j.limit(f"{cam}: oldest frame at a row (camera stall)", _num(record.get("frame_behind_max_ms"), cam),
+        age = _map(record, "frame_age_max_ms") or _map(record, "frame_behind_max_ms")   # older roots: new frames only
+        j.limit(f"{cam}: oldest frame at a row (camera stall)", _num(age, cam),
                 cfg.warn_frame_age_ms, cfg.bad_frame_age_ms, "ms")
         j.limit(f"{cam}: frame captured after its row (clock step)", _num(record.get("frame_ahead_max_ms"), cam),
                 cfg.warn_frame_ahead_ms, cfg.bad_frame_ahead_ms, "ms")
