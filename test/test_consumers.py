@@ -223,3 +223,43 @@ def test_lerobot_train_act_checkpoint_acts(version, roots, hf_home, tmp_path):
     assert rep and p.returncode == 0, f"checkpoint check failed ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
     assert rep["finite"] and rep["action_shape"][-1] == rep["action_dim"] == 8
     assert "observation.state" in rep["inputs"] and any(k.startswith("observation.images.") for k in rep["inputs"])
+
+
+def test_curation_filter_read_by_lerobot03_and_labels_kept_by_lerobot04(roots, hf_home, tmp_path):
+    """#24 item 4: ``piper-dataset label`` + ``filter`` over the recorded v2.0 root give a root LeRobot 0.3.3
+    reads at its defaults (every frame decoded); its v3.0 export carries outcome and verdict into
+    meta/episodes/, and LeRobot 0.4.4 keeps them in ``dataset.meta.episodes``."""
+    src = roots.get("v2.0")
+    eps = [json.loads(ln) for ln in (src / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
+    assert all(e["verdict"] in ("ok", "warn", "bad") for e in eps), eps   # the recorder's save-time verdict
+    labelled = tmp_path / "labelled"
+    tool = str(BIN / "piper-dataset")
+    for args in (["label", str(src), "--episodes", "0", "--outcome", "success", "--note", "clean", "--out", str(labelled)],
+                 ["label", str(labelled), "--episodes", "1", "--outcome", "failure"]):
+        p = subprocess.run([tool, *args, "-q"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    chosen = tmp_path / "chosen"
+    p = subprocess.run([tool, "filter", str(labelled), "--outcome", "success", "--verdict", eps[0]["verdict"],
+                        "--out", str(chosen), "-q"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    (kept,) = [json.loads(ln) for ln in (chosen / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
+    assert (kept["outcome"], kept["outcome_note"], kept["length"]) == ("success", "clean", eps[0]["length"])
+    t0 = time.monotonic()
+    p, rep = _run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_every_frame.py"), str(chosen)],
+                       consumer_env(hf_home), 900)
+    _timed("lerobot03 reads every frame of the filtered root", t0)
+    assert rep and "open_error" not in rep, _tail(p.stdout + p.stderr)
+    assert rep["episodes"] == 1 and rep["rows"] == kept["length"] and rep["failed_rows"] == 0, rep
+    assert rep["decoded"] == dict.fromkeys(rep["cameras"], kept["length"]) and rep["bad_images"] == 0
+    v3 = tmp_path / "v3"
+    p = subprocess.run([str(BIN / "piper-export"), str(labelled), "--to", "v3.0", "--out", str(v3)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    t0 = time.monotonic()
+    p, rep = _run_json([str(consumer_python("lerobot04")), str(SCRIPTS / "read_curation.py"), str(v3)],
+                       consumer_env(hf_home), 900)
+    _timed("lerobot04 reads the curation columns of the v3.0 export", t0)
+    assert rep and "error" not in rep, _tail(p.stdout + p.stderr)
+    assert [(e["outcome"], e["outcome_note"]) for e in rep["episodes"]] == [("success", "clean"), ("failure", None)]
+    assert [e["verdict"] for e in rep["episodes"]] == [e["verdict"] for e in eps]
+    assert [e["verdict_reasons"] for e in rep["episodes"]] == [e["verdict_reasons"] for e in eps]

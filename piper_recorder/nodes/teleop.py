@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.srv import AddDiagnostics
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.client import Client
@@ -106,7 +107,7 @@ def _joy(msg: JoyMsg) -> Joy | None:
     if len(a) < 2 or len(b) < 4:
         return None
     return Joy(trigger=float(a[0]), squeeze=float(a[1]), primary=bool(b[0]), secondary=bool(b[1]),
-               menu=bool(b[3]))
+               menu=bool(b[3]), stick_click=bool(b[2]))
 
 
 class TeleopNode(Node):
@@ -145,6 +146,12 @@ class TeleopNode(Node):
         self.calls = RecorderCalls(list(self.ncfg.recorders), self.ncfg.calls())
         self._call_group = ReentrantCallbackGroup()
         self.recorder_clients = {rec: self._make_clients(rec) for rec in self.ncfg.recorders}
+        # the stop chord's label (docs/curation.md): one label_episode call per recorder, sent with the stop
+        self.label_clients: dict[str, Client[Any, Any]] = {rec: self.create_client(AddDiagnostics, f"/{rec}/label_episode",
+                                                      callback_group=self._call_group)
+                              for rec in self.ncfg.recorders}
+        self._bad_felt: tuple[object, object] | None = None   # (episode, task) whose bad verdict was felt
+        self.last_outcome: dict[str, Any] | None = None       # the last label a recorder confirmed
         for rec in self.ncfg.recorders:
             self.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_recorder_status(r, m),
                                      reliable, callback_group=g)
@@ -211,6 +218,15 @@ class TeleopNode(Node):
                 self.core.on_recording(self.calls.recording)
                 if kind in EVENT_PATTERNS:
                     self.haptics.confirm(time.monotonic(), EVENT_PATTERNS[kind])   # once for all recorders
+                if kind == "labeled" and ev.get("outcome") in ("success", "failure"):
+                    self.haptics.confirm(time.monotonic(), str(ev["outcome"]))      # felt once for all recorders
+                    self.last_outcome = {"episode_index": ev.get("episode_index"), "outcome": ev["outcome"]}
+                    self._status_dirty = True
+                if kind == "saved" and ev.get("verdict") == "bad":
+                    key = (ev.get("episode_index"), ev.get("start_ns"))
+                    if self._bad_felt is None or self._bad_felt[0] != key[0]:   # once per episode, not per recorder
+                        self._bad_felt = key
+                        self.haptics.play(time.monotonic(), "bad")
 
     def _on_recorder_status(self, rec: str, msg: String) -> None:
         try:
@@ -241,6 +257,8 @@ class TeleopNode(Node):
                 self._status_dirty = True
         for action in res.actions:
             self.get_logger().info(f"button: {action.value} on {self.ncfg.recorders}")
+        if res.outcome is not None:
+            self._send_label(res.outcome)
 
         if res.clutch is ClutchEvent.ENGAGED:
             self.get_logger().info("clutch engaged")
@@ -301,6 +319,39 @@ class TeleopNode(Node):
         if self._status_dirty and now - self._status_sent >= STATUS_MIN_PERIOD_S:
             self._publish_status()
 
+    def _send_label(self, outcome: str) -> None:
+        """The stop chord's label to every recorder (it lands on the episode being stopped: in flight, or
+        just saved if the stop got there first). Not retried: a refusal or no answer pulses ``refused``
+        and is logged, and the episode can be labelled afterwards (service or piper-dataset label)."""
+        req = AddDiagnostics.Request(load_namespace=json.dumps({"outcome": outcome}))
+        for rec, client in self.label_clients.items():
+            if not client.service_is_ready():
+                self._label_failed(rec, outcome, "label_episode not available")
+                continue
+            fut = client.call_async(req)
+            fut.add_done_callback(functools.partial(self._on_label_reply, rec, outcome, time.monotonic()))
+
+    def _on_label_reply(self, rec: str, outcome: str, _sent: float, future: Future[AddDiagnostics.Response]) -> None:
+        try:
+            reply = future.result()
+            ok, message = (bool(reply.success), str(reply.message)) if reply is not None else (False, "no reply")
+        except Exception as exc:  # noqa: BLE001 - reported, never raised into the executor
+            ok, message = False, f"call failed: {exc}"
+        if ok:
+            self.get_logger().info(f"{rec}/label_episode {outcome}: {message}")
+        else:
+            self._label_failed(rec, outcome, message)
+
+    def _label_failed(self, rec: str, outcome: str, message: str) -> None:
+        self.get_logger().error(f"{rec}/label_episode {outcome}: {message}")
+        now = time.monotonic()
+        with self._lock:
+            self.haptics.play(now, "refused")
+            seq = (self._last_alarm or {}).get("seq", 0) + 1
+            self._last_alarm = {"recorder": rec, "action": "label_episode", "outcome": "refused",
+                                "message": message, "pattern": "failed", "seq": seq}
+            self._status_dirty = True
+
     def _ready(self, rec: str) -> bool:
         return all(c.service_is_ready() for c in self.recorder_clients[rec].values())
 
@@ -354,7 +405,7 @@ class TeleopNode(Node):
                       "recorders": {n: r.state for n, r in self.calls.recorders.items()},
                       "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm,
                       "last_release": self.core.last_release,
-                      "haptics": dict(self.haptics.played)}
+                      "haptics": dict(self.haptics.played), "last_outcome": self.last_outcome}
             self.core.limits_seen.clear()
             self._status_dirty, self._status_sent = False, time.monotonic()
         self.pub_status.publish(String(data=json.dumps(status)))
