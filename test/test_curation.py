@@ -201,3 +201,27 @@ def test_rgbd_labels_and_verdict_in_the_episode_attrs(tmp_path: Path):
         assert int(f.attrs["total_episodes"]) == 1
         a = f["episodes/demo_0"].attrs
         assert (a["outcome"], a["verdict"], bool(a["success"])) == ("success", "bad", True)
+
+
+def test_hud_shows_the_last_episode_and_dashboard_events_carry_the_verdict():
+    from piper_recorder.dashboard.model import clean_event
+    from piper_recorder.quest.hud import HudModel
+
+    hud = HudModel("lerobot_recorder")
+    hud.on_episode_event(1.0, {"recorder": "lerobot_recorder", "event": "started", "episode_index": 3})
+    hud.on_episode_event(2.0, {"recorder": "lerobot_recorder", "event": "saved", "episode_index": 3,
+                               "verdict": "bad", "verdict_reasons": ["bad: cam_front: ..."]})
+    assert hud.state(2.1).headline() == "READY  1 saved  ep3 unlabelled bad"
+    hud.on_episode_event(2.2, {"recorder": "rgbd_recorder", "event": "labeled", "episode_index": 3,
+                               "outcome": "success"})           # another recorder: not the HUD's
+    hud.on_episode_event(2.3, {"recorder": "lerobot_recorder", "event": "labeled", "episode_index": 3,
+                               "outcome": "failure"})
+    assert hud.state(2.4).headline() == "READY  1 saved  ep3 failure bad"
+    hud.on_episode_event(2.5, {"recorder": "lerobot_recorder", "event": "labeled", "episode_index": 3,
+                               "outcome": "<b>x</b>"})          # never shown as it came
+    assert hud.state(2.6).headline() == "READY  1 saved  ep3 unlabelled bad"
+    ev = clean_event({"recorder": "r", "event": "saved", "episode_index": 1, "verdict": "warn",
+                      "verdict_reasons": ["warn: cam: frames repeated"], "outcome": "success"})
+    assert (ev["verdict"], ev["verdict_reasons"], ev["outcome"]) == ("warn", ["warn: cam: frames repeated"], "success")
+    bad = clean_event({"recorder": "r", "event": "saved", "verdict_reasons": "<script>"})
+    assert bad["verdict_reasons"] == [] and "verdict_reasons" in bad["invalid_fields"]

@@ -1,4 +1,5 @@
-"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services, status, events, provenance.
+"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services and ``label_episode``
+(docs/curation.md), status, events, provenance.
 
 Threads (why encoding never blocks a message callback):
 - ``run_node``'s EventsExecutor (one thread, the cheapest per message: a recorder takes ~1,000
@@ -7,7 +8,7 @@ Threads (why encoding never blocks a message callback):
   copy for rgb8/16UC1) and inserts it into the assembler under a short lock. Services are coroutines
   that run their transition (which may wait for the lateness allowance and a save) on a worker thread
   and await it, so the executor keeps taking messages meanwhile; the controller serialises transitions.
-- The four services live on a second, message-free node (``<name>_control``, its services named under
+- The services live on a second, message-free node (``<name>_control``, its services named under
   the recorder's own name: ``/lerobot_recorder/stop_episode``) spun by its own executor thread, so a
   stop is taken when it arrives, not after the images queued before it on a busy recorder; its
   arrival time is the episode's end (``controller.request_stop``: no row after it is assembled).
