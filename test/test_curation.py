@@ -225,3 +225,20 @@ def test_hud_shows_the_last_episode_and_dashboard_events_carry_the_verdict():
     assert (ev["verdict"], ev["verdict_reasons"], ev["outcome"]) == ("warn", ["warn: cam: frames repeated"], "success")
     bad = clean_event({"recorder": "r", "event": "saved", "verdict_reasons": "<script>"})
     assert bad["verdict_reasons"] == [] and "verdict_reasons" in bad["invalid_fields"]
+
+
+def test_verdict_thresholds_from_a_parameter_file(tmp_path: Path):
+    """The bag converter reads the recorders' verdict.* parameters from the same file as the node."""
+    from piper_recorder.recording.config import load_config
+
+    p = tmp_path / "params.yaml"
+    p.write_text("lerobot_recorder:\n  ros__parameters:\n    fps: 30\n    verdict.bad_repeated: 0.2\n"
+                 "    verdict.warn_repeated: 0.1\n")
+    cfg = load_config(LeRobotRecorderConfig, p)
+    assert (cfg.verdict.warn_repeated, cfg.verdict.bad_repeated, cfg.verdict.bad_dropped) == (0.1, 0.2, 0.02)
+    p.write_text("lerobot_recorder:\n  ros__parameters:\n    verdict.bad_everything: 1.0\n")
+    with pytest.raises(ValueError, match=r"unknown parameters \['verdict.bad_everything'\]"):
+        load_config(LeRobotRecorderConfig, p)
+    p.write_text("lerobot_recorder:\n  ros__parameters:\n    verdict.warn_late: 0.5\n")
+    with pytest.raises(ValueError, match="bad_late must be >= verdict.warn_late"):
+        load_config(LeRobotRecorderConfig, p)

@@ -75,7 +75,7 @@ class RecorderNode(Node):
     def __init__(self, name: str):
         super().__init__(name)
         self.cfg = cfg = declare_config(self, self.config_class)
-        self.verdict_cfg = declare_config(self, VerdictConfig, "verdict.")   # the save-time verdict's thresholds
+        cfg.verdict = self.verdict_cfg = declare_config(self, VerdictConfig, "verdict.")   # the verdict's thresholds
         try:
             self.topics = topics = topic_map(self.fmt, cfg)
         except (OSError, ValueError) as exc:   # the mapping file: missing, unreadable, wrong
