@@ -89,15 +89,16 @@ class _Judge:
         self.level = max(self.level, level)
         self.reasons.append(f"{VERDICTS[level]}: {reason}")
 
-    def frac(self, what: str, count: float, rows: int, warn: float, bad: float) -> None:
-        """``count`` of ``rows`` against the fractions ``warn`` / ``bad`` (strictly above)."""
+    def frac(self, what: str, count: float, rows: int, warn: float, bad: float, per: str = "of") -> None:
+        """``count`` of ``rows`` (``per="for"``: messages, which can outnumber the rows) against the
+        fractions ``warn`` / ``bad`` (strictly above)."""
         if count <= 0 or rows <= 0:
             return
         f = count / rows
         if f > bad:
-            self.add(2, f"{what}: {count:g} of {rows} rows ({100 * f:.1f} % > {100 * bad:g} %)")
+            self.add(2, f"{what}: {count:g} {per} {rows} rows ({100 * f:.1f} % > {100 * bad:g} %)")
         elif f > warn:
-            self.add(1, f"{what}: {count:g} of {rows} rows ({100 * f:.1f} % > {100 * warn:g} %)")
+            self.add(1, f"{what}: {count:g} {per} {rows} rows ({100 * f:.1f} % > {100 * warn:g} %)")
 
     def limit(self, what: str, value: float, warn: float, bad: float, unit: str) -> None:
         if value > bad:
@@ -160,7 +161,7 @@ def judge(record: Mapping[str, Any], cfg: VerdictConfig, fps: float, cameras: Se
         j.frac(f"input {name} stale", _num(stale, name), rows, cfg.warn_stale, cfg.bad_stale)
     late = _map(record, "messages_late")
     for name in sorted(late):
-        j.frac(f"{name}: messages late", _num(late, name), rows, cfg.warn_late, cfg.bad_late)
+        j.frac(f"{name}: messages late", _num(late, name), rows, cfg.warn_late, cfg.bad_late, per="for")
     if timestamps is not None:
         _check_grid(j, "rows", [float(t) for t in timestamps], fps, strict_grid=True)
     for cam, path in (videos or {}).items():
