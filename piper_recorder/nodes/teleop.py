@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 import threading
 import time
@@ -150,7 +151,8 @@ class TeleopNode(Node):
         self.label_clients: dict[str, Client[Any, Any]] = {rec: self.create_client(AddDiagnostics, f"/{rec}/label_episode",
                                                       callback_group=self._call_group)
                               for rec in self.ncfg.recorders}
-        self._bad_felt: tuple[object, object] | None = None   # (episode, task) whose bad verdict was felt
+        self._presses = 0   # button presses so far (the bad verdict's pattern is felt once per press)
+        self._bad_felt: tuple[int, float] = (-1, -math.inf)   # (presses, when) at the last 'bad' pattern
         self.last_outcome: dict[str, Any] | None = None       # the last label a recorder confirmed
         for rec in self.ncfg.recorders:
             self.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_recorder_status(r, m),
@@ -223,10 +225,12 @@ class TeleopNode(Node):
                     self.last_outcome = {"episode_index": ev.get("episode_index"), "outcome": ev["outcome"]}
                     self._status_dirty = True
                 if kind == "saved" and ev.get("verdict") == "bad":
-                    key = (ev.get("episode_index"), ev.get("start_ns"))
-                    if self._bad_felt is None or self._bad_felt[0] != key[0]:   # once per episode, not per recorder
-                        self._bad_felt = key
-                        self.haptics.play(time.monotonic(), "bad")
+                    # once per stop, not per recorder (their episode numbers may differ): again only after a
+                    # press, or dedupe_s later for episodes driven through the services
+                    now = time.monotonic()
+                    if self._presses > self._bad_felt[0] or now - self._bad_felt[1] > self.haptics.cfg.dedupe_s:
+                        self._bad_felt = (self._presses, now)
+                        self.haptics.play(now, "bad")
 
     def _on_recorder_status(self, rec: str, msg: String) -> None:
         try:
@@ -248,6 +252,7 @@ class TeleopNode(Node):
             for action in res.actions:
                 self.calls.press(now, action)
                 self.haptics.new_press()
+                self._presses += 1
             if res.actions:
                 self.core.on_recording(self.calls.recording)
             self._track_limits(now, self.core.limits.acted if res.target is not None else ())
