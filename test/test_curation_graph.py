@@ -69,8 +69,9 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
             return [e for e in list(op.events) if e.get("event") == kind and e.get("recorder") == rec]
 
         # once the graph has saved one episode (the first cycle may start before every recorder is up and
-        # be short), stall cam_front for 1.2 s in the middle of the next episode that is saved (a discard
-        # cycle's episode is skipped): that episode must come out bad, naming the stall
+        # be short), stall cam_front for 1.2 s early in the next episode that is saved with >= 3 s of rows
+        # (a discard cycle's episode, or one shortened by a late start, is skipped): it must come out bad,
+        # naming the stall
         wait_for(lambda: events("saved"), 90.0, "a first saved episode", dump)
         saved0 = None
         while saved0 is None:
@@ -78,10 +79,11 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
             wait_for(lambda: [e for e in op.events[seen:] if e.get("event") == "started"
                               and e.get("recorder") == "lerobot_recorder"], 30.0, "the next start", dump)
             _set(op, "cam_front", "pause_s", 1.2)
-            _set(op, "cam_front", "pause_at_s", 2.0)   # re-arms: the pause starts 2 s from now
+            _set(op, "cam_front", "pause_at_s", 0.5)   # re-arms: the pause starts 0.5 s from now
             end = wait_for(lambda: [e for e in op.events[seen:] if e.get("recorder") == "lerobot_recorder"
                                     and e.get("event") in ("saved", "discarded")], 40.0, "its end", dump)[0]
-            saved0 = end if end["event"] == "saved" else None
+            # a start that took effect late on a loaded machine leaves a short episode the stall may miss
+            saved0 = end if end["event"] == "saved" and (end.get("rows") or 0) >= 90 else None
         ep0 = saved0["episode_index"]
         assert saved0["verdict"] == "bad", saved0
         assert any(r.startswith(f"bad: {STALL}") for r in saved0["verdict_reasons"]), saved0["verdict_reasons"]
@@ -93,6 +95,11 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         # (cycles alternate success, failure, discard)
         lab0 = wait_for(lambda: [e for e in events("labeled") if e["episode_index"] == ep0], 20.0, "its label", dump)[-1]
         first_outcome = lab0["outcome"]
+        # the HUD names the last saved episode with its outcome and verdict (while the next one records too)
+        hud_last = lambda: [h.get("last_episode") for h in  # noqa: E731
+                            (_read(report).get("video") or {}).get("hud_history", [])]
+        wait_for(lambda: f"ep{ep0} {first_outcome} bad" in hud_last(), 15.0, "the last episode on the HUD",
+                 lambda: str(hud_last()))
         want = "failure" if first_outcome == "success" else "success"
         lab1 = wait_for(lambda: [e for e in events("labeled") if e["episode_index"] > ep0 and e["outcome"] == want],
                         60.0, f"a {want} chord", dump)[0]
@@ -112,8 +119,6 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         time.sleep(1.0)
         n_bad, stops = felt().count((1.0, 400)), len(events("saved"))
         assert n_bad % 3 == 0 and 3 <= n_bad <= 3 * stops, (felt(), stops)
-        hud = [h["lines"][0] for h in (_read(report).get("video") or {}).get("hud_history", [])]
-        assert f"ep{ep0} {first_outcome} bad" in " | ".join(hud), hud[-20:]
         # the service: relabel the last saved episode with a note; a malformed request is refused
         # (the headset may already record the next episode: without "episode" the label would go to that one)
         ok, msg = _label(op, "lerobot_recorder", json.dumps({"outcome": "success", "note": "relabelled",
