@@ -151,6 +151,7 @@ class TeleopNode(Node):
         self.label_clients: dict[str, Client[Any, Any]] = {rec: self.create_client(AddDiagnostics, f"/{rec}/label_episode",
                                                       callback_group=self._call_group)
                               for rec in self.ncfg.recorders}
+        self._labels_pending: dict[str, tuple[Any, float, str]] = {}   # rec -> (future, sent, outcome)
         self._presses = 0   # button presses so far (the bad verdict's pattern is felt once per press)
         self._bad_felt: tuple[int, float] = (-1, -math.inf)   # (presses, when) at the last 'bad' pattern
         self.last_outcome: dict[str, Any] | None = None       # the last label a recorder confirmed
@@ -317,6 +318,7 @@ class TeleopNode(Node):
             self.recorder_clients[rec] = self._make_clients(rec)
         for report in res.reports:
             self._report(report)
+        self._label_deadlines(now, res.reconnect)
         for send in res.sends:
             future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
             future.add_done_callback(functools.partial(self._on_reply, send.call_id))
@@ -326,7 +328,7 @@ class TeleopNode(Node):
 
     def _send_label(self, outcome: str) -> None:
         """The stop chord's label to every recorder (it lands on the episode being stopped: in flight, or
-        just saved if the stop got there first). Not retried: a refusal or no answer pulses ``refused``
+        just saved if the stop got there first). Not retried: a refusal, or no answer within call_timeout_s, pulses ``refused``
         and is logged, and the episode can be labelled afterwards (service or piper-dataset label)."""
         req = AddDiagnostics.Request(load_namespace=json.dumps({"outcome": outcome}))
         for rec, client in self.label_clients.items():
@@ -334,9 +336,29 @@ class TeleopNode(Node):
                 self._label_failed(rec, outcome, "label_episode not available")
                 continue
             fut = client.call_async(req)
+            with self._lock:
+                self._labels_pending[rec] = (fut, time.monotonic(), outcome)
             fut.add_done_callback(functools.partial(self._on_label_reply, rec, outcome, time.monotonic()))
 
+    def _label_deadlines(self, now: float, reconnect: list[str]) -> None:
+        """A label not answered within call_timeout_s (a dead endpoint still matched) is reported, and that
+        recorder's label client re-created, as RecorderCalls does for the Trigger clients."""
+        with self._lock:
+            late = [(rec, outcome) for rec, (fut, sent, outcome) in self._labels_pending.items()
+                    if not fut.done() and now - sent > self.ncfg.call_timeout_s]
+            for rec, _ in late:
+                self._labels_pending.pop(rec, None)
+        for rec, outcome in late:
+            self._label_failed(rec, outcome, f"no answer within {self.ncfg.call_timeout_s:g} s")
+        for rec in {r for r, _ in late} | set(reconnect):
+            self.destroy_client(self.label_clients[rec])
+            self.label_clients[rec] = self.create_client(AddDiagnostics, f"/{rec}/label_episode",
+                                                         callback_group=self._call_group)
+
     def _on_label_reply(self, rec: str, outcome: str, _sent: float, future: Future[AddDiagnostics.Response]) -> None:
+        with self._lock:
+            if self._labels_pending.get(rec, (None,))[0] is future:
+                self._labels_pending.pop(rec, None)
         try:
             reply = future.result()
             ok, message = (bool(reply.success), str(reply.message)) if reply is not None else (False, "no reply")
