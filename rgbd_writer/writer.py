@@ -463,8 +463,11 @@ class RgbdWriter:
             ep.extras.setdefault(k, []).append(v)
         return t
 
-    def end_episode(self, success: bool | None = None) -> dict:
+    def end_episode(self, success: bool | None = None, meta: Mapping[str, Any] | None = None) -> dict:
         """Commit the episode. Needs observations == transitions + 1 >= 2, else EpisodeStateError (episode stays open).
+
+        ``meta``: more attrs of ``/episodes/demo_N`` known only at the end (an outcome label, the
+        integrity verdict), stored like ``start_episode``'s (non-scalars as JSON).
 
         The last transition always ends the episode: if the caller flagged neither terminal nor
         timeout on it, it is stored as a timeout (truncation by the recorder, not a real terminal).
@@ -479,6 +482,8 @@ class RgbdWriter:
         truncated = not (ep.terminals[-1] or ep.timeouts[-1])
         if truncated:
             ep.timeouts[-1] = True
+        if meta:
+            ep.meta = {**ep.meta, **meta}
         try:
             summary = self._write_episode(ep, success, truncated)
             self._commit()
@@ -490,6 +495,28 @@ class RgbdWriter:
         self._n_episodes = ep.index + 1
         self.stats.episodes_committed += 1
         return summary
+
+    def update_episode_attrs(self, index: int, attrs: Mapping[str, Any]) -> None:
+        """Set attrs of committed episode ``index`` (``/episodes/demo_N``; a label given after the save) in
+        one journaled transaction, under the writer's lock like every other change of the file. The
+        layout attrs (offsets, counts, times) cannot be set this way."""
+        self._check_open()
+        if self._ep is not None:
+            raise EpisodeStateError("end or discard the episode in flight before labelling a saved one")
+        if not 0 <= index < self._n_episodes:
+            raise EpisodeStateError(f"no committed episode {index} (the file has {self._n_episodes})")
+        layout = {"num_samples", "num_observations", "obs_offset", "transition_offset", "start_time_ns",
+                  "end_time_ns", "truncated"}
+        bad = sorted(set(attrs) & layout)
+        if bad:
+            raise SchemaError(f"update_episode_attrs: {bad} are layout attrs")
+        f = self._begin()
+        try:
+            f[f"episodes/demo_{index}"].attrs.update({k: _as_attr(v) for k, v in attrs.items()})
+        except BaseException:
+            self._abort()
+            raise
+        self._commit()
 
     def discard_episode(self) -> None:
         """Drop the episode in flight: its frames are rolled back out of the file."""

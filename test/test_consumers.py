@@ -223,3 +223,69 @@ def test_lerobot_train_act_checkpoint_acts(version, roots, hf_home, tmp_path):
     assert rep and p.returncode == 0, f"checkpoint check failed ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
     assert rep["finite"] and rep["action_shape"][-1] == rep["action_dim"] == 8
     assert "observation.state" in rep["inputs"] and any(k.startswith("observation.images.") for k in rep["inputs"])
+
+
+def _curated_root(base: Path) -> tuple[Path, list[dict]]:
+    """Three episodes saved by the recorders' episode controller through the real LeRobot writer (64x64,
+    1 camera, 2 s each; the second with its camera stalled for 1 s: verdict bad), ok/bad by construction
+    whatever the machine's load, unlike a graph recording."""
+    import test_curation as tc
+    from piper_recorder.lerobot.writer import LeRobotWriter
+    from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
+    from piper_recorder.recording.targets import LeRobotTarget
+
+    root = base / "curated"
+    cfg = LeRobotRecorderConfig(root=str(root), cameras=["cam_front"], camera_height=64, camera_width=64,
+                                lateness_s=0.0)
+    c = tc._controller(LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg)), fps=30,
+                                     cameras=("cam_front",)), cfg, [])
+    try:
+        tc._record(c, 2.0, px=64)
+        tc._record(c, 2.0, stall=(0.6, 1.6), px=64)
+        tc._record(c, 2.0, px=64)
+    finally:
+        c.shutdown(save=False)
+    eps = [json.loads(ln) for ln in (root / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
+    assert [e["verdict"] for e in eps] == ["ok", "bad", "ok"], [e["verdict_reasons"] for e in eps]
+    return root, eps
+
+
+def test_curation_filter_read_by_lerobot03_and_labels_kept_by_lerobot04(hf_home, tmp_path):
+    """#24 item 4: ``piper-dataset label`` + ``filter --outcome success --verdict ok`` give a root LeRobot 0.3.3
+    reads at its defaults (every frame decoded); the labelled root's v3.0 export carries outcome and verdict
+    into meta/episodes/, and LeRobot 0.4.4 keeps them in ``dataset.meta.episodes``."""
+    src, eps = _curated_root(tmp_path)
+    labelled = tmp_path / "labelled"
+    tool = str(BIN / "piper-dataset")
+    for args in (["label", str(src), "--episodes", "0", "--outcome", "success", "--note", "clean", "--out", str(labelled)],
+                 ["label", str(labelled), "--episodes", "1-2", "--outcome", "failure"]):
+        p = subprocess.run([tool, *args, "-q"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    chosen = tmp_path / "chosen"
+    p = subprocess.run([tool, "filter", str(labelled), "--outcome", "success", "--verdict", "ok",
+                        "--out", str(chosen), "-q"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    (kept,) = [json.loads(ln) for ln in (chosen / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
+    assert (kept["outcome"], kept["outcome_note"], kept["verdict"], kept["length"]) == \
+        ("success", "clean", "ok", eps[0]["length"])
+    t0 = time.monotonic()
+    p, rep = _run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_every_frame.py"), str(chosen)],
+                       consumer_env(hf_home), 900)
+    _timed("lerobot03 reads every frame of the filtered root", t0)
+    assert rep and "open_error" not in rep, _tail(p.stdout + p.stderr)
+    assert rep["tolerance_s"] == pytest.approx(1e-4)
+    assert rep["episodes"] == 1 and rep["rows"] == kept["length"] and rep["failed_rows"] == 0, rep
+    assert rep["decoded"] == dict.fromkeys(rep["cameras"], kept["length"]) and rep["bad_images"] == 0
+    v3 = tmp_path / "v3"
+    p = subprocess.run([str(BIN / "piper-export"), str(labelled), "--to", "v3.0", "--out", str(v3)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    t0 = time.monotonic()
+    p, rep = _run_json([str(consumer_python("lerobot04")), str(SCRIPTS / "read_curation.py"), str(v3)],
+                       consumer_env(hf_home), 900)
+    _timed("lerobot04 reads the curation columns of the v3.0 export", t0)
+    assert rep and "error" not in rep, _tail(p.stdout + p.stderr)
+    assert [(e["outcome"], e["outcome_note"]) for e in rep["episodes"]] == \
+        [("success", "clean"), ("failure", None), ("failure", None)]
+    assert [e["verdict"] for e in rep["episodes"]] == ["ok", "bad", "ok"]
+    assert [e["verdict_reasons"] for e in rep["episodes"]] == [e["verdict_reasons"] for e in eps]

@@ -85,7 +85,7 @@ class RgbdWriter:
     def add_transition(self, action, reward, terminal=False, timeout=False):
         pass
 
-    def end_episode(self, success=None):
+    def end_episode(self, success=None, meta=None):
         self.ended.append(list(self.obs))
         return {}
 

@@ -48,7 +48,7 @@ class FakeLeRobotWriter:
     def add_raw_quest(self, line):
         self.current["raw"].append(line)
 
-    def save_episode(self, counters=None):
+    def save_episode(self, counters=None, annotate=None):
         self._thread()
         ep, self.current = self.current, None
         ep["counters"] = dict(counters or {})
@@ -181,7 +181,7 @@ class FakeRgbdWriter:
     def add_transition(self, action, reward, terminal=False, timeout=False):
         self.log.append(("tr", terminal, timeout))
 
-    def end_episode(self, success=None):
+    def end_episode(self, success=None, meta=None):
         self.ended.append((list(self.log), success))
         return {"transitions": self.log.count("obs") - 1}
 
@@ -359,7 +359,7 @@ def test_failed_save_can_be_discarded_and_shutdown_drops_it():
     class FullDisk(FakeLeRobotWriter):
         recording = True
 
-        def save_episode(self, counters=None):
+        def save_episode(self, counters=None, annotate=None):
             raise SaveFailedError("saving episode 0 failed ([Errno 28] No space left on device)")
 
     w = FullDisk()
@@ -383,7 +383,7 @@ def test_rgbd_save_failure_is_reported_once_without_a_failed_discard():
     class FullDisk(FakeRgbdWriter):
         recording = False   # what RgbdWriter reports after end_episode rolled back
 
-        def end_episode(self, success=None):
+        def end_episode(self, success=None, meta=None):
             raise OSError(28, "No space left on device")
 
         def discard_episode(self):

@@ -48,6 +48,14 @@ class Recorders(FakeGraph):
             return resp
         return handle
 
+    def on_label(self, rec, label):
+        """As a recorder: a refusal when told to refuse, else the ``labeled`` event (teleop confirms it)."""
+        if not self.accept:
+            return False, "no episode in flight and none saved in this session"
+        self.pub_events.publish(String(data=json.dumps({"recorder": rec, "event": "labeled", "episode_index": 0,
+                                                        "outcome": label["outcome"]})))
+        return True, f"episode 0 labelled {label['outcome']}"
+
     def press_a(self) -> None:
         self.joy["right"][2] = 1
         time.sleep(0.15)
@@ -87,12 +95,15 @@ def test_refused_start_feels_different_from_a_started_one_and_limits_pulse(recor
 
     # accepted: the start confirmation once (two recorders announced), then save, then discard's three
     g.accept = True
-    for expect in ("start", "save", "start"):
+    # (the stop is the plain A of the stop chord: the episode is labelled success, felt once for both)
+    for expect in (["start"], ["save", "success"], ["start"]):
         n = len(g.haptics)
         g.press_a()
-        wait_for(lambda: g.felt(n) == pulses(expect), 10, f"{expect} pulse")
+        want = sorted(p for name in expect for p in pulses(name))
+        wait_for(lambda: sorted(g.felt(n)) == want, 10, f"{expect} pulses")
         time.sleep(0.8)
-        assert g.felt(n) == pulses(expect), (expect, g.felt(n))
+        assert sorted(g.felt(n)) == want, (expect, g.felt(n))
+    assert sorted((r, lab["outcome"]) for r, lab in g.labels) == [("lerobot_recorder", "success"), ("rgbd_recorder", "success")]
     n = len(g.haptics)
     g.joy["right"][3] = 1   # B discards
     time.sleep(0.15)

@@ -452,3 +452,25 @@ def test_forced_release_gives_the_release_pattern_and_its_reason():
     rig.joy.menu = True
     (res,) = rig.step()
     assert res.clutch is ClutchEvent.FORCED_RELEASE and res.haptics == [] and rig.core.last_release == "menu"
+
+
+def test_the_stop_chord_labels_the_stopped_episode():
+    """docs/curation.md: A stops as success, A with the thumbstick held in as failure; a start carries none;
+    with outcome_on_stop off a plain A stops unlabelled and the chord still says failure."""
+    for on_stop, plain in ((True, "success"), (False, None)):
+        rig = Rig(outcome_on_stop=on_stop)
+        got = []
+
+        def press(stick=False):
+            rig.joy.stick_click = stick
+            rig.joy.primary = True
+            got.extend((a, r.outcome) for r in rig.step(3) for a in r.actions)
+            rig.joy.primary = False
+            got.extend((a, r.outcome) for r in rig.step(3) for a in r.actions)
+            rig.joy.stick_click = False
+
+        press()                   # start: no label
+        press()                   # plain stop
+        press(stick=True)         # start with the stick held: still just a start
+        press(stick=True)         # the chord
+        assert got == [(Action.START, None), (Action.STOP, plain), (Action.START, None), (Action.STOP, "failure")]

@@ -49,9 +49,14 @@ class FakeGraph:
         n.create_subscription(JointState, "/arm/target_gripper", lambda m: self.grippers.append(m.position[0]), 100)
         n.create_subscription(String, "/quest/haptic", lambda m: self.haptics.append(json.loads(m.data)), 10)
         n.create_subscription(String, "/teleop/status", lambda m: self.status.append(json.loads(m.data)), 10)
+        from diagnostic_msgs.srv import AddDiagnostics
+
         for rec in ("lerobot_recorder", "rgbd_recorder"):
             for srv in ("start_episode", "stop_episode", "discard_episode", "delete_last_episode"):
                 n.create_service(Trigger, f"/{rec}/{srv}", self._handler(f"{rec}/{srv}"))
+            # the stop chord's label (docs/curation.md): a JSON request in load_namespace, as the recorders take it
+            n.create_service(AddDiagnostics, f"/{rec}/label_episode", self._label_handler(rec))
+        self.labels: list[tuple[str, dict]] = []
         self.hand = [0.2, 1.1, -0.35]
         self.joy = {"right": [0.0, 0.0, 0, 0, 0, 0], "left": [0.0, 0.0, 0, 0, 0, 0]}  # trig, squeeze, buttons
         self.headset = True
@@ -70,6 +75,16 @@ class FakeGraph:
             resp.success, resp.message = True, "ok"
             return resp
         return handle
+
+    def _label_handler(self, rec):
+        def handle(req, resp):
+            self.labels.append((rec, json.loads(req.load_namespace)))
+            resp.success, resp.message = self.on_label(rec, self.labels[-1][1])
+            return resp
+        return handle
+
+    def on_label(self, rec, label):
+        return True, f"labelled {label.get('outcome')}"
 
     def _run(self):
         while not self._stop.is_set():

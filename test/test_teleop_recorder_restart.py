@@ -127,6 +127,8 @@ def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domai
             save = tuple(HapticConfig().pattern("save")[0][1:])
             wait_for(lambda: [h for h in head.haptics[n_haptics:] if (h[1]["amp"], h[1]["ms"]) == save], 5,
                      "the save confirmation pulse")
+            # ... and the stop's other patterns (its outcome label, a bad verdict: docs/curation.md) played out
+            wait_for(lambda: time.monotonic() - head.haptics[-1][0] > 1.5, 10, "the stop's pulses played out")
             n_events, n_haptics = len(events_at), len(head.haptics)
             g.procs[-1].signal(signal.SIGKILL)
             g.procs[-1].popen.wait(10)

@@ -157,6 +157,8 @@ class Counters:
     frame_behind_max_ms: dict[str, float] = field(default_factory=dict)
     frame_offset_max_ms: dict[str, float] = field(default_factory=dict)
     frames_unpaired: dict[str, int] = field(default_factory=dict)    # RGB-D: colour/depth images with no partner
+    # rows carrying frames: the oldest frame any row carried, repeats included (a stalled camera's depth)
+    frame_age_max_ms: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
     def _inc(d: dict[str, int], key: str, n: int = 1) -> None:
@@ -429,8 +431,11 @@ class EpisodeAssembler:
                     else:
                         c.frame_behind_max_ms[cam] = max(c.frame_behind_max_ms[cam], round(-off / 1e6, 3))
                     c.frame_offset_max_ms[cam] = max(c.frame_offset_max_ms[cam], round(abs(off) / 1e6, 3))
-                if t - f.stamp_ns > self._stale_ns:
+                age = t - f.stamp_ns
+                if age > self._stale_ns:
                     c.frames_stale[cam] += 1
+                if age > 0 and age / 1e6 > c.frame_age_max_ms.get(cam, 0.0):
+                    c.frame_age_max_ms[cam] = round(age / 1e6, 3)
                 self._sent_ns[cam] = f.stamp_ns
                 c.frames_sent[cam] += 1
                 row_frames[cam] = f.value

@@ -107,8 +107,10 @@ def open_target(opts: ConvertOptions, path: Path) -> EpisodeTarget[Any]:
     """The recorder's own writer target over a fresh writer at ``path``."""
     if opts.fmt == "lerobot":
         assert isinstance(opts.settings, LeRobotRecorderConfig)
-        return LeRobotTarget(_lerobot_writer(opts, path), opts.settings.save_raw_quest, opts.topics.table)
-    return RgbdTarget(_rgbd_writer(opts, path), next(iter(opts.topics.cameras)), opts.topics.table)
+        return LeRobotTarget(_lerobot_writer(opts, path), opts.settings.save_raw_quest, opts.topics.table,
+                             fps=opts.settings.fps, cameras=tuple(opts.topics.cameras), verdict=opts.settings.verdict)
+    return RgbdTarget(_rgbd_writer(opts, path), next(iter(opts.topics.cameras)), opts.topics.table,
+                      fps=opts.settings.fps, verdict=opts.settings.verdict)
 
 
 # ---- provenance --------------------------------------------------------------------------------

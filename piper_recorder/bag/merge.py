@@ -134,7 +134,8 @@ def copy_rgbd_episode(writer: Any, f: Any, episode: int, meta_update: dict[str, 
         for t in range(T):
             writer.add_transition(acts[t], float(rew[t]), terminal=bool(term[t]), timeout=bool(tout[t]),
                                   extras={k: v[t] for k, v in ex.items()} or None)
-        writer.end_episode(success=bool(a["success"]) if "success" in a else None)
+        success = (meta_update or {}).get("success", a.get("success"))   # a relabel (outcome) decides it
+        writer.end_episode(success=bool(success) if success is not None else None)
     except BaseException:
         if writer.recording:
             writer.discard_episode()

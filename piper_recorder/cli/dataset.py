@@ -1,10 +1,12 @@
-"""piper-dataset merge|split|delete|retask|retype: edit LeRobot v2.0/v2.1 roots and RGB-D HDF5 files.
+"""piper-dataset merge|split|delete|retask|label|filter|retype: edit LeRobot v2.0/v2.1 roots and RGB-D HDF5 files.
 
   piper-dataset merge A B [C ...] --out OUT        all episodes of A, then B, ... (must agree on
                                                     version, robot, fps, features, cameras, codecs)
   piper-dataset split SRC --out VAL [--rest TRAIN] (--episodes 0,3,5-7 | --fraction 0.1 [--seed 0])
   piper-dataset delete SRC --episodes 1,4-6 [--out OUT]     (in place without --out)
   piper-dataset retask SRC --rename OLD=NEW [--rename ...] [--out OUT]   (several OLD onto one NEW merge)
+  piper-dataset label SRC --episodes 0,3 --outcome success|failure [--note TEXT] [--out OUT]
+  piper-dataset filter SRC --out OUT [--outcome success,failure,none] [--verdict ok,warn,bad,none]
   piper-dataset retype SRC --rotation-type quaternion [--out OUT]   (modality.json's quaternion tag; GR00T N1.5
                                                     accepts `quaternion` and rejects the spec's `quat_wxyz`)
 
@@ -60,6 +62,19 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--rename", action="append", default=[], metavar="OLD=NEW", required=True)
     r.add_argument("--out", type=Path, help="write a new root / file instead of editing in place")
     common(r)
+    lb = sub.add_parser("label", help="mark episodes success / failure (outcome), with an optional note")
+    lb.add_argument("src", type=Path)
+    lb.add_argument("--episodes", required=True, help="episode indices and ranges, e.g. 0,3,5-7")
+    lb.add_argument("--outcome", required=True, choices=("success", "failure"))
+    lb.add_argument("--note", default="", help="a short remark (one line, at most 200 characters)")
+    lb.add_argument("--out", type=Path, help="write a new root / file instead of editing in place")
+    common(lb)
+    fl = sub.add_parser("filter", help="the episodes with the given outcome and integrity verdict, to --out")
+    fl.add_argument("src", type=Path)
+    fl.add_argument("--out", required=True, type=Path, help="new root / file")
+    fl.add_argument("--outcome", help="comma list of success, failure, none (unlabelled)")
+    fl.add_argument("--verdict", help="comma list of ok, warn, bad, none (saved without a verdict)")
+    common(fl)
     t = sub.add_parser("retype", help="re-tag modality.json's quaternion slices (LeRobot roots)")
     t.add_argument("src", type=Path)
     t.add_argument("--rotation-type", required=True, choices=ROTATION_TYPES,
@@ -92,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             res = ops.delete(args.src, args.episodes, args.out, args.dry_run, prog)
         elif args.op == "retask":
             res = ops.retask(args.src, parse_renames(args.rename), args.out, args.dry_run, prog)
+        elif args.op == "label":
+            res = ops.label(args.src, args.episodes, args.outcome, args.note, args.out, args.dry_run, prog)
+        elif args.op == "filter":
+            res = ops.filter_(args.src, args.out, args.outcome, args.verdict, args.dry_run, prog)
         else:
             res = ops.retype(args.src, args.rotation_type, args.out, args.dry_run, prog)
     except EditError as e:

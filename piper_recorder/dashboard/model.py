@@ -256,8 +256,17 @@ def clean_teleop_status(status: Any) -> JsonDict:
 def clean_event(event: Any) -> JsonDict:
     """An ``/episode_events`` line: the fields shown."""
     f = _Fields(event)
-    return {"recorder": f.text("recorder"), "event": f.text("event"), "episode_index": f.count("episode_index"),
-            "rows": f.count("rows"), "reason": f.text("reason"), "invalid_fields": f.invalid}
+    out = {"recorder": f.text("recorder"), "event": f.text("event"), "episode_index": f.count("episode_index"),
+           "rows": f.count("rows"), "reason": f.text("reason"),
+           # curation (docs/curation.md): a saved episode's integrity verdict and reasons, a label's outcome
+           "outcome": f.text("outcome"), "verdict": f.text("verdict"), "verdict_reasons": [],
+           "invalid_fields": f.invalid}
+    reasons = f.data.get("verdict_reasons") if isinstance(f.data, dict) else None
+    if isinstance(reasons, list) and all(isinstance(r, str) for r in reasons):
+        out["verdict_reasons"] = [r[:200] for r in reasons[:20]]
+    elif reasons is not None:
+        f.invalid.append("verdict_reasons")
+    return out
 
 
 @dataclass

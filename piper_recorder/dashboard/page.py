@@ -172,8 +172,8 @@ function renderHeadset(h) {
     h.last_rejection ? H`<span>last rejection</span><span class="msg">${h.last_rejection}</span>` : ''}<span>connects</span><span>${h.connects}</span>`);
 }
 function renderEvents(es) {
-  setHTML('events', H`<tr><th class="l">recorder</th><th class="l">event</th><th>episode</th><th>rows</th><th class="l">reason</th><th>age (s)</th></tr>${
-    list(es).map(e => H`<tr><td class="l">${e.recorder}</td><td class="l">${e.event}</td><td>${num(e.episode_index, 0)}</td><td>${num(e.rows, 0)}</td><td class="l msg">${e.reason || ''}</td><td>${num(e.age_s)}</td></tr>`)}`);
+  setHTML('events', H`<tr><th class="l">recorder</th><th class="l">event</th><th>episode</th><th>rows</th><th class="l">outcome</th><th class="l">verdict</th><th class="l">reason</th><th>age (s)</th></tr>${
+    list(es).map(e => H`<tr><td class="l">${e.recorder}</td><td class="l">${e.event}</td><td>${num(e.episode_index, 0)}</td><td>${num(e.rows, 0)}</td><td class="l">${e.outcome || ''}</td><td class="l ${e.verdict === 'bad' ? 'bad' : e.verdict === 'warn' ? 'warn' : ''}" title="${list(e.verdict_reasons).join('\n')}">${e.verdict || ''}</td><td class="l msg">${[e.reason || '', ...list(e.verdict_reasons)].filter(x => x).join('; ')}</td><td>${num(e.age_s)}</td></tr>`)}`);
 }
 const SECTIONS = [[s => renderHeader(s)], [s => renderGraph(s.graph)], [s => renderRecorders(s.recorders)],
   [s => renderCameras(s.cameras)], [s => renderTeleop(s.teleop)], [s => renderJoints(s.joints)],

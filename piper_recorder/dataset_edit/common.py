@@ -14,9 +14,9 @@ import glob
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.outpaths import overlapping_input
@@ -40,6 +40,7 @@ class Pick:
     source: int
     episode: int
     task: str
+    fields: tuple[tuple[str, Any], ...] = ()   # record keys set on the output episode (a label)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class EpisodeInfo:
 
     task: str
     length: int  # LeRobot rows / RGB-D transitions
+    # the curation keys of its record (outcome, outcome_note, verdict, verdict_reasons), when present
+    curation: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def parse_episodes(text: str, n: int) -> list[int]:
@@ -99,6 +102,34 @@ def retask_picks(episodes: list[EpisodeInfo], renames: dict[str, str]) -> list[P
     if unknown:
         raise EditError(f"--rename: no episode has task(s) {unknown}; tasks present: {sorted(known)}")
     return [Pick(0, i, renames.get(e.task, e.task)) for i, e in enumerate(episodes)]
+
+
+NONE = "none"   # what --outcome / --verdict call an episode without a label / a verdict
+
+
+def parse_choice(text: str | None, allowed: tuple[str, ...], what: str) -> set[str] | None:
+    """``"ok,warn"`` -> {"ok", "warn"}; each checked against ``allowed`` + ``none``; None for no filter."""
+    if text is None:
+        return None
+    got = {p.strip() for p in text.split(",") if p.strip()}
+    bad = sorted(got - set(allowed) - {NONE})
+    if not got or bad:
+        raise EditError(f"--{what} {text!r}: expected a comma list of {', '.join((*allowed, NONE))}")
+    return got
+
+
+def filter_picks(episodes: list[EpisodeInfo], outcomes: set[str] | None, verdicts: set[str] | None) -> list[Pick]:
+    """The episodes whose outcome is in ``outcomes`` and verdict in ``verdicts`` (None: any)."""
+    def ok(value: Any, allowed: set[str] | None) -> bool:
+        return allowed is None or (value if isinstance(value, str) and value else NONE) in allowed
+    return [Pick(0, i, e.task) for i, e in enumerate(episodes)
+            if ok(e.curation.get("outcome"), outcomes) and ok(e.curation.get("verdict"), verdicts)]
+
+
+def label_picks(episodes: list[EpisodeInfo], chosen: list[int], fields: dict[str, Any]) -> list[Pick]:
+    """Every episode, the chosen ones with ``fields`` (the label) set."""
+    sel = set(chosen)
+    return [Pick(0, i, e.task, tuple(sorted(fields.items())) if i in sel else ()) for i, e in enumerate(episodes)]
 
 
 def picks_of(source: int, episodes: list[EpisodeInfo], keep: list[int] | None = None) -> list[Pick]:

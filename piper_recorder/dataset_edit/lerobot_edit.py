@@ -42,6 +42,7 @@ from piper_recorder.names import IMAGES_PREFIX
 from .common import TOOL, EditError, EpisodeInfo, Pick
 
 EDITS_FILE = "dataset_edits.jsonl"
+CURATION_KEYS = ("outcome", "outcome_note", "verdict", "verdict_reasons")
 INCOMPLETE = "data/INCOMPLETE.parquet"  # present in a staging root until its build is complete
 _CODECS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
 
@@ -61,7 +62,8 @@ class LeRobotSource:
 
     @property
     def episodes(self) -> list[EpisodeInfo]:
-        return [EpisodeInfo(str(e["tasks"][0]), int(e["length"])) for e in self.src.episodes]
+        return [EpisodeInfo(str(e["tasks"][0]), int(e["length"]), {k: e[k] for k in CURATION_KEYS if k in e})
+                for e in self.src.episodes]
 
     def close(self) -> None:
         if self.lock_fd is not None:
@@ -245,7 +247,9 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
         marker.write_text("partial output of a piper-dataset edit (in progress, or killed): not a dataset\n")
         for n, p in enumerate(picks):
             s = sources[p.source].src
-            rec = s.episodes[p.episode]
+            rec = {**s.episodes[p.episode], **dict(p.fields)}
+            if p.fields and "outcome_note" not in dict(p.fields):
+                rec.pop("outcome_note", None)   # a new label without a note replaces the old note too
             table = pq.read_table(s.root / s.data_rel(p.episode), columns=["timestamp", *keys])
             work.mkdir(exist_ok=True)
             videos = {}

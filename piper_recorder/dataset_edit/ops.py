@@ -24,8 +24,11 @@ from piper_recorder.lerobot.layout import ROTATION_TYPES
 from piper_recorder.outpaths import located, nested
 
 from . import lerobot_edit, rgbd_edit
+from piper_recorder.recording.verdict import OUTCOMES, VERDICTS, label_fields
+
 from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_mergeable, check_new_output, describe_plan,
-                     parse_episodes, picks_of, remove_stale_staging, retask_picks, split_fraction, staging_path)
+                     filter_picks, label_picks, parse_choice, parse_episodes, picks_of, remove_stale_staging,
+                     retask_picks, split_fraction, staging_path)
 
 Source = lerobot_edit.LeRobotSource | rgbd_edit.RgbdSource
 Progress = Callable[[int, int], None]
@@ -241,5 +244,50 @@ def retype(src: Path, rotation_type: str, out: Path | None = None, dry_run: bool
         res = _run("retype", kind, [src], sources, [o], dry_run, progress, rotation_type={"from": was, "to": rotation_type})
         res.plan.insert(0, f"modality.json rotation_type: {was} -> {rotation_type}")
         return res
+    finally:
+        _close(sources)
+
+
+def label(src: Path, episodes: str, outcome: str, note: str = "", out: Path | None = None, dry_run: bool = False,
+          progress: Progress | None = None) -> Result:
+    """Mark the given episodes success / failure (``note``: a short remark; a label without one clears an
+    old note): their episodes.jsonl lines (LeRobot) or demo attrs (RGB-D, whose ``success`` follows);
+    through the same staged rebuild as every edit, into ``out`` or in place."""
+    try:
+        fields = label_fields(outcome, note)
+    except ValueError as exc:
+        raise EditError(f"label: {exc}") from None
+    kind = _kind([src])
+    sources = _open(kind, [src])
+    try:
+        eps = _episodes(sources[0])
+        chosen = parse_episodes(episodes, len(eps))
+        o = Output(out if out is not None else src, label_picks(eps, chosen, fields), in_place=out is None)
+        res = _run("label", kind, [src], sources, [o], dry_run, progress, labelled=chosen, label=fields)
+        res.plan.insert(0, f"label episodes {episodes} {outcome}" + (f" ({note!r})" if note else ""))
+        return res
+    finally:
+        _close(sources)
+
+
+def filter_(src: Path, out: Path, outcomes: str | None = None, verdicts: str | None = None, dry_run: bool = False,
+            progress: Progress | None = None) -> Result:
+    """The episodes whose outcome and verdict are among the given ones (comma lists; ``none``: unlabelled /
+    no verdict), renumbered, into the new dataset ``out`` (source unchanged)."""
+    want_o = parse_choice(outcomes, OUTCOMES, "outcome")
+    want_v = parse_choice(verdicts, VERDICTS, "verdict")
+    if want_o is None and want_v is None:
+        raise EditError("filter: give --outcome and/or --verdict")
+    kind = _kind([src])
+    sources = _open(kind, [src])
+    try:
+        eps = _episodes(sources[0])
+        picks = filter_picks(eps, want_o, want_v)
+        if not picks:
+            raise EditError(f"filter: no episode of {src} has outcome in {sorted(want_o or ['any'])} and verdict "
+                            f"in {sorted(want_v or ['any'])}; nothing to write")
+        sel = {"selected": [p.episode for p in picks], "outcome": sorted(want_o or []),
+               "verdict": sorted(want_v or [])}
+        return _run("filter", kind, [src], sources, [Output(out, picks)], dry_run, progress, **sel)
     finally:
         _close(sources)

@@ -32,6 +32,7 @@ from rgbd_writer.writer import RgbdConfig, RgbdWriter
 from .common import EditError, EpisodeInfo, Pick
 
 SUFFIXES = (".hdf5", ".h5")
+CURATION_KEYS = ("outcome", "outcome_note", "verdict", "verdict_reasons")
 # root attributes two files must share to be merged (the writer's config + what fixes the layout)
 _AGREE = ("schema_name", "format_version", "camera_width", "camera_height", "rgb_jpeg_quality",
           schema.DEPTH_PROFILE_ATTR, "depth_min_m", "depth_max_m", "rgb_source", "depth_source")
@@ -104,8 +105,9 @@ def open_file(path: Path, lock: bool = True) -> RgbdSource:
             for ep in range(n):
                 a = f["episodes"][f"demo_{ep}"].attrs
                 task = a.get("task", "")
+                cur = {k: (a[k].decode() if isinstance(a[k], bytes) else a[k]) for k in CURATION_KEYS if k in a}
                 episodes.append(EpisodeInfo(task.decode() if isinstance(task, bytes) else str(task),
-                                            int(a["num_samples"])))
+                                            int(a["num_samples"]), cur))
             layout = {}
             for group in (schema.STATE, schema.EXTRA):
                 for k, ds in (f.get(group) or {}).items():
@@ -147,6 +149,10 @@ def build(sources: list[RgbdSource], picks: list[Pick], staging: Path,
                           "recorded_start_time_ns": int(a.get("recorded_start_time_ns", a["start_time_ns"])),
                           "recorded_end_time_ns": int(a.get("recorded_end_time_ns", a["end_time_ns"])),
                           "edited_from": json.dumps({"file": str(sources[p.source].path), "episode": p.episode})}
+                label = dict(p.fields)
+                if "outcome" in label:   # a relabel: the demo's success flag follows the outcome
+                    update.update(label, success=label["outcome"] == "success",
+                                  outcome_note=label.get("outcome_note", ""))
                 copy_rgbd_episode(w, f, p.episode, update)
                 if progress:
                     progress(n + 1, len(picks))

@@ -195,6 +195,12 @@ def _stat_type(feature: dict, stat: str) -> pa.DataType:
     return pa.list_(pa.float64())
 
 
+# the episodes.jsonl curation keys carried into meta/episodes (null where an episode has none): LeRobot
+# 0.4+ keeps every meta/episodes column but stats/* in ``dataset.meta.episodes`` (``load_episodes``)
+CURATION_COLUMNS: dict[str, pa.DataType] = {"outcome": pa.string(), "outcome_note": pa.string(),
+                                           "verdict": pa.string(), "verdict_reasons": pa.list_(pa.string())}
+
+
 def episodes_schema(src: Source) -> pa.Schema:
     """meta/episodes columns and types, fixed so that every file of every run has the same schema."""
     fields = [pa.field("episode_index", pa.int64()), pa.field("tasks", pa.list_(pa.string())),
@@ -211,6 +217,7 @@ def episodes_schema(src: Source) -> pa.Schema:
             fields.append(pa.field(f"stats/{key}/{stat}", _stat_type(feat, stat)))
     fields += [pa.field("meta/episodes/chunk_index", pa.int64()),
                pa.field("meta/episodes/file_index", pa.int64())]
+    fields += [pa.field(k, t, nullable=True) for k, t in CURATION_COLUMNS.items()]
     return pa.schema(fields)
 
 
@@ -336,12 +343,14 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
                 for stat in STAT_KEYS:
                     row[f"stats/{key}/{stat}"] = stats[key][stat] if key in stats else None
             row["meta/episodes/chunk_index"], row["meta/episodes/file_index"] = b.meta_index
+            for k in CURATION_COLUMNS:
+                row[k] = e.get(k)
             rows.append(row)
         b.close()
     except BaseException:
         b.abort()
         raise
-    missing = [c for c in schema.names if any(r.get(c) is None for r in rows)]
+    missing = [c for c in schema.names if c not in CURATION_COLUMNS and any(r.get(c) is None for r in rows)]
     if missing:
         raise ExportError(f"no episode stats for {missing[:3]}... (episode_stats gave fewer features)")
     meta_path = staging / EPISODES_PATH.format(chunk_index=b.meta_index[0], file_index=b.meta_index[1])

@@ -36,8 +36,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
-from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +52,8 @@ from .video import VideoConfig, VideoEncoder  # noqa: F401 - VideoConfig: the wr
 from .writer_config import CameraSpec, WriterConfig  # noqa: F401 - with VideoConfig: the writer API
 
 log = logging.getLogger(__name__)
+# (the episode's record, its cameras' finished mp4s, its rows' timestamps) -> more record keys
+Annotate = Callable[[Mapping[str, Any], Mapping[str, Path], Sequence[float]], Mapping[str, Any]]
 
 
 class _Episode:
@@ -95,6 +97,8 @@ class LeRobotWriter:
 
     _ep: _Episode | None          # the episode in flight (guarded by _state_lock)
     _lock_fd: int | None          # the root lock (fsutil.lock_root) until close
+
+    _episodes: list[dict]   # episodes.jsonl as committed
 
     def __init__(self, root: str | os.PathLike, cfg: WriterConfig | None = None):
         self.cfg = cfg = cfg or WriterConfig()
@@ -207,11 +211,14 @@ class LeRobotWriter:
                 ep.quest.write(text.replace("\n", " ") + "\n")
                 ep.quest_lines += 1
 
-    def save_episode(self, counters: Mapping[str, Any] | None = None) -> dict | None:
+    def save_episode(self, counters: Mapping[str, Any] | None = None,
+                     annotate: Annotate | None = None) -> dict | None:
         """Finish and commit the episode; returns its episodes.jsonl record (None if it was empty).
 
-        ``counters`` (JSON-serialisable) are merged into the record. On failure raises
-        ``DatasetError`` with the dataset unchanged and the episode still pending.
+        ``counters`` (JSON-serialisable) are merged into the record. ``annotate(record, videos,
+        timestamps)``, called once the encoders are flushed and before the commit, returns more keys
+        for the record from what was written (the integrity verdict reads the finished mp4s back).
+        On failure raises ``DatasetError`` with the dataset unchanged and the episode still pending.
         """
         with self._lock:
             with self._state_lock:
@@ -230,6 +237,13 @@ class LeRobotWriter:
                                    "discard_episode() it")
             t1 = time.perf_counter()
             record = self._record(ep, counters)
+            if annotate is not None:
+                videos = {cam: ep.staging / f"{cam}.mp4" for cam in self.cfg.cameras}
+                extra = dict(annotate(record, videos, ep.times[:ep.n]))
+                clash = sorted(set(extra) & set(record))
+                if clash:
+                    raise DatasetError(f"save_episode: annotations {clash} clash with the record's keys")
+                record.update(extra)
             self._commit_save(ep, record)
             self._set_episode(None)
             self._session_saved.append(ep.index)
@@ -298,6 +312,33 @@ class LeRobotWriter:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
             self._session_saved.append(idx)
+            return rec
+
+    def update_episode(self, index: int, fields: Mapping[str, Any]) -> dict:
+        """Set ``fields`` in saved episode ``index``'s episodes.jsonl line (a label given after the save);
+        the line is rewritten by one atomic replace of episodes.jsonl (fsynced), nothing else changes.
+        The writer's own keys (indices, length, video counts) cannot be set this way."""
+        reserved = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
+                    "video_frame_lengths", "video_dropped_frames", "raw_quest_lines"}
+        bad = sorted(set(fields) & reserved)
+        if bad:
+            raise DatasetError(f"update_episode: {bad} are the writer's own keys")
+        with self._lock:
+            if not 0 <= index < len(self._episodes):
+                raise EpisodeStateError(f"no saved episode {index} (the root has {len(self._episodes)})")
+            rec: dict = {**self._episodes[index], **fields}
+            try:
+                json.dumps(rec)
+            except (TypeError, ValueError) as e:
+                raise DatasetError(f"update_episode: fields are not JSON-serialisable: {e}") from None
+            episodes: list[dict] = list(self._episodes)
+            episodes[index] = rec
+            try:
+                fsutil.atomic_write(self.root / "meta" / "episodes.jsonl", fsutil.jsonl_bytes(episodes))
+            except OSError as e:
+                raise SaveFailedError(f"labelling episode {index} failed ({io_reason(e)}); "
+                                      "episodes.jsonl is unchanged") from e
+            self._episodes = episodes
             return rec
 
     def discard_episode(self) -> None:

@@ -33,7 +33,8 @@ class LeRobotRecorder(RecorderNode):
         from piper_recorder.lerobot.writer import LeRobotWriter
 
         writer = LeRobotWriter(self.cfg.root, lerobot_writer_config(self.cfg, topics.cameras, table=topics.table))
-        return LeRobotTarget(writer, save_raw_quest=self.cfg.save_raw_quest, table=topics.table)
+        return LeRobotTarget(writer, save_raw_quest=self.cfg.save_raw_quest, table=topics.table,
+                             verdict=self.verdict_cfg, fps=self.cfg.fps, cameras=tuple(topics.cameras))
 
 
 def main(args: list[str] | None = None) -> None:

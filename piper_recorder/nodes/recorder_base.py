@@ -1,4 +1,5 @@
-"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services, status, events, provenance.
+"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services and ``label_episode``
+(docs/curation.md), status, events, provenance.
 
 Threads (why encoding never blocks a message callback):
 - ``run_node``'s EventsExecutor (one thread, the cheapest per message: a recorder takes ~1,000
@@ -7,7 +8,7 @@ Threads (why encoding never blocks a message callback):
   copy for rgb8/16UC1) and inserts it into the assembler under a short lock. Services are coroutines
   that run their transition (which may wait for the lateness allowance and a save) on a worker thread
   and await it, so the executor keeps taking messages meanwhile; the controller serialises transitions.
-- The four services live on a second, message-free node (``<name>_control``, its services named under
+- The services live on a second, message-free node (``<name>_control``, its services named under
   the recorder's own name: ``/lerobot_recorder/stop_episode``) spun by its own executor thread, so a
   stop is taken when it arrives, not after the images queued before it on a busy recorder; its
   arrival time is the episode's end (``controller.request_stop``: no row after it is assembled).
@@ -31,6 +32,7 @@ import threading
 import time
 from typing import Any
 
+from diagnostic_msgs.srv import AddDiagnostics
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
@@ -44,6 +46,7 @@ from piper_recorder.recording.inputs import TopicMap, topic_map
 from piper_recorder.recording.policy_log import PolicyLog, episode_fields
 from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
 from piper_recorder.recording.targets import EpisodeTarget
+from piper_recorder.recording.verdict import VerdictConfig
 
 from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
@@ -72,6 +75,7 @@ class RecorderNode(Node):
     def __init__(self, name: str):
         super().__init__(name)
         self.cfg = cfg = declare_config(self, self.config_class)
+        cfg.verdict = self.verdict_cfg = declare_config(self, VerdictConfig, "verdict.")   # the verdict's thresholds
         try:
             self.topics = topics = topic_map(self.fmt, cfg)
         except (OSError, ValueError) as exc:   # the mapping file: missing, unreadable, wrong
@@ -131,6 +135,9 @@ class RecorderNode(Node):
         for srv, fn in (("start_episode", self._srv_start), ("stop_episode", self._srv_stop),
                         ("discard_episode", self._srv_discard), ("delete_last_episode", self._srv_delete)):
             self._control.create_service(Trigger, f"{base}/{srv}", fn)
+        # the label: a JSON string in, success + message out (no installed interface has a typed payload
+        # for it; AddDiagnostics is the one string -> (bool, string) service): see docs/curation.md
+        self._control.create_service(AddDiagnostics, f"{base}/label_episode", self._srv_label)
         self._control_exec = make_executor()
         self._control_exec.add_node(self._control)
         self._control_stop = threading.Event()
@@ -215,6 +222,28 @@ class RecorderNode(Node):
 
     async def _srv_discard(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         return self._answer(res, await run_in_thread(self.controller.discard))
+
+    async def _srv_label(self, req: AddDiagnostics.Request, res: AddDiagnostics.Response) -> AddDiagnostics.Response:
+        """``load_namespace`` carries ``{"outcome": "success"|"failure", "note": "...", "episode": N}``
+        (note and episode optional: the episode in flight, else the last one saved this session)."""
+        try:
+            arg = json.loads(req.load_namespace)
+        except ValueError:
+            arg = None
+        if not isinstance(arg, dict) or set(arg) - {"outcome", "note", "episode"}:
+            ans = Answer(False, 'label_episode wants a JSON object {"outcome": "success"|"failure", '
+                                '"note": "...", "episode": N} (note, episode optional), got '
+                                f"{req.load_namespace[:80]!r}")
+        else:
+            ep = arg.get("episode")
+            if ep is not None and not (isinstance(ep, int) and not isinstance(ep, bool)):
+                ans = Answer(False, f"label_episode: episode must be an integer, got {ep!r}")
+            else:
+                ans = await run_in_thread(lambda: self.controller.label(str(arg.get("outcome")), arg.get("note", ""), ep))
+        res.success, res.message = bool(ans.ok), ans.message
+        if not ans.ok:
+            self.get_logger().warning(ans.message)
+        return res
 
     async def _srv_delete(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         return self._answer(res, await run_in_thread(self.controller.delete_last))

@@ -32,7 +32,7 @@ class RgbdRecorder(RecorderNode):
         from rgbd_writer.writer import RgbdWriter
 
         writer = RgbdWriter(self.cfg.path, rgbd_writer_config(self.cfg, topics.cameras, table=topics.table))
-        return RgbdTarget(writer, next(iter(topics.cameras)), topics.table)
+        return RgbdTarget(writer, next(iter(topics.cameras)), topics.table, verdict=self.verdict_cfg, fps=self.cfg.fps)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 import threading
 import time
@@ -56,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.srv import AddDiagnostics
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.client import Client
@@ -125,7 +127,7 @@ def _joy(msg: JoyMsg) -> Joy | None:
     if len(a) < 2 or len(b) < 4:
         return None
     return Joy(trigger=float(a[0]), squeeze=float(a[1]), primary=bool(b[0]), secondary=bool(b[1]),
-               menu=bool(b[3]))
+               menu=bool(b[3]), stick_click=bool(b[2]))
 
 
 class TeleopNode(Node):
@@ -169,6 +171,14 @@ class TeleopNode(Node):
         self.calls = RecorderCalls(list(self.ncfg.recorders), self.ncfg.calls())
         self._call_group = ReentrantCallbackGroup()
         self.recorder_clients = {rec: self._make_clients(rec) for rec in self.ncfg.recorders}
+        # the stop chord's label (docs/curation.md): one label_episode call per recorder, sent with the stop
+        self.label_clients: dict[str, Client[Any, Any]] = {rec: self.create_client(AddDiagnostics, f"/{rec}/label_episode",
+                                                      callback_group=self._call_group)
+                              for rec in self.ncfg.recorders}
+        self._labels_pending: dict[str, tuple[Any, float, str]] = {}   # rec -> (future, sent, outcome)
+        self._presses = 0   # button presses so far (the bad verdict's pattern is felt once per press)
+        self._bad_felt: tuple[int, float] = (-1, -math.inf)   # (presses, when) at the last 'bad' pattern
+        self.last_outcome: dict[str, Any] | None = None       # the last label a recorder confirmed
         for rec in self.ncfg.recorders:
             self.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_recorder_status(r, m),
                                      reliable, callback_group=g)
@@ -243,6 +253,17 @@ class TeleopNode(Node):
                 self.core.on_recording(self.calls.recording)
                 if kind in EVENT_PATTERNS:
                     self.haptics.confirm(time.monotonic(), EVENT_PATTERNS[kind])   # once for all recorders
+                if kind == "labeled" and ev.get("outcome") in ("success", "failure"):
+                    self.haptics.confirm(time.monotonic(), str(ev["outcome"]))      # felt once for all recorders
+                    self.last_outcome = {"episode_index": ev.get("episode_index"), "outcome": ev["outcome"]}
+                    self._status_dirty = True
+                if kind == "saved" and ev.get("verdict") == "bad":
+                    # once per stop, not per recorder (their episode numbers may differ): again only after a
+                    # press, or dedupe_s later for episodes driven through the services
+                    now = time.monotonic()
+                    if self._presses > self._bad_felt[0] or now - self._bad_felt[1] > self.haptics.cfg.dedupe_s:
+                        self._bad_felt = (self._presses, now)
+                        self.haptics.play(now, "bad")
 
     def _on_recorder_status(self, rec: str, msg: String) -> None:
         try:
@@ -285,6 +306,7 @@ class TeleopNode(Node):
             for action in res.actions:
                 self.calls.press(now, action)
                 self.haptics.new_press()
+                self._presses += 1
             if res.actions:
                 self.core.on_recording(self.calls.recording)
             self._track_limits(now, self.core.limits.acted if res.target is not None else ())
@@ -294,6 +316,8 @@ class TeleopNode(Node):
                 self._status_dirty = True
         for action in res.actions:
             self.get_logger().info(f"button: {action.value} on {self.ncfg.recorders}")
+        if res.outcome is not None:
+            self._send_label(res.outcome)
 
         if res.clutch is ClutchEvent.ENGAGED:
             self.get_logger().info("clutch engaged")
@@ -347,12 +371,66 @@ class TeleopNode(Node):
             self.recorder_clients[rec] = self._make_clients(rec)
         for report in res.reports:
             self._report(report)
+        self._label_deadlines(now, res.reconnect)
         for send in res.sends:
             future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
             future.add_done_callback(functools.partial(self._on_reply, send.call_id))
         self._service_poll_pulses(now)
         if self._status_dirty and now - self._status_sent >= STATUS_MIN_PERIOD_S:
             self._publish_status()
+
+    def _send_label(self, outcome: str) -> None:
+        """The stop chord's label to every recorder (it lands on the episode being stopped: in flight, or
+        just saved if the stop got there first). Not retried: a refusal, or no answer within call_timeout_s, pulses ``refused``
+        and is logged, and the episode can be labelled afterwards (service or piper-dataset label)."""
+        req = AddDiagnostics.Request(load_namespace=json.dumps({"outcome": outcome}))
+        for rec, client in self.label_clients.items():
+            if not client.service_is_ready():
+                self._label_failed(rec, outcome, "label_episode not available")
+                continue
+            fut = client.call_async(req)
+            with self._lock:
+                self._labels_pending[rec] = (fut, time.monotonic(), outcome)
+            fut.add_done_callback(functools.partial(self._on_label_reply, rec, outcome, time.monotonic()))
+
+    def _label_deadlines(self, now: float, reconnect: list[str]) -> None:
+        """A label not answered within call_timeout_s (a dead endpoint still matched) is reported, and that
+        recorder's label client re-created, as RecorderCalls does for the Trigger clients."""
+        with self._lock:
+            late = [(rec, outcome) for rec, (fut, sent, outcome) in self._labels_pending.items()
+                    if not fut.done() and now - sent > self.ncfg.call_timeout_s]
+            for rec, _ in late:
+                self._labels_pending.pop(rec, None)
+        for rec, outcome in late:
+            self._label_failed(rec, outcome, f"no answer within {self.ncfg.call_timeout_s:g} s")
+        for rec in {r for r, _ in late} | set(reconnect):
+            self.destroy_client(self.label_clients[rec])
+            self.label_clients[rec] = self.create_client(AddDiagnostics, f"/{rec}/label_episode",
+                                                         callback_group=self._call_group)
+
+    def _on_label_reply(self, rec: str, outcome: str, _sent: float, future: Future[AddDiagnostics.Response]) -> None:
+        with self._lock:
+            if self._labels_pending.get(rec, (None,))[0] is future:
+                self._labels_pending.pop(rec, None)
+        try:
+            reply = future.result()
+            ok, message = (bool(reply.success), str(reply.message)) if reply is not None else (False, "no reply")
+        except Exception as exc:  # noqa: BLE001 - reported, never raised into the executor
+            ok, message = False, f"call failed: {exc}"
+        if ok:
+            self.get_logger().info(f"{rec}/label_episode {outcome}: {message}")
+        else:
+            self._label_failed(rec, outcome, message)
+
+    def _label_failed(self, rec: str, outcome: str, message: str) -> None:
+        self.get_logger().error(f"{rec}/label_episode {outcome}: {message}")
+        now = time.monotonic()
+        with self._lock:
+            self.haptics.play(now, "refused")
+            seq = (self._last_alarm or {}).get("seq", 0) + 1
+            self._last_alarm = {"recorder": rec, "action": "label_episode", "outcome": "refused",
+                                "message": message, "pattern": "failed", "seq": seq}
+            self._status_dirty = True
 
     def _ready(self, rec: str) -> bool:
         return all(c.service_is_ready() for c in self.recorder_clients[rec].values())
@@ -407,7 +485,8 @@ class TeleopNode(Node):
                       "recorders": {n: r.state for n, r in self.calls.recorders.items()},
                       "calls_in_flight": self.calls.pending(), "last_alarm": self._last_alarm,
                       "last_release": self.core.last_release,
-                      "haptics": dict(self.haptics.played), "input": self.ncfg.input}
+                      "haptics": dict(self.haptics.played), "input": self.ncfg.input,
+                      "last_outcome": self.last_outcome}
             if self.spacemouse is not None:
                 status["spacemouse"] = self.spacemouse.status()
             self.core.limits_seen.clear()

@@ -42,13 +42,16 @@ class HudState:
     releases: int = 0                  # clutch releases teleop made (teleop's forced_releases)
     degraded: list[str] = field(default_factory=list)   # deliveries below their mark (piper_recorder.delivery)
     last_release: str = ""             # ... the newest one's reason
+    # the last saved episode's curation: "ep3 success ok" (outcome label, integrity verdict; docs/curation.md)
+    last_episode: str = ""
 
     def headline(self) -> str:
         if self.recording:
             ep = "?" if self.episode_index is None else str(self.episode_index)
             minutes, seconds = divmod(max(0.0, self.elapsed_s), 60.0)
             return f"REC ep{ep}  {int(minutes):02d}:{seconds:04.1f}"
-        return f"READY  {self.saved_count} saved"
+        last = f"  {self.last_episode}" if self.last_episode else ""
+        return f"READY  {self.saved_count} saved{last}"
 
     def info_line(self) -> str:
         clutch = "--" if self.engaged is None else ("ENGAGED" if self.engaged else "idle")
@@ -102,6 +105,7 @@ class HudModel:
         self.last_release = ""
         self.degraded: list[str] = []
         self._teleop_seen = False   # the first teleop status only sets the release count (a restarted quest_video)
+        self._last_ep: dict[str, Any] = {}   # the last saved episode's index, outcome and verdict
 
     # ---- inputs ---------------------------------------------------------------------------------
     def error(self, now: float, text: str) -> None:
@@ -144,6 +148,11 @@ class HudModel:
             self.recording, self._start_ns = False, None
             if kind == "saved" and idx is not None:
                 self._saved.add(idx)
+                self._last_ep = {"episode": idx, "outcome": _word(ev.get("outcome")), "verdict": _word(ev.get("verdict"))}
+        elif kind == "labeled" and idx is not None:
+            if self._last_ep.get("episode") != idx:
+                self._last_ep = {"episode": idx, "verdict": ""}
+            self._last_ep["outcome"] = _word(ev.get("outcome"))
         elif kind == "deleted" and idx is not None:
             self._saved.discard(idx)
         elif kind == "save_failed":
@@ -192,7 +201,20 @@ class HudModel:
         return HudState(recording=self.recording, episode_index=self.episode_index, elapsed_s=max(0.0, elapsed),
                         saved_count=len(self._saved), engaged=self.engaged, input_hz=self.input_hz,
                         headset=self.headset, limits=list(self.limits), error=error, arm=self.arm,
-                        releases=self.releases, last_release=self.last_release, degraded=list(self.degraded))
+                        releases=self.releases, last_release=self.last_release, degraded=list(self.degraded),
+                        last_episode=self._last_episode())
+
+    def _last_episode(self) -> str:
+        e = self._last_ep
+        if "episode" not in e:
+            return ""
+        words = [w for w in (e.get("outcome") or "unlabelled", e.get("verdict") or "") if w]
+        return f"ep{e['episode']} " + " ".join(words)
+
+
+def _word(v: Any) -> str:
+    """A status word from the graph (an outcome, a verdict) or "": never markup or a long text."""
+    return v if isinstance(v, str) and v.isalpha() and len(v) <= 12 else ""
 
 
 # ---- rendering --------------------------------------------------------------------------------------

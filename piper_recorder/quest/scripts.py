@@ -11,7 +11,9 @@ Tests and the teleop engineer predict the controller at any time with ``Scripted
            opens smoothly (period 3.5 s)
   8.2-8.5  grip ramps 1 -> 0: release
   9.0-9.15 A pressed: stop and save; every third cycle (k % 3 == 2) B (right secondary) instead:
-           discard
+           discard. In the cycles k % 3 == 1 the thumbstick is held pressed (right stick_click,
+           8.9-9.3) across that A press: the stop chord that labels the episode ``failure`` (plain A:
+           ``success``; docs/curation.md)
 ``idle``    controllers still, nothing pressed.
 ``circle``  engaged from ``LEAD_S`` + 0.3 s on, right controller on a 4 cm circle in the x-y
             (right/up) plane, period ``LOOP_S``, trigger constant 0.5, no buttons; for tracking tests.
@@ -67,10 +69,10 @@ def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
 
 
 def _hand(pos: Sequence[float], quat: Sequence[float], trigger: float = 0.0, squeeze: float = 0.0, primary: bool = False,
-          secondary: bool = False) -> dict[str, Any]:
+          secondary: bool = False, stick_click: bool = False) -> dict[str, Any]:
     return {"pos": [float(p) for p in pos], "quat": [float(q) for q in quat], "valid": True, "tracked": True,
             "trigger": float(trigger), "squeeze": float(squeeze), "stick": [0.0, 0.0],
-            "stick_click": False, "primary": bool(primary), "secondary": bool(secondary), "menu": False}
+            "stick_click": bool(stick_click), "primary": bool(primary), "secondary": bool(secondary), "menu": False}
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class RightHand:
     squeeze: float
     primary: bool
     secondary: bool
+    stick_click: bool = False
 
 
 class ScriptedHeadset:
@@ -147,8 +150,9 @@ class ScriptedHeadset:
         press_start = self.buttons and 0.0 <= c < PRESS_S
         press_end = self.buttons and 9.0 <= c < 9.0 + PRESS_S
         discard = k % 3 == 2
+        stick = self.buttons and k % 3 == 1 and 8.9 <= c < 9.3   # held across the stop press: failure
         return RightHand(pos, quat, trigger, squeeze, press_start or (press_end and not discard),
-                         press_end and discard)
+                         press_end and discard, stick)
 
     @staticmethod
     def _continuous(u: float) -> RightHand:
@@ -178,5 +182,5 @@ class ScriptedHeadset:
             "head": {"pos": [HEAD_POS[0], HEAD_POS[1] + sway, HEAD_POS[2]], "quat": [0.0, 0.0, 0.0, 1.0],
                      "valid": True, "tracked": True},
             "left": _hand(LEFT_HOME, (0.0, 0.0, 0.0, 1.0)),
-            "right": _hand(r.pos, r.quat, r.trigger, r.squeeze, r.primary, r.secondary),
+            "right": _hand(r.pos, r.quat, r.trigger, r.squeeze, r.primary, r.secondary, r.stick_click),
         }

@@ -24,6 +24,8 @@ from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, C
                                   check_topic_pattern)
 from piper_recorder.params_file import node_params, read_params_file
 
+from .verdict import VerdictConfig
+
 if typing.TYPE_CHECKING:
     from piper_recorder.lerobot.writer import WriterConfig
     from rgbd_writer.writer import RgbdConfig
@@ -88,6 +90,9 @@ class RecorderConfig:
     # (frames_dropped_writer_behind): a recorder that cannot keep up sheds frames instead of growing a
     # backlog that stop_episode would wait for (recording.worker); ~/status says falling_behind at half
     writer_max_lag_s: float = 2.0
+    # the save-time integrity verdict's thresholds: ROS parameters verdict.* (recording.verdict,
+    # declared by the node with that prefix; read from a parameter file's verdict.* keys by load_config)
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)
 
     def check_runtime(self, name: str, value: Any) -> str | None:
         """Why a running recorder refuses ``name = value`` (ros2 param set), or None."""
@@ -340,12 +345,19 @@ def load_config(cls: type[C], params_file: str | Path | None = None, node: str |
     where = f"{params_file}: {node}" if params_file is not None else node
     values = node_params(read_params_file(params_file), node) if params_file is not None else {}
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+    names = {f.name for f in dataclasses.fields(cls)} - {"verdict"}
+    prefix = "verdict."
+    vhints = typing.get_type_hints(VerdictConfig)
+    vvalues = {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}
+    values = {k: v for k, v in values.items() if not k.startswith(prefix)}
+    unknown = sorted(set(values) - names) + sorted(prefix + k for k in set(vvalues) - set(vhints))
     if unknown:
         raise ValueError(f"{where}: unknown parameters {unknown}")
     try:
-        cfg = cls(**{k: coerce_param(k, hints[k], v) for k, v in values.items() if v is not None})
+        verdict = VerdictConfig(**{k: coerce_param(prefix + k, vhints[k], v) for k, v in vvalues.items()
+                                   if v is not None})
+        verdict.validate()
+        cfg = cls(**{k: coerce_param(k, hints[k], v) for k, v in values.items() if v is not None}, verdict=verdict)
         cfg.validate()
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from exc

@@ -25,6 +25,7 @@ from piper_recorder.assembly.messages import pose7
 from piper_recorder.errors import PiperError
 
 from .targets import EpisodeTarget, Record
+from .verdict import OUTCOME_KEY, REASONS_KEY, VERDICT_KEY, label_fields
 from .worker import DEFAULT_MAX_LAG_S, QueuedSink, WriterWorker
 
 IDLE, RECORDING, SAVING, SAVE_FAILED, CLOSED = "idle", "recording", "saving", "save_failed", "closed"
@@ -119,6 +120,9 @@ class EpisodeController:
         self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
         self._tick_delays: list[int] = []
         self._unsaved: _Unsaved | None = None    # the finished episode a failed save left with the writer
+        self._label: dict[str, Any] = {}   # the episode in flight's outcome label, applied at its save
+        self.last_label: dict[str, Any] = {}   # the last label given (episode, outcome, note): ~/status
+        self.last_verdict: dict[str, Any] = {}   # the last saved episode's verdict: ~/status
         self.last_message = "idle"
         self.last_ok = True    # whether the last answer was a success (False: a refusal, shown on the HUD)
         self.answers = 0       # answers given so far: tells a repeated refusal from the same one
@@ -238,6 +242,7 @@ class EpisodeController:
                     for stamp, rgb, depth in _preroll(frames, start_ns):
                         self._asm.add_frame(cam, stamp, rgb, depth)
                 self._episode, self._task, self.state = idx, task, RECORDING
+                self._label = {}
             event = self._event("started", start_ns=start_ns)
             return self._done(Answer(True, f"recording episode {idx} (task '{task}')", event))
 
@@ -288,7 +293,7 @@ class EpisodeController:
         """Save on the writer thread; a failure with the episode still held by the writer keeps it."""
         t0 = time.monotonic()
         try:
-            self.worker.call(lambda: self._save(u))
+            rec = self.worker.call(lambda: self._save(u))
         except _InputError as exc:  # rows or frames never reached the writer: the episode is incomplete
             return self._drop(f"save failed: {exc.describe()}", ok=False, start_ns=u.start_ns)
         except Exception as exc:  # noqa: BLE001 - a failed save leaves no half-written episode
@@ -311,9 +316,16 @@ class EpisodeController:
         with self._lock:
             self.state = IDLE
         event = self._event("saved", start_ns=u.origin_ns, end_ns=u.end_ns, rows=u.counters["rows"], reason=u.reason)
+        rec = rec if isinstance(rec, dict) else {}
+        event.update({k: rec[k] for k in (VERDICT_KEY, REASONS_KEY, OUTCOME_KEY) if k in rec})
+        self.last_verdict = {"episode_index": idx, **{k: rec[k] for k in (VERDICT_KEY, REASONS_KEY) if k in rec}}
         late = (time.time_ns() - u.end_ns) / 1e9
+        verdict = f"; verdict {rec[VERDICT_KEY]}" if VERDICT_KEY in rec else ""
+        if rec.get(VERDICT_KEY) not in (None, "ok"):
+            verdict += f" ({'; '.join(rec.get(REASONS_KEY) or [])})"
         return self._done(Answer(True, f"saved episode {idx}: {u.counters['rows']} rows ({u.reason}; saved "
-                                       f"{late:.2f} s after its end, the save {time.monotonic() - t0:.2f} s)", event))
+                                       f"{late:.2f} s after its end, the save {time.monotonic() - t0:.2f} s)"
+                                       f"{verdict}", event))
 
     def _retry_save(self) -> Answer:
         u = self._unsaved
@@ -331,7 +343,9 @@ class EpisodeController:
             u.counters["frames_dropped_writer_behind"] = dict(u.sink.behind)
         fields = {} if self._episode_fields is None else \
             self._episode_fields(u.origin_ns if u.origin_ns is not None else u.start_ns, u.end_ns)
-        return self.target.save_episode({**u.counters, **fields}, u.timeout)
+        with self._lock:
+            label = dict(self._label)
+        return self.target.save_episode({**u.counters, **fields, **label}, u.timeout)
 
     def _writer_holds_episode(self) -> bool:
         """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
@@ -375,6 +389,42 @@ class EpisodeController:
             event = self._event("deleted", start_ns=None, reason="delete_last_episode")
             return self._done(Answer(True, f"deleted episode {idx}", event))
 
+    def label(self, outcome: str, note: str = "", episode: int | None = None) -> Answer:
+        """Mark an episode success / failure (with an optional short note): the episode in flight (applied
+        at its save; ``episode`` None or its index), else an episode saved in this session (``episode``,
+        default the last one: its record is rewritten at once). Waits for a save in progress, so a label
+        given while the episode is being saved lands on it."""
+        try:
+            fields = label_fields(outcome, note)
+        except ValueError as exc:
+            return self._refuse(f"cannot label: {exc}")
+        with self._service:
+            if self.state in (RECORDING, SAVE_FAILED) and episode in (None, self._episode):
+                with self._lock:
+                    self._label = fields
+                return self._labelled(self._episode, fields, "applied at its save")
+            if self.state not in (IDLE, RECORDING, SAVE_FAILED):
+                return self._refuse(f"cannot label: recorder is {self.state}")
+            saved = [i for i, _ in self._saved]
+            if not saved:
+                return self._refuse("cannot label: no episode in flight and none saved in this session")
+            idx = saved[-1] if episode is None else episode
+            if idx not in saved:
+                return self._refuse(f"cannot label episode {idx}: not saved in this session (saved: {saved}); "
+                                    "use piper-dataset label afterwards")
+            try:
+                self.worker.call(lambda: self.target.label_saved(idx, fields))
+            except Exception as exc:  # noqa: BLE001 - e.g. a full disk: the record is unchanged
+                return self._refuse(f"cannot label episode {idx}: {type(exc).__name__}: {exc}")
+            return self._labelled(idx, fields, "saved")
+
+    def _labelled(self, idx: int | None, fields: dict[str, Any], how: str) -> Answer:
+        self.last_label = {"episode_index": idx, **fields}
+        event = self._event("labeled", start_ns=None)
+        event.update(episode_index=idx, **fields)
+        note = f" ({fields['outcome_note']!r})" if fields.get("outcome_note") else ""
+        return self._done(Answer(True, f"episode {idx} labelled {fields[OUTCOME_KEY]}{note}: {how}", event))
+
     def shutdown(self, save: bool) -> Answer:
         """Save or discard the episode in flight, then close the writer. Idempotent."""
         ans = Answer(True, "closed")
@@ -407,7 +457,8 @@ class EpisodeController:
                                   "task": self._task, "saved_this_session": [i for i, _ in self._saved],
                                   "writer_backlog": self.worker.backlog, "writer_lag_s": round(lag, 3),
                                   "falling_behind": lag > 0.5 * self.max_lag_s, "message": self.last_message,
-                                  "ok": self.last_ok, "answers": self.answers}
+                                  "ok": self.last_ok, "answers": self.answers,
+                                  "last_label": dict(self.last_label), "last_verdict": dict(self.last_verdict)}
             if self._asm is not None:
                 behind = dict(self._sink.behind) if self._sink is not None else {}
                 st.update(elapsed_s=round((now_ns - self._asm.start_ns) / 1e9, 3), rows=self._asm.rows,

@@ -14,6 +14,9 @@ from typing import Any, Protocol, TypeVar
 from piper_recorder.assembly import PIPER_TABLE, FeatureTable, LeRobotSink, RgbdSink, Sink
 from piper_recorder.assembly.sinks import LeRobotRows, RgbdSteps
 
+from .verdict import VerdictConfig, judge
+
+LABEL_KEYS = ("outcome", "outcome_note")
 S = TypeVar("S", bound=Sink)
 S_co = TypeVar("S_co", bound=Sink, covariant=True)   # a target's sink type (only handed out)
 Record = dict[str, Any]
@@ -24,7 +27,9 @@ class LeRobotDatasetWriter(LeRobotRows, Protocol):
 
     def begin_session(self, record: Record) -> Any: ...
     def start_episode(self, task: str) -> int: ...
-    def save_episode(self, counters: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None: ...
+    def save_episode(self, counters: Mapping[str, Any] | None = None,
+                     annotate: Any = None) -> Mapping[str, Any] | None: ...
+    def update_episode(self, index: int, fields: Mapping[str, Any]) -> Any: ...
     def discard_episode(self) -> None: ...
     def delete_last_episode(self) -> Any: ...
     def close(self) -> None: ...
@@ -34,7 +39,9 @@ class RgbdDatasetWriter(RgbdSteps, Protocol):
     """The RGB-D writer calls a target makes (``rgbd_writer.writer.RgbdWriter``)."""
 
     def start_episode(self, seed: int | None = None, meta: Mapping[str, Any] | None = None) -> int: ...
-    def end_episode(self, success: bool | None = None) -> Mapping[str, Any] | None: ...
+    def end_episode(self, success: bool | None = None,
+                    meta: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None: ...
+    def update_episode_attrs(self, index: int, attrs: Mapping[str, Any]) -> None: ...
     def discard_episode(self) -> None: ...
     def close(self) -> None: ...
 
@@ -48,6 +55,7 @@ class EpisodeTarget(Protocol[S_co]):
     def begin_session(self, record: Record) -> None: ...
     def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, S_co]: ...
     def save_episode(self, counters: Record, timeout: bool) -> Record: ...
+    def label_saved(self, index: int, fields: Record) -> None: ...
     def keeps_failed_save(self, exc: BaseException) -> bool: ...
     def holds_episode(self) -> bool: ...
     def discard_episode(self) -> None: ...
@@ -69,8 +77,10 @@ def _holds(writer: object) -> bool:
 class LeRobotTarget:
     kind, depth, min_rows, needs_task = "lerobot", False, 1, True
 
-    def __init__(self, writer: LeRobotDatasetWriter, save_raw_quest: bool = True, table: FeatureTable = PIPER_TABLE):
+    def __init__(self, writer: LeRobotDatasetWriter, save_raw_quest: bool = True, table: FeatureTable = PIPER_TABLE,
+                 verdict: VerdictConfig | None = None, fps: float = 30.0, cameras: tuple[str, ...] = ()):
         self.writer, self.save_raw_quest, self.table = writer, save_raw_quest, table
+        self.verdict, self.fps, self.cameras = verdict or VerdictConfig(), fps, cameras
         self._source: Record | None = None
         self._policy: Record | None = None
         self._sink: LeRobotSink | None = None   # the episode's, kept until it is saved or discarded
@@ -89,9 +99,19 @@ class LeRobotTarget:
         sink = _open_sink(self._sink)
         source = {} if self._source is None else {"source": self._source}
         extra = {} if self._policy is None else {"policy": self._policy}
-        rec = self.writer.save_episode({**counters, **source, **sink.counters(), **extra})
+        cfg, fps, cams = self.verdict, self.fps, self.cameras
+
+        def annotate(record: Mapping[str, Any], videos: Mapping[str, Any], times: Any) -> Record:
+            """The integrity verdict from the record and what was written (mp4 PTS, row times)."""
+            return judge(record, cfg, fps, cams or tuple(videos), videos, times).fields()
+
+        rec = self.writer.save_episode({**counters, **source, **sink.counters(), **extra}, annotate=annotate)
         self._sink = None   # saved (a failed save keeps it: the retry saves the same episode)
         return dict(rec) if isinstance(rec, dict) else {}
+
+    def label_saved(self, index: int, fields: Record) -> None:
+        """Rewrite the saved episode's episodes.jsonl line with the label (one atomic replace)."""
+        self.writer.update_episode(index, fields)
 
     def keeps_failed_save(self, exc: BaseException) -> bool:
         """An I/O failure before the commit point leaves the staged episode pending: a retry can save it."""
@@ -119,8 +139,10 @@ class RgbdTarget:
 
     kind, depth, min_rows, needs_task = "rgbd", True, 2, False
 
-    def __init__(self, writer: RgbdDatasetWriter, camera: str, table: FeatureTable = PIPER_TABLE):
+    def __init__(self, writer: RgbdDatasetWriter, camera: str, table: FeatureTable = PIPER_TABLE,
+                 verdict: VerdictConfig | None = None, fps: float = 30.0):
         self.writer, self.camera, self.table = writer, camera, table
+        self.verdict, self.fps = verdict or VerdictConfig(), fps
         self._sink: RgbdSink | None = None   # the episode's, kept until it is saved or discarded
 
     def begin_session(self, record: Record) -> None:
@@ -137,9 +159,18 @@ class RgbdTarget:
     def save_episode(self, counters: Record, timeout: bool) -> Record:
         sink, self._sink = _open_sink(self._sink), None   # a failed save is never retried (keeps_failed_save)
         sink.end(terminal=not timeout, timeout=timeout)
-        rec = self.writer.end_episode(success=None if timeout else True)
-        return {"observations": sink.observations, "transitions": sink.transitions,
+        v = judge(counters, self.verdict, self.fps, (self.camera,))
+        meta = {**{k: counters[k] for k in LABEL_KEYS if k in counters}, **v.fields()}
+        outcome = counters.get("outcome")   # a label decides success; unlabelled, a stop is a success
+        success = None if timeout and outcome is None else (outcome != "failure")
+        rec = self.writer.end_episode(success=success, meta=meta)
+        return {"observations": sink.observations, "transitions": sink.transitions, **meta,
                 **(dict(rec) if isinstance(rec, dict) else {})}
+
+    def label_saved(self, index: int, fields: Record) -> None:
+        """The episode's attrs in the file (one journaled transaction under the writer's lock)."""
+        success = {"success": fields["outcome"] == "success"} if "outcome" in fields else {}
+        self.writer.update_episode_attrs(index, {**fields, **success})
 
     def keeps_failed_save(self, exc: BaseException) -> bool:
         """Never: a failed commit is rolled back by the journal, which truncates the episode's frames

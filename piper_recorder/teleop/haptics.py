@@ -9,7 +9,8 @@ discard and delete three 1.0/60 ms; a refused or failed press one long 1.0/700 m
 did not answer three 1.0/90 ms at 0.2 s (while teleop retries); a safety limit starting to hold the
 target two light 0.35/40 ms; the clutch released by teleop, not by the operator (a stale headset
 stream, lost arm feedback: re-grip to go on) two 0.7/300 ms, long enough not to pass for a
-confirmation. A grip the interlocks refuse plays ``refused`` (teleop.mapper: once per grip attempt).
+confirmation. An outcome label (``labeled`` event) plays ``success`` (two 0.6/80 ms) or ``failure``
+(two 1.0/160 ms); a save whose integrity verdict is ``bad`` three 1.0/400 ms. A grip the interlocks refuse plays ``refused`` (teleop.mapper: once per grip attempt).
 
 ``HapticScheduler`` plays one pattern at a time per name: the same confirmation from several
 recorders (both save, seconds apart on a busy machine) is felt once: ``confirm`` drops a
@@ -38,6 +39,11 @@ class HapticConfig:
     timeout: list[float] = field(default_factory=lambda: [1.0, 90.0, 3.0])
     limit: list[float] = field(default_factory=lambda: [0.35, 40.0, 2.0])
     release: list[float] = field(default_factory=lambda: [0.7, 300.0, 2.0])
+    # the outcome label an episode got (the stop chord; docs/curation.md) and a save whose integrity
+    # verdict is ``bad``: three long strong pulses, unlike any confirmation
+    success: list[float] = field(default_factory=lambda: [0.6, 80.0, 2.0])
+    failure: list[float] = field(default_factory=lambda: [1.0, 160.0, 2.0])
+    bad: list[float] = field(default_factory=lambda: [1.0, 400.0, 3.0])
     gap_s: float = 0.2                 # from one pulse's start to the next one's
     dedupe_s: float = 30.0             # the same confirmation again (another recorder) within this is felt once
     limit_repeat_s: float = 2.0        # a limit that keeps re-engaging pulses at most this often

@@ -58,6 +58,9 @@ class TeleopConfig:
     arm_stale_timeout_s: float = 0.5    # arm feedback older than this refuses / drops the clutch
     gripper_max_width: float = 0.07     # m; width = max * (1 - trigger)
     delete_hold_s: float = 1.0          # hold the other hand's primary this long to delete the last episode
+    # the stop chord: A alone labels the stopped episode success (False: leaves it unlabelled), A with the
+    # thumbstick held pressed labels it failure
+    outcome_on_stop: bool = True
     clutch: ClutchConfig = field(default_factory=ClutchConfig)
     frame: FrameConfig = field(default_factory=FrameConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
@@ -100,6 +103,7 @@ class Joy:
     primary: bool = False
     secondary: bool = False
     menu: bool = False
+    stick_click: bool = False   # the thumbstick pressed in: held across a stop, it labels the episode failure
 
 
 @dataclass
@@ -116,6 +120,7 @@ class TickResult:
     reason: str | None = None           # why the clutch refused or was forced to release
     actions: list[Action] = field(default_factory=list)
     haptics: list[str] = field(default_factory=list)   # patterns to play now ("refused", "release")
+    outcome: str | None = None   # the stop chord's label for the episode being stopped (docs/curation.md)
 
 
 @dataclass
@@ -172,6 +177,7 @@ class TeleopCore:
         self._joints_t = -math.inf
         self._arm_fault: str | None = None
         self._actions: list[Action] = []
+        self._outcome: str | None = None   # the label of the last stop press, handed out with it
         self._other_primary_since: float | None = None
         self._delete_fired = False
         self._c0: Pose | None = None
@@ -214,10 +220,12 @@ class TeleopCore:
             self.counters.rejected_inputs += 1
             return False
         joy = Joy(min(1.0, max(0.0, joy.trigger)), min(1.0, max(0.0, joy.squeeze)),
-                  bool(joy.primary), bool(joy.secondary), bool(joy.menu))
+                  bool(joy.primary), bool(joy.secondary), bool(joy.menu), bool(joy.stick_click))
         if hand == self.cfg.hand:
             prev = self._joy or Joy()
             if joy.primary and not prev.primary:
+                if self.recording:   # the stop chord: the thumbstick held in says failure
+                    self._outcome = "failure" if joy.stick_click else "success" if self.cfg.outcome_on_stop else None
                 self._actions.append(Action.STOP if self.recording else Action.START)
                 self.recording = not self.recording  # optimistic; on_recording() corrects it
             if joy.secondary and not prev.secondary:
@@ -277,6 +285,7 @@ class TeleopCore:
         res = TickResult()
         self._check_delete_hold(t)
         res.actions, self._actions = self._actions, []
+        res.outcome, self._outcome = (self._outcome if Action.STOP in res.actions else None), None
         dt_actual = self.cfg.period if self._last_tick_t is None else t - self._last_tick_t
         self._last_tick_t = t
         if dt_actual > STALL_TICKS * self.cfg.period:

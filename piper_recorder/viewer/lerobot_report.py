@@ -16,7 +16,7 @@ from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
 
 STANDARD_EPISODE_KEYS = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
-                         "video_frame_lengths"}
+                         "video_frame_lengths", "outcome", "outcome_note", "verdict", "verdict_reasons"}
 
 
 def session_changes(sessions: list[dict[str, Any]]) -> list[tuple[int, str, Any, Any]]:
@@ -55,6 +55,39 @@ def _video_src(path: Path, out_dir: Path, embed: bool) -> str:
         return Path(path).resolve().as_uri()
 
 
+def outcome_cell(ep: dict[str, Any]) -> str:
+    """The episode's outcome label (its note as the tooltip), or a dash."""
+    o = ep.get("outcome")
+    if not isinstance(o, str):
+        return '<span class="note">-</span>'
+    note = ep.get("outcome_note")
+    title = f' title="{esc(note)}"' if isinstance(note, str) and note else ""
+    return f'<span class="badge {"ok" if o == "success" else "bad"}"{title}>{esc(o)}</span>'
+
+
+def verdict_cell(ep: dict[str, Any]) -> str:
+    """The save-time integrity verdict (reasons as the tooltip), or a dash for a root saved without one."""
+    v = ep.get("verdict")
+    if not isinstance(v, str):
+        return '<span class="note">-</span>'
+    got = ep.get("verdict_reasons")
+    reasons: list[Any] = got if isinstance(got, list) else []
+    title = f' title="{esc(chr(10).join(str(r) for r in reasons))}"' if reasons else ""
+    return f'<span class="badge {"ok" if v == "ok" else "warn" if v == "warn" else "bad"}" data-verdict="{esc(v)}"' \
+           f"{title}>{esc(v)}</span>"
+
+
+def verdict_block(ep: dict[str, Any]) -> str:
+    """Outcome and verdict with every reason, under the episode's heading."""
+    got = ep.get("verdict_reasons")
+    reasons: list[Any] = got if isinstance(got, list) else []
+    items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
+    note = ep.get("outcome_note")
+    note_html = f" ({esc(note)})" if isinstance(note, str) and note else ""
+    return (f'<div class="curation">outcome {outcome_cell(ep)}{note_html} · verdict {verdict_cell(ep)}'
+            f'{f"<ul>{items}</ul>" if items else ""}</div>')
+
+
 def render(root: Path, out: Path, episodes: list[int] | None = None, embed_videos: bool = True) -> str:
     """Write the report for ``root`` to ``out`` and return the HTML."""
     root = Path(root)
@@ -73,11 +106,13 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         idx = int(ep["episode_index"])
         overview_rows.append([idx, esc(", ".join(ep.get("tasks", []))), ep["length"],
                               f"{ep['length'] / fps:.2f}", *[frames.get(c, "") for c in cams],
+                              outcome_cell(ep), verdict_cell(ep),
                               summary_cell(extra, f"counters-ep{idx}" if idx in shown else None)])
     body = [f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.get('codebase_version'))}, "
             f"robot <b>{esc(info.get('robot_type'))}</b>, {fps:g} fps, {info.get('total_episodes')} episodes, "
             f"{info.get('total_frames')} rows, {info.get('total_tasks')} tasks, cameras: {esc(', '.join(cams))}</p>",
-            table(["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "problems"],
+            table(["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "outcome", "verdict",
+                   "problems"],
                   overview_rows, left=2), "</section>"]
 
     prov = ["<section><h2>Provenance</h2>"]
@@ -109,7 +144,7 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         group = f"ep{idx}"
         tl = [round(float(v), 4) for v in t]
         sec = [f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(ep.get("tasks", [])))}</h2>',
-               time_controls(group, float(t[-1]) if len(t) else 0.0), '<div class="videos">']
+               verdict_block(ep), time_controls(group, float(t[-1]) if len(t) else 0.0), '<div class="videos">']
         counters = counters_table({k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}, f"counters-{group}")
         frame_iv: list[dict[str, Any]] = []
         for key, cam in zip(video_keys, cams):
