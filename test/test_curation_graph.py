@@ -25,7 +25,7 @@ import pytest
 
 from piper_recorder.launcher import Graph, config_path, plan_graph
 
-from test_headset_video_graph import RECORDERS, Operator, _read, wait_for
+from test_headset_video_graph import Operator, _read, wait_for
 
 pytestmark = pytest.mark.timeout(420)
 STALL = "cam_front: oldest frame at a row (camera stall)"
