@@ -14,12 +14,14 @@ import hashlib
 import struct
 from dataclasses import dataclass
 
+from piper_recorder.errors import PiperError
+
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_UNSUPPORTED, CLOSE_TOO_BIG = 1000, 1002, 1003, 1009
 
 
-class WebSocketClosed(Exception):
+class WebSocketClosed(PiperError):
     """The peer closed, or broke the protocol (``code`` is what the server answers with)."""
 
     def __init__(self, code: int, reason: str = ""):
