@@ -1,6 +1,6 @@
 """Open a dataset root with the installed LeRobot exactly as a user would and decode every frame.
 
-Runs inside a consumer virtualenv (.venv-lerobot03 / .venv-lerobot04), never in the project's .venv.
+Runs inside a consumer virtualenv (.venv-lerobot03 / 04 / 06), never in the project's .venv.
 ``LeRobotDataset(repo_id, root=ROOT)`` with LeRobot's defaults: ``tolerance_s`` (1e-4 s, what
 ``lerobot-train`` uses) and video backend (torchcodec where it loads). Every row is fetched, in a
 shuffled order as a training sampler does (LeRobot 0.4 caches one decoder per file, so sequential
