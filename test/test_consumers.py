@@ -8,7 +8,8 @@ the project's .venv stays free of torch:
   PYTHON312; reads only v3.0: test/consumers/lerobot06-facts.md).
 The datasets are recorded by `piper-demo` through the real simulated ROS 2 graph (2 episodes of 4 s,
 2 cameras 640x480): a v2.0 root (the default), a v2.1 root (`lerobot_version: v2.1`) and the v2.0 root
-exported to v3.0 by `piper-export`, which both 0.4.4 and 0.6.1 read. The scripts under test/consumers/ run inside the consumer venvs:
+exported to v3.0 by `piper-export`, which both 0.4.4 and 0.6.1 read. The scripts under test/consumers/
+run inside the consumer venvs:
 - read_every_frame.py: `LeRobotDataset(repo_id, root=...)` with LeRobot's defaults (tolerance_s 1e-4 s,
   the value `lerobot-train` uses; default video backend) and fetches every row, i.e. decodes every
   frame of every camera with LeRobot's own timestamp checks;
