@@ -90,9 +90,17 @@ $(STAMP): requirements.txt setup.py setup.cfg | system-deps
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# Consumer virtualenvs: real trainers (LeRobot 0.3.3 reads v2.x, 0.4.4 reads v3.0) with torch, outside .venv so the
-# project's own environment stays free of torch. Built on demand (minutes, GBs); test/test_consumers.py drives them.
-CONSUMER_VENVS := .venv-lerobot03 .venv-lerobot04
+# Consumer virtualenvs: real trainers (LeRobot 0.3.3 reads v2.x, 0.4.4 and 0.6.1 read v3.0) with torch, outside .venv
+# so the project's own environment stays free of torch. Built on demand (minutes, GBs); test/test_consumers.py drives
+# them.
+CONSUMER_VENVS := .venv-lerobot03 .venv-lerobot04 .venv-lerobot06
+# LeRobot 0.6 requires Python >= 3.12. Debian bookworm ships only 3.11 (trixie's python3.13 pre-depends on
+# libc6 >= 2.38, bookworm has 2.36), so the interpreter is the machine image's pyenv CPython 3.12 (beside the 3.11 the
+# project runs on); PYTHON312=/path/to/python3.12 overrides. test/consumers/lerobot06-facts.md says what was tried.
+PYENV_ROOT ?= $(HOME)/.pyenv
+PYTHON312 ?= $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3.12)))
+CONSUMER_PYTHON = $(PYTHON)
+.venv-lerobot06/.bootstrapped: CONSUMER_PYTHON = $(PYTHON312)
 # torchcodec (LeRobot's default video decoder) loads the system FFmpeg 4-7 shared libraries.
 CONSUMER_APT_PACKAGES := libavutil57 libavcodec59 libavformat59 libavdevice59 libavfilter8 libswscale6 libswresample4
 consumers: $(addsuffix /.bootstrapped,$(CONSUMER_VENVS))
@@ -101,7 +109,9 @@ consumer-system-deps:
 	$(call apt_install,$(CONSUMER_APT_PACKAGES))
 
 .venv-lerobot%/.bootstrapped: test/consumers/requirements-lerobot%.txt | consumer-system-deps
-	test -x $(@D)/bin/python || $(PYTHON) -m venv $(@D)
+	@test -n "$(CONSUMER_PYTHON)" && "$(CONSUMER_PYTHON)" --version >/dev/null || \
+	  { echo "$(@D): no usable interpreter '$(CONSUMER_PYTHON)' (.venv-lerobot06 takes PYTHON312, by default the newest $(PYENV_ROOT)/versions/3.12.*/bin/python3.12; set PYTHON312=/path/to/python3.12)"; exit 1; }
+	test -x $(@D)/bin/python || $(CONSUMER_PYTHON) -m venv $(@D)
 	$(@D)/bin/python -m pip install -q --upgrade pip setuptools wheel
 	$(call pip_install,$(@D)/bin/python,-r $<)
 	touch $@

@@ -3,10 +3,13 @@
 Each consumer runs in its own virtualenv that the Makefile builds on demand (`make consumers`), so
 the project's .venv stays free of torch:
 - `.venv-lerobot03` (`lerobot==0.3.3`, the last LeRobot that reads v2.0/v2.1 roots),
-- `.venv-lerobot04` (`lerobot==0.4.4`, the newest on the index; reads only v3.0).
+- `.venv-lerobot04` (`lerobot==0.4.4`, the newest for Python 3.11; reads only v3.0),
+- `.venv-lerobot06` (`lerobot==0.6.1`, the newest on the index; needs Python >= 3.12, the Makefile's
+  PYTHON312; reads only v3.0: test/consumers/lerobot06-facts.md).
 The datasets are recorded by `piper-demo` through the real simulated ROS 2 graph (2 episodes of 4 s,
 2 cameras 640x480): a v2.0 root (the default), a v2.1 root (`lerobot_version: v2.1`) and the v2.0 root
-exported to v3.0 by `piper-export`. The scripts under test/consumers/ run inside the consumer venvs:
+exported to v3.0 by `piper-export`, which both 0.4.4 and 0.6.1 read. The scripts under test/consumers/
+run inside the consumer venvs:
 - read_every_frame.py: `LeRobotDataset(repo_id, root=...)` with LeRobot's defaults (tolerance_s 1e-4 s,
   the value `lerobot-train` uses; default video backend) and fetches every row, i.e. decodes every
   frame of every camera with LeRobot's own timestamp checks;
@@ -34,13 +37,17 @@ BIN = ROOT / ".venv" / "bin"
 SCRIPTS = ROOT / "test" / "consumers"
 EPISODES, SECONDS = 2, 4
 TRAIN_STEPS = 4
-# version -> the consumer venv that reads it
-READER = {"v2.0": "lerobot03", "v2.1": "lerobot03", "v3.0": "lerobot04"}
+# (version, the consumer venv that reads it): every consumer of each version
+READERS = [("v2.0", "lerobot03"), ("v2.1", "lerobot03"), ("v3.0", "lerobot04"), ("v3.0", "lerobot06")]
+READER_IDS = [f"{v}-{c}" for v, c in READERS]
 # reference-facts §6: a small ACT that runs offline on CPU; everything else stays at lerobot-train's defaults
 ACT_FLAGS = ["--policy.type=act", "--policy.device=cpu", "--policy.push_to_hub=false",
              "--policy.pretrained_backbone_weights=null", "--policy.dim_model=64", "--policy.n_encoder_layers=1",
              "--policy.n_decoder_layers=1", "--policy.chunk_size=10", "--policy.n_action_steps=10",
              "--policy.use_vae=false", "--batch_size=2", "--num_workers=0", "--wandb.enable=false"]
+# lerobot-train's flag that turns off evaluation in a simulator: `eval_freq` up to 0.4.x, `env_eval_freq` in 0.6.1
+# (lerobot/configs/train.py:113 of its wheel; draccus refuses the old name)
+EVAL_OFF = {"lerobot06": "--env_eval_freq=0"}
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # the first use may build a consumer venv (~5 min cold)
 
 
@@ -155,18 +162,31 @@ def _run_json(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[subp
     return p, (json.loads(lines[-1]) if lines else {})
 
 
-@pytest.mark.parametrize("version", ["v2.0", "v2.1", "v3.0"])
-def test_lerobot_decodes_every_frame_at_default_tolerance(version, roots, hf_home):
-    py = consumer_python(READER[version])
+def pinned_lerobot(consumer: str) -> str:
+    """The lerobot release the consumer's requirements file pins (``lerobot[extras]==X``)."""
+    text = (SCRIPTS / f"requirements-{consumer}.txt").read_text()
+    m = re.search(r"^lerobot(?:\[[^\]]*\])?==(\S+)", text, re.M)
+    assert m, f"requirements-{consumer}.txt pins no lerobot"
+    return m.group(1)
+
+
+@pytest.mark.parametrize(("version", "consumer"), READERS, ids=READER_IDS)
+def test_lerobot_decodes_every_frame_at_default_tolerance(version, consumer, roots, hf_home):
+    py = consumer_python(consumer)
     root = roots.get(version)
     t0 = time.monotonic()
     p, rep = _run_json([str(py), str(SCRIPTS / "read_every_frame.py"), str(root)], consumer_env(hf_home), 900)
-    _timed(f"{READER[version]} reads every frame of {version}", t0)
+    _timed(f"{consumer} reads every frame of {version}", t0)
     print(json.dumps(rep, indent=1))
     assert rep, f"no report from the reader ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    assert rep["lerobot"] == pinned_lerobot(consumer)  # the release under test, not another one
     assert "open_error" not in rep, rep["open_error"]
     assert rep["codebase_version"] == version
     assert rep["tolerance_s"] == pytest.approx(1e-4)  # LeRobot's default, not ours
+    # its default decoder; LeRobot falls back to PyAV with only a warning when torchcodec cannot load
+    assert rep["video_backend"] == "torchcodec"
+    if version == "v3.0":  # nothing to convert or drop: e.g. 0.6.1 logs every info.json key it does not know
+        assert rep["open_warnings"] == [], rep["open_warnings"]
     source = roots.get("v2.0") if version == "v3.0" else root  # v3.0 is the v2.0 root exported
     episodes_jsonl = (source / "meta" / "episodes.jsonl").read_text().splitlines()
     rows = sum(json.loads(ln)["length"] for ln in episodes_jsonl if ln.strip())
@@ -198,18 +218,18 @@ def _losses(log: str) -> list[float]:
     return [float(v) for v in re.findall(r"\bloss:\s*([-+0-9.eE]+|nan|inf)", log)]
 
 
-@pytest.mark.parametrize("version", ["v2.0", "v2.1", "v3.0"])
-def test_lerobot_train_act_checkpoint_acts(version, roots, hf_home, tmp_path):
-    py = consumer_python(READER[version])
+@pytest.mark.parametrize(("version", "consumer"), READERS, ids=READER_IDS)
+def test_lerobot_train_act_checkpoint_acts(version, consumer, roots, hf_home, tmp_path):
+    py = consumer_python(consumer)
     root = roots.get(version)
     out = tmp_path / "train"
     env = consumer_env(hf_home)
     t0 = time.monotonic()
     p = subprocess.run([str(py.parent / "lerobot-train"), "--dataset.repo_id=local/piper", f"--dataset.root={root}",
                         *ACT_FLAGS, f"--steps={TRAIN_STEPS}", f"--save_freq={TRAIN_STEPS}", "--log_freq=1",
-                        "--eval_freq=0", f"--output_dir={out}"],
+                        EVAL_OFF.get(consumer, "--eval_freq=0"), f"--output_dir={out}"],
                        capture_output=True, text=True, env=env, timeout=900)
-    _timed(f"{READER[version]} lerobot-train {TRAIN_STEPS} steps on {version}", t0)
+    _timed(f"{consumer} lerobot-train {TRAIN_STEPS} steps on {version}", t0)
     log = p.stdout + p.stderr
     assert p.returncode == 0, f"lerobot-train on {version} failed ({p.returncode}):\n{_tail(log)}"
     losses = _losses(log)
@@ -218,9 +238,10 @@ def test_lerobot_train_act_checkpoint_acts(version, roots, hf_home, tmp_path):
     assert (ckpt / "model.safetensors").is_file(), sorted(str(x.relative_to(out)) for x in out.rglob("*"))
     t0 = time.monotonic()
     p, rep = _run_json([str(py), str(SCRIPTS / "policy_actions.py"), str(ckpt), str(root)], env, 600)
-    _timed(f"{READER[version]} checkpoint actions on {version}", t0)
+    _timed(f"{consumer} checkpoint actions on {version}", t0)
     print(json.dumps(rep))
     assert rep and p.returncode == 0, f"checkpoint check failed ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    assert rep["lerobot"] == pinned_lerobot(consumer)
     assert rep["finite"] and rep["action_shape"][-1] == rep["action_dim"] == 8
     assert "observation.state" in rep["inputs"] and any(k.startswith("observation.images.") for k in rep["inputs"])
 
