@@ -195,5 +195,4 @@ def test_recorders_killed_mid_episode_then_relaunched_answer_within_5s(tmp_path,
     assert second.num_rows >= 60, second.num_rows          # ~3 s at 30 fps
     assert validate_file(str(tmp_path / "r.hdf5")) == []
     with h5py.File(tmp_path / "r.hdf5", "r") as f:
-        demos = sorted(k for k in f["data"].keys())
-    assert len(demos) == 2, demos
+        assert int(f.attrs["total_episodes"]) == 2, dict(f.attrs)   # the killed episode is not in the file
