@@ -13,6 +13,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -381,7 +382,7 @@ def test_sigkill_mid_edit_leaves_input_untouched_and_no_valid_output(tmp_path, i
     assert len(jsonl(staging / "meta/episodes.jsonl")) >= 2  # the writer had committed episodes in it...
     r = subprocess.run([str(BIN / "piper-validate"), str(staging)], capture_output=True, text=True)
     assert r.returncode == 1 and "data/INCOMPLETE.parquet" in r.stdout  # ...yet it is not a valid root
-    with pytest.raises(OSError):  # nor readable the way LeRobot reads data/ (every *.parquet under it)
+    with pytest.raises(pa.ArrowInvalid):  # nor readable the way LeRobot reads data/ (every *.parquet under it)
         pq.ParquetDataset(staging / "data").read()
     # the re-run removes the leftover and completes
     r = run_cli(*cmd)
