@@ -126,8 +126,7 @@ class FeedbackFrames:
                 self.joints[i], self.joints[i + 1], self.joint_stamp = a, b, stamp
                 return True
             i = _POSE_PAIR[fid]
-            lim = (1_000_000, 1_000_000, 1_000_000, 361_000, 361_000, 361_000)   # 1 m, 361 deg
-            if abs(a) > lim[i] or abs(b) > lim[i + 1]:
+            if abs(a) > _POSE_LIMITS[i] or abs(b) > _POSE_LIMITS[i + 1]:
                 return True
             self.pose[i], self.pose[i + 1], self.pose_stamp = a, b, stamp
             return True
@@ -150,6 +149,7 @@ _I2, _HHI, _IHB = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">i
 _JOINT_PAIR = {fid: 2 * i for i, fid in enumerate(ID_JOINTS)}
 _POSE_PAIR = {fid: 2 * i for i, fid in enumerate(ID_POSE)}
 _PAIR = {**_JOINT_PAIR, **_POSE_PAIR}
+_POSE_LIMITS = (1_000_000, 1_000_000, 1_000_000, 361_000, 361_000, 361_000)   # the SDK's filter: 1 m, 361 deg
 _MOTOR = {fid: i for i, fid in enumerate(ID_HIGH_SPD)}
 
 
