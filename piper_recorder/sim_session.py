@@ -6,6 +6,7 @@ plus an rclpy client node; piper-demo, the end-to-end tests and bench/graph_capa
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from functools import partial
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # rclpy is imported when the session starts
     from rclpy.node import Node
     from rclpy.task import Future
 
+RESUBSCRIBE_S = 15.0   # _first_messages: a silent topic is subscribed to afresh after this
 CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
 
 
@@ -118,23 +120,66 @@ class SimSession:
 
     def _first_message(self, msg_type: type, topic: str, timeout: float) -> Any:
         """The next message on ``topic`` (best-effort QoS: matches reliable and best-effort publishers)."""
+        return self._first_messages(msg_type, [topic], timeout)[topic]
+
+    def _first_messages(self, msg_type: type, topics: list[str], timeout: float) -> dict[str, Any]:
+        """The next message on each of ``topics``, subscribed to all at once.
+
+        A topic still silent after ``RESUBSCRIBE_S`` is subscribed to afresh (and said so on stderr, with
+        the publishers this node sees on it): a reader whose match with a publisher was lost in discovery
+        (once in CI: no frame of one camera reached this node in 90 s while the arm's pose did) gets a
+        new match instead of failing the whole session. The graph's consumers are counted on their own
+        (``images_received`` in their status); this wait is only the session's own precondition.
+        """
         from rclpy.qos import qos_profile_sensor_data
 
-        got: list[Any] = []
-        ev = threading.Event()
+        got: dict[str, Any] = {}
+        cond = threading.Condition()
 
-        def cb(m: Any) -> None:
-            if not got:
-                got.append(m)
-                ev.set()
+        def cb(topic: str, m: Any) -> None:
+            with cond:
+                got.setdefault(topic, m)
+                cond.notify_all()
 
-        sub = self._live().create_subscription(msg_type, topic, cb, qos_profile_sensor_data)
+        node = self._live()
+        subs: dict[str, Any] = {}
+
+        def subscribe(topic: str) -> None:
+            if topic in subs:
+                node.destroy_subscription(subs.pop(topic))
+            subs[topic] = node.create_subscription(msg_type, topic, partial(cb, topic), qos_profile_sensor_data)
+
+        deadline = time.monotonic() + timeout
         try:
-            if not ev.wait(timeout):
-                raise DemoError(f"no message on {topic} within {timeout:.0f}s\n{self.graph.logs()}")
+            for t in topics:
+                subscribe(t)
+            while True:
+                with cond:
+                    cond.wait_for(lambda: len(got) == len(topics),
+                                  min(RESUBSCRIBE_S, max(0.0, deadline - time.monotonic())))
+                    done = {t: got[t] for t in topics if t in got}
+                for t in done:          # images are large: stop receiving at once
+                    if t in subs:
+                        node.destroy_subscription(subs.pop(t))
+                missing = [t for t in topics if t not in done]
+                if not missing:
+                    return done
+                seen = {t: node.count_publishers(t) for t in missing}
+                if time.monotonic() >= deadline:
+                    raise DemoError(f"no message on {', '.join(missing)} within {timeout:.0f}s "
+                                    f"(publishers seen: {seen}; recorders' images_received: "
+                                    f"{self._images_received()})\n{self.graph.logs()}")
+                print(f"piper-demo: no message yet on {missing} (publishers seen: {seen}); subscribing afresh",
+                      file=sys.stderr, flush=True)
+                for t in missing:
+                    subscribe(t)
         finally:
-            self._live().destroy_subscription(sub)  # images are large: stop receiving at once
-        return got[0]
+            for sub in subs.values():
+                node.destroy_subscription(sub)
+
+    def _images_received(self) -> dict[str, Any]:
+        with self._cond:
+            return {r: (st.get("images_received") or {}) for r, st in self.status.items()}
 
     def _wait_inputs(self, timeout: float) -> None:
         """Arm feedback, a frame from every camera, both recorders' services and status."""
@@ -144,8 +189,7 @@ class SimSession:
         deadline = time.monotonic() + timeout
         left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
         self._first_message(PoseStamped, "/arm/eef_pose", left())
-        for cam in self.cameras:
-            self._first_message(Image, camera_topic(COLOR_TOPIC_PATTERN, cam), left())
+        self._first_messages(Image, [camera_topic(COLOR_TOPIC_PATTERN, cam) for cam in self.cameras], left())
         for rec in RECORDERS:
             for srv in ("start_episode", "stop_episode"):
                 self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"/{rec}/{srv} not up")
