@@ -284,6 +284,28 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     # IWER applies the new state at the next frame's start: at most the frame already running went out
     assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "visible-blurred", st
 
+    # -- a hidden page (the browser tab backgrounded: document.hidden) sends no frames either -------------
+    page.evaluate("__iwer.updateVisibilityState('visible')")
+    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once visible", dump)
+    page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 0)")   # re-grip after the release
+    time.sleep(0.4)
+    page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 1)")
+    wait_for(lambda: w.teleop.get("engaged") is True, 20.0, "the clutch engaged after the blur", dump)
+    # headless Chromium keeps its only tab visible: the page's document is made to report what a
+    # backgrounded tab reports (hidden, 'hidden', a visibilitychange event)
+    sent = page.evaluate("(() => { const n = piperWeb.stats.framesSent; "
+                         "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true}); "
+                         "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'}); "
+                         "document.dispatchEvent(new Event('visibilitychange')); return n; })()")
+    wait_for(lambda: w.teleop.get("engaged") is False, 5.0, "the clutch released when hidden", dump)
+    assert "stale" in str(w.teleop.get("last_release")), w.teleop
+    time.sleep(0.5)
+    st = _stats(page)
+    assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "hidden", st
+    page.evaluate("(() => { delete document.hidden; delete document.visibilityState; "
+                  "document.dispatchEvent(new Event('visibilitychange')); })()")
+    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once shown", dump)
+
     # -- panels: both cameras and the HUD arrive in the page at >= 14 fps (counted there), and are drawn ----
     wait_for(lambda: min(_stats(page)["panels"][p] for p in (0, 1, 3)) > 10, 60.0, "panels and HUD", dump)
     (relay_pid,) = [r.popen.pid for r in graph.running if r.spec.name == "quest_web"]
