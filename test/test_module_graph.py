@@ -199,3 +199,12 @@ def test_planning_does_not_load_the_supervisor():
             "print(Graph is s.Graph)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_the_teleop_session_needs_no_ros():
+    """The teleop node adapts piper_recorder.teleop.session; the session and all it uses are plain Python."""
+    ros = ("rclpy", "std_msgs", "sensor_msgs", "geometry_msgs", "diagnostic_msgs", "std_srvs", "piper_recorder.nodes")
+    found = {m: sorted(n for node in ast.walk(_tree(p)) for n in _imported_names(node) if n.startswith(ros))
+             for m, p in _modules().items() if m.startswith("piper_recorder.teleop")}
+    assert "piper_recorder.teleop.session" in found
+    assert {m: names for m, names in found.items() if names} == {}
