@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from piper_recorder.errors import PiperError
-from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, Graph, config_path, plan_graph
+from piper_recorder.launch_supervisor import Graph
+from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, config_path, plan_graph
 from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_topic
 from piper_recorder.params_file import read_params_file
 from piper_recorder.rosenv import lease_domain

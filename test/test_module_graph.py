@@ -163,3 +163,48 @@ def test_one_camera_placeholder():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "/{camera}" in node.value:
                 found.append(f"{m}:{node.lineno}")
     assert found == []
+
+
+# The launch plan (config -> processes to start) is plain data work: the launch files import it inside
+# `ros2 launch` and its tests run in milliseconds. Starting, watching and stopping processes is the
+# supervisor's (piper_recorder.launch_supervisor), which the plan loads only when asked for its Graph.
+PLAN_MODULE, SUPERVISOR_MODULE = "piper_recorder.launcher", "piper_recorder.launch_supervisor"
+NOT_IN_THE_PLAN = {"subprocess", "signal", "threading", "multiprocessing", "asyncio", "rclpy"}
+
+
+def _imported_names(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if isinstance(node, ast.ImportFrom) and not node.level:
+        return {node.module or ""}
+    return set()
+
+
+def test_the_launch_plan_runs_no_process():
+    tree = _tree(_modules()[PLAN_MODULE])
+    lazy = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
+    deferred = {id(n) for f in lazy for n in ast.walk(f)}
+    found = {name for n in ast.walk(tree) for name in _imported_names(n)}
+    assert {name.partition(".")[0] for name in found} & NOT_IN_THE_PLAN == set()
+    outside = {name for n in ast.walk(tree) if id(n) not in deferred for name in _imported_names(n)}
+    assert SUPERVISOR_MODULE not in outside, "the plan imports the supervisor only in __getattr__ (Graph)"
+    assert SUPERVISOR_MODULE in found     # the re-export the launch files' and tests' imports rely on
+    assert PLAN_MODULE in _imports(_modules())[SUPERVISOR_MODULE]
+
+
+@pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
+def test_planning_does_not_load_the_supervisor():
+    code = ("import sys, piper_recorder.launcher as l; print('piper_recorder.launch_supervisor' in sys.modules); "
+            "from piper_recorder.launcher import Graph; import piper_recorder.launch_supervisor as s; "
+            "print(Graph is s.Graph)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_the_teleop_session_needs_no_ros():
+    """The teleop node adapts piper_recorder.teleop.session; the session and all it uses are plain Python."""
+    ros = ("rclpy", "std_msgs", "sensor_msgs", "geometry_msgs", "diagnostic_msgs", "std_srvs", "piper_recorder.nodes")
+    found = {m: sorted(n for node in ast.walk(_tree(p)) for n in _imported_names(node) if n.startswith(ros))
+             for m, p in _modules().items() if m.startswith("piper_recorder.teleop")}
+    assert "piper_recorder.teleop.session" in found
+    assert {m: names for m, names in found.items() if names} == {}

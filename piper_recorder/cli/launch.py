@@ -13,7 +13,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from piper_recorder.launcher import Graph, LaunchError, config_path, plan_graph
+from piper_recorder.launch_supervisor import Graph
+from piper_recorder.launcher import LaunchError, config_path, plan_graph
 from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, lease_domain, loopback_env
 from piper_recorder.supervision import on_stop_signals
 

@@ -1,0 +1,357 @@
+"""TeleopSession: one teleop session's coordination, without ROS: what the teleop node decides.
+
+The node (``piper_recorder.nodes.teleop``) is an adapter: it turns messages into plain values (poses
+as float sequences, ``Joy`` states, header stamps in ns, JSON strings), calls this class, and publishes
+or sends what it hands back (targets, haptic commands, recorder service calls, label calls, the status).
+Everything between is decided here, under one lock, because three threads feed it: the executor's
+callbacks, the control thread (``tick``, at ``control_rate_hz``) and a SpaceMouse reader thread:
+
+- ``TeleopCore`` (clutch, mapping, limits) with inputs moved onto the monotonic clock
+  (``HostToMono``), and the SpaceMouse mode's ``SpaceMouseInput``;
+- ``RecorderCalls``: presses become service calls with deadlines; their reports pulse the headset
+  (``timeout`` while retrying, ``refused`` when a press did not take effect) and become ``last_alarm``;
+- the stop chord's label calls (``label_episode``): one per recorder, not retried; a refusal or no
+  answer within ``call_timeout_s`` pulses ``refused``;
+- haptics (``HapticScheduler``): confirmations of what the recorders did (``/episode_events``), a
+  refused grip, a forced release, a limit starting to shape the target, a ``bad`` save verdict felt
+  once per stop;
+- the status dict (``/teleop/status``), due at once (at most every ``STATUS_MIN_PERIOD_S``) when the
+  clutch, the active limits, an alarm or a label changed.
+
+Times come from ``clock`` (monotonic seconds) and ``to_mono`` (header stamps), both injectable, so the
+tests run a session on a fake clock. ``tick`` runs at 100 Hz: it allocates one small ``Tick`` and
+nothing else of its own.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from piper_recorder.spacemouse.input import TELEOP_INPUTS, SpaceMouseInput
+
+from .capture_time import HostToMono
+from .clutch import ClutchEvent
+from .haptics import EVENT_PATTERNS, HapticConfig, HapticScheduler
+from .mapper import Joy, TeleopConfig, TeleopCore, TickResult
+from .recorder_calls import RecorderCallConfig, RecorderCalls, Report, Send
+
+ALARM_PATTERN = {"timeout": "timeout", "failed": "refused"}   # RecorderCalls' alarm -> haptics pattern
+STATUS_MIN_PERIOD_S = 0.1
+REFUSAL_LOG_PERIOD_S = 2.0   # a grip kept closed against an interlock is logged at most this often
+_CLUTCH_CHANGES = (ClutchEvent.ENGAGED, ClutchEvent.RELEASED, ClutchEvent.FORCED_RELEASE)
+
+
+@dataclass
+class TeleopNodeConfig:
+    recorders: list[str] = field(default_factory=lambda: ["lerobot_recorder", "rgbd_recorder"])
+    haptic_amp: float = 0.6
+    haptic_ms: int = 40
+    fault_on_arm_error: bool = True   # an ERROR level in /arm/status refuses / releases the clutch
+    arm_frame: str = "arm_base"
+    call_timeout_s: float = 3.0       # a recorder service call unanswered this long is reported and resent
+    retry_window_s: float = 20.0      # ... until this long after the press; then it is reported as failed
+    input: str = "headset"            # headset (/quest/* from quest_bridge) | spacemouse (spacemouse.*)
+
+    def calls(self) -> RecorderCallConfig:
+        return RecorderCallConfig(call_timeout_s=self.call_timeout_s, retry_window_s=self.retry_window_s)
+
+    def validate(self) -> None:
+        if not 0.0 <= self.haptic_amp <= 1.0 or not 0 <= self.haptic_ms <= 2000:
+            raise ValueError("haptic_amp must be in [0, 1] and haptic_ms in [0, 2000]")
+        if any(not r or "/" in r for r in self.recorders):
+            raise ValueError(f"recorders must be plain node names, got {self.recorders}")
+        if self.input not in TELEOP_INPUTS:
+            raise ValueError(f"input must be one of {TELEOP_INPUTS}, got {self.input!r}")
+        self.calls().validate()
+
+
+class Pending(Protocol):
+    """A call in flight (an rclpy ``Future``): whether its answer has come."""
+
+    def done(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class Tick:
+    """One control tick: the core's result (target, gripper, clutch event, presses, label) and what the
+    node must do besides publishing the target."""
+
+    result: TickResult
+    engage_haptic: dict[str, Any] | None = None   # the engage buzz to put on /quest/haptic
+    log_refusal: bool = False                     # log this refusal (rate-limited)
+
+
+@dataclass
+class ServiceStep:
+    """One service poll: calls to send, clients to re-create, outcomes to log, pulses and status to publish."""
+
+    sends: list[Send] = field(default_factory=list)
+    reconnect: list[str] = field(default_factory=list)       # recorders whose Trigger clients to re-create
+    relabel: list[str] = field(default_factory=list)         # recorders whose label client to re-create
+    reports: list[Report] = field(default_factory=list)      # every call outcome, to log
+    late_labels: list[tuple[str, str, str]] = field(default_factory=list)   # (recorder, outcome, message)
+    haptic: list[dict[str, Any]] = field(default_factory=list)   # /quest/haptic commands due now
+    status: dict[str, Any] | None = None                     # /teleop/status to publish now
+
+
+@dataclass
+class ReplyStep:
+    report: Report | None = None
+    haptic: list[dict[str, Any]] = field(default_factory=list)
+
+
+class TeleopSession:
+    """See the module docstring; every public method takes the session's lock."""
+
+    def __init__(self, cfg: TeleopConfig, ncfg: TeleopNodeConfig, haptics: HapticConfig,
+                 spacemouse: SpaceMouseInput | None = None, clock: Callable[[], float] = time.monotonic,
+                 to_mono: HostToMono | None = None):
+        ncfg.validate()
+        self.cfg, self.ncfg = cfg, ncfg
+        # validates the assembled config; a SpaceMouse speaks the arm base frame already
+        self.core = TeleopCore(cfg, remap=np.eye(3) if spacemouse is not None else None)
+        self.spacemouse = spacemouse
+        self.haptics = HapticScheduler(haptics)
+        self.calls = RecorderCalls(list(ncfg.recorders), ncfg.calls())
+        self._clock = clock
+        # header stamps (the ROS clock) onto the monotonic clock, immune to a thread held between clock reads
+        self._to_mono = to_mono or HostToMono()
+        self._lock = threading.Lock()
+        self._engage = {"hand": cfg.hand, "amp": ncfg.haptic_amp, "ms": ncfg.haptic_ms}
+        self._labels_pending: dict[str, tuple[Pending, float, str]] = {}   # rec -> (call, sent, outcome)
+        self._presses = 0   # button presses so far (the bad verdict's pattern is felt once per press)
+        self._bad_felt: tuple[int, float] = (-1, -math.inf)   # (presses, when) at the last 'bad' pattern
+        self.last_outcome: dict[str, Any] | None = None       # the last label a recorder confirmed
+        self.last_alarm: dict[str, Any] | None = None
+        self._limits_active: tuple[str, ...] = ()   # the limits that shaped the last published target
+        self._status_dirty = False
+        self._status_sent = 0.0
+        self._last_refusal_log = -math.inf
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def _captured(self, stamp_ns: int) -> tuple[float, int | None]:
+        """A message's capture time on the monotonic clock (never later than now) and its source order
+        (the stamp; None when unstamped: all we know is that it arrived now)."""
+        return self._to_mono.convert(stamp_ns), (stamp_ns if stamp_ns > 0 else None)
+
+    def on_hand_pose(self, stamp_ns: int, p: Sequence[float], q: Sequence[float]) -> None:
+        with self._lock:   # the converter's state too
+            t, order = self._captured(stamp_ns)
+            self.core.on_hand_pose(t, p, q, order)
+
+    def on_joy(self, stamp_ns: int, hand: str, joy: Joy | None) -> None:
+        """``joy`` None: a message too short to be a controller's (counted as rejected)."""
+        with self._lock:
+            t, order = self._captured(stamp_ns)
+            if joy is None:
+                self.core.counters.rejected_inputs += 1
+                return
+            self.core.on_joy(t, hand, joy, order)
+
+    def on_arm_pose(self, p: Sequence[float], q: Sequence[float]) -> None:
+        with self._lock:
+            self.core.on_arm_pose(self._clock(), p, q)
+
+    def on_joints(self, positions: Sequence[float]) -> None:
+        with self._lock:
+            self.core.on_joint_states(self._clock(), positions)
+
+    def on_arm_errors(self, errors: Sequence[str]) -> None:
+        """The ERROR entries of one /arm/status (none: the fault cleared), unless ``fault_on_arm_error`` is off."""
+        if not self.ncfg.fault_on_arm_error:
+            return
+        with self._lock:
+            self.core.on_arm_fault("; ".join(errors) if errors else None)
+
+    def on_episode_event(self, data: str) -> None:
+        """One ``/episode_events`` JSON message: the toggle, confirmations, the label, a bad verdict."""
+        try:
+            ev = json.loads(data)
+            kind = ev.get("event")
+        except (ValueError, AttributeError):
+            return
+        rec = ev.get("recorder")
+        if not (isinstance(kind, str) and isinstance(rec, str)):
+            return
+        with self._lock:
+            now = self._clock()
+            self.calls.on_event(now, rec, kind)
+            self.core.on_recording(self.calls.recording)
+            if kind in EVENT_PATTERNS:
+                self.haptics.confirm(now, EVENT_PATTERNS[kind])   # once for all recorders
+            if kind == "labeled" and ev.get("outcome") in ("success", "failure"):
+                self.haptics.confirm(now, str(ev["outcome"]))      # felt once for all recorders
+                self.last_outcome = {"episode_index": ev.get("episode_index"), "outcome": ev["outcome"]}
+                self._status_dirty = True
+            if kind == "saved" and ev.get("verdict") == "bad":
+                # once per stop, not per recorder (their episode numbers may differ): again only after a
+                # press, or dedupe_s later for episodes driven through the services
+                if self._presses > self._bad_felt[0] or now - self._bad_felt[1] > self.haptics.cfg.dedupe_s:
+                    self._bad_felt = (self._presses, now)
+                    self.haptics.play(now, "bad")
+
+    def on_recorder_status(self, rec: str, data: str) -> None:
+        """One recorder's ``~/status`` JSON message."""
+        try:
+            state = json.loads(data).get("state")
+        except (ValueError, AttributeError):
+            return
+        with self._lock:
+            self.calls.on_status(self._clock(), rec, state)
+            self.core.on_recording(self.calls.recording)
+
+    def on_spacemouse_report(self, t: float, report: bytes) -> None:
+        assert self.spacemouse is not None
+        with self._lock:
+            self.spacemouse.on_report(t, report)
+
+    def on_spacemouse_state(self, state: str, detail: str) -> None:
+        assert self.spacemouse is not None
+        with self._lock:
+            self.spacemouse.on_state(self._clock(), state, detail)
+            self._status_dirty = True
+
+    # ---- control tick -------------------------------------------------------------------------
+    def tick(self) -> Tick:
+        """The next target (while engaged) and what else the tick did: presses become recorder calls,
+        limits and interlocks pulse the headset, a clutch change makes the status due."""
+        with self._lock:
+            now = self._clock()
+            res = self.core.tick(now) if self.spacemouse is None else self.spacemouse.step(self.core, now)
+            for action in res.actions:
+                self.calls.press(now, action)
+                self.haptics.new_press()
+                self._presses += 1
+            if res.actions:
+                self.core.on_recording(self.calls.recording)
+            self._track_limits(now, self.core.limits.acted if res.target is not None else ())
+            for name in res.haptics:   # a refused grip, a release the operator did not make
+                self.haptics.play(now, name)
+            clutch = res.clutch
+            if clutch in _CLUTCH_CHANGES:
+                self._status_dirty = True
+            log_refusal = clutch is ClutchEvent.REFUSED and now - self._last_refusal_log > REFUSAL_LOG_PERIOD_S
+            if log_refusal:
+                self._last_refusal_log = now
+        return Tick(res, self._engage if clutch is ClutchEvent.ENGAGED else None, log_refusal)
+
+    def _track_limits(self, now: float, active: tuple[str, ...]) -> None:
+        """Pulse ``haptics.limit`` when a limit starts shaping the target (the core counts the hits),
+        and make the status due."""
+        if active == self._limits_active:
+            return
+        if any(name not in self._limits_active for name in active):
+            self.haptics.play(now, "limit")
+        self._limits_active = active
+        self._status_dirty = True
+
+    # ---- recorder calls -----------------------------------------------------------------------
+    def poll(self, ready: Callable[[str], bool]) -> ServiceStep:
+        """Advance the recorder calls (``ready(recorder)``: its Trigger clients are matched) and the label
+        deadlines; hand out the haptic pulses due and the status when it is due."""
+        out = ServiceStep()
+        with self._lock:
+            now = self._clock()
+            res = self.calls.poll(now, ready)
+            self.core.on_recording(self.calls.recording)
+            out.sends, out.reconnect, out.reports = res.sends, res.reconnect, res.reports
+            for report in res.reports:
+                self._alarm(now, report)
+            # a label not answered within call_timeout_s (a dead endpoint still matched) is reported, and
+            # that recorder's label client re-created, as RecorderCalls does for the Trigger clients
+            late = [(rec, outcome) for rec, (call, sent, outcome) in self._labels_pending.items()
+                    if not call.done() and now - sent > self.ncfg.call_timeout_s]
+            for rec, outcome in late:
+                del self._labels_pending[rec]
+                message = f"no answer within {self.ncfg.call_timeout_s:g} s"
+                out.late_labels.append((rec, outcome, message))
+                self._label_alarm(now, rec, message)
+            out.relabel = sorted({r for r, _ in late} | set(res.reconnect))
+            out.haptic = self._due(now)
+            if self._status_dirty and now - self._status_sent >= STATUS_MIN_PERIOD_S:
+                out.status = self._status(now)
+        return out
+
+    def on_reply(self, call_id: int, success: bool, message: str) -> ReplyStep:
+        """A recorder's answer to a Trigger call: its report (to log) and the pulses now due."""
+        with self._lock:
+            now = self._clock()
+            report = self.calls.on_reply(now, call_id, success, message)
+            self.core.on_recording(self.calls.recording)
+            if report is None or report.outcome.alarm is None:
+                return ReplyStep(report)
+            self._alarm(now, report)
+            return ReplyStep(report, self._due(now))
+
+    def _alarm(self, now: float, report: Report) -> None:
+        """Pulse the headset and remember the outcome for the status when the operator must know."""
+        alarm = report.outcome.alarm
+        if alarm is None:
+            return
+        self.haptics.play(now, ALARM_PATTERN[alarm])   # several recorders at once: one pattern
+        seq = (self.last_alarm or {}).get("seq", 0) + 1   # tells a repeated alarm from the same one
+        self.last_alarm = {"recorder": report.recorder, "action": report.action.value,
+                           "outcome": report.outcome.value, "message": report.message, "pattern": alarm, "seq": seq}
+        self._status_dirty = True
+
+    # ---- label calls (the stop chord) ---------------------------------------------------------
+    def label_sent(self, rec: str, call: Pending, outcome: str) -> None:
+        """A ``label_episode`` call went out to ``rec``: its deadline starts now."""
+        with self._lock:
+            self._labels_pending[rec] = (call, self._clock(), outcome)
+
+    def label_answered(self, rec: str, call: Pending) -> None:
+        """``call`` has its answer (the node reads it and reports a refusal with ``label_failed``)."""
+        with self._lock:
+            if rec in self._labels_pending and self._labels_pending[rec][0] is call:
+                del self._labels_pending[rec]
+
+    def label_failed(self, rec: str, message: str) -> None:
+        """A label that did not take effect (not available, refused, failed): pulse ``refused``."""
+        with self._lock:
+            self._label_alarm(self._clock(), rec, message)
+
+    def _label_alarm(self, now: float, rec: str, message: str) -> None:
+        self.haptics.play(now, "refused")
+        seq = (self.last_alarm or {}).get("seq", 0) + 1
+        self.last_alarm = {"recorder": rec, "action": "label_episode", "outcome": "refused",
+                           "message": message, "pattern": "failed", "seq": seq}
+        self._status_dirty = True
+
+    # ---- outputs ------------------------------------------------------------------------------
+    def _due(self, now: float) -> list[dict[str, Any]]:
+        hand = self.cfg.hand
+        return [{"hand": hand, "amp": p.amp, "ms": p.ms} for p in self.haptics.due(now)]
+
+    def haptic_due(self) -> list[dict[str, Any]]:
+        """The /quest/haptic commands due now."""
+        with self._lock:
+            return self._due(self._clock())
+
+    def status(self) -> dict[str, Any]:
+        """/teleop/status now (the 1 Hz one); the limits seen since the previous status are cleared."""
+        with self._lock:
+            return self._status(self._clock())
+
+    def _status(self, now: float) -> dict[str, Any]:
+        core = self.core
+        # limits_active: every limit that changed a target since the last status, so a brief hit shows
+        status = {"engaged": core.engaged, "recording": core.recording, **asdict(core.counters),
+                  "limits_active": sorted(core.limits_seen | set(self._limits_active)),
+                  "recorders": {n: r.state for n, r in self.calls.recorders.items()},
+                  "calls_in_flight": self.calls.pending(), "last_alarm": self.last_alarm,
+                  "last_release": core.last_release,
+                  "haptics": dict(self.haptics.played), "input": self.ncfg.input,
+                  "last_outcome": self.last_outcome}
+        if self.spacemouse is not None:
+            status["spacemouse"] = self.spacemouse.status()
+        core.limits_seen.clear()
+        self._status_dirty, self._status_sent = False, now
+        return status
