@@ -270,41 +270,28 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     assert all(p["hand"] == "right" for p in page.evaluate("__pulses")), "teleop's hand is the right one"
 
     # -- a blurred session (headset off, system menu) sends no frames: teleop releases the clutch -----
-    if not w.teleop.get("engaged"):   # a release teleop made meanwhile (a starved machine: arm feedback late)
-        page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 0)")   # re-grip, as an operator does
+    def regrip(why: str) -> None:
+        """Open and close the grip, as an operator does after a release; teleop engages again."""
+        page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 0)")
         time.sleep(0.4)
         page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 1)")
-        wait_for(lambda: w.teleop.get("engaged") is True, 20.0, "the clutch engaged again", dump)
-    sent = page.evaluate("(() => { const n = piperWeb.stats.framesSent; "
-                         "__iwer.updateVisibilityState('visible-blurred'); return n; })()")
-    wait_for(lambda: w.teleop.get("engaged") is False, 5.0, "the clutch released", dump)
-    assert "stale" in str(w.teleop.get("last_release")), w.teleop
-    time.sleep(0.5)
-    st = _stats(page)
+        wait_for(lambda: w.teleop.get("engaged") is True, 20.0, f"the clutch engaged {why}", dump)
+
+    def released_stale(script: str) -> tuple[int, dict]:
+        """Run ``script`` (it returns framesSent before it hides the page): teleop releases the clutch as
+        the stream goes stale; the frames sent before and the page's stats half a second later."""
+        sent = page.evaluate(script)
+        wait_for(lambda: w.teleop.get("engaged") is False, 5.0, "the clutch released", dump)
+        assert "stale" in str(w.teleop.get("last_release")), w.teleop
+        time.sleep(0.5)
+        return sent, _stats(page)
+
+    if not w.teleop.get("engaged"):   # a release teleop made meanwhile (a starved machine: arm feedback late)
+        regrip("again")
+    sent, st = released_stale("(() => { const n = piperWeb.stats.framesSent; "
+                              "__iwer.updateVisibilityState('visible-blurred'); return n; })()")
     # IWER applies the new state at the next frame's start: at most the frame already running went out
     assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "visible-blurred", st
-
-    # -- a hidden page (the browser tab backgrounded: document.hidden) sends no frames either -------------
-    page.evaluate("__iwer.updateVisibilityState('visible')")
-    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once visible", dump)
-    page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 0)")   # re-grip after the release
-    time.sleep(0.4)
-    page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 1)")
-    wait_for(lambda: w.teleop.get("engaged") is True, 20.0, "the clutch engaged after the blur", dump)
-    # headless Chromium keeps its only tab visible: the page's document is made to report what a
-    # backgrounded tab reports (hidden, 'hidden', a visibilitychange event)
-    sent = page.evaluate("(() => { const n = piperWeb.stats.framesSent; "
-                         "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true}); "
-                         "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'}); "
-                         "document.dispatchEvent(new Event('visibilitychange')); return n; })()")
-    wait_for(lambda: w.teleop.get("engaged") is False, 5.0, "the clutch released when hidden", dump)
-    assert "stale" in str(w.teleop.get("last_release")), w.teleop
-    time.sleep(0.5)
-    st = _stats(page)
-    assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "hidden", st
-    page.evaluate("(() => { delete document.hidden; delete document.visibilityState; "
-                  "document.dispatchEvent(new Event('visibilitychange')); })()")
-    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once shown", dump)
 
     # -- panels: both cameras and the HUD arrive in the page at >= 14 fps (counted there), and are drawn ----
     wait_for(lambda: min(_stats(page)["panels"][p] for p in (0, 1, 3)) > 10, 60.0, "panels and HUD", dump)
@@ -326,3 +313,20 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     assert arrived[0] >= 14.0 and arrived[1] >= 14.0, (arrived, decoded, relayed, _read(report), os.getloadavg())
     assert arrived[3] >= 3.0 and min(decoded[p] for p in (0, 1, 3)) > 0, (arrived, decoded)
     assert _stats(page)["panelDecodeErrors"] == 0
+
+    # -- a hidden page (the browser tab backgrounded: document.hidden) sends no frames either -------------
+    blurred_sent = _stats(page)["framesSent"]
+    page.evaluate("__iwer.updateVisibilityState('visible')")
+    wait_for(lambda: _stats(page)["framesSent"] > blurred_sent + 10, 10.0, "frames again once visible", dump)
+    regrip("after the blur")
+    # headless Chromium keeps its only tab visible: the page's document is made to report what a
+    # backgrounded tab reports (hidden, 'hidden', a visibilitychange event)
+    sent, st = released_stale(
+        "(() => { const n = piperWeb.stats.framesSent; "
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true}); "
+        "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'}); "
+        "document.dispatchEvent(new Event('visibilitychange')); return n; })()")
+    assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "hidden", st
+    page.evaluate("(() => { delete document.hidden; delete document.visibilityState; "
+                  "document.dispatchEvent(new Event('visibilitychange')); })()")
+    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once shown", dump)
