@@ -97,18 +97,17 @@ class ReferenceFrames:
 
     def listing(self) -> list[dict[str, Any]]:
         """Every configured root with its cameras and saved episodes (a root not yet written: none)."""
-        from piper_recorder.lerobot.metacheck import load_episodes, load_info
+        from piper_recorder.lerobot.root import Root
 
         out: list[dict[str, Any]] = []
         for i, root in enumerate(self.roots):
             entry: dict[str, Any] = {"index": i, "root": str(root), "cameras": [], "episodes": [], "error": ""}
             try:
-                if (root / "meta" / "info.json").is_file():
-                    info = load_info(root)
-                    entry["cameras"] = [k.split(".")[-1] for k, f in info.get("features", {}).items()
-                                        if isinstance(f, dict) and f.get("dtype") == "video"]
-                    entry["episodes"] = [{"episode_index": int(e["episode_index"]), "length": e.get("length"),
-                                          "tasks": e.get("tasks", [])} for e in load_episodes(root)]
+                if Root.is_root(root):
+                    model = Root.open(root)
+                    entry["cameras"] = list(model.cameras)
+                    entry["episodes"] = [{"episode_index": e.index, "length": e.length, "tasks": list(e.tasks)}
+                                         for e in model.episodes]
             except (DatasetError, OSError, ValueError, KeyError) as exc:
                 entry["error"] = str(exc)
             out.append(entry)
@@ -118,15 +117,15 @@ class ReferenceFrames:
         """JPEG of frame 0; KeyError for an unknown root/episode/camera, DatasetError for a bad file."""
         import av
 
-        from piper_recorder.lerobot.metacheck import load_info
-        from piper_recorder.lerobot.layout import video_file, video_key
+        from piper_recorder.lerobot.layout import video_key
+        from piper_recorder.lerobot.root import read_info
 
         root = self._root(root_index)
-        info = load_info(root)
+        info = read_info(root)
         key = video_key(camera)
-        if key not in info.get("features", {}):
+        if key not in info.features:
             raise KeyError(f"{root}: no camera {camera!r}")
-        path = video_file(root, info, episode, key)
+        path = root / info.video_relpath(episode, key)
         try:
             st = path.stat()
         except OSError as exc:

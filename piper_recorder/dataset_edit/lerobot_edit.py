@@ -32,9 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from piper_recorder import __version__
-from piper_recorder.lerobot import episode_stats, export, fsutil, meta, metacheck, provenance
+from piper_recorder.lerobot import episode_stats, export, fsutil, layout, meta, provenance
 from piper_recorder.lerobot.errors import DatasetError
 from piper_recorder.lerobot.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
+from piper_recorder.lerobot.root import Root
 from piper_recorder.lerobot.video import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from piper_recorder.names import IMAGES_PREFIX
@@ -62,8 +63,8 @@ class LeRobotSource:
 
     @property
     def episodes(self) -> list[EpisodeInfo]:
-        return [EpisodeInfo(str(e["tasks"][0]), int(e["length"]), {k: e[k] for k in CURATION_KEYS if k in e})
-                for e in self.src.episodes]
+        return [EpisodeInfo(e.tasks[0], e.length, {k: e.extras[k] for k in CURATION_KEYS if k in e.extras})
+                for e in self.src.meta.episodes]
 
     def close(self) -> None:
         if self.lock_fd is not None:
@@ -72,7 +73,7 @@ class LeRobotSource:
 
 
 def is_root(path: Path) -> bool:
-    return path.is_dir() and (path / "meta" / "info.json").is_file()
+    return Root.is_root(path)
 
 
 def open_root(path: Path, lock: bool = True) -> LeRobotSource:
@@ -87,17 +88,17 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
         except DatasetError as e:
             raise EditError(str(e)) from None
     try:
-        metacheck.load_info(path)  # the shapes of the meta files, checked before anything reads them
-        for n, line in enumerate(metacheck.load_episodes(path), 1):
-            if not line["tasks"] or "task_index" not in line:
+        model = Root.open(path)  # the shapes of the meta files, checked before anything reads them
+        for n, ep in enumerate(model.episodes, 1):
+            if not ep.tasks or "task_index" not in ep.extras:
                 raise EditError(f"{path}/meta/episodes.jsonl: line {n} has no task")
-        metacheck.load_tasks(path)
         try:
-            src = export.open_source(path)
+            src = export.open_source(path, model)
         except export.ExportError as e:
             raise EditError(str(e).replace("cannot be exported", "cannot be edited")
                             .replace("piper-export reads", f"{TOOL} edits")) from None
-        modality = metacheck.load_json_object(path / "meta" / "modality.json")
+        assert model.modality is not None   # open_source refuses a root without one
+        modality = model.modality.to_json()
         cfg = config_of(src, modality)
         return LeRobotSource(src, cfg, modality, lock_fd)
     except BaseException:
@@ -125,9 +126,9 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
     cameras: dict[str, CameraSpec] = {}
     codec, pix_fmt = "libx264", "yuv420p"
     for key in src.video_keys:
-        f = feats[key]
-        cameras[key.removeprefix(IMAGES_PREFIX)] = CameraSpec(int(f["shape"][0]), int(f["shape"][1]))
-        vinfo = f.get("info") or {}
+        vf = src.meta.info.features[key]
+        cameras[layout.camera_of(key)] = CameraSpec(vf.shape[0], vf.shape[1])
+        vinfo = vf.video or {}
         codec = _CODECS.get(str(vinfo.get("video.codec")), str(vinfo.get("video.codec", codec)))
         pix_fmt = str(vinfo.get("video.pix_fmt", pix_fmt))
     entries = [(group, name, e) for group in ("state", "action")
@@ -149,11 +150,11 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
             joins = None if recorded.get(key) is None else str(recorded[key])
         specs.append(FeatureSpec(key, names, slices, joins))
     combined = any(k in feats for k in joined)
-    raw = any("raw_quest_lines" in e for e in src.episodes)
+    raw = any("raw_quest_lines" in e.extras for e in src.meta.episodes)
     try:
-        cfg = WriterConfig(fps=int(info["fps"]), robot_type=str(info.get("robot_type")), cameras=cameras,
+        cfg = WriterConfig(fps=int(src.meta.info.fps), robot_type=str(info.get("robot_type")), cameras=cameras,
                            features=tuple(specs), video=VideoConfig(codec=codec, pix_fmt=pix_fmt),
-                           chunks_size=int(info["chunks_size"]), save_raw_quest=raw, rotation_type=rotation,
+                           chunks_size=src.meta.info.chunks_size, save_raw_quest=raw, rotation_type=rotation,
                            combined_columns=combined, lerobot_version=src.version)
         cfg.validate()
     except (ValueError, TypeError, KeyError) as e:

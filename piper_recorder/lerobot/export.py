@@ -33,7 +33,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import av
 import numpy as np
@@ -46,7 +46,8 @@ from piper_recorder.sidelock import SideLock
 from . import fsutil, layout
 from .errors import DatasetError
 from .features import BOOKKEEPING
-from .rootfiles import read_json, video_keys
+from .root import Root
+from .rootfiles import read_json
 
 T = TypeVar("T")
 
@@ -65,27 +66,29 @@ class ExportError(DatasetError):
 
 @dataclass
 class Source:
-    """A validated source root: its meta and the per-episode payload paths."""
+    """A validated source root: its meta (``root.Root``; ``info``, ``episodes``, ``tasks`` as the documents
+    the exports copy from) and the per-episode payload paths."""
 
     root: Path
     info: dict
     episodes: list[dict]
     tasks: list[dict]
     video_keys: list[str]
+    meta: Root
 
     @property
     def version(self) -> str:
-        return self.info["codebase_version"]
+        return self.meta.info.codebase_version
 
     @property
     def fps(self) -> int:
-        return int(self.info["fps"])
+        return int(self.meta.info.fps)
 
     def data_rel(self, i: int) -> str:
-        return layout.data_relpath(i, int(self.info["chunks_size"]))
+        return self.meta.info.data_relpath(i)
 
     def video_rel(self, i: int, key: str) -> str:
-        return layout.video_relpath(i, layout.camera_of(key), int(self.info["chunks_size"]))
+        return self.meta.info.video_relpath(i, key)
 
     def extras_rel(self, i: int) -> str:
         return layout.extras_relpath(i)
@@ -150,53 +153,49 @@ class Source:
         return h.hexdigest()
 
 
-def open_source(root: str | os.PathLike) -> Source:
-    """Read and check a root written by this project; ``ExportError`` for anything else."""
+def open_source(root: str | os.PathLike, model: Root | None = None) -> Source:
+    """Read and check a root written by this project (``model``: its meta, when already read);
+    ``ExportError`` for anything else."""
     root = Path(root)
-    info_path = root / "meta" / "info.json"
-    if not info_path.is_file():
-        raise ExportError(f"{root}: no meta/info.json; not a LeRobot root")
-    try:
-        info = read_json(info_path)
-    except ValueError as exc:
-        raise ExportError(f"{info_path}: not valid JSON ({exc})") from None
-    version = info.get("codebase_version")
-    if version not in SOURCE_VERSIONS:
-        raise ExportError(f"{root}: codebase_version {version!r} cannot be exported "
+    if model is None:
+        if not Root.is_root(root):
+            raise ExportError(f"{root}: no meta/info.json; not a LeRobot root")
+        try:
+            model = Root.open(root)
+        except DatasetError as exc:
+            raise ExportError(str(exc)) from None
+    info = model.info
+    if info.codebase_version not in SOURCE_VERSIONS:
+        raise ExportError(f"{root}: codebase_version {info.raw.get('codebase_version')!r} cannot be exported "
                           f"(piper-export reads {', '.join(SOURCE_VERSIONS)})")
-    features = info.get("features") or {}
-    keys = video_keys(info) if features else []
-    ours = (info.get("data_path") == layout.DATA_PATH
-            and info.get("video_path") in ((layout.VIDEO_PATH,) if keys else (None, layout.VIDEO_PATH))
-            and all(features.get(k, {}).get("dtype") == d for k, d in BOOKKEEPING.items())
-            and (root / "meta" / "modality.json").is_file()
-            and (root / "meta" / "episodes.jsonl").is_file()
-            and (root / "meta" / "tasks.jsonl").is_file()
-            and isinstance(info.get("fps"), int) and isinstance(info.get("chunks_size"), int))
+    keys = list(info.video_keys)
+    ours = (info.data_path == layout.DATA_PATH
+            and info.video_path in ((layout.VIDEO_PATH,) if keys else (None, layout.VIDEO_PATH))
+            and all(k in info.features and info.features[k].dtype == d for k, d in BOOKKEEPING.items())
+            and model.modality is not None
+            and model.meta_file("episodes.jsonl").is_file()
+            and model.meta_file("tasks.jsonl").is_file()
+            and isinstance(info.raw.get("fps"), int))
     if not ours:
         raise ExportError(f"{root}: not a root written by piper_recorder (its path templates, "
                           "bookkeeping columns, modality.json, episodes.jsonl or tasks.jsonl differ)")
     bad_keys = [k for k in keys if not k.startswith(layout.VIDEO_KEY_PREFIX)]
     if bad_keys:
         raise ExportError(f"{root}: video features {bad_keys} are not {layout.VIDEO_KEY_PREFIX}<camera>")
-    try:
-        episodes = fsutil.read_jsonl(root / "meta" / "episodes.jsonl")
-        tasks = fsutil.read_jsonl(root / "meta" / "tasks.jsonl")
-    except ValueError as exc:
-        raise ExportError(f"{root}: meta/*.jsonl is not valid JSON lines ({exc})") from None
-    cams = {layout.camera_of(k) for k in keys}
-    task_indices = {int(t["task_index"]) for t in tasks}
-    src = Source(root, info, episodes, sorted(tasks, key=lambda t: t["task_index"]), keys)
-    for i, e in enumerate(episodes):
-        if e.get("episode_index") != i:
+    cams = set(info.cameras)
+    task_indices = {t.index for t in model.tasks}
+    src = Source(root, info.to_json(), [e.to_json() for e in model.episodes], [t.to_json() for t in model.tasks],
+                 keys, model)
+    for i, e in enumerate(model.episodes):
+        if e.index != i:
             raise ExportError(f"{root}: episodes.jsonl line {i + 1} has episode_index "
-                              f"{e.get('episode_index')}, expected {i}")
-        if int(e.get("task_index", -1)) not in task_indices:
-            raise ExportError(f"{root}: episode {i} has task_index {e.get('task_index')} "
+                              f"{e.index}, expected {i}")
+        if (-1 if e.task_index is None else e.task_index) not in task_indices:
+            raise ExportError(f"{root}: episode {i} has task_index {e.extras.get('task_index')} "
                               "missing from tasks.jsonl")
-        lengths = e.get("video_frame_lengths")
-        if keys and (not isinstance(lengths, dict) or set(lengths) != cams):
-            have = sorted(lengths) if isinstance(lengths, dict) else None
+        lengths = e.extras.get("video_frame_lengths")
+        if keys and (not isinstance(lengths, Mapping) or set(lengths) != cams):
+            have = sorted(lengths) if isinstance(lengths, Mapping) else None
             raise ExportError(f"{root}: episode {i} has cameras {have}, the root declares "
                               f"{sorted(cams)}; cameras must be the same in every episode")
         missing = [r for r in [src.data_rel(i)] + [src.video_rel(i, k) for k in keys]

@@ -84,7 +84,7 @@ class _VideoFile:
 class _Builder:
     def __init__(self, src: Source, staging: Path, extra: dict, data_mb: float, video_mb: float):
         self.src, self.staging, self.data_mb, self.video_mb = src, staging, data_mb, video_mb
-        self.chunks_size = int(src.info.get("chunks_size", DEFAULT_CHUNK_SIZE))  # files per chunk dir
+        self.chunks_size = src.meta.info.chunks_size  # files per chunk dir
         last = extra.get("last_files") or {}
         cs = self.chunks_size
         self.next_data = next_file(tuple(last["data"]), cs) if last.get("data") else (0, 0)
@@ -224,12 +224,12 @@ def episodes_schema(src: Source) -> pa.Schema:
 def read_episode_stats(out: Path, src: Source) -> list[dict]:
     """Per-episode stats of a previous v3.0 export, from its meta/episodes files."""
     files = sorted((out / "meta" / "episodes").glob("*/*.parquet"))
-    cols = [f"stats/{k}/{s}" for k in src.info["features"] for s in STAT_KEYS]
+    cols = [f"stats/{k}/{s}" for k in src.meta.info.features for s in STAT_KEYS]
     result = []
     for f in files:
         t = pq.read_table(f, columns=["episode_index"] + cols).to_pylist()
         for r in t:
-            result.append({k: {s: r[f"stats/{k}/{s}"] for s in STAT_KEYS} for k in src.info["features"]})
+            result.append({k: {s: r[f"stats/{k}/{s}"] for s in STAT_KEYS} for k in src.meta.info.features})
     return result
 
 
@@ -289,7 +289,7 @@ def stats_json(src: Source, per_episode: list[dict], cameras: dict[str, dict]) -
     extra = read_json(path) if path.is_file() else {}
     extra.update(cameras)
     out = {}
-    for key in src.info["features"]:
+    for key in src.meta.info.features:
         if key not in agg:
             continue
         entry = {s: np.asarray(agg[key][s]).tolist() for s in ("min", "max", "mean", "std", "count")}
@@ -328,23 +328,23 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
     totals = camera_totals(src, state, own)
     try:
         for i in iter_progress(todo, len(todo), "export v3.0", progress):
-            e = src.episodes[i]
-            row = {"episode_index": i, "tasks": list(e["tasks"]), "length": int(e["length"])}
+            e = src.meta.episodes[i]
+            row = {"episode_index": i, "tasks": list(e.tasks), "length": e.length}
             n = b.add_data(i, row)
-            if n != int(e["length"]):
-                raise ExportError(f"episode {i}: parquet has {n} rows, episodes.jsonl says {e['length']}")
+            if n != e.length:
+                raise ExportError(f"episode {i}: parquet has {n} rows, episodes.jsonl says {e.length}")
             ts = pq.read_table(src.root / src.data_rel(i), columns=["timestamp"]).column(0).to_numpy()
             for key in src.video_keys:
                 b.add_video(key, i, ts, row)
             stats, hists = src.episode_stats(i, own, cams)
             totals.add(hists)
             per_episode.append(stats)
-            for key, _feat in src.info["features"].items():
+            for key in src.meta.info.features:
                 for stat in STAT_KEYS:
                     row[f"stats/{key}/{stat}"] = stats[key][stat] if key in stats else None
             row["meta/episodes/chunk_index"], row["meta/episodes/file_index"] = b.meta_index
             for k in CURATION_COLUMNS:
-                row[k] = e.get(k)
+                row[k] = e.extras.get(k)
             rows.append(row)
         b.close()
     except BaseException:

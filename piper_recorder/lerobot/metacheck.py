@@ -1,6 +1,7 @@
 """Shape checks of a LeRobot root's meta files for the code that reads them to do something else (the
 viewer, finalize, the writer's open): a damaged or hand-edited file gives a DatasetError naming the
 file and the field, never a TypeError deep inside. piper-validate reports such problems one by one.
+The typed read model (``lerobot.root``) parses what these checks pass.
 """
 from __future__ import annotations
 

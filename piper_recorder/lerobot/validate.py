@@ -3,6 +3,8 @@
 ``validate_root(root, full=False) -> list[str]``: one line per problem, each prefixed with the file
 (relative to the root); an empty list means valid. ``full`` decodes every video frame instead of
 counting packets. The checks read the files with pyarrow, PyAV and json only, never the writer.
+On purpose they do not use the typed read model (``lerobot.root``) the other readers share either:
+the validator reads the raw meta files itself so that it stays an independent check of that model.
 
 Timestamps are an error, not a warning, when consecutive differences leave 1/fps by more than
 LeRobot's default tolerance (1e-4 s): LeRobot's loader refuses such a dataset (issue 7).

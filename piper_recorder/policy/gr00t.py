@@ -6,7 +6,7 @@ requests are ``{"endpoint": "get_action" | "get_modality_config" | "ping", "data
 "api_token": optional}``; a failure comes back as ``{"error": str}``; modality configs as
 ``{"__ModalityConfig_class__": True, "as_json": ...}``.
 
-Keys come from the training root's ``meta/modality.json`` (default: the recorder's own Piper layout):
+Keys come from the training root's ``meta/modality.json`` (``lerobot.root.Modality``; default: the recorder's own Piper layout):
 ``video.<cam>`` (1, H, W, 3) uint8, ``state.<name>`` (1, D) = the slice ``[start:end]`` of its
 ``original_key`` column, the language key(s) ``[task]``; the answer's ``action.<name>`` (horizon, D)
 arrays go back into their slices of the ``action`` columns (``action.arm_eef`` + ``action.gripper``).
@@ -23,7 +23,6 @@ import json
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -33,78 +32,12 @@ import numpy.typing as npt
 import zmq
 
 from piper_recorder.errors import PiperInputError
-from piper_recorder.lerobot.features import COMBINED, piper_features
-from piper_recorder.names import IMAGES_PREFIX
+from piper_recorder.lerobot.features import COMBINED
+from piper_recorder.lerobot.root import Modality, Slice
 from piper_recorder.policy.backend import (ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, BackendTimeout,
                                             Observation)
 
-DEFAULT_LANGUAGE_KEY = "annotation.human.task_description"
 TOKEN_ENV = "PIPER_GR00T_API_TOKEN"
-
-
-@dataclass(frozen=True)
-class Slice:
-    """``<group>.<name>`` = column ``original_key`` [start:end]."""
-
-    name: str
-    original_key: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class Modality:
-    """The parts of modality.json the client needs."""
-
-    state: tuple[Slice, ...]
-    action: tuple[Slice, ...]
-    video: dict[str, str]  # modality name -> camera name
-    language: tuple[str, ...]  # full keys, e.g. "annotation.human.task_description"
-
-    @staticmethod
-    def from_json(doc: Mapping[str, object]) -> Modality:
-        def slices(group: str) -> tuple[Slice, ...]:
-            entries = doc.get(group) or {}
-            if not isinstance(entries, Mapping):
-                raise ValueError(f"modality.json: {group} must be an object")
-            default = "observation.state" if group == "state" else "action"  # GR00T's default columns
-            return tuple(Slice(str(n), str(e.get("original_key") or default), int(e["start"]), int(e["end"]))
-                         for n, e in entries.items())
-
-        video_doc = doc.get("video") or {}
-        annotation_doc = doc.get("annotation") or {}
-        if not isinstance(video_doc, Mapping) or not isinstance(annotation_doc, Mapping):
-            raise ValueError("modality.json: video and annotation must be objects")
-        video = {}
-        for name, e in video_doc.items():
-            original = str(e.get("original_key", IMAGES_PREFIX + str(name)))
-            video[str(name)] = original[len(IMAGES_PREFIX):] if original.startswith(IMAGES_PREFIX) else str(name)
-        language = tuple(f"annotation.{n}" for n in annotation_doc) or (DEFAULT_LANGUAGE_KEY,)
-        return Modality(slices("state"), slices("action"), video, language)
-
-    @staticmethod
-    def load(source: Mapping[str, object] | str | Path | None) -> Modality:
-        """A modality.json dict, its path, a root holding meta/modality.json, or None (the
-        recorder's default Piper layout; cameras then follow the observation)."""
-        if source is None:
-            doc: dict[str, object] = {"state": {}, "action": {}}
-            for f in piper_features():
-                for name, a, b, _rot in f.slices():
-                    if f.group is not None:
-                        cast(dict, doc[f.group])[name] = {"start": a, "end": b, "original_key": f.key}
-            return Modality.from_json(doc)
-        if isinstance(source, Mapping):
-            return Modality.from_json(source)
-        path = Path(source)
-        if path.is_dir():
-            path = path / "meta" / "modality.json"
-        try:
-            loaded = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: cannot read modality.json ({e})") from e
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: modality.json must be an object")
-        return Modality.from_json(loaded)
 
 
 class ServerError(BackendError):

@@ -1,7 +1,7 @@
 """Observations exactly as the policy was trained: the training root's meta, the recorders' assembly.
 
-``TrainingMeta`` reads what a root says about its data (features, modality.json, cameras and image
-sizes, fps, tasks, stats, latest provenance). ``ObservationBuilder`` feeds live messages into the
+``TrainingMeta`` reads what a root says about its data (``lerobot.root.Root``: features,
+modality.json, cameras and image sizes, fps, tasks; then stats, latest provenance). ``ObservationBuilder`` feeds live messages into the
 recorders' own ``EpisodeAssembler`` (same grid, same frame pairing, same quaternion order wxyz,
 same float32 columns) and turns each assembled row into an ``Observation``: a row is what the
 recorder would have written at that tick, so the policy sees what it was trained on. Live inputs
@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
-from piper_recorder.errors import PiperInputError
+from piper_recorder.errors import DatasetError, PiperInputError
 from piper_recorder.lerobot.features import COMBINED
 from piper_recorder.lerobot.provenance import META_FILE, SESSIONS_FILE
+from piper_recorder.lerobot.root import Root
 from piper_recorder.names import IMAGES_PREFIX
 
 from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation
@@ -52,10 +53,10 @@ class TrainingMeta:
         root = Path(root)
         meta = root / "meta"
         try:
-            info = json.loads((meta / "info.json").read_text())
-        except (OSError, ValueError) as e:
-            raise MetaError(f"{root}: cannot read meta/info.json: {e}") from e
-        feats: dict[str, Any] = info.get("features") or {}
+            model = Root.open(root)
+        except (DatasetError, OSError) as e:
+            raise MetaError(f"{root}: cannot read its meta files: {e}") from e
+        feats = model.info.features
         missing = [k for k in ACTION_KEYS if k not in feats]
         if missing:
             raise MetaError(f"{root}: no {', '.join(missing)} feature: this runtime drives action.arm_eef + "
@@ -65,11 +66,11 @@ class TrainingMeta:
         unsupported: list[str] = []
         for key, f in feats.items():
             if key.startswith(IMAGES_PREFIX):
-                shape = list(f.get("shape") or [])
-                names = list(f.get("names") or [])
-                if names[:2] == ["channels", "height"] or (len(shape) == 3 and shape[0] == 3 and shape[2] != 3):
+                shape = list(f.shape)
+                if (f.names or ())[:2] == ("channels", "height") or (len(shape) == 3 and shape[0] == 3
+                                                                     and shape[2] != 3):
                     shape = [shape[1], shape[2], shape[0]]
-                cams[key[len(IMAGES_PREFIX):]] = (int(shape[0]), int(shape[1]))
+                cams[key[len(IMAGES_PREFIX):]] = (shape[0], shape[1])
             elif key.startswith("observation."):
                 if key in ROW_VALUE or key in COMBINED:
                     state.append(key)
@@ -77,15 +78,15 @@ class TrainingMeta:
                     unsupported.append(key)
         if unsupported:
             raise MetaError(f"{root}: observation features the live graph cannot provide: {unsupported}")
-        tasks = tuple(json.loads(line)["task"] for line in _lines(meta / "tasks.jsonl"))
+        tasks = tuple(t.task for t in model.tasks)
         session = None
         try:
             session = json.loads((meta / META_FILE).read_text())
         except (OSError, ValueError):
             sessions = [json.loads(line) for line in _lines(meta / SESSIONS_FILE)]
             session = sessions[-1] if sessions else None
-        return cls(root, float(info["fps"]), cams, tuple(state), tasks,
-                   _json(meta / "modality.json"), _json(meta / "stats.json"), session)
+        return cls(root, float(model.fps), cams, tuple(state), tasks,
+                   model.modality.to_json() if model.modality else {}, _json(meta / "stats.json"), session)
 
 
 def _lines(path: Path) -> list[str]:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from piper_recorder.lerobot import metacheck
-from piper_recorder.lerobot.layout import camera_of, data_file, video_file
+from piper_recorder.lerobot.root import Root
 from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
 from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
@@ -91,26 +91,25 @@ def verdict_block(ep: dict[str, Any]) -> str:
 def render(root: Path, out: Path, episodes: list[int] | None = None, embed_videos: bool = True) -> str:
     """Write the report for ``root`` to ``out`` and return the HTML."""
     root = Path(root)
-    info = metacheck.load_info(root)   # a damaged root: DatasetError naming the file (piper-view exits 2)
-    eps = metacheck.load_episodes(root)
-    sessions = metacheck.load_jsonl(root / "meta" / "collection_sessions.jsonl")
-    fps = float(info["fps"])
-    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    cams = [camera_of(k) for k in video_keys]
+    model = Root.open(root)   # a damaged root: DatasetError naming the file (piper-view exits 2)
+    info, eps = model.info, model.episodes
+    sessions = metacheck.load_jsonl(model.meta_file("collection_sessions.jsonl"))
+    fps = float(info.fps)
+    video_keys, cams = list(info.video_keys), list(info.cameras)
 
     overview_rows = []
-    shown = {int(e["episode_index"]) for e in eps if episodes is None or e["episode_index"] in episodes}
-    for ep in eps:
-        extra = {k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}
-        frames = ep.get("video_frame_lengths", {})
-        idx = int(ep["episode_index"])
-        overview_rows.append([idx, esc(", ".join(ep.get("tasks", []))), ep["length"],
-                              f"{ep['length'] / fps:.2f}", *[frames.get(c, "") for c in cams],
-                              outcome_cell(ep), verdict_cell(ep),
-                              summary_cell(extra, f"counters-ep{idx}" if idx in shown else None)])
-    body = [f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.get('codebase_version'))}, "
-            f"robot <b>{esc(info.get('robot_type'))}</b>, {fps:g} fps, {info.get('total_episodes')} episodes, "
-            f"{info.get('total_frames')} rows, {info.get('total_tasks')} tasks, cameras: {esc(', '.join(cams))}</p>",
+    shown = {e.index for e in eps if episodes is None or e.index in episodes}
+    for e in eps:
+        line = dict(e.raw)
+        extra = {k: v for k, v in line.items() if k not in STANDARD_EPISODE_KEYS}
+        frames = e.extras.get("video_frame_lengths", {})
+        overview_rows.append([e.index, esc(", ".join(e.tasks)), e.length,
+                              f"{e.length / fps:.2f}", *[frames.get(c, "") for c in cams],
+                              outcome_cell(line), verdict_cell(line),
+                              summary_cell(extra, f"counters-ep{e.index}" if e.index in shown else None)])
+    body = [f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.codebase_version)}, "
+            f"robot <b>{esc(info.robot_type)}</b>, {fps:g} fps, {info.total_episodes} episodes, "
+            f"{info.total_frames} rows, {info.total_tasks} tasks, cameras: {esc(', '.join(cams))}</p>",
             table(["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "outcome", "verdict",
                    "problems"],
                   overview_rows, left=2), "</section>"]
@@ -133,22 +132,22 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
     body += prov
 
     plots: dict[str, Any] = {}
-    chosen = [e for e in eps if episodes is None or e["episode_index"] in episodes]
-    for ep in chosen:
-        idx = int(ep["episode_index"])
-        tbl = pq.read_table(data_file(root, info, idx))
+    chosen = [e for e in eps if episodes is None or e.index in episodes]
+    for episode in chosen:
+        idx, ep = episode.index, dict(episode.raw)
+        tbl = pq.read_table(model.data_file(idx))
         ts = _column(tbl, "timestamp")
         if ts is None:
-            raise ValueError(f"{data_file(root, info, idx)}: no timestamp column")
+            raise ValueError(f"{model.data_file(idx)}: no timestamp column")
         t = ts[:, 0]
         group = f"ep{idx}"
         tl = [round(float(v), 4) for v in t]
-        sec = [f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(ep.get("tasks", [])))}</h2>',
+        sec = [f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(episode.tasks))}</h2>',
                verdict_block(ep), time_controls(group, float(t[-1]) if len(t) else 0.0), '<div class="videos">']
         counters = counters_table({k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}, f"counters-{group}")
         frame_iv: list[dict[str, Any]] = []
         for key, cam in zip(video_keys, cams):
-            vpath = video_file(root, info, idx, key)
+            vpath = model.video_file(idx, key)
             if not vpath.exists():
                 sec.append(f'<p class="warn">missing video {esc(vpath.name)} for {esc(cam)}</p>')
                 continue
