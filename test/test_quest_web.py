@@ -8,8 +8,8 @@ Plus controllers) installed into it as its WebXR runtime; the test moves IWER's 
 presses its buttons, and checks what the graph did: the measured end effector follows the scripted
 controller motion (direction and magnitude, through the XR -> robot remap), A starts and saves an
 episode on both recorders and B discards one, the confirmation pulses reach IWER's haptic actuator,
-the panels arrive in the page at >= 14 fps, and a blurred XR session stops the frames so that teleop
-releases the clutch (headset stream stale). ~60 s on a quiet 2-core machine.
+the panels arrive in the page at >= 14 fps, and a blurred XR session, then a hidden page (document.hidden),
+stop the frames so that teleop releases the clutch (headset stream stale). ~40 s on a quiet 2-core machine.
 """
 from __future__ import annotations
 
