@@ -2,7 +2,8 @@
 
 - parameters.md: every node's ROS parameters, read from the config dataclasses the node passes to
   ``declare_config`` (name with its prefix, type, default, and the comment written beside the field);
-- names.md: the graph's topics and the camera topic patterns, read from ``piper_recorder.names``.
+- names.md: the graph's topics and the camera topic patterns, read from ``piper_recorder.names``;
+- services.md: every node's services (``piper_recorder.names.SERVICES``, the names the nodes create).
 
 ``make docs`` runs it before ``mkdocs build``; test/test_docs_reference.py checks that the committed pages
 equal what it generates. Usage: ``python docs/gen_reference.py [--check]``.
@@ -96,8 +97,9 @@ def names_page() -> str:
              "`{cam}`; the recorders, the policy node, the dashboard and quest_video take the colour pattern as",
              "their `image_topic_pattern` parameter.", "",
              "| name | value |", "|---|---|"]
+    services = {sv.name for sv in names.SERVICES} | {names.TRIGGER}
     for key, value in vars(names).items():
-        if key.isupper() and isinstance(value, str):
+        if key.isupper() and isinstance(value, str) and value not in services:
             lines.append(f"| `{key}` | `{_md(value)}` |")
     cam = names.CAMERA
     lines += ["", f"Camera profile (`CAMERA`): {cam.width}x{cam.height} at {cam.fps} fps, the default of every",
@@ -105,7 +107,19 @@ def names_page() -> str:
     return "\n".join(lines)
 
 
-PAGES = {"parameters.md": parameters_page, "names.md": names_page}
+def services_page() -> str:
+    names = importlib.import_module("piper_recorder.names")
+    lines = [HEADER, "# Services", "",
+             "Every service the nodes serve, from `piper_recorder.names.SERVICES` (the names the nodes create).",
+             "A name without a leading `/` is under its node's name: `/lerobot_recorder/start_episode`,",
+             "`/policy/start`. For example `ros2 service call /lerobot_recorder/stop_episode std_srvs/srv/Trigger`.",
+             "", "| service | node | type | what it does |", "|---|---|---|---|"]
+    for sv in names.SERVICES:
+        lines.append(f"| `{sv.name}` | {sv.node} | `{sv.type}` | {_md(sv.does)} |")
+    return "\n".join(lines + [""])
+
+
+PAGES = {"parameters.md": parameters_page, "names.md": names_page, "services.md": services_page}
 
 
 def main(argv: list[str]) -> int:

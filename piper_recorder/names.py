@@ -30,6 +30,49 @@ QUEST_RAW = "/quest/raw"
 QUEST_HAPTIC = "/quest/haptic"
 EPISODE_EVENTS = "/episode_events"
 
+# ---- services: std_srvs/Trigger unless said; a name without a leading '/' is under its node's name --
+START_EPISODE = "start_episode"            # each recorder's: /lerobot_recorder/start_episode, ...
+STOP_EPISODE = "stop_episode"
+DISCARD_EPISODE = "discard_episode"
+DELETE_LAST_EPISODE = "delete_last_episode"
+LABEL_EPISODE = "label_episode"            # diagnostic_msgs/srv/AddDiagnostics: a JSON label in
+RECORDER_SERVICES = (START_EPISODE, STOP_EPISODE, DISCARD_EPISODE, DELETE_LAST_EPISODE)
+ARM_ENABLE = "/arm/enable"
+ARM_DISABLE = "/arm/disable"
+ARM_GO_HOME = "/arm/go_home"
+POLICY_SERVICES = ("start", "stop", "pause", "resume")   # the policy node's ~/start ... (a rollout)
+REPLAY_SERVICES = ("play", "stop")                       # the replay node's ~/play, ~/stop
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service of the graph, for the generated reference (docs/reference/services.md)."""
+
+    name: str
+    node: str
+    type: str
+    does: str
+
+
+TRIGGER = "std_srvs/srv/Trigger"
+SERVICES = (
+    Service(START_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER, "start an episode of the node's `task`"),
+    Service(STOP_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER,
+            "end the episode at the request's arrival and save it; the message says rows and verdict"),
+    Service(DISCARD_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER, "drop the episode in flight"),
+    Service(DELETE_LAST_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER,
+            "delete the last saved episode of this session"),
+    Service(LABEL_EPISODE, "lerobot_recorder, rgbd_recorder", "diagnostic_msgs/srv/AddDiagnostics",
+            "outcome label (success / failure, a note) for the episode in flight or the last saved one: "
+            "a JSON object in the request's `load_namespace` ([Curation](../curation.md))"),
+    Service(ARM_ENABLE, "piper_arm", TRIGGER, "enable the drivers (waits for them)"),
+    Service(ARM_DISABLE, "piper_arm", TRIGGER, "disable the drivers"),
+    Service(ARM_GO_HOME, "piper_arm", TRIGGER, "move to the home pose"),
+    *(Service(s, "policy", TRIGGER, f"{s} the policy's rollout") for s in POLICY_SERVICES),
+    *(Service(s, "replay", TRIGGER, "play an episode on the arm" if s == "play" else "stop the replay") for s in REPLAY_SERVICES),
+)
+
+
 # ---- cameras: one placeholder name for every pattern -------------------------------------------------
 # A camera node publishes these under its own namespace (realsense2_camera, sim_camera: ``~/color/...``).
 COLOR_IMAGE = "color/image_raw"

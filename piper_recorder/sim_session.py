@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from piper_recorder.errors import PiperError
 from piper_recorder.launch_supervisor import Graph
 from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, config_path, plan_graph
-from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_topic
+from piper_recorder.names import COLOR_TOPIC_PATTERN, START_EPISODE, STOP_EPISODE, camera_topic
 from piper_recorder.params_file import read_params_file
 from piper_recorder.rosenv import lease_domain
 
@@ -192,7 +192,7 @@ class SimSession:
         self._first_message(PoseStamped, "/arm/eef_pose", left())
         self._first_messages(Image, [camera_topic(COLOR_TOPIC_PATTERN, cam) for cam in self.cameras], left())
         for rec in RECORDERS:
-            for srv in ("start_episode", "stop_episode"):
+            for srv in (START_EPISODE, STOP_EPISODE):
                 self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"/{rec}/{srv} not up")
         with self._cond:
             if not self._cond.wait_for(lambda: all(r in self.status for r in RECORDERS), left()):
@@ -315,7 +315,7 @@ class SimSession:
             self._live().destroy_client(cli)
 
     def start_episode(self) -> None:
-        for rec, (ok, msg) in self.call_all("start_episode").items():
+        for rec, (ok, msg) in self.call_all(START_EPISODE).items():
             if not ok:
                 self._fail(f"{rec} start_episode refused: {msg}")
 
@@ -325,7 +325,7 @@ class SimSession:
         with self._cond:
             seen = len(self.events)
         t_stop = {rec: max(time.monotonic(), (at or {}).get(rec, 0.0)) for rec in RECORDERS}
-        for rec, (ok, msg) in self.call_all("stop_episode", timeout=timeout, at=at).items():
+        for rec, (ok, msg) in self.call_all(STOP_EPISODE, timeout=timeout, at=at).items():
             if not ok:
                 self._fail(f"{rec} stop_episode refused: {msg}")
         result = EpisodeResult(index=-1)
@@ -369,7 +369,7 @@ class SimSession:
 
         with self._cond:
             self._cond.wait_for(started, timeout)
-        sent = self.sent.get("start_episode", {})
+        sent = self.sent.get(START_EPISODE, {})
         now_wall, now_mono = time.time_ns(), time.monotonic()
         return {rec: now_mono + (starts[rec] - now_wall) / 1e9 + seconds if rec in starts
                 else sent.get(rec, now_mono) + seconds for rec in RECORDERS}

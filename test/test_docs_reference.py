@@ -50,3 +50,19 @@ def test_nav_names_exactly_the_pages():
     nav = _nav_files(cfg["nav"])
     pages = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
     assert sorted(nav) == pages
+
+
+def test_nodes_create_services_only_by_the_names_in_the_reference():
+    """A service name written as a literal in a node would be missing from docs/reference/services.md:
+    every ``create_service`` call takes its name from ``piper_recorder.names`` (a constant, or a loop over one)."""
+    import ast
+
+    literal = []
+    for path in sorted((ROOT / "piper_recorder" / "nodes").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "create_service" and len(node.args) > 1:
+                name = node.args[1]
+                if isinstance(name, ast.Constant) or (isinstance(name, ast.JoinedStr) and all(
+                        isinstance(v, ast.Constant) for v in name.values)):
+                    literal.append(f"{path.name}:{node.lineno}")
+    assert not literal, f"service names written as literals (put them in piper_recorder.names): {literal}"

@@ -33,6 +33,7 @@ from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
 from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
+from piper_recorder.names import ARM_DISABLE, ARM_ENABLE, ARM_GO_HOME
 
 JOINT_NAMES = [f"joint{i}" for i in range(1, 7)] + ["gripper"]
 FRAME = "arm_base"
@@ -95,9 +96,9 @@ class PiperArmNode(Node):
         self.create_subscription(PoseStamped, "/arm/target_pose", self._on_target, newest, callback_group=inputs)
         self.create_subscription(JointState, "/arm/target_gripper", self._on_gripper, newest, callback_group=inputs)
         services = MutuallyExclusiveCallbackGroup()
-        self.create_service(Trigger, "/arm/enable", self._srv_enable, callback_group=services)
-        self.create_service(Trigger, "/arm/disable", self._srv_disable, callback_group=services)
-        self.create_service(Trigger, "/arm/go_home", self._srv_go_home, callback_group=services)
+        self.create_service(Trigger, ARM_ENABLE, self._srv_enable, callback_group=services)
+        self.create_service(Trigger, ARM_DISABLE, self._srv_disable, callback_group=services)
+        self.create_service(Trigger, ARM_GO_HOME, self._srv_go_home, callback_group=services)
         self.link.set_frame_listener(self._on_frame)
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "

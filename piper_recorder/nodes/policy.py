@@ -32,7 +32,7 @@ from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import ACTOR_TOPIC, image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.delivery import ImageCounts
-from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, TARGET_GRIPPER, TARGET_POSE,
+from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_SERVICES, TARGET_GRIPPER, TARGET_POSE,
                                   camera_topic)
 from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp,
                                          run_in_thread, run_node)
@@ -100,8 +100,8 @@ class PolicyNode(Node):
                                      lambda m, c=cam, i=i: self._on_image(c, i, m), images, callback_group=g)
         self.create_subscription(Joy, f"/quest/{cfg.hand}/joy", self._on_joy, sensor, callback_group=g)
         self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable, callback_group=g)
-        for name, fn in (("start", self._srv_start), ("stop", self._srv_stop), ("pause", self._srv_pause),
-                         ("resume", self._srv_resume)):
+        for name, fn in zip(POLICY_SERVICES, (self._srv_start, self._srv_stop, self._srv_pause, self._srv_resume),
+                            strict=True):
             self.create_service(Trigger, f"~/{name}", fn, callback_group=g)
         self.create_timer(1.0 / STATUS_HZ, self._publish_status, callback_group=g)
         # The latched topics are published on the executor thread only (the control thread publishes just

@@ -50,6 +50,7 @@ from piper_recorder.recording.verdict import VerdictConfig
 
 from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
+from piper_recorder.names import LABEL_EPISODE, RECORDER_SERVICES
 
 from .common import ParameterError, declare_config, make_executor, now_ns, run_in_thread, spin_until
 
@@ -132,12 +133,12 @@ class RecorderNode(Node):
         self._control = Node(f"{self.get_name()}_control", namespace=self.get_namespace(), context=self.context,
                              use_global_arguments=False, start_parameter_services=False)
         base = self.get_fully_qualified_name()
-        for srv, fn in (("start_episode", self._srv_start), ("stop_episode", self._srv_stop),
-                        ("discard_episode", self._srv_discard), ("delete_last_episode", self._srv_delete)):
+        for srv, fn in zip(RECORDER_SERVICES, (self._srv_start, self._srv_stop, self._srv_discard, self._srv_delete),
+                           strict=True):
             self._control.create_service(Trigger, f"{base}/{srv}", fn)
         # the label: a JSON string in, success + message out (no installed interface has a typed payload
         # for it; AddDiagnostics is the one string -> (bool, string) service): see docs/curation.md
-        self._control.create_service(AddDiagnostics, f"{base}/label_episode", self._srv_label)
+        self._control.create_service(AddDiagnostics, f"{base}/{LABEL_EPISODE}", self._srv_label)
         self._control_exec = make_executor()
         self._control_exec.add_node(self._control)
         self._control_stop = threading.Event()

@@ -26,6 +26,7 @@ from std_srvs.srv import Trigger
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.replay.episode import ReplayEpisode, load_episode
 from piper_recorder.replay.motion import Approach, TrackingStats, row_at
+from piper_recorder.names import REPLAY_SERVICES
 
 
 @dataclass
@@ -67,8 +68,8 @@ class ReplayNode(Node):
                              reliability=ReliabilityPolicy.RELIABLE)
         self._pub_result = self.create_publisher(String, "~/result", latched)
         self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 10)
-        self.create_service(Trigger, "~/play", self._srv_play)
-        self.create_service(Trigger, "~/stop", self._srv_stop)
+        for name, fn in zip(REPLAY_SERVICES, (self._srv_play, self._srv_stop), strict=True):
+            self.create_service(Trigger, f"~/{name}", fn)
         self._loaded: ReplayEpisode | None = None
         self._load_error = ""
         self._loading = threading.Lock()

@@ -42,6 +42,7 @@ from .filters import FilterConfig, OneEuroOrientation, OneEuroPosition
 from .frames import FrameConfig, remap_matrix
 from .limits import Limits, LimitsConfig, LimitViolation
 from .rotations import conjugate_rotation, is_finite, normalize, quat_conj, quat_mul, rotate_then
+from ..names import DELETE_LAST_EPISODE, DISCARD_EPISODE, START_EPISODE, STOP_EPISODE
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
 MAX_ABS_POS = 100.0  # m; larger coordinates are garbage (and would overflow the arithmetic)
@@ -90,10 +91,10 @@ class TeleopConfig:
 
 class Action(Enum):
     """Recorder service calls requested by the buttons."""
-    START = "start_episode"
-    STOP = "stop_episode"
-    DISCARD = "discard_episode"
-    DELETE_LAST = "delete_last_episode"
+    START = START_EPISODE
+    STOP = STOP_EPISODE
+    DISCARD = DISCARD_EPISODE
+    DELETE_LAST = DELETE_LAST_EPISODE
 
 
 @dataclass
