@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # rclpy is imported when the session starts
     from rclpy.task import Future
 
 RESUBSCRIBE_S = 15.0   # _first_messages: a silent topic is subscribed to afresh after this
+LOST_ANSWER_S = 3.0    # _await_answer: a response this late after the status showed the answer is lost
 CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
 
 
@@ -267,10 +268,46 @@ class SimSession:
         fut.add_done_callback(lambda _f: done.set())
         return done.wait(timeout)
 
+    def _answers(self, rec: str) -> int:
+        with self._cond:
+            return int((self.status.get(rec) or {}).get("answers", 0))
+
+    def _await_answer(self, rec: str, srv: str, fut: Future[Any], answers0: int,
+                      timeout: float) -> tuple[bool, str]:
+        """The recorder's answer to one call: the response, or, if that is lost, what its ``~/status``
+        says it answered. rmw_fastrtps drops a response whose reader the server has not matched within
+        100 ms of sending it (ros2/rmw_fastrtps#390): a loaded machine's discovery can lose the first
+        answer of a fresh client although the recorder acted on the request. The status's ``answers``
+        count rising past ``answers0`` (its value when the request went) shows the answer was given;
+        ``LOST_ANSWER_S`` later without the response, the status's ok/message stand for it."""
+        deadline = time.monotonic() + timeout
+        seen_at: float | None = None
+        done = threading.Event()
+        fut.add_done_callback(lambda _f: done.set())
+        while not done.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
+            with self._cond:
+                st = dict(self.status.get(rec) or {})
+            if seen_at is None and int(st.get("answers", 0)) > answers0:
+                seen_at = now
+            if seen_at is not None and now - seen_at >= LOST_ANSWER_S:
+                print(f"piper-demo: /{rec}/{srv}: the response was lost; the recorder's status shows it "
+                      f"answered {'ok' if st.get('ok') else 'refused'}: {st.get('message')!r}",
+                      file=sys.stderr, flush=True)
+                return bool(st.get("ok")), str(st.get("message", ""))
+            done.wait(min(0.2, deadline - now))
+        res = fut.result()
+        if res is None:
+            raise DemoError(f"/{rec}/{srv}: the call failed\n{self.graph.logs()}")
+        return bool(res.success), str(res.message)
+
     def call_all(self, srv: str, timeout: float = 30.0,
                  at: dict[str, float] | None = None) -> dict[str, tuple[bool, str]]:
         """Call ``srv`` on every recorder at once (one after the other, the second recorder's episode
-        would start or end a whole save later than the first's) and wait for every answer.
+        would start or end a whole save later than the first's) and wait for every answer
+        (``_await_answer``: a lost response is read from the recorder's status).
 
         ``at``: recorder -> monotonic time to send its request (the calls still overlap). When each
         request went and each answer came are kept in ``sent[srv][rec]`` and ``answered[srv][rec]``."""
@@ -279,22 +316,18 @@ class SimSession:
         answered: dict[str, float] = {}
         sent: dict[str, float] = {}
         self.answered[srv], self.sent[srv] = answered, sent
-        futs = {}
+        futs, answers0 = {}, {}
         for rec in sorted(RECORDERS, key=lambda r: (at or {}).get(r, 0.0)):
             if at and rec in at:
                 time.sleep(max(0.0, at[rec] - time.monotonic()))
+            answers0[rec] = self._answers(rec)
             sent[rec] = time.monotonic()
             futs[rec] = self._client(rec, srv).call_async(Trigger.Request())
             futs[rec].add_done_callback(partial(_note_answer, answered, rec))
         out = {}
         for rec, fut in futs.items():
-            if not self._wait(fut, timeout):
-                raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
+            out[rec] = self._await_answer(rec, srv, fut, answers0[rec], timeout)
             answered.setdefault(rec, time.monotonic())   # its done callback may not have run yet
-            res = fut.result()
-            if res is None:
-                raise DemoError(f"/{rec}/{srv}: the call failed\n{self.graph.logs()}")
-            out[rec] = (bool(res.success), str(res.message))
         return out
 
     def set_parameter(self, node: str, name: str, value: Any, timeout: float = 10.0) -> None:

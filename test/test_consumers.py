@@ -125,6 +125,10 @@ class Roots:
         # episodes raise (frozen gripper, one quaternion outlier); the format is checked by piper-validate.
         assert (root / "meta" / "episodes.jsonl").is_file(), \
             f"piper-demo {' '.join(sets)} wrote no LeRobot root ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+        saved = [ln for ln in (root / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
+        assert len(saved) == EPISODES, \
+            f"piper-demo {' '.join(sets)} saved {len(saved)} of {EPISODES} episodes ({p.returncode}):\n" \
+            f"{_tail(p.stdout)}\n--- stderr (head)\n{p.stderr[:4000]}"
         v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
         assert v.returncode == 0, f"piper-validate {root} failed:\n{_tail(v.stdout + v.stderr)}"
         return root
