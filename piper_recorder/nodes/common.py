@@ -203,6 +203,61 @@ def make_executor(kind: str = "events") -> Executor:
     raise ValueError(f"executor must be one of {EXECUTORS}, got {kind!r}")
 
 
+class ArrivalExecutor(SingleThreadedExecutor):
+    """A single-threaded executor that notes each service request's arrival before its callback runs.
+
+    ``arrival_ns``: the DDS reception time of the request whose callback is running
+    (``rmw_service_info_t.received_timestamp``, system time), read by a callback as its first
+    statement: on a single thread nothing else runs between the take and that read. A recorder ends an
+    episode there, however long the request then waited for the GIL or the CPU. rclpy's executors give
+    a callback the request only, so the take is done here: the Jazzy-and-later shape
+    (``_take_service`` returns the coroutine to run) or the Humble/Iron one (``_execute_service``).
+    With neither, or no timestamp, ``arrival_ns`` stays None and callers use their clock's now.
+    """
+
+    def __init__(self, context: Any = None) -> None:
+        super().__init__(context=context)
+        self.arrival_ns: int | None = None
+
+    def _note(self, header: Any) -> None:
+        stamp = getattr(header, "received_timestamp", None)
+        self.arrival_ns = int(stamp) if isinstance(stamp, int) and stamp > 0 else None
+
+    if hasattr(Executor, "_execute_service"):   # Humble/Iron: take, then execute with the header
+        async def _execute_service(self, srv: Any, request_and_header: Any) -> None:
+            if request_and_header is not None:
+                self._note(request_and_header[1])
+            await super()._execute_service(srv, request_and_header)  # type: ignore[misc]
+    else:
+        def _take_service(self, srv: Any) -> Any:
+            from rclpy.exceptions import InvalidHandle
+            from rclpy.executors import await_or_execute
+
+            try:
+                with srv.handle:
+                    request, header = srv.handle.service_take_request(srv.srv_type.Request)
+            except InvalidHandle:
+                return None
+
+            async def _execute() -> None:
+                if header is None:
+                    return
+                self._note(header)
+                response = await await_or_execute(srv.callback, request, srv.srv_type.Response())
+                srv.send_response(response, header)
+            return _execute
+
+
+def arrival_or_now(executor: Executor, node: Node, max_age_s: float = 5.0) -> int:
+    """The arrival time (ROS ns) of the request being served on ``executor`` if it is an
+    ``ArrivalExecutor`` and the node runs on system time (no ``use_sim_time``); else now."""
+    now = now_ns(node)
+    arrival = getattr(executor, "arrival_ns", None)
+    if arrival is None or node.get_parameter("use_sim_time").value:
+        return now
+    return arrival if 0 <= now - arrival <= max_age_s * 1e9 else now
+
+
 async def run_in_thread(fn: Callable[[], Any]) -> Any:
     """Await ``fn()`` run on a short-lived thread, from a coroutine callback, without blocking the executor."""
     from rclpy.task import Future

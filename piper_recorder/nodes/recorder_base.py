@@ -11,7 +11,8 @@ Threads (why encoding never blocks a message callback):
 - The services live on a second, message-free node (``<name>_control``, its services named under
   the recorder's own name: ``/lerobot_recorder/stop_episode``) spun by its own executor thread, so a
   stop is taken when it arrives, not after the images queued before it on a busy recorder; its
-  arrival time is the episode's end (``controller.request_stop``: no row after it is assembled).
+  arrival time (``ArrivalExecutor``: its DDS reception, not when its callback got the thread) is the
+  episode's end (``controller.request_stop``: no row after it is assembled).
 - A tick thread sleeps until the next grid tick plus the lateness allowance (computed from the grid,
   not a periodic timer, so late wake-ups never shift rows) and calls ``controller.tick(now)``.
 - One writer thread (``WriterWorker``) owns every writer call; the writers encode in their own threads.
@@ -52,7 +53,8 @@ from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import LABEL_EPISODE, RECORDER_SERVICES
 
-from .common import ParameterError, declare_config, make_executor, now_ns, run_in_thread, spin_until
+from .common import (ArrivalExecutor, ParameterError, arrival_or_now, declare_config, now_ns, run_in_thread,
+                     spin_until)
 
 
 def message_class(msg_type: str) -> Any:
@@ -139,7 +141,7 @@ class RecorderNode(Node):
         # the label: a JSON string in, success + message out (no installed interface has a typed payload
         # for it; AddDiagnostics is the one string -> (bool, string) service): see docs/curation.md
         self._control.create_service(AddDiagnostics, f"{base}/{LABEL_EPISODE}", self._srv_label)
-        self._control_exec = make_executor()
+        self._control_exec = ArrivalExecutor()   # a stop ends the episode at its request's arrival
         self._control_exec.add_node(self._control)
         self._control_stop = threading.Event()
         self._control_thread = threading.Thread(target=spin_until, args=(self._control_exec, self._control_stop),
@@ -217,7 +219,7 @@ class RecorderNode(Node):
         return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: now_ns(self))))
 
     async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        end = now_ns(self)   # the episode ends when the request arrives, not when the worker runs
+        end = arrival_or_now(self._control_exec, self)   # when the request arrived, not when it got its turn
         self.controller.request_stop(end)
         return self._answer(res, await run_in_thread(lambda: self.controller.stop(end)))
 
