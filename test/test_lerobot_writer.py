@@ -537,3 +537,23 @@ def test_open_repairs_leftovers_deterministically(tmp_path):
     assert len([k for k in tree_hashes(root) if k.startswith(".recovered/")]) == 3
     from piper_recorder.lerobot.validate import validate_root
     assert validate_root(root, full=True) == []
+
+
+def test_offline_encoder_is_deterministic_x264_without_mbtree(tmp_path):
+    """The converter's encoder runs x264 with mbtree=0 (``VideoConfig.deterministic``): with mbtree on,
+    identical frames gave different packets when thread timing varied (bench/video_determinism.py), so a
+    retried Ray task decoded to other pixels. Live recording keeps x264's default (mbtree on)."""
+    from piper_recorder.lerobot.video import VideoEncoder
+    from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
+
+    assert lerobot_writer_config(LeRobotRecorderConfig(), offline=True).video.deterministic
+    assert not lerobot_writer_config(LeRobotRecorderConfig()).video.deterministic
+    rng = np.random.default_rng(0)
+    for det in (True, False):
+        path = tmp_path / f"det{det}.mp4"
+        enc = VideoEncoder(path, "cam", 48, 64, 30, VideoConfig(deterministic=det, max_block_s=None))
+        for i in range(20):
+            enc.add(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), i / 30)
+        assert enc.finish() == 20
+        sei = path.read_bytes()   # x264 writes its settings into the stream (an SEI user-data string)
+        assert (b" mbtree=0 " in sei) == det and (b" mbtree=1 " in sei) == (not det)

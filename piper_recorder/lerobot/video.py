@@ -71,6 +71,12 @@ class VideoConfig:
     # how long ``add`` waits for queue space before dropping the frame (None: no limit); the live
     # recorders' default (``encoder_max_block_s``) rides out a machine that stalls for a moment
     max_block_s: float | None = 2.0
+    # libx264's macroblock-tree rate control off (x264 ``mbtree=0``): the same frames then always give the
+    # same packets. With mbtree on, x264 (threads=1, PyAV 18.1 / FFmpeg 8, core 165) gave different packets
+    # for identical input frames in about one conversion in six when thread timing varied
+    # (bench/video_determinism.py --jitter; 0 of 60 with it off): a retried or differently scheduled
+    # conversion decoded to other pixels. The offline converter sets it (``lerobot_writer_config``).
+    deterministic: bool = False
 
     def validate(self) -> None:
         try:
@@ -115,6 +121,8 @@ class VideoEncoder:
             opts: dict[str, object] = {"bf": str(cfg.bf), "g": str(cfg.gop)}
             if cfg.codec in ("libx264", "libx265"):
                 opts.update(crf=str(cfg.crf), preset=cfg.preset)
+            if cfg.deterministic and cfg.codec == "libx264":
+                opts["x264-params"] = "mbtree=0"
             s.options = opts
             self._stream = s
         except BaseException:

@@ -276,14 +276,15 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
                           offline: bool = False, table: FeatureTable = PIPER_TABLE) -> WriterConfig:
     """The LeRobot ``WriterConfig`` for ``cfg`` with the columns of ``table``. Live, a frame waits
     ``encoder_max_block_s`` for the encoder; ``offline`` (the converter: no real-time deadline) it waits
-    as long as needed, never dropped."""
+    as long as needed, never dropped, and the encoder is deterministic (``VideoConfig.deterministic``):
+    the same bag gives the same video whatever the engine, scheduling or retries."""
     from piper_recorder.lerobot.features import lerobot_features
     from piper_recorder.lerobot.video import VideoConfig
     from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
     video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0,
-                                 max_block_s=None if offline else cfg.encoder_max_block_s)
+                                 max_block_s=None if offline else cfg.encoder_max_block_s, deterministic=offline)
     if cfg.gop:
         video["gop"] = cfg.gop
     return WriterConfig(
