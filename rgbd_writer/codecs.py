@@ -17,6 +17,7 @@ encoder threads run in parallel; Pillow's JPEG 2000 encoder holds the GIL).
 from __future__ import annotations
 
 import io
+import logging
 import os
 import struct
 import threading
@@ -30,6 +31,7 @@ if TYPE_CHECKING:   # payloads: bytes, or uint8 rows read from the file (any buf
 
 DEPTH_PROFILES = ("jpeg2000", "jpeg2000_strict", "htj2k")
 _JP2_SIGNATURE = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
+log = logging.getLogger(__name__)
 
 
 def quantize_depth(depth: np.ndarray, min_m: float, max_m: float) -> np.ndarray:
@@ -74,40 +76,115 @@ def decode_rgb_fast(data: Buffer) -> np.ndarray:
     return rgb
 
 
-class _Scratch(threading.local):
-    """glymur writes to a path: per thread (and process) a memfd, so nothing is left on any file
-    system, even after SIGKILL. glymur parses an existing file before writing, so it always holds a
-    valid codestream (a 1x1 one to start with)."""
+class _Memfd:
+    """One thread's scratch file for glymur (which writes to a path): a memfd, so nothing is left on
+    any file system, even after SIGKILL. glymur parses an existing file before writing, so it always
+    holds a valid codestream (a 1x1 one to start with).
+
+    It is reached as ``/proc/self/fd/N``, i.e. through a descriptor *number*: if anything in the
+    process closed N by mistake and the number went to another file, glymur would truncate and
+    overwrite that file and we would read back whatever it holds. ``intact()`` (the inode the path
+    reaches is still ours) is checked before and after every encode, and the descriptor is closed
+    only while it is still ours: when its thread ends (its ``threading.local`` entry is dropped; before,
+    every ended encoder thread leaked its memfd)."""
 
     def __init__(self) -> None:
-        self.pid = -1
+        import imagecodecs
 
-    def path(self) -> tuple[int, str]:
-        if self.pid != os.getpid():  # new thread, or a forked child: never share the parent's memfd
-            import imagecodecs
-
-            self.fd = os.memfd_create("rgbd_j2k", os.MFD_CLOEXEC)
+        self.pid = os.getpid()
+        self.fd = os.memfd_create("rgbd_j2k", os.MFD_CLOEXEC)
+        try:
             os.write(self.fd, imagecodecs.jpeg2k_encode(np.zeros((1, 1), np.uint16), level=0,
                                                         codecformat="J2K", reversible=True))
-            self.pid = os.getpid()
-        return self.fd, f"/proc/self/fd/{self.fd}"
+            st = os.fstat(self.fd)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.ident = (st.st_dev, st.st_ino)
+        self.path = f"/proc/self/fd/{self.fd}"
+
+    def intact(self) -> bool:
+        """Descriptor N (and so the path) still reaches this memfd."""
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.ident
 
     def __del__(self) -> None:
-        if self.pid == os.getpid():
-            os.close(self.fd)
+        try:
+            if self.intact():  # never close a number that now belongs to someone else
+                os.close(self.fd)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class _Scratch(threading.local):
+    """Per thread (and process) a :class:`_Memfd`; a forked child or a damaged one gets a new one."""
+
+    def get(self, renew: bool = False) -> _Memfd:
+        m: _Memfd | None = getattr(self, "m", None)
+        if renew or m is None or m.pid != os.getpid() or not m.intact():
+            m = self.m = _Memfd()
+        return m
+
+    def path(self) -> tuple[int, str]:
+        m = self.get()
+        return m.fd, m.path
 
 
 _scratch = _Scratch()
 
 
+def codestream_problem(cs: Buffer, height: int, width: int) -> str | None:
+    """Why a single-component codestream is not whole (None if it is): SOC, a SIZ of ``width`` x
+    ``height``, tile-parts whose lengths (Psot) chain exactly to an EOC ending it. A structural walk
+    (microseconds), no decode: it catches a truncated or spliced codestream, which no decoder reads."""
+    mv = memoryview(cs).cast("B")
+    n = len(mv)
+    if n < 4 or bytes(mv[:2]) != b"\xff\x4f":
+        return "does not start with SOC"
+    if bytes(mv[n - 2:]) != b"\xff\xd9":
+        return f"does not end with EOC ({n} bytes)"
+    i = 2
+    while i + 4 <= n and mv[i] == 0xFF and mv[i + 1] != 0x90:  # main header markers up to the first SOT
+        marker, length = struct.unpack(">HH", mv[i:i + 4])
+        if marker == 0xFF51:
+            if length < 38 or i + 2 + length > n:
+                return "truncated SIZ"
+            xsiz, ysiz, x0, y0 = struct.unpack(">IIII", mv[i + 6:i + 22])
+            if (xsiz - x0, ysiz - y0) != (width, height):
+                return f"SIZ is {xsiz - x0}x{ysiz - y0}, expected {width}x{height}"
+        i += 2 + length
+    if i + 12 > n or bytes(mv[i:i + 2]) != b"\xff\x90":
+        return f"no tile-part after the main header (at {i} of {n} bytes)"
+    while i + 12 <= n and bytes(mv[i:i + 2]) == b"\xff\x90":
+        psot = struct.unpack(">I", mv[i + 6:i + 10])[0]
+        if psot == 0:  # the last tile-part: runs to EOC
+            return None
+        if psot < 14 or i + psot > n - 2:
+            return f"tile-part at {i} claims {psot} bytes, {n - 2 - i} left before EOC"
+        i += psot
+    return None if i == n - 2 else f"tile-parts end at {i}, EOC at {n - 2}"
+
+
 def _encode_jp2_openjpeg(mm: np.ndarray, modesw: int = 0) -> bytes:
     import glymur
 
-    fd, path = _scratch.path()
-    glymur.Jp2k(path, data=mm, modesw=modesw)  # no .jp2 suffix: a raw codestream, reversible 5/3
-    codestream = os.pread(fd, os.fstat(fd).st_size, 0)
-    # the same boxes OpenJPEG writes for a 16-bit grey JP2 (byte-identical to glymur's .jp2 output)
-    return wrap_jp2(codestream, mm.shape[0], mm.shape[1], (b"jp2 ",))
+    problem = ""
+    for attempt in range(2):  # a broken result is encoded once more on a fresh memfd, never stored
+        m = _scratch.get(renew=attempt > 0)
+        glymur.Jp2k(m.path, data=mm, modesw=modesw)  # no .jp2 suffix: a raw codestream, reversible 5/3
+        codestream = os.pread(m.fd, os.fstat(m.fd).st_size, 0)
+        if not m.intact():
+            problem = f"descriptor {m.fd} no longer reaches the encoder's memfd (closed elsewhere and reused)"
+        else:
+            problem = codestream_problem(codestream, mm.shape[0], mm.shape[1]) or ""
+        if not problem:
+            # the same boxes OpenJPEG writes for a 16-bit grey JP2 (byte-identical to glymur's .jp2 output)
+            return wrap_jp2(codestream, mm.shape[0], mm.shape[1], (b"jp2 ",))
+        log.warning("depth JPEG 2000 encode (attempt %d) gave a broken codestream: %s", attempt + 1, problem)
+    raise RuntimeError(f"depth JPEG 2000 encoder produced a broken codestream: {problem}")
 
 
 def _box(kind: bytes, payload: bytes) -> bytes:
@@ -125,8 +202,11 @@ def wrap_jp2(codestream: bytes, height: int, width: int, compat: tuple[bytes, ..
 def _encode_htj2k(mm: np.ndarray) -> bytes:
     import imagecodecs
 
-    cs = imagecodecs.htj2k_encode(mm, reversible=True)
-    return wrap_jp2(bytes(cs), mm.shape[0], mm.shape[1], (b"jp2 ", b"jph "))
+    cs = bytes(imagecodecs.htj2k_encode(mm, reversible=True))
+    problem = codestream_problem(cs, mm.shape[0], mm.shape[1])
+    if problem:
+        raise RuntimeError(f"HTJ2K encoder produced a broken codestream: {problem}")
+    return wrap_jp2(cs, mm.shape[0], mm.shape[1], (b"jp2 ", b"jph "))
 
 
 def encode_depth(mm: np.ndarray, profile: str = "jpeg2000") -> bytes:

@@ -406,6 +406,8 @@ class RgbdWriter:
                 size = codecs.probe(raw, kind)
                 if kind == "depth" and codecs.jp2_profile(raw) != c.depth_codec:
                     raise ValueError(f"codestream is {codecs.jp2_profile(raw)}, the file uses {c.depth_codec}")
+                if kind == "depth" and (problem := codecs.codestream_problem(codecs.jp2_codestream(raw), *size[::-1])):
+                    raise ValueError(f"codestream is broken: {problem}")
             except Exception as e:
                 raise SchemaError(f"encoded {kind} payload rejected: {e}") from None
             if size != (c.width, c.height):

@@ -174,3 +174,76 @@ def test_jp2_walk_finds_boxes_and_markers_by_structure():
         codecs.jp2_codestream(head)
     with pytest.raises(ValueError, match="no COD"):
         codecs.codestream_style(cs[:cs.index(b"\xff\x51")] + b"\xff\x90\x00\x0a" + bytes(8))
+
+
+def _scratch_memfds() -> int:
+    n = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{name}").startswith("/memfd:rgbd_j2k")
+        except OSError:
+            pass
+    return n
+
+
+def test_ended_encoder_threads_close_their_scratch_memfd():
+    """Every writer's pool threads end at close(): each used to leak its memfd (threading.local never
+    ran the scratch's __del__ per thread)."""
+    import gc
+    import threading
+
+    mm = codecs.quantize_depth(cw.frame(1, 1, 48, 64)[1], 0.1, 6.0)
+    before = _scratch_memfds()
+    threads = [threading.Thread(target=codecs.encode_depth, args=(mm,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+        t.join()
+    gc.collect()
+    assert _scratch_memfds() == before
+
+
+def test_a_scratch_descriptor_number_taken_over_by_another_file_is_never_written(tmp_path):
+    """glymur reaches the memfd as /proc/self/fd/N: if N is closed elsewhere and reused, the encoder
+    must not truncate and overwrite the file that now holds N (nor read its bytes back as a payload)."""
+    mm = codecs.quantize_depth(cw.frame(3, 1, 48, 64)[1], 0.1, 6.0)
+    ref = codecs.encode_depth(mm)
+    fd, _ = codecs._scratch.path()
+    other = tmp_path / "precious"
+    other.write_bytes(b"someone else's data")
+    ofd = os.open(other, os.O_RDWR)
+    try:
+        os.dup2(ofd, fd)   # what a stray close of N followed by an open elsewhere amounts to
+        assert codecs.encode_depth(mm) == ref
+        assert other.read_bytes() == b"someone else's data"
+        assert codecs._scratch.path()[0] != fd
+    finally:
+        os.close(ofd)
+        os.close(fd)   # ours (the dup of the other file): the scratch no longer claims it
+
+
+def test_a_truncated_codestream_is_encoded_again_never_returned(monkeypatch, caplog):
+    mm = codecs.quantize_depth(cw.frame(2, 2, 48, 64)[1], 0.1, 6.0)
+    ref = codecs.encode_depth(mm)
+    real = os.pread
+    calls = []
+
+    def short_once(fd, n, off):
+        calls.append(n)
+        return real(fd, n - 1 if len(calls) == 1 else n, off)
+
+    monkeypatch.setattr(codecs.os, "pread", short_once)
+    assert codecs.encode_depth(mm) == ref and len(calls) == 2
+    assert "broken codestream" in caplog.text
+    monkeypatch.setattr(codecs.os, "pread", lambda fd, n, off: real(fd, n // 2, off))
+    with pytest.raises(RuntimeError, match="broken codestream"):
+        codecs.encode_depth(mm)
+
+
+@pytest.mark.parametrize("profile", codecs.DEPTH_PROFILES)
+def test_codestream_check_accepts_every_profile_and_finds_any_truncation(profile):
+    mm = codecs.quantize_depth(cw.frame(4, 3, 48, 64)[1], 0.1, 6.0)
+    cs = bytes(codecs.jp2_codestream(codecs.encode_depth(mm, profile)))
+    assert codecs.codestream_problem(cs, 48, 64) is None
+    assert "SIZ is 64x48" in codecs.codestream_problem(cs, 64, 48)
+    for cut in range(2, len(cs)):
+        assert codecs.codestream_problem(cs[:cut], 48, 64), cut
