@@ -17,7 +17,8 @@ and the next drops one although every frame arrived. Instead each camera is lock
   range). A camera that is not phase-coherent with the rows (another rate: the offsets spread around
   the period, mean resultant length below ``MIN_COHERENCE``, or below ``KEEP_COHERENCE`` once
   locked) has no slot (``slot_ns`` None). A first lock from few captures (the warm-up, a stalling
-  camera) needs less (``lock_threshold``): their resultant is too noisy for ``MIN_COHERENCE``.
+  camera) needs less (``lock_threshold``): their resultant is too noisy for ``MIN_COHERENCE``; and
+  keeping a lock needs as much less again (``keep_threshold``), never more than a first lock would.
 - The slot is the phase moved back by whole periods until the latest capture the measured jitter
   allows is at or before the row: the first slot's band ends twice its uncertainty (band / (n+1))
   before ``t_k``, i.e. that plus 1 ms inside the tolerance (capped at ``HYSTERESIS`` / 2 of a period
@@ -110,7 +111,7 @@ class PhaseTracker:
         widen = (n + 1) / (n - 1) if n > 1 else 2.0   # n uniform samples miss 1/(n+1) of the range each side
         self.jitter_up = (d[-1] - med) * widen
         self.jitter_down = (med - d[0]) * widen
-        self.coherent = abs(z) >= (KEEP_COHERENCE if self.coherent else lock_threshold(len(self._offsets)))
+        self.coherent = abs(z) >= (keep_threshold(n) if self.coherent else lock_threshold(n))
         if self.coherent:
             self._slot = self._causal_slot(phase)
 
@@ -158,6 +159,16 @@ def lock_threshold(n: int) -> float:
     camera clears with 3 sigma, down to ``COHERENCE_FLOOR`` (other rates spread their captures evenly:
     their resultant is near 0 at any n); from ~40 captures it is ``MIN_COHERENCE``."""
     return min(MIN_COHERENCE, max(COHERENCE_FLOOR, 0.505 - 3 * 0.41 / math.sqrt(max(1, n))))
+
+
+def keep_threshold(n: int) -> float:
+    """Resultant length a lock needs to be kept with ``n`` captures in the window: the first lock's bar
+    minus the same hysteresis as from ``MIN_COHERENCE`` down to ``KEEP_COHERENCE``, at least
+    ``COHERENCE_FLOOR``. A flat ``KEEP_COHERENCE`` asked more than a first lock up to ~16 captures: a lock
+    taken from the warm-up at 0.29 was lost two captures later at 0.19 (a camera at the row rate with
+    ±10 ms jitter, ~0.2 % of 4 s episodes), the unlocked rows took the newest frame (a drop) and the lock
+    came back a slot earlier (a repeat)."""
+    return max(COHERENCE_FLOOR, lock_threshold(n) - (MIN_COHERENCE - KEEP_COHERENCE))
 
 
 def horizon_ns(period_ns: float) -> int:
