@@ -186,9 +186,6 @@ class EpisodeAssembler:
         self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}   # tracker fed up to here
         # the first tick also waits for WARMUP_S of captures, so the phase estimate starts from several
         self._warmup_ns = round(WARMUP_S * 1e9) if self._frames_in_rows and config.cameras else 0
-        # how far before a row its frame may be (a causal slot up to two periods back, ``frame_assign``):
-        # what a skipped start tick keeps, and the frames before the start a recorder feeds (its pre-roll)
-        self.frame_reach_ns = 2 * round(self._period_ns) if self._frames_in_rows else 0
         self._finish_ns: int | None = None
         self._stale_ns = round(config.stale_s * 1e9)
         self._table = config.table
@@ -401,7 +398,7 @@ class EpisodeAssembler:
                 for buf in self._inputs.values():
                     buf.prune_before(t)
                 for fbuf in self._frames.values():   # keep what a later start tick's window may take
-                    fbuf.prune_before(t - self.frame_reach_ns)
+                    fbuf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:
