@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import load, machine_line, tool  # noqa: E402
 from graph_capacity import cpu_seconds  # noqa: E402
 
+from piper_recorder.launcher import free_port  # noqa: E402
 from piper_recorder.rosenv import lease_domain  # noqa: E402
 
 REPORT_PERIOD_S = 0.008
@@ -72,12 +73,6 @@ def measure(pid: int, seconds: float) -> float:
     time.sleep(seconds)
     return (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
 
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        return int(sk.getsockname()[1])
 
 
 def main() -> None:

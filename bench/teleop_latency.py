@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import struct
 import sys
 import tempfile
@@ -62,6 +61,7 @@ from proc import ProcGroup  # noqa: E402  (test helper: real processes, always r
 
 from wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
 
+from piper_recorder.launcher import free_port
 from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402
 from piper_recorder.rosenv import lease_domain  # noqa: E402
 
@@ -91,11 +91,6 @@ def make_replay(path: Path, steps: int, step_s: float) -> list[int]:
             fh.write(json.dumps(f) + "\n")
     return step_frames
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stats(name: str, xs: list[float]) -> str:

@@ -21,7 +21,6 @@ measured pose latched at engage). Checked per backend:
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from piper_recorder.launcher import free_port  # noqa: E402
 from piper_recorder.quest.scripts import ScriptedHeadset  # noqa: E402
 from piper_recorder.teleop.frames import FrameConfig, remap_matrix  # noqa: E402
 from piper_recorder.teleop.rotations import angle_between, matrix_to_quat, quat_to_matrix  # noqa: E402
@@ -106,11 +106,6 @@ def wait_for(cond, timeout, what, procs):
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}\n{procs.logs()}")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def segments(samples: list[Sample], gap: float = 0.1) -> list[list[Sample]]:

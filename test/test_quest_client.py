@@ -1,13 +1,13 @@
 """QuestClient against the simulated headset on a free localhost port: stream, reconnect, silence, haptic."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections import Counter
 
 import pytest
 
+from piper_recorder.launcher import free_port
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.protocol import Frame
 from piper_recorder.quest.reconnect import Backoff
@@ -24,11 +24,6 @@ def wait_for(pred, timeout=10.0, step=0.02):
         time.sleep(step)
     return pred()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Sink:

@@ -9,7 +9,6 @@ and squeezes again; teleop engages again and publishes targets."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -24,16 +23,12 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
 
+from piper_recorder.launcher import free_port  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 STALL_AFTER_S, STALL_S = 10.0, 1.0   # late enough for quest_video to hear teleop first
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _read(path: Path) -> dict[str, Any]:
