@@ -52,27 +52,21 @@ def instrument(jitter: bool, seed: int) -> None:
         LOG[str(self.path)].append(("add", round(t, 6), _h(rgb.tobytes())))
         return add(self, rgb, t)
 
-    def logged_run(self: video.VideoEncoder) -> None:   # VideoEncoder._run with hashes of inputs and packets
-        key = str(self.path)
-        try:
-            while True:
-                frame = self._q.get()
-                if frame is None:
-                    break
-                if self.on_frame is not None:
-                    self.on_frame(frame)
-                LOG[key].append(("in", frame.pts, _h(frame.to_ndarray(format="rgb24").tobytes())))
-                packets = list(self._stream.encode(frame))
-                LOG[key] += [("pkt", p.pts, _h(bytes(p))) for p in packets]
-                self._mux(packets)
-            self._mux(self._stream.encode(None))
-            self._out.close()
-        except BaseException as e:  # noqa: BLE001
-            self._error = e
-            self._drain()
+    encode, mux = video.VideoEncoder._encode, video.VideoEncoder._mux
+
+    def logged_encode(self: video.VideoEncoder, frame) -> None:   # the encoder thread's input
+        if frame is not None:
+            LOG[str(self.path)].append(("in", frame.pts, _h(frame.to_ndarray(format="rgb24").tobytes())))
+        encode(self, frame)
+
+    def logged_mux(self: video.VideoEncoder, packets) -> None:   # x264's packets, in order
+        packets = list(packets)
+        LOG[str(self.path)].extend(("pkt", p.pts, _h(bytes(p))) for p in packets)
+        mux(self, packets)
 
     video.VideoEncoder.add = logged_add   # type: ignore[method-assign]
-    video.VideoEncoder._run = logged_run  # type: ignore[method-assign]
+    video.VideoEncoder._encode = logged_encode  # type: ignore[method-assign]
+    video.VideoEncoder._mux = logged_mux  # type: ignore[method-assign]
     if jitter:
         decode = bag_source.BagSource.decode
 

@@ -146,16 +146,14 @@ def codestream_problem(cs: Buffer, height: int, width: int) -> str | None:
         return "does not start with SOC"
     if bytes(mv[n - 2:]) != b"\xff\xd9":
         return f"does not end with EOC ({n} bytes)"
-    i = 2
-    while i + 4 <= n and mv[i] == 0xFF and mv[i + 1] != 0x90:  # main header markers up to the first SOT
-        marker, length = struct.unpack(">HH", mv[i:i + 4])
+    segments, i = _main_header(mv)
+    for at, marker, length in segments:
         if marker == 0xFF51:
-            if length < 38 or i + 2 + length > n:
+            if length < 38 or at + 2 + length > n:
                 return "truncated SIZ"
-            xsiz, ysiz, x0, y0 = struct.unpack(">IIII", mv[i + 6:i + 22])
+            xsiz, ysiz, x0, y0 = struct.unpack(">IIII", mv[at + 6:at + 22])
             if (xsiz - x0, ysiz - y0) != (width, height):
                 return f"SIZ is {xsiz - x0}x{ysiz - y0}, expected {width}x{height}"
-        i += 2 + length
     if i + 12 > n or bytes(mv[i:i + 2]) != b"\xff\x90":
         return f"no tile-part after the main header (at {i} of {n} bytes)"
     while i + 12 <= n and bytes(mv[i:i + 2]) == b"\xff\x90":
@@ -245,21 +243,29 @@ def jp2_codestream(data: Buffer) -> memoryview:
     raise ValueError("no jp2c box in the JP2 file")
 
 
+def _main_header(mv: memoryview) -> tuple[list[tuple[int, int, int]], int]:
+    """The main header's marker segments after SOC as (offset, marker, length), and the offset where
+    the walk stopped: the first tile-part (SOT), garbage, or the end."""
+    segments, i = [], 2
+    while i + 4 <= len(mv):
+        marker, length = struct.unpack(">HH", mv[i:i + 4])
+        if marker == 0xFF90 or marker >> 8 != 0xFF:
+            break
+        segments.append((i, marker, length))
+        i += 2 + length
+    return segments, i
+
+
 def codestream_style(cs: Buffer) -> int:
-    """The code-block style byte of a codestream's main-header COD marker (walked marker by marker)."""
+    """The code-block style byte of a codestream's main-header COD marker."""
     mv = memoryview(cs).cast("B")
     if bytes(mv[:2]) != b"\xff\x4f":
         raise ValueError("codestream does not start with SOC")
-    i = 2
-    while i + 4 <= len(mv):
-        marker, length = struct.unpack(">HH", mv[i:i + 4])
+    for i, marker, length in _main_header(mv)[0]:
         if marker == 0xFF52:  # COD: Scod, SGcod(4), SPcod: levels, xcb, ycb, style, transform
             if length < 12 or i + 2 + length > len(mv):
                 break
             return mv[i + 12]
-        if marker == 0xFF90 or marker >> 8 != 0xFF:  # first tile-part (SOT) or garbage: no COD in main header
-            break
-        i += 2 + length
     raise ValueError("no COD marker in the JPEG 2000 main header")
 
 

@@ -163,8 +163,8 @@ class VideoEncoder:
                     break
                 if self.on_frame is not None:
                     self.on_frame(frame)
-                self._mux(self._stream.encode(frame))
-            self._mux(self._stream.encode(None))
+                self._encode(frame)
+            self._encode(None)
             self._out.close()
             # durable before the save commits it (each camera in parallel); an aborted episode's file is
             # being deleted, and with no frame muxed PyAV never created one: nothing to persist then
@@ -174,6 +174,10 @@ class VideoEncoder:
             self._error = e
             log.error("encoder %s failed: %r", self.name, e)
             self._drain()
+
+    def _encode(self, frame: av.VideoFrame | None) -> None:
+        """Encode one frame (None: flush the encoder) and mux its packets."""
+        self._mux(self._stream.encode(frame))
 
     def _mux(self, packets: Iterable[av.Packet]) -> None:
         for p in packets:
