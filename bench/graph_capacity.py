@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from piper_recorder.sim_session import SimSession, size_overrides  # noqa: E402
 from piper_recorder.launcher import LAUNCH_SECTION  # noqa: E402
+from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 THIRD_CAMERA = {"cam_side": {"ros__parameters": {"width": 640, "height": 480, "fps": 30.0, "serial": "sim-side-0003",
@@ -54,10 +55,7 @@ def config_with_cameras(n: int, tmp: Path, jitter_ms: float = 0.0) -> Path:
     if jitter_ms > 0:
         for c in cams:
             raw[c]["ros__parameters"]["jitter_ms"] = float(jitter_ms)
-    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams
-    raw["lerobot_recorder"]["ros__parameters"]["cameras"] = cams
-    raw["lerobot_recorder"]["ros__parameters"]["camera_serials"] = [
-        raw[c]["ros__parameters"]["serial"] for c in cams]
+    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams   # the recorders follow (effective_config)
     path = tmp / f"sim_{n}cam.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -66,7 +64,7 @@ def config_with_cameras(n: int, tmp: Path, jitter_ms: float = 0.0) -> Path:
 def camera_status(session: SimSession, cam: str) -> dict:
     from std_msgs.msg import String
 
-    return json.loads(session._first_message(String, f"/{cam}/status", 10.0).data)
+    return json.loads(session._first_message(String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam), 10.0).data)
 
 
 def camera_skips(log: Path) -> int:

@@ -95,11 +95,12 @@ def names_page() -> str:
     lines = [HEADER, "# Topics and names", "",
              "The names the nodes share, from `piper_recorder.names`. A camera pattern names its camera",
              "`{cam}`; the recorders, the policy node, the dashboard and quest_video take the colour pattern as",
-             "their `image_topic_pattern` parameter.", "",
+             "their `image_topic_pattern` parameter. A headset pattern names its device `{device}` (head, left,",
+             "right); a node's private name (`~/status`) is under the node's name: `/teleop/status`.", "",
              "| name | value |", "|---|---|"]
     services = {sv.name for sv in names.SERVICES} | {names.TRIGGER}
     for key, value in vars(names).items():
-        if key.isupper() and isinstance(value, str) and value not in services:
+        if key.isupper() and not key.startswith("_") and isinstance(value, str) and value not in services:
             lines.append(f"| `{key}` | `{_md(value)}` |")
     cam = names.CAMERA
     lines += ["", f"Camera profile (`CAMERA`): {cam.width}x{cam.height} at {cam.fps} fps, the default of every",

@@ -3,10 +3,12 @@
 One ``realsense2_camera`` node per camera in ``piper_launch.cameras``, started with ``name=<camera>``
 in the root namespace so that its topics are ``/<camera>/color/image_raw`` and
 ``/<camera>/aligned_depth_to_color/image_raw`` (realsense2_camera 4.x names topics
-``/<camera_namespace>/<camera_name>/...``). Its parameters (serial_no, rgb_camera.color_profile,
-depth_module.depth_profile, align_depth.enable, enable_sync, ...) come from the camera's section of
-the config; the profiles are also given under the names realsense-ros before 4.55.1 reads
-(rgb_camera.profile, depth_module.profile: ``launcher.realsense_parameters``). Each process's output
+``/<camera_namespace>/<camera_name>/...``). Its serial_no comes from the camera's section of the config,
+and what the recorders need of it (rgb_camera.color_profile and depth_module.depth_profile 640x480x30,
+align_depth.enable, enable_sync, ...) from ``launcher.realsense_parameters`` unless the section states
+it; the profiles are also given under the names realsense-ros before 4.55.1 reads (rgb_camera.profile,
+depth_module.profile). The recorders' camera lists and serials follow ``piper_launch.cameras``
+(``piper_recorder.effective_config``). Each process's output
 is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward
 tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders. The graph itself is
 ``piper_recorder.launcher.graph_nodes``, which piper-launch starts too.

@@ -4,7 +4,9 @@ The PyPI ROS 2 wheels have rclpy but no `launch`/`ros2 launch`, so ``piper-launc
 use this module. It reads a ROS 2 parameter file (config/sim.yaml or config/robot.yaml), applies
 ``node.param=value`` overrides, writes the effective file next to the logs, and resolves every node to
 the command line it runs as: ``<bin>/<console script> --ros-args -r __node:=<name> --params-file <file>``.
-The ``piper_launch`` section (not a node) names the cameras and the simulated headset's settings.
+The ``piper_launch`` section (not a node) names the cameras and the simulated headset's settings; what
+the nodes derive from the cameras (the recorders' lists and serials, quest_video's panels) is
+``effective_config.derived_params``, which the bag converter's ``load_config`` applies too.
 
 This module only plans (no process, signal or thread: a plan is checked in milliseconds, and the launch
 files import it inside ``ros2 launch``); ``launch_supervisor.Graph`` runs a plan. ``Graph`` is still
@@ -25,8 +27,9 @@ from typing import Any
 
 import yaml
 
-from piper_recorder.assembly.messages import ACTOR_TOPIC
+from piper_recorder.effective_config import COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, derived_params, profile_text
 from piper_recorder.errors import PiperError
+from piper_recorder.names import POLICY_ACTOR, RECORDER_NODES
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
@@ -36,8 +39,7 @@ from piper_recorder.spacemouse.input import TELEOP_INPUTS
 
 PACKAGE = "piper_recorder"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-LAUNCH_SECTION = "piper_launch"
-RECORDERS = ("lerobot_recorder", "rgbd_recorder")
+RECORDERS = RECORDER_NODES
 # Node name -> console script (pip) and ROS executable (launch files; setup.py ROS_EXECUTABLES) of the
 # same entry point. Cameras are added from the config (sim_camera or realsense2_camera).
 NODE_SCRIPTS = {
@@ -191,16 +193,24 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
 # realsense-ros >= 4.55.1 reads one profile per stream (rgb_camera.color_profile, depth_module.depth_profile);
 # 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
 # the other's names, so a camera section's profiles are given under both.
-REALSENSE_PROFILE_ALIASES = {"rgb_camera.color_profile": "rgb_camera.profile",
-                             "depth_module.depth_profile": "depth_module.profile"}
+REALSENSE_PROFILE_ALIASES = {COLOR_PROFILE: "rgb_camera.profile", DEPTH_PROFILE: "depth_module.profile"}
+# What the recorders need of every realsense2_camera: colour and depth, depth aligned to colour, the
+# streams synchronised, no point cloud. A camera's section states only its serial_no (and a profile, or
+# one of these, where it differs).
+REALSENSE_DEFAULTS: dict[str, Any] = {"enable_color": True, "enable_depth": True, "align_depth.enable": True,
+                                      "enable_sync": True, "pointcloud.enable": False}
 
 
 def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
     """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section: its
-    ``camera_name`` and the profile names of older wrappers (REALSENSE_PROFILE_ALIASES)."""
+    ``camera_name``, what the section does not state of REALSENSE_DEFAULTS and of the profile (colour:
+    ``names.CAMERA``; depth: the colour one), and each profile under the older wrappers' name too
+    (REALSENSE_PROFILE_ALIASES)."""
     section = cfg.get(camera, {})
-    out: dict[str, Any] = {old: section[new] for new, old in REALSENSE_PROFILE_ALIASES.items()
-                           if new in section and old not in section}
+    color = section.get(COLOR_PROFILE, profile_text())
+    full = {**REALSENSE_DEFAULTS, COLOR_PROFILE: color, DEPTH_PROFILE: section.get(DEPTH_PROFILE, color)}
+    full.update({old: full[new] for new, old in REALSENSE_PROFILE_ALIASES.items()})
+    out = {k: v for k, v in full.items() if k not in section}
     out["camera_name"] = camera
     return out
 
@@ -211,8 +221,27 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
 
     Empty strings keep the config's values. ``cameras`` is a comma-separated subset of
-    ``piper_launch.cameras``; the recorders' camera lists and provenance serials follow it.
+    ``piper_launch.cameras``. The params include what the nodes derive from the cameras started
+    (``effective_config.derived_params``: the recorders' camera lists and provenance serials,
+    quest_video's panels), which a launch file passes on top of the config file.
     """
+    chosen, out = argument_overrides(cfg, task, root, rgbd_path, backend, cameras, policy, policy_root, teleop_input)
+    for node, params in _derived(cfg, chosen).items():
+        out.setdefault(node, {}).update(params)
+    return chosen, out
+
+
+def _derived(cfg: Mapping[str, Mapping[str, Any]], cameras: list[str]) -> dict[str, dict[str, Any]]:
+    try:
+        return derived_params(cfg, cameras)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+
+
+def argument_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
+                       backend: str = "", cameras: str = "", policy: str = "", policy_root: str = "",
+                       teleop_input: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """``launch_overrides`` without the parameters derived from the cameras: (cameras, {node: params})."""
     configured = list(cfg.get(LAUNCH_SECTION, {}).get("cameras", []))
     chosen = [c.strip() for c in cameras.split(",") if c.strip()] if cameras else configured
     unknown = [c for c in chosen if c not in cfg]
@@ -236,17 +265,6 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
         if teleop_input not in TELEOP_INPUTS:
             raise LaunchError(f"teleop_input must be one of {', '.join(TELEOP_INPUTS)}, got {teleop_input!r}")
         out.setdefault("teleop", {})["input"] = teleop_input
-    if cameras:
-        def serial(cam: str) -> str:
-            return str(cfg[cam].get("serial", cfg[cam].get("serial_no", "")))
-
-        out.setdefault("lerobot_recorder", {}).update(cameras=chosen, camera_serials=[serial(c) for c in chosen])
-        rgbd_cam = cfg.get("rgbd_recorder", {}).get("camera", "")
-        if chosen and rgbd_cam not in chosen:
-            out.setdefault("rgbd_recorder", {}).update(camera=chosen[0], camera_serials=[serial(chosen[0])])
-    if "quest_video" in cfg:   # the headset's panels: the config's list, else the first three cameras
-        own = list(cfg["quest_video"].get("cameras", []) or [])
-        out.setdefault("quest_video", {})["cameras"] = [c for c in own if c in chosen] if own else chosen[:3]
     return chosen, out
 
 
@@ -422,8 +440,8 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
                                    parameters=realsense_parameters(cfg, cam)))
     policy = policy_enabled(cfg, overrides)
     if policy:   # rollouts are data: the LeRobot rows say who acted (complementary_info.actor)
-        peer.setdefault("lerobot_recorder", {})["actor_topic"] = ACTOR_TOPIC
-        why.setdefault("lerobot_recorder", {})["actor_topic"] = f"the policy node's actor topic ({ACTOR_TOPIC})"
+        peer.setdefault("lerobot_recorder", {})["actor_topic"] = POLICY_ACTOR
+        why.setdefault("lerobot_recorder", {})["actor_topic"] = f"the policy node's actor topic ({POLICY_ACTOR})"
     nodes += [ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})) for name in START_ORDER[3:]
               if name in cfg and (name != "quest_video" or (use_headset and headset_video(cfg)))]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
@@ -524,7 +542,9 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
 
     ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras, policy,
     policy_root);
-    ``sets`` (``node.param=value``) are applied after them. A set of a parameter the graph derives from
+    ``sets`` (``node.param=value``) are applied after them, and what the nodes derive from the cameras
+    (``effective_config.derived_params``) after both: a set of a camera's serial or size reaches the
+    recorders, one that contradicts them is refused. A set of a parameter the graph derives from
     another setting (quest_bridge's host/port from the simulated headset, ...: ``GraphNode.derived``)
     to another value is refused (``LaunchError`` naming both and the way out), never overwritten.
     """
@@ -532,7 +552,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     if mode not in ("sim", "robot"):
         raise LaunchError(f"mode must be sim or robot, got {mode!r}")
     cfg = _read_config(config_file)
-    cameras, overrides = launch_overrides(cfg, **launch_args)
+    cameras, overrides = argument_overrides(cfg, **launch_args)
     for node_name, params in overrides.items():
         cfg.setdefault(node_name, {}).update(params)
     cfg.setdefault(LAUNCH_SECTION, {})["cameras"] = cameras
@@ -542,6 +562,8 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for cam in cameras:
         if cam not in cfg:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
+    for node_name, params in _derived(cfg, cameras).items():
+        cfg.setdefault(node_name, {}).update(params)
     kind = headset_kind(mode, cfg, sim_headset, headset)
     if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)

@@ -1,9 +1,11 @@
-"""The project's names, stated once: the graph's topics, the camera topic patterns (one placeholder,
-``{cam}``), the dataset's image feature keys and the camera profile every layer defaults to.
+"""The project's names, stated once: the graph's nodes, topics and services, the camera and headset topic
+patterns (one placeholder each, ``{cam}`` and ``{device}``), the dataset's image feature keys and the
+camera profile every layer defaults to.
 
 Every node, core and converter that needs one of these imports it from here, so a renamed topic or a
-changed default is one edit; ``test_module_graph`` forbids the image-feature prefix and the colour topic
-literal anywhere else. The nodes that follow cameras (recorders, policy, dashboard, quest_video) take the
+changed default is one edit; ``test_module_graph`` forbids the image-feature prefix, the camera topic
+suffixes and the graph's topic and service names (``/arm/...``, ``/quest/...``, ``~/status``, ...) as
+literals anywhere else. The nodes that follow cameras (recorders, policy, dashboard, quest_video) take the
 same ``image_topic_pattern`` parameter with the same default, so a camera namespace set for the recorders
 (a RealSense ``/camera/{cam}/color/image_raw``) is set the same way for every image consumer.
 
@@ -13,6 +15,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+# ---- nodes (the names the launchers start them under) ------------------------------------------------
+LEROBOT_RECORDER = "lerobot_recorder"
+RGBD_RECORDER = "rgbd_recorder"
+RECORDER_NODES = (LEROBOT_RECORDER, RGBD_RECORDER)
+QUEST_VIDEO_NODE = "quest_video"
+STATUS = "~/status"                        # every node's String JSON status, under its own name
+
+
+def node_topic(node: str, name: str) -> str:
+    """The full name of node ``node``'s private topic or service ``name`` (``~/status``, ``start_episode``),
+    the node in the root namespace as the launchers start it: ``node_topic("teleop", STATUS)`` is
+    ``/teleop/status``."""
+    return f"/{node}/{name.removeprefix('~/')}"
+
 
 # ---- arm (piper_arm publishes, teleop / policy / replay command) ----------------------------------
 JOINT_STATES = "/arm/joint_states"
@@ -28,7 +45,28 @@ ARM_PROVENANCE = "/arm/provenance"
 QUEST_HELLO = "/quest/hello"
 QUEST_RAW = "/quest/raw"
 QUEST_HAPTIC = "/quest/haptic"
+QUEST_COMMAND = "/quest/command"          # quest_video's panel commands, relayed by quest_bridge
 EPISODE_EVENTS = "/episode_events"
+DIAGNOSTICS = "/diagnostics"               # ROS's diagnostics topic: quest_bridge's link health
+REWARD = "/reward"                         # optional (rgbd_recorder: rewards are 0 without it)
+
+# The headset's tracked devices, one placeholder name, ``{device}``: /quest/head/pose, /quest/right/joy.
+DEVICE_PLACEHOLDER = "{device}"
+QUEST_DEVICES = ("head", "left", "right")
+QUEST_HANDS = ("left", "right")
+QUEST_POSE_PATTERN = f"/quest/{DEVICE_PLACEHOLDER}/pose"   # head and hands (PoseStamped)
+QUEST_JOY_PATTERN = f"/quest/{DEVICE_PLACEHOLDER}/joy"     # hands (Joy: buttons, trigger, squeeze, stick)
+
+
+def quest_topic(pattern: str, device: str) -> str:
+    """The topic of headset device ``device`` (head, left, right) under ``pattern``."""
+    return pattern.format(device=device)
+
+
+# ---- teleop and policy -------------------------------------------------------------------------------
+TELEOP_STATUS = node_topic("teleop", STATUS)   # clutch, limits, input (read by policy, dashboard, quest_video)
+POLICY_ACTOR = "/policy/actor"             # who acts (policy | operator), latched: the recorders' actor column
+POLICY_PROVENANCE = "/policy/provenance"   # the policy's identity, latched: the recorders' session record
 
 # ---- services: std_srvs/Trigger unless said; a name without a leading '/' is under its node's name --
 START_EPISODE = "start_episode"            # each recorder's: /lerobot_recorder/start_episode, ...
@@ -82,7 +120,7 @@ DEPTH_INFO = "aligned_depth_to_color/camera_info"
 CAMERA_PLACEHOLDER = "{cam}"
 COLOR_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/{COLOR_IMAGE}"
 DEPTH_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/{DEPTH_IMAGE}"
-CAMERA_STATUS_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/status"     # sim_camera's published rate
+CAMERA_STATUS_TOPIC_PATTERN = node_topic(CAMERA_PLACEHOLDER, STATUS)   # sim_camera's published rate
 _CAMERA_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from piper_recorder.errors import PiperError
 from piper_recorder.launch_supervisor import Graph
 from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, config_path, plan_graph
-from piper_recorder.names import COLOR_TOPIC_PATTERN, START_EPISODE, STOP_EPISODE, camera_topic
+from piper_recorder.names import (COLOR_TOPIC_PATTERN, EEF_POSE, EPISODE_EVENTS, START_EPISODE, STATUS, STOP_EPISODE,
+                                  camera_topic, node_topic)
 from piper_recorder.params_file import read_params_file
 from piper_recorder.rosenv import lease_domain
 
@@ -86,11 +87,11 @@ class SimSession:
         self._ctx = rclpy.Context()
         rclpy.init(context=self._ctx)
         self._node = rclpy.create_node("piper_demo", context=self._ctx)
-        self._node.create_subscription(String, "/episode_events", self._on_event,
+        self._node.create_subscription(String, EPISODE_EVENTS, self._on_event,
                                        QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                                                   durability=DurabilityPolicy.VOLATILE))
         for rec in RECORDERS:
-            self._node.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self._on_status(r, m), 10)
+            self._node.create_subscription(String, node_topic(rec, STATUS), lambda m, r=rec: self._on_status(r, m), 10)
         self._executor = MultiThreadedExecutor(num_threads=2, context=self._ctx)
         self._executor.add_node(self._node)
         self._spinner = threading.Thread(target=self._spin, name="demo-executor", daemon=True)
@@ -190,11 +191,11 @@ class SimSession:
 
         deadline = time.monotonic() + timeout
         left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-        self._first_message(PoseStamped, "/arm/eef_pose", left())
+        self._first_message(PoseStamped, EEF_POSE, left())
         self._first_messages(Image, [camera_topic(COLOR_TOPIC_PATTERN, cam) for cam in self.cameras], left())
         for rec in RECORDERS:
             for srv in (START_EPISODE, STOP_EPISODE):
-                self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"/{rec}/{srv} not up")
+                self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"{node_topic(rec, srv)} not up")
         with self._cond:
             if not self._cond.wait_for(lambda: all(r in self.status for r in RECORDERS), left()):
                 self._fail(f"no status from {[r for r in RECORDERS if r not in self.status]}")
@@ -218,7 +219,7 @@ class SimSession:
             a = points[0]
             return max(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for b in points[-50:])
 
-        sub = self._live().create_subscription(PoseStamped, "/arm/eef_pose", cb, qos_profile_sensor_data)
+        sub = self._live().create_subscription(PoseStamped, EEF_POSE, cb, qos_profile_sensor_data)
         try:
             with self._cond:
                 self._cond.wait_for(lambda: moved() >= min_m, timeout)
@@ -257,7 +258,7 @@ class SimSession:
     def _client(self, rec: str, srv: str) -> Client[Any, Any]:
         from std_srvs.srv import Trigger
 
-        key = f"/{rec}/{srv}"
+        key = node_topic(rec, srv)
         if key not in self._clients:
             self._clients[key] = self._live().create_client(Trigger, key)
         return self._clients[key]
@@ -287,20 +288,20 @@ class SimSession:
         while not done.is_set():
             now = time.monotonic()
             if now >= deadline:
-                raise DemoError(f"/{rec}/{srv}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
+                raise DemoError(f"{node_topic(rec, srv)}: no answer within {timeout:.0f}s\n{self.graph.logs()}")
             with self._cond:
                 st = dict(self.status.get(rec) or {})
             if seen_at is None and int(st.get("answers", 0)) > answers0:
                 seen_at = now
             if seen_at is not None and now - seen_at >= LOST_ANSWER_S:
-                print(f"piper-demo: /{rec}/{srv}: the response was lost; the recorder's status shows it "
+                print(f"piper-demo: {node_topic(rec, srv)}: the response was lost; the recorder's status shows it "
                       f"answered {'ok' if st.get('ok') else 'refused'}: {st.get('message')!r}",
                       file=sys.stderr, flush=True)
                 return bool(st.get("ok")), str(st.get("message", ""))
             done.wait(min(0.2, deadline - now))
         res = fut.result()
         if res is None:
-            raise DemoError(f"/{rec}/{srv}: the call failed\n{self.graph.logs()}")
+            raise DemoError(f"{node_topic(rec, srv)}: the call failed\n{self.graph.logs()}")
         return bool(res.success), str(res.message)
 
     def call_all(self, srv: str, timeout: float = 30.0,
@@ -335,9 +336,9 @@ class SimSession:
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
 
-        cli: Client[Any, Any] = self._live().create_client(SetParameters, f"/{node}/set_parameters")
+        cli: Client[Any, Any] = self._live().create_client(SetParameters, node_topic(node, "set_parameters"))
         if not cli.wait_for_service(timeout_sec=timeout):
-            raise DemoError(f"/{node}/set_parameters not available")
+            raise DemoError(f"{node_topic(node, 'set_parameters')} not available")
         req = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
         try:
             fut = cli.call_async(req)
@@ -350,7 +351,7 @@ class SimSession:
     def start_episode(self) -> None:
         for rec, (ok, msg) in self.call_all(START_EPISODE).items():
             if not ok:
-                self._fail(f"{rec} start_episode refused: {msg}")
+                self._fail(f"{rec} {START_EPISODE} refused: {msg}")
 
     def stop_episode(self, timeout: float = 120.0, at: dict[str, float] | None = None) -> EpisodeResult:
         """Stop both recorders (each at ``at[rec]``, monotonic, if given) and wait for their "saved"
@@ -360,7 +361,7 @@ class SimSession:
         t_stop = {rec: max(time.monotonic(), (at or {}).get(rec, 0.0)) for rec in RECORDERS}
         for rec, (ok, msg) in self.call_all(STOP_EPISODE, timeout=timeout, at=at).items():
             if not ok:
-                self._fail(f"{rec} stop_episode refused: {msg}")
+                self._fail(f"{rec} {STOP_EPISODE} refused: {msg}")
         result = EpisodeResult(index=-1)
 
         def saved() -> bool:
@@ -413,11 +414,11 @@ def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
 
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
-    """``WxH`` -> --set items giving every camera and both recorders that image size."""
+    """``WxH`` -> --set items giving every camera that image size (the recorders follow the cameras' sizes:
+    ``effective_config``)."""
     try:
         w, h = (int(v) for v in size.lower().split("x"))
     except ValueError:
         raise ValueError(f"--size expects WxH, got {size!r}") from None
     cams = read_params_file(config).get(LAUNCH_SECTION, {}).get("cameras", [])
-    sets = [f"{cam}.{k}={v}" for cam in cams for k, v in (("width", w), ("height", h))]
-    return sets + [f"{rec}.camera_{k}={v}" for rec in RECORDERS for k, v in (("width", w), ("height", h))]
+    return [f"{cam}.{k}={v}" for cam in cams for k, v in (("width", w), ("height", h))]

@@ -5,21 +5,23 @@ set only what differs from the defaults."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
+from pathlib import Path
 
 import pytest
+import yaml
 
 from piper_recorder.assembly import AssemblyConfig
-from piper_recorder.launcher import LAUNCH_SECTION, SimQuestSettings, config_path
+from piper_recorder.effective_config import SERIAL_KEYS, derived_params, effective_params
+from piper_recorder.launcher import LAUNCH_SECTION, LaunchError, SimQuestSettings, config_path, launch_overrides, plan_graph
 from piper_recorder.params_file import read_params_file
 from piper_recorder.recording.config import (RECORDER_CONFIGS, LeRobotRecorderConfig, RgbdRecorderConfig,
                                              lerobot_writer_config, load_config, rgbd_writer_config)
 from test_launch_files import _config_classes
 
 TIMING = ("timestamp_mode", "lateness_s")
-# Written out although they equal the default: they must match piper_launch.cameras next to them
-# (test_launch_files.test_config_keys_are_declared_parameters checks that they do).
-CROSS_NODE = {("lerobot_recorder", "cameras"), ("rgbd_recorder", "camera")}
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "config").glob("*.yaml"))
 
 
 def _default(cls, name):
@@ -122,7 +124,7 @@ def test_shipped_configs_set_only_what_differs_from_the_defaults(name):
             continue
         defaults = _node_defaults(node, cameras)
         for key, value in params.items():
-            if (node, key) not in CROSS_NODE and key in defaults and value == defaults[key] \
+            if key in defaults and value == defaults[key] \
                     and type(value) is type(defaults[key]):
                 repeated.append(f"{node}.{key}: {value!r}")
     quest = cfg[LAUNCH_SECTION].get("sim_quest", {})
@@ -155,3 +157,146 @@ def test_rotation_types_are_defined_once():
     with pytest.raises(ValueError, match="rotation_type"):
         LeRobotRecorderConfig(rotation_type="axis_angle").validate()
     assert RgbdRecorderConfig().camera in LeRobotRecorderConfig().cameras
+
+
+# ---- each camera stated once (issue 23.1) ------------------------------------------------------------
+def _values(params: dict, prefix: str = ""):
+    """(dotted key, scalar) for every value of a section, nested mappings and lists included."""
+    for key, value in params.items():
+        if isinstance(value, dict):
+            yield from _values(value, f"{prefix}{key}.")
+        else:
+            for v in value if isinstance(value, list) else [value]:
+                yield f"{prefix}{key}", v
+
+
+def camera_statements(doc: dict) -> dict[str, list[str]]:
+    """Where (``node.key``) a parameter file states each camera's name and each serial: in any section,
+    as a whole value or inside one (a topic ``/cam_front/...``), and every value of a key that names a
+    serial. A section's key (the camera's own node) is no statement of the name."""
+    cameras = [str(c) for c in doc.get(LAUNCH_SECTION, {}).get("cameras") or []]
+    serials = {str(v) for node, params in doc.items() for k, v in _values(params)
+               if "serial" in k.rpartition(".")[2] and v not in (None, "")}
+    words = {w: re.compile(rf"(?<![\w-]){re.escape(w)}(?![\w-])") for w in (*cameras, *serials)}
+    places: dict[str, list[str]] = {w: [] for w in words}
+    for node, params in doc.items():
+        for key, value in _values(params):
+            places.update({w: places[w] + [f"{node}.{key}"] for w, rx in words.items() if rx.search(str(value))})
+    return places
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_configs_state_each_camera_name_and_serial_once(path):
+    """A camera's name is in piper_launch.cameras and nowhere else, its serial in its own section and
+    nowhere else: the recorders, quest_video and the bag converter derive theirs (effective_config)."""
+    doc = read_params_file(path)
+    cameras = doc[LAUNCH_SECTION]["cameras"]
+    assert cameras and len(set(cameras)) == len(cameras)
+    places = camera_statements(doc)
+    expected = {cam: [f"{LAUNCH_SECTION}.cameras"] for cam in cameras}
+    for cam in cameras:
+        (key,) = [k for k in SERIAL_KEYS if k in doc[cam]]   # every camera has a serial, in its own section
+        expected[str(doc[cam][key])] = [f"{cam}.{key}"]
+    assert places == expected, f"{path.name} restates a camera: state its name once in {LAUNCH_SECTION}.cameras, " \
+                               "its serial once in its own section"
+
+
+def test_the_restatement_check_finds_the_old_layout():
+    """The layout before 23.1 (each node's own camera list and serials, realsense's camera_name) fails it."""
+    doc = {LAUNCH_SECTION: {"cameras": ["cam_front", "cam_wrist"]},
+           "cam_front": {"serial_no": "000000000001", "camera_name": "cam_front"}, "cam_wrist": {"serial_no": "0002"},
+           "lerobot_recorder": {"cameras": ["cam_front", "cam_wrist"], "camera_serials": ["000000000001", "0002"]},
+           "rgbd_recorder": {"camera": "cam_front", "camera_serials": ["000000000001"]},
+           "quest_video": {"image_topic_pattern": "/cam_wrist/{cam}"}}
+    places = camera_statements(doc)
+    assert places["cam_front"] == ["piper_launch.cameras", "cam_front.camera_name", "lerobot_recorder.cameras",
+                                   "rgbd_recorder.camera"]
+    assert places["cam_wrist"] == ["piper_launch.cameras", "lerobot_recorder.cameras", "quest_video.image_topic_pattern"]
+    assert places["000000000001"] == ["cam_front.serial_no", "lerobot_recorder.camera_serials",
+                                      "rgbd_recorder.camera_serials"]
+    assert places["0002"] == ["cam_wrist.serial_no", "lerobot_recorder.camera_serials"]
+
+
+@pytest.mark.parametrize("mode", ["sim", "robot"])
+def test_the_launchers_and_the_converter_derive_the_same_cameras(mode, tmp_path):
+    """One derivation (effective_config.derived_params): the launch files' node parameters, piper-launch's
+    effective file and the converter's load_config give each node the same cameras and serials."""
+    doc = read_params_file(config_path(mode))
+    cameras = doc[LAUNCH_SECTION]["cameras"]
+    serials = [str(doc[c].get("serial", doc[c].get("serial_no"))) for c in cameras]
+    _, launch = launch_overrides(doc)
+    plan = read_params_file(plan_graph(mode, config_path(mode), [], tmp_path).params_file)
+    for cls in RECORDER_CONFIGS.values():
+        converter = load_config(cls, config_path(mode))
+        node = cls.node_name
+        assert converter.camera_list() == (cameras if node == "lerobot_recorder" else cameras[:1])
+        assert converter.camera_serials == serials[:len(converter.camera_list())]
+        for key, value in derived_params(doc)[node].items():
+            assert launch[node][key] == plan[node][key] == getattr(converter, key) == value, (node, key)
+    assert launch["quest_video"]["cameras"] == plan["quest_video"]["cameras"] == cameras[:3]
+
+
+def _sim(tmp_path, **sections) -> Path:
+    raw = yaml.safe_load(config_path("sim").read_text())
+    for node, params in sections.items():
+        raw.setdefault(node, {"ros__parameters": {}})["ros__parameters"].update(params)
+    path = tmp_path / f"params{len(list(tmp_path.glob('params*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_a_file_of_the_old_layout_loads_when_it_agrees_and_is_refused_when_it_contradicts(tmp_path):
+    old = {"lerobot_recorder": {"cameras": ["cam_front", "cam_wrist"], "camera_serials": ["sim-front-0001",
+                                                                                          "sim-wrist-0002"]},
+           "rgbd_recorder": {"camera": "cam_wrist", "camera_serials": ["sim-wrist-0002"]}}
+    path = _sim(tmp_path, **old)
+    assert load_config(LeRobotRecorderConfig, path) == load_config(LeRobotRecorderConfig, config_path("sim"))
+    rgbd = load_config(RgbdRecorderConfig, path)   # a node's own choice among the cameras stands
+    assert (rgbd.camera, rgbd.camera_serials) == ("cam_wrist", ["sim-wrist-0002"])
+    sub = load_config(LeRobotRecorderConfig, _sim(tmp_path, lerobot_recorder={"cameras": ["cam_wrist"]}))
+    assert (sub.cameras, sub.camera_serials) == (["cam_wrist"], ["sim-wrist-0002"])
+    # the launch argument's subset of an old file: its lists restricted to the cameras started
+    plan = read_params_file(plan_graph("sim", path, [], tmp_path, cameras="cam_front").params_file)
+    assert (plan["lerobot_recorder"]["cameras"], plan["lerobot_recorder"]["camera_serials"]) == (["cam_front"],
+                                                                                                 ["sim-front-0001"])
+    assert (plan["rgbd_recorder"]["camera"], plan["rgbd_recorder"]["camera_serials"]) == ("cam_front",
+                                                                                          ["sim-front-0001"])
+    assert launch_overrides(read_params_file(path), cameras="cam_front")[1]["lerobot_recorder"]["cameras"] == \
+        ["cam_front"]
+    # a contradiction names both places, from the converter and the launchers alike
+    wrong = _sim(tmp_path, lerobot_recorder={"camera_serials": ["sim-front-0001", "other"]})
+    with pytest.raises(ValueError, match=r"params\d.yaml: lerobot_recorder.camera_serials says cam_wrist is 'other', "
+                                         r"cam_wrist.serial says 'sim-wrist-0002'"):
+        load_config(LeRobotRecorderConfig, wrong)
+    with pytest.raises(LaunchError, match="cam_wrist.serial says"):
+        plan_graph("sim", wrong, [], tmp_path)
+    stray = _sim(tmp_path, rgbd_recorder={"camera": "cam_top"})
+    with pytest.raises(ValueError, match=r"rgbd_recorder.camera names \['cam_top'\], which piper_launch.cameras"):
+        load_config(RgbdRecorderConfig, stray)
+    # a file without piper_launch.cameras (a recorder's section alone) keeps its own values
+    alone = tmp_path / "alone.yaml"
+    alone.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {"cameras": ["top"],
+                                                                              "camera_serials": ["s"]}}}))
+    assert (load_config(LeRobotRecorderConfig, alone).cameras, load_config(LeRobotRecorderConfig, alone).camera_serials) \
+        == (["top"], ["s"])
+
+
+def test_the_cameras_sizes_and_serials_reach_the_recorders(tmp_path):
+    """A camera's size and serial are stated in its section only; the launch argument's subset and a
+    --set of a camera reach the recorders (piper-launch derives after the sets)."""
+    plan = plan_graph("sim", config_path("sim"), ["cam_front.width=320", "cam_wrist.serial=w-9"], tmp_path)
+    eff = read_params_file(plan.params_file)
+    assert (eff["lerobot_recorder"]["camera_widths"], eff["lerobot_recorder"]["camera_heights"]) == ([320, 640],
+                                                                                                   [480, 480])
+    assert eff["lerobot_recorder"]["camera_serials"] == ["sim-front-0001", "w-9"]
+    assert eff["rgbd_recorder"]["camera_width"] == 320 and "camera_height" not in eff["rgbd_recorder"]
+    with pytest.raises(LaunchError, match="state a serial once"):
+        plan_graph("sim", config_path("sim"), ["lerobot_recorder.camera_serials=[a, b]"], tmp_path)
+    _, wrist = launch_overrides(read_params_file(config_path("sim")), cameras="cam_wrist")
+    assert wrist["lerobot_recorder"] == {"cameras": ["cam_wrist"], "camera_serials": ["sim-wrist-0002"]}
+    assert wrist["rgbd_recorder"] == {"camera": "cam_wrist", "camera_serials": ["sim-wrist-0002"]}
+    robot = read_params_file(config_path("robot"))
+    robot["cam_wrist"]["rgb_camera.color_profile"] = "848x480x30"
+    derived = effective_params(robot)
+    assert derived["lerobot_recorder"]["camera_widths"] == [640, 848]
+    assert "camera_width" not in derived["rgbd_recorder"]   # cam_front: the default profile

@@ -34,9 +34,7 @@ def three_camera_config(tmp: Path) -> Path:
     raw = yaml.safe_load((ROOT / "config" / "sim.yaml").read_text())
     raw["cam_side"] = {"ros__parameters": {"serial": "sim-side-0003", "position": [0.30, 0.55, 0.50],
                                            "look_at": [0.20, 0.0, 0.38]}}
-    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = CAMS
-    rec = raw["lerobot_recorder"]["ros__parameters"]
-    rec["cameras"], rec["camera_serials"] = CAMS, ["sim-front-0001", "sim-wrist-0002", "sim-side-0003"]
+    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = CAMS   # the recorders follow (effective_config)
     path = tmp / "sim_3cam.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.launcher import LAUNCH_SECTION, launch_graph, plan_graph
+from piper_recorder.effective_config import effective_params
+from piper_recorder.launcher import LAUNCH_SECTION, launch_graph, plan_graph, realsense_parameters
 from piper_recorder.params_file import read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,14 +108,17 @@ def test_config_keys_are_declared_parameters(name):
             declared |= {prefix + f.name for f in dataclasses.fields(cls)}
         unknown = set(cfg[node]) - declared
         assert not unknown, f"{name}.yaml {node}: unknown parameters {sorted(unknown)}"
-    assert cfg["lerobot_recorder"]["cameras"] == cameras
-    assert cfg["rgbd_recorder"]["camera"] in cameras
+    eff = effective_params(cfg)   # what the nodes get: the cameras' lists derived from piper_launch.cameras
+    assert eff["lerobot_recorder"]["cameras"] == cameras and eff["rgbd_recorder"]["camera"] == cameras[0]
+    assert eff["lerobot_recorder"]["camera_serials"] == [cfg[c]["serial_no" if name == "robot" else "serial"]
+                                                         for c in cameras]
     if name == "robot":
         for cam in cameras:
             assert set(cfg[cam]) <= REALSENSE_PARAMS, set(cfg[cam]) - REALSENSE_PARAMS
-            assert cfg[cam]["align_depth.enable"] is True and cfg[cam]["enable_sync"] is True
-            assert isinstance(cfg[cam]["serial_no"], str) and cfg[cam]["camera_name"] == cam
-            assert cfg[cam]["rgb_camera.color_profile"] == cfg[cam]["depth_module.depth_profile"] == "640x480x30"
+            node = {**cfg[cam], **realsense_parameters(cfg, cam)}   # its section, then the launch's
+            assert node["align_depth.enable"] is True and node["enable_sync"] is True
+            assert isinstance(node["serial_no"], str) and node["camera_name"] == cam
+            assert node["rgb_camera.color_profile"] == node["depth_module.depth_profile"] == "640x480x30"
     else:
         assert cfg["piper_arm"]["emulate"] is True
 

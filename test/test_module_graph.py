@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,10 +121,15 @@ def test_each_shared_helper_is_defined_once():
 
 
 # Literals only piper_recorder.names may state: the image feature prefix and the camera topic suffixes
-# (every colour/depth/info topic is built from its patterns). Docstrings and --help texts (EPILOG) may
-# mention them: they show a user what to write.
+# (every colour/depth/info topic is built from its patterns), and the graph's topic and service names
+# (NAME_PATTERNS: a name led by a slash that follows no word, so a path such as piper_recorder/policy/ is
+# none; a node's ``/{node}/status`` and ``~/status`` both hold one). Docstrings and --help texts (EPILOG)
+# may mention them: they show a user what to write.
 NAMES_MODULE = "piper_recorder.names"
 NAME_LITERALS = ("observation.images.", "color/image_raw", "aligned_depth_to_color/", "color/camera_info")
+NAME_PATTERNS = tuple(re.compile(r"(?<![\w.])/" + p) for p in (
+    r"(arm|quest|teleop|policy)/", r"(episode_events|diagnostics|reward|status)\b",
+    r"(start|stop|discard|delete_last|label)_episode\b"))
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -149,6 +155,7 @@ def test_names_are_stated_only_in_the_names_module():
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
                 found += [f"{m}:{node.lineno}: {lit!r}" for lit in NAME_LITERALS if lit in node.value]
+                found += [f"{m}:{node.lineno}: {node.value!r}" for p in NAME_PATTERNS if p.search(node.value)]
     assert found == [], "state these through piper_recorder.names"
 
 

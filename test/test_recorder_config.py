@@ -11,7 +11,9 @@ import dataclasses
 import pytest
 import yaml
 
-from piper_recorder.launcher import config_path
+from piper_recorder.effective_config import effective_params
+from piper_recorder.launcher import config_path, launch_overrides
+from piper_recorder.params_file import read_params_file
 from piper_recorder.lerobot.provenance import BINDING_KEYS, lookup
 from piper_recorder.recording.config import (
     RECORDER_CONFIGS, CameraTopics, LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config,
@@ -31,7 +33,9 @@ def params(tmp_path, node: str, **values):
 @pytest.mark.parametrize("fmt", ["lerobot", "rgbd"])
 def test_packaged_config_sections_load_into_the_recorder_classes(mode, fmt):
     cls = RECORDER_CONFIGS[fmt]
-    section = yaml.safe_load(config_path(mode).read_text())[cls.node_name]["ros__parameters"]
+    # the node's section with what it derives from the file's cameras (its lists, the serials)
+    section = effective_params(read_params_file(config_path(mode)))[cls.node_name]
+    assert "camera_serials" in section and ("cameras" if fmt == "lerobot" else "camera") in section
     cfg = load_config(cls, config_path(mode))
     assert type(cfg) is cls and section
     for key, value in section.items():
@@ -98,9 +102,12 @@ def test_validate_errors_name_the_parameter(tmp_path, cls, values, needle):
 
 
 def test_nodes_declare_the_shared_classes_and_read_a_file_as_load_config(ros_domain):
-    """declare_config on a real node with config/sim.yaml gives what the converter loads from it."""
+    """declare_config on a real node started as the launchers start it (config/sim.yaml, then the
+    parameters launch_overrides derives: a launch file's ``parameters=[config, derived]``) gives what the
+    converter loads from the file."""
     rclpy = pytest.importorskip("rclpy")
     from rclpy.node import Node
+    from rclpy.parameter import Parameter
 
     from piper_recorder.nodes.common import declare_config
     from piper_recorder.nodes.lerobot_recorder import LeRobotRecorder
@@ -110,9 +117,12 @@ def test_nodes_declare_the_shared_classes_and_read_a_file_as_load_config(ros_dom
     ros_domain.apply()
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
+    _cameras, derived = launch_overrides(read_params_file(config_path("sim")))
     try:
         for cls in (LeRobotRecorderConfig, RgbdRecorderConfig):
-            node = Node(cls.node_name, context=ctx, cli_args=["--ros-args", "--params-file", str(config_path("sim"))])
+            assert derived[cls.node_name]["camera_serials"]
+            node = Node(cls.node_name, context=ctx, cli_args=["--ros-args", "--params-file", str(config_path("sim"))],
+                        parameter_overrides=[Parameter(k, value=v) for k, v in derived[cls.node_name].items()])
             try:
                 assert declare_config(node, cls) == load_config(cls, config_path("sim"))
             finally:

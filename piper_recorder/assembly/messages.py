@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from piper_recorder.names import POLICY_ACTOR
+
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
 
 
@@ -227,7 +229,7 @@ class WrenchAdapter:
 
 
 # /policy/actor values -> the codes of the ``actor`` input (feature table: ``ACTOR_FEATURE``)
-ACTOR_TOPIC = "/policy/actor"
+ACTOR_TOPIC = POLICY_ACTOR
 ACTOR_CODES: dict[str, float] = {"none": 0.0, "policy": 1.0, "operator": 2.0}
 
 

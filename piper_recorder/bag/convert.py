@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from piper_recorder import __version__
+from piper_recorder.names import EPISODE_EVENTS
 from piper_recorder.recording.config import (
     LeRobotRecorderConfig, RecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config,
     session_record)
@@ -157,10 +158,10 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
         if who is not None:
             spans = spans_from_events(lines, who)
             if who != opts.recorder_name:
-                notes.append(f"episodes from {who}'s /episode_events (no {opts.recorder_name} saves in the bag)")
+                notes.append(f"episodes from {who}'s {tm.episode_events} (no {opts.recorder_name} saves in the bag)")
             if spans:
                 return _begun_in_bag(spans, src, notes)
-        notes.append("the bag's /episode_events hold no saved episodes; "
+        notes.append(f"the bag's {tm.episode_events} hold no saved episodes; "
                      + ("using --episode ranges" if opts.ranges else "converting the whole bag"))
     if opts.ranges:
         return spans_from_ranges(opts.ranges, src.start_ns, opts.settings.assembly(tuple(opts.topics.cameras))
@@ -262,7 +263,7 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router
         gap.clear()
         task = span.task or task_default
         if c.target.needs_task and not task.strip():
-            raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)} has no task (no /episode_events "
+            raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)} has no task (no {EPISODE_EVENTS} "
                            "task, no --task, empty `task` in the recorder config); pass --task")
         source = {"bag": str(src.path), "fingerprint": res.fingerprint, "start_ns": span.start_ns,
                   "end_ns": span.end_ns, "episodes_from": span.origin, "live_episode_index": span.live_index}

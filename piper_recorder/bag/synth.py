@@ -17,7 +17,8 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import get_typestore
 
 from piper_recorder.bag.source import DEFAULT_STORE
-from piper_recorder.names import CAMERA, COLOR_TOPIC_PATTERN, DEPTH_TOPIC_PATTERN, camera_topic
+from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
+                                  DEPTH_TOPIC_PATTERN, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, QUEST_RAW, camera_topic)
 
 TYPESTORE = get_typestore(DEFAULT_STORE)
 T = TYPESTORE.types
@@ -54,9 +55,8 @@ def string(text: str) -> Any:
     return T["std_msgs/msg/String"](data=text)
 
 
-ROBOT_TOPICS = {"joint_states": "/arm/joint_states", "eef_pose": "/arm/eef_pose",
-                "commanded_pose": "/arm/commanded_pose", "commanded_gripper": "/arm/commanded_gripper",
-                "provenance": "/arm/provenance", "raw_quest": "/quest/raw"}
+ROBOT_TOPICS = {"joint_states": JOINT_STATES, "eef_pose": EEF_POSE, "commanded_pose": COMMANDED_POSE,
+                "commanded_gripper": COMMANDED_GRIPPER, "provenance": ARM_PROVENANCE, "raw_quest": QUEST_RAW}
 # AgileX's own piper_ros driver: joint1..joint7 (joint7 = gripper), end pose; no stamped commands; one camera
 AGILEX_TOPICS = {"joint_states": "/joint_states_single", "eef_pose": "/end_pose_stamped",
                  "commanded_pose": "", "commanded_gripper": "", "provenance": "", "raw_quest": ""}
@@ -202,9 +202,9 @@ def _events(s: SynthScenario) -> Iterator[_Merged]:
         for i, (a, b) in enumerate(s.episodes):
             start_ns, end_ns = s.t0_ns + int(a * 1e9), s.t0_ns + int(b * 1e9)
             base = {"recorder": s.recorder, "episode_index": i, "task": s.task, "start_ns": start_ns}
-            yield ("/episode_events", "std_msgs/msg/String", start_ns,
+            yield (EPISODE_EVENTS, "std_msgs/msg/String", start_ns,
                    string(json.dumps({**base, "event": "started", "end_ns": None, "rows": None, "reason": None})))
-            yield ("/episode_events", "std_msgs/msg/String", end_ns + 100_000_000,
+            yield (EPISODE_EVENTS, "std_msgs/msg/String", end_ns + 100_000_000,
                    string(json.dumps({**base, "event": "saved", "end_ns": end_ns, "rows": None, "reason": None})))
     items = sorted(gen(), key=lambda e: e[2])
     return _stream(s, 4, iter(items))

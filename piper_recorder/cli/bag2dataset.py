@@ -10,6 +10,7 @@ import sys
 from contextlib import ExitStack
 
 from piper_recorder.cli.errors import exits_2_on_bad_input
+from piper_recorder.names import EPISODE_EVENTS
 from piper_recorder.outpaths import overlapping_input
 
 EPILOG = """\
@@ -51,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="sim | robot | ROS 2 parameter file with the recorder's ros__parameters")
     ap.add_argument("--mapping", help="topic mapping YAML for other layouts (see above)")
     ap.add_argument("--episode", action="append", default=[], metavar="START:END",
-                    help="episode range in seconds (repeatable); used when a bag has no /episode_events")
+                    help=f"episode range in seconds (repeatable); used when a bag has no {EPISODE_EVENTS}")
     ap.add_argument("--task", help="task for episodes whose events carry none (LeRobot needs one)")
-    ap.add_argument("--recorder", help="follow this recorder's /episode_events (default: the format's recorder)")
+    ap.add_argument("--recorder", help=f"follow this recorder's {EPISODE_EVENTS} (default: the format's recorder)")
     ap.add_argument("--jobs", type=int, help="bags converted in parallel (local processes; default 1), or the "
                                              "CPUs of a local Ray cluster (default: all)")
     ap.add_argument("--engine", choices=("local", "ray"), default="local",

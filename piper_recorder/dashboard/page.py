@@ -16,6 +16,8 @@ into every request it makes.
 """
 from __future__ import annotations
 
+from piper_recorder.names import DIAGNOSTICS, JOINT_STATES
+
 CSS = """
 *{box-sizing:border-box}body{font:14px/1.35 system-ui,sans-serif;margin:0;background:#11151b;color:#e6e9ee}
 header{display:flex;align-items:center;gap:18px;background:#1b222c;padding:10px 18px;position:sticky;top:0;z-index:2}
@@ -157,14 +159,14 @@ function renderJoints(j) {
   const row = (name, p, lo, hi, near, d) => H`<tr class="joint" data-joint="${name}" data-near="${near === true}"><td class="l">${name}</td><td>${num(p, d)}</td><td class="b"><div class="bar ${near ? 'near' : ''}"><i data-frac="${Math.max(0, Math.min(1, (p - lo) / (hi - lo)))}"></i></div></td><td class="muted">${num(lo, 2)} … ${num(hi, 2)}</td></tr>`;
   const rows = list(j.joints).map(x => row(x.name, x.position, x.min, x.max, x.near_limit, 3));
   if (j.gripper) rows.push(row('gripper (m)', j.gripper.position, j.gripper.min, j.gripper.max, false, 4));
-  setHTML('joints', rows.length ? H`${rows}` : H`<tr><td class="l muted">no /arm/joint_states</td></tr>`);
+  setHTML('joints', rows.length ? H`${rows}` : H`<tr><td class="l muted">no @JOINT_STATES@</td></tr>`);
   // positions through the CSSOM: the policy allows no style attribute in markup
   for (const i of $('joints').querySelectorAll('.bar i')) {
     const f = parseFloat(i.dataset.frac); i.style.left = `calc(${(Number.isFinite(f) ? f : 0) * 100}% - 1px)`;
   }
 }
 function renderHeadset(h) {
-  if (!h.present) { setHTML('headset', H`<span>link</span><span>no /diagnostics from quest_bridge</span>`); return; }
+  if (!h.present) { setHTML('headset', H`<span>link</span><span>no @DIAGNOSTICS@ from quest_bridge</span>`); return; }
   const rej = Object.entries(h.rejected || {}).map(([k, v]) => `${k} ${num(v, 0)}`).join(' · ');
   setHTML('headset', H`<span>state</span><span id="headset-state" class="${h.level === 0 && !h.stale ? '' : 'bad'}">${h.state} · ${h.message}${h.stale ? ' (stale)' : ''}</span>${''
     }<span>input rate</span><span id="headset-rate">${num(h.rate_hz)} Hz</span><span>clock offset</span><span>${num(isNum(h.clock_offset_ms) ? h.clock_offset_ms / 1000 : null, 3)} s (drift since connect ${num(h.clock_drift_ms, 3)} ms)</span>${''
@@ -261,7 +263,7 @@ $('align-alpha').addEventListener('input', drawAlign); $('align-mode').addEventL
 $('align-root').addEventListener('focus', loadRoots);
 pollState().then(() => { loadRoots(); pollThumbs(); });
 setInterval(pollState, 500); setInterval(pollThumbs, 500); setInterval(loadRoots, 10000);
-"""
+""".replace("@JOINT_STATES@", JOINT_STATES).replace("@DIAGNOSTICS@", DIAGNOSTICS)   # the topics' names.py names
 
 
 SCRIPT_PATH = "/dashboard.js"

@@ -26,7 +26,9 @@ from std_msgs.msg import String
 from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
 from piper_recorder.dashboard.model import IMAGE_CONSUMERS, DashboardConfig, JsonDict
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
-from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic, camera_topic_regex
+from piper_recorder.names import (CAMERA_STATUS_TOPIC_PATTERN, COMMANDED_POSE, DIAGNOSTICS, EPISODE_EVENTS,
+                                  JOINT_STATES, QUEST_POSE_PATTERN, STATUS, TELEOP_STATUS, camera_topic,
+                                  camera_topic_regex, node_topic, quest_topic)
 from piper_recorder.nodes.common import ParameterError, declare_config, run_node
 
 # topic -> (type, required): silence of a required topic marks the graph degraded. One topic per link of
@@ -34,9 +36,9 @@ from piper_recorder.nodes.common import ParameterError, declare_config, run_node
 # 200 Hz at the same cost. The arm sends commands only while something drives it (teleop engaged, replay):
 # their rate is shown, their silence is no fault.
 RATE_TOPICS: dict[str, tuple[type, bool]] = {
-    "/arm/joint_states": (JointState, True),
-    "/quest/right/pose": (PoseStamped, True),
-    "/arm/commanded_pose": (PoseStamped, False),
+    JOINT_STATES: (JointState, True),
+    quest_topic(QUEST_POSE_PATTERN, "right"): (PoseStamped, True),
+    COMMANDED_POSE: (PoseStamped, False),
 }
 
 
@@ -50,25 +52,25 @@ class DashboardNode(Node):
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         for topic, (typ, required) in RATE_TOPICS.items():
             self.model.watch_topic(topic, required)
-            if topic == "/arm/joint_states":
+            if topic == JOINT_STATES:
                 continue
             self.create_subscription(typ, topic, lambda _m, tp=topic: self.model.tick(tp, time.monotonic()),
                                      qos_profile_sensor_data)
-        self.create_subscription(JointState, "/arm/joint_states", self._on_joints, qos_profile_sensor_data)
+        self.create_subscription(JointState, JOINT_STATES, self._on_joints, qos_profile_sensor_data)
         for rec in cfg.recorders:
-            topic = f"/{rec}/status"
+            topic = node_topic(rec, STATUS)
             self.model.watch_topic(topic)
             self.create_subscription(String, topic, lambda m, r=rec, tp=topic: self._on_json(
                 tp, m, lambda d, t: self.model.on_recorder_status(r, d, t)), 10)
         for node in IMAGE_CONSUMERS:   # per-subscriber delivery (quest_video, policy; the recorders above)
-            self.create_subscription(String, f"/{node}/status", lambda m, n=node: self._on_json(
+            self.create_subscription(String, node_topic(node, STATUS), lambda m, n=node: self._on_json(
                 None, m, lambda d, t: self.model.on_consumer_status(n, d, t)), 10)
-        self.model.watch_topic("/teleop/status")
-        self.create_subscription(String, "/teleop/status", lambda m: self._on_json(
-            "/teleop/status", m, self.model.on_teleop_status), 10)
-        self.model.watch_topic("/diagnostics")
-        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
-        self.create_subscription(String, "/episode_events", lambda m: self._on_json(
+        self.model.watch_topic(TELEOP_STATUS)
+        self.create_subscription(String, TELEOP_STATUS, lambda m: self._on_json(
+            TELEOP_STATUS, m, self.model.on_teleop_status), 10)
+        self.model.watch_topic(DIAGNOSTICS)
+        self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 10)
+        self.create_subscription(String, EPISODE_EVENTS, lambda m: self._on_json(
             None, m, self.model.on_event), reliable)
         self._info_subs: dict[str, Subscription] = {}
         self._status_subs: dict[str, Subscription] = {}
@@ -83,7 +85,7 @@ class DashboardNode(Node):
         self.create_timer(1.0, self._housekeeping)
         # its own delivery, like every image consumer (delivery.py): frames received per camera while watched
         self._images: dict[str, int] = {}
-        self.pub_status = self.create_publisher(String, "~/status", 10)
+        self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)
 
     # ---- inputs ---------------------------------------------------------------------------------
@@ -100,12 +102,12 @@ class DashboardNode(Node):
 
     def _on_joints(self, msg: JointState) -> None:
         t = time.monotonic()
-        self.model.tick("/arm/joint_states", t)
+        self.model.tick(JOINT_STATES, t)
         self.model.on_joints(list(msg.name), list(msg.position), t)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         t = time.monotonic()
-        self.model.tick("/diagnostics", t)
+        self.model.tick(DIAGNOSTICS, t)
         for st in msg.status:
             self.model.on_diagnostic(st.name, int.from_bytes(st.level, "little") if isinstance(st.level, bytes)
                                      else int(st.level), st.message, {kv.key: kv.value for kv in st.values}, t)

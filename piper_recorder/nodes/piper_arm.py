@@ -33,7 +33,8 @@ from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
 from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
-from piper_recorder.names import ARM_DISABLE, ARM_ENABLE, ARM_GO_HOME
+from piper_recorder.names import (ARM_DISABLE, ARM_ENABLE, ARM_GO_HOME, ARM_PROVENANCE, ARM_STATUS, COMMANDED_GRIPPER,
+                                  COMMANDED_POSE, EEF_POSE, JOINT_STATES, TARGET_GRIPPER, TARGET_POSE)
 
 JOINT_NAMES = [f"joint{i}" for i in range(1, 7)] + ["gripper"]
 FRAME = "arm_base"
@@ -71,12 +72,12 @@ class PiperArmNode(Node):
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.pub_joints = self.create_publisher(JointState, "/arm/joint_states", arm_qos)
-        self.pub_eef = self.create_publisher(PoseStamped, "/arm/eef_pose", arm_qos)
-        self.pub_cmd_pose = self.create_publisher(PoseStamped, "/arm/commanded_pose", arm_qos)
-        self.pub_cmd_gripper = self.create_publisher(JointState, "/arm/commanded_gripper", arm_qos)
-        self.pub_status = self.create_publisher(DiagnosticArray, "/arm/status", QoSProfile(depth=10))
-        self.pub_provenance = self.create_publisher(String, "/arm/provenance", latched)
+        self.pub_joints = self.create_publisher(JointState, JOINT_STATES, arm_qos)
+        self.pub_eef = self.create_publisher(PoseStamped, EEF_POSE, arm_qos)
+        self.pub_cmd_pose = self.create_publisher(PoseStamped, COMMANDED_POSE, arm_qos)
+        self.pub_cmd_gripper = self.create_publisher(JointState, COMMANDED_GRIPPER, arm_qos)
+        self.pub_status = self.create_publisher(DiagnosticArray, ARM_STATUS, QoSProfile(depth=10))
+        self.pub_provenance = self.create_publisher(String, ARM_PROVENANCE, latched)
 
         self.ctl = ArmController(cfg, self.link, on_command=self._on_command)
         try:
@@ -93,8 +94,8 @@ class PiperArmNode(Node):
         # up to half a second behind the operator (teleop_latency p90 150 ms at load 8 with depth 50).
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
         inputs = ReentrantCallbackGroup()
-        self.create_subscription(PoseStamped, "/arm/target_pose", self._on_target, newest, callback_group=inputs)
-        self.create_subscription(JointState, "/arm/target_gripper", self._on_gripper, newest, callback_group=inputs)
+        self.create_subscription(PoseStamped, TARGET_POSE, self._on_target, newest, callback_group=inputs)
+        self.create_subscription(JointState, TARGET_GRIPPER, self._on_gripper, newest, callback_group=inputs)
         services = MutuallyExclusiveCallbackGroup()
         self.create_service(Trigger, ARM_ENABLE, self._srv_enable, callback_group=services)
         self.create_service(Trigger, ARM_DISABLE, self._srv_disable, callback_group=services)

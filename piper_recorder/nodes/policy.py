@@ -30,10 +30,11 @@ from sensor_msgs.msg import Image, JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.assembly.messages import ACTOR_TOPIC, image_to_numpy, joint_positions, pose, stamp_ns
+from piper_recorder.assembly.messages import image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.delivery import ImageCounts
-from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_SERVICES, TARGET_GRIPPER, TARGET_POSE,
-                                  camera_topic)
+from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_ACTOR, POLICY_PROVENANCE,
+                                  POLICY_SERVICES, QUEST_JOY_PATTERN, STATUS, TARGET_GRIPPER, TARGET_POSE,
+                                  TELEOP_STATUS, camera_topic, quest_topic)
 from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp,
                                          run_in_thread, run_node)
 from piper_recorder.policy.backend import make_backend
@@ -45,7 +46,6 @@ from piper_recorder.teleop.limits import LimitsConfig
 
 STATUS_HZ = 2.0
 ACTOR_POLL_HZ = 50.0   # a change of the acting source reaches /policy/actor within 20 ms
-PROVENANCE_TOPIC = "/policy/provenance"
 
 
 def training_root(cfg: PolicyConfig) -> str:
@@ -85,9 +85,9 @@ class PolicyNode(Node):
         images = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
         self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
         self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
-        self.pub_status = self.create_publisher(String, "~/status", reliable)
-        self.pub_provenance = self.create_publisher(String, PROVENANCE_TOPIC, latched)
-        self.pub_actor = self.create_publisher(String, ACTOR_TOPIC, latched)
+        self.pub_status = self.create_publisher(String, STATUS, reliable)
+        self.pub_provenance = self.create_publisher(String, POLICY_PROVENANCE, latched)
+        self.pub_actor = self.create_publisher(String, POLICY_ACTOR, latched)
         sensor = qos_profile_sensor_data
         self.create_subscription(JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
         self.create_subscription(PoseStamped, EEF_POSE, self._on_eef, sensor, callback_group=g)
@@ -98,8 +98,8 @@ class PolicyNode(Node):
         for i, cam in enumerate(meta.cameras):
             self.create_subscription(Image, camera_topic(cfg.image_topic_pattern, cam),
                                      lambda m, c=cam, i=i: self._on_image(c, i, m), images, callback_group=g)
-        self.create_subscription(Joy, f"/quest/{cfg.hand}/joy", self._on_joy, sensor, callback_group=g)
-        self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable, callback_group=g)
+        self.create_subscription(Joy, quest_topic(QUEST_JOY_PATTERN, cfg.hand), self._on_joy, sensor, callback_group=g)
+        self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable, callback_group=g)
         for name, fn in zip(POLICY_SERVICES, (self._srv_start, self._srv_stop, self._srv_pause, self._srv_resume),
                             strict=True):
             self.create_service(Trigger, f"~/{name}", fn, callback_group=g)

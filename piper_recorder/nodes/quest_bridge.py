@@ -26,6 +26,8 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Joy
 from std_msgs.msg import String
 
+from piper_recorder.names import (DIAGNOSTICS, QUEST_COMMAND, QUEST_DEVICES, QUEST_HANDS, QUEST_HAPTIC, QUEST_HELLO,
+                                  QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, QUEST_RAW, quest_topic)
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node
 from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
@@ -74,17 +76,17 @@ class QuestBridge(Node):
         self.cfg = declare_config(self, QuestBridgeConfig)
         self.core = BridgeCore(self.cfg.clock(), self.cfg.frame_prefix)
         self._lock = threading.Lock()
-        self.pose_pubs = {d: self.create_publisher(PoseStamped, f"/quest/{d}/pose", 10)
-                          for d in ("head", "left", "right")}
-        self.joy_pubs = {h: self.create_publisher(Joy, f"/quest/{h}/joy", 10) for h in ("left", "right")}
-        self.raw_pub = self.create_publisher(String, "/quest/raw", 200)
+        self.pose_pubs = {d: self.create_publisher(PoseStamped, quest_topic(QUEST_POSE_PATTERN, d), 10)
+                          for d in QUEST_DEVICES}
+        self.joy_pubs = {h: self.create_publisher(Joy, quest_topic(QUEST_JOY_PATTERN, h), 10) for h in QUEST_HANDS}
+        self.raw_pub = self.create_publisher(String, QUEST_RAW, 200)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.hello_pub = self.create_publisher(String, "/quest/hello", latched)
-        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(String, "/quest/haptic", self._on_haptic, 10)
+        self.hello_pub = self.create_publisher(String, QUEST_HELLO, latched)
+        self.diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
+        self.create_subscription(String, QUEST_HAPTIC, self._on_haptic, 10)
         self.haptic_invalid = 0
-        self.create_subscription(String, "/quest/command", self._on_command, 10)
+        self.create_subscription(String, QUEST_COMMAND, self._on_command, 10)
         self.command_invalid = 0
         self._ui_state: dict[str, dict] = {}   # "color" / "panel<N>" -> the latest such command (replayed on connect)
         self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
@@ -148,7 +150,7 @@ class QuestBridge(Node):
         req = haptic_from_json(msg.data)
         if req is None:
             self.haptic_invalid += 1
-            self.get_logger().warning(f"ignoring malformed /quest/haptic: {msg.data[:120]!r}")
+            self.get_logger().warning(f"ignoring malformed {QUEST_HAPTIC}: {msg.data[:120]!r}")
             return
         self.client.haptic(*req)
 
@@ -156,7 +158,7 @@ class QuestBridge(Node):
         cmd = ui_command_from_json(msg.data)
         if cmd is None:
             self.command_invalid += 1
-            self.get_logger().warning(f"ignoring invalid /quest/command: {msg.data[:120]!r}")
+            self.get_logger().warning(f"ignoring invalid {QUEST_COMMAND}: {msg.data[:120]!r}")
             return
         key = "color" if cmd["cmd"] == "color" else f"panel{cmd['cam']}" if cmd["cmd"] == "panel" else ""
         if key:

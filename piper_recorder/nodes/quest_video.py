@@ -35,7 +35,9 @@ from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy
 from piper_recorder.delivery import ImageCounts, link_health, panel_target, received_rate
-from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_topic, check_topic_pattern
+from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
+                                  EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
+                                  check_topic_pattern, node_topic)
 from piper_recorder.nodes.common import declare_config, run_node, stamp_to_ns
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
@@ -60,7 +62,7 @@ class QuestVideoConfig:
     hud: bool = True
     hud_hz: float = 5.0
     hud_quality: int = 80
-    recorder: str = "lerobot_recorder"   # whose status and events the HUD shows
+    recorder: str = LEROBOT_RECORDER   # whose status and events the HUD shows
     tint: bool = True
     tint_refresh_s: float = 5.0
     reconnect_s: float = 1.0
@@ -111,15 +113,16 @@ class QuestVideo(Node):
         for idx, cam in enumerate(self.cfg.cameras):
             self.create_subscription(ImageMsg, camera_topic(self.cfg.image_topic_pattern, cam),
                                      lambda m, i=idx: self._on_image(i, m), qos_profile_sensor_data)
-        self.create_subscription(String, f"/{self.cfg.recorder}/status", self._on_recorder_status, reliable)
+        self.create_subscription(String, node_topic(self.cfg.recorder, STATUS), self._on_recorder_status, reliable)
         for cam in self.cfg.cameras:   # the cameras' published rates (sim_camera; a realsense has no status)
-            self.create_subscription(String, f"/{cam}/status", lambda m, c=cam: self._on_camera_status(c, m), 10)
-        self.create_subscription(String, "/episode_events", self._on_episode_event, reliable)
-        self.create_subscription(String, "/teleop/status", self._on_teleop_status, reliable)
-        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
-        self.create_subscription(DiagnosticArray, "/arm/status", self._on_arm_status, reliable)
-        self.pub_command = self.create_publisher(String, "/quest/command", reliable)
-        self.pub_status = self.create_publisher(String, "~/status", reliable)
+            self.create_subscription(String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam),
+                                     lambda m, c=cam: self._on_camera_status(c, m), 10)
+        self.create_subscription(String, EPISODE_EVENTS, self._on_episode_event, reliable)
+        self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable)
+        self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 10)
+        self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable)
+        self.pub_command = self.create_publisher(String, QUEST_COMMAND, reliable)
+        self.pub_status = self.create_publisher(String, STATUS, reliable)
         self.create_timer(1.0, self._publish_status)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._stream, name="quest-video", daemon=True)

@@ -40,7 +40,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 # joint_positions, pose: the message helpers the router's adapters use (test_bag_config checks the nodes share them)
-from piper_recorder.assembly.messages import ACTOR_TOPIC, joint_positions, pose  # noqa: F401
+from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController
 from piper_recorder.recording.inputs import TopicMap, topic_map
@@ -51,7 +51,7 @@ from piper_recorder.recording.verdict import VerdictConfig
 
 from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
-from piper_recorder.names import LABEL_EPISODE, RECORDER_SERVICES
+from piper_recorder.names import EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS
 
 from .common import (ArrivalExecutor, ParameterError, arrival_or_now, declare_config, now_ns, run_in_thread,
                      spin_until)
@@ -101,8 +101,8 @@ class RecorderNode(Node):
             depth=10, history=HistoryPolicy.KEEP_LAST,
             reliability=ReliabilityPolicy.RELIABLE if cfg.image_reliability == "reliable"
             else ReliabilityPolicy.BEST_EFFORT)
-        self.pub_status = self.create_publisher(String, "~/status", 10)
-        self.pub_events = self.create_publisher(String, "/episode_events", reliable)
+        self.pub_status = self.create_publisher(String, STATUS, 10)
+        self.pub_events = self.create_publisher(String, EPISODE_EVENTS, reliable)
         self.policy_log = PolicyLog()   # every policy that acted in an episode, and when (episodes.jsonl)
         self.controller = EpisodeController(
             target, cfg.assembly(tuple(topics.cameras), topics.table), recorder=self.get_name(),
@@ -128,8 +128,8 @@ class RecorderNode(Node):
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
-        self.create_subscription(String, "/policy/provenance", self._on_policy, latched)
-        self.create_subscription(String, ACTOR_TOPIC, lambda m: self.policy_log.on_actor(now_ns(self), m.data),
+        self.create_subscription(String, POLICY_PROVENANCE, self._on_policy, latched)
+        self.create_subscription(String, POLICY_ACTOR, lambda m: self.policy_log.on_actor(now_ns(self), m.data),
                                  latched_input)
         # services on their own node and executor thread (module doc): answered however busy the inputs are
         self._control = Node(f"{self.get_name()}_control", namespace=self.get_namespace(), context=self.context,

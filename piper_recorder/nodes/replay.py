@@ -26,7 +26,7 @@ from std_srvs.srv import Trigger
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.replay.episode import ReplayEpisode, load_episode
 from piper_recorder.replay.motion import Approach, TrackingStats, row_at
-from piper_recorder.names import REPLAY_SERVICES
+from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE
 
 
 @dataclass
@@ -62,12 +62,12 @@ class ReplayNode(Node):
         self._approach: Approach | None = None
         self._phase_t0 = 0.0
         self._stats = TrackingStats()
-        self._pub_pose = self.create_publisher(PoseStamped, "/arm/target_pose", 10)
-        self._pub_grip = self.create_publisher(JointState, "/arm/target_gripper", 10)
+        self._pub_pose = self.create_publisher(PoseStamped, TARGET_POSE, 10)
+        self._pub_grip = self.create_publisher(JointState, TARGET_GRIPPER, 10)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE)
         self._pub_result = self.create_publisher(String, "~/result", latched)
-        self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 10)
+        self.create_subscription(PoseStamped, EEF_POSE, self._on_eef, 10)
         for name, fn in zip(REPLAY_SERVICES, (self._srv_play, self._srv_stop), strict=True):
             self.create_service(Trigger, f"~/{name}", fn)
         self._loaded: ReplayEpisode | None = None
@@ -129,7 +129,7 @@ class ReplayNode(Node):
             return False, self._load_error or f"episode {self.cfg.episode} is still loading"
         current = self._feedback()
         if current is None:
-            return False, "no fresh arm feedback on /arm/eef_pose: is piper_arm running?"
+            return False, f"no fresh arm feedback on {EEF_POSE}: is piper_arm running?"
         with self._lock:
             self._episode = episode
             self._approach = Approach(current, episode.poses[0], self.cfg.approach_linear_speed,

@@ -38,7 +38,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
 from piper_recorder.delivery import ImageCounts, received_rate
-from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO
+from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO, EEF_POSE, STATUS
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, now_ns, run_node, stamp_to_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
@@ -64,7 +64,7 @@ class SimCameraConfig:
     marker_radius_m: float = 0.02
     render_latency_ms: float = 20.0
     pose_wait_ms: float = 150.0  # extra wait for a pose newer than the capture time (a busy machine)
-    eef_topic: str = "/arm/eef_pose"
+    eef_topic: str = EEF_POSE
     pause_at_s: float = -1.0
     pause_s: float = 0.0
     drop_every_n: int = 0
@@ -107,7 +107,7 @@ class SimCamera(Node):
         self.pub_color_info = self.create_publisher(CameraInfo, f"~/{COLOR_INFO}", qos)
         self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", qos)
         self.create_subscription(PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
-        self.pub_status = self.create_publisher(String, "~/status", 10)
+        self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._frame_id = f"{cam}_color_optical_frame"

@@ -66,6 +66,9 @@ from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from piper_recorder.names import (ARM_STATUS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
+                                  QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, TARGET_GRIPPER,
+                                  TARGET_POSE, node_topic, quest_topic)
 from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
 from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
@@ -121,21 +124,21 @@ class TeleopNode(Node):
 
         g, sensor = ReentrantCallbackGroup(), qos_profile_sensor_data
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.pub_target = self.create_publisher(PoseStamped, "/arm/target_pose", reliable)
-        self.pub_gripper = self.create_publisher(JointState, "/arm/target_gripper", reliable)
-        self.pub_haptic = self.create_publisher(String, "/quest/haptic", reliable)
-        self.pub_status = self.create_publisher(String, "~/status", reliable)
+        self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
+        self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
+        self.pub_haptic = self.create_publisher(String, QUEST_HAPTIC, reliable)
+        self.pub_status = self.create_publisher(String, STATUS, reliable)
 
         if spacemouse is None:
-            self.create_subscription(PoseStamped, f"/quest/{cfg.hand}/pose", self._on_hand_pose, sensor,
-                                     callback_group=g)
-            for hand in ("left", "right"):
-                self.create_subscription(JoyMsg, f"/quest/{hand}/joy", lambda m, h=hand: self._on_joy(h, m),
-                                         sensor, callback_group=g)
-        self.create_subscription(PoseStamped, "/arm/eef_pose", self._on_arm_pose, sensor, callback_group=g)
-        self.create_subscription(JointState, "/arm/joint_states", self._on_joints, sensor, callback_group=g)
-        self.create_subscription(DiagnosticArray, "/arm/status", self._on_arm_status, reliable, callback_group=g)
-        self.create_subscription(String, "/episode_events", lambda m: self.session.on_episode_event(m.data),
+            self.create_subscription(PoseStamped, quest_topic(QUEST_POSE_PATTERN, cfg.hand), self._on_hand_pose,
+                                     sensor, callback_group=g)
+            for hand in QUEST_HANDS:
+                self.create_subscription(JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand),
+                                         lambda m, h=hand: self._on_joy(h, m), sensor, callback_group=g)
+        self.create_subscription(PoseStamped, EEF_POSE, self._on_arm_pose, sensor, callback_group=g)
+        self.create_subscription(JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
+        self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable, callback_group=g)
+        self.create_subscription(String, EPISODE_EVENTS, lambda m: self.session.on_episode_event(m.data),
                                  reliable, callback_group=g)
 
         self._call_group = ReentrantCallbackGroup()
@@ -144,7 +147,7 @@ class TeleopNode(Node):
         self.label_clients: dict[str, Client[Any, Any]] = {rec: self._make_label_client(rec)
                                                            for rec in self.ncfg.recorders}
         for rec in self.ncfg.recorders:
-            self.create_subscription(String, f"/{rec}/status",
+            self.create_subscription(String, node_topic(rec, STATUS),
                                      lambda m, r=rec: self.session.on_recorder_status(r, m.data),
                                      reliable, callback_group=g)
         self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
@@ -154,7 +157,7 @@ class TeleopNode(Node):
         if spacemouse is not None:   # the recorders' provenance names the input device
             latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)
-            self.pub_hello = self.create_publisher(String, "/quest/hello", latched)
+            self.pub_hello = self.create_publisher(String, QUEST_HELLO, latched)
             self._reader = HidrawReader(sm_cfg.device, self.session.on_spacemouse_report,
                                         self._on_spacemouse_state, sm_cfg.reopen_s).start()
         self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
@@ -228,11 +231,11 @@ class TeleopNode(Node):
 
     # ---- recorder services (executor thread) ---------------------------------------------------
     def _make_clients(self, rec: str) -> dict[Action, Client[Any, Any]]:
-        return {a: self.create_client(Trigger, f"/{rec}/{a.value}", callback_group=self._call_group)
+        return {a: self.create_client(Trigger, node_topic(rec, a.value), callback_group=self._call_group)
                 for a in Action}
 
     def _make_label_client(self, rec: str) -> Client[Any, Any]:
-        return self.create_client(AddDiagnostics, f"/{rec}/label_episode", callback_group=self._call_group)
+        return self.create_client(AddDiagnostics, node_topic(rec, LABEL_EPISODE), callback_group=self._call_group)
 
     def _service_poll(self) -> None:
         """Send, time out, re-create clients and resend as the session decides; play due haptic pulses."""
@@ -244,7 +247,7 @@ class TeleopNode(Node):
         for report in step.reports:
             self._log_report(report)
         for rec, outcome, message in step.late_labels:
-            self.get_logger().error(f"{rec}/label_episode {outcome}: {message}")
+            self.get_logger().error(f"{node_topic(rec, LABEL_EPISODE)} {outcome}: {message}")
         for rec in step.relabel:
             self.destroy_client(self.label_clients[rec])
             self.label_clients[rec] = self._make_label_client(rec)
@@ -262,7 +265,7 @@ class TeleopNode(Node):
         req = AddDiagnostics.Request(load_namespace=json.dumps({"outcome": outcome}))
         for rec, client in self.label_clients.items():
             if not client.service_is_ready():
-                self._label_failed(rec, outcome, "label_episode not available")
+                self._label_failed(rec, outcome, f"{LABEL_EPISODE} not available")
                 continue
             fut = client.call_async(req)
             self.session.label_sent(rec, fut, outcome)
@@ -276,12 +279,12 @@ class TeleopNode(Node):
         except Exception as exc:  # noqa: BLE001 - reported, never raised into the executor
             ok, message = False, f"call failed: {exc}"
         if ok:
-            self.get_logger().info(f"{rec}/label_episode {outcome}: {message}")
+            self.get_logger().info(f"{node_topic(rec, LABEL_EPISODE)} {outcome}: {message}")
         else:
             self._label_failed(rec, outcome, message)
 
     def _label_failed(self, rec: str, outcome: str, message: str) -> None:
-        self.get_logger().error(f"{rec}/label_episode {outcome}: {message}")
+        self.get_logger().error(f"{node_topic(rec, LABEL_EPISODE)} {outcome}: {message}")
         self.session.label_failed(rec, message)
 
     def _ready(self, rec: str) -> bool:

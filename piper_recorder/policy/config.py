@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from piper_recorder.names import COLOR_TOPIC_PATTERN, check_topic_pattern
+from piper_recorder.names import COLOR_TOPIC_PATTERN, QUEST_HANDS, check_topic_pattern
 from piper_recorder.teleop.limits import LimitsConfig
 
 MODES = ("receding", "ensemble")
@@ -51,7 +51,7 @@ class PolicyConfig:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.on_binding_mismatch not in BINDING_ACTIONS:
             raise ValueError(f"on_binding_mismatch must be one of {BINDING_ACTIONS}, got {self.on_binding_mismatch!r}")
-        if self.hand not in ("left", "right"):
+        if self.hand not in QUEST_HANDS:
             raise ValueError(f"hand must be 'left' or 'right', got {self.hand!r}")
         if self.horizon < 1 or self.replan_every < 1 or self.query_ahead < 0:
             raise ValueError("horizon and replan_every must be >= 1, query_ahead >= 0")

@@ -23,7 +23,7 @@ from piper_recorder.errors import DatasetError, PiperInputError
 from piper_recorder.lerobot.features import COMBINED
 from piper_recorder.lerobot.provenance import META_FILE, SESSIONS_FILE
 from piper_recorder.lerobot.root import Root
-from piper_recorder.names import IMAGES_PREFIX
+from piper_recorder.names import EEF_POSE, IMAGES_PREFIX, JOINT_STATES
 
 from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation
 
@@ -196,7 +196,7 @@ class ObservationBuilder:
         if self.fps != self.meta.fps:
             out.append(f"fps: node {self.fps:g}, trained at {self.meta.fps:g}")
         if self.eef is None or self.gripper is None:
-            out.append("arm: no /arm/eef_pose and /arm/joint_states received")
+            out.append(f"arm: no {EEF_POSE} and {JOINT_STATES} received")
         return out
 
     # ---- rows ----------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from piper_recorder.names import QUEST_JOY_PATTERN, TELEOP_STATUS, quest_topic
+
 TELEOP_STATUS_STALE_S = 3.0   # three missed 1 Hz statuses: teleop is not running
 
 
@@ -60,8 +62,8 @@ class OperatorGate:
         if self.grip_held:
             age = (now_ns - self._joy_ns) / 1e9 if self._joy_ns is not None else math.inf
             silent = f"; no joy message for {age:.1f} s" if age > 1.0 else ""
-            return f"the operator's grip is held on /quest/{self.hand}/joy (squeeze {self.squeeze:.2f}{silent})"
+            return f"the operator's grip is held on {quest_topic(QUEST_JOY_PATTERN, self.hand)} (squeeze {self.squeeze:.2f}{silent})"
         if self.teleop_engaged and self._teleop_ns is not None \
                 and (now_ns - self._teleop_ns) / 1e9 <= TELEOP_STATUS_STALE_S:
-            return "teleop reports its clutch engaged (/teleop/status)"
+            return f"teleop reports its clutch engaged ({TELEOP_STATUS})"
         return None

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from piper_recorder.names import QUEST_JOY_PATTERN, quest_topic
+
 from . import binding
 from .backend import ActionChunk, BackendError, BackendTimeout, Observation, PolicyBackend
 from .config import PolicyConfig
@@ -116,7 +118,7 @@ class PolicyRuntime:
     def on_joy(self, now_ns: int, squeeze: float) -> bool:
         """A joy message of the takeover hand; True when it took the arm from the policy."""
         if self.operator.on_joy(now_ns, squeeze):
-            return self.takeover(f"operator grip on /quest/{self.cfg.hand}/joy")
+            return self.takeover(f"operator grip on {quest_topic(QUEST_JOY_PATTERN, self.cfg.hand)}")
         return False
 
     def on_teleop_status(self, now_ns: int, engaged: bool) -> bool:

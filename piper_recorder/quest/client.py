@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message, StreamParser, encode
+from .protocol import HANDS, MAX_LINE_BYTES, QUAT_TOLERANCE, Message, StreamParser, encode
 from .reconnect import Backoff, try_connect, validate_link
 
 DEFAULT_HOST = "127.0.0.1"
@@ -129,7 +129,7 @@ class QuestClient:
 
     def haptic(self, hand: str, amp: float, ms: int) -> bool:
         """Vibrate one controller: amp clamped to [0, 1], ms to [0, 10000]."""
-        if hand not in ("left", "right") or not math.isfinite(amp):
+        if hand not in HANDS or not math.isfinite(amp):
             self.stats.commands_failed += 1
             return False
         return self.send_command({"cmd": "haptic", "hand": hand, "amp": min(max(float(amp), 0.0), 1.0),
@@ -258,7 +258,7 @@ def haptic_from_json(text: str) -> tuple[str, float, int] | None:
     if not isinstance(obj, dict):
         return None
     hand, amp, ms = obj.get("hand"), obj.get("amp"), obj.get("ms")
-    if hand not in ("left", "right"):
+    if hand not in HANDS:
         return None
     if isinstance(amp, bool) or not isinstance(amp, (int, float)) or not math.isfinite(amp):
         return None

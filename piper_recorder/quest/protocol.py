@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piper_recorder.errors import PiperInputError
+from piper_recorder.names import QUEST_DEVICES, QUEST_HANDS
 
 MAX_LINE_BYTES = 64 * 1024
 QUAT_TOLERANCE = 0.1
-HANDS = ("left", "right")
-DEVICES = ("head", "left", "right")
+HANDS = QUEST_HANDS                  # the protocol's device keys are the topics' (/quest/<device>/pose)
+DEVICES = QUEST_DEVICES
 FRAME_KEYS = ("mono", "t", "frame", "state", "space", *DEVICES)  # any of them: the line is no hello
 _SPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _INT_MAX = 2**63

@@ -20,8 +20,9 @@ from typing import Any, ClassVar, TypeVar
 from piper_recorder.assembly import PIPER_TABLE, AssemblyConfig, FeatureTable
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
 from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
-                                  DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, QUEST_HELLO, QUEST_RAW, camera_topic,
-                                  check_topic_pattern)
+                                  DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, LEROBOT_RECORDER, QUEST_HELLO, QUEST_RAW,
+                                  REWARD, RGBD_RECORDER, camera_topic, check_topic_pattern)
+from piper_recorder.effective_config import effective_params
 from piper_recorder.params_file import node_params, read_params_file
 
 from .verdict import VerdictConfig
@@ -30,7 +31,6 @@ if typing.TYPE_CHECKING:
     from piper_recorder.lerobot.writer import WriterConfig
     from rgbd_writer.writer import RgbdConfig
 
-LEROBOT_RECORDER, RGBD_RECORDER = "lerobot_recorder", "rgbd_recorder"
 UNKNOWN = "unknown"
 CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 IMPEDANCE_KEYS = ("kp", "kd", "t_ff", "gravity_ff")
@@ -73,7 +73,7 @@ class RecorderConfig:
     on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
     camera_height: int = CAMERA.height
     camera_width: int = CAMERA.width
-    camera_serials: list[str] = field(default_factory=list)   # per camera, for provenance
+    camera_serials: list[str] = field(default_factory=list)   # per camera, for provenance (launchers: each camera's section's)
     image_topic_pattern: str = COLOR_TOPIC_PATTERN   # names: one placeholder, {cam}
     image_reliability: str = "reliable"  # reliable | best_effort
     joint_states_topic: str = JOINT_STATES
@@ -166,7 +166,7 @@ class LeRobotRecorderConfig(RecorderConfig):
     node_name: ClassVar[str] = LEROBOT_RECORDER
 
     root: str = "lerobot_dataset"
-    cameras: list[str] = field(default_factory=lambda: ["cam_front", "cam_wrist"])
+    cameras: list[str] = field(default_factory=lambda: ["cam_front", "cam_wrist"])   # launchers: piper_launch.cameras
     camera_heights: list[int] = field(default_factory=list)   # per camera; empty = camera_height for all
     camera_widths: list[int] = field(default_factory=list)
     raw_quest_topic: str = QUEST_RAW
@@ -232,9 +232,9 @@ class RgbdRecorderConfig(RecorderConfig):
     node_name: ClassVar[str] = RGBD_RECORDER
 
     path: str = "rgbd.hdf5"
-    camera: str = "cam_front"
+    camera: str = "cam_front"            # launchers: the first of piper_launch.cameras
     depth_topic_pattern: str = DEPTH_TOPIC_PATTERN
-    reward_topic: str = "/reward"        # optional; rewards are 0 without it
+    reward_topic: str = REWARD           # optional; rewards are 0 without it
     rgb_jpeg_quality: int = 88
     depth_codec: str = "jpeg2000"        # jpeg2000 | htj2k
     depth_min_m: float = 0.1
@@ -338,13 +338,21 @@ C = TypeVar("C", bound=RecorderConfig)
 
 def load_config(cls: type[C], params_file: str | Path | None = None, node: str | None = None) -> C:
     """``cls`` with the defaults updated from a ROS 2 parameter file's ``/**`` and ``<node>`` sections
-    (``ros__parameters``), read with the rules ``declare_config`` applies; then ``validate()``.
+    (``ros__parameters``) and what the node derives from the file's cameras (``effective_config``: the
+    launchers give the live node the same), read with the rules ``declare_config`` applies; then
+    ``validate()``.
 
     Raises ValueError naming the file and the parameter for unknown names, wrong types and bad values.
     """
     node = node or cls.node_name
     where = f"{params_file}: {node}" if params_file is not None else node
-    values = node_params(read_params_file(params_file), node) if params_file is not None else {}
+    values: dict[str, Any] = {}
+    if params_file is not None:
+        doc = read_params_file(params_file)
+        try:
+            values = node_params(effective_params(doc), node)
+        except ValueError as exc:
+            raise ValueError(f"{params_file}: {exc}") from exc
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)} - {"verdict"}
     prefix = "verdict."

@@ -47,10 +47,11 @@ import yaml
 
 from piper_recorder.assembly.features import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
 from piper_recorder.assembly.messages import Adapter, GripperAdapter, JointStateAdapter, make_adapter
+from piper_recorder.names import ARM_PROVENANCE, EPISODE_EVENTS, QUEST_HELLO
 
 from .config import CameraTopics, LeRobotRecorderConfig, RecorderConfig
 
-EVENTS_TOPIC = "/episode_events"
+EVENTS_TOPIC = EPISODE_EVENTS
 CHANNELS = ("raw_quest", "provenance", "hello", "episode_events")   # string topics, not row inputs
 
 
@@ -71,8 +72,8 @@ class TopicMap:
     table: FeatureTable = PIPER_TABLE
     fmt: str = "lerobot"
     raw_quest: str | None = None
-    provenance: str | None = "/arm/provenance"
-    hello: str | None = "/quest/hello"
+    provenance: str | None = ARM_PROVENANCE
+    hello: str | None = QUEST_HELLO
     episode_events: str | None = EVENTS_TOPIC
 
     def topic(self, name: str) -> str | None:

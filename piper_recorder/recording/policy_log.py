@@ -22,10 +22,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from piper_recorder.names import POLICY_ACTOR, POLICY_PROVENANCE
+
 POLICY = "policy"
 VOLATILE = ("active",)   # provenance keys that change between start and stop of the same policy
 UNKNOWN: dict[str, Any] = {"backend": "unknown",
-                           "note": "/policy/actor said policy but no /policy/provenance named it"}
+                           "note": f"{POLICY_ACTOR} said policy but no {POLICY_PROVENANCE} named it"}
 
 
 def identity(provenance: Mapping[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from .filters import FilterConfig, OneEuroOrientation, OneEuroPosition
 from .frames import FrameConfig, remap_matrix
 from .limits import Limits, LimitsConfig, LimitViolation
 from .rotations import conjugate_rotation, is_finite, normalize, quat_conj, quat_mul, rotate_then
-from ..names import DELETE_LAST_EPISODE, DISCARD_EPISODE, START_EPISODE, STOP_EPISODE
+from ..names import DELETE_LAST_EPISODE, DISCARD_EPISODE, QUEST_HANDS, START_EPISODE, STOP_EPISODE
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
 MAX_ABS_POS = 100.0  # m; larger coordinates are garbage (and would overflow the arithmetic)
@@ -76,7 +76,7 @@ class TeleopConfig:
         return 1.0 / self.control_rate_hz
 
     def validate(self) -> None:
-        if self.hand not in ("left", "right"):
+        if self.hand not in QUEST_HANDS:
             raise ValueError(f"hand must be 'left' or 'right', got {self.hand!r}")
         for name in ("control_rate_hz", "pos_scale", "stale_timeout_s", "arm_stale_timeout_s",
                      "gripper_max_width", "delete_hold_s"):
