@@ -237,3 +237,34 @@ def test_disabled_arm_ignores_motion_commands(arm):
     time.sleep(0.2)
     assert np.allclose(emu.joints(), q0)
     assert np.allclose(emu.q_target, q0)
+
+
+def test_virtual_bus_hands_the_sent_frame_over_without_copying_it_and_copies_for_a_second_reader():
+    """vbus.DirectVirtualBus (the emulator's bus, and the SDK's once PiperLink opened it on
+    ``virtual``): the first reader gets the sender's message object, a further reader a copy with
+    the same id and bytes; a real bus kind is left alone."""
+    from can.interfaces.virtual import VirtualBus
+
+    from piper_recorder.piper.vbus import DirectVirtualBus, make_direct
+    ch = f"vbus-{uuid.uuid4().hex[:8]}"
+    tx = VirtualBus(channel=ch)
+    rx1, rx2 = VirtualBus(channel=ch), VirtualBus(channel=ch)
+    try:
+        assert make_direct(tx) and isinstance(tx, DirectVirtualBus) and make_direct(tx)
+        msg = can.Message(arbitration_id=0x151, data=bytes(range(8)), is_extended_id=False)
+        tx.send(msg)
+        got1, got2 = rx1.recv(1.0), rx2.recv(1.0)
+        assert got1 is msg and got2 is not msg
+        assert (got2.arbitration_id, bytes(got2.data)) == (0x151, bytes(range(8))) and got1.is_rx and got2.is_rx
+        assert tx.recv(0.0) is None   # not its own messages
+    finally:
+        for b in (tx, rx1, rx2):
+            b.shutdown()
+    assert not make_direct(object())   # not a virtual bus: untouched
+
+
+def test_link_on_a_virtual_channel_sends_through_the_direct_bus(arm):
+    from piper_recorder.piper.vbus import DirectVirtualBus
+    _emu, link = arm
+    port = link.sdk.GetCanBus()
+    assert isinstance(port.send_bus, DirectVirtualBus) and port.send_bus is port.recv_bus

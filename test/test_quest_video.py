@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from piper_recorder.quest.hud import HudModel, HudState, encode_panel, hud_state_from_jpeg, render_hud
+from piper_recorder.quest.hud import (HudModel, HudState, encode_panel, hud_state_from_jpeg, render_hud,
+                                      render_hud_image)
 from piper_recorder.quest.sim_video import SimVideoServer
 from piper_recorder.quest.video import (HUD_PANEL, FrameReader, FramingError, PanelSender, SenderConfig,
                                         encode_frame, ui_command_from_json)
@@ -220,3 +221,48 @@ def test_hud_shows_a_release_teleop_made_and_counts_it():
     assert state["releases"] == 3 and state["last_release"].startswith("headset stream stale")
     m.on_teleop_status(30.0, {"engaged": False, "forced_releases": 4, "last_release": "menu"})
     assert m.state(30.0).error == "" and m.state(30.0).releases == 4   # the operator's own menu press
+
+
+def test_hud_image_is_encoded_once_per_look_and_each_frame_carries_its_own_state():
+    """A HUD whose pixels did not change reuses its JPEG; the state (timer, rates) still reaches the
+    headset in each frame's comment, and the image decodes to what a direct render gives."""
+    a = HudState(saved_count=2, input_hz=72.0, arm="OK")
+    b = HudState(saved_count=2, input_hz=72.4, arm="OK")    # same text ("72 Hz"): same pixels
+    ja, jb = render_hud(a), render_hud(b)
+    assert hud_state_from_jpeg(ja)["input_hz"] == 72.0 and hud_state_from_jpeg(jb)["input_hz"] == 72.4
+    scan = ja.index(b"\xff\xda")
+    assert ja[ja.index(b"\xff\xdb"):scan] == jb[jb.index(b"\xff\xdb"):jb.index(b"\xff\xda")]   # the same image
+    with Image.open(io.BytesIO(jb)) as im:
+        got = np.asarray(im.convert("RGB"), dtype=int)
+    direct = io.BytesIO()
+    render_hud_image(b).save(direct, format="JPEG", quality=80)
+    with Image.open(io.BytesIO(direct.getvalue())) as im:
+        assert np.array_equal(got, np.asarray(im.convert("RGB"), dtype=int))
+    c = HudState(saved_count=3, input_hz=72.0, arm="OK")
+    assert hud_state_from_jpeg(render_hud(c))["lines"][0] == "READY  3 saved"
+
+
+def test_kept_text_masks_draw_what_imagedraw_draws():
+    from PIL import ImageDraw
+
+    from piper_recorder.quest.hud import _draw_text, _font
+    for text, size in (("REC ep12  01:05.2", 44), ("cam_front", 24), ("LIMIT workspace", 24)):
+        want = Image.new("RGB", (640, 80), (18, 18, 24))
+        ImageDraw.Draw(want).text((18, 10), text, font=_font(size), fill=(255, 70, 70))
+        got = Image.new("RGB", (640, 80), (18, 18, 24))
+        _draw_text(got, (18, 10), text, size, (255, 70, 70))
+        assert np.array_equal(np.asarray(got), np.asarray(want)), text
+
+
+def test_with_comment_refuses_what_is_not_a_jpeg_or_too_long():
+    from piper_recorder.quest.hud import with_comment
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (1, 2, 3)).save(buf, format="JPEG")
+    jpeg = buf.getvalue()
+    with pytest.raises(ValueError):
+        with_comment(b"\x89PNG....", b"{}")
+    with pytest.raises(ValueError):
+        with_comment(jpeg, b"x" * 70_000)
+    with Image.open(io.BytesIO(with_comment(jpeg, b'{"a":1}'))) as im:
+        im.load()
+        assert im.info["comment"] == b'{"a":1}'

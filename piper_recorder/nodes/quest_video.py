@@ -17,6 +17,7 @@ over the last 300 frames), the encode time, and the camera frames received and p
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -38,7 +39,7 @@ from piper_recorder.delivery import ImageCounts, link_health, panel_target, rece
 from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
                                   EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
                                   check_topic_pattern, node_topic)
-from piper_recorder.nodes.common import declare_config, run_node, stamp_to_ns
+from piper_recorder.nodes.common import create_decoded_subscription, declare_config, run_node, stamp_to_ns
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
                                         PanelSender, SenderConfig, color_command)
@@ -111,8 +112,8 @@ class QuestVideo(Node):
         self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for idx, cam in enumerate(self.cfg.cameras):
-            self.create_subscription(ImageMsg, camera_topic(self.cfg.image_topic_pattern, cam),
-                                     lambda m, i=idx: self._on_image(i, m), qos_profile_sensor_data)
+            create_decoded_subscription(self, ImageMsg, camera_topic(self.cfg.image_topic_pattern, cam),
+                                        functools.partial(self._on_image, idx), qos_profile_sensor_data)
         self.create_subscription(String, node_topic(self.cfg.recorder, STATUS), self._on_recorder_status, reliable)
         for cam in self.cfg.cameras:   # the cameras' published rates (sim_camera; a realsense has no status)
             self.create_subscription(String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam),

@@ -33,35 +33,13 @@ from dataclasses import dataclass, field
 
 import can
 import numpy as np
-from can.interfaces.virtual import VirtualBus
 
 from . import kinematics as kin
 from .wire import (ID_ENABLE, ID_FIRMWARE, ID_GRIPPER, ID_GRIPPER_CTRL, ID_HIGH_SPD, ID_JOINT_CTRL,
                    ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_POSE_CTRL, ID_STATUS,
                    MIT_FLAG, MOVE_J, MOVE_L, MOVE_M, MOVE_MIT, MOVE_P, TORQUE_COEF, MitCommand, decode_mit)
 from .firmware import mit_dialect
-
-
-class EmulatorBus(VirtualBus):
-    """python-can's virtual bus without its defensive per-receiver ``deepcopy`` of each sent message.
-
-    The emulator sends ~3,500 frames/s, each a fresh ``can.Message`` it never touches again, so the
-    first receiver (the SDK's bus) gets the message itself and any further one a plain copy; the
-    deepcopy alone cost more than encoding the frame. Receiving is python-can's own.
-    """
-
-    def send(self, msg: can.Message, timeout: float | None = None) -> None:
-        self._check_if_open()
-        stamp = time.time()
-        first = True
-        for bus_queue in self.channel:
-            if bus_queue is self.queue:
-                continue
-            m = msg if first else can.Message(arbitration_id=msg.arbitration_id, data=msg.data,
-                                              is_extended_id=msg.is_extended_id, dlc=msg.dlc)
-            first = False
-            m.timestamp, m.channel, m.is_rx = stamp, self.channel_id, True
-            bus_queue.put(m, block=True, timeout=timeout)
+from .vbus import DirectVirtualBus
 
 
 @dataclass
@@ -127,7 +105,7 @@ class PiperEmulator:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> PiperEmulator:
-        self._bus = EmulatorBus(channel=self.channel, receive_own_messages=False)
+        self._bus = DirectVirtualBus(channel=self.channel, receive_own_messages=False)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"piper-emu-{self.channel}", daemon=True)
         self._thread.start()

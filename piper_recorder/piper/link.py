@@ -23,6 +23,7 @@ from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
 from .firmware import MitDialect, mit_dialect, parse_version, version_string
+from .vbus import make_direct
 from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_STATUS,
                    MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12, float_to_uint,
                    uint_to_float)
@@ -178,6 +179,8 @@ class PiperLink:
             if interface == "virtual" and port.send_bus is not port.recv_bus:
                 port.send_bus.shutdown()
                 port.send_bus = port.recv_bus
+            if interface == "virtual":
+                make_direct(port.recv_bus)   # no deepcopy of each command frame (vbus)
         self._frame_listener: Callable[[int, float], None] | None = None
         self._firmware_raw = bytearray()   # the 0x4AF reply as sent (the SDK keeps only 8 characters of it)
         self._firmware_at = 0.0            # when its last frame arrived

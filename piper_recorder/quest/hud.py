@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -224,6 +225,7 @@ READY_GREEN = (90, 230, 90)
 INFO_GREY = (200, 200, 210)
 LIMIT_AMBER = (255, 190, 40)
 _FONTS: dict[int, ImageFont.ImageFont | ImageFont.FreeTypeFont] = {}
+_DARKEN = [v * 35 // 100 for v in range(256)] * 3   # the label banner: 35 % of each channel
 
 
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
@@ -235,26 +237,97 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     return _FONTS[size]
 
 
+def _text_mask(text: str, size: int) -> Image.Image:
+    """``text`` in the default font at ``size`` px as an "L" coverage mask, its origin where
+    ``ImageDraw.text`` would put it. Rasterising the glyphs (FreeType) was most of what a HUD or a
+    labelled panel cost to draw; the lines change rarely (the headline each tenth of a second while
+    recording), so the masks are kept (``_MASKS``, bounded) and only pasted in the line's colour."""
+    key = (text, size)
+    with _CACHE_LOCK:
+        mask = _MASKS.get(key)
+    if mask is None:
+        font = _font(size)
+        _l, _t, right, bottom = font.getbbox(text)
+        mask = Image.new("L", (max(1, int(right)), max(1, int(bottom))), 0)
+        ImageDraw.Draw(mask).text((0, 0), text, font=font, fill=255)
+        with _CACHE_LOCK:
+            if len(_MASKS) >= MASK_CACHE:
+                _MASKS.pop(next(iter(_MASKS)))   # the oldest: a recording's headlines come and go
+            _MASKS[key] = mask
+    return mask
+
+
+def _draw_text(img: Image.Image, xy: tuple[int, int], text: str, size: int, fill: tuple[int, int, int],
+               keep: bool = True) -> None:
+    """``text`` at ``xy``; ``keep``: from its kept mask (a line drawn again and again), else drawn
+    directly (a line that changes each frame, the recording timer: a mask would be made once and used once)."""
+    if not text:
+        return
+    if keep:
+        img.paste(fill, xy, _text_mask(text, size))
+    else:
+        ImageDraw.Draw(img).text(xy, text, font=_font(size), fill=fill)
+
+
+MASK_CACHE = 256
+_CACHE_LOCK = threading.Lock()   # the caches below are shared by whatever threads draw
+_MASKS: dict[tuple[str, int], Image.Image] = {}
+
+
 def render_hud_image(state: HudState) -> Image.Image:
     img = Image.new("RGB", HUD_SIZE, BACKGROUND)
     draw = ImageDraw.Draw(img)
     if state.recording:
         draw.rectangle((0, 0, 8, HUD_SIZE[1]), fill=REC_RED)            # a red bar while recording
         draw.ellipse((588, 20, 620, 52), fill=REC_RED)
-    draw.text((18, 10), state.headline(), font=_font(44), fill=REC_RED if state.recording else READY_GREEN)
-    draw.text((18, 66), state.info_line(), font=_font(24), fill=INFO_GREY)
+    _draw_text(img, (18, 10), state.headline(), 44, REC_RED if state.recording else READY_GREEN,
+               keep=not state.recording)
+    _draw_text(img, (18, 66), state.info_line(), 24, INFO_GREY)
     alert, kind = state.alert_line()
     if alert:
-        draw.text((18, 102), alert[:56], font=_font(24), fill=REC_RED if kind == "error" else LIMIT_AMBER)
+        _draw_text(img, (18, 102), alert[:56], 24, REC_RED if kind == "error" else LIMIT_AMBER)
     return img
 
 
+def _visual_key(state: HudState) -> tuple[Any, ...]:
+    """Everything ``render_hud_image`` draws: two states with one key give the same pixels."""
+    alert, kind = state.alert_line()
+    return state.recording, state.headline(), state.info_line(), alert[:56], kind
+
+
+_HUD_JPEG: dict[tuple[Any, ...], bytes] = {}   # the last HUD image, by (visual key, quality)
+
+
 def render_hud(state: HudState, quality: int = 80) -> bytes:
-    """The HUD as JPEG, with the state it shows as JSON in a comment segment."""
-    buf = io.BytesIO()
+    """The HUD as JPEG, with the state it shows as JSON in a comment segment.
+
+    The image is encoded again only when what it shows changes (``_visual_key``); the state, which
+    changes more often (``elapsed_s``, ``input_hz``), goes into each frame's own comment segment."""
     comment = json.dumps(state.to_dict(), separators=(",", ":")).encode()
-    render_hud_image(state).save(buf, format="JPEG", quality=quality, comment=comment)
-    return buf.getvalue()
+    key = (_visual_key(state), quality)
+    with _CACHE_LOCK:
+        jpeg = _HUD_JPEG.get(key)
+    if jpeg is None:
+        buf = io.BytesIO()
+        render_hud_image(state).save(buf, format="JPEG", quality=quality)
+        jpeg = buf.getvalue()
+        with _CACHE_LOCK:
+            _HUD_JPEG.clear()
+            _HUD_JPEG[key] = jpeg
+    return with_comment(jpeg, comment)
+
+
+def with_comment(jpeg: bytes, comment: bytes) -> bytes:
+    """``jpeg`` with a COM segment holding ``comment`` after its SOI and APP0 (JFIF) header, where
+    Pillow writes its own; decoders skip COM segments."""
+    if len(comment) > 0xFFFD:
+        raise ValueError(f"a JPEG comment holds at most 65,533 bytes, not {len(comment)}")
+    if jpeg[:2] != b"\xff\xd8":
+        raise ValueError("not a JPEG (no SOI marker)")
+    at = 2
+    if jpeg[2:4] == b"\xff\xe0":   # APP0 first, as JFIF wants it
+        at = 4 + int.from_bytes(jpeg[4:6], "big")
+    return jpeg[:at] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + jpeg[at:]
 
 
 def hud_state_from_jpeg(jpeg: bytes) -> dict[str, Any] | None:
@@ -282,9 +355,8 @@ def encode_panel(rgb: np.ndarray, quality: int = 70, max_width: int = 640, label
         img = img.resize((max_width, max(1, round(img.height * max_width / img.width))), Image.Resampling.BILINEAR)
     if label:
         h = max(22, img.height // 16)
-        band = img.crop((0, 0, img.width, h)).point(lambda v: v * 35 // 100)
-        img.paste(band, (0, 0))
-        ImageDraw.Draw(img).text((8, 2), label, font=_font(h - 6), fill=(255, 255, 255))
+        img.paste(img.crop((0, 0, img.width, h)).point(_DARKEN), (0, 0))
+        _draw_text(img, (8, 2), label, h - 6, (255, 255, 255))
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=quality)
     return buf.getvalue()

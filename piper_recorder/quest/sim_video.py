@@ -1,7 +1,7 @@
 """The simulated headset's video channel: accepts PCV1 frames as the app does and decodes them (no ROS).
 
 Like the app it listens on its own port, serves one sender at a time, ends a connection on a framing
-error, and decodes every JPEG (Pillow here, stb_image there). It keeps, per panel, the frame count,
+error, and decodes every JPEG (Pillow here, at 1/8 scale; stb_image there). It keeps, per panel, the frame count,
 decode failures, the receive rate over the last ``RATE_WINDOW_S``, the last image size and, for the
 HUD, the state the frame was rendered from (``hud.hud_state_from_jpeg``) plus the history of distinct
 HUD states, so tests can check what the operator would have read. ``on_hud`` (optional) is called
@@ -129,8 +129,12 @@ class SimVideoServer:
             with Image.open(io.BytesIO(jpeg)) as im:
                 if im.format != "JPEG":
                     raise ValueError(f"not a JPEG: {im.format}")
-                im.load()
                 size = im.size
+                # decoded at 1/8 scale (libjpeg's DCT scaling): every entropy-coded block is still read,
+                # so a truncated or corrupt frame fails as at full size, for a fraction of the CPU (the
+                # simulated headset shares the graph's machine; the app decodes on its own)
+                im.draft("RGB", (max(1, size[0] // 8), max(1, size[1] // 8)))
+                im.load()
         except (OSError, ValueError, Image.DecompressionBombError):
             with self._lock:
                 self.panels.setdefault(panel, PanelStats()).decode_errors += 1
