@@ -129,15 +129,16 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
 
 def test_stop_episode_at_ends_200_ms_before_its_arrival_with_exact_rows(ros_domain, tmp_path):
     """A stop stamped 200 ms before it is sent (a headset press delivered late) ends there: the saved
-    end is the stamp and the rows are the grid ticks from the start to it. ``lateness_s`` 0.4: rows wait
-    that long, so 200 ms back is not yet written when the stop arrives (``assembled_until_ns``)."""
+    end is the stamp and the rows are the grid ticks from the start to it. ``stop_reach_s`` 0.4: rows wait
+    that much more than ``lateness_s``, so 200 ms back is not yet written when the stop arrives, however
+    loaded this machine (``assembled_until_ns``)."""
     from piper_recorder.names import STOP_EPISODE_AT
 
     root = tmp_path / "ds"
     rig = Rig(ros_domain)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            g.start(*recorder_args(root, "lateness_s:=0.4"))
+            g.start(*recorder_args(root, "stop_reach_s:=0.4"))
             refused(rig.call_json(REC, STOP_EPISODE_AT, {"end_ns": time.time_ns()}), "no episode in progress")
             ok(rig.call(REC, "start_episode"), "start")
             for bad, needle in (("not json", 'wants a JSON object {"end_ns"'),

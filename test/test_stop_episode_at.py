@@ -69,9 +69,9 @@ def test_a_resent_stop_carries_the_same_stamp():
 
 
 # ---- the controller: ends at the stamp ---------------------------------------------------------------
-def _recording(lateness: float):
+def _recording(lateness: float, reach: float = 0.0):
     w = FakeLeRobotWriter()
-    c, events = make(LeRobotTarget(w), lateness=lateness)
+    c, events = make(LeRobotTarget(w), lateness=lateness, reach=reach)
     clock = Clock()
     t0 = clock.t
     assert c.start("pick", clock).ok
@@ -83,11 +83,24 @@ def test_a_stop_stamped_200_ms_before_its_arrival_ends_there_with_exact_rows():
     w, c, events, t0, arrival = _recording(lateness=0.3)   # rows wait 300 ms: 200 ms back is not written yet
     end = arrival - 200 * MS
     ans = c.stop_at(end, arrival)
-    assert ans.ok and "after end_ns" not in ans.message, ans.message
+    assert ans.ok and ans.message.endswith("; ended at end_ns, 200 ms before the request arrived"), ans.message
     saved = events[-1]
     assert saved["event"] == "saved" and saved["end_ns"] == end and saved["start_ns"] == t0
     assert len(w.episodes[0]["rows"]) == saved["rows"] == rows_until(t0, end) == 55
     assert w.episodes[0]["rows"][-1] == pytest.approx(54 / 30, abs=1e-6)   # the last row: 1.8 s, at end
+
+
+def test_stop_reach_holds_rows_back_so_a_stamp_200_ms_back_is_exact():
+    w, c, events, t0, arrival = _recording(lateness=0.1, reach=0.2)   # the recorders' defaults
+    assert c._asm.assembled_until_ns <= arrival - 300 * MS - 10 * MS   # fed (ticked) until 10 ms before
+    end = arrival - 200 * MS
+    assert c.stop_at(end, arrival).ok
+    assert events[-1]["end_ns"] == end and len(w.episodes[0]["rows"]) == rows_until(t0, end)
+    assert c.next_tick_ns() is None
+    c2, _ = make(LeRobotTarget(FakeLeRobotWriter()), lateness=0.1, reach=0.2)
+    clock = Clock()
+    assert c2.start("pick", clock).ok
+    assert c2.next_tick_ns() == c2._asm.next_due_ns + 200 * MS   # the tick thread sleeps that much longer
 
 
 def test_a_stamp_older_than_the_rows_written_ends_at_the_first_unwritten_time():
@@ -113,7 +126,7 @@ def test_a_stamp_before_the_episode_start_is_refused_and_the_episode_goes_on():
 def test_a_stamp_after_the_arrival_ends_at_the_arrival():
     w, c, events, _t0, arrival = _recording(lateness=0.3)
     ans = c.stop_at(arrival + STOP_STAMP_FUTURE_TOLERANCE_NS, arrival)   # clock noise: silently the arrival
-    assert ans.ok and "clocks disagree" not in ans.message and events[-1]["end_ns"] == arrival
+    assert ans.ok and "(end_ns a little after it: clock noise)" in ans.message and events[-1]["end_ns"] == arrival
     w, c, events, _t0, arrival = _recording(lateness=0.3)
     ans = c.stop_at(arrival + STOP_STAMP_FUTURE_TOLERANCE_NS + 1, arrival)
     assert ans.ok and "after the request's arrival (clocks disagree): ended at the arrival" in ans.message

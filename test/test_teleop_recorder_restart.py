@@ -190,6 +190,8 @@ def test_a_headset_stop_ends_the_episode_at_the_press_stamp(ros_domain, tmp_path
             assert abs(saved["end_ns"] - stop_stamp) <= 1_000_000, (saved["end_ns"] - stop_stamp) / 1e6
             assert saved["rows"] == (saved["end_ns"] - saved["start_ns"]) * 30 // 10**9 + 1
             assert saved["rows"] == episodes(root)[0]["length"]
+            time.sleep(0.3)   # teleop logs the answer: how much later the request arrived than the press
+            print([line for line in g.logs().splitlines() if "before the request arrived" in line][-1:])
     finally:
         head.close()
         rig.close()

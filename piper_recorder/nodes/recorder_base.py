@@ -109,7 +109,8 @@ class RecorderNode(Node):
             target, cfg.assembly(tuple(topics.cameras), topics.table), recorder=self.get_name(),
             max_episode_s=cfg.max_episode_s, publish_event=self._publish_event, session_record=self._session_record,
             on_change=self._publish_status, log=lambda m: self.get_logger().info(m), max_lag_s=cfg.writer_max_lag_s,
-            episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end))
+            episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end),
+            stop_reach_s=cfg.stop_reach_s)
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
         # frames received per camera (delivery health, piper_recorder.delivery): colour, and depth for RGB-D

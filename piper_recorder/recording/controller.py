@@ -110,8 +110,11 @@ class EpisodeController:
                  session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
                  log: Callable[[str], object] = print, tick_stats: bool = True,
                  max_lag_s: float = DEFAULT_MAX_LAG_S,
-                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None):
+                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None, stop_reach_s: float = 0.0):
         assembly.validate()
+        # ticks assemble rows this much later than their lateness asks: how far back a stamped stop
+        # (stop_at) can end an episode before the rows after it are written (RecorderConfig.stop_reach_s)
+        self._reach_ns = round(stop_reach_s * 1e9)
         self.max_lag_s = max_lag_s
         self._tick_stats = tick_stats
         self._episode_fields = episode_fields   # (row-0 time, end) -> fields of the saved episode's record
@@ -207,13 +210,14 @@ class EpisodeController:
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return None
-            return self._asm.next_due_ns
+            return self._asm.next_due_ns + self._reach_ns
 
     def tick(self, now_ns: int) -> None:
         auto_stop: int | None = None
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return
+            now_ns -= self._reach_ns   # rows held back for a stamped stop (stop_reach_s)
             due = self._asm.next_due_ns
             if self._stop_at is not None:   # a stop is on its way to the worker: rows end at its time
                 now_ns = min(now_ns, self._stop_at + round(self._delay_s * 1e9))
@@ -291,24 +295,26 @@ class EpisodeController:
                 problem = (f"stop_episode_at: end_ns {end_ns} is {(asm.start_ns - end_ns) / 1e6:.0f} ms before "
                            f"episode {self._episode}'s start: a stop for an earlier episode, not applied")
             else:
-                problem, note, end = "", "", min(end_ns, arrival_ns)
-                if end_ns > arrival_ns + STOP_STAMP_FUTURE_TOLERANCE_NS:
-                    note = (f"; end_ns was {(end_ns - arrival_ns) / 1e6:.0f} ms after the request's arrival "
-                            "(clocks disagree): ended at the arrival")
-                written = asm.assembled_until_ns
+                problem, end, written = "", min(end_ns, arrival_ns), asm.assembled_until_ns
                 if written is not None and end < written:
                     note = (f"; ended {(written - end) / 1e6:.0f} ms after end_ns: the rows up to there were "
                             "written when the stop arrived")
                     end = written
+                elif end_ns > arrival_ns + STOP_STAMP_FUTURE_TOLERANCE_NS:
+                    note = (f"; end_ns was {(end_ns - arrival_ns) / 1e6:.0f} ms after the request's arrival "
+                            "(clocks disagree): ended at the arrival")
+                elif end == end_ns:   # the usual case: what ending at the arrival would have added
+                    note = f"; ended at end_ns, {(arrival_ns - end) / 1e6:.0f} ms before the request arrived"
+                else:
+                    note = "; ended at the request's arrival (end_ns a little after it: clock noise)"
                 self._stop_at = end if self._stop_at is None else min(self._stop_at, end)
         if problem:
             return self._refuse(problem)
         if state == SAVE_FAILED:
             return self.stop(end_ns)   # retries the save of the episode held (its end is kept)
         ans = self.stop(end, only=asm)   # only that episode: a new one started meanwhile is not ended
-        if note:
-            self._log(f"stop_episode_at{note}")
-            ans.message += note
+        self._log(f"stop_episode_at{note}")
+        ans.message += note
         return ans
 
     def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode",
