@@ -74,6 +74,7 @@ STOP_EPISODE = "stop_episode"
 DISCARD_EPISODE = "discard_episode"
 DELETE_LAST_EPISODE = "delete_last_episode"
 LABEL_EPISODE = "label_episode"            # diagnostic_msgs/srv/AddDiagnostics: a JSON label in
+STOP_EPISODE_AT = "stop_episode_at"        # AddDiagnostics too: {"end_ns": N}, the stop's time
 RECORDER_SERVICES = (START_EPISODE, STOP_EPISODE, DISCARD_EPISODE, DELETE_LAST_EPISODE)
 ARM_ENABLE = "/arm/enable"
 ARM_DISABLE = "/arm/disable"
@@ -103,6 +104,10 @@ SERVICES = (
     Service(LABEL_EPISODE, "lerobot_recorder, rgbd_recorder", "diagnostic_msgs/srv/AddDiagnostics",
             "outcome label (success / failure, a note) for the episode in flight or the last saved one: "
             "a JSON object in the request's `load_namespace` ([Curation](../curation.md))"),
+    Service(STOP_EPISODE_AT, "lerobot_recorder, rgbd_recorder", "diagnostic_msgs/srv/AddDiagnostics",
+            "end the episode at `end_ns` (ROS-clock ns; teleop sends the headset press's capture stamp), "
+            'a JSON `{"end_ns": N}` in `load_namespace`, and save it; refused for a time before the '
+            "episode's start (a stop of an earlier episode), never later than the request's arrival"),
     Service(ARM_ENABLE, "piper_arm", TRIGGER, "enable the drivers (waits for them)"),
     Service(ARM_DISABLE, "piper_arm", TRIGGER, "disable the drivers"),
     Service(ARM_GO_HOME, "piper_arm", TRIGGER, "move to the home pose"),

@@ -74,12 +74,12 @@ class Clock:
         return self.t
 
 
-def make(target, cams=("cam_front",), max_s=0.0, lateness=0.0):
+def make(target, cams=("cam_front",), max_s=0.0, lateness=0.0, reach=0.0):
     events = []
     cfg = AssemblyConfig(fps=30, cameras=cams, lateness_s=lateness)
     c = EpisodeController(target, cfg, recorder="lerobot_recorder", max_episode_s=max_s,
                           publish_event=events.append, session_record=lambda: {"recording": {"fps": 30}},
-                          log=lambda m: None)
+                          log=lambda m: None, stop_reach_s=reach)
     return c, events
 
 

@@ -127,6 +127,38 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
         rig.close()
 
 
+def test_stop_episode_at_ends_200_ms_before_its_arrival_with_exact_rows(ros_domain, tmp_path):
+    """A stop stamped 200 ms before it is sent (a headset press delivered late) ends there: the saved
+    end is the stamp and the rows are the grid ticks from the start to it. ``stop_reach_s`` 0.4: rows wait
+    that much more than ``lateness_s``, so 200 ms back is not yet written when the stop arrives, however
+    loaded this machine (``assembled_until_ns``)."""
+    from piper_recorder.names import STOP_EPISODE_AT
+
+    root = tmp_path / "ds"
+    rig = Rig(ros_domain)
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
+            g.start(*recorder_args(root, "stop_reach_s:=0.4"))
+            refused(rig.call_json(REC, STOP_EPISODE_AT, {"end_ns": time.time_ns()}), "no episode in progress")
+            ok(rig.call(REC, "start_episode"), "start")
+            for bad, needle in (("not json", 'wants a JSON object {"end_ns"'),
+                                ({"end_ns": 1.5e18}, "end_ns must be a positive integer"),
+                                ({"end_ns": time.time_ns(), "why": "x"}, "wants a JSON object"),
+                                ({"end_ns": time.time_ns() - 60 * 10**9}, "a stop for an earlier episode")):
+                refused(rig.call_json(REC, STOP_EPISODE_AT, bad), needle)
+            time.sleep(1.5)
+            end = time.time_ns() - 200_000_000
+            msg = ok(rig.call_json(REC, STOP_EPISODE_AT, {"end_ns": end}), "stop_episode_at")
+            assert "saved episode 0" in msg and "after end_ns" not in msg, msg
+            saved = [e for e in rig.wait_events(2) if e["event"] == "saved"][0]
+            assert saved["end_ns"] == end and saved["reason"] == "stop_episode"
+            n = pq.read_table(episode_files(root, 0)[0]).num_rows
+            assert n == (end - saved["start_ns"]) * 30 // 10**9 + 1 == saved["rows"] == episodes(root)[0]["length"]
+            assert validate_root(root) == []
+    finally:
+        rig.close()
+
+
 def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_path):
     root = tmp_path / "ds"
     rig = Rig(ros_domain)

@@ -64,11 +64,17 @@ def test_services_flags_rewards_and_auto_stop(ros_domain, tmp_path):
             ok(rig.call(REC, "start_episode"), "start")
             refused(rig.call(REC, "start_episode"), "already recording")
             time.sleep(0.5)
-            ok(rig.call(REC, "stop_episode"), "stop")
+            # a stop stamped 30 ms before it is sent (recorder_base's stop_episode_at, as the headset's):
+            # it ends there unless this machine held the request longer than the rows wait (it says so)
+            sent = time.time_ns()
+            end = sent - 30_000_000
+            msg = ok(rig.call_json(REC, "stop_episode_at", {"end_ns": end}), "stop_episode_at")
             ok(rig.call(REC, "start_episode"), "start 2")
             ev = rig.wait_events(4, timeout=15)          # max_episode_s ends episode 1 by itself
             assert [e["event"] for e in ev] == ["started", "saved", "started", "saved"]
             assert ev[3]["reason"] == "max_episode_s"
+            assert ev[1]["end_ns"] == end or (end < ev[1]["end_ns"] < sent and "after end_ns" in msg), msg
+            assert ev[1]["rows"] == (ev[1]["end_ns"] - ev[0]["start_ns"]) * 30 // 10**9 + 1
             assert ev[3]["end_ns"] - ev[2]["start_ns"] == 2 * 10**9 and ev[3]["rows"] == 61
             refused(rig.call(REC, "stop_episode"), "no episode in progress")
             ok(rig.call(REC, "start_episode"), "start 3")

@@ -156,6 +156,24 @@ class Rig:
         finally:
             self.node.destroy_client(cli)
 
+    def call_json(self, recorder: str, service: str, payload: dict | str, timeout: float = 60.0):
+        """A recorder's AddDiagnostics service (``label_episode``, ``stop_episode_at``): ``payload`` as JSON
+        in ``load_namespace`` (a str as it is); the response (success, message)."""
+        from diagnostic_msgs.srv import AddDiagnostics
+
+        cli = self.node.create_client(AddDiagnostics, f"/{recorder}/{service}")
+        try:
+            assert cli.wait_for_service(timeout_sec=timeout), f"/{recorder}/{service} not available"
+            text = payload if isinstance(payload, str) else json.dumps(payload)
+            fut = cli.call_async(AddDiagnostics.Request(load_namespace=text))
+            end = time.monotonic() + timeout
+            while not fut.done():
+                assert time.monotonic() < end, f"/{recorder}/{service} timed out"
+                time.sleep(0.01)
+            return fut.result()
+        finally:
+            self.node.destroy_client(cli)
+
     def set_param(self, recorder: str, name: str, value, timeout: float = 20.0) -> None:
         """What ``ros2 param set /<recorder> <name> <value>`` does."""
         from rclpy.parameter import Parameter

@@ -102,6 +102,9 @@ class FakeGraph:
                 self.pub_pose.publish(_pose(self.hand))
                 for h, (trig, sq, *b) in self.joy.items():
                     j = Joy()
+                    # stamped, as quest_bridge's: a stop press asks for stop_episode_at, which these fake
+                    # recorders lack (an older build), so teleop falls back to stop_episode
+                    j.header.stamp = self.node.get_clock().now().to_msg()
                     j.axes, j.buttons = [float(trig), float(sq), 0.0, 0.0], [int(x) for x in b]
                     self.pub_joy[h].publish(j)
             time.sleep(0.011)

@@ -1,7 +1,9 @@
-"""A recorder SIGKILLed and relaunched while teleop stays up: the next press in the (simulated) headset
-starts an episode on the new recorder within a bounded time, or the operator feels the timeout
-pulse first; never a silent loss. Real processes: piper-lerobot-recorder and piper-teleop; this
-process plays the arm, the cameras (test_recorder_rig.Rig) and the headset's right controller."""
+"""Teleop's presses reaching a real recorder. A recorder SIGKILLed and relaunched while teleop stays up:
+the next press in the (simulated) headset starts an episode on the new recorder within a bounded time,
+or the operator feels the timeout pulse first; never a silent loss. A stamped stop press ends the
+episode at its capture stamp, however late its request reaches the recorder. Real processes:
+piper-lerobot-recorder and piper-teleop; this process plays the arm, the cameras
+(test_recorder_rig.Rig) and the headset's right controller."""
 from __future__ import annotations
 
 import json
@@ -14,9 +16,10 @@ import pytest
 from std_msgs.msg import String
 
 from proc import ProcGroup
-from test_recorder_lerobot import REC, recorder_args
+from test_recorder_lerobot import REC, episodes, recorder_args
 from test_recorder_rig import Rig
 
+from piper_recorder.nodes.common import ns_to_stamp
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS
 from piper_recorder.teleop.haptics import HapticConfig
 
@@ -28,10 +31,14 @@ BOUND_S = 20.0   # press -> started on the relaunched recorder, at most (timeout
 class Headset:
     """The right controller's buttons on /quest/right/joy at 50 Hz; haptics and teleop status recorded."""
 
-    def __init__(self, rig: Rig):
+    def __init__(self, rig: Rig, stamp_lag_s: float | None = None):
+        """``stamp_lag_s``: stamp each joy with its capture time, this long before it is published (the
+        headset-to-host delay quest_bridge's clock mapping leaves in the stamp); None: unstamped."""
         from sensor_msgs.msg import Joy
 
         self._joy_type = Joy
+        self.stamp_lag_s = stamp_lag_s
+        self.pressed_stamps: list[int] = []   # the stamp of each press's first joy with A down
         self.pub = rig.node.create_publisher(Joy, "/quest/right/joy", 10)
         self.haptics: list[tuple[float, dict]] = []
         self.status: list[dict] = []
@@ -45,9 +52,16 @@ class Headset:
         self._thread.start()
 
     def _run(self) -> None:
+        was_down = False
         while not self._stop.is_set():
             j = self._joy_type()
             j.axes, j.buttons = [0.0, 0.0, 0.0, 0.0], [int(self.primary), 0, 0, 0]
+            if self.stamp_lag_s is not None:
+                stamp = time.time_ns() - round(self.stamp_lag_s * 1e9)
+                j.header.stamp = ns_to_stamp(stamp)
+                if self.primary and not was_down:
+                    self.pressed_stamps.append(stamp)
+            was_down = self.primary
             self.pub.publish(j)
             time.sleep(0.02)
 
@@ -145,6 +159,39 @@ def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domai
             print(f"pressed while down: started {time.monotonic() - restart:.2f} s after the relaunch, "
                   f"{time.monotonic() - t_press:.2f} s after the press")
             assert head.status[-1]["last_alarm"]["pattern"] == "timeout"
+    finally:
+        head.close()
+        rig.close()
+
+
+def test_a_headset_stop_ends_the_episode_at_the_press_stamp(ros_domain, tmp_path):
+    """The stop press's Joy is stamped 50 ms before it is published (the headset-to-host delay) and then
+    crosses teleop (its 100 Hz tick, 50 Hz service poll) before its request reaches the recorder; the
+    episode still ends at the stamp itself, and its rows are the grid ticks up to it."""
+    root = tmp_path / "ds"
+    rig = Rig(ros_domain)
+    rig.watch_status(REC)
+    head = Headset(rig, stamp_lag_s=0.05)
+    try:
+        with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
+            g.start(*recorder_args(root))
+            g.start("piper-teleop", "--ros-args", "-p", f"recorders:=[{REC}]", name="teleop")
+            rig.wait_up(REC, -1.0)
+            wait_for(lambda: head.status, 30, "teleop status")
+            time.sleep(1.0)
+            head.press_a()
+            wait_for(lambda: [e for e in rig.events if e["event"] == "started"], 15, "started")
+            time.sleep(2.0)
+            head.press_a()
+            (saved,) = wait_for(lambda: [e for e in rig.events if e["event"] == "saved"], 15, "saved")
+            stop_stamp = head.pressed_stamps[1]
+            print(f"stop press stamp -> saved event seen: {(time.time_ns() - stop_stamp) / 1e9:.3f} s; "
+                  f"end - stamp: {(saved['end_ns'] - stop_stamp) / 1e6:.3f} ms")
+            assert abs(saved["end_ns"] - stop_stamp) <= 1_000_000, (saved["end_ns"] - stop_stamp) / 1e6
+            assert saved["rows"] == (saved["end_ns"] - saved["start_ns"]) * 30 // 10**9 + 1
+            assert saved["rows"] == episodes(root)[0]["length"]
+            time.sleep(0.3)   # teleop logs the answer: how much later the request arrived than the press
+            print([line for line in g.logs().splitlines() if "before the request arrived" in line][-1:])
     finally:
         head.close()
         rig.close()

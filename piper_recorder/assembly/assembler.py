@@ -187,6 +187,7 @@ class EpisodeAssembler:
         # the first tick also waits for WARMUP_S of captures, so the phase estimate starts from several
         self._warmup_ns = round(WARMUP_S * 1e9) if self._frames_in_rows and config.cameras else 0
         self._finish_ns: int | None = None
+        self._assembled_ns: int | None = None   # the furthest limit assembled to (assembled_until_ns)
         self._stale_ns = round(config.stale_s * 1e9)
         self._table = config.table
         self._dims = {spec.name: spec.dim for spec in config.table.inputs}
@@ -230,6 +231,13 @@ class EpisodeAssembler:
         """When the next tick may be assembled: its grid time + ``config.delay_ns`` (the first one also
         waits for the phase warm-up)."""
         return self.tick_ns(self._next_k) + self._delay_ns + (self._warmup_ns if self._next_k == 0 else 0)
+
+    @property
+    def assembled_until_ns(self) -> int | None:
+        """Everything up to this time (rows, frames sent with their capture time, raw lines) has gone to
+        the sink; None before the first ``advance``. An episode cannot end before it: those rows are
+        written (the sink takes no row back), so a stop stamped earlier ends here."""
+        return self._assembled_ns
 
     @property
     def rows(self) -> int:
@@ -327,6 +335,7 @@ class EpisodeAssembler:
 
     def _run_until(self, limit_ns: int) -> int:
         before = self.counters.rows
+        self._assembled_ns = limit_ns if self._assembled_ns is None else max(self._assembled_ns, limit_ns)
         while self.tick_ns(self._next_k) <= limit_ns:
             if self._next_k == 0 and self._finish_ns is None and self.tick_ns(0) + self._warmup_ns > limit_ns:
                 break   # the first tick waits for the phase warm-up

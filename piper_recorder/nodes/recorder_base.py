@@ -1,5 +1,6 @@
-"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services and ``label_episode``
-(docs/curation.md), status, events, provenance.
+"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services, ``label_episode``
+(docs/curation.md) and ``stop_episode_at`` (a stop at a given time: teleop's headset press), status,
+events, provenance.
 
 Threads (why encoding never blocks a message callback):
 - ``run_node``'s EventsExecutor (one thread, the cheapest per message: a recorder takes ~1,000
@@ -42,7 +43,7 @@ from std_srvs.srv import Trigger
 # joint_positions, pose: the message helpers the router's adapters use (test_bag_config checks the nodes share them)
 from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
-from piper_recorder.recording.controller import Answer, EpisodeController
+from piper_recorder.recording.controller import Answer, EpisodeController, parse_stop_at
 from piper_recorder.recording.inputs import TopicMap, topic_map
 from piper_recorder.recording.policy_log import PolicyLog, episode_fields
 from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
@@ -51,7 +52,8 @@ from piper_recorder.recording.verdict import VerdictConfig
 
 from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
-from piper_recorder.names import EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS
+from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
+                                  STOP_EPISODE_AT)
 
 from .common import (ArrivalExecutor, DecodeErrors, ParameterError, arrival_or_now, create_decoded_subscription,
                      declare_config, now_ns, run_in_thread, spin_until)
@@ -108,7 +110,8 @@ class RecorderNode(Node):
             target, cfg.assembly(tuple(topics.cameras), topics.table), recorder=self.get_name(),
             max_episode_s=cfg.max_episode_s, publish_event=self._publish_event, session_record=self._session_record,
             on_change=self._publish_status, log=lambda m: self.get_logger().info(m), max_lag_s=cfg.writer_max_lag_s,
-            episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end))
+            episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end),
+            stop_reach_s=cfg.stop_reach_s)
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
         # frames received per camera (delivery health, piper_recorder.delivery): colour, and depth for RGB-D
@@ -144,6 +147,8 @@ class RecorderNode(Node):
         # the label: a JSON string in, success + message out (no installed interface has a typed payload
         # for it; AddDiagnostics is the one string -> (bool, string) service): see docs/curation.md
         self._control.create_service(AddDiagnostics, f"{base}/{LABEL_EPISODE}", self._srv_label)
+        # a stop at a given time (teleop: the headset press's capture stamp), JSON in the same way
+        self._control.create_service(AddDiagnostics, f"{base}/{STOP_EPISODE_AT}", self._srv_stop_at)
         self._control_exec = ArrivalExecutor()   # a stop ends the episode at its request's arrival
         self._control_exec.add_node(self._control)
         self._control_stop = threading.Event()
@@ -225,6 +230,22 @@ class RecorderNode(Node):
         end = arrival_or_now(self._control_exec, self)   # when the request arrived, not when it got its turn
         self.controller.request_stop(end)
         return self._answer(res, await run_in_thread(lambda: self.controller.stop(end)))
+
+    async def _srv_stop_at(self, req: AddDiagnostics.Request,
+                           res: AddDiagnostics.Response) -> AddDiagnostics.Response:
+        """``load_namespace`` carries ``{"end_ns": <int>}`` (ROS-clock ns): the episode ends there
+        (``EpisodeController.stop_at``: refused before the episode's start, never after the arrival)."""
+        arrival = arrival_or_now(self._control_exec, self)   # first: the arrival of this request
+        try:
+            end = parse_stop_at(req.load_namespace)
+        except ValueError as exc:
+            ans = Answer(False, str(exc))
+        else:
+            ans = await run_in_thread(lambda: self.controller.stop_at(end, arrival))
+        res.success, res.message = bool(ans.ok), ans.message
+        if not ans.ok:
+            self.get_logger().warning(ans.message)
+        return res
 
     async def _srv_discard(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         return self._answer(res, await run_in_thread(self.controller.discard))

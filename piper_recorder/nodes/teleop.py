@@ -21,7 +21,10 @@ recorder in ``recorders`` through ``piper_recorder.teleop.recorder_calls.Recorde
 has a deadline (``call_timeout_s``); a timeout pulses the headset (``haptics.timeout``),
 is logged, re-creates that recorder's clients (a fresh client matches the relaunched server; the
 old one may hold a dead endpoint) and resends once the recorder publishes its ``~/status`` again;
-a press that did not take effect (refused, failed) pulses ``haptics.refused``. Replies, ``/episode_events``
+a press that did not take effect (refused, failed) pulses ``haptics.refused``. A stop press goes to
+``/<recorder>/stop_episode_at`` with the Joy's capture stamp (``header.stamp``), in every attempt, so
+the episode ends when the operator pressed, not when a (busy, or resent) request arrived; an
+unstamped press, or a recorder without that service (an older build), gets ``stop_episode``. Replies, ``/episode_events``
 and the recorders' ``~/status`` keep the start/stop toggle on what the recorders actually do.
 Confirmations (``piper_recorder.teleop.haptics``) follow what the recorders did: ``/episode_events``
 started / saved / discarded / deleted pulse ``haptics.start`` / ``save`` / ``discard`` / ``delete``
@@ -67,8 +70,8 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.names import (ARM_STATUS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
-                                  QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, TARGET_GRIPPER,
-                                  TARGET_POSE, node_topic, quest_topic)
+                                  QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
+                                  TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
 from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
 from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
@@ -143,6 +146,8 @@ class TeleopNode(Node):
 
         self._call_group = ReentrantCallbackGroup()
         self.recorder_clients = {rec: self._make_clients(rec) for rec in self.ncfg.recorders}
+        # a stamped STOP ends at the press's capture stamp; a recorder without it gets stop_episode
+        self.stop_at_clients = {rec: self._make_stop_at_client(rec) for rec in self.ncfg.recorders}
         # the stop chord's label (docs/curation.md): one label_episode call per recorder, sent with the stop
         self.label_clients: dict[str, Client[Any, Any]] = {rec: self._make_label_client(rec)
                                                            for rec in self.ncfg.recorders}
@@ -234,6 +239,9 @@ class TeleopNode(Node):
         return {a: self.create_client(Trigger, node_topic(rec, a.value), callback_group=self._call_group)
                 for a in Action}
 
+    def _make_stop_at_client(self, rec: str) -> Client[Any, Any]:
+        return self.create_client(AddDiagnostics, node_topic(rec, STOP_EPISODE_AT), callback_group=self._call_group)
+
     def _make_label_client(self, rec: str) -> Client[Any, Any]:
         return self.create_client(AddDiagnostics, node_topic(rec, LABEL_EPISODE), callback_group=self._call_group)
 
@@ -244,6 +252,8 @@ class TeleopNode(Node):
             for client in self.recorder_clients[rec].values():
                 self.destroy_client(client)   # its pending request may sit on a dead endpoint: drop it
             self.recorder_clients[rec] = self._make_clients(rec)
+            self.destroy_client(self.stop_at_clients[rec])
+            self.stop_at_clients[rec] = self._make_stop_at_client(rec)
         for report in step.reports:
             self._log_report(report)
         for rec, outcome, message in step.late_labels:
@@ -252,7 +262,12 @@ class TeleopNode(Node):
             self.destroy_client(self.label_clients[rec])
             self.label_clients[rec] = self._make_label_client(rec)
         for send in step.sends:
-            future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
+            stop_at = self.stop_at_clients[send.recorder]
+            if send.end_ns is not None and stop_at.service_is_ready():   # a stamped stop: ends at the press
+                req = AddDiagnostics.Request(load_namespace=json.dumps({"end_ns": send.end_ns}))
+                future = stop_at.call_async(req)
+            else:   # unstamped, or a recorder without stop_episode_at: ends at the request's arrival
+                future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
             future.add_done_callback(functools.partial(self._on_reply, send.call_id))
         self._publish_haptic(step.haptic)
         if step.status is not None:
@@ -290,7 +305,8 @@ class TeleopNode(Node):
     def _ready(self, rec: str) -> bool:
         return all(c.service_is_ready() for c in self.recorder_clients[rec].values())
 
-    def _on_reply(self, call_id: int, future: Future[Trigger.Response]) -> None:
+    def _on_reply(self, call_id: int, future: Future[Any]) -> None:
+        """A Trigger or ``stop_episode_at`` (AddDiagnostics) reply: both are (success, message)."""
         try:
             reply = future.result()
             if reply is None:   # cancelled, no reply set (was an AttributeError on None, reported alike)

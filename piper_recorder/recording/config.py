@@ -70,6 +70,10 @@ class RecorderConfig:
     lateness_s: float = DEFAULT_LATENESS_S         # a row is assembled once its time + this has passed
     stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
     max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
+    # rows wait this long more before they go to the writer, so a stop stamped up to lateness_s + this
+    # before its request is handled (a headset press: teleop, DDS and a loaded machine in between;
+    # stop_episode_at) still ends the episode exactly there; only delays the writer, costs no CPU
+    stop_reach_s: float = 0.2
     on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
     camera_height: int = CAMERA.height
     camera_width: int = CAMERA.width
@@ -128,6 +132,8 @@ class RecorderConfig:
             raise ValueError(f"image_reliability must be 'reliable' or 'best_effort', got {self.image_reliability!r}")
         if self.max_episode_s < 0 or self.status_hz <= 0 or self.provenance_wait_s < 0:
             raise ValueError("max_episode_s and provenance_wait_s must be >= 0, status_hz > 0")
+        if not 0 <= self.stop_reach_s <= 5:
+            raise ValueError(f"stop_reach_s must be in [0, 5], got {self.stop_reach_s}")
         if not self.writer_max_lag_s > 0:
             raise ValueError(f"writer_max_lag_s must be > 0, got {self.writer_max_lag_s}")
         if self.max_episode_s * self.fps > 2 ** 24:

@@ -11,6 +11,7 @@ nothing is discarded, ``stop`` retries the save (once space is back) and ``disca
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
@@ -29,6 +30,9 @@ from .verdict import OUTCOME_KEY, REASONS_KEY, VERDICT_KEY, label_fields
 from .worker import DEFAULT_MAX_LAG_S, QueuedSink, WriterWorker
 
 IDLE, RECORDING, SAVING, SAVE_FAILED, CLOSED = "idle", "recording", "saving", "save_failed", "closed"
+# a stop stamped this much after its request's arrival is not believed (the stamping clock disagrees
+# with this one): the episode ends at the arrival instead. Less than that is clock noise: the arrival too.
+STOP_STAMP_FUTURE_TOLERANCE_NS = 50_000_000
 # how long samples are kept before an episode starts: the newest one at or before the start seeds it,
 # and the ones after it cover the writer's start-up (the episode starts when the request arrived)
 PREROLL_INPUTS_NS, PREROLL_FRAMES_NS = 1_000_000_000, 500_000_000
@@ -54,6 +58,22 @@ class Answer:
     ok: bool
     message: str
     event: dict[str, Any] | None = None
+
+
+def parse_stop_at(payload: str) -> int:
+    """The end time of a ``stop_episode_at`` request: ``{"end_ns": <int, ROS-clock ns>}``; ValueError
+    with the reason (a client's bug: refused, never guessed)."""
+    try:
+        arg = json.loads(payload)
+    except ValueError:
+        arg = None
+    if not isinstance(arg, dict) or set(arg) != {"end_ns"}:
+        raise ValueError('stop_episode_at wants a JSON object {"end_ns": <integer ROS-clock ns>}, got '
+                         f"{payload[:80]!r}")
+    end = arg["end_ns"]
+    if not isinstance(end, int) or isinstance(end, bool) or end <= 0:
+        raise ValueError(f"stop_episode_at: end_ns must be a positive integer (ns), got {end!r}")
+    return end
 
 
 @dataclass
@@ -90,8 +110,11 @@ class EpisodeController:
                  session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
                  log: Callable[[str], object] = print, tick_stats: bool = True,
                  max_lag_s: float = DEFAULT_MAX_LAG_S,
-                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None):
+                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None, stop_reach_s: float = 0.0):
         assembly.validate()
+        # ticks assemble rows this much later than their lateness asks: how far back a stamped stop
+        # (stop_at) can end an episode before the rows after it are written (RecorderConfig.stop_reach_s)
+        self._reach_ns = round(stop_reach_s * 1e9)
         self.max_lag_s = max_lag_s
         self._tick_stats = tick_stats
         self._episode_fields = episode_fields   # (row-0 time, end) -> fields of the saved episode's record
@@ -187,13 +210,14 @@ class EpisodeController:
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return None
-            return self._asm.next_due_ns
+            return self._asm.next_due_ns + self._reach_ns
 
     def tick(self, now_ns: int) -> None:
         auto_stop: int | None = None
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return
+            now_ns -= self._reach_ns   # rows held back for a stamped stop (stop_reach_s)
             due = self._asm.next_due_ns
             if self._stop_at is not None:   # a stop is on its way to the worker: rows end at its time
                 now_ns = min(now_ns, self._stop_at + round(self._delay_s * 1e9))
@@ -252,6 +276,46 @@ class EpisodeController:
         with self._lock:
             if self.state == RECORDING and self._asm is not None:
                 self._stop_at = int(end_ns) if self._stop_at is None else min(self._stop_at, int(end_ns))
+
+    def stop_at(self, end_ns: int, arrival_ns: int) -> Answer:
+        """Stop at ``end_ns``, the time the stop was asked for by its requester (a headset press's capture
+        stamp), its request having arrived at ``arrival_ns``; both on the recorder's ROS clock.
+
+        A stamp before the episode's start is refused: it is a stop for an earlier episode (a press
+        resent after its episode ended) and must not end this one. The episode ends at
+        ``min(end_ns, arrival_ns)`` (a press is not later than its request), at the arrival if the stamp
+        is more than ``STOP_STAMP_FUTURE_TOLERANCE_NS`` after it (the clocks disagree), and never before
+        ``assembled_until_ns`` (rows up to there are written; the answer then says how far after the
+        stamp it ended). Not recording, or a failed save held: as ``stop``."""
+        with self._lock:
+            state, asm = self.state, self._asm
+            if state != RECORDING or asm is None:
+                problem = "" if state == SAVE_FAILED else self._not_recording("stop")
+            elif end_ns < asm.start_ns:
+                problem = (f"stop_episode_at: end_ns {end_ns} is {(asm.start_ns - end_ns) / 1e6:.0f} ms before "
+                           f"episode {self._episode}'s start: a stop for an earlier episode, not applied")
+            else:
+                problem, end, written = "", min(end_ns, arrival_ns), asm.assembled_until_ns
+                if written is not None and end < written:
+                    note = (f"; ended {(written - end) / 1e6:.0f} ms after end_ns: the rows up to there were "
+                            "written when the stop arrived")
+                    end = written
+                elif end_ns > arrival_ns + STOP_STAMP_FUTURE_TOLERANCE_NS:
+                    note = (f"; end_ns was {(end_ns - arrival_ns) / 1e6:.0f} ms after the request's arrival "
+                            "(clocks disagree): ended at the arrival")
+                elif end == end_ns:   # the usual case: what ending at the arrival would have added
+                    note = f"; ended at end_ns, {(arrival_ns - end) / 1e6:.0f} ms before the request arrived"
+                else:
+                    note = "; ended at the request's arrival (end_ns a little after it: clock noise)"
+                self._stop_at = end if self._stop_at is None else min(self._stop_at, end)
+        if problem:
+            return self._refuse(problem)
+        if state == SAVE_FAILED:
+            return self.stop(end_ns)   # retries the save of the episode held (its end is kept)
+        ans = self.stop(end, only=asm)   # only that episode: a new one started meanwhile is not ended
+        self._log(f"stop_episode_at{note}")
+        ans.message += note
+        return ans
 
     def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode",
              only: EpisodeAssembler | None = None) -> Answer:

@@ -122,6 +122,9 @@ class TickResult:
     actions: list[Action] = field(default_factory=list)
     haptics: list[str] = field(default_factory=list)   # patterns to play now ("refused", "release")
     outcome: str | None = None   # the stop chord's label for the episode being stopped (docs/curation.md)
+    # the capture stamp (header stamp, ROS ns) of the press that asked for the STOP: the episode ends there,
+    # not when the request reaches a recorder (stop_episode_at); None: unstamped, it ends at the arrival
+    stop_stamp_ns: int | None = None
 
 
 @dataclass
@@ -179,6 +182,7 @@ class TeleopCore:
         self._arm_fault: str | None = None
         self._actions: list[Action] = []
         self._outcome: str | None = None   # the label of the last stop press, handed out with it
+        self._stop_stamp: int | None = None   # the last stop press's capture stamp, handed out with it
         self._other_primary_since: float | None = None
         self._delete_fired = False
         self._c0: Pose | None = None
@@ -227,6 +231,7 @@ class TeleopCore:
             if joy.primary and not prev.primary:
                 if self.recording:   # the stop chord: the thumbstick held in says failure
                     self._outcome = "failure" if joy.stick_click else "success" if self.cfg.outcome_on_stop else None
+                    self._stop_stamp = order
                 self._actions.append(Action.STOP if self.recording else Action.START)
                 self.recording = not self.recording  # optimistic; on_recording() corrects it
             if joy.secondary and not prev.secondary:
@@ -286,7 +291,9 @@ class TeleopCore:
         res = TickResult()
         self._check_delete_hold(t)
         res.actions, self._actions = self._actions, []
-        res.outcome, self._outcome = (self._outcome if Action.STOP in res.actions else None), None
+        stopped = Action.STOP in res.actions
+        res.outcome, self._outcome = (self._outcome if stopped else None), None
+        res.stop_stamp_ns, self._stop_stamp = (self._stop_stamp if stopped else None), None
         dt_actual = self.cfg.period if self._last_tick_t is None else t - self._last_tick_t
         self._last_tick_t = t
         if dt_actual > STALL_TICKS * self.cfg.period:

@@ -18,6 +18,11 @@ came back idle without a ``saved`` event is FAILED: that episode was lost with t
 that cannot be delivered within ``retry_window_s`` of the press is FAILED. DELETE is never resent:
 a lost reply may mean it happened, and a second delete would remove another episode.
 
+A STOP carries its press's capture stamp (``end_ns``; None for an unstamped press) in every attempt,
+resends included: the recorder ends the episode there (``stop_episode_at``), not at the arrival of a
+request that may be seconds late, and refuses a stamp before its episode's start, so a resent stop never
+ends an episode started after the press.
+
 The toggle (``recording``) is what the recorders said: replies, events, and their ``~/status``
 whenever no call is in flight and nothing newer is known, so a teleop that missed an event (the
 topic is VOLATILE: a teleop started late, or a relaunched recorder that lost its episode) corrects
@@ -88,6 +93,7 @@ class Send:
     call_id: int
     recorder: str
     action: Action
+    end_ns: int | None = None   # STOP: the press's capture stamp (ROS ns) the episode ends at; None: at arrival
 
 
 @dataclass
@@ -106,6 +112,7 @@ NEW, SENT, WAITING = "new", "sent", "waiting"
 class _Call:
     action: Action
     pressed_t: float
+    end_ns: int | None = None     # the press's capture stamp, the same in every attempt (Send.end_ns)
     call_id: int = -1
     phase: str = NEW
     sent_t: float = -math.inf
@@ -146,10 +153,11 @@ class RecorderCalls:
         return {n: r.call.action.value for n, r in self.recorders.items() if r.call is not None}
 
     # ---- inputs --------------------------------------------------------------------------------
-    def press(self, t: float, action: Action) -> None:
-        """The operator pressed: a new call on every recorder (superseding one still in flight)."""
+    def press(self, t: float, action: Action, end_ns: int | None = None) -> None:
+        """The operator pressed: a new call on every recorder (superseding one still in flight);
+        ``end_ns``: a STOP's capture stamp (ROS ns), or None (unstamped: the episode ends at arrival)."""
         for rec in self.recorders.values():
-            rec.call = _Call(action, t)
+            rec.call = _Call(action, t, end_ns if action is Action.STOP else None)
             if action is Action.START:
                 rec.state, rec.state_t = RECORDING, t     # optimistic until answered; a timeout undoes it
             elif action in (Action.STOP, Action.DISCARD):
@@ -281,4 +289,4 @@ class RecorderCalls:
         call.phase, call.sent_t = SENT, t
         call.ids.add(call.call_id)
         self._ids[call.call_id] = (name, call.action)
-        return Send(call.call_id, name, call.action)
+        return Send(call.call_id, name, call.action, call.end_ns)

@@ -8,7 +8,8 @@ callbacks, the control thread (``tick``, at ``control_rate_hz``) and a SpaceMous
 
 - ``TeleopCore`` (clutch, mapping, limits) with inputs moved onto the monotonic clock
   (``HostToMono``), and the SpaceMouse mode's ``SpaceMouseInput``;
-- ``RecorderCalls``: presses become service calls with deadlines; their reports pulse the headset
+- ``RecorderCalls``: presses become service calls with deadlines (a stop with its press's capture
+  stamp, the Joy header stamp, as the episode's end); their reports pulse the headset
   (``timeout`` while retrying, ``refused`` when a press did not take effect) and become ``last_alarm``;
 - the stop chord's label calls (``label_episode``): one per recorder, not retried; a refusal or no
   answer within ``call_timeout_s`` pulses ``refused``;
@@ -226,7 +227,7 @@ class TeleopSession:
             now = self._clock()
             res = self.core.tick(now) if self.spacemouse is None else self.spacemouse.step(self.core, now)
             for action in res.actions:
-                self.calls.press(now, action)
+                self.calls.press(now, action, res.stop_stamp_ns)   # a STOP ends at its press's stamp
                 self.haptics.new_press()
                 self._presses += 1
             if res.actions:
