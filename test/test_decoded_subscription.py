@@ -11,7 +11,7 @@ import numpy as np
 import rclpy
 from geometry_msgs.msg import PoseStamped
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState, Joy
+from sensor_msgs.msg import CameraInfo, Image, JointState, Joy
 from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy
@@ -32,11 +32,12 @@ def _messages():
     img.height, img.width, img.encoding, img.step = 4, 6, "rgb8", 18
     img.data = array.array("B", bytes(range(72)))
     s = String(data='{"t": 1.5, "ünïcode": "✓"}')
-    return {"/d/pose": p, "/d/joints": j, "/d/image": img, "/d/string": s}
+    joy = Joy(axes=[0.25, 1.0, -0.5, 0.0], buttons=[1, 0, 0, 1])
+    return {"/d/pose": p, "/d/joints": j, "/d/image": img, "/d/string": s, "/d/joy": joy}
 
 
 def test_decoded_messages_carry_what_was_published_and_garbage_is_a_counted_drop(ros_domain):
-    assert {type_name(PoseStamped), type_name(Image), type_name(JointState), type_name(String)} <= DECODED_TYPES
+    assert {type_name(c) for c in (PoseStamped, Image, JointState, Joy, String)} <= DECODED_TYPES
     ros_domain.apply()
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
@@ -48,10 +49,10 @@ def test_decoded_messages_carry_what_was_published_and_garbage_is_a_counted_drop
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for topic, msg in sent.items():
             create_decoded_subscription(node, type(msg), topic, lambda m, t=topic: got.__setitem__(t, m), qos, errors)
-        joys: list[object] = []
-        create_decoded_subscription(node, Joy, "/d/joy", joys.append, qos)   # not decoded here: rclpy's own
+        infos: list[object] = []   # a type not in DECODED_TYPES: rclpy's own message
+        create_decoded_subscription(node, CameraInfo, "/d/info", infos.append, qos)
         pubs = {t: node.create_publisher(type(m), t, qos) for t, m in sent.items()}
-        pub_joy = node.create_publisher(Joy, "/d/joy", qos)
+        pub_info = node.create_publisher(CameraInfo, "/d/info", qos)
         ex = rclpy.executors.SingleThreadedExecutor(context=ctx)
         ex.add_node(node)
         stop = threading.Event()
@@ -62,7 +63,7 @@ def test_decoded_messages_carry_what_was_published_and_garbage_is_a_counted_drop
             for t, m in sent.items():
                 if t not in got:
                     pubs[t].publish(m)
-            pub_joy.publish(Joy(axes=[0.5], buttons=[1]))
+            pub_info.publish(CameraInfo(width=640))
             time.sleep(0.1)
         assert set(got) == set(sent)
         p = got["/d/pose"]
@@ -74,7 +75,9 @@ def test_decoded_messages_carry_what_was_published_and_garbage_is_a_counted_drop
         img = image_to_numpy(got["/d/image"])
         assert img.shape == (4, 6, 3) and img.tobytes() == bytes(range(72))
         assert got["/d/string"].data == sent["/d/string"].data
-        assert joys and isinstance(joys[0], Joy)
+        joy = got["/d/joy"]
+        assert [float(a) for a in joy.axes] == [0.25, 1.0, -0.5, 0.0] and [int(b) for b in joy.buttons] == [1, 0, 0, 1]
+        assert infos and isinstance(infos[0], CameraInfo) and infos[0].width == 640
 
         # a payload that is not a PoseStamped (published serialized, as rclpy allows): dropped, counted
         before = dict(got)

@@ -44,7 +44,7 @@ def ns_to_stamp(ns: int) -> Time:
 # Message types whose subscriptions take the serialized bytes and decode them with ``assembly.cdr``
 # (the bag converter's decoder) instead of rclpy's conversion: the graph's hot topics.
 DECODED_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/JointState", "geometry_msgs/msg/PoseStamped",
-                           "std_msgs/msg/String"})
+                           "sensor_msgs/msg/Joy", "std_msgs/msg/String"})
 
 
 def type_name(msg_class: Any) -> str:
