@@ -87,16 +87,16 @@ def test_no_import_cycles():
     graph = _imports(_modules())
     assert _cycles(graph) == []
     # leaves import none of our modules but the names (itself a leaf)
-    for leaf in ("piper_recorder.lerobot.layout", "piper_recorder.timebase", "piper_recorder.durable",
+    for leaf in ("piper_recorder.lerobot.format.layout", "piper_recorder.timebase", "piper_recorder.durable",
                  "piper_recorder.params_file", "piper_recorder.errors", "piper_recorder.names"):
         assert graph[leaf] <= {"piper_recorder.names"} - {leaf}, f"{leaf} must stay a leaf, imports {graph[leaf]}"
-    assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.meta"]
-    assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.repair"]
+    assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.meta_builders"]
+    assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.crash_repair"]
 
 
 @pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_video_concat_does_not_load_the_assembler():
-    code = ("import sys, piper_recorder.lerobot.video_concat, piper_recorder.lerobot.retime; "
+    code = ("import sys, piper_recorder.lerobot.export.video_concat, piper_recorder.lerobot.maintenance.retime; "
             "print(sorted(m for m in sys.modules if m.startswith('piper_recorder.assembly')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

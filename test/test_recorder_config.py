@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from piper_recorder.launcher import config_path
-from piper_recorder.lerobot.provenance import BINDING_KEYS, lookup
+from piper_recorder.lerobot.format.provenance import BINDING_KEYS, lookup
 from piper_recorder.recording.config import (
     RECORDER_CONFIGS, CameraTopics, LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config,
     rgbd_writer_config, session_record)

@@ -27,7 +27,7 @@ from pathlib import Path
 from piper_recorder.cli.errors import exits_2_on_bad_input
 from piper_recorder.dataset_edit import EditError, ops
 from piper_recorder.dataset_edit.common import parse_renames
-from piper_recorder.lerobot.layout import ROTATION_TYPES
+from piper_recorder.lerobot.format.layout import ROTATION_TYPES
 
 PROG = "piper-dataset"
 

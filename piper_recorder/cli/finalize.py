@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from piper_recorder.cli.errors import exits_2_on_bad_input
-from piper_recorder.lerobot.finalize import FinalizeConfig, finalize_root
+from piper_recorder.lerobot.maintenance.action_stats import FinalizeConfig, finalize_root
 
 
 def _pair(text: str) -> tuple[str, str]:

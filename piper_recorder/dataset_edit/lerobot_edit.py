@@ -32,12 +32,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from piper_recorder import __version__
-from piper_recorder.lerobot import episode_stats, export, fsutil, layout, meta, provenance
-from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
-from piper_recorder.lerobot.root import Root
-from piper_recorder.lerobot.video import VideoConfig
-from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.export import operation as export
+from piper_recorder.lerobot.format import episode_stats, fsutil, layout, provenance
+from piper_recorder.lerobot.writer import meta_builders
+from piper_recorder.lerobot.format.errors import DatasetError
+from piper_recorder.lerobot.format.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
+from piper_recorder.lerobot.format.root import Root
+from piper_recorder.lerobot.writer.video_encoder import VideoConfig
+from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
 from piper_recorder.names import IMAGES_PREFIX
 
 from .common import TOOL, EditError, EpisodeInfo, Pick
@@ -134,7 +136,7 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
     entries = [(group, name, e) for group in ("state", "action")
                for name, e in (modality.get(group) or {}).items() if isinstance(e, dict)]
     rotation = next((str(e["rotation_type"]) for _, _, e in entries if "rotation_type" in e), "quat_wxyz")
-    record = info.get(meta.COMBINED_RECORD)
+    record = info.get(meta_builders.COMBINED_RECORD)
     recorded: dict[str, Any] | None = record if isinstance(record, dict) else None
     joined = set(COMBINED) | {str(v) for v in (recorded or {}).values()}   # combined columns, not split ones
     specs = []
@@ -159,12 +161,12 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
         cfg.validate()
     except (ValueError, TypeError, KeyError) as e:
         raise EditError(f"{src.root}: its info.json/modality.json do not describe a writer configuration ({e})") from None
-    want = meta.features_json(cfg)
+    want = meta_builders.features_json(cfg)
     if want != feats:
         diff = sorted(k for k in set(want) | set(feats) if want.get(k) != feats.get(k))
         raise EditError(f"{src.root}: info.json features {diff} are not what the writer writes; "
                         "cannot rebuild this root")
-    if meta.modality_json(cfg) != modality:
+    if meta_builders.modality_json(cfg) != modality:
         raise EditError(f"{src.root}: modality.json is not what the writer writes for its features; "
                         "cannot rebuild this root")
     return cfg
@@ -221,7 +223,7 @@ def _images(src: export.Source, i: int) -> dict[str, tuple[np.ndarray, int]]:
     rec = episode_stats.load_record(src.root / episode_stats.record_relpath(i)) or {}
     if rec.get("episode_index") != i:
         return {}
-    prefix = meta.video_key("")
+    prefix = layout.video_key("")
     out = {}
     for k, v in (rec.get("images") or {}).items():
         try:

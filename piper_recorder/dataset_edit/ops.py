@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
-from piper_recorder.lerobot import export, fsutil
-from piper_recorder.lerobot.layout import ROTATION_TYPES
+from piper_recorder.lerobot.export import operation as export
+from piper_recorder.lerobot.format import fsutil
+from piper_recorder.lerobot.format.layout import ROTATION_TYPES
 
 from piper_recorder.outpaths import located, nested
 

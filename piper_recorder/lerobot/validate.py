@@ -45,8 +45,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot.layout import ROTATION_TYPES, data_file, video_file
-from piper_recorder.lerobot.rootfiles import column_array
+from piper_recorder.lerobot.format.layout import ROTATION_TYPES, data_file, video_file
+from piper_recorder.lerobot.format.raw_read import column_array
 
 STAT_KEYS = {"mean", "std", "min", "max", "q01", "q99"}
 EPISODE_STAT_KEYS = {"min", "max", "mean", "std", "count"}  # LeRobot v2.1 meta/episodes_stats.jsonl

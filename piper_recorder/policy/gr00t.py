@@ -32,8 +32,8 @@ import numpy.typing as npt
 import zmq
 
 from piper_recorder.errors import PiperInputError
-from piper_recorder.lerobot.features import COMBINED
-from piper_recorder.lerobot.root import Modality, Slice
+from piper_recorder.lerobot.format.features import COMBINED
+from piper_recorder.lerobot.format.root import Modality, Slice
 from piper_recorder.policy.backend import (ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, BackendTimeout,
                                             Observation)
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
 from piper_recorder.errors import DatasetError, PiperInputError
-from piper_recorder.lerobot.features import COMBINED
-from piper_recorder.lerobot.provenance import META_FILE, SESSIONS_FILE
-from piper_recorder.lerobot.root import Root
+from piper_recorder.lerobot.format.features import COMBINED
+from piper_recorder.lerobot.format.provenance import META_FILE, SESSIONS_FILE
+from piper_recorder.lerobot.format.root import Root
 from piper_recorder.names import IMAGES_PREFIX
 
 from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation

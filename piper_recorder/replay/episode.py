@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot.layout import data_file
+from piper_recorder.lerobot.format.layout import data_file
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot import metacheck
-from piper_recorder.lerobot.root import Root
-from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
+from piper_recorder.lerobot.format import metacheck
+from piper_recorder.lerobot.format.root import Root
+from piper_recorder.lerobot.format.provenance import BINDING_KEYS, binding_changes, lookup
 from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
 

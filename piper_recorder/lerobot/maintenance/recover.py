@@ -1,6 +1,6 @@
 """Explicit recovery of a LeRobot root the writer refuses as damaged (``piper-recover``).
 
-The writer never moves a saved episode's files on its own (``repair.check_consistent``). This is the
+The writer never moves a saved episode's files on its own (``writer.crash_repair.check_consistent``). This is the
 one place that may, and only when asked, after showing its plan (``--dry-run``):
 
 * rebuilds the ``episodes.jsonl`` lines of episodes whose files are complete on disk but whose line is
@@ -32,10 +32,11 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
-from . import fsutil, layout, meta, repair, rootfiles
-from .errors import DatasetError
-from .features import BOOKKEEPING
-from .writer_config import WriterConfig
+from ..format import fsutil, layout, raw_read
+from ..format.errors import DatasetError
+from ..format.features import BOOKKEEPING
+from ..writer import crash_repair, meta_builders
+from ..writer.config import WriterConfig
 
 
 RECOVERED_BY = "piper-recover"
@@ -77,7 +78,7 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
             p.remove += [q.relative_to(root).as_posix() for q in sorted((root / top).rglob("*" + fsutil.TMP_SUFFIX))
                          if q.is_file()]
     try:
-        episodes = repair.load_episodes(root)
+        episodes = crash_repair.load_episodes(root)
         tasks = {int(t["task_index"]): t["task"] for t in fsutil.read_jsonl(root / "meta" / "tasks.jsonl")}
     except (DatasetError, ValueError, KeyError, TypeError) as e:
         p.problems.append(f"cannot read the commit record: {e}")
@@ -88,7 +89,7 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
     _check_config(p, root, wcfg, info_path)
     if p.problems:
         return p
-    missing = [rel for rel in sorted(repair.expected_files(episodes, cameras, cs))
+    missing = [rel for rel in sorted(crash_repair.expected_files(episodes, cameras, cs))
                if not rel.startswith(("extras/", layout.STATS_CACHE)) and not (root / rel).exists()]
     if missing:
         p.problems.append(f"files of saved episodes are missing: {missing[:5]}; recovery cannot recreate them "
@@ -105,18 +106,18 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
         first += rec["length"]
         i += 1
     if not p.write_info:  # totals that disagree with the recovered commit record would be refused again
-        total = rootfiles.read_json(info_path).get("total_episodes")
+        total = raw_read.read_json(info_path).get("total_episodes")
         p.write_info = total != len(episodes) + len(p.rebuilt)
-    expected = repair.expected_files(episodes + p.rebuilt, cameras, cs)
-    p.move = [rel for rel, _ in repair.payload_files(root) if rel not in expected]
+    expected = crash_repair.expected_files(episodes + p.rebuilt, cameras, cs)
+    p.move = [rel for rel, _ in crash_repair.payload_files(root) if rel not in expected]
     return p
 
 
 def _check_config(p: Plan, root: Path, wcfg: WriterConfig, info_path: Path) -> None:
-    want = meta.features_json(wcfg)
+    want = meta_builders.features_json(wcfg)
     if info_path.exists():
         try:
-            info = rootfiles.read_json(info_path)
+            info = raw_read.read_json(info_path)
         except ValueError as e:
             p.problems.append(f"{info_path} is not valid JSON ({e}); move it away to rebuild it from --config")
             return
@@ -174,7 +175,7 @@ def _rebuild(root: Path, wcfg: WriterConfig, i: int, first: int, tasks: dict[int
 
 def apply(p: Plan, wcfg: WriterConfig) -> list[str]:
     """Carry out ``p`` under the root's writer lock, then let the writer regenerate the derived files."""
-    from .writer import LeRobotWriter
+    from ..writer.dataset_writer import LeRobotWriter
 
     if p.problems:
         raise DatasetError("; ".join(p.problems))
@@ -200,13 +201,13 @@ def apply(p: Plan, wcfg: WriterConfig) -> list[str]:
             (root / rel).rename(dst)
             done.append(f"moved {rel} to {dst.relative_to(root).as_posix()}")
         if p.rebuilt:
-            episodes = repair.load_episodes(root) + p.rebuilt
+            episodes = crash_repair.load_episodes(root) + p.rebuilt
             fsutil.atomic_write(root / "meta" / "episodes.jsonl", fsutil.jsonl_bytes(episodes))
             done.append(f"rebuilt {len(p.rebuilt)} lines of meta/episodes.jsonl")
         if p.write_info:
-            episodes = repair.load_episodes(root)
+            episodes = crash_repair.load_episodes(root)
             n_tasks = len(fsutil.read_jsonl(root / "meta" / "tasks.jsonl"))
-            fsutil.atomic_write(root / "meta" / "info.json", fsutil.json_bytes(meta.info_json(wcfg, episodes, n_tasks)))
+            fsutil.atomic_write(root / "meta" / "info.json", fsutil.json_bytes(meta_builders.info_json(wcfg, episodes, n_tasks)))
             done.append("wrote meta/info.json")
     finally:
         os.close(fd)

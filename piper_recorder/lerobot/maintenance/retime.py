@@ -7,7 +7,7 @@ float32, below the grid for about half the rows: LeRobot's own lookup (frame ``r
 first at or after ``k / fps`` exactly) then gets the next frame whenever the PTS is floored from such a
 row. The encoded frames are fine; only timestamps are off. This module copies every packet unchanged
 (no decoding, no re-encoding: packet bytes and codec extradata stay bit-identical) into a new mp4 whose
-PTS follow the writer's rule (``video.pts_ticks``), and rewrites nominal episodes' ``timestamp``
+PTS follow the writer's rule (``writer.video_encoder.pts_ticks``), and rewrites nominal episodes' ``timestamp``
 column to what the assembler writes now (``grid_timestamp``: k/fps rounded up to float32):
 
 * nominal episodes (one frame per row at the row time): each PTS (1/1000 or 1/90000) came from
@@ -53,11 +53,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..timebase import TICKS, TIME_BASE, frame_period_ticks, grid_timestamp, pts_ticks
-from . import fsutil
-from .errors import DatasetError
-from .layout import data_file, video_file
-from .rootfiles import read_json, read_jsonl, video_keys
+from piper_recorder.timebase import TICKS, TIME_BASE, frame_period_ticks, grid_timestamp, pts_ticks
+
+from ..format import fsutil
+from ..format.errors import DatasetError
+from ..format.layout import data_file, video_file
+from ..format.raw_read import read_json, read_jsonl, video_keys
 
 MS = Fraction(1, 1000)
 OK, REWRITE, REFUSE = "ok", "rewrite", "refuse"

@@ -1,6 +1,6 @@
 """Export one of our LeRobot v2.0/v2.1 roots to LeRobot v2.1 or v3.0 (``piper-export``).
 
-``export(root, to, out)`` is the whole operation; ``export_v21`` and ``export_v30`` build the
+``export(root, to, out)`` is the whole operation; ``export.v21`` and ``export.v30`` build the
 target layouts. What this module owns:
 
 * **Reading the source** (``open_source``): only roots this project writes (our path templates,
@@ -43,11 +43,11 @@ from piper_recorder import __version__
 from piper_recorder.outpaths import located, nested
 from piper_recorder.sidelock import SideLock
 
-from . import fsutil, layout
-from .errors import DatasetError
-from .features import BOOKKEEPING
-from .root import Root
-from .rootfiles import read_json
+from ..format import fsutil, layout
+from ..format.errors import DatasetError
+from ..format.features import BOOKKEEPING
+from ..format.raw_read import read_json
+from ..format.root import Root
 
 T = TypeVar("T")
 
@@ -117,7 +117,7 @@ class Source:
         recorder's per-episode record, else parquet + decoded video sample). Histograms: the
         record's, else decoded once (``episode_stats.decode_sample``) and then also used for the line.
         """
-        from . import episode_stats as es
+        from ..format import episode_stats as es
 
         rec = es.load_record(self.root / layout.record_relpath(i)) or {}
         images = rec.get("images") or {}
@@ -247,7 +247,7 @@ class CameraTotals:
             self.frames[key] = self.frames.get(key, 0) + int(n)
 
     def entries(self) -> dict[str, dict]:
-        from .episode_stats import image_entry, to_jsonable
+        from ..format.episode_stats import image_entry, to_jsonable
 
         return {k: to_jsonable({k: image_entry(self.hist[k], self.frames[k])})[k] for k in self.hist}
 
@@ -449,9 +449,9 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
         if state is not None and done == len(src.episodes):
             return ExportResult(to, out, done, 0, sum(int(e["length"]) for e in src.episodes), 0.0)
         if to == "v2.1":
-            from .export_v21 import build
+            from .v21 import build
         else:
-            from .export_v30 import build
+            from .v30 import build
         staging.mkdir()
         try:
             new_state = build(src, state, out if state else None, staging, progress=progress, **options)

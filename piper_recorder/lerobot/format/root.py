@@ -7,7 +7,7 @@ files' shapes are checked by ``metacheck`` (a ``DatasetError`` naming the file a
 what the model parses beyond that raises ``SchemaError`` (a ``DatasetError`` and a ``ValueError``).
 Every parsed object keeps the document it came from (``raw``) so that code writing a derived file
 (an export's info.json, an edit's episodes.jsonl) copies it key for key, in its order.
-Writers build their dicts themselves (``meta``); ``validate`` reads the raw files on its own.
+Writers build their dicts themselves (``writer.meta_builders``); ``validate`` reads the raw files on its own.
 """
 from __future__ import annotations
 

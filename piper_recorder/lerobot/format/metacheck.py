@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.lerobot.format.errors import DatasetError
 
 
 def _int(v: Any) -> bool:

@@ -24,11 +24,11 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import Any
 
-from . import fsutil
-from .errors import DatasetError
-from .layout import (PAYLOAD_DIRS, RECOVERED, STAGING, STATS_CACHE, cache_relpath, data_relpath, extras_relpath,
-                     record_relpath, video_relpath)
-from .meta import tasks_from_episodes
+from ..format import fsutil
+from ..format.errors import DatasetError
+from ..format.layout import (PAYLOAD_DIRS, RECOVERED, STAGING, STATS_CACHE, cache_relpath, data_relpath,
+                             extras_relpath, record_relpath, video_relpath)
+from .meta_builders import tasks_from_episodes
 
 log = logging.getLogger(__name__)
 _EPISODE_RE = re.compile(r"^episode_(\d+)\.")

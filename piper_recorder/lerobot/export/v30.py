@@ -33,9 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import episode_stats
-from .export import ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_tree, write_json
-from .rootfiles import read_json
+from ..format import episode_stats
+from ..format.raw_read import read_json
+from .operation import ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_tree, write_json
 from .video_concat import MAX_FILE_S, TICKS, ConcatError, StreamSignature, VideoFileWriter
 
 CODEBASE_VERSION = "v3.0"

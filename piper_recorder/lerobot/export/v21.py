@@ -1,4 +1,4 @@
-"""LeRobot v2.1 export: the v2.0 layout plus ``meta/episodes_stats.jsonl`` (see ``export.py``).
+"""LeRobot v2.1 export: the v2.0 layout plus ``meta/episodes_stats.jsonl`` (see ``operation.py``).
 
 Payload files (parquet, mp4, raw headset lines) are hard links to the source (copies across
 filesystems); an episode's stats line is ``Source.episode_stats`` (the source's own line when it
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import episode_stats, fsutil
-from .export import (ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_or_copy,
-                     link_tree, write_file, write_json)
-from .rootfiles import read_json
+from ..format import episode_stats, fsutil
+from ..format.raw_read import read_json
+from .operation import (ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_or_copy,
+                        link_tree, write_file, write_json)
 
 CODEBASE_VERSION = "v2.1"
 EPISODES_STATS = "meta/episodes_stats.jsonl"

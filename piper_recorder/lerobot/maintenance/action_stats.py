@@ -10,7 +10,7 @@ Definitions (per episode of n rows, horizon H, window index ``j(i, k) = min(i + 
 
 ``rel(a, b)`` is ``b - a`` for plain columns (gripper-like) and the SE(3) transform
 ``T_a^-1 @ T_b`` for pose columns ``[x, y, z, qw, qx, qy, qz]``, its rotation written as a wxyz
-quaternion with the canonical sign ``w >= 0`` (see :mod:`piper_recorder.lerobot.se3`).
+quaternion with the canonical sign ``w >= 0`` (see :mod:`piper_recorder.lerobot.maintenance.se3`).
 
 Each action column ``action.<name>`` is paired with ``observation.<name>`` (override with
 ``FinalizeConfig.pairs``). Statistics have the shape of stats.json: per element, over every (i, k)
@@ -36,10 +36,11 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot import fsutil, metacheck, se3
-from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.layout import ROTATION_TYPES, data_file
-from piper_recorder.lerobot.rootfiles import column_array, vector_features
+from piper_recorder.lerobot.format import fsutil, metacheck
+from piper_recorder.lerobot.format.errors import DatasetError
+from piper_recorder.lerobot.format.layout import ROTATION_TYPES, data_file
+from piper_recorder.lerobot.format.raw_read import column_array, vector_features
+from piper_recorder.lerobot.maintenance import se3
 
 STAT_KEYS = ("mean", "std", "min", "max", "q01", "q99")
 POSE_NAMES_TAIL = ["qw", "qx", "qy", "qz"]

@@ -1,6 +1,6 @@
 """Where everything lives in a LeRobot v2.x root: path templates, bookkeeping directories, version names.
 
-A leaf module (standard library only): the writer, meta builders, repair, recover, exporters, readers,
+A leaf module (standard library only): the writer, meta builders, crash repair, recover, exporters, readers,
 the viewer and replay all name and format paths through it, so the layout is written down once.
 Readers format the templates the root's own ``info.json`` carries (``data_file``, ``video_file``);
 the writer fills ours (``data_relpath``, ``video_relpath``, ``extras_relpath``).
