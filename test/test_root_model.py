@@ -172,5 +172,5 @@ def test_optional_files_absent(root: Path, tmp_path: Path):
     m = Root.open(r)
     assert m.episodes == () and m.tasks == () and m.modality is None and m.state_names() == ()
     assert Root.is_root(r) and not Root.is_root(tmp_path)
-    with pytest.raises(SchemaError, match="cannot read modality.json"):
+    with pytest.raises(SchemaError, match="cannot read meta/modality.json"):
         Modality.load(r)

@@ -29,10 +29,10 @@ def _add_done(done: dict[str, list[SpanKey]], source: Any) -> None:
 
 def lerobot_done(root: Path) -> dict[str, list[SpanKey]]:
     """fingerprint -> converted episode spans, from the episodes.jsonl ``source`` counters."""
-    from piper_recorder.lerobot.format import fsutil
+    from piper_recorder.lerobot.format import fsutil, layout
 
     done: dict[str, list[SpanKey]] = {}
-    for rec in fsutil.read_jsonl(Path(root) / "meta" / "episodes.jsonl"):
+    for rec in fsutil.read_jsonl(Path(root) / layout.EPISODES):
         _add_done(done, rec.get("source"))
     return done
 
@@ -57,7 +57,7 @@ def import_lerobot(writer: Any, staged_root: Path, session: dict[str, Any]) -> i
     from piper_recorder.lerobot.format import fsutil, layout
 
     staged_root = Path(staged_root)
-    records = fsutil.read_jsonl(staged_root / "meta" / "episodes.jsonl")
+    records = fsutil.read_jsonl(staged_root / layout.EPISODES)
     if not records:
         return 0
     writer.begin_session(session)

@@ -21,7 +21,7 @@ import numpy as np
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
 from piper_recorder.errors import DatasetError, PiperInputError
 from piper_recorder.lerobot.format.features import COMBINED
-from piper_recorder.lerobot.format.provenance import META_FILE, SESSIONS_FILE
+from piper_recorder.lerobot.format.layout import COLLECTION_META, SESSIONS, STATS
 from piper_recorder.lerobot.format.root import Root
 from piper_recorder.names import IMAGES_PREFIX
 
@@ -51,7 +51,6 @@ class TrainingMeta:
     @classmethod
     def load(cls, root: str | Path) -> TrainingMeta:
         root = Path(root)
-        meta = root / "meta"
         try:
             model = Root.open(root)
         except (DatasetError, OSError) as e:
@@ -81,12 +80,12 @@ class TrainingMeta:
         tasks = tuple(t.task for t in model.tasks)
         session = None
         try:
-            session = json.loads((meta / META_FILE).read_text())
+            session = json.loads((root / COLLECTION_META).read_text())
         except (OSError, ValueError):
-            sessions = [json.loads(line) for line in _lines(meta / SESSIONS_FILE)]
+            sessions = [json.loads(line) for line in _lines(root / SESSIONS)]
             session = sessions[-1] if sessions else None
         return cls(root, float(model.fps), cams, tuple(state), tasks,
-                   model.modality.to_json() if model.modality else {}, _json(meta / "stats.json"), session)
+                   model.modality.to_json() if model.modality else {}, _json(root / STATS), session)
 
 
 def _lines(path: Path) -> list[str]:

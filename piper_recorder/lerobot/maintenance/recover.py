@@ -54,11 +54,11 @@ class Plan:
 
     def lines(self) -> list[str]:
         out = [f"remove unsaved {rel}" for rel in self.remove]
-        out += [f"rebuild meta/episodes.jsonl line of episode {r['episode_index']} ({r['length']} rows, "
+        out += [f"rebuild {layout.EPISODES} line of episode {r['episode_index']} ({r['length']} rows, "
                 f"task {r['tasks'][0]!r}, video frames {r.get('video_frame_lengths', {})})" for r in self.rebuilt]
         out += [f"move {rel} to {layout.RECOVERED}/" for rel in self.move]
         if self.write_info:
-            out.append("write meta/info.json from the configuration (missing, or its totals disagree)")
+            out.append(f"write {layout.INFO} from the configuration (missing, or its totals disagree)")
         out += [f"note: {n}" for n in self.notes]
         return out
 
@@ -67,24 +67,24 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
     """What ``apply`` would do to ``root`` (reads only)."""
     root = Path(root)
     p = Plan(root)
-    if not (root / "meta").is_dir():
-        p.problems.append(f"{root} is not a LeRobot root (no meta/)")
+    if not (root / layout.META_DIR).is_dir():
+        p.problems.append(f"{root} is not a LeRobot root (no {layout.META_DIR}/)")
         return p
     staging = root / layout.STAGING
     if staging.exists():
         p.remove.append(layout.STAGING)
-    for top in (*layout.PAYLOAD_DIRS, "meta"):
+    for top in (*layout.PAYLOAD_DIRS, layout.META_DIR):
         if (root / top).exists():
             p.remove += [q.relative_to(root).as_posix() for q in sorted((root / top).rglob("*" + fsutil.TMP_SUFFIX))
                          if q.is_file()]
     try:
         episodes = crash_repair.load_episodes(root)
-        tasks = {int(t["task_index"]): t["task"] for t in fsutil.read_jsonl(root / "meta" / "tasks.jsonl")}
+        tasks = {int(t["task_index"]): t["task"] for t in fsutil.read_jsonl(root / layout.TASKS)}
     except (DatasetError, ValueError, KeyError, TypeError) as e:
         p.problems.append(f"cannot read the commit record: {e}")
         return p
     cameras, cs = list(wcfg.cameras), wcfg.chunks_size
-    info_path = root / "meta" / "info.json"
+    info_path = root / layout.INFO
     p.write_info = not info_path.exists()
     _check_config(p, root, wcfg, info_path)
     if p.problems:
@@ -122,7 +122,7 @@ def _check_config(p: Plan, root: Path, wcfg: WriterConfig, info_path: Path) -> N
             p.problems.append(f"{info_path} is not valid JSON ({e}); move it away to rebuild it from --config")
             return
         if info.get("features") != want or info.get("fps") != wcfg.fps or info.get("chunks_size") != wcfg.chunks_size:
-            p.problems.append("the configuration does not match meta/info.json (fps, chunks_size or features); "
+            p.problems.append(f"the configuration does not match {layout.INFO} (fps, chunks_size or features); "
                               "pass the configuration the root was recorded with")
         return
     columns = {k for k, v in want.items() if v["dtype"] != "video"}
@@ -153,7 +153,7 @@ def _rebuild(root: Path, wcfg: WriterConfig, i: int, first: int, tasks: dict[int
         return None, f"parquet index does not continue at {first}"
     ti = np.unique(cols["task_index"])
     if len(ti) != 1 or int(ti[0]) not in tasks:
-        return None, f"task_index {ti.tolist()} not in meta/tasks.jsonl"
+        return None, f"task_index {ti.tolist()} not in {layout.TASKS}"
     lengths = {}
     for cam in wcfg.cameras:
         path = root / layout.video_relpath(i, cam, cs)
@@ -202,13 +202,13 @@ def apply(p: Plan, wcfg: WriterConfig) -> list[str]:
             done.append(f"moved {rel} to {dst.relative_to(root).as_posix()}")
         if p.rebuilt:
             episodes = crash_repair.load_episodes(root) + p.rebuilt
-            fsutil.atomic_write(root / "meta" / "episodes.jsonl", fsutil.jsonl_bytes(episodes))
-            done.append(f"rebuilt {len(p.rebuilt)} lines of meta/episodes.jsonl")
+            fsutil.atomic_write(root / layout.EPISODES, fsutil.jsonl_bytes(episodes))
+            done.append(f"rebuilt {len(p.rebuilt)} lines of {layout.EPISODES}")
         if p.write_info:
             episodes = crash_repair.load_episodes(root)
-            n_tasks = len(fsutil.read_jsonl(root / "meta" / "tasks.jsonl"))
-            fsutil.atomic_write(root / "meta" / "info.json", fsutil.json_bytes(meta_builders.info_json(wcfg, episodes, n_tasks)))
-            done.append("wrote meta/info.json")
+            n_tasks = len(fsutil.read_jsonl(root / layout.TASKS))
+            fsutil.atomic_write(root / layout.INFO, fsutil.json_bytes(meta_builders.info_json(wcfg, episodes, n_tasks)))
+            done.append(f"wrote {layout.INFO}")
     finally:
         os.close(fd)
     LeRobotWriter(root, wcfg).close()   # checks the result and regenerates tasks, stats and info totals

@@ -57,7 +57,7 @@ from piper_recorder.timebase import TICKS, TIME_BASE, frame_period_ticks, grid_t
 
 from ..format import fsutil
 from ..format.errors import DatasetError
-from ..format.layout import data_file, video_file
+from ..format.layout import EPISODES, INFO, data_file, video_file
 from ..format.raw_read import read_json, read_jsonl, video_keys
 
 MS = Fraction(1, 1000)
@@ -239,8 +239,8 @@ def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
     nominal episode's parquet (listed after that episode's videos are planned: videos go first)."""
     root = Path(root)
     try:
-        info = read_json(root / "meta" / "info.json")
-        episodes = read_jsonl(root / "meta" / "episodes.jsonl")
+        info = read_json(root / INFO)
+        episodes = read_jsonl(root / EPISODES)
     except (OSError, ValueError) as e:
         raise DatasetError(f"{root}: not a readable LeRobot root ({e})") from e
     keys = video_keys(info)
@@ -367,8 +367,8 @@ def repair_root(root: str | Path, dry_run: bool = False,
     the module docstring); ``dry_run`` only plans. ``progress`` is called once per file after it is
     handled."""
     root = Path(root)
-    if not (root / "meta" / "info.json").is_file():
-        raise DatasetError(f"{root}: not a LeRobot root (no meta/info.json)")
+    if not (root / INFO).is_file():
+        raise DatasetError(f"{root}: not a LeRobot root (no {INFO})")
     lock = None if dry_run else fsutil.lock_root(
         root, f"{root} is open in a writer (a recorder or converter); stop it first")
     try:
@@ -380,7 +380,7 @@ def repair_root(root: str | Path, dry_run: bool = False,
                     tmp.unlink()
                     report.removed_tmp.append(tmp)
         report.plans, report.seconds_of_video, report.data = plan_root(root)
-        period = frame_period_ticks(float(read_json(root / "meta" / "info.json")["fps"]))
+        period = frame_period_ticks(float(read_json(root / INFO)["fps"]))
         data = {d.episode: d for d in report.data}
         by_episode: dict[int, list[FilePlan]] = {}
         for plan in report.plans:

@@ -105,7 +105,7 @@ class LeRobotWriter:
         self.cfg = cfg = cfg or WriterConfig()
         cfg.validate()
         self.root = Path(root)
-        (self.root / "meta").mkdir(parents=True, exist_ok=True)
+        (self.root / layout.META_DIR).mkdir(parents=True, exist_ok=True)
         self._lock_fd = fsutil.lock_root(self.root, f"{self.root} is open in another writer")
         try:
             self._open()
@@ -335,10 +335,10 @@ class LeRobotWriter:
             episodes: list[dict] = list(self._episodes)
             episodes[index] = rec
             try:
-                fsutil.atomic_write(self.root / "meta" / "episodes.jsonl", fsutil.jsonl_bytes(episodes))
+                fsutil.atomic_write(self.root / layout.EPISODES, fsutil.jsonl_bytes(episodes))
             except OSError as e:
                 raise SaveFailedError(f"labelling episode {index} failed ({io_reason(e)}); "
-                                      "episodes.jsonl is unchanged") from e
+                                      f"{layout.EPISODES} is unchanged") from e
             self._episodes = episodes
             return rec
 
@@ -394,7 +394,7 @@ class LeRobotWriter:
         # stats layout: one sketch row per scalar of every split feature + bookkeeping column
         self._layout = [(f.key, f.dim) for f in self._features] + [(k, 1) for k in BOOKKEEPING]
         self._combined = combined_specs(cfg.features) if cfg.combined_columns else {}
-        info_path = self.root / "meta" / "info.json"
+        info_path = self.root / layout.INFO
         info = None
         if info_path.exists():
             try:
@@ -692,9 +692,9 @@ class LeRobotWriter:
                 ep.staging / "episode.json")
             contents = self._derived(episodes, tasks, self._sketches + [sk],
                                      self._records + [_StatsRecord.of(rec)])
-            contents.append(("episodes.jsonl", fsutil.jsonl_bytes(episodes)))
-            for name, data in contents:
-                path = self.root / "meta" / name
+            contents.append((layout.EPISODES, fsutil.jsonl_bytes(episodes)))
+            for rel, data in contents:
+                path = self.root / rel
                 tmps.append((fsutil.write_tmp(path, data), path))
             for src, dst in self._payload(ep):
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -706,7 +706,7 @@ class LeRobotWriter:
                 old = path.read_bytes() if path.exists() else None
                 fsutil.replace(tmp, path)
                 done.append((path, old))
-            fsutil.fsync_dir(self.root / "meta")
+            fsutil.fsync_dir(self.root / layout.META_DIR)
         except BaseException as e:
             self._rollback(tmps, done, moved)
             if isinstance(e, OSError):
@@ -741,19 +741,19 @@ class LeRobotWriter:
     def _derived(self, episodes: list[dict], tasks: list[dict], sketches: list[np.ndarray],
                  records: list[_StatsRecord]) -> list[tuple[str, bytes]]:
         """New content of the files derived from episodes.jsonl (written before it)."""
-        out = [("tasks.jsonl", fsutil.jsonl_bytes(tasks))]
+        out = [(layout.TASKS, fsutil.jsonl_bytes(tasks))]
         if sketches:
             merged = stats_sketch.merge(np.stack(sketches))
             combined = {k: tuple(p.key for p in parts) for k, parts in self._combined.items()}
             st = stats_sketch.to_json(merged, self._layout, combined)
             st.update(self._image_stats(records))
-            out.append(("stats.json", fsutil.json_bytes(st)))
+            out.append((layout.STATS, fsutil.json_bytes(st)))
         else:
-            out.append(("stats.json", fsutil.json_bytes({})))
+            out.append((layout.STATS, fsutil.json_bytes({})))
         if self.cfg.lerobot_version != "v2.0":
-            out.append(("episodes_stats.jsonl", b"".join(r.line for r in records)))
-        out.append(("info.json", fsutil.json_bytes(meta_builders.info_json(self.cfg, episodes, len(tasks)))))
-        out.append(("modality.json", fsutil.json_bytes(meta_builders.modality_json(self.cfg))))
+            out.append((layout.EPISODES_STATS, b"".join(r.line for r in records)))
+        out.append((layout.INFO, fsutil.json_bytes(meta_builders.info_json(self.cfg, episodes, len(tasks)))))
+        out.append((layout.MODALITY, fsutil.json_bytes(meta_builders.modality_json(self.cfg))))
         return out
 
     def _image_stats(self, records: list[_StatsRecord]) -> dict:
@@ -769,9 +769,9 @@ class LeRobotWriter:
 
     def _write_derived_if_changed(self) -> None:
         files = self._derived(self._episodes, self._tasks, self._sketches, self._records)
-        files.append(("episodes.jsonl", fsutil.jsonl_bytes(self._episodes)))
-        for name, data in files:
-            path = self.root / "meta" / name
+        files.append((layout.EPISODES, fsutil.jsonl_bytes(self._episodes)))
+        for rel, data in files:
+            path = self.root / rel
             if not path.exists() or path.read_bytes() != data:
                 fsutil.atomic_write(path, data)
 
@@ -784,16 +784,16 @@ class LeRobotWriter:
         tmps: list[tuple[Path, Path]] = []
         done: list[tuple[Path, bytes | None]] = []
         try:
-            contents = [("episodes.jsonl", fsutil.jsonl_bytes(episodes))]  # commit point first
+            contents = [(layout.EPISODES, fsutil.jsonl_bytes(episodes))]  # commit point first
             contents += self._derived(episodes, tasks, sketches, records)
-            for name, data in contents:
-                path = self.root / "meta" / name
+            for rel, data in contents:
+                path = self.root / rel
                 tmps.append((fsutil.write_tmp(path, data), path))
             for tmp, path in tmps:
                 old = path.read_bytes() if path.exists() else None
                 fsutil.replace(tmp, path)
                 done.append((path, old))
-            fsutil.fsync_dir(self.root / "meta")
+            fsutil.fsync_dir(self.root / layout.META_DIR)
         except BaseException as e:
             self._rollback(tmps, done, [])
             if isinstance(e, OSError):
