@@ -57,8 +57,8 @@ def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -
 
     ``paced`` feeds in real time as a live recorder does (encoder queues near empty at stop);
     otherwise flat out, so the queues are full at stop (worst-case save latency)."""
-    from piper_recorder.lerobot.video import VideoConfig
-    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
+    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
     from video_gop import make_scene
 
     import logging
@@ -69,7 +69,7 @@ def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -
         def emit(self, record):
             phases.append(record.getMessage().split(": ", 1)[-1])
 
-    wlog = logging.getLogger("piper_recorder.lerobot.writer")
+    wlog = logging.getLogger("piper_recorder.lerobot.writer.dataset_writer")
     wlog.setLevel(logging.DEBUG)
     wlog.addHandler(Keep())
     pool = list(make_scene(60))
@@ -115,8 +115,8 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from piper_recorder.lerobot import stats
-    from piper_recorder.lerobot.writer import LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer import stats_sketch
+    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter, WriterConfig
 
     cfg = WriterConfig(fps=FPS, cameras={}, save_raw_quest=False, lerobot_version=version)
     with tempfile.TemporaryDirectory() as d:
@@ -167,7 +167,7 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
         layout = w._layout
         combined = {k: tuple(p.key for p in parts) for k, parts in w._combined.items()}
         t0, c0 = time.perf_counter(), time.process_time()
-        json.dumps(stats.to_json(stats.merge(sk), layout, combined))
+        json.dumps(stats_sketch.to_json(stats_sketch.merge(sk), layout, combined))
         update, update_cpu = time.perf_counter() - t0, time.process_time() - c0
         w.close()
     return {"episodes": n_episodes + 1, "rows_each": rows, "cold_open_s": cold, "warm_open_s": warm,
@@ -177,8 +177,8 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
 
 def image_stats_cost() -> dict:
     """ms per sampled frame for the histograms; decode-rebuild speed of one 10 s 640x480 mp4."""
-    from piper_recorder.lerobot import episode_stats
-    from piper_recorder.lerobot.video import VideoConfig, VideoEncoder
+    from piper_recorder.lerobot.format import episode_stats
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig, VideoEncoder
     from video_gop import make_scene
 
     pool = list(make_scene(60))

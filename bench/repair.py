@@ -34,8 +34,8 @@ sys.path.insert(0, str(HERE))
 
 from fractions import Fraction  # noqa: E402
 
-from piper_recorder.lerobot import fsutil  # noqa: E402
-from piper_recorder.lerobot.retime import repair_root  # noqa: E402
+from piper_recorder.lerobot.format import fsutil  # noqa: E402
+from piper_recorder.lerobot.maintenance.retime import repair_root  # noqa: E402
 from piper_recorder.lerobot.validate import validate_root  # noqa: E402
 
 FPS, H, W = 30, 480, 640
@@ -51,8 +51,8 @@ def build_root(root: Path, episodes: int, seconds: float) -> None:
     from lerobot_writer import _rows
     from video_gop import make_scene
 
-    from piper_recorder.lerobot.video import VideoConfig
-    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
+    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
 
     pool = list(make_scene(120))
     cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None))

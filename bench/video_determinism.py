@@ -33,7 +33,7 @@ from piper_recorder.bag import source as bag_source  # noqa: E402
 from piper_recorder.bag.config import topic_map  # noqa: E402
 from piper_recorder.bag.convert import ConvertOptions, convert_bag  # noqa: E402
 from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag  # noqa: E402
-from piper_recorder.lerobot import video  # noqa: E402
+from piper_recorder.lerobot.writer import video_encoder  # noqa: E402
 from piper_recorder.recording.config import RECORDER_CONFIGS, load_config  # noqa: E402
 
 CAMS = ("cam_front", "cam_wrist")
@@ -46,27 +46,27 @@ def _h(b: bytes) -> str:
 
 def instrument(jitter: bool, seed: int) -> None:
     rnd = random.Random(seed)
-    add = video.VideoEncoder.add
+    add = video_encoder.VideoEncoder.add
 
-    def logged_add(self: video.VideoEncoder, rgb, t: float) -> bool:
+    def logged_add(self: video_encoder.VideoEncoder, rgb, t: float) -> bool:
         LOG[str(self.path)].append(("add", round(t, 6), _h(rgb.tobytes())))
         return add(self, rgb, t)
 
-    encode, mux = video.VideoEncoder._encode, video.VideoEncoder._mux
+    encode, mux = video_encoder.VideoEncoder._encode, video_encoder.VideoEncoder._mux
 
-    def logged_encode(self: video.VideoEncoder, frame) -> None:   # the encoder thread's input
+    def logged_encode(self: video_encoder.VideoEncoder, frame) -> None:   # the encoder thread's input
         if frame is not None:
             LOG[str(self.path)].append(("in", frame.pts, _h(frame.to_ndarray(format="rgb24").tobytes())))
         encode(self, frame)
 
-    def logged_mux(self: video.VideoEncoder, packets) -> None:   # x264's packets, in order
+    def logged_mux(self: video_encoder.VideoEncoder, packets) -> None:   # x264's packets, in order
         packets = list(packets)
         LOG[str(self.path)].extend(("pkt", p.pts, _h(bytes(p))) for p in packets)
         mux(self, packets)
 
-    video.VideoEncoder.add = logged_add   # type: ignore[method-assign]
-    video.VideoEncoder._encode = logged_encode  # type: ignore[method-assign]
-    video.VideoEncoder._mux = logged_mux  # type: ignore[method-assign]
+    video_encoder.VideoEncoder.add = logged_add   # type: ignore[method-assign]
+    video_encoder.VideoEncoder._encode = logged_encode  # type: ignore[method-assign]
+    video_encoder.VideoEncoder._mux = logged_mux  # type: ignore[method-assign]
     if jitter:
         decode = bag_source.BagSource.decode
 

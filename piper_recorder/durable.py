@@ -2,7 +2,7 @@
 
 ``fsync_dir(directory)`` persists entries created, renamed or removed IN ``directory``; to persist a
 file's own directory entry, ``fsync_parent(path)``. Every other durable write
-(tmp file + fsync + rename, the LeRobot root lock, JSON lines) is in ``lerobot/fsutil.py``.
+(tmp file + fsync + rename, the LeRobot root lock, JSON lines) is in ``lerobot/format/fsutil.py``.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Tiny LeRobot v2.0 roots written straight from the spec with pyarrow, PyAV and json.
 
-Independent of piper_recorder.lerobot.writer on purpose: the validator and finalize are checked
+Independent of piper_recorder.lerobot.writer.dataset_writer on purpose: the validator and finalize are checked
 against these, and the writer's output is then checked by the validator.
 """
 from __future__ import annotations

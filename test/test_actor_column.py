@@ -23,8 +23,8 @@ from piper_recorder.assembly.features import ACTOR_FEATURE, ACTOR_INPUT, OPT_IN,
 from piper_recorder.assembly.messages import ACTOR_CODES, ACTOR_TOPIC, make_adapter
 from piper_recorder.bag.synth import T, SynthScenario, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset
-from piper_recorder.lerobot.features import piper_features
-from piper_recorder.lerobot.meta import modality_json
+from piper_recorder.lerobot.format.features import piper_features
+from piper_recorder.lerobot.writer.meta_builders import modality_json
 from piper_recorder.launcher import plan_graph
 from piper_recorder.recording.config import (
     LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config)

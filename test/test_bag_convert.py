@@ -328,7 +328,7 @@ def test_same_bag_twice_in_one_run_is_converted_once(tmp_path, cfg, capsys):
 def test_import_episode_refuses_bad_input_and_leaves_the_root_unchanged(tmp_path, cfg):
     from piper_recorder.bag.config import topic_map
     from piper_recorder.bag.convert import ConvertOptions, open_writer
-    from piper_recorder.lerobot.errors import SchemaError
+    from piper_recorder.lerobot.format.errors import SchemaError
     from piper_recorder.recording.config import LeRobotRecorderConfig, load_config
 
     bag = make_bag(tmp_path / "bag", duration_s=1.5, episodes=[(0.2, 1.2)])

@@ -50,7 +50,7 @@ def test_recorder_defaults_build_the_cores_defaults(fmt):
     cfg = RECORDER_CONFIGS[fmt]()
     assert cfg.assembly(cameras=AssemblyConfig().cameras) == AssemblyConfig()
     if fmt == "lerobot":
-        from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
+        from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, VideoConfig, WriterConfig
 
         live = lerobot_writer_config(cfg)
         assert dataclasses.replace(live, cameras={}) == WriterConfig()
@@ -146,12 +146,15 @@ def test_shipped_configs_do_not_repeat_timing_defaults(name):
 
 def test_rotation_types_are_defined_once():
     """The writer writes, the recorder accepts and the validator knows the same quaternion names."""
-    from piper_recorder.lerobot import finalize, layout, validate, writer_config
+    from piper_recorder.lerobot import validate
+    from piper_recorder.lerobot.format import layout
+    from piper_recorder.lerobot.maintenance import action_stats
+    from piper_recorder.lerobot.writer import config as writer_config
 
     assert layout.ROTATION_TYPES == ("quat_wxyz", "quaternion")
     assert writer_config.ROTATION_TYPES is layout.ROTATION_TYPES
     assert set(layout.ROTATION_TYPES) <= validate.GR00T_ROTATION_TYPES
-    assert not hasattr(finalize, "QUAT_ROTATION_TYPES") and not hasattr(validate, "QUAT_ROTATIONS")
+    assert not hasattr(action_stats, "QUAT_ROTATION_TYPES") and not hasattr(validate, "QUAT_ROTATIONS")
     for rot in layout.ROTATION_TYPES:
         LeRobotRecorderConfig(rotation_type=rot).validate()
     with pytest.raises(ValueError, match="rotation_type"):

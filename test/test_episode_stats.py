@@ -5,7 +5,7 @@ import av
 import numpy as np
 import pytest
 
-from piper_recorder.lerobot import episode_stats as es
+from piper_recorder.lerobot.format import episode_stats as es
 
 
 def _lerobot_image_stats(frames: np.ndarray) -> dict:

@@ -74,7 +74,7 @@ def test_each_exception_name_is_defined_once():
 
 
 def test_the_formats_share_one_schema_and_one_episode_state_error():
-    from piper_recorder.lerobot import errors as lerobot_errors
+    from piper_recorder.lerobot.format import errors as lerobot_errors
     from rgbd_writer import errors as rgbd_errors
 
     assert lerobot_errors.SchemaError is rgbd_errors.SchemaError is SchemaError

@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from lerobot_fixtures import small_root
-from piper_recorder.lerobot import video_concat
-from piper_recorder.lerobot.export import ExportError, export
-from piper_recorder.lerobot.video import VideoConfig
-from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.export import video_concat
+from piper_recorder.lerobot.export.operation import ExportError, export
+from piper_recorder.lerobot.writer.video_encoder import VideoConfig
+from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import H, W, frame_index_of, index_frame, row_values, tree_hashes
 
 FPS = 30
@@ -201,7 +201,7 @@ def test_v30_file_duration_cap_and_old_millisecond_pts(tmp_path, monkeypatch):
     """The fixture root has 1/1000 PTS (floor ms): the export restamps them onto the rows."""
     src, out = tmp_path / "src", tmp_path / "v30"
     small_root(src, lengths=(40, 33, 31))
-    monkeypatch.setattr("piper_recorder.lerobot.export_v30.MAX_FILE_S", 2.5)  # two episodes per file
+    monkeypatch.setattr("piper_recorder.lerobot.export.v30.MAX_FILE_S", 2.5)  # two episodes per file
     export(src, "v3.0", out)
     info = json.loads((out / "meta/info.json").read_text())
     rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
@@ -364,7 +364,7 @@ def test_v21_export_exports_on_to_v30_with_its_own_stats(tmp_path, monkeypatch):
     def no_decoding(*a, **kw):
         raise AssertionError("stats recomputed although the v2.1 source has them")
 
-    monkeypatch.setattr("piper_recorder.lerobot.episode_stats.root_episode_stats", no_decoding)
+    monkeypatch.setattr("piper_recorder.lerobot.format.episode_stats.root_episode_stats", no_decoding)
     export(tmp_path / "v21", "v3.0", tmp_path / "chained")
     check_v30(tmp_path / "chained", tmp_path / "v21")
     a = pq.read_table(tmp_path / "direct/meta/episodes/chunk-000/file-000.parquet").to_pylist()

@@ -23,7 +23,7 @@ import yaml
 from piper_recorder.assembly import PIPER_TABLE
 from piper_recorder.bag.synth import T, SynthScenario, header, image, joint_state, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset
-from piper_recorder.lerobot.features import piper_features
+from piper_recorder.lerobot.format.features import piper_features
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.recording.config import (
     LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from lerobot_fixtures import random_episode, small_root, write_root
-from piper_recorder.lerobot.finalize import FinalizeConfig, compute, finalize_root
+from piper_recorder.lerobot.maintenance.action_stats import FinalizeConfig, compute, finalize_root
 
 BIN = Path(sys.executable).parent
 C45 = np.cos(np.pi / 4)
@@ -151,7 +151,7 @@ def test_matches_numpy_reference(tmp_path, horizon):
 
 
 def test_canonical_sign_rule():
-    from piper_recorder.lerobot.se3 import canonical
+    from piper_recorder.lerobot.maintenance.se3 import canonical
     got = canonical(np.array([[-0.6, 0.8, 0, 0], [0, -0.6, 0.8, 0], [0, 0, 0, -1], [0.6, -0.8, 0, 0]]))
     np.testing.assert_array_equal(got, [[0.6, -0.8, 0, 0], [0, 0.6, -0.8, 0], [0, 0, 0, 1], [0.6, -0.8, 0, 0]])
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from piper_recorder.assembly.assembler import grid_timestamp
-from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
-from piper_recorder.lerobot.video import VideoConfig
-from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer.video_encoder import VideoConfig
+from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import read_jsonl_strict, read_table, row_values, tree_hashes
 
 FPS = 30
@@ -270,7 +270,7 @@ def test_validator_catches_bad_episodes_stats(tmp_path):
 
 
 def test_root_episode_stats_cached_and_recomputed(tmp_path):
-    from piper_recorder.lerobot.episode_stats import root_episode_stats
+    from piper_recorder.lerobot.format.episode_stats import root_episode_stats
     from lerobot_fixtures import small_root
 
     root = tmp_path / "ds"

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from piper_recorder.assembly.assembler import grid_timestamp
-from piper_recorder.lerobot import stats as stats_mod
-from piper_recorder.lerobot.errors import (BindingChangeError, DatasetError, EpisodeStateError,
+from piper_recorder.lerobot.writer import stats_sketch
+from piper_recorder.lerobot.format.errors import (BindingChangeError, DatasetError, EpisodeStateError,
                                            SchemaError)
-from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
+from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
 from test_lerobot_writer_helpers import (H, W, decode_video, index_frame, read_jsonl_strict,
                                          read_table, row_values, tree_hashes)
 
@@ -150,12 +150,12 @@ def test_round_trip_schema_meta_and_stats(tmp_path):
 def test_single_episode_quantiles_match_numpy():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(500, 4)) * [1, 10, 0.01, 100]
-    m = stats_mod.merge(stats_mod.sketch(x)[None])
+    m = stats_sketch.merge(stats_sketch.sketch(x)[None])
     np.testing.assert_allclose(m["q01"], np.quantile(x, 0.01, axis=0), rtol=1e-12)
     np.testing.assert_allclose(m["q99"], np.quantile(x, 0.99, axis=0), rtol=1e-12)
     # many episodes with different distributions: within 0.2 % rank of the exact quantile
     eps = [rng.normal(rng.normal(), 1 + rng.random(), (rng.integers(50, 400), 3)) for _ in range(60)]
-    m = stats_mod.merge(np.stack([stats_mod.sketch(e) for e in eps]))
+    m = stats_sketch.merge(np.stack([stats_sketch.sketch(e) for e in eps]))
     allv = np.concatenate(eps)
     np.testing.assert_allclose(m["mean"], allv.mean(0), rtol=1e-12)
     np.testing.assert_allclose(m["std"], allv.std(0), rtol=1e-10)
@@ -429,7 +429,7 @@ def test_stats_cache_rebuilt_when_missing_or_stale(tmp_path):
 def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
     """A queue of one frame and no waiting: the caller never blocks on encoding; every refused
     frame is reported by add_frame and counted, every accepted one is in the file."""
-    from piper_recorder.lerobot.video import VideoConfig
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
     root = tmp_path / "ds"
     cfg = config(cameras={"cam_front": CameraSpec(480, 640)},
@@ -456,7 +456,7 @@ def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
 
 
 def test_bad_config_is_refused(tmp_path):
-    from piper_recorder.lerobot.video import VideoConfig
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
     for bad in (dict(rotation_type="quat_xyzw"), dict(on_binding_change="ignore"),
                 dict(video=VideoConfig(codec="no-such-codec")), dict(video=VideoConfig(gop=0)),
@@ -543,7 +543,7 @@ def test_offline_encoder_is_deterministic_x264_without_mbtree(tmp_path):
     """The converter's encoder runs x264 with mbtree=0 (``VideoConfig.deterministic``): with mbtree on,
     identical frames gave different packets when thread timing varied (bench/video_determinism.py), so a
     retried Ray task decoded to other pixels. Live recording keeps x264's default (mbtree on)."""
-    from piper_recorder.lerobot.video import VideoEncoder
+    from piper_recorder.lerobot.writer.video_encoder import VideoEncoder
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
 
     assert lerobot_writer_config(LeRobotRecorderConfig(), offline=True).video.deterministic

@@ -88,19 +88,75 @@ def test_no_import_cycles():
     graph = _imports(_modules())
     assert _cycles(graph) == []
     # leaves import none of our modules but the names (itself a leaf)
-    for leaf in ("piper_recorder.lerobot.layout", "piper_recorder.timebase", "piper_recorder.durable",
+    for leaf in ("piper_recorder.lerobot.format.layout", "piper_recorder.timebase", "piper_recorder.durable",
                  "piper_recorder.params_file", "piper_recorder.errors", "piper_recorder.names"):
         assert graph[leaf] <= {"piper_recorder.names"} - {leaf}, f"{leaf} must stay a leaf, imports {graph[leaf]}"
-    assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.meta"]
-    assert "piper_recorder.lerobot.writer" not in graph["piper_recorder.lerobot.repair"]
+    assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.meta_builders"]
+    assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.crash_repair"]
 
 
 @pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_video_concat_does_not_load_the_assembler():
-    code = ("import sys, piper_recorder.lerobot.video_concat, piper_recorder.lerobot.retime; "
+    code = ("import sys, piper_recorder.lerobot.export.video_concat, piper_recorder.lerobot.maintenance.retime; "
             "print(sorted(m for m in sys.modules if m.startswith('piper_recorder.assembly')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# piper_recorder.lerobot's subpackages: each imports (at module level or inside a function) only the ones named here.
+# validate reads the raw files on its own, as the independent check of the typed read model (format.root).
+LEROBOT = "piper_recorder.lerobot"
+LEROBOT_LAYERS = {"format": set(), "writer": {"format"}, "export": {"format"}, "validate": {"format"},
+                  "maintenance": {"format", "writer"}}
+
+
+def _all_imports(m: str, p: Path) -> set[str]:
+    """Every module ``m`` imports anywhere in its source, relative imports resolved."""
+    pkg = (m if p.name == "__init__.py" else m.rpartition(".")[0]).split(".")
+    out = set()
+    for n in ast.walk(_tree(p)):
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                base = ".".join(pkg[: len(pkg) - (n.level - 1)] + ([n.module] if n.module else []))
+            out |= {base} | {f"{base}.{a.name}" for a in n.names}
+    return out
+
+
+def test_the_lerobot_subpackages_are_layered():
+    assert set(LEROBOT_LAYERS) == {m.split(".")[2] for m in _modules() if m.startswith(LEROBOT + ".")}
+    found = []
+    for m, p in _modules().items():
+        if m.startswith(LEROBOT + "."):
+            layer = m.split(".")[2]
+            found += [f"{m} imports {t}" for t in sorted(_all_imports(m, p)) if t.startswith(LEROBOT + ".")
+                      and t.split(".")[2] not in LEROBOT_LAYERS[layer] | {layer}]
+    assert found == []
+    assert f"{LEROBOT}.format.root" not in _all_imports(f"{LEROBOT}.validate", _modules()[f"{LEROBOT}.validate"])
+
+
+# The LeRobot meta file names are stated only in the format's layout (INFO, EPISODES, TASKS, STATS, ...): code and
+# messages use its names. Docstrings and --help texts (EPILOG) may mention the files, as for the names module below.
+LAYOUT_MODULE = f"{LEROBOT}.format.layout"
+META_FILE_LITERALS = ("info.json", "episodes.jsonl", "tasks.jsonl", "stats.json", "episodes_stats.jsonl",
+                      "modality.json", "relative_stats.json", "delta_stats.json", "collection_sessions.jsonl",
+                      "collection_meta.json", "dataset_edits.jsonl", "piper_export.json")
+
+
+def test_meta_file_names_are_stated_only_in_the_layout():
+    found = []
+    for m, p in _modules().items():
+        if m == LAYOUT_MODULE or not m.startswith("piper_recorder"):
+            continue
+        tree = _tree(p)
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                    and any(lit in node.value for lit in META_FILE_LITERALS):
+                found.append(f"{m}:{node.lineno}: {node.value!r}")
+    assert found == [], f"state these through {LAYOUT_MODULE}"
 
 
 def test_each_shared_helper_is_defined_once():

@@ -14,7 +14,7 @@ import yaml
 from piper_recorder.effective_config import effective_params
 from piper_recorder.launcher import config_path, launch_overrides
 from piper_recorder.params_file import read_params_file
-from piper_recorder.lerobot.provenance import BINDING_KEYS, lookup
+from piper_recorder.lerobot.format.provenance import BINDING_KEYS, lookup
 from piper_recorder.recording.config import (
     RECORDER_CONFIGS, CameraTopics, LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config,
     rgbd_writer_config, session_record)

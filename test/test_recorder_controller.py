@@ -260,8 +260,8 @@ def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monke
     import dataclasses
     import json
 
-    from piper_recorder.lerobot.video import VideoEncoder
-    from piper_recorder.lerobot.writer import LeRobotWriter
+    from piper_recorder.lerobot.writer.video_encoder import VideoEncoder
+    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
 
     release = threading.Event()
@@ -311,9 +311,9 @@ def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path,
     import errno
     import json
 
-    from piper_recorder.lerobot import fsutil
+    from piper_recorder.lerobot.format import fsutil
     from piper_recorder.lerobot.validate import validate_root
-    from piper_recorder.lerobot.writer import LeRobotWriter
+    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
 
     cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16,
@@ -354,7 +354,7 @@ def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path,
 
 
 def test_failed_save_can_be_discarded_and_shutdown_drops_it():
-    from piper_recorder.lerobot.errors import SaveFailedError
+    from piper_recorder.lerobot.format.errors import SaveFailedError
 
     class FullDisk(FakeLeRobotWriter):
         recording = True

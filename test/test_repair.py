@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from lerobot_fixtures import FINE, MS, small_root, write_video
-from piper_recorder.lerobot import fsutil
-from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.retime import repair_root
+from piper_recorder.lerobot.format import fsutil
+from piper_recorder.lerobot.format.errors import DatasetError
+from piper_recorder.lerobot.maintenance.retime import repair_root
 from piper_recorder.lerobot.validate import validate_root
 
 pytestmark = pytest.mark.integration
@@ -232,7 +232,7 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, v
     (what it wrote before that), repaired: parquet tables equal, and PTS and packets equal, those of
     the same recording written now (rows at grid_timestamp, k/30 rounded up); lerobot-doctor accepts it."""
     from piper_recorder.assembly.assembler import grid_timestamp
-    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
+    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
     from test_lerobot_writer_helpers import H, W, index_frame, row_values
 
     def record(root: Path, time_of, lengths=(110, 104)) -> None:

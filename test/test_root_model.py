@@ -1,4 +1,4 @@
-"""The typed read model of a LeRobot v2.x root (``piper_recorder.lerobot.root``): what it parses from a
+"""The typed read model of a LeRobot v2.x root (``piper_recorder.lerobot.format.root``): what it parses from a
 root the fixtures write, the paths it resolves, the modality groups, and the input errors of damaged
 meta files. ROS-free."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from lerobot_fixtures import small_root
 from piper_recorder.errors import DatasetError, PiperInputError, SchemaError, is_input_error
-from piper_recorder.lerobot.root import Episode, Info, Modality, Root, Slice, Task, read_info
+from piper_recorder.lerobot.format.root import Episode, Info, Modality, Root, Slice, Task, read_info
 
 
 @pytest.fixture(scope="module")
@@ -172,5 +172,5 @@ def test_optional_files_absent(root: Path, tmp_path: Path):
     m = Root.open(r)
     assert m.episodes == () and m.tasks == () and m.modality is None and m.state_names() == ()
     assert Root.is_root(r) and not Root.is_root(tmp_path)
-    with pytest.raises(SchemaError, match="cannot read modality.json"):
+    with pytest.raises(SchemaError, match="cannot read meta/modality.json"):
         Modality.load(r)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lerobot_fixtures import FINE, MS, grid_pts, small_root, write_video
-from piper_recorder.lerobot.finalize import FinalizeConfig, finalize_root
+from piper_recorder.lerobot.maintenance.action_stats import FinalizeConfig, finalize_root
 from piper_recorder.lerobot.validate import TimingSummary, validate_root
 
 LENGTHS = (12, 9, 7)  # episodes 0, 1, 2 -> global index 0..11, 12..20, 21..27
@@ -339,7 +339,7 @@ def test_chunked_root(tmp_path):
 def test_writer_output_validates_and_finalizes(tmp_path):
     """The project's own writer, across a resume, a discard and a delete, against this independent validator."""
     from lerobot_fixtures import random_episode
-    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
     root = tmp_path / "w"
     cfg = WriterConfig(fps=30, cameras={"cam_front": CameraSpec(height=48, width=64),
                                         "cam_wrist": CameraSpec(height=48, width=64)})

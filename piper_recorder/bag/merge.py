@@ -29,10 +29,10 @@ def _add_done(done: dict[str, list[SpanKey]], source: Any) -> None:
 
 def lerobot_done(root: Path) -> dict[str, list[SpanKey]]:
     """fingerprint -> converted episode spans, from the episodes.jsonl ``source`` counters."""
-    from piper_recorder.lerobot import fsutil
+    from piper_recorder.lerobot.format import fsutil, layout
 
     done: dict[str, list[SpanKey]] = {}
-    for rec in fsutil.read_jsonl(Path(root) / "meta" / "episodes.jsonl"):
+    for rec in fsutil.read_jsonl(Path(root) / layout.EPISODES):
         _add_done(done, rec.get("source"))
     return done
 
@@ -54,10 +54,10 @@ def import_lerobot(writer: Any, staged_root: Path, session: dict[str, Any]) -> i
     """Append every episode of a staged LeRobot root (in order) to ``writer``; returns the count."""
     import pyarrow.parquet as pq
 
-    from piper_recorder.lerobot import fsutil, layout
+    from piper_recorder.lerobot.format import fsutil, layout
 
     staged_root = Path(staged_root)
-    records = fsutil.read_jsonl(staged_root / "meta" / "episodes.jsonl")
+    records = fsutil.read_jsonl(staged_root / layout.EPISODES)
     if not records:
         return 0
     writer.begin_session(session)
@@ -75,7 +75,7 @@ def import_lerobot(writer: Any, staged_root: Path, session: dict[str, Any]) -> i
 
 def _image_hists(staged_root: Path, i: int) -> dict[str, tuple[np.ndarray, int]]:
     """The staged episode's sampled image histograms by camera (its writer's stats record)."""
-    from piper_recorder.lerobot import episode_stats, layout
+    from piper_recorder.lerobot.format import episode_stats, layout
 
     rec = episode_stats.load_record(staged_root / layout.record_relpath(i)) or {}
     return {layout.camera_of(k): (np.asarray(v["hist"], np.int64), int(v["frames"]))

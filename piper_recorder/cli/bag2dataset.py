@@ -10,6 +10,7 @@ import sys
 from contextlib import ExitStack
 
 from piper_recorder.cli.errors import exits_2_on_bad_input
+from piper_recorder.lerobot.format.layout import EPISODES_STATS
 from piper_recorder.names import EPISODE_EVENTS
 from piper_recorder.outpaths import overlapping_input
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="--engine ray: re-runs of a bag whose worker or node died (default 2)")
     ap.add_argument("--lerobot-version", choices=("v2.0", "v2.1"),
                     help="LeRobot codebase version to write (default: the config's lerobot_version, v2.0); "
-                         "v2.1 adds meta/episodes_stats.jsonl")
+                         f"v2.1 adds {EPISODES_STATS}")
     bar = ap.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None, help="progress bars")
     bar.add_argument("--no-progress", dest="progress", action="store_false")

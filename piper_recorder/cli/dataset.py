@@ -27,7 +27,7 @@ from pathlib import Path
 from piper_recorder.cli.errors import exits_2_on_bad_input
 from piper_recorder.dataset_edit import EditError, ops
 from piper_recorder.dataset_edit.common import parse_renames
-from piper_recorder.lerobot.layout import ROTATION_TYPES
+from piper_recorder.lerobot.format.layout import MODALITY, ROTATION_TYPES
 
 PROG = "piper-dataset"
 
@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     fl.add_argument("--outcome", help="comma list of success, failure, none (unlabelled)")
     fl.add_argument("--verdict", help="comma list of ok, warn, bad, none (saved without a verdict)")
     common(fl)
-    t = sub.add_parser("retype", help="re-tag modality.json's quaternion slices (LeRobot roots)")
+    t = sub.add_parser("retype", help=f"re-tag the quaternion slices of {MODALITY} (LeRobot roots)")
     t.add_argument("src", type=Path)
     t.add_argument("--rotation-type", required=True, choices=ROTATION_TYPES,
                    help="quaternion: the w-first name GR00T N1.5 accepts; quat_wxyz: the spec's name")

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from piper_recorder.launcher import LaunchError, config_path, find_script
-from piper_recorder.lerobot.fsutil import read_jsonl
+from piper_recorder.lerobot.format.fsutil import read_jsonl
+from piper_recorder.lerobot.format.layout import EPISODES, INFO
 from piper_recorder.sim_session import DemoError, EpisodeResult, SimSession, size_overrides
 from piper_recorder.supervision import interrupt_on_stop_signals
 
@@ -74,11 +75,11 @@ def summarize(out: Path) -> dict[str, Any]:
     import av
     import h5py
 
-    from piper_recorder.lerobot.layout import video_file
+    from piper_recorder.lerobot.format.layout import video_file
 
     root = out / "lerobot"
-    episodes = read_jsonl(root / "meta" / "episodes.jsonl")
-    info = json.loads((root / "meta" / "info.json").read_text())
+    episodes = read_jsonl(root / EPISODES)
+    info = json.loads((root / INFO).read_text())
     video_frames: dict[str, list[int]] = {}
     for ep in episodes:
         idx = ep["episode_index"]

@@ -11,7 +11,8 @@ import argparse
 import sys
 
 from piper_recorder.cli.errors import exits_2_on_bad_input
-from piper_recorder.lerobot.finalize import FinalizeConfig, finalize_root
+from piper_recorder.lerobot.format.layout import DELTA_STATS, MODALITY, RELATIVE_STATS
+from piper_recorder.lerobot.maintenance.action_stats import FinalizeConfig, finalize_root
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pair", type=_pair, action="append", metavar="ACTION=OBSERVATION",
                    help="pair an action column with its state column (repeatable; default: action.X=observation.X)")
     p.add_argument("--pose-column", action="append", metavar="COLUMN",
-                   help="treat COLUMN as an [x,y,z,qw,qx,qy,qz] pose (repeatable; default: from modality.json)")
+                   help=f"treat COLUMN as an [x,y,z,qw,qx,qy,qz] pose (repeatable; default: from {MODALITY})")
     args = p.parse_args(argv)
     if args.horizon < 1:
         p.error("--horizon must be >= 1")
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                          log=lambda m: print(m, file=sys.stderr))
     res = finalize_root(args.root, cfg)   # a root it cannot use: exit 2 (cli.errors)
     print(f"piper-finalize: {res.episodes} episodes, {res.rows} rows, horizon {args.horizon} "
-          f"({res.samples} window samples per column) -> meta/relative_stats.json, meta/delta_stats.json")
+          f"({res.samples} window samples per column) -> {RELATIVE_STATS}, {DELTA_STATS}")
     return 0
 
 

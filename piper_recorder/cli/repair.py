@@ -7,7 +7,7 @@ frame. This remuxes each such mp4 (packets copied bit for bit, no re-encoding) w
 grid, and for nominal episodes rewrites the parquet's ``timestamp`` column to k/fps rounded up to
 float32 (every other column unchanged), file by file and atomically, videos before their parquet;
 files already right are skipped, so an interrupted run is simply run again. --dry-run lists what would
-change. Rules (nominal vs capture episodes) in piper_recorder/lerobot/retime.py. Exit 0 when every
+change. Rules (nominal vs capture episodes) in piper_recorder/lerobot/maintenance/retime.py. Exit 0 when every
 file is fine afterwards, 1 if any could not be repaired or the root is unusable (e.g. a recorder has
 it open).
 """
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.retime import OK, REFUSE, REWRITE, DataPlan, FilePlan, repair_root
+from piper_recorder.lerobot.format.errors import DatasetError
+from piper_recorder.lerobot.maintenance.retime import OK, REFUSE, REWRITE, DataPlan, FilePlan, repair_root
 from piper_recorder.cli.errors import exits_2_on_bad_input
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.lerobot.format.errors import DatasetError
 
 
 def downscale(rgb: np.ndarray, width: int) -> np.ndarray:
@@ -97,7 +97,7 @@ class ReferenceFrames:
 
     def listing(self) -> list[dict[str, Any]]:
         """Every configured root with its cameras and saved episodes (a root not yet written: none)."""
-        from piper_recorder.lerobot.root import Root
+        from piper_recorder.lerobot.format.root import Root
 
         out: list[dict[str, Any]] = []
         for i, root in enumerate(self.roots):
@@ -117,8 +117,8 @@ class ReferenceFrames:
         """JPEG of frame 0; KeyError for an unknown root/episode/camera, DatasetError for a bad file."""
         import av
 
-        from piper_recorder.lerobot.layout import video_key
-        from piper_recorder.lerobot.root import read_info
+        from piper_recorder.lerobot.format.layout import video_key
+        from piper_recorder.lerobot.format.root import read_info
 
         root = self._root(root_index)
         info = read_info(root)

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 from piper_recorder.dashboard.frames import FrameStore, ReferenceFrames
 from piper_recorder.dashboard.model import DashboardConfig, DashboardModel
 from piper_recorder.dashboard.page import render_page, static_file
-from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.lerobot.format.errors import DatasetError
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from piper_recorder.lerobot.errors import DatasetError
+from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.outpaths import overlapping_input
 from piper_recorder.sidelock import SideLock
 

@@ -32,17 +32,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from piper_recorder import __version__
-from piper_recorder.lerobot import episode_stats, export, fsutil, layout, meta, provenance
-from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
-from piper_recorder.lerobot.root import Root
-from piper_recorder.lerobot.video import VideoConfig
-from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.export import operation as export
+from piper_recorder.lerobot.format import episode_stats, fsutil, layout
+from piper_recorder.lerobot.writer import meta_builders
+from piper_recorder.lerobot.format.errors import DatasetError
+from piper_recorder.lerobot.format.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
+from piper_recorder.lerobot.format.root import Root
+from piper_recorder.lerobot.writer.video_encoder import VideoConfig
+from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
 from piper_recorder.names import IMAGES_PREFIX
 
 from .common import TOOL, EditError, EpisodeInfo, Pick
 
-EDITS_FILE = "dataset_edits.jsonl"
 CURATION_KEYS = ("outcome", "outcome_note", "verdict", "verdict_reasons")
 INCOMPLETE = "data/INCOMPLETE.parquet"  # present in a staging root until its build is complete
 _CODECS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
@@ -91,7 +92,7 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
         model = Root.open(path)  # the shapes of the meta files, checked before anything reads them
         for n, ep in enumerate(model.episodes, 1):
             if not ep.tasks or "task_index" not in ep.extras:
-                raise EditError(f"{path}/meta/episodes.jsonl: line {n} has no task")
+                raise EditError(f"{path / layout.EPISODES}: line {n} has no task")
         try:
             src = export.open_source(path, model)
         except export.ExportError as e:
@@ -134,7 +135,7 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
     entries = [(group, name, e) for group in ("state", "action")
                for name, e in (modality.get(group) or {}).items() if isinstance(e, dict)]
     rotation = next((str(e["rotation_type"]) for _, _, e in entries if "rotation_type" in e), "quat_wxyz")
-    record = info.get(meta.COMBINED_RECORD)
+    record = info.get(meta_builders.COMBINED_RECORD)
     recorded: dict[str, Any] | None = record if isinstance(record, dict) else None
     joined = set(COMBINED) | {str(v) for v in (recorded or {}).values()}   # combined columns, not split ones
     specs = []
@@ -158,14 +159,15 @@ def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
                            combined_columns=combined, lerobot_version=src.version)
         cfg.validate()
     except (ValueError, TypeError, KeyError) as e:
-        raise EditError(f"{src.root}: its info.json/modality.json do not describe a writer configuration ({e})") from None
-    want = meta.features_json(cfg)
+        raise EditError(f"{src.root}: its {layout.INFO} and {layout.MODALITY} do not describe a writer "
+                        f"configuration ({e})") from None
+    want = meta_builders.features_json(cfg)
     if want != feats:
         diff = sorted(k for k in set(want) | set(feats) if want.get(k) != feats.get(k))
-        raise EditError(f"{src.root}: info.json features {diff} are not what the writer writes; "
+        raise EditError(f"{src.root}: {layout.INFO} features {diff} are not what the writer writes; "
                         "cannot rebuild this root")
-    if meta.modality_json(cfg) != modality:
-        raise EditError(f"{src.root}: modality.json is not what the writer writes for its features; "
+    if meta_builders.modality_json(cfg) != modality:
+        raise EditError(f"{src.root}: {layout.MODALITY} is not what the writer writes for its features; "
                         "cannot rebuild this root")
     return cfg
 
@@ -198,7 +200,7 @@ def differences(a: LeRobotSource, b: LeRobotSource) -> list[str]:
             out += [f"feature {key} {k}: {x.get(k)!r} vs {y.get(k)!r}" for k in ("dtype", "shape", "names")
                     if x.get(k) != y.get(k)]
     if not out and a.modality != b.modality:
-        out.append("modality.json differs (rotation_type or slices)")
+        out.append(f"{layout.MODALITY} differs (rotation_type or slices)")
     return out
 
 
@@ -221,7 +223,7 @@ def _images(src: export.Source, i: int) -> dict[str, tuple[np.ndarray, int]]:
     rec = episode_stats.load_record(src.root / episode_stats.record_relpath(i)) or {}
     if rec.get("episode_index") != i:
         return {}
-    prefix = meta.video_key("")
+    prefix = layout.video_key("")
     out = {}
     for k, v in (rec.get("images") or {}).items():
         try:
@@ -269,17 +271,16 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
             if progress:
                 progress(n + 1, len(picks))
         totals = {"episodes": w.total_episodes, "frames": w.total_frames}
-    meta_dir = staging / "meta"
     sessions: list[dict[str, Any]] = []
     edits: list[dict[str, Any]] = []
     for source in sources:
-        sessions += fsutil.read_jsonl(source.root / "meta" / provenance.SESSIONS_FILE)
-        edits += fsutil.read_jsonl(source.root / "meta" / EDITS_FILE)
+        sessions += fsutil.read_jsonl(source.root / layout.SESSIONS)
+        edits += fsutil.read_jsonl(source.root / layout.DATASET_EDITS)
     edits.append(edit)
     if sessions:
-        fsutil.atomic_write(meta_dir / provenance.SESSIONS_FILE, fsutil.jsonl_bytes(sessions))
-        fsutil.atomic_write(meta_dir / provenance.META_FILE, fsutil.json_bytes(sessions[-1]))
-    fsutil.atomic_write(meta_dir / EDITS_FILE, fsutil.jsonl_bytes(edits))
+        fsutil.atomic_write(staging / layout.SESSIONS, fsutil.jsonl_bytes(sessions))
+        fsutil.atomic_write(staging / layout.COLLECTION_META, fsutil.json_bytes(sessions[-1]))
+    fsutil.atomic_write(staging / layout.DATASET_EDITS, fsutil.jsonl_bytes(edits))
     (staging / fsutil.ROOT_LOCK).unlink(missing_ok=True)
     marker.unlink()
     return totals

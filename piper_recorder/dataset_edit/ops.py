@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
-from piper_recorder.lerobot import export, fsutil
-from piper_recorder.lerobot.layout import ROTATION_TYPES
+from piper_recorder.lerobot.export import operation as export
+from piper_recorder.lerobot.format import fsutil
+from piper_recorder.lerobot.format.layout import INFO, MODALITY, ROTATION_TYPES
 
 from piper_recorder.outpaths import located, nested
 
@@ -61,7 +62,7 @@ def _kind(paths: list[Path]) -> str:
         elif rgbd_edit.is_file(p):
             kinds.add("rgbd")
         else:
-            raise EditError(f"{p}: neither a LeRobot root (meta/info.json) nor an RGB-D HDF5 file")
+            raise EditError(f"{p}: neither a LeRobot root ({INFO}) nor an RGB-D HDF5 file")
     if len(kinds) > 1:
         raise EditError("cannot mix LeRobot roots and RGB-D files in one edit")
     return kinds.pop()
@@ -231,7 +232,7 @@ def retype(src: Path, rotation_type: str, out: Path | None = None, dry_run: bool
         raise EditError(f"retype: rotation type must be one of {', '.join(ROTATION_TYPES)}, got {rotation_type!r}")
     kind = _kind([src])
     if kind != "lerobot":
-        raise EditError("retype: only LeRobot roots carry a modality.json")
+        raise EditError(f"retype: only LeRobot roots carry a {MODALITY}")
     sources = _open(kind, [src])
     try:
         s = sources[0]
@@ -242,7 +243,7 @@ def retype(src: Path, rotation_type: str, out: Path | None = None, dry_run: bool
         s.cfg = dataclasses.replace(s.cfg, rotation_type=rotation_type)
         o = Output(out if out is not None else src, picks_of(0, _episodes(s)), in_place=out is None)
         res = _run("retype", kind, [src], sources, [o], dry_run, progress, rotation_type={"from": was, "to": rotation_type})
-        res.plan.insert(0, f"modality.json rotation_type: {was} -> {rotation_type}")
+        res.plan.insert(0, f"{MODALITY} rotation_type: {was} -> {rotation_type}")
         return res
     finally:
         _close(sources)

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from piper_recorder.bag.merge import copy_rgbd_episode
-from piper_recorder.lerobot import fsutil
+from piper_recorder.lerobot.format import fsutil
 from piper_recorder.names import CAMERA
 from rgbd_writer import schema
 from rgbd_writer.validate import validate_file

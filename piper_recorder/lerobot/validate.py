@@ -3,7 +3,7 @@
 ``validate_root(root, full=False) -> list[str]``: one line per problem, each prefixed with the file
 (relative to the root); an empty list means valid. ``full`` decodes every video frame instead of
 counting packets. The checks read the files with pyarrow, PyAV and json only, never the writer.
-On purpose they do not use the typed read model (``lerobot.root``) the other readers share either:
+On purpose they do not use the typed read model (``lerobot.format.root``) the other readers share either:
 the validator reads the raw meta files itself so that it stays an independent check of that model.
 
 Timestamps are an error, not a warning, when consecutive differences leave 1/fps by more than
@@ -45,8 +45,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot.layout import ROTATION_TYPES, data_file, video_file
-from piper_recorder.lerobot.rootfiles import column_array
+from piper_recorder.lerobot.format.layout import (DELTA_STATS, EPISODES, EPISODES_STATS, INFO, MODALITY, RELATIVE_STATS,
+                                                  ROTATION_TYPES, STATS, TASKS, data_file, video_file)
+from piper_recorder.lerobot.format.raw_read import column_array
 
 STAT_KEYS = {"mean", "std", "min", "max", "q01", "q99"}
 EPISODE_STAT_KEYS = {"min", "max", "mean", "std", "count"}  # LeRobot v2.1 meta/episodes_stats.jsonl
@@ -320,7 +321,7 @@ def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, a
     """One episode's table; returns its timestamps (float64) when readable."""
     path = data_file(root, info, ctx.episode_index)
     if not path.exists():
-        rep.add(path, "missing (named by meta/episodes.jsonl)")
+        rep.add(path, f"missing (named by {EPISODES})")
         return None
     try:
         table = pq.read_table(path)
@@ -330,10 +331,10 @@ def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, a
     feats = {k: f for k, f in info["features"].items() if f.get("dtype") != "video"}
     length = ctx.ep.get("length")
     if table.num_rows != length:
-        rep.add(path, f"{table.num_rows} rows, meta/episodes.jsonl says length {length}")
+        rep.add(path, f"{table.num_rows} rows, {EPISODES} says length {length}")
     for name in table.column_names:
         if name not in feats:
-            rep.add(path, f"column '{name}' is not declared in meta/info.json features")
+            rep.add(path, f"column '{name}' is not declared in {INFO} features")
     n = table.num_rows
     cols: dict[str, np.ndarray] = {}
     for key, feat in feats.items():
@@ -346,7 +347,7 @@ def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, a
         column = table.column(key)
         want = _expected_arrow_type(feat)
         if column.type != want:
-            rep.add(path, f"column '{key}' has type {column.type}, info.json declares {feat['dtype']} "
+            rep.add(path, f"column '{key}' has type {column.type}, {INFO} declares {feat['dtype']} "
                           f"shape {feat['shape']} (expected {want})")
             continue
         flat = column.combine_chunks()
@@ -397,10 +398,10 @@ def _check_bookkeeping(rep: _Report, path: Path, ctx: _EpisodeContext, cols: dic
         bad = (ti < 0) | (ti >= n_tasks)
         if n and np.any(bad):
             rep.add(path, f"'task_index' row {_first_bad(bad)} is {ti[_first_bad(bad)]}, "
-                          f"not in meta/tasks.jsonl (0..{n_tasks - 1})")
+                          f"not in {TASKS} (0..{n_tasks - 1})")
         elif n and ctx.task_index is not None and not np.all(ti == ctx.task_index):
             r = _first_bad(ti != ctx.task_index)
-            rep.add(path, f"'task_index' row {r} is {ti[r]}, meta/episodes.jsonl task is index {ctx.task_index}")
+            rep.add(path, f"'task_index' row {r} is {ti[r]}, {EPISODES} task is index {ctx.task_index}")
 
 
 def _check_timestamps(rep: _Report, path: Path, ts: np.ndarray, fps: float) -> None:
@@ -557,10 +558,10 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
     keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     if not keys:
         return
-    ep_line = f"meta/episodes.jsonl episode {ctx.episode_index}"
+    ep_line = f"{EPISODES} episode {ctx.episode_index}"
     declared = ctx.ep.get("video_frame_lengths")
     if not isinstance(declared, dict):
-        rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: missing 'video_frame_lengths'")
+        rep.add(root / EPISODES, f"episode {ctx.episode_index}: missing 'video_frame_lengths'")
         declared = {}
     counts = []
     fps = float(info["fps"])
@@ -578,11 +579,11 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
         counts.append(count)
         shape = info["features"][key].get("shape", [None, None])
         if list(size) != [shape[1], shape[0]]:
-            rep.add(path, f"frame size {size[0]}x{size[1]}, info.json shape {shape}")
+            rep.add(path, f"frame size {size[0]}x{size[1]}, {INFO} shape {shape}")
         cam = key.split(".")[-1]
         want = declared.get(cam, declared.get(key))
         if want is None:
-            rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: no video_frame_lengths "
+            rep.add(root / EPISODES, f"episode {ctx.episode_index}: no video_frame_lengths "
                                                   f"entry for '{cam}'")
         elif want != count:
             rep.add(path, f"{count} frames, {ep_line} says {want}")
@@ -602,7 +603,7 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
             _check_video_timing(rep, path, video, ts, ctx, cam, fps)
     if counts and len(counts) == len(keys) and "video_frame_length" in ctx.ep \
             and ctx.ep["video_frame_length"] != min(counts):
-        rep.add(root / "meta/episodes.jsonl", f"episode {ctx.episode_index}: video_frame_length "
+        rep.add(root / EPISODES, f"episode {ctx.episode_index}: video_frame_length "
                                               f"{ctx.ep['video_frame_length']}, minimum over cameras is {min(counts)}")
 
 
@@ -619,7 +620,7 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
     for key, entry in stats.items():
         feat = feats.get(key)
         if feat is None:
-            rep.add(path, f"entry '{key}' is not a feature in info.json")
+            rep.add(path, f"entry '{key}' is not a feature in {INFO}")
             continue
         if not isinstance(entry, dict):
             rep.add(path, f"entry '{key}' must be an object")
@@ -674,7 +675,7 @@ def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: di
     """LeRobot v2.1 meta/episodes_stats.jsonl: one line per episode, in order, every feature with
     min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count match the data."""
     if len(lines) != len(episodes):
-        rep.add(path, f"{len(lines)} lines for {len(episodes)} episodes in meta/episodes.jsonl")
+        rep.add(path, f"{len(lines)} lines for {len(episodes)} episodes in {EPISODES}")
     for pos, line in enumerate(lines):
         if set(line) != {"episode_index", "stats"} or line.get("episode_index") != pos:
             rep.add(path, f"line {pos + 1}: must be {{episode_index: {pos}, stats: {{...}}}}")
@@ -683,7 +684,7 @@ def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: di
         if not isinstance(st, dict) or set(st) != set(feats):
             missing = sorted(set(feats) - set(st)) if isinstance(st, dict) else []
             extra = sorted(set(st) - set(feats)) if isinstance(st, dict) else []
-            rep.add(path, f"line {pos + 1}: stats must cover every feature of info.json"
+            rep.add(path, f"line {pos + 1}: stats must cover every feature of {INFO}"
                           + (f"; missing {missing}" if missing else "") + (f"; extra {extra}" if extra else ""))
             continue
         length = episodes[pos].get("length") if pos < len(episodes) else None
@@ -758,7 +759,7 @@ def _check_modality(rep: _Report, path: Path, modality: Any, feats: dict) -> Non
                 rep.add(path, f"{where} has no original_key")
                 continue
             if key is not None and key not in feats:
-                rep.add(path, f"{where}: original_key '{key}' is not a feature in info.json")
+                rep.add(path, f"{where}: original_key '{key}' is not a feature in {INFO}")
                 continue
             if section == "video" and feats[key].get("dtype") != "video":
                 rep.add(path, f"{where}: original_key '{key}' is not a video feature")
@@ -806,7 +807,7 @@ def _check_stray_files(rep: _Report, root: Path, expected: set[Path]) -> None:
             continue
         for p in sorted(base.rglob("*")):
             if p.is_file() and p not in expected:
-                rep.add(p, "not named by meta/episodes.jsonl (leftover or temporary file)")
+                rep.add(p, f"not named by {EPISODES} (leftover or temporary file)")
 
 
 def _check_pairing(rep: _Report, path: Path, pos: int, ep: dict) -> None:
@@ -843,11 +844,10 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
                   pairing=PairingSummary() if pairing is None else pairing)
     if not root.is_dir():
         return [f"{root}: not a directory"]
-    meta = root / "meta"
-    info_path = meta / "info.json"
+    info_path = root / INFO
     info = _read_json(rep, info_path)
-    episodes = _read_jsonl(rep, meta / "episodes.jsonl")
-    tasks = _read_jsonl(rep, meta / "tasks.jsonl")
+    episodes = _read_jsonl(rep, root / EPISODES)
+    tasks = _read_jsonl(rep, root / TASKS)
     if not isinstance(info, dict):
         if info is not None:
             rep.add(info_path, "must be a JSON object")
@@ -861,11 +861,11 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
     task_of: dict[str, int] = {}
     for pos, t in enumerate(tasks):
         if t.get("task_index") != pos:
-            rep.add(meta / "tasks.jsonl", f"line {pos + 1}: task_index {t.get('task_index')!r}, expected {pos}")
+            rep.add(root / TASKS, f"line {pos + 1}: task_index {t.get('task_index')!r}, expected {pos}")
         if not isinstance(t.get("task"), str):
-            rep.add(meta / "tasks.jsonl", f"line {pos + 1}: 'task' must be a string")
+            rep.add(root / TASKS, f"line {pos + 1}: 'task' must be a string")
         elif t["task"] in task_of:
-            rep.add(meta / "tasks.jsonl", f"line {pos + 1}: task {t['task']!r} listed twice")
+            rep.add(root / TASKS, f"line {pos + 1}: task {t['task']!r} listed twice")
         else:
             task_of[t["task"]] = pos
 
@@ -874,7 +874,7 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
     expected_files: set[Path] = set()
     video_keys = [k for k, f in feats.items() if f.get("dtype") == "video"]
     start = 0
-    ep_path = meta / "episodes.jsonl"
+    ep_path = root / EPISODES
     for pos, ep in enumerate(episodes):
         if ep.get("episode_index") != pos:
             rep.add(ep_path, f"line {pos + 1}: episode_index {ep.get('episode_index')!r}, expected {pos} "
@@ -890,11 +890,11 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
         else:
             for t in ep_tasks:
                 if t not in task_of:
-                    rep.add(ep_path, f"episode {pos}: task {t!r} is not in meta/tasks.jsonl")
+                    rep.add(ep_path, f"episode {pos}: task {t!r} is not in {TASKS}")
             task_index = task_of.get(ep_tasks[0])
         if "task_index" in ep:
             if task_index is not None and ep_tasks and ep["task_index"] != task_index:
-                rep.add(ep_path, f"episode {pos}: task_index {ep['task_index']!r} but meta/tasks.jsonl maps "
+                rep.add(ep_path, f"episode {pos}: task_index {ep['task_index']!r} but {TASKS} maps "
                                  f"{ep_tasks[0]!r} to {task_index}")
             task_index = ep["task_index"] if isinstance(ep["task_index"], int) else task_index
         _check_pairing(rep, ep_path, pos, ep)
@@ -915,26 +915,26 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
     vector = {k: f for k, f in feats.items() if f.get("dtype") != "video"}
     # an empty root (created, nothing saved yet) has no statistics to give
     required = ([k for k in vector if k not in INT_BOOKKEEPING] + video_keys) if episodes else []
-    stats_path = meta / "stats.json"
+    stats_path = root / STATS
     stats = _read_json(rep, stats_path)
     if stats is not None:
         _check_stats_file(rep, stats_path, stats, feats, required)
         if isinstance(stats, dict) and data_clean:
             _check_stats_against_data(rep, stats_path, stats, acc)
     if info.get("codebase_version") == "v2.1":
-        es_path = meta / "episodes_stats.jsonl"
+        es_path = root / EPISODES_STATS
         if not es_path.exists():
             rep.add(es_path, "missing (a v2.1 root keeps per-episode stats there)")
         else:
             lines = _read_jsonl(rep, es_path)
             if lines is not None:
                 _check_episodes_stats(rep, es_path, lines, feats, episodes, per_episode if data_clean else [])
-    modality_path = meta / "modality.json"
+    modality_path = root / MODALITY
     modality = _read_json(rep, modality_path)
     if modality is not None:
         _check_modality(rep, modality_path, modality, feats)
-    for name in ("relative_stats.json", "delta_stats.json"):  # piper-finalize output, when present
-        p = meta / name
+    for rel in (RELATIVE_STATS, DELTA_STATS):  # piper-finalize output, when present
+        p = root / rel
         if p.exists():
             extra = _read_json(rep, p)
             if extra is not None:
@@ -944,7 +944,7 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
 
 def summary(root: str | Path) -> str:
     """One line describing a root that passed validation."""
-    info = json.loads((Path(root) / "meta" / "info.json").read_text())
+    info = json.loads((Path(root) / INFO).read_text())
     return (f"OK: {root}: LeRobot {info['codebase_version']}, {info['total_episodes']} episodes, "
             f"{info['total_frames']} frames, {info['total_videos']} videos, {info['total_tasks']} tasks")
 

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from piper_recorder.errors import PiperError
+from piper_recorder.lerobot.format.layout import MODALITY
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
@@ -108,7 +109,7 @@ def make_backend(spec: str, *, timeout_s: float = 1.0, root: str | None = None) 
         host, _, port = hostport.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"policy {spec!r}: expected gr00t://host:port")
-        modality = Path(root) / "meta" / "modality.json" if root else None
+        modality = Path(root) / MODALITY if root else None
         kwargs: dict[str, object] = {"timeout_s": timeout_s}
         if modality is not None and modality.is_file():
             kwargs["modality"] = modality

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from piper_recorder.lerobot.provenance import BINDING_KEYS, lookup
+from piper_recorder.lerobot.format.provenance import BINDING_KEYS, lookup
 
 UNKNOWN = "unknown"
 Mismatch = tuple[str, Any, Any]   # (key, trained, live)

@@ -6,7 +6,7 @@ requests are ``{"endpoint": "get_action" | "get_modality_config" | "ping", "data
 "api_token": optional}``; a failure comes back as ``{"error": str}``; modality configs as
 ``{"__ModalityConfig_class__": True, "as_json": ...}``.
 
-Keys come from the training root's ``meta/modality.json`` (``lerobot.root.Modality``; default: the recorder's own Piper layout):
+Keys come from the training root's ``meta/modality.json`` (``lerobot.format.root.Modality``; default: the recorder's own Piper layout):
 ``video.<cam>`` (1, H, W, 3) uint8, ``state.<name>`` (1, D) = the slice ``[start:end]`` of its
 ``original_key`` column, the language key(s) ``[task]``; the answer's ``action.<name>`` (horizon, D)
 arrays go back into their slices of the ``action`` columns (``action.arm_eef`` + ``action.gripper``).
@@ -32,8 +32,8 @@ import numpy.typing as npt
 import zmq
 
 from piper_recorder.errors import PiperInputError
-from piper_recorder.lerobot.features import COMBINED
-from piper_recorder.lerobot.root import Modality, Slice
+from piper_recorder.lerobot.format.features import COMBINED
+from piper_recorder.lerobot.format.root import Modality, Slice
 from piper_recorder.policy.backend import (ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, BackendTimeout,
                                             Observation)
 

@@ -1,6 +1,6 @@
 """Observations exactly as the policy was trained: the training root's meta, the recorders' assembly.
 
-``TrainingMeta`` reads what a root says about its data (``lerobot.root.Root``: features,
+``TrainingMeta`` reads what a root says about its data (``lerobot.format.root.Root``: features,
 modality.json, cameras and image sizes, fps, tasks; then stats, latest provenance). ``ObservationBuilder`` feeds live messages into the
 recorders' own ``EpisodeAssembler`` (same grid, same frame pairing, same quaternion order wxyz,
 same float32 columns) and turns each assembled row into an ``Observation``: a row is what the
@@ -20,9 +20,9 @@ import numpy as np
 
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
 from piper_recorder.errors import DatasetError, PiperInputError
-from piper_recorder.lerobot.features import COMBINED
-from piper_recorder.lerobot.provenance import META_FILE, SESSIONS_FILE
-from piper_recorder.lerobot.root import Root
+from piper_recorder.lerobot.format.features import COMBINED
+from piper_recorder.lerobot.format.layout import COLLECTION_META, SESSIONS, STATS
+from piper_recorder.lerobot.format.root import Root
 from piper_recorder.names import EEF_POSE, IMAGES_PREFIX, JOINT_STATES
 
 from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation
@@ -51,7 +51,6 @@ class TrainingMeta:
     @classmethod
     def load(cls, root: str | Path) -> TrainingMeta:
         root = Path(root)
-        meta = root / "meta"
         try:
             model = Root.open(root)
         except (DatasetError, OSError) as e:
@@ -81,12 +80,12 @@ class TrainingMeta:
         tasks = tuple(t.task for t in model.tasks)
         session = None
         try:
-            session = json.loads((meta / META_FILE).read_text())
+            session = json.loads((root / COLLECTION_META).read_text())
         except (OSError, ValueError):
-            sessions = [json.loads(line) for line in _lines(meta / SESSIONS_FILE)]
+            sessions = [json.loads(line) for line in _lines(root / SESSIONS)]
             session = sessions[-1] if sessions else None
         return cls(root, float(model.fps), cams, tuple(state), tasks,
-                   model.modality.to_json() if model.modality else {}, _json(meta / "stats.json"), session)
+                   model.modality.to_json() if model.modality else {}, _json(root / STATS), session)
 
 
 def _lines(path: Path) -> list[str]:

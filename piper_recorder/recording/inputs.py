@@ -226,7 +226,7 @@ def add_extra_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
     try:
         tm.table = tm.table.extended(spec, feature)
         if feature.column is not None:
-            from piper_recorder.lerobot.features import lerobot_features
+            from piper_recorder.lerobot.format.features import lerobot_features
 
             seen: set[tuple[str | None, str]] = set()
             for f in lerobot_features(tm.table):

@@ -115,7 +115,7 @@ class LeRobotTarget:
 
     def keeps_failed_save(self, exc: BaseException) -> bool:
         """An I/O failure before the commit point leaves the staged episode pending: a retry can save it."""
-        from piper_recorder.lerobot.errors import SaveFailedError
+        from piper_recorder.lerobot.format.errors import SaveFailedError
 
         return isinstance(exc, SaveFailedError)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot.layout import data_file
+from piper_recorder.lerobot.format.layout import INFO, data_file
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ReplayEpisode:
 def load_episode(root: str | Path, episode_index: int, pose_key: str = "action.arm_eef",
                  gripper_key: str = "action.gripper") -> ReplayEpisode:
     root = Path(root)
-    info = json.loads((root / "meta" / "info.json").read_text())
+    info = json.loads((root / INFO).read_text())
     for key in (pose_key, gripper_key):
         if key not in info["features"]:
             raise ValueError(f"{root}: dataset has no feature {key!r} to replay")

@@ -9,9 +9,10 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot import metacheck
-from piper_recorder.lerobot.root import Root
-from piper_recorder.lerobot.provenance import BINDING_KEYS, binding_changes, lookup
+from piper_recorder.lerobot.format import metacheck
+from piper_recorder.lerobot.format.layout import SESSIONS
+from piper_recorder.lerobot.format.provenance import BINDING_KEYS, binding_changes, lookup
+from piper_recorder.lerobot.format.root import Root
 from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
 
@@ -93,7 +94,7 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
     root = Path(root)
     model = Root.open(root)   # a damaged root: DatasetError naming the file (piper-view exits 2)
     info, eps = model.info, model.episodes
-    sessions = metacheck.load_jsonl(model.meta_file("collection_sessions.jsonl"))
+    sessions = metacheck.load_jsonl(model.path / SESSIONS)
     fps = float(info.fps)
     video_keys, cams = list(info.video_keys), list(info.cameras)
 
@@ -127,7 +128,7 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         else:
             prov.append('<p class="ok">No binding-key changes across sessions.</p>')
     else:
-        prov.append("<p>No collection_sessions.jsonl.</p>")
+        prov.append(f"<p>No {SESSIONS}.</p>")
     prov.append("</section>")
     body += prov
 

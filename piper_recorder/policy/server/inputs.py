@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from piper_recorder.lerobot.features import COMBINED
+from piper_recorder.lerobot.format.features import COMBINED
 from piper_recorder.names import IMAGES_PREFIX
 from piper_recorder.policy.server.protocol import PredictRequest, RequestRefused
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from piper_recorder.names import CAMERA
 
-from .features import FeatureSpec, piper_features
-from .layout import CODEBASE_VERSION, CODEBASE_VERSIONS, DEFAULT_CHUNKS_SIZE, ROTATION_TYPES
-from .video import VideoConfig
+from ..format.features import FeatureSpec, piper_features
+from ..format.layout import CODEBASE_VERSION, CODEBASE_VERSIONS, DEFAULT_CHUNKS_SIZE, ROTATION_TYPES
+from .video_encoder import VideoConfig
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Read-side helpers for a LeRobot v2.0 root (meta files, columns as arrays; paths: ``layout``).
+"""Raw reads of a LeRobot v2.0 root's files (meta files, columns as arrays; paths: ``layout``).
 
 Used by finalize and validate, which must read a root without trusting the writer's own code.
 """

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import fsutil
 from .errors import BindingChangeError
+from .layout import COLLECTION_META, SESSIONS
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,6 @@ BINDING_KEYS = (
     "arm.firmware",
     "recording.fps",
 )
-SESSIONS_FILE = "collection_sessions.jsonl"
-META_FILE = "collection_meta.json"
 
 
 def lookup(record: dict, dotted: str) -> Any:
@@ -61,8 +60,7 @@ def format_warning(root: Path, changes: list[tuple[str, Any, Any]]) -> str:
 
 def begin_session(root: Path, record: dict, writer_version: str, refuse: bool) -> tuple[dict, list]:
     """Append the session record (with id, start time, writer version); return it and the changes."""
-    meta = root / "meta"
-    path = meta / SESSIONS_FILE
+    path = root / SESSIONS
     sessions = fsutil.read_jsonl(path)
     previous = sessions[-1] if sessions else None
     full = copy.deepcopy(record)
@@ -84,5 +82,5 @@ def begin_session(root: Path, record: dict, writer_version: str, refuse: bool) -
     if old and not old.endswith(b"\n"):
         old += b"\n"
     fsutil.atomic_write(path, old + fsutil.jsonl_bytes([full]))
-    fsutil.atomic_write(meta / META_FILE, fsutil.json_bytes(full))
+    fsutil.atomic_write(root / COLLECTION_META, fsutil.json_bytes(full))
     return full, changes

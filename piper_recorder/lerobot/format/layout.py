@@ -1,6 +1,6 @@
 """Where everything lives in a LeRobot v2.x root: path templates, bookkeeping directories, version names.
 
-A leaf module (standard library only): the writer, meta builders, repair, recover, exporters, readers,
+A leaf module (standard library only): the writer, meta builders, crash repair, recover, exporters, readers,
 the viewer and replay all name and format paths through it, so the layout is written down once.
 Readers format the templates the root's own ``info.json`` carries (``data_file``, ``video_file``);
 the writer fills ours (``data_relpath``, ``video_relpath``, ``extras_relpath``).
@@ -24,9 +24,25 @@ VIDEO_KEY_PREFIX = IMAGES_PREFIX    # piper_recorder.names: observation.images.<
 # spec writes, "quaternion" as GR00T N1.5's schema names it); GR00T accepts a few more (validate.py).
 ROTATION_TYPES = ("quat_wxyz", "quaternion")
 
+# The meta/ files, named here only (test/test_module_graph.py): paths relative to the root (``root / INFO``);
+# code and messages use these names, never the file names spelt out.
+META_DIR = "meta"
+INFO = f"{META_DIR}/info.json"                    # version, rate, totals, path templates, features
+EPISODES = f"{META_DIR}/episodes.jsonl"           # the commit record: one line per saved episode
+TASKS = f"{META_DIR}/tasks.jsonl"
+STATS = f"{META_DIR}/stats.json"
+EPISODES_STATS = f"{META_DIR}/episodes_stats.jsonl"   # v2.1: per-episode stats
+MODALITY = f"{META_DIR}/modality.json"            # GR00T: the state/action slices, the videos
+RELATIVE_STATS = f"{META_DIR}/relative_stats.json"    # piper-finalize
+DELTA_STATS = f"{META_DIR}/delta_stats.json"          # piper-finalize
+SESSIONS = f"{META_DIR}/collection_sessions.jsonl"    # provenance: every collection session
+COLLECTION_META = f"{META_DIR}/collection_meta.json"  # provenance: the last session
+DATASET_EDITS = f"{META_DIR}/dataset_edits.jsonl"     # piper-dataset: the edits that built this root
+EXPORT_STATE = f"{META_DIR}/piper_export.json"        # a piper-export output: what it holds
+STATS_CACHE = f"{META_DIR}/.cache/stats"          # per-episode stats sketches and records
+
 STAGING = ".staging"              # the episode in flight (deleted by repair)
 RECOVERED = ".recovered"          # files repair or piper-recover moved aside, by time stamp
-STATS_CACHE = "meta/.cache/stats"  # per-episode stats sketches and records
 PAYLOAD_DIRS = ("data", "videos", "extras")
 
 

@@ -1,7 +1,7 @@
 """Shape checks of a LeRobot root's meta files for the code that reads them to do something else (the
 viewer, finalize, the writer's open): a damaged or hand-edited file gives a DatasetError naming the
 file and the field, never a TypeError deep inside. piper-validate reports such problems one by one.
-The typed read model (``lerobot.root``) parses what these checks pass.
+The typed read model (``lerobot.format.root``) parses what these checks pass.
 """
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.lerobot.errors import DatasetError
+from .errors import DatasetError
+from .layout import EPISODES, INFO, TASKS
 
 
 def _int(v: Any) -> bool:
@@ -105,15 +106,15 @@ def check_tasks(tasks: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]
 
 
 def load_info(root: Path) -> dict[str, Any]:
-    path = Path(root) / "meta" / "info.json"
+    path = Path(root) / INFO
     return check_info(load_json(path), path)
 
 
 def load_episodes(root: Path) -> list[dict[str, Any]]:
-    path = Path(root) / "meta" / "episodes.jsonl"
+    path = Path(root) / EPISODES
     return check_episodes(load_jsonl(path), path)
 
 
 def load_tasks(root: Path) -> list[dict[str, Any]]:
-    path = Path(root) / "meta" / "tasks.jsonl"
+    path = Path(root) / TASKS
     return check_tasks(load_jsonl(path), path)

@@ -7,7 +7,7 @@ files' shapes are checked by ``metacheck`` (a ``DatasetError`` naming the file a
 what the model parses beyond that raises ``SchemaError`` (a ``DatasetError`` and a ``ValueError``).
 Every parsed object keeps the document it came from (``raw``) so that code writing a derived file
 (an export's info.json, an edit's episodes.jsonl) copies it key for key, in its order.
-Writers build their dicts themselves (``meta``); ``validate`` reads the raw files on its own.
+Writers build their dicts themselves (``writer.meta_builders``); ``validate`` reads the raw files on its own.
 """
 from __future__ import annotations
 
@@ -22,12 +22,8 @@ from piper_recorder.names import IMAGES_PREFIX
 
 from . import layout, metacheck
 from .features import piper_features
+from .layout import INFO, MODALITY
 
-META = "meta"
-INFO = "meta/info.json"
-EPISODES = "meta/episodes.jsonl"
-TASKS = "meta/tasks.jsonl"
-MODALITY = "meta/modality.json"
 DEFAULT_LANGUAGE_KEY = "annotation.human.task_description"
 # the episodes.jsonl keys every v2.x root has; the rest (our verdicts, counters, outcome...) are extras
 EPISODE_KEYS = ("episode_index", "tasks", "length")
@@ -249,7 +245,7 @@ class Modality:
         try:
             loaded = metacheck.load_json_object(path)
         except DatasetError as e:
-            raise SchemaError(f"cannot read modality.json: {e}") from None
+            raise SchemaError(f"cannot read {MODALITY}: {e}") from None
         return Modality.from_json(loaded, path)
 
     def slices(self, group: str) -> tuple[Slice, ...]:
@@ -327,6 +323,3 @@ class Root:
         """The mp4 of ``camera`` (a camera name or its ``observation.images.<camera>`` key)."""
         key = camera if camera.startswith(layout.VIDEO_KEY_PREFIX) else layout.video_key(camera)
         return self.path / self.info.video_relpath(episode, key)
-
-    def meta_file(self, name: str) -> Path:
-        return self.path / META / name

@@ -17,7 +17,7 @@ there, prepares all new metadata as fsynced ``*.tmp`` files, moves the payload i
 ``videos/``, ``extras/``, ``meta/.cache/``, then renames tasks/stats/(episodes_stats)/info and
 finally ``episodes.jsonl`` (the commit point) into place. Any failure before the commit moves everything back and leaves the
 dataset exactly as it was (the episode stays pending: retry ``save_episode`` or discard). A crash at
-any instant is repaired by the next open (see ``repair.py``).
+any instant is repaired by the next open (see ``crash_repair.py``).
 
 Thread safety: ``add_row``, ``add_frame`` and ``add_raw_quest`` may be called from different
 threads and only take a short state lock: they never wait for a save in progress (frames arriving
@@ -45,11 +45,12 @@ import pyarrow.parquet as pq
 
 from piper_recorder import __version__
 
-from . import episode_stats, fsutil, layout, meta, metacheck, provenance, repair, stats
-from .errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
-from .features import BOOKKEEPING, combined_specs
-from .video import VideoConfig, VideoEncoder  # noqa: F401 - VideoConfig: the writer API (writer_config.py)
-from .writer_config import CameraSpec, WriterConfig  # noqa: F401 - with VideoConfig: the writer API
+from ..format import episode_stats, fsutil, layout, metacheck, provenance
+from ..format.errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
+from ..format.features import BOOKKEEPING, combined_specs
+from . import crash_repair, meta_builders, stats_sketch
+from .config import CameraSpec, WriterConfig  # noqa: F401 - with VideoConfig: the writer API
+from .video_encoder import VideoConfig, VideoEncoder  # noqa: F401 - VideoConfig: the writer API (config.py)
 
 log = logging.getLogger(__name__)
 # (the episode's record, its cameras' finished mp4s, its rows' timestamps) -> more record keys
@@ -104,7 +105,7 @@ class LeRobotWriter:
         self.cfg = cfg = cfg or WriterConfig()
         cfg.validate()
         self.root = Path(root)
-        (self.root / "meta").mkdir(parents=True, exist_ok=True)
+        (self.root / layout.META_DIR).mkdir(parents=True, exist_ok=True)
         self._lock_fd = fsutil.lock_root(self.root, f"{self.root} is open in another writer")
         try:
             self._open()
@@ -334,10 +335,10 @@ class LeRobotWriter:
             episodes: list[dict] = list(self._episodes)
             episodes[index] = rec
             try:
-                fsutil.atomic_write(self.root / "meta" / "episodes.jsonl", fsutil.jsonl_bytes(episodes))
+                fsutil.atomic_write(self.root / layout.EPISODES, fsutil.jsonl_bytes(episodes))
             except OSError as e:
                 raise SaveFailedError(f"labelling episode {index} failed ({io_reason(e)}); "
-                                      "episodes.jsonl is unchanged") from e
+                                      f"{layout.EPISODES} is unchanged") from e
             self._episodes = episodes
             return rec
 
@@ -393,17 +394,17 @@ class LeRobotWriter:
         # stats layout: one sketch row per scalar of every split feature + bookkeeping column
         self._layout = [(f.key, f.dim) for f in self._features] + [(k, 1) for k in BOOKKEEPING]
         self._combined = combined_specs(cfg.features) if cfg.combined_columns else {}
-        info_path = self.root / "meta" / "info.json"
+        info_path = self.root / layout.INFO
         info = None
         if info_path.exists():
             try:
                 info = metacheck.load_info(self.root)
             except DatasetError as e:
-                raise repair.DamagedRootError(f"{e}; the root was left untouched; "
-                                              f"{repair.recover_hint(self.root)}") from None
+                raise crash_repair.DamagedRootError(f"{e}; the root was left untouched; "
+                                              f"{crash_repair.recover_hint(self.root)}") from None
             self._check_compatible(info)
         metacheck.load_episodes(self.root), metacheck.load_tasks(self.root)   # shapes checked before repair uses them
-        self._episodes, tasks, self.repairs = repair.repair(self.root, list(cfg.cameras),
+        self._episodes, tasks, self.repairs = crash_repair.repair(self.root, list(cfg.cameras),
                                                             cfg.chunks_size, info)
         self._tasks = tasks
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
@@ -424,7 +425,7 @@ class LeRobotWriter:
             raise DatasetError(f"{self.root} is a LeRobot {have_version} root but lerobot_version is "
                                f"{self.cfg.lerobot_version!r}; resume it with lerobot_version "
                                f"{have_version!r} or record into a fresh root (piper-export converts)")
-        want = meta.features_json(self.cfg)
+        want = meta_builders.features_json(self.cfg)
         if info.get("fps") != self.cfg.fps or info.get("features") != want:
             have = info.get("features", {})
             diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
@@ -440,7 +441,7 @@ class LeRobotWriter:
         i = int(e["episode_index"])
         path = self.root / layout.cache_relpath(i)
         data = self.root / layout.data_relpath(i, self.cfg.chunks_size)
-        rows = len(stats.LEVELS) + stats.HEAD
+        rows = len(stats_sketch.LEVELS) + stats_sketch.HEAD
         try:  # valid if newer than the parquet (written after it) and of the right shape and count
             if path.stat().st_mtime_ns >= data.stat().st_mtime_ns:
                 sk = np.load(path)
@@ -450,7 +451,7 @@ class LeRobotWriter:
         except (OSError, ValueError):
             pass
         table = pq.read_table(data)
-        sk = stats.sketch(self._table_matrix(table))
+        sk = stats_sketch.sketch(self._table_matrix(table))
         path.parent.mkdir(parents=True, exist_ok=True)
         fsutil.atomic_write(path, _npy_bytes(sk))
         return sk
@@ -489,7 +490,7 @@ class LeRobotWriter:
             if cam not in images:
                 images[cam] = episode_stats.decode_sample(
                     self.root / layout.video_relpath(i, cam, self.cfg.chunks_size))
-        columns = episode_stats.read_columns(data, {"features": meta.features_json(self.cfg)})
+        columns = episode_stats.read_columns(data, {"features": meta_builders.features_json(self.cfg)})
         rec = self._make_record(i, n, columns, images)
         path.parent.mkdir(parents=True, exist_ok=True)
         fsutil.atomic_write(path, fsutil.json_bytes(rec))
@@ -497,7 +498,7 @@ class LeRobotWriter:
 
     def _stats_keys(self) -> list[str]:
         """Feature keys of an episodes_stats line, in info.json ``features`` order."""
-        return list(meta.features_json(self.cfg))
+        return list(meta_builders.features_json(self.cfg))
 
     def _make_record(self, i: int, n: int, columns: Mapping[str, np.ndarray],
                      images: Mapping[str, tuple[np.ndarray, int]]) -> dict:
@@ -680,7 +681,7 @@ class LeRobotWriter:
         try:
             table = self._episode_table(ep)
             write_parquet(table, ep.staging / "data.parquet")
-            sk = stats.sketch(self._episode_matrix(ep))
+            sk = stats_sketch.sketch(self._episode_matrix(ep))
             fsutil.write_tmp(ep.staging / "stats.npy", _npy_bytes(sk)).rename(ep.staging / "stats.npy")
             t0 = time.perf_counter()
             images = ep.images if ep.images is not None else {
@@ -691,9 +692,9 @@ class LeRobotWriter:
                 ep.staging / "episode.json")
             contents = self._derived(episodes, tasks, self._sketches + [sk],
                                      self._records + [_StatsRecord.of(rec)])
-            contents.append(("episodes.jsonl", fsutil.jsonl_bytes(episodes)))
-            for name, data in contents:
-                path = self.root / "meta" / name
+            contents.append((layout.EPISODES, fsutil.jsonl_bytes(episodes)))
+            for rel, data in contents:
+                path = self.root / rel
                 tmps.append((fsutil.write_tmp(path, data), path))
             for src, dst in self._payload(ep):
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -705,7 +706,7 @@ class LeRobotWriter:
                 old = path.read_bytes() if path.exists() else None
                 fsutil.replace(tmp, path)
                 done.append((path, old))
-            fsutil.fsync_dir(self.root / "meta")
+            fsutil.fsync_dir(self.root / layout.META_DIR)
         except BaseException as e:
             self._rollback(tmps, done, moved)
             if isinstance(e, OSError):
@@ -740,19 +741,19 @@ class LeRobotWriter:
     def _derived(self, episodes: list[dict], tasks: list[dict], sketches: list[np.ndarray],
                  records: list[_StatsRecord]) -> list[tuple[str, bytes]]:
         """New content of the files derived from episodes.jsonl (written before it)."""
-        out = [("tasks.jsonl", fsutil.jsonl_bytes(tasks))]
+        out = [(layout.TASKS, fsutil.jsonl_bytes(tasks))]
         if sketches:
-            merged = stats.merge(np.stack(sketches))
+            merged = stats_sketch.merge(np.stack(sketches))
             combined = {k: tuple(p.key for p in parts) for k, parts in self._combined.items()}
-            st = stats.to_json(merged, self._layout, combined)
+            st = stats_sketch.to_json(merged, self._layout, combined)
             st.update(self._image_stats(records))
-            out.append(("stats.json", fsutil.json_bytes(st)))
+            out.append((layout.STATS, fsutil.json_bytes(st)))
         else:
-            out.append(("stats.json", fsutil.json_bytes({})))
+            out.append((layout.STATS, fsutil.json_bytes({})))
         if self.cfg.lerobot_version != "v2.0":
-            out.append(("episodes_stats.jsonl", b"".join(r.line for r in records)))
-        out.append(("info.json", fsutil.json_bytes(meta.info_json(self.cfg, episodes, len(tasks)))))
-        out.append(("modality.json", fsutil.json_bytes(meta.modality_json(self.cfg))))
+            out.append((layout.EPISODES_STATS, b"".join(r.line for r in records)))
+        out.append((layout.INFO, fsutil.json_bytes(meta_builders.info_json(self.cfg, episodes, len(tasks)))))
+        out.append((layout.MODALITY, fsutil.json_bytes(meta_builders.modality_json(self.cfg))))
         return out
 
     def _image_stats(self, records: list[_StatsRecord]) -> dict:
@@ -768,9 +769,9 @@ class LeRobotWriter:
 
     def _write_derived_if_changed(self) -> None:
         files = self._derived(self._episodes, self._tasks, self._sketches, self._records)
-        files.append(("episodes.jsonl", fsutil.jsonl_bytes(self._episodes)))
-        for name, data in files:
-            path = self.root / "meta" / name
+        files.append((layout.EPISODES, fsutil.jsonl_bytes(self._episodes)))
+        for rel, data in files:
+            path = self.root / rel
             if not path.exists() or path.read_bytes() != data:
                 fsutil.atomic_write(path, data)
 
@@ -778,21 +779,21 @@ class LeRobotWriter:
     def _commit_delete(self) -> dict:
         last = self._episodes[-1]
         episodes = self._episodes[:-1]
-        tasks = meta.tasks_from_episodes(episodes, self._tasks)
+        tasks = meta_builders.tasks_from_episodes(episodes, self._tasks)
         sketches, records = self._sketches[:-1], self._records[:-1]
         tmps: list[tuple[Path, Path]] = []
         done: list[tuple[Path, bytes | None]] = []
         try:
-            contents = [("episodes.jsonl", fsutil.jsonl_bytes(episodes))]  # commit point first
+            contents = [(layout.EPISODES, fsutil.jsonl_bytes(episodes))]  # commit point first
             contents += self._derived(episodes, tasks, sketches, records)
-            for name, data in contents:
-                path = self.root / "meta" / name
+            for rel, data in contents:
+                path = self.root / rel
                 tmps.append((fsutil.write_tmp(path, data), path))
             for tmp, path in tmps:
                 old = path.read_bytes() if path.exists() else None
                 fsutil.replace(tmp, path)
                 done.append((path, old))
-            fsutil.fsync_dir(self.root / "meta")
+            fsutil.fsync_dir(self.root / layout.META_DIR)
         except BaseException as e:
             self._rollback(tmps, done, [])
             if isinstance(e, OSError):

@@ -45,10 +45,10 @@ import av
 import numpy as np
 
 from piper_recorder.names import IMAGES_PREFIX
+from piper_recorder.timebase import TICKS, TIME_BASE, frame_period_ticks, pts_ticks
 
-from ..timebase import TICKS, TIME_BASE, frame_period_ticks, pts_ticks
-from .errors import DatasetError, SchemaError
-from .fsutil import fsync_file
+from ..format.errors import DatasetError, SchemaError
+from ..format.fsutil import fsync_file
 
 log = logging.getLogger(__name__)
 

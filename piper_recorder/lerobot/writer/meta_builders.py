@@ -6,9 +6,9 @@ which is what lets repair regenerate them.
 """
 from __future__ import annotations
 
-from .features import BOOKKEEPING, combined_names, combined_specs
-from .layout import DATA_PATH, VIDEO_PATH, video_key
-from .writer_config import WriterConfig
+from ..format.features import BOOKKEEPING, combined_names, combined_specs
+from ..format.layout import DATA_PATH, VIDEO_PATH, video_key
+from .config import WriterConfig
 
 # info.json key (project-owned, top level) recording which combined column each split column joins:
 # {"observation.arm_joint": "observation.state", ...}. Not inside the ``features`` entries: our own

@@ -1,6 +1,6 @@
 """Explicit recovery of a LeRobot root the writer refuses as damaged (``piper-recover``).
 
-The writer never moves a saved episode's files on its own (``repair.check_consistent``). This is the
+The writer never moves a saved episode's files on its own (``writer.crash_repair.check_consistent``). This is the
 one place that may, and only when asked, after showing its plan (``--dry-run``):
 
 * rebuilds the ``episodes.jsonl`` lines of episodes whose files are complete on disk but whose line is
@@ -32,10 +32,11 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
-from . import fsutil, layout, meta, repair, rootfiles
-from .errors import DatasetError
-from .features import BOOKKEEPING
-from .writer_config import WriterConfig
+from ..format import fsutil, layout, raw_read
+from ..format.errors import DatasetError
+from ..format.features import BOOKKEEPING
+from ..writer import crash_repair, meta_builders
+from ..writer.config import WriterConfig
 
 
 RECOVERED_BY = "piper-recover"
@@ -53,11 +54,11 @@ class Plan:
 
     def lines(self) -> list[str]:
         out = [f"remove unsaved {rel}" for rel in self.remove]
-        out += [f"rebuild meta/episodes.jsonl line of episode {r['episode_index']} ({r['length']} rows, "
+        out += [f"rebuild {layout.EPISODES} line of episode {r['episode_index']} ({r['length']} rows, "
                 f"task {r['tasks'][0]!r}, video frames {r.get('video_frame_lengths', {})})" for r in self.rebuilt]
         out += [f"move {rel} to {layout.RECOVERED}/" for rel in self.move]
         if self.write_info:
-            out.append("write meta/info.json from the configuration (missing, or its totals disagree)")
+            out.append(f"write {layout.INFO} from the configuration (missing, or its totals disagree)")
         out += [f"note: {n}" for n in self.notes]
         return out
 
@@ -66,29 +67,29 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
     """What ``apply`` would do to ``root`` (reads only)."""
     root = Path(root)
     p = Plan(root)
-    if not (root / "meta").is_dir():
-        p.problems.append(f"{root} is not a LeRobot root (no meta/)")
+    if not (root / layout.META_DIR).is_dir():
+        p.problems.append(f"{root} is not a LeRobot root (no {layout.META_DIR}/)")
         return p
     staging = root / layout.STAGING
     if staging.exists():
         p.remove.append(layout.STAGING)
-    for top in (*layout.PAYLOAD_DIRS, "meta"):
+    for top in (*layout.PAYLOAD_DIRS, layout.META_DIR):
         if (root / top).exists():
             p.remove += [q.relative_to(root).as_posix() for q in sorted((root / top).rglob("*" + fsutil.TMP_SUFFIX))
                          if q.is_file()]
     try:
-        episodes = repair.load_episodes(root)
-        tasks = {int(t["task_index"]): t["task"] for t in fsutil.read_jsonl(root / "meta" / "tasks.jsonl")}
+        episodes = crash_repair.load_episodes(root)
+        tasks = {int(t["task_index"]): t["task"] for t in fsutil.read_jsonl(root / layout.TASKS)}
     except (DatasetError, ValueError, KeyError, TypeError) as e:
         p.problems.append(f"cannot read the commit record: {e}")
         return p
     cameras, cs = list(wcfg.cameras), wcfg.chunks_size
-    info_path = root / "meta" / "info.json"
+    info_path = root / layout.INFO
     p.write_info = not info_path.exists()
     _check_config(p, root, wcfg, info_path)
     if p.problems:
         return p
-    missing = [rel for rel in sorted(repair.expected_files(episodes, cameras, cs))
+    missing = [rel for rel in sorted(crash_repair.expected_files(episodes, cameras, cs))
                if not rel.startswith(("extras/", layout.STATS_CACHE)) and not (root / rel).exists()]
     if missing:
         p.problems.append(f"files of saved episodes are missing: {missing[:5]}; recovery cannot recreate them "
@@ -105,23 +106,23 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
         first += rec["length"]
         i += 1
     if not p.write_info:  # totals that disagree with the recovered commit record would be refused again
-        total = rootfiles.read_json(info_path).get("total_episodes")
+        total = raw_read.read_json(info_path).get("total_episodes")
         p.write_info = total != len(episodes) + len(p.rebuilt)
-    expected = repair.expected_files(episodes + p.rebuilt, cameras, cs)
-    p.move = [rel for rel, _ in repair.payload_files(root) if rel not in expected]
+    expected = crash_repair.expected_files(episodes + p.rebuilt, cameras, cs)
+    p.move = [rel for rel, _ in crash_repair.payload_files(root) if rel not in expected]
     return p
 
 
 def _check_config(p: Plan, root: Path, wcfg: WriterConfig, info_path: Path) -> None:
-    want = meta.features_json(wcfg)
+    want = meta_builders.features_json(wcfg)
     if info_path.exists():
         try:
-            info = rootfiles.read_json(info_path)
+            info = raw_read.read_json(info_path)
         except ValueError as e:
             p.problems.append(f"{info_path} is not valid JSON ({e}); move it away to rebuild it from --config")
             return
         if info.get("features") != want or info.get("fps") != wcfg.fps or info.get("chunks_size") != wcfg.chunks_size:
-            p.problems.append("the configuration does not match meta/info.json (fps, chunks_size or features); "
+            p.problems.append(f"the configuration does not match {layout.INFO} (fps, chunks_size or features); "
                               "pass the configuration the root was recorded with")
         return
     columns = {k for k, v in want.items() if v["dtype"] != "video"}
@@ -152,7 +153,7 @@ def _rebuild(root: Path, wcfg: WriterConfig, i: int, first: int, tasks: dict[int
         return None, f"parquet index does not continue at {first}"
     ti = np.unique(cols["task_index"])
     if len(ti) != 1 or int(ti[0]) not in tasks:
-        return None, f"task_index {ti.tolist()} not in meta/tasks.jsonl"
+        return None, f"task_index {ti.tolist()} not in {layout.TASKS}"
     lengths = {}
     for cam in wcfg.cameras:
         path = root / layout.video_relpath(i, cam, cs)
@@ -174,7 +175,7 @@ def _rebuild(root: Path, wcfg: WriterConfig, i: int, first: int, tasks: dict[int
 
 def apply(p: Plan, wcfg: WriterConfig) -> list[str]:
     """Carry out ``p`` under the root's writer lock, then let the writer regenerate the derived files."""
-    from .writer import LeRobotWriter
+    from ..writer.dataset_writer import LeRobotWriter
 
     if p.problems:
         raise DatasetError("; ".join(p.problems))
@@ -200,14 +201,14 @@ def apply(p: Plan, wcfg: WriterConfig) -> list[str]:
             (root / rel).rename(dst)
             done.append(f"moved {rel} to {dst.relative_to(root).as_posix()}")
         if p.rebuilt:
-            episodes = repair.load_episodes(root) + p.rebuilt
-            fsutil.atomic_write(root / "meta" / "episodes.jsonl", fsutil.jsonl_bytes(episodes))
-            done.append(f"rebuilt {len(p.rebuilt)} lines of meta/episodes.jsonl")
+            episodes = crash_repair.load_episodes(root) + p.rebuilt
+            fsutil.atomic_write(root / layout.EPISODES, fsutil.jsonl_bytes(episodes))
+            done.append(f"rebuilt {len(p.rebuilt)} lines of {layout.EPISODES}")
         if p.write_info:
-            episodes = repair.load_episodes(root)
-            n_tasks = len(fsutil.read_jsonl(root / "meta" / "tasks.jsonl"))
-            fsutil.atomic_write(root / "meta" / "info.json", fsutil.json_bytes(meta.info_json(wcfg, episodes, n_tasks)))
-            done.append("wrote meta/info.json")
+            episodes = crash_repair.load_episodes(root)
+            n_tasks = len(fsutil.read_jsonl(root / layout.TASKS))
+            fsutil.atomic_write(root / layout.INFO, fsutil.json_bytes(meta_builders.info_json(wcfg, episodes, n_tasks)))
+            done.append(f"wrote {layout.INFO}")
     finally:
         os.close(fd)
     LeRobotWriter(root, wcfg).close()   # checks the result and regenerates tasks, stats and info totals

@@ -33,9 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import episode_stats
-from .export import ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_tree, write_json
-from .rootfiles import read_json
+from ..format import episode_stats, layout
+from ..format.raw_read import read_json
+from .operation import ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_tree, write_json
 from .video_concat import MAX_FILE_S, TICKS, ConcatError, StreamSignature, VideoFileWriter
 
 CODEBASE_VERSION = "v3.0"
@@ -46,8 +46,9 @@ DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
 CHUNK_FILE_PATTERN = "chunk-{chunk_index:03d}/file-{file_index:03d}"
 DATA_PATH = "data/" + CHUNK_FILE_PATTERN + ".parquet"
 VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE_PATTERN + ".mp4"
-EPISODES_PATH = "meta/episodes/" + CHUNK_FILE_PATTERN + ".parquet"
-TASKS_PATH = "meta/tasks.parquet"
+EPISODES_DIR = f"{layout.META_DIR}/episodes"   # v3.0 meta files beside the v2.x ones (layout.INFO, STATS)
+EPISODES_PATH = f"{EPISODES_DIR}/{CHUNK_FILE_PATTERN}.parquet"
+TASKS_PATH = f"{layout.META_DIR}/tasks.parquet"
 STAT_KEYS = episode_stats.EPISODE_STATS_KEYS  # min, max, mean, std, count
 
 
@@ -223,7 +224,7 @@ def episodes_schema(src: Source) -> pa.Schema:
 
 def read_episode_stats(out: Path, src: Source) -> list[dict]:
     """Per-episode stats of a previous v3.0 export, from its meta/episodes files."""
-    files = sorted((out / "meta" / "episodes").glob("*/*.parquet"))
+    files = sorted((out / EPISODES_DIR).glob("*/*.parquet"))
     cols = [f"stats/{k}/{s}" for k in src.meta.info.features for s in STAT_KEYS]
     result = []
     for f in files:
@@ -285,7 +286,7 @@ def stats_json(src: Source, per_episode: list[dict], cameras: dict[str, dict]) -
     """``aggregate_stats`` over all episodes, plus q01/q99 from the source's stats.json (over the
     same episodes) or, for cameras it lacks, from the summed sample histograms (``cameras``)."""
     agg = episode_stats.aggregate_stats(per_episode) if per_episode else {}
-    path = src.root / "meta" / "stats.json"
+    path = src.root / layout.STATS
     extra = read_json(path) if path.is_file() else {}
     extra.update(cameras)
     out = {}
@@ -314,10 +315,11 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
                               f"{src.video_keys}; export to a fresh directory")
     per_episode: list[dict] = []
     if prev is not None:
-        link_tree(prev, staging, skip=lambda rel: rel.startswith("meta/") and not rel.startswith("meta/episodes/"))
+        link_tree(prev, staging,
+                  skip=lambda rel: rel.startswith(f"{layout.META_DIR}/") and not rel.startswith(f"{EPISODES_DIR}/"))
         per_episode = read_episode_stats(prev, src)
         if len(per_episode) != done:
-            raise ExportError(f"{prev}/meta/episodes holds {len(per_episode)} episodes, its state "
+            raise ExportError(f"{prev / EPISODES_DIR} holds {len(per_episode)} episodes, its state "
                               f"{done}; export to a fresh directory")
     b = _Builder(src, staging, extra, data_files_size_in_mb, video_files_size_in_mb)
     schema = episodes_schema(src)
@@ -332,7 +334,7 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
             row = {"episode_index": i, "tasks": list(e.tasks), "length": e.length}
             n = b.add_data(i, row)
             if n != e.length:
-                raise ExportError(f"episode {i}: parquet has {n} rows, episodes.jsonl says {e.length}")
+                raise ExportError(f"episode {i}: parquet has {n} rows, {layout.EPISODES} says {e.length}")
             ts = pq.read_table(src.root / src.data_rel(i), columns=["timestamp"]).column(0).to_numpy()
             for key in src.video_keys:
                 b.add_video(key, i, ts, row)
@@ -357,9 +359,9 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
     meta_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), meta_path, compression="snappy")
     pq.write_table(tasks_table(src.tasks), staging / TASKS_PATH)
-    write_json(staging / "meta" / "info.json",
+    write_json(staging / layout.INFO,
                info_json(src, b.frames, data_files_size_in_mb, video_files_size_in_mb))
-    write_json(staging / "meta" / "stats.json", stats_json(src, per_episode, totals.entries()))
+    write_json(staging / layout.STATS, stats_json(src, per_episode, totals.entries()))
     carry_meta(src, staging)
     last = {"data": list(b.last_files["data"]), "episodes": list(b.meta_index),
             "videos": {k: list(v) for k, v in b.last_files["videos"].items()}}

@@ -7,7 +7,7 @@ float32, below the grid for about half the rows: LeRobot's own lookup (frame ``r
 first at or after ``k / fps`` exactly) then gets the next frame whenever the PTS is floored from such a
 row. The encoded frames are fine; only timestamps are off. This module copies every packet unchanged
 (no decoding, no re-encoding: packet bytes and codec extradata stay bit-identical) into a new mp4 whose
-PTS follow the writer's rule (``video.pts_ticks``), and rewrites nominal episodes' ``timestamp``
+PTS follow the writer's rule (``writer.video_encoder.pts_ticks``), and rewrites nominal episodes' ``timestamp``
 column to what the assembler writes now (``grid_timestamp``: k/fps rounded up to float32):
 
 * nominal episodes (one frame per row at the row time): each PTS (1/1000 or 1/90000) came from
@@ -53,11 +53,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..timebase import TICKS, TIME_BASE, frame_period_ticks, grid_timestamp, pts_ticks
-from . import fsutil
-from .errors import DatasetError
-from .layout import data_file, video_file
-from .rootfiles import read_json, read_jsonl, video_keys
+from piper_recorder.timebase import TICKS, TIME_BASE, frame_period_ticks, grid_timestamp, pts_ticks
+
+from ..format import fsutil
+from ..format.errors import DatasetError
+from ..format.layout import EPISODES, INFO, data_file, video_file
+from ..format.raw_read import read_json, read_jsonl, video_keys
 
 MS = Fraction(1, 1000)
 OK, REWRITE, REFUSE = "ok", "rewrite", "refuse"
@@ -238,8 +239,8 @@ def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
     nominal episode's parquet (listed after that episode's videos are planned: videos go first)."""
     root = Path(root)
     try:
-        info = read_json(root / "meta" / "info.json")
-        episodes = read_jsonl(root / "meta" / "episodes.jsonl")
+        info = read_json(root / INFO)
+        episodes = read_jsonl(root / EPISODES)
     except (OSError, ValueError) as e:
         raise DatasetError(f"{root}: not a readable LeRobot root ({e})") from e
     keys = video_keys(info)
@@ -366,8 +367,8 @@ def repair_root(root: str | Path, dry_run: bool = False,
     the module docstring); ``dry_run`` only plans. ``progress`` is called once per file after it is
     handled."""
     root = Path(root)
-    if not (root / "meta" / "info.json").is_file():
-        raise DatasetError(f"{root}: not a LeRobot root (no meta/info.json)")
+    if not (root / INFO).is_file():
+        raise DatasetError(f"{root}: not a LeRobot root (no {INFO})")
     lock = None if dry_run else fsutil.lock_root(
         root, f"{root} is open in a writer (a recorder or converter); stop it first")
     try:
@@ -379,7 +380,7 @@ def repair_root(root: str | Path, dry_run: bool = False,
                     tmp.unlink()
                     report.removed_tmp.append(tmp)
         report.plans, report.seconds_of_video, report.data = plan_root(root)
-        period = frame_period_ticks(float(read_json(root / "meta" / "info.json")["fps"]))
+        period = frame_period_ticks(float(read_json(root / INFO)["fps"]))
         data = {d.episode: d for d in report.data}
         by_episode: dict[int, list[FilePlan]] = {}
         for plan in report.plans:

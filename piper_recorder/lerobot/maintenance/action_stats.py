@@ -10,7 +10,7 @@ Definitions (per episode of n rows, horizon H, window index ``j(i, k) = min(i + 
 
 ``rel(a, b)`` is ``b - a`` for plain columns (gripper-like) and the SE(3) transform
 ``T_a^-1 @ T_b`` for pose columns ``[x, y, z, qw, qx, qy, qz]``, its rotation written as a wxyz
-quaternion with the canonical sign ``w >= 0`` (see :mod:`piper_recorder.lerobot.se3`).
+quaternion with the canonical sign ``w >= 0`` (see :mod:`piper_recorder.lerobot.maintenance.se3`).
 
 Each action column ``action.<name>`` is paired with ``observation.<name>`` (override with
 ``FinalizeConfig.pairs``). Statistics have the shape of stats.json: per element, over every (i, k)
@@ -36,10 +36,12 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot import fsutil, metacheck, se3
-from piper_recorder.lerobot.errors import DatasetError
-from piper_recorder.lerobot.layout import ROTATION_TYPES, data_file
-from piper_recorder.lerobot.rootfiles import column_array, vector_features
+from piper_recorder.lerobot.format import fsutil, metacheck
+from piper_recorder.lerobot.format.errors import DatasetError
+from piper_recorder.lerobot.format.layout import (DELTA_STATS, EPISODES, INFO, MODALITY, RELATIVE_STATS, ROTATION_TYPES,
+                                                  data_file)
+from piper_recorder.lerobot.format.raw_read import column_array, vector_features
+from piper_recorder.lerobot.maintenance import se3
 
 STAT_KEYS = ("mean", "std", "min", "max", "q01", "q99")
 POSE_NAMES_TAIL = ["qw", "qx", "qy", "qz"]
@@ -172,17 +174,15 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
     """Read every episode of ``root`` and compute both statistic maps (nothing written)."""
     cfg.validate()
     root = Path(root)
-    meta = root / "meta"
-    modality_path = meta / "modality.json"
+    modality_path = root / MODALITY
     try:
         info = metacheck.load_info(root)
-        episodes = metacheck.check_episodes(metacheck.load_jsonl(meta / "episodes.jsonl", missing_ok=False),
-                                            meta / "episodes.jsonl")
+        episodes = metacheck.check_episodes(metacheck.load_jsonl(root / EPISODES, missing_ok=False), root / EPISODES)
         modality = metacheck.load_json_object(modality_path) if modality_path.exists() else None
     except DatasetError as e:
         raise FinalizeError(f"cannot read the root's metadata: {e}") from e
     if not episodes:
-        raise FinalizeError(f"{meta / 'episodes.jsonl'}: no episodes to finalize")
+        raise FinalizeError(f"{root / EPISODES}: no episodes to finalize")
     features = vector_features(info)
     pairs = dict(cfg.pairs) if cfg.pairs is not None else default_pairs(features)
     if not pairs:
@@ -191,7 +191,7 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
     for act, obs in pairs.items():
         for col in (act, obs):
             if col not in features:
-                raise FinalizeError(f"column {col} is not a feature in info.json")
+                raise FinalizeError(f"column {col} is not a feature in {INFO}")
         if (act in poses) != (obs in poses):
             raise FinalizeError(f"{act} and {obs} must both be poses or both plain columns")
         if list(features[act]["shape"]) != list(features[obs]["shape"]):
@@ -249,9 +249,8 @@ def finalize_root(root: Path, cfg: FinalizeConfig | None = None) -> FinalizeResu
     """Compute and atomically write ``meta/relative_stats.json`` and ``meta/delta_stats.json``."""
     cfg = cfg or FinalizeConfig()
     result = compute(root, cfg)
-    meta = Path(root) / "meta"
-    fsutil.atomic_write(meta / "relative_stats.json", fsutil.json_bytes(result.relative, indent=2))
-    fsutil.atomic_write(meta / "delta_stats.json", fsutil.json_bytes(result.delta, indent=2))
+    fsutil.atomic_write(Path(root) / RELATIVE_STATS, fsutil.json_bytes(result.relative, indent=2))
+    fsutil.atomic_write(Path(root) / DELTA_STATS, fsutil.json_bytes(result.delta, indent=2))
     for note in result.notes:
         cfg.log(f"note: {note}")
     return result

@@ -24,11 +24,11 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import Any
 
-from . import fsutil
-from .errors import DatasetError
-from .layout import (PAYLOAD_DIRS, RECOVERED, STAGING, STATS_CACHE, cache_relpath, data_relpath, extras_relpath,
-                     record_relpath, video_relpath)
-from .meta import tasks_from_episodes
+from ..format import fsutil
+from ..format.errors import DatasetError
+from ..format.layout import (EPISODES, INFO, META_DIR, PAYLOAD_DIRS, RECOVERED, STAGING, STATS_CACHE, TASKS,
+                             cache_relpath, data_relpath, extras_relpath, record_relpath, video_relpath)
+from .meta_builders import tasks_from_episodes
 
 log = logging.getLogger(__name__)
 _EPISODE_RE = re.compile(r"^episode_(\d+)\.")
@@ -66,14 +66,14 @@ def check_consistent(root: Path, episodes: list[dict], cameras: Iterable[str], c
     problems = []
     on_disk = sorted({i for _, i in files if i is not None})
     if info is None and n:  # the writer writes info.json when it opens a root, before any save
-        problems.append(f"meta/info.json is missing but meta/episodes.jsonl lists {n} saved episodes "
+        problems.append(f"{INFO} is missing but {EPISODES} lists {n} saved episodes "
                         f"({len(on_disk)} with files on disk)")
     total: Any = (info or {}).get("total_episodes")
     if isinstance(total, int) and total not in (n, n + 1):
-        problems.append(f"meta/info.json says {total} episodes, meta/episodes.jsonl lists {n}")
+        problems.append(f"{INFO} says {total} episodes, {EPISODES} lists {n}")
     beyond = [i for i in on_disk if i > n]
     if beyond:
-        problems.append(f"episodes {_few(beyond)} have files on disk but meta/episodes.jsonl lists only {n} "
+        problems.append(f"episodes {_few(beyond)} have files on disk but {EPISODES} lists only {n} "
                         f"(at most episode {n} can be an interrupted save)")
     stray = [rel for rel, i in files if i is not None and i < n and rel not in expected]
     if stray:
@@ -106,7 +106,7 @@ def expected_files(episodes: list[dict], cameras: Iterable[str], chunks_size: in
 
 
 def load_episodes(root: Path) -> list[dict]:
-    path = root / "meta" / "episodes.jsonl"
+    path = root / EPISODES
     try:
         episodes = fsutil.read_jsonl(path)
     except ValueError as exc:  # names the file and the line
@@ -133,7 +133,7 @@ def repair(root: Path, cameras: Iterable[str], chunks_size: int,
         shutil.rmtree(staging)
     expected = expected_files(episodes, cameras, chunks_size)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for top in ("data", "videos", "extras", "meta"):
+    for top in (*PAYLOAD_DIRS, META_DIR):
         base = root / top
         if not base.exists():
             continue
@@ -144,10 +144,10 @@ def repair(root: Path, cameras: Iterable[str], chunks_size: int,
             if p.name.endswith(fsutil.TMP_SUFFIX):
                 p.unlink()
                 actions.append(f"removed interrupted write {rel}")
-            elif top == "meta" and rel.startswith(STATS_CACHE + "/") and rel not in expected:
+            elif top == META_DIR and rel.startswith(STATS_CACHE + "/") and rel not in expected:
                 p.unlink()
                 actions.append(f"removed stale stats cache {rel}")
-            elif top != "meta" and rel not in expected:
+            elif top != META_DIR and rel not in expected:
                 dst = root / RECOVERED / stamp / rel
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 p.rename(dst)
@@ -157,7 +157,7 @@ def repair(root: Path, cameras: Iterable[str], chunks_size: int,
             for sub in sorted((q for q in d.rglob("*") if q.is_dir()), key=lambda q: -len(q.parts)):
                 if not any(sub.iterdir()):
                     sub.rmdir()
-    known = fsutil.read_jsonl(root / "meta" / "tasks.jsonl")
+    known = fsutil.read_jsonl(root / TASKS)
     by_index = {int(t["task_index"]): t for t in known}
     for e in episodes:
         by_index.setdefault(int(e["task_index"]), {"task_index": int(e["task_index"]),

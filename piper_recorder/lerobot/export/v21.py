@@ -1,4 +1,4 @@
-"""LeRobot v2.1 export: the v2.0 layout plus ``meta/episodes_stats.jsonl`` (see ``export.py``).
+"""LeRobot v2.1 export: the v2.0 layout plus ``meta/episodes_stats.jsonl`` (see ``operation.py``).
 
 Payload files (parquet, mp4, raw headset lines) are hard links to the source (copies across
 filesystems); an episode's stats line is ``Source.episode_stats`` (the source's own line when it
@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import episode_stats, fsutil
-from .export import (ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_or_copy,
-                     link_tree, write_file, write_json)
-from .rootfiles import read_json
+from ..format import episode_stats, fsutil, layout
+from ..format.raw_read import read_json
+from .operation import (ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_or_copy,
+                        link_tree, write_file, write_json)
 
 CODEBASE_VERSION = "v2.1"
-EPISODES_STATS = "meta/episodes_stats.jsonl"
 
 
 def stats_json(src: Source, cameras: dict[str, dict]) -> dict:
     """The source's stats.json plus entries for the cameras it lacks (``CameraTotals.entries``)."""
-    path = src.root / "meta" / "stats.json"
+    path = src.root / layout.STATS
     stats = read_json(path) if path.is_file() else {}
     stats.update(cameras)
     return stats
@@ -32,10 +31,10 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path,
     done = len(state.fingerprints) if state else 0
     lines: list[dict] = []
     if prev is not None:
-        link_tree(prev, staging, skip=lambda rel: rel.startswith("meta/"))
-        lines = fsutil.read_jsonl(prev / EPISODES_STATS)[:done]
+        link_tree(prev, staging, skip=lambda rel: rel.startswith(f"{layout.META_DIR}/"))
+        lines = fsutil.read_jsonl(prev / layout.EPISODES_STATS)[:done]
         if len(lines) != done:
-            raise ExportError(f"{prev / EPISODES_STATS} has {len(lines)} lines for {done} exported "
+            raise ExportError(f"{prev / layout.EPISODES_STATS} has {len(lines)} lines for {done} exported "
                               "episodes; export to a fresh directory")
     own = src.own_episode_stats()
     cams = src.cameras_without_stats()
@@ -51,11 +50,10 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path,
         totals.add(hists)
         lines.append(episode_stats.stats_line(i, stats))
     info = dict(src.info, codebase_version=CODEBASE_VERSION)
-    meta_dir = staging / "meta"
-    write_json(meta_dir / "info.json", info)
-    write_file(meta_dir / "episodes.jsonl", fsutil.jsonl_bytes(src.episodes))
-    write_file(meta_dir / "tasks.jsonl", fsutil.jsonl_bytes(src.tasks))
-    write_file(staging / EPISODES_STATS, fsutil.jsonl_bytes(lines))
-    write_json(meta_dir / "stats.json", stats_json(src, totals.entries()))
+    write_json(staging / layout.INFO, info)
+    write_file(staging / layout.EPISODES, fsutil.jsonl_bytes(src.episodes))
+    write_file(staging / layout.TASKS, fsutil.jsonl_bytes(src.tasks))
+    write_file(staging / layout.EPISODES_STATS, fsutil.jsonl_bytes(lines))
+    write_json(staging / layout.STATS, stats_json(src, totals.entries()))
     carry_meta(src, staging)
     return State(CODEBASE_VERSION, str(src.root), extra={"camera_hist": totals.to_json()})

@@ -1,6 +1,6 @@
 """Export one of our LeRobot v2.0/v2.1 roots to LeRobot v2.1 or v3.0 (``piper-export``).
 
-``export(root, to, out)`` is the whole operation; ``export_v21`` and ``export_v30`` build the
+``export(root, to, out)`` is the whole operation; ``export.v21`` and ``export.v30`` build the
 target layouts. What this module owns:
 
 * **Reading the source** (``open_source``): only roots this project writes (our path templates,
@@ -43,20 +43,18 @@ from piper_recorder import __version__
 from piper_recorder.outpaths import located, nested
 from piper_recorder.sidelock import SideLock
 
-from . import fsutil, layout
-from .errors import DatasetError
-from .features import BOOKKEEPING
-from .root import Root
-from .rootfiles import read_json
+from ..format import fsutil, layout
+from ..format.errors import DatasetError
+from ..format.features import BOOKKEEPING
+from ..format.raw_read import read_json
+from ..format.root import Root
 
 T = TypeVar("T")
 
 TARGETS = ("v2.1", "v3.0")
 SOURCE_VERSIONS = ("v2.0", "v2.1")
-STATE_FILE = "meta/piper_export.json"
 # meta files carried along unchanged (small: copied, since the recorder may rewrite them)
-CARRIED_META = ("modality.json", "collection_meta.json", "collection_sessions.jsonl",
-                "relative_stats.json", "delta_stats.json")
+CARRIED_META = (layout.MODALITY, layout.COLLECTION_META, layout.SESSIONS, layout.RELATIVE_STATS, layout.DELTA_STATS)
 _HASH_SPAN = 256 * 1024  # bytes hashed at each end of an mp4 (covers the moov box either way)
 
 
@@ -95,7 +93,7 @@ class Source:
 
     def own_episode_stats(self) -> dict[int, dict]:
         """A v2.1 source's own meta/episodes_stats.jsonl ``stats`` by episode index (else empty)."""
-        path = self.root / "meta" / "episodes_stats.jsonl"
+        path = self.root / layout.EPISODES_STATS
         if self.version != "v2.1" or not path.is_file():
             return {}
         try:
@@ -105,7 +103,7 @@ class Source:
 
     def cameras_without_stats(self) -> list[str]:
         """Cameras the source's stats.json has no entry for (roots recorded before camera stats)."""
-        path = self.root / "meta" / "stats.json"
+        path = self.root / layout.STATS
         have = read_json(path) if path.is_file() else {}
         return [k for k in self.video_keys if k not in have]
 
@@ -117,7 +115,7 @@ class Source:
         recorder's per-episode record, else parquet + decoded video sample). Histograms: the
         record's, else decoded once (``episode_stats.decode_sample``) and then also used for the line.
         """
-        from . import episode_stats as es
+        from ..format import episode_stats as es
 
         rec = es.load_record(self.root / layout.record_relpath(i)) or {}
         images = rec.get("images") or {}
@@ -159,7 +157,7 @@ def open_source(root: str | os.PathLike, model: Root | None = None) -> Source:
     root = Path(root)
     if model is None:
         if not Root.is_root(root):
-            raise ExportError(f"{root}: no meta/info.json; not a LeRobot root")
+            raise ExportError(f"{root}: no {layout.INFO}; not a LeRobot root")
         try:
             model = Root.open(root)
         except DatasetError as exc:
@@ -173,12 +171,12 @@ def open_source(root: str | os.PathLike, model: Root | None = None) -> Source:
             and info.video_path in ((layout.VIDEO_PATH,) if keys else (None, layout.VIDEO_PATH))
             and all(k in info.features and info.features[k].dtype == d for k, d in BOOKKEEPING.items())
             and model.modality is not None
-            and model.meta_file("episodes.jsonl").is_file()
-            and model.meta_file("tasks.jsonl").is_file()
+            and (root / layout.EPISODES).is_file()
+            and (root / layout.TASKS).is_file()
             and isinstance(info.raw.get("fps"), int))
     if not ours:
         raise ExportError(f"{root}: not a root written by piper_recorder (its path templates, "
-                          "bookkeeping columns, modality.json, episodes.jsonl or tasks.jsonl differ)")
+                          f"bookkeeping columns, {layout.MODALITY}, {layout.EPISODES} or {layout.TASKS} differ)")
     bad_keys = [k for k in keys if not k.startswith(layout.VIDEO_KEY_PREFIX)]
     if bad_keys:
         raise ExportError(f"{root}: video features {bad_keys} are not {layout.VIDEO_KEY_PREFIX}<camera>")
@@ -188,11 +186,11 @@ def open_source(root: str | os.PathLike, model: Root | None = None) -> Source:
                  keys, model)
     for i, e in enumerate(model.episodes):
         if e.index != i:
-            raise ExportError(f"{root}: episodes.jsonl line {i + 1} has episode_index "
+            raise ExportError(f"{root}: {layout.EPISODES} line {i + 1} has episode_index "
                               f"{e.index}, expected {i}")
         if (-1 if e.task_index is None else e.task_index) not in task_indices:
             raise ExportError(f"{root}: episode {i} has task_index {e.extras.get('task_index')} "
-                              "missing from tasks.jsonl")
+                              f"missing from {layout.TASKS}")
         lengths = e.extras.get("video_frame_lengths")
         if keys and (not isinstance(lengths, Mapping) or set(lengths) != cams):
             have = sorted(lengths) if isinstance(lengths, Mapping) else None
@@ -247,7 +245,7 @@ class CameraTotals:
             self.frames[key] = self.frames.get(key, 0) + int(n)
 
     def entries(self) -> dict[str, dict]:
-        from .episode_stats import image_entry, to_jsonable
+        from ..format.episode_stats import image_entry, to_jsonable
 
         return {k: to_jsonable({k: image_entry(self.hist[k], self.frames[k])})[k] for k in self.hist}
 
@@ -271,11 +269,11 @@ def load_state(out: Path, to: str) -> State | None:
         return None
     if not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
-    path = out / STATE_FILE
+    path = out / layout.EXPORT_STATE
     if not path.is_file():
         if any(out.iterdir()):
             raise ExportError(f"{out} is not empty and holds no piper-export output "
-                              f"({STATE_FILE} missing); choose an empty or new directory")
+                              f"({layout.EXPORT_STATE} missing); choose an empty or new directory")
         return None
     try:
         raw = read_json(path)
@@ -332,10 +330,10 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def carry_meta(src: Source, staging: Path) -> None:
-    for name in CARRIED_META:
-        path = src.root / "meta" / name
+    for rel in CARRIED_META:
+        path = src.root / rel
         if path.is_file():
-            write_file(staging / "meta" / name, path.read_bytes())
+            write_file(staging / rel, path.read_bytes())
 
 
 # ---- commit ---------------------------------------------------------------------------------
@@ -449,9 +447,9 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
         if state is not None and done == len(src.episodes):
             return ExportResult(to, out, done, 0, sum(int(e["length"]) for e in src.episodes), 0.0)
         if to == "v2.1":
-            from .export_v21 import build
+            from .v21 import build
         else:
-            from .export_v30 import build
+            from .v30 import build
         staging.mkdir()
         try:
             new_state = build(src, state, out if state else None, staging, progress=progress, **options)
@@ -459,7 +457,7 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
             raise ExportError(f"{root}: a payload file cannot be read ({e})") from None
         new_state.fingerprints = (state.fingerprints if state else []) + [
             src.fingerprint(i) for i in range(done, len(src.episodes))]
-        write_json(staging / STATE_FILE, new_state.to_json())
+        write_json(staging / layout.EXPORT_STATE, new_state.to_json())
         commit(staging, out)
         added = src.episodes[done:]
         return ExportResult(to, out, len(src.episodes), len(added),
