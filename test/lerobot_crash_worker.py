@@ -6,12 +6,15 @@ milliseconds, so many kills fit in a short test on a loaded machine.
 stdin commands: ``run SEED`` forks a child that prints ``pid N``, opens the root (repairing it),
 prints ``ready`` and then records, saves, discards and deletes episodes forever, printing
 ``saving``/``deleting`` just before those calls. ``reap`` waits for that child and prints
-``exit CODE`` (-9 after SIGKILL). Usage: python lerobot_crash_worker.py ROOT
+``exit CODE`` (-9 after SIGKILL). SIGUSR1 makes the worker or a writer print every thread's Python stack
+to stderr (how the test explains a wait that timed out). Usage: python lerobot_crash_worker.py ROOT
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -57,6 +60,7 @@ def record_forever(root: Path, seed: int) -> None:
 
 
 def main() -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)   # inherited by the forked writers
     root = Path(sys.argv[1])
     child = None
     for line in sys.stdin:
