@@ -48,6 +48,14 @@ def saved_files(root: Path) -> dict[str, str]:
 WAIT_S = 60.0   # any one wait on the worker: far beyond a trial on a loaded machine, far below the test's timeout
 
 
+def _exited(pid: int) -> bool:
+    """``pid`` is a zombie or gone (a child of the worker: dead until the worker reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def _proc_report(pid: int) -> str:
     """Kernel state, wait channel and threads of ``pid``, then its stacks (py-spy, when installed)."""
     try:
@@ -103,19 +111,33 @@ class Zygote:
         self.p.stdin.write(cmd + "\n")
         self.p.stdin.flush()
 
-    def until(self, prefix: str, what: str, timeout: float = WAIT_S) -> str:
+    def until(self, prefix: str, what: str, timeout: float = WAIT_S, writer_lives: bool = True) -> str:
+        """The next line starting with ``prefix``. Fails after ``timeout``, or at once when the writer exited
+        (``writer_lives``: the line is the writer's to print) or the worker did."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                line = self._lines.get(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
             except queue.Empty:
-                raise AssertionError(self.diagnose(f"no {prefix!r} line ({what}) within {timeout:.0f} s")) from None
+                line = self._wait_failed(prefix, what, timeout, deadline, writer_lives)
+                if line == "":
+                    continue
             if line is None:
                 raise AssertionError(self.diagnose(f"crash worker exited (code {self.p.wait()}) "
                                                    f"while waiting for {prefix!r} ({what})"))
             self.seen.append(line)
             if line.startswith(prefix):
                 return line
+
+    def _wait_failed(self, prefix: str, what: str, timeout: float, deadline: float, writer_lives: bool) -> str | None:
+        """No line for a while: raise if the wait is lost, else return "" (wait on) or a late line."""
+        if writer_lives and self.child is not None and _exited(self.child):
+            with contextlib.suppress(queue.Empty):   # what it printed last may still be in the pipe
+                return self._lines.get(timeout=2.0)
+            raise AssertionError(self.diagnose(f"the writer exited while waiting for {prefix!r} ({what})"))
+        if time.monotonic() >= deadline:
+            raise AssertionError(self.diagnose(f"no {prefix!r} line ({what}) within {timeout:.0f} s"))
+        return ""
 
     def diagnose(self, problem: str) -> str:
         pids = [self.p.pid] + ([self.child] if self.child else [])
@@ -180,7 +202,7 @@ def test_sigkill_at_random_instants(tmp_path, version):
                 time.sleep(rng.uniform(0.0, 0.4))
             os.kill(pid, signal.SIGKILL)
             z.send("reap")
-            assert z.until("exit ", "the worker reaping the killed writer", timeout=30) == \
+            assert z.until("exit ", "the worker reaping the killed writer", timeout=30, writer_lives=False) == \
                 f"exit {-signal.SIGKILL}", "writer died on its own"
             w = LeRobotWriter(root, config(version))  # repairs
             w.close()
