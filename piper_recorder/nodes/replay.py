@@ -3,9 +3,9 @@
 It first moves slowly from the measured pose to the episode's first commanded pose, then publishes
 ``action.arm_eef`` / ``action.gripper`` on /arm/target_pose and /arm/target_gripper at the recorded
 timestamps (scaled by ``speed``). The state machine is ``piper_recorder.replay.player.ReplayPlayer``:
-it moves only on fresh arm feedback, starts once feedback is steady, holds on stale feedback before
-playback and aborts on it during playback (the node stops publishing; the arm's own stale-target rule
-makes it hold). When done it reports the commanded-vs-measured tracking error on ``~/result`` (JSON,
+it moves only on fresh arm feedback and once feedback is steady; on stale feedback the node stops
+publishing (the arm's own stale-target rule makes it hold), then approaches the row where it stopped
+anew and goes on, or aborts after ``feedback_wait_s`` of holding in all. When done it reports the commanded-vs-measured tracking error on ``~/result`` (JSON,
 transient local) and in the log: the raw commanded-vs-measured RMS (which includes the arm's lag) and
 the RMS after removing the best constant lag.
 """

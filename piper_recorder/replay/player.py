@@ -7,11 +7,13 @@ A start needs *steady* feedback (no gap longer than ``stale_feedback_s`` for ``s
 not one fresh message: the approach is planned from the measured pose, and a feedback stream that
 has just appeared (the arm node still starting, a loaded machine) may pause again at once.
 
-Before playback (waiting, approach, settle) stale feedback holds instead of aborting: no target is
-produced, and once feedback is steady again the approach is planned anew from the pose then measured,
-exactly as a fresh start would (a loaded machine starves 100 Hz feedback for 0.3-0.4 s now and then).
-Holding longer than ``feedback_wait_s`` in all aborts. During playback stale feedback aborts at once:
-the recorded motion cannot go on where it stopped without changing its timing.
+Stale feedback holds instead of aborting (a loaded 2-core machine starves 100 Hz feedback for 0.3-0.4 s
+now and then, at start-up as in the middle of a run): no target is produced, and once feedback is steady
+again the arm approaches, slowly and from the pose then measured, the pose of the row where it stopped
+(row 0 before playback), settles, and playback goes on from that row: every motion after a hold starts
+like a fresh one, never with a jump from wherever the arm is now. The recorded timing then has a pause
+in it: the result counts the holds (``feedback_holds``) and ``held_s``. Holding longer than
+``feedback_wait_s`` in all aborts (the arm keeps holding).
 """
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ class ReplayConfig:
     approach_angular_speed: float = 0.5
     settle_tolerance_m: float = 0.01
     settle_timeout_s: float = 5.0
-    stale_feedback_s: float = 0.3            # older arm feedback: no target (hold); during playback: abort
+    stale_feedback_s: float = 0.3            # older arm feedback: no target, the arm holds
     steady_feedback_s: float = 0.5           # feedback without a stale gap this long before the arm moves
-    feedback_wait_s: float = 5.0             # total hold on stale feedback before playback, then abort
+    feedback_wait_s: float = 5.0             # total time held on stale or unsteady feedback, then abort
     frame_id: str = "arm_base"
     autoplay: bool = False
 
@@ -83,8 +85,9 @@ class ReplayPlayer:
         self._episode: ReplayEpisode | None = None
         self._approach: Approach | None = None
         self._phase_t0 = 0.0
-        self._held_s = 0.0      # this run: time spent waiting without a target before playback
+        self._held_s = 0.0      # this run: time spent waiting for steady feedback without a target
         self._holds = 0         # this run: how often feedback went stale after the arm started moving
+        self._resume_at = 0.0   # playback time (s) where play starts or goes on after a hold
         self._stats = TrackingStats()
 
     # -- feedback -----------------------------------------------------------------------------
@@ -117,7 +120,7 @@ class ReplayPlayer:
             if self._fresh(now) is None:
                 return False, "no fresh arm feedback on /arm/eef_pose: is piper_arm running?"
             self._episode, self._stats = episode, TrackingStats()
-            self._held_s, self._holds = 0.0, 0
+            self._held_s, self._holds, self._resume_at = 0.0, 0, 0.0
             self.state, self._phase_t0 = "waiting", now
             self._leave_waiting_if_steady(now)
             play = f"{len(episode.t)} rows ({episode.duration / self.cfg.speed:.1f} s)"
@@ -143,48 +146,51 @@ class ReplayPlayer:
             episode = self._episode
             assert episode is not None
             measured = self._fresh(now)
-            if measured is None:
-                if state == "play":
-                    return Step(result=self._finish("aborted", "arm feedback stale; holding"))
-                if state != "waiting":           # approach or settle: hold, plan anew once steady
-                    self.state, self._phase_t0 = "waiting", now
-                    self._holds += 1
+            if measured is None and state != "waiting":   # hold; approach anew once steady
+                self.state, self._phase_t0 = "waiting", now
+                self._holds += 1
             if self.state == "waiting":
                 if self._held_s + (now - self._phase_t0) > self.cfg.feedback_wait_s:
                     return Step(result=self._finish(
-                        "aborted", f"arm feedback stale or unsteady for {self.cfg.feedback_wait_s:.1f} s "
-                                   "before playback; holding"))
+                        "aborted", f"arm feedback stale or unsteady for {self.cfg.feedback_wait_s:.1f} s; holding"))
                 if not self._leave_waiting_if_steady(now):
                     return Step()
             assert measured is not None
             approach = self._approach
             assert approach is not None
+            k0 = self._resume_row()
             elapsed = now - self._phase_t0
             if self.state == "approach":
-                target = Target(approach.pose_at(elapsed), float(episode.gripper[0]))
+                target = Target(approach.pose_at(elapsed), float(episode.gripper[k0]))
                 if elapsed >= approach.duration:
                     self.state, self._phase_t0 = "settle", now
                 return Step(target)
             if self.state == "settle":
-                close = np.linalg.norm(measured[:3] - episode.poses[0, :3]) <= self.cfg.settle_tolerance_m
+                close = np.linalg.norm(measured[:3] - episode.poses[k0, :3]) <= self.cfg.settle_tolerance_m
                 if close or elapsed >= self.cfg.settle_timeout_s:
-                    self.state, self._phase_t0 = "play", now
-                return Step(Target(episode.poses[0], float(episode.gripper[0])))
+                    self.state, self._phase_t0 = "play", now - self._resume_at / self.cfg.speed
+                return Step(Target(episode.poses[k0], float(episode.gripper[k0])))
             k = row_at(episode.t, elapsed, self.cfg.speed)
             if k >= len(episode.t) - 1 and elapsed * self.cfg.speed > episode.duration + 1.0 / episode.fps:
                 return Step(result=self._finish("done"))
             k = max(0, min(k, len(episode.t) - 1))
+            self._resume_at = elapsed * self.cfg.speed   # a hold from here goes on from this row
             self._stats.add(elapsed, episode.poses[k], measured)
             return Step(Target(episode.poses[k], float(episode.gripper[k])))
 
+    def _resume_row(self) -> int:
+        assert self._episode is not None
+        return max(0, min(row_at(self._episode.t, self._resume_at, 1.0), len(self._episode.t) - 1))
+
     def _leave_waiting_if_steady(self, now: float) -> bool:
-        """From waiting to the approach, planned from the pose measured now, once feedback is steady."""
+        """From waiting to the approach, planned from the pose measured now to the row play starts or goes
+        on from, once feedback is steady."""
         if not self._steady(now):
             return False
         assert self._episode is not None and self._measured is not None
         self._held_s += now - self._phase_t0
-        self._approach = Approach(self._measured.copy(), self._episode.poses[0], self.cfg.approach_linear_speed,
-                                  self.cfg.approach_angular_speed)
+        self._approach = Approach(self._measured.copy(), self._episode.poses[self._resume_row()],
+                                  self.cfg.approach_linear_speed, self.cfg.approach_angular_speed)
         self.state, self._phase_t0 = "approach", now
         return True
 
