@@ -6,12 +6,20 @@ milliseconds, so many kills fit in a short test on a loaded machine.
 stdin commands: ``run SEED`` forks a child that prints ``pid N``, opens the root (repairing it),
 prints ``ready`` and then records, saves, discards and deletes episodes forever, printing
 ``saving``/``deleting`` just before those calls. ``reap`` waits for that child and prints
-``exit CODE`` (-9 after SIGKILL). Usage: python lerobot_crash_worker.py ROOT
+``exit CODE`` (-9 after SIGKILL). SIGUSR1 makes the worker or a writer print every thread's Python stack
+to stderr (how the test explains a wait that timed out). Usage: python lerobot_crash_worker.py ROOT
+
+The writers and the worker share one stdout pipe and a writer is killed at any instant, so each line goes
+out in one ``write`` (``say``): ``print`` writes the text and its newline separately when stdout is
+unbuffered (``PYTHONUNBUFFERED=1``, as ``make test`` sets), and a kill between the two left a torn
+``saving`` that the worker's ``exit -9`` then continued (``savingexit -9``), a line the test never matched.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -23,6 +31,11 @@ from test_lerobot_writer_helpers import H, W, index_frame, row_values  # noqa: E
 FPS = 30
 
 
+def say(line: str) -> None:
+    """One whole line to stdout in one write(2) (atomic on a pipe below PIPE_BUF): never half a line."""
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
+
+
 def config(version: str | None = None) -> WriterConfig:
     """The worker's config; the LeRobot version comes from PIPER_TEST_LEROBOT_VERSION (default v2.0)."""
     version = version or os.environ.get("PIPER_TEST_LEROBOT_VERSION", "v2.0")
@@ -32,9 +45,9 @@ def config(version: str | None = None) -> WriterConfig:
 
 def record_forever(root: Path, seed: int) -> None:
     rng = random.Random(seed)
-    print(f"pid {os.getpid()}", flush=True)
+    say(f"pid {os.getpid()}")
     w = LeRobotWriter(root, config())
-    print("ready", flush=True)
+    say("ready")
     w.begin_session({"control": {"backend": "impedance"}, "recording": {"fps": FPS}})
     while True:
         w.start_episode(rng.choice(["pick", "place", f"task {seed}"]))
@@ -48,21 +61,22 @@ def record_forever(root: Path, seed: int) -> None:
         if r < 0.15:
             w.discard_episode()
             continue
-        print("saving", flush=True)
+        say("saving")
         rec = w.save_episode({"seed": seed})
-        print("saved", rec["episode_index"], flush=True)
+        say(f"saved {rec['episode_index']}")
         if r > 0.7:
-            print("deleting", flush=True)
+            say("deleting")
             w.delete_last_episode()
 
 
 def main() -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)   # inherited by the forked writers
     root = Path(sys.argv[1])
     child = None
     for line in sys.stdin:
         cmd, *args = line.split()
         if cmd == "run":
-            sys.stdout.flush()
+            sys.stdout.flush()   # nothing buffered for the writer to inherit and print again
             child = os.fork()
             if child == 0:
                 try:
@@ -72,7 +86,7 @@ def main() -> None:
         elif cmd == "reap" and child is not None:
             _, status = os.waitpid(child, 0)
             child = None
-            print(f"exit {os.waitstatus_to_exitcode(status)}", flush=True)
+            say(f"exit {os.waitstatus_to_exitcode(status)}")
 
 
 if __name__ == "__main__":

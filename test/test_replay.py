@@ -59,6 +59,8 @@ class ResultWatcher:
         self.node.create_subscription(String, "/replay/result", lambda m: self.results.append(json.loads(m.data)),
                                       latched)
         self.node.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 50)
+        self.targets = 0   # /arm/target_pose messages: the replay is moving the arm
+        self.node.create_subscription(PoseStamped, "/arm/target_pose", self._on_target, 50)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self._spin, daemon=True)
@@ -72,6 +74,9 @@ class ResultWatcher:
                 self.executor.spin_once(timeout_sec=0.05)
         except ExternalShutdownException:
             pass
+
+    def _on_target(self, _m):
+        self.targets += 1
 
     def _on_eef(self, m):
         p = m.pose.position
@@ -122,10 +127,10 @@ def test_replay_aborts_and_holds_on_stale_arm_feedback(recorded, ros_domain, tmp
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
             arm = g.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", "can_channel:=replay_stale")
             g.start(*_replay_args(recorded))
-            deadline = time.monotonic() + 30
-            while len(watcher.eef) < 25 and time.monotonic() < deadline:   # 0.25 s of 100 Hz feedback
+            deadline = time.monotonic() + 60     # the replay node starts, sees steady feedback, moves
+            while watcher.targets < 50 and time.monotonic() < deadline:   # 0.5 s of 100 Hz targets
                 time.sleep(0.05)
-            time.sleep(1.0)                      # approaching / playing by now
+            assert watcher.targets >= 50, f"the replay never moved the arm ({watcher.targets} targets)"
             arm.signal(signal.SIGSTOP)           # the arm process freezes: feedback goes stale
             try:
                 result = watcher.wait_result(10)

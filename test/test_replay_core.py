@@ -1,4 +1,5 @@
-"""Replay core: episode loading, the slow approach, playback timing and tracking statistics."""
+"""Replay core: episode loading, the slow approach, playback timing, tracking statistics and the player
+(the state machine: when the arm may move on its feedback)."""
 import json
 
 import numpy as np
@@ -6,8 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from piper_recorder.replay.episode import load_episode
+from piper_recorder.replay.episode import ReplayEpisode, load_episode
 from piper_recorder.replay.motion import Approach, TrackingStats, angle_between, row_at
+from piper_recorder.replay.player import ReplayConfig, ReplayPlayer
 
 
 def _quat_z(theta: float) -> np.ndarray:
@@ -85,3 +87,161 @@ def test_load_episode_refuses_non_finite(tmp_path):
     poses[1, 2] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
         load_episode(_root(tmp_path, poses, np.zeros((3, 1))), 0)
+
+
+# -- the player: the state machine on a fake clock ---------------------------------------------------
+START = np.array([0.30, 0.0, 0.20, 1.0, 0.0, 0.0, 0.0])
+TICK = 0.01   # the node's 100 Hz playback loop
+
+
+def _episode(n: int = 30, fps: float = 30.0) -> ReplayEpisode:
+    poses = np.tile(np.array([0.40, 0.0, 0.20, 1.0, 0.0, 0.0, 0.0]), (n, 1))   # 0.1 m away: a 1 s approach
+    poses[:, 1] = np.linspace(0.0, 0.02, n)
+    return ReplayEpisode(0, np.arange(n) / fps, poses, np.full(n, 0.04), fps)
+
+
+class Sim:
+    """A fake clock, an arm that follows every target at once, and feedback at 100 Hz except in ``gaps``
+    (``(t0, t1)`` intervals without any); records every target with the age of the feedback it saw."""
+
+    def __init__(self, gaps=(), **cfg):
+        self.player = ReplayPlayer(ReplayConfig(**{"approach_linear_speed": 0.15, **cfg}))
+        self.gaps, self.now, self.pose = gaps, 0.0, START.copy()
+        self.last_fb: float | None = None
+        self.targets: list[tuple[float, float, np.ndarray]] = []   # (time, feedback age, pose)
+        self.result: dict | None = None
+
+    def feedback_due(self) -> bool:
+        return not any(t0 <= self.now < t1 for t0, t1 in self.gaps)
+
+    def run(self, until: float) -> None:
+        while self.now < until and self.result is None:
+            if self.feedback_due():
+                self.player.on_feedback(self.pose, self.now)
+                self.last_fb = self.now
+            step = self.player.tick(self.now)
+            if step.target is not None:
+                assert self.last_fb is not None
+                self.targets.append((self.now, self.now - self.last_fb, step.target.pose))
+                self.pose = step.target.pose.copy()
+            self.result = step.result
+            self.now = round(self.now + TICK, 9)
+
+
+def test_player_start_hiccup_holds_then_plays():
+    """One feedback message, then a pause longer than ``stale_feedback_s`` (a starting arm node, a loaded
+    machine): the run waits without moving, then plays the whole episode."""
+    sim = Sim(gaps=[(0.001, 0.6)])
+    sim.run(0.0)
+    sim.player.on_feedback(sim.pose, 0.0)
+    ok, msg = sim.player.start(_episode(), 0.0)
+    assert ok, msg
+    sim.now = TICK
+    sim.run(30.0)
+    assert sim.result is not None and sim.result["state"] == "done", sim.result
+    assert sim.result["samples"] > 0
+    assert sim.targets[0][0] >= 0.6 + 0.5 - 1e-9      # after the gap, once steady for steady_feedback_s
+    assert max(age for _, age, _ in sim.targets) <= 0.3
+
+
+def test_player_stale_during_approach_holds_and_plans_anew_from_the_measured_pose():
+    sim = Sim()
+    sim.player.on_feedback(START, 0.0)
+    sim.player.start(_episode(), 0.0)
+    sim.run(0.8)                                      # steady at 0.5 s, 0.3 s into a 1 s approach
+    assert sim.player.state == "approach"
+    t_gap = sim.now
+    sim.gaps = [(t_gap, t_gap + 0.5)]
+    sim.run(30.0)
+    assert sim.result is not None and sim.result["state"] == "done", sim.result
+    assert sim.result["feedback_holds"] == 1
+    before = [t for t in sim.targets if t[0] < t_gap + 0.5]
+    after = [t for t in sim.targets if t[0] >= t_gap + 0.5]
+    assert before[-1][0] <= t_gap + 0.3 + 1e-9        # targets stop once feedback is stale
+    assert after[0][0] >= t_gap + 0.5 + 0.5 - 1e-9    # and resume once it is steady again
+    np.testing.assert_allclose(after[0][2], before[-1][2])   # from where the arm held: no jump
+    assert max(age for _, age, _ in sim.targets) <= 0.3
+
+
+def test_player_gives_up_when_feedback_stays_stale_before_playback():
+    sim = Sim(feedback_wait_s=2.0)
+    sim.player.on_feedback(START, 0.0)
+    sim.player.start(_episode(), 0.0)
+    sim.run(0.8)
+    assert sim.player.state == "approach"
+    t_gap = sim.now
+    sim.gaps = [(t_gap, 1e9)]
+    sim.run(30.0)
+    assert sim.result is not None and sim.result["state"] == "aborted", sim.result
+    assert "stale" in sim.result["reason"]
+    assert sim.targets[-1][0] <= t_gap + 0.3 + 1e-9   # not one target on stale feedback
+    assert sim.now - t_gap < 0.3 + 2.0 + 3 * TICK
+
+
+def _until_playing(sim: Sim, seconds: float) -> float:
+    while sim.player.state != "play" and sim.result is None:
+        sim.run(sim.now + TICK)
+    t_play = sim.now
+    sim.run(sim.now + seconds)
+    return t_play
+
+
+def test_player_stale_during_playback_holds_then_goes_on_from_that_row():
+    episode = _episode(n=90)                          # 3 s
+    sim = Sim()
+    sim.player.on_feedback(START, 0.0)
+    sim.player.start(episode, 0.0)
+    _until_playing(sim, 1.0)
+    t_gap = sim.now
+    sim.gaps = [(t_gap, t_gap + 0.6)]
+    sim.run(60.0)
+    assert sim.result is not None and sim.result["state"] == "done", sim.result
+    assert sim.result["feedback_holds"] == 1 and sim.result["samples"] > 0
+    before = [t for t in sim.targets if t[0] < t_gap + 0.6]
+    after = [t for t in sim.targets if t[0] >= t_gap + 0.6]
+    assert before[-1][0] <= t_gap + 0.3 + 1e-9        # no target on stale feedback
+    assert after[0][0] >= t_gap + 0.6 + 0.5 - 1e-9    # steady again before moving again
+    np.testing.assert_allclose(after[0][2], before[-1][2])   # from where the arm held
+    rows = [int(np.argmin(np.linalg.norm(episode.poses - p, axis=1))) for _, _, p in after]
+    k_held = int(np.argmin(np.linalg.norm(episode.poses - before[-1][2], axis=1)))
+    assert rows[-1] == len(episode.t) - 1 and min(rows) >= k_held - 1   # goes on from there to the end
+
+
+def test_player_aborts_when_feedback_stays_stale_during_playback():
+    sim = Sim(feedback_wait_s=2.0)
+    sim.player.on_feedback(START, 0.0)
+    sim.player.start(_episode(n=90), 0.0)
+    _until_playing(sim, 0.5)
+    t_gap = sim.now
+    sim.gaps = [(t_gap, 1e9)]
+    sim.run(30.0)
+    assert sim.result is not None and sim.result["state"] == "aborted", sim.result
+    assert "stale" in sim.result["reason"] and sim.result["samples"] > 0
+    assert sim.targets[-1][0] <= t_gap + 0.3 + 1e-9
+    assert sim.now - t_gap < 0.3 + 2.0 - 0.5 + 3 * TICK   # 0.5 s of the 2 s went on the start
+
+
+def test_player_never_targets_on_stale_feedback_whatever_the_gaps():
+    rng = np.random.default_rng(7)
+    for _ in range(6):
+        starts = np.sort(rng.uniform(0.0, 4.0, 5))
+        gaps = [(float(t), float(t + rng.uniform(0.05, 0.8))) for t in starts]
+        sim = Sim(gaps=gaps)
+        sim.player.on_feedback(START, 0.0)
+        assert sim.player.start(_episode(), 0.0)[0]
+        sim.run(20.0)
+        assert sim.result is not None
+        assert all(age <= 0.3 for _, age, _ in sim.targets), gaps
+
+
+def test_player_refuses_without_fresh_feedback_and_while_active():
+    player = ReplayPlayer(ReplayConfig())
+    assert player.start(_episode(), 0.0) == (False, "no fresh arm feedback on /arm/eef_pose: is piper_arm running?")
+    player.on_feedback(START, 0.0)
+    assert not player.start(_episode(), 0.5)[0]       # 0.5 s old: stale
+    player.on_feedback(START, 1.0)
+    ok, msg = player.start(_episode(), 1.0)
+    assert ok and "waiting for steady arm feedback" in msg
+    assert player.start(_episode(), 1.0) == (False, "already playing (state waiting)")
+    result = player.stop("operator")
+    assert result is not None and result["state"] == "stopped" and player.stop() is None
