@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from piper_recorder import __version__
-from piper_recorder.assembly.frame_assign import window_captures
+from piper_recorder.assembly import window_captures
 from piper_recorder.recording.config import (
     LeRobotRecorderConfig, RecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config,
     session_record)

@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler
-from piper_recorder.assembly.frame_assign import CaptureHistory, window_captures
+from piper_recorder.assembly import AssemblyConfig, CaptureHistory, DepthPairer, EpisodeAssembler, window_captures
 from piper_recorder.assembly.messages import pose7
 from piper_recorder.errors import PiperError
 
