@@ -401,20 +401,3 @@ def test_camera_restarted_before_the_start_locks_to_its_new_phase():
     repeats, drops, _ = check(pairs, new, c)
     assert (repeats, drops) == (0, 0) and len(lag(pairs, -12.0)) == 1   # kept, the old captures repeat
     assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_camera_delivering_at_once_gives_row_zero_the_frame_of_its_slot(seed):
-    """Frames arriving 2 ms after capture, the grid in the middle of the ±10 ms band: row 0's slot is the
-    previous period's, but the capture of the start's own slot may be in before the start. With only
-    the newest frame at or before the start as its pre-roll, row 0 found nothing at its slot and row 1
-    repeated row 0's frame (seed 3; 39 % of such episodes in ``bench/first_slot.py --latency-ms 0``); the
-    pre-roll reaches two periods back (``EpisodeAssembler.frame_reach_ns``), and the frames stay within the bound: the slot comes from the
-    capture history, so it is never a period further back than the band needs."""
-    rng = random.Random(seed)
-    phase_ms = rng.uniform(-1, 1)
-    stamps = sorted(START + round(i * PERIOD + phase_ms * MS + rng.uniform(-10, 10) * MS) for i in range(-60, 61))
-    pairs, c = record(stamps, START, 2.0, latency=2 * MS)
-    repeats, drops, _ = check(pairs, stamps, c)
-    assert (repeats, drops) == (0, 0) and lag(pairs, phase_ms) == {1}
-    assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS

@@ -166,45 +166,6 @@ def test_preroll_makes_row_zero_the_start():
     assert w.episodes[0]["counters"]["skipped_start_ticks"] == 0 and len(w.episodes[0]["rows"]) == 2
 
 
-def test_preroll_keeps_the_frames_row_zeros_slot_reaches_back_to():
-    """Row 0's causal slot may be two periods back (captures 13 ms after the rows with ±10 ms jitter, the
-    band's edge estimated from the warm-up alone, no capture history: past the first slot's margin): the
-    pre-roll kept only the newest frame at or before the start, a later slot's, so row 0 took it and row
-    1 repeated it."""
-    from test_frame_assign import LIVE_FLAP_MS
-    w = FakeLeRobotWriter()
-    c, events = make(LeRobotTarget(w), lateness=0.15)
-    clock = Clock()
-    clock.t -= 3_000_000_000   # the episode ends in the past: stop waits for nothing
-    start = clock.t
-    frames = sorted(start + round(ms * MS) for ms in LIVE_FLAP_MS)
-    rgb = np.zeros((4, 4, 3), np.uint8)
-
-    def arm(s):
-        c.add_joint_state(s, [0.1] * 6 + [0.04])
-        c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
-        c.add_commanded_pose(s, (0, 0, 0), (0, 0, 0, 1))
-        c.add_commanded_gripper(s, 0.02)
-
-    arm(start - 5 * MS)
-    for s in (f for f in frames if f <= start):   # both arrived before the start
-        c.add_frame("cam_front", s, rgb)
-    assert c.start("pick", clock).ok
-    sent = {f for f in frames if f <= start}
-    end = start + 1_000_000_000
-    for now in range(start, end + 300 * MS, 5 * MS):
-        arm(now)
-        for s in (f for f in frames if f not in sent and f + 22 * MS <= now):
-            c.add_frame("cam_front", s, rgb)
-            sent.add(s)
-        c.tick(min(now, end))   # what arrives after the end still reaches its rows (stop assembles them)
-    clock.t = end
-    assert c.stop(clock).ok
-    counters = w.episodes[0]["counters"]
-    assert counters["rows"] == 31 and counters["skipped_start_ticks"] == 0
-    assert counters["frames_repeated"]["cam_front"] == 0 and counters["frames_dropped"]["cam_front"] == 0
-
-
 class FakeRgbdWriter:
     def __init__(self):
         self.log, self.ended, self.discarded = [], [], 0

@@ -197,10 +197,6 @@ class EpisodeAssembler:
         warmup = round(WARMUP_S * 1e9)
         covered = [max(0, self.start_ns - h[0]) if h else 0 for h in self._history.values()]
         self._warmup_ns = max([0] + [warmup - c for c in covered]) if self._frames_in_rows else 0
-        # how far before a row its frame may be (a steady camera's: a period + its band + the first slot's
-        # margin, frame_assign; under two periods): what a skipped start tick keeps, and the frames from
-        # before the start a recorder feeds (its pre-roll), so row 0 finds the frame of its slot
-        self.frame_reach_ns = 2 * round(self._period_ns) if self._frames_in_rows else 0
         self._finish_ns: int | None = None
         self._stale_ns = round(config.stale_s * 1e9)
         self._table = config.table
@@ -417,7 +413,7 @@ class EpisodeAssembler:
                 for buf in self._inputs.values():
                     buf.prune_before(t)
                 for fbuf in self._frames.values():   # keep what a later start tick's window may take
-                    fbuf.prune_before(t - self.frame_reach_ns)
+                    fbuf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:

@@ -41,13 +41,11 @@ def _keep(buf: deque[_T], item: _T, window_ns: int) -> None:
         buf.popleft()
 
 
-def _preroll(buf: deque[_T], start_ns: int, reach_ns: int = 0) -> list[_T]:
+def _preroll(buf: deque[_T], start_ns: int) -> list[_T]:
     """The newest sample at or before ``start_ns`` and every later one (just the newest when the writer
-    was ready at once, as before): what a recorder already running at ``start_ns`` would hold; and every
-    sample from ``start_ns - reach_ns`` on (frames: what row 0's slot may reach back to)."""
+    was ready at once, as before): what a recorder already running at ``start_ns`` would hold."""
     items = sorted(buf, key=lambda x: x[0])
     first = max((i for i, x in enumerate(items) if x[0] <= start_ns), default=0)
-    first = min([first] + [i for i, x in enumerate(items) if x[0] >= start_ns - reach_ns][:1])
     return items[first:]
 
 
@@ -247,10 +245,7 @@ class EpisodeController:
                     for stamp, values in _preroll(inputs, start_ns):
                         self._asm.add_input(name, stamp, values)
                 for cam, frames in self._preroll_frames.items():
-                    # row 0's slot is up to a period plus the band back: a camera whose frames arrive
-                    # soon after capture has its next slot's in by the start, and with only that one
-                    # row 0 would find none at its slot and row 1 would repeat it
-                    for stamp, rgb, depth in _preroll(frames, start_ns, self._asm.frame_reach_ns):
+                    for stamp, rgb, depth in _preroll(frames, start_ns):
                         self._asm.add_frame(cam, stamp, rgb, depth)
                 self._episode, self._task, self.state = idx, task, RECORDING
                 self._label = {}
