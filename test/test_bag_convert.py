@@ -379,3 +379,37 @@ def test_lerobot_version_v21_jobs_and_refusal(tmp_path, cfg, capsys):
     assert "LeRobot v2.1 root but lerobot_version is 'v2.0'" in capsys.readouterr().err
     assert run(*bags, "--format", "rgbd", "--out", tmp_path / "x.hdf5", "--config", cfg,
                "--lerobot-version", "v2.1") == 2
+
+
+@pytest.mark.parametrize("fmt", ["lerobot", "rgbd"])
+def test_episodes_start_from_the_capture_history_the_live_recorder_had(tmp_path, cfg, fmt, monkeypatch):
+    """Live, a recorder keeps each camera's newest capture stamps while idle (``CaptureHistory``) and an
+    episode's phase estimate starts from them; the converter, which skips decoding between episodes,
+    keeps each camera topic's last phase window there, so every episode starts from the same history:
+    the newest ``window_captures`` (colour, or paired colour/depth) stamps received before its start."""
+    from piper_recorder.assembly.frame_assign import window_captures
+    from piper_recorder.bag.source import BagSource
+    from piper_recorder.assembly.messages import stamp_to_ns
+    from piper_recorder.recording import controller
+
+    seen = []
+
+    class Spy(controller.EpisodeAssembler):
+        def __init__(self, config, start_ns, sink, depth=False, history=None):
+            seen.append((start_ns, {cam: list(h) for cam, h in (history or {}).items()}))
+            super().__init__(config, start_ns, sink, depth, history)
+
+    monkeypatch.setattr(controller, "EpisodeAssembler", Spy)
+    bag = make_bag(tmp_path / "bag", duration_s=9.0, episodes=[(2.5, 4.0), (7.0, 8.5)])
+    out = tmp_path / ("ds" if fmt == "lerobot" else "ds.hdf5")
+    assert run(bag, "--format", fmt, "--out", out, "--config", cfg) == 0
+    cams = ("cam_front", "cam_wrist") if fmt == "lerobot" else ("cam_front",)
+    received = {cam: [] for cam in cams}   # (receive time, capture stamp) of each colour image
+    with BagSource(bag) as src:
+        for m in src.messages([f"/{cam}/color/image_raw" for cam in cams]):
+            received[m.topic.split("/")[1]].append((m.log_ns, stamp_to_ns(m.msg.header.stamp)))
+    assert len(seen) == 2
+    for start_ns, history in seen:
+        for cam in cams:
+            before = sorted(s for log, s in received[cam] if log < start_ns)[-window_captures(30):]
+            assert history[cam] == before and len(before) == 60, (cam, start_ns)

@@ -5,12 +5,13 @@ recomputes from the rows' frame stamps what the counters claim (repeats, drops, 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler
-from piper_recorder.assembly.frame_assign import PhaseTracker, keep_threshold, lock_threshold, wrap
+from piper_recorder.assembly.frame_assign import CaptureHistory, PhaseTracker, keep_threshold, lock_threshold, wrap
 
 MS = 1_000_000
 SEC = 1_000_000_000
@@ -262,3 +263,141 @@ def test_a_lock_from_the_warm_up_is_kept_while_a_first_lock_would_still_be_taken
     pairs, c = assemble(stamps, 1.0, transport=lambda i, s: 22 * MS, lateness_s=0.15)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert (repeats, drops) == (0, 0) and len(pairs) == 31
+
+
+class _Episodes:
+    """A recorder target keeping each row's (row time, frame stamp): what the recorder core chose."""
+
+    kind, depth, min_rows, needs_task = "lerobot", False, 1, False
+
+    def __init__(self):
+        self.rows = []
+
+    def begin_session(self, record):
+        pass
+
+    def start_episode(self, task, record, source=None):
+        self.rows.append([])
+        sink = Rows()
+        sink.row = lambda row, out=self.rows[-1]: out.append((row.tick_ns, row.frames["cam"].stamp_ns))
+        return len(self.rows) - 1, sink
+
+    def save_episode(self, counters, timeout):
+        self.counters = counters
+        return {}
+
+    def close(self):
+        pass
+
+
+def record(stamps, start, seconds, latency=22 * MS):
+    """One episode through the recorder core (``EpisodeController``, lateness 0.15 s): the camera's frames
+    arrive ``latency`` after capture from before the start on (the recorder idle), arm inputs at 100 Hz."""
+    from piper_recorder.recording.controller import EpisodeController
+    target = _Episodes()
+    cfg = AssemblyConfig(fps=FPS, cameras=("cam",), lateness_s=0.15)
+    c = EpisodeController(target, cfg, recorder="test", max_episode_s=0, publish_event=lambda e: None,
+                          session_record=lambda: {}, log=lambda m: None)
+    end = start + round(seconds * SEC)
+    events = [(s + latency, 1, s) for s in stamps]
+    events += [(s + MS, 0, s) for s in range(stamps[0], end + cfg.delay_ns() + 100 * MS, 10 * MS)]
+    rgb = np.zeros((2, 2, 3), np.uint8)
+    started = False
+    for arrival, kind, s in sorted(events):
+        if not started and arrival >= start:
+            assert c.start("", lambda: start).ok
+            started = True
+        if arrival > end + cfg.delay_ns():
+            break
+        c.tick(arrival)
+        if kind:
+            c.add_frame("cam", s, rgb)
+        else:
+            c.add_joint_state(s, [0.0] * 7)
+            c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
+            c.add_commanded_pose(s, (0, 0, 0), (0, 0, 0, 1))
+            c.add_commanded_gripper(s, 0.0)
+    assert c.stop(end).ok
+    c.shutdown(save=False)
+    return target.rows[0], SimpleNamespace(**target.counters)
+
+
+def running_camera(seed, lead_s=2.0, seconds=2.0):
+    """(phase_ms, stamps): a row-rate camera with ±10 ms jitter running ``lead_s`` before the start, its
+    captures 8-16.6 ms from the row times (either side), where the first slot's choice is closest."""
+    rng = random.Random(seed)
+    phase_ms = rng.choice([-1, 1]) * rng.uniform(8, 16.6)
+    first, last = -round(lead_s * FPS), round(seconds * FPS)
+    return phase_ms, sorted(START + round(i * PERIOD + phase_ms * MS + rng.uniform(-10, 10) * MS)
+                            for i in range(first, last + 1))
+
+
+@pytest.mark.parametrize("seed,slots_back", [(215, 0), (225, 1)])
+def test_first_slot_comes_from_the_captures_before_the_start(seed, slots_back):
+    """Chosen from the ~11 captures of a warm-up, the first slot was unsure. Seed 215 (captures 13.4 ms
+    before the rows): the band's edge came out too late, the slot a period further back than needed,
+    which the pre-roll (the newest frame at or before the start on) did not reach: row 0 took the
+    pre-roll frame, row 1 repeated it, and every row held a frame 56 ms old instead of 23 ms. Seed 225
+    (9.5 ms before): too early, the slot stepped back a period at row 15 (a repeat). The recorder keeps
+    the camera's captures while idle (``CaptureHistory``): the first slot comes from 2 s of them."""
+    phase_ms, stamps = running_camera(seed)
+    pairs, c = record(stamps, START, 2.0)
+    repeats, drops, _ = check(pairs, stamps, c)
+    assert (repeats, drops) == (0, 0) and len(pairs) == 61
+    # the freshest slot whose whole band (±10 ms) is before the row: the row's own (215: its band ends
+    # 3.4 ms before it) or the one before (225: 0.5 ms after it)
+    assert lag(pairs, phase_ms) == {slots_back}
+    assert max(t - s for t, s in pairs) <= slots_back * PERIOD - phase_ms * MS + 10 * MS
+
+
+def test_the_warm_up_is_what_the_history_does_not_cover():
+    """Row 0 waits for WARMUP_S of captures only when the recorder saw less before the start (a recorder
+    or a camera just started): with 2 s of them it is due at its plain delay."""
+    cfg = AssemblyConfig(fps=FPS, cameras=("cam",), timestamp_mode="nominal", lateness_s=0.1)
+    due = {}
+    for name, lead_s in (("none", 0.0), ("0.1 s", 0.1), ("2 s", 2.0)):
+        history = {"cam": [START - round(i * PERIOD) for i in range(round(lead_s * FPS), 0, -1)]}
+        due[name] = EpisodeAssembler(cfg, START, Rows(), history=history).next_due_ns - START - cfg.delay_ns()
+    assert due == {"none": 300 * MS, "0.1 s": 200 * MS, "2 s": 0}
+    capture_mode = AssemblyConfig(fps=FPS, cameras=("cam",), timestamp_mode="capture")
+    assert EpisodeAssembler(capture_mode, START, Rows()).next_due_ns == START + capture_mode.delay_ns()
+
+
+@pytest.mark.parametrize("lead_s", [0.1, 0.3])
+def test_recorder_started_just_before_the_episode_pairs_one_to_one(lead_s):
+    """The first episode right after the recorder (or the camera) started: the few captures before it
+    and the warm-up's (each once), a camera straddling the rows with ±10 ms jitter."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        phase_ms = rng.uniform(-3, 3)
+        stamps = sorted(START + round(i * PERIOD + phase_ms * MS + rng.uniform(-10, 10) * MS)
+                        for i in range(-round(lead_s * FPS), 61))
+        pairs, c = record(stamps, START, 2.0)
+        repeats, drops, _ = check(pairs, stamps, c)
+        assert (repeats, drops) == (0, 0) and lag(pairs, phase_ms) == {1}, (seed, phase_ms)
+
+
+def test_capture_history_forgets_what_came_before_a_restart():
+    h = CaptureHistory(window=4, gap_ns=500 * MS)
+    for i in range(6):
+        h.add(START + i * 33 * MS)
+    assert h.before(START + 200 * MS) == [START + i * 33 * MS for i in range(2, 6)]   # the newest 4
+    assert h.before(START + 165 * MS + 501 * MS) == []   # silent for more than the gap by the start
+    h.add(START + 2 * SEC)                                # back after a silence: a restart
+    h.add(START + 2 * SEC - 5 * MS)                       # out of order, within the gap: kept
+    assert h.before(START + 2 * SEC) == [START + 2 * SEC - 5 * MS, START + 2 * SEC]
+    h.add(START)                                          # stamps jumping back (another clock): a restart
+    assert h.before(START) == [START]
+
+
+def test_camera_restarted_before_the_start_locks_to_its_new_phase():
+    """A camera restarted 0.45 s before the episode with another phase: what came before its silence does
+    not count, the new captures (more than the warm-up) give the slot."""
+    rng = random.Random(4)
+    old = [START + round(i * PERIOD + 2 * MS + rng.uniform(-10, 10) * MS) for i in range(-90, -35)]   # to -1.2 s
+    new = [START + round(i * PERIOD - 12 * MS + rng.uniform(-10, 10) * MS) for i in range(-13, 61)]  # from -0.45 s
+    stamps = sorted(old + new)
+    pairs, c = record(stamps, START, 2.0)
+    repeats, drops, _ = check(pairs, new, c)
+    assert (repeats, drops) == (0, 0) and len(lag(pairs, -12.0)) == 1   # kept, the old captures repeat
+    assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS

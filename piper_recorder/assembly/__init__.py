@@ -27,7 +27,10 @@ long as each arrives before ``now`` passes its stamp + lateness. To reproduce a 
 (the live recorder does exactly this):
   1. ``start_ns`` = the "started" event's start_ns; same fps / cameras / timestamp_mode / lateness_s /
      stale_s as the recorder's parameters (``depth=True`` for RGB-D).
-  2. Pre-roll: first feed the newest message of each input (and camera) received before start_ns.
+  2. Pre-roll: first feed the newest message of each input (and camera) received before start_ns, and
+     pass ``history``: per camera the stamps of the captures received before start_ns, as the
+     recorder's ``CaptureHistory`` kept them (the newest ``window_captures(fps)``, none before a silence
+     of ``HISTORY_GAP_S``); the phase estimate starts from them.
   3. Then each message received in [start_ns, end_ns + cfg.delay_ns(depth)] in receive order: ``advance(t_recv)``
      then ``add_*(stamp, ...)`` (raw headset lines: stamp = receive time).
   4. ``finish(end_ns)`` with the "saved" event's end_ns. The "saved" event's start_ns is ``origin_ns``
@@ -37,11 +40,12 @@ Rules in ``assembler``.
 """
 from .assembler import STATE_INPUTS, TIMESTAMP_MODES, AssemblyConfig, Counters, EpisodeAssembler, Frame, Row, Sink
 from .features import PIPER_TABLE, Feature, FeatureTable, InputSpec
+from .frame_assign import CaptureHistory, window_captures
 from .pairing import DepthPairer
 from .sinks import LEROBOT_COLUMNS, RGBD_STATE_TERMS, LeRobotSink, RgbdSink
 
 __all__ = [
-    "AssemblyConfig", "Counters", "DepthPairer", "EpisodeAssembler", "Feature", "FeatureTable", "Frame",
-    "InputSpec", "LEROBOT_COLUMNS", "LeRobotSink", "PIPER_TABLE", "RGBD_STATE_TERMS", "RgbdSink", "Row",
-    "STATE_INPUTS", "Sink", "TIMESTAMP_MODES",
+    "AssemblyConfig", "CaptureHistory", "Counters", "DepthPairer", "EpisodeAssembler", "Feature", "FeatureTable",
+    "Frame", "InputSpec", "LEROBOT_COLUMNS", "LeRobotSink", "PIPER_TABLE", "RGBD_STATE_TERMS", "RgbdSink", "Row",
+    "STATE_INPUTS", "Sink", "TIMESTAMP_MODES", "window_captures",
 ]

@@ -5,8 +5,9 @@ Rules (one place, shared by the live recorders and the rosbag converter):
   ``now >= t_k + delay`` so messages still in flight count: ``delay = lateness``, plus, when rows carry
   frames (nominal, RGB-D), the frame horizon (1.25 periods: how far past t_k the phase tracker sees
   captures before row k's frame, itself captured at or before t_k, is chosen, ``frame_assign``); the
-  first tick also waits ``frame_assign.WARMUP_S`` (0.3 s) so the
-  cameras' phase estimates start from several captures. Timer wake-ups never move the grid.
+  cameras' phase estimates start from their captures before the start (``history``: a recorder's
+  ``CaptureHistory``), and when those cover less than ``frame_assign.WARMUP_S`` (0.3 s) the first tick
+  waits for the rest. Timer wake-ups never move the grid.
 - A row holds, for every input, the newest sample stamped <= t_k (buffers are sorted by stamp, so the
   arrival order does not matter). A sample older than ``stale_s`` at t_k is still used and counted in
   ``values_stale``. A message stamped at or before an already assembled tick is counted in
@@ -50,7 +51,7 @@ inputs by name. Quaternions: add_eef_pose/add_commanded_pose take ROS order (x, 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -62,7 +63,7 @@ from piper_recorder.names import CAMERA
 from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
 from .features import PIPER_TABLE, FeatureTable
-from .frame_assign import CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, horizon_ns, pick
+from .frame_assign import CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, horizon_ns, pick, window_captures
 from .messages import pose7
 
 TIMESTAMP_MODES = ("capture", "nominal")
@@ -169,9 +170,14 @@ class Counters:
 
 
 class EpisodeAssembler:
-    """One episode's assembly. Not thread-safe: the caller serialises ``add_*``/``advance``/``finish``."""
+    """One episode's assembly. Not thread-safe: the caller serialises ``add_*``/``advance``/``finish``.
 
-    def __init__(self, config: AssemblyConfig, start_ns: int, sink: Sink, depth: bool = False):
+    ``history``: per camera, capture stamps seen before the episode (``CaptureHistory.before(start_ns)``);
+    they only feed the phase trackers (frames themselves come through ``add_frame``), so row 0's slot
+    comes from as many captures as later rows' and needs no warm-up when they cover ``WARMUP_S``."""
+
+    def __init__(self, config: AssemblyConfig, start_ns: int, sink: Sink, depth: bool = False,
+                 history: Mapping[str, Sequence[int]] | None = None):
         config.validate()
         self.config, self.start_ns, self._sink, self._depth = config, int(start_ns), sink, depth
         # RGB-D observations always pair a frame with each row, whatever the LeRobot timestamp mode
@@ -181,11 +187,16 @@ class EpisodeAssembler:
         self._period_ns = 1e9 * self._den / self._num
         self._delay_ns = config.delay_ns(depth)
         self._horizon_ns = config.frame_horizon_ns(depth)
-        window = max(5, round(2 * config.fps))   # 2 s of frames: a median steady to ~1 ms under ±10 ms jitter
+        window = window_captures(config.fps)
         self._phase = {cam: PhaseTracker(self._period_ns, window) for cam in config.cameras}
         self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}   # tracker fed up to here
-        # the first tick also waits for WARMUP_S of captures, so the phase estimate starts from several
-        self._warmup_ns = round(WARMUP_S * 1e9) if self._frames_in_rows and config.cameras else 0
+        history = history or {}
+        self._history = {cam: sorted(int(s) for s in history.get(cam, ())) for cam in config.cameras}
+        # the first tick also waits for the part of WARMUP_S of captures the history does not cover, so
+        # every camera's phase estimate starts from several
+        warmup = round(WARMUP_S * 1e9)
+        covered = [max(0, self.start_ns - h[0]) if h else 0 for h in self._history.values()]
+        self._warmup_ns = max([0] + [warmup - c for c in covered]) if self._frames_in_rows else 0
         self._finish_ns: int | None = None
         self._assembled_ns: int | None = None   # the furthest limit assembled to (assembled_until_ns)
         self._stale_ns = round(config.stale_s * 1e9)
@@ -377,9 +388,13 @@ class EpisodeAssembler:
             feed = limit + self._warmup_ns
             if self._finish_ns is not None:
                 feed = max(limit, min(feed, self._finish_ns + self._horizon_ns))
-        lo = 0 if fed is None else buf.index_at(fed) + 1
-        for i in range(lo, buf.index_at(feed) + 1):
-            tracker.add(self._grid_offset(buf.stamps[i]))
+        if fed is None:   # the captures before the episode, then the episode's own (each capture once)
+            before = (s for s in self._history[cam] if s <= feed)
+            for s in sorted(set(before).union(buf.stamps[:buf.index_at(feed) + 1])):
+                tracker.add(self._grid_offset(s))
+        else:
+            for i in range(buf.index_at(fed) + 1, buf.index_at(feed) + 1):
+                tracker.add(self._grid_offset(buf.stamps[i]))
         self._fed_ns[cam] = feed if fed is None else max(fed, feed)
         prev = self._sent_ns[cam]
         slot = tracker.slot_ns

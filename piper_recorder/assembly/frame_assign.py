@@ -38,8 +38,14 @@ and the next drops one although every frame arrived. Instead each camera is lock
 - Cameras not locked take the newest frame captured at or before ``t_k`` (a 60 fps camera: every
   other frame dropped).
 - The phase estimate only wraps once it is ``HYSTERESIS`` (a quarter) of a period past the half
-  period; the slot follows the wrapped phase continuously (a wrap by a period moves nothing). The first
-  estimate comes from ``WARMUP_S`` of captures (row 0 waits for them).
+  period; the slot follows the wrapped phase continuously (a wrap by a period moves nothing).
+- The first estimate comes from the camera's captures before the episode (``CaptureHistory``: the
+  recorder keeps the last ``window_captures`` stamps while idle too) and the episode's own up to the
+  horizon; when those before it cover less than ``WARMUP_S`` (a recorder or camera just started), row
+  0 waits for the rest. From ~10 captures the first slot was unsure: its band's edge, estimated from the
+  largest of few deviations, came out too late (the slot a period further back than the band needs:
+  row 0 found no frame there, row 1 repeated row 0's, and the rows held frames older than the bound
+  below) or too early (the slot stepped back a period, one repeat, as the estimate grew).
 
 Everything is a function of the stamps of frames captured up to ``t_k + horizon``, so the live
 recorder and the bag converter choose the same frames (rows are assembled after that horizon plus
@@ -56,8 +62,44 @@ MIN_COHERENCE = 0.3     # mean resultant length of the phases: ±10 ms uniform j
 KEEP_COHERENCE = 0.2    # ±12 ms ~0.34, another rate ~0; once locked, a lock is kept down to this
 COHERENCE_FLOOR = 0.15  # a first lock from few captures needs at least this (another rate's spread captures: <~0.12)
 HYSTERESIS = 0.25       # of a period, past the half period, before the phase estimate wraps (see below)
-WARMUP_S = 0.3          # captures the tracker sees before row 0's frame is chosen (row 0 waits for them)
+WARMUP_S = 0.3          # captures the tracker sees before row 0's frame is chosen (row 0 waits for those missing)
+HISTORY_GAP_S = 0.5     # a camera silent this long starts a new capture history (a restart: another phase)
 CAUSAL_TOL_NS = 1_000_000   # a row's frame may be captured this long after it at most: the clock mapper's noise
+
+
+def window_captures(fps: float) -> int:
+    """Captures a phase estimate is taken from: 2 s of frames, a median steady to ~1 ms under ±10 ms jitter."""
+    return max(5, round(2 * fps))
+
+
+class CaptureHistory:
+    """The newest ``window`` capture stamps of one camera, kept whatever the recorder is doing, so that an
+    episode's phase estimate starts from as many captures as it is later kept on, not from a warm-up.
+
+    ``add`` is all an idle recorder does per frame (an append). A jump of more than ``HISTORY_GAP_S``
+    between stamps (a camera restarted or reconfigured: its phase and rate may have changed) forgets what
+    came before, and so does ``before`` for a camera silent that long before the start: the episode then
+    waits for the warm-up it lacks, as after a recorder start."""
+
+    def __init__(self, window: int, gap_ns: int = round(HISTORY_GAP_S * 1e9)):
+        self._stamps: deque[int] = deque(maxlen=max(1, window))
+        self._gap = gap_ns
+        self._newest: int | None = None
+
+    def add(self, stamp_ns: int) -> None:
+        newest = self._newest
+        if newest is None or abs(stamp_ns - newest) > self._gap:
+            self._stamps.clear()
+            newest = stamp_ns
+        self._newest = max(newest, stamp_ns)
+        self._stamps.append(stamp_ns)
+
+    def before(self, start_ns: int) -> list[int]:
+        """The kept stamps (sorted) for an episode starting at ``start_ns``; none if the camera has been
+        silent for more than ``HISTORY_GAP_S`` by then."""
+        if self._newest is None or start_ns - self._newest > self._gap:
+            return []
+        return sorted(self._stamps)
 
 
 def wrap(x: float, period: float) -> float:
@@ -69,8 +111,9 @@ class PhaseTracker:
     """Running capture-phase estimate of one camera against the row grid (ns).
 
     ``add`` the offsets of new captures; ``phase_ns`` brings the estimate up to date with them. The
-    first estimate starts from the circular mean of what was added (the assembler gives it
-    ``WARMUP_S`` of captures before row 0), later ones move continuously from the previous one."""
+    first estimate starts from the circular mean of what was added (the assembler gives it the
+    captures before the episode and at least ``WARMUP_S`` of them before row 0), later ones move
+    continuously from the previous one."""
 
     def __init__(self, period_ns: float, window: int):
         self.period = float(period_ns)
@@ -122,9 +165,10 @@ class PhaseTracker:
         p, up = self.period, self.jitter_up
         hyst = HYSTERESIS * p
         if self._slot is None:
-            # the first estimate comes from ~10 captures: its band's edge is uncertain by about the band /
-            # (n + 1); keep 1 ms plus twice that inside the tolerance (at most midway to the drop bound
-            # below), so a later, better estimate moves nothing (a repeat or a drop mid-episode)
+            # the first estimate comes from n captures (a window's worth before the episode; ~10 after a
+            # recorder or camera start): its band's edge is uncertain by about the band / (n + 1); keep
+            # 1 ms plus twice that inside the tolerance (at most midway to the drop bound below), so a
+            # later estimate moves nothing (a repeat or a drop mid-episode)
             n = len(self._offsets)
             margin = min(hyst / 2, CAUSAL_TOL_NS + 2 * (up + self.jitter_down) / (n + 1))
             edge = CAUSAL_TOL_NS - margin

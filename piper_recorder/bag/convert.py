@@ -7,7 +7,9 @@ targets) the recorder nodes use; the log time plays the node's
 ``now``: ``tick(log_ns)`` before each message, ``start`` once the log passes the episode's feed time,
 ``stop(end_ns)`` once it passes ``end_ns`` + the assembly delay (lateness, plus the frame horizon when
 rows carry frames). Between episodes only the last few serialized
-messages per topic are kept (they become the pre-roll), so gaps cost no decoding.
+messages per topic are kept (they become the pre-roll), and of each camera topic the last phase window
+(``frame_assign.window_captures``), so the episode's phase estimate starts from the captures the live
+recorder's ``CaptureHistory`` held; gaps cost no decoding beyond that.
 
 For /episode_events episodes the assembler starts at the live grid origin (the "saved" event's
 ``start_ns``) and is fed from the live "started" time, so rows land on the live grid; the resulting
@@ -29,12 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from piper_recorder import __version__
+from piper_recorder.assembly import window_captures
 from piper_recorder.names import EPISODE_EVENTS
 from piper_recorder.recording.config import (
     LeRobotRecorderConfig, RecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config,
     session_record)
 from piper_recorder.recording.controller import EpisodeController
-from piper_recorder.recording.router import InputRouter
+from piper_recorder.recording.router import IMAGE, InputRouter
 from piper_recorder.recording.targets import EpisodeTarget, LeRobotTarget, RgbdTarget
 
 from .config import TopicMap
@@ -250,6 +253,10 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router
     spans = sorted(spans, key=lambda s: s.feed_from_ns)
     gap: dict[str, deque[RawMessage]] = {}
     topics = [r.topic for r in router.routes]
+    # kept between episodes: each input's newest few (its pre-roll); each camera topic's phase window,
+    # GAP_KEEP more for the colour/depth pairs at its old end (the capture history, ``CaptureHistory``)
+    captures = window_captures(c.assembly.fps) + GAP_KEEP
+    keep = {r.topic: captures if r.kind == IMAGE else GAP_KEEP for r in router.routes}
     stop_at = spans[-1].end_ns + lateness + 1
     t_begin, total = src.start_ns, max(1e-9, min(src.end_ns, stop_at) - src.start_ns) / 1e9
     last_report = 0.0
@@ -259,7 +266,7 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router
 
     def start(span: EpisodeSpan) -> None:
         for raw in sorted((r for q in gap.values() for r in q), key=lambda r: r.log_ns):
-            dispatch(raw)   # idle: each input's newest sample becomes the pre-roll, as in the live node
+            dispatch(raw)   # idle: the pre-roll and the capture history, as in the live node
         gap.clear()
         task = span.task or task_default
         if c.target.needs_task and not task.strip():
@@ -296,7 +303,7 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router
         if active is None:
             q = gap.get(raw.topic)
             if q is None:
-                q = gap[raw.topic] = deque(maxlen=GAP_KEEP)
+                q = gap[raw.topic] = deque(maxlen=keep[raw.topic])
             q.append(raw)
             continue
         c.tick(now)

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from piper_recorder.assembly import AssemblyConfig, DepthPairer, EpisodeAssembler
+from piper_recorder.assembly import AssemblyConfig, CaptureHistory, DepthPairer, EpisodeAssembler, window_captures
 from piper_recorder.assembly.messages import pose7
 from piper_recorder.errors import PiperError
 
@@ -139,6 +139,8 @@ class EpisodeController:
         self._preroll_inputs: dict[str, deque[tuple[int, np.ndarray]]] = {}
         self._preroll_frames: dict[str, deque[tuple[int, np.ndarray, np.ndarray | None]]] = {}
         self._pairers = {cam: DepthPairer(1e9 / assembly.fps) for cam in assembly.cameras}
+        # every camera's newest capture stamps, idle or not: an episode's phase estimate starts from them
+        self._captures = {cam: CaptureHistory(window_captures(assembly.fps)) for cam in assembly.cameras}
         self.last_counters: dict[str, Any] = {}
         self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
         self._tick_delays: list[int] = []
@@ -177,6 +179,9 @@ class EpisodeController:
     def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
         with self._lock:
             _keep(self._preroll_frames.setdefault(camera, deque()), (stamp_ns, rgb, depth), PREROLL_FRAMES_NS)
+            captures = self._captures.get(camera)
+            if captures is not None:
+                captures.add(stamp_ns)
             if self._asm is not None and self.state in (RECORDING, SAVING):
                 self._asm.add_frame(camera, stamp_ns, rgb, depth)
 
@@ -257,7 +262,8 @@ class EpisodeController:
                 self.worker.take_error()
                 self._sink = QueuedSink(sink, self.worker, self.max_lag_s, shed_row_frames=not self.target.depth)
                 self._stop_at = None
-                self._asm = EpisodeAssembler(self.assembly, start_ns, self._sink, depth=self.target.depth)
+                self._asm = EpisodeAssembler(self.assembly, start_ns, self._sink, depth=self.target.depth,
+                                             history={cam: h.before(start_ns) for cam, h in self._captures.items()})
                 self._tick_delays = []
                 for name, inputs in self._preroll_inputs.items():
                     for stamp, values in _preroll(inputs, start_ns):
