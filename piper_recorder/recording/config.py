@@ -73,7 +73,7 @@ class RecorderConfig:
     # rows wait this long more before they go to the writer, so a stop stamped up to lateness_s + this
     # before its request is handled (a headset press: teleop, DDS and a loaded machine in between;
     # stop_episode_at) still ends the episode exactly there; only delays the writer, costs no CPU
-    stop_reach_s: float = 0.2
+    stop_reach_s: float = 0.1
     on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
     camera_height: int = CAMERA.height
     camera_width: int = CAMERA.width
