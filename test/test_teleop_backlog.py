@@ -183,12 +183,16 @@ def test_burst_is_coalesced_for_control_and_fully_recorded(graph):
     burst_poses = [p for p in watch.poses if 8.7 < (p[1] - mono_to_real) / 1e9 - mono0 < 10.5]   # by capture
     print(f"burst: {len(in_burst)} raw lines, {len(burst_poses)} right poses published for control")
     assert len(burst_poses) <= 5, f"{len(burst_poses)} old poses replayed for control"
-    released = [j for j in watch.joys if j[0] >= t_burst - ns_per_s // 100 and j[2] < 0.3]
+    # an open grip that arrived with the burst (nothing arrives during the stall, and the grip was closed
+    # before it): arrival times are this process's callback times, whose order across topics is the test
+    # executor's, so the window is half a second wide, not the 10 ms a raw line and a joy may lie apart
+    released = [j for j in watch.joys if j[0] >= t_burst - ns_per_s // 2 and j[2] < 0.3]
     assert released, "the grip release inside the burst was coalesced away"
     # ... stamped with its capture time (the clock mapping must not take a backlog for a clock step)
     lowest = min(in_burst, key=lambda r: r["right"]["squeeze"])   # the line the bridge keeps for the release
     truth = round(lowest["mono"] * 1e9) + mono_to_real
-    assert abs(released[0][1] - truth) < 0.05 * ns_per_s, (released[0][1] - truth) / 1e9
+    first = min(released, key=lambda j: j[1])
+    assert abs(first[1] - truth) < 0.05 * ns_per_s, (first[1] - truth) / 1e9
     regrip_ns = round((mono0 + 11.4) * 1e9) + mono_to_real   # the next cycle closes the grip at 11.5 s
     opened_ns = next(round(r["mono"] * 1e9) + mono_to_real for r in in_burst if r["right"]["squeeze"] < 0.3)
     assert not [t for t in watch.targets if opened_ns < t < regrip_ns], "targets after the grip was released"
