@@ -20,6 +20,7 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
@@ -29,6 +30,20 @@ from piper_recorder.recording.config import coerce_param
 from piper_recorder.supervision import on_stop_signals, watch_parent
 
 C = TypeVar("C")
+
+#: Frames a live (best-effort) image subscriber keeps while its process is off the CPU: a third of a second
+#: at 30 fps. With 2 (the policy node) or 5 (``qos_profile_sensor_data``: quest_video, the dashboard) a
+#: busy 2-core machine overwrote 1.8 % of 3 cameras' frames in the reader history before the executor took
+#: them; history slots hold a frame only while it waits, so a deeper one costs nothing when the process keeps up.
+LIVE_IMAGE_DEPTH = 10
+
+
+def live_image_qos() -> QoSProfile:
+    """QoS of a subscriber that shows or acts on the newest frames (quest_video, the policy node, the
+    dashboard): best-effort, so a slow one never holds the camera's writer back (the recorders, which must
+    keep every frame, subscribe reliable: ``recorder_base``), keep-last ``LIVE_IMAGE_DEPTH``."""
+    return QoSProfile(depth=LIVE_IMAGE_DEPTH, history=HistoryPolicy.KEEP_LAST,
+                      reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
 class ParameterError(PiperInputError, ValueError):

@@ -29,7 +29,7 @@ from piper_recorder.dashboard.server import Dashboard, DashboardServer
 from piper_recorder.names import (CAMERA_STATUS_TOPIC_PATTERN, COMMANDED_POSE, DIAGNOSTICS, EPISODE_EVENTS,
                                   JOINT_STATES, QUEST_POSE_PATTERN, STATUS, TELEOP_STATUS, camera_topic,
                                   camera_topic_regex, node_topic, quest_topic)
-from piper_recorder.nodes.common import ParameterError, declare_config, run_node
+from piper_recorder.nodes.common import ParameterError, declare_config, live_image_qos, run_node
 
 # topic -> (type, required): silence of a required topic marks the graph degraded. One topic per link of
 # the chain (headset -> bridge, arm feedback, arm commands); /arm/eef_pose would only repeat joint_states'
@@ -148,7 +148,7 @@ class DashboardNode(Node):
             if watched and cam not in self._image_subs:
                 self._image_subs[cam] = self.create_subscription(
                     Image, camera_topic(self.cfg.image_topic_pattern, cam), lambda m, c=cam: self._on_image(c, m),
-                    qos_profile_sensor_data)
+                    live_image_qos())
         if not watched and self._image_subs:
             for sub in self._image_subs.values():
                 self.destroy_subscription(sub)

@@ -35,7 +35,7 @@ from piper_recorder.delivery import ImageCounts
 from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_ACTOR, POLICY_PROVENANCE,
                                   POLICY_SERVICES, QUEST_JOY_PATTERN, STATUS, TARGET_GRIPPER, TARGET_POSE,
                                   TELEOP_STATUS, camera_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, now_ns, ns_to_stamp,
+from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, live_image_qos, now_ns, ns_to_stamp,
                                          run_in_thread, run_node)
 from piper_recorder.policy.backend import make_backend
 from piper_recorder.policy.config import PolicyConfig
@@ -82,7 +82,7 @@ class PolicyNode(Node):
         g = ReentrantCallbackGroup()
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        images = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
+        images = live_image_qos()
         self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
         self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
         self.pub_status = self.create_publisher(String, STATUS, reliable)

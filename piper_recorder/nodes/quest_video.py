@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image as ImageMsg
 from std_msgs.msg import String
 
@@ -39,7 +39,7 @@ from piper_recorder.delivery import ImageCounts, link_health, panel_target, rece
 from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
                                   EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
                                   check_topic_pattern, node_topic)
-from piper_recorder.nodes.common import declare_config, run_node, stamp_to_ns
+from piper_recorder.nodes.common import declare_config, live_image_qos, run_node, stamp_to_ns
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
                                         PanelSender, SenderConfig, color_command)
@@ -113,7 +113,7 @@ class QuestVideo(Node):
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for idx, cam in enumerate(self.cfg.cameras):
             self.create_subscription(ImageMsg, camera_topic(self.cfg.image_topic_pattern, cam),
-                                     functools.partial(self._on_image, idx), qos_profile_sensor_data)
+                                     functools.partial(self._on_image, idx), live_image_qos())
         self.create_subscription(String, node_topic(self.cfg.recorder, STATUS), self._on_recorder_status, reliable)
         for cam in self.cfg.cameras:   # the cameras' published rates (sim_camera; a realsense has no status)
             self.create_subscription(String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam),
