@@ -223,12 +223,18 @@ def test_hud_shows_a_release_teleop_made_and_counts_it():
     assert m.state(30.0).error == "" and m.state(30.0).releases == 4   # the operator's own menu press
 
 
-def test_hud_image_is_encoded_once_per_look_and_each_frame_carries_its_own_state():
-    """A HUD whose pixels did not change reuses its JPEG; the state (timer, rates) still reaches the
-    headset in each frame's comment, and the image decodes to what a direct render gives."""
-    a = HudState(saved_count=2, input_hz=72.0, arm="OK")
-    b = HudState(saved_count=2, input_hz=72.4, arm="OK")    # same text ("72 Hz"): same pixels
+def test_hud_image_is_encoded_once_per_look_and_each_frame_carries_its_own_state(monkeypatch):
+    """A HUD whose pixels did not change reuses its JPEG (drawn once); the state (timer, rates) still
+    reaches the headset in each frame's comment, and the image decodes to what a direct render gives."""
+    from piper_recorder.quest import hud
+
+    monkeypatch.setattr(hud, "_HUD_JPEG", {})   # no look cached by an earlier test
+    drawn: list[HudState] = []
+    monkeypatch.setattr(hud, "render_hud_image", lambda st: drawn.append(st) or render_hud_image(st))
+    a = HudState(saved_count=2, input_hz=72.0, arm="OK", elapsed_s=1.0)
+    b = HudState(saved_count=2, input_hz=72.4, arm="OK", elapsed_s=1.0)    # same text ("72 Hz"): same pixels
     ja, jb = render_hud(a), render_hud(b)
+    assert drawn == [a]   # b reused a's JPEG
     assert hud_state_from_jpeg(ja)["input_hz"] == 72.0 and hud_state_from_jpeg(jb)["input_hz"] == 72.4
     scan = ja.index(b"\xff\xda")
     assert ja[ja.index(b"\xff\xdb"):scan] == jb[jb.index(b"\xff\xdb"):jb.index(b"\xff\xda")]   # the same image
@@ -239,7 +245,7 @@ def test_hud_image_is_encoded_once_per_look_and_each_frame_carries_its_own_state
     with Image.open(io.BytesIO(direct.getvalue())) as im:
         assert np.array_equal(got, np.asarray(im.convert("RGB"), dtype=int))
     c = HudState(saved_count=3, input_hz=72.0, arm="OK")
-    assert hud_state_from_jpeg(render_hud(c))["lines"][0] == "READY  3 saved"
+    assert hud_state_from_jpeg(render_hud(c))["lines"][0] == "READY  3 saved" and drawn == [a, c]   # new text
 
 
 def test_kept_text_masks_draw_what_imagedraw_draws():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import rclpy
@@ -143,11 +144,11 @@ class Rig:
         """Mild noise: real frames never compress to identical sizes."""
         return self._rng.integers(0, hi, shape).astype(np.uint8 if len(shape) == 3 else np.uint16)
 
-    def call(self, recorder: str, service: str, timeout: float = 60.0) -> Trigger.Response:
-        cli = self.node.create_client(Trigger, f"/{recorder}/{service}")
+    def _call(self, srv_type: Any, recorder: str, service: str, request: Any, timeout: float) -> Any:
+        cli = self.node.create_client(srv_type, f"/{recorder}/{service}")
         try:
             assert cli.wait_for_service(timeout_sec=timeout), f"/{recorder}/{service} not available"
-            fut = cli.call_async(Trigger.Request())
+            fut = cli.call_async(request)
             end = time.monotonic() + timeout
             while not fut.done():
                 assert time.monotonic() < end, f"/{recorder}/{service} timed out"
@@ -155,24 +156,17 @@ class Rig:
             return fut.result()
         finally:
             self.node.destroy_client(cli)
+
+    def call(self, recorder: str, service: str, timeout: float = 60.0) -> Trigger.Response:
+        return self._call(Trigger, recorder, service, Trigger.Request(), timeout)
 
     def call_json(self, recorder: str, service: str, payload: dict | str, timeout: float = 60.0):
         """A recorder's AddDiagnostics service (``label_episode``, ``stop_episode_at``): ``payload`` as JSON
         in ``load_namespace`` (a str as it is); the response (success, message)."""
         from diagnostic_msgs.srv import AddDiagnostics
 
-        cli = self.node.create_client(AddDiagnostics, f"/{recorder}/{service}")
-        try:
-            assert cli.wait_for_service(timeout_sec=timeout), f"/{recorder}/{service} not available"
-            text = payload if isinstance(payload, str) else json.dumps(payload)
-            fut = cli.call_async(AddDiagnostics.Request(load_namespace=text))
-            end = time.monotonic() + timeout
-            while not fut.done():
-                assert time.monotonic() < end, f"/{recorder}/{service} timed out"
-                time.sleep(0.01)
-            return fut.result()
-        finally:
-            self.node.destroy_client(cli)
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        return self._call(AddDiagnostics, recorder, service, AddDiagnostics.Request(load_namespace=text), timeout)
 
     def set_param(self, recorder: str, name: str, value, timeout: float = 20.0) -> None:
         """What ``ros2 param set /<recorder> <name> <value>`` does."""
