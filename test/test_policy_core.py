@@ -562,3 +562,27 @@ def test_no_policy_target_while_the_grip_is_held_whatever_the_order(root: Path):
     n = len(rig.targets)
     rig.run(0.5)
     assert len(rig.targets) == n and rig.rt.state == TAKEOVER and rig.last.actor == "operator"
+
+
+def test_builder_start_uses_the_captures_before_it_as_the_recorders_do(root: Path):
+    """Frames seen while stopped feed the start's phase estimate (CaptureHistory, as in the recorders):
+    the first observation is the first tick's, not one after a camera warm-up; a builder that saw
+    only two frames before the start waits for that warm-up."""
+    from piper_recorder.assembly.assembler import WARMUP_S
+
+    def first_obs_tick(before: int) -> int:
+        b = ObservationBuilder(TrainingMeta.load(root), "pick")
+        start_k = 100
+        for k in range(start_k - before, start_k):
+            feed(b, k * P)
+        b.start(start_k * P)
+        for k in range(start_k, start_k + 60):
+            feed(b, k * P)
+            obs = b.advance(k * P + P // 2)
+            if obs is not None:
+                return k - start_k
+        raise AssertionError("no observation in 2 s")
+
+    warm = round(WARMUP_S * 30)
+    assert first_obs_tick(60) <= 2
+    assert first_obs_tick(2) >= warm - 2 > 2

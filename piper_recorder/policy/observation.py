@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
+from piper_recorder.assembly import CaptureHistory, window_captures
 from piper_recorder.errors import DatasetError, PiperInputError
 from piper_recorder.lerobot.format.features import COMBINED
 from piper_recorder.lerobot.format.layout import COLLECTION_META, SESSIONS, STATS
@@ -139,6 +140,9 @@ class ObservationBuilder:
         self._latest = _LatestRow()
         self._pre: dict[str, tuple[str, tuple[Any, ...]]] = {}   # input -> newest (method, args): pre-roll
         self.cams: dict[str, _CamSeen] = {c: _CamSeen() for c in meta.cameras}
+        # capture stamps kept while stopped, as the recorders keep them: a start's phase estimate (which
+        # frame pairs with which row) comes from a window of captures, not from a warm-up after it
+        self._captures = {c: CaptureHistory(window_captures(self.fps)) for c in meta.cameras}
         self.arm_newest_ns = 0
         self.eef: tuple[Sequence[float], Sequence[float]] | None = None    # newest measured (p, q xyzw)
         self.gripper: float | None = None
@@ -172,6 +176,7 @@ class ObservationBuilder:
             self.frames_wrong_size[camera] = self.frames_wrong_size.get(camera, 0) + 1
             return
         seen.newest_ns = max(seen.newest_ns, stamp_ns)
+        self._captures[camera].add(stamp_ns)
         if len(seen.stamps) < RATE_SAMPLES + 1:
             seen.stamps.append(stamp_ns)
         self._feed(f"frame:{camera}", "add_frame", camera, stamp_ns, rgb)
@@ -202,7 +207,8 @@ class ObservationBuilder:
     def start(self, now_ns: int) -> None:
         """Start assembling on a fresh grid from ``now_ns`` (the newest samples are the pre-roll)."""
         self._latest = _LatestRow()
-        self._asm = EpisodeAssembler(self.asm_cfg, now_ns, self._latest)
+        self._asm = EpisodeAssembler(self.asm_cfg, now_ns, self._latest,
+                                     history={c: h.before(now_ns) for c, h in self._captures.items()})
         for method, args in self._pre.values():
             getattr(self._asm, method)(*args)
 
