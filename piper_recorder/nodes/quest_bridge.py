@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
@@ -120,12 +121,20 @@ class QuestBridge(Node):
         """A topic nobody subscribes to (often /quest/head/pose and the other hand's pose) is not even
         built into a message: ~540 messages/s at 90 Hz otherwise. A subscriber (a rosbag recorder
         included) that joins is served from its next frame on."""
+        stamps: dict[int, Time] = {}   # a frame's poses and joys share one capture stamp: one Time for all
+
+        def stamp(ns: int) -> Time:
+            t = stamps.get(ns)
+            if t is None:
+                t = stamps[ns] = ns_to_stamp(ns)
+            return t
+
         for p in out.poses:
             pub = self.pose_pubs[p.device]
             if not pub.get_subscription_count():
                 continue
             m = PoseStamped()
-            m.header.stamp = ns_to_stamp(p.stamp_ns)
+            m.header.stamp = stamp(p.stamp_ns)
             m.header.frame_id = p.frame_id
             m.pose.position.x, m.pose.position.y, m.pose.position.z = p.pos
             q = m.pose.orientation
@@ -135,7 +144,7 @@ class QuestBridge(Node):
             if not self.joy_pubs[j.hand].get_subscription_count():
                 continue
             m = Joy()
-            m.header.stamp = ns_to_stamp(j.stamp_ns)
+            m.header.stamp = stamp(j.stamp_ns)
             m.header.frame_id = j.frame_id
             m.axes = [float(a) for a in j.axes]
             m.buttons = list(j.buttons)

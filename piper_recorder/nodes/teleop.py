@@ -224,10 +224,9 @@ class TeleopNode(Node):
         stamp = ns_to_stamp(now_ns(self))
         pose = PoseStamped()
         pose.header.stamp, pose.header.frame_id = stamp, self.ncfg.arm_frame
-        p, q = res.target.p, res.target.q
-        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (float(v) for v in p)
-        (pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z,
-         pose.pose.orientation.w) = (float(v) for v in q)
+        position, orientation = pose.pose.position, pose.pose.orientation
+        position.x, position.y, position.z = res.target.p.tolist()
+        orientation.x, orientation.y, orientation.z, orientation.w = res.target.q.tolist()
         self.pub_target.publish(pose)
         grip = JointState()
         grip.header.stamp = stamp
