@@ -90,6 +90,10 @@ class QuestBridge(Node):
         self.create_subscription(String, QUEST_COMMAND, self._on_command, 10)
         self.command_invalid = 0
         self._ui_state: dict[str, dict] = {}   # "color" / "panel<N>" -> the latest such command (replayed on connect)
+        # one message per topic, refilled for each frame: publish serialises it at once, and only the
+        # client thread publishes them (~450 messages/s otherwise built and dropped)
+        self._pose_msgs = {d: PoseStamped() for d in QUEST_DEVICES}
+        self._joy_msgs = {h: Joy() for h in QUEST_HANDS}
         self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
         self.create_timer(self.cfg.diagnostics_period_s, self._publish_diagnostics)
         self.client.start()
@@ -133,7 +137,7 @@ class QuestBridge(Node):
             pub = self.pose_pubs[p.device]
             if not pub.get_subscription_count():
                 continue
-            m = PoseStamped()
+            m = self._pose_msgs[p.device]   # every field is set again: nothing of the previous frame stays
             m.header.stamp = stamp(p.stamp_ns)
             m.header.frame_id = p.frame_id
             m.pose.position.x, m.pose.position.y, m.pose.position.z = p.pos
@@ -143,12 +147,12 @@ class QuestBridge(Node):
         for j in out.joys:
             if not self.joy_pubs[j.hand].get_subscription_count():
                 continue
-            m = Joy()
-            m.header.stamp = stamp(j.stamp_ns)
-            m.header.frame_id = j.frame_id
-            m.axes = [float(a) for a in j.axes]
-            m.buttons = list(j.buttons)
-            self.joy_pubs[j.hand].publish(m)
+            jm = self._joy_msgs[j.hand]
+            jm.header.stamp = stamp(j.stamp_ns)
+            jm.header.frame_id = j.frame_id
+            jm.axes = [float(a) for a in j.axes]
+            jm.buttons = list(j.buttons)
+            self.joy_pubs[j.hand].publish(jm)
         if out.raw is not None and self.cfg.publish_raw and self.raw_pub.get_subscription_count():
             self.raw_pub.publish(String(data=out.raw))
         if out.hello is not None:

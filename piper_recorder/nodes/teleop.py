@@ -165,6 +165,9 @@ class TeleopNode(Node):
             self.pub_hello = self.create_publisher(String, QUEST_HELLO, latched)
             self._reader = HidrawReader(sm_cfg.device, self.session.on_spacemouse_report,
                                         self._on_spacemouse_state, sm_cfg.reopen_s).start()
+        self._target_msg = PoseStamped()
+        self._target_msg.header.frame_id = self.ncfg.arm_frame
+        self._gripper_msg = JointState(name=["gripper"])
         self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
         self.get_logger().info(f"teleop: input={self.ncfg.input} hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
                                f"recorders={self.ncfg.recorders}")
@@ -221,16 +224,17 @@ class TeleopNode(Node):
             self.get_logger().warning(f"clutch refused: {res.reason}")
         if res.target is None or res.gripper is None:   # a target always comes with its gripper width
             return
+        # one message of each, refilled every tick (publish serialises it at once; only this thread
+        # publishes them): building a PoseStamped and a JointState cost more than filling them
         stamp = ns_to_stamp(now_ns(self))
-        pose = PoseStamped()
-        pose.header.stamp, pose.header.frame_id = stamp, self.ncfg.arm_frame
+        pose, grip = self._target_msg, self._gripper_msg
+        pose.header.stamp = stamp
         position, orientation = pose.pose.position, pose.pose.orientation
         position.x, position.y, position.z = res.target.p.tolist()
         orientation.x, orientation.y, orientation.z, orientation.w = res.target.q.tolist()
         self.pub_target.publish(pose)
-        grip = JointState()
         grip.header.stamp = stamp
-        grip.name, grip.position = ["gripper"], [float(res.gripper)]
+        grip.position = [float(res.gripper)]
         self.pub_gripper.publish(grip)
 
     # ---- recorder services (executor thread) ---------------------------------------------------
