@@ -335,7 +335,9 @@ class TeleopCore:
         if self._joy is not None and t - self._joy_t <= self.cfg.stale_timeout_s:
             if self._joy.squeeze < self.cfg.clutch.release_below:
                 self._refusal_felt = False   # the grip opened: the next closing is a new attempt
-            refuse = self._refuse_reason(t)
+            # the interlocks decide an engage only: an engaged clutch ignores them (the watchdogs above
+            # release it), so they are not evaluated 100 times a second for nothing
+            refuse = None if self.clutch.engaged else self._refuse_reason(t)
             ev = self.clutch.update(self._joy.squeeze, self._joy.menu, refuse)
             res.clutch = ev
             if ev is ClutchEvent.REFUSED:
