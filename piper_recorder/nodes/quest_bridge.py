@@ -29,7 +29,7 @@ from std_msgs.msg import String
 
 from piper_recorder.names import (DIAGNOSTICS, QUEST_COMMAND, QUEST_DEVICES, QUEST_HANDS, QUEST_HAPTIC, QUEST_HELLO,
                                   QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, QUEST_RAW, quest_topic)
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node
+from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node, timer_callback
 from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.clock import ClockMapperConfig
@@ -95,7 +95,7 @@ class QuestBridge(Node):
         self._pose_msgs = {d: PoseStamped() for d in QUEST_DEVICES}
         self._joy_msgs = {h: Joy() for h in QUEST_HANDS}
         self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
-        self.create_timer(self.cfg.diagnostics_period_s, self._publish_diagnostics)
+        self.create_timer(self.cfg.diagnostics_period_s, timer_callback(self._publish_diagnostics))
         self.client.start()
         self.get_logger().info(f"connecting to headset at {self.cfg.host}:{self.cfg.port}")
 

@@ -72,7 +72,8 @@ from std_srvs.srv import Trigger
 from piper_recorder.names import (ARM_STATUS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
                                   QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
                                   TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
-from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
+from piper_recorder.nodes.common import (FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns,
+                                         timer_callback)
 from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
@@ -155,8 +156,8 @@ class TeleopNode(Node):
             self.create_subscription(String, node_topic(rec, STATUS),
                                      lambda m, r=rec: self.session.on_recorder_status(r, m.data),
                                      reliable, callback_group=g)
-        self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
-        self.create_timer(1.0, self._publish_status, callback_group=g)
+        self.create_timer(1.0 / SERVICE_POLL_HZ, timer_callback(self._service_poll), callback_group=self._call_group)
+        self.create_timer(1.0, timer_callback(self._publish_status), callback_group=g)
         self._reader: HidrawReader | None = None
         self._sm_logged: tuple[str, str] | None = None
         if spacemouse is not None:   # the recorders' provenance names the input device
