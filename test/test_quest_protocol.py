@@ -182,3 +182,42 @@ def test_encode_refuses_nan():
     with pytest.raises(ValueError):
         encode({"x": math.nan})
     assert encode({"cmd": "haptic"}) == b'{"cmd":"haptic"}\n'
+
+
+@pytest.mark.parametrize("text", [
+    '{"hello": {"v": ' + "9" * 320 + '.5}}',          # overflows without an exponent
+    '{"hello": {"v": [1, {"w": 2.5E+400}]}}',          # capital E, nested
+    '{"heartbeat": 1, "x": 1.0e999}',
+])
+def test_overflowing_literals_anywhere_rejected_as_non_finite(text):
+    """Numbers that overflow to inf, with or without an exponent, anywhere in a line."""
+    assert _reason(text) == "non_finite"
+
+
+def test_exponents_that_stay_finite_are_accepted():
+    obj = frame_dict()
+    obj["right"]["pos"][0] = 1.5e-05
+    msg = parse_line(json.dumps(obj))
+    assert isinstance(msg, Frame) and msg.right.pos[0] == 1.5e-05
+
+
+def test_a_leading_bom_is_reported_as_json_loads_reports_it():
+    with pytest.raises(Rejected) as exc:
+        parse_line("\ufeff" + json.dumps(frame_dict()))
+    with pytest.raises(ValueError) as ref:
+        json.loads("\ufeff{}")
+    assert exc.value.reason == "bad_json" and exc.value.detail == str(ref.value)[:80]
+
+
+def test_parsed_frames_equal_the_plain_per_number_validation():
+    """The inline fast path of ``_floats``/``_pose`` gives exactly what validating each number does."""
+    for k in range(200):
+        obj = ScriptedHeadset("continuous", seed=k).sample(0.37 * k, mono=10.0 + k, frame=k)
+        msg = parse_line(json.dumps(obj))
+        assert isinstance(msg, Frame)
+        for name in ("head", "left", "right"):
+            dev = getattr(msg, name)
+            q = [float(v) for v in obj[name]["quat"]]
+            n = math.sqrt(sum(v * v for v in q))
+            assert dev.pos == tuple(float(v) for v in obj[name]["pos"])
+            assert dev.quat == tuple(v / n for v in q)

@@ -50,3 +50,17 @@ def test_orientation_first_step_by_hand_and_convergence():
 def test_config_validated():
     with pytest.raises(ValueError):
         FilterConfig(min_cutoff=0.0).validate()
+
+
+def test_step_equals_the_array_call():
+    """``step`` (floats, the control tick's path) gives exactly what ``__call__`` (arrays) gives."""
+    rng = np.random.default_rng(11)
+    pa, pb = OneEuroPosition(FilterConfig()), OneEuroPosition(FilterConfig())
+    qa, qb = OneEuroOrientation(FilterConfig()), OneEuroOrientation(FilterConfig())
+    x, q = np.array([0.3, 0.0, 0.2]), np.array([0.0, 0.0, 0.0, 1.0])
+    for i in range(300):
+        dt = 0.0 if i % 50 == 7 else float(rng.uniform(0.002, 0.05))
+        x = x + rng.normal(scale=0.01, size=3)
+        q = axis_angle_to_quat(rng.normal(size=3), float(rng.uniform(0, 0.3)))
+        assert pb.step(x.tolist(), dt) == pa(x, dt).tolist()
+        assert qb.step(q.tolist(), dt) == tuple(qa(q, dt).tolist())

@@ -71,3 +71,31 @@ def test_apply_names_the_limits_that_acted():
     assert "workspace" in lim.acted and "tether" not in lim.acted
     lim.apply(prev, axis_angle_to_quat([0, 0, 1], 1.0), prev, I, arm, DT)
     assert lim.acted == ("angular_speed",)
+
+
+@pytest.mark.parametrize("tether_m", [0.12, 0.0])
+def test_scalar_apply_and_check_equal_the_array_versions(tether_m):
+    """``apply_t``/``check_t`` (the control tick's path) give exactly ``apply``/``check``'s targets,
+    the same ``acted``, and refuse what they refuse."""
+    lim, ref = Limits(LimitsConfig(tether_m=tether_m)), Limits(LimitsConfig(tether_m=tether_m))
+    rng = np.random.default_rng(3)
+    prev_p, prev_q = np.array([0.3, 0.0, 0.2]), I
+    seen = set()
+    for _ in range(500):
+        raw_p = prev_p + rng.normal(scale=rng.choice([0.001, 0.05, 0.4]), size=3)
+        raw_q = axis_angle_to_quat(rng.normal(size=3), rng.uniform(0, math.pi))
+        measured = prev_p + rng.normal(scale=0.05, size=3)
+        p, q = ref.apply(raw_p, raw_q, prev_p, prev_q, measured, DT)
+        pt, qt = lim.apply_t(raw_p.tolist(), raw_q.tolist(), prev_p.tolist(), prev_q.tolist(), measured.tolist(), DT)
+        assert pt == p.tolist() and qt == tuple(q.tolist()) and lim.acted == ref.acted
+        seen.update(ref.acted)
+        lim.check_t(pt, qt, prev_p.tolist(), prev_q.tolist(), DT)
+        prev_p, prev_q = p, q
+    assert seen == ({"tether"} if tether_m else set()) | {"workspace", "linear_speed", "angular_speed"}
+    for bad_p, bad_q in (([0.3, math.nan, 0.2], I), ([0.9, 0.0, 0.2], I), ([0.3, 0.0, 0.2], 2 * I),
+                         ([0.35, 0.0, 0.2], I), ([0.3, 0.0, 0.2], axis_angle_to_quat([0, 0, 1], 0.5))):
+        with pytest.raises(LimitViolation) as a:
+            lim.check(np.array(bad_p), np.asarray(bad_q), np.array([0.3, 0.0, 0.2]), I, DT)
+        with pytest.raises(LimitViolation) as b:
+            lim.check_t(list(bad_p), list(np.asarray(bad_q).tolist()), [0.3, 0.0, 0.2], I.tolist(), DT)
+        assert str(a.value) == str(b.value)

@@ -474,3 +474,37 @@ def test_the_stop_chord_labels_the_stopped_episode():
         press(stick=True)         # start with the stick held: still just a start
         press(stick=True)         # the chord
         assert got == [(Action.START, None), (Action.STOP, plain), (Action.START, None), (Action.STOP, "failure")]
+
+
+def test_inputs_as_float_lists_and_as_arrays_drive_the_same_targets():
+    """The node passes lists of floats (checked without numpy); arrays, ints and other sequences go
+    through numpy: both must give the same targets, and the same rejections."""
+    rng = np.random.default_rng(5)
+    a, b = Rig(), Rig()
+    for rig in (a, b):
+        rig.engage()
+    for _ in range(200):
+        dp = rng.normal(scale=0.004, size=3)
+        dq = axis_angle_to_quat(rng.normal(size=3), float(rng.uniform(0, 0.05)))
+        for rig, as_list in ((a, True), (b, False)):
+            rig.hand_p = rig.hand_p + dp
+            rig.hand_q = quat_mul(dq, rig.hand_q)
+            rig.t += DT
+            hp, hq = (rig.hand_p.tolist(), rig.hand_q.tolist()) if as_list else (rig.hand_p, rig.hand_q)
+            assert rig.core.on_hand_pose(rig.t, hp, hq)
+            rig.core.on_joy(rig.t, "right", Joy(trigger=0.3, squeeze=1.0))
+            ap, aq = (rig.arm_p.tolist(), rig.arm_q.tolist()) if as_list else (rig.arm_p, rig.arm_q)
+            assert rig.core.on_arm_pose(rig.t, ap, aq)
+            assert rig.core.on_joint_states(rig.t, [0.0] * 6 if as_list else np.zeros(6))
+        ra, rb = a.core.tick(a.t), b.core.tick(b.t)
+        assert ra.target is not None and rb.target is not None
+        assert ra.target.p.tolist() == rb.target.p.tolist() and ra.target.q.tolist() == rb.target.q.tolist()
+        assert isinstance(ra.target.p, np.ndarray) and isinstance(ra.target.q, np.ndarray)
+    core = a.core
+    for p, q in (([0.1, math.nan, 0.0], [0.0, 0.0, 0.0, 1.0]), ([0.1, 0.0], [0.0, 0.0, 0.0, 1.0]),
+                 ([0.1, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0]), ([0.1, 0.0, 0.0], ["x", 0.0, 0.0, 1.0]),
+                 ((1, 0, 0), (0, 0, 0, 1))):
+        before = core.counters.rejected_inputs
+        ok = core.on_hand_pose(a.t + 1.0, p, q)
+        assert ok == (p == (1, 0, 0)) and core.counters.rejected_inputs == before + (not ok)
+    assert not core.on_joint_states(a.t, [0.0, math.inf]) and not core.on_joint_states(a.t, np.array([math.nan]))

@@ -7,6 +7,7 @@ start-up with a message naming it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 import threading
 import time
@@ -144,6 +145,21 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
 
         node.add_on_set_parameters_callback(_on_set)
     return cfg
+
+
+_NO_PARAMETERS = inspect.Signature()
+
+
+def timer_callback(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` as a timer callback whose signature is stated (no parameters). rclpy's executors look for a
+    ``TimerInfo`` parameter in a timer callback's ``inspect.signature`` on every call; for a bound method
+    that is pure Python costing tens of microseconds (a 50 Hz timer: ~3 ms of CPU a second on a busy
+    machine), for a function carrying ``__signature__`` one attribute read. The call itself is ``fn()``."""
+    def call() -> None:
+        fn()
+    call.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", "timer_callback")
+    return call
 
 
 class FixedRateLoop:

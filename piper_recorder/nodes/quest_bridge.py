@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
@@ -28,7 +29,7 @@ from std_msgs.msg import String
 
 from piper_recorder.names import (DIAGNOSTICS, QUEST_COMMAND, QUEST_DEVICES, QUEST_HANDS, QUEST_HAPTIC, QUEST_HELLO,
                                   QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, QUEST_RAW, quest_topic)
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node
+from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node, timer_callback
 from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.clock import ClockMapperConfig
@@ -89,8 +90,12 @@ class QuestBridge(Node):
         self.create_subscription(String, QUEST_COMMAND, self._on_command, 10)
         self.command_invalid = 0
         self._ui_state: dict[str, dict] = {}   # "color" / "panel<N>" -> the latest such command (replayed on connect)
+        # one message per topic, refilled for each frame: publish serialises it at once, and only the
+        # client thread publishes them (~450 messages/s otherwise built and dropped)
+        self._pose_msgs = {d: PoseStamped() for d in QUEST_DEVICES}
+        self._joy_msgs = {h: Joy() for h in QUEST_HANDS}
         self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
-        self.create_timer(self.cfg.diagnostics_period_s, self._publish_diagnostics)
+        self.create_timer(self.cfg.diagnostics_period_s, timer_callback(self._publish_diagnostics))
         self.client.start()
         self.get_logger().info(f"connecting to headset at {self.cfg.host}:{self.cfg.port}")
 
@@ -120,12 +125,20 @@ class QuestBridge(Node):
         """A topic nobody subscribes to (often /quest/head/pose and the other hand's pose) is not even
         built into a message: ~540 messages/s at 90 Hz otherwise. A subscriber (a rosbag recorder
         included) that joins is served from its next frame on."""
+        stamps: dict[int, Time] = {}   # a frame's poses and joys share one capture stamp: one Time for all
+
+        def stamp(ns: int) -> Time:
+            t = stamps.get(ns)
+            if t is None:
+                t = stamps[ns] = ns_to_stamp(ns)
+            return t
+
         for p in out.poses:
             pub = self.pose_pubs[p.device]
             if not pub.get_subscription_count():
                 continue
-            m = PoseStamped()
-            m.header.stamp = ns_to_stamp(p.stamp_ns)
+            m = self._pose_msgs[p.device]   # every field is set again: nothing of the previous frame stays
+            m.header.stamp = stamp(p.stamp_ns)
             m.header.frame_id = p.frame_id
             m.pose.position.x, m.pose.position.y, m.pose.position.z = p.pos
             q = m.pose.orientation
@@ -134,12 +147,12 @@ class QuestBridge(Node):
         for j in out.joys:
             if not self.joy_pubs[j.hand].get_subscription_count():
                 continue
-            m = Joy()
-            m.header.stamp = ns_to_stamp(j.stamp_ns)
-            m.header.frame_id = j.frame_id
-            m.axes = [float(a) for a in j.axes]
-            m.buttons = list(j.buttons)
-            self.joy_pubs[j.hand].publish(m)
+            jm = self._joy_msgs[j.hand]
+            jm.header.stamp = stamp(j.stamp_ns)
+            jm.header.frame_id = j.frame_id
+            jm.axes = [float(a) for a in j.axes]
+            jm.buttons = list(j.buttons)
+            self.joy_pubs[j.hand].publish(jm)
         if out.raw is not None and self.cfg.publish_raw and self.raw_pub.get_subscription_count():
             self.raw_pub.publish(String(data=out.raw))
         if out.hello is not None:

@@ -39,7 +39,7 @@ from piper_recorder.delivery import ImageCounts, link_health, panel_target, rece
 from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
                                   EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
                                   check_topic_pattern, node_topic)
-from piper_recorder.nodes.common import declare_config, live_image_qos, run_node, stamp_to_ns
+from piper_recorder.nodes.common import declare_config, live_image_qos, run_node, stamp_to_ns, timer_callback
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
                                         PanelSender, SenderConfig, color_command)
@@ -124,7 +124,7 @@ class QuestVideo(Node):
         self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable)
         self.pub_command = self.create_publisher(String, QUEST_COMMAND, reliable)
         self.pub_status = self.create_publisher(String, STATUS, reliable)
-        self.create_timer(1.0, self._publish_status)
+        self.create_timer(1.0, timer_callback(self._publish_status))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._stream, name="quest-video", daemon=True)
         self._thread.start()

@@ -72,7 +72,8 @@ from std_srvs.srv import Trigger
 from piper_recorder.names import (ARM_STATUS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
                                   QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
                                   TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
-from piper_recorder.nodes.common import FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns
+from piper_recorder.nodes.common import (FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns,
+                                         timer_callback)
 from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
@@ -155,8 +156,8 @@ class TeleopNode(Node):
             self.create_subscription(String, node_topic(rec, STATUS),
                                      lambda m, r=rec: self.session.on_recorder_status(r, m.data),
                                      reliable, callback_group=g)
-        self.create_timer(1.0 / SERVICE_POLL_HZ, self._service_poll, callback_group=self._call_group)
-        self.create_timer(1.0, self._publish_status, callback_group=g)
+        self.create_timer(1.0 / SERVICE_POLL_HZ, timer_callback(self._service_poll), callback_group=self._call_group)
+        self.create_timer(1.0, timer_callback(self._publish_status), callback_group=g)
         self._reader: HidrawReader | None = None
         self._sm_logged: tuple[str, str] | None = None
         if spacemouse is not None:   # the recorders' provenance names the input device
@@ -165,6 +166,9 @@ class TeleopNode(Node):
             self.pub_hello = self.create_publisher(String, QUEST_HELLO, latched)
             self._reader = HidrawReader(sm_cfg.device, self.session.on_spacemouse_report,
                                         self._on_spacemouse_state, sm_cfg.reopen_s).start()
+        self._target_msg = PoseStamped()
+        self._target_msg.header.frame_id = self.ncfg.arm_frame
+        self._gripper_msg = JointState(name=["gripper"])
         self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
         self.get_logger().info(f"teleop: input={self.ncfg.input} hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
                                f"recorders={self.ncfg.recorders}")
@@ -221,17 +225,17 @@ class TeleopNode(Node):
             self.get_logger().warning(f"clutch refused: {res.reason}")
         if res.target is None or res.gripper is None:   # a target always comes with its gripper width
             return
+        # one message of each, refilled every tick (publish serialises it at once; only this thread
+        # publishes them): building a PoseStamped and a JointState cost more than filling them
         stamp = ns_to_stamp(now_ns(self))
-        pose = PoseStamped()
-        pose.header.stamp, pose.header.frame_id = stamp, self.ncfg.arm_frame
-        p, q = res.target.p, res.target.q
-        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (float(v) for v in p)
-        (pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z,
-         pose.pose.orientation.w) = (float(v) for v in q)
+        pose, grip = self._target_msg, self._gripper_msg
+        pose.header.stamp = stamp
+        position, orientation = pose.pose.position, pose.pose.orientation
+        position.x, position.y, position.z = res.target.p.tolist()
+        orientation.x, orientation.y, orientation.z, orientation.w = res.target.q.tolist()
         self.pub_target.publish(pose)
-        grip = JointState()
         grip.header.stamp = stamp
-        grip.name, grip.position = ["gripper"], [float(res.gripper)]
+        grip.position = [float(res.gripper)]
         self.pub_gripper.publish(grip)
 
     # ---- recorder services (executor thread) ---------------------------------------------------

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from math import isfinite
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,7 +148,14 @@ def _float(value: Any, where: str) -> float:
 def _floats(value: Any, n: int, where: str) -> tuple[float, ...]:
     if not isinstance(value, list) or len(value) != n:
         raise Rejected("bad_type", f"{where}: expected {n} numbers")
-    return tuple(_float(v, f"{where}[{i}]") for i, v in enumerate(value))
+    # a frame carries ~30 numbers at 90 Hz: the common case (a finite JSON float) is checked inline,
+    # and only another value goes through ``_float`` with its place named for the rejection
+    out = []
+    for i, v in enumerate(value):
+        if type(v) is not float or not isfinite(v):
+            v = _float(v, f"{where}[{i}]")
+        out.append(v)
+    return tuple(out)
 
 
 def _ranged(value: Any, lo: float, hi: float, where: str) -> float:
@@ -179,13 +187,14 @@ def _pose(obj: dict, where: str, tolerance: float) -> tuple[Vec3, Quat, bool, bo
     if not all(abs(p) <= MAX_ABS_POS_M for p in pos):
         raise Rejected("out_of_range", f"{where}.pos beyond {MAX_ABS_POS_M:g} m")
     quat = _floats(_get(obj, "quat", where), 4, f"{where}.quat")
-    norm = math.sqrt(sum(q * q for q in quat))
+    x, y, z, w = quat
+    norm = math.sqrt(x * x + y * y + z * z + w * w)
     if abs(norm - 1.0) > tolerance or not math.isfinite(norm):
         if valid:
             raise Rejected("quat_norm", f"{where}.quat |q|={norm:.4g}")
         quat = (0.0, 0.0, 0.0, 1.0)  # undefined pose of an invalid device
     else:
-        quat = tuple(q / norm for q in quat)
+        quat = (x / norm, y / norm, z / norm, w / norm)
     return pos, quat, valid, tracked  # type: ignore[return-value]
 
 
@@ -238,6 +247,9 @@ def _frame(obj: dict, raw: str, tolerance: float) -> Frame:
     )
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
 def _check_finite_tree(value: Any) -> None:
     """Refuse numbers that overflowed to inf (e.g. 1e999) anywhere, including free-form hello payloads."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -263,7 +275,9 @@ def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Mes
     if not text.strip():
         raise Rejected("empty")
     try:
-        obj = json.loads(text, parse_constant=_no_constants)
+        # one decoder for every line (json.loads with an option builds a new one each call); loads
+        # itself refuses a leading BOM, which decode() would report differently
+        obj = _DECODER.decode(text) if not text.startswith("\ufeff") else json.loads(text, parse_constant=_no_constants)
     except Rejected:
         raise
     except (ValueError, RecursionError) as exc:

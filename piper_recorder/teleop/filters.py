@@ -8,11 +8,12 @@ variant does the same with the angular speed and slerps.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .rotations import angle_between, normalize, slerp
+from .rotations import Quat, angle_between_t, as_floats, slerp_t, unit_t
 
 
 @dataclass
@@ -48,45 +49,56 @@ class _Speed:
 
 
 class OneEuroPosition:
+    """``__call__`` on arrays; ``step`` on float sequences (the control tick's path), one state."""
+
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
-        self._x: np.ndarray | None = None
+        self._x: list[float] | None = None
         self._speed = _Speed(cfg)
 
-    def reset(self, x: np.ndarray) -> None:
-        self._x = np.asarray(x, dtype=float).copy()
+    def reset(self, x: np.ndarray | Sequence[float]) -> None:
+        self._x = np.asarray(x, dtype=float).tolist()
         self._speed.value = 0.0
 
     def __call__(self, x: np.ndarray, dt: float) -> np.ndarray:
-        x = np.asarray(x, dtype=float)
+        return np.array(self.step(np.asarray(x, dtype=float).tolist(), dt))
+
+    def step(self, x: list[float], dt: float) -> list[float]:
+        """The filtered position of ``x`` (floats), a new list."""
         if self._x is None or not self.cfg.enabled or dt <= 0:
             if self._x is None or not self.cfg.enabled:
                 self.reset(x)
             assert self._x is not None
-            return self._x.copy()
-        xl, held = x.tolist(), self._x.tolist()
-        cutoff = self._speed.cutoff(math.dist(xl, held) / dt, dt)
+            return list(self._x)
+        held = self._x
+        cutoff = self._speed.cutoff(math.dist(x, held) / dt, dt)
         a = _alpha(cutoff, dt)
-        self._x = np.array([a * v + (1 - a) * h for v, h in zip(xl, held)])
-        return self._x.copy()
+        self._x = [a * v + (1 - a) * h for v, h in zip(x, held)]
+        return list(self._x)
 
 
 class OneEuroOrientation:
+    """``__call__`` on arrays; ``step`` on float sequences (the control tick's path), one state."""
+
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
-        self._q: np.ndarray | None = None
+        self._q: Quat | None = None
         self._speed = _Speed(cfg)
 
-    def reset(self, q: np.ndarray) -> None:
-        self._q = normalize(q)
+    def reset(self, q: np.ndarray | Sequence[float]) -> None:
+        self._q = unit_t(as_floats(q))
         self._speed.value = 0.0
 
     def __call__(self, q: np.ndarray, dt: float) -> np.ndarray:
+        return np.array(self.step(as_floats(q), dt))
+
+    def step(self, q: Sequence[float], dt: float) -> Quat:
+        """The filtered orientation of ``q`` (floats, xyzw), a unit tuple."""
         if self._q is None or not self.cfg.enabled or dt <= 0:
             if self._q is None or not self.cfg.enabled:
                 self.reset(q)
             assert self._q is not None
-            return self._q.copy()
-        cutoff = self._speed.cutoff(angle_between(self._q, q) / dt, dt)
-        self._q = slerp(self._q, q, _alpha(cutoff, dt))
-        return self._q.copy()
+            return self._q
+        cutoff = self._speed.cutoff(angle_between_t(self._q, q) / dt, dt)
+        self._q = slerp_t(self._q, q, _alpha(cutoff, dt))
+        return self._q

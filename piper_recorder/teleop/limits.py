@@ -9,11 +9,12 @@ for every published target; ``check`` asserts exactly those.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .rotations import as_floats, angle_between, is_finite, normalize, slerp
+from .rotations import Quat, angle_between, angle_between_t, as_floats, is_finite, normalize, slerp, slerp_t, unit_t
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Limits:
         self._lo, self._hi = self.lo.tolist(), self.hi.tolist()
         self.acted: tuple[str, ...] = ()   # LIMIT_NAMES that changed the target at the last ``apply``
 
-    def inside(self, p: np.ndarray, margin: float = 0.0) -> bool:
+    def inside(self, p: np.ndarray | Sequence[float], margin: float = 0.0) -> bool:
         return all(lo - margin <= v <= hi + margin for v, lo, hi in zip(as_floats(p), self._lo, self._hi))
 
     def clamp_workspace(self, p: np.ndarray) -> np.ndarray:
@@ -101,6 +102,53 @@ class Limits:
         out = self.cap_step(prev_p, prev_q, clamped, q, dt, acted)
         self.acted = tuple(acted)
         return out
+
+    def apply_t(self, p: list[float], q: Sequence[float], prev_p: Sequence[float], prev_q: Sequence[float],
+                measured_p: Sequence[float], dt: float) -> tuple[list[float], Quat]:
+        """``apply`` on float sequences (the control tick's path): the same steps, the same ``acted``."""
+        acted: list[str] = []
+        tethered = p
+        tm = self.cfg.tether_m
+        if tm > 0:
+            n = math.dist(p, measured_p)
+            if n > tm:
+                k = tm / n
+                tethered = [m + (v - m) * k for v, m in zip(p, measured_p)]
+                if tethered != p:
+                    acted.append("tether")
+        clamped = [min(max(v, lo), hi) for v, lo, hi in zip(tethered, self._lo, self._hi)]
+        if clamped != tethered:
+            acted.append("workspace")
+        max_lin = self.cfg.max_linear_speed * dt
+        n = math.dist(clamped, prev_p)
+        if n > max_lin:
+            clamped = [b + (v - b) * (max_lin / n) for v, b in zip(clamped, prev_p)]
+            acted.append("linear_speed")
+        max_ang = self.cfg.max_angular_speed * dt
+        ang = angle_between_t(prev_q, q)
+        if ang > max_ang:
+            q = slerp_t(prev_q, q, max_ang / ang)
+            acted.append("angular_speed")
+        self.acted = tuple(acted)
+        return clamped, unit_t(q)
+
+    def check_t(self, p: Sequence[float], q: Sequence[float], prev_p: Sequence[float], prev_q: Sequence[float],
+                dt: float) -> None:
+        """``check`` on float sequences (the control tick's path)."""
+        if not all(math.isfinite(v) for v in p) or not all(math.isfinite(v) for v in q):
+            raise LimitViolation(f"non-finite target {np.array(p)} {np.array(q)}")
+        x, y, z, w = q
+        if abs(math.sqrt(x * x + y * y + z * z + w * w) - 1.0) > 1e-6:
+            raise LimitViolation(f"non-unit quaternion {np.array(q)}")
+        m = 1e-9
+        if not all(lo - m <= v <= hi + m for v, lo, hi in zip(p, self._lo, self._hi)):
+            raise LimitViolation(f"target {np.array(p)} outside workspace {self.lo}..{self.hi}")
+        step = math.dist(p, prev_p)
+        if step > self.cfg.max_linear_speed * dt * (1 + 1e-6) + self.EPS:
+            raise LimitViolation(f"linear step {step:.6f} m exceeds cap over dt={dt}")
+        ang = angle_between_t(prev_q, q)
+        if ang > self.cfg.max_angular_speed * dt * (1 + 1e-6) + 1e-7:
+            raise LimitViolation(f"angular step {ang:.6f} rad exceeds cap over dt={dt}")
 
     def check(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray, dt: float) -> None:
         """Raise LimitViolation unless (p, q) is finite, unit, in the box and within the caps of prev."""

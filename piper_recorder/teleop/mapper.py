@@ -41,7 +41,7 @@ from .clutch import Clutch, ClutchConfig, ClutchEvent
 from .filters import FilterConfig, OneEuroOrientation, OneEuroPosition
 from .frames import FrameConfig, remap_matrix
 from .limits import Limits, LimitsConfig, LimitViolation
-from .rotations import conjugate_rotation, is_finite, normalize, quat_conj, quat_mul, rotate_then
+from .rotations import Quat, conjugate_rotation_t, is_finite, quat_mul_t, rotate_then_t, unit_t
 from ..names import DELETE_LAST_EPISODE, DISCARD_EPISODE, QUEST_HANDS, START_EPISODE, STOP_EPISODE
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
@@ -138,18 +138,38 @@ class Counters:
     limit_hits: dict[str, int] = field(default_factory=dict)   # limits.LIMIT_NAMES: times each started acting
 
 
-def _valid_pose(p: ArrayLike, q: ArrayLike) -> Pose | None:
+@dataclass(frozen=True, slots=True)
+class _FPose:
+    """A pose held by the core, as floats: the tick's arithmetic is scalar (``rotations.*_t``), and
+    tuples need no defensive copies; arrays are made only for the target handed out."""
+
+    p: tuple[float, ...]
+    q: Quat
+
+
+def _floats(v: ArrayLike) -> list[float] | None:
+    """``v`` flattened to floats as numpy would (None: not numbers); a list or tuple of floats (what
+    the node passes, 100-200 times a second) without numpy."""
+    if type(v) is list or type(v) is tuple:
+        if all(type(x) is float for x in v):
+            return list(v)
     try:
-        pl = np.asarray(p, dtype=float).ravel().tolist()
-        ql = np.asarray(q, dtype=float).ravel().tolist()
+        return np.asarray(v, dtype=float).ravel().tolist()
     except (TypeError, ValueError):
+        return None
+
+
+def _valid_pose(p: ArrayLike, q: ArrayLike) -> _FPose | None:
+    pl = _floats(p)
+    ql = _floats(q) if pl is not None else None
+    if pl is None or ql is None:
         return None
     if len(pl) != 3 or len(ql) != 4 or not is_finite(pl, ql):
         return None
     if max(abs(v) for v in pl) > MAX_ABS_POS or max(abs(v) for v in ql) > 2.0 \
             or abs(math.sqrt(sum(v * v for v in ql)) - 1.0) > QUAT_NORM_TOL:
         return None
-    return Pose(np.array(pl), normalize(ql))
+    return _FPose(tuple(pl), unit_t(ql))
 
 
 class TeleopCore:
@@ -162,6 +182,7 @@ class TeleopCore:
         if abs(float(np.linalg.det(self.M)) - 1.0) > 1e-6 or not np.allclose(self.M @ self.M.T, np.eye(3)):
             raise ValueError(f"remap must be a rotation matrix, got {self.M.tolist()}")
         self._M = self.M.tolist()
+        self._Mt = self.M.T.tolist()
         self.clutch = Clutch(cfg.clutch)
         self.limits = Limits(cfg.limits)
         self.pos_filter = OneEuroPosition(cfg.filter)
@@ -169,14 +190,14 @@ class TeleopCore:
         self.counters = Counters()
         self.limits_seen: set[str] = set()   # limits that acted since the caller last cleared it (status)
         self.recording = False
-        self._hand: Pose | None = None
+        self._hand: _FPose | None = None
         self._hand_t = -math.inf
         self._joy: Joy | None = None
         self._joy_t = -math.inf
         # the source's order of the pose / joy held (their header stamps, ns): None = unstamped
         self._hand_order: int | None = None
         self._joy_order: int | None = None
-        self._arm: Pose | None = None
+        self._arm: _FPose | None = None
         self._arm_t = -math.inf
         self._joints_t = -math.inf
         self._arm_fault: str | None = None
@@ -185,9 +206,9 @@ class TeleopCore:
         self._stop_stamp: int | None = None   # the last stop press's capture stamp, handed out with it
         self._other_primary_since: float | None = None
         self._delete_fired = False
-        self._c0: Pose | None = None
-        self._e0: Pose | None = None
-        self._prev: Pose | None = None
+        self._c0: _FPose | None = None
+        self._e0: _FPose | None = None
+        self._prev: _FPose | None = None
         self._last_tick_t: float | None = None
         self._grace_until = -math.inf
         self._released: tuple[ClutchEvent, str | None] | None = None   # a release on_joy applied, to report
@@ -268,7 +289,10 @@ class TeleopCore:
         return True
 
     def on_joint_states(self, t: float, positions: ArrayLike) -> bool:
-        if not is_finite(np.asarray(positions, dtype=float)):
+        # the node's list of floats as it is; anything else as numpy reads it (and refuses it)
+        values = positions if type(positions) is list and all(type(x) is float for x in positions) \
+            else np.asarray(positions, dtype=float)
+        if not is_finite(values):
             self.counters.rejected_inputs += 1
             return False
         self._joints_t = t
@@ -311,7 +335,9 @@ class TeleopCore:
         if self._joy is not None and t - self._joy_t <= self.cfg.stale_timeout_s:
             if self._joy.squeeze < self.cfg.clutch.release_below:
                 self._refusal_felt = False   # the grip opened: the next closing is a new attempt
-            refuse = self._refuse_reason(t)
+            # the interlocks decide an engage only: an engaged clutch ignores them (the watchdogs above
+            # release it), so they are not evaluated 100 times a second for nothing
+            refuse = None if self.clutch.engaged else self._refuse_reason(t)
             ev = self.clutch.update(self._joy.squeeze, self._joy.menu, refuse)
             res.clutch = ev
             if ev is ClutchEvent.REFUSED:
@@ -332,18 +358,18 @@ class TeleopCore:
         assert self._hand is not None and self._arm is not None and self._prev is not None
         assert self._joy is not None  # the clutch engages on a joy message only
         prev = self._prev
-        raw = self._raw_target(self._hand)
+        raw_p, raw_q = self._raw_target(self._hand)
         dt_f = min(max(dt_actual, 0.2 * self.cfg.period), 5.0 * self.cfg.period)
-        fp = self.pos_filter(raw.p, dt_f)
-        fq = self.rot_filter(raw.q, dt_f)
+        fp = self.pos_filter.step(raw_p, dt_f)
+        fq = self.rot_filter.step(raw_q, dt_f)
         before = self.limits.acted
-        p, q = self.limits.apply(fp, fq, prev.p, prev.q, self._arm.p, self.cfg.period)
+        p, q = self.limits.apply_t(fp, fq, prev.p, prev.q, self._arm.p, self.cfg.period)
         for name in self.limits.acted:
             if name not in before:
                 self.counters.limit_hits[name] = self.counters.limit_hits.get(name, 0) + 1
         self.limits_seen.update(self.limits.acted)
         try:
-            self.limits.check(p, q, prev.p, prev.q, self.cfg.period)
+            self.limits.check_t(p, q, prev.p, prev.q, self.cfg.period)
         except LimitViolation as exc:
             self.counters.unsafe_targets += 1
             return self._forced(res, f"unsafe target refused: {exc}")
@@ -351,30 +377,31 @@ class TeleopCore:
         if not (math.isfinite(gripper) and 0.0 <= gripper <= self.cfg.gripper_max_width):
             self.counters.unsafe_targets += 1
             return self._forced(res, f"unsafe gripper width {gripper} refused")
-        self._prev = Pose(p, q)
-        res.target = Pose(p.copy(), q.copy())
+        self._prev = _FPose(tuple(p), q)
+        res.target = Pose(np.array(p), np.array(q))
         res.gripper = gripper
         self.counters.published += 1
         return res
 
     # ---- internals ----------------------------------------------------------------------------
-    def _raw_target(self, c: Pose) -> Pose:
+    def _raw_target(self, c: _FPose) -> tuple[list[float], Quat]:
         c0, e0 = self._c0, self._e0
         assert c0 is not None and e0 is not None  # latched when the clutch engaged
         k = self.cfg.pos_scale
-        d = [(a - b) * k for a, b in zip(c.p.tolist(), c0.p.tolist())]
-        p = [e + m0 * d[0] + m1 * d[1] + m2 * d[2] for e, (m0, m1, m2) in zip(e0.p.tolist(), self._M)]
+        d = [(a - b) * k for a, b in zip(c.p, c0.p)]
+        p = [e + m0 * d[0] + m1 * d[1] + m2 * d[2] for e, (m0, m1, m2) in zip(e0.p, self._M)]
         # M R(c) R(c0)^T M^T = M R(c conj(c0)) M^T, applied after the arm's latched orientation
-        r_delta = conjugate_rotation(self.M, quat_mul(c.q, quat_conj(c0.q)))
-        return Pose(np.array(p), rotate_then(r_delta, e0.q))
+        x0, y0, z0, w0 = c0.q
+        r_delta = conjugate_rotation_t(self._M, self._Mt, quat_mul_t(c.q, (-x0, -y0, -z0, w0)))
+        return p, rotate_then_t(r_delta, e0.q)
 
     def _latch(self) -> None:
         assert self._hand is not None and self._arm is not None  # _refuse_reason let the clutch engage
         self.limits.acted = ()   # a limit still acting at the first tick of a new engagement is a new hit
-        self._c0 = Pose(self._hand.p.copy(), self._hand.q.copy())
-        self._e0 = Pose(self._arm.p.copy(), self._arm.q.copy())
-        self._prev = Pose(self._arm.p.copy(), self._arm.q.copy())
-        self.pos_filter.reset(self._arm.p.copy())
+        self._c0 = self._hand
+        self._e0 = self._arm
+        self._prev = self._arm
+        self.pos_filter.reset(self._arm.p)
         self.rot_filter.reset(self._e0.q)
 
     def rebase(self) -> None:
@@ -385,8 +412,8 @@ class TeleopCore:
         without it the integrated pose runs on past the workspace wall or the tether, and pulling back
         first has to unwind all of that before the arm moves."""
         if self.clutch.engaged and self._hand is not None and self._prev is not None:
-            self._c0 = Pose(self._hand.p.copy(), self._hand.q.copy())
-            self._e0 = Pose(self._prev.p.copy(), self._prev.q.copy())
+            self._c0 = self._hand
+            self._e0 = self._prev
 
     def _forced(self, res: TickResult, reason: str) -> TickResult:
         if self.clutch.force_release() is ClutchEvent.FORCED_RELEASE:
@@ -419,7 +446,7 @@ class TeleopCore:
             return reason
         assert self._arm is not None  # _arm_problem: no feedback is a reason
         if not self.limits.inside(self._arm.p):
-            return f"arm outside workspace at {np.round(self._arm.p, 3).tolist()}"
+            return f"arm outside workspace at {np.round(np.array(self._arm.p), 3).tolist()}"
         return None
 
     def _check_delete_hold(self, t: float) -> None:

@@ -3,16 +3,21 @@
 Quaternions are ``[x, y, z, w]`` (the ROS / OpenXR order) everywhere in teleop; datasets convert
 to wxyz at the writer. Every function takes and returns plain float arrays so the same code runs in
 unit tests against hand-computed values and in the node; inside, the arithmetic is on Python floats
-(``as_floats``), which is 5-20x cheaper than numpy calls on 3-4 element vectors.
+(``as_floats``), which is 5-20x cheaper than numpy calls on 3-4 element vectors. The ``*_t`` variants
+take float sequences and return tuples (or nested lists): the control tick's path, which keeps its
+poses as floats and makes arrays only for what it hands out.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
+Quat = tuple[float, float, float, float]
 
-def as_floats(v: np.ndarray | list[float] | tuple[float, ...]) -> list[float]:
+
+def as_floats(v: np.ndarray | Sequence[float]) -> list[float]:
     """The elements as Python floats: the teleop math runs at 100-200 Hz on 3-4 element vectors, where
     each numpy call (~1-5 us of dispatch) costs more than the arithmetic it does (issue 20.2)."""
     return v.tolist() if isinstance(v, np.ndarray) else [float(x) for x in v]
@@ -145,6 +150,18 @@ def angle_between(a: np.ndarray, b: np.ndarray) -> float:
     return 2.0 * math.atan2(math.sqrt(rx * rx + ry * ry + rz * rz), abs(rw))
 
 
+def angle_between_t(a: Sequence[float], b: Sequence[float]) -> float:
+    """``angle_between`` of two float sequences (the control tick's scalar path)."""
+    ax, ay, az, aw = _unit(a[0], a[1], a[2], a[3], a)
+    bx, by, bz, bw = _unit(b[0], b[1], b[2], b[3], b)
+    ax, ay, az = -ax, -ay, -az   # conj(a) * b
+    rx = aw * bx + ax * bw + ay * bz - az * by
+    ry = aw * by - ax * bz + ay * bw + az * bx
+    rz = aw * bz + ax * by - ay * bx + az * bw
+    rw = aw * bw - ax * bx - ay * by - az * bz
+    return 2.0 * math.atan2(math.sqrt(rx * rx + ry * ry + rz * rz), abs(rw))
+
+
 def slerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
     """Shortest-path spherical interpolation; t=0 gives a, t=1 gives b."""
     ua, ub = as_floats(a), as_floats(b)
@@ -162,3 +179,46 @@ def slerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
     ka, kb = math.sin((1 - t) * theta) / s, math.sin(t * theta) / s
     x, y, z, w = (ka * va + kb * vb for va, vb in zip(qa, qb))
     return np.array(_unit(x, y, z, w, (a, b)))
+
+
+def slerp_t(a: Sequence[float], b: Sequence[float], t: float) -> Quat:
+    """``slerp`` of two float sequences, as a tuple (the control tick's scalar path)."""
+    qa = _unit(a[0], a[1], a[2], a[3], a)
+    qb = _unit(b[0], b[1], b[2], b[3], b)
+    d = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
+    if d < 0:
+        qb, d = (-qb[0], -qb[1], -qb[2], -qb[3]), -d
+    # Half-angle via atan2: accurate for tiny angles too, so a capped step lands exactly on the cap.
+    e = [vb - d * va for va, vb in zip(qa, qb)]
+    theta = math.atan2(math.sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2] + e[3] * e[3]), d)
+    s = math.sin(theta)
+    if s < 1e-12:  # identical orientations: nothing to interpolate
+        return qa
+    ka, kb = math.sin((1 - t) * theta) / s, math.sin(t * theta) / s
+    x, y, z, w = (ka * va + kb * vb for va, vb in zip(qa, qb))
+    return _unit(x, y, z, w, (a, b))
+
+
+def unit_t(q: Sequence[float]) -> Quat:
+    """``normalize`` of a float sequence, as a tuple."""
+    return _unit(q[0], q[1], q[2], q[3], q)
+
+
+def quat_mul_t(a: Sequence[float], b: Sequence[float]) -> Quat:
+    """``quat_mul`` of two float sequences, as a tuple."""
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
+    return (aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+            aw * bw - ax * bx - ay * by - az * bz)
+
+
+def conjugate_rotation_t(ml: list[list[float]], mt: list[list[float]], q: Sequence[float]) -> list[list[float]]:
+    """``conjugate_rotation`` with M and its transpose as nested lists made once (the remap is fixed)."""
+    return _matmul(_matmul(ml, _matrix(*_unit(q[0], q[1], q[2], q[3], q))), mt)
+
+
+def rotate_then_t(r: list[list[float]], q: Sequence[float]) -> Quat:
+    """``rotate_then`` of a float sequence, as a tuple."""
+    return _quat(_matmul(r, _matrix(*_unit(q[0], q[1], q[2], q[3], q))))
