@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import can
 import numpy as np
 from piper_sdk import C_PiperInterface_V2
+from piper_sdk.piper_msgs.msg_v2.feedback.arm_feedback_status import ArmMsgFeedbackStatusEnum
 from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
@@ -88,9 +89,8 @@ _SET_HEAD = {fid: head for head, members in _SETS.items() for fid in members}
 
 
 class FeedbackFrames:
-    """The arm's high-rate feedback frames (end pose, joints, gripper, motor high-speed) decoded here, in the
-    SDK's units and with the SDK's rules; every other frame goes to piper_sdk's parser (the status frame
-    too: the SDK maps its bytes onto enums, unknown values to 0xFF, and it comes once a set).
+    """The arm's high-rate feedback frames (status, end pose, joints, gripper, motor high-speed) decoded here, in
+    the SDK's units and with the SDK's rules; every other frame goes to piper_sdk's parser.
 
     The SDK's parser costs ~20 us a frame (``DecodeMessage`` then all 19 of its update functions, each
     under its own lock), ~0.09 core for the ~1,500 feedback frames a second the node uses; a ``struct``
@@ -98,10 +98,10 @@ class FeedbackFrames:
     ``C_PiperParserV2.DecodeMessage`` and ``C_PiperInterface_V2.__Update*`` (big-endian; signed 32-bit
     joints and pose, 16-bit motor speed/current; with the SDK's default abnormal-data filter a frame
     with an out-of-range value is dropped whole; the SDK's joint/gripper software limits are off,
-    as PiperLink constructs it). test_piper_feedback_frames feeds the same frames to both and compares.
-    Stamps are the frames' receive times (``msg.timestamp``), as the SDK's.
+    as PiperLink constructs it; the status frame's control mode, arm status and mode feedback map onto
+    the SDK's enums, a value they do not name to their UNKNOWN 0xFF). test_piper_feedback_frames feeds
+    the same frames to both and compares. Stamps are the frames' receive times (``msg.timestamp``), as the SDK's.
     """
-
 
     def __init__(self) -> None:
         self.joints = [0] * 6            # 0.001 deg
@@ -113,6 +113,9 @@ class FeedbackFrames:
         self.speed = [0] * 6             # motor speed (0.001 rad/s), current (0.001 A), position
         self.current = [0] * 6
         self.motor_stamp = 0.0
+        self.status = (0, 0, 0, 0)       # ctrl_mode, arm_status, mode_feed, err_code (the SDK's defaults)
+        self.status_stamp = 0.0
+        self.seq = 0                     # frames applied: a snapshot of the fields above is current while it holds
 
     def take(self, fid: int, data: bytes | bytearray, stamp: float) -> bool:
         """Apply one frame; False: not one of these (or too short), let the SDK parse it."""
@@ -125,16 +128,19 @@ class FeedbackFrames:
                     return True
                 i = _JOINT_PAIR[fid]
                 self.joints[i], self.joints[i + 1], self.joint_stamp = a, b, stamp
+                self.seq += 1
                 return True
             i = _POSE_PAIR[fid]
             if abs(a) > _POSE_LIMITS[i] or abs(b) > _POSE_LIMITS[i + 1]:
                 return True
             self.pose[i], self.pose[i + 1], self.pose_stamp = a, b, stamp
+            self.seq += 1
             return True
         if fid in _MOTOR:
             i = _MOTOR[fid]
             self.speed[i], self.current[i], _pos = _HHI.unpack_from(data)
             self.motor_stamp = stamp
+            self.seq += 1
             return True
         if fid == ID_GRIPPER:
             if len(data) < 7:
@@ -142,16 +148,28 @@ class FeedbackFrames:
             angle, effort, code = _IHB.unpack_from(data)
             if abs(angle) <= 150_000:   # 150 mm
                 self.gripper, self.gripper_stamp = (angle, effort, code), stamp
+                self.seq += 1
+            return True
+        if fid == ID_STATUS:
+            ctrl, arm, mode, _teach, _motion, _traj, err = _STATUS.unpack_from(data)
+            self.status = (_CTRL_MODES.get(ctrl, 0xFF), _ARM_STATUSES.get(arm, 0xFF), _MODE_FEEDS.get(mode, 0xFF), err)
+            self.status_stamp = stamp
+            self.seq += 1
             return True
         return False
 
 
-_I2, _HHI, _IHB = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">ihB")
+_I2, _HHI, _IHB, _STATUS = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">ihB"), struct.Struct(">BBBBBBH")
 _JOINT_PAIR = {fid: 2 * i for i, fid in enumerate(ID_JOINTS)}
 _POSE_PAIR = {fid: 2 * i for i, fid in enumerate(ID_POSE)}
 _PAIR = {**_JOINT_PAIR, **_POSE_PAIR}
 _POSE_LIMITS = (1_000_000, 1_000_000, 1_000_000, 361_000, 361_000, 361_000)   # the SDK's filter: 1 m, 361 deg
 _MOTOR = {fid: i for i, fid in enumerate(ID_HIGH_SPD)}
+# the values the SDK's status enums name (``match_value``: any other is their UNKNOWN, 0xFF)
+_CTRL_MODES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.CtrlMode}
+_ARM_STATUSES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ArmStatus}
+_MODE_FEEDS = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ModeFeed}
+_DEG_MILLI = math.pi / 180e3   # 0.001 deg -> rad
 
 
 class PiperLink:
@@ -188,6 +206,7 @@ class PiperLink:
         self.dialect: MitDialect = mit_dialect(None)
         self.listener_errors = 0
         self.last_listener_error = ""
+        self._snapshot: tuple[tuple[int, tuple[float, ...]], Feedback] | None = None   # feedback(): the newest
         port = self.sdk.GetCanBus()
         # the SDK keeps one interface object per channel name: wrap its parser only once
         sdk_parse = getattr(port, "_sdk_parse", port.callback_function)
@@ -227,27 +246,35 @@ class PiperLink:
 
     # ------------------------------------------------------------ feedback
     def feedback(self) -> Feedback:
-        """A snapshot of the newest frames in SI units (plain float math: called ~300 times a second)."""
+        """A snapshot of the newest frames in SI units.
+
+        Called ~400 times a second (the control loop at 200 Hz, the node's publisher per feedback set),
+        while the sets come at ``feedback_hz``: a snapshot is built (plain float math) only when a frame
+        was taken since the last one (``FeedbackFrames.seq``), else the same one is handed out again. Its arrays are read-only,
+        so no reader can change what another one sees."""
         f = self.frames
-        r = math.pi / 180e3   # 0.001 deg -> rad
-        j = f.joints
+        gain = self.dialect.effort_gain
+        key = (f.seq, gain)   # read before the fields: a frame taken meanwhile only makes the next call rebuild
+        cached = self._snapshot
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        r = _DEG_MILLI
         x, y, z, rx, ry, rz = f.pose
-        pose = np.empty((4, 4))
-        pose[:3, :3] = kin.euler_to_matrix(rx * r, ry * r, rz * r)
-        pose[:3, 3] = x / 1e6, y / 1e6, z / 1e6
-        pose[3] = 0.0, 0.0, 0.0, 1.0
+        pose = kin.frame_matrix(kin.euler_rot(rx * r, ry * r, rz * r) + (x / 1e6, y / 1e6, z / 1e6))
         # true torques: S-V1.7-3..1.8-2 report 4x on joints 1-3 (``firmware``)
-        effort = np.array([c * k / 1000.0 / gain
-                           for c, k, gain in zip(f.current, TORQUE_COEF_F, self.dialect.effort_gain)])
+        effort = np.array([c * k / 1000.0 / g for c, k, g in zip(f.current, TORQUE_COEF_F, gain)])
+        joints = np.array([v * r for v in f.joints])
+        velocity = np.array([v / 1000.0 for v in f.speed])
+        for a in (pose, effort, joints, velocity):
+            a.flags.writeable = False
         angle, g_effort, _code = f.gripper
-        st = self.sdk.GetArmStatus()
-        a = st.arm_status
-        return Feedback(stamp=f.joint_stamp, joints=np.array([v * r for v in j]), pose=pose,
-                        gripper=angle / 1e6, gripper_effort=g_effort / 1000.0,
-                        effort=effort, velocity=np.array([v / 1000.0 for v in f.speed]),
-                        effort_stamp=f.motor_stamp, ctrl_mode=int(a.ctrl_mode), arm_status=int(a.arm_status),
-                        mode_feed=int(a.mode_feed), err_code=int(a.err_code), status_stamp=float(st.time_stamp),
-                        pose_stamp=f.pose_stamp)
+        ctrl_mode, arm_status, mode_feed, err_code = f.status
+        fb = Feedback(stamp=f.joint_stamp, joints=joints, pose=pose, gripper=angle / 1e6,
+                      gripper_effort=g_effort / 1000.0, effort=effort, velocity=velocity, effort_stamp=f.motor_stamp,
+                      ctrl_mode=ctrl_mode, arm_status=arm_status, mode_feed=mode_feed, err_code=err_code,
+                      status_stamp=f.status_stamp, pose_stamp=f.pose_stamp)
+        self._snapshot = (key, fb)
+        return fb
 
     def firmware(self, timeout: float = 1.0) -> str | None:
         """Firmware string (e.g. "S-V1.8-5"); queries again once if nothing arrived yet. Sets ``dialect``.
@@ -311,13 +338,14 @@ class PiperLink:
 
     def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
         """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
-        xyz = [round(v * 1e6) for v in pose[:3, 3]]
-        rpy = [round(math.degrees(v) * 1000) for v in kin.matrix_to_euler(pose[:3, :3])]
+        (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = np.asarray(pose, dtype=float)[:3].tolist()
+        xyz = [round(px * 1e6), round(py * 1e6), round(pz * 1e6)]
+        rpy = [round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22))]
         with self._tx:
             self.sdk.EndPoseCtrl(*xyz, *rpy)
-        sent = np.eye(4)
-        sent[:3, :3] = kin.euler_to_matrix(*np.radians(np.array(rpy) / 1000.0))
-        sent[:3, 3] = np.array(xyz) / 1e6
+        rad = math.radians
+        sent = kin.frame_matrix(kin.euler_rot(rad(rpy[0] / 1000.0), rad(rpy[1] / 1000.0), rad(rpy[2] / 1000.0))
+                                + (xyz[0] / 1e6, xyz[1] / 1e6, xyz[2] / 1e6))
         return xyz + rpy, sent
 
     def joint_ctrl(self, q: np.ndarray) -> None:
