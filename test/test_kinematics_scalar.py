@@ -112,3 +112,19 @@ def test_solve_ik_never_reports_a_nan_target_or_seed_as_solved():
     seed = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     assert not kin.solve_ik(bad, seed).ok(1e-3, 1e-2)
     assert not kin.solve_ik(good, np.r_[seed[:5], math.nan]).ok(1e-3, 1e-2)
+    # an infinite joint angle gives NaN frames from that joint on (as numpy's cos/sin), not an exception
+    f = kin.frames_array(np.r_[seed[:3], math.inf, seed[4:]])
+    assert np.isfinite(f[:3]).all() and np.isnan(f[3:, :3]).any(axis=(1, 2)).all()
+
+
+def test_dls_step_equals_the_numpy_solve():
+    lam2 = 0.02 ** 2
+    for k in range(300):
+        jac = RNG.normal(size=(6, 6))
+        if k % 3 == 0:   # a singular Jacobian (wrist-singular poses): the damping keeps it solvable
+            jac[5] = jac[4]
+        e = RNG.normal(size=6)
+        ref = jac.T @ np.linalg.solve(jac @ jac.T + lam2 * np.eye(6), e)
+        got = np.array(kin._dls_step(jac.tolist(), e.tolist(), lam2))
+        assert np.abs(got - ref).max() < 1e-9 * max(1.0, np.abs(ref).max()), k
+    assert all(math.isnan(v) for v in kin._dls_step(np.full((6, 6), math.nan).tolist(), [1.0] * 6, lam2))

@@ -61,7 +61,10 @@ def chain(q: list[float]) -> list[Frame]:
     out: list[Frame] = []
     for qi, (ca, sa, a, d, off) in zip(q, _DH):
         th = qi + off
-        ct, st = cos(th), sin(th)
+        try:
+            ct, st = cos(th), sin(th)
+        except ValueError:   # an infinite angle: NaN, as numpy's cos and sin give
+            ct = st = math.nan
         ux, uy, uz = ca * yx + sa * zx, ca * yy + sa * zy, ca * yz + sa * zz
         zx, zy, zz = ca * zx - sa * yx, ca * zy - sa * yy, ca * zz - sa * yz
         px, py, pz = px + a * xx + d * zx, py + a * xy + d * zy, pz + a * xz + d * zz
@@ -235,6 +238,50 @@ def pose_to_matrix(pos: np.ndarray, quat_xyzw: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- IK
+def _dls_step(rows: list[list[float]], e: list[float], lam2: float) -> list[float]:
+    """dq = J^T (J J^T + lam2 I)^-1 e for the 6x6 J given by its rows: Cholesky of the SPD matrix in floats.
+
+    In a live process, between the other threads' work, numpy's 6x6 matmuls and ``linalg.solve`` (its
+    wrapper: a dozen Python-level checks and an errstate) cost ~2x this loop; hot in a microbenchmark
+    they are a little faster. lam2 > 0 keeps the matrix positive definite; NaN input gives NaN out."""
+    a = [[0.0] * 6 for _ in range(6)]
+    for i in range(6):
+        ri, ai = rows[i], a[i]
+        r0, r1, r2, r3, r4, r5 = ri
+        for j in range(i + 1):
+            rj = rows[j]
+            ai[j] = r0 * rj[0] + r1 * rj[1] + r2 * rj[2] + r3 * rj[3] + r4 * rj[4] + r5 * rj[5]
+        ai[i] += lam2
+    for j in range(6):   # a = L L^T, L written over a's lower triangle
+        lj = a[j]
+        s = lj[j]
+        for k in range(j):
+            s -= lj[k] * lj[k]
+        d = lj[j] = math.sqrt(s) if s >= 0.0 else math.nan
+        for i in range(j + 1, 6):
+            li = a[i]
+            s = li[j]
+            for k in range(j):
+                s -= li[k] * lj[k]
+            li[j] = s / d
+    z = [0.0] * 6
+    for i in range(6):   # L z = e
+        li = a[i]
+        s = e[i]
+        for k in range(i):
+            s -= li[k] * z[k]
+        z[i] = s / li[i]
+    y = [0.0] * 6
+    for i in range(5, -1, -1):   # L^T y = z
+        s = z[i]
+        for k in range(i + 1, 6):
+            s -= a[k][i] * y[k]
+        y[i] = s / a[i][i]
+    y0, y1, y2, y3, y4, y5 = y
+    v0, v1, v2, v3, v4, v5 = rows
+    return [v0[c] * y0 + v1[c] * y1 + v2[c] * y2 + v3[c] * y3 + v4[c] * y4 + v5[c] * y5 for c in range(6)]
+
+
 @dataclass
 class IkResult:
     q: np.ndarray
@@ -252,8 +299,8 @@ def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOI
     """Damped least squares on the flange pose, warm-started from ``q_seed``, clamped to limits.
 
     dq = J^T (J J^T + lambda^2 I)^-1 e; a streaming target (small motion per call) converges in
-    a few iterations. The result is the best iterate; check ``ok()`` before using it. Scalar FK,
-    Jacobian and errors; numpy only for the 6x6 solve.
+    a few iterations. The result is the best iterate; check ``ok()`` before using it. All in scalar
+    floats (``_dls_step``).
     """
     lo, hi = _floats(q_min, 6), _floats(q_max, 6)
     # min(max(v, lo), hi) keeps a NaN (as np.minimum/np.maximum do): such a seed never converges
@@ -261,7 +308,7 @@ def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOI
     t_rows = np.asarray(target, dtype=float)[:3].tolist()
     tx, ty, tz = t_rows[0][3], t_rows[1][3], t_rows[2][3]
     r_t = (*t_rows[0][:3], *t_rows[1][:3], *t_rows[2][:3])
-    lam2 = damping * damping * np.eye(6)
+    lam2 = damping * damping
     best_q, best_pe, best_re, best_cost = q, math.inf, math.inf, math.inf
     it = 0
     for it in range(max_iter + 1):
@@ -274,8 +321,7 @@ def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOI
             best_q, best_pe, best_re, best_cost = q, pe, re, pe + 0.1 * re
         if (pe <= pos_tol and re <= rot_tol) or it == max_iter:
             break
-        jac = np.array(_jacobian_rows(frames))
-        dq = (jac.T @ np.linalg.solve(jac @ jac.T + lam2, np.array([ex, ey, ez, wx, wy, wz]))).tolist()
+        dq = _dls_step(_jacobian_rows(frames), [ex, ey, ez, wx, wy, wz], lam2)
         n = max(abs(v) for v in dq)
         if n > max_step:
             s = max_step / n
