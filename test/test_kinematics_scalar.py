@@ -128,3 +128,21 @@ def test_dls_step_equals_the_numpy_solve():
         got = np.array(kin._dls_step(jac.tolist(), e.tolist(), lam2))
         assert np.abs(got - ref).max() < 1e-9 * max(1.0, np.abs(ref).max()), k
     assert all(math.isnan(v) for v in kin._dls_step(np.full((6, 6), math.nan).tolist(), [1.0] * 6, lam2))
+
+
+def test_limits_check_builds_the_normalised_target_and_refuses_what_it_must():
+    from piper_recorder.piper.limits import Limits, Rejection
+
+    lim = Limits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
+    ready = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
+    t = ref_frames(ready + 0.02)[-1]
+    quat = kin.matrix_to_quat(t[:3, :3]) * 1.02   # 2 % off unit length: accepted, normalised
+    res = lim.check(t[:3, 3], quat, ready)
+    assert not isinstance(res, Rejection)
+    pose, q = res
+    assert np.abs(pose - kin.pose_to_matrix(t[:3, 3], quat / np.linalg.norm(quat))).max() < 1e-15
+    assert np.abs(ref_frames(q)[-1][:3, 3] - t[:3, 3]).max() < 1e-3
+    for pos, qu, reason in (([math.nan, 0.0, 0.3], quat, "non_finite"), (t[:3, 3], quat * 1.2, "bad_quaternion"),
+                            ([0.9, 0.0, 0.3], quat, "out_of_workspace"), ([0.6, 0.4, 0.6], quat, "unreachable")):
+        r = lim.check(np.asarray(pos), qu, ready)
+        assert isinstance(r, Rejection) and r.reason == reason, (reason, r)
