@@ -152,7 +152,9 @@ class PiperEmulator:
             if delay < -0.1:  # overloaded machine: do not try to catch up with a burst
                 next_t = time.monotonic()
             elif delay > 0:
-                self._stop.wait(delay)
+                # time.sleep, not Event.wait: at most one period (the loop then sees the stop flag), and
+                # without the Python-level Condition/lock per tick that Event.wait costs 200 times a second
+                time.sleep(delay)
 
     def _drain(self) -> None:
         assert self._bus is not None
