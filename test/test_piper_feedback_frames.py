@@ -1,6 +1,6 @@
 """FeedbackFrames (no ROS) against piper_sdk's own parser: the same frames, the same values.
 
-Random frames of every kind the decoder handles, values across the whole wire range (so the SDK's
+Random frames of every kind the decoder handles (status included: its enum fields, unnamed values too), values across the whole wire range (so the SDK's
 abnormal-data filter drops some of them), fed one by one to both; after each frame every field the
 link reads agrees with what the SDK's getters say, stamps included. Frames the decoder does not
 handle are left to the SDK.
@@ -38,7 +38,10 @@ def _value(rng: random.Random, bits: int, near: int) -> int:
 
 
 def _frame(rng: random.Random) -> tuple[int, bytes]:
-    fid = rng.choice([*ID_POSE, *ID_JOINTS, ID_GRIPPER, *ID_HIGH_SPD])
+    fid = rng.choice([ID_STATUS, *ID_POSE, *ID_JOINTS, ID_GRIPPER, *ID_HIGH_SPD])
+    if fid == ID_STATUS:   # enum fields mostly in their named range, sometimes beyond (the SDK's UNKNOWN)
+        small = [rng.randint(0, 16) if rng.random() < 0.8 else rng.randint(0, 255) for _ in range(6)]
+        return fid, struct.pack(">BBBBBBH", *small, rng.randint(0, 0xFFFF))
     if fid in ID_JOINTS:
         return fid, struct.pack(">ii", _value(rng, 32, 3_000_000), _value(rng, 32, 3_000_000))
     if fid == ID_POSE[0]:
@@ -54,6 +57,8 @@ def _frame(rng: random.Random) -> tuple[int, bytes]:
 
 def _sdk_view(s: C_PiperInterface_V2) -> dict:
     j, e, g, h = s.GetArmJointMsgs(), s.GetArmEndPoseMsgs(), s.GetArmGripperMsgs(), s.GetArmHighSpdInfoMsgs()
+    st = s.GetArmStatus()
+    a = st.arm_status
     js, ep, gs = j.joint_state, e.end_pose, g.gripper_state
     motors = (h.motor_1, h.motor_2, h.motor_3, h.motor_4, h.motor_5, h.motor_6)
     return {"joints": [js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6],
@@ -61,33 +66,81 @@ def _sdk_view(s: C_PiperInterface_V2) -> dict:
             "pose": [ep.X_axis, ep.Y_axis, ep.Z_axis, ep.RX_axis, ep.RY_axis, ep.RZ_axis], "pose_stamp": e.time_stamp,
             "gripper": (gs.grippers_angle, gs.grippers_effort, gs.status_code), "gripper_stamp": g.time_stamp,
             "speed": [m.motor_speed for m in motors], "current": [m.current for m in motors],
-            "motor_stamp": h.time_stamp}
+            "motor_stamp": h.time_stamp,
+            "status": (int(a.ctrl_mode), int(a.arm_status), int(a.mode_feed), int(a.err_code)),
+            "status_stamp": st.time_stamp}
 
 
 def _ours(f: FeedbackFrames) -> dict:
     return {k: getattr(f, k) for k in ("joints", "joint_stamp", "pose", "pose_stamp", "gripper", "gripper_stamp",
-                                       "speed", "current", "motor_stamp")}
+                                       "speed", "current", "motor_stamp", "status", "status_stamp")}
 
 
 def test_every_field_agrees_with_the_sdk_frame_by_frame(sdk):
     rng = random.Random(20)
     ours = FeedbackFrames()
-    dropped = 0
+    dropped = unnamed = 0
     for k in range(3000):
         fid, data = _frame(rng)
         msg = can.Message(arbitration_id=fid, data=data, is_extended_id=False, timestamp=1000.0 + k * 1e-3)
-        before = _ours(ours)
+        before, seq = _ours(ours), ours.seq
         assert ours.take(fid, bytes(msg.data), msg.timestamp)
         sdk.ParseCANFrame(msg)
         after = _ours(ours)
         dropped += after == before
+        unnamed += fid == ID_STATUS and 0xFF in after["status"][:3] and 0xFF not in data[:3]
+        assert (ours.seq == seq) == (after == before)   # seq counts exactly the frames that changed something
         assert after == _sdk_view(sdk), (k, hex(fid), data.hex())
     assert 100 < dropped < 1500, dropped   # the filter did drop frames, and most passed
+    assert unnamed > 10, unnamed   # status values the SDK's enums do not name were among them
 
 
 def test_other_frames_are_left_to_the_sdk():
     f = FeedbackFrames()
-    for fid in (ID_STATUS, *ID_LOW_SPD, ID_FIRMWARE, 0x473, 0x476):
+    for fid in (*ID_LOW_SPD, ID_FIRMWARE, 0x473, 0x476):
         assert not f.take(fid, bytes(8), 1.0)
     assert not f.take(ID_JOINTS[0], bytes(4), 1.0)     # a short frame: the SDK's own rules
-    assert f.joint_stamp == 0.0 and f.joints == [0] * 6
+    assert not f.take(ID_STATUS, bytes(7), 1.0)
+    assert f.joint_stamp == 0.0 and f.joints == [0] * 6 and f.status_stamp == 0.0 and f.seq == 0
+
+
+def test_link_feedback_snapshot_is_rebuilt_only_after_a_frame_and_is_read_only():
+    """PiperLink.feedback(): the same snapshot while no frame was taken, a new one after any; its arrays
+    cannot be changed by one reader under another."""
+    import uuid
+
+    import numpy as np
+
+    from piper_recorder.piper import kinematics as kin
+    from piper_recorder.piper.link import PiperLink
+
+    link = PiperLink(f"fb-{uuid.uuid4().hex[:8]}", "virtual")
+    try:
+        f = link.frames
+        a = link.feedback()
+        assert link.feedback() is a and a.stamp == 0.0 and a.ctrl_mode == 0 and a.status_stamp == 0.0
+        q_mdeg = [10_000, 50_000, -40_000, 5_000, 30_000, -20_000]
+        for k, fid in enumerate(ID_JOINTS):
+            assert f.take(fid, struct.pack(">ii", q_mdeg[2 * k], q_mdeg[2 * k + 1]), 5.0)
+        assert f.take(ID_POSE[0], struct.pack(">ii", 300_000, -20_000), 5.1)
+        assert f.take(ID_POSE[1], struct.pack(">ii", 250_000, 170_000), 5.1)
+        assert f.take(ID_POSE[2], struct.pack(">ii", 60_000, -10_000), 5.1)
+        assert f.take(ID_STATUS, struct.pack(">BBBBBBH", 1, 2, 6, 0, 1, 0, 0x0102), 5.2)
+        b = link.feedback()
+        assert b is not a and link.feedback() is b
+        assert np.allclose(b.joints, np.radians(np.array(q_mdeg) / 1000.0), atol=1e-15) and b.stamp == 5.0
+        want = np.eye(4)
+        want[:3, :3], want[:3, 3] = kin.euler_to_matrix(*np.radians([170.0, 60.0, -10.0])), [0.3, -0.02, 0.25]
+        assert np.allclose(b.pose, want, atol=1e-15) and b.pose_stamp == 5.1
+        # mode feed 0x06 (MIT on S-V1.8-8) is not one the SDK's enum names: UNKNOWN, as the SDK reports it
+        assert (b.ctrl_mode, b.arm_status, b.mode_feed, b.err_code, b.status_stamp) == (1, 2, 0xFF, 0x0102, 5.2)
+        for arr in (b.joints, b.pose, b.effort, b.velocity):
+            with pytest.raises(ValueError):
+                arr[0] = 1.0
+        assert f.take(ID_HIGH_SPD[0], struct.pack(">hhi", 100, 1000, 0), 5.3)
+        c = link.feedback()
+        assert c is not b and c.effort_stamp == 5.3 and c.velocity[0] == 0.1
+        assert f.take(ID_JOINTS[0], struct.pack(">ii", 4_000_000, 0), 5.4)   # 400 deg: dropped, as the SDK does
+        assert link.feedback() is c   # a dropped frame changed nothing
+    finally:
+        link.close()

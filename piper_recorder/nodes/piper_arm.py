@@ -43,9 +43,9 @@ FRAME = "arm_base"
 def _pose_msg(stamp_ns: int, t: np.ndarray) -> PoseStamped:
     m = PoseStamped()
     m.header.stamp, m.header.frame_id = ns_to_stamp(stamp_ns), FRAME
-    m.pose.position.x, m.pose.position.y, m.pose.position.z = (float(v) for v in t[:3, 3])
+    m.pose.position.x, m.pose.position.y, m.pose.position.z = t[:3, 3].tolist()
     q = kin.matrix_to_quat(t[:3, :3])
-    m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z, m.pose.orientation.w = (float(v) for v in q)
+    m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z, m.pose.orientation.w = q.tolist()
     return m
 
 
@@ -141,9 +141,9 @@ class PiperArmNode(Node):
             js = JointState()
             js.header.stamp = ns_to_stamp(int(fb.stamp * 1e9))
             js.name = JOINT_NAMES
-            js.position = [float(v) for v in fb.joints] + [float(fb.gripper)]
-            js.velocity = [float(v) for v in fb.velocity] + [0.0]
-            js.effort = [float(v) for v in fb.effort] + [float(fb.gripper_effort)]
+            js.position = fb.joints.tolist() + [float(fb.gripper)]
+            js.velocity = fb.velocity.tolist() + [0.0]
+            js.effort = fb.effort.tolist() + [float(fb.gripper_effort)]
             self.pub_joints.publish(js)
         elif frame_id == ID_POSE[-1]:
             fb = self.link.feedback()

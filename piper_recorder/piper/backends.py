@@ -138,8 +138,8 @@ class PositionBackend:
         return True
 
     def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback, now: float) -> np.ndarray | None:
-        if self._last_sent is not None and np.array_equal(pose, self._last_sent) \
-                and now - self._last_t < self.cfg.keepalive_s:
+        if self._last_sent is not None and now - self._last_t < self.cfg.keepalive_s \
+                and np.array_equal(pose, self._last_sent):
             return None
         self.link.mode_position(self.cfg.speed)
         _, sent = self.link.end_pose(pose)

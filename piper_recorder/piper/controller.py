@@ -205,7 +205,9 @@ class ArmController:
                 self.overruns += 1
                 next_t = time.monotonic()
             elif delay > 0:
-                self._stop.wait(delay)
+                # time.sleep, not Event.wait: at most one period (the loop then sees the stop flag), and
+                # without the Python-level Condition/lock per tick that Event.wait costs 200 times a second
+                time.sleep(delay)
 
     def tick(self) -> None:
         fb = self.link.feedback()

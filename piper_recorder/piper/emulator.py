@@ -26,6 +26,7 @@ and report 4x their torque. An empty string: no reply to the version query.
 from __future__ import annotations
 
 import math
+import queue
 import struct
 import threading
 import time
@@ -69,8 +70,6 @@ class PiperEmulator:
         self.cfg = config or EmulatorConfig()
         self.channel = channel
         self.dialect = mit_dialect(self.cfg.firmware)   # how this firmware reads JointMitCtrl
-        self._torque_gain = np.array(self.dialect.torque_gain)
-        self._effort_gain = np.array(self.dialect.effort_gain)
         self._lock = threading.Lock()
         self.q = np.array(self.cfg.q_init, dtype=float)
         self.dq = np.zeros(6)
@@ -96,12 +95,12 @@ class PiperEmulator:
         self.ik_failures = 0
         self.silent = False                   # True: neither send nor answer (cable pulled)
         self._pending: list[tuple[float, int, bytes]] = []
-        self._bus: can.BusABC | None = None
+        self._bus: DirectVirtualBus | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.ticks = 0
-        self._masses = np.array(self.cfg.link_masses, dtype=float)
-        self._fk_cache: tuple[bytes, np.ndarray] | None = None
+        self._masses = [float(m) for m in self.cfg.link_masses]
+        self._fk_cache: tuple[list[float], list[kin.Frame]] | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> PiperEmulator:
@@ -153,13 +152,17 @@ class PiperEmulator:
             if delay < -0.1:  # overloaded machine: do not try to catch up with a burst
                 next_t = time.monotonic()
             elif delay > 0:
-                self._stop.wait(delay)
+                # time.sleep, not Event.wait: at most one period (the loop then sees the stop flag), and
+                # without the Python-level Condition/lock per tick that Event.wait costs 200 times a second
+                time.sleep(delay)
 
     def _drain(self) -> None:
         assert self._bus is not None
+        inbox = self._bus.queue   # python-can's own recv(timeout=0) raises and catches queue.Empty per call
         while True:
-            msg = self._bus.recv(timeout=0.0)
-            if msg is None:
+            try:
+                msg = inbox.get_nowait()
+            except queue.Empty:
                 break
             self.rx_counts[msg.arbitration_id] = self.rx_counts.get(msg.arbitration_id, 0) + 1
             if self.log_rx:
@@ -167,11 +170,12 @@ class PiperEmulator:
             if not self.silent:
                 with self._lock:
                     self._handle(msg.arbitration_id, bytes(msg.data))
-        now = time.monotonic()
-        due = [p for p in self._pending if p[0] <= now]
-        self._pending = [p for p in self._pending if p[0] > now]
-        for _, fid, data in due:
-            self._send(fid, data)
+        if self._pending:
+            now = time.monotonic()
+            due = [p for p in self._pending if p[0] <= now]
+            self._pending = [p for p in self._pending if p[0] > now]
+            for _, fid, data in due:
+                self._send(fid, data)
 
     # ------------------------------------------------------------ command decoding
     def _handle(self, fid: int, d: bytes) -> None:
@@ -231,9 +235,9 @@ class PiperEmulator:
 
     def _pose_target(self) -> None:
         x, y, z, rx, ry, rz = self._pose_cmd
-        t = np.eye(4)
-        t[:3, :3] = kin.euler_to_matrix(*np.radians(np.array([rx, ry, rz]) / 1000.0))
-        t[:3, 3] = np.array([x, y, z]) / 1e6
+        rad = math.radians
+        t = kin.frame_matrix(kin.euler_rot(rad(rx / 1000.0), rad(ry / 1000.0), rad(rz / 1000.0))
+                             + (x / 1e6, y / 1e6, z / 1e6))
         res = kin.solve_ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
         if not res.ok(1e-3, 1e-2):
             res = kin.solve_ik(t, self.q, self.q_min, self.q_max, max_iter=60)
@@ -245,108 +249,130 @@ class PiperEmulator:
             self.arm_status = 0x02  # "no solution"; keep the previous target
 
     # ------------------------------------------------------------ dynamics
+    # Scalar float math on the six joints (state kept in the public ndarrays): numpy's per-call dispatch
+    # cost more than the arithmetic, 200 times a second; each joint's update is the same IEEE operations.
     def gravity(self, q: np.ndarray) -> np.ndarray:
-        """Joint torques needed to hold q against gravity (point masses at frame origins), N m.
+        """Joint torques needed to hold q against gravity (point masses at frame origins), N m."""
+        return np.array(self._gravity(self._frames([float(v) for v in np.asarray(q, dtype=float)[:6].tolist()])))
 
-        tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
-        9.81 (z_ix c_iy - z_iy c_ix). Vectorised over the joints: this runs every emulator tick.
-        """
-        f = self._frames(q)
-        p, z = f[:, :2, 3], f[:, :2, 2]
-        m = self._masses
-        mass_from = np.cumsum(m[::-1])[::-1]                              # sum_{k >= i} m_k
-        moment_from = np.cumsum((m[:, None] * p)[::-1], axis=0)[::-1]    # sum_{k >= i} m_k p_k
-        c = moment_from - mass_from[:, None] * p
-        return 9.81 * (z[:, 0] * c[:, 1] - z[:, 1] * c[:, 0])
+    def _gravity(self, frames: list[kin.Frame]) -> list[float]:
+        """tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
+        9.81 (z_ix c_iy - z_iy c_ix), accumulated from the flange inwards."""
+        tau = [0.0] * 6
+        mass = mx = my = 0.0
+        for i in range(5, -1, -1):
+            f, m = frames[i], self._masses[i]
+            px, py = f[9], f[10]
+            mass += m
+            mx += m * px
+            my += m * py
+            cx, cy = mx - mass * px, my - mass * py
+            tau[i] = 9.81 * (f[2] * cy - f[5] * cx)
+        return tau
 
-    def _frames(self, q: np.ndarray) -> np.ndarray:
-        """``kin.frames_array(q)``, kept for the newest q: a tick's feedback FK and the next tick's gravity
+    def _frames(self, q: list[float]) -> list[kin.Frame]:
+        """``kin.chain(q)``, kept for the newest q: a tick's feedback FK and the next tick's gravity
         see the same joints, so each tick builds the link frames once instead of twice."""
-        key = np.asarray(q, dtype=float).tobytes()
         cached = self._fk_cache
-        if cached is None or cached[0] != key:
-            cached = self._fk_cache = (key, kin.frames_array(q))
+        if cached is None or cached[0] != q:
+            cached = self._fk_cache = (list(q), kin.chain(q))   # a copy: callers go on to change q
         return cached[1]
 
     def _step(self, dt: float) -> None:
         if dt <= 0.0:
             return
-        grav = self.gravity(self.q)
+        q = self.q.tolist()
+        grav = self._gravity(self._frames(q))
+        lo, hi = self.q_min.tolist(), self.q_max.tolist()
         if self.enabled and self.mit:
-            inertia, fric = np.array(self.cfg.inertia), np.array(self.cfg.friction)
-            h = dt / self.cfg.substeps
-            tau = np.zeros(6)
-            for _ in range(self.cfg.substeps):
-                tau = grav - 2.0 * self.dq  # a joint without an MIT frame yet keeps holding itself
-                for i, c in enumerate(self.mit_cmd):
+            inertia, fric, gain = self.cfg.inertia, self.cfg.friction, self.dialect.torque_gain
+            n = self.cfg.substeps
+            h = dt / n
+            dq = self.dq.tolist()
+            tau = [0.0] * 6
+            for i in range(6):   # the joints are independent within a step (gravity is held for it)
+                c, g, qi, vi = self.mit_cmd[i], grav[i], q[i], dq[i]
+                t = 0.0
+                for _ in range(n):
                     if c is not None:
-                        tau[i] = c.kp * (c.pos - self.q[i]) + c.kd * (c.vel - self.dq[i]) \
-                            + c.t_ff * self._torque_gain[i]
-                acc = (tau - grav - fric * self.dq) / inertia
-                self.dq += acc * h
-                self.q += self.dq * h
-                hit = (self.q < self.q_min) | (self.q > self.q_max)
-                self.q = np.minimum(np.maximum(self.q, self.q_min), self.q_max)
-                self.dq[hit] = 0.0
-            self.tau_out = tau
+                        t = c.kp * (c.pos - qi) + c.kd * (c.vel - vi) + c.t_ff * gain[i]
+                    else:
+                        t = g - 2.0 * vi  # a joint without an MIT frame yet keeps holding itself
+                    vi += (t - g - fric[i] * vi) / inertia[i] * h
+                    qi += vi * h
+                    if qi < lo[i] or qi > hi[i]:
+                        vi = 0.0
+                    qi = min(max(qi, lo[i]), hi[i])
+                q[i], dq[i], tau[i] = qi, vi, t
+            self.q, self.dq, self.tau_out = np.array(q), np.array(dq), np.array(tau)
         elif self.enabled and self.ctrl_mode == 0x01:
             vmax = self.cfg.max_joint_speed * self.speed_pct / 100.0
-            # np.minimum/maximum: np.clip's Python-level dispatch costs more than the 6-element work, every tick
-            v = np.minimum(np.maximum((self.q_target - self.q) / max(self.cfg.tau, dt), -vmax), vmax)
-            self.q = np.minimum(np.maximum(self.q + v * dt, self.q_min), self.q_max)
-            self.dq = v
-            self.tau_out = grav
+            k = max(self.cfg.tau, dt)
+            v = [min(max((t - x) / k, -vmax), vmax) for t, x in zip(self.q_target.tolist(), q)]
+            self.q = np.array([min(max(x + vi * dt, a), b) for x, vi, a, b in zip(q, v, lo, hi)])
+            self.dq = np.array(v)
+            self.tau_out = np.array(grav)
         else:
             self.dq[:] = 0.0
-            self.tau_out = grav if self.enabled else np.zeros(6)
+            self.tau_out = np.array(grav) if self.enabled else np.zeros(6)
         if self.gripper_enabled and self.enabled:
             step = self.cfg.gripper_speed * dt
             self.gripper += min(max(self.gripper_target - self.gripper, -step), step)
 
     # ------------------------------------------------------------ feedback encoding
     def _send(self, fid: int, data: bytes) -> None:
+        self._send_all([(fid, data)])
+
+    def _send_all(self, frames: list[tuple[int, bytes]]) -> None:
+        """One tick's frames in order, as one hand-over to each reader (``DirectVirtualBus.send_frames``)."""
         if self._bus is None:
             return
         try:
-            self._bus.send(can.Message(arbitration_id=fid, data=data, is_extended_id=False))
+            self._bus.send_frames(frames)
         except can.CanError:
             pass
 
     def _send_feedback(self) -> None:
         with self._lock:
-            q, dq, tau = self.q.copy(), self.dq.copy(), self.tau_out.copy()
-            moving = bool(np.max(np.abs(self.q_target - q)) > 1e-3) if not self.mit else bool(np.max(np.abs(dq)) > 1e-3)
-            status = struct.pack(">BBBBBBH", self.ctrl_mode if self.enabled else 0x00, self.arm_status,
-                                 self.move_mode, 0, int(moving), 0, self._limit_bits(q))
-            gripper = struct.pack(">ihBB", round(self.gripper * 1e6),
-                                  int(min(max(self.gripper_effort * 1000, -32768), 32767)),
-                                  0x40 * (self.gripper_enabled and self.enabled) | 0x80, 0)
+            q, dq, tau = self.q.tolist(), self.dq.tolist(), self.tau_out.tolist()
+            if self.mit:
+                moving = max(abs(v) for v in dq) > 1e-3
+            else:
+                moving = max(abs(t - x) for t, x in zip(self.q_target.tolist(), q)) > 1e-3
+            status = _STATUS.pack(self.ctrl_mode if self.enabled else 0x00, self.arm_status,
+                                  self.move_mode, 0, int(moving), 0, self._limit_bits(q))
+            gripper = _GRIPPER.pack(round(self.gripper * 1e6),
+                                    int(min(max(self.gripper_effort * 1000, -32768), 32767)),
+                                    0x40 * (self.gripper_enabled and self.enabled) | 0x80, 0)
             enabled = self.enabled
         t = self._frames(q)[-1]
-        xyz = [round(float(v) * 1e6) for v in t[:3, 3]]
-        rpy = [round(math.degrees(float(v)) * 1000) for v in kin.matrix_to_euler(t[:3, :3])]
-        mdeg = [round(math.degrees(float(v)) * 1000) for v in q]
-        self._send(ID_STATUS, status)
-        self._send(ID_POSE[0], struct.pack(">ii", xyz[0], xyz[1]))
-        self._send(ID_POSE[1], struct.pack(">ii", xyz[2], rpy[0]))
-        self._send(ID_POSE[2], struct.pack(">ii", rpy[1], rpy[2]))
-        for i, fid in enumerate(ID_JOINTS):
-            self._send(fid, struct.pack(">ii", mdeg[2 * i], mdeg[2 * i + 1]))
-        self._send(ID_GRIPPER, gripper)
+        x, y, z = (round(v * 1e6) for v in t[9:12])
+        rx, ry, rz = (round(math.degrees(v) * 1000) for v in kin.rot_euler(t))
+        j = [round(math.degrees(v) * 1000) for v in q]
+        pack = _I2.pack
+        frames = [(ID_STATUS, status), (ID_POSE[0], pack(x, y)), (ID_POSE[1], pack(z, rx)), (ID_POSE[2], pack(ry, rz)),
+                  (ID_JOINTS[0], pack(j[0], j[1])), (ID_JOINTS[1], pack(j[2], j[3])),
+                  (ID_JOINTS[2], pack(j[4], j[5])), (ID_GRIPPER, gripper)]
         if self.ticks % self.cfg.high_spd_every == 0:
+            gain = self.dialect.effort_gain
             for i, fid in enumerate(ID_HIGH_SPD):
-                reported = float(tau[i] * self._effort_gain[i])
-                current = max(-32768, min(32767, round(reported * 1000.0 / TORQUE_COEF[i])))
-                speed = max(-32768, min(32767, round(float(dq[i]) * 1000.0)))
-                self._send(fid, struct.pack(">hhi", speed, current, round(float(q[i]) * 1000.0)))
+                current = max(-32768, min(32767, round(tau[i] * gain[i] * 1000.0 / _TORQUE_COEF[i])))
+                speed = max(-32768, min(32767, round(dq[i] * 1000.0)))
+                frames.append((fid, _HHI.pack(speed, current, round(q[i] * 1000.0))))
         if self.ticks % self.cfg.low_spd_every == 0:
-            foc = 0x40 if enabled else 0x00
-            for fid in ID_LOW_SPD:
-                self._send(fid, struct.pack(">HhbBH", 240, 38, 36, foc, 800 if enabled else 0))
+            low = _LOW_SPD_ON if enabled else _LOW_SPD_OFF
+            frames.extend((fid, low) for fid in ID_LOW_SPD)
+        self._send_all(frames)
 
-    def _limit_bits(self, q: np.ndarray) -> int:
+    def _limit_bits(self, q: list[float]) -> int:
         bits = 0
-        for i in range(6):
-            if q[i] < self.q_min[i] - 1e-3 or q[i] > self.q_max[i] + 1e-3:
+        for i, (v, lo, hi) in enumerate(zip(q, self.q_min.tolist(), self.q_max.tolist())):
+            if v < lo - 1e-3 or v > hi + 1e-3:
                 bits |= 1 << (8 + i)
         return bits
+
+
+_STATUS, _GRIPPER, _I2, _HHI = struct.Struct(">BBBBBBH"), struct.Struct(">ihBB"), struct.Struct(">ii"), struct.Struct(">hhi")
+_TORQUE_COEF = TORQUE_COEF.tolist()
+# motor low-speed frame (voltage 24.0 V, driver 38 C, motor 36 C, FOC status, bus current): constant here
+_LOW_SPD_ON, _LOW_SPD_OFF = struct.pack(">HhbBH", 240, 38, 36, 0x40, 800), struct.pack(">HhbBH", 240, 38, 36, 0x00, 0)

@@ -1,4 +1,7 @@
-"""Piper forward kinematics, damped-least-squares IK and rotation conversions (numpy, no ROS).
+"""Piper forward kinematics, damped-least-squares IK and rotation conversions (no ROS).
+
+The hot paths (``chain``, ``solve_ik``, the ``Rot`` helpers) are scalar float math: on 3-6 numbers numpy's
+per-call dispatch costs more than the arithmetic; the ndarray functions wrap them for everyone else.
 
 The DH table is read from piper_sdk's own ``C_PiperForwardKinematics`` (modified/Craig DH,
 ``dh_is_offset=1``, the default of ``C_PiperInterface_V2`` and of current firmware), so our FK is the
@@ -12,6 +15,7 @@ Everything here is SI (m, rad); quaternions are xyzw (ROS order).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,28 +32,62 @@ SDK_JOINT_MIN = np.array([-2.6179, 0.0, -2.967, -1.745, -1.22, -2.09439])
 SDK_JOINT_MAX = np.array([2.6179, 3.14, 0.0, 1.745, 1.22, 2.09439])
 
 
-# Constant entries of each link transform (modified DH): only cos/sin of theta change with q. The IK runs
-# twice per streamed target (the controller's reachability check, the emulator's firmware IK) at ~100 Hz,
-# so FK and the Jacobian are vectorised over the six joints instead of built from per-joint 4x4 arrays.
-_CA, _SA = np.cos(DH_ALPHA), np.sin(DH_ALPHA)
-_LINK_TEMPLATE = np.zeros((6, 4, 4))
-_LINK_TEMPLATE[:, 0, 3] = DH_A
-_LINK_TEMPLATE[:, 1, 2], _LINK_TEMPLATE[:, 1, 3] = -_SA, -_SA * DH_D
-_LINK_TEMPLATE[:, 2, 2], _LINK_TEMPLATE[:, 2, 3] = _CA, _CA * DH_D
-_LINK_TEMPLATE[:, 3, 3] = 1.0
+# The IK runs twice per streamed target (the controller's reachability check, the emulator's firmware IK)
+# at ~100 Hz and the emulator builds the link frames every 200 Hz tick: on six joints numpy's per-call
+# dispatch costs more than the arithmetic, so the chain is composed in scalar floats (``chain``).
+# Per joint: cos/sin of alpha (0 or +-pi/2 on the Piper, kept as computed so the product equals the
+# 4x4 matrix product to rounding), a, d, theta offset.
+_DH = tuple((math.cos(al), math.sin(al), a, d, off)
+            for al, a, d, off in zip(DH_ALPHA.tolist(), DH_A.tolist(), DH_D.tolist(), DH_THETA_OFFSET.tolist()))
+
+Frame = tuple[float, float, float, float, float, float, float, float, float, float, float, float]
+"""A transform as 12 floats: the rotation row-major (r00 r01 r02 r10 .. r22), then the position (x y z)."""
+
+
+def _floats(v: np.ndarray | Iterable[float], n: int) -> list[float]:
+    """The first n numbers of v as Python floats (scalar math on np.float64 costs more than on float)."""
+    if isinstance(v, np.ndarray):
+        return [float(x) for x in v.ravel()[:n].tolist()]
+    return [float(x) for x in list(v)[:n]]
+
+
+def chain(q: list[float]) -> list[Frame]:
+    """Base->frame i for i = 1..6 as ``Frame`` tuples (modified DH: frame i = frame i-1 Rx(alpha) Tx(a)
+    Rz(theta) Tz(d)). With the columns x, y, z of frame i-1: u = ca y + sa z; frame i has
+    x' = ct x + st u, y' = ct u - st x, z' = ca z - sa y, and origin p + a x + d z'."""
+    xx, xy, xz, yx, yy, yz, zx, zy, zz = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0  # columns x, y, z
+    px = py = pz = 0.0
+    cos, sin = math.cos, math.sin
+    out: list[Frame] = []
+    for qi, (ca, sa, a, d, off) in zip(q, _DH):
+        th = qi + off
+        try:
+            ct, st = cos(th), sin(th)
+        except ValueError:   # an infinite angle: NaN, as numpy's cos and sin give
+            ct = st = math.nan
+        ux, uy, uz = ca * yx + sa * zx, ca * yy + sa * zy, ca * yz + sa * zz
+        zx, zy, zz = ca * zx - sa * yx, ca * zy - sa * yy, ca * zz - sa * yz
+        px, py, pz = px + a * xx + d * zx, py + a * xy + d * zy, pz + a * xz + d * zz
+        xx, xy, xz, yx, yy, yz = (ct * xx + st * ux, ct * xy + st * uy, ct * xz + st * uz,
+                                  ct * ux - st * xx, ct * uy - st * xy, ct * uz - st * xz)
+        out.append((xx, yx, zx, xy, yy, zy, xz, yz, zz, px, py, pz))
+    return out
+
+
+def frame_matrix(f: Frame) -> np.ndarray:
+    """A ``Frame`` as its 4x4 homogeneous matrix."""
+    r00, r01, r02, r10, r11, r12, r20, r21, r22, x, y, z = f
+    return np.array([[r00, r01, r02, x], [r10, r11, r12, y], [r20, r21, r22, z], [0.0, 0.0, 0.0, 1.0]])
 
 
 def frames_array(q: np.ndarray) -> np.ndarray:
     """Base->frame i transforms for i = 1..6 as one (6, 4, 4) array (frame 6 = flange), metres."""
-    th = np.asarray(q, dtype=float)[:6] + DH_THETA_OFFSET
-    ct, st = np.cos(th), np.sin(th)
-    lk = _LINK_TEMPLATE.copy()
-    lk[:, 0, 0], lk[:, 0, 1] = ct, -st
-    lk[:, 1, 0], lk[:, 1, 1] = st * _CA, ct * _CA
-    lk[:, 2, 0], lk[:, 2, 1] = st * _SA, ct * _SA
-    for i in range(1, 6):
-        np.matmul(lk[i - 1], lk[i], out=lk[i])
-    return lk
+    c = np.array(chain(_floats(q, 6)))
+    out = np.zeros((6, 4, 4))
+    out[:, :3, :3] = c[:, :9].reshape(6, 3, 3)
+    out[:, :3, 3] = c[:, 9:]
+    out[:, 3, 3] = 1.0
+    return out
 
 
 def link_frames(q: np.ndarray) -> list[np.ndarray]:
@@ -59,48 +97,81 @@ def link_frames(q: np.ndarray) -> list[np.ndarray]:
 
 def fk(q: np.ndarray) -> np.ndarray:
     """Flange pose as a 4x4 homogeneous transform in the arm base frame (m)."""
-    return frames_array(q)[-1].copy()
+    return frame_matrix(chain(_floats(q, 6))[-1])
+
+
+def _jacobian_rows(frames: list[Frame]) -> list[list[float]]:
+    """Rows of the 6x6 geometric Jacobian [v; w] of the flange: column i is z_i x (p_6 - p_i), z_i
+    (modified DH: joint i turns about z of frame i)."""
+    ex, ey, ez = frames[-1][9:12]
+    vx, vy, vz, wx, wy, wz = [], [], [], [], [], []
+    for f in frames:
+        zx, zy, zz = f[2], f[5], f[8]
+        dx, dy, dz = ex - f[9], ey - f[10], ez - f[11]
+        vx.append(zy * dz - zz * dy)
+        vy.append(zz * dx - zx * dz)
+        vz.append(zx * dy - zy * dx)
+        wx.append(zx)
+        wy.append(zy)
+        wz.append(zz)
+    return [vx, vy, vz, wx, wy, wz]
 
 
 def jacobian(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(6x6 geometric Jacobian [v; w] of the flange, flange transform)."""
-    f = frames_array(q)
-    z, d = f[:, :3, 2], f[-1, :3, 3] - f[:, :3, 3]   # modified DH: joint i turns about z of frame i
-    jac = np.empty((6, 6))
-    jac[0] = z[:, 1] * d[:, 2] - z[:, 2] * d[:, 1]
-    jac[1] = z[:, 2] * d[:, 0] - z[:, 0] * d[:, 2]
-    jac[2] = z[:, 0] * d[:, 1] - z[:, 1] * d[:, 0]
-    jac[3:] = z.T
-    return jac, f[-1].copy()
+    f = chain(_floats(q, 6))
+    return np.array(_jacobian_rows(f)), frame_matrix(f[-1])
 
 
 # ---------------------------------------------------------------- rotations
-def euler_to_matrix(rx: float, ry: float, rz: float) -> np.ndarray:
-    """SDK/firmware convention: R = Rz(rz) Ry(ry) Rx(rx) (radians)."""
+Rot = tuple[float, float, float, float, float, float, float, float, float]
+"""A rotation as 9 floats, row-major (the first 9 of a ``Frame``)."""
+
+
+def euler_rot(rx: float, ry: float, rz: float) -> Rot:
+    """``euler_to_matrix`` as a ``Rot`` (scalar: the emulator and the link convert every end pose)."""
     cx, sx, cy, sy = math.cos(rx), math.sin(rx), math.cos(ry), math.sin(ry)
     cz, sz = math.cos(rz), math.sin(rz)
-    return np.array([[cz * cy, cz * sy * sx - sz * cx, cz * sy * cx + sz * sx],
-                     [sz * cy, sz * sy * sx + cz * cx, sz * sy * cx - cz * sx],
-                     [-sy, cy * sx, cy * cx]])
+    return (cz * cy, cz * sy * sx - sz * cx, cz * sy * cx + sz * sx,
+            sz * cy, sz * sy * sx + cz * cx, sz * sy * cx - cz * sx,
+            -sy, cy * sx, cy * cx)
+
+
+def euler_to_matrix(rx: float, ry: float, rz: float) -> np.ndarray:
+    """SDK/firmware convention: R = Rz(rz) Ry(ry) Rx(rx) (radians)."""
+    return np.array(euler_rot(rx, ry, rz)).reshape(3, 3)
+
+
+def rot_euler(r: Rot | Frame) -> tuple[float, float, float]:
+    """``matrix_to_euler`` of a ``Rot`` (or a ``Frame``'s rotation)."""
+    r00, r01, _, r10, r11, _, r20, r21, r22 = r[:9]
+    if r20 < -1 + 1e-4:
+        return math.atan2(r01, r11), math.pi / 2, 0.0
+    if r20 > 1 - 1e-4:
+        return -math.atan2(r01, r11), -math.pi / 2, 0.0
+    ry = math.atan2(-r20, math.hypot(r00, r10))
+    c = math.cos(ry)
+    return math.atan2(r21 / c, r22 / c), ry, math.atan2(r10 / c, r00 / c)
 
 
 def matrix_to_euler(r: np.ndarray) -> np.ndarray:
     """Inverse of ``euler_to_matrix``, same branch choices as the SDK's ``CalFK`` (radians)."""
-    (r00, r01, _), (r10, r11, _), (r20, r21, r22) = np.asarray(r)[:3, :3].tolist()
-    if r20 < -1 + 1e-4:
-        return np.array([math.atan2(r01, r11), math.pi / 2, 0.0])
-    if r20 > 1 - 1e-4:
-        return np.array([-math.atan2(r01, r11), -math.pi / 2, 0.0])
-    ry = math.atan2(-r20, math.hypot(r00, r10))
-    c = math.cos(ry)
-    return np.array([math.atan2(r21 / c, r22 / c), ry, math.atan2(r10 / c, r00 / c)])
+    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = np.asarray(r)[:3, :3].tolist()
+    return np.array(rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22)))
+
+
+def quat_rot(x: float, y: float, z: float, w: float) -> Rot:
+    """Rotation of the quaternion xyzw (normalised here)."""
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    x, y, z, w = x / n, y / n, z / n, w / n
+    return (1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+            2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+            2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y))
 
 
 def quat_to_matrix(q_xyzw: np.ndarray) -> np.ndarray:
-    x, y, z, w = np.asarray(q_xyzw, dtype=float) / np.linalg.norm(q_xyzw)
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    x, y, z, w = _floats(q_xyzw, 4)
+    return np.array(quat_rot(x, y, z, w)).reshape(3, 3)
 
 
 def matrix_to_quat(r: np.ndarray) -> np.ndarray:
@@ -125,31 +196,92 @@ def matrix_to_quat(r: np.ndarray) -> np.ndarray:
     return np.array([x / n, y / n, z / n, w / n])
 
 
-def rotation_error(r_target: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Axis-angle vector (base frame) rotating r onto r_target (scalar math: it runs in every IK iteration)."""
-    re = r_target @ r.T
-    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = re.tolist()
+def rot_error_of(t: Rot | Frame, r: Rot | Frame) -> tuple[float, float, float]:
+    """``rotation_error`` on ``Rot`` tuples (scalar math: it runs in every IK iteration)."""
+    t00, t01, t02, t10, t11, t12, t20, t21, t22 = t[:9]
+    a00, a01, a02, a10, a11, a12, a20, a21, a22 = r[:9]
+    # re = t @ r.T: only its trace and antisymmetric part are needed off the 180 deg case
+    r00 = t00 * a00 + t01 * a01 + t02 * a02
+    r11 = t10 * a10 + t11 * a11 + t12 * a12
+    r22 = t20 * a20 + t21 * a21 + t22 * a22
+    r01, r10 = t00 * a10 + t01 * a11 + t02 * a12, t10 * a00 + t11 * a01 + t12 * a02
+    r02, r20 = t00 * a20 + t01 * a21 + t02 * a22, t20 * a00 + t21 * a01 + t22 * a02
+    r12, r21 = t10 * a20 + t11 * a21 + t12 * a22, t20 * a10 + t21 * a11 + t22 * a12
     angle = math.acos(min(1.0, max(-1.0, (r00 + r11 + r22 - 1.0) / 2.0)))
     vx, vy, vz = r21 - r12, r02 - r20, r10 - r01
     if angle < 1e-9:
-        return np.array([0.5 * vx, 0.5 * vy, 0.5 * vz])
+        return 0.5 * vx, 0.5 * vy, 0.5 * vz
     if math.pi - angle < 1e-6:  # 180 deg: axis from the symmetric part
+        re = np.array([[r00, r01, r02], [r10, r11, r12], [r20, r21, r22]])
         axis = np.sqrt(np.clip((np.diag(re) + 1.0) / 2.0, 0.0, None))
         i = int(np.argmax(axis))
         axis = (re[:, i] + np.eye(3)[:, i]) / np.sqrt(2.0 * (1.0 + re[i, i]))
-        return angle * axis / np.linalg.norm(axis)
+        ax, ay, az = (angle * axis / np.linalg.norm(axis)).tolist()
+        return ax, ay, az
     k = angle / (2.0 * math.sin(angle))
-    return np.array([k * vx, k * vy, k * vz])
+    return k * vx, k * vy, k * vz
+
+
+def _rot(r: np.ndarray) -> Rot:
+    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = np.asarray(r, dtype=float)[:3, :3].tolist()
+    return r00, r01, r02, r10, r11, r12, r20, r21, r22
+
+
+def rotation_error(r_target: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Axis-angle vector (base frame) rotating r onto r_target."""
+    return np.array(rot_error_of(_rot(r_target), _rot(r)))
 
 
 def pose_to_matrix(pos: np.ndarray, quat_xyzw: np.ndarray) -> np.ndarray:
-    t = np.eye(4)
-    t[:3, :3] = quat_to_matrix(quat_xyzw)
-    t[:3, 3] = pos
-    return t
+    x, y, z = _floats(pos, 3)
+    return frame_matrix(quat_rot(*_floats(quat_xyzw, 4)) + (x, y, z))
 
 
 # ---------------------------------------------------------------- IK
+def _dls_step(rows: list[list[float]], e: list[float], lam2: float) -> list[float]:
+    """dq = J^T (J J^T + lam2 I)^-1 e for the 6x6 J given by its rows: Cholesky of the SPD matrix in floats.
+
+    In a live process, between the other threads' work, numpy's 6x6 matmuls and ``linalg.solve`` (its
+    wrapper: a dozen Python-level checks and an errstate) cost ~2x this loop; hot in a microbenchmark
+    they are a little faster. lam2 > 0 keeps the matrix positive definite; NaN input gives NaN out."""
+    a = [[0.0] * 6 for _ in range(6)]
+    for i in range(6):
+        ri, ai = rows[i], a[i]
+        r0, r1, r2, r3, r4, r5 = ri
+        for j in range(i + 1):
+            rj = rows[j]
+            ai[j] = r0 * rj[0] + r1 * rj[1] + r2 * rj[2] + r3 * rj[3] + r4 * rj[4] + r5 * rj[5]
+        ai[i] += lam2
+    for j in range(6):   # a = L L^T, L written over a's lower triangle
+        lj = a[j]
+        s = lj[j]
+        for k in range(j):
+            s -= lj[k] * lj[k]
+        d = lj[j] = math.sqrt(s) if s >= 0.0 else math.nan
+        for i in range(j + 1, 6):
+            li = a[i]
+            s = li[j]
+            for k in range(j):
+                s -= li[k] * lj[k]
+            li[j] = s / d
+    z = [0.0] * 6
+    for i in range(6):   # L z = e
+        li = a[i]
+        s = e[i]
+        for k in range(i):
+            s -= li[k] * z[k]
+        z[i] = s / li[i]
+    y = [0.0] * 6
+    for i in range(5, -1, -1):   # L^T y = z
+        s = z[i]
+        for k in range(i + 1, 6):
+            s -= a[k][i] * y[k]
+        y[i] = s / a[i][i]
+    y0, y1, y2, y3, y4, y5 = y
+    v0, v1, v2, v3, v4, v5 = rows
+    return [v0[c] * y0 + v1[c] * y1 + v2[c] * y2 + v3[c] * y3 + v4[c] * y4 + v5[c] * y5 for c in range(6)]
+
+
 @dataclass
 class IkResult:
     q: np.ndarray
@@ -167,28 +299,32 @@ def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOI
     """Damped least squares on the flange pose, warm-started from ``q_seed``, clamped to limits.
 
     dq = J^T (J J^T + lambda^2 I)^-1 e; a streaming target (small motion per call) converges in
-    a few iterations. The result is the best iterate; check ``ok()`` before using it.
+    a few iterations. The result is the best iterate; check ``ok()`` before using it. All in scalar
+    floats (``_dls_step``).
     """
-    q = np.minimum(np.maximum(np.asarray(q_seed, dtype=float), q_min), q_max)
-    p_t, r_t = target[:3, 3], target[:3, :3]
-    lam2 = damping * damping * np.eye(6)
-    best = None
-    e = np.empty(6)
+    lo, hi = _floats(q_min, 6), _floats(q_max, 6)
+    # min(max(v, lo), hi) keeps a NaN (as np.minimum/np.maximum do): such a seed never converges
+    q = [min(max(v, a), b) for v, a, b in zip(_floats(q_seed, 6), lo, hi)]
+    t_rows = np.asarray(target, dtype=float)[:3].tolist()
+    tx, ty, tz = t_rows[0][3], t_rows[1][3], t_rows[2][3]
+    r_t = (*t_rows[0][:3], *t_rows[1][:3], *t_rows[2][:3])
+    lam2 = damping * damping
+    best_q, best_pe, best_re, best_cost = q, math.inf, math.inf, math.inf
+    it = 0
     for it in range(max_iter + 1):
-        jac, t = jacobian(q)
-        e[:3] = p_t - t[:3, 3]
-        e[3:] = rotation_error(r_t, t[:3, :3])
-        ex, ey, ez, wx, wy, wz = e.tolist()
+        frames = chain(q)
+        f = frames[-1]
+        ex, ey, ez = tx - f[9], ty - f[10], tz - f[11]
+        wx, wy, wz = rot_error_of(r_t, f)
         pe, re = math.sqrt(ex * ex + ey * ey + ez * ez), math.sqrt(wx * wx + wy * wy + wz * wz)
-        if best is None or pe + 0.1 * re < best.pos_err + 0.1 * best.rot_err:
-            best = IkResult(q, pe, re, it)
+        if it == 0 or pe + 0.1 * re < best_cost:
+            best_q, best_pe, best_re, best_cost = q, pe, re, pe + 0.1 * re
         if (pe <= pos_tol and re <= rot_tol) or it == max_iter:
             break
-        dq = jac.T @ np.linalg.solve(jac @ jac.T + lam2, e)
-        n = float(np.abs(dq).max())
+        dq = _dls_step(_jacobian_rows(frames), [ex, ey, ez, wx, wy, wz], lam2)
+        n = max(abs(v) for v in dq)
         if n > max_step:
-            dq *= max_step / n
-        q = np.minimum(np.maximum(q + dq, q_min), q_max)   # a new array: best keeps its own
-    assert best is not None
-    best.iterations = it
-    return best
+            s = max_step / n
+            dq = [v * s for v in dq]
+        q = [min(max(v + d, a), b) for v, d, a, b in zip(q, dq, lo, hi)]   # a new list: best keeps its own
+    return IkResult(np.array(best_q), best_pe, best_re, it)

@@ -48,7 +48,8 @@ class Limits:
         lo, hi = self._box
         if not all(a <= v <= b for v, a, b in zip(p, lo, hi)):
             return Rejection("out_of_workspace", f"pos={np.round(pos, 4).tolist()}")
-        target = kin.pose_to_matrix(pos, quat / n)
+        x, y, z, w = qv[0] / n, qv[1] / n, qv[2] / n, qv[3] / n
+        target = kin.frame_matrix(kin.quat_rot(x, y, z, w) + (p[0], p[1], p[2]))
         res = kin.solve_ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
         for seed in fallback_seeds:
             if res.ok(self.ik_pos_tol, self.ik_rot_tol):

@@ -6,29 +6,38 @@ call ``CreateCanBus(name, bustype=...)``. On Linux the SDK opens two bus objects
 send); on a virtual channel the send object would queue every frame of the channel forever
 (nothing reads it), so there we let both directions share the receive bus, as the SDK itself does
 on Windows/macOS. The SDK's reading thread (``recv(1)`` loop) works unchanged on the virtual bus.
+
+The frames that come or go every control tick are packed here with the SDK's rules (``FeedbackFrames``
+for the arm's feedback, ``PiperLink._send`` for MotionCtrl_2 / EndPoseCtrl / GripperCtrl), each checked
+against the SDK's own parser or encoder by the tests; everything else is the SDK's.
 """
 from __future__ import annotations
 
+import logging
 import math
+import queue
 import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import can
 import numpy as np
 from piper_sdk import C_PiperInterface_V2
+from piper_sdk.piper_msgs.msg_v2.feedback.arm_feedback_status import ArmMsgFeedbackStatusEnum
 from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
 from .firmware import MitDialect, mit_dialect, parse_version, version_string
-from .vbus import make_direct
-from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_STATUS,
-                   MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12, float_to_uint,
-                   uint_to_float)
+from .vbus import DirectVirtualBus, make_direct
+from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_GRIPPER_CTRL, ID_HIGH_SPD, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2,
+                   ID_POSE, ID_POSE_CTRL, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF,
+                   encode_mit_raw12, float_to_uint, uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
+_log = logging.getLogger(__name__)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
 
 
@@ -88,9 +97,8 @@ _SET_HEAD = {fid: head for head, members in _SETS.items() for fid in members}
 
 
 class FeedbackFrames:
-    """The arm's high-rate feedback frames (end pose, joints, gripper, motor high-speed) decoded here, in the
-    SDK's units and with the SDK's rules; every other frame goes to piper_sdk's parser (the status frame
-    too: the SDK maps its bytes onto enums, unknown values to 0xFF, and it comes once a set).
+    """The arm's high-rate feedback frames (status, end pose, joints, gripper, motor high-speed) decoded here, in
+    the SDK's units and with the SDK's rules; every other frame goes to piper_sdk's parser.
 
     The SDK's parser costs ~20 us a frame (``DecodeMessage`` then all 19 of its update functions, each
     under its own lock), ~0.09 core for the ~1,500 feedback frames a second the node uses; a ``struct``
@@ -98,10 +106,10 @@ class FeedbackFrames:
     ``C_PiperParserV2.DecodeMessage`` and ``C_PiperInterface_V2.__Update*`` (big-endian; signed 32-bit
     joints and pose, 16-bit motor speed/current; with the SDK's default abnormal-data filter a frame
     with an out-of-range value is dropped whole; the SDK's joint/gripper software limits are off,
-    as PiperLink constructs it). test_piper_feedback_frames feeds the same frames to both and compares.
-    Stamps are the frames' receive times (``msg.timestamp``), as the SDK's.
+    as PiperLink constructs it; the status frame's control mode, arm status and mode feedback map onto
+    the SDK's enums, a value they do not name to their UNKNOWN 0xFF). test_piper_feedback_frames feeds
+    the same frames to both and compares. Stamps are the frames' receive times (``msg.timestamp``), as the SDK's.
     """
-
 
     def __init__(self) -> None:
         self.joints = [0] * 6            # 0.001 deg
@@ -113,6 +121,9 @@ class FeedbackFrames:
         self.speed = [0] * 6             # motor speed (0.001 rad/s), current (0.001 A), position
         self.current = [0] * 6
         self.motor_stamp = 0.0
+        self.status = (0, 0, 0, 0)       # ctrl_mode, arm_status, mode_feed, err_code (the SDK's defaults)
+        self.status_stamp = 0.0
+        self.seq = 0                     # frames applied: a snapshot of the fields above is current while it holds
 
     def take(self, fid: int, data: bytes | bytearray, stamp: float) -> bool:
         """Apply one frame; False: not one of these (or too short), let the SDK parse it."""
@@ -125,16 +136,19 @@ class FeedbackFrames:
                     return True
                 i = _JOINT_PAIR[fid]
                 self.joints[i], self.joints[i + 1], self.joint_stamp = a, b, stamp
+                self.seq += 1
                 return True
             i = _POSE_PAIR[fid]
             if abs(a) > _POSE_LIMITS[i] or abs(b) > _POSE_LIMITS[i + 1]:
                 return True
             self.pose[i], self.pose[i + 1], self.pose_stamp = a, b, stamp
+            self.seq += 1
             return True
         if fid in _MOTOR:
             i = _MOTOR[fid]
             self.speed[i], self.current[i], _pos = _HHI.unpack_from(data)
             self.motor_stamp = stamp
+            self.seq += 1
             return True
         if fid == ID_GRIPPER:
             if len(data) < 7:
@@ -142,16 +156,58 @@ class FeedbackFrames:
             angle, effort, code = _IHB.unpack_from(data)
             if abs(angle) <= 150_000:   # 150 mm
                 self.gripper, self.gripper_stamp = (angle, effort, code), stamp
+                self.seq += 1
+            return True
+        if fid == ID_STATUS:
+            ctrl, arm, mode, _teach, _motion, _traj, err = _STATUS.unpack_from(data)
+            self.status = (_CTRL_MODES.get(ctrl, 0xFF), _ARM_STATUSES.get(arm, 0xFF), _MODE_FEEDS.get(mode, 0xFF), err)
+            self.status_stamp = stamp
+            self.seq += 1
             return True
         return False
 
 
-_I2, _HHI, _IHB = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">ihB")
+_I2, _HHI, _IHB, _STATUS = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">ihB"), struct.Struct(">BBBBBBH")
+_GRIPPER_CTRL = struct.Struct(">iHBB")   # angle (int32), effort (uint16), status code, set zero
 _JOINT_PAIR = {fid: 2 * i for i, fid in enumerate(ID_JOINTS)}
 _POSE_PAIR = {fid: 2 * i for i, fid in enumerate(ID_POSE)}
 _PAIR = {**_JOINT_PAIR, **_POSE_PAIR}
 _POSE_LIMITS = (1_000_000, 1_000_000, 1_000_000, 361_000, 361_000, 361_000)   # the SDK's filter: 1 m, 361 deg
 _MOTOR = {fid: i for i, fid in enumerate(ID_HIGH_SPD)}
+# the values the SDK's status enums name (``match_value``: any other is their UNKNOWN, 0xFF)
+_CTRL_MODES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.CtrlMode}
+_ARM_STATUSES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ArmStatus}
+_MODE_FEEDS = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ModeFeed}
+_DEG_MILLI = math.pi / 180e3   # 0.001 deg -> rad
+
+
+def _drain_reader(port: Any) -> Callable[[], object]:
+    """The SDK's ``C_STD_CAN.ReadCanMessage`` for a ``DirectVirtualBus``: it blocks for a frame as the SDK's
+    does (``recv(1)``), then hands every frame already queued to the parser in the same call, in order,
+    instead of one bus-state check, ``recv`` and status per frame (~2,300 frames a second). As the SDK's,
+    it reports failures as a status and never raises: a frame whose parsing fails is dropped."""
+    bus, status = port.recv_bus, port.CAN_STATUS
+    inbox = bus.queue
+
+    def read() -> object:
+        try:
+            msg = bus.recv(1)
+        except Exception:   # noqa: BLE001 - the SDK's ReadCanMessage returns a status for any failure
+            return status.READ_CAN_MSG_FAILED
+        if msg is None:
+            return status.READ_CAN_MSG_TIMEOUT
+        parse = port.callback_function
+        while True:
+            port.rx_message = msg
+            try:
+                parse(msg)
+            except Exception:   # noqa: BLE001 - as the SDK's: this frame is lost, the reader goes on
+                pass
+            try:
+                msg = inbox.get_nowait()
+            except queue.Empty:
+                return status.READ_CAN_MSG_OK
+    return read
 
 
 class PiperLink:
@@ -179,8 +235,8 @@ class PiperLink:
             if interface == "virtual" and port.send_bus is not port.recv_bus:
                 port.send_bus.shutdown()
                 port.send_bus = port.recv_bus
-            if interface == "virtual":
-                make_direct(port.recv_bus)   # no deepcopy of each command frame (vbus)
+            if interface == "virtual" and make_direct(port.recv_bus):   # no deepcopy of each command frame (vbus)
+                port.ReadCanMessage = _drain_reader(port)
         self._frame_listener: Callable[[int, float], None] | None = None
         self._firmware_raw = bytearray()   # the 0x4AF reply as sent (the SDK keeps only 8 characters of it)
         self._firmware_at = 0.0            # when its last frame arrived
@@ -188,6 +244,7 @@ class PiperLink:
         self.dialect: MitDialect = mit_dialect(None)
         self.listener_errors = 0
         self.last_listener_error = ""
+        self._snapshot: tuple[tuple[int, tuple[float, ...]], Feedback] | None = None   # feedback(): the newest
         port = self.sdk.GetCanBus()
         # the SDK keeps one interface object per channel name: wrap its parser only once
         sdk_parse = getattr(port, "_sdk_parse", port.callback_function)
@@ -227,27 +284,35 @@ class PiperLink:
 
     # ------------------------------------------------------------ feedback
     def feedback(self) -> Feedback:
-        """A snapshot of the newest frames in SI units (plain float math: called ~300 times a second)."""
+        """A snapshot of the newest frames in SI units.
+
+        Called ~400 times a second (the control loop at 200 Hz, the node's publisher per feedback set),
+        while the sets come at ``feedback_hz``: a snapshot is built (plain float math) only when a frame
+        was taken since the last one (``FeedbackFrames.seq``), else the same one is handed out again. Its arrays are read-only,
+        so no reader can change what another one sees."""
         f = self.frames
-        r = math.pi / 180e3   # 0.001 deg -> rad
-        j = f.joints
+        gain = self.dialect.effort_gain
+        key = (f.seq, gain)   # read before the fields: a frame taken meanwhile only makes the next call rebuild
+        cached = self._snapshot
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        r = _DEG_MILLI
         x, y, z, rx, ry, rz = f.pose
-        pose = np.empty((4, 4))
-        pose[:3, :3] = kin.euler_to_matrix(rx * r, ry * r, rz * r)
-        pose[:3, 3] = x / 1e6, y / 1e6, z / 1e6
-        pose[3] = 0.0, 0.0, 0.0, 1.0
+        pose = kin.frame_matrix(kin.euler_rot(rx * r, ry * r, rz * r) + (x / 1e6, y / 1e6, z / 1e6))
         # true torques: S-V1.7-3..1.8-2 report 4x on joints 1-3 (``firmware``)
-        effort = np.array([c * k / 1000.0 / gain
-                           for c, k, gain in zip(f.current, TORQUE_COEF_F, self.dialect.effort_gain)])
+        effort = np.array([c * k / 1000.0 / g for c, k, g in zip(f.current, TORQUE_COEF_F, gain)])
+        joints = np.array([v * r for v in f.joints])
+        velocity = np.array([v / 1000.0 for v in f.speed])
+        for a in (pose, effort, joints, velocity):
+            a.flags.writeable = False
         angle, g_effort, _code = f.gripper
-        st = self.sdk.GetArmStatus()
-        a = st.arm_status
-        return Feedback(stamp=f.joint_stamp, joints=np.array([v * r for v in j]), pose=pose,
-                        gripper=angle / 1e6, gripper_effort=g_effort / 1000.0,
-                        effort=effort, velocity=np.array([v / 1000.0 for v in f.speed]),
-                        effort_stamp=f.motor_stamp, ctrl_mode=int(a.ctrl_mode), arm_status=int(a.arm_status),
-                        mode_feed=int(a.mode_feed), err_code=int(a.err_code), status_stamp=float(st.time_stamp),
-                        pose_stamp=f.pose_stamp)
+        ctrl_mode, arm_status, mode_feed, err_code = f.status
+        fb = Feedback(stamp=f.joint_stamp, joints=joints, pose=pose, gripper=angle / 1e6,
+                      gripper_effort=g_effort / 1000.0, effort=effort, velocity=velocity, effort_stamp=f.motor_stamp,
+                      ctrl_mode=ctrl_mode, arm_status=arm_status, mode_feed=mode_feed, err_code=err_code,
+                      status_stamp=f.status_stamp, pose_stamp=f.pose_stamp)
+        self._snapshot = (key, fb)
+        return fb
 
     def firmware(self, timeout: float = 1.0) -> str | None:
         """Firmware string (e.g. "S-V1.8-5"); queries again once if nothing arrived yet. Sets ``dialect``.
@@ -292,43 +357,66 @@ class PiperLink:
         with self._tx:
             self.sdk.DisableArm(7)
 
-    def mode_position(self, speed: int) -> None:
+    # The streamed commands (MotionCtrl_2 and EndPoseCtrl every control tick that sends, GripperCtrl while
+    # the width moves, MotionCtrl_2 into MIT mode each impedance tick) are packed here, byte for byte as
+    # piper_sdk's encoder packs them and with its range checks (test_piper_link_commands compares the
+    # frames), and go out on the SDK's CAN port: the SDK's path (a validated message object, its encoder
+    # and a can.Message per frame) cost ~4x the packing.
+    def _send(self, frames: list[tuple[int, bytes]]) -> None:
+        port = self.sdk.GetCanBus()
         with self._tx:
-            self.sdk.MotionCtrl_2(0x01, 0x00, int(speed), 0x00)
+            bus = port.send_bus
+            if isinstance(bus, DirectVirtualBus):
+                try:
+                    bus.send_frames(frames)
+                except can.CanError as exc:   # as the SDK's SendCanMessage: reported, not raised
+                    _log.error("0x%X send failed: %r", frames[0][0], exc)
+                return
+            for fid, data in frames:
+                status = port.SendCanMessage(fid, list(data))
+                if status is not port.CAN_STATUS.SEND_MESSAGE_SUCCESS:
+                    _log.error("0x%X send failed: SendCanMessage(%s)", fid, status)
+
+    def _motion_ctrl_2(self, move_mode: int, speed: int, mit: int) -> None:
+        """0x151 [ctrl mode 0x01 (CAN), move mode, speed %, MIT flag, residence 0, installation 0, 0, 0]."""
+        speed = int(speed)
+        if not 0 <= speed <= 100:   # piper_sdk's ArmMsgMotionCtrl_2 check
+            raise ValueError(f"'move_spd_rate_ctrl' Value {speed} out of range 0-100")
+        self._send([(ID_MOTION_CTRL_2, bytes((0x01, move_mode, speed, mit, 0, 0, 0, 0)))])
+
+    def mode_position(self, speed: int) -> None:
+        self._motion_ctrl_2(0x00, speed, 0x00)
 
     def mode_joint(self, speed: int) -> None:
-        with self._tx:
-            self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
+        self._motion_ctrl_2(0x01, speed, 0x00)
 
     def mode_mit(self, speed: int) -> None:
-        """MotionCtrl_2 into MIT mode with the move mode this firmware wants (0x04; 0x06 from S-V1.8-8)."""
-        mode = self.dialect.move_mode
-        with self._tx:
-            if mode == MOVE_M:
-                self.sdk.MotionCtrl_2(0x01, mode, int(speed), 0xAD)
-            else:   # piper_sdk 0.6.2 refuses move modes above 0x05: the same 0x151 frame, sent raw
-                self.sdk.GetCanBus().SendCanMessage(ID_MOTION_CTRL_2, [0x01, mode, int(speed), 0xAD, 0, 0, 0, 0])
+        """MotionCtrl_2 into MIT mode with the move mode this firmware wants (0x04; 0x06 from S-V1.8-8, which
+        piper_sdk 0.6.2's MotionCtrl_2 refuses: the same frame)."""
+        self._motion_ctrl_2(self.dialect.move_mode, speed, 0xAD)
 
     def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
-        xyz = [round(v * 1e6) for v in pose[:3, 3]]
-        rpy = [round(math.degrees(v) * 1000) for v in kin.matrix_to_euler(pose[:3, :3])]
-        with self._tx:
-            self.sdk.EndPoseCtrl(*xyz, *rpy)
-        sent = np.eye(4)
-        sent[:3, :3] = kin.euler_to_matrix(*np.radians(np.array(rpy) / 1000.0))
-        sent[:3, 3] = np.array(xyz) / 1e6
-        return xyz + rpy, sent
+        """EndPoseCtrl (0x152-0x154) in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
+        (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = np.asarray(pose, dtype=float)[:3].tolist()
+        x, y, z = round(px * 1e6), round(py * 1e6), round(pz * 1e6)
+        rx, ry, rz = (round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22)))
+        pack = _I2.pack   # int32 each, as the SDK's ConvertToList_32bit (out of range: an error, nothing sent)
+        self._send([(ID_POSE_CTRL[0], pack(x, y)), (ID_POSE_CTRL[1], pack(z, rx)), (ID_POSE_CTRL[2], pack(ry, rz))])
+        rad = math.radians
+        sent = kin.frame_matrix(kin.euler_rot(rad(rx / 1000.0), rad(ry / 1000.0), rad(rz / 1000.0))
+                                + (x / 1e6, y / 1e6, z / 1e6))
+        return [x, y, z, rx, ry, rz], sent
 
     def joint_ctrl(self, q: np.ndarray) -> None:
         with self._tx:
             self.sdk.JointCtrl(*[round(math.degrees(v) * 1000) for v in q])
 
     def gripper(self, width: float, effort: float) -> float:
-        """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m)."""
-        w = round(width * 1e6)
-        with self._tx:
-            self.sdk.GripperCtrl(w, int(round(effort * 1000)), 0x01, 0)
+        """GripperCtrl (0x159: 0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m)."""
+        w, e = round(width * 1e6), int(round(effort * 1000))
+        if not 0 <= e <= 5000:   # piper_sdk's ArmMsgGripperCtrl check
+            raise ValueError(f"'grippers_effort' Value {e} out of range 0-5000")
+        self._send([(ID_GRIPPER_CTRL, _GRIPPER_CTRL.pack(w, e, 0x01, 0))])
         return w / 1e6
 
     def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:
