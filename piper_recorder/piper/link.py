@@ -6,14 +6,9 @@ call ``CreateCanBus(name, bustype=...)``. On Linux the SDK opens two bus objects
 send); on a virtual channel the send object would queue every frame of the channel forever
 (nothing reads it), so there we let both directions share the receive bus, as the SDK itself does
 on Windows/macOS. The SDK's reading thread (``recv(1)`` loop) works unchanged on the virtual bus.
-
-The frames that come or go every control tick are packed here with the SDK's rules (``FeedbackFrames``
-for the arm's feedback, ``PiperLink._send`` for MotionCtrl_2 / EndPoseCtrl / GripperCtrl), each checked
-against the SDK's own parser or encoder by the tests; everything else is the SDK's.
 """
 from __future__ import annotations
 
-import logging
 import math
 import queue
 import struct
@@ -31,13 +26,12 @@ from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
 from .firmware import MitDialect, mit_dialect, parse_version, version_string
-from .vbus import DirectVirtualBus, make_direct
-from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_GRIPPER_CTRL, ID_HIGH_SPD, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2,
-                   ID_POSE, ID_POSE_CTRL, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, TORQUE_COEF,
-                   encode_mit_raw12, float_to_uint, uint_to_float)
+from .vbus import make_direct
+from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_STATUS,
+                   MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12, float_to_uint,
+                   uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
-_log = logging.getLogger(__name__)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
 
 
@@ -168,7 +162,6 @@ class FeedbackFrames:
 
 
 _I2, _HHI, _IHB, _STATUS = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">ihB"), struct.Struct(">BBBBBBH")
-_GRIPPER_CTRL = struct.Struct(">iHBB")   # angle (int32), effort (uint16), status code, set zero
 _JOINT_PAIR = {fid: 2 * i for i, fid in enumerate(ID_JOINTS)}
 _POSE_PAIR = {fid: 2 * i for i, fid in enumerate(ID_POSE)}
 _PAIR = {**_JOINT_PAIR, **_POSE_PAIR}
@@ -357,66 +350,44 @@ class PiperLink:
         with self._tx:
             self.sdk.DisableArm(7)
 
-    # The streamed commands (MotionCtrl_2 and EndPoseCtrl every control tick that sends, GripperCtrl while
-    # the width moves, MotionCtrl_2 into MIT mode each impedance tick) are packed here, byte for byte as
-    # piper_sdk's encoder packs them and with its range checks (test_piper_link_commands compares the
-    # frames), and go out on the SDK's CAN port: the SDK's path (a validated message object, its encoder
-    # and a can.Message per frame) cost ~4x the packing.
-    def _send(self, frames: list[tuple[int, bytes]]) -> None:
-        port = self.sdk.GetCanBus()
-        with self._tx:
-            bus = port.send_bus
-            if isinstance(bus, DirectVirtualBus):
-                try:
-                    bus.send_frames(frames)
-                except can.CanError as exc:   # as the SDK's SendCanMessage: reported, not raised
-                    _log.error("0x%X send failed: %r", frames[0][0], exc)
-                return
-            for fid, data in frames:
-                status = port.SendCanMessage(fid, list(data))
-                if status is not port.CAN_STATUS.SEND_MESSAGE_SUCCESS:
-                    _log.error("0x%X send failed: SendCanMessage(%s)", fid, status)
-
-    def _motion_ctrl_2(self, move_mode: int, speed: int, mit: int) -> None:
-        """0x151 [ctrl mode 0x01 (CAN), move mode, speed %, MIT flag, residence 0, installation 0, 0, 0]."""
-        speed = int(speed)
-        if not 0 <= speed <= 100:   # piper_sdk's ArmMsgMotionCtrl_2 check
-            raise ValueError(f"'move_spd_rate_ctrl' Value {speed} out of range 0-100")
-        self._send([(ID_MOTION_CTRL_2, bytes((0x01, move_mode, speed, mit, 0, 0, 0, 0)))])
-
     def mode_position(self, speed: int) -> None:
-        self._motion_ctrl_2(0x00, speed, 0x00)
+        with self._tx:
+            self.sdk.MotionCtrl_2(0x01, 0x00, int(speed), 0x00)
 
     def mode_joint(self, speed: int) -> None:
-        self._motion_ctrl_2(0x01, speed, 0x00)
+        with self._tx:
+            self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
 
     def mode_mit(self, speed: int) -> None:
-        """MotionCtrl_2 into MIT mode with the move mode this firmware wants (0x04; 0x06 from S-V1.8-8, which
-        piper_sdk 0.6.2's MotionCtrl_2 refuses: the same frame)."""
-        self._motion_ctrl_2(self.dialect.move_mode, speed, 0xAD)
+        """MotionCtrl_2 into MIT mode with the move mode this firmware wants (0x04; 0x06 from S-V1.8-8)."""
+        mode = self.dialect.move_mode
+        with self._tx:
+            if mode == MOVE_M:
+                self.sdk.MotionCtrl_2(0x01, mode, int(speed), 0xAD)
+            else:   # piper_sdk 0.6.2 refuses move modes above 0x05: the same 0x151 frame, sent raw
+                self.sdk.GetCanBus().SendCanMessage(ID_MOTION_CTRL_2, [0x01, mode, int(speed), 0xAD, 0, 0, 0, 0])
 
     def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """EndPoseCtrl (0x152-0x154) in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
+        """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
         (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = np.asarray(pose, dtype=float)[:3].tolist()
-        x, y, z = round(px * 1e6), round(py * 1e6), round(pz * 1e6)
-        rx, ry, rz = (round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22)))
-        pack = _I2.pack   # int32 each, as the SDK's ConvertToList_32bit (out of range: an error, nothing sent)
-        self._send([(ID_POSE_CTRL[0], pack(x, y)), (ID_POSE_CTRL[1], pack(z, rx)), (ID_POSE_CTRL[2], pack(ry, rz))])
+        xyz = [round(px * 1e6), round(py * 1e6), round(pz * 1e6)]
+        rpy = [round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22))]
+        with self._tx:
+            self.sdk.EndPoseCtrl(*xyz, *rpy)
         rad = math.radians
-        sent = kin.frame_matrix(kin.euler_rot(rad(rx / 1000.0), rad(ry / 1000.0), rad(rz / 1000.0))
-                                + (x / 1e6, y / 1e6, z / 1e6))
-        return [x, y, z, rx, ry, rz], sent
+        sent = kin.frame_matrix(kin.euler_rot(rad(rpy[0] / 1000.0), rad(rpy[1] / 1000.0), rad(rpy[2] / 1000.0))
+                                + (xyz[0] / 1e6, xyz[1] / 1e6, xyz[2] / 1e6))
+        return xyz + rpy, sent
 
     def joint_ctrl(self, q: np.ndarray) -> None:
         with self._tx:
             self.sdk.JointCtrl(*[round(math.degrees(v) * 1000) for v in q])
 
     def gripper(self, width: float, effort: float) -> float:
-        """GripperCtrl (0x159: 0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m)."""
-        w, e = round(width * 1e6), int(round(effort * 1000))
-        if not 0 <= e <= 5000:   # piper_sdk's ArmMsgGripperCtrl check
-            raise ValueError(f"'grippers_effort' Value {e} out of range 0-5000")
-        self._send([(ID_GRIPPER_CTRL, _GRIPPER_CTRL.pack(w, e, 0x01, 0))])
+        """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m)."""
+        w = round(width * 1e6)
+        with self._tx:
+            self.sdk.GripperCtrl(w, int(round(effort * 1000)), 0x01, 0)
         return w / 1e6
 
     def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:
