@@ -12,8 +12,10 @@ config's parameters) records one episode through its services; its threads' CPU
     .venv/bin/python bench/recorder_cpu.py [--recorder lerobot|rgbd|both] [--seconds 20] [--rounds 2]
                                            [--tree DIR ...]
 
-``--tree DIR`` (repeatable) runs the recorder from another source tree (e.g. ``git archive <commit>``
-unpacked), alternating with the others round by round: an A/B of two versions on the same load.
+``--tree DIR`` (repeatable) runs the recorder from another source tree (e.g. ``git archive <commit> |
+tar -x -C DIR``), alternating with this one round by round: an A/B of two versions under the same load
+(the recorder runs with ``PYTHONPATH=DIR`` from a scratch directory, and the bench checks which tree it
+imported). Also printed: the process's minor page faults per second.
 The figures depend on what else the machine runs (the load is printed).
 """
 from __future__ import annotations
@@ -229,7 +231,7 @@ def run_once(rec: str, tree: Path, seconds: float, tmp: Path) -> dict[str, float
         if "start: True" not in out or "stop: True" not in out:
             raise SystemExit(f"{rec} from {tree}: {out}\n{(work / 'recorder.log').read_text()[-3000:]}")
     names = {int(k): v for k, v in json.loads(names_file.read_text()).items()}
-    ran = Path(names_file.read_text() and str(names_file) + ".tree").read_text()
+    ran = Path(f"{names_file}.tree").read_text()   # the module the child imported
     if not ran.startswith(str(tree)):
         raise SystemExit(f"the recorder ran {ran}, not the tree {tree}")
     rows: dict[str, float] = defaultdict(float)
