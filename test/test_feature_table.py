@@ -146,6 +146,33 @@ def test_router_applies_the_mapping_and_checks_images(tmp_path):
     assert router.rejected == {"cam_front": 2} and len(warned) == 1 and "configured 48x64" in warned[0]
 
 
+def test_receivers_read_the_clock_only_for_unstamped_topics_and_route_alike(tmp_path):
+    """The nodes' callbacks (``InputRouter.receiver``) give the sink what ``route`` gives it, reading the
+    receive time (the ROS clock: a few us a call) only on topics whose handlers use it: the unstamped
+    /r (Float32) and the headset lines, never for the stamped arm inputs and images."""
+    m = tmp_path / "m.yaml"
+    m.write_text(yaml.safe_dump({"joint_states": "/js", "reward": "/r"}))
+    msgs = [("/js", joint_state(5, [f"joint{i}" for i in range(1, 7)] + ["gripper"], np.arange(7.0))),
+            ("/r", T["std_msgs/msg/Float32"](data=2.0)),
+            ("/cam_front/color/image_raw", image(8, np.zeros((H, W, 3), np.uint8), "rgb8")),
+            ("/cam_front/aligned_depth_to_color/image_raw", image(8, np.zeros((H, W), np.uint16), "16UC1"))]
+    via_route, via_receiver = _Inputs(), _Inputs()
+    cfg = RgbdRecorderConfig(camera_width=W, camera_height=H)
+    routed = InputRouter(topic_map("rgbd", cfg, m), via_route, depth=True)
+    received = InputRouter(topic_map("rgbd", cfg, m), via_receiver, depth=True)
+    reads: list[str] = []
+    for topic, msg in msgs:
+        routed.route(topic, msg, 123)
+        received.receiver(topic, lambda topic=topic: reads.append(topic) or 123)(msg)
+    assert via_receiver.calls == via_route.calls and ("input", "reward", 123, [2.0]) in via_route.calls
+    assert reads == ["/r"]
+    assert [t for t, _ in msgs if received.uses_receive_time(t)] == ["/r"]
+    quest = InputRouter(topic_map("lerobot", LeRobotRecorderConfig(raw_quest_topic="/q")), via_receiver, depth=False)
+    assert quest.uses_receive_time("/q") and not quest.uses_receive_time("/arm/joint_states")
+    quest.receiver("/q", lambda: 77)(T["std_msgs/msg/String"](data="line"))
+    assert via_receiver.calls[-1] == ("raw", 77, "line")
+
+
 def test_nodes_and_converter_share_one_router():
     pytest.importorskip("rclpy")
     from piper_recorder.bag import convert

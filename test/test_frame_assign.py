@@ -401,3 +401,36 @@ def test_camera_restarted_before_the_start_locks_to_its_new_phase():
     repeats, drops, _ = check(pairs, new, c)
     assert (repeats, drops) == (0, 0) and len(lag(pairs, -12.0)) == 1   # kept, the old captures repeat
     assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS
+
+
+class _Recomputing(PhaseTracker):
+    """The tracker as it was: every update recomputes each offset's unit phasor and calls ``wrap``."""
+
+    def _resultant(self) -> complex:
+        import cmath
+        import math
+
+        p = self.period
+        return sum(cmath.exp(2j * math.pi * o / p) for o in self._offsets) / len(self._offsets)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_phase_tracker_with_cached_phasors_gives_the_same_estimates_bit_for_bit(seed):
+    """``PhaseTracker`` keeps each capture's phasor (computed once when added) instead of recomputing the
+    window's at every update, and inlines ``wrap``: every estimate, band and slot is the same float."""
+    rng = random.Random(seed)
+    p = 1e9 / 30
+    new, old = PhaseTracker(p, 60), _Recomputing(p, 60)
+    phase = rng.uniform(-p / 2, p / 2)
+    for i in range(400):
+        if rng.random() < 0.05:   # a drift or a phase jump now and then
+            phase += rng.uniform(-p / 4, p / 4)
+        o = wrap(phase + rng.uniform(-10e6, 10e6), p)
+        new.add(o)
+        old.add(o)
+        if i % 3 == 0:
+            assert (new.slot_ns, new.phase_ns, new.jitter_up, new.jitter_down, new.coherent) == \
+                   (old.slot_ns, old.phase_ns, old.jitter_up, old.jitter_down, old.coherent)
+    h = p / 2
+    xs = [rng.uniform(-3 * p, 3 * p) for _ in range(1000)]
+    assert [(x + h) % p - h for x in xs] == [wrap(x, p) for x in xs]   # the inlined wrap

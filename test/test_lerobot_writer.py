@@ -557,3 +557,69 @@ def test_offline_encoder_is_deterministic_x264_without_mbtree(tmp_path):
         assert enc.finish() == 20
         sei = path.read_bytes()   # x264 writes its settings into the stream (an SEI user-data string)
         assert (b" mbtree=0 " in sei) == det and (b" mbtree=1 " in sei) == (not det)
+
+
+def _reference_packets(frames, cfg):
+    """The packets PyAV gives for ``frames`` handed to ``encode`` as rgb24 frames (the encoder's input
+    before it converted frames itself): same stream settings as ``VideoEncoder``."""
+    import io
+
+    import av
+
+    from piper_recorder.timebase import TIME_BASE, TICKS, pts_ticks
+
+    out = av.open(io.BytesIO(), "w", format="mp4", options={"video_track_timescale": str(TICKS)})
+    s = out.add_stream(cfg.codec, rate=30)
+    s.width, s.height, s.pix_fmt = frames[0].shape[1], frames[0].shape[0], cfg.pix_fmt
+    s.time_base = TIME_BASE
+    cc = s.codec_context
+    cc.time_base, cc.gop_size, cc.max_b_frames, cc.thread_count = TIME_BASE, cfg.gop, cfg.bf, cfg.threads
+    s.options = {"bf": str(cfg.bf), "g": str(cfg.gop), "crf": str(cfg.crf), "preset": cfg.preset,
+                 "x264-params": "mbtree=0"}
+    packets = []
+    for i, rgb in enumerate(frames):
+        f = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        f.pts, f.time_base = pts_ticks(i / 30), TIME_BASE
+        packets += [bytes(p) for p in s.encode(f)]
+    packets += [bytes(p) for p in s.encode(None)]
+    out.close()
+    return packets
+
+
+def test_encoder_converts_frames_as_pyav_encode_does_packets_identical(tmp_path, monkeypatch):
+    """``VideoEncoder.add`` converts RGB to yuv420p itself (no RGB copy, one swscale context): x264 gets
+    the very pixels PyAV's own conversion in ``encode`` gave, so the packets are byte-identical; the
+    frames queued own their pixels (the caller's array is overwritten right after ``add``), a padded-row
+    array converts like a contiguous one, and the stats sampler sees every queued frame's RGB in order."""
+    import av
+
+    from piper_recorder.lerobot.writer.video_encoder import VideoEncoder
+
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    frames = [np.roll(base, 3 * i, axis=1) // (1 + i % 3) for i in range(24)]
+    cfg = VideoConfig(deterministic=True, max_block_s=None)
+    packets: list[bytes] = []
+    orig_mux = VideoEncoder._mux
+    monkeypatch.setattr(VideoEncoder, "_mux", lambda self, ps: orig_mux(self, [packets.append(bytes(p)) or p
+                                                                             for p in ps]))
+    enc = VideoEncoder(tmp_path / "a.mp4", "cam", 48, 64, 30, cfg)
+    offered: list[bytes] = []
+    enc.on_frame = lambda rgb: offered.append(rgb.tobytes())
+    buf = np.empty((48, 64, 3), np.uint8)
+    padded = np.zeros((48, 64 * 3 + 16), np.uint8)   # rows with padding (a message's step > width * 3)
+    for i, f in enumerate(frames):
+        if i % 2:
+            view = padded[:, : 64 * 3].reshape(48, 64, 3)
+            view[:] = f
+            assert enc.add(view, i / 30)
+            view[:] = 0
+        else:
+            buf[:] = f
+            assert enc.add(buf, i / 30)
+            buf[:] = 255   # reused at once: the queued frame must not see this
+    assert enc.finish() == len(frames)
+    assert packets == _reference_packets(frames, cfg)
+    assert offered == [f.tobytes() for f in frames]
+    with av.open(str(tmp_path / "a.mp4")) as c:
+        assert c.streams.video[0].codec_context.pix_fmt == "yuv420p"

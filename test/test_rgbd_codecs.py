@@ -30,6 +30,18 @@ def test_quantize_uint16_millimetres_same_range_rule():
     assert codecs.quantize_depth(mm, 0.1, 6.0).tolist() == [[0, 0, 0, 100, 1234, 6000, 0, 0]]
 
 
+@pytest.mark.parametrize("lo_m, hi_m", [(0.1, 6.0), (0.0004, 65.535), (0.001, 0.001), (30.0, 65.535)])
+def test_quantize_uint16_is_the_range_rule_for_every_value(lo_m, hi_m):
+    """The uint16 path (one wrapping subtract + compare) against the rule itself, every value, any range
+    the config allows (0 < min <= max <= 65.535 m); a new array each time, a strided input too."""
+    mm = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    lo, hi = round(lo_m * 1000), round(hi_m * 1000)
+    want = np.where((mm >= lo) & (mm <= hi), mm, 0)
+    got = codecs.quantize_depth(mm, lo_m, hi_m)
+    assert got.dtype == np.uint16 and np.array_equal(got, want) and not np.shares_memory(got, mm)
+    assert np.array_equal(codecs.quantize_depth(mm.T, lo_m, hi_m), want.T)
+
+
 def _codestream(jp2: bytes) -> bytes:
     i = jp2.index(b"jp2c")
     return jp2[i + 4:]

@@ -266,7 +266,7 @@ class EpisodeAssembler:
 
     # ---- inputs -----------------------------------------------------------------------------
     def _add(self, name: str, stamp_ns: int, value: np.ndarray) -> None:
-        if not np.all(np.isfinite(value)):
+        if not np.isfinite(value).all():
             Counters._inc(self.counters.messages_invalid, name)   # never into a row: hold the last good value
             return
         stamp_ns = int(stamp_ns)

@@ -118,6 +118,7 @@ class PhaseTracker:
     def __init__(self, period_ns: float, window: int):
         self.period = float(period_ns)
         self._offsets: deque[float] = deque(maxlen=max(3, window))
+        self._units: deque[complex] = deque(maxlen=max(3, window))   # exp(2 pi i offset / period), per offset
         self._phase: float | None = None      # continuous: in [-P/2 - h, P/2 + h]
         self._slot: float | None = None       # causal target: phase - m * period, slot + jitter_up <= 1 ms
         self._dirty = False
@@ -127,12 +128,14 @@ class PhaseTracker:
 
     def add(self, offset_ns: float) -> None:
         """Offset of one capture to its nearest row time, in [-P/2, P/2]."""
-        self._offsets.append(float(offset_ns))
+        o = float(offset_ns)
+        self._offsets.append(o)
+        self._units.append(cmath.exp(2j * math.pi * o / self.period))   # once per capture, not per update
         self._dirty = True
 
     def _resultant(self) -> complex:
-        p = self.period
-        return sum(cmath.exp(2j * math.pi * o / p) for o in self._offsets) / len(self._offsets)
+        # the same terms summed in the same order as when each update recomputed them: the same value
+        return sum(self._units) / len(self._units)
 
     def _update(self) -> None:
         self._dirty = False
@@ -141,7 +144,8 @@ class PhaseTracker:
         # the first estimate: around the circular mean, so a first capture jittered across the half
         # period does not start the estimate on the far side (it would stay there: the hysteresis)
         ref = wrap(cmath.phase(z) / (2 * math.pi) * p, p) if self._phase is None else self._phase
-        d = sorted(wrap(o - ref, p) for o in self._offsets)
+        h = p / 2
+        d = sorted((o - ref + h) % p - h for o in self._offsets)   # wrap(o - ref, p), inlined
         n = len(d)
         med = d[n // 2] if n % 2 else (d[n // 2 - 1] + d[n // 2]) / 2
         phase = ref + med

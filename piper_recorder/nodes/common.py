@@ -204,10 +204,19 @@ class FixedRateLoop:
 
 def spin_until(executor: Executor, stop: threading.Event) -> None:
     # spin_once in a loop rather than spin(): rclpy's EventsExecutor.spin() runs no timers when it is
-    # spun from a thread other than the main one (Kilted wheels); spin_once does.
+    # spun from a thread other than the main one (Kilted wheels); spin_once does. spin_once runs one
+    # callback: rclpy.ok() (the context's lock, ~1 us) is asked after a wait of 50 ms or more (nothing came:
+    # a shut-down context delivers nothing, its spin_once waits out the timeout) and every 256 callbacks,
+    # not after every one of a recorder's ~500 messages a second.
+    ok, clock = rclpy.ok, time.monotonic
+    n = 0
     try:
-        while not stop.is_set() and rclpy.ok():
+        while not stop.is_set():
+            t = clock()
             executor.spin_once(timeout_sec=0.1)
+            n += 1
+            if (n & 255 == 0 or clock() - t >= 0.05) and not ok():
+                break
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
 

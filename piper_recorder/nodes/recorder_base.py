@@ -160,15 +160,16 @@ class RecorderNode(Node):
 
     # ---- inputs -----------------------------------------------------------------------------
     def _receiver(self, r: Route) -> Any:
-        route, topic = self.router.route, r.topic
-        idx = self._image_index.get(topic)
+        # the ROS clock is read only for the topics that use a receive time (router.receiver)
+        handle = self.router.receiver(r.topic, lambda: now_ns(self))
+        idx = self._image_index.get(r.topic)
         if idx is None:
-            return lambda msg: route(topic, msg, now_ns(self))
+            return handle
         count = self.image_counts.on_image
 
         def on_image(msg: Any) -> None:
             count(idx, msg.header)   # the only per-frame cost of the delivery health: a counter bump
-            route(topic, msg, now_ns(self))
+            handle(msg)
         return on_image
 
     def _on_provenance(self, msg: String) -> None:

@@ -155,11 +155,14 @@ class EpisodeController:
     # ---- inputs (any thread) ----------------------------------------------------------------
     def add_input(self, name: str, stamp_ns: int, values: Sequence[float] | np.ndarray) -> None:
         """One sample of a feature-table input (``InputRouter`` calls this for every vector message)."""
+        v = np.asarray(values, dtype=np.float32)   # once: the pre-roll and the assembler share it
         with self._lock:
-            _keep(self._preroll_inputs.setdefault(name, deque()), (stamp_ns, np.asarray(values, dtype=np.float32)),
-                  PREROLL_INPUTS_NS)
+            buf = self._preroll_inputs.get(name)
+            if buf is None:
+                buf = self._preroll_inputs[name] = deque()
+            _keep(buf, (stamp_ns, v), PREROLL_INPUTS_NS)
             if self._asm is not None and self.state in (RECORDING, SAVING):
-                self._asm.add_input(name, stamp_ns, values)
+                self._asm.add_input(name, stamp_ns, v)
 
     def add_joint_state(self, stamp_ns: int, positions: Sequence[float]) -> None:
         self.add_input("joint_states", stamp_ns, positions)

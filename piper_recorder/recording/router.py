@@ -51,16 +51,19 @@ class InputRouter:
         self.rejected: dict[str, int] = {}
         self._handlers: dict[str, list[Handler]] = {}
         self._types: dict[str, tuple[str, str]] = {}
+        self._timed: set[str] = set()   # topics with a handler that reads the receive time
         for spec, b in topics.active():
             assert b.topic is not None
-            self._on(b.topic, b.adapter.msg_type, LATCHED if spec.latched else INPUT, self._vector(spec.name, b.adapter))
+            self._on(b.topic, b.adapter.msg_type, LATCHED if spec.latched else INPUT, self._vector(spec.name, b.adapter),
+                     timed=not b.adapter.stamped)
         self._sizes = {cam: (ct.height, ct.width) for cam, ct in topics.cameras.items()}
         for cam, ct in topics.cameras.items():
             self._on(ct.color, "sensor_msgs/msg/Image", IMAGE, self._image_handler(cam, False))
             if depth and ct.depth:
                 self._on(ct.depth, "sensor_msgs/msg/Image", IMAGE, self._image_handler(cam, True))
         if not depth and topics.raw_quest:
-            self._on(topics.raw_quest, "std_msgs/msg/String", TEXT, lambda m, now: sink.add_raw_quest(now, m.data))
+            self._on(topics.raw_quest, "std_msgs/msg/String", TEXT, lambda m, now: sink.add_raw_quest(now, m.data),
+                     timed=True)
 
     @property
     def routes(self) -> list[Route]:
@@ -71,48 +74,68 @@ class InputRouter:
         for fn in self._handlers[topic]:
             fn(msg, now_ns)
 
-    def _on(self, topic: str, msg_type: str, kind: str, fn: Handler) -> None:
+    def uses_receive_time(self, topic: str) -> bool:
+        """Whether a message on ``topic`` needs its receive time (an unstamped input, the headset lines):
+        the others are stamped by their header alone."""
+        return topic in self._timed
+
+    def receiver(self, topic: str, now: Callable[[], int]) -> Callable[[Any], None]:
+        """The subscription callback for ``topic``: ``route`` with the receive time from ``now()``, read
+        only for a topic that uses it (``uses_receive_time``: reading the ROS clock costs a few us a
+        message, for ~500 stamped messages a second that never look at it)."""
+        fns = self._handlers[topic]
+        timed = topic in self._timed
+        if len(fns) > 1:
+            route = self.route
+            if timed:
+                return lambda msg: route(topic, msg, now())
+            return lambda msg: route(topic, msg, 0)
+        fn = fns[0]
+        if timed:
+            return lambda msg: fn(msg, now())
+        return lambda msg: fn(msg, 0)   # 0: no handler of this topic reads it
+
+    def _on(self, topic: str, msg_type: str, kind: str, fn: Handler, timed: bool = False) -> None:
         have = self._types.setdefault(topic, (msg_type, kind))
         if have[0] != msg_type:
             raise ValueError(f"topic {topic} is mapped as {have[0]} and as {msg_type}")
         self._handlers.setdefault(topic, []).append(fn)
+        if timed:
+            self._timed.add(topic)
 
     def _vector(self, name: str, adapter: Adapter) -> Handler:
-        add = self.sink.add_input
-
-        def handle(msg: Any, now: int) -> None:
-            v = adapter.read(msg)
-            if v is not None:
-                add(name, stamp_ns(msg) if adapter.stamped else now, v)
+        add, read = self.sink.add_input, adapter.read
+        if adapter.stamped:
+            def handle(msg: Any, now: int) -> None:
+                v = read(msg)
+                if v is not None:
+                    add(name, stamp_ns(msg), v)
+        else:
+            def handle(msg: Any, now: int) -> None:
+                v = read(msg)
+                if v is not None:
+                    add(name, now, v)
         return handle
 
     def _image_handler(self, cam: str, depth: bool) -> Handler:
         sink = self.sink
-        if not self.depth:
-            return lambda msg, now: self._frame(cam, msg)
-        if depth:
-            return lambda msg, now: self._paired(cam, msg, sink.add_depth, True)
-        return lambda msg, now: self._paired(cam, msg, sink.add_color, False)
+        add = sink.add_frame if not self.depth else sink.add_depth if depth else sink.add_color
+        size, image = self._sizes[cam], self._image
 
-    def _frame(self, cam: str, msg: Any) -> None:
-        img = self._image(cam, msg, False)
-        if img is not None:
-            self.sink.add_frame(cam, stamp_ns(msg), img)
+        def handle(msg: Any, now: int) -> None:
+            img = image(cam, msg, depth, size)
+            if img is not None:
+                add(cam, stamp_ns(msg), img)
+        return handle
 
-    def _paired(self, cam: str, msg: Any, add: Callable[[str, int, np.ndarray], None], depth: bool) -> None:
-        img = self._image(cam, msg, depth)
-        if img is not None:
-            add(cam, stamp_ns(msg), img)
-
-    def _image(self, cam: str, msg: Any, depth: bool) -> np.ndarray | None:
+    def _image(self, cam: str, msg: Any, depth: bool, size: tuple[int, int]) -> np.ndarray | None:
         try:
             img = image_to_numpy(msg)
         except ValueError as exc:
             self._reject(cam, str(exc))
             return None
-        h, w = self._sizes[cam]
-        if img.shape[:2] != (h, w) or (not depth and img.ndim != 3):
-            self._reject(cam, f"got {img.shape} frames, configured {h}x{w}")
+        if img.shape[:2] != size or (not depth and img.ndim != 3):
+            self._reject(cam, f"got {img.shape} frames, configured {size[0]}x{size[1]}")
             return None
         return img
 

@@ -15,8 +15,8 @@ PNGs it keeps on disk. A streaming recorder does not know ``n`` in advance and k
 the writer takes every ``SAMPLE_STRIDE``-th frame it encodes (video frames 0, 5, 10, ...; 180 of
 a 30 s episode at 30 fps, where LeRobot takes 164) and folds each into per-channel 256-bin
 histograms (``ImageSampler``): constant memory, about 0.2 ms per sampled 640x480 frame (0.05 ms
-per camera-frame on average) on the encoder thread, nothing left to do at save but ~1 ms of
-bookkeeping. Histograms make every statistic exact for the
+per camera-frame on average) where the frame is queued for encoding (``VideoEncoder.add``, with the
+RGB pixels given), nothing left to do at save but ~1 ms of bookkeeping. Histograms make every statistic exact for the
 sampled pixels, including q01/q99, and merge exactly across episodes (sum). ``root_episode_stats``
 recomputes the same sample from a saved episode by decoding its videos (the values then differ from
 the live ones only by compression loss).

@@ -65,7 +65,7 @@ class _Episode:
         self.rows = np.empty((256, width), np.float32)
         self.times: list[float] = []
         self.encoders: dict[str, VideoEncoder] = {}
-        self.samplers: dict[str, episode_stats.ImageSampler] = {}  # fed by the encoder threads
+        self.samplers: dict[str, episode_stats.ImageSampler] = {}  # fed by VideoEncoder.add (each frame queued)
         self.images: dict[str, tuple[np.ndarray, int]] | None = None  # (hist, frames) set by import
         self.quest: TextIO | None = None
         self.quest_lines = 0

@@ -4,6 +4,14 @@ Frames are encoded while the episode runs (no intermediate image files), so savi
 encoder's few look-ahead frames. PyAV releases the GIL inside libx264 and swscale, so the encoder
 threads run in parallel with the recorder's callbacks.
 
+Pixel conversion: ``add`` converts the caller's RGB array to the stream's ``pix_fmt`` (yuv420p) itself,
+reading the array in place (``VideoFrame.from_numpy_buffer``, no copy) with one swscale context kept
+per encoder, and queues the converted frame: the same conversion (swscale, bilinear, the codec's
+thread count) that PyAV's ``encode`` applies to an RGB frame, so the packets are byte-identical
+(test_lerobot_writer), without the RGB copy ``from_ndarray`` made for every frame (~0.3 ms at 640x480,
+bench/recorder_hot_paths.py). The queued frame owns its pixels: the caller may reuse its array as
+soon as ``add`` returns, as before.
+
 Timing: the mp4 time base is 1/90000 (the MPEG clock; ``video_track_timescale=90000``) and each
 frame's PTS is ``floor(float32(t) * 90000)``, computed exactly (``pts_ticks``). A frame stamped at a
 row's time therefore satisfies both lookup rules at once: ``pts * tb <= float32(timestamp)`` (torchcodec
@@ -43,6 +51,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 from piper_recorder.names import IMAGES_PREFIX
 from piper_recorder.timebase import TICKS, TIME_BASE, frame_period_ticks, pts_ticks
@@ -100,8 +109,10 @@ class VideoEncoder:
         self.dropped_queue = 0
         self.last_pts = -1
         self._period = frame_period_ticks(fps)
-        # called on the encoder thread with each frame it encodes, in order
+        # called by ``add`` with the RGB array of each frame it queues, in order (before ``add`` returns:
+        # the array is the caller's then); the frames queued are the frames encoded
         self.on_frame: Callable[[np.ndarray], None] | None = None
+        self._reformatter = VideoReformatter()   # one swscale context for every frame of the episode
         self._error: BaseException | None = None
         self._closing = False
         self._aborted = False
@@ -125,6 +136,9 @@ class VideoEncoder:
                 opts["x264-params"] = "mbtree=0"
             s.options = opts
             self._stream = s
+            # the conversion PyAV's encode makes of a frame in another format: to the stream's size and
+            # pixel format with the codec's thread count (read here, on the caller's thread, once)
+            self._target = (width, height, cfg.pix_fmt, cc.thread_count)
         except BaseException:
             self._out.close()
             raise
@@ -144,7 +158,7 @@ class VideoEncoder:
         if self._closing or pts <= self.last_pts:
             self.dropped_pts += 1
             return False
-        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")  # copies: caller may reuse rgb
+        frame = self._convert(rgb)   # a new frame: the caller may reuse rgb
         frame.pts = pts
         frame.time_base = TIME_BASE
         try:
@@ -153,7 +167,21 @@ class VideoEncoder:
             self.dropped_queue += 1
             return False
         self.last_pts = pts
+        if self.on_frame is not None:
+            self.on_frame(rgb)
         return True
+
+    def _convert(self, rgb: np.ndarray) -> av.VideoFrame:
+        """``rgb`` in the stream's pixel format, as ``encode`` would convert it (module doc)."""
+        try:
+            src = av.VideoFrame.from_numpy_buffer(rgb, format="rgb24")   # a view of rgb's pixels
+        except ValueError:   # rows not contiguous (a channel-reordered view): copy them
+            src = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+        w, h, fmt, threads = self._target
+        out = self._reformatter.reformat(src, w, h, fmt, threads=threads)
+        if out is src:   # nothing to convert (an rgb24 stream): the frame must not share the caller's pixels
+            out = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        return out
 
     def _run(self) -> None:
         try:
@@ -161,8 +189,6 @@ class VideoEncoder:
                 frame = self._q.get()
                 if frame is None:
                     break
-                if self.on_frame is not None:
-                    self.on_frame(frame)
                 self._encode(frame)
             self._encode(None)
             self._out.close()
