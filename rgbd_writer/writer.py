@@ -1,11 +1,10 @@
 """Streaming writer for ``rlroverlab.offline_rgbd_v2`` files (one observation timeline, T+1 obs per T actions).
 
-Threads: the caller validates the frames and quantises the depth (a new array: the caller may reuse
-its own); a pool of encoder threads (JPEG via Pillow, JPEG 2000 via libopenjp2/OpenJPH; all release the
-GIL) compresses them; one sink thread appends the payloads in order. The number of frames submitted
-but not yet in the file is bounded by ``queue_size``: when full, ``add_observation`` blocks and the
-wait is counted in ``stats`` (explicit back-pressure; frames are never dropped, since that would break
-the T+1 timeline).
+Threads: the caller validates and copies frames; a pool of encoder threads (JPEG via Pillow,
+JPEG 2000 via libopenjp2/OpenJPH; all release the GIL) compresses them; one sink thread appends the
+payloads in order. The number of frames submitted but not yet in the file is bounded by
+``queue_size``: when full, ``add_observation`` blocks and the wait is counted in ``stats``
+(explicit back-pressure; frames are never dropped, since that would break the T+1 timeline).
 
 Crash safety (see journal.py): each episode (and each delete or status change) is one transaction
 on the file, which HDF5 reaches only through an undo journal: payloads are appended past the
@@ -66,7 +65,7 @@ class WriterStats:
     backpressure_waits: int = 0  # add_observation calls that found the queue full
     backpressure_wait_s: float = 0.0
     max_backlog: int = 0
-    encode_s: float = 0.0  # summed worker time (JPEG + depth codec; the depth is quantised by the caller)
+    encode_s: float = 0.0  # summed worker time
     episodes_committed: int = 0
     episodes_discarded: int = 0
     episodes_rolled_back_on_open: int = 0
@@ -82,9 +81,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _encode_job(rgb: np.ndarray, mm: np.ndarray, cfg: RgbdConfig) -> _Encoded:
-    """One observation's payloads from its RGB and its quantised depth (``codecs.quantize_depth``)."""
+def _encode_job(rgb: np.ndarray, depth: np.ndarray, cfg: RgbdConfig) -> _Encoded:
     t0 = time.perf_counter()
+    mm = codecs.quantize_depth(depth, cfg.depth_min_m, cfg.depth_max_m)
     r = codecs.encode_rgb_jpeg(rgb, cfg.rgb_jpeg_quality)
     d = codecs.encode_depth(mm, cfg.depth_codec)
     return r, d, time.perf_counter() - t0
@@ -382,13 +381,11 @@ class RgbdWriter:
             raise SchemaError(f"depth must be float metres or uint16 millimetres, got {depth.dtype}")
         state_rows = self._check_rows("state", state or {}, ep.states, self._state_spec, ep.n_obs)
         rgb_c = np.ascontiguousarray(rgb[:, :, :3])
-        # quantised here, not copied: a new array (the caller may reuse depth), and one pass less than the
-        # copy the encoder thread then quantised
-        mm = codecs.quantize_depth(depth, c.depth_min_m, c.depth_max_m)
+        depth_c = depth.copy()
         self._acquire_slot()
         for k, v in state_rows.items():
             ep.states.setdefault(k, []).append(v)
-        self._pending.put(self._pool.submit(_encode_job, rgb_c, mm, c))
+        self._pending.put(self._pool.submit(_encode_job, rgb_c, depth_c, c))
         return self._submitted(ep)
 
     def add_encoded_observation(self, rgb_jpeg: EncodedPayload, depth_encoded: EncodedPayload,
