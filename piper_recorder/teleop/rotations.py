@@ -163,22 +163,8 @@ def angle_between_t(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def slerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
-    """Shortest-path spherical interpolation; t=0 gives a, t=1 gives b."""
-    ua, ub = as_floats(a), as_floats(b)
-    qa = _unit(ua[0], ua[1], ua[2], ua[3], a)
-    qb = _unit(ub[0], ub[1], ub[2], ub[3], b)
-    d = qa[0] * qb[0] + qa[1] * qb[1] + qa[2] * qb[2] + qa[3] * qb[3]
-    if d < 0:
-        qb, d = (-qb[0], -qb[1], -qb[2], -qb[3]), -d
-    # Half-angle via atan2: accurate for tiny angles too, so a capped step lands exactly on the cap.
-    e = [vb - d * va for va, vb in zip(qa, qb)]
-    theta = math.atan2(math.sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2] + e[3] * e[3]), d)
-    s = math.sin(theta)
-    if s < 1e-12:  # identical orientations: nothing to interpolate
-        return np.array(qa)
-    ka, kb = math.sin((1 - t) * theta) / s, math.sin(t * theta) / s
-    x, y, z, w = (ka * va + kb * vb for va, vb in zip(qa, qb))
-    return np.array(_unit(x, y, z, w, (a, b)))
+    """Shortest-path spherical interpolation; t=0 gives a, t=1 gives b (``slerp_t`` on arrays)."""
+    return np.array(slerp_t(as_floats(a), as_floats(b), t))
 
 
 def slerp_t(a: Sequence[float], b: Sequence[float], t: float) -> Quat:
