@@ -134,7 +134,7 @@ class Limits:
 
     def check_t(self, p: Sequence[float], q: Sequence[float], prev_p: Sequence[float], prev_q: Sequence[float],
                 dt: float) -> None:
-        """``check`` on float sequences (the control tick's path)."""
+        """``check`` on float sequences (the control tick's path; ``check`` converts arrays to these)."""
         if not all(math.isfinite(v) for v in p) or not all(math.isfinite(v) for v in q):
             raise LimitViolation(f"non-finite target {np.array(p)} {np.array(q)}")
         x, y, z, w = q
@@ -152,15 +152,4 @@ class Limits:
 
     def check(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray, dt: float) -> None:
         """Raise LimitViolation unless (p, q) is finite, unit, in the box and within the caps of prev."""
-        if not is_finite(p, q):
-            raise LimitViolation(f"non-finite target {p} {q}")
-        if abs(math.sqrt(sum(v * v for v in as_floats(q))) - 1.0) > 1e-6:
-            raise LimitViolation(f"non-unit quaternion {q}")
-        if not self.inside(p, margin=1e-9):
-            raise LimitViolation(f"target {p} outside workspace {self.lo}..{self.hi}")
-        step = math.dist(as_floats(p), as_floats(prev_p))
-        if step > self.cfg.max_linear_speed * dt * (1 + 1e-6) + self.EPS:
-            raise LimitViolation(f"linear step {step:.6f} m exceeds cap over dt={dt}")
-        ang = angle_between(prev_q, q)
-        if ang > self.cfg.max_angular_speed * dt * (1 + 1e-6) + 1e-7:
-            raise LimitViolation(f"angular step {ang:.6f} rad exceeds cap over dt={dt}")
+        self.check_t(as_floats(p), as_floats(q), as_floats(prev_p), as_floats(prev_q), dt)
