@@ -72,12 +72,17 @@ def subscriber(kind: str, seconds: float) -> None:
         counts["img"] += 1
 
     qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-    node.create_subscription(JointState, "/arm/joint_states", on_arm, qos, callback_group=group)
-    node.create_subscription(PoseStamped, "/arm/eef_pose", on_arm, qos, callback_group=group)
-    node.create_subscription(PoseStamped, "/arm/commanded_pose", on_arm, qos, callback_group=group)
-    node.create_subscription(JointState, "/arm/commanded_gripper", on_arm, qos, callback_group=group)
+    if kind == "decoded":   # what the recorders do: serialized messages, decoded by nodes.common.decoder
+        from piper_recorder.nodes.common import create_decoded_subscription as sub
+    else:
+        def sub(node, cls, topic, cb, q, **kw):
+            return node.create_subscription(cls, topic, cb, q, **kw)
+    sub(node, JointState, "/arm/joint_states", on_arm, qos, callback_group=group)
+    sub(node, PoseStamped, "/arm/eef_pose", on_arm, qos, callback_group=group)
+    sub(node, PoseStamped, "/arm/commanded_pose", on_arm, qos, callback_group=group)
+    sub(node, JointState, "/arm/commanded_gripper", on_arm, qos, callback_group=group)
     for c in ("cam_front", "cam_wrist"):
-        node.create_subscription(Image, f"/{c}/color/image_raw", on_img, QoSProfile(depth=10), callback_group=group)
+        sub(node, Image, f"/{c}/color/image_raw", on_img, QoSProfile(depth=10), callback_group=group)
     if kind == "multi":
         from rclpy.executors import MultiThreadedExecutor
         ex = MultiThreadedExecutor(num_threads=4)
@@ -100,13 +105,15 @@ def subscriber(kind: str, seconds: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--role", choices=["pub", "multi", "single", "events"])
+    ap.add_argument("--role", choices=["pub", "multi", "single", "events", "decoded"])
+    ap.add_argument("--kinds", default="multi,single,events,decoded",
+                    help="subscribers to run in turn (decoded: EventsExecutor, serialized take + our decoder)")
     args = ap.parse_args()
     if args.role == "pub":
         return publisher(args.seconds)
     if args.role:
         return subscriber(args.role, args.seconds)
-    for kind in ("multi", "single", "events"):
+    for kind in args.kinds.split(","):
         with lease_domain() as lease:
             env = lease.env()
             sub = subprocess.Popen([sys.executable, __file__, "--role", kind, "--seconds", str(args.seconds + 3)],

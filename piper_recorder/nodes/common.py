@@ -24,6 +24,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
+from piper_recorder.assembly.cdr import decode
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
 from piper_recorder.errors import PiperInputError
 from piper_recorder.nodehelp import node_usage, wants_help
@@ -54,6 +55,52 @@ class ParameterError(PiperInputError, ValueError):
 def ns_to_stamp(ns: int) -> Time:
     ns = int(ns)
     return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+# Message types whose subscriptions take the serialized bytes and decode them with ``assembly.cdr``
+# (the bag converter's decoder) instead of rclpy's conversion: the graph's hot topics.
+DECODED_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/JointState", "geometry_msgs/msg/PoseStamped",
+                           "sensor_msgs/msg/Joy", "std_msgs/msg/String"})
+
+
+def type_name(msg_class: Any) -> str:
+    """"pkg/msg/Type" of an rclpy message class."""
+    return f"{msg_class.__module__.split('.')[0]}/msg/{msg_class.__name__}"
+
+
+class DecodeErrors:
+    """Serialized messages that did not decode (never expected from a matched DDS type): counted per
+    topic and logged at most every 10 s, never raised into the executor."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, node: Node, topic: str, exc: Exception) -> None:
+        self.counts[topic] = self.counts.get(topic, 0) + 1
+        node.get_logger().error(f"{topic}: a message did not decode ({exc!r}); dropped "
+                                f"({self.counts[topic]} so far)", throttle_duration_sec=10.0)
+
+
+def create_decoded_subscription(node: Node, msg_class: Any, topic: str, callback: Callable[[Any], None],
+                                qos: Any, errors: DecodeErrors | None = None, **kwargs: Any) -> Any:
+    """``node.create_subscription`` whose callback gets the message decoded by ``assembly.cdr`` (a
+    rosbags object with the ROS field names, ``uint8[]`` as numpy) for ``DECODED_TYPES``, and rclpy's
+    own message otherwise. rclpy hands over the serialized bytes, so each message skips its C
+    struct and the generated classes' per-field setters: about a quarter of a recorder's executor
+    thread (``bench/executor_overhead.py``: ``events`` against ``decoded``)."""
+    name = type_name(msg_class)
+    if name not in DECODED_TYPES:
+        return node.create_subscription(msg_class, topic, callback, qos, **kwargs)
+    bad = errors if errors is not None else DecodeErrors()
+
+    def on_serialized(data: bytes) -> None:
+        try:
+            msg = decode(data, name)
+        except Exception as exc:  # a payload the store cannot read: a counted drop, the executor goes on
+            bad.add(node, topic, exc)
+            return
+        callback(msg)
+    return node.create_subscription(msg_class, topic, on_serialized, qos, raw=True, **kwargs)
 
 
 def now_ns(node: Node) -> int:

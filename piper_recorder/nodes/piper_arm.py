@@ -26,7 +26,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import ParameterError, declare_config, ns_to_stamp, run_in_thread, run_node
+from piper_recorder.nodes.common import (ParameterError, create_decoded_subscription, declare_config, ns_to_stamp,
+                                         run_in_thread, run_node)
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
 from piper_recorder.piper.controller import ArmController
@@ -94,8 +95,8 @@ class PiperArmNode(Node):
         # up to half a second behind the operator (teleop_latency p90 150 ms at load 8 with depth 50).
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
         inputs = ReentrantCallbackGroup()
-        self.create_subscription(PoseStamped, TARGET_POSE, self._on_target, newest, callback_group=inputs)
-        self.create_subscription(JointState, TARGET_GRIPPER, self._on_gripper, newest, callback_group=inputs)
+        create_decoded_subscription(self, PoseStamped, TARGET_POSE, self._on_target, newest, callback_group=inputs)
+        create_decoded_subscription(self, JointState, TARGET_GRIPPER, self._on_gripper, newest, callback_group=inputs)
         services = MutuallyExclusiveCallbackGroup()
         self.create_service(Trigger, ARM_ENABLE, self._srv_enable, callback_group=services)
         self.create_service(Trigger, ARM_DISABLE, self._srv_disable, callback_group=services)

@@ -55,8 +55,8 @@ from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
                                   STOP_EPISODE_AT)
 
-from .common import (ArrivalExecutor, ParameterError, arrival_or_now, declare_config, now_ns, run_in_thread,
-                     spin_until)
+from .common import (ArrivalExecutor, DecodeErrors, ParameterError, arrival_or_now, create_decoded_subscription,
+                     declare_config, now_ns, run_in_thread, spin_until)
 
 
 def message_class(msg_type: str) -> Any:
@@ -124,10 +124,13 @@ class RecorderNode(Node):
         # a latched input (/policy/actor): its current value on joining, and every change after it
         latched_input = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.decode_errors = DecodeErrors()
         for r in self.router.routes:
             qos = (self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT
                    else latched_input if r.kind == LATCHED else arm_qos)
-            self.create_subscription(message_class(r.msg_type), r.topic, self._receiver(r), qos)
+            # decoded as the bag converter decodes (assembly.cdr): the same objects into the router
+            create_decoded_subscription(self, message_class(r.msg_type), r.topic, self._receiver(r), qos,
+                                        self.decode_errors)
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
@@ -289,6 +292,8 @@ class RecorderNode(Node):
         st["images_required"] = {"min_delivery": RECORDER_MIN_DELIVERY}
         if self.router.rejected:
             st["frames_wrong_size"] = dict(self.router.rejected)
+        if self.decode_errors.counts:
+            st["messages_undecodable"] = dict(self.decode_errors.counts)
         try:
             self.pub_status.publish(String(data=json.dumps(st, default=str)))
         except Exception:  # noqa: BLE001 - publisher gone during shutdown

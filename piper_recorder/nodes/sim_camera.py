@@ -39,7 +39,8 @@ from std_msgs.msg import String
 
 from piper_recorder.delivery import ImageCounts, received_rate
 from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO, EEF_POSE, STATUS
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, now_ns, run_node, stamp_to_ns
+from piper_recorder.nodes.common import (create_decoded_subscription, declare_config, ns_to_stamp, now_ns, run_node,
+                                         stamp_to_ns)
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
 from piper_recorder.sim.history import PoseHistory
@@ -106,7 +107,7 @@ class SimCamera(Node):
         self.pub_depth = self.create_publisher(Image, f"~/{DEPTH_IMAGE}", qos)
         self.pub_color_info = self.create_publisher(CameraInfo, f"~/{COLOR_INFO}", qos)
         self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", qos)
-        self.create_subscription(PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
+        create_decoded_subscription(self, PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)
         self.add_on_set_parameters_callback(self._on_set_parameters)

@@ -74,6 +74,7 @@ from piper_recorder.names import (ARM_STATUS, EEF_POSE, EPISODE_EVENTS, JOINT_ST
                                   TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
 from piper_recorder.nodes.common import (FixedRateLoop, declare_config, now_ns, ns_to_stamp, run_node, stamp_to_ns,
                                          timer_callback)
+from piper_recorder.nodes.common import create_decoded_subscription as sub
 from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
@@ -134,13 +135,14 @@ class TeleopNode(Node):
         self.pub_status = self.create_publisher(String, STATUS, reliable)
 
         if spacemouse is None:
-            self.create_subscription(PoseStamped, quest_topic(QUEST_POSE_PATTERN, cfg.hand), self._on_hand_pose,
-                                     sensor, callback_group=g)
+            # the headset and arm streams, decoded as the recorders decode them (nodes.common)
+            sub(self, PoseStamped, quest_topic(QUEST_POSE_PATTERN, cfg.hand), self._on_hand_pose, sensor,
+                callback_group=g)
             for hand in QUEST_HANDS:
-                self.create_subscription(JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand),
-                                         lambda m, h=hand: self._on_joy(h, m), sensor, callback_group=g)
-        self.create_subscription(PoseStamped, EEF_POSE, self._on_arm_pose, sensor, callback_group=g)
-        self.create_subscription(JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
+                sub(self, JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand), functools.partial(self._on_joy, hand), sensor,
+                    callback_group=g)
+        sub(self, PoseStamped, EEF_POSE, self._on_arm_pose, sensor, callback_group=g)
+        sub(self, JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
         self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable, callback_group=g)
         self.create_subscription(String, EPISODE_EVENTS, lambda m: self.session.on_episode_event(m.data),
                                  reliable, callback_group=g)
