@@ -198,7 +198,10 @@ class SimSession:
                 self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"{node_topic(rec, srv)} not up")
         with self._cond:
             if not self._cond.wait_for(lambda: all(r in self.status for r in RECORDERS), left()):
-                self._fail(f"no status from {[r for r in RECORDERS if r not in self.status]}")
+                silent = [r for r in RECORDERS if r not in self.status]
+                seen = {r: self._live().count_publishers(node_topic(r, STATUS)) for r in silent}
+                self._fail(f"no status from {silent} (status publishers this node sees: {seen}: 0 is a "
+                           f"discovery failure, 1 a recorder that does not publish or a lost match)")
 
     def wait_motion(self, min_m: float = 0.005, timeout: float = 30.0) -> float:
         """Wait until the EEF has moved ``min_m`` (teleop engaged, the arm follows); returns the motion seen."""

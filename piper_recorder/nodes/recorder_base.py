@@ -155,7 +155,10 @@ class RecorderNode(Node):
         self._control_thread = threading.Thread(target=spin_until, args=(self._control_exec, self._control_stop),
                                                 name="control", daemon=True)
         self._control_thread.start()
-        self.create_timer(1.0 / cfg.status_hz, self._status_tick)
+        # ~/status is published by the tick thread (_tick_loop), not an executor timer: it then keeps coming
+        # whatever the executor does (a demo once saw a recorder answer its services and never publish a
+        # status in 90 s), and the executor carries only messages and nothing periodic
+        self._status_period_s = 1.0 / cfg.status_hz
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="tick", daemon=True)
         self._ticker.start()
@@ -281,8 +284,8 @@ class RecorderNode(Node):
         self.pub_events.publish(String(data=json.dumps(event)))
 
     def _status_tick(self) -> None:
-        """The status timer: the delivery snapshot is taken here only (the controller also publishes the
-        status on changes, from other threads, which reuse the last snapshot)."""
+        """The periodic status (tick thread): the delivery snapshot is taken here only (the controller also
+        publishes the status on changes, from other threads, which reuse the last snapshot)."""
         self._images_received = self.image_counts.snapshot(time.monotonic())
         self._publish_status()
 
@@ -301,15 +304,27 @@ class RecorderNode(Node):
 
     # ---- tick thread / shutdown -------------------------------------------------------------
     def _tick_loop(self) -> None:
+        """Rows as they fall due, and the status every ``1 / status_hz`` (its schedule advances by whole
+        periods; a late one is published at once, never twice in a row to catch up)."""
         c = self.controller
+        clock, period = time.monotonic, self._status_period_s
+        next_status = clock()
         while not self._stop.is_set():
+            now = clock()
+            if now >= next_status:
+                next_status = max(next_status + period, now)
+                try:
+                    self._status_tick()
+                except Exception as exc:  # noqa: BLE001 - the rows go on; say it once a status period
+                    self.get_logger().error(f"status failed: {type(exc).__name__}: {exc}",
+                                            throttle_duration_sec=10.0)
             due = c.next_tick_ns()
             if due is None:
-                self._stop.wait(0.02)
+                self._stop.wait(min(0.02, max(0.0, next_status - clock())))
                 continue
             delay = (due - time.time_ns()) / 1e9
             if delay > 0:
-                self._stop.wait(min(delay, 0.05))
+                self._stop.wait(min(delay, 0.05, max(0.0, next_status - clock())))
                 continue
             try:
                 c.tick(now_ns(self))
