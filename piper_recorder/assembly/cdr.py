@@ -8,7 +8,7 @@ objects. It is also cheaper: a subscriber process of a 100 Hz PoseStamped and a 
 this 2-core machine spent ~330 us of CPU per message on the EventsExecutor with rclpy's typed take,
 ~260 us taking the bytes and decoding them here, ~200 us taking the bytes alone (3 interleaved 35 s runs
 each); ``bench/executor_overhead.py`` compares the kinds for a recorder's input. The store is loaded on
-first use (~0.35 s of CPU).
+first use (~0.35 s of CPU): the nodes load it while they start (``warm_decoder``).
 """
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def _decoder(msg_type: str) -> tuple[Any, Any, Any]:
     ts = typestore()
     msgdef = ts.get_msgdef(msg_type)
     return msgdef.deserialize_cdr_le, msgdef.deserialize_cdr_be, msgdef.cls
+
+
+def warm_decoder(msg_type: str) -> None:
+    """Load the store and build ``msg_type``'s decoder now (both cached): a node calls it while it starts,
+    so its first message does not pay for them. Raises ``KeyError`` for a type the store does not know."""
+    _decoder(msg_type)
 
 
 def decode(data: bytes | memoryview, msg_type: str) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
-from piper_recorder.assembly.cdr import decode
+from piper_recorder.assembly.cdr import decode, warm_decoder
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
 from piper_recorder.errors import PiperInputError
 from piper_recorder.nodehelp import node_usage, wants_help
@@ -38,6 +39,23 @@ C = TypeVar("C")
 #: busy 2-core machine overwrote 1.8 % of 3 cameras' frames in the reader history before the executor took
 #: them; history slots hold a frame only while it waits, so a deeper one costs nothing when the process keeps up.
 LIVE_IMAGE_DEPTH = 10
+
+
+#: Seconds of frames a recorder's (reliable) image subscription keeps while its process is off the CPU.
+#: With 10 frames (a third of a second) a recorder descheduled for ~0.4 s beside two busy loops lost the two
+#: oldest of 12 frames that reached its reader history meanwhile (reliable delivery ends at the reader's
+#: history), and a row repeated a frame; a second covers the stalls seen there. Slots hold a frame only while
+#: it waits, so a deeper history costs memory only while the recorder is behind.
+RECORDER_IMAGE_SLACK_S = 1.0
+
+
+def recorder_image_qos(fps: float, reliable: bool = True) -> QoSProfile:
+    """QoS of a recorder's image subscription: reliable (every frame is a row's; ``image_reliability`` may
+    choose best-effort), keep-last ``RECORDER_IMAGE_SLACK_S`` of frames at ``fps`` (at least
+    ``LIVE_IMAGE_DEPTH``)."""
+    return QoSProfile(depth=max(LIVE_IMAGE_DEPTH, math.ceil(RECORDER_IMAGE_SLACK_S * fps)),
+                      history=HistoryPolicy.KEEP_LAST,
+                      reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT)
 
 
 def live_image_qos() -> QoSProfile:
@@ -92,6 +110,9 @@ def create_decoded_subscription(node: Node, msg_class: Any, topic: str, callback
     if name not in DECODED_TYPES:
         return node.create_subscription(msg_class, topic, callback, qos, **kwargs)
     bad = errors if errors is not None else DecodeErrors()
+    # the type store and this type's decoder are built here, before the subscription exists: on the first
+    # message they held the executor for ~0.35 s of CPU (seconds on a loaded machine) with images queuing
+    warm_decoder(name)
 
     def on_serialized(data: bytes) -> None:
         try:

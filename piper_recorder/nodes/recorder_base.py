@@ -36,7 +36,7 @@ from typing import Any
 
 from diagnostic_msgs.srv import AddDiagnostics
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
@@ -56,7 +56,7 @@ from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, P
                                   STOP_EPISODE_AT)
 
 from .common import (ArrivalExecutor, DecodeErrors, ParameterError, arrival_or_now, create_decoded_subscription,
-                     declare_config, now_ns, run_in_thread, spin_until)
+                     declare_config, now_ns, recorder_image_qos, run_in_thread, spin_until)
 
 
 def message_class(msg_type: str) -> Any:
@@ -99,10 +99,7 @@ class RecorderNode(Node):
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        self.image_qos = QoSProfile(
-            depth=10, history=HistoryPolicy.KEEP_LAST,
-            reliability=ReliabilityPolicy.RELIABLE if cfg.image_reliability == "reliable"
-            else ReliabilityPolicy.BEST_EFFORT)
+        self.image_qos = recorder_image_qos(cfg.fps, cfg.image_reliability == "reliable")
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.pub_events = self.create_publisher(String, EPISODE_EVENTS, reliable)
         self.policy_log = PolicyLog()   # every policy that acted in an episode, and when (episodes.jsonl)
