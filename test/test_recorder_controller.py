@@ -398,3 +398,44 @@ def test_rgbd_save_failure_is_reported_once_without_a_failed_discard():
     assert not ans.ok and "No space left" in ans.message and "lost" in ans.message
     assert "discard failed" not in ans.message and c.state == "idle" and events[-1]["event"] == "discarded"
     assert c.start("", lambda: t0 + 10**9).ok
+
+
+class ObsLog(FakeRgbdWriter):
+    """The RGB-D fake that keeps which capture each observation holds (its pixel value)."""
+
+    def add_observation(self, rgb, depth, state):
+        self.log.append(int(rgb[0, 0, 0]))
+
+
+def test_row_zero_frame_depends_on_stamps_not_on_what_arrived_before_the_start():
+    """The bag converter sees a frame arrive after the start request that the live recorder got before it
+    (or the other way round): both must pick the same frames. A camera at the row rate captures ~2 ms
+    before each row with +-10 ms of jitter, so the locked slot is a period back and row 0's frame is the
+    capture ~35 ms before the start; the newest capture before the start (~2 ms) is row 1's. Before, a
+    recorder that held the newest one before the start took it for row 0 (what it had) and repeated it."""
+    rng = np.random.default_rng(7)
+    period = 1e9 / 30
+    t0 = time.time_ns() // 1_000_000_000 * 1_000_000_000
+    stamps = [round(t0 + k * period - 2 * MS + (rng.uniform(-10, 10) * MS if k else 0)) for k in range(-75, 31)]
+    obs = []
+    for arrived_before_start in (stamps[74], stamps[75]):   # the -2 ms capture (k = 0) arrives after / before the start
+        w = ObsLog()
+        c, _ = make(RgbdTarget(w, "cam_front"))
+
+        def feed_until(t_ns, since=-1):
+            for i, s in enumerate(stamps):
+                if since < s <= t_ns:
+                    c.add_frame("cam_front", s, np.full((4, 4, 3), i % 250, np.uint8), np.zeros((4, 4), np.uint16))
+            for s in range(max(since + 1, t0 - 500 * MS), t_ns + 1, 10 * MS):
+                c.add_joint_state(s, [0.1] * 6 + [0.04])
+                c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
+                c.add_commanded_pose(s, (0, 0, 0), (0, 0, 0, 1))
+                c.add_commanded_gripper(s, 0.02)
+        feed_until(arrived_before_start)
+        assert c.start("", lambda: t0).ok
+        feed_until(t0 + 1_000 * MS, since=arrived_before_start)
+        c.tick(t0 + 1_000 * MS)
+        assert c.stop(lambda: t0 + 600 * MS).ok
+        obs.append([x for x in w.ended[0][0] if isinstance(x, int)])
+    assert len(obs[0]) > 10 and obs[0] == obs[1], "the frames depend on what arrived before the start"
+    assert obs[0][:3] == [74, 75, 76]   # k = -1, 0, 1: one capture per row, none repeated

@@ -63,7 +63,8 @@ from piper_recorder.names import CAMERA
 from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
 from .features import PIPER_TABLE, FeatureTable
-from .frame_assign import CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, horizon_ns, pick, window_captures
+from .frame_assign import (CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, first_row_reach_ns, horizon_ns, pick,
+                           window_captures)
 from .messages import pose7
 
 TIMESTAMP_MODES = ("capture", "nominal")
@@ -103,6 +104,11 @@ class AssemblyConfig:
     def frame_horizon_ns(self, depth: bool = False) -> int:
         """How far past t_k the frame of row k may be captured (0 when frames keep their capture time)."""
         return horizon_ns(1e9 / self.fps) if self.frames_in_rows(depth) else 0
+
+    def preroll_frames_ns(self, depth: bool = False) -> int:
+        """Frames captured this long before an episode's start that row 0 may take
+        (``frame_assign.first_row_reach_ns`` when rows carry frames; else only the newest at or before it)."""
+        return first_row_reach_ns(1e9 / self.fps) if self.frames_in_rows(depth) else 0
 
     def delay_ns(self, depth: bool = False) -> int:
         """How long after t_k row k is assembled: every message it may use has arrived by then if each
@@ -187,6 +193,7 @@ class EpisodeAssembler:
         self._period_ns = 1e9 * self._den / self._num
         self._delay_ns = config.delay_ns(depth)
         self._horizon_ns = config.frame_horizon_ns(depth)
+        self._row0_reach_ns = first_row_reach_ns(self._period_ns)
         window = window_captures(config.fps)
         self._phase = {cam: PhaseTracker(self._period_ns, window) for cam in config.cameras}
         self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}   # tracker fed up to here
@@ -398,8 +405,10 @@ class EpisodeAssembler:
         self._fed_ns[cam] = feed if fed is None else max(fed, feed)
         prev = self._sent_ns[cam]
         slot = tracker.slot_ns
-        # causal: a locked camera's frame may be CAUSAL_TOL_NS (clock noise) after t, another's none
-        j = pick(buf.stamps, prev, None if slot is None else t + slot, self._period_ns,
+        # causal: a locked camera's frame may be CAUSAL_TOL_NS (clock noise) after t, another's none; the
+        # first row's among the captures within the reach only (``first_row_reach_ns``: whatever else is held)
+        after = prev if prev is not None else t - self._row0_reach_ns - 1
+        j = pick(buf.stamps, after, None if slot is None else t + slot, self._period_ns,
                  t + (CAUSAL_TOL_NS if slot is not None else 0))
         if j is not None:
             return buf.at(j)
@@ -422,7 +431,7 @@ class EpisodeAssembler:
                 for buf in self._inputs.values():
                     buf.prune_before(t)
                 for fbuf in self._frames.values():   # keep what a later start tick's window may take
-                    fbuf.prune_before(t - 2 * round(self._period_ns) if self._frames_in_rows else t)
+                    fbuf.prune_before(t - self._row0_reach_ns if self._frames_in_rows else t)
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:

@@ -226,6 +226,16 @@ def horizon_ns(period_ns: float) -> int:
     return math.ceil(period_ns * (1 + HYSTERESIS))
 
 
+def first_row_reach_ns(period_ns: float) -> int:
+    """How far before row 0 its frame may have been captured: two periods (the slot sits up to a period
+    plus the jitter band before the row, and the nearest frame to it is sought within half a period).
+    Row 0 chooses among the captures stamped within this reach only, whatever arrived before or after
+    the start (the recorder's pre-roll, the bag converter's receive order): a choice among every frame a
+    process happened to hold made the live recorder and the bag converter pick frames a period apart
+    when a frame reached one before the start request and the other after it."""
+    return math.ceil(2 * period_ns)
+
+
 def pick(stamps: list[int], after_ns: int | None, target_ns: float | None, period_ns: float,
          limit_ns: int) -> int | None:
     """Index (into the sorted ``stamps``) of the frame for a row targeting ``target_ns``: the nearest

@@ -45,12 +45,14 @@ def _keep(buf: deque[_T], item: _T, window_ns: int) -> None:
         buf.popleft()
 
 
-def _preroll(buf: deque[_T], start_ns: int) -> list[_T]:
-    """The newest sample at or before ``start_ns`` and every later one (just the newest when the writer
-    was ready at once, as before): what a recorder already running at ``start_ns`` would hold."""
+def _preroll(buf: deque[_T], start_ns: int, reach_ns: int = 0) -> list[_T]:
+    """The newest sample at or before ``start_ns``, those captured within ``reach_ns`` before it, and every
+    later one: what a recorder already running at ``start_ns`` would hold (frames: what row 0 may take,
+    ``AssemblyConfig.preroll_frames_ns``)."""
     items = sorted(buf, key=lambda x: x[0])
-    first = max((i for i, x in enumerate(items) if x[0] <= start_ns), default=0)
-    return items[first:]
+    newest = max((i for i, x in enumerate(items) if x[0] <= start_ns), default=0)
+    first = next((i for i, x in enumerate(items) if x[0] >= start_ns - reach_ns), newest)
+    return items[min(first, newest):]
 
 
 @dataclass
@@ -271,8 +273,9 @@ class EpisodeController:
                 for name, inputs in self._preroll_inputs.items():
                     for stamp, values in _preroll(inputs, start_ns):
                         self._asm.add_input(name, stamp, values)
+                reach = self.assembly.preroll_frames_ns(self.target.depth)
                 for cam, frames in self._preroll_frames.items():
-                    for stamp, rgb, depth in _preroll(frames, start_ns):
+                    for stamp, rgb, depth in _preroll(frames, start_ns, reach):
                         self._asm.add_frame(cam, stamp, rgb, depth)
                 self._episode, self._task, self.state = idx, task, RECORDING
                 self._label = {}
