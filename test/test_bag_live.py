@@ -24,6 +24,7 @@ import yaml
 from proc import ProcGroup
 from test_recorder_rig import H, W, Rig
 
+from piper_recorder.assembly.frame_assign import window_captures
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 
 pytestmark = pytest.mark.timeout(150)
@@ -92,19 +93,33 @@ class BagRecorder:
         self._spin.start()
 
     def wait_matched(self, recorders: tuple[str, ...], timeout: float = 30.0) -> None:
-        """Wait until every recorder's /episode_events writer is matched and a message from each recorder
-        has arrived here (``ros2 bag record`` started after a recorder can miss its first events: a VOLATILE
-        writer only sends to readers it has matched, and discovery on a loaded box can take seconds)."""
+        """Wait until every recorder's /episode_events writer is matched, a status from each recorder has
+        arrived here, and each has received a phase window of every camera's frames (``window_captures``).
+
+        ``ros2 bag record`` started after a recorder can miss its first events: a VOLATILE writer only sends
+        to readers it has matched, and discovery on a loaded box can take seconds. And the bag holds every
+        capture from before the recorders started: an episode started within 2 s of a recorder's start has
+        its camera phase estimated from fewer captures live (what the recorder saw) than in the conversion
+        (the bag's full window), and may rightly pick a frame a slot apart (seen: every row one capture
+        earlier live, when the first episode started 0.22 s after the recorder's first frame)."""
+        need = window_captures(30.0) + 5
+        seen: dict[str, int] = {}
+
+        def on_status(msg, rec: str) -> None:
+            counts = [c.get("count", 0) for c in json.loads(msg.data).get("images_received", {}).values()]
+            seen[rec] = min(counts, default=0)
+            self.status_from.add(rec)
         for rec in recorders:
-            self.node.create_subscription(String, f"/{rec}/status", lambda m, r=rec: self.status_from.add(r), 10)
+            self.node.create_subscription(String, f"/{rec}/status", lambda m, r=rec: on_status(m, r), 10)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if (self.subs["/episode_events"].get_publisher_count() >= len(recorders)
-                    and self.status_from >= set(recorders)):
+                    and self.status_from >= set(recorders) and all(seen.get(r, 0) >= need for r in recorders)):
                 return
             time.sleep(0.05)
         raise AssertionError(f"bag recorder: /episode_events matched {self.subs['/episode_events'].get_publisher_count()}"
-                             f" publishers, status from {sorted(self.status_from)} of {recorders}")
+                             f" publishers, status from {sorted(self.status_from)} of {recorders}, "
+                             f"frames received {seen} (need {need} each)")
 
     def _write_loop(self) -> None:
         writers, conns = {}, {}
