@@ -27,7 +27,8 @@ long as each arrives before ``now`` passes its stamp + lateness. To reproduce a 
 (the live recorder does exactly this):
   1. ``start_ns`` = the "started" event's start_ns; same fps / cameras / timestamp_mode / lateness_s /
      stale_s as the recorder's parameters (``depth=True`` for RGB-D).
-  2. Pre-roll: first feed the newest message of each input (and camera) received before start_ns, and
+  2. Pre-roll: first feed the newest message of each input (and camera) received before start_ns (of a
+     camera whose frames go in rows, also those captured within ``cfg.preroll_frames_ns(depth)`` before it), and
      pass ``history``: per camera the stamps of the captures received before start_ns, as the
      recorder's ``CaptureHistory`` kept them (the newest ``window_captures(fps)``, none before a silence
      of ``HISTORY_GAP_S``); the phase estimate starts from them.
