@@ -38,6 +38,9 @@ COMMANDED_POSE = "/arm/commanded_pose"
 COMMANDED_GRIPPER = "/arm/commanded_gripper"
 TARGET_POSE = "/arm/target_pose"
 TARGET_GRIPPER = "/arm/target_gripper"
+# joint names: /arm/joint_states carries ARM_JOINTS; the gripper topics (target, commanded) GRIPPER_JOINTS
+ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
+GRIPPER_JOINTS = ("gripper",)
 ARM_STATUS = "/arm/status"
 ARM_PROVENANCE = "/arm/provenance"
 

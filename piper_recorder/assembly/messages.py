@@ -15,9 +15,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from piper_recorder.names import POLICY_ACTOR
-
-ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
+from piper_recorder.names import ARM_JOINTS, POLICY_ACTOR
 
 
 def stamp_to_ns(stamp: Any) -> int:

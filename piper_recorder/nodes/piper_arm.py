@@ -26,7 +26,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import (ParameterError, create_decoded_subscription, declare_config, ns_to_stamp,
+from piper_recorder import cdr_encode
+from piper_recorder.nodes.common import (ParameterError, create_decoded_subscription, declare_config,
                                          run_in_thread, run_node)
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
@@ -34,20 +35,15 @@ from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
 from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
-from piper_recorder.names import (ARM_DISABLE, ARM_ENABLE, ARM_GO_HOME, ARM_PROVENANCE, ARM_STATUS, COMMANDED_GRIPPER,
+from piper_recorder.names import (ARM_DISABLE, ARM_JOINTS, GRIPPER_JOINTS, ARM_ENABLE, ARM_GO_HOME, ARM_PROVENANCE, ARM_STATUS, COMMANDED_GRIPPER,
                                   COMMANDED_POSE, EEF_POSE, JOINT_STATES, TARGET_GRIPPER, TARGET_POSE)
 
-JOINT_NAMES = [f"joint{i}" for i in range(1, 7)] + ["gripper"]
 FRAME = "arm_base"
 
 
-def _pose_msg(stamp_ns: int, t: np.ndarray) -> PoseStamped:
-    m = PoseStamped()
-    m.header.stamp, m.header.frame_id = ns_to_stamp(stamp_ns), FRAME
-    m.pose.position.x, m.pose.position.y, m.pose.position.z = t[:3, 3].tolist()
-    q = kin.matrix_to_quat(t[:3, :3])
-    m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z, m.pose.orientation.w = q.tolist()
-    return m
+def _pose_bytes(stamp_ns: int, t: np.ndarray) -> bytes:
+    """A 4x4 flange pose as a serialized PoseStamped in ``arm_base`` (``cdr_encode``: published as bytes)."""
+    return cdr_encode.pose_stamped(stamp_ns, FRAME, t[:3, 3].tolist(), kin.matrix_to_quat(t[:3, :3]).tolist())
 
 
 class PiperArmNode(Node):
@@ -124,31 +120,26 @@ class PiperArmNode(Node):
         self.ctl.set_gripper(msg.position[names.index("gripper")])
 
     # ------------------------------------------------------------ outputs
+    # The four 100 Hz topics go out as serialized bytes (``cdr_encode``): rclpy's conversion of a typed
+    # message was most of each publish's cost in this process (module doc there).
     def _on_command(self, stamp_s: float, pose: np.ndarray | None, gripper: float | None) -> None:
         ns = int(stamp_s * 1e9)
         if pose is not None:
-            self.pub_cmd_pose.publish(_pose_msg(ns, pose))
+            self.pub_cmd_pose.publish(_pose_bytes(ns, pose))
         if gripper is not None:
-            js = JointState()
-            js.header.stamp = ns_to_stamp(ns)
-            js.name, js.position = ["gripper"], [float(gripper)]
-            self.pub_cmd_gripper.publish(js)
+            self.pub_cmd_gripper.publish(cdr_encode.joint_state(ns, "", GRIPPER_JOINTS, (float(gripper),)))
 
     def _on_frame(self, frame_id: int, _stamp: float) -> None:
         """SDK reader thread: publish once per complete joint / pose set. The link parses only the sets
         of ``feedback_publish_hz`` (``FeedbackDecimator``), so each one that completes is published."""
         if frame_id == ID_JOINTS[-1]:
             fb = self.link.feedback()
-            js = JointState()
-            js.header.stamp = ns_to_stamp(int(fb.stamp * 1e9))
-            js.name = JOINT_NAMES
-            js.position = fb.joints.tolist() + [float(fb.gripper)]
-            js.velocity = fb.velocity.tolist() + [0.0]
-            js.effort = fb.effort.tolist() + [float(fb.gripper_effort)]
-            self.pub_joints.publish(js)
+            self.pub_joints.publish(cdr_encode.joint_state(
+                int(fb.stamp * 1e9), "", ARM_JOINTS, fb.joints.tolist() + [float(fb.gripper)],
+                fb.velocity.tolist() + [0.0], fb.effort.tolist() + [float(fb.gripper_effort)]))
         elif frame_id == ID_POSE[-1]:
             fb = self.link.feedback()
-            self.pub_eef.publish(_pose_msg(int(fb.pose_stamp * 1e9), fb.pose))
+            self.pub_eef.publish(_pose_bytes(int(fb.pose_stamp * 1e9), fb.pose))
 
     def _publish_status(self) -> None:
         st = self.ctl.status()

@@ -19,7 +19,6 @@ staleness on a stalled machine from a recording error).
 """
 from __future__ import annotations
 
-import array
 import json
 import sys
 import threading
@@ -28,18 +27,19 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
+from piper_recorder import cdr_encode
 from piper_recorder.delivery import ImageCounts, received_rate
 from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO, EEF_POSE, STATUS
-from piper_recorder.nodes.common import (create_decoded_subscription, declare_config, ns_to_stamp, now_ns, run_node,
+from piper_recorder.nodes.common import (create_decoded_subscription, declare_config, now_ns, run_node,
                                          stamp_to_ns)
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
@@ -112,6 +112,7 @@ class SimCamera(Node):
         self.create_timer(1.0, self._publish_status)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._frame_id = f"{cam}_color_optical_frame"
+        self._info = self._camera_info(self._frame_id)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._capture_loop, name=f"{cam}-capture", daemon=True)
         self._thread.start()
@@ -157,10 +158,11 @@ class SimCamera(Node):
         p = msg.pose.position
         self.history.add(stamp_to_ns(msg.header.stamp), (p.x, p.y, p.z))
 
-    def _camera_info(self, stamp: Time, frame_id: str) -> CameraInfo:
+    def _camera_info(self, frame_id: str) -> bytes:
+        """This camera's CameraInfo, serialized once (every message differs only in its stamp:
+        ``cdr_encode.restamp``)."""
         k = self.camera.intrinsics
         info = CameraInfo()
-        info.header.stamp = stamp
         info.header.frame_id = frame_id
         info.width, info.height = k.width, k.height
         info.distortion_model = "plumb_bob"
@@ -168,20 +170,12 @@ class SimCamera(Node):
         info.k = k.k_matrix()
         info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
         info.p = [k.fx, 0.0, k.cx, 0.0, 0.0, k.fy, k.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
-        return info
+        return serialize_message(info)
 
-    def _image(self, stamp: Time, encoding: str, pixels: np.ndarray, step: int) -> Image:
-        msg = Image()
-        msg.header.stamp = stamp
-        msg.header.frame_id = self._frame_id
-        msg.height, msg.width = pixels.shape[0], pixels.shape[1]
-        msg.encoding = encoding
-        msg.is_bigendian = 0
-        msg.step = step
-        data = array.array("B")
-        data.frombytes(pixels.reshape(-1).view(np.uint8).data)
-        msg.data = data
-        return msg
+    def _image(self, stamp_ns: int, encoding: str, pixels: np.ndarray, step: int) -> bytes:
+        """A serialized Image of ``pixels`` (``cdr_encode``: one copy of the pixels, no typed message)."""
+        return cdr_encode.image(stamp_ns, self._frame_id, pixels.shape[0], pixels.shape[1], encoding, step,
+                                np.ascontiguousarray(pixels).data)
 
     def _capture_loop(self) -> None:
         """Capture slots lie on a steady monotonic grid; a late wake-up still stamps and renders its
@@ -245,15 +239,14 @@ class SimCamera(Node):
 
     def _publish_frame(self, capture_ns: int, width: int) -> None:
         rgb, depth = self.renderer.render(*self._pose_at(capture_ns))
-        stamp = ns_to_stamp(capture_ns)
         # An image nobody subscribes to is not even copied into a message (saves CPU on a small box).
         if self.pub_color.get_subscription_count():
-            self.pub_color.publish(self._image(stamp, "rgb8", rgb, 3 * width))
+            self.pub_color.publish(self._image(capture_ns, "rgb8", rgb, 3 * width))
         if self.pub_depth.get_subscription_count():  # aligned to colour: same optical frame id
-            self.pub_depth.publish(self._image(stamp, "16UC1", depth, 2 * width))
+            self.pub_depth.publish(self._image(capture_ns, "16UC1", depth, 2 * width))
         for pub in (self.pub_color_info, self.pub_depth_info):   # likewise: ~120 messages/s for 2 cameras
             if pub.get_subscription_count():
-                pub.publish(self._camera_info(stamp, self._frame_id))
+                pub.publish(cdr_encode.restamp(self._info, capture_ns))
 
     def on_shutdown(self) -> None:
         self._stop.set()
