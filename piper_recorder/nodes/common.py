@@ -124,6 +124,77 @@ def create_decoded_subscription(node: Node, msg_class: Any, topic: str, callback
     return node.create_subscription(msg_class, topic, on_serialized, qos, raw=True, **kwargs)
 
 
+class PolledInputs:
+    """Subscriptions no executor serves: the thread that uses their messages takes them in batches
+    (``poll``) at its own pace, instead of the executor waking for each one.
+
+    Why: in this graph a subscriber process spent ~200-280 us of CPU per 100 Hz message through the
+    EventsExecutor (DDS receive, the executor's event and dispatch, the take, the decode) and ~155 us
+    taking the same messages every 33 ms (``bench/executor_overhead.py``); the recorders take theirs
+    on the tick thread before each row, piper_arm its targets on the control loop's tick, a sim
+    camera the arm's pose when it renders. A subscription's history (its QoS depth) must hold what
+    arrives between two polls.
+
+    The subscriptions live on a node of their own, ``<node>_inputs`` (an executor serves a node's
+    every entity), under the owner's topic names as resolved by the owner (its remappings apply).
+    Each message is decoded by ``assembly.cdr`` for ``DECODED_TYPES`` (rclpy's message otherwise)
+    and handed over with its DDS reception time (system time; the owner's ROS clock under
+    ``use_sim_time``). A payload that does not decode is a counted drop (``errors``). ``poll`` may be
+    called from several threads: one takes at a time, so each topic's messages are handled in order.
+    """
+
+    def __init__(self, owner: Node, errors: DecodeErrors | None = None):
+        self.owner = owner
+        self.node = Node(f"{owner.get_name()}_inputs", namespace=owner.get_namespace(), context=owner.context,
+                         use_global_arguments=False, start_parameter_services=False)
+        self.errors = errors if errors is not None else DecodeErrors()
+        self._subs: list[tuple[Any, str | None, str, Callable[[Any, int], None]]] = []
+        self._lock = threading.Lock()
+        self._sim_time = bool(owner.get_parameter("use_sim_time").value)
+
+    def subscribe(self, msg_class: Any, topic: str, handler: Callable[[Any, int], None], qos: Any) -> Any:
+        """``handler(message, received_ns)`` for each message of ``topic`` taken by ``poll``."""
+        name = type_name(msg_class)
+        decoded = name in DECODED_TYPES
+        if decoded:
+            warm_decoder(name)   # the store is built now, not while the first batch waits
+        resolved = self.owner.resolve_topic_name(topic)
+        sub = self.node.create_subscription(msg_class, resolved, _never_called, qos, raw=decoded)
+        with self._lock:   # a poller may be running already
+            self._subs.append((sub, name if decoded else None, resolved, handler))
+        return sub
+
+    def poll(self) -> int:
+        """Take and hand over every message waiting in every subscription; returns how many."""
+        n = 0
+        with self._lock:
+            for sub, name, topic, handler in self._subs:
+                h = sub.handle
+                while True:
+                    with h:
+                        got = h.take_message(sub.msg_type, name is not None)
+                    if got is None:
+                        break
+                    data, info = got
+                    if name is not None:
+                        try:
+                            data = decode(data, name)
+                        except Exception as exc:  # noqa: BLE001 - a counted drop, the batch goes on
+                            self.errors.add(self.owner, topic, exc)
+                            continue
+                    received = now_ns(self.owner) if self._sim_time else int(info["received_timestamp"])
+                    handler(data, received)
+                    n += 1
+        return n
+
+    def destroy(self) -> None:
+        self.node.destroy_node()
+
+
+def _never_called(_msg: Any) -> None:
+    raise AssertionError("a polled subscription's callback ran: its node was added to an executor")
+
+
 def now_ns(node: Node) -> int:
     return node.get_clock().now().nanoseconds
 

@@ -1,7 +1,8 @@
 """piper_arm node: thin ROS adapter around ``piper_recorder.piper.controller.ArmController``.
 
 Subscribes /arm/target_pose (PoseStamped, absolute flange target, frame "arm_base" or empty) and
-/arm/target_gripper (JointState ["gripper"], m), keeping only the newest unread target of each. Publishes /arm/joint_states and /arm/eef_pose at
+/arm/target_gripper (JointState ["gripper"], m), keeping only the newest unread target of each; the
+control loop takes them at its tick (on the node ``piper_arm_inputs``). Publishes /arm/joint_states and /arm/eef_pose at
 ``feedback_publish_hz`` (100 Hz; from the SDK reader thread as a joint / end-pose frame set completes),
 stamped with the host receive time of those frames (capture time);
 /arm/commanded_pose and /arm/commanded_gripper with exactly what went on the bus, stamped when it
@@ -19,7 +20,7 @@ import sys
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -27,7 +28,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder import cdr_encode
-from piper_recorder.nodes.common import (ParameterError, create_decoded_subscription, declare_config,
+from piper_recorder.nodes.common import (ParameterError, PolledInputs, declare_config,
                                          run_in_thread, run_node)
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
@@ -76,7 +77,10 @@ class PiperArmNode(Node):
         self.pub_status = self.create_publisher(DiagnosticArray, ARM_STATUS, QoSProfile(depth=10))
         self.pub_provenance = self.create_publisher(String, ARM_PROVENANCE, latched)
 
-        self.ctl = ArmController(cfg, self.link, on_command=self._on_command)
+        # targets are taken by the control loop at each tick (PolledInputs), not by an executor waking for
+        # each of ~200 a second: the tick that would send them validates them just before
+        self.inputs = PolledInputs(self)
+        self.ctl = ArmController(cfg, self.link, on_command=self._on_command, take_inputs=self.inputs.poll)
         try:
             self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
         except FirmwareRefused as exc:   # before enabling: the arm was never commanded
@@ -90,9 +94,8 @@ class PiperArmNode(Node):
         # queue a starved process works through a backlog oldest first (IK ~1.3 ms each), and the arm runs
         # up to half a second behind the operator (teleop_latency p90 150 ms at load 8 with depth 50).
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-        inputs = ReentrantCallbackGroup()
-        create_decoded_subscription(self, PoseStamped, TARGET_POSE, self._on_target, newest, callback_group=inputs)
-        create_decoded_subscription(self, JointState, TARGET_GRIPPER, self._on_gripper, newest, callback_group=inputs)
+        self.inputs.subscribe(PoseStamped, TARGET_POSE, self._on_target, newest)
+        self.inputs.subscribe(JointState, TARGET_GRIPPER, self._on_gripper, newest)
         services = MutuallyExclusiveCallbackGroup()
         self.create_service(Trigger, ARM_ENABLE, self._srv_enable, callback_group=services)
         self.create_service(Trigger, ARM_DISABLE, self._srv_disable, callback_group=services)
@@ -105,14 +108,14 @@ class PiperArmNode(Node):
                                f"can_silence_s={cfg.can_silence_s}")
 
     # ------------------------------------------------------------ inputs
-    def _on_target(self, msg: PoseStamped) -> None:
+    def _on_target(self, msg: PoseStamped, _received_ns: int) -> None:
         if msg.header.frame_id not in ("", FRAME):
             self.ctl.refuse("wrong_frame", f"frame_id={msg.header.frame_id!r}, expected {FRAME!r}")
             return
         p, o = msg.pose.position, msg.pose.orientation
         self.ctl.set_target([p.x, p.y, p.z], [o.x, o.y, o.z, o.w])
 
-    def _on_gripper(self, msg: JointState) -> None:
+    def _on_gripper(self, msg: JointState, _received_ns: int) -> None:
         names = list(msg.name)
         if "gripper" not in names or len(msg.position) != len(names):
             self.ctl.refuse("gripper_malformed", f"names={names}")
@@ -190,13 +193,15 @@ class PiperArmNode(Node):
     def on_shutdown(self) -> None:
         self.link.set_frame_listener(None)
         self.ctl.stop()
+        self.inputs.destroy()
         self.link.close()
         if self.emulator is not None:
             self.emulator.stop()
 
 
 def main(args: list[str] | None = None) -> None:
-    # Single-threaded (events) executor: feedback is published from the SDK reader thread, so the executor only
-    # takes targets (teleop latency p99 dropped from ~50-250 ms to ~5-12 ms for the arm stage) and the
-    # services (/arm/enable waits for the drivers on a thread of its own).
+    # Single-threaded (events) executor: feedback is published from the SDK reader thread and the control loop
+    # takes the targets (PolledInputs), so the executor serves the services only (/arm/enable waits for the
+    # drivers on a thread of its own). Feedback off the executor took the arm stage's teleop latency p99 from
+    # ~50-250 ms to ~5-12 ms.
     sys.exit(run_node(PiperArmNode, args))

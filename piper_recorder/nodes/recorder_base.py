@@ -3,22 +3,25 @@
 events, provenance.
 
 Threads (why encoding never blocks a message callback):
-- ``run_node``'s EventsExecutor (one thread, the cheapest per message: a recorder takes ~1,000
-  messages/s, which rclpy's MultiThreadedExecutor could not keep up with, see
-  bench/executor_overhead.py). A subscription callback only wraps the message buffer with numpy (no
-  copy for rgb8/16UC1) and inserts it into the assembler under a short lock. Services are coroutines
-  that run their transition (which may wait for the lateness allowance and a save) on a worker thread
-  and await it, so the executor keeps taking messages meanwhile; the controller serialises transitions.
+- The inputs (arm, cameras, headset lines: ~500 messages/s) are served by no executor: the tick
+  thread takes what arrived before each row (``nodes.common.PolledInputs``, on a node of their own,
+  ``<name>_inputs``), with each message's DDS reception time as its receive time. Taking 30 batches
+  a second cost a subscriber ~155 us of CPU a message against ~200-280 us through an executor that
+  wakes for each (``bench/executor_overhead.py``). A message only wraps its buffer with numpy (no copy
+  for rgb8/16UC1) and goes into the assembler under a short lock. The histories (QoS depth) hold more
+  than arrives between two polls: images a second (``recorder_image_qos``), arm topics 0.5 s.
+- ``run_node``'s EventsExecutor serves the rest: the latched provenance, hello and policy topics.
 - The services live on a second, message-free node (``<name>_control``, its services named under
   the recorder's own name: ``/lerobot_recorder/stop_episode``) spun by its own executor thread, so a
   stop is taken when it arrives, not after the images queued before it on a busy recorder; its
   arrival time (``ArrivalExecutor``: its DDS reception, not when its callback got the thread) is the
   episode's end (``controller.request_stop``: no row after it is assembled).
-- A tick thread sleeps until the next grid tick plus the lateness allowance (computed from the grid,
-  not a periodic timer, so late wake-ups never shift rows) and calls ``controller.tick(now)``.
+- The tick thread sleeps until the next grid tick plus the lateness allowance (computed from the grid,
+  not a periodic timer, so late wake-ups never shift rows; at most 50 ms, 20 ms while idle), takes the
+  inputs and calls ``controller.tick(now)``; a stop takes them once more after the lateness allowance.
 - One writer thread (``WriterWorker``) owns every writer call; the writers encode in their own threads.
-Images: QoS reliable, keep-last 10 by default (``image_reliability``: reliable | best_effort), so a
-briefly busy process loses no frames; DDS absorbs short stalls in its history.
+Images: QoS reliable, a second of frames kept by default (``image_reliability``: reliable | best_effort),
+so a briefly busy process loses no frames; DDS absorbs short stalls in its history.
 Inputs: the node subscribes what the input router (``recording.router``, shared with the bag
 converter) lists for the recorder's topic map (``recording.inputs``: its topic parameters and its
 ``mapping`` file: joint names, gripper scales, extra inputs of the feature table) and hands it every
@@ -55,8 +58,8 @@ from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
                                   STOP_EPISODE_AT)
 
-from .common import (ArrivalExecutor, DecodeErrors, ParameterError, arrival_or_now, create_decoded_subscription,
-                     declare_config, now_ns, recorder_image_qos, run_in_thread, spin_until)
+from .common import (ArrivalExecutor, DecodeErrors, ParameterError, PolledInputs, arrival_or_now, declare_config, now_ns,
+                     recorder_image_qos, run_in_thread, spin_until)
 
 
 def message_class(msg_type: str) -> Any:
@@ -108,7 +111,7 @@ class RecorderNode(Node):
             max_episode_s=cfg.max_episode_s, publish_event=self._publish_event, session_record=self._session_record,
             on_change=self._publish_status, log=lambda m: self.get_logger().info(m), max_lag_s=cfg.writer_max_lag_s,
             episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end),
-            stop_reach_s=cfg.stop_reach_s)
+            stop_reach_s=cfg.stop_reach_s, drain=lambda: self.inputs.poll())
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
         # frames received per camera (delivery health, piper_recorder.delivery): colour, and depth for RGB-D
@@ -122,12 +125,13 @@ class RecorderNode(Node):
         latched_input = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.decode_errors = DecodeErrors()
+        # taken on the tick thread before each row, not by the executor (PolledInputs; module doc), and
+        # decoded as the bag converter decodes (assembly.cdr): the same objects into the router
+        self.inputs = PolledInputs(self, self.decode_errors)
         for r in self.router.routes:
             qos = (self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT
                    else latched_input if r.kind == LATCHED else arm_qos)
-            # decoded as the bag converter decodes (assembly.cdr): the same objects into the router
-            create_decoded_subscription(self, message_class(r.msg_type), r.topic, self._receiver(r), qos,
-                                        self.decode_errors)
+            self.inputs.subscribe(message_class(r.msg_type), r.topic, self._receiver(r), qos)
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
@@ -163,16 +167,16 @@ class RecorderNode(Node):
 
     # ---- inputs -----------------------------------------------------------------------------
     def _receiver(self, r: Route) -> Any:
-        # the ROS clock is read only for the topics that use a receive time (router.receiver)
-        handle = self.router.receiver(r.topic, lambda: now_ns(self))
+        """``(message, reception ns)`` -> the router (and the delivery count of an image)."""
+        handle = self.router.handler(r.topic)
         idx = self._image_index.get(r.topic)
         if idx is None:
             return handle
         count = self.image_counts.on_image
 
-        def on_image(msg: Any) -> None:
+        def on_image(msg: Any, received_ns: int) -> None:
             count(idx, msg.header)   # the only per-frame cost of the delivery health: a counter bump
-            handle(msg)
+            handle(msg, received_ns)
         return on_image
 
     def _on_provenance(self, msg: String) -> None:
@@ -307,6 +311,10 @@ class RecorderNode(Node):
         clock, period = time.monotonic, self._status_period_s
         next_status = clock()
         while not self._stop.is_set():
+            try:
+                self.inputs.poll()   # what arrived since the last wake-up, before rows are assembled
+            except Exception as exc:  # noqa: BLE001 - a failing handler must not end the rows; said every 10 s
+                self.get_logger().error(f"inputs failed: {type(exc).__name__}: {exc}", throttle_duration_sec=10.0)
             now = clock()
             if now >= next_status:
                 next_status = max(next_status + period, now)
@@ -341,3 +349,4 @@ class RecorderNode(Node):
         self._control_thread.join(2.0)
         self._control_exec.shutdown(timeout_sec=2.0)
         self._control.destroy_node()
+        self.inputs.destroy()

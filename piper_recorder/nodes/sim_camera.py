@@ -39,7 +39,7 @@ from std_msgs.msg import String
 from piper_recorder import cdr_encode
 from piper_recorder.delivery import ImageCounts, received_rate
 from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO, EEF_POSE, STATUS
-from piper_recorder.nodes.common import (create_decoded_subscription, declare_config, now_ns, run_node,
+from piper_recorder.nodes.common import (PolledInputs, declare_config, now_ns, run_node,
                                          stamp_to_ns)
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
@@ -107,7 +107,10 @@ class SimCamera(Node):
         self.pub_depth = self.create_publisher(Image, f"~/{DEPTH_IMAGE}", qos)
         self.pub_color_info = self.create_publisher(CameraInfo, f"~/{COLOR_INFO}", qos)
         self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", qos)
-        create_decoded_subscription(self, PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
+        # the arm's 100 Hz pose is taken when a frame is rendered (PolledInputs), not by an executor waking
+        # for each pose: the capture loop is the only reader of the history (50: 0.5 s between renders)
+        self.inputs = PolledInputs(self)
+        self.inputs.subscribe(PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -154,7 +157,7 @@ class SimCamera(Node):
         self.pub_status.publish(String(data=json.dumps({"camera": self.get_name(), **self.counters(),
                                                         "fps": received_rate(sent), "nominal_fps": self.cfg.fps})))
 
-    def _on_eef(self, msg: PoseStamped) -> None:
+    def _on_eef(self, msg: PoseStamped, _received_ns: int) -> None:
         p = msg.pose.position
         self.history.add(stamp_to_ns(msg.header.stamp), (p.x, p.y, p.z))
 
@@ -230,6 +233,7 @@ class SimCamera(Node):
         yellow). With no pose stream at all the marker is absent."""
         deadline = time.monotonic() + self.cfg.pose_wait_ms / 1000.0
         while True:
+            self.inputs.poll()
             latest = self.history.latest_stamp()
             if latest is None or latest >= capture_ns:
                 return self.history.at(capture_ns), False
@@ -251,14 +255,14 @@ class SimCamera(Node):
     def on_shutdown(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2.0)
+        self.inputs.destroy()
         self.get_logger().info(f"published {self.published} frames, skipped {self.skipped} (faults) "
                                f"and {self.late_skipped} (stalls); {self.stale_poses} rendered with a stale pose")
 
 
 def main(args: list[str] | None = None) -> None:
-    # Events executor like the other device nodes: the only frequent callback stores the ~200 Hz EEF
-    # pose (rendering and publishing run in the capture thread), and the multi-threaded executor's cost
-    # per callback was taken from the control chain and the recorders on the demo's 2-core machine.
+    # Events executor like the other device nodes; it serves the status timer and the parameters only: the
+    # capture thread takes the EEF pose, renders and publishes.
     sys.exit(run_node(SimCamera, args))
 
 

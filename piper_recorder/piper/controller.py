@@ -41,8 +41,12 @@ class _Target:
 
 class ArmController:
     def __init__(self, cfg: ArmConfig, link: PiperLink,
-                 on_command: Callable[[float, np.ndarray | None, float | None], None] | None = None):
+                 on_command: Callable[[float, np.ndarray | None, float | None], None] | None = None,
+                 take_inputs: Callable[[], object] | None = None):
+        """``take_inputs``: called at the start of every tick on the control thread, outside the lock (the
+        node's polled target subscriptions: they call ``set_target``/``set_gripper``)."""
         cfg.validate()
+        self.take_inputs = take_inputs
         self.cfg, self.link = cfg, link
         self.backend = make_backend(cfg, link)
         self.limits = Limits(np.array(cfg.joint_min), np.array(cfg.joint_max),
@@ -210,6 +214,8 @@ class ArmController:
                 time.sleep(delay)
 
     def tick(self) -> None:
+        if self.take_inputs is not None:
+            self.take_inputs()
         fb = self.link.feedback()
         now = time.monotonic()
         with self._lock:

@@ -112,8 +112,12 @@ class EpisodeController:
                  session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
                  log: Callable[[str], object] = print, tick_stats: bool = True,
                  max_lag_s: float = DEFAULT_MAX_LAG_S,
-                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None, stop_reach_s: float = 0.0):
+                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None, stop_reach_s: float = 0.0,
+                 drain: Callable[[], object] = lambda: None):
         assembly.validate()
+        # hands over every message received so far (the node's polled inputs): a stop calls it once the
+        # assembly delay has passed, before the last rows are assembled
+        self._drain = drain
         # ticks assemble rows this much later than their lateness asks: how far back a stamped stop
         # (stop_at) can end an episode before the rows after it are written (RecorderConfig.stop_reach_s)
         self._reach_ns = round(stop_reach_s * 1e9)
@@ -350,6 +354,7 @@ class EpisodeController:
             delay = self._delay_s - max(0.0, (time.time_ns() - end) / 1e9)
             if delay > 0:
                 time.sleep(delay)
+            self._drain()
             with self._lock:
                 asm = self._asm
                 assert asm is not None

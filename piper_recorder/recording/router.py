@@ -79,19 +79,20 @@ class InputRouter:
         the others are stamped by their header alone."""
         return topic in self._timed
 
-    def receiver(self, topic: str, now: Callable[[], int]) -> Callable[[Any], None]:
-        """The subscription callback for ``topic``: ``route`` with the receive time from ``now()``, read
-        only for a topic that uses it (``uses_receive_time``: reading the ROS clock costs a few us a
-        message, for ~500 stamped messages a second that never look at it)."""
+    def handler(self, topic: str) -> Handler:
+        """``route`` for ``topic`` as one call ``(message, receive_ns)`` (its only handler, when it has one)."""
         fns = self._handlers[topic]
-        timed = topic in self._timed
-        if len(fns) > 1:
-            route = self.route
-            if timed:
-                return lambda msg: route(topic, msg, now())
-            return lambda msg: route(topic, msg, 0)
-        fn = fns[0]
-        if timed:
+        if len(fns) == 1:
+            return fns[0]
+        return lambda msg, now: self.route(topic, msg, now)
+
+    def receiver(self, topic: str, now: Callable[[], int]) -> Callable[[Any], None]:
+        """An executor's subscription callback for ``topic``: ``route`` with the receive time from
+        ``now()``, read only for a topic that uses it (``uses_receive_time``: reading the ROS clock costs a
+        few us a message, for ~500 stamped messages a second that never look at it). The recorders take
+        their inputs with the reception time instead (``nodes.common.PolledInputs``: ``handler``)."""
+        fn = self.handler(topic)
+        if topic in self._timed:
             return lambda msg: fn(msg, now())
         return lambda msg: fn(msg, 0)   # 0: no handler of this topic reads it
 
