@@ -151,6 +151,36 @@ class PolledInputs:
         self._subs: list[tuple[Any, str | None, str, Callable[[Any, int], None]]] = []
         self._lock = threading.Lock()
         self._sim_time = bool(owner.get_parameter("use_sim_time").value)
+        self._wake = self.node.create_guard_condition(lambda: None)   # ``interrupt``: ends a ``wait`` at once
+        self._wait_set: tuple[Any, int] | None = None   # rclpy's wait set and how many subscriptions it holds
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a message is waiting in any subscription (True), ``interrupt`` is called or the
+        timeout passes (False). One thread waits at a time. rclpy's wait set, as ``rclpy.wait_for_message``
+        uses it: a loop that acts on its inputs as they come (piper_arm's position control) sleeps here."""
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+        with self._lock:
+            subs = [sub for sub, *_ in self._subs]
+        if self._wait_set is None or self._wait_set[1] != len(subs):
+            self._wait_set = (_rclpy.WaitSet(len(subs), 1, 0, 0, 0, 0, self._context_handle()), len(subs))
+        ws = self._wait_set[0]
+        ws.clear_entities()
+        for sub in subs:
+            ws.add_subscription(sub.handle)
+        ws.add_guard_condition(self._wake.handle)
+        ws.wait(max(0, round(timeout_s * 1e9)))
+        return bool(ws.get_ready_entities("subscription"))
+
+    def _context_handle(self) -> Any:
+        handle = self.node.context.handle
+        if handle is None:
+            raise RuntimeError("the inputs' context is shut down")
+        return handle
+
+    def interrupt(self) -> None:
+        """End a ``wait`` in progress (a stop)."""
+        self._wake.trigger()
 
     def subscribe(self, msg_class: Any, topic: str, handler: Callable[[Any, int], None], qos: Any) -> Any:
         """``handler(message, received_ns)`` for each message of ``topic`` taken by ``poll``."""
@@ -188,6 +218,7 @@ class PolledInputs:
         return n
 
     def destroy(self) -> None:
+        self._wait_set = None
         self.node.destroy_node()
 
 

@@ -78,9 +78,11 @@ class PiperArmNode(Node):
         self.pub_provenance = self.create_publisher(String, ARM_PROVENANCE, latched)
 
         # targets are taken by the control loop at each tick (PolledInputs), not by an executor waking for
-        # each of ~200 a second: the tick that would send them validates them just before
+        # each of ~200 a second: the tick that sends them validates them just before; in position control
+        # the loop wakes when they arrive (ArmController._run_on_inputs)
         self.inputs = PolledInputs(self)
-        self.ctl = ArmController(cfg, self.link, on_command=self._on_command, take_inputs=self.inputs.poll)
+        self.ctl = ArmController(cfg, self.link, on_command=self._on_command, take_inputs=self.inputs.poll,
+                                 wait_inputs=self.inputs.wait, interrupt=self.inputs.interrupt)
         try:
             self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
         except FirmwareRefused as exc:   # before enabling: the arm was never commanded

@@ -57,6 +57,9 @@ class ArmConfig:
     # default, S-V1.8-5; e.g. S-V1.8-8 for the 12-bit MIT frame, firmware.py)
     emulator_firmware: str = ""
     control_rate_hz: float = 200.0
+    # position backend with the node's inputs: a target goes out when it arrives (at most control_rate_hz);
+    # without new targets the loop ticks at this rate (keepalives, holds, homing steps, CAN-silence checks)
+    hold_rate_hz: float = 50.0
     # /arm/joint_states and /arm/eef_pose rate (Hz): every complete feedback set of the arm (~200 Hz) is
     # read, every other one published. No consumer needs 200 Hz (rows at 30 Hz hold the newest sample,
     # <= 10 ms old at 100 Hz; teleop ticks at 100 Hz; cameras at 30 Hz), and each of ~7 subscribers paid
@@ -112,6 +115,9 @@ class ArmConfig:
             raise ValueError(f"feedback_publish_hz must be 1..1000, got {self.feedback_publish_hz}")
         if not 10.0 <= self.control_rate_hz <= 1000.0:
             raise ValueError(f"control_rate_hz must be 10..1000, got {self.control_rate_hz}")
+        if not 1.0 / self.keepalive_s <= self.hold_rate_hz <= self.control_rate_hz:
+            raise ValueError(f"hold_rate_hz must lie between 1 / keepalive_s ({1.0 / self.keepalive_s:g}) and "
+                             f"control_rate_hz ({self.control_rate_hz:g}), got {self.hold_rate_hz}")
         if any(lo >= hi for lo, hi in zip(self.joint_min, self.joint_max)):
             raise ValueError("joint_min must be below joint_max")
         if any(lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max)):

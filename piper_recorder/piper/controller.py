@@ -42,11 +42,14 @@ class _Target:
 class ArmController:
     def __init__(self, cfg: ArmConfig, link: PiperLink,
                  on_command: Callable[[float, np.ndarray | None, float | None], None] | None = None,
-                 take_inputs: Callable[[], object] | None = None):
+                 take_inputs: Callable[[], object] | None = None,
+                 wait_inputs: Callable[[float], bool] | None = None, interrupt: Callable[[], None] | None = None):
         """``take_inputs``: called at the start of every tick on the control thread, outside the lock (the
-        node's polled target subscriptions: they call ``set_target``/``set_gripper``)."""
+        node's polled target subscriptions: they call ``set_target``/``set_gripper``). ``wait_inputs(s)``:
+        block until inputs are waiting (True) or ``s`` passed; with it the position backend's loop runs on
+        its targets (``_run_on_inputs``); ``interrupt`` ends such a wait (``stop``)."""
         cfg.validate()
-        self.take_inputs = take_inputs
+        self.take_inputs, self.wait_inputs, self.interrupt = take_inputs, wait_inputs, interrupt
         self.cfg, self.link = cfg, link
         self.backend = make_backend(cfg, link)
         self.limits = Limits(np.array(cfg.joint_min), np.array(cfg.joint_max),
@@ -92,6 +95,8 @@ class ArmController:
     def stop(self) -> None:
         """Stop the loop; the backend returns to a position hold (the arm stays enabled)."""
         self._stop.set()
+        if self.interrupt is not None:
+            self.interrupt()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
         with self._lock:
@@ -196,13 +201,43 @@ class ArmController:
 
     # ------------------------------------------------------------ loop
     def _run(self) -> None:
+        if self.wait_inputs is not None and self.backend.name == "position":
+            self._run_on_inputs(self.wait_inputs)
+        else:
+            self._run_fixed_rate()
+
+    def _tick_safely(self) -> None:
+        try:
+            self.tick()
+        except Exception as exc:  # keep the loop alive; report in status
+            self.state = f"error: {exc!r}"
+
+    def _run_on_inputs(self, wait: Callable[[float], bool]) -> None:
+        """Position control: the firmware interpolates between end-pose targets, so a target goes out as
+        soon as it arrives (at most ``control_rate_hz`` ticks a second: a burst is taken together), and
+        without one the loop ticks at ``hold_rate_hz`` (keepalives, holds, homing steps, CAN silence).
+        A fixed 200 Hz loop relaying 100 Hz targets spent half its ticks on nothing and held each target
+        up to a period; here a teleop stream costs one tick per target."""
+        hold, gap = 1.0 / self.cfg.hold_rate_hz, 1.0 / self.cfg.control_rate_hz
+        clock = time.monotonic
+        last = clock() - hold
+        while not self._stop.is_set():
+            left = last + hold - clock()
+            if left > 0:
+                wait(left)
+                if self._stop.is_set():
+                    break
+            early = last + gap - clock()
+            if early > 0:
+                time.sleep(early)
+            last = clock()
+            self._tick_safely()
+
+    def _run_fixed_rate(self) -> None:
         period = 1.0 / self.cfg.control_rate_hz
         next_t = time.monotonic()
         while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception as exc:  # keep the loop alive; report in status
-                self.state = f"error: {exc!r}"
+            self._tick_safely()
             next_t += period
             delay = next_t - time.monotonic()
             if delay < -period:
