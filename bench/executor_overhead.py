@@ -3,7 +3,8 @@
 A publisher process sends what a recorder receives from the graph (joint states and EEF poses at
 200 Hz each, commanded pose and gripper at 200 Hz each, two 640x480 rgb8 cameras at 30 fps); a
 subscriber process with a trivial callback (like the recorders': wrap the buffer, insert) runs each
-executor in turn. Prints messages received vs sent and the subscriber's CPU seconds per wall second.
+executor in turn, and the recorders' way: no executor, the messages taken every 33 ms (``polled``).
+Prints messages received vs sent and the subscriber's CPU seconds per wall second.
 
     .venv/bin/python bench/executor_overhead.py [--seconds 10]
 """
@@ -72,8 +73,15 @@ def subscriber(kind: str, seconds: float) -> None:
         counts["img"] += 1
 
     qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-    if kind == "decoded":   # what the recorders do: serialized messages, decoded by nodes.common.decoder
+    polled = None
+    if kind == "decoded":   # serialized messages decoded by assembly.cdr, through the EventsExecutor
         from piper_recorder.nodes.common import create_decoded_subscription as sub
+    elif kind == "polled":   # what the recorders do: PolledInputs taken every 33 ms (a row), decoded
+        from piper_recorder.nodes.common import PolledInputs
+        polled = PolledInputs(node)
+
+        def sub(node, cls, topic, cb, q, **kw):
+            return polled.subscribe(cls, topic, lambda m, _t: cb(m), q)
     else:
         def sub(node, cls, topic, cb, q, **kw):
             return node.create_subscription(cls, topic, cb, q, **kw)
@@ -95,6 +103,10 @@ def subscriber(kind: str, seconds: float) -> None:
     ex.add_node(node)
     c0, t0 = time.process_time(), time.monotonic()
     end = t0 + seconds
+    if polled is not None:
+        while time.monotonic() < end:
+            polled.poll()
+            time.sleep(1 / 30)
     while time.monotonic() < end:
         ex.spin_once(timeout_sec=0.1)
     cpu = time.process_time() - c0
@@ -105,9 +117,10 @@ def subscriber(kind: str, seconds: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--role", choices=["pub", "multi", "single", "events", "decoded"])
-    ap.add_argument("--kinds", default="multi,single,events,decoded",
-                    help="subscribers to run in turn (decoded: EventsExecutor, serialized take + our decoder)")
+    ap.add_argument("--role", choices=["pub", "multi", "single", "events", "decoded", "polled"])
+    ap.add_argument("--kinds", default="multi,single,events,decoded,polled",
+                    help="subscribers to run in turn (decoded: EventsExecutor, serialized take + our decoder; "
+                         "polled: nodes.common.PolledInputs taken every 33 ms, as the recorders do)")
     args = ap.parse_args()
     if args.role == "pub":
         return publisher(args.seconds)

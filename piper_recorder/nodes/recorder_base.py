@@ -5,9 +5,8 @@ events, provenance.
 Threads (why encoding never blocks a message callback):
 - The inputs (arm, cameras, headset lines: ~500 messages/s) are served by no executor: the tick
   thread takes what arrived before each row (``nodes.common.PolledInputs``, on a node of their own,
-  ``<name>_inputs``), with each message's DDS reception time as its receive time. Taking 30 batches
-  a second cost a subscriber ~155 us of CPU a message against ~200-280 us through an executor that
-  wakes for each (``bench/executor_overhead.py``). A message only wraps its buffer with numpy (no copy
+  ``<name>_inputs``), with each message's DDS reception time as its receive time: about half the CPU
+  of an executor waking for each message (``bench/executor_overhead.py``). A message only wraps its buffer with numpy (no copy
   for rgb8/16UC1) and goes into the assembler under a short lock. The histories (QoS depth) hold more
   than arrives between two polls: images a second (``recorder_image_qos``), arm topics 0.5 s.
 - ``run_node``'s EventsExecutor serves the rest: the latched provenance, hello and policy topics.

@@ -1,0 +1,86 @@
+"""PolledInputs: subscriptions no executor serves. ``poll`` hands over every waiting message in order,
+decoded (assembly.cdr) with its DDS reception time; a payload that does not decode is a counted drop;
+the owner's remappings apply; ``wait`` returns when a message waits, at its timeout, or on ``interrupt``;
+the owner's executor never runs their callbacks."""
+from __future__ import annotations
+
+import threading
+import time
+
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from piper_recorder import cdr_encode
+from piper_recorder.nodes.common import PolledInputs
+
+QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
+    ros_domain.apply()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    stop = threading.Event()
+    try:
+        # the owner remaps /arm/eef_pose: its polled subscription must follow
+        owner = rclpy.create_node("owner", context=ctx, cli_args=["--ros-args", "-r", "/arm/eef_pose:=/robot/eef"])
+        talker = rclpy.create_node("talker", context=ctx)
+        inputs = PolledInputs(owner)
+        assert inputs.node.get_name() == "owner_inputs"
+        poses: list[tuple[object, int]] = []
+        lines: list[tuple[str, int]] = []
+        inputs.subscribe(PoseStamped, "/arm/eef_pose", lambda m, t: poses.append((m, t)), QOS)
+        inputs.subscribe(String, "/lines", lambda m, t: lines.append((m.data, t)), QOS)
+        ex = rclpy.executors.SingleThreadedExecutor(context=ctx)   # spins the owner: must not touch the inputs
+        ex.add_node(owner)
+        ex.add_node(talker)
+        errors: list[BaseException] = []
+
+        def spin() -> None:
+            while not stop.is_set():
+                try:
+                    ex.spin_once(0.05)
+                except BaseException as exc:  # noqa: BLE001 - reported by the test
+                    errors.append(exc)
+        threading.Thread(target=spin, daemon=True).start()
+        pose_pub = talker.create_publisher(PoseStamped, "/robot/eef", QOS)
+        line_pub = talker.create_publisher(String, "/lines", QOS)
+        deadline = time.monotonic() + 10
+        while (pose_pub.get_subscription_count() < 1 or line_pub.get_subscription_count() < 1) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inputs.wait(0.05) is False and inputs.poll() == 0   # nothing sent yet
+
+        before = time.time_ns()
+        for i in range(20):
+            pose_pub.publish(cdr_encode.pose_stamped(1_000 + i, "arm_base", (0.01 * i, 0.0, 0.3), (0, 0, 0, 1)))
+            line_pub.publish(cdr_encode.string(f"line {i}"))
+        pose_pub.publish(b"\x00\x01\x00\x00\x03")   # not a PoseStamped: dropped and counted
+        assert inputs.wait(5.0) is True
+        deadline = time.monotonic() + 5
+        while (len(poses) < 20 or len(lines) < 20) and time.monotonic() < deadline:
+            inputs.poll()
+            time.sleep(0.01)
+        after = time.time_ns()
+        assert [m.header.stamp.nanosec for m, _ in poses] == [1_000 + i for i in range(20)]
+        assert [m.pose.position.x for m, _ in poses] == [0.01 * i for i in range(20)]
+        assert [d for d, _ in lines] == [f"line {i}" for i in range(20)]
+        stamps = [t for _, t in poses + lines]
+        assert all(before <= t <= after for t in stamps)
+        assert [t for _, t in lines] == sorted(t for _, t in lines)
+        assert inputs.errors.counts == {"/robot/eef": 1}
+        assert errors == []   # the executor never ran a polled subscription's callback
+
+        # a wait ends at once on interrupt, else at its timeout
+        t0 = time.monotonic()
+        threading.Timer(0.1, inputs.interrupt).start()
+        assert inputs.wait(5.0) is False and time.monotonic() - t0 < 2.0
+        t0 = time.monotonic()
+        assert inputs.wait(0.2) is False and time.monotonic() - t0 >= 0.15
+        inputs.destroy()
+    finally:
+        stop.set()
+        time.sleep(0.1)
+        rclpy.shutdown(context=ctx)
