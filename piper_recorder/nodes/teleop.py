@@ -63,7 +63,7 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.client import Client
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import String
@@ -73,9 +73,8 @@ from piper_recorder import cdr_encode
 from piper_recorder.names import (ARM_STATUS, GRIPPER_JOINTS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
                                   QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
                                   TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, declare_config, now_ns, run_node, stamp_to_ns,
+from piper_recorder.nodes.common import (FixedRateLoop, PolledInputs, declare_config, now_ns, run_node, stamp_to_ns,
                                          timer_callback)
-from piper_recorder.nodes.common import create_decoded_subscription as sub
 from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
@@ -128,22 +127,25 @@ class TeleopNode(Node):
                                      to_mono=HostToMono(host_ns=lambda: now_ns(self)))
         self.cfg = cfg
 
-        g, sensor = ReentrantCallbackGroup(), qos_profile_sensor_data
+        g = ReentrantCallbackGroup()
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
         self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
         self.pub_haptic = self.create_publisher(String, QUEST_HAPTIC, reliable)
         self.pub_status = self.create_publisher(String, STATUS, reliable)
 
+        # the headset and arm streams (~470 messages/s) are taken by the control loop at each tick
+        # (PolledInputs: no executor wake-up per message), decoded as the recorders decode them; best-effort
+        # as sensor data, with half a second of history so a stalled tick loses no button edge
+        streams = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.inputs = PolledInputs(self)
         if spacemouse is None:
-            # the headset and arm streams, decoded as the recorders decode them (nodes.common)
-            sub(self, PoseStamped, quest_topic(QUEST_POSE_PATTERN, cfg.hand), self._on_hand_pose, sensor,
-                callback_group=g)
+            self.inputs.subscribe(PoseStamped, quest_topic(QUEST_POSE_PATTERN, cfg.hand), self._on_hand_pose, streams)
             for hand in QUEST_HANDS:
-                sub(self, JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand), functools.partial(self._on_joy, hand), sensor,
-                    callback_group=g)
-        sub(self, PoseStamped, EEF_POSE, self._on_arm_pose, sensor, callback_group=g)
-        sub(self, JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
+                self.inputs.subscribe(JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand), functools.partial(self._on_joy, hand),
+                                      streams)
+        self.inputs.subscribe(PoseStamped, EEF_POSE, self._on_arm_pose, streams)
+        self.inputs.subscribe(JointState, JOINT_STATES, self._on_joints, streams)
         self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable, callback_group=g)
         self.create_subscription(String, EPISODE_EVENTS, lambda m: self.session.on_episode_event(m.data),
                                  reliable, callback_group=g)
@@ -174,18 +176,18 @@ class TeleopNode(Node):
                                f"recorders={self.ncfg.recorders}")
 
     # ---- inputs -------------------------------------------------------------------------------
-    def _on_hand_pose(self, msg: PoseStamped) -> None:
+    def _on_hand_pose(self, msg: PoseStamped, _received_ns: int) -> None:
         p, q = _pose_lists(msg)
         self.session.on_hand_pose(stamp_to_ns(msg.header.stamp), p, q)
 
-    def _on_joy(self, hand: str, msg: JoyMsg) -> None:
+    def _on_joy(self, hand: str, msg: JoyMsg, _received_ns: int) -> None:
         self.session.on_joy(stamp_to_ns(msg.header.stamp), hand, _joy(msg))
 
-    def _on_arm_pose(self, msg: PoseStamped) -> None:
+    def _on_arm_pose(self, msg: PoseStamped, _received_ns: int) -> None:
         p, q = _pose_lists(msg)
         self.session.on_arm_pose(p, q)
 
-    def _on_joints(self, msg: JointState) -> None:
+    def _on_joints(self, msg: JointState, _received_ns: int) -> None:
         self.session.on_joints(list(msg.position))
 
     def _on_arm_status(self, msg: DiagnosticArray) -> None:
@@ -207,8 +209,10 @@ class TeleopNode(Node):
         self._loop.stop()
         if self._reader is not None:
             self._reader.stop()
+        self.inputs.destroy()
 
     def _tick(self) -> None:
+        self.inputs.poll()
         step = self.session.tick()
         res = step.result
         for action in res.actions:
