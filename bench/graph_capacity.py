@@ -121,9 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     best = 0
     with tempfile.TemporaryDirectory(prefix="graph_capacity-") as tmp:
         for n in counts:
+            before = os.getloadavg()[0]
             r = run(n, seconds, args.size, Path(tmp), args.jitter_ms)
             print(f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode"
-                  + (f", capture jitter 0..{args.jitter_ms:g} ms" if args.jitter_ms else "") + f" (load {os.getloadavg()[0]:.1f})")
+                  + (f", capture jitter 0..{args.jitter_ms:g} ms" if args.jitter_ms else "")
+                  + f" (load average {before:.1f} before the graph started, {os.getloadavg()[0]:.1f} at its end)")
             zero = True
             for cam, c in r["cams"].items():
                 lost = c["repeated"] + c["dropped"] + max(0, c["grid"] - c["written"])
@@ -137,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {rec} tick delay ms: p50 {d.get('p50', 'n/a')}, p99 {d.get('p99', 'n/a')}, "
                       f"max {d.get('max', 'n/a')}")
             print("  CPU (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["cpu"].items())))
-            print(f"  total CPU {sum(r['cpu'].values()):.2f} cores; stop->saved "
+            total = sum(r["cpu"].values())
+            print(f"  total CPU {total:.2f} cores ({100 * total / (os.cpu_count() or 1):.0f} % of this machine's "
+                  f"{os.cpu_count()} cores; budget 1.2 cores, piper_arm 0.15); stop->saved "
                   + ", ".join(f"{k} {v:.2f}s" for k, v in r["stop_to_saved_s"].items()))
             if zero:
                 best = max(best, n)
