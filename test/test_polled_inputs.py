@@ -32,7 +32,11 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
         poses: list[tuple[object, int]] = []
         lines: list[tuple[str, int]] = []
         inputs.subscribe(PoseStamped, "/arm/eef_pose", lambda m, t: poses.append((m, t)), QOS)
-        inputs.subscribe(String, "/lines", lambda m, t: lines.append((m.data, t)), QOS)
+        def on_line(m, t: int) -> None:
+            if m.data == "boom":
+                raise RuntimeError("a handler that fails")
+            lines.append((m.data, t))
+        inputs.subscribe(String, "/lines", on_line, QOS)
         ex = rclpy.executors.SingleThreadedExecutor(context=ctx)   # spins the owner: must not touch the inputs
         ex.add_node(owner)
         ex.add_node(talker)
@@ -58,19 +62,21 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
             pose_pub.publish(cdr_encode.pose_stamped(1_000 + i, "arm_base", (0.01 * i, 0.0, 0.3), (0, 0, 0, 1)))
             line_pub.publish(cdr_encode.string(f"line {i}"))
         pose_pub.publish(b"\x00\x01\x00\x00\x03")   # not a PoseStamped: dropped and counted
+        line_pub.publish(cdr_encode.string("boom"))        # its handler raises: dropped and counted, polling goes on
+        line_pub.publish(cdr_encode.string("after"))
         assert inputs.wait(5.0) is True
         deadline = time.monotonic() + 5
-        while (len(poses) < 20 or len(lines) < 20) and time.monotonic() < deadline:
+        while (len(poses) < 20 or len(lines) < 21) and time.monotonic() < deadline:
             inputs.poll()
             time.sleep(0.01)
         after = time.time_ns()
         assert [m.header.stamp.nanosec for m, _ in poses] == [1_000 + i for i in range(20)]
         assert [m.pose.position.x for m, _ in poses] == [0.01 * i for i in range(20)]
-        assert [d for d, _ in lines] == [f"line {i}" for i in range(20)]
+        assert [d for d, _ in lines] == [f"line {i}" for i in range(20)] + ["after"]
         stamps = [t for _, t in poses + lines]
         assert all(before <= t <= after for t in stamps)
         assert [t for _, t in lines] == sorted(t for _, t in lines)
-        assert inputs.errors.counts == {"/robot/eef": 1}
+        assert inputs.errors.counts == {"/robot/eef": 1, "/lines": 1}
         assert errors == []   # the executor never ran a polled subscription's callback
 
         # a wait ends at once on interrupt, else at its timeout

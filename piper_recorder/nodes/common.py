@@ -93,9 +93,9 @@ class DecodeErrors:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
 
-    def add(self, node: Node, topic: str, exc: Exception) -> None:
+    def add(self, node: Node, topic: str, exc: Exception, what: str = "did not decode") -> None:
         self.counts[topic] = self.counts.get(topic, 0) + 1
-        node.get_logger().error(f"{topic}: a message did not decode ({exc!r}); dropped "
+        node.get_logger().error(f"{topic}: a message {what} ({exc!r}); dropped "
                                 f"({self.counts[topic]} so far)", throttle_duration_sec=10.0)
 
 
@@ -140,8 +140,10 @@ class PolledInputs:
     every entity), under the owner's topic names as resolved by the owner (its remappings apply).
     Each message is decoded by ``assembly.cdr`` for ``DECODED_TYPES`` (rclpy's message otherwise)
     and handed over with its DDS reception time (system time; the owner's ROS clock under
-    ``use_sim_time``). A payload that does not decode is a counted drop (``errors``). ``poll`` may be
-    called from several threads: one takes at a time, so each topic's messages are handled in order.
+    ``use_sim_time``). A payload that does not decode, or whose handler raises, is a counted drop
+    (``errors``, logged at most every 10 s): the thread that polls goes on (a control loop, the
+    rows). ``poll`` may be called from several threads: one takes at a time, so each topic's messages
+    are handled in order.
     """
 
     def __init__(self, owner: Node, errors: DecodeErrors | None = None):
@@ -214,7 +216,11 @@ class PolledInputs:
                             self.errors.add(self.owner, topic, exc)
                             continue
                     received = now_ns(self.owner) if self._sim_time else int(info["received_timestamp"])
-                    handler(data, received)
+                    try:
+                        handler(data, received)
+                    except Exception as exc:  # noqa: BLE001 - a counted drop: the poller's loop must go on
+                        self.errors.add(self.owner, topic, exc, "could not be handled")
+                        continue
                     n += 1
         return n
 
