@@ -5,10 +5,11 @@ events, provenance.
 Threads (why encoding never blocks a message callback):
 - The inputs (arm, cameras, headset lines: ~500 messages/s) are served by no executor: the tick
   thread takes what arrived before each row (``nodes.common.PolledInputs``, on a node of their own,
-  ``<name>_inputs``), with each message's DDS reception time as its receive time: about half the CPU
-  of an executor waking for each message (``bench/executor_overhead.py``). A message only wraps its buffer with numpy (no copy
-  for rgb8/16UC1) and goes into the assembler under a short lock. The histories (QoS depth) hold more
-  than arrives between two polls: images a second (``recorder_image_qos``), arm topics 0.5 s.
+  ``<name>_inputs``), with each message's DDS reception time as its receive time: about half the
+  CPU of an executor waking for each message (``bench/executor_overhead.py``). A message only wraps
+  its buffer with numpy (no copy for rgb8/16UC1) and goes into the assembler under a short lock. The
+  histories (QoS depth) hold more than arrives between two polls: images a second
+  (``recorder_image_qos``), arm topics 0.5 s.
 - ``run_node``'s EventsExecutor serves the rest: the latched provenance, hello and policy topics.
 - The services live on a second, message-free node (``<name>_control``, its services named under
   the recorder's own name: ``/lerobot_recorder/stop_episode``) spun by its own executor thread, so a
@@ -312,7 +313,7 @@ class RecorderNode(Node):
         while not self._stop.is_set():
             try:
                 self.inputs.poll()   # what arrived since the last wake-up, before rows are assembled
-            except Exception as exc:  # noqa: BLE001 - a failing handler must not end the rows; said every 10 s
+            except Exception as exc:  # noqa: BLE001 - a failing take (a context shutting down) must not end the rows
                 self.get_logger().error(f"inputs failed: {type(exc).__name__}: {exc}", throttle_duration_sec=10.0)
             now = clock()
             if now >= next_status:

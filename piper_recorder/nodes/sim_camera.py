@@ -39,8 +39,7 @@ from std_msgs.msg import String
 from piper_recorder import cdr_encode
 from piper_recorder.delivery import ImageCounts, received_rate
 from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO, EEF_POSE, STATUS
-from piper_recorder.nodes.common import (PolledInputs, declare_config, now_ns, run_node,
-                                         stamp_to_ns)
+from piper_recorder.nodes.common import PolledInputs, declare_config, now_ns, run_node, stamp_to_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
 from piper_recorder.sim.history import PoseHistory
