@@ -2,8 +2,9 @@
 
 Subscribes /arm/target_pose (PoseStamped, absolute flange target, frame "arm_base" or empty) and
 /arm/target_gripper (JointState ["gripper"], m), keeping only the newest unread target of each; the
-control loop takes them at its tick (on the node ``piper_arm_inputs``). Publishes /arm/joint_states and /arm/eef_pose at
-``feedback_publish_hz`` (100 Hz; from the SDK reader thread as a joint / end-pose frame set completes),
+control loop takes them at its tick (on the node ``piper_arm_inputs``). Publishes /arm/joint_states
+and /arm/eef_pose at ``feedback_publish_hz`` (100 Hz; from the SDK reader thread as a joint / end-pose
+frame set completes),
 stamped with the host receive time of those frames (capture time);
 /arm/commanded_pose and /arm/commanded_gripper with exactly what went on the bus, stamped when it
 was sent; /arm/status (DiagnosticArray, 2 Hz); /arm/provenance (String JSON, transient local).
@@ -28,16 +29,16 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder import cdr_encode
-from piper_recorder.nodes.common import (ParameterError, PolledInputs, declare_config,
-                                         run_in_thread, run_node)
+from piper_recorder.nodes.common import ParameterError, PolledInputs, declare_config, run_in_thread, run_node
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
 from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
 from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
-from piper_recorder.names import (ARM_DISABLE, ARM_JOINTS, GRIPPER_JOINTS, ARM_ENABLE, ARM_GO_HOME, ARM_PROVENANCE, ARM_STATUS, COMMANDED_GRIPPER,
-                                  COMMANDED_POSE, EEF_POSE, JOINT_STATES, TARGET_GRIPPER, TARGET_POSE)
+from piper_recorder.names import (ARM_DISABLE, ARM_ENABLE, ARM_GO_HOME, ARM_JOINTS, ARM_PROVENANCE, ARM_STATUS,
+                                  COMMANDED_GRIPPER, COMMANDED_POSE, EEF_POSE, GRIPPER_JOINTS, JOINT_STATES,
+                                  TARGET_GRIPPER, TARGET_POSE)
 
 FRAME = "arm_base"
 
