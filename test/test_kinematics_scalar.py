@@ -84,6 +84,7 @@ def test_rotation_helpers_equal_their_matrix_forms():
         assert kin.rot_euler(tuple(r.ravel().tolist())) == tuple(kin.matrix_to_euler(r).tolist())
         quat = kin.matrix_to_quat(r)
         assert np.abs(np.array(kin.quat_rot(*(2.0 * quat).tolist())).reshape(3, 3) - r).max() < 1e-12  # normalises
+        assert np.abs(np.array(kin.euler_quat(rx, ry, rz)) - quat).max() < 1e-12   # the same sign (w >= 0)
         r2 = ref_frames(q + RNG.normal(0, 0.3, 6))[-1, :3, :3]
         assert np.abs(kin.rotation_error(r2, r) - ref_rotation_error(r2, r)).max() < 1e-12
     # the 180 degree branch still finds the axis

@@ -38,7 +38,10 @@ def _value(rng: random.Random, bits: int, near: int) -> int:
 
 
 def _frame(rng: random.Random) -> tuple[int, bytes]:
-    fid = rng.choice([ID_STATUS, *ID_POSE, *ID_JOINTS, ID_GRIPPER, *ID_HIGH_SPD])
+    fid = rng.choice([ID_STATUS, *ID_POSE, *ID_JOINTS, ID_GRIPPER, *ID_HIGH_SPD, *ID_LOW_SPD])
+    if fid in ID_LOW_SPD:   # voltage, driver and motor temperatures, status byte (bit 6: enabled), bus current
+        return fid, struct.pack(">HhbBH", rng.randint(0, 0xFFFF), _value(rng, 16, 80), rng.randint(-128, 127),
+                                rng.choice([0x40, 0x00, rng.randint(0, 255)]), rng.randint(0, 0xFFFF))
     if fid == ID_STATUS:   # enum fields mostly in their named range, sometimes beyond (the SDK's UNKNOWN)
         small = [rng.randint(0, 16) if rng.random() < 0.8 else rng.randint(0, 255) for _ in range(6)]
         return fid, struct.pack(">BBBBBBH", *small, rng.randint(0, 0xFFFF))
@@ -57,6 +60,7 @@ def _frame(rng: random.Random) -> tuple[int, bytes]:
 
 def _sdk_view(s: C_PiperInterface_V2) -> dict:
     j, e, g, h = s.GetArmJointMsgs(), s.GetArmEndPoseMsgs(), s.GetArmGripperMsgs(), s.GetArmHighSpdInfoMsgs()
+    low = s.GetArmLowSpdInfoMsgs()
     st = s.GetArmStatus()
     a = st.arm_status
     js, ep, gs = j.joint_state, e.end_pose, g.gripper_state
@@ -68,18 +72,30 @@ def _sdk_view(s: C_PiperInterface_V2) -> dict:
             "speed": [m.motor_speed for m in motors], "current": [m.current for m in motors],
             "motor_stamp": h.time_stamp,
             "status": (int(a.ctrl_mode), int(a.arm_status), int(a.mode_feed), int(a.err_code)),
-            "status_stamp": st.time_stamp}
+            "status_stamp": st.time_stamp,
+            "driver_status": [m.foc_status_code for m in (low.motor_1, low.motor_2, low.motor_3, low.motor_4,
+                                                          low.motor_5, low.motor_6)],
+            "driver_stamp": low.time_stamp, "enabled": all(s.GetArmEnableStatus())}
+
+
+SNAPSHOT_FIELDS = ("joints", "joint_stamp", "pose", "pose_stamp", "gripper", "gripper_stamp", "speed", "current",
+                   "motor_stamp", "status", "status_stamp")
 
 
 def _ours(f: FeedbackFrames) -> dict:
-    return {k: getattr(f, k) for k in ("joints", "joint_stamp", "pose", "pose_stamp", "gripper", "gripper_stamp",
-                                       "speed", "current", "motor_stamp", "status", "status_stamp")}
+    return {**{k: getattr(f, k) for k in (*SNAPSHOT_FIELDS, "driver_status", "driver_stamp")},
+            "enabled": f.drivers_enabled()}
+
+
+def _snapshot_fields(view: dict) -> dict:
+    return {k: view[k] for k in SNAPSHOT_FIELDS}
 
 
 def test_every_field_agrees_with_the_sdk_frame_by_frame(sdk):
     rng = random.Random(20)
     ours = FeedbackFrames()
     dropped = unnamed = 0
+    enabled_seen: set[bool] = set()
     for k in range(3000):
         fid, data = _frame(rng)
         msg = can.Message(arbitration_id=fid, data=data, is_extended_id=False, timestamp=1000.0 + k * 1e-3)
@@ -89,15 +105,18 @@ def test_every_field_agrees_with_the_sdk_frame_by_frame(sdk):
         after = _ours(ours)
         dropped += after == before
         unnamed += fid == ID_STATUS and 0xFF in after["status"][:3] and 0xFF not in data[:3]
-        assert (ours.seq == seq) == (after == before)   # seq counts exactly the frames that changed something
+        enabled_seen.add(after["enabled"])
+        # seq counts exactly the frames that changed what a feedback snapshot holds (not the drivers' status)
+        assert (ours.seq == seq) == (_snapshot_fields(after) == _snapshot_fields(before))
         assert after == _sdk_view(sdk), (k, hex(fid), data.hex())
     assert 100 < dropped < 1500, dropped   # the filter did drop frames, and most passed
     assert unnamed > 10, unnamed   # status values the SDK's enums do not name were among them
+    assert enabled_seen == {True, False}
 
 
 def test_other_frames_are_left_to_the_sdk():
     f = FeedbackFrames()
-    for fid in (*ID_LOW_SPD, ID_FIRMWARE, 0x473, 0x476):
+    for fid in (ID_FIRMWARE, 0x473, 0x476):
         assert not f.take(fid, bytes(8), 1.0)
     assert not f.take(ID_JOINTS[0], bytes(4), 1.0)     # a short frame: the SDK's own rules
     assert not f.take(ID_STATUS, bytes(7), 1.0)
@@ -137,6 +156,13 @@ def test_link_feedback_snapshot_is_rebuilt_only_after_a_frame_and_is_read_only()
         for arr in (b.joints, b.pose, b.effort, b.velocity):
             with pytest.raises(ValueError):
                 arr[0] = 1.0
+        # what the node publishes, read from the frames without a snapshot, is the snapshot's content
+        stamp, position, velocity, effort = link.joint_state()
+        assert stamp == b.stamp and position == b.joints.tolist() + [b.gripper]
+        assert velocity == b.velocity.tolist() + [0.0] and effort == b.effort.tolist() + [b.gripper_effort]
+        stamp, xyz, quat = link.flange_pose()
+        assert stamp == b.pose_stamp and list(xyz) == b.pose[:3, 3].tolist()
+        assert np.allclose(quat, kin.matrix_to_quat(b.pose[:3, :3]), atol=1e-15)
         assert f.take(ID_HIGH_SPD[0], struct.pack(">hhi", 100, 1000, 0), 5.3)
         c = link.feedback()
         assert c is not b and c.effort_stamp == 5.3 and c.velocity[0] == 0.1

@@ -52,3 +52,27 @@ def test_sdk_reader_on_the_virtual_bus_parses_every_frame_in_order_and_survives_
     finally:
         tx.shutdown()
         link.set_frame_listener(None)
+
+
+def test_a_frame_listener_with_ids_is_called_for_those_frames_only(link_and_tap):
+    """``set_frame_listener(listener, frame_ids)``: the node listens for the last frame of each feedback set,
+    not for every one of the ~2,300 frames a second."""
+    import time
+
+    from piper_recorder.piper.vbus import DirectVirtualBus
+
+    link, _tap = link_and_tap
+    seen: list[int] = []
+    link.set_frame_listener(lambda fid, _stamp: seen.append(fid), (0x305, 0x307))
+    tx = DirectVirtualBus(channel=link.channel)
+    try:
+        for _ in range(5):
+            tx.send_frames([(0x300 + k, bytes(8)) for k in range(10)])
+        deadline = time.monotonic() + 2.0
+        while len(seen) < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        assert seen == [0x305, 0x307] * 5
+    finally:
+        tx.shutdown()
+        link.set_frame_listener(None)

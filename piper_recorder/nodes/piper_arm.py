@@ -103,7 +103,7 @@ class PiperArmNode(Node):
         self.create_service(Trigger, ARM_ENABLE, self._srv_enable, callback_group=services)
         self.create_service(Trigger, ARM_DISABLE, self._srv_disable, callback_group=services)
         self.create_service(Trigger, ARM_GO_HOME, self._srv_go_home, callback_group=services)
-        self.link.set_frame_listener(self._on_frame)
+        self.link.set_frame_listener(self._on_frame, (ID_JOINTS[-1], ID_POSE[-1]))
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
                                f"({cfg.can_interface}{', emulated' if cfg.emulate else ''}) "
@@ -136,16 +136,15 @@ class PiperArmNode(Node):
             self.pub_cmd_gripper.publish(cdr_encode.joint_state(ns, "", GRIPPER_JOINTS, (float(gripper),)))
 
     def _on_frame(self, frame_id: int, _stamp: float) -> None:
-        """SDK reader thread: publish once per complete joint / pose set. The link parses only the sets
-        of ``feedback_publish_hz`` (``FeedbackDecimator``), so each one that completes is published."""
+        """SDK reader thread, on the last frame of a joint / pose set (the listener's ids): publish the set.
+        The link parses only the sets of ``feedback_publish_hz`` (``FeedbackDecimator``), so each one that
+        completes is published, from the frames' values (``PiperLink.joint_state``, ``flange_pose``)."""
         if frame_id == ID_JOINTS[-1]:
-            fb = self.link.feedback()
-            self.pub_joints.publish(cdr_encode.joint_state(
-                int(fb.stamp * 1e9), "", ARM_JOINTS, fb.joints.tolist() + [float(fb.gripper)],
-                fb.velocity.tolist() + [0.0], fb.effort.tolist() + [float(fb.gripper_effort)]))
-        elif frame_id == ID_POSE[-1]:
-            fb = self.link.feedback()
-            self.pub_eef.publish(_pose_bytes(int(fb.pose_stamp * 1e9), fb.pose))
+            stamp, position, velocity, effort = self.link.joint_state()
+            self.pub_joints.publish(cdr_encode.joint_state(int(stamp * 1e9), "", ARM_JOINTS, position, velocity, effort))
+        else:
+            stamp, xyz, quat = self.link.flange_pose()
+            self.pub_eef.publish(cdr_encode.pose_stamped(int(stamp * 1e9), FRAME, xyz, quat))
 
     def _publish_status(self) -> None:
         st = self.ctl.status()

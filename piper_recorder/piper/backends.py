@@ -130,6 +130,7 @@ class ArmConfig:
 
 class PositionBackend:
     name = "position"
+    uses_feedback = False   # the firmware servoes to the pose: ``command`` reads no feedback (passed None)
 
     def __init__(self, cfg: ArmConfig, link: PiperLink):
         self.cfg, self.link = cfg, link
@@ -143,7 +144,7 @@ class PositionBackend:
     def ready(self) -> bool:
         return True
 
-    def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback, now: float) -> np.ndarray | None:
+    def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback | None, now: float) -> np.ndarray | None:
         if self._last_sent is not None and now - self._last_t < self.cfg.keepalive_s \
                 and np.array_equal(pose, self._last_sent):
             return None
@@ -158,6 +159,7 @@ class PositionBackend:
 
 class ImpedanceBackend:
     name = "impedance"
+    uses_feedback = True
 
     def __init__(self, cfg: ArmConfig, link: PiperLink):
         self.cfg, self.link = cfg, link
@@ -206,7 +208,8 @@ class ImpedanceBackend:
     def gain_scale(self, now: float) -> float:
         return min(1.0, max(0.0, (now - self._t_phase) / self.cfg.gain_ramp_s)) if self._phase == "mit" else 0.0
 
-    def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback, now: float) -> np.ndarray | None:
+    def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback | None, now: float) -> np.ndarray | None:
+        assert fb is not None   # uses_feedback: the controller passes every tick's snapshot
         if self._phase == "sampling":
             if fb.effort_stamp != self._last_effort_stamp:
                 self._samples.append(fb.effort.copy())

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,6 @@ class ArmController:
         self._gripper_sent: tuple[float, float] | None = None  # (width, monotonic)
         self._hold: tuple[np.ndarray, np.ndarray] | None = None  # last commanded (pose, q)
         self._home: tuple[np.ndarray, np.ndarray, float, float] | None = None  # q0, q1, t0, duration
-        self._fb: Feedback | None = None
         self._active = False
         self._enabled = False
         self.state = "starting"
@@ -111,17 +110,24 @@ class ArmController:
                 return self._refuse(Rejection("disabled", "arm disabled"))
             if self._home is not None:
                 return self._refuse(Rejection("homing", "go_home in progress"))
-            seed = self._target.q if self._target is not None else (
-                self._hold[1] if self._hold is not None else (self._fb.joints if self._fb else np.zeros(6)))
-            measured = self._fb.joints.copy() if self._fb is not None else seed
+            seed = self._target.q if self._target is not None else self._hold[1] if self._hold is not None else None
+        if seed is None:
+            fb = self.feedback()
+            seed = fb.joints if fb is not None else np.zeros(6)
         res = self.limits.check(np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed,
-                                (measured, np.array(self.cfg.home_joints)))
+                                self._fallback_seeds(seed))
         with self._lock:
             if isinstance(res, Rejection):
                 return self._refuse(res)
             self._target = _Target(res[0], res[1], time.monotonic())
             self.accepted += 1
             return True
+
+    def _fallback_seeds(self, seed: np.ndarray) -> Iterator[np.ndarray]:
+        """IK seeds when the warm start fails, built only then: the measured joints, then home."""
+        fb = self.feedback()
+        yield fb.joints if fb is not None else seed
+        yield np.array(self.cfg.home_joints)
 
     def set_gripper(self, width: float) -> bool:
         w = float(width)
@@ -166,10 +172,11 @@ class ArmController:
         self.link.disable()
 
     def go_home(self) -> bool:
+        fb = self.feedback()
         with self._lock:
-            if not self._enabled or self._fb is None:
+            if not self._enabled or fb is None:
                 return False
-            q0 = self._hold[1] if self._hold is not None else self._fb.joints
+            q0 = self._hold[1] if self._hold is not None else fb.joints
             q1 = np.clip(np.array(self.cfg.home_joints), self.limits.q_min, self.limits.q_max)
             duration = max(float(np.max(np.abs(q1 - q0))) / self.cfg.home_speed, 0.1)
             self._home = (q0.copy(), q1, time.monotonic(), duration)
@@ -178,13 +185,15 @@ class ArmController:
 
     # ------------------------------------------------------------ outputs
     def feedback(self) -> Feedback | None:
-        return self._fb
+        """The newest feedback snapshot (``PiperLink.feedback``); None until joint feedback arrived."""
+        fb = self.link.feedback()
+        return fb if fb.stamp > 0 else None
 
     def homing(self) -> bool:
         return self._home is not None
 
     def status(self) -> dict[str, Any]:
-        fb = self._fb
+        fb = self.feedback()
         age = time.time() - fb.stamp if fb else None
         hold = self._hold
         err = float(np.linalg.norm(hold[0][:3, 3] - fb.pose[:3, 3])) if (hold is not None and fb) else None
@@ -249,13 +258,14 @@ class ArmController:
                 time.sleep(delay)
 
     def tick(self) -> None:
+        """One control step. The feedback snapshot is built only when the step reads it (entering control,
+        the impedance backend): a position tick needs only the newest joint frame's stamp."""
         if self.take_inputs is not None:
             self.take_inputs()
-        fb = self.link.feedback()
+        stamp = self.link.feedback_stamp()
         now = time.monotonic()
         with self._lock:
-            self._fb = fb
-            if time.time() - fb.stamp > self.cfg.can_silence_s:
+            if time.time() - stamp > self.cfg.can_silence_s:
                 if self.state != "can_silent":
                     self.silence_events += 1
                 self.state = "can_silent"
@@ -265,11 +275,13 @@ class ArmController:
             if not self._enabled:
                 self.state = "disabled"
                 return
+            fb = self.link.feedback() if self.backend.uses_feedback or not self._active else None
             if not self._active:
+                assert fb is not None
                 self.backend.activate(fb, now)
                 self._active = True
                 self._hold = (fb.pose.copy(), fb.joints.copy())
-            goal = self._goal(fb, now)
+            goal = self._goal(now)
             sent = self.backend.command(goal[0], goal[1], fb, now)
             if sent is not None:
                 held = self.backend.q_cmd if isinstance(self.backend, ImpedanceBackend) else goal[1]
@@ -279,7 +291,7 @@ class ArmController:
         if (sent is not None or gripper_sent is not None) and self.on_command is not None:
             self.on_command(time.time(), sent, gripper_sent)
 
-    def _goal(self, fb: Feedback, now: float) -> tuple[np.ndarray, np.ndarray]:
+    def _goal(self, now: float) -> tuple[np.ndarray, np.ndarray]:
         if self._home is not None:
             q0, q1, t0, dur = self._home
             a = min(1.0, (now - t0) / dur)

@@ -137,6 +137,17 @@ def euler_rot(rx: float, ry: float, rz: float) -> Rot:
             -sy, cy * sx, cy * cx)
 
 
+def euler_quat(rx: float, ry: float, rz: float) -> tuple[float, float, float, float]:
+    """The quaternion xyzw (w >= 0, as ``matrix_to_quat``) of ``euler_rot``: qz(rz) qy(ry) qx(rx), without
+    building the matrix (the arm node converts every end-pose feedback it publishes)."""
+    cx, sx = math.cos(rx / 2.0), math.sin(rx / 2.0)
+    cy, sy = math.cos(ry / 2.0), math.sin(ry / 2.0)
+    cz, sz = math.cos(rz / 2.0), math.sin(rz / 2.0)
+    x, y = cz * cy * sx - sz * sy * cx, cz * sy * cx + sz * cy * sx
+    z, w = sz * cy * cx - cz * sy * sx, cz * cy * cx + sz * sy * sx
+    return (-x, -y, -z, -w) if w < 0 else (x, y, z, w)
+
+
 def euler_to_matrix(rx: float, ry: float, rz: float) -> np.ndarray:
     """SDK/firmware convention: R = Rz(rz) Ry(ry) Rx(rx) (radians)."""
     return np.array(euler_rot(rx, ry, rz)).reshape(3, 3)

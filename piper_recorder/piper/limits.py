@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,11 +29,12 @@ class Limits:
         self._box = (np.asarray(self.box_min, dtype=float).tolist(), np.asarray(self.box_max, dtype=float).tolist())
 
     def check(self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray,
-              fallback_seeds: tuple[np.ndarray, ...] = ()) -> tuple[np.ndarray, np.ndarray] | Rejection:
+              fallback_seeds: Iterable[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray] | Rejection:
         """Validate an absolute flange target; returns (4x4 pose, joint solution) or a Rejection.
 
         IK is warm-started from ``q_seed`` (the previous solution); only if that fails are the
-        ``fallback_seeds`` (e.g. measured joints, home) tried before the target counts as unreachable.
+        ``fallback_seeds`` (e.g. measured joints, home) tried before the target counts as unreachable; they are
+        taken from the iterable only as far as needed (a generator builds them only when the warm start fails).
         """
         pos, quat = np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float)
         # scalar math on the 3 + 4 numbers: numpy's per-call dispatch (norm, all, any) cost more than the

@@ -14,7 +14,7 @@ import queue
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +27,9 @@ from piper_sdk.version import PiperSDKVersion
 from . import kinematics as kin
 from .firmware import MitDialect, mit_dialect, parse_version, version_string
 from .vbus import make_direct
-from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_STATUS,
-                   MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12, float_to_uint,
-                   uint_to_float)
+from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2,
+                   ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12,
+                   float_to_uint, uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
@@ -91,7 +91,7 @@ _SET_HEAD = {fid: head for head, members in _SETS.items() for fid in members}
 
 
 class FeedbackFrames:
-    """The arm's high-rate feedback frames (status, end pose, joints, gripper, motor high-speed) decoded here, in
+    """The arm's feedback frames (status, end pose, joints, gripper, motor high- and low-speed) decoded here, in
     the SDK's units and with the SDK's rules; every other frame goes to piper_sdk's parser.
 
     The SDK's parser costs ~20 us a frame (``DecodeMessage`` then all 19 of its update functions, each
@@ -103,6 +103,8 @@ class FeedbackFrames:
     as PiperLink constructs it; the status frame's control mode, arm status and mode feedback map onto
     the SDK's enums, a value they do not name to their UNKNOWN 0xFF). test_piper_feedback_frames feeds
     the same frames to both and compares. Stamps are the frames' receive times (``msg.timestamp``), as the SDK's.
+    Of the low-speed frames (120 a second) only the drivers' status byte is kept: the link reads their enable
+    bit (``PiperLink.enabled``), and nothing reads their voltages and temperatures.
     """
 
     def __init__(self) -> None:
@@ -118,6 +120,8 @@ class FeedbackFrames:
         self.status = (0, 0, 0, 0)       # ctrl_mode, arm_status, mode_feed, err_code (the SDK's defaults)
         self.status_stamp = 0.0
         self.seq = 0                     # frames applied: a snapshot of the fields above is current while it holds
+        self.driver_status = [0] * 6     # each driver's status byte (low-speed frames; bit 6: enabled), not in seq
+        self.driver_stamp = 0.0          # the newest low-speed frame of any driver, as the SDK's ``time_stamp``
 
     def take(self, fid: int, data: bytes | bytearray, stamp: float) -> bool:
         """Apply one frame; False: not one of these (or too short), let the SDK parse it."""
@@ -158,7 +162,16 @@ class FeedbackFrames:
             self.status_stamp = stamp
             self.seq += 1
             return True
+        if fid in _DRIVER:
+            self.driver_status[_DRIVER[fid]] = data[5]
+            self.driver_stamp = stamp
+            return True
         return False
+
+    def drivers_enabled(self, since: float = 0.0) -> bool:
+        """All six drivers report enabled (status bit 6, the SDK's ``driver_enable_status``) and a low-speed
+        frame arrived after ``since``: ``GetArmLowSpdInfoMsgs().time_stamp > since and all(GetArmEnableStatus())``."""
+        return self.driver_stamp > since and all(b & 0x40 for b in self.driver_status)
 
 
 _I2, _HHI, _IHB, _STATUS = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">ihB"), struct.Struct(">BBBBBBH")
@@ -167,11 +180,33 @@ _POSE_PAIR = {fid: 2 * i for i, fid in enumerate(ID_POSE)}
 _PAIR = {**_JOINT_PAIR, **_POSE_PAIR}
 _POSE_LIMITS = (1_000_000, 1_000_000, 1_000_000, 361_000, 361_000, 361_000)   # the SDK's filter: 1 m, 361 deg
 _MOTOR = {fid: i for i, fid in enumerate(ID_HIGH_SPD)}
+_DRIVER = {fid: i for i, fid in enumerate(ID_LOW_SPD)}
 # the values the SDK's status enums name (``match_value``: any other is their UNKNOWN, 0xFF)
 _CTRL_MODES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.CtrlMode}
 _ARM_STATUSES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ArmStatus}
 _MODE_FEEDS = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ModeFeed}
 _DEG_MILLI = math.pi / 180e3   # 0.001 deg -> rad
+
+
+# SI units of the frames' fields (one place: ``PiperLink.feedback`` and the published values share them)
+def _joints_si(f: FeedbackFrames) -> list[float]:
+    return [v * _DEG_MILLI for v in f.joints]
+
+
+def _velocity_si(f: FeedbackFrames) -> list[float]:
+    return [v / 1000.0 for v in f.speed]
+
+
+def _effort_si(f: FeedbackFrames, gain: tuple[float, ...]) -> list[float]:
+    """True torques: S-V1.7-3..1.8-2 report 4x on joints 1-3 (``firmware``: ``gain``)."""
+    return [c * k / 1000.0 / g for c, k, g in zip(f.current, TORQUE_COEF_F, gain)]
+
+
+def _pose_si(f: FeedbackFrames) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """Flange position (m) and the firmware's Euler angles rx, ry, rz (rad)."""
+    r = _DEG_MILLI
+    x, y, z, rx, ry, rz = f.pose
+    return (x / 1e6, y / 1e6, z / 1e6), (rx * r, ry * r, rz * r)
 
 
 def _drain_reader(port: Any) -> Callable[[], object]:
@@ -231,6 +266,7 @@ class PiperLink:
             if interface == "virtual" and make_direct(port.recv_bus):   # no deepcopy of each command frame (vbus)
                 port.ReadCanMessage = _drain_reader(port)
         self._frame_listener: Callable[[int, float], None] | None = None
+        self._listened: frozenset[int] | None = None   # the frame ids the listener is called for (None: all)
         self._firmware_raw = bytearray()   # the 0x4AF reply as sent (the SDK keeps only 8 characters of it)
         self._firmware_at = 0.0            # when its last frame arrived
         # how the firmware reads JointMitCtrl and scales effort; known once ``firmware()`` has read it
@@ -253,8 +289,8 @@ class PiperLink:
             if msg.arbitration_id == ID_FIRMWARE:
                 self._firmware_raw.extend(bytes(msg.data))
                 self._firmware_at = time.monotonic()
-            listener = self._frame_listener
-            if listener is not None:
+            listener, listened = self._frame_listener, self._listened
+            if listener is not None and (listened is None or msg.arbitration_id in listened):
                 try:
                     listener(msg.arbitration_id, msg.timestamp)
                 except Exception as exc:  # the SDK's reader thread exits on any exception: never let one out
@@ -264,12 +300,15 @@ class PiperLink:
         port.callback_function = parse_then_notify
         self.sdk.ConnectPort()  # starts the SDK reader thread; queries limits and firmware
 
-    def set_frame_listener(self, listener: Callable[[int, float], None] | None) -> None:
-        """Call ``listener(frame_id, host_stamp)`` on the SDK reader thread after the SDK parsed each frame.
+    def set_frame_listener(self, listener: Callable[[int, float], None] | None,
+                           frame_ids: Iterable[int] | None = None) -> None:
+        """Call ``listener(frame_id, host_stamp)`` on the SDK reader thread after each frame of ``frame_ids``
+        (every frame when None) was parsed.
 
         Lets a node publish feedback at the arm's own rate (e.g. on the last joint frame, 0x2A7)
         instead of polling; keep it short, it delays the SDK's parsing of the next frame.
         """
+        self._listened = None if frame_ids is None else frozenset(frame_ids)
         self._frame_listener = listener
 
     def close(self) -> None:
@@ -289,13 +328,9 @@ class PiperLink:
         cached = self._snapshot
         if cached is not None and cached[0] == key:
             return cached[1]
-        r = _DEG_MILLI
-        x, y, z, rx, ry, rz = f.pose
-        pose = kin.frame_matrix(kin.euler_rot(rx * r, ry * r, rz * r) + (x / 1e6, y / 1e6, z / 1e6))
-        # true torques: S-V1.7-3..1.8-2 report 4x on joints 1-3 (``firmware``)
-        effort = np.array([c * k / 1000.0 / g for c, k, g in zip(f.current, TORQUE_COEF_F, gain)])
-        joints = np.array([v * r for v in f.joints])
-        velocity = np.array([v / 1000.0 for v in f.speed])
+        xyz, rpy = _pose_si(f)
+        pose = kin.frame_matrix(kin.euler_rot(*rpy) + xyz)
+        effort, joints, velocity = np.array(_effort_si(f, gain)), np.array(_joints_si(f)), np.array(_velocity_si(f))
         for a in (pose, effort, joints, velocity):
             a.flags.writeable = False
         angle, g_effort, _code = f.gripper
@@ -306,6 +341,28 @@ class PiperLink:
                       status_stamp=f.status_stamp, pose_stamp=f.pose_stamp)
         self._snapshot = (key, fb)
         return fb
+
+    def feedback_stamp(self) -> float:
+        """Host receive time of the newest joint frame (``Feedback.stamp``), without a snapshot."""
+        return self.frames.joint_stamp
+
+    def joint_state(self) -> tuple[float, list[float], list[float], list[float]]:
+        """The newest joint feedback as /arm/joint_states carries it: (stamp, position, velocity, effort) of
+        the six joints then the gripper (rad, rad/s, N m; the gripper's width in m, velocity 0, effort N m).
+
+        Plain floats from the frames, without building a ``feedback`` snapshot: the node publishes one
+        per joint set (100 a second) from the reader thread, where the frames it reads are complete."""
+        f = self.frames
+        angle, g_effort, _code = f.gripper
+        return (f.joint_stamp, _joints_si(f) + [angle / 1e6], _velocity_si(f) + [0.0],
+                _effort_si(f, self.dialect.effort_gain) + [g_effort / 1000.0])
+
+    def flange_pose(self) -> tuple[float, tuple[float, float, float], tuple[float, float, float, float]]:
+        """The newest end-pose feedback as /arm/eef_pose carries it: (stamp, position m, quaternion xyzw
+        with w >= 0); plain floats, as ``joint_state``."""
+        f = self.frames
+        xyz, rpy = _pose_si(f)
+        return f.pose_stamp, xyz, kin.euler_quat(*rpy)
 
     def firmware(self, timeout: float = 1.0) -> str | None:
         """Firmware string (e.g. "S-V1.8-5"); queries again once if nothing arrived yet. Sets ``dialect``.
@@ -339,7 +396,7 @@ class PiperLink:
 
     def enabled(self, since: float = 0.0) -> bool:
         """All six drivers report enabled (low-speed frames, ~20 Hz) in a frame received after ``since``."""
-        return self.sdk.GetArmLowSpdInfoMsgs().time_stamp > since and all(self.sdk.GetArmEnableStatus())
+        return self.frames.drivers_enabled(since)
 
     # ------------------------------------------------------------ commands
     def enable(self) -> None:
