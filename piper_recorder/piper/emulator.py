@@ -101,6 +101,7 @@ class PiperEmulator:
         self.ticks = 0
         self._masses = [float(m) for m in self.cfg.link_masses]
         self._fk_cache: tuple[list[float], list[kin.Frame]] | None = None
+        self._seeds = kin.SeedPredictor()   # the firmware IK's warm start along a streamed target
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> PiperEmulator:
@@ -238,11 +239,16 @@ class PiperEmulator:
         rad = math.radians
         t = kin.frame_matrix(kin.euler_rot(rad(rx / 1000.0), rad(ry / 1000.0), rad(rz / 1000.0))
                              + (x / 1e6, y / 1e6, z / 1e6))
-        res = kin.solve_ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
+        now = time.monotonic()
+        seed = self._seeds.seed(self.q_target, now)
+        res = kin.solve_ik(t, seed, self.q_min, self.q_max, max_iter=40)
+        if not res.ok(1e-3, 1e-2) and seed is not self.q_target:
+            res = kin.solve_ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
         if not res.ok(1e-3, 1e-2):
             res = kin.solve_ik(t, self.q, self.q_min, self.q_max, max_iter=60)
         if res.ok(1e-3, 1e-2):
             self.q_target = res.q
+            self._seeds.add(res.q, now)
             self.arm_status = 0x00
         else:
             self.ik_failures += 1
