@@ -17,6 +17,7 @@ thread with exactly what was sent.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -138,11 +139,11 @@ class ArmController:
         yield np.array(self.cfg.home_joints)
 
     def set_gripper(self, width: float) -> bool:
-        w = float(width)
-        with self._lock:
-            if not np.isfinite(w) or w < -1e-4 or w > self.cfg.gripper_max + 1e-4:
+        w, top = float(width), self.cfg.gripper_max
+        with self._lock:   # scalar math: numpy's isfinite / clip on one float cost more, once per teleop tick
+            if not math.isfinite(w) or w < -1e-4 or w > top + 1e-4:
                 return self._refuse(Rejection("gripper_out_of_range", f"width={w}"))
-            self._gripper_target = float(np.clip(w, 0.0, self.cfg.gripper_max))
+            self._gripper_target = min(max(w, 0.0), top)
             return True
 
     def refuse(self, reason: str, detail: str) -> bool:

@@ -74,6 +74,7 @@ class PiperEmulator:
         self.q = np.array(self.cfg.q_init, dtype=float)
         self.dq = np.zeros(6)
         self.q_min, self.q_max = np.array(self.cfg.q_min), np.array(self.cfg.q_max)
+        self._q_lo, self._q_hi = self.q_min.tolist(), self.q_max.tolist()   # for the tick's scalar math
         self.q_target = self.q.copy()
         self.tau_out = np.zeros(6)
         self.enabled = False
@@ -289,7 +290,7 @@ class PiperEmulator:
             return
         q = self.q.tolist()
         grav = self._gravity(self._frames(q))
-        lo, hi = self.q_min.tolist(), self.q_max.tolist()
+        lo, hi = self._q_lo, self._q_hi
         if self.enabled and self.mit:
             inertia, fric, gain = self.cfg.inertia, self.cfg.friction, self.dialect.torque_gain
             n = self.cfg.substeps
@@ -372,7 +373,7 @@ class PiperEmulator:
 
     def _limit_bits(self, q: list[float]) -> int:
         bits = 0
-        for i, (v, lo, hi) in enumerate(zip(q, self.q_min.tolist(), self.q_max.tolist())):
+        for i, (v, lo, hi) in enumerate(zip(q, self._q_lo, self._q_hi)):
             if v < lo - 1e-3 or v > hi + 1e-3:
                 bits |= 1 << (8 + i)
         return bits
