@@ -115,14 +115,20 @@ def run(ticks: int) -> None:
 
     def on_frame(fid: int, _stamp: float) -> None:   # the node's _on_frame without the ROS messages
         if fid == ID_JOINTS[-1]:
-            fb = link.feedback()
-            _ = [float(v) for v in fb.joints] + [float(fb.gripper)]
-            _ = [float(v) for v in fb.velocity] + [0.0]
-            _ = [float(v) for v in fb.effort] + [float(fb.gripper_effort)]
+            if hasattr(link, "joint_state"):   # this tree: the published values straight from the frames
+                link.joint_state()
+            else:                               # older trees: from a feedback snapshot
+                fb = link.feedback()
+                _ = [float(v) for v in fb.joints] + [float(fb.gripper)]
+                _ = [float(v) for v in fb.velocity] + [0.0]
+                _ = [float(v) for v in fb.effort] + [float(fb.gripper_effort)]
             published[0] += 1
         elif fid == ID_POSE[-1]:
-            fb = link.feedback()
-            _ = [float(v) for v in fb.pose[:3, 3]], kin.matrix_to_quat(fb.pose[:3, :3])
+            if hasattr(link, "flange_pose"):
+                link.flange_pose()
+            else:
+                fb = link.feedback()
+                _ = [float(v) for v in fb.pose[:3, 3]], kin.matrix_to_quat(fb.pose[:3, :3])
             published[0] += 1
 
     link.set_frame_listener(on_frame)
