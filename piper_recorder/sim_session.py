@@ -9,8 +9,9 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -65,6 +66,7 @@ class SimSession:
         self._node: Node | None = None
         self._executor: Executor | None = None
         self._spinner: threading.Thread | None = None
+        self._stopping = False
         self._clients: dict[str, Client[Any, Any]] = {}
         # service -> recorder -> when its last request was sent / its answer came (monotonic)
         self.answered: dict[str, dict[str, float]] = {}
@@ -78,12 +80,23 @@ class SimSession:
     def start(self, timeout: float = 90.0) -> SimSession:
         self.out.mkdir(parents=True, exist_ok=True)
         self.lease.apply()
+        self.graph.start()
+        self._start_client()
+        try:
+            self.graph.wait_nodes(self._live(), timeout)
+            self._wait_inputs(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_client(self) -> None:
+        """The session's node (episode events, the recorders' status) spun by a thread of its own."""
         import rclpy
         from rclpy.executors import MultiThreadedExecutor
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from std_msgs.msg import String
 
-        self.graph.start()
         self._ctx = rclpy.Context()
         rclpy.init(context=self._ctx)
         self._node = rclpy.create_node("piper_demo", context=self._ctx)
@@ -96,20 +109,38 @@ class SimSession:
         self._executor.add_node(self._node)
         self._spinner = threading.Thread(target=self._spin, name="demo-executor", daemon=True)
         self._spinner.start()
-        try:
-            self.graph.wait_nodes(self._node, timeout)
-            self._wait_inputs(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _spin(self) -> None:
+        """Spin the session's node until ``stop``. An error out of the executor (a callback's, or rclpy's
+        ``InvalidHandle`` for an entity destroyed while the executor waited on it) is printed and the spin
+        goes on: a session whose executor stopped sees no status and no service response again, and its
+        next call waits out its whole timeout."""
+        assert self._executor is not None and self._ctx is not None
+        while not self._stopping and self._ctx.ok():
+            try:
+                self._executor.spin()
+            except Exception as exc:  # noqa: BLE001 - reported; the session's calls depend on this spin
+                if self._stopping or not self._ctx.ok():
+                    break
+                print(f"piper-demo: the session's executor raised {exc!r}; spinning on", file=sys.stderr, flush=True)
+
+    @contextmanager
+    def _probe(self) -> Iterator[tuple[Node, Executor]]:
+        """A node and executor of its own, spun by the calling thread, for the subscriptions a wait creates
+        and destroys. Destroying an entity of the session's node while its MultiThreadedExecutor waits on
+        it in the spinner thread makes rclpy raise ``InvalidHandle`` there (``test_sim_session``); here
+        creation, spinning and destruction share one thread."""
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+
+        node = rclpy.create_node("piper_demo_probe", context=self._ctx)
+        executor = SingleThreadedExecutor(context=self._ctx)
+        executor.add_node(node)
         try:
-            assert self._executor is not None
-            self._executor.spin()
-        except Exception:  # noqa: BLE001 - context shut down
-            pass
+            yield node, executor
+        finally:
+            executor.shutdown(timeout_sec=1.0)
+            node.destroy_node()
 
     def _on_event(self, msg: Any) -> None:
         with self._cond:
@@ -134,17 +165,18 @@ class SimSession:
         new match instead of failing the whole session. The graph's consumers are counted on their own
         (``images_received`` in their status); this wait is only the session's own precondition.
         """
-        from rclpy.qos import qos_profile_sensor_data
-
         got: dict[str, Any] = {}
-        cond = threading.Condition()
 
         def cb(topic: str, m: Any) -> None:
-            with cond:
-                got.setdefault(topic, m)
-                cond.notify_all()
+            got.setdefault(topic, m)
 
-        node = self._live()
+        with self._probe() as (node, executor):
+            return self._first_messages_on(node, executor, msg_type, topics, timeout, got, cb)
+
+    def _first_messages_on(self, node: Node, executor: Executor, msg_type: type, topics: list[str],
+                           timeout: float, got: dict[str, Any], cb: Callable[[str, Any], None]) -> dict[str, Any]:
+        from rclpy.qos import qos_profile_sensor_data
+
         subs: dict[str, Any] = {}
 
         def subscribe(topic: str) -> None:
@@ -157,10 +189,10 @@ class SimSession:
             for t in topics:
                 subscribe(t)
             while True:
-                with cond:
-                    cond.wait_for(lambda: len(got) == len(topics),
-                                  min(RESUBSCRIBE_S, max(0.0, deadline - time.monotonic())))
-                    done = {t: got[t] for t in topics if t in got}
+                until = min(time.monotonic() + RESUBSCRIBE_S, deadline)
+                while len(got) < len(topics) and time.monotonic() < until:
+                    executor.spin_once(timeout_sec=0.05)
+                done = {t: got[t] for t in topics if t in got}
                 for t in done:          # images are large: stop receiving at once
                     if t in subs:
                         node.destroy_subscription(subs.pop(t))
@@ -212,9 +244,7 @@ class SimSession:
 
         def cb(m: Any) -> None:
             p = m.pose.position
-            with self._cond:
-                points.append((p.x, p.y, p.z))
-                self._cond.notify_all()
+            points.append((p.x, p.y, p.z))
 
         def moved() -> float:
             if not points:
@@ -222,13 +252,12 @@ class SimSession:
             a = points[0]
             return max(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for b in points[-50:])
 
-        sub = self._live().create_subscription(PoseStamped, EEF_POSE, cb, qos_profile_sensor_data)
-        try:
-            with self._cond:
-                self._cond.wait_for(lambda: moved() >= min_m, timeout)
-                return moved()
-        finally:
-            self._live().destroy_subscription(sub)
+        deadline = time.monotonic() + timeout
+        with self._probe() as (node, executor):
+            node.create_subscription(PoseStamped, EEF_POSE, cb, qos_profile_sensor_data)
+            while moved() < min_m and time.monotonic() < deadline:
+                executor.spin_once(timeout_sec=0.05)
+            return moved()
 
     def _live(self) -> Node:
         if self._node is None:
@@ -239,6 +268,7 @@ class SimSession:
         raise DemoError(f"{what}\n{self.graph.logs()}")
 
     def stop(self) -> dict[str, int | None]:
+        self._stopping = True
         if self._node is not None:
             if self._executor is not None:
                 self._executor.shutdown(timeout_sec=2.0)
@@ -339,17 +369,16 @@ class SimSession:
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
 
-        cli: Client[Any, Any] = self._live().create_client(SetParameters, node_topic(node, "set_parameters"))
-        if not cli.wait_for_service(timeout_sec=timeout):
-            raise DemoError(f"{node_topic(node, 'set_parameters')} not available")
-        req = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
-        try:
+        with self._probe() as (probe, executor):   # a client of its own, destroyed with it (``_probe``)
+            cli: Client[Any, Any] = probe.create_client(SetParameters, node_topic(node, "set_parameters"))
+            if not cli.wait_for_service(timeout_sec=timeout):
+                raise DemoError(f"{node_topic(node, 'set_parameters')} not available")
+            req = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
             fut = cli.call_async(req)
-            res = fut.result() if self._wait(fut, timeout) else None
+            executor.spin_until_future_complete(fut, timeout_sec=timeout)
+            res = fut.result() if fut.done() else None
             if res is None or not res.results[0].successful:
                 raise DemoError(f"setting {node}.{name}={value!r} failed")
-        finally:
-            self._live().destroy_client(cli)
 
     def start_episode(self) -> None:
         for rec, (ok, msg) in self.call_all(START_EPISODE).items():
