@@ -9,7 +9,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from dataclasses import dataclass, field
@@ -165,27 +165,19 @@ class SimSession:
         new match instead of failing the whole session. The graph's consumers are counted on their own
         (``images_received`` in their status); this wait is only the session's own precondition.
         """
-        got: dict[str, Any] = {}
-
-        def cb(topic: str, m: Any) -> None:
-            got.setdefault(topic, m)
-
-        with self._probe() as (node, executor):
-            return self._first_messages_on(node, executor, msg_type, topics, timeout, got, cb)
-
-    def _first_messages_on(self, node: Node, executor: Executor, msg_type: type, topics: list[str],
-                           timeout: float, got: dict[str, Any], cb: Callable[[str, Any], None]) -> dict[str, Any]:
         from rclpy.qos import qos_profile_sensor_data
 
-        subs: dict[str, Any] = {}
-
-        def subscribe(topic: str) -> None:
-            if topic in subs:
-                node.destroy_subscription(subs.pop(topic))
-            subs[topic] = node.create_subscription(msg_type, topic, partial(cb, topic), qos_profile_sensor_data)
-
+        got: dict[str, Any] = {}
         deadline = time.monotonic() + timeout
-        try:
+        with self._probe() as (node, executor):   # its subscriptions end with it
+            subs: dict[str, Any] = {}
+
+            def subscribe(topic: str) -> None:
+                if topic in subs:
+                    node.destroy_subscription(subs.pop(topic))
+                subs[topic] = node.create_subscription(msg_type, topic, partial(got.setdefault, topic),
+                                                       qos_profile_sensor_data)
+
             for t in topics:
                 subscribe(t)
             while True:
@@ -208,9 +200,6 @@ class SimSession:
                       file=sys.stderr, flush=True)
                 for t in missing:
                     subscribe(t)
-        finally:
-            for sub in subs.values():
-                node.destroy_subscription(sub)
 
     def _images_received(self) -> dict[str, Any]:
         with self._cond:

@@ -105,7 +105,9 @@ def create_decoded_subscription(node: Node, msg_class: Any, topic: str, callback
     rosbags object with the ROS field names, ``uint8[]`` as numpy) for ``DECODED_TYPES``, and rclpy's
     own message otherwise. rclpy hands over the serialized bytes, so each message skips its C
     struct and the generated classes' per-field setters: about a quarter of a recorder's executor
-    thread (``bench/executor_overhead.py``: ``events`` against ``decoded``)."""
+    thread (``bench/executor_overhead.py``: ``events`` against ``decoded``). The graph's hot inputs
+    are taken by ``PolledInputs`` instead (half that again); this is the executor form, for a
+    subscription an executor must serve, and the bench's baseline."""
     name = type_name(msg_class)
     if name not in DECODED_TYPES:
         return node.create_subscription(msg_class, topic, callback, qos, **kwargs)

@@ -114,8 +114,8 @@ class ArmController:
                 return self._refuse(Rejection("homing", "go_home in progress"))
             plain = self._target.q if self._target is not None else self._hold[1] if self._hold is not None else None
             now = time.monotonic()
-            seed = self._seeds.seed(plain, now) if plain is not None else None
-        if plain is None or seed is None:
+            seed = None if plain is None else self._seeds.seed(plain, now)
+        if seed is None:   # no target or hold yet: from the measured joints
             fb = self.feedback()
             plain = seed = fb.joints if fb is not None else np.zeros(6)
         res = self.limits.check(np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed,

@@ -202,6 +202,12 @@ def _effort_si(f: FeedbackFrames, gain: tuple[float, ...]) -> list[float]:
     return [c * k / 1000.0 / g for c, k, g in zip(f.current, TORQUE_COEF_F, gain)]
 
 
+def _gripper_si(f: FeedbackFrames) -> tuple[float, float]:
+    """Gripper width (m) and effort (N m)."""
+    angle, effort, _code = f.gripper
+    return angle / 1e6, effort / 1000.0
+
+
 def _pose_si(f: FeedbackFrames) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """Flange position (m) and the firmware's Euler angles rx, ry, rz (rad)."""
     r = _DEG_MILLI
@@ -333,10 +339,10 @@ class PiperLink:
         effort, joints, velocity = np.array(_effort_si(f, gain)), np.array(_joints_si(f)), np.array(_velocity_si(f))
         for a in (pose, effort, joints, velocity):
             a.flags.writeable = False
-        angle, g_effort, _code = f.gripper
+        width, g_effort = _gripper_si(f)
         ctrl_mode, arm_status, mode_feed, err_code = f.status
-        fb = Feedback(stamp=f.joint_stamp, joints=joints, pose=pose, gripper=angle / 1e6,
-                      gripper_effort=g_effort / 1000.0, effort=effort, velocity=velocity, effort_stamp=f.motor_stamp,
+        fb = Feedback(stamp=f.joint_stamp, joints=joints, pose=pose, gripper=width,
+                      gripper_effort=g_effort, effort=effort, velocity=velocity, effort_stamp=f.motor_stamp,
                       ctrl_mode=ctrl_mode, arm_status=arm_status, mode_feed=mode_feed, err_code=err_code,
                       status_stamp=f.status_stamp, pose_stamp=f.pose_stamp)
         self._snapshot = (key, fb)
@@ -353,9 +359,9 @@ class PiperLink:
         Plain floats from the frames, without building a ``feedback`` snapshot: the node publishes one
         per joint set (100 a second) from the reader thread, where the frames it reads are complete."""
         f = self.frames
-        angle, g_effort, _code = f.gripper
-        return (f.joint_stamp, _joints_si(f) + [angle / 1e6], _velocity_si(f) + [0.0],
-                _effort_si(f, self.dialect.effort_gain) + [g_effort / 1000.0])
+        width, g_effort = _gripper_si(f)
+        return (f.joint_stamp, _joints_si(f) + [width], _velocity_si(f) + [0.0],
+                _effort_si(f, self.dialect.effort_gain) + [g_effort])
 
     def flange_pose(self) -> tuple[float, tuple[float, float, float], tuple[float, float, float, float]]:
         """The newest end-pose feedback as /arm/eef_pose carries it: (stamp, position m, quaternion xyzw
