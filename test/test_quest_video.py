@@ -223,6 +223,24 @@ def test_hud_shows_a_release_teleop_made_and_counts_it():
     assert m.state(30.0).error == "" and m.state(30.0).releases == 4   # the operator's own menu press
 
 
+def test_hud_that_hears_teleop_late_still_shows_a_recent_release():
+    """A quest_video that hears teleop only after a release (started late, discovery slow, restarted)
+    shows it if it is recent (``last_release_age_s`` within the error hold), from when it happened; an
+    old one, or one on a teleop that gives no age, only sets the count."""
+    m = HudModel("lerobot_recorder", error_hold_s=8.0)
+    m.on_teleop_status(100.0, {"engaged": False, "forced_releases": 1, "last_release_age_s": 0.5,
+                               "last_release": "headset stream stale (0.251 s)"})
+    assert m.state(100.0).error == "RELEASED: headset stream stale (0.251 s) - re-grip"
+    assert m.state(107.4).error and m.state(107.6).error == ""   # held 8 s from the release, not from now
+    for status in ({"engaged": False, "forced_releases": 1, "last_release_age_s": 9.0, "last_release": "x"},
+                   {"engaged": False, "forced_releases": 1, "last_release": "x"},
+                   {"engaged": True, "forced_releases": 1, "last_release_age_s": 0.5, "last_release": "x"},
+                   {"engaged": False, "forced_releases": 1, "last_release_age_s": 0.5, "last_release": "menu"}):
+        late = HudModel("lerobot_recorder", error_hold_s=8.0)
+        late.on_teleop_status(100.0, status)
+        assert late.state(100.0).error == "" and late.state(100.0).releases == 1, status
+
+
 def test_hud_image_is_encoded_once_per_look_and_each_frame_carries_its_own_state(monkeypatch):
     """A HUD whose pixels did not change reuses its JPEG (drawn once); the state (timer, rates) still
     reaches the headset in each frame's comment, and the image decodes to what a direct render gives."""

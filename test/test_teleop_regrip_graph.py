@@ -98,10 +98,13 @@ def test_stalled_headset_releases_then_the_sim_operator_regrips(ros_domain, tmp_
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.1")
             wait_for(lambda: probe.last().get("engaged"), 30, "the clutch engaged by the scripted grip", procs)
             assert probe.last()["forced_releases"] == 0
-            # the HUD has heard teleop (its first status only sets the release count) before the stall
+            # the HUD has heard teleop before the stall
             wait_for(lambda: ((_read(report).get("video") or {}).get("hud") or {}).get("engaged"), 20,
                      "the HUD showing the clutch engaged", procs)
-            wait_for(lambda: probe.last().get("forced_releases", 0) >= 1, 30, "the release on the stall", procs)
+            # the release the scripted stall makes (one teleop made before the HUD heard it, on a busy
+            # machine, shows only while recent: test_quest_video)
+            before = probe.last()["forced_releases"]
+            wait_for(lambda: probe.last().get("forced_releases", 0) > before, 30, "the release on the stall", procs)
             st = probe.last()
             assert st["last_release"].startswith("headset stream stale"), st
             t_release = time.monotonic()
@@ -113,10 +116,13 @@ def test_stalled_headset_releases_then_the_sim_operator_regrips(ros_domain, tmp_
             felt = [(h["amp"], h["ms"]) for h in rep.get("haptics", [])]
             release = [(amp, ms) for _, amp, ms in HapticConfig().pattern("release")]
             assert release[0] in felt, felt
-            assert rep["regrips"] and rep["regrips"][0]["releases"] >= 1, rep["regrips"]
-            hud = [h for h in rep["video"]["hud_history"] if h.get("releases", 0) >= 1]
-            assert any(h["error"].startswith("RELEASED: headset stream stale") for h in hud), hud[:3]
-            print(f"re-engaged {t_again - t_release:.2f} s after the release was reported; regrips {rep['regrips']}")
+            assert rep["regrips"] and rep["regrips"][-1]["releases"] > before, rep["regrips"]
+            hud = [h for h in rep["video"]["hud_history"] if h.get("releases", 0) > before]
+            assert any(h["error"].startswith("RELEASED: headset stream stale") for h in hud), \
+                [{k: h.get(k) for k in ("t", "engaged", "releases", "last_release", "error")}
+                 for h in rep["video"]["hud_history"]]
+            print(f"re-engaged {t_again - t_release:.2f} s after the release was reported; regrips {rep['regrips']}; "
+                  f"releases before the stall: {before}")
     finally:
         probe.close()
         rclpy.shutdown()

@@ -101,6 +101,7 @@ def test_engage_publishes_the_arm_pose_buzzes_once_and_release_stops_the_targets
     rig.wait(STATUS_MIN_PERIOD_S)
     step = rig.poll()
     assert step.status is not None and step.status["engaged"] is False and step.status["forced_releases"] == 0
+    assert step.status["last_release"] is None and step.status["last_release_age_s"] is None
     assert step.haptic == []        # the operator's own release is not pulsed
     assert rig.poll().status is None   # nothing changed since: the 1 Hz status will do
 
@@ -120,6 +121,9 @@ def test_a_stale_headset_stream_releases_the_clutch_and_pulses_release():
     assert step.haptic == [{"hand": "right", "amp": release[0], "ms": int(release[1])}]
     assert step.status is not None and step.status["forced_releases"] == 1
     assert "stale" in step.status["last_release"] and step.status["haptics"] == {"release": 1}
+    # how long ago, for a HUD that hears teleop only now (test_quest_video): the ticks since the release
+    since = (len(ticks) - ticks.index(forced[0]) - 1) * DT
+    assert step.status["last_release_age_s"] == pytest.approx(since, abs=1e-3)
     rig.wait(HapticConfig().gap_s)
     assert rig.poll().haptic == [{"hand": "right", "amp": release[0], "ms": int(release[1])}]   # the second pulse
     # the grip still closed does not re-engage when the stream returns: it must open first

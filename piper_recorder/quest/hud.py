@@ -105,7 +105,7 @@ class HudModel:
         self.releases = 0
         self.last_release = ""
         self.degraded: list[str] = []
-        self._teleop_seen = False   # the first teleop status only sets the release count (a restarted quest_video)
+        self._teleop_seen = False   # a late or restarted quest_video shows only a recent release
         self._last_ep: dict[str, Any] = {}   # the last saved episode's index, outcome and verdict
 
     # ---- inputs ---------------------------------------------------------------------------------
@@ -168,9 +168,15 @@ class HudModel:
             self.limits = [str(x) for x in limits]
         releases, reason = st.get("forced_releases"), st.get("last_release")
         if isinstance(releases, int) and not isinstance(releases, bool):
-            if not first and releases > self.releases and isinstance(reason, str) and reason != "menu" \
-                    and self.engaged is False:
-                self.error(now, f"RELEASED: {reason} - re-grip")   # not the operator's doing: say what to do
+            age = st.get("last_release_age_s")
+            age = float(age) if isinstance(age, (int, float)) and not isinstance(age, bool) \
+                and math.isfinite(age) and age >= 0 else None
+            # the first status (a quest_video started late, or restarted) shows a release only while it is
+            # recent: one the operator has not answered yet, not the count of an earlier session
+            fresh = age is not None and age < self.error_hold_s if first else releases > self.releases
+            if fresh and isinstance(reason, str) and reason != "menu" and self.engaged is False:
+                # not the operator's doing: say what to do
+                self.error(now - (age or 0.0), f"RELEASED: {reason} - re-grip")
             self.releases = releases
             self.last_release = reason if isinstance(reason, str) else ""
         alarm = st.get("last_alarm")

@@ -214,6 +214,7 @@ class TeleopCore:
         self._released: tuple[ClutchEvent, str | None] | None = None   # a release on_joy applied, to report
         self._refusal_felt = False   # this grip attempt's refusal was already pulsed (reset when the grip opens)
         self.last_release: str | None = None   # why the newest forced release happened (menu, stale stream, ...)
+        self.last_release_t: float | None = None   # ... and when (monotonic): a late HUD still shows a recent one
 
     # ---- inputs -------------------------------------------------------------------------------
     @staticmethod
@@ -263,8 +264,7 @@ class TeleopCore:
                 # hide it, and its age does not matter: an opened grip is always obeyed.
                 ev = self.clutch.update(joy.squeeze, joy.menu, None)
                 if ev is ClutchEvent.FORCED_RELEASE:
-                    self.counters.forced_releases += 1
-                    self.last_release = "menu"
+                    self._count_release(t, "menu")
                 self._released = (ev, "menu" if ev is ClutchEvent.FORCED_RELEASE else None)
             if self._newer(t, order, self._joy_t, self._joy_order):
                 self._joy, self._joy_order = joy, order
@@ -331,7 +331,7 @@ class TeleopCore:
         if self.clutch.engaged and t >= self._grace_until:
             reason = self._stream_problem(t) or self._arm_problem(t)
             if reason is not None:
-                return self._forced(res, reason)
+                return self._forced(t, res, reason)
         if self._joy is not None and t - self._joy_t <= self.cfg.stale_timeout_s:
             if self._joy.squeeze < self.cfg.clutch.release_below:
                 self._refusal_felt = False   # the grip opened: the next closing is a new attempt
@@ -347,8 +347,7 @@ class TeleopCore:
                     self._refusal_felt = True
                     res.haptics.append("refused")
             elif ev is ClutchEvent.FORCED_RELEASE:
-                self.counters.forced_releases += 1
-                res.reason = self.last_release = "menu"
+                res.reason = self._count_release(t, "menu")
             elif ev is ClutchEvent.ENGAGED:
                 self._refusal_felt = False
                 self._latch()
@@ -372,11 +371,11 @@ class TeleopCore:
             self.limits.check_t(p, q, prev.p, prev.q, self.cfg.period)
         except LimitViolation as exc:
             self.counters.unsafe_targets += 1
-            return self._forced(res, f"unsafe target refused: {exc}")
+            return self._forced(t, res, f"unsafe target refused: {exc}")
         gripper = self.cfg.gripper_max_width * (1.0 - self._joy.trigger)
         if not (math.isfinite(gripper) and 0.0 <= gripper <= self.cfg.gripper_max_width):
             self.counters.unsafe_targets += 1
-            return self._forced(res, f"unsafe gripper width {gripper} refused")
+            return self._forced(t, res, f"unsafe gripper width {gripper} refused")
         self._prev = _FPose(tuple(p), q)
         res.target = Pose(np.array(p), np.array(q))
         res.gripper = gripper
@@ -415,13 +414,17 @@ class TeleopCore:
             self._c0 = self._hand
             self._e0 = self._prev
 
-    def _forced(self, res: TickResult, reason: str) -> TickResult:
+    def _forced(self, t: float, res: TickResult, reason: str) -> TickResult:
         if self.clutch.force_release() is ClutchEvent.FORCED_RELEASE:
-            self.counters.forced_releases += 1
-            res.clutch, res.reason = ClutchEvent.FORCED_RELEASE, reason
-            self.last_release = reason
+            res.clutch, res.reason = ClutchEvent.FORCED_RELEASE, self._count_release(t, reason)
             res.haptics.append("release")   # not the operator's doing: tell the hand to re-grip
         return res
+
+    def _count_release(self, t: float, reason: str) -> str:
+        """Count a forced release, and keep its reason and time for the status."""
+        self.counters.forced_releases += 1
+        self.last_release, self.last_release_t = reason, t
+        return reason
 
     def _stream_problem(self, t: float) -> str | None:
         age = t - min(self._hand_t, self._joy_t)

@@ -349,6 +349,8 @@ class TeleopSession:
                   "recorders": {n: r.state for n, r in self.calls.recorders.items()},
                   "calls_in_flight": self.calls.pending(), "last_alarm": self.last_alarm,
                   "last_release": core.last_release,
+                  "last_release_age_s": None if core.last_release_t is None
+                  else round(max(0.0, now - core.last_release_t), 3),
                   "haptics": dict(self.haptics.played), "input": self.ncfg.input,
                   "last_outcome": self.last_outcome}
         if self.spacemouse is not None:
