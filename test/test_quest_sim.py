@@ -246,6 +246,30 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
         server.stop()
 
 
+def test_sim_headset_regrips_when_its_first_hud_already_says_to():
+    """A video channel that comes up after a release: the first HUD already shows the clutch idle with
+    the release's error line; the operator reading it re-grips, and so does the sim. A first HUD that
+    shows only a count (no error, or the clutch engaged) does not."""
+    from piper_recorder.quest.video import PanelSender, SenderConfig
+    for first, regrips in (({"engaged": False, "releases": 1, "last_release": "headset stream stale (0.251 s)",
+                             "error": "RELEASED: headset stream stale (0.251 s) - re-grip"}, 1),
+                           ({"engaged": False, "releases": 1, "last_release": "x"}, 0),
+                           ({"engaged": True, "releases": 1, "error": "RELEASED: x - re-grip"}, 0)):
+        server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0), log=lambda _m: None)
+        port = server.start()
+        client = QuestClient(ClientConfig(port=port), lambda _m, _ns: None).start()
+        sender = PanelSender(SenderConfig(port=server.video.port))
+        try:
+            time.sleep(LEAD_S + 0.3)
+            _hud(sender, **first)
+            time.sleep(0.3)
+            assert len(server.report()["regrips"]) == regrips, first
+        finally:
+            sender.close()
+            client.stop()
+            server.stop()
+
+
 def test_no_regrip_keeps_squeezing():
     from piper_recorder.quest.video import PanelSender, SenderConfig
     server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0, regrip=False), log=lambda _m: None)

@@ -24,6 +24,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from .video import HUD_SIZE
 
+RELEASED = "RELEASED: "   # how the error line of a release teleop made begins (the sim headset reads it)
 ERROR_HOLD_S = 8.0   # an error stays on the HUD this long (a limit or the normal line shows after it)
 STATUS_GRACE_S = 1.0   # a ~/status this soon after an event may predate it: its state is not trusted
 
@@ -176,7 +177,7 @@ class HudModel:
             fresh = age is not None and age < self.error_hold_s if first else releases > self.releases
             if fresh and isinstance(reason, str) and reason != "menu" and self.engaged is False:
                 # not the operator's doing: say what to do
-                self.error(now - (age or 0.0), f"RELEASED: {reason} - re-grip")
+                self.error(now - (age or 0.0), f"{RELEASED}{reason} - re-grip")
             self.releases = releases
             self.last_release = reason if isinstance(reason, str) else ""
         alarm = st.get("last_alarm")

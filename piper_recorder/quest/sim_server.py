@@ -50,6 +50,7 @@ from typing import Any
 from piper_recorder.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_HOST, DEFAULT_PORT
+from .hud import RELEASED
 from .protocol import encode
 from .scripts import REGRIP_S, SCRIPTS, ScriptedHeadset
 from .sim_video import SimVideoServer
@@ -327,7 +328,8 @@ class SimQuestServer:
         """A HUD frame arrived (video thread). A grown ``releases`` count means teleop released the
         clutch while this hand squeezed: re-grip, as the operator reading it would; and if the HUD
         still shows the clutch idle ``REGRIP_RETRY_S`` after a re-grip (the open grip fell into a
-        stall and never reached teleop), try again, until it shows it engaged."""
+        stall and never reached teleop), try again, until it shows it engaged. The first HUD only sets
+        the count, unless it already says to re-grip (the video channel came up after the release)."""
         releases = hud.get("releases")
         if not isinstance(releases, int) or isinstance(releases, bool):
             return
@@ -337,10 +339,11 @@ class SimQuestServer:
             seen, self._releases_seen = self._releases_seen, releases
             if engaged is True:
                 self._awaiting_engage = False
-            if not self.config.regrip or seen is None:
+            told = engaged is False and str(hud.get("error") or "").startswith(RELEASED)
+            if not self.config.regrip or (seen is None and not told):
                 return   # the first HUD only sets the count
             now = time.monotonic()
-            if releases > seen:
+            if seen is None or releases > seen:
                 why = f"clutch release #{releases} ({hud.get('last_release')})"
                 started = [h.regrip(now - start) for h, start in self._headsets.values()]
                 self._awaiting_engage = True
