@@ -64,3 +64,44 @@ def watch_parent(on_gone: Callable[[], None], interval_s: float = 0.25,
     if want > 1:   # started by init or a subreaper on purpose (systemd, a container): nothing to outlive
         threading.Thread(target=_watch, name="watch-parent", daemon=True).start()
     return done
+
+
+TEARDOWN_TIMEOUT_S = 5.0
+
+
+class TeardownWatchdog:
+    """Bounds a process's last step: the middleware teardown (``destroy_node``, ``rclpy.shutdown``) after
+    the node's own work is done (a recorder has saved, a camera has stopped).
+
+    That teardown can hang inside rclpy/Fast DDS on a thread race (ros2/rclpy#456 and its kin). The process
+    then outlives its stop signal until a supervisor SIGKILLs it: ``ros2 launch`` reports the node died
+    with -9, ``piper-demo`` fails. If ``finish()`` has not come ``timeout_s`` after ``start()``, the watchdog
+    says so on stderr with every thread's Python stack (where it hung) and ends the process with
+    ``exit_code``: nothing is left to lose, the node's work ended before ``start()``."""
+
+    def __init__(self, what: str, timeout_s: float = TEARDOWN_TIMEOUT_S, exit_code: int = 0) -> None:
+        self.what, self.timeout_s, self.exit_code = what, timeout_s, exit_code
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the clock (again: no-op)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="teardown-watchdog", daemon=True)
+            self._thread.start()
+
+    def finish(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.timeout_s):
+            return
+        import faulthandler
+        import sys
+
+        print(f"{self.what}: teardown still running {self.timeout_s:g} s after the node's work ended; "
+              f"exiting without it (exit {self.exit_code}). Where it hung:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self.exit_code)

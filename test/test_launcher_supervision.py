@@ -162,3 +162,45 @@ def test_no_node_outlives_its_launcher_and_the_episode_in_flight_is_saved(tmp_pa
     assert validate_file(str(tmp_path / "r.hdf5")) == []
     eps = _episodes(tmp_path / "lerobot")
     assert len(eps) == 1 and eps[0]["length"] >= 30, eps   # the episode in flight was saved, not lost
+
+
+HUNG_TEARDOWN = """
+import sys, time
+from rclpy.node import Node
+from piper_recorder.nodes.common import run_node
+
+class Hangs(Node):
+    def __init__(self):
+        super().__init__("hangs_in_teardown")
+    def on_shutdown(self):
+        print("work done", flush=True)
+    def destroy_node(self):
+        time.sleep(120)   # a middleware teardown that never returns (the race of ros2/rclpy#456)
+
+print("up", flush=True)
+sys.exit(run_node(Hangs, [sys.argv[0]]))
+"""
+
+
+def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_domain):
+    """run_node bounds the teardown after the node's work (``supervision.TeardownWatchdog``): a node whose
+    destroy_node never returns exits 0 within the bound after SIGINT, and its stderr says where it hung."""
+    from piper_recorder.supervision import TEARDOWN_TIMEOUT_S
+
+    (tmp_path / "n.py").write_text(HUNG_TEARDOWN)
+    p = subprocess.Popen([sys.executable, str(tmp_path / "n.py")], env=ros_domain.env(), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "up"
+        time.sleep(1.0)   # spinning
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=TEARDOWN_TIMEOUT_S + 10)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, (out, err)
+    assert "work done" in out
+    assert TEARDOWN_TIMEOUT_S - 0.5 < took < TEARDOWN_TIMEOUT_S + 5, took
+    assert "hangs_in_teardown: teardown still running" in err and "destroy_node" in err, err

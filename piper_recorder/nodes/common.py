@@ -30,7 +30,7 @@ from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nod
 from piper_recorder.errors import PiperInputError
 from piper_recorder.nodehelp import node_usage, wants_help
 from piper_recorder.recording.config import coerce_param
-from piper_recorder.supervision import on_stop_signals, watch_parent
+from piper_recorder.supervision import TeardownWatchdog, on_stop_signals, watch_parent
 
 C = TypeVar("C")
 
@@ -512,12 +512,14 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     watch_parent(stop.set)
     node: Node | None = None
     code = 0
+    teardown = TeardownWatchdog(argv[0] if argv else "node")
     try:
         try:
             node = factory()
         except ParameterError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        teardown.what = node.get_name()
 
         spin = make_executor(executor)
         spin.add_node(node)
@@ -530,12 +532,15 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         hook = getattr(node, "on_shutdown", None)
         if callable(hook):
             hook()  # the executor still spins: the hook may publish and call services
+        teardown.start()   # the node's work is done; what is left is the middleware's
         stop_spin.set()
         spinner.join(timeout=2.0)
         spin.shutdown(timeout_sec=2.0)
     finally:
+        teardown.start()
         if node is not None:
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
+        teardown.finish()
     return code
