@@ -11,8 +11,10 @@ without it (``ros2 launch``, a shell) the parent at start-up is the one watched.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -96,9 +98,6 @@ class TeardownWatchdog:
     def _watch(self) -> None:
         if self._done.wait(self.timeout_s):
             return
-        import faulthandler
-        import sys
-
         print(f"{self.what}: teardown still running {self.timeout_s:g} s after the node's work ended; "
               f"exiting without it (exit {self.exit_code}). Where it hung:", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(sys.stderr, all_threads=True)

@@ -174,7 +174,7 @@ class HudModel:
                 and math.isfinite(age) and age >= 0 else None
             # the first status (a quest_video started late, or restarted) shows a release only while it is
             # recent: one the operator has not answered yet, not the count of an earlier session
-            fresh = age is not None and age < self.error_hold_s if first else releases > self.releases
+            fresh = (age is not None and age < self.error_hold_s) if first else releases > self.releases
             if fresh and isinstance(reason, str) and reason != "menu" and self.engaged is False:
                 # not the operator's doing: say what to do
                 self.error(now - (age or 0.0), f"{RELEASED}{reason} - re-grip")
