@@ -128,7 +128,7 @@ class SimSession:
     def _probe(self) -> Iterator[tuple[Node, Executor]]:
         """A node and executor of its own, spun by the calling thread, for the subscriptions a wait creates
         and destroys. Destroying an entity of the session's node while its MultiThreadedExecutor waits on
-        it in the spinner thread makes rclpy raise ``InvalidHandle`` there (``test_sim_session``); here
+        it in the spinner thread makes rclpy raise ``InvalidHandle`` there (``test_sim_session_spin``); here
         creation, spinning and destruction share one thread."""
         import rclpy
         from rclpy.executors import SingleThreadedExecutor

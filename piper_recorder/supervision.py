@@ -78,19 +78,20 @@ class TeardownWatchdog:
     That teardown can hang inside rclpy/Fast DDS on a thread race (ros2/rclpy#456 and its kin). The process
     then outlives its stop signal until a supervisor SIGKILLs it: ``ros2 launch`` reports the node died
     with -9, ``piper-demo`` fails. If ``finish()`` has not come ``timeout_s`` after ``start()``, the watchdog
-    says so on stderr with every thread's Python stack (where it hung) and ends the process with
-    ``exit_code``: nothing is left to lose, the node's work ended before ``start()``."""
+    says so on stderr with every thread's Python stack (where it hung) and ends the process with exit
+    code 0: nothing is left to lose, the node's work ended before ``start()``."""
 
-    def __init__(self, what: str, timeout_s: float = TEARDOWN_TIMEOUT_S, exit_code: int = 0) -> None:
-        self.what, self.timeout_s, self.exit_code = what, timeout_s, exit_code
+    def __init__(self, what: str, timeout_s: float = TEARDOWN_TIMEOUT_S) -> None:
+        self.what, self.timeout_s = what, timeout_s
         self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._started = False
 
     def start(self) -> None:
-        """Start the clock (again: no-op)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._watch, name="teardown-watchdog", daemon=True)
-            self._thread.start()
+        """Start the clock; again: no-op (``run_node`` starts it after the node's hook, or in its
+        ``finally`` when the node never got that far)."""
+        if not self._started:
+            self._started = True
+            threading.Thread(target=self._watch, name="teardown-watchdog", daemon=True).start()
 
     def finish(self) -> None:
         self._done.set()
@@ -99,8 +100,8 @@ class TeardownWatchdog:
         if self._done.wait(self.timeout_s):
             return
         print(f"{self.what}: teardown still running {self.timeout_s:g} s after the node's work ended; "
-              f"exiting without it (exit {self.exit_code}). Where it hung:", file=sys.stderr, flush=True)
+              "exiting without it (exit 0). Where it hung:", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(sys.stderr, all_threads=True)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(self.exit_code)
+        os._exit(0)
