@@ -12,7 +12,11 @@ episode); and the stop-to-saved latency. Last line: the largest camera count wit
 ``--jitter-ms J`` sets every sim camera's ``jitter_ms`` fault (each capture delayed by a uniform 0..J ms,
 so ±J/2 around its mean phase): the case where frames used to alias between rows (issue 16.11).
 
-``--quick`` = 10 s episodes with 1 and 2 cameras. The figures depend on what else the machine runs.
+``--quick`` = 10 s episodes with 1 and 2 cameras. The figures depend on what else the machine runs, and
+on the host's speed at the time (a shared host's moves by up to ±30 % between minutes): each run prints
+a fixed single-threaded workload's CPU time just before the graph starts (``host_reference_ms``: the
+scalar kinematics and frame encoding the arm process runs; lower is a faster host), so runs of
+different minutes or sessions compare by their ratio to it.
 """
 from __future__ import annotations
 
@@ -46,6 +50,31 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def host_reference_ms(repeats: int = 5) -> float:
+    """CPU milliseconds of a fixed workload (2,000 forward kinematics, 2,000 IK solves from a near seed,
+    4,000 serialized PoseStamped), the fastest of ``repeats``: a measure of this host's speed right now,
+    taken on a quiet graph-free moment. Only ``piper_recorder``'s own pure-Python code runs in it."""
+    import numpy as np
+
+    from piper_recorder import cdr_encode
+    from piper_recorder.piper import kinematics as kin
+
+    rng = np.random.default_rng(0)
+    qs = [rng.uniform(-0.5, 0.5, 6) + np.array([0.0, 1.0, -1.0, 0.0, 0.5, 0.0]) for _ in range(2000)]
+    lo, hi = kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        for q in qs:
+            t = kin.fk(q)
+            kin.solve_ik(t, q + 0.01, lo, hi)
+            xyz, quat = t[:3, 3].tolist(), kin.matrix_to_quat(t[:3, :3]).tolist()
+            cdr_encode.pose_stamped(1, "arm_base", xyz, quat)
+            cdr_encode.pose_stamped(2, "arm_base", xyz, quat)
+        best = min(best, time.thread_time() - t0)
+    return best * 1e3
 
 
 def config_with_cameras(n: int, tmp: Path, jitter_ms: float = 0.0) -> Path:
@@ -122,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="graph_capacity-") as tmp:
         for n in counts:
             before = os.getloadavg()[0]
+            reference = host_reference_ms()
             r = run(n, seconds, args.size, Path(tmp), args.jitter_ms)
             print(f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode"
                   + (f", capture jitter 0..{args.jitter_ms:g} ms" if args.jitter_ms else "")
@@ -138,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             for rec, d in r["tick_delay_ms"].items():
                 print(f"  {rec} tick delay ms: p50 {d.get('p50', 'n/a')}, p99 {d.get('p99', 'n/a')}, "
                       f"max {d.get('max', 'n/a')}")
-            print("  CPU (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["cpu"].items())))
+            print("  CPU (cores): " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["cpu"].items()))
+                  + f"; host reference workload {reference:.0f} ms (lower: a faster host)")
             total = sum(r["cpu"].values())
             print(f"  total CPU {total:.2f} cores ({100 * total / (os.cpu_count() or 1):.0f} % of this machine's "
                   f"{os.cpu_count()} cores; budget 1.2 cores, piper_arm 0.15); stop->saved "
