@@ -192,7 +192,8 @@ def test_position_backend_tracks_moving_target(position_rig):
           f"{rms_all * 1000:.2f} mm all samples")
     assert rms < 0.005 and rms_all < 0.02
     assert wait_until(lambda: abs(rig.ctl.feedback().gripper - 0.05) < 1e-4)
-    assert rig.emu.ik_failures == 0 and rig.ctl.status()["stale_events"] == 0
+    st = rig.ctl.status()
+    assert rig.emu.ik_failures == 0 and st["stale_events"] == 0 and st["can_send_errors"] == 0
 
 
 def test_impedance_backend_gains_ramp_gravity_ff_and_tracks(impedance_rig):

@@ -16,8 +16,8 @@ from piper_sdk.protocol.protocol_v2 import C_PiperParserV2
 
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.emulator import PiperEmulator
-from piper_recorder.piper.wire import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CTRL, ID_MOTION_CTRL_2, MIT_KD, MIT_KP,
-                                       MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P, decode_mit)
+from piper_recorder.piper.wire import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE_CTRL, MIT_KD,
+                                       MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P, decode_mit)
 from piper_recorder.piper.link import PiperLink
 
 pytestmark = pytest.mark.slow  # the emulator's feedback threads run against wall-clock time
@@ -190,6 +190,59 @@ def test_end_pose_ctrl_scaling_and_firmware_ik(arm):
     assert wait_until(lambda: int(link.sdk.GetArmStatus().arm_status.arm_status) == 0x02)
     assert emu.ik_failures == 1
     assert np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5)
+
+
+def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
+    """``PiperLink.position_command`` encodes MotionCtrl_2 + EndPoseCtrl itself: the frames equal those
+    piper_sdk's ``MotionCtrl_2`` + ``EndPoseCtrl`` put on the bus for the same speed and pose, both
+    through the emulator's direct virtual bus (one hand-over) and through the SDK's own per-frame send
+    (a real bus's path), and the emulated firmware follows them."""
+    emu, link = arm
+    emu.log_rx = True
+    link.enable()
+    assert wait_until(lambda: emu.enabled)
+    sent_ids = (ID_MOTION_CTRL_2, *ID_POSE_CTRL)
+    # includes negative fields (two's complement on the wire) and a sub-unit rounding in every field
+    pose = kin.fk(np.array([-0.3, 1.0, -1.1, -0.2, 0.5, -0.4]))
+    pose[:3, 3] += [-1.23456e-4, 2.5e-10, 7.77e-7]
+
+    def frames(send) -> list[tuple[int, bytes]]:
+        start = len(emu.rx_log)
+        send()
+        assert wait_until(lambda: len([m for m in emu.rx_log[start:] if m.arbitration_id in sent_ids]) == 4)
+        return [(m.arbitration_id, bytes(m.data)) for m in emu.rx_log[start:] if m.arbitration_id in sent_ids]
+
+    def sdk() -> None:
+        link.mode_position(73)
+        link.end_pose(pose)
+
+    by_sdk = frames(sdk)
+    by_link = frames(lambda: link.position_command(73, pose))
+    assert by_link == by_sdk
+    assert [fid for fid, _ in by_link] == [0x151, 0x152, 0x153, 0x154]
+    # the send path of a bus that is not the emulator's direct one: the SDK's SendCanMessage per frame
+    port = link.sdk.GetCanBus()
+    plain = can.Bus(interface="virtual", channel=link.channel, receive_own_messages=False)
+    direct, port.send_bus = port.send_bus, plain
+    try:
+        assert frames(lambda: link.position_command(73, pose)) == by_sdk
+    finally:
+        port.send_bus = direct
+        plain.shutdown()
+    assert link.send_errors == 0
+    ints, sent = link.position_command(73, pose)
+    assert ints == list(struct.unpack(">6i", b"".join(d for fid, d in by_sdk[1:])))
+    assert wait_until(lambda: (emu.move_mode, emu.speed_pct) == (MOVE_P, 73))
+    assert wait_until(lambda: np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5), timeout=3.0)
+    with pytest.raises(ValueError, match="speed"):
+        link.position_command(101, pose)
+
+
+def test_a_command_the_bus_does_not_take_is_counted_not_raised(arm):
+    emu, link = arm
+    link.sdk.GetCanBus().send_bus.shutdown()   # the emulator's end stays; this end is closed
+    link.position_command(50, kin.fk(np.zeros(6)))
+    assert link.send_errors == 4
 
 
 def test_joint_mit_ctrl_packing_and_pd_dynamics(arm):

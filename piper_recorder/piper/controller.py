@@ -215,7 +215,7 @@ class ArmController:
                 "loop_overruns": self.overruns, "feedback_age_s": age, "tracking_error_m": err,
                 "arm_status": fb.arm_status if fb else None, "err_code": fb.err_code if fb else None,
                 "gravity_ff": getattr(self.backend, "gravity", np.zeros(6)).tolist(),
-                "feedback_listener_errors": self.link.listener_errors}
+                "feedback_listener_errors": self.link.listener_errors, "can_send_errors": self.link.send_errors}
 
     # ------------------------------------------------------------ loop
     def _run(self) -> None:

@@ -26,10 +26,10 @@ from piper_sdk.version import PiperSDKVersion
 
 from . import kinematics as kin
 from .firmware import MitDialect, mit_dialect, parse_version, version_string
-from .vbus import make_direct
+from .vbus import DirectVirtualBus, make_direct
 from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2,
-                   ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, TORQUE_COEF, encode_mit_raw12,
-                   float_to_uint, uint_to_float)
+                   ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, MOVE_P, TORQUE_COEF, Frame,
+                   encode_mit_raw12, end_pose_frames, float_to_uint, motion_ctrl_2, uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
@@ -244,6 +244,18 @@ def _drain_reader(port: Any) -> Callable[[], object]:
     return read
 
 
+def _end_pose_ints(pose: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """A flange pose as EndPoseCtrl's integers (X, Y, Z in 0.001 mm, RX, RY, RZ in 0.001 deg, the SDK's
+    Euler convention) and the pose those integers encode."""
+    (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = np.asarray(pose, dtype=float)[:3].tolist()
+    xyz = [round(px * 1e6), round(py * 1e6), round(pz * 1e6)]
+    rpy = [round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22))]
+    rad = math.radians
+    sent = kin.frame_matrix(kin.euler_rot(rad(rpy[0] / 1000.0), rad(rpy[1] / 1000.0), rad(rpy[2] / 1000.0))
+                            + (xyz[0] / 1e6, xyz[1] / 1e6, xyz[2] / 1e6))
+    return xyz + rpy, sent
+
+
 class PiperLink:
     """Thin typed wrapper over one ``C_PiperInterface_V2`` instance.
 
@@ -279,6 +291,7 @@ class PiperLink:
         self.dialect: MitDialect = mit_dialect(None)
         self.listener_errors = 0
         self.last_listener_error = ""
+        self.send_errors = 0                # command frames the port did not take (``_send_frames``)
         self._snapshot: tuple[tuple[int, tuple[float, ...]], Feedback] | None = None   # feedback(): the newest
         port = self.sdk.GetCanBus()
         # the SDK keeps one interface object per channel name: wrap its parser only once
@@ -432,15 +445,43 @@ class PiperLink:
 
     def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
         """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
-        (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = np.asarray(pose, dtype=float)[:3].tolist()
-        xyz = [round(px * 1e6), round(py * 1e6), round(pz * 1e6)]
-        rpy = [round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22))]
+        ints, sent = _end_pose_ints(pose)
         with self._tx:
-            self.sdk.EndPoseCtrl(*xyz, *rpy)
-        rad = math.radians
-        sent = kin.frame_matrix(kin.euler_rot(rad(rpy[0] / 1000.0), rad(rpy[1] / 1000.0), rad(rpy[2] / 1000.0))
-                                + (xyz[0] / 1e6, xyz[1] / 1e6, xyz[2] / 1e6))
-        return xyz + rpy, sent
+            self.sdk.EndPoseCtrl(*ints)
+        return ints, sent
+
+    def position_command(self, speed: int, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
+        """``mode_position(speed)`` then ``end_pose(pose)`` (what the position backend sends per target):
+        the same four frames, byte for byte (test_piper_emulator compares them with the SDK's), encoded
+        by ``wire`` and handed to the SDK's CAN port in one call (``_send_frames``).
+
+        Why not through the SDK: per frame it builds a message object, a ``can.Message`` and the payload
+        field by field through range-checked converters (a ctypes and a struct round trip per int32),
+        a call chain of ~15 Python frames that runs cold at the teleop rate between the graph's other
+        work: ~100 us of the control loop's ~500 per target (thread CPU in the demo graph)."""
+        ints, sent = _end_pose_ints(pose)
+        frames = [motion_ctrl_2(0x01, MOVE_P, int(speed))] + end_pose_frames(*ints)
+        with self._tx:
+            self._send_frames(frames)
+        return ints, sent
+
+    def _send_frames(self, frames: list[Frame]) -> None:
+        """Send on the SDK's CAN port, in order: an emulator's virtual bus takes them in one hand-over
+        (``DirectVirtualBus.send_frames``), a real bus one ``SendCanMessage`` each as the SDK sends
+        (its bus-state check and error status included). A frame the port does not take is counted in
+        ``send_errors`` (the SDK logs it and goes on; so does the control loop, which sends again)."""
+        port = self.sdk.GetCanBus()
+        bus = port.send_bus
+        if isinstance(bus, DirectVirtualBus):
+            try:
+                bus.send_frames(frames)
+            except can.CanError:
+                self.send_errors += len(frames)
+            return
+        ok = port.CAN_STATUS.SEND_MESSAGE_SUCCESS
+        for fid, data in frames:
+            if port.SendCanMessage(fid, list(data)) is not ok:
+                self.send_errors += 1
 
     def joint_ctrl(self, q: np.ndarray) -> None:
         with self._tx:

@@ -5,6 +5,7 @@ tests prove them against the SDK's own encoder and decoder.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,26 @@ MIT_FLAG = 0xAD
 TORQUE_COEF = np.array([1.18125, 1.18125, 1.18125, 0.95844, 0.95844, 0.95844])
 # JointMitCtrl packing ranges (piper_sdk C_PiperInterface_V2.__JointMitCtrl defaults)
 MIT_P, MIT_V, MIT_KP, MIT_KD, MIT_T = (-12.5, 12.5), (-45.0, 45.0), (0.0, 500.0), (-5.0, 5.0), (-8.0, 8.0)
+
+
+_I2 = struct.Struct(">ii")
+Frame = tuple[int, bytes]
+"""A standard-id CAN data frame: (arbitration id, payload)."""
+
+
+def motion_ctrl_2(ctrl_mode: int, move_mode: int, speed: int, mit_mode: int = 0x00) -> Frame:
+    """MotionCtrl_2 (0x151) as piper_sdk's ``MotionCtrl_2`` encodes it (residence time and installation
+    position 0, two zero bytes); ``speed`` 0-100 %, refused outside it as the SDK refuses it."""
+    if not 0 <= speed <= 100:
+        raise ValueError(f"MotionCtrl_2 speed {speed} out of range 0-100")
+    return ID_MOTION_CTRL_2, bytes((ctrl_mode, move_mode, speed, mit_mode, 0, 0, 0, 0))
+
+
+def end_pose_frames(x: int, y: int, z: int, rx: int, ry: int, rz: int) -> list[Frame]:
+    """EndPoseCtrl (0x152-0x154: X,Y | Z,RX | RY,RZ, big-endian int32 in 0.001 mm / 0.001 deg) as
+    piper_sdk's ``EndPoseCtrl`` encodes it."""
+    pack = _I2.pack
+    return [(ID_POSE_CTRL[0], pack(x, y)), (ID_POSE_CTRL[1], pack(z, rx)), (ID_POSE_CTRL[2], pack(ry, rz))]
 
 
 def uint_to_float(x: int, lo: float, hi: float, bits: int) -> float:
