@@ -1,0 +1,59 @@
+"""A Trigger service and its callers in processes of their own, for test_service_call_latency.
+
+``python service_probe.py server NAME``: serve ``NAME`` (std_srvs/Trigger) until killed.
+``python service_probe.py calls NAME N``: call it ``N`` times, each from a new client as
+``ros2 service call`` makes one (created, waited for, called once, destroyed), and print one JSON
+line: each call's seconds from the request to the answer (None: no answer within 10 s).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from std_srvs.srv import Trigger
+
+
+def serve(name: str) -> None:
+    node = Node("probe_server")
+
+    def answer(_req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        res.success, res.message = True, "ok"
+        return res
+
+    node.create_service(Trigger, name, answer)
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, rclpy.executors.ExternalShutdownException):
+        pass
+
+
+def calls(name: str, n: int) -> None:
+    node = Node("probe_caller")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    seconds: list[float | None] = []
+    for _ in range(n):
+        client = node.create_client(Trigger, name)
+        if not client.wait_for_service(timeout_sec=30.0):
+            raise SystemExit(f"{name} not available")
+        t0 = time.monotonic()
+        future = client.call_async(Trigger.Request())
+        executor.spin_until_future_complete(future, timeout_sec=10.0)
+        seconds.append(time.monotonic() - t0 if future.done() else None)
+        node.destroy_client(client)
+    print(json.dumps({"seconds": seconds}))
+
+
+if __name__ == "__main__":
+    rclpy.init()
+    try:
+        if sys.argv[1] == "server":
+            serve(sys.argv[2])
+        else:
+            calls(sys.argv[2], int(sys.argv[3]))
+    finally:
+        rclpy.try_shutdown()
