@@ -13,10 +13,12 @@ episode); and the stop-to-saved latency. Last line: the largest camera count wit
 so ±J/2 around its mean phase): the case where frames used to alias between rows (issue 16.11).
 
 ``--quick`` = 10 s episodes with 1 and 2 cameras. The figures depend on what else the machine runs, and
-on the host's speed at the time (a shared host's moves by up to ±30 % between minutes): each run prints
+on the host's speed at the time (a shared host's moves by up to ±30 % between minutes). Each run prints
 a fixed single-threaded workload's CPU time just before the graph starts (``host_reference_ms``: the
-scalar kinematics and frame encoding the arm process runs; lower is a faster host), so runs of
-different minutes or sessions compare by their ratio to it.
+scalar kinematics and frame encoding the arm process runs; lower is a faster host). It shows a host
+whose compute is slower; it did not show the slow phases seen on 2026-12-05, when every process of the
+graph cost 20-25 % more while the reference stayed at 162-172 ms (docs/performance.md). Compare trees
+in alternating rounds, not across minutes.
 """
 from __future__ import annotations
 

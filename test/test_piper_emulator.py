@@ -16,8 +16,8 @@ from piper_sdk.protocol.protocol_v2 import C_PiperParserV2
 
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.emulator import PiperEmulator
-from piper_recorder.piper.wire import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE_CTRL, MIT_KD,
-                                       MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P, decode_mit)
+from piper_recorder.piper.wire import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE_CTRL,
+                                       MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P, decode_mit)
 from piper_recorder.piper.link import PiperLink
 
 pytestmark = pytest.mark.slow  # the emulator's feedback threads run against wall-clock time

@@ -4,10 +4,11 @@ release the project targets.
 The bag converter reads bags with the store, and the live recorders, teleop, piper_arm and
 the sim cameras decode their hot subscriptions with it (``nodes.common.PolledInputs``: rclpy hands
 over the serialized bytes), so bag and live paths give the assembler the same message objects. It is
-also cheaper: a subscriber process of a 100 Hz PoseStamped and a 100 Hz JointState on this 2-core machine spent ~330 us of CPU per message on the EventsExecutor with rclpy's typed take,
-~260 us taking the bytes and decoding them here, ~200 us taking the bytes alone (3 interleaved 35 s runs
-each); ``bench/executor_overhead.py`` compares the kinds for a recorder's input. The store is loaded on
-first use (~0.35 s of CPU): the nodes load it while they start (``warm_decoder``).
+also cheaper: a subscriber process of a 100 Hz PoseStamped and a 100 Hz JointState on this 2-core
+machine spent ~330 us of CPU per message on the EventsExecutor with rclpy's typed take, ~260 us taking
+the bytes and decoding them here, ~200 us taking the bytes alone (3 interleaved 35 s runs each);
+``bench/executor_overhead.py`` compares the kinds for a recorder's input. The store is loaded on first
+use (~0.35 s of CPU): the nodes load it while they start (``warm_decoder``).
 """
 from __future__ import annotations
 

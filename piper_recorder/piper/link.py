@@ -28,8 +28,8 @@ from . import kinematics as kin
 from .firmware import MitDialect, mit_dialect, parse_version, version_string
 from .vbus import DirectVirtualBus, make_direct
 from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2,
-                   ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, MOVE_P, TORQUE_COEF, Frame,
-                   encode_mit_raw12, end_pose_frames, float_to_uint, motion_ctrl_2, uint_to_float)
+                   ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, MOVE_P, PAIR, TORQUE_COEF,
+                   Frame, encode_mit_raw12, end_pose_frames, float_to_uint, motion_ctrl_2, uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
@@ -128,7 +128,7 @@ class FeedbackFrames:
         if len(data) < 8 and fid != ID_GRIPPER:
             return False
         if fid in _PAIR:
-            a, b = _I2.unpack_from(data)
+            a, b = PAIR.unpack_from(data)
             if fid in _JOINT_PAIR:
                 if abs(a) > 3_000_000 or abs(b) > 3_000_000:   # 300 deg: the SDK drops the frame
                     return True
@@ -174,7 +174,7 @@ class FeedbackFrames:
         return self.driver_stamp > since and all(b & 0x40 for b in self.driver_status)
 
 
-_I2, _HHI, _IHB, _STATUS = struct.Struct(">ii"), struct.Struct(">hhi"), struct.Struct(">ihB"), struct.Struct(">BBBBBBH")
+_HHI, _IHB, _STATUS = struct.Struct(">hhi"), struct.Struct(">ihB"), struct.Struct(">BBBBBBH")
 _JOINT_PAIR = {fid: 2 * i for i, fid in enumerate(ID_JOINTS)}
 _POSE_PAIR = {fid: 2 * i for i, fid in enumerate(ID_POSE)}
 _PAIR = {**_JOINT_PAIR, **_POSE_PAIR}
@@ -339,8 +339,8 @@ class PiperLink:
 
         Called ~400 times a second (the control loop at 200 Hz, the node's publisher per feedback set),
         while the sets come at ``feedback_hz``: a snapshot is built (plain float math) only when a frame
-        was taken since the last one (``FeedbackFrames.seq``), else the same one is handed out again. Its arrays are read-only,
-        so no reader can change what another one sees."""
+        was taken since the last one (``FeedbackFrames.seq``), else the same one is handed out again. Its
+        arrays are read-only, so no reader can change what another one sees."""
         f = self.frames
         gain = self.dialect.effort_gain
         key = (f.seq, gain)   # read before the fields: a frame taken meanwhile only makes the next call rebuild

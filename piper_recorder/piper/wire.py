@@ -26,7 +26,10 @@ TORQUE_COEF = np.array([1.18125, 1.18125, 1.18125, 0.95844, 0.95844, 0.95844])
 MIT_P, MIT_V, MIT_KP, MIT_KD, MIT_T = (-12.5, 12.5), (-45.0, 45.0), (0.0, 500.0), (-5.0, 5.0), (-8.0, 8.0)
 
 
-_I2 = struct.Struct(">ii")
+PAIR = struct.Struct(">ii")
+"""Two big-endian int32 in one payload: the joint and end-pose feedback frames and the EndPoseCtrl and
+JointCtrl commands (0.001 deg / 0.001 mm). The emulator keeps its own layouts on purpose: it is the other
+end of the wire, and the tests check each end against piper_sdk separately."""
 Frame = tuple[int, bytes]
 """A standard-id CAN data frame: (arbitration id, payload)."""
 
@@ -42,7 +45,7 @@ def motion_ctrl_2(ctrl_mode: int, move_mode: int, speed: int, mit_mode: int = 0x
 def end_pose_frames(x: int, y: int, z: int, rx: int, ry: int, rz: int) -> list[Frame]:
     """EndPoseCtrl (0x152-0x154: X,Y | Z,RX | RY,RZ, big-endian int32 in 0.001 mm / 0.001 deg) as
     piper_sdk's ``EndPoseCtrl`` encodes it."""
-    pack = _I2.pack
+    pack = PAIR.pack
     return [(ID_POSE_CTRL[0], pack(x, y)), (ID_POSE_CTRL[1], pack(z, rx)), (ID_POSE_CTRL[2], pack(ry, rz))]
 
 
