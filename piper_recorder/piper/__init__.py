@@ -1,10 +1,11 @@
 """AgileX Piper arm backends over piper_sdk, kinematics/IK and a CAN-level emulator (no ROS).
 
 Modules:
-- ``kinematics``: FK from the SDK's own DH table (``fk``, ``link_frames``, ``jacobian``), damped-least-
-  squares IK with joint limits (``solve_ik`` -> ``IkResult``), rotations (``euler_to_matrix`` /
-  ``matrix_to_euler`` in the SDK/firmware convention R = Rz(rz) Ry(ry) Rx(rx), ``quat_to_matrix`` /
-  ``matrix_to_quat`` xyzw, ``pose_to_matrix``), ``SDK_JOINT_MIN`` / ``SDK_JOINT_MAX``. SI units.
+- ``kinematics``: FK from the SDK's own DH table (``fk``, ``link_frames``, ``jacobian``), IK with joint
+  limits (``ik`` -> ``IkResult``: closed form near the seed, else damped least squares, ``solve_ik``),
+  rotations (``euler_to_matrix`` / ``matrix_to_euler`` in the SDK/firmware convention
+  R = Rz(rz) Ry(ry) Rx(rx), ``quat_to_matrix`` / ``matrix_to_quat`` xyzw, ``pose_to_matrix``),
+  ``SDK_JOINT_MIN`` / ``SDK_JOINT_MAX``. SI units.
 - ``wire``: frame ids, move modes, JointMitCtrl packing.
 - ``link.PiperLink``: the only piper_sdk user (open socketcan or any python-can interface, feedback
   snapshot in SI units, typed commands).

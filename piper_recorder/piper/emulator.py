@@ -7,7 +7,8 @@ feedback (sent)   0x2A1 status, 0x2A2-0x2A4 end pose, 0x2A5-0x2A7 joints, 0x2A8 
                   0x251-0x256 motor high-speed (speed, current, position): ~100 Hz;
                   0x261-0x266 motor low-speed (voltage, temps, driver status): ~20 Hz;
                   0x4AF firmware string in reply to a 0x4AF query.
-commands (parsed) 0x471 enable/disable, 0x151 MotionCtrl_2, 0x152-0x154 EndPoseCtrl (own DLS IK),
+commands (parsed) 0x471 enable/disable, 0x151 MotionCtrl_2, 0x152-0x154 EndPoseCtrl (own IK: closed form, as AgileX
+                  describes the firmware's, ``kinematics.ik``),
                   0x155-0x157 JointCtrl, 0x159 GripperCtrl, 0x15A-0x15F JointMitCtrl.
 
 Dynamics: in position modes (P/J) each joint moves first-order toward its target, rate-limited by the
@@ -242,11 +243,11 @@ class PiperEmulator:
                              + (x / 1e6, y / 1e6, z / 1e6))
         now = time.monotonic()
         seed = self._seeds.seed(self.q_target, now)
-        res = kin.solve_ik(t, seed, self.q_min, self.q_max, max_iter=40)
+        res = kin.ik(t, seed, self.q_min, self.q_max, max_iter=40)
         if not res.ok(1e-3, 1e-2) and seed is not self.q_target:
-            res = kin.solve_ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
+            res = kin.ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
         if not res.ok(1e-3, 1e-2):
-            res = kin.solve_ik(t, self.q, self.q_min, self.q_max, max_iter=60)
+            res = kin.ik(t, self.q, self.q_min, self.q_max, max_iter=60)
         if res.ok(1e-3, 1e-2):
             self.q_target = res.q
             self._seeds.add(res.q, now)

@@ -1,6 +1,9 @@
-"""Piper forward kinematics, damped-least-squares IK and rotation conversions (no ROS).
+"""Piper forward kinematics, IK (closed form, damped least squares) and rotation conversions (no ROS).
 
-The hot paths (``chain``, ``solve_ik``, the ``Rot`` helpers) are scalar float math: on 3-6 numbers numpy's
+``ik`` is what callers use: the exact closed-form solution nearest the seed (``closed_form_ik``) when one lies
+near it, else damped least squares from the seed (``solve_ik``).
+
+The hot paths (``chain``, the IK, the ``Rot`` helpers) are scalar float math: on 3-6 numbers numpy's
 per-call dispatch costs more than the arithmetic; the ndarray functions wrap them for everyone else.
 
 The DH table is read from piper_sdk's own ``C_PiperForwardKinematics`` (modified/Craig DH,
@@ -299,14 +302,18 @@ class IkResult:
     pos_err: float  # m
     rot_err: float  # rad
     iterations: int
+    closed_form: bool = False   # solved by ``closed_form_ik`` (``ik``), not by damped steps
 
     def ok(self, pos_tol: float = 1e-3, rot_tol: float = 1e-2) -> bool:
         return self.pos_err <= pos_tol and self.rot_err <= rot_tol
 
 
+_CONVERGED = (2e-5, 2e-4)   # m, rad: where the damped iteration stops (``solve_ik``'s pos_tol, rot_tol)
+
+
 def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOINT_MIN,
              q_max: np.ndarray = SDK_JOINT_MAX, max_iter: int = 50, damping: float = 0.02,
-             max_step: float = 0.25, pos_tol: float = 2e-5, rot_tol: float = 2e-4) -> IkResult:
+             max_step: float = 0.25, pos_tol: float = _CONVERGED[0], rot_tol: float = _CONVERGED[1]) -> IkResult:
     """Damped least squares on the flange pose, warm-started from ``q_seed``, clamped to limits.
 
     dq = J^T (J J^T + lambda^2 I)^-1 e; a streaming target (small motion per call) converges in
@@ -339,6 +346,128 @@ def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOI
             dq = [v * s for v in dq]
         q = [min(max(v + d, a), b) for v, d, a, b in zip(q, dq, lo, hi)]   # a new list: best keeps its own
     return IkResult(np.array(best_q), best_pe, best_re, it)
+
+
+# ---------------------------------------------------------------- closed-form IK
+# The Piper's wrist is spherical (joints 4-6 turn about axes through one point, the wrist centre, d6 behind the
+# flange) and its arm is planar (no shoulder or elbow offset across the arm's plane), so a pose has at most 8
+# exact solutions in closed form: shoulder (joint 1 facing the wrist centre or away) x elbow x wrist flip. AgileX
+# describes the firmware's IK as analytic too. Modified DH, theta_i = q_i + offset_i:
+# - wrist centre W = p - d6 z (z: the target's third column); joint 1 faces it: theta_1 = atan2(Wy, Wx) (+ pi);
+# - in the arm's plane (r along frame 1's x, h up from the shoulder at d1), frame 2's x axis is at angle
+#   -theta_2 and frame 3's at -theta_2 - theta_3; the forearm (a3 along x3, d4 along z4 = -y3) is one link of
+#   length L at beta = atan2(d4, a3) from x3: W = a2 u(-theta_2) + L u(-theta_2 - theta_3 + beta);
+# - the wrist: R3^T R Rx(-pi/2) = Ry(-theta_4) Rz(theta_5) Ry(-theta_6), read off as a Y-Z-Y Euler triple.
+_DH_ALPHA_PIPER = (0.0, -math.pi / 2, 0.0, math.pi / 2, -math.pi / 2, math.pi / 2)
+_CLOSED_FORM = (all(abs(a - b) < 1e-12 for a, b in zip(DH_ALPHA.tolist(), _DH_ALPHA_PIPER))
+                and DH_A[0] == DH_A[1] == DH_A[4] == DH_A[5] == 0.0 and DH_D[1] == DH_D[2] == DH_D[4] == 0.0)
+_D1, _A2, _A3, _D4, _D6 = (float(DH_D[0]), float(DH_A[2]), float(DH_A[3]), float(DH_D[3]), float(DH_D[5]))
+_L = math.hypot(_A3, _D4)
+_BETA = math.atan2(_D4, _A3)
+_OFFSETS = tuple(DH_THETA_OFFSET.tolist())
+_TWO_PI = 2.0 * math.pi
+
+
+def _turns_to(v: float, ref: float) -> float:
+    """v moved by whole turns to within pi of ref (the joints' ranges are each under a turn)."""
+    return v - _TWO_PI * round((v - ref) / _TWO_PI)
+
+
+def closed_form_ik(target: np.ndarray, q_seed: np.ndarray | Iterable[float], q_min: np.ndarray = SDK_JOINT_MIN,
+                   q_max: np.ndarray = SDK_JOINT_MAX, max_jump: float = math.inf) -> list[float] | None:
+    """The exact joint solution of a flange pose nearest ``q_seed`` (max over the joints), within the limits
+    and no joint more than ``max_jump`` from the seed; None if there is none (out of reach, beyond a limit,
+    a NaN) or the arm's DH table is not the Piper's geometry. At the wrist singularity (joint 5 at 0, where
+    only q4 + q6 is determined) joints 4 and 6 share the turn from the seed equally, as far as their limits
+    allow."""
+    if not _CLOSED_FORM:
+        return None
+    return _closed_form(np.asarray(target, dtype=float)[:3].tolist(), _floats(q_seed, 6), _floats(q_min, 6),
+                        _floats(q_max, 6), max_jump)
+
+
+def _closed_form(rows: list[list[float]], seed: list[float], lo: list[float], hi: list[float],
+                 max_jump: float) -> list[float] | None:
+    """``closed_form_ik`` on the target's top three rows and the seed and limits as floats."""
+    (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = rows
+    if not all(map(math.isfinite, seed)):   # a NaN target fails the reach test below; a NaN seed would not
+        return None
+    s0, s1, s2, s3, s4, s5 = seed
+    o1, o2, o3, o4, o5, o6 = _OFFSETS
+    wx, wy, wz = px - _D6 * r02, py - _D6 * r12, pz - _D6 * r22
+    r, h = math.hypot(wx, wy), wz - _D1
+    c = (r * r + h * h - _A2 * _A2 - _L * _L) / (2.0 * _A2 * _L)
+    if not -1.0 <= c <= 1.0:   # out of reach (False for a NaN too)
+        return None
+    g0 = math.acos(c)
+    heading = math.atan2(wy, wx)
+    best: tuple[float, list[float]] | None = None
+    for q1, rp in ((_turns_to(heading - o1, s0), r), (_turns_to(heading + math.pi - o1, s0), -r)):
+        if not lo[0] <= q1 <= hi[0] or abs(q1 - s0) > max_jump:
+            continue
+        th1 = q1 + o1
+        c1, n1 = math.cos(th1), math.sin(th1)
+        toward = math.atan2(h, rp)
+        for g in (g0, -g0):   # the elbow's two sides
+            q3 = _turns_to(_BETA - g - o3, s2)
+            if not lo[2] <= q3 <= hi[2] or abs(q3 - s2) > max_jump:
+                continue
+            q2 = _turns_to(math.atan2(_L * math.sin(g), _A2 + _L * math.cos(g)) - toward - o2, s1)
+            if not lo[1] <= q2 <= hi[1] or abs(q2 - s1) > max_jump:
+                continue
+            th23 = q2 + o2 + q3 + o3
+            c23, n23 = math.cos(th23), math.sin(th23)
+            # frame 3's axes in the base: x3, y3, z3; the wrist's matrix N = R3^T R Rx(-pi/2) from their dot products
+            x3x, x3y, x3z = c1 * c23, n1 * c23, -n23
+            y3x, y3y, y3z = -c1 * n23, -n1 * n23, -c23
+            n01 = -(x3x * r02 + x3y * r12 + x3z * r22)
+            n11 = -(y3x * r02 + y3y * r12 + y3z * r22)
+            n21 = n1 * r02 - c1 * r12
+            sb = math.hypot(n01, n21)
+            th5 = math.atan2(sb, n11)
+            if sb < 1e-9:   # wrist straight: only theta_4 + theta_6 counts (Ry(-(theta_4 + theta_6)))
+                ac = math.atan2(x3x * r01 + x3y * r11 + x3z * r21, x3x * r00 + x3y * r10 + x3z * r20)
+                q46 = _turns_to(-ac - o4 - o6, s3 + s5)
+                q4 = s3 + 0.5 * (q46 - s3 - s5)   # the turn shared by joints 4 and 6, as a damped step shares it
+                q4 = min(max(q4, lo[3], q46 - hi[5]), hi[3], q46 - lo[5])
+                wrists: tuple[tuple[float, float, float], ...] = ((q4 + o4, th5, q46 - q4 + o6),)
+            else:
+                a = math.atan2(n21, -n01)
+                cc = math.atan2(y3x * r01 + y3y * r11 + y3z * r21, y3x * r00 + y3y * r10 + y3z * r20)
+                wrists = ((-a, th5, -cc), (-a - math.pi, -th5, -cc - math.pi))   # the wrist's two flips
+            for th4, th5_, th6 in wrists:
+                q4, q5, q6 = _turns_to(th4 - o4, s3), th5_ - o5, _turns_to(th6 - o6, s5)
+                if not (lo[3] <= q4 <= hi[3] and lo[4] <= q5 <= hi[4] and lo[5] <= q6 <= hi[5]):
+                    continue
+                jump = max(abs(q1 - s0), abs(q2 - s1), abs(q3 - s2), abs(q4 - s3), abs(q5 - s4), abs(q6 - s5))
+                if jump <= max_jump and (best is None or jump < best[0]):
+                    best = (jump, [q1, q2, q3, q4, q5, q6])
+    return None if best is None else best[1]
+
+
+def ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOINT_MIN, q_max: np.ndarray = SDK_JOINT_MAX,
+       max_iter: int = 50, max_jump: float = 0.25) -> IkResult:
+    """The flange pose's joints near ``q_seed``: the closed-form solution when one lies within ``max_jump`` of the
+    seed in every joint, else ``solve_ik`` (damped least squares from the seed). Check ``ok()``.
+
+    Why both: along a streamed target the closed form costs ~11 us with its check against ``chain`` (~30 for
+    the damped steps, ``bench/arm_hot_paths.py``), the controller's reachability check and the emulator's
+    firmware IK each run it ~100 times a second, and its answer is exact. Where no exact solution is near the
+    seed (a jump, the wrist near its singularity, a target just past a limit or out of reach, where the damped
+    iteration settles within the callers' tolerance or fails) the answer is ``solve_ik``'s, as before. Within
+    ``max_jump`` (``solve_ik``'s ``max_step``, one damped step) the nearest exact solution is the one the damped
+    iteration converges to from that seed."""
+    if _CLOSED_FORM:
+        rows = np.asarray(target, dtype=float)[:3].tolist()
+        q = _closed_form(rows, _floats(q_seed, 6), _floats(q_min, 6), _floats(q_max, 6), max_jump)
+        if q is not None:
+            f = chain(q)[-1]
+            ex, ey, ez = rows[0][3] - f[9], rows[1][3] - f[10], rows[2][3] - f[11]
+            wx, wy, wz = rot_error_of((*rows[0][:3], *rows[1][:3], *rows[2][:3]), f)
+            pe, re = math.sqrt(ex * ex + ey * ey + ez * ez), math.sqrt(wx * wx + wy * wy + wz * wz)
+            if pe <= _CONVERGED[0] and re <= _CONVERGED[1]:   # exact but for rounding (acos's, near the elbow's fold)
+                return IkResult(np.array(q), pe, re, 0, closed_form=True)
+    return solve_ik(target, q_seed, q_min, q_max, max_iter=max_iter)
 
 
 class SeedPredictor:

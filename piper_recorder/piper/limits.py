@@ -32,7 +32,8 @@ class Limits:
               fallback_seeds: Iterable[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray] | Rejection:
         """Validate an absolute flange target; returns (4x4 pose, joint solution) or a Rejection.
 
-        IK is warm-started from ``q_seed`` (the previous solution); only if that fails are the
+        IK (``kin.ik``: closed form near the seed, else damped steps) starts from ``q_seed`` (the previous
+        solution); only if that fails are the
         ``fallback_seeds`` (e.g. measured joints, home) tried before the target counts as unreachable; they are
         taken from the iterable only as far as needed (a generator builds them only when the warm start fails).
         """
@@ -52,11 +53,11 @@ class Limits:
             return Rejection("out_of_workspace", f"pos={np.round(pos, 4).tolist()}")
         x, y, z, w = qv[0] / n, qv[1] / n, qv[2] / n, qv[3] / n
         target = kin.frame_matrix(kin.quat_rot(x, y, z, w) + (p[0], p[1], p[2]))
-        res = kin.solve_ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
+        res = kin.ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
         for seed in fallback_seeds:
             if res.ok(self.ik_pos_tol, self.ik_rot_tol):
                 break
-            res = kin.solve_ik(target, seed, self.q_min, self.q_max, max_iter=60)
+            res = kin.ik(target, seed, self.q_min, self.q_max, max_iter=60)
         if not res.ok(self.ik_pos_tol, self.ik_rot_tol):
             return Rejection("unreachable",
                              f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg")
