@@ -238,6 +238,33 @@ def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
         link.position_command(101, pose)
 
 
+def test_gripper_command_sends_the_sdks_frame_byte_for_byte(arm):
+    """``PiperLink.gripper`` encodes GripperCtrl itself (``wire.gripper_ctrl``): the frame equals the one
+    piper_sdk's ``GripperCtrl`` puts on the bus for the same width and effort, and the emulated gripper follows."""
+    emu, link = arm
+    emu.log_rx = True
+    link.enable()
+    assert wait_until(lambda: emu.enabled)
+
+    def frame(send) -> tuple[int, bytes]:
+        start = len(emu.rx_log)
+        send()
+        assert wait_until(lambda: any(m.arbitration_id == ID_GRIPPER_CTRL for m in emu.rx_log[start:]))
+        (m,) = [m for m in emu.rx_log[start:] if m.arbitration_id == ID_GRIPPER_CTRL]
+        return m.arbitration_id, bytes(m.data)
+
+    for width, effort in ((0.0, 0.0), (0.0123456789, 1.0), (0.07, 5.0), (2.5e-7, 0.0004999)):
+        w, e = round(width * 1e6), int(round(effort * 1000))
+        by_sdk = frame(lambda: link.sdk.GripperCtrl(w, e, 0x01, 0))
+        by_link = frame(lambda: link.gripper(width, effort))
+        assert by_link == by_sdk, (width, effort)
+    assert link.gripper(0.04, 1.0) == 0.04
+    assert wait_until(lambda: abs(emu.gripper - 0.04) < 1e-4, timeout=3.0)
+    with pytest.raises(ValueError, match="effort"):   # the SDK's ArmMsgGripperCtrl refuses it as well
+        link.gripper(0.04, 5.001)
+    assert link.send_errors == 0
+
+
 def test_a_command_the_bus_does_not_take_is_counted_not_raised(arm):
     emu, link = arm
     link.sdk.GetCanBus().send_bus.shutdown()   # the emulator's end stays; this end is closed

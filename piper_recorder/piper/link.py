@@ -29,7 +29,8 @@ from .firmware import MitDialect, mit_dialect, parse_version, version_string
 from .vbus import DirectVirtualBus, make_direct
 from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2,
                    ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, MOVE_P, PAIR, TORQUE_COEF,
-                   Frame, encode_mit_raw12, end_pose_frames, float_to_uint, motion_ctrl_2, uint_to_float)
+                   Frame, encode_mit_raw12, end_pose_frames, float_to_uint, gripper_ctrl, motion_ctrl_2,
+                   uint_to_float)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
@@ -488,10 +489,13 @@ class PiperLink:
             self.sdk.JointCtrl(*[round(math.degrees(v) * 1000) for v in q])
 
     def gripper(self, width: float, effort: float) -> float:
-        """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m)."""
+        """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m). Encoded by
+        ``wire.gripper_ctrl``, byte for byte the SDK's frame (test_piper_emulator), and sent as
+        ``position_command`` sends (``_send_frames``): the teleop stream moves the gripper nearly every tick."""
         w = round(width * 1e6)
+        frame = gripper_ctrl(w, int(round(effort * 1000)), 0x01)
         with self._tx:
-            self.sdk.GripperCtrl(w, int(round(effort * 1000)), 0x01, 0)
+            self._send_frames([frame])
         return w / 1e6
 
     def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:

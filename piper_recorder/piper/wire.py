@@ -49,6 +49,22 @@ def end_pose_frames(x: int, y: int, z: int, rx: int, ry: int, rz: int) -> list[F
     return [(ID_POSE_CTRL[0], pack(x, y)), (ID_POSE_CTRL[1], pack(z, rx)), (ID_POSE_CTRL[2], pack(ry, rz))]
 
 
+def gripper_ctrl(width: int, effort: int, code: int, set_zero: int = 0x00) -> Frame:
+    """GripperCtrl (0x159: width int32 in 0.001 mm, effort uint16 in 0.001 N m, status code, set-zero flag) as
+    piper_sdk's ``GripperCtrl`` encodes it with its gripper soft limit off (PiperLink's construction); the
+    values the SDK's ``ArmMsgGripperCtrl`` refuses are refused here the same way."""
+    if code not in (0x00, 0x01, 0x02, 0x03):
+        raise ValueError(f"GripperCtrl status code {code} out of range [0x00, 0x01, 0x02, 0x03]")
+    if not 0 <= effort <= 5000:
+        raise ValueError(f"GripperCtrl effort {effort} out of range 0-5000")
+    if set_zero not in (0x00, 0xAE):
+        raise ValueError(f"GripperCtrl set_zero {set_zero} out of range [0x00, 0xAE]")
+    return ID_GRIPPER_CTRL, _GRIPPER_CTRL.pack(width, effort, code, set_zero)
+
+
+_GRIPPER_CTRL = struct.Struct(">iHBB")
+
+
 def uint_to_float(x: int, lo: float, hi: float, bits: int) -> float:
     return x * (hi - lo) / float((1 << bits) - 1) + lo
 
