@@ -208,8 +208,8 @@ def kinematics(n: int) -> None:
     for t in targets:
         kin.solve_ik(t, ready, max_iter=40)
     print(f"{'solve_ik (streamed)':20s} {(time.thread_time() - t0) / len(targets) * 1e6:6.1f} us/call")
-    # a 100 Hz teleop-like stream (figure-eight, wrist swing), each solve seeded with the last solution or
-    # with kin.SeedPredictor's prediction from it (what the controller and the emulator's firmware IK do)
+    # a 100 Hz teleop-like stream (figure-eight, wrist swing), each solve seeded with the last solution (what the
+    # controller's reachability check and the emulator's firmware IK do): the damped steps alone, and kin.ik
     t_ready, stream = kin.fk(ready), []
     for k in range(n // 2):
         t = k * 0.01
@@ -218,26 +218,22 @@ def kinematics(n: int) -> None:
         target[:3, :3] = t_ready[:3, :3] @ kin.euler_to_matrix(0.2 * math.sin(0.5 * t), 0.1 * math.sin(0.9 * t),
                                                                0.2 * math.sin(1.1 * t))
         stream.append(target)
-    for label, predict in (("last solution", False), ("predicted", True)):
-        pred, q, steps = kin.SeedPredictor(), ready, 0
-        t0 = time.thread_time()
-        for k, target in enumerate(stream):
-            res = kin.solve_ik(target, pred.seed(q, k * 0.01) if predict else q, max_iter=40)
-            q = res.q
-            pred.add(q, k * 0.01)
-            steps += res.iterations
-        print(f"{'solve_ik 100 Hz stream':20s} {(time.thread_time() - t0) / len(stream) * 1e6:6.1f} us/call, "
-              f"{steps / len(stream):.2f} steps (seed: {label})")
-    # kin.ik as the controller and the emulator call it: closed form near the seed (else the damped steps)
-    pred, q, closed = kin.SeedPredictor(), ready, 0
+    q, steps = ready, 0
     t0 = time.thread_time()
-    for k, target in enumerate(stream):
-        res = kin.ik(target, pred.seed(q, k * 0.01), max_iter=40)
+    for target in stream:
+        res = kin.solve_ik(target, q, max_iter=40)
         q = res.q
-        pred.add(q, k * 0.01)
+        steps += res.iterations
+    print(f"{'solve_ik 100 Hz stream':20s} {(time.thread_time() - t0) / len(stream) * 1e6:6.1f} us/call, "
+          f"{steps / len(stream):.2f} steps")
+    q, closed = ready, 0
+    t0 = time.thread_time()
+    for target in stream:
+        res = kin.ik(target, q, max_iter=40)
+        q = res.q
         closed += res.closed_form
     print(f"{'ik 100 Hz stream':20s} {(time.thread_time() - t0) / len(stream) * 1e6:6.1f} us/call, "
-          f"{closed / len(stream):.0%} in closed form (seed: predicted)")
+          f"{closed / len(stream):.0%} in closed form")
 
 
 def main() -> None:

@@ -147,3 +147,28 @@ def test_limits_check_builds_the_normalised_target_and_refuses_what_it_must():
                             ([0.9, 0.0, 0.3], quat, "out_of_workspace"), ([0.6, 0.4, 0.6], quat, "unreachable")):
         r = lim.check(np.asarray(pos), qu, ready)
         assert isinstance(r, Rejection) and r.reason == reason, (reason, r)
+
+
+def test_limits_check_builds_a_fallback_seed_only_after_a_failed_solve():
+    """The fallback seeds (the controller's: a feedback snapshot, home) cost a snapshot each: none is built for
+    a target the last solution reaches, and they are tried in order until one reaches it."""
+    from piper_recorder.piper.limits import Limits, Rejection
+
+    lim = Limits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
+    ready = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
+    built: list[str] = []
+
+    def seeds(*named: tuple[str, np.ndarray]):
+        for name, q in named:
+            built.append(name)
+            yield q
+
+    t = kin.fk(ready + 0.02)
+    quat = kin.matrix_to_quat(t[:3, :3])
+    assert not isinstance(lim.check(t[:3, 3], quat, ready, seeds(("measured", ready), ("home", ready))), Rejection)
+    assert built == []
+    # a seed on the other side of joint 1's range: no solution near it, none from the first fallback either
+    far = np.array([2.5, 0.3, -0.3, 1.5, -1.0, 2.0])
+    res = lim.check(t[:3, 3], quat, far, seeds(("measured", far), ("home", ready), ("unused", ready)))
+    assert not isinstance(res, Rejection) and np.allclose(kin.fk(res[1]), t, atol=1e-6)
+    assert built == ["measured", "home"]

@@ -58,7 +58,6 @@ class ArmController:
         self.on_command = on_command
         self._lock = threading.Lock()
         self._target: _Target | None = None
-        self._seeds = kin.SeedPredictor()   # the IK's warm start along a streamed target (``set_target``)
         self._gripper_target: float | None = None
         self._gripper_sent: tuple[float, float] | None = None  # (width, monotonic)
         self._hold: tuple[np.ndarray, np.ndarray] | None = None  # last commanded (pose, q)
@@ -112,27 +111,22 @@ class ArmController:
                 return self._refuse(Rejection("disabled", "arm disabled"))
             if self._home is not None:
                 return self._refuse(Rejection("homing", "go_home in progress"))
-            plain = self._target.q if self._target is not None else self._hold[1] if self._hold is not None else None
+            seed = self._target.q if self._target is not None else self._hold[1] if self._hold is not None else None
             now = time.monotonic()
-            seed = None if plain is None else self._seeds.seed(plain, now)
         if seed is None:   # no target or hold yet: from the measured joints
             fb = self.feedback()
-            plain = seed = fb.joints if fb is not None else np.zeros(6)
+            seed = fb.joints if fb is not None else np.zeros(6)
         res = self.limits.check(np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed,
-                                self._fallback_seeds(plain if seed is not plain else None))
+                                self._fallback_seeds())
         with self._lock:
             if isinstance(res, Rejection):
                 return self._refuse(res)
             self._target = _Target(res[0], res[1], now)
-            self._seeds.add(res[1], now)
             self.accepted += 1
             return True
 
-    def _fallback_seeds(self, plain: np.ndarray | None) -> Iterator[np.ndarray]:
-        """IK seeds when the warm start fails, built only then: the last solution itself (when the warm start
-        was a prediction from it), the measured joints, home."""
-        if plain is not None:
-            yield plain
+    def _fallback_seeds(self) -> Iterator[np.ndarray]:
+        """IK seeds when the last solution fails, built only then: the measured joints, home."""
         fb = self.feedback()
         if fb is not None:
             yield fb.joints

@@ -27,7 +27,6 @@ and report 4x their torque. An empty string: no reply to the version query.
 from __future__ import annotations
 
 import math
-import queue
 import struct
 import threading
 import time
@@ -103,7 +102,6 @@ class PiperEmulator:
         self.ticks = 0
         self._masses = [float(m) for m in self.cfg.link_masses]
         self._fk_cache: tuple[list[float], list[kin.Frame]] | None = None
-        self._seeds = kin.SeedPredictor()   # the firmware IK's warm start along a streamed target
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> PiperEmulator:
@@ -161,18 +159,19 @@ class PiperEmulator:
 
     def _drain(self) -> None:
         assert self._bus is not None
-        inbox = self._bus.queue   # python-can's own recv(timeout=0) raises and catches queue.Empty per call
-        while True:
-            try:
-                msg = inbox.get_nowait()
-            except queue.Empty:
-                break
-            self.rx_counts[msg.arbitration_id] = self.rx_counts.get(msg.arbitration_id, 0) + 1
-            if self.log_rx:
-                self.rx_log.append(msg)
-            if not self.silent:
-                with self._lock:
-                    self._handle(msg.arbitration_id, bytes(msg.data))
+        # python-can's own recv(timeout=0) raises and catches queue.Empty per call; this thread is the
+        # queue's only reader, so a queue that is not empty has a frame for get_nowait
+        inbox, counts = self._bus.queue, self.rx_counts
+        if not inbox.empty():
+            with self._lock:
+                while not inbox.empty():
+                    msg = inbox.get_nowait()
+                    fid = msg.arbitration_id
+                    counts[fid] = counts.get(fid, 0) + 1
+                    if self.log_rx:
+                        self.rx_log.append(msg)
+                    if not self.silent:
+                        self._handle(fid, bytes(msg.data))
         if self._pending:
             now = time.monotonic()
             due = [p for p in self._pending if p[0] <= now]
@@ -241,16 +240,11 @@ class PiperEmulator:
         rad = math.radians
         t = kin.frame_matrix(kin.euler_rot(rad(rx / 1000.0), rad(ry / 1000.0), rad(rz / 1000.0))
                              + (x / 1e6, y / 1e6, z / 1e6))
-        now = time.monotonic()
-        seed = self._seeds.seed(self.q_target, now)
-        res = kin.ik(t, seed, self.q_min, self.q_max, max_iter=40)
-        if not res.ok(1e-3, 1e-2) and seed is not self.q_target:
-            res = kin.ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
+        res = kin.ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
         if not res.ok(1e-3, 1e-2):
             res = kin.ik(t, self.q, self.q_min, self.q_max, max_iter=60)
         if res.ok(1e-3, 1e-2):
             self.q_target = res.q
-            self._seeds.add(res.q, now)
             self.arm_status = 0x00
         else:
             self.ik_failures += 1

@@ -54,9 +54,8 @@ class Limits:
         x, y, z, w = qv[0] / n, qv[1] / n, qv[2] / n, qv[3] / n
         target = kin.frame_matrix(kin.quat_rot(x, y, z, w) + (p[0], p[1], p[2]))
         res = kin.ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
-        for seed in fallback_seeds:
-            if res.ok(self.ik_pos_tol, self.ik_rot_tol):
-                break
+        seeds = iter(fallback_seeds)   # the next seed is built only after a failed solve
+        while not res.ok(self.ik_pos_tol, self.ik_rot_tol) and (seed := next(seeds, None)) is not None:
             res = kin.ik(target, seed, self.q_min, self.q_max, max_iter=60)
         if not res.ok(self.ik_pos_tol, self.ik_rot_tol):
             return Rejection("unreachable",
