@@ -450,13 +450,14 @@ def ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOINT_MIN
     """The flange pose's joints near ``q_seed``: the closed-form solution when one lies within ``max_jump`` of the
     seed in every joint, else ``solve_ik`` (damped least squares from the seed). Check ``ok()``.
 
-    Why both: along a streamed target the closed form costs ~11 us with its check against ``chain`` (~30 for
-    the damped steps, ``bench/arm_hot_paths.py``), the controller's reachability check and the emulator's
-    firmware IK each run it ~100 times a second, and its answer is exact. Where no exact solution is near the
-    seed (a jump, the wrist near its singularity, a target just past a limit or out of reach, where the damped
-    iteration settles within the callers' tolerance or fails) the answer is ``solve_ik``'s, as before. Within
-    ``max_jump`` (``solve_ik``'s ``max_step``, one damped step) the nearest exact solution is the one the damped
-    iteration converges to from that seed."""
+    Why both: the controller's reachability check and the emulator's firmware IK each solve ~100 targets a
+    second; along such a stream the closed form with its check against ``chain`` costs ~14 us a target, the
+    damped steps from the same seed ~60 (``bench/arm_hot_paths.py``), and its answer is exact. Where no exact
+    solution is near the seed (a jump, the wrist near its singularity, a target just past a limit or out of
+    reach, where the damped iteration settles within the callers' tolerance or fails) the answer is
+    ``solve_ik``'s, as before. Within ``max_jump`` (``solve_ik``'s ``max_step``, one damped step) the nearest
+    exact solution is the one the damped iteration converges to from that seed, to its tolerance
+    (test_ik_closed_form)."""
     if _CLOSED_FORM:
         rows = np.asarray(target, dtype=float)[:3].tolist()
         q = _closed_form(rows, _floats(q_seed, 6), _floats(q_min, 6), _floats(q_max, 6), max_jump)

@@ -33,9 +33,9 @@ class Limits:
         """Validate an absolute flange target; returns (4x4 pose, joint solution) or a Rejection.
 
         IK (``kin.ik``: closed form near the seed, else damped steps) starts from ``q_seed`` (the previous
-        solution); only if that fails are the
-        ``fallback_seeds`` (e.g. measured joints, home) tried before the target counts as unreachable; they are
-        taken from the iterable only as far as needed (a generator builds them only when the warm start fails).
+        solution); only if that fails are the ``fallback_seeds`` (e.g. measured joints, home) tried before the
+        target counts as unreachable, each taken from the iterable only after the solve before it failed (a
+        generator builds them only then).
         """
         pos, quat = np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float)
         # scalar math on the 3 + 4 numbers: numpy's per-call dispatch (norm, all, any) cost more than the
