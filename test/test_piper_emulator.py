@@ -172,9 +172,8 @@ def test_end_pose_ctrl_scaling_and_firmware_ik(arm):
     emu.log_rx = True
     start = len(emu.rx_log)
     link.enable()
-    link.mode_position(100)
     q_goal = np.array([0.3, 1.0, -1.1, 0.2, 0.5, -0.4])
-    ints, sent = link.end_pose(kin.fk(q_goal))
+    ints, sent = link.position_command(100, kin.fk(q_goal))
     # frames 0x152-0x154: X,Y | Z,RX | RY,RZ as big-endian int32 in 0.001 mm / 0.001 deg
     data = b"".join(bytes(frames_since(emu, fid, start)[0].data) for fid in (0x152, 0x153, 0x154)
                     if wait_until(lambda fid=fid: frames_since(emu, fid, start)))
@@ -186,7 +185,7 @@ def test_end_pose_ctrl_scaling_and_firmware_ik(arm):
     # an unreachable pose: the firmware reports "no solution" and keeps the last target
     far = kin.fk(q_goal)
     far[:3, 3] = [1.2, 0.0, 0.2]
-    link.end_pose(far)
+    link.position_command(100, far)
     assert wait_until(lambda: int(link.sdk.GetArmStatus().arm_status.arm_status) == 0x02)
     assert emu.ik_failures == 1
     assert np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5)
@@ -212,12 +211,14 @@ def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
         assert wait_until(lambda: len([m for m in emu.rx_log[start:] if m.arbitration_id in sent_ids]) == 4)
         return [(m.arbitration_id, bytes(m.data)) for m in emu.rx_log[start:] if m.arbitration_id in sent_ids]
 
+    by_link = frames(lambda: link.position_command(73, pose))
+    ints = list(struct.unpack(">6i", b"".join(d for fid, d in by_link[1:])))
+
     def sdk() -> None:
-        link.mode_position(73)
-        link.end_pose(pose)
+        link.sdk.MotionCtrl_2(0x01, 0x00, 73, 0x00)
+        link.sdk.EndPoseCtrl(*ints)
 
     by_sdk = frames(sdk)
-    by_link = frames(lambda: link.position_command(73, pose))
     assert by_link == by_sdk
     assert [fid for fid, _ in by_link] == [0x151, 0x152, 0x153, 0x154]
     # the send path of a bus that is not the emulator's direct one: the SDK's SendCanMessage per frame

@@ -444,17 +444,11 @@ class PiperLink:
             else:   # piper_sdk 0.6.2 refuses move modes above 0x05: the same 0x151 frame, sent raw
                 self.sdk.GetCanBus().SendCanMessage(ID_MOTION_CTRL_2, [0x01, mode, int(speed), 0xAD, 0, 0, 0, 0])
 
-    def end_pose(self, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """EndPoseCtrl in 0.001 mm / 0.001 deg; returns the integers sent and the pose they encode."""
-        ints, sent = _end_pose_ints(pose)
-        with self._tx:
-            self.sdk.EndPoseCtrl(*ints)
-        return ints, sent
-
     def position_command(self, speed: int, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """``mode_position(speed)`` then ``end_pose(pose)`` (what the position backend sends per target):
-        the same four frames, byte for byte (test_piper_emulator compares them with the SDK's), encoded
-        by ``wire`` and handed to the SDK's CAN port in one call (``_send_frames``).
+        """MotionCtrl_2 into position mode at ``speed`` then EndPoseCtrl (0.001 mm / 0.001 deg, the SDK's Euler
+        convention): what the position backend sends per target. Returns the integers sent and the pose they
+        encode. The frames are the SDK's ``MotionCtrl_2`` + ``EndPoseCtrl`` byte for byte (test_piper_emulator
+        compares them), encoded by ``wire`` and handed to the SDK's CAN port in one call (``_send_frames``).
 
         Why not through the SDK: per frame it builds a message object, a ``can.Message`` and the payload
         field by field through range-checked converters (a ctypes and a struct round trip per int32),
