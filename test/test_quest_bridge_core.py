@@ -54,6 +54,27 @@ def test_hello_and_heartbeat_pass_raw_only():
     assert core.counters == {"hello": 1, "heartbeat": 1}
 
 
+def test_a_connection_and_a_new_page_start_a_new_source_with_a_fresh_clock():
+    """A reload whose clock runs 1,000 s behind the old page's is stamped at its own capture times; the
+    same page's hellos again (a controller change, an XR session) are no new source."""
+    core = BridgeCore()
+    assert core.on_connection().source_change
+    assert not core.handle(frame(mono=5000.0), 2000 * S).source_change
+    assert core.handle(frame(mono=5000.1), 2000 * S + 100_000_000).poses[0].stamp_ns == 2000 * S + 100_000_000
+    out = core.handle(parse_line('{"hello": {"client": "web", "page": 2}}'), 2001 * S)
+    assert out.source_change and out.hello == {"client": "web", "page": 2}
+    later = core.handle(frame(mono=4000.2), 2001 * S + 10_000_000)   # the new page's clock
+    assert later.poses[0].stamp_ns == 2001 * S + 10_000_000
+    assert core.counters["source_changes"] == 2
+    again = core.handle(parse_line('{"hello": {"client": "web", "page": 2, "mode": "immersive-ar"}}'), 2001 * S)
+    assert not again.source_change and core.handle(frame(mono=4000.25), 2001 * S + 60_000_000).poses
+    assert not core.handle(parse_line('{"hello": {"app": "native"}}'), 2001 * S).source_change
+    outs = core.handle_batch([frame(mono=4000.3), parse_line('{"hello": {"page": 3}}'), frame(mono=10.0)],
+                             2002 * S)
+    assert [o.source_change for o in outs] == [False, True, False]   # in the order the bytes came
+    assert core.counters["source_changes"] == 3
+
+
 def test_frame_rate():
     core = BridgeCore(rate_window_s=1.0)
     for i in range(90):

@@ -124,8 +124,11 @@ def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
     ws.send(b'{"heartbeat": 3, "state": "HIDDEN"}')
     ws.send(b'{"a": 1}\n{"b": 2}')                   # two lines in one message: refused
     ws.send(b"x" * 70000)                           # above max_message_bytes: the page is closed (1009)
-    hello, frame, beat = _lines(bridge, 3)
+    relay_hello, hello, frame, beat = _lines(bridge, 4)
+    # a new page is a new input source: the relay's own hello comes before any line of the page
+    assert json.loads(relay_hello) == {"hello": {"client": "web", "page": 1}}
     assert json.loads(hello)["hello"]["client"] == "web"   # whatever the page claimed
+    assert json.loads(hello)["hello"]["page"] == 1          # the relay's number of the page
     assert json.loads(frame) == FRAME
     msgs = StreamParser().feed(hello + b"\n" + frame + b"\n" + beat + b"\n")
     assert isinstance(msgs[0], Hello) and msgs[0].info["client"] == "web"
@@ -164,7 +167,7 @@ def test_bridge_commands_and_panels_reach_the_page_latest_only(relay):
 
 
 def test_web_hello_only_marks_hellos():
-    assert web_hello(b'{"hello": {"app": "x"}}') == b'{"hello":{"app":"x","client":"web"}}'
+    assert web_hello(b'{"hello": {"app": "x"}}', 4) == b'{"hello":{"app":"x","client":"web","page":4}}'
     assert web_hello(b'{"hello": {"app": "x"}, "mono": 1}') is None
     assert web_hello(b'{"hello": 3}') is None and web_hello(b"nope") is None
     with pytest.raises(ValueError):
@@ -197,3 +200,34 @@ def test_https_with_a_user_certificate(tmp_path):
         assert got.startswith(b"HTTP/1.1 200") and got.endswith(asset("index.html"))
     finally:
         r.stop()
+
+
+def test_each_new_page_starts_a_new_source_before_any_of_its_lines(relay):
+    """Page A is replaced by page B (a reload, a second tab): the bridge hears the relay's hello for B
+    before B's first frame, whether or not B sends a hello of its own; a bridge connecting later gets
+    the current page's hello, not an earlier page's."""
+    bridge = _bridge(relay)
+    lines = bridge.makefile("rb")
+    a = _ws(relay.ports["web"])
+    a.send(json.dumps({"hello": {"app": "page-a", "page": 7}}).encode())   # a page cannot claim another number
+    a.send(json.dumps(FRAME).encode())
+    def line() -> dict:   # the next line but the relay's idle heartbeats (sent while no page is connected)
+        while True:
+            obj = json.loads(lines.readline())
+            if "heartbeat" not in obj:
+                return obj
+
+    got = [line() for _ in range(3)]
+    assert got[0] == {"hello": {"client": "web", "page": 1}} and got[2] == FRAME
+    assert got[1] == {"hello": {"app": "page-a", "client": "web", "page": 1}}
+    b = _ws(relay.ports["web"])
+    op, payload = a.recv()
+    assert op == 8 and payload[2:] == b"replaced by a newer page"
+    b.send(json.dumps(FRAME).encode())              # B sends frames without any hello
+    assert line() == {"hello": {"client": "web", "page": 2}}
+    assert line() == FRAME
+    bridge.close()
+    again = _bridge(relay)
+    assert json.loads(_lines(again, 1)[0]) == {"hello": {"client": "web", "page": 2}}
+    assert relay.counters["pages_replaced"] == 1
+    again.close()

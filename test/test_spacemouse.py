@@ -381,3 +381,37 @@ def test_teleop_input_spacemouse_starts_no_headset_node(tmp_path):
     assert {"sim_quest", "quest_bridge"} <= {n.name for n in launch_graph("sim", config_path("sim"))}
     with pytest.raises(LaunchError, match="teleop_input"):
         launch_graph("sim", config_path("sim"), teleop_input="joystick")
+
+
+def test_unplugging_the_device_releases_at_once_through_the_session():
+    """A device lost or plugged in again is a change of input source: the session releases the clutch
+    at that moment (not a stale stream later) and the next engage needs a fresh press."""
+    from piper_recorder.teleop.haptics import HapticConfig
+    from piper_recorder.teleop.session import TeleopNodeConfig, TeleopSession
+
+    now = [100.0]
+    sm = SpaceMouseInput(SpaceMouseConfig())
+    session = TeleopSession(TeleopConfig(), TeleopNodeConfig(input="spacemouse"), HapticConfig(), sm,
+                            clock=lambda: now[0])
+    session.on_spacemouse_state("open", "fake")
+
+    def tick(n: int = 1):
+        out = []
+        for _ in range(n):
+            session.on_arm_pose(list(ARM_P), list(ARM_Q))
+            session.on_joints([0.0] * 7)
+            out.append(session.tick().result)
+            now[0] += DT
+        return out
+
+    tick(5)
+    for mask in (1, 0):
+        session.on_spacemouse_report(now[0], buttons(mask))
+        tick(3)
+    assert session.core.engaged
+    session.on_spacemouse_state("lost", "unplugged")
+    (res,) = tick()
+    assert res.clutch is ClutchEvent.FORCED_RELEASE and res.reason == "spacemouse lost", res
+    assert session.core.counters.source_changes == 2   # plugged in (at start), then unplugged
+    session.on_spacemouse_state("absent", "retrying")   # no change of source: nothing more
+    assert session.core.counters.source_changes == 2

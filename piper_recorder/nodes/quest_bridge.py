@@ -101,8 +101,9 @@ class QuestBridge(Node):
     def _on_event(self, event: str) -> None:
         if event == "connected":
             with self._lock:
-                self.core.on_connection()
+                out = self.core.on_connection()
                 replay = list(self._ui_state.values())
+            self._publish(out, time.time_ns())
             for cmd in replay:
                 self.client.send_command(cmd)
         self.get_logger().info(f"headset {event}")
@@ -110,20 +111,25 @@ class QuestBridge(Node):
     def _on_message(self, msg: Message, recv_ns: int) -> None:
         with self._lock:
             out = self.core.handle(msg, recv_ns)
-        self._publish(out)
+        self._publish(out, recv_ns)
 
     def _on_batch(self, msgs: list[Message], recv_ns: int) -> None:
         """Everything that was waiting in the socket: a backlog is coalesced for control (BridgeCore)."""
         with self._lock:
             outs = self.core.handle_batch(msgs, recv_ns)
         for out in outs:
-            self._publish(out)
+            self._publish(out, recv_ns)
 
-    def _publish(self, out: BridgeOutput) -> None:
+    def _publish(self, out: BridgeOutput, recv_ns: int) -> None:
         """A topic nobody subscribes to (often /quest/head/pose and the other hand's pose) is not even
         serialized: ~540 messages/s at 90 Hz otherwise. A subscriber (a rosbag recorder included) that
         joins is served from its next frame on. Messages go out serialized by ``cdr_encode`` (rclpy's
-        conversion of a typed message was most of each publish's cost)."""
+        conversion of a typed message was most of each publish's cost). A new input source is marked
+        first, by an empty Joy on each hand (teleop releases its clutch on it, before any of the new
+        source's poses or grips can reach it on the same streams)."""
+        if out.source_change:
+            for pub in self.joy_pubs.values():
+                pub.publish(cdr_encode.joy(recv_ns, "", [], []))
         for p in out.poses:
             pub = self.pose_pubs[p.device]
             if pub.get_subscription_count():

@@ -95,6 +95,7 @@ HAPTIC_PATTERNS: dict[str, tuple[tuple[float, float, int], ...]] = {
     "timeout": tuple(HapticConfig().pattern("timeout")),   # a recorder did not answer: retrying
     "failed": tuple(HapticConfig().pattern("refused")),    # the press did not take effect
 }
+SOURCE_CHANGE_REASON = "headset input source changed (a new page or connection): grip again"
 SERVICE_POLL_HZ = 50.0   # presses wait <= 20 ms for the executor thread (EventsExecutor has no guard conditions)
 
 
@@ -181,6 +182,9 @@ class TeleopNode(Node):
         self.session.on_hand_pose(stamp_to_ns(msg.header.stamp), p, q)
 
     def _on_joy(self, hand: str, msg: JoyMsg, _received_ns: int) -> None:
+        if len(msg.axes) == 0 and len(msg.buttons) == 0:   # quest_bridge's mark of a new input source
+            self.session.on_source_change(stamp_to_ns(msg.header.stamp), hand, SOURCE_CHANGE_REASON)
+            return
         self.session.on_joy(stamp_to_ns(msg.header.stamp), hand, _joy(msg))
 
     def _on_arm_pose(self, msg: PoseStamped, _received_ns: int) -> None:

@@ -12,6 +12,12 @@ all replayed seconds of old motion into teleop. The control records are therefor
 device only the newest pose; per hand only the joys that carry a change (a button edge), the one
 with the lowest grip (a release anywhere in the backlog is never coalesced away) and the newest.
 Every raw line and hello still goes out, in order, for recording.
+
+A new connection, and a hello that names another ``page`` than the one streaming (piper-quest-web
+numbers each page it serves), start a new input source (a restarted app, a reload or a second tab
+taking over the relay): ``BridgeOutput.source_change`` asks the node to mark it on each hand's joy
+stream before anything of the new source, and the clock mapper starts afresh. Any other hello (the
+app's or the page's metadata again) changes nothing.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ class BridgeOutput:
     joys: list[JoyOut] = field(default_factory=list)
     raw: str | None = None  # -> /quest/raw
     hello: dict[str, Any] | None = None  # -> /quest/hello (JSON)
+    source_change: bool = False  # a new input source begins here: -> an empty Joy on each hand, first
 
 
 def _finite(*values: float) -> bool:
@@ -71,17 +78,29 @@ class BridgeCore:
         self.last_delay_ns = 0  # recv - mapped capture of the last frame (arrival latency estimate)
         self._rate_window_ns = int(rate_window_s * 1e9)
         self._frame_times: deque[int] = deque()
+        self._page: Any = None   # the relay's number of the page streaming (None: no relay, or not yet said)
 
-    def on_connection(self) -> None:
-        """A new connection may be a restarted headset with a new clock."""
+    def on_connection(self) -> BridgeOutput:
+        """A new connection: a new input source, maybe a restarted headset with a new clock."""
+        self._new_source()
+        self._page = None
+        return BridgeOutput(source_change=True)
+
+    def _new_source(self) -> None:
         self.clock.reset()
         self._frame_times.clear()
+        self.counters["source_changes"] += 1
 
     def handle(self, msg: Message, recv_ns: int) -> BridgeOutput:
         out = BridgeOutput(raw=msg.raw)
         if isinstance(msg, Hello):
             self.hello = msg.info
             out.hello = msg.info
+            page = msg.info.get("page")
+            if page is not None and page != self._page:
+                self._page = page
+                out.source_change = True
+                self._new_source()
             self.counters["hello"] += 1
             return out
         if not isinstance(msg, Frame):

@@ -22,9 +22,11 @@ WebSocket towards the page:
 Safe by default: bound to 127.0.0.1; the ``Host`` header is checked before anything else
 (``dashboard.server.host_allowed``: a DNS-rebinding page gets 421); the WebSocket upgrade is refused
 (403) unless its ``Origin`` is this server itself; one page at a time (a reloaded page replaces the
-old one); a request must arrive whole within ``request_timeout_s``; a page silent for
-``page_timeout_s`` (it sends a heartbeat every second) is dropped; a page message is at most
-``max_message_bytes`` and must be one line; the CSP allows nothing but this server.
+old one, and each new page starts with a hello of the relay's own that numbers it: a new input
+source to the graph);
+a request must arrive whole within ``request_timeout_s``; a page silent for ``page_timeout_s`` (it
+sends a heartbeat every second) is dropped; a page message is at most ``max_message_bytes`` and must
+be one line; the CSP allows nothing but this server.
 """
 from __future__ import annotations
 
@@ -126,8 +128,9 @@ def origin_allowed(origin: str | None, host_header: str | None) -> bool:
         and not parts.path.strip("/")
 
 
-def web_hello(data: bytes) -> bytes | None:
-    """The page's hello line with ``client: web`` set (None: not a hello object)."""
+def web_hello(data: bytes, page: int = 0) -> bytes | None:
+    """The page's hello line with ``client: web`` and the relay's number of the page set, whatever the
+    page said (None: not a hello object)."""
     try:
         obj = json.loads(data)
     except ValueError:
@@ -135,6 +138,7 @@ def web_hello(data: bytes) -> bytes | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("hello"), dict) or "mono" in obj:
         return None
     obj["hello"]["client"] = "web"
+    obj["hello"]["page"] = page
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
 
@@ -339,6 +343,12 @@ class WebRelay:
             self.counters["pages_replaced"] += 1
         self.page = page
         self.counters["pages"] += 1
+        # a new page is a new input source, announced before any line of its own by a hello with its number
+        # (the page's own hellos carry the same number): the bridge marks the change, and teleop releases
+        # the clutch until this page's grip opens (a reload or a second tab never inherits a grip)
+        self.hello = json.dumps({"hello": {"client": "web", "page": self.counters["pages"]}}).encode()
+        if self.bridge is not None:
+            self.bridge.write(self.hello + b"\n")
         self._log(f"{APP_NAME}: page connected from {peer}")
         frames = FrameReader(reader, writer, self.cfg.max_message_bytes)
         try:
@@ -371,7 +381,7 @@ class WebRelay:
             self.counters["page_not_one_line"] += 1
             return
         if data.startswith(b'{"hello"'):
-            hello = web_hello(data)
+            hello = web_hello(data, self.counters["pages"])
             if hello is None:
                 self.counters["page_bad_hello"] += 1
                 return

@@ -27,6 +27,11 @@ not make (stale headset stream, lost arm feedback, arm fault, unsafe target) giv
 because the clutch now needs the grip opened and closed again, and an operator still holding it
 would otherwise wait for an arm that never moves. The menu button's release is the operator's own:
 counted, not pulsed. ``last_release`` keeps the reason of the newest forced release for the status.
+
+A change of input source (``on_source_change``: another page took over the headset relay, the headset
+reconnected, the SpaceMouse was unplugged or plugged in) is a clutch event: the clutch is force-released
+and stays disarmed until the new source's grip opens, and the held hand pose and joys are forgotten, so
+the arm moves only on a fresh grip of the new source, from where it stands.
 """
 from __future__ import annotations
 
@@ -135,6 +140,7 @@ class Counters:
     unsafe_targets: int = 0       # targets that failed the final check (never published)
     published: int = 0
     out_of_order_inputs: int = 0  # headset poses/joys captured (at the source) before the one held (ignored)
+    source_changes: int = 0       # the input source changed (a new page or connection): a forced release
     limit_hits: dict[str, int] = field(default_factory=dict)   # limits.LIMIT_NAMES: times each started acting
 
 
@@ -213,6 +219,8 @@ class TeleopCore:
         self._grace_until = -math.inf
         self._released: tuple[ClutchEvent, str | None] | None = None   # a release on_joy applied, to report
         self._refusal_felt = False   # this grip attempt's refusal was already pulsed (reset when the grip opens)
+        self._source_order: int | None = None   # the stamp of the last source change (both hands report it)
+        self._baseline: set[str] = set()   # hands whose next joy only sets the button state (no press edges)
         self.last_release: str | None = None   # why the newest forced release happened (menu, stale stream, ...)
         self.last_release_t: float | None = None   # ... and when (monotonic): a late HUD still shows a recent one
 
@@ -248,8 +256,10 @@ class TeleopCore:
             return False
         joy = Joy(min(1.0, max(0.0, joy.trigger)), min(1.0, max(0.0, joy.squeeze)),
                   bool(joy.primary), bool(joy.secondary), bool(joy.menu), bool(joy.stick_click))
+        baseline = hand in self._baseline   # the first joy of a new source: a button held is no press
+        self._baseline.discard(hand)
         if hand == self.cfg.hand:
-            prev = self._joy or Joy()
+            prev = joy if baseline else self._joy or Joy()
             if joy.primary and not prev.primary:
                 if self.recording:   # the stop chord: the thumbstick held in says failure
                     self._outcome = "failure" if joy.stick_click else "success" if self.cfg.outcome_on_stop else None
@@ -272,13 +282,34 @@ class TeleopCore:
             else:
                 self.counters.out_of_order_inputs += 1
         elif hand == self.cfg.other_hand:
-            if joy.primary:
+            if joy.primary and baseline:
+                self._delete_fired = True   # held when the source changed: the hold counts from a fresh press
+            elif joy.primary:
                 if self._other_primary_since is None:
                     self._other_primary_since = t
             else:
                 self._other_primary_since, self._delete_fired = None, False
             self._check_delete_hold(t)
         return True
+
+    def on_source_change(self, t: float, reason: str, hand: str | None = None, order: int | None = None) -> None:
+        """The input source changed (see the module docstring). A headset reports it on each hand's joy
+        stream (``hand``; None: every hand at once) with one source stamp (``order``): the release acts
+        once, and each hand's held input is forgotten when its own stream says so, after anything that
+        stream delivered of the old source."""
+        if order is None or order != self._source_order:
+            self._source_order = order
+            self.counters.source_changes += 1
+            if self.clutch.force_release() is ClutchEvent.FORCED_RELEASE:
+                self._released = (ClutchEvent.FORCED_RELEASE, self._count_release(t, reason))
+            self._refusal_felt = False
+        hands = QUEST_HANDS if hand is None else (hand,)
+        if self.cfg.hand in hands:
+            self._hand, self._hand_t, self._hand_order = None, -math.inf, None
+            self._joy, self._joy_t, self._joy_order = None, -math.inf, None
+        if self.cfg.other_hand in hands:
+            self._other_primary_since, self._delete_fired = None, False
+        self._baseline.update(hands)
 
     def on_arm_pose(self, t: float, p: ArrayLike, q: ArrayLike) -> bool:
         pose = _valid_pose(p, q)
@@ -327,7 +358,9 @@ class TeleopCore:
 
         if self._released is not None:
             (res.clutch, res.reason), self._released = self._released, None
-            return res   # released in on_joy: no target this tick, whatever came after
+            if res.clutch is ClutchEvent.FORCED_RELEASE and res.reason != "menu":
+                res.haptics.append("release")   # not the operator's doing: tell the hand to re-grip
+            return res   # released on an input: no target this tick, whatever came after
         if self.clutch.engaged and t >= self._grace_until:
             reason = self._stream_problem(t) or self._arm_problem(t)
             if reason is not None:

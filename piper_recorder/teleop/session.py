@@ -156,6 +156,13 @@ class TeleopSession:
                 return
             self.core.on_joy(t, hand, joy, order)
 
+    def on_source_change(self, stamp_ns: int, hand: str, reason: str) -> None:
+        """The headset's input source changed, as ``hand``'s joy stream reports it: a clutch event."""
+        with self._lock:
+            t, order = self._captured(stamp_ns)
+            self.core.on_source_change(t, reason, hand, order)
+            self._status_dirty = True
+
     def on_arm_pose(self, p: Sequence[float], q: Sequence[float]) -> None:
         with self._lock:
             self.core.on_arm_pose(self._clock(), p, q)
@@ -216,7 +223,11 @@ class TeleopSession:
     def on_spacemouse_state(self, state: str, detail: str) -> None:
         assert self.spacemouse is not None
         with self._lock:
-            self.spacemouse.on_state(self._clock(), state, detail)
+            now = self._clock()
+            was = self.spacemouse.connected
+            self.spacemouse.on_state(now, state, detail)
+            if self.spacemouse.connected != was:   # unplugged or plugged in: a change of input source
+                self.core.on_source_change(now, f"spacemouse {state}")
             self._status_dirty = True
 
     # ---- control tick -------------------------------------------------------------------------
