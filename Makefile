@@ -1,18 +1,36 @@
-# The two commands: `make demo` and `make test`. Both bootstrap .venv (and system packages) on first use.
+# The two commands: `make demo` and `make test`. Both bootstrap the venv (and system packages) on first use.
 # `make check` is the one-minute loop while working: ruff, mypy and the unit tier (test/conftest.py says
 # what each tier is); `make test` runs every tier, as CI does.
+#
+# ROS_DISTRO picks the ROS 2 wheels from PyPI and the Python they run on (requirements/ros-<distro>.txt):
+#   jazzy  (default, the LTS robots run: Python 3.12, Fast DDS 2.14)  -> .venv
+#   kilted (Python 3.11, Fast DDS 3)                                  -> .venv-kilted
+# A shell that sourced a ROS setup file has ROS_DISTRO set already; a distro without PyPI wheels (humble) is
+# refused by name. `make test-core` runs the ROS-free unit tier on another Python (CORE_PY, default 3.10: Humble's).
 SHELL := /bin/bash
-PYTHON ?= python3.11
-VENV := .venv
+ROS_DISTRO ?= jazzy
+ROS_DISTROS := jazzy kilted
+DISTRO_PY_jazzy := 3.12
+DISTRO_PY_kilted := 3.11
+PYENV_ROOT ?= $(HOME)/.pyenv
+# $(call find_python,3.12): the newest pyenv CPython 3.12.x of this machine, else `python3.12` on PATH
+find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)))),python$(1))
+PYTHON ?= $(call find_python,$(DISTRO_PY_$(ROS_DISTRO)))
+VENV := $(if $(filter jazzy,$(ROS_DISTRO)),.venv,.venv-$(ROS_DISTRO))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
+ROS_REQUIREMENTS := requirements/ros-$(ROS_DISTRO).txt
 APT_PACKAGES := libopenjp2-7 chromium
 # DDS stays on loopback; each test allocates its own ROS_DOMAIN_ID (piper_recorder/rosenv.py).
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export RMW_IMPLEMENTATION := rmw_fastrtps_cpp
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test check docs bench bootstrap system-deps clean consumers consumer-system-deps test-consumers web-test-deps node-system-deps
+ifeq ($(filter $(ROS_DISTRO),$(ROS_DISTROS)),)
+$(error ROS_DISTRO=$(ROS_DISTRO): PyPI has ROS 2 wheels for $(ROS_DISTROS) only (a robot on Humble installs ROS from apt: docs/install.md))
+endif
+
+.PHONY: demo test check docs bench bootstrap system-deps clean consumers consumer-system-deps test-consumers web-test-deps node-system-deps test-distro test-core
 demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
@@ -83,23 +101,23 @@ endef
 system-deps:
 	$(call apt_install,$(APT_PACKAGES))
 
-$(STAMP): requirements.txt setup.py setup.cfg | system-deps
+$(STAMP): $(ROS_REQUIREMENTS) requirements/dev.txt setup.py setup.cfg package.xml | system-deps
+	@$(PYTHON) --version >/dev/null 2>&1 || { echo "$(VENV): no Python $(DISTRO_PY_$(ROS_DISTRO)) for ROS_DISTRO=$(ROS_DISTRO) ('$(PYTHON)'; set PYTHON=/path/to/python)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	$(call pip_install,$(BIN)/python,-r requirements.txt)
-	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(call pip_install,$(BIN)/python,-r $(ROS_REQUIREMENTS) -r requirements/dev.txt -e .)
 	touch $(STAMP)
 
 # Consumer virtualenvs: real trainers (LeRobot 0.3.3 reads v2.x, 0.4.4 and 0.6.1 read v3.0) with torch, outside .venv
 # so the project's own environment stays free of torch. Built on demand (minutes, GBs); test/test_consumers.py drives
 # them.
 CONSUMER_VENVS := .venv-lerobot03 .venv-lerobot04 .venv-lerobot06
-# LeRobot 0.6 requires Python >= 3.12. Debian bookworm ships only 3.11 (trixie's python3.13 pre-depends on
-# libc6 >= 2.38, bookworm has 2.36), so the interpreter is the machine image's pyenv CPython 3.12 (beside the 3.11 the
-# project runs on); PYTHON312=/path/to/python3.12 overrides. test/consumers/lerobot06-facts.md says what was tried.
-PYENV_ROOT ?= $(HOME)/.pyenv
-PYTHON312 ?= $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3.12)))
-CONSUMER_PYTHON = $(PYTHON)
+# LeRobot 0.6 requires Python >= 3.12; 0.3.3 and 0.4.4 run on 3.11 (the torch wheel this machine keeps is cp311).
+# Debian bookworm ships only 3.11, so 3.12 is the machine image's pyenv CPython (find_python); PYTHON311=... and
+# PYTHON312=/path/to/python3.12 override. test/consumers/lerobot06-facts.md says what was tried.
+PYTHON312 ?= $(call find_python,3.12)
+PYTHON311 ?= $(call find_python,3.11)
+CONSUMER_PYTHON = $(PYTHON311)
 .venv-lerobot06/.bootstrapped: CONSUMER_PYTHON = $(PYTHON312)
 # torchcodec (LeRobot's default video decoder) loads the system FFmpeg 4-7 shared libraries.
 CONSUMER_APT_PACKAGES := libavutil57 libavcodec59 libavformat59 libavdevice59 libavfilter8 libswscale6 libswresample4
@@ -120,5 +138,26 @@ consumer-system-deps:
 test-consumers: $(STAMP) consumers
 	$(BIN)/python -m pytest -q test/test_consumers.py
 
+# A second distro's leg, as CI runs it (ROS_DISTRO=kilted make test-distro): the unit tier, DDS staying on loopback,
+# image delivery to every subscriber, and the demo.
+DISTRO_TESTS := test/test_dds_loopback.py test/test_image_delivery.py
+test-distro: $(STAMP)
+	$(BIN)/python -m pytest -q -m "$(UNIT_TIER)" test
+	$(BIN)/python -m pytest -q $(DISTRO_TESTS)
+	$(BIN)/piper-demo --out demo_output/$(ROS_DISTRO)
+
+# The ROS-free core on another Python (Humble's 3.10 by default): its own venv without any ROS wheel; the unit
+# tier (tests that need rclpy skip) and mypy of the core for that Python.
+CORE_PY ?= 3.10
+CORE_VENV := .venv-py$(subst .,,$(CORE_PY))
+$(CORE_VENV)/.bootstrapped: requirements/dev.txt setup.py setup.cfg
+	test -x $(CORE_VENV)/bin/python || $(call find_python,$(CORE_PY)) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(call pip_install,$(CORE_VENV)/bin/python,-r requirements/dev.txt -e .)
+	touch $@
+
+test-core: $(CORE_VENV)/.bootstrapped | system-deps
+	$(CORE_VENV)/bin/python -m pytest -q -m "$(UNIT_TIER)" test
+
 clean:
-	rm -rf $(VENV) $(CONSUMER_VENVS) $(DOCS_VENV) demo_output build *.egg-info test/web/node_modules
+	rm -rf .venv $(addprefix .venv-,$(ROS_DISTROS)) .venv-py* $(CONSUMER_VENVS) $(DOCS_VENV) demo_output build *.egg-info test/web/node_modules

@@ -61,8 +61,15 @@ setup(
     ],
     # the headset page's own files (quest/web_server.py serves them from the installed package)
     package_data={"piper_recorder.quest": ["web/*.html", "web/*.js", "web/*.css"]},
-    install_requires=["setuptools"],
-    # optional engines: `pip install .[ray]` for `piper-bag2dataset --engine ray` (requirements.txt installs
+    # the runtime dependencies, once (a robot's ROS install gives rclpy and the messages: package.xml)
+    install_requires=[
+        "numpy>=1.26,<3", "pyyaml>=6", "av>=14", "pyarrow>=15", "h5py>=3.10", "pillow>=10.4",
+        "imagecodecs>=2024.1.1", "glymur>=0.13", "python-can>=4.3", "piper_sdk==0.6.2", "rosbags>=0.10",
+        "tqdm>=4.60",
+        # policy backends: GR00T N1.5's inference service (ZeroMQ REQ/REP, msgpack)
+        "pyzmq>=25", "msgpack>=1.0",
+    ],
+    # optional engines: `pip install .[ray]` for `piper-bag2dataset --engine ray` (requirements/dev.txt installs
     # it into the dev/test venv; the recorders never import it)
     extras_require={"ray": ["ray>=2.40"]},
     zip_safe=True,

@@ -24,7 +24,8 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable
+from launch.actions import (DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable,
+                            UnsetEnvironmentVariable)
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
@@ -47,10 +48,12 @@ def _graph(context, *_args, **_kwargs):
     return [_action(p, config) for p in launch_graph("robot", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})]
 
 
-def _loopback_dds() -> list[SetEnvironmentVariable]:
+def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
     """The nodes on one computer: DDS on loopback, images sized for shared memory (config/fastdds_loopback.xml),
-    unless the shell names a Fast DDS profile of its own (README "Restricting DDS on the robot")."""
-    return [SetEnvironmentVariable(k, v) for k, v in launch_dds_env().items()]
+    unless the shell names a Fast DDS profile of its own (README "Restricting DDS on the robot").
+    The variables are the ones this install's Fast DDS and rcl read (``launch_dds_env``)."""
+    return [SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
+            for k, v in launch_dds_env().items()]
 
 
 def generate_launch_description() -> LaunchDescription:

@@ -18,7 +18,8 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable
+from launch.actions import (DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable,
+                            UnsetEnvironmentVariable)
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
@@ -42,10 +43,12 @@ def _graph(context, *_args, **_kwargs):
     return [_action(p, config) for p in launch_graph("sim", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})]
 
 
-def _loopback_dds() -> list[SetEnvironmentVariable]:
+def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
     """Every node's DDS sockets on loopback, images sized for shared memory (config/fastdds_loopback.xml,
-    unless the shell names a profile of its own; piper_recorder/rosenv.py ``launch_dds_env``)."""
-    return [SetEnvironmentVariable(k, v) for k, v in launch_dds_env().items()]
+    unless the shell names a profile of its own), in the variables this install's Fast DDS and rcl read
+    (piper_recorder/rosenv.py ``launch_dds_env``)."""
+    return [SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
+            for k, v in launch_dds_env().items()]
 
 
 def generate_launch_description() -> LaunchDescription:

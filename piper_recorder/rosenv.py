@@ -1,4 +1,4 @@
-"""DDS isolation for tests, benchmarks, the launcher and the demo (no ROS import).
+"""DDS isolation for tests, benchmarks, the launcher, the launch files and the demo (no ROS import).
 
 Fast DDS must stay on loopback and every run needs its own ROS_DOMAIN_ID so that concurrent test
 runs on one machine never see each other's topics. A domain is leased by holding an exclusive
@@ -9,11 +9,14 @@ rmw_fastrtps then adds a UDPv4 transport of its own that binds on every interfac
 we select ``config/fastdds_loopback.xml`` (UDPv4 with an interfaces allowlist of 127.0.0.1, shared
 memory, unicast discovery to 127.0.0.1, built-in transports off) and set the range to
 ``SYSTEM_DEFAULT`` so that rmw leaves the profile's transports alone. Without the profile file, or
-with another RMW, the range stays ``LOCALHOST``.
+with another RMW, discovery is limited to this host. The variable names depend on the ROS install
+and are chosen by what it reads (``dds_features``), never by assuming a distro.
 """
 from __future__ import annotations
 
 import fcntl
+import functools
+import importlib.util
 import os
 import random
 import sys
@@ -25,8 +28,60 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "piper_recorder_ros_domains"
 # Valid Fast DDS domain ids on Linux without port clashes: 0..101 and 215..232. Keep 0 for users.
 DOMAIN_IDS = tuple(range(1, 102)) + tuple(range(215, 233))
 FASTDDS_PROFILE = "fastdds_loopback.xml"
-# Fast DDS 3 reads FASTDDS_DEFAULT_PROFILES_FILE; rmw_fastrtps warns that FASTRTPS_... (Fast DDS 2) is deprecated.
-FASTDDS_PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE",)
+FASTDDS3_PROFILE_VAR = "FASTDDS_DEFAULT_PROFILES_FILE"   # the only one Fast DDS 3 reads (Kilted and newer)
+FASTDDS2_PROFILE_VAR = "FASTRTPS_DEFAULT_PROFILES_FILE"  # the only one Fast DDS 2.x reads (Humble, Jazzy)
+PROFILE_VARS = (FASTDDS3_PROFILE_VAR, FASTDDS2_PROFILE_VAR)
+DISCOVERY_RANGE = "ROS_AUTOMATIC_DISCOVERY_RANGE"   # rcl of Iron and newer
+LOCALHOST_ONLY = "ROS_LOCALHOST_ONLY"               # Humble's only way; deprecated (and warned about) since
+
+
+@dataclass(frozen=True)
+class DdsFeatures:
+    """What the ROS libraries rclpy loads understand, read off the libraries themselves.
+
+    ``fastdds_major``: 3 (``libfastdds``), 2 (``libfastrtps``) or None (not found: both profile
+    variables are set, so the profile applies whichever it is). ``discovery_range``: librcl reads
+    ``ROS_AUTOMATIC_DISCOVERY_RANGE``; False means ``ROS_LOCALHOST_ONLY`` is all there is (Humble)."""
+
+    fastdds_major: int | None = None
+    discovery_range: bool = True
+
+    @property
+    def profile_vars(self) -> tuple[str, ...]:
+        return {3: (FASTDDS3_PROFILE_VAR,), 2: (FASTDDS2_PROFILE_VAR,)}.get(self.fastdds_major or 0, PROFILE_VARS)
+
+    @classmethod
+    def detect(cls, lib_dirs: list[Path]) -> DdsFeatures:
+        """The features of the first ``lib_dirs`` entry that holds librcl (and its Fast DDS)."""
+        for d in lib_dirs:
+            rcl = d / "librcl.so"
+            if not rcl.is_file():
+                continue
+            major = 3 if any(d.glob("libfastdds.so*")) else 2 if any(d.glob("libfastrtps.so*")) else None
+            return cls(major, DISCOVERY_RANGE.encode() in rcl.read_bytes())
+        return cls()
+
+
+def ros_lib_dirs() -> list[Path]:
+    """Where the ROS libraries live that rclpy loads: the prefix holding rclpy first (a venv of PyPI
+    wheels: its ``lib``; an apt install: ``/opt/ros/<distro>/lib``), then AMENT_PREFIX_PATH's and this
+    Python's prefix. Found without importing rclpy."""
+    dirs: list[Path] = []
+    try:
+        spec = importlib.util.find_spec("rclpy")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        dirs += [parent / "lib" for parent in Path(spec.origin).resolve().parents if (parent / "lib").is_dir()]
+    dirs += [Path(p) / "lib" for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    dirs.append(Path(sys.prefix) / "lib")
+    return list(dict.fromkeys(dirs))
+
+
+@functools.lru_cache(maxsize=1)
+def dds_features() -> DdsFeatures:
+    """This install's ``DdsFeatures`` (read once per process)."""
+    return DdsFeatures.detect(ros_lib_dirs())
 
 
 def loopback_profile() -> Path | None:
@@ -45,34 +100,52 @@ def loopback_profile() -> Path | None:
     return None
 
 
-def loopback_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: os.environ) plus the variables that keep DDS on loopback (see the module doc)."""
+def loopback_env(base: dict[str, str] | None = None, features: DdsFeatures | None = None) -> dict[str, str]:
+    """``base`` (default: os.environ) plus the variables that keep DDS on loopback (see the module doc),
+    named as ``features`` (default: this install's) reads them."""
     env = dict(os.environ if base is None else base)
-    env.pop("ROS_LOCALHOST_ONLY", None)  # deprecated; conflicts with the discovery range
+    f = features or dds_features()
     rmw = env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     profile = loopback_profile() if rmw == "rmw_fastrtps_cpp" else None
+    for var in (*PROFILE_VARS, LOCALHOST_ONLY, DISCOVERY_RANGE):   # stale ones would be loaded too
+        env.pop(var, None)
     if profile is not None:
-        for var in FASTDDS_PROFILE_VARS:
-            env[var] = str(profile)
-        env.pop("FASTRTPS_DEFAULT_PROFILES_FILE", None)   # a stale one would be loaded too
-        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "SYSTEM_DEFAULT"  # LOCALHOST would add an open UDP transport
+        env.update(dict.fromkeys(f.profile_vars, str(profile)))
+        if f.discovery_range:
+            env[DISCOVERY_RANGE] = "SYSTEM_DEFAULT"   # LOCALHOST would add an open UDP transport
+    elif f.discovery_range:
+        env[DISCOVERY_RANGE] = "LOCALHOST"
     else:
-        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+        env[LOCALHOST_ONLY] = "1"
     return env
 
 
-def launch_dds_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The DDS variables both launch files set for every node they start (sim and robot alike).
+def launch_dds_env(base: dict[str, str] | None = None, features: DdsFeatures | None = None) -> dict[str, str | None]:
+    """The DDS variables both launch files set (a value) or unset (None) for every node they start.
 
-    The loopback profile, unless the launching shell already names a Fast DDS profile of its own
-    (``FASTDDS_DEFAULT_PROFILES_FILE``, e.g. one that adds the robot's LAN interface to watch it from
-    another computer): the user's profile wins. Only the variables to set are returned.
-    """
+    The loopback profile, unless the launching shell already names a Fast DDS profile of its own in the
+    variable this Fast DDS reads (e.g. one that adds the robot's LAN interface to watch it from another
+    computer): the user's profile wins, and nothing is changed."""
     env = dict(os.environ if base is None else base)
-    if env.get(FASTDDS_PROFILE_VARS[0]):
+    f = features or dds_features()
+    if any(env.get(var) for var in f.profile_vars):
         return {}
-    out = loopback_env({k: v for k, v in env.items() if k == "RMW_IMPLEMENTATION"})
-    return {k: out[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", *FASTDDS_PROFILE_VARS) if k in out}
+    out = loopback_env({k: v for k, v in env.items() if k == "RMW_IMPLEMENTATION"}, f)
+    names = (*PROFILE_VARS, LOCALHOST_ONLY, DISCOVERY_RANGE)
+    return {k: out.get(k) for k in names if k in out or k in env}
+
+
+DDS_VARS = ("ROS_DOMAIN_ID", "RMW_IMPLEMENTATION", *PROFILE_VARS, LOCALHOST_ONLY, DISCOVERY_RANGE)
+
+
+def apply_dds_env(env: dict[str, str]) -> None:
+    """Make this process's DDS variables those of ``env`` (set, or removed where ``env`` has none)."""
+    for var in DDS_VARS:
+        if var in env:
+            os.environ[var] = env[var]
+        else:
+            os.environ.pop(var, None)
+    os.environ["PYTHONUNBUFFERED"] = "1"
 
 
 @dataclass
@@ -91,8 +164,7 @@ class DomainLease:
     def apply(self) -> None:
         """Set the variables in this process (before rclpy.init)."""
         base = {k: os.environ[k] for k in ("RMW_IMPLEMENTATION",) if k in os.environ}
-        os.environ.update(self.env(base))
-        os.environ.pop("ROS_LOCALHOST_ONLY", None)
+        apply_dds_env(self.env(base))
 
     def release(self) -> None:
         if self._fd >= 0:

@@ -22,6 +22,7 @@ import pytest
 from piper_recorder import launcher
 from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
 from piper_recorder.params_file import read_params_file
+from piper_recorder.rosenv import PROFILE_VARS, dds_features
 
 ROOT = Path(__file__).resolve().parents[1]
 OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video"}
@@ -48,6 +49,10 @@ class SetEnvironmentVariable(Action):
     pass
 
 
+class UnsetEnvironmentVariable(Action):
+    pass
+
+
 class LaunchConfiguration:
     def __init__(self, name: str, **_kw):
         self.name = name
@@ -67,7 +72,8 @@ def stub_launch(monkeypatch):
     mods = {
         "launch": _module("launch", LaunchDescription=Action),
         "launch.actions": _module("launch.actions", DeclareLaunchArgument=Action, ExecuteProcess=ExecuteProcess,
-                                  OpaqueFunction=OpaqueFunction, SetEnvironmentVariable=SetEnvironmentVariable),
+                                  OpaqueFunction=OpaqueFunction, SetEnvironmentVariable=SetEnvironmentVariable,
+                                  UnsetEnvironmentVariable=UnsetEnvironmentVariable),
         "launch.substitutions": _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
         "launch_ros": _module("launch_ros"),
         "launch_ros.actions": _module("launch_ros.actions", Node=Node),
@@ -119,20 +125,26 @@ def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launc
     assert nodes["rgbd_recorder"].kwargs["parameters"][1]["task"] == "stack"
 
 
-def _launch_env(mode: str) -> dict[str, str]:
+def _launch_env(mode: str) -> tuple[dict[str, str], set[str]]:
+    """The variables a launch file sets, and those it unsets, for every node."""
     spec = importlib.util.spec_from_file_location(f"{mode}_launch", ROOT / "launch" / f"{mode}.launch.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     (ld,) = mod.generate_launch_description().args
-    return dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable))
+    return (dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable)),
+            {a.args[0] for a in ld if isinstance(a, UnsetEnvironmentVariable)})
 
 
 @pytest.mark.parametrize("mode", ["sim", "robot"])
 def test_launch_keeps_dds_on_loopback_with_frames_in_shared_memory(stub_launch, monkeypatch, mode):
-    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
-    env = _launch_env(mode)
+    for var in PROFILE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ROS_LOCALHOST_ONLY", "1")   # a shell's stale setting: unset for the nodes
+    env, unset = _launch_env(mode)
+    (var,) = dds_features().profile_vars   # the one variable this install's Fast DDS reads
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"   # the profile below restricts transports
-    profile = Path(env["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert unset == {"ROS_LOCALHOST_ONLY"} and set(env) == {var, "ROS_AUTOMATIC_DISCOVERY_RANGE"}
+    profile = Path(env[var])
     assert profile.name == "fastdds_loopback.xml" and profile.is_file()
     import xml.etree.ElementTree as ET
     ns = {"d": "http://www.eprosima.com"}
@@ -145,8 +157,8 @@ def test_launch_keeps_dds_on_loopback_with_frames_in_shared_memory(stub_launch, 
 def test_launch_keeps_a_users_own_dds_profile(stub_launch, monkeypatch, tmp_path, mode):
     own = tmp_path / "lan.xml"
     own.write_text("<dds/>")
-    monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", str(own))
-    assert _launch_env(mode) == {}   # nothing overwritten: the shell's profile applies to every node
+    monkeypatch.setenv(dds_features().profile_vars[0], str(own))
+    assert _launch_env(mode) == ({}, set())   # nothing changed: the shell's profile applies to every node
 
 
 def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_launch):

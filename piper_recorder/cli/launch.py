@@ -15,7 +15,7 @@ from pathlib import Path
 
 from piper_recorder.launch_supervisor import Graph
 from piper_recorder.launcher import LaunchError, config_path, plan_graph
-from piper_recorder.rosenv import FASTDDS_PROFILE_VARS, lease_domain, loopback_env
+from piper_recorder.rosenv import apply_dds_env, lease_domain, loopback_env
 from piper_recorder.supervision import on_stop_signals
 
 
@@ -50,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         env = lease.env()
     else:
         env = loopback_env(dict(os.environ, ROS_DOMAIN_ID=str(args.domain_id), PYTHONUNBUFFERED="1"))
-    os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "RMW_IMPLEMENTATION",
-                                           *FASTDDS_PROFILE_VARS) if k in env})
-    os.environ.pop("ROS_LOCALHOST_ONLY", None)
+    apply_dds_env(env)
     stop = threading.Event()
     on_stop_signals(lambda _sig: stop.set())   # SIGINT, SIGTERM, SIGHUP: stop the graph cleanly
     try:

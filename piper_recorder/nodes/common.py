@@ -403,23 +403,32 @@ def spin_until(executor: Executor, stop: threading.Event) -> None:
 EXECUTORS = ("events", "single", "multi")
 
 
-def make_executor(kind: str = "events") -> Executor:
+def executor_class(kind: str = "events") -> type[Executor]:
     """``events`` (default): rclpy's EventsExecutor, single-threaded, lowest cost per callback and the
     only one that kept up with a recorder's input in ``bench/executor_overhead.py`` (the
-    MultiThreadedExecutor delivered half the 200 Hz arm messages and lost images). ``single``: the
-    classic SingleThreadedExecutor; ``multi``: MultiThreadedExecutor (4 threads).
+    MultiThreadedExecutor delivered half the 200 Hz arm messages and lost images); an rclpy without it
+    (Humble's) gets the SingleThreadedExecutor instead. ``single``: the classic SingleThreadedExecutor;
+    ``multi``: MultiThreadedExecutor (4 threads).
     Callbacks must not block on single-threaded executors: long work goes to a thread and a service
     callback awaits it as a coroutine (see ``run_in_thread``).
     """
     if kind == "events":
-        from rclpy.experimental import EventsExecutor
-
-        return EventsExecutor()
+        try:
+            from rclpy.experimental import EventsExecutor
+        except ImportError:
+            return SingleThreadedExecutor
+        return EventsExecutor
     if kind == "single":
-        return SingleThreadedExecutor()
+        return SingleThreadedExecutor
     if kind == "multi":
-        return MultiThreadedExecutor(num_threads=4)
+        return MultiThreadedExecutor
     raise ValueError(f"executor must be one of {EXECUTORS}, got {kind!r}")
+
+
+def make_executor(kind: str = "events") -> Executor:
+    """A new executor of ``executor_class(kind)`` (rclpy initialised)."""
+    cls = executor_class(kind)
+    return cls(num_threads=4) if cls is MultiThreadedExecutor else cls()
 
 
 class ArrivalExecutor(SingleThreadedExecutor):
