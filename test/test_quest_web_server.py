@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from piper_recorder.quest.protocol import Frame, Hello, StreamParser
+from piper_recorder.quest.protocol import Frame, Hello, Rejected, StreamParser
 from piper_recorder.quest.video import encode_frame as pcv1
 from piper_recorder.quest.web_server import ASSETS, WebConfig, WebRelay, asset, origin_allowed, web_hello
 from piper_recorder.quest.websocket import accept_key
@@ -165,10 +165,54 @@ def test_bridge_commands_and_panels_reach_the_page_latest_only(relay):
 
 def test_web_hello_only_marks_hellos():
     assert web_hello(b'{"hello": {"app": "x"}}') == b'{"hello":{"app":"x","client":"web"}}'
-    assert web_hello(b'{"hello": {"app": "x"}, "mono": 1}') is None
-    assert web_hello(b'{"hello": 3}') is None and web_hello(b"nope") is None
+    for line, reason in ((b'{"hello": {"app": "x"}, "mono": 1}', "missing_field"), (b'{"hello": 3}', "bad_type"),
+                         (b"nope", "bad_json"), (b'{"heartbeat": 1}', "bad_type")):
+        with pytest.raises(Rejected) as exc:
+            web_hello(line)
+        assert exc.value.reason == reason, (line, exc.value)
     with pytest.raises(ValueError):
         WebConfig(cert="a.pem").validate()
+
+
+def _closed(ws: WebSocketClient) -> tuple[int, str]:
+    """The close frame the relay sent (skipping anything before it): (code, reason)."""
+    while True:
+        op, payload = ws.recv()
+        if op == 8:
+            return struct.unpack("!H", payload[:2])[0], payload[2:].decode()
+
+
+def test_a_hello_no_consumer_could_hold_closes_the_page_with_its_reason(relay, caplog):
+    """NaN, 1e999, 30,000 nested lists, an unpaired surrogate: each is refused with a counted, named
+    reason and a close frame saying it; the good hello stays the one the bridge gets, and no connection
+    handler raises (asyncio's "Unhandled exception in client_connected_cb")."""
+    from test_quest_bridge_core import UNREPRESENTABLE
+
+    bridge = _bridge(relay)
+    ws = _ws(relay.ports["web"])
+    ws.send(b'{"hello":{"app":"good"}}')
+    assert json.loads(_lines(bridge, 1)[0]) == {"hello": {"app": "good", "client": "web"}}
+    ws.close()
+    n = 0
+    for reason, lines in UNREPRESENTABLE.items():
+        for line in lines:
+            ws = _ws(relay.ports["web"])
+            ws.send(line)
+            code, text = _closed(ws)
+            ws.close()
+            n += 1
+            assert code == 1008 and text.startswith(f"bad hello: {reason}"), (reason, code, text)
+            assert relay.counters[f"page_bad_hello.{reason}"] >= 1 and relay.counters["page_bad_hello"] == n
+    assert json.loads(relay.hello) == {"hello": {"app": "good", "client": "web"}}
+    bridge.settimeout(0.3)
+    got = b""
+    try:
+        while chunk := bridge.recv(65536):
+            got += chunk
+    except TimeoutError:
+        pass
+    assert b"hello" not in got, got[:200]   # none of the refused hellos reached the bridge (heartbeats may)
+    assert not [r for r in caplog.records if "nhandled exception" in r.getMessage()], caplog.text
 
 
 @pytest.mark.integration   # openssl makes the certificate

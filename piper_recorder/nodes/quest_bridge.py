@@ -12,7 +12,6 @@ control (newest pose, joys with a button edge or the lowest grip, newest joy:
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import threading
@@ -134,8 +133,8 @@ class QuestBridge(Node):
                 pub.publish(cdr_encode.joy(j.stamp_ns, j.frame_id, [float(a) for a in j.axes], list(j.buttons)))
         if out.raw is not None and self.cfg.publish_raw and self.raw_pub.get_subscription_count():
             self.raw_pub.publish(cdr_encode.string(out.raw))
-        if out.hello is not None:
-            self.hello_pub.publish(String(data=json.dumps(out.hello, allow_nan=False)))
+        if out.hello_json is not None:
+            self.hello_pub.publish(String(data=out.hello_json))
 
     # -- ROS -> headset --------------------------------------------------------------------
     def _on_haptic(self, msg: String) -> None:

@@ -9,7 +9,9 @@ WebSocket towards the page:
   ``adb forward``. Every text message of the page (one protocol JSON line: the hello, frames,
   heartbeats) is written to it as one line; every command line the bridge sends (haptic, colour,
   panel placement) goes to the page as a text message. The page's hello is kept and re-sent to each
-  new bridge connection; ``"client": "web"`` is set in it here, whatever the page said.
+  new bridge connection; ``"client": "web"`` is set in it here, whatever the page said. A hello the
+  bridge's parser would refuse (``protocol.parse_line``: non-finite, too deep, unencodable) is not
+  relayed: the page is closed (1008) with the reason.
 - ``bridge_host:video_port`` (8736): quest_video connects here and sends its PCV1 frames (panels and
   HUD, ``quest.video``); each frame goes to the page as one binary message (``panel byte + JPEG``),
   latest-only: a frame that finds more than ``max_pending_bytes`` still unsent to the page is dropped
@@ -47,10 +49,10 @@ from piper_recorder.dashboard.server import host_allowed
 from piper_recorder.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_PORT
-from .protocol import MAX_LINE_BYTES
+from .protocol import MAX_LINE_BYTES, Hello, Rejected, parse_line
 from .video import FrameReader as VideoFrameReader, VIDEO_PORT
-from .websocket import (CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_TOO_BIG, OP_BINARY, OP_TEXT, FrameReader,
-                        WebSocketClosed, accept_key, close_frame, encode_frame, valid_key)
+from .websocket import (CLOSE_NORMAL, CLOSE_POLICY, CLOSE_PROTOCOL, CLOSE_TOO_BIG, OP_BINARY, OP_TEXT,
+                        FrameReader, WebSocketClosed, accept_key, close_frame, encode_frame, valid_key)
 
 APP_NAME = "piper-quest-web"
 WEB_PORT = 8737
@@ -126,14 +128,14 @@ def origin_allowed(origin: str | None, host_header: str | None) -> bool:
         and not parts.path.strip("/")
 
 
-def web_hello(data: bytes) -> bytes | None:
-    """The page's hello line with ``client: web`` set (None: not a hello object)."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("hello"), dict) or "mono" in obj:
-        return None
+def web_hello(data: bytes) -> bytes:
+    """The page's hello line with ``client: web`` set. A line the bridge would refuse, or one that could not
+    be re-encoded (a NaN, 1e999, an unpaired surrogate, nesting past ``protocol.MAX_DEPTH``), raises
+    :class:`~piper_recorder.quest.protocol.Rejected` with the parser's reason (``bad_type``: not a hello)."""
+    msg = parse_line(data)
+    if not isinstance(msg, Hello):
+        raise Rejected("bad_type", "not a hello line")
+    obj = json.loads(msg.raw)   # validated: finite, bounded, encodable
     obj["hello"]["client"] = "web"
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
@@ -352,7 +354,10 @@ class WebRelay:
                 if not msg.text:
                     self.counters["page_binary_refused"] += 1
                     continue
-                self._from_page(msg.data)
+                refusal = self._from_page(msg.data)
+                if refusal:
+                    page.close(CLOSE_POLICY, refusal)
+                    break
         except WebSocketClosed as exc:
             if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG):
                 self.counters[f"page_closed_{exc.code}"] += 1
@@ -365,24 +370,29 @@ class WebRelay:
                 self.page = None
                 self._log(f"{APP_NAME}: page disconnected")
 
-    def _from_page(self, data: bytes) -> None:
-        """One protocol line from the page to the bridge (whose parser validates it)."""
+    def _from_page(self, data: bytes) -> str | None:
+        """One protocol line from the page to the bridge (whose parser validates it). A hello the bridge
+        would refuse is not relayed (the last good one stays): the page is closed, the reason returned."""
         if b"\n" in data or b"\r" in data or not data.strip():
             self.counters["page_not_one_line"] += 1
-            return
+            return None
         if data.startswith(b'{"hello"'):
-            hello = web_hello(data)
-            if hello is None:
+            try:
+                hello = web_hello(data)
+            except Rejected as exc:
                 self.counters["page_bad_hello"] += 1
-                return
+                self.counters[f"page_bad_hello.{exc.reason}"] += 1
+                self._log(f"{APP_NAME}: page's hello refused: {exc}")
+                return f"bad hello: {exc}"
             self.hello = data = hello
             self.counters["hellos"] += 1
         self.counters["from_page"] += 1
         bridge = self.bridge
         if bridge is None:
             self.counters["no_bridge"] += 1
-            return
+            return None
         bridge.write(data + b"\n")
+        return None
 
     # -- quest_bridge's connection (the app's pose server) ------------------------------------------
     async def _bridge_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
