@@ -475,9 +475,14 @@ class _NoAliasDumper(yaml.SafeDumper):
 
 
 def dump_params(cfg: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        yaml.dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, Dumper=_NoAliasDumper, sort_keys=False)
+    """The effective parameter file the nodes start with; a directory that cannot hold it is a LaunchError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as f:
+            yaml.dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, Dumper=_NoAliasDumper,
+                      sort_keys=False)
+    except OSError as exc:
+        raise LaunchError(f"cannot write the parameter file {path}: {exc.strerror or exc}") from None
     return path
 
 

@@ -46,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from piper_recorder.dashboard.server import host_allowed
+from piper_recorder.outpaths import file_problem
 from piper_recorder.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_PORT
@@ -497,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = WebConfig(host=args.host, port=args.port, bridge_host=args.bridge_host, bridge_port=args.bridge_port,
                     video_port=args.video_port, cert=args.cert, key=args.key, allowed_hosts=args.allowed_host)
     try:
+        problem = file_problem(args.report) if args.report else None
+        if problem:
+            raise ValueError(f"--report: {problem}")
         relay = WebRelay(cfg)
         ports = relay.start()
     except (ValueError, OSError, ssl.SSLError) as exc:
