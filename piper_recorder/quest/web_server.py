@@ -92,6 +92,12 @@ class WebConfig:
                 raise ValueError(f"{name} {getattr(self, name)} out of range")
         if not -1 <= self.video_port < 65536:
             raise ValueError(f"video_port {self.video_port} out of range")
+        ends = {"port": (self.host, self.port), "bridge_port": (self.bridge_host, self.bridge_port)}
+        if self.video_port >= 0:
+            ends["video_port"] = (self.bridge_host, self.video_port)
+        clash = port_clash(ends)
+        if clash:
+            raise ValueError(f"{clash[0]} and {clash[1]} are both {ends[clash[0]][1]}: the relay binds each of them")
         if bool(self.cert) != bool(self.key):
             raise ValueError("cert and key: give both (HTTPS) or neither")
         for path in (self.cert, self.key):
@@ -109,6 +115,22 @@ class WebConfig:
     @property
     def scheme(self) -> str:
         return "https" if self.cert else "http"
+
+
+_ANY_ADDRESS = {"", "0.0.0.0", "::"}
+
+
+def port_clash(endpoints: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
+    """The first two of ``endpoints`` (name -> (host, port)) that would bind the same port: one nonzero
+    port on the same address, or on an address and the wildcard that covers it; None when none do."""
+    names = list(endpoints)
+    norm = {n: ("127.0.0.1" if h == "localhost" else h, p) for n, (h, p) in endpoints.items()}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (ha, pa), (hb, pb) = norm[a], norm[b]
+            if pa and pa == pb and (ha == hb or ha in _ANY_ADDRESS or hb in _ANY_ADDRESS):
+                return a, b
+    return None
 
 
 def asset(name: str) -> bytes:
