@@ -80,6 +80,10 @@ NODES = ["piper-quest-bridge", "piper-teleop", "piper-arm", "piper-sim-camera", 
 NODE_CASES = [["--ros-args", "--params-file", "{missing}"], ["--ros-args", "--params-file", "{dir}"],
               ["--ros-args", "-p", "rate"], ["--ros-args", "-r", "nope"], ["--ros-args", "--log-level", "loud"],
               ["--bogus"]]
+# ... and the nodes whose parameter names a path: one of the wrong kind ends them at start
+NODE_PATH_CASES = {"piper-replay": [["--ros-args", "-p", "root:={missing}"], ["--ros-args", "-p", "root:={file}"],
+                                    ["--ros-args", "-p", "episode:=0"]],
+                   "piper-policy": [["--ros-args", "-p", "policy:=hold", "-p", "root:={missing}"]]}
 # the tools: an unknown option, and each path option given a path of the wrong kind
 TOOL_CASES: dict[str, list[list[str]]] = {
     "piper-demo": [["--out", "{file}"], ["--out", "{file}/sub"], ["--out", "{dir}", "--bogus"]],
@@ -113,6 +117,7 @@ def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path
     paths = {"file": str(tmp_path / "a_file"), "dir": str(tmp_path / "a_dir"), "missing": str(tmp_path / "missing")}
     # (executable, arguments, whether it is a node, the name its message starts with)
     cases = [(name, args, True, name) for name in NODES for args in NODE_CASES]
+    cases += [(name, args, True, name) for name, many in NODE_PATH_CASES.items() for args in many]
     cases += [(name, args, False, name) for name, many in TOOL_CASES.items() for args in many]
     for exe, script in _ros_executables().items():   # the same entry points under their ROS names
         node = script in NODES
