@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from piper_recorder.dashboard.model import is_loopback
 from piper_recorder.effective_config import COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, derived_params, profile_text
 from piper_recorder.errors import PiperError
 from piper_recorder.names import POLICY_ACTOR, RECORDER_NODES
@@ -343,6 +344,7 @@ class QuestWebSettings:
     cert: str = WebConfig.cert
     key: str = WebConfig.key
     allowed_hosts: tuple[str, ...] = ()   # DNS names the page may be reached by (LAN use; Host check)
+    insecure_http: bool = False     # plain HTTP on a non-loopback host (WebConfig.insecure_http)
     report: str = ""                # write the relay's counters to this JSON file (tests)
 
     @classmethod
@@ -354,9 +356,15 @@ class QuestWebSettings:
         section["allowed_hosts"] = tuple(section.get("allowed_hosts") or ())
         return cls(**section)
 
-    def check_ports(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> None:
-        """The relay binds the page's port and, on quest_bridge's host, quest_bridge's and quest_video's: two of
-        them on one port would fail only at the bind (``address already in use``); refused here, naming both."""
+    def check(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> None:
+        """What piper-quest-web would refuse at its start, refused while planning: a non-loopback host without
+        a certificate (unless ``insecure_http``). And the relay binds the page's port and, on quest_bridge's
+        host, quest_bridge's and quest_video's: two of them on one port would fail only at the bind
+        (``address already in use``); refused here, naming both."""
+        if not is_loopback(str(self.host)) and not self.cert and not _flag(self.insecure_http, False):
+            raise LaunchError(f"{LAUNCH_SECTION}.quest_web.host={self.host!r} is not a loopback address: set "
+                              f"{LAUNCH_SECTION}.quest_web.cert and .key (HTTPS), or .insecure_http=true to serve "
+                              "plain HTTP on that network anyway (anyone on it can open the page and drive the arm)")
         bridge_host = str(cfg.get("quest_bridge", {}).get("host", DEFAULT_HOST))
         ends = {f"{LAUNCH_SECTION}.quest_web.port": (str(self.host), int(self.port)),
                 "quest_bridge.port": (bridge_host, int(cfg.get("quest_bridge", {}).get("port", DEFAULT_PORT)))}
@@ -378,6 +386,7 @@ class QuestWebSettings:
                "--video-port", str(cfg.get("quest_video", {}).get("port", VIDEO_PORT)) if video else "-1"]
         out += ["--cert", str(self.cert), "--key", str(self.key)] if self.cert or self.key else []
         out += [a for name in self.allowed_hosts for a in ("--allowed-host", str(name))]
+        out += ["--insecure-http"] if _flag(self.insecure_http, False) else []
         return out + (["--report", self.report] if self.report else [])
 
 
@@ -451,7 +460,7 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     if kind == "web":   # the page's relay, where quest_bridge and quest_video connect (their own host/port)
         merged = {n: {**cfg.get(n, {}), **overrides.get(n, {})} for n in ("quest_bridge", "quest_video")}
         web = QuestWebSettings.from_config(cfg)
-        web.check_ports(merged, headset_video(cfg))
+        web.check(merged, headset_video(cfg))
         nodes.append(GraphNode(QUEST_WEB[0], *QUEST_WEB, ros_node=False,
                                args=tuple(web.argv(merged, headset_video(cfg)))))
     if kind == "sim":

@@ -322,8 +322,11 @@ def test_contradictory_launch_settings_are_refused_naming_both(stub_launch, tmp_
         ("robot", ["piper_launch.quest_web.port=8736"], {"headset": "web"},
          "piper_launch.quest_web.port=8736 and quest_video.port=8736"),
         ("sim", ["quest_video.port=8735"], {"headset": "web"}, "quest_bridge.port=8735 and quest_video.port=8735"),
-        ("sim", ["piper_launch.quest_web.host=0.0.0.0", "piper_launch.quest_web.port=8735"], {"headset": "web"},
+        ("sim", ["piper_launch.quest_web.host=0.0.0.0", "piper_launch.quest_web.insecure_http=true",
+                 "piper_launch.quest_web.port=8735"], {"headset": "web"},
          "piper_launch.quest_web.port=8735 and quest_bridge.port=8735"),
+        ("robot", ["piper_launch.quest_web.host=0.0.0.0"], {"headset": "web"},
+         "piper_launch.quest_web.host='0.0.0.0' is not a loopback address: set piper_launch.quest_web.cert"),
     ]
     for mode, sets, kw, needle in refused:
         run_dir = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
@@ -350,6 +353,11 @@ def test_contradictory_launch_settings_are_refused_naming_both(stub_launch, tmp_
     assert "quest_web" in [p.name for p in plan.processes]
     plan_graph("sim", cfg, ["piper_launch.quest_web.host=127.0.0.2", "piper_launch.quest_web.port=8735"],
                tmp_path / "ok3", headset="web")
+    plan = plan_graph("robot", ROOT / "config" / "robot.yaml", ["piper_launch.quest_web.host=0.0.0.0",
+                                                                "piper_launch.quest_web.insecure_http=true"],
+                      tmp_path / "ok4", headset="web")
+    (web,) = [p for p in plan.processes if p.name == "quest_web"]
+    assert web.argv[web.argv.index("--host") + 1] == "0.0.0.0" and "--insecure-http" in web.argv
     # piper-quest-web itself refuses the same clash when started by hand
     from piper_recorder.quest.web_server import WebConfig
     with pytest.raises(ValueError, match="port and bridge_port are both 8735"):

@@ -174,6 +174,21 @@ def test_web_hello_only_marks_hellos():
         WebConfig(cert="a.pem").validate()
 
 
+def test_a_lan_address_needs_a_certificate_or_the_named_opt_in(tmp_path):
+    """Plain HTTP on the LAN would let anyone there open the page and drive the arm (the dashboard asks for
+    a token there): a non-loopback host needs cert + key, or insecure_http said out loud."""
+    for host in ("0.0.0.0", "::", "192.168.1.50", "robot.lan"):
+        with pytest.raises(ValueError, match=f"host '{host}' is not a loopback address: give cert and key"):
+            WebConfig(host=host).validate()
+        WebConfig(host=host, insecure_http=True).validate()
+    for host in ("127.0.0.1", "localhost", "::1"):
+        WebConfig(host=host).validate()
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("x")
+    key.write_text("x")
+    WebConfig(host="0.0.0.0", cert=str(cert), key=str(key)).validate()
+
+
 def _closed(ws: WebSocketClient) -> tuple[int, str]:
     """The close frame the relay sent (skipping anything before it): (code, reason)."""
     while True:

@@ -21,7 +21,7 @@ WebSocket towards the page:
   ``adb reverse tcp:PORT tcp:PORT`` is a secure context (WebXR needs one), so no certificate is
   needed; ``cert``/``key`` serve HTTPS for LAN use with a certificate the user supplies.
 
-Safe by default: bound to 127.0.0.1; the ``Host`` header is checked before anything else
+Safe by default: bound to 127.0.0.1 (another address only with a certificate, or ``insecure_http``); the ``Host`` header is checked before anything else
 (``dashboard.server.host_allowed``: a DNS-rebinding page gets 421); the WebSocket upgrade is refused
 (403) unless its ``Origin`` is this server itself; one page at a time (a reloaded page replaces the
 old one); a request must arrive whole within ``request_timeout_s``; a page silent for
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from piper_recorder.dashboard.model import is_loopback
 from piper_recorder.dashboard.server import host_allowed
 from piper_recorder.outpaths import file_problem
 from piper_recorder.supervision import on_stop_signals, watch_parent
@@ -85,8 +86,15 @@ class WebConfig:
     max_buffer_bytes: int = 8 << 20    # ... above which the page is too slow and is dropped
     request_timeout_s: float = 5.0
     page_timeout_s: float = 5.0
+    # plain HTTP on a non-loopback host: anyone on that network can open the page and drive the arm, and it
+    # is no secure context (WebXR only where the browser is told to treat the origin as one)
+    insecure_http: bool = False
 
     def validate(self) -> None:
+        if not is_loopback(self.host) and not self.cert and not self.insecure_http:
+            raise ValueError(f"host {self.host!r} is not a loopback address: give cert and key (HTTPS: the secure "
+                             "context WebXR needs), or insecure_http (--insecure-http) to serve plain HTTP on that "
+                             "network anyway (anyone on it can open the page and drive the arm)")
         for name in ("port", "bridge_port"):
             if not 0 <= getattr(self, name) < 65536:
                 raise ValueError(f"{name} {getattr(self, name)} out of range")
@@ -511,6 +519,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cert", default=d.cert, help="PEM certificate: serve HTTPS (LAN use), with --key")
     p.add_argument("--key", default=d.key, help="PEM private key of --cert")
     p.add_argument("--allowed-host", action="append", default=[], help="another Host name to accept (repeatable)")
+    p.add_argument("--insecure-http", action="store_true",
+                   help="serve plain HTTP on a non-loopback --host (refused otherwise without --cert/--key): "
+                        "anyone on that network can open the page and drive the arm")
     p.add_argument("--report", default="", metavar="FILE.json", help="write the relay's counters here twice a second")
     return p
 
@@ -518,7 +529,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = WebConfig(host=args.host, port=args.port, bridge_host=args.bridge_host, bridge_port=args.bridge_port,
-                    video_port=args.video_port, cert=args.cert, key=args.key, allowed_hosts=args.allowed_host)
+                    video_port=args.video_port, cert=args.cert, key=args.key, allowed_hosts=args.allowed_host,
+                    insecure_http=args.insecure_http)
     try:
         problem = file_problem(args.report) if args.report else None
         if problem:
