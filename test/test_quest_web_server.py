@@ -132,6 +132,7 @@ def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
     assert isinstance(msgs[1], Frame) and msgs[1].right.primary and msgs[1].right.squeeze == 1.0
     op, payload = ws.recv()
     assert op == 8 and struct.unpack("!H", payload[:2])[0] == 1009
+    assert payload[2:] == b"frame above 65536 bytes"        # the page is told why
     assert relay.counters["page_not_one_line"] == 1
     # a new bridge connection gets the page's hello first (the bridge publishes it latched)
     bridge.close()
@@ -172,6 +173,21 @@ def test_web_hello_only_marks_hellos():
         assert exc.value.reason == reason, (line, exc.value)
     with pytest.raises(ValueError):
         WebConfig(cert="a.pem").validate()
+
+
+def test_protocol_errors_close_the_page_with_a_reason(relay):
+    """1002 and 1009 name what the page did: a browser shows CloseEvent.reason, a bare code says nothing."""
+    ws = _ws(relay.ports["web"])
+    ws.sock.sendall(bytes([0x81, 0x02]) + b"hi")              # a client frame without the mask
+    assert _closed(ws) == (1002, "client frame not masked")
+    ws = _ws(relay.ports["web"])
+    ws.send(b"", opcode=0x9)                         # a ping is fine ...
+    ws.sock.sendall(bytes([0x09, 0x80]) + bytes(4))           # ... a fragmented one is not
+    assert _closed(ws) == (1002, "bad control frame")
+    ws = _ws(relay.ports["web"])
+    ws.send(b"x" * 70000)
+    assert _closed(ws) == (1009, "frame above 65536 bytes")
+    assert relay.counters["page_closed_1002"] == 2 and relay.counters["page_closed_1009"] == 1
 
 
 def test_a_lan_address_needs_a_certificate_or_the_named_opt_in(tmp_path):

@@ -390,9 +390,11 @@ class WebRelay:
                     page.close(CLOSE_POLICY, refusal)
                     break
         except WebSocketClosed as exc:
-            if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG):
+            if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG):   # the page broke the protocol: it is told how
                 self.counters[f"page_closed_{exc.code}"] += 1
-            page.close(exc.code if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG) else CLOSE_NORMAL)
+                page.close(exc.code, exc.reason)
+            else:
+                page.close(CLOSE_NORMAL)
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             page.close(CLOSE_NORMAL)
         finally:
