@@ -272,3 +272,58 @@ def test_https_with_a_user_certificate(tmp_path):
         assert got.startswith(b"HTTP/1.1 200") and got.endswith(asset("index.html"))
     finally:
         r.stop()
+
+
+def test_the_report_after_stop_is_written_and_leaves_no_coroutine_behind(tmp_path, recwarn):
+    """main writes a last report after stopping the relay: it must hold the final counters, at once, and
+    no coroutine may be left unawaited on the stopped loop (a RuntimeWarning at exit)."""
+    import gc
+
+    r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)
+    r.start()
+    path = tmp_path / "report.json"
+    r.write_report(str(path))
+    assert json.loads(path.read_text())["ports"] == r.ports
+    ws = _ws(r.ports["web"])
+    ws.send(b"not one line\n")
+    deadline = time.monotonic() + 5
+    while not r.counters["page_not_one_line"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    r.stop()
+    ws.close()
+    path.unlink()
+    t0 = time.monotonic()
+    r.write_report(str(path))
+    assert time.monotonic() - t0 < 1.0
+    last = json.loads(path.read_text())
+    assert last["counters"]["page_not_one_line"] == 1 and not last["page_connected"]
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+@pytest.mark.integration
+def test_piper_quest_web_report_at_shutdown(tmp_path):
+    """The console script with --report, stopped by SIGINT: a final report, nothing on stderr about an
+    unawaited coroutine."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    report = tmp_path / "web.json"
+    exe = str(Path(sys.executable).parent / "piper-quest-web")
+    p = subprocess.Popen([exe, "--port", "0", "--bridge-port", "0", "--video-port", "-1", "--report", str(report)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not report.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert report.exists()
+        p.send_signal(signal.SIGINT)
+        _out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    assert p.returncode == 0 and "never awaited" not in err and "Traceback" not in err, err
+    assert json.loads(report.read_text())["ports"]["web"] > 0

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import math
 import os
@@ -286,14 +287,25 @@ class WebRelay:
                 "panels_dropped": dict(self.panels_dropped)}
 
     def write_report(self, path: str) -> None:
-        """The report, taken on the relay's own loop (its counters change there), written atomically."""
-        async def take() -> dict[str, Any]:
-            return self.report()
+        """The report, written atomically: taken on the relay's loop while it runs (its counters change
+        there), directly once ``stop`` ended it (a coroutine handed to a stopped loop never ran: the last
+        report was lost and Python warned it was never awaited)."""
+        if self._thread is not None and self._thread.is_alive():
+            taken: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
 
-        try:
-            report = asyncio.run_coroutine_threadsafe(take(), self._loop).result(2.0)
-        except Exception:  # noqa: BLE001 - the loop is stopping: the next report will do
-            return
+            def take() -> None:
+                try:
+                    taken.set_result(self.report())
+                except Exception as exc:  # noqa: BLE001 - handed to the waiting thread
+                    taken.set_exception(exc)
+
+            try:
+                self._loop.call_soon_threadsafe(take)
+                report = taken.result(2.0)
+            except (RuntimeError, concurrent.futures.TimeoutError):   # the loop is stopping: the next will do
+                return
+        else:
+            report = self.report()
         tmp = f"{path}.tmp"
         Path(tmp).write_text(json.dumps(report))
         os.replace(tmp, path)
