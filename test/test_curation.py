@@ -56,7 +56,16 @@ def test_verdict_thresholds_and_reasons():
     # what was written: a missing video frame in nominal mode is bad; any lost frame warns
     v = judge({**HEALTHY, "video_frame_lengths": {"cam": 299}, "frames_dropped": {"cam": 1}}, cfg, 30, ["cam"])
     assert v.verdict == "bad" and "bad: cam: 299 video frames written for 300 rows" in v.reasons
-    assert any(r.startswith("warn: cam: frames lost") for r in v.reasons)
+    assert "warn: cam: frames skipped between rows (capture jitter): 1 of 300 rows (0.3 % > 0 %)" in v.reasons
+    # capture jitter is named as jitter, a loss as a loss; several causes each with their count
+    v = judge({**HEALTHY, "frames_dropped": {"cam": 0}, "frames_dropped_writer_behind": {"cam": 2}}, cfg, 30, ["cam"])
+    assert v.reasons == ("warn: cam: frames lost behind the writer: 2 of 300 rows (0.7 % > 0 %)",), v.reasons
+    v = judge({**HEALTHY, "frames_dropped": {"cam": 4}, "video_dropped_frames": {"cam": {"queue_full": 3}}},
+              cfg, 30, ["cam"])
+    assert v.verdict == "bad" and v.reasons == (
+        "bad: cam: frames skipped between rows (capture jitter) 4, lost to a full encoder queue 3: 7 of 300 rows "
+        "(2.3 % > 2 %)",), v.reasons
+    assert not any("lost" in r for r in judge({**HEALTHY, "frames_dropped": {"cam": 3}}, cfg, 30, ["cam"]).reasons)
     # arm feedback gap (stale rows) and a clock step (a frame captured 20 ms after its row)
     v = judge({**HEALTHY, "values_stale": {"joint_states": 4}, "frame_ahead_max_ms": {"cam": 20.0}}, cfg, 30, ["cam"])
     assert v.verdict == "warn" and len(v.reasons) == 2, v.reasons
