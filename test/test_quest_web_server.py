@@ -130,9 +130,13 @@ def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
     msgs = StreamParser().feed(hello + b"\n" + frame + b"\n" + beat + b"\n")
     assert isinstance(msgs[0], Hello) and msgs[0].info["client"] == "web"
     assert isinstance(msgs[1], Frame) and msgs[1].right.primary and msgs[1].right.squeeze == 1.0
+    op, payload = ws.recv()                          # the page is told why its message was refused
+    assert op == 1 and json.loads(payload) == {"cmd": "rejected", "by": "quest_web", "lines": 1, "total": 1,
+                                               "reason": "not_one_line",
+                                               "detail": "a message is one protocol line, without a newline"}
     op, payload = ws.recv()
     assert op == 8 and struct.unpack("!H", payload[:2])[0] == 1009
-    assert payload[2:] == b"frame above 65536 bytes"        # the page is told why
+    assert payload[2:] == b"frame above 65536 bytes"        # ... and why it was closed
     assert relay.counters["page_not_one_line"] == 1
     # a new bridge connection gets the page's hello first (the bridge publishes it latched)
     bridge.close()
@@ -327,3 +331,51 @@ def test_piper_quest_web_report_at_shutdown(tmp_path):
             p.wait(5)
     assert p.returncode == 0 and "never awaited" not in err and "Traceback" not in err, err
     assert json.loads(report.read_text())["ports"]["web"] > 0
+
+
+@pytest.mark.slow   # waits out the notices' rate limit
+def test_the_page_is_told_why_its_lines_are_refused():
+    """quest_bridge's client (its parser refuses a frame with 1e999) and the relay (a message of two lines)
+    each tell the page, as a command line, what they refused and why; rate-limited to one a second each."""
+    from piper_recorder.quest.client import ClientConfig, QuestClient
+
+    relay = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)   # pages silent 5 s
+    relay.start()
+    client = QuestClient(ClientConfig(port=relay.ports["bridge"]), lambda m, t: None).start()
+    try:
+        deadline = time.monotonic() + 5
+        while relay.bridge is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ws = _ws(relay.ports["web"])
+        ws.send(b'{"hello":{"app":"piper-quest-web"}}')
+        bad = json.dumps(FRAME).replace('"pos": [-0.2, 1.4, -0.3]', '"pos": [-0.2, 1e999, -0.3]').encode()
+        assert bad != json.dumps(FRAME).encode()
+        ws.send(bad)
+        op, payload = ws.recv()
+        assert op == 1 and json.loads(payload) == {"cmd": "rejected", "by": "quest_bridge", "lines": 1, "total": 1,
+                                                   "reason": "non_finite", "detail": "left.pos[1]"}
+        t0 = time.monotonic()
+        for _ in range(3):
+            ws.send(bad)
+        ws.send(b'{"heartbeat": 1}\n{"heartbeat": 2}')         # two lines: refused by the relay, told at once
+        ws.send(b'{"heartbeat": 3}\n')                        # a newline: refused, told a second later
+        got = {}
+        while len(got) < 2:
+            op, payload = ws.recv()
+            assert op == 1
+            notice = json.loads(payload)
+            got[notice["by"]] = (notice, time.monotonic() - t0)
+        assert got["quest_web"][0] == {"cmd": "rejected", "by": "quest_web", "lines": 1, "total": 1,
+                                       "reason": "not_one_line",
+                                       "detail": "a message is one protocol line, without a newline"}
+        assert got["quest_bridge"][0]["lines"] == 3 and got["quest_bridge"][0]["total"] == 4
+        assert got["quest_bridge"][1] >= 0.8                  # the bridge's three in one notice, a second on
+        ws.send(b'{"heartbeat": 4}')                          # a later message carries the pending notice
+        time.sleep(1.1)
+        ws.send(b'{"heartbeat": 5}')
+        op, payload = ws.recv()
+        assert json.loads(payload)["by"] == "quest_web" and json.loads(payload)["lines"] == 1
+        assert relay.counters["page_not_one_line"] == 2
+    finally:
+        client.stop()
+        relay.stop()

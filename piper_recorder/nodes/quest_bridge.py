@@ -184,6 +184,7 @@ class QuestBridge(Node):
             "clock_offset_ns": offset if offset is not None else "none", "clock_resets": clock_resets,
             "arrival_delay_ms": f"{delay / 1e6:.3f}",
             "haptic_sent": st.commands_sent, "haptic_failed": st.commands_failed,
+            "rejection_notices": st.notices_sent,
             "haptic_invalid": self.haptic_invalid, "command_invalid": self.command_invalid,
             "rejected_total": sum(rejected.values()), "last_rejection": self.client.parser.last_rejection,
             **{f"rejected.{k}": v for k, v in sorted(rejected.items())},

@@ -39,6 +39,7 @@ import os
 import ssl
 import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -51,7 +52,7 @@ from piper_recorder.dashboard.server import host_allowed
 from piper_recorder.outpaths import file_problem
 from piper_recorder.supervision import on_stop_signals, watch_parent
 
-from .client import DEFAULT_PORT
+from .client import DEFAULT_PORT, NOTICE_PERIOD_S
 from .protocol import MAX_LINE_BYTES, Hello, Rejected, parse_line
 from .video import FrameReader as VideoFrameReader, VIDEO_PORT
 from .websocket import (CLOSE_NORMAL, CLOSE_POLICY, CLOSE_PROTOCOL, CLOSE_TOO_BIG, OP_BINARY, OP_TEXT,
@@ -176,6 +177,24 @@ class _Page:
     def __init__(self, writer: asyncio.StreamWriter, peer: str):
         self.writer, self.peer = writer, peer
         self.closed = False
+        self.refused, self.noticed = 0, 0    # lines refused here, and how many the page was told of
+        self.last_refusal = ("", "")
+        self.notice_t = -math.inf
+
+    def refuse(self, reason: str, detail: str) -> None:
+        """A message of the page refused here: it is told (``notice``)."""
+        self.refused += 1
+        self.last_refusal = (reason, detail)
+        self.notice(time.monotonic())
+
+    def notice(self, now: float) -> None:
+        """Tell the page why its lines were refused here, as quest_bridge tells it of its parser's refusals
+        (``client.NOTICE_PERIOD_S`` apart at most; what comes in between goes with the next)."""
+        if self.refused > self.noticed and now - self.notice_t >= NOTICE_PERIOD_S:
+            reason, detail = self.last_refusal
+            self.send(OP_TEXT, json.dumps({"cmd": "rejected", "by": "quest_web", "lines": self.refused - self.noticed,
+                                           "total": self.refused, "reason": reason, "detail": detail}).encode())
+            self.noticed, self.notice_t = self.refused, now
 
     def pending(self) -> int:
         return self.writer.transport.get_write_buffer_size()
@@ -394,10 +413,12 @@ class WebRelay:
                     self.counters["page_timeouts"] += 1
                     page.close(CLOSE_NORMAL, "silent")
                     break
+                page.notice(time.monotonic())
                 if not msg.text:
                     self.counters["page_binary_refused"] += 1
+                    page.refuse("binary", "the page sends text messages only")
                     continue
-                refusal = self._from_page(msg.data)
+                refusal = self._from_page(page, msg.data)
                 if refusal:
                     page.close(CLOSE_POLICY, refusal)
                     break
@@ -415,11 +436,12 @@ class WebRelay:
                 self.page = None
                 self._log(f"{APP_NAME}: page disconnected")
 
-    def _from_page(self, data: bytes) -> str | None:
+    def _from_page(self, page: _Page, data: bytes) -> str | None:
         """One protocol line from the page to the bridge (whose parser validates it). A hello the bridge
         would refuse is not relayed (the last good one stays): the page is closed, the reason returned."""
         if b"\n" in data or b"\r" in data or not data.strip():
             self.counters["page_not_one_line"] += 1
+            page.refuse("not_one_line", "a message is one protocol line, without a newline")
             return None
         if data.startswith(b'{"hello"'):
             try:

@@ -4,9 +4,10 @@
 // controllers' grip-space poses in the local-floor space, xr-standard buttons and axes), stamped
 // with the frame's predictedDisplayTime (the host maps that clock like the app's). Commands from the
 // host arrive as text messages (haptic -> hapticActuators[0].pulse, colour -> the view tint, panel
-// placement); camera panels and the HUD arrive as binary messages (panel byte + JPEG) and are drawn
-// as textured quads with plain WebGL. A hidden or blurred page sends no frames (heartbeats only), so
-// the host's staleness rule releases the clutch. No framework, nothing loaded from anywhere else.
+// placement, "rejected": why the host refused lines of this page, shown under the status); camera
+// panels and the HUD arrive as binary messages (panel byte + JPEG) and are drawn as textured quads
+// with plain WebGL. A hidden or blurred page sends no frames (heartbeats only), so the host's
+// staleness rule releases the clutch. No framework, nothing loaded from anywhere else.
 'use strict';
 (function () {
   const PROTOCOL = 1;
@@ -14,10 +15,11 @@
   const stats = {
     wsOpen: false, hellos: 0, framesSent: 0, framesSuppressed: 0, framesBackedUp: 0, heartbeats: 0, commands: 0,
     panelsReceived: [0, 0, 0, 0], panels: [0, 0, 0, 0], panelsSuperseded: 0, panelDecodeErrors: 0, haptics: [], tint: [0, 0, 0, 0],
-    session: '', visibility: 'none', sending: false, lastError: '',
+    session: '', visibility: 'none', sending: false, lastError: '', rejected: null, closed: null,
   };
   const statusEl = document.getElementById('status');
   const linkEl = document.getElementById('link');
+  const noticeEl = document.getElementById('notice');
   const canvas = document.getElementById('xr-canvas');
 
   let ws = null;
@@ -34,9 +36,11 @@
     ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
     ws.binaryType = 'arraybuffer';
     ws.onopen = function () { stats.wsOpen = true; linkEl.textContent = 'host: connected'; sendHello(); };
-    ws.onclose = function () {
+    ws.onclose = function (ev) {
       stats.wsOpen = false;
-      linkEl.textContent = 'host: disconnected, retrying';
+      stats.closed = { code: ev.code, reason: ev.reason };
+      linkEl.textContent = 'host: disconnected' + (ev.reason ? ' (' + ev.code + ' ' + ev.reason + ')' : '') +
+        ', retrying';
       setTimeout(connect, 1000);
     };
     ws.onmessage = function (ev) {
@@ -95,6 +99,17 @@
       placements[c.cam] = { x: +c.x || 0, y: +c.y || 0, z: +c.z || 0, width: Math.min(Math.max(+c.width || 0.5, 0.1), 3),
         yaw: (+c.yaw || 0) * Math.PI / 180 };
     } else if (c.cmd === 'panels_front') placeFront();
+    else if (c.cmd === 'rejected') rejected(c);
+  }
+
+  // the host refused lines of this page (rate-limited by the host): say which and why
+  function rejected(c) {
+    const n = Number(c.lines) || 0;
+    stats.rejected = { by: String(c.by || 'host'), lines: n, total: Number(c.total) || n,
+      reason: String(c.reason || ''), detail: String(c.detail || '').slice(0, 200), t: performance.now() };
+    const r = stats.rejected;
+    noticeEl.textContent = r.by + ' refused ' + n + (n === 1 ? ' line' : ' lines') + ' (' + r.total + ' in all): ' +
+      r.reason + (r.detail ? ' (' + r.detail + ')' : '');
   }
 
   function haptic(hand, amp, ms) {
