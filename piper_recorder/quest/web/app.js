@@ -7,7 +7,8 @@
 // placement, "rejected": why the host refused lines of this page, shown under the status); camera
 // panels and the HUD arrive as binary messages (panel byte + JPEG) and are drawn as textured quads
 // with plain WebGL. A hidden or blurred page sends no frames (heartbeats only), so the host's
-// staleness rule releases the clutch. No framework, nothing loaded from anywhere else.
+// staleness rule releases the clutch. The status says "ready" only once WebXR has offered an
+// immersive session, else why not. No framework, nothing loaded from anywhere else.
 'use strict';
 (function () {
   const PROTOCOL = 1;
@@ -15,7 +16,7 @@
   const stats = {
     wsOpen: false, hellos: 0, framesSent: 0, framesSuppressed: 0, framesBackedUp: 0, heartbeats: 0, commands: 0,
     panelsReceived: [0, 0, 0, 0], panels: [0, 0, 0, 0], panelsSuperseded: 0, panelDecodeErrors: 0, haptics: [], tint: [0, 0, 0, 0],
-    session: '', visibility: 'none', sending: false, lastError: '', rejected: null, closed: null,
+    session: '', visibility: 'none', sending: false, lastError: '', xr: 'checking', rejected: null, closed: null,
   };
   const statusEl = document.getElementById('status');
   const linkEl = document.getElementById('link');
@@ -379,16 +380,33 @@
     }
   }
 
+  function unavailable(why) {
+    stats.xr = 'unavailable';
+    statusEl.textContent = 'WebXR is unavailable: ' + why;
+  }
+
   window.piperWeb = { stats: stats, enter: enter };
   connect();
   if (!navigator.xr) {
-    statusEl.textContent = 'WebXR is not available here (open this page in the Quest Browser)';
+    unavailable(window.isSecureContext ? 'this browser has no WebXR (open this page in the Quest Browser)'
+      : 'this page is not a secure context (open it at localhost through adb reverse, or over HTTPS)');
     return;
   }
-  for (const [id, mode] of [['enter-ar', 'immersive-ar'], ['enter-vr', 'immersive-vr']]) {
+  statusEl.textContent = 'checking WebXR';
+  const modes = [['enter-ar', 'immersive-ar'], ['enter-vr', 'immersive-vr']];
+  const errors = [];
+  Promise.all(modes.map(function ([id, mode]) {
     const btn = document.getElementById(id);
     btn.addEventListener('click', function () { enter(mode); });
-    navigator.xr.isSessionSupported(mode).then(function (ok) { btn.disabled = !ok; });
-  }
-  statusEl.textContent = 'ready';
+    return navigator.xr.isSessionSupported(mode).then(function (ok) { btn.disabled = !ok; return ok; },
+      function (e) { btn.disabled = true; errors.push(mode + ': ' + e); return false; });
+  })).then(function (supported) {
+    if (supported.some(Boolean) || session) {
+      stats.xr = 'ready';
+      if (!session) statusEl.textContent = 'ready';   // else it says which session it is in
+    } else {
+      unavailable(errors.length ? errors.join('; ') : 'no immersive-ar or immersive-vr session is offered: no XR ' +
+        'device here (open this page in the Quest Browser on the headset)');
+    }
+  });
 })();
