@@ -21,12 +21,13 @@ WebSocket towards the page:
   ``adb reverse tcp:PORT tcp:PORT`` is a secure context (WebXR needs one), so no certificate is
   needed; ``cert``/``key`` serve HTTPS for LAN use with a certificate the user supplies.
 
-Safe by default: bound to 127.0.0.1 (another address only with a certificate, or ``insecure_http``); the ``Host`` header is checked before anything else
-(``dashboard.server.host_allowed``: a DNS-rebinding page gets 421); the WebSocket upgrade is refused
-(403) unless its ``Origin`` is this server itself; one page at a time (a reloaded page replaces the
-old one); a request must arrive whole within ``request_timeout_s``; a page silent for
-``page_timeout_s`` (it sends a heartbeat every second) is dropped; a page message is at most
-``max_message_bytes`` and must be one line; the CSP allows nothing but this server.
+Safe by default: bound to 127.0.0.1 (another address only with a certificate, or ``insecure_http``);
+the ``Host`` header is checked before anything else (``dashboard.server.host_allowed``: a
+DNS-rebinding page gets 421); the WebSocket upgrade is refused (403) unless its ``Origin`` is this
+server itself; one page at a time (a reloaded page replaces the old one); a request must arrive whole
+within ``request_timeout_s``; a page silent for ``page_timeout_s`` (it sends a heartbeat every second)
+is dropped; a page message is at most ``max_message_bytes`` and must be one line; the CSP allows
+nothing but this server.
 """
 from __future__ import annotations
 
@@ -307,8 +308,7 @@ class WebRelay:
 
     def write_report(self, path: str) -> None:
         """The report, written atomically: taken on the relay's loop while it runs (its counters change
-        there), directly once ``stop`` ended it (a coroutine handed to a stopped loop never ran: the last
-        report was lost and Python warned it was never awaited)."""
+        there), directly once ``stop`` ended it (a stopped loop runs nothing handed to it)."""
         if self._thread is not None and self._thread.is_alive():
             taken: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
 

@@ -7,8 +7,8 @@ error or end of file) or not readable is reported through ``on_state`` and opene
 ``reopen_s``; ``device="auto"`` looks for the first 3Dconnexion hidraw node again at each attempt
 (hot-plug). A hidraw read returns one whole report, so reads are never split or joined here.
 
-A node that is no HID device can keep the thread busy: ``/dev/zero`` never blocks (a read spun at half a
-core), another device may send only reports the decoder refuses (``on_report`` returns False). More
+A node that is no HID device can keep the thread busy: ``/dev/zero`` never blocks (every read returns at
+once), another device may send only reports the decoder refuses (``on_report`` returns False). More
 than ``MAX_REPORTS_PER_S`` reports within a second (a full-speed USB interrupt endpoint's ceiling) or
 ``MAX_MALFORMED_RUN`` refused reports in a row close it as ``bad`` (``on_state("bad", why)``); it is
 tried again after ``BAD_RETRY_S``, so such a node costs a few milliseconds every few seconds.
