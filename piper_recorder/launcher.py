@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from piper_recorder.dashboard.model import is_loopback
 from piper_recorder.effective_config import COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, derived_params, profile_text
 from piper_recorder.errors import PiperError
 from piper_recorder.names import POLICY_ACTOR, RECORDER_NODES
@@ -34,7 +35,7 @@ from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
-from piper_recorder.quest.web_server import WebConfig
+from piper_recorder.quest.web_server import WebConfig, port_clash
 from piper_recorder.spacemouse.input import TELEOP_INPUTS
 
 PACKAGE = "piper_recorder"
@@ -343,6 +344,7 @@ class QuestWebSettings:
     cert: str = WebConfig.cert
     key: str = WebConfig.key
     allowed_hosts: tuple[str, ...] = ()   # DNS names the page may be reached by (LAN use; Host check)
+    insecure_http: bool = False     # plain HTTP on a non-loopback host (WebConfig.insecure_http)
     report: str = ""                # write the relay's counters to this JSON file (tests)
 
     @classmethod
@@ -354,6 +356,27 @@ class QuestWebSettings:
         section["allowed_hosts"] = tuple(section.get("allowed_hosts") or ())
         return cls(**section)
 
+    def check(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> None:
+        """What piper-quest-web would refuse at its start, refused while planning: a non-loopback host without
+        a certificate (unless ``insecure_http``). And the relay binds the page's port and, on quest_bridge's
+        host, quest_bridge's and quest_video's: two of them on one port would fail only at the bind
+        (``address already in use``); refused here, naming both."""
+        if not is_loopback(str(self.host)) and not self.cert and not _flag(self.insecure_http, False):
+            raise LaunchError(f"{LAUNCH_SECTION}.quest_web.host={self.host!r} is not a loopback address: set "
+                              f"{LAUNCH_SECTION}.quest_web.cert and .key (HTTPS), or .insecure_http=true to serve "
+                              "plain HTTP on that network anyway (anyone on it can open the page and drive the arm)")
+        bridge_host = str(cfg.get("quest_bridge", {}).get("host", DEFAULT_HOST))
+        ends = {f"{LAUNCH_SECTION}.quest_web.port": (str(self.host), int(self.port)),
+                "quest_bridge.port": (bridge_host, int(cfg.get("quest_bridge", {}).get("port", DEFAULT_PORT)))}
+        if video:
+            ends["quest_video.port"] = (bridge_host, int(cfg.get("quest_video", {}).get("port", VIDEO_PORT)))
+        clash = port_clash(ends)
+        if clash:
+            a, b = clash
+            raise LaunchError(f"{a}={ends[a][1]} and {b}={ends[b][1]}: headset:=web's relay (quest_web) binds both, "
+                              "on one port; give the page another port (the bridge's and the video channel's are "
+                              "where quest_bridge and quest_video connect)")
+
     def argv(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> list[str]:
         """piper-quest-web's arguments: the page's address, and quest_bridge's / quest_video's endpoints."""
         bridge = cfg.get("quest_bridge", {})
@@ -363,23 +386,46 @@ class QuestWebSettings:
                "--video-port", str(cfg.get("quest_video", {}).get("port", VIDEO_PORT)) if video else "-1"]
         out += ["--cert", str(self.cert), "--key", str(self.key)] if self.cert or self.key else []
         out += [a for name in self.allowed_hosts for a in ("--allowed-host", str(name))]
+        out += ["--insecure-http"] if _flag(self.insecure_http, False) else []
         return out + (["--report", self.report] if self.report else [])
 
 
 def headset_kind(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "",
-                 headset: str = "") -> str:
-    """Which headset the graph talks to: the launch argument ``headset`` (native | web | sim), else sim in sim
-    mode unless ``sim_headset`` ("" = ``piper_launch.sim_quest.enabled``, default true) is false, else native."""
+                 headset: str = "", overrides: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """Which headset the graph talks to: "none" when teleop follows a SpaceMouse (``teleop_input``), else the
+    launch argument ``headset`` (native | web | sim), else sim in sim mode unless ``sim_headset`` ("" =
+    ``piper_launch.sim_quest.enabled``, default true) is false, else native. Settings that contradict each
+    other are refused before anything starts, naming both (a SpaceMouse graph and a headset asked for, the
+    simulated headset asked for and turned off, ...), never resolved by one silently winning."""
+    if headset and headset not in HEADSETS:
+        raise LaunchError(f"headset must be one of {' | '.join(HEADSETS)}, got {headset!r}")
+    asked_sim = None if sim_headset == "" else _flag(sim_headset, False)   # None: not given
+    if teleop_input(cfg, overrides) != "headset":
+        given = ([_HEADSET_ARG.format(headset)] if headset else []) + (["sim_headset:=true"] if asked_sim else [])
+        if given:
+            raise LaunchError(f"{' and '.join(given)} contradict{'s' if len(given) == 1 else ''} teleop input "
+                              "spacemouse (teleop.input, --teleop-input, teleop_input:=): a SpaceMouse graph starts "
+                              "no headset node; drop the headset setting or teleop_input")
+        return "none"
     if headset:
-        if headset not in HEADSETS:
-            raise LaunchError(f"headset must be one of {' | '.join(HEADSETS)}, got {headset!r}")
         if headset == "sim" and mode != "sim":
             raise LaunchError("headset:=sim needs the sim graph (the robot has a real headset: native or web)")
-        if headset != "sim" and sim_headset != "" and _flag(sim_headset, False):
+        if headset != "sim" and asked_sim:
             raise LaunchError(f"headset:={headset} and sim_headset:=true contradict each other")
+        if headset == "sim" and asked_sim is False:
+            raise LaunchError(f"{_HEADSET_ARG.format('sim')} and --no-sim-headset (sim_headset:=false) contradict "
+                              "each other: drop one")
+        if headset == "sim" and asked_sim is None and not SimQuestSettings.from_config(cfg).enabled:
+            raise LaunchError(f"{_HEADSET_ARG.format('sim')} and {LAUNCH_SECTION}.sim_quest.enabled=false "
+                              "contradict each other: drop one")
         return headset
-    return "sim" if mode == "sim" and _flag(sim_headset, bool(SimQuestSettings.from_config(cfg).enabled)) \
-        else "native"
+    if asked_sim and mode != "sim":
+        raise LaunchError("sim_headset:=true needs the sim graph (the robot has a real headset: native or web)")
+    enabled = asked_sim if asked_sim is not None else bool(SimQuestSettings.from_config(cfg).enabled)
+    return "sim" if mode == "sim" and enabled else "native"
+
+
+_HEADSET_ARG = "--headset {0} (headset:={0})"
 
 
 def sim_headset_enabled(mode: str, cfg: Mapping[str, Mapping[str, Any]], sim_headset: str | bool = "",
@@ -409,11 +455,12 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     nodes: list[GraphNode] = []
     peer: dict[str, dict[str, Any]] = {}
     why: dict[str, dict[str, str]] = {}
-    use_headset = teleop_input(cfg, overrides) == "headset"   # a SpaceMouse needs no headset node
-    kind = headset_kind(mode, cfg, sim_headset, headset) if use_headset else "none"
+    kind = headset_kind(mode, cfg, sim_headset, headset, overrides)
+    use_headset = kind != "none"   # a SpaceMouse needs no headset node
     if kind == "web":   # the page's relay, where quest_bridge and quest_video connect (their own host/port)
         merged = {n: {**cfg.get(n, {}), **overrides.get(n, {})} for n in ("quest_bridge", "quest_video")}
         web = QuestWebSettings.from_config(cfg)
+        web.check(merged, headset_video(cfg))
         nodes.append(GraphNode(QUEST_WEB[0], *QUEST_WEB, ros_node=False,
                                args=tuple(web.argv(merged, headset_video(cfg)))))
     if kind == "sim":
@@ -475,9 +522,14 @@ class _NoAliasDumper(yaml.SafeDumper):
 
 
 def dump_params(cfg: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        yaml.dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, Dumper=_NoAliasDumper, sort_keys=False)
+    """The effective parameter file the nodes start with; a directory that cannot hold it is a LaunchError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as f:
+            yaml.dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, Dumper=_NoAliasDumper,
+                      sort_keys=False)
+    except OSError as exc:
+        raise LaunchError(f"cannot write the parameter file {path}: {exc.strerror or exc}") from None
     return path
 
 
@@ -576,7 +628,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
     if not headset_video(cfg):
         cfg.pop("quest_video", None)
-    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard, headset=kind)
+    nodes = graph_nodes(mode, cfg, cameras, dashboard=dashboard, headset="" if kind == "none" else kind)
     explicit = {item.partition("=")[0] for item in sets}
     for n in nodes:
         for key, value in n.parameters.items():

@@ -1,12 +1,16 @@
-"""``--help`` for the ROS nodes' console scripts (``piper-dashboard --help``, ``dashboard --help``), no ROS.
+"""The ROS nodes' command lines (``piper-dashboard --help``, ``dashboard --ros-args ...``), checked before ROS.
 
 A node's arguments go to rcl, which ignores ``--help`` and starts the node: a user asking for help got a
 running node (and a dashboard serving, a recorder creating its root in the working directory). The nodes'
 ``run_node`` asks ``wants_help`` first and, if so, prints ``node_usage`` and exits 0 before rclpy starts.
+It then asks ``argument_problem``: rcl refuses arguments it cannot parse (a missing ``--params-file``,
+``-p rate`` without a value) from ``rclpy.init`` with an RCLError and a traceback, and ignores the ones
+outside ``--ros-args``; the node instead names the problem in one line and exits 2.
 """
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 HELP_FLAGS = ("-h", "--help")
@@ -29,3 +33,32 @@ def node_usage(prog: str, doc: str | None) -> str:
             "A ROS 2 node: its parameters are ROS parameters (-p, --params-file; config/sim.yaml and\n"
             "config/robot.yaml hold every node's), listed on a running node by `ros2 param list`.\n"
             "It runs until SIGINT/SIGTERM.\n")
+
+
+def argument_problem(argv: Sequence[str]) -> str | None:
+    """What is wrong with a node's command line (``argv[0]`` is the program), in one line, or None: a
+    ``--params-file`` that is not a file, what rcl cannot parse (``-p NAME`` without ``:=VALUE``, a remap
+    without ``:=``, an unknown log level, a flag without its value), or an argument outside ``--ros-args``
+    (a node takes no other: its settings are ROS parameters). Parses only; starts nothing."""
+    from rclpy.impl.implementation_singleton import rclpy_implementation
+    from rclpy.utilities import remove_ros_args
+
+    args = list(argv)
+    for flag, path in zip(args, args[1:]):
+        if flag == "--params-file" and not os.path.isfile(path):   # rcl: "Error parsing a event near line 0"
+            return f"--params-file {path}: {'not a file' if os.path.exists(path) else 'no such file'}"
+    try:
+        rest = remove_ros_args(args)
+    except rclpy_implementation.RCLError as exc:
+        return f"bad --ros-args: {rcl_message(exc)}"
+    if rest[1:]:
+        return (f"unrecognized arguments: {' '.join(rest[1:])} (a node's settings are ROS parameters: "
+                "--ros-args -p NAME:=VALUE or --params-file FILE)")
+    return None
+
+
+def rcl_message(exc: BaseException) -> str:
+    """An RCLError's text on one line, without rcl's source locations and preamble."""
+    text = re.sub(r",? at /\S+?:\d+", "", str(exc))
+    text = text.replace("Failed to parse ROS arguments: ", "").replace("failed to initialize rcl: ", "")
+    return " ".join(text.split())

@@ -5,6 +5,8 @@ that an output is not inside an input, which compared ``out.absolute()`` (symlin
 resolved input; the output then lived inside ``A`` and a later in-place edit of ``A`` deleted it.
 Every dataset tool that takes ``--out`` compares here, with every symlink of both paths resolved
 (``Path.resolve``: the existing part of a path is resolved, a missing tail kept as given).
+``dir_problem`` / ``file_problem`` say why an output cannot go where it is asked to (a file given for a
+directory, a directory for a file), so a tool refuses it in one line before it starts anything.
 """
 from __future__ import annotations
 
@@ -32,3 +34,24 @@ def located(out: str | os.PathLike[str]) -> Path:
     renames (beside the real directory, whatever symlink led there)."""
     p = Path(out).absolute()
     return p.parent.resolve() / p.name
+
+
+def dir_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be, or be made, a directory (a file there, or a file where a parent would be);
+    None when it can. For an output option checked before anything starts."""
+    p = Path(path)
+    for q in (p, *p.parents):
+        if q.exists():
+            return None if q.is_dir() else f"{q} is not a directory"
+    return None
+
+
+def file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a file cannot be written at ``path`` (a directory there, its directory missing or not one);
+    None when it can."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{p} is a directory"
+    if not p.parent.is_dir():
+        return f"{p.parent} is not a directory" if p.parent.exists() else f"{p.parent} does not exist"
+    return None

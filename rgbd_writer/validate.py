@@ -316,6 +316,10 @@ def validate_file(path: str | os.PathLike[str], full: bool = False) -> list[str]
                     for k, v in want.items():
                         if not _same(g.attrs.get(k), v):
                             problems.append(f"/episodes/demo_{ep}: attribute {k} is {g.attrs.get(k)!r}, expected {v}")
+                    # success where known: a boolean when present, absent when nobody said
+                    if "success" in g.attrs and not isinstance(g.attrs["success"], (bool, np.bool_)):
+                        problems.append(f"/episodes/demo_{ep}: attribute success is {g.attrs['success']!r}, "
+                                        "expected a boolean (or no success attribute: not known)")
 
         if payload_ok and W is not None and H is not None:
             profile = a.get(schema.DEPTH_PROFILE_ATTR)  # absent in reference-writer files: not checked

@@ -91,12 +91,14 @@ def test_broken_root_prints_each_problem_and_exits_1(tmp_path):
     assert "problem(s)" in res.stderr
 
 
-def test_missing_path_and_unknown_file_exit_1(tmp_path):
-    assert run(str(tmp_path / "nope")).returncode == 1
+def test_missing_path_and_unknown_file_exit_2(tmp_path):
+    """A path of the wrong kind is a bad argument (2, one line), not a dataset with problems (1)."""
+    res = run(str(tmp_path / "nope"))
+    assert res.returncode == 2 and res.stderr.strip().endswith("does not exist") and "Traceback" not in res.stderr
     other = tmp_path / "x.txt"
     other.write_text("hi")
     res = run(str(other))
-    assert res.returncode == 1 and "expected a LeRobot root directory or a .hdf5/.h5 file" in res.stderr
+    assert res.returncode == 2 and "expected a LeRobot root directory or a .hdf5/.h5 file" in res.stderr
 
 
 def test_hdf5_goes_to_rgbd_validator(tmp_path):

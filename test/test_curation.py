@@ -56,7 +56,16 @@ def test_verdict_thresholds_and_reasons():
     # what was written: a missing video frame in nominal mode is bad; any lost frame warns
     v = judge({**HEALTHY, "video_frame_lengths": {"cam": 299}, "frames_dropped": {"cam": 1}}, cfg, 30, ["cam"])
     assert v.verdict == "bad" and "bad: cam: 299 video frames written for 300 rows" in v.reasons
-    assert any(r.startswith("warn: cam: frames lost") for r in v.reasons)
+    assert "warn: cam: frames skipped between rows (capture jitter): 1 of 300 rows (0.3 % > 0 %)" in v.reasons
+    # capture jitter is named as jitter, a loss as a loss; several causes each with their count
+    v = judge({**HEALTHY, "frames_dropped": {"cam": 0}, "frames_dropped_writer_behind": {"cam": 2}}, cfg, 30, ["cam"])
+    assert v.reasons == ("warn: cam: frames lost behind the writer: 2 of 300 rows (0.7 % > 0 %)",), v.reasons
+    v = judge({**HEALTHY, "frames_dropped": {"cam": 4}, "video_dropped_frames": {"cam": {"queue_full": 3}}},
+              cfg, 30, ["cam"])
+    assert v.verdict == "bad" and v.reasons == (
+        "bad: cam: frames skipped between rows (capture jitter) 4, lost to a full encoder queue 3: 7 of 300 rows "
+        "(2.3 % > 2 %)",), v.reasons
+    assert not any("lost" in r for r in judge({**HEALTHY, "frames_dropped": {"cam": 3}}, cfg, 30, ["cam"]).reasons)
     # arm feedback gap (stale rows) and a clock step (a frame captured 20 ms after its row)
     v = judge({**HEALTHY, "values_stale": {"joint_states": 4}, "frame_ahead_max_ms": {"cam": 20.0}}, cfg, 30, ["cam"])
     assert v.verdict == "warn" and len(v.reasons) == 2, v.reasons
@@ -190,7 +199,7 @@ def test_rgbd_labels_and_verdict_in_the_episode_attrs(tmp_path: Path):
         a0, a1 = f["episodes/demo_0"].attrs, f["episodes/demo_1"].attrs
         assert (a0["outcome"], a0["outcome_note"], bool(a0["success"]), a0["verdict"]) == \
             ("failure", "dropped it", False, "ok")
-        assert "outcome" not in a1 and bool(a1["success"]) and a1["verdict"] == "bad"
+        assert "outcome" not in a1 and "success" not in a1 and a1["verdict"] == "bad"   # unlabelled: no claim
         assert any("camera stall" in r for r in json.loads(a1["verdict_reasons"]))
     # filter and label over the RGB-D file through the same rebuild
     out = tmp_path / "bad.hdf5"
@@ -201,6 +210,66 @@ def test_rgbd_labels_and_verdict_in_the_episode_attrs(tmp_path: Path):
         assert int(f.attrs["total_episodes"]) == 1
         a = f["episodes/demo_0"].attrs
         assert (a["outcome"], a["verdict"], bool(a["success"])) == ("success", "bad", True)
+
+
+def test_rgbd_success_is_written_only_for_labelled_episodes(tmp_path: Path):
+    """``success`` in ``/episodes/demo_N`` where known: a labelled success True, a labelled failure False, an
+    unlabelled episode (stopped or timed out, good or bad) none at all, so a loader filtering on it never
+    trains on unlabelled data. ``piper-dataset label`` sets it; the validator accepts both. Read with h5py."""
+    path = tmp_path / "rgbd.hdf5"
+    cfg = RgbdRecorderConfig(path=str(path), camera="cam_front", camera_height=32, camera_width=32, lateness_s=0.0)
+    events: list[dict] = []
+    c = _controller(RgbdTarget(RgbdWriter(path, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, events)
+    try:
+        _record(c, 1.0, px=32)                                   # 0: unlabelled, stopped
+        _record(c, 1.0, px=32)                                   # 1: labelled success after the save
+        assert c.label("success").ok
+        t = _CLOCK[0] = _CLOCK[0] + 2_000 * MS                   # 2: labelled failure while recording
+        assert c.start("pick", lambda: t).ok and c.label("failure", "slipped").ok
+        c.discard()
+        _record(c, 1.0, px=32)
+        assert c.label("failure", episode=2).ok
+        _record(c, 1.0, stall=(0.2, 0.9), px=32)                # 3: unlabelled, a bad verdict
+    finally:
+        c.shutdown(save=False)
+    assert validate_file(path) == []
+    with h5py.File(path, "r") as f:
+        a = [dict(f[f"episodes/demo_{e}"].attrs) for e in range(int(f.attrs["total_episodes"]))]
+    assert len(a) == 4
+    assert "success" not in a[0] and "success" not in a[3] and a[3]["verdict"] == "bad"
+    assert a[1]["success"] == np.bool_(True) and a[1]["outcome"] == "success"
+    assert a[2]["success"] == np.bool_(False) and a[2]["outcome"] == "failure"
+    assert [e.get("success") for e in events if e.get("event") == "saved"] == [None, None, None, None]
+    # labelled afterwards: the flag follows the outcome; the others keep theirs (or none)
+    assert dataset_cli.main(["label", str(path), "--episodes", "0", "--outcome", "failure", "-q"]) == 0
+    assert dataset_cli.main(["label", str(path), "--episodes", "3", "--outcome", "success", "-q"]) == 0
+    assert validate_file(path) == []
+    with h5py.File(path, "r") as f:
+        got = [f[f"episodes/demo_{e}"].attrs.get("success") for e in range(4)]
+    assert got == [np.bool_(False), np.bool_(True), np.bool_(False), np.bool_(True)]
+    # a timed-out episode without a label claims nothing either
+    path2 = tmp_path / "timeout.hdf5"
+    c = _controller(RgbdTarget(RgbdWriter(path2, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, [])
+    try:
+        t = _CLOCK[0] = max(time.time_ns(), _CLOCK[0] + 2_000 * MS)
+        assert c.start("pick", lambda: t).ok
+        for i in range(60):
+            s = t + i * MS * 10
+            c.add_joint_state(s, [0.1] * 6 + [0.04])
+            c.add_eef_pose(s, (0.2, 0, 0.2), (0, 0, 0, 1))
+            c.add_commanded_pose(s, (0.2, 0, 0.2), (0, 0, 0, 1))
+            c.add_commanded_gripper(s, 0.02)
+            if i % 3 == 0:
+                c.add_frame("cam_front", s, np.zeros((32, 32, 3), np.uint8), np.full((32, 32), 500, np.uint16))
+            c.tick(s)
+        _CLOCK[0] = t + 60 * MS * 10
+        assert c.stop(_CLOCK[0], reason="max_episode_s").ok
+    finally:
+        c.shutdown(save=False)
+    with h5py.File(path2, "r") as f:
+        demo = f["episodes/demo_0"].attrs
+        assert bool(demo["truncated"]) or bool(f["transitions/timeouts"][-1])
+        assert "success" not in demo
 
 
 def test_hud_shows_the_last_episode_and_dashboard_events_carry_the_verdict():

@@ -309,3 +309,71 @@ def test_headset_web_starts_the_page_server_where_the_bridge_and_video_connect(s
         plan_graph("sim", cfg, [], tmp_path, headset="apk")
     with pytest.raises(launcher.LaunchError, match="contradict"):
         plan_graph("sim", cfg, [], tmp_path, headset="web", sim_headset="true")
+
+
+def test_contradictory_launch_settings_are_refused_naming_both(stub_launch, tmp_path):
+    """The simulated headset asked for and turned off, a headset asked for in a SpaceMouse graph, the page on
+    the port its relay binds for quest_bridge: each refused while planning, naming both settings, through
+    piper-launch's plan and the launch files' arguments alike; nothing is planned (no parameter file)."""
+    cfg = ROOT / "config" / "sim.yaml"
+    refused = [   # (mode, sets, plan_graph's launch arguments, what the message says)
+        ("sim", [], {"sim_headset": "false", "headset": "sim"},
+         "--headset sim (headset:=sim) and --no-sim-headset (sim_headset:=false) contradict"),
+        ("sim", ["piper_launch.sim_quest.enabled=false"], {"headset": "sim"},
+         "--headset sim (headset:=sim) and piper_launch.sim_quest.enabled=false contradict"),
+        ("sim", [], {"teleop_input": "spacemouse", "headset": "web"},
+         "--headset web (headset:=web) contradicts teleop input spacemouse"),
+        ("robot", [], {"teleop_input": "spacemouse", "headset": "native"},
+         "--headset native (headset:=native) contradicts teleop input spacemouse"),
+        ("sim", ["teleop.input=spacemouse"], {"headset": "sim"}, "contradicts teleop input spacemouse"),
+        ("sim", [], {"teleop_input": "spacemouse", "sim_headset": "true"},
+         "sim_headset:=true contradicts teleop input spacemouse"),
+        ("robot", [], {"sim_headset": "true"}, "sim_headset:=true needs the sim graph"),
+        ("sim", ["piper_launch.quest_web.port=8735"], {"headset": "web"},
+         "piper_launch.quest_web.port=8735 and quest_bridge.port=8735"),
+        ("robot", ["piper_launch.quest_web.port=8736"], {"headset": "web"},
+         "piper_launch.quest_web.port=8736 and quest_video.port=8736"),
+        ("sim", ["quest_video.port=8735"], {"headset": "web"}, "quest_bridge.port=8735 and quest_video.port=8735"),
+        ("sim", ["piper_launch.quest_web.host=0.0.0.0", "piper_launch.quest_web.insecure_http=true",
+                 "piper_launch.quest_web.port=8735"], {"headset": "web"},
+         "piper_launch.quest_web.port=8735 and quest_bridge.port=8735"),
+        ("robot", ["piper_launch.quest_web.host=0.0.0.0"], {"headset": "web"},
+         "piper_launch.quest_web.host='0.0.0.0' is not a loopback address: set piper_launch.quest_web.cert"),
+    ]
+    for mode, sets, kw, needle in refused:
+        run_dir = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        with pytest.raises(launcher.LaunchError) as err:
+            plan_graph(mode, ROOT / "config" / f"{mode}.yaml", sets, run_dir, **kw)
+        assert needle in str(err.value), (mode, sets, kw, str(err.value))
+        assert not run_dir.exists()
+    # the launch files: the same arguments, the same refusals
+    with pytest.raises(launcher.LaunchError, match=r"and --no-sim-headset \(sim_headset:=false\) contradict"):
+        graph("sim", sim_headset="false", headset="sim")
+    for mode in ("sim", "robot"):
+        with pytest.raises(launcher.LaunchError, match="contradicts teleop input spacemouse"):
+            graph(mode, teleop_input="spacemouse", headset="web")
+    clashing = tmp_path / "clash.yaml"
+    clashing.write_text(cfg.read_text().replace("piper_launch:\n  ros__parameters:\n",
+                                                "piper_launch:\n  ros__parameters:\n    quest_web: {port: 8735}\n"))
+    with pytest.raises(launcher.LaunchError, match="piper_launch.quest_web.port=8735 and quest_bridge.port=8735"):
+        graph("sim", headset="web", config=str(clashing))
+    # settings that agree still plan: no headset in a SpaceMouse graph, the page on a free port, the page on
+    # another address than the bridge's
+    assert "sim_quest" not in plan_graph("sim", cfg, [], tmp_path / "ok1", teleop_input="spacemouse",
+                                         sim_headset="false").node_names
+    plan = plan_graph("sim", cfg, ["piper_launch.quest_web.port=0"], tmp_path / "ok2", headset="web")
+    assert "quest_web" in [p.name for p in plan.processes]
+    plan_graph("sim", cfg, ["piper_launch.quest_web.host=127.0.0.2", "piper_launch.quest_web.port=8735"],
+               tmp_path / "ok3", headset="web")
+    plan = plan_graph("robot", ROOT / "config" / "robot.yaml", ["piper_launch.quest_web.host=0.0.0.0",
+                                                                "piper_launch.quest_web.insecure_http=true"],
+                      tmp_path / "ok4", headset="web")
+    (web,) = [p for p in plan.processes if p.name == "quest_web"]
+    assert web.argv[web.argv.index("--host") + 1] == "0.0.0.0" and "--insecure-http" in web.argv
+    # piper-quest-web itself refuses the same clash when started by hand
+    from piper_recorder.quest.web_server import WebConfig
+    with pytest.raises(ValueError, match="port and bridge_port are both 8735"):
+        WebConfig(port=8735).validate()
+    with pytest.raises(ValueError, match="bridge_port and video_port are both 9000"):
+        WebConfig(bridge_port=9000, video_port=9000).validate()
+    WebConfig(bridge_port=9000, video_port=-1, port=9000, host="127.0.0.2").validate()

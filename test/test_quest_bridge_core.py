@@ -140,3 +140,41 @@ def test_single_message_batch_is_not_coalesced():
     core = BridgeCore()
     (out,) = core.handle_batch([frame()], 5 * S)
     assert len(out.poses) == 3 and len(out.joys) == 2 and core.counters["coalesced"] == 0
+
+
+# hellos no consumer could hold: the page and the app send their hello as JSON, the bridge republishes it as
+# JSON on /quest/hello and the recorders store it in every episode's provenance
+UNREPRESENTABLE = {
+    "non_finite": [b'{"hello":{"app":"x","v":NaN}}', b'{"hello":{"app":"x","v":1e999}}',
+                   b'{"hello":{"app":"x","v":[1,{"w":-1e400}]}}'],
+    "too_deep": [b'{"hello":{"app":"x","v":' + b"[" * 30000 + b"]" * 30000 + b"}}",
+                 b'{"hello":{"app":"x","v":' + b"[" * 40 + b"]" * 40 + b"}}"],
+    "bad_utf8": [b'{"hello":{"app":"\\ud800"}}', b'{"hello":{"app":"x","\\udfff":1}}'],
+    "out_of_range": [b'{"hello":{"app":"x","v":' + b"9" * 30 + b"}}"],
+    "too_long": [b'{"hello":{"app":"' + b"x" * 9000 + b'"}}'],
+}
+
+
+def test_hellos_that_cannot_be_represented_are_refused_by_name_and_the_good_one_kept():
+    from piper_recorder.quest.protocol import StreamParser
+
+    parser, core = StreamParser(), BridgeCore()
+    good = b'{"hello":{"app":"q","v":2,"s":"\\ud83d\\ude00"}}'   # a surrogate pair is a character: fine
+    outs = core.handle_batch(parser.feed(good + b"\n"), 1)
+    assert outs[0].hello_json is not None and json.loads(outs[0].hello_json) == {"app": "q", "v": 2, "s": "\U0001F600"}
+    for reason, lines in UNREPRESENTABLE.items():
+        for line in lines:
+            before = parser.rejected[reason]
+            assert core.handle_batch(parser.feed(line + b"\n"), 2) == []
+            assert parser.rejected[reason] == before + 1, (reason, parser.last_rejection)
+    assert parser.accepted == {"hello": 1} and core.hello == {"app": "q", "v": 2, "s": "\U0001F600"}
+    assert parser.rejected_total == sum(map(len, UNREPRESENTABLE.values()))
+
+
+def test_a_hello_that_cannot_be_encoded_is_dropped_and_counted_not_raised():
+    """Behind the parser: a Hello built another way with a value json cannot encode never reaches
+    /quest/hello, and nothing raises into the client thread (which would drop the batch's raw lines)."""
+    core = BridgeCore()
+    out = core.handle(Hello(info={"app": "x", "v": float("nan")}, raw="{}"), 1)
+    assert out.hello_json is None and out.hello is None and out.raw == "{}"
+    assert core.counters["unencodable_hello"] == 1 and core.hello is None

@@ -192,3 +192,46 @@ def test_backoff_schedule_shared_by_client_and_video_sender():
         Backoff(2.0, 1.0)
     with pytest.raises(ValueError):
         Backoff(float("inf"), float("inf"))
+
+
+def test_a_web_page_is_told_why_its_lines_are_refused_at_most_once_a_second():
+    """The page (hello "client": "web") gets {"cmd": "rejected", ...} with the parser's reason, the first at
+    once and the rest rate-limited into the next; a headset that did not say it can show them gets none."""
+    import json
+    import socket
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    client = QuestClient(ClientConfig(port=srv.getsockname()[1]), lambda m, t: None).start()
+    conn, _ = srv.accept()
+    conn.settimeout(0.1)
+
+    def lines(seconds: float) -> list[tuple[float, dict]]:
+        out, buf, end = [], b"", time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                buf += conn.recv(65536)
+            except TimeoutError:
+                pass
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                out.append((time.monotonic(), json.loads(line)))
+        return out
+
+    try:
+        conn.sendall(b'{"hello":{"app":"native-app"}}\n{"heartbeat":1,"mono":NaN}\n')
+        assert lines(1.5) == []                               # the native app is not told
+        conn.sendall(b'{"hello":{"app":"piper-quest-web","client":"web"}}\n{"heartbeat":2,"mono":1e999}\n')
+        got = lines(0.5)
+        assert [c for _, c in got] == [{"cmd": "rejected", "by": "quest_bridge", "lines": 2, "total": 2,   # since
+                                        "reason": "non_finite", "detail": "mono"}]                  # connected
+        t_first = got[0][0]
+        conn.sendall(b'{"mono":"x"}\n[1]\n{"heartbeat":3}\n{"heartbeat":[]}\n')
+        got = lines(2.0)
+        assert [c for _, c in got] == [{"cmd": "rejected", "by": "quest_bridge", "lines": 3, "total": 5,
+                                        "reason": "bad_type", "detail": "heartbeat: expected a scalar"}]
+        assert got[0][0] - t_first >= 0.9                     # rate-limited: the three in one notice
+        assert client.stats.notices_sent == 2 and client.stats.commands_sent == 0
+    finally:
+        client.stop()
+        conn.close()
+        srv.close()

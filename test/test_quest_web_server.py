@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from piper_recorder.quest.protocol import Frame, Hello, StreamParser
+from piper_recorder.quest.protocol import Frame, Hello, Rejected, StreamParser
 from piper_recorder.quest.video import encode_frame as pcv1
 from piper_recorder.quest.web_server import ASSETS, WebConfig, WebRelay, asset, origin_allowed, web_hello
 from piper_recorder.quest.websocket import accept_key
@@ -133,8 +133,13 @@ def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
     msgs = StreamParser().feed(hello + b"\n" + frame + b"\n" + beat + b"\n")
     assert isinstance(msgs[0], Hello) and msgs[0].info["client"] == "web"
     assert isinstance(msgs[1], Frame) and msgs[1].right.primary and msgs[1].right.squeeze == 1.0
+    op, payload = ws.recv()                          # the page is told why its message was refused
+    assert op == 1 and json.loads(payload) == {"cmd": "rejected", "by": "quest_web", "lines": 1, "total": 1,
+                                               "reason": "not_one_line",
+                                               "detail": "a message is one protocol line, without a newline"}
     op, payload = ws.recv()
     assert op == 8 and struct.unpack("!H", payload[:2])[0] == 1009
+    assert payload[2:] == b"frame above 65536 bytes"        # ... and why it was closed
     assert relay.counters["page_not_one_line"] == 1
     # a new bridge connection gets the page's hello first (the bridge publishes it latched)
     bridge.close()
@@ -168,10 +173,88 @@ def test_bridge_commands_and_panels_reach_the_page_latest_only(relay):
 
 def test_web_hello_only_marks_hellos():
     assert web_hello(b'{"hello": {"app": "x"}}', 4) == b'{"hello":{"app":"x","client":"web","page":4}}'
-    assert web_hello(b'{"hello": {"app": "x"}, "mono": 1}') is None
-    assert web_hello(b'{"hello": 3}') is None and web_hello(b"nope") is None
+    for line, reason in ((b'{"hello": {"app": "x"}, "mono": 1}', "missing_field"), (b'{"hello": 3}', "bad_type"),
+                         (b"nope", "bad_json"), (b'{"heartbeat": 1}', "bad_type")):
+        with pytest.raises(Rejected) as exc:
+            web_hello(line)
+        assert exc.value.reason == reason, (line, exc.value)
     with pytest.raises(ValueError):
         WebConfig(cert="a.pem").validate()
+
+
+def test_protocol_errors_close_the_page_with_a_reason(relay):
+    """1002 and 1009 name what the page did: a browser shows CloseEvent.reason, a bare code says nothing."""
+    ws = _ws(relay.ports["web"])
+    ws.sock.sendall(bytes([0x81, 0x02]) + b"hi")              # a client frame without the mask
+    assert _closed(ws) == (1002, "client frame not masked")
+    ws = _ws(relay.ports["web"])
+    ws.send(b"", opcode=0x9)                         # a ping is fine ...
+    ws.sock.sendall(bytes([0x09, 0x80]) + bytes(4))           # ... a fragmented one is not
+    assert _closed(ws) == (1002, "bad control frame")
+    ws = _ws(relay.ports["web"])
+    ws.send(b"x" * 70000)
+    assert _closed(ws) == (1009, "frame above 65536 bytes")
+    assert relay.counters["page_closed_1002"] == 2 and relay.counters["page_closed_1009"] == 1
+
+
+def test_a_lan_address_needs_a_certificate_or_the_named_opt_in(tmp_path):
+    """Plain HTTP on the LAN would let anyone there open the page and drive the arm (the dashboard asks for
+    a token there): a non-loopback host needs cert + key, or insecure_http said out loud."""
+    for host in ("0.0.0.0", "::", "192.168.1.50", "robot.lan"):
+        with pytest.raises(ValueError, match=f"host '{host}' is not a loopback address: give cert and key"):
+            WebConfig(host=host).validate()
+        WebConfig(host=host, insecure_http=True).validate()
+    for host in ("127.0.0.1", "localhost", "::1"):
+        WebConfig(host=host).validate()
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("x")
+    key.write_text("x")
+    WebConfig(host="0.0.0.0", cert=str(cert), key=str(key)).validate()
+
+
+def _closed(ws: WebSocketClient) -> tuple[int, str]:
+    """The close frame the relay sent (skipping anything before it): (code, reason)."""
+    while True:
+        op, payload = ws.recv()
+        if op == 8:
+            return struct.unpack("!H", payload[:2])[0], payload[2:].decode()
+
+
+def test_a_hello_no_consumer_could_hold_closes_the_page_with_its_reason(relay, caplog):
+    """NaN, 1e999, 30,000 nested lists, an unpaired surrogate: each is refused with a counted, named
+    reason and a close frame saying it; the good hello stays the one the bridge gets, and no connection
+    handler raises (asyncio's "Unhandled exception in client_connected_cb")."""
+    from test_quest_bridge_core import UNREPRESENTABLE
+
+    bridge = _bridge(relay)
+    ws = _ws(relay.ports["web"])
+    ws.send(b'{"hello":{"app":"good"}}')
+    relay_hello, good = (json.loads(line) for line in _lines(bridge, 2))
+    assert relay_hello == {"hello": {"client": "web", "page": 1}}
+    assert good == {"hello": {"app": "good", "client": "web", "page": 1}}
+    ws.close()
+    n = 0
+    for reason, lines in UNREPRESENTABLE.items():
+        for line in lines:
+            ws = _ws(relay.ports["web"])
+            ws.send(line)
+            code, text = _closed(ws)
+            ws.close()
+            n += 1
+            assert code == 1008 and text.startswith(f"bad hello: {reason}"), (reason, code, text)
+            assert relay.counters[f"page_bad_hello.{reason}"] >= 1 and relay.counters["page_bad_hello"] == n
+    # each page that connected was a new source (the relay's hello numbering it), none of its hellos got through
+    assert json.loads(relay.hello) == {"hello": {"client": "web", "page": n + 1}}
+    bridge.settimeout(0.3)
+    got = b""
+    try:
+        while chunk := bridge.recv(65536):
+            got += chunk
+    except TimeoutError:
+        pass
+    hellos = [json.loads(line) for line in got.splitlines() if b"hello" in line]
+    assert hellos == [{"hello": {"client": "web", "page": k}} for k in range(2, n + 2)], got[:400]
+    assert not [r for r in caplog.records if "nhandled exception" in r.getMessage()], caplog.text
 
 
 @pytest.mark.integration   # openssl makes the certificate
@@ -220,6 +303,10 @@ def test_each_new_page_starts_a_new_source_before_any_of_its_lines(relay):
     got = [line() for _ in range(3)]
     assert got[0] == {"hello": {"client": "web", "page": 1}} and got[2] == FRAME
     assert got[1] == {"hello": {"app": "page-a", "client": "web", "page": 1}}
+    a.send(b'{ "hello" : {"client": "native", "page": 99}}')   # spaced otherwise: still the relay's to rewrite
+    assert line() == {"hello": {"client": "web", "page": 1}}
+    a.send(json.dumps({**FRAME, "hello": {"page": 5}}).encode())   # a frame with a stray key stays a frame
+    assert line() == {**FRAME, "hello": {"page": 5}}
     b = _ws(relay.ports["web"])
     op, payload = a.recv()
     assert op == 8 and payload[2:] == b"replaced by a newer page"
@@ -231,3 +318,106 @@ def test_each_new_page_starts_a_new_source_before_any_of_its_lines(relay):
     assert json.loads(_lines(again, 1)[0]) == {"hello": {"client": "web", "page": 2}}
     assert relay.counters["pages_replaced"] == 1
     again.close()
+
+
+def test_the_report_after_stop_is_written_and_leaves_no_coroutine_behind(tmp_path, recwarn):
+    """main writes a last report after stopping the relay: it must hold the final counters, at once, and
+    no coroutine may be left unawaited on the stopped loop (a RuntimeWarning at exit)."""
+    import gc
+
+    r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)
+    r.start()
+    path = tmp_path / "report.json"
+    r.write_report(str(path))
+    assert json.loads(path.read_text())["ports"] == r.ports
+    ws = _ws(r.ports["web"])
+    ws.send(b"not one line\n")
+    deadline = time.monotonic() + 5
+    while not r.counters["page_not_one_line"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    r.stop()
+    ws.close()
+    path.unlink()
+    t0 = time.monotonic()
+    r.write_report(str(path))
+    assert time.monotonic() - t0 < 1.0
+    last = json.loads(path.read_text())
+    assert last["counters"]["page_not_one_line"] == 1 and not last["page_connected"]
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+@pytest.mark.integration
+def test_piper_quest_web_report_at_shutdown(tmp_path):
+    """The console script with --report, stopped by SIGINT: a final report, nothing on stderr about an
+    unawaited coroutine."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    report = tmp_path / "web.json"
+    exe = str(Path(sys.executable).parent / "piper-quest-web")
+    p = subprocess.Popen([exe, "--port", "0", "--bridge-port", "0", "--video-port", "-1", "--report", str(report)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not report.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert report.exists()
+        p.send_signal(signal.SIGINT)
+        _out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    assert p.returncode == 0 and "never awaited" not in err and "Traceback" not in err, err
+    assert json.loads(report.read_text())["ports"]["web"] > 0
+
+
+@pytest.mark.slow   # waits out the notices' rate limit
+def test_the_page_is_told_why_its_lines_are_refused():
+    """quest_bridge's client (its parser refuses a frame with 1e999) and the relay (a message of two lines)
+    each tell the page, as a command line, what they refused and why; rate-limited to one a second each."""
+    from piper_recorder.quest.client import ClientConfig, QuestClient
+
+    relay = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)   # pages silent 5 s
+    relay.start()
+    client = QuestClient(ClientConfig(port=relay.ports["bridge"]), lambda m, t: None).start()
+    try:
+        deadline = time.monotonic() + 5
+        while relay.bridge is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ws = _ws(relay.ports["web"])
+        ws.send(b'{"hello":{"app":"piper-quest-web"}}')
+        bad = json.dumps(FRAME).replace('"pos": [-0.2, 1.4, -0.3]', '"pos": [-0.2, 1e999, -0.3]').encode()
+        assert bad != json.dumps(FRAME).encode()
+        ws.send(bad)
+        op, payload = ws.recv()
+        assert op == 1 and json.loads(payload) == {"cmd": "rejected", "by": "quest_bridge", "lines": 1, "total": 1,
+                                                   "reason": "non_finite", "detail": "left.pos[1]"}
+        t0 = time.monotonic()
+        for _ in range(3):
+            ws.send(bad)
+        ws.send(b'{"heartbeat": 1}\n{"heartbeat": 2}')         # two lines: refused by the relay, told at once
+        ws.send(b'{"heartbeat": 3}\n')                        # a newline: refused, told a second later
+        got = {}
+        while len(got) < 2:
+            op, payload = ws.recv()
+            assert op == 1
+            notice = json.loads(payload)
+            got[notice["by"]] = (notice, time.monotonic() - t0)
+        assert got["quest_web"][0] == {"cmd": "rejected", "by": "quest_web", "lines": 1, "total": 1,
+                                       "reason": "not_one_line",
+                                       "detail": "a message is one protocol line, without a newline"}
+        assert got["quest_bridge"][0]["lines"] == 3 and got["quest_bridge"][0]["total"] == 4
+        assert got["quest_bridge"][1] >= 0.8                  # the bridge's three in one notice, a second on
+        ws.send(b'{"heartbeat": 4}')                          # a later message carries the pending notice
+        time.sleep(1.1)
+        ws.send(b'{"heartbeat": 5}')
+        op, payload = ws.recv()
+        assert json.loads(payload)["by"] == "quest_web" and json.loads(payload)["lines"] == 1
+        assert relay.counters["page_not_one_line"] == 2
+    finally:
+        client.stop()
+        relay.stop()

@@ -206,7 +206,7 @@ def test_rgbd_max_episode_auto_stop_flags_timeout_and_stop_flags_terminal():
     feed(c, t0 + 10**9 - 30 * MS, 0.2, depth=True)
     assert c.stop(lambda: t0 + 10**9 + 150 * MS).ok
     log, success = w.ended[1]
-    assert log[-2] == ("tr", True, False) and success is True
+    assert log[-2] == ("tr", True, False) and success is None   # a terminal stop, unlabelled: no success claim
     d = c.delete_last()
     assert not d.ok and "cannot delete" in d.message
 

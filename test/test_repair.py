@@ -383,5 +383,7 @@ def test_killed_between_videos_and_parquet_rerun_finishes(tmp_path, monkeypatch)
 def test_not_a_root(tmp_path):
     with pytest.raises(DatasetError, match="not a LeRobot root"):
         repair_root(tmp_path)
-    res = run(tmp_path / "nope")
+    res = run(tmp_path)                       # a directory that is no root: unusable (1)
     assert res.returncode == 1 and "not a LeRobot root" in res.stderr
+    res = run(tmp_path / "nope")              # no directory at all: a bad argument (2, one line)
+    assert res.returncode == 2 and res.stderr.strip() == f"piper-repair: {tmp_path / 'nope'}: does not exist"

@@ -172,3 +172,18 @@ def test_sampled_mode_checks_episode_boundary_rows(valid, tmp_path):
         last = int(f.attrs["total_observations"]) - 1
         f[schema.DEPTH][last] = np.arange(50, dtype=np.uint8)
     assert any(f"depth_jp2[{last}]" in p for p in validate_file(bad))
+
+
+def test_success_is_optional_and_a_boolean_where_present(tmp_path):
+    """``success`` where known: labelled episodes carry a boolean, unlabelled ones none; both validate."""
+    p = str(tmp_path / "mixed.hdf5")
+    with RgbdWriter(p, RgbdConfig(width=cw.W, height=cw.H, rgb_source="/c/rgb", depth_source="/c/d")) as w:
+        for e, success in enumerate((True, None, False)):
+            cw.write_episode(w, e, success=success)
+    with h5py.File(p, "r") as f:
+        assert [f[f"episodes/demo_{e}"].attrs.get("success") for e in range(3)] == [True, None, False]
+    assert validate_file(p, full=True) == []
+    with h5py.File(p, "r+") as f:
+        f["episodes/demo_1"].attrs["success"] = "yes"
+    assert validate_file(p) == ["/episodes/demo_1: attribute success is 'yes', expected a boolean (or no success "
+                                "attribute: not known)"]

@@ -165,6 +165,64 @@ def test_reader_reports_an_absent_device_and_retries(tmp_path):
     assert any(s == "open" for s, _ in states)
 
 
+def test_a_device_that_never_blocks_is_closed_as_bad_not_spun_on():
+    """/dev/zero as the device: every read returns at once. The reader stops after a second's worth of
+    reports at most, reports why ("bad"), and waits before trying again: the process stays idle."""
+    states: list[tuple[str, str]] = []
+    reads = [0]
+
+    def on_report(t, r):
+        reads[0] += 1
+
+    reader = HidrawReader("/dev/zero", on_report, lambda s, d: states.append((s, d)), reopen_s=0.01,
+                          bad_retry_s=30.0).start()
+    try:
+        end = time.monotonic() + 5
+        while not any(s == "bad" for s, _ in states) and time.monotonic() < end:
+            time.sleep(0.01)
+        cpu0, n0 = time.process_time(), reads[0]
+        time.sleep(1.0)
+        cpu = time.process_time() - cpu0
+    finally:
+        reader.stop()
+    bad = [d for s, d in states if s == "bad"]
+    assert bad and "more than 1000 reports a second" in bad[0], states
+    assert reads[0] == n0 <= 1001 and cpu < 0.2, (reads[0], n0, cpu)
+
+
+def test_a_device_sending_only_malformed_reports_is_closed_as_bad_and_counted(tmp_path):
+    dev = FakeHidraw(tmp_path / "hidraw5")
+    sm = SpaceMouseInput(SpaceMouseConfig())
+    states: list[tuple[str, str]] = []
+
+    def on_state(state, detail):
+        states.append((state, detail))
+        sm.on_state(time.monotonic(), state, detail)
+
+    reader = HidrawReader(dev.path, sm.on_report, on_state, reopen_s=0.01, bad_retry_s=30.0).start()
+    try:
+        end = time.monotonic() + 5
+        while sm.device_state != "open" and time.monotonic() < end:
+            time.sleep(0.005)
+        for _ in range(20):                       # a few refused reports between good ones: still the device
+            dev.send(b"\x01\x00\x00")
+        dev.send(trans(1, 2, 3))
+        for _ in range(60):
+            if any(s == "bad" for s, _ in states):
+                break
+            dev.send(b"\x01\x00\x00")           # a report 1 of no known length
+        end = time.monotonic() + 5
+        while sm.device_state != "bad" and time.monotonic() < end:
+            time.sleep(0.005)
+    finally:
+        reader.stop()
+        dev.unplug()
+    assert [s for s, _ in states] == ["open", "bad"], states
+    assert "50 malformed reports in a row" in states[1][1] and states[1][1].startswith(dev.path)
+    assert sm.counters.bad_devices == 1 and sm.counters.drops["bad_length"] == 70
+    assert sm.status()["device"] == "bad"
+
+
 # ---- mapping through TeleopCore -------------------------------------------------------------------
 ARM_P = np.array([0.3, 0.0, 0.25])
 ARM_Q = np.array([0.0, 1.0, 0.0, 0.0])   # pointing down

@@ -26,6 +26,7 @@ from typing import Any
 from piper_recorder.launcher import LaunchError, config_path, find_script
 from piper_recorder.lerobot.format.fsutil import read_jsonl
 from piper_recorder.lerobot.format.layout import EPISODES, INFO
+from piper_recorder.outpaths import dir_problem
 from piper_recorder.sim_session import DemoError, EpisodeResult, SimSession, size_overrides
 from piper_recorder.supervision import interrupt_on_stop_signals
 
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or args.seconds <= 0:
         ap.error("--episodes must be >= 1 and --seconds > 0")
     out = args.out.resolve()
+    problem = dir_problem(out)
+    if problem:
+        ap.error(f"--out: {problem}")
     if args.size:
         try:
             args.set = size_overrides(args.config or config_path("sim"), args.size) + args.set

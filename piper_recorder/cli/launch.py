@@ -15,6 +15,7 @@ from pathlib import Path
 
 from piper_recorder.launch_supervisor import Graph
 from piper_recorder.launcher import LaunchError, config_path, plan_graph
+from piper_recorder.outpaths import dir_problem
 from piper_recorder.rosenv import apply_dds_env, lease_domain, loopback_env
 from piper_recorder.supervision import on_stop_signals
 
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes")
     p.add_argument("--quiet", action="store_true", help="do not echo node output (it stays in the logs)")
     args = p.parse_args(argv)
+    problem = dir_problem(args.log_dir) if args.log_dir else None
+    if problem:
+        p.error(f"--log-dir: {problem}")
 
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="piper-launch-"))
     lease = None

@@ -9,7 +9,7 @@ float32 (every other column unchanged), file by file and atomically, videos befo
 files already right are skipped, so an interrupted run is simply run again. --dry-run lists what would
 change. Rules (nominal vs capture episodes) in piper_recorder/lerobot/maintenance/retime.py. Exit 0 when every
 file is fine afterwards, 1 if any could not be repaired or the root is unusable (e.g. a recorder has
-it open).
+it open), 2 when ROOT is not a directory.
 """
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="list what would change, change nothing")
     args = p.parse_args(argv)
     root = Path(args.root)
+    if not root.is_dir():
+        print(f"piper-repair: {root}: {'not a directory' if root.exists() else 'does not exist'}", file=sys.stderr)
+        return 2
     verb, done = ("would rewrite", "to rewrite") if args.dry_run else ("rewrote", "rewritten")
 
     def progress(plan: FilePlan | DataPlan) -> None:

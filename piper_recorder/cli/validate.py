@@ -1,7 +1,7 @@
 """piper-validate PATH [--full]: check a LeRobot v2.0 root (directory) or an RGB-D HDF5 file (.hdf5/.h5).
 
 Prints one line per problem and exits 1 if there is any; prints a one-line OK summary and exits 0
-otherwise. For a LeRobot root it also prints the video timing line: how many rows find their frame
+otherwise; a path that does not exist or is neither a directory nor a .hdf5/.h5 file: one line, exit 2. For a LeRobot root it also prints the video timing line: how many rows find their frame
 by both lookup rules (last frame at or before the row, less than 1e-4 s before it) and the worst row
 (episode, camera, row, timestamp, pts, gap), and the frame pairing line: the worst capture offset of a
 row's frame after its row (more than 1 ms is a problem: a frame from the future) and before it.
@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         ok_line = f"OK: {path}: RGB-D HDF5"
     elif path.exists():
         print(f"piper-validate: {path}: expected a LeRobot root directory or a .hdf5/.h5 file", file=sys.stderr)
-        return 1
+        return 2
     else:
         print(f"piper-validate: {path}: does not exist", file=sys.stderr)
-        return 1
+        return 2
     for line in problems:
         print(line)
     for line in notes:

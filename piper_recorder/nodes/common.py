@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import os
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ import rclpy
 from builtin_interfaces.msg import Time
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -28,7 +30,7 @@ from rclpy.signals import SignalHandlerOptions
 from piper_recorder.assembly.cdr import decode, warm_decoder
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
 from piper_recorder.errors import PiperInputError
-from piper_recorder.nodehelp import node_usage, wants_help
+from piper_recorder.nodehelp import argument_problem, node_usage, rcl_message, wants_help
 from piper_recorder.recording.config import coerce_param
 from piper_recorder.supervision import TeardownWatchdog, on_stop_signals, watch_parent
 
@@ -515,7 +517,16 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         module = sys.modules.get(getattr(factory, "__module__", ""))
         print(node_usage(argv[0] if argv else "", getattr(module, "__doc__", None)), end="")
         return 0
-    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    prog = os.path.basename(argv[0]) if argv else "node"
+    problem = argument_problem(argv)   # rclpy.init refuses with a traceback, or ignores what is not its own
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    except rclpy_implementation.RCLError as exc:   # e.g. an invalid ROS_DOMAIN_ID in the environment
+        print(f"{prog}: error: cannot start ROS: {rcl_message(exc)}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     on_stop_signals(lambda _sig: stop.set())
     watch_parent(stop.set)
@@ -526,7 +537,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         try:
             node = factory()
         except ParameterError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"{prog}: error: {exc}", file=sys.stderr)
             return 2
         teardown.what = node.get_name()
 

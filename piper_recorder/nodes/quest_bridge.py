@@ -12,7 +12,6 @@ control (newest pose, joys with a button edge or the lowest grip, newest joy:
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import threading
@@ -140,8 +139,8 @@ class QuestBridge(Node):
                 pub.publish(cdr_encode.joy(j.stamp_ns, j.frame_id, [float(a) for a in j.axes], list(j.buttons)))
         if out.raw is not None and self.cfg.publish_raw and self.raw_pub.get_subscription_count():
             self.raw_pub.publish(cdr_encode.string(out.raw))
-        if out.hello is not None:
-            self.hello_pub.publish(String(data=json.dumps(out.hello, allow_nan=False)))
+        if out.hello_json is not None:
+            self.hello_pub.publish(String(data=out.hello_json))
 
     # -- ROS -> headset --------------------------------------------------------------------
     def _on_haptic(self, msg: String) -> None:
@@ -191,6 +190,7 @@ class QuestBridge(Node):
             "clock_offset_ns": offset if offset is not None else "none", "clock_resets": clock_resets,
             "arrival_delay_ms": f"{delay / 1e6:.3f}",
             "haptic_sent": st.commands_sent, "haptic_failed": st.commands_failed,
+            "rejection_notices": st.notices_sent,
             "haptic_invalid": self.haptic_invalid, "command_invalid": self.command_invalid,
             "rejected_total": sum(rejected.values()), "last_rejection": self.client.parser.last_rejection,
             **{f"rejected.{k}": v for k, v in sorted(rejected.items())},

@@ -7,7 +7,8 @@ it moves only on fresh arm feedback and once feedback is steady; on stale feedba
 publishing (the arm's own stale-target rule makes it hold), then approaches the row where it stopped
 anew and goes on, or aborts after ``feedback_wait_s`` of holding in all. When done it reports the commanded-vs-measured tracking error on ``~/result`` (JSON,
 transient local) and in the log: the raw commanded-vs-measured RMS (which includes the arm's lag) and
-the RMS after removing the best constant lag.
+the RMS after removing the best constant lag. A ``root`` that is not a directory ends the node at
+start (exit 2, one line); an episode not yet in the root is loaded again when asked to play.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
@@ -24,7 +26,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_in_thread, run_node
+from piper_recorder.nodes.common import ParameterError, declare_config, ns_to_stamp, run_in_thread, run_node
 from piper_recorder.replay.episode import ReplayEpisode, load_episode
 from piper_recorder.replay.player import ReplayConfig, ReplayPlayer, Target
 from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE
@@ -34,6 +36,11 @@ class ReplayNode(Node):
     def __init__(self) -> None:
         super().__init__("replay")
         self.cfg = declare_config(self, ReplayConfig)
+        root = Path(self.cfg.root)
+        if not self.cfg.root or not root.is_dir():   # an episode may be saved later, never a root created
+            why = "is not set" if not self.cfg.root else \
+                f"{self.cfg.root!r} {'is not a directory' if root.exists() else 'does not exist'}"
+            raise ParameterError(f"replay: parameter 'root' {why} (the LeRobot root to replay)")
         self._player = ReplayPlayer(self.cfg)
         self._pub_pose = self.create_publisher(PoseStamped, TARGET_POSE, 10)
         self._pub_grip = self.create_publisher(JointState, TARGET_GRIPPER, 10)

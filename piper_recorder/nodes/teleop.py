@@ -201,6 +201,9 @@ class TeleopNode(Node):
         self.session.on_spacemouse_state(state, detail)
         if (state, detail) == self._sm_logged:
             return   # an absent device is retried every reopen_s: log each change once
+        last = self._sm_logged
+        if state == "open" and last is not None and last[0] == "bad" and last[1].startswith(f"{detail}: "):
+            return   # the same bad device tried again (reader.BAD_RETRY_S): its refusal was logged once
         self._sm_logged = (state, detail)
         if state == "open":
             self.get_logger().info(f"spacemouse: reading {detail}")

@@ -3,8 +3,10 @@
 ``BridgeCore.handle(msg, recv_ns)`` stamps frames with their capture time (``MonoClockMapper``) and
 returns plain records the node turns into messages one to one: poses only for devices reported
 valid and tracked, joy for both hands on every frame, the raw line for every accepted message, and
-the hello info. A last finiteness check guards every number that leaves (defence in depth behind
-the parser; a failing record is dropped and counted as ``non_finite_output``).
+the hello info, with its JSON for /quest/hello. A last finiteness check guards every number that
+leaves (defence in depth behind the parser; a failing record is dropped and counted as
+``non_finite_output``), and a hello that cannot be encoded as JSON is dropped and counted as
+``unencodable_hello`` (the parser refuses those first).
 
 ``handle_batch`` takes every message that was waiting in the socket at once. When the bridge fell
 behind (a burst, or the bridge starved of CPU) that is a backlog of old frames, and publishing them
@@ -21,6 +23,7 @@ app's or the page's metadata again) changes nothing.
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -56,7 +59,8 @@ class BridgeOutput:
     poses: list[PoseOut] = field(default_factory=list)
     joys: list[JoyOut] = field(default_factory=list)
     raw: str | None = None  # -> /quest/raw
-    hello: dict[str, Any] | None = None  # -> /quest/hello (JSON)
+    hello: dict[str, Any] | None = None  # the headset's app info
+    hello_json: str | None = None  # -> /quest/hello
     source_change: bool = False  # a new input source begins here: -> an empty Joy on each hand, first
 
 
@@ -94,8 +98,13 @@ class BridgeCore:
     def handle(self, msg: Message, recv_ns: int) -> BridgeOutput:
         out = BridgeOutput(raw=msg.raw)
         if isinstance(msg, Hello):
+            try:
+                text = json.dumps(msg.info, allow_nan=False)
+            except (ValueError, RecursionError):
+                self.counters["unencodable_hello"] += 1
+                return out
             self.hello = msg.info
-            out.hello = msg.info
+            out.hello, out.hello_json = msg.info, text
             page = msg.info.get("page")
             if page is not None and page != self._page:
                 self._page = page

@@ -7,6 +7,12 @@ batch the consumer can coalesce). Reconnects with exponential back-off (:mod:`.r
 ``reconnect_s``, as the reference client's 1 s, doubling up to ``reconnect_max_s``; back to the start
 after a connection that delivered a message) and forces a reconnect after ``silence_timeout_s``
 without any accepted line. Commands to the headset (haptic) go over the same socket.
+
+A headset that can show it (``NOTICE_CLIENTS``: the WebXR page, whose hello says ``"client": "web"``;
+the native app has no place for it) is told why its lines are refused: ``{"cmd": "rejected", "by":
+"quest_bridge", "lines": N refused since the last notice, "total": T, "reason": "non_finite", "detail":
+"left.pos[0]"}`` (the parser's latest reason), at most one every ``NOTICE_PERIOD_S``; refusals in
+between go with the next.
 """
 from __future__ import annotations
 
@@ -20,11 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .protocol import HANDS, MAX_LINE_BYTES, QUAT_TOLERANCE, Message, StreamParser, encode
+from .protocol import HANDS, MAX_LINE_BYTES, QUAT_TOLERANCE, Hello, Message, StreamParser, encode
 from .reconnect import Backoff, try_connect, validate_link
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8735
+NOTICE_CLIENTS = ("web",)   # hello "client" values of headsets shown why their lines are refused
+NOTICE_PERIOD_S = 1.0       # at most one such notice a second
 
 
 @dataclass
@@ -56,6 +64,7 @@ class ClientStats:
     silence_reconnects: int = 0
     bytes_received: int = 0
     commands_sent: int = 0
+    notices_sent: int = 0     # "rejected" notices (not among commands_sent)
     commands_failed: int = 0
     last_message_ns: int = 0  # host time of the last accepted message (0 = never)
     last_error: str = ""
@@ -87,6 +96,9 @@ class QuestClient:
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._hello_client: object = None   # the connected headset's hello "client" (client thread only)
+        self._noticed = 0                   # parser.rejected_total already told
+        self._notice_t = -math.inf
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> QuestClient:
@@ -108,24 +120,39 @@ class QuestClient:
     # -- commands ----------------------------------------------------------------------------
     def send_command(self, cmd: dict[str, Any]) -> bool:
         """Send one JSON command line; False when not connected or the send fails."""
+        ok = self._send(cmd)
+        if ok:
+            self.stats.commands_sent += 1
+        else:
+            self.stats.commands_failed += 1
+        return ok
+
+    def _send(self, cmd: dict[str, Any]) -> bool:
         try:
             line = encode(cmd)
         except (TypeError, ValueError):
-            self.stats.commands_failed += 1
             return False
         with self._send_lock:
             sock = self._sock
             if sock is None or not self.connected:
-                self.stats.commands_failed += 1
                 return False
             try:
                 sock.sendall(line)
             except OSError as exc:
-                self.stats.commands_failed += 1
                 self.stats.last_error = f"send: {exc}"
                 return False
-        self.stats.commands_sent += 1
         return True
+
+    def _notice_rejections(self, now: float) -> None:
+        """Tell a headset that shows it why its lines were refused (module docstring); client thread."""
+        total = self.parser.rejected_total
+        if total <= self._noticed or now - self._notice_t < NOTICE_PERIOD_S or self._hello_client not in NOTICE_CLIENTS:
+            return
+        reason, _, detail = self.parser.last_rejection.partition(": ")
+        if self._send({"cmd": "rejected", "by": "quest_bridge", "lines": total - self._noticed, "total": total,
+                       "reason": reason, "detail": detail[:160]}):
+            self.stats.notices_sent += 1
+        self._noticed, self._notice_t = total, now
 
     def haptic(self, hand: str, amp: float, ms: int) -> bool:
         """Vibrate one controller: amp clamped to [0, 1], ms to [0, 10000]."""
@@ -162,6 +189,7 @@ class QuestClient:
         self.parser.reset()
         with self._send_lock:
             self._sock = sock
+        self._hello_client, self._noticed = None, self.parser.rejected_total   # another headset, maybe
         self.stats.connects += 1
         self.stats.state = "connected"
         self._on_event("connected")
@@ -186,6 +214,9 @@ class QuestClient:
                     data += self._drain(sock)
                     self.stats.bytes_received += len(data)
                     msgs = self.parser.feed(data)
+                    for msg in msgs:
+                        if isinstance(msg, Hello):
+                            self._hello_client = msg.info.get("client")
                     if self._on_batch is not None:
                         if msgs:
                             self._deliver_batch(msgs, recv_ns)
@@ -196,6 +227,7 @@ class QuestClient:
                         delivered = True
                         last_ok = now_mono
                         self.stats.last_message_ns = recv_ns
+                self._notice_rejections(now_mono)
                 if now_mono - last_ok > cfg.silence_timeout_s:
                     self.stats.silence_reconnects += 1
                     self.stats.last_error = f"silence > {cfg.silence_timeout_s} s"

@@ -10,6 +10,11 @@ Validation rules (a line failing any of them is rejected whole and counted):
 - a line is at most ``max_line_bytes`` bytes (longer: discarded up to the next newline, ``too_long``);
 - UTF-8 (``bad_utf8``), JSON (``bad_json``), a JSON object (``not_object``);
 - ``NaN``/``Infinity`` literals (Python's json emits them) or numbers overflowing to inf: ``non_finite``;
+- anywhere in the line, what a consumer could not hold or re-encode: an integer beyond 64 bits
+  (``out_of_range``), a string with an unpaired surrogate escape (``bad_utf8``: no UTF-8 encoding exists;
+  the recorders write the hello into their provenance), objects and arrays nested deeper than
+  ``MAX_DEPTH`` (``too_deep``); a hello longer than ``MAX_HELLO_BYTES`` (``too_long``: it is published
+  latched and stored with every episode);
 - kind: ``{"hello": {...}}``, ``{"heartbeat": ...}``, or a frame (has ``"mono"``); else ``unknown_kind``;
   a line is a hello only if it has none of the frame keys (``FRAME_KEYS``) and no ``heartbeat``: a frame
   carrying a stray ``"hello"`` key is a frame and never replaces the headset hello;
@@ -32,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from math import isfinite
 from collections import Counter
 from dataclasses import dataclass, field
@@ -49,6 +55,9 @@ _SPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _INT_MAX = 2**63
 MAX_ABS_TIME_S = 1e9  # t/mono: seconds since some boot; beyond ~31 years is corruption
 MAX_ABS_POS_M = 1e3  # a tracked position a kilometre away is corruption
+MAX_DEPTH = 16  # objects/arrays inside one another (a frame needs 3, the page's hello 3)
+MAX_HELLO_BYTES = 8 * 1024  # app info, published latched and stored in every episode's provenance
+_FLOAT_MAX = int(sys.float_info.max)
 
 Vec3 = tuple[float, float, float]
 Quat = tuple[float, float, float, float]
@@ -250,16 +259,51 @@ def _frame(obj: dict, raw: str, tolerance: float) -> Frame:
 _DECODER = json.JSONDecoder(parse_constant=_no_constants)
 
 
-def _check_finite_tree(value: Any) -> None:
-    """Refuse numbers that overflowed to inf (e.g. 1e999) anywhere, including free-form hello payloads."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise Rejected("non_finite", "payload")
-    if isinstance(value, dict):
-        for v in value.values():
-            _check_finite_tree(v)
-    elif isinstance(value, list):
-        for v in value:
-            _check_finite_tree(v)
+def _unencodable(text: str) -> bool:
+    """A string JSON allows but UTF-8 cannot encode (an unpaired surrogate escape such as ``"\\ud800"``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_tree(obj: dict) -> None:
+    """Every value of a line is one a consumer can hold and re-encode: numbers finite (1e999 overflows to
+    inf), integers within 64 bits, strings (keys too) encodable as UTF-8, nesting at most ``MAX_DEPTH``.
+    Iterative (no recursion limit to hit); the first offender is named by its path, e.g. ``hello.v[2]``."""
+    stack: list[tuple[Any, str, int]] = [(obj, "", 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if type(node) is dict:
+            items: Any = node.items()
+            for k in node:
+                if not k.isascii() and _unencodable(k):
+                    raise Rejected("bad_utf8", f"{path or 'line'}: a key with an unpaired surrogate")
+        else:
+            items = enumerate(node)
+        for k, v in items:
+            t = type(v)
+            if t is float:
+                if not isfinite(v):
+                    raise Rejected("non_finite", _at(path, k))
+            elif t is str:
+                if not v.isascii() and _unencodable(v):
+                    raise Rejected("bad_utf8", f"{_at(path, k)}: an unpaired surrogate")
+            elif t is dict or t is list:
+                if depth >= MAX_DEPTH:
+                    raise Rejected("too_deep", f"{_at(path, k)}: more than {MAX_DEPTH} levels")
+                stack.append((v, _at(path, k), depth + 1))
+            elif t is int and not -_INT_MAX <= v < _INT_MAX:   # every consumer holds int64
+                if abs(v) >= _FLOAT_MAX:   # as a number field reports it: the float it would be is inf
+                    raise Rejected("non_finite", _at(path, k))
+                raise Rejected("out_of_range", f"{_at(path, k)}: an integer beyond 64 bits")
+
+
+def _at(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
 
 
 def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Message:
@@ -280,18 +324,19 @@ def parse_line(line: bytes | str, quat_tolerance: float = QUAT_TOLERANCE) -> Mes
         obj = _DECODER.decode(text) if not text.startswith("\ufeff") else json.loads(text, parse_constant=_no_constants)
     except Rejected:
         raise
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise Rejected("too_deep", f"more than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
         raise Rejected("bad_json", str(exc)[:80]) from None
     if not isinstance(obj, dict):
         raise Rejected("not_object")
-    try:
-        _check_finite_tree(obj)  # numbers that overflowed to inf, anywhere in the line
-    except RecursionError:
-        raise Rejected("bad_json", "nesting") from None
+    _check_tree(obj)
     if "hello" in obj and "heartbeat" not in obj and not any(k in obj for k in FRAME_KEYS):
         info = obj["hello"]
         if not isinstance(info, dict):
             raise Rejected("bad_type", "hello: expected an object")
+        if len(text) > MAX_HELLO_BYTES and len(text.encode("utf-8")) > MAX_HELLO_BYTES:
+            raise Rejected("too_long", f"hello > {MAX_HELLO_BYTES} bytes")
         return Hello(info=info, raw=text)
     if "heartbeat" in obj:
         value = obj["heartbeat"]

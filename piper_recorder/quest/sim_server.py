@@ -47,6 +47,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+from piper_recorder.outpaths import file_problem
 from piper_recorder.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_HOST, DEFAULT_PORT
@@ -437,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
                     lag_rate=args.lag_rate, lag_max_s=args.lag_max, video_port=args.video_port,
                     regrip=not args.no_regrip)
     try:
+        problem = file_problem(args.report) if args.report else None
+        if problem:
+            raise ValueError(f"--report: {problem}")
         server = SimQuestServer(cfg)
         port = server.start()
     except (ValueError, OSError) as exc:

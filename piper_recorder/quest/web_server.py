@@ -9,7 +9,9 @@ WebSocket towards the page:
   ``adb forward``. Every text message of the page (one protocol JSON line: the hello, frames,
   heartbeats) is written to it as one line; every command line the bridge sends (haptic, colour,
   panel placement) goes to the page as a text message. The page's hello is kept and re-sent to each
-  new bridge connection; ``"client": "web"`` is set in it here, whatever the page said.
+  new bridge connection; ``"client": "web"`` is set in it here, whatever the page said. A hello the
+  bridge's parser would refuse (``protocol.parse_line``: non-finite, too deep, unencodable) is not
+  relayed: the page is closed (1008) with the reason.
 - ``bridge_host:video_port`` (8736): quest_video connects here and sends its PCV1 frames (panels and
   HUD, ``quest.video``); each frame goes to the page as one binary message (``panel byte + JPEG``),
   latest-only: a frame that finds more than ``max_pending_bytes`` still unsent to the page is dropped
@@ -19,25 +21,27 @@ WebSocket towards the page:
   ``adb reverse tcp:PORT tcp:PORT`` is a secure context (WebXR needs one), so no certificate is
   needed; ``cert``/``key`` serve HTTPS for LAN use with a certificate the user supplies.
 
-Safe by default: bound to 127.0.0.1; the ``Host`` header is checked before anything else
-(``dashboard.server.host_allowed``: a DNS-rebinding page gets 421); the WebSocket upgrade is refused
-(403) unless its ``Origin`` is this server itself; one page at a time (a reloaded page replaces the
-old one, and each new page starts with a hello of the relay's own that numbers it: a new input
-source to the graph);
-a request must arrive whole within ``request_timeout_s``; a page silent for ``page_timeout_s`` (it
-sends a heartbeat every second) is dropped; a page message is at most ``max_message_bytes`` and must
-be one line; the CSP allows nothing but this server.
+Safe by default: bound to 127.0.0.1 (another address only with a certificate, or ``insecure_http``);
+the ``Host`` header is checked before anything else (``dashboard.server.host_allowed``: a
+DNS-rebinding page gets 421); the WebSocket upgrade is refused (403) unless its ``Origin`` is this
+server itself; one page at a time (a reloaded page replaces the old one, and each new page starts with
+a hello of the relay's own that numbers it: a new input source to the graph); a request must arrive
+whole within ``request_timeout_s``; a page silent for ``page_timeout_s`` (it sends a heartbeat every
+second) is dropped; a page message is at most ``max_message_bytes`` and must be one line; the CSP
+allows nothing but this server.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import math
 import os
 import ssl
 import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -45,14 +49,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from piper_recorder.dashboard.model import is_loopback
 from piper_recorder.dashboard.server import host_allowed
+from piper_recorder.outpaths import file_problem
 from piper_recorder.supervision import on_stop_signals, watch_parent
 
-from .client import DEFAULT_PORT
-from .protocol import MAX_LINE_BYTES
+from .client import DEFAULT_PORT, NOTICE_PERIOD_S
+from .protocol import MAX_LINE_BYTES, Hello, Rejected, parse_line
 from .video import FrameReader as VideoFrameReader, VIDEO_PORT
-from .websocket import (CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_TOO_BIG, OP_BINARY, OP_TEXT, FrameReader,
-                        WebSocketClosed, accept_key, close_frame, encode_frame, valid_key)
+from .websocket import (CLOSE_NORMAL, CLOSE_POLICY, CLOSE_PROTOCOL, CLOSE_TOO_BIG, OP_BINARY, OP_TEXT,
+                        FrameReader, WebSocketClosed, accept_key, close_frame, encode_frame, valid_key)
 
 APP_NAME = "piper-quest-web"
 WEB_PORT = 8737
@@ -84,13 +90,26 @@ class WebConfig:
     max_buffer_bytes: int = 8 << 20    # ... above which the page is too slow and is dropped
     request_timeout_s: float = 5.0
     page_timeout_s: float = 5.0
+    # plain HTTP on a non-loopback host: anyone on that network can open the page and drive the arm, and it
+    # is no secure context (WebXR only where the browser is told to treat the origin as one)
+    insecure_http: bool = False
 
     def validate(self) -> None:
+        if not is_loopback(self.host) and not self.cert and not self.insecure_http:
+            raise ValueError(f"host {self.host!r} is not a loopback address: give cert and key (HTTPS: the secure "
+                             "context WebXR needs), or insecure_http (--insecure-http) to serve plain HTTP on that "
+                             "network anyway (anyone on it can open the page and drive the arm)")
         for name in ("port", "bridge_port"):
             if not 0 <= getattr(self, name) < 65536:
                 raise ValueError(f"{name} {getattr(self, name)} out of range")
         if not -1 <= self.video_port < 65536:
             raise ValueError(f"video_port {self.video_port} out of range")
+        ends = {"port": (self.host, self.port), "bridge_port": (self.bridge_host, self.bridge_port)}
+        if self.video_port >= 0:
+            ends["video_port"] = (self.bridge_host, self.video_port)
+        clash = port_clash(ends)
+        if clash:
+            raise ValueError(f"{clash[0]} and {clash[1]} are both {ends[clash[0]][1]}: the relay binds each of them")
         if bool(self.cert) != bool(self.key):
             raise ValueError("cert and key: give both (HTTPS) or neither")
         for path in (self.cert, self.key):
@@ -108,6 +127,22 @@ class WebConfig:
     @property
     def scheme(self) -> str:
         return "https" if self.cert else "http"
+
+
+_ANY_ADDRESS = {"", "0.0.0.0", "::"}
+
+
+def port_clash(endpoints: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
+    """The first two of ``endpoints`` (name -> (host, port)) that would bind the same port: one nonzero
+    port on the same address, or on an address and the wildcard that covers it; None when none do."""
+    names = list(endpoints)
+    norm = {n: ("127.0.0.1" if h == "localhost" else h, p) for n, (h, p) in endpoints.items()}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (ha, pa), (hb, pb) = norm[a], norm[b]
+            if pa and pa == pb and (ha == hb or ha in _ANY_ADDRESS or hb in _ANY_ADDRESS):
+                return a, b
+    return None
 
 
 def asset(name: str) -> bytes:
@@ -128,15 +163,19 @@ def origin_allowed(origin: str | None, host_header: str | None) -> bool:
         and not parts.path.strip("/")
 
 
-def web_hello(data: bytes, page: int = 0) -> bytes | None:
+class NotAHello(Rejected):
+    """A valid line that is no hello (a frame or heartbeat that happens to carry a ``"hello"`` key)."""
+
+
+def web_hello(data: bytes, page: int = 0) -> bytes:
     """The page's hello line with ``client: web`` and the relay's number of the page set, whatever the
-    page said (None: not a hello object)."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("hello"), dict) or "mono" in obj:
-        return None
+    page said. A line the bridge would refuse, or one that could not be re-encoded (a NaN, 1e999, an
+    unpaired surrogate, nesting past ``protocol.MAX_DEPTH``), raises
+    :class:`~piper_recorder.quest.protocol.Rejected` with the parser's reason (``bad_type``: not a hello)."""
+    msg = parse_line(data)
+    if not isinstance(msg, Hello):
+        raise NotAHello("bad_type", "not a hello line")
+    obj = json.loads(msg.raw)   # validated: finite, bounded, encodable
     obj["hello"]["client"] = "web"
     obj["hello"]["page"] = page
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
@@ -146,6 +185,24 @@ class _Page:
     def __init__(self, writer: asyncio.StreamWriter, peer: str):
         self.writer, self.peer = writer, peer
         self.closed = False
+        self.refused, self.noticed = 0, 0    # lines refused here, and how many the page was told of
+        self.last_refusal = ("", "")
+        self.notice_t = -math.inf
+
+    def refuse(self, reason: str, detail: str) -> None:
+        """A message of the page refused here: it is told (``notice``)."""
+        self.refused += 1
+        self.last_refusal = (reason, detail)
+        self.notice(time.monotonic())
+
+    def notice(self, now: float) -> None:
+        """Tell the page why its lines were refused here, as quest_bridge tells it of its parser's refusals
+        (``client.NOTICE_PERIOD_S`` apart at most; what comes in between goes with the next)."""
+        if self.refused > self.noticed and now - self.notice_t >= NOTICE_PERIOD_S:
+            reason, detail = self.last_refusal
+            self.send(OP_TEXT, json.dumps({"cmd": "rejected", "by": "quest_web", "lines": self.refused - self.noticed,
+                                           "total": self.refused, "reason": reason, "detail": detail}).encode())
+            self.noticed, self.notice_t = self.refused, now
 
     def pending(self) -> int:
         return self.writer.transport.get_write_buffer_size()
@@ -257,14 +314,24 @@ class WebRelay:
                 "panels_dropped": dict(self.panels_dropped)}
 
     def write_report(self, path: str) -> None:
-        """The report, taken on the relay's own loop (its counters change there), written atomically."""
-        async def take() -> dict[str, Any]:
-            return self.report()
+        """The report, written atomically: taken on the relay's loop while it runs (its counters change
+        there), directly once ``stop`` ended it (a stopped loop runs nothing handed to it)."""
+        if self._thread is not None and self._thread.is_alive():
+            taken: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
 
-        try:
-            report = asyncio.run_coroutine_threadsafe(take(), self._loop).result(2.0)
-        except Exception:  # noqa: BLE001 - the loop is stopping: the next report will do
-            return
+            def take() -> None:
+                try:
+                    taken.set_result(self.report())
+                except Exception as exc:  # noqa: BLE001 - handed to the waiting thread
+                    taken.set_exception(exc)
+
+            try:
+                self._loop.call_soon_threadsafe(take)
+                report = taken.result(2.0)
+            except (RuntimeError, concurrent.futures.TimeoutError):   # the loop is stopping: the next will do
+                return
+        else:
+            report = self.report()
         tmp = f"{path}.tmp"
         Path(tmp).write_text(json.dumps(report))
         os.replace(tmp, path)
@@ -359,14 +426,21 @@ class WebRelay:
                     self.counters["page_timeouts"] += 1
                     page.close(CLOSE_NORMAL, "silent")
                     break
+                page.notice(time.monotonic())
                 if not msg.text:
                     self.counters["page_binary_refused"] += 1
+                    page.refuse("binary", "the page sends text messages only")
                     continue
-                self._from_page(msg.data)
+                refusal = self._from_page(page, msg.data)
+                if refusal:
+                    page.close(CLOSE_POLICY, refusal)
+                    break
         except WebSocketClosed as exc:
-            if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG):
+            if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG):   # the page broke the protocol: it is told how
                 self.counters[f"page_closed_{exc.code}"] += 1
-            page.close(exc.code if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG) else CLOSE_NORMAL)
+                page.close(exc.code, exc.reason)
+            else:
+                page.close(CLOSE_NORMAL)
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             page.close(CLOSE_NORMAL)
         finally:
@@ -375,24 +449,34 @@ class WebRelay:
                 self.page = None
                 self._log(f"{APP_NAME}: page disconnected")
 
-    def _from_page(self, data: bytes) -> None:
-        """One protocol line from the page to the bridge (whose parser validates it)."""
+    def _from_page(self, page: _Page, data: bytes) -> str | None:
+        """One protocol line from the page to the bridge (whose parser validates it). A hello the bridge
+        would refuse is not relayed (the last good one stays): the page is closed, the reason returned."""
         if b"\n" in data or b"\r" in data or not data.strip():
             self.counters["page_not_one_line"] += 1
-            return
-        if data.startswith(b'{"hello"'):
-            hello = web_hello(data, self.counters["pages"])
-            if hello is None:
+            page.refuse("not_one_line", "a message is one protocol line, without a newline")
+            return None
+        hello: bytes | None = None
+        if b'"hello"' in data:   # a hello however it is spaced (frames carry no such key, and pay nothing)
+            try:
+                hello = web_hello(data, self.counters["pages"])
+            except NotAHello:
+                pass   # a frame or heartbeat with a stray "hello" key: the bridge's parser takes it as what it is
+            except Rejected as exc:
                 self.counters["page_bad_hello"] += 1
-                return
+                self.counters[f"page_bad_hello.{exc.reason}"] += 1
+                self._log(f"{APP_NAME}: page's hello refused: {exc}")
+                return f"bad hello: {exc}"
+        if hello is not None:
             self.hello = data = hello
             self.counters["hellos"] += 1
         self.counters["from_page"] += 1
         bridge = self.bridge
         if bridge is None:
             self.counters["no_bridge"] += 1
-            return
+            return None
         bridge.write(data + b"\n")
+        return None
 
     # -- quest_bridge's connection (the app's pose server) ------------------------------------------
     async def _bridge_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -488,6 +572,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cert", default=d.cert, help="PEM certificate: serve HTTPS (LAN use), with --key")
     p.add_argument("--key", default=d.key, help="PEM private key of --cert")
     p.add_argument("--allowed-host", action="append", default=[], help="another Host name to accept (repeatable)")
+    p.add_argument("--insecure-http", action="store_true",
+                   help="serve plain HTTP on a non-loopback --host (refused otherwise without --cert/--key): "
+                        "anyone on that network can open the page and drive the arm")
     p.add_argument("--report", default="", metavar="FILE.json", help="write the relay's counters here twice a second")
     return p
 
@@ -495,8 +582,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = WebConfig(host=args.host, port=args.port, bridge_host=args.bridge_host, bridge_port=args.bridge_port,
-                    video_port=args.video_port, cert=args.cert, key=args.key, allowed_hosts=args.allowed_host)
+                    video_port=args.video_port, cert=args.cert, key=args.key, allowed_hosts=args.allowed_host,
+                    insecure_http=args.insecure_http)
     try:
+        problem = file_problem(args.report) if args.report else None
+        if problem:
+            raise ValueError(f"--report: {problem}")
         relay = WebRelay(cfg)
         ports = relay.start()
     except (ValueError, OSError, ssl.SSLError) as exc:

@@ -18,7 +18,8 @@ from piper_recorder.errors import PiperError
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
-CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_UNSUPPORTED, CLOSE_TOO_BIG = 1000, 1002, 1003, 1009
+CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_UNSUPPORTED, CLOSE_POLICY, CLOSE_TOO_BIG = 1000, 1002, 1003, 1008, 1009
+MAX_CLOSE_REASON = 123   # a control frame's payload is at most 125 bytes, 2 of them the code
 
 
 class WebSocketClosed(PiperError):
@@ -58,7 +59,12 @@ def encode_frame(opcode: int, payload: bytes) -> bytes:
 
 
 def close_frame(code: int, reason: str = "") -> bytes:
-    return encode_frame(OP_CLOSE, struct.pack("!H", code) + reason.encode()[:120])
+    """A close frame; the reason is cut to ``MAX_CLOSE_REASON`` bytes on a character boundary (a browser
+    fails a connection whose close reason is not valid UTF-8)."""
+    text = reason.encode("utf-8", "replace")
+    if len(text) > MAX_CLOSE_REASON:
+        text = text[:MAX_CLOSE_REASON].decode("utf-8", "ignore").encode()
+    return encode_frame(OP_CLOSE, struct.pack("!H", code) + text)
 
 
 def _unmask(mask: bytes, data: bytes) -> bytes:

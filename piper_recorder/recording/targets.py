@@ -161,8 +161,10 @@ class RgbdTarget:
         sink.end(terminal=not timeout, timeout=timeout)
         v = judge(counters, self.verdict, self.fps, (self.camera,))
         meta = {**{k: counters[k] for k in LABEL_KEYS if k in counters}, **v.fields()}
-        outcome = counters.get("outcome")   # a label decides success; unlabelled, a stop is a success
-        success = None if timeout and outcome is None else (outcome != "failure")
+        # success only where someone said so: a labelled episode (failure: False); an unlabelled one, however
+        # it ended, carries no claim a loader filtering on success would train on
+        outcome = counters.get("outcome")
+        success = None if outcome is None else outcome == "success"
         rec = self.writer.end_episode(success=success, meta=meta)
         return {"observations": sink.observations, "transitions": sink.transitions, **meta,
                 **(dict(rec) if isinstance(rec, dict) else {})}

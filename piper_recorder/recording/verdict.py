@@ -6,8 +6,9 @@ those; this turns the counts, and what was actually written, into one verdict a 
 curator can filter on (``piper-dataset filter --verdict ok``).
 
 Inputs, all known at the save:
-* the episode's counters (``assembly.Counters`` + the writer's record): frames repeated, dropped
-  (by the assembly, behind the writer, refused by a full encoder queue, non-increasing PTS), stale,
+* the episode's counters (``assembly.Counters`` + the writer's record): frames repeated, skipped between
+  rows by the assembly (capture jitter), lost (behind the writer, refused by a full encoder queue,
+  non-increasing PTS), stale,
   late; frames captured after their row (a clock step between a camera and the recorder) and the
   oldest frame any row carried (``frame_age_max_ms``: a stalled camera's rows repeat a frame that
   grows hundreds of ms old); arm inputs
@@ -49,7 +50,7 @@ class VerdictConfig:
 
     warn_repeated: float = 0.03     # frames repeated (a row re-used the previous frame), per camera
     bad_repeated: float = 0.10
-    warn_dropped: float = 0.0       # frames lost (any cause), per camera: any loss warns
+    warn_dropped: float = 0.0       # frames skipped (capture jitter) or lost (writer, encoder), per camera
     bad_dropped: float = 0.02
     warn_stale: float = 0.0         # rows with an arm input older than stale_s (a feedback gap)
     bad_stale: float = 0.05
@@ -136,10 +137,16 @@ def judge(record: Mapping[str, Any], cfg: VerdictConfig, fps: float, cameras: Se
                 j.add(2, f"{cam}: {written} video frames written for {rows} rows")
             elif written == 0:
                 j.add(2, f"{cam}: no video frame written")
-        lost = (_num(record.get("frames_dropped"), cam) + _num(record.get("frames_dropped_writer_behind"), cam)
-                + _num(vdrop.get(cam), "queue_full") + _num(record.get("frames_rejected_by_encoder"), cam))
-        j.frac(f"{cam}: frames lost (dropped, behind the writer, encoder queue full)", lost, rows,
-               cfg.warn_dropped, cfg.bad_dropped)
+        # frames not in the episode, by cause: skipped between two rows (the camera delivered two within one
+        # row period: capture jitter, no row without its frame) or lost (shed behind the writer, refused by
+        # the encoder); one threshold on the sum, each cause named in the reason
+        causes = {"skipped between rows (capture jitter)": _num(record.get("frames_dropped"), cam),
+                  "lost behind the writer": _num(record.get("frames_dropped_writer_behind"), cam),
+                  "lost to a full encoder queue": _num(vdrop.get(cam), "queue_full")
+                  + _num(record.get("frames_rejected_by_encoder"), cam)}
+        named = [(what, n) for what, n in causes.items() if n]
+        what = named[0][0] if len(named) == 1 else ", ".join(f"{w} {n:g}" for w, n in named)
+        j.frac(f"{cam}: frames {what}", sum(causes.values()), rows, cfg.warn_dropped, cfg.bad_dropped)
         pts_drops = _num(vdrop.get(cam), "non_increasing_pts")
         if pts_drops:
             j.add(1, f"{cam}: {pts_drops:g} frames with a non-increasing PTS dropped by the encoder")

@@ -104,6 +104,7 @@ class SpaceMouseCounters:
     record_holds: int = 0
     discard_presses: int = 0
     disconnects: int = 0
+    bad_devices: int = 0       # closed as not a SpaceMouse (reports too fast or malformed; reader.HidrawReader)
 
 
 def _shaped(raw: tuple[int, int, int], full_scale: float, deadband: float) -> np.ndarray:
@@ -159,9 +160,11 @@ class SpaceMouseInput:
 
     # ---- device --------------------------------------------------------------------------------
     def on_state(self, t: float, state: str, detail: str = "") -> None:
-        """The reader's device state: "open", "absent", "lost"."""
+        """The reader's device state: "open", "absent", "lost", "bad"."""
         if self.connected and state != "open":
             self.counters.disconnects += 1
+        if state == "bad":
+            self.counters.bad_devices += 1
         if state == "open" and not self.connected:
             self._disarmed = True   # the core may have released on the silence: re-arm it with an open grip
         self.device_state, self.device_detail = state, detail
@@ -171,7 +174,8 @@ class SpaceMouseInput:
             self.clutch_on = False
             self._buttons, self._grip_down_t, self._record_fired = 0, None, False
 
-    def on_report(self, t: float, report: bytes) -> None:
+    def on_report(self, t: float, report: bytes) -> bool:
+        """Apply one report; False when the decoder refused it (counted in ``drops``)."""
         self._integrate(t)
         self.counters.reports += 1
         d = self.decoder.decode(report)
@@ -186,6 +190,7 @@ class SpaceMouseInput:
             self._on_buttons(t, self.decoder.state.buttons)
         elif d.kind == "other":
             self.counters.other_reports += 1
+        return d.kind != "drop"
 
     def _on_buttons(self, t: float, mask: int) -> None:
         pressed, released = mask & ~self._buttons, self._buttons & ~mask

@@ -215,10 +215,10 @@ class TeleopSession:
             self.calls.on_status(self._clock(), rec, state)
             self.core.on_recording(self.calls.recording)
 
-    def on_spacemouse_report(self, t: float, report: bytes) -> None:
+    def on_spacemouse_report(self, t: float, report: bytes) -> bool:
         assert self.spacemouse is not None
         with self._lock:
-            self.spacemouse.on_report(t, report)
+            return self.spacemouse.on_report(t, report)
 
     def on_spacemouse_state(self, state: str, detail: str) -> None:
         assert self.spacemouse is not None

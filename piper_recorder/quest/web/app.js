@@ -4,9 +4,11 @@
 // controllers' grip-space poses in the local-floor space, xr-standard buttons and axes), stamped
 // with the frame's predictedDisplayTime (the host maps that clock like the app's). Commands from the
 // host arrive as text messages (haptic -> hapticActuators[0].pulse, colour -> the view tint, panel
-// placement); camera panels and the HUD arrive as binary messages (panel byte + JPEG) and are drawn
-// as textured quads with plain WebGL. A hidden or blurred page sends no frames (heartbeats only), so
-// the host's staleness rule releases the clutch. No framework, nothing loaded from anywhere else.
+// placement, "rejected": why the host refused lines of this page, shown under the status); camera
+// panels and the HUD arrive as binary messages (panel byte + JPEG) and are drawn as textured quads
+// with plain WebGL. A hidden or blurred page sends no frames (heartbeats only), so the host's
+// staleness rule releases the clutch. The status says "ready" only once WebXR has offered an
+// immersive session, else why not. No framework, nothing loaded from anywhere else.
 'use strict';
 (function () {
   const PROTOCOL = 1;
@@ -14,10 +16,11 @@
   const stats = {
     wsOpen: false, hellos: 0, framesSent: 0, framesSuppressed: 0, framesBackedUp: 0, heartbeats: 0, commands: 0,
     panelsReceived: [0, 0, 0, 0], panels: [0, 0, 0, 0], panelsSuperseded: 0, panelDecodeErrors: 0, haptics: [], tint: [0, 0, 0, 0],
-    session: '', visibility: 'none', sending: false, lastError: '',
+    session: '', visibility: 'none', sending: false, lastError: '', xr: 'checking', rejected: null, closed: null,
   };
   const statusEl = document.getElementById('status');
   const linkEl = document.getElementById('link');
+  const noticeEl = document.getElementById('notice');
   const canvas = document.getElementById('xr-canvas');
 
   let ws = null;
@@ -34,9 +37,11 @@
     ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
     ws.binaryType = 'arraybuffer';
     ws.onopen = function () { stats.wsOpen = true; linkEl.textContent = 'host: connected'; sendHello(); };
-    ws.onclose = function () {
+    ws.onclose = function (ev) {
       stats.wsOpen = false;
-      linkEl.textContent = 'host: disconnected, retrying';
+      stats.closed = { code: ev.code, reason: ev.reason };
+      linkEl.textContent = 'host: disconnected' + (ev.reason ? ' (' + ev.code + ' ' + ev.reason + ')' : '') +
+        ', retrying';
       setTimeout(connect, 1000);
     };
     ws.onmessage = function (ev) {
@@ -95,6 +100,17 @@
       placements[c.cam] = { x: +c.x || 0, y: +c.y || 0, z: +c.z || 0, width: Math.min(Math.max(+c.width || 0.5, 0.1), 3),
         yaw: (+c.yaw || 0) * Math.PI / 180 };
     } else if (c.cmd === 'panels_front') placeFront();
+    else if (c.cmd === 'rejected') rejected(c);
+  }
+
+  // the host refused lines of this page (rate-limited by the host): say which and why
+  function rejected(c) {
+    const n = Number(c.lines) || 0;
+    stats.rejected = { by: String(c.by || 'host'), lines: n, total: Number(c.total) || n,
+      reason: String(c.reason || ''), detail: String(c.detail || '').slice(0, 200), t: performance.now() };
+    const r = stats.rejected;
+    noticeEl.textContent = r.by + ' refused ' + n + (n === 1 ? ' line' : ' lines') + ' (' + r.total + ' in all): ' +
+      r.reason + (r.detail ? ' (' + r.detail + ')' : '');
   }
 
   function haptic(hand, amp, ms) {
@@ -364,16 +380,33 @@
     }
   }
 
+  function unavailable(why) {
+    stats.xr = 'unavailable';
+    statusEl.textContent = 'WebXR is unavailable: ' + why;
+  }
+
   window.piperWeb = { stats: stats, enter: enter };
   connect();
   if (!navigator.xr) {
-    statusEl.textContent = 'WebXR is not available here (open this page in the Quest Browser)';
+    unavailable(window.isSecureContext ? 'this browser has no WebXR (open this page in the Quest Browser)'
+      : 'this page is not a secure context (open it at localhost through adb reverse, or over HTTPS)');
     return;
   }
-  for (const [id, mode] of [['enter-ar', 'immersive-ar'], ['enter-vr', 'immersive-vr']]) {
+  statusEl.textContent = 'checking WebXR';
+  const modes = [['enter-ar', 'immersive-ar'], ['enter-vr', 'immersive-vr']];
+  const errors = [];
+  Promise.all(modes.map(function ([id, mode]) {
     const btn = document.getElementById(id);
     btn.addEventListener('click', function () { enter(mode); });
-    navigator.xr.isSessionSupported(mode).then(function (ok) { btn.disabled = !ok; });
-  }
-  statusEl.textContent = 'ready';
+    return navigator.xr.isSessionSupported(mode).then(function (ok) { btn.disabled = !ok; return ok; },
+      function (e) { btn.disabled = true; errors.push(mode + ': ' + e); return false; });
+  })).then(function (supported) {
+    if (supported.some(Boolean) || session) {
+      stats.xr = 'ready';
+      if (!session) statusEl.textContent = 'ready';   // else it says which session it is in
+    } else {
+      unavailable(errors.length ? errors.join('; ') : 'no immersive-ar or immersive-vr session is offered: no XR ' +
+        'device here (open this page in the Quest Browser on the headset)');
+    }
+  });
 })();
