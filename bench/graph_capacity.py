@@ -10,7 +10,7 @@ episode); and the stop-to-saved latency. Last line: the largest camera count wit
   .venv/bin/python bench/graph_capacity.py [--seconds 60] [--quick] [--cameras 1,2,3] [--size 640x480] [--jitter-ms J]
 
 ``--jitter-ms J`` sets every sim camera's ``jitter_ms`` fault (each capture delayed by a uniform 0..J ms,
-so ±J/2 around its mean phase): the case where frames used to alias between rows (issue 16.11).
+so ±J/2 around its mean phase): the case where frames used to alias between rows.
 
 ``--quick`` = 10 s episodes with 1 and 2 cameras. The figures depend on what else the machine runs, and
 on the host's speed at the time (a shared host's moves by up to ±30 % between minutes). Each run prints

@@ -4,7 +4,7 @@ Builds a root with the project's writer (2 cameras 640x480 at 30 fps, nominal mo
 textured scene with sensor noise of ``bench/video_gop.py``, so packet sizes are realistic: ~8 MB/min
 per camera; one episode encoded, the others committed as copies of it) with rows at k/fps rounded to
 the nearest float32 (what recorders wrote before the up-rounding), remuxes its videos to whole-ms PTS
-(time base 1/1000, what recorders wrote before issue 11), then runs ``repair_root`` on it (videos
+(time base 1/1000, what earlier recorders wrote), then runs ``repair_root`` on it (videos
 remuxed and every episode's parquet timestamps moved onto the grid) and prints:
 * repair wall time and recorded seconds / wall seconds (x real time; target >= 50x), per camera-hour;
 * the dry run (plan only) time;

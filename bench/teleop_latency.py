@@ -24,13 +24,13 @@ How a headset frame is tied to the CAN frame it causes (no field is smuggled thr
 
 Prints n, p50, p90, p99, max per stage. The machine is shared: note the load average printed.
 
-``--panels N`` (issue 14): the same run twice, in one invocation, alternately without and with the
+``--panels N``: the same run twice, in one invocation, alternately without and with the
 headset's camera panels: N sim cameras (640x480, 30 fps) run in both, and in the second run
 ``piper-quest-video`` streams them at ``--panel-fps`` (15) plus the HUD to the sim headset's video
 channel. Prints the p99 ratio (target: within 10 %), the CPU the panel stream costs per camera
 (quest_video's user+system time over the run, /proc) and the panel latency from capture (the image
 stamp) to the frame's last byte handed to the socket, p50/p99 (quest_video's ``~/status``).
-``--client web`` (issue 22): the same run alternately through the native path (piper-sim-quest -> TCP ->
+``--client web``: the same run alternately through the native path (piper-sim-quest -> TCP ->
 bridge) and the web path (a WebSocket client sending the page's frames -> piper-quest-web -> TCP -> bridge),
 ``--rounds`` pairs in one invocation, side by side: page -> CAN frame p50/p99 for both and the p99
 difference (target: within 5 ms). The web client sends the same replayed stream over a WebSocket as

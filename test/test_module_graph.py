@@ -1,4 +1,4 @@
-"""One place per concept (issue 12.5): no module-level import cycle in piper_recorder (the LeRobot
+"""One place per concept: no module-level import cycle in piper_recorder (the LeRobot
 meta <-> writer <-> repair cycle is gone: layout and writer config are leaves), the v3.0 video
 concatenator needs no assembler, and each shared helper is defined once in the source."""
 from __future__ import annotations
@@ -271,3 +271,16 @@ def test_the_teleop_session_needs_no_ros():
              for m, p in _modules().items() if m.startswith("piper_recorder.teleop")}
     assert "piper_recorder.teleop.session" in found
     assert {m: names for m, names in found.items() if names} == {}
+
+
+# this project's own issues, as the source used to cite them: "issue 21.16", "(#13)", "(issue #21)"; a public
+# repository's issue quoted as evidence names its repository ("piper_sdk issue #73") and stays
+ISSUE_REFERENCE = re.compile(r"\bissues?\s+\d|\(#\d+\)|\(issues?\s+#\d+\)", re.IGNORECASE)
+
+
+def test_no_source_file_cites_an_issue():
+    """Source says why in its own words; which issue asked for it is history, and lives in the commits."""
+    files = [p for d in (*PACKAGES, "launch", "bench") for p in (ROOT / d).rglob("*.py")]
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
+            for n, line in enumerate(p.read_text().splitlines(), 1) if ISSUE_REFERENCE.search(line)]
+    assert not hits, "\n".join(hits)

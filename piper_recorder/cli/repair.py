@@ -1,6 +1,6 @@
 """piper-repair ROOT [--dry-run]: put an older LeRobot root's video PTS and row timestamps on the grid.
 
-Roots recorded before issue 11 carry video PTS in whole ms, which LeRobot's default tolerance
+Roots recorded before the 1/90000 s PTS carry video PTS in whole ms, which LeRobot's default tolerance
 (1e-4 s) rejects for two rows in three, and row timestamps k/fps rounded to the NEAREST float32 (below
 the grid for about half the rows), for which LeRobot's lookup (frame round(t * fps)) gets the next
 frame. This remuxes each such mp4 (packets copied bit for bit, no re-encoding) with PTS on the 1/90000 s

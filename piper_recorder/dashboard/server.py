@@ -5,7 +5,7 @@ can watch the robot but never drive it. Bound to 127.0.0.1 by default; when a to
 for any other address, ``DashboardConfig.validate``) every request must carry it (``?token=`` or
 ``Authorization: Bearer``), else 401. Everything the page needs is served from here (no CDN).
 
-Hardened for a network nobody vets (issue #21):
+Hardened for a network nobody vets:
 - ``Host`` is checked before anything else (``host_allowed``): a page on another site that re-binds its
   DNS name to this address sends its own name and gets 421, so it cannot read the state or the frames.
 - The CSP allows scripts and styles only from this server (no ``'unsafe-inline'``).

@@ -7,7 +7,7 @@ On purpose they do not use the typed read model (``lerobot.format.root``) the ot
 the validator reads the raw meta files itself so that it stays an independent check of that model.
 
 Timestamps are an error, not a warning, when consecutive differences leave 1/fps by more than
-LeRobot's default tolerance (1e-4 s): LeRobot's loader refuses such a dataset (issue 7).
+LeRobot's default tolerance (1e-4 s): LeRobot's loader refuses such a dataset.
 
 Video timing (every row of every video, from packet PTS only, no decoding): each row's frame is the
 last one with ``pts * time_base <= float32(timestamp)`` (torchcodec/torchvision), and it must lie less

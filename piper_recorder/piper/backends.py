@@ -13,7 +13,7 @@
 Each ``command`` returns the pose it sent (absolute, 4x4) or None when it sent nothing this tick;
 an unchanged goal is re-sent after ``keepalive_s`` of silence rather than every tick.
 
-Firmware (issue 21.16, ``firmware``): releases read JointMitCtrl differently, so before it commands
+Firmware (``firmware``): releases read JointMitCtrl differently, so before it commands
 anything the impedance backend is configured with the dialect of the firmware the link read
 (``configure``): it refuses (``FirmwareRefused``, naming the firmware and the way out) an unknown
 firmware or one before S-V1.7-3 (joints reversed in MIT mode), divides the torque of joints 1-3 by

@@ -3,7 +3,7 @@
 piper_sdk 0.6.2 encodes one MIT frame for every firmware: 16-bit position, 12-bit velocity, kp, kd,
 an 8-bit torque over [-8, 8] N m and a 4-bit XOR check in the low nibble of byte 7. Public reports
 say the firmware does not read it the same way in every release, so the impedance backend must know
-which one it talks to (issue 21.16). The bands, and where each fact comes from (none of it was
+which one it talks to. The bands, and where each fact comes from (none of it was
 checked on hardware here; the CAN emulator models each band so the backend is tested against it):
 
 - before S-V1.7-3: joints 1, 2, 4 and 6 run reversed in MIT mode (Reimagine-Robotics/piper_control,

@@ -28,7 +28,7 @@ Re-gripping like an operator (every script): when the headset learns that teleop
 the HUD and feels the release pulse), the hand lets go of the squeeze over ``REGRIP_OPEN_S``, waits
 ``REGRIP_PAUSE_S`` and squeezes again over ``REGRIP_CLOSE_S``: a forced release needs the grip
 opened below the clutch's release threshold and closed again (``teleop.clutch``), and a headset that
-kept squeezing never engaged again after one stall (issue 20.4). The motion goes on meanwhile;
+kept squeezing would never engage again after one stall. The motion goes on meanwhile;
 ``sample`` stays a pure function of the time and the release times noticed so far.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ clock to it); teleop times inputs on the monotonic clock, which never steps. Con
 reading both clocks at the moment it arrives (``mono - (host_now - stamp)``, what the node did) makes
 the result earlier by however long the thread was held between the two reads: a GIL hand-over or an
 OS preemption of 10-20 ms on a loaded machine, longer than the 11-14 ms between two headset frames,
-so a later input could come out earlier than the one before (issue 21.17).
+so a later input could come out earlier than the one before.
 
 ``HostToMono`` converts with the host-minus-monotonic offset of the tightest clock-read pair of the
 last ``window_s`` (each conversion reads monotonic, host, monotonic: the pair's width bounds its error;

@@ -230,8 +230,8 @@ class TeleopCore:
         """Whether an input is not older than the one held. By the source's order (the header stamp the
         bridge gave it, which rises with the headset's capture clock) when both have one: ``t`` is that
         stamp moved onto this host's monotonic clock, and the move reads two clocks, so a thread preempted
-        between the reads shifts it by the preemption (issue 21.17: 11-16 inputs a minute of a stream
-        whose mono and frame rose were counted out of order, and dropped). By ``t`` otherwise."""
+        between the reads shifts it by the preemption (inputs of a rising stream would be judged out of
+        order, and dropped). By ``t`` otherwise."""
         if order is not None and held_order is not None:
             return order >= held_order
         return t >= held_t

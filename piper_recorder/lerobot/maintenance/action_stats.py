@@ -23,7 +23,7 @@ exact while a column has at most ``quantile_sample_cap`` samples, and beyond tha
 seeded uniform random subsample of about that size (1000 episodes of 60 s at H = 30 would
 otherwise hold ~3 GB per pose column).
 
-A combined ``action`` column (issue 7) is not re-derived on its own: when its values equal the
+A combined ``action`` column is not re-derived on its own: when its values equal the
 split action columns concatenated in info.json order, its entry is the concatenation of their
 entries (statistics are per element, so this is exact); otherwise it is left out with a note.
 """

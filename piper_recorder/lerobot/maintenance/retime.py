@@ -1,6 +1,6 @@
 """Put an existing root's video PTS and nominal row timestamps on the grid (``piper-repair``), by remuxing.
 
-Recorders before issue 11 wrote PTS in whole milliseconds (time base 1/1000, ``floor(float32(t) *
+Earlier recorders wrote PTS in whole milliseconds (time base 1/1000, ``floor(float32(t) *
 1000)``), which puts two rows in three at 30 fps up to 1 ms after their frame: beyond LeRobot's default
 tolerance (1e-4 s). Until the up-rounding they also wrote row timestamps k/fps rounded to the NEAREST
 float32, below the grid for about half the rows: LeRobot's own lookup (frame ``round(t * fps)``, the
