@@ -25,7 +25,7 @@ import os
 import struct
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from PIL import Image
@@ -107,7 +107,7 @@ def decode_rgb_fast(data: Buffer) -> np.ndarray:
     :func:`decode_rgb_jpeg` at less than half its CPU (Pillow copies the image twice on the way to numpy)."""
     import imagecodecs
 
-    rgb = imagecodecs.jpeg8_decode(data)  # type: ignore[arg-type]  # any buffer (its stub: bytes)
+    rgb = imagecodecs.jpeg8_decode(cast(bytes, data))  # any buffer (older stubs say bytes)
     if rgb.ndim == 2:  # greyscale: replicate as Pillow's convert("RGB") does
         return np.repeat(rgb[..., None], 3, axis=2)
     if rgb.shape[-1] != 3:  # CMYK and other rarities: Pillow knows the conversions
@@ -351,8 +351,8 @@ def decode_depth_fast(data: Buffer, threads: int = 1) -> np.ndarray:
     except ValueError:
         ht = False  # let OpenJPEG report what is wrong with it
     if ht:
-        out = imagecodecs.htj2k_decode(cs)  # type: ignore[arg-type]  # any buffer (its stub: bytes)
+        out = imagecodecs.htj2k_decode(cast(bytes, cs))  # any buffer (older stubs say bytes)
         if out.dtype == np.uint16 and out.ndim == 2:
             return out
-    # any buffer, no copy of the payload (its stub: bytes)
-    return imagecodecs.jpeg2k_decode(data, numthreads=threads)  # type: ignore[arg-type]
+    # any buffer, no copy of the payload (older stubs say bytes)
+    return imagecodecs.jpeg2k_decode(cast(bytes, data), numthreads=threads)

@@ -112,7 +112,7 @@ class WebConfig:
 
 def asset(name: str) -> bytes:
     """One of the page's files, from the installed package (package_data)."""
-    return resources.files("piper_recorder.quest").joinpath("web", name).read_bytes()
+    return resources.files("piper_recorder.quest").joinpath("web").joinpath(name).read_bytes()
 
 
 def origin_allowed(origin: str | None, host_header: str | None) -> bool:
