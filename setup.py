@@ -1,9 +1,14 @@
 """ament_python package piper_recorder (also pip-installable for the PyPI ROS 2 wheels)."""
+import os
+import xml.etree.ElementTree as ET
 from glob import glob
 
 from setuptools import find_packages, setup
 
 PACKAGE = "piper_recorder"
+# The version is written once, in package.xml (the package format requires it there); piper_recorder.__version__
+# reads it back from the installed metadata.
+VERSION = ET.parse(os.path.join(os.path.dirname(os.path.abspath(__file__)), "package.xml")).findtext("version")
 
 # One list: each console script is also a `ros2 run` executable (see setup.cfg).
 CONSOLE_SCRIPTS = {
@@ -51,7 +56,7 @@ ROS_EXECUTABLES = {
 
 setup(
     name=PACKAGE,
-    version="0.1.0",
+    version=VERSION,
     packages=find_packages(include=["piper_recorder", "piper_recorder.*", "rgbd_writer", "rgbd_writer.*"]),
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
