@@ -153,7 +153,7 @@ test-distro: $(STAMP)
 CORE_PY ?= 3.10
 CORE_VENV := .venv-py$(subst .,,$(CORE_PY))
 CORE_MYPY_EXCLUDE := ^piper_recorder/(nodes/|sim_session\.py|cli/launch\.py|rosenv\.py)
-$(CORE_VENV)/.bootstrapped: requirements/dev.txt setup.py setup.cfg
+$(CORE_VENV)/.bootstrapped: requirements/dev.txt setup.py setup.cfg package.xml
 	test -x $(CORE_VENV)/bin/python || $(call find_python,$(CORE_PY)) -m venv $(CORE_VENV)
 	$(CORE_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
 	$(call pip_install,$(CORE_VENV)/bin/python,-r requirements/dev.txt -e .)
