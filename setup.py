@@ -1,9 +1,14 @@
 """ament_python package piper_recorder (also pip-installable for the PyPI ROS 2 wheels)."""
+import os
+import xml.etree.ElementTree as ET
 from glob import glob
 
 from setuptools import find_packages, setup
 
 PACKAGE = "piper_recorder"
+# The version is written once, in package.xml (the package format requires it there); piper_recorder.__version__
+# reads it back from the installed metadata.
+VERSION = ET.parse(os.path.join(os.path.dirname(os.path.abspath(__file__)), "package.xml")).findtext("version")
 
 # One list: each console script is also a `ros2 run` executable (see setup.cfg).
 CONSOLE_SCRIPTS = {
@@ -51,7 +56,7 @@ ROS_EXECUTABLES = {
 
 setup(
     name=PACKAGE,
-    version="0.1.0",
+    version=VERSION,
     packages=find_packages(include=["piper_recorder", "piper_recorder.*", "rgbd_writer", "rgbd_writer.*"]),
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
@@ -64,7 +69,10 @@ setup(
     # the runtime dependencies, once (a robot's ROS install gives rclpy and the messages: package.xml)
     install_requires=[
         "numpy>=1.26,<3", "pyyaml>=6", "av>=14", "pyarrow>=15", "h5py>=3.10", "pillow>=10.4",
-        "imagecodecs>=2024.1.1", "glymur>=0.13", "python-can>=4.3", "piper_sdk==0.6.2", "rosbags>=0.10",
+        # HTJ2K (rgbd_writer.codecs.HTJ2K_IMAGECODECS) came with 2026.1.1, built for Python >= 3.11 only; 2024.6.1
+        # is the first with NumPy 2. On 3.10 the depth profile htj2k is unavailable (the writer says so).
+        "imagecodecs>=2026.1.1; python_version >= '3.11'", "imagecodecs>=2024.6.1; python_version < '3.11'",
+        "glymur>=0.13", "python-can>=4.3", "piper_sdk==0.6.2", "rosbags>=0.10",
         "tqdm>=4.60",
         # policy backends: GR00T N1.5's inference service (ZeroMQ REQ/REP, msgpack)
         "pyzmq>=25", "msgpack>=1.0",

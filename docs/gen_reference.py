@@ -54,7 +54,10 @@ def _comments(cls: type) -> dict[str, str]:
 
 
 def _type_name(t: object) -> str:
-    return t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
+    """``int``, ``list[str]``, ``str | None``. A parametrised builtin is no plain class: Python 3.10 says
+    ``isinstance(list[str], type)`` and its ``__name__`` is just ``list``."""
+    plain = isinstance(t, type) and typing.get_origin(t) is None
+    return t.__name__ if plain else str(t).replace("typing.", "")
 
 
 def node_configs() -> dict[str, list[tuple[type, str]]]:

@@ -10,18 +10,22 @@ Depth profiles (all reversible 5/3, lossless, decodable bit-exactly by Pillow/Op
   for ~18% larger depth payloads; measured to keep up with 30 fps where the strict profile did not.
 - ``"htj2k"``: High-Throughput JPEG 2000 (Part 15) code-blocks from OpenJPH via imagecodecs, wrapped
   in the same JP2 box structure (brand ``jp2 ``, compatibility ``jph ``) so it is still a JP2 file.
+  Encoding needs imagecodecs >= ``HTJ2K_IMAGECODECS`` (no such release is built for Python 3.10):
+  ``depth_profile_problem`` says so before a frame is queued. Any OpenJPEG >= 2.5 decodes it.
 
 JPEG 2000 is encoded through glymur (libopenjp2 via ctypes, which releases the GIL, so the writer's
 encoder threads run in parallel; Pillow's JPEG 2000 encoder holds the GIL).
 """
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
 import struct
+import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from PIL import Image
@@ -30,8 +34,38 @@ if TYPE_CHECKING:   # payloads: bytes, or uint8 rows read from the file (any buf
     from typing_extensions import Buffer
 
 DEPTH_PROFILES = ("jpeg2000", "jpeg2000_strict", "htj2k")
+HTJ2K_IMAGECODECS = "2026.1.1"   # the first imagecodecs with htj2k_encode/htj2k_decode (OpenJPH)
 _JP2_SIGNATURE = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
 log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=1)
+def htj2k_available() -> bool:
+    """Whether this imagecodecs encodes and decodes HTJ2K (OpenJPH built in)."""
+    import imagecodecs
+
+    return bool(getattr(getattr(imagecodecs, "HTJ2K", None), "available", False))
+
+
+def depth_profiles_available() -> tuple[str, ...]:
+    """The DEPTH_PROFILES this install can encode."""
+    return tuple(p for p in DEPTH_PROFILES if p != "htj2k" or htj2k_available())
+
+
+def depth_profile_problem(profile: str) -> str | None:
+    """Why depth cannot be encoded in ``profile`` here (None if it can): an unknown name, or HTJ2K
+    without an imagecodecs that has it."""
+    if profile not in DEPTH_PROFILES:
+        return f"unknown depth profile {profile!r}; expected one of {DEPTH_PROFILES}"
+    if profile == "htj2k" and not htj2k_available():
+        import imagecodecs
+
+        py = ".".join(map(str, sys.version_info[:2]))
+        return (f"depth profile 'htj2k' is unavailable: it needs imagecodecs >= {HTJ2K_IMAGECODECS} (HTJ2K via "
+                f"OpenJPH; no such release supports Python 3.10), and Python {py} has imagecodecs "
+                f"{imagecodecs.__version__} without it; available depth profiles: "
+                f"{', '.join(depth_profiles_available())}")
+    return None
 
 
 def quantize_depth(depth: np.ndarray, min_m: float, max_m: float) -> np.ndarray:
@@ -73,7 +107,7 @@ def decode_rgb_fast(data: Buffer) -> np.ndarray:
     :func:`decode_rgb_jpeg` at less than half its CPU (Pillow copies the image twice on the way to numpy)."""
     import imagecodecs
 
-    rgb = imagecodecs.jpeg8_decode(data)  # type: ignore[arg-type]  # any buffer (its stub: bytes)
+    rgb = imagecodecs.jpeg8_decode(cast(bytes, data))  # any buffer (older stubs say bytes)
     if rgb.ndim == 2:  # greyscale: replicate as Pillow's convert("RGB") does
         return np.repeat(rgb[..., None], 3, axis=2)
     if rgb.shape[-1] != 3:  # CMYK and other rarities: Pillow knows the conversions
@@ -205,6 +239,9 @@ def wrap_jp2(codestream: bytes, height: int, width: int, compat: tuple[bytes, ..
 def _encode_htj2k(mm: np.ndarray) -> bytes:
     import imagecodecs
 
+    problem = depth_profile_problem("htj2k")
+    if problem:
+        raise RuntimeError(problem)
     cs = bytes(imagecodecs.htj2k_encode(mm, reversible=True))
     problem = codestream_problem(cs, mm.shape[0], mm.shape[1])
     if problem:
@@ -304,17 +341,18 @@ def decode_depth_pillow(data: Buffer) -> np.ndarray:
 
 def decode_depth_fast(data: Buffer, threads: int = 1) -> np.ndarray:
     """JP2 bytes -> HxW uint16 mm, bit-exact: HTJ2K codestreams with OpenJPH (about half OpenJPEG's
-    CPU), everything else with imagecodecs' OpenJPEG 2.5 (``threads`` decoder threads)."""
+    CPU) where imagecodecs has it, everything else (and HTJ2K without OpenJPH) with imagecodecs'
+    OpenJPEG 2.5 (``threads`` decoder threads)."""
     import imagecodecs
 
     try:
         cs = jp2_codestream(data)
-        ht = bool(codestream_style(cs) & 0x40)
+        ht = bool(codestream_style(cs) & 0x40) and htj2k_available()
     except ValueError:
         ht = False  # let OpenJPEG report what is wrong with it
     if ht:
-        out = imagecodecs.htj2k_decode(cs)  # type: ignore[arg-type]  # any buffer (its stub: bytes)
+        out = imagecodecs.htj2k_decode(cast(bytes, cs))  # any buffer (older stubs say bytes)
         if out.dtype == np.uint16 and out.ndim == 2:
             return out
-    # any buffer, no copy of the payload (its stub: bytes)
-    return imagecodecs.jpeg2k_decode(data, numthreads=threads)  # type: ignore[arg-type]
+    # any buffer, no copy of the payload (older stubs say bytes)
+    return imagecodecs.jpeg2k_decode(cast(bytes, data), numthreads=threads)

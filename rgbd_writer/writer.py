@@ -367,6 +367,9 @@ class RgbdWriter:
         ep = self._require_episode()
         self._raise_sink_error()
         c = self.cfg
+        problem = codecs.depth_profile_problem(c.depth_codec)   # here, not as an encoder thread's failure
+        if problem:
+            raise RgbdError(problem)
         rgb = np.asarray(rgb)
         if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] not in (3, 4):
             raise SchemaError(f"rgb must be uint8 HxWx3 (or x4), got {rgb.dtype} {rgb.shape}")

@@ -8,11 +8,13 @@ from __future__ import annotations
 import threading
 import time
 
-import rclpy
-from rclpy.executors import SingleThreadedExecutor
-from std_srvs.srv import Trigger
+import pytest
 
-from piper_recorder.nodes.common import ArrivalExecutor, arrival_or_now, now_ns
+rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from piper_recorder.nodes.common import ArrivalExecutor, arrival_or_now, now_ns  # noqa: E402
 
 
 def test_a_request_queued_behind_a_busy_callback_keeps_its_arrival_time(ros_domain):

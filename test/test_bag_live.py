@@ -22,13 +22,14 @@ import pytest
 import yaml
 
 from proc import ProcGroup
-from test_recorder_rig import H, W, Rig
 
-from piper_recorder.assembly.frame_assign import window_captures
-from piper_recorder.cli.bag2dataset import main as bag2dataset
+rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from test_recorder_rig import H, W, Rig  # noqa: E402
+
+from piper_recorder.assembly.frame_assign import window_captures  # noqa: E402
+from piper_recorder.cli.bag2dataset import main as bag2dataset  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
-rclpy = pytest.importorskip("rclpy")
 
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402

@@ -3,12 +3,13 @@ same values, ignores bytes after the message as rclpy does, and refuses a payloa
 from __future__ import annotations
 
 import pytest
-from geometry_msgs.msg import PoseStamped
-from rclpy.serialization import serialize_message
-from sensor_msgs.msg import Image, JointState, Joy
-from std_msgs.msg import String
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.serialization import serialize_message  # noqa: E402
+from sensor_msgs.msg import Image, JointState, Joy  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
 
-from piper_recorder.assembly import cdr
+from piper_recorder.assembly import cdr  # noqa: E402
 
 
 @pytest.mark.parametrize("frame", ["", "a", "ab", "abc", "arm_base", "ünï"])   # every string length mod 4

@@ -8,14 +8,16 @@ import threading
 import time
 
 import numpy as np
-import rclpy
-from geometry_msgs.msg import PoseStamped
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, Image, JointState, Joy
-from std_msgs.msg import String
+import pytest
 
-from piper_recorder.assembly.messages import image_to_numpy
-from piper_recorder.nodes.common import DECODED_TYPES, DecodeErrors, create_decoded_subscription, type_name
+rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import CameraInfo, Image, JointState, Joy  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from piper_recorder.assembly.messages import image_to_numpy  # noqa: E402
+from piper_recorder.nodes.common import DECODED_TYPES, DecodeErrors, create_decoded_subscription, type_name  # noqa: E402
 
 
 def _messages():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 
-from piper_recorder.nodes.common import FixedRateLoop
+import pytest
+
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from piper_recorder.nodes.common import FixedRateLoop  # noqa: E402
 
 
 def test_a_failing_tick_goes_to_on_error_and_the_loop_goes_on_until_stop():

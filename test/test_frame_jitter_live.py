@@ -12,14 +12,15 @@ import math
 import time
 
 import pytest
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image
-from std_msgs.msg import String
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
 
-from proc import ProcGroup
-from test_recorder_rig import H, W, Rig
+from proc import ProcGroup  # noqa: E402
+from test_recorder_rig import H, W, Rig  # noqa: E402
 
-from piper_recorder.nodes.common import stamp_to_ns
+from piper_recorder.nodes.common import stamp_to_ns  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 REC = "lerobot_recorder"

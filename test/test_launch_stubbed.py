@@ -141,10 +141,11 @@ def test_launch_keeps_dds_on_loopback_with_frames_in_shared_memory(stub_launch, 
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("ROS_LOCALHOST_ONLY", "1")   # a shell's stale setting: unset for the nodes
     env, unset = _launch_env(mode)
-    (var,) = dds_features().profile_vars   # the one variable this install's Fast DDS reads
+    # the one variable this install's Fast DDS reads (both where no ROS library is found: the ROS-free leg)
+    profile_vars = set(dds_features().profile_vars)
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"   # the profile below restricts transports
-    assert unset == {"ROS_LOCALHOST_ONLY"} and set(env) == {var, "ROS_AUTOMATIC_DISCOVERY_RANGE"}
-    profile = Path(env[var])
+    assert unset == {"ROS_LOCALHOST_ONLY"} and set(env) == profile_vars | {"ROS_AUTOMATIC_DISCOVERY_RANGE"}
+    (profile,) = {Path(env[var]) for var in profile_vars}
     assert profile.name == "fastdds_loopback.xml" and profile.is_file()
     import xml.etree.ElementTree as ET
     ns = {"d": "http://www.eprosima.com"}

@@ -7,13 +7,15 @@ from __future__ import annotations
 import threading
 import time
 
-import rclpy
-from geometry_msgs.msg import PoseStamped
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
+import pytest
 
-from piper_recorder import cdr_encode
-from piper_recorder.nodes.common import PolledInputs
+rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from piper_recorder import cdr_encode  # noqa: E402
+from piper_recorder.nodes.common import PolledInputs  # noqa: E402
 
 QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 

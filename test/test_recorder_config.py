@@ -153,9 +153,9 @@ def test_lerobot_writer_config_live_and_offline():
 
 def test_rgbd_writer_config_sources_and_producer():
     pytest.importorskip("rgbd_writer.writer")
-    cfg = RgbdRecorderConfig(camera="cam_wrist", camera_width=320, camera_height=240, depth_codec="htj2k")
+    cfg = RgbdRecorderConfig(camera="cam_wrist", camera_width=320, camera_height=240, depth_codec="jpeg2000_strict")
     live = rgbd_writer_config(cfg)
-    assert (live.width, live.height, live.depth_codec) == (320, 240, "htj2k")
+    assert (live.width, live.height, live.depth_codec) == (320, 240, "jpeg2000_strict")
     assert live.rgb_source == "/cam_wrist/color/image_raw"
     assert live.depth_source == "/cam_wrist/aligned_depth_to_color/image_raw"
     assert live.env_args["source"] == "piper_recorder rgbd_recorder" and live.env_args["camera"] == "cam_wrist"

@@ -5,11 +5,12 @@ import subprocess
 
 import numpy as np
 import pytest
-from sensor_msgs.msg import Image, JointState
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from sensor_msgs.msg import Image, JointState  # noqa: E402
 
-from proc import BIN
+from proc import BIN  # noqa: E402
 
-from piper_recorder.assembly.messages import image_to_numpy, joint_positions
+from piper_recorder.assembly.messages import image_to_numpy, joint_positions  # noqa: E402
 
 
 def make(img: np.ndarray, encoding: str, pad: int = 0, big_endian: bool = False) -> Image:

@@ -13,9 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from proc import ProcGroup
-from test_recorder_rig import H, W, Rig
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from test_recorder_rig import H, W, Rig  # noqa: E402
 
-from piper_recorder.lerobot.validate import validate_root
+from piper_recorder.lerobot.validate import validate_root  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 REC = "lerobot_recorder"

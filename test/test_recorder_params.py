@@ -14,12 +14,13 @@ from typing import Any
 
 import h5py
 import pytest
-from rcl_interfaces.msg import Parameter as ParameterMsg
-from rcl_interfaces.msg import ParameterType, ParameterValue
-from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from rcl_interfaces.msg import Parameter as ParameterMsg  # noqa: E402
+from rcl_interfaces.msg import ParameterType, ParameterValue  # noqa: E402
+from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters  # noqa: E402
 
-from proc import ProcGroup
-from test_recorder_rig import H, W, Rig
+from proc import ProcGroup  # noqa: E402
+from test_recorder_rig import H, W, Rig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 LR, RG = "lerobot_recorder", "rgbd_recorder"

@@ -10,16 +10,18 @@ import time
 from typing import Any
 
 import numpy as np
-import rclpy
-from geometry_msgs.msg import PoseStamped
-from rclpy.executors import MultiThreadedExecutor
-from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float32, String
-from std_srvs.srv import Trigger
+import pytest
 
-from piper_recorder.nodes.common import ns_to_stamp
+rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.executors import MultiThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from std_msgs.msg import Float32, String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
 
 W, H = 64, 48
 

@@ -1,6 +1,7 @@
 """Depth quantisation and codecs, checked with independent decoders (Pillow, imagecodecs, glymur)."""
 from __future__ import annotations
 
+import base64
 import io
 import os
 import struct
@@ -15,6 +16,10 @@ from rgbd_writer import codecs
 
 import rgbd_crash_worker as cw
 
+# Encoding HTJ2K needs an imagecodecs with OpenJPH (codecs.HTJ2K_IMAGECODECS on; none for Python 3.10).
+NEEDS_HTJ2K = pytest.mark.skipif(not codecs.htj2k_available(),
+                                 reason=f"imagecodecs {imagecodecs.__version__} encodes no HTJ2K")
+PROFILES = [pytest.param(p, marks=NEEDS_HTJ2K) if p == "htj2k" else p for p in codecs.DEPTH_PROFILES]
 
 def test_quantize_float_metres_range_and_rounding():
     d = np.array([[np.nan, np.inf, -np.inf, 0.0, 0.0999, 0.1, 1.2346, 1.2344, 5.9996, 6.0, 6.0004, -1.0]])
@@ -53,7 +58,7 @@ def _cod(cs: bytes) -> dict:
     return {"levels": levels, "cblk": (4 << xcb, 4 << ycb), "style": style, "transform": transform}
 
 
-@pytest.mark.parametrize("profile", codecs.DEPTH_PROFILES)
+@pytest.mark.parametrize("profile", PROFILES)
 def test_depth_round_trip_bit_exact_with_independent_decoders(profile, tmp_path):
     _, depth, _ = cw.frame(3, 1, 120, 160)
     mm = codecs.quantize_depth(depth, 0.1, 6.0)
@@ -110,7 +115,7 @@ def test_encode_depth_rejects_bad_input():
         codecs.encode_depth(np.zeros((4, 4), np.uint16), "png")
 
 
-@pytest.mark.parametrize("profile", codecs.DEPTH_PROFILES)
+@pytest.mark.parametrize("profile", PROFILES)
 def test_parallel_encoder_threads_stay_bit_exact(profile):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -152,6 +157,7 @@ def test_fast_rgb_decoder_gives_pillows_pixels(mode):
     assert np.array_equal(fast, codecs.decode_rgb_jpeg(buf.getvalue()))
 
 
+@NEEDS_HTJ2K
 def test_fast_depth_decoder_reads_htj2k_with_openjph(monkeypatch):
     mm = codecs.quantize_depth(cw.frame(2, 4, 96, 128)[1], 0.1, 6.0)
     ht, classic = codecs.encode_depth(mm, "htj2k"), codecs.encode_depth(mm, "jpeg2000")
@@ -168,7 +174,7 @@ def test_fast_depth_decoder_reads_htj2k_with_openjph(monkeypatch):
 def test_jp2_walk_finds_boxes_and_markers_by_structure():
     # 65362 = 0xFF52: the image width in SIZ holds the COD marker's bytes; a byte search would misread it
     mm = (np.arange(32 * 65362, dtype=np.uint32) % 4000 + 100).astype(np.uint16).reshape(32, -1)
-    for profile in codecs.DEPTH_PROFILES:
+    for profile in codecs.depth_profiles_available():
         data = codecs.encode_depth(mm, profile)
         cs = bytes(codecs.jp2_codestream(data))
         assert cs[2:4] == b"\xff\x51" and cs.index(b"\xff\x52") < 4 + struct.unpack(">H", cs[4:6])[0]  # inside SIZ
@@ -179,7 +185,7 @@ def test_jp2_walk_finds_boxes_and_markers_by_structure():
     xl = head + struct.pack(">I4sQ", 1, b"jp2c", 16 + len(cs)) + cs
     to_end = head + struct.pack(">I4s", 0, b"jp2c") + cs
     for d in (xl, to_end):
-        assert bytes(codecs.jp2_codestream(d)) == cs and codecs.jp2_profile(d) == "htj2k"
+        assert bytes(codecs.jp2_codestream(d)) == cs and codecs.jp2_profile(d) == profile
     with pytest.raises(ValueError, match="not a JP2"):
         codecs.jp2_codestream(cs)
     with pytest.raises(ValueError, match="no jp2c"):
@@ -251,7 +257,7 @@ def test_a_truncated_codestream_is_encoded_again_never_returned(monkeypatch, cap
         codecs.encode_depth(mm)
 
 
-@pytest.mark.parametrize("profile", codecs.DEPTH_PROFILES)
+@pytest.mark.parametrize("profile", PROFILES)
 def test_codestream_check_accepts_every_profile_and_finds_any_truncation(profile):
     mm = codecs.quantize_depth(cw.frame(4, 3, 48, 64)[1], 0.1, 6.0)
     cs = bytes(codecs.jp2_codestream(codecs.encode_depth(mm, profile)))
@@ -259,3 +265,55 @@ def test_codestream_check_accepts_every_profile_and_finds_any_truncation(profile
     assert "SIZ is 64x48" in codecs.codestream_problem(cs, 64, 48)
     for cut in range(2, len(cs)):
         assert codecs.codestream_problem(cs[:cut], 48, 64), cut
+
+
+# codecs.encode_depth(HT_MM, "htj2k") by imagecodecs 2026.11.11 (OpenJPH 0.33): an HTJ2K file recorded elsewhere
+HT_JP2 = base64.b64decode("""
+AAAADGpQICANCocKAAAAGGZ0eXBqcDIgAAAAAGpwMiBqcGggAAAALWpwMmgAAAAWaWhkcgAAABAAAAAYAAEPBwAAAAAAD2NvbHIBAAAAAAAR
+AAACAmpwMmP/T/9RAClAAAAAABgAAAAQAAAAAAAAAAAAAAAYAAAAEAAAAAAAAAAAAAEPAQH/UAAIAAIAAAAK/1IADAACAAEABQQEQAH/XAAT
+IIiQkJCQkJCQkJCQkJCIiIj/ZAAXAAFPcGVuSlBIIFZlciAwLjMzLjAu/5AACgAAAAABhQAB/5PAACZB7QQHdADAABMADlQFh3QAwAATQAAV
+EAAEwH35Awd0AOavVvwBAjQAsOIEB3QAwAAV0AAFoQAAV4DOrgk2i5n5mwDiAXm2AC2ktNgg7hk+V/4AMwB9lgBf40I8ju+Av7gCTAbwdgDA
+ABdBAABdHAABbYD+234bqiN18A/8AwBA/3MPh/84/TT6zfwZiCQrUJM4AP1tqqf+wx/99g8qUSVUQiX+N5XE353GAyQ8A8swpEYD0XwA/dtU
+x3/gP+L/ef95/37/eT/3v/0yShyoAXcAwAAu2gABehQAAugA+z//T/4XVYeqpqr/D/y/paqZqsL/e/99/0WqgqrC/2P/b/8PVBVUFXPiwOeC
+h4B6ECVQkL4A/j9TLar+/38//D//f/9P/2//b/8H0IMOOuiggw466KAH/x/Qg/8P6AH08DfIGkSlA9+ylA9lqOBTKh9A9CoA9jcB/H+p+v9/
+/2//f/9//3//X/9/c9YoEakgHyz6h6kCPgD/2Q==""")
+
+
+def _ht_mm() -> np.ndarray:
+    y, x = np.mgrid[0:16, 0:24]
+    mm = ((x * 2731 + y * 977) % 65536).astype(np.uint16)
+    mm[0, :3] = [0, 1, 65535]
+    return mm
+
+
+def test_htj2k_files_decode_bit_exact_with_or_without_openjph(monkeypatch):
+    """A file recorded with HTJ2K reads on every install: OpenJPH where imagecodecs has it, else OpenJPEG."""
+    assert codecs.jp2_profile(HT_JP2) == "htj2k"
+    assert np.array_equal(codecs.decode_depth_fast(HT_JP2), _ht_mm())
+    assert np.array_equal(codecs.decode_depth_pillow(HT_JP2), _ht_mm())
+    monkeypatch.setattr(codecs, "htj2k_available", lambda: False)
+    assert np.array_equal(codecs.decode_depth_fast(HT_JP2), _ht_mm())
+
+
+@NEEDS_HTJ2K
+def test_htj2k_encodes_what_the_stored_file_holds():
+    assert np.array_equal(codecs.decode_depth_fast(codecs.encode_depth(_ht_mm(), "htj2k")), _ht_mm())
+
+
+def test_htj2k_availability_is_what_imagecodecs_has():
+    assert codecs.htj2k_available() == hasattr(imagecodecs, "htj2k_encode")
+    assert codecs.depth_profiles_available() == tuple(
+        p for p in codecs.DEPTH_PROFILES if p != "htj2k" or hasattr(imagecodecs, "htj2k_encode"))
+
+
+def test_without_htj2k_encoding_it_says_so_and_names_the_profiles_there_are(monkeypatch):
+    monkeypatch.setattr(codecs, "htj2k_available", lambda: False)
+    assert codecs.depth_profiles_available() == ("jpeg2000", "jpeg2000_strict")
+    problem = codecs.depth_profile_problem("htj2k")
+    assert problem is not None and f"imagecodecs >= {codecs.HTJ2K_IMAGECODECS}" in problem
+    assert imagecodecs.__version__ in problem and problem.endswith("available depth profiles: jpeg2000, jpeg2000_strict")
+    with pytest.raises(RuntimeError) as e:
+        codecs.encode_depth(np.zeros((8, 8), np.uint16), "htj2k")
+    assert str(e.value) == problem
+    assert codecs.depth_profile_problem("jpeg2000") is None
+    assert "unknown depth profile 'png'" in codecs.depth_profile_problem("png")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rgbd_writer import codecs, schema
-from rgbd_writer.errors import EpisodeStateError, FileStateError, SchemaError
+from rgbd_writer.errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
 from rgbd_writer.validate import validate_file
 from rgbd_writer.writer import RgbdConfig, RgbdWriter
 
@@ -254,6 +254,7 @@ def test_discard_restores_the_file_byte_for_byte(written):
         assert f[schema.RGB].shape[0] == f.attrs["total_observations"]
 
 
+@pytest.mark.skipif(not codecs.htj2k_available(), reason="this imagecodecs encodes no HTJ2K")
 def test_depth_inputs_metres_and_millimetres_and_htj2k_profile(tmp_path):
     path = str(tmp_path / "ht.hdf5")
     _, depth_m, _ = cw.frame(5, 0)
@@ -358,3 +359,22 @@ def test_delete_last_episode_then_append(written):
         with pytest.raises(EpisodeStateError, match="no episode"):
             w.delete_last_episode()
     assert validate_file(written) == []
+
+
+def test_htj2k_without_an_encoder_is_refused_when_configured_and_when_a_frame_comes(tmp_path, monkeypatch):
+    """Not an encoder thread's AttributeError at the first frame: the recorder and the converter refuse it when
+    they make their writer's config (at start), the writer before it queues a frame, naming the profiles there
+    are. The parameters themselves still load (a config file is not wrong on another install)."""
+    from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_config
+
+    monkeypatch.setattr(codecs, "htj2k_available", lambda: False)
+    RgbdRecorderConfig(depth_codec="htj2k").validate()
+    with pytest.raises(RgbdError, match=r"depth_codec: depth profile 'htj2k' is unavailable.*jpeg2000, jpeg2000_strict$"):
+        rgbd_writer_config(RgbdRecorderConfig(depth_codec="htj2k"))
+    assert rgbd_writer_config(RgbdRecorderConfig(depth_codec="jpeg2000_strict")).depth_codec == "jpeg2000_strict"
+    rgb, depth, _ = cw.frame(1, 0)
+    with RgbdWriter(str(tmp_path / "ht.hdf5"), cfg(depth_codec="htj2k")) as w:
+        w.start_episode()
+        with pytest.raises(RgbdError, match=f"needs imagecodecs >= {codecs.HTJ2K_IMAGECODECS}"):
+            w.add_observation(rgb, depth)
+        w.discard_episode()

@@ -10,10 +10,11 @@ import threading
 import time
 
 import pytest
-from rclpy.task import Future
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from rclpy.task import Future  # noqa: E402
 
-from piper_recorder import sim_session
-from piper_recorder.sim_session import DemoError, SimSession
+from piper_recorder import sim_session  # noqa: E402
+from piper_recorder.sim_session import DemoError, SimSession  # noqa: E402
 
 
 class _Graph:

@@ -13,15 +13,16 @@ import time
 
 import pytest
 
-from std_msgs.msg import String
+pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+from std_msgs.msg import String  # noqa: E402
 
-from proc import ProcGroup
-from test_recorder_lerobot import REC, episodes, recorder_args
-from test_recorder_rig import Rig
+from proc import ProcGroup  # noqa: E402
+from test_recorder_lerobot import REC, episodes, recorder_args  # noqa: E402
+from test_recorder_rig import Rig  # noqa: E402
 
-from piper_recorder.nodes.common import ns_to_stamp
-from piper_recorder.nodes.teleop import HAPTIC_PATTERNS
-from piper_recorder.teleop.haptics import HapticConfig
+from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
+from piper_recorder.nodes.teleop import HAPTIC_PATTERNS  # noqa: E402
+from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 CALL_TIMEOUT_S = 2.0

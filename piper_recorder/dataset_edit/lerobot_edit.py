@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
@@ -289,7 +289,7 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
 def edit_record(op: str, sources: list[Path], picks: list[Pick], **extra: Any) -> dict[str, Any]:
     """This edit's line in ``meta/dataset_edits.jsonl``."""
     return {"tool": TOOL, "version": __version__, "operation": op,
-            "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "sources": [str(p) for p in sources],
             "episodes_from": [[p.source, p.episode] for p in picks], **extra}
 

@@ -166,8 +166,8 @@ class ImpedanceBackend:
         self.cfg, self.link = cfg, link
         self.kp, self.kd, self.t_ff = (np.array(v, dtype=float) for v in (cfg.kp, cfg.kd, cfg.t_ff))
         self.q_min, self.q_max = np.array(cfg.joint_min), np.array(cfg.joint_max)
-        self.gravity = np.zeros(6)
-        self.q_cmd = np.zeros(6)
+        self.gravity: np.ndarray = np.zeros(6)
+        self.q_cmd: np.ndarray = np.zeros(6)
         self.v_cmd = np.zeros(6)
         self._phase = "idle"  # idle -> sampling -> mit
         self._samples: list[np.ndarray] = []

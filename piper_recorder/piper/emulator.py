@@ -72,11 +72,11 @@ class PiperEmulator:
         self.dialect = mit_dialect(self.cfg.firmware)   # how this firmware reads JointMitCtrl
         self._lock = threading.Lock()
         self.q = np.array(self.cfg.q_init, dtype=float)
-        self.dq = np.zeros(6)
+        self.dq: np.ndarray = np.zeros(6)
         self.q_min, self.q_max = np.array(self.cfg.q_min), np.array(self.cfg.q_max)
         self._q_lo, self._q_hi = self.q_min.tolist(), self.q_max.tolist()   # for the tick's scalar math
         self.q_target = self.q.copy()
-        self.tau_out = np.zeros(6)
+        self.tau_out: np.ndarray = np.zeros(6)
         self.enabled = False
         self.ctrl_mode = 0x00      # 0 standby, 1 CAN command
         self.move_mode = MOVE_P

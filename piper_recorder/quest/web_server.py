@@ -147,7 +147,7 @@ def port_clash(endpoints: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
 
 def asset(name: str) -> bytes:
     """One of the page's files, from the installed package (package_data)."""
-    return resources.files("piper_recorder.quest").joinpath("web", name).read_bytes()
+    return resources.files("piper_recorder.quest").joinpath("web").joinpath(name).read_bytes()
 
 
 def origin_allowed(origin: str | None, host_header: str | None) -> bool:
@@ -342,7 +342,7 @@ class WebRelay:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.cfg.request_timeout_s)
-            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ssl.SSLError):
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ssl.SSLError):
                 self.counters["http_incomplete"] += 1
                 return
             lines = head.decode("latin-1").split("\r\n")
@@ -376,7 +376,7 @@ class WebRelay:
             if not writer.is_closing():
                 try:
                     await asyncio.wait_for(writer.drain(), self.cfg.request_timeout_s)
-                except (TimeoutError, ConnectionError, RuntimeError):
+                except (asyncio.TimeoutError, ConnectionError, RuntimeError):
                     pass
                 writer.close()
             self._writers.discard(writer)
@@ -422,7 +422,7 @@ class WebRelay:
             while not page.closed:
                 try:
                     msg = await asyncio.wait_for(frames.read(), self.cfg.page_timeout_s)
-                except TimeoutError:
+                except asyncio.TimeoutError:
                     self.counters["page_timeouts"] += 1
                     page.close(CLOSE_NORMAL, "silent")
                     break

@@ -23,6 +23,7 @@ from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, C
                                   DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, LEROBOT_RECORDER, QUEST_HELLO, QUEST_RAW,
                                   REWARD, RGBD_RECORDER, camera_topic, check_topic_pattern)
 from piper_recorder.effective_config import effective_params
+from piper_recorder.errors import RgbdError
 from piper_recorder.params_file import node_params, read_params_file
 
 from .verdict import VerdictConfig
@@ -242,7 +243,7 @@ class RgbdRecorderConfig(RecorderConfig):
     depth_topic_pattern: str = DEPTH_TOPIC_PATTERN
     reward_topic: str = REWARD           # optional; rewards are 0 without it
     rgb_jpeg_quality: int = 88
-    depth_codec: str = "jpeg2000"        # jpeg2000 | htj2k
+    depth_codec: str = "jpeg2000"        # jpeg2000 | jpeg2000_strict | htj2k (needs an imagecodecs with HTJ2K)
     depth_min_m: float = 0.1
     depth_max_m: float = 6.0
 
@@ -304,9 +305,14 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
 
 def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
                        producer: str = RGBD_RECORDER, table: FeatureTable = PIPER_TABLE) -> RgbdConfig:
-    """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"]."""
+    """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"]. Raises
+    RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
+    recorder and the converter say so when they start, not at their first frame."""
+    from rgbd_writer.codecs import depth_profile_problem
     from rgbd_writer.writer import RgbdConfig
 
+    if problem := depth_profile_problem(cfg.depth_codec):
+        raise RgbdError(f"depth_codec: {problem}")
     (cam, c), = (cfg.camera_topics() if cameras is None else cameras).items()
     env = {"source": f"piper_recorder {producer}", "robot": "agilex_piper", "fps": cfg.fps, "camera": cam,
            "state_terms": list(table.rgbd_keys("state")),

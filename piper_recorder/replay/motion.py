@@ -85,7 +85,7 @@ class TrackingStats:
             return {"samples": len(self.commanded)}
         raw = self._errors(0.0)
         lags = np.arange(0.0, self.max_lag_s + 1e-9, 0.005)
-        rms = [float(np.sqrt(np.mean(e ** 2))) if e.size else np.inf for e in map(self._errors, lags)]
+        rms = [float(np.sqrt(np.mean(e ** 2))) if e.size else np.inf for e in map(self._errors, lags.tolist())]
         best = int(np.argmin(rms))
         comp = self._errors(float(lags[best]))
         return {"samples": len(self.commanded), "rms_m": float(np.sqrt(np.mean(raw ** 2))),

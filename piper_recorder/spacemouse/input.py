@@ -138,7 +138,7 @@ class SpaceMouseInput:
         self.device_state, self.device_detail = "closed", ""
         self.clutch_on = False
         self.gripper_closed = False
-        self.p = np.zeros(3)
+        self.p: np.ndarray = np.zeros(3)
         self.q = np.array([0.0, 0.0, 0.0, 1.0])
         self._v = np.zeros(3)          # arm base frame, m/s
         self._w = np.zeros(3)          # rad/s

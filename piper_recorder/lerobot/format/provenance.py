@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import uuid
-from datetime import datetime, UTC
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ def begin_session(root: Path, record: dict, writer_version: str, refuse: bool) -
     previous = sessions[-1] if sessions else None
     full = copy.deepcopy(record)
     full.update(session_id=uuid.uuid4().hex,
-                started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+                started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                 writer_version=writer_version)
     changes = binding_changes(previous, full)
     if changes:

@@ -62,7 +62,7 @@ class _Episode:
 
     def __init__(self, index: int, task: str, task_index: int, staging: Path, width: int):
         self.index, self.task, self.task_index, self.staging = index, task, task_index, staging
-        self.rows = np.empty((256, width), np.float32)
+        self.rows: np.ndarray = np.empty((256, width), np.float32)
         self.times: list[float] = []
         self.encoders: dict[str, VideoEncoder] = {}
         self.samplers: dict[str, episode_stats.ImageSampler] = {}  # fed by VideoEncoder.add (each frame queued)
