@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
@@ -126,7 +126,7 @@ class SimCamera(Node):
     def _fault_plan(cfg: SimCameraConfig, origin_s: float) -> FaultPlan:
         return FaultPlan(cfg.pause_at_s, cfg.pause_s, cfg.drop_every_n, cfg.jitter_ms, origin_s, cfg.seed)
 
-    def _on_set_parameters(self, params: list[Parameter[Any]]) -> SetParametersResult:
+    def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """Fault parameters may change at runtime; a new pause counts from the moment it is set."""
         changed = {p.name: p.value for p in params}
         fault_keys = {"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"}
