@@ -29,7 +29,7 @@ import yaml
 
 from piper_recorder.effective_config import COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, derived_params, profile_text
 from piper_recorder.errors import PiperError
-from piper_recorder.names import POLICY_ACTOR, RECORDER_NODES
+from piper_recorder.names import CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, POLICY_ACTOR, RECORDER_NODES
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
@@ -194,19 +194,30 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
 # 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
 # the other's names, so a camera section's profiles are given under both.
 REALSENSE_PROFILE_ALIASES = {COLOR_PROFILE: "rgb_camera.profile", DEPTH_PROFILE: "depth_module.profile"}
+# The QoS parameters of realsense2_camera's images and camera_info (names.CAMERA_IMAGE_QOS), and the values
+# they accept: the names of rmw's predefined profiles (realsense-ros ros_utils.cpp, qos_string_to_qos).
+REALSENSE_QOS = {"color_qos": CAMERA_IMAGE_QOS, "depth_qos": CAMERA_IMAGE_QOS,
+                 "color_info_qos": CAMERA_INFO_QOS, "depth_info_qos": CAMERA_INFO_QOS}
+REALSENSE_QOS_NAMES = ("SYSTEM_DEFAULT", "DEFAULT", "PARAMETER_EVENTS", "SERVICES_DEFAULT", "PARAMETERS",
+                       "SENSOR_DATA")
 # What the recorders need of every realsense2_camera: colour and depth, depth aligned to colour, the
-# streams synchronised, no point cloud. A camera's section states only its serial_no (and a profile, or
-# one of these, where it differs).
+# streams synchronised, no point cloud, the QoS above. A camera's section states only its serial_no (and a
+# profile, or one of these, where it differs).
 REALSENSE_DEFAULTS: dict[str, Any] = {"enable_color": True, "enable_depth": True, "align_depth.enable": True,
-                                      "enable_sync": True, "pointcloud.enable": False}
+                                      "enable_sync": True, "pointcloud.enable": False, **REALSENSE_QOS}
 
 
 def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
     """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section: its
     ``camera_name``, what the section does not state of REALSENSE_DEFAULTS and of the profile (colour:
     ``names.CAMERA``; depth: the colour one), and each profile under the older wrappers' name too
-    (REALSENSE_PROFILE_ALIASES)."""
+    (REALSENSE_PROFILE_ALIASES). A QoS the driver does not know is refused (it would stop the driver when the
+    stream starts)."""
     section = cfg.get(camera, {})
+    for key in REALSENSE_QOS:
+        if key in section and section[key] not in REALSENSE_QOS_NAMES:
+            raise LaunchError(f"{camera}.{key} {section[key]!r}: realsense2_camera takes one of "
+                              f"{', '.join(REALSENSE_QOS_NAMES)}")
     color = section.get(COLOR_PROFILE, profile_text())
     full = {**REALSENSE_DEFAULTS, COLOR_PROFILE: color, DEPTH_PROFILE: section.get(DEPTH_PROFILE, color)}
     full.update({old: full[new] for new, old in REALSENSE_PROFILE_ALIASES.items()})

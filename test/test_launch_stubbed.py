@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import yaml
+
 from piper_recorder import launcher
 from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
 from piper_recorder.params_file import read_params_file
@@ -175,6 +177,52 @@ def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_
         assert section["depth_module.depth_profile"] == section["depth_module.profile"] == "640x480x30"  # 4.0.1-4.54.1
         assert section["camera_name"] == cam and label(a) == cam
     assert {label(a) for a in actions if isinstance(a, Node)} >= OUR_NODES
+
+
+def robot_config(tmp_path: Path, **sections: dict) -> Path:
+    """config/robot.yaml with each named camera section updated by the given parameters."""
+    raw = yaml.safe_load((ROOT / "config" / "robot.yaml").read_text())
+    for cam, params in sections.items():
+        raw[cam]["ros__parameters"].update(params)
+    path = tmp_path / "robot.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def camera_nodes(actions: list[Action]) -> dict[str, dict]:
+    """camera -> what its realsense2_camera_node gets: its config section, then the launch file's dict."""
+    out = {}
+    for a in actions:
+        if isinstance(a, Node) and a.kwargs["package"] == "realsense2_camera":
+            config_file, extra = a.kwargs["parameters"]
+            out[a.kwargs["name"]] = {**read_params_file(config_file).get(a.kwargs["name"], {}), **extra}
+    return out
+
+
+def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_launch):
+    """realsense2_camera's default image QoS, SYSTEM_DEFAULT, is a keep-last 1 writer on Fast DDS: the launch
+    names a reliable profile deep enough for a recorder's history, for the colour (and so the aligned depth)
+    and the depth stream, and keeps camera_info at the driver's DEFAULT."""
+    from rclpy.qos import HistoryPolicy, QoSPresetProfiles, ReliabilityPolicy
+
+    from piper_recorder.nodes.common import recorder_image_qos
+
+    nodes = camera_nodes(graph("robot"))
+    assert list(nodes) == ["cam_front", "cam_wrist"]
+    for cam, params in nodes.items():
+        assert params["color_qos"] == params["depth_qos"] == "PARAMETERS", cam
+        assert params["color_info_qos"] == params["depth_info_qos"] == "DEFAULT", cam
+    image = QoSPresetProfiles[nodes["cam_front"]["color_qos"]].value
+    assert image.reliability == ReliabilityPolicy.RELIABLE and image.history == HistoryPolicy.KEEP_LAST
+    assert image.depth >= recorder_image_qos(30.0).depth >= 30      # a second of frames, at least
+
+
+def test_robot_launch_refuses_an_image_qos_the_driver_does_not_know(stub_launch, tmp_path):
+    with pytest.raises(launcher.LaunchError, match=r"cam_wrist.color_qos 'BEST_EFFORT': realsense2_camera takes "
+                                                   r"one of SYSTEM_DEFAULT, DEFAULT"):
+        graph("robot", config=str(robot_config(tmp_path, cam_wrist={"color_qos": "BEST_EFFORT"})))
+    nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"depth_qos": "DEFAULT"}))))
+    assert nodes["cam_wrist"]["depth_qos"] == "DEFAULT" and nodes["cam_front"]["depth_qos"] == "PARAMETERS"
 
 
 def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):
