@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from piper_recorder.effective_config import COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, derived_params, profile_text
+from piper_recorder.effective_config import (COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, color_profile_key,
+                                             derived_params, profile_text)
 from piper_recorder.errors import PiperError
 from piper_recorder.names import CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, POLICY_ACTOR, RECORDER_NODES
 from piper_recorder.params_file import read_params_file
@@ -192,7 +193,8 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
 
 # realsense-ros >= 4.55.1 reads one profile per stream (rgb_camera.color_profile, depth_module.depth_profile);
 # 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
-# the other's names, so a camera section's profiles are given under both.
+# the other's names, so a camera section's profiles are given under both. A D405's colour profile is
+# depth_module.color_profile (effective_config.color_profile_key), its module's older name depth_module.profile.
 REALSENSE_PROFILE_ALIASES = {COLOR_PROFILE: "rgb_camera.profile", DEPTH_PROFILE: "depth_module.profile"}
 # The QoS parameters of realsense2_camera's images and camera_info (names.CAMERA_IMAGE_QOS), and the values
 # they accept: the names of rmw's predefined profiles (realsense-ros ros_utils.cpp, qos_string_to_qos).
@@ -210,17 +212,18 @@ REALSENSE_DEFAULTS: dict[str, Any] = {"enable_color": True, "enable_depth": True
 def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
     """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section: its
     ``camera_name``, what the section does not state of REALSENSE_DEFAULTS and of the profile (colour:
-    ``names.CAMERA``; depth: the colour one), and each profile under the older wrappers' name too
-    (REALSENSE_PROFILE_ALIASES). A QoS the driver does not know is refused (it would stop the driver when the
-    stream starts)."""
+    ``names.CAMERA``, under the model's name for it, ``effective_config.color_profile_key``; depth: the colour
+    one), and each profile under the older wrappers' name too (REALSENSE_PROFILE_ALIASES). A QoS the driver
+    does not know is refused (it would stop the driver when the stream starts)."""
     section = cfg.get(camera, {})
     for key in REALSENSE_QOS:
         if key in section and section[key] not in REALSENSE_QOS_NAMES:
             raise LaunchError(f"{camera}.{key} {section[key]!r}: realsense2_camera takes one of "
                               f"{', '.join(REALSENSE_QOS_NAMES)}")
-    color = section.get(COLOR_PROFILE, profile_text())
-    full = {**REALSENSE_DEFAULTS, COLOR_PROFILE: color, DEPTH_PROFILE: section.get(DEPTH_PROFILE, color)}
-    full.update({old: full[new] for new, old in REALSENSE_PROFILE_ALIASES.items()})
+    color_key = color_profile_key(section)
+    color = section.get(color_key, profile_text())
+    full = {**REALSENSE_DEFAULTS, color_key: color, DEPTH_PROFILE: section.get(DEPTH_PROFILE, color)}
+    full.update({old: full[new] for new, old in REALSENSE_PROFILE_ALIASES.items() if new in full})
     out = {k: v for k, v in full.items() if k not in section}
     out["camera_name"] = camera
     return out

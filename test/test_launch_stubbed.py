@@ -225,6 +225,29 @@ def test_robot_launch_refuses_an_image_qos_the_driver_does_not_know(stub_launch,
     assert nodes["cam_wrist"]["depth_qos"] == "DEFAULT" and nodes["cam_front"]["depth_qos"] == "PARAMETERS"
 
 
+def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stub_launch, tmp_path):
+    """A D405 (device_type d405) streams colour from its stereo module: realsense2_camera reads that profile
+    from depth_module.color_profile and ignores rgb_camera.color_profile there; every other model keeps
+    rgb_camera.color_profile (and rgb_camera.profile for the older wrappers)."""
+    nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405"}))))
+    wrist, front = nodes["cam_wrist"], nodes["cam_front"]
+    assert wrist["depth_module.color_profile"] == wrist["depth_module.depth_profile"] == "640x480x30"
+    assert wrist["depth_module.profile"] == "640x480x30"          # 4.0.1-4.54.1: one profile per module
+    assert not {"rgb_camera.color_profile", "rgb_camera.profile"} & set(wrist)
+    assert front["rgb_camera.color_profile"] == front["rgb_camera.profile"] == "640x480x30"
+    assert "depth_module.color_profile" not in front
+    # a D405's own size reaches the recorders, as an rgb_camera.color_profile of another model does
+    cfg = robot_config(tmp_path, cam_wrist={"device_type": "D405", "depth_module.color_profile": "848x480x30"})
+    actions = graph("robot", config=str(cfg))
+    assert camera_nodes(actions)["cam_wrist"]["depth_module.depth_profile"] == "848x480x30"
+    (rec,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "lerobot_recorder"]
+    assert rec.kwargs["parameters"][1]["camera_widths"] == [640, 848]
+    with pytest.raises(launcher.LaunchError, match=r"cam_wrist.rgb_camera.color_profile: cam_wrist is a D405 .* "
+                                                   r"depth_module.color_profile"):
+        graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405",
+                                                                    "rgb_camera.color_profile": "848x480x30"})))
+
+
 def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):
     plan = plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path)
     cfg = read_params_file(plan.params_file)
