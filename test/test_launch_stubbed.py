@@ -6,7 +6,8 @@ each process labelled with its node name (launch labels a process with ``exec_na
 basename of the first word of its command line, which a ``prefix`` such as ``nice -n 5`` replaces:
 launch/descriptions/executable.py), the RealSense profiles under both wrapper generations' names,
 and the pip launcher finding its scripts in a colcon install. test_launch_files.py evaluates the same
-files with the real `launch_ros` wherever it is importable.
+files with the real `launch_ros` wherever it is importable. The stand-in ament index knows this package
+and, when a test installs one, a realsense2_camera of a given version (its package.xml).
 """
 from __future__ import annotations
 
@@ -51,6 +52,14 @@ class SetEnvironmentVariable(Action):
     pass
 
 
+class LogInfo(Action):
+    pass
+
+
+class PackageNotFoundError(KeyError):
+    pass
+
+
 class UnsetEnvironmentVariable(Action):
     pass
 
@@ -70,11 +79,21 @@ def _module(name: str, **attrs) -> types.ModuleType:
 
 
 @pytest.fixture
-def stub_launch(monkeypatch):
+def stub_launch(monkeypatch) -> dict[str, Path]:
+    """Stand-ins for launch, launch_ros and the ament index; returns the index's package -> share directory
+    (a test adds realsense2_camera with ``install_realsense``)."""
+    shares = {"piper_recorder": ROOT}
+
+    def get_package_share_directory(pkg: str) -> str:
+        if pkg not in shares:
+            raise PackageNotFoundError(pkg)
+        return str(shares[pkg])
+
     mods = {
         "launch": _module("launch", LaunchDescription=Action),
         "launch.actions": _module("launch.actions", DeclareLaunchArgument=Action, ExecuteProcess=ExecuteProcess,
-                                  OpaqueFunction=OpaqueFunction, SetEnvironmentVariable=SetEnvironmentVariable,
+                                  LogInfo=LogInfo, OpaqueFunction=OpaqueFunction,
+                                  SetEnvironmentVariable=SetEnvironmentVariable,
                                   UnsetEnvironmentVariable=UnsetEnvironmentVariable),
         "launch.substitutions": _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
         "launch_ros": _module("launch_ros"),
@@ -82,10 +101,22 @@ def stub_launch(monkeypatch):
         "launch_ros.substitutions": _module("launch_ros.substitutions", ExecutableInPackage=Action),
         "ament_index_python": _module("ament_index_python"),
         "ament_index_python.packages": _module("ament_index_python.packages",
-                                               get_package_share_directory=lambda _pkg: str(ROOT)),
+                                               get_package_share_directory=get_package_share_directory,
+                                               PackageNotFoundError=PackageNotFoundError),
     }
     for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
+    return shares
+
+
+def install_realsense(shares: dict[str, Path], tmp_path: Path, version: str) -> Path:
+    """A realsense2_camera share directory in the stand-in ament index, with the package.xml of ``version``."""
+    share = tmp_path / f"realsense2_camera-{version}" / "share" / "realsense2_camera"
+    share.mkdir(parents=True)
+    (share / "package.xml").write_text(f'<?xml version="1.0"?>\n<package format="3">\n  <name>realsense2_camera'
+                                       f'</name>\n  <version>{version}</version>\n</package>\n')
+    shares["realsense2_camera"] = share
+    return share / "package.xml"
 
 
 def graph(name: str, **args: str) -> list[Action]:
@@ -246,6 +277,33 @@ def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stu
                                                    r"depth_module.color_profile"):
         graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405",
                                                                     "rgb_camera.color_profile": "848x480x30"})))
+
+
+def test_robot_launch_refuses_a_realsense_driver_whose_cameras_would_share_topics(stub_launch, tmp_path):
+    """realsense2_camera 4.54.1 and older name topics relative to the node's namespace: both cameras, started in
+    the root namespace, would publish /color/image_raw. The launch refuses it, naming the version and the
+    fix; 4.55.1 and later (Jazzy's 4.55-4.58) start; without the driver in the index the check is a note."""
+    xml = install_realsense(stub_launch, tmp_path, "4.54.1")
+    with pytest.raises(launcher.LaunchError) as err:
+        graph("robot")
+    msg = str(err.value)
+    assert f"realsense2_camera 4.54.1 ({xml})" in msg and "/color/image_raw" in msg
+    assert "Install realsense2_camera >= 4.55.1" in msg and "ros-$ROS_DISTRO-realsense2-camera" in msg
+    with pytest.raises(launcher.LaunchError, match="4.54.1"):   # piper-launch robot: the same graph, refused too
+        plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path / "run")
+    for version in ("4.55.1", "4.58.0"):
+        install_realsense(stub_launch, tmp_path, version)
+        actions = graph("robot")
+        assert not [a for a in actions if isinstance(a, LogInfo)], version
+        assert list(camera_nodes(actions)) == ["cam_front", "cam_wrist"]
+    del stub_launch["realsense2_camera"]
+    actions = graph("robot")
+    (note,) = [a.kwargs["msg"] for a in actions if isinstance(a, LogInfo)]   # once, however many cameras
+    assert "realsense2_camera not found through the ament index: its version was not checked" in note
+    assert list(camera_nodes(actions)) == ["cam_front", "cam_wrist"]
+    plan = plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path / "run")
+    assert plan.notes == [note]
+    assert not [a for a in graph("sim") if isinstance(a, LogInfo)]    # the sim graph starts no driver
 
 
 def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):
