@@ -2,12 +2,14 @@
 
 One ``realsense2_camera`` node per camera in ``piper_launch.cameras``, started with ``name=<camera>``
 in the root namespace so that its topics are ``/<camera>/color/image_raw`` and
-``/<camera>/aligned_depth_to_color/image_raw`` (realsense2_camera 4.x names topics
-``/<camera_namespace>/<camera_name>/...``). Its serial_no comes from the camera's section of the config,
-and what the recorders need of it (rgb_camera.color_profile and depth_module.depth_profile 640x480x30,
-align_depth.enable, enable_sync, ...) from ``launcher.realsense_parameters`` unless the section states
-it; the profiles are also given under the names realsense-ros before 4.55.1 reads (rgb_camera.profile,
-depth_module.profile). The recorders' camera lists and serials follow ``piper_launch.cameras``
+``/<camera>/aligned_depth_to_color/image_raw`` (realsense2_camera >= 4.55.1 names topics
+``/<camera_namespace>/<camera_name>/...``; an older one, found through the ament index, is refused:
+its topics would be ``/color/image_raw`` for every camera). Its serial_no comes from the camera's section of
+the config, and what the recorders need of it (rgb_camera.color_profile, a D405's depth_module.color_profile,
+and depth_module.depth_profile 640x480x30, the image QoS color_qos/depth_qos, align_depth.enable,
+enable_sync, ...) from ``launcher.realsense_parameters`` unless the section states it; the profiles are also
+given under the names realsense-ros before 4.55.1 reads (rgb_camera.profile, depth_module.profile). The
+recorders' camera lists and serials follow ``piper_launch.cameras``
 (``piper_recorder.effective_config``). Each process's output
 is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward
 tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders. The graph itself is
@@ -24,7 +26,7 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import (DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable,
+from launch.actions import (DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction, SetEnvironmentVariable,
                             UnsetEnvironmentVariable)
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
@@ -45,7 +47,9 @@ def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
 def _graph(context, *_args, **_kwargs):
     arg = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
     config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "robot.yaml")
-    return [_action(p, config) for p in launch_graph("robot", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})]
+    graph = launch_graph("robot", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})
+    notes = dict.fromkeys(note for p in graph for note in p.notes)   # each once
+    return [LogInfo(msg=note) for note in notes] + [_action(p, config) for p in graph]
 
 
 def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:

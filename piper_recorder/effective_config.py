@@ -2,8 +2,8 @@
 
 The cameras are stated once in a parameter file (config/sim.yaml, config/robot.yaml): their names in
 ``piper_launch.cameras``, and each camera's serial and profile in its own section (a sim_camera's
-``serial``, ``width``, ``height``; a realsense2_camera's ``serial_no`` and ``rgb_camera.color_profile``;
-unstated, the profile is ``names.CAMERA``). The nodes that follow the cameras get their lists from
+``serial``, ``width``, ``height``; a realsense2_camera's ``serial_no`` and ``rgb_camera.color_profile``, a
+D405's ``depth_module.color_profile``: ``color_profile_key``; unstated, the profile is ``names.CAMERA``). The nodes that follow the cameras get their lists from
 ``derived_params``: the LeRobot recorder records every camera (``cameras``), the RGB-D recorder the
 first (``camera``), each with their serials (``camera_serials``, provenance) and, when a camera states
 its size, that size (``camera_heights``/``camera_widths``, ``camera_height``/``camera_width``);
@@ -36,6 +36,11 @@ LAUNCH_SECTION = "piper_launch"   # not a node: what the launchers start (camera
 SERIAL_KEYS = ("serial", "serial_no")                      # sim_camera's, realsense2_camera's
 SIZE_KEYS = ("height", "width")                            # sim_camera's
 COLOR_PROFILE, DEPTH_PROFILE = "rgb_camera.color_profile", "depth_module.depth_profile"   # realsense-ros >= 4.55.1
+# A D405 has no RGB module: its colour stream is its stereo module's, whose profile realsense-ros reads from
+# depth_module.color_profile (rgb_camera.color_profile is ignored there). A camera's section says it is a D405
+# through realsense2_camera's own device_type, with which the driver also opens only a device of that name.
+D405_COLOR_PROFILE = "depth_module.color_profile"
+DEVICE_TYPE = "device_type"
 UNKNOWN = "unknown"               # a serial no section states (the session record's word for it)
 _PROFILE = re.compile(r"^\s*(\d+)\s*[x,]\s*(\d+)\s*[x,]\s*(\d+)\s*$")   # WxHxFPS (realsense-ros also takes W,H,FPS)
 
@@ -45,6 +50,17 @@ Doc = Mapping[str, Mapping[str, Any]]
 def profile_text(width: int = CAMERA.width, height: int = CAMERA.height, fps: int = CAMERA.fps) -> str:
     """A realsense-ros profile string, ``640x480x30``; the defaults: the camera profile (``names.CAMERA``)."""
     return f"{width}x{height}x{fps}"
+
+
+def is_d405(section: Mapping[str, Any]) -> bool:
+    """Whether a realsense2_camera section is a D405's: its ``device_type`` names one (``d405``, any case)."""
+    return re.search("d405", str(section.get(DEVICE_TYPE) or ""), re.IGNORECASE) is not None
+
+
+def color_profile_key(section: Mapping[str, Any]) -> str:
+    """The parameter realsense-ros reads a camera's colour profile from: ``D405_COLOR_PROFILE`` for a D405,
+    ``COLOR_PROFILE`` for every other model."""
+    return D405_COLOR_PROFILE if is_d405(section) else COLOR_PROFILE
 
 
 @dataclass(frozen=True)
@@ -63,10 +79,15 @@ class CameraSection:
         key = next((k for k in SERIAL_KEYS if section.get(k) not in (None, "")), SERIAL_KEYS[0])
         serial = section.get(key)
         height, width = (section.get(k) for k in SIZE_KEYS)
-        if COLOR_PROFILE in section:
-            m = _PROFILE.match(str(section[COLOR_PROFILE]))
+        profile = color_profile_key(section)
+        if profile != COLOR_PROFILE and COLOR_PROFILE in section:
+            raise ValueError(f"{name}.{COLOR_PROFILE}: {name} is a D405 ({name}.{DEVICE_TYPE} "
+                             f"{section[DEVICE_TYPE]!r}), whose colour profile realsense2_camera reads from "
+                             f"{profile}: state it there")
+        if profile in section:
+            m = _PROFILE.match(str(section[profile]))
             if not m:
-                raise ValueError(f"{name}.{COLOR_PROFILE}: expected WIDTHxHEIGHTxFPS, got {section[COLOR_PROFILE]!r}")
+                raise ValueError(f"{name}.{profile}: expected WIDTHxHEIGHTxFPS, got {section[profile]!r}")
             width, height = int(m.group(1)), int(m.group(2))
         return cls(name, None if serial in (None, "") else str(serial), key,
                    None if height is None else int(height), None if width is None else int(width))

@@ -17,9 +17,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import sys
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -28,9 +30,11 @@ from typing import Any
 import yaml
 
 from piper_recorder.dashboard.model import is_loopback
-from piper_recorder.effective_config import COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, derived_params, profile_text
+from piper_recorder.effective_config import (COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, color_profile_key,
+                                             derived_params, profile_text)
 from piper_recorder.errors import PiperError
-from piper_recorder.names import POLICY_ACTOR, RECORDER_NODES
+from piper_recorder.names import (CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, COLOR_IMAGE, COLOR_TOPIC_PATTERN, POLICY_ACTOR,
+                                  RECORDER_NODES, camera_topic)
 from piper_recorder.params_file import read_params_file
 from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
@@ -193,27 +197,80 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
 
 # realsense-ros >= 4.55.1 reads one profile per stream (rgb_camera.color_profile, depth_module.depth_profile);
 # 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
-# the other's names, so a camera section's profiles are given under both.
+# the other's names, so a camera section's profiles are given under both. A D405's colour profile is
+# depth_module.color_profile (effective_config.color_profile_key), its module's older name depth_module.profile.
 REALSENSE_PROFILE_ALIASES = {COLOR_PROFILE: "rgb_camera.profile", DEPTH_PROFILE: "depth_module.profile"}
+# The QoS parameters of realsense2_camera's images and camera_info (names.CAMERA_IMAGE_QOS), and the values
+# they accept: the names of rmw's predefined profiles (realsense-ros ros_utils.cpp, qos_string_to_qos).
+REALSENSE_QOS = {"color_qos": CAMERA_IMAGE_QOS, "depth_qos": CAMERA_IMAGE_QOS,
+                 "color_info_qos": CAMERA_INFO_QOS, "depth_info_qos": CAMERA_INFO_QOS}
+REALSENSE_QOS_NAMES = ("SYSTEM_DEFAULT", "DEFAULT", "PARAMETER_EVENTS", "SERVICES_DEFAULT", "PARAMETERS",
+                       "SENSOR_DATA")
 # What the recorders need of every realsense2_camera: colour and depth, depth aligned to colour, the
-# streams synchronised, no point cloud. A camera's section states only its serial_no (and a profile, or
-# one of these, where it differs).
+# streams synchronised, no point cloud, the QoS above. A camera's section states only its serial_no (and a
+# profile, or one of these, where it differs).
 REALSENSE_DEFAULTS: dict[str, Any] = {"enable_color": True, "enable_depth": True, "align_depth.enable": True,
-                                      "enable_sync": True, "pointcloud.enable": False}
+                                      "enable_sync": True, "pointcloud.enable": False, **REALSENSE_QOS}
 
 
 def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
     """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section: its
     ``camera_name``, what the section does not state of REALSENSE_DEFAULTS and of the profile (colour:
-    ``names.CAMERA``; depth: the colour one), and each profile under the older wrappers' name too
-    (REALSENSE_PROFILE_ALIASES)."""
+    ``names.CAMERA``, under the model's name for it, ``effective_config.color_profile_key``; depth: the colour
+    one), and each profile under the older wrappers' name too (REALSENSE_PROFILE_ALIASES). A QoS the driver
+    does not know is refused (it would stop the driver when the stream starts)."""
     section = cfg.get(camera, {})
-    color = section.get(COLOR_PROFILE, profile_text())
-    full = {**REALSENSE_DEFAULTS, COLOR_PROFILE: color, DEPTH_PROFILE: section.get(DEPTH_PROFILE, color)}
-    full.update({old: full[new] for new, old in REALSENSE_PROFILE_ALIASES.items()})
+    for key in REALSENSE_QOS:
+        if key in section and section[key] not in REALSENSE_QOS_NAMES:
+            raise LaunchError(f"{camera}.{key} {section[key]!r}: realsense2_camera takes one of "
+                              f"{', '.join(REALSENSE_QOS_NAMES)}")
+    color_key = color_profile_key(section)
+    color = section.get(color_key, profile_text())
+    full = {**REALSENSE_DEFAULTS, color_key: color, DEPTH_PROFILE: section.get(DEPTH_PROFILE, color)}
+    full.update({old: full[new] for new, old in REALSENSE_PROFILE_ALIASES.items() if new in full})
     out = {k: v for k, v in full.items() if k not in section}
     out["camera_name"] = camera
     return out
+
+
+REALSENSE_PACKAGE = "realsense2_camera"
+# From 4.55.1 on realsense-ros names its topics after the node (~/color/image_raw): a node named <camera> in the
+# root namespace publishes /<camera>/color/image_raw. Before, they are relative to the node's namespace: every
+# camera of the root namespace publishes /color/image_raw, the same topic.
+REALSENSE_NODE_TOPICS = (4, 55, 1)
+
+
+def realsense_version() -> tuple[tuple[int, ...], Path] | None:
+    """The installed realsense2_camera's version and its package.xml, found through the ament index; None
+    when it is not found there (no ROS install on the path, the driver not installed) or states none."""
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        xml = Path(get_package_share_directory(REALSENSE_PACKAGE)) / "package.xml"
+        text = ElementTree.parse(xml).findtext("version") or ""
+    except (ImportError, LookupError, OSError, ElementTree.ParseError):   # LookupError: PackageNotFoundError
+        return None
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", text)
+    return (tuple(int(g) for g in m.groups()), xml) if m else None
+
+
+def realsense_check() -> str | None:
+    """Refuse (LaunchError) a realsense2_camera whose topics would not be ``/<camera>/...``
+    (``REALSENSE_NODE_TOPICS``); a note when its version cannot be read, None when it fits."""
+    found = realsense_version()
+    need = ".".join(map(str, REALSENSE_NODE_TOPICS))
+    ours = camera_topic(COLOR_TOPIC_PATTERN, "<camera>")
+    if found is None:
+        return (f"{REALSENSE_PACKAGE} not found through the ament index: its version was not checked (the "
+                f"launch needs >= {need}, which publishes {ours})")
+    version, xml = found
+    if version < REALSENSE_NODE_TOPICS:
+        have = ".".join(map(str, version))
+        raise LaunchError(f"{REALSENSE_PACKAGE} {have} ({xml}) publishes its topics relative to the node's "
+                          f"namespace: every camera started in the root namespace would publish /{COLOR_IMAGE}, "
+                          f"not {ours}. Install {REALSENSE_PACKAGE} >= {need} (apt: sudo apt "
+                          f"install --only-upgrade ros-$ROS_DISTRO-realsense2-camera; or realsense-ros from source)")
+    return None
 
 
 def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
@@ -330,6 +387,7 @@ class GraphNode:
     # parameters the graph derives from other settings -> what they follow (an explicit --set of one of
     # them to another value is refused with this, never silently overwritten: plan_graph)
     derived: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()         # said when the graph starts (a check that could not be made)
 
 
 @dataclass(frozen=True)
@@ -446,6 +504,7 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     ``dashboard``, ``sim_headset``: the launch arguments ("" = ``piper_launch.dashboard``,
     ``piper_launch.sim_quest.enabled``)."""
     overrides = overrides or {}
+    cameras = list(cameras)
 
     def ours(name: str, executable: str, script: str, derived: Mapping[str, str] | None = None,
              **params: Any) -> GraphNode:
@@ -479,12 +538,14 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     for name in START_ORDER[:3]:
         if name in cfg and (use_headset or name != "quest_bridge"):  # a node without a config section is not started
             nodes.append(ours(name, name, NODE_SCRIPTS[name], why.get(name), **peer.get(name, {})))
+    driver_note = realsense_check() if mode != "sim" and cameras else None   # refuses a driver too old
     for cam in cameras:
         if mode == "sim":
             nodes.append(ours(cam, *SIM_CAMERA))
         else:
-            nodes.append(GraphNode(cam, "realsense2_camera_node", package="realsense2_camera", namespace="",
-                                   parameters=realsense_parameters(cfg, cam)))
+            nodes.append(GraphNode(cam, "realsense2_camera_node", package=REALSENSE_PACKAGE, namespace="",
+                                   parameters=realsense_parameters(cfg, cam),
+                                   notes=(driver_note,) if driver_note else ()))
     policy = policy_enabled(cfg, overrides)
     if policy:   # rollouts are data: the LeRobot rows say who acted (complementary_info.actor)
         peer.setdefault("lerobot_recorder", {})["actor_topic"] = POLICY_ACTOR
@@ -576,6 +637,7 @@ class GraphPlan:
     config: dict[str, dict[str, Any]]
     processes: list[ProcessSpec] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # GraphNode.notes, each once
 
     @property
     def node_names(self) -> list[str]:
@@ -642,7 +704,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         if n.parameters:
             cfg.setdefault(n.name, {}).update(n.parameters)
     params_file = dump_params(cfg, run_dir / "params.yaml")
-    plan = GraphPlan(mode, params_file, cfg)
+    plan = GraphPlan(mode, params_file, cfg, notes=list(dict.fromkeys(note for n in nodes for note in n.notes)))
     for n in nodes:
         if not n.ros_node:
             plan.processes.append(ProcessSpec(n.name, [find_script(n.script, bin_dir), *n.args], node=False))

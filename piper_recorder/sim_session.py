@@ -67,7 +67,7 @@ class SimSession:
         self._executor: Executor | None = None
         self._spinner: threading.Thread | None = None
         self._stopping = False
-        self._clients: dict[str, Client[Any, Any]] = {}
+        self._clients: dict[str, Client] = {}
         # service -> recorder -> when its last request was sent / its answer came (monotonic)
         self.answered: dict[str, dict[str, float]] = {}
         self.sent: dict[str, dict[str, float]] = {}
@@ -104,7 +104,7 @@ class SimSession:
                                        QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                                                   durability=DurabilityPolicy.VOLATILE))
         for rec in RECORDERS:
-            self._node.create_subscription(String, node_topic(rec, STATUS), lambda m, r=rec: self._on_status(r, m), 10)
+            self._node.create_subscription(String, node_topic(rec, STATUS), partial(self._on_status, rec), 10)
         self._executor = MultiThreadedExecutor(num_threads=2, context=self._ctx)
         self._executor.add_node(self._node)
         self._spinner = threading.Thread(target=self._spin, name="demo-executor", daemon=True)
@@ -277,7 +277,7 @@ class SimSession:
         self.stop()
 
     # ---- services -----------------------------------------------------------------------------
-    def _client(self, rec: str, srv: str) -> Client[Any, Any]:
+    def _client(self, rec: str, srv: str) -> Client:
         from std_srvs.srv import Trigger
 
         key = node_topic(rec, srv)
@@ -286,7 +286,7 @@ class SimSession:
         return self._clients[key]
 
     @staticmethod
-    def _wait(fut: Future[Any], timeout: float) -> bool:
+    def _wait(fut: Future, timeout: float) -> bool:
         done = threading.Event()
         fut.add_done_callback(lambda _f: done.set())
         return done.wait(timeout)
@@ -295,7 +295,7 @@ class SimSession:
         with self._cond:
             return int((self.status.get(rec) or {}).get("answers", 0))
 
-    def _await_answer(self, rec: str, srv: str, fut: Future[Any], answers0: int,
+    def _await_answer(self, rec: str, srv: str, fut: Future, answers0: int,
                       timeout: float) -> tuple[bool, str]:
         """The recorder's answer to one call: the response, or, if that is lost, what its ``~/status``
         says it answered. rmw_fastrtps drops a response whose reader the server has not matched within
@@ -359,7 +359,7 @@ class SimSession:
         from rclpy.parameter import Parameter
 
         with self._probe() as (probe, executor):   # a client of its own, destroyed with it (``_probe``)
-            cli: Client[Any, Any] = probe.create_client(SetParameters, node_topic(node, "set_parameters"))
+            cli: Client = probe.create_client(SetParameters, node_topic(node, "set_parameters"))
             if not cli.wait_for_service(timeout_sec=timeout):
                 raise DemoError(f"{node_topic(node, 'set_parameters')} not available")
             req = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])

@@ -102,12 +102,18 @@ def decode_rgb_jpeg(data: Buffer) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(bytes(data))).convert("RGB"))
 
 
+def _codec_input(data: Buffer) -> bytes:
+    """``data`` as imagecodecs' decoders take it: any buffer, read without a copy. Their stubs declare
+    ``Buffer`` in newer releases and ``bytes | bytearray | mmap`` in older ones; ``bytes`` suits both."""
+    return cast(bytes, data)
+
+
 def decode_rgb_fast(data: Buffer) -> np.ndarray:
     """JPEG bytes -> HxWx3 uint8 RGB with imagecodecs' libjpeg-turbo: the same pixels as
     :func:`decode_rgb_jpeg` at less than half its CPU (Pillow copies the image twice on the way to numpy)."""
     import imagecodecs
 
-    rgb = imagecodecs.jpeg8_decode(cast(bytes, data))  # any buffer (older stubs say bytes)
+    rgb = imagecodecs.jpeg8_decode(_codec_input(data))
     if rgb.ndim == 2:  # greyscale: replicate as Pillow's convert("RGB") does
         return np.repeat(rgb[..., None], 3, axis=2)
     if rgb.shape[-1] != 3:  # CMYK and other rarities: Pillow knows the conversions
@@ -351,8 +357,7 @@ def decode_depth_fast(data: Buffer, threads: int = 1) -> np.ndarray:
     except ValueError:
         ht = False  # let OpenJPEG report what is wrong with it
     if ht:
-        out = imagecodecs.htj2k_decode(cast(bytes, cs))  # any buffer (older stubs say bytes)
+        out = imagecodecs.htj2k_decode(_codec_input(cs))
         if out.dtype == np.uint16 and out.ndim == 2:
             return out
-    # any buffer, no copy of the payload (older stubs say bytes)
-    return imagecodecs.jpeg2k_decode(cast(bytes, data), numthreads=threads)
+    return imagecodecs.jpeg2k_decode(_codec_input(data), numthreads=threads)

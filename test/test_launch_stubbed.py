@@ -6,7 +6,8 @@ each process labelled with its node name (launch labels a process with ``exec_na
 basename of the first word of its command line, which a ``prefix`` such as ``nice -n 5`` replaces:
 launch/descriptions/executable.py), the RealSense profiles under both wrapper generations' names,
 and the pip launcher finding its scripts in a colcon install. test_launch_files.py evaluates the same
-files with the real `launch_ros` wherever it is importable.
+files with the real `launch_ros` wherever it is importable. The stand-in ament index knows this package
+and, when a test installs one, a realsense2_camera of a given version (its package.xml).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+import yaml
 
 from piper_recorder import launcher
 from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
@@ -49,6 +52,14 @@ class SetEnvironmentVariable(Action):
     pass
 
 
+class LogInfo(Action):
+    pass
+
+
+class PackageNotFoundError(KeyError):
+    pass
+
+
 class UnsetEnvironmentVariable(Action):
     pass
 
@@ -68,11 +79,21 @@ def _module(name: str, **attrs) -> types.ModuleType:
 
 
 @pytest.fixture
-def stub_launch(monkeypatch):
+def stub_launch(monkeypatch) -> dict[str, Path]:
+    """Stand-ins for launch, launch_ros and the ament index; returns the index's package -> share directory
+    (a test adds realsense2_camera with ``install_realsense``)."""
+    shares = {"piper_recorder": ROOT}
+
+    def get_package_share_directory(pkg: str) -> str:
+        if pkg not in shares:
+            raise PackageNotFoundError(pkg)
+        return str(shares[pkg])
+
     mods = {
         "launch": _module("launch", LaunchDescription=Action),
         "launch.actions": _module("launch.actions", DeclareLaunchArgument=Action, ExecuteProcess=ExecuteProcess,
-                                  OpaqueFunction=OpaqueFunction, SetEnvironmentVariable=SetEnvironmentVariable,
+                                  LogInfo=LogInfo, OpaqueFunction=OpaqueFunction,
+                                  SetEnvironmentVariable=SetEnvironmentVariable,
                                   UnsetEnvironmentVariable=UnsetEnvironmentVariable),
         "launch.substitutions": _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
         "launch_ros": _module("launch_ros"),
@@ -80,10 +101,22 @@ def stub_launch(monkeypatch):
         "launch_ros.substitutions": _module("launch_ros.substitutions", ExecutableInPackage=Action),
         "ament_index_python": _module("ament_index_python"),
         "ament_index_python.packages": _module("ament_index_python.packages",
-                                               get_package_share_directory=lambda _pkg: str(ROOT)),
+                                               get_package_share_directory=get_package_share_directory,
+                                               PackageNotFoundError=PackageNotFoundError),
     }
     for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
+    return shares
+
+
+def install_realsense(shares: dict[str, Path], tmp_path: Path, version: str) -> Path:
+    """A realsense2_camera share directory in the stand-in ament index, with the package.xml of ``version``."""
+    share = tmp_path / f"realsense2_camera-{version}" / "share" / "realsense2_camera"
+    share.mkdir(parents=True)
+    (share / "package.xml").write_text(f'<?xml version="1.0"?>\n<package format="3">\n  <name>realsense2_camera'
+                                       f'</name>\n  <version>{version}</version>\n</package>\n')
+    shares["realsense2_camera"] = share
+    return share / "package.xml"
 
 
 def graph(name: str, **args: str) -> list[Action]:
@@ -176,6 +209,102 @@ def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_
         assert section["depth_module.depth_profile"] == section["depth_module.profile"] == "640x480x30"  # 4.0.1-4.54.1
         assert section["camera_name"] == cam and label(a) == cam
     assert {label(a) for a in actions if isinstance(a, Node)} >= OUR_NODES
+
+
+def robot_config(tmp_path: Path, **sections: dict) -> Path:
+    """config/robot.yaml with each named camera section updated by the given parameters."""
+    raw = yaml.safe_load((ROOT / "config" / "robot.yaml").read_text())
+    for cam, params in sections.items():
+        raw[cam]["ros__parameters"].update(params)
+    path = tmp_path / "robot.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def camera_nodes(actions: list[Action]) -> dict[str, dict]:
+    """camera -> what its realsense2_camera_node gets: its config section, then the launch file's dict."""
+    out = {}
+    for a in actions:
+        if isinstance(a, Node) and a.kwargs["package"] == "realsense2_camera":
+            config_file, extra = a.kwargs["parameters"]
+            out[a.kwargs["name"]] = {**read_params_file(config_file).get(a.kwargs["name"], {}), **extra}
+    return out
+
+
+def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_launch):
+    """realsense2_camera's default image QoS, SYSTEM_DEFAULT, is a keep-last 1 writer on Fast DDS: the launch
+    names a reliable profile deep enough for a recorder's history, for the colour (and so the aligned depth)
+    and the depth stream, and keeps camera_info at the driver's DEFAULT."""
+    from rclpy.qos import HistoryPolicy, QoSPresetProfiles, ReliabilityPolicy
+
+    from piper_recorder.nodes.common import recorder_image_qos
+
+    nodes = camera_nodes(graph("robot"))
+    assert list(nodes) == ["cam_front", "cam_wrist"]
+    for cam, params in nodes.items():
+        assert params["color_qos"] == params["depth_qos"] == "PARAMETERS", cam
+        assert params["color_info_qos"] == params["depth_info_qos"] == "DEFAULT", cam
+    image = QoSPresetProfiles[nodes["cam_front"]["color_qos"]].value
+    assert image.reliability == ReliabilityPolicy.RELIABLE and image.history == HistoryPolicy.KEEP_LAST
+    assert image.depth >= recorder_image_qos(30.0).depth >= 30      # a second of frames, at least
+
+
+def test_robot_launch_refuses_an_image_qos_the_driver_does_not_know(stub_launch, tmp_path):
+    with pytest.raises(launcher.LaunchError, match=r"cam_wrist.color_qos 'BEST_EFFORT': realsense2_camera takes "
+                                                   r"one of SYSTEM_DEFAULT, DEFAULT"):
+        graph("robot", config=str(robot_config(tmp_path, cam_wrist={"color_qos": "BEST_EFFORT"})))
+    nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"depth_qos": "DEFAULT"}))))
+    assert nodes["cam_wrist"]["depth_qos"] == "DEFAULT" and nodes["cam_front"]["depth_qos"] == "PARAMETERS"
+
+
+def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stub_launch, tmp_path):
+    """A D405 (device_type d405) streams colour from its stereo module: realsense2_camera reads that profile
+    from depth_module.color_profile and ignores rgb_camera.color_profile there; every other model keeps
+    rgb_camera.color_profile (and rgb_camera.profile for the older wrappers)."""
+    nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405"}))))
+    wrist, front = nodes["cam_wrist"], nodes["cam_front"]
+    assert wrist["depth_module.color_profile"] == wrist["depth_module.depth_profile"] == "640x480x30"
+    assert wrist["depth_module.profile"] == "640x480x30"          # 4.0.1-4.54.1: one profile per module
+    assert not {"rgb_camera.color_profile", "rgb_camera.profile"} & set(wrist)
+    assert front["rgb_camera.color_profile"] == front["rgb_camera.profile"] == "640x480x30"
+    assert "depth_module.color_profile" not in front
+    # a D405's own size reaches the recorders, as an rgb_camera.color_profile of another model does
+    cfg = robot_config(tmp_path, cam_wrist={"device_type": "D405", "depth_module.color_profile": "848x480x30"})
+    actions = graph("robot", config=str(cfg))
+    assert camera_nodes(actions)["cam_wrist"]["depth_module.depth_profile"] == "848x480x30"
+    (rec,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "lerobot_recorder"]
+    assert rec.kwargs["parameters"][1]["camera_widths"] == [640, 848]
+    with pytest.raises(launcher.LaunchError, match=r"cam_wrist.rgb_camera.color_profile: cam_wrist is a D405 .* "
+                                                   r"depth_module.color_profile"):
+        graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405",
+                                                                    "rgb_camera.color_profile": "848x480x30"})))
+
+
+def test_robot_launch_refuses_a_realsense_driver_whose_cameras_would_share_topics(stub_launch, tmp_path):
+    """realsense2_camera 4.54.1 and older name topics relative to the node's namespace: both cameras, started in
+    the root namespace, would publish /color/image_raw. The launch refuses it, naming the version and the
+    fix; 4.55.1 and later (Jazzy's 4.55-4.58) start; without the driver in the index the check is a note."""
+    xml = install_realsense(stub_launch, tmp_path, "4.54.1")
+    with pytest.raises(launcher.LaunchError) as err:
+        graph("robot")
+    msg = str(err.value)
+    assert f"realsense2_camera 4.54.1 ({xml})" in msg and "/color/image_raw" in msg
+    assert "Install realsense2_camera >= 4.55.1" in msg and "ros-$ROS_DISTRO-realsense2-camera" in msg
+    with pytest.raises(launcher.LaunchError, match="4.54.1"):   # piper-launch robot: the same graph, refused too
+        plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path / "run")
+    for version in ("4.55.1", "4.58.0"):
+        install_realsense(stub_launch, tmp_path, version)
+        actions = graph("robot")
+        assert not [a for a in actions if isinstance(a, LogInfo)], version
+        assert list(camera_nodes(actions)) == ["cam_front", "cam_wrist"]
+    del stub_launch["realsense2_camera"]
+    actions = graph("robot")
+    (note,) = [a.kwargs["msg"] for a in actions if isinstance(a, LogInfo)]   # once, however many cameras
+    assert "realsense2_camera not found through the ament index: its version was not checked" in note
+    assert list(camera_nodes(actions)) == ["cam_front", "cam_wrist"]
+    plan = plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path / "run")
+    assert plan.notes == [note]
+    assert not [a for a in graph("sim") if isinstance(a, LogInfo)]    # the sim graph starts no driver
 
 
 def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):

@@ -188,3 +188,29 @@ def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
         # the marker is the EEF at the frame stamp, far better than one frame off
         assert np.median(errors) < 1.5 and max(errors) < 3.0, (errors, procs.logs())
         assert np.median(shifted) > 3 * max(np.median(errors), 0.5)
+
+
+def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain):
+    """sim_camera's writers are a real camera's: the profiles the launch sets on realsense2_camera (its images
+    reliable keep-last 1000, the aligned depth with the colour stream's QoS as the driver does), so what the
+    graph tests measure (test_image_delivery) holds for the robot."""
+    ros_domain.apply()
+    import rclpy
+    from rclpy.qos import QoSPresetProfiles
+
+    from piper_recorder.launcher import REALSENSE_QOS
+    from piper_recorder.nodes.sim_camera import SimCamera
+
+    rclpy.init(args=["--ros-args", "-r", "__node:=cam_q", "-p", "width:=64", "-p", "height:=48"])
+    try:
+        node = SimCamera()
+        try:
+            for pub, key in ((node.pub_color, "color_qos"), (node.pub_depth, "color_qos"),
+                             (node.pub_color_info, "color_info_qos"), (node.pub_depth_info, "color_info_qos")):
+                assert pub.qos_profile == QoSPresetProfiles[REALSENSE_QOS[key]].value, (pub.topic_name, key)
+            assert node.pub_color.qos_profile.depth == 1000
+        finally:
+            node.on_shutdown()
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()

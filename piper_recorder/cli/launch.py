@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for note in plan.skipped:
         print(f"piper-launch: not started: {note}", file=sys.stderr)
+    for note in plan.notes:
+        print(f"piper-launch: note: {note}", file=sys.stderr)
     print(f"piper-launch: {args.mode} graph, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback), "
           f"params {plan.params_file}, logs {log_dir}", flush=True)
     import rclpy

@@ -455,7 +455,7 @@ def _video_frames(path: Path, full: bool) -> _Video:
                 if packet.pts is None:
                     raise ValueError("packet without PTS")
                 pts.append(int(packet.pts))
-    return _Video(pts, Fraction(tb), size)
+    return _Video(pts, Fraction(tb.numerator, tb.denominator), size)
 
 
 def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

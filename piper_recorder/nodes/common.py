@@ -328,6 +328,15 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
     return cfg
 
 
+def message_callback(fn: Callable[..., None]) -> Callable[[Any], None]:
+    """``fn`` itself, typed as a subscription callback taking any message, for a lambda passed to
+    ``create_subscription`` (which may bind loop variables as defaults: ``lambda m, c=cam: ...``). Jazzy's and
+    Humble's rclpy declare the callback's parameter with a type variable no argument binds, so a bare lambda's
+    parameter cannot be inferred there; Kilted's binds it to the message class, which is untyped: ``Any``
+    either way."""
+    return fn
+
+
 _NO_PARAMETERS = inspect.Signature()
 
 
@@ -405,8 +414,9 @@ def spin_until(executor: Executor, stop: threading.Event) -> None:
 EXECUTORS = ("events", "single", "multi")
 
 
-def executor_class(kind: str = "events") -> type[Executor]:
-    """``events`` (default): rclpy's EventsExecutor, single-threaded, lowest cost per callback and the
+def executor_class(kind: str = "events") -> Callable[..., Executor]:
+    """What makes the executor of ``kind``: its class, or for ``events`` rclpy's EventsExecutor (a factory
+    function, not a class). ``events`` (default): single-threaded, lowest cost per callback and the
     only one that kept up with a recorder's input in ``bench/executor_overhead.py`` (the
     MultiThreadedExecutor delivered half the 200 Hz arm messages and lost images); an rclpy without it
     (Humble's) gets the SingleThreadedExecutor instead. ``single``: the classic SingleThreadedExecutor;
@@ -498,7 +508,7 @@ async def run_in_thread(fn: Callable[[], Any]) -> Any:
         try:
             fut.set_result(fn())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the awaiting callback
-            fut.set_exception(exc)  # type: ignore[arg-type]  # rclpy takes any exception
+            fut.set_exception(typing.cast(Exception, exc))  # rclpy re-raises any (Kilted's stub says Exception)
 
     threading.Thread(target=_run, name="service-work", daemon=True).start()
     return await fut

@@ -29,7 +29,7 @@ from piper_recorder.dashboard.server import Dashboard, DashboardServer
 from piper_recorder.names import (CAMERA_STATUS_TOPIC_PATTERN, COMMANDED_POSE, DIAGNOSTICS, EPISODE_EVENTS,
                                   JOINT_STATES, QUEST_POSE_PATTERN, STATUS, TELEOP_STATUS, camera_topic,
                                   camera_topic_regex, node_topic, quest_topic)
-from piper_recorder.nodes.common import ParameterError, declare_config, live_image_qos, run_node
+from piper_recorder.nodes.common import ParameterError, declare_config, live_image_qos, message_callback, run_node
 
 # topic -> (type, required): silence of a required topic marks the graph degraded. One topic per link of
 # the chain (headset -> bridge, arm feedback, arm commands); /arm/eef_pose would only repeat joint_states'
@@ -54,20 +54,21 @@ class DashboardNode(Node):
             self.model.watch_topic(topic, required)
             if topic == JOINT_STATES:
                 continue
-            self.create_subscription(typ, topic, lambda _m, tp=topic: self.model.tick(tp, time.monotonic()),
+            self.create_subscription(typ, topic,
+                                     message_callback(lambda _m, tp=topic: self.model.tick(tp, time.monotonic())),
                                      qos_profile_sensor_data)
         self.create_subscription(JointState, JOINT_STATES, self._on_joints, qos_profile_sensor_data)
         for rec in cfg.recorders:
             topic = node_topic(rec, STATUS)
             self.model.watch_topic(topic)
-            self.create_subscription(String, topic, lambda m, r=rec, tp=topic: self._on_json(
-                tp, m, lambda d, t: self.model.on_recorder_status(r, d, t)), 10)
+            self.create_subscription(String, topic, message_callback(lambda m, r=rec, tp=topic: self._on_json(
+                tp, m, lambda d, t: self.model.on_recorder_status(r, d, t))), 10)
         for node in IMAGE_CONSUMERS:   # per-subscriber delivery (quest_video, policy; the recorders above)
-            self.create_subscription(String, node_topic(node, STATUS), lambda m, n=node: self._on_json(
-                None, m, lambda d, t: self.model.on_consumer_status(n, d, t)), 10)
+            self.create_subscription(String, node_topic(node, STATUS), message_callback(
+                lambda m, n=node: self._on_json(None, m, lambda d, t: self.model.on_consumer_status(n, d, t))), 10)
         self.model.watch_topic(TELEOP_STATUS)
-        self.create_subscription(String, TELEOP_STATUS, lambda m: self._on_json(
-            TELEOP_STATUS, m, self.model.on_teleop_status), 10)
+        self.create_subscription(String, TELEOP_STATUS, message_callback(lambda m: self._on_json(
+            TELEOP_STATUS, m, self.model.on_teleop_status)), 10)
         self.model.watch_topic(DIAGNOSTICS)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 10)
         self.create_subscription(String, EPISODE_EVENTS, lambda m: self._on_json(
@@ -128,11 +129,11 @@ class DashboardNode(Node):
                 topic = self.model.camera_info_topic(cam)
                 self.model.watch_topic(topic)
                 self._info_subs[cam] = self.create_subscription(
-                    CameraInfo, topic, lambda _m, tp=topic: self.model.tick(tp, time.monotonic()),
+                    CameraInfo, topic, message_callback(lambda _m, tp=topic: self.model.tick(tp, time.monotonic())),
                     qos_profile_sensor_data)
                 self._status_subs[cam] = self.create_subscription(   # sim_camera: its published rate
-                    String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam), lambda m, c=cam: self._on_json(
-                        None, m, lambda d, t: self.model.on_camera_status(c, d, t)), 10)
+                    String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam), message_callback(
+                        lambda m, c=cam: self._on_json(None, m, lambda d, t: self.model.on_camera_status(c, d, t))), 10)
         self.model.set_cameras(cameras)
 
     def _housekeeping(self) -> None:
@@ -147,8 +148,8 @@ class DashboardNode(Node):
         for cam in self.model.cameras:
             if watched and cam not in self._image_subs:
                 self._image_subs[cam] = self.create_subscription(
-                    Image, camera_topic(self.cfg.image_topic_pattern, cam), lambda m, c=cam: self._on_image(c, m),
-                    live_image_qos())
+                    Image, camera_topic(self.cfg.image_topic_pattern, cam),
+                    message_callback(lambda m, c=cam: self._on_image(c, m)), live_image_qos())
         if not watched and self._image_subs:
             for sub in self._image_subs.values():
                 self.destroy_subscription(sub)

@@ -35,8 +35,8 @@ from piper_recorder.delivery import ImageCounts
 from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_ACTOR, POLICY_PROVENANCE,
                                   POLICY_SERVICES, QUEST_JOY_PATTERN, STATUS, TARGET_GRIPPER, TARGET_POSE,
                                   TELEOP_STATUS, camera_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, live_image_qos, now_ns, ns_to_stamp,
-                                         run_in_thread, run_node)
+from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, live_image_qos,
+                                         message_callback, now_ns, ns_to_stamp, run_in_thread, run_node)
 from piper_recorder.policy.backend import make_backend
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
@@ -97,7 +97,8 @@ class PolicyNode(Node):
         self.input_fps = cfg.fps or meta.fps
         for i, cam in enumerate(meta.cameras):
             self.create_subscription(Image, camera_topic(cfg.image_topic_pattern, cam),
-                                     lambda m, c=cam, i=i: self._on_image(c, i, m), images, callback_group=g)
+                                     message_callback(lambda m, c=cam, i=i: self._on_image(c, i, m)), images,
+                                     callback_group=g)
         self.create_subscription(Joy, quest_topic(QUEST_JOY_PATTERN, cfg.hand), self._on_joy, sensor, callback_group=g)
         self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable, callback_group=g)
         for name, fn in zip(POLICY_SERVICES, (self._srv_start, self._srv_stop, self._srv_pause, self._srv_resume),

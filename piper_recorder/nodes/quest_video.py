@@ -117,7 +117,7 @@ class QuestVideo(Node):
         self.create_subscription(String, node_topic(self.cfg.recorder, STATUS), self._on_recorder_status, reliable)
         for cam in self.cfg.cameras:   # the cameras' published rates (sim_camera; a realsense has no status)
             self.create_subscription(String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam),
-                                     lambda m, c=cam: self._on_camera_status(c, m), 10)
+                                     functools.partial(self._on_camera_status, cam), 10)
         self.create_subscription(String, EPISODE_EVENTS, self._on_episode_event, reliable)
         self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 10)

@@ -58,8 +58,8 @@ from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
                                   STOP_EPISODE_AT)
 
-from .common import (ArrivalExecutor, DecodeErrors, ParameterError, PolledInputs, arrival_or_now, declare_config, now_ns,
-                     recorder_image_qos, run_in_thread, spin_until)
+from .common import (ArrivalExecutor, DecodeErrors, ParameterError, PolledInputs, arrival_or_now, declare_config,
+                     message_callback, now_ns, recorder_image_qos, run_in_thread, spin_until)
 
 
 def message_class(msg_type: str) -> Any:
@@ -136,7 +136,8 @@ class RecorderNode(Node):
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
         self.create_subscription(String, POLICY_PROVENANCE, self._on_policy, latched)
-        self.create_subscription(String, POLICY_ACTOR, lambda m: self.policy_log.on_actor(now_ns(self), m.data),
+        self.create_subscription(String, POLICY_ACTOR,
+                                 message_callback(lambda m: self.policy_log.on_actor(now_ns(self), m.data)),
                                  latched_input)
         # services on their own node and executor thread (module doc): answered however busy the inputs are
         self._control = Node(f"{self.get_name()}_control", namespace=self.get_namespace(), context=self.context,

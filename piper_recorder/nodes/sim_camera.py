@@ -4,6 +4,8 @@ Topics (node name = camera name, e.g. ``--ros-args -r __node:=cam_front``):
 ``/<cam>/color/image_raw`` rgb8, ``/<cam>/aligned_depth_to_color/image_raw`` 16UC1 mm with the same
 stamp, and ``/<cam>/color/camera_info`` + ``/<cam>/aligned_depth_to_color/camera_info``; plus
 ``/<cam>/status`` (String JSON, 1 Hz): frames published, skipped by faults and by stalls, stale poses.
+Images and camera_info go out with the QoS profiles the robot launch gives realsense2_camera
+(``names.CAMERA_IMAGE_QOS``, ``names.CAMERA_INFO_QOS``).
 
 Each sim camera is *static*, placed by ``position``/``look_at`` in the arm base frame; the sim
 "wrist" camera is a second static viewpoint, not mounted on the flange. The arm's EEF from
@@ -24,21 +26,22 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSPresetProfiles
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
 from piper_recorder import cdr_encode
 from piper_recorder.delivery import ImageCounts, received_rate
-from piper_recorder.names import CAMERA, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE, DEPTH_INFO, EEF_POSE, STATUS
+from piper_recorder.names import (CAMERA, CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE,
+                                  DEPTH_INFO, EEF_POSE, STATUS)
 from piper_recorder.nodes.common import PolledInputs, declare_config, now_ns, run_node, stamp_to_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
@@ -101,11 +104,12 @@ class SimCamera(Node):
         self.skipped = 0
         self.late_skipped = 0
         self.stale_poses = 0
-        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # ~1/3 s of slack for a slow reader
-        self.pub_color = self.create_publisher(Image, f"~/{COLOR_IMAGE}", qos)
-        self.pub_depth = self.create_publisher(Image, f"~/{DEPTH_IMAGE}", qos)
-        self.pub_color_info = self.create_publisher(CameraInfo, f"~/{COLOR_INFO}", qos)
-        self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", qos)
+        # the profiles the launch gives realsense2_camera (names.CAMERA_IMAGE_QOS): a real camera's writers
+        image_qos, info_qos = (QoSPresetProfiles[q].value for q in (CAMERA_IMAGE_QOS, CAMERA_INFO_QOS))
+        self.pub_color = self.create_publisher(Image, f"~/{COLOR_IMAGE}", image_qos)
+        self.pub_depth = self.create_publisher(Image, f"~/{DEPTH_IMAGE}", image_qos)
+        self.pub_color_info = self.create_publisher(CameraInfo, f"~/{COLOR_INFO}", info_qos)
+        self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", info_qos)
         # the arm's 100 Hz pose is taken when a frame is rendered (PolledInputs), not by an executor waking
         # for each pose: the capture loop is the only reader of the history (50: 0.5 s between renders)
         self.inputs = PolledInputs(self)
@@ -126,7 +130,7 @@ class SimCamera(Node):
     def _fault_plan(cfg: SimCameraConfig, origin_s: float) -> FaultPlan:
         return FaultPlan(cfg.pause_at_s, cfg.pause_s, cfg.drop_every_n, cfg.jitter_ms, origin_s, cfg.seed)
 
-    def _on_set_parameters(self, params: list[Parameter[Any]]) -> SetParametersResult:
+    def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """Fault parameters may change at runtime; a new pause counts from the moment it is set."""
         changed = {p.name: p.value for p in params}
         fault_keys = {"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"}

@@ -73,8 +73,8 @@ from piper_recorder import cdr_encode
 from piper_recorder.names import (ARM_STATUS, GRIPPER_JOINTS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
                                   QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
                                   TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, PolledInputs, declare_config, now_ns, run_node, stamp_to_ns,
-                                         timer_callback)
+from piper_recorder.nodes.common import (FixedRateLoop, PolledInputs, declare_config, message_callback, now_ns,
+                                         run_node, stamp_to_ns, timer_callback)
 from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
@@ -148,19 +148,19 @@ class TeleopNode(Node):
         self.inputs.subscribe(PoseStamped, EEF_POSE, self._on_arm_pose, streams)
         self.inputs.subscribe(JointState, JOINT_STATES, self._on_joints, streams)
         self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable, callback_group=g)
-        self.create_subscription(String, EPISODE_EVENTS, lambda m: self.session.on_episode_event(m.data),
-                                 reliable, callback_group=g)
+        self.create_subscription(String, EPISODE_EVENTS,
+                                 message_callback(lambda m: self.session.on_episode_event(m.data)), reliable,
+                                 callback_group=g)
 
         self._call_group = ReentrantCallbackGroup()
         self.recorder_clients = {rec: self._make_clients(rec) for rec in self.ncfg.recorders}
         # a stamped STOP ends at the press's capture stamp; a recorder without it gets stop_episode
         self.stop_at_clients = {rec: self._make_stop_at_client(rec) for rec in self.ncfg.recorders}
         # the stop chord's label (docs/curation.md): one label_episode call per recorder, sent with the stop
-        self.label_clients: dict[str, Client[Any, Any]] = {rec: self._make_label_client(rec)
-                                                           for rec in self.ncfg.recorders}
+        self.label_clients: dict[str, Client] = {rec: self._make_label_client(rec) for rec in self.ncfg.recorders}
         for rec in self.ncfg.recorders:
             self.create_subscription(String, node_topic(rec, STATUS),
-                                     lambda m, r=rec: self.session.on_recorder_status(r, m.data),
+                                     message_callback(lambda m, r=rec: self.session.on_recorder_status(r, m.data)),
                                      reliable, callback_group=g)
         self.create_timer(1.0 / SERVICE_POLL_HZ, timer_callback(self._service_poll), callback_group=self._call_group)
         self.create_timer(1.0, timer_callback(self._publish_status), callback_group=g)
@@ -244,14 +244,14 @@ class TeleopNode(Node):
         self.pub_gripper.publish(cdr_encode.joint_state(ns, "", GRIPPER_JOINTS, (float(res.gripper),)))
 
     # ---- recorder services (executor thread) ---------------------------------------------------
-    def _make_clients(self, rec: str) -> dict[Action, Client[Any, Any]]:
+    def _make_clients(self, rec: str) -> dict[Action, Client]:
         return {a: self.create_client(Trigger, node_topic(rec, a.value), callback_group=self._call_group)
                 for a in Action}
 
-    def _make_stop_at_client(self, rec: str) -> Client[Any, Any]:
+    def _make_stop_at_client(self, rec: str) -> Client:
         return self.create_client(AddDiagnostics, node_topic(rec, STOP_EPISODE_AT), callback_group=self._call_group)
 
-    def _make_label_client(self, rec: str) -> Client[Any, Any]:
+    def _make_label_client(self, rec: str) -> Client:
         return self.create_client(AddDiagnostics, node_topic(rec, LABEL_EPISODE), callback_group=self._call_group)
 
     def _service_poll(self) -> None:
@@ -295,7 +295,7 @@ class TeleopNode(Node):
             self.session.label_sent(rec, fut, outcome)
             fut.add_done_callback(functools.partial(self._on_label_reply, rec, outcome))
 
-    def _on_label_reply(self, rec: str, outcome: str, future: Future[AddDiagnostics.Response]) -> None:
+    def _on_label_reply(self, rec: str, outcome: str, future: Future) -> None:
         self.session.label_answered(rec, future)
         try:
             reply = future.result()
@@ -314,7 +314,7 @@ class TeleopNode(Node):
     def _ready(self, rec: str) -> bool:
         return all(c.service_is_ready() for c in self.recorder_clients[rec].values())
 
-    def _on_reply(self, call_id: int, future: Future[Any]) -> None:
+    def _on_reply(self, call_id: int, future: Future) -> None:
         """A Trigger or ``stop_episode_at`` (AddDiagnostics) reply: both are (success, message)."""
         try:
             reply = future.result()

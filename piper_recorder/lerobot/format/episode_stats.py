@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -44,7 +44,7 @@ def vector_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     a = np.asarray(values)
     if a.ndim not in (1, 2) or len(a) == 0:
         raise ValueError(f"vector_stats needs a non-empty (N,) or (N, D) array, got {a.shape}")
-    keep = a.ndim == 1
+    keep: Literal[True, False] = a.ndim == 1   # numpy's stubs type keepdims by its literal value
     return {"min": np.min(a, axis=0, keepdims=keep), "max": np.max(a, axis=0, keepdims=keep),
             "mean": np.mean(a, axis=0, keepdims=keep), "std": np.std(a, axis=0, keepdims=keep),
             "count": np.array([len(a)])}

@@ -150,7 +150,7 @@ def _read_packets(path: Path) -> tuple[Fraction, list[int], list[int]]:
             dts.append(int(p.dts) if p.dts is not None else int(p.pts))
         if s.time_base is None:
             raise ValueError("video stream without a time base")
-        return Fraction(s.time_base), pts, dts
+        return Fraction(s.time_base.numerator, s.time_base.denominator), pts, dts
 
 
 def _floor_rows(pts: list[int], times: np.ndarray, den: int) -> np.ndarray:
