@@ -132,13 +132,10 @@ CAMERA_STATUS_TOPIC_PATTERN = node_topic(CAMERA_PLACEHOLDER, STATUS)   # sim_cam
 # The QoS a camera publishes with, as realsense2_camera takes it: the name of one of rmw's predefined profiles
 # (its <stream>_qos and <stream>_info_qos parameters accept nothing else; the aligned depth goes out with the
 # colour stream's). The robot launch sets them on every realsense2_camera and sim_camera publishes with the
-# same, so the graph tests measure what a real camera delivers. Images: PARAMETERS, reliable keep-last 1000
-# (PARAMETER_EVENTS is the same), the one reliable depth that covers a recorder's second of frames
-# (nodes.common.RECORDER_IMAGE_SLACK_S; DEFAULT and SERVICES_DEFAULT keep 10); the driver's default,
-# SYSTEM_DEFAULT, is a keep-last 1 writer on Fast DDS.
-# camera_info: DEFAULT, the driver's own default. docs/running.md, "The RealSense driver", says why and at
-# what price.
-CAMERA_IMAGE_QOS = "PARAMETERS"
+# same, so the graph tests measure what a real camera delivers. Images: DEFAULT, reliable keep-last 10, a
+# writer history bounded in memory; the driver's own default, SYSTEM_DEFAULT, is a keep-last 1 writer on Fast
+# DDS. camera_info: DEFAULT too. docs/running.md, "The RealSense driver", gives the measurements behind it.
+CAMERA_IMAGE_QOS = "DEFAULT"
 CAMERA_INFO_QOS = "DEFAULT"
 _CAMERA_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 

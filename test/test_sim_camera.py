@@ -192,11 +192,11 @@ def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
 
 def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain):
     """sim_camera's writers are a real camera's: the profiles the launch sets on realsense2_camera (its images
-    reliable keep-last 1000, the aligned depth with the colour stream's QoS as the driver does), so what the
+    reliable keep-last 10, the aligned depth with the colour stream's QoS as the driver does), so what the
     graph tests measure (test_image_delivery) holds for the robot."""
     ros_domain.apply()
     import rclpy
-    from rclpy.qos import QoSPresetProfiles
+    from rclpy.qos import QoSPresetProfiles, ReliabilityPolicy
 
     from piper_recorder.launcher import REALSENSE_QOS
     from piper_recorder.nodes.sim_camera import SimCamera
@@ -208,7 +208,8 @@ def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain
             for pub, key in ((node.pub_color, "color_qos"), (node.pub_depth, "color_qos"),
                              (node.pub_color_info, "color_info_qos"), (node.pub_depth_info, "color_info_qos")):
                 assert pub.qos_profile == QoSPresetProfiles[REALSENSE_QOS[key]].value, (pub.topic_name, key)
-            assert node.pub_color.qos_profile.depth == 1000
+            assert node.pub_color.qos_profile.depth == 10
+            assert node.pub_color.qos_profile.reliability == ReliabilityPolicy.RELIABLE
         finally:
             node.on_shutdown()
             node.destroy_node()
