@@ -325,6 +325,8 @@ def test_the_report_after_stop_is_written_and_leaves_no_coroutine_behind(tmp_pat
     no coroutine may be left unawaited on the stopped loop (a RuntimeWarning at exit)."""
     import gc
 
+    gc.collect()      # what earlier tests left behind is theirs, not this relay's
+    recwarn.clear()
     r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)
     r.start()
     path = tmp_path / "report.json"
@@ -345,6 +347,29 @@ def test_the_report_after_stop_is_written_and_leaves_no_coroutine_behind(tmp_pat
     assert last["counters"]["page_not_one_line"] == 1 and not last["page_connected"]
     gc.collect()
     assert not [w for w in recwarn if "never awaited" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+def test_a_relay_that_could_not_start_or_never_did_stops_without_leaving_its_loop(recwarn):
+    """start() failing (its port taken) and a relay never started: stop() closes the loop and schedules
+    nothing on it (before, a coroutine never awaited and an unclosed loop surfaced in a later test)."""
+    import gc
+
+    gc.collect()
+    recwarn.clear()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = WebRelay(WebConfig(port=taken.getsockname()[1], bridge_port=0, video_port=-1), log=lambda _l: None)
+        with pytest.raises(OSError):
+            r.start()
+        r.stop()
+    never = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)
+    never.stop()
+    assert r._loop.is_closed() and never._loop.is_closed()
+    del r, never
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message) or "unclosed" in str(w.message)], \
+        [str(w.message) for w in recwarn]
 
 
 @pytest.mark.integration

@@ -412,6 +412,41 @@ def spin_until(executor: Executor, stop: threading.Event) -> None:
 
 
 EXECUTORS = ("events", "single", "multi")
+# The first rclpy release of each line whose EventsExecutor awaits a coroutine service callback (ros2/rclpy
+# pull 1478 and its Jazzy backport; before it the coroutine went to send_response, a TypeError, and the
+# call never got an answer): Jazzy 7.1.11 (PyPI has 7.1.6), Kilted from 9.1.2 on as checked here, Rolling
+# 10.0.1. A line or release not listed is taken not to (a single-threaded executor always does).
+EVENTS_AWAIT_SERVICES_FROM = {7: (7, 1, 11), 9: (9, 1, 2), 10: (10, 0, 1)}
+
+
+def rclpy_version() -> tuple[int, ...] | None:
+    """The installed rclpy's release (PyPI's ``ros-rclpy`` or a ROS install's ``rclpy`` metadata)."""
+    from importlib import metadata
+
+    for dist in ("ros-rclpy", "rclpy"):
+        try:
+            text = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        parts = [int(p) for p in text.split(".")[:3] if p.isdigit()]
+        return tuple(parts) if len(parts) == 3 else None
+    return None
+
+
+def events_executor_awaits_services(version: tuple[int, ...] | None = None) -> bool:
+    """Whether this rclpy's EventsExecutor runs a coroutine service callback to its answer."""
+    version = rclpy_version() if version is None else version
+    first = EVENTS_AWAIT_SERVICES_FROM.get(version[0]) if version else None
+    return first is not None and version is not None and version >= first
+
+
+def executor_for(node: Node, kind: str = "events") -> str:
+    """``kind``, unless it is ``events`` and the node answers a service with a coroutine this rclpy's
+    EventsExecutor cannot await: then ``single`` (the node's services are what it spins for)."""
+    if kind == "events" and not events_executor_awaits_services() and any(
+            inspect.iscoroutinefunction(srv.callback) for srv in node.services):
+        return "single"
+    return kind
 
 
 def executor_class(kind: str = "events") -> Callable[..., Executor]:
@@ -515,8 +550,8 @@ async def run_in_thread(fn: Callable[[], Any]) -> Any:
 
 
 def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "events") -> int:
-    """Create the node, spin it (``make_executor(executor)``) until SIGINT/SIGTERM/SIGHUP or until the
-    process that started it is gone (``supervision.watch_parent``: a SIGKILLed launcher), then shut down
+    """Create the node, spin it (``make_executor(executor_for(node, executor))``) until SIGINT, SIGTERM or
+    SIGHUP, or until the process that started it is gone (``supervision.watch_parent``: a SIGKILLed launcher), then shut down
     cleanly.
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
@@ -551,7 +586,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
             return 2
         teardown.what = node.get_name()
 
-        spin = make_executor(executor)
+        spin = make_executor(executor_for(node, executor))
         spin.add_node(node)
         stop_spin = threading.Event()
         spinner = threading.Thread(target=spin_until, args=(spin, stop_spin), name="executor", daemon=True)

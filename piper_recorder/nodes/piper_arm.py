@@ -202,8 +202,8 @@ class PiperArmNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    # Single-threaded (events) executor: feedback is published from the SDK reader thread and the control loop
-    # takes the targets (PolledInputs), so the executor serves the services only (/arm/enable waits for the
-    # drivers on a thread of its own). Feedback off the executor took the arm stage's teleop latency p99 from
-    # ~50-250 ms to ~5-12 ms.
+    # The executor serves the services only (the EventsExecutor where it awaits /arm/enable, a coroutine:
+    # run_node's executor_for): feedback is published from the SDK reader thread and the control loop takes
+    # the targets (PolledInputs); /arm/enable waits for the drivers on a thread of its own. Feedback off the
+    # executor took the arm stage's teleop latency p99 from ~50-250 ms to ~5-12 ms.
     sys.exit(run_node(PiperArmNode, args))

@@ -254,6 +254,7 @@ class WebRelay:
                 self._loop.run_until_complete(self._open())
             except BaseException as exc:  # noqa: BLE001 - reported to start()
                 errors.append(exc)
+                self._loop.close()
                 ready.set()
                 return
             ready.set()
@@ -298,14 +299,16 @@ class WebRelay:
             if tasks:
                 await asyncio.wait(tasks, timeout=2.0)
 
-        if self._thread is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(close(), self._loop).result(3.0)
-        except Exception:  # noqa: BLE001 - stopping anyway
-            pass
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(3.0)
+        if self._thread is not None and self._thread.is_alive():   # a loop that runs: close what it serves
+            done = asyncio.run_coroutine_threadsafe(close(), self._loop)
+            try:
+                done.result(3.0)
+            except Exception:  # noqa: BLE001 - stopping anyway
+                done.cancel()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(3.0)
+        if not (self._thread is not None and self._thread.is_alive()) and not self._loop.is_closed():
+            self._loop.close()   # never started, failed to start, or stopped: nothing may be left to run on it
 
     def report(self) -> dict[str, Any]:
         return {"page_connected": self.page is not None, "bridge_connected": self.bridge is not None,
