@@ -551,8 +551,8 @@ async def run_in_thread(fn: Callable[[], Any]) -> Any:
 
 def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "events") -> int:
     """Create the node, spin it (``make_executor(executor_for(node, executor))``) until SIGINT, SIGTERM or
-    SIGHUP, or until the process that started it is gone (``supervision.watch_parent``: a SIGKILLed launcher), then shut down
-    cleanly.
+    SIGHUP, or until the process that started it is gone (``supervision.watch_parent``: a SIGKILLed
+    launcher), then shut down cleanly.
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
     discard the episode in flight and publish its last event before the process exits.
