@@ -235,6 +235,7 @@ def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_l
     """realsense2_camera's default image QoS, SYSTEM_DEFAULT, is a keep-last 1 writer on Fast DDS: the launch
     names a reliable profile with a history of its own but bounded in memory, for the colour (and so the
     aligned depth) and the depth stream, and keeps camera_info at the driver's DEFAULT."""
+    pytest.importorskip("rclpy")   # the profiles' contents are rclpy's
     from rclpy.qos import HistoryPolicy, QoSPresetProfiles, ReliabilityPolicy
 
     from piper_recorder.nodes.common import recorder_image_qos
