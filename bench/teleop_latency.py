@@ -261,7 +261,7 @@ def web_client(port: int, replay: Path, go: Path) -> int:
 
 
 def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None:
-    from piper_recorder.nodes.common import make_executor, spin_until
+    from piper_recorder.nodes.common import executor_for, make_executor, spin_until
 
     with lease_domain() as lease, tempfile.TemporaryDirectory(prefix="teleop_latency_") as tmp:
         lease.apply()
@@ -295,6 +295,7 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
         video_status: list[dict] = []
         probe.create_subscription(String, "/quest_video/status", lambda m: video_status.append(json.loads(m.data)), 10)
         video_cpu = [0.0, 0.0]   # CPU s, wall s of quest_video over the measured steps
+        args.arm_executor = executor_for(arm, args.arm_executor)   # what piper-arm's run_node spins here
         executor = make_executor(args.arm_executor)
         executor.add_node(arm)
         executor.add_node(probe)

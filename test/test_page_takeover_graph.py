@@ -104,16 +104,6 @@ def _moved(samples: list[tuple[float, np.ndarray]], since: float, origin: np.nda
     return max((float(np.linalg.norm(p - origin)) for t, p in samples if t >= since), default=0.0)
 
 
-def wait_for(cond, timeout: float, what: str, procs: ProcGroup) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}\n{procs.logs()}")
-
-
 def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
     ros_domain.apply()
     rclpy.init()
@@ -127,10 +117,10 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             relay = procs.start("piper-quest-web", "--port", str(web), "--bridge-port", str(bridge),
                                 "--video-port", "-1")
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={bridge}", "-p", "reconnect_s:=0.1")
-            wait_for(lambda: probe.go_home.service_is_ready() and probe.status and "page at" in relay.output(),
-                     40, "arm, teleop and the relay", procs)
+            procs.wait_for(lambda: probe.go_home.service_is_ready() and probe.status and "page at" in relay.output(),
+                           40, "arm, teleop and the relay")
             fut = probe.go_home.call_async(Trigger.Request())
-            wait_for(fut.done, 10, "go_home reply", procs)
+            procs.wait_for(fut.done, 10, "go_home reply")
             assert fut.result().success, fut.result().message
             time.sleep(3.0)   # homed: inside the workspace
 
@@ -139,7 +129,7 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             a.start()
             time.sleep(0.5)
             a.squeeze = 1.0
-            wait_for(lambda: probe.last().get("engaged"), 20, "page A's grip engaging the clutch", procs)
+            procs.wait_for(lambda: probe.last().get("engaged"), 20, "page A's grip engaging the clutch")
             time.sleep(1.0)   # A holds still: the arm settles where it is
             origin = probe.eef[-1][1]
             commanded_origin = probe.commanded[-1][1]
@@ -161,7 +151,7 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             b.squeeze = 0.0
             time.sleep(0.3)
             b.squeeze = 1.0
-            wait_for(lambda: probe.last().get("engaged"), 10, "B's fresh grip engaging", procs)
+            procs.wait_for(lambda: probe.last().get("engaged"), 10, "B's fresh grip engaging")
             for k in range(1, 51):
                 b.forward = 0.30 + 0.05 * k / 50
                 time.sleep(0.02)

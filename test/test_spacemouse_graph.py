@@ -80,16 +80,6 @@ class Probe:
         self.node.destroy_node()
 
 
-def wait_for(cond, timeout: float, what: str, procs: ProcGroup) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}\n{procs.logs()}")
-
-
 def replay(dev: FakeHidraw, report: bytes, seconds: float, timeout_s: float = 0.25) -> float:
     """The device streaming one deflection at its report rate, then coming to rest; returns how long the
     deflection was on the wire as teleop counts it (a gap between reports longer than its
@@ -128,14 +118,14 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
             procs.start("piper-teleop", "--ros-args", "-p", "input:=spacemouse",
                         "-p", f"spacemouse.device:={dev.path}", "-p", "recorders:=[probe_rec]")
-            wait_for(lambda: probe.go_home.service_is_ready() and probe.eef is not None
-                     and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
-                     "arm, teleop and the device open", procs)
+            procs.wait_for(lambda: probe.go_home.service_is_ready() and probe.eef is not None
+                           and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
+                           "arm, teleop and the device open")
             assert probe.status["input"] == "spacemouse"
-            wait_for(lambda: probe.hello, 5, "the latched hello for the recorders' provenance", procs)
+            procs.wait_for(lambda: probe.hello, 5, "the latched hello for the recorders' provenance")
             assert probe.hello == {"client": "spacemouse", "device": dev.path}
             fut = probe.go_home.call_async(Trigger.Request())
-            wait_for(fut.done, 10, "go_home reply", procs)
+            procs.wait_for(fut.done, 10, "go_home reply")
             assert fut.result().success, fut.result().message
             home = settled(probe, 3.0)
 
@@ -146,7 +136,7 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
 
             # clutch on, full deflection away from the user for 1.5 s: +x by ~0.15 m
             press(dev, 1)
-            wait_for(lambda: probe.status.get("engaged"), 5, "the clutch engaged by the button", procs)
+            procs.wait_for(lambda: probe.status.get("engaged"), 5, "the clutch engaged by the button")
             start = settled(probe, 0.5)
             deflected = replay(dev, trans(0, -350, 0), 1.5)
             moved = settled(probe, 1.5) - start
@@ -162,14 +152,14 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             for bad in (struct.pack("<B3h", 1, 0, -32767, 0), b"\x01\x00\x00", b"\x02" + bytes(8)):
                 for _ in range(5):
                     dev.send(bad)
-            wait_for(lambda: probe.status["spacemouse"]["drops"] == {"out_of_range": 5, "bad_length": 10}, 5,
-                     "the garbage reports counted as drops", procs)
+            procs.wait_for(lambda: probe.status["spacemouse"]["drops"] == {"out_of_range": 5, "bad_length": 10}, 5,
+                           "the garbage reports counted as drops")
             assert np.abs(settled(probe, 0.5) - before).max() < 0.002
             assert probe.status["engaged"]
 
             # clutch off again: pushing moves nothing
             press(dev, 1)
-            wait_for(lambda: not probe.status.get("engaged"), 5, "the clutch released by the button", procs)
+            procs.wait_for(lambda: not probe.status.get("engaged"), 5, "the clutch released by the button")
             stopped = settled(probe, 0.5)
             n = probe.commanded
             replay(dev, trans(0, -350, 0), 1.0)
@@ -183,7 +173,7 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
                 dev.send(buttons(2))
                 time.sleep(1.3)
                 dev.send(buttons(0))
-                wait_for(lambda: probe.calls == expected, 10, f"the recorder calls {expected}", procs)
+                procs.wait_for(lambda: probe.calls == expected, 10, f"the recorder calls {expected}")
             assert probe.status["spacemouse"]["record_holds"] == 2
             assert probe.status["spacemouse"]["gripper_toggles"] == 0
     finally:

@@ -38,16 +38,6 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
-def wait_for(cond, timeout: float, what: str, procs: ProcGroup) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}\n{procs.logs()}")
-
-
 class Probe:
     def __init__(self) -> None:
         self.node = rclpy.create_node("regrip_probe")
@@ -83,34 +73,34 @@ def test_stalled_headset_releases_then_the_sim_operator_regrips(ros_domain, tmp_
         with ProcGroup(ros_domain.env(), tmp_path) as procs:
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
             procs.start("piper-teleop")
-            wait_for(lambda: probe.go_home.service_is_ready() and probe.status, 40, "arm and teleop", procs)
+            procs.wait_for(lambda: probe.go_home.service_is_ready() and probe.status, 40, "arm and teleop")
             fut = probe.go_home.call_async(Trigger.Request())
-            wait_for(fut.done, 10, "go_home reply", procs)
+            procs.wait_for(fut.done, 10, "go_home reply")
             assert fut.result().success, fut.result().message
             time.sleep(3.0)   # homed: inside the workspace, so the grip is not refused
             port, vport = free_port(), free_port()
             sim = procs.start("piper-sim-quest", "--port", str(port), "--script", "continuous", "--no-buttons",
                               "--video-port", str(vport), "--stall-after", str(STALL_AFTER_S),
                               "--stall-for", str(STALL_S), "--report", str(report))
-            wait_for(lambda: "listening" in sim.output(), 10, "sim headset", procs)
+            procs.wait_for(lambda: "listening" in sim.output(), 10, "sim headset")
             procs.start("piper-quest-video", "--ros-args", "-p", f"port:={vport}", "-p", "reconnect_s:=0.2",
                         "-p", "reconnect_max_s:=0.5")
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.1")
-            wait_for(lambda: probe.last().get("engaged"), 30, "the clutch engaged by the scripted grip", procs)
+            procs.wait_for(lambda: probe.last().get("engaged"), 30, "the clutch engaged by the scripted grip")
             assert probe.last()["forced_releases"] == 0
             # the HUD has heard teleop before the stall
-            wait_for(lambda: ((_read(report).get("video") or {}).get("hud") or {}).get("engaged"), 20,
-                     "the HUD showing the clutch engaged", procs)
+            procs.wait_for(lambda: ((_read(report).get("video") or {}).get("hud") or {}).get("engaged"), 20,
+                           "the HUD showing the clutch engaged")
             # the release the scripted stall makes (one teleop made before the HUD heard it, on a busy
             # machine, shows only while recent: test_quest_video)
             before = probe.last()["forced_releases"]
-            wait_for(lambda: probe.last().get("forced_releases", 0) > before, 30, "the release on the stall", procs)
+            procs.wait_for(lambda: probe.last().get("forced_releases", 0) > before, 30, "the release on the stall")
             st = probe.last()
             assert st["last_release"].startswith("headset stream stale"), st
             t_release = time.monotonic()
             published = st["published"]
-            wait_for(lambda: probe.last().get("engaged") and probe.last()["published"] > published + 100, 20,
-                     "engaged again after the re-grip, driving the arm", procs)
+            procs.wait_for(lambda: probe.last().get("engaged") and probe.last()["published"] > published + 100, 20,
+                           "engaged again after the re-grip, driving the arm")
             t_again = time.monotonic()
             rep = _read(report)
             felt = [(h["amp"], h["ms"]) for h in rep.get("haptics", [])]
