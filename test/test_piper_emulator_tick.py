@@ -4,6 +4,7 @@ bus (vbus.DirectVirtualBus: SimpleQueue receivers, send_frames, recv)."""
 from __future__ import annotations
 
 import queue
+import threading
 import struct
 import uuid
 
@@ -137,3 +138,38 @@ def test_direct_bus_receive_queue_keeps_what_was_pending_and_times_out():
     finally:
         tx.shutdown()
         rx.shutdown()
+
+
+
+def test_direct_bus_polls_an_emptied_queue_without_hanging():
+    """A poll (timeout 0) right after the queue was emptied: Python 3.10's SimpleQueue.get(True, 0)
+    hung there in most such runs; busy threads make the interpreter's pauses that expose it. The
+    polling runs in a daemon thread so that a hang fails the test instead of stopping the suite."""
+    ch = f"drain-{uuid.uuid4().hex[:8]}"
+    tx, rx = DirectVirtualBus(channel=ch), DirectVirtualBus(channel=ch)
+    stop, polled = threading.Event(), []
+
+    def busy() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    def drain() -> None:
+        for _ in range(100_000):
+            tx.send_frames([(0x2A1, bytes(8))])
+            if rx.recv(0.0) is None or rx.recv(0.0) is not None:
+                return
+        polled.append(True)
+
+    workers = [threading.Thread(target=busy, daemon=True) for _ in range(2)]
+    poller = threading.Thread(target=drain, daemon=True)
+    try:
+        for t in [*workers, poller]:
+            t.start()
+        poller.join(30.0)
+        assert not poller.is_alive(), "recv(0.0) blocked"
+        assert polled == [True]
+    finally:
+        stop.set()
+        if not poller.is_alive():
+            tx.shutdown()
+            rx.shutdown()

@@ -77,8 +77,16 @@ class DirectVirtualBus(VirtualBus):
         if self._filters is not None:
             return super().recv(timeout)
         self._check_if_open()
+        q = self.queue
         try:
-            return self.queue.get(True, timeout)
+            # Non-blocking first, which leaves an empty queue's lock held: Python 3.10's timed get()
+            # that finds the lock free waits forever once its deadline has passed (timeout 0: ~1 us).
+            return q.get_nowait()
+        except queue.Empty:
+            if timeout is not None and timeout <= 0:
+                return None
+        try:
+            return q.get(True, timeout)
         except queue.Empty:
             return None
 
