@@ -30,7 +30,7 @@ ifeq ($(filter $(ROS_DISTRO),$(ROS_DISTROS)),)
 $(error ROS_DISTRO=$(ROS_DISTRO): PyPI has ROS 2 wheels for $(ROS_DISTROS) only (a robot on Humble installs ROS from apt: docs/install.md))
 endif
 
-.PHONY: demo test check docs bench bootstrap system-deps clean consumers consumer-system-deps test-consumers web-test-deps node-system-deps test-distro test-core
+.PHONY: demo test check docs bench bootstrap system-deps clean consumers consumer-system-deps test-consumers web-test-deps node-system-deps test-distro test-core other-venvs
 demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
@@ -163,6 +163,13 @@ test-core: $(CORE_VENV)/.bootstrapped | system-deps
 	$(CORE_VENV)/bin/python -m mypy --python-version $(CORE_PY) --follow-imports=silent --exclude '$(CORE_MYPY_EXCLUDE)' \
 	  piper_recorder rgbd_writer
 	$(CORE_VENV)/bin/python -m pytest -q -m "$(UNIT_TIER)" test
+
+# CI builds the other legs' venvs while the consumer venvs download (`make -j4 consumers other-venvs`): one after
+# another here, since each `pip install -e .` writes into the source tree.
+other-venvs:
+	$(MAKE) ROS_DISTRO=kilted .venv-kilted/.bootstrapped
+	$(MAKE) $(CORE_VENV)/.bootstrapped
+	$(MAKE) $(DOCS_VENV)/.bootstrapped
 
 clean:
 	rm -rf .venv $(addprefix .venv-,$(ROS_DISTROS)) .venv-py* $(CONSUMER_VENVS) $(DOCS_VENV) demo_output build *.egg-info test/web/node_modules
