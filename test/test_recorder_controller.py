@@ -166,6 +166,31 @@ def test_preroll_makes_row_zero_the_start():
     assert w.episodes[0]["counters"]["skipped_start_ticks"] == 0 and len(w.episodes[0]["rows"]) == 2
 
 
+def test_the_episode_starts_when_asked_not_when_the_writer_has_opened_its_files():
+    """The writer's session and episode start take their time (files, a session record); meanwhile the
+    inputs keep arriving into the buffers, so the episode starts at the request, wherever it is aimed."""
+    clock = Clock()
+
+    class SlowWriter(FakeLeRobotWriter):
+        def begin_session(self, record):
+            clock.t += 30 * MS
+            super().begin_session(record)
+
+        def start_episode(self, task):
+            clock.t += 20 * MS
+            return super().start_episode(task)
+
+    w = SlowWriter()
+    c, events = make(LeRobotTarget(w))
+    asked = clock.t
+    feed(c, asked - 100 * MS, 0.2)
+    assert c.start("pick", clock).ok
+    assert [e["start_ns"] for e in events if e["event"] == "started"] == [asked]
+    clock.t = asked + 100 * MS
+    assert c.stop(clock).ok
+    assert w.episodes[0]["rows"] == pytest.approx([0.0, 1 / 30, 2 / 30, 3 / 30])   # rows from the request on
+
+
 class FakeRgbdWriter:
     def __init__(self):
         self.log, self.ended, self.discarded = [], [], 0

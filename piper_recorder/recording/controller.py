@@ -245,7 +245,9 @@ class EpisodeController:
 
     # ---- services (block the caller) -------------------------------------------------------
     def start(self, task: str, now: Callable[[], int], source: Record | None = None) -> Answer:
-        """Start an episode at ``now()``; ``source``: where its messages come from (a bag), saved with it."""
+        """Start an episode at ``now()`` as the request is taken, before the writer opens its files (their
+        milliseconds are no part of the episode; the buffers hold what arrives meanwhile); ``source``: where
+        its messages come from (a bag), saved with it."""
         with self._service:
             if self.state == CLOSED:
                 return self._refuse("recorder is shutting down; no new episodes")
@@ -256,6 +258,7 @@ class EpisodeController:
                                     f"('{self._task}'); call stop_episode or discard_episode first")
             if self.target.needs_task and not task.strip():
                 return self._refuse("parameter 'task' is empty; set it (ros2 param set <node> task '...') first")
+            start_ns = now()
             if self.worker.backlog:
                 self._log(f"writer thread still has {self.worker.backlog} queued calls")
             try:
@@ -267,7 +270,6 @@ class EpisodeController:
             except Exception as exc:  # noqa: BLE001 - e.g. BindingChangeError: answer, stay idle
                 return self._refuse(f"cannot start: {type(exc).__name__}: {exc}")
             with self._lock:
-                start_ns = now()
                 self.worker.take_error()
                 self._sink = QueuedSink(sink, self.worker, self.max_lag_s, shed_row_frames=not self.target.depth)
                 self._stop_at = None
