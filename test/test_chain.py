@@ -195,7 +195,7 @@ def test_chain(backend, ros_domain, tmp_path):
     segs = segments(targets, gap=0.3)  # a shorter gap in publishing is host starvation, not a release
     spans = [(round(g[0].t, 2), round(g[-1].t, 2)) for g in segs]
     covering = [g for g in segs if g[0].t < TRACK[0] and g[-1].t > TRACK[1]]
-    assert covering, f"teleop was not engaged throughout {TRACK}: engaged spans {spans}\n{logs}"
+    assert covering, f"teleop was not engaged throughout {TRACK}: engaged spans {spans}\n{status}\n{logs}"
     seg1 = covering[0]
     later = [g for g in segs if at(g[0]) > t_cont + 1.0]
     assert later, f"no re-engage after the stall: engaged spans {spans}\n{logs}"
