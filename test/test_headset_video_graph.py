@@ -23,6 +23,7 @@ import pytest
 
 from piper_recorder.launcher import Graph, config_path, plan_graph
 from piper_recorder.quest.video import TINT_IDLE, TINT_RECORDING
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 RECORDERS = ("lerobot_recorder", "rgbd_recorder")
@@ -34,16 +35,6 @@ def _read(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def wait_for(pred, timeout: float, what: str, dump=lambda: "") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}\n{dump()}")
 
 
 class Operator:
@@ -124,8 +115,8 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
         def frames() -> dict[str, int]:
             return {p: v["frames"] for p, v in ((_read(report).get("video") or {}).get("panels") or {}).items()}
 
-        wait_for(lambda: all(frames().get(p, 0) > 10 for p in ("0", "1", "3")), 90.0, "panels and HUD", dump)
-        wait_for(lambda: op.video_status.get("cameras"), 10.0, "quest_video status")
+        wait_for(lambda: all(frames().get(p, 0) > 10 for p in ("0", "1", "3")), 90.0, "panels and HUD", dump, step=0.1)
+        wait_for(lambda: op.video_status.get("cameras"), 10.0, "quest_video status", step=0.1)
         f0, t0, s0 = frames(), time.monotonic(), json.loads(json.dumps(op.video_status))
         time.sleep(10.0)
         f1, t1, s1 = frames(), time.monotonic(), json.loads(json.dumps(op.video_status))
@@ -167,20 +158,20 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
         ok, msg = op.call("lerobot_recorder", "stop_episode")
         assert not ok and "no episode in progress" in msg
         wait_for(lambda: any(h["error"] == f"lerobot_recorder: {msg}"[:120] and h["lines"][2] == h["error"]
-                             for h in hud_since(t)), 15.0, "the refusal on the HUD", dump)
+                             for h in hud_since(t)), 15.0, "the refusal on the HUD", dump, step=0.1)
 
         # -- start: REC on the HUD, red tint, the start pulse ---------------------------------------
         # (the recorders save an episode only once the arm was commanded: wait for the clutch, which the
         # demo script closes in every cycle; a machine overloaded by other work can release it for a while)
         engaged = lambda: (_read(report)["video"].get("hud") or {}).get("engaged")  # noqa: E731
-        wait_for(engaged, 90.0, "the clutch engaged", dump)
+        wait_for(engaged, 90.0, "the clutch engaged", dump, step=0.1)
         t = time.time()
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
         wait_for(lambda: any(h["recording"] and h["episode_index"] == 0 and h["lines"][0].startswith("REC ep0")
-                             for h in hud_since(t)), 15.0, "REC on the HUD", dump)
-        wait_for(lambda: last_color() == pytest.approx(TINT_RECORDING), 10.0, "red tint", dump)
-        wait_for(lambda: (0.8, 120) in haptics_since(t), 10.0, "start pulse", dump)
+                             for h in hud_since(t)), 15.0, "REC on the HUD", dump, step=0.1)
+        wait_for(lambda: last_color() == pytest.approx(TINT_RECORDING), 10.0, "red tint", dump, step=0.1)
+        wait_for(lambda: (0.8, 120) in haptics_since(t), 10.0, "start pulse", dump, step=0.1)
         time.sleep(2.0)
         timer = _read(report)["video"]["hud"]["elapsed_s"]
         assert 1.0 <= timer <= 6.0, timer
@@ -191,34 +182,34 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
             ok, msg = op.call(rec, "stop_episode")
             assert ok, (rec, msg, graph.logs(10))
         wait_for(lambda: any(not h["recording"] and h["saved_count"] == 1 for h in hud_since(t)), 20.0,
-                 "saved on the HUD", dump)
-        wait_for(lambda: last_color() == TINT_IDLE, 10.0, "tint off", dump)
-        wait_for(lambda: (0.5, 200) in haptics_since(t), 15.0, "save pulse", dump)
+                 "saved on the HUD", dump, step=0.1)
+        wait_for(lambda: last_color() == TINT_IDLE, 10.0, "tint off", dump, step=0.1)
+        wait_for(lambda: (0.5, 200) in haptics_since(t), 15.0, "save pulse", dump, step=0.1)
         time.sleep(1.0)
         assert haptics_since(t).count((0.5, 200)) == 1, haptics_since(t)
 
         # -- discard: three strong short pulses, count unchanged ----------------------------------------
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
-        wait_for(lambda: _read(report)["video"]["hud"]["recording"], 15.0, "recording again", dump)
+        wait_for(lambda: _read(report)["video"]["hud"]["recording"], 15.0, "recording again", dump, step=0.1)
         t = time.time()
         for rec in RECORDERS:
             assert op.call(rec, "discard_episode")[0]
-        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "discard pattern", dump)
+        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "discard pattern", dump, step=0.1)
         wait_for(lambda: any(not h["recording"] and h["saved_count"] == 1 for h in hud_since(t)), 15.0,
-                 "discarded on the HUD", dump)
+                 "discarded on the HUD", dump, step=0.1)
 
         # -- delete the last saved: the delete pattern, count back to 0 ---------------------------------
         time.sleep(1.0)
         t = time.time()
         for rec in RECORDERS:
             assert op.call(rec, "delete_last_episode")[0]
-        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "delete pattern", dump)
-        wait_for(lambda: any(h["saved_count"] == 0 for h in hud_since(t)), 15.0, "deleted on the HUD", dump)
+        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "delete pattern", dump, step=0.1)
+        wait_for(lambda: any(h["saved_count"] == 0 for h in hud_since(t)), 15.0, "deleted on the HUD", dump, step=0.1)
         assert not any(h["recording"] for h in hud_since(t))
 
         # -- the headset dies mid-episode and comes back: recording, pose path, video all resume --------
-        wait_for(engaged, 90.0, "the clutch engaged", dump)
+        wait_for(engaged, 90.0, "the clutch engaged", dump, step=0.1)
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
         time.sleep(2.0)
@@ -234,15 +225,15 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
                                     start_new_session=True)
         dump2 = lambda: json.dumps(_read(report2))[:3000] + "\n" + graph.logs(15)  # noqa: E731
         wait_for(lambda: ((_read(report2).get("video") or {}).get("panels") or {}).get("0", {}).get("frames", 0) > 5,
-                 60.0, "panels on the restarted headset", dump2)
+                 60.0, "panels on the restarted headset", dump2, step=0.1)
         wait_for(lambda: (_read(report2).get("colors") or [{}])[-1].get("r") == pytest.approx(TINT_RECORDING[0]),
-                 20.0, "the recording tint again on the new connection", dump2)
+                 20.0, "the recording tint again on the new connection", dump2, step=0.1)
         wait_for(lambda: (_read(report2).get("video") or {}).get("hud", {}).get("recording"), 20.0,
-                 "REC on the restarted headset's HUD", dump2)
+                 "REC on the restarted headset's HUD", dump2, step=0.1)
         # the pose path is back: the bridge reconnected and streams at the headset's rate again (its diagnostics,
         # as the HUD on the new headset shows them)
         wait_for(lambda: ((_read(report2).get("video") or {}).get("hud") or {}).get("input_hz", 0) > 50, 30.0,
-                 "the bridge streaming from the restarted headset", dump2)
+                 "the bridge streaming from the restarted headset", dump2, step=0.1)
         assert _read(report2)["connections"] == 1   # one pose connection to the new headset
         assert op.status["lerobot_recorder"]["state"] == "recording"
         assert op.status["lerobot_recorder"].get("rows", 0) > rows_during   # rows kept coming meanwhile
@@ -252,7 +243,7 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
             ok, msg = op.call(rec, "stop_episode")
             assert ok, msg
         saved = wait_for(lambda: [e for e in op.events[n_events:] if e["event"] == "saved"
-                                  and e["recorder"] == "lerobot_recorder"], 30.0, "the episode saved")
+                                  and e["recorder"] == "lerobot_recorder"], 30.0, "the episode saved", step=0.1)
         assert saved[0]["rows"] >= 30 * 6   # >= 6 s of rows: no gap while the headset was away
         assert graph.dead() == ["sim_quest"], graph.dead()   # the killed headset only: no other process noticed
         status = op.video_status

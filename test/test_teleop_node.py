@@ -17,6 +17,7 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 ARM = (0.25, 0.0, 0.25)
 
@@ -115,15 +116,6 @@ class FakeGraph:
         self._spin.join(2)
         self.executor.shutdown()
         self.node.destroy_node()
-
-
-def wait_for(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

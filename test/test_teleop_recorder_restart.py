@@ -23,6 +23,7 @@ from test_recorder_rig import Rig  # noqa: E402
 from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 CALL_TIMEOUT_S = 2.0
@@ -77,16 +78,6 @@ class Headset:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(2)
-
-
-def wait_for(cond, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domain, tmp_path):
