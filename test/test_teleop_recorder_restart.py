@@ -3,7 +3,7 @@ the next press in the (simulated) headset starts an episode on the new recorder 
 or the operator feels the timeout pulse first; never a silent loss. A stamped stop press ends the
 episode at its capture stamp, however late its request reaches the recorder. Real processes:
 piper-lerobot-recorder and piper-teleop; this process plays the arm, the cameras
-(test_recorder_rig.Rig) and the headset's right controller."""
+(support.recorder_rig.Rig) and the headset's right controller."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from std_msgs.msg import String  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
 from test_recorder_lerobot import REC, episodes, recorder_args  # noqa: E402
-from test_recorder_rig import Rig  # noqa: E402
+from support.recorder_rig import Rig  # noqa: E402
 
 from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS  # noqa: E402

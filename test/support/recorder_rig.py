@@ -1,7 +1,4 @@
-"""Test rig for the recorder process tests: a synthetic arm + cameras publisher and service/event helpers.
-
-(No tests here; test_recorder_lerobot.py and test_recorder_rgbd.py import it.)
-"""
+"""Test rig for the recorder process tests: a synthetic arm + cameras publisher and service/event helpers."""
 from __future__ import annotations
 
 import json
