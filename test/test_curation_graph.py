@@ -24,8 +24,9 @@ import h5py
 import pytest
 
 from piper_recorder.launcher import Graph, config_path, plan_graph
-
-from test_headset_video_graph import Operator, _read, wait_for
+from support.operator import Operator
+from support.reports import read_report
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(420)
 STALL = "cam_front: oldest frame at a row (camera stall)"
@@ -98,7 +99,7 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         first_outcome = lab0["outcome"]
         # the HUD names the last saved episode with its outcome and verdict (while the next one records too)
         hud_last = lambda: [h.get("last_episode") for h in  # noqa: E731
-                            (_read(report).get("video") or {}).get("hud_history", [])]
+                            (read_report(report).get("video") or {}).get("hud_history", [])]
         wait_for(lambda: f"ep{ep0} {first_outcome} bad" in hud_last(), 15.0, "the last episode on the HUD",
                  lambda: str(hud_last()), step=0.1)
         want = "failure" if first_outcome == "success" else "success"
@@ -114,7 +115,7 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         wait_for(lambda: [e for e in events("saved") if e["episode_index"] == ep1], 30.0, "the chord's save", dump,
                  step=0.1)
         # the headset felt both outcomes and the bad verdict, each once however many recorders answered
-        felt = lambda: [(h["amp"], h["ms"]) for h in _read(report).get("haptics", [])]  # noqa: E731
+        felt = lambda: [(h["amp"], h["ms"]) for h in read_report(report).get("haptics", [])]  # noqa: E731
         wait_for(lambda: (0.6, 80) in felt() and (1.0, 160) in felt() and (1.0, 400) in felt(), 15.0,
                  "success, failure and bad pulses", lambda: str(felt()), step=0.1)
         # the 'bad' pattern (three pulses) at most once per stop, not once per recorder that saved it bad
@@ -132,8 +133,8 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         assert not ok and "outcome must be one of success, failure" in msg
         saved1 = [e for e in events("saved") if e["episode_index"] == ep1][-1]
         wait_for(lambda: any(h.get("last_episode") == f"ep{ep1} success {saved1['verdict']}"
-                             for h in (_read(report).get("video") or {}).get("hud_history", [])[-10:]), 15.0,
-                 "the relabel on the HUD", lambda: str((_read(report).get("video") or {}).get("hud")), step=0.1)
+                             for h in (read_report(report).get("video") or {}).get("hud_history", [])[-10:]), 15.0,
+                 "the relabel on the HUD", lambda: str((read_report(report).get("video") or {}).get("hud")), step=0.1)
     finally:
         if op is not None:
             op.close()

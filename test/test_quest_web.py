@@ -26,6 +26,7 @@ import pytest
 from browser import CHROMIUM_ARGS, chromium_path
 from piper_recorder.launcher import Graph, config_path, free_port, plan_graph
 from piper_recorder.quest.video import TINT_RECORDING
+from support.reports import read_report
 from support.waiting import wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
@@ -95,13 +96,6 @@ class Watcher:
         self.ctx.try_shutdown()
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def test_webxr_page_drives_the_sim_graph_with_an_emulated_quest3(tmp_path, ros_domain):
     assert IWER.is_file(), "IWER is missing: run `make web-test-deps` (npm ci in test/web)"
     from playwright.sync_api import sync_playwright
@@ -123,7 +117,7 @@ def test_webxr_page_drives_the_sim_graph_with_an_emulated_quest3(tmp_path, ros_d
         graph.start()
         w = Watcher()
         graph.wait_nodes(w.node, 120.0)
-        port = wait_for(lambda: (_read(report).get("ports") or {}).get("web"), 30.0, "the page's port", graph.logs,
+        port = wait_for(lambda: (read_report(report).get("ports") or {}).get("web"), 30.0, "the page's port", graph.logs,
                         step=0.05)
         with sync_playwright() as pw:
             ctx = pw.chromium.launch_persistent_context(
@@ -190,7 +184,7 @@ def _move(page: Any, start: tuple[float, float, float], delta: tuple[float, floa
 
 
 def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
-    dump = lambda: json.dumps({"page": _stats(page), "relay": _read(report), "teleop": w.teleop})[:4000] \
+    dump = lambda: json.dumps({"page": _stats(page), "relay": read_report(report), "teleop": w.teleop})[:4000] \
         + "\n" + graph.logs(12)  # noqa: E731
     # -- the hello through the bridge says which client this is ----------------------------------------
     wait_for(lambda: w.hello.get("client") == "web" and w.hello.get("mode") == "immersive-ar", 20.0,
@@ -290,10 +284,10 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     wait_for(lambda: min(_stats(page)["panels"][p] for p in (0, 1, 3)) > 10, 60.0, "panels and HUD", dump, step=0.05)
     (relay_pid,) = [r.popen.pid for r in graph.running if r.spec.name == "quest_web"]
     c0 = _cpu_s(relay_pid)
-    a0, s0, r0, t0 = (_stats(page)["panelsReceived"], _stats(page)["panels"], _read(report).get("panels_sent", {}),
+    a0, s0, r0, t0 = (_stats(page)["panelsReceived"], _stats(page)["panels"], read_report(report).get("panels_sent", {}),
                       time.monotonic())
     time.sleep(4.0)
-    a1, s1, r1, t1 = (_stats(page)["panelsReceived"], _stats(page)["panels"], _read(report).get("panels_sent", {}),
+    a1, s1, r1, t1 = (_stats(page)["panelsReceived"], _stats(page)["panels"], read_report(report).get("panels_sent", {}),
                       time.monotonic())
     relay_cpu = (_cpu_s(relay_pid) - c0) / (t1 - t0)
     print(f"piper-quest-web CPU, relaying the page's frames and 2 panels + HUD: {relay_cpu * 100:.1f} % of a core")
@@ -303,7 +297,7 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     print(f"panels arrived in the page: {arrived[0]:.1f} / {arrived[1]:.1f} fps, HUD {arrived[3]:.1f} fps; decoded and "
           f"drawn {decoded[0]:.1f} / {decoded[1]:.1f} / HUD {decoded[3]:.1f} fps (relayed: {relayed}; load "
           f"{os.getloadavg()[0]:.1f})")
-    assert arrived[0] >= 14.0 and arrived[1] >= 14.0, (arrived, decoded, relayed, _read(report), os.getloadavg())
+    assert arrived[0] >= 14.0 and arrived[1] >= 14.0, (arrived, decoded, relayed, read_report(report), os.getloadavg())
     assert arrived[3] >= 3.0 and min(decoded[p] for p in (0, 1, 3)) > 0, (arrived, decoded)
     assert _stats(page)["panelDecodeErrors"] == 0
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,18 +24,12 @@ from proc import ProcGroup  # noqa: E402
 
 from piper_recorder.launcher import free_port  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
+from support.reports import read_report  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 STALL_AFTER_S, STALL_S = 10.0, 1.0   # late enough for quest_video to hear teleop first
 
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 class Probe:
@@ -90,7 +83,7 @@ def test_stalled_headset_releases_then_the_sim_operator_regrips(ros_domain, tmp_
             wait_for(lambda: probe.last().get("engaged"), 30, "the clutch engaged by the scripted grip", procs.logs)
             assert probe.last()["forced_releases"] == 0
             # the HUD has heard teleop before the stall
-            wait_for(lambda: ((_read(report).get("video") or {}).get("hud") or {}).get("engaged"), 20,
+            wait_for(lambda: ((read_report(report).get("video") or {}).get("hud") or {}).get("engaged"), 20,
                      "the HUD showing the clutch engaged", procs.logs)
             # the release the scripted stall makes (one teleop made before the HUD heard it, on a busy
             # machine, shows only while recent: test_quest_video)
@@ -104,7 +97,7 @@ def test_stalled_headset_releases_then_the_sim_operator_regrips(ros_domain, tmp_
             wait_for(lambda: probe.last().get("engaged") and probe.last()["published"] > published + 100, 20,
                      "engaged again after the re-grip, driving the arm", procs.logs)
             t_again = time.monotonic()
-            rep = _read(report)
+            rep = read_report(report)
             felt = [(h["amp"], h["ms"]) for h in rep.get("haptics", [])]
             release = [(amp, ms) for _, amp, ms in HapticConfig().pattern("release")]
             assert release[0] in felt, felt
