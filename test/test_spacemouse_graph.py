@@ -26,7 +26,7 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
-from test_spacemouse import FakeHidraw, buttons, trans  # noqa: E402
+from support.spacemouse import FakeHidraw, buttons, trans  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]

@@ -17,8 +17,7 @@ pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not
 from std_msgs.msg import String  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
-from test_recorder_lerobot import REC, episodes, recorder_args  # noqa: E402
-from support.recorder_rig import Rig  # noqa: E402
+from support.recorder_rig import REC, Rig, episodes, recorder_args  # noqa: E402
 
 from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS  # noqa: E402
