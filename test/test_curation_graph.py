@@ -24,7 +24,7 @@ import h5py
 import pytest
 
 from piper_recorder.launcher import Graph, config_path, plan_graph
-from support.operator import Operator
+from support.operator_node import Operator
 from support.reports import read_report
 from support.waiting import wait_for
 

@@ -21,7 +21,7 @@ import pytest
 
 from piper_recorder.launcher import Graph, config_path, plan_graph
 from piper_recorder.quest.video import TINT_IDLE, TINT_RECORDING
-from support.operator import RECORDERS, Operator
+from support.operator_node import RECORDERS, Operator
 from support.reports import read_report
 from support.waiting import wait_for
 

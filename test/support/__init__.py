@@ -13,7 +13,7 @@ through ``pytest_plugins`` in test/conftest.py.
 - ``frame_pairing``: synthetic camera stamps through the assembler, and the pairing checks
 - ``launch_stub`` (fixture ``stub_launch``), ``node_configs``: the launch files without ROS's launch, and the
   config classes each node declares
-- ``operator``, ``reports``, ``recorder_rig``, ``teleop_graph``: the ROS side of graph tests (an operator
+- ``operator_node``, ``reports``, ``recorder_rig``, ``teleop_graph``: the ROS side of graph tests (an operator
   node, the sim headset's report, a synthetic arm and cameras, the graph around a teleop process)
 - ``teleop_mapper``, ``teleop_session``, ``spacemouse``, ``quest_hellos``: teleop and input fixtures
 """
