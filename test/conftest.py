@@ -31,6 +31,10 @@ os.environ.pop("ROS_LOCALHOST_ONLY", None)
 from piper_recorder.rosenv import lease_domain  # noqa: E402
 from piper_recorder.supervision import interrupt_on_stop_signals  # noqa: E402
 
+# Fixtures every test module may use, from the helper package (test/support/); a test module defines only
+# its own fixtures and imports no other test module (test_module_graph keeps it so).
+pytest_plugins = ["support.launch_stub"]
+
 # a `timeout` or a SIGTERM to pytest tears the fixtures down (graphs stopped) instead of orphaning them;
 # a SIGKILL leaves every node to notice its launcher is gone (supervision.watch_parent)
 interrupt_on_stop_signals()

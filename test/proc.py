@@ -6,12 +6,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 BIN = Path(sys.executable).parent
-T = TypeVar("T")
 _SIGINT = signal.SIGINT  # class Proc has a method named `signal`, which shadows the module in its body
 
 
@@ -55,7 +52,8 @@ class Proc:
 
 class ProcGroup:
     """Context manager owning several processes: stops all of them on exit, even after a failure, and
-    then prints their output if the block failed (pytest shows it with the failure)."""
+    then prints their output if the block failed (pytest shows it with the failure). A wait on them passes
+    ``logs`` to ``support.waiting.wait_for``, which shows every process's output when it times out."""
 
     def __init__(self, env: dict[str, str], log_dir: Path):
         self.env, self.log_dir, self.procs = env, log_dir, []
@@ -67,16 +65,6 @@ class ProcGroup:
 
     def logs(self) -> str:
         return "\n".join(f"----- {p.name}\n{p.output()[-4000:]}" for p in self.procs)
-
-    def wait_for(self, cond: Callable[[], T], timeout: float, what: str, step: float = 0.02) -> T:
-        """``cond()``'s first truthy value within ``timeout`` s; else fail naming ``what``, with every log."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            v = cond()
-            if v:
-                return v
-            time.sleep(step)
-        raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
 
     def __enter__(self) -> ProcGroup:
         return self

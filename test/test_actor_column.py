@@ -188,11 +188,11 @@ def test_rows_before_the_first_actor_message_carry_none_and_are_not_held_back(ro
 @pytest.mark.integration
 def test_lerobot_reads_the_actor_column_and_offers_it_to_no_policy(rollout_root, tmp_path):
     """LeRobot 0.3.3 (the consumer venv) gives every row's code; the column is not a policy feature."""
-    from test_consumers import SCRIPTS, _run_json, consumer_env, consumer_python
+    from support.consumers import SCRIPTS, consumer_env, consumer_python, run_json
 
     root, written = rollout_root
     assert set(written) == {0.0, 1.0, 2.0}
-    p, rep = _run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_column.py"), str(root), COLUMN],
+    p, rep = run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_column.py"), str(root), COLUMN],
                        consumer_env(tmp_path / "hf"), 600)
     assert p.returncode == 0 and rep, p.stdout[-2000:] + p.stderr[-2000:]
     assert rep["values"] == written

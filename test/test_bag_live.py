@@ -24,7 +24,7 @@ import yaml
 from proc import ProcGroup
 
 rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
-from test_recorder_rig import H, W, Rig  # noqa: E402
+from support.recorder_rig import H, W, Rig  # noqa: E402
 
 from piper_recorder.assembly.frame_assign import window_captures  # noqa: E402
 from piper_recorder.cli.bag2dataset import main as bag2dataset  # noqa: E402

@@ -40,6 +40,7 @@ from piper_recorder.quest.scripts import ScriptedHeadset  # noqa: E402
 from piper_recorder.teleop.frames import FrameConfig, remap_matrix  # noqa: E402
 from piper_recorder.teleop.rotations import angle_between, matrix_to_quat, quat_to_matrix  # noqa: E402
 from proc import ProcGroup  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 STALL_AT = 6.5          # script time of the SIGSTOP (engaged, moving)
 STALL_FOR = 1.5
@@ -98,16 +99,6 @@ class Probe:
         self.node.destroy_node()
 
 
-def wait_for(cond, timeout, what, procs):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}\n{procs.logs()}")
-
-
-
 def segments(samples: list[Sample], gap: float = 0.1) -> list[list[Sample]]:
     out: list[list[Sample]] = []
     for s in samples:
@@ -138,26 +129,26 @@ def test_chain(backend, ros_domain, tmp_path):
         with ProcGroup(ros_domain.env(), tmp_path) as procs:
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", f"backend:={backend}")
             procs.start("piper-teleop")
-            wait_for(lambda: probe.eef and probe.go_home.service_is_ready(), 30, "arm feedback", procs)
+            wait_for(lambda: probe.eef and probe.go_home.service_is_ready(), 30, "arm feedback", procs.logs)
             fut = probe.go_home.call_async(Trigger.Request())
-            wait_for(fut.done, 10, "go_home reply", procs)
+            wait_for(fut.done, 10, "go_home reply", procs.logs)
             assert fut.result().success, fut.result().message
 
             def still():  # homed: the arm has stopped moving for 0.3 s
                 recent = [p for _, m, p, _ in probe.eef if m > time.monotonic() - 0.3]
                 return len(recent) > 5 and np.ptp(np.array(recent), axis=0).max() < 2e-4
             time.sleep(0.3)
-            wait_for(still, 15, "arm at home", procs)
-            wait_for(lambda: probe.status is not None, 20, "teleop up", procs)
+            wait_for(still, 15, "arm at home", procs.logs)
+            wait_for(lambda: probe.status is not None, 20, "teleop up", procs.logs)
             port = free_port()
             sim_args = ("piper-sim-quest", "--port", str(port), "--script", "circle")
             sim = procs.start(*sim_args)
-            wait_for(lambda: "listening" in sim.output(), 10, "sim headset", procs)
+            wait_for(lambda: "listening" in sim.output(), 10, "sim headset", procs.logs)
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.1",
                         "-p", "reconnect_max_s:=0.3")
-            wait_for(lambda: probe.hellos, 20, "headset hello", procs)
+            wait_for(lambda: probe.hellos, 20, "headset hello", procs.logs)
             mono0 = float(probe.hellos[-1]["mono"])
-            wait_for(lambda: time.monotonic() - mono0 >= STALL_AT, 20, "stall time", procs)
+            wait_for(lambda: time.monotonic() - mono0 >= STALL_AT, 20, "stall time", procs.logs)
             sim.signal(19)  # SIGSTOP: the socket stays open, nothing arrives
             t_stop = time.monotonic()
             time.sleep(STALL_FOR)
@@ -167,9 +158,9 @@ def test_chain(backend, ros_domain, tmp_path):
             sim.signal(2)  # SIGINT: the headset goes away (the bridge sees the connection close)
             sim.popen.wait(10)
             sim2 = procs.start(*sim_args, name="piper-sim-quest-2")  # the operator puts the headset back on
-            wait_for(lambda: len(probe.hellos) >= 2, 20, "second headset connection", procs)
+            wait_for(lambda: len(probe.hellos) >= 2, 20, "second headset connection", procs.logs)
             mono1 = float(probe.hellos[-1]["mono"])
-            wait_for(lambda: time.monotonic() - mono1 >= REENGAGE_END, 20, "re-engage phase", procs)
+            wait_for(lambda: time.monotonic() - mono1 >= REENGAGE_END, 20, "re-engage phase", procs.logs)
             status = dict(probe.status)
             logs = procs.logs()
             del sim2

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
 import time
@@ -32,9 +31,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".venv" / "bin"
-SCRIPTS = ROOT / "test" / "consumers"
+from support.consumers import BIN, SCRIPTS, consumer_env, consumer_python, run_json, tail, timed
+
 EPISODES, SECONDS = 2, 4
 TRAIN_STEPS = 4
 # (version, the consumer venv that reads it): every consumer of each version
@@ -49,48 +47,6 @@ ACT_FLAGS = ["--policy.type=act", "--policy.device=cpu", "--policy.push_to_hub=f
 # (lerobot/configs/train.py:113 of its wheel; draccus refuses the old name)
 EVAL_OFF = {"lerobot06": "--env_eval_freq=0"}
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # the first use may build a consumer venv (~5 min cold)
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _tail(text: str, n: int = 30) -> str:
-    """The last ``n`` lines (where a traceback ends), at most 4,000 characters."""
-    return "\n".join(text.splitlines()[-n:])[-4000:]
-
-
-def _timed(label: str, t0: float) -> None:
-    print(f"[consumers] {label}: {time.monotonic() - t0:.1f}s")
-
-
-_venvs: dict[str, Path | str] = {}
-
-
-def consumer_python(name: str) -> Path:
-    """The consumer venv's python, built through make when absent or out of date (never a silent pass)."""
-    if os.environ.get("PIPER_CONSUMERS") == "skip":
-        if _in_ci():
-            pytest.fail("PIPER_CONSUMERS=skip is refused in CI: the consumer checks must run")
-        pytest.skip(f"PIPER_CONSUMERS=skip: the {name} consumer checks did NOT run")
-    if name not in _venvs:
-        t0 = time.monotonic()
-        stamp = f".venv-{name}/.bootstrapped"
-        p = subprocess.run(["make", stamp], cwd=ROOT, capture_output=True, text=True)
-        _timed(f"make {stamp}", t0)
-        _venvs[name] = (ROOT / f".venv-{name}" / "bin" / "python") if p.returncode == 0 else \
-            f"`make {stamp}` failed ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
-    got = _venvs[name]
-    if isinstance(got, str):
-        pytest.fail(got)
-    return got
-
-
-def consumer_env(hf_home: Path) -> dict[str, str]:
-    """Offline, hermetic caches; nothing of the project's venv leaks into the consumer's interpreter."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf_home), WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
-    return env
 
 
 class Roots:
@@ -109,7 +65,7 @@ class Roots:
                                        "v3.0": self._export_v30}[version]()
             except AssertionError as e:
                 self._made[version] = str(e)
-            _timed(f"make the {version} root", t0)
+            timed(f"make the {version} root", t0)
         got = self._made[version]
         if isinstance(got, str):
             pytest.fail(got)
@@ -124,13 +80,13 @@ class Roots:
         # piper-demo's exit status also gates on lerobot-doctor's data-quality warnings, which 4 s sim
         # episodes raise (frozen gripper, one quaternion outlier); the format is checked by piper-validate.
         assert (root / "meta" / "episodes.jsonl").is_file(), \
-            f"piper-demo {' '.join(sets)} wrote no LeRobot root ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+            f"piper-demo {' '.join(sets)} wrote no LeRobot root ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
         saved = [ln for ln in (root / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
         assert len(saved) == EPISODES, \
             f"piper-demo {' '.join(sets)} saved {len(saved)} of {EPISODES} episodes ({p.returncode}):\n" \
-            f"{_tail(p.stdout)}\n--- stderr (head)\n{p.stderr[:4000]}"
+            f"{tail(p.stdout)}\n--- stderr (head)\n{p.stderr[:4000]}"
         v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
-        assert v.returncode == 0, f"piper-validate {root} failed:\n{_tail(v.stdout + v.stderr)}"
+        assert v.returncode == 0, f"piper-validate {root} failed:\n{tail(v.stdout + v.stderr)}"
         return root
 
     def _record_v20(self) -> Path:
@@ -146,7 +102,7 @@ class Roots:
         src, out = self.get("v2.0"), self.base / "v30"
         p = subprocess.run([str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out)],
                            capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, f"piper-export --to v3.0 failed ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+        assert p.returncode == 0, f"piper-export --to v3.0 failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
         return out
 
 
@@ -158,12 +114,6 @@ def roots(tmp_path_factory) -> Roots:
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("hf_home")
-
-
-def _run_json(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[subprocess.CompletedProcess, dict]:
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    return p, (json.loads(lines[-1]) if lines else {})
 
 
 def pinned_lerobot(consumer: str) -> str:
@@ -179,10 +129,10 @@ def test_lerobot_decodes_every_frame_at_default_tolerance(version, consumer, roo
     py = consumer_python(consumer)
     root = roots.get(version)
     t0 = time.monotonic()
-    p, rep = _run_json([str(py), str(SCRIPTS / "read_every_frame.py"), str(root)], consumer_env(hf_home), 900)
-    _timed(f"{consumer} reads every frame of {version}", t0)
+    p, rep = run_json([str(py), str(SCRIPTS / "read_every_frame.py"), str(root)], consumer_env(hf_home), 900)
+    timed(f"{consumer} reads every frame of {version}", t0)
     print(json.dumps(rep, indent=1))
-    assert rep, f"no report from the reader ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    assert rep, f"no report from the reader ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
     assert rep["lerobot"] == pinned_lerobot(consumer)  # the release under test, not another one
     assert "open_error" not in rep, rep["open_error"]
     assert rep["codebase_version"] == version
@@ -211,10 +161,10 @@ def test_every_frame_lookup_rule_gets_the_paired_frame(roots, hf_home):
     py = consumer_python("lerobot03")
     root = roots.get("v2.0")
     t0 = time.monotonic()
-    p, rep = _run_json([str(py), str(SCRIPTS / "lookup_rules.py"), str(root)], consumer_env(hf_home), 900)
-    _timed("lookup rules on v2.0", t0)
+    p, rep = run_json([str(py), str(SCRIPTS / "lookup_rules.py"), str(root)], consumer_env(hf_home), 900)
+    timed("lookup rules on v2.0", t0)
     print(json.dumps(rep))
-    assert rep, f"no report ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    assert rep, f"no report ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
     assert rep["rows"] > 0 and rep["misses"] == dict.fromkeys(rep["misses"], 0), json.dumps(rep["examples"])
 
 
@@ -233,18 +183,18 @@ def test_lerobot_train_act_checkpoint_acts(version, consumer, roots, hf_home, tm
                         *ACT_FLAGS, f"--steps={TRAIN_STEPS}", f"--save_freq={TRAIN_STEPS}", "--log_freq=1",
                         EVAL_OFF.get(consumer, "--eval_freq=0"), f"--output_dir={out}"],
                        capture_output=True, text=True, env=env, timeout=900)
-    _timed(f"{consumer} lerobot-train {TRAIN_STEPS} steps on {version}", t0)
+    timed(f"{consumer} lerobot-train {TRAIN_STEPS} steps on {version}", t0)
     log = p.stdout + p.stderr
-    assert p.returncode == 0, f"lerobot-train on {version} failed ({p.returncode}):\n{_tail(log)}"
+    assert p.returncode == 0, f"lerobot-train on {version} failed ({p.returncode}):\n{tail(log)}"
     losses = _losses(log)
-    assert len(losses) >= TRAIN_STEPS - 1 and all(math.isfinite(v) for v in losses), _tail(log)
+    assert len(losses) >= TRAIN_STEPS - 1 and all(math.isfinite(v) for v in losses), tail(log)
     ckpt = out / "checkpoints" / "last" / "pretrained_model"
     assert (ckpt / "model.safetensors").is_file(), sorted(str(x.relative_to(out)) for x in out.rglob("*"))
     t0 = time.monotonic()
-    p, rep = _run_json([str(py), str(SCRIPTS / "policy_actions.py"), str(ckpt), str(root)], env, 600)
-    _timed(f"{consumer} checkpoint actions on {version}", t0)
+    p, rep = run_json([str(py), str(SCRIPTS / "policy_actions.py"), str(ckpt), str(root)], env, 600)
+    timed(f"{consumer} checkpoint actions on {version}", t0)
     print(json.dumps(rep))
-    assert rep and p.returncode == 0, f"checkpoint check failed ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    assert rep and p.returncode == 0, f"checkpoint check failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
     assert rep["lerobot"] == pinned_lerobot(consumer)
     assert rep["finite"] and rep["action_shape"][-1] == rep["action_dim"] == 8
     assert "observation.state" in rep["inputs"] and any(k.startswith("observation.images.") for k in rep["inputs"])
@@ -254,20 +204,20 @@ def _curated_root(base: Path) -> tuple[Path, list[dict]]:
     """Three episodes saved by the recorders' episode controller through the real LeRobot writer (64x64,
     1 camera, 2 s each; the second with its camera stalled for 1 s: verdict bad), ok/bad by construction
     whatever the machine's load, unlike a graph recording."""
-    import test_curation as tc
     from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
     from piper_recorder.recording.targets import LeRobotTarget
+    from support.curation import controller, record_episode
 
     root = base / "curated"
     cfg = LeRobotRecorderConfig(root=str(root), cameras=["cam_front"], camera_height=64, camera_width=64,
                                 lateness_s=0.0)
-    c = tc._controller(LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg)), fps=30,
+    c = controller(LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg)), fps=30,
                                      cameras=("cam_front",)), cfg, [])
     try:
-        tc._record(c, 2.0, px=64)
-        tc._record(c, 2.0, stall=(0.6, 1.6), px=64)
-        tc._record(c, 2.0, px=64)
+        record_episode(c, 2.0, px=64)
+        record_episode(c, 2.0, stall=(0.6, 1.6), px=64)
+        record_episode(c, 2.0, px=64)
     finally:
         c.shutdown(save=False)
     eps = [json.loads(ln) for ln in (root / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
@@ -285,31 +235,31 @@ def test_curation_filter_read_by_lerobot03_and_labels_kept_by_lerobot04(hf_home,
     for args in (["label", str(src), "--episodes", "0", "--outcome", "success", "--note", "clean", "--out", str(labelled)],
                  ["label", str(labelled), "--episodes", "1-2", "--outcome", "failure"]):
         p = subprocess.run([tool, *args, "-q"], capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, _tail(p.stdout + p.stderr)
+        assert p.returncode == 0, tail(p.stdout + p.stderr)
     chosen = tmp_path / "chosen"
     p = subprocess.run([tool, "filter", str(labelled), "--outcome", "success", "--verdict", "ok",
                         "--out", str(chosen), "-q"], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    assert p.returncode == 0, tail(p.stdout + p.stderr)
     (kept,) = [json.loads(ln) for ln in (chosen / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
     assert (kept["outcome"], kept["outcome_note"], kept["verdict"], kept["length"]) == \
         ("success", "clean", "ok", eps[0]["length"])
     t0 = time.monotonic()
-    p, rep = _run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_every_frame.py"), str(chosen)],
+    p, rep = run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_every_frame.py"), str(chosen)],
                        consumer_env(hf_home), 900)
-    _timed("lerobot03 reads every frame of the filtered root", t0)
-    assert rep and "open_error" not in rep, _tail(p.stdout + p.stderr)
+    timed("lerobot03 reads every frame of the filtered root", t0)
+    assert rep and "open_error" not in rep, tail(p.stdout + p.stderr)
     assert rep["tolerance_s"] == pytest.approx(1e-4)
     assert rep["episodes"] == 1 and rep["rows"] == kept["length"] and rep["failed_rows"] == 0, rep
     assert rep["decoded"] == dict.fromkeys(rep["cameras"], kept["length"]) and rep["bad_images"] == 0
     v3 = tmp_path / "v3"
     p = subprocess.run([str(BIN / "piper-export"), str(labelled), "--to", "v3.0", "--out", str(v3)],
                        capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, _tail(p.stdout + p.stderr)
+    assert p.returncode == 0, tail(p.stdout + p.stderr)
     t0 = time.monotonic()
-    p, rep = _run_json([str(consumer_python("lerobot04")), str(SCRIPTS / "read_curation.py"), str(v3)],
+    p, rep = run_json([str(consumer_python("lerobot04")), str(SCRIPTS / "read_curation.py"), str(v3)],
                        consumer_env(hf_home), 900)
-    _timed("lerobot04 reads the curation columns of the v3.0 export", t0)
-    assert rep and "error" not in rep, _tail(p.stdout + p.stderr)
+    timed("lerobot04 reads the curation columns of the v3.0 export", t0)
+    assert rep and "error" not in rep, tail(p.stdout + p.stderr)
     assert [(e["outcome"], e["outcome_note"]) for e in rep["episodes"]] == \
         [("success", "clean"), ("failure", None), ("failure", None)]
     assert [e["verdict"] for e in rep["episodes"]] == ["ok", "bad", "ok"]

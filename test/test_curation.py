@@ -22,14 +22,12 @@ from piper_recorder.lerobot.export.operation import export
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
 from piper_recorder.recording.config import (LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config,
-                                             rgbd_writer_config, session_record)
-from piper_recorder.recording.controller import EpisodeController
+                                             rgbd_writer_config)
 from piper_recorder.recording.targets import LeRobotTarget, RgbdTarget
 from piper_recorder.recording.verdict import VerdictConfig, judge
 from rgbd_writer.validate import validate_file
 from rgbd_writer.writer import RgbdWriter
-
-MS = 1_000_000
+from support.curation import CLOCK, MS, controller, record_episode
 
 
 def _episodes(root: Path) -> list[dict]:
@@ -82,43 +80,13 @@ def test_verdict_thresholds_and_reasons():
 
 
 # ---- recorded through the controller and the real writers --------------------------------------
-def _controller(target, cfg, events):
-    return EpisodeController(target, cfg.assembly(), recorder="rec", max_episode_s=0, publish_event=events.append,
-                             session_record=lambda: session_record(cfg, "rec", None, None), log=lambda m: None)
-
-
-_CLOCK = [0]
-
-
-def _record(c: EpisodeController, seconds: float, stall: tuple[float, float] | None = None, px: int = 16) -> None:
-    """Feed ``seconds`` of arm inputs (100 Hz) and 30 fps frames; ``stall``: (from, to) s without frames.
-    Each episode starts 2 s after the previous one's fed end (its samples are not a later one's pre-roll)."""
-    t = _CLOCK[0] = max(time.time_ns(), _CLOCK[0] + 2_000 * MS)
-    assert c.start("pick", lambda: t).ok
-    n = int(seconds * 300)
-    for i in range(n):
-        s = t + i * MS * 10 // 3
-        if i % 3 == 0:
-            c.add_joint_state(s, [0.1] * 6 + [0.04])
-            c.add_eef_pose(s, (0.2, 0, 0.2), (0, 0, 0, 1))
-            c.add_commanded_pose(s, (0.2, 0, 0.2), (0, 0, 0, 1))
-            c.add_commanded_gripper(s, 0.02)
-        if i % 10 == 0 and not (stall and stall[0] * 1e9 <= s - t < stall[1] * 1e9):
-            c.add_frame("cam_front", s, np.full((px, px, 3), i % 250, np.uint8),
-                        np.full((px, px), 500, np.uint16) if c.target.depth else None)
-        c.tick(s)
-    _CLOCK[0] = t + n * MS * 10 // 3
-    ans = c.stop(_CLOCK[0])
-    assert ans.ok, ans.message
-
-
 def test_lerobot_labels_verdicts_filter_and_v30(tmp_path: Path):
     root = tmp_path / "ds"
     cfg = LeRobotRecorderConfig(root=str(root), cameras=["cam_front"], camera_height=16, camera_width=16,
                                 lateness_s=0.0)
     events: list[dict] = []
     target = LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg)), fps=30, cameras=("cam_front",))
-    c = _controller(target, cfg, events)
+    c = controller(target, cfg, events)
     try:
         assert not c.label("failure").ok                                   # nothing to label yet
         t = time.time_ns()
@@ -126,12 +94,12 @@ def test_lerobot_labels_verdicts_filter_and_v30(tmp_path: Path):
         ans = c.label("success", "clean grasp")                            # in flight: applied at the save
         assert ans.ok and "applied at its save" in ans.message
         c.discard()
-        _record(c, 2.0)                                                    # a new episode: no label carried over
-        _record(c, 2.0, stall=(0.7, 1.7))                                  # a camera stall of a second
+        record_episode(c, 2.0)                                                    # a new episode: no label carried over
+        record_episode(c, 2.0, stall=(0.7, 1.7))                                  # a camera stall of a second
         assert not c.label("maybe").ok and not c.label("success", "x" * 201).ok
         ans = c.label("failure", "camera froze")                           # the last saved one, rewritten
         assert ans.ok and "episode 1 labelled failure" in ans.message, ans.message
-        _record(c, 2.0)
+        record_episode(c, 2.0)
         assert c.label("success").ok                                       # after the save
         assert c.label("success", episode=0).ok                            # an earlier one of this session
         assert not c.label("success", episode=7).ok
@@ -183,15 +151,15 @@ def test_rgbd_labels_and_verdict_in_the_episode_attrs(tmp_path: Path):
     path = tmp_path / "rgbd.hdf5"
     cfg = RgbdRecorderConfig(path=str(path), camera="cam_front", camera_height=64, camera_width=64, lateness_s=0.0)
     events: list[dict] = []
-    c = _controller(RgbdTarget(RgbdWriter(path, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, events)
+    c = controller(RgbdTarget(RgbdWriter(path, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, events)
     try:
         t = time.time_ns()
         assert c.start("pick", lambda: t).ok
         assert c.label("failure", "dropped it").ok                       # in flight
         c.discard()
-        _record(c, 1.5, px=64)
+        record_episode(c, 1.5, px=64)
         assert c.label("failure", "dropped it").ok                       # the saved one, in the file
-        _record(c, 2.0, stall=(0.6, 1.6), px=64)
+        record_episode(c, 2.0, stall=(0.6, 1.6), px=64)
     finally:
         c.shutdown(save=False)
     assert validate_file(path) == []
@@ -219,17 +187,17 @@ def test_rgbd_success_is_written_only_for_labelled_episodes(tmp_path: Path):
     path = tmp_path / "rgbd.hdf5"
     cfg = RgbdRecorderConfig(path=str(path), camera="cam_front", camera_height=32, camera_width=32, lateness_s=0.0)
     events: list[dict] = []
-    c = _controller(RgbdTarget(RgbdWriter(path, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, events)
+    c = controller(RgbdTarget(RgbdWriter(path, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, events)
     try:
-        _record(c, 1.0, px=32)                                   # 0: unlabelled, stopped
-        _record(c, 1.0, px=32)                                   # 1: labelled success after the save
+        record_episode(c, 1.0, px=32)                                   # 0: unlabelled, stopped
+        record_episode(c, 1.0, px=32)                                   # 1: labelled success after the save
         assert c.label("success").ok
-        t = _CLOCK[0] = _CLOCK[0] + 2_000 * MS                   # 2: labelled failure while recording
+        t = CLOCK[0] = CLOCK[0] + 2_000 * MS                   # 2: labelled failure while recording
         assert c.start("pick", lambda: t).ok and c.label("failure", "slipped").ok
         c.discard()
-        _record(c, 1.0, px=32)
+        record_episode(c, 1.0, px=32)
         assert c.label("failure", episode=2).ok
-        _record(c, 1.0, stall=(0.2, 0.9), px=32)                # 3: unlabelled, a bad verdict
+        record_episode(c, 1.0, stall=(0.2, 0.9), px=32)                # 3: unlabelled, a bad verdict
     finally:
         c.shutdown(save=False)
     assert validate_file(path) == []
@@ -249,9 +217,9 @@ def test_rgbd_success_is_written_only_for_labelled_episodes(tmp_path: Path):
     assert got == [np.bool_(False), np.bool_(True), np.bool_(False), np.bool_(True)]
     # a timed-out episode without a label claims nothing either
     path2 = tmp_path / "timeout.hdf5"
-    c = _controller(RgbdTarget(RgbdWriter(path2, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, [])
+    c = controller(RgbdTarget(RgbdWriter(path2, rgbd_writer_config(cfg)), "cam_front", fps=30), cfg, [])
     try:
-        t = _CLOCK[0] = max(time.time_ns(), _CLOCK[0] + 2_000 * MS)
+        t = CLOCK[0] = max(time.time_ns(), CLOCK[0] + 2_000 * MS)
         assert c.start("pick", lambda: t).ok
         for i in range(60):
             s = t + i * MS * 10
@@ -262,8 +230,8 @@ def test_rgbd_success_is_written_only_for_labelled_episodes(tmp_path: Path):
             if i % 3 == 0:
                 c.add_frame("cam_front", s, np.zeros((32, 32, 3), np.uint8), np.full((32, 32), 500, np.uint16))
             c.tick(s)
-        _CLOCK[0] = t + 60 * MS * 10
-        assert c.stop(_CLOCK[0], reason="max_episode_s").ok
+        CLOCK[0] = t + 60 * MS * 10
+        assert c.stop(CLOCK[0], reason="max_episode_s").ok
     finally:
         c.shutdown(save=False)
     with h5py.File(path2, "r") as f:

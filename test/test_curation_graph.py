@@ -24,8 +24,9 @@ import h5py
 import pytest
 
 from piper_recorder.launcher import Graph, config_path, plan_graph
-
-from test_headset_video_graph import Operator, _read, wait_for
+from support.operator_node import Operator
+from support.reports import read_report
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(420)
 STALL = "cam_front: oldest frame at a row (camera stall)"
@@ -72,16 +73,16 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         # be short), stall cam_front for 1.2 s early in the next episode that is saved with >= 3 s of rows
         # (a discard cycle's episode, or one shortened by a late start, is skipped): it must come out bad,
         # naming the stall
-        wait_for(lambda: events("saved"), 90.0, "a first saved episode", dump)
+        wait_for(lambda: events("saved"), 90.0, "a first saved episode", dump, step=0.1)
         saved0 = None
         while saved0 is None:
             seen = len(op.events)
             wait_for(lambda: [e for e in op.events[seen:] if e.get("event") == "started"
-                              and e.get("recorder") == "lerobot_recorder"], 30.0, "the next start", dump)
+                              and e.get("recorder") == "lerobot_recorder"], 30.0, "the next start", dump, step=0.1)
             _set(op, "cam_front", "pause_s", 1.2)
             _set(op, "cam_front", "pause_at_s", 0.5)   # re-arms: the pause starts 0.5 s from now
             end = wait_for(lambda: [e for e in op.events[seen:] if e.get("recorder") == "lerobot_recorder"
-                                    and e.get("event") in ("saved", "discarded")], 40.0, "its end", dump)[0]
+                                    and e.get("event") in ("saved", "discarded")], 40.0, "its end", dump, step=0.1)[0]
             # a start that took effect late on a loaded machine leaves a short episode the stall may miss
             saved0 = end if end["event"] == "saved" and (end.get("rows") or 0) >= 90 else None
         ep0 = saved0["episode_index"]
@@ -89,32 +90,34 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         assert any(r.startswith(f"bad: {STALL}") for r in saved0["verdict_reasons"]), saved0["verdict_reasons"]
         # (the RGB-D recorder numbers its own episodes: a start one recorder refused under load shifts them)
         rgbd0 = wait_for(lambda: [e for e in op.events[seen:] if e.get("recorder") == "rgbd_recorder"
-                                  and e.get("event") == "saved"], 20.0, "the RGB-D save", dump)[0]
+                                  and e.get("event") == "saved"], 20.0, "the RGB-D save", dump, step=0.1)[0]
         assert rgbd0["verdict"] == "bad" and any(STALL in r for r in rgbd0["verdict_reasons"]), rgbd0
         # its label: the chord of that cycle, on both recorders; then a saved episode with the other outcome
         # (cycles alternate success, failure, discard)
-        lab0 = wait_for(lambda: [e for e in events("labeled") if e["episode_index"] == ep0], 20.0, "its label", dump)[-1]
+        lab0 = wait_for(lambda: [e for e in events("labeled") if e["episode_index"] == ep0], 20.0, "its label", dump,
+                        step=0.1)[-1]
         first_outcome = lab0["outcome"]
         # the HUD names the last saved episode with its outcome and verdict (while the next one records too)
         hud_last = lambda: [h.get("last_episode") for h in  # noqa: E731
-                            (_read(report).get("video") or {}).get("hud_history", [])]
+                            (read_report(report).get("video") or {}).get("hud_history", [])]
         wait_for(lambda: f"ep{ep0} {first_outcome} bad" in hud_last(), 15.0, "the last episode on the HUD",
-                 lambda: str(hud_last()))
+                 lambda: str(hud_last()), step=0.1)
         want = "failure" if first_outcome == "success" else "success"
         lab1 = wait_for(lambda: [e for e in events("labeled") if e["episode_index"] > ep0 and e["outcome"] == want],
-                        60.0, f"a {want} chord", dump)[0]
+                        60.0, f"a {want} chord", dump, step=0.1)[0]
         outs = {e["episode_index"]: e["outcome"] for e in events("labeled")}
         assert outs.get(ep0) == first_outcome and outs.get(lab1["episode_index"]) == want, outs
         wait_for(lambda: {first_outcome, want} <= {e["outcome"] for e in events("labeled", "rgbd_recorder")
                                                    if e["episode_index"] >= rgbd0["episode_index"]}, 20.0,
-                 "both outcomes on the RGB-D recorder", dump)
+                 "both outcomes on the RGB-D recorder", dump, step=0.1)
         rgbd_outs = {e["episode_index"]: e["outcome"] for e in events("labeled", "rgbd_recorder")}
         ep1 = lab1["episode_index"]
-        wait_for(lambda: [e for e in events("saved") if e["episode_index"] == ep1], 30.0, "the chord's save", dump)
+        wait_for(lambda: [e for e in events("saved") if e["episode_index"] == ep1], 30.0, "the chord's save", dump,
+                 step=0.1)
         # the headset felt both outcomes and the bad verdict, each once however many recorders answered
-        felt = lambda: [(h["amp"], h["ms"]) for h in _read(report).get("haptics", [])]  # noqa: E731
+        felt = lambda: [(h["amp"], h["ms"]) for h in read_report(report).get("haptics", [])]  # noqa: E731
         wait_for(lambda: (0.6, 80) in felt() and (1.0, 160) in felt() and (1.0, 400) in felt(), 15.0,
-                 "success, failure and bad pulses", lambda: str(felt()))
+                 "success, failure and bad pulses", lambda: str(felt()), step=0.1)
         # the 'bad' pattern (three pulses) at most once per stop, not once per recorder that saved it bad
         time.sleep(1.0)
         n_bad, stops = felt().count((1.0, 400)), len(events("saved"))
@@ -130,8 +133,8 @@ def test_headset_chord_service_label_and_a_stalled_camera(tmp_path: Path, ros_do
         assert not ok and "outcome must be one of success, failure" in msg
         saved1 = [e for e in events("saved") if e["episode_index"] == ep1][-1]
         wait_for(lambda: any(h.get("last_episode") == f"ep{ep1} success {saved1['verdict']}"
-                             for h in (_read(report).get("video") or {}).get("hud_history", [])[-10:]), 15.0,
-                 "the relabel on the HUD", lambda: str((_read(report).get("video") or {}).get("hud")))
+                             for h in (read_report(report).get("video") or {}).get("hud_history", [])[-10:]), 15.0,
+                 "the relabel on the HUD", lambda: str((read_report(report).get("video") or {}).get("hud")), step=0.1)
     finally:
         if op is not None:
             op.close()

@@ -18,7 +18,7 @@ from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, load_config
-from test_lerobot_writer_helpers import tree_hashes
+from support.lerobot_data import tree_hashes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 BIN = Path(sys.executable).parent

@@ -2,7 +2,7 @@
 pass piper-validate, lerobot-doctor and LeRobot 0.3.3's loader (every row, every camera, at its
 default tolerance); deleting episode 1 of the merged 3 keeps every index and video paired with its
 rows (pyarrow + PyAV: frame count, PTS and the row index each frame spells) and still loads in
-LeRobot. The consumer venv is test_consumers.py's (built through make; PIPER_CONSUMERS=skip skips
+LeRobot. The consumer venv is support/consumers.py's (built through make; PIPER_CONSUMERS=skip skips
 visibly, refused in CI)."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import test_dataset_edit as edit
-from test_consumers import BIN, SCRIPTS, _run_json, _tail, _timed, consumer_env, consumer_python
+from support.consumers import BIN, SCRIPTS, consumer_env, consumer_python, run_json, tail, timed
+from support.lerobot_roots import check_root, doctor, jsonl, record
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
@@ -27,13 +27,9 @@ def record_roots(base: Path) -> tuple[Path, Path]:
     faster and steadier than piper-demo's sim graph, which on this shared 2-core machine at load ~40
     stalled (no camera message within 90 s) or stopped late."""
     a, b = base / "a", base / "b"
-    edit.record(a, [110, 115])
-    edit.record(b, [120], seed0=2)
+    record(a, [110, 115])
+    record(b, [120], seed0=2)
     return a, b
-
-
-def jsonl(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().split("\n") if x.strip()]
 
 
 def check_pairing(root: Path) -> int:
@@ -66,9 +62,9 @@ def check_pairing(root: Path) -> int:
 
 def lerobot_reads_every_row(py: Path, root: Path, hf_home: Path, rows: int, episodes: int) -> None:
     t0 = time.monotonic()
-    p, rep = _run_json([str(py), str(SCRIPTS / "read_every_frame.py"), str(root)], consumer_env(hf_home), 1200)
-    _timed(f"lerobot03 reads every frame of {root.name}", t0)
-    assert rep, f"no report from the reader ({p.returncode}):\n{_tail(p.stdout + p.stderr)}"
+    p, rep = run_json([str(py), str(SCRIPTS / "read_every_frame.py"), str(root)], consumer_env(hf_home), 1200)
+    timed(f"lerobot03 reads every frame of {root.name}", t0)
+    assert rep, f"no report from the reader ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
     assert "open_error" not in rep, rep["open_error"]
     assert rep["rows"] == rows and rep["episodes"] == episodes
     assert rep["failed_rows"] == 0, rep["first_error"]
@@ -85,11 +81,11 @@ def test_merged_demo_roots_load_in_lerobot_and_delete_keeps_pairing(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     v = subprocess.run([str(BIN / "piper-validate"), str(merged)], capture_output=True, text=True, timeout=600)
-    assert v.returncode == 0, _tail(v.stdout + v.stderr)
-    edit.doctor(merged)  # lerobot-doctor --fail-on warn
+    assert v.returncode == 0, tail(v.stdout + v.stderr)
+    doctor(merged)  # lerobot-doctor --fail-on warn
     rows = check_pairing(merged)
     assert rows == sum(e["length"] for r in (a, b) for e in jsonl(r / "meta/episodes.jsonl"))
-    edit.check_root(merged, [(a, 0, "pick"), (a, 1, "place"), (b, 0, "stack")])  # frames spell their rows
+    check_root(merged, [(a, 0, "pick"), (a, 1, "place"), (b, 0, "stack")])  # frames spell their rows
     lerobot_reads_every_row(py, merged, hf_home, rows, 3)
 
     r = subprocess.run([str(BIN / "piper-dataset"), "delete", str(merged), "--episodes", "1"],
@@ -97,7 +93,7 @@ def test_merged_demo_roots_load_in_lerobot_and_delete_keeps_pairing(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert [e["length"] for e in jsonl(merged / "meta/episodes.jsonl")] == [110, 120]
     v = subprocess.run([str(BIN / "piper-validate"), str(merged)], capture_output=True, text=True, timeout=600)
-    assert v.returncode == 0, _tail(v.stdout + v.stderr)
+    assert v.returncode == 0, tail(v.stdout + v.stderr)
     assert check_pairing(merged) == 230
-    edit.check_root(merged, [(a, 0, "pick"), (b, 0, "stack")])
+    check_root(merged, [(a, 0, "pick"), (b, 0, "stack")])
     lerobot_reads_every_row(py, merged, hf_home, 230, 2)

@@ -18,7 +18,7 @@ from piper_recorder.launcher import LAUNCH_SECTION, LaunchError, SimQuestSetting
 from piper_recorder.params_file import read_params_file
 from piper_recorder.recording.config import (RECORDER_CONFIGS, LeRobotRecorderConfig, RgbdRecorderConfig,
                                              lerobot_writer_config, load_config, rgbd_writer_config)
-from test_launch_files import _config_classes
+from support.node_configs import config_classes
 
 TIMING = ("timestamp_mode", "lateness_s")
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "config").glob("*.yaml"))
@@ -106,7 +106,7 @@ def test_command_line_defaults_are_the_config_defaults():
 def _node_defaults(node: str, cameras: list[str]) -> dict:
     """Parameter name -> default for every parameter ``node`` declares."""
     out = {}
-    for cls, prefix in _config_classes("sim_camera" if node in cameras else node):
+    for cls, prefix in config_classes("sim_camera" if node in cameras else node):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             value = _default(cls, f.name)

@@ -244,7 +244,7 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
     from geometry_msgs.msg import WrenchStamped
     from proc import ProcGroup
     from rclpy.qos import QoSProfile, ReliabilityPolicy
-    from test_recorder_rig import Rig
+    from support.recorder_rig import Rig
 
     from piper_recorder.nodes.common import ns_to_stamp
 

@@ -23,7 +23,7 @@ from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.validate import validate_root
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_frame_assign import MS, PERIOD, assemble, camera, check  # noqa: E402
+from support.frame_pairing import MS, PERIOD, assemble, camera, check  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 W, H = 64, 48

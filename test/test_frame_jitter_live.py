@@ -18,7 +18,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
-from test_recorder_rig import H, W, Rig  # noqa: E402
+from support.recorder_rig import H, W, Rig  # noqa: E402
 
 from piper_recorder.nodes.common import stamp_to_ns  # noqa: E402
 

@@ -14,90 +14,19 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from piper_recorder.launcher import Graph, config_path, plan_graph
 from piper_recorder.quest.video import TINT_IDLE, TINT_RECORDING
+from support.operator_node import RECORDERS, Operator
+from support.reports import read_report
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
-RECORDERS = ("lerobot_recorder", "rgbd_recorder")
 FPS = 15.0
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def wait_for(pred, timeout: float, what: str, dump=lambda: "") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}\n{dump()}")
-
-
-class Operator:
-    """An rclpy node in this process: the recorders' services, parameters and events."""
-
-    def __init__(self, env: dict[str, str]):
-        import rclpy
-        from rclpy.executors import MultiThreadedExecutor
-        from std_msgs.msg import String
-
-        self.ctx = rclpy.Context()
-        rclpy.init(context=self.ctx)
-        self.node = rclpy.create_node("headset_test_operator", context=self.ctx)
-        self.events: list[dict[str, Any]] = []
-        self.status: dict[str, dict[str, Any]] = {}
-        self.video_status: dict[str, Any] = {}
-        self.node.create_subscription(String, "/episode_events", lambda m: self.events.append(json.loads(m.data)), 50)
-        for rec in RECORDERS:
-            self.node.create_subscription(String, f"/{rec}/status",
-                                          lambda m, r=rec: self.status.__setitem__(r, json.loads(m.data)), 10)
-        self.node.create_subscription(String, "/quest_video/status",
-                                      lambda m: self.video_status.update(json.loads(m.data)), 10)
-        from std_srvs.srv import Trigger
-
-        self.trigger = Trigger
-        self.clients = {(rec, srv): self.node.create_client(Trigger, f"/{rec}/{srv}") for rec in RECORDERS
-                        for srv in ("start_episode", "stop_episode", "discard_episode", "delete_last_episode")}
-        self.executor = MultiThreadedExecutor(num_threads=2, context=self.ctx)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self) -> None:
-        try:
-            self.executor.spin()
-        except Exception:  # noqa: BLE001 - context shut down
-            pass
-
-    def call(self, rec: str, service: str, timeout: float = 60.0) -> tuple[bool, str]:
-        """One Trigger call; clients are made once and kept (a fresh client's first request can go
-        unanswered while discovery of its reply reader is still under way on a loaded machine)."""
-        client = self.clients[(rec, service)]
-        assert client.wait_for_service(timeout), f"/{rec}/{service} not available"
-        future = client.call_async(self.trigger.Request())
-        end = time.monotonic() + timeout
-        while not future.done() and time.monotonic() < end:
-            time.sleep(0.02)
-        assert future.done(), f"/{rec}/{service} did not answer"
-        return future.result().success, future.result().message
-
-    def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
 
 
 def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros_domain):
@@ -118,18 +47,18 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
         graph.start()
         op = Operator(ros_domain.env())
         graph.wait_nodes(op.node, 120.0)
-        dump = lambda: json.dumps(_read(report))[:3000] + "\n" + graph.logs(15)  # noqa: E731
+        dump = lambda: json.dumps(read_report(report))[:3000] + "\n" + graph.logs(15)  # noqa: E731
 
         # -- panels for each configured camera at the set rate, and a HUD --------------------------
         def frames() -> dict[str, int]:
-            return {p: v["frames"] for p, v in ((_read(report).get("video") or {}).get("panels") or {}).items()}
+            return {p: v["frames"] for p, v in ((read_report(report).get("video") or {}).get("panels") or {}).items()}
 
-        wait_for(lambda: all(frames().get(p, 0) > 10 for p in ("0", "1", "3")), 90.0, "panels and HUD", dump)
-        wait_for(lambda: op.video_status.get("cameras"), 10.0, "quest_video status")
+        wait_for(lambda: all(frames().get(p, 0) > 10 for p in ("0", "1", "3")), 90.0, "panels and HUD", dump, step=0.1)
+        wait_for(lambda: op.video_status.get("cameras"), 10.0, "quest_video status", step=0.1)
         f0, t0, s0 = frames(), time.monotonic(), json.loads(json.dumps(op.video_status))
         time.sleep(10.0)
         f1, t1, s1 = frames(), time.monotonic(), json.loads(json.dumps(op.video_status))
-        video = _read(report)["video"]
+        video = read_report(report)["video"]
         for panel, cam in (("0", "cam_front"), ("1", "cam_wrist")):
             rate = (f1[panel] - f0[panel]) / (t1 - t0)
             # The set rate, or what the camera delivered when a loaded machine starved it (the stream
@@ -151,13 +80,13 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
         assert hud["input_hz"] > 50 and isinstance(hud["engaged"], bool) and hud["arm"]   # teleop, bridge, arm heard
 
         def hud_since(t: float) -> list[dict[str, Any]]:
-            return [h for h in (_read(report).get("video") or {}).get("hud_history", []) if h["t"] >= t]
+            return [h for h in (read_report(report).get("video") or {}).get("hud_history", []) if h["t"] >= t]
 
         def haptics_since(t: float) -> list[tuple[float, int]]:
-            return [(h["amp"], h["ms"]) for h in _read(report).get("haptics", []) if h["t_recv"] >= t]
+            return [(h["amp"], h["ms"]) for h in read_report(report).get("haptics", []) if h["t_recv"] >= t]
 
         def last_color() -> tuple[float, ...] | None:
-            colors = _read(report).get("colors", [])
+            colors = read_report(report).get("colors", [])
             return tuple(colors[-1][k] for k in "rgba") if colors else None
 
         assert last_color() == TINT_IDLE
@@ -167,22 +96,22 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
         ok, msg = op.call("lerobot_recorder", "stop_episode")
         assert not ok and "no episode in progress" in msg
         wait_for(lambda: any(h["error"] == f"lerobot_recorder: {msg}"[:120] and h["lines"][2] == h["error"]
-                             for h in hud_since(t)), 15.0, "the refusal on the HUD", dump)
+                             for h in hud_since(t)), 15.0, "the refusal on the HUD", dump, step=0.1)
 
         # -- start: REC on the HUD, red tint, the start pulse ---------------------------------------
         # (the recorders save an episode only once the arm was commanded: wait for the clutch, which the
         # demo script closes in every cycle; a machine overloaded by other work can release it for a while)
-        engaged = lambda: (_read(report)["video"].get("hud") or {}).get("engaged")  # noqa: E731
-        wait_for(engaged, 90.0, "the clutch engaged", dump)
+        engaged = lambda: (read_report(report)["video"].get("hud") or {}).get("engaged")  # noqa: E731
+        wait_for(engaged, 90.0, "the clutch engaged", dump, step=0.1)
         t = time.time()
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
         wait_for(lambda: any(h["recording"] and h["episode_index"] == 0 and h["lines"][0].startswith("REC ep0")
-                             for h in hud_since(t)), 15.0, "REC on the HUD", dump)
-        wait_for(lambda: last_color() == pytest.approx(TINT_RECORDING), 10.0, "red tint", dump)
-        wait_for(lambda: (0.8, 120) in haptics_since(t), 10.0, "start pulse", dump)
+                             for h in hud_since(t)), 15.0, "REC on the HUD", dump, step=0.1)
+        wait_for(lambda: last_color() == pytest.approx(TINT_RECORDING), 10.0, "red tint", dump, step=0.1)
+        wait_for(lambda: (0.8, 120) in haptics_since(t), 10.0, "start pulse", dump, step=0.1)
         time.sleep(2.0)
-        timer = _read(report)["video"]["hud"]["elapsed_s"]
+        timer = read_report(report)["video"]["hud"]["elapsed_s"]
         assert 1.0 <= timer <= 6.0, timer
 
         # -- save: saved count, idle tint, the save pulse (once, though two recorders saved) ----------
@@ -191,34 +120,34 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
             ok, msg = op.call(rec, "stop_episode")
             assert ok, (rec, msg, graph.logs(10))
         wait_for(lambda: any(not h["recording"] and h["saved_count"] == 1 for h in hud_since(t)), 20.0,
-                 "saved on the HUD", dump)
-        wait_for(lambda: last_color() == TINT_IDLE, 10.0, "tint off", dump)
-        wait_for(lambda: (0.5, 200) in haptics_since(t), 15.0, "save pulse", dump)
+                 "saved on the HUD", dump, step=0.1)
+        wait_for(lambda: last_color() == TINT_IDLE, 10.0, "tint off", dump, step=0.1)
+        wait_for(lambda: (0.5, 200) in haptics_since(t), 15.0, "save pulse", dump, step=0.1)
         time.sleep(1.0)
         assert haptics_since(t).count((0.5, 200)) == 1, haptics_since(t)
 
         # -- discard: three strong short pulses, count unchanged ----------------------------------------
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
-        wait_for(lambda: _read(report)["video"]["hud"]["recording"], 15.0, "recording again", dump)
+        wait_for(lambda: read_report(report)["video"]["hud"]["recording"], 15.0, "recording again", dump, step=0.1)
         t = time.time()
         for rec in RECORDERS:
             assert op.call(rec, "discard_episode")[0]
-        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "discard pattern", dump)
+        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "discard pattern", dump, step=0.1)
         wait_for(lambda: any(not h["recording"] and h["saved_count"] == 1 for h in hud_since(t)), 15.0,
-                 "discarded on the HUD", dump)
+                 "discarded on the HUD", dump, step=0.1)
 
         # -- delete the last saved: the delete pattern, count back to 0 ---------------------------------
         time.sleep(1.0)
         t = time.time()
         for rec in RECORDERS:
             assert op.call(rec, "delete_last_episode")[0]
-        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "delete pattern", dump)
-        wait_for(lambda: any(h["saved_count"] == 0 for h in hud_since(t)), 15.0, "deleted on the HUD", dump)
+        wait_for(lambda: haptics_since(t).count((1.0, 60)) == 3, 10.0, "delete pattern", dump, step=0.1)
+        wait_for(lambda: any(h["saved_count"] == 0 for h in hud_since(t)), 15.0, "deleted on the HUD", dump, step=0.1)
         assert not any(h["recording"] for h in hud_since(t))
 
         # -- the headset dies mid-episode and comes back: recording, pose path, video all resume --------
-        wait_for(engaged, 90.0, "the clutch engaged", dump)
+        wait_for(engaged, 90.0, "the clutch engaged", dump, step=0.1)
         for rec in RECORDERS:
             assert op.call(rec, "start_episode")[0]
         time.sleep(2.0)
@@ -232,18 +161,18 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
         argv[argv.index("--report") + 1] = str(report2)   # the restarted headset reports to a new file
         headset2 = subprocess.Popen(argv, env=ros_domain.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     start_new_session=True)
-        dump2 = lambda: json.dumps(_read(report2))[:3000] + "\n" + graph.logs(15)  # noqa: E731
-        wait_for(lambda: ((_read(report2).get("video") or {}).get("panels") or {}).get("0", {}).get("frames", 0) > 5,
-                 60.0, "panels on the restarted headset", dump2)
-        wait_for(lambda: (_read(report2).get("colors") or [{}])[-1].get("r") == pytest.approx(TINT_RECORDING[0]),
-                 20.0, "the recording tint again on the new connection", dump2)
-        wait_for(lambda: (_read(report2).get("video") or {}).get("hud", {}).get("recording"), 20.0,
-                 "REC on the restarted headset's HUD", dump2)
+        dump2 = lambda: json.dumps(read_report(report2))[:3000] + "\n" + graph.logs(15)  # noqa: E731
+        wait_for(lambda: ((read_report(report2).get("video") or {}).get("panels") or {}).get("0", {}).get("frames", 0) > 5,
+                 60.0, "panels on the restarted headset", dump2, step=0.1)
+        wait_for(lambda: (read_report(report2).get("colors") or [{}])[-1].get("r") == pytest.approx(TINT_RECORDING[0]),
+                 20.0, "the recording tint again on the new connection", dump2, step=0.1)
+        wait_for(lambda: (read_report(report2).get("video") or {}).get("hud", {}).get("recording"), 20.0,
+                 "REC on the restarted headset's HUD", dump2, step=0.1)
         # the pose path is back: the bridge reconnected and streams at the headset's rate again (its diagnostics,
         # as the HUD on the new headset shows them)
-        wait_for(lambda: ((_read(report2).get("video") or {}).get("hud") or {}).get("input_hz", 0) > 50, 30.0,
-                 "the bridge streaming from the restarted headset", dump2)
-        assert _read(report2)["connections"] == 1   # one pose connection to the new headset
+        wait_for(lambda: ((read_report(report2).get("video") or {}).get("hud") or {}).get("input_hz", 0) > 50, 30.0,
+                 "the bridge streaming from the restarted headset", dump2, step=0.1)
+        assert read_report(report2)["connections"] == 1   # one pose connection to the new headset
         assert op.status["lerobot_recorder"]["state"] == "recording"
         assert op.status["lerobot_recorder"].get("rows", 0) > rows_during   # rows kept coming meanwhile
         time.sleep(1.0)
@@ -252,7 +181,7 @@ def test_headset_panels_hud_tint_and_haptics_through_the_sim_graph(tmp_path, ros
             ok, msg = op.call(rec, "stop_episode")
             assert ok, msg
         saved = wait_for(lambda: [e for e in op.events[n_events:] if e["event"] == "saved"
-                                  and e["recorder"] == "lerobot_recorder"], 30.0, "the episode saved")
+                                  and e["recorder"] == "lerobot_recorder"], 30.0, "the episode saved", step=0.1)
         assert saved[0]["rows"] >= 30 * 6   # >= 6 s of rows: no gap while the headset was away
         assert graph.dead() == ["sim_quest"], graph.dead()   # the killed headset only: no other process noticed
         status = op.video_status

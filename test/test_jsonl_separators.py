@@ -16,7 +16,7 @@ from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
-from test_lerobot_writer_helpers import H, W, index_frame, row_values
+from support.lerobot_data import H, W, index_frame, row_values
 
 BIN = Path(sys.executable).parent
 SEPS = ["\u2028", "\u2029", "\x85", "\x1c", "\x1d", "\x1e", "\x0b", "\x0c", "\r"]

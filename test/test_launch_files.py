@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
-import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from piper_recorder.effective_config import effective_params
 from piper_recorder.launcher import LAUNCH_SECTION, launch_graph, plan_graph, realsense_parameters
 from piper_recorder.params_file import read_params_file
+from support.node_configs import config_classes
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = {name: ROOT / "launch" / f"{name}.launch.py" for name in ("sim", "robot")}
@@ -74,27 +73,6 @@ def test_launch_file_references_declared_executables(name):
         assert headset[0].args[headset[0].args.index("--video-port") + 1] == "8736"   # quest_video's peer
 
 
-def _config_classes(node: str) -> list[tuple[type, str]]:
-    """(config dataclass, parameter prefix) pairs a node declares, read from its module."""
-    if node == "piper_arm":
-        from piper_recorder.piper.backends import ArmConfig
-        return [(ArmConfig, "")]
-    if node == "teleop":
-        mod = importlib.import_module("piper_recorder.nodes.teleop")
-        src = Path(mod.__file__).read_text()
-        out = []
-        for cls_name, prefix in re.findall(r'declare_config\(self, (\w+)(?:, "([\w.]+)")?\)', src):
-            out.append((getattr(mod, cls_name), prefix))
-        return out
-    module = {"quest_bridge": "quest_bridge", "lerobot_recorder": "lerobot_recorder",
-              "rgbd_recorder": "rgbd_recorder", "sim_camera": "sim_camera", "quest_video": "quest_video"}[node]
-    mod = importlib.import_module(f"piper_recorder.nodes.{module}")
-    classes = {"quest_bridge": "QuestBridgeConfig", "lerobot_recorder": "LeRobotRecorderConfig",
-               "rgbd_recorder": "RgbdRecorderConfig", "sim_camera": "SimCameraConfig",
-               "quest_video": "QuestVideoConfig"}
-    return [(getattr(mod, classes[node]), "")]
-
-
 @pytest.mark.parametrize("name", ["sim", "robot"])
 def test_config_keys_are_declared_parameters(name):
     """Every parameter in the YAML is a field of the node's config dataclass (rclpy would ignore a typo)."""
@@ -104,7 +82,7 @@ def test_config_keys_are_declared_parameters(name):
     assert cameras and set(OUR_NODES) <= set(cfg)
     for node in OUR_NODES + (tuple(cameras) if name == "sim" else ()):
         declared = set()
-        for cls, prefix in _config_classes("sim_camera" if node in cameras else node):
+        for cls, prefix in config_classes("sim_camera" if node in cameras else node):
             declared |= {prefix + f.name for f in dataclasses.fields(cls)}
         unknown = set(cfg[node]) - declared
         assert not unknown, f"{name}.yaml {node}: unknown parameters {sorted(unknown)}"

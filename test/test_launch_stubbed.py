@@ -15,7 +15,6 @@ import importlib.util
 import os
 import shlex
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -23,111 +22,14 @@ import pytest
 import yaml
 
 from piper_recorder import launcher
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
+from piper_recorder.launcher import LAUNCH_SECTION, plan_graph
 from piper_recorder.params_file import read_params_file
 from piper_recorder.rosenv import PROFILE_VARS, dds_features
+from support.launch_stub import (Action, ExecuteProcess, LogInfo, Node, SetEnvironmentVariable,
+                                 UnsetEnvironmentVariable, graph, install_realsense)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video"}
-
-
-class Action:
-    def __init__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
-
-
-class Node(Action):
-    pass
-
-
-class ExecuteProcess(Action):
-    pass
-
-
-class OpaqueFunction(Action):
-    pass
-
-
-class SetEnvironmentVariable(Action):
-    pass
-
-
-class LogInfo(Action):
-    pass
-
-
-class PackageNotFoundError(KeyError):
-    pass
-
-
-class UnsetEnvironmentVariable(Action):
-    pass
-
-
-class LaunchConfiguration:
-    def __init__(self, name: str, **_kw):
-        self.name = name
-
-    def perform(self, context: dict) -> str:
-        return context[self.name]
-
-
-def _module(name: str, **attrs) -> types.ModuleType:
-    m = types.ModuleType(name)
-    m.__dict__.update(attrs)
-    return m
-
-
-@pytest.fixture
-def stub_launch(monkeypatch) -> dict[str, Path]:
-    """Stand-ins for launch, launch_ros and the ament index; returns the index's package -> share directory
-    (a test adds realsense2_camera with ``install_realsense``)."""
-    shares = {"piper_recorder": ROOT}
-
-    def get_package_share_directory(pkg: str) -> str:
-        if pkg not in shares:
-            raise PackageNotFoundError(pkg)
-        return str(shares[pkg])
-
-    mods = {
-        "launch": _module("launch", LaunchDescription=Action),
-        "launch.actions": _module("launch.actions", DeclareLaunchArgument=Action, ExecuteProcess=ExecuteProcess,
-                                  LogInfo=LogInfo, OpaqueFunction=OpaqueFunction,
-                                  SetEnvironmentVariable=SetEnvironmentVariable,
-                                  UnsetEnvironmentVariable=UnsetEnvironmentVariable),
-        "launch.substitutions": _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
-        "launch_ros": _module("launch_ros"),
-        "launch_ros.actions": _module("launch_ros.actions", Node=Node),
-        "launch_ros.substitutions": _module("launch_ros.substitutions", ExecutableInPackage=Action),
-        "ament_index_python": _module("ament_index_python"),
-        "ament_index_python.packages": _module("ament_index_python.packages",
-                                               get_package_share_directory=get_package_share_directory,
-                                               PackageNotFoundError=PackageNotFoundError),
-    }
-    for name, mod in mods.items():
-        monkeypatch.setitem(sys.modules, name, mod)
-    return shares
-
-
-def install_realsense(shares: dict[str, Path], tmp_path: Path, version: str) -> Path:
-    """A realsense2_camera share directory in the stand-in ament index, with the package.xml of ``version``."""
-    share = tmp_path / f"realsense2_camera-{version}" / "share" / "realsense2_camera"
-    share.mkdir(parents=True)
-    (share / "package.xml").write_text(f'<?xml version="1.0"?>\n<package format="3">\n  <name>realsense2_camera'
-                                       f'</name>\n  <version>{version}</version>\n</package>\n')
-    shares["realsense2_camera"] = share
-    return share / "package.xml"
-
-
-def graph(name: str, **args: str) -> list[Action]:
-    """The actions ``ros2 launch piper_recorder <name>.launch.py key:=value ...`` would run."""
-    spec = importlib.util.spec_from_file_location(f"{name}_launch", ROOT / "launch" / f"{name}.launch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    (ld,) = mod.generate_launch_description().args
-    (opaque,) = [a for a in ld if isinstance(a, OpaqueFunction)]
-    context = {k: "" for k in LAUNCH_ARGUMENTS} | args
-    return opaque.kwargs["function"](context)
 
 
 def label(action: Action) -> str:

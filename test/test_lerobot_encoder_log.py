@@ -7,7 +7,7 @@ import pytest
 
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
-from test_lerobot_writer_helpers import H, W, index_frame, row_values
+from support.lerobot_data import H, W, index_frame, row_values
 
 
 def test_discarding_an_episode_logs_no_encoder_error(tmp_path, caplog):

@@ -18,7 +18,7 @@ from piper_recorder.lerobot.writer import stats_sketch
 from piper_recorder.lerobot.format.errors import (BindingChangeError, DatasetError, EpisodeStateError,
                                            SchemaError)
 from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
-from test_lerobot_writer_helpers import (H, W, decode_video, index_frame, read_jsonl_strict,
+from support.lerobot_data import (H, W, decode_video, index_frame, read_jsonl_strict,
                                          read_table, row_values, tree_hashes)
 
 FPS = 30
@@ -502,7 +502,7 @@ def test_camera_thread_racing_save_never_blocks_or_corrupts(tmp_path):
         th.join()
     assert no_episode[0] > 0 and slowest[0] < 1.0
     assert rec["video_frame_lengths"]["cam_front"] == accepted[0]
-    from test_lerobot_writer_helpers import decode_video
+    from support.lerobot_data import decode_video
     _, idx, _, _ = decode_video(root / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")
     assert idx == list(range(accepted[0]))
 

@@ -1,6 +1,7 @@
 """One place per concept: no module-level import cycle in piper_recorder (the LeRobot
 meta <-> writer <-> repair cycle is gone: layout and writer config are leaves), the v3.0 video
-concatenator needs no assembler, and each shared helper is defined once in the source."""
+concatenator needs no assembler, and each shared helper is defined once in the source. The tests keep
+the same rule: no module imports a test module, every ``test_*`` file holds tests, and one polling wait."""
 from __future__ import annotations
 
 import ast
@@ -284,3 +285,61 @@ def test_no_source_file_cites_an_issue():
     hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
             for n, line in enumerate(p.read_text().splitlines(), 1) if ISSUE_REFERENCE.search(line)]
     assert not hits, "\n".join(hits)
+
+
+# The tests keep the same rule: what two test files share lives in the helper package test/support/ (or in
+# conftest.py's fixtures), never in one of the tests, so that a test module can move or go without breaking
+# another; a wait polls through the one support.waiting.wait_for, which says what timed out.
+TEST_DIR = ROOT / "test"
+
+
+@functools.cache
+def _test_tree_files() -> tuple[Path, ...]:
+    return tuple(p for p in sorted(TEST_DIR.rglob("*.py")) if "node_modules" not in p.parts)
+
+
+def _imported_test_modules(tree: ast.Module) -> set[str]:
+    """Every ``test_*`` module an import names, anywhere in the file (function-level imports too)."""
+    found = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            found |= {a.name for a in n.names if any(part.startswith("test_") for part in a.name.split("."))}
+        elif isinstance(n, ast.ImportFrom):
+            parts = (n.module or "").split(".")
+            if any(part.startswith("test_") for part in parts):
+                found.add(n.module or "")
+            elif not n.module or n.level:
+                found |= {a.name for a in n.names if a.name.startswith("test_")}
+        elif isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == "import_module" \
+                and n.args and isinstance(n.args[0], ast.Constant) and str(n.args[0].value).startswith("test_"):
+            found.add(str(n.args[0].value))
+    return found
+
+
+def test_no_module_imports_a_test_module():
+    files = [*_test_tree_files(), *sorted((ROOT / "bench").rglob("*.py"))]
+    found = {str(p.relative_to(ROOT)): sorted(ms) for p in files if (ms := _imported_test_modules(_tree(p)))}
+    assert found == {}, "move what they share into test/support/"
+
+
+def test_every_test_module_holds_a_test():
+    def has_test(tree: ast.Module) -> bool:
+        for n in tree.body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test"):
+                return True
+            if isinstance(n, ast.ClassDef) and n.name.startswith("Test") and any(
+                    isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")
+                    for m in n.body):
+                return True
+        return False
+
+    empty = [str(p.relative_to(ROOT)) for p in _test_tree_files()
+             if p.name.startswith("test_") and not has_test(_tree(p))]
+    assert empty == [], "a helper module takes a name without the test_ prefix (test/support/)"
+
+
+def test_one_polling_wait_in_the_tests():
+    names = {"wait_for", "wait_until", "_wait_for", "_wait_until"}
+    where = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in _test_tree_files() for n in ast.walk(_tree(p))
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names]
+    assert [w.partition(":")[0] for w in where] == ["test/support/waiting.py"], where

@@ -28,6 +28,7 @@ from piper_recorder.launcher import free_port  # noqa: E402
 from piper_recorder.names import ARM_GO_HOME, COMMANDED_POSE, EEF_POSE, TELEOP_STATUS  # noqa: E402
 from piper_recorder.nodes.teleop import SOURCE_CHANGE_REASON  # noqa: E402
 from piper_recorder.quest.scripts import HEAD_POS, LEFT_HOME, RIGHT_HOME  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 RATE_HZ = 90.0
@@ -117,10 +118,10 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             relay = procs.start("piper-quest-web", "--port", str(web), "--bridge-port", str(bridge),
                                 "--video-port", "-1")
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={bridge}", "-p", "reconnect_s:=0.1")
-            procs.wait_for(lambda: probe.go_home.service_is_ready() and probe.status and "page at" in relay.output(),
-                           40, "arm, teleop and the relay")
+            wait_for(lambda: probe.go_home.service_is_ready() and probe.status and "page at" in relay.output(),
+                     40, "arm, teleop and the relay", procs.logs)
             fut = probe.go_home.call_async(Trigger.Request())
-            procs.wait_for(fut.done, 10, "go_home reply")
+            wait_for(fut.done, 10, "go_home reply", procs.logs)
             assert fut.result().success, fut.result().message
             time.sleep(3.0)   # homed: inside the workspace
 
@@ -129,7 +130,7 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             a.start()
             time.sleep(0.5)
             a.squeeze = 1.0
-            procs.wait_for(lambda: probe.last().get("engaged"), 20, "page A's grip engaging the clutch")
+            wait_for(lambda: probe.last().get("engaged"), 20, "page A's grip engaging the clutch", procs.logs)
             time.sleep(1.0)   # A holds still: the arm settles where it is
             origin = probe.eef[-1][1]
             commanded_origin = probe.commanded[-1][1]
@@ -151,7 +152,7 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             b.squeeze = 0.0
             time.sleep(0.3)
             b.squeeze = 1.0
-            procs.wait_for(lambda: probe.last().get("engaged"), 10, "B's fresh grip engaging")
+            wait_for(lambda: probe.last().get("engaged"), 10, "B's fresh grip engaging", procs.logs)
             for k in range(1, 51):
                 b.forward = 0.30 + 0.05 * k / 50
                 time.sleep(0.02)

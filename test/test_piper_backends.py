@@ -13,17 +13,9 @@ from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.wire import ID_MIT_CTRL, ID_POSE_CTRL, decode_mit
 from piper_recorder.piper.link import PiperLink
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # the arm's control loops run against wall-clock time on the emulated bus
-
-
-def wait_until(cond, timeout=3.0, step=0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 class Rig:
@@ -51,10 +43,10 @@ class Rig:
 
     def go_home(self) -> None:
         assert self.ctl.go_home()
-        assert wait_until(lambda: not self.ctl.homing(), timeout=10.0)
+        wait_for(lambda: not self.ctl.homing(), 10.0, step=0.01)
         tol = 2e-3 if self.cfg.backend == "position" else 0.1  # impedance: compliant, gravity ff adapting
-        assert wait_until(lambda: np.allclose(self.ctl.feedback().joints, self.cfg.home_joints, atol=tol)), \
-            (self.ctl.feedback().joints, self.ctl.status())
+        wait_for(lambda: np.allclose(self.ctl.feedback().joints, self.cfg.home_joints, atol=tol), 3.0, "at home",
+                 lambda: str((self.ctl.feedback().joints, self.ctl.status())), step=0.01)
 
     def track(self, seconds: float, settle: float = 1.0, amp=(0.05, 0.025, 0.03), hz: float = 0.25
               ) -> tuple[float, float]:
@@ -110,7 +102,7 @@ def test_start_reads_firmware_enables_and_holds(position_rig):
     rig = position_rig
     st = rig.ctl.status()
     assert st["firmware"] == "S-V1.8-5" and st["enabled"] and rig.emu.enabled
-    assert wait_until(lambda: rig.ctl.state == "holding")
+    wait_for(lambda: rig.ctl.state == "holding", 3.0, step=0.01)
     q0 = rig.emu.joints()
     time.sleep(0.3)
     assert np.allclose(rig.emu.joints(), q0, atol=1e-4)
@@ -143,8 +135,8 @@ def test_stale_target_holds_the_last_command(position_rig):
     quat = kin.matrix_to_quat(pose[:3, :3])
     goal = pose[:3, 3] + np.array([0.03, 0.0, 0.0])
     assert rig.ctl.set_target(goal, quat)
-    assert wait_until(lambda: rig.ctl.state == "tracking")
-    assert wait_until(lambda: rig.ctl.state == "holding", timeout=rig.cfg.stale_target_s + 1.0)
+    wait_for(lambda: rig.ctl.state == "tracking", 3.0, step=0.01)
+    wait_for(lambda: rig.ctl.state == "holding", rig.cfg.stale_target_s + 1.0, step=0.01)
     assert rig.ctl.status()["stale_events"] == 1
     held = [p for _, p, _ in rig.sent if p is not None][-1]
     assert np.allclose(held[:3, 3], goal, atol=1e-5)
@@ -160,7 +152,7 @@ def test_can_silence_stops_commanding_and_reports(position_rig):
     rig = position_rig
     quat = kin.matrix_to_quat(rig.ctl.feedback().pose[:3, :3])
     rig.emu.set_silent(True)
-    assert wait_until(lambda: rig.ctl.state == "can_silent", timeout=2.0)
+    wait_for(lambda: rig.ctl.state == "can_silent", 2.0, step=0.01)
     before = rig.emu.rx_counts.get(ID_POSE_CTRL[0], 0)
     rig.ctl.set_target(rig.ctl.feedback().pose[:3, 3], quat)
     time.sleep(0.3)
@@ -168,19 +160,19 @@ def test_can_silence_stops_commanding_and_reports(position_rig):
     st = rig.ctl.status()
     assert st["can_silence_events"] == 1 and st["feedback_age_s"] > rig.cfg.can_silence_s
     rig.emu.set_silent(False)
-    assert wait_until(lambda: rig.ctl.state == "holding", timeout=2.0)  # re-entered from the measured pose
+    wait_for(lambda: rig.ctl.state == "holding", 2.0, step=0.01)  # re-entered from the measured pose
 
 
 def test_disable_enable_and_go_home(position_rig):
     rig = position_rig
     rig.ctl.disable()
-    assert wait_until(lambda: not rig.emu.enabled and rig.ctl.state == "disabled")
+    wait_for(lambda: not rig.emu.enabled and rig.ctl.state == "disabled", 3.0, step=0.01)
     assert not rig.ctl.set_target([0.2, 0.0, 0.3], [0, 0, 0, 1])
     assert rig.ctl.status()["targets_refused"]["disabled"] == 1
     assert rig.ctl.enable()
     assert rig.emu.enabled
     rig.go_home()
-    assert wait_until(lambda: np.allclose(rig.emu.joints(), rig.cfg.home_joints, atol=2e-3), timeout=3.0)
+    wait_for(lambda: np.allclose(rig.emu.joints(), rig.cfg.home_joints, atol=2e-3), 3.0, step=0.01)
 
 
 def test_position_backend_tracks_moving_target(position_rig):
@@ -191,7 +183,7 @@ def test_position_backend_tracks_moving_target(position_rig):
     print(f"\nposition backend: RMS flange position error after settling = {rms * 1000:.2f} mm steady, "
           f"{rms_all * 1000:.2f} mm all samples")
     assert rms < 0.005 and rms_all < 0.02
-    assert wait_until(lambda: abs(rig.ctl.feedback().gripper - 0.05) < 1e-4)
+    wait_for(lambda: abs(rig.ctl.feedback().gripper - 0.05) < 1e-4, 3.0, step=0.01)
     st = rig.ctl.status()
     assert rig.emu.ik_failures == 0 and st["stale_events"] == 0 and st["can_send_errors"] == 0
 
@@ -199,8 +191,8 @@ def test_position_backend_tracks_moving_target(position_rig):
 def test_impedance_backend_gains_ramp_gravity_ff_and_tracks(impedance_rig):
     rig = impedance_rig
     rig.emu.log_rx = True
-    assert wait_until(lambda: rig.emu.mit, timeout=3.0)
-    assert wait_until(lambda: rig.ctl.backend.gain_scale(time.monotonic()) >= 1.0, timeout=3.0)
+    wait_for(lambda: rig.emu.mit, 3.0, step=0.01)
+    wait_for(lambda: rig.ctl.backend.gain_scale(time.monotonic()) >= 1.0, 3.0, step=0.01)
     time.sleep(0.1)  # at least one keep-alive frame at full gain
     # gain ramp-in: the first MIT frames carry small kp, later ones the configured kp
     kp2 = [decode_mit(bytes(m.data)).kp for m in rig.emu.rx_log if m.arbitration_id == ID_MIT_CTRL[1]]
@@ -219,7 +211,7 @@ def test_impedance_backend_gains_ramp_gravity_ff_and_tracks(impedance_rig):
     # stop: clean return to a joint-position hold
     q_stop = rig.emu.joints()
     rig.ctl.stop()
-    assert wait_until(lambda: not rig.emu.mit and rig.emu.move_mode == 0x01)
+    wait_for(lambda: not rig.emu.mit and rig.emu.move_mode == 0x01, 3.0, step=0.01)
     time.sleep(0.15)
     q = rig.emu.joints()
     assert np.allclose(q, q_stop, atol=0.05)  # held where it was (no drop under gravity)

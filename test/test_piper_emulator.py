@@ -19,17 +19,9 @@ from piper_recorder.piper.emulator import PiperEmulator
 from piper_recorder.piper.wire import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE_CTRL,
                                        MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P, decode_mit)
 from piper_recorder.piper.link import PiperLink
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # the emulator's feedback threads run against wall-clock time
-
-
-def wait_until(cond, timeout=2.0, step=0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 @pytest.fixture
@@ -37,7 +29,7 @@ def arm():
     channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
     emu = PiperEmulator(channel).start()
     link = PiperLink(channel, "virtual", sdk_feedback=True)
-    assert wait_until(lambda: link.sdk.GetArmJointMsgs().time_stamp > 0), "no feedback through the SDK"
+    wait_for(lambda: link.sdk.GetArmJointMsgs().time_stamp > 0, 2.0, "feedback through the SDK", step=0.01)
     yield emu, link
     link.close()
     emu.stop()
@@ -114,23 +106,23 @@ def test_firmware_version_query_and_reply(arm):
     emu, link = arm
     assert link.firmware() == emu.cfg.firmware
     link.sdk.SearchPiperFirmwareVersion()
-    assert wait_until(lambda: link.sdk.GetPiperFirmwareVersion() == "S-V1.8-5")
+    wait_for(lambda: link.sdk.GetPiperFirmwareVersion() == "S-V1.8-5", 2.0, step=0.01)
 
 
 def test_enable_disable_and_motion_ctrl_2_modes(arm):
     emu, link = arm
     assert not emu.enabled and not link.enabled()
     link.enable()
-    assert wait_until(lambda: emu.enabled and link.enabled())
+    wait_for(lambda: emu.enabled and link.enabled(), 2.0, step=0.01)
     link.mode_position(37)
-    assert wait_until(lambda: (emu.ctrl_mode, emu.move_mode, emu.speed_pct, emu.mit) == (1, MOVE_P, 37, False))
+    wait_for(lambda: (emu.ctrl_mode, emu.move_mode, emu.speed_pct, emu.mit) == (1, MOVE_P, 37, False), 2.0, step=0.01)
     link.mode_joint(60)
-    assert wait_until(lambda: (emu.move_mode, emu.speed_pct, emu.mit) == (MOVE_J, 60, False))
+    wait_for(lambda: (emu.move_mode, emu.speed_pct, emu.mit) == (MOVE_J, 60, False), 2.0, step=0.01)
     link.mode_mit(80)
-    assert wait_until(lambda: (emu.move_mode, emu.mit) == (MOVE_M, True))
-    assert wait_until(lambda: int(link.sdk.GetArmStatus().arm_status.mode_feed) == MOVE_M)
+    wait_for(lambda: (emu.move_mode, emu.mit) == (MOVE_M, True), 2.0, step=0.01)
+    wait_for(lambda: int(link.sdk.GetArmStatus().arm_status.mode_feed) == MOVE_M, 2.0, step=0.01)
     link.disable()
-    assert wait_until(lambda: not emu.enabled and not link.enabled())
+    wait_for(lambda: not emu.enabled and not link.enabled(), 2.0, step=0.01)
 
 
 def test_sdk_commands_decoded_identically_by_emulator_and_sdk_parser(arm):
@@ -143,7 +135,7 @@ def test_sdk_commands_decoded_identically_by_emulator_and_sdk_parser(arm):
     q = np.array([0.5, 0.7, -0.9, 0.2, 0.4, -0.3])
     link.joint_ctrl(q)
     link.gripper(0.0456, 1.5)
-    assert wait_until(lambda: len(frames_since(emu, ID_GRIPPER_CTRL, start)) == 1)
+    wait_for(lambda: len(frames_since(emu, ID_GRIPPER_CTRL, start)) == 1, 2.0, step=0.01)
     parser = C_PiperParserV2()
     msg = PiperMessage()
     for m in frames_since(emu, ID_MOTION_CTRL_2, start):
@@ -156,15 +148,15 @@ def test_sdk_commands_decoded_identically_by_emulator_and_sdk_parser(arm):
     jc = msg.arm_joint_ctrl
     sdk_q = np.radians(np.array([jc.joint_1, jc.joint_2, jc.joint_3, jc.joint_4, jc.joint_5, jc.joint_6]) / 1000.0)
     assert np.allclose(sdk_q, q, atol=1e-5)
-    assert wait_until(lambda: np.allclose(emu.q_target, sdk_q, atol=1e-9))
+    wait_for(lambda: np.allclose(emu.q_target, sdk_q, atol=1e-9), 2.0, step=0.01)
     (m,) = frames_since(emu, ID_GRIPPER_CTRL, start)
     parser.DecodeMessage(m, msg)
     assert msg.arm_gripper_ctrl.grippers_angle == 45600 and msg.arm_gripper_ctrl.grippers_effort == 1500
     assert msg.arm_gripper_ctrl.status_code == 0x01
     assert emu.gripper_target == pytest.approx(0.0456) and emu.gripper_effort == pytest.approx(1.5)
     # the arm follows: joints and gripper reach the targets, seen through the SDK
-    assert wait_until(lambda: np.allclose(link.feedback().joints, q, atol=2e-4), timeout=3.0)
-    assert wait_until(lambda: abs(link.feedback().gripper - 0.0456) < 1e-5, timeout=3.0)
+    wait_for(lambda: np.allclose(link.feedback().joints, q, atol=2e-4), 3.0, step=0.01)
+    wait_for(lambda: abs(link.feedback().gripper - 0.0456) < 1e-5, 3.0, step=0.01)
 
 
 def test_end_pose_ctrl_scaling_and_firmware_ik(arm):
@@ -175,18 +167,18 @@ def test_end_pose_ctrl_scaling_and_firmware_ik(arm):
     q_goal = np.array([0.3, 1.0, -1.1, 0.2, 0.5, -0.4])
     ints, sent = link.position_command(100, kin.fk(q_goal))
     # frames 0x152-0x154: X,Y | Z,RX | RY,RZ as big-endian int32 in 0.001 mm / 0.001 deg
-    data = b"".join(bytes(frames_since(emu, fid, start)[0].data) for fid in (0x152, 0x153, 0x154)
-                    if wait_until(lambda fid=fid: frames_since(emu, fid, start)))
+    data = b"".join(bytes(wait_for(lambda fid=fid: frames_since(emu, fid, start), 2.0, f"frame {fid:#x}",
+                                   step=0.01)[0].data) for fid in (0x152, 0x153, 0x154))
     assert list(struct.unpack(">6i", data)) == ints
     assert np.allclose(sent[:3, 3], kin.fk(q_goal)[:3, 3], atol=1e-6)
-    assert wait_until(lambda: np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5), timeout=3.0)
+    wait_for(lambda: np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5), 3.0, step=0.01)
     fb = link.feedback()
     assert np.allclose(kin.rotation_error(sent[:3, :3], fb.pose[:3, :3]), 0.0, atol=1e-4)
     # an unreachable pose: the firmware reports "no solution" and keeps the last target
     far = kin.fk(q_goal)
     far[:3, 3] = [1.2, 0.0, 0.2]
     link.position_command(100, far)
-    assert wait_until(lambda: int(link.sdk.GetArmStatus().arm_status.arm_status) == 0x02)
+    wait_for(lambda: int(link.sdk.GetArmStatus().arm_status.arm_status) == 0x02, 2.0, step=0.01)
     assert emu.ik_failures == 1
     assert np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5)
 
@@ -199,7 +191,7 @@ def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
     emu, link = arm
     emu.log_rx = True
     link.enable()
-    assert wait_until(lambda: emu.enabled)
+    wait_for(lambda: emu.enabled, 2.0, step=0.01)
     sent_ids = (ID_MOTION_CTRL_2, *ID_POSE_CTRL)
     # includes negative fields (two's complement on the wire) and a sub-unit rounding in every field
     pose = kin.fk(np.array([-0.3, 1.0, -1.1, -0.2, 0.5, -0.4]))
@@ -208,7 +200,7 @@ def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
     def frames(send) -> list[tuple[int, bytes]]:
         start = len(emu.rx_log)
         send()
-        assert wait_until(lambda: len([m for m in emu.rx_log[start:] if m.arbitration_id in sent_ids]) == 4)
+        wait_for(lambda: len([m for m in emu.rx_log[start:] if m.arbitration_id in sent_ids]) == 4, 2.0, step=0.01)
         return [(m.arbitration_id, bytes(m.data)) for m in emu.rx_log[start:] if m.arbitration_id in sent_ids]
 
     by_link = frames(lambda: link.position_command(73, pose))
@@ -233,8 +225,8 @@ def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
     assert link.send_errors == 0
     ints, sent = link.position_command(73, pose)
     assert ints == list(struct.unpack(">6i", b"".join(d for fid, d in by_sdk[1:])))
-    assert wait_until(lambda: (emu.move_mode, emu.speed_pct) == (MOVE_P, 73))
-    assert wait_until(lambda: np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5), timeout=3.0)
+    wait_for(lambda: (emu.move_mode, emu.speed_pct) == (MOVE_P, 73), 2.0, step=0.01)
+    wait_for(lambda: np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5), 3.0, step=0.01)
     with pytest.raises(ValueError, match="speed"):
         link.position_command(101, pose)
 
@@ -245,12 +237,12 @@ def test_gripper_command_sends_the_sdks_frame_byte_for_byte(arm):
     emu, link = arm
     emu.log_rx = True
     link.enable()
-    assert wait_until(lambda: emu.enabled)
+    wait_for(lambda: emu.enabled, 2.0, step=0.01)
 
     def frame(send) -> tuple[int, bytes]:
         start = len(emu.rx_log)
         send()
-        assert wait_until(lambda: any(m.arbitration_id == ID_GRIPPER_CTRL for m in emu.rx_log[start:]))
+        wait_for(lambda: any(m.arbitration_id == ID_GRIPPER_CTRL for m in emu.rx_log[start:]), 2.0, step=0.01)
         (m,) = [m for m in emu.rx_log[start:] if m.arbitration_id == ID_GRIPPER_CTRL]
         return m.arbitration_id, bytes(m.data)
 
@@ -260,7 +252,7 @@ def test_gripper_command_sends_the_sdks_frame_byte_for_byte(arm):
         by_link = frame(lambda: link.gripper(width, effort))
         assert by_link == by_sdk, (width, effort)
     assert link.gripper(0.04, 1.0) == 0.04
-    assert wait_until(lambda: abs(emu.gripper - 0.04) < 1e-4, timeout=3.0)
+    wait_for(lambda: abs(emu.gripper - 0.04) < 1e-4, 3.0, step=0.01)
     with pytest.raises(ValueError, match="effort"):   # the SDK's ArmMsgGripperCtrl refuses it as well
         link.gripper(0.04, 5.001)
     assert link.send_errors == 0
@@ -277,16 +269,16 @@ def test_joint_mit_ctrl_packing_and_pd_dynamics(arm):
     emu, link = arm
     emu.log_rx = True
     link.enable()
-    assert wait_until(lambda: emu.enabled)
+    wait_for(lambda: emu.enabled, 2.0, step=0.01)
     link.mode_mit(100)
-    assert wait_until(lambda: emu.mit)
+    wait_for(lambda: emu.mit, 2.0, step=0.01)
     start = len(emu.rx_log)
     q0 = link.feedback().joints
     target = q0 + np.array([0.3, 0.2, -0.2, 0.3, -0.3, 0.4])
     kp, kd = [5, 25, 5, 8, 8, 5], [0.3, 1.2, 0.3, 0.45, 0.45, 0.3]
     grav = emu.gravity(target)
     sent_pos = [link.mit(i + 1, target[i], 0.1 * i, kp[i], kd[i], grav[i]) for i in range(6)]
-    assert wait_until(lambda: all(frames_since(emu, fid, start) for fid in ID_MIT_CTRL))
+    wait_for(lambda: all(frames_since(emu, fid, start) for fid in ID_MIT_CTRL), 2.0, step=0.01)
     for i, fid in enumerate(ID_MIT_CTRL):
         cmd = decode_mit(bytes(frames_since(emu, fid, start)[0].data))
         assert cmd is not None  # checksum valid
@@ -299,15 +291,15 @@ def test_joint_mit_ctrl_packing_and_pd_dynamics(arm):
     # zero velocity reference from here on; the PD + gravity feed-forward settles on the reference
     for i in range(6):
         link.mit(i + 1, target[i], 0.0, kp[i], kd[i], grav[i])
-    assert wait_until(lambda: np.allclose(link.feedback().joints, target, atol=0.03), timeout=4.0), \
-        link.feedback().joints - target
+    wait_for(lambda: np.allclose(link.feedback().joints, target, atol=0.03), 4.0, "the joints at the MIT target",
+             lambda: str(link.feedback().joints - target), step=0.01)
     # corrupt checksum -> ignored and counted
     data = bytearray(frames_since(emu, ID_MIT_CTRL[0], start)[0].data)
     data[7] ^= 0x01
     emu_bus = can.Bus(interface="virtual", channel=emu.channel)
     emu_bus.send(can.Message(arbitration_id=ID_MIT_CTRL[0], data=data, is_extended_id=False))
     emu_bus.shutdown()
-    assert wait_until(lambda: emu.bad_crc == 1)
+    wait_for(lambda: emu.bad_crc == 1, 2.0, step=0.01)
 
 
 def test_disabled_arm_ignores_motion_commands(arm):

@@ -21,19 +21,11 @@ from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.firmware import mit_dialect, parse_version
 from piper_recorder.piper.link import PiperLink
 from piper_recorder.piper.wire import ID_MIT_CTRL, MOVE_M, MOVE_MIT, decode_mit, encode_mit_raw12
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # the arm's control loops run against wall-clock time on the emulated bus
 
 START = [0.0, 0.9, -0.9, 0.0, 0.5, 0.0]
-
-
-def wait_until(cond, timeout=3.0, step=0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 class Arm:
@@ -43,7 +35,7 @@ class Arm:
         self.channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
         self.emu = PiperEmulator(self.channel, EmulatorConfig(firmware=firmware, q_init=START)).start()
         self.link = PiperLink(self.channel, "virtual")
-        assert wait_until(lambda: self.link.feedback().stamp > 0)
+        wait_for(lambda: self.link.feedback().stamp > 0, 3.0, step=0.01)
 
     def close(self) -> None:
         self.link.close()
@@ -89,7 +81,7 @@ def test_on_1_8_8_the_sdk_frame_is_misread_and_the_12_bit_frame_is_not(arms):
     emu.log_rx = True
     # the old behaviour: piper_sdk's own JointMitCtrl (8-bit torque + check) for 2 N m on joint 2
     link.sdk.JointMitCtrl(2, 0.9, 0.0, 10.0, 0.8, 2.0)
-    assert wait_until(lambda: any(m.arbitration_id == ID_MIT_CTRL[1] for m in emu.rx_log))
+    wait_for(lambda: any(m.arbitration_id == ID_MIT_CTRL[1] for m in emu.rx_log), 3.0, step=0.01)
     old = [m for m in emu.rx_log if m.arbitration_id == ID_MIT_CTRL[1]][-1]
     misread = decode_mit(bytes(old.data), "raw12", (-16.0, 16.0))
     assert misread is not None and abs(misread.t_ff - 2.0) > 1.5, misread   # read as ~4 N m: twice the torque
@@ -98,7 +90,7 @@ def test_on_1_8_8_the_sdk_frame_is_misread_and_the_12_bit_frame_is_not(arms):
     assert link.firmware() == "S-V1.8-8"
     n = len(emu.rx_log)
     link.mit(2, 0.9, 0.0, 10.0, 0.8, 2.0)
-    assert wait_until(lambda: any(m.arbitration_id == ID_MIT_CTRL[1] for m in emu.rx_log[n:]))
+    wait_for(lambda: any(m.arbitration_id == ID_MIT_CTRL[1] for m in emu.rx_log[n:]), 3.0, step=0.01)
     new = [m for m in emu.rx_log[n:] if m.arbitration_id == ID_MIT_CTRL[1]][-1]
     cmd = decode_mit(bytes(new.data), "raw12", (-16.0, 16.0))
     assert cmd is not None and abs(cmd.t_ff - 2.0) <= 16.0 / 4095 + 1e-9
@@ -110,7 +102,7 @@ def run_impedance(arm: Arm, seconds: float = 2.5) -> ArmController:
     cfg = ArmConfig(backend="impedance", can_channel=arm.channel, can_interface="virtual", can_silence_s=1.0)
     ctl = ArmController(cfg, arm.link)
     ctl.start()
-    assert wait_until(lambda: arm.emu.mit, timeout=3.0), ctl.status()
+    wait_for(lambda: arm.emu.mit, 3.0, logs=lambda: str(ctl.status()), step=0.01)
     time.sleep(seconds)
     return ctl
 
@@ -144,11 +136,11 @@ def test_old_behaviour_on_1_7_5_applies_four_times_the_torque(arms):
     link, emu = arm.link, arm.emu
     link.firmware()
     link.enable()
-    assert wait_until(lambda: emu.enabled)
+    wait_for(lambda: emu.enabled, 3.0, step=0.01)
     link.mode_mit(100)
-    assert wait_until(lambda: emu.mit)
+    wait_for(lambda: emu.mit, 3.0, step=0.01)
     link.sdk.JointMitCtrl(1, 0.0, 0.0, 0.0, 0.0, 1.0)   # 1 N m asked of joint 1, no PD
-    assert wait_until(lambda: emu.mit_cmd[0] is not None)
+    wait_for(lambda: emu.mit_cmd[0] is not None, 3.0, step=0.01)
     assert abs(emu.mit_cmd[0].t_ff * emu.dialect.torque_gain[0] - 4.0) < 0.2
 
 

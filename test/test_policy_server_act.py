@@ -31,11 +31,9 @@ import pytest
 
 from piper_recorder.policy.server.protocol import encode_request
 from policy_http_server import post
-from test_consumers import _tail, consumer_env, consumer_python
+from support.consumers import BIN, SCRIPTS, consumer_env, consumer_python, tail
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".venv" / "bin"
-SCRIPTS = ROOT / "test" / "consumers"
 CHUNK = 30
 ROW = 40
 W, H = 160, 120
@@ -57,7 +55,7 @@ def demo_root(tmp_path_factory) -> Path:
             stats = json.loads((root / "meta" / "stats.json").read_text())
             assert {"observation.state", "action"} <= set(stats), sorted(stats)
             return root
-        log += f"attempt {attempt + 1} ({p.returncode}):\n{_tail(p.stdout + p.stderr)}\n"
+        log += f"attempt {attempt + 1} ({p.returncode}):\n{tail(p.stdout + p.stderr)}\n"
     pytest.fail(f"piper-demo saved no episode:\n{log}")
 
 
@@ -102,7 +100,7 @@ def serve_act(venv: str, demo_root: Path, tmp_path_factory) -> tuple[Server, Pat
     ckpt = tmp_path_factory.mktemp(f"act_{venv}") / "pretrained_model"
     p = subprocess.run([str(py), str(SCRIPTS / "make_act_checkpoint.py"), str(demo_root), str(ckpt),
                         "--chunk", str(CHUNK)], capture_output=True, text=True, env=env, timeout=600)
-    assert p.returncode == 0, f"make_act_checkpoint failed:\n{_tail(p.stdout + p.stderr)}"
+    assert p.returncode == 0, f"make_act_checkpoint failed:\n{tail(p.stdout + p.stderr)}"
     return Server(py, ckpt, env), ckpt, py, env
 
 
@@ -153,7 +151,7 @@ def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], d
     p = subprocess.run([str(py), str(SCRIPTS / "reference_chunk.py"), str(ckpt), str(tmp_path / "request.json")],
                        capture_output=True, text=True, env=env, timeout=600)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    assert p.returncode == 0 and lines, _tail(p.stdout + p.stderr)
+    assert p.returncode == 0 and lines, tail(p.stdout + p.stderr)
     ref = np.asarray(json.loads(lines[-1])["rows"], dtype=np.float64)
     assert ref.shape == (CHUNK, 8)
     np.testing.assert_allclose(rows, ref, rtol=1e-4, atol=1e-5)

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from lerobot_fixtures import small_root
-from test_launch_stubbed import stub_launch  # noqa: F401 - fixture
 from piper_recorder.launcher import free_port, plan_graph
 from piper_recorder.teleop.limits import LimitsConfig
 
@@ -38,8 +37,8 @@ def test_launch_argument_policy_starts_the_policy_node(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["sim", "robot"])
-def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, name):  # noqa: F811 - the fixture
-    from test_launch_stubbed import Node, graph
+def test_launch_files_start_the_policy_node_with_policy_argument(stub_launch, name):
+    from support.launch_stub import Node, graph
 
     nodes = {a.kwargs["name"]: a for a in graph(name, policy="http://10.0.0.2:8000", policy_root="/data/train")
              if isinstance(a, Node)}

@@ -6,6 +6,7 @@ import json
 from piper_recorder.quest.bridge_core import BridgeCore
 from piper_recorder.quest.protocol import Hello, Rejected, parse_line
 from piper_recorder.quest.scripts import ScriptedHeadset
+from support.quest_hellos import UNREPRESENTABLE
 
 S = 10**9
 
@@ -83,7 +84,6 @@ def test_frame_rate():
     assert core.frame_rate_hz(105 * S) == 0.0
 
 
-
 def test_a_frame_with_a_hello_key_does_not_replace_the_hello():
     core = BridgeCore()
     core.handle(parse_line('{"hello": {"app": "q", "v": 2}}'), 1)
@@ -140,19 +140,6 @@ def test_single_message_batch_is_not_coalesced():
     core = BridgeCore()
     (out,) = core.handle_batch([frame()], 5 * S)
     assert len(out.poses) == 3 and len(out.joys) == 2 and core.counters["coalesced"] == 0
-
-
-# hellos no consumer could hold: the page and the app send their hello as JSON, the bridge republishes it as
-# JSON on /quest/hello and the recorders store it in every episode's provenance
-UNREPRESENTABLE = {
-    "non_finite": [b'{"hello":{"app":"x","v":NaN}}', b'{"hello":{"app":"x","v":1e999}}',
-                   b'{"hello":{"app":"x","v":[1,{"w":-1e400}]}}'],
-    "too_deep": [b'{"hello":{"app":"x","v":' + b"[" * 30000 + b"]" * 30000 + b"}}",
-                 b'{"hello":{"app":"x","v":' + b"[" * 40 + b"]" * 40 + b"}}"],
-    "bad_utf8": [b'{"hello":{"app":"\\ud800"}}', b'{"hello":{"app":"x","\\udfff":1}}'],
-    "out_of_range": [b'{"hello":{"app":"x","v":' + b"9" * 30 + b"}}"],
-    "too_long": [b'{"hello":{"app":"' + b"x" * 9000 + b'"}}'],
-}
 
 
 def test_hellos_that_cannot_be_represented_are_refused_by_name_and_the_good_one_kept():

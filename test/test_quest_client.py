@@ -12,18 +12,9 @@ from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_j
 from piper_recorder.quest.protocol import Frame
 from piper_recorder.quest.reconnect import Backoff
 from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # reconnects and back-off against real sockets and wall-clock time
-
-
-def wait_for(pred, timeout=10.0, step=0.02):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
-
 
 
 class Sink:
@@ -76,7 +67,7 @@ def test_streams_hello_frames_heartbeats(sim, clients):
     server = sim()
     sink = Sink()
     c = clients(server.port, sink)
-    assert wait_for(lambda: sink.kinds["Heartbeat"] >= 1 and sink.kinds["Frame"] >= 90)
+    wait_for(lambda: sink.kinds["Heartbeat"] >= 1 and sink.kinds["Frame"] >= 90, 10.0)
     assert sink.kinds["Hello"] == 1 and sink.events == ["connected"]
     assert c.connected and c.stats.connects == 1 and c.parser.rejected_total == 0
     recv = [ns for _f, ns in sink.frames]
@@ -87,12 +78,12 @@ def test_reconnects_after_headset_disconnect(sim, clients):
     server = sim()
     sink = Sink()
     c = clients(server.port, sink, reconnect_s=0.2)
-    assert wait_for(lambda: sink.kinds["Frame"] > 10)
+    wait_for(lambda: sink.kinds["Frame"] > 10, 10.0)
     server.drop_connections()
-    assert wait_for(lambda: c.stats.connects == 2 and c.connected)
+    wait_for(lambda: c.stats.connects == 2 and c.connected, 10.0)
     assert sink.events[:3] == ["connected", "disconnected", "connected"]
     n = sink.kinds["Frame"]
-    assert wait_for(lambda: sink.kinds["Frame"] > n + 10)
+    wait_for(lambda: sink.kinds["Frame"] > n + 10, 10.0)
     assert sink.kinds["Hello"] == 2  # a new connection is a new session (fresh hello, fresh clock)
 
 
@@ -105,28 +96,28 @@ def test_backoff_until_headset_appears(sim, clients):
     assert 3 <= failures <= 9, failures
     assert c.stats.state in ("backoff", "connecting") and "connect" in c.stats.last_error
     sim(port=port)
-    assert wait_for(lambda: sink.kinds["Frame"] > 5, timeout=5)
+    wait_for(lambda: sink.kinds["Frame"] > 5, 5)
 
 
 def test_silence_forces_reconnect(sim, clients):
     server = sim(stall_after_s=0.5, stall_s=30.0, heartbeat_s=0.2)  # socket open, nothing sent
     sink = Sink()
     c = clients(server.port, sink, silence_timeout_s=1.0, reconnect_s=0.2)
-    assert wait_for(lambda: c.stats.silence_reconnects >= 1, timeout=6)
+    wait_for(lambda: c.stats.silence_reconnects >= 1, 6)
     assert "silence" in c.stats.last_error
-    assert wait_for(lambda: c.stats.connects >= 2, timeout=3)
-    assert wait_for(lambda: server.connections >= 2, timeout=3)   # the sim accepts on its own thread
+    wait_for(lambda: c.stats.connects >= 2, 3)
+    wait_for(lambda: server.connections >= 2, 3)   # the sim accepts on its own thread
 
 
 def test_haptic_command_reaches_headset(sim, clients):
     server = sim()
     sink = Sink()
     c = clients(server.port, sink)
-    assert wait_for(lambda: c.connected and sink.kinds["Hello"] == 1)
+    wait_for(lambda: c.connected and sink.kinds["Hello"] == 1, 10.0)
     assert c.haptic("left", 0.7, 80)
     assert c.haptic("right", 5.0, 99999)  # clamped, not refused
     assert not c.haptic("middle", 0.5, 10)
-    assert wait_for(lambda: len(server.haptics) == 2)
+    wait_for(lambda: len(server.haptics) == 2, 10.0)
     assert server.haptics[0] == {"cmd": "haptic", "hand": "left", "amp": 0.7, "ms": 80}
     assert server.haptics[1] == {"cmd": "haptic", "hand": "right", "amp": 1.0, "ms": 10000}
     assert server.commands["haptic"] == 2 and c.stats.commands_sent == 2 and c.stats.commands_failed == 1
@@ -153,7 +144,7 @@ def test_callback_exception_does_not_kill_stream(sim, clients):
 
     c = QuestClient(ClientConfig(port=server.port), bad).start()
     try:
-        assert wait_for(lambda: count["n"] > 20)
+        wait_for(lambda: count["n"] > 20, 10.0)
         assert c.connected and "consumer bug" in c.stats.last_error
     finally:
         c.stop()

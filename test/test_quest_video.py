@@ -17,15 +17,7 @@ from piper_recorder.quest.video import (HUD_PANEL, FrameReader, FramingError, Pa
                                         encode_frame, ui_command_from_json)
 from piper_recorder.teleop.haptics import HapticConfig, HapticScheduler
 from piper_recorder.teleop.limits import Limits, LimitsConfig
-
-
-def wait_for(pred, timeout=5.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
+from support.waiting import wait_for
 
 
 def test_frame_layout_is_the_apps():
@@ -82,14 +74,14 @@ def test_sender_to_sim_headset_decodes_and_reconnects():
             for panel in (0, 1):
                 # paced like the node (one frame per tick): the sender drops rather than queue while the
                 # headset still reads the previous frame, so each frame goes out once the link is free
-                assert wait_for(lambda: sender.send(panel, jpeg)), sender.stats
-                assert wait_for(lambda: server.report()["panels"].get(str(panel), {}).get("frames") == i + 1)
+                wait_for(lambda: sender.send(panel, jpeg), 5.0, logs=lambda: str(sender.stats))
+                wait_for(lambda: server.report()["panels"].get(str(panel), {}).get("frames") == i + 1, 5.0)
         rep = server.report()
         assert rep["panels"]["0"]["size"] == [640, 480] and rep["panels"]["0"]["decode_errors"] == 0
         server.stop()   # the headset goes away ...
         server = SimVideoServer("127.0.0.1", port)
         server.start()  # ... and comes back on the same port
-        assert wait_for(lambda: sender.send(0, jpeg) and server.report()["panels"].get("0", {}).get("frames", 0) > 0)
+        wait_for(lambda: sender.send(0, jpeg) and server.report()["panels"].get("0", {}).get("frames", 0) > 0, 5.0)
         assert sender.stats.connects >= 2
     finally:
         sender.close()

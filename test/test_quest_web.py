@@ -26,6 +26,8 @@ import pytest
 from browser import CHROMIUM_ARGS, chromium_path
 from piper_recorder.launcher import Graph, config_path, free_port, plan_graph
 from piper_recorder.quest.video import TINT_RECORDING
+from support.reports import read_report
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,16 +46,6 @@ for (const hand of ['left', 'right']) {
   act.pulse = (value, duration) => { window.__pulses.push({hand, value, duration}); return pulse(value, duration); };
 }
 """
-
-
-def wait_for(pred, timeout: float, what: str, dump=lambda: "") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}\n{dump()}")
 
 
 class Watcher:
@@ -104,13 +96,6 @@ class Watcher:
         self.ctx.try_shutdown()
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def test_webxr_page_drives_the_sim_graph_with_an_emulated_quest3(tmp_path, ros_domain):
     assert IWER.is_file(), "IWER is missing: run `make web-test-deps` (npm ci in test/web)"
     from playwright.sync_api import sync_playwright
@@ -132,7 +117,8 @@ def test_webxr_page_drives_the_sim_graph_with_an_emulated_quest3(tmp_path, ros_d
         graph.start()
         w = Watcher()
         graph.wait_nodes(w.node, 120.0)
-        port = wait_for(lambda: (_read(report).get("ports") or {}).get("web"), 30.0, "the page's port", graph.logs)
+        port = wait_for(lambda: (read_report(report).get("ports") or {}).get("web"), 30.0, "the page's port", graph.logs,
+                        step=0.05)
         with sync_playwright() as pw:
             ctx = pw.chromium.launch_persistent_context(
                 str(tmp_path / "profile"), executable_path=chromium_path(), headless=True,
@@ -198,11 +184,11 @@ def _move(page: Any, start: tuple[float, float, float], delta: tuple[float, floa
 
 
 def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
-    dump = lambda: json.dumps({"page": _stats(page), "relay": _read(report), "teleop": w.teleop})[:4000] \
+    dump = lambda: json.dumps({"page": _stats(page), "relay": read_report(report), "teleop": w.teleop})[:4000] \
         + "\n" + graph.logs(12)  # noqa: E731
     # -- the hello through the bridge says which client this is ----------------------------------------
     wait_for(lambda: w.hello.get("client") == "web" and w.hello.get("mode") == "immersive-ar", 20.0,
-             "the web hello on /quest/hello", dump)
+             "the web hello on /quest/hello", dump, step=0.05)
 
     # -- the clutch: squeeze, then the arm follows the controller ------------------------------------
     # A motion during which teleop released the clutch itself (a starved machine: the arm's CAN feedback
@@ -216,7 +202,7 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
         page.evaluate(f"__iwer.controllers.right.position.set({home[0]}, {home[1]}, {home[2]})")
         time.sleep(0.4)
         page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 1)")
-        wait_for(lambda: w.teleop.get("engaged") is True, 20.0, "the clutch engaged", dump)
+        wait_for(lambda: w.teleop.get("engaged") is True, 20.0, "the clutch engaged", dump, step=0.05)
         time.sleep(1.0)
         releases, e0 = w.teleop.get("forced_releases"), w.eef
         assert e0 is not None
@@ -241,32 +227,33 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     n = len(w.events)
     p0 = len(page.evaluate("__pulses"))
     _press(page, "a-button")
-    wait_for(lambda: w.saw("started", n) == set(RECORDERS), 20.0, "started from A", dump)
+    wait_for(lambda: w.saw("started", n) == set(RECORDERS), 20.0, "started from A", dump, step=0.05)
     wait_for(lambda: any(p["value"] == 0.8 and p["duration"] == 120 for p in page.evaluate("__pulses")[p0:]),
-             10.0, "the start pulse at the emulated controller", dump)
-    wait_for(lambda: _stats(page)["tint"] == pytest.approx(list(TINT_RECORDING), abs=1e-6), 10.0, "red tint", dump)
+             10.0, "the start pulse at the emulated controller", dump, step=0.05)
+    wait_for(lambda: _stats(page)["tint"] == pytest.approx(list(TINT_RECORDING), abs=1e-6), 10.0, "red tint", dump,
+             step=0.05)
     r, g, b = _corner(page)   # drawn: IWER composes the XR canvas over the page (passthrough: the page behind)
     assert r > 2 * g + 20 and r > 2 * b + 20, ("the view is not tinted red while recording", (r, g, b))
     _move(page, tuple(h + d for h, d in zip(home, delta_xr)), (0.0, -0.03, 0.03), 1.0)   # motion in the episode
     time.sleep(1.0)
     n, p0 = len(w.events), len(page.evaluate("__pulses"))
     _press(page, "a-button")
-    wait_for(lambda: w.saw("saved", n) == set(RECORDERS), 60.0, "saved from A", dump)
-    wait_for(lambda: _stats(page)["tint"][3] == 0.0, 10.0, "the tint off after the save", dump)
+    wait_for(lambda: w.saw("saved", n) == set(RECORDERS), 60.0, "saved from A", dump, step=0.05)
+    wait_for(lambda: _stats(page)["tint"][3] == 0.0, 10.0, "the tint off after the save", dump, step=0.05)
     time.sleep(0.3)
     r, g, b = _corner(page)
     assert abs(r - g) < 12 and abs(r - b) < 12, ("still tinted after the save", (r, g, b))
     wait_for(lambda: any(p["value"] == 0.5 and p["duration"] == 200 for p in page.evaluate("__pulses")[p0:]),
-             10.0, "the save pulse", dump)
+             10.0, "the save pulse", dump, step=0.05)
     n = len(w.events)
     _press(page, "a-button")
-    wait_for(lambda: w.saw("started", n) == set(RECORDERS), 20.0, "started again", dump)
+    wait_for(lambda: w.saw("started", n) == set(RECORDERS), 20.0, "started again", dump, step=0.05)
     time.sleep(1.0)
     n, p0 = len(w.events), len(page.evaluate("__pulses"))
     _press(page, "b-button")
-    wait_for(lambda: w.saw("discarded", n) == set(RECORDERS), 20.0, "discarded from B", dump)
+    wait_for(lambda: w.saw("discarded", n) == set(RECORDERS), 20.0, "discarded from B", dump, step=0.05)
     wait_for(lambda: sum(p["value"] == 1.0 and p["duration"] == 60 for p in page.evaluate("__pulses")[p0:]) >= 3,
-             10.0, "three discard pulses", dump)
+             10.0, "three discard pulses", dump, step=0.05)
     assert all(p["hand"] == "right" for p in page.evaluate("__pulses")), "teleop's hand is the right one"
 
     # -- a blurred session (headset off, system menu) sends no frames: teleop releases the clutch -----
@@ -275,13 +262,13 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
         page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 0)")
         time.sleep(0.4)
         page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 1)")
-        wait_for(lambda: w.teleop.get("engaged") is True, 20.0, f"the clutch engaged {why}", dump)
+        wait_for(lambda: w.teleop.get("engaged") is True, 20.0, f"the clutch engaged {why}", dump, step=0.05)
 
     def released_stale(script: str) -> tuple[int, dict]:
         """Run ``script`` (it returns framesSent before it hides the page): teleop releases the clutch as
         the stream goes stale; the frames sent before and the page's stats half a second later."""
         sent = page.evaluate(script)
-        wait_for(lambda: w.teleop.get("engaged") is False, 5.0, "the clutch released", dump)
+        wait_for(lambda: w.teleop.get("engaged") is False, 5.0, "the clutch released", dump, step=0.05)
         assert "stale" in str(w.teleop.get("last_release")), w.teleop
         time.sleep(0.5)
         return sent, _stats(page)
@@ -294,13 +281,13 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "visible-blurred", st
 
     # -- panels: both cameras and the HUD arrive in the page at >= 14 fps (counted there), and are drawn ----
-    wait_for(lambda: min(_stats(page)["panels"][p] for p in (0, 1, 3)) > 10, 60.0, "panels and HUD", dump)
+    wait_for(lambda: min(_stats(page)["panels"][p] for p in (0, 1, 3)) > 10, 60.0, "panels and HUD", dump, step=0.05)
     (relay_pid,) = [r.popen.pid for r in graph.running if r.spec.name == "quest_web"]
     c0 = _cpu_s(relay_pid)
-    a0, s0, r0, t0 = (_stats(page)["panelsReceived"], _stats(page)["panels"], _read(report).get("panels_sent", {}),
+    a0, s0, r0, t0 = (_stats(page)["panelsReceived"], _stats(page)["panels"], read_report(report).get("panels_sent", {}),
                       time.monotonic())
     time.sleep(4.0)
-    a1, s1, r1, t1 = (_stats(page)["panelsReceived"], _stats(page)["panels"], _read(report).get("panels_sent", {}),
+    a1, s1, r1, t1 = (_stats(page)["panelsReceived"], _stats(page)["panels"], read_report(report).get("panels_sent", {}),
                       time.monotonic())
     relay_cpu = (_cpu_s(relay_pid) - c0) / (t1 - t0)
     print(f"piper-quest-web CPU, relaying the page's frames and 2 panels + HUD: {relay_cpu * 100:.1f} % of a core")
@@ -310,14 +297,14 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     print(f"panels arrived in the page: {arrived[0]:.1f} / {arrived[1]:.1f} fps, HUD {arrived[3]:.1f} fps; decoded and "
           f"drawn {decoded[0]:.1f} / {decoded[1]:.1f} / HUD {decoded[3]:.1f} fps (relayed: {relayed}; load "
           f"{os.getloadavg()[0]:.1f})")
-    assert arrived[0] >= 14.0 and arrived[1] >= 14.0, (arrived, decoded, relayed, _read(report), os.getloadavg())
+    assert arrived[0] >= 14.0 and arrived[1] >= 14.0, (arrived, decoded, relayed, read_report(report), os.getloadavg())
     assert arrived[3] >= 3.0 and min(decoded[p] for p in (0, 1, 3)) > 0, (arrived, decoded)
     assert _stats(page)["panelDecodeErrors"] == 0
 
     # -- a hidden page (the browser tab backgrounded: document.hidden) sends no frames either -------------
     blurred_sent = _stats(page)["framesSent"]
     page.evaluate("__iwer.updateVisibilityState('visible')")
-    wait_for(lambda: _stats(page)["framesSent"] > blurred_sent + 10, 10.0, "frames again once visible", dump)
+    wait_for(lambda: _stats(page)["framesSent"] > blurred_sent + 10, 10.0, "frames again once visible", dump, step=0.05)
     regrip("after the blur")
     # headless Chromium keeps its only tab visible: the page's document is made to report what a
     # backgrounded tab reports (hidden, 'hidden', a visibilitychange event)
@@ -329,4 +316,5 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "hidden", st
     page.evaluate("(() => { delete document.hidden; delete document.visibilityState; "
                   "document.dispatchEvent(new Event('visibilitychange')); })()")
-    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once shown", dump)
+    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once shown", dump,
+             step=0.05)

@@ -12,16 +12,9 @@ import pytest
 
 from browser import CHROMIUM_ARGS, chromium_path
 from piper_recorder.quest.web_server import WebConfig, WebRelay
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]   # a browser
-
-
-def _wait(page, expr: str, timeout: float = 20.0) -> None:
-    """Poll ``expr`` from here: the page's CSP forbids the eval Playwright's own polling uses."""
-    end = time.monotonic() + timeout
-    while not page.evaluate(expr):
-        assert time.monotonic() < end, f"timed out waiting for {expr}"
-        time.sleep(0.05)
 
 
 def test_page_without_an_xr_device_says_webxr_is_unavailable_and_shows_what_the_host_refused():
@@ -39,8 +32,9 @@ def test_page_without_an_xr_device_says_webxr_is_unavailable_and_shows_what_the_
                 errors: list[str] = []
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 page.goto(f"http://127.0.0.1:{relay.ports['web']}/")
-                _wait(page, "window.piperWeb && window.piperWeb.stats.wsOpen", 20)
-                _wait(page, "window.piperWeb.stats.xr !== 'checking'", 20)
+                # polled from here: the page's CSP forbids the eval Playwright's own polling uses
+                wait_for(lambda: page.evaluate("window.piperWeb && window.piperWeb.stats.wsOpen"), 20, step=0.05)
+                wait_for(lambda: page.evaluate("window.piperWeb.stats.xr !== 'checking'"), 20, step=0.05)
                 status = page.inner_text("#status")
                 assert page.evaluate("window.piperWeb.stats.xr") == "unavailable" and status != "ready"
                 assert status.startswith("WebXR is unavailable: "), status
@@ -51,12 +45,12 @@ def test_page_without_an_xr_device_says_webxr_is_unavailable_and_shows_what_the_
                     time.sleep(0.02)
                 bridge.sendall(json.dumps({"cmd": "rejected", "by": "quest_bridge", "lines": 3, "total": 5,
                                            "reason": "non_finite", "detail": "left.pos[1]"}).encode() + b"\n")
-                _wait(page, "window.piperWeb.stats.rejected !== null", 10)
+                wait_for(lambda: page.evaluate("window.piperWeb.stats.rejected !== null"), 10, step=0.05)
                 assert page.inner_text("#notice") == \
                     "quest_bridge refused 3 lines (5 in all): non_finite (left.pos[1])"
                 # the host closing with a reason: shown while the page reconnects
                 relay.stop()
-                _wait(page, "window.piperWeb.stats.closed !== null", 10)
+                wait_for(lambda: page.evaluate("window.piperWeb.stats.closed !== null"), 10, step=0.05)
                 assert page.evaluate("window.piperWeb.stats.closed") == {"code": 1000, "reason": "server stopping"}
                 assert page.inner_text("#link") == "host: disconnected (1000 server stopping), retrying"
                 assert not errors, errors

@@ -224,7 +224,7 @@ def test_a_hello_no_consumer_could_hold_closes_the_page_with_its_reason(relay, c
     """NaN, 1e999, 30,000 nested lists, an unpaired surrogate: each is refused with a counted, named
     reason and a close frame saying it; the good hello stays the one the bridge gets, and no connection
     handler raises (asyncio's "Unhandled exception in client_connected_cb")."""
-    from test_quest_bridge_core import UNREPRESENTABLE
+    from support.quest_hellos import UNREPRESENTABLE
 
     bridge = _bridge(relay)
     ws = _ws(relay.ports["web"])

@@ -14,25 +14,11 @@ import pytest
 
 from proc import ProcGroup
 pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
-from test_recorder_rig import H, W, Rig  # noqa: E402
+from support.recorder_rig import REC, Rig, episodes, recorder_args  # noqa: E402
 
 from piper_recorder.lerobot.validate import validate_root  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
-REC = "lerobot_recorder"
-
-
-def recorder_args(root: Path, *extra: str) -> list[str]:
-    args = ["piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", "-p", "task:=pick the cube",
-            "-p", f"camera_width:={W}", "-p", f"camera_height:={H}", "-p", "provenance_wait_s:=3.0"]
-    for e in extra:
-        args += ["-p", e]
-    return args
-
-
-def episodes(root: Path) -> list[dict]:
-    p = root / "meta" / "episodes.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def episode_files(root: Path, idx: int) -> tuple[Path, dict[str, Path]]:

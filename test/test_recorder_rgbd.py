@@ -11,7 +11,7 @@ import pytest
 
 from proc import ProcGroup
 pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
-from test_recorder_rig import H, W, Rig  # noqa: E402
+from support.recorder_rig import H, W, Rig  # noqa: E402
 
 from rgbd_writer.validate import validate_file  # noqa: E402
 

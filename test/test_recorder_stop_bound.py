@@ -13,7 +13,7 @@ from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import LeRobotTarget
 from piper_recorder.recording.worker import QueuedSink, WriterWorker
 
-from test_recorder_controller import MS, FakeLeRobotWriter
+from support.recorder_controller import MS, FakeLeRobotWriter
 
 pytestmark = pytest.mark.slow  # a slowed writer measured against its wall-clock bound
 

@@ -233,7 +233,7 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, v
     the same recording written now (rows at grid_timestamp, k/30 rounded up); lerobot-doctor accepts it."""
     from piper_recorder.assembly.assembler import grid_timestamp
     from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
-    from test_lerobot_writer_helpers import H, W, index_frame, row_values
+    from support.lerobot_data import H, W, index_frame, row_values
 
     def record(root: Path, time_of, lengths=(110, 104)) -> None:
         cfg = WriterConfig(fps=30, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None),

@@ -26,7 +26,8 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
-from test_spacemouse import FakeHidraw, buttons, trans  # noqa: E402
+from support.spacemouse import FakeHidraw, buttons, trans  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 REPORT_PERIOD_S = 0.008   # the replay sends a report every 8 ms while deflected
@@ -118,14 +119,14 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
             procs.start("piper-teleop", "--ros-args", "-p", "input:=spacemouse",
                         "-p", f"spacemouse.device:={dev.path}", "-p", "recorders:=[probe_rec]")
-            procs.wait_for(lambda: probe.go_home.service_is_ready() and probe.eef is not None
-                           and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
-                           "arm, teleop and the device open")
+            wait_for(lambda: probe.go_home.service_is_ready() and probe.eef is not None
+                     and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
+                     "arm, teleop and the device open", procs.logs)
             assert probe.status["input"] == "spacemouse"
-            procs.wait_for(lambda: probe.hello, 5, "the latched hello for the recorders' provenance")
+            wait_for(lambda: probe.hello, 5, "the latched hello for the recorders' provenance", procs.logs)
             assert probe.hello == {"client": "spacemouse", "device": dev.path}
             fut = probe.go_home.call_async(Trigger.Request())
-            procs.wait_for(fut.done, 10, "go_home reply")
+            wait_for(fut.done, 10, "go_home reply", procs.logs)
             assert fut.result().success, fut.result().message
             home = settled(probe, 3.0)
 
@@ -136,7 +137,7 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
 
             # clutch on, full deflection away from the user for 1.5 s: +x by ~0.15 m
             press(dev, 1)
-            procs.wait_for(lambda: probe.status.get("engaged"), 5, "the clutch engaged by the button")
+            wait_for(lambda: probe.status.get("engaged"), 5, "the clutch engaged by the button", procs.logs)
             start = settled(probe, 0.5)
             deflected = replay(dev, trans(0, -350, 0), 1.5)
             moved = settled(probe, 1.5) - start
@@ -152,14 +153,14 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             for bad in (struct.pack("<B3h", 1, 0, -32767, 0), b"\x01\x00\x00", b"\x02" + bytes(8)):
                 for _ in range(5):
                     dev.send(bad)
-            procs.wait_for(lambda: probe.status["spacemouse"]["drops"] == {"out_of_range": 5, "bad_length": 10}, 5,
-                           "the garbage reports counted as drops")
+            wait_for(lambda: probe.status["spacemouse"]["drops"] == {"out_of_range": 5, "bad_length": 10}, 5,
+                     "the garbage reports counted as drops", procs.logs)
             assert np.abs(settled(probe, 0.5) - before).max() < 0.002
             assert probe.status["engaged"]
 
             # clutch off again: pushing moves nothing
             press(dev, 1)
-            procs.wait_for(lambda: not probe.status.get("engaged"), 5, "the clutch released by the button")
+            wait_for(lambda: not probe.status.get("engaged"), 5, "the clutch released by the button", procs.logs)
             stopped = settled(probe, 0.5)
             n = probe.commanded
             replay(dev, trans(0, -350, 0), 1.0)
@@ -173,7 +174,7 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
                 dev.send(buttons(2))
                 time.sleep(1.3)
                 dev.send(buttons(0))
-                procs.wait_for(lambda: probe.calls == expected, 10, f"the recorder calls {expected}")
+                wait_for(lambda: probe.calls == expected, 10, f"the recorder calls {expected}", procs.logs)
             assert probe.status["spacemouse"]["record_holds"] == 2
             assert probe.status["spacemouse"]["gripper_toggles"] == 0
     finally:

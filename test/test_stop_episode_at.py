@@ -11,8 +11,8 @@ from piper_recorder.recording.targets import LeRobotTarget
 from piper_recorder.teleop.mapper import Action
 from piper_recorder.teleop.recorder_calls import RecorderCallConfig, RecorderCalls
 
-from test_recorder_controller import MS, Clock, FakeLeRobotWriter, feed, make
-from test_teleop_session import RECORDERS, Rig, _record
+from support.recorder_controller import MS, Clock, FakeLeRobotWriter, feed, make
+from support.teleop_session import RECORDERS, Rig, start_recording
 
 
 def rows_until(start_ns: int, end_ns: int, fps: int = 30) -> int:
@@ -23,7 +23,7 @@ def rows_until(start_ns: int, end_ns: int, fps: int = 30) -> int:
 # ---- teleop: the stop press's stamp rides every attempt ------------------------------------------------
 def test_the_stop_press_carries_its_capture_stamp_and_the_start_none():
     rig = Rig()
-    _record(rig)
+    start_recording(rig)
     assert all(s.end_ns is None for s in rig.session.poll(lambda _r: True).sends)   # nothing new in flight
     press_ns = rig.clock.ns() + round(0.01 * 1e9)   # the joy of the next step is stamped with its clock
     tick = rig.press_primary()
@@ -44,7 +44,7 @@ def test_a_start_and_a_discard_carry_no_stamp():
 
 def test_an_unstamped_stop_press_is_a_plain_stop():
     rig = Rig()
-    _record(rig)
+    start_recording(rig)
     s = rig.session
     rig.clock.t += 0.01
     s.on_joy(0, "right", type(rig.joy)(primary=True))   # stamp 0: unstamped (counts from its arrival)

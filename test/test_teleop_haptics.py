@@ -12,7 +12,8 @@ rclpy = pytest.importorskip("rclpy")
 from std_msgs.msg import String  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
-from test_teleop_node import FakeGraph, wait_for  # noqa: E402
+from support.teleop_graph import FakeGraph  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 

@@ -3,7 +3,7 @@ the next press in the (simulated) headset starts an episode on the new recorder 
 or the operator feels the timeout pulse first; never a silent loss. A stamped stop press ends the
 episode at its capture stamp, however late its request reaches the recorder. Real processes:
 piper-lerobot-recorder and piper-teleop; this process plays the arm, the cameras
-(test_recorder_rig.Rig) and the headset's right controller."""
+(support.recorder_rig.Rig) and the headset's right controller."""
 from __future__ import annotations
 
 import json
@@ -17,12 +17,12 @@ pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not
 from std_msgs.msg import String  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
-from test_recorder_lerobot import REC, episodes, recorder_args  # noqa: E402
-from test_recorder_rig import Rig  # noqa: E402
+from support.recorder_rig import REC, Rig, episodes, recorder_args  # noqa: E402
 
 from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 CALL_TIMEOUT_S = 2.0
@@ -77,16 +77,6 @@ class Headset:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(2)
-
-
-def wait_for(cond, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domain, tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,17 +24,12 @@ from proc import ProcGroup  # noqa: E402
 
 from piper_recorder.launcher import free_port  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
+from support.reports import read_report  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 STALL_AFTER_S, STALL_S = 10.0, 1.0   # late enough for quest_video to hear teleop first
 
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 class Probe:
@@ -73,36 +67,37 @@ def test_stalled_headset_releases_then_the_sim_operator_regrips(ros_domain, tmp_
         with ProcGroup(ros_domain.env(), tmp_path) as procs:
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
             procs.start("piper-teleop")
-            procs.wait_for(lambda: probe.go_home.service_is_ready() and probe.status, 40, "arm and teleop")
+            wait_for(lambda: probe.go_home.service_is_ready() and probe.status, 40, "arm and teleop", procs.logs)
             fut = probe.go_home.call_async(Trigger.Request())
-            procs.wait_for(fut.done, 10, "go_home reply")
+            wait_for(fut.done, 10, "go_home reply", procs.logs)
             assert fut.result().success, fut.result().message
             time.sleep(3.0)   # homed: inside the workspace, so the grip is not refused
             port, vport = free_port(), free_port()
             sim = procs.start("piper-sim-quest", "--port", str(port), "--script", "continuous", "--no-buttons",
                               "--video-port", str(vport), "--stall-after", str(STALL_AFTER_S),
                               "--stall-for", str(STALL_S), "--report", str(report))
-            procs.wait_for(lambda: "listening" in sim.output(), 10, "sim headset")
+            wait_for(lambda: "listening" in sim.output(), 10, "sim headset", procs.logs)
             procs.start("piper-quest-video", "--ros-args", "-p", f"port:={vport}", "-p", "reconnect_s:=0.2",
                         "-p", "reconnect_max_s:=0.5")
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.1")
-            procs.wait_for(lambda: probe.last().get("engaged"), 30, "the clutch engaged by the scripted grip")
+            wait_for(lambda: probe.last().get("engaged"), 30, "the clutch engaged by the scripted grip", procs.logs)
             assert probe.last()["forced_releases"] == 0
             # the HUD has heard teleop before the stall
-            procs.wait_for(lambda: ((_read(report).get("video") or {}).get("hud") or {}).get("engaged"), 20,
-                           "the HUD showing the clutch engaged")
+            wait_for(lambda: ((read_report(report).get("video") or {}).get("hud") or {}).get("engaged"), 20,
+                     "the HUD showing the clutch engaged", procs.logs)
             # the release the scripted stall makes (one teleop made before the HUD heard it, on a busy
             # machine, shows only while recent: test_quest_video)
             before = probe.last()["forced_releases"]
-            procs.wait_for(lambda: probe.last().get("forced_releases", 0) > before, 30, "the release on the stall")
+            wait_for(lambda: probe.last().get("forced_releases", 0) > before, 30, "the release on the stall",
+                     procs.logs)
             st = probe.last()
             assert st["last_release"].startswith("headset stream stale"), st
             t_release = time.monotonic()
             published = st["published"]
-            procs.wait_for(lambda: probe.last().get("engaged") and probe.last()["published"] > published + 100, 20,
-                           "engaged again after the re-grip, driving the arm")
+            wait_for(lambda: probe.last().get("engaged") and probe.last()["published"] > published + 100, 20,
+                     "engaged again after the re-grip, driving the arm", procs.logs)
             t_again = time.monotonic()
-            rep = _read(report)
+            rep = read_report(report)
             felt = [(h["amp"], h["ms"]) for h in rep.get("haptics", [])]
             release = [(amp, ms) for _, amp, ms in HapticConfig().pattern("release")]
             assert release[0] in felt, felt

@@ -7,8 +7,7 @@ import numpy as np
 
 from piper_recorder.teleop.clutch import ClutchEvent
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig, TeleopCore
-
-from test_teleop_mapper import ARM_P, HAND_P, Rig, exact
+from support.teleop_mapper import ARM_P, HAND_P, Rig, exact
 
 REASON = "input source changed"
 

@@ -48,6 +48,7 @@ def test_auto_marked_ros(ros_domain, request):
 
 def test_the_guard_fails_unmarked_process_and_dds_tests(tmp_path):
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "support").symlink_to(HERE / "support")   # the helper package its pytest_plugins load
     (tmp_path / "test_cases.py").write_text(CASES)
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_cases.py"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)

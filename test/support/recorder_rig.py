@@ -1,12 +1,10 @@
-"""Test rig for the recorder process tests: a synthetic arm + cameras publisher and service/event helpers.
-
-(No tests here; test_recorder_lerobot.py and test_recorder_rgbd.py import it.)
-"""
+"""Test rig for the recorder process tests: a synthetic arm + cameras publisher and service/event helpers."""
 from __future__ import annotations
 
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -196,3 +194,21 @@ class Rig:
         self.executor.shutdown(timeout_sec=2)
         self.node.destroy_node()
         rclpy.shutdown(context=self.ctx)
+
+
+REC = "lerobot_recorder"
+
+
+def recorder_args(root: Path, *extra: str) -> list[str]:
+    """The LeRobot recorder's command line for the rig's cameras (``extra``: more ``name:=value`` parameters)."""
+    args = ["piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", "-p", "task:=pick the cube",
+            "-p", f"camera_width:={W}", "-p", f"camera_height:={H}", "-p", "provenance_wait_s:=3.0"]
+    for e in extra:
+        args += ["-p", e]
+    return args
+
+
+def episodes(root: Path) -> list[dict]:
+    """The saved episodes of a LeRobot root (none before the first save)."""
+    p = root / "meta" / "episodes.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
