@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
@@ -75,6 +76,8 @@ class Probe:
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         n.create_subscription(String, "/quest/hello", lambda m: self.hellos.append(json.loads(m.data)), latched)
         n.create_subscription(String, "/teleop/status", lambda m: setattr(self, "status", json.loads(m.data)), 10)
+        self.bridge: dict[str, str] = {}   # quest_bridge's diagnostic values
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.go_home = n.create_client(Trigger, "/arm/go_home")
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
@@ -87,6 +90,15 @@ class Probe:
         p, q = m.pose.position, m.pose.orientation
         return (m.header.stamp.sec + m.header.stamp.nanosec * 1e-9, time.monotonic(),
                 np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w]))
+
+    def _on_diagnostics(self, m: DiagnosticArray) -> None:
+        for st in m.status:
+            if st.name.startswith("quest_bridge"):
+                self.bridge = {kv.key: kv.value for kv in st.values}
+
+    def teleop_listens(self) -> bool:
+        """quest_bridge's right-hand pose and grip streams have a matched subscriber (teleop's)."""
+        return all(int(self.bridge.get(f"subscribers.right_{k}", "0")) >= 1 for k in ("pose", "joy"))
 
     def _spin(self):
         while not self._stop.is_set():
@@ -141,11 +153,14 @@ def test_chain(backend, ros_domain, tmp_path):
             wait_for(still, 15, "arm at home", procs.logs)
             wait_for(lambda: probe.status is not None, 20, "teleop up", procs.logs)
             port = free_port()
-            sim_args = ("piper-sim-quest", "--port", str(port), "--script", "circle")
-            sim = procs.start(*sim_args)
-            wait_for(lambda: "listening" in sim.output(), 10, "sim headset", procs.logs)
+            # the bridge first, and the headset once teleop has matched the bridge's streams, so that teleop
+            # sees the grip close at script time 1.0-1.3 s: endpoint discovery took ~2.8 s now and then on a
+            # loaded machine (Fast DDS's 3 s heartbeat), and the first grip teleop saw was already held
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.1",
                         "-p", "reconnect_max_s:=0.3")
+            wait_for(probe.teleop_listens, 20, "teleop subscribed to the bridge's right-hand streams", procs.logs)
+            sim_args = ("piper-sim-quest", "--port", str(port), "--script", "circle")
+            sim = procs.start(*sim_args)
             wait_for(lambda: probe.hellos, 20, "headset hello", procs.logs)
             mono0 = float(probe.hellos[-1]["mono"])
             wait_for(lambda: time.monotonic() - mono0 >= STALL_AT, 20, "stall time", procs.logs)

@@ -195,6 +195,9 @@ class QuestBridge(Node):
             "rejected_total": sum(rejected.values()), "last_rejection": self.client.parser.last_rejection,
             **{f"rejected.{k}": v for k, v in sorted(rejected.items())},
             **{f"count.{k}": v for k, v in sorted(counters.items())},
+            # who listens (teleop, a bag recorder): a topic nobody subscribes to is not even published
+            **{f"subscribers.{d}_pose": pub.get_subscription_count() for d, pub in self.pose_pubs.items()},
+            **{f"subscribers.{h}_joy": pub.get_subscription_count() for h, pub in self.joy_pubs.items()},
         }
         status = DiagnosticStatus(level=level, name="quest_bridge: headset", message=text,
                                   hardware_id=f"quest@{self.cfg.host}:{self.cfg.port}",
