@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from piper_recorder.rosenv import lease_domain
+from piper_recorder.graph.rosenv import lease_domain
 
 ARM_HZ, CAM_FPS = 200.0, 30.0
 

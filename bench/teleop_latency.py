@@ -61,9 +61,9 @@ from proc import ProcGroup  # noqa: E402  (test helper: real processes, always r
 
 from wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
 
-from piper_recorder.launcher import free_port
+from piper_recorder.graph.launcher import free_port
 from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402
-from piper_recorder.rosenv import lease_domain  # noqa: E402
+from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 
 RATE = 90.0
 STEP_M = 0.01          # XR x step (m) -> robot y step of the same size

@@ -42,7 +42,7 @@ import h5py
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from piper_recorder.durable import fsync_parent
+from piper_recorder.storage.durable import fsync_parent
 
 from . import codecs, schema
 from .config import RgbdConfig  # noqa: F401  (the writer's API: RgbdWriter(path, RgbdConfig(...)))

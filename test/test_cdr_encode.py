@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from piper_recorder import cdr_encode as enc
+from piper_recorder.cdr import encode as enc
 
 rclpy_serialization = pytest.importorskip("rclpy.serialization")
 from geometry_msgs.msg import PoseStamped  # noqa: E402

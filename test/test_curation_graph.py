@@ -23,7 +23,7 @@ from typing import Any
 import h5py
 import pytest
 
-from piper_recorder.launcher import Graph, config_path, plan_graph
+from piper_recorder.graph.launcher import Graph, config_path, plan_graph
 
 from test_headset_video_graph import Operator, _read, wait_for
 

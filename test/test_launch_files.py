@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.effective_config import effective_params
-from piper_recorder.launcher import LAUNCH_SECTION, launch_graph, plan_graph, realsense_parameters
-from piper_recorder.params_file import read_params_file
+from piper_recorder.params.derived import effective_params
+from piper_recorder.graph.launcher import LAUNCH_SECTION, launch_graph, plan_graph, realsense_parameters
+from piper_recorder.params.params_file import read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = {name: ROOT / "launch" / f"{name}.launch.py" for name in ("sim", "robot")}

@@ -22,10 +22,10 @@ import pytest
 
 import yaml
 
-from piper_recorder import launcher
-from piper_recorder.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
-from piper_recorder.params_file import read_params_file
-from piper_recorder.rosenv import PROFILE_VARS, dds_features
+from piper_recorder.graph import launcher
+from piper_recorder.graph.launcher import LAUNCH_ARGUMENTS, LAUNCH_SECTION, plan_graph
+from piper_recorder.params.params_file import read_params_file
+from piper_recorder.graph.rosenv import PROFILE_VARS, dds_features
 
 ROOT = Path(__file__).resolve().parents[1]
 OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video"}

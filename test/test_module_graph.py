@@ -88,8 +88,8 @@ def test_no_import_cycles():
     graph = _imports(_modules())
     assert _cycles(graph) == []
     # leaves import none of our modules but the names (itself a leaf)
-    for leaf in ("piper_recorder.lerobot.format.layout", "piper_recorder.timebase", "piper_recorder.durable",
-                 "piper_recorder.params_file", "piper_recorder.errors", "piper_recorder.names"):
+    for leaf in ("piper_recorder.lerobot.format.layout", "piper_recorder.timebase", "piper_recorder.storage.durable",
+                 "piper_recorder.params.params_file", "piper_recorder.errors", "piper_recorder.names"):
         assert graph[leaf] <= {"piper_recorder.names"} - {leaf}, f"{leaf} must stay a leaf, imports {graph[leaf]}"
     assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.meta_builders"]
     assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.crash_repair"]
@@ -230,8 +230,8 @@ def test_one_camera_placeholder():
 
 # The launch plan (config -> processes to start) is plain data work: the launch files import it inside
 # `ros2 launch` and its tests run in milliseconds. Starting, watching and stopping processes is the
-# supervisor's (piper_recorder.launch_supervisor), which the plan loads only when asked for its Graph.
-PLAN_MODULE, SUPERVISOR_MODULE = "piper_recorder.launcher", "piper_recorder.launch_supervisor"
+# supervisor's (piper_recorder.graph.supervisor), which the plan loads only when asked for its Graph.
+PLAN_MODULE, SUPERVISOR_MODULE = "piper_recorder.graph.launcher", "piper_recorder.graph.supervisor"
 NOT_IN_THE_PLAN = {"subprocess", "signal", "threading", "multiprocessing", "asyncio", "rclpy"}
 
 
@@ -257,8 +257,8 @@ def test_the_launch_plan_runs_no_process():
 
 @pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_planning_does_not_load_the_supervisor():
-    code = ("import sys, piper_recorder.launcher as l; print('piper_recorder.launch_supervisor' in sys.modules); "
-            "from piper_recorder.launcher import Graph; import piper_recorder.launch_supervisor as s; "
+    code = ("import sys, piper_recorder.graph.launcher as l; print('piper_recorder.graph.supervisor' in sys.modules); "
+            "from piper_recorder.graph.launcher import Graph; import piper_recorder.graph.supervisor as s; "
             "print(Graph is s.Graph)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from browser import CHROMIUM_ARGS, chromium_path
-from piper_recorder.launcher import Graph, config_path, free_port, plan_graph
+from piper_recorder.graph.launcher import Graph, config_path, free_port, plan_graph
 from piper_recorder.quest.video import TINT_RECORDING
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]

@@ -11,9 +11,9 @@ import dataclasses
 import pytest
 import yaml
 
-from piper_recorder.effective_config import effective_params
-from piper_recorder.launcher import config_path, launch_overrides
-from piper_recorder.params_file import read_params_file
+from piper_recorder.params.derived import effective_params
+from piper_recorder.graph.launcher import config_path, launch_overrides
+from piper_recorder.params.params_file import read_params_file
 from piper_recorder.lerobot.format.provenance import BINDING_KEYS, lookup
 from piper_recorder.recording.config import (
     RECORDER_CONFIGS, CameraTopics, LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config,

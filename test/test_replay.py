@@ -22,7 +22,7 @@ TRACKING_BOUND_M = 0.010
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """One 4 s episode recorded through the whole simulated graph (one small camera to keep it cheap)."""
-    from piper_recorder.rosenv import lease_domain
+    from piper_recorder.graph.rosenv import lease_domain
 
     out = tmp_path_factory.mktemp("replay") / "demo"
     with lease_domain() as lease:

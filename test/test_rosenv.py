@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.rosenv import (DISCOVERY_RANGE, FASTDDS2_PROFILE_VAR, FASTDDS3_PROFILE_VAR, LOCALHOST_ONLY,
+from piper_recorder.graph.rosenv import (DISCOVERY_RANGE, FASTDDS2_PROFILE_VAR, FASTDDS3_PROFILE_VAR, LOCALHOST_ONLY,
                                    PROFILE_VARS, DdsFeatures, dds_features, launch_dds_env, loopback_env,
                                    ros_lib_dirs)
 

@@ -15,7 +15,7 @@ from typing import Any
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import get_typestore
 
-from piper_recorder.assembly.cdr import STORE
+from piper_recorder.cdr.decode import STORE
 from piper_recorder.errors import PiperInputError
 
 # Decode with the bag's embedded definitions when present, else the Kilted store (what we record with);

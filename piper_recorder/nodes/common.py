@@ -27,12 +27,12 @@ from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
-from piper_recorder.assembly.cdr import decode, warm_decoder
+from piper_recorder.cdr.decode import decode, warm_decoder
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: F401 - the nodes' name for it
 from piper_recorder.errors import PiperInputError
-from piper_recorder.nodehelp import argument_problem, node_usage, rcl_message, wants_help
+from piper_recorder.process.nodehelp import argument_problem, node_usage, rcl_message, wants_help
 from piper_recorder.recording.config import coerce_param
-from piper_recorder.supervision import TeardownWatchdog, on_stop_signals, watch_parent
+from piper_recorder.process.supervision import TeardownWatchdog, on_stop_signals, watch_parent
 
 C = TypeVar("C")
 

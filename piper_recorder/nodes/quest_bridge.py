@@ -25,7 +25,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Joy
 from std_msgs.msg import String
 
-from piper_recorder import cdr_encode
+from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.names import (DIAGNOSTICS, QUEST_COMMAND, QUEST_DEVICES, QUEST_HANDS, QUEST_HAPTIC, QUEST_HELLO,
                                   QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, QUEST_RAW, quest_topic)
 from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node, timer_callback
@@ -122,7 +122,7 @@ class QuestBridge(Node):
     def _publish(self, out: BridgeOutput, recv_ns: int) -> None:
         """A topic nobody subscribes to (often /quest/head/pose and the other hand's pose) is not even
         serialized: ~540 messages/s at 90 Hz otherwise. A subscriber (a rosbag recorder included) that
-        joins is served from its next frame on. Messages go out serialized by ``cdr_encode`` (rclpy's
+        joins is served from its next frame on. Messages go out serialized by ``cdr.encode`` (rclpy's
         conversion of a typed message was most of each publish's cost). A new input source is marked
         first, by an empty Joy on each hand (teleop releases its clutch on it, before any of the new
         source's poses or grips can reach it on the same streams)."""

@@ -35,7 +35,7 @@ from sensor_msgs.msg import Image as ImageMsg
 from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy
-from piper_recorder.delivery import ImageCounts, link_health, panel_target, received_rate
+from piper_recorder.process.delivery import ImageCounts, link_health, panel_target, received_rate
 from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
                                   EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
                                   check_topic_pattern, node_topic)
@@ -281,7 +281,7 @@ class QuestVideo(Node):
                   "dropped": {str(k): v for k, v in sorted(st.dropped.items())},
                   "bytes_sent": st.bytes_sent, "camera_frames_skipped": skipped, "cameras": cams,
                   "last_error": st.last_error, "images_received": received, "panels": panels}
-        # The HUD's health: our panels and the primary recorder's delivery, per camera (piper_recorder.delivery);
+        # The HUD's health: our panels and the primary recorder's delivery, per camera (piper_recorder.process.delivery);
         # panels are judged only while the headset link is up (nothing is encoded while it is away).
         mine = status if st.state == "connected" else {**status, "panels": {}}
         links = link_health({"quest_video": mine, self.cfg.recorder: recorder}, published)

@@ -53,7 +53,7 @@ from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, R
 from piper_recorder.recording.targets import EpisodeTarget
 from piper_recorder.recording.verdict import VerdictConfig
 
-from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
+from piper_recorder.process.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
                                   STOP_EPISODE_AT)
@@ -114,7 +114,7 @@ class RecorderNode(Node):
             stop_reach_s=cfg.stop_reach_s, drain=lambda: self.inputs.poll())
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
-        # frames received per camera (delivery health, piper_recorder.delivery): colour, and depth for RGB-D
+        # frames received per camera (delivery health, piper_recorder.process.delivery): colour, and depth for RGB-D
         streams = [(cam, ct.color) for cam, ct in topics.cameras.items()]
         if target.depth:
             streams += [(f"{cam}/depth", ct.depth) for cam, ct in topics.cameras.items() if ct.depth]

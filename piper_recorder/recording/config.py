@@ -22,9 +22,9 @@ from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMEST
 from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
                                   DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, LEROBOT_RECORDER, QUEST_HELLO, QUEST_RAW,
                                   REWARD, RGBD_RECORDER, camera_topic, check_topic_pattern)
-from piper_recorder.effective_config import effective_params
+from piper_recorder.params.derived import effective_params
 from piper_recorder.errors import RgbdError
-from piper_recorder.params_file import node_params, read_params_file
+from piper_recorder.params.params_file import node_params, read_params_file
 
 from .verdict import VerdictConfig
 
@@ -350,7 +350,7 @@ C = TypeVar("C", bound=RecorderConfig)
 
 def load_config(cls: type[C], params_file: str | Path | None = None, node: str | None = None) -> C:
     """``cls`` with the defaults updated from a ROS 2 parameter file's ``/**`` and ``<node>`` sections
-    (``ros__parameters``) and what the node derives from the file's cameras (``effective_config``: the
+    (``ros__parameters``) and what the node derives from the file's cameras (``params.derived``: the
     launchers give the live node the same), read with the rules ``declare_config`` applies; then
     ``validate()``.
 

@@ -40,8 +40,8 @@ import numpy as np
 import pyarrow as pa
 
 from piper_recorder import __version__
-from piper_recorder.outpaths import located, nested
-from piper_recorder.sidelock import SideLock
+from piper_recorder.storage.outpaths import located, nested
+from piper_recorder.storage.sidelock import SideLock
 
 from ..format import fsutil, layout
 from ..format.errors import DatasetError

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.launcher import RECORDERS, GraphPlan, LaunchError, ProcessSpec
-from piper_recorder.supervision import LAUNCHER_PID_ENV
+from piper_recorder.graph.launcher import RECORDERS, GraphPlan, LaunchError, ProcessSpec
+from piper_recorder.process.supervision import LAUNCHER_PID_ENV
 
 
 class _Running:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from piper_recorder.errors import PiperError
-from piper_recorder.launch_supervisor import Graph
-from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, config_path, plan_graph
+from piper_recorder.graph.supervisor import Graph
+from piper_recorder.graph.launcher import LAUNCH_SECTION, RECORDERS, config_path, plan_graph
 from piper_recorder.names import (COLOR_TOPIC_PATTERN, EEF_POSE, EPISODE_EVENTS, START_EPISODE, STATUS, STOP_EPISODE,
                                   camera_topic, node_topic)
-from piper_recorder.params_file import read_params_file
-from piper_recorder.rosenv import lease_domain
+from piper_recorder.params.params_file import read_params_file
+from piper_recorder.graph.rosenv import lease_domain
 
 if TYPE_CHECKING:  # rclpy is imported when the session starts
     from rclpy.client import Client

@@ -6,10 +6,10 @@ use this module. It reads a ROS 2 parameter file (config/sim.yaml or config/robo
 the command line it runs as: ``<bin>/<console script> --ros-args -r __node:=<name> --params-file <file>``.
 The ``piper_launch`` section (not a node) names the cameras and the simulated headset's settings; what
 the nodes derive from the cameras (the recorders' lists and serials, quest_video's panels) is
-``effective_config.derived_params``, which the bag converter's ``load_config`` applies too.
+``params.derived.derived_params``, which the bag converter's ``load_config`` applies too.
 
 This module only plans (no process, signal or thread: a plan is checked in milliseconds, and the launch
-files import it inside ``ros2 launch``); ``launch_supervisor.Graph`` runs a plan. ``Graph`` is still
+files import it inside ``ros2 launch``); ``graph.supervisor.Graph`` runs a plan. ``Graph`` is still
 importable from here, loaded on first use.
 """
 from __future__ import annotations
@@ -30,20 +30,20 @@ from typing import Any
 import yaml
 
 from piper_recorder.dashboard.model import is_loopback
-from piper_recorder.effective_config import (COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, color_profile_key,
+from piper_recorder.params.derived import (COLOR_PROFILE, DEPTH_PROFILE, LAUNCH_SECTION, color_profile_key,
                                              derived_params, profile_text)
 from piper_recorder.errors import PiperError
 from piper_recorder.names import (CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, COLOR_IMAGE, COLOR_TOPIC_PATTERN, POLICY_ACTOR,
                                   RECORDER_NODES, camera_topic)
-from piper_recorder.params_file import read_params_file
+from piper_recorder.params.params_file import read_params_file
 from piper_recorder.quest.client import DEFAULT_HOST, DEFAULT_PORT
 from piper_recorder.quest.sim_server import SimConfig
 from piper_recorder.quest.video import VIDEO_PORT
 from piper_recorder.quest.web_server import WebConfig, port_clash
-from piper_recorder.spacemouse.input import TELEOP_INPUTS
+from piper_recorder.teleop.spacemouse.input import TELEOP_INPUTS
 
 PACKAGE = "piper_recorder"
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 RECORDERS = RECORDER_NODES
 # Node name -> console script (pip) and ROS executable (launch files; setup.py ROS_EXECUTABLES) of the
 # same entry point. Cameras are added from the config (sim_camera or realsense2_camera).
@@ -198,7 +198,7 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
 # realsense-ros >= 4.55.1 reads one profile per stream (rgb_camera.color_profile, depth_module.depth_profile);
 # 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
 # the other's names, so a camera section's profiles are given under both. A D405's colour profile is
-# depth_module.color_profile (effective_config.color_profile_key), its module's older name depth_module.profile.
+# depth_module.color_profile (params.derived.color_profile_key), its module's older name depth_module.profile.
 REALSENSE_PROFILE_ALIASES = {COLOR_PROFILE: "rgb_camera.profile", DEPTH_PROFILE: "depth_module.profile"}
 # The QoS parameters of realsense2_camera's images and camera_info (names.CAMERA_IMAGE_QOS), and the values
 # they accept: the names of rmw's predefined profiles (realsense-ros ros_utils.cpp, qos_string_to_qos).
@@ -216,7 +216,7 @@ REALSENSE_DEFAULTS: dict[str, Any] = {"enable_color": True, "enable_depth": True
 def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
     """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section: its
     ``camera_name``, what the section does not state of REALSENSE_DEFAULTS and of the profile (colour:
-    ``names.CAMERA``, under the model's name for it, ``effective_config.color_profile_key``; depth: the colour
+    ``names.CAMERA``, under the model's name for it, ``params.derived.color_profile_key``; depth: the colour
     one), and each profile under the older wrappers' name too (REALSENSE_PROFILE_ALIASES). A QoS the driver
     does not know is refused (it would stop the driver when the stream starts)."""
     section = cfg.get(camera, {})
@@ -280,7 +280,7 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
 
     Empty strings keep the config's values. ``cameras`` is a comma-separated subset of
     ``piper_launch.cameras``. The params include what the nodes derive from the cameras started
-    (``effective_config.derived_params``: the recorders' camera lists and provenance serials,
+    (``params.derived.derived_params``: the recorders' camera lists and provenance serials,
     quest_video's panels), which a launch file passes on top of the config file.
     """
     chosen, out = argument_overrides(cfg, task, root, rgbd_path, backend, cameras, policy, policy_root, teleop_input)
@@ -657,7 +657,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras, policy,
     policy_root);
     ``sets`` (``node.param=value``) are applied after them, and what the nodes derive from the cameras
-    (``effective_config.derived_params``) after both: a set of a camera's serial or size reaches the
+    (``params.derived.derived_params``) after both: a set of a camera's serial or size reaches the
     recorders, one that contradicts them is refused. A set of a parameter the graph derives from
     another setting (quest_bridge's host/port from the simulated headset, ...: ``GraphNode.derived``)
     to another value is refused (``LaunchError`` naming both and the way out), never overwritten.
@@ -722,9 +722,9 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
 
 
 def __getattr__(name: str) -> Any:
-    """``Graph`` (the supervisor) from ``piper_recorder.launcher`` as before, imported only when asked for
+    """``Graph`` (the supervisor) from ``piper_recorder.graph.launcher`` as before, imported only when asked for
     so that planning never loads subprocess and signal handling."""
     if name == "Graph":
-        from piper_recorder.launch_supervisor import Graph
+        from piper_recorder.graph.supervisor import Graph
         return Graph
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
