@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import load, machine_line, tool  # noqa: E402
 from graph_capacity import cpu_seconds  # noqa: E402
 
-from piper_recorder.graph.launcher import free_port  # noqa: E402
+from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 
 REPORT_PERIOD_S = 0.008

@@ -61,7 +61,7 @@ from proc import ProcGroup  # noqa: E402  (test helper: real processes, always r
 
 from wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
 
-from piper_recorder.graph.launcher import free_port
+from piper_recorder.graph.ports import free_port
 from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402
 from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 

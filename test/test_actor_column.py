@@ -25,7 +25,7 @@ from piper_recorder.bag.synth import T, SynthScenario, scenario_messages, write_
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.features import piper_features
 from piper_recorder.lerobot.writer.meta_builders import modality_json
-from piper_recorder.graph.launcher import plan_graph
+from piper_recorder.graph.plan import plan_graph
 from piper_recorder.recording.config import (
     LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config)
 from piper_recorder.recording.inputs import topic_map

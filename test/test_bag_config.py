@@ -12,7 +12,7 @@ import pytest
 from piper_recorder.assembly import messages
 from piper_recorder.bag.config import topic_map
 from piper_recorder.bag.synth import T, image, joint_state, pose_stamped
-from piper_recorder.graph.launcher import config_path
+from piper_recorder.graph.install import config_path
 from piper_recorder.recording.config import LeRobotRecorderConfig, RgbdRecorderConfig, load_config
 
 
@@ -75,7 +75,7 @@ def test_converter_needs_no_ros_runtime():
     import sys
 
     code = ("import sys; import piper_recorder.cli.bag2dataset, piper_recorder.bag.run, piper_recorder.bag.convert, "
-            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.graph.launcher, "
+            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.graph.plan, "
             "piper_recorder.recording.config; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'rosbag2_py')))")

@@ -23,7 +23,9 @@ from typing import Any
 import h5py
 import pytest
 
-from piper_recorder.graph.launcher import Graph, config_path, plan_graph
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.supervisor import Graph
 
 from test_headset_video_graph import Operator, _read, wait_for
 

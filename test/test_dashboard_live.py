@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from browser import open_page
-from piper_recorder.graph.launcher import free_port
+from piper_recorder.graph.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"

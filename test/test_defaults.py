@@ -14,7 +14,12 @@ import yaml
 
 from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.params.derived import SERIAL_KEYS, derived_params, effective_params
-from piper_recorder.graph.launcher import LAUNCH_SECTION, LaunchError, SimQuestSettings, config_path, launch_overrides, plan_graph
+from piper_recorder.graph.arguments import launch_overrides
+from piper_recorder.graph.errors import LaunchError
+from piper_recorder.graph.headset import SimQuestSettings
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.params.derived import LAUNCH_SECTION
 from piper_recorder.params.params_file import read_params_file
 from piper_recorder.recording.config import (RECORDER_CONFIGS, LeRobotRecorderConfig, RgbdRecorderConfig,
                                              lerobot_writer_config, load_config, rgbd_writer_config)

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from piper_recorder.graph.launcher import Graph, config_path, plan_graph
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.supervisor import Graph
 from piper_recorder.quest.video import TINT_IDLE, TINT_RECORDING
 
 pytestmark = pytest.mark.timeout(300)

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
 
 
 def three_camera_config(tmp: Path) -> Path:
-    from piper_recorder.graph.launcher import LAUNCH_SECTION
+    from piper_recorder.params.derived import LAUNCH_SECTION
 
     raw = yaml.safe_load((ROOT / "config" / "sim.yaml").read_text())
     raw["cam_side"] = {"ros__parameters": {"serial": "sim-side-0003", "position": [0.30, 0.55, 0.50],

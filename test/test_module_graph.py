@@ -230,8 +230,11 @@ def test_one_camera_placeholder():
 
 # The launch plan (config -> processes to start) is plain data work: the launch files import it inside
 # `ros2 launch` and its tests run in milliseconds. Starting, watching and stopping processes is the
-# supervisor's (piper_recorder.graph.supervisor), which the plan loads only when asked for its Graph.
-PLAN_MODULE, SUPERVISOR_MODULE = "piper_recorder.graph.launcher", "piper_recorder.graph.supervisor"
+# supervisor's (piper_recorder.graph.supervisor), which no planning module imports.
+GRAPH = "piper_recorder.graph"
+PLAN_MODULES = {f"{GRAPH}.{m}" for m in ("arguments", "errors", "executables", "graph_node", "headset", "install",
+                                           "params_dump", "plan", "ports", "realsense")}
+PLAN_MODULE, SUPERVISOR_MODULE = f"{GRAPH}.plan", f"{GRAPH}.supervisor"
 NOT_IN_THE_PLAN = {"subprocess", "signal", "threading", "multiprocessing", "asyncio", "rclpy"}
 
 
@@ -244,24 +247,20 @@ def _imported_names(node: ast.AST) -> set[str]:
 
 
 def test_the_launch_plan_runs_no_process():
-    tree = _tree(_modules()[PLAN_MODULE])
-    lazy = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
-    deferred = {id(n) for f in lazy for n in ast.walk(f)}
-    found = {name for n in ast.walk(tree) for name in _imported_names(n)}
-    assert {name.partition(".")[0] for name in found} & NOT_IN_THE_PLAN == set()
-    outside = {name for n in ast.walk(tree) if id(n) not in deferred for name in _imported_names(n)}
-    assert SUPERVISOR_MODULE not in outside, "the plan imports the supervisor only in __getattr__ (Graph)"
-    assert SUPERVISOR_MODULE in found     # the re-export the launch files' and tests' imports rely on
-    assert PLAN_MODULE in _imports(_modules())[SUPERVISOR_MODULE]
+    mods = _modules()
+    assert PLAN_MODULES <= set(mods)
+    for m in sorted(PLAN_MODULES):
+        found = _all_imports(m, mods[m])
+        assert {name.partition(".")[0] for name in found} & NOT_IN_THE_PLAN == set(), m
+        assert SUPERVISOR_MODULE not in found, f"{m} imports the supervisor"
+    assert PLAN_MODULE in _imports(mods)[SUPERVISOR_MODULE]
 
 
 @pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_planning_does_not_load_the_supervisor():
-    code = ("import sys, piper_recorder.graph.launcher as l; print('piper_recorder.graph.supervisor' in sys.modules); "
-            "from piper_recorder.graph.launcher import Graph; import piper_recorder.graph.supervisor as s; "
-            "print(Graph is s.Graph)")
+    code = (f"import sys, {PLAN_MODULE}, {GRAPH}.graph_node; print('{SUPERVISOR_MODULE}' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split() == ["False"]
 
 
 def test_the_teleop_session_needs_no_ros():

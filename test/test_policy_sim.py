@@ -22,7 +22,8 @@ import pytest
 
 from lerobot_fixtures import small_root
 from test_launch_stubbed import stub_launch  # noqa: F401 - fixture
-from piper_recorder.graph.launcher import free_port, plan_graph
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.ports import free_port
 from piper_recorder.teleop.limits import LimitsConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from piper_recorder.params.derived import effective_params
-from piper_recorder.graph.launcher import config_path, launch_overrides
+from piper_recorder.graph.arguments import launch_overrides
+from piper_recorder.graph.install import config_path
 from piper_recorder.params.params_file import read_params_file
 from piper_recorder.lerobot.format.provenance import BINDING_KEYS, lookup
 from piper_recorder.recording.config import (

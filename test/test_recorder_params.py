@@ -160,7 +160,7 @@ def test_every_node_parameter_is_typed_and_read_only_unless_applied_at_run_time(
     from rclpy.node import Node
     from rclpy.parameter import Parameter
 
-    from piper_recorder.graph.launcher import config_path
+    from piper_recorder.graph.install import config_path
     from piper_recorder.nodes.common import declare_config
 
     ros_domain.apply()

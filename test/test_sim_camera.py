@@ -198,7 +198,7 @@ def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain
     import rclpy
     from rclpy.qos import QoSPresetProfiles, ReliabilityPolicy
 
-    from piper_recorder.graph.launcher import REALSENSE_QOS
+    from piper_recorder.graph.realsense import REALSENSE_QOS
     from piper_recorder.nodes.sim_camera import SimCamera
 
     rclpy.init(args=["--ros-args", "-r", "__node:=cam_q", "-p", "width:=64", "-p", "height:=48"])

@@ -420,7 +420,10 @@ def test_config_is_validated():
 
 # ---- launch --------------------------------------------------------------------------------------
 def test_teleop_input_spacemouse_starts_no_headset_node(tmp_path):
-    from piper_recorder.graph.launcher import LaunchError, config_path, launch_graph, plan_graph
+    from piper_recorder.graph.errors import LaunchError
+    from piper_recorder.graph.graph_node import launch_graph
+    from piper_recorder.graph.install import config_path
+    from piper_recorder.graph.plan import plan_graph
     from piper_recorder.params.params_file import read_params_file
 
     plan = plan_graph("sim", config_path("sim"), ["teleop.spacemouse.device=/dev/hidraw3"], tmp_path,

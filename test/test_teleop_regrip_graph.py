@@ -23,7 +23,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
 
-from piper_recorder.graph.launcher import free_port  # noqa: E402
+from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)

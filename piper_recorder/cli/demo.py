@@ -1,6 +1,6 @@
 """piper-demo --out DIR [--episodes 3] [--seconds 10]: record through the simulated ROS 2 graph, validate.
 
-Starts the simulated graph from config/sim.yaml as separate processes (piper_recorder.graph.launcher):
+Starts the simulated graph from config/sim.yaml as separate processes (piper_recorder.graph.plan):
 simulated headset (its built-in ``continuous`` script: clutch engaged throughout, figure-eight with a
 yaw swing, moving trigger, no buttons), quest_bridge, teleop, piper_arm (CAN emulator), the sim
 cameras and both recorders, in a private ROS domain on loopback. When arm feedback, every camera and
@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.graph.launcher import LaunchError, config_path, find_script
+from piper_recorder.graph.errors import LaunchError
+from piper_recorder.graph.install import config_path, find_script
 from piper_recorder.lerobot.format.fsutil import read_jsonl
 from piper_recorder.lerobot.format.layout import EPISODES, INFO
 from piper_recorder.storage.outpaths import dir_problem
