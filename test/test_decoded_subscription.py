@@ -17,7 +17,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from piper_recorder.assembly.messages import image_to_numpy  # noqa: E402
-from piper_recorder.nodes.common import DECODED_TYPES, DecodeErrors, create_decoded_subscription, type_name  # noqa: E402
+from piper_recorder.nodes.plumbing.decoded_subscription import DECODED_TYPES, DecodeErrors, create_decoded_subscription, type_name  # noqa: E402
 
 
 def _messages():

@@ -246,7 +246,7 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from test_recorder_rig import Rig
 
-    from piper_recorder.nodes.common import ns_to_stamp
+    from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 
     reversed_names = [f"joint{i}" for i in range(6, 0, -1)] + ["gripper"]
     mapping = write_mapping(

@@ -242,7 +242,7 @@ def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_l
     pytest.importorskip("rclpy")   # the profiles' contents are rclpy's
     from rclpy.qos import HistoryPolicy, QoSPresetProfiles, ReliabilityPolicy
 
-    from piper_recorder.nodes.common import recorder_image_qos
+    from piper_recorder.nodes.plumbing.qos import recorder_image_qos
 
     nodes = camera_nodes(graph("robot"))
     assert list(nodes) == ["cam_front", "cam_wrist"]

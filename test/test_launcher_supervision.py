@@ -167,7 +167,7 @@ def test_no_node_outlives_its_launcher_and_the_episode_in_flight_is_saved(tmp_pa
 HUNG_TEARDOWN = """
 import sys, time
 from rclpy.node import Node
-from piper_recorder.nodes.common import run_node
+from piper_recorder.nodes.plumbing.run_node import run_node
 
 class Hangs(Node):
     def __init__(self):

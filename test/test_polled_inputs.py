@@ -15,7 +15,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from piper_recorder.cdr import encode as cdr_encode  # noqa: E402
-from piper_recorder.nodes.common import PolledInputs  # noqa: E402
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs  # noqa: E402
 
 QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 

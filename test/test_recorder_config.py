@@ -110,7 +110,7 @@ def test_nodes_declare_the_shared_classes_and_read_a_file_as_load_config(ros_dom
     from rclpy.node import Node
     from rclpy.parameter import Parameter
 
-    from piper_recorder.nodes.common import declare_config
+    from piper_recorder.nodes.plumbing.parameters import declare_config
     from piper_recorder.nodes.lerobot_recorder import LeRobotRecorder
     from piper_recorder.nodes.rgbd_recorder import RgbdRecorder
 

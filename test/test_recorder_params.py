@@ -161,7 +161,7 @@ def test_every_node_parameter_is_typed_and_read_only_unless_applied_at_run_time(
     from rclpy.parameter import Parameter
 
     from piper_recorder.graph.install import config_path
-    from piper_recorder.nodes.common import declare_config
+    from piper_recorder.nodes.plumbing.parameters import declare_config
 
     ros_domain.apply()
     ctx = rclpy.Context()

@@ -152,7 +152,7 @@ def test_slow_episode_load_does_not_starve_arm_feedback(recorded, ros_domain, mo
     from std_msgs.msg import String
 
     from piper_recorder.nodes import replay as replay_node
-    from piper_recorder.nodes.common import make_executor, spin_until
+    from piper_recorder.nodes.plumbing.executors import make_executor, spin_until
     from piper_recorder.replay.episode import load_episode
 
     def slow_load(*a, **k):

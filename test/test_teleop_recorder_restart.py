@@ -20,7 +20,7 @@ from proc import ProcGroup  # noqa: E402
 from test_recorder_lerobot import REC, episodes, recorder_args  # noqa: E402
 from test_recorder_rig import Rig  # noqa: E402
 
-from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
+from piper_recorder.nodes.plumbing.stamps import ns_to_stamp  # noqa: E402
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 

@@ -17,7 +17,7 @@ from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_write
 from piper_recorder.recording.inputs import TopicMap
 from piper_recorder.recording.targets import LeRobotTarget
 
-from .common import run_node
+from piper_recorder.nodes.plumbing.run_node import run_node
 from .recorder_base import RecorderNode
 
 

@@ -29,7 +29,10 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.cdr import encode as cdr_encode
-from piper_recorder.nodes.common import ParameterError, PolledInputs, declare_config, run_in_thread, run_node
+from piper_recorder.nodes.plumbing.executors import run_in_thread
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
 from piper_recorder.piper.controller import ArmController

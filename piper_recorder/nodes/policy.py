@@ -35,8 +35,13 @@ from piper_recorder.process.delivery import ImageCounts
 from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_ACTOR, POLICY_PROVENANCE,
                                   POLICY_SERVICES, QUEST_JOY_PATTERN, STATUS, TARGET_GRIPPER, TARGET_POSE,
                                   TELEOP_STATUS, camera_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, live_image_qos,
-                                         message_callback, now_ns, ns_to_stamp, run_in_thread, run_node)
+from piper_recorder.nodes.plumbing.callbacks import message_callback
+from piper_recorder.nodes.plumbing.executors import run_in_thread
+from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.qos import live_image_qos
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import now_ns, ns_to_stamp
 from piper_recorder.policy.backend import make_backend
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta

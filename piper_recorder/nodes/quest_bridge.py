@@ -28,7 +28,10 @@ from std_msgs.msg import String
 from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.names import (DIAGNOSTICS, QUEST_COMMAND, QUEST_DEVICES, QUEST_HANDS, QUEST_HAPTIC, QUEST_HELLO,
                                   QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, QUEST_RAW, quest_topic)
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node, timer_callback
+from piper_recorder.nodes.plumbing.callbacks import timer_callback
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.clock import ClockMapperConfig

@@ -39,7 +39,11 @@ from piper_recorder.process.delivery import ImageCounts, link_health, panel_targ
 from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
                                   EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
                                   check_topic_pattern, node_topic)
-from piper_recorder.nodes.common import declare_config, live_image_qos, run_node, stamp_to_ns, timer_callback
+from piper_recorder.assembly.messages import stamp_to_ns
+from piper_recorder.nodes.plumbing.callbacks import timer_callback
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.qos import live_image_qos
+from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
                                         PanelSender, SenderConfig, color_command)

@@ -4,7 +4,7 @@ events, provenance.
 
 Threads (why encoding never blocks a message callback):
 - The inputs (arm, cameras, headset lines: ~500 messages/s) are served by no executor: the tick
-  thread takes what arrived before each row (``nodes.common.PolledInputs``, on a node of their own,
+  thread takes what arrived before each row (``nodes.plumbing.polled_inputs.PolledInputs``, on a node of their own,
   ``<name>_inputs``), with each message's DDS reception time as its receive time: about half the
   CPU of an executor waking for each message (``bench/executor_overhead.py``). A message only wraps
   its buffer with numpy (no copy for rgb8/16UC1) and goes into the assembler under a short lock. The
@@ -58,8 +58,13 @@ from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
                                   STOP_EPISODE_AT)
 
-from .common import (ArrivalExecutor, DecodeErrors, ParameterError, PolledInputs, arrival_or_now, declare_config,
-                     message_callback, now_ns, recorder_image_qos, run_in_thread, spin_until)
+from piper_recorder.nodes.plumbing.callbacks import message_callback
+from piper_recorder.nodes.plumbing.decoded_subscription import DecodeErrors
+from piper_recorder.nodes.plumbing.executors import ArrivalExecutor, arrival_or_now, run_in_thread, spin_until
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.qos import recorder_image_qos
+from piper_recorder.nodes.plumbing.stamps import now_ns
 
 
 def message_class(msg_type: str) -> Any:

@@ -16,7 +16,7 @@ from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_conf
 from piper_recorder.recording.inputs import TopicMap
 from piper_recorder.recording.targets import RgbdTarget
 
-from .common import run_node
+from piper_recorder.nodes.plumbing.run_node import run_node
 from .recorder_base import RecorderNode
 
 

@@ -42,7 +42,11 @@ from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.process.delivery import ImageCounts, received_rate
 from piper_recorder.names import (CAMERA, CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE,
                                   DEPTH_INFO, EEF_POSE, STATUS)
-from piper_recorder.nodes.common import PolledInputs, declare_config, now_ns, run_node, stamp_to_ns
+from piper_recorder.assembly.messages import stamp_to_ns
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import now_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
 from piper_recorder.sim.history import PoseHistory

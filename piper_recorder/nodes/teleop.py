@@ -73,8 +73,13 @@ from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.names import (ARM_STATUS, GRIPPER_JOINTS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
                                   QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
                                   TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, PolledInputs, declare_config, message_callback, now_ns,
-                                         run_node, stamp_to_ns, timer_callback)
+from piper_recorder.assembly.messages import stamp_to_ns
+from piper_recorder.nodes.plumbing.callbacks import message_callback, timer_callback
+from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import now_ns
 from piper_recorder.teleop.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
 from piper_recorder.teleop.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono

@@ -1,6 +1,6 @@
 """The recorders' parameters, writer settings and session record: one ROS-free definition for both paths.
 
-The recorder nodes declare these dataclasses as ROS parameters (``nodes.common.declare_config``); the
+The recorder nodes declare these dataclasses as ROS parameters (``nodes.plumbing.parameters.declare_config``); the
 rosbag converter loads the same classes from the same parameter files (``load_config``, e.g.
 config/sim.yaml or config/robot.yaml) and builds its writers and session record with the same
 functions, so a bag converts with exactly the settings the live recorder used. The converter's only
