@@ -42,7 +42,7 @@ from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_con
 from piper_recorder.nodes.plumbing.qos import live_image_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns, ns_to_stamp
-from piper_recorder.policy.backend import make_backend
+from piper_recorder.policy.spec import make_backend
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
 from piper_recorder.policy.runtime import PolicyRuntime
