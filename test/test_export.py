@@ -19,7 +19,8 @@ import pytest
 
 from lerobot_fixtures import small_root
 from piper_recorder.lerobot.export import video_concat
-from piper_recorder.lerobot.export.operation import ExportError, export
+from piper_recorder.lerobot.export.operation import export
+from piper_recorder.lerobot.export.source import ExportError
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import H, W, frame_index_of, index_frame, row_values, tree_hashes
