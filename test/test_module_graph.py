@@ -1,6 +1,10 @@
-"""One place per concept: no module-level import cycle in piper_recorder (the LeRobot
-meta <-> writer <-> repair cycle is gone: layout and writer config are leaves), the v3.0 video
-concatenator needs no assembler, and each shared helper is defined once in the source."""
+"""The architecture as tests: the package layout (a short list of modules at the root, every subpackage in one
+tier: the graph over the cores over the formats over the base), no import cycle between modules or between
+subpackages, and one place per concept (each shared helper defined once, names and file names stated once).
+
+Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:``, inside a function
+(a lazy import is still a dependency, and a cycle through one is still a cycle), and ``importlib.import_module``
+of a literal name."""
 from __future__ import annotations
 
 import ast
@@ -32,24 +36,34 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _imported(m: str, p: Path) -> list[tuple[str, list[str]]]:
+    """(base, names) of every import in ``m``'s source, anywhere in it, relative imports resolved:
+    ``import a.b`` -> ("a.b", []), ``from a import b, c`` -> ("a", ["b", "c"]), and
+    ``importlib.import_module("a.b")`` of a literal -> ("a.b", [])."""
+    pkg = (m if p.name == "__init__.py" else m.rpartition(".")[0]).split(".")
+    out: list[tuple[str, list[str]]] = []
+    for n in ast.walk(_tree(p)):
+        if isinstance(n, ast.Import):
+            out += [(a.name, []) for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                base = ".".join(pkg[: len(pkg) - (n.level - 1)] + ([n.module] if n.module else []))
+            out.append((base, [a.name for a in n.names]))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "import_module" \
+                and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+            out.append((n.args[0].value, []))
+    return out
+
+
 def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """Module-level imports (including ``if TYPE_CHECKING:`` blocks) between our modules."""
+    """Which of our modules each of our modules imports, anywhere in its source (``_imported``)."""
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
-        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
-        for node in _tree(p).body:
-            for n in node.body if isinstance(node, ast.If) else [node]:
-                if isinstance(n, ast.ImportFrom):
-                    base = n.module or ""
-                    if n.level:
-                        parts = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
-                        base = ".".join(parts + ([n.module] if n.module else []))
-                    for a in n.names:
-                        target = next((c for c in (f"{base}.{a.name}", base) if c in mods), None)
-                        if target and target != m:
-                            graph[m].add(target)
-                elif isinstance(n, ast.Import):
-                    graph[m].update(a.name for a in n.names if a.name in mods and a.name != m)
+        for base, names in _imported(m, p):
+            targets = {next((c for c in (f"{base}.{a}", base) if c in mods), None) for a in names} if names \
+                else {base if base in mods else None}
+            graph[m] |= {t for t in targets if t and t != m}
     return graph
 
 
@@ -95,6 +109,68 @@ def test_no_import_cycles():
     assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.crash_repair"]
 
 
+# The package root holds only what every tier shares and a newcomer looks for first: the ROS names (the one place
+# they are stated), the error base classes and the row/PTS time grid. Everything else lives in a subpackage.
+ROOT_MODULES = {"piper_recorder", "piper_recorder.names", "piper_recorder.errors", "piper_recorder.timebase"}
+
+# Each subpackage's tier, top to bottom: a module imports only from its own tier or a lower one. The graph (the
+# nodes, planning and supervising them, the command-line tools) over the cores (plain-Python logic, no rclpy)
+# over the dataset formats over the base (file I/O, the CDR wire, what every process shares). rgbd_writer is a
+# package of its own beside piper_recorder, at the formats' tier.
+TIERS = {
+    "graph": {"nodes", "graph", "cli"},
+    "cores": {"assembly", "bag", "dashboard", "dataset_edit", "params", "piper", "policy", "quest", "recording",
+              "replay", "sim", "teleop", "viewer"},
+    "formats": {"lerobot", "rgbd_writer"},
+    "base": {"names", "errors", "timebase", "storage", "cdr", "process"},
+}
+TIER_ORDER = ("base", "formats", "cores", "graph")
+# The one downward exception: the feature table (plain data, no logic) is the assembler's and names the
+# dataset columns the LeRobot format declares.
+TIER_EXCEPTIONS = {("piper_recorder.lerobot.format.features", "piper_recorder.assembly.features")}
+
+
+def _unit(m: str) -> str:
+    """The subpackage (or root module) ``m`` belongs to: piper_recorder.<unit>..., or rgbd_writer."""
+    parts = m.split(".")
+    return parts[0] if parts[0] != "piper_recorder" else (parts[1] if len(parts) > 1 else "")
+
+
+def test_the_package_root_holds_only_the_agreed_modules():
+    mods = _modules()
+    loose = {m for m, p in mods.items() if m.startswith("piper_recorder") and p.parent == ROOT / "piper_recorder"}
+    assert loose == ROOT_MODULES, f"put {sorted(loose - ROOT_MODULES)} in the subpackage of what it is for"
+    assert _imports(mods)["piper_recorder"] == set(), "the package root's __init__ imports none of our modules"
+
+
+def test_every_subpackage_is_in_one_tier_and_imports_downward_only():
+    units = {_unit(m) for m in _modules()} - {""}
+    placed = [u for tier in TIERS.values() for u in tier]
+    assert len(placed) == len(set(placed)), "a subpackage is in two tiers"
+    assert units == set(placed), f"unplaced: {sorted(units - set(placed))}, gone: {sorted(set(placed) - units)}"
+    rank = {u: TIER_ORDER.index(t) for t, us in TIERS.items() for u in us}
+    found = [f"{m} ({_unit(m)}) imports {t} ({_unit(t)})" for m, ts in _imports(_modules()).items() for t in sorted(ts)
+             if _unit(t) and _unit(m) and rank[_unit(t)] > rank[_unit(m)] and (m, t) not in TIER_EXCEPTIONS]
+    assert found == []
+
+
+def test_no_cycles_between_subpackages():
+    """Collapsed to subpackages (piper_recorder.<a>, then piper_recorder.<a>.<b>), the import graph (every import,
+    function-level included) has no cycle: a subpackage never needs one that needs it."""
+    graph = _imports(_modules())
+    for depth in (2, 3):
+        def group(m: str) -> str:
+            return ".".join(m.split(".")[:depth])
+
+        collapsed: dict[str, set[str]] = {}
+        for m, ts in graph.items():
+            collapsed.setdefault(group(m), set()).update(group(t) for t in ts if group(t) != group(m))
+        for ts in list(collapsed.values()):
+            for t in ts:
+                collapsed.setdefault(t, set())
+        assert _cycles(collapsed) == [], f"depth {depth}"
+
+
 @pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_video_concat_does_not_load_the_assembler():
     code = ("import sys, piper_recorder.lerobot.export.video_concat, piper_recorder.lerobot.maintenance.retime; "
@@ -111,18 +187,8 @@ LEROBOT_LAYERS = {"format": set(), "writer": {"format"}, "export": {"format"}, "
 
 
 def _all_imports(m: str, p: Path) -> set[str]:
-    """Every module ``m`` imports anywhere in its source, relative imports resolved."""
-    pkg = (m if p.name == "__init__.py" else m.rpartition(".")[0]).split(".")
-    out = set()
-    for n in ast.walk(_tree(p)):
-        if isinstance(n, ast.Import):
-            out |= {a.name for a in n.names}
-        elif isinstance(n, ast.ImportFrom):
-            base = n.module or ""
-            if n.level:
-                base = ".".join(pkg[: len(pkg) - (n.level - 1)] + ([n.module] if n.module else []))
-            out |= {base} | {f"{base}.{a.name}" for a in n.names}
-    return out
+    """Every module name ``m`` imports anywhere in its source, ours or not (``from a import b``: a and a.b)."""
+    return {x for base, names in _imported(m, p) for x in [base, *(f"{base}.{a}" for a in names)]}
 
 
 def test_the_lerobot_subpackages_are_layered():
