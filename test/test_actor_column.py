@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from piper_recorder.assembly.features import ACTOR_FEATURE, ACTOR_INPUT, OPT_IN, PIPER_TABLE
+from piper_recorder.features.table import ACTOR_FEATURE, ACTOR_INPUT, OPT_IN, PIPER_TABLE
 from piper_recorder.assembly.messages import ACTOR_CODES, ACTOR_TOPIC, make_adapter
 from piper_recorder.bag.synth import T, SynthScenario, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset

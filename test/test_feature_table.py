@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from piper_recorder.assembly import PIPER_TABLE
+from piper_recorder.features.table import PIPER_TABLE
 from piper_recorder.bag.synth import T, SynthScenario, header, image, joint_state, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.features import piper_features

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from piper_recorder.assembly import PIPER_TABLE, AssemblyConfig, FeatureTable
+from piper_recorder.assembly import AssemblyConfig
+from piper_recorder.features import PIPER_TABLE, FeatureTable
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
 from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
                                   DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, LEROBOT_RECORDER, QUEST_HELLO, QUEST_RAW,
