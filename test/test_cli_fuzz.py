@@ -180,7 +180,7 @@ def open_writer(kind: str, path: Path, cfg: Path) -> None:
 
     try:
         if kind == "lerobot":
-            from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+            from piper_recorder.lerobot.writer import LeRobotWriter
 
             w = LeRobotWriter(path, lerobot_writer_config(load_config(LeRobotRecorderConfig, cfg)))
         else:

@@ -255,7 +255,7 @@ def _curated_root(base: Path) -> tuple[Path, list[dict]]:
     1 camera, 2 s each; the second with its camera stalled for 1 s: verdict bad), ok/bad by construction
     whatever the machine's load, unlike a graph recording."""
     import test_curation as tc
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
     from piper_recorder.recording.targets import LeRobotTarget
 

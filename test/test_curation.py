@@ -20,7 +20,7 @@ import pytest
 from piper_recorder.cli import dataset as dataset_cli
 from piper_recorder.lerobot.export.operation import export
 from piper_recorder.lerobot.validate import validate_root
-from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+from piper_recorder.lerobot.writer import LeRobotWriter
 from piper_recorder.recording.config import (LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config,
                                              rgbd_writer_config, session_record)
 from piper_recorder.recording.controller import EpisodeController

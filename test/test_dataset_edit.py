@@ -21,7 +21,7 @@ from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.dataset_edit import EditError, delete, merge, retask, retype, split
 from piper_recorder.lerobot.format.features import FeatureSpec, piper_features
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import H, W, frame_index_of, index_frame, row_values, tree_hashes
 
 pytestmark = pytest.mark.integration

@@ -55,7 +55,7 @@ def test_recorder_defaults_build_the_cores_defaults(fmt):
     cfg = RECORDER_CONFIGS[fmt]()
     assert cfg.assembly(cameras=AssemblyConfig().cameras) == AssemblyConfig()
     if fmt == "lerobot":
-        from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, VideoConfig, WriterConfig
+        from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
 
         live = lerobot_writer_config(cfg)
         assert dataclasses.replace(live, cameras={}) == WriterConfig()

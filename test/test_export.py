@@ -22,7 +22,7 @@ from piper_recorder.lerobot.export import video_concat
 from piper_recorder.lerobot.export.operation import export
 from piper_recorder.lerobot.export.source import ExportError
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from test_lerobot_writer_helpers import H, W, frame_index_of, index_frame, row_values, tree_hashes
 
 FPS = 30

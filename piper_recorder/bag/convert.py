@@ -50,7 +50,7 @@ MAX_WRITER_BACKLOG = 256   # rows/frames queued for the writer thread before the
 Progress = Callable[[int, float, float], None]   # (bag index, seconds done, seconds total)
 
 if TYPE_CHECKING:
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
     from rgbd_writer.writer import RgbdWriter
 
 
@@ -92,7 +92,7 @@ def open_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter | RgbdWriter:
 
 
 def _lerobot_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter:
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
 
     assert isinstance(opts.settings, LeRobotRecorderConfig)
     tm = opts.topics

@@ -30,7 +30,7 @@ class LeRobotRecorder(RecorderNode):
         super().__init__(LeRobotRecorderConfig.node_name)
 
     def make_target(self, topics: TopicMap) -> LeRobotTarget:
-        from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+        from piper_recorder.lerobot.writer import LeRobotWriter
 
         writer = LeRobotWriter(self.cfg.root, lerobot_writer_config(self.cfg, topics.cameras, table=topics.table))
         return LeRobotTarget(writer, save_raw_quest=self.cfg.save_raw_quest, table=topics.table,

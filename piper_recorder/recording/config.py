@@ -30,7 +30,7 @@ from piper_recorder.params.params_file import node_params, read_params_file
 from .verdict import VerdictConfig
 
 if typing.TYPE_CHECKING:
-    from piper_recorder.lerobot.writer.dataset_writer import WriterConfig
+    from piper_recorder.lerobot.writer import WriterConfig
     from rgbd_writer.writer import RgbdConfig
 
 UNKNOWN = "unknown"
@@ -288,7 +288,7 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
     the same bag gives the same video whatever the engine, scheduling or retries."""
     from piper_recorder.lerobot.format.features import lerobot_features
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, WriterConfig
+    from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
     video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0,
