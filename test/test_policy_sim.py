@@ -158,7 +158,7 @@ def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: floa
     """Every target finite, unit and in the box; consecutive policy targets within 2x the speed caps
     (the caps hold per control tick; DDS delivery jitter bunches ticks), except across the marks
     where another source (takeover) or a re-anchor (resume) starts a new run."""
-    lo, hi = np.array(cfg.workspace_min), np.array(cfg.workspace_max)
+    lo, hi = (np.array(c) for c in cfg.clamp_box)
     for _, p, q in targets:
         assert np.all(np.isfinite(p)) and np.all(np.isfinite(q)) and abs(np.linalg.norm(q) - 1) < 1e-6
         assert np.all(p >= lo - 1e-9) and np.all(p <= hi + 1e-9), p
