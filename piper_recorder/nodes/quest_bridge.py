@@ -35,22 +35,23 @@ from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.clock import ClockMapperConfig
-from piper_recorder.quest.protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message
+from piper_recorder.quest.protocol import Message
 from piper_recorder.quest.video import ui_command_from_json
 
 
 @dataclass
 class QuestBridgeConfig:
-    host: str = "127.0.0.1"
-    port: int = 8735
-    reconnect_s: float = 1.0
-    reconnect_max_s: float = 5.0
-    silence_timeout_s: float = 6.0
-    max_line_bytes: int = MAX_LINE_BYTES
-    quat_tolerance: float = QUAT_TOLERANCE
+    # the headset link's and the clock mapper's settings default to their cores' (one set of defaults)
+    host: str = ClientConfig.host
+    port: int = ClientConfig.port
+    reconnect_s: float = ClientConfig.reconnect_s
+    reconnect_max_s: float = ClientConfig.reconnect_max_s
+    silence_timeout_s: float = ClientConfig.silence_timeout_s
+    max_line_bytes: int = ClientConfig.max_line_bytes
+    quat_tolerance: float = ClientConfig.quat_tolerance
     publish_raw: bool = True
-    clock_window_s: float = 10.0
-    clock_jump_threshold_s: float = 0.25
+    clock_window_s: float = ClockMapperConfig.window_s
+    clock_jump_threshold_s: float = ClockMapperConfig.jump_threshold_s
     frame_prefix: str = "quest_"
     diagnostics_period_s: float = 1.0
     stale_s: float = 0.5  # no frame for this long while connected -> WARN

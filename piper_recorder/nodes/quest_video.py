@@ -45,7 +45,7 @@ from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.qos import live_image_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
-from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
+from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, HUD_PANEL,
                                         PanelSender, SenderConfig, color_command)
 
 LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
@@ -56,8 +56,9 @@ RECORDER_STALE_S = 3.0
 
 @dataclass
 class QuestVideoConfig:
-    host: str = "127.0.0.1"
-    port: int = VIDEO_PORT
+    # the video channel's link settings default to the sender's (one set of defaults)
+    host: str = SenderConfig.host
+    port: int = SenderConfig.port
     cameras: list[str] = field(default_factory=list)   # panels 0..2, left to right
     image_topic_pattern: str = COLOR_TOPIC_PATTERN   # the recorders' parameter: names, one placeholder {cam}
     fps: float = 15.0
@@ -70,8 +71,8 @@ class QuestVideoConfig:
     recorder: str = LEROBOT_RECORDER   # whose status and events the HUD shows
     tint: bool = True
     tint_refresh_s: float = 5.0
-    reconnect_s: float = 1.0
-    reconnect_max_s: float = 5.0
+    reconnect_s: float = SenderConfig.reconnect_s
+    reconnect_max_s: float = SenderConfig.reconnect_max_s
 
     def sender(self) -> SenderConfig:
         return SenderConfig(host=self.host, port=self.port, reconnect_s=self.reconnect_s,
