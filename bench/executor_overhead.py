@@ -74,7 +74,7 @@ def subscriber(kind: str, seconds: float) -> None:
 
     qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
     polled = None
-    if kind == "decoded":   # serialized messages decoded by assembly.cdr, through the EventsExecutor
+    if kind == "decoded":   # serialized messages decoded by cdr.decode, through the EventsExecutor
         from piper_recorder.nodes.plumbing.decoded_subscription import create_decoded_subscription as sub
     elif kind == "polled":   # what the recorders do: PolledInputs taken every 33 ms (a row), decoded
         from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs

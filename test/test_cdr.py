@@ -1,4 +1,4 @@
-"""assembly.cdr.decode reads what rclpy serializes (the bytes a raw subscription hands over) back to the
+"""cdr.decode.decode reads what rclpy serializes (the bytes a raw subscription hands over) back to the
 same values, ignores bytes after the message as rclpy does, and refuses a payload cut short or not CDR."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """PolledInputs: subscriptions no executor serves. ``poll`` hands over every waiting message in order,
-decoded (assembly.cdr) with its DDS reception time; a payload that does not decode is a counted drop;
+decoded (cdr.decode) with its DDS reception time; a payload that does not decode is a counted drop;
 the owner's remappings apply; ``wait`` returns when a message waits, at its timeout, or on ``interrupt``;
 the owner's executor never runs their callbacks."""
 from __future__ import annotations

@@ -439,7 +439,7 @@ def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
     """``WxH`` -> --set items giving every camera that image size (the recorders follow the cameras' sizes:
-    ``effective_config``)."""
+    ``params.derived``)."""
     try:
         w, h = (int(v) for v in size.lower().split("x"))
     except ValueError:

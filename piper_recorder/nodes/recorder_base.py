@@ -131,7 +131,7 @@ class RecorderNode(Node):
                                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.decode_errors = DecodeErrors()
         # taken on the tick thread before each row, not by the executor (PolledInputs; module doc), and
-        # decoded as the bag converter decodes (assembly.cdr): the same objects into the router
+        # decoded as the bag converter decodes (cdr.decode): the same objects into the router
         self.inputs = PolledInputs(self, self.decode_errors)
         for r in self.router.routes:
             qos = (self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT
