@@ -45,7 +45,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from piper_recorder.storage.durable import fsync_parent
 
 from . import codecs, schema
-from .config import RgbdConfig  # noqa: F401  (the writer's API: RgbdWriter(path, RgbdConfig(...)))
+from .config import RgbdConfig
 from .errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
 from .journal import JournaledFile, rollback
 

@@ -37,14 +37,6 @@ def test_mapping_cameras_take_the_configured_sizes(tmp_path):
     assert (cams["cam_top"].height, cams["cam_top"].width) == (480, 320)   # unknown camera: the default size
 
 
-def test_nodes_and_converter_share_the_message_helpers():
-    pytest.importorskip("rclpy")
-    from piper_recorder.nodes import lerobot_recorder, recorder_base, rgbd_recorder
-
-    assert lerobot_recorder.image_to_numpy is rgbd_recorder.image_to_numpy is messages.image_to_numpy
-    assert recorder_base.joint_positions is messages.joint_positions and recorder_base.pose is messages.pose
-
-
 def test_message_helpers_on_rosbags_messages():
     """rosbags messages carry numpy arrays where rclpy has array.array/bytes: same results."""
     rng = np.random.default_rng(1)

@@ -27,7 +27,7 @@ from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.targets import LeRobotTarget, RgbdTarget
 from piper_recorder.recording.verdict import VerdictConfig, judge
 from rgbd_writer.validate import validate_file
-from rgbd_writer.writer import RgbdWriter
+from rgbd_writer import RgbdWriter
 
 MS = 1_000_000
 

@@ -62,7 +62,7 @@ def test_recorder_defaults_build_the_cores_defaults(fmt):
         assert live.video == VideoConfig()                        # incl. the encoder wait (max_block_s)
         assert live.cameras == {cam: CameraSpec() for cam in AssemblyConfig().cameras}
     else:
-        from rgbd_writer.writer import RgbdConfig
+        from rgbd_writer import RgbdConfig
 
         core = _fields(rgbd_writer_config(cfg))
         skip = {"rgb_source", "depth_source", "env_args"}                # filled from the topics

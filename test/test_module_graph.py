@@ -227,7 +227,9 @@ def test_each_shared_helper_is_defined_once():
     names = {"fsync_dir", "fsync_file", "atomic_write", "load_config", "read_params_file", "grid_timestamp",
              "pts_ticks", "frame_period_ticks", "data_relpath", "video_relpath", "data_file", "video_file",
              "ROTATION_TYPES", "TICKS", "STAGING", "SchemaError", "EpisodeStateError", "DatasetError",
-             "RgbdError", "PiperError", "PiperInputError"}
+             "RgbdError", "PiperError", "PiperInputError",
+             # the message helpers the nodes and the bag converter share (assembly.messages)
+             "image_to_numpy", "joint_positions", "stamp_to_ns"}
     where: dict[str, list[str]] = {n: [] for n in names}
     for m, p in _modules().items():
         for node in _tree(p).body:

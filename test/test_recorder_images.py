@@ -77,7 +77,7 @@ def test_dataset_held_by_another_writer_fails_cleanly(ros_domain, tmp_path, exe,
         from piper_recorder.lerobot.writer import LeRobotWriter as Writer
         target = tmp_path / "ds"
     else:
-        from rgbd_writer.writer import RgbdWriter as Writer
+        from rgbd_writer import RgbdWriter as Writer
         target = tmp_path / "sub" / "rgbd.hdf5"   # also: the folder does not exist yet
     with Writer(target):
         r = subprocess.run([str(BIN / exe), "--ros-args", "-p", f"{param}:={target}"],

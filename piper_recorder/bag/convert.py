@@ -51,7 +51,7 @@ Progress = Callable[[int, float, float], None]   # (bag index, seconds done, sec
 
 if TYPE_CHECKING:
     from piper_recorder.lerobot.writer import LeRobotWriter
-    from rgbd_writer.writer import RgbdWriter
+    from rgbd_writer import RgbdWriter
 
 
 @dataclass
@@ -100,7 +100,7 @@ def _lerobot_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter:
 
 
 def _rgbd_writer(opts: ConvertOptions, path: Path) -> RgbdWriter:
-    from rgbd_writer.writer import RgbdWriter
+    from rgbd_writer import RgbdWriter
 
     assert isinstance(opts.settings, RgbdRecorderConfig)
     tm = opts.topics

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import sys
 
-# image_to_numpy: the helper the input router reads images with (test_bag_config checks the nodes share it)
-from piper_recorder.assembly.messages import image_to_numpy  # noqa: F401
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
 from piper_recorder.recording.inputs import TopicMap
 from piper_recorder.recording.targets import LeRobotTarget

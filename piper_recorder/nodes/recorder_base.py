@@ -43,8 +43,6 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-# joint_positions, pose: the message helpers the router's adapters use (test_bag_config checks the nodes share them)
-from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController, parse_stop_at
 from piper_recorder.recording.inputs import TopicMap, topic_map

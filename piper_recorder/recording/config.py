@@ -31,7 +31,7 @@ from .verdict import VerdictConfig
 
 if typing.TYPE_CHECKING:
     from piper_recorder.lerobot.writer import WriterConfig
-    from rgbd_writer.writer import RgbdConfig
+    from rgbd_writer import RgbdConfig
 
 UNKNOWN = "unknown"
 CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -310,7 +310,7 @@ def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopi
     RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
     recorder and the converter say so when they start, not at their first frame."""
     from rgbd_writer.codecs import depth_profile_problem
-    from rgbd_writer.writer import RgbdConfig
+    from rgbd_writer import RgbdConfig
 
     if problem := depth_profile_problem(cfg.depth_codec):
         raise RgbdError(f"depth_codec: {problem}")
