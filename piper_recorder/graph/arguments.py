@@ -18,6 +18,7 @@ from .executables import POLICY_NODE
 
 
 def read_config(path: str | Path) -> dict[str, dict[str, Any]]:
+    """A ROS 2 parameter file as {node: parameters}; an unreadable one is a LaunchError."""
     try:
         return read_params_file(path)
     except (OSError, ValueError) as exc:
@@ -100,12 +101,13 @@ def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root:
     quest_video's panels), which a launch file passes on top of the config file.
     """
     chosen, out = argument_overrides(cfg, task, root, rgbd_path, backend, cameras, policy, policy_root, teleop_input)
-    for node, params in derived(cfg, chosen).items():
+    for node, params in checked_derived_params(cfg, chosen).items():
         out.setdefault(node, {}).update(params)
     return chosen, out
 
 
-def derived(cfg: Mapping[str, Mapping[str, Any]], cameras: list[str]) -> dict[str, dict[str, Any]]:
+def checked_derived_params(cfg: Mapping[str, Mapping[str, Any]], cameras: list[str]) -> dict[str, dict[str, Any]]:
+    """``params.derived.derived_params``, a contradiction refused as a LaunchError."""
     try:
         return derived_params(cfg, cameras)
     except ValueError as exc:

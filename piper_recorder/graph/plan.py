@@ -22,7 +22,7 @@ from typing import Any
 
 from piper_recorder.params.derived import LAUNCH_SECTION
 
-from .arguments import apply_overrides, argument_overrides, derived, read_config
+from .arguments import apply_overrides, argument_overrides, checked_derived_params, read_config
 from .errors import LaunchError
 from .graph_node import graph_nodes
 from .headset import SIM_HEADSET_WAY_OUT, SimQuestSettings, headset_kind, headset_video
@@ -86,7 +86,7 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     for cam in cameras:
         if cam not in cfg:
             raise LaunchError(f"camera {cam!r} listed in {LAUNCH_SECTION}.cameras has no parameter section")
-    for node_name, params in derived(cfg, cameras).items():
+    for node_name, params in checked_derived_params(cfg, cameras).items():
         cfg.setdefault(node_name, {}).update(params)
     kind = headset_kind(mode, cfg, sim_headset, headset)
     if kind == "sim":
