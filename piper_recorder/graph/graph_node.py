@@ -135,7 +135,7 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
     dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)
     if dash is not None:  # the read-only web dashboard expects exactly the nodes started here
-        nodes.append(ours("dashboard", "dashboard", "piper-dashboard", **dash))
+        nodes.append(ours("dashboard", "dashboard", script("dashboard"), **dash))
     return nodes
 
 
