@@ -21,7 +21,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
 ROS_REQUIREMENTS := requirements/ros-$(ROS_DISTRO).txt
 APT_PACKAGES := libopenjp2-7 chromium
-# DDS stays on loopback; each test allocates its own ROS_DOMAIN_ID (piper_recorder/rosenv.py).
+# DDS stays on loopback; each test allocates its own ROS_DOMAIN_ID (piper_recorder/graph/rosenv.py).
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export RMW_IMPLEMENTATION := rmw_fastrtps_cpp
 export PYTHONUNBUFFERED := 1
@@ -152,7 +152,7 @@ test-distro: $(STAMP)
 # checked there: mypy follows them silently where the core imports them.
 CORE_PY ?= 3.10
 CORE_VENV := .venv-py$(subst .,,$(CORE_PY))
-CORE_MYPY_EXCLUDE := ^piper_recorder/(nodes/|sim_session\.py|cli/launch\.py|rosenv\.py)
+CORE_MYPY_EXCLUDE := ^piper_recorder/(nodes/|graph/sim_session\.py|cli/launch\.py|graph/rosenv\.py)
 $(CORE_VENV)/.bootstrapped: requirements/dev.txt setup.py setup.cfg package.xml
 	test -x $(CORE_VENV)/bin/python || $(call find_python,$(CORE_PY)) -m venv $(CORE_VENV)
 	$(CORE_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel

@@ -1,5 +1,6 @@
 """ament_python package piper_recorder (also pip-installable for the PyPI ROS 2 wheels)."""
 import os
+import runpy
 import xml.etree.ElementTree as ET
 from glob import glob
 
@@ -10,49 +11,11 @@ PACKAGE = "piper_recorder"
 # reads it back from the installed metadata.
 VERSION = ET.parse(os.path.join(os.path.dirname(os.path.abspath(__file__)), "package.xml")).findtext("version")
 
-# One list: each console script is also a `ros2 run` executable (see setup.cfg).
-CONSOLE_SCRIPTS = {
-    # nodes
-    "piper-quest-bridge": "piper_recorder.nodes.quest_bridge:main",
-    "piper-teleop": "piper_recorder.nodes.teleop:main",
-    "piper-arm": "piper_recorder.nodes.piper_arm:main",
-    "piper-sim-camera": "piper_recorder.nodes.sim_camera:main",
-    "piper-sim-quest": "piper_recorder.quest.sim_server:main",
-    "piper-lerobot-recorder": "piper_recorder.nodes.lerobot_recorder:main",
-    "piper-rgbd-recorder": "piper_recorder.nodes.rgbd_recorder:main",
-    "piper-replay": "piper_recorder.nodes.replay:main",
-    "piper-policy": "piper_recorder.nodes.policy:main",
-    "piper-dashboard": "piper_recorder.nodes.dashboard:main",
-    "piper-quest-video": "piper_recorder.nodes.quest_video:main",
-    "piper-quest-web": "piper_recorder.quest.web_server:main",
-    # tools
-    "piper-demo": "piper_recorder.cli.demo:main",
-    "piper-launch": "piper_recorder.cli.launch:main",
-    "piper-validate": "piper_recorder.cli.validate:main",
-    "piper-finalize": "piper_recorder.cli.finalize:main",
-    "piper-repair": "piper_recorder.cli.repair:main",
-    "piper-bag2dataset": "piper_recorder.cli.bag2dataset:main",
-    "piper-view": "piper_recorder.cli.view:main",
-    "piper-export": "piper_recorder.cli.export:main",
-    "piper-recover": "piper_recorder.cli.recover:main",
-    "piper-dataset": "piper_recorder.cli.dataset:main",
-    "piper-policy-server": "piper_recorder.policy.server.__main__:main",  # runs in the trainer's venv
-}
-# ROS-style executable names (node names) for launch files, pointing at the same functions.
-ROS_EXECUTABLES = {
-    "quest_bridge": CONSOLE_SCRIPTS["piper-quest-bridge"],
-    "teleop": CONSOLE_SCRIPTS["piper-teleop"],
-    "piper_arm": CONSOLE_SCRIPTS["piper-arm"],
-    "sim_camera": CONSOLE_SCRIPTS["piper-sim-camera"],
-    "sim_quest": CONSOLE_SCRIPTS["piper-sim-quest"],
-    "lerobot_recorder": CONSOLE_SCRIPTS["piper-lerobot-recorder"],
-    "rgbd_recorder": CONSOLE_SCRIPTS["piper-rgbd-recorder"],
-    "replay": CONSOLE_SCRIPTS["piper-replay"],
-    "policy": CONSOLE_SCRIPTS["piper-policy"],
-    "dashboard": CONSOLE_SCRIPTS["piper-dashboard"],
-    "quest_video": CONSOLE_SCRIPTS["piper-quest-video"],
-    "quest_web": CONSOLE_SCRIPTS["piper-quest-web"],
-}
+# The executables are stated once, in piper_recorder/graph/executables.py (read here without importing the
+# package, whose dependencies a build does not have): each console script, and each node also as a `ros2 run`
+# executable under its ROS name (see setup.cfg).
+EXECUTABLES = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), PACKAGE, "graph",
+                                          "executables.py"))
 
 setup(
     name=PACKAGE,
@@ -87,6 +50,6 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     entry_points={
-        "console_scripts": [f"{k} = {v}" for k, v in {**CONSOLE_SCRIPTS, **ROS_EXECUTABLES}.items()],
+        "console_scripts": [f"{k} = {v}" for k, v in EXECUTABLES["console_scripts"]().items()],
     },
 )

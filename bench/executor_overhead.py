@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from piper_recorder.rosenv import lease_domain
+from piper_recorder.graph.rosenv import lease_domain
 
 ARM_HZ, CAM_FPS = 200.0, 30.0
 
@@ -74,10 +74,10 @@ def subscriber(kind: str, seconds: float) -> None:
 
     qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
     polled = None
-    if kind == "decoded":   # serialized messages decoded by assembly.cdr, through the EventsExecutor
-        from piper_recorder.nodes.common import create_decoded_subscription as sub
+    if kind == "decoded":   # serialized messages decoded by cdr.decode, through the EventsExecutor
+        from piper_recorder.nodes.plumbing.decoded_subscription import create_decoded_subscription as sub
     elif kind == "polled":   # what the recorders do: PolledInputs taken every 33 ms (a row), decoded
-        from piper_recorder.nodes.common import PolledInputs
+        from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
         polled = PolledInputs(node)
 
         def sub(node, cls, topic, cb, q, **kw):
@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--role", choices=["pub", "multi", "single", "events", "decoded", "polled"])
     ap.add_argument("--kinds", default="multi,single,events,decoded,polled",
                     help="subscribers to run in turn (decoded: EventsExecutor, serialized take + our decoder; "
-                         "polled: nodes.common.PolledInputs taken every 33 ms, as the recorders do)")
+                         "polled: nodes.plumbing.polled_inputs.PolledInputs taken every 33 ms, as the recorders do)")
     args = ap.parse_args()
     if args.role == "pub":
         return publisher(args.seconds)

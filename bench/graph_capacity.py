@@ -36,8 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from piper_recorder.sim_session import SimSession, size_overrides  # noqa: E402
-from piper_recorder.launcher import LAUNCH_SECTION  # noqa: E402
+from piper_recorder.graph.sim_session import SimSession, size_overrides  # noqa: E402
+from piper_recorder.params.derived import LAUNCH_SECTION  # noqa: E402
 from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -60,7 +60,7 @@ def host_reference_ms(repeats: int = 5) -> float:
     taken on a quiet graph-free moment. Only ``piper_recorder``'s own pure-Python code runs in it."""
     import numpy as np
 
-    from piper_recorder import cdr_encode
+    from piper_recorder.cdr import encode as cdr_encode
     from piper_recorder.piper import kinematics as kin
 
     rng = np.random.default_rng(0)
@@ -86,7 +86,7 @@ def config_with_cameras(n: int, tmp: Path, jitter_ms: float = 0.0) -> Path:
     if jitter_ms > 0:
         for c in cams:
             raw[c]["ros__parameters"]["jitter_ms"] = float(jitter_ms)
-    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams   # the recorders follow (effective_config)
+    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams   # the recorders follow (params.derived)
     path = tmp / f"sim_{n}cam.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

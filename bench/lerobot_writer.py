@@ -58,7 +58,7 @@ def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -
     ``paced`` feeds in real time as a live recorder does (encoder queues near empty at stop);
     otherwise flat out, so the queues are full at stop (worst-case save latency)."""
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
     from video_gop import make_scene
 
     import logging
@@ -116,7 +116,7 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
     import pyarrow.parquet as pq
 
     from piper_recorder.lerobot.writer import stats_sketch
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer import LeRobotWriter, WriterConfig
 
     cfg = WriterConfig(fps=FPS, cameras={}, save_raw_quest=False, lerobot_version=version)
     with tempfile.TemporaryDirectory() as d:

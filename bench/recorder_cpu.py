@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from piper_recorder.rosenv import lease_domain  # noqa: E402
+from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ARM_HZ, CAM_FPS, QUEST_HZ = 100.0, 30.0, 90.0

@@ -17,7 +17,7 @@ What each row times (best of ``--rounds``, per call, this thread's CPU only):
 - ``phase tracker``: one capture added and the estimate updated (window 60: 2 s at 30 fps) (old: every
   update recomputes the window's phasors and calls ``wrap``; new: phasors kept per capture).
 - ``spin loop``: the executor thread's own loop around each ``spin_once`` (a no-op executor here), rclpy
-  initialised (old: ``rclpy.ok()`` before every callback; new: ``nodes.common.spin_until``).
+  initialised (old: ``rclpy.ok()`` before every callback; new: ``nodes.plumbing.executors.spin_until``).
 
     .venv/bin/python bench/recorder_hot_paths.py [--rounds 5]
 
@@ -322,7 +322,7 @@ def bench_spin_loop(rounds: int) -> None:
 
     import rclpy
 
-    from piper_recorder.nodes.common import spin_until
+    from piper_recorder.nodes.plumbing.executors import spin_until
 
     def old_spin_until(executor: Any, stop: threading.Event) -> None:
         while not stop.is_set() and rclpy.ok():

@@ -52,7 +52,7 @@ def build_root(root: Path, episodes: int, seconds: float) -> None:
     from video_gop import make_scene
 
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 
     pool = list(make_scene(120))
     cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None))

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import load, machine_line, tool  # noqa: E402
 from graph_capacity import cpu_seconds  # noqa: E402
 
-from piper_recorder.launcher import free_port  # noqa: E402
-from piper_recorder.rosenv import lease_domain  # noqa: E402
+from piper_recorder.graph.ports import free_port  # noqa: E402
+from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 
 REPORT_PERIOD_S = 0.008
 

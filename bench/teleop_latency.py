@@ -61,9 +61,9 @@ from proc import ProcGroup  # noqa: E402  (test helper: real processes, always r
 
 from wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
 
-from piper_recorder.launcher import free_port
+from piper_recorder.graph.ports import free_port
 from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402
-from piper_recorder.rosenv import lease_domain  # noqa: E402
+from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 
 RATE = 90.0
 STEP_M = 0.01          # XR x step (m) -> robot y step of the same size
@@ -145,14 +145,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def main() -> int:
-    from piper_recorder.nodes.common import EXECUTORS
+    from piper_recorder.nodes.plumbing.executors import EXECUTORS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=("position", "impedance"), default="position")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--step-s", type=float, default=0.3)
     ap.add_argument("--arm-executor", choices=EXECUTORS, default="events",
-                    help="executor for the in-process arm node (events = piper-arm's, see nodes/common.py)")
+                    help="executor for the in-process arm node (events = piper-arm's, see nodes/plumbing/executors.py)")
     ap.add_argument("--panels", type=int, default=0, help="compare without / with N camera panels streaming")
     ap.add_argument("--panel-fps", type=float, default=15.0)
     ap.add_argument("--rounds", type=int, default=2, help="with --panels / --client web: alternating pairs of runs")
@@ -261,7 +261,7 @@ def web_client(port: int, replay: Path, go: Path) -> int:
 
 
 def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None:
-    from piper_recorder.nodes.common import executor_for, make_executor, spin_until
+    from piper_recorder.nodes.plumbing.executors import executor_for, make_executor, spin_until
 
     with lease_domain() as lease, tempfile.TemporaryDirectory(prefix="teleop_latency_") as tmp:
         lease.apply()

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+from piper_recorder.lerobot.writer import LeRobotWriter
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
 from piper_recorder.recording.verdict import VerdictConfig, judge, read_pts
 from piper_recorder.timebase import grid_timestamp

@@ -7,13 +7,13 @@ in the root namespace so that its topics are ``/<camera>/color/image_raw`` and
 its topics would be ``/color/image_raw`` for every camera). Its serial_no comes from the camera's section of
 the config, and what the recorders need of it (rgb_camera.color_profile, a D405's depth_module.color_profile,
 and depth_module.depth_profile 640x480x30, the image QoS color_qos/depth_qos, align_depth.enable,
-enable_sync, ...) from ``launcher.realsense_parameters`` unless the section states it; the profiles are also
+enable_sync, ...) from ``graph.realsense.realsense_parameters`` unless the section states it; the profiles are also
 given under the names realsense-ros before 4.55.1 reads (rgb_camera.profile, depth_module.profile). The
 recorders' camera lists and serials follow ``piper_launch.cameras``
-(``piper_recorder.effective_config``). Each process's output
+(``piper_recorder.params.derived``). Each process's output
 is labelled with its node name (``exec_name``). Then quest_bridge (the headset through `adb forward
 tcp:8735 tcp:8735`), teleop, piper_arm on can0 and both recorders. The graph itself is
-``piper_recorder.launcher.graph_nodes``, which piper-launch starts too.
+``piper_recorder.graph.graph_node.graph_nodes``, which piper-launch starts too.
 Launch arguments: ``task``, ``root``, ``rgbd_path``, ``backend``, ``cameras`` (comma-separated
 subset), ``config``, ``headset`` (native: the app over adb forward; web: the WebXR page served by
 quest_web, ``adb reverse tcp:8737 tcp:8737`` and http://localhost:8737 in the Quest Browser),
@@ -32,8 +32,10 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
-from piper_recorder.launcher import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS, PACKAGE, GraphNode, launch_graph
-from piper_recorder.rosenv import launch_dds_env
+from piper_recorder.graph.arguments import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS
+from piper_recorder.graph.graph_node import GraphNode, launch_graph
+from piper_recorder.graph.install import PACKAGE
+from piper_recorder.graph.rosenv import launch_dds_env
 
 
 def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:

@@ -3,7 +3,7 @@
 Starts the simulated headset (piper-sim-quest, a plain process), piper_arm (CAN emulator),
 quest_bridge, teleop, one sim_camera per camera listed in ``piper_launch.cameras``, and both
 recorders, all with ``parameters=[<config>, <launch arguments>]`` so the YAML file is the single
-source of node parameters. The graph itself is ``piper_recorder.launcher.graph_nodes``, which
+source of node parameters. The graph itself is ``piper_recorder.graph.graph_node.graph_nodes``, which
 piper-launch starts too. Launch arguments override a few parameters: ``task``, ``root`` (LeRobot
 root), ``rgbd_path``, ``backend`` (arm), ``cameras`` (comma-separated subset), ``config`` (another
 parameter file); ``sim_headset:=false`` starts no simulated headset (quest_bridge keeps the config's
@@ -24,8 +24,10 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
-from piper_recorder.launcher import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS, PACKAGE, GraphNode, launch_graph
-from piper_recorder.rosenv import launch_dds_env
+from piper_recorder.graph.arguments import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS
+from piper_recorder.graph.graph_node import GraphNode, launch_graph
+from piper_recorder.graph.install import PACKAGE
+from piper_recorder.graph.rosenv import launch_dds_env
 
 
 def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
@@ -46,7 +48,7 @@ def _graph(context, *_args, **_kwargs):
 def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
     """Every node's DDS sockets on loopback, images sized for shared memory (config/fastdds_loopback.xml,
     unless the shell names a profile of its own), in the variables this install's Fast DDS and rcl read
-    (piper_recorder/rosenv.py ``launch_dds_env``)."""
+    (piper_recorder/graph/rosenv.py ``launch_dds_env``)."""
     return [SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
             for k, v in launch_dds_env().items()]
 

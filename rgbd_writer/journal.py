@@ -21,7 +21,7 @@ import struct
 import zlib
 from typing import TYPE_CHECKING
 
-from piper_recorder.durable import fsync_parent
+from piper_recorder.storage.durable import fsync_parent
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer

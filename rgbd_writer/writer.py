@@ -42,13 +42,12 @@ import h5py
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from piper_recorder.durable import fsync_parent
+from piper_recorder.storage.durable import fsync_parent
 
 from . import codecs, schema
-from .config import RgbdConfig  # noqa: F401  (the writer's API: RgbdWriter(path, RgbdConfig(...)))
+from .config import RgbdConfig
 from .errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
 from .journal import JournaledFile, rollback
-from .validate import validate_file
 
 log = logging.getLogger(__name__)
 _VLEN = h5py.vlen_dtype(np.uint8)
@@ -266,6 +265,10 @@ class RgbdWriter:
         if attrs.get("schema_name") != schema.SCHEMA_NAME:
             raise FileStateError(f"{self.path}: schema_name is {attrs.get('schema_name')!r}, not {schema.SCHEMA_NAME}")
         status = attrs.get("writer_status")
+        # imported where used: the package's face loads the writer, and ``python -m rgbd_writer.validate`` must
+        # find the validator not yet imported when it runs it as __main__
+        from .validate import validate_file
+
         try:
             problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
         except Exception as e:  # noqa: BLE001 - damaged beyond what the validator can read
@@ -580,6 +583,8 @@ class RgbdWriter:
                 self.discard_episode()
             self._pool.shutdown(wait=True)
             self._set_status("closing")
+            from .validate import validate_file   # where used: see above
+
             problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
             self._set_status("failed" if problems else "complete")
             if problems:

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT / "test"))
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.pop("ROS_LOCALHOST_ONLY", None)
 
-from piper_recorder.rosenv import lease_domain  # noqa: E402
-from piper_recorder.supervision import interrupt_on_stop_signals  # noqa: E402
+from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
+from piper_recorder.process.supervision import interrupt_on_stop_signals  # noqa: E402
 
 # Fixtures every test module may use, from the helper package (test/support/); a test module defines only
 # its own fixtures and imports no other test module (test_module_graph keeps it so).

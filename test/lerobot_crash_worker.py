@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from piper_recorder.assembly.assembler import grid_timestamp  # noqa: E402
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig  # noqa: E402
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig  # noqa: E402
 from support.lerobot_data import H, W, index_frame, row_values  # noqa: E402
 
 FPS = 30

@@ -48,7 +48,7 @@ def write_episode(w, e: int, h: int = H, wd: int = W, success: bool = True) -> d
 
 
 def main(path: str, start: int) -> None:
-    from rgbd_writer.writer import RgbdConfig, RgbdWriter
+    from rgbd_writer import RgbdConfig, RgbdWriter
 
     cfg = RgbdConfig(width=W, height=H, rgb_source="/cam/color", depth_source="/cam/depth", workers=2)
     e = start

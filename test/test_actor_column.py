@@ -19,13 +19,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from piper_recorder.assembly.features import ACTOR_FEATURE, ACTOR_INPUT, OPT_IN, PIPER_TABLE
+from piper_recorder.features.table import ACTOR_FEATURE, ACTOR_INPUT, OPT_IN, PIPER_TABLE
 from piper_recorder.assembly.messages import ACTOR_CODES, ACTOR_TOPIC, make_adapter
 from piper_recorder.bag.synth import T, SynthScenario, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.features import piper_features
 from piper_recorder.lerobot.writer.meta_builders import modality_json
-from piper_recorder.launcher import plan_graph
+from piper_recorder.graph.plan import plan_graph
 from piper_recorder.recording.config import (
     LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config)
 from piper_recorder.recording.inputs import topic_map

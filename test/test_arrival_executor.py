@@ -14,7 +14,8 @@ rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where RO
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from piper_recorder.nodes.common import ArrivalExecutor, arrival_or_now, now_ns  # noqa: E402
+from piper_recorder.nodes.plumbing.executors import ArrivalExecutor, arrival_or_now  # noqa: E402
+from piper_recorder.nodes.plumbing.stamps import now_ns  # noqa: E402
 
 
 def test_a_request_queued_behind_a_busy_callback_keeps_its_arrival_time(ros_domain):

@@ -12,7 +12,7 @@ import pytest
 from piper_recorder.assembly import messages
 from piper_recorder.bag.config import topic_map
 from piper_recorder.bag.synth import T, image, joint_state, pose_stamped
-from piper_recorder.launcher import config_path
+from piper_recorder.graph.install import config_path
 from piper_recorder.recording.config import LeRobotRecorderConfig, RgbdRecorderConfig, load_config
 
 
@@ -35,14 +35,6 @@ def test_mapping_cameras_take_the_configured_sizes(tmp_path):
     cams = topic_map("lerobot", s, m).cameras
     assert (cams["cam_wrist"].color, cams["cam_wrist"].height, cams["cam_wrist"].width) == ("/wrist/image", 96, 128)
     assert (cams["cam_top"].height, cams["cam_top"].width) == (480, 320)   # unknown camera: the default size
-
-
-def test_nodes_and_converter_share_the_message_helpers():
-    pytest.importorskip("rclpy")
-    from piper_recorder.nodes import lerobot_recorder, recorder_base, rgbd_recorder
-
-    assert lerobot_recorder.image_to_numpy is rgbd_recorder.image_to_numpy is messages.image_to_numpy
-    assert recorder_base.joint_positions is messages.joint_positions and recorder_base.pose is messages.pose
 
 
 def test_message_helpers_on_rosbags_messages():
@@ -75,7 +67,7 @@ def test_converter_needs_no_ros_runtime():
     import sys
 
     code = ("import sys; import piper_recorder.cli.bag2dataset, piper_recorder.bag.run, piper_recorder.bag.convert, "
-            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.launcher, "
+            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.graph.plan, "
             "piper_recorder.recording.config; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'rosbag2_py')))")

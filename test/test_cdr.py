@@ -1,4 +1,4 @@
-"""assembly.cdr.decode reads what rclpy serializes (the bytes a raw subscription hands over) back to the
+"""cdr.decode.decode reads what rclpy serializes (the bytes a raw subscription hands over) back to the
 same values, ignores bytes after the message as rclpy does, and refuses a payload cut short or not CDR."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import Image, JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
-from piper_recorder.assembly import cdr  # noqa: E402
+from piper_recorder.cdr import decode as cdr  # noqa: E402
 
 
 @pytest.mark.parametrize("frame", ["", "a", "ab", "abc", "arm_base", "ünï"])   # every string length mod 4
@@ -75,7 +75,7 @@ def test_fast_decoders_give_the_stores_objects_and_refuse_every_cut() -> None:
 
     import numpy as np
 
-    from piper_recorder import cdr_encode as enc
+    from piper_recorder.cdr import encode as enc
 
     rng = random.Random(11)
     frames = ["", "a", "ab", "abc", "abcd", "arm_base", "ünï"]

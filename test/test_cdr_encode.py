@@ -1,4 +1,4 @@
-"""The struct-built serialized messages (``cdr_encode``) are the messages rclpy would publish: rclpy's own
+"""The struct-built serialized messages (``cdr.encode``) are the messages rclpy would publish: rclpy's own
 deserializer gives back every field, and the bytes equal rclpy's serialization wherever rmw writes
 defined bytes (it leaves alignment padding unset and adds slack after the last field)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from piper_recorder import cdr_encode as enc
+from piper_recorder.cdr import encode as enc
 
 rclpy_serialization = pytest.importorskip("rclpy.serialization")
 from geometry_msgs.msg import PoseStamped  # noqa: E402

@@ -36,7 +36,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from piper_recorder.launcher import free_port  # noqa: E402
+from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.quest.scripts import ScriptedHeadset  # noqa: E402
 from piper_recorder.teleop.frames import FrameConfig, remap_matrix  # noqa: E402
 from piper_recorder.teleop.rotations import angle_between, matrix_to_quat, quat_to_matrix  # noqa: E402

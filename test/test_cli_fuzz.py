@@ -137,7 +137,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
                                               "camera_width": W, "camera_height": H}}}))
     bag = write_bag(d / "bag", scenario_messages(SynthScenario(duration_s=0.8, episodes=[(0.1, 0.6)],
                                                               cameras=("cam_front", "cam_wrist"))))
-    from rgbd_writer.writer import RgbdWriter
+    from rgbd_writer import RgbdWriter
 
     from piper_recorder.recording.config import load_config, RgbdRecorderConfig, rgbd_writer_config
 
@@ -180,11 +180,11 @@ def open_writer(kind: str, path: Path, cfg: Path) -> None:
 
     try:
         if kind == "lerobot":
-            from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+            from piper_recorder.lerobot.writer import LeRobotWriter
 
             w = LeRobotWriter(path, lerobot_writer_config(load_config(LeRobotRecorderConfig, cfg)))
         else:
-            from rgbd_writer.writer import RgbdWriter
+            from rgbd_writer import RgbdWriter
 
             w = RgbdWriter(path, rgbd_writer_config(load_config(RgbdRecorderConfig, cfg)))
     except Exception as exc:

@@ -103,7 +103,7 @@ def test_missing_path_and_unknown_file_exit_2(tmp_path):
 
 def test_hdf5_goes_to_rgbd_validator(tmp_path):
     import rgbd_crash_worker as cw
-    from rgbd_writer.writer import RgbdConfig, RgbdWriter
+    from rgbd_writer import RgbdConfig, RgbdWriter
     good = tmp_path / "ok.hdf5"
     w = RgbdWriter(good, RgbdConfig(width=cw.W, height=cw.H, rgb_source="/c", depth_source="/d", durable=False))
     cw.write_episode(w, 0)

@@ -8,7 +8,6 @@ starts teleop from ``lib/piper_recorder/teleop`` with the install's setup.bash s
 """
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 from proc import Proc
 
+from piper_recorder.graph.executables import console_scripts
+
 pytestmark = pytest.mark.integration
 pytest.importorskip("colcon_core")
 
@@ -28,13 +29,8 @@ SOURCES = ("package.xml", "setup.py", "setup.cfg", "resource", "launch", "config
 
 
 def _executables() -> set[str]:
-    """Every console script and ROS executable setup.py declares (the keys of its two dicts)."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    out: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in ("CONSOLE_SCRIPTS", "ROS_EXECUTABLES"):
-            assert isinstance(node.value, ast.Dict)
-            out |= {ast.literal_eval(k) for k in node.value.keys if k is not None}
+    """Every console script and ROS executable setup.py installs (graph.executables, which setup.py reads)."""
+    out = set(console_scripts())
     assert {"teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "piper-demo"} <= out
     return out
 

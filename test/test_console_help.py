@@ -8,7 +8,6 @@ Each runs from its own empty directory in a leased ROS domain (on loopback): it 
 directory empty and print no ROS log line (a node that started logs its start-up)."""
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -17,33 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from piper_recorder.graph.executables import NODE_EXECUTABLES, TOOL_SCRIPTS, console_scripts
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
 
 
-def _scripts(*tables: str) -> list[str]:
-    """Every key of setup.py's CONSOLE_SCRIPTS and ROS_EXECUTABLES (read without running setup())."""
-    names: list[str] = []
-    for node in ast.parse((ROOT / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and \
-                any(isinstance(t, ast.Name) and t.id in tables for t in node.targets):
-            names += [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
-    return names
-
-
-SCRIPTS = _scripts("CONSOLE_SCRIPTS", "ROS_EXECUTABLES")
-
-
-def _ros_executables() -> dict[str, str]:
-    """setup.py's ROS_EXECUTABLES: executable -> the console script whose entry point it shares."""
-    for node in ast.parse((ROOT / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ROS_EXECUTABLES"
-                                                for t in node.targets):
-            assert isinstance(node.value, ast.Dict)
-            return {k.value: v.slice.value for k, v in zip(node.value.keys, node.value.values)   # type: ignore
-                    if isinstance(k, ast.Constant) and isinstance(v, ast.Subscript)}
-    raise AssertionError("setup.py has no ROS_EXECUTABLES")
+SCRIPTS = list(console_scripts())   # every console script and, again, each node under its ROS executable name
+CONSOLE = {script for script, _ in NODE_EXECUTABLES.values()} | set(TOOL_SCRIPTS)   # the console scripts proper
 
 
 def test_scripts_found():
@@ -110,7 +91,7 @@ def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path
     """Every console script: bad arguments, bad ``--ros-args``, a path of the wrong kind. Exit 2, no
     traceback, the last line names the program (argparse's usage may come before it); a node prints
     that one line only (no rcl log line), and none starts (a started node runs until the timeout)."""
-    assert set(NODES) | set(TOOL_CASES) == set(_scripts("CONSOLE_SCRIPTS"))
+    assert set(NODES) | set(TOOL_CASES) == CONSOLE
     env = {**os.environ, **ros_domain.env(), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     (tmp_path / "a_file").write_text("not what anyone wants\n")
     (tmp_path / "a_dir").mkdir()
@@ -119,7 +100,7 @@ def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path
     cases = [(name, args, True, name) for name in NODES for args in NODE_CASES]
     cases += [(name, args, True, name) for name, many in NODE_PATH_CASES.items() for args in many]
     cases += [(name, args, False, name) for name, many in TOOL_CASES.items() for args in many]
-    for exe, script in _ros_executables().items():   # the same entry points under their ROS names
+    for exe, (script, _) in NODE_EXECUTABLES.items():   # the same entry points under their ROS names
         node = script in NODES
         cases.append((exe, NODE_CASES[2] if node else TOOL_CASES[script][0], node, exe if node else script))
 

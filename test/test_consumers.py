@@ -204,7 +204,7 @@ def _curated_root(base: Path) -> tuple[Path, list[dict]]:
     """Three episodes saved by the recorders' episode controller through the real LeRobot writer (64x64,
     1 camera, 2 s each; the second with its camera stalled for 1 s: verdict bad), ok/bad by construction
     whatever the machine's load, unlike a graph recording."""
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
     from piper_recorder.recording.targets import LeRobotTarget
     from support.curation import controller, record_episode

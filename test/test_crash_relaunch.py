@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.supervision import LAUNCHER_PID_ENV
+from piper_recorder.process.supervision import LAUNCHER_PID_ENV
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.ros]
 BIN = Path(sys.executable).parent

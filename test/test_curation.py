@@ -20,13 +20,13 @@ import pytest
 from piper_recorder.cli import dataset as dataset_cli
 from piper_recorder.lerobot.export.operation import export
 from piper_recorder.lerobot.validate import validate_root
-from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+from piper_recorder.lerobot.writer import LeRobotWriter
 from piper_recorder.recording.config import (LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config,
                                              rgbd_writer_config)
 from piper_recorder.recording.targets import LeRobotTarget, RgbdTarget
 from piper_recorder.recording.verdict import VerdictConfig, judge
 from rgbd_writer.validate import validate_file
-from rgbd_writer.writer import RgbdWriter
+from rgbd_writer import RgbdWriter
 from support.curation import CLOCK, MS, controller, record_episode
 
 

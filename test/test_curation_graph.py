@@ -23,7 +23,9 @@ from typing import Any
 import h5py
 import pytest
 
-from piper_recorder.launcher import Graph, config_path, plan_graph
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.supervisor import Graph
 from support.operator_node import Operator
 from support.reports import read_report
 from support.waiting import wait_for

@@ -16,7 +16,7 @@ from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
-from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+from piper_recorder.lerobot.writer import LeRobotWriter
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, load_config
 from support.lerobot_data import tree_hashes
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from browser import open_page
-from piper_recorder.launcher import free_port
+from piper_recorder.graph.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"
@@ -72,7 +72,7 @@ def _get(url: str) -> int:
 
 
 def test_dashboard_live_in_browser(tmp_path):
-    from piper_recorder.sim_session import SimSession, size_overrides
+    from piper_recorder.graph.sim_session import SimSession, size_overrides
 
     port, token = free_port(), secrets.token_urlsafe(12)
     sets = size_overrides(SIM, f"{W}x{H}") + [

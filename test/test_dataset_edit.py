@@ -20,7 +20,7 @@ from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.dataset_edit import EditError, delete, merge, retask, retype, split
 from piper_recorder.lerobot.format.features import FeatureSpec, piper_features
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import H, W, index_frame, row_values, tree_hashes
 from support.lerobot_roots import BIN, CAMS, FPS, TASKS, check_root, doctor, episode_rows, jsonl, record, validate
 

@@ -16,7 +16,7 @@ import pytest
 
 import rgbd_crash_worker as cw
 from piper_recorder.dataset_edit import EditError, merge, retask, split
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 
 pytestmark = pytest.mark.integration
 

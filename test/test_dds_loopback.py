@@ -18,7 +18,7 @@ import pytest
 
 from proc import ProcGroup
 
-from piper_recorder.rosenv import DISCOVERY_RANGE, dds_features, loopback_env
+from piper_recorder.graph.rosenv import DISCOVERY_RANGE, dds_features, loopback_env
 
 rclpy = pytest.importorskip("rclpy")
 pytestmark = pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")

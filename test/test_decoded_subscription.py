@@ -1,4 +1,4 @@
-"""create_decoded_subscription: the hot topics' messages reach callbacks decoded by assembly.cdr (the
+"""create_decoded_subscription: the hot topics' messages reach callbacks decoded by cdr.decode (the
 bag converter's decoder) with the same values rclpy's own conversion gives; a payload that does not
 decode is a counted drop, and the executor goes on."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from piper_recorder.assembly.messages import image_to_numpy  # noqa: E402
-from piper_recorder.nodes.common import DECODED_TYPES, DecodeErrors, create_decoded_subscription, type_name  # noqa: E402
+from piper_recorder.nodes.plumbing.decoded_subscription import DECODED_TYPES, DecodeErrors, create_decoded_subscription, type_name  # noqa: E402
 
 
 def _messages():

@@ -13,9 +13,14 @@ import pytest
 import yaml
 
 from piper_recorder.assembly import AssemblyConfig
-from piper_recorder.effective_config import SERIAL_KEYS, derived_params, effective_params
-from piper_recorder.launcher import LAUNCH_SECTION, LaunchError, SimQuestSettings, config_path, launch_overrides, plan_graph
-from piper_recorder.params_file import read_params_file
+from piper_recorder.params.derived import SERIAL_KEYS, derived_params, effective_params
+from piper_recorder.graph.arguments import launch_overrides
+from piper_recorder.graph.errors import LaunchError
+from piper_recorder.graph.headset import SimQuestSettings
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.params.derived import LAUNCH_SECTION
+from piper_recorder.params.params_file import read_params_file
 from piper_recorder.recording.config import (RECORDER_CONFIGS, LeRobotRecorderConfig, RgbdRecorderConfig,
                                              lerobot_writer_config, load_config, rgbd_writer_config)
 from support.node_configs import config_classes
@@ -50,14 +55,14 @@ def test_recorder_defaults_build_the_cores_defaults(fmt):
     cfg = RECORDER_CONFIGS[fmt]()
     assert cfg.assembly(cameras=AssemblyConfig().cameras) == AssemblyConfig()
     if fmt == "lerobot":
-        from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, VideoConfig, WriterConfig
+        from piper_recorder.lerobot.writer import CameraSpec, VideoConfig, WriterConfig
 
         live = lerobot_writer_config(cfg)
         assert dataclasses.replace(live, cameras={}) == WriterConfig()
         assert live.video == VideoConfig()                        # incl. the encoder wait (max_block_s)
         assert live.cameras == {cam: CameraSpec() for cam in AssemblyConfig().cameras}
     else:
-        from rgbd_writer.writer import RgbdConfig
+        from rgbd_writer import RgbdConfig
 
         core = _fields(rgbd_writer_config(cfg))
         skip = {"rgb_source", "depth_source", "env_args"}                # filled from the topics
@@ -192,7 +197,7 @@ def camera_statements(doc: dict) -> dict[str, list[str]]:
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_configs_state_each_camera_name_and_serial_once(path):
     """A camera's name is in piper_launch.cameras and nowhere else, its serial in its own section and
-    nowhere else: the recorders, quest_video and the bag converter derive theirs (effective_config)."""
+    nowhere else: the recorders, quest_video and the bag converter derive theirs (params.derived)."""
     doc = read_params_file(path)
     cameras = doc[LAUNCH_SECTION]["cameras"]
     assert cameras and len(set(cameras)) == len(cameras)
@@ -223,7 +228,7 @@ def test_the_restatement_check_finds_the_old_layout():
 
 @pytest.mark.parametrize("mode", ["sim", "robot"])
 def test_the_launchers_and_the_converter_derive_the_same_cameras(mode, tmp_path):
-    """One derivation (effective_config.derived_params): the launch files' node parameters, piper-launch's
+    """One derivation (params.derived.derived_params): the launch files' node parameters, piper-launch's
     effective file and the converter's load_config give each node the same cameras and serials."""
     doc = read_params_file(config_path(mode))
     cameras = doc[LAUNCH_SECTION]["cameras"]

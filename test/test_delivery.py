@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from piper_recorder.dashboard.model import DashboardConfig, DashboardModel
-from piper_recorder.delivery import ImageCounts, link_health, panel_target
+from piper_recorder.process.delivery import ImageCounts, link_health, panel_target
 from piper_recorder.quest.hud import HudModel
 
 FPS = 30.0

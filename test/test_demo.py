@@ -19,7 +19,7 @@ import pytest
 
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.marker import find_marker
-from piper_recorder.params_file import read_params_file
+from piper_recorder.params.params_file import read_params_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"
@@ -124,7 +124,7 @@ def test_demo_cli_records_valid_aligned_datasets(tmp_path):
 
 def test_camera_pause_counted_and_episode_valid(tmp_path):
     from piper_recorder.cli.demo import validate_outputs
-    from piper_recorder.sim_session import SimSession, size_overrides
+    from piper_recorder.graph.sim_session import SimSession, size_overrides
 
     sets = size_overrides(SIM, f"{W}x{H}") + ["lerobot_recorder.timestamp_mode=nominal"]
     with SimSession(tmp_path / "out", sets=sets, cameras="cam_front") as s:

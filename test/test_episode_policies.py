@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+from piper_recorder.lerobot.writer import LeRobotWriter
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.policy_log import UNKNOWN, PolicyLog, episode_fields

@@ -14,8 +14,8 @@ import pytest
 rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
 from std_srvs.srv import Trigger  # noqa: E402
 
-from piper_recorder.nodes.common import (events_executor_awaits_services, executor_class,  # noqa: E402
-                                         executor_for, run_in_thread)
+from piper_recorder.nodes.plumbing.executors import (events_executor_awaits_services, executor_class,  # noqa: E402
+                                                     executor_for, run_in_thread)
 
 
 @pytest.mark.parametrize("version,awaits", [((7, 1, 6), False), ((7, 1, 11), True), ((7, 2, 0), True),

@@ -19,9 +19,10 @@ import pytest
 
 from lerobot_fixtures import small_root
 from piper_recorder.lerobot.export import video_concat
-from piper_recorder.lerobot.export.operation import ExportError, export
+from piper_recorder.lerobot.export.operation import export
+from piper_recorder.lerobot.export.source import ExportError
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import H, W, frame_index_of, index_frame, row_values, tree_hashes
 
 FPS = 30

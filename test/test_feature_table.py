@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from piper_recorder.assembly import PIPER_TABLE
+from piper_recorder.features.table import PIPER_TABLE
 from piper_recorder.bag.synth import T, SynthScenario, header, image, joint_state, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.features import piper_features
@@ -246,7 +246,7 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from support.recorder_rig import Rig
 
-    from piper_recorder.nodes.common import ns_to_stamp
+    from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 
     reversed_names = [f"joint{i}" for i in range(6, 0, -1)] + ["gripper"]
     mapping = write_mapping(

@@ -1,4 +1,4 @@
-"""nodes.common.FixedRateLoop, the control loop of teleop and the policy node: an error in a tick goes to
+"""nodes.plumbing.fixed_rate_loop.FixedRateLoop, the control loop of teleop and the policy node: an error in a tick goes to
 the owner and the loop goes on; stop() ends it at once."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import pytest
 
 pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
-from piper_recorder.nodes.common import FixedRateLoop  # noqa: E402
+from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop  # noqa: E402
 
 
 def test_a_failing_tick_goes_to_on_error_and_the_loop_goes_on_until_stop():
@@ -40,7 +40,7 @@ def test_timer_callback_calls_through_with_a_stated_empty_signature():
     the wrapper states it has none, so that is one attribute read, and the call is the callback's."""
     import inspect
 
-    from piper_recorder.nodes.common import timer_callback
+    from piper_recorder.nodes.plumbing.callbacks import timer_callback
 
     class Owner:
         def __init__(self) -> None:
@@ -76,7 +76,7 @@ def test_spin_until_asks_rclpy_ok_rarely_yet_ends_soon_after_a_shutdown(monkeypa
     """``spin_until`` runs the executor until ``stop``; it asks ``rclpy.ok()`` (a lock) only every 256
     callbacks or after a spin_once that waited (nothing came: what a shut-down context gives), so a busy
     recorder does not pay it per message, and a context shut down mid-burst still ends the loop."""
-    from piper_recorder.nodes import common
+    from piper_recorder.nodes.plumbing import executors as common
 
     asked: list[int] = []
     stop = threading.Event()

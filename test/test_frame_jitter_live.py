@@ -20,7 +20,7 @@ from std_msgs.msg import String  # noqa: E402
 from proc import ProcGroup  # noqa: E402
 from support.recorder_rig import H, W, Rig  # noqa: E402
 
-from piper_recorder.nodes.common import stamp_to_ns  # noqa: E402
+from piper_recorder.assembly.messages import stamp_to_ns  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 REC = "lerobot_recorder"

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from piper_recorder.launcher import Graph, config_path, plan_graph
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.supervisor import Graph
 from piper_recorder.quest.video import TINT_IDLE, TINT_RECORDING
 from support.operator_node import RECORDERS, Operator
 from support.reports import read_report

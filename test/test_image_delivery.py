@@ -29,12 +29,12 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
 
 
 def three_camera_config(tmp: Path) -> Path:
-    from piper_recorder.launcher import LAUNCH_SECTION
+    from piper_recorder.params.derived import LAUNCH_SECTION
 
     raw = yaml.safe_load((ROOT / "config" / "sim.yaml").read_text())
     raw["cam_side"] = {"ros__parameters": {"serial": "sim-side-0003", "position": [0.30, 0.55, 0.50],
                                            "look_at": [0.20, 0.0, 0.38]}}
-    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = CAMS   # the recorders follow (effective_config)
+    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = CAMS   # the recorders follow (params.derived)
     path = tmp / "sim_3cam.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -80,7 +80,7 @@ def received(status: dict) -> dict[str, int]:
 
 
 def test_every_image_subscriber_gets_every_frame(tmp_path):
-    from piper_recorder.sim_session import SimSession
+    from piper_recorder.graph.sim_session import SimSession
 
     train = training_root(tmp_path / "train")
     sets = ["policy.policy=hold", f"policy.root={train}", "piper_launch.dashboard=true", "dashboard.port=0",

@@ -15,7 +15,7 @@ from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import H, W, index_frame, row_values
 
 BIN = Path(sys.executable).parent

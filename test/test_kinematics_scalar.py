@@ -132,9 +132,9 @@ def test_dls_step_equals_the_numpy_solve():
 
 
 def test_limits_check_builds_the_normalised_target_and_refuses_what_it_must():
-    from piper_recorder.piper.limits import Limits, Rejection
+    from piper_recorder.piper.limits import Rejection, TargetLimits
 
-    lim = Limits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
+    lim = TargetLimits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
     ready = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     t = ref_frames(ready + 0.02)[-1]
     quat = kin.matrix_to_quat(t[:3, :3]) * 1.02   # 2 % off unit length: accepted, normalised
@@ -152,9 +152,9 @@ def test_limits_check_builds_the_normalised_target_and_refuses_what_it_must():
 def test_limits_check_builds_a_fallback_seed_only_after_a_failed_solve():
     """The fallback seeds (the controller's: a feedback snapshot, home) cost a snapshot each: none is built for
     a target the last solution reaches, and they are tried in order until one reaches it."""
-    from piper_recorder.piper.limits import Limits, Rejection
+    from piper_recorder.piper.limits import Rejection, TargetLimits
 
-    lim = Limits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
+    lim = TargetLimits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
     ready = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     built: list[str] = []
 

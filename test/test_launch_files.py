@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.effective_config import effective_params
-from piper_recorder.launcher import LAUNCH_SECTION, launch_graph, plan_graph, realsense_parameters
-from piper_recorder.params_file import read_params_file
+from piper_recorder.params.derived import effective_params
+from piper_recorder.graph.graph_node import launch_graph
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.realsense import realsense_parameters
+from piper_recorder.params.derived import LAUNCH_SECTION
+from piper_recorder.params.params_file import read_params_file
+from piper_recorder.graph.executables import NODE_EXECUTABLES
 from support.node_configs import config_classes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,11 +26,7 @@ REALSENSE_PARAMS = {"camera_name", "serial_no", "rgb_camera.color_profile", "dep
 
 
 def _setup_executables() -> set[str]:
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ROS_EXECUTABLES":
-            return {k.value for k in node.value.keys}
-    raise AssertionError("ROS_EXECUTABLES not found in setup.py")
+    return set(NODE_EXECUTABLES)
 
 
 def _node_calls(tree: ast.AST) -> list[dict[str, object]]:
@@ -41,7 +41,7 @@ def _node_calls(tree: ast.AST) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("name", ["sim", "robot"])
 def test_launch_file_references_declared_executables(name):
-    """The launch file turns launcher.launch_graph (the graph piper-launch starts too) into launch_ros
+    """The launch file turns graph.graph_node.launch_graph (the graph piper-launch starts too) into launch_ros
     actions; every executable of that graph is declared in setup.py and every node has a config section."""
     tree = ast.parse(LAUNCH[name].read_text(), filename=str(LAUNCH[name]))
     assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)

@@ -21,10 +21,13 @@ import pytest
 
 import yaml
 
-from piper_recorder import launcher
-from piper_recorder.launcher import LAUNCH_SECTION, plan_graph
-from piper_recorder.params_file import read_params_file
-from piper_recorder.rosenv import PROFILE_VARS, dds_features
+from piper_recorder.graph import install as package_install
+from piper_recorder.graph.errors import LaunchError
+from piper_recorder.graph.executables import NODE_EXECUTABLES
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.params.derived import LAUNCH_SECTION
+from piper_recorder.params.params_file import read_params_file
+from piper_recorder.graph.rosenv import PROFILE_VARS, dds_features
 from support.launch_stub import (Action, ExecuteProcess, LogInfo, Node, SetEnvironmentVariable,
                                  UnsetEnvironmentVariable, graph, install_realsense)
 
@@ -140,7 +143,7 @@ def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_l
     pytest.importorskip("rclpy")   # the profiles' contents are rclpy's
     from rclpy.qos import HistoryPolicy, QoSPresetProfiles, ReliabilityPolicy
 
-    from piper_recorder.nodes.common import recorder_image_qos
+    from piper_recorder.nodes.plumbing.qos import recorder_image_qos
 
     nodes = camera_nodes(graph("robot"))
     assert list(nodes) == ["cam_front", "cam_wrist"]
@@ -155,7 +158,7 @@ def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_l
 
 
 def test_robot_launch_refuses_an_image_qos_the_driver_does_not_know(stub_launch, tmp_path):
-    with pytest.raises(launcher.LaunchError, match=r"cam_wrist.color_qos 'BEST_EFFORT': realsense2_camera takes "
+    with pytest.raises(LaunchError, match=r"cam_wrist.color_qos 'BEST_EFFORT': realsense2_camera takes "
                                                    r"one of SYSTEM_DEFAULT, DEFAULT"):
         graph("robot", config=str(robot_config(tmp_path, cam_wrist={"color_qos": "BEST_EFFORT"})))
     nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"depth_qos": "PARAMETERS"}))))
@@ -179,7 +182,7 @@ def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stu
     assert camera_nodes(actions)["cam_wrist"]["depth_module.depth_profile"] == "848x480x30"
     (rec,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "lerobot_recorder"]
     assert rec.kwargs["parameters"][1]["camera_widths"] == [640, 848]
-    with pytest.raises(launcher.LaunchError, match=r"cam_wrist.rgb_camera.color_profile: cam_wrist is a D405 .* "
+    with pytest.raises(LaunchError, match=r"cam_wrist.rgb_camera.color_profile: cam_wrist is a D405 .* "
                                                    r"depth_module.color_profile"):
         graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405",
                                                                     "rgb_camera.color_profile": "848x480x30"})))
@@ -190,12 +193,12 @@ def test_robot_launch_refuses_a_realsense_driver_whose_cameras_would_share_topic
     the root namespace, would publish /color/image_raw. The launch refuses it, naming the version and the
     fix; 4.55.1 and later (Jazzy's 4.55-4.58) start; without the driver in the index the check is a note."""
     xml = install_realsense(stub_launch, tmp_path, "4.54.1")
-    with pytest.raises(launcher.LaunchError) as err:
+    with pytest.raises(LaunchError) as err:
         graph("robot")
     msg = str(err.value)
     assert f"realsense2_camera 4.54.1 ({xml})" in msg and "/color/image_raw" in msg
     assert "Install realsense2_camera >= 4.55.1" in msg and "ros-$ROS_DISTRO-realsense2-camera" in msg
-    with pytest.raises(launcher.LaunchError, match="4.54.1"):   # piper-launch robot: the same graph, refused too
+    with pytest.raises(LaunchError, match="4.54.1"):   # piper-launch robot: the same graph, refused too
         plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path / "run")
     for version in ("4.55.1", "4.58.0"):
         install_realsense(stub_launch, tmp_path, version)
@@ -229,7 +232,7 @@ def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path,
     (site / "piper_recorder").mkdir(parents=True)
     scripts = install / "lib" / "piper_recorder"
     scripts.mkdir(parents=True)
-    for exe in ("piper-sim-quest", "piper-sim-camera", *launcher.NODE_SCRIPTS.values()):
+    for exe in ("piper-sim-quest", "piper-sim-camera", *(script for script, _ in NODE_EXECUTABLES.values())):
         (scripts / exe).write_text("#!/usr/bin/python3\n")
         (scripts / exe).chmod(0o755)
     share = install / "share" / "piper_recorder" / "config"
@@ -237,11 +240,11 @@ def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path,
     (share / "sim.yaml").write_text((ROOT / "config" / "sim.yaml").read_text())
     system_bin = tmp_path / "usr" / "bin"
     system_bin.mkdir(parents=True)
-    monkeypatch.setattr(launcher, "PACKAGE_ROOT", site)            # where the package was imported from
+    monkeypatch.setattr(package_install, "PACKAGE_ROOT", site)            # where the package was imported from
     monkeypatch.setattr(sys, "executable", str(system_bin / "python3"))
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "usr"))
     monkeypatch.setenv("PATH", str(system_bin))
-    config = launcher.config_path("sim")
+    config = package_install.config_path("sim")
     assert config == share / "sim.yaml"
     plan = plan_graph("sim", config, [], tmp_path / "run")
     argv0 = {p.name: Path(next(a for a in p.argv if "/" in a)) for p in plan.processes}
@@ -288,25 +291,25 @@ def test_sim_graph_without_the_sim_headset_keeps_the_bridge_on_an_external_one(s
     (bridge,) = [a for a in graph("sim", sim_headset="false") if a.kwargs["name"] == "quest_bridge"]
     assert bridge.kwargs["parameters"][1] == {}     # the config's (or the user's) host/port, untouched
     assert "sim_quest" in {a.kwargs["name"] for a in graph("sim")}
-    with pytest.raises(launcher.LaunchError, match="expected true or false"):
+    with pytest.raises(LaunchError, match="expected true or false"):
         plan_graph("sim", cfg, [], tmp_path, sim_headset="maybe")
 
 
 def test_a_set_the_sim_graph_would_overwrite_is_refused_with_the_way_out(tmp_path):
     cfg = ROOT / "config" / "sim.yaml"
-    with pytest.raises(launcher.LaunchError) as err:
+    with pytest.raises(LaunchError) as err:
         plan_graph("sim", cfg, ["quest_bridge.port=9911"], tmp_path)
     msg = str(err.value)
     assert "--set quest_bridge.port=9911 conflicts with the simulated headset's port" in msg
     assert "--no-sim-headset" in msg and "piper_launch.sim_quest.enabled=false" in msg
-    with pytest.raises(launcher.LaunchError, match="quest_video.port=9912 conflicts with the simulated headset's "
+    with pytest.raises(LaunchError, match="quest_video.port=9912 conflicts with the simulated headset's "
                                                    "video channel"):
         plan_graph("sim", cfg, ["quest_video.port=9912"], tmp_path)
     # the same value as the simulated headset's is no conflict; moving the headset moves the bridge
     plan = plan_graph("sim", cfg, ["piper_launch.sim_quest.port=9911", "quest_bridge.port=9911"], tmp_path)
     assert read_params_file(plan.params_file)["quest_bridge"]["port"] == 9911
     # a policy run records who acted on its own topic: another actor_topic is refused, not replaced
-    with pytest.raises(launcher.LaunchError, match="lerobot_recorder.actor_topic='/mine' conflicts with the "
+    with pytest.raises(LaunchError, match="lerobot_recorder.actor_topic='/mine' conflicts with the "
                                                    "policy node's actor topic"):
         plan_graph("sim", cfg, ["lerobot_recorder.actor_topic=/mine"], tmp_path, policy="hold")
     # robot mode derives no headset: the bridge's --set is the bridge's
@@ -338,11 +341,11 @@ def test_headset_web_starts_the_page_server_where_the_bridge_and_video_connect(s
     assert "sim_quest" in [p.name for p in plan_graph("sim", cfg, [], tmp_path, headset="sim").processes]
     assert not {"sim_quest", "quest_web"} & {p.name for p in plan_graph("sim", cfg, [], tmp_path,
                                                                         headset="native").processes}
-    with pytest.raises(launcher.LaunchError, match="needs the sim graph"):
+    with pytest.raises(LaunchError, match="needs the sim graph"):
         plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path, headset="sim")
-    with pytest.raises(launcher.LaunchError, match="native | web | sim"):
+    with pytest.raises(LaunchError, match="native | web | sim"):
         plan_graph("sim", cfg, [], tmp_path, headset="apk")
-    with pytest.raises(launcher.LaunchError, match="contradict"):
+    with pytest.raises(LaunchError, match="contradict"):
         plan_graph("sim", cfg, [], tmp_path, headset="web", sim_headset="true")
 
 
@@ -377,20 +380,20 @@ def test_contradictory_launch_settings_are_refused_naming_both(stub_launch, tmp_
     ]
     for mode, sets, kw, needle in refused:
         run_dir = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
-        with pytest.raises(launcher.LaunchError) as err:
+        with pytest.raises(LaunchError) as err:
             plan_graph(mode, ROOT / "config" / f"{mode}.yaml", sets, run_dir, **kw)
         assert needle in str(err.value), (mode, sets, kw, str(err.value))
         assert not run_dir.exists()
     # the launch files: the same arguments, the same refusals
-    with pytest.raises(launcher.LaunchError, match=r"and --no-sim-headset \(sim_headset:=false\) contradict"):
+    with pytest.raises(LaunchError, match=r"and --no-sim-headset \(sim_headset:=false\) contradict"):
         graph("sim", sim_headset="false", headset="sim")
     for mode in ("sim", "robot"):
-        with pytest.raises(launcher.LaunchError, match="contradicts teleop input spacemouse"):
+        with pytest.raises(LaunchError, match="contradicts teleop input spacemouse"):
             graph(mode, teleop_input="spacemouse", headset="web")
     clashing = tmp_path / "clash.yaml"
     clashing.write_text(cfg.read_text().replace("piper_launch:\n  ros__parameters:\n",
                                                 "piper_launch:\n  ros__parameters:\n    quest_web: {port: 8735}\n"))
-    with pytest.raises(launcher.LaunchError, match="piper_launch.quest_web.port=8735 and quest_bridge.port=8735"):
+    with pytest.raises(LaunchError, match="piper_launch.quest_web.port=8735 and quest_bridge.port=8735"):
         graph("sim", headset="web", config=str(clashing))
     # settings that agree still plan: no headset in a SpaceMouse graph, the page on a free port, the page on
     # another address than the bridge's

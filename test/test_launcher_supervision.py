@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.supervision import LAUNCHER_PID_ENV
+from piper_recorder.process.supervision import LAUNCHER_PID_ENV
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 BIN = Path(sys.executable).parent
@@ -37,7 +37,7 @@ def graph_pids(launcher_pid: int) -> list[int]:
 GRANDCHILD = """
 import threading, time, sys
 from pathlib import Path
-from piper_recorder.supervision import watch_parent
+from piper_recorder.process.supervision import watch_parent
 done = threading.Event()
 watch_parent(done.set, interval_s=0.05)
 print("watching", flush=True)
@@ -167,7 +167,7 @@ def test_no_node_outlives_its_launcher_and_the_episode_in_flight_is_saved(tmp_pa
 HUNG_TEARDOWN = """
 import sys, time
 from rclpy.node import Node
-from piper_recorder.nodes.common import run_node
+from piper_recorder.nodes.plumbing.run_node import run_node
 
 class Hangs(Node):
     def __init__(self):
@@ -185,7 +185,7 @@ sys.exit(run_node(Hangs, [sys.argv[0]]))
 def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_domain):
     """run_node bounds the teardown after the node's work (``supervision.TeardownWatchdog``): a node whose
     destroy_node never returns exits 0 within the bound after SIGINT, and its stderr says where it hung."""
-    from piper_recorder.supervision import TEARDOWN_TIMEOUT_S
+    from piper_recorder.process.supervision import TEARDOWN_TIMEOUT_S
 
     (tmp_path / "n.py").write_text(HUNG_TEARDOWN)
     p = subprocess.Popen([sys.executable, str(tmp_path / "n.py")], env=ros_domain.env(), text=True,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from piper_recorder.lerobot.validate import validate_root
-from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+from piper_recorder.lerobot.writer import LeRobotWriter
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from piper_recorder.lerobot.format.errors import DatasetError
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import H, W, index_frame, row_values
 
 

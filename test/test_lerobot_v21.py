@@ -14,7 +14,7 @@ from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import read_jsonl_strict, read_table, row_values, tree_hashes
 
 FPS = 30

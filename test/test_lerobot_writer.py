@@ -17,7 +17,7 @@ from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.lerobot.writer import stats_sketch
 from piper_recorder.lerobot.format.errors import (BindingChangeError, DatasetError, EpisodeStateError,
                                            SchemaError)
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
 from support.lerobot_data import (H, W, decode_video, index_frame, read_jsonl_strict,
                                          read_table, row_values, tree_hashes)
 

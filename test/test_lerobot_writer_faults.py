@@ -13,7 +13,7 @@ from piper_recorder.lerobot.format import fsutil
 from piper_recorder.lerobot.writer import dataset_writer
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.validate import validate_root
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import H, W, index_frame, read_table, row_values, tree_hashes
 
 FPS = 30

@@ -1,7 +1,11 @@
-"""One place per concept: no module-level import cycle in piper_recorder (the LeRobot
-meta <-> writer <-> repair cycle is gone: layout and writer config are leaves), the v3.0 video
-concatenator needs no assembler, and each shared helper is defined once in the source. The tests keep
-the same rule: no module imports a test module, every ``test_*`` file holds tests, and one polling wait."""
+"""The architecture as tests: the package layout (a short list of modules at the root, every subpackage in one
+tier: the graph over the cores over the formats over the base), no import cycle between modules or between
+subpackages, and one place per concept (each shared helper defined once, names and file names stated once).
+
+Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:``, inside a function
+(a lazy import is still a dependency, and a cycle through one is still a cycle), and ``importlib.import_module``
+of a literal name. The tests keep the same rules: no module imports a test module, every ``test_*``
+file holds tests, and one polling wait."""
 from __future__ import annotations
 
 import ast
@@ -33,24 +37,34 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _imported(m: str, p: Path) -> list[tuple[str, list[str]]]:
+    """(base, names) of every import in ``m``'s source, anywhere in it, relative imports resolved:
+    ``import a.b`` -> ("a.b", []), ``from a import b, c`` -> ("a", ["b", "c"]), and
+    ``importlib.import_module("a.b")`` of a literal -> ("a.b", [])."""
+    pkg = (m if p.name == "__init__.py" else m.rpartition(".")[0]).split(".")
+    out: list[tuple[str, list[str]]] = []
+    for n in ast.walk(_tree(p)):
+        if isinstance(n, ast.Import):
+            out += [(a.name, []) for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                base = ".".join(pkg[: len(pkg) - (n.level - 1)] + ([n.module] if n.module else []))
+            out.append((base, [a.name for a in n.names]))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "import_module" \
+                and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+            out.append((n.args[0].value, []))
+    return out
+
+
 def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """Module-level imports (including ``if TYPE_CHECKING:`` blocks) between our modules."""
+    """Which of our modules each of our modules imports, anywhere in its source (``_imported``)."""
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
-        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
-        for node in _tree(p).body:
-            for n in node.body if isinstance(node, ast.If) else [node]:
-                if isinstance(n, ast.ImportFrom):
-                    base = n.module or ""
-                    if n.level:
-                        parts = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
-                        base = ".".join(parts + ([n.module] if n.module else []))
-                    for a in n.names:
-                        target = next((c for c in (f"{base}.{a.name}", base) if c in mods), None)
-                        if target and target != m:
-                            graph[m].add(target)
-                elif isinstance(n, ast.Import):
-                    graph[m].update(a.name for a in n.names if a.name in mods and a.name != m)
+        for base, names in _imported(m, p):
+            targets = {next((c for c in (f"{base}.{a}", base) if c in mods), None) for a in names} if names \
+                else {base if base in mods else None}
+            graph[m] |= {t for t in targets if t and t != m}
     return graph
 
 
@@ -89,11 +103,71 @@ def test_no_import_cycles():
     graph = _imports(_modules())
     assert _cycles(graph) == []
     # leaves import none of our modules but the names (itself a leaf)
-    for leaf in ("piper_recorder.lerobot.format.layout", "piper_recorder.timebase", "piper_recorder.durable",
-                 "piper_recorder.params_file", "piper_recorder.errors", "piper_recorder.names"):
+    for leaf in ("piper_recorder.lerobot.format.layout", "piper_recorder.timebase", "piper_recorder.storage.durable",
+                 "piper_recorder.params.params_file", "piper_recorder.errors", "piper_recorder.names"):
         assert graph[leaf] <= {"piper_recorder.names"} - {leaf}, f"{leaf} must stay a leaf, imports {graph[leaf]}"
     assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.meta_builders"]
     assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.crash_repair"]
+
+
+# The package root holds only what every tier shares and a newcomer looks for first: the ROS names (the one place
+# they are stated), the error base classes and the row/PTS time grid. Everything else lives in a subpackage.
+ROOT_MODULES = {"piper_recorder", "piper_recorder.names", "piper_recorder.errors", "piper_recorder.timebase"}
+
+# Each subpackage's tier, top to bottom: a module imports only from its own tier or a lower one. The graph (the
+# nodes, planning and supervising them, the command-line tools) over the cores (plain-Python logic, no rclpy)
+# over the dataset formats (the feature table: which inputs become which columns; LeRobot; RGB-D) over the base
+# (file I/O, the CDR wire, what every process shares). rgbd_writer is a package of its own beside piper_recorder,
+# at the formats' tier.
+TIERS = {
+    "graph": {"nodes", "graph", "cli"},
+    "cores": {"assembly", "bag", "dashboard", "dataset_edit", "params", "piper", "policy", "quest", "recording",
+              "replay", "sim", "teleop", "viewer"},
+    "formats": {"features", "lerobot", "rgbd_writer"},
+    "base": {"names", "errors", "timebase", "storage", "cdr", "process"},
+}
+TIER_ORDER = ("base", "formats", "cores", "graph")
+
+
+def _unit(m: str) -> str:
+    """The subpackage (or root module) ``m`` belongs to: piper_recorder.<unit>..., or rgbd_writer."""
+    parts = m.split(".")
+    return parts[0] if parts[0] != "piper_recorder" else (parts[1] if len(parts) > 1 else "")
+
+
+def test_the_package_root_holds_only_the_agreed_modules():
+    mods = _modules()
+    loose = {m for m, p in mods.items() if m.startswith("piper_recorder") and p.parent == ROOT / "piper_recorder"}
+    assert loose == ROOT_MODULES, f"put {sorted(loose - ROOT_MODULES)} in the subpackage of what it is for"
+    assert _imports(mods)["piper_recorder"] == set(), "the package root's __init__ imports none of our modules"
+
+
+def test_every_subpackage_is_in_one_tier_and_imports_downward_only():
+    units = {_unit(m) for m in _modules()} - {""}
+    placed = [u for tier in TIERS.values() for u in tier]
+    assert len(placed) == len(set(placed)), "a subpackage is in two tiers"
+    assert units == set(placed), f"unplaced: {sorted(units - set(placed))}, gone: {sorted(set(placed) - units)}"
+    rank = {u: TIER_ORDER.index(t) for t, us in TIERS.items() for u in us}
+    found = [f"{m} ({_unit(m)}) imports {t} ({_unit(t)})" for m, ts in _imports(_modules()).items() for t in sorted(ts)
+             if _unit(t) and _unit(m) and rank[_unit(t)] > rank[_unit(m)]]
+    assert found == []
+
+
+def test_no_cycles_between_subpackages():
+    """Collapsed to subpackages (piper_recorder.<a>, then piper_recorder.<a>.<b>), the import graph (every import,
+    function-level included) has no cycle: a subpackage never needs one that needs it."""
+    graph = _imports(_modules())
+    for depth in (2, 3):
+        def group(m: str) -> str:
+            return ".".join(m.split(".")[:depth])
+
+        collapsed: dict[str, set[str]] = {}
+        for m, ts in graph.items():
+            collapsed.setdefault(group(m), set()).update(group(t) for t in ts if group(t) != group(m))
+        for ts in list(collapsed.values()):
+            for t in ts:
+                collapsed.setdefault(t, set())
+        assert _cycles(collapsed) == [], f"depth {depth}"
 
 
 @pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
@@ -112,18 +186,8 @@ LEROBOT_LAYERS = {"format": set(), "writer": {"format"}, "export": {"format"}, "
 
 
 def _all_imports(m: str, p: Path) -> set[str]:
-    """Every module ``m`` imports anywhere in its source, relative imports resolved."""
-    pkg = (m if p.name == "__init__.py" else m.rpartition(".")[0]).split(".")
-    out = set()
-    for n in ast.walk(_tree(p)):
-        if isinstance(n, ast.Import):
-            out |= {a.name for a in n.names}
-        elif isinstance(n, ast.ImportFrom):
-            base = n.module or ""
-            if n.level:
-                base = ".".join(pkg[: len(pkg) - (n.level - 1)] + ([n.module] if n.module else []))
-            out |= {base} | {f"{base}.{a.name}" for a in n.names}
-    return out
+    """Every module name ``m`` imports anywhere in its source, ours or not (``from a import b``: a and a.b)."""
+    return {x for base, names in _imported(m, p) for x in [base, *(f"{base}.{a}" for a in names)]}
 
 
 def test_the_lerobot_subpackages_are_layered():
@@ -164,7 +228,9 @@ def test_each_shared_helper_is_defined_once():
     names = {"fsync_dir", "fsync_file", "atomic_write", "load_config", "read_params_file", "grid_timestamp",
              "pts_ticks", "frame_period_ticks", "data_relpath", "video_relpath", "data_file", "video_file",
              "ROTATION_TYPES", "TICKS", "STAGING", "SchemaError", "EpisodeStateError", "DatasetError",
-             "RgbdError", "PiperError", "PiperInputError"}
+             "RgbdError", "PiperError", "PiperInputError",
+             # the message helpers the nodes and the bag converter share (assembly.messages)
+             "image_to_numpy", "joint_positions", "stamp_to_ns"}
     where: dict[str, list[str]] = {n: [] for n in names}
     for m, p in _modules().items():
         for node in _tree(p).body:
@@ -231,8 +297,11 @@ def test_one_camera_placeholder():
 
 # The launch plan (config -> processes to start) is plain data work: the launch files import it inside
 # `ros2 launch` and its tests run in milliseconds. Starting, watching and stopping processes is the
-# supervisor's (piper_recorder.launch_supervisor), which the plan loads only when asked for its Graph.
-PLAN_MODULE, SUPERVISOR_MODULE = "piper_recorder.launcher", "piper_recorder.launch_supervisor"
+# supervisor's (piper_recorder.graph.supervisor), which no planning module imports.
+GRAPH = "piper_recorder.graph"
+PLAN_MODULES = {f"{GRAPH}.{m}" for m in ("arguments", "errors", "executables", "graph_node", "headset", "install",
+                                           "params_dump", "plan", "ports", "realsense")}
+PLAN_MODULE, SUPERVISOR_MODULE = f"{GRAPH}.plan", f"{GRAPH}.supervisor"
 NOT_IN_THE_PLAN = {"subprocess", "signal", "threading", "multiprocessing", "asyncio", "rclpy"}
 
 
@@ -245,24 +314,20 @@ def _imported_names(node: ast.AST) -> set[str]:
 
 
 def test_the_launch_plan_runs_no_process():
-    tree = _tree(_modules()[PLAN_MODULE])
-    lazy = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
-    deferred = {id(n) for f in lazy for n in ast.walk(f)}
-    found = {name for n in ast.walk(tree) for name in _imported_names(n)}
-    assert {name.partition(".")[0] for name in found} & NOT_IN_THE_PLAN == set()
-    outside = {name for n in ast.walk(tree) if id(n) not in deferred for name in _imported_names(n)}
-    assert SUPERVISOR_MODULE not in outside, "the plan imports the supervisor only in __getattr__ (Graph)"
-    assert SUPERVISOR_MODULE in found     # the re-export the launch files' and tests' imports rely on
-    assert PLAN_MODULE in _imports(_modules())[SUPERVISOR_MODULE]
+    mods = _modules()
+    assert PLAN_MODULES <= set(mods)
+    for m in sorted(PLAN_MODULES):
+        found = _all_imports(m, mods[m])
+        assert {name.partition(".")[0] for name in found} & NOT_IN_THE_PLAN == set(), m
+        assert SUPERVISOR_MODULE not in found, f"{m} imports the supervisor"
+    assert PLAN_MODULE in _imports(mods)[SUPERVISOR_MODULE]
 
 
 @pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_planning_does_not_load_the_supervisor():
-    code = ("import sys, piper_recorder.launcher as l; print('piper_recorder.launch_supervisor' in sys.modules); "
-            "from piper_recorder.launcher import Graph; import piper_recorder.launch_supervisor as s; "
-            "print(Graph is s.Graph)")
+    code = (f"import sys, {PLAN_MODULE}, {GRAPH}.graph_node; print('{SUPERVISOR_MODULE}' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split() == ["False"]
 
 
 def test_the_teleop_session_needs_no_ros():

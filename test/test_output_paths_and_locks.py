@@ -100,7 +100,7 @@ def test_no_lock_file_remains_after_successful_or_refused_runs(roots):
 HOLDER = """
 import sys, time
 from pathlib import Path
-from piper_recorder.sidelock import SideLock
+from piper_recorder.storage.sidelock import SideLock
 lock = SideLock(Path(sys.argv[1]), lambda: RuntimeError("busy"))
 print("held", flush=True)
 sys.stdin.read()      # until the test closes our stdin
@@ -147,7 +147,7 @@ def test_a_stale_lock_file_is_taken_over_and_removed(roots):
 def test_an_opener_racing_a_release_never_shares_the_lock(tmp_path, monkeypatch):
     """B opens the lock file, the holder A releases (unlinks, closes), C locks a new file, then B's flock
     succeeds on A's orphaned inode: B must notice and fail on C's, not run beside C."""
-    import piper_recorder.sidelock as sl
+    import piper_recorder.storage.sidelock as sl
 
     path = tmp_path / ".out.dsedit-lock"
     holder_a = sl.SideLock(path, lambda: RuntimeError("busy"))

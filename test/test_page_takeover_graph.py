@@ -24,7 +24,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 from proc import ProcGroup  # noqa: E402
 from wsclient import WebSocketClient  # noqa: E402
 
-from piper_recorder.launcher import free_port  # noqa: E402
+from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.names import ARM_GO_HOME, COMMANDED_POSE, EEF_POSE, TELEOP_STATUS  # noqa: E402
 from piper_recorder.nodes.teleop import SOURCE_CHANGE_REASON  # noqa: E402
 from piper_recorder.quest.scripts import HEAD_POS, LEFT_HOME, RIGHT_HOME  # noqa: E402

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from gr00t_test_server import Gr00tTestServer
-from piper_recorder.policy.backend import BackendError, Observation, PolicyBackend, make_backend
+from piper_recorder.policy.backend import BackendError, Observation, PolicyBackend
+from piper_recorder.policy.spec import make_backend
 from piper_recorder.policy.gr00t import Gr00tBackend
 
 H, W = 24, 32

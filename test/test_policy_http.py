@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from policy_http_server import serve
-from piper_recorder.policy.backend import BackendError, BackendTimeout, Observation, make_backend
+from piper_recorder.policy.backend import BackendError, BackendTimeout, Observation
+from piper_recorder.policy.spec import make_backend
 
 pytestmark = pytest.mark.slow  # HTTP servers in threads with real timeouts
 

@@ -225,8 +225,8 @@ class Rollout:
 
 @pytest.fixture(scope="module")
 def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
-    from piper_recorder.sim_session import DemoError, SimSession, size_overrides
-    from piper_recorder.launcher import config_path
+    from piper_recorder.graph.sim_session import DemoError, SimSession, size_overrides
+    from piper_recorder.graph.install import config_path
 
     server, *_ = served_act
     out = tmp_path_factory.mktemp("policy_rollout")

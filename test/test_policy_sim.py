@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from lerobot_fixtures import small_root
-from piper_recorder.launcher import free_port, plan_graph
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.ports import free_port
 from piper_recorder.teleop.limits import LimitsConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,7 +157,7 @@ def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: floa
     """Every target finite, unit and in the box; consecutive policy targets within 2x the speed caps
     (the caps hold per control tick; DDS delivery jitter bunches ticks), except across the marks
     where another source (takeover) or a re-anchor (resume) starts a new run."""
-    lo, hi = np.array(cfg.workspace_min), np.array(cfg.workspace_max)
+    lo, hi = (np.array(c) for c in cfg.clamp_box)
     for _, p, q in targets:
         assert np.all(np.isfinite(p)) and np.all(np.isfinite(q)) and abs(np.linalg.norm(q) - 1) < 1e-6
         assert np.all(p >= lo - 1e-9) and np.all(p <= hi + 1e-9), p
@@ -169,7 +170,7 @@ def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: floa
 
 @pytest.mark.ros
 def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
-    from piper_recorder.sim_session import SimSession, size_overrides
+    from piper_recorder.graph.sim_session import SimSession, size_overrides
 
     train = training_root(tmp_path / "train", None)
     port = free_port()
@@ -317,7 +318,7 @@ def test_rollout_rows_say_who_acted(tmp_path):
     before the takeover and the operator's (2) after it, changing once."""
     import pyarrow.parquet as pq
 
-    from piper_recorder.sim_session import SimSession, size_overrides
+    from piper_recorder.graph.sim_session import SimSession, size_overrides
 
     train = training_root(tmp_path / "train", None)
     sets = size_overrides(SIM, f"{W}x{H}") + [
@@ -363,7 +364,7 @@ def test_start_is_refused_while_the_headset_grip_is_held(tmp_path):
     and published until the next joy message took over."""
     from std_msgs.msg import String
 
-    from piper_recorder.sim_session import SimSession, size_overrides
+    from piper_recorder.graph.sim_session import SimSession, size_overrides
 
     train = training_root(tmp_path / "train", None)
     sets = size_overrides(SIM, f"{W}x{H}") + [
@@ -396,7 +397,7 @@ def test_a_policy_started_mid_episode_is_named_with_when_it_acted(tmp_path):
     active at the episode's start) with both stretches it drove the arm, on the rows' time axis. With
     the headset idle nothing commands the arm before the policy, so the episode's rows (which need
     /arm/commanded_gripper) begin with the policy's first targets: its first stretch starts at row 0."""
-    from piper_recorder.sim_session import SimSession, size_overrides
+    from piper_recorder.graph.sim_session import SimSession, size_overrides
 
     train = training_root(tmp_path / "train", None)
     sets = size_overrides(SIM, f"{W}x{H}") + [

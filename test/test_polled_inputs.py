@@ -1,5 +1,5 @@
 """PolledInputs: subscriptions no executor serves. ``poll`` hands over every waiting message in order,
-decoded (assembly.cdr) with its DDS reception time; a payload that does not decode is a counted drop;
+decoded (cdr.decode) with its DDS reception time; a payload that does not decode is a counted drop;
 the owner's remappings apply; ``wait`` returns when a message waits, at its timeout, or on ``interrupt``;
 the owner's executor never runs their callbacks."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
-from piper_recorder import cdr_encode  # noqa: E402
-from piper_recorder.nodes.common import PolledInputs  # noqa: E402
+from piper_recorder.cdr import encode as cdr_encode  # noqa: E402
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs  # noqa: E402
 
 QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from piper_recorder.launcher import free_port
+from piper_recorder.graph.ports import free_port
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.protocol import Frame
 from piper_recorder.quest.reconnect import Backoff

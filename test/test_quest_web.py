@@ -24,7 +24,10 @@ from typing import Any
 import pytest
 
 from browser import CHROMIUM_ARGS, chromium_path
-from piper_recorder.launcher import Graph, config_path, free_port, plan_graph
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.graph.ports import free_port
+from piper_recorder.graph.supervisor import Graph
 from piper_recorder.quest.video import TINT_RECORDING
 from support.reports import read_report
 from support.waiting import wait_for

@@ -11,9 +11,10 @@ import dataclasses
 import pytest
 import yaml
 
-from piper_recorder.effective_config import effective_params
-from piper_recorder.launcher import config_path, launch_overrides
-from piper_recorder.params_file import read_params_file
+from piper_recorder.params.derived import effective_params
+from piper_recorder.graph.arguments import launch_overrides
+from piper_recorder.graph.install import config_path
+from piper_recorder.params.params_file import read_params_file
 from piper_recorder.lerobot.format.provenance import BINDING_KEYS, lookup
 from piper_recorder.recording.config import (
     RECORDER_CONFIGS, CameraTopics, LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config,
@@ -109,7 +110,7 @@ def test_nodes_declare_the_shared_classes_and_read_a_file_as_load_config(ros_dom
     from rclpy.node import Node
     from rclpy.parameter import Parameter
 
-    from piper_recorder.nodes.common import declare_config
+    from piper_recorder.nodes.plumbing.parameters import declare_config
     from piper_recorder.nodes.lerobot_recorder import LeRobotRecorder
     from piper_recorder.nodes.rgbd_recorder import RgbdRecorder
 

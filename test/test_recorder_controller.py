@@ -202,7 +202,7 @@ def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monke
     import json
 
     from piper_recorder.lerobot.writer.video_encoder import VideoEncoder
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
 
     release = threading.Event()
@@ -254,7 +254,7 @@ def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path,
 
     from piper_recorder.lerobot.format import fsutil
     from piper_recorder.lerobot.validate import validate_root
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
 
     cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16,

@@ -74,10 +74,10 @@ def test_bad_parameters_fail_at_start_naming_the_parameter(ros_domain, tmp_path,
 def test_dataset_held_by_another_writer_fails_cleanly(ros_domain, tmp_path, exe, param):
     """A second recorder on the same dataset exits with a one-line error, not a traceback."""
     if exe == "piper-lerobot-recorder":
-        from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter as Writer
+        from piper_recorder.lerobot.writer import LeRobotWriter as Writer
         target = tmp_path / "ds"
     else:
-        from rgbd_writer.writer import RgbdWriter as Writer
+        from rgbd_writer import RgbdWriter as Writer
         target = tmp_path / "sub" / "rgbd.hdf5"   # also: the folder does not exist yet
     with Writer(target):
         r = subprocess.run([str(BIN / exe), "--ros-args", "-p", f"{param}:={target}"],

@@ -160,8 +160,8 @@ def test_every_node_parameter_is_typed_and_read_only_unless_applied_at_run_time(
     from rclpy.node import Node
     from rclpy.parameter import Parameter
 
-    from piper_recorder.launcher import config_path
-    from piper_recorder.nodes.common import declare_config
+    from piper_recorder.graph.install import config_path
+    from piper_recorder.nodes.plumbing.parameters import declare_config
 
     ros_domain.apply()
     ctx = rclpy.Context()

@@ -140,7 +140,7 @@ def test_status_reports_frames_received_per_camera(ros_domain, tmp_path):
     """Issue 20.5: the recorder's ~/status says, per camera (colour and depth), how many frames it received
     and at what rate (arrival and capture-stamp), and what it needs (99 % of them): the delivery the
     dashboard and the HUD judge against the camera's published rate."""
-    from piper_recorder.delivery import link_health
+    from piper_recorder.process.delivery import link_health
 
     rig = Rig(ros_domain, cams=("cam_front",), depth=True)
     rig.watch_status(REC)

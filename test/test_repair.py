@@ -232,7 +232,7 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, v
     (what it wrote before that), repaired: parquet tables equal, and PTS and packets equal, those of
     the same recording written now (rows at grid_timestamp, k/30 rounded up); lerobot-doctor accepts it."""
     from piper_recorder.assembly.assembler import grid_timestamp
-    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
     from support.lerobot_data import H, W, index_frame, row_values
 
     def record(root: Path, time_of, lengths=(110, 104)) -> None:

@@ -22,7 +22,7 @@ TRACKING_BOUND_M = 0.010
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """One 4 s episode recorded through the whole simulated graph (one small camera to keep it cheap)."""
-    from piper_recorder.rosenv import lease_domain
+    from piper_recorder.graph.rosenv import lease_domain
 
     out = tmp_path_factory.mktemp("replay") / "demo"
     with lease_domain() as lease:
@@ -152,7 +152,7 @@ def test_slow_episode_load_does_not_starve_arm_feedback(recorded, ros_domain, mo
     from std_msgs.msg import String
 
     from piper_recorder.nodes import replay as replay_node
-    from piper_recorder.nodes.common import make_executor, spin_until
+    from piper_recorder.nodes.plumbing.executors import make_executor, spin_until
     from piper_recorder.replay.episode import load_episode
 
     def slow_load(*a, **k):

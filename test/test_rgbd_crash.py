@@ -16,7 +16,7 @@ import pytest
 
 from rgbd_writer import codecs
 from rgbd_writer.validate import validate_file
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 
 import rgbd_crash_worker as cw
 

@@ -13,7 +13,7 @@ import pytest
 
 from rgbd_writer.errors import FileStateError
 from rgbd_writer.validate import validate_file
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 
 import rgbd_crash_worker as cw
 
@@ -27,7 +27,7 @@ import sys, time
 sys.path.insert(0, sys.argv[4])
 import rgbd_crash_worker as cw
 from rgbd_writer.errors import FileStateError
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 path, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 try:
     w = RgbdWriter(path, RgbdConfig(width=cw.W, height=cw.H))

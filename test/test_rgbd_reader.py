@@ -9,7 +9,7 @@ import pytest
 
 from rgbd_writer import codecs, reader
 from rgbd_writer.reader import RgbdFile, SequenceDataset, TransitionDataset, collate, split_episodes
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 
 import rgbd_crash_worker as cw
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from rgbd_writer import codecs, schema
 from rgbd_writer.validate import validate_file
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 
 import rgbd_crash_worker as cw
 

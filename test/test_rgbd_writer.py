@@ -11,7 +11,7 @@ import pytest
 from rgbd_writer import codecs, schema
 from rgbd_writer.errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
 from rgbd_writer.validate import validate_file
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 
 import rgbd_crash_worker as cw
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from piper_recorder.rosenv import (DISCOVERY_RANGE, FASTDDS2_PROFILE_VAR, FASTDDS3_PROFILE_VAR, LOCALHOST_ONLY,
+from piper_recorder.graph.rosenv import (DISCOVERY_RANGE, FASTDDS2_PROFILE_VAR, FASTDDS3_PROFILE_VAR, LOCALHOST_ONLY,
                                    PROFILE_VARS, DdsFeatures, dds_features, launch_dds_env, loopback_env,
                                    ros_lib_dirs)
 
@@ -96,7 +96,7 @@ def test_an_rclpy_without_the_events_executor_gets_the_single_threaded_one(monke
 
     from rclpy.executors import SingleThreadedExecutor
 
-    from piper_recorder.nodes.common import executor_class
+    from piper_recorder.nodes.plumbing.executors import executor_class
 
     assert executor_class("events").__name__ == "EventsExecutor"
     monkeypatch.setitem(sys.modules, "rclpy.experimental", None)   # import fails as on Humble

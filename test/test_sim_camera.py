@@ -115,7 +115,8 @@ def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import CameraInfo, Image
 
-    from piper_recorder.nodes.common import ns_to_stamp, stamp_to_ns
+    from piper_recorder.assembly.messages import stamp_to_ns
+    from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 
     with ProcGroup(ros_domain.env(), tmp_path) as procs:
         cam_proc = procs.start("piper-sim-camera", "--ros-args", "-r", "__node:=cam_t",
@@ -198,7 +199,7 @@ def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain
     import rclpy
     from rclpy.qos import QoSPresetProfiles, ReliabilityPolicy
 
-    from piper_recorder.launcher import REALSENSE_QOS
+    from piper_recorder.graph.realsense import REALSENSE_QOS
     from piper_recorder.nodes.sim_camera import SimCamera
 
     rclpy.init(args=["--ros-args", "-r", "__node:=cam_q", "-p", "width:=64", "-p", "height:=48"])

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
 from rclpy.task import Future  # noqa: E402
 
-from piper_recorder import sim_session  # noqa: E402
-from piper_recorder.sim_session import DemoError, SimSession  # noqa: E402
+from piper_recorder.graph import sim_session  # noqa: E402
+from piper_recorder.graph.sim_session import DemoError, SimSession  # noqa: E402
 
 
 class _Graph:

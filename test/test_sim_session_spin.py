@@ -16,7 +16,7 @@ import time
 import pytest
 
 from piper_recorder.names import EEF_POSE, STATUS, node_topic
-from piper_recorder.sim_session import SimSession
+from piper_recorder.graph.sim_session import SimSession
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 

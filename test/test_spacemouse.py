@@ -1,5 +1,5 @@
 """SpaceMouse input without ROS: 3Dconnexion HID reports (byte fixtures written from the documented
-layouts, piper_recorder.spacemouse.hid) decoded, read through a fake device the reader opens exactly
+layouts, piper_recorder.teleop.spacemouse.hid) decoded, read through a fake device the reader opens exactly
 like /dev/hidraw (a FIFO, one report per read), found in a fake sysfs tree, and mapped through the real
 TeleopCore (clutch, limits, recorder actions) with an ideal arm that follows its targets."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from piper_recorder.spacemouse.hid import HidDecoder, hidraw_devices
-from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
-from piper_recorder.spacemouse.reader import HidrawReader
+from piper_recorder.teleop.spacemouse.hid import HidDecoder, hidraw_devices
+from piper_recorder.teleop.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
+from piper_recorder.teleop.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.clutch import ClutchEvent
 from piper_recorder.teleop.mapper import Action, TeleopConfig, TeleopCore
 from piper_recorder.teleop.rotations import angle_between
@@ -372,8 +372,11 @@ def test_config_is_validated():
 
 # ---- launch --------------------------------------------------------------------------------------
 def test_teleop_input_spacemouse_starts_no_headset_node(tmp_path):
-    from piper_recorder.launcher import LaunchError, config_path, launch_graph, plan_graph
-    from piper_recorder.params_file import read_params_file
+    from piper_recorder.graph.errors import LaunchError
+    from piper_recorder.graph.graph_node import launch_graph
+    from piper_recorder.graph.install import config_path
+    from piper_recorder.graph.plan import plan_graph
+    from piper_recorder.params.params_file import read_params_file
 
     plan = plan_graph("sim", config_path("sim"), ["teleop.spacemouse.device=/dev/hidraw3"], tmp_path,
                       teleop_input="spacemouse")

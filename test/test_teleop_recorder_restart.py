@@ -19,7 +19,7 @@ from std_msgs.msg import String  # noqa: E402
 from proc import ProcGroup  # noqa: E402
 from support.recorder_rig import REC, Rig, episodes, recorder_args  # noqa: E402
 
-from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
+from piper_recorder.nodes.plumbing.stamps import ns_to_stamp  # noqa: E402
 from piper_recorder.nodes.teleop import HAPTIC_PATTERNS  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 from support.waiting import wait_for  # noqa: E402

@@ -22,7 +22,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from proc import ProcGroup  # noqa: E402
 
-from piper_recorder.launcher import free_port  # noqa: E402
+from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 from support.reports import read_report  # noqa: E402
 from support.waiting import wait_for  # noqa: E402

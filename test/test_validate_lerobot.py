@@ -339,7 +339,7 @@ def test_chunked_root(tmp_path):
 def test_writer_output_validates_and_finalizes(tmp_path):
     """The project's own writer, across a resume, a discard and a delete, against this independent validator."""
     from lerobot_fixtures import random_episode
-    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
     root = tmp_path / "w"
     cfg = WriterConfig(fps=30, cameras={"cam_front": CameraSpec(height=48, width=64),
                                         "cam_wrist": CameraSpec(height=48, width=64)})

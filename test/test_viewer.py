@@ -84,7 +84,7 @@ def test_colorize_depth_marks_invalid_black():
 
 
 def test_rgbd_report_in_browser(tmp_path):
-    from rgbd_writer.writer import RgbdConfig, RgbdWriter
+    from rgbd_writer import RgbdConfig, RgbdWriter
 
     rng = np.random.default_rng(0)
     path = tmp_path / "rgbd.hdf5"

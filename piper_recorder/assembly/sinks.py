@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .assembler import Frame, Row
-from .features import PIPER_TABLE, FeatureTable
+from piper_recorder.features.table import PIPER_TABLE, FeatureTable
 
 # The Piper table's LeRobot columns (column -> row value key) and RGB-D state terms.
 LEROBOT_COLUMNS = PIPER_TABLE.columns()

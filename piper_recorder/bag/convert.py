@@ -50,8 +50,8 @@ MAX_WRITER_BACKLOG = 256   # rows/frames queued for the writer thread before the
 Progress = Callable[[int, float, float], None]   # (bag index, seconds done, seconds total)
 
 if TYPE_CHECKING:
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
-    from rgbd_writer.writer import RgbdWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
+    from rgbd_writer import RgbdWriter
 
 
 @dataclass
@@ -92,7 +92,7 @@ def open_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter | RgbdWriter:
 
 
 def _lerobot_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter:
-    from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+    from piper_recorder.lerobot.writer import LeRobotWriter
 
     assert isinstance(opts.settings, LeRobotRecorderConfig)
     tm = opts.topics
@@ -100,7 +100,7 @@ def _lerobot_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter:
 
 
 def _rgbd_writer(opts: ConvertOptions, path: Path) -> RgbdWriter:
-    from rgbd_writer.writer import RgbdWriter
+    from rgbd_writer import RgbdWriter
 
     assert isinstance(opts.settings, RgbdRecorderConfig)
     tm = opts.topics

@@ -15,12 +15,12 @@ from typing import Any
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import get_typestore
 
-from piper_recorder.assembly.cdr import STORE
+from piper_recorder.cdr.decode import STORE
 from piper_recorder.errors import PiperInputError
 
 # Decode with the bag's embedded definitions when present, else the Kilted store (what we record with);
 # a fresh store per bag, since a reader registers the bag's own definitions into it.
-DEFAULT_STORE = STORE   # assembly.cdr: one store for bags and the live recorders
+DEFAULT_STORE = STORE   # cdr.decode: one store for bags and the live recorders
 FINGERPRINT_METHOD = "sha256-sampled-v1"
 _BLOCK = 1 << 20
 _STRIDE = 64 << 20

@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from piper_recorder.cli.errors import exits_2_on_bad_input
 from piper_recorder.lerobot.format.layout import EPISODES_STATS
 from piper_recorder.names import EPISODE_EVENTS
-from piper_recorder.outpaths import overlapping_input
+from piper_recorder.storage.outpaths import overlapping_input
 
 EPILOG = """\
 episodes: from the bag's /episode_events when present (the "saved" events of the matching recorder:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = a.config
         if config in ("sim", "robot"):
-            from piper_recorder.launcher import config_path
+            from piper_recorder.graph.install import config_path
 
             config = config_path(config)
         settings = load_config(RECORDER_CONFIGS[a.format], config)

@@ -1,6 +1,6 @@
 """piper-demo --out DIR [--episodes 3] [--seconds 10]: record through the simulated ROS 2 graph, validate.
 
-Starts the simulated graph from config/sim.yaml as separate processes (piper_recorder.launcher):
+Starts the simulated graph from config/sim.yaml as separate processes (piper_recorder.graph.plan):
 simulated headset (its built-in ``continuous`` script: clutch engaged throughout, figure-eight with a
 yaw swing, moving trigger, no buttons), quest_bridge, teleop, piper_arm (CAN emulator), the sim
 cameras and both recorders, in a private ROS domain on loopback. When arm feedback, every camera and
@@ -9,7 +9,7 @@ seconds, stop both, wait for both "saved" events), stops the graph, validates DI
 (piper-validate rules; lerobot-doctor --fail-on warn when installed: any warning fails the demo) and
 DIR/rgbd.hdf5, and prints a summary. Exit status 0 only if every step and every check passed.
 
-The graph and its client are ``piper_recorder.sim_session.SimSession`` (end-to-end tests and
+The graph and its client are ``piper_recorder.graph.sim_session.SimSession`` (end-to-end tests and
 bench/graph_capacity.py use it too).
 """
 from __future__ import annotations
@@ -23,12 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.launcher import LaunchError, config_path, find_script
+from piper_recorder.graph.errors import LaunchError
+from piper_recorder.graph.install import config_path, find_script
 from piper_recorder.lerobot.format.fsutil import read_jsonl
 from piper_recorder.lerobot.format.layout import EPISODES, INFO
-from piper_recorder.outpaths import dir_problem
-from piper_recorder.sim_session import DemoError, EpisodeResult, SimSession, size_overrides
-from piper_recorder.supervision import interrupt_on_stop_signals
+from piper_recorder.storage.outpaths import dir_problem
+from piper_recorder.graph.sim_session import DemoError, EpisodeResult, SimSession, size_overrides
+from piper_recorder.process.supervision import interrupt_on_stop_signals
 
 SETTLE_S = 3.0  # after start-up (imports, discovery, encoder set-up) before the first episode
 

@@ -12,7 +12,8 @@ import argparse
 import sys
 import time
 
-from piper_recorder.lerobot.export.operation import TARGETS, ExportError, export
+from piper_recorder.lerobot.export.operation import TARGETS, export
+from piper_recorder.lerobot.export.source import ExportError
 from piper_recorder.cli.errors import exits_2_on_bad_input
 
 

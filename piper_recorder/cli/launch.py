@@ -1,7 +1,7 @@
 """piper-launch sim|robot [--config FILE] [--set node.param=value ...]: run the graph without `ros2 launch`.
 
 Leases a private ROS domain (loopback discovery) unless --domain-id is given, starts every node as
-its own process (see piper_recorder.launcher), waits until all nodes are in the graph, then runs
+its own process (see piper_recorder.graph.plan), waits until all nodes are in the graph, then runs
 until Ctrl-C or until a process dies (exit 1).
 """
 from __future__ import annotations
@@ -13,11 +13,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from piper_recorder.launch_supervisor import Graph
-from piper_recorder.launcher import LaunchError, config_path, plan_graph
-from piper_recorder.outpaths import dir_problem
-from piper_recorder.rosenv import apply_dds_env, lease_domain, loopback_env
-from piper_recorder.supervision import on_stop_signals
+from piper_recorder.graph.supervisor import Graph
+from piper_recorder.graph.errors import LaunchError
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.storage.outpaths import dir_problem
+from piper_recorder.graph.rosenv import apply_dds_env, lease_domain, loopback_env
+from piper_recorder.process.supervision import on_stop_signals
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = a.config
         if config in ("sim", "robot"):
-            from piper_recorder.launcher import config_path
+            from piper_recorder.graph.install import config_path
 
             config = config_path(config)
         cfg = load_config(LeRobotRecorderConfig, config)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piper_recorder.dashboard.rates import RateMeter
-from piper_recorder.delivery import link_health
+from piper_recorder.process.delivery import link_health
 from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_info_pattern, camera_topic, check_topic_pattern
 from piper_recorder.piper.kinematics import SDK_JOINT_MAX, SDK_JOINT_MIN
 from piper_recorder.teleop.limits import LIMIT_NAMES
@@ -224,7 +224,7 @@ def _rates(v: Any, keys: tuple[str, ...]) -> dict[str, JsonDict] | None:
 
 
 def clean_delivery(f: _Fields) -> JsonDict:
-    """An image consumer's delivery fields (``piper_recorder.delivery``), each of its type."""
+    """An image consumer's delivery fields (``piper_recorder.process.delivery``), each of its type."""
     need = f.data.get("images_required")
     return {"images_received": f.rates("images_received", ("count", "fps", "stamp_fps")),
             "images_required": {k: _number(need.get(k)) for k in ("min_delivery", "min_fps")}

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from piper_recorder.lerobot.format.errors import DatasetError
-from piper_recorder.outpaths import overlapping_input
-from piper_recorder.sidelock import SideLock
+from piper_recorder.storage.outpaths import overlapping_input
+from piper_recorder.storage.sidelock import SideLock
 
 STAGING_SUFFIX = ".dsedit-staging"
 LOCK_SUFFIX = ".dsedit-lock"

@@ -1,6 +1,6 @@
 """Editing LeRobot v2.0 / v2.1 roots: the picked episodes go through ``LeRobotWriter.import_episode``.
 
-A source is read with ``export.open_source`` (only roots this project writes: our path templates,
+A source is read with ``export.source.open_source`` (only roots this project writes: our path templates,
 bookkeeping columns, every camera in every episode, files present), and its writer configuration
 is rebuilt from ``info.json`` + ``modality.json`` and checked to reproduce both exactly, so the
 output root is what the writer would have written had it recorded the picked episodes in this order:
@@ -32,14 +32,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from piper_recorder import __version__
-from piper_recorder.lerobot.export import operation as export
+from piper_recorder.lerobot.export.files import link_or_copy
+from piper_recorder.lerobot.export.source import ExportError, Source, open_source
 from piper_recorder.lerobot.format import episode_stats, fsutil, layout
 from piper_recorder.lerobot.writer import meta_builders
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.format.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
 from piper_recorder.lerobot.format.root import Root
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from piper_recorder.names import IMAGES_PREFIX
 
 from .common import TOOL, EditError, EpisodeInfo, Pick
@@ -51,9 +52,9 @@ _CODECS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "vp9": "lib
 
 @dataclass
 class LeRobotSource:
-    """One source root: what ``export.open_source`` checked, plus the writer config it was written with."""
+    """One source root: what ``export.source.open_source`` checked, plus the writer config it was written with."""
 
-    src: export.Source
+    src: Source
     cfg: WriterConfig
     modality: dict[str, Any]
     lock_fd: int | None
@@ -94,8 +95,8 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
             if not ep.tasks or "task_index" not in ep.extras:
                 raise EditError(f"{path / layout.EPISODES}: line {n} has no task")
         try:
-            src = export.open_source(path, model)
-        except export.ExportError as e:
+            src = open_source(path, model)
+        except ExportError as e:
             raise EditError(str(e).replace("cannot be exported", "cannot be edited")
                             .replace("piper-export reads", f"{TOOL} edits")) from None
         assert model.modality is not None   # open_source refuses a root without one
@@ -120,7 +121,7 @@ def _guess_combined(key: str, names: tuple[str, ...], feats: dict[str, dict[str,
     return None
 
 
-def config_of(src: export.Source, modality: dict[str, Any]) -> WriterConfig:
+def config_of(src: Source, modality: dict[str, Any]) -> WriterConfig:
     """The ``WriterConfig`` that writes exactly this root's info.json features and modality.json."""
     info = src.info
     feats: dict[str, dict[str, Any]] = info["features"]
@@ -217,7 +218,7 @@ def _columns(table: pa.Table, keys: list[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _images(src: export.Source, i: int) -> dict[str, tuple[np.ndarray, int]]:
+def _images(src: Source, i: int) -> dict[str, tuple[np.ndarray, int]]:
     """The episode's sampled image histograms by camera from its stats record (missing ones are
     decoded from the video by ``import_episode``, as the writer does)."""
     rec = episode_stats.load_record(src.root / episode_stats.record_relpath(i)) or {}
@@ -259,12 +260,12 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
             for key in s.video_keys:
                 cam = key.removeprefix(IMAGES_PREFIX)
                 videos[cam] = work / f"{cam}.mp4"
-                export.link_or_copy(s.root / s.video_rel(p.episode, key), videos[cam])
+                link_or_copy(s.root / s.video_rel(p.episode, key), videos[cam])
             raw = s.root / s.extras_rel(p.episode)
             raw_tmp = None
             if raw.is_file():
                 raw_tmp = work / "quest.jsonl"
-                export.link_or_copy(raw, raw_tmp)
+                link_or_copy(raw, raw_tmp)
             w.import_episode(p.task, table.column("timestamp").to_numpy(), _columns(table, keys), videos, raw_tmp,
                              rec, _images(s, p.episode))
             shutil.rmtree(work, ignore_errors=True)

@@ -22,7 +22,7 @@ from piper_recorder.lerobot.export import operation as export
 from piper_recorder.lerobot.format import fsutil
 from piper_recorder.lerobot.format.layout import INFO, MODALITY, ROTATION_TYPES
 
-from piper_recorder.outpaths import located, nested
+from piper_recorder.storage.outpaths import located, nested
 
 from . import lerobot_edit, rgbd_edit
 from piper_recorder.recording.verdict import OUTCOMES, VERDICTS, label_fields

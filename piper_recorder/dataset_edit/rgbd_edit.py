@@ -27,7 +27,7 @@ from piper_recorder.lerobot.format import fsutil
 from piper_recorder.names import CAMERA
 from rgbd_writer import schema
 from rgbd_writer.validate import validate_file
-from rgbd_writer.writer import RgbdConfig, RgbdWriter
+from rgbd_writer import RgbdConfig, RgbdWriter
 
 from .common import EditError, EpisodeInfo, Pick
 

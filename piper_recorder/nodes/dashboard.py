@@ -29,7 +29,10 @@ from piper_recorder.dashboard.server import Dashboard, DashboardServer
 from piper_recorder.names import (CAMERA_STATUS_TOPIC_PATTERN, COMMANDED_POSE, DIAGNOSTICS, EPISODE_EVENTS,
                                   JOINT_STATES, QUEST_POSE_PATTERN, STATUS, TELEOP_STATUS, camera_topic,
                                   camera_topic_regex, node_topic, quest_topic)
-from piper_recorder.nodes.common import ParameterError, declare_config, live_image_qos, message_callback, run_node
+from piper_recorder.nodes.plumbing.callbacks import message_callback
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.qos import live_image_qos
+from piper_recorder.nodes.plumbing.run_node import run_node
 
 # topic -> (type, required): silence of a required topic marks the graph degraded. One topic per link of
 # the chain (headset -> bridge, arm feedback, arm commands); /arm/eef_pose would only repeat joint_states'

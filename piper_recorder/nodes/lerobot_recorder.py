@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import sys
 
-# image_to_numpy: the helper the input router reads images with (test_bag_config checks the nodes share it)
-from piper_recorder.assembly.messages import image_to_numpy  # noqa: F401
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
 from piper_recorder.recording.inputs import TopicMap
 from piper_recorder.recording.targets import LeRobotTarget
 
-from .common import run_node
+from piper_recorder.nodes.plumbing.run_node import run_node
 from .recorder_base import RecorderNode
 
 
@@ -30,7 +28,7 @@ class LeRobotRecorder(RecorderNode):
         super().__init__(LeRobotRecorderConfig.node_name)
 
     def make_target(self, topics: TopicMap) -> LeRobotTarget:
-        from piper_recorder.lerobot.writer.dataset_writer import LeRobotWriter
+        from piper_recorder.lerobot.writer import LeRobotWriter
 
         writer = LeRobotWriter(self.cfg.root, lerobot_writer_config(self.cfg, topics.cameras, table=topics.table))
         return LeRobotTarget(writer, save_raw_quest=self.cfg.save_raw_quest, table=topics.table,

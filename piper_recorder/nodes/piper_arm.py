@@ -28,8 +28,11 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder import cdr_encode
-from piper_recorder.nodes.common import ParameterError, PolledInputs, declare_config, run_in_thread, run_node
+from piper_recorder.cdr import encode as cdr_encode
+from piper_recorder.nodes.plumbing.executors import run_in_thread
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
 from piper_recorder.piper.controller import ArmController
@@ -44,7 +47,7 @@ FRAME = "arm_base"
 
 
 def _pose_bytes(stamp_ns: int, t: np.ndarray) -> bytes:
-    """A 4x4 flange pose as a serialized PoseStamped in ``arm_base`` (``cdr_encode``: published as bytes)."""
+    """A 4x4 flange pose as a serialized PoseStamped in ``arm_base`` (``cdr.encode``: published as bytes)."""
     return cdr_encode.pose_stamped(stamp_ns, FRAME, t[:3, 3].tolist(), kin.matrix_to_quat(t[:3, :3]).tolist())
 
 
@@ -126,7 +129,7 @@ class PiperArmNode(Node):
         self.ctl.set_gripper(msg.position[names.index("gripper")])
 
     # ------------------------------------------------------------ outputs
-    # The four 100 Hz topics go out as serialized bytes (``cdr_encode``): rclpy's conversion of a typed
+    # The four 100 Hz topics go out as serialized bytes (``cdr.encode``): rclpy's conversion of a typed
     # message was most of each publish's cost in this process (module doc there).
     def _on_command(self, stamp_s: float, pose: np.ndarray | None, gripper: float | None) -> None:
         ns = int(stamp_s * 1e9)

@@ -31,13 +31,18 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import image_to_numpy, joint_positions, pose, stamp_ns
-from piper_recorder.delivery import ImageCounts
+from piper_recorder.process.delivery import ImageCounts
 from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_ACTOR, POLICY_PROVENANCE,
                                   POLICY_SERVICES, QUEST_JOY_PATTERN, STATUS, TARGET_GRIPPER, TARGET_POSE,
                                   TELEOP_STATUS, camera_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, ParameterError, declare_config, live_image_qos,
-                                         message_callback, now_ns, ns_to_stamp, run_in_thread, run_node)
-from piper_recorder.policy.backend import make_backend
+from piper_recorder.nodes.plumbing.callbacks import message_callback
+from piper_recorder.nodes.plumbing.executors import run_in_thread
+from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.qos import live_image_qos
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import now_ns, ns_to_stamp
+from piper_recorder.policy.spec import make_backend
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
 from piper_recorder.policy.runtime import PolicyRuntime
@@ -92,7 +97,7 @@ class PolicyNode(Node):
         self.create_subscription(JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
         self.create_subscription(PoseStamped, EEF_POSE, self._on_eef, sensor, callback_group=g)
         self.create_subscription(String, ARM_PROVENANCE, self._on_arm_provenance, latched, callback_group=g)
-        # frames received per camera against the observation grid's rate (delivery health, piper_recorder.delivery)
+        # frames received per camera against the observation grid's rate (delivery health, piper_recorder.process.delivery)
         self.image_counts = ImageCounts(list(meta.cameras))
         self.input_fps = cfg.fps or meta.fps
         for i, cam in enumerate(meta.cameras):

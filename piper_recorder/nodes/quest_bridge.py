@@ -25,29 +25,33 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Joy
 from std_msgs.msg import String
 
-from piper_recorder import cdr_encode
+from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.names import (DIAGNOSTICS, QUEST_COMMAND, QUEST_DEVICES, QUEST_HANDS, QUEST_HAPTIC, QUEST_HELLO,
                                   QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, QUEST_RAW, quest_topic)
-from piper_recorder.nodes.common import declare_config, ns_to_stamp, run_node, timer_callback
+from piper_recorder.nodes.plumbing.callbacks import timer_callback
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 from piper_recorder.quest.bridge_core import BridgeCore, BridgeOutput
 from piper_recorder.quest.client import ClientConfig, QuestClient, haptic_from_json
 from piper_recorder.quest.clock import ClockMapperConfig
-from piper_recorder.quest.protocol import MAX_LINE_BYTES, QUAT_TOLERANCE, Message
+from piper_recorder.quest.protocol import Message
 from piper_recorder.quest.video import ui_command_from_json
 
 
 @dataclass
 class QuestBridgeConfig:
-    host: str = "127.0.0.1"
-    port: int = 8735
-    reconnect_s: float = 1.0
-    reconnect_max_s: float = 5.0
-    silence_timeout_s: float = 6.0
-    max_line_bytes: int = MAX_LINE_BYTES
-    quat_tolerance: float = QUAT_TOLERANCE
+    # the headset link's and the clock mapper's settings default to their cores' (one set of defaults)
+    host: str = ClientConfig.host
+    port: int = ClientConfig.port
+    reconnect_s: float = ClientConfig.reconnect_s
+    reconnect_max_s: float = ClientConfig.reconnect_max_s
+    silence_timeout_s: float = ClientConfig.silence_timeout_s
+    max_line_bytes: int = ClientConfig.max_line_bytes
+    quat_tolerance: float = ClientConfig.quat_tolerance
     publish_raw: bool = True
-    clock_window_s: float = 10.0
-    clock_jump_threshold_s: float = 0.25
+    clock_window_s: float = ClockMapperConfig.window_s
+    clock_jump_threshold_s: float = ClockMapperConfig.jump_threshold_s
     frame_prefix: str = "quest_"
     diagnostics_period_s: float = 1.0
     stale_s: float = 0.5  # no frame for this long while connected -> WARN
@@ -122,7 +126,7 @@ class QuestBridge(Node):
     def _publish(self, out: BridgeOutput, recv_ns: int) -> None:
         """A topic nobody subscribes to (often /quest/head/pose and the other hand's pose) is not even
         serialized: ~540 messages/s at 90 Hz otherwise. A subscriber (a rosbag recorder included) that
-        joins is served from its next frame on. Messages go out serialized by ``cdr_encode`` (rclpy's
+        joins is served from its next frame on. Messages go out serialized by ``cdr.encode`` (rclpy's
         conversion of a typed message was most of each publish's cost). A new input source is marked
         first, by an empty Joy on each hand (teleop releases its clutch on it, before any of the new
         source's poses or grips can reach it on the same streams)."""

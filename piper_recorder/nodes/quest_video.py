@@ -35,13 +35,17 @@ from sensor_msgs.msg import Image as ImageMsg
 from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy
-from piper_recorder.delivery import ImageCounts, link_health, panel_target, received_rate
+from piper_recorder.process.delivery import ImageCounts, link_health, panel_target, received_rate
 from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
                                   EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
                                   check_topic_pattern, node_topic)
-from piper_recorder.nodes.common import declare_config, live_image_qos, run_node, stamp_to_ns, timer_callback
+from piper_recorder.assembly.messages import stamp_to_ns
+from piper_recorder.nodes.plumbing.callbacks import timer_callback
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.qos import live_image_qos
+from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
-from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, VIDEO_PORT, HUD_PANEL,
+from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, HUD_PANEL,
                                         PanelSender, SenderConfig, color_command)
 
 LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
@@ -52,8 +56,9 @@ RECORDER_STALE_S = 3.0
 
 @dataclass
 class QuestVideoConfig:
-    host: str = "127.0.0.1"
-    port: int = VIDEO_PORT
+    # the video channel's link settings default to the sender's (one set of defaults)
+    host: str = SenderConfig.host
+    port: int = SenderConfig.port
     cameras: list[str] = field(default_factory=list)   # panels 0..2, left to right
     image_topic_pattern: str = COLOR_TOPIC_PATTERN   # the recorders' parameter: names, one placeholder {cam}
     fps: float = 15.0
@@ -66,8 +71,8 @@ class QuestVideoConfig:
     recorder: str = LEROBOT_RECORDER   # whose status and events the HUD shows
     tint: bool = True
     tint_refresh_s: float = 5.0
-    reconnect_s: float = 1.0
-    reconnect_max_s: float = 5.0
+    reconnect_s: float = SenderConfig.reconnect_s
+    reconnect_max_s: float = SenderConfig.reconnect_max_s
 
     def sender(self) -> SenderConfig:
         return SenderConfig(host=self.host, port=self.port, reconnect_s=self.reconnect_s,
@@ -281,7 +286,7 @@ class QuestVideo(Node):
                   "dropped": {str(k): v for k, v in sorted(st.dropped.items())},
                   "bytes_sent": st.bytes_sent, "camera_frames_skipped": skipped, "cameras": cams,
                   "last_error": st.last_error, "images_received": received, "panels": panels}
-        # The HUD's health: our panels and the primary recorder's delivery, per camera (piper_recorder.delivery);
+        # The HUD's health: our panels and the primary recorder's delivery, per camera (piper_recorder.process.delivery);
         # panels are judged only while the headset link is up (nothing is encoded while it is away).
         mine = status if st.state == "connected" else {**status, "panels": {}}
         links = link_health({"quest_video": mine, self.cfg.recorder: recorder}, published)

@@ -4,7 +4,7 @@ events, provenance.
 
 Threads (why encoding never blocks a message callback):
 - The inputs (arm, cameras, headset lines: ~500 messages/s) are served by no executor: the tick
-  thread takes what arrived before each row (``nodes.common.PolledInputs``, on a node of their own,
+  thread takes what arrived before each row (``nodes.plumbing.polled_inputs.PolledInputs``, on a node of their own,
   ``<name>_inputs``), with each message's DDS reception time as its receive time: about half the
   CPU of an executor waking for each message (``bench/executor_overhead.py``). A message only wraps
   its buffer with numpy (no copy for rgb8/16UC1) and goes into the assembler under a short lock. The
@@ -43,8 +43,6 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-# joint_positions, pose: the message helpers the router's adapters use (test_bag_config checks the nodes share them)
-from piper_recorder.assembly.messages import joint_positions, pose  # noqa: F401
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController, parse_stop_at
 from piper_recorder.recording.inputs import TopicMap, topic_map
@@ -53,13 +51,18 @@ from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, R
 from piper_recorder.recording.targets import EpisodeTarget
 from piper_recorder.recording.verdict import VerdictConfig
 
-from piper_recorder.delivery import RECORDER_MIN_DELIVERY, ImageCounts
+from piper_recorder.process.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
                                   STOP_EPISODE_AT)
 
-from .common import (ArrivalExecutor, DecodeErrors, ParameterError, PolledInputs, arrival_or_now, declare_config,
-                     message_callback, now_ns, recorder_image_qos, run_in_thread, spin_until)
+from piper_recorder.nodes.plumbing.callbacks import message_callback
+from piper_recorder.nodes.plumbing.decoded_subscription import DecodeErrors
+from piper_recorder.nodes.plumbing.executors import ArrivalExecutor, arrival_or_now, run_in_thread, spin_until
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.qos import recorder_image_qos
+from piper_recorder.nodes.plumbing.stamps import now_ns
 
 
 def message_class(msg_type: str) -> Any:
@@ -114,7 +117,7 @@ class RecorderNode(Node):
             stop_reach_s=cfg.stop_reach_s, drain=lambda: self.inputs.poll())
         self.router = InputRouter(topics, self.controller, depth=target.depth,
                                   warn=lambda m: self.get_logger().error(m))
-        # frames received per camera (delivery health, piper_recorder.delivery): colour, and depth for RGB-D
+        # frames received per camera (delivery health, piper_recorder.process.delivery): colour, and depth for RGB-D
         streams = [(cam, ct.color) for cam, ct in topics.cameras.items()]
         if target.depth:
             streams += [(f"{cam}/depth", ct.depth) for cam, ct in topics.cameras.items() if ct.depth]
@@ -126,7 +129,7 @@ class RecorderNode(Node):
                                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.decode_errors = DecodeErrors()
         # taken on the tick thread before each row, not by the executor (PolledInputs; module doc), and
-        # decoded as the bag converter decodes (assembly.cdr): the same objects into the router
+        # decoded as the bag converter decodes (cdr.decode): the same objects into the router
         self.inputs = PolledInputs(self, self.decode_errors)
         for r in self.router.routes:
             qos = (self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT

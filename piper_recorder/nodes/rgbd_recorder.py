@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import sys
 
-# image_to_numpy: the helper the input router reads images with (test_bag_config checks the nodes share it)
-from piper_recorder.assembly.messages import image_to_numpy  # noqa: F401
 from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_config
 from piper_recorder.recording.inputs import TopicMap
 from piper_recorder.recording.targets import RgbdTarget
 
-from .common import run_node
+from piper_recorder.nodes.plumbing.run_node import run_node
 from .recorder_base import RecorderNode
 
 
@@ -29,7 +27,7 @@ class RgbdRecorder(RecorderNode):
         super().__init__(RgbdRecorderConfig.node_name)
 
     def make_target(self, topics: TopicMap) -> RgbdTarget:
-        from rgbd_writer.writer import RgbdWriter
+        from rgbd_writer import RgbdWriter
 
         writer = RgbdWriter(self.cfg.path, rgbd_writer_config(self.cfg, topics.cameras, table=topics.table))
         return RgbdTarget(writer, next(iter(topics.cameras)), topics.table, verdict=self.verdict_cfg, fps=self.cfg.fps)

@@ -38,11 +38,15 @@ from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
-from piper_recorder import cdr_encode
-from piper_recorder.delivery import ImageCounts, received_rate
+from piper_recorder.cdr import encode as cdr_encode
+from piper_recorder.process.delivery import ImageCounts, received_rate
 from piper_recorder.names import (CAMERA, CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE,
                                   DEPTH_INFO, EEF_POSE, STATUS)
-from piper_recorder.nodes.common import PolledInputs, declare_config, now_ns, run_node, stamp_to_ns
+from piper_recorder.assembly.messages import stamp_to_ns
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import now_ns
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
 from piper_recorder.sim.history import PoseHistory
@@ -100,7 +104,7 @@ class SimCamera(Node):
         self._start = time.monotonic()
         self.faults = self._fault_plan(self.cfg, self._start)
         self.published = 0
-        self._sent = ImageCounts(["color"])   # published frames and their stamps (piper_recorder.delivery)
+        self._sent = ImageCounts(["color"])   # published frames and their stamps (piper_recorder.process.delivery)
         self.skipped = 0
         self.late_skipped = 0
         self.stale_poses = 0
@@ -179,7 +183,7 @@ class SimCamera(Node):
         return serialize_message(info)
 
     def _image(self, stamp_ns: int, encoding: str, pixels: np.ndarray, step: int) -> bytes:
-        """A serialized Image of ``pixels`` (``cdr_encode``: one copy of the pixels, no typed message)."""
+        """A serialized Image of ``pixels`` (``cdr.encode``: one copy of the pixels, no typed message)."""
         return cdr_encode.image(stamp_ns, self._frame_id, pixels.shape[0], pixels.shape[1], encoding, step,
                                 np.ascontiguousarray(pixels).data)
 

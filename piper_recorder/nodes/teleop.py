@@ -39,7 +39,7 @@ newest forced release; ``forced_releases`` counts them). A grip the interlocks r
 (the core's ``TickResult.haptics``); both used to be silent.
 
 ``input: spacemouse`` drives the same core from a 3Dconnexion SpaceMouse instead of the headset
-(``piper_recorder.spacemouse``, parameters ``spacemouse.*``): no ``/quest/*`` subscription; a reader
+(``piper_recorder.teleop.spacemouse``, parameters ``spacemouse.*``): no ``/quest/*`` subscription; a reader
 thread blocks on the hidraw device (no CPU while the cap rests) and hands each report to
 ``SpaceMouseInput`` under the lock, and each control tick feeds the integrated pose and the buttons to
 the core (``SpaceMouseInput.step``). It is a mode of this node, not a node of its own, because the
@@ -69,14 +69,19 @@ from sensor_msgs.msg import JointState, Joy as JoyMsg
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder import cdr_encode
+from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.names import (ARM_STATUS, GRIPPER_JOINTS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
                                   QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
                                   TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
-from piper_recorder.nodes.common import (FixedRateLoop, PolledInputs, declare_config, message_callback, now_ns,
-                                         run_node, stamp_to_ns, timer_callback)
-from piper_recorder.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
-from piper_recorder.spacemouse.reader import HidrawReader
+from piper_recorder.assembly.messages import stamp_to_ns
+from piper_recorder.nodes.plumbing.callbacks import message_callback, timer_callback
+from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
+from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.stamps import now_ns
+from piper_recorder.teleop.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
+from piper_recorder.teleop.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
@@ -236,7 +241,7 @@ class TeleopNode(Node):
             self.get_logger().warning(f"clutch refused: {res.reason}")
         if res.target is None or res.gripper is None:   # a target always comes with its gripper width
             return
-        # serialized here (``cdr_encode``) and published as bytes: rclpy's conversion of a typed message
+        # serialized here (``cdr.encode``) and published as bytes: rclpy's conversion of a typed message
         # was most of each 100 Hz publish's cost
         ns = now_ns(self)
         self.pub_target.publish(cdr_encode.pose_stamped(ns, self.ncfg.arm_frame, res.target.p.tolist(),

@@ -9,7 +9,7 @@ Modules:
 - ``wire``: frame ids, move modes, JointMitCtrl packing.
 - ``link.PiperLink``: the only piper_sdk user (open socketcan or any python-can interface, feedback
   snapshot in SI units, typed commands).
-- ``limits.Limits``: target validation (finite, unit quaternion, workspace box, IK reachability).
+- ``limits.TargetLimits``: target validation (finite, unit quaternion, the acceptance box, IK reachability).
 - ``backends``: ``ArmConfig`` (the piper_arm node parameters), ``PositionBackend``, ``ImpedanceBackend``.
 - ``controller.ArmController``: the control loop with the safety rules (stale target, CAN silence).
 - ``emulator.PiperEmulator``: the firmware stand-in on a python-can virtual bus.

@@ -88,12 +88,19 @@ class ArmConfig:
     can_silence_s: float = 0.2
     joint_min: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MIN.tolist())
     joint_max: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MAX.tolist())
+    # The acceptance box (ROS parameters ``workspace_min/max``): a target outside it is refused
+    # (``limits.TargetLimits``). Not teleop's clamp box (``limits.workspace_min/max``, ``LimitsConfig.clamp_box``).
     workspace_min: list[float] = field(default_factory=lambda: [-0.05, -0.45, 0.0])
     workspace_max: list[float] = field(default_factory=lambda: [0.65, 0.45, 0.65])
     home_joints: list[float] = field(default_factory=lambda: [0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     home_speed: float = 0.6                 # rad/s of the go_home joint trajectory
     gripper_max: float = 0.07               # m
     gripper_effort: float = 1.0             # N m
+
+    @property
+    def accept_box(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) corners of the box a flange target must lie in to be accepted (m, arm base)."""
+        return np.array(self.workspace_min, dtype=float), np.array(self.workspace_max, dtype=float)
 
     def validate(self) -> None:
         if self.backend not in ("position", "impedance"):

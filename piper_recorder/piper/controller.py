@@ -29,7 +29,7 @@ import numpy as np
 
 from . import kinematics as kin
 from .backends import ArmConfig, ImpedanceBackend, make_backend
-from .limits import Limits, Rejection
+from .limits import Rejection, TargetLimits
 from .link import SDK_VERSION, Feedback, PiperLink
 
 
@@ -53,8 +53,7 @@ class ArmController:
         self.take_inputs, self.wait_inputs, self.interrupt = take_inputs, wait_inputs, interrupt
         self.cfg, self.link = cfg, link
         self.backend = make_backend(cfg, link)
-        self.limits = Limits(np.array(cfg.joint_min), np.array(cfg.joint_max),
-                             np.array(cfg.workspace_min), np.array(cfg.workspace_max))
+        self.limits = TargetLimits(np.array(cfg.joint_min), np.array(cfg.joint_max), *cfg.accept_box)
         self.on_command = on_command
         self._lock = threading.Lock()
         self._target: _Target | None = None

@@ -1,4 +1,4 @@
-"""Target validation: finite numbers, unit quaternion, workspace box, joint-limited reachability."""
+"""Target validation: finite numbers, unit quaternion, the acceptance box, joint-limited reachability."""
 from __future__ import annotations
 
 import math
@@ -17,16 +17,20 @@ class Rejection:
 
 
 @dataclass
-class Limits:
+class TargetLimits:
+    """What piper_arm accepts of a target: a flange position inside the acceptance box (``accept_min`` ..
+    ``accept_max``, m, arm base; ``ArmConfig.accept_box``: refused outside, never clamped) and a joint-limited
+    IK solution (``q_min`` .. ``q_max``)."""
+
     q_min: np.ndarray
     q_max: np.ndarray
-    box_min: np.ndarray   # flange position box in the arm base frame (m)
-    box_max: np.ndarray
+    accept_min: np.ndarray
+    accept_max: np.ndarray
     ik_pos_tol: float = 1e-3   # the emulator's firmware IK accepts the same residuals
     ik_rot_tol: float = 1e-2
 
     def __post_init__(self) -> None:
-        self._box = (np.asarray(self.box_min, dtype=float).tolist(), np.asarray(self.box_max, dtype=float).tolist())
+        self._box = (np.asarray(self.accept_min, dtype=float).tolist(), np.asarray(self.accept_max, dtype=float).tolist())
 
     def check(self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray,
               fallback_seeds: Iterable[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray] | Rejection:

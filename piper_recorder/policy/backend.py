@@ -10,16 +10,13 @@ qy, qz; metres, arm-base frame, absolute) followed by ``action.gripper`` (metres
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from piper_recorder.errors import PiperError
-from piper_recorder.lerobot.format.layout import MODALITY
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
@@ -83,48 +80,3 @@ class PolicyBackend(Protocol):
 
     def close(self) -> None:
         ...
-
-
-def make_backend(spec: str, *, timeout_s: float = 1.0, root: str | None = None) -> PolicyBackend:
-    """Backend from a spec string: ``http://host:port[/prefix]``, ``gr00t://host:port``,
-    ``hold``, ``replay:<root>:<episode>``.
-
-    ``gr00t://`` imports ``piper_recorder.policy.gr00t`` and calls
-    ``Gr00tBackend(host, port, timeout_s=..., modality=<root>/meta/modality.json)`` (the training
-    root's modality map names the GR00T keys; without a root the backend uses its default).
-    """
-    spec = spec.strip()
-    if spec.startswith(("http://", "https://")):
-        from piper_recorder.policy.http import HttpBackend
-
-        return HttpBackend(spec, timeout_s=timeout_s)
-    if spec.startswith("gr00t://"):
-        try:
-            mod = importlib.import_module("piper_recorder.policy.gr00t")
-        except ImportError as e:
-            raise ValueError(
-                f"policy {spec!r}: the gr00t backend (piper_recorder/policy/gr00t.py) is not "
-                f"available: {e}") from e
-        hostport = spec[len("gr00t://"):].rstrip("/")
-        host, _, port = hostport.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"policy {spec!r}: expected gr00t://host:port")
-        modality = Path(root) / MODALITY if root else None
-        kwargs: dict[str, object] = {"timeout_s": timeout_s}
-        if modality is not None and modality.is_file():
-            kwargs["modality"] = modality
-        backend: PolicyBackend = mod.Gr00tBackend(host, int(port), **kwargs)
-        return backend
-    if spec == "hold":
-        from piper_recorder.policy.builtin import HoldBackend
-
-        return HoldBackend()
-    if spec.startswith("replay:"):
-        from piper_recorder.policy.builtin import ReplayBackend
-
-        rest = spec[len("replay:"):]
-        root, sep, episode = rest.rpartition(":")
-        if not sep or not root or not episode.isdigit():
-            raise ValueError(f"policy {spec!r}: expected replay:<root>:<episode index>")
-        return ReplayBackend(root, int(episode))
-    raise ValueError(f"policy {spec!r}: expected http://..., gr00t://host:port, hold or replay:<root>:<episode>")

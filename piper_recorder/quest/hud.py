@@ -42,7 +42,7 @@ class HudState:
     error: str = ""                    # the newest error still within ERROR_HOLD_S
     arm: str = ""                      # arm state from /arm/status ("OK", "ERROR: ...")
     releases: int = 0                  # clutch releases teleop made (teleop's forced_releases)
-    degraded: list[str] = field(default_factory=list)   # deliveries below their mark (piper_recorder.delivery)
+    degraded: list[str] = field(default_factory=list)   # deliveries below their mark (piper_recorder.process.delivery)
     last_release: str = ""             # ... the newest one's reason
     # the last saved episode's curation: "ep3 success ok" (outcome label, integrity verdict; docs/curation.md)
     last_episode: str = ""

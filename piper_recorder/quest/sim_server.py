@@ -47,8 +47,8 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from piper_recorder.outpaths import file_problem
-from piper_recorder.supervision import on_stop_signals, watch_parent
+from piper_recorder.storage.outpaths import file_problem
+from piper_recorder.process.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_HOST, DEFAULT_PORT
 from .hud import RELEASED

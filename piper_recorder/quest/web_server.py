@@ -51,8 +51,8 @@ from urllib.parse import urlsplit
 
 from piper_recorder.dashboard.model import is_loopback
 from piper_recorder.dashboard.server import host_allowed
-from piper_recorder.outpaths import file_problem
-from piper_recorder.supervision import on_stop_signals, watch_parent
+from piper_recorder.storage.outpaths import file_problem
+from piper_recorder.process.supervision import on_stop_signals, watch_parent
 
 from .client import DEFAULT_PORT, NOTICE_PERIOD_S
 from .protocol import MAX_LINE_BYTES, Hello, Rejected, parse_line

@@ -1,6 +1,6 @@
 """The recorders' parameters, writer settings and session record: one ROS-free definition for both paths.
 
-The recorder nodes declare these dataclasses as ROS parameters (``nodes.common.declare_config``); the
+The recorder nodes declare these dataclasses as ROS parameters (``nodes.plumbing.parameters.declare_config``); the
 rosbag converter loads the same classes from the same parameter files (``load_config``, e.g.
 config/sim.yaml or config/robot.yaml) and builds its writers and session record with the same
 functions, so a bag converts with exactly the settings the live recorder used. The converter's only
@@ -17,20 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from piper_recorder.assembly import PIPER_TABLE, AssemblyConfig, FeatureTable
+from piper_recorder.assembly import AssemblyConfig
+from piper_recorder.features import PIPER_TABLE, FeatureTable
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
 from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
                                   DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, LEROBOT_RECORDER, QUEST_HELLO, QUEST_RAW,
                                   REWARD, RGBD_RECORDER, camera_topic, check_topic_pattern)
-from piper_recorder.effective_config import effective_params
+from piper_recorder.params.derived import effective_params
 from piper_recorder.errors import RgbdError
-from piper_recorder.params_file import node_params, read_params_file
+from piper_recorder.params.params_file import node_params, read_params_file
 
 from .verdict import VerdictConfig
 
 if typing.TYPE_CHECKING:
-    from piper_recorder.lerobot.writer.dataset_writer import WriterConfig
-    from rgbd_writer.writer import RgbdConfig
+    from piper_recorder.lerobot.writer import WriterConfig
+    from rgbd_writer import RgbdConfig
 
 UNKNOWN = "unknown"
 CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -287,7 +288,7 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
     the same bag gives the same video whatever the engine, scheduling or retries."""
     from piper_recorder.lerobot.format.features import lerobot_features
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-    from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, WriterConfig
+    from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
     video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0,
@@ -309,7 +310,7 @@ def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopi
     RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
     recorder and the converter say so when they start, not at their first frame."""
     from rgbd_writer.codecs import depth_profile_problem
-    from rgbd_writer.writer import RgbdConfig
+    from rgbd_writer import RgbdConfig
 
     if problem := depth_profile_problem(cfg.depth_codec):
         raise RgbdError(f"depth_codec: {problem}")
@@ -350,7 +351,7 @@ C = TypeVar("C", bound=RecorderConfig)
 
 def load_config(cls: type[C], params_file: str | Path | None = None, node: str | None = None) -> C:
     """``cls`` with the defaults updated from a ROS 2 parameter file's ``/**`` and ``<node>`` sections
-    (``ros__parameters``) and what the node derives from the file's cameras (``effective_config``: the
+    (``ros__parameters``) and what the node derives from the file's cameras (``params.derived``: the
     launchers give the live node the same), read with the rules ``declare_config`` applies; then
     ``validate()``.
 

@@ -1,7 +1,7 @@
 """Which topic feeds which input, and how its messages are read: the recorder nodes and the converter alike.
 
 ``topic_map(fmt, cfg, mapping)`` starts from the topics the recorder's parameters name (each input's
-``topic_param`` in the feature table, ``assembly.features``) and applies a mapping file: the
+``topic_param`` in the feature table, ``features.table``) and applies a mapping file: the
 ``mapping`` parameter of a recorder node, ``--mapping`` of piper-bag2dataset. The result drives the
 subscriptions (``recording.router``), the assembler's inputs and both writers' columns.
 
@@ -23,7 +23,7 @@ Mapping file (every key optional; overrides the recorder settings)::
     raw_quest: null                   # std_msgs/String headset lines (null: none)
     reward: null                      # std_msgs/Float32 (RGB-D)
     actor: /policy/actor              # std_msgs/String (latched) -> complementary_info.actor (LeRobot;
-                                      # opt-in: absent/null = no column; see assembly.features.OPT_IN)
+                                      # opt-in: absent/null = no column; see features.table.OPT_IN)
     provenance: /arm/provenance       # std_msgs/String JSON
     hello: /quest/hello
     episode_events: /episode_events
@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from piper_recorder.assembly.features import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
+from piper_recorder.features.table import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
 from piper_recorder.assembly.messages import Adapter, GripperAdapter, JointStateAdapter, make_adapter
 from piper_recorder.names import ARM_PROVENANCE, EPISODE_EVENTS, QUEST_HELLO
 

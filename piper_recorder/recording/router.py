@@ -90,7 +90,7 @@ class InputRouter:
         """An executor's subscription callback for ``topic``: ``route`` with the receive time from
         ``now()``, read only for a topic that uses it (``uses_receive_time``: reading the ROS clock costs a
         few us a message, for ~500 stamped messages a second that never look at it). The recorders take
-        their inputs with the reception time instead (``nodes.common.PolledInputs``: ``handler``)."""
+        their inputs with the reception time instead (``nodes.plumbing.polled_inputs.PolledInputs``: ``handler``)."""
         fn = self.handler(topic)
         if topic in self._timed:
             return lambda msg: fn(msg, now())

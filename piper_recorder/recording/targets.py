@@ -11,7 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
-from piper_recorder.assembly import PIPER_TABLE, FeatureTable, LeRobotSink, RgbdSink, Sink
+from piper_recorder.assembly import LeRobotSink, RgbdSink, Sink
+from piper_recorder.features import PIPER_TABLE, FeatureTable
 from piper_recorder.assembly.sinks import LeRobotRows, RgbdSteps
 
 from .verdict import VerdictConfig, judge

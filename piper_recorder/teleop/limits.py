@@ -21,6 +21,9 @@ from .rotations import Quat, angle_between, angle_between_t, as_floats, is_finit
 class LimitsConfig:
     max_linear_speed: float = 0.8      # m/s
     max_angular_speed: float = 2.5     # rad/s
+    # The clamp box: teleop moves a target that leaves it back onto its surface (ROS parameters
+    # ``limits.workspace_min/max``). Not the arm's acceptance box (piper_arm's ``workspace_min/max``,
+    # ``ArmConfig.accept_box``), which refuses a target outside it and is wider, so a clamped target is accepted.
     workspace_min: list[float] = field(default_factory=lambda: [0.05, -0.35, 0.03])  # m, arm base
     workspace_max: list[float] = field(default_factory=lambda: [0.55, 0.35, 0.50])
     tether_m: float = 0.12             # max distance target <-> measured EEF; <= 0 disables
@@ -38,6 +41,11 @@ class LimitsConfig:
         if not math.isfinite(self.tether_m):
             raise ValueError(f"tether_m must be finite, got {self.tether_m}")
 
+    @property
+    def clamp_box(self) -> tuple[list[float], list[float]]:
+        """(low, high) corners of the box targets are clamped into (m, arm base)."""
+        return list(self.workspace_min), list(self.workspace_max)
+
 
 class LimitViolation(AssertionError):
     """A target about to be published breaks a hard limit (a bug: the node refuses to publish it)."""
@@ -52,9 +60,8 @@ class Limits:
     def __init__(self, cfg: LimitsConfig):
         cfg.validate()
         self.cfg = cfg
-        self.lo = np.array(cfg.workspace_min, dtype=float)
-        self.hi = np.array(cfg.workspace_max, dtype=float)
-        self._lo, self._hi = self.lo.tolist(), self.hi.tolist()
+        self._lo, self._hi = cfg.clamp_box
+        self.clamp_lo, self.clamp_hi = np.array(self._lo, dtype=float), np.array(self._hi, dtype=float)
         self.acted: tuple[str, ...] = ()   # LIMIT_NAMES that changed the target at the last ``apply``
 
     def inside(self, p: np.ndarray | Sequence[float], margin: float = 0.0) -> bool:
@@ -142,7 +149,7 @@ class Limits:
             raise LimitViolation(f"non-unit quaternion {np.array(q)}")
         m = 1e-9
         if not all(lo - m <= v <= hi + m for v, lo, hi in zip(p, self._lo, self._hi)):
-            raise LimitViolation(f"target {np.array(p)} outside workspace {self.lo}..{self.hi}")
+            raise LimitViolation(f"target {np.array(p)} outside the clamp box {self.clamp_lo}..{self.clamp_hi}")
         step = math.dist(p, prev_p)
         if step > self.cfg.max_linear_speed * dt * (1 + 1e-6) + self.EPS:
             raise LimitViolation(f"linear step {step:.6f} m exceeds cap over dt={dt}")

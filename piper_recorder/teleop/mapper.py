@@ -181,7 +181,7 @@ def _valid_pose(p: ArrayLike, q: ArrayLike) -> _FPose | None:
 class TeleopCore:
     def __init__(self, cfg: TeleopConfig, remap: np.ndarray | None = None):
         """``remap``: the input's frame -> arm base (default: the XR stage remap of ``cfg.frame``); an
-        input that already speaks the arm base frame (``piper_recorder.spacemouse``) passes the identity."""
+        input that already speaks the arm base frame (``piper_recorder.teleop.spacemouse``) passes the identity."""
         cfg.validate()
         self.cfg = cfg
         self.M = remap_matrix(cfg.frame) if remap is None else np.asarray(remap, dtype=float).reshape(3, 3)

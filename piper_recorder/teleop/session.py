@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from piper_recorder.spacemouse.input import TELEOP_INPUTS, SpaceMouseInput
+from piper_recorder.teleop.spacemouse.input import TELEOP_INPUTS, SpaceMouseInput
 
 from .capture_time import HostToMono
 from .clutch import ClutchEvent

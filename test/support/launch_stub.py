@@ -105,7 +105,7 @@ def install_realsense(shares: dict[str, Path], tmp_path: Path, version: str) -> 
 
 def graph(name: str, **args: str) -> list[Action]:
     """The actions ``ros2 launch piper_recorder <name>.launch.py key:=value ...`` would run."""
-    from piper_recorder.launcher import LAUNCH_ARGUMENTS   # here: the plugin loads with every test session
+    from piper_recorder.graph.arguments import LAUNCH_ARGUMENTS   # here: the plugin loads with every test session
 
     spec = importlib.util.spec_from_file_location(f"{name}_launch", ROOT / "launch" / f"{name}.launch.py")
     mod = importlib.util.module_from_spec(spec)

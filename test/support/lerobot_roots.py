@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from piper_recorder.assembly.assembler import grid_timestamp
-from piper_recorder.lerobot.writer.dataset_writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 from support.lerobot_data import H, W, frame_index_of, index_frame, row_values
 

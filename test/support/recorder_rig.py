@@ -19,7 +19,7 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from std_msgs.msg import Float32, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from piper_recorder.nodes.common import ns_to_stamp  # noqa: E402
+from piper_recorder.nodes.plumbing.stamps import ns_to_stamp  # noqa: E402
 
 W, H = 64, 48
 

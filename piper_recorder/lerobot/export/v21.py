@@ -12,8 +12,9 @@ from pathlib import Path
 
 from ..format import episode_stats, fsutil, layout
 from ..format.raw_read import read_json
-from .operation import (ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_or_copy,
-                        link_tree, write_file, write_json)
+from .files import carry_meta, iter_progress, link_or_copy, link_tree, write_file, write_json
+from .source import ExportError, Source
+from .state import State, camera_totals
 
 CODEBASE_VERSION = "v2.1"
 

@@ -35,7 +35,9 @@ import pyarrow.parquet as pq
 
 from ..format import episode_stats, layout
 from ..format.raw_read import read_json
-from .operation import ExportError, Source, State, camera_totals, carry_meta, iter_progress, link_tree, write_json
+from .files import carry_meta, iter_progress, link_tree, write_json
+from .source import ExportError, Source
+from .state import State, camera_totals
 from .video_concat import MAX_FILE_S, TICKS, ConcatError, StreamSignature, VideoFileWriter
 
 CODEBASE_VERSION = "v3.0"

@@ -5,13 +5,13 @@ A ``FeatureSpec`` is one float32 vector column; ``modality`` names its sub-slice
 columns of their own: the writer concatenates the split columns that name one in ``combined`` (in
 feature order) when ``WriterConfig.combined_columns`` is on, because LeRobot policies and
 lerobot-doctor look for them. The columns, names and modality slices are those of the feature table
-(``assembly.features``): ``lerobot_features(table)``.
+(``features.table``): ``lerobot_features(table)``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from piper_recorder.assembly.features import JOINTS, PIPER_TABLE, POSE, POSE_SLICES, FeatureTable, Slice
+from piper_recorder.features.table import JOINTS, PIPER_TABLE, POSE, POSE_SLICES, FeatureTable, Slice
 from piper_recorder.names import IMAGES_PREFIX
 
 __all__ = ["BOOKKEEPING", "COMBINED", "FeatureSpec", "JOINTS", "POSE", "POSE_SLICES", "Slice", "combined_names",

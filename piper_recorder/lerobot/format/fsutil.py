@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Iterable
 
-from piper_recorder.durable import fsync_dir, fsync_file  # noqa: F401 - called through this module (tests inject faults)
+from piper_recorder.storage.durable import fsync_dir, fsync_file  # noqa: F401 - called through this module (tests inject faults)
 
 from .errors import DatasetError
 

@@ -49,8 +49,8 @@ from ..format import episode_stats, fsutil, layout, metacheck, provenance
 from ..format.errors import DatasetError, EpisodeStateError, SaveFailedError, SchemaError
 from ..format.features import BOOKKEEPING, combined_specs
 from . import crash_repair, meta_builders, stats_sketch
-from .config import CameraSpec, WriterConfig  # noqa: F401 - with VideoConfig: the writer API
-from .video_encoder import VideoConfig, VideoEncoder  # noqa: F401 - VideoConfig: the writer API (config.py)
+from .config import WriterConfig
+from .video_encoder import VideoEncoder
 
 log = logging.getLogger(__name__)
 # (the episode's record, its cameras' finished mp4s, its rows' timestamps) -> more record keys

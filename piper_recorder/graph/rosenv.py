@@ -86,7 +86,7 @@ def dds_features() -> DdsFeatures:
 
 def loopback_profile() -> Path | None:
     """The packaged Fast DDS loopback profile (source tree or installed share/), or None."""
-    candidates = [Path(__file__).resolve().parents[1] / "config" / FASTDDS_PROFILE,
+    candidates = [Path(__file__).resolve().parents[2] / "config" / FASTDDS_PROFILE,
                   Path(sys.prefix) / "share" / "piper_recorder" / "config" / FASTDDS_PROFILE]
     try:  # a colcon install: share/ of the package, wherever the overlay is
         from ament_index_python.packages import get_package_share_directory

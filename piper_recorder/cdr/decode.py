@@ -2,7 +2,7 @@
 release the project targets.
 
 The bag converter reads bags with the store, and the live recorders, teleop, piper_arm and
-the sim cameras decode their hot subscriptions with it (``nodes.common.PolledInputs``: rclpy hands
+the sim cameras decode their hot subscriptions with it (``nodes.plumbing.polled_inputs.PolledInputs``: rclpy hands
 over the serialized bytes), so bag and live paths give the assembler the same message objects. It is
 also cheaper: a subscriber process of a 100 Hz PoseStamped and a 100 Hz JointState on this 2-core
 machine spent ~330 us of CPU per message on the EventsExecutor with rclpy's typed take, ~260 us taking

@@ -8,7 +8,7 @@ D405's ``depth_module.color_profile``: ``color_profile_key``; unstated, the prof
 first (``camera``), each with their serials (``camera_serials``, provenance) and, when a camera states
 its size, that size (``camera_heights``/``camera_widths``, ``camera_height``/``camera_width``);
 quest_video shows the first ``MAX_CAMERA_PANELS``. It is the one derivation: the launchers pass it on
-as parameters (``launcher.launch_overrides``: the launch files' node parameters and piper-launch's
+as parameters (``graph.arguments.launch_overrides``: the launch files' node parameters and piper-launch's
 effective file), and the bag converter and piper-recover load the recorders' settings through
 ``effective_params`` (``recording.config.load_config``), so a recorder follows the same cameras live
 and offline.

@@ -1,6 +1,6 @@
 """The simulated graph as a library: start it, drive both recorders through their services, watch them.
 
-``SimSession`` runs config/sim.yaml's graph (``launcher.plan_graph``) in a leased loopback ROS domain
+``SimSession`` runs config/sim.yaml's graph (``graph.plan.plan_graph``) in a leased loopback ROS domain
 plus an rclpy client node; piper-demo, the end-to-end tests and bench/graph_capacity.py use it.
 """
 from __future__ import annotations
@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from piper_recorder.errors import PiperError
-from piper_recorder.launch_supervisor import Graph
-from piper_recorder.launcher import LAUNCH_SECTION, RECORDERS, config_path, plan_graph
+from piper_recorder.graph.supervisor import Graph
+from piper_recorder.graph.install import config_path
+from piper_recorder.graph.plan import plan_graph
+from piper_recorder.names import RECORDER_NODES
+from piper_recorder.params.derived import LAUNCH_SECTION
 from piper_recorder.names import (COLOR_TOPIC_PATTERN, EEF_POSE, EPISODE_EVENTS, START_EPISODE, STATUS, STOP_EPISODE,
                                   camera_topic, node_topic)
-from piper_recorder.params_file import read_params_file
-from piper_recorder.rosenv import lease_domain
+from piper_recorder.params.params_file import read_params_file
+from piper_recorder.graph.rosenv import lease_domain
 
 if TYPE_CHECKING:  # rclpy is imported when the session starts
     from rclpy.client import Client
@@ -103,7 +106,7 @@ class SimSession:
         self._node.create_subscription(String, EPISODE_EVENTS, self._on_event,
                                        QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                                                   durability=DurabilityPolicy.VOLATILE))
-        for rec in RECORDERS:
+        for rec in RECORDER_NODES:
             self._node.create_subscription(String, node_topic(rec, STATUS), partial(self._on_status, rec), 10)
         self._executor = MultiThreadedExecutor(num_threads=2, context=self._ctx)
         self._executor.add_node(self._node)
@@ -214,12 +217,12 @@ class SimSession:
         left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
         self._first_message(PoseStamped, EEF_POSE, left())
         self._first_messages(Image, [camera_topic(COLOR_TOPIC_PATTERN, cam) for cam in self.cameras], left())
-        for rec in RECORDERS:
+        for rec in RECORDER_NODES:
             for srv in (START_EPISODE, STOP_EPISODE):
                 self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"{node_topic(rec, srv)} not up")
         with self._cond:
-            if not self._cond.wait_for(lambda: all(r in self.status for r in RECORDERS), left()):
-                silent = [r for r in RECORDERS if r not in self.status]
+            if not self._cond.wait_for(lambda: all(r in self.status for r in RECORDER_NODES), left()):
+                silent = [r for r in RECORDER_NODES if r not in self.status]
                 seen = {r: self._live().count_publishers(node_topic(r, STATUS)) for r in silent}
                 self._fail(f"no status from {silent} (status publishers this node sees: {seen}: 0 is a "
                            f"discovery failure, 1 a recorder that does not publish or a lost match)")
@@ -340,7 +343,7 @@ class SimSession:
         sent: dict[str, float] = {}
         self.answered[srv], self.sent[srv] = answered, sent
         futs, answers0 = {}, {}
-        for rec in sorted(RECORDERS, key=lambda r: (at or {}).get(r, 0.0)):
+        for rec in sorted(RECORDER_NODES, key=lambda r: (at or {}).get(r, 0.0)):
             if at and rec in at:
                 time.sleep(max(0.0, at[rec] - time.monotonic()))
             answers0[rec] = self._answers(rec)
@@ -379,7 +382,7 @@ class SimSession:
         events; returns the events and the stop-to-saved latencies."""
         with self._cond:
             seen = len(self.events)
-        t_stop = {rec: max(time.monotonic(), (at or {}).get(rec, 0.0)) for rec in RECORDERS}
+        t_stop = {rec: max(time.monotonic(), (at or {}).get(rec, 0.0)) for rec in RECORDER_NODES}
         for rec, (ok, msg) in self.call_all(STOP_EPISODE, timeout=timeout, at=at).items():
             if not ok:
                 self._fail(f"{rec} {STOP_EPISODE} refused: {msg}")
@@ -388,18 +391,18 @@ class SimSession:
         def saved() -> bool:
             for ev in self.events[seen:]:
                 rec = ev.get("recorder")
-                if rec in RECORDERS and rec not in result.events:
+                if rec in RECORDER_NODES and rec not in result.events:
                     if ev.get("event") == "saved":
                         result.events[rec] = ev
                         result.stop_to_saved_s[rec] = time.monotonic() - t_stop[rec]
                     elif ev.get("event") == "discarded":
                         raise DemoError(f"{rec} discarded the episode: {ev.get('reason')}")
-            return all(r in result.events for r in RECORDERS)
+            return all(r in result.events for r in RECORDER_NODES)
 
         with self._cond:
             if not self._cond.wait_for(saved, timeout):
-                self._fail(f"no saved event from {[r for r in RECORDERS if r not in result.events]}")
-        result.index = int(result.events[RECORDERS[0]]["episode_index"])
+                self._fail(f"no saved event from {[r for r in RECORDER_NODES if r not in result.events]}")
+        result.index = int(result.events[RECORDER_NODES[0]]["episode_index"])
         return result
 
     def record(self, seconds: float) -> EpisodeResult:
@@ -418,16 +421,16 @@ class SimSession:
 
         def started() -> bool:
             for ev in self.events[seen:]:
-                if ev.get("event") == "started" and ev.get("recorder") in RECORDERS and ev.get("start_ns"):
+                if ev.get("event") == "started" and ev.get("recorder") in RECORDER_NODES and ev.get("start_ns"):
                     starts[str(ev["recorder"])] = int(ev["start_ns"])
-            return all(r in starts for r in RECORDERS)
+            return all(r in starts for r in RECORDER_NODES)
 
         with self._cond:
             self._cond.wait_for(started, timeout)
         sent = self.sent.get(START_EPISODE, {})
         now_wall, now_mono = time.time_ns(), time.monotonic()
         return {rec: now_mono + (starts[rec] - now_wall) / 1e9 + seconds if rec in starts
-                else sent.get(rec, now_mono) + seconds for rec in RECORDERS}
+                else sent.get(rec, now_mono) + seconds for rec in RECORDER_NODES}
 
 
 def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
@@ -436,7 +439,7 @@ def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
     """``WxH`` -> --set items giving every camera that image size (the recorders follow the cameras' sizes:
-    ``effective_config``)."""
+    ``params.derived``)."""
     try:
         w, h = (int(v) for v in size.lower().split("x"))
     except ValueError:

@@ -1,4 +1,4 @@
-"""The one feature table: which inputs the assembler samples and which dataset columns they become.
+"""The feature table: which inputs the assembler samples and which dataset columns they become.
 
 An ``InputSpec`` is one stamped vector input (a topic read by a message adapter, ``assembly.messages``);
 a ``Feature`` is one slice of an input that every row carries, named for the LeRobot writer (column,

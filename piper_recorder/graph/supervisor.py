@@ -1,4 +1,4 @@
-"""Pip-only launcher, the supervisor: run a ``launcher.GraphPlan`` as processes and stop them in order.
+"""Pip-only launcher, the supervisor: run a ``graph.plan.GraphPlan`` as processes and stop them in order.
 
 Each process runs in its own process group (so a signal reaches the node and whatever it started); its
 output goes to ``<log_dir>/<name>.log`` (and, with ``echo``, to stdout prefixed ``[name]``). ``stop()``
@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.launcher import RECORDERS, GraphPlan, LaunchError, ProcessSpec
-from piper_recorder.supervision import LAUNCHER_PID_ENV
+from piper_recorder.graph.errors import LaunchError
+from piper_recorder.graph.plan import GraphPlan, ProcessSpec
+from piper_recorder.names import RECORDER_NODES
+from piper_recorder.process.supervision import LAUNCHER_PID_ENV
 
 
 class _Running:
@@ -101,8 +103,8 @@ class Graph:
 
     def stop(self, timeout: float = 20.0) -> dict[str, int | None]:
         """Recorders first, then everything else: SIGINT, SIGTERM after ``timeout``, SIGKILL after 5 s more."""
-        stages = [[r for r in self.running if r.spec.name in RECORDERS],
-                  [r for r in self.running if r.spec.name not in RECORDERS]]
+        stages = [[r for r in self.running if r.spec.name in RECORDER_NODES],
+                  [r for r in self.running if r.spec.name not in RECORDER_NODES]]
         for stage in stages:
             for sig, wait_s in ((signal.SIGINT, timeout), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
                 live = [r for r in stage if r.alive()]
