@@ -16,7 +16,7 @@ from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.params.derived import SERIAL_KEYS, derived_params, effective_params
 from piper_recorder.graph.arguments import launch_overrides
 from piper_recorder.graph.errors import LaunchError
-from piper_recorder.graph.headset import SimQuestSettings
+from piper_recorder.graph.headset import QuestWebSettings, SimQuestSettings
 from piper_recorder.graph.install import config_path
 from piper_recorder.graph.plan import plan_graph
 from piper_recorder.params.derived import LAUNCH_SECTION
@@ -117,6 +117,16 @@ def _node_defaults(node: str, cameras: list[str]) -> dict:
             value = _default(cls, f.name)
             out[prefix + f.name] = float(value) if hints[f.name] is float and value is not None else value
     return out
+
+
+def test_headset_settings_take_their_section_and_refuse_unknown_keys():
+    cfg = {LAUNCH_SECTION: {"sim_quest": {"script": "circle"}, "quest_web": {"allowed_hosts": ["robot.lan"]}}}
+    assert SimQuestSettings.from_config(cfg).script == "circle"
+    assert QuestWebSettings.from_config(cfg).allowed_hosts == ("robot.lan",)
+    assert QuestWebSettings.from_config({}) == QuestWebSettings()
+    for name, settings in (("sim_quest", SimQuestSettings), ("quest_web", QuestWebSettings)):
+        with pytest.raises(LaunchError, match=rf"{LAUNCH_SECTION}\.{name}: unknown settings \['prot'\]"):
+            settings.from_config({LAUNCH_SECTION: {name: {"prot": 1}}})
 
 
 @pytest.mark.parametrize("name", ["sim", "robot"])

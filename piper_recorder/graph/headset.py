@@ -20,6 +20,15 @@ from .errors import LaunchError
 HEADSETS = ("native", "web", "sim")
 
 
+def _launch_settings(cfg: Mapping[str, Mapping[str, Any]], name: str, settings: type) -> dict[str, Any]:
+    """``piper_launch.<name>`` as given, refusing any setting the ``settings`` dataclass does not have."""
+    section = dict(cfg.get(LAUNCH_SECTION, {}).get(name, {}))
+    unknown = set(section) - {f.name for f in fields(settings)}
+    if unknown:
+        raise LaunchError(f"{LAUNCH_SECTION}.{name}: unknown settings {sorted(unknown)}")
+    return section
+
+
 @dataclass(frozen=True)
 class SimQuestSettings:
     """``piper_launch.sim_quest``: the simulated headset of the sim graph (defaults: its own, except
@@ -38,11 +47,7 @@ class SimQuestSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> SimQuestSettings:
-        section = dict(cfg.get(LAUNCH_SECTION, {}).get("sim_quest", {}))
-        unknown = set(section) - {f.name for f in fields(cls)}
-        if unknown:
-            raise LaunchError(f"{LAUNCH_SECTION}.sim_quest: unknown settings {sorted(unknown)}")
-        return cls(**section)
+        return cls(**_launch_settings(cfg, "sim_quest", cls))
 
     def argv(self, video: bool = False) -> list[str]:
         """piper-sim-quest's command-line arguments (``video``: also accept quest_video's channel)."""
@@ -70,10 +75,7 @@ class QuestWebSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> QuestWebSettings:
-        section = dict(cfg.get(LAUNCH_SECTION, {}).get("quest_web", {}))
-        unknown = set(section) - {f.name for f in fields(cls)}
-        if unknown:
-            raise LaunchError(f"{LAUNCH_SECTION}.quest_web: unknown settings {sorted(unknown)}")
+        section = _launch_settings(cfg, "quest_web", cls)
         section["allowed_hosts"] = tuple(section.get("allowed_hosts") or ())
         return cls(**section)
 
