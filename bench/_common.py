@@ -2,6 +2,7 @@
 to every result (the machine is shared), the timed child run (wall time incl. start-up; CPU and peak
 RSS of the child tree from ``os.wait4``), the common options and the clean-up of the work dir.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,19 +32,24 @@ def tool(name: str) -> str:
 
 @dataclass
 class Child:
-    wall: float      # s, the whole command incl. interpreter start-up
-    cpu: float       # s, user + sys of the child tree
-    rss_mb: float    # peak RSS of the child tree
-    load: str        # load averages before -> after
-    out: str         # stdout + stderr
+    wall: float  # s, the whole command incl. interpreter start-up
+    cpu: float  # s, user + sys of the child tree
+    rss_mb: float  # peak RSS of the child tree
+    load: str  # load averages before -> after
+    out: str  # stdout + stderr
 
 
 def run_child(cmd: list[str], env: Mapping[str, str] | None = None) -> Child:
     """Run ``cmd`` to completion and time it; a failure ends the bench with its output."""
     before = load()
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=None if env is None else {**os.environ, **env})
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=None if env is None else {**os.environ, **env},
+    )
     text = p.stdout.read() if p.stdout else ""
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0

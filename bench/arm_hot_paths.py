@@ -19,6 +19,7 @@ what ``kinematics`` has now) on random joints.
 
 Usage: .venv/bin/python bench/arm_hot_paths.py [--ticks 1000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,10 @@ class Timer:
 
     def line(self, name: str, per: str, calls_per_s: float) -> str:
         s = np.array(self.samples) * 1e6
-        return (f"{name:14s} {per:10s} mean {s.mean():7.1f} us  p50 {np.percentile(s, 50):7.1f}  "
-                f"p90 {np.percentile(s, 90):7.1f}  x {calls_per_s:5.0f}/s = {s.mean() * calls_per_s / 1e6:.3f} cores")
+        return (
+            f"{name:14s} {per:10s} mean {s.mean():7.1f} us  p50 {np.percentile(s, 50):7.1f}  "
+            f"p90 {np.percentile(s, 90):7.1f}  x {calls_per_s:5.0f}/s = {s.mean() * calls_per_s / 1e6:.3f} cores"
+        )
 
 
 def stop_threads(emu: PiperEmulator, link: PiperLink, ctl: ArmController) -> None:
@@ -96,7 +99,7 @@ def stop_threads(emu: PiperEmulator, link: PiperLink, ctl: ArmController) -> Non
     sdk = link.sdk
     sdk._C_PiperInterface_V2__read_can_stop_event.set()
     sdk._C_PiperInterface_V2__can_monitor_stop_event.set()
-    emu._send(ID_POSE[0], bytes(8))   # wakes the reader so it sees its stop event
+    emu._send(ID_POSE[0], bytes(8))  # wakes the reader so it sees its stop event
     reader = sdk._C_PiperInterface_V2__can_deal_th
     reader.join(2.0)
     assert not reader.is_alive() and not emu._thread.is_alive() and not ctl._thread.is_alive()
@@ -113,11 +116,11 @@ def run(ticks: int) -> None:
     ctl = ArmController(cfg, link)
     published = [0]
 
-    def on_frame(fid: int, _stamp: float) -> None:   # the node's _on_frame without the ROS messages
+    def on_frame(fid: int, _stamp: float) -> None:  # the node's _on_frame without the ROS messages
         if fid == ID_JOINTS[-1]:
-            if hasattr(link, "joint_state"):   # this tree: the published values straight from the frames
+            if hasattr(link, "joint_state"):  # this tree: the published values straight from the frames
                 link.joint_state()
-            else:                               # older trees: from a feedback snapshot
+            else:  # older trees: from a feedback snapshot
                 fb = link.feedback()
                 _ = [float(v) for v in fb.joints] + [float(fb.gripper)]
                 _ = [float(v) for v in fb.velocity] + [0.0]
@@ -145,7 +148,7 @@ def run(ticks: int) -> None:
         period = 1.0 / emu.cfg.feedback_hz
         next_t = time.monotonic()
         for k in range(ticks):
-            if k % 2 == 0:   # teleop's ~100 Hz stream: a small lissajous about the ready pose
+            if k % 2 == 0:  # teleop's ~100 Hz stream: a small lissajous about the ready pose
                 w = 2 * math.pi * 0.25 * k * period
                 pos = base[:3, 3] + np.array([0.05 * math.sin(w), 0.025 * math.sin(2 * w), 0.03 * (1 - math.cos(w))])
                 ok = t_check(lambda: ctl.set_target(pos, quat))
@@ -158,10 +161,11 @@ def run(ticks: int) -> None:
                     emu._step(period)
                 emu._send_feedback()
                 emu.ticks += 1
+
             t_emu(emu_tick)
             frames += inbox.qsize()
             t0 = time.thread_time()
-            while inbox.qsize():   # the SDK's reader loop: one frame a call, or (newer link) a burst a call
+            while inbox.qsize():  # the SDK's reader loop: one frame a call, or (newer link) a burst a call
                 port.ReadCanMessage()
             t_sdk.samples.append(time.thread_time() - t0)
             next_t += period
@@ -171,23 +175,28 @@ def run(ticks: int) -> None:
             else:
                 next_t = time.monotonic()
         hz = emu.cfg.feedback_hz
-        print(f"{ticks} ticks at {hz:.0f} Hz; {frames / ticks:.1f} frames a tick, {published[0] / ticks * hz:.0f} "
-              f"feedback sets published/s, state {ctl.state}, {ctl.accepted} targets, "
-              f"emulator IK failures {emu.ik_failures}")
+        print(
+            f"{ticks} ticks at {hz:.0f} Hz; {frames / ticks:.1f} frames a tick, {published[0] / ticks * hz:.0f} "
+            f"feedback sets published/s, state {ctl.state}, {ctl.accepted} targets, "
+            f"emulator IK failures {emu.ik_failures}"
+        )
         print(t_emu.line("emulator tick", "per tick", hz))
         print(t_sdk.line("sdk frames", "per tick", hz))
         print(f"{'  one frame':14s} {'per frame':10s} mean {np.sum(t_sdk.samples) / frames * 1e6:7.1f} us")
         print(t_check.line("target check", "per target", hz / 2))
         print(t_ctl.line("control tick", "per tick", cfg.control_rate_hz))
-        total = (np.mean(t_emu.samples) + np.mean(t_sdk.samples)) * hz + np.mean(t_check.samples) * hz / 2 \
+        total = (
+            (np.mean(t_emu.samples) + np.mean(t_sdk.samples)) * hz
+            + np.mean(t_check.samples) * hz / 2
             + np.mean(t_ctl.samples) * cfg.control_rate_hz
+        )
         print(f"{'sum':14s} {'':10s} {total:.3f} cores (plus the node's ROS publishing and executor)")
     finally:
         link.set_frame_listener(None)
         emu.stop()
         try:
             port.recv_bus.shutdown()
-        except Exception:   # noqa: BLE001 - best effort at exit
+        except Exception:  # noqa: BLE001 - best effort at exit
             pass
 
 
@@ -195,8 +204,11 @@ def kinematics(n: int) -> None:
     rng = np.random.default_rng(0)
     qs = [rng.uniform(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX) for _ in range(n)]
     rows: list[tuple[str, Callable[[np.ndarray], Any]]] = [
-        ("fk numpy ref", numpy_frames), ("fk now", kin.frames_array),
-        ("jacobian numpy ref", numpy_jacobian), ("jacobian now", kin.jacobian)]
+        ("fk numpy ref", numpy_frames),
+        ("fk now", kin.frames_array),
+        ("jacobian numpy ref", numpy_jacobian),
+        ("jacobian now", kin.jacobian),
+    ]
     for name, fn in rows:
         t0 = time.thread_time()
         for q in qs:
@@ -215,8 +227,9 @@ def kinematics(n: int) -> None:
         t = k * 0.01
         target = t_ready.copy()
         target[:3, 3] += [0.05 * math.sin(t), 0.08 * math.sin(0.7 * t), 0.04 * math.sin(1.3 * t)]
-        target[:3, :3] = t_ready[:3, :3] @ kin.euler_to_matrix(0.2 * math.sin(0.5 * t), 0.1 * math.sin(0.9 * t),
-                                                               0.2 * math.sin(1.1 * t))
+        target[:3, :3] = t_ready[:3, :3] @ kin.euler_to_matrix(
+            0.2 * math.sin(0.5 * t), 0.1 * math.sin(0.9 * t), 0.2 * math.sin(1.1 * t)
+        )
         stream.append(target)
     for name, solve in (("solve_ik", kin.solve_ik), ("ik", kin.ik)):
         q, steps, closed = ready, 0, 0
@@ -226,16 +239,20 @@ def kinematics(n: int) -> None:
             q = res.q
             steps += res.iterations
             closed += res.closed_form
-        print(f"{name + ' 100 Hz stream':20s} {(time.thread_time() - t0) / len(stream) * 1e6:6.1f} us/call, "
-              f"{steps / len(stream):.2f} damped steps, {closed / len(stream):.0%} in closed form")
+        print(
+            f"{name + ' 100 Hz stream':20s} {(time.thread_time() - t0) / len(stream) * 1e6:6.1f} us/call, "
+            f"{steps / len(stream):.2f} damped steps, {closed / len(stream):.0%} in closed form"
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--ticks", type=int, default=1000, help="200 Hz ticks to run (default 1000: 5 s)")
     args = ap.parse_args()
-    print(f"machine: {os.cpu_count()} CPUs, load average {'/'.join(f'{x:.1f}' for x in os.getloadavg())}; "
-          f"threads {threading.active_count()}")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {'/'.join(f'{x:.1f}' for x in os.getloadavg())}; "
+        f"threads {threading.active_count()}"
+    )
     run(args.ticks)
     kinematics(2000)
 

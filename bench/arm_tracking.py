@@ -11,6 +11,7 @@ The machine is shared: note the load average.
 
 Usage: .venv/bin/python bench/arm_tracking.py [--seconds 8] [--motion lissajous|figure8] [--speed 1..100]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,10 +91,12 @@ def run(backend: str, seconds: float, motion: str = "lissajous", speed: int | No
                 steady.append(e)
         e, es, er = np.array(errs), np.array(steady), np.array(rot_errs)
         st = ctl.status()
-        print(f"{backend:9s} {motion} speed {cfg.speed}%: RMS {np.sqrt(np.mean(es ** 2)):6.2f} mm steady "
-              f"(n={len(es)}), {np.sqrt(np.mean(e ** 2)):6.2f} mm all (max {e.max():.1f}, n={len(e)}), "
-              f"{np.sqrt(np.mean(er ** 2)):5.2f} deg (max {er.max():.1f}); overruns {st['loop_overruns']}, "
-              f"refused {st['targets_refused']}, CPU {cpu * 100:.0f}% of a core")
+        print(
+            f"{backend:9s} {motion} speed {cfg.speed}%: RMS {np.sqrt(np.mean(es**2)):6.2f} mm steady "
+            f"(n={len(es)}), {np.sqrt(np.mean(e**2)):6.2f} mm all (max {e.max():.1f}, n={len(e)}), "
+            f"{np.sqrt(np.mean(er**2)):5.2f} deg (max {er.max():.1f}); overruns {st['loop_overruns']}, "
+            f"refused {st['targets_refused']}, CPU {cpu * 100:.0f}% of a core"
+        )
     finally:
         ctl.stop()
         link.close()

@@ -17,6 +17,7 @@ busy box lowers the speed figures (nothing here is asserted).
 
     .venv/bin/python bench/bag2dataset.py [--quick] [--dir /tmp/piper_bag_bench] [--keep]
 """
+
 from __future__ import annotations
 
 import os
@@ -42,9 +43,16 @@ def make_bag(d: Path, seconds: float, seed: int) -> Path:
         return path
     shutil.rmtree(path, ignore_errors=True)
     t0 = time.perf_counter()
-    sc = SynthScenario(duration_s=seconds, cameras=CAMS, width=W, height=H, seed=seed,
-                       t0_ns=1_700_000_000_000_000_000 + seed * 10**12, episodes=[(0.2, seconds - 0.3)],
-                       task="bench task")
+    sc = SynthScenario(
+        duration_s=seconds,
+        cameras=CAMS,
+        width=W,
+        height=H,
+        seed=seed,
+        t0_ns=1_700_000_000_000_000_000 + seed * 10**12,
+        episodes=[(0.2, seconds - 0.3)],
+        task="bench task",
+    )
     write_bag(path, scenario_messages(sc), "sqlite3")
     print(f"  wrote {path.name}: {bag_size(path) / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s", flush=True)
     return path
@@ -54,8 +62,19 @@ def convert(bags: list[Path], out: Path, jobs: int, fmt: str = "lerobot") -> dic
     shutil.rmtree(out, ignore_errors=True)
     if out.suffix == ".hdf5":
         out.unlink(missing_ok=True)
-    r = run_child([tool("piper-bag2dataset"), *map(str, bags), "--format", fmt, "--out", str(out),
-                   "--jobs", str(jobs), "--no-progress"])
+    r = run_child(
+        [
+            tool("piper-bag2dataset"),
+            *map(str, bags),
+            "--format",
+            fmt,
+            "--out",
+            str(out),
+            "--jobs",
+            str(jobs),
+            "--no-progress",
+        ]
+    )
     return {"wall": r.wall, "cpu": r.cpu, "rss_mb": r.rss_mb, "per_bag": per_bag_seconds(r.out), "load": r.load}
 
 
@@ -65,8 +84,12 @@ def per_bag_seconds(out: str) -> list[float]:
 
 
 def main() -> int:
-    ap = parser(__doc__, "10 s / 5 s bags instead of 60 s / 30 s", "/tmp/piper_bag_bench",
-                "keep the bags for the next run (default: delete)")
+    ap = parser(
+        __doc__,
+        "10 s / 5 s bags instead of 60 s / 30 s",
+        "/tmp/piper_bag_bench",
+        "keep the bags for the next run (default: delete)",
+    )
     a = ap.parse_args()
     long_s, short_s = (10.0, 5.0) if a.quick else (60.0, 30.0)
     d = Path(a.dir)
@@ -86,17 +109,23 @@ def main() -> int:
         print("\nspeed (wall time of the whole command, incl. start-up; x real time = recorded s / wall s):")
         for name, bags, rec_s, r in rows:
             inner = ", ".join(f"{x:.1f}" for x in r["per_bag"])
-            print(f"  {name:18s} {bags:10s} {r['wall']:6.1f} s  -> {rec_s / r['wall']:5.2f}x real time"
-                  f"   (per-bag conversion {inner} s; load {r['load']})")
-            print(f"  {'':18s} CPU {r['cpu']:.1f} s = {r['cpu'] / rec_s:.2f} CPU-s per recorded s"
-                  f" -> ceiling on {os.cpu_count()} idle CPUs ~{os.cpu_count() * rec_s / r['cpu']:.1f}x")
+            print(
+                f"  {name:18s} {bags:10s} {r['wall']:6.1f} s  -> {rec_s / r['wall']:5.2f}x real time"
+                f"   (per-bag conversion {inner} s; load {r['load']})"
+            )
+            print(
+                f"  {'':18s} CPU {r['cpu']:.1f} s = {r['cpu'] / rec_s:.2f} CPU-s per recorded s"
+                f" -> ceiling on {os.cpu_count()} idle CPUs ~{os.cpu_count() * rec_s / r['cpu']:.1f}x"
+            )
         print("\npeak memory (ru_maxrss of the converter process tree, --jobs 1):")
         print(f"  {short_s:g} s bag: {m_short['rss_mb']:7.0f} MB   (load {m_short['load']})")
         print(f"  {long_s:g} s bag: {r1['rss_mb']:7.0f} MB")
         print(f"  --jobs 2 (parent + workers, max of the tree): {r2['rss_mb']:.0f} MB")
         target = 2 * short_s / r2["wall"]
-        print(f"\ntarget >= 4x real time with --jobs 2: {'met' if target >= 4 else 'NOT met'} ({target:.2f}x)"
-              f"; memory growth {short_s:g}->{long_s:g} s: {r1['rss_mb'] - m_short['rss_mb']:+.0f} MB")
+        print(
+            f"\ntarget >= 4x real time with --jobs 2: {'met' if target >= 4 else 'NOT met'} ({target:.2f}x)"
+            f"; memory growth {short_s:g}->{long_s:g} s: {r1['rss_mb'] - m_short['rss_mb']:+.0f} MB"
+        )
     finally:
         clean_up(d, ("out_jobs1", "out_jobs2", "out_mem_short"), a.keep)
     return 0

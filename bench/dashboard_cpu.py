@@ -11,6 +11,7 @@ much as one). Baseline in the same run: the whole graph's CPU over the same wind
 
 The figures depend on what else the machine runs (the load average is printed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,12 +47,13 @@ def watcher(base: str, cameras: list[str], stop: threading.Event, counts: dict[s
 
 def measure(session: SimSession, procs: dict[str, int], seconds: float, pages: int, base: str) -> dict[str, float]:
     stop, counts = threading.Event(), {"requests": 0, "thumbs": 0, "thumb_bytes": 0}
-    threads = [threading.Thread(target=watcher, args=(base, session.cameras, stop, counts), daemon=True)
-               for _ in range(pages)]
+    threads = [
+        threading.Thread(target=watcher, args=(base, session.cameras, stop, counts), daemon=True) for _ in range(pages)
+    ]
     for t in threads:
         t.start()
     if pages:
-        time.sleep(2.5)   # the node subscribes to the images at its next 1 Hz housekeeping
+        time.sleep(2.5)  # the node subscribes to the images at its next 1 Hz housekeeping
     cpu0 = {n: cpu_seconds(p) for n, p in procs.items()}
     t0 = time.monotonic()
     c0 = dict(counts)
@@ -63,10 +65,14 @@ def measure(session: SimSession, procs: dict[str, int], seconds: float, pages: i
     for t in threads:
         t.join(5)
     if pages:
-        time.sleep(7.0)   # past watch_timeout_s: the node drops the image subscriptions again
+        time.sleep(7.0)  # past watch_timeout_s: the node drops the image subscriptions again
     thumbs = c1["thumbs"] - c0["thumbs"]
-    return {"dashboard": cpu["dashboard"], "graph": sum(v for n, v in cpu.items() if n != "dashboard"),
-            "thumbs_per_s": thumbs / wall, "kb_per_thumb": (c1["thumb_bytes"] - c0["thumb_bytes"]) / max(thumbs, 1) / 1e3}
+    return {
+        "dashboard": cpu["dashboard"],
+        "graph": sum(v for n, v in cpu.items() if n != "dashboard"),
+        "thumbs_per_s": thumbs / wall,
+        "kb_per_thumb": (c1["thumb_bytes"] - c0["thumb_bytes"]) / max(thumbs, 1) / 1e3,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,18 +83,26 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         sets = size_overrides(ROOT / "config" / "sim.yaml", args.size) + [
-            "piper_launch.dashboard=true", f"dashboard.port={port}"]
+            "piper_launch.dashboard=true",
+            f"dashboard.port={port}",
+        ]
         with SimSession(Path(tmp) / "out", sets=sets) as session:
             procs = {r.spec.name: r.popen.pid for r in session.graph.running}
             base = f"http://127.0.0.1:{port}/"
             time.sleep(3.0)
-            rows = [(label, measure(session, procs, args.seconds, pages, base))
-                    for label, pages in (("nobody watching", 0), ("1 page", 1), ("3 pages", 3), ("nobody again", 0))]
-    print(f"piper-dashboard CPU, sim graph with {len(session.cameras)} cameras at {args.size}, "
-          f"{args.seconds:.0f} s windows, load average {os.getloadavg()[0]:.1f}")
+            rows = [
+                (label, measure(session, procs, args.seconds, pages, base))
+                for label, pages in (("nobody watching", 0), ("1 page", 1), ("3 pages", 3), ("nobody again", 0))
+            ]
+    print(
+        f"piper-dashboard CPU, sim graph with {len(session.cameras)} cameras at {args.size}, "
+        f"{args.seconds:.0f} s windows, load average {os.getloadavg()[0]:.1f}"
+    )
     for label, r in rows:
-        print(f"  {label:16s} dashboard {r['dashboard']:.3f} cores  ({100 * r['dashboard'] / r['graph']:.1f} % of the "
-              f"graph's {r['graph']:.2f})  thumbnails served {r['thumbs_per_s']:.1f}/s, {r['kb_per_thumb']:.1f} kB each")
+        print(
+            f"  {label:16s} dashboard {r['dashboard']:.3f} cores  ({100 * r['dashboard'] / r['graph']:.1f} % of the "
+            f"graph's {r['graph']:.2f})  thumbnails served {r['thumbs_per_s']:.1f}/s, {r['kb_per_thumb']:.1f} kB each"
+        )
     return 0
 
 

@@ -14,6 +14,7 @@ run (planning only). The machine is shared: load averages are printed next to th
 
     .venv/bin/python bench/dataset_merge.py [--quick] [--dir /tmp/piper_merge_bench] [--keep] [--size 640x480]
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,7 @@ def link_tree_time(roots: list[Path], out: Path) -> float:
 
 
 def main() -> int:
-    ap = parser(__doc__, "two 6-minute roots of 20 s episodes", "/tmp/piper_merge_bench",
-                "keep the generated roots")
+    ap = parser(__doc__, "two 6-minute roots of 20 s episodes", "/tmp/piper_merge_bench", "keep the generated roots")
     ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
     a = ap.parse_args()
     w, h = (int(x) for x in a.size.split("x"))
@@ -67,14 +67,20 @@ def main() -> int:
         assert info["total_episodes"] == 2 * n and info["total_frames"] == rows, info
         floor = link_tree_time(roots, d / "links")
         rec_s = 2 * minutes * 60
-        print(f"\nmerge of two {minutes}-minute roots ({2 * n} episodes, {rows} rows, {len(CAMS)} cameras {w}x{h}, "
-              f"{gb:.2f} GB; wall time of the whole command incl. start-up):")
-        print(f"  piper-dataset merge: {res.wall:.1f} s = {rec_s / res.wall:.0f}x real time; CPU {res.cpu:.1f} s "
-              f"({res.cpu / rec_s * 1000:.1f} ms per recorded s, {res.cpu / (2 * n) * 1000:.0f} ms per episode); "
-              f"peak RSS {res.rss_mb:.0f} MB (load {res.load})")
+        print(
+            f"\nmerge of two {minutes}-minute roots ({2 * n} episodes, {rows} rows, {len(CAMS)} cameras {w}x{h}, "
+            f"{gb:.2f} GB; wall time of the whole command incl. start-up):"
+        )
+        print(
+            f"  piper-dataset merge: {res.wall:.1f} s = {rec_s / res.wall:.0f}x real time; CPU {res.cpu:.1f} s "
+            f"({res.cpu / rec_s * 1000:.1f} ms per recorded s, {res.cpu / (2 * n) * 1000:.0f} ms per episode); "
+            f"peak RSS {res.rss_mb:.0f} MB (load {res.load})"
+        )
         print(f"  dry run (open, check and plan only): {dry.wall:.1f} s")
-        print(f"  baseline, hard-linking every file of both roots: {floor:.2f} s -> merge / link-only = "
-              f"{res.wall / floor:.0f}x")
+        print(
+            f"  baseline, hard-linking every file of both roots: {floor:.2f} s -> merge / link-only = "
+            f"{res.wall / floor:.0f}x"
+        )
     finally:
         clean_up(d, [out.name], a.keep)
     return 0

@@ -8,6 +8,7 @@ Prints messages received vs sent and the subscriber's CPU seconds per wall secon
 
     .venv/bin/python bench/executor_overhead.py [--seconds 10]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,13 @@ def publisher(seconds: float) -> None:
     topics = [node.create_publisher(PoseStamped, t, 50) for t in ("/arm/eef_pose", "/arm/commanded_pose")]
     cg = node.create_publisher(JointState, "/arm/commanded_gripper", 50)
     cams = [node.create_publisher(Image, f"/{c}/color/image_raw", 10) for c in ("cam_front", "cam_wrist")]
-    img = Image(height=480, width=640, encoding="rgb8", step=1920,
-                data=np.random.default_rng(0).integers(0, 255, 480 * 640 * 3, dtype=np.uint8).tobytes())
+    img = Image(
+        height=480,
+        width=640,
+        encoding="rgb8",
+        step=1920,
+        data=np.random.default_rng(0).integers(0, 255, 480 * 640 * 3, dtype=np.uint8).tobytes(),
+    )
     time.sleep(2.0)  # discovery
     t0 = time.monotonic()
     k = 0
@@ -74,17 +80,20 @@ def subscriber(kind: str, seconds: float) -> None:
 
     qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
     polled = None
-    if kind == "decoded":   # serialized messages decoded by cdr.decode, through the EventsExecutor
+    if kind == "decoded":  # serialized messages decoded by cdr.decode, through the EventsExecutor
         from piper_recorder.nodes.plumbing.decoded_subscription import create_decoded_subscription as sub
-    elif kind == "polled":   # what the recorders do: PolledInputs taken every 33 ms (a row), decoded
+    elif kind == "polled":  # what the recorders do: PolledInputs taken every 33 ms (a row), decoded
         from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+
         polled = PolledInputs(node)
 
         def sub(node, cls, topic, cb, q, **kw):
             return polled.subscribe(cls, topic, lambda m, _t: cb(m), q)
     else:
+
         def sub(node, cls, topic, cb, q, **kw):
             return node.create_subscription(cls, topic, cb, q, **kw)
+
     sub(node, JointState, "/arm/joint_states", on_arm, qos, callback_group=group)
     sub(node, PoseStamped, "/arm/eef_pose", on_arm, qos, callback_group=group)
     sub(node, PoseStamped, "/arm/commanded_pose", on_arm, qos, callback_group=group)
@@ -93,12 +102,15 @@ def subscriber(kind: str, seconds: float) -> None:
         sub(node, Image, f"/{c}/color/image_raw", on_img, QoSProfile(depth=10), callback_group=group)
     if kind == "multi":
         from rclpy.executors import MultiThreadedExecutor
+
         ex = MultiThreadedExecutor(num_threads=4)
     elif kind == "single":
         from rclpy.executors import SingleThreadedExecutor
+
         ex = SingleThreadedExecutor()
     else:
         from rclpy.experimental import EventsExecutor
+
         ex = EventsExecutor()
     ex.add_node(node)
     c0, t0 = time.process_time(), time.monotonic()
@@ -110,17 +122,21 @@ def subscriber(kind: str, seconds: float) -> None:
     while time.monotonic() < end:
         ex.spin_once(timeout_sec=0.1)
     cpu = time.process_time() - c0
-    print(f"{kind:7s} received arm {counts['arm']:6d} images {counts['img']:4d}  "
-          f"CPU {cpu / seconds:.2f} s/s", flush=True)
+    print(
+        f"{kind:7s} received arm {counts['arm']:6d} images {counts['img']:4d}  CPU {cpu / seconds:.2f} s/s", flush=True
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--role", choices=["pub", "multi", "single", "events", "decoded", "polled"])
-    ap.add_argument("--kinds", default="multi,single,events,decoded,polled",
-                    help="subscribers to run in turn (decoded: EventsExecutor, serialized take + our decoder; "
-                         "polled: nodes.plumbing.polled_inputs.PolledInputs taken every 33 ms, as the recorders do)")
+    ap.add_argument(
+        "--kinds",
+        default="multi,single,events,decoded,polled",
+        help="subscribers to run in turn (decoded: EventsExecutor, serialized take + our decoder; "
+        "polled: nodes.plumbing.polled_inputs.PolledInputs taken every 33 ms, as the recorders do)",
+    )
     args = ap.parse_args()
     if args.role == "pub":
         return publisher(args.seconds)
@@ -129,10 +145,15 @@ def main() -> None:
     for kind in args.kinds.split(","):
         with lease_domain() as lease:
             env = lease.env()
-            sub = subprocess.Popen([sys.executable, __file__, "--role", kind, "--seconds", str(args.seconds + 3)],
-                                   env=env)
-            pub = subprocess.run([sys.executable, __file__, "--role", "pub", "--seconds", str(args.seconds)],
-                                 env=env, capture_output=True, text=True)
+            sub = subprocess.Popen(
+                [sys.executable, __file__, "--role", kind, "--seconds", str(args.seconds + 3)], env=env
+            )
+            pub = subprocess.run(
+                [sys.executable, __file__, "--role", "pub", "--seconds", str(args.seconds)],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             sub.wait()
             print("        " + pub.stdout.strip(), flush=True)
 

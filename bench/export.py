@@ -16,6 +16,7 @@ printed next to the figures. Target: >= 20x real time for the 60-minute root, fl
 
     .venv/bin/python bench/export.py [--quick] [--dir /tmp/piper_export_bench] [--keep] [--size 640x480]
 """
+
 from __future__ import annotations
 
 import json
@@ -45,9 +46,13 @@ def _rows(t: float) -> dict[str, np.ndarray]:
     quat = np.array([1.0, 0.1 * np.sin(t), 0.1 * np.cos(t), 0.0])
     quat /= np.linalg.norm(quat)
     pos = 0.3 + 0.1 * np.sin(0.5 * t + np.arange(3))
-    return {"observation.arm_joint": q, "observation.arm_eef": np.r_[pos, quat],
-            "observation.gripper": np.array([0.04 + 0.03 * np.sin(1.7 * t)]),
-            "action.arm_eef": np.r_[pos + 0.01, quat], "action.gripper": np.array([0.04 + 0.03 * np.sin(1.7 * t + 0.2)])}
+    return {
+        "observation.arm_joint": q,
+        "observation.arm_eef": np.r_[pos, quat],
+        "observation.gripper": np.array([0.04 + 0.03 * np.sin(1.7 * t)]),
+        "action.arm_eef": np.r_[pos + 0.01, quat],
+        "action.gripper": np.array([0.04 + 0.03 * np.sin(1.7 * t + 0.2)]),
+    }
 
 
 def record_template(root: Path, seconds: float, w: int, h: int) -> None:
@@ -55,12 +60,16 @@ def record_template(root: Path, seconds: float, w: int, h: int) -> None:
     rng = np.random.default_rng(0)
     sc = 8  # blobs of ~8 px: ~7-8 MB/min at crf 23, about what the README measures for a real scene
     small = rng.integers(0, 256, size=(max(1, h // sc), max(1, 2 * w // sc), 3)).astype(np.float32)
-    texture = np.repeat(np.repeat(small, sc, 0), sc, 1)[:h, :2 * w]
+    texture = np.repeat(np.repeat(small, sc, 0), sc, 1)[:h, : 2 * w]
     for _ in range(2):
         texture = (texture + np.roll(texture, sc // 2, 0) + np.roll(texture, sc // 2, 1)) / 3
     texture = np.ascontiguousarray(np.broadcast_to(texture.astype(np.uint8), (h, 2 * w, 3)))
-    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(h, w) for c in CAMS}, features=piper_features(),
-                       video=VideoConfig(max_block_s=None))
+    cfg = WriterConfig(
+        fps=FPS,
+        cameras={c: CameraSpec(h, w) for c in CAMS},
+        features=piper_features(),
+        video=VideoConfig(max_block_s=None),
+    )
     n = int(seconds * FPS)
     with LeRobotWriter(root, cfg) as wr:
         wr.start_episode("bench task")
@@ -69,11 +78,12 @@ def record_template(root: Path, seconds: float, w: int, h: int) -> None:
             wr.add_row(t, _rows(t))
             for c, cam in enumerate(CAMS):
                 x = (k * 4 + c * 50) % w
-                img = texture[:, x:x + w].copy()
+                img = texture[:, x : x + w].copy()
                 y0 = int((h - 60) * (0.5 + 0.5 * np.sin(0.05 * k + c)))
-                img[y0:y0 + 60, (k * 3) % (w - 60):(k * 3) % (w - 60) + 60] = (200, 40, 40)
-                img = np.clip(img.astype(np.int16) + rng.integers(-3, 4, size=img.shape, dtype=np.int16),
-                              0, 255).astype(np.uint8)
+                img[y0 : y0 + 60, (k * 3) % (w - 60) : (k * 3) % (w - 60) + 60] = (200, 40, 40)
+                img = np.clip(
+                    img.astype(np.int16) + rng.integers(-3, 4, size=img.shape, dtype=np.int16), 0, 255
+                ).astype(np.uint8)
                 wr.add_frame(cam, img, t)
         wr.save_episode({})
 
@@ -88,8 +98,13 @@ def replicate(template: Path, root: Path, episodes: int) -> None:
     cols = {f.key: np.asarray(table.column(f.key).to_pylist(), np.float32).reshape(len(table), -1) for f in feats}
     ts = table.column("timestamp").to_numpy()
     rec0 = episode_stats.load_record(template / layout.record_relpath(0))
-    images = {c: (np.asarray(rec0["images"][f"observation.images.{c}"]["hist"], np.int64),
-                  int(rec0["images"][f"observation.images.{c}"]["frames"])) for c in CAMS}
+    images = {
+        c: (
+            np.asarray(rec0["images"][f"observation.images.{c}"]["hist"], np.int64),
+            int(rec0["images"][f"observation.images.{c}"]["frames"]),
+        )
+        for c in CAMS
+    }
     shape = {c: info["features"][f"observation.images.{c}"]["shape"] for c in CAMS}
     cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(shape[c][0], shape[c][1]) for c in CAMS}, features=feats)
     tmp = root.parent / f".{root.name}.links"
@@ -112,8 +127,11 @@ def ensure_template(d: Path, seconds: float, w: int, h: int) -> Path:
         shutil.rmtree(template, ignore_errors=True)
         t0 = time.perf_counter()
         record_template(template, seconds, w, h)
-        print(f"recorded the {seconds:g} s template episode ({len(CAMS)} cameras {w}x{h}) in "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"recorded the {seconds:g} s template episode ({len(CAMS)} cameras {w}x{h}) in "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
     return template
 
 
@@ -137,8 +155,9 @@ def run_export(root: Path, out: Path) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__, "2- and 6-minute roots of 20 s episodes", "/tmp/piper_export_bench",
-                "keep the generated roots")
+    ap = parser(
+        __doc__, "2- and 6-minute roots of 20 s episodes", "/tmp/piper_export_bench", "keep the generated roots"
+    )
     ap.add_argument("--size", default="640x480", help="camera WxH (default 640x480)")
     a = ap.parse_args()
     w, h = (int(x) for x in a.size.split("x"))
@@ -151,8 +170,7 @@ def main() -> int:
         template = ensure_template(d, ep_s, w, h)
         mb = sum(f.stat().st_size for f in (template / "videos").rglob("*.mp4")) / 1e6
         print(f"  video: {mb / len(CAMS) / (ep_s / 60):.1f} MB/min per camera", flush=True)
-        roots = {m: ensure_root(template, d / f"root_{m}min", int(m * 60 / ep_s))
-                 for m in (short_min, long_min)}
+        roots = {m: ensure_root(template, d / f"root_{m}min", int(m * 60 / ep_s)) for m in (short_min, long_min)}
         res = {m: run_export(r, d / f"out_{m}min") for m, r in roots.items()}
         info = json.loads((template / "meta/info.json").read_text())
         t0 = time.perf_counter()
@@ -160,15 +178,21 @@ def main() -> int:
         cold = time.perf_counter() - t0
         print("\nexport to v3.0 (wall time of the whole command incl. start-up; x real time = recorded s / wall s):")
         for m, r in res.items():
-            print(f"  {m:3d} min root, {len(CAMS)} cameras: {r['wall']:7.1f} s -> {m * 60 / r['wall']:6.1f}x real time; "
-                  f"CPU {r['cpu']:.1f} s ({r['cpu'] / (m * 60) * 1000:.1f} ms per recorded s: ~{m * 60 / r['cpu']:.0f}x on one idle CPU); output {r['gb']:.2f} GB "
-                  f"in {r['mp4s']} mp4s; peak RSS {r['rss_mb']:.0f} MB (load {r['load']})")
+            print(
+                f"  {m:3d} min root, {len(CAMS)} cameras: {r['wall']:7.1f} s -> {m * 60 / r['wall']:6.1f}x real time; "
+                f"CPU {r['cpu']:.1f} s ({r['cpu'] / (m * 60) * 1000:.1f} ms per recorded s: ~{m * 60 / r['cpu']:.0f}x on one idle CPU); output {r['gb']:.2f} GB "
+                f"in {r['mp4s']} mp4s; peak RSS {r['rss_mb']:.0f} MB (load {r['load']})"
+            )
         grow = res[long_min]["rss_mb"] - res[short_min]["rss_mb"]
         speed = long_min * 60 / res[long_min]["wall"]
-        print(f"\ntarget >= 20x real time ({long_min} min root): {'met' if speed >= 20 else 'NOT met'} ({speed:.1f}x); "
-              f"peak RSS {short_min} -> {long_min} min: {grow:+.0f} MB")
-        print(f"a root without the recorder's per-episode stats records: +{cold:.1f} s per {ep_s:g} s episode "
-              f"(decoding {len(CAMS)} videos for the camera stats) -> at most {ep_s / cold:.1f}x real time")
+        print(
+            f"\ntarget >= 20x real time ({long_min} min root): {'met' if speed >= 20 else 'NOT met'} ({speed:.1f}x); "
+            f"peak RSS {short_min} -> {long_min} min: {grow:+.0f} MB"
+        )
+        print(
+            f"a root without the recorder's per-episode stats records: +{cold:.1f} s per {ep_s:g} s episode "
+            f"(decoding {len(CAMS)} videos for the camera stats) -> at most {ep_s / cold:.1f}x real time"
+        )
     finally:
         clean_up(d, (f"out_{m}min" for m in (short_min, long_min)), a.keep)
     return 0

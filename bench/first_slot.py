@@ -15,6 +15,7 @@ slot), and after them; the largest frame age (ms behind its row) and the largest
 Each episode is checked against the rows' own frame stamps, not the counters. ``--idle-cost`` times
 instead what an idle recorder does per received frame.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ RGB = np.zeros((2, 2, 3), np.uint8)
 
 class _Rows:
     def __init__(self) -> None:
-        self.pairs: list[tuple[int, int]] = []   # (row time, its frame's capture stamp)
+        self.pairs: list[tuple[int, int]] = []  # (row time, its frame's capture stamp)
 
     def row(self, row: Row) -> None:
         self.pairs.append((row.tick_ns, row.frames[CAM].stamp_ns))
@@ -95,13 +96,21 @@ class _Target:
 def run(seed: int, episodes: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     """One recorder process: ``episodes`` episodes against one camera; per episode what its rows hold."""
     rng = random.Random(seed)
-    t0 = 1_600_000_000 * SEC + rng.randrange(SEC)          # camera origin (in the past: stop never sleeps)
+    t0 = 1_600_000_000 * SEC + rng.randrange(SEC)  # camera origin (in the past: stop never sleeps)
     jitter = args.jitter_ms * MS
     latency = round(args.latency_ms * MS)
     target = _Target()
     cfg = AssemblyConfig(fps=FPS, cameras=(CAM,), lateness_s=args.lateness_s)
-    c = EpisodeController(target, cfg, recorder="bench", max_episode_s=0, publish_event=lambda e: None,
-                          session_record=lambda: {}, log=lambda m: None, tick_stats=False)
+    c = EpisodeController(
+        target,
+        cfg,
+        recorder="bench",
+        max_episode_s=0,
+        publish_event=lambda e: None,
+        session_record=lambda: {},
+        log=lambda m: None,
+        tick_stats=False,
+    )
     # the episodes' starts: the grid in the middle of the jitter band, after the lead / the idle time
     spans, t = [], t0 + round(args.lead_s * SEC)
     for _ in range(episodes):
@@ -111,11 +120,11 @@ def run(seed: int, episodes: int, args: argparse.Namespace) -> list[dict[str, An
         spans.append((start, end, (start - t0 - jitter / 2) % PERIOD))
         t = end + round(args.idle_s * SEC)
     horizon = spans[-1][1] + round(cfg.delay_ns() + 0.2 * SEC)
-    msgs: list[tuple[int, int, int]] = []   # (arrival, kind, stamp): 0 arm, 1 frame
+    msgs: list[tuple[int, int, int]] = []  # (arrival, kind, stamp): 0 arm, 1 frame
     for i in range(int((horizon - t0) / PERIOD) + 1):
         s = t0 + round(i * PERIOD + rng.uniform(0, jitter))
         msgs.append((s + latency + MS + rng.randrange(3 * MS), 1, s))
-    for i in range(int((horizon - t0) / (40 * MS)) + 1):   # arm inputs at 25 Hz: they only complete the rows
+    for i in range(int((horizon - t0) / (40 * MS)) + 1):  # arm inputs at 25 Hz: they only complete the rows
         s = t0 + i * 40 * MS
         msgs.append((s + MS, 0, s))
     msgs.sort()
@@ -149,21 +158,36 @@ def _episode(pairs: list[tuple[int, int]], stamps: list[int], first: int) -> dic
     assert used == sorted(used)
     rep = [k for k in range(1, len(used)) if used[k] == used[k - 1]]
     # a drop at row k: a capture between row k-1's and row k's frames that no row took
-    drop = [k for k in range(1, len(used))
-            if bisect.bisect_left(stamps, used[k]) - bisect.bisect_right(stamps, used[k - 1]) > 0]
-    return {"rows": len(used), "rep_first": sum(1 for k in rep if k < first), "rep_later": len(rep) - sum(1 for k in rep if k < first),
-            "drop_first": sum(1 for k in drop if k < first), "drop_later": len(drop) - sum(1 for k in drop if k < first),
-            # over each row's new frame (a repeat is counted as such), as the recorder's frame_behind_max_ms
-            "behind_ms": max(t - s for j, (t, s) in enumerate(pairs) if j == 0 or s != pairs[j - 1][1]) / 1e6,
-            "ahead_ms": max(s - t for t, s in pairs) / 1e6,
-            "rep_rows": rep[:5]}
+    drop = [
+        k
+        for k in range(1, len(used))
+        if bisect.bisect_left(stamps, used[k]) - bisect.bisect_right(stamps, used[k - 1]) > 0
+    ]
+    return {
+        "rows": len(used),
+        "rep_first": sum(1 for k in rep if k < first),
+        "rep_later": len(rep) - sum(1 for k in rep if k < first),
+        "drop_first": sum(1 for k in drop if k < first),
+        "drop_later": len(drop) - sum(1 for k in drop if k < first),
+        # over each row's new frame (a repeat is counted as such), as the recorder's frame_behind_max_ms
+        "behind_ms": max(t - s for j, (t, s) in enumerate(pairs) if j == 0 or s != pairs[j - 1][1]) / 1e6,
+        "ahead_ms": max(s - t for t, s in pairs) / 1e6,
+        "rep_rows": rep[:5],
+    }
 
 
 def idle_cost(n: int = 5000, repeat: int = 40) -> None:
     """What an idle recorder does per frame: ``EpisodeController.add_frame`` while no episode runs (the
     pre-roll and, with the capture history, one append), best of ``repeat`` runs of ``n`` frames."""
-    c = EpisodeController(_Target(), AssemblyConfig(fps=FPS, cameras=(CAM,)), recorder="bench", max_episode_s=0,
-                          publish_event=lambda e: None, session_record=lambda: {}, log=lambda m: None)
+    c = EpisodeController(
+        _Target(),
+        AssemblyConfig(fps=FPS, cameras=(CAM,)),
+        recorder="bench",
+        max_episode_s=0,
+        publish_event=lambda e: None,
+        session_record=lambda: {},
+        log=lambda m: None,
+    )
     t0 = 1_600_000_000 * SEC
     best = math.inf
     for r in range(repeat):
@@ -173,11 +197,13 @@ def idle_cost(n: int = 5000, repeat: int = 40) -> None:
             c.add_frame(CAM, s, RGB)
         best = min(best, (time.perf_counter() - t) / n)
     c.shutdown(save=False)
-    print(f"idle add_frame: {best * 1e6:.3f} us per frame (best of {repeat} x {n}; load "
-          f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())})")
+    print(
+        f"idle add_frame: {best * 1e6:.3f} us per frame (best of {repeat} x {n}; load "
+        f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())})"
+    )
     try:
         from piper_recorder.assembly.frame_assign import CaptureHistory, window_captures
-    except ImportError:   # a tree without the capture history
+    except ImportError:  # a tree without the capture history
         return
     hist = {CAM: CaptureHistory(window_captures(FPS))}
     best = math.inf
@@ -225,19 +251,23 @@ def main() -> None:
             res = [e for r in pool.imap_unordered(_job, jobs, chunksize=4) for e in r]
     else:
         res = [e for j in jobs for e in run(*j)]
-    res = res[:args.episodes]
+    res = res[: args.episodes]
     n = len(res)
 
     def count(key: str) -> int:
         return sum(1 for e in res if e[key])
 
-    print(f"{n} episodes of {args.seconds} s ({args.per_recorder} per recorder, lead {args.lead_s} s, idle "
-          f"{args.idle_s} s, grid at the band middle ±{args.spread_ms} ms, jitter 0..{args.jitter_ms} ms); "
-          f"{time.perf_counter() - t:.0f} s, load {load0} -> {'/'.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"{n} episodes of {args.seconds} s ({args.per_recorder} per recorder, lead {args.lead_s} s, idle "
+        f"{args.idle_s} s, grid at the band middle ±{args.spread_ms} ms, jitter 0..{args.jitter_ms} ms); "
+        f"{time.perf_counter() - t:.0f} s, load {load0} -> {'/'.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     for key in ("rep_first", "drop_first", "rep_later", "drop_later"):
         print(f"  episodes with {key:10s}: {count(key):6d}  ({100 * count(key) / n:.2f} %)")
-    by_pos = [sum(1 for e in res[i::args.per_recorder] if e["rep_first"] or e["drop_first"])
-              for i in range(args.per_recorder)]
+    by_pos = [
+        sum(1 for e in res[i :: args.per_recorder] if e["rep_first"] or e["drop_first"])
+        for i in range(args.per_recorder)
+    ]
     print(f"  first-slot faults by episode of the recorder (1st..): {by_pos}")
     rows = {}
     for e in res:
@@ -250,11 +280,15 @@ def main() -> None:
         b[0] += 1
         b[1] += bool(e["rep_first"] or e["drop_first"] or e["rep_later"] or e["drop_later"])
         b[2] = max(b[2], round(e["behind_ms"]))
-    print("  by |grid - band centre| (ms): episodes, with a repeat or drop, frame age max (ms): "
-          + ", ".join(f"{k}-{k + 2}: {v[0]} {v[1]} {v[2]}" for k, v in sorted(bins.items())))
-    bound = 1e3 / FPS + args.jitter_ms + 1e3 / FPS * 0.125   # a period + the band + the first margin (frame_assign)
-    print(f"  new frames: age max {max(e['behind_ms'] for e in res):.2f} ms (episodes past the {bound:.1f} ms bound: "
-          f"{sum(1 for e in res if e['behind_ms'] > bound)}), lead max {max(e['ahead_ms'] for e in res):.2f} ms")
+    print(
+        "  by |grid - band centre| (ms): episodes, with a repeat or drop, frame age max (ms): "
+        + ", ".join(f"{k}-{k + 2}: {v[0]} {v[1]} {v[2]}" for k, v in sorted(bins.items()))
+    )
+    bound = 1e3 / FPS + args.jitter_ms + 1e3 / FPS * 0.125  # a period + the band + the first margin (frame_assign)
+    print(
+        f"  new frames: age max {max(e['behind_ms'] for e in res):.2f} ms (episodes past the {bound:.1f} ms bound: "
+        f"{sum(1 for e in res if e['behind_ms'] > bound)}), lead max {max(e['ahead_ms'] for e in res):.2f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ whose compute is slower; it did not show the slow phases seen on 2026-12-05, whe
 graph cost 20-25 % more while the reference stayed at 162-172 ms (docs/performance.md). Compare trees
 in alternating rounds, not across minutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,18 @@ from piper_recorder.params.derived import LAUNCH_SECTION  # noqa: E402
 from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-THIRD_CAMERA = {"cam_side": {"ros__parameters": {"width": 640, "height": 480, "fps": 30.0, "serial": "sim-side-0003",
-                                                 "position": [0.30, 0.55, 0.50], "look_at": [0.20, 0.0, 0.38]}}}
+THIRD_CAMERA = {
+    "cam_side": {
+        "ros__parameters": {
+            "width": 640,
+            "height": 480,
+            "fps": 30.0,
+            "serial": "sim-side-0003",
+            "position": [0.30, 0.55, 0.50],
+            "look_at": [0.20, 0.0, 0.38],
+        }
+    }
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -86,7 +97,7 @@ def config_with_cameras(n: int, tmp: Path, jitter_ms: float = 0.0) -> Path:
     if jitter_ms > 0:
         for c in cams:
             raw[c]["ros__parameters"]["jitter_ms"] = float(jitter_ms)
-    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams   # the recorders follow (params.derived)
+    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = cams  # the recorders follow (params.derived)
     path = tmp / f"sim_{n}cam.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -119,23 +130,30 @@ def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0) ->
         time.sleep(max(0.0, max(at.values()) - 0.5 - time.monotonic()))
         status = {rec: dict(st) for rec, st in session.status.items()}
         result = session.stop_episode(at=at)
-        published = {cam: camera_status(session, cam)["published"] - published0[cam]["published"]
-                     for cam in session.cameras}
+        published = {
+            cam: camera_status(session, cam)["published"] - published0[cam]["published"] for cam in session.cameras
+        }
         wall = time.monotonic() - t0
         cpu = {name: (cpu_seconds(pid) - cpu0[name]) / wall for name, pid in procs.items()}
     ep = json.loads((out / "lerobot" / "meta" / "episodes.jsonl").read_text().splitlines()[-1])
     cams = {}
     for cam in session.cameras:
-        cams[cam] = {"grid": round(ep["length"]), "published": published[cam], "received": ep["frames_received"].get(cam, 0),
-                     "written": ep.get("frames_written", {}).get(cam, ep["frames_sent"].get(cam, 0)),
-                     "repeated": ep["frames_repeated"].get(cam, 0), "dropped": ep["frames_dropped"].get(cam, 0),
-                     "ahead_max_ms": ep.get("frame_ahead_max_ms", {}).get(cam, "n/a"),
-                     "behind_max_ms": ep.get("frame_behind_max_ms", {}).get(cam, "n/a"),
-                     "camera_skips_whole_run": camera_skips(out / "logs" / f"{cam}.log")}
-    delays = {"lerobot_recorder": ep.get("tick_delay_ms", {}),
-              "rgbd_recorder": status.get("rgbd_recorder", {}).get("tick_delay_ms", {})}
-    return {"cameras": n, "cams": cams, "tick_delay_ms": delays, "cpu": cpu,
-            "stop_to_saved_s": result.stop_to_saved_s}
+        cams[cam] = {
+            "grid": round(ep["length"]),
+            "published": published[cam],
+            "received": ep["frames_received"].get(cam, 0),
+            "written": ep.get("frames_written", {}).get(cam, ep["frames_sent"].get(cam, 0)),
+            "repeated": ep["frames_repeated"].get(cam, 0),
+            "dropped": ep["frames_dropped"].get(cam, 0),
+            "ahead_max_ms": ep.get("frame_ahead_max_ms", {}).get(cam, "n/a"),
+            "behind_max_ms": ep.get("frame_behind_max_ms", {}).get(cam, "n/a"),
+            "camera_skips_whole_run": camera_skips(out / "logs" / f"{cam}.log"),
+        }
+    delays = {
+        "lerobot_recorder": ep.get("tick_delay_ms", {}),
+        "rgbd_recorder": status.get("rgbd_recorder", {}).get("tick_delay_ms", {}),
+    }
+    return {"cameras": n, "cams": cams, "tick_delay_ms": delays, "cpu": cpu, "stop_to_saved_s": result.stop_to_saved_s}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,27 +173,38 @@ def main(argv: list[str] | None = None) -> int:
             before = os.getloadavg()[0]
             reference = host_reference_ms()
             r = run(n, seconds, args.size, Path(tmp), args.jitter_ms)
-            print(f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode"
-                  + (f", capture jitter 0..{args.jitter_ms:g} ms" if args.jitter_ms else "")
-                  + f" (load average {before:.1f} before the graph started, {os.getloadavg()[0]:.1f} at its end)")
+            print(
+                f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode"
+                + (f", capture jitter 0..{args.jitter_ms:g} ms" if args.jitter_ms else "")
+                + f" (load average {before:.1f} before the graph started, {os.getloadavg()[0]:.1f} at its end)"
+            )
             zero = True
             for cam, c in r["cams"].items():
                 lost = c["repeated"] + c["dropped"] + max(0, c["grid"] - c["written"])
                 zero &= lost == 0
-                print(f"  {cam}: rows {c['grid']}, published ~{c['published']} (+-1 s of status), "
-                      f"received {c['received']}, written {c['written']}, "
-                      f"repeated {c['repeated']}, dropped {c['dropped']}, "
-                      f"frame after its row up to {c['ahead_max_ms']} ms, before it up to {c['behind_max_ms']} ms, "
-                      f"camera skips (whole run) {c['camera_skips_whole_run']}")
+                print(
+                    f"  {cam}: rows {c['grid']}, published ~{c['published']} (+-1 s of status), "
+                    f"received {c['received']}, written {c['written']}, "
+                    f"repeated {c['repeated']}, dropped {c['dropped']}, "
+                    f"frame after its row up to {c['ahead_max_ms']} ms, before it up to {c['behind_max_ms']} ms, "
+                    f"camera skips (whole run) {c['camera_skips_whole_run']}"
+                )
             for rec, d in r["tick_delay_ms"].items():
-                print(f"  {rec} tick delay ms: p50 {d.get('p50', 'n/a')}, p99 {d.get('p99', 'n/a')}, "
-                      f"max {d.get('max', 'n/a')}")
-            print("  CPU (cores): " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["cpu"].items()))
-                  + f"; host reference workload {reference:.0f} ms (lower: a faster host)")
+                print(
+                    f"  {rec} tick delay ms: p50 {d.get('p50', 'n/a')}, p99 {d.get('p99', 'n/a')}, "
+                    f"max {d.get('max', 'n/a')}"
+                )
+            print(
+                "  CPU (cores): "
+                + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["cpu"].items()))
+                + f"; host reference workload {reference:.0f} ms (lower: a faster host)"
+            )
             total = sum(r["cpu"].values())
-            print(f"  total CPU {total:.2f} cores ({100 * total / (os.cpu_count() or 1):.0f} % of this machine's "
-                  f"{os.cpu_count()} cores; budget 1.2 cores, piper_arm 0.15); stop->saved "
-                  + ", ".join(f"{k} {v:.2f}s" for k, v in r["stop_to_saved_s"].items()))
+            print(
+                f"  total CPU {total:.2f} cores ({100 * total / (os.cpu_count() or 1):.0f} % of this machine's "
+                f"{os.cpu_count()} cores; budget 1.2 cores, piper_arm 0.15); stop->saved "
+                + ", ".join(f"{k} {v:.2f}s" for k, v in r["stop_to_saved_s"].items())
+            )
             if zero:
                 best = max(best, n)
     print(f"\nlargest camera count with zero dropped/repeated frames: {best}")

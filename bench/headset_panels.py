@@ -9,6 +9,7 @@ The frames are synthetic 640x480 camera-like images (smooth shading, edges, sens
 stream loop is quest_video's: ``--fps`` per camera, the HUD at 5 Hz.
 Usage: .venv/bin/python bench/headset_panels.py [--cameras 2] [--fps 15] [--seconds 10]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,11 @@ def camera_frames(n: int, w: int = 640, h: int = 480, seed: int = 0) -> list[np.
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     out = []
     for i in range(n):
-        base = np.stack([80 + 60 * np.sin(x / 90 + i / 7), 90 + 50 * np.cos(y / 70), 120 + 40 * np.sin((x + y) / 150)], -1)
-        base[200:320, 250 + i % 40:390 + i % 40] = (200, 40, 40)           # a moving cube
-        base += rng.normal(0, 4, base.shape)                                # sensor noise
+        base = np.stack(
+            [80 + 60 * np.sin(x / 90 + i / 7), 90 + 50 * np.cos(y / 70), 120 + 40 * np.sin((x + y) / 150)], -1
+        )
+        base[200:320, 250 + i % 40 : 390 + i % 40] = (200, 40, 40)  # a moving cube
+        base += rng.normal(0, 4, base.shape)  # sensor noise
         out.append(np.clip(base, 0, 255).astype(np.uint8))
     return out
 
@@ -62,8 +65,20 @@ def main() -> int:
         if time.monotonic() >= next_hud:
             next_hud += 0.2
             c0 = time.thread_time()
-            sender.send(HUD_PANEL, render_hud(HudState(recording=True, episode_index=k, elapsed_s=k / args.fps,
-                                                       saved_count=3, engaged=True, input_hz=90.0, arm="OK")))
+            sender.send(
+                HUD_PANEL,
+                render_hud(
+                    HudState(
+                        recording=True,
+                        episode_index=k,
+                        elapsed_s=k / args.fps,
+                        saved_count=3,
+                        engaged=True,
+                        input_hz=90.0,
+                        arm="OK",
+                    )
+                ),
+            )
             hud_cpu.append(time.thread_time() - c0)
         k += 1
         next_t += period
@@ -75,17 +90,25 @@ def main() -> int:
     server.stop()
     lat = np.asarray(lat_ms)
     load = os.getloadavg()
-    print(f"headset panels: {args.cameras} cameras 640x480 at {args.fps:g} fps + HUD 5 Hz for {wall:.1f} s; "
-          f"load average {load[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"headset panels: {args.cameras} cameras 640x480 at {args.fps:g} fps + HUD 5 Hz for {wall:.1f} s; "
+        f"load average {load[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     print(f"panel encode CPU per frame: p50 {np.median(enc_cpu) * 1e3:.2f} ms  (quality 70, with the name banner)")
     print(f"HUD render + encode CPU per frame: p50 {np.median(hud_cpu) * 1e3:.2f} ms")
     per_cam = (cpu - len(hud_cpu) * float(np.median(hud_cpu))) / wall / args.cameras
-    print(f"stream process CPU (sender side; the receiver thread too): {cpu / wall * 100:.1f} % of a core, "
-          f"~{per_cam * 100:.1f} % per camera")
-    print(f"frame ready -> last byte on the socket: p50 {np.percentile(lat, 50):.2f} ms  p99 {np.percentile(lat, 99):.2f} ms"
-          f"  (n={lat.size}; add the camera's capture -> this node's delivery for the ROS path)")
-    print(f"received by the sim headset: {({p: v['frames'] for p, v in rep['panels'].items()})}, "
-          f"decode errors {sum(v['decode_errors'] for v in rep['panels'].values())}, sender drops {sender.stats.dropped}")
+    print(
+        f"stream process CPU (sender side; the receiver thread too): {cpu / wall * 100:.1f} % of a core, "
+        f"~{per_cam * 100:.1f} % per camera"
+    )
+    print(
+        f"frame ready -> last byte on the socket: p50 {np.percentile(lat, 50):.2f} ms  p99 {np.percentile(lat, 99):.2f} ms"
+        f"  (n={lat.size}; add the camera's capture -> this node's delivery for the ROS path)"
+    )
+    print(
+        f"received by the sim headset: { ({p: v['frames'] for p, v in rep['panels'].items()}) }, "
+        f"decode errors {sum(v['decode_errors'] for v in rep['panels'].values())}, sender drops {sender.stats.dropped}"
+    )
     return 0
 
 

@@ -19,6 +19,7 @@ Frames are realistic for the encoder: the panning textured scene with sensor noi
 
 Usage: .venv/bin/python bench/lerobot_writer.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,13 @@ def _rows(t: float, seed: int) -> dict[str, np.ndarray]:
     quat /= np.linalg.norm(quat)
     pose = np.r_[0.3 + 0.1 * np.sin(t + ph[:3]), quat]
     g = np.array([0.04 + 0.03 * np.sin(1.7 * t)])
-    return {"observation.arm_joint": q, "observation.arm_eef": pose, "observation.gripper": g,
-            "action.arm_eef": pose + 0.001, "action.gripper": g}
+    return {
+        "observation.arm_joint": q,
+        "observation.arm_eef": pose,
+        "observation.gripper": g,
+        "action.arm_eef": pose + 0.001,
+        "action.gripper": g,
+    }
 
 
 def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -> dict:
@@ -74,8 +80,12 @@ def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -
     wlog.addHandler(Keep())
     pool = list(make_scene(60))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(480, 640) for c in CAMS},
-                       video=VideoConfig(max_block_s=None), lerobot_version=version)
+    cfg = WriterConfig(
+        fps=FPS,
+        cameras={c: CameraSpec(480, 640) for c in CAMS},
+        video=VideoConfig(max_block_s=None),
+        lerobot_version=version,
+    )
     n = int(seconds * FPS)
     with LeRobotWriter(root, cfg) as w:
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -93,18 +103,28 @@ def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -
         t2 = time.perf_counter()
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
-    return {"seconds": seconds, "feed_s": t1 - t0, "save_s": t2 - t1,
-            "realtime_x": seconds / (t2 - t0), "cpu_ms_per_frame_cam": cpu / (n * len(CAMS)) * 1000,
-            "wall_ms_per_frame_cam": (t2 - t0) / (n * len(CAMS)) * 1000,
-            "frames": rec["video_frame_lengths"], "save_phases": phases[-1] if phases else "", "dropped": rec["video_dropped_frames"],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "rss_before_mb": rss0 / 1024}
+    return {
+        "seconds": seconds,
+        "feed_s": t1 - t0,
+        "save_s": t2 - t1,
+        "realtime_x": seconds / (t2 - t0),
+        "cpu_ms_per_frame_cam": cpu / (n * len(CAMS)) * 1000,
+        "wall_ms_per_frame_cam": (t2 - t0) / (n * len(CAMS)) * 1000,
+        "frames": rec["video_frame_lengths"],
+        "save_phases": phases[-1] if phases else "",
+        "dropped": rec["video_dropped_frames"],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_mb": rss0 / 1024,
+    }
 
 
 def episode_in_subprocess(seconds: float, paced: bool, version: str = "v2.0") -> dict:
     with tempfile.TemporaryDirectory() as d:
-        out = subprocess.run([sys.executable, __file__, "--episode", str(seconds), d, str(int(paced)), version],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--episode", str(seconds), d, str(int(paced)), version],
+            capture_output=True,
+            text=True,
+        )
     if out.returncode:
         raise SystemExit(f"{seconds} s episode run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -139,8 +159,7 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
                     col = pa.array(np.arange(e * rows, (e + 1) * rows, dtype=np.int64))
                 elif pa.types.is_fixed_size_list(col.type):
                     flat = col.flatten().to_numpy() + rng.normal(0, 0.01, len(col) * col.type.list_size)
-                    col = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(np.float32)),
-                                                           col.type.list_size)
+                    col = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(np.float32)), col.type.list_size)
                 elif name != "timestamp" and pa.types.is_float32(col.type):
                     col = pa.array((col.to_numpy() + rng.normal(0, 0.001, rows)).astype(np.float32))
                 cols[name] = col
@@ -170,9 +189,15 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
         json.dumps(stats_sketch.to_json(stats_sketch.merge(sk), layout, combined))
         update, update_cpu = time.perf_counter() - t0, time.process_time() - c0
         w.close()
-    return {"episodes": n_episodes + 1, "rows_each": rows, "cold_open_s": cold, "warm_open_s": warm,
-            "save_s": save, "stats_update_s": update,
-            "stats_update_cpu_s": update_cpu}
+    return {
+        "episodes": n_episodes + 1,
+        "rows_each": rows,
+        "cold_open_s": cold,
+        "warm_open_s": warm,
+        "save_s": save,
+        "stats_update_s": update,
+        "stats_update_cpu_s": update_cpu,
+    }
 
 
 def image_stats_cost() -> dict:
@@ -215,26 +240,36 @@ def main() -> None:
     print("flat out (queues full at stop: worst-case stop-to-saved):")
     for sec in (short, long_):
         r = episode_in_subprocess(sec, paced=False, version=v)
-        print(f"{sec:>5.0f} s episode: {r['realtime_x']:.2f}x real time (feed {r['feed_s']:.2f} s + "
-              f"save {r['save_s']:.3f} s); whole run (feed, encode, parquet, stats, fsync) per camera-frame: "
-              f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms / {r['wall_ms_per_frame_cam']:.1f} wall ms; stop-to-saved "
-              f"{r['save_s'] * 1000:.0f} ms ({r['save_phases']}); peak RSS {r['peak_rss_mb']:.0f} MB (before episode "
-              f"{r['rss_before_mb']:.0f} MB); frames {r['frames']}; drops {r['dropped']}", flush=True)
+        print(
+            f"{sec:>5.0f} s episode: {r['realtime_x']:.2f}x real time (feed {r['feed_s']:.2f} s + "
+            f"save {r['save_s']:.3f} s); whole run (feed, encode, parquet, stats, fsync) per camera-frame: "
+            f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms / {r['wall_ms_per_frame_cam']:.1f} wall ms; stop-to-saved "
+            f"{r['save_s'] * 1000:.0f} ms ({r['save_phases']}); peak RSS {r['peak_rss_mb']:.0f} MB (before episode "
+            f"{r['rss_before_mb']:.0f} MB); frames {r['frames']}; drops {r['dropped']}",
+            flush=True,
+        )
     print("paced in real time, as live recording (stop-to-saved as the operator sees it):")
     for sec in () if a.no_paced else (short, long_):
         r = episode_in_subprocess(sec, paced=True, version=v)
-        print(f"{sec:>5.0f} s episode: stop-to-saved {r['save_s'] * 1000:.0f} ms ({r['save_phases']}); encode "
-              f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms per frame per camera; peak RSS "
-              f"{r['peak_rss_mb']:.0f} MB; drops {r['dropped']}", flush=True)
+        print(
+            f"{sec:>5.0f} s episode: stop-to-saved {r['save_s'] * 1000:.0f} ms ({r['save_phases']}); encode "
+            f"{r['cpu_ms_per_frame_cam']:.1f} CPU ms per frame per camera; peak RSS "
+            f"{r['peak_rss_mb']:.0f} MB; drops {r['dropped']}",
+            flush=True,
+        )
     c = image_stats_cost()
-    print(f"image stats: {c['sample_ms']:.2f} ms per sampled 640x480 frame (every "
-          f"5th frame: {c['sample_ms'] / 5:.3f} ms per camera-frame, on the encoder thread); rebuild "
-          f"from a saved mp4 (decode every frame, convert every 5th) {c['decode_x']:.1f}x real time per camera",
-          flush=True)
+    print(
+        f"image stats: {c['sample_ms']:.2f} ms per sampled 640x480 frame (every "
+        f"5th frame: {c['sample_ms'] / 5:.3f} ms per camera-frame, on the encoder thread); rebuild "
+        f"from a saved mp4 (decode every frame, convert every 5th) {c['decode_x']:.1f}x real time per camera",
+        flush=True,
+    )
     s = stats_at(n_eps, 600, v)
-    print(f"stats at {s['episodes']} episodes x {s['rows_each']} rows: update (merge+serialise) "
-          f"{s['stats_update_s'] * 1000:.0f} ms wall / {s['stats_update_cpu_s'] * 1000:.0f} ms CPU; whole save_episode {s['save_s'] * 1000:.0f} ms; "
-          f"open warm {s['warm_open_s']:.2f} s, cold (rebuild cache from parquet) {s['cold_open_s']:.1f} s")
+    print(
+        f"stats at {s['episodes']} episodes x {s['rows_each']} rows: update (merge+serialise) "
+        f"{s['stats_update_s'] * 1000:.0f} ms wall / {s['stats_update_cpu_s'] * 1000:.0f} ms CPU; whole save_episode {s['save_s'] * 1000:.0f} ms; "
+        f"open warm {s['warm_open_s']:.2f} s, cold (rebuild cache from parquet) {s['cold_open_s']:.1f} s"
+    )
 
 
 if __name__ == "__main__":

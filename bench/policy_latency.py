@@ -34,6 +34,7 @@ under about half a chunk; when the loaded machine stretched it to 650-800 ms, 21
 
 Usage: .venv/bin/python bench/policy_latency.py [--seconds 10] [--delays 50,300] [--no-fixed]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,11 +68,11 @@ from piper_recorder.policy.server.protocol import PredictRequest  # noqa: E402
 FPS = 30.0
 PERIOD_NS = round(1e9 / FPS)
 W, H = 640, 480
-CAMERAS = {"cam_front": 0.004, "cam_wrist": 0.019}   # camera -> capture phase (s) against the grid
+CAMERAS = {"cam_front": 0.004, "cam_wrist": 0.019}  # camera -> capture phase (s) against the grid
 CHUNK = 30
-EXEC_HORIZON = 15                                      # PiperPilot's default
+EXEC_HORIZON = 15  # PiperPilot's default
 HOME_P = np.array([0.30, 0.0, 0.20])
-HOME_Q_WXYZ = np.array([0.0, 0.0, 1.0, 0.0])           # flange pointing down
+HOME_Q_WXYZ = np.array([0.0, 0.0, 1.0, 0.0])  # flange pointing down
 GRIPPER = 0.03
 
 
@@ -93,12 +94,13 @@ class DelayedRunner:
         eef, g = req.state["observation.arm_eef"], req.state["observation.gripper"]
         t = time.monotonic() + np.arange(CHUNK) / FPS
         rows = np.tile(np.concatenate([HOME_P, eef[3:7], g]), (CHUNK, 1))
-        rows[:, 1] += 0.03 * np.sin(2 * np.pi * 0.25 * t)    # 3 cm sway at 0.25 Hz: 4.7 cm/s peak
+        rows[:, 1] += 0.03 * np.sin(2 * np.pi * 0.25 * t)  # 3 cm sway at 0.25 Hz: 4.7 cm/s peak
         return rows.astype(np.float32)
 
 
 def serve(delay_ms: float) -> None:
     from piper_recorder.policy.server.httpd import make_server
+
     server = make_server(DelayedRunner(delay_ms / 1e3), "127.0.0.1", 0)
     print(server.server_address[1], flush=True)
     server.serve_forever(poll_interval=0.05)
@@ -106,8 +108,9 @@ def serve(delay_ms: float) -> None:
 
 class ServerProcess:
     def __init__(self, delay_ms: float):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(delay_ms)], stdout=subprocess.PIPE,
-                                     text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(delay_ms)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
         assert self.proc.stdout is not None
         self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
 
@@ -164,9 +167,9 @@ class Result:
     queries: int = 0
     runtime_starved: int | None = None
     pauses: dict[str, int] = field(default_factory=dict)
-    parts: str = ""   # where ours spends the latency
-    loop_ticks: int = 0   # control-loop iterations after the first action
-    holds: int = 0        # of those, ticks that sent the arm no fresh policy action (a hold)
+    parts: str = ""  # where ours spends the latency
+    loop_ticks: int = 0  # control-loop iterations after the first action
+    holds: int = 0  # of those, ticks that sent the arm no fresh policy action (a hold)
 
     def action_at(self, now_ns: int) -> None:
         if self.first_ns is None:
@@ -189,11 +192,21 @@ def training_root(path: Path) -> Path:
     meta = path / "meta"
     meta.mkdir(parents=True)
     vec = lambda n: {"dtype": "float32", "shape": [n], "names": None}  # noqa: E731
-    feats = {"observation.arm_joint": vec(6), "observation.arm_eef": vec(7), "observation.gripper": vec(1),
-             "observation.state": vec(14), "action.arm_eef": vec(7), "action.gripper": vec(1), "action": vec(8)}
+    feats = {
+        "observation.arm_joint": vec(6),
+        "observation.arm_eef": vec(7),
+        "observation.gripper": vec(1),
+        "observation.state": vec(14),
+        "action.arm_eef": vec(7),
+        "action.gripper": vec(1),
+        "action": vec(8),
+    }
     for cam in CAMERAS:
-        feats[f"observation.images.{cam}"] = {"dtype": "video", "shape": [H, W, 3],
-                                              "names": ["height", "width", "channels"]}
+        feats[f"observation.images.{cam}"] = {
+            "dtype": "video",
+            "shape": [H, W, 3],
+            "names": ["height", "width", "channels"],
+        }
     (meta / "info.json").write_text(json.dumps({"codebase_version": "v2.0", "fps": FPS, "features": feats}))
     (meta / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "sway"}) + "\n")
     return path
@@ -213,7 +226,7 @@ class Recorded:
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
         t0 = time.monotonic_ns()
-        self.obs_age_ms.append((t0 - obs.stamp_ns) / 1e6)   # how old the observation is when it leaves
+        self.obs_age_ms.append((t0 - obs.stamp_ns) / 1e6)  # how old the observation is when it leaves
         chunk = self.inner.predict(obs, horizon)
         self.round_trip_ms.append((time.monotonic_ns() - t0) / 1e6)
         self.answered.append(obs.stamp_ns)
@@ -230,8 +243,9 @@ class FixedMarginRuntime(PolicyRuntime):
         return 0
 
 
-def run_ours(url: str, seconds: float, root: Path, query_ahead: int | None = None,
-             runtime: type[PolicyRuntime] = PolicyRuntime) -> Result:
+def run_ours(
+    url: str, seconds: float, root: Path, query_ahead: int | None = None, runtime: type[PolicyRuntime] = PolicyRuntime
+) -> Result:
     cfg = PolicyConfig(policy=url, root=str(root), horizon=CHUNK, on_binding_mismatch="warn", timeout_s=1.0)
     if query_ahead is not None:
         cfg.query_ahead = query_ahead
@@ -276,7 +290,7 @@ def run_ours(url: str, seconds: float, root: Path, query_ahead: int | None = Non
                     res.latencies_ms.append((now - backend.answered[-1]) / 1e6)
                     fresh = False
             if tick.target is not None:
-                p, q_xyzw = tick.target.p.copy(), tick.target.q.copy()   # the arm follows exactly
+                p, q_xyzw = tick.target.p.copy(), tick.target.q.copy()  # the arm follows exactly
             t_next += PERIOD_NS
             time.sleep(max(0.0, (t_next - time.monotonic_ns()) / 1e9))
     finally:
@@ -286,11 +300,13 @@ def run_ours(url: str, seconds: float, root: Path, query_ahead: int | None = Non
     res.runtime_starved = rt.counters["starved_ticks"]
     res.pauses = dict(rt.pause_reasons)
     st = rt.status()
-    res.parts = (f"observation age when the query leaves p50 {pct(backend.obs_age_ms, 50):.0f} ms, "
-                 f"request round trip (JPEG + POST + answer) p50 {pct(backend.round_trip_ms, 50):.0f} / "
-                 f"p99 {pct(backend.round_trip_ms, 99):.0f} ms, query lead at the end {st['query_lead_ms']} ms, "
-                 f"ticks that held {res.holds} of {res.loop_ticks}: other starved slots are the loaded loop's own "
-                 f"timing, a tick late by over half a period leaves its slot empty")
+    res.parts = (
+        f"observation age when the query leaves p50 {pct(backend.obs_age_ms, 50):.0f} ms, "
+        f"request round trip (JPEG + POST + answer) p50 {pct(backend.round_trip_ms, 50):.0f} / "
+        f"p99 {pct(backend.round_trip_ms, 99):.0f} ms, query lead at the end {st['query_lead_ms']} ms, "
+        f"ticks that held {res.holds} of {res.loop_ticks}: other starved slots are the loaded loop's own "
+        f"timing, a tick late by over half a period leaves its slot empty"
+    )
     return res
 
 
@@ -298,13 +314,20 @@ def run_ours(url: str, seconds: float, root: Path, query_ahead: int | None = Non
 def piperpilot_predict(url: str, obs: dict, horizon: int, quality: int = 85) -> npt.NDArray[np.float64]:
     """PiperPilot's RemotePolicy.predict: JPEG each image, POST, wait (Pillow instead of cv2 here)."""
     from PIL import Image
+
     images = {}
     for name, rgb in obs["images"].items():
         buf = io.BytesIO()
         Image.fromarray(rgb).save(buf, format="JPEG", quality=quality)
         images[name] = base64.b64encode(buf.getvalue()).decode()
-    payload = json.dumps({"task": obs["task"], "state": {k: list(map(float, v)) for k, v in obs["state"].items()},
-                          "images": images, "horizon": horizon}).encode()
+    payload = json.dumps(
+        {
+            "task": obs["task"],
+            "state": {k: list(map(float, v)) for k, v in obs["state"].items()},
+            "images": images,
+            "horizon": horizon,
+        }
+    ).encode()
     req = urllib.request.Request(url + "/predict", data=payload, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=2.0) as resp:
         return np.asarray(json.loads(resp.read())["actions"], dtype=float)
@@ -323,21 +346,26 @@ def run_piperpilot(url: str, seconds: float) -> Result:
         while time.monotonic() < end:
             if chunk is None or ci >= min(EXEC_HORIZON, len(chunk)):
                 t_obs = time.monotonic_ns()
-                obs = {"task": "sway", "images": {c: cams.newest[c][1] for c in CAMERAS},
-                       "state": {"observation.arm_joint": [0.0] * 6,
-                                 "observation.arm_eef": np.r_[p, HOME_Q_WXYZ].tolist(),
-                                 "observation.gripper": [GRIPPER]}}
+                obs = {
+                    "task": "sway",
+                    "images": {c: cams.newest[c][1] for c in CAMERAS},
+                    "state": {
+                        "observation.arm_joint": [0.0] * 6,
+                        "observation.arm_eef": np.r_[p, HOME_Q_WXYZ].tolist(),
+                        "observation.gripper": [GRIPPER],
+                    },
+                }
                 chunk = piperpilot_predict(url, obs, CHUNK)
                 res.queries += 1
                 ci = 0
-                next_t = time.monotonic()   # re-sync clock after query latency (as infer.py does)
+                next_t = time.monotonic()  # re-sync clock after query latency (as infer.py does)
             a = chunk[ci]
             now = time.monotonic_ns()
             res.action_at(now)
             if ci == 0:
                 res.latencies_ms.append((now - t_obs) / 1e6)
             ci += 1
-            p = a[:3].copy()    # the arm follows exactly
+            p = a[:3].copy()  # the arm follows exactly
             next_t += 1.0 / FPS
             sleep = next_t - time.monotonic()
             if sleep > 0:
@@ -357,28 +385,42 @@ def fmt(res: Result) -> str:
     lat = res.latencies_ms
     p50, p99 = pct(lat, 50), pct(lat, 99)
     share = 100.0 * res.starved / max(res.slots, 1)
-    ours = "" if res.runtime_starved is None else \
-        f"starved ticks {res.holds:3d} of {res.loop_ticks} (runtime counter {res.runtime_starved});  "
+    ours = (
+        ""
+        if res.runtime_starved is None
+        else f"starved ticks {res.holds:3d} of {res.loop_ticks} (runtime counter {res.runtime_starved});  "
+    )
     extra = f", PAUSED {res.pauses}" if res.pauses else ""
-    return (f"obs->action p50 {p50:6.1f} ms  p99 {p99:6.1f} ms (n={len(lat)});  {ours}slots without a fresh action "
-            f"{res.starved:3d} of {res.slots} ({share:4.1f} %{extra});  queries {res.queries}")
+    return (
+        f"obs->action p50 {p50:6.1f} ms  p99 {p99:6.1f} ms (n={len(lat)});  {ours}slots without a fresh action "
+        f"{res.starved:3d} of {res.slots} ({share:4.1f} %{extra});  queries {res.queries}"
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--delays", default="50,300", help="server answer delays in ms")
-    ap.add_argument("--query-ahead", type=int, default=None,
-                    help="also run ours with this query_ahead (rows left when the next query leaves)")
-    ap.add_argument("--no-fixed", action="store_true",
-                    help="skip ours with the fixed query_ahead margin (the scheduling before the measured lead)")
+    ap.add_argument(
+        "--query-ahead",
+        type=int,
+        default=None,
+        help="also run ours with this query_ahead (rows left when the next query leaves)",
+    )
+    ap.add_argument(
+        "--no-fixed",
+        action="store_true",
+        help="skip ours with the fixed query_ahead margin (the scheduling before the measured lead)",
+    )
     ap.add_argument("--serve", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve is not None:
         serve(args.serve)
         return 0
-    print(f"policy_latency: 2 cameras {W}x{H} @ {FPS:g} Hz, chunk {CHUNK}, {args.seconds:g} s per run; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"policy_latency: 2 cameras {W}x{H} @ {FPS:g} Hz, chunk {CHUNK}, {args.seconds:g} s per run; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = training_root(Path(tmp) / "root")
@@ -387,8 +429,7 @@ def main() -> int:
             try:
                 urllib.request.urlopen(server.url + "/info", timeout=10).read()
                 ours = run_ours(server.url, args.seconds, root)
-                tuned = None if args.query_ahead is None else \
-                    run_ours(server.url, args.seconds, root, args.query_ahead)
+                tuned = None if args.query_ahead is None else run_ours(server.url, args.seconds, root, args.query_ahead)
                 fixed = None if args.no_fixed else run_ours(server.url, args.seconds, root, runtime=FixedMarginRuntime)
                 base = run_piperpilot(server.url, args.seconds)
             finally:
@@ -407,11 +448,15 @@ def main() -> int:
     for delay, ours, base in rows:
         lo, lb = pct(ours.latencies_ms, 50), pct(base.latencies_ms, 50)
         starve = "inf (ours 0)" if ours.starved == 0 else f"{base.starved / ours.starved:.1f}x"
-        print(f"  {delay:5g} ms: slots without a fresh action {base.starved} vs {ours.starved} -> {starve}; "
-              f"obs->action p50 {lb / lo:.2f}x")
+        print(
+            f"  {delay:5g} ms: slots without a fresh action {base.starved} vs {ours.starved} -> {starve}; "
+            f"obs->action p50 {lb / lo:.2f}x"
+        )
     ok = all(ours.holds == 0 and ours.slots > 0 and not ours.pauses for _, ours, _ in rows)
-    print(f"\ntarget: zero starved ticks (ours ran, never paused, held no tick after the first action) at every "
-          f"delay -> {'MET' if ok else 'NOT MET'}")
+    print(
+        f"\ntarget: zero starved ticks (ours ran, never paused, held no tick after the first action) at every "
+        f"delay -> {'MET' if ok else 'NOT MET'}"
+    )
     return 0
 
 

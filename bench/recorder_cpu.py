@@ -18,6 +18,7 @@ tar -x -C DIR``), alternating with this one round by round: an A/B of two versio
 imported). Also printed: the process's minor page faults per second.
 The figures depend on what else the machine runs (the load is printed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,10 @@ from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ARM_HZ, CAM_FPS, QUEST_HZ = 100.0, 30.0, 90.0
-NODES = {"lerobot": ("lerobot_recorder", "piper_recorder.nodes.lerobot_recorder"),
-         "rgbd": ("rgbd_recorder", "piper_recorder.nodes.rgbd_recorder")}
+NODES = {
+    "lerobot": ("lerobot_recorder", "piper_recorder.nodes.lerobot_recorder"),
+    "rgbd": ("rgbd_recorder", "piper_recorder.nodes.rgbd_recorder"),
+}
 
 # the recorder's child: names its threads (native id -> Python name) in a file once a second
 CHILD = """
@@ -135,7 +138,7 @@ def publisher(node_name: str, seconds: float, ready: Path) -> None:
             g = JointState(name=["gripper"], position=[0.03])
             g.header.stamp = stamp
             grip.publish(g)
-            if i % 10 in (0, 3, 7):   # 30 of 100 ticks
+            if i % 10 in (0, 3, 7):  # 30 of 100 ticks
                 f = (i // 3) % len(rgb)
                 for pub in cams.values():
                     m = Image(height=480, width=640, encoding="rgb8", step=1920, data=rgb[f])
@@ -144,11 +147,11 @@ def publisher(node_name: str, seconds: float, ready: Path) -> None:
                 d = Image(height=480, width=640, encoding="16UC1", step=1280, data=depth[f])
                 d.header.stamp = stamp
                 dep.publish(d)
-            if i % 10 != 9:   # 90 of 100 ticks
+            if i % 10 != 9:  # 90 of 100 ticks
                 quest.publish(String(data=json.dumps({"t": i * period, "head": [0.0] * 7, "buttons": 0})))
             k[0] += 1
 
-    while time.monotonic() - t0 < 3.0:   # discovery, the recorder's pre-roll
+    while time.monotonic() - t0 < 3.0:  # discovery, the recorder's pre-roll
         pump()
         time.sleep(0.002)
     print(call(start, "start"), flush=True)
@@ -203,18 +206,36 @@ def run_once(rec: str, tree: Path, seconds: float, tmp: Path) -> dict[str, float
     names_file, ready = work / "threads.json", work / "ready"
     with lease_domain() as lease:
         env = {**os.environ, **lease.env(), "PYTHONPATH": str(tree)}
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(names_file), module, "--ros-args", "-r",
-                                  f"__node:={node_name}", "--params-file", str(params(work, rec))],
-                                 env=env, cwd=work,   # not this tree's directory: -c puts the cwd first on sys.path
-                                 stdout=subprocess.DEVNULL, stderr=(work / "recorder.log").open("w"))
-        pub = subprocess.Popen([sys.executable, __file__, "--publish", node_name, str(seconds), str(ready)],
-                               env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(names_file),
+                module,
+                "--ros-args",
+                "-r",
+                f"__node:={node_name}",
+                "--params-file",
+                str(params(work, rec)),
+            ],
+            env=env,
+            cwd=work,  # not this tree's directory: -c puts the cwd first on sys.path
+            stdout=subprocess.DEVNULL,
+            stderr=(work / "recorder.log").open("w"),
+        )
+        pub = subprocess.Popen(
+            [sys.executable, __file__, "--publish", node_name, str(seconds), str(ready)],
+            env={**env, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             while not ready.exists():
                 if pub.poll() is not None:
                     raise SystemExit(f"publisher ended: {pub.stdout.read() if pub.stdout else ''}")
                 time.sleep(0.05)
-            time.sleep(min(2.0, seconds / 4))   # the episode's first rows, encoders started
+            time.sleep(min(2.0, seconds / 4))  # the episode's first rows, encoders started
             window = seconds - min(2.0, seconds / 4) - 1.0
             c0, w0 = thread_cpu(child.pid), time.monotonic()
             time.sleep(window)
@@ -231,7 +252,7 @@ def run_once(rec: str, tree: Path, seconds: float, tmp: Path) -> dict[str, float
         if "start: True" not in out or "stop: True" not in out:
             raise SystemExit(f"{rec} from {tree}: {out}\n{(work / 'recorder.log').read_text()[-3000:]}")
     names = {int(k): v for k, v in json.loads(names_file.read_text()).items()}
-    ran = Path(f"{names_file}.tree").read_text()   # the module the child imported
+    ran = Path(f"{names_file}.tree").read_text()  # the module the child imported
     if not ran.startswith(str(tree)):
         raise SystemExit(f"the recorder ran {ran}, not the tree {tree}")
     rows: dict[str, float] = defaultdict(float)
@@ -260,15 +281,24 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="recorder_cpu-") as tmp:
         for r in range(args.rounds):
             for rec in recs:
-                for tree in (trees if r % 2 == 0 else trees[::-1]):
+                for tree in trees if r % 2 == 0 else trees[::-1]:
                     res = run_once(rec, tree, args.seconds, Path(tmp))
                     results[(rec, tree)].append(res)
-                    print(f"round {r + 1} {rec:7s} {tree}: total {res['total']:.3f} cores "
-                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                    print(
+                        f"round {r + 1} {rec:7s} {tree}: total {res['total']:.3f} cores "
+                        f"(load {os.getloadavg()[0]:.1f})",
+                        flush=True,
+                    )
     for rec in recs:
         print(f"\n== {rec}_recorder, cores per thread (mean of {args.rounds} rounds; {args.seconds:g} s episodes)")
-        keys = sorted({k for tree in trees for res in results[(rec, tree)] for k in res},
-                      key=lambda k: (k == "total", k == "page faults/s", -max(sum(r.get(k, 0.0) for r in results[(rec, t)]) for t in trees)))
+        keys = sorted(
+            {k for tree in trees for res in results[(rec, tree)] for k in res},
+            key=lambda k: (
+                k == "total",
+                k == "page faults/s",
+                -max(sum(r.get(k, 0.0) for r in results[(rec, t)]) for t in trees),
+            ),
+        )
         print("  " + f"{'thread':28s}" + "".join(f"{str(t)[-24:]:>26s}" for t in trees))
         for k in keys:
             vals = [sum(r.get(k, 0.0) for r in results[(rec, t)]) / len(results[(rec, t)]) for t in trees]

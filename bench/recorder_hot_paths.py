@@ -23,6 +23,7 @@ What each row times (best of ``--rounds``, per call, this thread's CPU only):
 
 The machine is shared: compare the two columns of one run, not runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,7 +84,7 @@ def bench_video(frames: list[np.ndarray], rounds: int, tmp: Path) -> None:
 
     from piper_recorder.timebase import TICKS, TIME_BASE
 
-    cfg = VideoConfig(max_block_s=None, deterministic=True)   # mbtree off: packets comparable run to run
+    cfg = VideoConfig(max_block_s=None, deterministic=True)  # mbtree off: packets comparable run to run
 
     def stream() -> tuple[Any, Any]:
         out = av.open(io.BytesIO(), "w", format="mp4", options={"video_track_timescale": str(TICKS)})
@@ -92,11 +93,10 @@ def bench_video(frames: list[np.ndarray], rounds: int, tmp: Path) -> None:
         s.time_base = TIME_BASE
         cc = s.codec_context
         cc.time_base, cc.gop_size, cc.max_b_frames, cc.thread_count = TIME_BASE, cfg.gop, cfg.bf, cfg.threads
-        s.options = {"bf": "0", "g": str(cfg.gop), "crf": str(cfg.crf), "preset": cfg.preset,
-                     "x264-params": "mbtree=0"}
+        s.options = {"bf": "0", "g": str(cfg.gop), "crf": str(cfg.crf), "preset": cfg.preset, "x264-params": "mbtree=0"}
         return out, s
 
-    conv = VideoEncoder(tmp / "conv.mp4", "bench", 480, 640, 30, cfg)   # for its _convert only
+    conv = VideoEncoder(tmp / "conv.mp4", "bench", 480, 640, 30, cfg)  # for its _convert only
     conv.abort()
 
     def run(make: Callable[[np.ndarray], Any]) -> tuple[float, float, bytes]:
@@ -145,8 +145,11 @@ def bench_depth(rounds: int) -> None:
     o = best(lambda: old_quantize(depth, 0.1, 6.0), 200, rounds)
     n = best(lambda: codecs.quantize_depth(depth, 0.1, 6.0), 200, rounds)
     row("quantize_depth", o, n)
-    row("per observation: copy + quantise (old) / quantise (new)",
-        best(lambda: old_quantize(depth.copy(), 0.1, 6.0), 200, rounds), n)
+    row(
+        "per observation: copy + quantise (old) / quantise (new)",
+        best(lambda: old_quantize(depth.copy(), 0.1, 6.0), 200, rounds),
+        n,
+    )
 
 
 # ---- router ------------------------------------------------------------------------------------
@@ -162,13 +165,17 @@ class _Target:
     def begin_session(self, record: Any) -> None: ...
     def start_episode(self, task: str, record: Any, source: Any = None) -> tuple[int, _NullSink]:
         return 0, _NullSink()
+
     def save_episode(self, counters: Any, timeout: bool) -> dict[str, Any]:
         return {}
+
     def label_saved(self, index: int, fields: Any) -> None: ...
     def keeps_failed_save(self, exc: BaseException) -> bool:
         return False
+
     def holds_episode(self) -> bool:
         return False
+
     def discard_episode(self) -> None: ...
     def delete_last_episode(self) -> None: ...
     def close(self) -> None: ...
@@ -177,8 +184,11 @@ class _Target:
 def old_add_input(self: ctl.EpisodeController, name: str, stamp_ns: int, values: Any) -> None:
     """``EpisodeController.add_input`` and the assembler's finite check before this change."""
     with self._lock:
-        ctl._keep(self._preroll_inputs.setdefault(name, deque()), (stamp_ns, np.asarray(values, dtype=np.float32)),
-                  ctl.PREROLL_INPUTS_NS)
+        ctl._keep(
+            self._preroll_inputs.setdefault(name, deque()),
+            (stamp_ns, np.asarray(values, dtype=np.float32)),
+            ctl.PREROLL_INPUTS_NS,
+        )
         if self._asm is not None and self.state in (ctl.RECORDING, ctl.SAVING):
             asm = self._asm
             v = np.asarray(values, dtype=np.float32).reshape(-1)
@@ -228,11 +238,18 @@ def bench_router(rounds: int) -> None:
 
     results: dict[str, list[float]] = {}
     for variant in ("old", "new"):
-        c = ctl.EpisodeController(_Target(), cfg.assembly(tuple(tm.cameras), tm.table), recorder="bench",
-                                  max_episode_s=0, publish_event=lambda e: None, session_record=lambda: {},
-                                  log=lambda m: None, tick_stats=False)
+        c = ctl.EpisodeController(
+            _Target(),
+            cfg.assembly(tuple(tm.cameras), tm.table),
+            recorder="bench",
+            max_episode_s=0,
+            publish_event=lambda e: None,
+            session_record=lambda: {},
+            log=lambda m: None,
+            tick_stats=False,
+        )
         if variant == "old":
-            c.add_input = old_add_input.__get__(c)   # type: ignore[method-assign]
+            c.add_input = old_add_input.__get__(c)  # type: ignore[method-assign]
         router = InputRouter(tm, c, depth=False)
         routes = [r.topic for r in router.routes]
         for i in range(5):
@@ -270,7 +287,7 @@ class _OldTracker(PhaseTracker):
         p = self.period
         return sum(cmath.exp(2j * math.pi * o / p) for o in self._offsets) / len(self._offsets)
 
-    def _update(self) -> None:   # the old body (the new one inlines wrap)
+    def _update(self) -> None:  # the old body (the new one inlines wrap)
         self._dirty = False
         p = self.period
         z = self._resultant()
@@ -302,6 +319,7 @@ def bench_tracker(rounds: int) -> None:
         def step(tr: PhaseTracker = tr) -> None:
             tr.add(next(it))
             tr.slot_ns  # noqa: B018 - brings the estimate up to date
+
         out.append(best(step, 1000, rounds))
     print("phase tracker (the tick thread, per camera per row)")
     row("add one capture + update (window 60)", *out)
@@ -337,7 +355,7 @@ def bench_spin_loop(rounds: int) -> None:
                 stop = threading.Event()
                 ex = _NoopExecutor(20000, stop)
                 a = T()
-                loop(ex, stop)   # type: ignore[arg-type]
+                loop(ex, stop)  # type: ignore[arg-type]
                 cost = min(cost, (T() - a) / ex.calls)
             out.append(cost)
     finally:
@@ -352,8 +370,9 @@ def main() -> int:
     args = ap.parse_args()
     import tempfile
 
-    print(f"machine: {os.cpu_count()} CPUs, load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}; "
-          f"{'':30s}old        new")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}; {'':30s}old        new"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         bench_video(sim_frames(60), max(1, args.rounds // 2), Path(tmp))
     bench_depth(args.rounds)

@@ -16,6 +16,7 @@ The machine is shared: note the load average printed at the start.
 
 Usage: .venv/bin/python bench/repair.py [--minutes 3] [--episode-s 60] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,7 @@ def build_root(root: Path, episodes: int, seconds: float) -> None:
     with LeRobotWriter(root, cfg) as w:
         w.start_episode("bench")
         for k in range(int(seconds * FPS)):
-            t = k / FPS                  # float32-nearest row times, as older recorders wrote
+            t = k / FPS  # float32-nearest row times, as older recorders wrote
             w.add_row(t, _rows(t, 0))
             for c, cam in enumerate(CAMS):
                 w.add_frame(cam, pool[(k + 37 * c) % len(pool)], t)
@@ -77,8 +78,10 @@ def build_root(root: Path, episodes: int, seconds: float) -> None:
 def to_whole_ms(path: Path) -> None:
     """Remux as pre-issue-11 recorders wrote: PTS floor(t * 1000) in 1/1000 (no checks, no fsync)."""
     tmp = path.with_name(path.name + ".ms")
-    with av.open(str(path)) as inp, av.open(str(tmp), "w", format="mp4",
-                                           options={"video_track_timescale": "1000"}) as out:
+    with (
+        av.open(str(path)) as inp,
+        av.open(str(tmp), "w", format="mp4", options={"video_track_timescale": "1000"}) as out,
+    ):
         s_in = inp.streams.video[0]
         s_out = out.add_stream_from_template(s_in)
         s_out.time_base = MS
@@ -107,17 +110,21 @@ def main() -> None:
         a.minutes, a.episode_s = 1.0, 20.0
     episodes = max(1, round(a.minutes * 60 / a.episode_s))
     recorded = episodes * a.episode_s
-    print(f"load average {os.getloadavg()[0]:.2f} (2-core shared machine); {episodes} episodes x {a.episode_s:.0f} s, "
-          f"{len(CAMS)} cameras {W}x{H} @ {FPS} fps = {recorded:.0f} s recorded, {recorded * len(CAMS):.0f} "
-          f"camera-seconds")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} (2-core shared machine); {episodes} episodes x {a.episode_s:.0f} s, "
+        f"{len(CAMS)} cameras {W}x{H} @ {FPS} fps = {recorded:.0f} s recorded, {recorded * len(CAMS):.0f} "
+        f"camera-seconds"
+    )
     with tempfile.TemporaryDirectory(prefix="bench_repair_") as tmp:
         root = Path(tmp) / "root"
         t0 = time.perf_counter()
         build_root(root, episodes, a.episode_s)
         vids = sorted((root / "videos").rglob("*.mp4"))
         size = sum(v.stat().st_size for v in vids)
-        print(f"built the root with the writer in {time.perf_counter() - t0:.1f} s: {len(vids)} videos, "
-              f"{size / 1e6:.1f} MB ({size / 1e6 / (recorded / 60) / len(CAMS):.1f} MB/min per camera)")
+        print(
+            f"built the root with the writer in {time.perf_counter() - t0:.1f} s: {len(vids)} videos, "
+            f"{size / 1e6:.1f} MB ({size / 1e6 / (recorded / 60) / len(CAMS):.1f} MB/min per camera)"
+        )
 
         t0 = time.perf_counter()
         for v in vids:
@@ -147,14 +154,20 @@ def main() -> None:
         problems = validate_root(root)
         validate_s = time.perf_counter() - t0
 
-    print(f"repair:   {repair_s:6.2f} s wall = {recorded / repair_s:6.1f}x real time "
-          f"({repair_s / (recorded * len(CAMS) / 3600):.1f} s per camera-hour; {rep.rewritten} videos remuxed, "
-          f"{rep.data_rewritten} parquets' timestamps moved onto the grid); target >= 50x")
+    print(
+        f"repair:   {repair_s:6.2f} s wall = {recorded / repair_s:6.1f}x real time "
+        f"({repair_s / (recorded * len(CAMS) / 3600):.1f} s per camera-hour; {rep.rewritten} videos remuxed, "
+        f"{rep.data_rewritten} parquets' timestamps moved onto the grid); target >= 50x"
+    )
     print(f"dry run:  {dry_s:6.2f} s = {recorded / dry_s:6.1f}x real time (plan only: reads packets and rows)")
-    print(f"baseline: copy + fsync of every video {copy_s:6.2f} s = {recorded / copy_s:6.1f}x real time; "
-          f"repair / copy = {repair_s / copy_s:.2f}")
-    print(f"baseline: plain remux to whole ms (no plan, no verify, no fsync) {remux_s:6.2f} s = "
-          f"{recorded / remux_s:6.1f}x real time; repair / plain remux = {repair_s / remux_s:.2f}")
+    print(
+        f"baseline: copy + fsync of every video {copy_s:6.2f} s = {recorded / copy_s:6.1f}x real time; "
+        f"repair / copy = {repair_s / copy_s:.2f}"
+    )
+    print(
+        f"baseline: plain remux to whole ms (no plan, no verify, no fsync) {remux_s:6.2f} s = "
+        f"{recorded / remux_s:6.1f}x real time; repair / plain remux = {repair_s / remux_s:.2f}"
+    )
     print(f"validate: {validate_s:6.2f} s after the repair, {'valid' if not problems else problems[:3]}")
 
 

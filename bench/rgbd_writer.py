@@ -7,6 +7,7 @@ transitions with 4-frame stacks and sequences of 16, against a baseline that reo
 decodes obs and next_obs separately for every sample (Pillow, as the reference loader does).
 ``--quick`` shortens every phase. Figures depend on machine load (printed at start and end).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,7 @@ class Scene:
     def frame(self, t: int):
         rng, yy, xx = self.rng, self.yy, self.xx
         s = int(t * 3) % 8
-        tex = np.kron(self.texture, np.ones((8, 8, 1), np.float32))[s:s + H, s:s + W]
+        tex = np.kron(self.texture, np.ones((8, 8, 1), np.float32))[s : s + H, s : s + W]
         shade = 0.6 + 0.4 * np.sin(xx / 40.0 + t * 0.1)[..., None]
         rgb = tex * shade + 25 * np.sin(yy / 5.0 + xx / 9.0)[..., None] + rng.normal(0, 6, (H, W, 3))
         depth = 0.8 + 1.6 * yy / H + 0.05 * np.sin(xx / 30.0 + t * 0.05)
@@ -51,7 +52,7 @@ class Scene:
             m = (np.abs(xx - cx) < r) & (np.abs(yy - cy) < r * 0.7)
             depth = np.where(m, depth - h, depth)
             rgb[m] = rgb[m] * 0.5 + 90
-        depth = depth + rng.normal(0, 1, (H, W)) * (0.0015 * depth ** 2)
+        depth = depth + rng.normal(0, 1, (H, W)) * (0.0015 * depth**2)
         holes = rng.random((H // 16, W // 16)) < 0.06
         depth[np.kron(holes, np.ones((16, 16), bool))] = 0.0  # sensor shadows
         depth[rng.random((H, W)) < 0.01] = np.nan
@@ -73,12 +74,14 @@ def bench_encode(frames, n):
     rgb, depth = frames[0]
     mm = codecs.quantize_depth(depth, 0.1, 6.0)
     print("== encode, one thread, per 640x480 frame: wall ms / CPU ms (bytes)")
-    for name, fn in (("rgb jpeg q88 (Pillow)", lambda: codecs.encode_rgb_jpeg(rgb, 88)),
-                     ("depth quantise (numpy)", lambda: codecs.quantize_depth(depth, 0.1, 6.0).tobytes()),
-                     ("depth jpeg2000 default (bypass, glymur)", lambda: codecs.encode_depth(mm, "jpeg2000")),
-                     ("depth jpeg2000_strict (glymur)", lambda: codecs.encode_depth(mm, "jpeg2000_strict")),
-                     ("depth jpeg2000_strict (Pillow)", lambda: _pillow_jp2(mm)),
-                     ("depth htj2k (OpenJPH)", lambda: codecs.encode_depth(mm, "htj2k"))):
+    for name, fn in (
+        ("rgb jpeg q88 (Pillow)", lambda: codecs.encode_rgb_jpeg(rgb, 88)),
+        ("depth quantise (numpy)", lambda: codecs.quantize_depth(depth, 0.1, 6.0).tobytes()),
+        ("depth jpeg2000 default (bypass, glymur)", lambda: codecs.encode_depth(mm, "jpeg2000")),
+        ("depth jpeg2000_strict (glymur)", lambda: codecs.encode_depth(mm, "jpeg2000_strict")),
+        ("depth jpeg2000_strict (Pillow)", lambda: _pillow_jp2(mm)),
+        ("depth htj2k (OpenJPH)", lambda: codecs.encode_depth(mm, "htj2k")),
+    ):
         ms, cpu, out = ms_per(fn, n)
         print(f"  {name:42s} {ms:7.1f} / {cpu:6.1f} ms  {len(out):8d} B")
     raw = mm.nbytes
@@ -130,17 +133,21 @@ def bench_writer(frames, n_fast, seconds_paced, tmp):
     print(f"== writer, {RgbdConfig().workers} encoder threads, 640x480 RGB-D")
     for codec in codecs.DEPTH_PROFILES:
         el, st, _ = write_file(os.path.join(tmp, "w.hdf5"), frames, n_fast, codec, 60)
-        print(f"  {codec:15s} flat out: {n_fast / el:6.1f} fps sustained ({n_fast} frames incl. commits), "
-              f"back-pressure waits {st.backpressure_waits} ({st.backpressure_wait_s:.2f} s), "
-              f"encode {st.encode_s / max(1, st.frames_written) * 1000:.1f} ms/frame of worker wall time; "
-              f"process CPU {st.cpu_s / n_fast * 1000:.1f} ms/frame -> capacity on 2 free cores "
-              f"~{2000 / (st.cpu_s / n_fast * 1000):.0f} fps")
+        print(
+            f"  {codec:15s} flat out: {n_fast / el:6.1f} fps sustained ({n_fast} frames incl. commits), "
+            f"back-pressure waits {st.backpressure_waits} ({st.backpressure_wait_s:.2f} s), "
+            f"encode {st.encode_s / max(1, st.frames_written) * 1000:.1f} ms/frame of worker wall time; "
+            f"process CPU {st.cpu_s / n_fast * 1000:.1f} ms/frame -> capacity on 2 free cores "
+            f"~{2000 / (st.cpu_s / n_fast * 1000):.0f} fps"
+        )
         n = int(seconds_paced * 30)
         el, st, bl = write_file(os.path.join(tmp, "w.hdf5"), frames, n, codec, 150, pace_hz=30)
         q = len(bl) // 4
-        print(f"  {codec:15s} fed at 30 fps for {n} frames: took {el:.1f} s ({n / el:.1f} fps), backlog mean "
-              f"{np.mean(bl[:q]):.1f} (first quarter) -> {np.mean(bl[-q:]):.1f} (last quarter), max {max(bl)}, "
-              f"back-pressure waits {st.backpressure_waits}")
+        print(
+            f"  {codec:15s} fed at 30 fps for {n} frames: took {el:.1f} s ({n / el:.1f} fps), backlog mean "
+            f"{np.mean(bl[:q]):.1f} (first quarter) -> {np.mean(bl[-q:]):.1f} (last quarter), max {max(bl)}, "
+            f"back-pressure waits {st.backpressure_waits}"
+        )
 
 
 def naive_file(path, frames, T):
@@ -167,8 +174,10 @@ def bench_size(frames, T, tmp):
         sizes[codec] = os.path.getsize(ours)
         print(f"  optimized ({codec}): {sizes[codec] / 1e6:7.1f} MB")
     naive = naive_file(os.path.join(tmp, "naive.hdf5"), frames, T)
-    print(f"  naive obs+next_obs raw arrays, gzip: {naive / 1e6:7.1f} MB -> naive/optimized = "
-          f"{naive / sizes['jpeg2000']:.2f}x (jpeg2000), {naive / sizes['htj2k']:.2f}x (htj2k)")
+    print(
+        f"  naive obs+next_obs raw arrays, gzip: {naive / 1e6:7.1f} MB -> naive/optimized = "
+        f"{naive / sizes['jpeg2000']:.2f}x (jpeg2000), {naive / sizes['htj2k']:.2f}x (htj2k)"
+    )
     return {codec: os.path.join(tmp, f"ours_{codec}.hdf5") for codec in sizes}
 
 
@@ -227,24 +236,33 @@ def bench_loader(path, profile, n_tr, n_seq):
     ds = TransitionDataset(path)
     ds1 = TransitionDataset(path, threads=1)
     picks = rng.integers(0, len(ds), 10_000)
-    runs = {"base": lambda k: baseline_transition(path, int(picks[k])), "ours": lambda k: ds[int(picks[k])],
-            "one": lambda k: ds1[int(picks[k])]}
+    runs = {
+        "base": lambda k: baseline_transition(path, int(picks[k])),
+        "ours": lambda k: ds[int(picks[k])],
+        "one": lambda k: ds1[int(picks[k])],
+    }
     best: dict = {}
     for _ in range(2):  # alternate, keep each one's best round: whoever runs first is not penalised
         for name, fn in runs.items():
             r = rate(fn, n_tr)
             best[name] = max(best.get(name, r), r)
     (base, base_cpu), (ours, ours_cpu), (one, _) = best["base"], best["ours"], best["one"]
-    print(f"  random transitions:   baseline {base:6.2f}/s ({base_cpu:3.0f} ms), loader {ours:6.2f}/s ({ours_cpu:3.0f} ms) "
-          f"= {ours / base:.2f}x; with 1 decode thread {one:6.2f}/s = {one / base:.2f}x")
+    print(
+        f"  random transitions:   baseline {base:6.2f}/s ({base_cpu:3.0f} ms), loader {ours:6.2f}/s ({ours_cpu:3.0f} ms) "
+        f"= {ours / base:.2f}x; with 1 decode thread {one:6.2f}/s = {one / base:.2f}x"
+    )
     scale = two_thread_ceiling(path, 24)
-    print(f"    both decode the same 2 frames per sample, so the bound here is the 1-thread ratio x the "
-          f"machine's two-thread decode scaling = {one / base:.2f} x {scale:.2f} = {one / base * scale:.2f}x")
+    print(
+        f"    both decode the same 2 frames per sample, so the bound here is the 1-thread ratio x the "
+        f"machine's two-thread decode scaling = {one / base:.2f} x {scale:.2f} = {one / base * scale:.2f}x"
+    )
     st = TransitionDataset(path, frame_stack=4)
     b, b_cpu = rate(lambda k: baseline_transition(path, int(picks[k]), stack=4), max(4, n_tr // 4))
     o, o_cpu = rate(lambda k: st[int(picks[k])], max(4, n_tr // 4))
-    print(f"  transitions, stack 4: baseline {b:6.2f}/s ({b_cpu:3.0f} ms), loader {o:6.2f}/s ({o_cpu:3.0f} ms) "
-          f"= {o / b:.2f}x  [5 decodes per sample instead of 8]")
+    print(
+        f"  transitions, stack 4: baseline {b:6.2f}/s ({b_cpu:3.0f} ms), loader {o:6.2f}/s ({o_cpu:3.0f} ms) "
+        f"= {o / b:.2f}x  [5 decodes per sample instead of 8]"
+    )
     sq = SequenceDataset(path, seq_len=16)
     spicks = rng.integers(0, len(sq), 10_000)
 
@@ -255,8 +273,10 @@ def bench_loader(path, profile, n_tr, n_seq):
 
     b, b_cpu = rate(baseline_seq, n_seq)
     o, o_cpu = rate(lambda k: sq[int(spicks[k])], n_seq)
-    print(f"  sequences of 16:      baseline {b:6.3f}/s ({b_cpu:3.0f} ms), loader {o:6.3f}/s ({o_cpu:3.0f} ms) "
-          f"= {o / b:.2f}x  [17 decodes per sequence instead of 32]")
+    print(
+        f"  sequences of 16:      baseline {b:6.3f}/s ({b_cpu:3.0f} ms), loader {o:6.3f}/s ({o_cpu:3.0f} ms) "
+        f"= {o / b:.2f}x  [17 decodes per sequence instead of 32]"
+    )
 
 
 def main():

@@ -10,6 +10,7 @@ utime + stime from /proc/<pid>/stat) over ``--seconds``, after ``--settle`` seco
 
   .venv/bin/python bench/spacemouse_cpu.py [--seconds 15] [--rounds 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,7 @@ class Fifo:
     def send(self, report: bytes) -> None:
         buf = bytearray(4)
         end = time.monotonic() + 2.0
-        while True:   # one report per read, as hidraw: the previous one was taken
+        while True:  # one report per read, as hidraw: the previous one was taken
             fcntl.ioctl(self.fd, termios.FIONREAD, buf)
             if not int.from_bytes(buf, "little") or time.monotonic() > end:
                 break
@@ -74,7 +75,6 @@ def measure(pid: int, seconds: float) -> float:
     return (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
 
 
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=15.0)
@@ -85,35 +85,49 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="spacemouse-cpu-"))
     dev = Fifo(tmp / "hidraw0")
     sm = ["-p", "input:=spacemouse", "-p", f"spacemouse.device:={dev.path}"]
-    configs = [("headset input, nothing connected", [], None),
-               ("headset input, sim headset streaming at rest (bridge running)", [], "headset"),
-               ("spacemouse input, device open, no reports", sm, None),
-               ("spacemouse input, 125 Hz reports, clutch engaged, arm moving", sm, "stream")]
+    configs = [
+        ("headset input, nothing connected", [], None),
+        ("headset input, sim headset streaming at rest (bridge running)", [], "headset"),
+        ("spacemouse input, device open, no reports", sm, None),
+        ("spacemouse input, 125 Hz reports, clutch engaged, arm moving", sm, "stream"),
+    ]
     results: dict[str, list[float]] = {c[0]: [] for c in configs}
     with lease_domain() as lease:
         env = lease.env()
         logs = open(tmp / "log.txt", "wb")
-        arm = subprocess.Popen([tool("piper-arm"), "--ros-args", "-p", "emulate:=true"], env=env, stdout=logs,
-                               stderr=subprocess.STDOUT)
+        arm = subprocess.Popen(
+            [tool("piper-arm"), "--ros-args", "-p", "emulate:=true"], env=env, stdout=logs, stderr=subprocess.STDOUT
+        )
         try:
             for _ in range(args.rounds):
                 for label, extra, what in configs:
                     side: list[subprocess.Popen[bytes]] = []
                     if what == "headset":
                         port = free_port()
-                        side.append(subprocess.Popen([tool("piper-sim-quest"), "--port", str(port), "--no-buttons",
-                                                      "--script", "idle"], env=env, stdout=logs,
-                                                     stderr=subprocess.STDOUT))
-                        side.append(subprocess.Popen([tool("piper-quest-bridge"), "--ros-args", "-p",
-                                                      f"port:={port}"], env=env, stdout=logs,
-                                                     stderr=subprocess.STDOUT))
-                    teleop = subprocess.Popen([tool("piper-teleop"), "--ros-args", *extra], env=env, stdout=logs,
-                                              stderr=subprocess.STDOUT)
+                        side.append(
+                            subprocess.Popen(
+                                [tool("piper-sim-quest"), "--port", str(port), "--no-buttons", "--script", "idle"],
+                                env=env,
+                                stdout=logs,
+                                stderr=subprocess.STDOUT,
+                            )
+                        )
+                        side.append(
+                            subprocess.Popen(
+                                [tool("piper-quest-bridge"), "--ros-args", "-p", f"port:={port}"],
+                                env=env,
+                                stdout=logs,
+                                stderr=subprocess.STDOUT,
+                            )
+                        )
+                    teleop = subprocess.Popen(
+                        [tool("piper-teleop"), "--ros-args", *extra], env=env, stdout=logs, stderr=subprocess.STDOUT
+                    )
                     time.sleep(args.settle)
                     stop = threading.Event()
                     th = None
                     if what == "stream":
-                        dev.send(b"\x03\x01\x00")   # clutch button: engage
+                        dev.send(b"\x03\x01\x00")  # clutch button: engage
                         dev.send(b"\x03\x00\x00")
                         th = threading.Thread(target=stream, args=(dev, stop), daemon=True)
                         th.start()

@@ -12,6 +12,7 @@ bit (the optimisation must not change a single published number). In-process pai
 functions against their scalar ``*_t`` variants. Each figure is the best of ``--repeat`` runs (the
 machine is shared: the minimum is the least disturbed). No ROS.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,8 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
 
     def handle() -> None:
         recv[0] += 11_111_111
-        core.handle(msg, recv[0])   # type: ignore[arg-type]
+        core.handle(msg, recv[0])  # type: ignore[arg-type]
+
     out["BridgeCore.handle"] = per_call_us(handle, n, repeat)
     out["sim: sample + encode"] = per_call_us(lambda: encode(hs.sample(3.0, mono=3.0, frame=1)), n, repeat)
 
@@ -75,7 +77,7 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
         s.on_arm_pose([0.3, 0.0, 0.2], [0.0, 0.0, 0.0, 1.0])
         s.on_joints([0.0] * 7)
 
-    for _ in range(2000):   # the fixed session whose targets old and new must agree on
+    for _ in range(2000):  # the fixed session whose targets old and new must agree on
         clock[0] += 0.01
         t[0] += 0.01
         feed()
@@ -100,10 +102,12 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
             spent += t1 - t0
             empty += t2 - t1
         return (spent - empty) / n * 1e6
+
     out["TeleopSession.tick (engaged)"] = min(ticks() for _ in range(repeat))
     assert s.core.engaged
-    out["on_hand_pose (lists)"] = per_call_us(lambda: s.on_hand_pose(0, [0.2, 1.1, -0.35], [0.0, 0.0, 0.0, 1.0]),
-                                              n, repeat)
+    out["on_hand_pose (lists)"] = per_call_us(
+        lambda: s.on_hand_pose(0, [0.2, 1.1, -0.35], [0.0, 0.0, 0.0, 1.0]), n, repeat
+    )
     out["on_joy"] = per_call_us(lambda: s.on_joy(0, "right", Joy(trigger=0.3, squeeze=1.0)), n, repeat)
     out["on_arm_pose (lists)"] = per_call_us(lambda: s.on_arm_pose([0.3, 0.0, 0.2], [0.0, 0.0, 0.0, 1.0]), n, repeat)
     out["on_joints (7 floats)"] = per_call_us(lambda: s.on_joints([0.0] * 7), n, repeat)
@@ -132,10 +136,17 @@ def pairs(n: int, repeat: int) -> list[tuple[str, float, float]]:
         ("slerp", lambda: r.slerp(a, b, 0.3), lambda: r.slerp_t(al, bl, 0.3)),
         ("angle_between", lambda: r.angle_between(a, b), lambda: r.angle_between_t(al, bl)),
         ("normalize", lambda: r.normalize(a), lambda: r.unit_t(al)),
-        ("quat_mul(q, conj(q0))", lambda: r.quat_mul(a, r.quat_conj(b)),
-         lambda: r.quat_mul_t(al, (-bl[0], -bl[1], -bl[2], bl[3]))),
+        (
+            "quat_mul(q, conj(q0))",
+            lambda: r.quat_mul(a, r.quat_conj(b)),
+            lambda: r.quat_mul_t(al, (-bl[0], -bl[1], -bl[2], bl[3])),
+        ),
         ("conjugate_rotation", lambda: r.conjugate_rotation(m, a), lambda: r.conjugate_rotation_t(ml, mt, al)),
-        ("Limits.apply", lambda: lim.apply(p, a, prev, b, meas, 0.01), lambda: lim.apply_t(pl, al, prevl, bl, measl, 0.01)),
+        (
+            "Limits.apply",
+            lambda: lim.apply(p, a, prev, b, meas, 0.01),
+            lambda: lim.apply_t(pl, al, prevl, bl, measl, 0.01),
+        ),
         ("Limits.check", lambda: lim.check(prev, b, prev, b, 0.01), lambda: lim.check_t(prevl, bl, prevl, bl, 0.01)),
         ("OneEuroPosition", lambda: fp(p, 0.01), lambda: fp.step(pl, 0.01)),
         ("OneEuroOrientation", lambda: fq(a, 0.01), lambda: fq.step(al, 0.01)),
@@ -145,8 +156,14 @@ def pairs(n: int, repeat: int) -> list[tuple[str, float, float]]:
 
 def run_child(tree: str, n: int, repeat: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": tree}
-    child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "-n", str(n),
-                            "--repeat", str(repeat)], env=env, check=True, capture_output=True, text=True, cwd=tree)
+    child = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", "-n", str(n), "--repeat", str(repeat)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tree,
+    )
     result: dict[str, Any] = json.loads(child.stdout)
     return result
 
@@ -158,8 +175,9 @@ def compare(rev: str, n: int, repeat: int, rounds: int) -> tuple[dict[str, Any],
         trees = [str(ROOT)]
         if rev:
             try:
-                archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "piper_recorder"],
-                                         check=True, capture_output=True).stdout
+                archive = subprocess.run(
+                    ["git", "-C", str(ROOT), "archive", rev, "piper_recorder"], check=True, capture_output=True
+                ).stdout
                 subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
                 trees.append(tmp)
             except (OSError, subprocess.CalledProcessError) as exc:
@@ -183,8 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(measure(args.n, args.repeat)))
         return 0
-    print(f"machine: {os.cpu_count()} CPUs, load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}; "
-          f"per call, us of thread CPU, best of {args.rounds} x {args.repeat} x {args.n}")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load {'/'.join(f'{x:.1f}' for x in os.getloadavg())}; "
+        f"per call, us of thread CPU, best of {args.rounds} x {args.repeat} x {args.n}"
+    )
     new, old = compare(args.baseline, args.n, args.repeat, args.rounds)
     print(f"{'hot path':34s} {'baseline':>9s} {'now':>9s}")
     for key, value in new.items():
@@ -194,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:34s} {before} {value:9.2f}")
     if old is not None:
         same = old["targets"] == new["targets"]
-        print(f"targets of a {len(new['targets'])}-target session: {'identical' if same else 'DIFFER'} to {args.baseline}")
+        print(
+            f"targets of a {len(new['targets'])}-target session: {'identical' if same else 'DIFFER'} to {args.baseline}"
+        )
         if not same:
             return 1
     print(f"\n{'array function vs scalar *_t':34s} {'array':>9s} {'scalar':>9s}")

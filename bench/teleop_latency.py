@@ -40,6 +40,7 @@ here would only add its own CPU load to the measured host.
 Usage: .venv/bin/python bench/teleop_latency.py [--backend position|impedance] [--steps 50] [--step-s 0.3]
        [--arm-executor events|single|multi] [--panels 2 [--panel-fps 15] [--rounds 2]] [--client web]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,10 +67,10 @@ from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E4
 from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
 
 RATE = 90.0
-STEP_M = 0.01          # XR x step (m) -> robot y step of the same size
-LEAD_S = 2.5           # still controller, grip closed, before the first step
+STEP_M = 0.01  # XR x step (m) -> robot y step of the same size
+LEAD_S = 2.5  # still controller, grip closed, before the first step
 THRESH = {"position": 0.0002, "impedance": 0.0004}  # m in y / rad of joint 1: well above the tail, below
-                                                      # the first filtered tick of a 1 cm step (~0.7 mm)
+# the first filtered tick of a 1 cm step (~0.7 mm)
 
 
 def make_replay(path: Path, steps: int, step_s: float) -> list[int]:
@@ -92,13 +93,14 @@ def make_replay(path: Path, steps: int, step_s: float) -> list[int]:
     return step_frames
 
 
-
 def stats(name: str, xs: list[float]) -> str:
     if not xs:
         return f"{name:<34} n=0"
     a = np.array(xs) * 1e3
-    return (f"{name:<34} n={len(a):3d}  p50 {np.percentile(a, 50):6.2f} ms  p90 {np.percentile(a, 90):6.2f} ms  "
-            f"p99 {np.percentile(a, 99):6.2f} ms  max {a.max():6.2f} ms")
+    return (
+        f"{name:<34} n={len(a):3d}  p50 {np.percentile(a, 50):6.2f} ms  p90 {np.percentile(a, 90):6.2f} ms  "
+        f"p99 {np.percentile(a, 99):6.2f} ms  max {a.max():6.2f} ms"
+    )
 
 
 class CanTap:
@@ -113,6 +115,7 @@ class CanTap:
 
     def drain(self) -> None:
         from piper_recorder.piper.emulator import decode_mit
+
         off = time.time() - time.monotonic()
         while (msg := self.bus.recv(0.0)) is not None:
             if self.backend == "position" and msg.arbitration_id == 0x152:
@@ -125,8 +128,9 @@ class CanTap:
         self.bus.shutdown()
 
 
-def first_response(events: list[tuple[float, float]], t0: float, direction: float, thresh: float,
-                   horizon: float) -> float | None:
+def first_response(
+    events: list[tuple[float, float]], t0: float, direction: float, thresh: float, horizon: float
+) -> float | None:
     """Time of the first event after t0 that moved past ``thresh`` in ``direction`` from the value at t0."""
     before = [v for t, v in events if t < t0]
     if not before:
@@ -151,13 +155,21 @@ def main() -> int:
     ap.add_argument("--backend", choices=("position", "impedance"), default="position")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--step-s", type=float, default=0.3)
-    ap.add_argument("--arm-executor", choices=EXECUTORS, default="events",
-                    help="executor for the in-process arm node (events = piper-arm's, see nodes/plumbing/executors.py)")
+    ap.add_argument(
+        "--arm-executor",
+        choices=EXECUTORS,
+        default="events",
+        help="executor for the in-process arm node (events = piper-arm's, see nodes/plumbing/executors.py)",
+    )
     ap.add_argument("--panels", type=int, default=0, help="compare without / with N camera panels streaming")
     ap.add_argument("--panel-fps", type=float, default=15.0)
     ap.add_argument("--rounds", type=int, default=2, help="with --panels / --client web: alternating pairs of runs")
-    ap.add_argument("--client", choices=("native", "web"), default="native",
-                    help="web: compare the native path with the WebXR page's path, side by side")
+    ap.add_argument(
+        "--client",
+        choices=("native", "web"),
+        default="native",
+        help="web: compare the native path with the WebXR page's path, side by side",
+    )
     args = ap.parse_args()
     if args.client == "web":
         return compare_clients(args)
@@ -170,7 +182,7 @@ def main() -> int:
         for panels in (False, True):
             res = run(args, cameras=args.panels, panels=panels)
             if res is None:
-                failed += 1   # e.g. the emulated arm faulted on an overloaded machine: reported, not hidden
+                failed += 1  # e.g. the emulated arm faulted on an overloaded machine: reported, not hidden
                 continue
             runs[panels].append(res)
     if failed:
@@ -182,21 +194,27 @@ def main() -> int:
     with_p = np.concatenate([r["can_lat"] for r in runs[True]]) * 1e3
     print(f"\n== panels: {args.panels} cameras at {args.panel_fps:g} fps, {args.rounds} alternating rounds ==")
     for name, a in (("without panels", base), ("with panels", with_p)):
-        print(f"{name:<16} headset -> CAN  n={a.size}  p50 {np.percentile(a, 50):.2f} ms  "
-              f"p99 {np.percentile(a, 99):.2f} ms")
+        print(
+            f"{name:<16} headset -> CAN  n={a.size}  p50 {np.percentile(a, 50):.2f} ms  "
+            f"p99 {np.percentile(a, 99):.2f} ms"
+        )
     ratio = np.percentile(with_p, 99) / np.percentile(base, 99)
     print(f"p99 with / without: {ratio:.3f} (target <= 1.10: {'met' if ratio <= 1.10 else 'NOT met'})")
     cpu = [r["video_cpu_s"] / r["video_wall_s"] / args.panels for r in runs[True]]
     frames = [r["video_status"]["cameras"] for r in runs[True]]
     sent = sum(c["sent"] for f in frames for c in f.values())
     cpu_total = sum(r["video_cpu_s"] for r in runs[True])
-    print(f"panel stream CPU per camera: {np.mean(cpu) * 100:.1f} % of a core "
-          f"({cpu_total / max(sent, 1) * 1e3:.1f} ms CPU per panel sent, incl. receiving the 30 fps images and the HUD)")
+    print(
+        f"panel stream CPU per camera: {np.mean(cpu) * 100:.1f} % of a core "
+        f"({cpu_total / max(sent, 1) * 1e3:.1f} ms CPU per panel sent, incl. receiving the 30 fps images and the HUD)"
+    )
     for cam in frames[-1]:
         lat = frames[-1][cam]["latency_ms"]
         enc = frames[-1][cam]["encode_ms"]
-        print(f"panel latency {cam}: capture -> bytes on the socket p50 {lat.get('p50')} ms  p99 {lat.get('p99')} ms "
-              f"(n={lat.get('n')}); encode p50 {enc.get('p50')} ms")
+        print(
+            f"panel latency {cam}: capture -> bytes on the socket p50 {lat.get('p50')} ms  p99 {lat.get('p99')} ms "
+            f"(n={lat.get('n')}); encode p50 {enc.get('p50')} ms"
+        )
     return 0
 
 
@@ -218,11 +236,15 @@ def compare_clients(args) -> int:
         return 1
     lat = {c: np.concatenate([r["can_lat"] for r in rs]) * 1e3 for c, rs in runs.items()}
     load = os.getloadavg()
-    print(f"\n== native vs web, {args.rounds} alternating rounds, {args.backend} backend; load average "
-          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs ==")
+    print(
+        f"\n== native vs web, {args.rounds} alternating rounds, {args.backend} backend; load average "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs =="
+    )
     for c, a in lat.items():
-        print(f"{c:<7} headset/page -> CAN  n={a.size}  p50 {np.percentile(a, 50):.2f} ms  "
-              f"p99 {np.percentile(a, 99):.2f} ms")
+        print(
+            f"{c:<7} headset/page -> CAN  n={a.size}  p50 {np.percentile(a, 50):.2f} ms  "
+            f"p99 {np.percentile(a, 99):.2f} ms"
+        )
     diff = np.percentile(lat["web"], 99) - np.percentile(lat["native"], 99)
     print(f"p99 web - native: {diff:+.2f} ms (target <= 5 ms: {'met' if diff <= 5.0 else 'NOT met'})")
     return 0
@@ -241,7 +263,7 @@ def web_client(port: int, replay: Path, go: Path) -> int:
     frames = [json.loads(line) for line in replay.read_text().splitlines()]
     ws.send(json.dumps({"hello": {"app": "teleop_latency", "client": "web", "mono": -1.0}}).encode())
     beat = time.monotonic()
-    while not go.exists():   # a heartbeat a second meanwhile, as the page sends (the relay drops a silent page)
+    while not go.exists():  # a heartbeat a second meanwhile, as the page sends (the relay drops a silent page)
         time.sleep(0.01)
         if time.monotonic() - beat >= 1.0:
             ws.send(b'{"heartbeat": 0, "state": "NO_SESSION"}')
@@ -275,8 +297,18 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
         replay = Path(tmp) / "steps.quest.jsonl"
         step_frames = make_replay(replay, args.steps, args.step_s)
         channel = f"lat_{uuid.uuid4().hex[:8]}"
-        rclpy.init(args=["bench", "--ros-args", "-p", "emulate:=true", "-p", f"can_channel:={channel}",
-                         "-p", f"backend:={args.backend}"])
+        rclpy.init(
+            args=[
+                "bench",
+                "--ros-args",
+                "-p",
+                "emulate:=true",
+                "-p",
+                f"can_channel:={channel}",
+                "-p",
+                f"backend:={args.backend}",
+            ]
+        )
         arm = PiperArmNode()
         tap = CanTap(channel, args.backend)  # after the node: only frames from the homing on are queued
         probe = rclpy.create_node("latency_probe")
@@ -284,18 +316,21 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
         hellos: list[dict] = []
         teleop_up = threading.Event()
         off = time.time() - time.monotonic()
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         probe.create_subscription(String, "/quest/hello", lambda m: hellos.append(json.loads(m.data)), latched)
         probe.create_subscription(
-            PoseStamped, "/arm/target_pose",
+            PoseStamped,
+            "/arm/target_pose",
             lambda m: targets.append((m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 - off, m.pose.position.y)),
-            200)
+            200,
+        )
         probe.create_subscription(String, "/teleop/status", lambda m: teleop_up.set(), 10)
         video_status: list[dict] = []
         probe.create_subscription(String, "/quest_video/status", lambda m: video_status.append(json.loads(m.data)), 10)
-        video_cpu = [0.0, 0.0]   # CPU s, wall s of quest_video over the measured steps
-        args.arm_executor = executor_for(arm, args.arm_executor)   # what piper-arm's run_node spins here
+        video_cpu = [0.0, 0.0]  # CPU s, wall s of quest_video over the measured steps
+        args.arm_executor = executor_for(arm, args.arm_executor)  # what piper-arm's run_node spins here
         executor = make_executor(args.arm_executor)
         executor.add_node(arm)
         executor.add_node(probe)
@@ -309,9 +344,17 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
             port, vport = free_port(), free_port()
             names = ["cam_front", "cam_wrist", "cam_side"][:cameras]
             with ProcGroup(lease.env(), Path(tmp) / "logs") as procs:
-                for cam in names:   # bulk work at nice 5, as in the sim graph (piper_launch.bulk_nice)
-                    procs.start("nice", "-n", "5", str(Path(sys.executable).parent / "piper-sim-camera"),
-                                "--ros-args", "-r", f"__node:={cam}", name=cam)
+                for cam in names:  # bulk work at nice 5, as in the sim graph (piper_launch.bulk_nice)
+                    procs.start(
+                        "nice",
+                        "-n",
+                        "5",
+                        str(Path(sys.executable).parent / "piper-sim-camera"),
+                        "--ros-args",
+                        "-r",
+                        f"__node:={cam}",
+                        name=cam,
+                    )
                 procs.start("piper-teleop")
                 if not teleop_up.wait(30):
                     print(procs.logs())
@@ -320,28 +363,47 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                 web = None
                 if client == "web":
                     wport = free_port()
-                    relay = procs.start("piper-quest-web", "--port", str(wport), "--bridge-port", str(port),
-                                        "--video-port", str(vport) if cameras else "-1")
+                    relay = procs.start(
+                        "piper-quest-web",
+                        "--port",
+                        str(wport),
+                        "--bridge-port",
+                        str(port),
+                        "--video-port",
+                        str(vport) if cameras else "-1",
+                    )
                     deadline = time.monotonic() + 10
                     while "page at" not in relay.output() and time.monotonic() < deadline:
                         time.sleep(0.05)
                     go = Path(tmp) / "go"
-                    web = procs.start(sys.executable, __file__, "--web-client", str(wport), str(replay), str(go),
-                                      name="web_client")
+                    web = procs.start(
+                        sys.executable, __file__, "--web-client", str(wport), str(replay), str(go), name="web_client"
+                    )
                 else:
                     sim = procs.start("piper-sim-quest", "--port", str(port), "--replay", str(replay), *video)
                     deadline = time.monotonic() + 10
                     while "listening" not in sim.output() and time.monotonic() < deadline:
                         time.sleep(0.05)
                 if panels:
-                    qv = procs.start("nice", "-n", "5", str(Path(sys.executable).parent / "piper-quest-video"),
-                                     "--ros-args", "-p", f"port:={vport}", "-p", f"fps:={args.panel_fps}",
-                                     "-p", f"cameras:=[{','.join(names)}]", name="quest_video")
+                    qv = procs.start(
+                        "nice",
+                        "-n",
+                        "5",
+                        str(Path(sys.executable).parent / "piper-quest-video"),
+                        "--ros-args",
+                        "-p",
+                        f"port:={vport}",
+                        "-p",
+                        f"fps:={args.panel_fps}",
+                        "-p",
+                        f"cameras:=[{','.join(names)}]",
+                        name="quest_video",
+                    )
                 procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}")
                 deadline = time.monotonic() + 20
                 while not hellos and time.monotonic() < deadline:
                     time.sleep(0.05)
-                if web is not None and hellos:   # the bridge is connected: now the stream, from its t = 0
+                if web is not None and hellos:  # the bridge is connected: now the stream, from its t = 0
                     relay_cpu0, relay_w0 = cpu_seconds(relay.popen.pid), time.monotonic()
                     go.touch()
                     deadline = time.monotonic() + 5
@@ -361,7 +423,9 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                 if web is not None:
                     if hellos:
                         relay_cpu = (cpu_seconds(relay.popen.pid) - relay_cpu0) / (time.monotonic() - relay_w0)
-                        print(f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core")
+                        print(
+                            f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core"
+                        )
         finally:
             arm.on_shutdown()
             tap.drain()
@@ -379,9 +443,9 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
     can_lat, target_lat, arm_lat, missed = [], [], [], []
     thresh = THRESH[args.backend]
     for i, fn in enumerate(step_frames):
-        t0 = start + fn / RATE           # when step frame fn was due to leave the sim headset
+        t0 = start + fn / RATE  # when step frame fn was due to leave the sim headset
         xr_dir = 1.0 if i % 2 == 0 else -1.0  # +x (right) first, then alternating
-        y_dir = -xr_dir                         # robot y = -xr x; joint 1 turns the same way as y
+        y_dir = -xr_dir  # robot y = -xr x; joint 1 turns the same way as y
         t_can = first_response(tap.frames, t0, y_dir, thresh, args.step_s)
         t_tgt = first_response(targets, t0, y_dir, 0.0002, args.step_s)
         if t_can is None:
@@ -394,9 +458,11 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
     load = os.getloadavg()
     if cameras:
         print(f"\n-- {cameras} sim cameras, panels {'streaming' if panels else 'off'} --")
-    print(f"teleop latency ({args.backend} backend, {args.arm_executor} arm executor), "
-          f"{len(step_frames)} steps of {STEP_M * 100:.0f} cm every "
-          f"{args.step_s} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"teleop latency ({args.backend} backend, {args.arm_executor} arm executor), "
+        f"{len(step_frames)} steps of {STEP_M * 100:.0f} cm every "
+        f"{args.step_s} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs"
+    )
     print(stats("headset frame -> teleop target", target_lat))
     print(stats("teleop target -> CAN frame", arm_lat))
     print(stats("headset frame -> CAN frame", can_lat))
@@ -412,9 +478,15 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
             print("no quest_video status\n" + logs)
             return None
         st = video_status[-1]
-        print(f"quest_video: sent {st['sent']} dropped {st['dropped']}; CPU {video_cpu[0]:.2f} s in {video_cpu[1]:.1f} s")
-    return {"can_lat": np.array(can_lat), "video_cpu_s": video_cpu[0], "video_wall_s": video_cpu[1],
-            "video_status": video_status[-1] if video_status else {}}
+        print(
+            f"quest_video: sent {st['sent']} dropped {st['dropped']}; CPU {video_cpu[0]:.2f} s in {video_cpu[1]:.1f} s"
+        )
+    return {
+        "can_lat": np.array(can_lat),
+        "video_cpu_s": video_cpu[0],
+        "video_wall_s": video_cpu[1],
+        "video_status": video_status[-1] if video_status else {},
+    }
 
 
 if __name__ == "__main__":

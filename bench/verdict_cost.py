@@ -9,6 +9,7 @@ average is printed.
 
     .venv/bin/python bench/verdict_cost.py [--seconds 10 60]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,9 @@ def run(seconds: float, base: Path) -> dict[str, Any]:
     def annotate(rec: Any, videos: Any, times: Any) -> dict[str, Any]:
         t0, c0 = time.perf_counter(), time.process_time()
         v = judge(rec, VerdictConfig(), 30, ["a", "b"], videos, times)
-        out.update(wall_ms=round((time.perf_counter() - t0) * 1000, 1),
-                   cpu_ms=round((time.process_time() - c0) * 1000, 1))
+        out.update(
+            wall_ms=round((time.perf_counter() - t0) * 1000, 1), cpu_ms=round((time.process_time() - c0) * 1000, 1)
+        )
         t0 = time.perf_counter()
         read_pts(videos["a"])
         out["one_camera_pts_ms"] = round((time.perf_counter() - t0) * 1000, 1)

@@ -13,6 +13,7 @@ Found so far (2-core shared machine, PyAV 18.1 / FFmpeg 8 / x264 core 165, threa
 ``--jitter`` about one conversion in 6 has a video whose packets differ from the others while every
 frame given to ``add`` and every (rgb and yuv420p) encoder input is identical.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ from piper_recorder.lerobot.writer import video_encoder  # noqa: E402
 from piper_recorder.recording.config import RECORDER_CONFIGS, load_config  # noqa: E402
 
 CAMS = ("cam_front", "cam_wrist")
-LOG: dict[str, list[tuple[str, int | float, str]]] = defaultdict(list)   # video -> (what, t/pts, hash)
+LOG: dict[str, list[tuple[str, int | float, str]]] = defaultdict(list)  # video -> (what, t/pts, hash)
 
 
 def _h(b: bytes) -> str:
@@ -54,17 +55,17 @@ def instrument(jitter: bool, seed: int) -> None:
 
     encode, mux = video_encoder.VideoEncoder._encode, video_encoder.VideoEncoder._mux
 
-    def logged_encode(self: video_encoder.VideoEncoder, frame) -> None:   # the encoder thread's input
+    def logged_encode(self: video_encoder.VideoEncoder, frame) -> None:  # the encoder thread's input
         if frame is not None:
             LOG[str(self.path)].append(("in", frame.pts, _h(frame.to_ndarray(format="rgb24").tobytes())))
         encode(self, frame)
 
-    def logged_mux(self: video_encoder.VideoEncoder, packets) -> None:   # x264's packets, in order
+    def logged_mux(self: video_encoder.VideoEncoder, packets) -> None:  # x264's packets, in order
         packets = list(packets)
         LOG[str(self.path)].extend(("pkt", p.pts, _h(bytes(p))) for p in packets)
         mux(self, packets)
 
-    video_encoder.VideoEncoder.add = logged_add   # type: ignore[method-assign]
+    video_encoder.VideoEncoder.add = logged_add  # type: ignore[method-assign]
     video_encoder.VideoEncoder._encode = logged_encode  # type: ignore[method-assign]
     video_encoder.VideoEncoder._mux = logged_mux  # type: ignore[method-assign]
     if jitter:
@@ -75,7 +76,7 @@ def instrument(jitter: bool, seed: int) -> None:
                 time.sleep(rnd.random() * 0.003)
             return decode(self, raw)
 
-        bag_source.BagSource.decode = slow_decode   # type: ignore[method-assign]
+        bag_source.BagSource.decode = slow_decode  # type: ignore[method-assign]
 
 
 def main() -> int:
@@ -88,11 +89,29 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="video-determinism-"))
     try:
         cfg = work / "recorders.yaml"
-        cfg.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
-            "task": "t", "cameras": list(CAMS), "camera_width": 64, "camera_height": 48}}}))
-        bag = write_bag(work / "bag", scenario_messages(SynthScenario(
-            duration_s=4.5, seed=1, t0_ns=1_700_000_010_000_000_000, cameras=CAMS,
-            episodes=[(0.3, 1.1), (1.4, 4.2)], task="task 1")), "sqlite3")   # test_bag_ray's bags[1]
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "lerobot_recorder": {
+                        "ros__parameters": {"task": "t", "cameras": list(CAMS), "camera_width": 64, "camera_height": 48}
+                    }
+                }
+            )
+        )
+        bag = write_bag(
+            work / "bag",
+            scenario_messages(
+                SynthScenario(
+                    duration_s=4.5,
+                    seed=1,
+                    t0_ns=1_700_000_010_000_000_000,
+                    cameras=CAMS,
+                    episodes=[(0.3, 1.1), (1.4, 4.2)],
+                    task="task 1",
+                )
+            ),
+            "sqlite3",
+        )  # test_bag_ray's bags[1]
         settings = load_config(RECORDER_CONFIGS["lerobot"], str(cfg))
         opts = ConvertOptions(fmt="lerobot", settings=settings, topics=topic_map("lerobot", settings, None))
         runs = []
@@ -107,14 +126,22 @@ def main() -> int:
         bad = 0
         for k, r in enumerate(runs[1:], 1):
             for name, ev in ref.items():
-                got = r[name]   # events of the two threads interleave differently: compare each kind alone
-                where = {w: [i for i, (x, y) in enumerate(zip([e for e in ev if e[0] == w], [e for e in got if e[0] == w]))
-                             if x != y][:6] for w in ("add", "in", "pkt")}
+                got = r[name]  # events of the two threads interleave differently: compare each kind alone
+                where = {
+                    w: [
+                        i
+                        for i, (x, y) in enumerate(zip([e for e in ev if e[0] == w], [e for e in got if e[0] == w]))
+                        if x != y
+                    ][:6]
+                    for w in ("add", "in", "pkt")
+                }
                 if not any(where.values()) and len(ev) == len(got):
                     continue
                 bad += 1
-                print(f"run {k} vs run 0: {name}: differing add {where['add']} encoder input {where['in']} "
-                      f"packets {where['pkt']}")
+                print(
+                    f"run {k} vs run 0: {name}: differing add {where['add']} encoder input {where['in']} "
+                    f"packets {where['pkt']}"
+                )
         print(f"{a.runs} conversions, {bad} video(s) differ from run 0" + (" (reader jitter)" if a.jitter else ""))
         return 1 if bad else 0
     finally:

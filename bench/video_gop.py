@@ -9,6 +9,7 @@ keyframe) and decode forward to it, as PyAV/torchcodec-based loaders do per samp
 
 Usage: .venv/bin/python bench/video_gop.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,10 +42,10 @@ def make_scene(n: int, seed: int = 0):
     obj = np.clip(rng.random((120, 120, 3)) * 255, 0, 255).astype(np.float32)
     for i in range(n):
         x0 = 3 * i
-        f = base[16:16 + H, x0:x0 + W].copy()
+        f = base[16 : 16 + H, x0 : x0 + W].copy()
         oy = int(180 + 120 * np.sin(i / 20.0))
         ox = int(260 + 200 * np.cos(i / 27.0))
-        f[oy:oy + 120, ox:ox + 120] = obj
+        f[oy : oy + 120, ox : ox + 120] = obj
         f += rng.normal(0, 3.0, f.shape).astype(np.float32)
         yield np.clip(f, 0, 255).astype(np.uint8)
 

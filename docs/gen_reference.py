@@ -8,6 +8,7 @@
 ``make docs`` runs it before ``mkdocs build``; test/test_docs_reference.py checks that the committed pages
 equal what it generates. Usage: ``python docs/gen_reference.py [--check]``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,9 +77,14 @@ def node_configs() -> dict[str, list[tuple[type, str]]]:
 
 
 def parameters_page() -> str:
-    lines = [HEADER, "# Node parameters", "",
-             "Every node reads its parameters once at start (the recorders' `task` also at each start_episode)",
-             "from its config dataclass; `config/sim.yaml` and `config/robot.yaml` set only what differs.", ""]
+    lines = [
+        HEADER,
+        "# Node parameters",
+        "",
+        "Every node reads its parameters once at start (the recorders' `task` also at each start_episode)",
+        "from its config dataclass; `config/sim.yaml` and `config/robot.yaml` set only what differs.",
+        "",
+    ]
     for node, pairs in node_configs().items():
         lines += [f"## {node}", "", "| parameter | type | default | notes |", "|---|---|---|---|"]
         for cls, prefix in pairs:
@@ -86,38 +92,56 @@ def parameters_page() -> str:
             notes = _comments(cls)
             for f in dataclasses.fields(cls):
                 if dataclasses.is_dataclass(hints[f.name]):
-                    continue   # a nested config: declared with its own prefix
-                lines.append(f"| `{prefix}{f.name}` | `{_md(_type_name(hints[f.name]))}` | "
-                             f"`{_md(repr(_default(f)))}` | {_md(notes.get(f.name, ''))} |")
+                    continue  # a nested config: declared with its own prefix
+                lines.append(
+                    f"| `{prefix}{f.name}` | `{_md(_type_name(hints[f.name]))}` | "
+                    f"`{_md(repr(_default(f)))}` | {_md(notes.get(f.name, ''))} |"
+                )
         lines.append("")
     return "\n".join(lines)
 
 
 def names_page() -> str:
     names = importlib.import_module("piper_recorder.names")
-    lines = [HEADER, "# Topics and names", "",
-             "The names the nodes share, from `piper_recorder.names`. A camera pattern names its camera",
-             "`{cam}`; the recorders, the policy node, the dashboard and quest_video take the colour pattern as",
-             "their `image_topic_pattern` parameter. A headset pattern names its device `{device}` (head, left,",
-             "right); a node's private name (`~/status`) is under the node's name: `/teleop/status`.", "",
-             "| name | value |", "|---|---|"]
+    lines = [
+        HEADER,
+        "# Topics and names",
+        "",
+        "The names the nodes share, from `piper_recorder.names`. A camera pattern names its camera",
+        "`{cam}`; the recorders, the policy node, the dashboard and quest_video take the colour pattern as",
+        "their `image_topic_pattern` parameter. A headset pattern names its device `{device}` (head, left,",
+        "right); a node's private name (`~/status`) is under the node's name: `/teleop/status`.",
+        "",
+        "| name | value |",
+        "|---|---|",
+    ]
     services = {sv.name for sv in names.SERVICES} | {names.TRIGGER}
     for key, value in vars(names).items():
         if key.isupper() and not key.startswith("_") and isinstance(value, str) and value not in services:
             lines.append(f"| `{key}` | `{_md(value)}` |")
     cam = names.CAMERA
-    lines += ["", f"Camera profile (`CAMERA`): {cam.width}x{cam.height} at {cam.fps} fps, the default of every",
-              "layer that sizes a camera (sim camera, recorders, writers, bag converter).", ""]
+    lines += [
+        "",
+        f"Camera profile (`CAMERA`): {cam.width}x{cam.height} at {cam.fps} fps, the default of every",
+        "layer that sizes a camera (sim camera, recorders, writers, bag converter).",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def services_page() -> str:
     names = importlib.import_module("piper_recorder.names")
-    lines = [HEADER, "# Services", "",
-             "Every service the nodes serve, from `piper_recorder.names.SERVICES` (the names the nodes create).",
-             "A name without a leading `/` is under its node's name: `/lerobot_recorder/start_episode`,",
-             "`/policy/start`. For example `ros2 service call /lerobot_recorder/stop_episode std_srvs/srv/Trigger`.",
-             "", "| service | node | type | what it does |", "|---|---|---|---|"]
+    lines = [
+        HEADER,
+        "# Services",
+        "",
+        "Every service the nodes serve, from `piper_recorder.names.SERVICES` (the names the nodes create).",
+        "A name without a leading `/` is under its node's name: `/lerobot_recorder/start_episode`,",
+        "`/policy/start`. For example `ros2 service call /lerobot_recorder/stop_episode std_srvs/srv/Trigger`.",
+        "",
+        "| service | node | type | what it does |",
+        "|---|---|---|---|",
+    ]
     for sv in names.SERVICES:
         lines.append(f"| `{sv.name}` | {sv.node} | `{sv.type}` | {_md(sv.does)} |")
     return "\n".join(lines + [""])

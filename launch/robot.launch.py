@@ -20,14 +20,21 @@ quest_web, ``adb reverse tcp:8737 tcp:8737`` and http://localhost:8737 in the Qu
 ``teleop_input`` (headset | spacemouse: a SpaceMouse instead of quest_bridge). DDS: the loopback profile (shared memory sized for frames), unless the shell sets
 ``FASTDDS_DEFAULT_PROFILES_FILE`` itself.
 """
+
 from __future__ import annotations
 
 import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import (DeclareLaunchArgument, ExecuteProcess, LogInfo, OpaqueFunction, SetEnvironmentVariable,
-                            UnsetEnvironmentVariable)
+from launch.actions import (
+    DeclareLaunchArgument,
+    ExecuteProcess,
+    LogInfo,
+    OpaqueFunction,
+    SetEnvironmentVariable,
+    UnsetEnvironmentVariable,
+)
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
@@ -40,17 +47,24 @@ from piper_recorder.graph.rosenv import launch_dds_env
 
 def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
     if not p.ros_node:  # the WebXR headset page's server (headset:=web), a plain process
-        return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name,
-                              output="screen")
-    return Node(package=p.package, executable=p.executable, name=p.name, namespace=p.namespace,
-                exec_name=p.name, output="screen", prefix=p.prefix, parameters=[config, p.parameters])
+        return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name, output="screen")
+    return Node(
+        package=p.package,
+        executable=p.executable,
+        name=p.name,
+        namespace=p.namespace,
+        exec_name=p.name,
+        output="screen",
+        prefix=p.prefix,
+        parameters=[config, p.parameters],
+    )
 
 
 def _graph(context, *_args, **_kwargs):
     arg = {k: LaunchConfiguration(k).perform(context) for k in LAUNCH_ARGUMENTS}
     config = arg["config"] or os.path.join(get_package_share_directory(PACKAGE), "config", "robot.yaml")
     graph = launch_graph("robot", config, **{k: arg[k] for k in GRAPH_ARGUMENTS})
-    notes = dict.fromkeys(note for p in graph for note in p.notes)   # each once
+    notes = dict.fromkeys(note for p in graph for note in p.notes)  # each once
     return [LogInfo(msg=note) for note in notes] + [_action(p, config) for p in graph]
 
 
@@ -58,11 +72,15 @@ def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
     """The nodes on one computer: DDS on loopback, images sized for shared memory (config/fastdds_loopback.xml),
     unless the shell names a Fast DDS profile of its own (README "Restricting DDS on the robot").
     The variables are the ones this install's Fast DDS and rcl read (``launch_dds_env``)."""
-    return [SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
-            for k, v in launch_dds_env().items()]
+    return [
+        SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
+        for k, v in launch_dds_env().items()
+    ]
 
 
 def generate_launch_description() -> LaunchDescription:
-    return LaunchDescription(_loopback_dds() + [DeclareLaunchArgument(k, default_value="", description=h)
-                              for k, h in LAUNCH_ARGUMENTS.items()]
-                             + [OpaqueFunction(function=_graph)])
+    return LaunchDescription(
+        _loopback_dds()
+        + [DeclareLaunchArgument(k, default_value="", description=h) for k, h in LAUNCH_ARGUMENTS.items()]
+        + [OpaqueFunction(function=_graph)]
+    )

@@ -12,14 +12,20 @@ simulated arm from a real headset's browser (quest_web: the WebXR page), as ``pi
 ``teleop_input:=spacemouse`` drives teleop from a 3Dconnexion SpaceMouse (``teleop.spacemouse.device``) and
 starts no headset node.
 """
+
 from __future__ import annotations
 
 import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import (DeclareLaunchArgument, ExecuteProcess, OpaqueFunction, SetEnvironmentVariable,
-                            UnsetEnvironmentVariable)
+from launch.actions import (
+    DeclareLaunchArgument,
+    ExecuteProcess,
+    OpaqueFunction,
+    SetEnvironmentVariable,
+    UnsetEnvironmentVariable,
+)
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
@@ -32,11 +38,17 @@ from piper_recorder.graph.rosenv import launch_dds_env
 
 def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
     if not p.ros_node:  # the simulated headset, or the WebXR page's server (headset:=web)
-        return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name,
-                              output="screen")
+        return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name, output="screen")
     # exec_name labels the output: without it launch uses the first word of the command, "nice" with a prefix
-    return Node(package=p.package, executable=p.executable, name=p.name, exec_name=p.name, output="screen",
-                prefix=p.prefix, parameters=[config, p.parameters])
+    return Node(
+        package=p.package,
+        executable=p.executable,
+        name=p.name,
+        exec_name=p.name,
+        output="screen",
+        prefix=p.prefix,
+        parameters=[config, p.parameters],
+    )
 
 
 def _graph(context, *_args, **_kwargs):
@@ -49,12 +61,15 @@ def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
     """Every node's DDS sockets on loopback, images sized for shared memory (config/fastdds_loopback.xml,
     unless the shell names a profile of its own), in the variables this install's Fast DDS and rcl read
     (piper_recorder/graph/rosenv.py ``launch_dds_env``)."""
-    return [SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
-            for k, v in launch_dds_env().items()]
+    return [
+        SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
+        for k, v in launch_dds_env().items()
+    ]
 
 
 def generate_launch_description() -> LaunchDescription:
-    return LaunchDescription(_loopback_dds()
-                             + [DeclareLaunchArgument(k, default_value="", description=h)
-                                for k, h in LAUNCH_ARGUMENTS.items()]
-                             + [OpaqueFunction(function=_graph)])
+    return LaunchDescription(
+        _loopback_dds()
+        + [DeclareLaunchArgument(k, default_value="", description=h) for k, h in LAUNCH_ARGUMENTS.items()]
+        + [OpaqueFunction(function=_graph)]
+    )

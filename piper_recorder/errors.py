@@ -17,6 +17,7 @@ The formats' shared names live here once: ``SchemaError`` (a value does not fit 
 and the RGB-D writer, and are both a ``DatasetError`` and an ``RgbdError`` so that either format's
 callers catch them with their own base. This module imports nothing of the project (a leaf).
 """
+
 from __future__ import annotations
 
 import json

@@ -11,6 +11,7 @@ same ``image_topic_pattern`` parameter with the same default, so a camera namesp
 
 A leaf: imports nothing of the project.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,7 +22,7 @@ LEROBOT_RECORDER = "lerobot_recorder"
 RGBD_RECORDER = "rgbd_recorder"
 RECORDER_NODES = (LEROBOT_RECORDER, RGBD_RECORDER)
 QUEST_VIDEO_NODE = "quest_video"
-STATUS = "~/status"                        # every node's String JSON status, under its own name
+STATUS = "~/status"  # every node's String JSON status, under its own name
 
 
 def node_topic(node: str, name: str) -> str:
@@ -48,17 +49,17 @@ ARM_PROVENANCE = "/arm/provenance"
 QUEST_HELLO = "/quest/hello"
 QUEST_RAW = "/quest/raw"
 QUEST_HAPTIC = "/quest/haptic"
-QUEST_COMMAND = "/quest/command"          # quest_video's panel commands, relayed by quest_bridge
+QUEST_COMMAND = "/quest/command"  # quest_video's panel commands, relayed by quest_bridge
 EPISODE_EVENTS = "/episode_events"
-DIAGNOSTICS = "/diagnostics"               # ROS's diagnostics topic: quest_bridge's link health
-REWARD = "/reward"                         # optional (rgbd_recorder: rewards are 0 without it)
+DIAGNOSTICS = "/diagnostics"  # ROS's diagnostics topic: quest_bridge's link health
+REWARD = "/reward"  # optional (rgbd_recorder: rewards are 0 without it)
 
 # The headset's tracked devices, one placeholder name, ``{device}``: /quest/head/pose, /quest/right/joy.
 DEVICE_PLACEHOLDER = "{device}"
 QUEST_DEVICES = ("head", "left", "right")
 QUEST_HANDS = ("left", "right")
-QUEST_POSE_PATTERN = f"/quest/{DEVICE_PLACEHOLDER}/pose"   # head and hands (PoseStamped)
-QUEST_JOY_PATTERN = f"/quest/{DEVICE_PLACEHOLDER}/joy"     # hands (Joy: buttons, trigger, squeeze, stick)
+QUEST_POSE_PATTERN = f"/quest/{DEVICE_PLACEHOLDER}/pose"  # head and hands (PoseStamped)
+QUEST_JOY_PATTERN = f"/quest/{DEVICE_PLACEHOLDER}/joy"  # hands (Joy: buttons, trigger, squeeze, stick)
 
 
 def quest_topic(pattern: str, device: str) -> str:
@@ -67,23 +68,23 @@ def quest_topic(pattern: str, device: str) -> str:
 
 
 # ---- teleop and policy -------------------------------------------------------------------------------
-TELEOP_STATUS = node_topic("teleop", STATUS)   # clutch, limits, input (read by policy, dashboard, quest_video)
-POLICY_ACTOR = "/policy/actor"             # who acts (policy | operator), latched: the recorders' actor column
-POLICY_PROVENANCE = "/policy/provenance"   # the policy's identity, latched: the recorders' session record
+TELEOP_STATUS = node_topic("teleop", STATUS)  # clutch, limits, input (read by policy, dashboard, quest_video)
+POLICY_ACTOR = "/policy/actor"  # who acts (policy | operator), latched: the recorders' actor column
+POLICY_PROVENANCE = "/policy/provenance"  # the policy's identity, latched: the recorders' session record
 
 # ---- services: std_srvs/Trigger unless said; a name without a leading '/' is under its node's name --
-START_EPISODE = "start_episode"            # each recorder's: /lerobot_recorder/start_episode, ...
+START_EPISODE = "start_episode"  # each recorder's: /lerobot_recorder/start_episode, ...
 STOP_EPISODE = "stop_episode"
 DISCARD_EPISODE = "discard_episode"
 DELETE_LAST_EPISODE = "delete_last_episode"
-LABEL_EPISODE = "label_episode"            # diagnostic_msgs/srv/AddDiagnostics: a JSON label in
-STOP_EPISODE_AT = "stop_episode_at"        # AddDiagnostics too: {"end_ns": N}, the stop's time
+LABEL_EPISODE = "label_episode"  # diagnostic_msgs/srv/AddDiagnostics: a JSON label in
+STOP_EPISODE_AT = "stop_episode_at"  # AddDiagnostics too: {"end_ns": N}, the stop's time
 RECORDER_SERVICES = (START_EPISODE, STOP_EPISODE, DISCARD_EPISODE, DELETE_LAST_EPISODE)
 ARM_ENABLE = "/arm/enable"
 ARM_DISABLE = "/arm/disable"
 ARM_GO_HOME = "/arm/go_home"
-POLICY_SERVICES = ("start", "stop", "pause", "resume")   # the policy node's ~/start ... (a rollout)
-REPLAY_SERVICES = ("play", "stop")                       # the replay node's ~/play, ~/stop
+POLICY_SERVICES = ("start", "stop", "pause", "resume")  # the policy node's ~/start ... (a rollout)
+REPLAY_SERVICES = ("play", "stop")  # the replay node's ~/play, ~/stop
 
 
 @dataclass(frozen=True)
@@ -99,23 +100,39 @@ class Service:
 TRIGGER = "std_srvs/srv/Trigger"
 SERVICES = (
     Service(START_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER, "start an episode of the node's `task`"),
-    Service(STOP_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER,
-            "end the episode at the request's arrival and save it; the message says rows and verdict"),
+    Service(
+        STOP_EPISODE,
+        "lerobot_recorder, rgbd_recorder",
+        TRIGGER,
+        "end the episode at the request's arrival and save it; the message says rows and verdict",
+    ),
     Service(DISCARD_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER, "drop the episode in flight"),
-    Service(DELETE_LAST_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER,
-            "delete the last saved episode of this session"),
-    Service(LABEL_EPISODE, "lerobot_recorder, rgbd_recorder", "diagnostic_msgs/srv/AddDiagnostics",
-            "outcome label (success / failure, a note) for the episode in flight or the last saved one: "
-            "a JSON object in the request's `load_namespace` ([Curation](../curation.md))"),
-    Service(STOP_EPISODE_AT, "lerobot_recorder, rgbd_recorder", "diagnostic_msgs/srv/AddDiagnostics",
-            "end the episode at `end_ns` (ROS-clock ns; teleop sends the headset press's capture stamp), "
-            'a JSON `{"end_ns": N}` in `load_namespace`, and save it; refused for a time before the '
-            "episode's start (a stop of an earlier episode), never later than the request's arrival"),
+    Service(
+        DELETE_LAST_EPISODE, "lerobot_recorder, rgbd_recorder", TRIGGER, "delete the last saved episode of this session"
+    ),
+    Service(
+        LABEL_EPISODE,
+        "lerobot_recorder, rgbd_recorder",
+        "diagnostic_msgs/srv/AddDiagnostics",
+        "outcome label (success / failure, a note) for the episode in flight or the last saved one: "
+        "a JSON object in the request's `load_namespace` ([Curation](../curation.md))",
+    ),
+    Service(
+        STOP_EPISODE_AT,
+        "lerobot_recorder, rgbd_recorder",
+        "diagnostic_msgs/srv/AddDiagnostics",
+        "end the episode at `end_ns` (ROS-clock ns; teleop sends the headset press's capture stamp), "
+        'a JSON `{"end_ns": N}` in `load_namespace`, and save it; refused for a time before the '
+        "episode's start (a stop of an earlier episode), never later than the request's arrival",
+    ),
     Service(ARM_ENABLE, "piper_arm", TRIGGER, "enable the drivers (waits for them)"),
     Service(ARM_DISABLE, "piper_arm", TRIGGER, "disable the drivers"),
     Service(ARM_GO_HOME, "piper_arm", TRIGGER, "move to the home pose"),
     *(Service(s, "policy", TRIGGER, f"{s} the policy's rollout") for s in POLICY_SERVICES),
-    *(Service(s, "replay", TRIGGER, "play an episode on the arm" if s == "play" else "stop the replay") for s in REPLAY_SERVICES),
+    *(
+        Service(s, "replay", TRIGGER, "play an episode on the arm" if s == "play" else "stop the replay")
+        for s in REPLAY_SERVICES
+    ),
 )
 
 
@@ -128,7 +145,7 @@ DEPTH_INFO = "aligned_depth_to_color/camera_info"
 CAMERA_PLACEHOLDER = "{cam}"
 COLOR_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/{COLOR_IMAGE}"
 DEPTH_TOPIC_PATTERN = f"/{CAMERA_PLACEHOLDER}/{DEPTH_IMAGE}"
-CAMERA_STATUS_TOPIC_PATTERN = node_topic(CAMERA_PLACEHOLDER, STATUS)   # sim_camera's published rate
+CAMERA_STATUS_TOPIC_PATTERN = node_topic(CAMERA_PLACEHOLDER, STATUS)  # sim_camera's published rate
 # The QoS a camera publishes with, as realsense2_camera takes it: the name of one of rmw's predefined profiles
 # (its <stream>_qos and <stream>_info_qos parameters accept nothing else; the aligned depth goes out with the
 # colour stream's). The robot launch sets them on every realsense2_camera and sim_camera publishes with the
@@ -177,7 +194,7 @@ def image_key(cam: str) -> str:
 
 def image_camera(key: str) -> str | None:
     """The camera of an image feature key, or None for any other key."""
-    return key[len(IMAGES_PREFIX):] if key.startswith(IMAGES_PREFIX) else None
+    return key[len(IMAGES_PREFIX) :] if key.startswith(IMAGES_PREFIX) else None
 
 
 # ---- camera profile ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Rows sit on the grid ``k / fps`` (``grid_timestamp``); video PTS count 1/90000 s
 MPEG clock, exact for 24/25/30/50/60 fps frame periods). The assembler, the video writer, the v3.0
 concatenator and piper-repair's retimer all take these from here, so none imports another for them.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,10 +3,22 @@
 ``TransitionDataset``, ``SequenceDataset``, ``split_episodes``), the codecs (``codecs``: depth quantisation, RGB
 JPEG, lossless JPEG 2000 profiles), the schema and validation (``validate.validate_file``; ``python -m
 rgbd_writer.validate FILE [--full]``) and the errors it raises."""
+
 from .config import RgbdConfig
 from .errors import EpisodeStateError, FileStateError, RgbdError, SchemaError
 from .reader import RgbdFile, SequenceDataset, TransitionDataset, collate, split_episodes
 from .writer import RgbdWriter
 
-__all__ = ["EpisodeStateError", "FileStateError", "RgbdConfig", "RgbdError", "RgbdFile", "RgbdWriter", "SchemaError",
-           "SequenceDataset", "TransitionDataset", "collate", "split_episodes"]
+__all__ = [
+    "EpisodeStateError",
+    "FileStateError",
+    "RgbdConfig",
+    "RgbdError",
+    "RgbdFile",
+    "RgbdWriter",
+    "SchemaError",
+    "SequenceDataset",
+    "TransitionDataset",
+    "collate",
+    "split_episodes",
+]

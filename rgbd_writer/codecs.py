@@ -16,6 +16,7 @@ Depth profiles (all reversible 5/3, lossless, decodable bit-exactly by Pillow/Op
 JPEG 2000 is encoded through glymur (libopenjp2 via ctypes, which releases the GIL, so the writer's
 encoder threads run in parallel; Pillow's JPEG 2000 encoder holds the GIL).
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,11 +31,11 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 from PIL import Image
 
-if TYPE_CHECKING:   # payloads: bytes, or uint8 rows read from the file (any buffer)
+if TYPE_CHECKING:  # payloads: bytes, or uint8 rows read from the file (any buffer)
     from typing_extensions import Buffer
 
 DEPTH_PROFILES = ("jpeg2000", "jpeg2000_strict", "htj2k")
-HTJ2K_IMAGECODECS = "2026.1.1"   # the first imagecodecs with htj2k_encode/htj2k_decode (OpenJPH)
+HTJ2K_IMAGECODECS = "2026.1.1"  # the first imagecodecs with htj2k_encode/htj2k_decode (OpenJPH)
 _JP2_SIGNATURE = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,12 @@ def depth_profile_problem(profile: str) -> str | None:
         import imagecodecs
 
         py = ".".join(map(str, sys.version_info[:2]))
-        return (f"depth profile 'htj2k' is unavailable: it needs imagecodecs >= {HTJ2K_IMAGECODECS} (HTJ2K via "
-                f"OpenJPH; no such release supports Python 3.10), and Python {py} has imagecodecs "
-                f"{imagecodecs.__version__} without it; available depth profiles: "
-                f"{', '.join(depth_profiles_available())}")
+        return (
+            f"depth profile 'htj2k' is unavailable: it needs imagecodecs >= {HTJ2K_IMAGECODECS} (HTJ2K via "
+            f"OpenJPH; no such release supports Python 3.10), and Python {py} has imagecodecs "
+            f"{imagecodecs.__version__} without it; available depth profiles: "
+            f"{', '.join(depth_profiles_available())}"
+        )
     return None
 
 
@@ -139,8 +142,10 @@ class _Memfd:
         self.pid = os.getpid()
         self.fd = os.memfd_create("rgbd_j2k", os.MFD_CLOEXEC)
         try:
-            os.write(self.fd, imagecodecs.jpeg2k_encode(np.zeros((1, 1), np.uint16), level=0,
-                                                        codecformat="J2K", reversible=True))
+            os.write(
+                self.fd,
+                imagecodecs.jpeg2k_encode(np.zeros((1, 1), np.uint16), level=0, codecformat="J2K", reversible=True),
+            )
             st = os.fstat(self.fd)
         except BaseException:
             os.close(self.fd)
@@ -189,20 +194,20 @@ def codestream_problem(cs: Buffer, height: int, width: int) -> str | None:
     n = len(mv)
     if n < 4 or bytes(mv[:2]) != b"\xff\x4f":
         return "does not start with SOC"
-    if bytes(mv[n - 2:]) != b"\xff\xd9":
+    if bytes(mv[n - 2 :]) != b"\xff\xd9":
         return f"does not end with EOC ({n} bytes)"
     segments, i = _main_header(mv)
     for at, marker, length in segments:
         if marker == 0xFF51:
             if length < 38 or at + 2 + length > n:
                 return "truncated SIZ"
-            xsiz, ysiz, x0, y0 = struct.unpack(">IIII", mv[at + 6:at + 22])
+            xsiz, ysiz, x0, y0 = struct.unpack(">IIII", mv[at + 6 : at + 22])
             if (xsiz - x0, ysiz - y0) != (width, height):
                 return f"SIZ is {xsiz - x0}x{ysiz - y0}, expected {width}x{height}"
-    if i + 12 > n or bytes(mv[i:i + 2]) != b"\xff\x90":
+    if i + 12 > n or bytes(mv[i : i + 2]) != b"\xff\x90":
         return f"no tile-part after the main header (at {i} of {n} bytes)"
-    while i + 12 <= n and bytes(mv[i:i + 2]) == b"\xff\x90":
-        psot = struct.unpack(">I", mv[i + 6:i + 10])[0]
+    while i + 12 <= n and bytes(mv[i : i + 2]) == b"\xff\x90":
+        psot = struct.unpack(">I", mv[i + 6 : i + 10])[0]
         if psot == 0:  # the last tile-part: runs to EOC
             return None
         if psot < 14 or i + psot > n - 2:
@@ -275,18 +280,18 @@ def jp2_codestream(data: Buffer) -> memoryview:
         raise ValueError("not a JP2 file")
     i = 12
     while i + 8 <= len(mv):
-        size, kind = struct.unpack(">I4s", mv[i:i + 8])
+        size, kind = struct.unpack(">I4s", mv[i : i + 8])
         head = 8
         if size == 1:  # XLBox: 64-bit length follows
             if i + 16 > len(mv):
                 break
-            size, head = struct.unpack(">Q", mv[i + 8:i + 16])[0], 16
+            size, head = struct.unpack(">Q", mv[i + 8 : i + 16])[0], 16
         elif size == 0:  # the box runs to the end of the file
             size = len(mv) - i
         if size < head or i + size > len(mv):
             break
         if kind == b"jp2c":
-            return mv[i + head:i + size]
+            return mv[i + head : i + size]
         i += size
     raise ValueError("no jp2c box in the JP2 file")
 
@@ -296,7 +301,7 @@ def _main_header(mv: memoryview) -> tuple[list[tuple[int, int, int]], int]:
     the walk stopped: the first tile-part (SOT), garbage, or the end."""
     segments, i = [], 2
     while i + 4 <= len(mv):
-        marker, length = struct.unpack(">HH", mv[i:i + 4])
+        marker, length = struct.unpack(">HH", mv[i : i + 4])
         if marker == 0xFF90 or marker >> 8 != 0xFF:
             break
         segments.append((i, marker, length))

@@ -14,6 +14,7 @@ Rollback (discard, error, or a journal found by the next open): restore the reco
 to the original length, fsync, delete the journal. A torn final record is ignored (its page was not
 yet written); a torn header means nothing before the original length was touched.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,7 @@ def journal_path(path: str) -> str:
 def _write_all(fd: int, data: bytes) -> None:
     mv = memoryview(data)
     while mv:
-        mv = mv[os.write(fd, mv):]
+        mv = mv[os.write(fd, mv) :]
 
 
 def _pwrite_all(fd: int, data: Buffer, offset: int) -> None:
@@ -84,7 +85,7 @@ class JournaledFile:
     def readinto(self, buf: Buffer) -> int:
         mv = memoryview(buf).cast("B")
         data = self.read(len(mv))
-        mv[:len(data)] = data
+        mv[: len(data)] = data
         return len(data)
 
     def write(self, data: Buffer) -> int:
@@ -125,7 +126,7 @@ class JournaledFile:
             p, off = divmod(pos + done, _PAGE)
             page = self._page(p)
             k = min(len(page) - off, len(mv) - done)
-            page[off:off + k] = mv[done:done + k]
+            page[off : off + k] = mv[done : done + k]
             done += k
 
     def _read_at(self, pos: int, n: int) -> bytes:
@@ -138,7 +139,7 @@ class JournaledFile:
             page = self._pages.get(p)
             if page is not None:
                 s, e = max(pos, p * _PAGE), min(end, p * _PAGE + len(page))
-                data[s - pos:e - pos] = page[s - p * _PAGE:e - p * _PAGE]
+                data[s - pos : e - pos] = page[s - p * _PAGE : e - p * _PAGE]
             p += 1
         return bytes(data)
 
@@ -196,7 +197,7 @@ def rollback(path: str) -> bool:
             pos = _HEADER.size
             while pos + _RECORD.size <= len(raw):
                 off, n, crc = _RECORD.unpack_from(raw, pos)
-                data = raw[pos + _RECORD.size: pos + _RECORD.size + n]
+                data = raw[pos + _RECORD.size : pos + _RECORD.size + n]
                 if len(data) != n or zlib.crc32(data) != crc:
                     break  # torn last record: no page had been written yet
                 _pwrite_all(fd, data, off)

@@ -12,6 +12,7 @@
   is never a distance), ``layout="CHW"`` ((3,H,W), (1,H,W)) or ``"HWC"``; stacks add a leading axis.
 - Sequences and stacks never cross an episode boundary (stacks repeat the episode's first frame).
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -36,8 +37,9 @@ Batch: TypeAlias = "np.ndarray | dict[str, Batch]"
 class RgbdFile:
     """Metadata in memory, payloads read and decoded on demand through a per-process handle."""
 
-    def __init__(self, path: str | os.PathLike[str], decoder: str = "fast", threads: int = 2,
-                 allow_incomplete: bool = False):
+    def __init__(
+        self, path: str | os.PathLike[str], decoder: str = "fast", threads: int = 2, allow_incomplete: bool = False
+    ):
         if decoder not in ("fast", "pillow"):
             raise ValueError("decoder must be 'fast' or 'pillow'")
         self.path = os.fspath(path)
@@ -51,8 +53,10 @@ class RgbdFile:
         if a.get("schema_name") != schema.SCHEMA_NAME or not a.get("zero_structural_duplication", False):
             raise ValueError(f"{self.path}: not an {schema.SCHEMA_NAME} file")
         if a.get("writer_status") != "complete" and not allow_incomplete:
-            raise ValueError(f"{self.path}: writer_status is {a.get('writer_status')!r}; pass allow_incomplete=True "
-                             "to read the episodes committed so far")
+            raise ValueError(
+                f"{self.path}: writer_status is {a.get('writer_status')!r}; pass allow_incomplete=True "
+                "to read the episodes committed so far"
+            )
         self.rgb_scale = float(a["recommended_rgb_scale"])
         self.depth_scale = float(a["recommended_depth_scale_m"])
         self.sentinel = int(a["depth_invalid_sentinel"])
@@ -101,10 +105,17 @@ class RgbdFile:
             self._pool = cf.ThreadPoolExecutor(self.threads - 1, thread_name_prefix="rgbd-decode")
         return self._pool
 
-    def _decode_one(self, rgb_bytes: Buffer | None,
-                    depth_bytes: Buffer | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _decode_one(
+        self, rgb_bytes: Buffer | None, depth_bytes: Buffer | None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
         fast = self.decoder == "fast"
-        rgb = None if rgb_bytes is None else codecs.decode_rgb_fast(rgb_bytes) if fast else codecs.decode_rgb_jpeg(rgb_bytes)
+        rgb = (
+            None
+            if rgb_bytes is None
+            else codecs.decode_rgb_fast(rgb_bytes)
+            if fast
+            else codecs.decode_rgb_jpeg(rgb_bytes)
+        )
         if depth_bytes is None:
             depth = None
         elif fast:
@@ -113,8 +124,9 @@ class RgbdFile:
             depth = codecs.decode_depth_pillow(depth_bytes)
         return rgb, depth
 
-    def read_rows(self, rows: np.ndarray, rgb: bool = True, depth: bool = True, state: bool = True,
-                  layout: str = "CHW") -> dict[str, Batch]:
+    def read_rows(
+        self, rows: np.ndarray, rgb: bool = True, depth: bool = True, state: bool = True, layout: str = "CHW"
+    ) -> dict[str, Batch]:
         """Decode observation rows (global timeline indices, ascending and unique) to training arrays.
 
         RGB float32 x rgb_scale, depth float32 metres and ``depth_valid`` (stored value != sentinel),
@@ -130,7 +142,7 @@ class RgbdFile:
         rb = f[schema.RGB][sel] if rgb else [None] * n
         db = f[schema.DEPTH][sel] if depth else [None] * n
         hw = self.hw
-        out_rgb = np.empty((n, *hw, 3) if rgb else 0, np.float32)   # empty unless asked for
+        out_rgb = np.empty((n, *hw, 3) if rgb else 0, np.float32)  # empty unless asked for
         out_d = np.empty((n, *hw, 1) if depth else 0, np.float32)
         out_v = np.empty((n, *hw, 1) if depth else 0, np.bool_)
         rgb_scale, depth_scale = np.float32(self.rgb_scale), np.float32(self.depth_scale)
@@ -146,8 +158,9 @@ class RgbdFile:
                 r8, mm = self._decode_one(rb[i], db[i])
                 for name, img, want in (("rgb", r8, (*hw, 3)), ("depth", mm, hw)):
                     if img is not None and img.shape != want:
-                        raise ValueError(f"{self.path}: observation {int(rows[i])} {name} is {img.shape}, "
-                                         f"the file says {want}")
+                        raise ValueError(
+                            f"{self.path}: observation {int(rows[i])} {name} is {img.shape}, the file says {want}"
+                        )
                 if r8 is not None:
                     np.multiply(r8, rgb_scale, out=out_rgb[i])
                 if mm is not None:
@@ -194,8 +207,17 @@ def _pick(tree: Batch, idx: int | slice | np.ndarray) -> Batch:
 
 
 class _Base:
-    def __init__(self, path: str | os.PathLike[str], episodes: Sequence[int] | None, layout: str, rgb: bool, depth: bool,
-                 decoder: str, threads: int, allow_incomplete: bool) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        episodes: Sequence[int] | None,
+        layout: str,
+        rgb: bool,
+        depth: bool,
+        decoder: str,
+        threads: int,
+        allow_incomplete: bool,
+    ) -> None:
         if layout not in ("CHW", "HWC"):
             raise ValueError("layout must be 'CHW' or 'HWC'")
         self.file = RgbdFile(path, decoder=decoder, threads=threads, allow_incomplete=allow_incomplete)
@@ -214,17 +236,33 @@ class _Base:
 class TransitionDataset(_Base):
     """Random-access transitions (obs, action, reward, next_obs, done, terminal, timeout)."""
 
-    def __init__(self, path: str | os.PathLike[str], episodes: Sequence[int] | None = None, frame_stack: int = 1,
-                 layout: str = "CHW",
-                 rgb: bool = True, depth: bool = True, decoder: str = "fast", threads: int = 2,
-                 allow_incomplete: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        episodes: Sequence[int] | None = None,
+        frame_stack: int = 1,
+        layout: str = "CHW",
+        rgb: bool = True,
+        depth: bool = True,
+        decoder: str = "fast",
+        threads: int = 2,
+        allow_incomplete: bool = False,
+    ) -> None:
         super().__init__(path, episodes, layout, rgb, depth, decoder, threads, allow_incomplete)
         if frame_stack < 1:
             raise ValueError("frame_stack must be >= 1")
         self.frame_stack = frame_stack
         fl = self.file
-        self.rows = np.concatenate([np.arange(fl.transition_offsets[e], fl.transition_offsets[e] + fl.episode_lengths[e])
-                                    for e in self.episodes]).astype(np.int64) if self.episodes.size else np.zeros(0, np.int64)
+        self.rows = (
+            np.concatenate(
+                [
+                    np.arange(fl.transition_offsets[e], fl.transition_offsets[e] + fl.episode_lengths[e])
+                    for e in self.episodes
+                ]
+            ).astype(np.int64)
+            if self.episodes.size
+            else np.zeros(0, np.int64)
+        )
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -243,17 +281,35 @@ class TransitionDataset(_Base):
             obs, nxt = _pick(tree, pos[0]), _pick(tree, pos[1])
         else:
             obs, nxt = _pick(tree, pos[:K]), _pick(tree, pos[1:])
-        return {"obs": obs, "next_obs": nxt, "action": fl.actions[i], "reward": fl.rewards[i],
-                "done": fl.dones[i], "terminal": fl.terminals[i], "timeout": fl.timeouts[i],
-                "episode": e, "step": int(fl.episode_transition_index[i])}
+        return {
+            "obs": obs,
+            "next_obs": nxt,
+            "action": fl.actions[i],
+            "reward": fl.rewards[i],
+            "done": fl.dones[i],
+            "terminal": fl.terminals[i],
+            "timeout": fl.timeouts[i],
+            "episode": e,
+            "step": int(fl.episode_transition_index[i]),
+        }
 
 
 class SequenceDataset(_Base):
     """Windows of ``seq_len`` consecutive transitions inside one episode (obs/next_obs share decodes)."""
 
-    def __init__(self, path: str | os.PathLike[str], seq_len: int = 16, episodes: Sequence[int] | None = None, stride: int = 1,
-                 layout: str = "CHW", rgb: bool = True, depth: bool = True, decoder: str = "fast", threads: int = 2,
-                 allow_incomplete: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        seq_len: int = 16,
+        episodes: Sequence[int] | None = None,
+        stride: int = 1,
+        layout: str = "CHW",
+        rgb: bool = True,
+        depth: bool = True,
+        decoder: str = "fast",
+        threads: int = 2,
+        allow_incomplete: bool = False,
+    ) -> None:
         super().__init__(path, episodes, layout, rgb, depth, decoder, threads, allow_incomplete)
         if seq_len < 1 or stride < 1:
             raise ValueError("seq_len and stride must be >= 1")
@@ -273,9 +329,17 @@ class SequenceDataset(_Base):
         o0 = int(fl.obs_offsets[e]) + s
         tree = fl.read_rows(np.arange(o0, o0 + L + 1), rgb=self.rgb, depth=self.depth, layout=self.layout)
         sl = slice(t0, t0 + L)
-        return {"obs": _pick(tree, slice(0, L)), "next_obs": _pick(tree, slice(1, L + 1)),
-                "actions": fl.actions[sl], "rewards": fl.rewards[sl], "dones": fl.dones[sl],
-                "terminals": fl.terminals[sl], "timeouts": fl.timeouts[sl], "episode": e, "start": s}
+        return {
+            "obs": _pick(tree, slice(0, L)),
+            "next_obs": _pick(tree, slice(1, L + 1)),
+            "actions": fl.actions[sl],
+            "rewards": fl.rewards[sl],
+            "dones": fl.dones[sl],
+            "terminals": fl.terminals[sl],
+            "timeouts": fl.timeouts[sl],
+            "episode": e,
+            "start": s,
+        }
 
 
 def collate(samples: list[dict]) -> dict:

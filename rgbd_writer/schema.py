@@ -1,4 +1,5 @@
 """Names, attributes, dtypes and chunking of ``rlroverlab.offline_rgbd_v2`` (the reference schema)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ REWARDS = "transitions/rewards"
 FLAGS = ("dones", "terminals", "timeouts")
 PER_TRANSITION_INDEX = ("obs_index", "next_obs_index", "episode_id", "episode_transition_index")
 PER_EPISODE_INDEX = ("episode_lengths", "obs_offsets", "transition_offsets")
-AttrValue = str | float   # a scalar attribute as this schema writes it (bool and int included)
+AttrValue = str | float  # a scalar attribute as this schema writes it (bool and int included)
 
 
 def numeric_chunks(row_shape: tuple[int, ...], dtype: DTypeLike) -> tuple[int, ...]:

@@ -4,6 +4,7 @@
 for a sample of observations (first and last of every episode, capped), or all with ``full=True``.
 Run as ``python -m rgbd_writer.validate FILE [--full]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,26 +23,55 @@ from . import codecs, schema
 _SAMPLE_CAP = 16
 
 _FIXED_ROOT: dict[str, schema.AttrValue] = {
-    "schema_name": schema.SCHEMA_NAME, "format_version": schema.FORMAT_VERSION,
-    "visual_profile": schema.VISUAL_PROFILE, "storage_contract_version": 1,
-    "visual_storage_contract": "raw_sensor_values_compressed", "training_normalization_applied": False,
+    "schema_name": schema.SCHEMA_NAME,
+    "format_version": schema.FORMAT_VERSION,
+    "visual_profile": schema.VISUAL_PROFILE,
+    "storage_contract_version": 1,
+    "visual_storage_contract": "raw_sensor_values_compressed",
+    "training_normalization_applied": False,
     "normalization_contract": "loader_applies_normalization_after_decode",
-    "recommended_rgb_scale": 1 / 255, "rgb_training_scale": 1 / 255, "recommended_depth_scale_m": 0.001,
-    "depth_training_scale_m": 0.001, "depth_unit_m": 0.001, "zero_structural_duplication": True,
-    "rgb_codec": "jpeg", "rgb_storage_dtype": "uint8", "rgb_storage_range_min": 0, "rgb_storage_range_max": 255,
-    "depth_codec": schema.DEPTH_CODEC_ATTR, "depth_source_unit": "meters", "depth_storage_dtype": "uint16",
-    "depth_storage_unit": "millimeters", "depth_psnr_target_db": 50.0, "depth_invalid_sentinel": 0,
+    "recommended_rgb_scale": 1 / 255,
+    "rgb_training_scale": 1 / 255,
+    "recommended_depth_scale_m": 0.001,
+    "depth_training_scale_m": 0.001,
+    "depth_unit_m": 0.001,
+    "zero_structural_duplication": True,
+    "rgb_codec": "jpeg",
+    "rgb_storage_dtype": "uint8",
+    "rgb_storage_range_min": 0,
+    "rgb_storage_range_max": 255,
+    "depth_codec": schema.DEPTH_CODEC_ATTR,
+    "depth_source_unit": "meters",
+    "depth_storage_dtype": "uint16",
+    "depth_storage_unit": "millimeters",
+    "depth_psnr_target_db": 50.0,
+    "depth_invalid_sentinel": 0,
 }
 _FIXED_RGB: dict[str, schema.AttrValue] = {
-    "source_space": "raw_sensor", "codec": "jpeg", "stored_as": schema.STORED_AS, "decoded_dtype": "uint8",
-    "decoded_channel_order": "RGB", "decoded_range_min": 0, "decoded_range_max": 255,
-    "training_normalization_applied": False, "recommended_training_scale": 1 / 255,
-    "recommended_training_dtype": "float32", "channels": 3,
+    "source_space": "raw_sensor",
+    "codec": "jpeg",
+    "stored_as": schema.STORED_AS,
+    "decoded_dtype": "uint8",
+    "decoded_channel_order": "RGB",
+    "decoded_range_min": 0,
+    "decoded_range_max": 255,
+    "training_normalization_applied": False,
+    "recommended_training_scale": 1 / 255,
+    "recommended_training_dtype": "float32",
+    "channels": 3,
 }
 _FIXED_DEPTH: dict[str, schema.AttrValue] = {
-    "source_space": "raw_sensor", "source_unit": "meters", "codec": "jpeg2000", "codec_input_dtype": "uint16",
-    "stored_as": schema.STORED_AS, "decoded_dtype": "uint16", "decoded_unit": "millimeters", "invalid_sentinel": 0,
-    "recommended_training_scale_m": 0.001, "recommended_training_dtype": "float32", "channels": 1,
+    "source_space": "raw_sensor",
+    "source_unit": "meters",
+    "codec": "jpeg2000",
+    "codec_input_dtype": "uint16",
+    "stored_as": schema.STORED_AS,
+    "decoded_dtype": "uint16",
+    "decoded_unit": "millimeters",
+    "invalid_sentinel": 0,
+    "recommended_training_scale_m": 0.001,
+    "recommended_training_dtype": "float32",
+    "channels": 1,
 }
 
 
@@ -55,8 +85,9 @@ def _same(a: object, b: schema.AttrValue) -> bool:
     return isinstance(a, (float, np.floating, int, np.integer)) and math.isclose(float(a), b, rel_tol=1e-9)
 
 
-def _check_fixed(where: str, attrs: h5py.AttributeManager, expected: Mapping[str, schema.AttrValue],
-                 problems: list[str]) -> None:
+def _check_fixed(
+    where: str, attrs: h5py.AttributeManager, expected: Mapping[str, schema.AttrValue], problems: list[str]
+) -> None:
     for k, v in expected.items():
         if k not in attrs:
             problems.append(f"{where}: attribute {k} missing")
@@ -72,8 +103,15 @@ def _int_attr(where: str, attrs: h5py.AttributeManager, k: str, problems: list[s
     return int(v)
 
 
-def _check_layout(ds: h5py.Dataset, dtype: DTypeLike | None, n_rows: int, chunks: tuple[int, ...] | None,
-                  problems: list[str], vlen: bool = False, count: str = "total_observations") -> bool:
+def _check_layout(
+    ds: h5py.Dataset,
+    dtype: DTypeLike | None,
+    n_rows: int,
+    chunks: tuple[int, ...] | None,
+    problems: list[str],
+    vlen: bool = False,
+    count: str = "total_observations",
+) -> bool:
     """dtype, row count, chunk shape, maxshape, no filters. Returns False if the dataset is unusable."""
     name = ds.name
     ok = True
@@ -107,8 +145,14 @@ def _check_index(f: h5py.File, E: int, N_tr: int, N_obs: int, problems: list[str
             problems.append(f"/{path}: missing")
             continue
         per_tr = name in schema.PER_TRANSITION_INDEX
-        if _check_layout(f[path], np.int64, N_tr if per_tr else E, (schema.INDEX_CHUNK,), problems,
-                         count="total_transitions" if per_tr else "total_episodes"):
+        if _check_layout(
+            f[path],
+            np.int64,
+            N_tr if per_tr else E,
+            (schema.INDEX_CHUNK,),
+            problems,
+            count="total_transitions" if per_tr else "total_episodes",
+        ):
             idx[name] = f[path][()]
     if len(idx) != 7:
         return idx
@@ -153,8 +197,9 @@ def _sample_rows(idx: Mapping[str, NDArray[np.int64]], N_obs: int, full: bool) -
     return sorted(r for r in rows if 0 <= r < N_obs)
 
 
-def _check_payloads(f: h5py.File, rows: list[int], H: int, W: int, vmin: int, vmax: int, profile: str | None,
-                    problems: list[str]) -> None:
+def _check_payloads(
+    f: h5py.File, rows: list[int], H: int, W: int, vmin: int, vmax: int, profile: str | None, problems: list[str]
+) -> None:
     rgb_ds, depth_ds = f[schema.RGB], f[schema.DEPTH]
     reported = 0
     for r in rows:
@@ -260,8 +305,12 @@ def validate_file(path: str | os.PathLike[str], full: bool = False) -> list[str]
             if p == schema.RGB:
                 want["jpeg_quality"] = q
             else:
-                want.update(decoded_valid_min=vmin, decoded_valid_max=vmax, source_valid_min_m=float(dmin),
-                            source_valid_max_m=float(dmax))
+                want.update(
+                    decoded_valid_min=vmin,
+                    decoded_valid_max=vmax,
+                    source_valid_min_m=float(dmin),
+                    source_valid_max_m=float(dmax),
+                )
                 want[schema.DEPTH_PROFILE_ATTR] = a.get(schema.DEPTH_PROFILE_ATTR)
             for k, v in want.items():
                 if v is not None and (k not in ds.attrs or not _same(ds.attrs[k], v)):
@@ -311,15 +360,21 @@ def validate_file(path: str | os.PathLike[str], full: bool = False) -> list[str]
                     if g is None:
                         continue
                     T = int(idx["episode_lengths"][ep])
-                    want = {"num_samples": T, "num_observations": T + 1,
-                            "obs_offset": int(idx["obs_offsets"][ep]), "transition_offset": int(idx["transition_offsets"][ep])}
+                    want = {
+                        "num_samples": T,
+                        "num_observations": T + 1,
+                        "obs_offset": int(idx["obs_offsets"][ep]),
+                        "transition_offset": int(idx["transition_offsets"][ep]),
+                    }
                     for k, v in want.items():
                         if not _same(g.attrs.get(k), v):
                             problems.append(f"/episodes/demo_{ep}: attribute {k} is {g.attrs.get(k)!r}, expected {v}")
                     # success where known: a boolean when present, absent when nobody said
                     if "success" in g.attrs and not isinstance(g.attrs["success"], (bool, np.bool_)):
-                        problems.append(f"/episodes/demo_{ep}: attribute success is {g.attrs['success']!r}, "
-                                        "expected a boolean (or no success attribute: not known)")
+                        problems.append(
+                            f"/episodes/demo_{ep}: attribute success is {g.attrs['success']!r}, "
+                            "expected a boolean (or no success attribute: not known)"
+                        )
 
         if payload_ok and W is not None and H is not None:
             profile = a.get(schema.DEPTH_PROFILE_ATTR)  # absent in reference-writer files: not checked

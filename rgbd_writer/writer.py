@@ -21,6 +21,7 @@ writer session is open (or crashed), "closing" during the final validation, "com
 ``close()``, "failed" if that validation fails. Readers that open the file between commits see the
 episodes committed so far.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -52,7 +53,7 @@ from .journal import JournaledFile, rollback
 log = logging.getLogger(__name__)
 _VLEN = h5py.vlen_dtype(np.uint8)
 _SINK_BATCH = 8
-_Encoded: TypeAlias = "tuple[bytes, bytes, float]"   # RGB JPEG, depth JP2, encode seconds
+_Encoded: TypeAlias = "tuple[bytes, bytes, float]"  # RGB JPEG, depth JP2, encode seconds
 # a compressed payload handed to add_encoded_observation: bytes, or a uint8 row read from a file
 EncodedPayload: TypeAlias = "bytes | bytearray | memoryview | np.ndarray"
 
@@ -95,8 +96,9 @@ def _as_attr(value: object) -> schema.AttrValue | np.generic:
 
 
 class _Episode:
-    def __init__(self, index: int, obs_offset: int, tr_offset: int, seed: int | None,
-                 meta: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self, index: int, obs_offset: int, tr_offset: int, seed: int | None, meta: Mapping[str, Any] | None
+    ) -> None:
         self.index, self.obs_offset, self.tr_offset = index, obs_offset, tr_offset
         self.seed, self.meta = seed, dict(meta or {})
         self.n_obs = 0
@@ -156,8 +158,10 @@ class RgbdWriter:
 
     def _in_use(self) -> FileStateError:
         where = f" (through {self.given_path})" if self.given_path != self.path else ""
-        return FileStateError(f"{self.path}{where} is open in another writer (the file is locked; one writer per "
-                              "file, whatever path reaches it)")
+        return FileStateError(
+            f"{self.path}{where} is open in another writer (the file is locked; one writer per "
+            "file, whatever path reaches it)"
+        )
 
     def _lock_existing(self) -> int:
         for _ in range(10):
@@ -176,7 +180,8 @@ class RgbdWriter:
                 if st.st_nlink > 1:
                     raise FileStateError(
                         f"{self.path} has {st.st_nlink} hard links: a crash journal is named after one of them "
-                        "and could not be found through the others; write to a copy (cp) or remove the extra links")
+                        "and could not be found through the others; write to a copy (cp) or remove the extra links"
+                    )
             except BaseException:
                 os.close(fd)
                 raise
@@ -192,7 +197,7 @@ class RgbdWriter:
         """Build a new file aside, locked, and link it into place; False if ``path`` already exists."""
         prefix = self.path + ".creating."
         for stale in glob.glob(glob.escape(prefix) + "*"):  # also a second link left by a crash after os.link
-            pid = stale[len(prefix):]
+            pid = stale[len(prefix) :]
             if pid.isdigit() and not _alive(int(pid)):  # a live creator's file is not ours to remove
                 os.unlink(stale)
         if os.path.lexists(self.path):
@@ -248,8 +253,13 @@ class RgbdWriter:
 
     @staticmethod
     def _create_numeric(group: h5py.Group, name: str, row_shape: tuple[int, ...], dtype: DTypeLike) -> h5py.Dataset:
-        return group.create_dataset(name, shape=(0, *row_shape), maxshape=(None, *row_shape), dtype=dtype,
-                                    chunks=schema.numeric_chunks(tuple(row_shape), dtype))
+        return group.create_dataset(
+            name,
+            shape=(0, *row_shape),
+            maxshape=(None, *row_shape),
+            dtype=dtype,
+            chunks=schema.numeric_chunks(tuple(row_shape), dtype),
+        )
 
     def _open_existing(self) -> None:
         if rollback(self.path):
@@ -260,7 +270,7 @@ class RgbdWriter:
             with h5py.File(self.path, "r") as f:
                 attrs = dict(f.attrs)
                 depth_attrs = dict(f[schema.DEPTH].attrs) if schema.DEPTH in f else {}
-        except (OSError, TypeError, ValueError, RuntimeError) as e:   # h5py's errors for damaged headers/attributes
+        except (OSError, TypeError, ValueError, RuntimeError) as e:  # h5py's errors for damaged headers/attributes
             raise FileStateError(f"{self.path}: not a readable HDF5 file ({type(e).__name__}: {e})") from e
         if attrs.get("schema_name") != schema.SCHEMA_NAME:
             raise FileStateError(f"{self.path}: schema_name is {attrs.get('schema_name')!r}, not {schema.SCHEMA_NAME}")
@@ -274,15 +284,22 @@ class RgbdWriter:
         except Exception as e:  # noqa: BLE001 - damaged beyond what the validator can read
             problems = [f"cannot validate: {type(e).__name__}: {e}"]
         if problems:
-            raise FileStateError(f"{self.path} (writer_status={status!r}) cannot be appended to: " + "; ".join(problems[:5]))
+            raise FileStateError(
+                f"{self.path} (writer_status={status!r}) cannot be appended to: " + "; ".join(problems[:5])
+            )
         c = self.cfg
         want = {
-            "rgb_jpeg_quality": c.rgb_jpeg_quality, schema.DEPTH_PROFILE_ATTR: c.depth_codec,
-            "depth_min_m": c.depth_min_m, "depth_max_m": c.depth_max_m,
-            "rgb_source": c.rgb_source, "depth_source": c.depth_source,
+            "rgb_jpeg_quality": c.rgb_jpeg_quality,
+            schema.DEPTH_PROFILE_ATTR: c.depth_codec,
+            "depth_min_m": c.depth_min_m,
+            "depth_max_m": c.depth_max_m,
+            "rgb_source": c.rgb_source,
+            "depth_source": c.depth_source,
         }
         have = dict(attrs)
-        have[schema.DEPTH_PROFILE_ATTR] = depth_attrs.get(schema.DEPTH_PROFILE_ATTR, attrs.get(schema.DEPTH_PROFILE_ATTR))
+        have[schema.DEPTH_PROFILE_ATTR] = depth_attrs.get(
+            schema.DEPTH_PROFILE_ATTR, attrs.get(schema.DEPTH_PROFILE_ATTR)
+        )
         if "camera_width" in attrs:
             want.update(camera_width=c.width, camera_height=c.height)
         diff = [f"{k}: file {have.get(k)!r} vs config {v!r}" for k, v in want.items() if have.get(k) != v]
@@ -350,7 +367,9 @@ class RgbdWriter:
             raise EpisodeStateError("an episode is already recording; end or discard it first")
         f = self._begin()
         a = f.attrs
-        self._ep = _Episode(int(a["total_episodes"]), int(a["total_observations"]), int(a["total_transitions"]), seed, meta)
+        self._ep = _Episode(
+            int(a["total_episodes"]), int(a["total_observations"]), int(a["total_transitions"]), seed, meta
+        )
         # Specs fixed by earlier episodes, cached so the caller's thread never waits on HDF5.
         self._state_spec = self._spec(schema.STATE)
         self._extra_spec = self._spec(schema.EXTRA)
@@ -370,7 +389,7 @@ class RgbdWriter:
         ep = self._require_episode()
         self._raise_sink_error()
         c = self.cfg
-        problem = codecs.depth_profile_problem(c.depth_codec)   # here, not as an encoder thread's failure
+        problem = codecs.depth_profile_problem(c.depth_codec)  # here, not as an encoder thread's failure
         if problem:
             raise RgbdError(problem)
         rgb = np.asarray(rgb)
@@ -394,8 +413,9 @@ class RgbdWriter:
         self._pending.put(self._pool.submit(_encode_job, rgb_c, depth_c, c))
         return self._submitted(ep)
 
-    def add_encoded_observation(self, rgb_jpeg: EncodedPayload, depth_encoded: EncodedPayload,
-                                state: Mapping[str, np.ndarray] | None = None) -> int:
+    def add_encoded_observation(
+        self, rgb_jpeg: EncodedPayload, depth_encoded: EncodedPayload, state: Mapping[str, np.ndarray] | None = None
+    ) -> int:
         """Queue an observation already compressed with this file's codecs (bytes or uint8 arrays, e.g.
         rows copied from a staged file): stored as given, no re-encoding.
 
@@ -407,7 +427,11 @@ class RgbdWriter:
         c = self.cfg
         payloads = []
         for kind, data in (("rgb", rgb_jpeg), ("depth", depth_encoded)):
-            raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else np.asarray(data, np.uint8).tobytes()
+            raw = (
+                bytes(data)
+                if isinstance(data, (bytes, bytearray, memoryview))
+                else np.asarray(data, np.uint8).tobytes()
+            )
             try:
                 size = codecs.probe(raw, kind)
                 if kind == "depth" and codecs.jp2_profile(raw) != c.depth_codec:
@@ -443,8 +467,14 @@ class RgbdWriter:
                 self._raise_sink_error()
             self.stats.backpressure_wait_s += time.perf_counter() - t0
 
-    def add_transition(self, action: np.ndarray, reward: float, terminal: bool = False, timeout: bool = False,
-                       extras: Mapping[str, np.ndarray] | None = None) -> int:
+    def add_transition(
+        self,
+        action: np.ndarray,
+        reward: float,
+        terminal: bool = False,
+        timeout: bool = False,
+        extras: Mapping[str, np.ndarray] | None = None,
+    ) -> int:
         """Record the transition from observation t (already added) to t+1. Returns t."""
         ep = self._require_episode()
         t = len(ep.actions)
@@ -483,8 +513,10 @@ class RgbdWriter:
         ep = self._require_episode()
         T = len(ep.actions)
         if T == 0 or ep.n_obs != T + 1:
-            raise EpisodeStateError(f"episode has {ep.n_obs} observations and {T} transitions; "
-                                    f"need observations == transitions + 1 with at least one transition")
+            raise EpisodeStateError(
+                f"episode has {ep.n_obs} observations and {T} transitions; "
+                f"need observations == transitions + 1 with at least one transition"
+            )
         self._drain()
         self._raise_sink_error()
         truncated = not (ep.terminals[-1] or ep.timeouts[-1])
@@ -513,8 +545,15 @@ class RgbdWriter:
             raise EpisodeStateError("end or discard the episode in flight before labelling a saved one")
         if not 0 <= index < self._n_episodes:
             raise EpisodeStateError(f"no committed episode {index} (the file has {self._n_episodes})")
-        layout = {"num_samples", "num_observations", "obs_offset", "transition_offset", "start_time_ns",
-                  "end_time_ns", "truncated"}
+        layout = {
+            "num_samples",
+            "num_observations",
+            "obs_offset",
+            "transition_offset",
+            "start_time_ns",
+            "end_time_ns",
+            "truncated",
+        }
         bad = sorted(set(attrs) & layout)
         if bad:
             raise SchemaError(f"update_episode_attrs: {bad} are layout attrs")
@@ -583,7 +622,7 @@ class RgbdWriter:
                 self.discard_episode()
             self._pool.shutdown(wait=True)
             self._set_status("closing")
-            from .validate import validate_file   # where used: see above
+            from .validate import validate_file  # where used: see above
 
             problems = [p for p in validate_file(self.path) if not p.startswith("writer_status")]
             self._set_status("failed" if problems else "complete")
@@ -618,7 +657,9 @@ class RgbdWriter:
             return {k: (g[k].dtype, g[k].shape[1:]) for k in g}
         return None if self._h5.attrs["total_episodes"] == 0 else {}
 
-    def _check_rows(self, what: str, rows: Mapping[str, np.ndarray], seen: dict, file_spec: dict | None, n: int) -> dict:
+    def _check_rows(
+        self, what: str, rows: Mapping[str, np.ndarray], seen: dict, file_spec: dict | None, n: int
+    ) -> dict:
         out = {}
         for k, v in rows.items():
             v = np.array(v)
@@ -737,8 +778,15 @@ class RgbdWriter:
         append("index", "transition_offsets", np.array([t0], dtype=np.int64))
         demo = f.require_group("episodes").create_group(f"demo_{e}")
         da: dict[str, schema.AttrValue | np.generic]
-        da = {"num_samples": T, "num_observations": n_obs, "obs_offset": o0, "transition_offset": t0,
-              "start_time_ns": ep.start_ns, "end_time_ns": time.time_ns(), "truncated": truncated}
+        da = {
+            "num_samples": T,
+            "num_observations": n_obs,
+            "obs_offset": o0,
+            "transition_offset": t0,
+            "start_time_ns": ep.start_ns,
+            "end_time_ns": time.time_ns(),
+            "truncated": truncated,
+        }
         if success is not None:
             da["success"] = bool(success)
         if ep.seed is not None:
@@ -754,6 +802,13 @@ class RgbdWriter:
         a["total_transitions"] = t0 + T
         a["total_observations"] = o0 + n_obs
         f["data"].attrs["total"] = t0 + T
-        return {"episode_index": e, "num_samples": T, "num_observations": n_obs, "obs_offset": o0,
-                "transition_offset": t0, "success": success, "truncated": truncated,
-                "backpressure_waits": self.stats.backpressure_waits}
+        return {
+            "episode_index": e,
+            "num_samples": T,
+            "num_observations": n_obs,
+            "obs_offset": o0,
+            "transition_offset": t0,
+            "success": success,
+            "truncated": truncated,
+            "backpressure_waits": self.stats.backpressure_waits,
+        }

@@ -1,4 +1,5 @@
 """Headless Chromium (Debian's package, installed by the Makefile) driven by Playwright, for page tests."""
+
 from __future__ import annotations
 
 import shutil
@@ -6,9 +7,16 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--autoplay-policy=no-user-gesture-required"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
 
 
 def chromium_path() -> str:
@@ -24,8 +32,13 @@ def open_page(url: str):
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(profile, executable_path=chromium_path(), headless=True,
-                                                   args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 900})
+        ctx = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=chromium_path(),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900},
+        )
         try:
             page = ctx.new_page()
             errors: list[str] = []

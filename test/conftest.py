@@ -12,6 +12,7 @@ Tiers (pyproject.toml declares the markers; `make check` runs the unit tier, `ma
   run time, so a test that starts a process without its marker fails in every run (``make test`` too)
   instead of slowing the one-minute loop down unnoticed.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,12 +51,11 @@ def ros_domain():
 # -- tiers ----------------------------------------------------------------------------------------------
 
 TIER_MARKERS = ("ros", "integration")
-_violations: pytest.StashKey[list[tuple[str, str]]] = pytest.StashKey()   # (phase, what)
-_guarded: list[tuple[pytest.Item, str]] = []    # the unit-tier item and the phase (setup/call/teardown) running
+_violations: pytest.StashKey[list[tuple[str, str]]] = pytest.StashKey()  # (phase, what)
+_guarded: list[tuple[pytest.Item, str]] = []  # the unit-tier item and the phase (setup/call/teardown) running
 
 # Audit events that start a child process (subprocess, os.system/posix_spawn/exec*, a multiprocessing fork).
-_PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork",
-                   "os.forkpty"}
+_PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "os.forkpty"}
 
 
 # What the standard library runs to describe the machine when a library first asks (platform.processor ->
@@ -78,7 +78,6 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         item.stash[_violations].append((phase, f"started a process ({event} {str(args[:2])[:160]})"))
 
 
-
 sys.addaudithook(_audit)
 
 
@@ -89,6 +88,7 @@ def _refuse(what: str) -> Any:
             item.stash[_violations].append((phase, what))
         # pytest's Failed is a BaseException: code under test that catches Exception cannot swallow it
         pytest.fail(f"unit-tier test {what}: mark it `ros` or `integration` (test/conftest.py)", pytrace=False)
+
     return refuse
 
 

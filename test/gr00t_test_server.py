@@ -9,6 +9,7 @@
 
 ``policy`` is a callable (observation dict -> action dict); ``delay_s`` delays every get_action.
 """
+
 from __future__ import annotations
 
 import io
@@ -39,8 +40,13 @@ def _from_wire(obj: dict) -> Any:
 
 
 class Gr00tTestServer:
-    def __init__(self, policy: Policy, modality_config: dict[str, tuple[list[str], list[int]]] | None = None,
-                 api_token: str | None = None, delay_s: float = 0.0):
+    def __init__(
+        self,
+        policy: Policy,
+        modality_config: dict[str, tuple[list[str], list[int]]] | None = None,
+        api_token: str | None = None,
+        delay_s: float = 0.0,
+    ):
         self.policy = policy
         self.modality_config = modality_config
         self.api_token = api_token
@@ -61,9 +67,13 @@ class Gr00tTestServer:
         if endpoint == "get_modality_config":
             if self.modality_config is None:
                 raise ValueError("Unknown endpoint: get_modality_config")
-            return {group: {"__ModalityConfig_class__": True,
-                            "as_json": json.dumps({"delta_indices": delta, "modality_keys": keys})}
-                    for group, (keys, delta) in self.modality_config.items()}
+            return {
+                group: {
+                    "__ModalityConfig_class__": True,
+                    "as_json": json.dumps({"delta_indices": delta, "modality_keys": keys}),
+                }
+                for group, (keys, delta) in self.modality_config.items()
+            }
         if endpoint == "get_action":
             if self.delay_s:
                 self._stop.wait(self.delay_s)

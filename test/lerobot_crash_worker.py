@@ -14,6 +14,7 @@ out in one ``write`` (``say``): ``print`` writes the text and its newline separa
 unbuffered (``PYTHONUNBUFFERED=1``, as ``make test`` sets), and a kill between the two left a torn
 ``saving`` that the worker's ``exit -9`` then continued (``savingexit -9``), a line the test never matched.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -39,8 +40,9 @@ def say(line: str) -> None:
 def config(version: str | None = None) -> WriterConfig:
     """The worker's config; the LeRobot version comes from PIPER_TEST_LEROBOT_VERSION (default v2.0)."""
     version = version or os.environ.get("PIPER_TEST_LEROBOT_VERSION", "v2.0")
-    return WriterConfig(fps=FPS, cameras={"cam_front": CameraSpec(H, W), "cam_wrist": CameraSpec(H, W)},
-                        lerobot_version=version)
+    return WriterConfig(
+        fps=FPS, cameras={"cam_front": CameraSpec(H, W), "cam_wrist": CameraSpec(H, W)}, lerobot_version=version
+    )
 
 
 def record_forever(root: Path, seed: int) -> None:
@@ -52,7 +54,7 @@ def record_forever(root: Path, seed: int) -> None:
     while True:
         w.start_episode(rng.choice(["pick", "place", f"task {seed}"]))
         for k in range(rng.randint(3, 30)):
-            t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up
+            t = float(grid_timestamp(k, FPS))  # as the assembler feeds rows: k/fps rounded up
             w.add_row(t, row_values(t, seed * 100 + w.total_episodes))
             for cam in ("cam_front", "cam_wrist"):
                 w.add_frame(cam, index_frame(k), t)
@@ -70,13 +72,13 @@ def record_forever(root: Path, seed: int) -> None:
 
 
 def main() -> None:
-    faulthandler.register(signal.SIGUSR1, all_threads=True)   # inherited by the forked writers
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # inherited by the forked writers
     root = Path(sys.argv[1])
     child = None
     for line in sys.stdin:
         cmd, *args = line.split()
         if cmd == "run":
-            sys.stdout.flush()   # nothing buffered for the writer to inherit and print again
+            sys.stdout.flush()  # nothing buffered for the writer to inherit and print again
             child = os.fork()
             if child == 0:
                 try:

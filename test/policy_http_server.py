@@ -4,6 +4,7 @@ observed pose. Run in-process (``serve``) or as a process: ``python policy_http_
 [--delay S] [--radius M]``. ``GET /stats`` reports the requests seen and any schema problem.
 ``post`` is the tests' raw client for any ``/predict`` server (status and JSON, errors included).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,6 +19,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from PIL import Image
+
 
 def post(url: str, body: bytes, timeout_s: float = 10.0) -> tuple[int, dict]:
     """POST ``body`` to ``url``/predict: (HTTP status, the JSON answer), an error status included."""
@@ -70,7 +72,7 @@ class State:
         self.problems: list[str] = []
         self.image_sizes: dict[str, list[int]] = {}
         self.status = 200
-        self.body: bytes | None = None   # a fixed (e.g. malformed) answer
+        self.body: bytes | None = None  # a fixed (e.g. malformed) answer
         self.lock = threading.Lock()
 
 
@@ -78,13 +80,20 @@ def answer(req: dict, st: State) -> dict:
     eef = req["state"]["observation.arm_eef"]
     g = req["state"]["observation.gripper"][0]
     n = req["horizon"] if st.rows is None else st.rows
-    w = 2 * math.pi * 0.25          # one turn in 4 s, continued from the observed pose
+    w = 2 * math.pi * 0.25  # one turn in 4 s, continued from the observed pose
     a0 = w * time.time()
     acts = []
     for k in range(n):
         a = a0 + w * k / 30.0
-        acts.append([eef[0] + st.radius * (math.sin(a) - math.sin(a0)),
-                     eef[1] + st.radius * (math.cos(a) - math.cos(a0)), eef[2], *eef[3:7], min(max(g, 0.0), 0.07)])
+        acts.append(
+            [
+                eef[0] + st.radius * (math.sin(a) - math.sin(a0)),
+                eef[1] + st.radius * (math.cos(a) - math.cos(a0)),
+                eef[2],
+                *eef[3:7],
+                min(max(g, 0.0), 0.07),
+            ]
+        )
     return {"actions": acts}
 
 
@@ -103,8 +112,12 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             with st.lock:
                 if self.path == "/stats":
-                    self._send(200, json.dumps({"requests": len(st.requests), "problems": st.problems,
-                                                "image_sizes": st.image_sizes}).encode())
+                    self._send(
+                        200,
+                        json.dumps(
+                            {"requests": len(st.requests), "problems": st.problems, "image_sizes": st.image_sizes}
+                        ).encode(),
+                    )
                 elif self.path == "/info":
                     self._send(200, json.dumps({"content_hash": "test-server-0001"}).encode())
                 else:

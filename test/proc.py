@@ -1,4 +1,5 @@
 """Start project console scripts as real processes for multiprocess tests, and always reap them."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,7 @@ class Proc:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"{self.name}.{os.getpid()}.{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")
-        self.popen = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        self.popen = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def output(self) -> str:
         if not self._log.closed:

@@ -4,6 +4,7 @@ Run: ``python test/rgbd_crash_worker.py FILE START_EPISODE`` - keeps committing 
 the last one now and then, closing and reopening the writer; prints ``OP commit|delete <episode>``
 before each operation and ``OK`` after it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,12 +22,15 @@ def frame(e: int, t: int, h: int = H, w: int = W):
     """Textured RGB and noisy float depth with invalid holes, NaN, inf, too near and too far pixels."""
     rng = np.random.default_rng(1000 * e + t)
     yy, xx = np.mgrid[0:h, 0:w]
-    rgb = (128 + 60 * np.sin(xx[..., None] / 7.0 + yy[..., None] / 11.0 + np.arange(3) + t)
-           + rng.normal(0, 8, (h, w, 3))).clip(0, 255).astype(np.uint8)
+    rgb = (
+        (128 + 60 * np.sin(xx[..., None] / 7.0 + yy[..., None] / 11.0 + np.arange(3) + t) + rng.normal(0, 8, (h, w, 3)))
+        .clip(0, 255)
+        .astype(np.uint8)
+    )
     depth = (1.5 + 0.8 * np.sin(xx / 9.0 + e) + yy / h + rng.normal(0, 0.004, (h, w))).astype(np.float32)
     depth[rng.random((h, w)) < 0.05] = np.nan
     depth[0, :4] = [np.inf, -np.inf, 0.05, 7.5]
-    depth[h // 3: h // 3 + 5, w // 4: w // 4 + 9] = 0.0
+    depth[h // 3 : h // 3 + 5, w // 4 : w // 4 + 9] = 0.0
     state = {"joint": rng.normal(size=6), "gripper": np.float32(t * 0.01)}
     return rgb, depth, state
 
@@ -42,8 +46,9 @@ def write_episode(w, e: int, h: int = H, wd: int = W, success: bool = True) -> d
         rgb, depth, state = frame(e, t, h, wd)
         w.add_observation(rgb, depth, state)
         if t < T:
-            w.add_transition(action(e, t), float(t), terminal=(t == T - 1 and e % 2 == 0),
-                             extras={"progress": np.float32(t / T)})
+            w.add_transition(
+                action(e, t), float(t), terminal=(t == T - 1 and e % 2 == 0), extras={"progress": np.float32(t / T)}
+            )
     return w.end_episode(success=success)
 
 

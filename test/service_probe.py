@@ -5,6 +5,7 @@
 ``ros2 service call`` makes one (created, waited for, called once, destroyed), and print one JSON
 line: each call's seconds from the request to the answer (None: no answer within 10 s).
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ each row's grid time, 0 before the first; opt-in, so a recording without it keep
 Read back with pyarrow and checked with piper-validate and lerobot-doctor (separate processes). The
 live proof (real policy node, takeover mid-episode) is in test_policy_sim.py.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -27,7 +28,11 @@ from piper_recorder.lerobot.format.features import piper_features
 from piper_recorder.lerobot.writer.meta_builders import modality_json
 from piper_recorder.graph.plan import plan_graph
 from piper_recorder.recording.config import (
-    LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config)
+    LeRobotRecorderConfig,
+    RgbdRecorderConfig,
+    lerobot_writer_config,
+    rgbd_writer_config,
+)
 from piper_recorder.recording.inputs import topic_map
 from piper_recorder.recording.router import INPUT, LATCHED, InputRouter
 
@@ -51,7 +56,7 @@ def test_actor_adapter_reads_the_policy_nodes_values_as_codes():
     got = {v: a.read(actor(v)) for v in ("none", "policy", "operator", " operator\n", "teleop", "")}
     assert [float(got[v][0]) for v in ("none", "policy", "operator", " operator\n")] == [0.0, 1.0, 2.0, 2.0]
     assert got["none"].dtype == np.float32 and got["none"].shape == (1,)
-    assert got["teleop"] is None and got[""] is None          # unknown: no sample, the row keeps the last code
+    assert got["teleop"] is None and got[""] is None  # unknown: no sample, the row keeps the last code
     assert ACTOR_CODES == {"none": 0.0, "policy": 1.0, "operator": 2.0}
 
 
@@ -61,8 +66,9 @@ def test_actor_entry_is_opt_in_and_appends_one_column():
     # default: the Piper table as it was (no input, no column, no route)
     plain = topic_map("lerobot", LeRobotRecorderConfig())
     assert plain.table == PIPER_TABLE and "actor" not in plain.inputs
-    assert [f.key for f in lerobot_writer_config(LeRobotRecorderConfig(), plain.cameras, table=plain.table)
-            .features] == [f.key for f in piper_features()]
+    assert [
+        f.key for f in lerobot_writer_config(LeRobotRecorderConfig(), plain.cameras, table=plain.table).features
+    ] == [f.key for f in piper_features()]
     # the recorder parameter switches it on: one optional, latched input, one column appended last
     cfg = LeRobotRecorderConfig(actor_topic=ACTOR_TOPIC)
     cfg.validate()
@@ -72,16 +78,17 @@ def test_actor_entry_is_opt_in_and_appends_one_column():
     wcfg = lerobot_writer_config(cfg, tm.cameras, table=tm.table)
     assert [f.key for f in wcfg.features] == [f.key for f in piper_features()] + [COLUMN]
     assert wcfg.features[-1].names == ("actor",) and wcfg.features[-1].combined is None
-    assert "actor" not in cfg.assembly(None, tm.table).table.required      # never holds rows back
-    modality = modality_json(wcfg)       # not a state/action modality a policy slices
+    assert "actor" not in cfg.assembly(None, tm.table).table.required  # never holds rows back
+    modality = modality_json(wcfg)  # not a state/action modality a policy slices
     assert all(e["original_key"] != COLUMN for sec in ("state", "action") for e in modality[sec].values())
     assert tm.to_dict()["inputs"] == {"actor": {"topic": ACTOR_TOPIC, "adapter": "actor"}}
     routes = {r.topic: r.kind for r in InputRouter(tm, _Sink(), depth=False).routes}
     assert routes[ACTOR_TOPIC] == LATCHED and routes["/arm/joint_states"] == INPUT
     # RGB-D has no role for it: its state terms stay the Piper ones
     r = topic_map("rgbd", RgbdRecorderConfig())
-    assert "actor" not in r.inputs and rgbd_writer_config(RgbdRecorderConfig(), r.cameras, table=r.table
-                                                          ).env_args["state_terms"] == ["arm_joint", "arm_eef", "gripper"]
+    assert "actor" not in r.inputs and rgbd_writer_config(RgbdRecorderConfig(), r.cameras, table=r.table).env_args[
+        "state_terms"
+    ] == ["arm_joint", "arm_eef", "gripper"]
     with pytest.raises(ValueError, match="actor_topic"):
         LeRobotRecorderConfig(actor_topic="policy/actor").validate()
 
@@ -91,7 +98,7 @@ def test_a_mapping_file_names_the_actor_topic(tmp_path):
     m.write_text(yaml.safe_dump({"actor": "/rollout/actor"}))
     tm = topic_map("lerobot", LeRobotRecorderConfig(), m)
     assert tm.topic("actor") == "/rollout/actor" and tm.table.columns()[COLUMN] == "actor"
-    m.write_text(yaml.safe_dump({"actor": None}))        # null: off, even if the parameter names a topic
+    m.write_text(yaml.safe_dump({"actor": None}))  # null: off, even if the parameter names a topic
     assert "actor" not in topic_map("lerobot", LeRobotRecorderConfig(actor_topic=ACTOR_TOPIC), m).inputs
 
 
@@ -127,25 +134,40 @@ def test_rollout_bag_converts_to_rows_that_say_who_acted(tmp_path):
     extra = [(ACTOR_TOPIC, STRING, t, actor(v)) for t, (_, v) in zip(recv, changes)]
     bag = write_bag(tmp_path / "bag", heapq.merge(scenario_messages(scen), extra, key=lambda m: m[2]))
     cfg = tmp_path / "recorders.yaml"
-    cfg.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
-        "cameras": ["cam_front"], "camera_width": W, "camera_height": H, "actor_topic": ACTOR_TOPIC}}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {
+                        "cameras": ["cam_front"],
+                        "camera_width": W,
+                        "camera_height": H,
+                        "actor_topic": ACTOR_TOPIC,
+                    }
+                }
+            }
+        )
+    )
     root = tmp_path / "lerobot"
-    assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(root), "--config", str(cfg),
-                        "--no-progress"]) == 0
+    assert (
+        bag2dataset([str(bag), "--format", "lerobot", "--out", str(root), "--config", str(cfg), "--no-progress"]) == 0
+    )
     (ep,) = [json.loads(x) for x in (root / "meta/episodes.jsonl").read_text().splitlines()]
     t = pq.read_table(root / "data/chunk-000/episode_000000.parquet")
     assert t.column_names[:6] == [f.key for f in piper_features()] + [COLUMN]
     assert str(t.schema.field(COLUMN).type) == str(t.schema.field("observation.gripper").type) == "float"
-    got = t.column(COLUMN).to_numpy().reshape(t.num_rows, 1)      # width 1: a plain float32, as the gripper
+    got = t.column(COLUMN).to_numpy().reshape(t.num_rows, 1)  # width 1: a plain float32, as the gripper
     assert got.dtype == np.float32
     start = ep["source"]["start_ns"]
-    want = [ACTOR_CODES[changes[int(np.searchsorted(recv, start + k * 1_000_000_000 // FPS, side="right")) - 1][1]]
-            for k in range(t.num_rows)]
+    want = [
+        ACTOR_CODES[changes[int(np.searchsorted(recv, start + k * 1_000_000_000 // FPS, side="right")) - 1][1]]
+        for k in range(t.num_rows)
+    ]
     assert got[:, 0].tolist() == want
-    assert want.count(2.0) > 10 and want[0] == 1.0 and want[-1] == 1.0     # the takeover is inside the episode
+    assert want.count(2.0) > 10 and want[0] == 1.0 and want[-1] == 1.0  # the takeover is inside the episode
     info = json.loads((root / "meta/info.json").read_text())
     assert info["features"][COLUMN] == {"dtype": "float32", "shape": [1], "names": ["actor"]}
-    assert info["features"]["observation.state"]["shape"] == [14]          # joins no combined column
+    assert info["features"]["observation.state"]["shape"] == [14]  # joins no combined column
     stats = json.loads((root / "meta/stats.json").read_text())[COLUMN]
     assert stats["min"] == [1.0] and stats["max"] == [2.0]
     modality = json.loads((root / "meta/modality.json").read_text())
@@ -165,13 +187,31 @@ def rollout_root(tmp_path_factory) -> tuple[Path, list[float]]:
     0.5-2.0 s), then a takeover at 1.4 s; and its column as written."""
     tmp = tmp_path_factory.mktemp("rollout")
     scen = SynthScenario(duration_s=2.5, episodes=[(0.5, 2.0)], cameras=("cam_front",), width=W, height=H)
-    extra = [(ACTOR_TOPIC, STRING, scen.t0_ns + round(s * 1e9), actor(v)) for s, v in ((0.9, "policy"), (1.4, "operator"))]
+    extra = [
+        (ACTOR_TOPIC, STRING, scen.t0_ns + round(s * 1e9), actor(v)) for s, v in ((0.9, "policy"), (1.4, "operator"))
+    ]
     bag = write_bag(tmp / "bag", heapq.merge(scenario_messages(scen), extra, key=lambda m: m[2]))
     cfg = tmp / "recorders.yaml"
-    cfg.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
-        "cameras": ["cam_front"], "camera_width": W, "camera_height": H, "actor_topic": ACTOR_TOPIC}}}))
-    assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(tmp / "lerobot"), "--config", str(cfg),
-                        "--no-progress"]) == 0
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {
+                        "cameras": ["cam_front"],
+                        "camera_width": W,
+                        "camera_height": H,
+                        "actor_topic": ACTOR_TOPIC,
+                    }
+                }
+            }
+        )
+    )
+    assert (
+        bag2dataset(
+            [str(bag), "--format", "lerobot", "--out", str(tmp / "lerobot"), "--config", str(cfg), "--no-progress"]
+        )
+        == 0
+    )
     t = pq.read_table(tmp / "lerobot" / "data/chunk-000/episode_000000.parquet")
     return tmp / "lerobot", t.column(COLUMN).to_pylist()
 
@@ -181,8 +221,8 @@ def test_rows_before_the_first_actor_message_carry_none_and_are_not_held_back(ro
     (ep,) = [json.loads(x) for x in (root / "meta/episodes.jsonl").read_text().splitlines()]
     assert ep["skipped_start_ticks"] == 0 and len(written) == ep["length"] > 40
     first = [written.index(c) for c in (0.0, 1.0, 2.0)]
-    assert first[0] == 0 and 8 <= first[1] < first[2] <= len(written) - 10        # none, policy, operator ...
-    assert written == sorted(written)                                               # ... in that order, held
+    assert first[0] == 0 and 8 <= first[1] < first[2] <= len(written) - 10  # none, policy, operator ...
+    assert written == sorted(written)  # ... in that order, held
 
 
 @pytest.mark.integration
@@ -192,8 +232,11 @@ def test_lerobot_reads_the_actor_column_and_offers_it_to_no_policy(rollout_root,
 
     root, written = rollout_root
     assert set(written) == {0.0, 1.0, 2.0}
-    p, rep = run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_column.py"), str(root), COLUMN],
-                       consumer_env(tmp_path / "hf"), 600)
+    p, rep = run_json(
+        [str(consumer_python("lerobot03")), str(SCRIPTS / "read_column.py"), str(root), COLUMN],
+        consumer_env(tmp_path / "hf"),
+        600,
+    )
     assert p.returncode == 0 and rep, p.stdout[-2000:] + p.stderr[-2000:]
     assert rep["values"] == written
     assert "observation.state" in rep["policy_features"] and COLUMN not in rep["policy_features"]
@@ -204,11 +247,15 @@ def test_the_same_bag_without_the_actor_topic_keeps_the_piper_columns(tmp_path):
     extra = [(ACTOR_TOPIC, STRING, scen.t0_ns + 100_000_000, actor("policy"))]
     bag = write_bag(tmp_path / "bag", heapq.merge(scenario_messages(scen), extra, key=lambda m: m[2]))
     cfg = tmp_path / "recorders.yaml"
-    cfg.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
-        "cameras": ["cam_front"], "camera_width": W, "camera_height": H}}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {"lerobot_recorder": {"ros__parameters": {"cameras": ["cam_front"], "camera_width": W, "camera_height": H}}}
+        )
+    )
     root = tmp_path / "lerobot"
-    assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(root), "--config", str(cfg),
-                        "--no-progress"]) == 0
+    assert (
+        bag2dataset([str(bag), "--format", "lerobot", "--out", str(root), "--config", str(cfg), "--no-progress"]) == 0
+    )
     info = json.loads((root / "meta/info.json").read_text())
     assert COLUMN not in info["features"]
     assert COLUMN not in pq.read_table(root / "data/chunk-000/episode_000000.parquet").column_names

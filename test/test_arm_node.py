@@ -5,6 +5,7 @@ Checks: feedback topics at the feedback rate with capture stamps; the end-to-end
 follows a moving target; commanded topics carry exactly the absolute target; a NaN target is refused
 and counted in /arm/status; provenance reaches a late joiner (transient local); services work.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,17 @@ def _status_values(arr) -> dict:
 def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
     channel = f"emu_{uuid.uuid4().hex[:8]}"
     with ProcGroup(ros_domain.env(), tmp_path) as group:
-        arm = group.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", f"can_channel:={channel}",
-                          "-p", f"backend:={backend}", *(["-p", f"emulator_firmware:={firmware}"] if firmware else []))
+        arm = group.start(
+            "piper-arm",
+            "--ros-args",
+            "-p",
+            "emulate:=true",
+            "-p",
+            f"can_channel:={channel}",
+            "-p",
+            f"backend:={backend}",
+            *(["-p", f"emulator_firmware:={firmware}"] if firmware else []),
+        )
         ros_domain.apply()
         import rclpy
         import rclpy.executors
@@ -50,12 +60,14 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
         try:
             got: dict[str, list] = {k: [] for k in ("joints", "eef", "cmd", "cmd_gripper", "status", "prov")}
             reliable = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
-            node.create_subscription(JointState, "/arm/joint_states",
-                                     lambda m: got["joints"].append((m, time.time_ns())), reliable)
+            node.create_subscription(
+                JointState, "/arm/joint_states", lambda m: got["joints"].append((m, time.time_ns())), reliable
+            )
             node.create_subscription(PoseStamped, "/arm/eef_pose", lambda m: got["eef"].append(m), reliable)
             node.create_subscription(PoseStamped, "/arm/commanded_pose", lambda m: got["cmd"].append(m), reliable)
-            node.create_subscription(JointState, "/arm/commanded_gripper",
-                                     lambda m: got["cmd_gripper"].append(m), reliable)
+            node.create_subscription(
+                JointState, "/arm/commanded_gripper", lambda m: got["cmd_gripper"].append(m), reliable
+            )
             node.create_subscription(DiagnosticArray, "/arm/status", lambda m: got["status"].append(m), 10)
             pub_target = node.create_publisher(PoseStamped, "/arm/target_pose", reliable)
             pub_gripper = node.create_publisher(JointState, "/arm/target_gripper", reliable)
@@ -71,8 +83,9 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
                 return _status_values(got["status"][-1])
 
             assert spin_until(lambda: len(got["eef"]) > 50 and got["status"], 25), group.logs()
-            assert spin_until(lambda: json.loads(status()["enabled"]) and status()["_message"].startswith("holding"),
-                              10), group.logs()
+            assert spin_until(
+                lambda: json.loads(status()["enabled"]) and status()["_message"].startswith("holding"), 10
+            ), group.logs()
 
             # enable through the service (a coroutine: its up-to-2 s wait for the drivers runs off the executor)
             enable = node.create_client(Trigger, "/arm/enable")
@@ -81,23 +94,34 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
             assert spin_until(fut.done, 5) and fut.result().success and fut.result().message == "enabled", group.logs()
 
             # provenance: subscribe late; transient local delivers the record anyway
-            latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            latched = QoSProfile(
+                depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+            )
             node.create_subscription(String, "/arm/provenance", lambda m: got["prov"].append(m.data), latched)
             assert spin_until(lambda: got["prov"], 5), group.logs()
             prov = json.loads(got["prov"][0])
             assert prov["backend"] == backend and prov["kp"] == [5.0, 25.0, 5.0, 8.0, 8.0, 5.0]
             assert prov["firmware"] == (firmware or "S-V1.8-5") and prov["can_channel"] == channel
             assert prov["sdk_version"] == "0.6.2" and "emulated" in prov["arm_model"]
-            assert set(prov) >= {"backend", "kp", "kd", "t_ff", "gravity_ff", "firmware", "arm_model",
-                                 "can_channel", "sdk_version"}
+            assert set(prov) >= {
+                "backend",
+                "kp",
+                "kd",
+                "t_ff",
+                "gravity_ff",
+                "firmware",
+                "arm_model",
+                "can_channel",
+                "sdk_version",
+            }
 
             # go_home through the service, then wait until the arm got there
             assert go_home.wait_for_service(5)
             fut = go_home.call_async(Trigger.Request())
             assert spin_until(fut.done, 5) and fut.result().success
-            assert spin_until(lambda: status()["_message"].startswith("holding")
-                              and len(got["cmd"]) > 0, 10), group.logs()
+            assert spin_until(lambda: status()["_message"].startswith("holding") and len(got["cmd"]) > 0, 10), (
+                group.logs()
+            )
             time.sleep(0.5 if backend == "position" else 1.5)
             got["eef"].clear()
             assert spin_until(lambda: got["eef"], 2)
@@ -115,6 +139,7 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
                 pub_target.publish(bad)
                 time.sleep(0.1)
                 return json.loads(status()["targets_refused"]).get("non_finite", 0) >= 1
+
             assert spin_until(nan_refused, 10), group.logs()
             nan_published = True
 
@@ -164,8 +189,10 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
             steady.append(e)
     rms = float(np.sqrt(np.mean(np.square(errs))))
     rms_steady = float(np.sqrt(np.mean(np.square(steady))))
-    print(f"\n{backend}: end-to-end RMS EEF error after settling {rms_steady * 1000:.2f} mm steady "
-          f"(n={len(steady)}), {rms * 1000:.2f} mm all (n={len(errs)}); status: {st['_message']}")
+    print(
+        f"\n{backend}: end-to-end RMS EEF error after settling {rms_steady * 1000:.2f} mm steady "
+        f"(n={len(steady)}), {rms * 1000:.2f} mm all (n={len(errs)}); status: {st['_message']}"
+    )
     assert len(errs) > 100 and len(steady) > 50
     assert rms_steady < (0.008 if backend == "position" else 0.04)  # aim: 5 mm (position); margin for CI load
     assert rms < (0.03 if backend == "position" else 0.06)  # loose: includes CPU-starved moments
@@ -186,8 +213,10 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
     arrivals = np.array([a for _, a in got["joints"]]) * 1e-9
     assert np.all(np.diff(stamps) > 0) and np.all(arrivals >= stamps)
     rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    print(f"{backend}: /arm/joint_states {rate:.0f} Hz; stamp-to-arrival median "
-          f"{np.median(arrivals - stamps) * 1000:.1f} ms")
+    print(
+        f"{backend}: /arm/joint_states {rate:.0f} Hz; stamp-to-arrival median "
+        f"{np.median(arrivals - stamps) * 1000:.1f} ms"
+    )
     assert rate > 50  # 200 Hz nominal; the subscriber shares a loaded 2-core box
     assert nan_published and set(json.loads(st["targets_refused"])) == {"non_finite"}  # nothing else refused
     assert json.loads(st["feedback_listener_errors"]) == 0
@@ -219,9 +248,24 @@ def test_impedance_node_refuses_a_firmware_it_does_not_drive(ros_domain, tmp_pat
     from pathlib import Path
 
     exe = str(Path(sys.executable).parent / "piper-arm")
-    res = subprocess.run([exe, "--ros-args", "-p", "emulate:=true", "-p", f"can_channel:=emu_{uuid.uuid4().hex[:8]}",
-                          "-p", "backend:=impedance", "-p", "emulator_firmware:=S-V1.6-5"],
-                         env=ros_domain.env(), capture_output=True, text=True, timeout=45)
+    res = subprocess.run(
+        [
+            exe,
+            "--ros-args",
+            "-p",
+            "emulate:=true",
+            "-p",
+            f"can_channel:=emu_{uuid.uuid4().hex[:8]}",
+            "-p",
+            "backend:=impedance",
+            "-p",
+            "emulator_firmware:=S-V1.6-5",
+        ],
+        env=ros_domain.env(),
+        capture_output=True,
+        text=True,
+        timeout=45,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "backend 'impedance': impedance backend refused on S-V1.6-5" in res.stderr
     assert "backend: position" in res.stderr

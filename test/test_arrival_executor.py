@@ -3,6 +3,7 @@
 A recorder ends an episode at its stop request's arrival; on a loaded machine the request can wait
 behind other work for its callback (here: a callback that holds the executor's only thread).
 """
+
 from __future__ import annotations
 
 import threading
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -29,7 +30,7 @@ def test_a_request_queued_behind_a_busy_callback_keeps_its_arrival_time(ros_doma
         seen: dict[str, int] = {}
 
         def busy(_req, res):
-            time.sleep(0.5)   # the only thread is taken: the next request waits in DDS
+            time.sleep(0.5)  # the only thread is taken: the next request waits in DDS
             return res
 
         def stamp(_req, res):
@@ -49,9 +50,9 @@ def test_a_request_queued_behind_a_busy_callback_keeps_its_arrival_time(ros_doma
         c_busy = client_node.create_client(Trigger, "/arrival/busy")
         c_stamp = client_node.create_client(Trigger, "/arrival/stamp")
         assert c_busy.wait_for_service(timeout_sec=20) and c_stamp.wait_for_service(timeout_sec=20)
-        for _ in range(2):   # the first round also matches the response readers
+        for _ in range(2):  # the first round also matches the response readers
             f1 = c_busy.call_async(Trigger.Request())
-            time.sleep(0.05)   # the busy callback is running
+            time.sleep(0.05)  # the busy callback is running
             sent = time.time_ns()
             f2 = c_stamp.call_async(Trigger.Request())
             end = time.monotonic() + 10
@@ -59,12 +60,11 @@ def test_a_request_queued_behind_a_busy_callback_keeps_its_arrival_time(ros_doma
                 time.sleep(0.01)
             assert f1.done() and f2.done()
         waited = (seen["now"] - seen["arrival"]) / 1e6
-        assert waited > 300, seen   # it waited behind the busy callback ...
-        assert -5 <= (seen["arrival"] - sent) / 1e6 < 100, (seen, sent)   # ... and arrived when it was sent
+        assert waited > 300, seen  # it waited behind the busy callback ...
+        assert -5 <= (seen["arrival"] - sent) / 1e6 < 100, (seen, sent)  # ... and arrived when it was sent
         stop.set()
         spinner.join(2)
         cex.shutdown()
         ex.shutdown()
     finally:
         rclpy.shutdown(context=ctx)
-

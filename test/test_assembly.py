@@ -1,4 +1,5 @@
 """Assembly core: exact grid, lateness, staleness, origin, both frame modes, determinism, RGB-D steps."""
+
 from __future__ import annotations
 
 import random
@@ -10,7 +11,7 @@ from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSin
 from piper_recorder.assembly.assembler import grid_timestamp
 
 MS = 1_000_000
-START = 1_700_000_000_000_000_000 + 123_456_789   # a realistic ROS-clock origin, not grid aligned
+START = 1_700_000_000_000_000_000 + 123_456_789  # a realistic ROS-clock origin, not grid aligned
 
 
 class RecordingSink:
@@ -27,8 +28,16 @@ class RecordingSink:
         self.raw.append(line)
 
     def key(self):
-        rows = [(r.index, float(r.timestamp), r.tick_ns, tuple(np.concatenate(list(r.values.values())).tolist()),
-                 tuple(sorted((c, f.stamp_ns) for c, f in r.frames.items()))) for r in self.rows]
+        rows = [
+            (
+                r.index,
+                float(r.timestamp),
+                r.tick_ns,
+                tuple(np.concatenate(list(r.values.values())).tolist()),
+                tuple(sorted((c, f.stamp_ns) for c, f in r.frames.items())),
+            )
+            for r in self.rows
+        ]
         per_cam = {c: [(s, t) for c_, s, t in self.frames if c_ == c] for c, _, _ in self.frames}
         return rows, per_cam, list(self.raw)
 
@@ -37,7 +46,7 @@ def make_events(seconds=2.0, cams=("cam_front", "cam_wrist"), cam_phase_ms=(7, 1
     """(stamp_ns, kind, args) for arm at arm_hz, commands at 50 Hz, cameras at 30 fps, raw lines at 10 Hz."""
     rng = random.Random(seed)
     ev = []
-    t0 = START - 100 * MS       # pre-roll
+    t0 = START - 100 * MS  # pre-roll
     n_arm = int((seconds + 0.1) * arm_hz)
     for i in range(n_arm):
         s = t0 + i * 1_000_000_000 // arm_hz + rng.randint(0, 2 * MS)
@@ -139,7 +148,7 @@ def test_same_events_any_arrival_order_give_same_output():
     base, c0, _ = run(ev, [s for s, _, _ in ev], cfg, end, ticks)
     for seed in (1, 2, 3):
         rng = random.Random(seed)
-        arrivals = [s + rng.randint(0, 45 * MS) for s, _, _ in ev]   # reordered, all within lateness
+        arrivals = [s + rng.randint(0, 45 * MS) for s, _, _ in ev]  # reordered, all within lateness
         other, c1, _ = run(ev, arrivals, cfg, end, ticks)
         b, o = base.key(), other.key()
         assert o[0] == b[0] and o[1] == b[1]
@@ -168,7 +177,7 @@ def test_rows_wait_for_every_input_then_origin_rebases():
     ev = [e for e in make_events(1.0) if not (e[1] in ("cmd", "grip") and e[0] < first_cmd)]
     sink, c, asm = run(ev, [s for s, _, _ in ev], cfg, START + 1_000_000_000)
     k0 = c.skipped_start_ticks
-    assert k0 == 7   # ticks at 0, 33, ..., 200 ms precede the first command (stamped 200..201 ms)
+    assert k0 == 7  # ticks at 0, 33, ..., 200 ms precede the first command (stamped 200..201 ms)
     assert asm.origin_ns == START + k0 * 1_000_000_000 // 30
     assert sink.rows[0].index == 0 and sink.rows[0].timestamp == 0.0
     assert c.rows == 31 - k0
@@ -194,7 +203,7 @@ def test_capture_mode_late_frame_dropped_and_counted():
     ev = make_events(1.0, cams=("cam_front",))
     frames = [i for i, e in enumerate(ev) if e[1] == "frame" and e[0] > START + 300 * MS]
     arrivals = [s for s, _, _ in ev]
-    arrivals[frames[0]] += 200 * MS     # arrives after later frames went to the encoder
+    arrivals[frames[0]] += 200 * MS  # arrives after later frames went to the encoder
     sink, c, _ = run(ev, arrivals, cfg, START + 1_000_000_000, jittery_ticks(30, 1.0))
     assert c.frames_late["cam_front"] == 1
     sent = [s for _, s, _ in sink.frames]
@@ -206,18 +215,25 @@ def test_capture_mode_camera_gap_counted_as_frames_missing():
     """A 0.5 s pause of one camera: 14 frames missing at 30 fps; capture jitter is no gap."""
     cfg = AssemblyConfig(fps=30, lateness_s=0.05, timestamp_mode="capture")
     all_ev = make_events(2.0)
-    ev = [e for e in all_ev if not (e[1] == "frame" and e[2][0] == "cam_front"
-                                    and START + 600 * MS < e[0] < START + 1070 * MS)]
+    ev = [
+        e
+        for e in all_ev
+        if not (e[1] == "frame" and e[2][0] == "cam_front" and START + 600 * MS < e[0] < START + 1070 * MS)
+    ]
     assert len(all_ev) - len(ev) == 14
     sink, c, _ = run(ev, [s for s, _, _ in ev], cfg, START + 2 * 1_000_000_000, jittery_ticks(30, 2.0))
     sent = [s for cam, s, _ in sink.frames if cam == "cam_front"]
     gaps = np.diff(sent) / 1e9
-    assert 0.495 < gaps.max() < 0.505 and np.sort(gaps)[-2] < 1.5 / 30   # one 0.5 s gap, the rest is jitter
+    assert 0.495 < gaps.max() < 0.505 and np.sort(gaps)[-2] < 1.5 / 30  # one 0.5 s gap, the rest is jitter
     assert c.frames_missing == {"cam_front": 14, "cam_wrist": 0}
     assert c.frames_dropped == {"cam_front": 0, "cam_wrist": 0} and c.frames_late == {"cam_front": 0, "cam_wrist": 0}
     assert c.frames_sent["cam_front"] + 14 == c.frames_sent["cam_wrist"]
-    nominal = run(ev, [s for s, _, _ in ev], AssemblyConfig(fps=30, lateness_s=0.05, timestamp_mode="nominal"),
-                  START + 2 * 1_000_000_000)[1]
+    nominal = run(
+        ev,
+        [s for s, _, _ in ev],
+        AssemblyConfig(fps=30, lateness_s=0.05, timestamp_mode="nominal"),
+        START + 2 * 1_000_000_000,
+    )[1]
     assert nominal.frames_missing == {} and nominal.frames_repeated["cam_front"] >= 14
 
 
@@ -311,8 +327,13 @@ class FakeLeRobotWriter:
         self.rows, self.frames, self.raw = [], {}, []
 
     def add_row(self, t, values):
-        assert set(values) == {"observation.arm_joint", "observation.arm_eef", "observation.gripper",
-                               "action.arm_eef", "action.gripper"}
+        assert set(values) == {
+            "observation.arm_joint",
+            "observation.arm_eef",
+            "observation.gripper",
+            "action.arm_eef",
+            "action.gripper",
+        }
         self.rows.append((t, values))
 
     def add_frame(self, cam, rgb, t):
@@ -359,9 +380,9 @@ def test_rgbd_consecutive_ticks_give_t_plus_one_observations(terminal, timeout):
     assert kinds == ["obs"] + ["tr", "obs"] * 10
     assert sink.observations == 11 and sink.transitions == 10
     obs = [e[1] for e in w.log if e[0] == "obs"]
-    assert obs == list(range(0, 11))                     # obs k: frame stamped 50 ms before t_k
+    assert obs == list(range(0, 11))  # obs k: frame stamped 50 ms before t_k
     trs = [e for e in w.log if e[0] == "tr"]
-    assert [t[1] for t in trs] == [float(i) for i in range(10)]   # reward at t_k for transition k
+    assert [t[1] for t in trs] == [float(i) for i in range(10)]  # reward at t_k for transition k
     assert all(not t[2] and not t[3] for t in trs[:-1]) and trs[-1][2:] == (terminal, timeout)
 
 

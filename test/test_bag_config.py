@@ -4,6 +4,7 @@ The settings are the recorders' own config classes (``piper_recorder.recording.c
 test_recorder_config.py). ``piper_recorder.assembly.messages`` is shared: the recorder nodes call the
 same functions on rclpy messages that the converter calls on rosbags ones.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,7 +35,7 @@ def test_mapping_cameras_take_the_configured_sizes(tmp_path):
     m.write_text("cameras:\n  cam_wrist: {color: /wrist/image}\n  cam_top: {color: /top/image, width: 320}\n")
     cams = topic_map("lerobot", s, m).cameras
     assert (cams["cam_wrist"].color, cams["cam_wrist"].height, cams["cam_wrist"].width) == ("/wrist/image", 96, 128)
-    assert (cams["cam_top"].height, cams["cam_top"].width) == (480, 320)   # unknown camera: the default size
+    assert (cams["cam_top"].height, cams["cam_top"].width) == (480, 320)  # unknown camera: the default size
 
 
 def test_message_helpers_on_rosbags_messages():
@@ -47,8 +48,17 @@ def test_message_helpers_on_rosbags_messages():
     bgr = image(7, np.ascontiguousarray(rgb[:, :, ::-1]), "bgr8")
     assert np.array_equal(messages.image_to_numpy(bgr), rgb)
     with pytest.raises(ValueError):
-        messages.image_to_numpy(T["sensor_msgs/msg/Image"](header=bgr.header, height=1, width=1, encoding="yuv422",
-                                                          is_bigendian=0, step=2, data=np.zeros(2, np.uint8)))
+        messages.image_to_numpy(
+            T["sensor_msgs/msg/Image"](
+                header=bgr.header,
+                height=1,
+                width=1,
+                encoding="yuv422",
+                is_bigendian=0,
+                step=2,
+                data=np.zeros(2, np.uint8),
+            )
+        )
     names = ["gripper"] + [f"joint{i}" for i in range(6, 0, -1)]
     js = joint_state(10, names, np.arange(7.0))
     assert messages.joint_positions(js, {}) == [6, 5, 4, 3, 2, 1, 0]
@@ -66,10 +76,12 @@ def test_converter_needs_no_ros_runtime():
     import subprocess
     import sys
 
-    code = ("import sys; import piper_recorder.cli.bag2dataset, piper_recorder.bag.run, piper_recorder.bag.convert, "
-            "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.graph.plan, "
-            "piper_recorder.recording.config; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'rosbag2_py')))")
+    code = (
+        "import sys; import piper_recorder.cli.bag2dataset, piper_recorder.bag.run, piper_recorder.bag.convert, "
+        "piper_recorder.bag.merge, piper_recorder.bag.synth, piper_recorder.graph.plan, "
+        "piper_recorder.recording.config; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'rosbag2_py')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

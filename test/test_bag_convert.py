@@ -1,4 +1,5 @@
 """piper-bag2dataset on synthetic bags: episode sources, storage formats, bad input, --jobs, resume, mapping."""
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,21 @@ W, H = 64, 48
 def cfg(tmp_path_factory) -> Path:
     """The recorders' parameter file for 64x48 cameras (what the converter reads with --config)."""
     p = tmp_path_factory.mktemp("cfg") / "recorders.yaml"
-    p.write_text(yaml.safe_dump({
-        "lerobot_recorder": {"ros__parameters": {"task": "config task", "cameras": ["cam_front", "cam_wrist"],
-                                                 "camera_width": W, "camera_height": H}},
-        "rgbd_recorder": {"ros__parameters": {"camera": "cam_front", "camera_width": W, "camera_height": H}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {
+                        "task": "config task",
+                        "cameras": ["cam_front", "cam_wrist"],
+                        "camera_width": W,
+                        "camera_height": H,
+                    }
+                },
+                "rgbd_recorder": {"ros__parameters": {"camera": "cam_front", "camera_width": W, "camera_height": H}},
+            }
+        )
+    )
     return p
 
 
@@ -63,20 +75,36 @@ def test_spans_from_events_follow_saves_deletes_and_the_recorder():
     ev = [
         {"recorder": "rgbd_recorder", "event": "saved", "episode_index": 0, "start_ns": 1, "end_ns": 2, "rows": 1},
         {"recorder": "lerobot_recorder", "event": "started", "episode_index": 0, "start_ns": 90},
-        {"recorder": "lerobot_recorder", "event": "saved", "episode_index": 0, "start_ns": 100, "end_ns": 200,
-         "rows": 3, "task": "a", "reason": "stop_episode"},
+        {
+            "recorder": "lerobot_recorder",
+            "event": "saved",
+            "episode_index": 0,
+            "start_ns": 100,
+            "end_ns": 200,
+            "rows": 3,
+            "task": "a",
+            "reason": "stop_episode",
+        },
         {"recorder": "lerobot_recorder", "event": "saved", "episode_index": 1, "start_ns": 300, "end_ns": 400},
         {"recorder": "lerobot_recorder", "event": "deleted", "episode_index": 1},
         {"recorder": "lerobot_recorder", "event": "discarded", "episode_index": 1, "start_ns": 450},
-        {"recorder": "lerobot_recorder", "event": "saved", "episode_index": 1, "start_ns": 500, "end_ns": 600,
-         "reason": "max_episode_s"},
+        {
+            "recorder": "lerobot_recorder",
+            "event": "saved",
+            "episode_index": 1,
+            "start_ns": 500,
+            "end_ns": 600,
+            "reason": "max_episode_s",
+        },
     ]
     lines = [json.dumps(e) for e in ev] + ["not json"]
     spans = spans_from_events(lines, "lerobot_recorder")
-    assert [(s.start_ns, s.end_ns, s.feed_from_ns, s.timeout) for s in spans] == [(100, 200, 90, False),
-                                                                                  (500, 600, 500, True)]
+    assert [(s.start_ns, s.end_ns, s.feed_from_ns, s.timeout) for s in spans] == [
+        (100, 200, 90, False),
+        (500, 600, 500, True),
+    ]
     assert spans[0].task == "a" and spans[0].rows == 3
-    assert [s.start_ns for s in spans_from_events(lines)] == [1]   # first recorder that saved
+    assert [s.start_ns for s in spans_from_events(lines)] == [1]  # first recorder that saved
     with pytest.raises(ValueError, match="overlap"):
         spans_from_ranges(["1:3", "2.9:4"], 0, 100_000_000)
     with pytest.raises(ValueError, match="START:END"):
@@ -103,10 +131,26 @@ def test_events_ranges_and_whole_bag(tmp_path, cfg, storage, capsys):
 
     nev = make_bag(tmp_path / "nev", storage, duration_s=3.0, with_events=False)
     out2 = tmp_path / "ranges"
-    assert run(nev, "--format", "lerobot", "--out", out2, "--config", cfg, "--episode", "0.5:1.0",
-               "--episode", "1.5:2.5", "--task", "ranged") == 0
+    assert (
+        run(
+            nev,
+            "--format",
+            "lerobot",
+            "--out",
+            out2,
+            "--config",
+            cfg,
+            "--episode",
+            "0.5:1.0",
+            "--episode",
+            "1.5:2.5",
+            "--task",
+            "ranged",
+        )
+        == 0
+    )
     assert [(e["length"], e["tasks"]) for e in episodes(out2)] == [(16, ["ranged"]), (31, ["ranged"])]
-    assert run(nev, "--format", "lerobot", "--out", tmp_path / "notask") == 1   # recorder defaults: task ""
+    assert run(nev, "--format", "lerobot", "--out", tmp_path / "notask") == 1  # recorder defaults: task ""
     assert "has no task" in capsys.readouterr().err
     out3 = tmp_path / "whole"
     assert run(nev, "--format", "lerobot", "--out", out3, "--config", cfg) == 0
@@ -117,7 +161,7 @@ def test_events_ranges_and_whole_bag(tmp_path, cfg, storage, capsys):
     assert run(bag, "--format", "rgbd", "--out", h5, "--config", cfg) == 0
     assert validate_file(h5, full=True) == []
     with h5py.File(h5, "r") as f:
-        assert list(f["index/episode_lengths"][()]) == [45, 36]   # T transitions for T + 1 observations
+        assert list(f["index/episode_lengths"][()]) == [45, 36]  # T transitions for T + 1 observations
         assert bool(f["transitions/terminals"][44]) and not bool(f["transitions/timeouts"][44])
 
 
@@ -147,7 +191,7 @@ def _bad_bags(tmp: Path, good: Path) -> dict[str, Path]:
         if kind == "truncated":
             data = data[: len(data) // 2]
         else:
-            data[4096: len(data) // 2] = os.urandom(len(data) // 2 - 4096)
+            data[4096 : len(data) // 2] = os.urandom(len(data) // 2 - 4096)
         f.write_bytes(bytes(data))
         bags[kind] = b
     bags["topicless"] = write_bag(tmp / "topicless", iter([("/chatter", "std_msgs/msg/String", 1, string("hi"))]))
@@ -169,8 +213,23 @@ def test_bad_bags_fail_alone_with_clear_errors(tmp_path, cfg, capsys):
     good = make_bag(tmp_path / "good", duration_s=2.0, episodes=[(0.3, 1.5)])
     bad = _bad_bags(tmp_path, good)
     out = tmp_path / "out"
-    rc = run(bad["truncated"], good, bad["corrupt"], bad["topicless"], bad["wrongtype"], bad["nodefinition"],
-             bad["missing"], "--format", "lerobot", "--out", out, "--config", cfg, "--jobs", "2")
+    rc = run(
+        bad["truncated"],
+        good,
+        bad["corrupt"],
+        bad["topicless"],
+        bad["wrongtype"],
+        bad["nodefinition"],
+        bad["missing"],
+        "--format",
+        "lerobot",
+        "--out",
+        out,
+        "--config",
+        cfg,
+        "--jobs",
+        "2",
+    )
     cap = capsys.readouterr()
     assert rc == 1
     assert "1 of 7 bags converted or skipped" in cap.out and "6 of 7 bags FAILED" in cap.out
@@ -208,8 +267,17 @@ def _same_lerobot(a: Path, b: Path) -> None:
 
 @pytest.mark.integration
 def test_jobs_resume_and_crash_safety(tmp_path, cfg):
-    bags = [make_bag(tmp_path / f"b{i}", duration_s=2.5, seed=i, t0_ns=1_700_000_000_000_000_000 + i * 10**10,
-                     episodes=[(0.3, 1.1), (1.4, 2.2)], task=f"task {i % 2}") for i in range(4)]
+    bags = [
+        make_bag(
+            tmp_path / f"b{i}",
+            duration_s=2.5,
+            seed=i,
+            t0_ns=1_700_000_000_000_000_000 + i * 10**10,
+            episodes=[(0.3, 1.1), (1.4, 2.2)],
+            task=f"task {i % 2}",
+        )
+        for i in range(4)
+    ]
     one = tmp_path / "one"
     assert run(*bags, "--format", "lerobot", "--out", one, "--config", cfg, "--jobs", "1") == 0
     assert [e["tasks"][0] for e in episodes(one)] == ["task 0"] * 2 + ["task 1"] * 2 + ["task 0"] * 2 + ["task 1"] * 2
@@ -225,8 +293,21 @@ def test_jobs_resume_and_crash_safety(tmp_path, cfg):
 
     # killed mid-run: the output stays valid, and the next run completes it
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "piper_recorder.cli.bag2dataset", *map(str, bags), "--format", "lerobot",
-           "--out", str(killed), "--config", str(cfg), "--jobs", "2", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "piper_recorder.cli.bag2dataset",
+        *map(str, bags),
+        "--format",
+        "lerobot",
+        "--out",
+        str(killed),
+        "--config",
+        str(cfg),
+        "--jobs",
+        "2",
+        "--no-progress",
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     end = time.monotonic() + 60
     while len(episodes(killed)) < 3 and p.poll() is None and time.monotonic() < end:
@@ -243,8 +324,17 @@ def test_jobs_resume_and_crash_safety(tmp_path, cfg):
 
 
 def test_rgbd_jobs_and_resume(tmp_path, cfg):
-    bags = [make_bag(tmp_path / f"b{i}", duration_s=2.0, seed=i, t0_ns=1_700_000_000_000_000_000 + i * 10**10,
-                     episodes=[(0.3, 1.6)], cameras=("cam_front",)) for i in range(3)]
+    bags = [
+        make_bag(
+            tmp_path / f"b{i}",
+            duration_s=2.0,
+            seed=i,
+            t0_ns=1_700_000_000_000_000_000 + i * 10**10,
+            episodes=[(0.3, 1.6)],
+            cameras=("cam_front",),
+        )
+        for i in range(3)
+    ]
     one, two = tmp_path / "one.hdf5", tmp_path / "two.hdf5"
     assert run(*bags, "--format", "rgbd", "--out", one, "--config", cfg) == 0
     assert run(*bags[:1], "--format", "rgbd", "--out", two, "--config", cfg) == 0
@@ -262,24 +352,54 @@ def test_rgbd_jobs_and_resume(tmp_path, cfg):
 def test_agilex_mapping_file(tmp_path, cfg):
     bag = write_bag(tmp_path / "agilex", scenario_messages(agilex_scenario(duration_s=2.5)), "mcap")
     mapping = tmp_path / "agilex.yaml"
-    mapping.write_text(yaml.safe_dump({
-        "joint_states": {"topic": "/joint_states_single", "names": [f"joint{i}" for i in range(1, 8)],
-                         "gripper_scale": 0.001},
-        "eef_pose": "/end_pose_stamped", "commanded_pose": "/end_pose_stamped",
-        "commanded_gripper": {"topic": "/joint_states_single", "name": "joint7", "scale": 0.001},
-        "cameras": {"cam_front": {"color": "/camera/color/image_raw",
-                                  "depth": "/camera/aligned_depth_to_color/image_raw"}},
-        "raw_quest": None, "provenance": None}))
+    mapping.write_text(
+        yaml.safe_dump(
+            {
+                "joint_states": {
+                    "topic": "/joint_states_single",
+                    "names": [f"joint{i}" for i in range(1, 8)],
+                    "gripper_scale": 0.001,
+                },
+                "eef_pose": "/end_pose_stamped",
+                "commanded_pose": "/end_pose_stamped",
+                "commanded_gripper": {"topic": "/joint_states_single", "name": "joint7", "scale": 0.001},
+                "cameras": {
+                    "cam_front": {
+                        "color": "/camera/color/image_raw",
+                        "depth": "/camera/aligned_depth_to_color/image_raw",
+                    }
+                },
+                "raw_quest": None,
+                "provenance": None,
+            }
+        )
+    )
     out = tmp_path / "out"
     # without the mapping the robot graph's topics are missing
     assert run(bag, "--format", "lerobot", "--out", tmp_path / "nomap", "--config", cfg) == 1
-    assert run(bag, "--format", "lerobot", "--out", out, "--config", cfg, "--mapping", mapping,
-               "--episode", "0.2:2.2", "--task", "agilex") == 0
+    assert (
+        run(
+            bag,
+            "--format",
+            "lerobot",
+            "--out",
+            out,
+            "--config",
+            cfg,
+            "--mapping",
+            mapping,
+            "--episode",
+            "0.2:2.2",
+            "--task",
+            "agilex",
+        )
+        == 0
+    )
     (e,) = episodes(out)
     assert e["length"] == 61 and e["video_frame_lengths"] == {"cam_front": 61}
     t = table(out, 0)
     grip = np.asarray(t["observation.gripper"]).reshape(-1)
-    assert 0.009 < grip.min() and grip.max() < 0.051          # 0.03 + 0.02 sin(t) m, from joint7 / 1000
+    assert 0.009 < grip.min() and grip.max() < 0.051  # 0.03 + 0.02 sin(t) m, from joint7 / 1000
     assert np.array_equal(np.asarray(t["action.arm_eef"]), np.asarray(t["observation.arm_eef"]))
     assert np.array_equal(np.asarray(t["action.gripper"]), np.asarray(t["observation.gripper"]))
     h5 = tmp_path / "agilex.hdf5"
@@ -290,15 +410,19 @@ def test_agilex_mapping_file(tmp_path, cfg):
     doc["cameras"]["cam_front"].update(height=H, width=W)
     mapping.write_text(yaml.safe_dump(doc))
     plain = tmp_path / "no_config"
-    assert run(bag, "--format", "lerobot", "--out", plain, "--mapping", mapping, "--episode", "0.2:2.2",
-               "--task", "agilex") == 0
+    assert (
+        run(
+            bag, "--format", "lerobot", "--out", plain, "--mapping", mapping, "--episode", "0.2:2.2", "--task", "agilex"
+        )
+        == 0
+    )
     (e,) = episodes(plain)
     assert e["timestamp_mode"] == "nominal" and e["video_frame_lengths"] == {"cam_front": e["length"]}
-    assert validate_root(plain) == []    # includes every row's frame at or before it, < 1e-4 s
+    assert validate_root(plain) == []  # includes every row's frame at or before it, < 1e-4 s
     with av.open(str(plain / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")) as c:
         s = c.streams.video[0]
         pts = [p.pts * s.time_base for p in c.demux(s) if p.size]
-    rows = [Fraction(float(t)) for t in table(plain, 0)["timestamp"]]   # float32 values, exactly
+    rows = [Fraction(float(t)) for t in table(plain, 0)["timestamp"]]  # float32 values, exactly
     assert len(pts) == len(rows) and all(p <= t < p + Fraction(1, 10_000) for p, t in zip(pts, rows))
 
 
@@ -310,8 +434,12 @@ def test_usage_errors_and_progress(tmp_path, cfg, capsys):
     bad_map.write_text("joint_state: /x\n")
     assert run(bag, "--format", "lerobot", "--out", tmp_path / "x", "--mapping", bad_map) == 2
     assert "unknown mapping keys ['joint_state']" in capsys.readouterr().err
-    assert bag2dataset([str(bag), "--format", "rgbd", "--out", str(tmp_path / "p.hdf5"), "--config", str(cfg),
-                        "--progress"]) == 0
+    assert (
+        bag2dataset(
+            [str(bag), "--format", "rgbd", "--out", str(tmp_path / "p.hdf5"), "--config", str(cfg), "--progress"]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "bags: 100%" in err and "1/1" in err
 
@@ -340,32 +468,51 @@ def test_import_episode_refuses_bad_input_and_leaves_the_root_unchanged(tmp_path
     w = open_writer(ConvertOptions("lerobot", s, topic_map("lerobot", s)), tmp_path / "dst")
     try:
         t = table(src, 0)
-        cols = {k: np.asarray(t[k], np.float32).reshape(len(t["timestamp"]), -1)
-                for k in ("observation.arm_joint", "observation.arm_eef", "observation.gripper", "action.arm_eef",
-                          "action.gripper")}
-        vids = {c: src / f"videos/chunk-000/observation.images.{c}/episode_000000.mp4"
-                for c in ("cam_front", "cam_wrist")}
+        cols = {
+            k: np.asarray(t[k], np.float32).reshape(len(t["timestamp"]), -1)
+            for k in (
+                "observation.arm_joint",
+                "observation.arm_eef",
+                "observation.gripper",
+                "action.arm_eef",
+                "action.gripper",
+            )
+        }
+        vids = {
+            c: src / f"videos/chunk-000/observation.images.{c}/episode_000000.mp4" for c in ("cam_front", "cam_wrist")
+        }
         with pytest.raises(SchemaError, match="observation.gripper: missing"):
-            w.import_episode("t", t["timestamp"], {k: v for k, v in cols.items() if k != "observation.gripper"},
-                             vids, None, rec)
+            w.import_episode(
+                "t", t["timestamp"], {k: v for k, v in cols.items() if k != "observation.gripper"}, vids, None, rec
+            )
         with pytest.raises(SchemaError, match="strictly increasing"):
             w.import_episode("t", np.zeros(len(t["timestamp"])), cols, vids, None, rec)
         assert w.total_episodes == 0 and all(v.exists() for v in vids.values())
         new = w.import_episode("t", t["timestamp"], cols, vids, None, rec)
         assert new["length"] == rec["length"] and new["video_frame_lengths"] == rec["video_frame_lengths"]
-        assert new["source"] == rec["source"] and not any(v.exists() for v in vids.values())   # moved
+        assert new["source"] == rec["source"] and not any(v.exists() for v in vids.values())  # moved
     finally:
         w.close()
     assert validate_root(tmp_path / "dst", full=True) == []
 
 
 def test_lerobot_version_v21_jobs_and_refusal(tmp_path, cfg, capsys):
-    bags = [make_bag(tmp_path / f"b{i}", duration_s=2.0, seed=i, t0_ns=1_700_000_000_000_000_000 + i * 10**10,
-                     episodes=[(0.2, 0.9), (1.1, 1.8)]) for i in range(2)]
+    bags = [
+        make_bag(
+            tmp_path / f"b{i}",
+            duration_s=2.0,
+            seed=i,
+            t0_ns=1_700_000_000_000_000_000 + i * 10**10,
+            episodes=[(0.2, 0.9), (1.1, 1.8)],
+        )
+        for i in range(2)
+    ]
     one, two = tmp_path / "one", tmp_path / "two"
     assert run(*bags, "--format", "lerobot", "--out", one, "--config", cfg, "--lerobot-version", "v2.1") == 0
-    assert run(*bags, "--format", "lerobot", "--out", two, "--config", cfg, "--lerobot-version", "v2.1",
-               "--jobs", "2") == 0
+    assert (
+        run(*bags, "--format", "lerobot", "--out", two, "--config", cfg, "--lerobot-version", "v2.1", "--jobs", "2")
+        == 0
+    )
     assert json.loads((one / "meta/info.json").read_text())["codebase_version"] == "v2.1"
     lines = [json.loads(x) for x in (one / "meta/episodes_stats.jsonl").read_text().splitlines()]
     assert [x["episode_index"] for x in lines] == [0, 1, 2, 3]
@@ -377,8 +524,9 @@ def test_lerobot_version_v21_jobs_and_refusal(tmp_path, cfg, capsys):
     capsys.readouterr()
     assert run(*bags, "--format", "lerobot", "--out", one, "--config", cfg) == 2  # v2.0 onto a v2.1 root
     assert "LeRobot v2.1 root but lerobot_version is 'v2.0'" in capsys.readouterr().err
-    assert run(*bags, "--format", "rgbd", "--out", tmp_path / "x.hdf5", "--config", cfg,
-               "--lerobot-version", "v2.1") == 2
+    assert (
+        run(*bags, "--format", "rgbd", "--out", tmp_path / "x.hdf5", "--config", cfg, "--lerobot-version", "v2.1") == 2
+    )
 
 
 @pytest.mark.parametrize("fmt", ["lerobot", "rgbd"])
@@ -404,12 +552,12 @@ def test_episodes_start_from_the_capture_history_the_live_recorder_had(tmp_path,
     out = tmp_path / ("ds" if fmt == "lerobot" else "ds.hdf5")
     assert run(bag, "--format", fmt, "--out", out, "--config", cfg) == 0
     cams = ("cam_front", "cam_wrist") if fmt == "lerobot" else ("cam_front",)
-    received = {cam: [] for cam in cams}   # (receive time, capture stamp) of each colour image
+    received = {cam: [] for cam in cams}  # (receive time, capture stamp) of each colour image
     with BagSource(bag) as src:
         for m in src.messages([f"/{cam}/color/image_raw" for cam in cams]):
             received[m.topic.split("/")[1]].append((m.log_ns, stamp_to_ns(m.msg.header.stamp)))
     assert len(seen) == 2
     for start_ns, history in seen:
         for cam in cams:
-            before = sorted(s for log, s in received[cam] if log < start_ns)[-window_captures(30):]
+            before = sorted(s for log, s in received[cam] if log < start_ns)[-window_captures(30) :]
             assert history[cam] == before and len(before) == 60, (cam, start_ns)

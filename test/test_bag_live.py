@@ -6,6 +6,7 @@ writes every topic into a sqlite3 bag and an MCAP bag with rosbags (receive time
 Episodes: saved, discarded, saved, and (LeRobot) saved-then-deleted. Each bag must convert to the
 live datasets: same episodes and row counts, equal row values, same video frame counts / frames.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ import yaml
 
 from proc import ProcGroup
 
-rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from support.recorder_rig import H, W, Rig  # noqa: E402
 
 from piper_recorder.assembly.frame_assign import window_captures  # noqa: E402
@@ -56,12 +57,24 @@ def assert_rows_close(conv: np.ndarray, live: np.ndarray, what: str) -> None:
     assert conv.shape == live.shape, f"{what}: {conv.shape} vs {live.shape}"
     bad = np.abs(conv - live).reshape(len(live), -1).max(axis=1) > 1e-6
     assert bad.mean() <= MAX_LIVE_MISSES, f"{what}: {int(bad.sum())} of {len(live)} rows differ: {np.flatnonzero(bad)}"
-TOPICS = {"/arm/joint_states": JointState, "/arm/eef_pose": PoseStamped, "/arm/commanded_pose": PoseStamped,
-          "/arm/commanded_gripper": JointState, "/arm/provenance": String, "/episode_events": String,
-          **{f"/{c}/color/image_raw": Image for c in CAMS},
-          **{f"/{c}/aligned_depth_to_color/image_raw": Image for c in CAMS}}
-MSGTYPE = {JointState: "sensor_msgs/msg/JointState", PoseStamped: "geometry_msgs/msg/PoseStamped",
-           Image: "sensor_msgs/msg/Image", String: "std_msgs/msg/String"}
+
+
+TOPICS = {
+    "/arm/joint_states": JointState,
+    "/arm/eef_pose": PoseStamped,
+    "/arm/commanded_pose": PoseStamped,
+    "/arm/commanded_gripper": JointState,
+    "/arm/provenance": String,
+    "/episode_events": String,
+    **{f"/{c}/color/image_raw": Image for c in CAMS},
+    **{f"/{c}/aligned_depth_to_color/image_raw": Image for c in CAMS},
+}
+MSGTYPE = {
+    JointState: "sensor_msgs/msg/JointState",
+    PoseStamped: "geometry_msgs/msg/PoseStamped",
+    Image: "sensor_msgs/msg/Image",
+    String: "std_msgs/msg/String",
+}
 
 
 class BagRecorder:
@@ -84,10 +97,14 @@ class BagRecorder:
         self.status_from: set[str] = set()
         for topic, typ in TOPICS.items():
             latched = topic == "/arm/provenance"
-            qos = QoSProfile(depth=1 if latched else 100, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+            qos = QoSProfile(
+                depth=1 if latched else 100,
+                reliability=ReliabilityPolicy.RELIABLE,
+                durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
+            )
             self.subs[topic] = self.node.create_subscription(
-                typ, topic, lambda raw, t=topic: self.q.put((t, time.time_ns(), raw)), qos, raw=True)
+                typ, topic, lambda raw, t=topic: self.q.put((t, time.time_ns(), raw)), qos, raw=True
+            )
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
         self._spin = threading.Thread(target=self.executor.spin, daemon=True)
@@ -110,17 +127,23 @@ class BagRecorder:
             counts = [c.get("count", 0) for c in json.loads(msg.data).get("images_received", {}).values()]
             seen[rec] = min(counts, default=0)
             self.status_from.add(rec)
+
         for rec in recorders:
             self.node.create_subscription(String, f"/{rec}/status", lambda m, r=rec: on_status(m, r), 10)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if (self.subs["/episode_events"].get_publisher_count() >= len(recorders)
-                    and self.status_from >= set(recorders) and all(seen.get(r, 0) >= need for r in recorders)):
+            if (
+                self.subs["/episode_events"].get_publisher_count() >= len(recorders)
+                and self.status_from >= set(recorders)
+                and all(seen.get(r, 0) >= need for r in recorders)
+            ):
                 return
             time.sleep(0.05)
-        raise AssertionError(f"bag recorder: /episode_events matched {self.subs['/episode_events'].get_publisher_count()}"
-                             f" publishers, status from {sorted(self.status_from)} of {recorders}, "
-                             f"frames received {seen} (need {need} each)")
+        raise AssertionError(
+            f"bag recorder: /episode_events matched {self.subs['/episode_events'].get_publisher_count()}"
+            f" publishers, status from {sorted(self.status_from)} of {recorders}, "
+            f"frames received {seen} (need {need} each)"
+        )
 
     def _write_loop(self) -> None:
         writers, conns = {}, {}
@@ -129,8 +152,9 @@ class BagRecorder:
                 plugin = {"sqlite3": StoragePlugin.SQLITE3, "mcap": StoragePlugin.MCAP}[storage]
                 w = writers[storage] = Writer(path, version=9, storage_plugin=plugin)
                 w.open()
-                conns[storage] = {t: w.add_connection(t, MSGTYPE[typ], typestore=TYPESTORE)
-                                  for t, typ in TOPICS.items()}
+                conns[storage] = {
+                    t: w.add_connection(t, MSGTYPE[typ], typestore=TYPESTORE) for t, typ in TOPICS.items()
+                }
             self.opened.set()
             while (item := self.q.get()) is not None:
                 topic, t, raw = item
@@ -154,6 +178,7 @@ class BagRecorder:
 
 def bag_events(bag: Path) -> list[dict]:
     from rosbags.highlevel import AnyReader
+
     with AnyReader([bag], default_typestore=TYPESTORE) as r:
         conns = [c for c in r.connections if c.topic == "/episode_events"]
         return [json.loads(r.deserialize(raw, c.msgtype).data) for c, _, raw in r.messages(connections=conns)]
@@ -176,13 +201,23 @@ def compare_lerobot(live: Path, conv: Path) -> None:
     le, ce = lerobot_episodes(live), lerobot_episodes(conv)
     assert [e["length"] for e in ce] == [e["length"] for e in le]
     assert [e["tasks"] for e in ce] == [e["tasks"] for e in le]
-    for x, y in zip(le, ce):   # same frames, unless the live recorder's own counters show it lost some
+    for x, y in zip(le, ce):  # same frames, unless the live recorder's own counters show it lost some
         for cam in CAMS:
             lost = y["frames_received"][cam] - x["frames_received"][cam]
             assert 0 <= y["video_frame_lengths"][cam] - x["video_frame_lengths"][cam] <= max(0, lost), (cam, x, y)
     info = json.loads((live / "meta" / "info.json").read_text())
-    cols = ["timestamp", "observation.arm_joint", "observation.arm_eef", "observation.gripper",
-            "action.arm_eef", "action.gripper", "observation.state", "action", "frame_index", "index"]
+    cols = [
+        "timestamp",
+        "observation.arm_joint",
+        "observation.arm_eef",
+        "observation.gripper",
+        "action.arm_eef",
+        "action.gripper",
+        "observation.state",
+        "action",
+        "frame_index",
+        "index",
+    ]
     for e in le:
         i = e["episode_index"]
         rel = info["data_path"].format(episode_chunk=0, episode_index=i)
@@ -204,8 +239,13 @@ def compare_rgbd(live: Path, conv: Path) -> None:
             assert a.attrs[k] == b.attrs[k], k
         for name in ("transitions/terminals", "transitions/timeouts", "index/episode_lengths", "index/obs_offsets"):
             assert np.array_equal(a[name][()], b[name][()]), name
-        for name in ("transitions/actions", "transitions/rewards", "observations/state/arm_joint",
-                     "observations/state/arm_eef", "observations/state/gripper"):
+        for name in (
+            "transitions/actions",
+            "transitions/rewards",
+            "observations/state/arm_joint",
+            "observations/state/arm_eef",
+            "observations/state/gripper",
+        ):
             assert_rows_close(b[name][()].astype(np.float64), a[name][()].astype(np.float64), name)
         # the same capture picked for every observation (byte-identical JPEG / JPEG 2000 payloads), except
         # where the live recorder repeated its previous frame: the next capture reached it late or not at
@@ -222,12 +262,28 @@ def compare_rgbd(live: Path, conv: Path) -> None:
 
 def test_live_session_bag_converts_to_the_live_datasets(ros_domain, tmp_path, capsys):
     params = {
-        "lerobot_recorder": {"ros__parameters": {
-            "root": str(tmp_path / "live_lerobot"), "task": "pick the cube", "cameras": list(CAMS),
-            "camera_width": W, "camera_height": H, "provenance_wait_s": 3.0, "lateness_s": LATENESS}},
-        "rgbd_recorder": {"ros__parameters": {
-            "path": str(tmp_path / "live_rgbd.hdf5"), "task": "pick the cube", "camera": "cam_front",
-            "camera_width": W, "camera_height": H, "provenance_wait_s": 3.0, "lateness_s": LATENESS}},
+        "lerobot_recorder": {
+            "ros__parameters": {
+                "root": str(tmp_path / "live_lerobot"),
+                "task": "pick the cube",
+                "cameras": list(CAMS),
+                "camera_width": W,
+                "camera_height": H,
+                "provenance_wait_s": 3.0,
+                "lateness_s": LATENESS,
+            }
+        },
+        "rgbd_recorder": {
+            "ros__parameters": {
+                "path": str(tmp_path / "live_rgbd.hdf5"),
+                "task": "pick the cube",
+                "camera": "cam_front",
+                "camera_width": W,
+                "camera_height": H,
+                "provenance_wait_s": 3.0,
+                "lateness_s": LATENESS,
+            }
+        },
     }
     cfg = tmp_path / "recorders.yaml"
     cfg.write_text(yaml.safe_dump(params))
@@ -236,9 +292,13 @@ def test_live_session_bag_converts_to_the_live_datasets(ros_domain, tmp_path, ca
     rig = Rig(ros_domain, cams=CAMS, depth=True)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            procs = [g.start(exe, "--ros-args", "-r", f"__node:={name}", "--params-file", str(cfg), name=name)
-                     for exe, name in (("piper-lerobot-recorder", "lerobot_recorder"),
-                                       ("piper-rgbd-recorder", "rgbd_recorder"))]
+            procs = [
+                g.start(exe, "--ros-args", "-r", f"__node:={name}", "--params-file", str(cfg), name=name)
+                for exe, name in (
+                    ("piper-lerobot-recorder", "lerobot_recorder"),
+                    ("piper-rgbd-recorder", "rgbd_recorder"),
+                )
+            ]
             both = ("lerobot_recorder", "rgbd_recorder")
             bagrec.wait_matched(both)
             for seconds, end in ((1.4, "stop_episode"), (0.5, "discard_episode"), (1.1, "stop_episode")):
@@ -262,18 +322,24 @@ def test_live_session_bag_converts_to_the_live_datasets(ros_domain, tmp_path, ca
         seen = list(rig.events)  # every event, now that the recorders have exited
         rig.close()
     assert len(lerobot_episodes(tmp_path / "live_lerobot")) == 2
-    for storage, bag in bags.items():   # a bag that lost an event cannot convert to the live dataset
+    for storage, bag in bags.items():  # a bag that lost an event cannot convert to the live dataset
         key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731 - two subscribers may interleave recorders
-        assert sorted(map(key, bag_events(bag))) == sorted(map(key, seen)), f"{storage} bag: /episode_events differ from what the rig received"
+        assert sorted(map(key, bag_events(bag))) == sorted(map(key, seen)), (
+            f"{storage} bag: /episode_events differ from what the rig received"
+        )
 
     for storage, bag in bags.items():
         out = tmp_path / f"conv_{storage}"
-        assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(out), "--config", str(cfg),
-                            "--no-progress"]) == 0
+        assert (
+            bag2dataset([str(bag), "--format", "lerobot", "--out", str(out), "--config", str(cfg), "--no-progress"])
+            == 0
+        )
         compare_lerobot(tmp_path / "live_lerobot", out)
         out_h5 = tmp_path / f"conv_{storage}.hdf5"
-        assert bag2dataset([str(bag), "--format", "rgbd", "--out", str(out_h5), "--config", str(cfg),
-                            "--no-progress"]) == 0
+        assert (
+            bag2dataset([str(bag), "--format", "rgbd", "--out", str(out_h5), "--config", str(cfg), "--no-progress"])
+            == 0
+        )
         compare_rgbd(tmp_path / "live_rgbd.hdf5", out_h5)
     err = capsys.readouterr().err
     assert "differs from the live" not in err and "the live recorder saved" not in err, err

@@ -4,6 +4,7 @@ The Ray engine must give the local engine's dataset byte for byte (parquet) and 
 (video, decoded with PyAV); a worker killed mid-bag is retried or fails that bag alone, and a re-run
 (also after the whole cluster and driver were killed) completes the set without duplicates.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def cluster():
     saved = {k: os.environ.get(k) for k in RAY_ENV}
     os.environ.update(RAY_ENV)
     os.environ.pop("RAY_ADDRESS", None)
-    init_local(ray, 2)   # ray.init(address="local", num_cpus=2, ...): 127.0.0.1, no dashboard
+    init_local(ray, 2)  # ray.init(address="local", num_cpus=2, ...): 127.0.0.1, no dashboard
     try:
         yield ray.cluster_resources()
     finally:
@@ -60,12 +61,22 @@ def cluster():
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("cfg") / "recorders.yaml"
-    p.write_text(yaml.safe_dump({
-        "lerobot_recorder": {"ros__parameters": {"task": "config task", "cameras": list(CAMS),
-                                                 "camera_width": W, "camera_height": H}},
-        "rgbd_recorder": {"ros__parameters": {"camera": "cam_front", "camera_width": W, "camera_height": H}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {
+                        "task": "config task",
+                        "cameras": list(CAMS),
+                        "camera_width": W,
+                        "camera_height": H,
+                    }
+                },
+                "rgbd_recorder": {"ros__parameters": {"camera": "cam_front", "camera_width": W, "camera_height": H}},
+            }
+        )
+    )
     return p
-
 
 
 # ---- the local cluster listens on loopback only (issue #21 item 9) ------------------------------------
@@ -149,18 +160,17 @@ def test_local_cluster_listens_on_loopback_only_and_wants_its_token(cluster):
             return os.getpid()
 
     probe = Probe.remote()
-    worker_pids = {ray.get(pid.remote()), ray.get(probe.pid.remote())}   # a task's worker and an actor's
+    worker_pids = {ray.get(pid.remote()), ray.get(probe.pid.remote())}  # a task's worker and an actor's
     procs = _descendants(os.getpid())
     assert worker_pids <= procs
     sockets = _listening(procs)
     names = {name for _p, name, _a, _port in sockets}
     assert any("gcs_server" in n for n in names) and any("raylet" in n for n in names), sockets
-    assert {p for p, *_ in sockets} & worker_pids, sockets          # the workers' own servers were seen
+    assert {p for p, *_ in sockets} & worker_pids, sockets  # the workers' own servers were seen
     wide = [s for s in sockets if not _is_loopback(s[2])]
-    assert wide == [], wide                                           # nothing on '::', 0.0.0.0 or the host's address
+    assert wide == [], wide  # nothing on '::', 0.0.0.0 or the host's address
     # token authentication: the runtime-env agent (HTTP) refuses a request without this run's token
-    agent = [s for s in sockets if "RuntimeEnv" in Path(f"/proc/{s[0]}/cmdline").read_text()
-             or "RuntimeEnv" in s[1]]
+    agent = [s for s in sockets if "RuntimeEnv" in Path(f"/proc/{s[0]}/cmdline").read_text() or "RuntimeEnv" in s[1]]
     assert agent, sockets
     import urllib.error
     import urllib.request
@@ -170,21 +180,39 @@ def test_local_cluster_listens_on_loopback_only_and_wants_its_token(cluster):
         urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=10)
     assert e.value.code in (401, 403)
     with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST",
-                                                      headers={"Authorization": "Bearer not-the-token"}), timeout=10)
+        urllib.request.urlopen(
+            urllib.request.Request(url, data=b"", method="POST", headers={"Authorization": "Bearer not-the-token"}),
+            timeout=10,
+        )
     assert e.value.code in (401, 403)
-    ok = urllib.request.Request(url, data=b"", method="POST",
-                                headers={"Authorization": f"Bearer {os.environ['RAY_AUTH_TOKEN']}"})
+    ok = urllib.request.Request(
+        url, data=b"", method="POST", headers={"Authorization": f"Bearer {os.environ['RAY_AUTH_TOKEN']}"}
+    )
     with urllib.request.urlopen(ok, timeout=10) as r:
         assert r.status == 200
     ray.kill(probe)
 
+
 @pytest.fixture(scope="module")
 def bags(tmp_path_factory) -> list[Path]:
     d = tmp_path_factory.mktemp("bags")
-    return [write_bag(d / f"b{i}", scenario_messages(SynthScenario(
-        duration_s=2.5 + 2.0 * (i == 1), seed=i, t0_ns=1_700_000_000_000_000_000 + i * 10**10, cameras=CAMS,
-        episodes=[(0.3, 1.1), (1.4, 2.2 + 2.0 * (i == 1))], task=f"task {i % 2}")), "sqlite3") for i in range(4)]
+    return [
+        write_bag(
+            d / f"b{i}",
+            scenario_messages(
+                SynthScenario(
+                    duration_s=2.5 + 2.0 * (i == 1),
+                    seed=i,
+                    t0_ns=1_700_000_000_000_000_000 + i * 10**10,
+                    cameras=CAMS,
+                    episodes=[(0.3, 1.1), (1.4, 2.2 + 2.0 * (i == 1))],
+                    task=f"task {i % 2}",
+                )
+            ),
+            "sqlite3",
+        )
+        for i in range(4)
+    ]
 
 
 def options(fmt: str, cfg: Path) -> ConvertOptions:
@@ -192,8 +220,9 @@ def options(fmt: str, cfg: Path) -> ConvertOptions:
     return ConvertOptions(fmt=fmt, settings=settings, topics=topic_map(fmt, settings, None))
 
 
-def convert(bags: list[Path], out: Path, cfg: Path, engine: RayEngine | None = None, jobs: int = 2,
-            fmt: str = "lerobot") -> RunSummary:
+def convert(
+    bags: list[Path], out: Path, cfg: Path, engine: RayEngine | None = None, jobs: int = 2, fmt: str = "lerobot"
+) -> RunSummary:
     return convert_many(bags, options(fmt, cfg), out, jobs=jobs, engine=engine, log=lambda m: None)
 
 
@@ -239,14 +268,17 @@ def test_ray_engine_gives_the_local_engines_dataset_and_reports_bad_bags(cluster
     bars: list[tuple[int, float, float]] = []
     engine = RayEngine()
     with_ray = convert_many(inputs, options("lerobot", cfg), tmp_path / "ray", engine=engine, log=lambda m: None)
-    assert [r.status for r in with_ray.results] == [r.status for r in local.results] == \
-        ["converted", "failed", "converted", "failed", "converted", "converted"]
+    assert (
+        [r.status for r in with_ray.results]
+        == [r.status for r in local.results]
+        == ["converted", "failed", "converted", "failed", "converted", "converted"]
+    )
     assert "no such bag (on node " in (with_ray.results[3].error or "")
     assert with_ray.results[1].error and str(corrupt) in with_ray.results[1].error
     assert with_ray.episodes == local.episodes == 8
     assert validate_root(tmp_path / "ray", full=True) == []
     assert_same_root(tmp_path / "local", tmp_path / "ray")
-    assert not list(tmp_path.glob(".*.bag2dataset"))   # staging gone
+    assert not list(tmp_path.glob(".*.bag2dataset"))  # staging gone
 
     # progress from the workers reaches the driver's bars (bag seconds, per bag)
     engine = RayEngine(window=2, poll_s=0.02)
@@ -256,7 +288,7 @@ def test_ray_engine_gives_the_local_engines_dataset_and_reports_bad_bags(cluster
     results = list(engine.results(jobs, options("lerobot", cfg), {}, lambda i, d, t: bars.append((i, d, t))))
     assert [r.status for r in results] == ["converted", "converted"]
     assert bars and {i for i, _, _ in bars} <= {0, 1}
-    assert all(0 <= d <= t and t > 2 for _, d, t in bars)   # bag seconds of a 4.5 s / 2.5 s bag
+    assert all(0 <= d <= t and t > 2 for _, d, t in bars)  # bag seconds of a 4.5 s / 2.5 s bag
 
 
 def test_ray_rgbd_matches_local(cluster, bags, cfg, tmp_path):
@@ -267,8 +299,12 @@ def test_ray_rgbd_matches_local(cluster, bags, cfg, tmp_path):
     with h5py.File(one, "r") as a, h5py.File(two, "r") as b:
         for ds in ("observations/rgb_jpeg", "observations/depth_jp2"):
             assert len(a[ds]) == len(b[ds]) > 0 and all(bytes(x) == bytes(y) for x, y in zip(a[ds], b[ds]))
-        for ds in ("transitions/actions", "observations/state/arm_eef", "transitions/terminals",
-                   "index/episode_lengths"):
+        for ds in (
+            "transitions/actions",
+            "observations/state/arm_eef",
+            "transitions/terminals",
+            "index/episode_lengths",
+        ):
             assert np.array_equal(a[ds][()], b[ds][()])
 
 
@@ -327,8 +363,9 @@ def test_killed_worker_is_retried_or_fails_alone_and_a_rerun_completes(cluster, 
     second = convert(bags, out, cfg, RayEngine())
     assert [r.status for r in second.results] == ["converted" if r is failed[0] else "skipped" for r in first.results]
     no_duplicates(out)
-    assert sorted(json.dumps(e["source"], sort_keys=True) for e in episodes(out)) == \
-        sorted(json.dumps(e["source"], sort_keys=True) for e in episodes(ref))
+    assert sorted(json.dumps(e["source"], sort_keys=True) for e in episodes(out)) == sorted(
+        json.dumps(e["source"], sort_keys=True) for e in episodes(ref)
+    )
     assert validate_root(out, full=True) == []
 
 
@@ -358,17 +395,31 @@ def test_cluster_killed_mid_run_then_rerun_completes_without_duplicates(cluster,
     out = tmp_path / "out"
     env = {**os.environ, **RAY_ENV}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "piper_recorder.cli.bag2dataset", *map(str, bags), "--format", "lerobot",
-           "--out", str(out), "--config", str(cfg), "--engine", "ray", "--jobs", "2", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "piper_recorder.cli.bag2dataset",
+        *map(str, bags),
+        "--format",
+        "lerobot",
+        "--out",
+        str(out),
+        "--config",
+        str(cfg),
+        "--engine",
+        "ray",
+        "--jobs",
+        "2",
+        "--no-progress",
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     meta = out / "meta" / "episodes.jsonl"
-    end = time.monotonic() + 300   # a local cluster starts in ~10 s; far longer on a loaded machine
-    while p.poll() is None and time.monotonic() < end and \
-            (not meta.exists() or len(meta.read_text().splitlines()) < 2):
+    end = time.monotonic() + 300  # a local cluster starts in ~10 s; far longer on a loaded machine
+    while p.poll() is None and time.monotonic() < end and (not meta.exists() or len(meta.read_text().splitlines()) < 2):
         time.sleep(0.01)
     tree = _descendants(p.pid)
     os.killpg(p.pid, signal.SIGKILL)
-    for pid in tree:   # Ray daemons may have left the process group: the whole tree this test started
+    for pid in tree:  # Ray daemons may have left the process group: the whole tree this test started
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -399,12 +450,14 @@ def test_cli_engine_arguments_and_ray_kept_out_of_the_package(bags, cfg, tmp_pat
     assert bag2dataset([*base, "--out", str(tmp_path / "a"), "--address", "127.0.0.1:1"]) == 2
     assert "--address applies to --engine ray only" in capsys.readouterr().err
     assert bag2dataset([*base, "--out", str(tmp_path / "a"), "--engine", "ray", "--address", "x:1", "--jobs", "2"]) == 2
-    monkeypatch.setitem(sys.modules, "ray", None)   # Ray not installed
+    monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
     assert bag2dataset([*base, "--out", str(tmp_path / "a"), "--engine", "ray"]) == 2
     assert "pip install 'piper_recorder[ray]'" in capsys.readouterr().err
     monkeypatch.undo()
     # nothing but the Ray engine itself imports ray: the recorders and the local engine never need it
-    code = ("import sys, piper_recorder.bag.run, piper_recorder.bag.ray_engine, piper_recorder.cli.bag2dataset, "
-            "piper_recorder.nodes.lerobot_recorder, piper_recorder.nodes.rgbd_recorder; "
-            "sys.exit('ray' in sys.modules)")
+    code = (
+        "import sys, piper_recorder.bag.run, piper_recorder.bag.ray_engine, piper_recorder.cli.bag2dataset, "
+        "piper_recorder.nodes.lerobot_recorder, piper_recorder.nodes.rgbd_recorder; "
+        "sys.exit('ray' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

@@ -1,9 +1,11 @@
 """cdr.decode.decode reads what rclpy serializes (the bytes a raw subscription hands over) back to the
 same values, ignores bytes after the message as rclpy does, and refuses a payload cut short or not CDR."""
+
 from __future__ import annotations
 
 import pytest
-pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+
+pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import Image, JointState, Joy  # noqa: E402
@@ -12,7 +14,7 @@ from std_msgs.msg import String  # noqa: E402
 from piper_recorder.cdr import decode as cdr  # noqa: E402
 
 
-@pytest.mark.parametrize("frame", ["", "a", "ab", "abc", "arm_base", "ünï"])   # every string length mod 4
+@pytest.mark.parametrize("frame", ["", "a", "ab", "abc", "arm_base", "ünï"])  # every string length mod 4
 def test_decode_reads_rclpys_bytes(frame: str) -> None:
     m = PoseStamped()
     m.header.stamp.sec, m.header.stamp.nanosec, m.header.frame_id = 1_764_000_000, 999_999_999, frame
@@ -83,14 +85,22 @@ def test_fast_decoders_give_the_stores_objects_and_refuse_every_cut() -> None:
     cases = []
     for f in frames:
         ns = rng.randrange(0, 2**31) * 1_000_000_000 + rng.randrange(0, 1_000_000_000)
-        cases.append(("geometry_msgs/msg/PoseStamped", enc.pose_stamped(ns, f, [rng.random() for _ in range(3)],
-                                                                         [rng.random() for _ in range(4)])))
+        cases.append(
+            (
+                "geometry_msgs/msg/PoseStamped",
+                enc.pose_stamped(ns, f, [rng.random() for _ in range(3)], [rng.random() for _ in range(4)]),
+            )
+        )
         for n in names:
             arrays = [[rng.uniform(-3, 3) for _ in n], [rng.uniform(-3, 3) for _ in n][:1], []]
             cases.append(("sensor_msgs/msg/JointState", enc.joint_state(ns, f, n, *arrays)))
         cases.append(("sensor_msgs/msg/Joy", enc.joy(ns, f, [0.5, -0.25, 1.0], [1, 0, 1, 1])))
         cases.append(("sensor_msgs/msg/Joy", enc.joy(ns, f, [], [])))
-        for enc_name, px in (("rgb8", np.arange(18, dtype=np.uint8)), ("16UC1", np.arange(6, dtype=np.uint16)), ("x", np.zeros(0, np.uint8))):
+        for enc_name, px in (
+            ("rgb8", np.arange(18, dtype=np.uint8)),
+            ("16UC1", np.arange(6, dtype=np.uint16)),
+            ("x", np.zeros(0, np.uint8)),
+        ):
             cases.append(("sensor_msgs/msg/Image", enc.image(ns, f, 1, len(px), enc_name, px.nbytes, px.data)))
         cases.append(("std_msgs/msg/String", enc.string(f * 3)))
     assert set(cdr._FAST) == {t for t, _ in cases}

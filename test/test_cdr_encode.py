@@ -1,6 +1,7 @@
 """The struct-built serialized messages (``cdr.encode``) are the messages rclpy would publish: rclpy's own
 deserializer gives back every field, and the bytes equal rclpy's serialization wherever rmw writes
 defined bytes (it leaves alignment padding unset and adds slack after the last field)."""
+
 from __future__ import annotations
 
 import random
@@ -50,7 +51,9 @@ def test_pose_stamped_round_trips_through_rclpy():
         same_defined_bytes(ours, m)
 
 
-@pytest.mark.parametrize("names", [[], ["gripper"], [f"joint{i}" for i in range(1, 7)] + ["gripper"], ["a", "bb", "ccc", "dddd"]])
+@pytest.mark.parametrize(
+    "names", [[], ["gripper"], [f"joint{i}" for i in range(1, 7)] + ["gripper"], ["a", "bb", "ccc", "dddd"]]
+)
 def test_joint_state_round_trips_through_rclpy(names):
     rng = random.Random(len(names))
     for frame_id in FRAME_IDS:
@@ -83,7 +86,9 @@ def test_joy_and_string_round_trip_through_rclpy():
         same_defined_bytes(ours, String(data=text))
 
 
-@pytest.mark.parametrize("encoding,dtype,channels", [("rgb8", np.uint8, 3), ("16UC1", np.uint16, 1), ("mono8", np.uint8, 1)])
+@pytest.mark.parametrize(
+    "encoding,dtype,channels", [("rgb8", np.uint8, 3), ("16UC1", np.uint16, 1), ("mono8", np.uint8, 1)]
+)
 def test_image_round_trips_through_rclpy(encoding, dtype, channels):
     rng = np.random.default_rng(4)
     for frame_id in FRAME_IDS[:5]:

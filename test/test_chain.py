@@ -18,6 +18,7 @@ measured pose latched at engage). Checked per backend:
 * re-engage: a fresh headset connection (script restarts: grip opens, closes again) re-engages;
   the first new target is the measured pose and the arm does not jump.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,10 +44,10 @@ from piper_recorder.teleop.rotations import angle_between, matrix_to_quat, quat_
 from proc import ProcGroup  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
-STALL_AT = 6.5          # script time of the SIGSTOP (engaged, moving)
+STALL_AT = 6.5  # script time of the SIGSTOP (engaged, moving)
 STALL_FOR = 1.5
-TRACK = (2.8, 6.3)      # script-time window for the tracking figures: one full loop at full radius
-REENGAGE_END = 2.0      # script time of the second connection to stop at (engage at about 1.2)
+TRACK = (2.8, 6.3)  # script-time window for the tracking figures: one full loop at full radius
+REENGAGE_END = 2.0  # script time of the second connection to stop at (engage at about 1.2)
 BOUNDS = {  # generous regression bounds (m); the measured figures are printed
     "position": {"arm": 0.008, "aligned": 0.008, "hold": 0.002},
     "impedance": {"arm": 0.025, "aligned": 0.025, "hold": 0.008},
@@ -55,8 +56,8 @@ BOUNDS = {  # generous regression bounds (m); the measured figures are printed
 
 @dataclass
 class Sample:
-    t: float          # script time of the header stamp
-    mono: float       # arrival, monotonic
+    t: float  # script time of the header stamp
+    mono: float  # arrival, monotonic
     p: np.ndarray
     q: np.ndarray
 
@@ -69,14 +70,16 @@ class Probe:
         self.hellos: list[dict] = []
         self.status: dict | None = None
         n = self.node
-        n.create_subscription(PoseStamped, "/arm/eef_pose", lambda m: self.eef.append(self._rec(m)),
-                              qos_profile_sensor_data)
+        n.create_subscription(
+            PoseStamped, "/arm/eef_pose", lambda m: self.eef.append(self._rec(m)), qos_profile_sensor_data
+        )
         n.create_subscription(PoseStamped, "/arm/target_pose", lambda m: self.targets.append(self._rec(m)), 1000)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         n.create_subscription(String, "/quest/hello", lambda m: self.hellos.append(json.loads(m.data)), latched)
         n.create_subscription(String, "/teleop/status", lambda m: setattr(self, "status", json.loads(m.data)), 10)
-        self.bridge: dict[str, str] = {}   # quest_bridge's diagnostic values
+        self.bridge: dict[str, str] = {}  # quest_bridge's diagnostic values
         n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.go_home = n.create_client(Trigger, "/arm/go_home")
         self.executor = SingleThreadedExecutor()
@@ -88,8 +91,12 @@ class Probe:
     @staticmethod
     def _rec(m: PoseStamped):
         p, q = m.pose.position, m.pose.orientation
-        return (m.header.stamp.sec + m.header.stamp.nanosec * 1e-9, time.monotonic(),
-                np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w]))
+        return (
+            m.header.stamp.sec + m.header.stamp.nanosec * 1e-9,
+            time.monotonic(),
+            np.array([p.x, p.y, p.z]),
+            np.array([q.x, q.y, q.z, q.w]),
+        )
 
     def _on_diagnostics(self, m: DiagnosticArray) -> None:
         for st in m.status:
@@ -128,7 +135,7 @@ def interp(samples: list[Sample], t: np.ndarray) -> np.ndarray:
 
 
 def rms(err: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(np.sum(err ** 2, axis=1))))
+    return float(np.sqrt(np.mean(np.sum(err**2, axis=1))))
 
 
 @pytest.mark.timeout(80)
@@ -149,6 +156,7 @@ def test_chain(backend, ros_domain, tmp_path):
             def still():  # homed: the arm has stopped moving for 0.3 s
                 recent = [p for _, m, p, _ in probe.eef if m > time.monotonic() - 0.3]
                 return len(recent) > 5 and np.ptp(np.array(recent), axis=0).max() < 2e-4
+
             time.sleep(0.3)
             wait_for(still, 15, "arm at home", procs.logs)
             wait_for(lambda: probe.status is not None, 20, "teleop up", procs.logs)
@@ -156,8 +164,16 @@ def test_chain(backend, ros_domain, tmp_path):
             # the bridge first, and the headset once teleop has matched the bridge's streams, so that teleop
             # sees the grip close at script time 1.0-1.3 s: endpoint discovery took ~2.8 s now and then on a
             # loaded machine (Fast DDS's 3 s heartbeat), and the first grip teleop saw was already held
-            procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.1",
-                        "-p", "reconnect_max_s:=0.3")
+            procs.start(
+                "piper-quest-bridge",
+                "--ros-args",
+                "-p",
+                f"port:={port}",
+                "-p",
+                "reconnect_s:=0.1",
+                "-p",
+                "reconnect_max_s:=0.3",
+            )
             wait_for(probe.teleop_listens, 20, "teleop subscribed to the bridge's right-hand streams", procs.logs)
             sim_args = ("piper-sim-quest", "--port", str(port), "--script", "circle")
             sim = procs.start(*sim_args)
@@ -229,10 +245,12 @@ def test_chain(backend, ros_domain, tmp_path):
     best = min(e2e, key=e2e.get)
     rot_err = np.degrees([angle_between(s.q, expected(s.t - best / 1000.0)[1]) for s in win])
     amplitude = float(np.ptp(np.array([expected(t)[0] for t in wt]), axis=0).max())
-    print(f"\nCHAIN[{backend}] eef vs target RMS {arm_rms * 1e3:.2f} mm | eef vs script target RMS "
-          f"{e2e[0] * 1e3:.2f} mm at zero lag, {e2e[best] * 1e3:.2f} mm at best lag {best} ms | rotation RMS "
-          f"{float(np.sqrt(np.mean(rot_err ** 2))):.2f} deg | motion span {amplitude * 1e3:.0f} mm | "
-          f"{len(win)} samples")
+    print(
+        f"\nCHAIN[{backend}] eef vs target RMS {arm_rms * 1e3:.2f} mm | eef vs script target RMS "
+        f"{e2e[0] * 1e3:.2f} mm at zero lag, {e2e[best] * 1e3:.2f} mm at best lag {best} ms | rotation RMS "
+        f"{float(np.sqrt(np.mean(rot_err**2))):.2f} deg | motion span {amplitude * 1e3:.0f} mm | "
+        f"{len(win)} samples"
+    )
     assert amplitude > 0.04  # the window really contains motion
     assert arm_rms < BOUNDS[backend]["arm"], logs
     assert e2e[best] < BOUNDS[backend]["aligned"], logs
@@ -246,8 +264,10 @@ def test_chain(backend, ros_domain, tmp_path):
     last_p = max((s for s in targets if at(s) < t_cont), key=at).p
     off_target = float(np.linalg.norm(held - last_p, axis=1).max())
     drift = float(np.linalg.norm(held - held[0], axis=1).max())
-    print(f"CHAIN[{backend}] stall: last target {1e3 * (last_target - t_stop):.0f} ms after SIGSTOP; while held "
-          f"the arm stayed within {off_target * 1e3:.2f} mm of the last target (moved {drift * 1e3:.2f} mm)")
+    print(
+        f"CHAIN[{backend}] stall: last target {1e3 * (last_target - t_stop):.0f} ms after SIGSTOP; while held "
+        f"the arm stayed within {off_target * 1e3:.2f} mm of the last target (moved {drift * 1e3:.2f} mm)"
+    )
     assert off_target < BOUNDS[backend]["hold"]
     resumed = [s for s in targets if t_cont <= at(s) < at(seg2[0])]
     assert not resumed, "targets resumed after SIGCONT although the grip never opened"
@@ -262,7 +282,9 @@ def test_chain(backend, ros_domain, tmp_path):
     moved = float(np.linalg.norm(np.array([s.p for s in window]) - before[-1].p, axis=1).max())
     c_engage = np.array(script.right(t2).pos)
     hand_moved = max(float(np.linalg.norm(np.array(script.right(t2 + k * 0.01).pos) - c_engage)) for k in range(31))
-    print(f"CHAIN[{backend}] re-engage: first target {jump * 1e3:.2f} mm from the measured pose; in the next "
-          f"0.3 s the arm moved {moved * 1e3:.2f} mm while the controller moved {hand_moved * 1e3:.2f} mm")
+    print(
+        f"CHAIN[{backend}] re-engage: first target {jump * 1e3:.2f} mm from the measured pose; in the next "
+        f"0.3 s the arm moved {moved * 1e3:.2f} mm while the controller moved {hand_moved * 1e3:.2f} mm"
+    )
     assert jump < 0.002
     assert moved < hand_moved + 0.002

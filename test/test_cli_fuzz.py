@@ -9,6 +9,7 @@ so a genuine bug surfaces as exit code 1 with its traceback (or the exception it
 command wraps the call); a few run as real processes to check stderr.
 Seeded and bounded: a few dozen cases.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,7 @@ def retype(p: Path, rng: random.Random) -> None:
         doc = [doc]
     else:
         key = rng.choice(sorted(doc))
-        doc[key] = rng.choice([list(doc[key].values()) if isinstance(doc[key], dict) else [doc[key]],
-                               "x", None, 7])
+        doc[key] = rng.choice([list(doc[key].values()) if isinstance(doc[key], dict) else [doc[key]], "x", None, 7])
     p.write_text(json.dumps(doc))
 
 
@@ -79,7 +79,7 @@ def root_cases() -> list[tuple[str, str]]:
     """(file under the root, operation): every meta file with every operation, then payload files."""
     meta = ["meta/info.json", "meta/episodes.jsonl", "meta/tasks.jsonl", "meta/stats.json", "meta/modality.json"]
     cases = [(f, op) for f in meta for op in JSON_OPS]
-    cases += [("meta/info.json", "features_list"), ("meta/info.json", "retype")]   # the reported one, and another
+    cases += [("meta/info.json", "features_list"), ("meta/info.json", "retype")]  # the reported one, and another
     cases += [("data/chunk-000/episode_000001.parquet", op) for op in FILE_OPS]
     cases += [("videos/chunk-000/observation.images.cam_front/episode_000000.mp4", op) for op in FILE_OPS]
     return cases
@@ -130,13 +130,27 @@ def corrupt_h5(path: Path, op: str, what: str, rng: random.Random) -> None:
 def inputs(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("fuzz")
     cfg = d / "recorders.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "lerobot_recorder": {"ros__parameters": {"task": "fuzz", "cameras": ["cam_front", "cam_wrist"],
-                                                 "camera_width": W, "camera_height": H}},
-        "rgbd_recorder": {"ros__parameters": {"task": "fuzz", "camera": "cam_front",
-                                              "camera_width": W, "camera_height": H}}}))
-    bag = write_bag(d / "bag", scenario_messages(SynthScenario(duration_s=0.8, episodes=[(0.1, 0.6)],
-                                                              cameras=("cam_front", "cam_wrist"))))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {
+                        "task": "fuzz",
+                        "cameras": ["cam_front", "cam_wrist"],
+                        "camera_width": W,
+                        "camera_height": H,
+                    }
+                },
+                "rgbd_recorder": {
+                    "ros__parameters": {"task": "fuzz", "camera": "cam_front", "camera_width": W, "camera_height": H}
+                },
+            }
+        )
+    )
+    bag = write_bag(
+        d / "bag",
+        scenario_messages(SynthScenario(duration_s=0.8, episodes=[(0.1, 0.6)], cameras=("cam_front", "cam_wrist"))),
+    )
     from rgbd_writer import RgbdWriter
 
     from piper_recorder.recording.config import load_config, RgbdRecorderConfig, rgbd_writer_config
@@ -147,11 +161,15 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     for steps in (4, 3):
         w.start_episode(seed=0)
         for t in range(steps + 1):
-            w.add_observation(rng.integers(0, 256, (H, W, 3), dtype=np.uint8),
-                              rng.uniform(0.2, 3.0, (H, W)).astype(np.float32),
-                              {"arm_joint": rng.normal(size=6).astype(np.float32),
-                               "arm_eef": rng.normal(size=7).astype(np.float32),
-                               "gripper": rng.normal(size=1).astype(np.float32)})
+            w.add_observation(
+                rng.integers(0, 256, (H, W, 3), dtype=np.uint8),
+                rng.uniform(0.2, 3.0, (H, W)).astype(np.float32),
+                {
+                    "arm_joint": rng.normal(size=6).astype(np.float32),
+                    "arm_eef": rng.normal(size=7).astype(np.float32),
+                    "gripper": rng.normal(size=1).astype(np.float32),
+                },
+            )
             if t < steps:
                 w.add_transition(rng.normal(size=8).astype(np.float32), 0.0, terminal=t == steps - 1)
         w.end_episode(success=True)
@@ -166,7 +184,7 @@ def run_main(capsys, fn, argv: list[str], allowed: tuple[int, ...] = (0, 2)) -> 
     assert rc in allowed, (argv, rc, err)
     if rc == 2:
         assert err.strip(), f"exit 2 without a message: {argv}"
-    if fn is bag2dataset.main:   # it reports any failure of a bag or of the output, so check it is not a bug's
+    if fn is bag2dataset.main:  # it reports any failure of a bag or of the output, so check it is not a bug's
         assert not any(f"{t}:" in err and f"({t}:" not in err for t in BUG_TYPES), err
     return rc, err
 
@@ -176,7 +194,12 @@ def open_writer(kind: str, path: Path, cfg: Path) -> None:
     from piper_recorder.errors import is_input_error
 
     from piper_recorder.recording.config import (
-        LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, load_config, rgbd_writer_config)
+        LeRobotRecorderConfig,
+        RgbdRecorderConfig,
+        lerobot_writer_config,
+        load_config,
+        rgbd_writer_config,
+    )
 
     try:
         if kind == "lerobot":
@@ -208,8 +231,12 @@ def test_corrupted_lerobot_root(tmp_path, capsys, inputs, rel, op):
     run_main(capsys, finalize.main, ["--root", root, "--horizon", "4"])
     open_writer("lerobot", root, inputs["cfg"])
     run_main(capsys, dataset.main, ["delete", root, "--episodes", "0", "--out", tmp_path / "edited"], (0, 1, 2))
-    run_main(capsys, bag2dataset.main, [inputs["bag"], "--format", "lerobot", "--out", root, "--config",
-                                        inputs["cfg"], "--no-progress"], (0, 1, 2))
+    run_main(
+        capsys,
+        bag2dataset.main,
+        [inputs["bag"], "--format", "lerobot", "--out", root, "--config", inputs["cfg"], "--no-progress"],
+        (0, 1, 2),
+    )
 
 
 @pytest.mark.slow
@@ -220,13 +247,17 @@ def test_corrupted_rgbd_files(tmp_path, capsys, inputs):
         shutil.copyfile(inputs["h5"], h5)
         corrupt_h5(h5, op, what, rng)
         rc, _ = run_main(capsys, validate.main, [h5], (0, 1, 2))
-        assert rc or op != "truncate", (op, what)   # a flipped bit may land in unused bytes, some data are optional
+        assert rc or op != "truncate", (op, what)  # a flipped bit may land in unused bytes, some data are optional
         run_main(capsys, view.main, [h5, "--out", tmp_path / "r.html"])
-        run_main(capsys, finalize.main, ["--root", h5], (2,))   # not a LeRobot root: said so
+        run_main(capsys, finalize.main, ["--root", h5], (2,))  # not a LeRobot root: said so
         open_writer("rgbd", h5, inputs["cfg"])
         run_main(capsys, dataset.main, ["retask", h5, "--rename", "a=b", "--out", tmp_path / f"e{i}.hdf5"], (0, 1, 2))
-        run_main(capsys, bag2dataset.main, [inputs["bag"], "--format", "rgbd", "--out", h5, "--config",
-                                            inputs["cfg"], "--no-progress"], (0, 1, 2))
+        run_main(
+            capsys,
+            bag2dataset.main,
+            [inputs["bag"], "--format", "rgbd", "--out", h5, "--config", inputs["cfg"], "--no-progress"],
+            (0, 1, 2),
+        )
 
 
 def garble_payload(p: Path, rng: random.Random) -> None:
@@ -249,16 +280,24 @@ def test_corrupted_bags(tmp_path, capsys, inputs, op):
     (db,) = bag.glob("*.db3")
     {**FILE_OPS, "garble_payload": garble_payload}[op](db, random.Random(SEED))
     for fmt, out in (("lerobot", tmp_path / "ds"), ("rgbd", tmp_path / "x.hdf5")):
-        rc, err = run_main(capsys, bag2dataset.main, [bag, "--format", fmt, "--out", out, "--config", inputs["cfg"],
-                                                     "--no-progress"], (0, 1))
+        rc, err = run_main(
+            capsys,
+            bag2dataset.main,
+            [bag, "--format", fmt, "--out", out, "--config", inputs["cfg"], "--no-progress"],
+            (0, 1),
+        )
         assert rc == 0 or f"FAILED {bag}" in err, err
         assert not any(t in err for t in BUG_TYPES), err
 
 
-@pytest.mark.parametrize("cmd", [["piper-view", "{root}", "--out", "{tmp}/r.html"],
-                                 ["piper-finalize", "--root", "{root}"],
-                                 ["piper-bag2dataset", "{bag}", "--format", "lerobot", "--out", "{root}",
-                                  "--config", "{cfg}", "--no-progress"]])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["piper-view", "{root}", "--out", "{tmp}/r.html"],
+        ["piper-finalize", "--root", "{root}"],
+        ["piper-bag2dataset", "{bag}", "--format", "lerobot", "--out", "{root}", "--config", "{cfg}", "--no-progress"],
+    ],
+)
 @pytest.mark.integration
 def test_console_scripts_on_info_json_with_features_as_a_list(tmp_path, inputs, cmd):
     root = tmp_path / "root"
@@ -286,9 +325,23 @@ def test_recorders_exit_2_on_bad_camera_names_and_damaged_roots(ros_domain, tmp_
         (["piper-lerobot-recorder", "-p", f"root:={retyped}"], "'features' must be an object"),
     ]
     for (exe, *params), needle in cases:
-        p = subprocess.run([str(BIN / exe), "--ros-args", "-p", "task:=t", "-p", f"camera_width:={W}",
-                            "-p", f"camera_height:={H}", *params], env=ros_domain.env(), capture_output=True,
-                           text=True, timeout=60)
+        p = subprocess.run(
+            [
+                str(BIN / exe),
+                "--ros-args",
+                "-p",
+                "task:=t",
+                "-p",
+                f"camera_width:={W}",
+                "-p",
+                f"camera_height:={H}",
+                *params,
+            ],
+            env=ros_domain.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         out = p.stdout + p.stderr
         assert p.returncode == 2 and "Traceback" not in out and needle in out, (params, p.returncode, out)
-    assert not (tmp_path / "new").exists() and not h5.parent.exists()   # nothing created on disk
+    assert not (tmp_path / "new").exists() and not h5.parent.exists()  # nothing created on disk

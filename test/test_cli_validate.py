@@ -1,4 +1,5 @@
 """piper-validate as a real process: exit codes, output lines, dispatch by path type."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,9 @@ def test_valid_root_exits_0_with_one_ok_line(tmp_path):
         assert res.returncode == 0, res.stdout + res.stderr
         lines = res.stdout.strip().splitlines()
         assert len(lines) == 3 and lines[2].startswith("OK: ") and "2 episodes, 11 frames" in lines[2]
-        assert lines[0].startswith("video timing: 22 of 22 video rows find their frame") and "worst: episode" in lines[0]
+        assert (
+            lines[0].startswith("video timing: 22 of 22 video rows find their frame") and "worst: episode" in lines[0]
+        )
         assert "x 1/90000" in lines[0] and " gap " in lines[0]
         assert lines[1] == "frame pairing: no per-row frame offsets recorded"
 
@@ -41,28 +44,41 @@ def set_counters(root: Path, per_episode: list[dict]) -> None:
 def test_pairing_line_reports_the_worst_offset_both_ways_and_a_future_frame_fails(tmp_path):
     """Issue 21.15: the rows' frames must be captured at or before the row (1 ms of clock noise)."""
     root = small_root(tmp_path / "r", lengths=(6, 5))
-    set_counters(root, [{"frame_ahead_max_ms": {"cam_front": 0.4}, "frame_behind_max_ms": {"cam_front": 31.2}},
-                        {"frame_ahead_max_ms": {"cam_front": 0.0}, "frame_behind_max_ms": {"cam_front": 40.5}}])
+    set_counters(
+        root,
+        [
+            {"frame_ahead_max_ms": {"cam_front": 0.4}, "frame_behind_max_ms": {"cam_front": 31.2}},
+            {"frame_ahead_max_ms": {"cam_front": 0.0}, "frame_behind_max_ms": {"cam_front": 40.5}},
+        ],
+    )
     res = run(str(root))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert ("frame pairing: worst frame captured after its row: 0.400 ms (episode 0, cam_front); "
-            "worst before its row: 40.500 ms (episode 1, cam_front)") in res.stdout.splitlines()
-    set_counters(root, [{"frame_ahead_max_ms": {"cam_front": 16.3}}, {}])   # the old nearest-capture rule
+    assert (
+        "frame pairing: worst frame captured after its row: 0.400 ms (episode 0, cam_front); "
+        "worst before its row: 40.500 ms (episode 1, cam_front)"
+    ) in res.stdout.splitlines()
+    set_counters(root, [{"frame_ahead_max_ms": {"cam_front": 16.3}}, {}])  # the old nearest-capture rule
     res = run(str(root))
     assert res.returncode == 1
-    assert ("meta/episodes.jsonl: episode 0: cam_front: a row's frame was captured 16.300 ms after the row "
-            "(more than 1 ms: a frame from the future)") in res.stdout.splitlines()
-    old = small_root(tmp_path / "old", lengths=(6,))   # recorded before the direction was kept
+    assert (
+        "meta/episodes.jsonl: episode 0: cam_front: a row's frame was captured 16.300 ms after the row "
+        "(more than 1 ms: a frame from the future)"
+    ) in res.stdout.splitlines()
+    old = small_root(tmp_path / "old", lengths=(6,))  # recorded before the direction was kept
     set_counters(old, [{"frame_offset_max_ms": {"cam_front": 12.5}}])
     res = run(str(old))
-    assert res.returncode == 0 and ("frame pairing: older episodes record no direction: largest offset "
-                                    "12.500 ms (episode 0, cam_front)") in res.stdout
+    assert (
+        res.returncode == 0
+        and ("frame pairing: older episodes record no direction: largest offset 12.500 ms (episode 0, cam_front)")
+        in res.stdout
+    )
 
 
 def test_whole_ms_root_fails_naming_the_worst_row_and_the_fix(tmp_path):
     """A root as recorders before issue 11 wrote it (time base 1/1000): at 30 fps two rows in three
     sit up to 1 ms after their frame, beyond LeRobot's 1e-4 s."""
     from lerobot_fixtures import MS
+
     root = small_root(tmp_path / "r", lengths=(6, 5), time_base=MS)
     res = run(str(root))
     assert res.returncode == 1
@@ -104,6 +120,7 @@ def test_missing_path_and_unknown_file_exit_2(tmp_path):
 def test_hdf5_goes_to_rgbd_validator(tmp_path):
     import rgbd_crash_worker as cw
     from rgbd_writer import RgbdConfig, RgbdWriter
+
     good = tmp_path / "ok.hdf5"
     w = RgbdWriter(good, RgbdConfig(width=cw.W, height=cw.H, rgb_source="/c", depth_source="/d", durable=False))
     cw.write_episode(w, 0)

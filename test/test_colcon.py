@@ -6,6 +6,7 @@ plain and a ``--symlink-install`` build lay out share/ and lib/ alike (setup.cfg
 install_scripts put the executables in lib/piper_recorder); the plain one, which the install guide uses, also
 starts teleop from ``lib/piper_recorder/teleop`` with the install's setup.bash sourced. ~5 s.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,9 @@ def _install(mode: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {**os.environ, "COLCON_HOME": str(ws / ".colcon"), "COLCON_LOG_PATH": str(ws / "log")}
     args = ["--symlink-install"] if mode == "symlink" else []
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "colcon", "build", *args], cwd=ws, env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "colcon", "build", *args], cwd=ws, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     print(f"colcon build {' '.join(args)}: {time.monotonic() - t0:.1f} s")
     _built[mode] = ws / "install"
@@ -68,7 +70,9 @@ def test_the_install_has_what_ros2_launch_and_ros2_run_need(mode, tmp_path_facto
     share = prefix / "share" / PACKAGE
     assert (prefix / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE).is_file()
     assert (share / "package.xml").read_text() == (ROOT / "package.xml").read_text()
-    assert sorted(p.name for p in (share / "launch").iterdir()) == sorted(p.name for p in ROOT.glob("launch/*.launch.py"))
+    assert sorted(p.name for p in (share / "launch").iterdir()) == sorted(
+        p.name for p in ROOT.glob("launch/*.launch.py")
+    )
     configs = [*ROOT.glob("config/*.yaml"), *ROOT.glob("config/*.xml")]
     assert sorted(p.name for p in (share / "config").iterdir()) == sorted(p.name for p in configs)
     lib = prefix / "lib" / PACKAGE
@@ -85,12 +89,22 @@ def _sourced(install: Path, *cmd: str) -> list[str]:
 def test_a_node_starts_from_the_install(ros_domain, tmp_path, tmp_path_factory):
     install = _install("plain", tmp_path_factory)
     env = ros_domain.env()
-    env.pop("PYTHONDONTWRITEBYTECODE", None)   # the bytecode it writes shows where it imported from
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the bytecode it writes shows where it imported from
     env.pop("PYTHONPATH", None)
     # ros2 launch finds the launch files through the ament index the install's setup adds
-    share = subprocess.run(_sourced(install, sys.executable, "-c", "from ament_index_python.packages import "
-                                    "get_package_share_directory as g; print(g('piper_recorder'))"),
-                           env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    share = subprocess.run(
+        _sourced(
+            install,
+            sys.executable,
+            "-c",
+            "from ament_index_python.packages import get_package_share_directory as g; print(g('piper_recorder'))",
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
     assert Path(share) == install / PACKAGE / "share" / PACKAGE
     teleop = install / PACKAGE / "lib" / PACKAGE / "teleop"
     p = Proc(_sourced(install, str(teleop), "--ros-args", "-r", "__node:=teleop"), env, tmp_path, "teleop")

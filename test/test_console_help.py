@@ -6,6 +6,7 @@ path of the wrong kind, each names the problem in one line and exits 2, never wi
 
 Each runs from its own empty directory in a leased ROS domain (on loopback): it must leave the
 directory empty and print no ROS log line (a node that started logs its start-up)."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,8 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
 
 
-SCRIPTS = list(console_scripts())   # every console script and, again, each node under its ROS executable name
-CONSOLE = {script for script, _ in NODE_EXECUTABLES.values()} | set(TOOL_SCRIPTS)   # the console scripts proper
+SCRIPTS = list(console_scripts())  # every console script and, again, each node under its ROS executable name
+CONSOLE = {script for script, _ in NODE_EXECUTABLES.values()} | set(TOOL_SCRIPTS)  # the console scripts proper
 
 
 def test_scripts_found():
@@ -38,10 +39,17 @@ def test_every_console_script_prints_usage_on_help(tmp_path, ros_domain):
         cwd = tmp_path / name
         cwd.mkdir()
         try:
-            p = subprocess.run([str(BIN / name), "--help"], cwd=cwd, env=env, capture_output=True, text=True,
-                               timeout=60, stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                [str(BIN / name), "--help"],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
             rc, out, err = p.returncode, p.stdout, p.stderr
-        except subprocess.TimeoutExpired as e:   # a node that started: it spins until killed
+        except subprocess.TimeoutExpired as e:  # a node that started: it spins until killed
             rc, out, err = None, str(e.stdout or ""), str(e.stderr or "")
         return name, rc, out, err, sorted(x.name for x in cwd.iterdir())
 
@@ -56,32 +64,65 @@ def test_every_console_script_prints_usage_on_help(tmp_path, ros_domain):
 
 
 # nodes (run_node): what rcl cannot parse, a params file that is not one, an argument outside --ros-args
-NODES = ["piper-quest-bridge", "piper-teleop", "piper-arm", "piper-sim-camera", "piper-lerobot-recorder",
-         "piper-rgbd-recorder", "piper-replay", "piper-policy", "piper-dashboard", "piper-quest-video"]
-NODE_CASES = [["--ros-args", "--params-file", "{missing}"], ["--ros-args", "--params-file", "{dir}"],
-              ["--ros-args", "-p", "rate"], ["--ros-args", "-r", "nope"], ["--ros-args", "--log-level", "loud"],
-              ["--bogus"]]
+NODES = [
+    "piper-quest-bridge",
+    "piper-teleop",
+    "piper-arm",
+    "piper-sim-camera",
+    "piper-lerobot-recorder",
+    "piper-rgbd-recorder",
+    "piper-replay",
+    "piper-policy",
+    "piper-dashboard",
+    "piper-quest-video",
+]
+NODE_CASES = [
+    ["--ros-args", "--params-file", "{missing}"],
+    ["--ros-args", "--params-file", "{dir}"],
+    ["--ros-args", "-p", "rate"],
+    ["--ros-args", "-r", "nope"],
+    ["--ros-args", "--log-level", "loud"],
+    ["--bogus"],
+]
 # ... and the nodes whose parameter names a path: one of the wrong kind ends them at start
-NODE_PATH_CASES = {"piper-replay": [["--ros-args", "-p", "root:={missing}"], ["--ros-args", "-p", "root:={file}"],
-                                    ["--ros-args", "-p", "episode:=0"]],
-                   "piper-policy": [["--ros-args", "-p", "policy:=hold", "-p", "root:={missing}"]]}
+NODE_PATH_CASES = {
+    "piper-replay": [
+        ["--ros-args", "-p", "root:={missing}"],
+        ["--ros-args", "-p", "root:={file}"],
+        ["--ros-args", "-p", "episode:=0"],
+    ],
+    "piper-policy": [["--ros-args", "-p", "policy:=hold", "-p", "root:={missing}"]],
+}
 # the tools: an unknown option, and each path option given a path of the wrong kind
 TOOL_CASES: dict[str, list[list[str]]] = {
     "piper-demo": [["--out", "{file}"], ["--out", "{file}/sub"], ["--out", "{dir}", "--bogus"]],
-    "piper-launch": [["sim", "--log-dir", "{file}"], ["sim", "--config", "{dir}"], ["sim", "--config", "{missing}"],
-                     ["moon"]],
+    "piper-launch": [
+        ["sim", "--log-dir", "{file}"],
+        ["sim", "--config", "{dir}"],
+        ["sim", "--config", "{missing}"],
+        ["moon"],
+    ],
     "piper-validate": [["{file}"], ["{missing}"], ["{dir}", "--bogus"]],
     "piper-finalize": [["--root", "{file}"], ["--root", "{missing}"]],
     "piper-repair": [["{file}"], ["{missing}"]],
-    "piper-bag2dataset": [["{dir}", "--format", "lerobot", "--out", "{file}", "--config", "sim"],
-                          ["{dir}", "--format", "rgbd", "--out", "{dir}/x.hdf5", "--config", "{dir}"]],
+    "piper-bag2dataset": [
+        ["{dir}", "--format", "lerobot", "--out", "{file}", "--config", "sim"],
+        ["{dir}", "--format", "rgbd", "--out", "{dir}/x.hdf5", "--config", "{dir}"],
+    ],
     "piper-view": [["{file}", "--out", "{dir}/r.html"], ["{missing}"]],
     "piper-export": [["{file}", "--to", "v3.0", "--out", "{dir}/out"], ["{dir}", "--to", "v9"]],
     "piper-recover": [["{file}", "--config", "sim"], ["{dir}", "--config", "{dir}"]],
-    "piper-dataset": [["delete", "{file}", "--episodes", "0"], ["label", "{missing}", "--episodes", "0",
-                                                                "--outcome", "success"], ["shuffle", "{dir}"]],
-    "piper-quest-web": [["--report", "{dir}"], ["--report", "{file}/r.json"], ["--cert", "{dir}", "--key", "{dir}"],
-                        ["--port", "x"]],
+    "piper-dataset": [
+        ["delete", "{file}", "--episodes", "0"],
+        ["label", "{missing}", "--episodes", "0", "--outcome", "success"],
+        ["shuffle", "{dir}"],
+    ],
+    "piper-quest-web": [
+        ["--report", "{dir}"],
+        ["--report", "{file}/r.json"],
+        ["--cert", "{dir}", "--key", "{dir}"],
+        ["--port", "x"],
+    ],
     "piper-sim-quest": [["--report", "{dir}"], ["--replay", "{dir}"], ["--rate", "fast"]],
     "piper-policy-server": [["--checkpoint", "{file}"], ["--checkpoint", "{missing}"]],
 }
@@ -100,7 +141,7 @@ def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path
     cases = [(name, args, True, name) for name in NODES for args in NODE_CASES]
     cases += [(name, args, True, name) for name, many in NODE_PATH_CASES.items() for args in many]
     cases += [(name, args, False, name) for name, many in TOOL_CASES.items() for args in many]
-    for exe, (script, _) in NODE_EXECUTABLES.items():   # the same entry points under their ROS names
+    for exe, (script, _) in NODE_EXECUTABLES.items():  # the same entry points under their ROS names
         node = script in NODES
         cases.append((exe, NODE_CASES[2] if node else TOOL_CASES[script][0], node, exe if node else script))
 
@@ -108,8 +149,15 @@ def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path
         name, args, node, prog = case
         argv = [a.format(**paths) for a in args]
         try:
-            p = subprocess.run([str(BIN / name), *argv], cwd=tmp_path / "a_dir", env=env, capture_output=True,
-                               text=True, timeout=60, stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                [str(BIN / name), *argv],
+                cwd=tmp_path / "a_dir",
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
             return name, argv, node, prog, p.returncode, p.stdout + p.stderr
         except subprocess.TimeoutExpired as e:
             return name, argv, node, prog, None, str(e.stdout or "") + str(e.stderr or "")
@@ -123,4 +171,4 @@ def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path
         if rc != 2 or "Traceback" in out or not one_line or not lines[-1].startswith(prog):
             bad.append((name, argv, rc, out[-400:]))
     assert not bad, "\n".join(map(repr, bad))
-    assert sorted(x.name for x in (tmp_path / "a_dir").iterdir()) == []   # nothing created
+    assert sorted(x.name for x in (tmp_path / "a_dir").iterdir()) == []  # nothing created

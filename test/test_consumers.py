@@ -20,6 +20,7 @@ run inside the consumer venvs:
 A missing consumer venv is built through make (minutes, several GB; the pip cache is shared).
 `PIPER_CONSUMERS=skip` skips these tests visibly for a local run; it is refused when CI is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,14 +40,28 @@ TRAIN_STEPS = 4
 READERS = [("v2.0", "lerobot03"), ("v2.1", "lerobot03"), ("v3.0", "lerobot04"), ("v3.0", "lerobot06")]
 READER_IDS = [f"{v}-{c}" for v, c in READERS]
 # reference-facts §6: a small ACT that runs offline on CPU; everything else stays at lerobot-train's defaults
-ACT_FLAGS = ["--policy.type=act", "--policy.device=cpu", "--policy.push_to_hub=false",
-             "--policy.pretrained_backbone_weights=null", "--policy.dim_model=64", "--policy.n_encoder_layers=1",
-             "--policy.n_decoder_layers=1", "--policy.chunk_size=10", "--policy.n_action_steps=10",
-             "--policy.use_vae=false", "--batch_size=2", "--num_workers=0", "--wandb.enable=false"]
+ACT_FLAGS = [
+    "--policy.type=act",
+    "--policy.device=cpu",
+    "--policy.push_to_hub=false",
+    "--policy.pretrained_backbone_weights=null",
+    "--policy.dim_model=64",
+    "--policy.n_encoder_layers=1",
+    "--policy.n_decoder_layers=1",
+    "--policy.chunk_size=10",
+    "--policy.n_action_steps=10",
+    "--policy.use_vae=false",
+    "--batch_size=2",
+    "--num_workers=0",
+    "--wandb.enable=false",
+]
 # lerobot-train's flag that turns off evaluation in a simulator: `eval_freq` up to 0.4.x, `env_eval_freq` in 0.6.1
 # (lerobot/configs/train.py:113 of its wheel; draccus refuses the old name)
 EVAL_OFF = {"lerobot06": "--env_eval_freq=0"}
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # the first use may build a consumer venv (~5 min cold)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(1800),
+]  # the first use may build a consumer venv (~5 min cold)
 
 
 class Roots:
@@ -61,8 +76,9 @@ class Roots:
         if version not in self._made:
             t0 = time.monotonic()
             try:
-                self._made[version] = {"v2.0": self._record_v20, "v2.1": self._record_v21,
-                                       "v3.0": self._export_v30}[version]()
+                self._made[version] = {"v2.0": self._record_v20, "v2.1": self._record_v21, "v3.0": self._export_v30}[
+                    version
+                ]()
             except AssertionError as e:
                 self._made[version] = str(e)
             timed(f"make the {version} root", t0)
@@ -79,12 +95,14 @@ class Roots:
         root = out / "lerobot"
         # piper-demo's exit status also gates on lerobot-doctor's data-quality warnings, which 4 s sim
         # episodes raise (frozen gripper, one quaternion outlier); the format is checked by piper-validate.
-        assert (root / "meta" / "episodes.jsonl").is_file(), \
+        assert (root / "meta" / "episodes.jsonl").is_file(), (
             f"piper-demo {' '.join(sets)} wrote no LeRobot root ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
+        )
         saved = [ln for ln in (root / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
-        assert len(saved) == EPISODES, \
-            f"piper-demo {' '.join(sets)} saved {len(saved)} of {EPISODES} episodes ({p.returncode}):\n" \
+        assert len(saved) == EPISODES, (
+            f"piper-demo {' '.join(sets)} saved {len(saved)} of {EPISODES} episodes ({p.returncode}):\n"
             f"{tail(p.stdout)}\n--- stderr (head)\n{p.stderr[:4000]}"
+        )
         v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
         assert v.returncode == 0, f"piper-validate {root} failed:\n{tail(v.stdout + v.stderr)}"
         return root
@@ -100,8 +118,12 @@ class Roots:
 
     def _export_v30(self) -> Path:
         src, out = self.get("v2.0"), self.base / "v30"
-        p = subprocess.run([str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out)],
-                           capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert p.returncode == 0, f"piper-export --to v3.0 failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
         return out
 
@@ -147,8 +169,9 @@ def test_lerobot_decodes_every_frame_at_default_tolerance(version, consumer, roo
     assert rep["rows"] == rows and rep["episodes"] == EPISODES
     assert len(rep["cameras"]) == 2
     loaded = min(rep["decoded"].values())
-    assert rep["failed_rows"] == 0, (f"{loaded} of {rep['rows']} rows load; {rep['failed_rows']} fail, first: "
-                                     f"{rep['first_error']}")
+    assert rep["failed_rows"] == 0, (
+        f"{loaded} of {rep['rows']} rows load; {rep['failed_rows']} fail, first: {rep['first_error']}"
+    )
     assert rep["decoded"] == dict.fromkeys(rep["cameras"], rows) and rep["bad_images"] == 0
     assert p.returncode == 0
 
@@ -179,10 +202,23 @@ def test_lerobot_train_act_checkpoint_acts(version, consumer, roots, hf_home, tm
     out = tmp_path / "train"
     env = consumer_env(hf_home)
     t0 = time.monotonic()
-    p = subprocess.run([str(py.parent / "lerobot-train"), "--dataset.repo_id=local/piper", f"--dataset.root={root}",
-                        *ACT_FLAGS, f"--steps={TRAIN_STEPS}", f"--save_freq={TRAIN_STEPS}", "--log_freq=1",
-                        EVAL_OFF.get(consumer, "--eval_freq=0"), f"--output_dir={out}"],
-                       capture_output=True, text=True, env=env, timeout=900)
+    p = subprocess.run(
+        [
+            str(py.parent / "lerobot-train"),
+            "--dataset.repo_id=local/piper",
+            f"--dataset.root={root}",
+            *ACT_FLAGS,
+            f"--steps={TRAIN_STEPS}",
+            f"--save_freq={TRAIN_STEPS}",
+            "--log_freq=1",
+            EVAL_OFF.get(consumer, "--eval_freq=0"),
+            f"--output_dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     timed(f"{consumer} lerobot-train {TRAIN_STEPS} steps on {version}", t0)
     log = p.stdout + p.stderr
     assert p.returncode == 0, f"lerobot-train on {version} failed ({p.returncode}):\n{tail(log)}"
@@ -210,10 +246,12 @@ def _curated_root(base: Path) -> tuple[Path, list[dict]]:
     from support.curation import controller, record_episode
 
     root = base / "curated"
-    cfg = LeRobotRecorderConfig(root=str(root), cameras=["cam_front"], camera_height=64, camera_width=64,
-                                lateness_s=0.0)
-    c = controller(LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg)), fps=30,
-                                     cameras=("cam_front",)), cfg, [])
+    cfg = LeRobotRecorderConfig(
+        root=str(root), cameras=["cam_front"], camera_height=64, camera_width=64, lateness_s=0.0
+    )
+    c = controller(
+        LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg)), fps=30, cameras=("cam_front",)), cfg, []
+    )
     try:
         record_episode(c, 2.0, px=64)
         record_episode(c, 2.0, stall=(0.6, 1.6), px=64)
@@ -232,35 +270,56 @@ def test_curation_filter_read_by_lerobot03_and_labels_kept_by_lerobot04(hf_home,
     src, eps = _curated_root(tmp_path)
     labelled = tmp_path / "labelled"
     tool = str(BIN / "piper-dataset")
-    for args in (["label", str(src), "--episodes", "0", "--outcome", "success", "--note", "clean", "--out", str(labelled)],
-                 ["label", str(labelled), "--episodes", "1-2", "--outcome", "failure"]):
+    for args in (
+        ["label", str(src), "--episodes", "0", "--outcome", "success", "--note", "clean", "--out", str(labelled)],
+        ["label", str(labelled), "--episodes", "1-2", "--outcome", "failure"],
+    ):
         p = subprocess.run([tool, *args, "-q"], capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, tail(p.stdout + p.stderr)
     chosen = tmp_path / "chosen"
-    p = subprocess.run([tool, "filter", str(labelled), "--outcome", "success", "--verdict", "ok",
-                        "--out", str(chosen), "-q"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [tool, "filter", str(labelled), "--outcome", "success", "--verdict", "ok", "--out", str(chosen), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, tail(p.stdout + p.stderr)
     (kept,) = [json.loads(ln) for ln in (chosen / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
-    assert (kept["outcome"], kept["outcome_note"], kept["verdict"], kept["length"]) == \
-        ("success", "clean", "ok", eps[0]["length"])
+    assert (kept["outcome"], kept["outcome_note"], kept["verdict"], kept["length"]) == (
+        "success",
+        "clean",
+        "ok",
+        eps[0]["length"],
+    )
     t0 = time.monotonic()
-    p, rep = run_json([str(consumer_python("lerobot03")), str(SCRIPTS / "read_every_frame.py"), str(chosen)],
-                       consumer_env(hf_home), 900)
+    p, rep = run_json(
+        [str(consumer_python("lerobot03")), str(SCRIPTS / "read_every_frame.py"), str(chosen)],
+        consumer_env(hf_home),
+        900,
+    )
     timed("lerobot03 reads every frame of the filtered root", t0)
     assert rep and "open_error" not in rep, tail(p.stdout + p.stderr)
     assert rep["tolerance_s"] == pytest.approx(1e-4)
     assert rep["episodes"] == 1 and rep["rows"] == kept["length"] and rep["failed_rows"] == 0, rep
     assert rep["decoded"] == dict.fromkeys(rep["cameras"], kept["length"]) and rep["bad_images"] == 0
     v3 = tmp_path / "v3"
-    p = subprocess.run([str(BIN / "piper-export"), str(labelled), "--to", "v3.0", "--out", str(v3)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [str(BIN / "piper-export"), str(labelled), "--to", "v3.0", "--out", str(v3)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, tail(p.stdout + p.stderr)
     t0 = time.monotonic()
-    p, rep = run_json([str(consumer_python("lerobot04")), str(SCRIPTS / "read_curation.py"), str(v3)],
-                       consumer_env(hf_home), 900)
+    p, rep = run_json(
+        [str(consumer_python("lerobot04")), str(SCRIPTS / "read_curation.py"), str(v3)], consumer_env(hf_home), 900
+    )
     timed("lerobot04 reads the curation columns of the v3.0 export", t0)
     assert rep and "error" not in rep, tail(p.stdout + p.stderr)
-    assert [(e["outcome"], e["outcome_note"]) for e in rep["episodes"]] == \
-        [("success", "clean"), ("failure", None), ("failure", None)]
+    assert [(e["outcome"], e["outcome_note"]) for e in rep["episodes"]] == [
+        ("success", "clean"),
+        ("failure", None),
+        ("failure", None),
+    ]
     assert [e["verdict"] for e in rep["episodes"]] == ["ok", "bad", "ok"]
     assert [e["verdict_reasons"] for e in rep["episodes"]] == [e["verdict_reasons"] for e in eps]

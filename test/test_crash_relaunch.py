@@ -5,6 +5,7 @@ is untouched, the one in flight is the only loss, and the second launcher stops 
 The full default sim graph (2 cameras at 640x480, headset video), as a user runs it: the case where
 ``stop_episode`` used to get no answer within 60 s (issue 20). ~60 s.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,9 +29,23 @@ ANSWER_S = 5.0
 
 
 def _launch(tmp_path: Path, domain: int, tag: str) -> tuple[subprocess.Popen[str], list[str]]:
-    cmd = [str(BIN / "piper-launch"), "sim", "--quiet", "--log-dir", str(tmp_path / f"logs-{tag}"),
-           "--domain-id", str(domain), "--root", str(tmp_path / "lerobot"), "--rgbd-path", str(tmp_path / "r.hdf5"),
-           "--set", "piper_launch.sim_quest.port=0", "--set", "piper_launch.sim_quest.script=continuous"]
+    cmd = [
+        str(BIN / "piper-launch"),
+        "sim",
+        "--quiet",
+        "--log-dir",
+        str(tmp_path / f"logs-{tag}"),
+        "--domain-id",
+        str(domain),
+        "--root",
+        str(tmp_path / "lerobot"),
+        "--rgbd-path",
+        str(tmp_path / "r.hdf5"),
+        "--set",
+        "piper_launch.sim_quest.port=0",
+        "--set",
+        "piper_launch.sim_quest.script=continuous",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     assert proc.stdout is not None
@@ -40,7 +55,7 @@ def _launch(tmp_path: Path, domain: int, tag: str) -> tuple[subprocess.Popen[str
         if line.startswith("piper-launch: ready:") or time.monotonic() > deadline:
             break
     assert any(x.startswith("piper-launch: ready:") for x in lines), "".join(lines)
-    threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True).start()   # keep draining
+    threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True).start()  # keep draining
     return proc, lines
 
 
@@ -103,7 +118,7 @@ class Probe:
                 if ok:
                     break
                 assert time.monotonic() < end, f"{rec} did not start: {msg}"
-                time.sleep(0.5)   # e.g. still waiting for the first arm feedback
+                time.sleep(0.5)  # e.g. still waiting for the first arm feedback
 
     def wait_saved(self, count: int, timeout: float) -> list[dict]:
         end = time.monotonic() + timeout
@@ -184,7 +199,7 @@ def test_recorders_killed_mid_episode_then_relaunched_answer_within_5s(tmp_path,
     finally:
         probe.close()
         code = _stop_launcher(proc)
-    assert code == 0, "".join(lines[-60:])   # Ctrl-C of the relaunched graph is a clean stop
+    assert code == 0, "".join(lines[-60:])  # Ctrl-C of the relaunched graph is a clean stop
 
     # 3. independent readers: the first episode is byte-identical, the killed one is the only loss
     assert validate_root(tmp_path / "lerobot") == []
@@ -192,7 +207,7 @@ def test_recorders_killed_mid_episode_then_relaunched_answer_within_5s(tmp_path,
     assert [e["episode_index"] for e in eps] == [0, 1], eps
     assert hashlib.sha256(first.read_bytes()).hexdigest() == digest
     second = pq.read_table(tmp_path / "lerobot" / "data" / "chunk-000" / "episode_000001.parquet")
-    assert second.num_rows >= 60, second.num_rows          # ~3 s at 30 fps
+    assert second.num_rows >= 60, second.num_rows  # ~3 s at 30 fps
     assert validate_file(str(tmp_path / "r.hdf5")) == []
     with h5py.File(tmp_path / "r.hdf5", "r") as f:
-        assert int(f.attrs["total_episodes"]) == 2, dict(f.attrs)   # the killed episode is not in the file
+        assert int(f.attrs["total_episodes"]) == 2, dict(f.attrs)  # the killed episode is not in the file

@@ -1,6 +1,7 @@
 """A root damaged by something other than a crash is refused by the writer and by piper-bag2dataset (exit 2)
 with the reason and the way out, nothing moved; piper-recover (dry run first) rebuilds it and the result
 validates and takes appends. Checked with the independent validator, pyarrow and hashes of every file."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,15 @@ CAMS = ["cam_front", "cam_wrist"]
 
 
 def config_file(path: Path, cameras: list[str]) -> Path:
-    path.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
-        "task": "fold", "cameras": cameras, "camera_width": 64, "camera_height": 48}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {"task": "fold", "cameras": cameras, "camera_width": 64, "camera_height": 48}
+                }
+            }
+        )
+    )
     return path
 
 
@@ -36,9 +44,22 @@ def made(tmp_path_factory):
     """A 3-episode root converted from a bag, a second bag to append, and the configs."""
     d = tmp_path_factory.mktemp("damaged")
     both, front = config_file(d / "both.yaml", CAMS), config_file(d / "front.yaml", CAMS[:1])
-    bags = [write_bag(d / f"bag{k}", scenario_messages(SynthScenario(
-        duration_s=3.5, cameras=tuple(CAMS), depth=False, episodes=[(0.3, 1.0), (1.3, 2.0), (2.3, 3.0)][:3 - 2 * k],
-        seed=k, t0_ns=1_700_000_000_000_000_000 + k * 10**10))) for k in (0, 1)]
+    bags = [
+        write_bag(
+            d / f"bag{k}",
+            scenario_messages(
+                SynthScenario(
+                    duration_s=3.5,
+                    cameras=tuple(CAMS),
+                    depth=False,
+                    episodes=[(0.3, 1.0), (1.3, 2.0), (2.3, 3.0)][: 3 - 2 * k],
+                    seed=k,
+                    t0_ns=1_700_000_000_000_000_000 + k * 10**10,
+                )
+            ),
+        )
+        for k in (0, 1)
+    ]
     root = d / "root"
     assert convert(bags[0], root, both) == 0
     return root, bags, both, front
@@ -73,10 +94,10 @@ def assert_refused_untouched(root: Path, both: Path, front: Path, bag: Path, wha
     with pytest.raises(DatasetError) as err:
         LeRobotWriter(root, wcfg(both))
     assert what in str(err.value) and "piper-recover" in str(err.value)
-    for cfg in (both, front):   # the issue's converter run had one camera fewer than the root
+    for cfg in (both, front):  # the issue's converter run had one camera fewer than the root
         capsys.readouterr()
         assert convert(bag, root, cfg) == 2
-        err = capsys.readouterr().err   # the damage, or (info.json present) the camera set that differs
+        err = capsys.readouterr().err  # the damage, or (info.json present) the camera set that differs
         assert "piper-recover" in err or "different configuration" in err, err
     assert tree_hashes(root) == before, "a refused open must not move or write anything"
     assert not (root / ".recovered").exists()
@@ -97,8 +118,9 @@ def test_missing_info_json_is_refused_then_recovered(made, tmp_path, capsys):
     assert res.returncode == 0, res.stderr
     assert validate_root(root, full=True) == []
     assert parquet_rows(root) == rows and json.loads((root / "meta/info.json").read_text())["total_episodes"] == 3
-    assert {k: v for k, v in tree_hashes(root).items() if k.startswith(("data/", "videos/"))} == \
-        {k: v for k, v in before.items() if k.startswith(("data/", "videos/"))}
+    assert {k: v for k, v in tree_hashes(root).items() if k.startswith(("data/", "videos/"))} == {
+        k: v for k, v in before.items() if k.startswith(("data/", "videos/"))
+    }
     assert convert(bags[1], root, both) == 0
     assert validate_root(root, full=True) == [] and len(parquet_rows(root)) == 4
 
@@ -128,12 +150,12 @@ def test_recover_moves_what_no_episode_names_and_leaves_a_healthy_root_alone(mad
     # an episode whose parquet lost its index continuity cannot be rebuilt: its files go aside, never deleted
     (root / "meta/episodes.jsonl").write_text((root / "meta/episodes.jsonl").read_text().split("\n", 1)[0] + "\n")
     stray = root / "data/chunk-000/episode_000001.parquet"
-    pq.write_table(pq.read_table(root / "data/chunk-000/episode_000000.parquet"), stray)   # wrong episode_index
+    pq.write_table(pq.read_table(root / "data/chunk-000/episode_000000.parquet"), stray)  # wrong episode_index
     res = recover(root, "--config", both)
     assert res.returncode == 0, res.stderr
     assert "episode 1 is on disk but cannot be rebuilt (parquet episode_index" in res.stdout
     moved = sorted(p.relative_to(root).as_posix() for p in (root / ".recovered").rglob("*") if p.is_file())
-    assert len(moved) == 2 * 3 + 2   # episodes 1 and 2: parquet, 2 videos, raw lines
+    assert len(moved) == 2 * 3 + 2  # episodes 1 and 2: parquet, 2 videos, raw lines
     assert validate_root(root, full=True) == [] and len(parquet_rows(root)) == 1
 
 

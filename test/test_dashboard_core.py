@@ -1,5 +1,6 @@
 """piper-dashboard without ROS: rates, the view model, the token rule, the HTTP server's routes, the
 thumbnail cadence and the re-alignment reference frame (checked against an independent PyAV decode)."""
+
 from __future__ import annotations
 
 import io
@@ -46,13 +47,29 @@ def test_token_rule():
 
 
 def _status(state: str, elapsed: float | None, rows: int, repeated: int) -> dict:
-    st = {"recorder": "lerobot_recorder", "state": state, "episode_index": 4, "task": "pick",
-          "saved_this_session": [0, 1, 2], "writer_backlog": 0, "message": "started episode 4"}
+    st = {
+        "recorder": "lerobot_recorder",
+        "state": state,
+        "episode_index": 4,
+        "task": "pick",
+        "saved_this_session": [0, 1, 2],
+        "writer_backlog": 0,
+        "message": "started episode 4",
+    }
     if elapsed is not None:
-        st.update(elapsed_s=elapsed, rows=rows, counters={
-            "timestamp_mode": "nominal", "rows": rows, "frames_received": {"cam_front": 60, "cam_wrist": 59},
-            "frames_repeated": {"cam_front": 0, "cam_wrist": repeated}, "frames_dropped": {"cam_front": 0},
-            "messages_late": {}, "frame_offset_max_ms": {"cam_front": 3.5, "cam_wrist": 7.25}})
+        st.update(
+            elapsed_s=elapsed,
+            rows=rows,
+            counters={
+                "timestamp_mode": "nominal",
+                "rows": rows,
+                "frames_received": {"cam_front": 60, "cam_wrist": 59},
+                "frames_repeated": {"cam_front": 0, "cam_wrist": repeated},
+                "frames_dropped": {"cam_front": 0},
+                "messages_late": {},
+                "frame_offset_max_ms": {"cam_front": 3.5, "cam_wrist": 7.25},
+            },
+        )
     return st
 
 
@@ -73,15 +90,39 @@ def test_view_model():
     m.set_nodes({*cfg.nodes, "cam_front", "cam_wrist", "stranger"}, 10.0)
     m.on_recorder_status("lerobot_recorder", _status("recording", 2.0, 60, 3), 10.0)
     m.on_recorder_status("rgbd_recorder", _status("idle", None, 0, 0) | {"recorder": "rgbd_recorder"}, 10.0)
-    m.on_teleop_status({"engaged": True, "recording": True, "published": 500, "limits_active": ["workspace"],
-                        "limit_hits": {"workspace": 2, "tether": 1}, "last_alarm": None}, 10.0)
-    m.on_diagnostic("quest_bridge: headset", 0, "streaming 90.0 Hz",
-                    {"state": "connected", "frame_rate_hz": "89.95", "clock_offset_ns": "-1500000",
-                     "rejected_total": "3", "rejected.bad_json": "2", "rejected.too_long": "1",
-                     "last_rejection": "bad_json: Expecting value", "arrival_delay_ms": "0.210"}, 10.0)
+    m.on_teleop_status(
+        {
+            "engaged": True,
+            "recording": True,
+            "published": 500,
+            "limits_active": ["workspace"],
+            "limit_hits": {"workspace": 2, "tether": 1},
+            "last_alarm": None,
+        },
+        10.0,
+    )
+    m.on_diagnostic(
+        "quest_bridge: headset",
+        0,
+        "streaming 90.0 Hz",
+        {
+            "state": "connected",
+            "frame_rate_hz": "89.95",
+            "clock_offset_ns": "-1500000",
+            "rejected_total": "3",
+            "rejected.bad_json": "2",
+            "rejected.too_long": "1",
+            "last_rejection": "bad_json: Expecting value",
+            "arrival_delay_ms": "0.210",
+        },
+        10.0,
+    )
     m.on_diagnostic("something else", 2, "ignored", {}, 10.0)
-    m.on_joints(["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper"],
-                [0.0, 3.13, -1.0, 0.0, float("nan"), 0.0, 0.035], 10.0)
+    m.on_joints(
+        ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper"],
+        [0.0, 3.13, -1.0, 0.0, float("nan"), 0.0, 0.035],
+        10.0,
+    )
     m.on_event({"recorder": "lerobot_recorder", "event": "started", "episode_index": 4}, 9.0)
     v = m.view(10.5)
     json.dumps(v, allow_nan=False)
@@ -93,13 +134,21 @@ def test_view_model():
     assert topics["/arm/joint_states"]["rate_hz"] == pytest.approx(60.0, abs=0.1) and topics["/arm/joint_states"]["ok"]
     assert topics["/arm/target_pose"]["age_s"] is None and not topics["/arm/target_pose"]["required"]
     assert v["cameras"][0] == {"name": "cam_front", "rate_hz": 60.0, "age_s": 0.5}
-    assert v["cameras"][1] == {"name": "cam_wrist", "rate_hz": None, "age_s": None}   # its topic not watched
+    assert v["cameras"][1] == {"name": "cam_wrist", "rate_hz": None, "age_s": None}  # its topic not watched
     # every required topic fresh: healthy (the optional target topic never seen does not count)
     assert g["healthy"] and g["falling_behind"] == []
     # a recorder whose writer is behind real time says so (recording.worker): the graph is degraded at once
-    m.on_recorder_status("rgbd_recorder", _status("recording", 2.0, 60, 3) | {
-        "recorder": "rgbd_recorder", "falling_behind": True, "writer_lag_s": 1.4,
-        "frames_dropped_writer_behind": {"cam_front": 12}}, 10.4)
+    m.on_recorder_status(
+        "rgbd_recorder",
+        _status("recording", 2.0, 60, 3)
+        | {
+            "recorder": "rgbd_recorder",
+            "falling_behind": True,
+            "writer_lag_s": 1.4,
+            "frames_dropped_writer_behind": {"cam_front": 12},
+        },
+        10.4,
+    )
     behind = m.view(10.5)
     assert not behind["graph"]["healthy"] and behind["graph"]["falling_behind"] == ["rgbd_recorder"]
     assert behind["recorders"][1]["writer_lag_s"] == 1.4
@@ -114,17 +163,20 @@ def test_view_model():
     assert counters["frames_dropped"]["total"] == 0 and counters["messages_late"]["total"] == 0
     assert counters["frames_received"]["total"] == 119 and not counters["frames_received"]["problem"]
     assert counters["frame_offset_max_ms"]["total"] == 7.25
-    assert v["episode"] == {"recording": True, "elapsed_s": pytest.approx(2.5), "episode_index": 4,
-                            "saved_this_session": 3}
+    assert v["episode"] == {
+        "recording": True,
+        "elapsed_s": pytest.approx(2.5),
+        "episode_index": 4,
+        "saved_this_session": 3,
+    }
 
     limits = {x["name"]: x for x in v["teleop"]["limits"]}
     assert limits["workspace"] == {"name": "workspace", "active": True, "hits": 2}
     assert limits["tether"] == {"name": "tether", "active": False, "hits": 1}
     assert v["teleop"]["engaged"] and v["teleop"]["counters"] == {"published": 500}
     assert v["teleop"]["last_release"] is None
-    m.on_teleop_status({"engaged": False, "forced_releases": 1, "last_release": "headset stream stale (1.013 s)"},
-                       10.4)
-    t = m.view(10.5)["teleop"]   # a release teleop made: counted and why (issue 20.4)
+    m.on_teleop_status({"engaged": False, "forced_releases": 1, "last_release": "headset stream stale (1.013 s)"}, 10.4)
+    t = m.view(10.5)["teleop"]  # a release teleop made: counted and why (issue 20.4)
     assert t["counters"]["forced_releases"] == 1 and t["last_release"] == "headset stream stale (1.013 s)"
 
     h = v["headset"]
@@ -133,9 +185,9 @@ def test_view_model():
     assert h["clock_drift_ms"] == 0.0
     diag = {"state": "connected", "clock_offset_ns": "-1250000", "connects": "", "clock_resets": ""}
     m.on_diagnostic("quest_bridge: headset", 0, "streaming", diag, 11.0)
-    assert m.view(11.0)["headset"]["clock_drift_ms"] == 0.25               # drifted by 0.25 ms
+    assert m.view(11.0)["headset"]["clock_drift_ms"] == 0.25  # drifted by 0.25 ms
     m.on_diagnostic("quest_bridge: headset", 0, "streaming", diag | {"connects": "2"}, 11.5)
-    assert m.view(11.5)["headset"]["clock_drift_ms"] == 0.0                # a new connection: a new origin
+    assert m.view(11.5)["headset"]["clock_drift_ms"] == 0.0  # a new connection: a new origin
 
     joints = {j["name"]: j for j in v["joints"]["joints"]}
     assert joints["joint2"]["near_limit"] and not joints["joint1"]["near_limit"] and "joint5" not in joints
@@ -188,18 +240,18 @@ def test_server_token_and_read_only(served):
         urllib.request.urlopen(req, timeout=5)
     assert e.value.code == 405
     _dash, srv2, _ = served()
-    assert _get(srv2.url + "api/state")[0] == 200   # loopback without a token: open
+    assert _get(srv2.url + "api/state")[0] == 200  # loopback without a token: open
 
 
 def test_thumbnails_only_on_request_and_at_most_thumb_hz(served):
     dash, srv, clock = served(thumb_hz=2.0, thumb_width=160, watch_timeout_s=5.0)
     assert not dash.frames.watched(clock())
-    assert _get(srv.url + "api/thumb?camera=cam_front")[0] == 204      # nothing received yet
+    assert _get(srv.url + "api/thumb?camera=cam_front")[0] == 204  # nothing received yet
     assert dash.frames.watched(clock())
     rgb = np.zeros((480, 640, 3), np.uint8)
     rgb[:, :320] = (200, 30, 30)
     for k in range(30):
-        dash.frames.put("cam_front", rgb, 1000 + k)                     # a 30 fps camera costs no encoding
+        dash.frames.put("cam_front", rgb, 1000 + k)  # a 30 fps camera costs no encoding
     assert dash.frames.encoded == 0
     code, headers, body = _get(srv.url + "api/thumb?camera=cam_front")
     img = np.asarray(Image.open(io.BytesIO(body)).convert("RGB")).astype(int)
@@ -207,11 +259,11 @@ def test_thumbnails_only_on_request_and_at_most_thumb_hz(served):
     assert np.abs(img[60, 20] - (200, 30, 30)).max() < 12 and img[60, 140].max() < 12
     dash.frames.put("cam_front", rgb, 2000)
     clock.t += 0.2
-    assert _get(srv.url + "api/thumb?camera=cam_front")[1]["X-Frame-Stamp"] == "1029"   # within 1/thumb_hz
+    assert _get(srv.url + "api/thumb?camera=cam_front")[1]["X-Frame-Stamp"] == "1029"  # within 1/thumb_hz
     clock.t += 0.4
     assert _get(srv.url + "api/thumb?camera=cam_front")[1]["X-Frame-Stamp"] == "2000"
     clock.t += 1.0
-    assert _get(srv.url + "api/thumb?camera=cam_front")[1]["X-Frame-Stamp"] == "2000"   # no new frame: cached
+    assert _get(srv.url + "api/thumb?camera=cam_front")[1]["X-Frame-Stamp"] == "2000"  # no new frame: cached
     assert dash.frames.encoded == 2
     clock.t += 6.0
     assert not dash.frames.watched(clock())

@@ -4,6 +4,7 @@ Real parts throughout: the dashboard's own HTTP server on loopback, raw sockets 
 vanishing clients, headless Chromium (test/browser.py) for the page. No ROS: statuses are fed to the
 model as the node would, as parsed JSON.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -59,21 +60,43 @@ def _request(srv: DashboardServer, path: str, host: str | None) -> tuple[int, by
 # ---- item 3: no script from a hostile status -----------------------------------------------------
 def _hostile_statuses(dash: Dashboard) -> None:
     m, now = dash.model, dash.clock()
-    m.on_recorder_status("lerobot_recorder", {
-        "state": "recording" + HOSTILE, "rows": HOSTILE, "episode_index": HOSTILE, "task": HOSTILE,
-        "elapsed_s": HOSTILE, "message": HOSTILE, "writer_backlog": HOSTILE, "waiting_for": [HOSTILE],
-        "saved_this_session": HOSTILE,
-        "counters": {"frames_dropped": {HOSTILE: 3}, "frames_received": {"cam_front": HOSTILE}, HOSTILE: HOSTILE}},
-        now)
+    m.on_recorder_status(
+        "lerobot_recorder",
+        {
+            "state": "recording" + HOSTILE,
+            "rows": HOSTILE,
+            "episode_index": HOSTILE,
+            "task": HOSTILE,
+            "elapsed_s": HOSTILE,
+            "message": HOSTILE,
+            "writer_backlog": HOSTILE,
+            "waiting_for": [HOSTILE],
+            "saved_this_session": HOSTILE,
+            "counters": {"frames_dropped": {HOSTILE: 3}, "frames_received": {"cam_front": HOSTILE}, HOSTILE: HOSTILE},
+        },
+        now,
+    )
     # rgbd_recorder has not published: its placeholder must draw too
-    m.on_teleop_status({"engaged": HOSTILE, "limits_active": [HOSTILE], "limit_hits": {HOSTILE: 2},
-                        "published": HOSTILE, "last_alarm": {"recorder": HOSTILE, "action": HOSTILE,
-                                                             "outcome": HOSTILE, "message": HOSTILE}}, now)
-    m.on_diagnostic("quest_bridge: headset", 0, HOSTILE, {"state": HOSTILE, "connects": HOSTILE,
-                                                          "last_rejection": HOSTILE, "rejected." + HOSTILE: "2"},
-                    now)
-    m.on_event({"recorder": HOSTILE, "event": HOSTILE, "episode_index": HOSTILE, "rows": HOSTILE,
-                "reason": HOSTILE}, now)
+    m.on_teleop_status(
+        {
+            "engaged": HOSTILE,
+            "limits_active": [HOSTILE],
+            "limit_hits": {HOSTILE: 2},
+            "published": HOSTILE,
+            "last_alarm": {"recorder": HOSTILE, "action": HOSTILE, "outcome": HOSTILE, "message": HOSTILE},
+        },
+        now,
+    )
+    m.on_diagnostic(
+        "quest_bridge: headset",
+        0,
+        HOSTILE,
+        {"state": HOSTILE, "connects": HOSTILE, "last_rejection": HOSTILE, "rejected." + HOSTILE: "2"},
+        now,
+    )
+    m.on_event(
+        {"recorder": HOSTILE, "event": HOSTILE, "episode_index": HOSTILE, "rows": HOSTILE, "reason": HOSTILE}, now
+    )
     m.set_nodes({HOSTILE}, now)
     m.on_joints([HOSTILE, "gripper"], [0.5, 0.02], now)
     m.set_cameras([HOSTILE])
@@ -107,12 +130,12 @@ def test_hostile_status_runs_no_script_in_the_page(served):
         csp = page.evaluate("() => window.__csp ?? null")
         blocked = [e for e in errors if "Content Security Policy" in e]
     assert got["pwned"] is None and got["imgs"] == [] and got["scripts"] == 1
-    assert got["message"] == HOSTILE                                 # shown as text, byte for byte
+    assert got["message"] == HOSTILE  # shown as text, byte for byte
     assert got["state"] == "recording" + HOSTILE
-    assert got["rows"] == "–"                                        # not a count: not shown as one
+    assert got["rows"] == "–"  # not a count: not shown as one
     assert got["placeholder"] == "unknown" and HOSTILE in got["events"]
     assert got["renderErrors"] == 0
-    assert csp is None and blocked     # the browser reported refusing the handler
+    assert csp is None and blocked  # the browser reported refusing the handler
     assert not [u for u in requests if urlsplit(u).path == "/x"], requests
     assert errors_from_statuses == [], errors_from_statuses
 
@@ -135,16 +158,36 @@ def test_foreign_host_header_gets_421(served):
     dash, srv = served(allowed_hosts=["robot.local"])
     dash.frames.put("cam_front", __import__("numpy").zeros((48, 64, 3), "uint8"), 1)
     port = srv.server_address[1]
-    paths = ["/", "/api/state", "/api/roots", "/api/thumb?camera=cam_front", "/dashboard.js",
-             "/api/reference?root=0&episode=0&camera=cam_front"]
+    paths = [
+        "/",
+        "/api/state",
+        "/api/roots",
+        "/api/thumb?camera=cam_front",
+        "/dashboard.js",
+        "/api/reference?root=0&episode=0&camera=cam_front",
+    ]
     for path in paths:
-        for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.evil.example",
-                     "[::2]", "0.0.0.0", ""):
+        for host in (
+            "evil.example",
+            f"evil.example:{port}",
+            "127.0.0.1.evil.example",
+            "localhost.evil.example",
+            "[::2]",
+            "0.0.0.0",
+            "",
+        ):
             code, _ = _request(srv, path, host)
             assert code == 421, (path, host, code)
-        assert _request(srv, path, None)[0] == 421, path        # no Host at all
-    for host in (f"127.0.0.1:{port}", "127.0.0.1", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}",
-                 "robot.local", f"Robot.Local:{port}"):
+        assert _request(srv, path, None)[0] == 421, path  # no Host at all
+    for host in (
+        f"127.0.0.1:{port}",
+        "127.0.0.1",
+        f"localhost:{port}",
+        "LOCALHOST",
+        f"[::1]:{port}",
+        "robot.local",
+        f"Robot.Local:{port}",
+    ):
         code, _ = _request(srv, "/api/state", host)
         assert code == 200, (host, code)
 
@@ -163,20 +206,54 @@ def test_host_rule_for_a_bound_address():
 
 
 # ---- item 5: one bad status hides nothing ---------------------------------------------------------
-GOOD_RECORDER = {"state": "recording", "episode_index": 2, "task": "pick", "elapsed_s": 1.5, "rows": 45,
-                 "saved_this_session": [0, 1], "writer_backlog": 0, "message": "ok", "waiting_for": [],
-                 "counters": {"rows": 45, "frames_dropped": {"cam_front": 1}, "frame_offset_max_ms": {"cam_front": 2.0},
-                              "timestamp_mode": "nominal"}, "tick_delay_ms": {"ticks": 3, "p50": 0.1}}
-GOOD_TELEOP = {"engaged": True, "recording": False, "limits_active": ["tether"], "limit_hits": {"tether": 2},
-               "published": 10, "last_alarm": {"recorder": "r", "action": "a", "outcome": "o", "message": "m"},
-               "calls_in_flight": 0}
-BAD_VALUES = ["lots", [1, 2], {"a": "b"}, float("nan"), float("inf"), -3, 1.5, True, None, {"tether": "lots"},
-              [["x"]], {"x": {"y": {"z": 1}}}, "1e999", 10 ** 400]
+GOOD_RECORDER = {
+    "state": "recording",
+    "episode_index": 2,
+    "task": "pick",
+    "elapsed_s": 1.5,
+    "rows": 45,
+    "saved_this_session": [0, 1],
+    "writer_backlog": 0,
+    "message": "ok",
+    "waiting_for": [],
+    "counters": {
+        "rows": 45,
+        "frames_dropped": {"cam_front": 1},
+        "frame_offset_max_ms": {"cam_front": 2.0},
+        "timestamp_mode": "nominal",
+    },
+    "tick_delay_ms": {"ticks": 3, "p50": 0.1},
+}
+GOOD_TELEOP = {
+    "engaged": True,
+    "recording": False,
+    "limits_active": ["tether"],
+    "limit_hits": {"tether": 2},
+    "published": 10,
+    "last_alarm": {"recorder": "r", "action": "a", "outcome": "o", "message": "m"},
+    "calls_in_flight": 0,
+}
+BAD_VALUES = [
+    "lots",
+    [1, 2],
+    {"a": "b"},
+    float("nan"),
+    float("inf"),
+    -3,
+    1.5,
+    True,
+    None,
+    {"tether": "lots"},
+    [["x"]],
+    {"x": {"y": {"z": 1}}},
+    "1e999",
+    10**400,
+]
 
 
 def _check_view(m: DashboardModel, now: float) -> dict:
     v = m.view(now)
-    json.dumps(v, allow_nan=False)   # what /api/state sends
+    json.dumps(v, allow_nan=False)  # what /api/state sends
     return v
 
 
@@ -190,7 +267,7 @@ def test_every_malformed_field_is_dropped_where_it_enters():
             m.on_teleop_status({**GOOD_TELEOP, key: bad}, 10.0)
             v = _check_view(m, 10.0)
             lr, rg = v["recorders"]
-            assert rg["rows"] == 45 and rg["state"] == "recording" and rg["invalid_fields"] == []   # the other one
+            assert rg["rows"] == 45 and rg["state"] == "recording" and rg["invalid_fields"] == []  # the other one
             for field in ("rows", "episode_index", "writer_backlog"):
                 assert lr[field] is None or (isinstance(lr[field], int) and not isinstance(lr[field], bool))
             assert isinstance(lr["state"], str) and isinstance(lr["message"], str)
@@ -210,7 +287,7 @@ def test_every_malformed_field_is_dropped_where_it_enters():
 def test_reported_cases():
     m = DashboardModel(DashboardConfig())
     v = _check_view(m, 1.0)
-    assert all(r["waiting_for"] == [] and "task" in r for r in v["recorders"])   # placeholder: every field
+    assert all(r["waiting_for"] == [] and "task" in r for r in v["recorders"])  # placeholder: every field
     m.on_teleop_status({"limit_hits": {"tether": "lots"}}, 1.0)
     t = _check_view(m, 1.0)["teleop"]
     assert {x["name"]: x["hits"] for x in t["limits"]}["tether"] == 0 and "limit_hits" in t["invalid_fields"]
@@ -218,7 +295,7 @@ def test_reported_cases():
     _check_view(m, 1.0)
     m.on_recorder_status("lerobot_recorder", {"rows": float("nan"), "state": "idle"}, 1.0)
     assert _check_view(m, 1.0)["recorders"][0]["invalid_fields"] == ["rows"]
-    m.on_event(["not", "an", "object"], 1.0)          # type: ignore[arg-type]
+    m.on_event(["not", "an", "object"], 1.0)  # type: ignore[arg-type]
     m.on_recorder_status("rgbd_recorder", "nope", 1.0)  # type: ignore[arg-type]
     _check_view(m, 1.0)
 
@@ -244,13 +321,13 @@ def test_half_sent_requests_are_bounded_and_time_out(served):
     try:
         for _ in range(300):
             s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            s.sendall(b"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1\r\n")   # never finished
+            s.sendall(b"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
             socks.append(s)
         time.sleep(0.5)
         peak = threading.active_count() - before
         assert peak <= cfg.max_connections + 2, peak
         t0 = time.monotonic()
-        for s in socks:      # every one is closed by the server: 503 at once, or after its timeout
+        for s in socks:  # every one is closed by the server: 503 at once, or after its timeout
             s.settimeout(cfg.request_timeout_s + 10)
             while s.recv(4096):
                 pass
@@ -273,7 +350,7 @@ def test_clients_that_vanish_print_no_traceback(served, capfd):
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
         s.sendall(b"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1\r\n" + (b"X-A: b\r\n" if k % 2 else b""))
         time.sleep(0.02)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # reset, not a close
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not a close
         s.close()
     time.sleep(0.5)
     assert _request(srv, "/api/state", f"127.0.0.1:{port}")[0] == 200

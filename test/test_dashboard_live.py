@@ -8,6 +8,7 @@ re-alignment view blends the live camera with frame 0 of the episode just saved 
 page against its two source images), no console errors; bound to 0.0.0.0 it refuses requests without
 the token (401).
 """
+
 from __future__ import annotations
 
 import json
@@ -76,15 +77,22 @@ def test_dashboard_live_in_browser(tmp_path):
 
     port, token = free_port(), secrets.token_urlsafe(12)
     sets = size_overrides(SIM, f"{W}x{H}") + [
-        "piper_launch.dashboard=true", "dashboard.host=0.0.0.0", f"dashboard.port={port}", f"dashboard.token={token}",
-        "piper_launch.sim_quest.script=demo", "teleop.limits.max_angular_speed=0.2",
+        "piper_launch.dashboard=true",
+        "dashboard.host=0.0.0.0",
+        f"dashboard.port={port}",
+        f"dashboard.token={token}",
+        "piper_launch.sim_quest.script=demo",
+        "teleop.limits.max_angular_speed=0.2",
         # the test machine is shared: a niced recorder may pause for seconds, and so may the arm emulator
         # (its CAN-silence fault would keep the clutch from engaging, and the limit from being reached)
-        "dashboard.silent_s=5.0", "piper_arm.can_silence_s=5.0", "teleop.arm_stale_timeout_s=3.0"]
+        "dashboard.silent_s=5.0",
+        "piper_arm.can_silence_s=5.0",
+        "teleop.arm_stale_timeout_s=3.0",
+    ]
     with SimSession(tmp_path / "out", sets=sets) as s:
         assert "dashboard" in s.plan.node_names
         base = f"http://127.0.0.1:{port}/"
-        deadline = time.monotonic() + 20   # the node is in the graph a moment before its server listens
+        deadline = time.monotonic() + 20  # the node is in the graph a moment before its server listens
         while True:
             try:
                 urllib.request.urlopen(base, timeout=5)
@@ -98,22 +106,34 @@ def test_dashboard_live_in_browser(tmp_path):
             assert _get(base + path) == 401, path
         assert _get(base + f"api/state?token={token}") == 200
         # read-only in the graph too: no publisher but rclpy's own, no service client, no service of its own
-        probe = s._node   # the session's rclpy node
+        probe = s._node  # the session's rclpy node
         pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node("dashboard", "/")}
         # (and its own ~/status: what it received, like every image consumer; never a command topic)
         assert pubs <= {"/rosout", "/parameter_events", "/dashboard/status"}, pubs
         assert probe.get_client_names_and_types_by_node("dashboard", "/") == []
         services = {t for t, _ in probe.get_service_names_and_types_by_node("dashboard", "/")}
-        rclpy_own = {"describe_parameters", "get_parameter_types", "get_parameters", "get_type_description",
-                     "list_parameters", "set_parameters", "set_parameters_atomically"}
+        rclpy_own = {
+            "describe_parameters",
+            "get_parameter_types",
+            "get_parameters",
+            "get_type_description",
+            "list_parameters",
+            "set_parameters",
+            "set_parameters_atomically",
+        }
         assert services and services <= {f"/dashboard/{n}" for n in rclpy_own}, services
 
         with open_page(base + f"?token={token}") as (page, errors):
             # graph health: every node of the plan present
-            _wait(page, "document.getElementById('health').textContent === 'graph healthy'", 60000,
-                  base + f"api/state?token={token}")
-            present = page.eval_on_selector_all("#nodes .chip",
-                                                "cs => cs.map(c => [c.dataset.node, c.dataset.present])")
+            _wait(
+                page,
+                "document.getElementById('health').textContent === 'graph healthy'",
+                60000,
+                base + f"api/state?token={token}",
+            )
+            present = page.eval_on_selector_all(
+                "#nodes .chip", "cs => cs.map(c => [c.dataset.node, c.dataset.present])"
+            )
             assert {n for n, p in present if p == "true"} >= set(s.plan.node_names) - {"dashboard"}
 
             # thumbnails refresh: newer capture stamps, and different pixels once the arm moves in the scene
@@ -126,17 +146,24 @@ def test_dashboard_live_in_browser(tmp_path):
                 return g.getImageData(0, 0, c.width, c.height).data; }};
               window.__first = {thumbs}.map(i => [BigInt(i.dataset.stamp), window.__pix(i)]); }}""")
             _wait(page, f"{thumbs}.every((i, k) => BigInt(i.dataset.stamp) > window.__first[k][0] + 500000000n)", 10000)
-            _wait(page, f"{thumbs}.every((i, k) => {{ const a = window.__pix(i), b = window.__first[k][1];"
-                        " let n = 0; for (let j = 0; j < a.length; j++) if (Math.abs(a[j] - b[j]) > 40) n++;"
-                        " return n > 20; })",
-                  15000)
+            _wait(
+                page,
+                f"{thumbs}.every((i, k) => {{ const a = window.__pix(i), b = window.__first[k][1];"
+                " let n = 0; for (let j = 0; j < a.length; j++) if (Math.abs(a[j] - b[j]) > 40) n++;"
+                " return n > 20; })",
+                15000,
+            )
             assert page.evaluate("window.__dashboard.thumbs") >= 4
 
             # an episode: the timer runs, rows and counters grow
             assert page.inner_text("#timer") == "--:--.-"
             s.start_episode()
-            _wait(page, "document.getElementById('rec-dot').className === 'on' && "
-                                   "document.querySelector('#rec-lerobot_recorder').dataset.rows > 0", timeout=15000)
+            _wait(
+                page,
+                "document.getElementById('rec-dot').className === 'on' && "
+                "document.querySelector('#rec-lerobot_recorder').dataset.rows > 0",
+                timeout=15000,
+            )
             read = """() => { const timer = document.getElementById('timer'),
                 rec = document.querySelector('#rec-lerobot_recorder');
               return {t: parseFloat(timer.dataset.elapsed), at: Number(timer.dataset.at),
@@ -149,8 +176,13 @@ def test_dashboard_live_in_browser(tmp_path):
             page.evaluate("""() => { const seen = window.__limit = [];
               setInterval(() => { const e = document.getElementById('limit-angular_speed');
                 if (e) seen.push([e.dataset.active, Number(e.dataset.hits), e.classList.contains('active')]); }, 100); }""")
-            _wait(page, "(s => s.some(x => x[0] === 'true') && s.some(x => x[0] === 'false')"
-                        " && s[s.length - 1][1] > s[0][1])(window.__limit)", 40000, base + f"api/state?token={token}")
+            _wait(
+                page,
+                "(s => s.some(x => x[0] === 'true') && s.some(x => x[0] === 'false')"
+                " && s[s.length - 1][1] > s[0][1])(window.__limit)",
+                40000,
+                base + f"api/state?token={token}",
+            )
             seen = page.evaluate("window.__limit")
             assert all((active == "true") == lit for active, _, lit in seen)
             hits = [h for _, h, _ in seen]
@@ -162,12 +194,16 @@ def test_dashboard_live_in_browser(tmp_path):
             # the timer runs with the dashboard's clock between the two views the page showed
             assert b["t"] - a["t"] == pytest.approx(b["at"] - a["at"], abs=1.0), (a, b)
             assert b["at"] - a["at"] > 3.0
-            assert b["rows"] > a["rows"] + 15 and b["recv"] > a["recv"], (a, b)   # cameras slow down on a loaded machine
+            assert b["rows"] > a["rows"] + 15 and b["recv"] > a["recv"], (a, b)  # cameras slow down on a loaded machine
             assert b["text"] != a["text"] and b["text"].startswith("00:")
             result = s.stop_episode()
             assert result.events["lerobot_recorder"]["event"] == "saved"
-            _wait(page, "document.getElementById('rec-dot').className === '' && "
-                                   "document.getElementById('saved').textContent.endsWith(': 1')", timeout=10000)
+            _wait(
+                page,
+                "document.getElementById('rec-dot').className === '' && "
+                "document.getElementById('saved').textContent.endsWith(': 1')",
+                timeout=10000,
+            )
             assert "saved" in page.inner_text("#events")
 
             # re-alignment: live cam_front blended with frame 0 of the episode just saved
@@ -175,18 +211,21 @@ def test_dashboard_live_in_browser(tmp_path):
             _wait(page, "document.querySelectorAll('#align-episode option').length === 1", timeout=10000)
             page.select_option("#align-camera", "cam_front")
             page.evaluate("loadReference()")
-            _wait(page, "(c => c.dataset.ref === '0/0/cam_front' && c.dataset.live)"
-                                   "(document.getElementById('align-canvas'))", timeout=10000)
+            _wait(
+                page,
+                "(c => c.dataset.ref === '0/0/cam_front' && c.dataset.live)(document.getElementById('align-canvas'))",
+                timeout=10000,
+            )
             blend = page.evaluate(BLEND_CHECK)
-            deadline = time.monotonic() + 30   # the live view must have moved away from frame 0 (the demo
-            while blend["differ"] <= 50 and time.monotonic() < deadline:   # script moves the arm)
+            deadline = time.monotonic() + 30  # the live view must have moved away from frame 0 (the demo
+            while blend["differ"] <= 50 and time.monotonic() < deadline:  # script moves the arm)
                 time.sleep(0.5)
                 blend = page.evaluate(BLEND_CHECK)
             assert (blend["w"], blend["h"]) == (W, H) and blend["alpha"] == 0.5
             assert blend["meanErr"] < 1.0 and blend["maxErr"] <= 3, blend
-            assert blend["differ"] > 50 and blend["between"] >= 0.9 * blend["differ"], blend   # really both images
+            assert blend["differ"] > 50 and blend["between"] >= 0.9 * blend["differ"], blend  # really both images
             page.select_option("#align-mode", "difference")
             diff = page.evaluate(BLEND_CHECK)
             assert diff["meanErr"] < 1.0 and diff["maxErr"] <= 3, diff
-            page.wait_for_timeout(1200)   # a few more polls: still no error
+            page.wait_for_timeout(1200)  # a few more polls: still no error
             assert errors == []

@@ -3,6 +3,7 @@ readers: pyarrow for the rows, PyAV for the frames (each test frame spells its r
 pixels), json for the meta, piper-validate and lerobot-doctor as separate processes. Roots are
 recorded by the real writer (fast, small frames); the demo roots through the sim graph and
 LeRobot 0.3.3's loader are in test_dataset_edit_consumers.py."""
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,9 @@ def test_merge_equals_recording_the_episodes_in_one_root(tmp_path, version):
     assert {r: tree_hashes(r) for r in (a, b)} == before  # sources untouched
     check_root(m, [(a, 0, "pick"), (a, 1, "place"), (a, 2, "stack"), (b, 0, "pick"), (b, 1, "place")])
     # stats, episodes_stats, info, tasks: exactly what the writer wrote recording them in one root
-    names = ["stats.json", "info.json", "tasks.jsonl", "modality.json"] + (["episodes_stats.jsonl"] if version == "v2.1" else [])
+    names = ["stats.json", "info.json", "tasks.jsonl", "modality.json"] + (
+        ["episodes_stats.jsonl"] if version == "v2.1" else []
+    )
     for name in names:
         assert (m / "meta" / name).read_bytes() == (direct / "meta" / name).read_bytes(), name
     for i in range(5):  # the parquet files too: same schema, same HF metadata, same bytes
@@ -54,13 +57,17 @@ def test_merge_equals_recording_the_episodes_in_one_root(tmp_path, version):
     # every session of every source, in order, and the edit recorded
     sessions = jsonl(m / "meta/collection_sessions.jsonl")
     assert [s["root_tag"] for s in sessions] == ["a", "b"]
-    assert [s["session_id"] for s in sessions] == [jsonl(r / "meta/collection_sessions.jsonl")[0]["session_id"] for r in (a, b)]
+    assert [s["session_id"] for s in sessions] == [
+        jsonl(r / "meta/collection_sessions.jsonl")[0]["session_id"] for r in (a, b)
+    ]
     assert json.loads((m / "meta/collection_meta.json").read_text())["root_tag"] == "b"
     edit = jsonl(m / "meta/dataset_edits.jsonl")[-1]
     assert edit["operation"] == "merge" and edit["episodes_from"] == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1]]
     # videos are the source files (hard links), never re-encoded
     rel = "videos/chunk-000/observation.images.cam_front/episode_000004.mp4"
-    assert (m / rel).stat().st_ino == (b / "videos/chunk-000/observation.images.cam_front/episode_000001.mp4").stat().st_ino
+    assert (m / rel).stat().st_ino == (
+        b / "videos/chunk-000/observation.images.cam_front/episode_000001.mp4"
+    ).stat().st_ino
     validate(m)
     doctor(m)
 
@@ -73,16 +80,22 @@ def test_merge_refusals_name_what_differs(tmp_path):
         "cams": ({"cams": ("cam_front",)}, "cameras: ['cam_front', 'cam_wrist'] vs ['cam_front']"),
         "version": ({"version": "v2.1"}, "lerobot_version: 'v2.0' vs 'v2.1'"),
         "robot": ({"robot_type": "other_arm"}, "robot type: 'agilex_piper' vs 'other_arm'"),
-        "codec": ({"video": VideoConfig(max_block_s=None, codec="libx265")},
-                  "observation.images.cam_front video.codec: 'h264' vs 'hevc'"),
+        "codec": (
+            {"video": VideoConfig(max_block_s=None, codec="libx265")},
+            "observation.images.cam_front video.codec: 'h264' vs 'hevc'",
+        ),
     }
     for name, (kw, text) in cases.items():
         other = tmp_path / name
         fps = kw.pop("fps", FPS)
         cams = kw.pop("cams", CAMS)
         version = kw.pop("version", "v2.0")
-        cfg = WriterConfig(fps=fps, cameras={c: CameraSpec(H, W) for c in cams}, lerobot_version=version,
-                           **{"video": VideoConfig(max_block_s=None), **kw})
+        cfg = WriterConfig(
+            fps=fps,
+            cameras={c: CameraSpec(H, W) for c in cams},
+            lerobot_version=version,
+            **{"video": VideoConfig(max_block_s=None), **kw},
+        )
         with LeRobotWriter(other, cfg) as w:
             w.start_episode("pick")
             for k in range(6):
@@ -108,9 +121,13 @@ def test_merge_refuses_a_root_held_by_a_writer(tmp_path):
 
 
 # ---- the combined columns the writer recorded ---------------------------------------------------
-PIPER_COMBINED = {"observation.arm_joint": "observation.state", "observation.arm_eef": "observation.state",
-                  "observation.gripper": "observation.state",
-                  "action.arm_eef": "action", "action.gripper": "action"}
+PIPER_COMBINED = {
+    "observation.arm_joint": "observation.state",
+    "observation.arm_eef": "observation.state",
+    "observation.gripper": "observation.state",
+    "action.arm_eef": "action",
+    "action.gripper": "action",
+}
 
 
 def test_edit_rebuilds_the_combined_columns_the_writer_recorded(tmp_path):
@@ -119,19 +136,27 @@ def test_edit_rebuilds_the_combined_columns_the_writer_recorded(tmp_path):
     root written before the record (no key) still edits by the guess."""
     obj = FeatureSpec("observation.object_pose", ("x", "y", "z"), combined="observation.environment_state")
     src, out = tmp_path / "src", tmp_path / "out"
-    record(src, [14, 15, 16], features=piper_features() + (obj,),
-           extra=lambda t, seed: {obj.key: np.array([np.sin(t + seed), np.cos(2 * t), 0.1 * t + seed])})
+    record(
+        src,
+        [14, 15, 16],
+        features=piper_features() + (obj,),
+        extra=lambda t, seed: {obj.key: np.array([np.sin(t + seed), np.cos(2 * t), 0.1 * t + seed])},
+    )
     info = json.loads((src / "meta/info.json").read_text())
     joins = {"observation.object_pose": "observation.environment_state"}
     assert info["piper_combined"] == PIPER_COMBINED | joins
-    assert info["features"]["observation.environment_state"]["names"] == ["object_pose.x", "object_pose.y",
-                                                                         "object_pose.z"]
+    assert info["features"]["observation.environment_state"]["names"] == [
+        "object_pose.x",
+        "object_pose.y",
+        "object_pose.z",
+    ]
     delete(src, "1", out)
     check_root(out, [(src, 0, "pick"), (src, 2, "stack")])
     edited = json.loads((out / "meta/info.json").read_text())
     assert edited["features"] == info["features"] and edited["piper_combined"] == info["piper_combined"]
     np.testing.assert_array_equal(  # the combined column is still the object pose's rows
-        episode_rows(out, 1)["observation.environment_state"], episode_rows(src, 2)["observation.object_pose"])
+        episode_rows(out, 1)["observation.environment_state"], episode_rows(src, 2)["observation.object_pose"]
+    )
     validate(out)
 
     old, old_out = tmp_path / "old", tmp_path / "old_out"
@@ -160,8 +185,12 @@ def test_delete_middle_episode_renumbers_everything_after_it(tmp_path):
     # in place: the same result at the source's path, atomically swapped
     r = run_cli("delete", str(src), "--episodes", "1")
     assert r.returncode == 0, r.stderr
-    same = [k for k in tree_hashes(out) if k.startswith(("data/", "videos/")) or k in (
-        "meta/info.json", "meta/stats.json", "meta/tasks.jsonl", "meta/episodes.jsonl")]
+    same = [
+        k
+        for k in tree_hashes(out)
+        if k.startswith(("data/", "videos/"))
+        or k in ("meta/info.json", "meta/stats.json", "meta/tasks.jsonl", "meta/episodes.jsonl")
+    ]
     assert {k: tree_hashes(src)[k] for k in same} == {k: tree_hashes(out)[k] for k in same}
     assert set(tree_hashes(src)) == set(tree_hashes(out))  # nothing left of the old root
     assert not (tmp_path / ".src.dsedit-staging").exists()
@@ -197,8 +226,18 @@ def test_split_and_merge_back_gives_the_original_rows(tmp_path):
         assert (tmp_path / "back/meta" / name).read_bytes() == (src / "meta" / name).read_bytes(), name
     check_root(tmp_path / "back", [(src, i, TASKS[i % 3]) for i in range(5)])
     # a seeded fraction: the same seed picks the same episodes; merged back, the same rows (as a set)
-    r = run_cli("split", str(src), "--fraction", "0.4", "--seed", "7", "--out", str(tmp_path / "val"),
-                "--rest", str(tmp_path / "train"))
+    r = run_cli(
+        "split",
+        str(src),
+        "--fraction",
+        "0.4",
+        "--seed",
+        "7",
+        "--out",
+        str(tmp_path / "val"),
+        "--rest",
+        str(tmp_path / "train"),
+    )
     assert r.returncode == 0, r.stderr
     chosen = jsonl(tmp_path / "val/meta/dataset_edits.jsonl")[-1]["selected"]
     assert len(chosen) == 2
@@ -219,8 +258,10 @@ def test_retask_renames_and_merges_tasks(tmp_path):
     record(src, [10, 11, 12, 13])  # pick, place, stack, pick
     retask(src, {"place": "pick", "stack": "stack the cubes"}, out)
     check_root(out, [(src, 0, "pick"), (src, 1, "pick"), (src, 2, "stack the cubes"), (src, 3, "pick")])
-    assert jsonl(out / "meta/tasks.jsonl") == [{"task_index": 0, "task": "pick"},
-                                               {"task_index": 1, "task": "stack the cubes"}]
+    assert jsonl(out / "meta/tasks.jsonl") == [
+        {"task_index": 0, "task": "pick"},
+        {"task_index": 1, "task": "stack the cubes"},
+    ]
     validate(out)
     r = run_cli("retask", str(src), "--rename", "nope=x")
     assert r.returncode == 2 and "no episode has task(s) ['nope']" in r.stderr
@@ -229,8 +270,12 @@ def test_retask_renames_and_merges_tasks(tmp_path):
 # ---- retype ------------------------------------------------------------------------------------
 def _rotation_tags(root: Path) -> dict[str, str]:
     mod = json.loads((root / "meta/modality.json").read_text())
-    return {f"{part}.{k}": e["rotation_type"] for part in ("state", "action") for k, e in mod[part].items()
-            if "rotation_type" in e}
+    return {
+        f"{part}.{k}": e["rotation_type"]
+        for part in ("state", "action")
+        for k, e in mod[part].items()
+        if "rotation_type" in e
+    }
 
 
 def test_retype_tags_the_quaternions_for_gr00t_and_changes_nothing_else(tmp_path):
@@ -242,7 +287,7 @@ def test_retype_tags_the_quaternions_for_gr00t_and_changes_nothing_else(tmp_path
     retype(src, "quaternion", out)
     assert _rotation_tags(out) == {"state.eef_rot": "quaternion", "action.eef_rot": "quaternion"}
     assert _rotation_tags(src) == {"state.eef_rot": "quat_wxyz", "action.eef_rot": "quat_wxyz"}  # untouched
-    check_root(out, [(src, i, TASKS[i]) for i in range(3)])   # rows, indices, every row's frame
+    check_root(out, [(src, i, TASKS[i]) for i in range(3)])  # rows, indices, every row's frame
     for ep in range(3):
         a, b = episode_rows(src, ep), episode_rows(out, ep)
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
@@ -273,7 +318,7 @@ def test_sigkill_mid_edit_leaves_input_untouched_and_no_valid_output(tmp_path, i
     record(a, [40] * 8)
     record(b, [40] * 8, seed0=8)
     before = {r: tree_hashes(r) for r in (a, b)}
-    cmd = (["delete", str(a), "--episodes", "0"] if in_place else ["merge", str(a), str(b), "--out", str(out)])
+    cmd = ["delete", str(a), "--episodes", "0"] if in_place else ["merge", str(a), str(b), "--out", str(out)]
     staging = tmp_path / (".a.dsedit-staging" if in_place else ".out.dsedit-staging")
     p = subprocess.Popen([str(BIN / "piper-dataset"), *cmd, "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -286,7 +331,9 @@ def test_sigkill_mid_edit_leaves_input_untouched_and_no_valid_output(tmp_path, i
     assert staging.exists()  # killed mid-build
     assert {r: tree_hashes(r) for r in (a, b)} == before
     assert not out.exists()
-    assert not any(x.name == "out" or not x.name.startswith(".") for x in tmp_path.iterdir() if x.name not in ("a", "b"))
+    assert not any(
+        x.name == "out" or not x.name.startswith(".") for x in tmp_path.iterdir() if x.name not in ("a", "b")
+    )
     assert len(jsonl(staging / "meta/episodes.jsonl")) >= 2  # the writer had committed episodes in it...
     r = subprocess.run([str(BIN / "piper-validate"), str(staging)], capture_output=True, text=True)
     assert r.returncode == 1 and "data/INCOMPLETE.parquet" in r.stdout  # ...yet it is not a valid root

@@ -4,6 +4,7 @@ default tolerance); deleting episode 1 of the merged 3 keeps every index and vid
 rows (pyarrow + PyAV: frame count, PTS and the row index each frame spells) and still loads in
 LeRobot. The consumer venv is support/consumers.py's (built through make; PIPER_CONSUMERS=skip skips
 visibly, refused in CI)."""
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,12 @@ def test_merged_demo_roots_load_in_lerobot_and_delete_keeps_pairing(tmp_path):
     hf_home = tmp_path / "hf"
     a, b = record_roots(tmp_path)
     merged = tmp_path / "merged"
-    r = subprocess.run([str(BIN / "piper-dataset"), "merge", str(a), str(b), "--out", str(merged)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [str(BIN / "piper-dataset"), "merge", str(a), str(b), "--out", str(merged)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     v = subprocess.run([str(BIN / "piper-validate"), str(merged)], capture_output=True, text=True, timeout=600)
     assert v.returncode == 0, tail(v.stdout + v.stderr)
@@ -88,8 +93,12 @@ def test_merged_demo_roots_load_in_lerobot_and_delete_keeps_pairing(tmp_path):
     check_root(merged, [(a, 0, "pick"), (a, 1, "place"), (b, 0, "stack")])  # frames spell their rows
     lerobot_reads_every_row(py, merged, hf_home, rows, 3)
 
-    r = subprocess.run([str(BIN / "piper-dataset"), "delete", str(merged), "--episodes", "1"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [str(BIN / "piper-dataset"), "delete", str(merged), "--episodes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert [e["length"] for e in jsonl(merged / "meta/episodes.jsonl")] == [110, 120]
     v = subprocess.run([str(BIN / "piper-validate"), str(merged)], capture_output=True, text=True, timeout=600)

@@ -1,6 +1,7 @@
 """piper-dataset on RGB-D HDF5 files (issue 15.2): every output episode is checked with h5py against
 its source episode (payload bytes, states, actions, rewards, flags, extras, task), the index and
 offsets against the spec's invariants computed here, and the file with piper-validate."""
+
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +27,15 @@ BIN = ROOT_DIR / ".venv" / "bin"
 
 def write(path: Path, seeds: list[int], **kw) -> None:
     """One episode per seed (cw's deterministic frames; ``cw.episode_length(seed)`` transitions)."""
-    cfg = RgbdConfig(**{"width": cw.W, "height": cw.H, "rgb_source": "/cam_front/color/image_raw",
-                        "depth_source": "/cam_front/aligned_depth_to_color/image_raw", **kw})
+    cfg = RgbdConfig(
+        **{
+            "width": cw.W,
+            "height": cw.H,
+            "rgb_source": "/cam_front/color/image_raw",
+            "depth_source": "/cam_front/aligned_depth_to_color/image_raw",
+            **kw,
+        }
+    )
     with RgbdWriter(path, cfg) as w:
         for e in seeds:
             T = cw.episode_length(e)
@@ -36,8 +44,9 @@ def write(path: Path, seeds: list[int], **kw) -> None:
                 rgb, depth, state = cw.frame(e, t, cfg.height, cfg.width)
                 w.add_observation(rgb, depth, state)
                 if t < T:
-                    w.add_transition(cw.action(e, t), float(t), terminal=t == T - 1,
-                                     extras={"progress": np.float32(t / T)})
+                    w.add_transition(
+                        cw.action(e, t), float(t), terminal=t == T - 1, extras={"progress": np.float32(t / T)}
+                    )
             w.end_episode(success=True)
 
 
@@ -49,14 +58,18 @@ def episode(f: h5py.File, e: int) -> dict:
     """Episode ``e`` of an open file as plain values, read with h5py only."""
     a = f["episodes"][f"demo_{e}"].attrs
     o0, n, t0, T = (int(a[k]) for k in ("obs_offset", "num_observations", "transition_offset", "num_samples"))
-    out = {"rgb": [bytes(x) for x in f["observations/rgb_jpeg"][o0:o0 + n]],
-           "depth": [bytes(x) for x in f["observations/depth_jp2"][o0:o0 + n]],
-           "task": a["task"], "seed": int(a["seed"]), "provenance": a["provenance"]}
+    out = {
+        "rgb": [bytes(x) for x in f["observations/rgb_jpeg"][o0 : o0 + n]],
+        "depth": [bytes(x) for x in f["observations/depth_jp2"][o0 : o0 + n]],
+        "task": a["task"],
+        "seed": int(a["seed"]),
+        "provenance": a["provenance"],
+    }
     for k in f["observations/state"]:
-        out[f"state/{k}"] = f["observations/state"][k][o0:o0 + n]
+        out[f"state/{k}"] = f["observations/state"][k][o0 : o0 + n]
     for k in ("actions", "rewards", "dones", "terminals", "timeouts"):
-        out[k] = f["transitions"][k][t0:t0 + T]
-    out["extra/progress"] = f["transitions/extra/progress"][t0:t0 + T]
+        out[k] = f["transitions"][k][t0 : t0 + T]
+    out["extra/progress"] = f["transitions/extra/progress"][t0 : t0 + T]
     return out
 
 
@@ -80,10 +93,10 @@ def check_file(path: Path, expect: list[tuple[Path, int, str]]) -> None:
                         assert got[k] == v, (i, k)
             T = len(want["actions"])
             assert idx["obs_offsets"][i] == o0 and idx["transition_offsets"][i] == t0 and idx["episode_lengths"][i] == T
-            np.testing.assert_array_equal(idx["obs_index"][t0:t0 + T], o0 + np.arange(T))
-            np.testing.assert_array_equal(idx["next_obs_index"][t0:t0 + T], o0 + 1 + np.arange(T))
-            np.testing.assert_array_equal(idx["episode_id"][t0:t0 + T], np.full(T, i))
-            np.testing.assert_array_equal(idx["episode_transition_index"][t0:t0 + T], np.arange(T))
+            np.testing.assert_array_equal(idx["obs_index"][t0 : t0 + T], o0 + np.arange(T))
+            np.testing.assert_array_equal(idx["next_obs_index"][t0 : t0 + T], o0 + 1 + np.arange(T))
+            np.testing.assert_array_equal(idx["episode_id"][t0 : t0 + T], np.full(T, i))
+            np.testing.assert_array_equal(idx["episode_transition_index"][t0 : t0 + T], np.arange(T))
             o0 += T + 1
             t0 += T
         assert int(f.attrs["total_transitions"]) == t0 and int(f.attrs["total_observations"]) == o0
@@ -121,7 +134,9 @@ def test_merge_refuses_files_that_differ(files, tmp_path):
     write(c, [5], rgb_jpeg_quality=70, depth_codec="htj2k")
     with pytest.raises(EditError) as e:
         merge([a, c], tmp_path / "m.hdf5")
-    assert "rgb_jpeg_quality: 88 vs 70" in str(e.value) and "depth_jpeg2000_profile: 'jpeg2000' vs 'htj2k'" in str(e.value)
+    assert "rgb_jpeg_quality: 88 vs 70" in str(e.value) and "depth_jpeg2000_profile: 'jpeg2000' vs 'htj2k'" in str(
+        e.value
+    )
     assert not (tmp_path / "m.hdf5").exists()
 
 
@@ -129,7 +144,9 @@ def test_delete_in_place_and_retask(files, tmp_path):
     a, _ = files
     keep = tmp_path / "orig.hdf5"
     keep.write_bytes(a.read_bytes())
-    r = subprocess.run([str(BIN / "piper-dataset"), "delete", str(a), "--episodes", "1"], capture_output=True, text=True)
+    r = subprocess.run(
+        [str(BIN / "piper-dataset"), "delete", str(a), "--episodes", "1"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     check_file(a, [(keep, 0, "task 0"), (keep, 2, "task 0")])
     assert [x.name for x in tmp_path.glob(".a.hdf5*")] == []  # no staging, journal, temp file, nor lock
@@ -150,8 +167,16 @@ def test_split_and_merge_back(files, tmp_path):
     with h5py.File(a, "r") as f, h5py.File(tmp_path / "same.hdf5", "r") as g:  # whole datasets identical
         for name in ("observations/rgb_jpeg", "observations/depth_jp2"):
             assert [bytes(x) for x in f[name]] == [bytes(x) for x in g[name]]
-        for name in ("transitions/actions", "transitions/rewards", "transitions/dones", "index/obs_index",
-                     "index/next_obs_index", "index/episode_id", "index/obs_offsets", "index/episode_lengths"):
+        for name in (
+            "transitions/actions",
+            "transitions/rewards",
+            "transitions/dones",
+            "index/obs_index",
+            "index/next_obs_index",
+            "index/episode_id",
+            "index/obs_offsets",
+            "index/episode_lengths",
+        ):
             np.testing.assert_array_equal(f[name][()], g[name][()])
 
 
@@ -162,8 +187,11 @@ def test_sigkill_mid_merge_leaves_inputs_and_no_output(tmp_path):
     before = [sha(a), sha(b)]
     out = tmp_path / "m.hdf5"
     staging = tmp_path / ".m.hdf5.dsedit-staging"
-    p = subprocess.Popen([str(BIN / "piper-dataset"), "merge", str(a), str(b), "--out", str(out), "-q"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [str(BIN / "piper-dataset"), "merge", str(a), str(b), "--out", str(out), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while not (staging.exists() and staging.stat().st_size > 200_000) and time.monotonic() < deadline:
         assert p.poll() is None, p.communicate()
@@ -172,8 +200,12 @@ def test_sigkill_mid_merge_leaves_inputs_and_no_output(tmp_path):
     p.wait()
     assert p.returncode == -signal.SIGKILL
     assert [sha(a), sha(b)] == before and not out.exists()
-    r = subprocess.run([str(BIN / "piper-dataset"), "merge", str(a), str(b), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(BIN / "piper-dataset"), "merge", str(a), str(b), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    assert [x.name for x in tmp_path.glob(".m.hdf5*")] == []   # the killed run's lock removed by this one
+    assert [x.name for x in tmp_path.glob(".m.hdf5*")] == []  # the killed run's lock removed by this one
     check_file(out, [(a, i, f"task {i % 2}") for i in range(12)] + [(b, i, f"task {i % 2}") for i in range(12)])

@@ -1,6 +1,7 @@
 """create_decoded_subscription: the hot topics' messages reach callbacks decoded by cdr.decode (the
 bag converter's decoder) with the same values rclpy's own conversion gives; a payload that does not
 decode is a counted drop, and the executor goes on."""
+
 from __future__ import annotations
 
 import array
@@ -10,14 +11,19 @@ import time
 import numpy as np
 import pytest
 
-rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from piper_recorder.assembly.messages import image_to_numpy  # noqa: E402
-from piper_recorder.nodes.plumbing.decoded_subscription import DECODED_TYPES, DecodeErrors, create_decoded_subscription, type_name  # noqa: E402
+from piper_recorder.nodes.plumbing.decoded_subscription import (  # noqa: E402
+    DECODED_TYPES,
+    DecodeErrors,
+    create_decoded_subscription,
+    type_name,
+)
 
 
 def _messages():
@@ -51,7 +57,7 @@ def test_decoded_messages_carry_what_was_published_and_garbage_is_a_counted_drop
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for topic, msg in sent.items():
             create_decoded_subscription(node, type(msg), topic, lambda m, t=topic: got.__setitem__(t, m), qos, errors)
-        infos: list[object] = []   # a type not in DECODED_TYPES: rclpy's own message
+        infos: list[object] = []  # a type not in DECODED_TYPES: rclpy's own message
         create_decoded_subscription(node, CameraInfo, "/d/info", infos.append, qos)
         pubs = {t: node.create_publisher(type(m), t, qos) for t, m in sent.items()}
         pub_info = node.create_publisher(CameraInfo, "/d/info", qos)
@@ -89,7 +95,7 @@ def test_decoded_messages_carry_what_was_published_and_garbage_is_a_counted_drop
         while not errors.counts and time.monotonic() < end:
             time.sleep(0.05)
         assert errors.counts == {"/d/pose": 1} and "/d/pose" not in got
-        pubs["/d/pose"].publish(sent["/d/pose"])   # ... and the next good one still arrives
+        pubs["/d/pose"].publish(sent["/d/pose"])  # ... and the next good one still arrives
         end = time.monotonic() + 10
         while "/d/pose" not in got and time.monotonic() < end:
             time.sleep(0.05)

@@ -2,6 +2,7 @@
 config classes, which the nodes declare as parameters; the cores they build; the bag converter, which
 loads the recorder classes without --config; command-line defaults), and the shipped parameter files
 set only what differs from the defaults."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,14 @@ from piper_recorder.graph.install import config_path
 from piper_recorder.graph.plan import plan_graph
 from piper_recorder.params.derived import LAUNCH_SECTION
 from piper_recorder.params.params_file import read_params_file
-from piper_recorder.recording.config import (RECORDER_CONFIGS, LeRobotRecorderConfig, RgbdRecorderConfig,
-                                             lerobot_writer_config, load_config, rgbd_writer_config)
+from piper_recorder.recording.config import (
+    RECORDER_CONFIGS,
+    LeRobotRecorderConfig,
+    RgbdRecorderConfig,
+    lerobot_writer_config,
+    load_config,
+    rgbd_writer_config,
+)
 from support.node_configs import config_classes
 
 TIMING = ("timestamp_mode", "lateness_s")
@@ -42,10 +49,10 @@ def _fields(obj) -> dict:
 def test_timing_defaults_agree_between_layers(fmt):
     cls = RECORDER_CONFIGS[fmt]
     assembler = {k: _default(AssemblyConfig, k) for k in TIMING}
-    assert assembler["timestamp_mode"] == "nominal"                    # the mode every loader accepts
-    assert {k: _default(cls, k) for k in TIMING} == assembler           # recorder class = node parameters
+    assert assembler["timestamp_mode"] == "nominal"  # the mode every loader accepts
+    assert {k: _default(cls, k) for k in TIMING} == assembler  # recorder class = node parameters
     assert {k: getattr(cls().assembly(), k) for k in TIMING} == assembler
-    converter = load_config(cls, None)                                   # piper-bag2dataset without --config
+    converter = load_config(cls, None)  # piper-bag2dataset without --config
     assert {k: getattr(converter, k) for k in TIMING} == assembler
 
 
@@ -59,19 +66,20 @@ def test_recorder_defaults_build_the_cores_defaults(fmt):
 
         live = lerobot_writer_config(cfg)
         assert dataclasses.replace(live, cameras={}) == WriterConfig()
-        assert live.video == VideoConfig()                        # incl. the encoder wait (max_block_s)
+        assert live.video == VideoConfig()  # incl. the encoder wait (max_block_s)
         assert live.cameras == {cam: CameraSpec() for cam in AssemblyConfig().cameras}
     else:
         from rgbd_writer import RgbdConfig
 
         core = _fields(rgbd_writer_config(cfg))
-        skip = {"rgb_source", "depth_source", "env_args"}                # filled from the topics
-        assert {k: v for k, v in core.items() if k not in skip} == \
-            {k: v for k, v in _fields(RgbdConfig()).items() if k not in skip}
+        skip = {"rgb_source", "depth_source", "env_args"}  # filled from the topics
+        assert {k: v for k, v in core.items() if k not in skip} == {
+            k: v for k, v in _fields(RgbdConfig()).items() if k not in skip
+        }
 
 
 def test_node_configs_build_their_cores_defaults():
-    pytest.importorskip("rclpy")   # the config classes live beside the nodes
+    pytest.importorskip("rclpy")  # the config classes live beside the nodes
     from piper_recorder.nodes.quest_bridge import QuestBridgeConfig
     from piper_recorder.nodes.teleop import TeleopNodeConfig
     from piper_recorder.quest.client import ClientConfig
@@ -90,12 +98,24 @@ def test_command_line_defaults_are_the_config_defaults():
     from piper_recorder.quest.sim_server import SimConfig, _parser
 
     args = _parser().parse_args([])
-    cli = {"host": args.host, "port": args.port, "rate": args.rate, "script": args.script,
-           "replay": args.replay, "buttons": not args.no_buttons, "seed": args.seed,
-           "delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms,
-           "mono_offset_s": args.mono_offset, "stall_after_s": args.stall_after, "stall_s": args.stall_for,
-           "stall_burst": args.stall_burst, "lag_after_s": args.lag_after, "lag_rate": args.lag_rate,
-           "lag_max_s": args.lag_max}
+    cli = {
+        "host": args.host,
+        "port": args.port,
+        "rate": args.rate,
+        "script": args.script,
+        "replay": args.replay,
+        "buttons": not args.no_buttons,
+        "seed": args.seed,
+        "delay_ms": args.delay_ms,
+        "jitter_ms": args.jitter_ms,
+        "mono_offset_s": args.mono_offset,
+        "stall_after_s": args.stall_after,
+        "stall_s": args.stall_for,
+        "stall_burst": args.stall_burst,
+        "lag_after_s": args.lag_after,
+        "lag_rate": args.lag_rate,
+        "lag_max_s": args.lag_max,
+    }
     sim = _fields(SimConfig())
     assert cli == {k: sim[k] for k in cli}
     graph = _fields(SimQuestSettings())
@@ -105,6 +125,7 @@ def test_command_line_defaults_are_the_config_defaults():
     assert graph["buttons"] is False and graph["report"] == "" and sim["video_port"] == -1 and graph["enabled"] is True
     assert args.video_port == sim["video_port"]
     from piper_recorder.quest.video import VIDEO_PORT, SenderConfig
+
     assert graph["video_port"] == VIDEO_PORT == SenderConfig().port
 
 
@@ -136,16 +157,16 @@ def test_shipped_configs_set_only_what_differs_from_the_defaults(name):
     cameras = cfg[LAUNCH_SECTION]["cameras"]
     repeated = []
     for node, params in cfg.items():
-        if node == LAUNCH_SECTION or (name == "robot" and node in cameras):   # realsense2_camera's own
+        if node == LAUNCH_SECTION or (name == "robot" and node in cameras):  # realsense2_camera's own
             continue
         defaults = _node_defaults(node, cameras)
         for key, value in params.items():
-            if key in defaults and value == defaults[key] \
-                    and type(value) is type(defaults[key]):
+            if key in defaults and value == defaults[key] and type(value) is type(defaults[key]):
                 repeated.append(f"{node}.{key}: {value!r}")
     quest = cfg[LAUNCH_SECTION].get("sim_quest", {})
-    repeated += [f"{LAUNCH_SECTION}.sim_quest.{k}: {v!r}" for k, v in quest.items()
-                 if v == getattr(SimQuestSettings(), k)]
+    repeated += [
+        f"{LAUNCH_SECTION}.sim_quest.{k}: {v!r}" for k, v in quest.items() if v == getattr(SimQuestSettings(), k)
+    ]
     assert not repeated, f"config/{name}.yaml repeats code defaults (remove them): {repeated}"
 
 
@@ -156,8 +177,9 @@ def test_shipped_configs_do_not_repeat_timing_defaults(name):
         params = doc.get(cls.node_name) or {}
         for key in TIMING:
             if key in params:
-                assert params[key] != _default(cls, key), \
+                assert params[key] != _default(cls, key), (
                     f"config/{name}.yaml: {cls.node_name}.{key} repeats the default {params[key]!r}; remove it"
+                )
 
 
 def test_rotation_types_are_defined_once():
@@ -194,8 +216,12 @@ def camera_statements(doc: dict) -> dict[str, list[str]]:
     as a whole value or inside one (a topic ``/cam_front/...``), and every value of a key that names a
     serial. A section's key (the camera's own node) is no statement of the name."""
     cameras = [str(c) for c in doc.get(LAUNCH_SECTION, {}).get("cameras") or []]
-    serials = {str(v) for node, params in doc.items() for k, v in _values(params)
-               if "serial" in k.rpartition(".")[2] and v not in (None, "")}
+    serials = {
+        str(v)
+        for node, params in doc.items()
+        for k, v in _values(params)
+        if "serial" in k.rpartition(".")[2] and v not in (None, "")
+    }
     words = {w: re.compile(rf"(?<![\w-]){re.escape(w)}(?![\w-])") for w in (*cameras, *serials)}
     places: dict[str, list[str]] = {w: [] for w in words}
     for node, params in doc.items():
@@ -214,25 +240,41 @@ def test_configs_state_each_camera_name_and_serial_once(path):
     places = camera_statements(doc)
     expected = {cam: [f"{LAUNCH_SECTION}.cameras"] for cam in cameras}
     for cam in cameras:
-        (key,) = [k for k in SERIAL_KEYS if k in doc[cam]]   # every camera has a serial, in its own section
+        (key,) = [k for k in SERIAL_KEYS if k in doc[cam]]  # every camera has a serial, in its own section
         expected[str(doc[cam][key])] = [f"{cam}.{key}"]
-    assert places == expected, f"{path.name} restates a camera: state its name once in {LAUNCH_SECTION}.cameras, " \
-                               "its serial once in its own section"
+    assert places == expected, (
+        f"{path.name} restates a camera: state its name once in {LAUNCH_SECTION}.cameras, "
+        "its serial once in its own section"
+    )
 
 
 def test_the_restatement_check_finds_the_old_layout():
     """The layout before 23.1 (each node's own camera list and serials, realsense's camera_name) fails it."""
-    doc = {LAUNCH_SECTION: {"cameras": ["cam_front", "cam_wrist"]},
-           "cam_front": {"serial_no": "000000000001", "camera_name": "cam_front"}, "cam_wrist": {"serial_no": "0002"},
-           "lerobot_recorder": {"cameras": ["cam_front", "cam_wrist"], "camera_serials": ["000000000001", "0002"]},
-           "rgbd_recorder": {"camera": "cam_front", "camera_serials": ["000000000001"]},
-           "quest_video": {"image_topic_pattern": "/cam_wrist/{cam}"}}
+    doc = {
+        LAUNCH_SECTION: {"cameras": ["cam_front", "cam_wrist"]},
+        "cam_front": {"serial_no": "000000000001", "camera_name": "cam_front"},
+        "cam_wrist": {"serial_no": "0002"},
+        "lerobot_recorder": {"cameras": ["cam_front", "cam_wrist"], "camera_serials": ["000000000001", "0002"]},
+        "rgbd_recorder": {"camera": "cam_front", "camera_serials": ["000000000001"]},
+        "quest_video": {"image_topic_pattern": "/cam_wrist/{cam}"},
+    }
     places = camera_statements(doc)
-    assert places["cam_front"] == ["piper_launch.cameras", "cam_front.camera_name", "lerobot_recorder.cameras",
-                                   "rgbd_recorder.camera"]
-    assert places["cam_wrist"] == ["piper_launch.cameras", "lerobot_recorder.cameras", "quest_video.image_topic_pattern"]
-    assert places["000000000001"] == ["cam_front.serial_no", "lerobot_recorder.camera_serials",
-                                      "rgbd_recorder.camera_serials"]
+    assert places["cam_front"] == [
+        "piper_launch.cameras",
+        "cam_front.camera_name",
+        "lerobot_recorder.cameras",
+        "rgbd_recorder.camera",
+    ]
+    assert places["cam_wrist"] == [
+        "piper_launch.cameras",
+        "lerobot_recorder.cameras",
+        "quest_video.image_topic_pattern",
+    ]
+    assert places["000000000001"] == [
+        "cam_front.serial_no",
+        "lerobot_recorder.camera_serials",
+        "rgbd_recorder.camera_serials",
+    ]
     assert places["0002"] == ["cam_wrist.serial_no", "lerobot_recorder.camera_serials"]
 
 
@@ -249,7 +291,7 @@ def test_the_launchers_and_the_converter_derive_the_same_cameras(mode, tmp_path)
         converter = load_config(cls, config_path(mode))
         node = cls.node_name
         assert converter.camera_list() == (cameras if node == "lerobot_recorder" else cameras[:1])
-        assert converter.camera_serials == serials[:len(converter.camera_list())]
+        assert converter.camera_serials == serials[: len(converter.camera_list())]
         for key, value in derived_params(doc)[node].items():
             assert launch[node][key] == plan[node][key] == getattr(converter, key) == value, (node, key)
     assert launch["quest_video"]["cameras"] == plan["quest_video"]["cameras"] == cameras[:3]
@@ -265,27 +307,39 @@ def _sim(tmp_path, **sections) -> Path:
 
 
 def test_a_file_of_the_old_layout_loads_when_it_agrees_and_is_refused_when_it_contradicts(tmp_path):
-    old = {"lerobot_recorder": {"cameras": ["cam_front", "cam_wrist"], "camera_serials": ["sim-front-0001",
-                                                                                          "sim-wrist-0002"]},
-           "rgbd_recorder": {"camera": "cam_wrist", "camera_serials": ["sim-wrist-0002"]}}
+    old = {
+        "lerobot_recorder": {
+            "cameras": ["cam_front", "cam_wrist"],
+            "camera_serials": ["sim-front-0001", "sim-wrist-0002"],
+        },
+        "rgbd_recorder": {"camera": "cam_wrist", "camera_serials": ["sim-wrist-0002"]},
+    }
     path = _sim(tmp_path, **old)
     assert load_config(LeRobotRecorderConfig, path) == load_config(LeRobotRecorderConfig, config_path("sim"))
-    rgbd = load_config(RgbdRecorderConfig, path)   # a node's own choice among the cameras stands
+    rgbd = load_config(RgbdRecorderConfig, path)  # a node's own choice among the cameras stands
     assert (rgbd.camera, rgbd.camera_serials) == ("cam_wrist", ["sim-wrist-0002"])
     sub = load_config(LeRobotRecorderConfig, _sim(tmp_path, lerobot_recorder={"cameras": ["cam_wrist"]}))
     assert (sub.cameras, sub.camera_serials) == (["cam_wrist"], ["sim-wrist-0002"])
     # the launch argument's subset of an old file: its lists restricted to the cameras started
     plan = read_params_file(plan_graph("sim", path, [], tmp_path, cameras="cam_front").params_file)
-    assert (plan["lerobot_recorder"]["cameras"], plan["lerobot_recorder"]["camera_serials"]) == (["cam_front"],
-                                                                                                 ["sim-front-0001"])
-    assert (plan["rgbd_recorder"]["camera"], plan["rgbd_recorder"]["camera_serials"]) == ("cam_front",
-                                                                                          ["sim-front-0001"])
-    assert launch_overrides(read_params_file(path), cameras="cam_front")[1]["lerobot_recorder"]["cameras"] == \
-        ["cam_front"]
+    assert (plan["lerobot_recorder"]["cameras"], plan["lerobot_recorder"]["camera_serials"]) == (
+        ["cam_front"],
+        ["sim-front-0001"],
+    )
+    assert (plan["rgbd_recorder"]["camera"], plan["rgbd_recorder"]["camera_serials"]) == (
+        "cam_front",
+        ["sim-front-0001"],
+    )
+    assert launch_overrides(read_params_file(path), cameras="cam_front")[1]["lerobot_recorder"]["cameras"] == [
+        "cam_front"
+    ]
     # a contradiction names both places, from the converter and the launchers alike
     wrong = _sim(tmp_path, lerobot_recorder={"camera_serials": ["sim-front-0001", "other"]})
-    with pytest.raises(ValueError, match=r"params\d.yaml: lerobot_recorder.camera_serials says cam_wrist is 'other', "
-                                         r"cam_wrist.serial says 'sim-wrist-0002'"):
+    with pytest.raises(
+        ValueError,
+        match=r"params\d.yaml: lerobot_recorder.camera_serials says cam_wrist is 'other', "
+        r"cam_wrist.serial says 'sim-wrist-0002'",
+    ):
         load_config(LeRobotRecorderConfig, wrong)
     with pytest.raises(LaunchError, match="cam_wrist.serial says"):
         plan_graph("sim", wrong, [], tmp_path)
@@ -294,10 +348,13 @@ def test_a_file_of_the_old_layout_loads_when_it_agrees_and_is_refused_when_it_co
         load_config(RgbdRecorderConfig, stray)
     # a file without piper_launch.cameras (a recorder's section alone) keeps its own values
     alone = tmp_path / "alone.yaml"
-    alone.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {"cameras": ["top"],
-                                                                              "camera_serials": ["s"]}}}))
-    assert (load_config(LeRobotRecorderConfig, alone).cameras, load_config(LeRobotRecorderConfig, alone).camera_serials) \
-        == (["top"], ["s"])
+    alone.write_text(
+        yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {"cameras": ["top"], "camera_serials": ["s"]}}})
+    )
+    assert (
+        load_config(LeRobotRecorderConfig, alone).cameras,
+        load_config(LeRobotRecorderConfig, alone).camera_serials,
+    ) == (["top"], ["s"])
 
 
 def test_the_cameras_sizes_and_serials_reach_the_recorders(tmp_path):
@@ -305,8 +362,10 @@ def test_the_cameras_sizes_and_serials_reach_the_recorders(tmp_path):
     --set of a camera reach the recorders (piper-launch derives after the sets)."""
     plan = plan_graph("sim", config_path("sim"), ["cam_front.width=320", "cam_wrist.serial=w-9"], tmp_path)
     eff = read_params_file(plan.params_file)
-    assert (eff["lerobot_recorder"]["camera_widths"], eff["lerobot_recorder"]["camera_heights"]) == ([320, 640],
-                                                                                                   [480, 480])
+    assert (eff["lerobot_recorder"]["camera_widths"], eff["lerobot_recorder"]["camera_heights"]) == (
+        [320, 640],
+        [480, 480],
+    )
     assert eff["lerobot_recorder"]["camera_serials"] == ["sim-front-0001", "w-9"]
     assert eff["rgbd_recorder"]["camera_width"] == 320 and "camera_height" not in eff["rgbd_recorder"]
     with pytest.raises(LaunchError, match="state a serial once"):
@@ -318,4 +377,4 @@ def test_the_cameras_sizes_and_serials_reach_the_recorders(tmp_path):
     robot["cam_wrist"]["rgb_camera.color_profile"] = "848x480x30"
     derived = effective_params(robot)
     assert derived["lerobot_recorder"]["camera_widths"] == [640, 848]
-    assert "camera_width" not in derived["rgbd_recorder"]   # cam_front: the default profile
+    assert "camera_width" not in derived["rgbd_recorder"]  # cam_front: the default profile

@@ -5,6 +5,7 @@ camera pause is counted in episodes.jsonl and the episode stays valid.
 
 Cameras run at 320x240 here for speed (the demo default is 640x480).
 """
+
 from __future__ import annotations
 
 import json
@@ -102,8 +103,22 @@ def test_demo_cli_records_valid_aligned_datasets(tmp_path):
     # As `make demo` records (nominal mode, one frame per row) and validates: lerobot-doctor --fail-on
     # warn (issue 7): no frozen-action run (>= 5 % of an episode), no action jump, no timestamp gap, as
     # many video frames as rows.
-    proc = subprocess.run([str(Path(sys.executable).parent / "piper-demo"), "--out", str(out), "--episodes", "2",
-                           "--seconds", "4", "--size", f"{W}x{H}"], capture_output=True, text=True, timeout=220)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "piper-demo"),
+            "--out",
+            str(out),
+            "--episodes",
+            "2",
+            "--seconds",
+            "4",
+            "--size",
+            f"{W}x{H}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
     for check in ("lerobot", "rgbd", "lerobot-doctor"):
         assert f"validation {check}: OK" in proc.stdout, proc.stdout[-6000:]
@@ -118,8 +133,9 @@ def test_demo_cli_records_valid_aligned_datasets(tmp_path):
         # a busy machine: an arm message that reached the recorder after its lateness leaves an older EEF
         # in the row (counted as messages_late in episodes.jsonl).
         assert np.median(flat) < 1.0, f"{cam}: median marker error {np.median(flat):.2f} px"
-        assert np.mean(flat < 4.0) >= 0.9, f"{cam}: {np.mean(flat >= 4.0):.0%} of rows off by >= 4 px " \
-            f"(worst {flat.max():.1f} px)"
+        assert np.mean(flat < 4.0) >= 0.9, (
+            f"{cam}: {np.mean(flat >= 4.0):.0%} of rows off by >= 4 px (worst {flat.max():.1f} px)"
+        )
 
 
 def test_camera_pause_counted_and_episode_valid(tmp_path):

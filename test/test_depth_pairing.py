@@ -1,6 +1,7 @@
 """RGB-D colour/depth pairing by nearest stamp within half a frame period (issue 16.10): realsense
 without ``enable_sync`` stamps depth and colour a few ms apart; every capture still pairs with its own
 half, in any arrival order, and what cannot pair is counted in the episode's counters."""
+
 from __future__ import annotations
 
 import random
@@ -34,7 +35,7 @@ def interleave(caps, seed):
     msgs = [(c + rng.randint(0, 90 * MS), "color", i, c) for i, (c, _) in enumerate(caps)]
     msgs += [(d + rng.randint(0, 90 * MS), "depth", i, d) for i, (_, d) in enumerate(caps)]
     per = {"color": sorted(m for m in msgs if m[1] == "color"), "depth": sorted(m for m in msgs if m[1] == "depth")}
-    for k in per:   # one topic is delivered in order: sort each topic's arrivals, keep its stamp order
+    for k in per:  # one topic is delivered in order: sort each topic's arrivals, keep its stamp order
         stamps = sorted(m[3] for m in per[k])
         per[k] = [(a, k, i, s) for (a, _, i, _), s in zip(per[k], stamps)]
     return sorted(per["color"] + per["depth"])
@@ -63,7 +64,7 @@ def test_a_missing_depth_image_costs_one_unpaired_colour_image():
             got += p.add_depth(d, i)
     assert [rgb for _, rgb, _ in got] == [i for i in range(30) if i != 12]
     assert all(rgb == d for _, rgb, d in got) and p.unpaired == 1
-    far = DepthPairer(PERIOD)   # more than half a period apart: never a pair
+    far = DepthPairer(PERIOD)  # more than half a period apart: never a pair
     assert far.add_color(0, "c") == [] and far.add_depth(round(PERIOD / 2) + 1, "d") == []
     far.add_depth(round(PERIOD * 1.6), "d2")
     assert far.unpaired == 1
@@ -99,13 +100,20 @@ class RgbdWriter:
 def test_rgbd_episode_pairs_offset_depth_and_counts_the_unpaired():
     w = RgbdWriter()
     cfg = AssemblyConfig(fps=30, cameras=("cam_front",), lateness_s=0.1, timestamp_mode="nominal")
-    c = EpisodeController(RgbdTarget(w, "cam_front"), cfg, recorder="rgbd_recorder", max_episode_s=0,
-                          publish_event=lambda e: None, session_record=lambda: {}, log=lambda m: None)
+    c = EpisodeController(
+        RgbdTarget(w, "cam_front"),
+        cfg,
+        recorder="rgbd_recorder",
+        max_episode_s=0,
+        publish_event=lambda e: None,
+        session_record=lambda: {},
+        log=lambda m: None,
+    )
     t0 = time.time_ns()
-    caps = captures(60, 4.0, t0=t0 - 50 * MS, seed=4)   # depth 4 ms after colour, as without enable_sync
+    caps = captures(60, 4.0, t0=t0 - 50 * MS, seed=4)  # depth 4 ms after colour, as without enable_sync
     assert c.start("", lambda: t0).ok
     k = 0
-    for i in range(170):   # until the end (1.5 s) + the assembly delay (0.1 s lateness + the frame horizon)
+    for i in range(170):  # until the end (1.5 s) + the assembly delay (0.1 s lateness + the frame horizon)
         s = t0 - 50 * MS + i * 10 * MS
         c.add_joint_state(s, [0.1] * 6 + [0.04])
         c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
@@ -114,12 +122,12 @@ def test_rgbd_episode_pairs_offset_depth_and_counts_the_unpaired():
         while k < len(caps) and caps[k][1] <= s:
             col, dep = caps[k]
             c.add_color("cam_front", col, np.full((2, 2, 3), k, np.uint8))
-            if k != 30:   # one depth image lost
+            if k != 30:  # one depth image lost
                 c.add_depth("cam_front", dep, np.full((2, 2), k, np.uint16))
             k += 1
         c.tick(s)
     assert c.stop(t0 + 1_500 * MS).ok
     (obs,) = w.ended
-    assert all(rgb == d for rgb, d in obs)    # each observation's depth is its own capture's
+    assert all(rgb == d for rgb, d in obs)  # each observation's depth is its own capture's
     assert len(obs) == 46 and c.last_counters["frames_unpaired"] == {"cam_front": 1}
-    assert c.last_counters["frames_repeated"] == {"cam_front": 1}   # the capture without depth
+    assert c.last_counters["frames_repeated"] == {"cam_front": 1}  # the capture without depth

@@ -1,6 +1,7 @@
 """The manual's reference pages are what the code says (docs/gen_reference.py generates them from the
 nodes' config dataclasses and piper_recorder.names; `make docs` rewrites them), and mkdocs.yml's nav names
 exactly the pages in docs/ (`mkdocs build --strict` in `make docs` checks the links themselves)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,7 +22,7 @@ def _generator():
 
 
 def test_reference_pages_equal_what_the_code_defines():
-    pytest.importorskip("rclpy")   # the nodes' modules declare the parameters
+    pytest.importorskip("rclpy")  # the nodes' modules declare the parameters
     gen = _generator()
     for name, make in gen.PAGES.items():
         committed = (ROOT / "docs" / "reference" / name).read_text()
@@ -44,7 +45,11 @@ def test_type_names_keep_their_parameters():
     """A list parameter reads ``list[str]`` on every Python (3.10 takes ``list[str]`` for a class named list)."""
     name = _generator()._type_name
     assert [name(t) for t in (int, list[str], dict[str, float], str | None)] == [
-        "int", "list[str]", "dict[str, float]", "str | None"]
+        "int",
+        "list[str]",
+        "dict[str, float]",
+        "str | None",
+    ]
 
 
 def _nav_files(nav) -> list[str]:
@@ -72,7 +77,8 @@ def test_nodes_create_services_only_by_the_names_in_the_reference():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "create_service" and len(node.args) > 1:
                 name = node.args[1]
-                if isinstance(name, ast.Constant) or (isinstance(name, ast.JoinedStr) and all(
-                        isinstance(v, ast.Constant) for v in name.values)):
+                if isinstance(name, ast.Constant) or (
+                    isinstance(name, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in name.values)
+                ):
                     literal.append(f"{path.name}:{node.lineno}")
     assert not literal, f"service names written as literals (put them in piper_recorder.names): {literal}"

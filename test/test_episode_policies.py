@@ -5,6 +5,7 @@ recorder named only the policy active at the episode's start. ``recording.policy
 /policy/provenance and /policy/actor as the recorder receives them; the controller's
 ``episode_fields`` hook adds them to the saved record. Here with the real LeRobot writer.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,20 +30,20 @@ def test_intervals_on_the_episode_axis_and_the_policy_that_ran_them():
     log = PolicyLog()
     t0 = 1000 * S
     log.on_actor(t0 - 5 * S, "none")
-    log.on_actor(t0 + 2 * S, "policy")                     # the actor arrived before the provenance
+    log.on_actor(t0 + 2 * S, "policy")  # the actor arrived before the provenance
     log.on_provenance(t0 + 2 * S + 3 * MS, ACT)
-    log.on_actor(t0 + 4 * S, "operator")                   # takeover
-    log.on_actor(t0 + 5 * S, "policy")                     # resume
+    log.on_actor(t0 + 4 * S, "operator")  # takeover
+    log.on_actor(t0 + 5 * S, "policy")  # resume
     log.on_provenance(t0 + 6 * S, {**ACT, "active": False})
     log.on_actor(t0 + 6 * S + 10 * MS, "none")
-    log.on_provenance(t0 + 7 * S, GR00T)                   # another policy node
+    log.on_provenance(t0 + 7 * S, GR00T)  # another policy node
     log.on_actor(t0 + 7 * S + 5 * MS, "policy")
     got = log.acted(t0, t0 + 8 * S)
     assert [g["backend"] for g in got] == ["http", "gr00t"]
     assert got[0]["acted_s"] == [[2.0, 4.0], [5.0, 6.01]] and got[0]["first_s"] == 2.0 and got[0]["last_s"] == 6.01
     assert "active" not in got[0] and got[0]["content_hash"] == "sha256:aa"
     assert got[1]["acted_s"] == [[7.005, 8.0]]
-    assert log.acted(t0 + 4 * S + 1, t0 + 4 * S + 2) == []          # the operator's stretch: nobody
+    assert log.acted(t0 + 4 * S + 1, t0 + 4 * S + 2) == []  # the operator's stretch: nobody
     assert log.acted(t0 - 10 * S, t0)[:1] == []
 
 
@@ -54,23 +55,31 @@ def test_an_actor_without_any_provenance_is_still_named():
 
 
 def test_an_episode_started_before_the_policy_names_it_in_episodes_jsonl(tmp_path: Path):
-    cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16,
-                                camera_width=16, lateness_s=0.0)
+    cfg = LeRobotRecorderConfig(
+        root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16, lateness_s=0.0
+    )
     log = PolicyLog()
     log.on_actor(time.time_ns() - 10 * S, "none")
-    c = EpisodeController(LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg))), cfg.assembly(), recorder="lerobot_recorder", max_episode_s=0, publish_event=lambda e: None,
-                          session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
-                          log=lambda m: None, episode_fields=lambda o, e: episode_fields(log, o, e))
+    c = EpisodeController(
+        LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg))),
+        cfg.assembly(),
+        recorder="lerobot_recorder",
+        max_episode_s=0,
+        publish_event=lambda e: None,
+        session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
+        log=lambda m: None,
+        episode_fields=lambda o, e: episode_fields(log, o, e),
+    )
     t = time.time_ns()
     try:
-        assert c.start("pick", lambda: t).ok                    # no policy active yet
-        for i in range(100):                                    # 1 s of rows
+        assert c.start("pick", lambda: t).ok  # no policy active yet
+        for i in range(100):  # 1 s of rows
             s = t + i * 10 * MS
             if i == 30:
-                log.on_provenance(s, ACT)                       # /policy/start mid-episode
+                log.on_provenance(s, ACT)  # /policy/start mid-episode
                 log.on_actor(s + MS, "policy")
             if i == 70:
-                log.on_actor(s, "operator")                     # the operator's grip
+                log.on_actor(s, "operator")  # the operator's grip
             c.add_joint_state(s, [0.1] * 6 + [0.04])
             c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
             c.add_commanded_pose(s, (0, 0, 0), (0, 0, 0, 1))
@@ -87,5 +96,6 @@ def test_an_episode_started_before_the_policy_names_it_in_episodes_jsonl(tmp_pat
     assert pol["url"] == ACT["url"] and pol["content_hash"] == "sha256:aa"
     # on the rows' timestamp axis: row 0 is the episode's first grid tick
     first_row_ns = t + ep["skipped_start_ticks"] * round(1e9 / 30)
-    assert pol["acted_s"] == [[round((t + 301 * MS - first_row_ns) / 1e9, 3),
-                               round((t + 700 * MS - first_row_ns) / 1e9, 3)]]
+    assert pol["acted_s"] == [
+        [round((t + 301 * MS - first_row_ns) / 1e9, 3), round((t + 700 * MS - first_row_ns) / 1e9, 3)]
+    ]

@@ -1,4 +1,5 @@
 """episode_stats against numpy computed independently, the way lerobot 0.3.3's compute_stats does it."""
+
 import json
 
 import av
@@ -14,8 +15,12 @@ def _lerobot_image_stats(frames: np.ndarray) -> dict:
     h, w = frames.shape[1:3]
     f = 1 if max(h, w) < 300 else (int(w / 150) if w > h else int(h / 150))
     img = np.stack([fr.transpose(2, 0, 1)[:, ::f, ::f] for fr in frames])
-    out = {"min": np.min(img, axis=(0, 2, 3), keepdims=True), "max": np.max(img, axis=(0, 2, 3), keepdims=True),
-           "mean": np.mean(img, axis=(0, 2, 3), keepdims=True), "std": np.std(img, axis=(0, 2, 3), keepdims=True)}
+    out = {
+        "min": np.min(img, axis=(0, 2, 3), keepdims=True),
+        "max": np.max(img, axis=(0, 2, 3), keepdims=True),
+        "mean": np.mean(img, axis=(0, 2, 3), keepdims=True),
+        "std": np.std(img, axis=(0, 2, 3), keepdims=True),
+    }
     out = {k: np.squeeze(v / 255.0, axis=0) for k, v in out.items()}
     out["count"] = np.array([len(img)])
     return out, img
@@ -36,8 +41,9 @@ def test_image_stats_match_lerobot(shape):
     px = img.transpose(1, 0, 2, 3).reshape(3, -1)
     hist = es.histogram(frames)
     for p in (0.0, 0.01, 0.37, 0.99, 1.0):
-        np.testing.assert_allclose(es.hist_quantile(hist, p).ravel(), np.quantile(px, p, axis=1) / 255.0,
-                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            es.hist_quantile(hist, p).ravel(), np.quantile(px, p, axis=1) / 255.0, rtol=0, atol=1e-12
+        )
 
 
 def test_sampler_takes_every_stride_th_frame():
@@ -53,7 +59,7 @@ def test_sampler_takes_every_stride_th_frame():
 def test_lerobot_sample_indices():
     assert es.lerobot_sample_indices(50) == list(range(50))
     idx = es.lerobot_sample_indices(900)
-    assert len(idx) == int(900 ** 0.75) and idx[0] == 0 and idx[-1] == 899
+    assert len(idx) == int(900**0.75) and idx[0] == 0 and idx[-1] == 899
     assert len(es.lerobot_sample_indices(300)) == 100
 
 
@@ -61,8 +67,7 @@ def test_vector_stats_types_and_shapes():
     rng = np.random.default_rng(3)
     v = rng.normal(size=(50, 4)).astype(np.float32)
     s = es.vector_stats(v)
-    assert {k: a.shape for k, a in s.items()} == {"min": (4,), "max": (4,), "mean": (4,), "std": (4,),
-                                                  "count": (1,)}
+    assert {k: a.shape for k, a in s.items()} == {"min": (4,), "max": (4,), "mean": (4,), "std": (4,), "count": (1,)}
     assert s["mean"].dtype == np.float32  # numpy on the stored dtype, as LeRobot
     np.testing.assert_array_equal(s["std"], np.std(v, axis=0))
     ts = np.arange(50, dtype=np.float32) / 30
@@ -76,9 +81,10 @@ def test_vector_stats_types_and_shapes():
 def test_episode_stats_json_layout():
     rng = np.random.default_rng(4)
     frames = rng.integers(0, 256, (6, 48, 64, 3), dtype=np.uint8)
-    st = es.episode_stats({"action": rng.normal(size=(6, 2)).astype(np.float32),
-                           "index": np.arange(6, dtype=np.int64)},
-                          {"observation.images.cam": frames})
+    st = es.episode_stats(
+        {"action": rng.normal(size=(6, 2)).astype(np.float32), "index": np.arange(6, dtype=np.int64)},
+        {"observation.images.cam": frames},
+    )
     json.dumps(st)
     img = st["observation.images.cam"]
     assert sorted(img) == sorted(es.EPISODE_STATS_KEYS)

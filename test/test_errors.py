@@ -4,6 +4,7 @@ errors, OSError and a decoder's own "does not decode" errors; a bare ValueError 
 its traceback. The exit codes are checked through the real console scripts as child processes; the bug
 is injected with a ``sitecustomize`` module on PYTHONPATH that patches the validator before main runs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -44,11 +45,14 @@ def _exception_classes() -> dict[str, list[tuple[str, list[str]]]]:
         for p in sorted((ROOT / pkg).rglob("*.py")):
             for node in ast.walk(ast.parse(p.read_text())):
                 if isinstance(node, ast.ClassDef):
-                    bases = [b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
-                             if isinstance(b, (ast.Name, ast.Attribute))]
+                    bases = [
+                        b.id if isinstance(b, ast.Name) else b.attr
+                        for b in node.bases
+                        if isinstance(b, (ast.Name, ast.Attribute))
+                    ]
                     found.setdefault(node.name, []).append((str(p.relative_to(ROOT)), bases))
     known = set(BUILTIN_EXCEPTIONS)
-    while True:         # a class is an exception class if one of its bases is
+    while True:  # a class is an exception class if one of its bases is
         more = {n for n, defs in found.items() if n not in known and any(set(b) & known for _, b in defs)}
         if not more:
             break
@@ -79,7 +83,7 @@ def test_the_formats_share_one_schema_and_one_episode_state_error():
 
     assert lerobot_errors.SchemaError is rgbd_errors.SchemaError is SchemaError
     assert lerobot_errors.EpisodeStateError is rgbd_errors.EpisodeStateError is EpisodeStateError
-    for cls in (SchemaError, EpisodeStateError):      # either format's callers catch them with their base
+    for cls in (SchemaError, EpisodeStateError):  # either format's callers catch them with their base
         assert issubclass(cls, DatasetError) and issubclass(cls, RgbdError)
     assert issubclass(SchemaError, ValueError) and issubclass(EpisodeStateError, RuntimeError)
 
@@ -89,9 +93,15 @@ def test_input_errors_are_the_projects_oserror_and_decoders_never_a_bare_value_e
     import pyarrow as pa
 
     assert errors.INPUT_ERRORS == (PiperInputError, OSError)
-    for exc in (SchemaError("x"), DatasetError("x"), FileNotFoundError("x"), json.JSONDecodeError("x", "", 0),
-                UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
-                pa.lib.ArrowInvalid("x"), av.error.InvalidDataError(1094995529, "x")):
+    for exc in (
+        SchemaError("x"),
+        DatasetError("x"),
+        FileNotFoundError("x"),
+        json.JSONDecodeError("x", "", 0),
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        pa.lib.ArrowInvalid("x"),
+        av.error.InvalidDataError(1094995529, "x"),
+    ):
         assert is_input_error(exc), exc
     for exc in (ValueError("x"), TypeError("x"), KeyError("x"), RuntimeError("x"), PiperError("x")):
         assert not is_input_error(exc), exc
@@ -135,7 +145,7 @@ def root(tmp_path_factory) -> Path:
 def test_garbled_input_exits_2_with_one_line(tmp_path, root):
     bad = tmp_path / "bad"
     shutil.copytree(root, bad)
-    (bad / "meta/info.json").write_text('{"codebase_version": ')           # a JSONDecodeError
+    (bad / "meta/info.json").write_text('{"codebase_version": ')  # a JSONDecodeError
     p = _run(["piper-view", str(bad), "--out", str(tmp_path / "r.html")], tmp_path)
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "Traceback" not in p.stderr and p.stderr.strip().startswith("piper-view:"), p.stderr
@@ -143,16 +153,19 @@ def test_garbled_input_exits_2_with_one_line(tmp_path, root):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("exc, code", [
-    ("ValueError('a bug in the reading code')", 1),
-    ("KeyError('features')", 1),
-    ("__import__('piper_recorder.errors').errors.SchemaError('column x: bad shape')", 2),
-    ("FileNotFoundError(2, 'No such file', 'meta/tasks.jsonl')", 2),
-])
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        ("ValueError('a bug in the reading code')", 1),
+        ("KeyError('features')", 1),
+        ("__import__('piper_recorder.errors').errors.SchemaError('column x: bad shape')", 2),
+        ("FileNotFoundError(2, 'No such file', 'meta/tasks.jsonl')", 2),
+    ],
+)
 def test_console_script_exit_code_follows_the_error_class(tmp_path, root, exc, code):
     p = _run(["piper-validate", str(root)], tmp_path, inject=exc)
     assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
-    if code == 1:       # a bug: its traceback and a line saying it is one
+    if code == 1:  # a bug: its traceback and a line saying it is one
         assert "Traceback" in p.stderr and "piper-validate: internal error (a bug" in p.stderr, p.stderr
     else:
         assert "Traceback" not in p.stderr and p.stderr.startswith("piper-validate: "), p.stderr

@@ -4,6 +4,7 @@ rclpy's EventsExecutor awaits a coroutine service callback only from a release o
 7.1.6, whose EventsExecutor hands the coroutine to send_response and the call is never answered).
 ``executor_for`` picks the single-threaded executor there; this checks the release table against what the
 installed rclpy really does, and that the choice answers."""
+
 from __future__ import annotations
 
 import threading
@@ -11,16 +12,30 @@ import time
 
 import pytest
 
-rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from std_srvs.srv import Trigger  # noqa: E402
 
-from piper_recorder.nodes.plumbing.executors import (events_executor_awaits_services, executor_class,  # noqa: E402
-                                                     executor_for, run_in_thread)
+from piper_recorder.nodes.plumbing.executors import (  # noqa: E402
+    events_executor_awaits_services,
+    executor_class,
+    executor_for,
+    run_in_thread,
+)
 
 
-@pytest.mark.parametrize("version,awaits", [((7, 1, 6), False), ((7, 1, 11), True), ((7, 2, 0), True),
-                                            ((3, 3, 16), False), ((9, 1, 1), False), ((9, 1, 2), True),
-                                            ((10, 0, 1), True), ((11, 0, 0), False)])
+@pytest.mark.parametrize(
+    "version,awaits",
+    [
+        ((7, 1, 6), False),
+        ((7, 1, 11), True),
+        ((7, 2, 0), True),
+        ((3, 3, 16), False),
+        ((9, 1, 1), False),
+        ((9, 1, 2), True),
+        ((10, 0, 1), True),
+        ((11, 0, 0), False),
+    ],
+)
 def test_release_table(version, awaits):
     assert events_executor_awaits_services(version) is awaits
 
@@ -54,7 +69,7 @@ def _answered(kind: str, ros_domain) -> bool:
                 try:
                     ex.spin_once(timeout_sec=0.05)
                 except TypeError:
-                    pass   # an EventsExecutor that cannot await the coroutine raises here, and goes on
+                    pass  # an EventsExecutor that cannot await the coroutine raises here, and goes on
 
         t = threading.Thread(target=spin, daemon=True)
         t.start()

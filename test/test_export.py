@@ -1,5 +1,6 @@
 """piper-export: v2.1 and v3.0 outputs read back with independent readers (pyarrow, PyAV, json,
 lerobot-doctor), appends, kills (an exception mid-export and a SIGKILL), and the refusals (exit 2)."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,9 @@ BIN = ROOT_DIR / ".venv" / "bin"
 
 def record(root: Path, lengths: list[int], seed0: int = 0, cams=CAMS) -> None:
     """Episodes recorded by the real writer; camera frame k shows k in its pixels."""
-    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(H, W) for c in cams},
-                       video=VideoConfig(max_block_s=None))  # never drop a frame on a loaded machine
+    cfg = WriterConfig(
+        fps=FPS, cameras={c: CameraSpec(H, W) for c in cams}, video=VideoConfig(max_block_s=None)
+    )  # never drop a frame on a loaded machine
     with LeRobotWriter(root, cfg) as w:
         for j, n in enumerate(lengths):
             w.start_episode(("pick", "place")[(seed0 + j) % 2])
@@ -85,16 +87,16 @@ def check_v30(out: Path, src: Path) -> dict:
 
     tasks = pq.read_table(out / "meta/tasks.parquet")
     assert json.loads(tasks.schema.metadata[b"pandas"])["index_columns"] == ["__index_level_0__"]
-    assert tasks.to_pylist() == [{"task_index": t["task_index"], "__index_level_0__": t["task"]}
-                                 for t in src_tasks]
+    assert tasks.to_pylist() == [{"task_index": t["task_index"], "__index_level_0__": t["task"]} for t in src_tasks]
 
     meta_files = sorted((out / "meta/episodes").glob("*/*.parquet"))
     rows = pa.concat_tables([pq.read_table(f) for f in meta_files]).to_pylist()
     assert [r["episode_index"] for r in rows] == list(range(len(src_eps)))
     for f in meta_files:  # each file's rows name the file they are in
         chunk, file = int(f.parent.name[6:]), int(f.stem[5:])
-        assert {(r["meta/episodes/chunk_index"], r["meta/episodes/file_index"])
-                for r in pq.read_table(f).to_pylist()} == {(chunk, file)}
+        assert {
+            (r["meta/episodes/chunk_index"], r["meta/episodes/file_index"]) for r in pq.read_table(f).to_pylist()
+        } == {(chunk, file)}
 
     # data: rows identical to the source, ranges contiguous, each episode in the file it names
     start = 0
@@ -102,16 +104,16 @@ def check_v30(out: Path, src: Path) -> dict:
         assert r["tasks"] == e["tasks"] and r["length"] == e["length"]
         assert (r["dataset_from_index"], r["dataset_to_index"]) == (start, start + e["length"])
         start += e["length"]
-        data = pq.read_table(out / info["data_path"].format(chunk_index=r["data/chunk_index"],
-                                                            file_index=r["data/file_index"]))
+        data = pq.read_table(
+            out / info["data_path"].format(chunk_index=r["data/chunk_index"], file_index=r["data/file_index"])
+        )
         mine = data.filter(pc.equal(data["episode_index"], r["episode_index"]))
         theirs = pq.read_table(src / f"data/chunk-000/episode_{r['episode_index']:06d}.parquet")
         assert mine.num_rows == e["length"]
         assert mine.select(theirs.column_names).to_pylist() == theirs.to_pylist()
         assert mine["index"].to_pylist() == list(range(r["dataset_from_index"], r["dataset_to_index"]))
         for key, feat in info["features"].items():
-            assert r[f"stats/{key}/count"] == [e["length"] if feat["dtype"] != "video"
-                                               else r[f"stats/{key}/count"][0]]
+            assert r[f"stats/{key}/count"] == [e["length"] if feat["dtype"] != "video" else r[f"stats/{key}/count"][0]]
     data_files = sorted((out / "data").glob("*/*.parquet"))
     assert sum(pq.read_metadata(f).num_rows for f in data_files) == info["total_frames"]
 
@@ -149,7 +151,7 @@ def check_v30(out: Path, src: Path) -> dict:
                     assert round(query * avg_fps) == j  # torchcodec's index rule
                     assert dec_idx[j] == k  # the decoded picture is the row's frame
                 src_path = src / f"videos/chunk-000/{key}/episode_{ep:06d}.mp4"
-                assert payload[position:position + r["length"]] == packets(src_path)[2]  # bit-identical
+                assert payload[position : position + r["length"]] == packets(src_path)[2]  # bit-identical
                 position += r["length"]
             assert position == len(pts)
             if len(eps) > 1:
@@ -168,8 +170,12 @@ def check_v30(out: Path, src: Path) -> dict:
         assert all(np.asarray(stats[key][s]).shape == (3, 1, 1) for s in ("min", "max", "mean", "std", "q01", "q99"))
     for name in ("modality.json",):
         assert (out / "meta" / name).read_bytes() == (src / "meta" / name).read_bytes()
-    return {"episodes": len(rows), "data_files": len(data_files), "meta_files": len(meta_files),
-            "video_files": n_video_files}
+    return {
+        "episodes": len(rows),
+        "data_files": len(data_files),
+        "meta_files": len(meta_files),
+        "video_files": n_video_files,
+    }
 
 
 # ---- v3.0 -----------------------------------------------------------------------------------
@@ -183,8 +189,12 @@ def test_v30_export_reads_back_with_pyarrow_and_pyav(tmp_path):
     assert summary == {"episodes": 3, "data_files": 1, "meta_files": 1, "video_files": 2}
     assert not any(p.name.startswith(".v30.export") and p.is_dir() for p in tmp_path.iterdir())
     # lerobot-doctor reads v3.0 too
-    r = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
@@ -293,7 +303,7 @@ def test_exception_mid_export_leaves_previous_export(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="simulated crash"):
         export(src, "v3.0", out)
     assert tree_hashes(out) == hashes
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "v30"]   # no staging, and the lock removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "v30"]  # no staging, and the lock removed
     monkeypatch.setattr(video_concat.VideoFileWriter, "add_episode", real)
     assert export(src, "v3.0", out).added == 2
     check_v30(out, src)
@@ -308,8 +318,12 @@ def test_sigkill_mid_export_leaves_previous_export(tmp_path):
     record(src, [60] * 12, seed0=1)
     staging = tmp_path / ".v30.export-staging"
     env = dict(os.environ, PYTHONPATH=str(ROOT_DIR))
-    p = subprocess.Popen([str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out), "-q"],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out), "-q"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     while not list((staging / "videos").rglob("*.mp4")) and time.monotonic() < deadline:
         assert p.poll() is None, p.communicate()
@@ -321,8 +335,13 @@ def test_sigkill_mid_export_leaves_previous_export(tmp_path):
     assert tree_hashes(out) == hashes  # the previous export, byte for byte
     check_v30_prefix = json.loads((out / "meta/piper_export.json").read_text())
     assert check_v30_prefix["episodes"] == 1
-    r = subprocess.run([str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out), "-q"],
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out), "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert not staging.exists()
     check_v30(out, src)
@@ -344,14 +363,20 @@ def test_v21_export_passes_lerobot_doctor_and_links_payload(tmp_path):
         assert set(x["stats"]) == set(info["features"])
         assert x["stats"]["observation.state"]["count"] == [n]
         assert np.asarray(x["stats"]["observation.images.cam_front"]["mean"]).shape == (3, 1, 1)
-    for rel in ("data/chunk-000/episode_000002.parquet",
-                "videos/chunk-000/observation.images.cam_wrist/episode_000001.mp4"):
+    for rel in (
+        "data/chunk-000/episode_000002.parquet",
+        "videos/chunk-000/observation.images.cam_wrist/episode_000001.mp4",
+    ):
         assert (out / rel).stat().st_ino == (src / rel).stat().st_ino  # hard link, not a copy
     assert (out / "meta/stats.json").read_bytes() == (src / "meta/stats.json").read_bytes()
     for name in ("episodes.jsonl", "tasks.jsonl", "modality.json"):
         assert (out / "meta" / name).read_bytes() == (src / "meta" / name).read_bytes()
-    r = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
@@ -405,8 +430,12 @@ def test_old_root_without_camera_stats_gets_them(tmp_path, to):
         counts = np.array([x["stats"][key]["count"][0] for x in lines], float)
         means = np.array([x["stats"][key]["mean"] for x in lines])
         np.testing.assert_allclose(stats[key]["mean"], np.tensordot(counts, means, 1) / counts.sum(), rtol=1e-9)
-        r = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [str(BIN / "lerobot-doctor"), "check", str(out), "--ci", "--fail-on", "warn"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout[-3000:]
     else:
         check_v30(out, src)
@@ -414,8 +443,9 @@ def test_old_root_without_camera_stats_gets_them(tmp_path, to):
 
 # ---- refusals -------------------------------------------------------------------------------
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "piper-export"), *map(str, args), "-q"], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [str(BIN / "piper-export"), *map(str, args), "-q"], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.integration
@@ -441,6 +471,7 @@ def test_refusals_exit_2_with_a_clear_message(tmp_path):
 
     def short_video(root):
         from lerobot_fixtures import write_video
+
         write_video(root / "videos/chunk-000/observation.images.cam_front/episode_000001.mp4", 25)
 
     def off_grid(root):
@@ -454,10 +485,14 @@ def test_refusals_exit_2_with_a_clear_message(tmp_path):
         path.write_bytes(b"\x00" * 64 + path.read_bytes()[64:200])
 
     cases = {
-        "unknown version": (variant("v16", lambda r: set_info(r, codebase_version="v1.6")),
-                            "codebase_version 'v1.6' cannot be exported"),
-        "not ours": (variant("foreign", lambda r: (r / "meta/modality.json").unlink()),
-                     "not a root written by piper_recorder"),
+        "unknown version": (
+            variant("v16", lambda r: set_info(r, codebase_version="v1.6")),
+            "codebase_version 'v1.6' cannot be exported",
+        ),
+        "not ours": (
+            variant("foreign", lambda r: (r / "meta/modality.json").unlink()),
+            "not a root written by piper_recorder",
+        ),
         "cameras differ": (variant("cams", drop_camera), "cameras must be the same in every episode"),
         "frames != rows": (variant("short", short_video), "25 video frames for 30 rows"),
         "rows off the grid": (variant("offgrid", off_grid), "v3.0 needs rows on the frame grid"),

@@ -6,6 +6,7 @@ file (``inputs:``): a recorder node takes it with ``-p mapping:=FILE``, the conv
 ``--mapping FILE``. Rows are checked against what was published: row k holds the newest sample
 stamped at or before its grid time ``start_ns + floor(k * 1e9 / fps)``.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -26,7 +27,11 @@ from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.format.features import piper_features
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.recording.config import (
-    LeRobotRecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config)
+    LeRobotRecorderConfig,
+    RgbdRecorderConfig,
+    lerobot_writer_config,
+    rgbd_writer_config,
+)
 from piper_recorder.recording.inputs import topic_map
 from piper_recorder.recording.router import InputRouter
 from rgbd_writer.validate import validate_file
@@ -66,14 +71,27 @@ def test_piper_table_gives_the_dataset_columns_of_earlier_releases():
     """Names, order, modality and combined columns as the spec (and every dataset so far) has them."""
     cols = [(f.key, f.names, f.slices(), f.combined) for f in piper_features()]
     assert cols == [
-        ("observation.arm_joint", tuple(f"joint{i}" for i in range(1, 7)), (("arm_joint", 0, 6, False),),
-         "observation.state"),
-        ("observation.arm_eef", ("x", "y", "z", "qw", "qx", "qy", "qz"),
-         (("eef_pos", 0, 3, False), ("eef_rot", 3, 7, True)), "observation.state"),
+        (
+            "observation.arm_joint",
+            tuple(f"joint{i}" for i in range(1, 7)),
+            (("arm_joint", 0, 6, False),),
+            "observation.state",
+        ),
+        (
+            "observation.arm_eef",
+            ("x", "y", "z", "qw", "qx", "qy", "qz"),
+            (("eef_pos", 0, 3, False), ("eef_rot", 3, 7, True)),
+            "observation.state",
+        ),
         ("observation.gripper", ("width",), (("gripper", 0, 1, False),), "observation.state"),
-        ("action.arm_eef", ("x", "y", "z", "qw", "qx", "qy", "qz"),
-         (("eef_pos", 0, 3, False), ("eef_rot", 3, 7, True)), "action"),
-        ("action.gripper", ("width",), (("gripper", 0, 1, False),), "action")]
+        (
+            "action.arm_eef",
+            ("x", "y", "z", "qw", "qx", "qy", "qz"),
+            (("eef_pos", 0, 3, False), ("eef_rot", 3, 7, True)),
+            "action",
+        ),
+        ("action.gripper", ("width",), (("gripper", 0, 1, False),), "action"),
+    ]
     assert PIPER_TABLE.rgbd_keys("state") == ("arm_joint", "arm_eef", "gripper")
     assert PIPER_TABLE.rgbd_keys("action") == ("cmd_eef", "cmd_gripper")
 
@@ -89,13 +107,19 @@ def test_one_mapping_entry_adds_the_input_to_every_layer(tmp_path):
     assert "wrench" in asm.table.required
     r = topic_map("rgbd", RgbdRecorderConfig(), m)
     assert rgbd_writer_config(RgbdRecorderConfig(), r.cameras, table=r.table).env_args["state_terms"] == [
-        "arm_joint", "arm_eef", "gripper", "wrench"]
+        "arm_joint",
+        "arm_eef",
+        "gripper",
+        "wrench",
+    ]
     assert tm.to_dict()["inputs"] == {"wrench": {"topic": WRENCH_TOPIC, "adapter": "wrench"}}
-    for bad, why in (({"topic": WRENCH_TOPIC, "adapter": "nope"}, "unknown adapter"),
-                     ({"topic": WRENCH_TOPIC}, "needs at least"),
-                     ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "timestamp"}, "reserved"),
-                     ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "observation.gripper"}, "duplicate"),
-                     ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "observation.ft.gripper"}, "is taken")):
+    for bad, why in (
+        ({"topic": WRENCH_TOPIC, "adapter": "nope"}, "unknown adapter"),
+        ({"topic": WRENCH_TOPIC}, "needs at least"),
+        ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "timestamp"}, "reserved"),
+        ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "observation.gripper"}, "duplicate"),
+        ({"topic": WRENCH_TOPIC, "adapter": "wrench", "column": "observation.ft.gripper"}, "is taken"),
+    ):
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"inputs": {"wrench": bad}}))
         with pytest.raises(ValueError, match=why):
             topic_map("lerobot", LeRobotRecorderConfig(), tmp_path / "bad.yaml")
@@ -125,24 +149,33 @@ class _Inputs:
 
 def test_router_applies_the_mapping_and_checks_images(tmp_path):
     m = tmp_path / "m.yaml"
-    m.write_text(yaml.safe_dump({
-        "joint_states": {"topic": "/js", "names": ["b", "c", "d", "e", "f", "g", "a"], "gripper_scale": 0.5},
-        "commanded_gripper": {"topic": "/cg", "name": "j7", "scale": 0.001}, "reward": "/r"}))
+    m.write_text(
+        yaml.safe_dump(
+            {
+                "joint_states": {"topic": "/js", "names": ["b", "c", "d", "e", "f", "g", "a"], "gripper_scale": 0.5},
+                "commanded_gripper": {"topic": "/cg", "name": "j7", "scale": 0.001},
+                "reward": "/r",
+            }
+        )
+    )
     warned: list[str] = []
     sink = _Inputs()
     cfg = RgbdRecorderConfig(camera_width=W, camera_height=H)
     router = InputRouter(topic_map("rgbd", cfg, m), sink, depth=True, warn=warned.append)
     assert {r.topic: r.msg_type for r in router.routes}["/r"] == "std_msgs/msg/Float32"
     router.route("/js", joint_state(5, list("abcdefg"), np.arange(7.0)), 99)
-    router.route("/js", joint_state(6, ["a"], np.zeros(1)), 99)          # names missing: ignored
+    router.route("/js", joint_state(6, ["a"], np.zeros(1)), 99)  # names missing: ignored
     router.route("/cg", joint_state(7, ["j1", "j7"], np.array([1.0, 40.0])), 99)
-    router.route("/r", T["std_msgs/msg/Float32"](data=2.0), 123)           # no header: the receive time
+    router.route("/r", T["std_msgs/msg/Float32"](data=2.0), 123)  # no header: the receive time
     router.route("/cam_front/color/image_raw", image(8, np.zeros((H, W, 3), np.uint8), "rgb8"), 0)
     for _ in range(2):
         router.route("/cam_front/aligned_depth_to_color/image_raw", image(9, np.zeros((4, 4), np.uint16), "16UC1"), 0)
-    assert sink.calls == [("input", "joint_states", 5, [1, 2, 3, 4, 5, 6, 0]),
-                          ("input", "commanded_gripper", 7, [pytest.approx(0.04)]),
-                          ("input", "reward", 123, [2.0]), ("color", "cam_front", 8)]
+    assert sink.calls == [
+        ("input", "joint_states", 5, [1, 2, 3, 4, 5, 6, 0]),
+        ("input", "commanded_gripper", 7, [pytest.approx(0.04)]),
+        ("input", "reward", 123, [2.0]),
+        ("color", "cam_front", 8),
+    ]
     assert router.rejected == {"cam_front": 2} and len(warned) == 1 and "configured 48x64" in warned[0]
 
 
@@ -152,10 +185,12 @@ def test_receivers_read_the_clock_only_for_unstamped_topics_and_route_alike(tmp_
     /r (Float32) and the headset lines, never for the stamped arm inputs and images."""
     m = tmp_path / "m.yaml"
     m.write_text(yaml.safe_dump({"joint_states": "/js", "reward": "/r"}))
-    msgs = [("/js", joint_state(5, [f"joint{i}" for i in range(1, 7)] + ["gripper"], np.arange(7.0))),
-            ("/r", T["std_msgs/msg/Float32"](data=2.0)),
-            ("/cam_front/color/image_raw", image(8, np.zeros((H, W, 3), np.uint8), "rgb8")),
-            ("/cam_front/aligned_depth_to_color/image_raw", image(8, np.zeros((H, W), np.uint16), "16UC1"))]
+    msgs = [
+        ("/js", joint_state(5, [f"joint{i}" for i in range(1, 7)] + ["gripper"], np.arange(7.0))),
+        ("/r", T["std_msgs/msg/Float32"](data=2.0)),
+        ("/cam_front/color/image_raw", image(8, np.zeros((H, W, 3), np.uint8), "rgb8")),
+        ("/cam_front/aligned_depth_to_color/image_raw", image(8, np.zeros((H, W), np.uint16), "16UC1")),
+    ]
     via_route, via_receiver = _Inputs(), _Inputs()
     cfg = RgbdRecorderConfig(camera_width=W, camera_height=H)
     routed = InputRouter(topic_map("rgbd", cfg, m), via_route, depth=True)
@@ -189,10 +224,18 @@ def wrench_messages(t0_ns: int, duration_s: float, hz: float = 100.0):
     for n in range(int(duration_s * hz)):
         stamp = t0_ns + int(n * 1e9 / hz) + 1_000_000
         v = wrench_values(n)
-        wrench = T["geometry_msgs/msg/Wrench"](force=T["geometry_msgs/msg/Vector3"](x=v[0], y=v[1], z=v[2]),
-                                               torque=T["geometry_msgs/msg/Vector3"](x=v[3], y=v[4], z=v[5]))
-        out.append((WRENCH_TOPIC, WRENCH_TYPE, stamp + 2_000_000,
-                    T[WRENCH_TYPE](header=header(stamp, "ft_sensor"), wrench=wrench)))
+        wrench = T["geometry_msgs/msg/Wrench"](
+            force=T["geometry_msgs/msg/Vector3"](x=v[0], y=v[1], z=v[2]),
+            torque=T["geometry_msgs/msg/Vector3"](x=v[3], y=v[4], z=v[5]),
+        )
+        out.append(
+            (
+                WRENCH_TOPIC,
+                WRENCH_TYPE,
+                stamp + 2_000_000,
+                T[WRENCH_TYPE](header=header(stamp, "ft_sensor"), wrench=wrench),
+            )
+        )
         stamps.append(stamp)
     return out, stamps
 
@@ -202,13 +245,35 @@ def test_extra_input_from_a_bag_through_config_alone(tmp_path):
     extra, stamps = wrench_messages(scen.t0_ns, scen.duration_s)
     bag = write_bag(tmp_path / "bag", heapq.merge(scenario_messages(scen), extra, key=lambda m: m[2]))
     cfg = tmp_path / "recorders.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "lerobot_recorder": {"ros__parameters": {"cameras": ["cam_front"], "camera_width": W, "camera_height": H}},
-        "rgbd_recorder": {"ros__parameters": {"camera": "cam_front", "camera_width": W, "camera_height": H}}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {"cameras": ["cam_front"], "camera_width": W, "camera_height": H}
+                },
+                "rgbd_recorder": {"ros__parameters": {"camera": "cam_front", "camera_width": W, "camera_height": H}},
+            }
+        )
+    )
     mapping = write_mapping(tmp_path / "wrench.yaml")
     root = tmp_path / "lerobot"
-    assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(root), "--config", str(cfg),
-                        "--mapping", str(mapping), "--no-progress"]) == 0
+    assert (
+        bag2dataset(
+            [
+                str(bag),
+                "--format",
+                "lerobot",
+                "--out",
+                str(root),
+                "--config",
+                str(cfg),
+                "--mapping",
+                str(mapping),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     (ep,) = [json.loads(x) for x in (root / "meta/episodes.jsonl").read_text().splitlines()]
     t = pq.read_table(root / "data/chunk-000/episode_000000.parquet")
     assert t.column_names[:6] == [f.key for f in piper_features()] + ["observation.wrench"]
@@ -218,7 +283,7 @@ def test_extra_input_from_a_bag_through_config_alone(tmp_path):
     assert np.array_equal(got, expected_rows(start, t.num_rows, stamps))
     info = json.loads((root / "meta/info.json").read_text())
     assert info["features"]["observation.wrench"] == {"dtype": "float32", "shape": [6], "names": WRENCH_NAMES}
-    assert info["features"]["observation.state"]["shape"] == [14]          # extras join no combined column
+    assert info["features"]["observation.state"]["shape"] == [14]  # extras join no combined column
     modality = json.loads((root / "meta/modality.json").read_text())
     assert modality["state"]["wrench"]["original_key"] == "observation.wrench"
     stats = json.loads((root / "meta/stats.json").read_text())["observation.wrench"]
@@ -226,8 +291,23 @@ def test_extra_input_from_a_bag_through_config_alone(tmp_path):
     assert validate_root(root) == []
     # the RGB-D file: an observation state term, row k's values in observation k
     h5 = tmp_path / "rgbd.hdf5"
-    assert bag2dataset([str(bag), "--format", "rgbd", "--out", str(h5), "--config", str(cfg),
-                        "--mapping", str(mapping), "--no-progress"]) == 0
+    assert (
+        bag2dataset(
+            [
+                str(bag),
+                "--format",
+                "rgbd",
+                "--out",
+                str(h5),
+                "--config",
+                str(cfg),
+                "--mapping",
+                str(mapping),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert validate_file(h5, full=True) == []
     with h5py.File(h5, "r") as f:
         obs = f["observations/state/wrench"][()]
@@ -252,11 +332,13 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
     mapping = write_mapping(
         tmp_path / "map.yaml",
         joint_states={"topic": "/arm/joint_states", "names": reversed_names, "gripper_scale": 2.0},
-        commanded_gripper={"topic": "/arm/commanded_gripper", "name": "gripper", "scale": 0.5})
+        commanded_gripper={"topic": "/arm/commanded_gripper", "name": "gripper", "scale": 0.5},
+    )
     root, h5 = tmp_path / "ds", tmp_path / "rgbd.hdf5"
     rig = Rig(ros_domain, depth=True)
-    pub = rig.node.create_publisher(WrenchStamped, WRENCH_TOPIC,
-                                    QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    pub = rig.node.create_publisher(
+        WrenchStamped, WRENCH_TOPIC, QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+    )
     stamps: list[int] = []
     stop = threading.Event()
 
@@ -276,10 +358,24 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
     th.start()
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            common = ["-p", "task:=wrench", "-p", f"camera_width:={W}", "-p", f"camera_height:={H}",
-                      "-p", "provenance_wait_s:=3.0", "-p", "lateness_s:=3.0", "-p", f"mapping:={mapping}"]
-            procs = [g.start("piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", *common),
-                     g.start("piper-rgbd-recorder", "--ros-args", "-p", f"path:={h5}", *common)]
+            common = [
+                "-p",
+                "task:=wrench",
+                "-p",
+                f"camera_width:={W}",
+                "-p",
+                f"camera_height:={H}",
+                "-p",
+                "provenance_wait_s:=3.0",
+                "-p",
+                "lateness_s:=3.0",
+                "-p",
+                f"mapping:={mapping}",
+            ]
+            procs = [
+                g.start("piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", *common),
+                g.start("piper-rgbd-recorder", "--ros-args", "-p", f"path:={h5}", *common),
+            ]
             recorders = ("lerobot_recorder", "rgbd_recorder")
             for rec in recorders:
                 resp = rig.call(rec, "start_episode")
@@ -312,7 +408,7 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
     assert np.allclose(rgbd_joints[:, 0] - rgbd_joints[:, 5], 5.0, atol=1e-4)
     # the rig publishes joint k at v + k - 1 and the gripper at 0.05 m, commands 0.03 m
     joints = np.stack(t.column("observation.arm_joint").to_numpy(zero_copy_only=False))
-    assert np.allclose(joints[:, 0] - joints[:, 5], 5.0, atol=1e-4)        # joint6 first: the mapping's order
+    assert np.allclose(joints[:, 0] - joints[:, 5], 5.0, atol=1e-4)  # joint6 first: the mapping's order
     assert np.allclose(np.stack(t.column("observation.gripper").to_numpy(zero_copy_only=False)), 0.1)
     assert np.allclose(np.stack(t.column("action.gripper").to_numpy(zero_copy_only=False)), 0.015)
     assert validate_root(root) == []

@@ -1,4 +1,5 @@
 """piper-finalize against a direct numpy computation (4x4 matrices, explicit loops) on hand-made roots."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,9 +22,11 @@ C45 = np.cos(np.pi / 4)
 def pose_matrix(p: np.ndarray) -> np.ndarray:
     w, x, y, z = np.asarray(p[3:7], dtype=np.float64) / np.linalg.norm(p[3:7])
     T = np.eye(4)
-    T[:3, :3] = [[w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                 [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
-                 [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z]]
+    T[:3, :3] = [
+        [w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z],
+    ]
     T[:3, 3] = p[:3]
     return T
 
@@ -71,8 +74,14 @@ def ref_samples(episodes, act: str, obs: str, horizon: int, pose: bool):
 
 
 def ref_stats(x: np.ndarray) -> dict:
-    return {"mean": x.mean(0), "std": x.std(0), "min": x.min(0), "max": x.max(0),
-            "q01": np.quantile(x, 0.01, axis=0), "q99": np.quantile(x, 0.99, axis=0)}
+    return {
+        "mean": x.mean(0),
+        "std": x.std(0),
+        "min": x.min(0),
+        "max": x.max(0),
+        "q01": np.quantile(x, 0.01, axis=0),
+        "q99": np.quantile(x, 0.99, axis=0),
+    }
 
 
 def assert_stats(got: dict, want: dict, atol=1e-9):
@@ -125,8 +134,10 @@ def test_matches_numpy_reference(tmp_path, horizon):
     root = write_root(tmp_path / "r", [("a", episodes[0]), ("b", episodes[1])], cameras=())
     finalize_root(root, FinalizeConfig(horizon=horizon, log=lambda m: None))
     relative, delta = load(root, "relative_stats.json"), load(root, "delta_stats.json")
-    for act, obs, pose in (("action.arm_eef", "observation.arm_eef", True),
-                           ("action.gripper", "observation.gripper", False)):
+    for act, obs, pose in (
+        ("action.arm_eef", "observation.arm_eef", True),
+        ("action.gripper", "observation.gripper", False),
+    ):
         rel, dlt = ref_samples(episodes, act, obs, horizon, pose)
         assert len(rel) == 17 * horizon
         assert_stats(relative[act], ref_stats(rel))
@@ -136,8 +147,14 @@ def test_matches_numpy_reference(tmp_path, horizon):
     # per-row statistics of every observation.* column, as stored (float32), identical in both files
     for obs in ("observation.arm_joint", "observation.arm_eef", "observation.gripper", "observation.state"):
         if obs == "observation.state":
-            rows = np.concatenate([np.concatenate([e["observation.arm_joint"], e["observation.arm_eef"],
-                                                   e["observation.gripper"]], axis=1) for e in episodes])
+            rows = np.concatenate(
+                [
+                    np.concatenate(
+                        [e["observation.arm_joint"], e["observation.arm_eef"], e["observation.gripper"]], axis=1
+                    )
+                    for e in episodes
+                ]
+            )
         else:
             rows = np.concatenate([e[obs] for e in episodes])
         assert_stats(relative[obs], ref_stats(rows.astype(np.float32).astype(np.float64)))
@@ -146,12 +163,20 @@ def test_matches_numpy_reference(tmp_path, horizon):
     for out in (relative, delta):
         for key in ("mean", "std", "min", "max", "q01", "q99"):
             assert out["action"][key] == out["action.arm_eef"][key] + out["action.gripper"][key]
-    assert set(relative) == {"action.arm_eef", "action.gripper", "action", "observation.arm_joint",
-                             "observation.arm_eef", "observation.gripper", "observation.state"}
+    assert set(relative) == {
+        "action.arm_eef",
+        "action.gripper",
+        "action",
+        "observation.arm_joint",
+        "observation.arm_eef",
+        "observation.gripper",
+        "observation.state",
+    }
 
 
 def test_canonical_sign_rule():
     from piper_recorder.lerobot.maintenance.se3 import canonical
+
     got = canonical(np.array([[-0.6, 0.8, 0, 0], [0, -0.6, 0.8, 0], [0, 0, 0, -1], [0.6, -0.8, 0, 0]]))
     np.testing.assert_array_equal(got, [[0.6, -0.8, 0, 0], [0, 0.6, -0.8, 0], [0, 0, 0, 1], [0.6, -0.8, 0, 0]])
 
@@ -175,8 +200,8 @@ def test_parquet_and_videos_untouched_and_no_temp_files(tmp_path):
     root = small_root(tmp_path / "r")
 
     def digests():
-        return {p.relative_to(root): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in root.rglob("*") if p.is_file()}
+        return {p.relative_to(root): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
     before = digests()
     finalize_root(root, FinalizeConfig(horizon=5, log=lambda m: None))
     after = digests()
@@ -190,8 +215,9 @@ def test_parquet_and_videos_untouched_and_no_temp_files(tmp_path):
 def test_combined_action_left_out_when_not_the_concatenation(tmp_path):
     root = small_root(tmp_path / "r", cameras=())
     notes = []
-    res = finalize_root(root, FinalizeConfig(horizon=3, pairs={"action.arm_eef": "observation.arm_eef"},
-                                             log=notes.append))
+    res = finalize_root(
+        root, FinalizeConfig(horizon=3, pairs={"action.arm_eef": "observation.arm_eef"}, log=notes.append)
+    )
     assert "action" not in res.relative and "action" not in res.delta
     assert "action.gripper" not in res.relative
     assert any("'action'" in n for n in notes)
@@ -200,15 +226,17 @@ def test_combined_action_left_out_when_not_the_concatenation(tmp_path):
 @pytest.mark.integration
 def test_cli_exit_codes(tmp_path):
     root = small_root(tmp_path / "r", cameras=())
-    ok = subprocess.run([str(BIN / "piper-finalize"), "--root", str(root), "--horizon", "4"],
-                        capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [str(BIN / "piper-finalize"), "--root", str(root), "--horizon", "4"], capture_output=True, text=True, timeout=60
+    )
     assert ok.returncode == 0, ok.stderr
     assert "relative_stats.json" in ok.stdout
     assert (root / "meta" / "delta_stats.json").exists()
     (tmp_path / "empty" / "meta").mkdir(parents=True)
-    bad = subprocess.run([str(BIN / "piper-finalize"), "--root", str(tmp_path / "empty")],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2   # a root it cannot use, like every command (cli.errors)
+    bad = subprocess.run(
+        [str(BIN / "piper-finalize"), "--root", str(tmp_path / "empty")], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2  # a root it cannot use, like every command (cli.errors)
     assert "piper-finalize:" in bad.stderr and "info.json: missing" in bad.stderr and "Traceback" not in bad.stderr
 
 

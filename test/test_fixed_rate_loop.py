@@ -1,12 +1,13 @@
 """nodes.plumbing.fixed_rate_loop.FixedRateLoop, the control loop of teleop and the policy node: an error in a tick goes to
 the owner and the loop goes on; stop() ends it at once."""
+
 from __future__ import annotations
 
 import threading
 
 import pytest
 
-pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop  # noqa: E402
 
 
@@ -25,7 +26,7 @@ def test_a_failing_tick_goes_to_on_error_and_the_loop_goes_on_until_stop():
     loop = FixedRateLoop(0.005, tick, "test-loop", errors.append)
     assert enough.wait(10.0), ticks
     loop.stop()
-    assert not loop._thread.is_alive()             # joined: nothing ticks after stop()
+    assert not loop._thread.is_alive()  # joined: nothing ticks after stop()
     assert [str(e) for e in errors] == ["boom"] and len(ticks) >= 5
 
 
@@ -55,7 +56,7 @@ def test_timer_callback_calls_through_with_a_stated_empty_signature():
     cb()
     assert owner.calls == 2 and cb.__name__ == "poll"
     sig = inspect.signature(cb)
-    assert list(sig.parameters) == [] and sig is cb.__signature__   # read, not computed
+    assert list(sig.parameters) == [] and sig is cb.__signature__  # read, not computed
 
 
 class _Executor:
@@ -82,12 +83,12 @@ def test_spin_until_asks_rclpy_ok_rarely_yet_ends_soon_after_a_shutdown(monkeypa
     stop = threading.Event()
     busy = _Executor(stop_after=1000, stop=stop)
     monkeypatch.setattr(common.rclpy, "ok", lambda: asked.append(busy.calls) or True)
-    common.spin_until(busy, stop)   # type: ignore[arg-type]
+    common.spin_until(busy, stop)  # type: ignore[arg-type]
     assert busy.calls == 1000 and asked == [256, 512, 768]
-    down = _Executor()   # a context down while spin_once keeps returning at once: ends at the next check
+    down = _Executor()  # a context down while spin_once keeps returning at once: ends at the next check
     monkeypatch.setattr(common.rclpy, "ok", lambda: False)
-    common.spin_until(down, threading.Event())   # type: ignore[arg-type]
+    common.spin_until(down, threading.Event())  # type: ignore[arg-type]
     assert down.calls == 256
-    idle = _Executor(wait_s=0.06)   # nothing comes: asked after the first wait
-    common.spin_until(idle, threading.Event())   # type: ignore[arg-type]
+    idle = _Executor(wait_s=0.06)  # nothing comes: asked after the first wait
+    common.spin_until(idle, threading.Event())  # type: ignore[arg-type]
     assert idle.calls == 1

@@ -2,6 +2,7 @@
 
 Synthetic capture stamps at a known phase and jitter go through the real assembler; every check
 recomputes from the rows' frame stamps what the counters claim (repeats, drops, offsets)."""
+
 from __future__ import annotations
 
 import random
@@ -16,7 +17,7 @@ from support.frame_pairing import FPS, MS, PERIOD, SEC, START, Rows, assemble, c
 
 
 @pytest.mark.parametrize("phase_ms", [0.0, 0.3, -0.3, 3.0, -3.0, 6.0, -6.0])
-@pytest.mark.parametrize("mode,depth", [("nominal", False), ("capture", True)])   # LeRobot nominal, RGB-D
+@pytest.mark.parametrize("mode,depth", [("nominal", False), ("capture", True)])  # LeRobot nominal, RGB-D
 @pytest.mark.slow
 def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(phase_ms, mode, depth):
     """The alias of issue 16.11: captures straddling t_k with ±10 ms jitter used to flip between rows.
@@ -25,8 +26,8 @@ def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(pha
     pairs, c = assemble(stamps, 20.0, mode, depth)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert len(pairs) == 601 and repeats == 0 and drops == 0
-    assert lag(pairs, phase_ms) == {1}        # every row: the capture of the slot before its own
-    assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS   # a period + the band + the first margin
+    assert lag(pairs, phase_ms) == {1}  # every row: the capture of the slot before its own
+    assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS  # a period + the band + the first margin
 
 
 @pytest.mark.parametrize("phase_ms", [PERIOD / 2e6, -PERIOD / 2e6, PERIOD / 2e6 - 1, 12.0])
@@ -47,7 +48,7 @@ def test_a_real_frame_drop_is_one_repeat_and_nothing_else():
     repeats, drops, offsets = check(pairs, stamps, c)
     assert repeats == 1 and drops == 0 and lag(pairs, 0.5) == {1}
     (k,) = [j for j in range(1, len(pairs)) if pairs[j][1] == pairs[j - 1][1]]
-    assert pairs[k][0] == START + round(151 * PERIOD)   # the row that would hold slot 150
+    assert pairs[k][0] == START + round(151 * PERIOD)  # the row that would hold slot 150
 
 
 def test_double_rate_camera_pairs_the_newest_capture_before_the_row_and_drops_every_other():
@@ -55,20 +56,20 @@ def test_double_rate_camera_pairs_the_newest_capture_before_the_row_and_drops_ev
     pairs, c = assemble(stamps, 10.0)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert repeats == 0 and drops == len(pairs) - 1
-    assert max(offsets) <= PERIOD / 2 + 2 * MS   # not locked: the newer of the two captures before the row
+    assert max(offsets) <= PERIOD / 2 + 2 * MS  # not locked: the newer of the two captures before the row
     for t, s in pairs:
         assert max(x for x in stamps if x <= t) == s
 
 
 def test_stall_repeats_exactly_the_missing_captures_then_relocks():
-    gone = set(range(90, 105))   # 0.5 s without frames at 3 s
+    gone = set(range(90, 105))  # 0.5 s without frames at 3 s
     stamps = camera(10.0, -1.0, 10.0, seed=2, skip=gone)
     pairs, c = assemble(stamps, 10.0)
     repeats, drops, offsets = check(pairs, stamps, c)
     assert repeats == len(gone) and drops == 0 and lag(pairs, -1.0) == {1}
-    assert c.frames_stale["cam"] >= 7   # rows more than stale_s (0.25 s) after the last capture
+    assert c.frames_stale["cam"] >= 7  # rows more than stale_s (0.25 s) after the last capture
     rep = [j for j in range(1, len(pairs)) if pairs[j][1] == pairs[j - 1][1]]
-    assert rep == list(range(91, 106))   # the rows that would hold the missing slots
+    assert rep == list(range(91, 106))  # the rows that would hold the missing slots
 
 
 def test_slightly_slow_camera_repeats_once_per_slip():
@@ -156,9 +157,43 @@ def test_a_stalling_row_rate_camera_repeats_its_missing_slots_and_drops_nothing(
 
 # The first second of a live episode's capture stamps (ms from its start; sim camera jitter_ms 20, seed 3,
 # grid 13 ms from the jitter centre) that failed test_frame_jitter_live with a drop and a repeat.
-LIVE_FLAP_MS = [-56.19, -20.08, 25.87, 44.6, 78.88, 112.37, 161.33, 180.63, 210.85, 260.55, 279.48, 327.26,
-                357.15, 393.77, 429.43, 455.3, 493.02, 511.11, 559.06, 587.27, 624.68, 645.85, 692.03, 729.07,
-                744.94, 783.53, 821.66, 860.28, 881.89, 913.98, 948.71, 989.37, 1025.45, 1051.59, 1084.4]
+LIVE_FLAP_MS = [
+    -56.19,
+    -20.08,
+    25.87,
+    44.6,
+    78.88,
+    112.37,
+    161.33,
+    180.63,
+    210.85,
+    260.55,
+    279.48,
+    327.26,
+    357.15,
+    393.77,
+    429.43,
+    455.3,
+    493.02,
+    511.11,
+    559.06,
+    587.27,
+    624.68,
+    645.85,
+    692.03,
+    729.07,
+    744.94,
+    783.53,
+    821.66,
+    860.28,
+    881.89,
+    913.98,
+    948.71,
+    989.37,
+    1025.45,
+    1051.59,
+    1084.4,
+]
 
 
 def test_a_lock_from_the_warm_up_is_kept_while_a_first_lock_would_still_be_taken():
@@ -202,10 +237,18 @@ def record(stamps, start, seconds, latency=22 * MS):
     """One episode through the recorder core (``EpisodeController``, lateness 0.15 s): the camera's frames
     arrive ``latency`` after capture from before the start on (the recorder idle), arm inputs at 100 Hz."""
     from piper_recorder.recording.controller import EpisodeController
+
     target = _Episodes()
     cfg = AssemblyConfig(fps=FPS, cameras=("cam",), lateness_s=0.15)
-    c = EpisodeController(target, cfg, recorder="test", max_episode_s=0, publish_event=lambda e: None,
-                          session_record=lambda: {}, log=lambda m: None)
+    c = EpisodeController(
+        target,
+        cfg,
+        recorder="test",
+        max_episode_s=0,
+        publish_event=lambda e: None,
+        session_record=lambda: {},
+        log=lambda m: None,
+    )
     end = start + round(seconds * SEC)
     events = [(s + latency, 1, s) for s in stamps]
     events += [(s + MS, 0, s) for s in range(stamps[0], end + cfg.delay_ns() + 100 * MS, 10 * MS)]
@@ -236,8 +279,9 @@ def running_camera(seed, lead_s=2.0, seconds=2.0):
     rng = random.Random(seed)
     phase_ms = rng.choice([-1, 1]) * rng.uniform(8, 16.6)
     first, last = -round(lead_s * FPS), round(seconds * FPS)
-    return phase_ms, sorted(START + round(i * PERIOD + phase_ms * MS + rng.uniform(-10, 10) * MS)
-                            for i in range(first, last + 1))
+    return phase_ms, sorted(
+        START + round(i * PERIOD + phase_ms * MS + rng.uniform(-10, 10) * MS) for i in range(first, last + 1)
+    )
 
 
 @pytest.mark.parametrize("seed,slots_back", [(215, 0), (225, 1)])
@@ -278,8 +322,10 @@ def test_recorder_started_just_before_the_episode_pairs_one_to_one(lead_s):
     for seed in range(6):
         rng = random.Random(seed)
         phase_ms = rng.uniform(-3, 3)
-        stamps = sorted(START + round(i * PERIOD + phase_ms * MS + rng.uniform(-10, 10) * MS)
-                        for i in range(-round(lead_s * FPS), 61))
+        stamps = sorted(
+            START + round(i * PERIOD + phase_ms * MS + rng.uniform(-10, 10) * MS)
+            for i in range(-round(lead_s * FPS), 61)
+        )
         pairs, c = record(stamps, START, 2.0)
         repeats, drops, _ = check(pairs, stamps, c)
         assert (repeats, drops) == (0, 0) and lag(pairs, phase_ms) == {1}, (seed, phase_ms)
@@ -289,12 +335,12 @@ def test_capture_history_forgets_what_came_before_a_restart():
     h = CaptureHistory(window=4, gap_ns=500 * MS)
     for i in range(6):
         h.add(START + i * 33 * MS)
-    assert h.before(START + 200 * MS) == [START + i * 33 * MS for i in range(2, 6)]   # the newest 4
-    assert h.before(START + 165 * MS + 501 * MS) == []   # silent for more than the gap by the start
-    h.add(START + 2 * SEC)                                # back after a silence: a restart
-    h.add(START + 2 * SEC - 5 * MS)                       # out of order, within the gap: kept
+    assert h.before(START + 200 * MS) == [START + i * 33 * MS for i in range(2, 6)]  # the newest 4
+    assert h.before(START + 165 * MS + 501 * MS) == []  # silent for more than the gap by the start
+    h.add(START + 2 * SEC)  # back after a silence: a restart
+    h.add(START + 2 * SEC - 5 * MS)  # out of order, within the gap: kept
     assert h.before(START + 2 * SEC) == [START + 2 * SEC - 5 * MS, START + 2 * SEC]
-    h.add(START)                                          # stamps jumping back (another clock): a restart
+    h.add(START)  # stamps jumping back (another clock): a restart
     assert h.before(START) == [START]
 
 
@@ -302,12 +348,12 @@ def test_camera_restarted_before_the_start_locks_to_its_new_phase():
     """A camera restarted 0.45 s before the episode with another phase: what came before its silence does
     not count, the new captures (more than the warm-up) give the slot."""
     rng = random.Random(4)
-    old = [START + round(i * PERIOD + 2 * MS + rng.uniform(-10, 10) * MS) for i in range(-90, -35)]   # to -1.2 s
+    old = [START + round(i * PERIOD + 2 * MS + rng.uniform(-10, 10) * MS) for i in range(-90, -35)]  # to -1.2 s
     new = [START + round(i * PERIOD - 12 * MS + rng.uniform(-10, 10) * MS) for i in range(-13, 61)]  # from -0.45 s
     stamps = sorted(old + new)
     pairs, c = record(stamps, START, 2.0)
     repeats, drops, _ = check(pairs, new, c)
-    assert (repeats, drops) == (0, 0) and len(lag(pairs, -12.0)) == 1   # kept, the old captures repeat
+    assert (repeats, drops) == (0, 0) and len(lag(pairs, -12.0)) == 1  # kept, the old captures repeat
     assert max(t - s for t, s in pairs) <= PERIOD + 20 * MS + 4.2 * MS
 
 
@@ -331,14 +377,19 @@ def test_phase_tracker_with_cached_phasors_gives_the_same_estimates_bit_for_bit(
     new, old = PhaseTracker(p, 60), _Recomputing(p, 60)
     phase = rng.uniform(-p / 2, p / 2)
     for i in range(400):
-        if rng.random() < 0.05:   # a drift or a phase jump now and then
+        if rng.random() < 0.05:  # a drift or a phase jump now and then
             phase += rng.uniform(-p / 4, p / 4)
         o = wrap(phase + rng.uniform(-10e6, 10e6), p)
         new.add(o)
         old.add(o)
         if i % 3 == 0:
-            assert (new.slot_ns, new.phase_ns, new.jitter_up, new.jitter_down, new.coherent) == \
-                   (old.slot_ns, old.phase_ns, old.jitter_up, old.jitter_down, old.coherent)
+            assert (new.slot_ns, new.phase_ns, new.jitter_up, new.jitter_down, new.coherent) == (
+                old.slot_ns,
+                old.phase_ns,
+                old.jitter_up,
+                old.jitter_down,
+                old.coherent,
+            )
     h = p / 2
     xs = [rng.uniform(-3 * p, 3 * p) for _ in range(1000)]
-    assert [(x + h) % p - h for x in xs] == [wrap(x, p) for x in xs]   # the inlined wrap
+    assert [(x + h) % p - h for x in xs] == [wrap(x, p) for x in xs]  # the inlined wrap

@@ -4,6 +4,7 @@ imagecodecs reading the output) as on the live path (the same assembler, synthet
 
 The phase-locked pairing used to take the capture nearest the row, up to half a period after it: a
 camera firing a few ms after each row gave every row the next frame, and the RGB-D depth of it."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ from support.frame_pairing import MS, PERIOD, assemble, camera, check  # noqa: E
 
 pytestmark = pytest.mark.timeout(180)
 W, H = 64, 48
-FIRST_S, LAST_S = 0.2, 10.2   # the episode: 301 rows at 30 fps, on the camera's own grid
+FIRST_S, LAST_S = 0.2, 10.2  # the episode: 301 rows at 30 fps, on the camera's own grid
 
 
 def agilex_bag(tmp: Path, delay_ms: float) -> tuple[Path, Path]:
@@ -38,20 +39,53 @@ def agilex_bag(tmp: Path, delay_ms: float) -> tuple[Path, Path]:
     s.camera_delay_ns = round(delay_ms * MS) + s.latency_ns
     bag = write_bag(tmp / "bag", scenario_messages(s), "mcap")
     mapping = tmp / "agilex.yaml"
-    mapping.write_text(yaml.safe_dump({
-        "joint_states": {"topic": "/joint_states_single", "names": [f"joint{i}" for i in range(1, 8)],
-                         "gripper_scale": 0.001},
-        "eef_pose": "/end_pose_stamped", "commanded_pose": "/end_pose_stamped",
-        "commanded_gripper": {"topic": "/joint_states_single", "name": "joint7", "scale": 0.001},
-        "cameras": {"cam_front": {"color": "/camera/color/image_raw",
-                                  "depth": "/camera/aligned_depth_to_color/image_raw", "width": W, "height": H}},
-        "raw_quest": None, "provenance": None}))
+    mapping.write_text(
+        yaml.safe_dump(
+            {
+                "joint_states": {
+                    "topic": "/joint_states_single",
+                    "names": [f"joint{i}" for i in range(1, 8)],
+                    "gripper_scale": 0.001,
+                },
+                "eef_pose": "/end_pose_stamped",
+                "commanded_pose": "/end_pose_stamped",
+                "commanded_gripper": {"topic": "/joint_states_single", "name": "joint7", "scale": 0.001},
+                "cameras": {
+                    "cam_front": {
+                        "color": "/camera/color/image_raw",
+                        "depth": "/camera/aligned_depth_to_color/image_raw",
+                        "width": W,
+                        "height": H,
+                    }
+                },
+                "raw_quest": None,
+                "provenance": None,
+            }
+        )
+    )
     return bag, mapping
 
 
 def convert(bag: Path, mapping: Path, fmt: str, out: Path) -> None:
-    assert bag2dataset([str(bag), "--format", fmt, "--out", str(out), "--mapping", str(mapping),
-                        "--episode", f"{FIRST_S}:{LAST_S}", "--task", "causal", "--no-progress"]) == 0
+    assert (
+        bag2dataset(
+            [
+                str(bag),
+                "--format",
+                fmt,
+                "--out",
+                str(out),
+                "--mapping",
+                str(mapping),
+                "--episode",
+                f"{FIRST_S}:{LAST_S}",
+                "--task",
+                "causal",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
 
 
 def capture_index(row: int) -> int:
@@ -65,16 +99,18 @@ def test_bag_camera_firing_after_each_row_gives_each_row_the_frame_before_it(tmp
     bag, mapping = agilex_bag(tmp_path, delay_ms)
     h5 = tmp_path / "causal.hdf5"
     convert(bag, mapping, "rgbd", h5)
-    with h5py.File(h5, "r") as f:   # depth is lossless: its first pixel names the capture (800 + 10 (k % 100))
+    with h5py.File(h5, "r") as f:  # depth is lossless: its first pixel names the capture (800 + 10 (k % 100))
         depth = [imagecodecs.jpeg2k_decode(bytes(b))[0, 0] for b in f["observations/depth_jp2"]]
     assert len(depth) == 301
     want = [800 + 10 * (capture_index(i) % 100) for i in range(301)]
-    assert [int(d) for d in depth] == want        # 301 of 301: the capture before the row, one-to-one
+    assert [int(d) for d in depth] == want  # 301 of 301: the capture before the row, one-to-one
 
     root = tmp_path / "lerobot"
     convert(bag, mapping, "lerobot", root)
     (ep,) = [json.loads(x) for x in (root / "meta" / "episodes.jsonl").read_text().splitlines()]
-    assert ep["length"] == 301 and ep["frames_repeated"] == {"cam_front": 0} and ep["frames_dropped"] == {"cam_front": 0}
+    assert (
+        ep["length"] == 301 and ep["frames_repeated"] == {"cam_front": 0} and ep["frames_dropped"] == {"cam_front": 0}
+    )
     assert ep["frames_ahead"] == {"cam_front": 0} and ep["frame_ahead_max_ms"] == {"cam_front": 0.0}
     assert ep["frame_behind_max_ms"]["cam_front"] == pytest.approx(PERIOD / 1e6 - delay_ms, abs=0.01)
     assert validate_root(root) == []
@@ -103,9 +139,9 @@ def test_live_camera_after_each_row_pairs_the_capture_at_or_before_it(delay_ms, 
     pairs, c = assemble(stamps, 10.0)
     repeats, drops, _ = check(pairs, stamps, c)
     assert len(pairs) == 301 and repeats == 0 and drops == 0
-    assert all(s <= t for t, s in pairs)                 # never a later capture
+    assert all(s <= t for t, s in pairs)  # never a later capture
     assert all(t - s <= PERIOD + 2 * jitter_ms * MS + 5 * MS for t, s in pairs)
-    if jitter_ms == 0:   # without jitter: exactly the newest capture at or before the row
+    if jitter_ms == 0:  # without jitter: exactly the newest capture at or before the row
         assert all(s == max(x for x in stamps if x <= t) for t, s in pairs)
     assert c.frames_ahead["cam"] == 0 and c.frame_ahead_max_ms["cam"] == 0.0
 

@@ -1,6 +1,7 @@
 """``kinematics.closed_form_ik`` and ``kinematics.ik``: the exact solutions of the Piper's spherical-wrist
 geometry, checked against the forward kinematics (itself checked against piper_sdk's ``CalFK``), and ``ik``
 giving the damped iteration's answer wherever the closed form does not apply."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,10 @@ READY = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
 
 def residual(target: np.ndarray, q: np.ndarray | list[float]) -> tuple[float, float]:
     t = kin.fk(np.asarray(q, dtype=float))
-    return (float(np.linalg.norm(t[:3, 3] - target[:3, 3])),
-            float(np.linalg.norm(kin.rotation_error(target[:3, :3], t[:3, :3]))))
+    return (
+        float(np.linalg.norm(t[:3, 3] - target[:3, 3])),
+        float(np.linalg.norm(kin.rotation_error(target[:3, :3], t[:3, :3]))),
+    )
 
 
 def test_every_joint_configuration_is_found_again_from_its_pose():
@@ -48,7 +51,7 @@ def test_it_picks_the_branch_the_seed_is_on():
             back = kin.closed_form_ik(target, np.array(s))
             assert back is not None and np.allclose(back, s, atol=1e-6), (s, back)
         found += len(sols) > 1
-    assert found > 5   # the limits leave a second branch for a share of poses
+    assert found > 5  # the limits leave a second branch for a share of poses
 
 
 def all_solutions(target: np.ndarray) -> list[list[float]]:
@@ -76,7 +79,7 @@ def test_at_the_wrist_singularity_joints_4_and_6_share_the_turn():
         pe, re = residual(target, sol)
         assert pe < 1e-12 and re < 1e-9
         assert LO[3] <= sol[3] <= HI[3] and LO[5] <= sol[5] <= HI[5]
-        if abs(sol[4]) > 1e-9:   # another branch (the elbow near its fold) lies nearer the seed
+        if abs(sol[4]) > 1e-9:  # another branch (the elbow near its fold) lies nearer the seed
             continue
         straight += 1
         assert sol[3] + sol[5] == pytest.approx(q[3] + q[5], abs=1e-9)
@@ -88,13 +91,13 @@ def test_at_the_wrist_singularity_joints_4_and_6_share_the_turn():
 
 def test_no_solution_out_of_reach_past_a_limit_far_from_the_seed_or_for_a_nan():
     far = np.eye(4)
-    far[:3, 3] = [1.5, 0.0, 0.3]                         # beyond the arm's ~0.6 m reach
+    far[:3, 3] = [1.5, 0.0, 0.3]  # beyond the arm's ~0.6 m reach
     assert kin.closed_form_ik(far, READY) is None
     q = READY.copy()
     q[4] = 1.0
     target = kin.fk(q)
-    assert kin.closed_form_ik(target, READY, LO, np.r_[HI[:4], 0.9, HI[5]]) is None   # q5 = 1.0 past its limit
-    assert kin.closed_form_ik(target, READY, max_jump=0.4) is None                    # q5 0.5 from the seed
+    assert kin.closed_form_ik(target, READY, LO, np.r_[HI[:4], 0.9, HI[5]]) is None  # q5 = 1.0 past its limit
+    assert kin.closed_form_ik(target, READY, max_jump=0.4) is None  # q5 0.5 from the seed
     assert np.allclose(kin.closed_form_ik(target, READY, max_jump=0.6), q, atol=1e-9)
     bad = target.copy()
     bad[0, 3] = math.nan
@@ -133,8 +136,9 @@ def test_a_streamed_target_gets_the_damped_iterations_solutions(speed):
         t = k * 0.01 * speed
         target = t0.copy()
         target[:3, 3] += [0.05 * math.sin(t), 0.08 * math.sin(0.7 * t), 0.04 * math.sin(1.3 * t)]
-        target[:3, :3] = t0[:3, :3] @ kin.euler_to_matrix(0.2 * math.sin(0.5 * t), 0.1 * math.sin(0.9 * t),
-                                                           0.2 * math.sin(1.1 * t))
+        target[:3, :3] = t0[:3, :3] @ kin.euler_to_matrix(
+            0.2 * math.sin(0.5 * t), 0.1 * math.sin(0.9 * t), 0.2 * math.sin(1.1 * t)
+        )
         cf, dls = kin.ik(target, q_cf, max_iter=40), kin.solve_ik(target, q_dls, max_iter=40)
         assert cf.closed_form and cf.ok(1e-12, 1e-9), k
         assert dls.ok(2e-5, 2e-4), k

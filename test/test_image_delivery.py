@@ -6,6 +6,7 @@ totals (each sim_camera's ~/status) and the received totals (each consumer's ``i
 both at rest; the difference over a 22 s publishing window is compared per (consumer, camera).
 A shared-memory segment smaller than one frame (Fast DDS's default 512 KiB) gave best-effort
 subscribers 6-12 of 30 fps: this test is what fails then."""
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,10 @@ def three_camera_config(tmp: Path) -> Path:
     from piper_recorder.params.derived import LAUNCH_SECTION
 
     raw = yaml.safe_load((ROOT / "config" / "sim.yaml").read_text())
-    raw["cam_side"] = {"ros__parameters": {"serial": "sim-side-0003", "position": [0.30, 0.55, 0.50],
-                                           "look_at": [0.20, 0.0, 0.38]}}
-    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = CAMS   # the recorders follow (params.derived)
+    raw["cam_side"] = {
+        "ros__parameters": {"serial": "sim-side-0003", "position": [0.30, 0.55, 0.50], "look_at": [0.20, 0.0, 0.38]}
+    }
+    raw[LAUNCH_SECTION]["ros__parameters"]["cameras"] = CAMS  # the recorders follow (params.derived)
     path = tmp / "sim_3cam.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -83,14 +85,21 @@ def test_every_image_subscriber_gets_every_frame(tmp_path):
     from piper_recorder.graph.sim_session import SimSession
 
     train = training_root(tmp_path / "train")
-    sets = ["policy.policy=hold", f"policy.root={train}", "piper_launch.dashboard=true", "dashboard.port=0",
-            "dashboard.token=", "policy.camera_stale_s=5.0", "policy.arm_stale_s=60.0"]
+    sets = [
+        "policy.policy=hold",
+        f"policy.root={train}",
+        "piper_launch.dashboard=true",
+        "dashboard.port=0",
+        "dashboard.token=",
+        "policy.camera_stale_s=5.0",
+        "policy.arm_stale_s=60.0",
+    ]
     consumers = ["lerobot_recorder", "rgbd_recorder", "quest_video", "policy", "dashboard"]
     with SimSession(tmp_path / "out", three_camera_config(tmp_path), sets) as s:
         st = Statuses(s._live(), consumers + CAMS)
         dash = _dashboard_url(s)
         watching = threading.Event()
-        threading.Thread(target=_watch_page, args=(dash, watching), daemon=True).start()   # images only if watched
+        threading.Thread(target=_watch_page, args=(dash, watching), daemon=True).start()  # images only if watched
 
         def pause(on: bool) -> None:
             for cam in CAMS:
@@ -99,12 +108,12 @@ def test_every_image_subscriber_gets_every_frame(tmp_path):
                 s.set_parameter(cam, "pause_at_s", 0.0 if on else -1.0)
 
         def counts() -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-            since = time.monotonic() + 2.0   # queued frames delivered, then a status taken after that
+            since = time.monotonic() + 2.0  # queued frames delivered, then a status taken after that
             time.sleep(2.0)
             pub = {cam: int(st.fresh(cam, since)["published"]) for cam in CAMS}
             return pub, {c: received(st.fresh(c, since)) for c in consumers}
 
-        time.sleep(5.0)   # discovery, the dashboard page's first thumbnails
+        time.sleep(5.0)  # discovery, the dashboard page's first thumbnails
         pause(True)
         p0, c0 = counts()
         pause(False)
@@ -115,8 +124,13 @@ def test_every_image_subscriber_gets_every_frame(tmp_path):
 
     published = {cam: p1[cam] - p0[cam] for cam in CAMS}
     assert all(n >= 0.95 * 30 * WINDOW_S for n in published.values()), published
-    expect = {"lerobot_recorder": CAMS, "rgbd_recorder": ["cam_front"], "quest_video": CAMS, "policy": CAMS,
-              "dashboard": CAMS}
+    expect = {
+        "lerobot_recorder": CAMS,
+        "rgbd_recorder": ["cam_front"],
+        "quest_video": CAMS,
+        "policy": CAMS,
+        "dashboard": CAMS,
+    }
     short = []
     for c, cams in expect.items():
         for cam in cams:

@@ -7,6 +7,7 @@ remap, ``piper-dashboard`` (no camera list: it finds the camera through the patt
 subscribes while a client fetches thumbnails) and ``piper-policy`` (the ``hold`` backend on a small
 training root with that camera). Each reports the frames it received per camera on its ``~/status``.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ CAM = "cam_front"
 def _training_root(path: Path) -> Path:
     root = small_root(path, cameras=(CAM,))
     info = json.loads((root / "meta/info.json").read_text())
-    info["features"][image_key(CAM)]["shape"] = [120, 160, 3]       # the camera below publishes 160x120
+    info["features"][image_key(CAM)]["shape"] = [120, 160, 3]  # the camera below publishes 160x120
     (root / "meta/info.json").write_text(json.dumps(info))
     return root
 
@@ -53,11 +54,23 @@ def test_policy_and_dashboard_follow_a_realsense_style_pattern(tmp_path, ros_dom
     root = _training_root(tmp_path / "train")
     pattern = f"image_topic_pattern:={PATTERN}"
     with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-        g.start("piper-sim-camera", "--ros-args", "-r", f"__node:={CAM}", "-r", "__ns:=/camera",
-                "-p", "width:=160", "-p", "height:=120", "-p", "fps:=15.0", name="camera")
+        g.start(
+            "piper-sim-camera",
+            "--ros-args",
+            "-r",
+            f"__node:={CAM}",
+            "-r",
+            "__ns:=/camera",
+            "-p",
+            "width:=160",
+            "-p",
+            "height:=120",
+            "-p",
+            "fps:=15.0",
+            name="camera",
+        )
         dash = g.start("piper-dashboard", "--ros-args", "-p", "port:=0", "-p", pattern, name="dashboard")
-        g.start("piper-policy", "--ros-args", "-p", "policy:=hold", "-p", f"root:={root}", "-p", pattern,
-                name="policy")
+        g.start("piper-policy", "--ros-args", "-p", "policy:=hold", "-p", f"root:={root}", "-p", pattern, name="policy")
         ros_domain.apply()
         rclpy.init()
         node = rclpy.create_node("pattern_probe")
@@ -71,8 +84,7 @@ def test_policy_and_dashboard_follow_a_realsense_style_pattern(tmp_path, ros_dom
         for name in ("policy", "dashboard"):
             node.create_subscription(String, f"/{name}/status", lambda m, n=name: on_status(n, m), 10)
         default_topic: list[int] = []
-        node.create_subscription(Image, camera_topic(COLOR_TOPIC_PATTERN, CAM),
-                                 lambda _m: default_topic.append(1), 10)
+        node.create_subscription(Image, camera_topic(COLOR_TOPIC_PATTERN, CAM), lambda _m: default_topic.append(1), 10)
         spin = threading.Thread(target=rclpy.spin, args=(node,), daemon=True)
         spin.start()
         try:
@@ -85,7 +97,7 @@ def test_policy_and_dashboard_follow_a_realsense_style_pattern(tmp_path, ros_dom
 
             end = time.monotonic() + 60
             while time.monotonic() < end and not (received("policy") >= 10 and received("dashboard") >= 10):
-                try:    # what an open page does: thumbnails, so the dashboard subscribes the images
+                try:  # what an open page does: thumbnails, so the dashboard subscribes the images
                     urllib.request.urlopen(f"{base}/api/thumb?camera={CAM}", timeout=5).read()
                 except OSError:
                     pass
@@ -93,8 +105,8 @@ def test_policy_and_dashboard_follow_a_realsense_style_pattern(tmp_path, ros_dom
             state = json.loads(urllib.request.urlopen(f"{base}/api/state", timeout=5).read())
             assert received("policy") >= 10, (last.get("policy"), g.logs())
             assert received("dashboard") >= 10, (last.get("dashboard"), g.logs())
-            assert [c["name"] for c in state["cameras"]] == [CAM]      # found through the pattern
-            assert default_topic == []                                  # the default pattern's topic is silent
+            assert [c["name"] for c in state["cameras"]] == [CAM]  # found through the pattern
+            assert default_topic == []  # the default pattern's topic is silent
         finally:
             node.destroy_node()
             rclpy.shutdown()

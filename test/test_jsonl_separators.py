@@ -1,6 +1,7 @@
 """Line-break code points (U+2028, U+2029, U+0085, \\x1c-\\x1e, \\v, \\f, \\r) in a task or in the headset
 hello: every JSON-lines file stays one record per line for any splitter, the root reopens, validates,
 renders and takes appended bag conversions; a root written before the escaping is still read."""
+
 from __future__ import annotations
 
 import json
@@ -111,14 +112,33 @@ def test_a_broken_line_is_named_with_its_file_and_line(tmp_path):
 @pytest.mark.slow
 def test_bag_conversion_appends_to_a_root_with_separator_tasks(tmp_path):
     conf = tmp_path / "recorders.yaml"
-    conf.write_text(yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {
-        "cameras": ["cam_front"], "camera_width": 64, "camera_height": 48}}}))
+    conf.write_text(
+        yaml.safe_dump(
+            {
+                "lerobot_recorder": {
+                    "ros__parameters": {"cameras": ["cam_front"], "camera_width": 64, "camera_height": 48}
+                }
+            }
+        )
+    )
     out = tmp_path / "ds"
     for k, task in enumerate(("wipe\u2028the table", "stack\x85blocks\u2029now")):
-        bag = write_bag(tmp_path / f"bag{k}", scenario_messages(SynthScenario(
-            duration_s=1.5, episodes=[(0.3, 1.2)], task=task, seed=k, t0_ns=1_700_000_000_000_000_000 + k * 10**10)))
-        assert bag2dataset([str(bag), "--format", "lerobot", "--out", str(out), "--config", str(conf),
-                            "--no-progress"]) == 0
+        bag = write_bag(
+            tmp_path / f"bag{k}",
+            scenario_messages(
+                SynthScenario(
+                    duration_s=1.5,
+                    episodes=[(0.3, 1.2)],
+                    task=task,
+                    seed=k,
+                    t0_ns=1_700_000_000_000_000_000 + k * 10**10,
+                )
+            ),
+        )
+        assert (
+            bag2dataset([str(bag), "--format", "lerobot", "--out", str(out), "--config", str(conf), "--no-progress"])
+            == 0
+        )
     eps = lines_by_newline(out / "meta/episodes.jsonl")
     assert [e["tasks"] for e in eps] == [["wipe\u2028the table"], ["stack\x85blocks\u2029now"]]
     assert validate_root(out, full=True) == []

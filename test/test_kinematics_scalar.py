@@ -1,6 +1,7 @@
 """The scalar kinematics (``chain``, the Jacobian, the rotation helpers, ``solve_ik``) against their numpy
 formulation: the 4x4 modified-DH product per link, numpy's rotation matrices and the DLS iteration on arrays
 (what ``kinematics`` computed before it went scalar), on random joints and targets."""
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,14 @@ def ref_frames(q: np.ndarray) -> np.ndarray:
         th = q[i] + kin.DH_THETA_OFFSET[i]
         ct, st = math.cos(th), math.sin(th)
         d = kin.DH_D[i]
-        link = np.array([[ct, -st, 0.0, kin.DH_A[i]], [st * ca, ct * ca, -sa, -sa * d],
-                         [st * sa, ct * sa, ca, ca * d], [0.0, 0.0, 0.0, 1.0]])
+        link = np.array(
+            [
+                [ct, -st, 0.0, kin.DH_A[i]],
+                [st * ca, ct * ca, -sa, -sa * d],
+                [st * sa, ct * sa, ca, ca * d],
+                [0.0, 0.0, 0.0, 1.0],
+            ]
+        )
         t = out[i] = t @ link
     return out
 
@@ -52,7 +59,7 @@ def ref_solve_ik(target: np.ndarray, seed: np.ndarray, max_iter: int) -> kin.IkR
         if (pe <= 2e-5 and re <= 2e-4) or it == max_iter:
             break
         jac = ref_jacobian(q)
-        dq = jac.T @ np.linalg.solve(jac @ jac.T + 0.02 ** 2 * np.eye(6), e)
+        dq = jac.T @ np.linalg.solve(jac @ jac.T + 0.02**2 * np.eye(6), e)
         dq *= min(1.0, 0.25 / np.abs(dq).max())
         q = np.clip(q + dq, kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX)
     assert best is not None
@@ -84,7 +91,7 @@ def test_rotation_helpers_equal_their_matrix_forms():
         assert kin.rot_euler(tuple(r.ravel().tolist())) == tuple(kin.matrix_to_euler(r).tolist())
         quat = kin.matrix_to_quat(r)
         assert np.abs(np.array(kin.quat_rot(*(2.0 * quat).tolist())).reshape(3, 3) - r).max() < 1e-12  # normalises
-        assert np.abs(np.array(kin.euler_quat(rx, ry, rz)) - quat).max() < 1e-12   # the same sign (w >= 0)
+        assert np.abs(np.array(kin.euler_quat(rx, ry, rz)) - quat).max() < 1e-12  # the same sign (w >= 0)
         r2 = ref_frames(q + RNG.normal(0, 0.3, 6))[-1, :3, :3]
         assert np.abs(kin.rotation_error(r2, r) - ref_rotation_error(r2, r)).max() < 1e-12
     # the 180 degree branch still finds the axis
@@ -97,7 +104,7 @@ def test_solve_ik_takes_the_steps_of_the_numpy_iteration(spread):
     for k, q_true in enumerate(random_q(150)):
         target = ref_frames(q_true)[-1]
         if k % 5 == 0:
-            target[:3, 3] += RNG.normal(0, 0.2, 3)   # some unreachable
+            target[:3, 3] += RNG.normal(0, 0.2, 3)  # some unreachable
         seed = q_true + RNG.normal(0, spread, 6)
         ours, ref = kin.solve_ik(target, seed, max_iter=40), ref_solve_ik(target, seed, 40)
         assert ours.iterations == ref.iterations and ours.ok(1e-3, 1e-2) == ref.ok(1e-3, 1e-2)
@@ -119,10 +126,10 @@ def test_solve_ik_never_reports_a_nan_target_or_seed_as_solved():
 
 
 def test_dls_step_equals_the_numpy_solve():
-    lam2 = 0.02 ** 2
+    lam2 = 0.02**2
     for k in range(300):
         jac = RNG.normal(size=(6, 6))
-        if k % 3 == 0:   # a singular Jacobian (wrist-singular poses): the damping keeps it solvable
+        if k % 3 == 0:  # a singular Jacobian (wrist-singular poses): the damping keeps it solvable
             jac[5] = jac[4]
         e = RNG.normal(size=6)
         ref = jac.T @ np.linalg.solve(jac @ jac.T + lam2 * np.eye(6), e)
@@ -134,17 +141,23 @@ def test_dls_step_equals_the_numpy_solve():
 def test_limits_check_builds_the_normalised_target_and_refuses_what_it_must():
     from piper_recorder.piper.limits import Rejection, TargetLimits
 
-    lim = TargetLimits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
+    lim = TargetLimits(
+        kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65])
+    )
     ready = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     t = ref_frames(ready + 0.02)[-1]
-    quat = kin.matrix_to_quat(t[:3, :3]) * 1.02   # 2 % off unit length: accepted, normalised
+    quat = kin.matrix_to_quat(t[:3, :3]) * 1.02  # 2 % off unit length: accepted, normalised
     res = lim.check(t[:3, 3], quat, ready)
     assert not isinstance(res, Rejection)
     pose, q = res
     assert np.abs(pose - kin.pose_to_matrix(t[:3, 3], quat / np.linalg.norm(quat))).max() < 1e-15
     assert np.abs(ref_frames(q)[-1][:3, 3] - t[:3, 3]).max() < 1e-3
-    for pos, qu, reason in (([math.nan, 0.0, 0.3], quat, "non_finite"), (t[:3, 3], quat * 1.2, "bad_quaternion"),
-                            ([0.9, 0.0, 0.3], quat, "out_of_workspace"), ([0.6, 0.4, 0.6], quat, "unreachable")):
+    for pos, qu, reason in (
+        ([math.nan, 0.0, 0.3], quat, "non_finite"),
+        (t[:3, 3], quat * 1.2, "bad_quaternion"),
+        ([0.9, 0.0, 0.3], quat, "out_of_workspace"),
+        ([0.6, 0.4, 0.6], quat, "unreachable"),
+    ):
         r = lim.check(np.asarray(pos), qu, ready)
         assert isinstance(r, Rejection) and r.reason == reason, (reason, r)
 
@@ -154,7 +167,9 @@ def test_limits_check_builds_a_fallback_seed_only_after_a_failed_solve():
     a target the last solution reaches, and they are tried in order until one reaches it."""
     from piper_recorder.piper.limits import Rejection, TargetLimits
 
-    lim = TargetLimits(kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
+    lim = TargetLimits(
+        kin.SDK_JOINT_MIN, kin.SDK_JOINT_MAX, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65])
+    )
     ready = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     built: list[str] = []
 

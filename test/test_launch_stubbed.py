@@ -9,6 +9,7 @@ and the pip launcher finding its scripts in a colcon install. test_launch_files.
 files with the real `launch_ros` wherever it is importable. The stand-in ament index knows this package
 and, when a test installs one, a realsense2_camera of a given version (its package.xml).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,8 +29,16 @@ from piper_recorder.graph.plan import plan_graph
 from piper_recorder.params.derived import LAUNCH_SECTION
 from piper_recorder.params.params_file import read_params_file
 from piper_recorder.graph.rosenv import PROFILE_VARS, dds_features
-from support.launch_stub import (Action, ExecuteProcess, LogInfo, Node, SetEnvironmentVariable,
-                                 UnsetEnvironmentVariable, graph, install_realsense)
+from support.launch_stub import (
+    Action,
+    ExecuteProcess,
+    LogInfo,
+    Node,
+    SetEnvironmentVariable,
+    UnsetEnvironmentVariable,
+    graph,
+    install_realsense,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video"}
@@ -52,12 +61,12 @@ def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launc
     assert set(nodes) == OUR_NODES | {"cam_front", "cam_wrist"}
     nice = f"nice -n {read_params_file(ROOT / 'config' / 'sim.yaml')[LAUNCH_SECTION]['bulk_nice']}"
     bulk = {"cam_front", "cam_wrist", "lerobot_recorder", "rgbd_recorder", "quest_video"}
-    assert {n for n, a in nodes.items() if a.kwargs.get("prefix") == nice} == bulk   # still niced
-    assert {n: label(a) for n, a in nodes.items()} == {n: n for n in nodes}          # not "nice"
+    assert {n for n, a in nodes.items() if a.kwargs.get("prefix") == nice} == bulk  # still niced
+    assert {n: label(a) for n, a in nodes.items()} == {n: n for n in nodes}  # not "nice"
     (headset,) = [a for a in actions if isinstance(a, ExecuteProcess)]
     assert label(headset) == "sim_quest"
     cmd = [str(c) for c in headset.kwargs["cmd"]]
-    assert cmd[cmd.index("--video-port") + 1] == "8736"   # where quest_video sends the panels (its default port)
+    assert cmd[cmd.index("--video-port") + 1] == "8736"  # where quest_video sends the panels (its default port)
     assert nodes["quest_video"].kwargs["parameters"][1]["cameras"] == ["cam_front", "cam_wrist"]
     assert nodes["lerobot_recorder"].kwargs["parameters"][1]["task"] == "stack"
     assert nodes["rgbd_recorder"].kwargs["parameters"][1]["task"] == "stack"
@@ -69,27 +78,33 @@ def _launch_env(mode: str) -> tuple[dict[str, str], set[str]]:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     (ld,) = mod.generate_launch_description().args
-    return (dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable)),
-            {a.args[0] for a in ld if isinstance(a, UnsetEnvironmentVariable)})
+    return (
+        dict(a.args for a in ld if isinstance(a, SetEnvironmentVariable)),
+        {a.args[0] for a in ld if isinstance(a, UnsetEnvironmentVariable)},
+    )
 
 
 @pytest.mark.parametrize("mode", ["sim", "robot"])
 def test_launch_keeps_dds_on_loopback_with_frames_in_shared_memory(stub_launch, monkeypatch, mode):
     for var in PROFILE_VARS:
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("ROS_LOCALHOST_ONLY", "1")   # a shell's stale setting: unset for the nodes
+    monkeypatch.setenv("ROS_LOCALHOST_ONLY", "1")  # a shell's stale setting: unset for the nodes
     env, unset = _launch_env(mode)
     # the one variable this install's Fast DDS reads (both where no ROS library is found: the ROS-free leg)
     profile_vars = set(dds_features().profile_vars)
-    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"   # the profile below restricts transports
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"  # the profile below restricts transports
     assert unset == {"ROS_LOCALHOST_ONLY"} and set(env) == profile_vars | {"ROS_AUTOMATIC_DISCOVERY_RANGE"}
     (profile,) = {Path(env[var]) for var in profile_vars}
     assert profile.name == "fastdds_loopback.xml" and profile.is_file()
     import xml.etree.ElementTree as ET
+
     ns = {"d": "http://www.eprosima.com"}
-    (shm,) = [t for t in ET.parse(profile).getroot().iterfind(".//d:transport_descriptor", ns)
-              if t.findtext("d:type", namespaces=ns) == "SHM"]
-    assert int(shm.findtext("d:segment_size", namespaces=ns)) >= 8 * 1280 * 720 * 3   # frames of history, not < 1
+    (shm,) = [
+        t
+        for t in ET.parse(profile).getroot().iterfind(".//d:transport_descriptor", ns)
+        if t.findtext("d:type", namespaces=ns) == "SHM"
+    ]
+    assert int(shm.findtext("d:segment_size", namespaces=ns)) >= 8 * 1280 * 720 * 3  # frames of history, not < 1
 
 
 @pytest.mark.parametrize("mode", ["sim", "robot"])
@@ -97,7 +112,7 @@ def test_launch_keeps_a_users_own_dds_profile(stub_launch, monkeypatch, tmp_path
     own = tmp_path / "lan.xml"
     own.write_text("<dds/>")
     monkeypatch.setenv(dds_features().profile_vars[0], str(own))
-    assert _launch_env(mode) == ({}, set())   # nothing changed: the shell's profile applies to every node
+    assert _launch_env(mode) == ({}, set())  # nothing changed: the shell's profile applies to every node
 
 
 def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_launch):
@@ -109,8 +124,8 @@ def test_robot_launch_sets_the_realsense_profiles_for_old_and_new_wrappers(stub_
         cam = a.kwargs["name"]
         config_file, extra = a.kwargs["parameters"]
         assert Path(config_file) == ROOT / "config" / "robot.yaml" and a.kwargs["namespace"] == ""
-        section = {**cfg[cam], **extra}   # what the node gets: its section, then the launch file's dict
-        assert section["rgb_camera.color_profile"] == section["rgb_camera.profile"] == "640x480x30"      # >= 4.55.1
+        section = {**cfg[cam], **extra}  # what the node gets: its section, then the launch file's dict
+        assert section["rgb_camera.color_profile"] == section["rgb_camera.profile"] == "640x480x30"  # >= 4.55.1
         assert section["depth_module.depth_profile"] == section["depth_module.profile"] == "640x480x30"  # 4.0.1-4.54.1
         assert section["camera_name"] == cam and label(a) == cam
     assert {label(a) for a in actions if isinstance(a, Node)} >= OUR_NODES
@@ -140,7 +155,7 @@ def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_l
     """realsense2_camera's default image QoS, SYSTEM_DEFAULT, is a keep-last 1 writer on Fast DDS: the launch
     names a reliable profile with a history of its own but bounded in memory, for the colour (and so the
     aligned depth) and the depth stream, and keeps camera_info at the driver's DEFAULT."""
-    pytest.importorskip("rclpy")   # the profiles' contents are rclpy's
+    pytest.importorskip("rclpy")  # the profiles' contents are rclpy's
     from rclpy.qos import HistoryPolicy, QoSPresetProfiles, ReliabilityPolicy
 
     from piper_recorder.nodes.plumbing.qos import recorder_image_qos
@@ -158,8 +173,11 @@ def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_l
 
 
 def test_robot_launch_refuses_an_image_qos_the_driver_does_not_know(stub_launch, tmp_path):
-    with pytest.raises(LaunchError, match=r"cam_wrist.color_qos 'BEST_EFFORT': realsense2_camera takes "
-                                                   r"one of SYSTEM_DEFAULT, DEFAULT"):
+    with pytest.raises(
+        LaunchError,
+        match=r"cam_wrist.color_qos 'BEST_EFFORT': realsense2_camera takes "
+        r"one of SYSTEM_DEFAULT, DEFAULT",
+    ):
         graph("robot", config=str(robot_config(tmp_path, cam_wrist={"color_qos": "BEST_EFFORT"})))
     nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"depth_qos": "PARAMETERS"}))))
     assert nodes["cam_wrist"]["depth_qos"] == "PARAMETERS" and nodes["cam_front"]["depth_qos"] == "DEFAULT"
@@ -172,7 +190,7 @@ def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stu
     nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405"}))))
     wrist, front = nodes["cam_wrist"], nodes["cam_front"]
     assert wrist["depth_module.color_profile"] == wrist["depth_module.depth_profile"] == "640x480x30"
-    assert wrist["depth_module.profile"] == "640x480x30"          # 4.0.1-4.54.1: one profile per module
+    assert wrist["depth_module.profile"] == "640x480x30"  # 4.0.1-4.54.1: one profile per module
     assert not {"rgb_camera.color_profile", "rgb_camera.profile"} & set(wrist)
     assert front["rgb_camera.color_profile"] == front["rgb_camera.profile"] == "640x480x30"
     assert "depth_module.color_profile" not in front
@@ -182,10 +200,17 @@ def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stu
     assert camera_nodes(actions)["cam_wrist"]["depth_module.depth_profile"] == "848x480x30"
     (rec,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "lerobot_recorder"]
     assert rec.kwargs["parameters"][1]["camera_widths"] == [640, 848]
-    with pytest.raises(LaunchError, match=r"cam_wrist.rgb_camera.color_profile: cam_wrist is a D405 .* "
-                                                   r"depth_module.color_profile"):
-        graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405",
-                                                                    "rgb_camera.color_profile": "848x480x30"})))
+    with pytest.raises(
+        LaunchError,
+        match=r"cam_wrist.rgb_camera.color_profile: cam_wrist is a D405 .* "
+        r"depth_module.color_profile",
+    ):
+        graph(
+            "robot",
+            config=str(
+                robot_config(tmp_path, cam_wrist={"device_type": "d405", "rgb_camera.color_profile": "848x480x30"})
+            ),
+        )
 
 
 def test_robot_launch_refuses_a_realsense_driver_whose_cameras_would_share_topics(stub_launch, tmp_path):
@@ -198,7 +223,7 @@ def test_robot_launch_refuses_a_realsense_driver_whose_cameras_would_share_topic
     msg = str(err.value)
     assert f"realsense2_camera 4.54.1 ({xml})" in msg and "/color/image_raw" in msg
     assert "Install realsense2_camera >= 4.55.1" in msg and "ros-$ROS_DISTRO-realsense2-camera" in msg
-    with pytest.raises(LaunchError, match="4.54.1"):   # piper-launch robot: the same graph, refused too
+    with pytest.raises(LaunchError, match="4.54.1"):  # piper-launch robot: the same graph, refused too
         plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path / "run")
     for version in ("4.55.1", "4.58.0"):
         install_realsense(stub_launch, tmp_path, version)
@@ -207,12 +232,12 @@ def test_robot_launch_refuses_a_realsense_driver_whose_cameras_would_share_topic
         assert list(camera_nodes(actions)) == ["cam_front", "cam_wrist"]
     del stub_launch["realsense2_camera"]
     actions = graph("robot")
-    (note,) = [a.kwargs["msg"] for a in actions if isinstance(a, LogInfo)]   # once, however many cameras
+    (note,) = [a.kwargs["msg"] for a in actions if isinstance(a, LogInfo)]  # once, however many cameras
     assert "realsense2_camera not found through the ament index: its version was not checked" in note
     assert list(camera_nodes(actions)) == ["cam_front", "cam_wrist"]
     plan = plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path / "run")
     assert plan.notes == [note]
-    assert not [a for a in graph("sim") if isinstance(a, LogInfo)]    # the sim graph starts no driver
+    assert not [a for a in graph("sim") if isinstance(a, LogInfo)]  # the sim graph starts no driver
 
 
 def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):
@@ -240,7 +265,7 @@ def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path,
     (share / "sim.yaml").write_text((ROOT / "config" / "sim.yaml").read_text())
     system_bin = tmp_path / "usr" / "bin"
     system_bin.mkdir(parents=True)
-    monkeypatch.setattr(package_install, "PACKAGE_ROOT", site)            # where the package was imported from
+    monkeypatch.setattr(package_install, "PACKAGE_ROOT", site)  # where the package was imported from
     monkeypatch.setattr(sys, "executable", str(system_bin / "python3"))
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "usr"))
     monkeypatch.setenv("PATH", str(system_bin))
@@ -261,7 +286,7 @@ def test_dashboard_is_an_on_off_launch_argument(stub_launch, tmp_path):
         (dash,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "dashboard"]
         assert dash.kwargs["executable"] == "dashboard" and dash.kwargs["exec_name"] == "dashboard"
         params = dash.kwargs["parameters"][1]
-        assert params["roots"] == ["/data/cube"]          # the recording root, for the re-alignment view
+        assert params["roots"] == ["/data/cube"]  # the recording root, for the re-alignment view
         assert set(params["nodes"]) == OUR_NODES | {"cam_front"}
     # piper-launch: the same argument, or piper_launch.dashboard in the config (what --set reaches)
     plan = plan_graph("sim", ROOT / "config" / "sim.yaml", [], tmp_path, dashboard="true")
@@ -289,7 +314,7 @@ def test_sim_graph_without_the_sim_headset_keeps_the_bridge_on_an_external_one(s
     names = {a.kwargs["name"] for a in graph("sim", sim_headset="false")}
     assert "sim_quest" not in names and {"quest_bridge", "teleop", "piper_arm"} <= names
     (bridge,) = [a for a in graph("sim", sim_headset="false") if a.kwargs["name"] == "quest_bridge"]
-    assert bridge.kwargs["parameters"][1] == {}     # the config's (or the user's) host/port, untouched
+    assert bridge.kwargs["parameters"][1] == {}  # the config's (or the user's) host/port, untouched
     assert "sim_quest" in {a.kwargs["name"] for a in graph("sim")}
     with pytest.raises(LaunchError, match="expected true or false"):
         plan_graph("sim", cfg, [], tmp_path, sim_headset="maybe")
@@ -302,15 +327,15 @@ def test_a_set_the_sim_graph_would_overwrite_is_refused_with_the_way_out(tmp_pat
     msg = str(err.value)
     assert "--set quest_bridge.port=9911 conflicts with the simulated headset's port" in msg
     assert "--no-sim-headset" in msg and "piper_launch.sim_quest.enabled=false" in msg
-    with pytest.raises(LaunchError, match="quest_video.port=9912 conflicts with the simulated headset's "
-                                                   "video channel"):
+    with pytest.raises(LaunchError, match="quest_video.port=9912 conflicts with the simulated headset's video channel"):
         plan_graph("sim", cfg, ["quest_video.port=9912"], tmp_path)
     # the same value as the simulated headset's is no conflict; moving the headset moves the bridge
     plan = plan_graph("sim", cfg, ["piper_launch.sim_quest.port=9911", "quest_bridge.port=9911"], tmp_path)
     assert read_params_file(plan.params_file)["quest_bridge"]["port"] == 9911
     # a policy run records who acted on its own topic: another actor_topic is refused, not replaced
-    with pytest.raises(LaunchError, match="lerobot_recorder.actor_topic='/mine' conflicts with the "
-                                                   "policy node's actor topic"):
+    with pytest.raises(
+        LaunchError, match="lerobot_recorder.actor_topic='/mine' conflicts with the policy node's actor topic"
+    ):
         plan_graph("sim", cfg, ["lerobot_recorder.actor_topic=/mine"], tmp_path, policy="hold")
     # robot mode derives no headset: the bridge's --set is the bridge's
     plan = plan_graph("robot", ROOT / "config" / "robot.yaml", ["quest_bridge.port=9911"], tmp_path)
@@ -326,21 +351,29 @@ def test_headset_web_starts_the_page_server_where_the_bridge_and_video_connect(s
         (web,) = [a for a in actions if isinstance(a, ExecuteProcess)]
         assert label(web) == "quest_web"
         cmd = [str(c) for c in web.kwargs["cmd"]]
-        assert web.kwargs["cmd"][0].args == ("quest_web", "piper_recorder")   # ExecutableInPackage
+        assert web.kwargs["cmd"][0].args == ("quest_web", "piper_recorder")  # ExecutableInPackage
         assert cmd[cmd.index("--port") + 1] == "8737" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
         assert cmd[cmd.index("--bridge-port") + 1] == "8735" and cmd[cmd.index("--video-port") + 1] == "8736"
         (bridge,) = [a for a in actions if isinstance(a, Node) and a.kwargs["name"] == "quest_bridge"]
         assert "port" not in bridge.kwargs["parameters"][1]
     cfg = ROOT / "config" / "sim.yaml"
-    plan = plan_graph("sim", cfg, ["quest_bridge.port=9911", "quest_video.port=9912",
-                                   "piper_launch.headset_video=false"], tmp_path, headset="web")
+    plan = plan_graph(
+        "sim",
+        cfg,
+        ["quest_bridge.port=9911", "quest_video.port=9912", "piper_launch.headset_video=false"],
+        tmp_path,
+        headset="web",
+    )
     (web,) = [p for p in plan.processes if p.name == "quest_web"]
-    assert web.argv[web.argv.index("--bridge-port") + 1] == "9911" and web.argv[web.argv.index("--video-port") + 1] == "-1"
+    assert (
+        web.argv[web.argv.index("--bridge-port") + 1] == "9911" and web.argv[web.argv.index("--video-port") + 1] == "-1"
+    )
     assert "sim_quest" not in [p.name for p in plan.processes]
     assert read_params_file(plan.params_file)["quest_bridge"]["port"] == 9911
     assert "sim_quest" in [p.name for p in plan_graph("sim", cfg, [], tmp_path, headset="sim").processes]
-    assert not {"sim_quest", "quest_web"} & {p.name for p in plan_graph("sim", cfg, [], tmp_path,
-                                                                        headset="native").processes}
+    assert not {"sim_quest", "quest_web"} & {
+        p.name for p in plan_graph("sim", cfg, [], tmp_path, headset="native").processes
+    }
     with pytest.raises(LaunchError, match="needs the sim graph"):
         plan_graph("robot", ROOT / "config" / "robot.yaml", [], tmp_path, headset="sim")
     with pytest.raises(LaunchError, match="native | web | sim"):
@@ -354,29 +387,68 @@ def test_contradictory_launch_settings_are_refused_naming_both(stub_launch, tmp_
     the port its relay binds for quest_bridge: each refused while planning, naming both settings, through
     piper-launch's plan and the launch files' arguments alike; nothing is planned (no parameter file)."""
     cfg = ROOT / "config" / "sim.yaml"
-    refused = [   # (mode, sets, plan_graph's launch arguments, what the message says)
-        ("sim", [], {"sim_headset": "false", "headset": "sim"},
-         "--headset sim (headset:=sim) and --no-sim-headset (sim_headset:=false) contradict"),
-        ("sim", ["piper_launch.sim_quest.enabled=false"], {"headset": "sim"},
-         "--headset sim (headset:=sim) and piper_launch.sim_quest.enabled=false contradict"),
-        ("sim", [], {"teleop_input": "spacemouse", "headset": "web"},
-         "--headset web (headset:=web) contradicts teleop input spacemouse"),
-        ("robot", [], {"teleop_input": "spacemouse", "headset": "native"},
-         "--headset native (headset:=native) contradicts teleop input spacemouse"),
+    refused = [  # (mode, sets, plan_graph's launch arguments, what the message says)
+        (
+            "sim",
+            [],
+            {"sim_headset": "false", "headset": "sim"},
+            "--headset sim (headset:=sim) and --no-sim-headset (sim_headset:=false) contradict",
+        ),
+        (
+            "sim",
+            ["piper_launch.sim_quest.enabled=false"],
+            {"headset": "sim"},
+            "--headset sim (headset:=sim) and piper_launch.sim_quest.enabled=false contradict",
+        ),
+        (
+            "sim",
+            [],
+            {"teleop_input": "spacemouse", "headset": "web"},
+            "--headset web (headset:=web) contradicts teleop input spacemouse",
+        ),
+        (
+            "robot",
+            [],
+            {"teleop_input": "spacemouse", "headset": "native"},
+            "--headset native (headset:=native) contradicts teleop input spacemouse",
+        ),
         ("sim", ["teleop.input=spacemouse"], {"headset": "sim"}, "contradicts teleop input spacemouse"),
-        ("sim", [], {"teleop_input": "spacemouse", "sim_headset": "true"},
-         "sim_headset:=true contradicts teleop input spacemouse"),
+        (
+            "sim",
+            [],
+            {"teleop_input": "spacemouse", "sim_headset": "true"},
+            "sim_headset:=true contradicts teleop input spacemouse",
+        ),
         ("robot", [], {"sim_headset": "true"}, "sim_headset:=true needs the sim graph"),
-        ("sim", ["piper_launch.quest_web.port=8735"], {"headset": "web"},
-         "piper_launch.quest_web.port=8735 and quest_bridge.port=8735"),
-        ("robot", ["piper_launch.quest_web.port=8736"], {"headset": "web"},
-         "piper_launch.quest_web.port=8736 and quest_video.port=8736"),
+        (
+            "sim",
+            ["piper_launch.quest_web.port=8735"],
+            {"headset": "web"},
+            "piper_launch.quest_web.port=8735 and quest_bridge.port=8735",
+        ),
+        (
+            "robot",
+            ["piper_launch.quest_web.port=8736"],
+            {"headset": "web"},
+            "piper_launch.quest_web.port=8736 and quest_video.port=8736",
+        ),
         ("sim", ["quest_video.port=8735"], {"headset": "web"}, "quest_bridge.port=8735 and quest_video.port=8735"),
-        ("sim", ["piper_launch.quest_web.host=0.0.0.0", "piper_launch.quest_web.insecure_http=true",
-                 "piper_launch.quest_web.port=8735"], {"headset": "web"},
-         "piper_launch.quest_web.port=8735 and quest_bridge.port=8735"),
-        ("robot", ["piper_launch.quest_web.host=0.0.0.0"], {"headset": "web"},
-         "piper_launch.quest_web.host='0.0.0.0' is not a loopback address: set piper_launch.quest_web.cert"),
+        (
+            "sim",
+            [
+                "piper_launch.quest_web.host=0.0.0.0",
+                "piper_launch.quest_web.insecure_http=true",
+                "piper_launch.quest_web.port=8735",
+            ],
+            {"headset": "web"},
+            "piper_launch.quest_web.port=8735 and quest_bridge.port=8735",
+        ),
+        (
+            "robot",
+            ["piper_launch.quest_web.host=0.0.0.0"],
+            {"headset": "web"},
+            "piper_launch.quest_web.host='0.0.0.0' is not a loopback address: set piper_launch.quest_web.cert",
+        ),
     ]
     for mode, sets, kw, needle in refused:
         run_dir = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
@@ -391,25 +463,40 @@ def test_contradictory_launch_settings_are_refused_naming_both(stub_launch, tmp_
         with pytest.raises(LaunchError, match="contradicts teleop input spacemouse"):
             graph(mode, teleop_input="spacemouse", headset="web")
     clashing = tmp_path / "clash.yaml"
-    clashing.write_text(cfg.read_text().replace("piper_launch:\n  ros__parameters:\n",
-                                                "piper_launch:\n  ros__parameters:\n    quest_web: {port: 8735}\n"))
+    clashing.write_text(
+        cfg.read_text().replace(
+            "piper_launch:\n  ros__parameters:\n", "piper_launch:\n  ros__parameters:\n    quest_web: {port: 8735}\n"
+        )
+    )
     with pytest.raises(LaunchError, match="piper_launch.quest_web.port=8735 and quest_bridge.port=8735"):
         graph("sim", headset="web", config=str(clashing))
     # settings that agree still plan: no headset in a SpaceMouse graph, the page on a free port, the page on
     # another address than the bridge's
-    assert "sim_quest" not in plan_graph("sim", cfg, [], tmp_path / "ok1", teleop_input="spacemouse",
-                                         sim_headset="false").node_names
+    assert (
+        "sim_quest"
+        not in plan_graph("sim", cfg, [], tmp_path / "ok1", teleop_input="spacemouse", sim_headset="false").node_names
+    )
     plan = plan_graph("sim", cfg, ["piper_launch.quest_web.port=0"], tmp_path / "ok2", headset="web")
     assert "quest_web" in [p.name for p in plan.processes]
-    plan_graph("sim", cfg, ["piper_launch.quest_web.host=127.0.0.2", "piper_launch.quest_web.port=8735"],
-               tmp_path / "ok3", headset="web")
-    plan = plan_graph("robot", ROOT / "config" / "robot.yaml", ["piper_launch.quest_web.host=0.0.0.0",
-                                                                "piper_launch.quest_web.insecure_http=true"],
-                      tmp_path / "ok4", headset="web")
+    plan_graph(
+        "sim",
+        cfg,
+        ["piper_launch.quest_web.host=127.0.0.2", "piper_launch.quest_web.port=8735"],
+        tmp_path / "ok3",
+        headset="web",
+    )
+    plan = plan_graph(
+        "robot",
+        ROOT / "config" / "robot.yaml",
+        ["piper_launch.quest_web.host=0.0.0.0", "piper_launch.quest_web.insecure_http=true"],
+        tmp_path / "ok4",
+        headset="web",
+    )
     (web,) = [p for p in plan.processes if p.name == "quest_web"]
     assert web.argv[web.argv.index("--host") + 1] == "0.0.0.0" and "--insecure-http" in web.argv
     # piper-quest-web itself refuses the same clash when started by hand
     from piper_recorder.quest.web_server import WebConfig
+
     with pytest.raises(ValueError, match="port and bridge_port are both 8735"):
         WebConfig(port=8735).validate()
     with pytest.raises(ValueError, match="bridge_port and video_port are both 9000"):

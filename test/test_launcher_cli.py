@@ -1,5 +1,6 @@
 """piper-launch as a real process: the simulated graph comes up from config/sim.yaml (every node in
 the ROS graph), and Ctrl-C stops every process cleanly (exit 0, recorders first)."""
+
 from __future__ import annotations
 
 import os
@@ -16,11 +17,33 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 def test_piper_launch_sim_up_and_clean_shutdown(tmp_path):
     logs = tmp_path / "logs"
-    cmd = [str(Path(sys.executable).parent / "piper-launch"), "sim", "--quiet", "--log-dir", str(logs),
-           "--cameras", "cam_front", "--root", str(tmp_path / "lerobot"), "--rgbd-path", str(tmp_path / "r.hdf5"),
-           "--set", "piper_launch.sim_quest.port=0", "--set", "cam_front.width=160", "--set", "cam_front.height=120",
-           "--set", "lerobot_recorder.camera_width=160", "--set", "lerobot_recorder.camera_height=120",
-           "--set", "rgbd_recorder.camera_width=160", "--set", "rgbd_recorder.camera_height=120"]
+    cmd = [
+        str(Path(sys.executable).parent / "piper-launch"),
+        "sim",
+        "--quiet",
+        "--log-dir",
+        str(logs),
+        "--cameras",
+        "cam_front",
+        "--root",
+        str(tmp_path / "lerobot"),
+        "--rgbd-path",
+        str(tmp_path / "r.hdf5"),
+        "--set",
+        "piper_launch.sim_quest.port=0",
+        "--set",
+        "cam_front.width=160",
+        "--set",
+        "cam_front.height=120",
+        "--set",
+        "lerobot_recorder.camera_width=160",
+        "--set",
+        "lerobot_recorder.camera_height=120",
+        "--set",
+        "rgbd_recorder.camera_width=160",
+        "--set",
+        "rgbd_recorder.camera_height=120",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     try:
@@ -45,8 +68,7 @@ def test_piper_launch_sim_up_and_clean_shutdown(tmp_path):
     out = "".join(lines) + rest
     assert proc.returncode == 0, out
     assert "piper-launch: stopped; exit codes" in out
-    for name in ("sim_quest", "piper_arm", "quest_bridge", "teleop", "cam_front", "lerobot_recorder",
-                 "rgbd_recorder"):
+    for name in ("sim_quest", "piper_arm", "quest_bridge", "teleop", "cam_front", "lerobot_recorder", "rgbd_recorder"):
         assert (logs / f"{name}.log").is_file()
     assert "published" in (logs / "cam_front.log").read_text()  # the camera's clean-exit summary
     params = (logs / "params.yaml").read_text()
@@ -55,8 +77,12 @@ def test_piper_launch_sim_up_and_clean_shutdown(tmp_path):
 
 def test_piper_launch_sim_refuses_a_set_it_would_overwrite():
     """Issue 21.14: --set quest_bridge.port=... was silently replaced by the simulated headset's port."""
-    res = subprocess.run([str(Path(sys.executable).parent / "piper-launch"), "sim", "--quiet",
-                          "--set", "quest_bridge.port=9911"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [str(Path(sys.executable).parent / "piper-launch"), "sim", "--quiet", "--set", "quest_bridge.port=9911"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--set quest_bridge.port=9911 conflicts with the simulated headset's port" in res.stderr
     assert "--no-sim-headset" in res.stderr
@@ -70,13 +96,36 @@ def test_piper_launch_sim_with_an_external_headset(tmp_path):
     headset = SimQuestServer(SimConfig(port=0, buttons=False, script="idle"))
     port = headset.start()
     logs = tmp_path / "logs"
-    cmd = [str(Path(sys.executable).parent / "piper-launch"), "sim", "--quiet", "--no-sim-headset",
-           "--log-dir", str(logs), "--cameras", "cam_front", "--root", str(tmp_path / "lerobot"),
-           "--rgbd-path", str(tmp_path / "r.hdf5"), "--set", f"quest_bridge.port={port}",
-           "--set", "piper_launch.headset_video=false",
-           "--set", "cam_front.width=160", "--set", "cam_front.height=120",
-           "--set", "lerobot_recorder.camera_width=160", "--set", "lerobot_recorder.camera_height=120",
-           "--set", "rgbd_recorder.camera_width=160", "--set", "rgbd_recorder.camera_height=120"]
+    cmd = [
+        str(Path(sys.executable).parent / "piper-launch"),
+        "sim",
+        "--quiet",
+        "--no-sim-headset",
+        "--log-dir",
+        str(logs),
+        "--cameras",
+        "cam_front",
+        "--root",
+        str(tmp_path / "lerobot"),
+        "--rgbd-path",
+        str(tmp_path / "r.hdf5"),
+        "--set",
+        f"quest_bridge.port={port}",
+        "--set",
+        "piper_launch.headset_video=false",
+        "--set",
+        "cam_front.width=160",
+        "--set",
+        "cam_front.height=120",
+        "--set",
+        "lerobot_recorder.camera_width=160",
+        "--set",
+        "lerobot_recorder.camera_height=120",
+        "--set",
+        "rgbd_recorder.camera_width=160",
+        "--set",
+        "rgbd_recorder.camera_height=120",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     try:
@@ -90,7 +139,7 @@ def test_piper_launch_sim_with_an_external_headset(tmp_path):
         end = time.monotonic() + 20
         while headset.connections < 1 and time.monotonic() < end:
             time.sleep(0.1)
-        assert headset.connections >= 1, "".join(lines)   # the bridge found the headset it was given
+        assert headset.connections >= 1, "".join(lines)  # the bridge found the headset it was given
         assert proc.poll() is None, "".join(lines)
         os.killpg(proc.pid, signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)

@@ -1,5 +1,6 @@
 """No node outlives its launcher, however the launcher ends (SIGKILL included), and SIGTERM/SIGHUP do
 what Ctrl-C does: the recorders save the episode in flight, then everything exits."""
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,9 @@ def test_watch_parent_ends_a_grandchild_whose_parent_was_sigkilled(tmp_path):
     flag = tmp_path / "gone"
     (tmp_path / "g.py").write_text(GRANDCHILD)
     (tmp_path / "c.py").write_text(CHILD)
-    p = subprocess.Popen([sys.executable, str(tmp_path / "c.py"), str(tmp_path / "g.py"), str(flag)],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, str(tmp_path / "c.py"), str(tmp_path / "g.py"), str(flag)], stdout=subprocess.PIPE, text=True
+    )
     line = p.stdout.readline().split()
     assert line and line[0] == "watching", line
     p.kill()
@@ -72,13 +74,39 @@ def test_watch_parent_ends_a_grandchild_whose_parent_was_sigkilled(tmp_path):
 
 
 def _launch(tmp_path: Path, domain: int) -> tuple[subprocess.Popen, list[str]]:
-    cmd = [str(BIN / "piper-launch"), "sim", "--quiet", "--log-dir", str(tmp_path / "logs"), "--domain-id", str(domain),
-           "--cameras", "cam_front", "--root", str(tmp_path / "lerobot"), "--rgbd-path", str(tmp_path / "r.hdf5"),
-           "--set", "piper_launch.sim_quest.port=0", "--set", "piper_launch.sim_quest.script=continuous",
-           "--set", "piper_launch.headset_video=false",
-           "--set", "cam_front.width=160", "--set", "cam_front.height=120",
-           "--set", "lerobot_recorder.camera_width=160", "--set", "lerobot_recorder.camera_height=120",
-           "--set", "rgbd_recorder.camera_width=160", "--set", "rgbd_recorder.camera_height=120"]
+    cmd = [
+        str(BIN / "piper-launch"),
+        "sim",
+        "--quiet",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--domain-id",
+        str(domain),
+        "--cameras",
+        "cam_front",
+        "--root",
+        str(tmp_path / "lerobot"),
+        "--rgbd-path",
+        str(tmp_path / "r.hdf5"),
+        "--set",
+        "piper_launch.sim_quest.port=0",
+        "--set",
+        "piper_launch.sim_quest.script=continuous",
+        "--set",
+        "piper_launch.headset_video=false",
+        "--set",
+        "cam_front.width=160",
+        "--set",
+        "cam_front.height=120",
+        "--set",
+        "lerobot_recorder.camera_width=160",
+        "--set",
+        "lerobot_recorder.camera_height=120",
+        "--set",
+        "rgbd_recorder.camera_width=160",
+        "--set",
+        "rgbd_recorder.camera_height=120",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     assert proc.stdout is not None
@@ -88,7 +116,7 @@ def _launch(tmp_path: Path, domain: int) -> tuple[subprocess.Popen, list[str]]:
         if line.startswith("piper-launch: ready:") or time.monotonic() > deadline:
             break
     assert any(x.startswith("piper-launch: ready:") for x in lines), "".join(lines)
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()   # keep draining
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # keep draining
     return proc, lines
 
 
@@ -115,7 +143,7 @@ def _start_episodes(lease) -> None:
                 ex.spin_until_future_complete(fut, timeout_sec=10)
                 if fut.done() and fut.result().success:
                     break
-                time.sleep(0.5)   # e.g. still waiting for the first arm feedback
+                time.sleep(0.5)  # e.g. still waiting for the first arm feedback
             else:
                 pytest.fail(f"{rec} did not start an episode")
     finally:
@@ -137,10 +165,10 @@ def test_no_node_outlives_its_launcher_and_the_episode_in_flight_is_saved(tmp_pa
     proc, lines = _launch(tmp_path, ros_domain.domain_id)
     try:
         pids = graph_pids(proc.pid)
-        assert len(pids) >= 7, (pids, "".join(lines))   # sim_quest, arm, bridge, teleop, camera, 2 recorders
+        assert len(pids) >= 7, (pids, "".join(lines))  # sim_quest, arm, bridge, teleop, camera, 2 recorders
         _start_episodes(ros_domain)
         time.sleep(3.0)
-        os.kill(proc.pid, getattr(signal, how))   # the launcher alone, as a crash or a `kill` would
+        os.kill(proc.pid, getattr(signal, how))  # the launcher alone, as a crash or a `kill` would
         sent = time.monotonic()
         deadline = sent + 30
         while graph_pids(proc.pid) and time.monotonic() < deadline:
@@ -151,7 +179,7 @@ def test_no_node_outlives_its_launcher_and_the_episode_in_flight_is_saved(tmp_pa
         assert gone_after < 20, gone_after
         proc.wait(10)
         if how != "SIGKILL":
-            assert proc.returncode == 0, "".join(lines)   # a clean stop, as after Ctrl-C
+            assert proc.returncode == 0, "".join(lines)  # a clean stop, as after Ctrl-C
     finally:
         for pid in graph_pids(proc.pid) + ([proc.pid] if proc.poll() is None else []):
             try:
@@ -161,7 +189,7 @@ def test_no_node_outlives_its_launcher_and_the_episode_in_flight_is_saved(tmp_pa
     assert validate_root(tmp_path / "lerobot") == []
     assert validate_file(str(tmp_path / "r.hdf5")) == []
     eps = _episodes(tmp_path / "lerobot")
-    assert len(eps) == 1 and eps[0]["length"] >= 30, eps   # the episode in flight was saved, not lost
+    assert len(eps) == 1 and eps[0]["length"] >= 30, eps  # the episode in flight was saved, not lost
 
 
 HUNG_TEARDOWN = """
@@ -188,11 +216,16 @@ def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_do
     from piper_recorder.process.supervision import TEARDOWN_TIMEOUT_S
 
     (tmp_path / "n.py").write_text(HUNG_TEARDOWN)
-    p = subprocess.Popen([sys.executable, str(tmp_path / "n.py")], env=ros_domain.env(), text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, str(tmp_path / "n.py")],
+        env=ros_domain.env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "up"
-        time.sleep(1.0)   # spinning
+        time.sleep(1.0)  # spinning
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=TEARDOWN_TIMEOUT_S + 10)

@@ -1,5 +1,6 @@
 """SIGKILL a writer at random instants: the next open repairs the root, the independent validator
 passes, and every episode saved before the kill is byte-identical."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,14 +39,13 @@ def saved_files(root: Path) -> dict[str, str]:
         i = json.loads(line)["episode_index"]
         out[f"line {i}"] = line
         rels = [f"data/chunk-000/episode_{i:06d}.parquet", f"extras/episode_{i:06d}.quest.jsonl"]
-        rels += [f"videos/chunk-000/observation.images.{c}/episode_{i:06d}.mp4"
-                 for c in ("cam_front", "cam_wrist")]
+        rels += [f"videos/chunk-000/observation.images.{c}/episode_{i:06d}.mp4" for c in ("cam_front", "cam_wrist")]
         for rel in rels:
             out[rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()
     return out
 
 
-WAIT_S = 60.0   # any one wait on the worker: far beyond a trial on a loaded machine, far below the test's timeout
+WAIT_S = 60.0  # any one wait on the worker: far beyond a trial on a loaded machine, far below the test's timeout
 
 
 def _exited(pid: int) -> bool:
@@ -68,8 +68,7 @@ def _proc_report(pid: int) -> str:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if os.access(spy, os.X_OK):
         try:
-            r = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
-                               timeout=30)
+            r = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
             out += "\n" + (r.stdout or r.stderr)
         except subprocess.TimeoutExpired:
             out += "\n(py-spy dump timed out)"
@@ -84,17 +83,25 @@ class Zygote:
     faulthandler dump on SIGUSR1, from its stderr)."""
 
     def __init__(self, root: Path, version: str, log_dir: Path):
-        env = dict(os.environ, PYTHONPATH=str(HERE.parent), OPENBLAS_NUM_THREADS="1",
-                   PIPER_TEST_LEROBOT_VERSION=version)
+        env = dict(
+            os.environ, PYTHONPATH=str(HERE.parent), OPENBLAS_NUM_THREADS="1", PIPER_TEST_LEROBOT_VERSION=version
+        )
         self.stderr_path = log_dir / "crash_worker.stderr"
         self._stderr = open(self.stderr_path, "w")
-        self.p = subprocess.Popen([sys.executable, str(HERE / "lerobot_crash_worker.py"), str(root)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                  bufsize=1, env=env, start_new_session=True)
+        self.p = subprocess.Popen(
+            [sys.executable, str(HERE / "lerobot_crash_worker.py"), str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            env=env,
+            start_new_session=True,
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._drain, daemon=True).start()
         self.child: int | None = None
-        self.seen: list[str] = []   # the lines of the current trial
+        self.seen: list[str] = []  # the lines of the current trial
 
     def _drain(self) -> None:
         for line in self.p.stdout:
@@ -123,8 +130,9 @@ class Zygote:
                 if line == "":
                     continue
             if line is None:
-                raise AssertionError(self.diagnose(f"crash worker exited (code {self.p.wait()}) "
-                                                   f"while waiting for {prefix!r} ({what})"))
+                raise AssertionError(
+                    self.diagnose(f"crash worker exited (code {self.p.wait()}) while waiting for {prefix!r} ({what})")
+                )
             self.seen.append(line)
             if line.startswith(prefix):
                 return line
@@ -132,7 +140,7 @@ class Zygote:
     def _wait_failed(self, prefix: str, what: str, timeout: float, deadline: float, writer_lives: bool) -> str | None:
         """No line for a while: raise if the wait is lost, else return "" (wait on) or a late line."""
         if writer_lives and self.child is not None and _exited(self.child):
-            with contextlib.suppress(queue.Empty):   # what it printed last may still be in the pipe
+            with contextlib.suppress(queue.Empty):  # what it printed last may still be in the pipe
                 return self._lines.get(timeout=2.0)
             raise AssertionError(self.diagnose(f"the writer exited while waiting for {prefix!r} ({what})"))
         if time.monotonic() >= deadline:
@@ -143,12 +151,14 @@ class Zygote:
         pids = [self.p.pid] + ([self.child] if self.child else [])
         for pid in pids:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGUSR1)   # faulthandler: every thread's Python stack to stderr
+                os.kill(pid, signal.SIGUSR1)  # faulthandler: every thread's Python stack to stderr
         time.sleep(1.0)
         reports = "\n".join(_proc_report(pid) for pid in pids)
         self._stderr.flush()
-        return (f"{problem}; this trial's lines: {self.seen[-10:]}\nzygote {self.p.pid}, writer {self.child}\n"
-                f"{reports}\n--- worker stderr (tail)\n{self.stderr_path.read_text()[-6000:]}")
+        return (
+            f"{problem}; this trial's lines: {self.seen[-10:]}\nzygote {self.p.pid}, writer {self.child}\n"
+            f"{reports}\n--- worker stderr (tail)\n{self.stderr_path.read_text()[-6000:]}"
+        )
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -158,7 +168,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             pass
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.p.pid, signal.SIGKILL)   # the zygote and any writer still alive
+            os.killpg(self.p.pid, signal.SIGKILL)  # the zygote and any writer still alive
         self.p.wait(timeout=10)
         self._stderr.close()
 
@@ -166,8 +176,9 @@ class Zygote:
 def kept_saves(lines: list[str]) -> int:
     """Episodes this trial certainly left saved: each ``saved`` line not followed by ``deleting`` (the
     worker prints ``deleting`` before it deletes, so a kill before that line deletes nothing)."""
-    return sum(line.startswith("saved") and (i + 1 == len(lines) or lines[i + 1] != "deleting")
-               for i, line in enumerate(lines))
+    return sum(
+        line.startswith("saved") and (i + 1 == len(lines) or lines[i + 1] != "deleting") for i, line in enumerate(lines)
+    )
 
 
 def total_episodes(root: Path) -> int:
@@ -202,8 +213,10 @@ def test_sigkill_at_random_instants(tmp_path, version):
                 time.sleep(rng.uniform(0.0, 0.4))
             os.kill(pid, signal.SIGKILL)
             z.send("reap")
-            assert z.until("exit ", "the worker reaping the killed writer", timeout=30, writer_lives=False) == \
-                f"exit {-signal.SIGKILL}", "writer died on its own"
+            assert (
+                z.until("exit ", "the worker reaping the killed writer", timeout=30, writer_lives=False)
+                == f"exit {-signal.SIGKILL}"
+            ), "writer died on its own"
             w = LeRobotWriter(root, config(version))  # repairs
             w.close()
             repairs += w.repairs
@@ -217,7 +230,9 @@ def test_sigkill_at_random_instants(tmp_path, version):
             assert total_episodes(root) >= episodes_before + kept_saves(z.seen), (trial, z.seen)
     finally:
         z.close()
-    print(f"{time.monotonic() - t_start:.1f} s, {len(repairs)} repair actions: "
-          f"{sorted(set(' '.join(r.split()[:2]) for r in repairs))}, {kept} episodes kept")
+    print(
+        f"{time.monotonic() - t_start:.1f} s, {len(repairs)} repair actions: "
+        f"{sorted(set(' '.join(r.split()[:2]) for r in repairs))}, {kept} episodes kept"
+    )
     assert sum(r.startswith("removed unsaved episode") for r in repairs) >= 5, repairs
-    assert kept >= TRIALS // 3   # one per steady-recording trial at least
+    assert kept >= TRIALS // 3  # one per steady-recording trial at least

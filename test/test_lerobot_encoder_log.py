@@ -1,4 +1,5 @@
 """No stray "encoder cam_front failed: FileNotFoundError" when an episode is dropped (#16.13)."""
+
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,6 @@
 """LeRobot v2.1 output (meta/episodes_stats.jsonl) and per-camera image statistics, checked with numpy,
 pyarrow, json and lerobot-doctor against values computed here from the frames and rows fed in."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,13 @@ SIX = {"mean", "std", "min", "max", "q01", "q99"}
 
 def cfg(version: str = "v2.1", **kw) -> WriterConfig:
     """Encoders block instead of dropping a frame (the machine is shared; the sample must be exact)."""
-    return WriterConfig(fps=FPS, cameras={c: CameraSpec(h, w) for c, (h, w) in CAMS.items()},
-                        video=VideoConfig(max_block_s=None), lerobot_version=version, **kw)
+    return WriterConfig(
+        fps=FPS,
+        cameras={c: CameraSpec(h, w) for c, (h, w) in CAMS.items()},
+        video=VideoConfig(max_block_s=None),
+        lerobot_version=version,
+        **kw,
+    )
 
 
 def frame(cam: str, k: int, seed: int) -> np.ndarray:
@@ -45,7 +51,7 @@ def record(w: LeRobotWriter, task: str, n: int, seed: int) -> dict[str, list[np.
     w.start_episode(task)
     fed: dict[str, list[np.ndarray]] = {c: [] for c in CAMS}
     for k in range(n):
-        t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up to float32
+        t = float(grid_timestamp(k, FPS))  # as the assembler feeds rows: k/fps rounded up to float32
         w.add_row(t, row_values(t, seed))
         for cam in CAMS:
             img = frame(cam, k, seed)
@@ -83,9 +89,13 @@ def lerobot_aggregate(stats_list: list[dict]) -> dict:
         while counts.ndim < means.ndim:
             counts = np.expand_dims(counts, -1)
         mean = (means * counts).sum(0) / total
-        out[key] = {"mean": mean, "std": np.sqrt(((var + (means - mean) ** 2) * counts).sum(0) / total),
-                    "min": np.min(np.stack([s["min"] for s in fs]), 0),
-                    "max": np.max(np.stack([s["max"] for s in fs]), 0), "count": total}
+        out[key] = {
+            "mean": mean,
+            "std": np.sqrt(((var + (means - mean) ** 2) * counts).sum(0) / total),
+            "min": np.min(np.stack([s["min"] for s in fs]), 0),
+            "max": np.max(np.stack([s["max"] for s in fs]), 0),
+            "count": total,
+        }
     return out
 
 
@@ -123,8 +133,14 @@ def check_root(root: Path, fed: list[dict[str, list[np.ndarray]]]) -> None:
         e = stats[f"observation.images.{cam}"]
         assert set(e) == SIX
         px = np.concatenate([sample_pixels(f[cam]) for f in fed], axis=1)
-        want = {"mean": px.mean(1), "std": px.std(1), "min": px.min(1), "max": px.max(1),
-                "q01": np.quantile(px, 0.01, axis=1), "q99": np.quantile(px, 0.99, axis=1)}
+        want = {
+            "mean": px.mean(1),
+            "std": px.std(1),
+            "min": px.min(1),
+            "max": px.max(1),
+            "q01": np.quantile(px, 0.01, axis=1),
+            "q99": np.quantile(px, 0.99, axis=1),
+        }
         for s, v in want.items():
             got = np.asarray(e[s])
             assert got.shape == (3, 1, 1)
@@ -154,8 +170,9 @@ def doctor(root: Path) -> None:
     exe = ROOT_DIR / ".venv/bin/lerobot-doctor"
     if not exe.exists():
         exe = Path(shutil.which("lerobot-doctor") or "lerobot-doctor")
-    r = subprocess.run([str(exe), "check", str(root), "--ci", "--fail-on", "warn"],
-                       capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [str(exe), "check", str(root), "--ci", "--fail-on", "warn"], capture_output=True, text=True, timeout=180
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
@@ -222,8 +239,9 @@ def test_resuming_the_other_version_is_refused(tmp_path, have, want):
 def test_v20_default_has_camera_stats_and_no_episodes_stats(tmp_path):
     root = tmp_path / "ds"
     fed = []
-    default = WriterConfig(fps=FPS, cameras={c: CameraSpec(h, w) for c, (h, w) in CAMS.items()},
-                           video=VideoConfig(max_block_s=None))
+    default = WriterConfig(
+        fps=FPS, cameras={c: CameraSpec(h, w) for c, (h, w) in CAMS.items()}, video=VideoConfig(max_block_s=None)
+    )
     assert default.lerobot_version == "v2.0"
     with LeRobotWriter(root, default) as w:
         fed.append(record(w, "a", 111, 0))
@@ -294,8 +312,7 @@ def test_root_episode_stats_cached_and_recomputed(tmp_path):
     info = json.loads((other / "meta/info.json").read_text())
     st = root_episode_stats(other, info, 1)
     tab = read_table(other, 1)
-    assert st["index"] == {"min": [12], "max": [20], "mean": [16.0], "std": [float(np.std(np.arange(9)))],
-                           "count": [9]}
+    assert st["index"] == {"min": [12], "max": [20], "mean": [16.0], "std": [float(np.std(np.arange(9)))], "count": [9]}
     assert st["action"]["max"] == np.max(tab["action"], axis=0).tolist()
     assert st["observation.images.cam_front"]["count"] == [2]  # frames 0 and 5 of 9
     assert np.asarray(st["observation.images.cam_wrist"]["std"]).shape == (3, 1, 1)

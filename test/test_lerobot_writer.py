@@ -1,4 +1,5 @@
 """LeRobot v2.0 writer: output checked with independent readers (pyarrow, PyAV, json, lerobot-doctor)."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,9 @@ import pytest
 
 from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.lerobot.writer import stats_sketch
-from piper_recorder.lerobot.format.errors import (BindingChangeError, DatasetError, EpisodeStateError,
-                                           SchemaError)
+from piper_recorder.lerobot.format.errors import BindingChangeError, DatasetError, EpisodeStateError, SchemaError
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
-from support.lerobot_data import (H, W, decode_video, index_frame, read_jsonl_strict,
-                                         read_table, row_values, tree_hashes)
+from support.lerobot_data import H, W, decode_video, index_frame, read_jsonl_strict, read_table, row_values, tree_hashes
 
 FPS = 30
 CAMS = ("cam_front", "cam_wrist")
@@ -36,7 +35,7 @@ def record(w: LeRobotWriter, task: str, n: int, seed: int, jitter_ms=None, quest
     ``jitter_ms[k]`` ms before its row (0 = exactly at the row time)."""
     w.start_episode(task)
     for k in range(n):
-        t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up to float32
+        t = float(grid_timestamp(k, FPS))  # as the assembler feeds rows: k/fps rounded up to float32
         w.add_row(t, row_values(t, seed))
         for cam in w.cfg.cameras:
             j = 0.0 if jitter_ms is None else jitter_ms[k]
@@ -71,15 +70,19 @@ def test_round_trip_schema_meta_and_stats(tmp_path):
         assert types[k] == pa.int64()
     cols = read_table(root, 0)
     for k in range(40):
-        want = row_values(float(grid_timestamp(k, FPS)), 0)   # as record() fed it
+        want = row_values(float(grid_timestamp(k, FPS)), 0)  # as record() fed it
         for key, v in want.items():
             got = cols[key][k]
             np.testing.assert_array_equal(np.atleast_1d(got), v.astype(np.float32), err_msg=key)
-        np.testing.assert_array_equal(cols["observation.state"][k], np.concatenate(
-            [want["observation.arm_joint"], want["observation.arm_eef"],
-             want["observation.gripper"]]).astype(np.float32))
-        np.testing.assert_array_equal(cols["action"][k], np.concatenate(
-            [want["action.arm_eef"], want["action.gripper"]]).astype(np.float32))
+        np.testing.assert_array_equal(
+            cols["observation.state"][k],
+            np.concatenate(
+                [want["observation.arm_joint"], want["observation.arm_eef"], want["observation.gripper"]]
+            ).astype(np.float32),
+        )
+        np.testing.assert_array_equal(
+            cols["action"][k], np.concatenate([want["action.arm_eef"], want["action.gripper"]]).astype(np.float32)
+        )
     assert cols["timestamp"].dtype == np.float32
     np.testing.assert_allclose(np.diff(cols["timestamp"].astype(np.float64)), 1 / FPS, atol=1e-6)
     rows = all_rows(root, 3)
@@ -89,31 +92,67 @@ def test_round_trip_schema_meta_and_stats(tmp_path):
 
     # info.json
     info = json.loads((root / "meta/info.json").read_text())
-    assert set(info) == {"codebase_version", "robot_type", "total_episodes", "total_frames",
-                         "total_tasks", "total_videos", "total_chunks", "chunks_size", "fps",
-                         "splits", "data_path", "video_path", "features", "piper_combined"}
-    assert (info["codebase_version"], info["total_episodes"], info["total_frames"],
-            info["total_tasks"], info["total_videos"], info["total_chunks"]) == ("v2.0", 3, 105, 2, 6, 1)
+    assert set(info) == {
+        "codebase_version",
+        "robot_type",
+        "total_episodes",
+        "total_frames",
+        "total_tasks",
+        "total_videos",
+        "total_chunks",
+        "chunks_size",
+        "fps",
+        "splits",
+        "data_path",
+        "video_path",
+        "features",
+        "piper_combined",
+    }
+    assert (
+        info["codebase_version"],
+        info["total_episodes"],
+        info["total_frames"],
+        info["total_tasks"],
+        info["total_videos"],
+        info["total_chunks"],
+    ) == ("v2.0", 3, 105, 2, 6, 1)
     assert info["splits"] == {"train": "0:3"}
     f = info["features"]
     assert f["observation.arm_eef"]["names"] == ["x", "y", "z", "qw", "qx", "qy", "qz"]
     assert f["observation.state"]["shape"] == [14] and len(f["observation.state"]["names"]) == 14
     assert info["piper_combined"] == {  # which combined column each split column joins (read by piper-dataset)
-        "observation.arm_joint": "observation.state", "observation.arm_eef": "observation.state",
-        "observation.gripper": "observation.state", "action.arm_eef": "action", "action.gripper": "action"}
+        "observation.arm_joint": "observation.state",
+        "observation.arm_eef": "observation.state",
+        "observation.gripper": "observation.state",
+        "action.arm_eef": "action",
+        "action.gripper": "action",
+    }
     assert f["timestamp"] == {"dtype": "float32", "shape": [1], "names": None}
     v = f["observation.images.cam_front"]
     assert v["dtype"] == "video" and v["shape"] == [H, W, 3]
     assert v["names"] == ["height", "width", "channels"]
-    assert set(v["info"]) == {"video.fps", "video.height", "video.width", "video.channels",
-                              "video.codec", "video.pix_fmt", "video.is_depth_map", "has_audio"}
+    assert set(v["info"]) == {
+        "video.fps",
+        "video.height",
+        "video.width",
+        "video.channels",
+        "video.codec",
+        "video.pix_fmt",
+        "video.is_depth_map",
+        "has_audio",
+    }
     assert "video_info" not in json.dumps(info) and '"channel"' not in json.dumps(info)
 
     # modality.json slices the split columns
     mod = json.loads((root / "meta/modality.json").read_text())
-    assert mod["state"]["eef_rot"] == {"start": 3, "end": 7, "original_key": "observation.arm_eef",
-                                       "rotation_type": "quat_wxyz", "dtype": "float32",
-                                       "absolute": True}
+    assert mod["state"]["eef_rot"] == {
+        "start": 3,
+        "end": 7,
+        "original_key": "observation.arm_eef",
+        "rotation_type": "quat_wxyz",
+        "dtype": "float32",
+        "absolute": True,
+    }
     assert mod["action"]["gripper"]["original_key"] == "action.gripper"
     assert mod["video"] == {c: {"original_key": f"observation.images.{c}"} for c in CAMS}
     assert mod["annotation"] == {"human.task_description": {"original_key": "task_index"}}
@@ -124,7 +163,9 @@ def test_round_trip_schema_meta_and_stats(tmp_path):
     assert eps[0]["video_frame_length"] == 40 and eps[0]["late_rows"] == 0
     assert eps[1]["tasks"] == ["place"] and eps[1]["length"] == 35
     assert read_jsonl_strict(root / "meta/tasks.jsonl") == [
-        {"task_index": 0, "task": "pick"}, {"task_index": 1, "task": "place"}]
+        {"task_index": 0, "task": "pick"},
+        {"task_index": 1, "task": "place"},
+    ]
     lines = read_jsonl_strict(root / "extras/episode_000000.quest.jsonl")
     assert len(lines) == 80 and lines[-1] == {"t": 39 / FPS, "k": 39}
 
@@ -205,12 +246,13 @@ def test_every_frame_meets_both_rules_exactly(tmp_path, fps):
     read back with PyAV, every frame's pts * time_base is <= float32(its time) and less than 1e-4 s
     below it, checked in exact arithmetic. Whole-ms PTS fail the second rule for 2 rows in 3."""
     root = tmp_path / "ds"
-    ks = sorted({*range(40), *range(40, 600 * fps, 997), 600 * fps - 1})   # rows k/fps, sparse past 40
+    ks = sorted({*range(40), *range(40, 600 * fps, 997), 600 * fps - 1})  # rows k/fps, sparse past 40
     rng = np.random.default_rng(fps)
-    capture = np.cumsum(rng.uniform(0.5, 70.0, len(ks))) / 1000.0            # capture times, s
+    capture = np.cumsum(rng.uniform(0.5, 70.0, len(ks))) / 1000.0  # capture times, s
     capture[0] = 0.0
-    cfg = WriterConfig(fps=fps, cameras={"nominal": CameraSpec(H, W), "capture": CameraSpec(H, W)},
-                       video=VideoConfig(max_block_s=None))     # fed flat out: wait for the encoder, never drop
+    cfg = WriterConfig(
+        fps=fps, cameras={"nominal": CameraSpec(H, W), "capture": CameraSpec(H, W)}, video=VideoConfig(max_block_s=None)
+    )  # fed flat out: wait for the encoder, never drop
     with LeRobotWriter(root, cfg) as w:
         w.start_episode("rules")
         for i, k in enumerate(ks):
@@ -228,7 +270,7 @@ def test_every_frame_meets_both_rules_exactly(tmp_path, fps):
             exact_t = Fraction(float(np.float32(t)))
             assert p * tb <= exact_t and exact_t - p * tb < Fraction(1, 10_000), (cam, p, t)
             ms_misses += exact_t - Fraction(math.floor(exact_t * 1000), 1000) >= Fraction(1, 10_000)
-    assert ms_misses > len(ks) // 2      # the old whole-ms PTS would have failed most of these
+    assert ms_misses > len(ks) // 2  # the old whole-ms PTS would have failed most of these
 
 
 @pytest.mark.integration
@@ -240,10 +282,12 @@ def test_lerobot_doctor_and_validator_pass(tmp_path):
     doctor = ROOT_DIR / ".venv/bin/lerobot-doctor"
     if not doctor.exists():
         doctor = Path(shutil.which("lerobot-doctor") or "lerobot-doctor")
-    r = subprocess.run([str(doctor), "check", str(root), "--ci", "--fail-on", "warn"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(doctor), "check", str(root), "--ci", "--fail-on", "warn"], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     from piper_recorder.lerobot.validate import validate_root
+
     assert validate_root(root, full=True) == []
 
 
@@ -356,10 +400,12 @@ def test_schema_errors_name_the_column(tmp_path):
 
 
 def session(kp: float, fw: str = "S-V1.6-3") -> dict:
-    return {"control": {"backend": "impedance", "impedance": {"kp": kp, "kd": 0.8, "t_ff": 0.0,
-                                                              "gravity_ff": True}},
-            "arm": {"firmware": fw, "model": "piper"}, "recording": {"fps": 30},
-            "cameras": {"cam_front": {"serial": "123"}}}
+    return {
+        "control": {"backend": "impedance", "impedance": {"kp": kp, "kd": 0.8, "t_ff": 0.0, "gravity_ff": True}},
+        "arm": {"firmware": fw, "model": "piper"},
+        "recording": {"fps": 30},
+        "cameras": {"cam_front": {"serial": "123"}},
+    }
 
 
 def test_binding_change_warns_or_refuses(tmp_path, capsys):
@@ -385,8 +431,7 @@ def test_binding_change_warns_or_refuses(tmp_path, capsys):
 
 def test_options_rotation_type_no_combined_and_chunks(tmp_path):
     root = tmp_path / "ds"
-    cfg = config(cameras={}, rotation_type="quaternion", combined_columns=False, chunks_size=2,
-                 save_raw_quest=False)
+    cfg = config(cameras={}, rotation_type="quaternion", combined_columns=False, chunks_size=2, save_raw_quest=False)
     with LeRobotWriter(root, cfg) as w:
         for e in range(3):
             record(w, "t", 12, e, quest=1)
@@ -432,11 +477,13 @@ def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
     root = tmp_path / "ds"
-    cfg = config(cameras={"cam_front": CameraSpec(480, 640)},
-                 video=VideoConfig(queue_size=1, max_block_s=0.0, preset="medium"))
+    cfg = config(
+        cameras={"cam_front": CameraSpec(480, 640)}, video=VideoConfig(queue_size=1, max_block_s=0.0, preset="medium")
+    )
     rng = np.random.default_rng(0)
     img = rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
     import time
+
     with LeRobotWriter(root, cfg) as w:
         w.start_episode("burst")
         accepted, slowest = 0, 0.0
@@ -451,6 +498,7 @@ def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
     assert dropped > 0 and dropped + accepted == 60
     assert rec["video_frame_lengths"]["cam_front"] == accepted
     import av
+
     with av.open(str(root / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")) as c:
         assert sum(1 for _ in c.decode(video=0)) == accepted
 
@@ -458,9 +506,13 @@ def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
 def test_bad_config_is_refused(tmp_path):
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
-    for bad in (dict(rotation_type="quat_xyzw"), dict(on_binding_change="ignore"),
-                dict(video=VideoConfig(codec="no-such-codec")), dict(video=VideoConfig(gop=0)),
-                dict(cameras={"a/b": CameraSpec()})):
+    for bad in (
+        dict(rotation_type="quat_xyzw"),
+        dict(on_binding_change="ignore"),
+        dict(video=VideoConfig(codec="no-such-codec")),
+        dict(video=VideoConfig(gop=0)),
+        dict(cameras={"a/b": CameraSpec()}),
+    ):
         with pytest.raises(ValueError):
             LeRobotWriter(tmp_path / "ds", config(**bad))
 
@@ -503,6 +555,7 @@ def test_camera_thread_racing_save_never_blocks_or_corrupts(tmp_path):
     assert no_episode[0] > 0 and slowest[0] < 1.0
     assert rec["video_frame_lengths"]["cam_front"] == accepted[0]
     from support.lerobot_data import decode_video
+
     _, idx, _, _ = decode_video(root / "videos/chunk-000/observation.images.cam_front/episode_000000.mp4")
     assert idx == list(range(accepted[0]))
 
@@ -518,24 +571,27 @@ def test_open_repairs_leftovers_deterministically(tmp_path):
     # crash inside a save of episode 2: payload already moved into place, episodes.jsonl not yet
     (root / ".staging/episode_000003").mkdir(parents=True)
     (root / ".staging/episode_000003/cam_front.mp4").write_bytes(b"partial")
-    for rel in ("data/chunk-000/episode_000002.parquet",
-                "videos/chunk-000/observation.images.cam_front/episode_000002.mp4",
-                "extras/episode_000002.quest.jsonl", "meta/.cache/stats/episode_000002.npy"):
+    for rel in (
+        "data/chunk-000/episode_000002.parquet",
+        "videos/chunk-000/observation.images.cam_front/episode_000002.mp4",
+        "extras/episode_000002.quest.jsonl",
+        "meta/.cache/stats/episode_000002.npy",
+    ):
         (root / rel).write_bytes(b"orphan")
     (root / "meta/info.json.tmp").write_text("{")
     info = json.loads((root / "meta/info.json").read_text())
     (root / "meta/info.json").write_text(json.dumps({**info, "total_episodes": 3}))  # renamed early
-    (root / "meta/tasks.jsonl").write_text('{"task_index": 0, "task": "a"}\n'
-                                           '{"task_index": 1, "task": "b"}\n'
-                                           '{"task_index": 2, "task": "c"}\n')
+    (root / "meta/tasks.jsonl").write_text(
+        '{"task_index": 0, "task": "a"}\n{"task_index": 1, "task": "b"}\n{"task_index": 2, "task": "c"}\n'
+    )
     w = LeRobotWriter(root, config())
     w.close()
     assert any(r.startswith("removed unsaved episode") for r in w.repairs)
     assert any("moved unreferenced data/chunk-000/episode_000002.parquet" in r for r in w.repairs)
-    assert tree_hashes(root) == {**saved, **{k: v for k, v in tree_hashes(root).items()
-                                             if k.startswith(".recovered/")}}
+    assert tree_hashes(root) == {**saved, **{k: v for k, v in tree_hashes(root).items() if k.startswith(".recovered/")}}
     assert len([k for k in tree_hashes(root) if k.startswith(".recovered/")]) == 3
     from piper_recorder.lerobot.validate import validate_root
+
     assert validate_root(root, full=True) == []
 
 
@@ -555,7 +611,7 @@ def test_offline_encoder_is_deterministic_x264_without_mbtree(tmp_path):
         for i in range(20):
             enc.add(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), i / 30)
         assert enc.finish() == 20
-        sei = path.read_bytes()   # x264 writes its settings into the stream (an SEI user-data string)
+        sei = path.read_bytes()  # x264 writes its settings into the stream (an SEI user-data string)
         assert (b" mbtree=0 " in sei) == det and (b" mbtree=1 " in sei) == (not det)
 
 
@@ -574,8 +630,13 @@ def _reference_packets(frames, cfg):
     s.time_base = TIME_BASE
     cc = s.codec_context
     cc.time_base, cc.gop_size, cc.max_b_frames, cc.thread_count = TIME_BASE, cfg.gop, cfg.bf, cfg.threads
-    s.options = {"bf": str(cfg.bf), "g": str(cfg.gop), "crf": str(cfg.crf), "preset": cfg.preset,
-                 "x264-params": "mbtree=0"}
+    s.options = {
+        "bf": str(cfg.bf),
+        "g": str(cfg.gop),
+        "crf": str(cfg.crf),
+        "preset": cfg.preset,
+        "x264-params": "mbtree=0",
+    }
     packets = []
     for i, rgb in enumerate(frames):
         f = av.VideoFrame.from_ndarray(rgb, format="rgb24")
@@ -601,13 +662,14 @@ def test_encoder_converts_frames_as_pyav_encode_does_packets_identical(tmp_path,
     cfg = VideoConfig(deterministic=True, max_block_s=None)
     packets: list[bytes] = []
     orig_mux = VideoEncoder._mux
-    monkeypatch.setattr(VideoEncoder, "_mux", lambda self, ps: orig_mux(self, [packets.append(bytes(p)) or p
-                                                                             for p in ps]))
+    monkeypatch.setattr(
+        VideoEncoder, "_mux", lambda self, ps: orig_mux(self, [packets.append(bytes(p)) or p for p in ps])
+    )
     enc = VideoEncoder(tmp_path / "a.mp4", "cam", 48, 64, 30, cfg)
     offered: list[bytes] = []
     enc.on_frame = lambda rgb: offered.append(rgb.tobytes())
     buf = np.empty((48, 64, 3), np.uint8)
-    padded = np.zeros((48, 64 * 3 + 16), np.uint8)   # rows with padding (a message's step > width * 3)
+    padded = np.zeros((48, 64 * 3 + 16), np.uint8)  # rows with padding (a message's step > width * 3)
     for i, f in enumerate(frames):
         if i % 2:
             view = padded[:, : 64 * 3].reshape(48, 64, 3)
@@ -617,7 +679,7 @@ def test_encoder_converts_frames_as_pyav_encode_does_packets_identical(tmp_path,
         else:
             buf[:] = f
             assert enc.add(buf, i / 30)
-            buf[:] = 255   # reused at once: the queued frame must not see this
+            buf[:] = 255  # reused at once: the queued frame must not see this
     assert enc.finish() == len(frames)
     assert packets == _reference_packets(frames, cfg)
     assert offered == [f.tobytes() for f in frames]

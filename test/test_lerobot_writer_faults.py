@@ -1,5 +1,6 @@
 """A full disk (ENOSPC) at any step of save / delete fails with a clear error and leaves the dataset
 byte-for-byte as it was; the episode stays pending and a retry succeeds."""
+
 from __future__ import annotations
 
 import errno
@@ -17,8 +18,13 @@ from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfi
 from support.lerobot_data import H, W, index_frame, read_table, row_values, tree_hashes
 
 FPS = 30
-PATCHED = [(fsutil, "write_tmp"), (fsutil, "replace"), (fsutil, "fsync_dir"), (fsutil, "fsync_file"),
-           (dataset_writer, "write_parquet")]
+PATCHED = [
+    (fsutil, "write_tmp"),
+    (fsutil, "replace"),
+    (fsutil, "fsync_dir"),
+    (fsutil, "fsync_file"),
+    (dataset_writer, "write_parquet"),
+]
 
 
 class FailAt:
@@ -36,6 +42,7 @@ class FailAt:
                 self.fired = True
                 raise OSError(errno.ENOSPC, "No space left on device (injected)")
             return fn(*a, **kw)
+
         return inner
 
 
@@ -46,7 +53,7 @@ def cfg(version: str = "v2.0") -> WriterConfig:
 def feed(w: LeRobotWriter, task: str, n: int, seed: int) -> None:
     w.start_episode(task)
     for k in range(n):
-        t = float(grid_timestamp(k, FPS))   # as the assembler feeds rows: k/fps rounded up to float32
+        t = float(grid_timestamp(k, FPS))  # as the assembler feeds rows: k/fps rounded up to float32
         w.add_row(t, row_values(t, seed))
         w.add_frame("cam_front", index_frame(k), t)
         w.add_raw_quest("{}")
@@ -80,8 +87,9 @@ def test_enospc_at_every_save_step_leaves_dataset_unchanged(tmp_path, version):
         assert rec["episode_index"] == 1 and w.total_episodes == 2
     assert validate_root(root, full=True) == []
     if version == "v2.1":
-        assert [json.loads(x)["episode_index"] for x in
-                (root / "meta/episodes_stats.jsonl").read_text().splitlines()] == [0, 1]
+        assert [
+            json.loads(x)["episode_index"] for x in (root / "meta/episodes_stats.jsonl").read_text().splitlines()
+        ] == [0, 1]
     np.testing.assert_array_equal(read_table(root, 1)["index"], np.arange(20, 45))
     assert json.loads((root / "meta/info.json").read_text())["total_tasks"] == 2
 

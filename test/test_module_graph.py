@@ -6,6 +6,7 @@ Every import counts, wherever it is written: at module level, under ``if TYPE_CH
 (a lazy import is still a dependency, and a cycle through one is still a cycle), and ``importlib.import_module``
 of a literal name. The tests keep the same rules: no module imports a test module, every ``test_*``
 file holds tests, and one polling wait."""
+
 from __future__ import annotations
 
 import ast
@@ -51,8 +52,14 @@ def _imported(m: str, p: Path) -> list[tuple[str, list[str]]]:
             if n.level:
                 base = ".".join(pkg[: len(pkg) - (n.level - 1)] + ([n.module] if n.module else []))
             out.append((base, [a.name for a in n.names]))
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "import_module" \
-                and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+        elif (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "import_module"
+            and n.args
+            and isinstance(n.args[0], ast.Constant)
+            and isinstance(n.args[0].value, str)
+        ):
             out.append((n.args[0].value, []))
     return out
 
@@ -62,8 +69,11 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
         for base, names in _imported(m, p):
-            targets = {next((c for c in (f"{base}.{a}", base) if c in mods), None) for a in names} if names \
+            targets = (
+                {next((c for c in (f"{base}.{a}", base) if c in mods), None) for a in names}
+                if names
                 else {base if base in mods else None}
+            )
             graph[m] |= {t for t in targets if t and t != m}
     return graph
 
@@ -103,8 +113,14 @@ def test_no_import_cycles():
     graph = _imports(_modules())
     assert _cycles(graph) == []
     # leaves import none of our modules but the names (itself a leaf)
-    for leaf in ("piper_recorder.lerobot.format.layout", "piper_recorder.timebase", "piper_recorder.storage.durable",
-                 "piper_recorder.params.params_file", "piper_recorder.errors", "piper_recorder.names"):
+    for leaf in (
+        "piper_recorder.lerobot.format.layout",
+        "piper_recorder.timebase",
+        "piper_recorder.storage.durable",
+        "piper_recorder.params.params_file",
+        "piper_recorder.errors",
+        "piper_recorder.names",
+    ):
         assert graph[leaf] <= {"piper_recorder.names"} - {leaf}, f"{leaf} must stay a leaf, imports {graph[leaf]}"
     assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.meta_builders"]
     assert "piper_recorder.lerobot.writer.dataset_writer" not in graph["piper_recorder.lerobot.writer.crash_repair"]
@@ -121,8 +137,21 @@ ROOT_MODULES = {"piper_recorder", "piper_recorder.names", "piper_recorder.errors
 # at the formats' tier.
 TIERS = {
     "graph": {"nodes", "graph", "cli"},
-    "cores": {"assembly", "bag", "dashboard", "dataset_edit", "params", "piper", "policy", "quest", "recording",
-              "replay", "sim", "teleop", "viewer"},
+    "cores": {
+        "assembly",
+        "bag",
+        "dashboard",
+        "dataset_edit",
+        "params",
+        "piper",
+        "policy",
+        "quest",
+        "recording",
+        "replay",
+        "sim",
+        "teleop",
+        "viewer",
+    },
     "formats": {"features", "lerobot", "rgbd_writer"},
     "base": {"names", "errors", "timebase", "storage", "cdr", "process"},
 }
@@ -148,8 +177,12 @@ def test_every_subpackage_is_in_one_tier_and_imports_downward_only():
     assert len(placed) == len(set(placed)), "a subpackage is in two tiers"
     assert units == set(placed), f"unplaced: {sorted(units - set(placed))}, gone: {sorted(set(placed) - units)}"
     rank = {u: TIER_ORDER.index(t) for t, us in TIERS.items() for u in us}
-    found = [f"{m} ({_unit(m)}) imports {t} ({_unit(t)})" for m, ts in _imports(_modules()).items() for t in sorted(ts)
-             if _unit(t) and _unit(m) and rank[_unit(t)] > rank[_unit(m)]]
+    found = [
+        f"{m} ({_unit(m)}) imports {t} ({_unit(t)})"
+        for m, ts in _imports(_modules()).items()
+        for t in sorted(ts)
+        if _unit(t) and _unit(m) and rank[_unit(t)] > rank[_unit(m)]
+    ]
     assert found == []
 
 
@@ -158,6 +191,7 @@ def test_no_cycles_between_subpackages():
     function-level included) has no cycle: a subpackage never needs one that needs it."""
     graph = _imports(_modules())
     for depth in (2, 3):
+
         def group(m: str) -> str:
             return ".".join(m.split(".")[:depth])
 
@@ -170,10 +204,12 @@ def test_no_cycles_between_subpackages():
         assert _cycles(collapsed) == [], f"depth {depth}"
 
 
-@pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
+@pytest.mark.integration  # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_video_concat_does_not_load_the_assembler():
-    code = ("import sys, piper_recorder.lerobot.export.video_concat, piper_recorder.lerobot.maintenance.retime; "
-            "print(sorted(m for m in sys.modules if m.startswith('piper_recorder.assembly')))")
+    code = (
+        "import sys, piper_recorder.lerobot.export.video_concat, piper_recorder.lerobot.maintenance.retime; "
+        "print(sorted(m for m in sys.modules if m.startswith('piper_recorder.assembly')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -181,8 +217,13 @@ def test_video_concat_does_not_load_the_assembler():
 # piper_recorder.lerobot's subpackages: each imports (at module level or inside a function) only the ones named here.
 # validate reads the raw files on its own, as the independent check of the typed read model (format.root).
 LEROBOT = "piper_recorder.lerobot"
-LEROBOT_LAYERS = {"format": set(), "writer": {"format"}, "export": {"format"}, "validate": {"format"},
-                  "maintenance": {"format", "writer"}}
+LEROBOT_LAYERS = {
+    "format": set(),
+    "writer": {"format"},
+    "export": {"format"},
+    "validate": {"format"},
+    "maintenance": {"format", "writer"},
+}
 
 
 def _all_imports(m: str, p: Path) -> set[str]:
@@ -196,8 +237,11 @@ def test_the_lerobot_subpackages_are_layered():
     for m, p in _modules().items():
         if m.startswith(LEROBOT + "."):
             layer = m.split(".")[2]
-            found += [f"{m} imports {t}" for t in sorted(_all_imports(m, p)) if t.startswith(LEROBOT + ".")
-                      and t.split(".")[2] not in LEROBOT_LAYERS[layer] | {layer}]
+            found += [
+                f"{m} imports {t}"
+                for t in sorted(_all_imports(m, p))
+                if t.startswith(LEROBOT + ".") and t.split(".")[2] not in LEROBOT_LAYERS[layer] | {layer}
+            ]
     assert found == []
     assert f"{LEROBOT}.format.root" not in _all_imports(f"{LEROBOT}.validate", _modules()[f"{LEROBOT}.validate"])
 
@@ -205,9 +249,20 @@ def test_the_lerobot_subpackages_are_layered():
 # The LeRobot meta file names are stated only in the format's layout (INFO, EPISODES, TASKS, STATS, ...): code and
 # messages use its names. Docstrings and --help texts (EPILOG) may mention the files, as for the names module below.
 LAYOUT_MODULE = f"{LEROBOT}.format.layout"
-META_FILE_LITERALS = ("info.json", "episodes.jsonl", "tasks.jsonl", "stats.json", "episodes_stats.jsonl",
-                      "modality.json", "relative_stats.json", "delta_stats.json", "collection_sessions.jsonl",
-                      "collection_meta.json", "dataset_edits.jsonl", "piper_export.json")
+META_FILE_LITERALS = (
+    "info.json",
+    "episodes.jsonl",
+    "tasks.jsonl",
+    "stats.json",
+    "episodes_stats.jsonl",
+    "modality.json",
+    "relative_stats.json",
+    "delta_stats.json",
+    "collection_sessions.jsonl",
+    "collection_meta.json",
+    "dataset_edits.jsonl",
+    "piper_export.json",
+)
 
 
 def test_meta_file_names_are_stated_only_in_the_layout():
@@ -218,19 +273,44 @@ def test_meta_file_names_are_stated_only_in_the_layout():
         tree = _tree(p)
         docs = _docstrings(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
-                    and any(lit in node.value for lit in META_FILE_LITERALS):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docs
+                and any(lit in node.value for lit in META_FILE_LITERALS)
+            ):
                 found.append(f"{m}:{node.lineno}: {node.value!r}")
     assert found == [], f"state these through {LAYOUT_MODULE}"
 
 
 def test_each_shared_helper_is_defined_once():
-    names = {"fsync_dir", "fsync_file", "atomic_write", "load_config", "read_params_file", "grid_timestamp",
-             "pts_ticks", "frame_period_ticks", "data_relpath", "video_relpath", "data_file", "video_file",
-             "ROTATION_TYPES", "TICKS", "STAGING", "SchemaError", "EpisodeStateError", "DatasetError",
-             "RgbdError", "PiperError", "PiperInputError",
-             # the message helpers the nodes and the bag converter share (assembly.messages)
-             "image_to_numpy", "joint_positions", "stamp_to_ns"}
+    names = {
+        "fsync_dir",
+        "fsync_file",
+        "atomic_write",
+        "load_config",
+        "read_params_file",
+        "grid_timestamp",
+        "pts_ticks",
+        "frame_period_ticks",
+        "data_relpath",
+        "video_relpath",
+        "data_file",
+        "video_file",
+        "ROTATION_TYPES",
+        "TICKS",
+        "STAGING",
+        "SchemaError",
+        "EpisodeStateError",
+        "DatasetError",
+        "RgbdError",
+        "PiperError",
+        "PiperInputError",
+        # the message helpers the nodes and the bag converter share (assembly.messages)
+        "image_to_numpy",
+        "joint_positions",
+        "stamp_to_ns",
+    }
     where: dict[str, list[str]] = {n: [] for n in names}
     for m, p in _modules().items():
         for node in _tree(p).body:
@@ -250,9 +330,14 @@ def test_each_shared_helper_is_defined_once():
 # may mention them: they show a user what to write.
 NAMES_MODULE = "piper_recorder.names"
 NAME_LITERALS = ("observation.images.", "color/image_raw", "aligned_depth_to_color/", "color/camera_info")
-NAME_PATTERNS = tuple(re.compile(r"(?<![\w.])/" + p) for p in (
-    r"(arm|quest|teleop|policy)/", r"(episode_events|diagnostics|reward|status)\b",
-    r"(start|stop|discard|delete_last|label)_episode\b"))
+NAME_PATTERNS = tuple(
+    re.compile(r"(?<![\w.])/" + p)
+    for p in (
+        r"(arm|quest|teleop|policy)/",
+        r"(episode_events|diagnostics|reward|status)\b",
+        r"(start|stop|discard|delete_last|label)_episode\b",
+    )
+)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -262,8 +347,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 out.add(id(first.value))
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
-                any(isinstance(t, ast.Name) and t.id.endswith("EPILOG") for t in node.targets):
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and any(isinstance(t, ast.Name) and t.id.endswith("EPILOG") for t in node.targets)
+        ):
             out.add(id(node.value))
     return out
 
@@ -299,8 +387,21 @@ def test_one_camera_placeholder():
 # `ros2 launch` and its tests run in milliseconds. Starting, watching and stopping processes is the
 # supervisor's (piper_recorder.graph.supervisor), which no planning module imports.
 GRAPH = "piper_recorder.graph"
-PLAN_MODULES = {f"{GRAPH}.{m}" for m in ("arguments", "errors", "executables", "graph_node", "headset", "install",
-                                           "params_dump", "plan", "ports", "realsense")}
+PLAN_MODULES = {
+    f"{GRAPH}.{m}"
+    for m in (
+        "arguments",
+        "errors",
+        "executables",
+        "graph_node",
+        "headset",
+        "install",
+        "params_dump",
+        "plan",
+        "ports",
+        "realsense",
+    )
+}
 PLAN_MODULE, SUPERVISOR_MODULE = f"{GRAPH}.plan", f"{GRAPH}.supervisor"
 NOT_IN_THE_PLAN = {"subprocess", "signal", "threading", "multiprocessing", "asyncio", "rclpy"}
 
@@ -323,9 +424,9 @@ def test_the_launch_plan_runs_no_process():
     assert PLAN_MODULE in _imports(mods)[SUPERVISOR_MODULE]
 
 
-@pytest.mark.integration   # a fresh interpreter: what the import loads, untouched by the suite's imports
+@pytest.mark.integration  # a fresh interpreter: what the import loads, untouched by the suite's imports
 def test_planning_does_not_load_the_supervisor():
-    code = (f"import sys, {PLAN_MODULE}, {GRAPH}.graph_node; print('{SUPERVISOR_MODULE}' in sys.modules)")
+    code = f"import sys, {PLAN_MODULE}, {GRAPH}.graph_node; print('{SUPERVISOR_MODULE}' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"]
 
@@ -333,8 +434,11 @@ def test_planning_does_not_load_the_supervisor():
 def test_the_teleop_session_needs_no_ros():
     """The teleop node adapts piper_recorder.teleop.session; the session and all it uses are plain Python."""
     ros = ("rclpy", "std_msgs", "sensor_msgs", "geometry_msgs", "diagnostic_msgs", "std_srvs", "piper_recorder.nodes")
-    found = {m: sorted(n for node in ast.walk(_tree(p)) for n in _imported_names(node) if n.startswith(ros))
-             for m, p in _modules().items() if m.startswith("piper_recorder.teleop")}
+    found = {
+        m: sorted(n for node in ast.walk(_tree(p)) for n in _imported_names(node) if n.startswith(ros))
+        for m, p in _modules().items()
+        if m.startswith("piper_recorder.teleop")
+    }
     assert "piper_recorder.teleop.session" in found
     assert {m: names for m, names in found.items() if names} == {}
 
@@ -347,8 +451,12 @@ ISSUE_REFERENCE = re.compile(r"\bissues?\s+\d|\(#\d+\)|\(issues?\s+#\d+\)", re.I
 def test_no_source_file_cites_an_issue():
     """Source says why in its own words; which issue asked for it is history, and lives in the commits."""
     files = [p for d in (*PACKAGES, "launch", "bench") for p in (ROOT / d).rglob("*.py")]
-    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files
-            for n, line in enumerate(p.read_text().splitlines(), 1) if ISSUE_REFERENCE.search(line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in files
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if ISSUE_REFERENCE.search(line)
+    ]
     assert not hits, "\n".join(hits)
 
 
@@ -375,8 +483,13 @@ def _imported_test_modules(tree: ast.Module) -> set[str]:
                 found.add(n.module or "")
             elif not n.module or n.level:
                 found |= {a.name for a in n.names if a.name.startswith("test_")}
-        elif isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == "import_module" \
-                and n.args and isinstance(n.args[0], ast.Constant) and str(n.args[0].value).startswith("test_"):
+        elif (
+            isinstance(n, ast.Call)
+            and getattr(n.func, "attr", getattr(n.func, "id", "")) == "import_module"
+            and n.args
+            and isinstance(n.args[0], ast.Constant)
+            and str(n.args[0].value).startswith("test_")
+        ):
             found.add(str(n.args[0].value))
     return found
 
@@ -392,19 +505,28 @@ def test_every_test_module_holds_a_test():
         for n in tree.body:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test"):
                 return True
-            if isinstance(n, ast.ClassDef) and n.name.startswith("Test") and any(
-                    isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")
-                    for m in n.body):
+            if (
+                isinstance(n, ast.ClassDef)
+                and n.name.startswith("Test")
+                and any(
+                    isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test") for m in n.body
+                )
+            ):
                 return True
         return False
 
-    empty = [str(p.relative_to(ROOT)) for p in _test_tree_files()
-             if p.name.startswith("test_") and not has_test(_tree(p))]
+    empty = [
+        str(p.relative_to(ROOT)) for p in _test_tree_files() if p.name.startswith("test_") and not has_test(_tree(p))
+    ]
     assert empty == [], "a helper module takes a name without the test_ prefix (test/support/)"
 
 
 def test_one_polling_wait_in_the_tests():
     names = {"wait_for", "wait_until", "_wait_for", "_wait_until"}
-    where = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in _test_tree_files() for n in ast.walk(_tree(p))
-             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names]
+    where = [
+        f"{p.relative_to(ROOT)}:{n.lineno}"
+        for p in _test_tree_files()
+        for n in ast.walk(_tree(p))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names
+    ]
     assert [w.partition(":")[0] for w in where] == ["test/support/waiting.py"], where

@@ -3,6 +3,7 @@ Humble (jammy) and Jazzy (noble); every runtime dependency in setup.py's install
 those keys or listed in requirements/robot.txt (what a robot installs with pip), never both; every third-party
 module the code imports is one of them; the version is written only in package.xml; the oldest Python is the
 same wherever it is stated."""
+
 from __future__ import annotations
 
 import ast
@@ -22,30 +23,65 @@ ROOT = Path(__file__).resolve().parents[1]
 # The keys rosdep resolves, with their source in ros/rosdistro. ROS packages: released for humble and jazzy
 # (<distro>/distribution.yaml, the repository named here).
 ROS_PACKAGES = {
-    "rclpy": "rclpy", "std_msgs": "common_interfaces", "std_srvs": "common_interfaces",
-    "sensor_msgs": "common_interfaces", "geometry_msgs": "common_interfaces", "diagnostic_msgs": "common_interfaces",
-    "builtin_interfaces": "rcl_interfaces", "rcl_interfaces": "rcl_interfaces", "ament_index_python": "ament_index",
-    "launch": "launch", "launch_ros": "launch_ros", "ros2launch": "launch_ros", "realsense2_camera": "realsense2_camera",
+    "rclpy": "rclpy",
+    "std_msgs": "common_interfaces",
+    "std_srvs": "common_interfaces",
+    "sensor_msgs": "common_interfaces",
+    "geometry_msgs": "common_interfaces",
+    "diagnostic_msgs": "common_interfaces",
+    "builtin_interfaces": "rcl_interfaces",
+    "rcl_interfaces": "rcl_interfaces",
+    "ament_index_python": "ament_index",
+    "launch": "launch",
+    "launch_ros": "launch_ros",
+    "ros2launch": "launch_ros",
+    "realsense2_camera": "realsense2_camera",
 }
 # rosdep/python.yaml: an ubuntu apt package of the same name on every release, and the PyPI distribution it is.
 # Not there (pip, requirements/robot.txt): av, pyarrow, imagecodecs, glymur, piper_sdk; rosbags has only a
 # `-pip` key, which would install it system-wide. ament_python is no key at all (<export><build_type> says it).
 PYTHON_KEYS = {
-    "python3-numpy": "numpy", "python3-yaml": "pyyaml", "python3-h5py": "h5py", "python3-pil": "pillow",
-    "python3-can": "python-can", "python3-zmq": "pyzmq", "python3-msgpack": "msgpack", "python3-tqdm": "tqdm",
+    "python3-numpy": "numpy",
+    "python3-yaml": "pyyaml",
+    "python3-h5py": "h5py",
+    "python3-pil": "pillow",
+    "python3-can": "python-can",
+    "python3-zmq": "pyzmq",
+    "python3-msgpack": "msgpack",
+    "python3-tqdm": "tqdm",
     "python3-pytest": "pytest",
 }
 # Third-party modules the code imports -> the distribution that provides them (ROS modules: the key, same name).
-MODULES = {"numpy": "numpy", "yaml": "pyyaml", "PIL": "pillow", "h5py": "h5py", "av": "av", "pyarrow": "pyarrow",
-           "imagecodecs": "imagecodecs", "glymur": "glymur", "can": "python-can", "piper_sdk": "piper_sdk",
-           "rosbags": "rosbags", "tqdm": "tqdm", "zmq": "pyzmq", "msgpack": "msgpack"}
+MODULES = {
+    "numpy": "numpy",
+    "yaml": "pyyaml",
+    "PIL": "pillow",
+    "h5py": "h5py",
+    "av": "av",
+    "pyarrow": "pyarrow",
+    "imagecodecs": "imagecodecs",
+    "glymur": "glymur",
+    "can": "python-can",
+    "piper_sdk": "piper_sdk",
+    "rosbags": "rosbags",
+    "tqdm": "tqdm",
+    "zmq": "pyzmq",
+    "msgpack": "msgpack",
+}
 # Imported, but no runtime dependency of the robot's install, and why.
 NOT_RUNTIME = {
     "torch": "rgbd_writer.reader.as_torch_dataset, for a trainer that has torch",
     "typing_extensions": "type annotations only (if TYPE_CHECKING)",
 }
-DEPENDS = ("depend", "build_depend", "build_export_depend", "exec_depend", "test_depend", "buildtool_depend",
-           "doc_depend")
+DEPENDS = (
+    "depend",
+    "build_depend",
+    "build_export_depend",
+    "exec_depend",
+    "test_depend",
+    "buildtool_depend",
+    "doc_depend",
+)
 
 
 def _name(n: str) -> str:
@@ -100,13 +136,21 @@ def test_each_runtime_dependency_is_installed_by_rosdep_or_by_robot_txt_never_bo
 def _imported_modules() -> dict[str, set[str]]:
     """Top-level third-party module -> the files importing it (anywhere in the file), in both packages and
     the launch files."""
-    files = [*ROOT.joinpath("piper_recorder").rglob("*.py"), *ROOT.joinpath("rgbd_writer").rglob("*.py"),
-             *ROOT.joinpath("launch").glob("*.launch.py")]
+    files = [
+        *ROOT.joinpath("piper_recorder").rglob("*.py"),
+        *ROOT.joinpath("rgbd_writer").rglob("*.py"),
+        *ROOT.joinpath("launch").glob("*.launch.py"),
+    ]
     out: dict[str, set[str]] = {}
     for p in files:
         for n in ast.walk(ast.parse(p.read_text())):
-            names = ([a.name for a in n.names] if isinstance(n, ast.Import)
-                     else [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else [])
+            names = (
+                [a.name for a in n.names]
+                if isinstance(n, ast.Import)
+                else [n.module or ""]
+                if isinstance(n, ast.ImportFrom) and not n.level
+                else []
+            )
             for name in names:
                 top = name.partition(".")[0]
                 if top not in sys.stdlib_module_names and top not in ("piper_recorder", "rgbd_writer", "__future__"):
@@ -120,9 +164,13 @@ def test_every_imported_module_is_a_declared_dependency():
     found = _imported_modules()
     for must in ("piper_sdk", "rosbags", "zmq", "msgpack", "glymur", "imagecodecs", "tqdm", "ament_index_python"):
         assert must in found, f"{must}: the walk no longer sees its import"
-    missing = {m: sorted(f) for m, f in found.items()
-               if m not in NOT_RUNTIME and not (m in ROS_PACKAGES and m in exec_keys)
-               and not (m in MODULES and _name(MODULES[m]) in required)}
+    missing = {
+        m: sorted(f)
+        for m, f in found.items()
+        if m not in NOT_RUNTIME
+        and not (m in ROS_PACKAGES and m in exec_keys)
+        and not (m in MODULES and _name(MODULES[m]) in required)
+    }
     assert missing == {}, "imported but neither a package.xml key nor in install_requires"
 
 
@@ -143,5 +191,7 @@ def test_the_oldest_python_is_the_same_everywhere():
 
 def test_the_imagecodecs_floor_has_htj2k_where_a_release_has_it():
     floors = {str(r.marker): str(r.specifier) for r in _install_requires() if r.name == "imagecodecs"}
-    assert floors == {'python_version >= "3.11"': f">={codecs.HTJ2K_IMAGECODECS}",
-                      'python_version < "3.11"': ">=2024.6.1"}   # NumPy 2's first; none with HTJ2K for 3.10
+    assert floors == {
+        'python_version >= "3.11"': f">={codecs.HTJ2K_IMAGECODECS}",
+        'python_version < "3.11"': ">=2024.6.1",
+    }  # NumPy 2's first; none with HTJ2K for 3.10

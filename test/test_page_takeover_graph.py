@@ -5,6 +5,7 @@ still; page B (a reload, a second tab: the same origin) connects with its grip h
 30 cm further forward and its clock 1,000 s behind. The relay replaces A, and the arm must not move
 (< 1 mm, measured and commanded) until B opens its grip and grips again; then it follows B from where
 it stands (B's 5 cm, not the 30 cm offset)."""
+
 from __future__ import annotations
 
 import json
@@ -36,9 +37,19 @@ MM = 1e-3
 
 
 def _hand(pos: tuple[float, float, float], squeeze: float) -> dict[str, Any]:
-    return {"pos": list(pos), "quat": [0.0, 0.0, 0.0, 1.0], "valid": True, "tracked": True, "trigger": 0.0,
-            "squeeze": squeeze, "stick": [0.0, 0.0], "stick_click": False, "primary": False,
-            "secondary": False, "menu": False}
+    return {
+        "pos": list(pos),
+        "quat": [0.0, 0.0, 0.0, 1.0],
+        "valid": True,
+        "tracked": True,
+        "trigger": 0.0,
+        "squeeze": squeeze,
+        "stick": [0.0, 0.0],
+        "stick_click": False,
+        "primary": False,
+        "secondary": False,
+        "menu": False,
+    }
 
 
 class Page(threading.Thread):
@@ -56,14 +67,21 @@ class Page(threading.Thread):
         frame = 0
         while not self.stop.wait(1.0 / RATE_HZ):
             mono = time.monotonic() + self.offset
-            right = (RIGHT_HOME[0], RIGHT_HOME[1], RIGHT_HOME[2] - self.forward)   # XR -z is forward
-            line = {"t": mono, "mono": mono, "frame": frame, "state": "FOCUSED", "space": "stage",
-                    "head": {"pos": list(HEAD_POS), "quat": [0.0, 0.0, 0.0, 1.0], "valid": True, "tracked": True},
-                    "left": _hand(LEFT_HOME, 0.0), "right": _hand(right, self.squeeze)}
+            right = (RIGHT_HOME[0], RIGHT_HOME[1], RIGHT_HOME[2] - self.forward)  # XR -z is forward
+            line = {
+                "t": mono,
+                "mono": mono,
+                "frame": frame,
+                "state": "FOCUSED",
+                "space": "stage",
+                "head": {"pos": list(HEAD_POS), "quat": [0.0, 0.0, 0.0, 1.0], "valid": True, "tracked": True},
+                "left": _hand(LEFT_HOME, 0.0),
+                "right": _hand(right, self.squeeze),
+            }
             try:
                 self.ws.send(json.dumps(line).encode())
             except OSError:
-                return   # replaced: the relay closed this page
+                return  # replaced: the relay closed this page
             frame += 1
 
 
@@ -115,15 +133,20 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             web, bridge = free_port(), free_port()
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
             procs.start("piper-teleop")
-            relay = procs.start("piper-quest-web", "--port", str(web), "--bridge-port", str(bridge),
-                                "--video-port", "-1")
+            relay = procs.start(
+                "piper-quest-web", "--port", str(web), "--bridge-port", str(bridge), "--video-port", "-1"
+            )
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={bridge}", "-p", "reconnect_s:=0.1")
-            wait_for(lambda: probe.go_home.service_is_ready() and probe.status and "page at" in relay.output(),
-                     40, "arm, teleop and the relay", procs.logs)
+            wait_for(
+                lambda: probe.go_home.service_is_ready() and probe.status and "page at" in relay.output(),
+                40,
+                "arm, teleop and the relay",
+                procs.logs,
+            )
             fut = probe.go_home.call_async(Trigger.Request())
             wait_for(fut.done, 10, "go_home reply", procs.logs)
             assert fut.result().success, fut.result().message
-            time.sleep(3.0)   # homed: inside the workspace
+            time.sleep(3.0)  # homed: inside the workspace
 
             a = Page(web, "page-a", 0.0, 0.0, 0.0)
             pages.append(a)
@@ -131,7 +154,7 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             time.sleep(0.5)
             a.squeeze = 1.0
             wait_for(lambda: probe.last().get("engaged"), 20, "page A's grip engaging the clutch", procs.logs)
-            time.sleep(1.0)   # A holds still: the arm settles where it is
+            time.sleep(1.0)  # A holds still: the arm settles where it is
             origin = probe.eef[-1][1]
             commanded_origin = probe.commanded[-1][1]
             releases = probe.last()["forced_releases"]
@@ -141,7 +164,7 @@ def test_a_second_page_cannot_take_over_an_engaged_arm(ros_domain, tmp_path):
             pages.append(b)
             t_b = time.monotonic()
             b.start()
-            time.sleep(2.0)   # B keeps its grip held
+            time.sleep(2.0)  # B keeps its grip held
             moved, commanded = _moved(probe.eef, t_b, origin), _moved(probe.commanded, t_b, commanded_origin)
             assert moved < 1 * MM and commanded < 1 * MM, (moved, commanded)
             st = probe.last()

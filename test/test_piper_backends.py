@@ -1,4 +1,5 @@
 """Arm controller + backends over piper_sdk on the in-process emulator: safety rules and tracking."""
+
 from __future__ import annotations
 
 import time
@@ -45,11 +46,17 @@ class Rig:
         assert self.ctl.go_home()
         wait_for(lambda: not self.ctl.homing(), 10.0, step=0.01)
         tol = 2e-3 if self.cfg.backend == "position" else 0.1  # impedance: compliant, gravity ff adapting
-        wait_for(lambda: np.allclose(self.ctl.feedback().joints, self.cfg.home_joints, atol=tol), 3.0, "at home",
-                 lambda: str((self.ctl.feedback().joints, self.ctl.status())), step=0.01)
+        wait_for(
+            lambda: np.allclose(self.ctl.feedback().joints, self.cfg.home_joints, atol=tol),
+            3.0,
+            "at home",
+            lambda: str((self.ctl.feedback().joints, self.ctl.status())),
+            step=0.01,
+        )
 
-    def track(self, seconds: float, settle: float = 1.0, amp=(0.05, 0.025, 0.03), hz: float = 0.25
-              ) -> tuple[float, float]:
+    def track(
+        self, seconds: float, settle: float = 1.0, amp=(0.05, 0.025, 0.03), hz: float = 0.25
+    ) -> tuple[float, float]:
         """Stream a smooth moving target at ~100 Hz; RMS flange position error after ``settle`` s (m).
 
         Each measured pose is compared with the target current at its capture stamp. Returns
@@ -114,13 +121,18 @@ def test_bad_targets_are_refused_and_counted(position_rig):
     quat = kin.matrix_to_quat(pose[:3, :3])
     assert not ctl.set_target([np.nan, 0.0, 0.2], quat)
     assert not ctl.set_target(pose[:3, 3], [0.0, 0.0, np.inf, 1.0])
-    assert not ctl.set_target(pose[:3, 3], [0.0, 0.0, 0.0, 2.0])           # not a unit quaternion
-    assert not ctl.set_target([0.3, 0.0, 0.9], quat)                        # outside the workspace box
-    assert not ctl.set_target([0.60, 0.40, 0.60], quat)                     # in the box, beyond reach
+    assert not ctl.set_target(pose[:3, 3], [0.0, 0.0, 0.0, 2.0])  # not a unit quaternion
+    assert not ctl.set_target([0.3, 0.0, 0.9], quat)  # outside the workspace box
+    assert not ctl.set_target([0.60, 0.40, 0.60], quat)  # in the box, beyond reach
     assert not ctl.set_gripper(float("nan")) and not ctl.set_gripper(0.5)
     refused = ctl.status()["targets_refused"]
-    assert refused == {"non_finite": 2, "bad_quaternion": 1, "out_of_workspace": 1, "unreachable": 1,
-                       "gripper_out_of_range": 2}
+    assert refused == {
+        "non_finite": 2,
+        "bad_quaternion": 1,
+        "out_of_workspace": 1,
+        "unreachable": 1,
+        "gripper_out_of_range": 2,
+    }
     assert ctl.status()["targets_accepted"] == 0
     time.sleep(0.1)
     # nothing refused reached the bus: the last EndPoseCtrl the firmware got is still the hold pose
@@ -144,7 +156,7 @@ def test_stale_target_holds_the_last_command(position_rig):
     time.sleep(0.3)
     later = [p for _, p, _ in rig.sent[n:] if p is not None]
     assert later and all(np.allclose(p, held) for p in later)  # keep-alive re-sends of the same hold
-    assert len(later) <= 0.3 / rig.cfg.keepalive_s + 2          # ...not at the control rate
+    assert len(later) <= 0.3 / rig.cfg.keepalive_s + 2  # ...not at the control rate
 
 
 @pytest.mark.parametrize("position_rig", [{"can_silence_s": 0.2}], indirect=True)
@@ -180,8 +192,10 @@ def test_position_backend_tracks_moving_target(position_rig):
     rig.go_home()
     rig.ctl.set_gripper(0.05)
     rms, rms_all = rig.track(seconds=5.0)
-    print(f"\nposition backend: RMS flange position error after settling = {rms * 1000:.2f} mm steady, "
-          f"{rms_all * 1000:.2f} mm all samples")
+    print(
+        f"\nposition backend: RMS flange position error after settling = {rms * 1000:.2f} mm steady, "
+        f"{rms_all * 1000:.2f} mm all samples"
+    )
     assert rms < 0.005 and rms_all < 0.02
     wait_for(lambda: abs(rig.ctl.feedback().gripper - 0.05) < 1e-4, 3.0, step=0.01)
     st = rig.ctl.status()
@@ -205,8 +219,10 @@ def test_impedance_backend_gains_ramp_gravity_ff_and_tracks(impedance_rig):
     rig.go_home()
     time.sleep(1.0)
     rms, rms_all = rig.track(seconds=5.0)
-    print(f"\nimpedance backend: RMS flange position error after settling = {rms * 1000:.2f} mm steady, "
-          f"{rms_all * 1000:.2f} mm all samples")
+    print(
+        f"\nimpedance backend: RMS flange position error after settling = {rms * 1000:.2f} mm steady, "
+        f"{rms_all * 1000:.2f} mm all samples"
+    )
     assert rms < 0.04 and rms_all < 0.06
     # stop: clean return to a joint-position hold
     q_stop = rig.emu.joints()
@@ -249,7 +265,7 @@ class QueuedTargets:
         self.pending: list[tuple[np.ndarray, np.ndarray, float]] = []
         self.lock, self.ready = threading.Lock(), threading.Event()
         self.ctl: ArmController | None = None
-        self.taken: list[float] = []   # how long each target waited to be handed over (s)
+        self.taken: list[float] = []  # how long each target waited to be handed over (s)
         self.accepted: list[bool] = []
 
     def put(self, pos, quat) -> None:
@@ -279,17 +295,23 @@ def test_position_loop_runs_on_its_targets():
     not the next 200 Hz tick) and otherwise ticks at hold_rate_hz (50 Hz: keepalives, holds); a stop ends
     a wait at once."""
     channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
-    emu = PiperEmulator(channel, EmulatorConfig(q_init=ArmConfig().home_joints)).start()   # off the singular rest pose
+    emu = PiperEmulator(channel, EmulatorConfig(q_init=ArmConfig().home_joints)).start()  # off the singular rest pose
     link = PiperLink(channel, "virtual")
     inputs = QueuedTargets()
     cfg = ArmConfig(backend="position", can_channel=channel, can_interface="virtual", can_silence_s=1.0)
     sent: list[float] = []
-    ctl = ArmController(cfg, link, on_command=lambda t, p, g: p is not None and sent.append(time.monotonic()),
-                        take_inputs=inputs.poll, wait_inputs=inputs.wait, interrupt=inputs.interrupt)
+    ctl = ArmController(
+        cfg,
+        link,
+        on_command=lambda t, p, g: p is not None and sent.append(time.monotonic()),
+        take_inputs=inputs.poll,
+        wait_inputs=inputs.wait,
+        interrupt=inputs.interrupt,
+    )
     inputs.ctl = ctl
     ticks: list[float] = []
     tick = ctl.tick
-    ctl.tick = lambda: (ticks.append(time.monotonic()), tick())[1]   # type: ignore[method-assign]
+    ctl.tick = lambda: (ticks.append(time.monotonic()), tick())[1]  # type: ignore[method-assign]
     try:
         ctl.start()
         time.sleep(0.3)
@@ -300,7 +322,7 @@ def test_position_loop_runs_on_its_targets():
         fb = link.feedback()
         quat = kin.matrix_to_quat(fb.pose[:3, :3])
         n0, s0 = len(ticks), len(sent)
-        for i in range(100):   # 1 s of targets at 100 Hz
+        for i in range(100):  # 1 s of targets at 100 Hz
             inputs.put(fb.pose[:3, 3] + [0.0002 * i, 0.0, 0.0], quat)
             time.sleep(0.01)
         time.sleep(0.05)
@@ -308,8 +330,10 @@ def test_position_loop_runs_on_its_targets():
         assert len(sent) - s0 >= 95, "a target was not sent"
         # one tick per target (and a few hold ticks around them), not 200 a second
         assert len(ticks) - n0 <= 130, len(ticks) - n0
-        print(f"\ntarget queued -> taken by the control loop: median {np.median(inputs.taken) * 1e3:.2f} ms, "
-              f"p90 {np.percentile(inputs.taken, 90) * 1e3:.2f} ms (a fixed 200 Hz loop: 2.5 ms on average)")
+        print(
+            f"\ntarget queued -> taken by the control loop: median {np.median(inputs.taken) * 1e3:.2f} ms, "
+            f"p90 {np.percentile(inputs.taken, 90) * 1e3:.2f} ms (a fixed 200 Hz loop: 2.5 ms on average)"
+        )
         t_stop = time.monotonic()
     finally:
         ctl.stop()

@@ -1,5 +1,6 @@
 """The CAN emulator against piper_sdk itself: the SDK decodes what the emulator sends, the emulator
 decodes what the SDK sends (every command the backends use), at the feedback rates of the arm."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,22 @@ from piper_sdk.protocol.protocol_v2 import C_PiperParserV2
 
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.emulator import PiperEmulator
-from piper_recorder.piper.wire import (ID_GRIPPER_CTRL, ID_JOINT_CTRL, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE_CTRL,
-                                       MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_J, MOVE_M, MOVE_P, decode_mit)
+from piper_recorder.piper.wire import (
+    ID_GRIPPER_CTRL,
+    ID_JOINT_CTRL,
+    ID_MIT_CTRL,
+    ID_MOTION_CTRL_2,
+    ID_POSE_CTRL,
+    MIT_KD,
+    MIT_KP,
+    MIT_P,
+    MIT_T,
+    MIT_V,
+    MOVE_J,
+    MOVE_M,
+    MOVE_P,
+    decode_mit,
+)
 from piper_recorder.piper.link import PiperLink
 from support.waiting import wait_for
 
@@ -88,6 +103,7 @@ def test_feedback_rates_through_sdk_reader_thread(arm):
     def rate(fid: int) -> float:
         ts = stamps.get(fid, [])
         return (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 2 else 0.0
+
     # nominal 200 / 100 / 20 Hz; generous margins for a shared 2-core CI box
     for fid in (0x2A1, 0x2A2, 0x2A3, 0x2A4, 0x2A5, 0x2A6, 0x2A7, 0x2A8):
         assert 120 <= rate(fid) <= 230, (hex(fid), rate(fid))
@@ -97,8 +113,14 @@ def test_feedback_rates_through_sdk_reader_thread(arm):
         assert 10 <= rate(fid) <= 25, (hex(fid), rate(fid))
     # and piper_sdk's own reader thread keeps up with it (its Hz is a 0.1 s window count)
     sdk = link.sdk
-    for hz in (sdk.GetArmJointMsgs().Hz, sdk.GetArmEndPoseMsgs().Hz, sdk.GetArmStatus().Hz,
-               sdk.GetArmGripperMsgs().Hz, sdk.GetArmHighSpdInfoMsgs().Hz, sdk.GetArmLowSpdInfoMsgs().Hz):
+    for hz in (
+        sdk.GetArmJointMsgs().Hz,
+        sdk.GetArmEndPoseMsgs().Hz,
+        sdk.GetArmStatus().Hz,
+        sdk.GetArmGripperMsgs().Hz,
+        sdk.GetArmHighSpdInfoMsgs().Hz,
+        sdk.GetArmLowSpdInfoMsgs().Hz,
+    ):
         assert hz > 0
 
 
@@ -140,8 +162,11 @@ def test_sdk_commands_decoded_identically_by_emulator_and_sdk_parser(arm):
     msg = PiperMessage()
     for m in frames_since(emu, ID_MOTION_CTRL_2, start):
         parser.DecodeMessage(m, msg)
-        assert (msg.arm_motion_ctrl_2.ctrl_mode, msg.arm_motion_ctrl_2.move_mode,
-                msg.arm_motion_ctrl_2.move_spd_rate_ctrl) == (1, MOVE_J, 45)
+        assert (
+            msg.arm_motion_ctrl_2.ctrl_mode,
+            msg.arm_motion_ctrl_2.move_mode,
+            msg.arm_motion_ctrl_2.move_spd_rate_ctrl,
+        ) == (1, MOVE_J, 45)
     for fid in ID_JOINT_CTRL:
         (m,) = frames_since(emu, fid, start)
         parser.DecodeMessage(m, msg)
@@ -167,8 +192,10 @@ def test_end_pose_ctrl_scaling_and_firmware_ik(arm):
     q_goal = np.array([0.3, 1.0, -1.1, 0.2, 0.5, -0.4])
     ints, sent = link.position_command(100, kin.fk(q_goal))
     # frames 0x152-0x154: X,Y | Z,RX | RY,RZ as big-endian int32 in 0.001 mm / 0.001 deg
-    data = b"".join(bytes(wait_for(lambda fid=fid: frames_since(emu, fid, start), 2.0, f"frame {fid:#x}",
-                                   step=0.01)[0].data) for fid in (0x152, 0x153, 0x154))
+    data = b"".join(
+        bytes(wait_for(lambda fid=fid: frames_since(emu, fid, start), 2.0, f"frame {fid:#x}", step=0.01)[0].data)
+        for fid in (0x152, 0x153, 0x154)
+    )
     assert list(struct.unpack(">6i", data)) == ints
     assert np.allclose(sent[:3, 3], kin.fk(q_goal)[:3, 3], atol=1e-6)
     wait_for(lambda: np.allclose(link.feedback().pose[:3, 3], sent[:3, 3], atol=2e-5), 3.0, step=0.01)
@@ -253,14 +280,14 @@ def test_gripper_command_sends_the_sdks_frame_byte_for_byte(arm):
         assert by_link == by_sdk, (width, effort)
     assert link.gripper(0.04, 1.0) == 0.04
     wait_for(lambda: abs(emu.gripper - 0.04) < 1e-4, 3.0, step=0.01)
-    with pytest.raises(ValueError, match="effort"):   # the SDK's ArmMsgGripperCtrl refuses it as well
+    with pytest.raises(ValueError, match="effort"):  # the SDK's ArmMsgGripperCtrl refuses it as well
         link.gripper(0.04, 5.001)
     assert link.send_errors == 0
 
 
 def test_a_command_the_bus_does_not_take_is_counted_not_raised(arm):
     emu, link = arm
-    link.sdk.GetCanBus().send_bus.shutdown()   # the emulator's end stays; this end is closed
+    link.sdk.GetCanBus().send_bus.shutdown()  # the emulator's end stays; this end is closed
     link.position_command(50, kin.fk(np.zeros(6)))
     assert link.send_errors == 4
 
@@ -291,8 +318,13 @@ def test_joint_mit_ctrl_packing_and_pd_dynamics(arm):
     # zero velocity reference from here on; the PD + gravity feed-forward settles on the reference
     for i in range(6):
         link.mit(i + 1, target[i], 0.0, kp[i], kd[i], grav[i])
-    wait_for(lambda: np.allclose(link.feedback().joints, target, atol=0.03), 4.0, "the joints at the MIT target",
-             lambda: str(link.feedback().joints - target), step=0.01)
+    wait_for(
+        lambda: np.allclose(link.feedback().joints, target, atol=0.03),
+        4.0,
+        "the joints at the MIT target",
+        lambda: str(link.feedback().joints - target),
+        step=0.01,
+    )
     # corrupt checksum -> ignored and counted
     data = bytearray(frames_since(emu, ID_MIT_CTRL[0], start)[0].data)
     data[7] ^= 0x01
@@ -319,6 +351,7 @@ def test_virtual_bus_hands_the_sent_frame_over_without_copying_it_and_copies_for
     from can.interfaces.virtual import VirtualBus
 
     from piper_recorder.piper.vbus import DirectVirtualBus, make_direct
+
     ch = f"vbus-{uuid.uuid4().hex[:8]}"
     tx = VirtualBus(channel=ch)
     rx1, rx2 = VirtualBus(channel=ch), VirtualBus(channel=ch)
@@ -329,15 +362,16 @@ def test_virtual_bus_hands_the_sent_frame_over_without_copying_it_and_copies_for
         got1, got2 = rx1.recv(1.0), rx2.recv(1.0)
         assert got1 is msg and got2 is not msg
         assert (got2.arbitration_id, bytes(got2.data)) == (0x151, bytes(range(8))) and got1.is_rx and got2.is_rx
-        assert tx.recv(0.0) is None   # not its own messages
+        assert tx.recv(0.0) is None  # not its own messages
     finally:
         for b in (tx, rx1, rx2):
             b.shutdown()
-    assert not make_direct(object())   # not a virtual bus: untouched
+    assert not make_direct(object())  # not a virtual bus: untouched
 
 
 def test_link_on_a_virtual_channel_sends_through_the_direct_bus(arm):
     from piper_recorder.piper.vbus import DirectVirtualBus
+
     _emu, link = arm
     port = link.sdk.GetCanBus()
     assert isinstance(port.send_bus, DirectVirtualBus) and port.send_bus is port.recv_bus

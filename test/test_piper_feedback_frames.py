@@ -5,6 +5,7 @@ abnormal-data filter drops some of them), fed one by one to both; after each fra
 link reads agrees with what the SDK's getters say, stamps included. Frames the decoder does not
 handle are left to the SDK.
 """
+
 from __future__ import annotations
 
 import random
@@ -21,7 +22,7 @@ from piper_recorder.piper.wire import ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_J
 @pytest.fixture(scope="module")
 def sdk():
     s = C_PiperInterface_V2(can_name="feedback_frames_test", judge_flag=False, can_auto_init=False)
-    s.CreateCanBus("feedback_frames_test", bustype="virtual", judge_flag=False)   # no reader thread: we feed it
+    s.CreateCanBus("feedback_frames_test", bustype="virtual", judge_flag=False)  # no reader thread: we feed it
     yield s
     s.GetCanBus().recv_bus.shutdown()
 
@@ -39,10 +40,16 @@ def _value(rng: random.Random, bits: int, near: int) -> int:
 
 def _frame(rng: random.Random) -> tuple[int, bytes]:
     fid = rng.choice([ID_STATUS, *ID_POSE, *ID_JOINTS, ID_GRIPPER, *ID_HIGH_SPD, *ID_LOW_SPD])
-    if fid in ID_LOW_SPD:   # voltage, driver and motor temperatures, status byte (bit 6: enabled), bus current
-        return fid, struct.pack(">HhbBH", rng.randint(0, 0xFFFF), _value(rng, 16, 80), rng.randint(-128, 127),
-                                rng.choice([0x40, 0x00, rng.randint(0, 255)]), rng.randint(0, 0xFFFF))
-    if fid == ID_STATUS:   # enum fields mostly in their named range, sometimes beyond (the SDK's UNKNOWN)
+    if fid in ID_LOW_SPD:  # voltage, driver and motor temperatures, status byte (bit 6: enabled), bus current
+        return fid, struct.pack(
+            ">HhbBH",
+            rng.randint(0, 0xFFFF),
+            _value(rng, 16, 80),
+            rng.randint(-128, 127),
+            rng.choice([0x40, 0x00, rng.randint(0, 255)]),
+            rng.randint(0, 0xFFFF),
+        )
+    if fid == ID_STATUS:  # enum fields mostly in their named range, sometimes beyond (the SDK's UNKNOWN)
         small = [rng.randint(0, 16) if rng.random() < 0.8 else rng.randint(0, 255) for _ in range(6)]
         return fid, struct.pack(">BBBBBBH", *small, rng.randint(0, 0xFFFF))
     if fid in ID_JOINTS:
@@ -65,26 +72,46 @@ def _sdk_view(s: C_PiperInterface_V2) -> dict:
     a = st.arm_status
     js, ep, gs = j.joint_state, e.end_pose, g.gripper_state
     motors = (h.motor_1, h.motor_2, h.motor_3, h.motor_4, h.motor_5, h.motor_6)
-    return {"joints": [js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6],
-            "joint_stamp": j.time_stamp,
-            "pose": [ep.X_axis, ep.Y_axis, ep.Z_axis, ep.RX_axis, ep.RY_axis, ep.RZ_axis], "pose_stamp": e.time_stamp,
-            "gripper": (gs.grippers_angle, gs.grippers_effort, gs.status_code), "gripper_stamp": g.time_stamp,
-            "speed": [m.motor_speed for m in motors], "current": [m.current for m in motors],
-            "motor_stamp": h.time_stamp,
-            "status": (int(a.ctrl_mode), int(a.arm_status), int(a.mode_feed), int(a.err_code)),
-            "status_stamp": st.time_stamp,
-            "driver_status": [m.foc_status_code for m in (low.motor_1, low.motor_2, low.motor_3, low.motor_4,
-                                                          low.motor_5, low.motor_6)],
-            "driver_stamp": low.time_stamp, "enabled": all(s.GetArmEnableStatus())}
+    return {
+        "joints": [js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5, js.joint_6],
+        "joint_stamp": j.time_stamp,
+        "pose": [ep.X_axis, ep.Y_axis, ep.Z_axis, ep.RX_axis, ep.RY_axis, ep.RZ_axis],
+        "pose_stamp": e.time_stamp,
+        "gripper": (gs.grippers_angle, gs.grippers_effort, gs.status_code),
+        "gripper_stamp": g.time_stamp,
+        "speed": [m.motor_speed for m in motors],
+        "current": [m.current for m in motors],
+        "motor_stamp": h.time_stamp,
+        "status": (int(a.ctrl_mode), int(a.arm_status), int(a.mode_feed), int(a.err_code)),
+        "status_stamp": st.time_stamp,
+        "driver_status": [
+            m.foc_status_code for m in (low.motor_1, low.motor_2, low.motor_3, low.motor_4, low.motor_5, low.motor_6)
+        ],
+        "driver_stamp": low.time_stamp,
+        "enabled": all(s.GetArmEnableStatus()),
+    }
 
 
-SNAPSHOT_FIELDS = ("joints", "joint_stamp", "pose", "pose_stamp", "gripper", "gripper_stamp", "speed", "current",
-                   "motor_stamp", "status", "status_stamp")
+SNAPSHOT_FIELDS = (
+    "joints",
+    "joint_stamp",
+    "pose",
+    "pose_stamp",
+    "gripper",
+    "gripper_stamp",
+    "speed",
+    "current",
+    "motor_stamp",
+    "status",
+    "status_stamp",
+)
 
 
 def _ours(f: FeedbackFrames) -> dict:
-    return {**{k: getattr(f, k) for k in (*SNAPSHOT_FIELDS, "driver_status", "driver_stamp")},
-            "enabled": f.drivers_enabled()}
+    return {
+        **{k: getattr(f, k) for k in (*SNAPSHOT_FIELDS, "driver_status", "driver_stamp")},
+        "enabled": f.drivers_enabled(),
+    }
 
 
 def _snapshot_fields(view: dict) -> dict:
@@ -109,8 +136,8 @@ def test_every_field_agrees_with_the_sdk_frame_by_frame(sdk):
         # seq counts exactly the frames that changed what a feedback snapshot holds (not the drivers' status)
         assert (ours.seq == seq) == (_snapshot_fields(after) == _snapshot_fields(before))
         assert after == _sdk_view(sdk), (k, hex(fid), data.hex())
-    assert 100 < dropped < 1500, dropped   # the filter did drop frames, and most passed
-    assert unnamed > 10, unnamed   # status values the SDK's enums do not name were among them
+    assert 100 < dropped < 1500, dropped  # the filter did drop frames, and most passed
+    assert unnamed > 10, unnamed  # status values the SDK's enums do not name were among them
     assert enabled_seen == {True, False}
 
 
@@ -118,7 +145,7 @@ def test_other_frames_are_left_to_the_sdk():
     f = FeedbackFrames()
     for fid in (ID_FIRMWARE, 0x473, 0x476):
         assert not f.take(fid, bytes(8), 1.0)
-    assert not f.take(ID_JOINTS[0], bytes(4), 1.0)     # a short frame: the SDK's own rules
+    assert not f.take(ID_JOINTS[0], bytes(4), 1.0)  # a short frame: the SDK's own rules
     assert not f.take(ID_STATUS, bytes(7), 1.0)
     assert f.joint_stamp == 0.0 and f.joints == [0] * 6 and f.status_stamp == 0.0 and f.seq == 0
 
@@ -166,7 +193,7 @@ def test_link_feedback_snapshot_is_rebuilt_only_after_a_frame_and_is_read_only()
         assert f.take(ID_HIGH_SPD[0], struct.pack(">hhi", 100, 1000, 0), 5.3)
         c = link.feedback()
         assert c is not b and c.effort_stamp == 5.3 and c.velocity[0] == 0.1
-        assert f.take(ID_JOINTS[0], struct.pack(">ii", 4_000_000, 0), 5.4)   # 400 deg: dropped, as the SDK does
-        assert link.feedback() is c   # a dropped frame changed nothing
+        assert f.take(ID_JOINTS[0], struct.pack(">ii", 4_000_000, 0), 5.4)  # 400 deg: dropped, as the SDK does
+        assert link.feedback() is c  # a dropped frame changed nothing
     finally:
         link.close()

@@ -1,4 +1,5 @@
 """FK equals piper_sdk's own FK; the Euler convention; DLS IK convergence and limits."""
+
 from __future__ import annotations
 
 import numpy as np

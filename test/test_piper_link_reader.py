@@ -1,4 +1,5 @@
 """PiperLink on python-can's virtual bus: the SDK's reader thread with the link's draining ReadCanMessage."""
+
 from __future__ import annotations
 
 import uuid
@@ -12,7 +13,7 @@ from piper_recorder.piper.link import PiperLink
 @pytest.fixture
 def link_and_tap():
     ch = f"cmd-{uuid.uuid4().hex[:8]}"
-    link = PiperLink(ch, "virtual")   # no arm on the channel: ConnectPort's queries go unanswered
+    link = PiperLink(ch, "virtual")  # no arm on the channel: ConnectPort's queries go unanswered
     tap = VirtualBus(channel=ch)
     yield link, tap
     link.close()
@@ -36,6 +37,7 @@ def test_sdk_reader_on_the_virtual_bus_parses_every_frame_in_order_and_survives_
         if msg.arbitration_id == 0x3FF:
             raise RuntimeError("parser failure")
         parse(msg)
+
     port.callback_function = flaky
     tx = DirectVirtualBus(channel=link.channel)
     try:

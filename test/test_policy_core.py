@@ -2,6 +2,7 @@
 
 Everything runs on a fake clock (explicit ns), so seconds of control run in milliseconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,20 +35,20 @@ def rows(n: int, x0: float = 0.3, dx: float = 0.0, g: float = 0.03) -> np.ndarra
 def test_receding_takes_the_due_row_and_drops_rows_whose_time_passed():
     ex = ChunkExecutor(P, "receding", replan_every=5, query_ahead=3)
     t0 = 1_000 * P
-    ex.add(ActionChunk(rows(10, dx=0.01), t0, t0), now_ns=t0 + 4 * P + 5)   # answered 4 periods late
+    ex.add(ActionChunk(rows(10, dx=0.01), t0, t0), now_ns=t0 + 4 * P + 5)  # answered 4 periods late
     assert ex.counters.rows_dropped_late == 4
     assert ex.action(t0 + 4 * P + 5)[0] == pytest.approx(0.34)
     assert ex.action(t0 + 7 * P)[0] == pytest.approx(0.37)
-    assert not ex.want_query(t0 + 6 * P)          # 2 executed, 4 left
-    assert ex.want_query(t0 + 7 * P)              # 3 rows left = query_ahead
-    assert ex.action(t0 + 10 * P) is None         # ran out: nothing due
+    assert not ex.want_query(t0 + 6 * P)  # 2 executed, 4 left
+    assert ex.want_query(t0 + 7 * P)  # 3 rows left = query_ahead
+    assert ex.action(t0 + 10 * P) is None  # ran out: nothing due
 
 
 def test_receding_newest_chunk_wins_and_an_older_answer_is_ignored():
     ex = ChunkExecutor(P, "receding")
     ex.add(ActionChunk(rows(20, x0=0.3), 0, 0), now_ns=0)
     ex.add(ActionChunk(rows(20, x0=0.4), 5 * P, 5 * P), now_ns=6 * P)
-    ex.add(ActionChunk(rows(20, x0=0.5), 2 * P, 2 * P), now_ns=6 * P)   # late answer to an older obs
+    ex.add(ActionChunk(rows(20, x0=0.5), 2 * P, 2 * P), now_ns=6 * P)  # late answer to an older obs
     assert ex.action(7 * P)[0] == pytest.approx(0.4)
 
 
@@ -56,14 +57,14 @@ def test_ensemble_uses_act_exponential_weights_and_sign_aligned_quaternions():
     ex = ChunkExecutor(P, "ensemble", ensemble_m=m)
     a = rows(10, x0=0.30)
     b = rows(10, x0=0.40)
-    b[:, 3:7] *= -1.0     # the same orientation with the other sign
+    b[:, 3:7] *= -1.0  # the same orientation with the other sign
     ex.add(ActionChunk(a, 0, 0), now_ns=0)
     ex.add(ActionChunk(b, 2 * P, 2 * P), now_ns=2 * P)
     out = ex.action(3 * P)
     w = np.array([1.0, math.exp(-m)])
     w /= w.sum()
     assert out[0] == pytest.approx(w[0] * 0.30 + w[1] * 0.40)
-    assert np.allclose(np.abs(out[3:7]), Q_ID_WXYZ, atol=1e-6)   # not averaged to zero
+    assert np.allclose(np.abs(out[3:7]), Q_ID_WXYZ, atol=1e-6)  # not averaged to zero
 
 
 # ---- envelope ------------------------------------------------------------------------------------
@@ -74,7 +75,7 @@ def test_envelope_counts_each_limit_and_every_output_passes_teleops_hard_check()
     env.reset(np.array([0.5, 0.0, 0.2]), np.array([0, 0, 0, 1.0]), 0.03)
     lim = Limits(cfg)
     rng = np.random.default_rng(1)
-    measured = np.array([0.5, 0.0, 0.2])     # near the box's x edge: the tether alone does not keep targets in
+    measured = np.array([0.5, 0.0, 0.2])  # near the box's x edge: the tether alone does not keep targets in
     for i in range(2000):
         q = rng.normal(size=4)
         q *= (1.0 if i % 11 else 1.5) / np.linalg.norm(q)
@@ -84,13 +85,12 @@ def test_envelope_counts_each_limit_and_every_output_passes_teleops_hard_check()
         prev = env.prev
         out = env.apply(row, measured)
         if out is None:
-            assert env.prev is prev           # unusable row: the caller holds the previous target
+            assert env.prev is prev  # unusable row: the caller holds the previous target
             continue
         lim.check(out.p, out.q, prev.p, prev.q, 1 / 30)
         assert 0.0 <= out.gripper <= 0.07 and out.finite()
         measured = measured + 0.5 * (out.p - measured)
-    for reason in ("non_finite", "bad_quaternion", "tether", "workspace", "linear_speed", "angular_speed",
-                   "gripper"):
+    for reason in ("non_finite", "bad_quaternion", "tether", "workspace", "linear_speed", "angular_speed", "gripper"):
         assert env.hits.get(reason, 0) > 0, reason
 
 
@@ -103,21 +103,33 @@ def test_envelope_passes_a_slow_in_box_target_unchanged():
 
 
 # ---- binding ---------------------------------------------------------------------------------------
-ARM_PROV = {"backend": "impedance", "kp": [10.0] * 6, "kd": [0.8] * 6, "t_ff": 0.0, "gravity_ff": True,
-            "firmware": "S-V1.6-3"}
+ARM_PROV = {
+    "backend": "impedance",
+    "kp": [10.0] * 6,
+    "kd": [0.8] * 6,
+    "t_ff": 0.0,
+    "gravity_ff": True,
+    "firmware": "S-V1.6-3",
+}
 
 
 def session(fps: float = 30.0, **arm) -> dict:
     p = {**ARM_PROV, **arm}
-    return {"control": {"backend": p["backend"], "impedance": {k: p[k] for k in ("kp", "kd", "t_ff", "gravity_ff")}},
-            "arm": {"firmware": p["firmware"]}, "recording": {"fps": fps, "recorder": "lerobot_recorder"}}
+    return {
+        "control": {"backend": p["backend"], "impedance": {k: p[k] for k in ("kp", "kd", "t_ff", "gravity_ff")}},
+        "arm": {"firmware": p["firmware"]},
+        "recording": {"fps": fps, "recorder": "lerobot_recorder"},
+    }
 
 
 def test_binding_lists_each_differing_key_with_old_and_new_values():
     assert mismatches(session(), live_record(ARM_PROV, 30)) == []
     found = mismatches(session(), live_record({**ARM_PROV, "kp": [20.0] * 6, "firmware": "S-V1.7"}, 15.0))
-    assert found == [("control.impedance.kp", [10.0] * 6, [20.0] * 6), ("arm.firmware", "S-V1.6-3", "S-V1.7"),
-                     ("recording.fps", 30.0, 15.0)]
+    assert found == [
+        ("control.impedance.kp", [10.0] * 6, [20.0] * 6),
+        ("arm.firmware", "S-V1.6-3", "S-V1.7"),
+        ("recording.fps", 30.0, 15.0),
+    ]
     assert {k for k, _, _ in mismatches(None, live_record(ARM_PROV, 30))} >= {"control.backend", "recording.fps"}
 
 
@@ -137,10 +149,15 @@ def test_meta_refuses_a_root_without_the_action_columns(tmp_path: Path, root: Pa
         TrainingMeta.load(root)
 
 
-def feed(b: ObservationBuilder, t_ns: int, x: float = 0.3, cams: tuple[str, ...] = ("cam_front", "cam_wrist"),
-         shape: tuple[int, int] = (48, 64)) -> None:
+def feed(
+    b: ObservationBuilder,
+    t_ns: int,
+    x: float = 0.3,
+    cams: tuple[str, ...] = ("cam_front", "cam_wrist"),
+    shape: tuple[int, int] = (48, 64),
+) -> None:
     b.add_joint_state(t_ns, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.035])
-    b.add_eef_pose(t_ns, [x, 0.0, 0.2], [0.0, 0.0, 0.6, 0.8])    # ROS order x y z w
+    b.add_eef_pose(t_ns, [x, 0.0, 0.2], [0.0, 0.0, 0.6, 0.8])  # ROS order x y z w
     for i, cam in enumerate(cams):
         img = np.full((*shape, 3), (t_ns // P + i) % 251, dtype=np.uint8)
         b.add_frame(cam, t_ns, img)
@@ -157,7 +174,7 @@ def test_builder_names_what_differs_from_the_training_root(root: Path):
     assert any("cam_wrist" in p and "640x480" in p and "64x48" in p for p in probs), probs
     b2 = ObservationBuilder(meta, "t")
     for k in range(12):
-        feed(b2, k * 2 * P)          # 15 fps cameras
+        feed(b2, k * 2 * P)  # 15 fps cameras
     assert any("15.0 fps" in p and "cam_front" in p for p in b2.problems())
     b3 = ObservationBuilder(meta, "t", fps=10.0)
     feed(b3, 0, cams=())
@@ -179,12 +196,12 @@ def test_builder_observation_is_the_recorders_row(root: Path):
     k = obs.stamp_ns // P
     assert obs.stamp_ns <= 39 * P
     eef = obs.state["observation.arm_eef"]
-    assert eef.dtype == np.float32 and eef[:4] == pytest.approx([0.3 + 0.001 * k, 0.0, 0.2, 0.8])   # qw first
+    assert eef.dtype == np.float32 and eef[:4] == pytest.approx([0.3 + 0.001 * k, 0.0, 0.2, 0.8])  # qw first
     assert eef[4:] == pytest.approx([0.0, 0.0, 0.6])
     assert obs.state["observation.gripper"] == pytest.approx([0.035])
-    assert obs.state["observation.state"].shape == (14,)          # the root has the combined column
+    assert obs.state["observation.state"].shape == (14,)  # the root has the combined column
     assert set(obs.images) == {"cam_front", "cam_wrist"} and obs.images["cam_front"].shape == (48, 64, 3)
-    assert abs(int(obs.images["cam_front"][0, 0, 0]) - k % 251) <= 1   # the frame of that tick
+    assert abs(int(obs.images["cam_front"][0, 0, 0]) - k % 251) <= 1  # the frame of that tick
 
 
 # ---- runtime on a fake clock ---------------------------------------------------------------------
@@ -237,7 +254,7 @@ class Rig:
         self.targets: list = []
         self.lim = Limits(self.cfg.limits)
         self.cams = ("cam_front", "cam_wrist")
-        self.reanchored = False   # after a resume the envelope starts again from the measured pose
+        self.reanchored = False  # after a resume the envelope starts again from the measured pose
         for _ in range(12):
             self.step(publish=False)
 
@@ -257,7 +274,7 @@ class Rig:
                 assert self.lim.inside(t.p)
             self.targets.append(t)
             self.reanchored = False
-            self.x = float(t.p[0])     # the emulated arm follows its target exactly
+            self.x = float(t.p[0])  # the emulated arm follows its target exactly
         self.last = tick
 
     def resume(self) -> tuple[bool, str]:
@@ -278,7 +295,7 @@ def test_runtime_keeps_a_query_in_flight_and_never_starves_at_300ms(root: Path):
     st = rig.rt.status()
     assert st["state"] == RUNNING and st["starved_ticks"] == 0, st
     assert st["chunks"] >= 8 and st["rows_dropped_late"] > 0
-    assert rig.targets[-1].p[0] > 0.3 + 0.1        # it moved along the policy's drift
+    assert rig.targets[-1].p[0] > 0.3 + 0.1  # it moved along the policy's drift
     assert st["query_latency_ms"]["p50"] == pytest.approx(300, abs=40)
 
 
@@ -291,8 +308,11 @@ class FixedMarginRuntime(PolicyRuntime):
 
 # node defaults (query_ahead 10, replan_every 10, lateness_s 0.02): a server answering in 300 ms behind
 # ~45 ms of JPEG encoding and HTTP (the bench's round trip at 300 ms is ~350 ms)
-NODE_DEFAULTS = {"replan_every": PolicyConfig.replan_every, "query_ahead": PolicyConfig.query_ahead,
-                 "lateness_s": PolicyConfig.lateness_s}
+NODE_DEFAULTS = {
+    "replan_every": PolicyConfig.replan_every,
+    "query_ahead": PolicyConfig.query_ahead,
+    "lateness_s": PolicyConfig.lateness_s,
+}
 
 
 @pytest.mark.slow
@@ -302,7 +322,7 @@ def test_the_next_query_leaves_a_measured_round_trip_ahead_so_a_300ms_server_nev
     rig.run(10.0)
     st = rig.rt.status()
     assert st["state"] == RUNNING and st["starved_ticks"] == 0, st
-    assert st["chunks"] >= 15 and st["waiting_ticks"] > 0     # the first chunk is awaited, not starved
+    assert st["chunks"] >= 15 and st["waiting_ticks"] > 0  # the first chunk is awaited, not starved
     # latency as the ticks see it: 345 ms -> taken on the 11th tick; lead = that + one tick + 50 ms margin
     assert rig.rt.lead.p99_ns() == 11 * P
     assert st["query_lead_ms"] == pytest.approx((12 * P + 50e6) / 1e6, abs=0.1)
@@ -313,24 +333,24 @@ def test_the_next_query_leaves_a_measured_round_trip_ahead_so_a_300ms_server_nev
     old = Rig(root, latency_ms=345, runtime=FixedMarginRuntime, **NODE_DEFAULTS)
     assert old.rt.start(old.clock.ns, ARM_PROV)[0]
     old.run(10.0)
-    assert old.rt.status()["starved_ticks"] > 0    # query_ahead 10 rows (333 ms) < the round trip
+    assert old.rt.status()["starved_ticks"] > 0  # query_ahead 10 rows (333 ms) < the round trip
 
 
 def test_lead_time_is_the_p99_plus_a_tick_and_margin_bounded_by_the_chunk():
     lead = LeadTime(P, 50_000_000, 30 * P)
-    assert lead.lead_ns() == 0                       # no answer yet: the query_ahead floor applies
+    assert lead.lead_ns() == 0  # no answer yet: the query_ahead floor applies
     for ms in [100] * 98 + [300, 300]:
         lead.observe(ms * 1_000_000)
     assert lead.lead_ns() == pytest.approx(300e6 + P + 50e6, rel=0.01)
     for _ in range(32):
-        lead.observe(2_000_000_000)                  # slower than a chunk: ask as soon as an answer comes
+        lead.observe(2_000_000_000)  # slower than a chunk: ask as soon as an answer comes
     assert lead.lead_ns() == 30 * P
     ex = ChunkExecutor(P, "receding", replan_every=100, query_ahead=3)
     ex.add(ActionChunk(rows(30), 0, 0), now_ns=0)
-    assert not ex.want_query(14 * P, lead_ns=15 * P)   # 16 rows left
+    assert not ex.want_query(14 * P, lead_ns=15 * P)  # 16 rows left
     assert ex.want_query(15 * P, lead_ns=15 * P)
-    assert ex.want_query(15 * P, lead_ns=14 * P + 1)   # rounded up to whole rows
-    assert not ex.want_query(26 * P) and ex.want_query(27 * P)   # no lead: the query_ahead floor
+    assert ex.want_query(15 * P, lead_ns=14 * P + 1)  # rounded up to whole rows
+    assert not ex.want_query(26 * P) and ex.want_query(27 * P)  # no lead: the query_ahead floor
 
 
 def test_runtime_starves_and_counts_when_the_server_is_slower_than_a_chunk(root: Path):
@@ -339,7 +359,7 @@ def test_runtime_starves_and_counts_when_the_server_is_slower_than_a_chunk(root:
     rig.run(6.0)
     st = rig.rt.status()
     assert st["starved_ticks"] > 0 and st["state"] == RUNNING
-    assert len(rig.targets) == 6 * 30    # a target every tick, starved or not
+    assert len(rig.targets) == 6 * 30  # a target every tick, starved or not
 
 
 def test_a_server_answering_in_2s_pauses_and_holds(root: Path):
@@ -352,7 +372,7 @@ def test_a_server_answering_in_2s_pauses_and_holds(root: Path):
     assert st["state"] == PAUSED and st["reason"].startswith("query timeout"), st
     held = rig.targets[-1]
     rig.run(0.5)
-    assert all(np.array_equal(t.p, held.p) for t in rig.targets[-15:])   # holding, still at control rate
+    assert all(np.array_equal(t.p, held.p) for t in rig.targets[-15:])  # holding, still at control rate
     assert st["query_timeouts"] == 1
 
 
@@ -389,14 +409,14 @@ def test_takeover_mid_chunk_stops_publishing_at_once_and_needs_resume(root: Path
     rig = Rig(root, latency_ms=50)
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
     rig.run(1.0)
-    assert rig.rt.executor.remaining(rig.clock.ns) > 0           # mid-chunk
+    assert rig.rt.executor.remaining(rig.clock.ns) > 0  # mid-chunk
     assert rig.rt.takeover()
     n = len(rig.targets)
     rig.run(1.0)
     assert len(rig.targets) == n and rig.last.actor == "operator" and rig.rt.state == TAKEOVER
-    rig.x = 0.35                                                  # the operator moved the arm
+    rig.x = 0.35  # the operator moved the arm
     rig.run(0.2)
-    assert rig.rt.state == TAKEOVER                               # releasing the clutch does not resume
+    assert rig.rt.state == TAKEOVER  # releasing the clutch does not resume
     assert rig.resume()[0]
     rig.step()
     assert rig.targets[-1].p[0] == pytest.approx(0.35, abs=0.03)  # re-anchored on the measured pose, no jump
@@ -419,7 +439,7 @@ def test_non_finite_rows_never_reach_a_target(root: Path):
     rig.server.nan_rows = True
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
     rig.run(2.0)
-    assert rig.rt.status()["limit_hits"]["non_finite"] > 0 and len(rig.targets) == 60   # held on those ticks
+    assert rig.rt.status()["limit_hits"]["non_finite"] > 0 and len(rig.targets) == 60  # held on those ticks
 
 
 def test_max_duration_stops(root: Path):
@@ -470,12 +490,19 @@ def test_replay_backend_answers_the_recorded_actions_by_time(root: Path):
     later = b.predict(Observation("t", {}, {}, stamp_ns=5 * 10**9 + 3 * P), 20)
     n = len(expected)
     assert later.rows[: n - 3] == pytest.approx(expected[3:].astype(np.float32), abs=1e-6)
-    assert np.all(later.rows[n - 3:] == later.rows[n - 4])     # past the end: the last action held
+    assert np.all(later.rows[n - 3 :] == later.rows[n - 4])  # past the end: the last action held
 
 
 def test_hold_backend_answers_the_measured_pose():
-    o = Observation("t", {"observation.arm_eef": np.array([0.3, 0, 0.2, 1, 0, 0, 0], np.float32),
-                          "observation.gripper": np.array([0.02], np.float32)}, {}, 7)
+    o = Observation(
+        "t",
+        {
+            "observation.arm_eef": np.array([0.3, 0, 0.2, 1, 0, 0, 0], np.float32),
+            "observation.gripper": np.array([0.02], np.float32),
+        },
+        {},
+        7,
+    )
     rows = make_backend("hold").predict(o, 3).rows
     assert rows.shape == (3, 8) and np.all(rows == np.array([0.3, 0, 0.2, 1, 0, 0, 0, 0.02], np.float32))
 
@@ -506,17 +533,17 @@ def test_resume_and_start_are_refused_while_the_headset_says_the_grip_is_held(ro
     rig = Rig(root, latency_ms=50)
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
     rig.run(0.5)
-    assert rig.rt.on_joy(rig.clock.ns, 0.95)                       # the grip: takeover at once
+    assert rig.rt.on_joy(rig.clock.ns, 0.95)  # the grip: takeover at once
     n = len(rig.targets)
-    for squeeze in (0.95, 0.6, 0.4, 0.31):                         # relaxed, but teleop still drives
+    for squeeze in (0.95, 0.6, 0.4, 0.31):  # relaxed, but teleop still drives
         rig.rt.on_joy(rig.clock.ns, squeeze)
         ok, msg = rig.resume()
         assert not ok and "operator's grip is held on /quest/right/joy" in msg, msg
         rig.run(0.1)
     assert len(rig.targets) == n and rig.rt.state == TAKEOVER
-    rig.rt.on_joy(rig.clock.ns, float("nan"))                      # unreadable: changes nothing
+    rig.rt.on_joy(rig.clock.ns, float("nan"))  # unreadable: changes nothing
     assert not rig.resume()[0]
-    rig.rt.on_joy(rig.clock.ns, 0.1)                               # opened
+    rig.rt.on_joy(rig.clock.ns, 0.1)  # opened
     ok, msg = rig.resume()
     assert ok, msg
     rig.run(0.2)
@@ -532,7 +559,7 @@ def test_a_grip_last_seen_held_stays_held_when_the_headset_goes_silent(root: Pat
     rig = Rig(root, latency_ms=50)
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
     rig.rt.on_joy(rig.clock.ns, 1.0)
-    rig.run(5.0)                                                   # no joy message for 5 s
+    rig.run(5.0)  # no joy message for 5 s
     ok, msg = rig.resume()
     assert not ok and "no joy message for 5.0 s" in msg, msg
 
@@ -548,7 +575,7 @@ def test_teleop_engaged_refuses_until_it_says_otherwise_or_its_status_stops(root
     rig.rt.on_teleop_status(rig.clock.ns, False)
     assert rig.resume()[0]
     rig.rt.on_teleop_status(rig.clock.ns, True)
-    rig.run(TELEOP_STATUS_STALE_S + 0.5)                           # teleop gone: a dead teleop cannot drive
+    rig.run(TELEOP_STATUS_STALE_S + 0.5)  # teleop gone: a dead teleop cannot drive
     assert rig.resume()[0]
 
 
@@ -559,7 +586,7 @@ def test_no_policy_target_while_the_grip_is_held_whatever_the_order(root: Path):
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
     rig.run(1.0)
     assert rig.rt.executor.remaining(rig.clock.ns) > 0
-    rig.rt.operator.on_joy(rig.clock.ns, 0.9)    # the gate alone, as if the takeover call were lost
+    rig.rt.operator.on_joy(rig.clock.ns, 0.9)  # the gate alone, as if the takeover call were lost
     n = len(rig.targets)
     rig.run(0.5)
     assert len(rig.targets) == n and rig.rt.state == TAKEOVER and rig.last.actor == "operator"

@@ -1,6 +1,7 @@
 """The gr00t backend against a GR00T N1.5 inference service built from the published schema
 (test/gr00t_test_server.py): round trip with the training root's modality keys, error answers,
 timeouts (and recovery after one), api_token, the server's own modality config."""
+
 from __future__ import annotations
 
 import json
@@ -18,15 +19,21 @@ from piper_recorder.policy.gr00t import Gr00tBackend
 
 H, W = 24, 32
 MODALITY = {  # what lerobot_recorder writes (meta.modality_json), two cameras
-    "state": {"arm_joint": {"start": 0, "end": 6, "original_key": "observation.arm_joint"},
-              "eef_pos": {"start": 0, "end": 3, "original_key": "observation.arm_eef"},
-              "eef_rot": {"start": 3, "end": 7, "original_key": "observation.arm_eef", "rotation_type": "quat_wxyz"},
-              "gripper": {"start": 0, "end": 1, "original_key": "observation.gripper"}},
-    "action": {"eef_pos": {"start": 0, "end": 3, "original_key": "action.arm_eef"},
-               "eef_rot": {"start": 3, "end": 7, "original_key": "action.arm_eef", "rotation_type": "quat_wxyz"},
-               "gripper": {"start": 0, "end": 1, "original_key": "action.gripper"}},
-    "video": {"front": {"original_key": "observation.images.cam_front"},
-              "wrist": {"original_key": "observation.images.cam_wrist"}},
+    "state": {
+        "arm_joint": {"start": 0, "end": 6, "original_key": "observation.arm_joint"},
+        "eef_pos": {"start": 0, "end": 3, "original_key": "observation.arm_eef"},
+        "eef_rot": {"start": 3, "end": 7, "original_key": "observation.arm_eef", "rotation_type": "quat_wxyz"},
+        "gripper": {"start": 0, "end": 1, "original_key": "observation.gripper"},
+    },
+    "action": {
+        "eef_pos": {"start": 0, "end": 3, "original_key": "action.arm_eef"},
+        "eef_rot": {"start": 3, "end": 7, "original_key": "action.arm_eef", "rotation_type": "quat_wxyz"},
+        "gripper": {"start": 0, "end": 1, "original_key": "action.gripper"},
+    },
+    "video": {
+        "front": {"original_key": "observation.images.cam_front"},
+        "wrist": {"original_key": "observation.images.cam_wrist"},
+    },
     "annotation": {"human.task_description": {"original_key": "task_index"}},
 }
 SERVER_HORIZON = 16
@@ -38,12 +45,17 @@ def observation(seed: int = 0) -> Observation:
     q /= np.linalg.norm(q)
     return Observation(
         task="pick up the cube",
-        state={"observation.arm_joint": rng.uniform(-1, 1, 6).astype(np.float32),
-               "observation.arm_eef": np.concatenate([rng.uniform(0.1, 0.4, 3), q]).astype(np.float32),
-               "observation.gripper": np.array([0.03], np.float32)},
-        images={"cam_front": rng.integers(0, 255, (H, W, 3), dtype=np.uint8),
-                "cam_wrist": rng.integers(0, 255, (H, W, 3), dtype=np.uint8)},
-        stamp_ns=123_456_789)
+        state={
+            "observation.arm_joint": rng.uniform(-1, 1, 6).astype(np.float32),
+            "observation.arm_eef": np.concatenate([rng.uniform(0.1, 0.4, 3), q]).astype(np.float32),
+            "observation.gripper": np.array([0.03], np.float32),
+        },
+        images={
+            "cam_front": rng.integers(0, 255, (H, W, 3), dtype=np.uint8),
+            "cam_wrist": rng.integers(0, 255, (H, W, 3), dtype=np.uint8),
+        },
+        stamp_ns=123_456_789,
+    )
 
 
 def drift_policy(data: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -57,9 +69,11 @@ def drift_policy(data: dict[str, Any]) -> dict[str, np.ndarray]:
         raise ValueError(f"language: {data['annotation.human.task_description']!r}")
     steps = np.arange(SERVER_HORIZON, dtype=np.float64)[:, None]
     pos = data["state.eef_pos"].astype(np.float64) + steps * np.array([[0.001, 0.0, 0.0]])
-    return {"action.eef_pos": pos,
-            "action.eef_rot": np.repeat(data["state.eef_rot"].astype(np.float64), SERVER_HORIZON, axis=0),
-            "action.gripper": np.repeat(data["state.gripper"].astype(np.float64), SERVER_HORIZON, axis=0)}
+    return {
+        "action.eef_pos": pos,
+        "action.eef_rot": np.repeat(data["state.eef_rot"].astype(np.float64), SERVER_HORIZON, axis=0),
+        "action.gripper": np.repeat(data["state.gripper"].astype(np.float64), SERVER_HORIZON, axis=0),
+    }
 
 
 @pytest.fixture
@@ -79,8 +93,15 @@ def test_round_trip_keys_from_modality_json(server, tmp_path):
         sent = server.requests[-1]
         assert sent["endpoint"] == "get_action" and "api_token" not in sent
         data = sent["data"]
-        assert sorted(data) == ["annotation.human.task_description", "state.arm_joint", "state.eef_pos",
-                                "state.eef_rot", "state.gripper", "video.front", "video.wrist"]
+        assert sorted(data) == [
+            "annotation.human.task_description",
+            "state.arm_joint",
+            "state.eef_pos",
+            "state.eef_rot",
+            "state.gripper",
+            "video.front",
+            "video.wrist",
+        ]
         np.testing.assert_array_equal(data["video.wrist"][0], obs.images["cam_wrist"])
         assert data["state.arm_joint"].shape == (1, 6) and data["state.eef_rot"].shape == (1, 4)
         np.testing.assert_array_equal(data["state.eef_rot"][0], obs.state["observation.arm_eef"][3:])
@@ -160,6 +181,7 @@ def test_timeout_then_recovery():
 
 def test_no_server_times_out():
     import socket
+
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -193,23 +215,33 @@ def test_api_token(monkeypatch):
 
 
 def test_server_modality_config_selects_and_checks_keys():
-    cfg = {"video": (["video.front"], [0]), "state": (["state.eef_pos", "state.gripper"], [0]),
-           "action": (["action.eef_pos", "action.eef_rot", "action.gripper"], list(range(16))),
-           "language": (["annotation.human.action.task_description"], [0])}
+    cfg = {
+        "video": (["video.front"], [0]),
+        "state": (["state.eef_pos", "state.gripper"], [0]),
+        "action": (["action.eef_pos", "action.eef_rot", "action.gripper"], list(range(16))),
+        "language": (["annotation.human.action.task_description"], [0]),
+    }
     calls: list[dict[str, Any]] = []
 
     def policy(data: dict[str, Any]) -> dict[str, np.ndarray]:
         calls.append(data)
         n = SERVER_HORIZON
-        return {"action.eef_pos": np.zeros((n, 3)), "action.eef_rot": np.tile([1.0, 0, 0, 0], (n, 1)),
-                "action.gripper": np.zeros((n, 1))}
+        return {
+            "action.eef_pos": np.zeros((n, 3)),
+            "action.eef_rot": np.tile([1.0, 0, 0, 0], (n, 1)),
+            "action.gripper": np.zeros((n, 1)),
+        }
 
     srv = Gr00tTestServer(policy, modality_config=cfg)
     backend = Gr00tBackend("127.0.0.1", srv.port, timeout_s=5.0, modality=MODALITY)
     try:
         backend.predict(observation(), horizon=30)
-        assert sorted(calls[-1]) == ["annotation.human.action.task_description", "state.eef_pos", "state.gripper",
-                                     "video.front"]
+        assert sorted(calls[-1]) == [
+            "annotation.human.action.task_description",
+            "state.eef_pos",
+            "state.gripper",
+            "video.front",
+        ]
         assert calls[-1]["annotation.human.action.task_description"] == ["pick up the cube"]
         assert backend.describe()["server_modality"]["video"] == ["video.front"]
         srv.modality_config = {**cfg, "video": (["video.front", "video.top"], [0])}
@@ -234,6 +266,7 @@ class RawReplyServer:
         import threading
 
         import zmq
+
         self.reply = reply
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.REP)
@@ -245,6 +278,7 @@ class RawReplyServer:
 
     def _run(self) -> None:
         import zmq
+
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         while not self._stop.is_set():
@@ -259,12 +293,15 @@ class RawReplyServer:
         self._ctx.term()
 
 
-@pytest.mark.parametrize("reply, match", [
-    (b"\xc1", r"answer is not msgpack \(a byte"),                 # FormatError: read "undecodable answer ()"
-    (b"\x91" * 100_000, "answer nested too deeply"),              # StackError: read "undecodable answer ()"
-    (b"\x92\x01", r"answer is truncated \(2 bytes"),
-    (b"\x80\x01", "answer has bytes after its msgpack message"),
-])
+@pytest.mark.parametrize(
+    "reply, match",
+    [
+        (b"\xc1", r"answer is not msgpack \(a byte"),  # FormatError: read "undecodable answer ()"
+        (b"\x91" * 100_000, "answer nested too deeply"),  # StackError: read "undecodable answer ()"
+        (b"\x92\x01", r"answer is truncated \(2 bytes"),
+        (b"\x80\x01", "answer has bytes after its msgpack message"),
+    ],
+)
 def test_undecodable_answers_say_why(reply, match):
     srv = RawReplyServer(reply)
     backend = Gr00tBackend("127.0.0.1", srv.port, timeout_s=5.0, modality=MODALITY)
@@ -286,18 +323,19 @@ def test_answer_fields_that_are_not_real_arrays_are_named():
 
     def complex_valued(data: dict[str, Any]) -> dict[str, Any]:
         out = drift_policy(data)
-        out["action.eef_pos"] = out["action.eef_pos"] + 0.5j   # astype(float32) dropped 0.5j silently
+        out["action.eef_pos"] = out["action.eef_pos"] + 0.5j  # astype(float32) dropped 0.5j silently
         return out
 
     def huge(data: dict[str, Any]) -> dict[str, Any]:
         out = drift_policy(data)
-        out["action.gripper"][2, 0] = 1e300                       # became inf in float32
+        out["action.gripper"][2, 0] = 1e300  # became inf in float32
         return out
 
     for policy, match in (
-            (ext, r"answer field action.eef_pos has an unsupported msgpack extension type \(code 5\)"),
-            (complex_valued, "answer field action.eef_pos is complex-valued; actions must be real numbers"),
-            (huge, "answer field action.gripper: action value out of range")):
+        (ext, r"answer field action.eef_pos has an unsupported msgpack extension type \(code 5\)"),
+        (complex_valued, "answer field action.eef_pos is complex-valued; actions must be real numbers"),
+        (huge, "answer field action.gripper: action value out of range"),
+    ):
         srv = Gr00tTestServer(policy)
         backend = Gr00tBackend("127.0.0.1", srv.port, timeout_s=5.0, modality=MODALITY)
         try:

@@ -1,6 +1,7 @@
 """piper-policy-server's ROS-free parts in the project's venv (no torch): PiperPilot's /predict
 protocol both ways, the request -> input-feature mapping, the HTTP server over a stand-in runner.
 The real LeRobot checkpoint is served in test/test_policy_server_act.py (trainer venv)."""
+
 from __future__ import annotations
 
 import base64
@@ -22,12 +23,20 @@ from PIL import Image
 from policy_http_server import post
 from piper_recorder.policy.server.httpd import PolicyHTTPServer, make_server
 from piper_recorder.policy.server.inputs import InputFeature, build_inputs
-from piper_recorder.policy.server.protocol import (PredictRequest, ProtocolError, RequestRefused, encode_request,
-                                                   parse_answer, parse_request)
+from piper_recorder.policy.server.protocol import (
+    PredictRequest,
+    ProtocolError,
+    RequestRefused,
+    encode_request,
+    parse_answer,
+    parse_request,
+)
 
-STATE = {"observation.arm_joint": np.arange(6, dtype=np.float32) / 10,
-         "observation.arm_eef": np.array([0.3, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0], np.float32),
-         "observation.gripper": np.array([0.04], np.float32)}
+STATE = {
+    "observation.arm_joint": np.arange(6, dtype=np.float32) / 10,
+    "observation.arm_eef": np.array([0.3, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0], np.float32),
+    "observation.gripper": np.array([0.04], np.float32),
+}
 
 
 def frame(h: int = 24, w: int = 32, seed: int = 0) -> npt.NDArray[np.uint8]:
@@ -50,20 +59,31 @@ def test_request_round_trip_keeps_state_exactly_and_images_closely():
     assert np.abs(req.images["cam_wrist"].astype(int) - frame(seed=9)).mean() < 3
 
 
-@pytest.mark.parametrize("body, match", [
-    (b"{not json", "not JSON"),
-    (b"[]", "JSON object"),
-    (json.dumps({"task": 1, "state": {}, "images": {}, "horizon": 3}).encode(), "task"),
-    (json.dumps({"task": "t", "state": {}, "images": {}, "horizon": True}).encode(), "horizon"),
-    (json.dumps({"task": "t", "state": {}, "images": {}, "horizon": 0}).encode(), "horizon"),
-    (json.dumps({"task": "t", "state": {"observation.gripper": ["a"]}, "images": {}, "horizon": 3}).encode(),
-     "state.observation.gripper"),
-    (b'{"task": "t", "state": {"observation.gripper": [NaN]}, "images": {}, "horizon": 3}', "non-finite"),
-    (json.dumps({"task": "t", "state": {}, "images": {"cam_front": "%%%"}, "horizon": 3}).encode(),
-     "images.cam_front"),
-    (json.dumps({"task": "t", "state": {}, "images": {"cam_front": base64.b64encode(b"junk").decode()},
-                 "horizon": 3}).encode(), "images.cam_front"),
-])
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        (b"{not json", "not JSON"),
+        (b"[]", "JSON object"),
+        (json.dumps({"task": 1, "state": {}, "images": {}, "horizon": 3}).encode(), "task"),
+        (json.dumps({"task": "t", "state": {}, "images": {}, "horizon": True}).encode(), "horizon"),
+        (json.dumps({"task": "t", "state": {}, "images": {}, "horizon": 0}).encode(), "horizon"),
+        (
+            json.dumps({"task": "t", "state": {"observation.gripper": ["a"]}, "images": {}, "horizon": 3}).encode(),
+            "state.observation.gripper",
+        ),
+        (b'{"task": "t", "state": {"observation.gripper": [NaN]}, "images": {}, "horizon": 3}', "non-finite"),
+        (
+            json.dumps({"task": "t", "state": {}, "images": {"cam_front": "%%%"}, "horizon": 3}).encode(),
+            "images.cam_front",
+        ),
+        (
+            json.dumps(
+                {"task": "t", "state": {}, "images": {"cam_front": base64.b64encode(b"junk").decode()}, "horizon": 3}
+            ).encode(),
+            "images.cam_front",
+        ),
+    ],
+)
 def test_bad_requests_name_the_field(body, match):
     with pytest.raises(ProtocolError, match=match):
         parse_request(body)
@@ -72,21 +92,28 @@ def test_bad_requests_name_the_field(body, match):
 def test_answer_parsing_refuses_what_the_protocol_does_not_allow():
     ok = json.dumps({"actions": [[0.0] * 8, [1.0] * 8]}).encode()
     assert parse_answer(ok, horizon=2).shape == (2, 8)
-    for body, match in ((ok, "1..1"), (b'{"error": "boom"}', "server error: boom"),
-                        (json.dumps({"actions": [[0.0] * 7]}).encode(), "8 numbers"),
-                        (b'{"actions": [[0, 0, 0, 1, 0, 0, 0, Infinity]]}', "non-finite")):
+    for body, match in (
+        (ok, "1..1"),
+        (b'{"error": "boom"}', "server error: boom"),
+        (json.dumps({"actions": [[0.0] * 7]}).encode(), "8 numbers"),
+        (b'{"actions": [[0, 0, 0, 1, 0, 0, 0, Infinity]]}', "non-finite"),
+    ):
         with pytest.raises(ProtocolError, match=match):
             parse_answer(body, horizon=1)
 
 
 def test_inputs_as_the_dataset_columns_were_trained():
-    feats = (InputFeature("observation.state", "STATE", (14,)),
-             InputFeature("observation.arm_eef", "STATE", (7,)),
-             InputFeature("observation.images.cam_front", "VISUAL", (3, 24, 32)))
+    feats = (
+        InputFeature("observation.state", "STATE", (14,)),
+        InputFeature("observation.arm_eef", "STATE", (7,)),
+        InputFeature("observation.images.cam_front", "VISUAL", (3, 24, 32)),
+    )
     got = build_inputs(feats, request())
     # the writer's combined column: arm_joint + arm_eef + gripper, in that order
-    np.testing.assert_array_equal(got["observation.state"], np.concatenate(
-        [STATE["observation.arm_joint"], STATE["observation.arm_eef"], STATE["observation.gripper"]]))
+    np.testing.assert_array_equal(
+        got["observation.state"],
+        np.concatenate([STATE["observation.arm_joint"], STATE["observation.arm_eef"], STATE["observation.gripper"]]),
+    )
     np.testing.assert_array_equal(got["observation.arm_eef"], STATE["observation.arm_eef"])
     img = got["observation.images.cam_front"]
     assert img.shape == (3, 24, 32) and img.dtype == np.float32 and 0.0 <= img.min() and img.max() <= 1.0
@@ -100,12 +127,15 @@ def test_observation_state_sent_whole_is_used_as_is():
     np.testing.assert_array_equal(got["observation.state"], whole)
 
 
-@pytest.mark.parametrize("feature, match", [
-    (InputFeature("observation.images.cam_top", "VISUAL", (3, 24, 32)), "camera 'cam_top' missing"),
-    (InputFeature("observation.images.cam_front", "VISUAL", (3, 48, 64)), "trained on 64x48x3 frames"),
-    (InputFeature("observation.state", "STATE", (15,)), r"shape \[15\]"),
-    (InputFeature("observation.environment_state", "ENV", (4,)), "input type ENV"),
-])
+@pytest.mark.parametrize(
+    "feature, match",
+    [
+        (InputFeature("observation.images.cam_top", "VISUAL", (3, 24, 32)), "camera 'cam_top' missing"),
+        (InputFeature("observation.images.cam_front", "VISUAL", (3, 48, 64)), "trained on 64x48x3 frames"),
+        (InputFeature("observation.state", "STATE", (15,)), r"shape \[15\]"),
+        (InputFeature("observation.environment_state", "ENV", (4,)), "input type ENV"),
+    ],
+)
 def test_inputs_the_request_cannot_give_are_refused(feature, match):
     with pytest.raises(RequestRefused, match=match):
         build_inputs((feature,), request())
@@ -126,8 +156,9 @@ class Chunker:
         if self.fail is not None:
             raise self.fail
         build_inputs((InputFeature("observation.images.cam_front", "VISUAL", (3, 24, 32)),), req)
-        rows = np.tile(np.concatenate([req.state["observation.arm_eef"], req.state["observation.gripper"]]),
-                       (self.length, 1))
+        rows = np.tile(
+            np.concatenate([req.state["observation.arm_eef"], req.state["observation.gripper"]]), (self.length, 1)
+        )
         rows[:, 0] += np.arange(self.length) * 0.001
         if self.nan:
             rows[3, 2] = np.nan
@@ -185,9 +216,14 @@ def test_jpeg_from_pillow_is_what_a_piperpilot_client_sends(served):
     server, runner, url = served
     buf = io.BytesIO()
     Image.fromarray(frame()).save(buf, format="JPEG")
-    body = json.dumps({"task": "pick", "horizon": 3,
-                       "state": {k: v.tolist() for k, v in STATE.items()},
-                       "images": {"cam_front": base64.b64encode(buf.getvalue()).decode()}}).encode()
+    body = json.dumps(
+        {
+            "task": "pick",
+            "horizon": 3,
+            "state": {k: v.tolist() for k, v in STATE.items()},
+            "images": {"cam_front": base64.b64encode(buf.getvalue()).decode()},
+        }
+    ).encode()
     status, doc = post(url, body)
     assert status == 200 and np.asarray(doc["actions"]).shape == (3, 8)
 
@@ -199,14 +235,16 @@ def test_the_console_script_outside_a_trainer_env_says_where_to_run_it(tmp_path)
     import subprocess
     import sys
     from pathlib import Path
+
     if importlib.util.find_spec("torch") is not None:
         pytest.skip("torch is importable here")
     exe = Path(sys.executable).parent / "piper-policy-server"
     (tmp_path / "config.json").write_text('{"type": "act"}')
     p = subprocess.run([str(exe), "--checkpoint", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "trainer's environment" in p.stderr and "Traceback" not in p.stderr, p.stderr
-    p = subprocess.run([str(exe), "--checkpoint", str(tmp_path / "nothing")], capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        [str(exe), "--checkpoint", str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "no config.json" in p.stderr, p.stderr
 
 
@@ -221,7 +259,7 @@ def claimed_size(jpeg: bytes, w: int, h: int) -> bytes:
     """The same small JPEG with its frame header (SOF0) claiming w x h: Pillow's lazy open reports that
     size; decoding it would allocate w*h*3 bytes before finding the scan data too short."""
     i = jpeg.index(b"\xff\xc0")
-    return jpeg[:i + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + jpeg[i + 9:]
+    return jpeg[: i + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + jpeg[i + 9 :]
 
 
 def b64(raw: bytes) -> str:
@@ -232,8 +270,13 @@ class ListsInputs(Chunker):
     """A runner that lists its inputs as LeRobotRunner's info() does: cam_front at 32x24."""
 
     def info(self) -> dict[str, object]:
-        return {**super().info(), "inputs": {"observation.images.cam_front": {"type": "VISUAL", "shape": [3, 24, 32]},
-                                             "observation.state": {"type": "STATE", "shape": [14]}}}
+        return {
+            **super().info(),
+            "inputs": {
+                "observation.images.cam_front": {"type": "VISUAL", "shape": [3, 24, 32]},
+                "observation.state": {"type": "STATE", "shape": [14]},
+            },
+        }
 
 
 @pytest.fixture
@@ -248,8 +291,9 @@ def served_inputs() -> Iterator[str]:
 
 
 def body_with(images: dict[str, str]) -> bytes:
-    return json.dumps({"task": "pick", "horizon": 3, "state": {k: v.tolist() for k, v in STATE.items()},
-                       "images": images}).encode()
+    return json.dumps(
+        {"task": "pick", "horizon": 3, "state": {k: v.tolist() for k, v in STATE.items()}, "images": images}
+    ).encode()
 
 
 def test_images_of_cameras_the_policy_does_not_use_are_not_decoded(served_inputs):
@@ -257,8 +301,10 @@ def test_images_of_cameras_the_policy_does_not_use_are_not_decoded(served_inputs
     at all, which the old server refused (400) after decoding them."""
     png = io.BytesIO()
     Image.fromarray(frame()).save(png, format="PNG")
-    status, doc = post(served_inputs, body_with({"cam_front": b64(jpeg_bytes(frame())),
-                                                 "cam_top": b64(png.getvalue()), "cam_side": b64(b"junk")}))
+    status, doc = post(
+        served_inputs,
+        body_with({"cam_front": b64(jpeg_bytes(frame())), "cam_top": b64(png.getvalue()), "cam_side": b64(b"junk")}),
+    )
     assert status == 200 and len(doc["actions"]) == 3, doc
 
 
@@ -267,10 +313,12 @@ def test_a_used_image_of_another_size_is_refused_from_its_header(served_inputs):
     server decoded it first: 470 MB for this one image)."""
     bomb = claimed_size(jpeg_bytes(frame()), 12500, 12500)
     from piper_recorder.policy.server.protocol import jpeg_size
+
     assert jpeg_size(bomb) == (12500, 12500) and jpeg_size(jpeg_bytes(frame())) == (32, 24)
     status, doc = post(served_inputs, body_with({"cam_front": b64(bomb)}))
-    assert status == 400 and doc["error"] == ("images.cam_front: 12500x12500, the policy was trained on 32x24 "
-                                              "frames (the server never resizes)"), doc
+    assert status == 400 and doc["error"] == (
+        "images.cam_front: 12500x12500, the policy was trained on 32x24 frames (the server never resizes)"
+    ), doc
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "WEBP", "BMP"])
@@ -300,7 +348,7 @@ def test_request_bodies_nested_or_out_of_range_are_400_with_the_reason(served):
     _server, _runner, url = served
     status, doc = post(url, b"[" * 100_000 + b"]" * 100_000)
     assert status == 400 and doc["error"] == "body nested too deeply (not a body of this protocol)"
-    huge = json.dumps({"task": "t", "horizon": 3, "images": {}, "state": {"observation.gripper": [10 ** 400]}})
+    huge = json.dumps({"task": "t", "horizon": 3, "images": {}, "state": {"observation.gripper": [10**400]}})
     status, doc = post(url, huge.encode())
     assert status == 400 and doc["error"].startswith("state.observation.gripper: value out of range"), doc
 
@@ -309,8 +357,9 @@ def test_request_bodies_nested_or_out_of_range_are_400_with_the_reason(served):
 def half_sent(port: int) -> socket.socket:
     """A client that sends the headers and part of the body, then nothing."""
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-              b'{"task": ')
+    s.sendall(
+        b'POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"task": '
+    )
     return s
 
 
@@ -349,9 +398,9 @@ def test_half_sent_requests_are_bounded_and_time_out():
         assert all(b.startswith(b"HTTP/1.1 503") and b"server busy" in b for b in busy), busy[:2]
         assert server.refused_busy == 35
         t0 = time.monotonic()
-        assert all(closed_by_server(s, 3.0) for s in socks[:5])     # held ones dropped by the timeout
+        assert all(closed_by_server(s, 3.0) for s in socks[:5])  # held ones dropped by the timeout
         assert time.monotonic() - t0 < 2.5
-        status, doc = post(url, encode_request("pick", STATE, {"cam_front": frame()}, 5))   # serving again
+        status, doc = post(url, encode_request("pick", STATE, {"cam_front": frame()}, 5))  # serving again
         assert status == 200 and len(doc["actions"]) == 5
     finally:
         for s in socks:
@@ -364,6 +413,7 @@ def test_half_sent_requests_are_bounded_and_time_out():
 def test_a_client_that_goes_away_costs_no_traceback(capfd):
     """A client that resets the connection before its answer: socketserver printed a traceback per
     client to stderr."""
+
     class Slow(Chunker):
         def predict(self, req: PredictRequest) -> npt.NDArray[np.float32]:
             time.sleep(0.3)
@@ -375,12 +425,16 @@ def test_a_client_that_goes_away_costs_no_traceback(capfd):
     port = server.server_address[1]
     try:
         body = encode_request("pick", STATE, {"cam_front": frame()}, 5) * 1
-        big = body + b" " * (4 << 20)   # padding: the answer write cannot vanish into buffers unnoticed
+        big = body + b" " * (4 << 20)  # padding: the answer write cannot vanish into buffers unnoticed
         for payload in (body, big):
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(payload)).encode() +
-                      b"\r\n\r\n" + payload)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST on close
+            s.sendall(
+                b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                + str(len(payload)).encode()
+                + b"\r\n\r\n"
+                + payload
+            )
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
             s.close()
         for _ in range(3):
             s = socket.create_connection(("127.0.0.1", port))

@@ -14,6 +14,7 @@ missing camera or a wrong frame size is a 400 naming it.
 
 Consumer venvs follow test_consumers.py (built through make; PIPER_CONSUMERS=skip skips visibly).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,12 @@ def demo_root(tmp_path_factory) -> Path:
     log = ""
     for attempt in range(2):
         out = tmp_path_factory.mktemp(f"policy_demo{attempt}")
-        p = subprocess.run([str(BIN / "piper-demo"), "--out", str(out), "--episodes", "1", "--seconds", "3",
-                            "--size", f"{W}x{H}"], capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [str(BIN / "piper-demo"), "--out", str(out), "--episodes", "1", "--seconds", "3", "--size", f"{W}x{H}"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         root = out / "lerobot"
         episodes = root / "meta" / "episodes.jsonl"
         if episodes.is_file() and episodes.read_text().strip():
@@ -64,9 +69,14 @@ class Server:
 
     def __init__(self, py: Path, checkpoint: Path, env: dict[str, str]):
         env = {**env, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen([str(py), "-m", "piper_recorder.policy.server", "--checkpoint", str(checkpoint),
-                                      "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env, cwd=str(checkpoint))
+        self.proc = subprocess.Popen(
+            [str(py), "-m", "piper_recorder.policy.server", "--checkpoint", str(checkpoint), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=str(checkpoint),
+        )
         self.log: list[str] = []
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 300
@@ -98,8 +108,13 @@ def serve_act(venv: str, demo_root: Path, tmp_path_factory) -> tuple[Server, Pat
     py = consumer_python(venv)
     env = consumer_env(tmp_path_factory.mktemp("hf_home"))
     ckpt = tmp_path_factory.mktemp(f"act_{venv}") / "pretrained_model"
-    p = subprocess.run([str(py), str(SCRIPTS / "make_act_checkpoint.py"), str(demo_root), str(ckpt),
-                        "--chunk", str(CHUNK)], capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [str(py), str(SCRIPTS / "make_act_checkpoint.py"), str(demo_root), str(ckpt), "--chunk", str(CHUNK)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, f"make_act_checkpoint failed:\n{tail(p.stdout + p.stderr)}"
     return Server(py, ckpt, env), ckpt, py, env
 
@@ -122,18 +137,20 @@ def frame_at(video: Path, index: int) -> np.ndarray:
 def observation(root: Path, row: int = ROW) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
     """Row `row` of episode 0 as a PiperPilot client sends it: split state columns + camera frames."""
     table = pq.read_table(root / "data" / "chunk-000" / "episode_000000.parquet").to_pydict()
-    state = {k: np.asarray(table[k][row], dtype=np.float32)
-             for k in ("observation.arm_joint", "observation.arm_eef", "observation.gripper")}
+    state = {
+        k: np.asarray(table[k][row], dtype=np.float32)
+        for k in ("observation.arm_joint", "observation.arm_eef", "observation.gripper")
+    }
     info = json.loads((root / "meta" / "info.json").read_text())
     cams = [k.split(".", 2)[2] for k, f in info["features"].items() if f["dtype"] == "video"]
-    images = {c: frame_at(root / "videos" / "chunk-000" / f"observation.images.{c}" / "episode_000000.mp4", row)
-              for c in cams}
+    images = {
+        c: frame_at(root / "videos" / "chunk-000" / f"observation.images.{c}" / "episode_000000.mp4", row) for c in cams
+    }
     task = json.loads((root / "meta" / "tasks.jsonl").read_text().splitlines()[0])["task"]
     return state, images, task
 
 
-def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], demo_root: Path,
-                            tmp_path: Path) -> dict:
+def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], demo_root: Path, tmp_path: Path) -> dict:
     """/predict on a real observation == LeRobot's own loop on the same request; returns /info."""
     server, ckpt, py, env = served
     state, images, task = observation(demo_root)
@@ -148,8 +165,13 @@ def answers_as_lerobot_does(served: tuple[Server, Path, Path, dict[str, str]], d
 
     # LeRobot's own loop on the very same request bytes
     (tmp_path / "request.json").write_bytes(body)
-    p = subprocess.run([str(py), str(SCRIPTS / "reference_chunk.py"), str(ckpt), str(tmp_path / "request.json")],
-                       capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [str(py), str(SCRIPTS / "reference_chunk.py"), str(ckpt), str(tmp_path / "request.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     assert p.returncode == 0 and lines, tail(p.stdout + p.stderr)
     ref = np.asarray(json.loads(lines[-1])["rows"], dtype=np.float64)
@@ -193,8 +215,9 @@ def test_lerobot03_checkpoint_served_from_a_lerobot03_env(demo_root, tmp_path_fa
 def test_served_act_refuses_what_it_was_not_trained_on(served_act, demo_root):
     server, *_ = served_act
     state, images, task = observation(demo_root)
-    status, doc = post(server.url, encode_request(task, state, {"cam_front": images["cam_front"]}, horizon=5),
-                       timeout_s=120)
+    status, doc = post(
+        server.url, encode_request(task, state, {"cam_front": images["cam_front"]}, horizon=5), timeout_s=120
+    )
     assert status == 400 and "cam_wrist" in doc["error"], doc
     small = {c: img[::2, ::2] for c, img in images.items()}
     status, doc = post(server.url, encode_request(task, state, small, horizon=5), timeout_s=120)
@@ -207,9 +230,13 @@ def test_served_act_refuses_what_it_was_not_trained_on(served_act, demo_root):
 
 def test_server_refuses_a_directory_that_is_no_checkpoint(tmp_path):
     py = consumer_python("lerobot04")
-    p = subprocess.run([str(py), "-m", "piper_recorder.policy.server", "--checkpoint", str(tmp_path)],
-                       capture_output=True, text=True, timeout=300,
-                       env={**consumer_env(tmp_path / "hf"), "PYTHONPATH": str(ROOT)})
+    p = subprocess.run(
+        [str(py), "-m", "piper_recorder.policy.server", "--checkpoint", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**consumer_env(tmp_path / "hf"), "PYTHONPATH": str(ROOT)},
+    )
     assert p.returncode == 2 and "no config.json" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
@@ -217,10 +244,11 @@ def test_server_refuses_a_directory_that_is_no_checkpoint(tmp_path):
 class Rollout:
     """One episode recorded by both recorders while the policy node drives the arm from the served ACT."""
 
-    def __init__(self, out: Path, status: dict, targets: list[tuple[float, ...]], started: tuple[bool, str],
-                 save_error: str):
+    def __init__(
+        self, out: Path, status: dict, targets: list[tuple[float, ...]], started: tuple[bool, str], save_error: str
+    ):
         self.out, self.status, self.targets, self.started = out, status, targets, started
-        self.save_error = save_error   # "" when both recorders saved the episode
+        self.save_error = save_error  # "" when both recorders saved the episode
 
 
 @pytest.fixture(scope="module")
@@ -230,24 +258,42 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
 
     server, *_ = served_act
     out = tmp_path_factory.mktemp("policy_rollout")
-    sets = [*size_overrides(config_path("sim"), f"{W}x{H}"),
-            "piper_launch.sim_quest.script=idle",            # nobody grips: the policy keeps the arm
-            f"policy.policy={server.url}", f"policy.root={demo_root}",
-            # bounds for a shared 2-core machine: at a load of 40-55 the emulated arm's feedback lagged 2-6 s and
-            # a first query took 3 s; stale inputs and timeouts are test_policy_sim.py's subject, not this one's
-            "policy.timeout_s=20.0", "policy.arm_stale_s=60.0", "policy.camera_stale_s=10.0"]
+    sets = [
+        *size_overrides(config_path("sim"), f"{W}x{H}"),
+        "piper_launch.sim_quest.script=idle",  # nobody grips: the policy keeps the arm
+        f"policy.policy={server.url}",
+        f"policy.root={demo_root}",
+        # bounds for a shared 2-core machine: at a load of 40-55 the emulated arm's feedback lagged 2-6 s and
+        # a first query took 3 s; stale inputs and timeouts are test_policy_sim.py's subject, not this one's
+        "policy.timeout_s=20.0",
+        "policy.arm_stale_s=60.0",
+        "policy.camera_stale_s=10.0",
+    ]
     from geometry_msgs.msg import PoseStamped
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
 
-    s = SimSession(out, sets=sets).start(timeout=240)   # a shared 2-core machine: discovery can be slow
+    s = SimSession(out, sets=sets).start(timeout=240)  # a shared 2-core machine: discovery can be slow
     try:
         node = s._node
         targets: list[tuple[float, ...]] = []
         status: list[dict] = []
-        node.create_subscription(PoseStamped, "/arm/target_pose", lambda m: targets.append(
-            (m.pose.position.x, m.pose.position.y, m.pose.position.z, m.pose.orientation.x, m.pose.orientation.y,
-             m.pose.orientation.z, m.pose.orientation.w)), 100)
+        node.create_subscription(
+            PoseStamped,
+            "/arm/target_pose",
+            lambda m: targets.append(
+                (
+                    m.pose.position.x,
+                    m.pose.position.y,
+                    m.pose.position.z,
+                    m.pose.orientation.x,
+                    m.pose.orientation.y,
+                    m.pose.orientation.z,
+                    m.pose.orientation.w,
+                )
+            ),
+            100,
+        )
         node.create_subscription(String, "/policy/status", lambda m: status.append(json.loads(m.data)), 10)
         start = s._client("policy", "start")
         assert start.wait_for_service(timeout_sec=60), s.graph.logs()
@@ -255,19 +301,20 @@ def rollout(served_act, demo_root, tmp_path_factory) -> Rollout:
         # test_policy_sim.wait_inputs): wait for them, not race them
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not (
-                status and status[-1].get("input_age_s") and None not in status[-1]["input_age_s"].values()):
+            status and status[-1].get("input_age_s") and None not in status[-1]["input_age_s"].values()
+        ):
             time.sleep(0.2)
         fut = start.call_async(Trigger.Request())
         assert s._wait(fut, 60), "no answer from /policy/start"
         started = (bool(fut.result().success), str(fut.result().message))
-        s.start_episode()   # a recorder names the policy active when its episode starts
+        s.start_episode()  # a recorder names the policy active when its episode starts
         time.sleep(8.0)
         saved = ""
         try:
             s.stop_episode()
-        except DemoError as e:   # reported by the tests after the policy's own answer, which says more
+        except DemoError as e:  # reported by the tests after the policy's own answer, which says more
             saved = str(e).splitlines()[0]
-        time.sleep(1.0)   # a last status after the episode
+        time.sleep(1.0)  # a last status after the episode
         final = status[-1] if status else {}
         return Rollout(out, final, targets, started, saved)
     finally:
@@ -284,10 +331,10 @@ def test_policy_node_drives_the_arm_from_the_served_act_inside_the_envelope(roll
     assert st["non_finite_refused"] == 0
     t = np.asarray(rollout.targets, dtype=np.float64)
     assert len(t) >= 100 and np.isfinite(t).all()
-    lo, hi = np.array([0.05, -0.35, 0.03]), np.array([0.55, 0.35, 0.50])   # teleop's workspace box (sim.yaml)
+    lo, hi = np.array([0.05, -0.35, 0.03]), np.array([0.55, 0.35, 0.50])  # teleop's workspace box (sim.yaml)
     assert (t[:, :3] >= lo - 1e-9).all() and (t[:, :3] <= hi + 1e-9).all()
     step = np.linalg.norm(np.diff(t[:, :3], axis=0), axis=1)
-    assert step.max() <= 0.8 / 30 + 1e-6     # teleop's linear speed cap at the control rate
+    assert step.max() <= 0.8 / 30 + 1e-6  # teleop's linear speed cap at the control rate
     moved = float(np.linalg.norm(t[:, :3] - t[0, :3], axis=1).max())
     print(f"[rollout] {len(t)} targets, moved up to {moved * 1e3:.1f} mm, limit hits {st['limit_hits']}")
     # a hold repeats the previous target exactly; a random ACT near the data's mean pose moves the arm ~1 mm
@@ -301,8 +348,9 @@ def test_policy_rollout_validates(rollout):
     root = rollout.out / "lerobot"
     v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
     assert v.returncode == 0, v.stdout + v.stderr
-    v = subprocess.run([str(BIN / "piper-validate"), str(rollout.out / "rgbd.hdf5")], capture_output=True,
-                       text=True, timeout=600)
+    v = subprocess.run(
+        [str(BIN / "piper-validate"), str(rollout.out / "rgbd.hdf5")], capture_output=True, text=True, timeout=600
+    )
     assert v.returncode == 0, v.stdout + v.stderr
 
 
@@ -313,7 +361,8 @@ def test_policy_rollout_names_the_policy(rollout, served_act):
     with urllib.request.urlopen(server.url + "/info", timeout=30) as r:
         content_hash = json.loads(r.read())["content_hash"]
     meta = rollout.out / "lerobot" / "meta"
-    text = "".join(p.read_text() for p in (meta / "collection_meta.json", meta / "collection_sessions.jsonl")
-                   if p.is_file())
+    text = "".join(
+        p.read_text() for p in (meta / "collection_meta.json", meta / "collection_sessions.jsonl") if p.is_file()
+    )
     text += (meta / "episodes.jsonl").read_text()
     assert server.url in text and content_hash in text

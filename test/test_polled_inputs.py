@@ -2,6 +2,7 @@
 decoded (cdr.decode) with its DDS reception time; a payload that does not decode is a counted drop;
 the owner's remappings apply; ``wait`` returns when a message waits, at its timeout, or on ``interrupt``;
 the owner's executor never runs their callbacks."""
+
 from __future__ import annotations
 
 import threading
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
@@ -34,12 +35,14 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
         poses: list[tuple[object, int]] = []
         lines: list[tuple[str, int]] = []
         inputs.subscribe(PoseStamped, "/arm/eef_pose", lambda m, t: poses.append((m, t)), QOS)
+
         def on_line(m, t: int) -> None:
             if m.data == "boom":
                 raise RuntimeError("a handler that fails")
             lines.append((m.data, t))
+
         inputs.subscribe(String, "/lines", on_line, QOS)
-        ex = rclpy.executors.SingleThreadedExecutor(context=ctx)   # spins the owner: must not touch the inputs
+        ex = rclpy.executors.SingleThreadedExecutor(context=ctx)  # spins the owner: must not touch the inputs
         ex.add_node(owner)
         ex.add_node(talker)
         errors: list[BaseException] = []
@@ -50,21 +53,23 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
                     ex.spin_once(0.05)
                 except BaseException as exc:  # noqa: BLE001 - reported by the test
                     errors.append(exc)
+
         threading.Thread(target=spin, daemon=True).start()
         pose_pub = talker.create_publisher(PoseStamped, "/robot/eef", QOS)
         line_pub = talker.create_publisher(String, "/lines", QOS)
         deadline = time.monotonic() + 10
-        while (pose_pub.get_subscription_count() < 1 or line_pub.get_subscription_count() < 1) \
-                and time.monotonic() < deadline:
+        while (
+            pose_pub.get_subscription_count() < 1 or line_pub.get_subscription_count() < 1
+        ) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert inputs.wait(0.05) is False and inputs.poll() == 0   # nothing sent yet
+        assert inputs.wait(0.05) is False and inputs.poll() == 0  # nothing sent yet
 
         before = time.time_ns()
         for i in range(20):
             pose_pub.publish(cdr_encode.pose_stamped(1_000 + i, "arm_base", (0.01 * i, 0.0, 0.3), (0, 0, 0, 1)))
             line_pub.publish(cdr_encode.string(f"line {i}"))
-        pose_pub.publish(b"\x00\x01\x00\x00\x03")   # not a PoseStamped: dropped and counted
-        line_pub.publish(cdr_encode.string("boom"))        # its handler raises: dropped and counted, polling goes on
+        pose_pub.publish(b"\x00\x01\x00\x00\x03")  # not a PoseStamped: dropped and counted
+        line_pub.publish(cdr_encode.string("boom"))  # its handler raises: dropped and counted, polling goes on
         line_pub.publish(cdr_encode.string("after"))
         assert inputs.wait(5.0) is True
         deadline = time.monotonic() + 5
@@ -79,7 +84,7 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
         assert all(before <= t <= after for t in stamps)
         assert [t for _, t in lines] == sorted(t for _, t in lines)
         assert inputs.errors.counts == {"/robot/eef": 1, "/lines": 1}
-        assert errors == []   # the executor never ran a polled subscription's callback
+        assert errors == []  # the executor never ran a polled subscription's callback
 
         # a wait ends at once on interrupt, else at its timeout
         t0 = time.monotonic()

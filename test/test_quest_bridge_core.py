@@ -1,4 +1,5 @@
 """BridgeCore mapping (what the quest_bridge node publishes), without ROS."""
+
 from __future__ import annotations
 
 import json
@@ -64,15 +65,14 @@ def test_a_connection_and_a_new_page_start_a_new_source_with_a_fresh_clock():
     assert core.handle(frame(mono=5000.1), 2000 * S + 100_000_000).poses[0].stamp_ns == 2000 * S + 100_000_000
     out = core.handle(parse_line('{"hello": {"client": "web", "page": 2}}'), 2001 * S)
     assert out.source_change and out.hello == {"client": "web", "page": 2}
-    later = core.handle(frame(mono=4000.2), 2001 * S + 10_000_000)   # the new page's clock
+    later = core.handle(frame(mono=4000.2), 2001 * S + 10_000_000)  # the new page's clock
     assert later.poses[0].stamp_ns == 2001 * S + 10_000_000
     assert core.counters["source_changes"] == 2
     again = core.handle(parse_line('{"hello": {"client": "web", "page": 2, "mode": "immersive-ar"}}'), 2001 * S)
     assert not again.source_change and core.handle(frame(mono=4000.25), 2001 * S + 60_000_000).poses
     assert not core.handle(parse_line('{"hello": {"app": "native"}}'), 2001 * S).source_change
-    outs = core.handle_batch([frame(mono=4000.3), parse_line('{"hello": {"page": 3}}'), frame(mono=10.0)],
-                             2002 * S)
-    assert [o.source_change for o in outs] == [False, True, False]   # in the order the bytes came
+    outs = core.handle_batch([frame(mono=4000.3), parse_line('{"hello": {"page": 3}}'), frame(mono=10.0)], 2002 * S)
+    assert [o.source_change for o in outs] == [False, True, False]  # in the order the bytes came
     assert core.counters["source_changes"] == 3
 
 
@@ -93,7 +93,7 @@ def test_a_frame_with_a_hello_key_does_not_replace_the_hello():
     assert out.hello is None and core.hello == {"app": "q", "v": 2}
     assert [p.device for p in out.poses] == ["head", "left", "right"] and core.counters["frames"] == 1
     for extra in ({"mono": 1.0}, {"head": {}}, {"frame": 3}, {"t": 1.0}, {"heartbeat": 1}):
-        try:   # a partial frame is rejected, a heartbeat stays a heartbeat: neither is a hello
+        try:  # a partial frame is rejected, a heartbeat stays a heartbeat: neither is a hello
             msg = parse_line(json.dumps({"hello": {"app": "x"}, **extra}))
         except Rejected:
             continue
@@ -101,28 +101,34 @@ def test_a_frame_with_a_hello_key_does_not_replace_the_hello():
         assert core.handle(msg, 3 * S).hello is None
     assert core.hello == {"app": "q", "v": 2}
 
+
 def _backlog(n=180, release_at=90, regrip_at=None, press=()):
     """n frames of a 90 Hz stream, all read at once; the right grip opens at ``release_at``."""
     msgs = []
     for i in range(n):
         squeeze = 1.0 if i < release_at or (regrip_at is not None and i >= regrip_at) else 0.0
-        msgs.append(frame(t=3.0 + i / 90, mono=50.0 + i / 90,
-                          right={"squeeze": squeeze, "pos": [0.2 + i * 1e-4, 1.1, -0.35], "primary": i in press}))
+        msgs.append(
+            frame(
+                t=3.0 + i / 90,
+                mono=50.0 + i / 90,
+                right={"squeeze": squeeze, "pos": [0.2 + i * 1e-4, 1.1, -0.35], "primary": i in press},
+            )
+        )
     return msgs
 
 
 def test_backlog_is_coalesced_for_control_but_every_raw_line_is_kept():
     core = BridgeCore()
-    core.handle(frame(mono=49.0), 999 * S)          # the clock mapping is already established
+    core.handle(frame(mono=49.0), 999 * S)  # the clock mapping is already established
     msgs = _backlog()
-    outs = core.handle_batch(msgs, 1003 * S)        # 2 s of frames read in one go
+    outs = core.handle_batch(msgs, 1003 * S)  # 2 s of frames read in one go
     assert [o.raw for o in outs] == [m.raw for m in msgs]
     poses = [p for o in outs for p in o.poses]
-    assert sorted(p.device for p in poses) == ["head", "left", "right"]   # the newest of each, nothing else
+    assert sorted(p.device for p in poses) == ["head", "left", "right"]  # the newest of each, nothing else
     right = next(p for p in poses if p.device == "right")
     assert right.pos == msgs[-1].right.pos
     right_joys = [j for o in outs for j in o.joys if j.hand == "right"]
-    assert [j.axes[1] for j in right_joys] == [0.0, 0.0]   # the release (first open line) and the newest
+    assert [j.axes[1] for j in right_joys] == [0.0, 0.0]  # the release (first open line) and the newest
     assert core.counters["coalesced"] == 180 * 5 - 3 - len([j for o in outs for j in o.joys])
 
 
@@ -146,15 +152,15 @@ def test_hellos_that_cannot_be_represented_are_refused_by_name_and_the_good_one_
     from piper_recorder.quest.protocol import StreamParser
 
     parser, core = StreamParser(), BridgeCore()
-    good = b'{"hello":{"app":"q","v":2,"s":"\\ud83d\\ude00"}}'   # a surrogate pair is a character: fine
+    good = b'{"hello":{"app":"q","v":2,"s":"\\ud83d\\ude00"}}'  # a surrogate pair is a character: fine
     outs = core.handle_batch(parser.feed(good + b"\n"), 1)
-    assert outs[0].hello_json is not None and json.loads(outs[0].hello_json) == {"app": "q", "v": 2, "s": "\U0001F600"}
+    assert outs[0].hello_json is not None and json.loads(outs[0].hello_json) == {"app": "q", "v": 2, "s": "\U0001f600"}
     for reason, lines in UNREPRESENTABLE.items():
         for line in lines:
             before = parser.rejected[reason]
             assert core.handle_batch(parser.feed(line + b"\n"), 2) == []
             assert parser.rejected[reason] == before + 1, (reason, parser.last_rejection)
-    assert parser.accepted == {"hello": 1} and core.hello == {"app": "q", "v": 2, "s": "\U0001F600"}
+    assert parser.accepted == {"hello": 1} and core.hello == {"app": "q", "v": 2, "s": "\U0001f600"}
     assert parser.rejected_total == sum(map(len, UNREPRESENTABLE.values()))
 
 

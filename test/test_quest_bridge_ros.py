@@ -6,6 +6,7 @@ headset restarts with an unrelated clock; the hello is latched; diagnostics repo
 /quest/haptic reaches the headset. Measured here: stamps late by 2.28 ms against a simulated 2 ms
 minimum one-way delay (+2 ms mean exponential jitter), before and after the restart.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,10 @@ def _stamp_errors(poses, raws, mono_offset: float, min_stamp_ns: int = 0):
 def _check_stamps(errors_ms, late_ms, label):
     assert len(errors_ms) > 100, label
     median = errors_ms[len(errors_ms) // 2]
-    print(f"\n{label}: capture-stamp error vs truth: median {median:.3f} ms, "
-          f"min {errors_ms[0]:.3f}, max {errors_ms[-1]:.3f} (n={len(errors_ms)})")
+    print(
+        f"\n{label}: capture-stamp error vs truth: median {median:.3f} ms, "
+        f"min {errors_ms[0]:.3f}, max {errors_ms[-1]:.3f} (n={len(errors_ms)})"
+    )
     # stamps are late by about the simulated 2 ms minimum delay; generous for a loaded CI box
     assert -1.0 < errors_ms[0] and errors_ms[-1] < 25.0 and median < 10.0, label
     assert min(late_ms) >= 0.0, label  # never stamped after it arrived
@@ -80,11 +83,34 @@ def _check_stamps(errors_ms, late_ms, label):
 @pytest.mark.timeout(90)
 def test_bridge_end_to_end(ros_domain, tmp_path):
     with ProcGroup(ros_domain.env(), tmp_path) as group:
-        sim = group.start("piper-sim-quest", "--port", "0", "--script", "circle", "--delay-ms", "2",
-                          "--jitter-ms", "2", "--mono-offset", str(MONO_OFFSET), "--duration", "40")
+        sim = group.start(
+            "piper-sim-quest",
+            "--port",
+            "0",
+            "--script",
+            "circle",
+            "--delay-ms",
+            "2",
+            "--jitter-ms",
+            "2",
+            "--mono-offset",
+            str(MONO_OFFSET),
+            "--duration",
+            "40",
+        )
         port = _wait_port(sim)
-        group.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}",
-                    "-p", "diagnostics_period_s:=0.5", "-p", "reconnect_s:=0.2", "-p", "reconnect_max_s:=0.5")
+        group.start(
+            "piper-quest-bridge",
+            "--ros-args",
+            "-p",
+            f"port:={port}",
+            "-p",
+            "diagnostics_period_s:=0.5",
+            "-p",
+            "reconnect_s:=0.2",
+            "-p",
+            "reconnect_max_s:=0.5",
+        )
 
         ros_domain.apply()
         import rclpy
@@ -100,8 +126,9 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
             keys = ("head", "left", "right", "ljoy", "rjoy", "raw", "hello", "diag")
             got: dict[str, list] = {k: [] for k in keys}
             for dev in ("head", "left", "right"):
-                node.create_subscription(PoseStamped, f"/quest/{dev}/pose",
-                                         lambda m, d=dev: got[d].append((m, time.time_ns())), 50)
+                node.create_subscription(
+                    PoseStamped, f"/quest/{dev}/pose", lambda m, d=dev: got[d].append((m, time.time_ns())), 50
+                )
             node.create_subscription(Joy, "/quest/left/joy", lambda m: got["ljoy"].append(m), 50)
             node.create_subscription(Joy, "/quest/right/joy", lambda m: got["rjoy"].append(m), 50)
             node.create_subscription(String, "/quest/raw", lambda m: got["raw"].append(m.data), 200)
@@ -118,8 +145,9 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
             assert spin_until(lambda: len(got["right"]) > 300, 20), group.logs()
 
             # hello is latched: a late subscriber still gets it
-            latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            latched = QoSProfile(
+                depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+            )
             node.create_subscription(String, "/quest/hello", lambda m: got["hello"].append(m.data), latched)
             assert spin_until(lambda: got["hello"], 5), group.logs()
             hello = json.loads(got["hello"][0])
@@ -130,9 +158,12 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
                 haptic_pub.publish(String(data=json.dumps({"hand": "right", "amp": 0.5, "ms": 30})))
                 rclpy.spin_once(node, timeout_sec=0.1)
                 return '"cmd":"haptic","hand":"right","amp":0.5,"ms":30' in sim.output()
+
             assert spin_until(haptic_seen, 8), group.logs()
+
             def diag_ok():
                 return any(s.level == DiagnosticStatus.OK for a in got["diag"] for s in a.status)
+
             assert spin_until(diag_ok, 5), group.logs()
             first = {k: list(v) for k, v in got.items()}
 
@@ -141,9 +172,22 @@ def test_bridge_end_to_end(ros_domain, tmp_path):
             restart_ns = time.time_ns()
             for v in got.values():
                 v.clear()
-            sim2 = group.start("piper-sim-quest", "--port", str(port), "--script", "circle",
-                               "--delay-ms", "2", "--jitter-ms", "2", "--mono-offset", str(MONO_OFFSET_2),
-                               "--duration", "40", name="piper-sim-quest-2")
+            sim2 = group.start(
+                "piper-sim-quest",
+                "--port",
+                str(port),
+                "--script",
+                "circle",
+                "--delay-ms",
+                "2",
+                "--jitter-ms",
+                "2",
+                "--mono-offset",
+                str(MONO_OFFSET_2),
+                "--duration",
+                "40",
+                name="piper-sim-quest-2",
+            )
             _wait_port(sim2)
             assert spin_until(lambda: len(got["right"]) > 300, 20), group.logs()
         finally:
@@ -229,8 +273,9 @@ def test_bridge_drops_bad_lines_and_reports_them(ros_domain, tmp_path):
     server = _GarbageHeadset()
     try:
         with ProcGroup(ros_domain.env(), tmp_path) as group:
-            group.start("piper-quest-bridge", "--ros-args", "-p", f"port:={server.port}",
-                        "-p", "diagnostics_period_s:=0.3")
+            group.start(
+                "piper-quest-bridge", "--ros-args", "-p", f"port:={server.port}", "-p", "diagnostics_period_s:=0.3"
+            )
             ros_domain.apply()
             import rclpy
             from diagnostic_msgs.msg import DiagnosticArray
@@ -249,8 +294,10 @@ def test_bridge_drops_bad_lines_and_reports_them(ros_domain, tmp_path):
                     if len(poses) < 100 or not diags:
                         return False
                     values = {kv.key: kv.value for kv in diags[-1].status[0].values}
-                    return all(int(values.get(f"rejected.{r}", 0)) >= 5
-                               for r in ("non_finite", "bad_json", "bad_utf8", "too_long"))
+                    return all(
+                        int(values.get(f"rejected.{r}", 0)) >= 5
+                        for r in ("non_finite", "bad_json", "bad_utf8", "too_long")
+                    )
 
                 end = time.monotonic() + 20
                 while time.monotonic() < end and not enough():
@@ -285,8 +332,9 @@ def test_bridge_forwards_panel_commands_and_replays_the_tint_on_reconnect(ros_do
     pub = node.create_publisher(String, "/quest/command", 10)
     try:
         with ProcGroup(ros_domain.env(), tmp_path) as procs:
-            sim = procs.start("piper-sim-quest", "--port", "0", "--script", "idle", "--no-buttons",
-                              "--report", str(report1))
+            sim = procs.start(
+                "piper-sim-quest", "--port", "0", "--script", "idle", "--no-buttons", "--report", str(report1)
+            )
             port = _wait_port(sim)
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.2")
 
@@ -305,17 +353,18 @@ def test_bridge_forwards_panel_commands_and_replays_the_tint_on_reconnect(ros_do
             red = {"cmd": "color", "r": 0.6, "g": 0.02, "b": 0.02, "a": 0.25}
             place = {"cmd": "panel", "cam": 1, "x": 0.3, "y": 1.2, "z": -0.9, "width": 0.5, "yaw": 10.0}
             end = time.monotonic() + 30
-            while not colors(report1) and time.monotonic() < end:   # until the bridge is matched and connected
+            while not colors(report1) and time.monotonic() < end:  # until the bridge is matched and connected
                 for cmd in ({"cmd": "color", "r": 2.0, "g": 0, "b": 0, "a": 0}, {"cmd": "anchor_clear"}, red, place):
-                    pub.publish(String(data=json.dumps(cmd)))   # the first two are refused, never forwarded
+                    pub.publish(String(data=json.dumps(cmd)))  # the first two are refused, never forwarded
                 time.sleep(0.5)
             got = colors(report1)
             assert got and all({k: c[k] for k in "rgba"} == {k: red[k] for k in "rgba"} for c in got), got
             assert set(commands(report1)) == {"color", "panel"}, commands(report1)
 
-            sim.stop()   # the headset app restarts: a new connection, nobody publishes anything new
-            sim2 = procs.start("piper-sim-quest", "--port", str(port), "--script", "idle", "--no-buttons",
-                               "--report", str(report2))
+            sim.stop()  # the headset app restarts: a new connection, nobody publishes anything new
+            sim2 = procs.start(
+                "piper-sim-quest", "--port", str(port), "--script", "idle", "--no-buttons", "--report", str(report2)
+            )
             end = time.monotonic() + 30
             while commands(report2).get("panel", 0) < 1 and time.monotonic() < end:
                 time.sleep(0.2)

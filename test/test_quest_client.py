@@ -1,4 +1,5 @@
 """QuestClient against the simulated headset on a free localhost port: stream, reconnect, silence, haptic."""
+
 from __future__ import annotations
 
 import threading
@@ -106,7 +107,7 @@ def test_silence_forces_reconnect(sim, clients):
     wait_for(lambda: c.stats.silence_reconnects >= 1, 6)
     assert "silence" in c.stats.last_error
     wait_for(lambda: c.stats.connects >= 2, 3)
-    wait_for(lambda: server.connections >= 2, 3)   # the sim accepts on its own thread
+    wait_for(lambda: server.connections >= 2, 3)  # the sim accepts on its own thread
 
 
 def test_haptic_command_reaches_headset(sim, clients):
@@ -150,16 +151,20 @@ def test_callback_exception_does_not_kill_stream(sim, clients):
         c.stop()
 
 
-@pytest.mark.parametrize("text,ok", [
-    ('{"hand": "left", "amp": 0.5, "ms": 40}', ("left", 0.5, 40)),
-    ('{"hand": "right", "amp": 1, "ms": 0}', ("right", 1.0, 0)),
-    ('{"hand": "right", "amp": NaN, "ms": 40}', None),
-    ('{"hand": "right", "amp": 1.5, "ms": 40}', None),
-    ('{"hand": "up", "amp": 0.5, "ms": 40}', None),
-    ('{"hand": "left", "amp": 0.5, "ms": 4.5}', None),
-    ('{"hand": "left", "amp": true, "ms": 4}', None),
-    ("[]", None), ("not json", None),
-])
+@pytest.mark.parametrize(
+    "text,ok",
+    [
+        ('{"hand": "left", "amp": 0.5, "ms": 40}', ("left", 0.5, 40)),
+        ('{"hand": "right", "amp": 1, "ms": 0}', ("right", 1.0, 0)),
+        ('{"hand": "right", "amp": NaN, "ms": 40}', None),
+        ('{"hand": "right", "amp": 1.5, "ms": 40}', None),
+        ('{"hand": "up", "amp": 0.5, "ms": 40}', None),
+        ('{"hand": "left", "amp": 0.5, "ms": 4.5}', None),
+        ('{"hand": "left", "amp": true, "ms": 4}', None),
+        ("[]", None),
+        ("not json", None),
+    ],
+)
 def test_haptic_request_validation(text, ok):
     assert haptic_from_json(text) == ok
 
@@ -210,17 +215,33 @@ def test_a_web_page_is_told_why_its_lines_are_refused_at_most_once_a_second():
 
     try:
         conn.sendall(b'{"hello":{"app":"native-app"}}\n{"heartbeat":1,"mono":NaN}\n')
-        assert lines(1.5) == []                               # the native app is not told
+        assert lines(1.5) == []  # the native app is not told
         conn.sendall(b'{"hello":{"app":"piper-quest-web","client":"web"}}\n{"heartbeat":2,"mono":1e999}\n')
         got = lines(0.5)
-        assert [c for _, c in got] == [{"cmd": "rejected", "by": "quest_bridge", "lines": 2, "total": 2,   # since
-                                        "reason": "non_finite", "detail": "mono"}]                  # connected
+        assert [c for _, c in got] == [
+            {
+                "cmd": "rejected",
+                "by": "quest_bridge",
+                "lines": 2,
+                "total": 2,  # since
+                "reason": "non_finite",
+                "detail": "mono",
+            }
+        ]  # connected
         t_first = got[0][0]
         conn.sendall(b'{"mono":"x"}\n[1]\n{"heartbeat":3}\n{"heartbeat":[]}\n')
         got = lines(2.0)
-        assert [c for _, c in got] == [{"cmd": "rejected", "by": "quest_bridge", "lines": 3, "total": 5,
-                                        "reason": "bad_type", "detail": "heartbeat: expected a scalar"}]
-        assert got[0][0] - t_first >= 0.9                     # rate-limited: the three in one notice
+        assert [c for _, c in got] == [
+            {
+                "cmd": "rejected",
+                "by": "quest_bridge",
+                "lines": 3,
+                "total": 5,
+                "reason": "bad_type",
+                "detail": "heartbeat: expected a scalar",
+            }
+        ]
+        assert got[0][0] - t_first >= 0.9  # rate-limited: the three in one notice
         assert client.stats.notices_sent == 2 and client.stats.commands_sent == 0
     finally:
         client.stop()

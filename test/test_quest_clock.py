@@ -6,6 +6,7 @@ exponential jitter of mean 4 ms, 4 s run): capture-stamp error mean +3.26 ms, st
 jitter minimum); arrival-time stamps would be late by mean 8.0 ms, std 4.8 ms, p99 26 ms. With no
 simulated delay the error is +0.17 ms (loopback + wake-up). Run with ``-s`` to print the figures.
 """
+
 from __future__ import annotations
 
 import random
@@ -91,7 +92,7 @@ def test_backlog_after_a_stall_keeps_its_capture_times():
     while t < 3.0:
         m.observe(t, round(t * 1e9) + 50 * S)
         t += 0.01
-    arrival = round(5.0 * 1e9) + 50 * S            # nothing from 3.0 to 5.0 s, then all of it at once
+    arrival = round(5.0 * 1e9) + 50 * S  # nothing from 3.0 to 5.0 s, then all of it at once
     stamps = [(m.observe(3.0 + i / 100, arrival), round((3.0 + i / 100) * 1e9) + 50 * S) for i in range(200)]
     assert all(stamp == truth for stamp, truth in stamps)
     assert m.resets == 0 and m.offset_ns == 50 * S
@@ -106,8 +107,7 @@ def test_host_clock_step_backward_followed_immediately():
 def _measure_live(delay_ms: float, jitter_ms: float, seconds: float) -> tuple[list[float], list[float]]:
     """Stamp errors and arrival errors (ms) of sim frames through client + bridge core."""
     mono_offset = -1234.5  # the headset clock is unrelated to the host's
-    cfg = SimConfig(port=0, delay_ms=delay_ms, jitter_ms=jitter_ms, mono_offset_s=mono_offset,
-                    script="circle", seed=3)
+    cfg = SimConfig(port=0, delay_ms=delay_ms, jitter_ms=jitter_ms, mono_offset_s=mono_offset, script="circle", seed=3)
     server = SimQuestServer(cfg, log=lambda _m: None)
     port = server.start()
     core = BridgeCore()
@@ -124,8 +124,9 @@ def _measure_live(delay_ms: float, jitter_ms: float, seconds: float) -> tuple[li
             errors.append((out.poses[0].stamp_ns - truth) / 1e6)
             arrival.append((recv_ns - truth) / 1e6)
 
-    client = QuestClient(ClientConfig(port=port), on_message,
-                         lambda e: core.on_connection() if e == "connected" else None).start()
+    client = QuestClient(
+        ClientConfig(port=port), on_message, lambda e: core.on_connection() if e == "connected" else None
+    ).start()
     try:
         time.sleep(seconds)
     finally:
@@ -137,8 +138,10 @@ def _measure_live(delay_ms: float, jitter_ms: float, seconds: float) -> tuple[li
 
 def _summary(xs: list[float]) -> str:
     s = sorted(xs)
-    return (f"mean {statistics.mean(xs):.3f} std {statistics.pstdev(xs):.3f} p50 {s[len(s) // 2]:.3f} "
-            f"p99 {s[int(len(s) * 0.99)]:.3f} max {s[-1]:.3f} ms (n={len(xs)})")
+    return (
+        f"mean {statistics.mean(xs):.3f} std {statistics.pstdev(xs):.3f} p50 {s[len(s) // 2]:.3f} "
+        f"p99 {s[int(len(s) * 0.99)]:.3f} max {s[-1]:.3f} ms (n={len(xs)})"
+    )
 
 
 def test_capture_stamp_accuracy_against_sim_with_network_jitter():

@@ -6,6 +6,7 @@ binary garbage, oversize lines, and hello/heartbeat variants. Invariants: nothin
 line is accounted for (accepted + rejected = lines), chunking never changes the result, and every
 number the bridge core outputs is finite with unit quaternions and stamps never after arrival.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,10 +26,37 @@ N_LINES = 12_000
 MAX_LINE = 4096
 HEADSET = ScriptedHeadset("demo")
 
-EVIL_VALUES = [math.nan, math.inf, -math.inf, 1e999, -1e308, 10**30, 2**64, -1, 0, 1.0000001, 2, -2, True,
-               False,
-               None, "", "1.0", [], [1], [0.0] * 3, [0.0] * 4, [math.nan] * 4, {}, {"a": 1}, [[1, 2]], "NaN",
-               1e-320, -0.0, 0.5]
+EVIL_VALUES = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e999,
+    -1e308,
+    10**30,
+    2**64,
+    -1,
+    0,
+    1.0000001,
+    2,
+    -2,
+    True,
+    False,
+    None,
+    "",
+    "1.0",
+    [],
+    [1],
+    [0.0] * 3,
+    [0.0] * 4,
+    [math.nan] * 4,
+    {},
+    {"a": 1},
+    [[1, 2]],
+    "NaN",
+    1e-320,
+    -0.0,
+    0.5,
+]
 
 
 def _paths(obj, prefix=()):
@@ -83,16 +111,21 @@ def gen_line(rng: random.Random, i: int) -> bytes:
     if kind < 0.80:  # oversize
         return b'{"pad": "' + b"x" * rng.randint(MAX_LINE, 3 * MAX_LINE) + b'"}'
     if kind < 0.86:
-        return json.dumps(rng.choice([
-            {"hello": {"app": "fuzz", "n": rng.random()}}, {"hello": rng.choice(EVIL_VALUES)},
-            {"heartbeat": rng.choice(EVIL_VALUES), "state": rng.choice(["FOCUSED", 3, None])},
-            {"heartbeat": i, "mono": rng.choice(EVIL_VALUES)}])).encode()
+        return json.dumps(
+            rng.choice(
+                [
+                    {"hello": {"app": "fuzz", "n": rng.random()}},
+                    {"hello": rng.choice(EVIL_VALUES)},
+                    {"heartbeat": rng.choice(EVIL_VALUES), "state": rng.choice(["FOCUSED", 3, None])},
+                    {"heartbeat": i, "mono": rng.choice(EVIL_VALUES)},
+                ]
+            )
+        ).encode()
     if kind < 0.92:  # wild clock values on otherwise valid frames
         obj = copy.deepcopy(frame)
         obj["mono"] = rng.choice([0.0, -5.0, 1e9, 1e9 + 1, 50.0 + t + rng.uniform(-100, 100), 1e-9])
         return json.dumps(obj).encode()
-    return rng.choice([b"", b" ", b"null", b"[]", b"{}", b'{"mono": 1}', b"\xc3\x28", b"{" * 3000,
-                       b"1" * 5000])
+    return rng.choice([b"", b" ", b"null", b"[]", b"{}", b'{"mono": 1}', b"\xc3\x28", b"{" * 3000, b"1" * 5000])
 
 
 def _check_output(out, recv_ns):
@@ -134,7 +167,7 @@ def test_fuzz_parser_and_bridge_core():
     poses = 0
     while pos < len(stream):
         n = rng.choice([1, 2, 7, 64, 512, 1500, 4096, 65536])
-        chunk = stream[pos:pos + n]
+        chunk = stream[pos : pos + n]
         pos += n
         recv_ns += rng.randint(0, 20_000_000)
         if rng.random() < 0.002:

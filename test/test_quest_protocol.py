@@ -1,4 +1,5 @@
 """Parser unit tests: framing across reads, validation by reason, raw text kept, no non-finite output."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,16 @@ import math
 
 import pytest
 
-from piper_recorder.quest.protocol import (Frame, HandSample, Heartbeat, Hello, Rejected, StreamParser,
-                                           encode, parse_line)
+from piper_recorder.quest.protocol import (
+    Frame,
+    HandSample,
+    Heartbeat,
+    Hello,
+    Rejected,
+    StreamParser,
+    encode,
+    parse_line,
+)
 from piper_recorder.quest.scripts import ScriptedHeadset
 
 
@@ -70,53 +79,66 @@ def mutate(path: str, value):
     return obj
 
 
-@pytest.mark.parametrize("path,value,reason", [
-    ("right.pos", [0.0, 1.0], "bad_type"),
-    ("right.pos", [0.0, "1", 2.0], "bad_type"),
-    ("right.pos", [0.0, True, 2.0], "bad_type"),
-    ("right.quat", [0.0, 0.0, 0.0, 2.0], "quat_norm"),
-    ("right.quat", [0.0, 0.0, 0.0, 0.85], "quat_norm"),
-    ("right.trigger", 1.5, "out_of_range"),
-    ("right.squeeze", -0.01, "out_of_range"),
-    ("right.stick", [0.0, 1.2], "out_of_range"),
-    ("right.primary", 1, "bad_type"),
-    ("right.valid", "yes", "bad_type"),
-    ("right.menu", KeyError, "missing_field"),
-    ("head.pos", KeyError, "missing_field"),
-    ("left", [1, 2], "bad_type"),
-    ("frame", 1.5, "bad_type"),
-    ("frame", -1, "out_of_range"),
-    ("frame", 2**70, "out_of_range"),
-    ("mono", "now", "bad_type"),
-    ("t", KeyError, "missing_field"),
-    ("space", "../etc", "bad_type"),
-    ("state", 3, "bad_type"),
-    ("right.pos", [0.0, 10**400, 0.0], "non_finite"),
-])
+@pytest.mark.parametrize(
+    "path,value,reason",
+    [
+        ("right.pos", [0.0, 1.0], "bad_type"),
+        ("right.pos", [0.0, "1", 2.0], "bad_type"),
+        ("right.pos", [0.0, True, 2.0], "bad_type"),
+        ("right.quat", [0.0, 0.0, 0.0, 2.0], "quat_norm"),
+        ("right.quat", [0.0, 0.0, 0.0, 0.85], "quat_norm"),
+        ("right.trigger", 1.5, "out_of_range"),
+        ("right.squeeze", -0.01, "out_of_range"),
+        ("right.stick", [0.0, 1.2], "out_of_range"),
+        ("right.primary", 1, "bad_type"),
+        ("right.valid", "yes", "bad_type"),
+        ("right.menu", KeyError, "missing_field"),
+        ("head.pos", KeyError, "missing_field"),
+        ("left", [1, 2], "bad_type"),
+        ("frame", 1.5, "bad_type"),
+        ("frame", -1, "out_of_range"),
+        ("frame", 2**70, "out_of_range"),
+        ("mono", "now", "bad_type"),
+        ("t", KeyError, "missing_field"),
+        ("space", "../etc", "bad_type"),
+        ("state", 3, "bad_type"),
+        ("right.pos", [0.0, 10**400, 0.0], "non_finite"),
+    ],
+)
 def test_field_validation_reasons(path, value, reason):
     assert _reason(mutate(path, value)) == reason
 
 
-@pytest.mark.parametrize("text,reason", [
-    ('{"t": NaN, "mono": 1}', "non_finite"),
-    ('{"heartbeat": Infinity}', "non_finite"),
-    ('{"heartbeat": 1, "mono": -Infinity}', "non_finite"),
-    ('{"mono": 1e999}', "non_finite"),
-    ("[1, 2]", "not_object"),
-    ('"x"', "not_object"),
-    ('{"mono"', "bad_json"),
-    ("[" * 50000, "too_deep"),
-    ('{"foo": 1}', "unknown_kind"),
-    ('{"hello": 3}', "bad_type"),
-    ('{"hello": {"v": 1e400}}', "non_finite"),
-    ('{"heartbeat": [1]}', "bad_type"),
-])
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ('{"t": NaN, "mono": 1}', "non_finite"),
+        ('{"heartbeat": Infinity}', "non_finite"),
+        ('{"heartbeat": 1, "mono": -Infinity}', "non_finite"),
+        ('{"mono": 1e999}', "non_finite"),
+        ("[1, 2]", "not_object"),
+        ('"x"', "not_object"),
+        ('{"mono"', "bad_json"),
+        ("[" * 50000, "too_deep"),
+        ('{"foo": 1}', "unknown_kind"),
+        ('{"hello": 3}', "bad_type"),
+        ('{"hello": {"v": 1e400}}', "non_finite"),
+        ('{"heartbeat": [1]}', "bad_type"),
+    ],
+)
 def test_line_level_reasons(text, reason):
     assert _reason(text) == reason
 
 
-@pytest.mark.parametrize("path,value", [("right.pos", [0.0, math.nan, 0.0]), ("right.trigger", math.inf),
-                                        ("mono", -math.inf), ("head.quat", [0.0, 0.0, 0.0, math.nan])])
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        ("right.pos", [0.0, math.nan, 0.0]),
+        ("right.trigger", math.inf),
+        ("mono", -math.inf),
+        ("head.quat", [0.0, 0.0, 0.0, math.nan]),
+    ],
+)
 def test_nan_inside_frame_rejected_as_non_finite(path, value):
     text = json.dumps(mutate(path, value))  # Python's json writes NaN / Infinity literals
     assert "NaN" in text or "Infinity" in text
@@ -147,7 +169,7 @@ def test_too_long_line_discarded_until_newline_and_counted_once():
     huge = b"x" * 5000
     out = []
     for i in range(0, len(huge), 700):  # the oversize line arrives over several reads
-        out += p.feed(huge[i:i + 700])
+        out += p.feed(huge[i : i + 700])
     out += p.feed(b"yyy\n" + good)
     assert len(out) == 1 and isinstance(out[0], Frame)
     assert p.rejected == {"too_long": 1}
@@ -184,11 +206,14 @@ def test_encode_refuses_nan():
     assert encode({"cmd": "haptic"}) == b'{"cmd":"haptic"}\n'
 
 
-@pytest.mark.parametrize("text", [
-    '{"hello": {"v": ' + "9" * 320 + '.5}}',          # overflows without an exponent
-    '{"hello": {"v": [1, {"w": 2.5E+400}]}}',          # capital E, nested
-    '{"heartbeat": 1, "x": 1.0e999}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"hello": {"v": ' + "9" * 320 + ".5}}",  # overflows without an exponent
+        '{"hello": {"v": [1, {"w": 2.5E+400}]}}',  # capital E, nested
+        '{"heartbeat": 1, "x": 1.0e999}',
+    ],
+)
 def test_overflowing_literals_anywhere_rejected_as_non_finite(text):
     """Numbers that overflow to inf, with or without an exponent, anywhere in a line."""
     assert _reason(text) == "non_finite"

@@ -1,5 +1,6 @@
 """The simulated headset: deterministic script timeline, frames on the wire match ScriptedHeadset.sample,
 replay of a recorded stream with its relative timing, and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -185,21 +186,23 @@ def test_regrip_opens_below_release_and_closes_above_engage():
     """The teleop clutch re-engages only after the grip opened below 0.3 and closed above 0.7 again."""
     from piper_recorder.quest.scripts import REGRIP_S
     from piper_recorder.teleop.clutch import ClutchConfig
+
     cc = ClutchConfig()
     h = ScriptedHeadset("continuous")
     assert h.right(5.0).squeeze == 1.0
-    assert h.regrip(5.0) and not h.regrip(5.3)   # one re-grip at a time
+    assert h.regrip(5.0) and not h.regrip(5.3)  # one re-grip at a time
     squeeze = [h.right(5.0 + i * DT).squeeze for i in range(int(REGRIP_S / DT) + 10)]
     low = min(range(len(squeeze)), key=squeeze.__getitem__)
     assert squeeze[low] < cc.release_below and squeeze[-1] > cc.engage_above
-    assert sum(s < cc.release_below for s in squeeze) * DT >= 0.3   # open long enough for teleop to see it
+    assert sum(s < cc.release_below for s in squeeze) * DT >= 0.3  # open long enough for teleop to see it
     assert h.right(5.0 + REGRIP_S).pos == ScriptedHeadset("continuous").right(5.0 + REGRIP_S).pos  # motion goes on
-    assert ScriptedHeadset("continuous").right(5.3).squeeze == 1.0   # deterministic: only the noticed one acts
+    assert ScriptedHeadset("continuous").right(5.3).squeeze == 1.0  # deterministic: only the noticed one acts
 
 
 def _hud(sender, **state):
     from piper_recorder.quest.hud import HudState, render_hud
     from piper_recorder.quest.video import HUD_PANEL
+
     assert sender.send(HUD_PANEL, render_hud(HudState(**state)))
 
 
@@ -208,6 +211,7 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
     grew makes it open the grip below the clutch's release threshold and squeeze again. The first HUD
     only sets the count; a HUD that still shows the clutch idle a while after the re-grip re-grips again."""
     from piper_recorder.quest.video import PanelSender, SenderConfig
+
     server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0), log=lambda _m: None)
     port = server.start()
     msgs: list = []
@@ -221,7 +225,7 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
     sender = PanelSender(SenderConfig(port=server.video.port))
     try:
         time.sleep(LEAD_S + 0.8)
-        _hud(sender, engaged=True, releases=3)           # the first HUD: the count so far, no re-grip
+        _hud(sender, engaged=True, releases=3)  # the first HUD: the count so far, no re-grip
         time.sleep(0.5)
         assert server.report()["regrips"] == []
         t_release = time.monotonic()
@@ -232,12 +236,12 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
         assert min(after) < 0.3 and after[-1] > 0.7, after[::10]
         assert len(server.report()["regrips"]) == 1
         time.sleep(0.5)
-        _hud(sender, engaged=False, releases=4)          # still idle > REGRIP_RETRY_S after: again
+        _hud(sender, engaged=False, releases=4)  # still idle > REGRIP_RETRY_S after: again
         time.sleep(0.2)
         assert len(server.report()["regrips"]) == 2
         _hud(sender, engaged=True, releases=4)
         time.sleep(2.0)
-        _hud(sender, engaged=False, releases=4)          # engaged since: an idle clutch is not ours to fix
+        _hud(sender, engaged=False, releases=4)  # engaged since: an idle clutch is not ours to fix
         time.sleep(0.2)
         assert len(server.report()["regrips"]) == 2
     finally:
@@ -251,10 +255,20 @@ def test_sim_headset_regrips_when_its_first_hud_already_says_to():
     the release's error line; the operator reading it re-grips, and so does the sim. A first HUD that
     shows only a count (no error, or the clutch engaged) does not."""
     from piper_recorder.quest.video import PanelSender, SenderConfig
-    for first, regrips in (({"engaged": False, "releases": 1, "last_release": "headset stream stale (0.251 s)",
-                             "error": "RELEASED: headset stream stale (0.251 s) - re-grip"}, 1),
-                           ({"engaged": False, "releases": 1, "last_release": "x"}, 0),
-                           ({"engaged": True, "releases": 1, "error": "RELEASED: x - re-grip"}, 0)):
+
+    for first, regrips in (
+        (
+            {
+                "engaged": False,
+                "releases": 1,
+                "last_release": "headset stream stale (0.251 s)",
+                "error": "RELEASED: headset stream stale (0.251 s) - re-grip",
+            },
+            1,
+        ),
+        ({"engaged": False, "releases": 1, "last_release": "x"}, 0),
+        ({"engaged": True, "releases": 1, "error": "RELEASED: x - re-grip"}, 0),
+    ):
         server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0), log=lambda _m: None)
         port = server.start()
         client = QuestClient(ClientConfig(port=port), lambda _m, _ns: None).start()
@@ -272,6 +286,7 @@ def test_sim_headset_regrips_when_its_first_hud_already_says_to():
 
 def test_no_regrip_keeps_squeezing():
     from piper_recorder.quest.video import PanelSender, SenderConfig
+
     server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0, regrip=False), log=lambda _m: None)
     server.start()
     sender = PanelSender(SenderConfig(port=server.video.port))

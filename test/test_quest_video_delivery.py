@@ -1,6 +1,7 @@
 """Issue 20.5 in real processes: quest_video's ~/status carries, per camera, the frames it received
 (count, rates) and the panels it sent against their target; sim_camera's ~/status its published rate;
 the HUD the headset decodes carries the resulting health (nothing degraded on a quiet loopback)."""
+
 from __future__ import annotations
 
 import json
@@ -43,23 +44,49 @@ def test_quest_video_and_camera_status_carry_delivery(ros_domain, tmp_path):
     spin.start()
     try:
         with ProcGroup(ros_domain.env(), tmp_path) as procs:
-            procs.start("piper-sim-camera", "--ros-args", "-r", "__node:=cam_t", "-p", "width:=160",
-                        "-p", "height:=120", "-p", "fps:=30.0", "-p", "pose_wait_ms:=0.0")
-            procs.start("piper-quest-video", "--ros-args", "-p", f"port:={vport}", "-p", "cameras:=[cam_t]",
-                        "-p", "fps:=15.0", "-p", "reconnect_s:=0.2")
+            procs.start(
+                "piper-sim-camera",
+                "--ros-args",
+                "-r",
+                "__node:=cam_t",
+                "-p",
+                "width:=160",
+                "-p",
+                "height:=120",
+                "-p",
+                "fps:=30.0",
+                "-p",
+                "pose_wait_ms:=0.0",
+            )
+            procs.start(
+                "piper-quest-video",
+                "--ros-args",
+                "-p",
+                f"port:={vport}",
+                "-p",
+                "cameras:=[cam_t]",
+                "-p",
+                "fps:=15.0",
+                "-p",
+                "reconnect_s:=0.2",
+            )
 
             def ready() -> bool:
                 st = got.get("/quest_video/status", {})
                 rec = (st.get("images_received") or {}).get("cam_t") or {}
                 sent = (st.get("panels") or {}).get("cam_t") or {}
-                return bool(rec.get("stamp_fps")) and (sent.get("fps") or 0) > 0 and rec["count"] > 150 \
+                return (
+                    bool(rec.get("stamp_fps"))
+                    and (sent.get("fps") or 0) > 0
+                    and rec["count"] > 150
                     and bool(got.get("/cam_t/status", {}).get("fps"))
+                )
 
             end = time.monotonic() + 60
             while not ready():
                 assert time.monotonic() < end, f"no delivery fields: {got}\n{procs.logs()}"
                 time.sleep(0.2)
-            time.sleep(2.0)   # a full rate window of panels
+            time.sleep(2.0)  # a full rate window of panels
             st, cam = got["/quest_video/status"], got["/cam_t/status"]
             assert cam["fps"] == pytest.approx(30.0, rel=0.03) and cam["nominal_fps"] == 30.0, cam
             rec = st["images_received"]["cam_t"]

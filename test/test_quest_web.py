@@ -11,6 +11,7 @@ episode on both recorders and B discards one, the confirmation pulses reach IWER
 the panels arrive in the page at >= 14 fps, and a blurred XR session, then a hidden page (document.hidden),
 stop the frames so that teleop releases the clutch (headset stream stale). ~40 s on a quiet 2-core machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,9 @@ class Watcher:
         n.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 10)
         n.create_subscription(String, "/teleop/status", lambda m: self.teleop.update(json.loads(m.data)), 10)
         n.create_subscription(String, "/episode_events", lambda m: self.events.append(json.loads(m.data)), 50)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         n.create_subscription(String, "/quest/hello", lambda m: self.hello.update(json.loads(m.data)), latched)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(n)
@@ -105,12 +107,22 @@ def test_webxr_page_drives_the_sim_graph_with_an_emulated_quest3(tmp_path, ros_d
 
     t_start = time.monotonic()
     report = tmp_path / "web.json"
-    sets = [f"lerobot_recorder.root={tmp_path / 'lerobot'}", f"rgbd_recorder.path={tmp_path / 'rgbd.hdf5'}",
-            f"quest_bridge.port={free_port()}", f"quest_video.port={free_port()}",
-            "piper_launch.quest_web.port=0", f"piper_launch.quest_web.report={report}",
-            "cam_front.width=320", "cam_front.height=240", "cam_wrist.width=320", "cam_wrist.height=240",
-            "lerobot_recorder.camera_width=320", "lerobot_recorder.camera_height=240",
-            "rgbd_recorder.camera_width=320", "rgbd_recorder.camera_height=240"]
+    sets = [
+        f"lerobot_recorder.root={tmp_path / 'lerobot'}",
+        f"rgbd_recorder.path={tmp_path / 'rgbd.hdf5'}",
+        f"quest_bridge.port={free_port()}",
+        f"quest_video.port={free_port()}",
+        "piper_launch.quest_web.port=0",
+        f"piper_launch.quest_web.report={report}",
+        "cam_front.width=320",
+        "cam_front.height=240",
+        "cam_wrist.width=320",
+        "cam_wrist.height=240",
+        "lerobot_recorder.camera_width=320",
+        "lerobot_recorder.camera_height=240",
+        "rgbd_recorder.camera_width=320",
+        "rgbd_recorder.camera_height=240",
+    ]
     plan = plan_graph("sim", config_path("sim"), sets, tmp_path / "logs", headset="web")
     assert "quest_web" in [p.name for p in plan.processes] and "sim_quest" not in [p.name for p in plan.processes]
     graph = Graph(plan, ros_domain.env(), tmp_path / "logs")
@@ -120,13 +132,17 @@ def test_webxr_page_drives_the_sim_graph_with_an_emulated_quest3(tmp_path, ros_d
         graph.start()
         w = Watcher()
         graph.wait_nodes(w.node, 120.0)
-        port = wait_for(lambda: (read_report(report).get("ports") or {}).get("web"), 30.0, "the page's port", graph.logs,
-                        step=0.05)
+        port = wait_for(
+            lambda: (read_report(report).get("ports") or {}).get("web"), 30.0, "the page's port", graph.logs, step=0.05
+        )
         with sync_playwright() as pw:
             ctx = pw.chromium.launch_persistent_context(
-                str(tmp_path / "profile"), executable_path=chromium_path(), headless=True,
+                str(tmp_path / "profile"),
+                executable_path=chromium_path(),
+                headless=True,
                 viewport={"width": 480, "height": 360},
-                args=[*CHROMIUM_ARGS, "--use-angle=swiftshader", "--enable-unsafe-swiftshader"])
+                args=[*CHROMIUM_ARGS, "--use-angle=swiftshader", "--enable-unsafe-swiftshader"],
+            )
             try:
                 ctx.add_init_script(path=str(IWER))
                 ctx.add_init_script(script=INSTALL_IWER)
@@ -135,11 +151,13 @@ def test_webxr_page_drives_the_sim_graph_with_an_emulated_quest3(tmp_path, ros_d
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 page.goto(f"http://127.0.0.1:{port}/")
                 page.wait_for_function("window.piperWeb && window.piperWeb.stats.wsOpen", timeout=20000)
-                page.click("#enter-ar")   # a real click: the user activation a session needs
+                page.click("#enter-ar")  # a real click: the user activation a session needs
                 page.wait_for_function("window.piperWeb.stats.session === 'immersive-ar'", timeout=20000)
                 # IWER reports every space as emulated (emulatedPosition); a Quest reports tracked controllers
-                page.evaluate("for (const h of ['left', 'right']) "
-                              "__iwer.controllers[h].inputSource.gripSpace[IWER.P_SPACE].emulated = false")
+                page.evaluate(
+                    "for (const h of ['left', 'right']) "
+                    "__iwer.controllers[h].inputSource.gripSpace[IWER.P_SPACE].emulated = false"
+                )
                 _run_session(page, w, report, graph)
                 assert not errors, errors
             finally:
@@ -187,19 +205,29 @@ def _move(page: Any, start: tuple[float, float, float], delta: tuple[float, floa
 
 
 def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
-    dump = lambda: json.dumps({"page": _stats(page), "relay": read_report(report), "teleop": w.teleop})[:4000] \
-        + "\n" + graph.logs(12)  # noqa: E731
+    def dump() -> str:
+        return (
+            json.dumps({"page": _stats(page), "relay": read_report(report), "teleop": w.teleop})[:4000]
+            + "\n"
+            + graph.logs(12)
+        )
+
     # -- the hello through the bridge says which client this is ----------------------------------------
-    wait_for(lambda: w.hello.get("client") == "web" and w.hello.get("mode") == "immersive-ar", 20.0,
-             "the web hello on /quest/hello", dump, step=0.05)
+    wait_for(
+        lambda: w.hello.get("client") == "web" and w.hello.get("mode") == "immersive-ar",
+        20.0,
+        "the web hello on /quest/hello",
+        dump,
+        step=0.05,
+    )
 
     # -- the clutch: squeeze, then the arm follows the controller ------------------------------------
     # A motion during which teleop released the clutch itself (a starved machine: the arm's CAN feedback
     # late, "arm fault: can_silent") is done again after a re-grip, as an operator would; the check is
     # made on a motion with the clutch held throughout, up to 3 attempts.
     home = (0.2, 1.1, -0.4)
-    delta_xr = (0.0, 0.04, -0.06)          # up 4 cm, forward (-z in XR) 6 cm
-    expected = (-delta_xr[2], -delta_xr[0], delta_xr[1])   # robot x = -xr z, y = -xr x, z = xr y (teleop.frames)
+    delta_xr = (0.0, 0.04, -0.06)  # up 4 cm, forward (-z in XR) 6 cm
+    expected = (-delta_xr[2], -delta_xr[0], delta_xr[1])  # robot x = -xr z, y = -xr x, z = xr y (teleop.frames)
     for attempt in range(3):
         page.evaluate("__iwer.controllers.right.updateButtonValue('squeeze', 0)")
         page.evaluate(f"__iwer.controllers.right.position.set({home[0]}, {home[1]}, {home[2]})")
@@ -231,13 +259,19 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     p0 = len(page.evaluate("__pulses"))
     _press(page, "a-button")
     wait_for(lambda: w.saw("started", n) == set(RECORDERS), 20.0, "started from A", dump, step=0.05)
-    wait_for(lambda: any(p["value"] == 0.8 and p["duration"] == 120 for p in page.evaluate("__pulses")[p0:]),
-             10.0, "the start pulse at the emulated controller", dump, step=0.05)
-    wait_for(lambda: _stats(page)["tint"] == pytest.approx(list(TINT_RECORDING), abs=1e-6), 10.0, "red tint", dump,
-             step=0.05)
-    r, g, b = _corner(page)   # drawn: IWER composes the XR canvas over the page (passthrough: the page behind)
+    wait_for(
+        lambda: any(p["value"] == 0.8 and p["duration"] == 120 for p in page.evaluate("__pulses")[p0:]),
+        10.0,
+        "the start pulse at the emulated controller",
+        dump,
+        step=0.05,
+    )
+    wait_for(
+        lambda: _stats(page)["tint"] == pytest.approx(list(TINT_RECORDING), abs=1e-6), 10.0, "red tint", dump, step=0.05
+    )
+    r, g, b = _corner(page)  # drawn: IWER composes the XR canvas over the page (passthrough: the page behind)
     assert r > 2 * g + 20 and r > 2 * b + 20, ("the view is not tinted red while recording", (r, g, b))
-    _move(page, tuple(h + d for h, d in zip(home, delta_xr)), (0.0, -0.03, 0.03), 1.0)   # motion in the episode
+    _move(page, tuple(h + d for h, d in zip(home, delta_xr)), (0.0, -0.03, 0.03), 1.0)  # motion in the episode
     time.sleep(1.0)
     n, p0 = len(w.events), len(page.evaluate("__pulses"))
     _press(page, "a-button")
@@ -246,8 +280,13 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     time.sleep(0.3)
     r, g, b = _corner(page)
     assert abs(r - g) < 12 and abs(r - b) < 12, ("still tinted after the save", (r, g, b))
-    wait_for(lambda: any(p["value"] == 0.5 and p["duration"] == 200 for p in page.evaluate("__pulses")[p0:]),
-             10.0, "the save pulse", dump, step=0.05)
+    wait_for(
+        lambda: any(p["value"] == 0.5 and p["duration"] == 200 for p in page.evaluate("__pulses")[p0:]),
+        10.0,
+        "the save pulse",
+        dump,
+        step=0.05,
+    )
     n = len(w.events)
     _press(page, "a-button")
     wait_for(lambda: w.saw("started", n) == set(RECORDERS), 20.0, "started again", dump, step=0.05)
@@ -255,8 +294,13 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     n, p0 = len(w.events), len(page.evaluate("__pulses"))
     _press(page, "b-button")
     wait_for(lambda: w.saw("discarded", n) == set(RECORDERS), 20.0, "discarded from B", dump, step=0.05)
-    wait_for(lambda: sum(p["value"] == 1.0 and p["duration"] == 60 for p in page.evaluate("__pulses")[p0:]) >= 3,
-             10.0, "three discard pulses", dump, step=0.05)
+    wait_for(
+        lambda: sum(p["value"] == 1.0 and p["duration"] == 60 for p in page.evaluate("__pulses")[p0:]) >= 3,
+        10.0,
+        "three discard pulses",
+        dump,
+        step=0.05,
+    )
     assert all(p["hand"] == "right" for p in page.evaluate("__pulses")), "teleop's hand is the right one"
 
     # -- a blurred session (headset off, system menu) sends no frames: teleop releases the clutch -----
@@ -276,10 +320,11 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
         time.sleep(0.5)
         return sent, _stats(page)
 
-    if not w.teleop.get("engaged"):   # a release teleop made meanwhile (a starved machine: arm feedback late)
+    if not w.teleop.get("engaged"):  # a release teleop made meanwhile (a starved machine: arm feedback late)
         regrip("again")
-    sent, st = released_stale("(() => { const n = piperWeb.stats.framesSent; "
-                              "__iwer.updateVisibilityState('visible-blurred'); return n; })()")
+    sent, st = released_stale(
+        "(() => { const n = piperWeb.stats.framesSent; __iwer.updateVisibilityState('visible-blurred'); return n; })()"
+    )
     # IWER applies the new state at the next frame's start: at most the frame already running went out
     assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "visible-blurred", st
 
@@ -287,19 +332,29 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
     wait_for(lambda: min(_stats(page)["panels"][p] for p in (0, 1, 3)) > 10, 60.0, "panels and HUD", dump, step=0.05)
     (relay_pid,) = [r.popen.pid for r in graph.running if r.spec.name == "quest_web"]
     c0 = _cpu_s(relay_pid)
-    a0, s0, r0, t0 = (_stats(page)["panelsReceived"], _stats(page)["panels"], read_report(report).get("panels_sent", {}),
-                      time.monotonic())
+    a0, s0, r0, t0 = (
+        _stats(page)["panelsReceived"],
+        _stats(page)["panels"],
+        read_report(report).get("panels_sent", {}),
+        time.monotonic(),
+    )
     time.sleep(4.0)
-    a1, s1, r1, t1 = (_stats(page)["panelsReceived"], _stats(page)["panels"], read_report(report).get("panels_sent", {}),
-                      time.monotonic())
+    a1, s1, r1, t1 = (
+        _stats(page)["panelsReceived"],
+        _stats(page)["panels"],
+        read_report(report).get("panels_sent", {}),
+        time.monotonic(),
+    )
     relay_cpu = (_cpu_s(relay_pid) - c0) / (t1 - t0)
     print(f"piper-quest-web CPU, relaying the page's frames and 2 panels + HUD: {relay_cpu * 100:.1f} % of a core")
     arrived = [(a1[p] - a0[p]) / (t1 - t0) for p in range(4)]
     decoded = [(s1[p] - s0[p]) / (t1 - t0) for p in range(4)]
     relayed = {p: (r1.get(p, 0) - r0.get(p, 0)) / (t1 - t0) for p in ("0", "1", "3")}
-    print(f"panels arrived in the page: {arrived[0]:.1f} / {arrived[1]:.1f} fps, HUD {arrived[3]:.1f} fps; decoded and "
-          f"drawn {decoded[0]:.1f} / {decoded[1]:.1f} / HUD {decoded[3]:.1f} fps (relayed: {relayed}; load "
-          f"{os.getloadavg()[0]:.1f})")
+    print(
+        f"panels arrived in the page: {arrived[0]:.1f} / {arrived[1]:.1f} fps, HUD {arrived[3]:.1f} fps; decoded and "
+        f"drawn {decoded[0]:.1f} / {decoded[1]:.1f} / HUD {decoded[3]:.1f} fps (relayed: {relayed}; load "
+        f"{os.getloadavg()[0]:.1f})"
+    )
     assert arrived[0] >= 14.0 and arrived[1] >= 14.0, (arrived, decoded, relayed, read_report(report), os.getloadavg())
     assert arrived[3] >= 3.0 and min(decoded[p] for p in (0, 1, 3)) > 0, (arrived, decoded)
     assert _stats(page)["panelDecodeErrors"] == 0
@@ -315,9 +370,13 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
         "(() => { const n = piperWeb.stats.framesSent; "
         "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true}); "
         "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'}); "
-        "document.dispatchEvent(new Event('visibilitychange')); return n; })()")
+        "document.dispatchEvent(new Event('visibilitychange')); return n; })()"
+    )
     assert st["framesSuppressed"] > 0 and st["framesSent"] - sent <= 1 and st["visibility"] == "hidden", st
-    page.evaluate("(() => { delete document.hidden; delete document.visibilityState; "
-                  "document.dispatchEvent(new Event('visibilitychange')); })()")
-    wait_for(lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once shown", dump,
-             step=0.05)
+    page.evaluate(
+        "(() => { delete document.hidden; delete document.visibilityState; "
+        "document.dispatchEvent(new Event('visibilitychange')); })()"
+    )
+    wait_for(
+        lambda: _stats(page)["framesSent"] > st["framesSent"] + 10, 10.0, "frames again once shown", dump, step=0.05
+    )

@@ -2,6 +2,7 @@
 (no ROS): it must not claim to be ready when WebXR offers no immersive session but say why; a "rejected"
 command from the host is shown (which component refused how many lines, and why); a close reason is
 shown with the reconnect. ~5 s."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from browser import CHROMIUM_ARGS, chromium_path
 from piper_recorder.quest.web_server import WebConfig, WebRelay
 from support.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]   # a browser
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]  # a browser
 
 
 def test_page_without_an_xr_device_says_webxr_is_unavailable_and_shows_what_the_host_refused():
@@ -25,8 +26,9 @@ def test_page_without_an_xr_device_says_webxr_is_unavailable_and_shows_what_the_
     bridge = socket.create_connection(("127.0.0.1", relay.ports["bridge"]), timeout=5.0)
     try:
         with sync_playwright() as pw:
-            ctx = pw.chromium.launch_persistent_context("", executable_path=chromium_path(), headless=True,
-                                                        args=CHROMIUM_ARGS)
+            ctx = pw.chromium.launch_persistent_context(
+                "", executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+            )
             try:
                 page = ctx.new_page()
                 errors: list[str] = []
@@ -43,11 +45,21 @@ def test_page_without_an_xr_device_says_webxr_is_unavailable_and_shows_what_the_
                 deadline = time.monotonic() + 10
                 while relay.page is None and time.monotonic() < deadline:
                     time.sleep(0.02)
-                bridge.sendall(json.dumps({"cmd": "rejected", "by": "quest_bridge", "lines": 3, "total": 5,
-                                           "reason": "non_finite", "detail": "left.pos[1]"}).encode() + b"\n")
+                bridge.sendall(
+                    json.dumps(
+                        {
+                            "cmd": "rejected",
+                            "by": "quest_bridge",
+                            "lines": 3,
+                            "total": 5,
+                            "reason": "non_finite",
+                            "detail": "left.pos[1]",
+                        }
+                    ).encode()
+                    + b"\n"
+                )
                 wait_for(lambda: page.evaluate("window.piperWeb.stats.rejected !== null"), 10, step=0.05)
-                assert page.inner_text("#notice") == \
-                    "quest_bridge refused 3 lines (5 in all): non_finite (left.pos[1])"
+                assert page.inner_text("#notice") == "quest_bridge refused 3 lines (5 in all): non_finite (left.pos[1])"
                 # the host closing with a reason: shown while the page reconnects
                 relay.stop()
                 wait_for(lambda: page.evaluate("window.piperWeb.stats.closed !== null"), 10, step=0.05)

@@ -5,6 +5,7 @@ page's lines reach the bridge verbatim with the hello marked ``client: web``, th
 reach the page, that panels are relayed latest-only, and that the protocol parser accepts what the page
 sends (one parser for native and web). ~3 s.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,20 +22,56 @@ from piper_recorder.quest.web_server import ASSETS, WebConfig, WebRelay, asset, 
 from piper_recorder.quest.websocket import accept_key
 from wsclient import WebSocketClient
 
-FRAME = {"t": 12.5, "mono": 12.5, "frame": 7, "state": "FOCUSED", "space": "local_floor",
-         "head": {"pos": [0, 1.6, 0], "quat": [0, 0, 0, 1], "valid": True, "tracked": True},
-         "left": {"pos": [-0.2, 1.4, -0.3], "quat": [0, 0, 0, 1], "valid": True, "tracked": True, "trigger": 0,
-                  "squeeze": 0, "stick": [0, 0], "stick_click": False, "primary": False, "secondary": False,
-                  "menu": False},
-         "right": {"pos": [0.2, 1.4, -0.3], "quat": [0, 0, 0, 1], "valid": True, "tracked": True, "trigger": 0.5,
-                   "squeeze": 1, "stick": [0.1, -0.2], "stick_click": False, "primary": True, "secondary": False,
-                   "menu": False}}
+FRAME = {
+    "t": 12.5,
+    "mono": 12.5,
+    "frame": 7,
+    "state": "FOCUSED",
+    "space": "local_floor",
+    "head": {"pos": [0, 1.6, 0], "quat": [0, 0, 0, 1], "valid": True, "tracked": True},
+    "left": {
+        "pos": [-0.2, 1.4, -0.3],
+        "quat": [0, 0, 0, 1],
+        "valid": True,
+        "tracked": True,
+        "trigger": 0,
+        "squeeze": 0,
+        "stick": [0, 0],
+        "stick_click": False,
+        "primary": False,
+        "secondary": False,
+        "menu": False,
+    },
+    "right": {
+        "pos": [0.2, 1.4, -0.3],
+        "quat": [0, 0, 0, 1],
+        "valid": True,
+        "tracked": True,
+        "trigger": 0.5,
+        "squeeze": 1,
+        "stick": [0.1, -0.2],
+        "stick_click": False,
+        "primary": True,
+        "secondary": False,
+        "menu": False,
+    },
+}
 
 
 @pytest.fixture
 def relay():
-    r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=0, page_timeout_s=1.0, request_timeout_s=1.0,
-                           max_pending_bytes=64 * 1024, max_buffer_bytes=16 << 20), log=lambda _l: None)
+    r = WebRelay(
+        WebConfig(
+            port=0,
+            bridge_port=0,
+            video_port=0,
+            page_timeout_s=1.0,
+            request_timeout_s=1.0,
+            max_pending_bytes=64 * 1024,
+            max_buffer_bytes=16 << 20,
+        ),
+        log=lambda _l: None,
+    )
     r.start()
     yield r
     r.stop()
@@ -77,12 +114,14 @@ def test_assets_ship_in_the_package_and_are_served_with_a_strict_csp(relay):
     for path, (name, ctype) in ASSETS.items():
         body = asset(name)
         assert body, name
-        resp = _http(relay.ports["web"], f"GET {path} HTTP/1.1\r\nHost: localhost:{relay.ports['web']}\r\n\r\n".encode())
+        resp = _http(
+            relay.ports["web"], f"GET {path} HTTP/1.1\r\nHost: localhost:{relay.ports['web']}\r\n\r\n".encode()
+        )
         head, _, got = resp.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200") and got == body and f"Content-Type: {ctype}".encode() in head
         assert b"Content-Security-Policy: default-src 'none'; script-src 'self'" in head
     page = asset("index.html").decode()
-    assert "http" not in page.replace("http-equiv", "")   # nothing from anywhere else (no CDN)
+    assert "http" not in page.replace("http-equiv", "")  # nothing from anywhere else (no CDN)
     assert "https://" not in asset("app.js").decode() and "http://" not in asset("app.js").decode()
     assert _http(relay.ports["web"], b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 404")
     assert _http(relay.ports["web"], b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 405")
@@ -91,9 +130,9 @@ def test_assets_ship_in_the_package_and_are_served_with_a_strict_csp(relay):
 def test_foreign_host_and_origin_are_refused(relay):
     port = relay.ports["web"]
     assert _http(port, b"GET / HTTP/1.1\r\nHost: evil.example:8737\r\n\r\n").startswith(b"HTTP/1.1 421")
-    assert _ws(port, host="evil.example").status == 421                  # DNS rebinding
-    assert _ws(port, origin="http://evil.example").status == 403          # another site's page
-    assert _ws(port, origin="").status == 403                             # no Origin at all
+    assert _ws(port, host="evil.example").status == 421  # DNS rebinding
+    assert _ws(port, origin="http://evil.example").status == 403  # another site's page
+    assert _ws(port, origin="").status == 403  # no Origin at all
     assert _ws(port, origin=f"http://127.0.0.1:{port + 1}").status == 403  # another port is another origin
     ok = _ws(port)
     assert ok.status == 101
@@ -105,13 +144,13 @@ def test_foreign_host_and_origin_are_refused(relay):
 def test_a_slow_request_and_a_silent_page_are_dropped(relay):
     port = relay.ports["web"]
     with socket.create_connection(("127.0.0.1", port), timeout=5.0) as s:
-        s.sendall(b"GET / HTTP/1.1\r\nHost: 127")   # and then nothing
+        s.sendall(b"GET / HTTP/1.1\r\nHost: 127")  # and then nothing
         t0 = time.monotonic()
         assert s.recv(100) == b""
         assert time.monotonic() - t0 < 3.0
     ws = _ws(port)
     t0 = time.monotonic()
-    op, payload = ws.recv()                          # the close frame after page_timeout_s
+    op, payload = ws.recv()  # the close frame after page_timeout_s
     assert op == 8 and 0.8 < time.monotonic() - t0 < 3.0
     assert relay.counters["page_timeouts"] == 1
 
@@ -122,24 +161,29 @@ def test_page_lines_reach_the_bridge_and_the_parser_accepts_them(relay):
     ws.send(json.dumps({"hello": {"app": "piper-quest-web", "client": "native", "mode": "immersive-ar"}}).encode())
     ws.send(json.dumps(FRAME).encode())
     ws.send(b'{"heartbeat": 3, "state": "HIDDEN"}')
-    ws.send(b'{"a": 1}\n{"b": 2}')                   # two lines in one message: refused
-    ws.send(b"x" * 70000)                           # above max_message_bytes: the page is closed (1009)
+    ws.send(b'{"a": 1}\n{"b": 2}')  # two lines in one message: refused
+    ws.send(b"x" * 70000)  # above max_message_bytes: the page is closed (1009)
     relay_hello, hello, frame, beat = _lines(bridge, 4)
     # a new page is a new input source: the relay's own hello comes before any line of the page
     assert json.loads(relay_hello) == {"hello": {"client": "web", "page": 1}}
-    assert json.loads(hello)["hello"]["client"] == "web"   # whatever the page claimed
-    assert json.loads(hello)["hello"]["page"] == 1          # the relay's number of the page
+    assert json.loads(hello)["hello"]["client"] == "web"  # whatever the page claimed
+    assert json.loads(hello)["hello"]["page"] == 1  # the relay's number of the page
     assert json.loads(frame) == FRAME
     msgs = StreamParser().feed(hello + b"\n" + frame + b"\n" + beat + b"\n")
     assert isinstance(msgs[0], Hello) and msgs[0].info["client"] == "web"
     assert isinstance(msgs[1], Frame) and msgs[1].right.primary and msgs[1].right.squeeze == 1.0
-    op, payload = ws.recv()                          # the page is told why its message was refused
-    assert op == 1 and json.loads(payload) == {"cmd": "rejected", "by": "quest_web", "lines": 1, "total": 1,
-                                               "reason": "not_one_line",
-                                               "detail": "a message is one protocol line, without a newline"}
+    op, payload = ws.recv()  # the page is told why its message was refused
+    assert op == 1 and json.loads(payload) == {
+        "cmd": "rejected",
+        "by": "quest_web",
+        "lines": 1,
+        "total": 1,
+        "reason": "not_one_line",
+        "detail": "a message is one protocol line, without a newline",
+    }
     op, payload = ws.recv()
     assert op == 8 and struct.unpack("!H", payload[:2])[0] == 1009
-    assert payload[2:] == b"frame above 65536 bytes"        # ... and why it was closed
+    assert payload[2:] == b"frame above 65536 bytes"  # ... and why it was closed
     assert relay.counters["page_not_one_line"] == 1
     # a new bridge connection gets the page's hello first (the bridge publishes it latched)
     bridge.close()
@@ -159,7 +203,7 @@ def test_bridge_commands_and_panels_reach_the_page_latest_only(relay):
     assert op == 1 and json.loads(payload) == {"cmd": "haptic", "hand": "right", "amp": 0.8, "ms": 120}
     video = socket.create_connection(("127.0.0.1", relay.ports["video"]), timeout=5.0)
     jpeg = b"\xff\xd8" + os.urandom(200_000) + b"\xff\xd9"
-    for _ in range(60):        # 12 MB the page does not read meanwhile: past the socket buffers, frames drop
+    for _ in range(60):  # 12 MB the page does not read meanwhile: past the socket buffers, frames drop
         video.sendall(pcv1(1, jpeg))
     deadline = time.monotonic() + 5
     while relay.panels_sent[1] + relay.panels_dropped[1] < 60 and time.monotonic() < deadline:
@@ -173,8 +217,12 @@ def test_bridge_commands_and_panels_reach_the_page_latest_only(relay):
 
 def test_web_hello_only_marks_hellos():
     assert web_hello(b'{"hello": {"app": "x"}}', 4) == b'{"hello":{"app":"x","client":"web","page":4}}'
-    for line, reason in ((b'{"hello": {"app": "x"}, "mono": 1}', "missing_field"), (b'{"hello": 3}', "bad_type"),
-                         (b"nope", "bad_json"), (b'{"heartbeat": 1}', "bad_type")):
+    for line, reason in (
+        (b'{"hello": {"app": "x"}, "mono": 1}', "missing_field"),
+        (b'{"hello": 3}', "bad_type"),
+        (b"nope", "bad_json"),
+        (b'{"heartbeat": 1}', "bad_type"),
+    ):
         with pytest.raises(Rejected) as exc:
             web_hello(line)
         assert exc.value.reason == reason, (line, exc.value)
@@ -185,11 +233,11 @@ def test_web_hello_only_marks_hellos():
 def test_protocol_errors_close_the_page_with_a_reason(relay):
     """1002 and 1009 name what the page did: a browser shows CloseEvent.reason, a bare code says nothing."""
     ws = _ws(relay.ports["web"])
-    ws.sock.sendall(bytes([0x81, 0x02]) + b"hi")              # a client frame without the mask
+    ws.sock.sendall(bytes([0x81, 0x02]) + b"hi")  # a client frame without the mask
     assert _closed(ws) == (1002, "client frame not masked")
     ws = _ws(relay.ports["web"])
-    ws.send(b"", opcode=0x9)                         # a ping is fine ...
-    ws.sock.sendall(bytes([0x09, 0x80]) + bytes(4))           # ... a fragmented one is not
+    ws.send(b"", opcode=0x9)  # a ping is fine ...
+    ws.sock.sendall(bytes([0x09, 0x80]) + bytes(4))  # ... a fragmented one is not
     assert _closed(ws) == (1002, "bad control frame")
     ws = _ws(relay.ports["web"])
     ws.send(b"x" * 70000)
@@ -257,7 +305,7 @@ def test_a_hello_no_consumer_could_hold_closes_the_page_with_its_reason(relay, c
     assert not [r for r in caplog.records if "nhandled exception" in r.getMessage()], caplog.text
 
 
-@pytest.mark.integration   # openssl makes the certificate
+@pytest.mark.integration  # openssl makes the certificate
 def test_https_with_a_user_certificate(tmp_path):
     """LAN use: the page over HTTPS with a certificate the user supplies (here a self-signed one made now)."""
     import shutil
@@ -267,15 +315,35 @@ def test_https_with_a_user_certificate(tmp_path):
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=localhost", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1, cert=str(cert), key=str(key)), log=lambda _l: None)
     r.start()
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
         ctx.check_hostname = False
-        with socket.create_connection(("127.0.0.1", r.ports["web"]), timeout=5) as raw, \
-                ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        with (
+            socket.create_connection(("127.0.0.1", r.ports["web"]), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname="localhost") as s,
+        ):
             s.sendall(f"GET / HTTP/1.1\r\nHost: localhost:{r.ports['web']}\r\n\r\n".encode())
             got = b""
             while chunk := s.recv(65536):
@@ -292,9 +360,10 @@ def test_each_new_page_starts_a_new_source_before_any_of_its_lines(relay):
     bridge = _bridge(relay)
     lines = bridge.makefile("rb")
     a = _ws(relay.ports["web"])
-    a.send(json.dumps({"hello": {"app": "page-a", "page": 7}}).encode())   # a page cannot claim another number
+    a.send(json.dumps({"hello": {"app": "page-a", "page": 7}}).encode())  # a page cannot claim another number
     a.send(json.dumps(FRAME).encode())
-    def line() -> dict:   # the next line but the relay's idle heartbeats (sent while no page is connected)
+
+    def line() -> dict:  # the next line but the relay's idle heartbeats (sent while no page is connected)
         while True:
             obj = json.loads(lines.readline())
             if "heartbeat" not in obj:
@@ -303,14 +372,14 @@ def test_each_new_page_starts_a_new_source_before_any_of_its_lines(relay):
     got = [line() for _ in range(3)]
     assert got[0] == {"hello": {"client": "web", "page": 1}} and got[2] == FRAME
     assert got[1] == {"hello": {"app": "page-a", "client": "web", "page": 1}}
-    a.send(b'{ "hello" : {"client": "native", "page": 99}}')   # spaced otherwise: still the relay's to rewrite
+    a.send(b'{ "hello" : {"client": "native", "page": 99}}')  # spaced otherwise: still the relay's to rewrite
     assert line() == {"hello": {"client": "web", "page": 1}}
-    a.send(json.dumps({**FRAME, "hello": {"page": 5}}).encode())   # a frame with a stray key stays a frame
+    a.send(json.dumps({**FRAME, "hello": {"page": 5}}).encode())  # a frame with a stray key stays a frame
     assert line() == {**FRAME, "hello": {"page": 5}}
     b = _ws(relay.ports["web"])
     op, payload = a.recv()
     assert op == 8 and payload[2:] == b"replaced by a newer page"
-    b.send(json.dumps(FRAME).encode())              # B sends frames without any hello
+    b.send(json.dumps(FRAME).encode())  # B sends frames without any hello
     assert line() == {"hello": {"client": "web", "page": 2}}
     assert line() == FRAME
     bridge.close()
@@ -325,7 +394,7 @@ def test_the_report_after_stop_is_written_and_leaves_no_coroutine_behind(tmp_pat
     no coroutine may be left unawaited on the stopped loop (a RuntimeWarning at exit)."""
     import gc
 
-    gc.collect()      # what earlier tests left behind is theirs, not this relay's
+    gc.collect()  # what earlier tests left behind is theirs, not this relay's
     recwarn.clear()
     r = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)
     r.start()
@@ -368,8 +437,9 @@ def test_a_relay_that_could_not_start_or_never_did_stops_without_leaving_its_loo
     assert r._loop.is_closed() and never._loop.is_closed()
     del r, never
     gc.collect()
-    assert not [w for w in recwarn if "never awaited" in str(w.message) or "unclosed" in str(w.message)], \
-        [str(w.message) for w in recwarn]
+    assert not [w for w in recwarn if "never awaited" in str(w.message) or "unclosed" in str(w.message)], [
+        str(w.message) for w in recwarn
+    ]
 
 
 @pytest.mark.integration
@@ -383,8 +453,12 @@ def test_piper_quest_web_report_at_shutdown(tmp_path):
 
     report = tmp_path / "web.json"
     exe = str(Path(sys.executable).parent / "piper-quest-web")
-    p = subprocess.Popen([exe, "--port", "0", "--bridge-port", "0", "--video-port", "-1", "--report", str(report)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [exe, "--port", "0", "--bridge-port", "0", "--video-port", "-1", "--report", str(report)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while not report.exists() and time.monotonic() < deadline:
@@ -400,13 +474,13 @@ def test_piper_quest_web_report_at_shutdown(tmp_path):
     assert json.loads(report.read_text())["ports"]["web"] > 0
 
 
-@pytest.mark.slow   # waits out the notices' rate limit
+@pytest.mark.slow  # waits out the notices' rate limit
 def test_the_page_is_told_why_its_lines_are_refused():
     """quest_bridge's client (its parser refuses a frame with 1e999) and the relay (a message of two lines)
     each tell the page, as a command line, what they refused and why; rate-limited to one a second each."""
     from piper_recorder.quest.client import ClientConfig, QuestClient
 
-    relay = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)   # pages silent 5 s
+    relay = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)  # pages silent 5 s
     relay.start()
     client = QuestClient(ClientConfig(port=relay.ports["bridge"]), lambda m, t: None).start()
     try:
@@ -419,25 +493,36 @@ def test_the_page_is_told_why_its_lines_are_refused():
         assert bad != json.dumps(FRAME).encode()
         ws.send(bad)
         op, payload = ws.recv()
-        assert op == 1 and json.loads(payload) == {"cmd": "rejected", "by": "quest_bridge", "lines": 1, "total": 1,
-                                                   "reason": "non_finite", "detail": "left.pos[1]"}
+        assert op == 1 and json.loads(payload) == {
+            "cmd": "rejected",
+            "by": "quest_bridge",
+            "lines": 1,
+            "total": 1,
+            "reason": "non_finite",
+            "detail": "left.pos[1]",
+        }
         t0 = time.monotonic()
         for _ in range(3):
             ws.send(bad)
-        ws.send(b'{"heartbeat": 1}\n{"heartbeat": 2}')         # two lines: refused by the relay, told at once
-        ws.send(b'{"heartbeat": 3}\n')                        # a newline: refused, told a second later
+        ws.send(b'{"heartbeat": 1}\n{"heartbeat": 2}')  # two lines: refused by the relay, told at once
+        ws.send(b'{"heartbeat": 3}\n')  # a newline: refused, told a second later
         got = {}
         while len(got) < 2:
             op, payload = ws.recv()
             assert op == 1
             notice = json.loads(payload)
             got[notice["by"]] = (notice, time.monotonic() - t0)
-        assert got["quest_web"][0] == {"cmd": "rejected", "by": "quest_web", "lines": 1, "total": 1,
-                                       "reason": "not_one_line",
-                                       "detail": "a message is one protocol line, without a newline"}
+        assert got["quest_web"][0] == {
+            "cmd": "rejected",
+            "by": "quest_web",
+            "lines": 1,
+            "total": 1,
+            "reason": "not_one_line",
+            "detail": "a message is one protocol line, without a newline",
+        }
         assert got["quest_bridge"][0]["lines"] == 3 and got["quest_bridge"][0]["total"] == 4
-        assert got["quest_bridge"][1] >= 0.8                  # the bridge's three in one notice, a second on
-        ws.send(b'{"heartbeat": 4}')                          # a later message carries the pending notice
+        assert got["quest_bridge"][1] >= 0.8  # the bridge's three in one notice, a second on
+        ws.send(b'{"heartbeat": 4}')  # a later message carries the pending notice
         time.sleep(1.1)
         ws.send(b'{"heartbeat": 5}')
         op, payload = ws.recv()

@@ -1,4 +1,5 @@
 """Episode controller (no ROS): every wrong order refused, saves/discards whole, auto-stop, shutdown."""
+
 from __future__ import annotations
 
 import threading
@@ -33,7 +34,9 @@ def test_wrong_orders_are_refused_and_change_nothing():
     assert len(ep["rows"]) == 16 == ans.event["rows"]
     assert np.allclose(np.diff(ep["rows"]), 1 / 30, atol=1e-4)
     assert ep["counters"]["tick_delay_ms"]["ticks"] >= 1 and ep["counters"]["tick_delay_ms"]["max"] < 20
-    assert ep["counters"]["rows"] == 16 and ep["counters"]["frames_written"] == {"cam_front": len(ep["frames"]["cam_front"])}
+    assert ep["counters"]["rows"] == 16 and ep["counters"]["frames_written"] == {
+        "cam_front": len(ep["frames"]["cam_front"])
+    }
     assert [e["event"] for e in events] == ["started", "saved"]
     assert events[1]["start_ns"] == events[0]["start_ns"] and events[1]["end_ns"] == clock.t
     # discard, then delete the saved one, then nothing left to delete
@@ -43,7 +46,7 @@ def test_wrong_orders_are_refused_and_change_nothing():
     assert d.ok and d.event["episode_index"] == 0 and d.event["task"] == "pick" and w.episodes == []
     assert not c.delete_last().ok
     assert [e["event"] for e in events] == ["started", "saved", "started", "discarded", "deleted"]
-    assert c.start("again", clock).ok and len(w.sessions) == 1   # one session record per process
+    assert c.start("again", clock).ok and len(w.sessions) == 1  # one session record per process
 
 
 def test_empty_episode_is_discarded_with_the_missing_input_named():
@@ -75,7 +78,7 @@ def test_preroll_makes_row_zero_the_start():
     w = FakeLeRobotWriter()
     c, events = make(LeRobotTarget(w))
     clock = Clock()
-    feed(c, clock.t - 100 * MS, 0.1)             # samples before start: the newest seeds the episode
+    feed(c, clock.t - 100 * MS, 0.1)  # samples before start: the newest seeds the episode
     assert c.start("pick", clock).ok
     clock.t += 40 * MS
     assert c.stop(clock).ok
@@ -104,7 +107,7 @@ def test_the_episode_starts_when_asked_not_when_the_writer_has_opened_its_files(
     assert [e["start_ns"] for e in events if e["event"] == "started"] == [asked]
     clock.t = asked + 100 * MS
     assert c.stop(clock).ok
-    assert w.episodes[0]["rows"] == pytest.approx([0.0, 1 / 30, 2 / 30, 3 / 30])   # rows from the request on
+    assert w.episodes[0]["rows"] == pytest.approx([0.0, 1 / 30, 2 / 30, 3 / 30])  # rows from the request on
 
 
 class FakeRgbdWriter:
@@ -138,7 +141,7 @@ def test_rgbd_max_episode_auto_stop_flags_timeout_and_stop_flags_terminal():
     c, events = make(RgbdTarget(w, "cam_front"), max_s=0.5)
     t0 = time.time_ns()
     assert c.start("", lambda: t0).ok
-    feed(c, t0 - 30 * MS, 0.7, depth=True)       # ticks past 0.5 s: the controller stops itself
+    feed(c, t0 - 30 * MS, 0.7, depth=True)  # ticks past 0.5 s: the controller stops itself
     assert c.state == "idle" and events[-1]["event"] == "saved" and events[-1]["reason"] == "max_episode_s"
     assert events[-1]["end_ns"] == t0 + 500 * MS and events[-1]["rows"] == 16
     log, success = w.ended[0]
@@ -147,7 +150,7 @@ def test_rgbd_max_episode_auto_stop_flags_timeout_and_stop_flags_terminal():
     feed(c, t0 + 10**9 - 30 * MS, 0.2, depth=True)
     assert c.stop(lambda: t0 + 10**9 + 150 * MS).ok
     log, success = w.ended[1]
-    assert log[-2] == ("tr", True, False) and success is None   # a terminal stop, unlabelled: no success claim
+    assert log[-2] == ("tr", True, False) and success is None  # a terminal stop, unlabelled: no success claim
     d = c.delete_last()
     assert not d.ok and "cannot delete" in d.message
 
@@ -192,7 +195,7 @@ def test_refused_session_leaves_recorder_idle_and_retries():
     ans = c.start("pick", Clock())
     assert not ans.ok and "binding keys changed" in ans.message
     assert c.state == "idle" and w.current is None and events == []
-    assert not c.start("pick", Clock()).ok          # asked again at the next start, still refused
+    assert not c.start("pick", Clock()).ok  # asked again at the next start, still refused
 
 
 def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monkeypatch):
@@ -211,18 +214,30 @@ def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monke
 
     class ReleaseAtSave(LeRobotTarget):
         def save_episode(self, counters, timeout):
-            release.set()   # the writer thread has offered every frame of the episode by now
+            release.set()  # the writer thread has offered every frame of the episode by now
             return super().save_episode(counters, timeout)
 
-    cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16,
-                                timestamp_mode="nominal", lateness_s=0.0, encoder_max_block_s=0.02)
+    cfg = LeRobotRecorderConfig(
+        root=str(tmp_path / "ds"),
+        cameras=["cam_front"],
+        camera_height=16,
+        camera_width=16,
+        timestamp_mode="nominal",
+        lateness_s=0.0,
+        encoder_max_block_s=0.02,
+    )
     wcfg = lerobot_writer_config(cfg)
     assert wcfg.video.max_block_s == 0.02
     wcfg = dataclasses.replace(wcfg, video=dataclasses.replace(wcfg.video, queue_size=2))
-    c = EpisodeController(ReleaseAtSave(LeRobotWriter(cfg.root, wcfg)), cfg.assembly(), recorder="lerobot_recorder",
-                          max_episode_s=0, publish_event=lambda e: None,
-                          session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
-                          log=lambda m: None)
+    c = EpisodeController(
+        ReleaseAtSave(LeRobotWriter(cfg.root, wcfg)),
+        cfg.assembly(),
+        recorder="lerobot_recorder",
+        max_episode_s=0,
+        publish_event=lambda e: None,
+        session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
+        log=lambda m: None,
+    )
     clock = Clock()
     try:
         assert c.start("stall", clock).ok
@@ -241,7 +256,7 @@ def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monke
     (ep,) = [json.loads(x) for x in (tmp_path / "ds/meta/episodes.jsonl").read_text().splitlines()]
     rows = ep["length"]
     assert rows == ep["rows"] == 15 and ep["timestamp_mode"] == "nominal"
-    assert ep["frames_written"] == {"cam_front": 2} == ep["video_frame_lengths"]   # what the stalled queue held
+    assert ep["frames_written"] == {"cam_front": 2} == ep["video_frame_lengths"]  # what the stalled queue held
     assert ep["frames_rejected_by_encoder"] == {"cam_front": rows - 2}
     assert ep["video_dropped_frames"]["cam_front"]["queue_full"] == rows - 2
 
@@ -257,13 +272,19 @@ def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path,
     from piper_recorder.lerobot.writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, session_record
 
-    cfg = LeRobotRecorderConfig(root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16,
-                                lateness_s=0.0)
+    cfg = LeRobotRecorderConfig(
+        root=str(tmp_path / "ds"), cameras=["cam_front"], camera_height=16, camera_width=16, lateness_s=0.0
+    )
     events = []
-    c = EpisodeController(LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg))), cfg.assembly(),
-                          recorder="lerobot_recorder", max_episode_s=0, publish_event=events.append,
-                          session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
-                          log=lambda m: None)
+    c = EpisodeController(
+        LeRobotTarget(LeRobotWriter(cfg.root, lerobot_writer_config(cfg))),
+        cfg.assembly(),
+        recorder="lerobot_recorder",
+        max_episode_s=0,
+        publish_event=events.append,
+        session_record=lambda: session_record(cfg, "lerobot_recorder", None, None),
+        log=lambda m: None,
+    )
     real = fsutil.write_tmp
 
     def full(path, data):
@@ -280,7 +301,7 @@ def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path,
         assert any((tmp_path / "ds/.staging").iterdir()), "the staged episode is kept"
         refused = c.start("next", clock)
         assert not refused.ok and "episode 0 is not saved" in refused.message
-        again = c.stop(clock.t + 490 * MS)   # still full: still kept
+        again = c.stop(clock.t + 490 * MS)  # still full: still kept
         assert not again.ok and c.state == "save_failed"
         monkeypatch.setattr(fsutil, "write_tmp", real)
         saved = c.stop(clock.t + 490 * MS)
@@ -314,15 +335,16 @@ def test_failed_save_can_be_discarded_and_shutdown_drops_it():
     assert c.start("pick", clock).ok
     feed(c, clock.t, 0.3)
     assert not c.stop(clock.t + 300 * MS).ok
-    ans = c.shutdown(save=True)   # one more try, then the episode is dropped and the answer says so
+    ans = c.shutdown(save=True)  # one more try, then the episode is dropped and the answer says so
     assert not ans.ok and "No space left" in ans.message and w.current is None and w.closed
 
 
 def test_rgbd_save_failure_is_reported_once_without_a_failed_discard():
     """The RGB-D writer rolls a failed commit back (its journal truncates the episode's frames): the answer
     says the episode is lost, with no misleading "discard failed", and the next episode can start."""
+
     class FullDisk(FakeRgbdWriter):
-        recording = False   # what RgbdWriter reports after end_episode rolled back
+        recording = False  # what RgbdWriter reports after end_episode rolled back
 
         def end_episode(self, success=None, meta=None):
             raise OSError(28, "No space left on device")
@@ -359,7 +381,7 @@ def test_row_zero_frame_depends_on_stamps_not_on_what_arrived_before_the_start()
     t0 = time.time_ns() // 1_000_000_000 * 1_000_000_000
     stamps = [round(t0 + k * period - 2 * MS + (rng.uniform(-10, 10) * MS if k else 0)) for k in range(-75, 31)]
     obs = []
-    for arrived_before_start in (stamps[74], stamps[75]):   # the -2 ms capture (k = 0) arrives after / before the start
+    for arrived_before_start in (stamps[74], stamps[75]):  # the -2 ms capture (k = 0) arrives after / before the start
         w = ObsLog()
         c, _ = make(RgbdTarget(w, "cam_front"))
 
@@ -372,6 +394,7 @@ def test_row_zero_frame_depends_on_stamps_not_on_what_arrived_before_the_start()
                 c.add_eef_pose(s, (0, 0, 0), (0, 0, 0, 1))
                 c.add_commanded_pose(s, (0, 0, 0), (0, 0, 0, 1))
                 c.add_commanded_gripper(s, 0.02)
+
         feed_until(arrived_before_start)
         assert c.start("", lambda: t0).ok
         feed_until(t0 + 1_000 * MS, since=arrived_before_start)
@@ -379,4 +402,4 @@ def test_row_zero_frame_depends_on_stamps_not_on_what_arrived_before_the_start()
         assert c.stop(lambda: t0 + 600 * MS).ok
         obs.append([x for x in w.ended[0][0] if isinstance(x, int)])
     assert len(obs[0]) > 10 and obs[0] == obs[1], "the frames depend on what arrived before the start"
-    assert obs[0][:3] == [74, 75, 76]   # k = -1, 0, 1: one capture per row, none repeated
+    assert obs[0][:3] == [74, 75, 76]  # k = -1, 0, 1: one capture per row, none repeated

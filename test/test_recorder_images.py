@@ -1,11 +1,13 @@
 """Message adapters shared by the recorders and the bag converter (rclpy messages here), and start-up parameter checks."""
+
 from __future__ import annotations
 
 import subprocess
 
 import numpy as np
 import pytest
-pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+
+pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 
 from proc import BIN  # noqa: E402
@@ -18,8 +20,9 @@ def make(img: np.ndarray, encoding: str, pad: int = 0, big_endian: bool = False)
     row = img.reshape(h, -1).view(np.uint8) if img.dtype != np.uint8 else img.reshape(h, -1)
     padded = np.zeros((h, row.shape[1] + pad), np.uint8)
     padded[:, : row.shape[1]] = row
-    return Image(height=h, width=w, encoding=encoding, step=padded.shape[1], is_bigendian=big_endian,
-                 data=padded.tobytes())
+    return Image(
+        height=h, width=w, encoding=encoding, step=padded.shape[1], is_bigendian=big_endian, data=padded.tobytes()
+    )
 
 
 def test_rgb8_is_a_view_with_row_padding_respected():
@@ -27,7 +30,7 @@ def test_rgb8_is_a_view_with_row_padding_respected():
     msg = make(rgb, "rgb8", pad=3)
     out = image_to_numpy(msg)
     assert np.array_equal(out, rgb)
-    assert np.shares_memory(out, np.frombuffer(msg.data, np.uint8))   # no copy
+    assert np.shares_memory(out, np.frombuffer(msg.data, np.uint8))  # no copy
 
 
 def test_bgr8_and_rgba8_reordered_to_rgb():
@@ -57,15 +60,24 @@ def test_joint_state_by_name_in_any_order():
     assert joint_positions(JointState(position=[1, 2, 3, 4, 5, 6, 0.01]), cache) == [1, 2, 3, 4, 5, 6, 0.01]
 
 
-@pytest.mark.parametrize("exe,param,needle", [
-    ("piper-lerobot-recorder", "timestamp_mode:=sometimes", "timestamp_mode"),
-    ("piper-lerobot-recorder", "fps:=29.97", "fps"),
-    ("piper-lerobot-recorder", "on_shutdown:=explode", "on_shutdown"),
-    ("piper-rgbd-recorder", "path:=out.txt", "path"),
-])
+@pytest.mark.parametrize(
+    "exe,param,needle",
+    [
+        ("piper-lerobot-recorder", "timestamp_mode:=sometimes", "timestamp_mode"),
+        ("piper-lerobot-recorder", "fps:=29.97", "fps"),
+        ("piper-lerobot-recorder", "on_shutdown:=explode", "on_shutdown"),
+        ("piper-rgbd-recorder", "path:=out.txt", "path"),
+    ],
+)
 def test_bad_parameters_fail_at_start_naming_the_parameter(ros_domain, tmp_path, exe, param, needle):
-    r = subprocess.run([str(BIN / exe), "--ros-args", "-p", f"root:={tmp_path}/ds", "-p", param],
-                       env=ros_domain.env(), capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    r = subprocess.run(
+        [str(BIN / exe), "--ros-args", "-p", f"root:={tmp_path}/ds", "-p", param],
+        env=ros_domain.env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path / "ds").exists() and not (tmp_path / "out.txt").exists()
 
@@ -75,11 +87,19 @@ def test_dataset_held_by_another_writer_fails_cleanly(ros_domain, tmp_path, exe,
     """A second recorder on the same dataset exits with a one-line error, not a traceback."""
     if exe == "piper-lerobot-recorder":
         from piper_recorder.lerobot.writer import LeRobotWriter as Writer
+
         target = tmp_path / "ds"
     else:
         from rgbd_writer import RgbdWriter as Writer
-        target = tmp_path / "sub" / "rgbd.hdf5"   # also: the folder does not exist yet
+
+        target = tmp_path / "sub" / "rgbd.hdf5"  # also: the folder does not exist yet
     with Writer(target):
-        r = subprocess.run([str(BIN / exe), "--ros-args", "-p", f"{param}:={target}"],
-                           env=ros_domain.env(), capture_output=True, text=True, timeout=30, cwd=tmp_path)
+        r = subprocess.run(
+            [str(BIN / exe), "--ros-args", "-p", f"{param}:={target}"],
+            env=ros_domain.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=tmp_path,
+        )
     assert r.returncode == 2 and "cannot open the dataset" in r.stderr and "Traceback" not in r.stderr, r.stderr

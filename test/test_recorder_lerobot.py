@@ -1,4 +1,5 @@
 """lerobot_recorder as a real process, fed by synthetic arm/camera topics and driven by its services."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from proc import ProcGroup
-pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+
+pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from support.recorder_rig import REC, Rig, episodes, recorder_args  # noqa: E402
 
 from piper_recorder.lerobot.validate import validate_root  # noqa: E402
@@ -25,9 +27,11 @@ def episode_files(root: Path, idx: int) -> tuple[Path, dict[str, Path]]:
     info = json.loads((root / "meta" / "info.json").read_text())
     chunk = idx // info["chunks_size"]
     data = root / info["data_path"].format(episode_chunk=chunk, episode_index=idx)
-    vids = {cam: root / info["video_path"].format(episode_chunk=chunk, episode_index=idx,
-                                                   video_key=f"observation.images.{cam}")
-            for cam in ("cam_front", "cam_wrist")}
+    vids = {
+        cam: root
+        / info["video_path"].format(episode_chunk=chunk, episode_index=idx, video_key=f"observation.images.{cam}")
+        for cam in ("cam_front", "cam_wrist")
+    }
     return data, vids
 
 
@@ -63,7 +67,7 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
             time.sleep(1.5)
             msg = ok(rig.call(REC, "stop_episode"), "stop")
             assert "saved episode 0" in msg
-            rig.set_param(REC, "task", "place the cube")      # read again at every start
+            rig.set_param(REC, "task", "place the cube")  # read again at every start
             ok(rig.call(REC, "start_episode"), "start 2")
             time.sleep(0.5)
             ok(rig.call(REC, "discard_episode"), "discard")
@@ -87,7 +91,7 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
             ts = t.column("timestamp").to_numpy()
             assert ts[0] == 0.0 and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
             q = np.stack(t.column("observation.arm_eef").to_numpy(zero_copy_only=False))
-            assert np.allclose(q[:, 3], 1.0)              # wxyz: w first
+            assert np.allclose(q[:, 3], 1.0)  # wxyz: w first
             a = np.stack(t.column("action.arm_eef").to_numpy(zero_copy_only=False))
             assert np.allclose(a[:, 3:], [0.8, 0.0, 0.0, 0.6], atol=1e-6)
             for cam, path in vids.items():
@@ -100,7 +104,11 @@ def test_services_wrong_orders_save_discard_delete(ros_domain, tmp_path):
             assert eps[0]["timestamp_mode"] == "capture" and validate_root(root) == []
             # late messages depend on the machine's load (counted, not asserted); the pre-roll makes row 0 the start
             assert eps[0]["skipped_start_ticks"] == 0 and set(eps[0]["messages_late"]) <= {
-                "joint_states", "eef_pose", "commanded_pose", "commanded_gripper"}
+                "joint_states",
+                "eef_pose",
+                "commanded_pose",
+                "commanded_gripper",
+            }
             # delete the saved episode, then nothing is left to delete
             assert "deleted episode 0" in ok(rig.call(REC, "delete_last_episode"), "delete")
             refused(rig.call(REC, "delete_last_episode"), "nothing saved")
@@ -128,10 +136,12 @@ def test_stop_episode_at_ends_200_ms_before_its_arrival_with_exact_rows(ros_doma
             g.start(*recorder_args(root, "stop_reach_s:=0.4"))
             refused(rig.call_json(REC, STOP_EPISODE_AT, {"end_ns": time.time_ns()}), "no episode in progress")
             ok(rig.call(REC, "start_episode"), "start")
-            for bad, needle in (("not json", 'wants a JSON object {"end_ns"'),
-                                ({"end_ns": 1.5e18}, "end_ns must be a positive integer"),
-                                ({"end_ns": time.time_ns(), "why": "x"}, "wants a JSON object"),
-                                ({"end_ns": time.time_ns() - 60 * 10**9}, "a stop for an earlier episode")):
+            for bad, needle in (
+                ("not json", 'wants a JSON object {"end_ns"'),
+                ({"end_ns": 1.5e18}, "end_ns must be a positive integer"),
+                ({"end_ns": time.time_ns(), "why": "x"}, "wants a JSON object"),
+                ({"end_ns": time.time_ns() - 60 * 10**9}, "a stop for an earlier episode"),
+            ):
                 refused(rig.call_json(REC, STOP_EPISODE_AT, bad), needle)
             time.sleep(1.5)
             end = time.time_ns() - 200_000_000
@@ -151,11 +161,11 @@ def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_pat
     rig = Rig(ros_domain)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            p = g.start(*recorder_args(root, "on_shutdown:=save"))     # nominal: the node's default
+            p = g.start(*recorder_args(root, "on_shutdown:=save"))  # nominal: the node's default
             ok(rig.call(REC, "start_episode"), "start")
             time.sleep(0.6)
-            rig.publish_late_joint_state(0.5)    # far beyond the lateness allowance: counted, grid intact
-            rig.paused.set()                 # a 0.3 s gap in every stream: repeats are counted
+            rig.publish_late_joint_state(0.5)  # far beyond the lateness allowance: counted, grid intact
+            rig.paused.set()  # a 0.3 s gap in every stream: repeats are counted
             time.sleep(0.3)
             rig.paused.clear()
             time.sleep(0.6)
@@ -168,11 +178,11 @@ def test_nominal_mode_and_sigint_saves_the_episode_in_flight(ros_domain, tmp_pat
             table = pq.read_table(data)
             ts = table.column("timestamp").to_numpy()
             joints = np.stack(table.column("observation.arm_joint").to_numpy(zero_copy_only=False))
-            assert not np.any(joints == 9.0)          # the late sample never replaced a newer one
+            assert not np.any(joints == 9.0)  # the late sample never replaced a newer one
             assert len(ts) == n and np.all(np.abs(np.diff(ts) - 1 / 30) < 1e-4)
             for cam, path in vids.items():
                 pts = video_pts(path)
-                assert len(pts) == n, (cam, len(pts), n)      # nominal: one frame per row
+                assert len(pts) == n, (cam, len(pts), n)  # nominal: one frame per row
                 # both lookup rules, exactly: the frame at or before the row, less than 1e-4 s before it
                 assert all(pv <= Fraction(float(t)) < pv + Fraction(1, 10_000) for pv, t in zip(pts, ts))
                 assert eps[0]["frames_repeated"][cam] >= 5
@@ -208,7 +218,7 @@ def test_sigkill_mid_episode_then_restart_keeps_saved_episodes(ros_domain, tmp_p
             assert "saved episode 1" in msg
             ok(rig.call(REC, "start_episode"), "start 4")
             time.sleep(0.3)
-            assert p2.stop(sig=signal.SIGINT) == 0        # on_shutdown=discard: episode 2 leaves nothing
+            assert p2.stop(sig=signal.SIGINT) == 0  # on_shutdown=discard: episode 2 leaves nothing
             eps = episodes(root)
             assert [e["episode_index"] for e in eps] == [0, 1] and eps[0] == saved[0]
             assert pq.read_table(data0).num_rows == rows0

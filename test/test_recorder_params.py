@@ -5,6 +5,7 @@ node cannot apply is read-only; `task` stays settable and both recorders refuse 
 The process test drives real recorder processes through their rcl_interfaces parameter services,
 exactly what `ros2 param set` calls.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +15,8 @@ from typing import Any
 
 import h5py
 import pytest
-pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+
+pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from rcl_interfaces.msg import Parameter as ParameterMsg  # noqa: E402
 from rcl_interfaces.msg import ParameterType, ParameterValue  # noqa: E402
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters  # noqa: E402
@@ -80,12 +82,21 @@ def refused(result, needle: str = "") -> None:
 def test_running_recorders_refuse_what_cannot_apply_and_agree_on_tasks(ros_domain, tmp_path):
     root, h5 = tmp_path / "ds", tmp_path / "rgbd.hdf5"
     rig = Rig(ros_domain, cams=("cam_front",), depth=True)
-    common = ["-p", f"camera_width:={W}", "-p", f"camera_height:={H}", "-p", "provenance_wait_s:=3.0",
-              "-p", "fps:=30"]   # an integer on the command line still gives the float parameter 30.0
+    common = [
+        "-p",
+        f"camera_width:={W}",
+        "-p",
+        f"camera_height:={H}",
+        "-p",
+        "provenance_wait_s:=3.0",
+        "-p",
+        "fps:=30",
+    ]  # an integer on the command line still gives the float parameter 30.0
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
-            g.start("piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", "-p", "cameras:=[cam_front]",
-                    *common)
+            g.start(
+                "piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", "-p", "cameras:=[cam_front]", *common
+            )
             g.start("piper-rgbd-recorder", "--ros-args", "-p", f"path:={h5}", "-p", "camera:=cam_front", *common)
             # no task yet (the default is ""): both refuse to start, neither dataset gets an episode
             for rec in (LR, RG):
@@ -120,8 +131,11 @@ def test_running_recorders_refuse_what_cannot_apply_and_agree_on_tasks(ros_domai
                 assert stop.success, stop.message
             ev = rig.wait_events(4)
             assert sorted((e["recorder"], e["event"], e["episode_index"], e["task"]) for e in ev) == [
-                (LR, "saved", 0, "pick"), (LR, "started", 0, "pick"),
-                (RG, "saved", 0, "pick"), (RG, "started", 0, "pick")]
+                (LR, "saved", 0, "pick"),
+                (LR, "started", 0, "pick"),
+                (RG, "saved", 0, "pick"),
+                (RG, "started", 0, "pick"),
+            ]
         eps = [json.loads(x) for x in (root / "meta" / "episodes.jsonl").read_text().splitlines()]
         assert [(e["episode_index"], e["tasks"]) for e in eps] == [(0, ["pick"])]
         with h5py.File(h5, "r") as f:
@@ -145,11 +159,22 @@ def node_configs():
     from piper_recorder.teleop.limits import LimitsConfig
     from piper_recorder.teleop.mapper import TeleopConfig
 
-    return {"quest_bridge": [(QuestBridgeConfig, "")],
-            "teleop": [(TeleopConfig, ""), (ClutchConfig, "clutch."), (FrameConfig, "frame."),
-                       (FilterConfig, "filter."), (LimitsConfig, "limits."), (TeleopNodeConfig, "")],
-            "piper_arm": [(ArmConfig, "")], "cam_front": [(SimCameraConfig, "")], "replay": [(ReplayConfig, "")],
-            LR: [(LeRobotRecorderConfig, "")], RG: [(RgbdRecorderConfig, "")]}
+    return {
+        "quest_bridge": [(QuestBridgeConfig, "")],
+        "teleop": [
+            (TeleopConfig, ""),
+            (ClutchConfig, "clutch."),
+            (FrameConfig, "frame."),
+            (FilterConfig, "filter."),
+            (LimitsConfig, "limits."),
+            (TeleopNodeConfig, ""),
+        ],
+        "piper_arm": [(ArmConfig, "")],
+        "cam_front": [(SimCameraConfig, "")],
+        "replay": [(ReplayConfig, "")],
+        LR: [(LeRobotRecorderConfig, "")],
+        RG: [(RgbdRecorderConfig, "")],
+    }
 
 
 @pytest.mark.parametrize("mode", ["sim", "robot"])
@@ -175,7 +200,7 @@ def test_every_node_parameter_is_typed_and_read_only_unless_applied_at_run_time(
                     declare_config(node, cls, prefix)
                     runtime |= {prefix + n for n in getattr(cls, "runtime_params", ())}
                 ours = {prefix + f.name for cls, prefix in classes for f in dataclasses.fields(cls)}
-                names = [n for n in node.list_parameters([], 10).names if n in ours]   # not rclpy's own
+                names = [n for n in node.list_parameters([], 10).names if n in ours]  # not rclpy's own
                 assert len(names) > 3, node_name
                 for d in node.describe_parameters(names):
                     assert not d.dynamic_typing and d.type != ParameterType.PARAMETER_NOT_SET, (node_name, d.name)

@@ -1,4 +1,5 @@
 """rgbd_recorder as a real process: services, T+1 observations, terminal/timeout flags, crash + restart."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from proc import ProcGroup
-pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+
+pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from support.recorder_rig import H, W, Rig  # noqa: E402
 
 from rgbd_writer.validate import validate_file  # noqa: E402
@@ -20,8 +22,20 @@ REC = "rgbd_recorder"
 
 
 def recorder_args(path, *extra: str) -> list[str]:
-    args = ["piper-rgbd-recorder", "--ros-args", "-p", f"path:={path}", "-p", f"camera_width:={W}",
-            "-p", f"camera_height:={H}", "-p", "camera:=cam_front", "-p", "provenance_wait_s:=3.0"]
+    args = [
+        "piper-rgbd-recorder",
+        "--ros-args",
+        "-p",
+        f"path:={path}",
+        "-p",
+        f"camera_width:={W}",
+        "-p",
+        f"camera_height:={H}",
+        "-p",
+        "camera:=cam_front",
+        "-p",
+        "provenance_wait_s:=3.0",
+    ]
     for e in extra:
         args += ["-p", e]
     return args
@@ -48,9 +62,18 @@ def episodes(path) -> list[dict]:
         out = []
         for e, n in enumerate(lengths):
             sl = slice(toff[e], toff[e] + n)
-            out.append({"T": int(n), "terminals": term[sl], "timeouts": tout[sl], "rewards": rew[sl],
-                        "actions": act[sl], "obs_offset": int(ooff[e]), "joints": joints[ooff[e]:ooff[e] + n + 1],
-                        "meta": dict(f[f"episodes/demo_{e}"].attrs)})
+            out.append(
+                {
+                    "T": int(n),
+                    "terminals": term[sl],
+                    "timeouts": tout[sl],
+                    "rewards": rew[sl],
+                    "actions": act[sl],
+                    "obs_offset": int(ooff[e]),
+                    "joints": joints[ooff[e] : ooff[e] + n + 1],
+                    "meta": dict(f[f"episodes/demo_{e}"].attrs),
+                }
+            )
         return out
 
 
@@ -71,7 +94,7 @@ def test_services_flags_rewards_and_auto_stop(ros_domain, tmp_path):
             end = sent - 30_000_000
             msg = ok(rig.call_json(REC, "stop_episode_at", {"end_ns": end}), "stop_episode_at")
             ok(rig.call(REC, "start_episode"), "start 2")
-            ev = rig.wait_events(4, timeout=15)          # max_episode_s ends episode 1 by itself
+            ev = rig.wait_events(4, timeout=15)  # max_episode_s ends episode 1 by itself
             assert [e["event"] for e in ev] == ["started", "saved", "started", "saved"]
             assert ev[3]["reason"] == "max_episode_s"
             assert ev[1]["end_ns"] == end or (end < ev[1]["end_ns"] < sent and "after end_ns" in msg), msg
@@ -81,7 +104,7 @@ def test_services_flags_rewards_and_auto_stop(ros_domain, tmp_path):
             ok(rig.call(REC, "start_episode"), "start 3")
             time.sleep(0.3)
             ok(rig.call(REC, "discard_episode"), "discard")
-            d = rig.call(REC, "delete_last_episode")     # the RGB-D writer has no delete (yet)
+            d = rig.call(REC, "delete_last_episode")  # the RGB-D writer has no delete (yet)
             assert d.success or "cannot delete" in d.message
             assert p.stop() == 0
             assert validate_file(str(path), full=True) == []
@@ -91,7 +114,7 @@ def test_services_flags_rewards_and_auto_stop(ros_domain, tmp_path):
             assert first["T"] == ev[1]["rows"] - 1 and len(first["joints"]) == first["T"] + 1
             assert first["terminals"][-1] and not first["terminals"][:-1].any() and not first["timeouts"].any()
             assert np.all(first["rewards"] == 1.0)
-            assert np.allclose(first["actions"][:, 3:7], [0.8, 0, 0, 0.6], atol=1e-6)   # wxyz
+            assert np.allclose(first["actions"][:, 3:7], [0.8, 0, 0, 0.6], atol=1e-6)  # wxyz
             assert np.allclose(first["actions"][:, 7], 0.03)
             prov = json.loads(first["meta"]["provenance"])
             assert prov["control"]["backend"] == "emulator" and prov["recording"]["fps"] == 30
@@ -126,7 +149,7 @@ def test_sigkill_mid_episode_then_restart(ros_domain, tmp_path):
             ok(rig.call(REC, "stop_episode"), "stop after restart")
             ok(rig.call(REC, "start_episode"), "start 4")
             time.sleep(0.4)
-            assert p2.stop(sig=signal.SIGINT) == 0          # on_shutdown=save: truncated, kept
+            assert p2.stop(sig=signal.SIGINT) == 0  # on_shutdown=save: truncated, kept
             assert validate_file(str(path), full=True) == []
             eps = episodes(path)
             assert len(eps) == 3
@@ -151,8 +174,10 @@ def test_status_reports_frames_received_per_camera(ros_domain, tmp_path):
             while time.monotonic() < deadline:
                 st = rig.status.get(REC, {})
                 got = st.get("images_received", {})
-                if all((got.get(k) or {}).get("stamp_fps") for k in ("cam_front", "cam_front/depth")) \
-                        and got["cam_front"]["count"] > 120:
+                if (
+                    all((got.get(k) or {}).get("stamp_fps") for k in ("cam_front", "cam_front/depth"))
+                    and got["cam_front"]["count"] > 120
+                ):
                     break
                 time.sleep(0.2)
             else:
@@ -160,7 +185,7 @@ def test_status_reports_frames_received_per_camera(ros_domain, tmp_path):
             published = rig.frames_published["cam_front"]
             assert 0 < got["cam_front"]["count"] <= published and got["cam_front/depth"]["count"] > 0
             assert st["images_required"] == {"min_delivery": 0.99}
-            for k in ("cam_front", "cam_front/depth"):   # the rig publishes at 30 fps, reliably, on loopback
+            for k in ("cam_front", "cam_front/depth"):  # the rig publishes at 30 fps, reliably, on loopback
                 assert got[k]["stamp_fps"] == pytest.approx(30.0, rel=0.05), got
             links = link_health({REC: st}, {"cam_front": 30.0, "cam_front/depth": 30.0})
             assert [link.consumer for link in links] == [REC, REC]

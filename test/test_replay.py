@@ -1,4 +1,5 @@
 """Replay: record an episode with the simulated graph, play it back into the emulated arm, score tracking."""
+
 import json
 import signal
 import subprocess
@@ -26,14 +27,31 @@ def recorded(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("replay") / "demo"
     with lease_domain() as lease:
-        res = subprocess.run([str(BIN / "piper-demo"), "--out", str(out), "--episodes", "1", "--seconds", "4",
-                              "--cameras", "cam_front", "--size", "160x120"],
-                             env=lease.env(), capture_output=True, text=True, timeout=240)
+        res = subprocess.run(
+            [
+                str(BIN / "piper-demo"),
+                "--out",
+                str(out),
+                "--episodes",
+                "1",
+                "--seconds",
+                "4",
+                "--cameras",
+                "cam_front",
+                "--size",
+                "160x120",
+            ],
+            env=lease.env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     root = out / "lerobot"
     # the recording is this module's input: it must hold the episode (piper-demo says why when it does not)
-    episodes = (root / "meta" / "episodes.jsonl")
-    assert episodes.exists() and episodes.read_text().strip(), \
+    episodes = root / "meta" / "episodes.jsonl"
+    assert episodes.exists() and episodes.read_text().strip(), (
         f"piper-demo exit {res.returncode}\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
+    )
     return root
 
 
@@ -52,14 +70,16 @@ class ResultWatcher:
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx, domain_id=lease.domain_id)
         self.node = rclpy.create_node("replay_test", context=self.ctx)
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                             reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+        )
         self.results: list[dict] = []
         self.eef: list[np.ndarray] = []
-        self.node.create_subscription(String, "/replay/result", lambda m: self.results.append(json.loads(m.data)),
-                                      latched)
+        self.node.create_subscription(
+            String, "/replay/result", lambda m: self.results.append(json.loads(m.data)), latched
+        )
         self.node.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, 50)
-        self.targets = 0   # /arm/target_pose messages: the replay is moving the arm
+        self.targets = 0  # /arm/target_pose messages: the replay is moving the arm
         self.node.create_subscription(PoseStamped, "/arm/target_pose", self._on_target, 50)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
@@ -97,13 +117,27 @@ class ResultWatcher:
 
 
 def _replay_args(root: Path, *extra: str) -> list[str]:
-    return ["piper-replay", "--ros-args", "-p", f"root:={root}", "-p", "episode:=0", "-p", "autoplay:=true",
-            "-p", "approach_linear_speed:=0.15", *extra]
+    return [
+        "piper-replay",
+        "--ros-args",
+        "-p",
+        f"root:={root}",
+        "-p",
+        "episode:=0",
+        "-p",
+        "autoplay:=true",
+        "-p",
+        "approach_linear_speed:=0.15",
+        *extra,
+    ]
 
 
 def test_replay_tracks_the_recorded_episode(recorded, ros_domain, tmp_path):
-    actions = np.stack(pq.read_table(recorded / "data" / "chunk-000" / "episode_000000.parquet")
-                       .column("action.arm_eef").to_numpy(zero_copy_only=False))
+    actions = np.stack(
+        pq.read_table(recorded / "data" / "chunk-000" / "episode_000000.parquet")
+        .column("action.arm_eef")
+        .to_numpy(zero_copy_only=False)
+    )
     watcher = ResultWatcher(ros_domain)
     try:
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
@@ -111,7 +145,7 @@ def test_replay_tracks_the_recorded_episode(recorded, ros_domain, tmp_path):
             g.start(*_replay_args(recorded))
             result = watcher.wait_result(60)
             assert result["state"] == "done", result
-            assert result["samples"] >= 0.8 * len(actions) / 30 * 100   # ~100 Hz over the episode
+            assert result["samples"] >= 0.8 * len(actions) / 30 * 100  # ~100 Hz over the episode
             print("replay tracking:", result)
             assert result["lag_rms_m"] < TRACKING_BOUND_M and result["lag_s"] < 0.3, result
             assert result["rms_m"] < 2 * TRACKING_BOUND_M, result
@@ -127,11 +161,11 @@ def test_replay_aborts_and_holds_on_stale_arm_feedback(recorded, ros_domain, tmp
         with ProcGroup(ros_domain.env(), tmp_path / "logs") as g:
             arm = g.start("piper-arm", "--ros-args", "-p", "emulate:=true", "-p", "can_channel:=replay_stale")
             g.start(*_replay_args(recorded))
-            deadline = time.monotonic() + 60     # the replay node starts, sees steady feedback, moves
-            while watcher.targets < 50 and time.monotonic() < deadline:   # 0.5 s of 100 Hz targets
+            deadline = time.monotonic() + 60  # the replay node starts, sees steady feedback, moves
+            while watcher.targets < 50 and time.monotonic() < deadline:  # 0.5 s of 100 Hz targets
                 time.sleep(0.05)
             assert watcher.targets >= 50, f"the replay never moved the arm ({watcher.targets} targets)"
-            arm.signal(signal.SIGSTOP)           # the arm process freezes: feedback goes stale
+            arm.signal(signal.SIGSTOP)  # the arm process freezes: feedback goes stale
             try:
                 result = watcher.wait_result(10)
             finally:
@@ -170,27 +204,51 @@ def test_slow_episode_load_does_not_starve_arm_feedback(recorded, ros_domain, mo
     pub = arm.create_publisher(PoseStamped, "/arm/eef_pose", 10)
 
     def on_target(m):
-        pose["p"] = np.array([m.pose.position.x, m.pose.position.y, m.pose.position.z, m.pose.orientation.w,
-                              m.pose.orientation.x, m.pose.orientation.y, m.pose.orientation.z])
+        pose["p"] = np.array(
+            [
+                m.pose.position.x,
+                m.pose.position.y,
+                m.pose.position.z,
+                m.pose.orientation.w,
+                m.pose.orientation.x,
+                m.pose.orientation.y,
+                m.pose.orientation.z,
+            ]
+        )
 
     def publish():
         msg = PoseStamped()
         p = pose["p"]
         msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in p[:3])
-        msg.pose.orientation.w, msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z = \
-            (float(v) for v in p[3:])
+        msg.pose.orientation.w, msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z = (
+            float(v) for v in p[3:]
+        )
         pub.publish(msg)
 
     arm.create_subscription(PoseStamped, "/arm/target_pose", on_target, 10)
-    arm.create_subscription(String, "/replay/result", lambda m: results.append(json.loads(m.data)),
-                            QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                                       reliability=ReliabilityPolicy.RELIABLE))
+    arm.create_subscription(
+        String,
+        "/replay/result",
+        lambda m: results.append(json.loads(m.data)),
+        QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE),
+    )
     arm.create_timer(0.01, publish)
     arm_exec = SingleThreadedExecutor(context=arm_ctx)
     arm_exec.add_node(arm)
     threading.Thread(target=arm_exec.spin, daemon=True).start()
-    rclpy.init(args=["--ros-args", "-p", f"root:={recorded}", "-p", "episode:=0", "-p", "autoplay:=true",
-                     "-p", "approach_linear_speed:=0.15"])
+    rclpy.init(
+        args=[
+            "--ros-args",
+            "-p",
+            f"root:={recorded}",
+            "-p",
+            "episode:=0",
+            "-p",
+            "autoplay:=true",
+            "-p",
+            "approach_linear_speed:=0.15",
+        ]
+    )
     stop = threading.Event()
     try:
         node = replay_node.ReplayNode()

@@ -1,5 +1,6 @@
 """Replay core: episode loading, the slow approach, playback timing, tracking statistics and the player
 (the state machine: when the arm may move on its feedback)."""
+
 import json
 
 import numpy as np
@@ -46,10 +47,10 @@ def test_tracking_stats_separates_lag_from_path_error():
     late = np.stack([0.3 + 0.05 * np.sin(t - 0.15), 0.05 * np.cos(t - 0.15), np.full_like(t, 0.2)], axis=1)
     s = TrackingStats()
     for ti, c, m in zip(t, path, late):
-        s.add(ti, np.concatenate([c, [1, 0, 0, 0]]), m + [0.001, 0, 0])   # 150 ms late, 1 mm off
+        s.add(ti, np.concatenate([c, [1, 0, 0, 0]]), m + [0.001, 0, 0])  # 150 ms late, 1 mm off
     out = s.summary()
     assert out["samples"] == len(t)
-    assert out["rms_m"] > 0.005                       # the raw error includes the lag
+    assert out["rms_m"] > 0.005  # the raw error includes the lag
     assert out["lag_s"] == pytest.approx(0.15, abs=0.006)
     assert out["lag_rms_m"] == pytest.approx(0.001, abs=3e-4)
     assert TrackingStats().summary() == {"samples": 0}
@@ -58,15 +59,25 @@ def test_tracking_stats_separates_lag_from_path_error():
 def _root(tmp_path, poses, grip):
     (tmp_path / "meta").mkdir()
     (tmp_path / "data" / "chunk-000").mkdir(parents=True)
-    info = {"fps": 10, "total_episodes": 1, "chunks_size": 1000,
-            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-            "features": {"action.arm_eef": {"dtype": "float32", "shape": [7]},
-                         "action.gripper": {"dtype": "float32", "shape": [1]}}}
+    info = {
+        "fps": 10,
+        "total_episodes": 1,
+        "chunks_size": 1000,
+        "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        "features": {
+            "action.arm_eef": {"dtype": "float32", "shape": [7]},
+            "action.gripper": {"dtype": "float32", "shape": [1]},
+        },
+    }
     (tmp_path / "meta" / "info.json").write_text(json.dumps(info))
     n = len(poses)
-    table = pa.table({"timestamp": pa.array(np.arange(n, dtype=np.float32) / 10),
-                      "action.arm_eef": pa.array(list(poses.astype(np.float32)), pa.list_(pa.float32(), 7)),
-                      "action.gripper": pa.array(list(grip.astype(np.float32)), pa.list_(pa.float32(), 1))})
+    table = pa.table(
+        {
+            "timestamp": pa.array(np.arange(n, dtype=np.float32) / 10),
+            "action.arm_eef": pa.array(list(poses.astype(np.float32)), pa.list_(pa.float32(), 7)),
+            "action.gripper": pa.array(list(grip.astype(np.float32)), pa.list_(pa.float32(), 1)),
+        }
+    )
     pq.write_table(table, tmp_path / "data" / "chunk-000" / "episode_000000.parquet")
     return tmp_path
 
@@ -91,11 +102,11 @@ def test_load_episode_refuses_non_finite(tmp_path):
 
 # -- the player: the state machine on a fake clock ---------------------------------------------------
 START = np.array([0.30, 0.0, 0.20, 1.0, 0.0, 0.0, 0.0])
-TICK = 0.01   # the node's 100 Hz playback loop
+TICK = 0.01  # the node's 100 Hz playback loop
 
 
 def _episode(n: int = 30, fps: float = 30.0) -> ReplayEpisode:
-    poses = np.tile(np.array([0.40, 0.0, 0.20, 1.0, 0.0, 0.0, 0.0]), (n, 1))   # 0.1 m away: a 1 s approach
+    poses = np.tile(np.array([0.40, 0.0, 0.20, 1.0, 0.0, 0.0, 0.0]), (n, 1))  # 0.1 m away: a 1 s approach
     poses[:, 1] = np.linspace(0.0, 0.02, n)
     return ReplayEpisode(0, np.arange(n) / fps, poses, np.full(n, 0.04), fps)
 
@@ -108,7 +119,7 @@ class Sim:
         self.player = ReplayPlayer(ReplayConfig(**{"approach_linear_speed": 0.15, **cfg}))
         self.gaps, self.now, self.pose = gaps, 0.0, START.copy()
         self.last_fb: float | None = None
-        self.targets: list[tuple[float, float, np.ndarray]] = []   # (time, feedback age, pose)
+        self.targets: list[tuple[float, float, np.ndarray]] = []  # (time, feedback age, pose)
         self.result: dict | None = None
 
     def feedback_due(self) -> bool:
@@ -140,7 +151,7 @@ def test_player_start_hiccup_holds_then_plays():
     sim.run(30.0)
     assert sim.result is not None and sim.result["state"] == "done", sim.result
     assert sim.result["samples"] > 0
-    assert sim.targets[0][0] >= 0.6 + 0.5 - 1e-9      # after the gap, once steady for steady_feedback_s
+    assert sim.targets[0][0] >= 0.6 + 0.5 - 1e-9  # after the gap, once steady for steady_feedback_s
     assert max(age for _, age, _ in sim.targets) <= 0.3
 
 
@@ -148,7 +159,7 @@ def test_player_stale_during_approach_holds_and_plans_anew_from_the_measured_pos
     sim = Sim()
     sim.player.on_feedback(START, 0.0)
     sim.player.start(_episode(), 0.0)
-    sim.run(0.8)                                      # steady at 0.5 s, 0.3 s into a 1 s approach
+    sim.run(0.8)  # steady at 0.5 s, 0.3 s into a 1 s approach
     assert sim.player.state == "approach"
     t_gap = sim.now
     sim.gaps = [(t_gap, t_gap + 0.5)]
@@ -157,9 +168,9 @@ def test_player_stale_during_approach_holds_and_plans_anew_from_the_measured_pos
     assert sim.result["feedback_holds"] == 1
     before = [t for t in sim.targets if t[0] < t_gap + 0.5]
     after = [t for t in sim.targets if t[0] >= t_gap + 0.5]
-    assert before[-1][0] <= t_gap + 0.3 + 1e-9        # targets stop once feedback is stale
-    assert after[0][0] >= t_gap + 0.5 + 0.5 - 1e-9    # and resume once it is steady again
-    np.testing.assert_allclose(after[0][2], before[-1][2])   # from where the arm held: no jump
+    assert before[-1][0] <= t_gap + 0.3 + 1e-9  # targets stop once feedback is stale
+    assert after[0][0] >= t_gap + 0.5 + 0.5 - 1e-9  # and resume once it is steady again
+    np.testing.assert_allclose(after[0][2], before[-1][2])  # from where the arm held: no jump
     assert max(age for _, age, _ in sim.targets) <= 0.3
 
 
@@ -174,7 +185,7 @@ def test_player_gives_up_when_feedback_stays_stale_before_playback():
     sim.run(30.0)
     assert sim.result is not None and sim.result["state"] == "aborted", sim.result
     assert "stale" in sim.result["reason"]
-    assert sim.targets[-1][0] <= t_gap + 0.3 + 1e-9   # not one target on stale feedback
+    assert sim.targets[-1][0] <= t_gap + 0.3 + 1e-9  # not one target on stale feedback
     assert sim.now - t_gap < 0.3 + 2.0 + 3 * TICK
 
 
@@ -187,7 +198,7 @@ def _until_playing(sim: Sim, seconds: float) -> float:
 
 
 def test_player_stale_during_playback_holds_then_goes_on_from_that_row():
-    episode = _episode(n=90)                          # 3 s
+    episode = _episode(n=90)  # 3 s
     sim = Sim()
     sim.player.on_feedback(START, 0.0)
     sim.player.start(episode, 0.0)
@@ -199,12 +210,12 @@ def test_player_stale_during_playback_holds_then_goes_on_from_that_row():
     assert sim.result["feedback_holds"] == 1 and sim.result["samples"] > 0
     before = [t for t in sim.targets if t[0] < t_gap + 0.6]
     after = [t for t in sim.targets if t[0] >= t_gap + 0.6]
-    assert before[-1][0] <= t_gap + 0.3 + 1e-9        # no target on stale feedback
-    assert after[0][0] >= t_gap + 0.6 + 0.5 - 1e-9    # steady again before moving again
-    np.testing.assert_allclose(after[0][2], before[-1][2])   # from where the arm held
+    assert before[-1][0] <= t_gap + 0.3 + 1e-9  # no target on stale feedback
+    assert after[0][0] >= t_gap + 0.6 + 0.5 - 1e-9  # steady again before moving again
+    np.testing.assert_allclose(after[0][2], before[-1][2])  # from where the arm held
     rows = [int(np.argmin(np.linalg.norm(episode.poses - p, axis=1))) for _, _, p in after]
     k_held = int(np.argmin(np.linalg.norm(episode.poses - before[-1][2], axis=1)))
-    assert rows[-1] == len(episode.t) - 1 and min(rows) >= k_held - 1   # goes on from there to the end
+    assert rows[-1] == len(episode.t) - 1 and min(rows) >= k_held - 1  # goes on from there to the end
 
 
 def test_player_aborts_when_feedback_stays_stale_during_playback():
@@ -218,7 +229,7 @@ def test_player_aborts_when_feedback_stays_stale_during_playback():
     assert sim.result is not None and sim.result["state"] == "aborted", sim.result
     assert "stale" in sim.result["reason"] and sim.result["samples"] > 0
     assert sim.targets[-1][0] <= t_gap + 0.3 + 1e-9
-    assert sim.now - t_gap < 0.3 + 2.0 - 0.5 + 3 * TICK   # 0.5 s of the 2 s went on the start
+    assert sim.now - t_gap < 0.3 + 2.0 - 0.5 + 3 * TICK  # 0.5 s of the 2 s went on the start
 
 
 def test_player_never_targets_on_stale_feedback_whatever_the_gaps():
@@ -238,7 +249,7 @@ def test_player_refuses_without_fresh_feedback_and_while_active():
     player = ReplayPlayer(ReplayConfig())
     assert player.start(_episode(), 0.0) == (False, "no fresh arm feedback on /arm/eef_pose: is piper_arm running?")
     player.on_feedback(START, 0.0)
-    assert not player.start(_episode(), 0.5)[0]       # 0.5 s old: stale
+    assert not player.start(_episode(), 0.5)[0]  # 0.5 s old: stale
     player.on_feedback(START, 1.0)
     ok, msg = player.start(_episode(), 1.0)
     assert ok and "waiting for steady arm feedback" in msg

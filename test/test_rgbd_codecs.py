@@ -1,4 +1,5 @@
 """Depth quantisation and codecs, checked with independent decoders (Pillow, imagecodecs, glymur)."""
+
 from __future__ import annotations
 
 import base64
@@ -17,9 +18,11 @@ from rgbd_writer import codecs
 import rgbd_crash_worker as cw
 
 # Encoding HTJ2K needs an imagecodecs with OpenJPH (codecs.HTJ2K_IMAGECODECS on; none for Python 3.10).
-NEEDS_HTJ2K = pytest.mark.skipif(not codecs.htj2k_available(),
-                                 reason=f"imagecodecs {imagecodecs.__version__} encodes no HTJ2K")
+NEEDS_HTJ2K = pytest.mark.skipif(
+    not codecs.htj2k_available(), reason=f"imagecodecs {imagecodecs.__version__} encodes no HTJ2K"
+)
 PROFILES = [pytest.param(p, marks=NEEDS_HTJ2K) if p == "htj2k" else p for p in codecs.DEPTH_PROFILES]
+
 
 def test_quantize_float_metres_range_and_rounding():
     d = np.array([[np.nan, np.inf, -np.inf, 0.0, 0.0999, 0.1, 1.2346, 1.2344, 5.9996, 6.0, 6.0004, -1.0]])
@@ -49,12 +52,12 @@ def test_quantize_uint16_is_the_range_rule_for_every_value(lo_m, hi_m):
 
 def _codestream(jp2: bytes) -> bytes:
     i = jp2.index(b"jp2c")
-    return jp2[i + 4:]
+    return jp2[i + 4 :]
 
 
 def _cod(cs: bytes) -> dict:
     i = cs.index(b"\xff\x52")
-    scod, prog, layers, mct, levels, xcb, ycb, style, transform = struct.unpack(">BBHBBBBBB", cs[i + 4:i + 14])
+    scod, prog, layers, mct, levels, xcb, ycb, style, transform = struct.unpack(">BBHBBBBBB", cs[i + 4 : i + 14])
     return {"levels": levels, "cblk": (4 << xcb, 4 << ycb), "style": style, "transform": transform}
 
 
@@ -93,7 +96,7 @@ def test_strict_profile_matches_pillow_encoder_parameters():
     buf = io.BytesIO()
     Image.fromarray(mm).save(buf, format="JPEG2000", irreversible=False)
     ours = codecs.encode_depth(mm, "jpeg2000_strict")
-    assert ours[:ours.index(b"jp2c")] == buf.getvalue()[:buf.getvalue().index(b"jp2c")]  # same JP2 boxes
+    assert ours[: ours.index(b"jp2c")] == buf.getvalue()[: buf.getvalue().index(b"jp2c")]  # same JP2 boxes
     assert _cod(_codestream(ours)) == _cod(_codestream(buf.getvalue()))
 
 
@@ -104,7 +107,7 @@ def test_rgb_jpeg_decodes_with_pillow_and_libjpeg():
     b = imagecodecs.jpeg8_decode(data)
     assert a.shape == rgb.shape and a.dtype == np.uint8 and np.array_equal(a, b)
     mse = np.mean((a.astype(float) - rgb) ** 2)
-    assert 10 * np.log10(255 ** 2 / mse) > 28
+    assert 10 * np.log10(255**2 / mse) > 28
     assert Image.open(io.BytesIO(data)).info.get("progressive") is None
 
 
@@ -166,9 +169,9 @@ def test_fast_depth_decoder_reads_htj2k_with_openjph(monkeypatch):
         raise AssertionError("OpenJPEG used")
 
     monkeypatch.setattr(imagecodecs, "jpeg2k_decode", no_openjpeg)
-    assert np.array_equal(codecs.decode_depth_fast(ht), mm)   # OpenJPH, bit-exact
+    assert np.array_equal(codecs.decode_depth_fast(ht), mm)  # OpenJPH, bit-exact
     with pytest.raises(AssertionError, match="OpenJPEG used"):
-        codecs.decode_depth_fast(classic)                      # Part 1 code-blocks: OpenJPEG
+        codecs.decode_depth_fast(classic)  # Part 1 code-blocks: OpenJPEG
 
 
 def test_jp2_walk_finds_boxes_and_markers_by_structure():
@@ -181,7 +184,7 @@ def test_jp2_walk_finds_boxes_and_markers_by_structure():
         assert codecs.jp2_profile(data) == profile
         assert np.array_equal(codecs.decode_depth_fast(data), mm)
     # an XLBox (64-bit length) and a to-the-end box are boxes too
-    head, cs = data[:data.index(b"jp2c") - 4], bytes(codecs.jp2_codestream(data))
+    head, cs = data[: data.index(b"jp2c") - 4], bytes(codecs.jp2_codestream(data))
     xl = head + struct.pack(">I4sQ", 1, b"jp2c", 16 + len(cs)) + cs
     to_end = head + struct.pack(">I4s", 0, b"jp2c") + cs
     for d in (xl, to_end):
@@ -191,7 +194,7 @@ def test_jp2_walk_finds_boxes_and_markers_by_structure():
     with pytest.raises(ValueError, match="no jp2c"):
         codecs.jp2_codestream(head)
     with pytest.raises(ValueError, match="no COD"):
-        codecs.codestream_style(cs[:cs.index(b"\xff\x51")] + b"\xff\x90\x00\x0a" + bytes(8))
+        codecs.codestream_style(cs[: cs.index(b"\xff\x51")] + b"\xff\x90\x00\x0a" + bytes(8))
 
 
 def _scratch_memfds() -> int:
@@ -230,13 +233,13 @@ def test_a_scratch_descriptor_number_taken_over_by_another_file_is_never_written
     other.write_bytes(b"someone else's data")
     ofd = os.open(other, os.O_RDWR)
     try:
-        os.dup2(ofd, fd)   # what a stray close of N followed by an open elsewhere amounts to
+        os.dup2(ofd, fd)  # what a stray close of N followed by an open elsewhere amounts to
         assert codecs.encode_depth(mm) == ref
         assert other.read_bytes() == b"someone else's data"
         assert codecs._scratch.path()[0] != fd
     finally:
         os.close(ofd)
-        os.close(fd)   # ours (the dup of the other file): the scratch no longer claims it
+        os.close(fd)  # ours (the dup of the other file): the scratch no longer claims it
 
 
 def test_a_truncated_codestream_is_encoded_again_never_returned(monkeypatch, caplog):
@@ -303,7 +306,8 @@ def test_htj2k_encodes_what_the_stored_file_holds():
 def test_htj2k_availability_is_what_imagecodecs_has():
     assert codecs.htj2k_available() == hasattr(imagecodecs, "htj2k_encode")
     assert codecs.depth_profiles_available() == tuple(
-        p for p in codecs.DEPTH_PROFILES if p != "htj2k" or hasattr(imagecodecs, "htj2k_encode"))
+        p for p in codecs.DEPTH_PROFILES if p != "htj2k" or hasattr(imagecodecs, "htj2k_encode")
+    )
 
 
 def test_without_htj2k_encoding_it_says_so_and_names_the_profiles_there_are(monkeypatch):
@@ -311,7 +315,9 @@ def test_without_htj2k_encoding_it_says_so_and_names_the_profiles_there_are(monk
     assert codecs.depth_profiles_available() == ("jpeg2000", "jpeg2000_strict")
     problem = codecs.depth_profile_problem("htj2k")
     assert problem is not None and f"imagecodecs >= {codecs.HTJ2K_IMAGECODECS}" in problem
-    assert imagecodecs.__version__ in problem and problem.endswith("available depth profiles: jpeg2000, jpeg2000_strict")
+    assert imagecodecs.__version__ in problem and problem.endswith(
+        "available depth profiles: jpeg2000, jpeg2000_strict"
+    )
     with pytest.raises(RuntimeError) as e:
         codecs.encode_depth(np.zeros((8, 8), np.uint16), "htj2k")
     assert str(e.value) == problem

@@ -1,4 +1,5 @@
 """SIGKILL at random instants loses at most the episode in flight; the file validates after reopen."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,7 @@ def _episode_digest(f: h5py.File, e: int) -> str:
         h.update(bytes(f["observations/rgb_jpeg"][r]))
         h.update(bytes(f["observations/depth_jp2"][r]))
     t = int(f["index/transition_offsets"][e])
-    h.update(f["transitions/actions"][t:t + T].tobytes())
+    h.update(f["transitions/actions"][t : t + T].tobytes())
     return h.hexdigest()
 
 
@@ -59,8 +60,12 @@ def test_sigkill_at_random_instants(tmp_path):
     t_start = time.monotonic()
     rolled_back = deletes = 0
     for k in range(KILLS):
-        p = subprocess.Popen([sys.executable, str(ROOT / "test" / "rgbd_crash_worker.py"), path, str(committed)],
-                             stdout=subprocess.PIPE, text=True, env=env)
+        p = subprocess.Popen(
+            [sys.executable, str(ROOT / "test" / "rgbd_crash_worker.py"), path, str(committed)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert p.stdout.readline().strip() == "READY"
         time.sleep(rng.uniform(0.0, 0.7))
         p.send_signal(signal.SIGKILL)
@@ -88,8 +93,10 @@ def test_sigkill_at_random_instants(tmp_path):
             for e in range(min(committed, n), n):
                 _check_episode_content(f, e)
         committed = n
-    print(f"{KILLS} kills, {committed} episodes, {deletes} deletes started, {rolled_back} transactions rolled back, "
-          f"{time.monotonic() - t_start:.1f} s")
+    print(
+        f"{KILLS} kills, {committed} episodes, {deletes} deletes started, {rolled_back} transactions rolled back, "
+        f"{time.monotonic() - t_start:.1f} s"
+    )
     assert committed >= 3
     assert rolled_back >= KILLS // 4  # most kills must land inside a transaction, not between them
     leftovers = sorted(x.name for x in tmp_path.iterdir() if x.name != "crash.hdf5")

@@ -1,4 +1,5 @@
 """Undo journal: every interrupted state of a transaction rolls back to the original bytes."""
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ def test_committed_changes_and_untouched_prefix_while_open(h5file):
     f.attrs["n"] = 2
     f.flush()
     # while the transaction is open the committed part of the file is unchanged on disk
-    assert open(h5file, "rb").read()[:len(before)] == before
+    assert open(h5file, "rb").read()[: len(before)] == before
     f.close()
     jf.commit()
     assert not os.path.exists(journal_path(h5file))
@@ -84,7 +85,7 @@ def test_torn_header_and_torn_record(h5file):
     with open(h5file, "ab") as f:
         f.write(b"appended")  # cannot happen before a durable header, but must not matter
     assert rollback(h5file) is True
-    assert open(h5file, "rb").read()[:len(before)] == before
+    assert open(h5file, "rb").read()[: len(before)] == before
 
     jf = JournaledFile(h5file, durable=False)
     _modify(jf)
@@ -94,8 +95,9 @@ def test_torn_header_and_torn_record(h5file):
     # the complete record restores page 0, the torn one is skipped.
     jf2 = JournaledFile(h5file, durable=False)
     jf2._close_fds()
-    page0 = after[:journal._PAGE]
+    page0 = after[: journal._PAGE]
     import zlib
+
     good = journal._RECORD.pack(0, len(page0), zlib.crc32(page0)) + page0
     torn = journal._RECORD.pack(journal._PAGE, journal._PAGE, 0) + b"\0" * 10
     with open(journal_path(h5file), "ab") as j:

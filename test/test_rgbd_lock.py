@@ -1,5 +1,6 @@
 """One writer per HDF5 file whatever path reaches it (symlink, hard link, another directory), and the
 crash journal is found through any symlink: real processes, independent checks with h5py."""
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,13 @@ elif cmd == "hold":
 
 
 def writer(path: Path, first: int, n: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WORKER, str(path), str(first), str(n), str(TEST_DIR)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(path), str(first), str(n), str(TEST_DIR)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def refused(path: Path) -> str:
@@ -75,7 +81,7 @@ def test_symlink_and_hard_link_writers_are_refused_and_the_file_survives(tmp_pat
     real = tmp_path / "data" / "rgbd.hdf5"
     (tmp_path / "other").mkdir()
     sym = tmp_path / "other" / "via_symlink.hdf5"
-    sym.symlink_to(real)   # dangling until the first writer creates the file through it
+    sym.symlink_to(real)  # dangling until the first writer creates the file through it
     first = writer(sym, 0, 2)
     try:
         assert first.stdout.readline().strip() == "ready"
@@ -137,7 +143,7 @@ def test_releasing_the_lock_cannot_let_a_third_writer_in(tmp_path):
     path = tmp_path / "f.hdf5"
     a = RgbdWriter(path, RgbdConfig(width=cw.W, height=cw.H))
     cw.write_episode(a, 0)
-    b = writer(path, 1, 1)   # refused while A holds the file
+    b = writer(path, 1, 1)  # refused while A holds the file
     out, _ = b.communicate(timeout=60)
     assert b.returncode == 2 and "open in another writer" in out
     a.close()
@@ -161,8 +167,11 @@ def test_bag2dataset_rgbd_through_a_symlink_is_refused_while_a_writer_holds_the_
     from piper_recorder.cli.bag2dataset import main as bag2dataset
 
     conf = tmp_path / "recorders.yaml"
-    conf.write_text(yaml.safe_dump({"rgbd_recorder": {"ros__parameters": {
-        "camera": "cam_front", "camera_width": 64, "camera_height": 48}}}))
+    conf.write_text(
+        yaml.safe_dump(
+            {"rgbd_recorder": {"ros__parameters": {"camera": "cam_front", "camera_width": 64, "camera_height": 48}}}
+        )
+    )
     bag = write_bag(tmp_path / "bag", scenario_messages(SynthScenario(duration_s=1.5, episodes=[(0.3, 1.2)])))
     real, sym = tmp_path / "real.hdf5", tmp_path / "link.hdf5"
     args = [str(bag), "--format", "rgbd", "--config", str(conf), "--no-progress"]
@@ -175,7 +184,7 @@ def test_bag2dataset_rgbd_through_a_symlink_is_refused_while_a_writer_holds_the_
         assert bag2dataset([*args, "--out", str(sym)]) == 2
         assert "open in another writer" in capsys.readouterr().err
     assert validate_file(str(real), full=True) == [] and episodes(real) == 1
-    assert bag2dataset([*args, "--out", str(sym)]) == 0   # resume: already converted, file intact
+    assert bag2dataset([*args, "--out", str(sym)]) == 0  # resume: already converted, file intact
     assert episodes(real) == 1 and validate_file(str(real), full=True) == []
 
 
@@ -189,7 +198,7 @@ def test_a_creator_killed_after_linking_the_new_file_leaves_no_second_link(tmp_p
     dead.wait()
     leftover = Path(f"{path}.creating.{dead.pid}")
     os.link(path, leftover)
-    live = Path(f"{path}.creating.{os.getpid()}x")   # not a pid: never touched
+    live = Path(f"{path}.creating.{os.getpid()}x")  # not a pid: never touched
     live.write_bytes(b"")
     with RgbdWriter(path, RgbdConfig(width=cw.W, height=cw.H)) as w:
         assert w.total_episodes == 1

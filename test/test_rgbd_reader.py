@@ -1,4 +1,5 @@
 """Loader: transitions, sequences and stacks stay inside episodes, decode each row once, fork-safe."""
+
 from __future__ import annotations
 
 import multiprocessing as mp

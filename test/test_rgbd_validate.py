@@ -1,4 +1,5 @@
 """validate_file: a valid file passes; a corrupted copy is reported for every invariant it checks."""
+
 from __future__ import annotations
 
 import io
@@ -43,6 +44,7 @@ def _recreate(f, path, **kw):
 def _set(path, value):
     def m(f):
         f[path][...] = value(f[path][()]) if callable(value) else value
+
     return m
 
 
@@ -52,6 +54,7 @@ def _attr(obj, key, value):
             del f[obj].attrs[key]
         else:
             f[obj].attrs[key] = value
+
     return m
 
 
@@ -92,8 +95,10 @@ MUTATIONS = {
     "missing actions": (lambda f: f.__delitem__("transitions/actions"), "actions: missing"),
     "obs_index": (_set("index/obs_index", lambda a: a + (np.arange(a.size) == 2)), "obs_index"),
     "next_obs_index": (_set("index/next_obs_index", lambda a: a + (np.arange(a.size) == 3)), "next_obs_index"),
-    "next past end": (_set("index/next_obs_index", lambda a: np.where(np.arange(a.size) == a.size - 1, 10**6, a)),
-                      "next_obs_index"),
+    "next past end": (
+        _set("index/next_obs_index", lambda a: np.where(np.arange(a.size) == a.size - 1, 10**6, a)),
+        "next_obs_index",
+    ),
     "episode_id": (_set("index/episode_id", lambda a: a[::-1]), "episode_id"),
     "episode_transition_index": (_set("index/episode_transition_index", lambda a: a * 0), "episode_transition_index"),
     "episode_lengths": (_set("index/episode_lengths", lambda a: a + [1, -1, 0]), "cumulative episode lengths"),
@@ -103,17 +108,20 @@ MUTATIONS = {
     "rows vs totals": (lambda f: f[schema.RGB].resize((f[schema.RGB].shape[0] - 1,)), "rows, expected"),
     "state rows": (lambda f: f["observations/state/joint"].resize((3, 6)), "state/joint: has 3 rows"),
     "action rows": (lambda f: f["transitions/actions"].resize((2, 7)), "actions: has 2 rows"),
-    "non-finite action": (_set("transitions/actions", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 5,
-                                                                          np.nan, a)), "non-finite"),
+    "non-finite action": (
+        _set("transitions/actions", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 5, np.nan, a)),
+        "non-finite",
+    ),
     "rewards dtype": (lambda f: _recreate(f, "transitions/rewards", dtype=np.float64), "rewards: dtype"),
     "index dtype": (lambda f: _recreate(f, "index/episode_lengths", dtype=np.int32), "episode_lengths: dtype"),
-    "vlen dtype": (lambda f: _recreate(f, schema.RGB, data=np.zeros(f[schema.RGB].shape, np.uint8),
-                                       dtype=np.uint8), "rgb_jpeg: dtype"),
+    "vlen dtype": (
+        lambda f: _recreate(f, schema.RGB, data=np.zeros(f[schema.RGB].shape, np.uint8), dtype=np.uint8),
+        "rgb_jpeg: dtype",
+    ),
     "index chunks": (lambda f: _recreate(f, "index/obs_index", chunks=(512,)), "chunks"),
     "numeric chunk rule": (lambda f: _recreate(f, "transitions/actions", chunks=(64, 7)), "actions: chunks"),
     "vlen chunks": (lambda f: _recreate(f, schema.DEPTH, chunks=(16,)), "depth_jp2: chunks"),
-    "maxshape": (lambda f: _recreate(f, "transitions/terminals", maxshape=(4096,)),
-                 "maxshape"),
+    "maxshape": (lambda f: _recreate(f, "transitions/terminals", maxshape=(4096,)), "maxshape"),
     "gzip filter": (lambda f: _recreate(f, "transitions/timeouts", compression="gzip"), "filters"),
     "rgb ds attr": (_attr(schema.RGB, "codec", "png"), "rgb_jpeg: attribute codec"),
     "rgb ds quality": (_attr(schema.RGB, "jpeg_quality", 50), "jpeg_quality"),
@@ -131,8 +139,12 @@ MUTATIONS = {
     "depth not jp2": (lambda f: f[schema.DEPTH].__setitem__(2, np.arange(50, dtype=np.uint8)), "depth_jp2[2]"),
     "depth out of range": (_bad_depth_row, "outside"),
     "depth profile attr": (_attr("/", "depth_jpeg2000_profile", "htj2k"), "the file says htj2k"),
-    "strict payload in default file": (lambda f: f[schema.DEPTH].__setitem__(1, np.frombuffer(
-        codecs.encode_depth(np.zeros((cw.H, cw.W), np.uint16), "jpeg2000_strict"), np.uint8)), "jpeg2000_strict"),
+    "strict payload in default file": (
+        lambda f: f[schema.DEPTH].__setitem__(
+            1, np.frombuffer(codecs.encode_depth(np.zeros((cw.H, cw.W), np.uint16), "jpeg2000_strict"), np.uint8)
+        ),
+        "jpeg2000_strict",
+    ),
     "depth ds profile": (_attr(schema.DEPTH, "depth_jpeg2000_profile", "htj2k"), "depth_jp2: attribute depth_jpeg2000"),
     "unknown profile": (_attr("/", "depth_jpeg2000_profile", "jpegxl"), "depth_jpeg2000_profile"),
 }
@@ -185,5 +197,6 @@ def test_success_is_optional_and_a_boolean_where_present(tmp_path):
     assert validate_file(p, full=True) == []
     with h5py.File(p, "r+") as f:
         f["episodes/demo_1"].attrs["success"] = "yes"
-    assert validate_file(p) == ["/episodes/demo_1: attribute success is 'yes', expected a boolean (or no success "
-                                "attribute: not known)"]
+    assert validate_file(p) == [
+        "/episodes/demo_1: attribute success is 'yes', expected a boolean (or no success attribute: not known)"
+    ]

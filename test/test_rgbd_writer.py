@@ -1,4 +1,5 @@
 """Writer: exact raw layout (h5py), streaming API errors, append/discard, lifecycle, back-pressure."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,13 @@ H, W = cw.H, cw.W
 
 
 def cfg(**kw) -> RgbdConfig:
-    base = dict(width=W, height=H, rgb_source="/cam_front/color/image_raw",
-                depth_source="/cam_front/aligned_depth_to_color/image_raw", env_args={"robot": "piper"})
+    base = dict(
+        width=W,
+        height=H,
+        rgb_source="/cam_front/color/image_raw",
+        depth_source="/cam_front/aligned_depth_to_color/image_raw",
+        env_args={"robot": "piper"},
+    )
     base.update(kw)
     return RgbdConfig(**base)
 
@@ -35,16 +41,34 @@ def written(tmp_path):
 
 
 ROOT_EXPECTED = {
-    "schema_name": "rlroverlab.offline_rgbd_v2", "format_version": 2, "writer_status": "complete",
-    "visual_profile": "rgb_jpeg_depth_u16_jpeg2000", "storage_contract_version": 1,
-    "visual_storage_contract": "raw_sensor_values_compressed", "training_normalization_applied": False,
-    "normalization_contract": "loader_applies_normalization_after_decode", "zero_structural_duplication": True,
-    "rgb_codec": "jpeg", "rgb_jpeg_quality": 88, "rgb_source": "/cam_front/color/image_raw",
-    "rgb_storage_dtype": "uint8", "rgb_storage_range_min": 0, "rgb_storage_range_max": 255,
-    "depth_codec": "jpeg2000_u16_mm", "depth_source": "/cam_front/aligned_depth_to_color/image_raw",
-    "depth_source_unit": "meters", "depth_storage_dtype": "uint16", "depth_storage_unit": "millimeters",
-    "depth_psnr_target_db": 50.0, "depth_min_m": 0.1, "depth_max_m": 6.0, "depth_invalid_sentinel": 0,
-    "camera_width": W, "camera_height": H, "camera_channels": 3, "depth_jpeg2000_profile": "jpeg2000",
+    "schema_name": "rlroverlab.offline_rgbd_v2",
+    "format_version": 2,
+    "writer_status": "complete",
+    "visual_profile": "rgb_jpeg_depth_u16_jpeg2000",
+    "storage_contract_version": 1,
+    "visual_storage_contract": "raw_sensor_values_compressed",
+    "training_normalization_applied": False,
+    "normalization_contract": "loader_applies_normalization_after_decode",
+    "zero_structural_duplication": True,
+    "rgb_codec": "jpeg",
+    "rgb_jpeg_quality": 88,
+    "rgb_source": "/cam_front/color/image_raw",
+    "rgb_storage_dtype": "uint8",
+    "rgb_storage_range_min": 0,
+    "rgb_storage_range_max": 255,
+    "depth_codec": "jpeg2000_u16_mm",
+    "depth_source": "/cam_front/aligned_depth_to_color/image_raw",
+    "depth_source_unit": "meters",
+    "depth_storage_dtype": "uint16",
+    "depth_storage_unit": "millimeters",
+    "depth_psnr_target_db": 50.0,
+    "depth_min_m": 0.1,
+    "depth_max_m": 6.0,
+    "depth_invalid_sentinel": 0,
+    "camera_width": W,
+    "camera_height": H,
+    "camera_channels": 3,
+    "depth_jpeg2000_profile": "jpeg2000",
 }
 
 
@@ -69,12 +93,23 @@ def test_raw_layout_matches_reference(written):
             assert h5py.check_vlen_dtype(ds.dtype) == np.uint8
             assert ds.shape == (n_obs,) and ds.chunks == (1024,) and ds.maxshape == (None,)
         r, d = f[schema.RGB].attrs, f[schema.DEPTH].attrs
-        assert dict(r) == {"source": "/cam_front/color/image_raw", "source_space": "raw_sensor", "codec": "jpeg",
-                           "jpeg_quality": 88, "stored_as": "variable_length_uint8_encoded_bytes",
-                           "decoded_dtype": "uint8", "decoded_channel_order": "RGB", "decoded_range_min": 0,
-                           "decoded_range_max": 255, "training_normalization_applied": False,
-                           "recommended_training_scale": pytest.approx(1 / 255),
-                           "recommended_training_dtype": "float32", "width": W, "height": H, "channels": 3}
+        assert dict(r) == {
+            "source": "/cam_front/color/image_raw",
+            "source_space": "raw_sensor",
+            "codec": "jpeg",
+            "jpeg_quality": 88,
+            "stored_as": "variable_length_uint8_encoded_bytes",
+            "decoded_dtype": "uint8",
+            "decoded_channel_order": "RGB",
+            "decoded_range_min": 0,
+            "decoded_range_max": 255,
+            "training_normalization_applied": False,
+            "recommended_training_scale": pytest.approx(1 / 255),
+            "recommended_training_dtype": "float32",
+            "width": W,
+            "height": H,
+            "channels": 3,
+        }
         assert d["codec"] == "jpeg2000" and d["codec_input_dtype"] == "uint16" and d["channels"] == 1
         assert (d["decoded_valid_min"], d["decoded_valid_max"], d["invalid_sentinel"]) == (100, 6000, 0)
         assert (d["source_valid_min_m"], d["source_valid_max_m"]) == (0.1, 6.0)
@@ -115,8 +150,12 @@ def test_raw_layout_matches_reference(written):
         assert f["data"].attrs["total"] == n_tr and json.loads(f["data"].attrs["env_args"]) == {"robot": "piper"}
         assert sorted(f["episodes"]) == ["demo_0", "demo_1", "demo_2"]
         g = f["episodes/demo_1"].attrs
-        assert (g["num_samples"], g["num_observations"], g["obs_offset"], g["transition_offset"]) == \
-            (lengths[1], lengths[1] + 1, lengths[0] + 1, lengths[0])
+        assert (g["num_samples"], g["num_observations"], g["obs_offset"], g["transition_offset"]) == (
+            lengths[1],
+            lengths[1] + 1,
+            lengths[0] + 1,
+            lengths[0],
+        )
         assert g["success"] == True and g["seed"] == 1 and g["task"] == "task 1"  # noqa: E712
         # flags: terminal where given, the recorder's truncation becomes a timeout; dones = either
         term, tout, done = (f[f"transitions/{k}"][()] for k in ("terminals", "timeouts", "dones"))
@@ -148,8 +187,11 @@ def test_lifecycle_status_and_totals_current_after_each_episode(tmp_path):
         total_t += cw.episode_length(e)
         with h5py.File(path, "r") as f:  # readable between episodes, counters current
             assert f.attrs["writer_status"] == "incomplete"
-            assert (f.attrs["total_episodes"], f.attrs["total_transitions"], f.attrs["total_observations"]) == \
-                (e + 1, total_t, total_t + e + 1)
+            assert (f.attrs["total_episodes"], f.attrs["total_transitions"], f.attrs["total_observations"]) == (
+                e + 1,
+                total_t,
+                total_t + e + 1,
+            )
             assert f.attrs["camera_width"] == W
         assert any("writer_status" in p for p in validate_file(path))
     w.close()
@@ -269,7 +311,9 @@ def test_depth_inputs_metres_and_millimetres_and_htj2k_profile(tmp_path):
         w.end_episode()
     with h5py.File(path, "r") as f:
         assert f.attrs["depth_codec"] == "jpeg2000_u16_mm" and f.attrs["depth_jpeg2000_profile"] == "htj2k"
-        assert f[schema.DEPTH].attrs["codec"] == "jpeg2000" and f[schema.DEPTH].attrs["depth_jpeg2000_profile"] == "htj2k"
+        assert (
+            f[schema.DEPTH].attrs["codec"] == "jpeg2000" and f[schema.DEPTH].attrs["depth_jpeg2000_profile"] == "htj2k"
+        )
         assert "state" in f["observations"] and len(f["observations/state"]) == 0
         d0 = codecs.decode_depth_pillow(f[schema.DEPTH][0])
         d1 = codecs.decode_depth_pillow(f[schema.DEPTH][1])
@@ -340,7 +384,10 @@ def test_delete_last_episode_then_append(written):
         keep = [bytes(f[schema.DEPTH][i]) for i in range(int(f["index/obs_offsets"][2]))]
     with RgbdWriter(written, cfg()) as w:
         assert w.delete_last_episode() == 2 and w.total_episodes == 2
-        assert validate_file(written).count("writer_status is 'incomplete': the file is being written or was not closed") == 1
+        assert (
+            validate_file(written).count("writer_status is 'incomplete': the file is being written or was not closed")
+            == 1
+        )
         w.start_episode()
         with pytest.raises(EpisodeStateError, match="in flight"):
             w.delete_last_episode()
@@ -369,7 +416,9 @@ def test_htj2k_without_an_encoder_is_refused_when_configured_and_when_a_frame_co
 
     monkeypatch.setattr(codecs, "htj2k_available", lambda: False)
     RgbdRecorderConfig(depth_codec="htj2k").validate()
-    with pytest.raises(RgbdError, match=r"depth_codec: depth profile 'htj2k' is unavailable.*jpeg2000, jpeg2000_strict$"):
+    with pytest.raises(
+        RgbdError, match=r"depth_codec: depth profile 'htj2k' is unavailable.*jpeg2000, jpeg2000_strict$"
+    ):
         rgbd_writer_config(RgbdRecorderConfig(depth_codec="htj2k"))
     assert rgbd_writer_config(RgbdRecorderConfig(depth_codec="jpeg2000_strict")).depth_codec == "jpeg2000_strict"
     rgb, depth, _ = cw.frame(1, 0)

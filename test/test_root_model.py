@@ -1,6 +1,7 @@
 """The typed read model of a LeRobot v2.x root (``piper_recorder.lerobot.format.root``): what it parses from a
 root the fixtures write, the paths it resolves, the modality groups, and the input errors of damaged
 meta files. ROS-free."""
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ def test_info_fields_and_features_match_the_file(root: Path):
     assert info.chunks_size == raw["chunks_size"] and info.robot_type == raw.get("robot_type")
     assert (info.total_episodes, info.total_frames) == (3, 12 + 9 + 7)
     assert info.total_tasks == raw["total_tasks"] == 2
-    assert list(info.features) == list(raw["features"])          # file order kept
+    assert list(info.features) == list(raw["features"])  # file order kept
     assert info.video_keys == ("observation.images.cam_front", "observation.images.cam_wrist")
     assert m.cameras == ("cam_front", "cam_wrist")
     cam = info.features["observation.images.cam_front"]
@@ -52,7 +53,7 @@ def test_episodes_and_tasks_with_extras_kept_in_file_order(root: Path):
     assert [e.index for e in m.episodes] == [0, 1, 2] and [e.length for e in m.episodes] == [12, 9, 7]
     assert [e.tasks for e in m.episodes] == [("pick the cube",), ("place the cube",), ("pick the cube",)]
     for e, line in zip(m.episodes, raw):
-        assert e.to_json() == line and list(e.to_json()) == list(line)          # key order too
+        assert e.to_json() == line and list(e.to_json()) == list(line)  # key order too
         assert set(e.extras) == set(line) - {"episode_index", "tasks", "length"}
         assert e.task_index == line["task_index"]
     assert m.tasks == (Task(0, "pick the cube"), Task(1, "place the cube"))
@@ -75,8 +76,11 @@ def test_paths_resolve_from_the_roots_own_templates(root: Path, tmp_path: Path):
     assert want.is_file()
     # another root's templates and chunk size are followed, not ours
     doc = json.loads((root / "meta/info.json").read_text())
-    doc.update(chunks_size=2, data_path="d/{episode_chunk}/{episode_index}.parquet",
-               video_path="v/{video_key}/{episode_chunk:02d}-{episode_index}.mp4")
+    doc.update(
+        chunks_size=2,
+        data_path="d/{episode_chunk}/{episode_index}.parquet",
+        video_path="v/{video_key}/{episode_chunk:02d}-{episode_index}.mp4",
+    )
     info = Info.from_json(doc)
     assert info.data_relpath(5) == "d/2/5.parquet"
     assert info.video_relpath(5, "observation.images.top") == "v/observation.images.top/02-5.mp4"
@@ -100,21 +104,30 @@ def test_modality_groups_of_the_fixture_root(root: Path):
 
 def test_modality_defaults_and_gr00t_uses_the_same_classes():
     from piper_recorder.policy import gr00t
+
     assert gr00t.Modality is Modality and gr00t.Slice is Slice
-    mod = Modality.from_json({"state": {"s": {"start": 0, "end": 2}}, "action": {"a": {"start": 1, "end": 3}},
-                              "video": {"front": {"original_key": "observation.images.cam_front"}, "top": {}}})
+    mod = Modality.from_json(
+        {
+            "state": {"s": {"start": 0, "end": 2}},
+            "action": {"a": {"start": 1, "end": 3}},
+            "video": {"front": {"original_key": "observation.images.cam_front"}, "top": {}},
+        }
+    )
     assert mod.state == (Slice("s", "observation.state", 0, 2),) and mod.action == (Slice("a", "action", 1, 3),)
     assert mod.video == {"front": "cam_front", "top": "top"}
     assert mod.language == ("annotation.human.task_description",)
-    piper = Modality.load(None)   # the recorder's own layout
+    piper = Modality.load(None)  # the recorder's own layout
     assert [s.name for s in piper.state] == ["arm_joint", "eef_pos", "eef_rot", "gripper"]
 
 
-@pytest.mark.parametrize("doc, match", [
-    ({"state": [1]}, "state must be an object"),
-    ({"action": {"a": {"start": 0}}}, "action.a needs integer 'start' and 'end'"),
-    ({"video": ["x"]}, "video and annotation must be objects"),
-])
+@pytest.mark.parametrize(
+    "doc, match",
+    [
+        ({"state": [1]}, "state must be an object"),
+        ({"action": {"a": {"start": 0}}}, "action.a needs integer 'start' and 'end'"),
+        ({"video": ["x"]}, "video and annotation must be objects"),
+    ],
+)
 def test_malformed_modality_is_a_schema_error(doc: dict, match: str):
     with pytest.raises(SchemaError, match=match):
         Modality.from_json(doc)
@@ -123,33 +136,37 @@ def test_malformed_modality_is_a_schema_error(doc: dict, match: str):
 def test_model_is_read_only(root: Path):
     m = Root.open(root)
     with pytest.raises(FrozenInstanceError):
-        m.info.fps = 10   # type: ignore[misc]
+        m.info.fps = 10  # type: ignore[misc]
     with pytest.raises(TypeError):
-        m.info.features["x"] = m.info.features["timestamp"]   # type: ignore[index]
+        m.info.features["x"] = m.info.features["timestamp"]  # type: ignore[index]
     with pytest.raises(TypeError):
-        m.episodes[0].extras["verdict"] = "x"   # type: ignore[index]
-    m.info.to_json()["features"].clear()       # a copy: the model is unchanged
+        m.episodes[0].extras["verdict"] = "x"  # type: ignore[index]
+    m.info.to_json()["features"].clear()  # a copy: the model is unchanged
     assert "timestamp" in m.info.features and "timestamp" in m.info.raw["features"]
 
 
 def _copy(root: Path, dst: Path) -> Path:
     import shutil
+
     shutil.copytree(root / "meta", dst / "meta")
     return dst
 
 
-@pytest.mark.parametrize("damage, match", [
-    (lambda p: (p / "meta/info.json").write_text("{not json"), r"meta/info.json: not valid JSON"),
-    (lambda p: (p / "meta/info.json").write_text("[1, 2]"), r"meta/info.json: must be a JSON object"),
-    (lambda p: (p / "meta/info.json").unlink(), r"meta/info.json: missing"),
-    (lambda p: _set(p, fps=0), r"'fps' must be a positive number"),
-    (lambda p: _set(p, features={"a": {"dtype": "float32"}}), r"feature 'a' must be an object"),
-    (lambda p: _set(p, data_path=None), r"'data_path' must be a path template"),
-    (lambda p: _set(p, total_frames="many"), r"total_episodes/total_frames/total_tasks must be integers"),
-    (lambda p: (p / "meta/episodes.jsonl").write_text('{"episode_index": 0, "length": 3}\n'), r"'tasks' must be"),
-    (lambda p: (p / "meta/tasks.jsonl").write_text('{"task": "x"}\n'), r"tasks.jsonl: line 1: needs an integer"),
-    (lambda p: (p / "meta/modality.json").write_text('{"state": 3}'), r"modality.json: state must be an object"),
-])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        (lambda p: (p / "meta/info.json").write_text("{not json"), r"meta/info.json: not valid JSON"),
+        (lambda p: (p / "meta/info.json").write_text("[1, 2]"), r"meta/info.json: must be a JSON object"),
+        (lambda p: (p / "meta/info.json").unlink(), r"meta/info.json: missing"),
+        (lambda p: _set(p, fps=0), r"'fps' must be a positive number"),
+        (lambda p: _set(p, features={"a": {"dtype": "float32"}}), r"feature 'a' must be an object"),
+        (lambda p: _set(p, data_path=None), r"'data_path' must be a path template"),
+        (lambda p: _set(p, total_frames="many"), r"total_episodes/total_frames/total_tasks must be integers"),
+        (lambda p: (p / "meta/episodes.jsonl").write_text('{"episode_index": 0, "length": 3}\n'), r"'tasks' must be"),
+        (lambda p: (p / "meta/tasks.jsonl").write_text('{"task": "x"}\n'), r"tasks.jsonl: line 1: needs an integer"),
+        (lambda p: (p / "meta/modality.json").write_text('{"state": 3}'), r"modality.json: state must be an object"),
+    ],
+)
 def test_a_damaged_meta_file_is_an_input_error_naming_it(root: Path, tmp_path: Path, damage, match: str):
     r = _copy(root, tmp_path / "r")
     damage(r)

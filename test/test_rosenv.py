@@ -3,15 +3,25 @@ Fast DDS 3 (Kilted) reads only FASTDDS_DEFAULT_PROFILES_FILE, Fast DDS 2 (Humble
 FASTRTPS_DEFAULT_PROFILES_FILE; rcl of Iron and newer reads ROS_AUTOMATIC_DISCOVERY_RANGE, Humble's only
 ROS_LOCALHOST_ONLY. Each install is simulated by a folder of libraries that say so, and this machine's
 own libraries are checked to say what the chosen variables claim."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from piper_recorder.graph.rosenv import (DISCOVERY_RANGE, FASTDDS2_PROFILE_VAR, FASTDDS3_PROFILE_VAR, LOCALHOST_ONLY,
-                                   PROFILE_VARS, DdsFeatures, dds_features, launch_dds_env, loopback_env,
-                                   ros_lib_dirs)
+from piper_recorder.graph.rosenv import (
+    DISCOVERY_RANGE,
+    FASTDDS2_PROFILE_VAR,
+    FASTDDS3_PROFILE_VAR,
+    LOCALHOST_ONLY,
+    PROFILE_VARS,
+    DdsFeatures,
+    dds_features,
+    launch_dds_env,
+    loopback_env,
+    ros_lib_dirs,
+)
 
 RMW = {"RMW_IMPLEMENTATION": "rmw_fastrtps_cpp"}
 
@@ -24,11 +34,14 @@ def _install(tmp_path: Path, name: str, fastdds: str, rcl_reads: tuple[str, ...]
     return lib
 
 
-@pytest.mark.parametrize("distro,fastdds,rcl_reads,major,ranged", [
-    ("humble", "libfastrtps.so.2.6.10", (LOCALHOST_ONLY,), 2, False),
-    ("jazzy", "libfastrtps.so.2.14.5", (DISCOVERY_RANGE, LOCALHOST_ONLY), 2, True),
-    ("kilted", "libfastdds.so.3.2.2", (DISCOVERY_RANGE,), 3, True),
-])
+@pytest.mark.parametrize(
+    "distro,fastdds,rcl_reads,major,ranged",
+    [
+        ("humble", "libfastrtps.so.2.6.10", (LOCALHOST_ONLY,), 2, False),
+        ("jazzy", "libfastrtps.so.2.14.5", (DISCOVERY_RANGE, LOCALHOST_ONLY), 2, True),
+        ("kilted", "libfastdds.so.3.2.2", (DISCOVERY_RANGE,), 3, True),
+    ],
+)
 def test_features_are_read_off_the_libraries(tmp_path, distro, fastdds, rcl_reads, major, ranged):
     lib = _install(tmp_path, distro, fastdds, rcl_reads)
     f = DdsFeatures.detect([tmp_path / "nothing", lib])
@@ -47,7 +60,7 @@ def test_jazzy_gets_the_fast_dds_2_variable_and_no_stale_one():
     env = loopback_env(stale, DdsFeatures(2, True))
     assert env[FASTDDS2_PROFILE_VAR].endswith("config/fastdds_loopback.xml")
     assert FASTDDS3_PROFILE_VAR not in env and LOCALHOST_ONLY not in env
-    assert env[DISCOVERY_RANGE] == "SYSTEM_DEFAULT"   # rmw leaves the profile's transports alone
+    assert env[DISCOVERY_RANGE] == "SYSTEM_DEFAULT"  # rmw leaves the profile's transports alone
 
 
 def test_kilted_gets_the_fast_dds_3_variable_only():
@@ -59,8 +72,8 @@ def test_humble_falls_back_to_localhost_only_without_the_profile():
     humble = DdsFeatures(2, False)
     with_profile = loopback_env(dict(RMW), humble)
     assert with_profile[FASTDDS2_PROFILE_VAR].endswith("fastdds_loopback.xml")
-    assert DISCOVERY_RANGE not in with_profile and LOCALHOST_ONLY not in with_profile   # the profile restricts
-    other = loopback_env({"RMW_IMPLEMENTATION": "rmw_cyclonedds_cpp"}, humble)   # no profile: Humble's switch
+    assert DISCOVERY_RANGE not in with_profile and LOCALHOST_ONLY not in with_profile  # the profile restricts
+    other = loopback_env({"RMW_IMPLEMENTATION": "rmw_cyclonedds_cpp"}, humble)  # no profile: Humble's switch
     assert other[LOCALHOST_ONLY] == "1" and DISCOVERY_RANGE not in other
     ranged = loopback_env({"RMW_IMPLEMENTATION": "rmw_cyclonedds_cpp"}, DdsFeatures(3, True))
     assert ranged[DISCOVERY_RANGE] == "LOCALHOST" and LOCALHOST_ONLY not in ranged
@@ -99,7 +112,7 @@ def test_an_rclpy_without_the_events_executor_gets_the_single_threaded_one(monke
     from piper_recorder.nodes.plumbing.executors import executor_class
 
     assert executor_class("events").__name__ == "EventsExecutor"
-    monkeypatch.setitem(sys.modules, "rclpy.experimental", None)   # import fails as on Humble
+    monkeypatch.setitem(sys.modules, "rclpy.experimental", None)  # import fails as on Humble
     assert executor_class("events") is SingleThreadedExecutor
     with pytest.raises(ValueError):
         executor_class("fastest")

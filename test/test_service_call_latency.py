@@ -5,6 +5,7 @@ per call. With a profile whose writers suppress NACKs after a send (``nack_supre
 100 ms), 9 of 40 such calls took 3.0 s, Fast DDS's heartbeat period; with the default every one
 answered within 0.1 s (config/fastdds_loopback.xml says why the profile keeps the default).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,13 @@ def test_fresh_client_service_calls_answer_within_a_second(ros_domain, tmp_path)
     name = "/probe/trigger"
     with ProcGroup(env, tmp_path) as procs:
         procs.start(sys.executable, str(PROBE), "server", name, name="probe_server")
-        out = subprocess.run([sys.executable, str(PROBE), "calls", name, str(CALLS)], env=env,
-                             capture_output=True, text=True, timeout=240)
+        out = subprocess.run(
+            [sys.executable, str(PROBE), "calls", name, str(CALLS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     assert out.returncode == 0, out.stderr[-2000:]
     seconds = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
     assert len(seconds) == CALLS

@@ -1,5 +1,6 @@
 """Sim camera: geometry, rendering and marker finding (pure), and the node's topics, encodings,
 stamps and EEF-at-stamp rendering (a real piper-sim-camera process)."""
+
 from __future__ import annotations
 
 import math
@@ -101,6 +102,7 @@ def test_fault_plan():
 
 # ---- the node as a real process ------------------------------------------------------------------
 
+
 def _eef(t: float) -> np.ndarray:
     """A fast circle so that a one-frame misalignment is many pixels."""
     return np.array([0.28 + 0.08 * math.cos(2.0 * t), 0.10 * math.sin(2.0 * t), 0.22])
@@ -119,16 +121,26 @@ def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
     from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 
     with ProcGroup(ros_domain.env(), tmp_path) as procs:
-        cam_proc = procs.start("piper-sim-camera", "--ros-args", "-r", "__node:=cam_t",
-                               "-p", "width:=320", "-p", "height:=240", "-p", "fps:=30.0",
-                               "-p", "pose_wait_ms:=1000.0")
+        cam_proc = procs.start(
+            "piper-sim-camera",
+            "--ros-args",
+            "-r",
+            "__node:=cam_t",
+            "-p",
+            "width:=320",
+            "-p",
+            "height:=240",
+            "-p",
+            "fps:=30.0",
+            "-p",
+            "pose_wait_ms:=1000.0",
+        )
         ctx = rclpy.Context()
         rclpy.init(context=ctx)
         node = rclpy.create_node("probe", context=ctx)
         got: dict[str, list] = {"color": [], "depth": [], "info": []}
         node.create_subscription(Image, "/cam_t/color/image_raw", lambda m: got["color"].append(m), 50)
-        node.create_subscription(Image, "/cam_t/aligned_depth_to_color/image_raw",
-                                 lambda m: got["depth"].append(m), 50)
+        node.create_subscription(Image, "/cam_t/aligned_depth_to_color/image_raw", lambda m: got["depth"].append(m), 50)
         node.create_subscription(CameraInfo, "/cam_t/color/camera_info", lambda m: got["info"].append(m), 50)
         pub = node.create_publisher(PoseStamped, "/arm/eef_pose", 50)
         ex = SingleThreadedExecutor(context=ctx)
@@ -206,8 +218,12 @@ def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain
     try:
         node = SimCamera()
         try:
-            for pub, key in ((node.pub_color, "color_qos"), (node.pub_depth, "color_qos"),
-                             (node.pub_color_info, "color_info_qos"), (node.pub_depth_info, "color_info_qos")):
+            for pub, key in (
+                (node.pub_color, "color_qos"),
+                (node.pub_depth, "color_qos"),
+                (node.pub_color_info, "color_info_qos"),
+                (node.pub_depth_info, "color_info_qos"),
+            ):
                 assert pub.qos_profile == QoSPresetProfiles[REALSENSE_QOS[key]].value, (pub.topic_name, key)
             assert node.pub_color.qos_profile.depth == 10
             assert node.pub_color.qos_profile.reliability == ReliabilityPolicy.RELIABLE

@@ -4,13 +4,15 @@ rmw_fastrtps drops a response whose reader the server has not matched within 100
 acted on the request all the same (its ``~/status`` counts the answer). piper-demo and the consumer
 roots used to wait 30 s for such a start answer, fail, and save one 30 s episode instead of two.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 
 import pytest
-pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+
+pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from rclpy.task import Future  # noqa: E402
 
 from piper_recorder.graph import sim_session  # noqa: E402
@@ -23,7 +25,7 @@ class _Graph:
 
 
 def _session(status: dict) -> SimSession:
-    s = SimSession.__new__(SimSession)   # no graph, no ROS: only what _await_answer reads
+    s = SimSession.__new__(SimSession)  # no graph, no ROS: only what _await_answer reads
     s._cond = threading.Condition()
     s.status = status
     s.graph = _Graph()  # type: ignore[assignment]
@@ -45,7 +47,7 @@ def test_a_response_wins_when_it_comes():
 def test_a_lost_response_is_read_from_the_status(monkeypatch):
     monkeypatch.setattr(sim_session, "LOST_ANSWER_S", 0.3)
     s = _session({"r": {"answers": 3, "ok": True, "message": "idle"}})
-    fut: Future = Future()   # never answered
+    fut: Future = Future()  # never answered
 
     def answered() -> None:
         with s._cond:

@@ -7,6 +7,7 @@ node: the spin ended in silence, and the session saw no recorder status and no s
 (a test waited 120 s for a stop answer the recorder had given). The waits now use a probe node spun by
 the waiting thread, and an error out of the session's executor is printed and spun past.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ class _Lease:
 
 
 def _session() -> SimSession:
-    s = SimSession.__new__(SimSession)   # the session's ROS client without a graph
+    s = SimSession.__new__(SimSession)  # the session's ROS client without a graph
     s._cond, s.events, s.status, s._stopping, s._clients = threading.Condition(), [], {}, False, {}
     s.graph, s.lease = _Graph(), _Lease()  # type: ignore[assignment]
     s._start_client()
@@ -57,7 +58,7 @@ def test_waits_that_subscribe_and_unsubscribe_leave_the_session_spinning(ros_dom
         k = 0
         while not stop.is_set():
             m = PoseStamped()
-            m.pose.position.x = 0.001 * (k % 20)   # moves 19 mm back and forth
+            m.pose.position.x = 0.001 * (k % 20)  # moves 19 mm back and forth
             pose_pub.publish(m)
             if k % 20 == 0:
                 status_pub.publish(String(data=json.dumps({"answers": k})))
@@ -68,7 +69,7 @@ def test_waits_that_subscribe_and_unsubscribe_leave_the_session_spinning(ros_dom
     t.start()
     try:
         node = s._live()
-        for _ in range(10):   # the waits' own churn: a probe node each time
+        for _ in range(10):  # the waits' own churn: a probe node each time
             assert s._first_message(PoseStamped, EEF_POSE, 10.0) is not None
             assert s.wait_motion(0.005, timeout=10.0) >= 0.005
         # an entity of the session's node destroyed while it is spun (the hazard itself): spun past
@@ -79,7 +80,7 @@ def test_waits_that_subscribe_and_unsubscribe_leave_the_session_spinning(ros_dom
         assert s._spinner is not None and s._spinner.is_alive()
         with s._cond:
             s.status.clear()
-        with s._cond:   # the session still receives: a fresh status arrives
+        with s._cond:  # the session still receives: a fresh status arrives
             assert s._cond.wait_for(lambda: "lerobot_recorder" in s.status, 10.0), "the session went deaf"
     finally:
         stop.set()

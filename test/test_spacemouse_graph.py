@@ -7,6 +7,7 @@ flange moves forward (+x) by what the deflection commands (0.1 m/s at full defle
 are counted drops in /teleop/status and move nothing; the clutch button again stops it; holding the
 right button 1 s calls start_episode, holding it again stop_episode (on a recorder's services the test
 offers); teleop publishes the latched hello the recorders put in their provenance."""
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ from support.spacemouse import FakeHidraw, buttons, trans  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
-REPORT_PERIOD_S = 0.008   # the replay sends a report every 8 ms while deflected
+REPORT_PERIOD_S = 0.008  # the replay sends a report every 8 ms while deflected
 
 
 class Probe:
@@ -40,14 +41,17 @@ class Probe:
         self.eef: np.ndarray | None = None
         self.commanded = 0
         self.hello: dict[str, Any] = {}
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.node.create_subscription(String, "/quest/hello", lambda m: setattr(self, "hello", json.loads(m.data)),
-                                      latched)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
+        self.node.create_subscription(
+            String, "/quest/hello", lambda m: setattr(self, "hello", json.loads(m.data)), latched
+        )
         self.node.create_subscription(String, "/teleop/status", self._on_status, 50)
         self.node.create_subscription(PoseStamped, "/arm/eef_pose", self._on_eef, qos_profile_sensor_data)
-        self.node.create_subscription(PoseStamped, "/arm/target_pose", self._on_cmd, 50)   # teleop's
+        self.node.create_subscription(PoseStamped, "/arm/target_pose", self._on_cmd, 50)  # teleop's
         self.go_home = self.node.create_client(Trigger, "/arm/go_home")
-        self.calls: list[str] = []   # a recorder's services, as teleop calls them on the buttons
+        self.calls: list[str] = []  # a recorder's services, as teleop calls them on the buttons
         for action in ("start_episode", "stop_episode", "discard_episode", "delete_last_episode"):
             self.node.create_service(Trigger, f"/probe_rec/{action}", lambda req, resp, a=action: self._call(a, resp))
         self.executor = SingleThreadedExecutor()
@@ -117,11 +121,26 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
     try:
         with ProcGroup(ros_domain.env(), tmp_path) as procs:
             procs.start("piper-arm", "--ros-args", "-p", "emulate:=true")
-            procs.start("piper-teleop", "--ros-args", "-p", "input:=spacemouse",
-                        "-p", f"spacemouse.device:={dev.path}", "-p", "recorders:=[probe_rec]")
-            wait_for(lambda: probe.go_home.service_is_ready() and probe.eef is not None
-                     and (probe.status.get("spacemouse") or {}).get("device") == "open", 40,
-                     "arm, teleop and the device open", procs.logs)
+            procs.start(
+                "piper-teleop",
+                "--ros-args",
+                "-p",
+                "input:=spacemouse",
+                "-p",
+                f"spacemouse.device:={dev.path}",
+                "-p",
+                "recorders:=[probe_rec]",
+            )
+            wait_for(
+                lambda: (
+                    probe.go_home.service_is_ready()
+                    and probe.eef is not None
+                    and (probe.status.get("spacemouse") or {}).get("device") == "open"
+                ),
+                40,
+                "arm, teleop and the device open",
+                procs.logs,
+            )
             assert probe.status["input"] == "spacemouse"
             wait_for(lambda: probe.hello, 5, "the latched hello for the recorders' provenance", procs.logs)
             assert probe.hello == {"client": "spacemouse", "device": dev.path}
@@ -141,10 +160,12 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             start = settled(probe, 0.5)
             deflected = replay(dev, trans(0, -350, 0), 1.5)
             moved = settled(probe, 1.5) - start
-            print(f"home {np.round(home, 4).tolist()} moved {np.round(moved, 4).tolist()} for {deflected:.3f} s "
-                  f"of deflection; stalls {probe.status['spacemouse']['stalls']}")
+            print(
+                f"home {np.round(home, 4).tolist()} moved {np.round(moved, 4).tolist()} for {deflected:.3f} s "
+                f"of deflection; stalls {probe.status['spacemouse']['stalls']}"
+            )
             assert deflected > 1.0
-            assert moved[0] == pytest.approx(0.1 * deflected, abs=0.02), moved   # 0.1 m/s at full deflection
+            assert moved[0] == pytest.approx(0.1 * deflected, abs=0.02), moved  # 0.1 m/s at full deflection
             assert abs(moved[1]) < 0.01 and abs(moved[2]) < 0.01, moved
             assert probe.commanded > 100
 
@@ -153,8 +174,12 @@ def test_replayed_reports_drive_the_emulated_arm(ros_domain, tmp_path):
             for bad in (struct.pack("<B3h", 1, 0, -32767, 0), b"\x01\x00\x00", b"\x02" + bytes(8)):
                 for _ in range(5):
                     dev.send(bad)
-            wait_for(lambda: probe.status["spacemouse"]["drops"] == {"out_of_range": 5, "bad_length": 10}, 5,
-                     "the garbage reports counted as drops", procs.logs)
+            wait_for(
+                lambda: probe.status["spacemouse"]["drops"] == {"out_of_range": 5, "bad_length": 10},
+                5,
+                "the garbage reports counted as drops",
+                procs.logs,
+            )
             assert np.abs(settled(probe, 0.5) - before).max() < 0.002
             assert probe.status["engaged"]
 

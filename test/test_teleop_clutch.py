@@ -1,4 +1,5 @@
 """Clutch hysteresis, menu release, re-arming and interlock refusals."""
+
 import math
 
 import pytest

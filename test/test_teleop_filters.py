@@ -1,4 +1,5 @@
 """One-euro filters: exact first steps by hand, convergence, speed adaptation, orientation."""
+
 import math
 
 import numpy as np

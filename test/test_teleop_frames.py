@@ -1,4 +1,5 @@
 """XR stage -> robot base remap, checked axis by axis against the reference facts."""
+
 import math
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Haptic confirmations from the teleop process (real piper-teleop): driven by what the recorders answer and
 announce on /episode_events, not by the press, so a refused start feels different from a started one;
 a safety limit starting to hold the target pulses and shows in /teleop/status."""
+
 from __future__ import annotations
 
 import json
@@ -42,19 +43,27 @@ class Recorders(FakeGraph):
             if not self.accept:
                 resp.success, resp.message = False, "parameter task must be a non-blank string"
                 return resp
-            event = {"start_episode": "started", "stop_episode": "saved", "discard_episode": "discarded",
-                     "delete_last_episode": "deleted"}[srv]
+            event = {
+                "start_episode": "started",
+                "stop_episode": "saved",
+                "discard_episode": "discarded",
+                "delete_last_episode": "deleted",
+            }[srv]
             self.pub_events.publish(String(data=json.dumps({"recorder": rec, "event": event, "episode_index": 0})))
             resp.success, resp.message = True, event
             return resp
+
         return handle
 
     def on_label(self, rec, label):
         """As a recorder: a refusal when told to refuse, else the ``labeled`` event (teleop confirms it)."""
         if not self.accept:
             return False, "no episode in flight and none saved in this session"
-        self.pub_events.publish(String(data=json.dumps({"recorder": rec, "event": "labeled", "episode_index": 0,
-                                                        "outcome": label["outcome"]})))
+        self.pub_events.publish(
+            String(
+                data=json.dumps({"recorder": rec, "event": "labeled", "episode_index": 0, "outcome": label["outcome"]})
+            )
+        )
         return True, f"episode 0 labelled {label['outcome']}"
 
     def press_a(self) -> None:
@@ -104,9 +113,12 @@ def test_refused_start_feels_different_from_a_started_one_and_limits_pulse(recor
         wait_for(lambda: sorted(g.felt(n)) == want, 10, f"{expect} pulses")
         time.sleep(0.8)
         assert sorted(g.felt(n)) == want, (expect, g.felt(n))
-    assert sorted((r, lab["outcome"]) for r, lab in g.labels) == [("lerobot_recorder", "success"), ("rgbd_recorder", "success")]
+    assert sorted((r, lab["outcome"]) for r, lab in g.labels) == [
+        ("lerobot_recorder", "success"),
+        ("rgbd_recorder", "success"),
+    ]
     n = len(g.haptics)
-    g.joy["right"][3] = 1   # B discards
+    g.joy["right"][3] = 1  # B discards
     time.sleep(0.15)
     g.joy["right"][3] = 0
     wait_for(lambda: g.felt(n) == pulses("discard"), 10, "discard pattern")
@@ -133,23 +145,26 @@ def test_refused_grip_and_forced_release_reach_quest_haptic(recorders):
     g = recorders
     time.sleep(0.5)
     g.arm = False
-    time.sleep(1.0)   # > arm_stale_timeout_s: the arm feedback is stale
+    time.sleep(1.0)  # > arm_stale_timeout_s: the arm feedback is stale
     n = len(g.haptics)
     g.joy["right"][1] = 1.0
     wait_for(lambda: pulses("refused")[0] in g.felt(n), 10, "refused pulse for the refused grip")
-    time.sleep(1.5)   # the grip stays closed and refused: told once, not at every retry
+    time.sleep(1.5)  # the grip stays closed and refused: told once, not at every retry
     assert g.felt(n) == pulses("refused"), g.felt(n)
     assert g.targets == []
-    g.arm = True      # the interlock clears while the grip is held: engages (no fresh grip needed)
+    g.arm = True  # the interlock clears while the grip is held: engages (no fresh grip needed)
     wait_for(lambda: len(g.targets) > 10, 10, "targets once the arm feedback is back")
     n, releases = len(g.haptics), g.status[-1]["forced_releases"]
     g.headset = False  # a headset stall: the stream goes stale
     wait_for(lambda: g.felt(n) == pulses("release"), 10, "release pattern")
-    wait_for(lambda: g.status[-1]["forced_releases"] == releases + 1 and not g.status[-1]["engaged"], 5,
-             "the release in /teleop/status")
+    wait_for(
+        lambda: g.status[-1]["forced_releases"] == releases + 1 and not g.status[-1]["engaged"],
+        5,
+        "the release in /teleop/status",
+    )
     assert g.status[-1]["last_release"].startswith("headset stream stale"), g.status[-1]
     assert pulses("release") == [(0.7, 300)] * 2
-    g.headset = True   # the stream is back, the grip still closed: stays released until re-gripped
+    g.headset = True  # the stream is back, the grip still closed: stays released until re-gripped
     time.sleep(0.5)
     count = len(g.targets)
     time.sleep(0.5)

@@ -1,4 +1,5 @@
 """Workspace clamp, tether, per-tick speed caps and the final hard check."""
+
 import math
 
 import numpy as np
@@ -44,10 +45,17 @@ def test_apply_keeps_every_step_inside_box_and_caps():
         prev_p, prev_q = p, q
 
 
-@pytest.mark.parametrize("p,q", [
-    ([math.nan, 0, 0.2], I), ([0.3, 0, 0.2], [0, 0, 0, math.inf]), ([0.6, 0, 0.2], I),
-    ([0.3, 0, 0.2], [0, 0, 0, 2.0]), ([0.32, 0, 0.2], I), ([0.3, 0, 0.2], axis_angle_to_quat([1, 0, 0], 0.1)),
-])
+@pytest.mark.parametrize(
+    "p,q",
+    [
+        ([math.nan, 0, 0.2], I),
+        ([0.3, 0, 0.2], [0, 0, 0, math.inf]),
+        ([0.6, 0, 0.2], I),
+        ([0.3, 0, 0.2], [0, 0, 0, 2.0]),
+        ([0.32, 0, 0.2], I),
+        ([0.3, 0, 0.2], axis_angle_to_quat([1, 0, 0], 0.1)),
+    ],
+)
 def test_check_rejects(p, q):
     with pytest.raises(LimitViolation):
         Limits(LimitsConfig()).check(np.array(p, float), np.array(q, float), np.array([0.3, 0, 0.2]), I, DT)
@@ -65,9 +73,9 @@ def test_apply_names_the_limits_that_acted():
     prev, arm = np.array([0.3, 0, 0.2]), np.array([0.3, 0, 0.2])
     lim.apply(np.array([0.301, 0, 0.2]), I, prev, I, arm, DT)
     assert lim.acted == ()
-    lim.apply(np.array([0.3, 0, 0.9]), I, prev, I, arm, DT)            # 70 cm up: tether, then the speed cap
+    lim.apply(np.array([0.3, 0, 0.9]), I, prev, I, arm, DT)  # 70 cm up: tether, then the speed cap
     assert lim.acted == ("tether", "linear_speed")
-    lim.apply(np.array([0.3, 0, 0.55]), I, prev, I, np.array([0.3, 0, 0.5]), DT)   # above the box, near the arm
+    lim.apply(np.array([0.3, 0, 0.55]), I, prev, I, np.array([0.3, 0, 0.5]), DT)  # above the box, near the arm
     assert "workspace" in lim.acted and "tether" not in lim.acted
     lim.apply(prev, axis_angle_to_quat([0, 0, 1], 1.0), prev, I, arm, DT)
     assert lim.acted == ("angular_speed",)
@@ -92,8 +100,13 @@ def test_scalar_apply_and_check_equal_the_array_versions(tether_m):
         lim.check_t(pt, qt, prev_p.tolist(), prev_q.tolist(), DT)
         prev_p, prev_q = p, q
     assert seen == ({"tether"} if tether_m else set()) | {"workspace", "linear_speed", "angular_speed"}
-    for bad_p, bad_q in (([0.3, math.nan, 0.2], I), ([0.9, 0.0, 0.2], I), ([0.3, 0.0, 0.2], 2 * I),
-                         ([0.35, 0.0, 0.2], I), ([0.3, 0.0, 0.2], axis_angle_to_quat([0, 0, 1], 0.5))):
+    for bad_p, bad_q in (
+        ([0.3, math.nan, 0.2], I),
+        ([0.9, 0.0, 0.2], I),
+        ([0.3, 0.0, 0.2], 2 * I),
+        ([0.35, 0.0, 0.2], I),
+        ([0.3, 0.0, 0.2], axis_angle_to_quat([0, 0, 1], 0.5)),
+    ):
         with pytest.raises(LimitViolation) as a:
             lim.check(np.array(bad_p), np.asarray(bad_q), np.array([0.3, 0.0, 0.2]), I, DT)
         with pytest.raises(LimitViolation) as b:

@@ -1,5 +1,6 @@
 """TeleopCore end to end on synthetic streams: mapping by hand, no jump on (re-)engage, limits,
 watchdog, interlocks, gripper, buttons, and garbage input never producing an output."""
+
 import math
 
 import numpy as np
@@ -53,7 +54,7 @@ def test_yaw_offset_applies_to_mapping():
 def test_speed_caps_and_filter_limit_every_step():
     rig = Rig()
     rig.engage()
-    rig.hand_p = HAND_P + [0.0, 0.0, -0.3]      # a 30 cm jump forward
+    rig.hand_p = HAND_P + [0.0, 0.0, -0.3]  # a 30 cm jump forward
     rig.hand_q = axis_angle_to_quat([0, 1, 0], 2.0)
     prev = ARM_P
     limits = Limits(LimitsConfig())
@@ -105,12 +106,12 @@ def test_own_stall_is_not_a_stale_stream():
     rig = Rig()
     rig.engage()
     rig.step(5)
-    rig.t += 0.4                              # no ticks and no deliveries for 0.4 s
-    (res,) = [rig.core.tick(rig.t)]           # the control thread runs first ...
+    rig.t += 0.4  # no ticks and no deliveries for 0.4 s
+    (res,) = [rig.core.tick(rig.t)]  # the control thread runs first ...
     assert rig.core.engaged and res.target is not None
-    rig.step(3)                               # ... then the messages arrive
+    rig.step(3)  # ... then the messages arrive
     assert rig.core.engaged
-    rig.headset_alive = False                 # a real stale stream still trips
+    rig.headset_alive = False  # a real stale stream still trips
     results = rig.step(40)
     assert any(r.clutch is ClutchEvent.FORCED_RELEASE for r in results)
 
@@ -131,12 +132,15 @@ def test_lost_arm_feedback_and_fault_release():
     assert res.clutch is ClutchEvent.FORCED_RELEASE and "fault" in res.reason and res.target is None
 
 
-@pytest.mark.parametrize("setup,reason", [
-    (lambda r: setattr(r, "arm_alive", False), "arm"),
-    (lambda r: r.core.on_arm_fault("overcurrent"), "fault"),
-    (lambda r: setattr(r, "arm_p", np.array([0.7, 0.0, 0.2])), "workspace"),
-    (lambda r: setattr(r, "hand_p", np.array([math.nan, 0, 0])), "tracked"),
-])
+@pytest.mark.parametrize(
+    "setup,reason",
+    [
+        (lambda r: setattr(r, "arm_alive", False), "arm"),
+        (lambda r: r.core.on_arm_fault("overcurrent"), "fault"),
+        (lambda r: setattr(r, "arm_p", np.array([0.7, 0.0, 0.2])), "workspace"),
+        (lambda r: setattr(r, "hand_p", np.array([math.nan, 0, 0])), "tracked"),
+    ],
+)
 def test_engage_refused_then_allowed(setup, reason):
     rig = Rig()
     setup(rig)
@@ -203,11 +207,11 @@ def test_buttons_start_stop_discard_and_hold_to_delete():
     press("secondary", rig.joy)
     assert actions[2:] == [Action.START, Action.DISCARD]
     actions.clear()
-    press("primary", rig.other, ticks=50)    # 0.5 s: too short
+    press("primary", rig.other, ticks=50)  # 0.5 s: too short
     assert actions == []
-    press("primary", rig.other, ticks=250)   # 2.5 s: exactly one delete
+    press("primary", rig.other, ticks=250)  # 2.5 s: exactly one delete
     assert actions == [Action.DELETE_LAST]
-    rig.core.on_recording(True)               # the recorders say an episode is running
+    rig.core.on_recording(True)  # the recorders say an episode is running
     actions.clear()
     press("primary", rig.joy)
     assert actions == [Action.STOP]
@@ -230,8 +234,11 @@ def test_garbage_input_never_produces_a_bad_target():
         if rng.random() < 0.3:
             q[rng.integers(4)] = rng.choice(bad)
         rig.core.on_hand_pose(t, p, q)
-        rig.core.on_joy(t, "right", Joy(trigger=rng.choice([0.5, math.nan]),
-                                        squeeze=rng.choice([1.0, 1.0, 1.0, math.nan, 0.8, 0.0])))
+        rig.core.on_joy(
+            t,
+            "right",
+            Joy(trigger=rng.choice([0.5, math.nan]), squeeze=rng.choice([1.0, 1.0, 1.0, math.nan, 0.8, 0.0])),
+        )
         ap = ARM_P + rng.normal(scale=0.01, size=3)
         if rng.random() < 0.2:
             ap[rng.integers(3)] = rng.choice(bad)
@@ -276,8 +283,8 @@ def test_left_hand_drives_and_right_a_deletes():
         core.on_hand_pose(t, HAND_P, I)
         core.on_arm_pose(t, ARM_P, ARM_Q)
         core.on_joint_states(t, [0.0] * 7)
-        core.on_joy(t, "left", Joy(squeeze=1.0, primary=5 <= k < 10))   # X on the driving hand: start
-        core.on_joy(t, "right", Joy(squeeze=1.0, primary=k >= 20))       # A on the other hand, held
+        core.on_joy(t, "left", Joy(squeeze=1.0, primary=5 <= k < 10))  # X on the driving hand: start
+        core.on_joy(t, "right", Joy(squeeze=1.0, primary=k >= 20))  # A on the other hand, held
         res = core.tick(t)
         actions += res.actions
         assert res.target is not None  # the right grip does not matter, the left one engaged
@@ -290,8 +297,8 @@ def test_release_in_a_backlog_acts_before_a_later_regrip():
     rig.engage()
     rig.step(5)
     core, t = rig.core, rig.t + DT / 2
-    core.on_joy(t, "right", Joy(squeeze=0.0))       # released in the backlog ...
-    core.on_joy(t, "right", Joy(squeeze=1.0))       # ... closed again later in the same backlog
+    core.on_joy(t, "right", Joy(squeeze=0.0))  # released in the backlog ...
+    core.on_joy(t, "right", Joy(squeeze=1.0))  # ... closed again later in the same backlog
     res = core.tick(rig.t + DT)
     assert res.clutch is ClutchEvent.RELEASED and res.target is None
     assert not core.engaged
@@ -301,7 +308,7 @@ def test_menu_in_a_stale_message_still_releases():
     rig = Rig()
     rig.engage()
     core = rig.core
-    core.on_joy(rig.t - 5.0, "right", Joy(squeeze=1.0, menu=True))   # captured 5 s ago, delivered now
+    core.on_joy(rig.t - 5.0, "right", Joy(squeeze=1.0, menu=True))  # captured 5 s ago, delivered now
     res = core.tick(rig.t + DT)
     assert res.clutch is ClutchEvent.FORCED_RELEASE and res.target is None
 
@@ -329,8 +336,8 @@ def test_pose_older_than_the_one_held_is_ignored():
     rig = Rig(**exact())
     rig.engage()
     core = rig.core
-    core.on_hand_pose(rig.t + DT, HAND_P + [0.0, 0.0, -0.02], I)   # newest: 2 cm forward
-    assert not core.on_hand_pose(rig.t, HAND_P + [0.0, 0.0, -0.10], I)   # an older one, delivered late
+    core.on_hand_pose(rig.t + DT, HAND_P + [0.0, 0.0, -0.02], I)  # newest: 2 cm forward
+    assert not core.on_hand_pose(rig.t, HAND_P + [0.0, 0.0, -0.10], I)  # an older one, delivered late
     res = core.tick(rig.t + DT)
     np.testing.assert_allclose(res.target.p, ARM_P + [0.02, 0.0, 0.0], atol=1e-12)
     assert core.counters.out_of_order_inputs == 1
@@ -341,12 +348,12 @@ def test_limit_hits_count_each_onset_and_limits_seen_collects():
     rig.engage()
     rig.step(3)
     assert rig.core.counters.limit_hits == {} and rig.core.limits_seen == set()
-    rig.hand_p = HAND_P + [0.0, 1.0, 0.0]      # far above the box: the workspace clamp holds every tick
+    rig.hand_p = HAND_P + [0.0, 1.0, 0.0]  # far above the box: the workspace clamp holds every tick
     rig.arm_p = np.array([0.30, 0.0, 0.45])
     rig.step(5)
     assert rig.core.counters.limit_hits == {"workspace": 1} and rig.core.limits_seen == {"workspace"}
     rig.core.limits_seen.clear()
-    rig.hand_p = HAND_P.copy()                  # back inside: not acting, then a second onset
+    rig.hand_p = HAND_P.copy()  # back inside: not acting, then a second onset
     rig.step(5)
     assert rig.core.limits_seen == set()
     rig.hand_p = HAND_P + [0.0, 1.0, 0.0]
@@ -363,18 +370,22 @@ def _felt(results, scheduler, t):
     return scheduler.due(t)
 
 
-@pytest.mark.parametrize("setup,reason", [
-    (lambda r: setattr(r, "arm_alive", False), "arm"),
-    (lambda r: setattr(r, "arm_p", np.array([0.7, 0.0, 0.2])), "workspace"),
-])
+@pytest.mark.parametrize(
+    "setup,reason",
+    [
+        (lambda r: setattr(r, "arm_alive", False), "arm"),
+        (lambda r: setattr(r, "arm_p", np.array([0.7, 0.0, 0.2])), "workspace"),
+    ],
+)
 def test_refused_grip_gives_the_refused_pattern_once_per_grip(setup, reason):
     """The clutch retries a refused grip every tick; the old core returned no haptic at all, so the
     operator felt nothing and thought the arm followed. Now: the refused pattern, once per attempt."""
     from piper_recorder.teleop.haptics import HapticConfig, HapticScheduler
+
     rig = Rig()
     setup(rig)
     rig.joy.squeeze = 1.0
-    results = rig.step(200)   # 2 s of a held, refused grip
+    results = rig.step(200)  # 2 s of a held, refused grip
     assert all(r.clutch is ClutchEvent.REFUSED and reason in r.reason for r in results)
     assert [n for r in results for n in r.haptics] == ["refused"]
     pulses = _felt(results, HapticScheduler(HapticConfig()), 3.0)
@@ -383,7 +394,7 @@ def test_refused_grip_gives_the_refused_pattern_once_per_grip(setup, reason):
     rig.step(3)
     rig.joy.squeeze = 1.0
     again = rig.step(5)
-    assert [n for r in again for n in r.haptics] == ["refused"]   # a new grip attempt is told again
+    assert [n for r in again for n in r.haptics] == ["refused"]  # a new grip attempt is told again
 
 
 def test_forced_release_gives_the_release_pattern_and_its_reason():
@@ -398,12 +409,12 @@ def test_forced_release_gives_the_release_pattern_and_its_reason():
     assert rig.core.last_release is not None and rig.core.last_release.startswith("headset stream stale")
     assert rig.core.counters.forced_releases == 1
     rig.headset_alive = True
-    assert all(r.clutch is ClutchEvent.NONE for r in rig.step(20))   # still gripped: no re-engage ...
+    assert all(r.clutch is ClutchEvent.NONE for r in rig.step(20))  # still gripped: no re-engage ...
     rig.joy.squeeze = 0.0
     rig.step(2)
     rig.joy.squeeze = 1.0
     (res,) = rig.step()
-    assert res.clutch is ClutchEvent.ENGAGED   # ... until the grip opens and closes again
+    assert res.clutch is ClutchEvent.ENGAGED  # ... until the grip opens and closes again
     rig.joy.menu = True
     (res,) = rig.step()
     assert res.clutch is ClutchEvent.FORCED_RELEASE and res.haptics == [] and rig.core.last_release == "menu"
@@ -424,10 +435,10 @@ def test_the_stop_chord_labels_the_stopped_episode():
             got.extend((a, r.outcome) for r in rig.step(3) for a in r.actions)
             rig.joy.stick_click = False
 
-        press()                   # start: no label
-        press()                   # plain stop
-        press(stick=True)         # start with the stick held: still just a start
-        press(stick=True)         # the chord
+        press()  # start: no label
+        press()  # plain stop
+        press(stick=True)  # start with the stick held: still just a start
+        press(stick=True)  # the chord
         assert got == [(Action.START, None), (Action.STOP, plain), (Action.START, None), (Action.STOP, "failure")]
 
 
@@ -456,9 +467,13 @@ def test_inputs_as_float_lists_and_as_arrays_drive_the_same_targets():
         assert ra.target.p.tolist() == rb.target.p.tolist() and ra.target.q.tolist() == rb.target.q.tolist()
         assert isinstance(ra.target.p, np.ndarray) and isinstance(ra.target.q, np.ndarray)
     core = a.core
-    for p, q in (([0.1, math.nan, 0.0], [0.0, 0.0, 0.0, 1.0]), ([0.1, 0.0], [0.0, 0.0, 0.0, 1.0]),
-                 ([0.1, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0]), ([0.1, 0.0, 0.0], ["x", 0.0, 0.0, 1.0]),
-                 ((1, 0, 0), (0, 0, 0, 1))):
+    for p, q in (
+        ([0.1, math.nan, 0.0], [0.0, 0.0, 0.0, 1.0]),
+        ([0.1, 0.0], [0.0, 0.0, 0.0, 1.0]),
+        ([0.1, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0]),
+        ([0.1, 0.0, 0.0], ["x", 0.0, 0.0, 1.0]),
+        ((1, 0, 0), (0, 0, 0, 1)),
+    ):
         before = core.counters.rejected_inputs
         ok = core.on_hand_pose(a.t + 1.0, p, q)
         assert ok == (p == (1, 0, 0)) and core.counters.rejected_inputs == before + (not ok)

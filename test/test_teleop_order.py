@@ -8,6 +8,7 @@ held between them (GIL hand-over, OS preemption on a loaded box) by more than th
 frames put a later input before the previous one, which was then counted and dropped. Fix: the core
 orders inputs by their stamp (the source's order), and the node converts with ``HostToMono`` (the
 tightest clock-read pair of the last 2 s), which one held thread does not move."""
+
 from __future__ import annotations
 
 import random
@@ -16,9 +17,9 @@ from piper_recorder.quest.clock import MonoClockMapper
 from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.mapper import Joy, TeleopConfig, TeleopCore
 
-HZ = 72.0                     # the Quest app's frame rate
-HOST_MINUS_MONO = 1_700_000_000_000_000_000 - 5_000_000_000   # system clock - monotonic clock (ns)
-HEADSET_MONO0 = 1234.5        # the headset's own clock, unrelated to the host's
+HZ = 72.0  # the Quest app's frame rate
+HOST_MINUS_MONO = 1_700_000_000_000_000_000 - 5_000_000_000  # system clock - monotonic clock (ns)
+HEADSET_MONO0 = 1234.5  # the headset's own clock, unrelated to the host's
 
 
 def headset_stream(seconds: float, seed: int) -> list[tuple[int, int]]:
@@ -28,11 +29,11 @@ def headset_stream(seconds: float, seed: int) -> list[tuple[int, int]]:
     mapper = MonoClockMapper()
     out, last_recv = [], 0
     for i in range(int(seconds * HZ)):
-        capture_mono = 10_000_000_000 + round(i * 1e9 / HZ)               # host monotonic ns
+        capture_mono = 10_000_000_000 + round(i * 1e9 / HZ)  # host monotonic ns
         recv_mono = max(last_recv, capture_mono + 2_000_000 + round(rng.expovariate(1 / 3.0) * 1e6))
         last_recv = recv_mono
         stamp = mapper.observe(HEADSET_MONO0 + i / HZ, recv_mono + HOST_MINUS_MONO)
-        out.append((stamp, recv_mono + 1_000_000))                          # + bridge -> teleop
+        out.append((stamp, recv_mono + 1_000_000))  # + bridge -> teleop
     return out
 
 
@@ -82,7 +83,7 @@ def test_an_input_in_order_at_the_source_is_never_counted_out_of_order():
     for stamp, arrival in stream:
         clocks.at(arrival)
         feed(old, old_convert(clocks, stamp), None)
-    assert 10 <= old.counters.out_of_order_inputs <= 80, old.counters   # poses and joys: ~2 x 0.4 % a minute
+    assert 10 <= old.counters.out_of_order_inputs <= 80, old.counters  # poses and joys: ~2 x 0.4 % a minute
     # the fixed path: HostToMono, and the stamp as the source's order
     clocks = HeldClocks(seed=2)
     conv = HostToMono(host_ns=clocks.host, mono_ns=clocks.mono)
@@ -94,13 +95,13 @@ def test_an_input_in_order_at_the_source_is_never_counted_out_of_order():
         worst = max(worst, abs(t - (stamp - HOST_MINUS_MONO) / 1e9))
         feed(new, t, stamp)
     assert new.counters.out_of_order_inputs == 0
-    assert worst < 1e-4   # the conversion itself: within 0.1 ms, a held read costs nothing
+    assert worst < 1e-4  # the conversion itself: within 0.1 ms, a held read costs nothing
 
 
 def test_an_input_older_at_the_source_is_still_refused():
     core = TeleopCore(TeleopConfig())
     feed(core, 10.000, 2_000_000_000)
-    core.on_hand_pose(10.020, [0.2, 0.0, 0.2], [1.0, 0.0, 0.0, 0.0], 1_990_000_000)   # late, older stamp
+    core.on_hand_pose(10.020, [0.2, 0.0, 0.2], [1.0, 0.0, 0.0, 0.0], 1_990_000_000)  # late, older stamp
     assert core.counters.out_of_order_inputs == 1
     # unstamped inputs keep ordering by their (arrival) time
     other = TeleopCore(TeleopConfig())
@@ -114,5 +115,5 @@ def test_host_to_mono_converts_unstamped_to_now_and_never_past_now():
     conv = HostToMono(host_ns=clocks.host, mono_ns=clocks.mono)
     clocks.at(50_000_000_000)
     assert abs(conv.convert(0) - 50.0) < 1e-3
-    future = 60_000_000_000 + HOST_MINUS_MONO     # a stamp after now (another host's clock ahead)
+    future = 60_000_000_000 + HOST_MINUS_MONO  # a stamp after now (another host's clock ahead)
     assert conv.convert(future) <= clocks.t / 1e9

@@ -1,12 +1,22 @@
 """Quaternion helpers against hand-computed rotations."""
+
 import math
 
 import numpy as np
 import pytest
 
 from piper_recorder.teleop import rotations
-from piper_recorder.teleop.rotations import (angle_between, axis_angle_to_quat, matrix_to_quat, normalize,
-                                             quat_conj, quat_mul, quat_to_matrix, rot_z, slerp)
+from piper_recorder.teleop.rotations import (
+    angle_between,
+    axis_angle_to_quat,
+    matrix_to_quat,
+    normalize,
+    quat_conj,
+    quat_mul,
+    quat_to_matrix,
+    rot_z,
+    slerp,
+)
 
 S = math.sqrt(0.5)
 
@@ -70,9 +80,13 @@ def _np_mul(a, b):
 
 def _np_matrix(q):
     x, y, z, w = _np_unit(q)
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 def _random_quats(rng, n):
@@ -98,13 +112,16 @@ def test_scalar_variants_equal_the_numpy_versions_on_random_inputs():
         # ... and what plain numpy linear algebra gives
         np.testing.assert_allclose(rotations.quat_mul_t(al, bl), _np_mul(a, b), rtol=0, atol=1e-12)
         np.testing.assert_allclose(rotations.unit_t(al), _np_unit(a), rtol=0, atol=1e-12)
-        np.testing.assert_allclose(rotations.conjugate_rotation_t(ml, mt, al), m @ _np_matrix(a) @ m.T,
-                                   rtol=0, atol=1e-12)
-        np.testing.assert_allclose(_np_matrix(rotations.rotate_then_t(r, al)), np.asarray(r) @ _np_matrix(a),
-                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            rotations.conjugate_rotation_t(ml, mt, al), m @ _np_matrix(a) @ m.T, rtol=0, atol=1e-12
+        )
+        np.testing.assert_allclose(
+            _np_matrix(rotations.rotate_then_t(r, al)), np.asarray(r) @ _np_matrix(a), rtol=0, atol=1e-12
+        )
         rel = _np_mul(_np_unit(a) * [-1, -1, -1, 1], _np_unit(b))
         assert rotations.angle_between_t(al, bl) == pytest.approx(
-            2 * math.atan2(np.linalg.norm(rel[:3]), abs(rel[3])), abs=1e-12)
+            2 * math.atan2(np.linalg.norm(rel[:3]), abs(rel[3])), abs=1e-12
+        )
 
 
 def test_scalar_variants_refuse_what_the_array_versions_refuse():

@@ -1,6 +1,7 @@
 """A change of input source (another page took over the relay, the headset reconnected) is a clutch
 event: the clutch releases at once, stays released while the new source's grip is held, and the arm
 then follows the new source from where it stands, never the old anchor."""
+
 import math
 
 import numpy as np
@@ -29,14 +30,14 @@ def test_a_new_source_holding_the_grip_moves_nothing_until_it_grips_again():
     assert res.clutch is ClutchEvent.FORCED_RELEASE and res.reason == REASON
     assert res.target is None and "release" in res.haptics
     assert rig.core.counters.forced_releases == 1 and rig.core.counters.source_changes == 1
-    for res in rig.step(50):   # the grip stays held: never re-engages, nothing published
+    for res in rig.step(50):  # the grip stays held: never re-engages, nothing published
         assert res.target is None and res.clutch is not ClutchEvent.ENGAGED
     assert rig.core.counters.published == published
     rig.joy.squeeze = 0.0
     rig.step(2)
-    res = rig.engage()   # a fresh grip: anchored where the arm stands and where B's hand is now
+    res = rig.engage()  # a fresh grip: anchored where the arm stands and where B's hand is now
     np.testing.assert_allclose(res.target.p, ARM_P, atol=1e-12)
-    rig.hand_p = rig.hand_p + [0.0, 0.0, -0.02]   # B moves 2 cm forward: the arm follows 2 cm, no more
+    rig.hand_p = rig.hand_p + [0.0, 0.0, -0.02]  # B moves 2 cm forward: the arm follows 2 cm, no more
     (res,) = rig.step()
     np.testing.assert_allclose(res.target.p, ARM_P + [0.02, 0.0, 0.0], atol=1e-12)
 
@@ -46,7 +47,7 @@ def test_one_change_reported_on_both_hands_acts_once():
     rig.engage()
     _change(rig, order=7)
     assert rig.core.counters.source_changes == 1 and rig.core.counters.forced_releases == 1
-    _change(rig, order=8)   # a second change (e.g. the page's own hello after the relay's)
+    _change(rig, order=8)  # a second change (e.g. the page's own hello after the relay's)
     assert rig.core.counters.source_changes == 2 and rig.core.counters.forced_releases == 1
 
 
@@ -56,7 +57,7 @@ def test_change_without_an_engaged_clutch_still_needs_an_open_grip():
     _change(rig)
     for res in rig.step(10):
         assert res.clutch is not ClutchEvent.ENGAGED and res.target is None
-    assert rig.core.counters.forced_releases == 0   # nothing was engaged: no release counted
+    assert rig.core.counters.forced_releases == 0  # nothing was engaged: no release counted
     rig.joy.squeeze = 0.0
     rig.step()
     rig.engage()
@@ -80,8 +81,8 @@ def test_buttons_held_across_the_change_are_no_press():
     rig = Rig(**exact())
     rig.step()
     _change(rig)
-    rig.joy.primary = True          # the new source's first joys: the driving hand's A held ...
-    rig.other.primary = True        # ... and the other hand's delete button held
+    rig.joy.primary = True  # the new source's first joys: the driving hand's A held ...
+    rig.other.primary = True  # ... and the other hand's delete button held
     results = rig.step(int(2 * rig.core.cfg.delete_hold_s / 0.01))
     assert all(not r.actions for r in results), [r.actions for r in results if r.actions]
     rig.joy.primary = rig.other.primary = False

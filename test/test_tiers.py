@@ -3,6 +3,7 @@ DDS fails, naming the marker it needs, even when the code under test swallows th
 tests marked pass; a test taking ``ros_domain`` is marked ``ros`` by itself; an import-time system probe
 (``uname -p``) is no process of the test's. Runs the suite's own conftest on a small test file in a child
 pytest, so the guard is checked exactly as `make check` and `make test` apply it."""
+
 from __future__ import annotations
 
 import shutil
@@ -15,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
 
-CASES = '''
+CASES = """
 import subprocess, sys
 import pytest
 
@@ -43,25 +44,53 @@ def test_marked_process():
 
 def test_auto_marked_ros(ros_domain, request):
     assert request.node.get_closest_marker("ros") is not None
-'''
+"""
 
 
 def test_the_guard_fails_unmarked_process_and_dds_tests(tmp_path):
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "support").symlink_to(HERE / "support")   # the helper package its pytest_plugins load
+    (tmp_path / "support").symlink_to(HERE / "support")  # the helper package its pytest_plugins load
     (tmp_path / "test_cases.py").write_text(CASES)
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_cases.py"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_cases.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = p.stdout + p.stderr
-    results = {line.split("::")[1].split()[0]: line.split()[0] for line in out.splitlines()
-               if line.startswith(("PASSED", "FAILED", "ERROR")) and "::" in line}
-    assert results == {"test_unit_starts_a_process": "FAILED", "test_unit_swallows_the_refusal": "FAILED",
-                       "test_unit_starts_dds": "FAILED", "test_unit_in_process": "PASSED",
-                       "test_marked_process": "PASSED", "test_auto_marked_ros": "PASSED"}, out
+    results = {
+        line.split("::")[1].split()[0]: line.split()[0]
+        for line in out.splitlines()
+        if line.startswith(("PASSED", "FAILED", "ERROR")) and "::" in line
+    }
+    assert results == {
+        "test_unit_starts_a_process": "FAILED",
+        "test_unit_swallows_the_refusal": "FAILED",
+        "test_unit_starts_dds": "FAILED",
+        "test_unit_in_process": "PASSED",
+        "test_marked_process": "PASSED",
+        "test_auto_marked_ros": "PASSED",
+    }, out
     assert out.count("mark it `ros` or `integration`") >= 3, out
     assert "started a process" in out and "initialised rclpy (DDS)" in out, out
     # and the unit tier of that file is what `make check` selects
-    q = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-                        "-m", "not ros and not integration", "test_cases.py"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    q = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--collect-only",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not ros and not integration",
+            "test_cases.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "4/6 tests collected (2 deselected)" in q.stdout, q.stdout

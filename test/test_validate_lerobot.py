@@ -1,4 +1,5 @@
 """validate_root: a valid spec-built root passes; each single corruption is reported at the right file."""
+
 from __future__ import annotations
 
 import json
@@ -96,8 +97,7 @@ def joint_variable_list(t):
 
 def joint_wrong_width(t):
     values = np.asarray(t.column("observation.arm_joint").to_pylist(), dtype=np.float32)[:, :5]
-    return set_column(t, "observation.arm_joint",
-                      pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 5))
+    return set_column(t, "observation.arm_joint", pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 5))
 
 
 def gripper_as_list(t):
@@ -140,8 +140,12 @@ MUTATIONS = [
     ("frame_index", lambda r: edit_table(r, frame_index_wrong), P1, "'frame_index' must be 0..8"),
     ("episode_index", lambda r: edit_table(r, episode_index_wrong), P1, "'episode_index' row 0 is 0, expected 1"),
     ("task_index range", lambda r: edit_table(r, task_index_out_of_range), P1, "not in meta/tasks.jsonl"),
-    ("task_index vs episodes", lambda r: edit_table(r, task_index_inconsistent), P1,
-     "meta/episodes.jsonl task is index 1"),
+    (
+        "task_index vs episodes",
+        lambda r: edit_table(r, task_index_inconsistent),
+        P1,
+        "meta/episodes.jsonl task is index 1",
+    ),
     ("float64 timestamp", lambda r: edit_table(r, timestamp_float64), P1, "'timestamp' has type double"),
     ("variable list", lambda r: edit_table(r, joint_variable_list), P1, "'observation.arm_joint' has type list"),
     ("wrong width", lambda r: edit_table(r, joint_wrong_width), P1, "'observation.arm_joint' has type"),
@@ -152,70 +156,176 @@ MUTATIONS = [
     ("undeclared column", lambda r: edit_table(r, extra_column), P1, "'observation.extra' is not declared"),
     ("missing column", lambda r: edit_table(r, missing_column), P1, "column 'action.gripper' missing"),
     ("missing video", lambda r: (r / V1).unlink(), V1, "missing"),
-    ("frame count (jsonl)", lambda r: edit_jsonl(meta(r) / "episodes.jsonl",
-                                                 lambda ls: ls[1]["video_frame_lengths"].update(cam_front=10)),
-     V1, "9 frames, meta/episodes.jsonl episode 1 says 10"),
+    (
+        "frame count (jsonl)",
+        lambda r: edit_jsonl(meta(r) / "episodes.jsonl", lambda ls: ls[1]["video_frame_lengths"].update(cam_front=10)),
+        V1,
+        "9 frames, meta/episodes.jsonl episode 1 says 10",
+    ),
     ("frame count (video)", lambda r: write_video(r / V1, 8), V1, "8 frames, meta/episodes.jsonl episode 1 says 9"),
-    ("video_frame_length", lambda r: edit_jsonl(meta(r) / "episodes.jsonl",
-                                                lambda ls: ls[0].update(video_frame_length=11)),
-     "meta/episodes.jsonl", "video_frame_length 11, minimum over cameras is 12"),
+    (
+        "video_frame_length",
+        lambda r: edit_jsonl(meta(r) / "episodes.jsonl", lambda ls: ls[0].update(video_frame_length=11)),
+        "meta/episodes.jsonl",
+        "video_frame_length 11, minimum over cameras is 12",
+    ),
     ("pts past the end", lambda r: write_video(r / V1, 9, fps=15), V1, "past the episode end"),
-    ("whole-ms pts", lambda r: write_video(r / V1, 9, time_base=MS), V1,
-     "6 of 9 rows have no frame at or before their timestamp within 0.0001 s"),
-    ("pts one tick late", lambda r: write_video(r / V1, 9, pts=[grid_pts(k / 30, FINE) + (k > 0) for k in range(9)]),
-     V1, "8 of 9 rows have no frame at or before their timestamp"),
-    ("capture mode whole-ms", lambda r: (set_mode(r, 1, "capture"), write_video(r / V1, 9, time_base=MS)), V1,
-     "capture mode: frames cannot be placed within 0.0001 s of their capture time; time base 1/1000"),
-    ("stats missing column", lambda r: edit_json(meta(r) / "stats.json", lambda s: s.pop("action.gripper")),
-     "meta/stats.json", "no entry for column 'action.gripper'"),
-    ("stats missing timestamp", lambda r: edit_json(meta(r) / "stats.json", lambda s: s.pop("timestamp")),
-     "meta/stats.json", "no entry for column 'timestamp'"),
-    ("stats wrong width", lambda r: edit_json(meta(r) / "stats.json",
-                                              lambda s: s["observation.arm_joint"]["q99"].pop()),
-     "meta/stats.json", "'observation.arm_joint'.q99 must be a flat list of 6 numbers"),
-    ("stats extra key", lambda r: edit_json(meta(r) / "stats.json",
-                                            lambda s: s["action"].update(count=[28] * 8)),
-     "meta/stats.json", "extra ['count']"),
-    ("stats unknown entry", lambda r: edit_json(meta(r) / "stats.json",
-                                                lambda s: s.update(foo=s["timestamp"])),
-     "meta/stats.json", "entry 'foo' is not a feature"),
-    ("stats stale", lambda r: edit_json(meta(r) / "stats.json",
-                                        lambda s: s["observation.gripper"].update(max=[1.0])),
-     "meta/stats.json", "entry 'observation.gripper' max do not match the parquet data"),
-    ("modality too wide", lambda r: edit_json(meta(r) / "modality.json",
-                                              lambda m: m["state"]["eef_rot"].update(end=8)),
-     "meta/modality.json", "state.eef_rot: slice [3:8] does not fit 'observation.arm_eef' of width 7"),
-    ("modality unknown key", lambda r: edit_json(meta(r) / "modality.json",
-                                                 lambda m: m["action"]["gripper"].update(original_key="action.grip")),
-     "meta/modality.json", "original_key 'action.grip' is not a feature"),
-    ("total_frames", lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_frames=29)),
-     "meta/info.json", "total_frames is 29, expected 28"),
-    ("total_episodes", lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_episodes=4)),
-     "meta/info.json", "total_episodes is 4, expected 3"),
-    ("total_videos", lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_videos=3)),
-     "meta/info.json", "total_videos is 3, expected 6"),
-    ("total_tasks", lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_tasks=1)),
-     "meta/info.json", "total_tasks is 1, expected 2"),
-    ("total_chunks", lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_chunks=2)),
-     "meta/info.json", "total_chunks is 2, expected 1"),
-    ("splits", lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(splits={"train": "0:2"})),
-     "meta/info.json", "splits must be"),
-    ("blank line episodes", lambda r: (meta(r) / "episodes.jsonl").write_text(
-        (meta(r) / "episodes.jsonl").read_text().replace("\n", "\n\n", 1)), "meta/episodes.jsonl", "line 2: blank"),
-    ("blank line tasks", lambda r: (meta(r) / "tasks.jsonl").write_text(
-        (meta(r) / "tasks.jsonl").read_text() + "\n"), "meta/tasks.jsonl", "line 3: blank line"),
-    ("episode task unknown", lambda r: edit_jsonl(meta(r) / "episodes.jsonl",
-                                                  lambda ls: ls[2].update(tasks=["fly"])),
-     "meta/episodes.jsonl", "task 'fly' is not in meta/tasks.jsonl"),
-    ("video_info convention", lambda r: edit_json(meta(r) / "info.json", lambda i: i["features"][
-        "observation.images.cam_front"].update(video_info={"video.fps": 30})), "meta/info.json", "'video_info'"),
-    ("channel name", lambda r: edit_json(meta(r) / "info.json", lambda i: i["features"][
-        "observation.images.cam_wrist"].update(names=["height", "width", "channel"])), "meta/info.json",
-     "names must be ['height', 'width', 'channels']"),
-    ("video info block", lambda r: edit_json(meta(r) / "info.json", lambda i: i["features"][
-        "observation.images.cam_wrist"]["info"].pop("video.pix_fmt")), "meta/info.json", "info lacks 'video.pix_fmt'"),
-    ("stray parquet", lambda r: shutil.copy(r / P1, r / "data/chunk-000/episode_000003.parquet"),
-     "data/chunk-000/episode_000003.parquet", "not named by meta/episodes.jsonl"),
+    (
+        "whole-ms pts",
+        lambda r: write_video(r / V1, 9, time_base=MS),
+        V1,
+        "6 of 9 rows have no frame at or before their timestamp within 0.0001 s",
+    ),
+    (
+        "pts one tick late",
+        lambda r: write_video(r / V1, 9, pts=[grid_pts(k / 30, FINE) + (k > 0) for k in range(9)]),
+        V1,
+        "8 of 9 rows have no frame at or before their timestamp",
+    ),
+    (
+        "capture mode whole-ms",
+        lambda r: (set_mode(r, 1, "capture"), write_video(r / V1, 9, time_base=MS)),
+        V1,
+        "capture mode: frames cannot be placed within 0.0001 s of their capture time; time base 1/1000",
+    ),
+    (
+        "stats missing column",
+        lambda r: edit_json(meta(r) / "stats.json", lambda s: s.pop("action.gripper")),
+        "meta/stats.json",
+        "no entry for column 'action.gripper'",
+    ),
+    (
+        "stats missing timestamp",
+        lambda r: edit_json(meta(r) / "stats.json", lambda s: s.pop("timestamp")),
+        "meta/stats.json",
+        "no entry for column 'timestamp'",
+    ),
+    (
+        "stats wrong width",
+        lambda r: edit_json(meta(r) / "stats.json", lambda s: s["observation.arm_joint"]["q99"].pop()),
+        "meta/stats.json",
+        "'observation.arm_joint'.q99 must be a flat list of 6 numbers",
+    ),
+    (
+        "stats extra key",
+        lambda r: edit_json(meta(r) / "stats.json", lambda s: s["action"].update(count=[28] * 8)),
+        "meta/stats.json",
+        "extra ['count']",
+    ),
+    (
+        "stats unknown entry",
+        lambda r: edit_json(meta(r) / "stats.json", lambda s: s.update(foo=s["timestamp"])),
+        "meta/stats.json",
+        "entry 'foo' is not a feature",
+    ),
+    (
+        "stats stale",
+        lambda r: edit_json(meta(r) / "stats.json", lambda s: s["observation.gripper"].update(max=[1.0])),
+        "meta/stats.json",
+        "entry 'observation.gripper' max do not match the parquet data",
+    ),
+    (
+        "modality too wide",
+        lambda r: edit_json(meta(r) / "modality.json", lambda m: m["state"]["eef_rot"].update(end=8)),
+        "meta/modality.json",
+        "state.eef_rot: slice [3:8] does not fit 'observation.arm_eef' of width 7",
+    ),
+    (
+        "modality unknown key",
+        lambda r: edit_json(
+            meta(r) / "modality.json", lambda m: m["action"]["gripper"].update(original_key="action.grip")
+        ),
+        "meta/modality.json",
+        "original_key 'action.grip' is not a feature",
+    ),
+    (
+        "total_frames",
+        lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_frames=29)),
+        "meta/info.json",
+        "total_frames is 29, expected 28",
+    ),
+    (
+        "total_episodes",
+        lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_episodes=4)),
+        "meta/info.json",
+        "total_episodes is 4, expected 3",
+    ),
+    (
+        "total_videos",
+        lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_videos=3)),
+        "meta/info.json",
+        "total_videos is 3, expected 6",
+    ),
+    (
+        "total_tasks",
+        lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_tasks=1)),
+        "meta/info.json",
+        "total_tasks is 1, expected 2",
+    ),
+    (
+        "total_chunks",
+        lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(total_chunks=2)),
+        "meta/info.json",
+        "total_chunks is 2, expected 1",
+    ),
+    (
+        "splits",
+        lambda r: edit_json(meta(r) / "info.json", lambda i: i.update(splits={"train": "0:2"})),
+        "meta/info.json",
+        "splits must be",
+    ),
+    (
+        "blank line episodes",
+        lambda r: (meta(r) / "episodes.jsonl").write_text(
+            (meta(r) / "episodes.jsonl").read_text().replace("\n", "\n\n", 1)
+        ),
+        "meta/episodes.jsonl",
+        "line 2: blank",
+    ),
+    (
+        "blank line tasks",
+        lambda r: (meta(r) / "tasks.jsonl").write_text((meta(r) / "tasks.jsonl").read_text() + "\n"),
+        "meta/tasks.jsonl",
+        "line 3: blank line",
+    ),
+    (
+        "episode task unknown",
+        lambda r: edit_jsonl(meta(r) / "episodes.jsonl", lambda ls: ls[2].update(tasks=["fly"])),
+        "meta/episodes.jsonl",
+        "task 'fly' is not in meta/tasks.jsonl",
+    ),
+    (
+        "video_info convention",
+        lambda r: edit_json(
+            meta(r) / "info.json",
+            lambda i: i["features"]["observation.images.cam_front"].update(video_info={"video.fps": 30}),
+        ),
+        "meta/info.json",
+        "'video_info'",
+    ),
+    (
+        "channel name",
+        lambda r: edit_json(
+            meta(r) / "info.json",
+            lambda i: i["features"]["observation.images.cam_wrist"].update(names=["height", "width", "channel"]),
+        ),
+        "meta/info.json",
+        "names must be ['height', 'width', 'channels']",
+    ),
+    (
+        "video info block",
+        lambda r: edit_json(
+            meta(r) / "info.json", lambda i: i["features"]["observation.images.cam_wrist"]["info"].pop("video.pix_fmt")
+        ),
+        "meta/info.json",
+        "info lacks 'video.pix_fmt'",
+    ),
+    (
+        "stray parquet",
+        lambda r: shutil.copy(r / P1, r / "data/chunk-000/episode_000003.parquet"),
+        "data/chunk-000/episode_000003.parquet",
+        "not named by meta/episodes.jsonl",
+    ),
 ]
 
 
@@ -278,10 +388,12 @@ def test_capture_mode_frames_off_the_rows_pass_nominal_ones_do_not(root):
     set_mode(root, 1, "capture")
     timing = TimingSummary()
     assert validate_root(root, timing=timing) == []
-    assert timing.capture_videos == 2 and timing.rows == 2 * sum(LENGTHS) - 2 * 9   # both cameras of episode 1
+    assert timing.capture_videos == 2 and timing.rows == 2 * sum(LENGTHS) - 2 * 9  # both cameras of episode 1
     write_video(root / V1, 9, pts=[p + 90 for p in pts])
-    assert any(p.startswith(V1) and "row 0 (timestamp 0.000000 s) has no frame at or before it" in p
-               for p in validate_root(root))
+    assert any(
+        p.startswith(V1) and "row 0 (timestamp 0.000000 s) has no frame at or before it" in p
+        for p in validate_root(root)
+    )
 
 
 @pytest.mark.parametrize("mutate,where,fragment", [m[1:] for m in MUTATIONS], ids=[m[0] for m in MUTATIONS])
@@ -294,11 +406,11 @@ def test_each_corruption_is_reported(root, mutate, where, fragment):
 
 def test_empty_root_is_valid_until_an_episode_is_listed(tmp_path):
     from lerobot_fixtures import write_root
+
     root = write_root(tmp_path / "r", [], cameras=("cam_front",))
     assert json.loads((root / "meta/stats.json").read_text()) == {}
     assert validate_root(root) == []
-    (meta(root) / "episodes.jsonl").write_text(json.dumps(
-        {"episode_index": 0, "tasks": ["t"], "length": 3}) + "\n")
+    (meta(root) / "episodes.jsonl").write_text(json.dumps({"episode_index": 0, "tasks": ["t"], "length": 3}) + "\n")
     problems = validate_root(root)
     assert any(p.startswith(P1.replace("000001", "000000")) and "missing" in p for p in problems)
     assert any("no entry for column 'timestamp'" in p for p in problems)
@@ -327,9 +439,11 @@ def test_finalize_output_checked_when_present(root):
 def test_chunked_root(tmp_path):
     """Episodes spread over chunks use the chunk number of the templates; totals count the chunks."""
     from lerobot_fixtures import random_episode, write_root
+
     rng = np.random.default_rng(3)
-    root = write_root(tmp_path / "r", [("t", random_episode(rng, 5)) for _ in range(3)], cameras=("cam_front",),
-                      chunks_size=2)
+    root = write_root(
+        tmp_path / "r", [("t", random_episode(rng, 5)) for _ in range(3)], cameras=("cam_front",), chunks_size=2
+    )
     assert (root / "data/chunk-001/episode_000002.parquet").exists()
     assert validate_root(root) == []
     edit_json(meta(root) / "info.json", lambda i: i.update(total_chunks=1))
@@ -340,9 +454,11 @@ def test_writer_output_validates_and_finalizes(tmp_path):
     """The project's own writer, across a resume, a discard and a delete, against this independent validator."""
     from lerobot_fixtures import random_episode
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+
     root = tmp_path / "w"
-    cfg = WriterConfig(fps=30, cameras={"cam_front": CameraSpec(height=48, width=64),
-                                        "cam_wrist": CameraSpec(height=48, width=64)})
+    cfg = WriterConfig(
+        fps=30, cameras={"cam_front": CameraSpec(height=48, width=64), "cam_wrist": CameraSpec(height=48, width=64)}
+    )
     rng = np.random.default_rng(5)
 
     def record(w, task, n, save=True):

@@ -1,4 +1,5 @@
 """piper-view: the HTML report renders in a real headless browser, plots drawn, videos playable, cursor synced."""
+
 import json
 import subprocess
 import sys
@@ -19,9 +20,14 @@ CANVAS_INK = """cv => { const g = cv.getContext('2d'); const d = g.getImageData(
 
 
 def _sessions(root: Path) -> None:
-    base = {"control": {"backend": "position", "impedance": {"kp": [5] * 6, "kd": [0.3] * 6, "t_ff": 0.0,
-                                                             "gravity_ff": False}},
-            "arm": {"firmware": "S-V1.6-3"}, "recording": {"fps": 30}}
+    base = {
+        "control": {
+            "backend": "position",
+            "impedance": {"kp": [5] * 6, "kd": [0.3] * 6, "t_ff": 0.0, "gravity_ff": False},
+        },
+        "arm": {"firmware": "S-V1.6-3"},
+        "recording": {"fps": 30},
+    }
     changed = json.loads(json.dumps(base))
     changed["control"]["backend"] = "impedance"
     (root / "meta" / "collection_sessions.jsonl").write_text(json.dumps(base) + "\n" + json.dumps(changed) + "\n")
@@ -36,21 +42,25 @@ def test_lerobot_report_in_browser(tmp_path):
     text = out.read_text()
     assert "http://" not in text and "https://" not in text, "report must be self-contained"
     with open_page(str(out)) as (page, errors):
-        page.wait_for_function("Array.from(document.querySelectorAll('video')).every(v => v.readyState >= 2)",
-                               timeout=15000)
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('video')).every(v => v.readyState >= 2)", timeout=15000
+        )
         videos = page.eval_on_selector_all("video", "vs => vs.map(v => [v.videoWidth, v.duration, v.dataset.camera])")
         assert len(videos) == 4  # 2 episodes x 2 cameras
         assert all(w == 64 and d > 0 for w, d, _ in videos)
         canvases = page.query_selector_all("canvas")
-        assert len(canvases) >= 2 * 5   # joints, EEF x/y/z, gripper (frame intervals all 1/fps: a note, no plot)
+        assert len(canvases) >= 2 * 5  # joints, EEF x/y/z, gripper (frame intervals all 1/fps: a note, no plot)
         for cv in canvases:
             assert int(cv.get_attribute("data-drawn")) > 0
             assert page.evaluate(CANVAS_INK, cv) > 50
         # The shared cursor: moving the slider seeks every video of the episode and redraws its plots.
         before = page.evaluate("document.querySelector('canvas[data-group=\"ep0\"]').toDataURL()")
         page.eval_on_selector("#slider-ep0", "s => { s.value = 0.5; s.dispatchEvent(new Event('input')); }")
-        page.wait_for_function("Array.from(document.querySelectorAll('video[data-group=\"ep0\"]'))"
-                               ".every(v => Math.abs(v.currentTime - 0.5) < 0.05)", timeout=5000)
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('video[data-group=\"ep0\"]'))"
+            ".every(v => Math.abs(v.currentTime - 0.5) < 0.05)",
+            timeout=5000,
+        )
         after = page.evaluate("document.querySelector('canvas[data-group=\"ep0\"]').toDataURL()")
         assert before != after
         assert page.inner_text("#cursor-ep0").startswith("0.500")
@@ -62,14 +72,18 @@ def test_lerobot_report_in_browser(tmp_path):
 def test_lerobot_report_single_episode_and_linked_videos(tmp_path):
     root = small_root(tmp_path / "ds", lengths=(10, 10, 10))
     out = tmp_path / "one.html"
-    subprocess.run([str(BIN / "piper-view"), str(root), "--episode", "1", "--link-videos", "--out", str(out)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(BIN / "piper-view"), str(root), "--episode", "1", "--link-videos", "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
     text = out.read_text()
     assert 'id="episode-1"' in text and 'id="episode-0"' not in text
     assert "data:video/mp4" not in text and "episode_000001.mp4" in text
     with open_page(str(out)) as (page, errors):
-        page.wait_for_function("Array.from(document.querySelectorAll('video')).every(v => v.readyState >= 2)",
-                               timeout=15000)
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('video')).every(v => v.readyState >= 2)", timeout=15000
+        )
         assert errors == []
 
 
@@ -94,8 +108,11 @@ def test_rgbd_report_in_browser(tmp_path):
         for t in range(steps + 1):
             depth = rng.uniform(0.2, 3.0, (48, 64)).astype(np.float32)
             depth[:8, :8] = np.nan  # invalid -> sentinel 0 -> drawn black
-            w.add_observation(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), depth,
-                              {"arm_joint": rng.normal(size=6).astype(np.float32)})
+            w.add_observation(
+                rng.integers(0, 256, (48, 64, 3), dtype=np.uint8),
+                depth,
+                {"arm_joint": rng.normal(size=6).astype(np.float32)},
+            )
             if t < steps:
                 w.add_transition(rng.normal(size=8).astype(np.float32), float(t), terminal=t == steps - 1)
         w.end_episode(success=True)
@@ -120,18 +137,29 @@ def _with_counters(root: Path) -> None:
     eps = [json.loads(line) for line in path.read_text().splitlines()]
     for ep in eps:
         cams = {"cam_front": 0, "cam_wrist": 0}
-        ep.update({
-            "timestamp_mode": "nominal", "rows": ep["length"], "skipped_start_ticks": 0,
-            "messages_late": {}, "messages_invalid": {}, "values_stale": {"joint_states": 0},
-            "frames_received": {"cam_front": ep["length"] + 2, "cam_wrist": ep["length"] + 2},
-            "frames_sent": {"cam_front": ep["length"], "cam_wrist": ep["length"]},
-            "frames_dropped": dict(cams), "frames_repeated": dict(cams), "frames_late": dict(cams),
-            "frames_stale": dict(cams), "frames_missing": {}, "frames_beyond_half_period": dict(cams),
-            "frame_offset_max_ms": {"cam_front": 9.8, "cam_wrist": 12.1},
-            "tick_delay_ms": {"ticks": ep["length"], "p50": 0.4, "p99": 2.1, "max": 3.0},
-            "frames_written": {"cam_front": ep["length"], "cam_wrist": ep["length"]},
-            "frames_rejected_by_encoder": {},
-            "video_dropped_frames": {c: {"non_increasing_pts": 0, "queue_full": 0} for c in cams}})
+        ep.update(
+            {
+                "timestamp_mode": "nominal",
+                "rows": ep["length"],
+                "skipped_start_ticks": 0,
+                "messages_late": {},
+                "messages_invalid": {},
+                "values_stale": {"joint_states": 0},
+                "frames_received": {"cam_front": ep["length"] + 2, "cam_wrist": ep["length"] + 2},
+                "frames_sent": {"cam_front": ep["length"], "cam_wrist": ep["length"]},
+                "frames_dropped": dict(cams),
+                "frames_repeated": dict(cams),
+                "frames_late": dict(cams),
+                "frames_stale": dict(cams),
+                "frames_missing": {},
+                "frames_beyond_half_period": dict(cams),
+                "frame_offset_max_ms": {"cam_front": 9.8, "cam_wrist": 12.1},
+                "tick_delay_ms": {"ticks": ep["length"], "p50": 0.4, "p99": 2.1, "max": 3.0},
+                "frames_written": {"cam_front": ep["length"], "cam_wrist": ep["length"]},
+                "frames_rejected_by_encoder": {},
+                "video_dropped_frames": {c: {"non_increasing_pts": 0, "queue_full": 0} for c in cams},
+            }
+        )
     eps[0]["frames_repeated"]["cam_wrist"] = 3
     eps[0]["video_dropped_frames"]["cam_front"]["queue_full"] = 1
     path.write_text("".join(json.dumps(e) + "\n" for e in eps))
@@ -144,10 +172,11 @@ def test_lerobot_report_counters_table_highlights_problems(tmp_path):
     res = subprocess.run([str(BIN / "piper-view"), str(root), "--out", str(out)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     with open_page(str(out)) as (page, errors):
-        page.wait_for_function("Array.from(document.querySelectorAll('video')).every(v => v.readyState >= 2)",
-                               timeout=15000)
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('video')).every(v => v.readyState >= 2)", timeout=15000
+        )
         overview = page.inner_text("section")
-        assert "{&quot;" not in page.content() and "{" not in overview   # no raw JSON dump
+        assert "{&quot;" not in page.content() and "{" not in overview  # no raw JSON dump
         # overview: episode 0 flags its two problems, episode 1 none
         badges = page.eval_on_selector_all("span.badge.bad", "bs => bs.map(b => [b.dataset.counter, b.innerText])")
         assert sorted(c for c, _ in badges) == ["frames_repeated", "video_dropped_frames"]
@@ -159,16 +188,19 @@ def test_lerobot_report_counters_table_highlights_problems(tmp_path):
         assert page.eval_on_selector_all("#counters-ep1 tr.bad", "rs => rs.length") == 0
         rep = page.inner_text('#counters-ep0 tr[data-counter="frames_repeated"]')
         assert "3" in rep and "cam_wrist 3" in rep and "cam_front 0" in rep
-        bg = page.eval_on_selector('#counters-ep0 tr[data-counter="frames_repeated"] td',
-                                   "td => getComputedStyle(td).backgroundColor")
-        plain = page.eval_on_selector('#counters-ep0 tr[data-counter="frames_dropped"] td',
-                                      "td => getComputedStyle(td).backgroundColor")
+        bg = page.eval_on_selector(
+            '#counters-ep0 tr[data-counter="frames_repeated"] td', "td => getComputedStyle(td).backgroundColor"
+        )
+        plain = page.eval_on_selector(
+            '#counters-ep0 tr[data-counter="frames_dropped"] td', "td => getComputedStyle(td).backgroundColor"
+        )
         assert bg != plain
         assert "p99 2.1" in page.inner_text('#counters-ep0 tr[data-counter="tick_delay_ms"]')
         assert page.inner_text('#counters-ep0 tr[data-counter="frame_offset_max_ms"] td:nth-child(2)') == "12.1"
         # the row-interval plot (float rounding only) is gone; nominal frame intervals are a note, not a plot
-        titles = page.evaluate("Object.values(JSON.parse(document.getElementById('report-data').textContent)"
-                               ".plots).map(p => p.title)")
+        titles = page.evaluate(
+            "Object.values(JSON.parse(document.getElementById('report-data').textContent).plots).map(p => p.title)"
+        )
         assert not any("row interval" in t or "tick jitter" in t for t in titles)
         page.locator("#counters-ep0").scroll_into_view_if_needed()
         page.screenshot(path=str(tmp_path / "counters.png"), full_page=True)

@@ -1,4 +1,5 @@
 """support.waiting.wait_for, the suite's one polling wait: the value it returns and what a timeout says."""
+
 from __future__ import annotations
 
 import itertools
@@ -26,4 +27,4 @@ def test_without_words_a_timeout_shows_the_condition_as_written():
 def test_the_condition_is_asked_once_more_at_the_deadline():
     polls: list[int] = []
     assert wait_for(lambda: polls.append(0) or len(polls) >= 2, 0.05, "a second poll", step=10.0)
-    assert len(polls) == 2   # the step is cut short at the deadline, where the condition is asked again
+    assert len(polls) == 2  # the step is cut short at the deadline, where the condition is asked again

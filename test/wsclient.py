@@ -1,5 +1,6 @@
 """A minimal browser-side WebSocket client over a raw socket (masked frames, RFC 6455), written apart from
 the server's framing so that tests and bench/teleop_latency.py check piper-quest-web independently."""
+
 from __future__ import annotations
 
 import base64
@@ -15,9 +16,12 @@ class WebSocketClient:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.key = base64.b64encode(os.urandom(16)).decode()
-        req = (f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {self.key}\r\nSec-WebSocket-Version: 13\r\n"
-               + (f"Origin: {origin}\r\n" if origin else "") + "\r\n")
+        req = (
+            f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {self.key}\r\nSec-WebSocket-Version: 13\r\n"
+            + (f"Origin: {origin}\r\n" if origin else "")
+            + "\r\n"
+        )
         self.sock.sendall(req.encode())
         head = b""
         while b"\r\n\r\n" not in head:

@@ -1,12 +1,26 @@
 """Stamped events -> episode rows and frames, shared by the live recorders and the rosbag converter (no ROS):
 the assembler (``EpisodeAssembler``, its rules, use and determinism in ``assembler``), its configuration, the
 camera frame assignment, depth pairing and the sinks that hand rows to the LeRobot and RGB-D writers."""
+
 from .assembler import STATE_INPUTS, TIMESTAMP_MODES, AssemblyConfig, Counters, EpisodeAssembler, Frame, Row, Sink
 from .frame_assign import CaptureHistory, window_captures
 from .pairing import DepthPairer
 from .sinks import LEROBOT_COLUMNS, RGBD_STATE_TERMS, LeRobotSink, RgbdSink
 
 __all__ = [
-    "AssemblyConfig", "CaptureHistory", "Counters", "DepthPairer", "EpisodeAssembler", "Frame", "LEROBOT_COLUMNS",
-    "LeRobotSink", "RGBD_STATE_TERMS", "RgbdSink", "Row", "STATE_INPUTS", "Sink", "TIMESTAMP_MODES", "window_captures",
+    "AssemblyConfig",
+    "CaptureHistory",
+    "Counters",
+    "DepthPairer",
+    "EpisodeAssembler",
+    "Frame",
+    "LEROBOT_COLUMNS",
+    "LeRobotSink",
+    "RGBD_STATE_TERMS",
+    "RgbdSink",
+    "Row",
+    "STATE_INPUTS",
+    "Sink",
+    "TIMESTAMP_MODES",
+    "window_captures",
 ]

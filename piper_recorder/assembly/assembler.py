@@ -87,6 +87,7 @@ long as each arrives before ``now`` passes its stamp + lateness. To reproduce a 
      (t_k0; equal to the started start_ns unless inputs were missing at the start) and its rows equal
      ``counters.rows``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -101,8 +102,7 @@ from piper_recorder.names import CAMERA
 from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
 from piper_recorder.features.table import PIPER_TABLE, FeatureTable
-from .frame_assign import (CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, first_row_reach_ns, horizon_ns, pick,
-                           window_captures)
+from .frame_assign import CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, first_row_reach_ns, horizon_ns, pick, window_captures
 from .messages import pose7
 
 TIMESTAMP_MODES = ("capture", "nominal")
@@ -110,7 +110,7 @@ TIMESTAMP_MODES = ("capture", "nominal")
 # files) and the bag converter. nominal: one frame per row at the row time, the mode every loader
 # accepts (LeRobot's 1e-4 s tolerance, torchcodec, GR00T's index-based readers).
 DEFAULT_TIMESTAMP_MODE = "nominal"
-DEFAULT_LATENESS_S = 0.1    # a row is assembled this long after its time (covers GIL/encoder-start stalls)
+DEFAULT_LATENESS_S = 0.1  # a row is assembled this long after its time (covers GIL/encoder-start stalls)
 # Inputs every row of the Piper table needs; "reward" is optional (0 until a reward arrives).
 STATE_INPUTS = PIPER_TABLE.required
 
@@ -122,7 +122,7 @@ class AssemblyConfig:
     timestamp_mode: str = DEFAULT_TIMESTAMP_MODE
     lateness_s: float = DEFAULT_LATENESS_S
     stale_s: float = 0.25
-    table: FeatureTable = PIPER_TABLE   # inputs sampled per row and the row values cut from them
+    table: FeatureTable = PIPER_TABLE  # inputs sampled per row and the row values cut from them
 
     def validate(self) -> None:
         self.table.validate()
@@ -165,11 +165,11 @@ class Frame:
 
 @dataclass(frozen=True)
 class Row:
-    index: int                      # row index within the episode (0-based)
-    timestamp: np.float32           # grid_timestamp(index, fps)
-    tick_ns: int                    # absolute grid time of this row
-    values: dict[str, np.ndarray]   # per table feature: arm_joint(6) arm_eef(7) gripper(1) cmd_eef(7) ...; float32
-    frames: dict[str, Frame]        # per camera, the frame at/before tick_ns
+    index: int  # row index within the episode (0-based)
+    timestamp: np.float32  # grid_timestamp(index, fps)
+    tick_ns: int  # absolute grid time of this row
+    values: dict[str, np.ndarray]  # per table feature: arm_joint(6) arm_eef(7) gripper(1) cmd_eef(7) ...; float32
+    frames: dict[str, Frame]  # per camera, the frame at/before tick_ns
 
 
 class Sink(Protocol):
@@ -186,7 +186,7 @@ class Counters:
     rows: int = 0
     skipped_start_ticks: int = 0
     messages_late: dict[str, int] = field(default_factory=dict)
-    messages_invalid: dict[str, int] = field(default_factory=dict)   # non-finite values, dropped
+    messages_invalid: dict[str, int] = field(default_factory=dict)  # non-finite values, dropped
     values_stale: dict[str, int] = field(default_factory=dict)
     frames_received: dict[str, int] = field(default_factory=dict)
     frames_sent: dict[str, int] = field(default_factory=dict)
@@ -194,14 +194,14 @@ class Counters:
     frames_repeated: dict[str, int] = field(default_factory=dict)
     frames_late: dict[str, int] = field(default_factory=dict)
     frames_stale: dict[str, int] = field(default_factory=dict)
-    frames_missing: dict[str, int] = field(default_factory=dict)     # capture mode: gaps in the sent frames
+    frames_missing: dict[str, int] = field(default_factory=dict)  # capture mode: gaps in the sent frames
     # rows carrying frames, over each row's new frame (not repeats): captured after t_k (<= 1 ms, clock
     # noise), the largest capture - t_k > 0 and t_k - capture >= 0, and the largest |capture - t_k|
     frames_ahead: dict[str, int] = field(default_factory=dict)
     frame_ahead_max_ms: dict[str, float] = field(default_factory=dict)
     frame_behind_max_ms: dict[str, float] = field(default_factory=dict)
     frame_offset_max_ms: dict[str, float] = field(default_factory=dict)
-    frames_unpaired: dict[str, int] = field(default_factory=dict)    # RGB-D: colour/depth images with no partner
+    frames_unpaired: dict[str, int] = field(default_factory=dict)  # RGB-D: colour/depth images with no partner
     # rows carrying frames: the oldest frame any row carried, repeats included (a stalled camera's depth)
     frame_age_max_ms: dict[str, float] = field(default_factory=dict)
 
@@ -220,8 +220,14 @@ class EpisodeAssembler:
     they only feed the phase trackers (frames themselves come through ``add_frame``), so row 0's slot
     comes from as many captures as later rows' and needs no warm-up when they cover ``WARMUP_S``."""
 
-    def __init__(self, config: AssemblyConfig, start_ns: int, sink: Sink, depth: bool = False,
-                 history: Mapping[str, Sequence[int]] | None = None):
+    def __init__(
+        self,
+        config: AssemblyConfig,
+        start_ns: int,
+        sink: Sink,
+        depth: bool = False,
+        history: Mapping[str, Sequence[int]] | None = None,
+    ):
         config.validate()
         self.config, self.start_ns, self._sink, self._depth = config, int(start_ns), sink, depth
         # RGB-D observations always pair a frame with each row, whatever the LeRobot timestamp mode
@@ -234,7 +240,7 @@ class EpisodeAssembler:
         self._row0_reach_ns = first_row_reach_ns(self._period_ns)
         window = window_captures(config.fps)
         self._phase = {cam: PhaseTracker(self._period_ns, window) for cam in config.cameras}
-        self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}   # tracker fed up to here
+        self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}  # tracker fed up to here
         history = history or {}
         self._history = {cam: sorted(int(s) for s in history.get(cam, ())) for cam in config.cameras}
         # the first tick also waits for the part of WARMUP_S of captures the history does not cover, so
@@ -243,7 +249,7 @@ class EpisodeAssembler:
         covered = [max(0, self.start_ns - h[0]) if h else 0 for h in self._history.values()]
         self._warmup_ns = max([0] + [warmup - c for c in covered]) if self._frames_in_rows else 0
         self._finish_ns: int | None = None
-        self._assembled_ns: int | None = None   # the furthest limit assembled to (assembled_until_ns)
+        self._assembled_ns: int | None = None  # the furthest limit assembled to (assembled_until_ns)
         self._stale_ns = round(config.stale_s * 1e9)
         self._table = config.table
         self._dims = {spec.name: spec.dim for spec in config.table.inputs}
@@ -253,15 +259,21 @@ class EpisodeAssembler:
         self._raw: SampleBuffer[tuple[int, int], str] = SampleBuffer()
         self._raw_seq = 0
         self._next_k = 0
-        self._last_tick_ns: int | None = None   # time of the last assembled (or skipped) tick
+        self._last_tick_ns: int | None = None  # time of the last assembled (or skipped) tick
         self._origin_k: int | None = None
         self.origin_ns: int | None = None
         self._sent_ns: dict[str, int | None] = {cam: None for cam in config.cameras}  # last frame sent / chosen
         self._end_ns: int | None = None
         self.counters = Counters(timestamp_mode=config.timestamp_mode)
         for cam in config.cameras:
-            for d in (self.counters.frames_received, self.counters.frames_sent, self.counters.frames_dropped,
-                      self.counters.frames_repeated, self.counters.frames_late, self.counters.frames_stale):
+            for d in (
+                self.counters.frames_received,
+                self.counters.frames_sent,
+                self.counters.frames_dropped,
+                self.counters.frames_repeated,
+                self.counters.frames_late,
+                self.counters.frames_stale,
+            ):
                 d[cam] = 0
             if not self._frames_in_rows:
                 self.counters.frames_missing[cam] = 0
@@ -312,7 +324,7 @@ class EpisodeAssembler:
     # ---- inputs -----------------------------------------------------------------------------
     def _add(self, name: str, stamp_ns: int, value: np.ndarray) -> None:
         if not np.isfinite(value).all():
-            Counters._inc(self.counters.messages_invalid, name)   # never into a row: hold the last good value
+            Counters._inc(self.counters.messages_invalid, name)  # never into a row: hold the last good value
             return
         stamp_ns = int(stamp_ns)
         if self._last_tick_ns is not None and stamp_ns <= self._last_tick_ns:
@@ -358,11 +370,11 @@ class EpisodeAssembler:
         c.frames_received[camera] += 1
         sent = self._sent_ns[camera]
         if not self._frames_in_rows and sent is not None and stamp_ns <= sent:
-            c.frames_late[camera] += 1   # its turn has passed: the encoder only takes increasing times
+            c.frames_late[camera] += 1  # its turn has passed: the encoder only takes increasing times
             return
         fed = self._fed_ns[camera]
         if self._frames_in_rows and fed is not None and stamp_ns <= fed:
-            c.frames_late[camera] += 1   # a row that could have taken it is done; later rows still may
+            c.frames_late[camera] += 1  # a row that could have taken it is done; later rows still may
         self._frames[camera].insert(stamp_ns, Frame(stamp_ns, rgb, depth))
 
     def count_unpaired(self, camera: str, n: int = 1) -> None:
@@ -394,7 +406,7 @@ class EpisodeAssembler:
         self._assembled_ns = limit_ns if self._assembled_ns is None else max(self._assembled_ns, limit_ns)
         while self.tick_ns(self._next_k) <= limit_ns:
             if self._next_k == 0 and self._finish_ns is None and self.tick_ns(0) + self._warmup_ns > limit_ns:
-                break   # the first tick waits for the phase warm-up
+                break  # the first tick waits for the phase warm-up
             self._tick(self._next_k)
             self._next_k += 1
         if self.origin_ns is not None and not self._frames_in_rows:
@@ -429,13 +441,13 @@ class EpisodeAssembler:
         limit = t + self._horizon_ns
         fed = self._fed_ns[cam]
         feed = limit
-        if fed is None:   # the first tick: the warm-up captures too (at most what finish() may rely on)
+        if fed is None:  # the first tick: the warm-up captures too (at most what finish() may rely on)
             feed = limit + self._warmup_ns
             if self._finish_ns is not None:
                 feed = max(limit, min(feed, self._finish_ns + self._horizon_ns))
-        if fed is None:   # the captures before the episode, then the episode's own (each capture once)
+        if fed is None:  # the captures before the episode, then the episode's own (each capture once)
             before = (s for s in self._history[cam] if s <= feed)
-            for s in sorted(set(before).union(buf.stamps[:buf.index_at(feed) + 1])):
+            for s in sorted(set(before).union(buf.stamps[: buf.index_at(feed) + 1])):
                 tracker.add(self._grid_offset(s))
         else:
             for i in range(buf.index_at(fed) + 1, buf.index_at(feed) + 1):
@@ -446,11 +458,16 @@ class EpisodeAssembler:
         # causal: a locked camera's frame may be CAUSAL_TOL_NS (clock noise) after t, another's none; the
         # first row's among the captures within the reach only (``first_row_reach_ns``: whatever else is held)
         after = prev if prev is not None else t - self._row0_reach_ns - 1
-        j = pick(buf.stamps, after, None if slot is None else t + slot, self._period_ns,
-                 t + (CAUSAL_TOL_NS if slot is not None else 0))
+        j = pick(
+            buf.stamps,
+            after,
+            None if slot is None else t + slot,
+            self._period_ns,
+            t + (CAUSAL_TOL_NS if slot is not None else 0),
+        )
         if j is not None:
             return buf.at(j)
-        return buf.latest_at(t if prev is None else prev)   # row 0: the pre-roll frame; later: a repeat
+        return buf.latest_at(t if prev is None else prev)  # row 0: the pre-roll frame; later: a repeat
 
     def _tick(self, k: int) -> None:
         t = self.tick_ns(k)
@@ -462,30 +479,30 @@ class EpisodeAssembler:
         else:
             frames = {cam: self._frames[cam].latest_at(t) for cam in self.config.cameras}
         have = {n: s for n, s in samples.items() if s is not None}
-        got = {cam: f for cam, f in frames.items() if f is not None}   # both complete from the origin on
+        got = {cam: f for cam, f in frames.items() if f is not None}  # both complete from the origin on
         if self._origin_k is None:
             if len(have) < len(samples) or len(got) < len(frames):
                 c.skipped_start_ticks += 1
                 for buf in self._inputs.values():
                     buf.prune_before(t)
-                for fbuf in self._frames.values():   # keep what a later start tick's window may take
+                for fbuf in self._frames.values():  # keep what a later start tick's window may take
                     fbuf.prune_before(t - self._row0_reach_ns if self._frames_in_rows else t)
                 return
             self._origin_k, self.origin_ns = k, t
             if not self._frames_in_rows:
-                for cam, f in got.items():   # the frame at/before the origin opens the video at t = 0 ...
+                for cam, f in got.items():  # the frame at/before the origin opens the video at t = 0 ...
                     self._frames[cam].drop_through(t)
                     nxt = self._frames[cam].first()
-                    if nxt is None or nxt.stamp_ns - t >= 1_000_000:   # ... unless the next one floors to 0 ms
+                    if nxt is None or nxt.stamp_ns - t >= 1_000_000:  # ... unless the next one floors to 0 ms
                         self._send(cam, f.value, 0)
         for name, s in have.items():
             if t - s.stamp_ns > self._stale_ns:
                 Counters._inc(c.values_stale, name)
         current: dict[str, np.ndarray] = {}
-        for name, dim in self._dims.items():   # optional inputs are zeros until their first sample
+        for name, dim in self._dims.items():  # optional inputs are zeros until their first sample
             opt = have.get(name) or self._inputs[name].latest_at(t)
             current[name] = opt.value if opt is not None else np.zeros(dim, dtype=np.float32)
-        values = {f.key: current[f.input][f.start:f.stop] for f in self._table.features}
+        values = {f.key: current[f.input][f.start : f.stop] for f in self._table.features}
         row_frames: dict[str, Frame] = {}
         if self._frames_in_rows:
             for cam, f in got.items():
@@ -495,7 +512,7 @@ class EpisodeAssembler:
                 else:
                     if prev is not None:
                         c.frames_dropped[cam] += self._frames[cam].count_between(prev, f.stamp_ns)
-                    off = f.stamp_ns - t   # > 0: captured after its row (at most CAUSAL_TOL_NS)
+                    off = f.stamp_ns - t  # > 0: captured after its row (at most CAUSAL_TOL_NS)
                     if off > 0:
                         c.frames_ahead[cam] += 1
                         c.frame_ahead_max_ms[cam] = max(c.frame_ahead_max_ms[cam], round(off / 1e6, 3))

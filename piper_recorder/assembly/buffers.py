@@ -1,11 +1,12 @@
 """Per-input sample buffers ordered by stamp, so arrival order never changes what a tick sees."""
+
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-K = TypeVar("K", int, tuple[int, int])   # the stamp: ns, or (ns, arrival seq) for lines sharing a stamp
+K = TypeVar("K", int, tuple[int, int])  # the stamp: ns, or (ns, arrival seq) for lines sharing a stamp
 V = TypeVar("V")
 
 

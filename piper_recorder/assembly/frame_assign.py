@@ -52,19 +52,20 @@ recorder and the bag converter choose the same frames (rows are assembled after 
 the lateness allowance). The assembler counts, per camera, the largest offset ahead of the row
 (``frame_ahead_max_ms``, at most the 1 ms tolerance) and behind it (``frame_behind_max_ms``).
 """
+
 from __future__ import annotations
 
 import cmath
 import math
 from collections import deque
 
-MIN_COHERENCE = 0.3     # mean resultant length of the phases: ±10 ms uniform jitter at 30 fps gives ~0.5,
-KEEP_COHERENCE = 0.2    # ±12 ms ~0.34, another rate ~0; once locked, a lock is kept down to this
+MIN_COHERENCE = 0.3  # mean resultant length of the phases: ±10 ms uniform jitter at 30 fps gives ~0.5,
+KEEP_COHERENCE = 0.2  # ±12 ms ~0.34, another rate ~0; once locked, a lock is kept down to this
 COHERENCE_FLOOR = 0.15  # a first lock from few captures needs at least this (another rate's spread captures: <~0.12)
-HYSTERESIS = 0.25       # of a period, past the half period, before the phase estimate wraps (see below)
-WARMUP_S = 0.3          # captures the tracker sees before row 0's frame is chosen (row 0 waits for those missing)
-HISTORY_GAP_S = 0.5     # a camera silent this long starts a new capture history (a restart: another phase)
-CAUSAL_TOL_NS = 1_000_000   # a row's frame may be captured this long after it at most: the clock mapper's noise
+HYSTERESIS = 0.25  # of a period, past the half period, before the phase estimate wraps (see below)
+WARMUP_S = 0.3  # captures the tracker sees before row 0's frame is chosen (row 0 waits for those missing)
+HISTORY_GAP_S = 0.5  # a camera silent this long starts a new capture history (a restart: another phase)
+CAUSAL_TOL_NS = 1_000_000  # a row's frame may be captured this long after it at most: the clock mapper's noise
 
 
 def window_captures(fps: float) -> int:
@@ -118,19 +119,19 @@ class PhaseTracker:
     def __init__(self, period_ns: float, window: int):
         self.period = float(period_ns)
         self._offsets: deque[float] = deque(maxlen=max(3, window))
-        self._units: deque[complex] = deque(maxlen=max(3, window))   # exp(2 pi i offset / period), per offset
-        self._phase: float | None = None      # continuous: in [-P/2 - h, P/2 + h]
-        self._slot: float | None = None       # causal target: phase - m * period, slot + jitter_up <= 1 ms
+        self._units: deque[complex] = deque(maxlen=max(3, window))  # exp(2 pi i offset / period), per offset
+        self._phase: float | None = None  # continuous: in [-P/2 - h, P/2 + h]
+        self._slot: float | None = None  # causal target: phase - m * period, slot + jitter_up <= 1 ms
         self._dirty = False
         self.coherent = False
-        self.jitter_up = 0.0                  # measured jitter above / below the phase (ns)
+        self.jitter_up = 0.0  # measured jitter above / below the phase (ns)
         self.jitter_down = 0.0
 
     def add(self, offset_ns: float) -> None:
         """Offset of one capture to its nearest row time, in [-P/2, P/2]."""
         o = float(offset_ns)
         self._offsets.append(o)
-        self._units.append(cmath.exp(2j * math.pi * o / self.period))   # once per capture, not per update
+        self._units.append(cmath.exp(2j * math.pi * o / self.period))  # once per capture, not per update
         self._dirty = True
 
     def _resultant(self) -> complex:
@@ -145,7 +146,7 @@ class PhaseTracker:
         # period does not start the estimate on the far side (it would stay there: the hysteresis)
         ref = wrap(cmath.phase(z) / (2 * math.pi) * p, p) if self._phase is None else self._phase
         h = p / 2
-        d = sorted((o - ref + h) % p - h for o in self._offsets)   # wrap(o - ref, p), inlined
+        d = sorted((o - ref + h) % p - h for o in self._offsets)  # wrap(o - ref, p), inlined
         n = len(d)
         med = d[n // 2] if n % 2 else (d[n // 2 - 1] + d[n // 2]) / 2
         phase = ref + med
@@ -155,7 +156,7 @@ class PhaseTracker:
         elif phase < -limit:
             phase += p
         self._phase = phase
-        widen = (n + 1) / (n - 1) if n > 1 else 2.0   # n uniform samples miss 1/(n+1) of the range each side
+        widen = (n + 1) / (n - 1) if n > 1 else 2.0  # n uniform samples miss 1/(n+1) of the range each side
         self.jitter_up = (d[-1] - med) * widen
         self.jitter_down = (med - d[0]) * widen
         self.coherent = abs(z) >= (keep_threshold(n) if self.coherent else lock_threshold(n))
@@ -177,11 +178,11 @@ class PhaseTracker:
             margin = min(hyst / 2, CAUSAL_TOL_NS + 2 * (up + self.jitter_down) / (n + 1))
             edge = CAUSAL_TOL_NS - margin
             return phase - math.ceil((phase + up - edge) / p) * p
-        slot = phase - round((phase - self._slot) / p) * p   # follows the phase, across its wraps
+        slot = phase - round((phase - self._slot) / p) * p  # follows the phase, across its wraps
         while slot + up > CAUSAL_TOL_NS:
-            slot -= p            # the band reaches past the tolerance: one period back (a repeat)
+            slot -= p  # the band reaches past the tolerance: one period back (a repeat)
         if slot + p + up <= CAUSAL_TOL_NS - hyst:
-            slot += p            # the fresher slot is well clear of the row: one period on (a drop)
+            slot += p  # the fresher slot is well clear of the row: one period on (a drop)
         return slot
 
     @property
@@ -236,8 +237,9 @@ def first_row_reach_ns(period_ns: float) -> int:
     return math.ceil(2 * period_ns)
 
 
-def pick(stamps: list[int], after_ns: int | None, target_ns: float | None, period_ns: float,
-         limit_ns: int) -> int | None:
+def pick(
+    stamps: list[int], after_ns: int | None, target_ns: float | None, period_ns: float, limit_ns: int
+) -> int | None:
     """Index (into the sorted ``stamps``) of the frame for a row targeting ``target_ns``: the nearest
     one newer than ``after_ns`` (the previous row's frame), within half a period of the target and
     captured at or before ``limit_ns`` (the causal bound); earlier wins a tie. ``target_ns`` None (no

@@ -7,6 +7,7 @@ same messages give the same rows. Functions return plain Python/numpy values.
 Message adapters (``ADAPTERS``, by the kind an ``InputSpec`` names): one message -> one input vector
 (float32, the spec's ``dim``), with the options a mapping file may set (joint names, scales).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -49,8 +50,9 @@ def image_to_numpy(msg: Any) -> np.ndarray:
     raise ValueError(f"unsupported image encoding {enc!r}")
 
 
-def joint_positions(msg: Any, cache: dict[tuple[str, ...], list[int]],
-                    names: Sequence[str] = ARM_JOINTS, gripper_scale: float = 1.0) -> list[float] | None:
+def joint_positions(
+    msg: Any, cache: dict[tuple[str, ...], list[int]], names: Sequence[str] = ARM_JOINTS, gripper_scale: float = 1.0
+) -> list[float] | None:
     """The 7 assembler positions (6 joints rad + gripper m) from a JointState, picked by ``names``
     (positional if the message is unnamed); None if incomplete. ``gripper_scale`` multiplies the last
     one (e.g. a driver that reports the gripper in other units). ``cache`` maps name tuples to indices."""
@@ -105,10 +107,10 @@ class Adapter(Protocol):
     """Reads one input vector from a message; None if the message does not hold it (counted nowhere:
     e.g. a JointState without the mapped names)."""
 
-    msg_type: ClassVar[str]          # ROS type name, "pkg/msg/Type"
+    msg_type: ClassVar[str]  # ROS type name, "pkg/msg/Type"
     dim: ClassVar[int]
     names: ClassVar[tuple[str, ...]]  # default element names of the dataset column
-    stamped: ClassVar[bool]          # header.stamp is the sample time (else the receive time)
+    stamped: ClassVar[bool]  # header.stamp is the sample time (else the receive time)
 
     def read(self, msg: Any) -> np.ndarray | None: ...
     def options(self) -> dict[str, Any]: ...
@@ -256,8 +258,11 @@ class ActorAdapter:
 
 # kind (``InputSpec.adapter``) -> the adapter built from a mapping entry's options
 ADAPTERS: dict[str, Callable[[Mapping[str, Any], str], Adapter]] = {
-    "joint_state": JointStateAdapter.from_mapping, "gripper": GripperAdapter.from_mapping,
-    "pose": PoseAdapter.from_mapping, "float32": Float32Adapter.from_mapping, "wrench": WrenchAdapter.from_mapping,
+    "joint_state": JointStateAdapter.from_mapping,
+    "gripper": GripperAdapter.from_mapping,
+    "pose": PoseAdapter.from_mapping,
+    "float32": Float32Adapter.from_mapping,
+    "wrench": WrenchAdapter.from_mapping,
     "actor": ActorAdapter.from_mapping,
 }
 

@@ -8,12 +8,13 @@ topics arrive in. An image that can no longer find a partner (the other stream h
 than half a period, or more than ``window`` images wait on its side) is dropped and counted in
 ``unpaired``.
 """
+
 from __future__ import annotations
 
 import bisect
 from typing import Any
 
-Pair = tuple[int, Any, Any]   # (colour stamp, rgb, depth)
+Pair = tuple[int, Any, Any]  # (colour stamp, rgb, depth)
 
 
 class DepthPairer:
@@ -22,8 +23,8 @@ class DepthPairer:
     def __init__(self, period_ns: float, window: int = 8):
         self.half = period_ns / 2
         self.window = window
-        self._side: dict[bool, list[tuple[int, Any]]] = {False: [], True: []}   # is_depth -> sorted (stamp, img)
-        self._newest: dict[bool, int | None] = {False: None, True: None}        # newest stamp seen per side
+        self._side: dict[bool, list[tuple[int, Any]]] = {False: [], True: []}  # is_depth -> sorted (stamp, img)
+        self._newest: dict[bool, int | None] = {False: None, True: None}  # newest stamp seen per side
         self.unpaired = 0
 
     def add_color(self, stamp_ns: int, rgb: Any) -> list[Pair]:
@@ -39,7 +40,7 @@ class DepthPairer:
         stamps = [s for s, _ in mine]
         i = bisect.bisect_left(stamps, stamp)
         if i < len(mine) and mine[i][0] == stamp:
-            mine[i] = (stamp, img)          # a duplicate stamp carries no new capture: keep the newer image
+            mine[i] = (stamp, img)  # a duplicate stamp carries no new capture: keep the newer image
         else:
             mine.insert(i, (stamp, img))
         pairs = self._match()
@@ -70,9 +71,14 @@ class DepthPairer:
     def _evict(self) -> None:
         for side in (False, True):
             mine, other = self._side[side], self._side[not side]
-            newest_other = self._newest[not side]   # that stream is in stamp order: it will not come back
-            while mine and (len(mine) > self.window
-                            or (newest_other is not None and newest_other - mine[0][0] > self.half
-                                and not any(abs(s - mine[0][0]) <= self.half for s, _ in other))):
+            newest_other = self._newest[not side]  # that stream is in stamp order: it will not come back
+            while mine and (
+                len(mine) > self.window
+                or (
+                    newest_other is not None
+                    and newest_other - mine[0][0] > self.half
+                    and not any(abs(s - mine[0][0]) <= self.half for s, _ in other)
+                )
+            ):
                 mine.pop(0)
                 self.unpaired += 1

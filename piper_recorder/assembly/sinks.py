@@ -5,6 +5,7 @@
 into T+1 observations (the table's RGB-D state terms) and T transitions (its action parts, its reward);
 it holds one step back so the last transition can carry terminal/timeout.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -32,8 +33,9 @@ class RgbdSteps(Protocol):
     """What ``RgbdSink`` calls on an RGB-D writer (``rgbd_writer.writer.RgbdWriter``)."""
 
     def add_observation(self, rgb: np.ndarray, depth: np.ndarray, state: Mapping[str, np.ndarray]) -> Any: ...
-    def add_transition(self, action: np.ndarray, reward: float, terminal: bool = False,
-                       timeout: bool = False) -> Any: ...
+    def add_transition(
+        self, action: np.ndarray, reward: float, terminal: bool = False, timeout: bool = False
+    ) -> Any: ...
 
 
 class LeRobotSink:
@@ -48,7 +50,7 @@ class LeRobotSink:
     def row(self, row: Row) -> None:
         t = float(row.timestamp)
         self.writer.add_row(t, {col: row.values[key] for col, key in self.columns.items()})
-        for cam, frame in row.frames.items():   # nominal mode: one frame per row, at the row time
+        for cam, frame in row.frames.items():  # nominal mode: one frame per row, at the row time
             self._frame(cam, frame, t)
 
     def frame(self, camera: str, frame: Frame, t: float) -> None:
@@ -113,6 +115,6 @@ class RgbdSink:
 
     def _observe(self, row: Row) -> None:
         f = row.frames[self.camera]
-        assert f.depth is not None   # the assembly (depth=True) refuses frames without depth
+        assert f.depth is not None  # the assembly (depth=True) refuses frames without depth
         self.writer.add_observation(f.rgb, f.depth, {k: row.values[k] for k in self.state_terms})
         self.observations += 1

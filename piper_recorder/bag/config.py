@@ -6,6 +6,7 @@ and the topic map is built by the same ``topic_map`` the nodes use, so bags of e
 directly; ``--mapping FILE.yaml`` (the format is documented in ``recording.inputs``) maps other topic
 layouts (e.g. AgileX's) and adds extra inputs, exactly as a recorder node's ``mapping`` parameter does.
 """
+
 from __future__ import annotations
 
 from piper_recorder.recording.inputs import EVENTS_TOPIC, InputBinding, TopicMap, apply_mapping, topic_map

@@ -19,6 +19,7 @@ Each episode carries a ``source`` block (bag, fingerprint, span) in its record (
 episodes.jsonl counters; RGB-D demo attribute ``source``), passed to ``EpisodeController.start``:
 that is what resume reads.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,13 @@ from piper_recorder import __version__
 from piper_recorder.assembly import window_captures
 from piper_recorder.names import EPISODE_EVENTS
 from piper_recorder.recording.config import (
-    LeRobotRecorderConfig, RecorderConfig, RgbdRecorderConfig, lerobot_writer_config, rgbd_writer_config,
-    session_record)
+    LeRobotRecorderConfig,
+    RecorderConfig,
+    RgbdRecorderConfig,
+    lerobot_writer_config,
+    rgbd_writer_config,
+    session_record,
+)
 from piper_recorder.recording.controller import EpisodeController
 from piper_recorder.recording.router import IMAGE, InputRouter
 from piper_recorder.recording.targets import EpisodeTarget, LeRobotTarget, RgbdTarget
@@ -45,9 +51,9 @@ from .episodes import EpisodeSpan, recorders_with_saves, spans_from_events, span
 from .source import FINGERPRINT_METHOD, BagError, BagSource, RawMessage, bag_fingerprint, peak_rss_mb
 
 CONVERTER = "piper-bag2dataset"
-GAP_KEEP = 4               # serialized messages kept per topic between episodes (the next pre-roll)
-MAX_WRITER_BACKLOG = 256   # rows/frames queued for the writer thread before the reader waits
-Progress = Callable[[int, float, float], None]   # (bag index, seconds done, seconds total)
+GAP_KEEP = 4  # serialized messages kept per topic between episodes (the next pre-roll)
+MAX_WRITER_BACKLOG = 256  # rows/frames queued for the writer thread before the reader waits
+Progress = Callable[[int, float, float], None]  # (bag index, seconds done, seconds total)
 
 if TYPE_CHECKING:
     from piper_recorder.lerobot.writer import LeRobotWriter
@@ -56,13 +62,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class ConvertOptions:
-    fmt: str                                 # "lerobot" | "rgbd"
-    settings: RecorderConfig                 # the recorder's own config class (recording.config)
+    fmt: str  # "lerobot" | "rgbd"
+    settings: RecorderConfig  # the recorder's own config class (recording.config)
     topics: TopicMap
     ranges: tuple[str, ...] = ()
     task: str | None = None
-    recorder: str | None = None              # whose /episode_events to follow (default: the format's)
-    output: str = ""                         # for provenance
+    recorder: str | None = None  # whose /episode_events to follow (default: the format's)
+    output: str = ""  # for provenance
 
     @property
     def recorder_name(self) -> str:
@@ -73,10 +79,10 @@ class ConvertOptions:
 class BagResult:
     index: int
     bag: str
-    status: str = "failed"                   # converted | skipped | failed
+    status: str = "failed"  # converted | skipped | failed
     fingerprint: str | None = None
     error: str | None = None
-    staging: str | None = None               # staging dataset (LeRobot root / HDF5 file)
+    staging: str | None = None  # staging dataset (LeRobot root / HDF5 file)
     session: dict[str, Any] | None = None
     episodes: int = 0
     skipped_episodes: int = 0
@@ -111,10 +117,21 @@ def open_target(opts: ConvertOptions, path: Path) -> EpisodeTarget[Any]:
     """The recorder's own writer target over a fresh writer at ``path``."""
     if opts.fmt == "lerobot":
         assert isinstance(opts.settings, LeRobotRecorderConfig)
-        return LeRobotTarget(_lerobot_writer(opts, path), opts.settings.save_raw_quest, opts.topics.table,
-                             fps=opts.settings.fps, cameras=tuple(opts.topics.cameras), verdict=opts.settings.verdict)
-    return RgbdTarget(_rgbd_writer(opts, path), next(iter(opts.topics.cameras)), opts.topics.table,
-                      fps=opts.settings.fps, verdict=opts.settings.verdict)
+        return LeRobotTarget(
+            _lerobot_writer(opts, path),
+            opts.settings.save_raw_quest,
+            opts.topics.table,
+            fps=opts.settings.fps,
+            cameras=tuple(opts.topics.cameras),
+            verdict=opts.settings.verdict,
+        )
+    return RgbdTarget(
+        _rgbd_writer(opts, path),
+        next(iter(opts.topics.cameras)),
+        opts.topics.table,
+        fps=opts.settings.fps,
+        verdict=opts.settings.verdict,
+    )
 
 
 # ---- provenance --------------------------------------------------------------------------------
@@ -137,14 +154,19 @@ def _latest_json(src: BagSource, topic: str | None) -> dict[str, Any] | None:
 def check_topics(src: BagSource, opts: ConvertOptions) -> None:
     have = src.topics
     required = opts.topics.required(depth=opts.fmt == "rgbd")
-    wrong = [f"{t} is {have[t]}, expected {want}" for t, want in {**required, **opts.topics.optional()}.items()
-             if t in have and have[t] != want]
+    wrong = [
+        f"{t} is {have[t]}, expected {want}"
+        for t, want in {**required, **opts.topics.optional()}.items()
+        if t in have and have[t] != want
+    ]
     if wrong:
         raise BagError(f"{src.path}: unexpected message types: {'; '.join(wrong)}")
     missing = [t for t in required if t not in have]
     if missing:
-        raise BagError(f"{src.path}: missing topics {missing} (bag has {sorted(have) or 'no topics'}); "
-                       "map other names with --config/--mapping")
+        raise BagError(
+            f"{src.path}: missing topics {missing} (bag has {sorted(have) or 'no topics'}); "
+            "map other names with --config/--mapping"
+        )
     counts = src.message_counts()
     empty = [t for t in required if counts.get(t, 1) == 0]
     if empty:
@@ -156,19 +178,23 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
     if tm.episode_events and tm.episode_events in src.topics:
         lines = [m.msg.data for m in src.messages([tm.episode_events])]
         names = recorders_with_saves(lines)
-        who = opts.recorder or (opts.recorder_name if opts.recorder_name in names else
-                                (names[0] if names else None))
+        who = opts.recorder or (opts.recorder_name if opts.recorder_name in names else (names[0] if names else None))
         if who is not None:
             spans = spans_from_events(lines, who)
             if who != opts.recorder_name:
                 notes.append(f"episodes from {who}'s {tm.episode_events} (no {opts.recorder_name} saves in the bag)")
             if spans:
                 return _begun_in_bag(spans, src, notes)
-        notes.append(f"the bag's {tm.episode_events} hold no saved episodes; "
-                     + ("using --episode ranges" if opts.ranges else "converting the whole bag"))
+        notes.append(
+            f"the bag's {tm.episode_events} hold no saved episodes; "
+            + ("using --episode ranges" if opts.ranges else "converting the whole bag")
+        )
     if opts.ranges:
-        return spans_from_ranges(opts.ranges, src.start_ns, opts.settings.assembly(tuple(opts.topics.cameras))
-                                 .delay_ns(depth=opts.fmt == "rgbd"))
+        return spans_from_ranges(
+            opts.ranges,
+            src.start_ns,
+            opts.settings.assembly(tuple(opts.topics.cameras)).delay_ns(depth=opts.fmt == "rgbd"),
+        )
     return whole_bag(src.start_ns, src.end_ns)
 
 
@@ -178,16 +204,24 @@ def _begun_in_bag(spans: list[EpisodeSpan], src: BagSource, notes: list[str]) ->
     keep = []
     for s in spans:
         if s.start_ns < src.start_ns:
-            notes.append(f"live episode {s.live_index} began {(src.start_ns - s.start_ns) / 1e9:.3f}s before the "
-                         "bag's first message: skipped (convert what the bag holds with --episode START:END)")
+            notes.append(
+                f"live episode {s.live_index} began {(src.start_ns - s.start_ns) / 1e9:.3f}s before the "
+                "bag's first message: skipped (convert what the bag holds with --episode START:END)"
+            )
         else:
             keep.append(s)
     return keep
 
 
 # ---- the pass ------------------------------------------------------------------------------------
-def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str | Path,
-                done: dict[str, list[tuple[int, int]]] | None = None, progress: Progress | None = None) -> BagResult:
+def convert_bag(
+    index: int,
+    bag: str | Path,
+    opts: ConvertOptions,
+    staging: str | Path,
+    done: dict[str, list[tuple[int, int]]] | None = None,
+    progress: Progress | None = None,
+) -> BagResult:
     """Convert one bag into a fresh staging dataset at ``staging``; never raises for bad input."""
     t0 = time.perf_counter()
     res = BagResult(index, str(bag))
@@ -211,32 +245,59 @@ def convert_bag(index: int, bag: str | Path, opts: ConvertOptions, staging: str 
     return res
 
 
-def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path, done: set[tuple[int, int]],
-             progress: Progress | None) -> None:
+def _convert(
+    src: BagSource,
+    res: BagResult,
+    opts: ConvertOptions,
+    staging: Path,
+    done: set[tuple[int, int]],
+    progress: Progress | None,
+) -> None:
     check_topics(src, opts)
     spans = choose_spans(src, opts, res.notes)
     todo = [s for s in spans if (s.start_ns, s.end_ns) not in done]
     res.skipped_episodes = len(spans) - len(todo)
-    source = {"converter": CONVERTER, "converter_version": __version__, "bags": [str(src.path)],
-              "fingerprints": [res.fingerprint], "fingerprint_method": FINGERPRINT_METHOD,
-              "episodes_from": spans[0].origin if spans else None, "topics": opts.topics.to_dict()}
+    source = {
+        "converter": CONVERTER,
+        "converter_version": __version__,
+        "bags": [str(src.path)],
+        "fingerprints": [res.fingerprint],
+        "fingerprint_method": FINGERPRINT_METHOD,
+        "episodes_from": spans[0].origin if spans else None,
+        "topics": opts.topics.to_dict(),
+    }
     if not todo:
         res.status = "skipped"
         return
     task_default = opts.task or opts.settings.task
-    record = {**session_record(opts.settings, opts.recorder_name, _latest_json(src, opts.topics.provenance),
-                               _latest_json(src, opts.topics.hello), opts.topics.cameras, opts.output),
-              "source": source}
+    record = {
+        **session_record(
+            opts.settings,
+            opts.recorder_name,
+            _latest_json(src, opts.topics.provenance),
+            _latest_json(src, opts.topics.hello),
+            opts.topics.cameras,
+            opts.output,
+        ),
+        "source": source,
+    }
     res.session = record
     staging.mkdir(parents=True, exist_ok=True)
     path = staging / ("lerobot" if opts.fmt == "lerobot" else "rgbd.hdf5")
     target = open_target(opts, path)
     res.staging = str(path)
     # the end comes from the span, never from max_episode_s; events come back in the Answers
-    c = EpisodeController(target, opts.settings.assembly(tuple(opts.topics.cameras), opts.topics.table),
-                          recorder=opts.recorder_name, max_episode_s=0, publish_event=lambda e: None,
-                          session_record=lambda: record, log=lambda m: None, tick_stats=False,
-                          max_lag_s=math.inf)   # offline: no deadline, so never shed a frame behind the writer
+    c = EpisodeController(
+        target,
+        opts.settings.assembly(tuple(opts.topics.cameras), opts.topics.table),
+        recorder=opts.recorder_name,
+        max_episode_s=0,
+        publish_event=lambda e: None,
+        session_record=lambda: record,
+        log=lambda m: None,
+        tick_stats=False,
+        max_lag_s=math.inf,
+    )  # offline: no deadline, so never shed a frame behind the writer
     try:
         router = InputRouter(opts.topics, c, depth=opts.fmt == "rgbd", warn=res.notes.append)
         _run_pass(src, opts, c, router, todo, task_default, res, progress)
@@ -247,8 +308,16 @@ def _convert(src: BagSource, res: BagResult, opts: ConvertOptions, staging: Path
     res.status = "converted"
 
 
-def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router: InputRouter,
-              spans: list[EpisodeSpan], task_default: str, res: BagResult, progress: Progress | None) -> None:
+def _run_pass(
+    src: BagSource,
+    opts: ConvertOptions,
+    c: EpisodeController,
+    router: InputRouter,
+    spans: list[EpisodeSpan],
+    task_default: str,
+    res: BagResult,
+    progress: Progress | None,
+) -> None:
     lateness = opts.settings.assembly(tuple(opts.topics.cameras)).delay_ns(depth=opts.fmt == "rgbd")
     spans = sorted(spans, key=lambda s: s.feed_from_ns)
     gap: dict[str, deque[RawMessage]] = {}
@@ -266,14 +335,22 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router
 
     def start(span: EpisodeSpan) -> None:
         for raw in sorted((r for q in gap.values() for r in q), key=lambda r: r.log_ns):
-            dispatch(raw)   # idle: the pre-roll and the capture history, as in the live node
+            dispatch(raw)  # idle: the pre-roll and the capture history, as in the live node
         gap.clear()
         task = span.task or task_default
         if c.target.needs_task and not task.strip():
-            raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)} has no task (no {EPISODE_EVENTS} "
-                           "task, no --task, empty `task` in the recorder config); pass --task")
-        source = {"bag": str(src.path), "fingerprint": res.fingerprint, "start_ns": span.start_ns,
-                  "end_ns": span.end_ns, "episodes_from": span.origin, "live_episode_index": span.live_index}
+            raise BagError(
+                f"{src.path}: episode at {_rel(span.start_ns, t_begin)} has no task (no {EPISODE_EVENTS} "
+                "task, no --task, empty `task` in the recorder config); pass --task"
+            )
+        source = {
+            "bag": str(src.path),
+            "fingerprint": res.fingerprint,
+            "start_ns": span.start_ns,
+            "end_ns": span.end_ns,
+            "episodes_from": span.origin,
+            "live_episode_index": span.live_index,
+        }
         ans = c.start(task, lambda: span.start_ns, source=source)
         if not ans.ok:
             raise BagError(f"{src.path}: episode at {_rel(span.start_ns, t_begin)}: {ans.message}")
@@ -317,8 +394,10 @@ def _run_pass(src: BagSource, opts: ConvertOptions, c: EpisodeController, router
         finish(active)
         j += 1
     if j < len(spans):
-        raise BagError(f"{src.path}: episode at {_rel(spans[j].start_ns, t_begin)} starts after the bag's last "
-                       f"message ({_rel(src.end_ns, t_begin)})")
+        raise BagError(
+            f"{src.path}: episode at {_rel(spans[j].start_ns, t_begin)} starts after the bag's last "
+            f"message ({_rel(src.end_ns, t_begin)})"
+        )
     if progress is not None:
         progress(res.index, total, total)
     if router.rejected:

@@ -1,4 +1,5 @@
 """Where the episodes of a bag are: from /episode_events, from --episode ranges, or the whole bag."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ class EpisodeSpan:
     end_ns: int
     task: str | None = None
     reason: str = "stop_episode"  # why the live episode ended; anything else is a truncation (RGB-D timeout)
-    origin: str = "whole"       # "events" | "range" | "whole"
+    origin: str = "whole"  # "events" | "range" | "whole"
     feed_ns: int | None = None
     rows: int | None = None
     live_index: int | None = None
@@ -79,10 +80,21 @@ def spans_from_events(lines: Iterable[str], recorder: str | None = None) -> list
             started[idx] = int(ev["start_ns"])
         elif kind == "saved" and ev.get("start_ns") is not None and ev.get("end_ns") is not None:
             rows = ev.get("rows")
-            saved.append((idx, EpisodeSpan(
-                int(ev["start_ns"]), int(ev["end_ns"]), ev.get("task") or None,
-                reason=str(ev.get("reason") or "stop_episode"), origin="events", feed_ns=started.pop(idx, None),
-                rows=int(rows) if rows is not None else None, live_index=idx)))
+            saved.append(
+                (
+                    idx,
+                    EpisodeSpan(
+                        int(ev["start_ns"]),
+                        int(ev["end_ns"]),
+                        ev.get("task") or None,
+                        reason=str(ev.get("reason") or "stop_episode"),
+                        origin="events",
+                        feed_ns=started.pop(idx, None),
+                        rows=int(rows) if rows is not None else None,
+                        live_index=idx,
+                    ),
+                )
+            )
         elif kind == "deleted":
             for j in range(len(saved) - 1, -1, -1):
                 if saved[j][0] == idx:
@@ -106,9 +118,11 @@ def spans_from_ranges(ranges: Iterable[str], bag_start_ns: int, min_gap_ns: int 
     spans.sort(key=lambda s: s.start_ns)
     for prev, nxt in zip(spans, spans[1:]):
         if nxt.start_ns < prev.end_ns + min_gap_ns:
-            raise ValueError(f"--episode ranges overlap or are closer than {min_gap_ns / 1e9:g} s "
-                             f"(the assembly delay): {(prev.end_ns - bag_start_ns) / 1e9:g} s and "
-                             f"{(nxt.start_ns - bag_start_ns) / 1e9:g} s")
+            raise ValueError(
+                f"--episode ranges overlap or are closer than {min_gap_ns / 1e9:g} s "
+                f"(the assembly delay): {(prev.end_ns - bag_start_ns) / 1e9:g} s and "
+                f"{(nxt.start_ns - bag_start_ns) / 1e9:g} s"
+            )
     return spans
 
 

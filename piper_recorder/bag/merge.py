@@ -6,6 +6,7 @@ and raw lines moved, stats/info/tasks recomputed by the writer), RGB-D episodes 
 ``RgbdWriter.add_encoded_observation`` (the JPEG / JPEG 2000 payloads copied, not re-encoded). Each
 episode is its own crash-safe commit, so a killed run leaves a valid output holding whole episodes.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,15 @@ def import_lerobot(writer: Any, staged_root: Path, session: dict[str, Any]) -> i
         table = pq.read_table(staged_root / layout.data_relpath(i, cs), columns=["timestamp", *keys])
         cols = {k: _column(table, k) for k in keys}
         videos = {cam: staged_root / layout.video_relpath(i, cam, cs) for cam in writer.cfg.cameras}
-        writer.import_episode(rec["tasks"][0], table.column("timestamp").to_numpy(), cols, videos,
-                              staged_root / layout.extras_relpath(i), rec, _image_hists(staged_root, i))
+        writer.import_episode(
+            rec["tasks"][0],
+            table.column("timestamp").to_numpy(),
+            cols,
+            videos,
+            staged_root / layout.extras_relpath(i),
+            rec,
+            _image_hists(staged_root, i),
+        )
     return len(records)
 
 
@@ -78,8 +86,11 @@ def _image_hists(staged_root: Path, i: int) -> dict[str, tuple[np.ndarray, int]]
     from piper_recorder.lerobot.format import episode_stats, layout
 
     rec = episode_stats.load_record(staged_root / layout.record_relpath(i)) or {}
-    return {layout.camera_of(k): (np.asarray(v["hist"], np.int64), int(v["frames"]))
-            for k, v in (rec.get("images") or {}).items() if k.startswith(layout.VIDEO_KEY_PREFIX)}
+    return {
+        layout.camera_of(k): (np.asarray(v["hist"], np.int64), int(v["frames"]))
+        for k, v in (rec.get("images") or {}).items()
+        if k.startswith(layout.VIDEO_KEY_PREFIX)
+    }
 
 
 def _column(table: Any, key: str) -> np.ndarray:
@@ -92,8 +103,17 @@ def _column(table: Any, key: str) -> np.ndarray:
 
 
 # attributes the RGB-D writer sets itself on every demo group
-_RGBD_OWN = {"num_samples", "num_observations", "obs_offset", "transition_offset", "start_time_ns",
-             "end_time_ns", "truncated", "success", "seed"}
+_RGBD_OWN = {
+    "num_samples",
+    "num_observations",
+    "obs_offset",
+    "transition_offset",
+    "start_time_ns",
+    "end_time_ns",
+    "truncated",
+    "success",
+    "seed",
+}
 
 
 def import_rgbd(writer: Any, staged_path: Path) -> int:
@@ -125,16 +145,21 @@ def copy_rgbd_episode(writer: Any, f: Any, episode: int, meta_update: dict[str, 
     seed = int(a["seed"]) if "seed" in a else None
     writer.start_episode(seed=seed, meta=meta)
     try:
-        st = {k: states[k][o0:o0 + n_obs] for k in states}
+        st = {k: states[k][o0 : o0 + n_obs] for k in states}
         for i in range(n_obs):
             writer.add_encoded_observation(rgb[o0 + i], depth[o0 + i], {k: v[i] for k, v in st.items()})
-        acts = tr["actions"][t0:t0 + T]
-        rew, term, tout = (tr[k][t0:t0 + T] for k in ("rewards", "terminals", "timeouts"))
-        ex = {k: extras[k][t0:t0 + T] for k in extras}
+        acts = tr["actions"][t0 : t0 + T]
+        rew, term, tout = (tr[k][t0 : t0 + T] for k in ("rewards", "terminals", "timeouts"))
+        ex = {k: extras[k][t0 : t0 + T] for k in extras}
         for t in range(T):
-            writer.add_transition(acts[t], float(rew[t]), terminal=bool(term[t]), timeout=bool(tout[t]),
-                                  extras={k: v[t] for k, v in ex.items()} or None)
-        success = (meta_update or {}).get("success", a.get("success"))   # a relabel (outcome) decides it
+            writer.add_transition(
+                acts[t],
+                float(rew[t]),
+                terminal=bool(term[t]),
+                timeout=bool(tout[t]),
+                extras={k: v[t] for k, v in ex.items()} or None,
+            )
+        success = (meta_update or {}).get("success", a.get("success"))  # a relabel (outcome) decides it
         writer.end_episode(success=bool(success) if success is not None else None)
     except BaseException:
         if writer.recording:

@@ -19,6 +19,7 @@ of every bag's output and a dependency and would still need the bags on a shared
 Ray is an optional extra (``pip install .[ray]``): it is imported when the engine connects, never
 when this module is imported, and nothing else in the package imports it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,7 +38,7 @@ from piper_recorder.errors import PiperError
 from .convert import BagResult, ConvertOptions, Progress, convert_bag
 from .run import BagJob, DoneMap
 
-RUN_MARKER = ".run"     # in the run's staging root: the token every task checks before converting
+RUN_MARKER = ".run"  # in the run's staging root: the token every task checks before converting
 INSTALL_HINT = "--engine ray needs Ray: pip install 'piper_recorder[ray]' (or pip install ray)"
 
 
@@ -77,14 +78,19 @@ def convert_task(job: BagJob, opts: ConvertOptions, done: DoneMap, board: object
     except OSError:
         seen = None
     if seen != token:
-        return BagResult(job.index, job.bag, "failed",
-                         error=f"{job.bag}: the run's staging {marker.parent} is not visible on node {host}; "
-                               "put --staging (or --out) on a filesystem every node mounts")
+        return BagResult(
+            job.index,
+            job.bag,
+            "failed",
+            error=f"{job.bag}: the run's staging {marker.parent} is not visible on node {host}; "
+            "put --staging (or --out) on a filesystem every node mounts",
+        )
     report = getattr(board, "report", None)
     progress: Progress | None = None
     if report is not None:
+
         def progress(i: int, d: float, t: float) -> None:
-            report.remote(i, d, t)   # fire and forget: progress never slows the conversion
+            report.remote(i, d, t)  # fire and forget: progress never slows the conversion
 
     attempt = Path(job.staging) / f"attempt-{uuid.uuid4().hex[:12]}-{os.getpid()}"
     res = convert_bag(job.index, job.bag, opts, attempt, done, progress)
@@ -159,8 +165,15 @@ def init_local(ray: ModuleType, cpus: int | None, attempts: int = 3) -> None:
     for attempt in range(attempts):
         try:
             with _loopback_node(ray):
-                ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                         object_store_memory=128 * 2**20, logging_level="WARNING", log_to_driver=False)
+                ray.init(
+                    address="local",
+                    num_cpus=cpus,
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    object_store_memory=128 * 2**20,
+                    logging_level="WARNING",
+                    log_to_driver=False,
+                )
             return
         except Exception:
             ray.shutdown()
@@ -190,7 +203,7 @@ class _Poller:
         if self._pending is None:
             self._pending = getattr(self.board, "take").remote()
         if not self.ray.wait([self._pending], timeout=0)[0]:
-            return   # the actor is still starting or busy: next time
+            return  # the actor is still starting or busy: next time
         ref, self._pending = self._pending, None
         try:
             new: dict[int, tuple[float, float]] = self.ray.get(ref)
@@ -220,8 +233,7 @@ class RayEngine:
         self.connect()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def connect(self) -> None:
@@ -245,18 +257,20 @@ class RayEngine:
             import_ray().shutdown()
             self._owned = False
 
-    def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Generator[BagResult, None, None]:
+    def results(
+        self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
+    ) -> Generator[BagResult, None, None]:
         if not jobs:
             return
         self.connect()
         ray = import_ray()
         token = uuid.uuid4().hex
         (Path(jobs[0].staging).parent / RUN_MARKER).write_text(token)
-        task = ray.remote(convert_task).options(num_cpus=self.cpus_per_bag, max_retries=self.retries,
-                                                 retry_exceptions=False)
+        task = ray.remote(convert_task).options(
+            num_cpus=self.cpus_per_bag, max_retries=self.retries, retry_exceptions=False
+        )
         board: object | None = ray.remote(ProgressBoard).options(num_cpus=0).remote()
-        try:   # up before the first task, so no bag finishes before its reports can be taken
+        try:  # up before the first task, so no bag finishes before its reports can be taken
             ray.get(getattr(board, "take").remote(), timeout=60)
         except Exception:  # noqa: BLE001 - no progress actor: convert without bars
             _kill(ray, board)
@@ -289,5 +303,6 @@ class RayEngine:
             return res
         except Exception as exc:  # noqa: BLE001 - a lost worker/node (past the retries) fails only its bag
             first = (str(exc).strip().splitlines() or [""])[0]
-            return BagResult(job.index, job.bag, "failed", error=f"{job.bag}: Ray task failed ({type(exc).__name__}: "
-                                                                  f"{first})")
+            return BagResult(
+                job.index, job.bag, "failed", error=f"{job.bag}: Ray task failed ({type(exc).__name__}: {first})"
+            )

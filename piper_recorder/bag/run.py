@@ -11,6 +11,7 @@ converting, a bag's task fingerprints it and skips the episodes the output alrea
 ``source`` blocks); a run killed at any point leaves a valid output and stale staging that the next
 run deletes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ from typing import Any, Protocol
 from .convert import BagResult, ConvertOptions, Progress, convert_bag, open_writer
 from .merge import SpanKey, import_lerobot, import_rgbd, lerobot_done, rgbd_done
 
-DoneMap = dict[str, list[SpanKey]]   # bag fingerprint -> episode spans the output already holds
+DoneMap = dict[str, list[SpanKey]]  # bag fingerprint -> episode spans the output already holds
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,9 @@ class BagJob:
 class Engine(Protocol):
     """Where and when bags convert; the run (staging, resume, appending, reporting) is ``convert_many``'s."""
 
-    def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Generator[BagResult, None, None]:
+    def results(
+        self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
+    ) -> Generator[BagResult, None, None]:
         """Convert every job and yield the results in job order. Never raises for one bag (a lost worker
         is that bag's failed result); closing the iterator early cancels what is still running."""
         ...
@@ -54,7 +56,7 @@ class Engine(Protocol):
 @dataclass
 class RunSummary:
     results: list[BagResult] = field(default_factory=list)
-    append_s: float = 0.0     # wall time in the one writer (the run's serial part)
+    append_s: float = 0.0  # wall time in the one writer (the run's serial part)
     wall_s: float = 0.0
 
     @property
@@ -85,10 +87,15 @@ class _Bars:
         with self._lock:
             bar = self._bars.get(i)
             if bar is None:
-                bar = self._bars[i] = self._tqdm(total=round(total_s, 1), desc=Path(self.bags[i]).name[:28],
-                                                 unit="s", position=1 + len(self._bars) % 8, leave=False,
-                                                 file=sys.stderr)
-            bar.n = round(min(done_s, total_s), 1)   # bag seconds done (set, not summed: no float drift)
+                bar = self._bars[i] = self._tqdm(
+                    total=round(total_s, 1),
+                    desc=Path(self.bags[i]).name[:28],
+                    unit="s",
+                    position=1 + len(self._bars) % 8,
+                    leave=False,
+                    file=sys.stderr,
+                )
+            bar.n = round(min(done_s, total_s), 1)  # bag seconds done (set, not summed: no float drift)
             bar.refresh()
 
     def finish(self, i: int, status: str) -> None:
@@ -112,8 +119,9 @@ class _Bars:
 class InProcess:
     """``--jobs 1``: each bag in this process, in order."""
 
-    def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Generator[BagResult, None, None]:
+    def results(
+        self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
+    ) -> Generator[BagResult, None, None]:
         for job in jobs:
             yield convert_bag(job.index, job.bag, opts, job.staging, done, progress)
 
@@ -138,10 +146,11 @@ class ProcessPool:
 
     jobs: int
 
-    def results(self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap,
-                progress: Progress) -> Generator[BagResult, None, None]:
-        ctx = mp.get_context("spawn")   # no forked copies of the parent's open writer
-        q = ctx.Queue()                  # handed to each worker at start-up: progress reports
+    def results(
+        self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
+    ) -> Generator[BagResult, None, None]:
+        ctx = mp.get_context("spawn")  # no forked copies of the parent's open writer
+        q = ctx.Queue()  # handed to each worker at start-up: progress reports
         pump = threading.Thread(target=_pump, args=(q, progress), daemon=True)
         pump.start()
         pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
@@ -170,8 +179,7 @@ def _result(fut: Future[BagResult], job: BagJob) -> BagResult:
     try:
         return fut.result()
     except Exception as exc:  # noqa: BLE001 - a worker that died (e.g. OOM-killed) fails only its bag
-        return BagResult(job.index, job.bag, "failed",
-                         error=f"{job.bag}: worker failed ({type(exc).__name__}: {exc})")
+        return BagResult(job.index, job.bag, "failed", error=f"{job.bag}: worker failed ({type(exc).__name__}: {exc})")
 
 
 def local_engine(jobs: int) -> Engine:
@@ -188,9 +196,16 @@ def staging_root(out: Path, staging: str | Path | None = None) -> Path:
     return Path(staging).absolute() / f".{out.name}-{tag}.bag2dataset"
 
 
-def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Path, jobs: int = 1,
-                 progress: bool = False, log: Callable[[str], None] = print, engine: Engine | None = None,
-                 staging: str | Path | None = None) -> RunSummary:
+def convert_many(
+    bags: Sequence[str | Path],
+    opts: ConvertOptions,
+    out: str | Path,
+    jobs: int = 1,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+    engine: Engine | None = None,
+    staging: str | Path | None = None,
+) -> RunSummary:
     """Convert ``bags`` into ``out`` (created or appended to) with ``engine`` (default: the local one
     for ``jobs``). Raises only for output-level errors (unusable output path/config, an engine that
     cannot start); per-bag problems are in the returned results."""
@@ -200,11 +215,11 @@ def convert_many(bags: Sequence[str | Path], opts: ConvertOptions, out: str | Pa
     opts.output = str(out)
     root = staging_root(out, staging)
     out.parent.mkdir(parents=True, exist_ok=True)
-    writer = open_writer(opts, out)   # takes the output's lock: no other run owns the staging now
+    writer = open_writer(opts, out)  # takes the output's lock: no other run owns the staging now
     summary = RunSummary()
     bars = _Bars(progress, names)
     try:
-        shutil.rmtree(root, ignore_errors=True)   # leftovers of a killed run: never committed
+        shutil.rmtree(root, ignore_errors=True)  # leftovers of a killed run: never committed
         root.mkdir(parents=True)
         done = lerobot_done(out) if opts.fmt == "lerobot" else rgbd_done(out)
         jobs_ = [BagJob(i, b, str(root / f"bag{i:05d}")) for i, b in enumerate(names)]

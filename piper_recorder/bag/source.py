@@ -4,6 +4,7 @@ Every failure a user can meet (not a bag, truncated or corrupt storage, a messag
 decode) surfaces as one ``BagError`` naming the bag and the cause, so the converter can report that
 bag and go on with the others.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,7 @@ from piper_recorder.errors import PiperInputError
 
 # Decode with the bag's embedded definitions when present, else the Kilted store (what we record with);
 # a fresh store per bag, since a reader registers the bag's own definitions into it.
-DEFAULT_STORE = STORE   # cdr.decode: one store for bags and the live recorders
+DEFAULT_STORE = STORE  # cdr.decode: one store for bags and the live recorders
 FINGERPRINT_METHOD = "sha256-sampled-v1"
 _BLOCK = 1 << 20
 _STRIDE = 64 << 20
@@ -34,8 +35,8 @@ class BagError(PiperInputError):
 class BagMessage:
     topic: str
     msgtype: str
-    log_ns: int        # when the recording node received it: the converter's notion of "now"
-    msg: Any           # a rosbags message object with the ROS field names
+    log_ns: int  # when the recording node received it: the converter's notion of "now"
+    msg: Any  # a rosbags message object with the ROS field names
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,10 @@ class BagSource:
         except Exception as exc:  # rosbags raises several unrelated types for broken storage
             why = f"{type(exc).__name__}: {exc}"
             if "Message type" in str(exc):
-                why = (f"unknown message type: the bag's definition is missing or does not match ({why}); "
-                       "rosbags decodes a type only from the bag's embedded definition or the ROS 2 store")
+                why = (
+                    f"unknown message type: the bag's definition is missing or does not match ({why}); "
+                    "rosbags decodes a type only from the bag's embedded definition or the ROS 2 store"
+                )
             raise BagError(f"{self.path}: cannot open bag ({why})") from exc
 
     def close(self) -> None:
@@ -146,8 +149,10 @@ class BagSource:
         try:
             return self._reader.deserialize(raw.data, raw.msgtype)
         except Exception as exc:
-            raise BagError(f"{self.path}: cannot decode a {raw.msgtype} message on {raw.topic} at "
-                           f"{raw.log_ns} ({type(exc).__name__}: {exc})") from exc
+            raise BagError(
+                f"{self.path}: cannot decode a {raw.msgtype} message on {raw.topic} at "
+                f"{raw.log_ns} ({type(exc).__name__}: {exc})"
+            ) from exc
 
     def messages(self, topics: Collection[str]) -> Iterator[BagMessage]:
         """Deserialised messages on ``topics``, in receive order."""
@@ -162,5 +167,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-__all__ = ["BagError", "BagMessage", "BagSource", "FINGERPRINT_METHOD", "RawMessage", "bag_fingerprint",
-           "bag_size", "peak_rss_mb"]
+__all__ = [
+    "BagError",
+    "BagMessage",
+    "BagSource",
+    "FINGERPRINT_METHOD",
+    "RawMessage",
+    "bag_fingerprint",
+    "bag_size",
+    "peak_rss_mb",
+]

@@ -3,6 +3,7 @@
 The bags look like ``ros2 bag record`` of the real graph: arm state at 200 Hz, commands at 100 Hz,
 RGB + aligned depth per camera, raw headset lines, the latched provenance and /episode_events.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -17,8 +18,19 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import get_typestore
 
 from piper_recorder.bag.source import DEFAULT_STORE
-from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
-                                  DEPTH_TOPIC_PATTERN, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, QUEST_RAW, camera_topic)
+from piper_recorder.names import (
+    ARM_PROVENANCE,
+    CAMERA,
+    COLOR_TOPIC_PATTERN,
+    COMMANDED_GRIPPER,
+    COMMANDED_POSE,
+    DEPTH_TOPIC_PATTERN,
+    EEF_POSE,
+    EPISODE_EVENTS,
+    JOINT_STATES,
+    QUEST_RAW,
+    camera_topic,
+)
 
 TYPESTORE = get_typestore(DEFAULT_STORE)
 T = TYPESTORE.types
@@ -31,35 +43,60 @@ def header(stamp_ns: int, frame_id: str = "") -> Any:
 
 def joint_state(stamp_ns: int, names: list[str], positions: np.ndarray) -> Any:
     empty = np.zeros(0, dtype=np.float64)
-    return T["sensor_msgs/msg/JointState"](header=header(stamp_ns), name=names,
-                                           position=np.asarray(positions, dtype=np.float64),
-                                           velocity=empty, effort=empty)
+    return T["sensor_msgs/msg/JointState"](
+        header=header(stamp_ns),
+        name=names,
+        position=np.asarray(positions, dtype=np.float64),
+        velocity=empty,
+        effort=empty,
+    )
 
 
 def pose_stamped(stamp_ns: int, pos: np.ndarray, quat_xyzw: np.ndarray, frame_id: str = "arm_base") -> Any:
     P = T["geometry_msgs/msg/Point"](x=float(pos[0]), y=float(pos[1]), z=float(pos[2]))
-    Q = T["geometry_msgs/msg/Quaternion"](x=float(quat_xyzw[0]), y=float(quat_xyzw[1]), z=float(quat_xyzw[2]),
-                                          w=float(quat_xyzw[3]))
-    return T["geometry_msgs/msg/PoseStamped"](header=header(stamp_ns, frame_id),
-                                              pose=T["geometry_msgs/msg/Pose"](position=P, orientation=Q))
+    Q = T["geometry_msgs/msg/Quaternion"](
+        x=float(quat_xyzw[0]), y=float(quat_xyzw[1]), z=float(quat_xyzw[2]), w=float(quat_xyzw[3])
+    )
+    return T["geometry_msgs/msg/PoseStamped"](
+        header=header(stamp_ns, frame_id), pose=T["geometry_msgs/msg/Pose"](position=P, orientation=Q)
+    )
 
 
 def image(stamp_ns: int, array: np.ndarray, encoding: str, frame_id: str = "") -> Any:
     h, w = array.shape[:2]
     data = np.frombuffer(np.ascontiguousarray(array).tobytes(), dtype=np.uint8)
-    return T["sensor_msgs/msg/Image"](header=header(stamp_ns, frame_id), height=h, width=w, encoding=encoding,
-                                      is_bigendian=0, step=data.size // h, data=data)
+    return T["sensor_msgs/msg/Image"](
+        header=header(stamp_ns, frame_id),
+        height=h,
+        width=w,
+        encoding=encoding,
+        is_bigendian=0,
+        step=data.size // h,
+        data=data,
+    )
 
 
 def string(text: str) -> Any:
     return T["std_msgs/msg/String"](data=text)
 
 
-ROBOT_TOPICS = {"joint_states": JOINT_STATES, "eef_pose": EEF_POSE, "commanded_pose": COMMANDED_POSE,
-                "commanded_gripper": COMMANDED_GRIPPER, "provenance": ARM_PROVENANCE, "raw_quest": QUEST_RAW}
+ROBOT_TOPICS = {
+    "joint_states": JOINT_STATES,
+    "eef_pose": EEF_POSE,
+    "commanded_pose": COMMANDED_POSE,
+    "commanded_gripper": COMMANDED_GRIPPER,
+    "provenance": ARM_PROVENANCE,
+    "raw_quest": QUEST_RAW,
+}
 # AgileX's own piper_ros driver: joint1..joint7 (joint7 = gripper), end pose; no stamped commands; one camera
-AGILEX_TOPICS = {"joint_states": "/joint_states_single", "eef_pose": "/end_pose_stamped",
-                 "commanded_pose": "", "commanded_gripper": "", "provenance": "", "raw_quest": ""}
+AGILEX_TOPICS = {
+    "joint_states": "/joint_states_single",
+    "eef_pose": "/end_pose_stamped",
+    "commanded_pose": "",
+    "commanded_gripper": "",
+    "provenance": "",
+    "raw_quest": "",
+}
 
 
 @dataclass
@@ -79,27 +116,34 @@ class SynthScenario:
     task: str = "synthetic task"
     recorder: str = "lerobot_recorder"
     t0_ns: int = 1_700_000_000_000_000_000
-    latency_ns: int = 2_000_000          # capture -> bag receive
+    latency_ns: int = 2_000_000  # capture -> bag receive
     seed: int = 0
     topics: dict[str, str] = field(default_factory=lambda: dict(ROBOT_TOPICS))
     joint_names: tuple[str, ...] = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
-    gripper_scale_out: float = 1.0       # gripper value in the bag = metres * this
-    camera_topic_map: dict[str, tuple[str, str]] = field(default_factory=dict)   # cam -> (color, depth)
+    gripper_scale_out: float = 1.0  # gripper value in the bag = metres * this
+    camera_topic_map: dict[str, tuple[str, str]] = field(default_factory=dict)  # cam -> (color, depth)
     depth: bool = True
-    camera_delay_ns: int | None = None   # capture after each camera slot k / camera_fps; None: (i + 1) ms for camera i
+    camera_delay_ns: int | None = None  # capture after each camera slot k / camera_fps; None: (i + 1) ms for camera i
 
     def camera_topics(self, cam: str) -> tuple[str, str | None]:
         color, depth = self.camera_topic_map.get(
-            cam, (camera_topic(COLOR_TOPIC_PATTERN, cam), camera_topic(DEPTH_TOPIC_PATTERN, cam)))
+            cam, (camera_topic(COLOR_TOPIC_PATTERN, cam), camera_topic(DEPTH_TOPIC_PATTERN, cam))
+        )
         return color, depth if self.depth else None
 
 
 def agilex_scenario(**kw: Any) -> SynthScenario:
     """AgileX driver layout: gripper as joint7 (x1000), one /camera/... RealSense, no events/commands."""
-    return SynthScenario(topics=dict(AGILEX_TOPICS), joint_names=tuple(f"joint{i}" for i in range(1, 8)),
-                         gripper_scale_out=1000.0, with_events=False,
-                         camera_topic_map={"cam_front": (camera_topic(COLOR_TOPIC_PATTERN, "camera"),
-                                                         camera_topic(DEPTH_TOPIC_PATTERN, "camera"))}, **kw)
+    return SynthScenario(
+        topics=dict(AGILEX_TOPICS),
+        joint_names=tuple(f"joint{i}" for i in range(1, 8)),
+        gripper_scale_out=1000.0,
+        with_events=False,
+        camera_topic_map={
+            "cam_front": (camera_topic(COLOR_TOPIC_PATTERN, "camera"), camera_topic(DEPTH_TOPIC_PATTERN, "camera"))
+        },
+        **kw,
+    )
 
 
 # (topic, msgtype, stamp_ns, msg) of one stream, and (receive_ns, tie-break, topic, msgtype, msg) for heapq.merge;
@@ -131,9 +175,17 @@ def _stream(s: SynthScenario, order: int, items: Iterator[_Item]) -> Iterator[_M
 
 
 def _provenance(s: SynthScenario) -> Iterator[_Merged]:
-    prov = {"backend": "position", "kp": [5, 25, 5, 8, 8, 5], "kd": [0.3, 1.2, 0.3, 0.45, 0.45, 0.3],
-            "t_ff": 0.0, "gravity_ff": False, "firmware": "S-V1.6-3", "arm_model": "piper",
-            "can_channel": "can0", "sdk_version": "0.6.2"}
+    prov = {
+        "backend": "position",
+        "kp": [5, 25, 5, 8, 8, 5],
+        "kd": [0.3, 1.2, 0.3, 0.45, 0.45, 0.3],
+        "t_ff": 0.0,
+        "gravity_ff": False,
+        "firmware": "S-V1.6-3",
+        "arm_model": "piper",
+        "can_channel": "can0",
+        "sdk_version": "0.6.2",
+    }
     items = [(s.topics["provenance"], "std_msgs/msg/String", s.t0_ns, string(json.dumps(prov)))]
     return _stream(s, 0, iter(items if s.topics.get("provenance") else []))
 
@@ -146,9 +198,14 @@ def _arm(s: SynthScenario) -> Iterator[_Merged]:
             pos, q = _arm_pose(t)
             gripper = s.gripper_scale_out * (0.03 + 0.02 * np.sin(t))
             joints = np.array([0.1 * np.sin(t + j) for j in range(6)] + [gripper])
-            yield (s.topics["joint_states"], "sensor_msgs/msg/JointState", ns,
-                   joint_state(ns, list(s.joint_names), joints))
+            yield (
+                s.topics["joint_states"],
+                "sensor_msgs/msg/JointState",
+                ns,
+                joint_state(ns, list(s.joint_names), joints),
+            )
             yield s.topics["eef_pose"], "geometry_msgs/msg/PoseStamped", ns, pose_stamped(ns, pos, q)
+
     return _stream(s, 1, gen())
 
 
@@ -160,15 +217,20 @@ def _commands(s: SynthScenario) -> Iterator[_Merged]:
             ns = s.t0_ns + int(k * 1e9 / s.command_hz) + 3_000_000
             pos, q = _arm_pose((ns - s.t0_ns) / 1e9 + 0.02)
             yield s.topics["commanded_pose"], "geometry_msgs/msg/PoseStamped", ns, pose_stamped(ns, pos, q)
-            yield (s.topics["commanded_gripper"], "sensor_msgs/msg/JointState", ns,
-                   joint_state(ns, [s.joint_names[-1]], np.array([s.gripper_scale_out * 0.04])))
+            yield (
+                s.topics["commanded_gripper"],
+                "sensor_msgs/msg/JointState",
+                ns,
+                joint_state(ns, [s.joint_names[-1]], np.array([s.gripper_scale_out * 0.04])),
+            )
+
     return _stream(s, 2, gen())
 
 
 def _camera(s: SynthScenario, cam_i: int, cam: str) -> Iterator[_Merged]:
     def gen() -> Iterator[_Item]:
         rng = np.random.default_rng(s.seed + cam_i)
-        yy, xx = np.mgrid[0:s.height, 0:s.width]
+        yy, xx = np.mgrid[0 : s.height, 0 : s.width]
         noise = rng.integers(0, 256, (8, s.height, s.width), dtype=np.uint8)
         color, depth_topic = s.camera_topics(cam)
         delay = 1_000_000 * (cam_i + 1) if s.camera_delay_ns is None else s.camera_delay_ns
@@ -182,6 +244,7 @@ def _camera(s: SynthScenario, cam_i: int, cam: str) -> Iterator[_Merged]:
             yield color, "sensor_msgs/msg/Image", ns, image(ns, rgb, "rgb8", f"{cam}_color")
             if depth_topic:
                 yield depth_topic, "sensor_msgs/msg/Image", ns, image(ns, depth, "16UC1", f"{cam}_color")
+
     return _stream(s, 10 + cam_i, gen())
 
 
@@ -192,6 +255,7 @@ def _quest(s: SynthScenario) -> Iterator[_Merged]:
         for k in range(int(s.duration_s * s.quest_hz)):
             ns = s.t0_ns + int(k * 1e9 / s.quest_hz)
             yield s.topics["raw_quest"], "std_msgs/msg/String", ns, string(json.dumps({"frame": k, "mono": ns / 1e9}))
+
     return _stream(s, 3, gen())
 
 
@@ -202,10 +266,19 @@ def _events(s: SynthScenario) -> Iterator[_Merged]:
         for i, (a, b) in enumerate(s.episodes):
             start_ns, end_ns = s.t0_ns + int(a * 1e9), s.t0_ns + int(b * 1e9)
             base = {"recorder": s.recorder, "episode_index": i, "task": s.task, "start_ns": start_ns}
-            yield (EPISODE_EVENTS, "std_msgs/msg/String", start_ns,
-                   string(json.dumps({**base, "event": "started", "end_ns": None, "rows": None, "reason": None})))
-            yield (EPISODE_EVENTS, "std_msgs/msg/String", end_ns + 100_000_000,
-                   string(json.dumps({**base, "event": "saved", "end_ns": end_ns, "rows": None, "reason": None})))
+            yield (
+                EPISODE_EVENTS,
+                "std_msgs/msg/String",
+                start_ns,
+                string(json.dumps({**base, "event": "started", "end_ns": None, "rows": None, "reason": None})),
+            )
+            yield (
+                EPISODE_EVENTS,
+                "std_msgs/msg/String",
+                end_ns + 100_000_000,
+                string(json.dumps({**base, "event": "saved", "end_ns": end_ns, "rows": None, "reason": None})),
+            )
+
     items = sorted(gen(), key=lambda e: e[2])
     return _stream(s, 4, iter(items))
 

@@ -10,6 +10,7 @@ the bytes and decoding them here, ~200 us taking the bytes alone (3 interleaved 
 ``bench/executor_overhead.py`` compares the kinds for a recorder's input. The store is loaded on first
 use (~0.35 s of CPU): the nodes load it while they start (``warm_decoder``).
 """
+
 from __future__ import annotations
 
 import struct
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 from rosbags.typesys import Stores
 
-STORE = Stores.ROS2_KILTED     # the bag converter's default store too (bag.source)
+STORE = Stores.ROS2_KILTED  # the bag converter's default store too (bag.source)
 
 
 @cache
@@ -71,7 +72,7 @@ def decode(data: bytes | memoryview, msg_type: str) -> Any:
 # store's for random messages, and the same errors). Little-endian only (what every ROS 2 writer here
 # sends); big-endian payloads take the store's path. Offsets count from the end of the encapsulation
 # header; a field is aligned to its size; an empty sequence has no element alignment.
-_HEAD = struct.Struct("<iII")      # stamp.sec, stamp.nanosec, frame_id length (with its NUL)
+_HEAD = struct.Struct("<iII")  # stamp.sec, stamp.nanosec, frame_id length (with its NUL)
 _U32 = struct.Struct("<I")
 _POSE = struct.Struct("<7d")
 _DIMS = struct.Struct("<II")
@@ -80,10 +81,21 @@ _DIMS = struct.Struct("<II")
 @cache
 def _classes() -> dict[str, Any]:
     types = typestore().types
-    return {name.rsplit("/", 1)[-1]: types[name] for name in (
-        "builtin_interfaces/msg/Time", "std_msgs/msg/Header", "geometry_msgs/msg/Point",
-        "geometry_msgs/msg/Quaternion", "geometry_msgs/msg/Pose", "geometry_msgs/msg/PoseStamped",
-        "sensor_msgs/msg/JointState", "sensor_msgs/msg/Joy", "sensor_msgs/msg/Image", "std_msgs/msg/String")}
+    return {
+        name.rsplit("/", 1)[-1]: types[name]
+        for name in (
+            "builtin_interfaces/msg/Time",
+            "std_msgs/msg/Header",
+            "geometry_msgs/msg/Point",
+            "geometry_msgs/msg/Quaternion",
+            "geometry_msgs/msg/Pose",
+            "geometry_msgs/msg/PoseStamped",
+            "sensor_msgs/msg/JointState",
+            "sensor_msgs/msg/Joy",
+            "sensor_msgs/msg/Image",
+            "std_msgs/msg/String",
+        )
+    }
 
 
 def _text(view: memoryview, pos: int) -> tuple[str, int]:
@@ -92,7 +104,7 @@ def _text(view: memoryview, pos: int) -> tuple[str, int]:
     end = pos + 4 + n
     if n < 1 or end > len(view) or view[end - 1] != 0:
         raise ValueError(f"string at {pos}: length {n} without its NUL inside the payload")
-    return bytes(view[pos + 4:end - 1]).decode(), end
+    return bytes(view[pos + 4 : end - 1]).decode(), end
 
 
 def _header(view: memoryview, c: dict[str, Any]) -> tuple[Any, int]:
@@ -100,7 +112,7 @@ def _header(view: memoryview, c: dict[str, Any]) -> tuple[Any, int]:
     end = 12 + n
     if n < 1 or end > len(view) or view[end - 1] != 0:
         raise ValueError(f"header.frame_id: length {n} without its NUL inside the payload")
-    return c["Header"](c["Time"](sec, nanosec), bytes(view[12:end - 1]).decode()), end
+    return c["Header"](c["Time"](sec, nanosec), bytes(view[12 : end - 1]).decode()), end
 
 
 def _array(view: memoryview, pos: int, dtype: str, size: int) -> tuple[np.ndarray, int]:
@@ -163,5 +175,10 @@ def _string(view: memoryview) -> Any:
     return _classes()["String"](_text(view, 0)[0])
 
 
-_FAST = {"geometry_msgs/msg/PoseStamped": _pose_stamped, "sensor_msgs/msg/JointState": _joint_state,
-         "sensor_msgs/msg/Joy": _joy, "sensor_msgs/msg/Image": _image, "std_msgs/msg/String": _string}
+_FAST = {
+    "geometry_msgs/msg/PoseStamped": _pose_stamped,
+    "sensor_msgs/msg/JointState": _joint_state,
+    "sensor_msgs/msg/Joy": _joy,
+    "sensor_msgs/msg/Image": _image,
+    "std_msgs/msg/String": _string,
+}

@@ -15,6 +15,7 @@ buffer has a few bytes of slack there); every reader takes those as the same mes
 ``test_cdr_encode`` checks each encoder against rclpy: deserialized, the bytes give back the message.
 No ROS import here.
 """
+
 from __future__ import annotations
 
 import struct
@@ -30,7 +31,7 @@ _ZEROS = bytes(8)
 
 
 def _pad(offset: int, align: int) -> bytes:
-    return _ZEROS[:-offset % align]
+    return _ZEROS[: -offset % align]
 
 
 @lru_cache(maxsize=256)
@@ -62,8 +63,7 @@ def pose_stamped(stamp_ns: int, frame_id: str, position: Sequence[float], quat_x
     """geometry_msgs/PoseStamped."""
     x, y, z = position
     qx, qy, qz, qw = quat_xyzw
-    return b"".join((ENCAPSULATION, _stamp(stamp_ns), _header_tail(frame_id, 8),
-                     _POSE.pack(x, y, z, qx, qy, qz, qw)))
+    return b"".join((ENCAPSULATION, _stamp(stamp_ns), _header_tail(frame_id, 8), _POSE.pack(x, y, z, qx, qy, qz, qw)))
 
 
 @lru_cache(maxsize=64)
@@ -91,8 +91,14 @@ def _doubles(values: Sequence[float], offset: int) -> tuple[bytes, int]:
     return head + pad + body, offset + len(pad) + len(body)
 
 
-def joint_state(stamp_ns: int, frame_id: str, names: Sequence[str], position: Sequence[float],
-                velocity: Sequence[float] = (), effort: Sequence[float] = ()) -> bytes:
+def joint_state(
+    stamp_ns: int,
+    frame_id: str,
+    names: Sequence[str],
+    position: Sequence[float],
+    velocity: Sequence[float] = (),
+    effort: Sequence[float] = (),
+) -> bytes:
     """sensor_msgs/JointState."""
     block, off = _names_block(frame_id, tuple(names))
     parts = [ENCAPSULATION, _stamp(stamp_ns), block]
@@ -106,8 +112,17 @@ def joy(stamp_ns: int, frame_id: str, axes: Sequence[float], buttons: Sequence[i
     """sensor_msgs/Joy (axes float32, buttons int32)."""
     tail = _header_tail(frame_id, 4)
     na, nb = len(axes), len(buttons)
-    return b"".join((ENCAPSULATION, _stamp(stamp_ns), tail, _U32.pack(na), struct.pack(f"<{na}f", *axes),
-                     _U32.pack(nb), struct.pack(f"<{nb}i", *buttons)))
+    return b"".join(
+        (
+            ENCAPSULATION,
+            _stamp(stamp_ns),
+            tail,
+            _U32.pack(na),
+            struct.pack(f"<{na}f", *axes),
+            _U32.pack(nb),
+            struct.pack(f"<{nb}i", *buttons),
+        )
+    )
 
 
 def string(text: str) -> bytes:
@@ -125,14 +140,18 @@ def _image_meta(frame_id: str, height: int, width: int, encoding: str, step: int
     enc = _string(encoding)
     out += enc
     off += len(enc)
-    out += b"\x00"   # is_bigendian
+    out += b"\x00"  # is_bigendian
     off += 1
     out += _pad(off, 4) + _U32.pack(step) + _U32.pack(size)
     return bytes(out)
 
 
-def image(stamp_ns: int, frame_id: str, height: int, width: int, encoding: str, step: int, data: bytes | memoryview) -> bytes:
+def image(
+    stamp_ns: int, frame_id: str, height: int, width: int, encoding: str, step: int, data: bytes | memoryview
+) -> bytes:
     """sensor_msgs/Image, little-endian pixels (``data``: ``height * step`` bytes, e.g. a C-contiguous
     numpy array's ``memoryview``): one copy of the pixels."""
     mv = memoryview(data).cast("B")
-    return b"".join((ENCAPSULATION, _stamp(stamp_ns), _image_meta(frame_id, height, width, encoding, step, mv.nbytes), mv))
+    return b"".join(
+        (ENCAPSULATION, _stamp(stamp_ns), _image_meta(frame_id, height, width, encoding, step, mv.nbytes), mv)
+    )

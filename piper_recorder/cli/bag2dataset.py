@@ -3,6 +3,7 @@
 Uses the rosbags library (no ROS runtime) and the live recorders' own assembler, episode controller
 and writers. See piper_recorder/bag/config.py for the mapping file format.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,30 +46,54 @@ exit status: 0 all bags converted or skipped; 1 some bags failed (each is report
 
 @exits_2_on_bad_input("piper-bag2dataset")
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="piper-bag2dataset", description=__doc__.splitlines()[0], epilog=EPILOG,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="piper-bag2dataset",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("bags", nargs="+", metavar="BAG", help="rosbag2 bag directories (metadata.yaml + .db3 or .mcap)")
     ap.add_argument("--format", required=True, choices=("lerobot", "rgbd"))
     ap.add_argument("--out", required=True, help="LeRobot root directory or RGB-D .hdf5 file")
     ap.add_argument("--config", help="sim | robot | ROS 2 parameter file with the recorder's ros__parameters")
     ap.add_argument("--mapping", help="topic mapping YAML for other layouts (see above)")
-    ap.add_argument("--episode", action="append", default=[], metavar="START:END",
-                    help=f"episode range in seconds (repeatable); used when a bag has no {EPISODE_EVENTS}")
+    ap.add_argument(
+        "--episode",
+        action="append",
+        default=[],
+        metavar="START:END",
+        help=f"episode range in seconds (repeatable); used when a bag has no {EPISODE_EVENTS}",
+    )
     ap.add_argument("--task", help="task for episodes whose events carry none (LeRobot needs one)")
     ap.add_argument("--recorder", help=f"follow this recorder's {EPISODE_EVENTS} (default: the format's recorder)")
-    ap.add_argument("--jobs", type=int, help="bags converted in parallel (local processes; default 1), or the "
-                                             "CPUs of a local Ray cluster (default: all)")
-    ap.add_argument("--engine", choices=("local", "ray"), default="local",
-                    help="where bags convert: local processes (default) or a Ray cluster")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        help="bags converted in parallel (local processes; default 1), or the "
+        "CPUs of a local Ray cluster (default: all)",
+    )
+    ap.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="where bags convert: local processes (default) or a Ray cluster",
+    )
     ap.add_argument("--address", help="--engine ray: the cluster to join (ray.init address, e.g. HOST:6379)")
-    ap.add_argument("--staging", metavar="DIR",
-                    help="directory for the per-bag staging datasets (default: beside --out); on a cluster, "
-                         "a path every node mounts")
-    ap.add_argument("--retries", type=int, default=2,
-                    help="--engine ray: re-runs of a bag whose worker or node died (default 2)")
-    ap.add_argument("--lerobot-version", choices=("v2.0", "v2.1"),
-                    help="LeRobot codebase version to write (default: the config's lerobot_version, v2.0); "
-                         f"v2.1 adds {EPISODES_STATS}")
+    ap.add_argument(
+        "--staging",
+        metavar="DIR",
+        help="directory for the per-bag staging datasets (default: beside --out); on a cluster, "
+        "a path every node mounts",
+    )
+    ap.add_argument(
+        "--retries", type=int, default=2, help="--engine ray: re-runs of a bag whose worker or node died (default 2)"
+    )
+    ap.add_argument(
+        "--lerobot-version",
+        choices=("v2.0", "v2.1"),
+        help="LeRobot codebase version to write (default: the config's lerobot_version, v2.0); "
+        f"v2.1 adds {EPISODES_STATS}",
+    )
     bar = ap.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None, help="progress bars")
     bar.add_argument("--no-progress", dest="progress", action="store_false")
@@ -94,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.format == "rgbd" and not a.out.endswith((".hdf5", ".h5")):
             raise ValueError(f"--out must be an .hdf5 file for --format rgbd, got {a.out!r}")
         inside = overlapping_input(a.out, a.bags)
-        if inside is not None:   # resolved: a symlinked directory is no way into a bag
+        if inside is not None:  # resolved: a symlinked directory is no way into a bag
             raise ValueError(f"--out {a.out} must be outside the input {inside} and not contain it")
         if a.jobs is not None and a.jobs < 1:
             raise ValueError("--jobs must be >= 1")
@@ -107,16 +132,20 @@ def main(argv: list[str] | None = None) -> int:
         if a.episode:
             from piper_recorder.bag.episodes import spans_from_ranges
 
-            spans_from_ranges(a.episode, 0, settings.assembly(list(topics.cameras))   # validate before any work
-                              .delay_ns(depth=a.format == "rgbd"))
+            spans_from_ranges(
+                a.episode,
+                0,
+                settings.assembly(list(topics.cameras)).delay_ns(depth=a.format == "rgbd"),  # validate before any work
+            )
     except (OSError, ValueError) as exc:
         print(f"piper-bag2dataset: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - e.g. LaunchError for a missing packaged config
         print(f"piper-bag2dataset: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    opts = ConvertOptions(fmt=a.format, settings=settings, topics=topics, ranges=tuple(a.episode),
-                          task=a.task, recorder=a.recorder)
+    opts = ConvertOptions(
+        fmt=a.format, settings=settings, topics=topics, ranges=tuple(a.episode), task=a.task, recorder=a.recorder
+    )
     progress = sys.stderr.isatty() if a.progress is None else a.progress
     with ExitStack() as stack:
         engine = None
@@ -129,8 +158,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"piper-bag2dataset: {exc}", file=sys.stderr)
                 return 2
         try:
-            summary = convert_many(a.bags, opts, a.out, jobs=a.jobs or 1, progress=progress,
-                                   log=lambda m: print(m, file=sys.stderr), engine=engine, staging=a.staging)
+            summary = convert_many(
+                a.bags,
+                opts,
+                a.out,
+                jobs=a.jobs or 1,
+                progress=progress,
+                log=lambda m: print(m, file=sys.stderr),
+                engine=engine,
+                staging=a.staging,
+            )
         except Exception as exc:  # noqa: BLE001 - the output itself is unusable (config mismatch, locked, ...)
             print(f"piper-bag2dataset: cannot write {a.out}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
@@ -142,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.status} {r.bag}: {r.episodes} episodes{extra} ({r.bag_s:.1f} s of bag in {r.wall_s:.1f} s)")
     n_failed = len(summary.failed)
     total = len(summary.results)
-    print(f"{total - n_failed} of {total} bags converted or skipped, {summary.episodes} episodes written to {a.out}"
-          + (f"; {n_failed} of {total} bags FAILED" if n_failed else ""))
+    print(
+        f"{total - n_failed} of {total} bags converted or skipped, {summary.episodes} episodes written to {a.out}"
+        + (f"; {n_failed} of {total} bags FAILED" if n_failed else "")
+    )
     print(f"writer: {summary.append_s:.1f} s of the run's {summary.wall_s:.1f} s appending (the serial part)")
     return 1 if n_failed else 0
 

@@ -17,6 +17,7 @@ re-encoded. Every output is built beside it under a hidden name and renamed into
 --dry-run prints the plan and changes nothing. Exit codes: 0 done, 2 refused (the message says
 why: what differs, which episode does not exist, ...), 1 an I/O error (nothing changed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     common(fl)
     t = sub.add_parser("retype", help=f"re-tag the quaternion slices of {MODALITY} (LeRobot roots)")
     t.add_argument("src", type=Path)
-    t.add_argument("--rotation-type", required=True, choices=ROTATION_TYPES,
-                   help="quaternion: the w-first name GR00T N1.5 accepts; quat_wxyz: the spec's name")
+    t.add_argument(
+        "--rotation-type",
+        required=True,
+        choices=ROTATION_TYPES,
+        help="quaternion: the w-first name GR00T N1.5 accepts; quat_wxyz: the spec's name",
+    )
     t.add_argument("--out", type=Path, help="write a new root instead of editing in place")
     common(t)
     return p
@@ -90,6 +95,7 @@ def _progress(enabled: bool) -> ops.Progress | None:
 
     def show(done: int, total: int) -> None:
         print(f"\r{PROG}: {done}/{total} episodes", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
     return show
 
 
@@ -123,9 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     for line in res.plan:
         print(line)
     if not res.dry_run:
-        print(f"done in {time.monotonic() - t0:.1f} s: " + ", ".join(
-            f"{p} ({t['episodes']} episodes, {t['frames']} {'rows' if res.kind == 'lerobot' else 'transitions'})"
-            for p, t in zip(res.outputs, res.totals)))
+        print(
+            f"done in {time.monotonic() - t0:.1f} s: "
+            + ", ".join(
+                f"{p} ({t['episodes']} episodes, {t['frames']} {'rows' if res.kind == 'lerobot' else 'transitions'})"
+                for p, t in zip(res.outputs, res.totals)
+            )
+        )
     return 0
 
 

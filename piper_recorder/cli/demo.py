@@ -12,6 +12,7 @@ DIR/rgbd.hdf5, and prints a summary. Exit status 0 only if every step and every 
 The graph and its client are ``piper_recorder.graph.sim_session.SimSession`` (end-to-end tests and
 bench/graph_capacity.py use it too).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,13 +43,18 @@ def lerobot_doctor(root: Path) -> tuple[bool | None, list[str]]:
         exe = find_script("lerobot-doctor")
     except LaunchError:
         return None, ["lerobot-doctor not installed"]
-    p = subprocess.run([exe, "check", str(root), "--ci", "--fail-on", "warn"], capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run(
+        [exe, "check", str(root), "--ci", "--fail-on", "warn"], capture_output=True, text=True, timeout=600
+    )
     text = (p.stdout + p.stderr).strip()
     try:
-        report = json.loads(text[text.index("{"):text.rindex("}") + 1])
-        found = [f"{c['name']}: {m['severity']} {m['message']}" for c in report["checks"]
-                 for m in c.get("messages", []) if m.get("severity") != "PASS"]
+        report = json.loads(text[text.index("{") : text.rindex("}") + 1])
+        found = [
+            f"{c['name']}: {m['severity']} {m['message']}"
+            for c in report["checks"]
+            for m in c.get("messages", [])
+            if m.get("severity") != "PASS"
+        ]
     except (ValueError, KeyError, TypeError):
         found = [text[-4000:]]
     return p.returncode == 0, (found or [text[-4000:]]) if p.returncode else []
@@ -90,12 +96,21 @@ def summarize(out: Path) -> dict[str, Any]:
                 continue
             with av.open(str(video_file(root, info, idx, key))) as c:
                 video_frames.setdefault(key.split(".")[-1], []).append(sum(1 for p in c.demux(video=0) if p.size))
-    drops = {k: sum(sum(ep.get(k, {}).values()) for ep in episodes)
-             for k in ("frames_dropped", "frames_late", "frames_stale", "frames_repeated")}
+    drops = {
+        k: sum(sum(ep.get(k, {}).values()) for ep in episodes)
+        for k in ("frames_dropped", "frames_late", "frames_stale", "frames_repeated")
+    }
     with h5py.File(out / "rgbd.hdf5", "r") as f:
         rgbd = {"episodes": int(f.attrs["total_episodes"]), "transitions": int(f.attrs["total_transitions"])}
-    return {"episodes": len(episodes), "rows": [ep["length"] for ep in episodes], "video_frames": video_frames,
-            "drops": drops, "lerobot_bytes": _du(root), "rgbd": rgbd, "rgbd_bytes": _du(out / "rgbd.hdf5")}
+    return {
+        "episodes": len(episodes),
+        "rows": [ep["length"] for ep in episodes],
+        "video_frames": video_frames,
+        "drops": drops,
+        "lerobot_bytes": _du(root),
+        "rgbd": rgbd,
+        "rgbd_bytes": _du(out / "rgbd.hdf5"),
+    }
 
 
 def _clear(out: Path) -> None:
@@ -130,25 +145,30 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             ap.error(str(exc))
     _clear(out)
-    interrupt_on_stop_signals()   # SIGTERM/SIGHUP stop the graph like Ctrl-C
+    interrupt_on_stop_signals()  # SIGTERM/SIGHUP stop the graph like Ctrl-C
     t0 = time.monotonic()
     results: list[EpisodeResult] = []
     try:
         session = SimSession(out, args.config, args.set, cameras=args.cameras, echo=args.verbose)
-        print(f"piper-demo: starting the simulated graph ({', '.join(session.plan.node_names)}); "
-              f"logs in {session.log_dir}", flush=True)
+        print(
+            f"piper-demo: starting the simulated graph ({', '.join(session.plan.node_names)}); "
+            f"logs in {session.log_dir}",
+            flush=True,
+        )
         with session:
             moved = session.wait_motion()
-            print(f"piper-demo: graph ready after {time.monotonic() - t0:.1f}s; arm moved {moved * 1000:.0f} mm "
-                  "under teleop", flush=True)
+            print(
+                f"piper-demo: graph ready after {time.monotonic() - t0:.1f}s; arm moved {moved * 1000:.0f} mm "
+                "under teleop",
+                flush=True,
+            )
             time.sleep(SETTLE_S)
             for i in range(args.episodes):
                 r = session.record(args.seconds)
                 results.append(r)
                 rows = {rec: ev.get("rows") for rec, ev in r.events.items()}
                 lat = ", ".join(f"{k} {v:.2f}s" for k, v in r.stop_to_saved_s.items())
-                print(f"piper-demo: episode {i + 1}/{args.episodes} saved: rows {rows}; stop->saved {lat}",
-                      flush=True)
+                print(f"piper-demo: episode {i + 1}/{args.episodes} saved: rows {rows}; stop->saved {lat}", flush=True)
         codes = session.graph.exit_codes
     except (DemoError, LaunchError) as exc:
         print(f"piper-demo: FAILED: {exc}", file=sys.stderr)
@@ -157,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = validate_outputs(out)
     summary = summarize(out)
     print("\n== piper-demo summary")
-    print(f"episodes: {summary['episodes']} (rgbd: {summary['rgbd']['episodes']}), rows per episode: "
-          f"{summary['rows']}, rgbd transitions: {summary['rgbd']['transitions']}")
+    print(
+        f"episodes: {summary['episodes']} (rgbd: {summary['rgbd']['episodes']}), rows per episode: "
+        f"{summary['rows']}, rgbd transitions: {summary['rgbd']['transitions']}"
+    )
     for cam, frames in summary["video_frames"].items():
         print(f"video frames {cam}: {frames}")
     print(f"drops: {summary['drops']}")
@@ -172,8 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     if bad_exit:
         print(f"processes exited abnormally: {bad_exit} (logs in {out / 'logs'})")
     print(f"outputs: {out / 'lerobot'}  {out / 'rgbd.hdf5'}  ({time.monotonic() - t0:.0f}s)")
-    failed = bad_exit or any(problems.values()) or summary["episodes"] != args.episodes \
+    failed = (
+        bad_exit
+        or any(problems.values())
+        or summary["episodes"] != args.episodes
         or summary["rgbd"]["episodes"] != args.episodes
+    )
     print("piper-demo: FAILED" if failed else "piper-demo: OK")
     return 1 if failed else 0
 

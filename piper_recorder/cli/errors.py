@@ -2,6 +2,7 @@
 exit code 2, never a traceback; any other exception is a bug and ends with its traceback, a line that
 says so, and exit code 1. Which errors count as bad input: ``piper_recorder.errors.is_input_error``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,6 +21,7 @@ F = TypeVar("F", bound=Callable[..., int])
 def exits_2_on_bad_input(prog: str) -> Callable[[F], F]:
     """Decorate a console script's ``main(argv) -> int``: input errors become ``prog: message`` and 2;
     a bug prints its traceback and ``prog: internal error ...`` and returns 1."""
+
     def wrap(main: F) -> F:
         @functools.wraps(main)
         def run(argv: Sequence[str] | None = None) -> int:
@@ -30,8 +32,13 @@ def exits_2_on_bad_input(prog: str) -> Callable[[F], F]:
                     print(f"{prog}: {describe(exc)}", file=sys.stderr)
                     return EXIT_BAD_INPUT
                 traceback.print_exc()
-                print(f"{prog}: internal error (a bug, not bad input: please report it with the traceback "
-                      f"above): {type(exc).__name__}: {exc}", file=sys.stderr)
+                print(
+                    f"{prog}: internal error (a bug, not bad input: please report it with the traceback "
+                    f"above): {type(exc).__name__}: {exc}",
+                    file=sys.stderr,
+                )
                 return EXIT_BUG
+
         return run  # type: ignore[return-value]
+
     return wrap

@@ -6,6 +6,7 @@ the same DIR appends the episodes recorded since; a killed export leaves the pre
 Exit codes: 0 done, 2 the root cannot be exported as asked (the message says why), 1 an I/O
 error (e.g. a full disk; the previous export is left as it was).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,24 @@ from piper_recorder.cli.errors import exits_2_on_bad_input
 
 @exits_2_on_bad_input("piper-export")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="piper-export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="piper-export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("root", help="LeRobot v2.0 or v2.1 root written by piper_recorder")
     p.add_argument("--to", required=True, choices=TARGETS, help="target LeRobot version")
     p.add_argument("--out", required=True, help="output directory (created; re-run to append)")
-    p.add_argument("--data-files-size-in-mb", type=float, default=None,
-                   help="v3.0: data file size limit (LeRobot's default 100; fixed at the first export)")
-    p.add_argument("--video-files-size-in-mb", type=float, default=None,
-                   help="v3.0: video file size limit (LeRobot's default 200; fixed at the first export)")
+    p.add_argument(
+        "--data-files-size-in-mb",
+        type=float,
+        default=None,
+        help="v3.0: data file size limit (LeRobot's default 100; fixed at the first export)",
+    )
+    p.add_argument(
+        "--video-files-size-in-mb",
+        type=float,
+        default=None,
+        help="v3.0: video file size limit (LeRobot's default 200; fixed at the first export)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     options = {}
@@ -42,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("file size limits apply to --to v3.0 only")
     t0 = time.monotonic()
     try:
-        res = export(args.root, args.to, args.out, progress=not args.quiet and sys.stderr.isatty(),
-                     **options)
+        res = export(args.root, args.to, args.out, progress=not args.quiet and sys.stderr.isatty(), **options)
     except ExportError as e:
         print(f"piper-export: {e}", file=sys.stderr)
         return 2
@@ -54,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if res.added == 0:
         print(f"piper-export: {res.out} is up to date ({res.episodes} episodes, LeRobot {res.to})")
     else:
-        print(f"piper-export: {res.added} new episodes ({res.seconds_of_data:.1f} s of data) -> {res.out} "
-              f"(LeRobot {res.to}, {res.episodes} episodes, {res.frames} frames) in {wall:.1f} s")
+        print(
+            f"piper-export: {res.added} new episodes ({res.seconds_of_data:.1f} s of data) -> {res.out} "
+            f"(LeRobot {res.to}, {res.episodes} episodes, {res.frames} frames) in {wall:.1f} s"
+        )
     return 0
 
 

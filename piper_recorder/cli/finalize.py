@@ -5,6 +5,7 @@ state at the window start (relative) or chained step to step (delta). Gripper-li
 subtracted; EEF poses use T_state^-1 @ T_action with quaternions written wxyz and w >= 0.
 Statistics are per element over all windows and steps, shaped like stats.json; parquet is only read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,24 +25,38 @@ def _pair(text: str) -> tuple[str, str]:
 
 @exits_2_on_bad_input("piper-finalize")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="piper-finalize", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="piper-finalize", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--root", required=True, help="LeRobot v2.0 dataset root")
     p.add_argument("--horizon", type=int, default=30, help="future window length in rows (default 30)")
-    p.add_argument("--pair", type=_pair, action="append", metavar="ACTION=OBSERVATION",
-                   help="pair an action column with its state column (repeatable; default: action.X=observation.X)")
-    p.add_argument("--pose-column", action="append", metavar="COLUMN",
-                   help=f"treat COLUMN as an [x,y,z,qw,qx,qy,qz] pose (repeatable; default: from {MODALITY})")
+    p.add_argument(
+        "--pair",
+        type=_pair,
+        action="append",
+        metavar="ACTION=OBSERVATION",
+        help="pair an action column with its state column (repeatable; default: action.X=observation.X)",
+    )
+    p.add_argument(
+        "--pose-column",
+        action="append",
+        metavar="COLUMN",
+        help=f"treat COLUMN as an [x,y,z,qw,qx,qy,qz] pose (repeatable; default: from {MODALITY})",
+    )
     args = p.parse_args(argv)
     if args.horizon < 1:
         p.error("--horizon must be >= 1")
-    cfg = FinalizeConfig(horizon=args.horizon,
-                         pairs=dict(args.pair) if args.pair else None,
-                         pose_columns=tuple(args.pose_column) if args.pose_column else None,
-                         log=lambda m: print(m, file=sys.stderr))
-    res = finalize_root(args.root, cfg)   # a root it cannot use: exit 2 (cli.errors)
-    print(f"piper-finalize: {res.episodes} episodes, {res.rows} rows, horizon {args.horizon} "
-          f"({res.samples} window samples per column) -> {RELATIVE_STATS}, {DELTA_STATS}")
+    cfg = FinalizeConfig(
+        horizon=args.horizon,
+        pairs=dict(args.pair) if args.pair else None,
+        pose_columns=tuple(args.pose_column) if args.pose_column else None,
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    res = finalize_root(args.root, cfg)  # a root it cannot use: exit 2 (cli.errors)
+    print(
+        f"piper-finalize: {res.episodes} episodes, {res.rows} rows, horizon {args.horizon} "
+        f"({res.samples} window samples per column) -> {RELATIVE_STATS}, {DELTA_STATS}"
+    )
     return 0
 
 

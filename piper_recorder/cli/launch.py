@@ -4,6 +4,7 @@ Leases a private ROS domain (loopback discovery) unless --domain-id is given, st
 its own process (see piper_recorder.graph.plan), waits until all nodes are in the graph, then runs
 until Ctrl-C or until a process dies (exit 1).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,22 +27,39 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="piper-launch", description=__doc__.splitlines()[0])
     p.add_argument("mode", choices=["sim", "robot"])
     p.add_argument("--config", help="parameter file (default: config/<mode>.yaml)")
-    p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
-                   help="override a parameter (value parsed as YAML); repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NODE.PARAM=VALUE",
+        help="override a parameter (value parsed as YAML); repeatable",
+    )
     for arg in ("task", "root", "rgbd-path", "backend", "cameras", "policy", "policy-root", "teleop-input"):
         p.add_argument(f"--{arg}", default="", help=f"as the launch files' {arg.replace('-', '_')} argument")
-    p.add_argument("--dashboard", default="", choices=["", "true", "false"],
-                   help="start the read-only web dashboard (default: piper_launch.dashboard in the config)")
-    p.add_argument("--no-sim-headset", action="store_true",
-                   help="sim: do not start the simulated headset; quest_bridge keeps its host/port (e.g. --set "
-                        "quest_bridge.port=...) for a real headset (as piper_launch.sim_quest.enabled=false)")
-    p.add_argument("--headset", default="", choices=["", "native", "web", "sim"],
-                   help="native: the headset app (adb forward); web: the WebXR page (piper-quest-web, "
-                        "piper_launch.quest_web; adb reverse tcp:8737 tcp:8737, then http://localhost:8737 in the "
-                        "Quest Browser); sim: the simulated headset (default in sim mode)")
+    p.add_argument(
+        "--dashboard",
+        default="",
+        choices=["", "true", "false"],
+        help="start the read-only web dashboard (default: piper_launch.dashboard in the config)",
+    )
+    p.add_argument(
+        "--no-sim-headset",
+        action="store_true",
+        help="sim: do not start the simulated headset; quest_bridge keeps its host/port (e.g. --set "
+        "quest_bridge.port=...) for a real headset (as piper_launch.sim_quest.enabled=false)",
+    )
+    p.add_argument(
+        "--headset",
+        default="",
+        choices=["", "native", "web", "sim"],
+        help="native: the headset app (adb forward); web: the WebXR page (piper-quest-web, "
+        "piper_launch.quest_web; adb reverse tcp:8737 tcp:8737, then http://localhost:8737 in the "
+        "Quest Browser); sim: the simulated headset (default in sim mode)",
+    )
     p.add_argument("--log-dir", help="per-process logs and the effective params.yaml (default: a temp dir)")
-    p.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); "
-                                                  "default: lease a private one")
+    p.add_argument(
+        "--domain-id", type=int, help="use this ROS_DOMAIN_ID (e.g. to reach other tools); default: lease a private one"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes")
     p.add_argument("--quiet", action="store_true", help="do not echo node output (it stays in the logs)")
     args = p.parse_args(argv)
@@ -58,13 +76,25 @@ def main(argv: list[str] | None = None) -> int:
         env = loopback_env(dict(os.environ, ROS_DOMAIN_ID=str(args.domain_id), PYTHONUNBUFFERED="1"))
     apply_dds_env(env)
     stop = threading.Event()
-    on_stop_signals(lambda _sig: stop.set())   # SIGINT, SIGTERM, SIGHUP: stop the graph cleanly
+    on_stop_signals(lambda _sig: stop.set())  # SIGINT, SIGTERM, SIGHUP: stop the graph cleanly
     try:
-        plan = plan_graph(args.mode, args.config or config_path(args.mode), args.set, log_dir, task=args.task,
-                          root=args.root, rgbd_path=args.rgbd_path, backend=args.backend, cameras=args.cameras,
-                          policy=args.policy, policy_root=args.policy_root, teleop_input=args.teleop_input,
-                          dashboard=args.dashboard, sim_headset="false" if args.no_sim_headset else "",
-                          headset=args.headset)
+        plan = plan_graph(
+            args.mode,
+            args.config or config_path(args.mode),
+            args.set,
+            log_dir,
+            task=args.task,
+            root=args.root,
+            rgbd_path=args.rgbd_path,
+            backend=args.backend,
+            cameras=args.cameras,
+            policy=args.policy,
+            policy_root=args.policy_root,
+            teleop_input=args.teleop_input,
+            dashboard=args.dashboard,
+            sim_headset="false" if args.no_sim_headset else "",
+            headset=args.headset,
+        )
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
         return 2
@@ -72,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piper-launch: not started: {note}", file=sys.stderr)
     for note in plan.notes:
         print(f"piper-launch: note: {note}", file=sys.stderr)
-    print(f"piper-launch: {args.mode} graph, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback), "
-          f"params {plan.params_file}, logs {log_dir}", flush=True)
+    print(
+        f"piper-launch: {args.mode} graph, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (loopback), "
+        f"params {plan.params_file}, logs {log_dir}",
+        flush=True,
+    )
     import rclpy
 
     code = 0

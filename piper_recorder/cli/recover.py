@@ -12,6 +12,7 @@ ROOT/.recovered/<time>/ (nothing saved is deleted). --dry-run prints the plan an
 exit status: 0 done (or nothing to do); 1 the root cannot be recovered (reason printed, nothing changed);
 2 bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,12 +21,19 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="piper-recover", description=__doc__.split("\n\n")[0],
-                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="piper-recover",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("root", help="LeRobot v2.0 root")
-    ap.add_argument("--config", required=True,
-                    help="the configuration the root was recorded with: sim | robot | ROS 2 parameter file "
-                         "(the lerobot_recorder's ros__parameters)")
+    ap.add_argument(
+        "--config",
+        required=True,
+        help="the configuration the root was recorded with: sim | robot | ROS 2 parameter file "
+        "(the lerobot_recorder's ros__parameters)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print what would be done, change nothing")
     a = ap.parse_args(argv)
 
@@ -42,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
             config = config_path(config)
         cfg = load_config(LeRobotRecorderConfig, config)
-        topics = topic_map("lerobot", cfg)   # its mapping's cameras and extra inputs, as the recorder had them
+        topics = topic_map("lerobot", cfg)  # its mapping's cameras and extra inputs, as the recorder had them
         wcfg = lerobot_writer_config(cfg, topics.cameras, offline=True, table=topics.table)
     except Exception as exc:  # noqa: BLE001 - a bad or missing config file
         print(f"piper-recover: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -11,6 +11,7 @@ change. Rules (nominal vs capture episodes) in piper_recorder/lerobot/maintenanc
 file is fine afterwards, 1 if any could not be repaired or the root is unusable (e.g. a recorder has
 it open), 2 when ROOT is not a directory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ from piper_recorder.cli.errors import exits_2_on_bad_input
 
 @exits_2_on_bad_input("piper-repair")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="piper-repair", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="piper-repair", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("root", help="LeRobot v2.0 dataset root")
     p.add_argument("--dry-run", action="store_true", help="list what would change, change nothing")
     args = p.parse_args(argv)
@@ -52,11 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     todo = report.count(REWRITE)
     d_todo, d_refused = report.data_count(REWRITE), report.data_count(REFUSE)
     refused += d_refused
-    print(f"piper-repair: {n} videos: {todo} {done}, {ok} already 1/90000, {refused - d_refused} not repairable; "
-          f"{len(report.data)} nominal episode parquets: {d_todo} {done}, {report.data_count(OK)} on the grid"
-          f"{f', {d_refused} not repairable' if d_refused else ''}"
-          f"{'' if args.dry_run else f' ({report.seconds_of_video:.0f} s of video in {time.monotonic() - t0:.1f} s)'}"
-          f"{'; nothing changed (dry run)' if args.dry_run else ''}")
+    print(
+        f"piper-repair: {n} videos: {todo} {done}, {ok} already 1/90000, {refused - d_refused} not repairable; "
+        f"{len(report.data)} nominal episode parquets: {d_todo} {done}, {report.data_count(OK)} on the grid"
+        f"{f', {d_refused} not repairable' if d_refused else ''}"
+        f"{'' if args.dry_run else f' ({report.seconds_of_video:.0f} s of video in {time.monotonic() - t0:.1f} s)'}"
+        f"{'; nothing changed (dry run)' if args.dry_run else ''}"
+    )
     if refused:
         print(f"piper-repair: {refused} file(s) left unchanged, see 'skipped' lines above", file=sys.stderr)
     return 1 if refused else 0

@@ -6,6 +6,7 @@ by both lookup rules (last frame at or before the row, less than 1e-4 s before i
 (episode, camera, row, timestamp, pts, gap), and the frame pairing line: the worst capture offset of a
 row's frame after its row (more than 1 ms is a problem: a frame from the future) and before it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,10 @@ def _validate_hdf5(path: Path, full: bool) -> list[str] | None:
     try:
         from rgbd_writer.validate import validate_file
     except ImportError as e:
-        print(f"piper-validate: cannot check {path}: RGB-D HDF5 validation needs rgbd_writer.validate "
-              f"({e})", file=sys.stderr)
+        print(
+            f"piper-validate: cannot check {path}: RGB-D HDF5 validation needs rgbd_writer.validate ({e})",
+            file=sys.stderr,
+        )
         return None
     try:
         problems = validate_file(str(path), full=full)
@@ -34,8 +37,9 @@ def _validate_hdf5(path: Path, full: bool) -> list[str] | None:
 
 @exits_2_on_bad_input("piper-validate")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="piper-validate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="piper-validate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("path", help="LeRobot v2.0 dataset root, or an RGB-D .hdf5/.h5 file")
     p.add_argument("--full", action="store_true", help="decode every video frame / read every dataset fully")
     args = p.parse_args(argv)
@@ -43,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     if path.is_dir():
         from piper_recorder.lerobot.validate import PairingSummary, TimingSummary, summary, validate_root
+
         timing, pairing = TimingSummary(), PairingSummary()
         problems = validate_root(path, full=args.full, timing=timing, pairing=pairing)
         ok_line = summary(path) if not problems else ""

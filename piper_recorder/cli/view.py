@@ -1,4 +1,5 @@
 """piper-view PATH [--episode N] --out report.html: a self-contained HTML report of a dataset."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", type=Path, help="a LeRobot v2.0 root directory or an RGB-D .hdf5 file")
     ap.add_argument("--episode", type=int, action="append", help="only this episode (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("report.html"))
-    ap.add_argument("--link-videos", action="store_true",
-                    help="reference the mp4 files instead of embedding them (smaller report, not self-contained)")
+    ap.add_argument(
+        "--link-videos",
+        action="store_true",
+        help="reference the mp4 files instead of embedding them (smaller report, not self-contained)",
+    )
     args = ap.parse_args(argv)
     if args.path.is_dir():
         from piper_recorder.viewer.lerobot_report import render

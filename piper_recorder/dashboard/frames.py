@@ -1,6 +1,7 @@
 """Camera thumbnails (encoded only when a page asks, at most ``thumb_hz`` per camera) and the
 reference frames of the re-alignment view (frame 0 of a recorded episode's video, decoded with PyAV).
 """
+
 from __future__ import annotations
 
 import io
@@ -31,8 +32,8 @@ def encode_jpeg(rgb: np.ndarray, quality: int) -> bytes:
 @dataclass
 class Thumbnail:
     jpeg: bytes
-    stamp_ns: int      # capture stamp of the frame it shows
-    made_t: float      # monotonic time it was encoded
+    stamp_ns: int  # capture stamp of the frame it shows
+    made_t: float  # monotonic time it was encoded
 
 
 class FrameStore:
@@ -69,8 +70,9 @@ class FrameStore:
             self._asked_t = now
             cached = self._thumbs.get(camera)
             latest = self._latest.get(camera)
-            if latest is None or (cached is not None and (now - cached.made_t < self.period
-                                                          or cached.stamp_ns == latest[1])):
+            if latest is None or (
+                cached is not None and (now - cached.made_t < self.period or cached.stamp_ns == latest[1])
+            ):
                 return cached
             rgb, stamp = latest
         thumb = Thumbnail(encode_jpeg(downscale(rgb, self.width), self.quality), stamp, now)
@@ -106,8 +108,9 @@ class ReferenceFrames:
                 if Root.is_root(root):
                     model = Root.open(root)
                     entry["cameras"] = list(model.cameras)
-                    entry["episodes"] = [{"episode_index": e.index, "length": e.length, "tasks": list(e.tasks)}
-                                         for e in model.episodes]
+                    entry["episodes"] = [
+                        {"episode_index": e.index, "length": e.length, "tasks": list(e.tasks)} for e in model.episodes
+                    ]
             except (DatasetError, OSError, ValueError, KeyError) as exc:
                 entry["error"] = str(exc)
             out.append(entry)

@@ -4,6 +4,7 @@ The node calls the ``on_*`` methods from its callbacks with the arrival time on 
 the HTTP server calls ``view(now)``. One lock guards the state, so both may run on any thread. No ROS
 here: the tests feed it plain dicts.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,56 +23,71 @@ from piper_recorder.viewer.counters import INFO, PROBLEMS, total
 JsonDict = dict[str, Any]
 DEFAULT_NODES = ["quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder"]
 DEFAULT_RECORDERS = ["lerobot_recorder", "rgbd_recorder"]
-NEAR_LIMIT = 0.05          # a joint within 5 % of its range from a limit is flagged
+NEAR_LIMIT = 0.05  # a joint within 5 % of its range from a limit is flagged
 HEADSET_DIAG = "quest_bridge: headset"
 SHOWN_INFO = ("rows", "frames_received", "frames_written", "frame_offset_max_ms")
-TELEOP_COUNTERS = ("published", "refused_engages", "forced_releases", "unsafe_targets", "rejected_inputs",
-                   "out_of_order_inputs")
-IMAGE_CONSUMERS = ("quest_video", "policy")   # besides the recorders: their ~/status carries images_received
+TELEOP_COUNTERS = (
+    "published",
+    "refused_engages",
+    "forced_releases",
+    "unsafe_targets",
+    "rejected_inputs",
+    "out_of_order_inputs",
+)
+IMAGE_CONSUMERS = ("quest_video", "policy")  # besides the recorders: their ~/status carries images_received
 
 
 @dataclass
 class DashboardConfig:
     """The ``dashboard`` node's parameters (also the plain-Python server's settings)."""
 
-    host: str = "127.0.0.1"              # anything but loopback needs ``token``
-    port: int = 8740                     # 0: any free port (logged)
-    token: str = ""                      # required in every request when set (``?token=``, or Bearer header)
+    host: str = "127.0.0.1"  # anything but loopback needs ``token``
+    port: int = 8740  # 0: any free port (logged)
+    token: str = ""  # required in every request when set (``?token=``, or Bearer header)
     nodes: list[str] = field(default_factory=lambda: list(DEFAULT_NODES))
-    cameras: list[str] = field(default_factory=list)   # empty: every camera of image_topic_pattern in the graph
-    image_topic_pattern: str = COLOR_TOPIC_PATTERN      # the recorders' parameter: each camera's colour topic
+    cameras: list[str] = field(default_factory=list)  # empty: every camera of image_topic_pattern in the graph
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN  # the recorders' parameter: each camera's colour topic
     recorders: list[str] = field(default_factory=lambda: list(DEFAULT_RECORDERS))
-    roots: list[str] = field(default_factory=list)     # LeRobot roots offered for the re-alignment view
+    roots: list[str] = field(default_factory=list)  # LeRobot roots offered for the re-alignment view
     thumb_width: int = 320
-    thumb_hz: float = 2.0                # thumbnails encoded at most this often per camera
+    thumb_hz: float = 2.0  # thumbnails encoded at most this often per camera
     jpeg_quality: int = 70
-    watch_timeout_s: float = 5.0         # images are subscribed only while a page fetched one this recently
+    watch_timeout_s: float = 5.0  # images are subscribed only while a page fetched one this recently
     joint_min: list[float] = field(default_factory=lambda: [float(v) for v in SDK_JOINT_MIN])
     joint_max: list[float] = field(default_factory=lambda: [float(v) for v in SDK_JOINT_MAX])
-    gripper_max: float = 0.07            # m (teleop's gripper_max_width)
-    stale_s: float = 3.0                 # a status older than this is shown as stale
-    silent_s: float = 1.5                # a required topic silent this long (or 2 periods) degrades the graph
+    gripper_max: float = 0.07  # m (teleop's gripper_max_width)
+    stale_s: float = 3.0  # a status older than this is shown as stale
+    silent_s: float = 1.5  # a required topic silent this long (or 2 periods) degrades the graph
     rate_window_s: float = 2.0
     # Host header names accepted besides loopback names, the bound address and the address a client
     # connected to (a page reached through a DNS name, e.g. "robot.local"); any other Host gets 421, so
     # a page on another site cannot read the dashboard through DNS rebinding.
     allowed_hosts: list[str] = field(default_factory=list)
-    request_timeout_s: float = 5.0       # a client silent this long mid-request (or idle between requests) is dropped
-    max_connections: int = 32            # connections served at once (one thread each); beyond: 503 at once
+    request_timeout_s: float = 5.0  # a client silent this long mid-request (or idle between requests) is dropped
+    max_connections: int = 32  # connections served at once (one thread each); beyond: 503 at once
 
     def validate(self) -> None:
         check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         if not is_loopback(self.host) and not self.token:
-            raise ValueError(f"host {self.host!r} is not a loopback address: set a token (parameter token) "
-                             "so that only those given it can read the dashboard")
+            raise ValueError(
+                f"host {self.host!r} is not a loopback address: set a token (parameter token) "
+                "so that only those given it can read the dashboard"
+            )
         if self.thumb_width < 16 or not 1 <= self.jpeg_quality <= 95:
             raise ValueError("thumb_width must be >= 16 and jpeg_quality 1..95")
         if not 1 <= self.max_connections <= 1024:
             raise ValueError(f"max_connections must be 1..1024, got {self.max_connections}")
-        for name in ("thumb_hz", "watch_timeout_s", "stale_s", "silent_s", "rate_window_s", "gripper_max",
-                     "request_timeout_s"):
+        for name in (
+            "thumb_hz",
+            "watch_timeout_s",
+            "stale_s",
+            "silent_s",
+            "rate_window_s",
+            "gripper_max",
+            "request_timeout_s",
+        ):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {v}")
@@ -87,7 +103,7 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        return False   # a host name other than localhost may resolve anywhere
+        return False  # a host name other than localhost may resolve anywhere
 
 
 def _float(v: Any) -> float | None:
@@ -103,8 +119,8 @@ def _float(v: Any) -> float | None:
 # for a map, NaN) must not reach the view, where it would break the JSON (NaN), the arithmetic or the
 # page. Each status is rebuilt here from the fields the dashboard shows, each of its expected type;
 # a field that is not is dropped (shown as unknown) and named in ``invalid_fields``.
-MAX_TEXT = 400           # characters of a text field shown
-MAX_ITEMS = 64           # entries of a list or map kept
+MAX_TEXT = 400  # characters of a text field shown
+MAX_ITEMS = 64  # entries of a list or map kept
 
 
 class _Fields:
@@ -156,7 +172,7 @@ def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     try:
-        f = float(v)   # JSON integers are unbounded: 10**400 does not fit a float
+        f = float(v)  # JSON integers are unbounded: 10**400 does not fit a float
     except OverflowError:
         return None
     return f if math.isfinite(f) else None
@@ -195,7 +211,7 @@ def _counters(v: Any) -> JsonDict | None:
     if not isinstance(v, dict) or len(v) > 4 * MAX_ITEMS:
         return None
     out = {str(k)[:MAX_TEXT]: _counter_value(x) for k, x in v.items()}
-    return {k: x for k, x in out.items() if x is not None}   # a malformed counter alone is dropped
+    return {k: x for k, x in out.items() if x is not None}  # a malformed counter alone is dropped
 
 
 def clean_recorder_status(status: Any) -> JsonDict:
@@ -205,13 +221,23 @@ def clean_recorder_status(status: Any) -> JsonDict:
     n_saved = len(saved) if isinstance(saved, list) else _count(saved)
     if saved is not None and n_saved is None:
         f.invalid.append("saved_this_session")
-    out: JsonDict = {"state": f.text("state"), "episode_index": f.count("episode_index"), "task": f.text("task"),
-                     "elapsed_s": f.number("elapsed_s"), "rows": f.count("rows"), "saved_this_session": n_saved or 0,
-                     "writer_backlog": f.count("writer_backlog"), "message": f.text("message"),
-                     "waiting_for": f.texts("waiting_for"), "tick_delay_ms": f.counters("tick_delay_ms"),
-                     "counters": f.counters("counters"), "writer_lag_s": f.number("writer_lag_s"),
-                     "falling_behind": f.flag("falling_behind"),
-                     "frames_dropped_writer_behind": f.counts("frames_dropped_writer_behind"), **clean_delivery(f)}
+    out: JsonDict = {
+        "state": f.text("state"),
+        "episode_index": f.count("episode_index"),
+        "task": f.text("task"),
+        "elapsed_s": f.number("elapsed_s"),
+        "rows": f.count("rows"),
+        "saved_this_session": n_saved or 0,
+        "writer_backlog": f.count("writer_backlog"),
+        "message": f.text("message"),
+        "waiting_for": f.texts("waiting_for"),
+        "tick_delay_ms": f.counters("tick_delay_ms"),
+        "counters": f.counters("counters"),
+        "writer_lag_s": f.number("writer_lag_s"),
+        "falling_behind": f.flag("falling_behind"),
+        "frames_dropped_writer_behind": f.counts("frames_dropped_writer_behind"),
+        **clean_delivery(f),
+    }
     out["invalid_fields"] = f.invalid
     return out
 
@@ -226,18 +252,26 @@ def _rates(v: Any, keys: tuple[str, ...]) -> dict[str, JsonDict] | None:
 def clean_delivery(f: _Fields) -> JsonDict:
     """An image consumer's delivery fields (``piper_recorder.process.delivery``), each of its type."""
     need = f.data.get("images_required")
-    return {"images_received": f.rates("images_received", ("count", "fps", "stamp_fps")),
-            "images_required": {k: _number(need.get(k)) for k in ("min_delivery", "min_fps")}
-            if isinstance(need, dict) else None,
-            "panels": f.rates("panels", ("fps", "target_fps", "min_fps"))}
+    return {
+        "images_received": f.rates("images_received", ("count", "fps", "stamp_fps")),
+        "images_required": {k: _number(need.get(k)) for k in ("min_delivery", "min_fps")}
+        if isinstance(need, dict)
+        else None,
+        "panels": f.rates("panels", ("fps", "target_fps", "min_fps")),
+    }
 
 
 def clean_teleop_status(status: Any) -> JsonDict:
     """The teleop status fields the dashboard shows, each of its type."""
     f = _Fields(status)
-    out: JsonDict = {"engaged": f.flag("engaged"), "recording": f.flag("recording"),
-                     "limits_active": f.texts("limits_active"), "limit_hits": f.counts("limit_hits"),
-                     "calls_in_flight": f.count("calls_in_flight"), "last_release": f.text("last_release")}
+    out: JsonDict = {
+        "engaged": f.flag("engaged"),
+        "recording": f.flag("recording"),
+        "limits_active": f.texts("limits_active"),
+        "limit_hits": f.counts("limit_hits"),
+        "calls_in_flight": f.count("calls_in_flight"),
+        "last_release": f.text("last_release"),
+    }
     for key in TELEOP_COUNTERS:
         out[key] = f.count(key)
     alarm = f.data.get("last_alarm")
@@ -256,11 +290,18 @@ def clean_teleop_status(status: Any) -> JsonDict:
 def clean_event(event: Any) -> JsonDict:
     """An ``/episode_events`` line: the fields shown."""
     f = _Fields(event)
-    out = {"recorder": f.text("recorder"), "event": f.text("event"), "episode_index": f.count("episode_index"),
-           "rows": f.count("rows"), "reason": f.text("reason"),
-           # curation (docs/curation.md): a saved episode's integrity verdict and reasons, a label's outcome
-           "outcome": f.text("outcome"), "verdict": f.text("verdict"), "verdict_reasons": [],
-           "invalid_fields": f.invalid}
+    out = {
+        "recorder": f.text("recorder"),
+        "event": f.text("event"),
+        "episode_index": f.count("episode_index"),
+        "rows": f.count("rows"),
+        "reason": f.text("reason"),
+        # curation (docs/curation.md): a saved episode's integrity verdict and reasons, a label's outcome
+        "outcome": f.text("outcome"),
+        "verdict": f.text("verdict"),
+        "verdict_reasons": [],
+        "invalid_fields": f.invalid,
+    }
     reasons = f.data.get("verdict_reasons") if isinstance(f.data, dict) else None
     if isinstance(reasons, list) and all(isinstance(r, str) for r in reasons):
         out["verdict_reasons"] = [r[:200] for r in reasons[:20]]
@@ -287,9 +328,9 @@ class DashboardModel:
         self._recorders: dict[str, _Stamped] = {}
         self._teleop: _Stamped | None = None
         self._headset: _Stamped | None = None
-        self._offset0: tuple[tuple[str, str], float] | None = None   # (connection, first clock offset ns)
+        self._offset0: tuple[tuple[str, str], float] | None = None  # (connection, first clock offset ns)
         self._joints: _Stamped | None = None
-        self._consumers: dict[str, _Stamped] = {}     # quest_video, policy: ~/status (images_received)
+        self._consumers: dict[str, _Stamped] = {}  # quest_video, policy: ~/status (images_received)
         self._camera_status: dict[str, _Stamped] = {}  # sim_camera ~/status (published fps)
         self._events: deque[JsonDict] = deque(maxlen=8)
 
@@ -349,7 +390,7 @@ class DashboardModel:
     def on_diagnostic(self, name: str, level: int, message: str, values: dict[str, str], t: float) -> None:
         if name != HEADSET_DIAG:
             return
-        values = {str(k)[:MAX_TEXT]: str(v)[:MAX_TEXT] for k, v in list(values.items())[:4 * MAX_ITEMS]}
+        values = {str(k)[:MAX_TEXT]: str(v)[:MAX_TEXT] for k, v in list(values.items())[: 4 * MAX_ITEMS]}
         with self._lock:
             self._headset = _Stamped({"level": int(level), "message": str(message)[:MAX_TEXT], "values": values}, t)
             # The offset itself (host clock - headset clock) is an arbitrary large number; its drift since
@@ -361,8 +402,9 @@ class DashboardModel:
 
     def on_joints(self, names: list[str], positions: list[float], t: float) -> None:
         with self._lock:
-            self._joints = _Stamped({"names": [str(n)[:MAX_TEXT] for n in names],
-                                     "positions": [_float(p) for p in positions]}, t)
+            self._joints = _Stamped(
+                {"names": [str(n)[:MAX_TEXT] for n in names], "positions": [_float(p) for p in positions]}, t
+            )
 
     def on_event(self, event: JsonDict, t: float) -> None:
         clean = clean_event(event)
@@ -375,19 +417,22 @@ class DashboardModel:
             recorders = [self._recorder_view(n, now) for n in self.cfg.recorders]
             timers = [r for r in recorders if r["state"] == "recording"]
             return {
-                "t": round(now, 3),   # the dashboard's clock (monotonic s) when this view was made
+                "t": round(now, 3),  # the dashboard's clock (monotonic s) when this view was made
                 "graph": self._graph_view(now),
                 "recorders": recorders,
-                "episode": {"recording": bool(timers),
-                            "elapsed_s": max((r["elapsed_s"] or 0.0 for r in timers), default=None),
-                            "episode_index": timers[0]["episode_index"] if timers else None,
-                            "saved_this_session": max((r["saved_this_session"] for r in recorders), default=0)},
+                "episode": {
+                    "recording": bool(timers),
+                    "elapsed_s": max((r["elapsed_s"] or 0.0 for r in timers), default=None),
+                    "episode_index": timers[0]["episode_index"] if timers else None,
+                    "saved_this_session": max((r["saved_this_session"] for r in recorders), default=0),
+                },
                 "cameras": [{"name": c, **self._rate_view(self.camera_info_topic(c), now)} for c in self._cameras],
                 "joints": self._joints_view(now),
                 "teleop": self._teleop_view(now),
                 "headset": self._headset_view(now),
-                "events": [{k: v for k, v in e.items() if k != "_t"} | {"age_s": round(now - e["_t"], 1)}
-                           for e in self._events],
+                "events": [
+                    {k: v for k, v in e.items() if k != "_t"} | {"age_s": round(now - e["_t"], 1)} for e in self._events
+                ],
             }
 
     def _rate_view(self, topic: str, now: float) -> JsonDict:
@@ -410,10 +455,20 @@ class DashboardModel:
         delivery = self._delivery_view(now)
         # a recorder whose writer is behind real time (recording.worker) says so in its status: degraded
         behind = sorted(r for r, st in self._recorders.items() if st.data.get("falling_behind"))
-        healthy = all(n["present"] for n in nodes) and all(t["ok"] for t in topics if t["required"]) \
-            and all(d["ok"] for d in delivery) and not behind
-        return {"nodes": nodes, "topics": topics, "healthy": healthy, "delivery": delivery, "falling_behind": behind,
-                "nodes_age_s": None if self._nodes_t is None else round(now - self._nodes_t, 1)}
+        healthy = (
+            all(n["present"] for n in nodes)
+            and all(t["ok"] for t in topics if t["required"])
+            and all(d["ok"] for d in delivery)
+            and not behind
+        )
+        return {
+            "nodes": nodes,
+            "topics": topics,
+            "healthy": healthy,
+            "delivery": delivery,
+            "falling_behind": behind,
+            "nodes_age_s": None if self._nodes_t is None else round(now - self._nodes_t, 1),
+        }
 
     def _published_fps(self, camera: str, now: float, best_received: float | None) -> float | None:
         """A camera's published rate: its own status (sim_camera, by capture stamp: exact). A
@@ -435,12 +490,13 @@ class DashboardModel:
     def _delivery_view(self, now: float) -> list[JsonDict]:
         """Per (consumer, camera): frames received vs published and panels sent vs their target
         (``delivery.link_health``), from fresh statuses only (a stale one is the topic check's job)."""
-        statuses = {n: s.data for n, s in (*self._recorders.items(), *self._consumers.items())
-                    if now - s.t <= self.cfg.stale_s}
+        statuses = {
+            n: s.data for n, s in (*self._recorders.items(), *self._consumers.items()) if now - s.t <= self.cfg.stale_s
+        }
         best: dict[str, float | None] = {}
         for d in statuses.values():
             received = d.get("images_received")
-            for cam, entry in (received.items() if isinstance(received, dict) else ()):
+            for cam, entry in received.items() if isinstance(received, dict) else ():
                 rate = _float(entry.get("stamp_fps")) if isinstance(entry, dict) else None
                 best[str(cam)] = max((r for r in (best.get(str(cam)), rate) if r is not None), default=None)
         published = {c: self._published_fps(c.split("/")[0], now, rate) for c, rate in best.items()}
@@ -450,38 +506,82 @@ class DashboardModel:
         st = self._recorders.get(name)
         if st is None:
             # not published yet: every field the page reads, empty (the page draws this like any other)
-            return {"name": name, "state": "unknown", "stale": True, "age_s": None, "episode_index": None,
-                    "task": None, "elapsed_s": None, "rows": None, "saved_this_session": 0, "writer_backlog": None,
-                    "message": "", "waiting_for": [], "tick_delay_ms": None, "writer_lag_s": None,
-                    "falling_behind": False, "frames_dropped_writer_behind": {}, "counters": [], "invalid_fields": []}
+            return {
+                "name": name,
+                "state": "unknown",
+                "stale": True,
+                "age_s": None,
+                "episode_index": None,
+                "task": None,
+                "elapsed_s": None,
+                "rows": None,
+                "saved_this_session": 0,
+                "writer_backlog": None,
+                "message": "",
+                "waiting_for": [],
+                "tick_delay_ms": None,
+                "writer_lag_s": None,
+                "falling_behind": False,
+                "frames_dropped_writer_behind": {},
+                "counters": [],
+                "invalid_fields": [],
+            }
         d, age = st.data, now - st.t
         state = d["state"] or "unknown"
         elapsed = d["elapsed_s"]
         if elapsed is not None and state == "recording":
-            elapsed += age   # the status is published at status_hz: the timer runs on between them
+            elapsed += age  # the status is published at status_hz: the timer runs on between them
         counters: JsonDict = d["counters"] or {}
         shown = []
         for key, label in PROBLEMS.items():
             if key in counters:
-                shown.append({"key": key, "label": label, "total": total(counters[key]), "problem": True,
-                              "detail": counters[key] if isinstance(counters[key], dict) else None})
+                shown.append(
+                    {
+                        "key": key,
+                        "label": label,
+                        "total": total(counters[key]),
+                        "problem": True,
+                        "detail": counters[key] if isinstance(counters[key], dict) else None,
+                    }
+                )
         for key in SHOWN_INFO:
             if key in counters and key != "rows":
                 value = counters[key]
-                tot = max((total(x) for x in value.values()), default=0) \
-                    if key == "frame_offset_max_ms" and isinstance(value, dict) else total(value)
-                shown.append({"key": key, "label": INFO.get(key, key), "total": tot, "problem": False,
-                              "detail": value if isinstance(value, dict) else None})
+                tot = (
+                    max((total(x) for x in value.values()), default=0)
+                    if key == "frame_offset_max_ms" and isinstance(value, dict)
+                    else total(value)
+                )
+                shown.append(
+                    {
+                        "key": key,
+                        "label": INFO.get(key, key),
+                        "total": tot,
+                        "problem": False,
+                        "detail": value if isinstance(value, dict) else None,
+                    }
+                )
         rows = d["rows"] if d["rows"] is not None else _count(counters.get("rows"))
-        return {"name": name, "state": state, "stale": age > self.cfg.stale_s, "age_s": round(age, 1),
-                "episode_index": d["episode_index"], "task": d["task"],
-                "elapsed_s": None if elapsed is None else round(elapsed, 2),
-                "rows": rows, "saved_this_session": d["saved_this_session"],
-                "writer_backlog": d["writer_backlog"], "message": d["message"] or "",
-                "waiting_for": d["waiting_for"] or [], "tick_delay_ms": d["tick_delay_ms"],
-                "writer_lag_s": d["writer_lag_s"], "falling_behind": bool(d["falling_behind"]),
-                "frames_dropped_writer_behind": d["frames_dropped_writer_behind"] or {},
-                "counters": shown, "invalid_fields": list(d["invalid_fields"])}
+        return {
+            "name": name,
+            "state": state,
+            "stale": age > self.cfg.stale_s,
+            "age_s": round(age, 1),
+            "episode_index": d["episode_index"],
+            "task": d["task"],
+            "elapsed_s": None if elapsed is None else round(elapsed, 2),
+            "rows": rows,
+            "saved_this_session": d["saved_this_session"],
+            "writer_backlog": d["writer_backlog"],
+            "message": d["message"] or "",
+            "waiting_for": d["waiting_for"] or [],
+            "tick_delay_ms": d["tick_delay_ms"],
+            "writer_lag_s": d["writer_lag_s"],
+            "falling_behind": bool(d["falling_behind"]),
+            "frames_dropped_writer_behind": d["frames_dropped_writer_behind"] or {},
+            "counters": shown,
+            "invalid_fields": list(d["invalid_fields"]),
+        }
 
     def _joints_view(self, now: float) -> JsonDict:
         if self._joints is None:
@@ -492,7 +592,7 @@ class DashboardModel:
         gripper: JsonDict | None = None
         for n, p in zip(names, pos):
             if p is None:
-                continue   # a non-finite value: not shown (the arm node counts it)
+                continue  # a non-finite value: not shown (the arm node counts it)
             if n == "gripper":
                 gripper = {"position": p, "min": 0.0, "max": self.cfg.gripper_max}
                 continue
@@ -500,8 +600,16 @@ class DashboardModel:
             if k >= len(lo):
                 continue
             frac = (p - lo[k]) / (hi[k] - lo[k])
-            joints.append({"name": n, "position": p, "min": lo[k], "max": hi[k], "fraction": frac,
-                           "near_limit": frac <= NEAR_LIMIT or frac >= 1.0 - NEAR_LIMIT})
+            joints.append(
+                {
+                    "name": n,
+                    "position": p,
+                    "min": lo[k],
+                    "max": hi[k],
+                    "fraction": frac,
+                    "near_limit": frac <= NEAR_LIMIT or frac >= 1.0 - NEAR_LIMIT,
+                }
+            )
         return {"joints": joints, "gripper": gripper, "age_s": round(now - self._joints.t, 2)}
 
     def _teleop_view(self, now: float) -> JsonDict:
@@ -513,11 +621,19 @@ class DashboardModel:
         hits: dict[str, int] = d["limit_hits"] or {}
         names = list(dict.fromkeys([*LIMIT_NAMES, *sorted(active), *hits]))
         counters = {k: d[k] for k in TELEOP_COUNTERS if d[k] is not None}
-        return {"present": True, "stale": stale, "age_s": round(age, 1), "engaged": bool(d["engaged"]),
-                "recording": bool(d["recording"]),
-                "limits": [{"name": n, "active": n in active, "hits": hits.get(n, 0)} for n in names],
-                "counters": counters, "last_alarm": d["last_alarm"], "calls_in_flight": d["calls_in_flight"],
-                "invalid_fields": list(d["invalid_fields"]), "last_release": d["last_release"]}
+        return {
+            "present": True,
+            "stale": stale,
+            "age_s": round(age, 1),
+            "engaged": bool(d["engaged"]),
+            "recording": bool(d["recording"]),
+            "limits": [{"name": n, "active": n in active, "hits": hits.get(n, 0)} for n in names],
+            "counters": counters,
+            "last_alarm": d["last_alarm"],
+            "calls_in_flight": d["calls_in_flight"],
+            "invalid_fields": list(d["invalid_fields"]),
+            "last_release": d["last_release"],
+        }
 
     def _headset_view(self, now: float) -> JsonDict:
         if self._headset is None:
@@ -526,12 +642,22 @@ class DashboardModel:
         v = d["values"]
         offset = _float(v.get("clock_offset_ns"))
         rejected = {k.split(".", 1)[1]: int(_float(x) or 0) for k, x in v.items() if k.startswith("rejected.")}
-        return {"present": True, "stale": age > self.cfg.stale_s, "age_s": round(age, 1), "level": d["level"],
-                "message": d["message"], "state": v.get("state"), "rate_hz": _float(v.get("frame_rate_hz")),
-                "clock_offset_ms": None if offset is None else round(offset / 1e6, 3),
-                "clock_drift_ms": None if offset is None or self._offset0 is None
-                else round((offset - self._offset0[1]) / 1e6, 3),
-                "arrival_delay_ms": _float(v.get("arrival_delay_ms")),
-                "last_frame_age_s": _float(v.get("last_frame_age_s")),
-                "rejected_total": int(_float(v.get("rejected_total")) or 0), "rejected": rejected,
-                "last_rejection": v.get("last_rejection") or "", "connects": v.get("connects")}
+        return {
+            "present": True,
+            "stale": age > self.cfg.stale_s,
+            "age_s": round(age, 1),
+            "level": d["level"],
+            "message": d["message"],
+            "state": v.get("state"),
+            "rate_hz": _float(v.get("frame_rate_hz")),
+            "clock_offset_ms": None if offset is None else round(offset / 1e6, 3),
+            "clock_drift_ms": None
+            if offset is None or self._offset0 is None
+            else round((offset - self._offset0[1]) / 1e6, 3),
+            "arrival_delay_ms": _float(v.get("arrival_delay_ms")),
+            "last_frame_age_s": _float(v.get("last_frame_age_s")),
+            "rejected_total": int(_float(v.get("rejected_total")) or 0),
+            "rejected": rejected,
+            "last_rejection": v.get("last_rejection") or "",
+            "connects": v.get("connects"),
+        }

@@ -14,6 +14,7 @@ re-alignment view draws the live thumbnail and frame 0 of a chosen recorded epis
 blended (``alpha``) or as their difference. The page carries the token of its own URL (``?token=``)
 into every request it makes.
 """
+
 from __future__ import annotations
 
 from piper_recorder.names import DIAGNOSTICS, JOINT_STATES
@@ -263,7 +264,7 @@ $('align-alpha').addEventListener('input', drawAlign); $('align-mode').addEventL
 $('align-root').addEventListener('focus', loadRoots);
 pollState().then(() => { loadRoots(); pollThumbs(); });
 setInterval(pollState, 500); setInterval(pollThumbs, 500); setInterval(loadRoots, 10000);
-""".replace("@JOINT_STATES@", JOINT_STATES).replace("@DIAGNOSTICS@", DIAGNOSTICS)   # the topics' names.py names
+""".replace("@JOINT_STATES@", JOINT_STATES).replace("@DIAGNOSTICS@", DIAGNOSTICS)  # the topics' names.py names
 
 
 SCRIPT_PATH = "/dashboard.js"
@@ -272,10 +273,12 @@ STYLE_PATH = "/dashboard.css"
 
 def render_page() -> str:
     """The document: markup only, the script and stylesheet by URL (no inline code for the CSP to allow)."""
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>piper dashboard</title>'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,">'
-            f'<link rel="stylesheet" href="{STYLE_PATH}"></head>'
-            f'<body>{BODY}<script src="{SCRIPT_PATH}"></script></body></html>')
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>piper dashboard</title>'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,">'
+        f'<link rel="stylesheet" href="{STYLE_PATH}"></head>'
+        f'<body>{BODY}<script src="{SCRIPT_PATH}"></script></body></html>'
+    )
 
 
 def static_file(path: str) -> tuple[bytes, str] | None:

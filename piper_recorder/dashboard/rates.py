@@ -1,4 +1,5 @@
 """Message rates over a sliding window, for the graph-health table."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -9,9 +10,9 @@ from dataclasses import dataclass, field
 class RateMeter:
     """Arrival times of one topic's messages over the last ``window_s`` seconds (monotonic clock).
 
-    ``rate(now)`` is (messages in the window - 1) / their span once two arrived, so a 200 Hz topic reads
-    200 and not 199 over a 1 s window; it falls to 0 once fewer than two arrivals lie within the window
-(``age`` says how long the topic has been silent).
+        ``rate(now)`` is (messages in the window - 1) / their span once two arrived, so a 200 Hz topic reads
+        200 and not 199 over a 1 s window; it falls to 0 once fewer than two arrivals lie within the window
+    (``age`` says how long the topic has been silent).
     """
 
     window_s: float = 2.0

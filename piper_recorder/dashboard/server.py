@@ -13,6 +13,7 @@ Hardened for a network nobody vets:
   served at once (one thread each); a connection beyond that gets 503 at once and is closed. A client
   that goes away or times out is no error: nothing is printed for it.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -35,23 +36,27 @@ from piper_recorder.dashboard.model import DashboardConfig, DashboardModel
 from piper_recorder.dashboard.page import render_page, static_file
 from piper_recorder.lerobot.format.errors import DatasetError
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
-       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 18\r\n"
-        b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many requests\n")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 18\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many requests\n"
+)
 
 
 def _host_name(header: str) -> str | None:
     """The host of a ``Host`` header without its port, lower case; None if it is not well formed."""
     h = header.strip().lower()
-    if h.startswith("["):                      # [::1]:8740
+    if h.startswith("["):  # [::1]:8740
         end = h.find("]")
-        rest = h[end + 1:]
+        rest = h[end + 1 :]
         if end < 0 or (rest and not rest.startswith(":")):
             return None
         return h[1:end]
     if h.count(":") > 1:
-        return None                            # a bare IPv6 address is not a valid Host
+        return None  # a bare IPv6 address is not a valid Host
     name = h.split(":", 1)[0].rstrip(".")
     return name or None
 
@@ -95,9 +100,13 @@ class Dashboard:
     @classmethod
     def create(cls, cfg: DashboardConfig, clock: Callable[[], float] = time.monotonic) -> Dashboard:
         cfg.validate()
-        return cls(cfg, DashboardModel(cfg), FrameStore(cfg.thumb_width, cfg.thumb_hz, cfg.jpeg_quality,
-                                                        cfg.watch_timeout_s),
-                   ReferenceFrames(cfg.roots, cfg.thumb_width, cfg.jpeg_quality), clock)
+        return cls(
+            cfg,
+            DashboardModel(cfg),
+            FrameStore(cfg.thumb_width, cfg.thumb_hz, cfg.jpeg_quality, cfg.watch_timeout_s),
+            ReferenceFrames(cfg.roots, cfg.thumb_width, cfg.jpeg_quality),
+            clock,
+        )
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -139,11 +148,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile = io.BufferedReader(self._reader)
 
     def handle_one_request(self) -> None:
-        self._reader.restart()   # the next request (or the wait for it, on a kept-alive connection)
+        self._reader.restart()  # the next request (or the wait for it, on a kept-alive connection)
         super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # the base class's argument name
-        pass   # one line per poll would flood the node's log (timeouts land here too: a slow client, no error)
+        pass  # one line per poll would flood the node's log (timeouts land here too: a slow client, no error)
 
     def do_HEAD(self) -> None:
         self._serve(head=True)
@@ -163,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
         given = query.get("token", [""])[0]
         auth = self.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
-            given = given or auth[len("Bearer "):].strip()
+            given = given or auth[len("Bearer ") :].strip()
         return hmac.compare_digest(given.encode(), token.encode())
 
     def _host_ok(self) -> bool:
@@ -173,19 +182,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, head: bool) -> None:
         if not self._host_ok():
-            self._send(HTTPStatus.MISDIRECTED_REQUEST, b"unknown Host (see the dashboard's allowed_hosts)\n",
-                       "text/plain", {"Connection": "close"}, head)
+            self._send(
+                HTTPStatus.MISDIRECTED_REQUEST,
+                b"unknown Host (see the dashboard's allowed_hosts)\n",
+                "text/plain",
+                {"Connection": "close"},
+                head,
+            )
             self.close_connection = True
             return
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         asset = static_file(url.path)
-        if asset is not None:    # the page's own script and stylesheet: code, no data; served without the token
+        if asset is not None:  # the page's own script and stylesheet: code, no data; served without the token
             self._send(HTTPStatus.OK, asset[0], asset[1], head=head)
             return
         if not self._authorized(query):
-            self._send(HTTPStatus.UNAUTHORIZED, b"token required\n", "text/plain",
-                       {"WWW-Authenticate": 'Bearer realm="piper-dashboard"'}, head)
+            self._send(
+                HTTPStatus.UNAUTHORIZED,
+                b"token required\n",
+                "text/plain",
+                {"WWW-Authenticate": 'Bearer realm="piper-dashboard"'},
+                head,
+            )
             return
         d = self.server.dashboard
         try:
@@ -203,8 +222,11 @@ class _Handler(BaseHTTPRequestHandler):
             elif url.path == "/api/roots":
                 self._json({"roots": d.refs.listing()}, head)
             elif url.path == "/api/reference":
-                jpeg = d.refs.first_frame(int(self._arg(query, "root") or 0), int(self._arg(query, "episode") or 0),
-                                          self._arg(query, "camera"))
+                jpeg = d.refs.first_frame(
+                    int(self._arg(query, "root") or 0),
+                    int(self._arg(query, "episode") or 0),
+                    self._arg(query, "camera"),
+                )
                 self._send(HTTPStatus.OK, jpeg, "image/jpeg", head=head)
             else:
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", head=head)
@@ -213,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
         except DatasetError as exc:
             self._send(HTTPStatus.UNPROCESSABLE_ENTITY, f"{exc}\n".encode(), "text/plain", head=head)
         except OSError:
-            raise    # the client went away: handle_error drops it silently
+            raise  # the client went away: handle_error drops it silently
         except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the connection
             self.server.report(f"dashboard: {self.path.split('?', 1)[0]}: {type(exc).__name__}: {exc}")
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", "text/plain", head=head)
@@ -225,8 +247,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, obj: Any, head: bool) -> None:
         self._send(HTTPStatus.OK, json.dumps(obj, allow_nan=False, default=str).encode(), "application/json", head=head)
 
-    def _send(self, status: HTTPStatus, body: bytes, ctype: str, headers: dict[str, str] | None = None,
-              head: bool = False) -> None:
+    def _send(
+        self, status: HTTPStatus, body: bytes, ctype: str, headers: dict[str, str] | None = None, head: bool = False
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -301,8 +324,9 @@ class DashboardServer(ThreadingHTTPServer):
         return f"http://{host!s}:{port}/"
 
     def start(self) -> DashboardServer:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="dashboard-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="dashboard-http", daemon=True
+        )
         self._thread.start()
         return self
 

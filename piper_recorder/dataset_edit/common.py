@@ -8,6 +8,7 @@ hidden staging name by the format's own writer (so indices, offsets, metadata an
 exactly what the writer produces) and renamed over the output at the end; a killed run leaves the
 sources untouched and only that hidden staging path behind, which the next run removes.
 """
+
 from __future__ import annotations
 
 import glob
@@ -40,7 +41,7 @@ class Pick:
     source: int
     episode: int
     task: str
-    fields: tuple[tuple[str, Any], ...] = ()   # record keys set on the output episode (a label)
+    fields: tuple[tuple[str, Any], ...] = ()  # record keys set on the output episode (a label)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def retask_picks(episodes: list[EpisodeInfo], renames: dict[str, str]) -> list[P
     return [Pick(0, i, renames.get(e.task, e.task)) for i, e in enumerate(episodes)]
 
 
-NONE = "none"   # what --outcome / --verdict call an episode without a label / a verdict
+NONE = "none"  # what --outcome / --verdict call an episode without a label / a verdict
 
 
 def parse_choice(text: str | None, allowed: tuple[str, ...], what: str) -> set[str] | None:
@@ -120,10 +121,15 @@ def parse_choice(text: str | None, allowed: tuple[str, ...], what: str) -> set[s
 
 def filter_picks(episodes: list[EpisodeInfo], outcomes: set[str] | None, verdicts: set[str] | None) -> list[Pick]:
     """The episodes whose outcome is in ``outcomes`` and verdict in ``verdicts`` (None: any)."""
+
     def ok(value: Any, allowed: set[str] | None) -> bool:
         return allowed is None or (value if isinstance(value, str) and value else NONE) in allowed
-    return [Pick(0, i, e.task) for i, e in enumerate(episodes)
-            if ok(e.curation.get("outcome"), outcomes) and ok(e.curation.get("verdict"), verdicts)]
+
+    return [
+        Pick(0, i, e.task)
+        for i, e in enumerate(episodes)
+        if ok(e.curation.get("outcome"), outcomes) and ok(e.curation.get("verdict"), verdicts)
+    ]
 
 
 def label_picks(episodes: list[EpisodeInfo], chosen: list[int], fields: dict[str, Any]) -> list[Pick]:
@@ -159,7 +165,8 @@ def describe_plan(picks: list[Pick], names: list[str], episodes: list[list[Episo
         if run:
             lo, lp = run[-1]
             same_task = p.task == lp.task or (
-                p.task == episodes[p.source][p.episode].task and lp.task == episodes[lp.source][lp.episode].task)
+                p.task == episodes[p.source][p.episode].task and lp.task == episodes[lp.source][lp.episode].task
+            )
             if not (p.source == lp.source and p.episode == lp.episode + 1 and same_task):
                 flush()
         run.append((o, p))
@@ -167,8 +174,9 @@ def describe_plan(picks: list[Pick], names: list[str], episodes: list[list[Episo
     return lines
 
 
-def check_mergeable(sources: Sequence[S], differences: Callable[[S, S], list[str]],
-                    name: Callable[[S], object]) -> None:
+def check_mergeable(
+    sources: Sequence[S], differences: Callable[[S, S], list[str]], name: Callable[[S], object]
+) -> None:
     """Every source must agree with the first (the format's ``differences`` empty); the error names
     each pair that does not and what differs, so one run shows every problem."""
     problems = []
@@ -190,8 +198,9 @@ class OutputLock(SideLock):
     edit ends, refused or not (``SideLock``: never while another live process holds it)."""
 
     def __init__(self, out: Path):
-        super().__init__(out.with_name(f".{out.name}{LOCK_SUFFIX}"),
-                         lambda: EditError(f"another {TOOL} is writing {out}"))
+        super().__init__(
+            out.with_name(f".{out.name}{LOCK_SUFFIX}"), lambda: EditError(f"another {TOOL} is writing {out}")
+        )
 
 
 def remove_stale_staging(out: Path) -> None:
@@ -209,7 +218,9 @@ def check_new_output(out: Path, inputs: list[Path]) -> None:
     """``out`` must be a new path, not one of the inputs nor inside/around one."""
     if out.exists() or out.is_symlink():
         raise EditError(f"--out {out} already exists; choose a new path (edits never overwrite an output)")
-    src = overlapping_input(out, inputs)   # symlinks resolved on both sides
+    src = overlapping_input(out, inputs)  # symlinks resolved on both sides
     if src is not None:
-        raise EditError(f"--out {out} must be outside the source {src} and not contain it "
-                        f"(resolved: {out.resolve()} and {src.resolve()})")
+        raise EditError(
+            f"--out {out} must be outside the source {src} and not contain it "
+            f"(resolved: {out.resolve()} and {src.resolve()})"
+        )

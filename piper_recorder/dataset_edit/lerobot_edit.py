@@ -16,6 +16,7 @@ in source order (``collection_meta.json`` the last one), and ``meta/dataset_edit
 sources' own edit history plus one line for this edit: the operation, the sources, and for each
 output episode the source and episode it came from.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,10 @@ class LeRobotSource:
 
     @property
     def episodes(self) -> list[EpisodeInfo]:
-        return [EpisodeInfo(e.tasks[0], e.length, {k: e.extras[k] for k in CURATION_KEYS if k in e.extras})
-                for e in self.src.meta.episodes]
+        return [
+            EpisodeInfo(e.tasks[0], e.length, {k: e.extras[k] for k in CURATION_KEYS if k in e.extras})
+            for e in self.src.meta.episodes
+        ]
 
     def close(self) -> None:
         if self.lock_fd is not None:
@@ -83,8 +86,7 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
     lock_fd = None
     if lock:
         try:
-            lock_fd = fsutil.lock_root(path, f"{path} is open in a writer (a recorder or another edit); "
-                                             "stop it first")
+            lock_fd = fsutil.lock_root(path, f"{path} is open in a writer (a recorder or another edit); stop it first")
         except PermissionError:
             lock_fd = None  # a read-only root cannot be written by anyone else either
         except DatasetError as e:
@@ -97,9 +99,10 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
         try:
             src = open_source(path, model)
         except ExportError as e:
-            raise EditError(str(e).replace("cannot be exported", "cannot be edited")
-                            .replace("piper-export reads", f"{TOOL} edits")) from None
-        assert model.modality is not None   # open_source refuses a root without one
+            raise EditError(
+                str(e).replace("cannot be exported", "cannot be edited").replace("piper-export reads", f"{TOOL} edits")
+            ) from None
+        assert model.modality is not None  # open_source refuses a root without one
         modality = model.modality.to_json()
         cfg = config_of(src, modality)
         return LeRobotSource(src, cfg, modality, lock_fd)
@@ -115,7 +118,7 @@ def _guess_combined(key: str, names: tuple[str, ...], feats: dict[str, dict[str,
     observation.arm_eef's "qw"); the features check in ``config_of`` proves the guess."""
     part = key.split(".", 1)[-1]
     for combined in COMBINED:
-        same_group = combined.split(".")[0] == key.split(".")[0]   # observation.* -> observation.state
+        same_group = combined.split(".")[0] == key.split(".")[0]  # observation.* -> observation.state
         if same_group and names and f"{part}.{names[0]}" in (feats.get(combined, {}).get("names") or ()):
             return combined
     return None
@@ -133,18 +136,25 @@ def config_of(src: Source, modality: dict[str, Any]) -> WriterConfig:
         vinfo = vf.video or {}
         codec = _CODECS.get(str(vinfo.get("video.codec")), str(vinfo.get("video.codec", codec)))
         pix_fmt = str(vinfo.get("video.pix_fmt", pix_fmt))
-    entries = [(group, name, e) for group in ("state", "action")
-               for name, e in (modality.get(group) or {}).items() if isinstance(e, dict)]
+    entries = [
+        (group, name, e)
+        for group in ("state", "action")
+        for name, e in (modality.get(group) or {}).items()
+        if isinstance(e, dict)
+    ]
     rotation = next((str(e["rotation_type"]) for _, _, e in entries if "rotation_type" in e), "quat_wxyz")
     record = info.get(meta_builders.COMBINED_RECORD)
     recorded: dict[str, Any] | None = record if isinstance(record, dict) else None
-    joined = set(COMBINED) | {str(v) for v in (recorded or {}).values()}   # combined columns, not split ones
+    joined = set(COMBINED) | {str(v) for v in (recorded or {}).values()}  # combined columns, not split ones
     specs = []
     for key, f in feats.items():
         if f.get("dtype") == "video" or key in BOOKKEEPING or key in joined:
             continue
-        slices: tuple[Slice, ...] = tuple((name, int(e["start"]), int(e["end"]), "rotation_type" in e)
-                                          for _, name, e in entries if e.get("original_key") == key)
+        slices: tuple[Slice, ...] = tuple(
+            (name, int(e["start"]), int(e["end"]), "rotation_type" in e)
+            for _, name, e in entries
+            if e.get("original_key") == key
+        )
         names = tuple(str(n) for n in f.get("names") or ())
         if recorded is None:
             joins = _guess_combined(key, names, feats)
@@ -154,22 +164,33 @@ def config_of(src: Source, modality: dict[str, Any]) -> WriterConfig:
     combined = any(k in feats for k in joined)
     raw = any("raw_quest_lines" in e.extras for e in src.meta.episodes)
     try:
-        cfg = WriterConfig(fps=int(src.meta.info.fps), robot_type=str(info.get("robot_type")), cameras=cameras,
-                           features=tuple(specs), video=VideoConfig(codec=codec, pix_fmt=pix_fmt),
-                           chunks_size=src.meta.info.chunks_size, save_raw_quest=raw, rotation_type=rotation,
-                           combined_columns=combined, lerobot_version=src.version)
+        cfg = WriterConfig(
+            fps=int(src.meta.info.fps),
+            robot_type=str(info.get("robot_type")),
+            cameras=cameras,
+            features=tuple(specs),
+            video=VideoConfig(codec=codec, pix_fmt=pix_fmt),
+            chunks_size=src.meta.info.chunks_size,
+            save_raw_quest=raw,
+            rotation_type=rotation,
+            combined_columns=combined,
+            lerobot_version=src.version,
+        )
         cfg.validate()
     except (ValueError, TypeError, KeyError) as e:
-        raise EditError(f"{src.root}: its {layout.INFO} and {layout.MODALITY} do not describe a writer "
-                        f"configuration ({e})") from None
+        raise EditError(
+            f"{src.root}: its {layout.INFO} and {layout.MODALITY} do not describe a writer configuration ({e})"
+        ) from None
     want = meta_builders.features_json(cfg)
     if want != feats:
         diff = sorted(k for k in set(want) | set(feats) if want.get(k) != feats.get(k))
-        raise EditError(f"{src.root}: {layout.INFO} features {diff} are not what the writer writes; "
-                        "cannot rebuild this root")
+        raise EditError(
+            f"{src.root}: {layout.INFO} features {diff} are not what the writer writes; cannot rebuild this root"
+        )
     if meta_builders.modality_json(cfg) != modality:
-        raise EditError(f"{src.root}: {layout.MODALITY} is not what the writer writes for its features; "
-                        "cannot rebuild this root")
+        raise EditError(
+            f"{src.root}: {layout.MODALITY} is not what the writer writes for its features; cannot rebuild this root"
+        )
     return cfg
 
 
@@ -193,17 +214,22 @@ def differences(a: LeRobotSource, b: LeRobotSource) -> list[str]:
             continue
         if x.get("dtype") == "video":
             xi, yi = x.get("info") or {}, y.get("info") or {}
-            out += [f"{key} {k}: {xi.get(k)!r} vs {yi.get(k)!r}" for k in sorted(set(xi) | set(yi))
-                    if xi.get(k) != yi.get(k)]
+            out += [
+                f"{key} {k}: {xi.get(k)!r} vs {yi.get(k)!r}"
+                for k in sorted(set(xi) | set(yi))
+                if xi.get(k) != yi.get(k)
+            ]
             if x.get("shape") != y.get("shape") and not any(k in xi for k in ("video.height", "video.width")):
                 out.append(f"{key} shape: {x.get('shape')} vs {y.get('shape')}")
         else:
-            out += [f"feature {key} {k}: {x.get(k)!r} vs {y.get(k)!r}" for k in ("dtype", "shape", "names")
-                    if x.get(k) != y.get(k)]
+            out += [
+                f"feature {key} {k}: {x.get(k)!r} vs {y.get(k)!r}"
+                for k in ("dtype", "shape", "names")
+                if x.get(k) != y.get(k)
+            ]
     if not out and a.modality != b.modality:
         out.append(f"{layout.MODALITY} differs (rotation_type or slices)")
     return out
-
 
 
 # ---- building the output --------------------------------------------------------------------------
@@ -232,12 +258,17 @@ def _images(src: Source, i: int) -> dict[str, tuple[np.ndarray, int]]:
         except (KeyError, TypeError, ValueError):
             continue
         if k.startswith(prefix) and hist.shape == (3, 256) and frames > 0:
-            out[k[len(prefix):]] = (hist, frames)
+            out[k[len(prefix) :]] = (hist, frames)
     return out
 
 
-def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: dict[str, Any],
-          progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+def build(
+    sources: list[LeRobotSource],
+    picks: list[Pick],
+    staging: Path,
+    edit: dict[str, Any],
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, int]:
     """Write the picked episodes, in order, as a new root at ``staging``; returns its totals."""
     cfg = sources[0].cfg
     keys = [f.key for f in cfg.features]
@@ -253,7 +284,7 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
             s = sources[p.source].src
             rec = {**s.episodes[p.episode], **dict(p.fields)}
             if p.fields and "outcome_note" not in dict(p.fields):
-                rec.pop("outcome_note", None)   # a new label without a note replaces the old note too
+                rec.pop("outcome_note", None)  # a new label without a note replaces the old note too
             table = pq.read_table(s.root / s.data_rel(p.episode), columns=["timestamp", *keys])
             work.mkdir(exist_ok=True)
             videos = {}
@@ -266,8 +297,15 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
             if raw.is_file():
                 raw_tmp = work / "quest.jsonl"
                 link_or_copy(raw, raw_tmp)
-            w.import_episode(p.task, table.column("timestamp").to_numpy(), _columns(table, keys), videos, raw_tmp,
-                             rec, _images(s, p.episode))
+            w.import_episode(
+                p.task,
+                table.column("timestamp").to_numpy(),
+                _columns(table, keys),
+                videos,
+                raw_tmp,
+                rec,
+                _images(s, p.episode),
+            )
             shutil.rmtree(work, ignore_errors=True)
             if progress:
                 progress(n + 1, len(picks))
@@ -289,10 +327,15 @@ def build(sources: list[LeRobotSource], picks: list[Pick], staging: Path, edit: 
 
 def edit_record(op: str, sources: list[Path], picks: list[Pick], **extra: Any) -> dict[str, Any]:
     """This edit's line in ``meta/dataset_edits.jsonl``."""
-    return {"tool": TOOL, "version": __version__, "operation": op,
-            "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "sources": [str(p) for p in sources],
-            "episodes_from": [[p.source, p.episode] for p in picks], **extra}
+    return {
+        "tool": TOOL,
+        "version": __version__,
+        "operation": op,
+        "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "sources": [str(p) for p in sources],
+        "episodes_from": [[p.source, p.episode] for p in picks],
+        **extra,
+    }
 
 
 def now() -> float:

@@ -9,6 +9,7 @@ root with the old one in one ``renameat2(RENAME_EXCHANGE)`` (``export.commit``) 
 RGB-D file over the old one, while still holding the source's lock. A killed run leaves the sources
 untouched and only the staging path, which the next run on that output removes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,9 +28,24 @@ from piper_recorder.storage.outpaths import located, nested
 from . import lerobot_edit, rgbd_edit
 from piper_recorder.recording.verdict import OUTCOMES, VERDICTS, label_fields
 
-from .common import (EditError, EpisodeInfo, OutputLock, Pick, check_mergeable, check_new_output, describe_plan,
-                     filter_picks, label_picks, parse_choice, parse_episodes, picks_of, remove_stale_staging,
-                     retask_picks, split_fraction, staging_path)
+from .common import (
+    EditError,
+    EpisodeInfo,
+    OutputLock,
+    Pick,
+    check_mergeable,
+    check_new_output,
+    describe_plan,
+    filter_picks,
+    label_picks,
+    parse_choice,
+    parse_episodes,
+    picks_of,
+    remove_stale_staging,
+    retask_picks,
+    split_fraction,
+    staging_path,
+)
 
 Source = lerobot_edit.LeRobotSource | rgbd_edit.RgbdSource
 Progress = Callable[[int, int], None]
@@ -84,8 +100,16 @@ def _episodes(s: Source) -> list[EpisodeInfo]:
     return s.episodes
 
 
-def _run(op: str, kind: str, paths: list[Path], sources: list[Source], outputs: list[Output], dry_run: bool,
-         progress: Progress | None, **extra: object) -> Result:
+def _run(
+    op: str,
+    kind: str,
+    paths: list[Path],
+    sources: list[Source],
+    outputs: list[Output],
+    dry_run: bool,
+    progress: Progress | None,
+    **extra: object,
+) -> Result:
     names = [str(p) for p in paths]
     eps = [_episodes(s) for s in sources]
     plan: list[str] = []
@@ -94,17 +118,21 @@ def _run(op: str, kind: str, paths: list[Path], sources: list[Source], outputs: 
             raise EditError(f"{o.path} would hold no episode; refusing to write an empty dataset")
         rows = sum(eps[p.source][p.episode].length for p in o.picks)
         unit = "rows" if kind == "lerobot" else "transitions"
-        plan.append(f"{'rewrite in place' if o.in_place else 'write'} {o.path}: {len(o.picks)} episodes, "
-                    f"{rows} {unit}, {len({p.task for p in o.picks})} tasks")
+        plan.append(
+            f"{'rewrite in place' if o.in_place else 'write'} {o.path}: {len(o.picks)} episodes, "
+            f"{rows} {unit}, {len({p.task for p in o.picks})} tasks"
+        )
         plan += describe_plan(o.picks, names, eps)
         if not o.in_place:
             check_new_output(o.path, paths)
     news = [o.path for o in outputs if not o.in_place]
     for i, a in enumerate(news):
-        for b in news[i + 1:]:
+        for b in news[i + 1 :]:
             if nested(a, b):
-                raise EditError(f"split: --out and --rest must differ and neither may lie inside the other "
-                                f"(resolved: {a.resolve()} and {b.resolve()})")
+                raise EditError(
+                    f"split: --out and --rest must differ and neither may lie inside the other "
+                    f"(resolved: {a.resolve()} and {b.resolve()})"
+                )
     result = Result(op, kind, [o.path for o in outputs], plan, dry_run)
     if dry_run:
         return result
@@ -113,9 +141,16 @@ def _run(op: str, kind: str, paths: list[Path], sources: list[Source], outputs: 
     return result
 
 
-def _write(kind: str, op: str, paths: list[Path], sources: list[Source], o: Output, progress: Progress | None,
-           extra: dict[str, object]) -> dict[str, int]:
-    out = o.path.absolute() if o.in_place else located(o.path)   # a new output: beside its real directory
+def _write(
+    kind: str,
+    op: str,
+    paths: list[Path],
+    sources: list[Source],
+    o: Output,
+    progress: Progress | None,
+    extra: dict[str, object],
+) -> dict[str, int]:
+    out = o.path.absolute() if o.in_place else located(o.path)  # a new output: beside its real directory
     lock = OutputLock(out)
     staging = staging_path(out)
     try:
@@ -123,12 +158,14 @@ def _write(kind: str, op: str, paths: list[Path], sources: list[Source], o: Outp
         if kind == "lerobot":
             export.recover(out)  # an output moved aside by a killed fallback commit
             edit = lerobot_edit.edit_record(op, paths, o.picks, **extra)
-            totals = lerobot_edit.build([s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)],
-                                        o.picks, staging, edit, progress)
+            totals = lerobot_edit.build(
+                [s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)], o.picks, staging, edit, progress
+            )
             export.commit(staging, out)  # fsyncs the tree; exchange with an existing root (in place)
         else:
-            totals = rgbd_edit.build([s for s in sources if isinstance(s, rgbd_edit.RgbdSource)],
-                                     o.picks, staging, progress)
+            totals = rgbd_edit.build(
+                [s for s in sources if isinstance(s, rgbd_edit.RgbdSource)], o.picks, staging, progress
+            )
             os.replace(staging, out)
             fsutil.fsync_dir(out.parent)
         return totals
@@ -157,19 +194,31 @@ def merge(inputs: list[Path], out: Path, dry_run: bool = False, progress: Progre
     sources = _open(kind, inputs)
     try:
         if kind == "lerobot":
-            check_mergeable([s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)],
-                            lerobot_edit.differences, lambda s: s.root)
+            check_mergeable(
+                [s for s in sources if isinstance(s, lerobot_edit.LeRobotSource)],
+                lerobot_edit.differences,
+                lambda s: s.root,
+            )
         else:
-            check_mergeable([s for s in sources if isinstance(s, rgbd_edit.RgbdSource)],
-                            rgbd_edit.differences, lambda s: s.path)
+            check_mergeable(
+                [s for s in sources if isinstance(s, rgbd_edit.RgbdSource)], rgbd_edit.differences, lambda s: s.path
+            )
         picks = [p for i, s in enumerate(sources) for p in picks_of(i, _episodes(s))]
         return _run("merge", kind, inputs, sources, [Output(out, picks)], dry_run, progress)
     finally:
         _close(sources)
 
 
-def split(src: Path, out: Path, rest: Path | None, episodes: str | None = None, fraction: float | None = None,
-          seed: int = 0, dry_run: bool = False, progress: Progress | None = None) -> Result:
+def split(
+    src: Path,
+    out: Path,
+    rest: Path | None,
+    episodes: str | None = None,
+    fraction: float | None = None,
+    seed: int = 0,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> Result:
     """The selected episodes into ``out`` and, with ``rest``, the others into ``rest`` (source unchanged)."""
     if (episodes is None) == (fraction is None):
         raise EditError("split: give exactly one of --episodes or --fraction")
@@ -177,7 +226,11 @@ def split(src: Path, out: Path, rest: Path | None, episodes: str | None = None, 
     sources = _open(kind, [src])
     try:
         eps = _episodes(sources[0])
-        chosen = parse_episodes(episodes, len(eps)) if episodes is not None else split_fraction(len(eps), fraction or 0.0, seed)
+        chosen = (
+            parse_episodes(episodes, len(eps))
+            if episodes is not None
+            else split_fraction(len(eps), fraction or 0.0, seed)
+        )
         others = [i for i in range(len(eps)) if i not in set(chosen)]
         outputs = [Output(out, picks_of(0, eps, chosen))]
         if rest is not None:
@@ -190,8 +243,9 @@ def split(src: Path, out: Path, rest: Path | None, episodes: str | None = None, 
         _close(sources)
 
 
-def delete(src: Path, episodes: str, out: Path | None = None, dry_run: bool = False,
-           progress: Progress | None = None) -> Result:
+def delete(
+    src: Path, episodes: str, out: Path | None = None, dry_run: bool = False, progress: Progress | None = None
+) -> Result:
     """Every episode but the given ones, renumbered; into ``out``, or in place when it is None."""
     kind = _kind([src])
     sources = _open(kind, [src])
@@ -207,8 +261,9 @@ def delete(src: Path, episodes: str, out: Path | None = None, dry_run: bool = Fa
         _close(sources)
 
 
-def retask(src: Path, renames: dict[str, str], out: Path | None = None, dry_run: bool = False,
-           progress: Progress | None = None) -> Result:
+def retask(
+    src: Path, renames: dict[str, str], out: Path | None = None, dry_run: bool = False, progress: Progress | None = None
+) -> Result:
     """Rename tasks (several old names onto one new name merges them); into ``out`` or in place."""
     if not renames:
         raise EditError("retask: give at least one --rename OLD=NEW")
@@ -222,8 +277,9 @@ def retask(src: Path, renames: dict[str, str], out: Path | None = None, dry_run:
         _close(sources)
 
 
-def retype(src: Path, rotation_type: str, out: Path | None = None, dry_run: bool = False,
-           progress: Progress | None = None) -> Result:
+def retype(
+    src: Path, rotation_type: str, out: Path | None = None, dry_run: bool = False, progress: Progress | None = None
+) -> Result:
     """Re-tag the quaternion slices of a LeRobot root's ``modality.json`` (``quat_wxyz``, the spec's name,
     or ``quaternion``, the w-first name GR00T N1.5's schema accepts; it rejects ``quat_wxyz``). The rows
     are w-first either way, so only the tag changes: the root is rebuilt by the writer like any edit
@@ -242,15 +298,24 @@ def retype(src: Path, rotation_type: str, out: Path | None = None, dry_run: bool
             raise EditError(f"retype: {src} is already tagged {rotation_type!r}; nothing to do")
         s.cfg = dataclasses.replace(s.cfg, rotation_type=rotation_type)
         o = Output(out if out is not None else src, picks_of(0, _episodes(s)), in_place=out is None)
-        res = _run("retype", kind, [src], sources, [o], dry_run, progress, rotation_type={"from": was, "to": rotation_type})
+        res = _run(
+            "retype", kind, [src], sources, [o], dry_run, progress, rotation_type={"from": was, "to": rotation_type}
+        )
         res.plan.insert(0, f"{MODALITY} rotation_type: {was} -> {rotation_type}")
         return res
     finally:
         _close(sources)
 
 
-def label(src: Path, episodes: str, outcome: str, note: str = "", out: Path | None = None, dry_run: bool = False,
-          progress: Progress | None = None) -> Result:
+def label(
+    src: Path,
+    episodes: str,
+    outcome: str,
+    note: str = "",
+    out: Path | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> Result:
     """Mark the given episodes success / failure (``note``: a short remark; a label without one clears an
     old note): their episodes.jsonl lines (LeRobot) or demo attrs (RGB-D, whose ``success`` follows);
     through the same staged rebuild as every edit, into ``out`` or in place."""
@@ -271,8 +336,14 @@ def label(src: Path, episodes: str, outcome: str, note: str = "", out: Path | No
         _close(sources)
 
 
-def filter_(src: Path, out: Path, outcomes: str | None = None, verdicts: str | None = None, dry_run: bool = False,
-            progress: Progress | None = None) -> Result:
+def filter_(
+    src: Path,
+    out: Path,
+    outcomes: str | None = None,
+    verdicts: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> Result:
     """The episodes whose outcome and verdict are among the given ones (comma lists; ``none``: unlabelled /
     no verdict), renumbered, into the new dataset ``out`` (source unchanged)."""
     want_o = parse_choice(outcomes, OUTCOMES, "outcome")
@@ -285,10 +356,11 @@ def filter_(src: Path, out: Path, outcomes: str | None = None, verdicts: str | N
         eps = _episodes(sources[0])
         picks = filter_picks(eps, want_o, want_v)
         if not picks:
-            raise EditError(f"filter: no episode of {src} has outcome in {sorted(want_o or ['any'])} and verdict "
-                            f"in {sorted(want_v or ['any'])}; nothing to write")
-        sel = {"selected": [p.episode for p in picks], "outcome": sorted(want_o or []),
-               "verdict": sorted(want_v or [])}
+            raise EditError(
+                f"filter: no episode of {src} has outcome in {sorted(want_o or ['any'])} and verdict "
+                f"in {sorted(want_v or ['any'])}; nothing to write"
+            )
+        sel = {"selected": [p.episode for p in picks], "outcome": sorted(want_o or []), "verdict": sorted(want_v or [])}
         return _run("filter", kind, [src], sources, [Output(out, picks)], dry_run, progress, **sel)
     finally:
         _close(sources)

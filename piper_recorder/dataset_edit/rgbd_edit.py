@@ -8,6 +8,7 @@ its validation on close. A demo's attributes are kept (``task``, ``provenance``,
 ``recorded_start_time_ns`` / ``recorded_end_time_ns`` and the demo's origin in ``edited_from``.
 Retask rewrites the ``task`` attribute.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -34,8 +35,18 @@ from .common import EditError, EpisodeInfo, Pick
 SUFFIXES = (".hdf5", ".h5")
 CURATION_KEYS = ("outcome", "outcome_note", "verdict", "verdict_reasons")
 # root attributes two files must share to be merged (the writer's config + what fixes the layout)
-_AGREE = ("schema_name", "format_version", "camera_width", "camera_height", "rgb_jpeg_quality",
-          schema.DEPTH_PROFILE_ATTR, "depth_min_m", "depth_max_m", "rgb_source", "depth_source")
+_AGREE = (
+    "schema_name",
+    "format_version",
+    "camera_width",
+    "camera_height",
+    "rgb_jpeg_quality",
+    schema.DEPTH_PROFILE_ATTR,
+    "depth_min_m",
+    "depth_max_m",
+    "rgb_source",
+    "depth_source",
+)
 
 
 @dataclass
@@ -49,12 +60,18 @@ class RgbdSource:
 
     def config(self) -> RgbdConfig:
         a = self.attrs
-        return RgbdConfig(width=int(a.get("camera_width", CAMERA.width)), height=int(a.get("camera_height", CAMERA.height)),
-                          rgb_jpeg_quality=int(a["rgb_jpeg_quality"]),
-                          depth_codec=str(a.get(schema.DEPTH_PROFILE_ATTR, "jpeg2000")),
-                          depth_min_m=float(a["depth_min_m"]), depth_max_m=float(a["depth_max_m"]),
-                          rgb_source=str(a["rgb_source"]), depth_source=str(a["depth_source"]),
-                          env_args=self.env_args, durable=False)
+        return RgbdConfig(
+            width=int(a.get("camera_width", CAMERA.width)),
+            height=int(a.get("camera_height", CAMERA.height)),
+            rgb_jpeg_quality=int(a["rgb_jpeg_quality"]),
+            depth_codec=str(a.get(schema.DEPTH_PROFILE_ATTR, "jpeg2000")),
+            depth_min_m=float(a["depth_min_m"]),
+            depth_max_m=float(a["depth_max_m"]),
+            rgb_source=str(a["rgb_source"]),
+            depth_source=str(a["depth_source"]),
+            env_args=self.env_args,
+            durable=False,
+        )
 
     def close(self) -> None:
         if self.lock_fd is not None:
@@ -87,8 +104,10 @@ def open_file(path: Path, lock: bool = True) -> RgbdSource:
     fd = _lock(path) if lock else None
     try:
         if Path(f"{os.path.realpath(path)}.journal").exists():
-            raise EditError(f"{path} has an interrupted transaction (a .journal beside it); open it with "
-                            "the recorder or piper-validate first so it is rolled back")
+            raise EditError(
+                f"{path} has an interrupted transaction (a .journal beside it); open it with "
+                "the recorder or piper-validate first so it is rolled back"
+            )
         try:
             problems = validate_file(path)
         except Exception as e:  # noqa: BLE001 - h5py's errors for damaged headers/attributes (as the writer's open)
@@ -106,8 +125,9 @@ def open_file(path: Path, lock: bool = True) -> RgbdSource:
                 a = f["episodes"][f"demo_{ep}"].attrs
                 task = a.get("task", "")
                 cur = {k: (a[k].decode() if isinstance(a[k], bytes) else a[k]) for k in CURATION_KEYS if k in a}
-                episodes.append(EpisodeInfo(task.decode() if isinstance(task, bytes) else str(task),
-                                            int(a["num_samples"]), cur))
+                episodes.append(
+                    EpisodeInfo(task.decode() if isinstance(task, bytes) else str(task), int(a["num_samples"]), cur)
+                )
             layout = {}
             for group in (schema.STATE, schema.EXTRA):
                 for k, ds in (f.get(group) or {}).items():
@@ -134,9 +154,9 @@ def differences(a: RgbdSource, b: RgbdSource) -> list[str]:
     return out
 
 
-
-def build(sources: list[RgbdSource], picks: list[Pick], staging: Path,
-          progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+def build(
+    sources: list[RgbdSource], picks: list[Pick], staging: Path, progress: Callable[[int, int], None] | None = None
+) -> dict[str, int]:
     """Write the picked episodes, in order, as a new file at ``staging``; returns its totals."""
     files = [h5py.File(s.path, "r") for s in sources]
     try:
@@ -145,14 +165,17 @@ def build(sources: list[RgbdSource], picks: list[Pick], staging: Path,
             for n, p in enumerate(picks):
                 f = files[p.source]
                 a = f["episodes"][f"demo_{p.episode}"].attrs
-                update = {"task": p.task,
-                          "recorded_start_time_ns": int(a.get("recorded_start_time_ns", a["start_time_ns"])),
-                          "recorded_end_time_ns": int(a.get("recorded_end_time_ns", a["end_time_ns"])),
-                          "edited_from": json.dumps({"file": str(sources[p.source].path), "episode": p.episode})}
+                update = {
+                    "task": p.task,
+                    "recorded_start_time_ns": int(a.get("recorded_start_time_ns", a["start_time_ns"])),
+                    "recorded_end_time_ns": int(a.get("recorded_end_time_ns", a["end_time_ns"])),
+                    "edited_from": json.dumps({"file": str(sources[p.source].path), "episode": p.episode}),
+                }
                 label = dict(p.fields)
-                if "outcome" in label:   # a relabel: the demo's success flag follows the outcome
-                    update.update(label, success=label["outcome"] == "success",
-                                  outcome_note=label.get("outcome_note", ""))
+                if "outcome" in label:  # a relabel: the demo's success flag follows the outcome
+                    update.update(
+                        label, success=label["outcome"] == "success", outcome_note=label.get("outcome_note", "")
+                    )
                 copy_rgbd_episode(w, f, p.episode, update)
                 if progress:
                     progress(n + 1, len(picks))

@@ -9,6 +9,7 @@ nodes subscribe and the bag converter maps. Adding a sensor is one ``InputSpec``
 (``FeatureTable.extended``; from config: a mapping file's ``inputs:`` entry, ``recording.inputs``) and,
 for a new message type, its adapter. No ROS, no numpy: plain data.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ class InputSpec:
     the current value on joining."""
 
     name: str
-    adapter: str                        # message adapter kind (assembly.messages.ADAPTERS)
+    adapter: str  # message adapter kind (assembly.messages.ADAPTERS)
     dim: int
     required: bool = True
     topic_param: str = ""
@@ -51,7 +52,7 @@ class Feature:
     names: tuple[str, ...]
     modality: tuple[Slice, ...] = ()
     rgbd: str | None = None
-    combined: str | None = None         # the LeRobot combined column this joins, in table order
+    combined: str | None = None  # the LeRobot combined column this joins, in table order
 
 
 @dataclass(frozen=True)
@@ -113,22 +114,48 @@ STATE, ACTION = "observation.state", "action"
 # and gripper as the action; the RGB-D reward. Column order is the dataset's: do not reorder.
 PIPER_TABLE = FeatureTable(
     inputs=(
-        InputSpec("joint_states", "joint_state", 7, topic_param="joint_states_topic"),   # 6 joints + gripper
+        InputSpec("joint_states", "joint_state", 7, topic_param="joint_states_topic"),  # 6 joints + gripper
         InputSpec("eef_pose", "pose", 7, topic_param="eef_topic"),
         InputSpec("commanded_pose", "pose", 7, topic_param="commanded_pose_topic"),
         InputSpec("commanded_gripper", "gripper", 1, topic_param="commanded_gripper_topic"),
         InputSpec("reward", "float32", 1, required=False, topic_param="reward_topic", formats=("rgbd",)),
     ),
     features=(
-        Feature("arm_joint", "joint_states", 0, 6, "observation.arm_joint", JOINTS, (("arm_joint", 0, 6, False),),
-                rgbd="state", combined=STATE),
+        Feature(
+            "arm_joint",
+            "joint_states",
+            0,
+            6,
+            "observation.arm_joint",
+            JOINTS,
+            (("arm_joint", 0, 6, False),),
+            rgbd="state",
+            combined=STATE,
+        ),
         Feature("arm_eef", "eef_pose", 0, 7, "observation.arm_eef", POSE, POSE_SLICES, rgbd="state", combined=STATE),
-        Feature("gripper", "joint_states", 6, 7, "observation.gripper", ("width",), (("gripper", 0, 1, False),),
-                rgbd="state", combined=STATE),
-        Feature("cmd_eef", "commanded_pose", 0, 7, "action.arm_eef", POSE, POSE_SLICES, rgbd="action",
-                combined=ACTION),
-        Feature("cmd_gripper", "commanded_gripper", 0, 1, "action.gripper", ("width",), (("gripper", 0, 1, False),),
-                rgbd="action", combined=ACTION),
+        Feature(
+            "gripper",
+            "joint_states",
+            6,
+            7,
+            "observation.gripper",
+            ("width",),
+            (("gripper", 0, 1, False),),
+            rgbd="state",
+            combined=STATE,
+        ),
+        Feature("cmd_eef", "commanded_pose", 0, 7, "action.arm_eef", POSE, POSE_SLICES, rgbd="action", combined=ACTION),
+        Feature(
+            "cmd_gripper",
+            "commanded_gripper",
+            0,
+            1,
+            "action.gripper",
+            ("width",),
+            (("gripper", 0, 1, False),),
+            rgbd="action",
+            combined=ACTION,
+        ),
         Feature("reward", "reward", 0, 1, None, ("reward",), rgbd="reward"),
     ),
 )
@@ -142,7 +169,8 @@ PIPER_TABLE.validate()
 # action.*, where LeRobot's HIL-SERL keeps its per-frame ``complementary_info.is_intervention``: no
 # policy takes it as an input; not named is_intervention because it is a code (policy = 1 is not an
 # intervention): interventions are the rows where it is 2. LeRobot only (RGB-D has no role for it).
-ACTOR_INPUT = InputSpec("actor", "actor", 1, required=False, topic_param="actor_topic", formats=("lerobot",),
-                        latched=True)
+ACTOR_INPUT = InputSpec(
+    "actor", "actor", 1, required=False, topic_param="actor_topic", formats=("lerobot",), latched=True
+)
 ACTOR_FEATURE = Feature("actor", "actor", 0, 1, "complementary_info.actor", ("actor",))
 OPT_IN: tuple[tuple[InputSpec, tuple[Feature, ...]], ...] = ((ACTOR_INPUT, (ACTOR_FEATURE,)),)

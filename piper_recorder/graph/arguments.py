@@ -1,5 +1,6 @@
 """The launch arguments (``LAUNCH_ARGUMENTS``, shared by both launch files and piper-launch) and ``--set``
 overrides, turned into per-node parameters on top of a config file."""
+
 from __future__ import annotations
 
 import copy
@@ -55,26 +56,36 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "backend": "arm backend: position | impedance (default: from the config)",
     "cameras": "comma-separated cameras to start and record (default: piper_launch.cameras)",
     "policy": "start the policy node with this backend: http://host:port | gr00t://host:port | hold | "
-              "replay:<root>:<episode> (default: no policy node)",
+    "replay:<root>:<episode> (default: no policy node)",
     "policy_root": "the policy's training root (default: policy.root in the config, or the replay root)",
     "dashboard": "start the read-only web dashboard: true | false (default: piper_launch.dashboard, else false)",
     "sim_headset": "sim only: start the simulated headset: true | false (default: piper_launch.sim_quest.enabled, "
-                   "else true); false keeps quest_bridge's host/port (and quest_video's) for an external headset",
+    "else true); false keeps quest_bridge's host/port (and quest_video's) for an external headset",
     "teleop_input": "what teleop follows: headset | spacemouse (default: teleop.input in the config, else headset); "
-                    "spacemouse reads teleop.spacemouse.device (default auto: the first 3Dconnexion hidraw device) "
-                    "and starts no headset node (quest_bridge, quest_video, the simulated headset)",
+    "spacemouse reads teleop.spacemouse.device (default auto: the first 3Dconnexion hidraw device) "
+    "and starts no headset node (quest_bridge, quest_video, the simulated headset)",
     "headset": "native | web | sim: the headset app over adb forward, the WebXR page (quest_web, "
-               "piper_launch.quest_web; open it in the Quest Browser), or the simulated one (sim mode only); "
-               "default: sim in sim mode (unless sim_headset is false), else native",
+    "piper_launch.quest_web; open it in the Quest Browser), or the simulated one (sim mode only); "
+    "default: sim in sim mode (unless sim_headset is false), else native",
 }
 
 
-GRAPH_ARGUMENTS = ("task", "root", "rgbd_path", "backend", "cameras", "policy", "policy_root",
-                   "dashboard", "sim_headset", "teleop_input", "headset")  # all but config: launch_graph's
+GRAPH_ARGUMENTS = (
+    "task",
+    "root",
+    "rgbd_path",
+    "backend",
+    "cameras",
+    "policy",
+    "policy_root",
+    "dashboard",
+    "sim_headset",
+    "teleop_input",
+    "headset",
+)  # all but config: launch_graph's
 
 
-def teleop_input(cfg: Mapping[str, Mapping[str, Any]],
-                 overrides: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+def teleop_input(cfg: Mapping[str, Mapping[str, Any]], overrides: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """teleop's ``input`` (the launch argument ``teleop_input`` is an override of it): with
     ``spacemouse`` the graph starts no headset node."""
     value = str({**cfg.get("teleop", {}), **(overrides or {}).get("teleop", {})}.get("input", TELEOP_INPUTS[0]))
@@ -83,16 +94,25 @@ def teleop_input(cfg: Mapping[str, Mapping[str, Any]],
     return value
 
 
-def policy_enabled(cfg: Mapping[str, Mapping[str, Any]],
-                   overrides: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
+def policy_enabled(
+    cfg: Mapping[str, Mapping[str, Any]], overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> bool:
     """The policy node runs when the config or the ``policy`` launch argument names a backend."""
     name = POLICY_NODE[0]
     return bool({**cfg.get(name, {}), **(overrides or {}).get(name, {})}.get("policy"))
 
 
-def launch_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
-                     backend: str = "", cameras: str = "", policy: str = "",
-                     policy_root: str = "", teleop_input: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
+def launch_overrides(
+    cfg: Mapping[str, Mapping[str, Any]],
+    task: str = "",
+    root: str = "",
+    rgbd_path: str = "",
+    backend: str = "",
+    cameras: str = "",
+    policy: str = "",
+    policy_root: str = "",
+    teleop_input: str = "",
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
 
     Empty strings keep the config's values. ``cameras`` is a comma-separated subset of
@@ -114,9 +134,17 @@ def checked_derived_params(cfg: Mapping[str, Mapping[str, Any]], cameras: list[s
         raise LaunchError(str(exc)) from None
 
 
-def argument_overrides(cfg: Mapping[str, Mapping[str, Any]], task: str = "", root: str = "", rgbd_path: str = "",
-                       backend: str = "", cameras: str = "", policy: str = "", policy_root: str = "",
-                       teleop_input: str = "") -> tuple[list[str], dict[str, dict[str, Any]]]:
+def argument_overrides(
+    cfg: Mapping[str, Mapping[str, Any]],
+    task: str = "",
+    root: str = "",
+    rgbd_path: str = "",
+    backend: str = "",
+    cameras: str = "",
+    policy: str = "",
+    policy_root: str = "",
+    teleop_input: str = "",
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """``launch_overrides`` without the parameters derived from the cameras: (cameras, {node: params})."""
     configured = list(cfg.get(LAUNCH_SECTION, {}).get("cameras", []))
     chosen = [c.strip() for c in cameras.split(",") if c.strip()] if cameras else configured

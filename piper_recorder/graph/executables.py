@@ -1,6 +1,7 @@
 """The package's executables, stated once: each node's ROS executable name (``ros2 run``, launch files,
 ``GraphNode.executable``) and console script (pip, piper-launch), both the same entry point, and the tools
 that are console scripts only. setup.py reads this file without importing the package (it imports nothing)."""
+
 from __future__ import annotations
 
 # ROS executable (a node's default name) -> (console script, entry point)
@@ -36,7 +37,7 @@ TOOL_SCRIPTS: dict[str, str] = {
 SIM_CAMERA = ("sim_camera", NODE_EXECUTABLES["sim_camera"][0])
 SIM_QUEST = ("sim_quest", NODE_EXECUTABLES["sim_quest"][0])
 QUEST_WEB = ("quest_web", NODE_EXECUTABLES["quest_web"][0])
-POLICY_NODE = ("policy", NODE_EXECUTABLES["policy"][0])   # node name, console script; started when a policy is set
+POLICY_NODE = ("policy", NODE_EXECUTABLES["policy"][0])  # node name, console script; started when a policy is set
 
 
 def script(executable: str) -> str:

@@ -1,5 +1,6 @@
 """The graph as data: each process either launcher starts (``GraphNode``), in start order, from a config and
 the launch arguments (``graph_nodes``, ``launch_graph``)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -31,14 +32,14 @@ class GraphNode:
     script: str = ""
     package: str = PACKAGE
     ros_node: bool = True
-    args: tuple[str, ...] = ()          # command-line arguments of a plain process
-    prefix: str | None = None           # e.g. "nice -n 5"
+    args: tuple[str, ...] = ()  # command-line arguments of a plain process
+    prefix: str | None = None  # e.g. "nice -n 5"
     namespace: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     # parameters the graph derives from other settings -> what they follow (an explicit --set of one of
     # them to another value is refused with this, never silently overwritten: plan_graph)
     derived: dict[str, str] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()         # said when the graph starts (a check that could not be made)
+    notes: tuple[str, ...] = ()  # said when the graph starts (a check that could not be made)
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
@@ -54,8 +55,12 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
     return f"nice -n {nice}" if nice and name in bulk else None
 
 
-def dashboard_params(cfg: Mapping[str, Mapping[str, Any]], dashboard: str | bool, nodes: Iterable[str],
-                     overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any] | None:
+def dashboard_params(
+    cfg: Mapping[str, Mapping[str, Any]],
+    dashboard: str | bool,
+    nodes: Iterable[str],
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any] | None:
     """The ``dashboard`` node's parameters on top of its config section, or None when it is off.
 
     ``dashboard``: the launch argument ("" = ``piper_launch.dashboard``). Unless the config sets them,
@@ -75,9 +80,15 @@ def dashboard_params(cfg: Mapping[str, Mapping[str, Any]], dashboard: str | bool
     return out
 
 
-def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterable[str],
-                overrides: Mapping[str, Mapping[str, Any]] | None = None, dashboard: str = "",
-                sim_headset: str | bool = "", headset: str = "") -> list[GraphNode]:
+def graph_nodes(
+    mode: str,
+    cfg: Mapping[str, Mapping[str, Any]],
+    cameras: Iterable[str],
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    dashboard: str = "",
+    sim_headset: str | bool = "",
+    headset: str = "",
+) -> list[GraphNode]:
     """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
     order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments);
     ``dashboard``, ``sim_headset``: the launch arguments ("" = ``piper_launch.dashboard``,
@@ -85,52 +96,73 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     overrides = overrides or {}
     cameras = list(cameras)
 
-    def ours(name: str, executable: str, script: str, derived: Mapping[str, str] | None = None,
-             **params: Any) -> GraphNode:
-        return GraphNode(name, executable, script, prefix=nice_prefix(cfg, name),
-                         parameters={**overrides.get(name, {}), **params}, derived=dict(derived or {}))
+    def ours(
+        name: str, executable: str, script: str, derived: Mapping[str, str] | None = None, **params: Any
+    ) -> GraphNode:
+        return GraphNode(
+            name,
+            executable,
+            script,
+            prefix=nice_prefix(cfg, name),
+            parameters={**overrides.get(name, {}), **params},
+            derived=dict(derived or {}),
+        )
 
     nodes: list[GraphNode] = []
     peer: dict[str, dict[str, Any]] = {}
     why: dict[str, dict[str, str]] = {}
     kind = headset_kind(mode, cfg, sim_headset, headset, overrides)
-    use_headset = kind != "none"   # a SpaceMouse needs no headset node
-    if kind == "web":   # the page's relay, where quest_bridge and quest_video connect (their own host/port)
+    use_headset = kind != "none"  # a SpaceMouse needs no headset node
+    if kind == "web":  # the page's relay, where quest_bridge and quest_video connect (their own host/port)
         merged = {n: {**cfg.get(n, {}), **overrides.get(n, {})} for n in ("quest_bridge", "quest_video")}
         web = QuestWebSettings.from_config(cfg)
         web.check(merged, headset_video(cfg))
-        nodes.append(GraphNode(QUEST_WEB[0], *QUEST_WEB, ros_node=False,
-                               args=tuple(web.argv(merged, headset_video(cfg)))))
+        nodes.append(
+            GraphNode(QUEST_WEB[0], *QUEST_WEB, ros_node=False, args=tuple(web.argv(merged, headset_video(cfg))))
+        )
     if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
         video = headset_video(cfg)
         nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
         peer["quest_bridge"] = {"host": str(quest.host), "port": int(quest.port)}
-        why["quest_bridge"] = {k: f"the simulated headset's {k} ({LAUNCH_SECTION}.sim_quest.{k}={v!r})"
-                               for k, v in peer["quest_bridge"].items()}
-        if video:   # quest_video streams to the simulated headset's video channel
+        why["quest_bridge"] = {
+            k: f"the simulated headset's {k} ({LAUNCH_SECTION}.sim_quest.{k}={v!r})"
+            for k, v in peer["quest_bridge"].items()
+        }
+        if video:  # quest_video streams to the simulated headset's video channel
             peer["quest_video"] = {"host": str(quest.host), "port": int(quest.video_port)}
-            why["quest_video"] = {"host": f"the simulated headset's host ({LAUNCH_SECTION}.sim_quest.host="
-                                          f"{quest.host!r})",
-                                  "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
-                                          f"video_port={quest.video_port!r})"}
+            why["quest_video"] = {
+                "host": f"the simulated headset's host ({LAUNCH_SECTION}.sim_quest.host={quest.host!r})",
+                "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
+                f"video_port={quest.video_port!r})",
+            }
     for name in START_ORDER[:3]:
         if name in cfg and (use_headset or name != "quest_bridge"):  # a node without a config section is not started
             nodes.append(ours(name, name, script(name), why.get(name), **peer.get(name, {})))
-    driver_note = realsense_check() if mode != "sim" and cameras else None   # refuses a driver too old
+    driver_note = realsense_check() if mode != "sim" and cameras else None  # refuses a driver too old
     for cam in cameras:
         if mode == "sim":
             nodes.append(ours(cam, *SIM_CAMERA))
         else:
-            nodes.append(GraphNode(cam, "realsense2_camera_node", package=REALSENSE_PACKAGE, namespace="",
-                                   parameters=realsense_parameters(cfg, cam),
-                                   notes=(driver_note,) if driver_note else ()))
+            nodes.append(
+                GraphNode(
+                    cam,
+                    "realsense2_camera_node",
+                    package=REALSENSE_PACKAGE,
+                    namespace="",
+                    parameters=realsense_parameters(cfg, cam),
+                    notes=(driver_note,) if driver_note else (),
+                )
+            )
     policy = policy_enabled(cfg, overrides)
-    if policy:   # rollouts are data: the LeRobot rows say who acted (complementary_info.actor)
+    if policy:  # rollouts are data: the LeRobot rows say who acted (complementary_info.actor)
         peer.setdefault("lerobot_recorder", {})["actor_topic"] = POLICY_ACTOR
         why.setdefault("lerobot_recorder", {})["actor_topic"] = f"the policy node's actor topic ({POLICY_ACTOR})"
-    nodes += [ours(name, name, script(name), why.get(name), **peer.get(name, {})) for name in START_ORDER[3:]
-              if name in cfg and (name != "quest_video" or (use_headset and headset_video(cfg)))]
+    nodes += [
+        ours(name, name, script(name), why.get(name), **peer.get(name, {}))
+        for name in START_ORDER[3:]
+        if name in cfg and (name != "quest_video" or (use_headset and headset_video(cfg)))
+    ]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
     dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)
@@ -139,8 +171,14 @@ def graph_nodes(mode: str, cfg: Mapping[str, Mapping[str, Any]], cameras: Iterab
     return nodes
 
 
-def launch_graph(mode: str, config_file: str | Path, dashboard: str = "", sim_headset: str = "",
-                 headset: str = "", **launch_args: str) -> list[GraphNode]:
+def launch_graph(
+    mode: str,
+    config_file: str | Path,
+    dashboard: str = "",
+    sim_headset: str = "",
+    headset: str = "",
+    **launch_args: str,
+) -> list[GraphNode]:
     """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
     arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters."""
     cfg = read_config(config_file)

@@ -1,5 +1,6 @@
 """Where the package is installed: its config files (``config_path``) and console scripts (``find_script``),
 in a source tree, a venv (pip) and a colcon install alike."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The effective parameter file the nodes start with (``--params-file``), written as rcl's parser reads it."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -22,8 +23,7 @@ def dump_params(cfg: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:
-            yaml.dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, Dumper=_NoAliasDumper,
-                      sort_keys=False)
+            yaml.dump({n: {"ros__parameters": p} for n, p in cfg.items()}, f, Dumper=_NoAliasDumper, sort_keys=False)
     except OSError as exc:
         raise LaunchError(f"cannot write the parameter file {path}: {exc.strerror or exc}") from None
     return path

@@ -11,6 +11,7 @@ the nodes derive from the cameras (the recorders' lists and serials, quest_video
 Planning starts no process, signal or thread (a plan is checked in milliseconds, and the launch files
 import it inside ``ros2 launch``); ``graph.supervisor.Graph`` runs a plan.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,7 +48,7 @@ class GraphPlan:
     config: dict[str, dict[str, Any]]
     processes: list[ProcessSpec] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)   # GraphNode.notes, each once
+    notes: list[str] = field(default_factory=list)  # GraphNode.notes, each once
 
     @property
     def node_names(self) -> list[str]:
@@ -58,9 +59,17 @@ class GraphPlan:
         return list(self.config.get(LAUNCH_SECTION, {}).get("cameras", []))
 
 
-def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir: Path,
-               bin_dir: Path | None = None, dashboard: str = "", sim_headset: str = "", headset: str = "",
-               **launch_args: str) -> GraphPlan:
+def plan_graph(
+    mode: str,
+    config_file: str | Path,
+    sets: Iterable[str],
+    run_dir: Path,
+    bin_dir: Path | None = None,
+    dashboard: str = "",
+    sim_headset: str = "",
+    headset: str = "",
+    **launch_args: str,
+) -> GraphPlan:
     """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset,
     unless ``sim_headset`` / ``piper_launch.sim_quest.enabled`` is false).
 
@@ -91,10 +100,11 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
     kind = headset_kind(mode, cfg, sim_headset, headset)
     if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
-        if not quest.port:   # port 0: free ports for the pose and the video channel
+        if not quest.port:  # port 0: free ports for the pose and the video channel
             host = str(quest.host)
-            quest = dataclasses.replace(quest, port=free_port(host),
-                                        video_port=free_port(host) if headset_video(cfg) else quest.video_port)
+            quest = dataclasses.replace(
+                quest, port=free_port(host), video_port=free_port(host) if headset_video(cfg) else quest.video_port
+            )
         elif headset_video(cfg) and not quest.video_port:
             quest = dataclasses.replace(quest, video_port=free_port(str(quest.host)))
         cfg.setdefault(LAUNCH_SECTION, {})["sim_quest"] = dataclasses.asdict(quest)
@@ -106,11 +116,16 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         for key, value in n.parameters.items():
             given = cfg.get(n.name, {}).get(key)
             if f"{n.name}.{key}" in explicit and given != value:
-                way_out = SIM_HEADSET_WAY_OUT if n.name in ("quest_bridge", "quest_video") else \
-                    "drop the --set (or start the graph without what it follows)"
-                raise LaunchError(f"--set {n.name}.{key}={given!r} conflicts with "
-                                  f"{n.derived.get(key, 'a value the graph derives')}, which this graph sets it "
-                                  f"to ({value!r}); {way_out}")
+                way_out = (
+                    SIM_HEADSET_WAY_OUT
+                    if n.name in ("quest_bridge", "quest_video")
+                    else "drop the --set (or start the graph without what it follows)"
+                )
+                raise LaunchError(
+                    f"--set {n.name}.{key}={given!r} conflicts with "
+                    f"{n.derived.get(key, 'a value the graph derives')}, which this graph sets it "
+                    f"to ({value!r}); {way_out}"
+                )
         if n.parameters:
             cfg.setdefault(n.name, {}).update(n.parameters)
     params_file = dump_params(cfg, run_dir / "params.yaml")
@@ -119,13 +134,35 @@ def plan_graph(mode: str, config_file: str | Path, sets: Iterable[str], run_dir:
         if not n.ros_node:
             plan.processes.append(ProcessSpec(n.name, [find_script(n.script, bin_dir), *n.args], node=False))
         elif n.package == PACKAGE:
-            argv = [find_script(n.script, bin_dir), "--ros-args", "-r", f"__node:={n.name}", "--params-file",
-                    str(params_file)]
+            argv = [
+                find_script(n.script, bin_dir),
+                "--ros-args",
+                "-r",
+                f"__node:={n.name}",
+                "--params-file",
+                str(params_file),
+            ]
             plan.processes.append(ProcessSpec(n.name, n.prefix.split() + argv if n.prefix else argv))
         elif shutil.which("ros2"):
-            plan.processes.append(ProcessSpec(n.name, ["ros2", "run", n.package, n.executable, "--ros-args", "-r",
-                                                       f"__node:={n.name}", "--params-file", str(params_file)]))
+            plan.processes.append(
+                ProcessSpec(
+                    n.name,
+                    [
+                        "ros2",
+                        "run",
+                        n.package,
+                        n.executable,
+                        "--ros-args",
+                        "-r",
+                        f"__node:={n.name}",
+                        "--params-file",
+                        str(params_file),
+                    ],
+                )
+            )
         else:
-            plan.skipped.append(f"{n.name}: {n.package} needs a ROS 2 install (ros2 launch piper_recorder "
-                                "robot.launch.py), or start the camera driver yourself")
+            plan.skipped.append(
+                f"{n.name}: {n.package} needs a ROS 2 install (ros2 launch piper_recorder "
+                "robot.launch.py), or start the camera driver yourself"
+            )
     return plan

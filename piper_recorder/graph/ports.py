@@ -1,4 +1,5 @@
 """A free TCP port on a host, for a process the graph starts on port 0 (the simulated headset's channels)."""
+
 from __future__ import annotations
 
 import socket

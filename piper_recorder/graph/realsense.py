@@ -1,5 +1,6 @@
 """The realsense2_camera driver as the robot graph starts it: the parameters each camera node gets
 (``realsense_parameters``) and the driver version whose topics fit ``names`` (``realsense_check``)."""
+
 from __future__ import annotations
 
 import re
@@ -23,19 +24,28 @@ REALSENSE_PROFILE_ALIASES = {COLOR_PROFILE: "rgb_camera.profile", DEPTH_PROFILE:
 
 # The QoS parameters of realsense2_camera's images and camera_info (names.CAMERA_IMAGE_QOS), and the values
 # they accept: the names of rmw's predefined profiles (realsense-ros ros_utils.cpp, qos_string_to_qos).
-REALSENSE_QOS = {"color_qos": CAMERA_IMAGE_QOS, "depth_qos": CAMERA_IMAGE_QOS,
-                 "color_info_qos": CAMERA_INFO_QOS, "depth_info_qos": CAMERA_INFO_QOS}
+REALSENSE_QOS = {
+    "color_qos": CAMERA_IMAGE_QOS,
+    "depth_qos": CAMERA_IMAGE_QOS,
+    "color_info_qos": CAMERA_INFO_QOS,
+    "depth_info_qos": CAMERA_INFO_QOS,
+}
 
 
-REALSENSE_QOS_NAMES = ("SYSTEM_DEFAULT", "DEFAULT", "PARAMETER_EVENTS", "SERVICES_DEFAULT", "PARAMETERS",
-                       "SENSOR_DATA")
+REALSENSE_QOS_NAMES = ("SYSTEM_DEFAULT", "DEFAULT", "PARAMETER_EVENTS", "SERVICES_DEFAULT", "PARAMETERS", "SENSOR_DATA")
 
 
 # What the recorders need of every realsense2_camera: colour and depth, depth aligned to colour, the
 # streams synchronised, no point cloud, the QoS above. A camera's section states only its serial_no (and a
 # profile, or one of these, where it differs).
-REALSENSE_DEFAULTS: dict[str, Any] = {"enable_color": True, "enable_depth": True, "align_depth.enable": True,
-                                      "enable_sync": True, "pointcloud.enable": False, **REALSENSE_QOS}
+REALSENSE_DEFAULTS: dict[str, Any] = {
+    "enable_color": True,
+    "enable_depth": True,
+    "align_depth.enable": True,
+    "enable_sync": True,
+    "pointcloud.enable": False,
+    **REALSENSE_QOS,
+}
 
 
 def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
@@ -47,8 +57,9 @@ def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> d
     section = cfg.get(camera, {})
     for key in REALSENSE_QOS:
         if key in section and section[key] not in REALSENSE_QOS_NAMES:
-            raise LaunchError(f"{camera}.{key} {section[key]!r}: realsense2_camera takes one of "
-                              f"{', '.join(REALSENSE_QOS_NAMES)}")
+            raise LaunchError(
+                f"{camera}.{key} {section[key]!r}: realsense2_camera takes one of {', '.join(REALSENSE_QOS_NAMES)}"
+            )
     color_key = color_profile_key(section)
     color = section.get(color_key, profile_text())
     full = {**REALSENSE_DEFAULTS, color_key: color, DEPTH_PROFILE: section.get(DEPTH_PROFILE, color)}
@@ -75,7 +86,7 @@ def realsense_version() -> tuple[tuple[int, ...], Path] | None:
 
         xml = Path(get_package_share_directory(REALSENSE_PACKAGE)) / "package.xml"
         text = ElementTree.parse(xml).findtext("version") or ""
-    except (ImportError, LookupError, OSError, ElementTree.ParseError):   # LookupError: PackageNotFoundError
+    except (ImportError, LookupError, OSError, ElementTree.ParseError):  # LookupError: PackageNotFoundError
         return None
     m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", text)
     return (tuple(int(g) for g in m.groups()), xml) if m else None
@@ -88,13 +99,17 @@ def realsense_check() -> str | None:
     need = ".".join(map(str, REALSENSE_NODE_TOPICS))
     ours = camera_topic(COLOR_TOPIC_PATTERN, "<camera>")
     if found is None:
-        return (f"{REALSENSE_PACKAGE} not found through the ament index: its version was not checked (the "
-                f"launch needs >= {need}, which publishes {ours})")
+        return (
+            f"{REALSENSE_PACKAGE} not found through the ament index: its version was not checked (the "
+            f"launch needs >= {need}, which publishes {ours})"
+        )
     version, xml = found
     if version < REALSENSE_NODE_TOPICS:
         have = ".".join(map(str, version))
-        raise LaunchError(f"{REALSENSE_PACKAGE} {have} ({xml}) publishes its topics relative to the node's "
-                          f"namespace: every camera started in the root namespace would publish /{COLOR_IMAGE}, "
-                          f"not {ours}. Install {REALSENSE_PACKAGE} >= {need} (apt: sudo apt "
-                          f"install --only-upgrade ros-$ROS_DISTRO-realsense2-camera; or realsense-ros from source)")
+        raise LaunchError(
+            f"{REALSENSE_PACKAGE} {have} ({xml}) publishes its topics relative to the node's "
+            f"namespace: every camera started in the root namespace would publish /{COLOR_IMAGE}, "
+            f"not {ours}. Install {REALSENSE_PACKAGE} >= {need} (apt: sudo apt "
+            f"install --only-upgrade ros-$ROS_DISTRO-realsense2-camera; or realsense-ros from source)"
+        )
     return None

@@ -12,6 +12,7 @@ memory, unicast discovery to 127.0.0.1, built-in transports off) and set the ran
 with another RMW, discovery is limited to this host. The variable names depend on the ROS install
 and are chosen by what it reads (``dds_features``), never by assuming a distro.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -28,11 +29,11 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "piper_recorder_ros_domains"
 # Valid Fast DDS domain ids on Linux without port clashes: 0..101 and 215..232. Keep 0 for users.
 DOMAIN_IDS = tuple(range(1, 102)) + tuple(range(215, 233))
 FASTDDS_PROFILE = "fastdds_loopback.xml"
-FASTDDS3_PROFILE_VAR = "FASTDDS_DEFAULT_PROFILES_FILE"   # the only one Fast DDS 3 reads (Kilted and newer)
+FASTDDS3_PROFILE_VAR = "FASTDDS_DEFAULT_PROFILES_FILE"  # the only one Fast DDS 3 reads (Kilted and newer)
 FASTDDS2_PROFILE_VAR = "FASTRTPS_DEFAULT_PROFILES_FILE"  # the only one Fast DDS 2.x reads (Humble, Jazzy)
 PROFILE_VARS = (FASTDDS3_PROFILE_VAR, FASTDDS2_PROFILE_VAR)
-DISCOVERY_RANGE = "ROS_AUTOMATIC_DISCOVERY_RANGE"   # rcl of Iron and newer
-LOCALHOST_ONLY = "ROS_LOCALHOST_ONLY"               # Humble's only way; deprecated (and warned about) since
+DISCOVERY_RANGE = "ROS_AUTOMATIC_DISCOVERY_RANGE"  # rcl of Iron and newer
+LOCALHOST_ONLY = "ROS_LOCALHOST_ONLY"  # Humble's only way; deprecated (and warned about) since
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,10 @@ def dds_features() -> DdsFeatures:
 
 def loopback_profile() -> Path | None:
     """The packaged Fast DDS loopback profile (source tree or installed share/), or None."""
-    candidates = [Path(__file__).resolve().parents[2] / "config" / FASTDDS_PROFILE,
-                  Path(sys.prefix) / "share" / "piper_recorder" / "config" / FASTDDS_PROFILE]
+    candidates = [
+        Path(__file__).resolve().parents[2] / "config" / FASTDDS_PROFILE,
+        Path(sys.prefix) / "share" / "piper_recorder" / "config" / FASTDDS_PROFILE,
+    ]
     try:  # a colcon install: share/ of the package, wherever the overlay is
         from ament_index_python.packages import get_package_share_directory
 
@@ -107,12 +110,12 @@ def loopback_env(base: dict[str, str] | None = None, features: DdsFeatures | Non
     f = features or dds_features()
     rmw = env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     profile = loopback_profile() if rmw == "rmw_fastrtps_cpp" else None
-    for var in (*PROFILE_VARS, LOCALHOST_ONLY, DISCOVERY_RANGE):   # stale ones would be loaded too
+    for var in (*PROFILE_VARS, LOCALHOST_ONLY, DISCOVERY_RANGE):  # stale ones would be loaded too
         env.pop(var, None)
     if profile is not None:
         env.update(dict.fromkeys(f.profile_vars, str(profile)))
         if f.discovery_range:
-            env[DISCOVERY_RANGE] = "SYSTEM_DEFAULT"   # LOCALHOST would add an open UDP transport
+            env[DISCOVERY_RANGE] = "SYSTEM_DEFAULT"  # LOCALHOST would add an open UDP transport
     elif f.discovery_range:
         env[DISCOVERY_RANGE] = "LOCALHOST"
     else:

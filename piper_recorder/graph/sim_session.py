@@ -3,6 +3,7 @@
 ``SimSession`` runs config/sim.yaml's graph (``graph.plan.plan_graph``) in a leased loopback ROS domain
 plus an rclpy client node; piper-demo, the end-to-end tests and bench/graph_capacity.py use it.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,16 @@ from piper_recorder.graph.install import config_path
 from piper_recorder.graph.plan import plan_graph
 from piper_recorder.names import RECORDER_NODES
 from piper_recorder.params.derived import LAUNCH_SECTION
-from piper_recorder.names import (COLOR_TOPIC_PATTERN, EEF_POSE, EPISODE_EVENTS, START_EPISODE, STATUS, STOP_EPISODE,
-                                  camera_topic, node_topic)
+from piper_recorder.names import (
+    COLOR_TOPIC_PATTERN,
+    EEF_POSE,
+    EPISODE_EVENTS,
+    START_EPISODE,
+    STATUS,
+    STOP_EPISODE,
+    camera_topic,
+    node_topic,
+)
 from piper_recorder.params.params_file import read_params_file
 from piper_recorder.graph.rosenv import lease_domain
 
@@ -34,8 +43,8 @@ if TYPE_CHECKING:  # rclpy is imported when the session starts
     from rclpy.node import Node
     from rclpy.task import Future
 
-RESUBSCRIBE_S = 15.0   # _first_messages: a silent topic is subscribed to afresh after this
-LOST_ANSWER_S = 3.0    # _await_answer: a response this late after the status showed the answer is lost
+RESUBSCRIBE_S = 15.0  # _first_messages: a silent topic is subscribed to afresh after this
+LOST_ANSWER_S = 3.0  # _await_answer: a response this late after the status showed the answer is lost
 CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recorder.quest.scripts)
 
 
@@ -53,12 +62,24 @@ class EpisodeResult:
 class SimSession:
     """The simulated graph plus an rclpy client node that drives and watches the recorders."""
 
-    def __init__(self, out: Path, config: str | Path | None = None, sets: Iterable[str] = (),
-                 log_dir: Path | None = None, cameras: str = "", echo: bool = False):
+    def __init__(
+        self,
+        out: Path,
+        config: str | Path | None = None,
+        sets: Iterable[str] = (),
+        log_dir: Path | None = None,
+        cameras: str = "",
+        echo: bool = False,
+    ):
         self.out = Path(out)
         self.log_dir = Path(log_dir) if log_dir else self.out / "logs"
-        sets = [f"lerobot_recorder.root={self.out / 'lerobot'}", f"rgbd_recorder.path={self.out / 'rgbd.hdf5'}",
-                "piper_launch.sim_quest.port=0", f"piper_launch.sim_quest.script={CONTINUOUS}", *sets]
+        sets = [
+            f"lerobot_recorder.root={self.out / 'lerobot'}",
+            f"rgbd_recorder.path={self.out / 'rgbd.hdf5'}",
+            "piper_launch.sim_quest.port=0",
+            f"piper_launch.sim_quest.script={CONTINUOUS}",
+            *sets,
+        ]
         self.plan = plan_graph("sim", config or config_path("sim"), sets, self.log_dir, cameras=cameras)
         self.lease = lease_domain()
         self.graph = Graph(self.plan, self.lease.env(), self.log_dir, echo=echo)
@@ -103,9 +124,12 @@ class SimSession:
         self._ctx = rclpy.Context()
         rclpy.init(context=self._ctx)
         self._node = rclpy.create_node("piper_demo", context=self._ctx)
-        self._node.create_subscription(String, EPISODE_EVENTS, self._on_event,
-                                       QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
-                                                  durability=DurabilityPolicy.VOLATILE))
+        self._node.create_subscription(
+            String,
+            EPISODE_EVENTS,
+            self._on_event,
+            QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE),
+        )
         for rec in RECORDER_NODES:
             self._node.create_subscription(String, node_topic(rec, STATUS), partial(self._on_status, rec), 10)
         self._executor = MultiThreadedExecutor(num_threads=2, context=self._ctx)
@@ -172,14 +196,15 @@ class SimSession:
 
         got: dict[str, Any] = {}
         deadline = time.monotonic() + timeout
-        with self._probe() as (node, executor):   # its subscriptions end with it
+        with self._probe() as (node, executor):  # its subscriptions end with it
             subs: dict[str, Any] = {}
 
             def subscribe(topic: str) -> None:
                 if topic in subs:
                     node.destroy_subscription(subs.pop(topic))
-                subs[topic] = node.create_subscription(msg_type, topic, partial(got.setdefault, topic),
-                                                       qos_profile_sensor_data)
+                subs[topic] = node.create_subscription(
+                    msg_type, topic, partial(got.setdefault, topic), qos_profile_sensor_data
+                )
 
             for t in topics:
                 subscribe(t)
@@ -188,7 +213,7 @@ class SimSession:
                 while len(got) < len(topics) and time.monotonic() < until:
                     executor.spin_once(timeout_sec=0.05)
                 done = {t: got[t] for t in topics if t in got}
-                for t in done:          # images are large: stop receiving at once
+                for t in done:  # images are large: stop receiving at once
                     if t in subs:
                         node.destroy_subscription(subs.pop(t))
                 missing = [t for t in topics if t not in done]
@@ -196,11 +221,16 @@ class SimSession:
                     return done
                 seen = {t: node.count_publishers(t) for t in missing}
                 if time.monotonic() >= deadline:
-                    raise DemoError(f"no message on {', '.join(missing)} within {timeout:.0f}s "
-                                    f"(publishers seen: {seen}; recorders' images_received: "
-                                    f"{self._images_received()})\n{self.graph.logs()}")
-                print(f"piper-demo: no message yet on {missing} (publishers seen: {seen}); subscribing afresh",
-                      file=sys.stderr, flush=True)
+                    raise DemoError(
+                        f"no message on {', '.join(missing)} within {timeout:.0f}s "
+                        f"(publishers seen: {seen}; recorders' images_received: "
+                        f"{self._images_received()})\n{self.graph.logs()}"
+                    )
+                print(
+                    f"piper-demo: no message yet on {missing} (publishers seen: {seen}); subscribing afresh",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 for t in missing:
                     subscribe(t)
 
@@ -219,13 +249,17 @@ class SimSession:
         self._first_messages(Image, [camera_topic(COLOR_TOPIC_PATTERN, cam) for cam in self.cameras], left())
         for rec in RECORDER_NODES:
             for srv in (START_EPISODE, STOP_EPISODE):
-                self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(f"{node_topic(rec, srv)} not up")
+                self._client(rec, srv).wait_for_service(timeout_sec=left()) or self._fail(
+                    f"{node_topic(rec, srv)} not up"
+                )
         with self._cond:
             if not self._cond.wait_for(lambda: all(r in self.status for r in RECORDER_NODES), left()):
                 silent = [r for r in RECORDER_NODES if r not in self.status]
                 seen = {r: self._live().count_publishers(node_topic(r, STATUS)) for r in silent}
-                self._fail(f"no status from {silent} (status publishers this node sees: {seen}: 0 is a "
-                           f"discovery failure, 1 a recorder that does not publish or a lost match)")
+                self._fail(
+                    f"no status from {silent} (status publishers this node sees: {seen}: 0 is a "
+                    f"discovery failure, 1 a recorder that does not publish or a lost match)"
+                )
 
     def wait_motion(self, min_m: float = 0.005, timeout: float = 30.0) -> float:
         """Wait until the EEF has moved ``min_m`` (teleop engaged, the arm follows); returns the motion seen."""
@@ -298,8 +332,7 @@ class SimSession:
         with self._cond:
             return int((self.status.get(rec) or {}).get("answers", 0))
 
-    def _await_answer(self, rec: str, srv: str, fut: Future, answers0: int,
-                      timeout: float) -> tuple[bool, str]:
+    def _await_answer(self, rec: str, srv: str, fut: Future, answers0: int, timeout: float) -> tuple[bool, str]:
         """The recorder's answer to one call: the response, or, if that is lost, what its ``~/status``
         says it answered. rmw_fastrtps drops a response whose reader the server has not matched within
         100 ms of sending it (ros2/rmw_fastrtps#390): a loaded machine's discovery can lose the first
@@ -319,9 +352,12 @@ class SimSession:
             if seen_at is None and int(st.get("answers", 0)) > answers0:
                 seen_at = now
             if seen_at is not None and now - seen_at >= LOST_ANSWER_S:
-                print(f"piper-demo: {node_topic(rec, srv)}: the response was lost; the recorder's status shows it "
-                      f"answered {'ok' if st.get('ok') else 'refused'}: {st.get('message')!r}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"piper-demo: {node_topic(rec, srv)}: the response was lost; the recorder's status shows it "
+                    f"answered {'ok' if st.get('ok') else 'refused'}: {st.get('message')!r}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return bool(st.get("ok")), str(st.get("message", ""))
             done.wait(min(0.2, deadline - now))
         res = fut.result()
@@ -329,8 +365,9 @@ class SimSession:
             raise DemoError(f"{node_topic(rec, srv)}: the call failed\n{self.graph.logs()}")
         return bool(res.success), str(res.message)
 
-    def call_all(self, srv: str, timeout: float = 30.0,
-                 at: dict[str, float] | None = None) -> dict[str, tuple[bool, str]]:
+    def call_all(
+        self, srv: str, timeout: float = 30.0, at: dict[str, float] | None = None
+    ) -> dict[str, tuple[bool, str]]:
         """Call ``srv`` on every recorder at once (one after the other, the second recorder's episode
         would start or end a whole save later than the first's) and wait for every answer
         (``_await_answer``: a lost response is read from the recorder's status).
@@ -353,7 +390,7 @@ class SimSession:
         out = {}
         for rec, fut in futs.items():
             out[rec] = self._await_answer(rec, srv, fut, answers0[rec], timeout)
-            answered.setdefault(rec, time.monotonic())   # its done callback may not have run yet
+            answered.setdefault(rec, time.monotonic())  # its done callback may not have run yet
         return out
 
     def set_parameter(self, node: str, name: str, value: Any, timeout: float = 10.0) -> None:
@@ -361,7 +398,7 @@ class SimSession:
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
 
-        with self._probe() as (probe, executor):   # a client of its own, destroyed with it (``_probe``)
+        with self._probe() as (probe, executor):  # a client of its own, destroyed with it (``_probe``)
             cli: Client = probe.create_client(SetParameters, node_topic(node, "set_parameters"))
             if not cli.wait_for_service(timeout_sec=timeout):
                 raise DemoError(f"{node_topic(node, 'set_parameters')} not available")
@@ -429,8 +466,12 @@ class SimSession:
             self._cond.wait_for(started, timeout)
         sent = self.sent.get(START_EPISODE, {})
         now_wall, now_mono = time.time_ns(), time.monotonic()
-        return {rec: now_mono + (starts[rec] - now_wall) / 1e9 + seconds if rec in starts
-                else sent.get(rec, now_mono) + seconds for rec in RECORDER_NODES}
+        return {
+            rec: now_mono + (starts[rec] - now_wall) / 1e9 + seconds
+            if rec in starts
+            else sent.get(rec, now_mono) + seconds
+            for rec in RECORDER_NODES
+        }
 
 
 def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:

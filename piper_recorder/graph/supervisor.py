@@ -6,6 +6,7 @@ stops the recorders first (so an episode in flight is finished while its inputs 
 rest: SIGINT, then SIGTERM, then SIGKILL, per process group. Every child is told this process's pid
 (``PIPER_LAUNCHER_PID``) and ends by itself when it is gone (``supervision.watch_parent``).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,14 @@ class _Running:
         self.spec = spec
         self.log_path = log_dir / f"{spec.name}.log"
         self._log = open(self.log_path, "ab", buffering=0)
-        self.popen = subprocess.Popen(spec.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        self.popen = subprocess.Popen(
+            spec.argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self._echo = echo
         self._reader = threading.Thread(target=self._pump, name=f"log-{spec.name}", daemon=True)
         self._reader.start()
@@ -103,8 +110,10 @@ class Graph:
 
     def stop(self, timeout: float = 20.0) -> dict[str, int | None]:
         """Recorders first, then everything else: SIGINT, SIGTERM after ``timeout``, SIGKILL after 5 s more."""
-        stages = [[r for r in self.running if r.spec.name in RECORDER_NODES],
-                  [r for r in self.running if r.spec.name not in RECORDER_NODES]]
+        stages = [
+            [r for r in self.running if r.spec.name in RECORDER_NODES],
+            [r for r in self.running if r.spec.name not in RECORDER_NODES],
+        ]
         for stage in stages:
             for sig, wait_s in ((signal.SIGINT, timeout), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
                 live = [r for r in stage if r.alive()]

@@ -31,6 +31,7 @@ above that is a problem (a frame from the future leaks the commanded motion into
 The worst offsets both ways (ahead of and behind the row) go into a ``PairingSummary``. Older roots
 record only ``frame_offset_max_ms`` (no direction): reported as such, not checked.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -45,29 +46,67 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from piper_recorder.lerobot.format.layout import (DELTA_STATS, EPISODES, EPISODES_STATS, INFO, MODALITY, RELATIVE_STATS,
-                                                  ROTATION_TYPES, STATS, TASKS, data_file, video_file)
+from piper_recorder.lerobot.format.layout import (
+    DELTA_STATS,
+    EPISODES,
+    EPISODES_STATS,
+    INFO,
+    MODALITY,
+    RELATIVE_STATS,
+    ROTATION_TYPES,
+    STATS,
+    TASKS,
+    data_file,
+    video_file,
+)
 from piper_recorder.lerobot.format.raw_read import column_array
 
 STAT_KEYS = {"mean", "std", "min", "max", "q01", "q99"}
 EPISODE_STAT_KEYS = {"min", "max", "mean", "std", "count"}  # LeRobot v2.1 meta/episodes_stats.jsonl
 CODEBASE_VERSIONS = ("v2.0", "v2.1")
 TIMESTAMP_TOLERANCE_S = 1e-4
-CAUSAL_TOLERANCE_MS = 1.0   # a row's frame may be captured at most this long after the row (DESIGN.md, Timing)
+CAUSAL_TOLERANCE_MS = 1.0  # a row's frame may be captured at most this long after the row (DESIGN.md, Timing)
 INT_BOOKKEEPING = ("frame_index", "episode_index", "index", "task_index")
 BOOKKEEPING_DTYPES = {"timestamp": "float32", **{k: "int64" for k in INT_BOOKKEEPING}}
-INFO_KEYS = ("codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks", "total_videos",
-             "total_chunks", "chunks_size", "fps", "splits", "data_path", "video_path", "features")
-VIDEO_INFO_KEYS = ("video.fps", "video.height", "video.width", "video.channels", "video.codec", "video.pix_fmt",
-                   "video.is_depth_map", "has_audio")
+INFO_KEYS = (
+    "codebase_version",
+    "robot_type",
+    "total_episodes",
+    "total_frames",
+    "total_tasks",
+    "total_videos",
+    "total_chunks",
+    "chunks_size",
+    "fps",
+    "splits",
+    "data_path",
+    "video_path",
+    "features",
+)
+VIDEO_INFO_KEYS = (
+    "video.fps",
+    "video.height",
+    "video.width",
+    "video.channels",
+    "video.codec",
+    "video.pix_fmt",
+    "video.is_depth_map",
+    "has_audio",
+)
 GR00T_ROTATION_TYPES = {*ROTATION_TYPES, "axis_angle", "rotation_6d", "matrix"}  # plus euler_angles_*
-ARROW_SCALARS = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(),
-                 "bool": pa.bool_()}
+ARROW_SCALARS = {
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "int64": pa.int64(),
+    "int32": pa.int32(),
+    "bool": pa.bool_(),
+}
 
 
 @dataclass
 class WorstRow:
     """The row whose frame lies furthest before it (``gap_s`` inf: no frame at or before the row)."""
+
     episode: int
     camera: str
     row: int
@@ -77,8 +116,11 @@ class WorstRow:
     gap_s: float
 
     def describe_row(self) -> str:
-        frame = ("no frame at or before it" if self.pts is None else
-                 f"frame pts {self.pts} x {self.time_base} = {float(self.pts * self.time_base):.6f} s")
+        frame = (
+            "no frame at or before it"
+            if self.pts is None
+            else f"frame pts {self.pts} x {self.time_base} = {float(self.pts * self.time_base):.6f} s"
+        )
         gap = "" if self.pts is None else f", gap {self.gap_s * 1e6:.3f} us"
         return f"row {self.row}: timestamp {self.timestamp:.6f} s, {frame}{gap}"
 
@@ -89,22 +131,25 @@ class WorstRow:
 @dataclass
 class TimingSummary:
     """Video timing over a root: rows checked against both lookup rules and the worst of them."""
+
     rows: int = 0
     bad_rows: int = 0
     capture_videos: int = 0
     worst: WorstRow | None = None
-    lerobot_bad_rows: int = 0             # rows whose LeRobot lookup gets another frame or one >= 1e-4 s away
+    lerobot_bad_rows: int = 0  # rows whose LeRobot lookup gets another frame or one >= 1e-4 s away
     lerobot_worst: WorstRow | None = None  # the worst of those (gap_s: |frame time - t|; inf: no frame)
 
     def describe(self) -> str:
         if self.worst is None:
             text = "no nominal-mode video rows"
         else:
-            text = (f"{self.rows - self.bad_rows} of {self.rows} video rows find their frame at or before "
-                    f"them within {TIMESTAMP_TOLERANCE_S} s; worst: {self.worst.describe()}; "
-                    f"{self.rows - self.lerobot_bad_rows} of {self.rows} get the same frame from LeRobot's "
-                    f"lookup (frame round(t * fps))"
-                    + (f"; worst: {self.lerobot_worst.describe()}" if self.lerobot_worst else ""))
+            text = (
+                f"{self.rows - self.bad_rows} of {self.rows} video rows find their frame at or before "
+                f"them within {TIMESTAMP_TOLERANCE_S} s; worst: {self.worst.describe()}; "
+                f"{self.rows - self.lerobot_bad_rows} of {self.rows} get the same frame from LeRobot's "
+                f"lookup (frame round(t * fps))"
+                + (f"; worst: {self.lerobot_worst.describe()}" if self.lerobot_worst else "")
+            )
         if self.capture_videos:
             text += f"; {self.capture_videos} capture-mode video(s): frames at capture times"
         return f"video timing: {text}"
@@ -113,8 +158,9 @@ class TimingSummary:
 @dataclass
 class PairingSummary:
     """Worst capture offsets of row frames over a root, from the episodes' counters: (ms, episode, camera)."""
-    ahead: tuple[float, int, str] | None = None     # largest capture - row time (> 0: after the row)
-    behind: tuple[float, int, str] | None = None    # largest row time - capture (the oldest frame)
+
+    ahead: tuple[float, int, str] | None = None  # largest capture - row time (> 0: after the row)
+    behind: tuple[float, int, str] | None = None  # largest row time - capture (the oldest frame)
     undirected: tuple[float, int, str] | None = None  # older roots: largest |capture - row time| only
 
     @staticmethod
@@ -124,10 +170,13 @@ class PairingSummary:
     def describe(self) -> str:
         def one(w: tuple[float, int, str]) -> str:
             return f"{w[0]:.3f} ms (episode {w[1]}, {w[2]})"
+
         parts = []
         if self.ahead is not None or self.behind is not None:
-            parts.append(f"worst frame captured after its row: {one(self.ahead) if self.ahead else 'none'}; "
-                         f"worst before its row: {one(self.behind) if self.behind else 'none'}")
+            parts.append(
+                f"worst frame captured after its row: {one(self.ahead) if self.ahead else 'none'}; "
+                f"worst before its row: {one(self.behind) if self.behind else 'none'}"
+            )
         if self.undirected is not None:
             parts.append(f"older episodes record no direction: largest offset {one(self.undirected)}")
         return "frame pairing: " + ("; ".join(parts) if parts else "no per-row frame offsets recorded")
@@ -152,6 +201,7 @@ class _Report:
 @dataclass
 class _ColumnAccumulator:
     """Running min/max/sum per element, to check stats.json against the data without holding it."""
+
     lo: np.ndarray | None = None
     hi: np.ndarray | None = None
     total: np.ndarray | None = None
@@ -275,8 +325,11 @@ def _check_info(rep: _Report, path: Path, info: dict) -> bool:
         if feat is None:
             rep.add(path, f"feature '{key}' missing")
         elif feat.get("dtype") != dtype or feat.get("shape") != [1]:
-            rep.add(path, f"feature '{key}' must be {{dtype: {dtype}, shape: [1]}}, "
-                          f"got {{dtype: {feat.get('dtype')}, shape: {feat.get('shape')}}}")
+            rep.add(
+                path,
+                f"feature '{key}' must be {{dtype: {dtype}, shape: [1]}}, "
+                f"got {{dtype: {feat.get('dtype')}, shape: {feat.get('shape')}}}",
+            )
     return ok
 
 
@@ -299,8 +352,11 @@ def _check_video_feature(rep: _Report, path: Path, key: str, feat: dict) -> None
         if k not in info:
             rep.add(path, f"feature '{key}': info lacks '{k}'")
     if info.get("video.height") not in (None, shape[0]) or info.get("video.width") not in (None, shape[1]):
-        rep.add(path, f"feature '{key}': info size {info.get('video.width')}x{info.get('video.height')} "
-                      f"disagrees with shape {shape}")
+        rep.add(
+            path,
+            f"feature '{key}': info size {info.get('video.width')}x{info.get('video.height')} "
+            f"disagrees with shape {shape}",
+        )
 
 
 def _expected_arrow_type(feat: dict) -> pa.DataType:
@@ -316,8 +372,9 @@ class _EpisodeContext:
     task_index: int | None
 
 
-def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, acc: dict[str, _ColumnAccumulator],
-                   n_tasks: int) -> np.ndarray | None:
+def _check_parquet(
+    rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, acc: dict[str, _ColumnAccumulator], n_tasks: int
+) -> np.ndarray | None:
     """One episode's table; returns its timestamps (float64) when readable."""
     path = data_file(root, info, ctx.episode_index)
     if not path.exists():
@@ -347,8 +404,11 @@ def _check_parquet(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, a
         column = table.column(key)
         want = _expected_arrow_type(feat)
         if column.type != want:
-            rep.add(path, f"column '{key}' has type {column.type}, {INFO} declares {feat['dtype']} "
-                          f"shape {feat['shape']} (expected {want})")
+            rep.add(
+                path,
+                f"column '{key}' has type {column.type}, {INFO} declares {feat['dtype']} "
+                f"shape {feat['shape']} (expected {want})",
+            )
             continue
         flat = column.combine_chunks()
         if flat.null_count or (pa.types.is_fixed_size_list(flat.type) and flat.flatten().null_count):
@@ -380,8 +440,11 @@ def _check_bookkeeping(rep: _Report, path: Path, ctx: _EpisodeContext, cols: dic
         want = np.arange(ctx.start_index, ctx.start_index + n)
         if not np.array_equal(idx, want):
             r = _first_bad(idx != want)
-            rep.add(path, f"'index' not continuous: row {r} has {idx[r]}, expected {want[r]} "
-                          f"(global rows run 0.. across episodes in order)")
+            rep.add(
+                path,
+                f"'index' not continuous: row {r} has {idx[r]}, expected {want[r]} "
+                f"(global rows run 0.. across episodes in order)",
+            )
     if "frame_index" in cols:
         fi = cols["frame_index"][:, 0].astype(np.int64)
         want = np.arange(n)
@@ -397,8 +460,9 @@ def _check_bookkeeping(rep: _Report, path: Path, ctx: _EpisodeContext, cols: dic
         ti = cols["task_index"][:, 0].astype(np.int64)
         bad = (ti < 0) | (ti >= n_tasks)
         if n and np.any(bad):
-            rep.add(path, f"'task_index' row {_first_bad(bad)} is {ti[_first_bad(bad)]}, "
-                          f"not in {TASKS} (0..{n_tasks - 1})")
+            rep.add(
+                path, f"'task_index' row {_first_bad(bad)} is {ti[_first_bad(bad)]}, not in {TASKS} (0..{n_tasks - 1})"
+            )
         elif n and ctx.task_index is not None and not np.all(ti == ctx.task_index):
             r = _first_bad(ti != ctx.task_index)
             rep.add(path, f"'task_index' row {r} is {ti[r]}, {EPISODES} task is index {ctx.task_index}")
@@ -415,15 +479,18 @@ def _check_timestamps(rep: _Report, path: Path, ts: np.ndarray, fps: float) -> N
     off = np.abs(d - 1.0 / fps) > TIMESTAMP_TOLERANCE_S
     if np.any(off):
         r = _first_bad(off) + 1
-        rep.add(path, f"timestamp step {d[r - 1]:.6f} s at row {r} is not 1/fps = {1 / fps:.6f} s within "
-                      f"{TIMESTAMP_TOLERANCE_S} s ({int(off.sum())} such steps); LeRobot's loader rejects this")
+        rep.add(
+            path,
+            f"timestamp step {d[r - 1]:.6f} s at row {r} is not 1/fps = {1 / fps:.6f} s within "
+            f"{TIMESTAMP_TOLERANCE_S} s ({int(off.sum())} such steps); LeRobot's loader rejects this",
+        )
 
 
 @dataclass
 class _Video:
-    pts: list[int]          # in stream order, in units of time_base
+    pts: list[int]  # in stream order, in units of time_base
     time_base: Fraction
-    size: tuple[int, int]   # (width, height)
+    size: tuple[int, int]  # (width, height)
 
     @property
     def times(self) -> list[float]:
@@ -462,13 +529,13 @@ def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray
     """For each row time (float32 values): index of the last frame with ``pts * tb <= t`` (-1: none)
     and ``t - pts * tb`` in s (inf: none). Exact: a float32 times the time base denominator (< 2**29)
     and a PTS times its numerator (< 2**53) are exact in float64, so the comparison is too."""
-    if tb.denominator < 2 ** 29 and (len(pts) == 0 or int(np.abs(pts).max()) * tb.numerator < 2 ** 53):
+    if tb.denominator < 2**29 and (len(pts) == 0 or int(np.abs(pts).max()) * tb.numerator < 2**53):
         frame = pts.astype(np.float64) * tb.numerator
         row = ts.astype(np.float64) * tb.denominator
         idx = np.searchsorted(frame, row, side="right") - 1
         gap = np.where(idx >= 0, (row - frame[np.maximum(idx, 0)]) / tb.denominator, np.inf)
         return idx, gap
-    frames = [p * tb for p in pts.tolist()]           # unusual time bases: plain exact arithmetic
+    frames = [p * tb for p in pts.tolist()]  # unusual time bases: plain exact arithmetic
     idx = np.empty(len(ts), np.int64)
     gap = np.empty(len(ts), np.float64)
     for r, t in enumerate(ts.tolist()):
@@ -484,77 +551,110 @@ def _lerobot_frames(pts: np.ndarray, tb: Fraction, ts: np.ndarray, fps: float) -
     >= ``i / fps``, compared exactly in integers; ``len(pts)`` where there is none."""
     f = Fraction(fps).limit_denominator(1_000_000)
     want = np.rint(ts.astype(np.float64) * float(fps)).astype(np.int64)
-    frame = [p * tb.numerator * f.numerator for p in pts.tolist()]     # pts*tb >= i/f in exact integers
+    frame = [p * tb.numerator * f.numerator for p in pts.tolist()]  # pts*tb >= i/f in exact integers
     grid = [i * tb.denominator * f.denominator for i in want.tolist()]
     return np.array([bisect.bisect_left(frame, g) for g in grid], np.int64)
 
 
-def _check_video_timing(rep: _Report, path: Path, video: _Video, ts: np.ndarray, ctx: _EpisodeContext,
-                        camera: str, fps: float) -> None:
+def _check_video_timing(
+    rep: _Report, path: Path, video: _Video, ts: np.ndarray, ctx: _EpisodeContext, camera: str, fps: float
+) -> None:
     """Both lookup rules for every row (see the module docstring)."""
     pts = np.sort(np.asarray(video.pts, np.int64))
     tb = video.time_base
-    hint = (f"; time base {tb} is coarser than {TIMESTAMP_TOLERANCE_S} s (whole-ms PTS from an older "
-            f"recorder): `piper-repair {rep.root}` rewrites them" if tb > Fraction(1, 10_000) else "")
+    hint = (
+        f"; time base {tb} is coarser than {TIMESTAMP_TOLERANCE_S} s (whole-ms PTS from an older "
+        f"recorder): `piper-repair {rep.root}` rewrites them"
+        if tb > Fraction(1, 10_000)
+        else ""
+    )
     idx, gap = _row_gaps(pts, tb, ts)
     if ctx.ep.get("timestamp_mode") == "capture":
         rep.timing.capture_videos += 1
         if idx[0] < 0:
-            rep.add(path, f"row 0 (timestamp {ts[0]:.6f} s) has no frame at or before it "
-                          f"(first pts {pts[0]} x {tb})")
+            rep.add(path, f"row 0 (timestamp {ts[0]:.6f} s) has no frame at or before it (first pts {pts[0]} x {tb})")
         if hint:
-            rep.add(path, f"capture mode: frames cannot be placed within {TIMESTAMP_TOLERANCE_S} s of their "
-                          f"capture time{hint}")
+            rep.add(
+                path,
+                f"capture mode: frames cannot be placed within {TIMESTAMP_TOLERANCE_S} s of their capture time{hint}",
+            )
         return
     bad = gap >= TIMESTAMP_TOLERANCE_S
     r = int(np.argmax(gap))
-    worst = WorstRow(ctx.episode_index, camera, r, float(ts[r]), int(pts[idx[r]]) if idx[r] >= 0 else None,
-                     tb, float(gap[r]))
+    worst = WorstRow(
+        ctx.episode_index, camera, r, float(ts[r]), int(pts[idx[r]]) if idx[r] >= 0 else None, tb, float(gap[r])
+    )
     t = rep.timing
     t.rows += len(ts)
     t.bad_rows += int(bad.sum())
     if t.worst is None or worst.gap_s > t.worst.gap_s:
         t.worst = worst
     if bad.any():
-        rep.add(path, f"{int(bad.sum())} of {len(ts)} rows have no frame at or before their timestamp within "
-                      f"{TIMESTAMP_TOLERANCE_S} s (LeRobot's tolerance with torchcodec's 'last frame at or before "
-                      f"t'); worst {worst.describe_row()}{hint}")
+        rep.add(
+            path,
+            f"{int(bad.sum())} of {len(ts)} rows have no frame at or before their timestamp within "
+            f"{TIMESTAMP_TOLERANCE_S} s (LeRobot's tolerance with torchcodec's 'last frame at or before "
+            f"t'); worst {worst.describe_row()}{hint}",
+        )
     _check_lerobot_lookup(rep, path, pts, tb, ts, idx, ctx, camera, fps)
 
 
-def _check_lerobot_lookup(rep: _Report, path: Path, pts: np.ndarray, tb: Fraction, ts: np.ndarray,
-                          idx: np.ndarray, ctx: _EpisodeContext, camera: str, fps: float) -> None:
+def _check_lerobot_lookup(
+    rep: _Report,
+    path: Path,
+    pts: np.ndarray,
+    tb: Fraction,
+    ts: np.ndarray,
+    idx: np.ndarray,
+    ctx: _EpisodeContext,
+    camera: str,
+    fps: float,
+) -> None:
     """Rule (b): LeRobot's frame ``round(t * fps)`` must be rule (a)'s frame, within 1e-4 s of t."""
     jb = _lerobot_frames(pts, tb, ts, fps)
     has = jb < len(pts)
     frame_s = pts.astype(np.float64) * tb.numerator / tb.denominator
-    gap = np.where(has, np.abs(frame_s[np.minimum(jb, max(len(pts) - 1, 0))] - ts.astype(np.float64))
-                   if len(pts) else np.inf, np.inf)
+    gap = np.where(
+        has,
+        np.abs(frame_s[np.minimum(jb, max(len(pts) - 1, 0))] - ts.astype(np.float64)) if len(pts) else np.inf,
+        np.inf,
+    )
     bad = ~has | (jb != idx) | (gap >= TIMESTAMP_TOLERANCE_S)
     t = rep.timing
     t.lerobot_bad_rows += int(bad.sum())
     if not bad.any():
         return
     r = int(np.flatnonzero(bad)[np.argmax(gap[bad])])
-    worst = WorstRow(ctx.episode_index, camera, r, float(ts[r]), int(pts[jb[r]]) if has[r] else None, tb,
-                     float(gap[r]))
+    worst = WorstRow(ctx.episode_index, camera, r, float(ts[r]), int(pts[jb[r]]) if has[r] else None, tb, float(gap[r]))
     if t.lerobot_worst is None or worst.gap_s > t.lerobot_worst.gap_s:
         t.lerobot_worst = worst
-    below = int(sum(Fraction(float(x)) < Fraction(k) / Fraction(fps).limit_denominator(1_000_000)
-                    for k, x in enumerate(ts.tolist())))
-    hint = (f"; {below} row timestamps lie below the k/fps grid (rounded to the nearest float32 by an older "
-            f"recorder; they must be rounded up): `piper-repair {rep.root}` rewrites them" if below else "")
+    below = int(
+        sum(
+            Fraction(float(x)) < Fraction(k) / Fraction(fps).limit_denominator(1_000_000)
+            for k, x in enumerate(ts.tolist())
+        )
+    )
+    hint = (
+        f"; {below} row timestamps lie below the k/fps grid (rounded to the nearest float32 by an older "
+        f"recorder; they must be rounded up): `piper-repair {rep.root}` rewrites them"
+        if below
+        else ""
+    )
     got = f"frame {jb[r]}" if has[r] else "no frame"
-    rep.add(path, f"{int(bad.sum())} of {len(ts)} rows get another frame from LeRobot's lookup (frame "
-                  f"round(t * fps): the first at or after its grid time) than the last frame at or before t, "
-                  f"or one {TIMESTAMP_TOLERANCE_S} s or more away; worst row {r}: timestamp {float(ts[r]):.9f} s, "
-                  f"LeRobot gets {got}"
-                  + (f" (pts {int(pts[jb[r]])} x {tb}, {gap[r] * 1e6:.3f} us away)" if has[r] else "")
-                  + f", the last frame at or before t is frame {int(idx[r])}{hint}")
+    rep.add(
+        path,
+        f"{int(bad.sum())} of {len(ts)} rows get another frame from LeRobot's lookup (frame "
+        f"round(t * fps): the first at or after its grid time) than the last frame at or before t, "
+        f"or one {TIMESTAMP_TOLERANCE_S} s or more away; worst row {r}: timestamp {float(ts[r]):.9f} s, "
+        f"LeRobot gets {got}"
+        + (f" (pts {int(pts[jb[r]])} x {tb}, {gap[r] * 1e6:.3f} us away)" if has[r] else "")
+        + f", the last frame at or before t is frame {int(idx[r])}{hint}",
+    )
 
 
-def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts: np.ndarray | None,
-                  full: bool) -> None:
+def _check_videos(
+    rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts: np.ndarray | None, full: bool
+) -> None:
     keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     if not keys:
         return
@@ -583,8 +683,7 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
         cam = key.split(".")[-1]
         want = declared.get(cam, declared.get(key))
         if want is None:
-            rep.add(root / EPISODES, f"episode {ctx.episode_index}: no video_frame_lengths "
-                                                  f"entry for '{cam}'")
+            rep.add(root / EPISODES, f"episode {ctx.episode_index}: no video_frame_lengths entry for '{cam}'")
         elif want != count:
             rep.add(path, f"{count} frames, {ep_line} says {want}")
         if not times:
@@ -598,13 +697,21 @@ def _check_videos(rep: _Report, root: Path, info: dict, ctx: _EpisodeContext, ts
         if ts is not None:
             limit = float(ts[-1]) + 1.0 / fps
             if sorted_t[-1] > limit + 1e-6:
-                rep.add(path, f"last PTS {sorted_t[-1]:.4f} s is past the episode end "
-                              f"(last row {ts[-1]:.4f} s + 1/fps)")
+                rep.add(
+                    path, f"last PTS {sorted_t[-1]:.4f} s is past the episode end (last row {ts[-1]:.4f} s + 1/fps)"
+                )
             _check_video_timing(rep, path, video, ts, ctx, cam, fps)
-    if counts and len(counts) == len(keys) and "video_frame_length" in ctx.ep \
-            and ctx.ep["video_frame_length"] != min(counts):
-        rep.add(root / EPISODES, f"episode {ctx.episode_index}: video_frame_length "
-                                              f"{ctx.ep['video_frame_length']}, minimum over cameras is {min(counts)}")
+    if (
+        counts
+        and len(counts) == len(keys)
+        and "video_frame_length" in ctx.ep
+        and ctx.ep["video_frame_length"] != min(counts)
+    ):
+        rep.add(
+            root / EPISODES,
+            f"episode {ctx.episode_index}: video_frame_length "
+            f"{ctx.ep['video_frame_length']}, minimum over cameras is {min(counts)}",
+        )
 
 
 def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, required: list[str]) -> None:
@@ -614,9 +721,16 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
     for key in required:
         if key not in stats:
             video = feats.get(key, {}).get("dtype") == "video"
-            rep.add(path, f"no entry for column '{key}'" + (
-                " (lerobot-train needs per-camera image stats; opening the root with the writer, e.g. "
-                "resuming a recording, adds them)" if video else ""))
+            rep.add(
+                path,
+                f"no entry for column '{key}'"
+                + (
+                    " (lerobot-train needs per-camera image stats; opening the root with the writer, e.g. "
+                    "resuming a recording, adds them)"
+                    if video
+                    else ""
+                ),
+            )
     for key, entry in stats.items():
         feat = feats.get(key)
         if feat is None:
@@ -627,8 +741,12 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
             continue
         if set(entry) != STAT_KEYS:
             extra, missing = sorted(set(entry) - STAT_KEYS), sorted(STAT_KEYS - set(entry))
-            rep.add(path, f"entry '{key}' must have exactly mean,std,min,max,q01,q99"
-                          + (f"; extra {extra}" if extra else "") + (f"; missing {missing}" if missing else ""))
+            rep.add(
+                path,
+                f"entry '{key}' must have exactly mean,std,min,max,q01,q99"
+                + (f"; extra {extra}" if extra else "")
+                + (f"; missing {missing}" if missing else ""),
+            )
         if feat.get("dtype") == "video":
             _check_image_entry(rep, path, f"entry '{key}'", entry, STAT_KEYS)
             continue
@@ -636,8 +754,11 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
         arrays = {}
         for s in STAT_KEYS & set(entry):
             v = entry[s]
-            if (not isinstance(v, list) or len(v) != width
-                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
+            if (
+                not isinstance(v, list)
+                or len(v) != width
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+            ):
                 rep.add(path, f"entry '{key}'.{s} must be a flat list of {width} numbers")
                 continue
             arrays[s] = np.asarray(v, dtype=np.float64)
@@ -645,9 +766,13 @@ def _check_stats_file(rep: _Report, path: Path, stats: Any, feats: dict, require
                 rep.add(path, f"entry '{key}'.{s} has non-finite values")
         if len(arrays) == len(STAT_KEYS) and all(np.all(np.isfinite(a)) for a in arrays.values()):
             tol = 1e-6 * (1 + np.abs(arrays["max"]) + np.abs(arrays["min"]))
-            if np.any(arrays["min"] > arrays["max"] + tol) or np.any(arrays["q01"] > arrays["q99"] + tol) \
-                    or np.any(arrays["std"] < 0) or np.any(arrays["min"] > arrays["q01"] + tol) \
-                    or np.any(arrays["q99"] > arrays["max"] + tol):
+            if (
+                np.any(arrays["min"] > arrays["max"] + tol)
+                or np.any(arrays["q01"] > arrays["q99"] + tol)
+                or np.any(arrays["std"] < 0)
+                or np.any(arrays["min"] > arrays["q01"] + tol)
+                or np.any(arrays["q99"] > arrays["max"] + tol)
+            ):
                 rep.add(path, f"entry '{key}': values out of order (need std >= 0, min <= q01 <= q99 <= max)")
 
 
@@ -666,12 +791,19 @@ def _check_image_entry(rep: _Report, path: Path, where: str, entry: dict, keys: 
             return
         arrays[s] = a
     if all(k in arrays for k in ("min", "max", "mean")) and (
-            np.any(arrays["min"] > arrays["mean"] + 1e-9) or np.any(arrays["mean"] > arrays["max"] + 1e-9)):
+        np.any(arrays["min"] > arrays["mean"] + 1e-9) or np.any(arrays["mean"] > arrays["max"] + 1e-9)
+    ):
         rep.add(path, f"{where}: values out of order (need min <= mean <= max)")
 
 
-def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: dict, episodes: list[dict],
-                          per_episode: list[dict[str, _ColumnAccumulator]]) -> None:
+def _check_episodes_stats(
+    rep: _Report,
+    path: Path,
+    lines: list[dict],
+    feats: dict,
+    episodes: list[dict],
+    per_episode: list[dict[str, _ColumnAccumulator]],
+) -> None:
     """LeRobot v2.1 meta/episodes_stats.jsonl: one line per episode, in order, every feature with
     min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count match the data."""
     if len(lines) != len(episodes):
@@ -684,8 +816,12 @@ def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: di
         if not isinstance(st, dict) or set(st) != set(feats):
             missing = sorted(set(feats) - set(st)) if isinstance(st, dict) else []
             extra = sorted(set(st) - set(feats)) if isinstance(st, dict) else []
-            rep.add(path, f"line {pos + 1}: stats must cover every feature of {INFO}"
-                          + (f"; missing {missing}" if missing else "") + (f"; extra {extra}" if extra else ""))
+            rep.add(
+                path,
+                f"line {pos + 1}: stats must cover every feature of {INFO}"
+                + (f"; missing {missing}" if missing else "")
+                + (f"; extra {extra}" if extra else ""),
+            )
             continue
         length = episodes[pos].get("length") if pos < len(episodes) else None
         acc = per_episode[pos] if pos < len(per_episode) else {}
@@ -713,8 +849,7 @@ def _check_episodes_stats(rep: _Report, path: Path, lines: list[dict], feats: di
                 continue
             a = acc.get(key)
             if a is not None and a.count:
-                wrong = [s for s, want in a.summary()
-                         if not np.allclose(arrays[s], want, rtol=1e-5, atol=1e-6)]
+                wrong = [s for s, want in a.summary() if not np.allclose(arrays[s], want, rtol=1e-5, atol=1e-6)]
                 if wrong:
                     rep.add(path, f"{where}: {'/'.join(wrong)} do not match the episode's parquet data")
 
@@ -742,8 +877,7 @@ def _check_modality(rep: _Report, path: Path, modality: Any, feats: dict) -> Non
         rep.add(path, "must be a JSON object")
         return
     for section in ("state", "action", "video"):
-        if section not in modality and (section != "video"
-                                        or any(f.get("dtype") == "video" for f in feats.values())):
+        if section not in modality and (section != "video" or any(f.get("dtype") == "video" for f in feats.values())):
             rep.add(path, f"missing section '{section}'")
     for section, entries in modality.items():
         if not isinstance(entries, dict):
@@ -789,8 +923,13 @@ def _check_totals(rep: _Report, path: Path, info: dict, episodes: list[dict], n_
     n_video = sum(1 for f in info["features"].values() if f.get("dtype") == "video")
     lengths = sum(e.get("length", 0) for e in episodes if isinstance(e.get("length"), int))
     chunks = (n_ep - 1) // int(info["chunks_size"]) + 1 if n_ep else 0
-    expected = {"total_episodes": n_ep, "total_frames": lengths, "total_tasks": n_tasks,
-                "total_videos": n_ep * n_video, "total_chunks": chunks}
+    expected = {
+        "total_episodes": n_ep,
+        "total_frames": lengths,
+        "total_tasks": n_tasks,
+        "total_videos": n_ep * n_video,
+        "total_chunks": chunks,
+    }
     for key, want in expected.items():
         if key in info and info[key] != want:
             rep.add(path, f"{key} is {info[key]!r}, expected {want}")
@@ -817,8 +956,9 @@ def _check_pairing(rep: _Report, path: Path, pos: int, ep: dict) -> None:
         per_cam = ep.get(key)
         if per_cam is None:
             continue
-        if not isinstance(per_cam, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                    for v in per_cam.values()):
+        if not isinstance(per_cam, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in per_cam.values()
+        ):
             rep.add(path, f"episode {pos}: {key!r} must map camera names to numbers, got {per_cam!r}")
             continue
         for cam, v in per_cam.items():
@@ -826,22 +966,29 @@ def _check_pairing(rep: _Report, path: Path, pos: int, ep: dict) -> None:
             if key == "frame_ahead_max_ms":
                 pr.ahead = pr._worse(pr.ahead, w)
                 if v > CAUSAL_TOLERANCE_MS:
-                    rep.add(path, f"episode {pos}: {cam}: a row's frame was captured {v:.3f} ms after the row "
-                                  f"(more than {CAUSAL_TOLERANCE_MS:g} ms: a frame from the future)")
+                    rep.add(
+                        path,
+                        f"episode {pos}: {cam}: a row's frame was captured {v:.3f} ms after the row "
+                        f"(more than {CAUSAL_TOLERANCE_MS:g} ms: a frame from the future)",
+                    )
             elif key == "frame_behind_max_ms":
                 pr.behind = pr._worse(pr.behind, w)
             elif "frame_ahead_max_ms" not in ep:
                 pr.undirected = pr._worse(pr.undirected, w)
 
 
-def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | None = None,
-                  pairing: PairingSummary | None = None) -> list[str]:
+def validate_root(
+    root: str | Path, full: bool = False, timing: TimingSummary | None = None, pairing: PairingSummary | None = None
+) -> list[str]:
     """Every problem found in the LeRobot v2.0 / v2.1 root, one line each; [] when valid. ``timing``, when
     given, receives the video timing figures (rows checked, the worst row); ``pairing`` the worst frame
     capture offsets ahead of and behind their rows."""
     root = Path(root)
-    rep = _Report(root, timing=TimingSummary() if timing is None else timing,
-                  pairing=PairingSummary() if pairing is None else pairing)
+    rep = _Report(
+        root,
+        timing=TimingSummary() if timing is None else timing,
+        pairing=PairingSummary() if pairing is None else pairing,
+    )
     if not root.is_dir():
         return [f"{root}: not a directory"]
     info_path = root / INFO
@@ -877,8 +1024,11 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
     ep_path = root / EPISODES
     for pos, ep in enumerate(episodes):
         if ep.get("episode_index") != pos:
-            rep.add(ep_path, f"line {pos + 1}: episode_index {ep.get('episode_index')!r}, expected {pos} "
-                             f"(episodes listed in order from 0)")
+            rep.add(
+                ep_path,
+                f"line {pos + 1}: episode_index {ep.get('episode_index')!r}, expected {pos} "
+                f"(episodes listed in order from 0)",
+            )
         length = ep.get("length")
         if not isinstance(length, int) or isinstance(length, bool) or length < 1:
             rep.add(ep_path, f"episode {pos}: length must be a positive integer, got {length!r}")
@@ -894,8 +1044,10 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
             task_index = task_of.get(ep_tasks[0])
         if "task_index" in ep:
             if task_index is not None and ep_tasks and ep["task_index"] != task_index:
-                rep.add(ep_path, f"episode {pos}: task_index {ep['task_index']!r} but {TASKS} maps "
-                                 f"{ep_tasks[0]!r} to {task_index}")
+                rep.add(
+                    ep_path,
+                    f"episode {pos}: task_index {ep['task_index']!r} but {TASKS} maps {ep_tasks[0]!r} to {task_index}",
+                )
             task_index = ep["task_index"] if isinstance(ep["task_index"], int) else task_index
         _check_pairing(rep, ep_path, pos, ep)
         ctx = _EpisodeContext(ep=ep, episode_index=pos, start_index=start, task_index=task_index)
@@ -945,6 +1097,7 @@ def validate_root(root: str | Path, full: bool = False, timing: TimingSummary | 
 def summary(root: str | Path) -> str:
     """One line describing a root that passed validation."""
     info = json.loads((Path(root) / INFO).read_text())
-    return (f"OK: {root}: LeRobot {info['codebase_version']}, {info['total_episodes']} episodes, "
-            f"{info['total_frames']} frames, {info['total_videos']} videos, {info['total_tasks']} tasks")
-
+    return (
+        f"OK: {root}: LeRobot {info['codebase_version']}, {info['total_episodes']} episodes, "
+        f"{info['total_frames']} frames, {info['total_videos']} videos, {info['total_tasks']} tasks"
+    )

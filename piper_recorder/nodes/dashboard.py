@@ -8,6 +8,7 @@ Images are subscribed only while a page fetched a thumbnail within ``watch_timeo
 otherwise costs only the small topics); camera rates come from the ``camera_info`` beside each image
 topic. Cameras follow ``image_topic_pattern``, the recorders' parameter (``piper_recorder.names``).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,20 @@ from std_msgs.msg import String
 from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
 from piper_recorder.dashboard.model import IMAGE_CONSUMERS, DashboardConfig, JsonDict
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
-from piper_recorder.names import (CAMERA_STATUS_TOPIC_PATTERN, COMMANDED_POSE, DIAGNOSTICS, EPISODE_EVENTS,
-                                  JOINT_STATES, QUEST_POSE_PATTERN, STATUS, TELEOP_STATUS, camera_topic,
-                                  camera_topic_regex, node_topic, quest_topic)
+from piper_recorder.names import (
+    CAMERA_STATUS_TOPIC_PATTERN,
+    COMMANDED_POSE,
+    DIAGNOSTICS,
+    EPISODE_EVENTS,
+    JOINT_STATES,
+    QUEST_POSE_PATTERN,
+    STATUS,
+    TELEOP_STATUS,
+    camera_topic,
+    camera_topic_regex,
+    node_topic,
+    quest_topic,
+)
 from piper_recorder.nodes.plumbing.callbacks import message_callback
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.qos import live_image_qos
@@ -57,29 +69,49 @@ class DashboardNode(Node):
             self.model.watch_topic(topic, required)
             if topic == JOINT_STATES:
                 continue
-            self.create_subscription(typ, topic,
-                                     message_callback(lambda _m, tp=topic: self.model.tick(tp, time.monotonic())),
-                                     qos_profile_sensor_data)
+            self.create_subscription(
+                typ,
+                topic,
+                message_callback(lambda _m, tp=topic: self.model.tick(tp, time.monotonic())),
+                qos_profile_sensor_data,
+            )
         self.create_subscription(JointState, JOINT_STATES, self._on_joints, qos_profile_sensor_data)
         for rec in cfg.recorders:
             topic = node_topic(rec, STATUS)
             self.model.watch_topic(topic)
-            self.create_subscription(String, topic, message_callback(lambda m, r=rec, tp=topic: self._on_json(
-                tp, m, lambda d, t: self.model.on_recorder_status(r, d, t))), 10)
-        for node in IMAGE_CONSUMERS:   # per-subscriber delivery (quest_video, policy; the recorders above)
-            self.create_subscription(String, node_topic(node, STATUS), message_callback(
-                lambda m, n=node: self._on_json(None, m, lambda d, t: self.model.on_consumer_status(n, d, t))), 10)
+            self.create_subscription(
+                String,
+                topic,
+                message_callback(
+                    lambda m, r=rec, tp=topic: self._on_json(tp, m, lambda d, t: self.model.on_recorder_status(r, d, t))
+                ),
+                10,
+            )
+        for node in IMAGE_CONSUMERS:  # per-subscriber delivery (quest_video, policy; the recorders above)
+            self.create_subscription(
+                String,
+                node_topic(node, STATUS),
+                message_callback(
+                    lambda m, n=node: self._on_json(None, m, lambda d, t: self.model.on_consumer_status(n, d, t))
+                ),
+                10,
+            )
         self.model.watch_topic(TELEOP_STATUS)
-        self.create_subscription(String, TELEOP_STATUS, message_callback(lambda m: self._on_json(
-            TELEOP_STATUS, m, self.model.on_teleop_status)), 10)
+        self.create_subscription(
+            String,
+            TELEOP_STATUS,
+            message_callback(lambda m: self._on_json(TELEOP_STATUS, m, self.model.on_teleop_status)),
+            10,
+        )
         self.model.watch_topic(DIAGNOSTICS)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 10)
-        self.create_subscription(String, EPISODE_EVENTS, lambda m: self._on_json(
-            None, m, self.model.on_event), reliable)
+        self.create_subscription(
+            String, EPISODE_EVENTS, lambda m: self._on_json(None, m, self.model.on_event), reliable
+        )
         self._info_subs: dict[str, Subscription] = {}
         self._status_subs: dict[str, Subscription] = {}
         self._image_subs: dict[str, Subscription] = {}
-        self._camera_topic = camera_topic_regex(cfg.image_topic_pattern)   # graph discovery: group 1 = camera
+        self._camera_topic = camera_topic_regex(cfg.image_topic_pattern)  # graph discovery: group 1 = camera
         self._set_cameras(list(cfg.cameras))
         try:
             self.server = DashboardServer(self.dash, log=self.get_logger().warning).start()
@@ -113,8 +145,13 @@ class DashboardNode(Node):
         t = time.monotonic()
         self.model.tick(DIAGNOSTICS, t)
         for st in msg.status:
-            self.model.on_diagnostic(st.name, int.from_bytes(st.level, "little") if isinstance(st.level, bytes)
-                                     else int(st.level), st.message, {kv.key: kv.value for kv in st.values}, t)
+            self.model.on_diagnostic(
+                st.name,
+                int.from_bytes(st.level, "little") if isinstance(st.level, bytes) else int(st.level),
+                st.message,
+                {kv.key: kv.value for kv in st.values},
+                t,
+            )
 
     def _on_image(self, camera: str, msg: Image) -> None:
         self._images[camera] = self._images.get(camera, 0) + 1
@@ -132,27 +169,43 @@ class DashboardNode(Node):
                 topic = self.model.camera_info_topic(cam)
                 self.model.watch_topic(topic)
                 self._info_subs[cam] = self.create_subscription(
-                    CameraInfo, topic, message_callback(lambda _m, tp=topic: self.model.tick(tp, time.monotonic())),
-                    qos_profile_sensor_data)
-                self._status_subs[cam] = self.create_subscription(   # sim_camera: its published rate
-                    String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam), message_callback(
-                        lambda m, c=cam: self._on_json(None, m, lambda d, t: self.model.on_camera_status(c, d, t))), 10)
+                    CameraInfo,
+                    topic,
+                    message_callback(lambda _m, tp=topic: self.model.tick(tp, time.monotonic())),
+                    qos_profile_sensor_data,
+                )
+                self._status_subs[cam] = self.create_subscription(  # sim_camera: its published rate
+                    String,
+                    camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam),
+                    message_callback(
+                        lambda m, c=cam: self._on_json(None, m, lambda d, t: self.model.on_camera_status(c, d, t))
+                    ),
+                    10,
+                )
         self.model.set_cameras(cameras)
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
         self.model.set_nodes({n for n, _ns in self.get_node_names_and_namespaces()}, now)
         if not self.cfg.cameras:
-            found = sorted({m.group(1) for name, _types in self.get_topic_names_and_types()
-                            if (m := self._camera_topic.match(name))})
+            found = sorted(
+                {
+                    m.group(1)
+                    for name, _types in self.get_topic_names_and_types()
+                    if (m := self._camera_topic.match(name))
+                }
+            )
             if found != self.model.cameras:
                 self._set_cameras(found)
         watched = self.dash.frames.watched(now)
         for cam in self.model.cameras:
             if watched and cam not in self._image_subs:
                 self._image_subs[cam] = self.create_subscription(
-                    Image, camera_topic(self.cfg.image_topic_pattern, cam),
-                    message_callback(lambda m, c=cam: self._on_image(c, m)), live_image_qos())
+                    Image,
+                    camera_topic(self.cfg.image_topic_pattern, cam),
+                    message_callback(lambda m, c=cam: self._on_image(c, m)),
+                    live_image_qos(),
+                )
         if not watched and self._image_subs:
             for sub in self._image_subs.values():
                 self.destroy_subscription(sub)
@@ -160,9 +213,16 @@ class DashboardNode(Node):
             self.dash.frames.forget()
 
     def _publish_status(self) -> None:
-        self.pub_status.publish(String(data=json.dumps(
-            {"watched": bool(self._image_subs),
-             "images_received": {cam: {"count": n} for cam, n in sorted(self._images.items())}})))
+        self.pub_status.publish(
+            String(
+                data=json.dumps(
+                    {
+                        "watched": bool(self._image_subs),
+                        "images_received": {cam: {"count": n} for cam, n in sorted(self._images.items())},
+                    }
+                )
+            )
+        )
 
     def on_shutdown(self) -> None:
         self.server.close()

@@ -7,6 +7,7 @@ on the writer thread for encoder queue space before it is dropped and counted (t
 ``LeRobotRecorderConfig`` in piper_recorder.recording.config). Its columns are the feature table's
 (plus any extra inputs of its ``mapping``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,8 +32,14 @@ class LeRobotRecorder(RecorderNode):
         from piper_recorder.lerobot.writer import LeRobotWriter
 
         writer = LeRobotWriter(self.cfg.root, lerobot_writer_config(self.cfg, topics.cameras, table=topics.table))
-        return LeRobotTarget(writer, save_raw_quest=self.cfg.save_raw_quest, table=topics.table,
-                             verdict=self.verdict_cfg, fps=self.cfg.fps, cameras=tuple(topics.cameras))
+        return LeRobotTarget(
+            writer,
+            save_raw_quest=self.cfg.save_raw_quest,
+            table=topics.table,
+            verdict=self.verdict_cfg,
+            fps=self.cfg.fps,
+            cameras=tuple(topics.cameras),
+        )
 
 
 def main(args: list[str] | None = None) -> None:

@@ -12,6 +12,7 @@ Services /arm/enable, /arm/disable, /arm/go_home (std_srvs/Trigger).
 With ``emulate: true`` the CAN-level emulator runs in this process on a python-can virtual bus named
 after ``can_channel``; the node then enables the arm and holds the current pose.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,21 @@ from piper_recorder.piper.controller import ArmController
 from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
 from piper_recorder.piper.link import SDK_VERSION, PiperLink
 from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
-from piper_recorder.names import (ARM_DISABLE, ARM_ENABLE, ARM_GO_HOME, ARM_JOINTS, ARM_PROVENANCE, ARM_STATUS,
-                                  COMMANDED_GRIPPER, COMMANDED_POSE, EEF_POSE, GRIPPER_JOINTS, JOINT_STATES,
-                                  TARGET_GRIPPER, TARGET_POSE)
+from piper_recorder.names import (
+    ARM_DISABLE,
+    ARM_ENABLE,
+    ARM_GO_HOME,
+    ARM_JOINTS,
+    ARM_PROVENANCE,
+    ARM_STATUS,
+    COMMANDED_GRIPPER,
+    COMMANDED_POSE,
+    EEF_POSE,
+    GRIPPER_JOINTS,
+    JOINT_STATES,
+    TARGET_GRIPPER,
+    TARGET_POSE,
+)
 
 FRAME = "arm_base"
 
@@ -72,8 +85,9 @@ class PiperArmNode(Node):
             raise ParameterError(f"can_channel {cfg.can_channel!r} ({cfg.can_interface}): cannot open: {exc}") from exc
 
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         self.pub_joints = self.create_publisher(JointState, JOINT_STATES, arm_qos)
         self.pub_eef = self.create_publisher(PoseStamped, EEF_POSE, arm_qos)
         self.pub_cmd_pose = self.create_publisher(PoseStamped, COMMANDED_POSE, arm_qos)
@@ -85,11 +99,17 @@ class PiperArmNode(Node):
         # each of ~200 a second: the tick that sends them validates them just before; in position control
         # the loop wakes when they arrive (ArmController._run_on_inputs)
         self.inputs = PolledInputs(self)
-        self.ctl = ArmController(cfg, self.link, on_command=self._on_command, take_inputs=self.inputs.poll,
-                                 wait_inputs=self.inputs.wait, interrupt=self.inputs.interrupt)
+        self.ctl = ArmController(
+            cfg,
+            self.link,
+            on_command=self._on_command,
+            take_inputs=self.inputs.poll,
+            wait_inputs=self.inputs.wait,
+            interrupt=self.inputs.interrupt,
+        )
         try:
             self.ctl.start(enable=cfg.emulate or cfg.auto_enable)
-        except FirmwareRefused as exc:   # before enabling: the arm was never commanded
+        except FirmwareRefused as exc:  # before enabling: the arm was never commanded
             self.link.close()
             if self.emulator is not None:
                 self.emulator.stop()
@@ -108,10 +128,12 @@ class PiperArmNode(Node):
         self.create_service(Trigger, ARM_GO_HOME, self._srv_go_home, callback_group=services)
         self.link.set_frame_listener(self._on_frame, (ID_JOINTS[-1], ID_POSE[-1]))
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
-        self.get_logger().info(f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
-                               f"({cfg.can_interface}{', emulated' if cfg.emulate else ''}) "
-                               f"firmware={self.ctl.firmware} state={self.ctl.state} "
-                               f"can_silence_s={cfg.can_silence_s}")
+        self.get_logger().info(
+            f"piper_arm: backend={cfg.backend} channel={cfg.can_channel} "
+            f"({cfg.can_interface}{', emulated' if cfg.emulate else ''}) "
+            f"firmware={self.ctl.firmware} state={self.ctl.state} "
+            f"can_silence_s={cfg.can_silence_s}"
+        )
 
     # ------------------------------------------------------------ inputs
     def _on_target(self, msg: PoseStamped, _received_ns: int) -> None:
@@ -144,7 +166,9 @@ class PiperArmNode(Node):
         completes is published, from the frames' values (``PiperLink.joint_state``, ``flange_pose``)."""
         if frame_id == ID_JOINTS[-1]:
             stamp, position, velocity, effort = self.link.joint_state()
-            self.pub_joints.publish(cdr_encode.joint_state(int(stamp * 1e9), "", ARM_JOINTS, position, velocity, effort))
+            self.pub_joints.publish(
+                cdr_encode.joint_state(int(stamp * 1e9), "", ARM_JOINTS, position, velocity, effort)
+            )
         else:
             stamp, xyz, quat = self.link.flange_pose()
             self.pub_eef.publish(cdr_encode.pose_stamped(int(stamp * 1e9), FRAME, xyz, quat))
@@ -170,11 +194,21 @@ class PiperArmNode(Node):
 
     def _publish_provenance(self) -> None:
         c = self.cfg
-        record = {"backend": c.backend, "kp": c.kp, "kd": c.kd, "t_ff": c.t_ff, "gravity_ff": c.gravity_ff,
-                  "firmware": self.ctl.firmware, "arm_model": "agilex_piper" + (" (emulated)" if c.emulate else ""),
-                  "can_channel": c.can_channel, "sdk_version": SDK_VERSION, "can_interface": c.can_interface,
-                  "control_rate_hz": c.control_rate_hz, "speed": c.speed,
-                  "euler_convention": "R = Rz(rz) Ry(ry) Rx(rx) (extrinsic XYZ)"}
+        record = {
+            "backend": c.backend,
+            "kp": c.kp,
+            "kd": c.kd,
+            "t_ff": c.t_ff,
+            "gravity_ff": c.gravity_ff,
+            "firmware": self.ctl.firmware,
+            "arm_model": "agilex_piper" + (" (emulated)" if c.emulate else ""),
+            "can_channel": c.can_channel,
+            "sdk_version": SDK_VERSION,
+            "can_interface": c.can_interface,
+            "control_rate_hz": c.control_rate_hz,
+            "speed": c.speed,
+            "euler_convention": "R = Rz(rz) Ry(ry) Rx(rx) (extrinsic XYZ)",
+        }
         self.pub_provenance.publish(String(data=json.dumps(record)))
 
     # ------------------------------------------------------------ services
@@ -191,8 +225,11 @@ class PiperArmNode(Node):
     def _srv_go_home(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
         ok = self.ctl.go_home()
         res.success = ok
-        res.message = "homing to " + json.dumps([round(math.degrees(v), 1) for v in self.cfg.home_joints]) \
-            + " deg" if ok else f"cannot home in state {self.ctl.state}"
+        res.message = (
+            "homing to " + json.dumps([round(math.degrees(v), 1) for v in self.cfg.home_joints]) + " deg"
+            if ok
+            else f"cannot home in state {self.ctl.state}"
+        )
         return res
 
     def on_shutdown(self) -> None:

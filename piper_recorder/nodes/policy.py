@@ -14,6 +14,7 @@ policy's targets at once (teleop drives); only ``~/resume`` hands the arm back, 
 backend, URL or checkpoint, content hash, chunk settings, ``active``) and ``/policy/actor`` (String,
 latched: ``policy`` | ``operator`` | ``none``) for the recorders.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,21 @@ from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import image_to_numpy, joint_positions, pose, stamp_ns
 from piper_recorder.process.delivery import ImageCounts
-from piper_recorder.names import (ARM_PROVENANCE, EEF_POSE, JOINT_STATES, POLICY_ACTOR, POLICY_PROVENANCE,
-                                  POLICY_SERVICES, QUEST_JOY_PATTERN, STATUS, TARGET_GRIPPER, TARGET_POSE,
-                                  TELEOP_STATUS, camera_topic, quest_topic)
+from piper_recorder.names import (
+    ARM_PROVENANCE,
+    EEF_POSE,
+    JOINT_STATES,
+    POLICY_ACTOR,
+    POLICY_PROVENANCE,
+    POLICY_SERVICES,
+    QUEST_JOY_PATTERN,
+    STATUS,
+    TARGET_GRIPPER,
+    TARGET_POSE,
+    TELEOP_STATUS,
+    camera_topic,
+    quest_topic,
+)
 from piper_recorder.nodes.plumbing.callbacks import message_callback
 from piper_recorder.nodes.plumbing.executors import run_in_thread
 from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
@@ -50,7 +63,7 @@ from piper_recorder.policy.safety import Target
 from piper_recorder.teleop.limits import LimitsConfig
 
 STATUS_HZ = 2.0
-ACTOR_POLL_HZ = 50.0   # a change of the acting source reaches /policy/actor within 20 ms
+ACTOR_POLL_HZ = 50.0  # a change of the acting source reaches /policy/actor within 20 ms
 
 
 def training_root(cfg: PolicyConfig) -> str:
@@ -58,7 +71,7 @@ def training_root(cfg: PolicyConfig) -> str:
     if cfg.root:
         return cfg.root
     if cfg.policy.startswith("replay:"):
-        return cfg.policy[len("replay:"):].rpartition(":")[0]
+        return cfg.policy[len("replay:") :].rpartition(":")[0]
     raise ParameterError("policy: parameter 'root' (the training root) is required")
 
 
@@ -86,7 +99,9 @@ class PolicyNode(Node):
 
         g = ReentrantCallbackGroup()
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         images = live_image_qos()
         self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
         self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
@@ -101,13 +116,18 @@ class PolicyNode(Node):
         self.image_counts = ImageCounts(list(meta.cameras))
         self.input_fps = cfg.fps or meta.fps
         for i, cam in enumerate(meta.cameras):
-            self.create_subscription(Image, camera_topic(cfg.image_topic_pattern, cam),
-                                     message_callback(lambda m, c=cam, i=i: self._on_image(c, i, m)), images,
-                                     callback_group=g)
+            self.create_subscription(
+                Image,
+                camera_topic(cfg.image_topic_pattern, cam),
+                message_callback(lambda m, c=cam, i=i: self._on_image(c, i, m)),
+                images,
+                callback_group=g,
+            )
         self.create_subscription(Joy, quest_topic(QUEST_JOY_PATTERN, cfg.hand), self._on_joy, sensor, callback_group=g)
         self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable, callback_group=g)
-        for name, fn in zip(POLICY_SERVICES, (self._srv_start, self._srv_stop, self._srv_pause, self._srv_resume),
-                            strict=True):
+        for name, fn in zip(
+            POLICY_SERVICES, (self._srv_start, self._srv_stop, self._srv_pause, self._srv_resume), strict=True
+        ):
             self.create_service(Trigger, f"~/{name}", fn, callback_group=g)
         self.create_timer(1.0 / STATUS_HZ, self._publish_status, callback_group=g)
         # The latched topics are published on the executor thread only (the control thread publishes just
@@ -116,8 +136,10 @@ class PolicyNode(Node):
         self.create_timer(1.0 / ACTOR_POLL_HZ, self._publish_actor, callback_group=g)
         self._actor = "none"
         self._loop = FixedRateLoop(cfg.period_s, self._tick, "policy-control", self._tick_failed)
-        self.get_logger().info(f"policy: {cfg.policy} trained on {self.root} ({meta.fps:g} fps, cameras "
-                               f"{sorted(meta.cameras)}), task '{task}'; call ~/start")
+        self.get_logger().info(
+            f"policy: {cfg.policy} trained on {self.root} ({meta.fps:g} fps, cameras "
+            f"{sorted(meta.cameras)}), task '{task}'; call ~/start"
+        )
 
     def _warn(self, message: str) -> None:
         self.get_logger().warning(message)
@@ -135,7 +157,7 @@ class PolicyNode(Node):
             self.builder.add_eef_pose(stamp_ns(msg), p, q)
 
     def _on_image(self, cam: str, i: int, msg: Image) -> None:
-        self.image_counts.on_image(i, msg.header)   # a counter bump per frame (the executor's one thread)
+        self.image_counts.on_image(i, msg.header)  # a counter bump per frame (the executor's one thread)
         try:
             rgb = image_to_numpy(msg)
         except ValueError:
@@ -201,14 +223,15 @@ class PolicyNode(Node):
         self._actor = tick.actor
 
     def _publish_target(self, t: Target) -> None:
-        if not t.finite():   # the runtime guarantees it; this is the last gate before the arm
+        if not t.finite():  # the runtime guarantees it; this is the last gate before the arm
             return
         stamp = ns_to_stamp(now_ns(self))
         msg = PoseStamped()
         msg.header.stamp, msg.header.frame_id = stamp, self.cfg.arm_frame
         msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in t.p)
-        (msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z,
-         msg.pose.orientation.w) = (float(v) for v in t.q)
+        (msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z, msg.pose.orientation.w) = (
+            float(v) for v in t.q
+        )
         self.pub_target.publish(msg)
         grip = JointState()
         grip.header.stamp = stamp
@@ -228,10 +251,14 @@ class PolicyNode(Node):
 
     def _publish_status(self) -> None:
         with self._lock:
-            st = {**self.runtime.status(), "actor": self._actor, "policy": self.cfg.policy,
-                  "input_age_s": self.runtime.ages(now_ns(self)),
-                  "images_received": self.image_counts.snapshot(time.monotonic()),
-                  "images_required": {"min_fps": self.input_fps}}
+            st = {
+                **self.runtime.status(),
+                "actor": self._actor,
+                "policy": self.cfg.policy,
+                "input_age_s": self.runtime.ages(now_ns(self)),
+                "images_received": self.image_counts.snapshot(time.monotonic()),
+                "images_required": {"min_fps": self.input_fps},
+            }
         self.pub_status.publish(String(data=json.dumps(st, default=str)))
 
     # ---- services ---------------------------------------------------------------------------
@@ -243,8 +270,10 @@ class PolicyNode(Node):
             return str(exc)
         old = self.builder.meta
         if meta.cameras != old.cameras or meta.fps != old.fps:
-            return (f"the training root changed (cameras {old.cameras} -> {meta.cameras}, fps {old.fps} -> "
-                    f"{meta.fps}); restart the node")
+            return (
+                f"the training root changed (cameras {old.cameras} -> {meta.cameras}, fps {old.fps} -> "
+                f"{meta.fps}); restart the node"
+            )
         self.builder.meta = meta
         return None
 
@@ -255,7 +284,7 @@ class PolicyNode(Node):
                 if problem:
                     return False, f"refused: {problem}", ""
                 ok, msg = self.runtime.start(now_ns(self), self._arm_provenance)
-            return ok, msg, self._provenance(True) if ok else ""   # outside the lock
+            return ok, msg, self._provenance(True) if ok else ""  # outside the lock
 
         ok, msg, prov = await run_in_thread(start)
         if ok:

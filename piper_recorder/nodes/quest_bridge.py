@@ -10,6 +10,7 @@ restarted headset shows the recording tint at once. A backlog read from the sock
 control (newest pose, joys with a button edge or the lowest grip, newest joy:
 ``BridgeCore.handle_batch``), never for /quest/raw.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,18 @@ from sensor_msgs.msg import Joy
 from std_msgs.msg import String
 
 from piper_recorder.cdr import encode as cdr_encode
-from piper_recorder.names import (DIAGNOSTICS, QUEST_COMMAND, QUEST_DEVICES, QUEST_HANDS, QUEST_HAPTIC, QUEST_HELLO,
-                                  QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, QUEST_RAW, quest_topic)
+from piper_recorder.names import (
+    DIAGNOSTICS,
+    QUEST_COMMAND,
+    QUEST_DEVICES,
+    QUEST_HANDS,
+    QUEST_HAPTIC,
+    QUEST_HELLO,
+    QUEST_JOY_PATTERN,
+    QUEST_POSE_PATTERN,
+    QUEST_RAW,
+    quest_topic,
+)
 from piper_recorder.nodes.plumbing.callbacks import timer_callback
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.run_node import run_node
@@ -57,13 +68,22 @@ class QuestBridgeConfig:
     stale_s: float = 0.5  # no frame for this long while connected -> WARN
 
     def client(self) -> ClientConfig:
-        return ClientConfig(host=self.host, port=self.port, reconnect_s=self.reconnect_s,
-                            reconnect_max_s=self.reconnect_max_s, silence_timeout_s=self.silence_timeout_s,
-                            max_line_bytes=self.max_line_bytes, quat_tolerance=self.quat_tolerance)
+        return ClientConfig(
+            host=self.host,
+            port=self.port,
+            reconnect_s=self.reconnect_s,
+            reconnect_max_s=self.reconnect_max_s,
+            silence_timeout_s=self.silence_timeout_s,
+            max_line_bytes=self.max_line_bytes,
+            quat_tolerance=self.quat_tolerance,
+        )
 
     def clock(self) -> ClockMapperConfig:
-        return ClockMapperConfig(window_s=self.clock_window_s, jump_threshold_s=self.clock_jump_threshold_s,
-                                 jump_confirm_s=min(1.0, self.clock_window_s))
+        return ClockMapperConfig(
+            window_s=self.clock_window_s,
+            jump_threshold_s=self.clock_jump_threshold_s,
+            jump_confirm_s=min(1.0, self.clock_window_s),
+        )
 
     def validate(self) -> None:
         self.client().validate()
@@ -80,19 +100,21 @@ class QuestBridge(Node):
         self.cfg = declare_config(self, QuestBridgeConfig)
         self.core = BridgeCore(self.cfg.clock(), self.cfg.frame_prefix)
         self._lock = threading.Lock()
-        self.pose_pubs = {d: self.create_publisher(PoseStamped, quest_topic(QUEST_POSE_PATTERN, d), 10)
-                          for d in QUEST_DEVICES}
+        self.pose_pubs = {
+            d: self.create_publisher(PoseStamped, quest_topic(QUEST_POSE_PATTERN, d), 10) for d in QUEST_DEVICES
+        }
         self.joy_pubs = {h: self.create_publisher(Joy, quest_topic(QUEST_JOY_PATTERN, h), 10) for h in QUEST_HANDS}
         self.raw_pub = self.create_publisher(String, QUEST_RAW, 200)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         self.hello_pub = self.create_publisher(String, QUEST_HELLO, latched)
         self.diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
         self.create_subscription(String, QUEST_HAPTIC, self._on_haptic, 10)
         self.haptic_invalid = 0
         self.create_subscription(String, QUEST_COMMAND, self._on_command, 10)
         self.command_invalid = 0
-        self._ui_state: dict[str, dict] = {}   # "color" / "panel<N>" -> the latest such command (replayed on connect)
+        self._ui_state: dict[str, dict] = {}  # "color" / "panel<N>" -> the latest such command (replayed on connect)
         # one message per topic, refilled for each frame: publish serialises it at once, and only the
         # client thread publishes them (~450 messages/s otherwise built and dropped)
         self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
@@ -187,25 +209,37 @@ class QuestBridge(Node):
         else:
             level, text = DiagnosticStatus.OK, f"streaming {rate:.1f} Hz"
         values = {
-            "state": st.state, "endpoint": f"{self.cfg.host}:{self.cfg.port}",
-            "connects": st.connects, "connect_failures": st.connect_failures,
-            "silence_reconnects": st.silence_reconnects, "bytes_received": st.bytes_received,
-            "frame_rate_hz": f"{rate:.2f}", "last_frame_age_s": f"{age:.3f}",
-            "clock_offset_ns": offset if offset is not None else "none", "clock_resets": clock_resets,
+            "state": st.state,
+            "endpoint": f"{self.cfg.host}:{self.cfg.port}",
+            "connects": st.connects,
+            "connect_failures": st.connect_failures,
+            "silence_reconnects": st.silence_reconnects,
+            "bytes_received": st.bytes_received,
+            "frame_rate_hz": f"{rate:.2f}",
+            "last_frame_age_s": f"{age:.3f}",
+            "clock_offset_ns": offset if offset is not None else "none",
+            "clock_resets": clock_resets,
             "arrival_delay_ms": f"{delay / 1e6:.3f}",
-            "haptic_sent": st.commands_sent, "haptic_failed": st.commands_failed,
+            "haptic_sent": st.commands_sent,
+            "haptic_failed": st.commands_failed,
             "rejection_notices": st.notices_sent,
-            "haptic_invalid": self.haptic_invalid, "command_invalid": self.command_invalid,
-            "rejected_total": sum(rejected.values()), "last_rejection": self.client.parser.last_rejection,
+            "haptic_invalid": self.haptic_invalid,
+            "command_invalid": self.command_invalid,
+            "rejected_total": sum(rejected.values()),
+            "last_rejection": self.client.parser.last_rejection,
             **{f"rejected.{k}": v for k, v in sorted(rejected.items())},
             **{f"count.{k}": v for k, v in sorted(counters.items())},
             # who listens (teleop, a bag recorder): a topic nobody subscribes to is not even published
             **{f"subscribers.{d}_pose": pub.get_subscription_count() for d, pub in self.pose_pubs.items()},
             **{f"subscribers.{h}_joy": pub.get_subscription_count() for h, pub in self.joy_pubs.items()},
         }
-        status = DiagnosticStatus(level=level, name="quest_bridge: headset", message=text,
-                                  hardware_id=f"quest@{self.cfg.host}:{self.cfg.port}",
-                                  values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+        status = DiagnosticStatus(
+            level=level,
+            name="quest_bridge: headset",
+            message=text,
+            hardware_id=f"quest@{self.cfg.host}:{self.cfg.port}",
+            values=[KeyValue(key=k, value=str(v)) for k, v in values.items()],
+        )
         arr = DiagnosticArray(status=[status])
         arr.header.stamp = ns_to_stamp(now)
         self.diag_pub.publish(arr)

@@ -15,6 +15,7 @@ tint (red while recording) goes to quest_bridge as a ``/quest/command`` on each 
 latency from capture (the image stamp) to the frame's last byte handed to the socket (p50/p99/max
 over the last 300 frames), the encode time, and the camera frames received and panels sent.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,17 +37,35 @@ from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy
 from piper_recorder.process.delivery import ImageCounts, link_health, panel_target, received_rate
-from piper_recorder.names import (ARM_STATUS, CAMERA_STATUS_TOPIC_PATTERN, COLOR_TOPIC_PATTERN, DIAGNOSTICS,
-                                  EPISODE_EVENTS, LEROBOT_RECORDER, QUEST_COMMAND, STATUS, TELEOP_STATUS, camera_topic,
-                                  check_topic_pattern, node_topic)
+from piper_recorder.names import (
+    ARM_STATUS,
+    CAMERA_STATUS_TOPIC_PATTERN,
+    COLOR_TOPIC_PATTERN,
+    DIAGNOSTICS,
+    EPISODE_EVENTS,
+    LEROBOT_RECORDER,
+    QUEST_COMMAND,
+    STATUS,
+    TELEOP_STATUS,
+    camera_topic,
+    check_topic_pattern,
+    node_topic,
+)
 from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.nodes.plumbing.callbacks import timer_callback
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.qos import live_image_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
-from piper_recorder.quest.video import (MAX_CAMERA_PANELS, TINT_IDLE, TINT_RECORDING, HUD_PANEL,
-                                        PanelSender, SenderConfig, color_command)
+from piper_recorder.quest.video import (
+    MAX_CAMERA_PANELS,
+    TINT_IDLE,
+    TINT_RECORDING,
+    HUD_PANEL,
+    PanelSender,
+    SenderConfig,
+    color_command,
+)
 
 LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
 BRIDGE_STATUS = "quest_bridge: headset"
@@ -59,24 +78,25 @@ class QuestVideoConfig:
     # the video channel's link settings default to the sender's (one set of defaults)
     host: str = SenderConfig.host
     port: int = SenderConfig.port
-    cameras: list[str] = field(default_factory=list)   # panels 0..2, left to right
-    image_topic_pattern: str = COLOR_TOPIC_PATTERN   # the recorders' parameter: names, one placeholder {cam}
+    cameras: list[str] = field(default_factory=list)  # panels 0..2, left to right
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN  # the recorders' parameter: names, one placeholder {cam}
     fps: float = 15.0
     quality: int = 70
     max_width: int = 640
-    labels: bool = True              # the camera's name in a banner on its panel
+    labels: bool = True  # the camera's name in a banner on its panel
     hud: bool = True
     hud_hz: float = 5.0
     hud_quality: int = 80
-    recorder: str = LEROBOT_RECORDER   # whose status and events the HUD shows
+    recorder: str = LEROBOT_RECORDER  # whose status and events the HUD shows
     tint: bool = True
     tint_refresh_s: float = 5.0
     reconnect_s: float = SenderConfig.reconnect_s
     reconnect_max_s: float = SenderConfig.reconnect_max_s
 
     def sender(self) -> SenderConfig:
-        return SenderConfig(host=self.host, port=self.port, reconnect_s=self.reconnect_s,
-                            reconnect_max_s=self.reconnect_max_s)
+        return SenderConfig(
+            host=self.host, port=self.port, reconnect_s=self.reconnect_s, reconnect_max_s=self.reconnect_max_s
+        )
 
     def validate(self) -> None:
         self.sender().validate()
@@ -103,26 +123,36 @@ class QuestVideo(Node):
         self._lock = threading.Lock()
         self.model = HudModel(self.cfg.recorder)
         self.sender = PanelSender(self.cfg.sender())
-        self._latest: dict[int, tuple[int, Any]] = {}     # panel -> (seq, image message)
+        self._latest: dict[int, tuple[int, Any]] = {}  # panel -> (seq, image message)
         self._sent_seq: dict[int, int] = {}
-        self._latency_ms: dict[int, deque[float]] = {i: deque(maxlen=LATENCY_WINDOW)
-                                                     for i in range(len(self.cfg.cameras))}
-        self._encode_ms: dict[int, deque[float]] = {i: deque(maxlen=LATENCY_WINDOW)
-                                                    for i in range(len(self.cfg.cameras))}
-        self._counts = ImageCounts(self.cfg.cameras)   # frames received per camera (delivery health)
-        self._sent_counts = ImageCounts(self.cfg.cameras)   # panels sent per camera, for their rate
-        self._camera_fps: dict[str, float | None] = {}    # each camera's published rate (its ~/status)
+        self._latency_ms: dict[int, deque[float]] = {
+            i: deque(maxlen=LATENCY_WINDOW) for i in range(len(self.cfg.cameras))
+        }
+        self._encode_ms: dict[int, deque[float]] = {
+            i: deque(maxlen=LATENCY_WINDOW) for i in range(len(self.cfg.cameras))
+        }
+        self._counts = ImageCounts(self.cfg.cameras)  # frames received per camera (delivery health)
+        self._sent_counts = ImageCounts(self.cfg.cameras)  # panels sent per camera, for their rate
+        self._camera_fps: dict[str, float | None] = {}  # each camera's published rate (its ~/status)
         self._recorder_status: dict[str, Any] = {}
         self._recorder_status_t = -math.inf
-        self.skipped_frames = 0   # camera frames that arrived but were never sent (the camera outran fps)
+        self.skipped_frames = 0  # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         for idx, cam in enumerate(self.cfg.cameras):
-            self.create_subscription(ImageMsg, camera_topic(self.cfg.image_topic_pattern, cam),
-                                     functools.partial(self._on_image, idx), live_image_qos())
+            self.create_subscription(
+                ImageMsg,
+                camera_topic(self.cfg.image_topic_pattern, cam),
+                functools.partial(self._on_image, idx),
+                live_image_qos(),
+            )
         self.create_subscription(String, node_topic(self.cfg.recorder, STATUS), self._on_recorder_status, reliable)
-        for cam in self.cfg.cameras:   # the cameras' published rates (sim_camera; a realsense has no status)
-            self.create_subscription(String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam),
-                                     functools.partial(self._on_camera_status, cam), 10)
+        for cam in self.cfg.cameras:  # the cameras' published rates (sim_camera; a realsense has no status)
+            self.create_subscription(
+                String,
+                camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam),
+                functools.partial(self._on_camera_status, cam),
+                10,
+            )
         self.create_subscription(String, EPISODE_EVENTS, self._on_episode_event, reliable)
         self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 10)
@@ -133,15 +163,17 @@ class QuestVideo(Node):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._stream, name="quest-video", daemon=True)
         self._thread.start()
-        self.get_logger().info(f"streaming {self.cfg.cameras} at {self.cfg.fps:g} fps q{self.cfg.quality} "
-                               f"+ HUD at {self.cfg.hud_hz:g} Hz to {self.cfg.host}:{self.cfg.port}")
+        self.get_logger().info(
+            f"streaming {self.cfg.cameras} at {self.cfg.fps:g} fps q{self.cfg.quality} "
+            f"+ HUD at {self.cfg.hud_hz:g} Hz to {self.cfg.host}:{self.cfg.port}"
+        )
 
     # ---- inputs (executor thread: store only) --------------------------------------------------
     def _on_image(self, idx: int, msg: ImageMsg) -> None:
         with self._lock:
             prev = self._latest.get(idx, (0, None))[0]
             if prev and self._sent_seq.get(idx, 0) != prev:
-                self.skipped_frames += 1   # the previous frame was never sent: expected when the camera outruns fps
+                self.skipped_frames += 1  # the previous frame was never sent: expected when the camera outruns fps
             self._latest[idx] = (prev + 1, msg)
             self._counts.on_image(idx, msg.header)
 
@@ -163,8 +195,9 @@ class QuestVideo(Node):
         if (st := self._json(msg)) is not None:
             fps = st.get("fps")
             with self._lock:
-                self._camera_fps[cam] = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) \
-                    else None
+                self._camera_fps[cam] = (
+                    float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
+                )
 
     def _on_episode_event(self, msg: String) -> None:
         if (ev := self._json(msg)) is not None:
@@ -185,14 +218,16 @@ class QuestVideo(Node):
                 except ValueError:
                     rate = None
                 with self._lock:
-                    self.model.on_headset(values.get("state", ""), rate if rate is not None and math.isfinite(rate)
-                                          else None)
+                    self.model.on_headset(
+                        values.get("state", ""), rate if rate is not None and math.isfinite(rate) else None
+                    )
 
     def _on_arm_status(self, msg: DiagnosticArray) -> None:
         if not msg.status:
             return
-        worst = max(msg.status, key=lambda s: int.from_bytes(s.level, "little") if isinstance(s.level, bytes)
-                    else int(s.level))
+        worst = max(
+            msg.status, key=lambda s: int.from_bytes(s.level, "little") if isinstance(s.level, bytes) else int(s.level)
+        )
         level = int.from_bytes(worst.level, "little") if isinstance(worst.level, bytes) else int(worst.level)
         with self._lock:
             self.model.on_arm(time.time(), LEVELS.get(level, str(level)), worst.message)
@@ -206,7 +241,7 @@ class QuestVideo(Node):
         tint: tuple[float, float, float, float] | None = None
         tint_sent = -math.inf
         while not self._stop.is_set():
-            linked = self.sender.ensure_connected()   # nothing is encoded while the headset is away
+            linked = self.sender.ensure_connected()  # nothing is encoded while the headset is away
             for idx in range(len(self.cfg.cameras)):
                 if linked:
                     self._send_camera(idx)
@@ -224,7 +259,7 @@ class QuestVideo(Node):
             next_t += period
             delay = next_t - time.monotonic()
             if delay < -period:
-                next_t = time.monotonic()   # fell behind: resync, never burst
+                next_t = time.monotonic()  # fell behind: resync, never burst
             elif delay > 0 and self._stop.wait(delay):
                 break
 
@@ -242,8 +277,12 @@ class QuestVideo(Node):
         if rgb.ndim != 3:
             return
         t0 = time.perf_counter()
-        jpeg = encode_panel(np.ascontiguousarray(rgb[..., :3]), self.cfg.quality, self.cfg.max_width,
-                            self.cfg.cameras[idx] if self.cfg.labels else "")
+        jpeg = encode_panel(
+            np.ascontiguousarray(rgb[..., :3]),
+            self.cfg.quality,
+            self.cfg.max_width,
+            self.cfg.cameras[idx] if self.cfg.labels else "",
+        )
         t1 = time.perf_counter()
         if self.sender.send(idx, jpeg):
             stamp = stamp_to_ns(msg.header.stamp)
@@ -260,15 +299,25 @@ class QuestVideo(Node):
             if not values:
                 return {"n": 0}
             a = np.asarray(values)
-            return {"n": int(a.size), "p50": round(float(np.percentile(a, 50)), 2),
-                    "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2)}
+            return {
+                "n": int(a.size),
+                "p50": round(float(np.percentile(a, 50)), 2),
+                "p99": round(float(np.percentile(a, 99)), 2),
+                "max": round(float(a.max()), 2),
+            }
 
         now = time.monotonic()
         with self._lock:
             received = self._counts.snapshot(now)
-            cams = {cam: {"received": received[cam]["count"], "sent": st.sent.get(i, 0),
-                          "latency_ms": pct(self._latency_ms[i]), "encode_ms": pct(self._encode_ms[i])}
-                    for i, cam in enumerate(self.cfg.cameras)}
+            cams = {
+                cam: {
+                    "received": received[cam]["count"],
+                    "sent": st.sent.get(i, 0),
+                    "latency_ms": pct(self._latency_ms[i]),
+                    "encode_ms": pct(self._encode_ms[i]),
+                }
+                for i, cam in enumerate(self.cfg.cameras)
+            }
             skipped = self.skipped_frames
             self._sent_counts.count[:] = [st.sent.get(i, 0) for i in range(len(self.cfg.cameras))]
             sent = self._sent_counts.snapshot(now)
@@ -280,18 +329,27 @@ class QuestVideo(Node):
             # the target: our fps, or what the camera delivered to us if less (frames never received cannot be sent)
             target, floor = panel_target(self.cfg.fps, published.get(cam) or received_rate(received[cam]))
             panels[cam] = {"fps": sent[cam]["fps"], "target_fps": round(target, 2), "min_fps": round(floor, 2)}
-        status = {"state": st.state, "endpoint": f"{self.cfg.host}:{self.cfg.port}", "connects": st.connects,
-                  "connect_failures": st.connect_failures, "disconnects": st.disconnects,
-                  "sent": {str(k): v for k, v in sorted(st.sent.items())},
-                  "dropped": {str(k): v for k, v in sorted(st.dropped.items())},
-                  "bytes_sent": st.bytes_sent, "camera_frames_skipped": skipped, "cameras": cams,
-                  "last_error": st.last_error, "images_received": received, "panels": panels}
+        status = {
+            "state": st.state,
+            "endpoint": f"{self.cfg.host}:{self.cfg.port}",
+            "connects": st.connects,
+            "connect_failures": st.connect_failures,
+            "disconnects": st.disconnects,
+            "sent": {str(k): v for k, v in sorted(st.sent.items())},
+            "dropped": {str(k): v for k, v in sorted(st.dropped.items())},
+            "bytes_sent": st.bytes_sent,
+            "camera_frames_skipped": skipped,
+            "cameras": cams,
+            "last_error": st.last_error,
+            "images_received": received,
+            "panels": panels,
+        }
         # The HUD's health: our panels and the primary recorder's delivery, per camera (piper_recorder.process.delivery);
         # panels are judged only while the headset link is up (nothing is encoded while it is away).
         mine = status if st.state == "connected" else {**status, "panels": {}}
         links = link_health({"quest_video": mine, self.cfg.recorder: recorder}, published)
         degraded = [link.why for link in links if not link.ok]
-        if isinstance(recorder, dict) and recorder.get("falling_behind"):   # its writer is behind real time
+        if isinstance(recorder, dict) and recorder.get("falling_behind"):  # its writer is behind real time
             degraded.insert(0, f"{self.cfg.recorder} writer {recorder.get('writer_lag_s', '?')} s behind")
         with self._lock:
             self.model.on_delivery(degraded)

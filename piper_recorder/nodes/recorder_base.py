@@ -29,6 +29,7 @@ message; the router turns messages into the controller's inputs exactly as the c
 latched input (``InputSpec.latched``: the policy node's /policy/actor) is subscribed transient-local,
 so a recorder started after the policy node still gets the current value.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -53,8 +54,15 @@ from piper_recorder.recording.verdict import VerdictConfig
 
 from piper_recorder.process.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
-from piper_recorder.names import (EPISODE_EVENTS, LABEL_EPISODE, POLICY_ACTOR, POLICY_PROVENANCE, RECORDER_SERVICES, STATUS,
-                                  STOP_EPISODE_AT)
+from piper_recorder.names import (
+    EPISODE_EVENTS,
+    LABEL_EPISODE,
+    POLICY_ACTOR,
+    POLICY_PROVENANCE,
+    RECORDER_SERVICES,
+    STATUS,
+    STOP_EPISODE_AT,
+)
 
 from piper_recorder.nodes.plumbing.callbacks import message_callback
 from piper_recorder.nodes.plumbing.decoded_subscription import DecodeErrors
@@ -78,7 +86,7 @@ class RecorderNode(Node):
     """Base node; subclasses name their config class and format and build the writer target."""
 
     config_class: type[RecorderConfig]
-    fmt: str   # "lerobot" | "rgbd": which inputs of the feature table it records
+    fmt: str  # "lerobot" | "rgbd": which inputs of the feature table it records
 
     def make_target(self, topics: TopicMap) -> EpisodeTarget[Any]:
         raise NotImplementedError
@@ -86,37 +94,47 @@ class RecorderNode(Node):
     def __init__(self, name: str):
         super().__init__(name)
         self.cfg = cfg = declare_config(self, self.config_class)
-        cfg.verdict = self.verdict_cfg = declare_config(self, VerdictConfig, "verdict.")   # the verdict's thresholds
+        cfg.verdict = self.verdict_cfg = declare_config(self, VerdictConfig, "verdict.")  # the verdict's thresholds
         try:
             self.topics = topics = topic_map(self.fmt, cfg)
-        except (OSError, ValueError) as exc:   # the mapping file: missing, unreadable, wrong
+        except (OSError, ValueError) as exc:  # the mapping file: missing, unreadable, wrong
             raise ParameterError(f"{name}: mapping {cfg.mapping!r}: {exc}") from exc
         try:
             target = self.make_target(topics)
-        except Exception as exc:   # unwritable path, another writer holds it, a damaged root, ...
+        except Exception as exc:  # unwritable path, another writer holds it, a damaged root, ...
             if not is_input_error(exc):
-                raise                  # a bug: the traceback, not a parameter message
+                raise  # a bug: the traceback, not a parameter message
             raise ParameterError(f"{name}: cannot open the dataset: {describe(exc)}") from exc
-        self._images_received: dict[str, dict[str, Any]] = {}   # the last snapshot (status timer only)
+        self._images_received: dict[str, dict[str, Any]] = {}  # the last snapshot (status timer only)
         self._arm_provenance: dict[str, Any] | None = None
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
         self._prov_waited = False
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.image_qos = recorder_image_qos(cfg.fps, cfg.image_reliability == "reliable")
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.pub_events = self.create_publisher(String, EPISODE_EVENTS, reliable)
-        self.policy_log = PolicyLog()   # every policy that acted in an episode, and when (episodes.jsonl)
+        self.policy_log = PolicyLog()  # every policy that acted in an episode, and when (episodes.jsonl)
         self.controller = EpisodeController(
-            target, cfg.assembly(tuple(topics.cameras), topics.table), recorder=self.get_name(),
-            max_episode_s=cfg.max_episode_s, publish_event=self._publish_event, session_record=self._session_record,
-            on_change=self._publish_status, log=lambda m: self.get_logger().info(m), max_lag_s=cfg.writer_max_lag_s,
+            target,
+            cfg.assembly(tuple(topics.cameras), topics.table),
+            recorder=self.get_name(),
+            max_episode_s=cfg.max_episode_s,
+            publish_event=self._publish_event,
+            session_record=self._session_record,
+            on_change=self._publish_status,
+            log=lambda m: self.get_logger().info(m),
+            max_lag_s=cfg.writer_max_lag_s,
             episode_fields=lambda origin, end: episode_fields(self.policy_log, origin, end),
-            stop_reach_s=cfg.stop_reach_s, drain=lambda: self.inputs.poll())
-        self.router = InputRouter(topics, self.controller, depth=target.depth,
-                                  warn=lambda m: self.get_logger().error(m))
+            stop_reach_s=cfg.stop_reach_s,
+            drain=lambda: self.inputs.poll(),
+        )
+        self.router = InputRouter(
+            topics, self.controller, depth=target.depth, warn=lambda m: self.get_logger().error(m)
+        )
         # frames received per camera (delivery health, piper_recorder.process.delivery): colour, and depth for RGB-D
         streams = [(cam, ct.color) for cam, ct in topics.cameras.items()]
         if target.depth:
@@ -125,40 +143,58 @@ class RecorderNode(Node):
         self._image_index = {topic: i for i, (_, topic) in enumerate(streams)}
         arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
         # a latched input (/policy/actor): its current value on joining, and every change after it
-        latched_input = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                                   durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched_input = QoSProfile(
+            depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         self.decode_errors = DecodeErrors()
         # taken on the tick thread before each row, not by the executor (PolledInputs; module doc), and
         # decoded as the bag converter decodes (cdr.decode): the same objects into the router
         self.inputs = PolledInputs(self, self.decode_errors)
         for r in self.router.routes:
-            qos = (self.image_qos if r.kind == IMAGE else 1000 if r.kind == TEXT
-                   else latched_input if r.kind == LATCHED else arm_qos)
+            qos = (
+                self.image_qos
+                if r.kind == IMAGE
+                else 1000
+                if r.kind == TEXT
+                else latched_input
+                if r.kind == LATCHED
+                else arm_qos
+            )
             self.inputs.subscribe(message_class(r.msg_type), r.topic, self._receiver(r), qos)
         self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
-        self._policy: dict[str, Any] | None = None   # the running policy (policy node), named in the provenance
+        self._policy: dict[str, Any] | None = None  # the running policy (policy node), named in the provenance
         self.create_subscription(String, POLICY_PROVENANCE, self._on_policy, latched)
-        self.create_subscription(String, POLICY_ACTOR,
-                                 message_callback(lambda m: self.policy_log.on_actor(now_ns(self), m.data)),
-                                 latched_input)
+        self.create_subscription(
+            String,
+            POLICY_ACTOR,
+            message_callback(lambda m: self.policy_log.on_actor(now_ns(self), m.data)),
+            latched_input,
+        )
         # services on their own node and executor thread (module doc): answered however busy the inputs are
-        self._control = Node(f"{self.get_name()}_control", namespace=self.get_namespace(), context=self.context,
-                             use_global_arguments=False, start_parameter_services=False)
+        self._control = Node(
+            f"{self.get_name()}_control",
+            namespace=self.get_namespace(),
+            context=self.context,
+            use_global_arguments=False,
+            start_parameter_services=False,
+        )
         base = self.get_fully_qualified_name()
-        for srv, fn in zip(RECORDER_SERVICES, (self._srv_start, self._srv_stop, self._srv_discard, self._srv_delete),
-                           strict=True):
+        for srv, fn in zip(
+            RECORDER_SERVICES, (self._srv_start, self._srv_stop, self._srv_discard, self._srv_delete), strict=True
+        ):
             self._control.create_service(Trigger, f"{base}/{srv}", fn)
         # the label: a JSON string in, success + message out (no installed interface has a typed payload
         # for it; AddDiagnostics is the one string -> (bool, string) service): see docs/curation.md
         self._control.create_service(AddDiagnostics, f"{base}/{LABEL_EPISODE}", self._srv_label)
         # a stop at a given time (teleop: the headset press's capture stamp), JSON in the same way
         self._control.create_service(AddDiagnostics, f"{base}/{STOP_EPISODE_AT}", self._srv_stop_at)
-        self._control_exec = ArrivalExecutor()   # a stop ends the episode at its request's arrival
+        self._control_exec = ArrivalExecutor()  # a stop ends the episode at its request's arrival
         self._control_exec.add_node(self._control)
         self._control_stop = threading.Event()
-        self._control_thread = threading.Thread(target=spin_until, args=(self._control_exec, self._control_stop),
-                                                name="control", daemon=True)
+        self._control_thread = threading.Thread(
+            target=spin_until, args=(self._control_exec, self._control_stop), name="control", daemon=True
+        )
         self._control_thread.start()
         # ~/status is published by the tick thread (_tick_loop), not an executor timer: it then keeps coming
         # whatever the executor does (a demo once saw a recorder answer its services and never publish a
@@ -179,8 +215,9 @@ class RecorderNode(Node):
         count = self.image_counts.on_image
 
         def on_image(msg: Any, received_ns: int) -> None:
-            count(idx, msg.header)   # the only per-frame cost of the delivery health: a counter bump
+            count(idx, msg.header)  # the only per-frame cost of the delivery health: a counter bump
             handle(msg, received_ns)
+
         return on_image
 
     def _on_provenance(self, msg: String) -> None:
@@ -209,11 +246,13 @@ class RecorderNode(Node):
     def _session_record(self) -> dict[str, Any]:
         """The shared session record (recording.config), once /arm/provenance arrived or the wait ran out."""
         if not self._prov_event.wait(0.0 if self._prov_waited else self.cfg.provenance_wait_s):
-            self._prov_waited = True   # wait once per process, not at every start
-            self.get_logger().warning(f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
-                                      "recording control/arm provenance as 'unknown'")
+            self._prov_waited = True  # wait once per process, not at every start
+            self.get_logger().warning(
+                f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
+                "recording control/arm provenance as 'unknown'"
+            )
         record = session_record(self.cfg, self.get_name(), self._arm_provenance, self._hello, self.topics.cameras)
-        if self._policy is not None:   # a rollout: the episode names the policy that drove the arm
+        if self._policy is not None:  # a rollout: the episode names the policy that drove the arm
             record["policy"] = self._policy
         return record
 
@@ -228,23 +267,27 @@ class RecorderNode(Node):
         task = self.get_parameter("task").value
         problem = task_problem(task)
         if problem:
-            return self._answer(res, Answer(False, f"parameter {problem}; set it first: ros2 param set "
-                                                   f"{self.get_fully_qualified_name()} task '...'"))
+            return self._answer(
+                res,
+                Answer(
+                    False,
+                    f"parameter {problem}; set it first: ros2 param set {self.get_fully_qualified_name()} task '...'",
+                ),
+            )
         # the episode starts once the writer is ready (samples of that moment seed it); its stop, when the
         # request arrives. Starting at the request's arrival made the live jittery-camera check repeat a
         # frame (test_frame_jitter_live) for grids 7-11 ms off the jitter centre: not yet understood.
         return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: now_ns(self))))
 
     async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        end = arrival_or_now(self._control_exec, self)   # when the request arrived, not when it got its turn
+        end = arrival_or_now(self._control_exec, self)  # when the request arrived, not when it got its turn
         self.controller.request_stop(end)
         return self._answer(res, await run_in_thread(lambda: self.controller.stop(end)))
 
-    async def _srv_stop_at(self, req: AddDiagnostics.Request,
-                           res: AddDiagnostics.Response) -> AddDiagnostics.Response:
+    async def _srv_stop_at(self, req: AddDiagnostics.Request, res: AddDiagnostics.Response) -> AddDiagnostics.Response:
         """``load_namespace`` carries ``{"end_ns": <int>}`` (ROS-clock ns): the episode ends there
         (``EpisodeController.stop_at``: refused before the episode's start, never after the arrival)."""
-        arrival = arrival_or_now(self._control_exec, self)   # first: the arrival of this request
+        arrival = arrival_or_now(self._control_exec, self)  # first: the arrival of this request
         try:
             end = parse_stop_at(req.load_namespace)
         except ValueError as exc:
@@ -267,15 +310,20 @@ class RecorderNode(Node):
         except ValueError:
             arg = None
         if not isinstance(arg, dict) or set(arg) - {"outcome", "note", "episode"}:
-            ans = Answer(False, 'label_episode wants a JSON object {"outcome": "success"|"failure", '
-                                '"note": "...", "episode": N} (note, episode optional), got '
-                                f"{req.load_namespace[:80]!r}")
+            ans = Answer(
+                False,
+                'label_episode wants a JSON object {"outcome": "success"|"failure", '
+                '"note": "...", "episode": N} (note, episode optional), got '
+                f"{req.load_namespace[:80]!r}",
+            )
         else:
             ep = arg.get("episode")
             if ep is not None and not (isinstance(ep, int) and not isinstance(ep, bool)):
                 ans = Answer(False, f"label_episode: episode must be an integer, got {ep!r}")
             else:
-                ans = await run_in_thread(lambda: self.controller.label(str(arg.get("outcome")), arg.get("note", ""), ep))
+                ans = await run_in_thread(
+                    lambda: self.controller.label(str(arg.get("outcome")), arg.get("note", ""), ep)
+                )
         res.success, res.message = bool(ans.ok), ans.message
         if not ans.ok:
             self.get_logger().warning(ans.message)
@@ -316,7 +364,7 @@ class RecorderNode(Node):
         next_status = clock()
         while not self._stop.is_set():
             try:
-                self.inputs.poll()   # what arrived since the last wake-up, before rows are assembled
+                self.inputs.poll()  # what arrived since the last wake-up, before rows are assembled
             except Exception as exc:  # noqa: BLE001 - a failing take (a context shutting down) must not end the rows
                 self.get_logger().error(f"inputs failed: {type(exc).__name__}: {exc}", throttle_duration_sec=10.0)
             now = clock()
@@ -325,8 +373,7 @@ class RecorderNode(Node):
                 try:
                     self._status_tick()
                 except Exception as exc:  # noqa: BLE001 - the rows go on; say it once a status period
-                    self.get_logger().error(f"status failed: {type(exc).__name__}: {exc}",
-                                            throttle_duration_sec=10.0)
+                    self.get_logger().error(f"status failed: {type(exc).__name__}: {exc}", throttle_duration_sec=10.0)
             due = c.next_tick_ns()
             if due is None:
                 self._stop.wait(min(0.02, max(0.0, next_status - clock())))

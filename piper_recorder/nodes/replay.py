@@ -10,6 +10,7 @@ transient local) and in the log: the raw commanded-vs-measured RMS (which includ
 the RMS after removing the best constant lag. A ``root`` that is not a directory ends the node at
 start (exit 2, one line); an episode not yet in the root is loaded again when asked to play.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,15 +41,19 @@ class ReplayNode(Node):
         super().__init__("replay")
         self.cfg = declare_config(self, ReplayConfig)
         root = Path(self.cfg.root)
-        if not self.cfg.root or not root.is_dir():   # an episode may be saved later, never a root created
-            why = "is not set" if not self.cfg.root else \
-                f"{self.cfg.root!r} {'is not a directory' if root.exists() else 'does not exist'}"
+        if not self.cfg.root or not root.is_dir():  # an episode may be saved later, never a root created
+            why = (
+                "is not set"
+                if not self.cfg.root
+                else f"{self.cfg.root!r} {'is not a directory' if root.exists() else 'does not exist'}"
+            )
             raise ParameterError(f"replay: parameter 'root' {why} (the LeRobot root to replay)")
         self._player = ReplayPlayer(self.cfg)
         self._pub_pose = self.create_publisher(PoseStamped, TARGET_POSE, 10)
         self._pub_grip = self.create_publisher(JointState, TARGET_GRIPPER, 10)
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                             reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+        )
         self._pub_result = self.create_publisher(String, "~/result", latched)
         self.create_subscription(PoseStamped, EEF_POSE, self._on_eef, 10)
         for name, fn in zip(REPLAY_SERVICES, (self._srv_play, self._srv_stop), strict=True):
@@ -129,7 +134,7 @@ class ReplayNode(Node):
                 self._report(step.result)
             next_t += period
             delay = next_t - time.monotonic()
-            if delay < -period:          # fell behind (machine stall): resynchronise, don't burst
+            if delay < -period:  # fell behind (machine stall): resynchronise, don't burst
                 next_t, delay = time.monotonic(), 0.0
             self._stop.wait(max(0.0, delay))
 

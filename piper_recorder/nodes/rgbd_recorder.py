@@ -6,6 +6,7 @@ frame period (assembly.pairing); transition k = (commanded EEF (7, wxyz) + comma
 t_k, /reward at t_k or 0). The last transition is terminal when the episode is stopped with
 stop_episode (success) and a timeout when max_episode_s ends it. Threads and timing: see recorder_base.
 """
+
 from __future__ import annotations
 
 import sys

@@ -19,6 +19,7 @@ the newest pose is still older than the capture time, the thread waits up to ``p
 after that it draws the newest pose as a *yellow* marker, so a check can tell the sim's own
 staleness on a stalled machine from a recording error).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,17 @@ from std_msgs.msg import String
 
 from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.process.delivery import ImageCounts, received_rate
-from piper_recorder.names import (CAMERA, CAMERA_IMAGE_QOS, CAMERA_INFO_QOS, COLOR_IMAGE, COLOR_INFO, DEPTH_IMAGE,
-                                  DEPTH_INFO, EEF_POSE, STATUS)
+from piper_recorder.names import (
+    CAMERA,
+    CAMERA_IMAGE_QOS,
+    CAMERA_INFO_QOS,
+    COLOR_IMAGE,
+    COLOR_INFO,
+    DEPTH_IMAGE,
+    DEPTH_INFO,
+    EEF_POSE,
+    STATUS,
+)
 from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
@@ -104,7 +114,7 @@ class SimCamera(Node):
         self._start = time.monotonic()
         self.faults = self._fault_plan(self.cfg, self._start)
         self.published = 0
-        self._sent = ImageCounts(["color"])   # published frames and their stamps (piper_recorder.process.delivery)
+        self._sent = ImageCounts(["color"])  # published frames and their stamps (piper_recorder.process.delivery)
         self.skipped = 0
         self.late_skipped = 0
         self.stale_poses = 0
@@ -128,7 +138,8 @@ class SimCamera(Node):
         self._thread.start()
         self.get_logger().info(
             f"sim camera {cam} ({self.serial}) {k.width}x{k.height}@{self.cfg.fps:g} at {self.cfg.position} "
-            f"looking at {self.cfg.look_at}; render latency {self.cfg.render_latency_ms:g} ms")
+            f"looking at {self.cfg.look_at}; render latency {self.cfg.render_latency_ms:g} ms"
+        )
 
     @staticmethod
     def _fault_plan(cfg: SimCameraConfig, origin_s: float) -> FaultPlan:
@@ -142,8 +153,14 @@ class SimCamera(Node):
             return SetParametersResult(successful=True)
         values = {k: changed.get(k, getattr(self.cfg, k)) for k in fault_keys}
         try:
-            plan = FaultPlan(float(values["pause_at_s"]), float(values["pause_s"]), int(values["drop_every_n"]),
-                             float(values["jitter_ms"]), time.monotonic(), self.cfg.seed)
+            plan = FaultPlan(
+                float(values["pause_at_s"]),
+                float(values["pause_s"]),
+                int(values["drop_every_n"]),
+                float(values["jitter_ms"]),
+                time.monotonic(),
+                self.cfg.seed,
+            )
         except (TypeError, ValueError) as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         for k in fault_keys:
@@ -153,16 +170,30 @@ class SimCamera(Node):
         return SetParametersResult(successful=True)
 
     def counters(self) -> dict[str, int]:
-        return {"published": self.published, "skipped_faults": self.skipped, "skipped_stalls": self.late_skipped,
-                "stale_poses": self.stale_poses}
+        return {
+            "published": self.published,
+            "skipped_faults": self.skipped,
+            "skipped_stalls": self.late_skipped,
+            "stale_poses": self.stale_poses,
+        }
 
     def _publish_status(self) -> None:
         """Counters for benches and tests: frames published and skipped (faults, stalls), stale poses; and
         ``fps``, the published rate (by capture stamp, as each consumer counts what it received), against
         which the dashboard and the HUD judge every subscriber's delivery (``nominal_fps``: the parameter)."""
         sent = self._sent.snapshot(time.monotonic(), lambda stamp: int(stamp))["color"]
-        self.pub_status.publish(String(data=json.dumps({"camera": self.get_name(), **self.counters(),
-                                                        "fps": received_rate(sent), "nominal_fps": self.cfg.fps})))
+        self.pub_status.publish(
+            String(
+                data=json.dumps(
+                    {
+                        "camera": self.get_name(),
+                        **self.counters(),
+                        "fps": received_rate(sent),
+                        "nominal_fps": self.cfg.fps,
+                    }
+                )
+            )
+        )
 
     def _on_eef(self, msg: PoseStamped, _received_ns: int) -> None:
         p = msg.pose.position
@@ -184,8 +215,15 @@ class SimCamera(Node):
 
     def _image(self, stamp_ns: int, encoding: str, pixels: np.ndarray, step: int) -> bytes:
         """A serialized Image of ``pixels`` (``cdr.encode``: one copy of the pixels, no typed message)."""
-        return cdr_encode.image(stamp_ns, self._frame_id, pixels.shape[0], pixels.shape[1], encoding, step,
-                                np.ascontiguousarray(pixels).data)
+        return cdr_encode.image(
+            stamp_ns,
+            self._frame_id,
+            pixels.shape[0],
+            pixels.shape[1],
+            encoding,
+            step,
+            np.ascontiguousarray(pixels).data,
+        )
 
     def _capture_loop(self) -> None:
         """Capture slots lie on a steady monotonic grid; a late wake-up still stamps and renders its
@@ -208,7 +246,7 @@ class SimCamera(Node):
                     stamp = self._ros_time_ns(capture) - latency_ns
                     self._publish_frame(stamp, w)
                     self.published += 1
-                    self._sent.on_image(0, stamp)   # the published rate for the delivery health
+                    self._sent.on_image(0, stamp)  # the published rate for the delivery health
             except Exception as exc:  # context shut down under us during exit
                 if self._stop.is_set():
                     break
@@ -255,7 +293,7 @@ class SimCamera(Node):
             self.pub_color.publish(self._image(capture_ns, "rgb8", rgb, 3 * width))
         if self.pub_depth.get_subscription_count():  # aligned to colour: same optical frame id
             self.pub_depth.publish(self._image(capture_ns, "16UC1", depth, 2 * width))
-        for pub in (self.pub_color_info, self.pub_depth_info):   # likewise: ~120 messages/s for 2 cameras
+        for pub in (self.pub_color_info, self.pub_depth_info):  # likewise: ~120 messages/s for 2 cameras
             if pub.get_subscription_count():
                 pub.publish(cdr_encode.restamp(self._info, capture_ns))
 
@@ -263,8 +301,10 @@ class SimCamera(Node):
         self._stop.set()
         self._thread.join(timeout=2.0)
         self.inputs.destroy()
-        self.get_logger().info(f"published {self.published} frames, skipped {self.skipped} (faults) "
-                               f"and {self.late_skipped} (stalls); {self.stale_poses} rendered with a stale pose")
+        self.get_logger().info(
+            f"published {self.published} frames, skipped {self.skipped} (faults) "
+            f"and {self.late_skipped} (stalls); {self.stale_poses} rendered with a stale pose"
+        )
 
 
 def main(args: list[str] | None = None) -> None:

@@ -50,6 +50,7 @@ latched ``/quest/hello`` the recorders put in their provenance, ``{"client": "sp
 (no quest_bridge runs then), and ``/teleop/status`` carries ``input`` and ``spacemouse`` (device
 state, reports, drops by reason, stalls, presses).
 """
+
 from __future__ import annotations
 
 import functools
@@ -70,9 +71,25 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.cdr import encode as cdr_encode
-from piper_recorder.names import (ARM_STATUS, GRIPPER_JOINTS, EEF_POSE, EPISODE_EVENTS, JOINT_STATES, LABEL_EPISODE, QUEST_HANDS,
-                                  QUEST_HAPTIC, QUEST_HELLO, QUEST_JOY_PATTERN, QUEST_POSE_PATTERN, STATUS, STOP_EPISODE_AT,
-                                  TARGET_GRIPPER, TARGET_POSE, node_topic, quest_topic)
+from piper_recorder.names import (
+    ARM_STATUS,
+    GRIPPER_JOINTS,
+    EEF_POSE,
+    EPISODE_EVENTS,
+    JOINT_STATES,
+    LABEL_EPISODE,
+    QUEST_HANDS,
+    QUEST_HAPTIC,
+    QUEST_HELLO,
+    QUEST_JOY_PATTERN,
+    QUEST_POSE_PATTERN,
+    STATUS,
+    STOP_EPISODE_AT,
+    TARGET_GRIPPER,
+    TARGET_POSE,
+    node_topic,
+    quest_topic,
+)
 from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.nodes.plumbing.callbacks import message_callback, timer_callback
 from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
@@ -97,11 +114,11 @@ __all__ = ["HAPTIC_PATTERNS", "TeleopNode", "TeleopNodeConfig", "main"]
 # The default alarm patterns on /quest/haptic, (delay s, amp, ms) per pulse (configurable: ``haptics.*``);
 # the engage pulse is one short ``haptic_amp``/``haptic_ms`` buzz, so these are unmistakably different.
 HAPTIC_PATTERNS: dict[str, tuple[tuple[float, float, int], ...]] = {
-    "timeout": tuple(HapticConfig().pattern("timeout")),   # a recorder did not answer: retrying
-    "failed": tuple(HapticConfig().pattern("refused")),    # the press did not take effect
+    "timeout": tuple(HapticConfig().pattern("timeout")),  # a recorder did not answer: retrying
+    "failed": tuple(HapticConfig().pattern("refused")),  # the press did not take effect
 }
 SOURCE_CHANGE_REASON = "headset input source changed (a new page or connection): grip again"
-SERVICE_POLL_HZ = 50.0   # presses wait <= 20 ms for the executor thread (EventsExecutor has no guard conditions)
+SERVICE_POLL_HZ = 50.0  # presses wait <= 20 ms for the executor thread (EventsExecutor has no guard conditions)
 
 
 def _pose_lists(msg: PoseStamped) -> tuple[list[float], list[float]]:
@@ -113,8 +130,14 @@ def _joy(msg: JoyMsg) -> Joy | None:
     a, b = list(msg.axes), list(msg.buttons)
     if len(a) < 2 or len(b) < 4:
         return None
-    return Joy(trigger=float(a[0]), squeeze=float(a[1]), primary=bool(b[0]), secondary=bool(b[1]),
-               menu=bool(b[3]), stick_click=bool(b[2]))
+    return Joy(
+        trigger=float(a[0]),
+        squeeze=float(a[1]),
+        primary=bool(b[0]),
+        secondary=bool(b[1]),
+        menu=bool(b[3]),
+        stick_click=bool(b[2]),
+    )
 
 
 class TeleopNode(Node):
@@ -129,8 +152,9 @@ class TeleopNode(Node):
         haptics = declare_config(self, HapticConfig, "haptics.")
         sm_cfg = declare_config(self, SpaceMouseConfig, "spacemouse.")
         spacemouse = SpaceMouseInput(sm_cfg) if self.ncfg.input == "spacemouse" else None
-        self.session = TeleopSession(cfg, self.ncfg, haptics, spacemouse,
-                                     to_mono=HostToMono(host_ns=lambda: now_ns(self)))
+        self.session = TeleopSession(
+            cfg, self.ncfg, haptics, spacemouse, to_mono=HostToMono(host_ns=lambda: now_ns(self))
+        )
         self.cfg = cfg
 
         g = ReentrantCallbackGroup()
@@ -148,14 +172,19 @@ class TeleopNode(Node):
         if spacemouse is None:
             self.inputs.subscribe(PoseStamped, quest_topic(QUEST_POSE_PATTERN, cfg.hand), self._on_hand_pose, streams)
             for hand in QUEST_HANDS:
-                self.inputs.subscribe(JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand), functools.partial(self._on_joy, hand),
-                                      streams)
+                self.inputs.subscribe(
+                    JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand), functools.partial(self._on_joy, hand), streams
+                )
         self.inputs.subscribe(PoseStamped, EEF_POSE, self._on_arm_pose, streams)
         self.inputs.subscribe(JointState, JOINT_STATES, self._on_joints, streams)
         self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable, callback_group=g)
-        self.create_subscription(String, EPISODE_EVENTS,
-                                 message_callback(lambda m: self.session.on_episode_event(m.data)), reliable,
-                                 callback_group=g)
+        self.create_subscription(
+            String,
+            EPISODE_EVENTS,
+            message_callback(lambda m: self.session.on_episode_event(m.data)),
+            reliable,
+            callback_group=g,
+        )
 
         self._call_group = ReentrantCallbackGroup()
         self.recorder_clients = {rec: self._make_clients(rec) for rec in self.ncfg.recorders}
@@ -164,22 +193,30 @@ class TeleopNode(Node):
         # the stop chord's label (docs/curation.md): one label_episode call per recorder, sent with the stop
         self.label_clients: dict[str, Client] = {rec: self._make_label_client(rec) for rec in self.ncfg.recorders}
         for rec in self.ncfg.recorders:
-            self.create_subscription(String, node_topic(rec, STATUS),
-                                     message_callback(lambda m, r=rec: self.session.on_recorder_status(r, m.data)),
-                                     reliable, callback_group=g)
+            self.create_subscription(
+                String,
+                node_topic(rec, STATUS),
+                message_callback(lambda m, r=rec: self.session.on_recorder_status(r, m.data)),
+                reliable,
+                callback_group=g,
+            )
         self.create_timer(1.0 / SERVICE_POLL_HZ, timer_callback(self._service_poll), callback_group=self._call_group)
         self.create_timer(1.0, timer_callback(self._publish_status), callback_group=g)
         self._reader: HidrawReader | None = None
         self._sm_logged: tuple[str, str] | None = None
-        if spacemouse is not None:   # the recorders' provenance names the input device
-            latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        if spacemouse is not None:  # the recorders' provenance names the input device
+            latched = QoSProfile(
+                depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+            )
             self.pub_hello = self.create_publisher(String, QUEST_HELLO, latched)
-            self._reader = HidrawReader(sm_cfg.device, self.session.on_spacemouse_report,
-                                        self._on_spacemouse_state, sm_cfg.reopen_s).start()
+            self._reader = HidrawReader(
+                sm_cfg.device, self.session.on_spacemouse_report, self._on_spacemouse_state, sm_cfg.reopen_s
+            ).start()
         self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
-        self.get_logger().info(f"teleop: input={self.ncfg.input} hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
-                               f"recorders={self.ncfg.recorders}")
+        self.get_logger().info(
+            f"teleop: input={self.ncfg.input} hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
+            f"recorders={self.ncfg.recorders}"
+        )
 
     # ---- inputs -------------------------------------------------------------------------------
     def _on_hand_pose(self, msg: PoseStamped, _received_ns: int) -> None:
@@ -187,7 +224,7 @@ class TeleopNode(Node):
         self.session.on_hand_pose(stamp_to_ns(msg.header.stamp), p, q)
 
     def _on_joy(self, hand: str, msg: JoyMsg, _received_ns: int) -> None:
-        if len(msg.axes) == 0 and len(msg.buttons) == 0:   # quest_bridge's mark of a new input source
+        if len(msg.axes) == 0 and len(msg.buttons) == 0:  # quest_bridge's mark of a new input source
             self.session.on_source_change(stamp_to_ns(msg.header.stamp), hand, SOURCE_CHANGE_REASON)
             return
         self.session.on_joy(stamp_to_ns(msg.header.stamp), hand, _joy(msg))
@@ -205,10 +242,10 @@ class TeleopNode(Node):
     def _on_spacemouse_state(self, state: str, detail: str) -> None:
         self.session.on_spacemouse_state(state, detail)
         if (state, detail) == self._sm_logged:
-            return   # an absent device is retried every reopen_s: log each change once
+            return  # an absent device is retried every reopen_s: log each change once
         last = self._sm_logged
         if state == "open" and last is not None and last[0] == "bad" and last[1].startswith(f"{detail}: "):
-            return   # the same bad device tried again (reader.BAD_RETRY_S): its refusal was logged once
+            return  # the same bad device tried again (reader.BAD_RETRY_S): its refusal was logged once
         self._sm_logged = (state, detail)
         if state == "open":
             self.get_logger().info(f"spacemouse: reading {detail}")
@@ -239,19 +276,21 @@ class TeleopNode(Node):
             self.get_logger().info(f"clutch released ({res.reason or 'grip opened'})")
         elif step.log_refusal:
             self.get_logger().warning(f"clutch refused: {res.reason}")
-        if res.target is None or res.gripper is None:   # a target always comes with its gripper width
+        if res.target is None or res.gripper is None:  # a target always comes with its gripper width
             return
         # serialized here (``cdr.encode``) and published as bytes: rclpy's conversion of a typed message
         # was most of each 100 Hz publish's cost
         ns = now_ns(self)
-        self.pub_target.publish(cdr_encode.pose_stamped(ns, self.ncfg.arm_frame, res.target.p.tolist(),
-                                                        res.target.q.tolist()))
+        self.pub_target.publish(
+            cdr_encode.pose_stamped(ns, self.ncfg.arm_frame, res.target.p.tolist(), res.target.q.tolist())
+        )
         self.pub_gripper.publish(cdr_encode.joint_state(ns, "", GRIPPER_JOINTS, (float(res.gripper),)))
 
     # ---- recorder services (executor thread) ---------------------------------------------------
     def _make_clients(self, rec: str) -> dict[Action, Client]:
-        return {a: self.create_client(Trigger, node_topic(rec, a.value), callback_group=self._call_group)
-                for a in Action}
+        return {
+            a: self.create_client(Trigger, node_topic(rec, a.value), callback_group=self._call_group) for a in Action
+        }
 
     def _make_stop_at_client(self, rec: str) -> Client:
         return self.create_client(AddDiagnostics, node_topic(rec, STOP_EPISODE_AT), callback_group=self._call_group)
@@ -264,7 +303,7 @@ class TeleopNode(Node):
         step = self.session.poll(self._ready)
         for rec in step.reconnect:
             for client in self.recorder_clients[rec].values():
-                self.destroy_client(client)   # its pending request may sit on a dead endpoint: drop it
+                self.destroy_client(client)  # its pending request may sit on a dead endpoint: drop it
             self.recorder_clients[rec] = self._make_clients(rec)
             self.destroy_client(self.stop_at_clients[rec])
             self.stop_at_clients[rec] = self._make_stop_at_client(rec)
@@ -277,10 +316,10 @@ class TeleopNode(Node):
             self.label_clients[rec] = self._make_label_client(rec)
         for send in step.sends:
             stop_at = self.stop_at_clients[send.recorder]
-            if send.end_ns is not None and stop_at.service_is_ready():   # a stamped stop: ends at the press
+            if send.end_ns is not None and stop_at.service_is_ready():  # a stamped stop: ends at the press
                 req = AddDiagnostics.Request(load_namespace=json.dumps({"end_ns": send.end_ns}))
                 future = stop_at.call_async(req)
-            else:   # unstamped, or a recorder without stop_episode_at: ends at the request's arrival
+            else:  # unstamped, or a recorder without stop_episode_at: ends at the request's arrival
                 future = self.recorder_clients[send.recorder][send.action].call_async(Trigger.Request())
             future.add_done_callback(functools.partial(self._on_reply, send.call_id))
         self._publish_haptic(step.haptic)
@@ -323,7 +362,7 @@ class TeleopNode(Node):
         """A Trigger or ``stop_episode_at`` (AddDiagnostics) reply: both are (success, message)."""
         try:
             reply = future.result()
-            if reply is None:   # cancelled, no reply set (was an AttributeError on None, reported alike)
+            if reply is None:  # cancelled, no reply set (was an AttributeError on None, reported alike)
                 raise RuntimeError("no reply (call cancelled)")
             success, message = bool(reply.success), str(reply.message)
         except Exception as exc:  # noqa: BLE001 - a failed call is reported, never raised into the executor

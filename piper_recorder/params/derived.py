@@ -22,6 +22,7 @@ alone) derives nothing: its values are its own.
 
 Pure: no ROS, no process.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,17 +33,17 @@ from typing import Any
 from piper_recorder.names import CAMERA, LEROBOT_RECORDER, QUEST_VIDEO_NODE, RGBD_RECORDER
 from piper_recorder.quest.video import MAX_CAMERA_PANELS
 
-LAUNCH_SECTION = "piper_launch"   # not a node: what the launchers start (cameras, the simulated headset, ...)
-SERIAL_KEYS = ("serial", "serial_no")                      # sim_camera's, realsense2_camera's
-SIZE_KEYS = ("height", "width")                            # sim_camera's
-COLOR_PROFILE, DEPTH_PROFILE = "rgb_camera.color_profile", "depth_module.depth_profile"   # realsense-ros >= 4.55.1
+LAUNCH_SECTION = "piper_launch"  # not a node: what the launchers start (cameras, the simulated headset, ...)
+SERIAL_KEYS = ("serial", "serial_no")  # sim_camera's, realsense2_camera's
+SIZE_KEYS = ("height", "width")  # sim_camera's
+COLOR_PROFILE, DEPTH_PROFILE = "rgb_camera.color_profile", "depth_module.depth_profile"  # realsense-ros >= 4.55.1
 # A D405 has no RGB module: its colour stream is its stereo module's, whose profile realsense-ros reads from
 # depth_module.color_profile (rgb_camera.color_profile is ignored there). A camera's section says it is a D405
 # through realsense2_camera's own device_type, with which the driver also opens only a device of that name.
 D405_COLOR_PROFILE = "depth_module.color_profile"
 DEVICE_TYPE = "device_type"
-UNKNOWN = "unknown"               # a serial no section states (the session record's word for it)
-_PROFILE = re.compile(r"^\s*(\d+)\s*[x,]\s*(\d+)\s*[x,]\s*(\d+)\s*$")   # WxHxFPS (realsense-ros also takes W,H,FPS)
+UNKNOWN = "unknown"  # a serial no section states (the session record's word for it)
+_PROFILE = re.compile(r"^\s*(\d+)\s*[x,]\s*(\d+)\s*[x,]\s*(\d+)\s*$")  # WxHxFPS (realsense-ros also takes W,H,FPS)
 
 Doc = Mapping[str, Mapping[str, Any]]
 
@@ -81,16 +82,23 @@ class CameraSection:
         height, width = (section.get(k) for k in SIZE_KEYS)
         profile = color_profile_key(section)
         if profile != COLOR_PROFILE and COLOR_PROFILE in section:
-            raise ValueError(f"{name}.{COLOR_PROFILE}: {name} is a D405 ({name}.{DEVICE_TYPE} "
-                             f"{section[DEVICE_TYPE]!r}), whose colour profile realsense2_camera reads from "
-                             f"{profile}: state it there")
+            raise ValueError(
+                f"{name}.{COLOR_PROFILE}: {name} is a D405 ({name}.{DEVICE_TYPE} "
+                f"{section[DEVICE_TYPE]!r}), whose colour profile realsense2_camera reads from "
+                f"{profile}: state it there"
+            )
         if profile in section:
             m = _PROFILE.match(str(section[profile]))
             if not m:
                 raise ValueError(f"{name}.{profile}: expected WIDTHxHEIGHTxFPS, got {section[profile]!r}")
             width, height = int(m.group(1)), int(m.group(2))
-        return cls(name, None if serial in (None, "") else str(serial), key,
-                   None if height is None else int(height), None if width is None else int(width))
+        return cls(
+            name,
+            None if serial in (None, "") else str(serial),
+            key,
+            None if height is None else int(height),
+            None if width is None else int(width),
+        )
 
     @property
     def where(self) -> str:
@@ -124,8 +132,10 @@ def derived_params(doc: Doc, cameras: Sequence[str] | None = None) -> dict[str, 
         cams.update({c: CameraSection.of(doc, c) for c in names if c not in cams and c in doc})
         stray = [c for c in names if c not in cams]
         if stray:
-            raise ValueError(f"{node}.{key} names {stray}, which {LAUNCH_SECTION}.cameras {configured} does not "
-                             f"configure: list each camera once, in {LAUNCH_SECTION}.cameras")
+            raise ValueError(
+                f"{node}.{key} names {stray}, which {LAUNCH_SECTION}.cameras {configured} does not "
+                f"configure: list each camera once, in {LAUNCH_SECTION}.cameras"
+            )
         return names
 
     if LEROBOT_RECORDER in doc:
@@ -146,7 +156,7 @@ def derived_params(doc: Doc, cameras: Sequence[str] | None = None) -> dict[str, 
             params = {"camera": cam, **_serials(node, section, own or [cam], [cam], cams)}
             params.update(_rgbd_size(section, cams[cam]))
             out[node] = params
-    if QUEST_VIDEO_NODE in doc:   # the headset's panels: its own list among the cameras started, else the first ones
+    if QUEST_VIDEO_NODE in doc:  # the headset's panels: its own list among the cameras started, else the first ones
         own = own_list(QUEST_VIDEO_NODE, "cameras")
         out[QUEST_VIDEO_NODE] = {"cameras": [c for c in own if c in chosen] if own else chosen[:MAX_CAMERA_PANELS]}
     return out
@@ -160,8 +170,13 @@ def effective_params(doc: Doc, cameras: Sequence[str] | None = None) -> dict[str
     return out
 
 
-def _serials(node: str, section: Mapping[str, Any], aligned: Sequence[str], names: Sequence[str],
-             cams: Mapping[str, CameraSection]) -> dict[str, Any]:
+def _serials(
+    node: str,
+    section: Mapping[str, Any],
+    aligned: Sequence[str],
+    names: Sequence[str],
+    cams: Mapping[str, CameraSection],
+) -> dict[str, Any]:
     """``camera_serials`` of ``names`` from the cameras' sections; a node's own list (older layout, one
     per camera of ``aligned``) must agree with them, and stands in for a camera whose section has none."""
     own = section.get("camera_serials") or []
@@ -173,32 +188,40 @@ def _serials(node: str, section: Mapping[str, Any], aligned: Sequence[str], name
     for cam, serial in stated.items():
         section_serial = cams[cam].serial
         if section_serial is not None and section_serial != serial:
-            raise ValueError(f"{node}.camera_serials says {cam} is {serial!r}, {cams[cam].where} says "
-                             f"{section_serial!r}: state a serial once, in the camera's own section")
+            raise ValueError(
+                f"{node}.camera_serials says {cam} is {serial!r}, {cams[cam].where} says "
+                f"{section_serial!r}: state a serial once, in the camera's own section"
+            )
     serials = [cams[c].serial or stated.get(c) for c in names]
     if all(s is None for s in serials):
         return {}
     return {"camera_serials": [s or UNKNOWN for s in serials]}
 
 
-def _lerobot_sizes(section: Mapping[str, Any], aligned: Sequence[str], names: Sequence[str],
-                   cams: Mapping[str, CameraSection]) -> dict[str, Any]:
+def _lerobot_sizes(
+    section: Mapping[str, Any], aligned: Sequence[str], names: Sequence[str], cams: Mapping[str, CameraSection]
+) -> dict[str, Any]:
     """Per-camera ``camera_heights``/``camera_widths`` when a camera states its size or the node its own
     per-camera lists (older layout: restricted to ``names``, and checked against the cameras)."""
     default = (int(section.get("camera_height", CAMERA.height)), int(section.get("camera_width", CAMERA.width)))
     heights, widths = section.get("camera_heights") or [], section.get("camera_widths") or []
-    own = dict(zip(aligned, zip(heights, widths))) if heights and widths and len(heights) == len(widths) == \
-        len(aligned) else {}
+    own = (
+        dict(zip(aligned, zip(heights, widths)))
+        if heights and widths and len(heights) == len(widths) == len(aligned)
+        else {}
+    )
     if (heights or widths) and not own:
-        return {}   # malformed: the recorder's own validation names it
+        return {}  # malformed: the recorder's own validation names it
     sizes = []
     for cam in names:
         c = cams[cam]
         fallback = own.get(cam, default)
         size = (c.height if c.height is not None else fallback[0], c.width if c.width is not None else fallback[1])
         if cam in own and tuple(own[cam]) != size:
-            raise ValueError(f"{LEROBOT_RECORDER}.camera_heights/camera_widths say {cam} is {own[cam][1]}x{own[cam][0]},"
-                             f" its section {cam} says {size[1]}x{size[0]}: state a size once, in the camera's section")
+            raise ValueError(
+                f"{LEROBOT_RECORDER}.camera_heights/camera_widths say {cam} is {own[cam][1]}x{own[cam][0]},"
+                f" its section {cam} says {size[1]}x{size[0]}: state a size once, in the camera's section"
+            )
         sizes.append(size)
     if not own and all(s == default for s in sizes):
         return {}
@@ -208,12 +231,17 @@ def _lerobot_sizes(section: Mapping[str, Any], aligned: Sequence[str], names: Se
 def _rgbd_size(section: Mapping[str, Any], cam: CameraSection) -> dict[str, Any]:
     """``camera_height``/``camera_width`` of the RGB-D camera when its section states another size."""
     out: dict[str, Any] = {}
-    for key, value, default in (("camera_height", cam.height, CAMERA.height), ("camera_width", cam.width, CAMERA.width)):
+    for key, value, default in (
+        ("camera_height", cam.height, CAMERA.height),
+        ("camera_width", cam.width, CAMERA.width),
+    ):
         if value is None:
             continue
         if key in section and int(section[key]) != value:
-            raise ValueError(f"{RGBD_RECORDER}.{key} {section[key]} contradicts its camera's section {cam.name} "
-                             f"({value}): state a size once, in the camera's section")
+            raise ValueError(
+                f"{RGBD_RECORDER}.{key} {section[key]} contradicts its camera's section {cam.name} "
+                f"({value}): state a size once, in the camera's section"
+            )
         if value != int(section.get(key, default)):
             out[key] = value
     return out

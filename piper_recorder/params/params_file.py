@@ -4,6 +4,7 @@ The launchers take every node's section from it, the recorder config classes (``
 .load_config``, used by the bag converter and piper-recover) one node's; rcl reads the same files for
 the nodes themselves.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -20,6 +20,7 @@ firmware or one before S-V1.7-3 (joints reversed in MIT mode), divides the torqu
 4 on S-V1.7-3..1.8-2 (the firmware multiplies it by 4; the link divides their effort likewise), and
 sends the 12-bit frame with move mode 0x06 from S-V1.8-8 (the link encodes it).
 """
+
 from __future__ import annotations
 
 import time
@@ -44,9 +45,9 @@ class ArmConfig:
 
     can_channel: str = "can0"
     can_interface: str = "socketcan"
-    backend: str = "position"               # "position" | "impedance"
-    emulate: bool = False                   # start the CAN emulator in-process on a virtual bus
-    auto_enable: bool = False               # enable + hold on start with real hardware (emulate always does)
+    backend: str = "position"  # "position" | "impedance"
+    emulate: bool = False  # start the CAN emulator in-process on a virtual bus
+    auto_enable: bool = False  # enable + hold on start with real hardware (emulate always does)
     # where the emulated arm starts: a ready pose, because the real rest pose (all zeros) sits on the
     # j2/j3 limits with the wrist singular (j5 = 0), where no IK can follow small Cartesian targets
     emulator_start_joints: list[float] = field(default_factory=lambda: [0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
@@ -75,14 +76,14 @@ class ArmConfig:
     kd: list[float] = field(default_factory=lambda: [0.3, 1.2, 0.3, 0.45, 0.45, 0.3])
     t_ff: list[float] = field(default_factory=lambda: [0.0] * 6)
     gravity_ff: bool = True
-    gravity_ff_max: float = 4.0             # N m clip of the sampled gravity torque
+    gravity_ff_max: float = 4.0  # N m clip of the sampled gravity torque
     gravity_sample_s: float = 0.25
-    gravity_adapt_s: float = 0.5            # in MIT mode, low-pass the ff toward the holding torque
-                                            # measured while nearly still (0 = keep the entry sample)
+    gravity_adapt_s: float = 0.5  # in MIT mode, low-pass the ff toward the holding torque
+    # measured while nearly still (0 = keep the entry sample)
     gain_ramp_s: float = 0.8
-    max_joint_step: float = 0.02            # rad per control tick (impedance)
-    velocity_ff_tau: float = 0.03           # s, low-pass of the joint-reference velocity sent as v_ref
-                                            # (0 = send v_ref 0; the PD then lags by kd/kp seconds)
+    max_joint_step: float = 0.02  # rad per control tick (impedance)
+    velocity_ff_tau: float = 0.03  # s, low-pass of the joint-reference velocity sent as v_ref
+    # (0 = send v_ref 0; the PD then lags by kd/kp seconds)
     keepalive_s: float = 0.04
     stale_target_s: float = 0.5
     can_silence_s: float = 0.2
@@ -93,9 +94,9 @@ class ArmConfig:
     workspace_min: list[float] = field(default_factory=lambda: [-0.05, -0.45, 0.0])
     workspace_max: list[float] = field(default_factory=lambda: [0.65, 0.45, 0.65])
     home_joints: list[float] = field(default_factory=lambda: [0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
-    home_speed: float = 0.6                 # rad/s of the go_home joint trajectory
-    gripper_max: float = 0.07               # m
-    gripper_effort: float = 1.0             # N m
+    home_speed: float = 0.6  # rad/s of the go_home joint trajectory
+    gripper_max: float = 0.07  # m
+    gripper_effort: float = 1.0  # N m
 
     @property
     def accept_box(self) -> tuple[np.ndarray, np.ndarray]:
@@ -123,25 +124,35 @@ class ArmConfig:
         if not 10.0 <= self.control_rate_hz <= 1000.0:
             raise ValueError(f"control_rate_hz must be 10..1000, got {self.control_rate_hz}")
         if not 1.0 / self.keepalive_s <= self.hold_rate_hz <= self.control_rate_hz:
-            raise ValueError(f"hold_rate_hz must lie between 1 / keepalive_s ({1.0 / self.keepalive_s:g}) and "
-                             f"control_rate_hz ({self.control_rate_hz:g}), got {self.hold_rate_hz}")
+            raise ValueError(
+                f"hold_rate_hz must lie between 1 / keepalive_s ({1.0 / self.keepalive_s:g}) and "
+                f"control_rate_hz ({self.control_rate_hz:g}), got {self.hold_rate_hz}"
+            )
         if any(lo >= hi for lo, hi in zip(self.joint_min, self.joint_max)):
             raise ValueError("joint_min must be below joint_max")
         if any(lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max)):
             raise ValueError("workspace_min must be below workspace_max")
-        for name in ("stale_target_s", "can_silence_s", "emulator_can_silence_s", "keepalive_s", "gain_ramp_s",
-                     "max_joint_step", "home_speed", "gripper_max"):
+        for name in (
+            "stale_target_s",
+            "can_silence_s",
+            "emulator_can_silence_s",
+            "keepalive_s",
+            "gain_ramp_s",
+            "max_joint_step",
+            "home_speed",
+            "gripper_max",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
 
 
 class PositionBackend:
     name = "position"
-    uses_feedback = False   # the firmware servoes to the pose: ``command`` reads no feedback (passed None)
+    uses_feedback = False  # the firmware servoes to the pose: ``command`` reads no feedback (passed None)
 
     def __init__(self, cfg: ArmConfig, link: PiperLink):
         self.cfg, self.link = cfg, link
-        self._last_sent: bytes | None = None   # the last pose sent, as ``command``'s key
+        self._last_sent: bytes | None = None  # the last pose sent, as ``command``'s key
         self._last_t = -1e9
 
     def activate(self, fb: Feedback, now: float) -> None:
@@ -181,7 +192,7 @@ class ImpedanceBackend:
         self._last_effort_stamp = 0.0
         self._t_phase = 0.0
         self._last_t = -1e9
-        self.dialect: MitDialect | None = None   # set by configure() before anything is sent
+        self.dialect: MitDialect | None = None  # set by configure() before anything is sent
 
     def configure(self, dialect: MitDialect) -> None:
         """Take the firmware's MIT dialect (``PiperLink.dialect`` once it read the firmware); raise
@@ -217,7 +228,7 @@ class ImpedanceBackend:
         return min(1.0, max(0.0, (now - self._t_phase) / self.cfg.gain_ramp_s)) if self._phase == "mit" else 0.0
 
     def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback | None, now: float) -> np.ndarray | None:
-        assert fb is not None   # uses_feedback: the controller passes every tick's snapshot
+        assert fb is not None  # uses_feedback: the controller passes every tick's snapshot
         if self._phase == "sampling":
             if fb.effort_stamp != self._last_effort_stamp:
                 self._samples.append(fb.effort.copy())
@@ -242,11 +253,15 @@ class ImpedanceBackend:
         else:
             self.v_cmd = np.zeros(6)
         self.link.mode_mit(self.cfg.speed)
-        assert self.dialect is not None   # activate() checked it
+        assert self.dialect is not None  # activate() checked it
         # the torque field as this firmware reads it: it multiplies joints 1-3 by 4 on S-V1.7-3..1.8-2
         torque = np.clip((self.t_ff + self.gravity) / np.array(self.dialect.torque_gain), *self.dialect.t_range)
-        sent = np.array([self.link.mit(i + 1, self.q_cmd[i], self.v_cmd[i], self.kp[i] * s, self.kd[i] * s, torque[i])
-                         for i in range(6)])
+        sent = np.array(
+            [
+                self.link.mit(i + 1, self.q_cmd[i], self.v_cmd[i], self.kp[i] * s, self.kd[i] * s, torque[i])
+                for i in range(6)
+            ]
+        )
         self._last_t = now
         return kin.fk(sent)  # the pose of the 16-bit joint references actually on the wire
 
@@ -264,8 +279,9 @@ class ImpedanceBackend:
         free = (fb.joints > self.q_min + 0.05) & (fb.joints < self.q_max - 0.05)
         a = dt / self.cfg.gravity_adapt_s
         g = self.gravity + a * (fb.effort - self.t_ff - self.gravity)
-        self.gravity = np.where(still & free, np.clip(g, -self.cfg.gravity_ff_max, self.cfg.gravity_ff_max),
-                                self.gravity)
+        self.gravity = np.where(
+            still & free, np.clip(g, -self.cfg.gravity_ff_max, self.cfg.gravity_ff_max), self.gravity
+        )
 
     def deactivate(self, fb: Feedback | None) -> None:
         """Clean return to a joint-position hold at the measured joints."""

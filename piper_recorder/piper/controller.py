@@ -15,6 +15,7 @@ workspace box, or without a joint-limited IK solution -> refused and counted by 
 ``status()``; ``on_command(stamp_s, pose4x4 | None, gripper_m | None)`` is called from the control
 thread with exactly what was sent.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,10 +42,15 @@ class _Target:
 
 
 class ArmController:
-    def __init__(self, cfg: ArmConfig, link: PiperLink,
-                 on_command: Callable[[float, np.ndarray | None, float | None], None] | None = None,
-                 take_inputs: Callable[[], object] | None = None,
-                 wait_inputs: Callable[[float], bool] | None = None, interrupt: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        cfg: ArmConfig,
+        link: PiperLink,
+        on_command: Callable[[float, np.ndarray | None, float | None], None] | None = None,
+        take_inputs: Callable[[], object] | None = None,
+        wait_inputs: Callable[[float], bool] | None = None,
+        interrupt: Callable[[], None] | None = None,
+    ):
         """``take_inputs``: called at the start of every tick on the control thread, outside the lock (the
         node's polled target subscriptions: they call ``set_target``/``set_gripper``). ``wait_inputs(s)``:
         block until inputs are waiting (True) or ``s`` passed; with it the position backend's loop runs on
@@ -112,11 +118,12 @@ class ArmController:
                 return self._refuse(Rejection("homing", "go_home in progress"))
             seed = self._target.q if self._target is not None else self._hold[1] if self._hold is not None else None
             now = time.monotonic()
-        if seed is None:   # no target or hold yet: from the measured joints
+        if seed is None:  # no target or hold yet: from the measured joints
             fb = self.feedback()
             seed = fb.joints if fb is not None else np.zeros(6)
-        res = self.limits.check(np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed,
-                                self._fallback_seeds())
+        res = self.limits.check(
+            np.asarray(pos, dtype=float), np.asarray(quat_xyzw, dtype=float), seed, self._fallback_seeds()
+        )
         with self._lock:
             if isinstance(res, Rejection):
                 return self._refuse(res)
@@ -133,7 +140,7 @@ class ArmController:
 
     def set_gripper(self, width: float) -> bool:
         w, top = float(width), self.cfg.gripper_max
-        with self._lock:   # scalar math: numpy's isfinite / clip on one float cost more, once per teleop tick
+        with self._lock:  # scalar math: numpy's isfinite / clip on one float cost more, once per teleop tick
             if not math.isfinite(w) or w < -1e-4 or w > top + 1e-4:
                 return self._refuse(Rejection("gripper_out_of_range", f"width={w}"))
             self._gripper_target = min(max(w, 0.0), top)
@@ -199,16 +206,29 @@ class ArmController:
         age = time.time() - fb.stamp if fb else None
         hold = self._hold
         err = float(np.linalg.norm(hold[0][:3, 3] - fb.pose[:3, 3])) if (hold is not None and fb) else None
-        return {"state": self.state, "backend": self.backend.name, "enabled": self._enabled,
-                "firmware": self.firmware, "mit_dialect": self.link.dialect.describe(),
-                "sdk_version": SDK_VERSION, "can_channel": self.link.channel,
-                "targets_accepted": self.accepted, "targets_refused": dict(self.refused),
-                "last_refusal": self.last_refusal, "stale_events": self.stale_events,
-                "can_silence_events": self.silence_events, "commands_sent": self.sent_commands,
-                "loop_overruns": self.overruns, "feedback_age_s": age, "tracking_error_m": err,
-                "arm_status": fb.arm_status if fb else None, "err_code": fb.err_code if fb else None,
-                "gravity_ff": getattr(self.backend, "gravity", np.zeros(6)).tolist(),
-                "feedback_listener_errors": self.link.listener_errors, "can_send_errors": self.link.send_errors}
+        return {
+            "state": self.state,
+            "backend": self.backend.name,
+            "enabled": self._enabled,
+            "firmware": self.firmware,
+            "mit_dialect": self.link.dialect.describe(),
+            "sdk_version": SDK_VERSION,
+            "can_channel": self.link.channel,
+            "targets_accepted": self.accepted,
+            "targets_refused": dict(self.refused),
+            "last_refusal": self.last_refusal,
+            "stale_events": self.stale_events,
+            "can_silence_events": self.silence_events,
+            "commands_sent": self.sent_commands,
+            "loop_overruns": self.overruns,
+            "feedback_age_s": age,
+            "tracking_error_m": err,
+            "arm_status": fb.arm_status if fb else None,
+            "err_code": fb.err_code if fb else None,
+            "gravity_ff": getattr(self.backend, "gravity", np.zeros(6)).tolist(),
+            "feedback_listener_errors": self.link.listener_errors,
+            "can_send_errors": self.link.send_errors,
+        }
 
     # ------------------------------------------------------------ loop
     def _run(self) -> None:
@@ -271,7 +291,7 @@ class ArmController:
                 if self.state != "can_silent":
                     self.silence_events += 1
                 self.state = "can_silent"
-                self._active = False          # re-enter from the measured pose when feedback returns
+                self._active = False  # re-enter from the measured pose when feedback returns
                 self._target, self._home = None, None
                 return
             if not self._enabled:

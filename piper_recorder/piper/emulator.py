@@ -24,6 +24,7 @@ S-V1.8-8 the 12-bit torque without one (MIT entered with move mode 0x06, 0x04 ac
 1.8-8 still honours 0x04 is not reported); S-V1.7-3..1.8-2 apply 4x the torque field on joints 1-3
 and report 4x their torque. An empty string: no reply to the version query.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,9 +37,30 @@ import can
 import numpy as np
 
 from . import kinematics as kin
-from .wire import (ID_ENABLE, ID_FIRMWARE, ID_GRIPPER, ID_GRIPPER_CTRL, ID_HIGH_SPD, ID_JOINT_CTRL,
-                   ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2, ID_POSE, ID_POSE_CTRL, ID_STATUS,
-                   MIT_FLAG, MOVE_J, MOVE_L, MOVE_M, MOVE_MIT, MOVE_P, TORQUE_COEF, MitCommand, decode_mit)
+from .wire import (
+    ID_ENABLE,
+    ID_FIRMWARE,
+    ID_GRIPPER,
+    ID_GRIPPER_CTRL,
+    ID_HIGH_SPD,
+    ID_JOINT_CTRL,
+    ID_JOINTS,
+    ID_LOW_SPD,
+    ID_MIT_CTRL,
+    ID_MOTION_CTRL_2,
+    ID_POSE,
+    ID_POSE_CTRL,
+    ID_STATUS,
+    MIT_FLAG,
+    MOVE_J,
+    MOVE_L,
+    MOVE_M,
+    MOVE_MIT,
+    MOVE_P,
+    TORQUE_COEF,
+    MitCommand,
+    decode_mit,
+)
 from .firmware import mit_dialect
 from .vbus import DirectVirtualBus
 
@@ -48,14 +70,14 @@ class EmulatorConfig:
     # a release whose MIT frame is the SDK's as documented (firmware.py); set another to emulate its dialect
     firmware: str = "S-V1.8-5"
     feedback_hz: float = 200.0
-    high_spd_every: int = 2   # motor high-speed frames every N feedback ticks (100 Hz)
-    low_spd_every: int = 10   # low-speed every N ticks (20 Hz)
+    high_spd_every: int = 2  # motor high-speed frames every N feedback ticks (100 Hz)
+    low_spd_every: int = 10  # low-speed every N ticks (20 Hz)
     q_init: list[float] = field(default_factory=lambda: [0.0] * 6)
     q_min: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MIN.tolist())
     q_max: list[float] = field(default_factory=lambda: kin.SDK_JOINT_MAX.tolist())
     max_joint_speed: float = 3.0  # rad/s at speed 100 %
-    tau: float = 0.02             # s, first-order time constant of the position servo
-    gripper_speed: float = 0.15   # m/s
+    tau: float = 0.02  # s, first-order time constant of the position servo
+    gripper_speed: float = 0.15  # m/s
     inertia: list[float] = field(default_factory=lambda: [0.06, 0.20, 0.08, 0.01, 0.01, 0.005])
     friction: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.1, 0.02, 0.02, 0.01])  # N m s/rad
     # point masses (kg) at the origins of frames 3..6 (elbow, forearm, wrist, flange)
@@ -69,20 +91,20 @@ class PiperEmulator:
     def __init__(self, channel: str, config: EmulatorConfig | None = None):
         self.cfg = config or EmulatorConfig()
         self.channel = channel
-        self.dialect = mit_dialect(self.cfg.firmware)   # how this firmware reads JointMitCtrl
+        self.dialect = mit_dialect(self.cfg.firmware)  # how this firmware reads JointMitCtrl
         self._lock = threading.Lock()
         self.q = np.array(self.cfg.q_init, dtype=float)
         self.dq: np.ndarray = np.zeros(6)
         self.q_min, self.q_max = np.array(self.cfg.q_min), np.array(self.cfg.q_max)
-        self._q_lo, self._q_hi = self.q_min.tolist(), self.q_max.tolist()   # for the tick's scalar math
+        self._q_lo, self._q_hi = self.q_min.tolist(), self.q_max.tolist()  # for the tick's scalar math
         self.q_target = self.q.copy()
         self.tau_out: np.ndarray = np.zeros(6)
         self.enabled = False
-        self.ctrl_mode = 0x00      # 0 standby, 1 CAN command
+        self.ctrl_mode = 0x00  # 0 standby, 1 CAN command
         self.move_mode = MOVE_P
         self.mit = False
         self.speed_pct = 50
-        self.arm_status = 0x00     # 0 normal, 2 no IK solution
+        self.arm_status = 0x00  # 0 normal, 2 no IK solution
         self.gripper = 0.0
         self.gripper_target = 0.0
         self.gripper_effort = 0.0
@@ -90,11 +112,11 @@ class PiperEmulator:
         self.mit_cmd: list[MitCommand | None] = [None] * 6
         self._pose_cmd = [0, 0, 0, 0, 0, 0]
         self.rx_counts: dict[int, int] = {}
-        self.rx_log: list[can.Message] = []   # every frame received, for round-trip tests
+        self.rx_log: list[can.Message] = []  # every frame received, for round-trip tests
         self.log_rx = False
         self.bad_crc = 0
         self.ik_failures = 0
-        self.silent = False                   # True: neither send nor answer (cable pulled)
+        self.silent = False  # True: neither send nor answer (cable pulled)
         self._pending: list[tuple[float, int, bytes]] = []
         self._bus: DirectVirtualBus | None = None
         self._thread: threading.Thread | None = None
@@ -230,7 +252,7 @@ class PiperEmulator:
             blob = self.cfg.firmware.encode()
             blob += b"\x00" * (-len(blob) % 8)
             for k in range(0, len(blob), 8):
-                self._pending.append((due, ID_FIRMWARE, blob[k:k + 8]))
+                self._pending.append((due, ID_FIRMWARE, blob[k : k + 8]))
 
     def _accepts(self, *modes: int) -> bool:
         return self.enabled and self.ctrl_mode == 0x01 and not self.mit and self.move_mode in modes
@@ -238,8 +260,9 @@ class PiperEmulator:
     def _pose_target(self) -> None:
         x, y, z, rx, ry, rz = self._pose_cmd
         rad = math.radians
-        t = kin.frame_matrix(kin.euler_rot(rad(rx / 1000.0), rad(ry / 1000.0), rad(rz / 1000.0))
-                             + (x / 1e6, y / 1e6, z / 1e6))
+        t = kin.frame_matrix(
+            kin.euler_rot(rad(rx / 1000.0), rad(ry / 1000.0), rad(rz / 1000.0)) + (x / 1e6, y / 1e6, z / 1e6)
+        )
         res = kin.ik(t, self.q_target, self.q_min, self.q_max, max_iter=40)
         if not res.ok(1e-3, 1e-2):
             res = kin.ik(t, self.q, self.q_min, self.q_max, max_iter=60)
@@ -277,7 +300,7 @@ class PiperEmulator:
         see the same joints, so each tick builds the link frames once instead of twice."""
         cached = self._fk_cache
         if cached is None or cached[0] != q:
-            cached = self._fk_cache = (list(q), kin.chain(q))   # a copy: callers go on to change q
+            cached = self._fk_cache = (list(q), kin.chain(q))  # a copy: callers go on to change q
         return cached[1]
 
     def _step(self, dt: float) -> None:
@@ -292,7 +315,7 @@ class PiperEmulator:
             h = dt / n
             dq = self.dq.tolist()
             tau = [0.0] * 6
-            for i in range(6):   # the joints are independent within a step (gravity is held for it)
+            for i in range(6):  # the joints are independent within a step (gravity is held for it)
                 c, g, qi, vi = self.mit_cmd[i], grav[i], q[i], dq[i]
                 t = 0.0
                 for _ in range(n):
@@ -341,20 +364,37 @@ class PiperEmulator:
                 moving = max(abs(v) for v in dq) > 1e-3
             else:
                 moving = max(abs(t - x) for t, x in zip(self.q_target.tolist(), q)) > 1e-3
-            status = _STATUS.pack(self.ctrl_mode if self.enabled else 0x00, self.arm_status,
-                                  self.move_mode, 0, int(moving), 0, self._limit_bits(q))
-            gripper = _GRIPPER.pack(round(self.gripper * 1e6),
-                                    int(min(max(self.gripper_effort * 1000, -32768), 32767)),
-                                    0x40 * (self.gripper_enabled and self.enabled) | 0x80, 0)
+            status = _STATUS.pack(
+                self.ctrl_mode if self.enabled else 0x00,
+                self.arm_status,
+                self.move_mode,
+                0,
+                int(moving),
+                0,
+                self._limit_bits(q),
+            )
+            gripper = _GRIPPER.pack(
+                round(self.gripper * 1e6),
+                int(min(max(self.gripper_effort * 1000, -32768), 32767)),
+                0x40 * (self.gripper_enabled and self.enabled) | 0x80,
+                0,
+            )
             enabled = self.enabled
         t = self._frames(q)[-1]
         x, y, z = (round(v * 1e6) for v in t[9:12])
         rx, ry, rz = (round(math.degrees(v) * 1000) for v in kin.rot_euler(t))
         j = [round(math.degrees(v) * 1000) for v in q]
         pack = _I2.pack
-        frames = [(ID_STATUS, status), (ID_POSE[0], pack(x, y)), (ID_POSE[1], pack(z, rx)), (ID_POSE[2], pack(ry, rz)),
-                  (ID_JOINTS[0], pack(j[0], j[1])), (ID_JOINTS[1], pack(j[2], j[3])),
-                  (ID_JOINTS[2], pack(j[4], j[5])), (ID_GRIPPER, gripper)]
+        frames = [
+            (ID_STATUS, status),
+            (ID_POSE[0], pack(x, y)),
+            (ID_POSE[1], pack(z, rx)),
+            (ID_POSE[2], pack(ry, rz)),
+            (ID_JOINTS[0], pack(j[0], j[1])),
+            (ID_JOINTS[1], pack(j[2], j[3])),
+            (ID_JOINTS[2], pack(j[4], j[5])),
+            (ID_GRIPPER, gripper),
+        ]
         if self.ticks % self.cfg.high_spd_every == 0:
             gain = self.dialect.effort_gain
             for i, fid in enumerate(ID_HIGH_SPD):
@@ -374,7 +414,12 @@ class PiperEmulator:
         return bits
 
 
-_STATUS, _GRIPPER, _I2, _HHI = struct.Struct(">BBBBBBH"), struct.Struct(">ihBB"), struct.Struct(">ii"), struct.Struct(">hhi")
+_STATUS, _GRIPPER, _I2, _HHI = (
+    struct.Struct(">BBBBBBH"),
+    struct.Struct(">ihBB"),
+    struct.Struct(">ii"),
+    struct.Struct(">hhi"),
+)
 _TORQUE_COEF = TORQUE_COEF.tolist()
 # motor low-speed frame (voltage 24.0 V, driver 38 C, motor 36 C, FOC status, bus current): constant here
 _LOW_SPD_ON, _LOW_SPD_OFF = struct.pack(">HhbBH", 240, 38, 36, 0x40, 800), struct.pack(">HhbBH", 240, 38, 36, 0x00, 0)

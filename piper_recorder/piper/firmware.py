@@ -25,6 +25,7 @@ Version strings: "S-V<major>.<minor>-<patch>", possibly with a 6-digit build dat
 report). piper_sdk 0.6.2's ``GetPiperFirmwareVersion`` returns the first 8 characters, so "S-V1.8-10"
 reads "S-V1.8-1": ``parse_version`` reads the raw 0x4AF bytes instead (``PiperLink.firmware``).
 """
+
 from __future__ import annotations
 
 import re
@@ -32,9 +33,9 @@ from dataclasses import dataclass
 
 Version = tuple[int, int, int]
 
-FLIP_FIXED = (1, 7, 3)      # MIT joint directions as the SDK documents them from here on
-X4_FIXED = (1, 8, 3)        # no 4x torque on joints 1-3 from here on
-MIT12 = (1, 8, 8)           # the 12-bit, no-check MIT frame and move mode 0x06 from here on
+FLIP_FIXED = (1, 7, 3)  # MIT joint directions as the SDK documents them from here on
+X4_FIXED = (1, 8, 3)  # no 4x torque on joints 1-3 from here on
+MIT12 = (1, 8, 8)  # the 12-bit, no-check MIT frame and move mode 0x06 from here on
 
 _VERSION = re.compile(rb"S-V(\d+)\.(\d+)-(\d+)")
 
@@ -65,27 +66,28 @@ def version_string(v: Version) -> str:
 class MitDialect:
     """How one firmware reads JointMitCtrl, and whether the impedance backend may drive it."""
 
-    firmware: str                          # as read ("" when nothing was read)
+    firmware: str  # as read ("" when nothing was read)
     version: Version | None
-    frame: str                             # "crc8": the SDK's frame; "raw12": 12-bit torque, no check
-    t_range: tuple[float, float]           # N m the torque field spans
-    move_mode: int                         # MotionCtrl_2 move mode that enters MIT
-    torque_gain: tuple[float, ...]         # the firmware applies gain x the torque field, per joint
-    effort_gain: tuple[float, ...]         # the SDK's effort reads gain x the true torque, per joint
-    refusal: str | None = None             # why the impedance backend must not run (None: it may)
+    frame: str  # "crc8": the SDK's frame; "raw12": 12-bit torque, no check
+    t_range: tuple[float, float]  # N m the torque field spans
+    move_mode: int  # MotionCtrl_2 move mode that enters MIT
+    torque_gain: tuple[float, ...]  # the firmware applies gain x the torque field, per joint
+    effort_gain: tuple[float, ...]  # the SDK's effort reads gain x the true torque, per joint
+    refusal: str | None = None  # why the impedance backend must not run (None: it may)
 
     def describe(self) -> str:
         gains = "" if set(self.torque_gain) == {1.0} else f", firmware torque x{list(self.torque_gain)}"
-        return (f"{self.firmware or 'unknown firmware'}: MIT frame {self.frame} over {list(self.t_range)} N m, "
-                f"move mode 0x{self.move_mode:02X}{gains}")
+        return (
+            f"{self.firmware or 'unknown firmware'}: MIT frame {self.frame} over {list(self.t_range)} N m, "
+            f"move mode 0x{self.move_mode:02X}{gains}"
+        )
 
 
 ONES = (1.0,) * 6
 X4 = (4.0, 4.0, 4.0, 1.0, 1.0, 1.0)
 
 
-def _sdk_frame(name: str, v: Version | None, gain: tuple[float, ...] = ONES,
-               refusal: str | None = None) -> MitDialect:
+def _sdk_frame(name: str, v: Version | None, gain: tuple[float, ...] = ONES, refusal: str | None = None) -> MitDialect:
     """A band that reads the SDK's 8-bit + check frame, entered with move mode 0x04."""
     return MitDialect(name, v, "crc8", (-8.0, 8.0), 0x04, gain, gain, refusal)
 
@@ -100,14 +102,23 @@ def mit_dialect(firmware: str | bytes | None) -> MitDialect:
     advice = "use backend: position, or update the arm firmware (S-V1.8-3 or later)"
     if v is None:
         why = "no firmware reply" if not name else f"unrecognised firmware string {name!r}"
-        return _sdk_frame(name, None, refusal=f"impedance backend refused: {why}; firmware releases read "
-                                              f"JointMitCtrl differently (torque scale, frame layout), so it "
-                                              f"will not command MIT torques blind; {advice}")
+        return _sdk_frame(
+            name,
+            None,
+            refusal=f"impedance backend refused: {why}; firmware releases read "
+            f"JointMitCtrl differently (torque scale, frame layout), so it "
+            f"will not command MIT torques blind; {advice}",
+        )
     if v < FLIP_FIXED:
-        return _sdk_frame(name, v, X4, refusal=f"impedance backend refused on {name}: before S-V1.7-3 the "
-                                               f"firmware runs joints 1, 2, 4 and 6 reversed in MIT mode (and "
-                                               f"applies 4x the torque on joints 1-3); this backend is not "
-                                               f"verified there; {advice}")
+        return _sdk_frame(
+            name,
+            v,
+            X4,
+            refusal=f"impedance backend refused on {name}: before S-V1.7-3 the "
+            f"firmware runs joints 1, 2, 4 and 6 reversed in MIT mode (and "
+            f"applies 4x the torque on joints 1-3); this backend is not "
+            f"verified there; {advice}",
+        )
     if v < X4_FIXED:
         return _sdk_frame(name, v, X4)
     if v < MIT12:

@@ -15,6 +15,7 @@ Euler convention of the SDK and firmware (EndPoseCtrl, end-pose feedback 0x2A2-0
 then yaw about base z) == intrinsic ZYX. Units on the wire: 0.001 mm and 0.001 deg.
 Everything here is SI (m, rad); quaternions are xyzw (ROS order).
 """
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,10 @@ SDK_JOINT_MAX = np.array([2.6179, 3.14, 0.0, 1.745, 1.22, 2.09439])
 # dispatch costs more than the arithmetic, so the chain is composed in scalar floats (``chain``).
 # Per joint: cos/sin of alpha (0 or +-pi/2 on the Piper, kept as computed so the product equals the
 # 4x4 matrix product to rounding), a, d, theta offset.
-_DH = tuple((math.cos(al), math.sin(al), a, d, off)
-            for al, a, d, off in zip(DH_ALPHA.tolist(), DH_A.tolist(), DH_D.tolist(), DH_THETA_OFFSET.tolist()))
+_DH = tuple(
+    (math.cos(al), math.sin(al), a, d, off)
+    for al, a, d, off in zip(DH_ALPHA.tolist(), DH_A.tolist(), DH_D.tolist(), DH_THETA_OFFSET.tolist())
+)
 
 Frame = tuple[float, float, float, float, float, float, float, float, float, float, float, float]
 """A transform as 12 floats: the rotation row-major (r00 r01 r02 r10 .. r22), then the position (x y z)."""
@@ -66,13 +69,19 @@ def chain(q: list[float]) -> list[Frame]:
         th = qi + off
         try:
             ct, st = cos(th), sin(th)
-        except ValueError:   # an infinite angle: NaN, as numpy's cos and sin give
+        except ValueError:  # an infinite angle: NaN, as numpy's cos and sin give
             ct = st = math.nan
         ux, uy, uz = ca * yx + sa * zx, ca * yy + sa * zy, ca * yz + sa * zz
         zx, zy, zz = ca * zx - sa * yx, ca * zy - sa * yy, ca * zz - sa * yz
         px, py, pz = px + a * xx + d * zx, py + a * xy + d * zy, pz + a * xz + d * zz
-        xx, xy, xz, yx, yy, yz = (ct * xx + st * ux, ct * xy + st * uy, ct * xz + st * uz,
-                                  ct * ux - st * xx, ct * uy - st * xy, ct * uz - st * xz)
+        xx, xy, xz, yx, yy, yz = (
+            ct * xx + st * ux,
+            ct * xy + st * uy,
+            ct * xz + st * uz,
+            ct * ux - st * xx,
+            ct * uy - st * xy,
+            ct * uz - st * xz,
+        )
         out.append((xx, yx, zx, xy, yy, zy, xz, yz, zz, px, py, pz))
     return out
 
@@ -135,9 +144,17 @@ def euler_rot(rx: float, ry: float, rz: float) -> Rot:
     """``euler_to_matrix`` as a ``Rot`` (scalar: the emulator and the link convert every end pose)."""
     cx, sx, cy, sy = math.cos(rx), math.sin(rx), math.cos(ry), math.sin(ry)
     cz, sz = math.cos(rz), math.sin(rz)
-    return (cz * cy, cz * sy * sx - sz * cx, cz * sy * cx + sz * sx,
-            sz * cy, sz * sy * sx + cz * cx, sz * sy * cx - cz * sx,
-            -sy, cy * sx, cy * cx)
+    return (
+        cz * cy,
+        cz * sy * sx - sz * cx,
+        cz * sy * cx + sz * sx,
+        sz * cy,
+        sz * sy * sx + cz * cx,
+        sz * sy * cx - cz * sx,
+        -sy,
+        cy * sx,
+        cy * cx,
+    )
 
 
 def euler_quat(rx: float, ry: float, rz: float) -> tuple[float, float, float, float]:
@@ -178,9 +195,17 @@ def quat_rot(x: float, y: float, z: float, w: float) -> Rot:
     """Rotation of the quaternion xyzw (normalised here)."""
     n = math.sqrt(x * x + y * y + z * z + w * w)
     x, y, z, w = x / n, y / n, z / n, w / n
-    return (1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
-            2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
-            2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y))
+    return (
+        1 - 2 * (y * y + z * z),
+        2 * (x * y - z * w),
+        2 * (x * z + y * w),
+        2 * (x * y + z * w),
+        1 - 2 * (x * x + z * z),
+        2 * (y * z - x * w),
+        2 * (x * z - y * w),
+        2 * (y * z + x * w),
+        1 - 2 * (x * x + y * y),
+    )
 
 
 def quat_to_matrix(q_xyzw: np.ndarray) -> np.ndarray:
@@ -266,7 +291,7 @@ def _dls_step(rows: list[list[float]], e: list[float], lam2: float) -> list[floa
             rj = rows[j]
             ai[j] = r0 * rj[0] + r1 * rj[1] + r2 * rj[2] + r3 * rj[3] + r4 * rj[4] + r5 * rj[5]
         ai[i] += lam2
-    for j in range(6):   # a = L L^T, L written over a's lower triangle
+    for j in range(6):  # a = L L^T, L written over a's lower triangle
         lj = a[j]
         s = lj[j]
         for k in range(j):
@@ -279,14 +304,14 @@ def _dls_step(rows: list[list[float]], e: list[float], lam2: float) -> list[floa
                 s -= li[k] * lj[k]
             li[j] = s / d
     z = [0.0] * 6
-    for i in range(6):   # L z = e
+    for i in range(6):  # L z = e
         li = a[i]
         s = e[i]
         for k in range(i):
             s -= li[k] * z[k]
         z[i] = s / li[i]
     y = [0.0] * 6
-    for i in range(5, -1, -1):   # L^T y = z
+    for i in range(5, -1, -1):  # L^T y = z
         s = z[i]
         for k in range(i + 1, 6):
             s -= a[k][i] * y[k]
@@ -302,18 +327,26 @@ class IkResult:
     pos_err: float  # m
     rot_err: float  # rad
     iterations: int
-    closed_form: bool = False   # solved by ``closed_form_ik`` (``ik``), not by damped steps
+    closed_form: bool = False  # solved by ``closed_form_ik`` (``ik``), not by damped steps
 
     def ok(self, pos_tol: float = 1e-3, rot_tol: float = 1e-2) -> bool:
         return self.pos_err <= pos_tol and self.rot_err <= rot_tol
 
 
-_CONVERGED = (2e-5, 2e-4)   # m, rad: where the damped iteration stops (``solve_ik``'s pos_tol, rot_tol)
+_CONVERGED = (2e-5, 2e-4)  # m, rad: where the damped iteration stops (``solve_ik``'s pos_tol, rot_tol)
 
 
-def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOINT_MIN,
-             q_max: np.ndarray = SDK_JOINT_MAX, max_iter: int = 50, damping: float = 0.02,
-             max_step: float = 0.25, pos_tol: float = _CONVERGED[0], rot_tol: float = _CONVERGED[1]) -> IkResult:
+def solve_ik(
+    target: np.ndarray,
+    q_seed: np.ndarray,
+    q_min: np.ndarray = SDK_JOINT_MIN,
+    q_max: np.ndarray = SDK_JOINT_MAX,
+    max_iter: int = 50,
+    damping: float = 0.02,
+    max_step: float = 0.25,
+    pos_tol: float = _CONVERGED[0],
+    rot_tol: float = _CONVERGED[1],
+) -> IkResult:
     """Damped least squares on the flange pose, warm-started from ``q_seed``, clamped to limits.
 
     dq = J^T (J J^T + lambda^2 I)^-1 e; a streaming target (small motion per call) converges in
@@ -344,7 +377,7 @@ def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOI
         if n > max_step:
             s = max_step / n
             dq = [v * s for v in dq]
-        q = [min(max(v + d, a), b) for v, d, a, b in zip(q, dq, lo, hi)]   # a new list: best keeps its own
+        q = [min(max(v + d, a), b) for v, d, a, b in zip(q, dq, lo, hi)]  # a new list: best keeps its own
     return IkResult(np.array(best_q), best_pe, best_re, it)
 
 
@@ -359,8 +392,11 @@ def solve_ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOI
 #   length L at beta = atan2(d4, a3) from x3: W = a2 u(-theta_2) + L u(-theta_2 - theta_3 + beta);
 # - the wrist: R3^T R Rx(-pi/2) = Ry(-theta_4) Rz(theta_5) Ry(-theta_6), read off as a Y-Z-Y Euler triple.
 _DH_ALPHA_PIPER = (0.0, -math.pi / 2, 0.0, math.pi / 2, -math.pi / 2, math.pi / 2)
-_CLOSED_FORM = (all(abs(a - b) < 1e-12 for a, b in zip(DH_ALPHA.tolist(), _DH_ALPHA_PIPER))
-                and DH_A[0] == DH_A[1] == DH_A[4] == DH_A[5] == 0.0 and DH_D[1] == DH_D[2] == DH_D[4] == 0.0)
+_CLOSED_FORM = (
+    all(abs(a - b) < 1e-12 for a, b in zip(DH_ALPHA.tolist(), _DH_ALPHA_PIPER))
+    and DH_A[0] == DH_A[1] == DH_A[4] == DH_A[5] == 0.0
+    and DH_D[1] == DH_D[2] == DH_D[4] == 0.0
+)
 _D1, _A2, _A3, _D4, _D6 = (float(DH_D[0]), float(DH_A[2]), float(DH_A[3]), float(DH_D[3]), float(DH_D[5]))
 _L = math.hypot(_A3, _D4)
 _BETA = math.atan2(_D4, _A3)
@@ -373,8 +409,13 @@ def _turns_to(v: float, ref: float) -> float:
     return v - _TWO_PI * round((v - ref) / _TWO_PI)
 
 
-def closed_form_ik(target: np.ndarray, q_seed: np.ndarray | Iterable[float], q_min: np.ndarray = SDK_JOINT_MIN,
-                   q_max: np.ndarray = SDK_JOINT_MAX, max_jump: float = math.inf) -> list[float] | None:
+def closed_form_ik(
+    target: np.ndarray,
+    q_seed: np.ndarray | Iterable[float],
+    q_min: np.ndarray = SDK_JOINT_MIN,
+    q_max: np.ndarray = SDK_JOINT_MAX,
+    max_jump: float = math.inf,
+) -> list[float] | None:
     """The exact joint solution of a flange pose nearest ``q_seed`` (max over the joints), within the limits
     and no joint more than ``max_jump`` from the seed; None if there is none (out of reach, beyond a limit,
     a NaN) or the arm's DH table is not the Piper's geometry. At the wrist singularity (joint 5 at 0, where
@@ -382,22 +423,24 @@ def closed_form_ik(target: np.ndarray, q_seed: np.ndarray | Iterable[float], q_m
     allow."""
     if not _CLOSED_FORM:
         return None
-    return _closed_form(np.asarray(target, dtype=float)[:3].tolist(), _floats(q_seed, 6), _floats(q_min, 6),
-                        _floats(q_max, 6), max_jump)
+    return _closed_form(
+        np.asarray(target, dtype=float)[:3].tolist(), _floats(q_seed, 6), _floats(q_min, 6), _floats(q_max, 6), max_jump
+    )
 
 
-def _closed_form(rows: list[list[float]], seed: list[float], lo: list[float], hi: list[float],
-                 max_jump: float) -> list[float] | None:
+def _closed_form(
+    rows: list[list[float]], seed: list[float], lo: list[float], hi: list[float], max_jump: float
+) -> list[float] | None:
     """``closed_form_ik`` on the target's top three rows and the seed and limits as floats."""
     (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = rows
-    if not all(map(math.isfinite, seed)):   # a NaN target fails the reach test below; a NaN seed would not
+    if not all(map(math.isfinite, seed)):  # a NaN target fails the reach test below; a NaN seed would not
         return None
     s0, s1, s2, s3, s4, s5 = seed
     o1, o2, o3, o4, o5, o6 = _OFFSETS
     wx, wy, wz = px - _D6 * r02, py - _D6 * r12, pz - _D6 * r22
     r, h = math.hypot(wx, wy), wz - _D1
     c = (r * r + h * h - _A2 * _A2 - _L * _L) / (2.0 * _A2 * _L)
-    if not -1.0 <= c <= 1.0:   # out of reach (False for a NaN too)
+    if not -1.0 <= c <= 1.0:  # out of reach (False for a NaN too)
         return None
     g0 = math.acos(c)
     heading = math.atan2(wy, wx)
@@ -408,7 +451,7 @@ def _closed_form(rows: list[list[float]], seed: list[float], lo: list[float], hi
         th1 = q1 + o1
         c1, n1 = math.cos(th1), math.sin(th1)
         toward = math.atan2(h, rp)
-        for g in (g0, -g0):   # the elbow's two sides
+        for g in (g0, -g0):  # the elbow's two sides
             q3 = _turns_to(_BETA - g - o3, s2)
             if not lo[2] <= q3 <= hi[2] or abs(q3 - s2) > max_jump:
                 continue
@@ -425,16 +468,16 @@ def _closed_form(rows: list[list[float]], seed: list[float], lo: list[float], hi
             n21 = n1 * r02 - c1 * r12
             sb = math.hypot(n01, n21)
             th5 = math.atan2(sb, n11)
-            if sb < 1e-9:   # wrist straight: only theta_4 + theta_6 counts (Ry(-(theta_4 + theta_6)))
+            if sb < 1e-9:  # wrist straight: only theta_4 + theta_6 counts (Ry(-(theta_4 + theta_6)))
                 ac = math.atan2(x3x * r01 + x3y * r11 + x3z * r21, x3x * r00 + x3y * r10 + x3z * r20)
                 q46 = _turns_to(-ac - o4 - o6, s3 + s5)
-                q4 = s3 + 0.5 * (q46 - s3 - s5)   # the turn shared by joints 4 and 6, as a damped step shares it
+                q4 = s3 + 0.5 * (q46 - s3 - s5)  # the turn shared by joints 4 and 6, as a damped step shares it
                 q4 = min(max(q4, lo[3], q46 - hi[5]), hi[3], q46 - lo[5])
                 wrists: tuple[tuple[float, float, float], ...] = ((q4 + o4, th5, q46 - q4 + o6),)
             else:
                 a = math.atan2(n21, -n01)
                 cc = math.atan2(y3x * r01 + y3y * r11 + y3z * r21, y3x * r00 + y3y * r10 + y3z * r20)
-                wrists = ((-a, th5, -cc), (-a - math.pi, -th5, -cc - math.pi))   # the wrist's two flips
+                wrists = ((-a, th5, -cc), (-a - math.pi, -th5, -cc - math.pi))  # the wrist's two flips
             for th4, th5_, th6 in wrists:
                 q4, q5, q6 = _turns_to(th4 - o4, s3), th5_ - o5, _turns_to(th6 - o6, s5)
                 if not (lo[3] <= q4 <= hi[3] and lo[4] <= q5 <= hi[4] and lo[5] <= q6 <= hi[5]):
@@ -445,8 +488,14 @@ def _closed_form(rows: list[list[float]], seed: list[float], lo: list[float], hi
     return None if best is None else best[1]
 
 
-def ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOINT_MIN, q_max: np.ndarray = SDK_JOINT_MAX,
-       max_iter: int = 50, max_jump: float = 0.25) -> IkResult:
+def ik(
+    target: np.ndarray,
+    q_seed: np.ndarray,
+    q_min: np.ndarray = SDK_JOINT_MIN,
+    q_max: np.ndarray = SDK_JOINT_MAX,
+    max_iter: int = 50,
+    max_jump: float = 0.25,
+) -> IkResult:
     """The flange pose's joints near ``q_seed``: the closed-form solution when one lies within ``max_jump`` of the
     seed in every joint, else ``solve_ik`` (damped least squares from the seed). Check ``ok()``.
 
@@ -466,6 +515,6 @@ def ik(target: np.ndarray, q_seed: np.ndarray, q_min: np.ndarray = SDK_JOINT_MIN
             ex, ey, ez = rows[0][3] - f[9], rows[1][3] - f[10], rows[2][3] - f[11]
             wx, wy, wz = rot_error_of((*rows[0][:3], *rows[1][:3], *rows[2][:3]), f)
             pe, re = math.sqrt(ex * ex + ey * ey + ez * ez), math.sqrt(wx * wx + wy * wy + wz * wz)
-            if pe <= _CONVERGED[0] and re <= _CONVERGED[1]:   # exact but for rounding (acos's, near the elbow's fold)
+            if pe <= _CONVERGED[0] and re <= _CONVERGED[1]:  # exact but for rounding (acos's, near the elbow's fold)
                 return IkResult(np.array(q), pe, re, 0, closed_form=True)
     return solve_ik(target, q_seed, q_min, q_max, max_iter=max_iter)

@@ -1,4 +1,5 @@
 """Target validation: finite numbers, unit quaternion, the acceptance box, joint-limited reachability."""
+
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ from . import kinematics as kin
 
 @dataclass
 class Rejection:
-    reason: str   # "non_finite" | "bad_quaternion" | "out_of_workspace" | "unreachable"
+    reason: str  # "non_finite" | "bad_quaternion" | "out_of_workspace" | "unreachable"
     detail: str
 
 
@@ -26,14 +27,18 @@ class TargetLimits:
     q_max: np.ndarray
     accept_min: np.ndarray
     accept_max: np.ndarray
-    ik_pos_tol: float = 1e-3   # the emulator's firmware IK accepts the same residuals
+    ik_pos_tol: float = 1e-3  # the emulator's firmware IK accepts the same residuals
     ik_rot_tol: float = 1e-2
 
     def __post_init__(self) -> None:
-        self._box = (np.asarray(self.accept_min, dtype=float).tolist(), np.asarray(self.accept_max, dtype=float).tolist())
+        self._box = (
+            np.asarray(self.accept_min, dtype=float).tolist(),
+            np.asarray(self.accept_max, dtype=float).tolist(),
+        )
 
-    def check(self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray,
-              fallback_seeds: Iterable[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray] | Rejection:
+    def check(
+        self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray, fallback_seeds: Iterable[np.ndarray] = ()
+    ) -> tuple[np.ndarray, np.ndarray] | Rejection:
         """Validate an absolute flange target; returns (4x4 pose, joint solution) or a Rejection.
 
         IK (``kin.ik``: closed form near the seed, else damped steps) starts from ``q_seed`` (the previous
@@ -58,10 +63,11 @@ class TargetLimits:
         x, y, z, w = qv[0] / n, qv[1] / n, qv[2] / n, qv[3] / n
         target = kin.frame_matrix(kin.quat_rot(x, y, z, w) + (p[0], p[1], p[2]))
         res = kin.ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
-        seeds = iter(fallback_seeds)   # the next seed is built only after a failed solve
+        seeds = iter(fallback_seeds)  # the next seed is built only after a failed solve
         while not res.ok(self.ik_pos_tol, self.ik_rot_tol) and (seed := next(seeds, None)) is not None:
             res = kin.ik(target, seed, self.q_min, self.q_max, max_iter=60)
         if not res.ok(self.ik_pos_tol, self.ik_rot_tol):
-            return Rejection("unreachable",
-                             f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg")
+            return Rejection(
+                "unreachable", f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg"
+            )
         return target, res.q

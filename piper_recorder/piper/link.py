@@ -7,6 +7,7 @@ send); on a virtual channel the send object would queue every frame of the chann
 (nothing reads it), so there we let both directions share the receive bus, as the SDK itself does
 on Windows/macOS. The SDK's reading thread (``recv(1)`` loop) works unchanged on the virtual bus.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,10 +28,33 @@ from piper_sdk.version import PiperSDKVersion
 from . import kinematics as kin
 from .firmware import MitDialect, mit_dialect, parse_version, version_string
 from .vbus import DirectVirtualBus, make_direct
-from .wire import (ID_FIRMWARE, ID_GRIPPER, ID_HIGH_SPD, ID_JOINTS, ID_LOW_SPD, ID_MIT_CTRL, ID_MOTION_CTRL_2,
-                   ID_POSE, ID_STATUS, MIT_KD, MIT_KP, MIT_P, MIT_T, MIT_V, MOVE_M, MOVE_P, PAIR, TORQUE_COEF,
-                   Frame, encode_mit_raw12, end_pose_frames, float_to_uint, gripper_ctrl, motion_ctrl_2,
-                   uint_to_float)
+from .wire import (
+    ID_FIRMWARE,
+    ID_GRIPPER,
+    ID_HIGH_SPD,
+    ID_JOINTS,
+    ID_LOW_SPD,
+    ID_MIT_CTRL,
+    ID_MOTION_CTRL_2,
+    ID_POSE,
+    ID_STATUS,
+    MIT_KD,
+    MIT_KP,
+    MIT_P,
+    MIT_T,
+    MIT_V,
+    MOVE_M,
+    MOVE_P,
+    PAIR,
+    TORQUE_COEF,
+    Frame,
+    encode_mit_raw12,
+    end_pose_frames,
+    float_to_uint,
+    gripper_ctrl,
+    motion_ctrl_2,
+    uint_to_float,
+)
 
 SDK_VERSION = str(PiperSDKVersion.PIPER_SDK_CURRENT_VERSION.value)
 TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
@@ -40,20 +64,20 @@ TORQUE_COEF_F = tuple(float(c) for c in TORQUE_COEF)
 class Feedback:
     """One consistent snapshot of what the arm reported (SI units)."""
 
-    stamp: float               # host receive time of the newest joint frame (s, time.time() clock)
-    joints: np.ndarray         # rad (6)
-    pose: np.ndarray           # 4x4 flange pose from the arm's end-pose frames (m)
-    gripper: float             # m
-    gripper_effort: float      # N m
-    effort: np.ndarray         # N m (6), from the motor high-speed frames
-    velocity: np.ndarray       # rad/s (6), from the motor high-speed frames
+    stamp: float  # host receive time of the newest joint frame (s, time.time() clock)
+    joints: np.ndarray  # rad (6)
+    pose: np.ndarray  # 4x4 flange pose from the arm's end-pose frames (m)
+    gripper: float  # m
+    gripper_effort: float  # N m
+    effort: np.ndarray  # N m (6), from the motor high-speed frames
+    velocity: np.ndarray  # rad/s (6), from the motor high-speed frames
     effort_stamp: float
     ctrl_mode: int
     arm_status: int
     mode_feed: int
     err_code: int
     status_stamp: float
-    pose_stamp: float          # host receive time of the newest end-pose frame
+    pose_stamp: float  # host receive time of the newest end-pose frame
 
 
 class FeedbackDecimator:
@@ -68,7 +92,7 @@ class FeedbackDecimator:
     """
 
     def __init__(self, hz: float):
-        self.gap = max(0.0, 1.0 / hz - 0.0025)   # half a 200 Hz period of tolerance: 100 Hz = every other set
+        self.gap = max(0.0, 1.0 / hz - 0.0025)  # half a 200 Hz period of tolerance: 100 Hz = every other set
         self._last: dict[int, float] = {}
         self._skipping: set[int] = set()
 
@@ -76,7 +100,7 @@ class FeedbackDecimator:
         head = _SET_HEAD.get(fid)
         if head is None:
             return False
-        if fid != head:   # the rest of a set follows its first frame's decision
+        if fid != head:  # the rest of a set follows its first frame's decision
             return fid in self._skipping
         members = _SETS[head]
         if stamp - self._last.get(head, -1e18) < self.gap:
@@ -109,20 +133,20 @@ class FeedbackFrames:
     """
 
     def __init__(self) -> None:
-        self.joints = [0] * 6            # 0.001 deg
+        self.joints = [0] * 6  # 0.001 deg
         self.joint_stamp = 0.0
-        self.pose = [0] * 6              # X, Y, Z (0.001 mm), RX, RY, RZ (0.001 deg)
+        self.pose = [0] * 6  # X, Y, Z (0.001 mm), RX, RY, RZ (0.001 deg)
         self.pose_stamp = 0.0
-        self.gripper = (0, 0, 0)         # angle (0.001 mm), effort (0.001 N m), status code
+        self.gripper = (0, 0, 0)  # angle (0.001 mm), effort (0.001 N m), status code
         self.gripper_stamp = 0.0
-        self.speed = [0] * 6             # motor speed (0.001 rad/s), current (0.001 A), position
+        self.speed = [0] * 6  # motor speed (0.001 rad/s), current (0.001 A), position
         self.current = [0] * 6
         self.motor_stamp = 0.0
-        self.status = (0, 0, 0, 0)       # ctrl_mode, arm_status, mode_feed, err_code (the SDK's defaults)
+        self.status = (0, 0, 0, 0)  # ctrl_mode, arm_status, mode_feed, err_code (the SDK's defaults)
         self.status_stamp = 0.0
-        self.seq = 0                     # frames applied: a snapshot of the fields above is current while it holds
-        self.driver_status = [0] * 6     # each driver's status byte (low-speed frames; bit 6: enabled), not in seq
-        self.driver_stamp = 0.0          # the newest low-speed frame of any driver, as the SDK's ``time_stamp``
+        self.seq = 0  # frames applied: a snapshot of the fields above is current while it holds
+        self.driver_status = [0] * 6  # each driver's status byte (low-speed frames; bit 6: enabled), not in seq
+        self.driver_stamp = 0.0  # the newest low-speed frame of any driver, as the SDK's ``time_stamp``
 
     def take(self, fid: int, data: bytes | bytearray, stamp: float) -> bool:
         """Apply one frame; False: not one of these (or too short), let the SDK parse it."""
@@ -131,7 +155,7 @@ class FeedbackFrames:
         if fid in _PAIR:
             a, b = PAIR.unpack_from(data)
             if fid in _JOINT_PAIR:
-                if abs(a) > 3_000_000 or abs(b) > 3_000_000:   # 300 deg: the SDK drops the frame
+                if abs(a) > 3_000_000 or abs(b) > 3_000_000:  # 300 deg: the SDK drops the frame
                     return True
                 i = _JOINT_PAIR[fid]
                 self.joints[i], self.joints[i + 1], self.joint_stamp = a, b, stamp
@@ -153,7 +177,7 @@ class FeedbackFrames:
             if len(data) < 7:
                 return False
             angle, effort, code = _IHB.unpack_from(data)
-            if abs(angle) <= 150_000:   # 150 mm
+            if abs(angle) <= 150_000:  # 150 mm
                 self.gripper, self.gripper_stamp = (angle, effort, code), stamp
                 self.seq += 1
             return True
@@ -179,14 +203,14 @@ _HHI, _IHB, _STATUS = struct.Struct(">hhi"), struct.Struct(">ihB"), struct.Struc
 _JOINT_PAIR = {fid: 2 * i for i, fid in enumerate(ID_JOINTS)}
 _POSE_PAIR = {fid: 2 * i for i, fid in enumerate(ID_POSE)}
 _PAIR = {**_JOINT_PAIR, **_POSE_PAIR}
-_POSE_LIMITS = (1_000_000, 1_000_000, 1_000_000, 361_000, 361_000, 361_000)   # the SDK's filter: 1 m, 361 deg
+_POSE_LIMITS = (1_000_000, 1_000_000, 1_000_000, 361_000, 361_000, 361_000)  # the SDK's filter: 1 m, 361 deg
 _MOTOR = {fid: i for i, fid in enumerate(ID_HIGH_SPD)}
 _DRIVER = {fid: i for i, fid in enumerate(ID_LOW_SPD)}
 # the values the SDK's status enums name (``match_value``: any other is their UNKNOWN, 0xFF)
 _CTRL_MODES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.CtrlMode}
 _ARM_STATUSES = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ArmStatus}
 _MODE_FEEDS = {int(v): int(v) for v in ArmMsgFeedbackStatusEnum.ModeFeed}
-_DEG_MILLI = math.pi / 180e3   # 0.001 deg -> rad
+_DEG_MILLI = math.pi / 180e3  # 0.001 deg -> rad
 
 
 # SI units of the frames' fields (one place: ``PiperLink.feedback`` and the published values share them)
@@ -227,7 +251,7 @@ def _drain_reader(port: Any) -> Callable[[], object]:
     def read() -> object:
         try:
             msg = bus.recv(1)
-        except Exception:   # noqa: BLE001 - the SDK's ReadCanMessage returns a status for any failure
+        except Exception:  # noqa: BLE001 - the SDK's ReadCanMessage returns a status for any failure
             return status.READ_CAN_MSG_FAILED
         if msg is None:
             return status.READ_CAN_MSG_TIMEOUT
@@ -236,12 +260,13 @@ def _drain_reader(port: Any) -> Callable[[], object]:
             port.rx_message = msg
             try:
                 parse(msg)
-            except Exception:   # noqa: BLE001 - as the SDK's: this frame is lost, the reader goes on
+            except Exception:  # noqa: BLE001 - as the SDK's: this frame is lost, the reader goes on
                 pass
             try:
                 msg = inbox.get_nowait()
             except queue.Empty:
                 return status.READ_CAN_MSG_OK
+
     return read
 
 
@@ -252,8 +277,10 @@ def _end_pose_ints(pose: np.ndarray) -> tuple[list[int], np.ndarray]:
     xyz = [round(px * 1e6), round(py * 1e6), round(pz * 1e6)]
     rpy = [round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22))]
     rad = math.radians
-    sent = kin.frame_matrix(kin.euler_rot(rad(rpy[0] / 1000.0), rad(rpy[1] / 1000.0), rad(rpy[2] / 1000.0))
-                            + (xyz[0] / 1e6, xyz[1] / 1e6, xyz[2] / 1e6))
+    sent = kin.frame_matrix(
+        kin.euler_rot(rad(rpy[0] / 1000.0), rad(rpy[1] / 1000.0), rad(rpy[2] / 1000.0))
+        + (xyz[0] / 1e6, xyz[1] / 1e6, xyz[2] / 1e6)
+    )
     return xyz + rpy, sent
 
 
@@ -264,8 +291,13 @@ class PiperLink:
     two threads sending at once (control loop, enable/disable service) could otherwise swap fields.
     """
 
-    def __init__(self, channel: str = "can0", interface: str = "socketcan", feedback_hz: float | None = None,
-                 sdk_feedback: bool = False):
+    def __init__(
+        self,
+        channel: str = "can0",
+        interface: str = "socketcan",
+        feedback_hz: float | None = None,
+        sdk_feedback: bool = False,
+    ):
         """``feedback_hz``: parse the arm's ~200 Hz feedback sets (status, end pose, joints, gripper) at most
         this often (``FeedbackDecimator``); None parses every frame. Every other frame is always parsed.
         ``sdk_feedback``: piper_sdk parses the feedback frames too (``FeedbackFrames`` reads them either
@@ -282,18 +314,18 @@ class PiperLink:
             if interface == "virtual" and port.send_bus is not port.recv_bus:
                 port.send_bus.shutdown()
                 port.send_bus = port.recv_bus
-            if interface == "virtual" and make_direct(port.recv_bus):   # no deepcopy of each command frame (vbus)
+            if interface == "virtual" and make_direct(port.recv_bus):  # no deepcopy of each command frame (vbus)
                 port.ReadCanMessage = _drain_reader(port)
         self._frame_listener: Callable[[int, float], None] | None = None
-        self._listened: frozenset[int] | None = None   # the frame ids the listener is called for (None: all)
-        self._firmware_raw = bytearray()   # the 0x4AF reply as sent (the SDK keeps only 8 characters of it)
-        self._firmware_at = 0.0            # when its last frame arrived
+        self._listened: frozenset[int] | None = None  # the frame ids the listener is called for (None: all)
+        self._firmware_raw = bytearray()  # the 0x4AF reply as sent (the SDK keeps only 8 characters of it)
+        self._firmware_at = 0.0  # when its last frame arrived
         # how the firmware reads JointMitCtrl and scales effort; known once ``firmware()`` has read it
         self.dialect: MitDialect = mit_dialect(None)
         self.listener_errors = 0
         self.last_listener_error = ""
-        self.send_errors = 0                # command frames the port did not take (``_send_frames``)
-        self._snapshot: tuple[tuple[int, tuple[float, ...]], Feedback] | None = None   # feedback(): the newest
+        self.send_errors = 0  # command frames the port did not take (``_send_frames``)
+        self._snapshot: tuple[tuple[int, tuple[float, ...]], Feedback] | None = None  # feedback(): the newest
         port = self.sdk.GetCanBus()
         # the SDK keeps one interface object per channel name: wrap its parser only once
         sdk_parse = getattr(port, "_sdk_parse", port.callback_function)
@@ -320,8 +352,9 @@ class PiperLink:
         port.callback_function = parse_then_notify
         self.sdk.ConnectPort()  # starts the SDK reader thread; queries limits and firmware
 
-    def set_frame_listener(self, listener: Callable[[int, float], None] | None,
-                           frame_ids: Iterable[int] | None = None) -> None:
+    def set_frame_listener(
+        self, listener: Callable[[int, float], None] | None, frame_ids: Iterable[int] | None = None
+    ) -> None:
         """Call ``listener(frame_id, host_stamp)`` on the SDK reader thread after each frame of ``frame_ids``
         (every frame when None) was parsed.
 
@@ -344,7 +377,7 @@ class PiperLink:
         arrays are read-only, so no reader can change what another one sees."""
         f = self.frames
         gain = self.dialect.effort_gain
-        key = (f.seq, gain)   # read before the fields: a frame taken meanwhile only makes the next call rebuild
+        key = (f.seq, gain)  # read before the fields: a frame taken meanwhile only makes the next call rebuild
         cached = self._snapshot
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -355,10 +388,22 @@ class PiperLink:
             a.flags.writeable = False
         width, g_effort = _gripper_si(f)
         ctrl_mode, arm_status, mode_feed, err_code = f.status
-        fb = Feedback(stamp=f.joint_stamp, joints=joints, pose=pose, gripper=width,
-                      gripper_effort=g_effort, effort=effort, velocity=velocity, effort_stamp=f.motor_stamp,
-                      ctrl_mode=ctrl_mode, arm_status=arm_status, mode_feed=mode_feed, err_code=err_code,
-                      status_stamp=f.status_stamp, pose_stamp=f.pose_stamp)
+        fb = Feedback(
+            stamp=f.joint_stamp,
+            joints=joints,
+            pose=pose,
+            gripper=width,
+            gripper_effort=g_effort,
+            effort=effort,
+            velocity=velocity,
+            effort_stamp=f.motor_stamp,
+            ctrl_mode=ctrl_mode,
+            arm_status=arm_status,
+            mode_feed=mode_feed,
+            err_code=err_code,
+            status_stamp=f.status_stamp,
+            pose_stamp=f.pose_stamp,
+        )
         self._snapshot = (key, fb)
         return fb
 
@@ -374,8 +419,12 @@ class PiperLink:
         per joint set (100 a second) from the reader thread, where the frames it reads are complete."""
         f = self.frames
         width, g_effort = _gripper_si(f)
-        return (f.joint_stamp, _joints_si(f) + [width], _velocity_si(f) + [0.0],
-                _effort_si(f, self.dialect.effort_gain) + [g_effort])
+        return (
+            f.joint_stamp,
+            _joints_si(f) + [width],
+            _velocity_si(f) + [0.0],
+            _effort_si(f, self.dialect.effort_gain) + [g_effort],
+        )
 
     def flange_pose(self) -> tuple[float, tuple[float, float, float], tuple[float, float, float, float]]:
         """The newest end-pose feedback as /arm/eef_pose carries it: (stamp, position m, quaternion xyzw
@@ -404,7 +453,7 @@ class PiperLink:
                 break
             sdk_v = self.sdk.GetPiperFirmwareVersion()
             if isinstance(sdk_v, str) and settled and not parse_version(sdk_v):
-                found = sdk_v   # a reply we cannot parse: keep what the SDK made of it (refused later)
+                found = sdk_v  # a reply we cannot parse: keep what the SDK made of it (refused later)
                 break
             if not asked_again and time.monotonic() > deadline - timeout / 2:
                 with self._tx:
@@ -441,7 +490,7 @@ class PiperLink:
         with self._tx:
             if mode == MOVE_M:
                 self.sdk.MotionCtrl_2(0x01, mode, int(speed), 0xAD)
-            else:   # piper_sdk 0.6.2 refuses move modes above 0x05: the same 0x151 frame, sent raw
+            else:  # piper_sdk 0.6.2 refuses move modes above 0x05: the same 0x151 frame, sent raw
                 self.sdk.GetCanBus().SendCanMessage(ID_MOTION_CTRL_2, [0x01, mode, int(speed), 0xAD, 0, 0, 0, 0])
 
     def position_command(self, speed: int, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -509,8 +558,13 @@ class PiperLink:
                 self.sdk.GetCanBus().SendCanMessage(ID_MIT_CTRL[joint - 1], list(data))
             return uint_to_float((data[0] << 8) | data[1], *MIT_P, 16)
         vals = []
-        for x, (lo, hi), bits in ((pos, MIT_P, 16), (vel, MIT_V, 12), (kp, MIT_KP, 12), (kd, MIT_KD, 12),
-                                  (t_ff, MIT_T, 8)):
+        for x, (lo, hi), bits in (
+            (pos, MIT_P, 16),
+            (vel, MIT_V, 12),
+            (kp, MIT_KP, 12),
+            (kd, MIT_KD, 12),
+            (t_ff, MIT_T, 8),
+        ):
             half = 0.5 * (hi - lo) / ((1 << bits) - 1)
             vals.append(float(np.clip(x + half, lo, hi)))
         with self._tx:

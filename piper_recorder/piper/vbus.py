@@ -15,6 +15,7 @@ per control tick). What python-can's ``VirtualBus`` spends per frame and this on
 ``send_frames`` hands a tick's frames over in one call, in order, with one receive stamp.
 Only ever used for ``interface="virtual"``: a real (SocketCAN) bus is the SDK's, untouched.
 """
+
 from __future__ import annotations
 
 import queue
@@ -56,8 +57,13 @@ class DirectVirtualBus(VirtualBus):
         for bus_queue in self.channel:
             if bus_queue is self.queue:
                 continue
-            m = msg if first else can.Message(arbitration_id=msg.arbitration_id, data=msg.data,
-                                              is_extended_id=msg.is_extended_id, dlc=msg.dlc)
+            m = (
+                msg
+                if first
+                else can.Message(
+                    arbitration_id=msg.arbitration_id, data=msg.data, is_extended_id=msg.is_extended_id, dlc=msg.dlc
+                )
+            )
             first = False
             m.timestamp, m.channel, m.is_rx = stamp, self.channel_id, True
             bus_queue.put(m, block=True, timeout=timeout)

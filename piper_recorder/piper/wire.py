@@ -3,6 +3,7 @@
 Taken from piper_sdk 0.6.2 (piper_msgs/msg_v2/can_id.py, protocol_v2, interface_v2); the emulator
 tests prove them against the SDK's own encoder and decoder.
 """
+
 from __future__ import annotations
 
 import struct
@@ -18,7 +19,7 @@ ID_MOTION_CTRL_2, ID_POSE_CTRL, ID_JOINT_CTRL = 0x151, (0x152, 0x153, 0x154), (0
 ID_GRIPPER_CTRL, ID_MIT_CTRL = 0x159, tuple(range(0x15A, 0x160))
 ID_ENABLE, ID_FIRMWARE = 0x471, 0x4AF
 
-MOVE_P, MOVE_J, MOVE_L, MOVE_M, MOVE_MIT = 0x00, 0x01, 0x02, 0x04, 0x06   # MOVE_MIT: S-V1.8-8+
+MOVE_P, MOVE_J, MOVE_L, MOVE_M, MOVE_MIT = 0x00, 0x01, 0x02, 0x04, 0x06  # MOVE_MIT: S-V1.8-8+
 MIT_FLAG = 0xAD
 # effort = current * coefficient (piper_sdk ArmMsgFeedbackHighSpd.cal_effort)
 TORQUE_COEF = np.array([1.18125, 1.18125, 1.18125, 0.95844, 0.95844, 0.95844])
@@ -99,19 +100,34 @@ def decode_mit(data: bytes, frame: str = "crc8", t_range: tuple[float, float] = 
         if crc != d[7] & 0x0F:
             return None
         t, t_bits = ((d[6] & 0x0F) << 4) | (d[7] >> 4), 8
-    return MitCommand(uint_to_float(pos, *MIT_P, 16), uint_to_float(vel, *MIT_V, 12),
-                      uint_to_float(kp, *MIT_KP, 12), uint_to_float(kd, *MIT_KD, 12),
-                      uint_to_float(t, *t_range, t_bits))
+    return MitCommand(
+        uint_to_float(pos, *MIT_P, 16),
+        uint_to_float(vel, *MIT_V, 12),
+        uint_to_float(kp, *MIT_KP, 12),
+        uint_to_float(kd, *MIT_KD, 12),
+        uint_to_float(t, *t_range, t_bits),
+    )
 
 
-def encode_mit_raw12(pos: float, vel: float, kp: float, kd: float, t_ff: float,
-                     t_range: tuple[float, float]) -> bytes:
+def encode_mit_raw12(pos: float, vel: float, kp: float, kd: float, t_ff: float, t_range: tuple[float, float]) -> bytes:
     """The S-V1.8-8+ JointMitCtrl payload (``firmware``): piper_sdk 0.6.2 cannot encode it. Each value
     maps to the nearest code of its field (clipped into the field's range)."""
+
     def code(x: float, lo: float, hi: float, bits: int) -> int:
         top = (1 << bits) - 1
         return int(round((min(max(x, lo), hi) - lo) * top / (hi - lo)))
+
     p, v = code(pos, *MIT_P, 16), code(vel, *MIT_V, 12)
     k, d, t = code(kp, *MIT_KP, 12), code(kd, *MIT_KD, 12), code(t_ff, *t_range, 12)
-    return bytes([p >> 8, p & 0xFF, v >> 4, ((v & 0x0F) << 4) | (k >> 8), k & 0xFF, d >> 4,
-                  ((d & 0x0F) << 4) | (t >> 8), t & 0xFF])
+    return bytes(
+        [
+            p >> 8,
+            p & 0xFF,
+            v >> 4,
+            ((v & 0x0F) << 4) | (k >> 8),
+            k & 0xFF,
+            d >> 4,
+            ((d & 0x0F) << 4) | (t >> 8),
+            t & 0xFF,
+        ]
+    )

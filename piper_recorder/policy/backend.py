@@ -8,6 +8,7 @@ no torch here.
 Action rows are in the training root's action column layout: ``action.arm_eef`` (x, y, z, qw, qx,
 qy, qz; metres, arm-base frame, absolute) followed by ``action.gripper`` (metres): ``ACTION_DIM`` = 8.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -78,5 +79,4 @@ class PolicyBackend(Protocol):
         """At most ``horizon`` rows answering ``obs``. May block; raises ``BackendError``."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...

@@ -6,6 +6,7 @@ rate shifts every timing the policy learned. The trained values come from the ro
 record; the live ones from ``/arm/provenance`` (the same keys the recorders map, see
 ``recording.config.session_record``) and the node's observation rate.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,20 @@ from typing import Any
 from piper_recorder.lerobot.format.provenance import BINDING_KEYS, lookup
 
 UNKNOWN = "unknown"
-Mismatch = tuple[str, Any, Any]   # (key, trained, live)
+Mismatch = tuple[str, Any, Any]  # (key, trained, live)
 
 
 def live_record(arm_provenance: Mapping[str, Any] | None, fps: float) -> dict[str, Any]:
     """The binding part of a session record built from the live /arm/provenance JSON and our fps."""
     p = dict(arm_provenance or {})
-    return {"control": {"backend": p.get("backend", UNKNOWN),
-                        "impedance": {k: p.get(k, UNKNOWN) for k in ("kp", "kd", "t_ff", "gravity_ff")}},
-            "arm": {"firmware": p.get("firmware", UNKNOWN)},
-            "recording": {"fps": fps}}
+    return {
+        "control": {
+            "backend": p.get("backend", UNKNOWN),
+            "impedance": {k: p.get(k, UNKNOWN) for k in ("kp", "kd", "t_ff", "gravity_ff")},
+        },
+        "arm": {"firmware": p.get("firmware", UNKNOWN)},
+        "recording": {"fps": fps},
+    }
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -37,8 +42,11 @@ def mismatches(trained: Mapping[str, Any] | None, live: Mapping[str, Any]) -> li
     """(key, trained, live) for each binding key that differs; every key when nothing was trained."""
     if trained is None:
         return [(k, None, lookup(dict(live), k)) for k in BINDING_KEYS]
-    return [(k, lookup(dict(trained), k), lookup(dict(live), k)) for k in BINDING_KEYS
-            if not _same(lookup(dict(trained), k), lookup(dict(live), k))]
+    return [
+        (k, lookup(dict(trained), k), lookup(dict(live), k))
+        for k in BINDING_KEYS
+        if not _same(lookup(dict(trained), k), lookup(dict(live), k))
+    ]
 
 
 def describe(found: list[Mismatch]) -> str:

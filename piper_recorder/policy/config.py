@@ -3,6 +3,7 @@
 Flat scalar fields are the ``policy`` node's ROS parameters (``declare_config``); the envelope is
 teleop's own ``LimitsConfig`` (parameters ``limits.*``), so policy and operator share one envelope.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,29 +18,29 @@ BINDING_ACTIONS = ("warn", "refuse")
 
 @dataclass
 class PolicyConfig:
-    policy: str = "hold"                 # http://host:port | gr00t://host:port | hold | replay:<root>:<episode>
-    root: str = ""                       # training root (meta/ is read for features, cameras, fps, provenance)
-    task: str = ""                       # task string sent with every query ("" = the root's first task)
-    horizon: int = 30                    # rows asked per query
-    mode: str = "receding"               # receding: newest chunk wins | ensemble: ACT temporal ensembling
-    ensemble_m: float = 0.01             # ACT weights w_i = exp(-m * i), i = 0 the oldest prediction
-    replan_every: int = 10               # steps executed from a chunk before the next query is sent ...
-    query_ahead: int = 10                # ... or earlier, once the newest chunk has this few rows left ...
-    lead_margin_s: float = 0.05          # ... or the time p99 query latency + one tick + this margin
-    control_rate_hz: float = 30.0        # targets published at this rate, whatever the server does
-    fps: float = 0.0                     # observation grid; 0 = the training root's fps
-    timeout_s: float = 1.0               # one query longer than this: pause and hold
-    arm_stale_s: float = 0.5             # newest arm feedback older than this: pause and hold
-    camera_stale_s: float = 0.5          # newest frame of any camera older than this: pause and hold
-    max_duration_s: float = 0.0          # stop after this long running (0 = no limit)
+    policy: str = "hold"  # http://host:port | gr00t://host:port | hold | replay:<root>:<episode>
+    root: str = ""  # training root (meta/ is read for features, cameras, fps, provenance)
+    task: str = ""  # task string sent with every query ("" = the root's first task)
+    horizon: int = 30  # rows asked per query
+    mode: str = "receding"  # receding: newest chunk wins | ensemble: ACT temporal ensembling
+    ensemble_m: float = 0.01  # ACT weights w_i = exp(-m * i), i = 0 the oldest prediction
+    replan_every: int = 10  # steps executed from a chunk before the next query is sent ...
+    query_ahead: int = 10  # ... or earlier, once the newest chunk has this few rows left ...
+    lead_margin_s: float = 0.05  # ... or the time p99 query latency + one tick + this margin
+    control_rate_hz: float = 30.0  # targets published at this rate, whatever the server does
+    fps: float = 0.0  # observation grid; 0 = the training root's fps
+    timeout_s: float = 1.0  # one query longer than this: pause and hold
+    arm_stale_s: float = 0.5  # newest arm feedback older than this: pause and hold
+    camera_stale_s: float = 0.5  # newest frame of any camera older than this: pause and hold
+    max_duration_s: float = 0.0  # stop after this long running (0 = no limit)
     on_binding_mismatch: str = "refuse"  # warn | refuse (training root's provenance vs the live arm)
-    lateness_s: float = 0.02             # observation rows assembled this long after their grid time
-    gripper_max_width: float = 0.07      # m; gripper targets are clamped into [0, this]
-    hand: str = "right"                  # the headset hand whose grip takes over (teleop's hand)
-    takeover_above: float = 0.7          # grip (squeeze) above this = operator takeover (teleop's engage_above)
+    lateness_s: float = 0.02  # observation rows assembled this long after their grid time
+    gripper_max_width: float = 0.07  # m; gripper targets are clamped into [0, this]
+    hand: str = "right"  # the headset hand whose grip takes over (teleop's hand)
+    takeover_above: float = 0.7  # grip (squeeze) above this = operator takeover (teleop's engage_above)
     takeover_release_below: float = 0.3  # ... held until it falls below this (teleop's release_below)
     arm_frame: str = "arm_base"
-    image_topic_pattern: str = COLOR_TOPIC_PATTERN   # the recorders' parameter: each camera's colour topic
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN  # the recorders' parameter: each camera's colour topic
     limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     @property
@@ -66,8 +67,9 @@ class PolicyConfig:
         if not 0.0 < self.takeover_above <= 1.0:
             raise ValueError(f"takeover_above must be in (0, 1], got {self.takeover_above}")
         if not 0.0 <= self.takeover_release_below < self.takeover_above:
-            raise ValueError(f"takeover_release_below must be in [0, takeover_above), got "
-                             f"{self.takeover_release_below}")
+            raise ValueError(
+                f"takeover_release_below must be in [0, takeover_above), got {self.takeover_release_below}"
+            )
         check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
         if not self.policy.strip():
             raise ValueError("policy must name a backend (http://..., gr00t://..., hold, replay:<root>:<ep>)")
@@ -75,7 +77,13 @@ class PolicyConfig:
 
     def chunk_settings(self) -> dict[str, object]:
         """What the rollout provenance records about execution."""
-        return {"horizon": self.horizon, "mode": self.mode, "ensemble_m": self.ensemble_m,
-                "replan_every": self.replan_every, "query_ahead": self.query_ahead,
-                "lead_margin_s": self.lead_margin_s,
-                "control_rate_hz": self.control_rate_hz, "timeout_s": self.timeout_s}
+        return {
+            "horizon": self.horizon,
+            "mode": self.mode,
+            "ensemble_m": self.ensemble_m,
+            "replan_every": self.replan_every,
+            "query_ahead": self.query_ahead,
+            "lead_margin_s": self.lead_margin_s,
+            "control_rate_hz": self.control_rate_hz,
+            "timeout_s": self.timeout_s,
+        }

@@ -10,6 +10,7 @@ chunk has run ``replan_every`` steps or has no more than the lead time left (``l
 runtime derives it from the measured round trip, ``LeadTime``; ``query_ahead`` rows at least), so
 its answer arrives before the chunk runs out. Pure and clock-free: every method takes ``now_ns``.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,27 +53,33 @@ class LeadTime:
 class _Chunk:
     rows: F64
     t0_ns: int
-    first_k: int      # the row due when the chunk arrived (executed from here)
+    first_k: int  # the row due when the chunk arrived (executed from here)
 
 
 @dataclass
 class ExecutorCounters:
     chunks: int = 0
     rows_received: int = 0
-    rows_dropped_late: int = 0   # rows whose time passed before their chunk arrived
-    chunks_stale: int = 0        # chunks that arrived with nothing left to execute
+    rows_dropped_late: int = 0  # rows whose time passed before their chunk arrived
+    chunks_stale: int = 0  # chunks that arrived with nothing left to execute
 
 
 class ChunkExecutor:
-    def __init__(self, period_ns: int, mode: str = "receding", ensemble_m: float = 0.01,
-                 replan_every: int = 10, query_ahead: int = 10):
+    def __init__(
+        self,
+        period_ns: int,
+        mode: str = "receding",
+        ensemble_m: float = 0.01,
+        replan_every: int = 10,
+        query_ahead: int = 10,
+    ):
         if period_ns <= 0:
             raise ValueError("period_ns must be > 0")
         if mode not in ("receding", "ensemble"):
             raise ValueError(f"mode must be receding or ensemble, got {mode!r}")
         self.period_ns, self.mode, self.m = int(period_ns), mode, float(ensemble_m)
         self.replan_every, self.query_ahead = int(replan_every), int(query_ahead)
-        self._chunks: list[_Chunk] = []   # oldest first (by observation time)
+        self._chunks: list[_Chunk] = []  # oldest first (by observation time)
         self.counters = ExecutorCounters()
 
     def reset(self) -> None:
@@ -94,7 +101,7 @@ class ChunkExecutor:
             self.counters.chunks_stale += 1
             return
         if self._chunks and c.t0_ns < self._chunks[-1].t0_ns:
-            return   # an answer to an older observation than the newest held: nothing new in it
+            return  # an answer to an older observation than the newest held: nothing new in it
         self._chunks.append(c)
 
     def _covering(self, now_ns: int) -> list[tuple[_Chunk, int]]:
@@ -110,12 +117,12 @@ class ChunkExecutor:
             c, k = cov[-1]
             row: F64 = c.rows[k].copy()
             return row
-        preds = np.stack([c.rows[k] for c, k in cov])           # oldest first
+        preds = np.stack([c.rows[k] for c, k in cov])  # oldest first
         w = np.exp(-self.m * np.arange(len(preds), dtype=np.float64))
         w /= w.sum()
         quats = preds[:, 3:7].copy()
         ref = quats[0]
-        quats[np.einsum("ij,j->i", quats, ref) < 0] *= -1.0      # one hemisphere before averaging
+        quats[np.einsum("ij,j->i", quats, ref) < 0] *= -1.0  # one hemisphere before averaging
         out: F64 = np.einsum("i,ij->j", w, preds)
         q = np.einsum("i,ij->j", w, quats)
         n = float(np.linalg.norm(q))
@@ -129,7 +136,7 @@ class ChunkExecutor:
             return True
         c = self._chunks[-1]
         k = self._k(c, now_ns)
-        ahead = max(self.query_ahead, -(-int(lead_ns) // self.period_ns))   # rows, rounded up
+        ahead = max(self.query_ahead, -(-int(lead_ns) // self.period_ns))  # rows, rounded up
         return k - c.first_k >= self.replan_every or len(c.rows) - k <= ahead
 
     def remaining(self, now_ns: int) -> int:
@@ -138,4 +145,3 @@ class ChunkExecutor:
             return 0
         c = self._chunks[-1]
         return max(0, len(c.rows) - max(0, self._k(c, now_ns)))
-

@@ -16,6 +16,7 @@ history longer than the current step is refused rather than faked.
 A timeout leaves a REQ socket unusable (it still awaits the lost reply), so the socket is closed
 and reopened, as GR00T's own client does.
 """
+
 from __future__ import annotations
 
 import io
@@ -34,8 +35,14 @@ import zmq
 from piper_recorder.errors import PiperInputError
 from piper_recorder.lerobot.format.features import COMBINED
 from piper_recorder.lerobot.format.root import Modality, Slice
-from piper_recorder.policy.backend import (ACTION_DIM, ACTION_KEYS, ActionChunk, BackendError, BackendTimeout,
-                                            Observation)
+from piper_recorder.policy.backend import (
+    ACTION_DIM,
+    ACTION_KEYS,
+    ActionChunk,
+    BackendError,
+    BackendTimeout,
+    Observation,
+)
 
 TOKEN_ENV = "PIPER_GR00T_API_TOKEN"
 
@@ -63,9 +70,10 @@ def _decode(obj: dict[object, object]) -> object:
             raise AnswerError("an array in the answer carries no np.save bytes (as_npy)")
         try:
             return np.load(io.BytesIO(raw), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:   # truncated, not .npy, an object array (pickle)
-            raise AnswerError(f"an array in the answer is not a readable .npy ({' '.join(str(e).split())[:120]})") \
-                from None
+        except (ValueError, OSError, EOFError) as e:  # truncated, not .npy, an object array (pickle)
+            raise AnswerError(
+                f"an array in the answer is not a readable .npy ({' '.join(str(e).split())[:120]})"
+            ) from None
     if "__ModalityConfig_class__" in obj:  # a pydantic model on their side; plain dict here
         text = obj.get("as_json")
         try:
@@ -98,7 +106,7 @@ def unpack(raw: bytes) -> object:
         if "incomplete" in str(e):
             raise AnswerError(f"answer is truncated ({len(raw)} bytes end inside a msgpack message)") from None
         raise AnswerError(f"answer is not msgpack ({' '.join(str(e).split())[:120] or type(e).__name__})") from None
-    except (TypeError, OverflowError) as e:   # e.g. an unhashable map key, an integer beyond 64 bits
+    except (TypeError, OverflowError) as e:  # e.g. an unhashable map key, an integer beyond 64 bits
         raise AnswerError(f"answer is not msgpack this client reads ({type(e).__name__}: {e})") from None
 
 
@@ -124,14 +132,22 @@ def _column(obs: Observation, key: str) -> npt.NDArray[np.float32] | None:
 class Gr00tBackend:
     """``PolicyBackend`` over a GR00T N1.5 inference service. Thread-safe (one request at a time)."""
 
-    def __init__(self, host: str, port: int, *, timeout_s: float = 1.0, api_token: str | None = None,
-                 modality: Mapping[str, object] | str | Path | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float = 1.0,
+        api_token: str | None = None,
+        modality: Mapping[str, object] | str | Path | None = None,
+    ):
         self.host, self.port = host, int(port)
         self.timeout_ms = max(1, int(timeout_s * 1000))
         self.api_token = api_token if api_token is not None else os.environ.get(TOKEN_ENV) or None
         self.modality = Modality.load(modality)
-        self._modality_source = "default" if modality is None else \
-            ("dict" if isinstance(modality, Mapping) else str(modality))
+        self._modality_source = (
+            "default" if modality is None else ("dict" if isinstance(modality, Mapping) else str(modality))
+        )
         self._ctx = zmq.Context()
         self._sock: zmq.Socket[bytes] | None = None
         self._lock = threading.Lock()
@@ -167,8 +183,9 @@ class Gr00tBackend:
                 raw = sock.recv()
             except zmq.Again as e:
                 self._reset_socket()
-                raise BackendTimeout(f"gr00t://{self.host}:{self.port} {endpoint}: no answer within "
-                                   f"{self.timeout_ms} ms") from e
+                raise BackendTimeout(
+                    f"gr00t://{self.host}:{self.port} {endpoint}: no answer within {self.timeout_ms} ms"
+                ) from e
             except zmq.ZMQError as e:
                 self._reset_socket()
                 raise BackendError(f"gr00t://{self.host}:{self.port} {endpoint}: {e}") from e
@@ -209,18 +226,21 @@ class Gr00tBackend:
         msg: dict[str, object] = {}
         for name, cam in video.items():
             if cam not in obs.images:
-                raise BackendError(f"gr00t: video.{name} needs camera {cam!r}, the observation has "
-                                   f"{sorted(obs.images)}")
+                raise BackendError(
+                    f"gr00t: video.{name} needs camera {cam!r}, the observation has {sorted(obs.images)}"
+                )
             msg[f"video.{name}"] = np.ascontiguousarray(obs.images[cam], dtype=np.uint8)[None]
         for s in m.state:
             col = _column(obs, s.original_key)
             if col is None:
-                raise BackendError(f"gr00t: state.{s.name} needs {s.original_key}, the observation has "
-                                   f"{sorted(obs.state)}")
+                raise BackendError(
+                    f"gr00t: state.{s.name} needs {s.original_key}, the observation has {sorted(obs.state)}"
+                )
             if s.end > col.shape[0]:
-                raise BackendError(f"gr00t: state.{s.name} slices [{s.start}:{s.end}] of the {col.shape[0]}-wide "
-                                   f"{s.original_key}")
-            msg[f"state.{s.name}"] = col[s.start:s.end][None]
+                raise BackendError(
+                    f"gr00t: state.{s.name} slices [{s.start}:{s.end}] of the {col.shape[0]}-wide {s.original_key}"
+                )
+            msg[f"state.{s.name}"] = col[s.start : s.end][None]
         language = list(m.language)
         try:
             wanted = self.server_keys()
@@ -235,12 +255,16 @@ class Gr00tBackend:
                 continue
             keys, steps = wanted[group]
             if steps != 1:
-                raise BackendError(f"gr00t: the server wants {steps} {group} steps per key; this client sends "
-                                   f"only the current observation")
+                raise BackendError(
+                    f"gr00t: the server wants {steps} {group} steps per key; this client sends "
+                    f"only the current observation"
+                )
             missing = [k for k in keys if k not in msg]
             if missing:
-                raise BackendError(f"gr00t: the server wants {missing}, the training modality gives "
-                                   f"{sorted(k for k in msg if k.startswith(group + '.'))}")
+                raise BackendError(
+                    f"gr00t: the server wants {missing}, the training modality gives "
+                    f"{sorted(k for k in msg if k.startswith(group + '.'))}"
+                )
             for k in [k for k in msg if k.startswith(group + ".") and k not in keys]:
                 del msg[k]
         return msg
@@ -260,7 +284,7 @@ class Gr00tBackend:
             arr = answer[key]
             if not isinstance(arr, np.ndarray):
                 raise BackendError(f"gr00t: {_field_problem(key, arr)}")
-            if arr.dtype.kind not in "fiu":   # complex: astype would drop the imaginary part silently
+            if arr.dtype.kind not in "fiu":  # complex: astype would drop the imaginary part silently
                 kind = {"c": "complex-valued", "b": "boolean"}.get(arr.dtype.kind, f"of dtype {arr.dtype}")
                 raise BackendError(f"gr00t: answer field {key} is {kind}; actions must be real numbers")
             wide = arr.astype(np.float64)
@@ -272,25 +296,32 @@ class Gr00tBackend:
             if a.ndim == 1 and s.end - s.start == 1:
                 a = a[:, None]
             if a.ndim != 2 or a.shape[1] != s.end - s.start or a.shape[0] < 1:
-                raise BackendError(f"gr00t: action.{s.name} has shape {arr.shape}, expected (horizon, "
-                                   f"{s.end - s.start})")
+                raise BackendError(
+                    f"gr00t: action.{s.name} has shape {arr.shape}, expected (horizon, {s.end - s.start})"
+                )
             parts.append((s, a))
         n = min(min(a.shape[0] for _, a in parts), horizon)
         rows = np.full((n, ACTION_DIM), np.nan, dtype=np.float32)
         for s, a in parts:
             if s.original_key not in offsets or offsets[s.original_key] + s.end > ACTION_DIM:
-                raise BackendError(f"gr00t: action.{s.name} maps to {s.original_key}[{s.start}:{s.end}], outside "
-                                   f"the {ACTION_DIM} action columns")
+                raise BackendError(
+                    f"gr00t: action.{s.name} maps to {s.original_key}[{s.start}:{s.end}], outside "
+                    f"the {ACTION_DIM} action columns"
+                )
             o = offsets[s.original_key]
-            rows[:, o + s.start:o + s.end] = a[:n]
+            rows[:, o + s.start : o + s.end] = a[:n]
         if not np.isfinite(rows).all():
             raise BackendError("gr00t: answer leaves action columns unset or non-finite")
         return rows
 
     # -- PolicyBackend -----------------------------------------------------------------------------
     def describe(self) -> dict[str, object]:
-        out: dict[str, object] = {"backend": "gr00t", "url": f"gr00t://{self.host}:{self.port}",
-                                  "modality": self._modality_source, "api_token": bool(self.api_token)}
+        out: dict[str, object] = {
+            "backend": "gr00t",
+            "url": f"gr00t://{self.host}:{self.port}",
+            "modality": self._modality_source,
+            "api_token": bool(self.api_token),
+        }
         if self._server_keys is not None:
             out["server_modality"] = {g: k for g, (k, _) in self._server_keys.items()}
         return out
@@ -298,8 +329,7 @@ class Gr00tBackend:
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
         answer = self.call("get_action", self.observation_message(obs))
         rows = self.rows_from_answer(answer, horizon)
-        return ActionChunk(rows=rows, obs_stamp_ns=obs.stamp_ns, t0_ns=obs.stamp_ns,
-                           info={"backend": "gr00t"})
+        return ActionChunk(rows=rows, obs_stamp_ns=obs.stamp_ns, t0_ns=obs.stamp_ns, info={"backend": "gr00t"})
 
     def close(self) -> None:
         with self._lock:

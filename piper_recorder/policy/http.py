@@ -11,6 +11,7 @@ Redirects are refused, for ``/predict`` and ``/info`` alike: urllib's default op
 any origin, which would make the arm execute another server's rows and record that server's
 ``content_hash`` as the provenance of a policy it is not. The configured URL is the policy.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,15 +27,22 @@ import PIL.Image  # noqa: F401 - protocol.encode_jpeg imports it lazily: load it
 from .backend import ActionChunk, BackendError, BackendTimeout, Observation
 from .server.protocol import ProtocolError, encode_request, parse_answer
 
-MAX_ANSWER = 32 * 1024 * 1024   # bytes; 10,000 rows of 8 numbers are ~2 MB: more is not an answer
-ERROR_BODY = 4096               # bytes of an error answer read for its {"error": ...} text
+MAX_ANSWER = 32 * 1024 * 1024  # bytes; 10,000 rows of 8 numbers are ~2 MB: more is not an answer
+ERROR_BODY = 4096  # bytes of an error answer read for its {"error": ...} text
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
     """No 3xx is followed: ``redirect_request`` returning None makes urllib raise the 3xx HTTPError."""
 
-    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
-                         headers: http.client.HTTPMessage, newurl: str) -> None:
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> None:
         return None
 
 
@@ -57,9 +65,11 @@ def explain(where: str, e: BaseException, timeout_s: float) -> BackendError:
     if isinstance(e, urllib.error.HTTPError):
         if 300 <= e.code < 400:
             to = e.headers.get("Location") if e.headers is not None else None
-            return BackendError(f"{where}: the policy server answered HTTP {e.code} redirecting to {to or '?'}; "
-                                f"redirects are refused (the policy is the configured URL; set policy:= to the "
-                                f"server that answers)")
+            return BackendError(
+                f"{where}: the policy server answered HTTP {e.code} redirecting to {to or '?'}; "
+                f"redirects are refused (the policy is the configured URL; set policy:= to the "
+                f"server that answers)"
+            )
         return BackendError(f"{where}: the policy server answered HTTP {e.code} {e.reason}{_error_text(e)}")
     reason = getattr(e, "reason", None) if isinstance(e, urllib.error.URLError) else e
     if isinstance(reason, TimeoutError):
@@ -67,8 +77,7 @@ def explain(where: str, e: BaseException, timeout_s: float) -> BackendError:
     if isinstance(reason, http.client.IncompleteRead):
         got = len(reason.partial)
         want = f" of {got + reason.expected} announced" if reason.expected is not None else ""
-        return BackendError(f"{where}: the policy server closed the connection mid-answer "
-                            f"(got {got}{want} bytes)")
+        return BackendError(f"{where}: the policy server closed the connection mid-answer (got {got}{want} bytes)")
     if isinstance(reason, http.client.RemoteDisconnected):
         return BackendError(f"{where}: the policy server closed the connection without answering")
     if isinstance(reason, http.client.LineTooLong):
@@ -141,19 +150,21 @@ class HttpBackend:
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
         body = encode_request(obs.task, obs.state, obs.images, horizon)
-        req = urllib.request.Request(self.url + "/predict", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + "/predict", data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with self._open(req, timeout=self.timeout_s) as r:
                 raw = _read(r, self.url + "/predict")
-        except (OSError, http.client.HTTPException) as e:   # refused, reset, timeout, HTTP errors, redirects
+        except (OSError, http.client.HTTPException) as e:  # refused, reset, timeout, HTTP errors, redirects
             self._fail(e)
         try:
             rows = parse_answer(raw, horizon, cut=True)
         except ProtocolError as e:
             raise BackendError(f"{self.url}/predict: {e}") from e
-        return ActionChunk(rows, obs.stamp_ns, obs.stamp_ns,
-                           {"bytes_sent": len(body), "sha1": hashlib.sha1(raw).hexdigest()[:12]})
+        return ActionChunk(
+            rows, obs.stamp_ns, obs.stamp_ns, {"bytes_sent": len(body), "sha1": hashlib.sha1(raw).hexdigest()[:12]}
+        )
 
     def close(self) -> None:
         pass

@@ -8,6 +8,7 @@ recorder would have written at that tick, so the policy sees what it was trained
 that differ from the root (a camera missing, another image size, another camera rate) are named
 by ``problems()`` and refuse the start.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,12 @@ from piper_recorder.names import EEF_POSE, IMAGES_PREFIX, JOINT_STATES
 
 from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation
 
-ROW_VALUE = {"observation.arm_joint": "arm_joint", "observation.arm_eef": "arm_eef",
-             "observation.gripper": "gripper"}   # feature key -> the assembler's row value
-CAMERA_RATE_TOL = 0.25   # a camera whose measured rate is off the root's fps by more refuses the start
+ROW_VALUE = {
+    "observation.arm_joint": "arm_joint",
+    "observation.arm_eef": "arm_eef",
+    "observation.gripper": "gripper",
+}  # feature key -> the assembler's row value
+CAMERA_RATE_TOL = 0.25  # a camera whose measured rate is off the root's fps by more refuses the start
 RATE_SAMPLES = 10
 
 
@@ -42,12 +46,12 @@ class MetaError(PiperInputError, ValueError):
 class TrainingMeta:
     root: Path
     fps: float
-    cameras: dict[str, tuple[int, int]]      # camera name -> (height, width)
-    state_keys: tuple[str, ...]              # observation feature columns the policy was trained on
+    cameras: dict[str, tuple[int, int]]  # camera name -> (height, width)
+    state_keys: tuple[str, ...]  # observation feature columns the policy was trained on
     tasks: tuple[str, ...]
     modality: dict[str, Any]
     stats: dict[str, Any]
-    session: dict[str, Any] | None           # latest collection session record (binding keys)
+    session: dict[str, Any] | None  # latest collection session record (binding keys)
 
     @classmethod
     def load(cls, root: str | Path) -> TrainingMeta:
@@ -59,18 +63,20 @@ class TrainingMeta:
         feats = model.info.features
         missing = [k for k in ACTION_KEYS if k not in feats]
         if missing:
-            raise MetaError(f"{root}: no {', '.join(missing)} feature: this runtime drives action.arm_eef + "
-                            "action.gripper")
+            raise MetaError(
+                f"{root}: no {', '.join(missing)} feature: this runtime drives action.arm_eef + action.gripper"
+            )
         cams: dict[str, tuple[int, int]] = {}
         state: list[str] = []
         unsupported: list[str] = []
         for key, f in feats.items():
             if key.startswith(IMAGES_PREFIX):
                 shape = list(f.shape)
-                if (f.names or ())[:2] == ("channels", "height") or (len(shape) == 3 and shape[0] == 3
-                                                                     and shape[2] != 3):
+                if (f.names or ())[:2] == ("channels", "height") or (
+                    len(shape) == 3 and shape[0] == 3 and shape[2] != 3
+                ):
                     shape = [shape[1], shape[2], shape[0]]
-                cams[key[len(IMAGES_PREFIX):]] = (shape[0], shape[1])
+                cams[key[len(IMAGES_PREFIX) :]] = (shape[0], shape[1])
             elif key.startswith("observation."):
                 if key in ROW_VALUE or key in COMBINED:
                     state.append(key)
@@ -85,8 +91,16 @@ class TrainingMeta:
         except (OSError, ValueError):
             sessions = [json.loads(line) for line in _lines(root / SESSIONS)]
             session = sessions[-1] if sessions else None
-        return cls(root, float(model.fps), cams, tuple(state), tasks,
-                   model.modality.to_json() if model.modality else {}, _json(root / STATS), session)
+        return cls(
+            root,
+            float(model.fps),
+            cams,
+            tuple(state),
+            tasks,
+            model.modality.to_json() if model.modality else {},
+            _json(root / STATS),
+            session,
+        )
 
 
 def _lines(path: Path) -> list[str]:
@@ -133,18 +147,19 @@ class ObservationBuilder:
     def __init__(self, meta: TrainingMeta, task: str, fps: float = 0.0, lateness_s: float = 0.02):
         self.meta, self.task = meta, task
         self.fps = fps or meta.fps
-        self.asm_cfg = AssemblyConfig(fps=self.fps, cameras=tuple(meta.cameras), timestamp_mode="nominal",
-                                      lateness_s=lateness_s, stale_s=1.0)
+        self.asm_cfg = AssemblyConfig(
+            fps=self.fps, cameras=tuple(meta.cameras), timestamp_mode="nominal", lateness_s=lateness_s, stale_s=1.0
+        )
         self.asm_cfg.validate()
         self._asm: EpisodeAssembler | None = None
         self._latest = _LatestRow()
-        self._pre: dict[str, tuple[str, tuple[Any, ...]]] = {}   # input -> newest (method, args): pre-roll
+        self._pre: dict[str, tuple[str, tuple[Any, ...]]] = {}  # input -> newest (method, args): pre-roll
         self.cams: dict[str, _CamSeen] = {c: _CamSeen() for c in meta.cameras}
         # capture stamps kept while stopped, as the recorders keep them: a start's phase estimate (which
         # frame pairs with which row) comes from a window of captures, not from a warm-up after it
         self._captures = {c: CaptureHistory(window_captures(self.fps)) for c in meta.cameras}
         self.arm_newest_ns = 0
-        self.eef: tuple[Sequence[float], Sequence[float]] | None = None    # newest measured (p, q xyzw)
+        self.eef: tuple[Sequence[float], Sequence[float]] | None = None  # newest measured (p, q xyzw)
         self.gripper: float | None = None
         self.frames_wrong_size: dict[str, int] = {}
 
@@ -190,8 +205,9 @@ class ObservationBuilder:
             if not seen.shape:
                 out.append(f"camera {cam}: no frames received (the policy was trained with it)")
             elif seen.shape != (h, w, 3):
-                out.append(f"camera {cam}: live frames {seen.shape[1]}x{seen.shape[0]} ({seen.shape}), "
-                           f"trained on {w}x{h}")
+                out.append(
+                    f"camera {cam}: live frames {seen.shape[1]}x{seen.shape[0]} ({seen.shape}), trained on {w}x{h}"
+                )
             elif len(seen.stamps) > RATE_SAMPLES:
                 dt = float(np.median(np.diff(seen.stamps))) / 1e9
                 rate = 1.0 / dt if dt > 0 else float("inf")
@@ -207,8 +223,9 @@ class ObservationBuilder:
     def start(self, now_ns: int) -> None:
         """Start assembling on a fresh grid from ``now_ns`` (the newest samples are the pre-roll)."""
         self._latest = _LatestRow()
-        self._asm = EpisodeAssembler(self.asm_cfg, now_ns, self._latest,
-                                     history={c: h.before(now_ns) for c, h in self._captures.items()})
+        self._asm = EpisodeAssembler(
+            self.asm_cfg, now_ns, self._latest, history={c: h.before(now_ns) for c, h in self._captures.items()}
+        )
         for method, args in self._pre.values():
             getattr(self._asm, method)(*args)
 

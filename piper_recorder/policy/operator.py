@@ -14,6 +14,7 @@ and resume are refused and the control tick publishes nothing from the first mes
 A grip last seen closed stays held even if the stream then goes silent (a dropped headset link while
 the hand is closed must not hand the arm back): the reason says so. No ROS here.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from piper_recorder.names import QUEST_JOY_PATTERN, TELEOP_STATUS, quest_topic
 
-TELEOP_STATUS_STALE_S = 3.0   # three missed 1 Hz statuses: teleop is not running
+TELEOP_STATUS_STALE_S = 3.0  # three missed 1 Hz statuses: teleop is not running
 
 
 @dataclass
@@ -32,8 +33,10 @@ class OperatorGate:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.release_below < self.takeover_above <= 1.0:
-            raise ValueError(f"takeover needs 0 <= takeover_release_below < takeover_above <= 1 "
-                             f"(got {self.release_below}, {self.takeover_above})")
+            raise ValueError(
+                f"takeover needs 0 <= takeover_release_below < takeover_above <= 1 "
+                f"(got {self.release_below}, {self.takeover_above})"
+            )
         self.grip_held = False
         self.squeeze = 0.0
         self._joy_ns: int | None = None
@@ -63,7 +66,10 @@ class OperatorGate:
             age = (now_ns - self._joy_ns) / 1e9 if self._joy_ns is not None else math.inf
             silent = f"; no joy message for {age:.1f} s" if age > 1.0 else ""
             return f"the operator's grip is held on {quest_topic(QUEST_JOY_PATTERN, self.hand)} (squeeze {self.squeeze:.2f}{silent})"
-        if self.teleop_engaged and self._teleop_ns is not None \
-                and (now_ns - self._teleop_ns) / 1e9 <= TELEOP_STATUS_STALE_S:
+        if (
+            self.teleop_engaged
+            and self._teleop_ns is not None
+            and (now_ns - self._teleop_ns) / 1e9 <= TELEOP_STATUS_STALE_S
+        ):
             return f"teleop reports its clutch engaged ({TELEOP_STATUS})"
         return None

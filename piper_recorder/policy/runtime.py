@@ -13,6 +13,7 @@ teleop's clutch feed ``on_joy`` / ``on_teleop_status``; while the gate says the 
 arm, ``start`` and ``resume`` are refused and every tick publishes nothing (a tick that finds the
 grip held takes over then, whatever message order brought it).
 """
+
 from __future__ import annotations
 
 import threading
@@ -84,31 +85,47 @@ class ThreadRunner:
 
 @dataclass(frozen=True)
 class Tick:
-    target: Target | None      # publish this (None: publish nothing)
-    actor: str                 # policy | operator | none
-    due: bool                  # the target is a policy action (False: hold)
+    target: Target | None  # publish this (None: publish nothing)
+    actor: str  # policy | operator | none
+    due: bool  # the target is a policy action (False: hold)
 
 
 class PolicyRuntime:
-    def __init__(self, cfg: PolicyConfig, builder: ObservationBuilder, backend: PolicyBackend,
-                 runner: QueryRunner | None = None, log: Callable[[str], None] = lambda m: None):
+    def __init__(
+        self,
+        cfg: PolicyConfig,
+        builder: ObservationBuilder,
+        backend: PolicyBackend,
+        runner: QueryRunner | None = None,
+        log: Callable[[str], None] = lambda m: None,
+    ):
         cfg.validate()
         self.cfg, self.builder, self.backend, self.log = cfg, builder, backend, log
         self.runner: QueryRunner = runner or ThreadRunner(backend)
-        self.executor = ChunkExecutor(round(1e9 / builder.fps), cfg.mode, cfg.ensemble_m,
-                                      cfg.replan_every, cfg.query_ahead)
-        self.lead = LeadTime(round(cfg.period_s * 1e9), round(cfg.lead_margin_s * 1e9),
-                             cfg.horizon * self.executor.period_ns)
+        self.executor = ChunkExecutor(
+            round(1e9 / builder.fps), cfg.mode, cfg.ensemble_m, cfg.replan_every, cfg.query_ahead
+        )
+        self.lead = LeadTime(
+            round(cfg.period_s * 1e9), round(cfg.lead_margin_s * 1e9), cfg.horizon * self.executor.period_ns
+        )
         self.envelope = Envelope(cfg.limits, cfg.gripper_max_width, cfg.period_s)
         self.state, self.reason = IDLE, ""
         self._started_ns = 0
-        self._query_ns: int | None = None     # submit time of the query in flight
-        self._query_obs_ns = -1                # the newest observation already asked about
+        self._query_ns: int | None = None  # submit time of the query in flight
+        self._query_obs_ns = -1  # the newest observation already asked about
         self._have_chunk = False
         self.latency_ms: deque[float] = deque(maxlen=2000)
-        self.counters: dict[str, int] = {"ticks": 0, "starved_ticks": 0, "waiting_ticks": 0, "queries": 0,
-                                         "query_errors": 0, "query_timeouts": 0, "takeovers": 0,
-                                         "pauses": 0, "non_finite_refused": 0}
+        self.counters: dict[str, int] = {
+            "ticks": 0,
+            "starved_ticks": 0,
+            "waiting_ticks": 0,
+            "queries": 0,
+            "query_errors": 0,
+            "query_timeouts": 0,
+            "takeovers": 0,
+            "pauses": 0,
+            "non_finite_refused": 0,
+        }
         self.binding: list[binding.Mismatch] = []
         self.pause_reasons: dict[str, int] = {}
         self.operator = OperatorGate(cfg.hand, cfg.takeover_above, cfg.takeover_release_below)
@@ -144,8 +161,9 @@ class PolicyRuntime:
         problems = self.builder.problems()
         if problems:
             return False, "refused: live inputs differ from the training root: " + "; ".join(problems)
-        self.binding = binding.mismatches(self.builder.meta.session,
-                                          binding.live_record(arm_provenance, self.builder.fps))
+        self.binding = binding.mismatches(
+            self.builder.meta.session, binding.live_record(arm_provenance, self.builder.fps)
+        )
         note = ""
         if self.binding:
             text = binding.describe(self.binding)
@@ -228,10 +246,14 @@ class PolicyRuntime:
 
     def ages(self, now_ns: int) -> dict[str, float | None]:
         """Seconds since the newest arm feedback and each camera's newest frame (None: never)."""
+
         def age(t: int) -> float | None:
             return round((now_ns - t) / 1e9, 3) if t else None
-        return {"arm": age(self.builder.arm_newest_ns),
-                **{cam: age(seen.newest_ns) for cam, seen in self.builder.cams.items()}}
+
+        return {
+            "arm": age(self.builder.arm_newest_ns),
+            **{cam: age(seen.newest_ns) for cam, seen in self.builder.cams.items()},
+        }
 
     def tick(self, now_ns: int) -> Tick:
         if self.state in (IDLE, STOPPED):
@@ -249,8 +271,13 @@ class PolicyRuntime:
             problem = self._stale(now_ns) or self._collect(now_ns)
             if problem:
                 self.pause(problem)
-        if self.state == RUNNING and obs is not None and self._query_ns is None \
-                and self.executor.want_query(now_ns, self.lead_ns()) and obs.stamp_ns > self._query_obs_ns:
+        if (
+            self.state == RUNNING
+            and obs is not None
+            and self._query_ns is None
+            and self.executor.want_query(now_ns, self.lead_ns())
+            and obs.stamp_ns > self._query_obs_ns
+        ):
             self.runner.submit(obs, self.cfg.horizon)
             self._query_ns, self._query_obs_ns = now_ns, obs.stamp_ns
             self.counters["queries"] += 1
@@ -266,7 +293,7 @@ class PolicyRuntime:
                 due = target is not None
         if target is None:
             target = self.envelope.hold()
-        if target is not None and not target.finite():   # cannot happen by construction; never publish it
+        if target is not None and not target.finite():  # cannot happen by construction; never publish it
             self.counters["non_finite_refused"] += 1
             self.pause("non-finite target refused")
             return Tick(None, "policy", False)
@@ -309,20 +336,29 @@ class PolicyRuntime:
             return {"backend": type(self.backend).__name__, "describe_error": str(e)}
 
     def provenance(self) -> dict[str, object]:
-        return {**self.describe(), "spec": self.cfg.policy, "training_root": str(self.builder.meta.root),
-                "chunk": self.cfg.chunk_settings(),
-                "binding_mismatches": [list(m) for m in self.binding]}
+        return {
+            **self.describe(),
+            "spec": self.cfg.policy,
+            "training_root": str(self.builder.meta.root),
+            "chunk": self.cfg.chunk_settings(),
+            "binding_mismatches": [list(m) for m in self.binding],
+        }
 
     def status(self) -> dict[str, object]:
         lat = np.asarray(self.latency_ms, dtype=np.float64)
         p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (None, None)
-        lead_ns = max(self.lead_ns(), self.cfg.query_ahead * self.executor.period_ns)   # as want_query uses it
-        return {"state": self.state, "reason": self.reason, **self.counters,
-                "chunks": self.executor.counters.chunks,
-                "rows_dropped_late": self.executor.counters.rows_dropped_late,
-                "chunks_stale": self.executor.counters.chunks_stale,
-                "query_in_flight": self._query_ns is not None,
-                "query_latency_ms": {"p50": p50, "p99": p99, "n": len(lat)},
-                "query_lead_ms": round(lead_ns / 1e6, 1),
-                "limit_hits": dict(self.envelope.hits), "pause_reasons": dict(self.pause_reasons),
-                "frames_wrong_size": dict(self.builder.frames_wrong_size)}
+        lead_ns = max(self.lead_ns(), self.cfg.query_ahead * self.executor.period_ns)  # as want_query uses it
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            **self.counters,
+            "chunks": self.executor.counters.chunks,
+            "rows_dropped_late": self.executor.counters.rows_dropped_late,
+            "chunks_stale": self.executor.counters.chunks_stale,
+            "query_in_flight": self._query_ns is not None,
+            "query_latency_ms": {"p50": p50, "p99": p99, "n": len(lat)},
+            "query_lead_ms": round(lead_ns / 1e6, 1),
+            "limit_hits": dict(self.envelope.hits),
+            "pause_reasons": dict(self.pause_reasons),
+            "frames_wrong_size": dict(self.builder.frames_wrong_size),
+        }

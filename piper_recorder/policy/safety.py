@@ -6,6 +6,7 @@ adds: its rows may be non-finite or carry a non-unit quaternion (rejected, the a
 gripper width is clamped into ``[0, gripper_max_width]``. Quaternions are ROS order (x, y, z, w)
 here, as published; policy rows are wxyz and converted once in ``from_row``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,13 +18,13 @@ from piper_recorder.teleop.limits import Limits, LimitsConfig, LimitViolation
 from piper_recorder.teleop.rotations import angle_between, normalize
 
 F64 = npt.NDArray[np.float64]
-QUAT_NORM_TOL = 0.1   # the same tolerance teleop applies to headset quaternions
+QUAT_NORM_TOL = 0.1  # the same tolerance teleop applies to headset quaternions
 
 
 @dataclass(frozen=True)
 class Target:
-    p: F64          # m, arm base
-    q: F64          # x, y, z, w
+    p: F64  # m, arm base
+    q: F64  # x, y, z, w
     gripper: float  # m
 
     def finite(self) -> bool:

@@ -1,6 +1,7 @@
 """A policy backend from its spec string (``make_backend``): the ``policy`` parameter of the policy node and the
 launch argument ``policy:=SPEC``. The one module that knows every backend; the backends know only the
 interface (``policy.backend``)."""
+
 from __future__ import annotations
 
 import importlib
@@ -29,9 +30,9 @@ def make_backend(spec: str, *, timeout_s: float = 1.0, root: str | None = None) 
             mod = importlib.import_module("piper_recorder.policy.gr00t")
         except ImportError as e:
             raise ValueError(
-                f"policy {spec!r}: the gr00t backend (piper_recorder/policy/gr00t.py) is not "
-                f"available: {e}") from e
-        hostport = spec[len("gr00t://"):].rstrip("/")
+                f"policy {spec!r}: the gr00t backend (piper_recorder/policy/gr00t.py) is not available: {e}"
+            ) from e
+        hostport = spec[len("gr00t://") :].rstrip("/")
         host, _, port = hostport.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"policy {spec!r}: expected gr00t://host:port")
@@ -44,7 +45,7 @@ def make_backend(spec: str, *, timeout_s: float = 1.0, root: str | None = None) 
     if spec == "hold":
         return HoldBackend()
     if spec.startswith("replay:"):
-        rest = spec[len("replay:"):]
+        rest = spec[len("replay:") :]
         root, sep, episode = rest.rpartition(":")
         if not sep or not root or not episode.isdigit():
             raise ValueError(f"policy {spec!r}: expected replay:<root>:<episode index>")

@@ -25,6 +25,7 @@ a repeated row), ``{"min_fps": f}`` (the policy: its input rate); quest_video ad
 camera: ``fps`` sent, ``target_fps`` (min(its fps, the camera's rate)) and ``min_fps``.
 A camera's ``~/status`` carries ``published`` and ``fps`` (the same stamp-based rate of what it sent).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -33,10 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 WINDOW_S = 5.0
-RECORDER_MIN_DELIVERY = 0.99   # a recorder below this share of the camera's frames is degraded
-PANEL_MARGIN = 0.2             # quest_video panels below (1 - this) x their target rate are degraded
-POLICY_MARGIN = 0.05           # a policy input below (1 - this) x its input rate is degraded
-SILENT_S = 2.0                 # a consumer whose count did not move for this long receives nothing
+RECORDER_MIN_DELIVERY = 0.99  # a recorder below this share of the camera's frames is degraded
+PANEL_MARGIN = 0.2  # quest_video panels below (1 - this) x their target rate are degraded
+POLICY_MARGIN = 0.05  # a policy input below (1 - this) x its input rate is degraded
+SILENT_S = 2.0  # a consumer whose count did not move for this long receives nothing
 
 
 def header_ns(header: Any) -> int:
@@ -56,7 +57,7 @@ class ImageCounts:
     def __init__(self, cameras: Sequence[str], window_s: float = WINDOW_S) -> None:
         self.cameras = list(cameras)
         self.count = [0] * len(self.cameras)
-        self.last: list[Any] = [None] * len(self.cameras)   # the newest message header per camera
+        self.last: list[Any] = [None] * len(self.cameras)  # the newest message header per camera
         self.window_s = window_s
         self._snaps: deque[tuple[float, list[int], list[int]]] = deque()
 
@@ -90,18 +91,24 @@ class Link:
 
     consumer: str
     camera: str
-    kind: str                  # "images" (received vs published) | "panels" (quest_video's panels sent)
-    rate: float | None         # what the consumer got (fps)
-    reference: float | None    # what it should get: the camera's rate, or the target rate
-    ratio: float | None        # rate / reference
+    kind: str  # "images" (received vs published) | "panels" (quest_video's panels sent)
+    rate: float | None  # what the consumer got (fps)
+    reference: float | None  # what it should get: the camera's rate, or the target rate
+    ratio: float | None  # rate / reference
     ok: bool
-    why: str                   # empty when ok
+    why: str  # empty when ok
 
     def to_dict(self) -> dict[str, Any]:
-        return {"consumer": self.consumer, "camera": self.camera, "kind": self.kind,
-                "fps": None if self.rate is None else round(self.rate, 2),
-                "reference_fps": None if self.reference is None else round(self.reference, 2),
-                "delivery": None if self.ratio is None else round(self.ratio, 4), "ok": self.ok, "why": self.why}
+        return {
+            "consumer": self.consumer,
+            "camera": self.camera,
+            "kind": self.kind,
+            "fps": None if self.rate is None else round(self.rate, 2),
+            "reference_fps": None if self.reference is None else round(self.reference, 2),
+            "delivery": None if self.ratio is None else round(self.ratio, 4),
+            "ok": self.ok,
+            "why": self.why,
+        }
 
 
 def _num(v: Any) -> float | None:
@@ -151,14 +158,23 @@ def link_health(consumers: Mapping[str, Mapping[str, Any]], published: Mapping[s
                 why = f"receives nothing of {cam}"
             links.append(Link(name, cam, "images", rate, ref, ratio, why in ("", "no rate yet"), why))
         panels = st.get("panels")
-        for cam, p in (panels.items() if isinstance(panels, Mapping) else ()):
+        for cam, p in panels.items() if isinstance(panels, Mapping) else ():
             if not isinstance(p, Mapping):
                 continue
             rate, target, floor = _num(p.get("fps")), _num(p.get("target_fps")), _num(p.get("min_fps"))
             ok = rate is None or floor is None or rate >= floor
-            links.append(Link(name, cam, "panels", rate, target,
-                              None if rate is None or not target else rate / target, ok,
-                              "" if ok else f"panels of {cam} at {rate:.1f} fps (target {target:g})"))
+            links.append(
+                Link(
+                    name,
+                    cam,
+                    "panels",
+                    rate,
+                    target,
+                    None if rate is None or not target else rate / target,
+                    ok,
+                    "" if ok else f"panels of {cam} at {rate:.1f} fps (target {target:g})",
+                )
+            )
     return links
 
 

@@ -7,6 +7,7 @@ It then asks ``argument_problem``: rcl refuses arguments it cannot parse (a miss
 ``-p rate`` without a value) from ``rclpy.init`` with an RCLError and a traceback, and ignores the ones
 outside ``--ros-args``; the node instead names the problem in one line and exits 2.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,18 +22,20 @@ def wants_help(argv: Sequence[str]) -> bool:
     ``--ros-args`` on is rcl's, where a ``-h`` could be a value)."""
     own = list(argv[1:])
     if "--ros-args" in own:
-        own = own[:own.index("--ros-args")]
+        own = own[: own.index("--ros-args")]
     return any(a in HELP_FLAGS for a in own)
 
 
 def node_usage(prog: str, doc: str | None) -> str:
     """The usage text: how parameters are given, then the node's module docstring (what it does)."""
     name = os.path.basename(prog) or "node"
-    return (f"usage: {name} [--ros-args [-p NAME:=VALUE]... [--params-file FILE] [-r FROM:=TO]...]\n\n"
-            f"{(doc or '').strip()}\n\n"
-            "A ROS 2 node: its parameters are ROS parameters (-p, --params-file; config/sim.yaml and\n"
-            "config/robot.yaml hold every node's), listed on a running node by `ros2 param list`.\n"
-            "It runs until SIGINT/SIGTERM.\n")
+    return (
+        f"usage: {name} [--ros-args [-p NAME:=VALUE]... [--params-file FILE] [-r FROM:=TO]...]\n\n"
+        f"{(doc or '').strip()}\n\n"
+        "A ROS 2 node: its parameters are ROS parameters (-p, --params-file; config/sim.yaml and\n"
+        "config/robot.yaml hold every node's), listed on a running node by `ros2 param list`.\n"
+        "It runs until SIGINT/SIGTERM.\n"
+    )
 
 
 def argument_problem(argv: Sequence[str]) -> str | None:
@@ -45,15 +48,17 @@ def argument_problem(argv: Sequence[str]) -> str | None:
 
     args = list(argv)
     for flag, path in zip(args, args[1:]):
-        if flag == "--params-file" and not os.path.isfile(path):   # rcl: "Error parsing a event near line 0"
+        if flag == "--params-file" and not os.path.isfile(path):  # rcl: "Error parsing a event near line 0"
             return f"--params-file {path}: {'not a file' if os.path.exists(path) else 'no such file'}"
     try:
         rest = remove_ros_args(args)
     except rclpy_implementation.RCLError as exc:
         return f"bad --ros-args: {rcl_message(exc)}"
     if rest[1:]:
-        return (f"unrecognized arguments: {' '.join(rest[1:])} (a node's settings are ROS parameters: "
-                "--ros-args -p NAME:=VALUE or --params-file FILE)")
+        return (
+            f"unrecognized arguments: {' '.join(rest[1:])} (a node's settings are ROS parameters: "
+            "--ros-args -p NAME:=VALUE or --params-file FILE)"
+        )
     return None
 
 

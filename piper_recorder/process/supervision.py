@@ -9,6 +9,7 @@ pid in ``PIPER_LAUNCHER_PID`` so that a parent that died before the child's firs
 without it (``ros2 launch``, a shell) the parent at start-up is the one watched. SIGTERM and SIGHUP
 (a closed terminal, an ssh session gone) do what SIGINT does.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -25,6 +26,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def on_stop_signals(handler: Callable[[int], None]) -> None:
     """Call ``handler(signum)`` on SIGINT, SIGTERM and SIGHUP (main thread only, like ``signal.signal``)."""
+
     def _handle(signum: int, _frame: Any) -> None:
         handler(signum)
 
@@ -35,6 +37,7 @@ def on_stop_signals(handler: Callable[[int], None]) -> None:
 def interrupt_on_stop_signals() -> None:
     """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT, so ``with``/``finally`` clean-ups run
     (piper-demo stops its graph, pytest tears its fixtures down) instead of the process just dying."""
+
     def _raise(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
@@ -50,8 +53,7 @@ def expected_parent() -> int:
         return os.getppid()
 
 
-def watch_parent(on_gone: Callable[[], None], interval_s: float = 0.25,
-                 parent: int | None = None) -> threading.Event:
+def watch_parent(on_gone: Callable[[], None], interval_s: float = 0.25, parent: int | None = None) -> threading.Event:
     """Call ``on_gone()`` once, on a daemon thread, when this process's parent is no longer ``parent``
     (default ``expected_parent()``); returns an event that ends the watch when set."""
     want = expected_parent() if parent is None else parent
@@ -63,7 +65,7 @@ def watch_parent(on_gone: Callable[[], None], interval_s: float = 0.25,
                 done.set()
                 on_gone()
 
-    if want > 1:   # started by init or a subreaper on purpose (systemd, a container): nothing to outlive
+    if want > 1:  # started by init or a subreaper on purpose (systemd, a container): nothing to outlive
         threading.Thread(target=_watch, name="watch-parent", daemon=True).start()
     return done
 
@@ -99,8 +101,12 @@ class TeardownWatchdog:
     def _watch(self) -> None:
         if self._done.wait(self.timeout_s):
             return
-        print(f"{self.what}: teardown still running {self.timeout_s:g} s after the node's work ended; "
-              "exiting without it (exit 0). Where it hung:", file=sys.stderr, flush=True)
+        print(
+            f"{self.what}: teardown still running {self.timeout_s:g} s after the node's work ended; "
+            "exiting without it (exit 0). Where it hung:",
+            file=sys.stderr,
+            flush=True,
+        )
         faulthandler.dump_traceback(sys.stderr, all_threads=True)
         sys.stdout.flush()
         sys.stderr.flush()

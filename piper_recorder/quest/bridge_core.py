@@ -21,6 +21,7 @@ taking over the relay): ``BridgeOutput.source_change`` asks the node to mark it 
 stream before anything of the new source, and the clock mapper starts afresh. Any other hello (the
 app's or the page's metadata again) changes nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,9 @@ def _finite(*values: float) -> bool:
 class BridgeCore:
     """Stateful message -> output mapping; owns the clock mapper and the rate/age counters."""
 
-    def __init__(self, clock: ClockMapperConfig | None = None, frame_prefix: str = FRAME_PREFIX,
-                 rate_window_s: float = 2.0):
+    def __init__(
+        self, clock: ClockMapperConfig | None = None, frame_prefix: str = FRAME_PREFIX, rate_window_s: float = 2.0
+    ):
         self.clock = MonoClockMapper(clock)
         self.frame_prefix = frame_prefix
         self.counters: Counter[str] = Counter()
@@ -82,7 +84,7 @@ class BridgeCore:
         self.last_delay_ns = 0  # recv - mapped capture of the last frame (arrival latency estimate)
         self._rate_window_ns = int(rate_window_s * 1e9)
         self._frame_times: deque[int] = deque()
-        self._page: Any = None   # the relay's number of the page streaming (None: no relay, or not yet said)
+        self._page: Any = None  # the relay's number of the page streaming (None: no relay, or not yet said)
 
     def on_connection(self) -> BridgeOutput:
         """A new connection: a new input source, maybe a restarted headset with a new clock."""
@@ -141,8 +143,9 @@ class BridgeCore:
             if not _finite(*axes):
                 self.counters["non_finite_output"] += 1
                 continue
-            out.joys.append(JoyOut(hand, stamp, frame_id, axes,
-                                   (int(h.primary), int(h.secondary), int(h.stick_click), int(h.menu))))
+            out.joys.append(
+                JoyOut(hand, stamp, frame_id, axes, (int(h.primary), int(h.secondary), int(h.stick_click), int(h.menu)))
+            )
         return out
 
     def handle_batch(self, msgs: list[Message], recv_ns: int) -> list[BridgeOutput]:
@@ -177,7 +180,7 @@ def coalesce(outs: list[BridgeOutput]) -> int:
     keep_joy: set[tuple[int, int]] = set()
     for seq in joys.values():
         keep_joy.add(seq[-1][:2])
-        keep_joy.add(min(seq, key=lambda e: e[2].axes[1])[:2])   # lowest squeeze (the first of equals)
+        keep_joy.add(min(seq, key=lambda e: e[2].axes[1])[:2])  # lowest squeeze (the first of equals)
         for prev, cur in zip(seq, seq[1:]):
             if cur[2].buttons != prev[2].buttons:
                 keep_joy.add(cur[:2])

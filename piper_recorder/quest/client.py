@@ -14,6 +14,7 @@ the native app has no place for it) is told why its lines are refused: ``{"cmd":
 "left.pos[0]"}`` (the parser's latest reason), at most one every ``NOTICE_PERIOD_S``; refusals in
 between go with the next.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,8 @@ from .reconnect import Backoff, try_connect, validate_link
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8735
-NOTICE_CLIENTS = ("web",)   # hello "client" values of headsets shown why their lines are refused
-NOTICE_PERIOD_S = 1.0       # at most one such notice a second
+NOTICE_CLIENTS = ("web",)  # hello "client" values of headsets shown why their lines are refused
+NOTICE_PERIOD_S = 1.0  # at most one such notice a second
 
 
 @dataclass
@@ -47,8 +48,13 @@ class ClientConfig:
     quat_tolerance: float = QUAT_TOLERANCE
 
     def validate(self) -> None:
-        validate_link(self.port, self.reconnect_s, self.reconnect_max_s,
-                      silence_timeout_s=self.silence_timeout_s, connect_timeout_s=self.connect_timeout_s)
+        validate_link(
+            self.port,
+            self.reconnect_s,
+            self.reconnect_max_s,
+            silence_timeout_s=self.silence_timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+        )
         if self.max_line_bytes < 256:
             raise ValueError("max_line_bytes must be >= 256")
         if not 0 < self.quat_tolerance < 1:
@@ -64,7 +70,7 @@ class ClientStats:
     silence_reconnects: int = 0
     bytes_received: int = 0
     commands_sent: int = 0
-    notices_sent: int = 0     # "rejected" notices (not among commands_sent)
+    notices_sent: int = 0  # "rejected" notices (not among commands_sent)
     commands_failed: int = 0
     last_message_ns: int = 0  # host time of the last accepted message (0 = never)
     last_error: str = ""
@@ -73,7 +79,7 @@ class ClientStats:
 MessageCallback = Callable[[Message, int], None]
 BatchCallback = Callable[[list[Message], int], None]
 EventCallback = Callable[[str], None]
-DRAIN_MAX_BYTES = 1 << 20   # read at most this much of a backlog into one batch
+DRAIN_MAX_BYTES = 1 << 20  # read at most this much of a backlog into one batch
 
 
 class QuestClient:
@@ -83,8 +89,13 @@ class QuestClient:
     ``parser.rejected`` holds the drop counters (cumulative over reconnects).
     """
 
-    def __init__(self, config: ClientConfig, on_message: MessageCallback,
-                 on_event: EventCallback | None = None, on_batch: BatchCallback | None = None):
+    def __init__(
+        self,
+        config: ClientConfig,
+        on_message: MessageCallback,
+        on_event: EventCallback | None = None,
+        on_batch: BatchCallback | None = None,
+    ):
         config.validate()
         self._on_batch = on_batch
         self.config = config
@@ -96,8 +107,8 @@ class QuestClient:
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._hello_client: object = None   # the connected headset's hello "client" (client thread only)
-        self._noticed = 0                   # parser.rejected_total already told
+        self._hello_client: object = None  # the connected headset's hello "client" (client thread only)
+        self._noticed = 0  # parser.rejected_total already told
         self._notice_t = -math.inf
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -149,8 +160,16 @@ class QuestClient:
         if total <= self._noticed or now - self._notice_t < NOTICE_PERIOD_S or self._hello_client not in NOTICE_CLIENTS:
             return
         reason, _, detail = self.parser.last_rejection.partition(": ")
-        if self._send({"cmd": "rejected", "by": "quest_bridge", "lines": total - self._noticed, "total": total,
-                       "reason": reason, "detail": detail[:160]}):
+        if self._send(
+            {
+                "cmd": "rejected",
+                "by": "quest_bridge",
+                "lines": total - self._noticed,
+                "total": total,
+                "reason": reason,
+                "detail": detail[:160],
+            }
+        ):
             self.stats.notices_sent += 1
         self._noticed, self._notice_t = total, now
 
@@ -159,8 +178,14 @@ class QuestClient:
         if hand not in HANDS or not math.isfinite(amp):
             self.stats.commands_failed += 1
             return False
-        return self.send_command({"cmd": "haptic", "hand": hand, "amp": min(max(float(amp), 0.0), 1.0),
-                                  "ms": int(min(max(int(ms), 0), 10_000))})
+        return self.send_command(
+            {
+                "cmd": "haptic",
+                "hand": hand,
+                "amp": min(max(float(amp), 0.0), 1.0),
+                "ms": int(min(max(int(ms), 0), 10_000)),
+            }
+        )
 
     # -- thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -178,7 +203,7 @@ class QuestClient:
             self.stats.state = "backoff"
             if delivered:
                 backoff.reset()
-                self._stop.wait(backoff.delay_s)   # the short wait, and it stays short
+                self._stop.wait(backoff.delay_s)  # the short wait, and it stays short
             else:
                 self._stop.wait(backoff.failed())
         self.stats.state = "stopped"
@@ -189,7 +214,7 @@ class QuestClient:
         self.parser.reset()
         with self._send_lock:
             self._sock = sock
-        self._hello_client, self._noticed = None, self.parser.rejected_total   # another headset, maybe
+        self._hello_client, self._noticed = None, self.parser.rejected_total  # another headset, maybe
         self.stats.connects += 1
         self.stats.state = "connected"
         self._on_event("connected")
@@ -251,7 +276,7 @@ class QuestClient:
                     break
                 chunk = sock.recv(65536)
             except (OSError, ValueError):
-                break   # the next blocking recv reports it
+                break  # the next blocking recv reports it
             if not chunk:
                 break
             chunks.append(chunk)

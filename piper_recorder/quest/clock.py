@@ -17,6 +17,7 @@ a stall, a backlog arrives at one instant with its oldest line far above the est
 instant must not count as confirmed (it did, and re-based the clock so that the whole backlog got
 "now" as capture time, which made seconds-old poses look fresh).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -110,9 +111,13 @@ class MonoClockMapper:
         elif self._above_since_ns is None:
             self._above_since_ns = recv_ns
         recent = self._recent.min
-        if (current is not None and recent is not None and self._above_since_ns is not None
-                and recv_ns - self._above_since_ns >= confirm_ns
-                and recent - current > self.config.jump_threshold_s * 1e9):
+        if (
+            current is not None
+            and recent is not None
+            and self._above_since_ns is not None
+            and recv_ns - self._above_since_ns >= confirm_ns
+            and recent - current > self.config.jump_threshold_s * 1e9
+        ):
             self._window.clear()
             self._window.push(recv_ns, recent)
             self._first_recv_ns = recv_ns

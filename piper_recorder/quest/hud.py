@@ -10,6 +10,7 @@ the camera panels and returns a JPEG that also carries the state as JSON in a JP
 segment: decoders (the app's stb_image, Pillow) skip it, and a test or tool can read exactly what
 the image shows (``hud_state_from_jpeg``).
 """
+
 from __future__ import annotations
 
 import io
@@ -24,9 +25,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 from .video import HUD_SIZE
 
-RELEASED = "RELEASED: "   # how the error line of a release teleop made begins (the sim headset reads it)
-ERROR_HOLD_S = 8.0   # an error stays on the HUD this long (a limit or the normal line shows after it)
-STATUS_GRACE_S = 1.0   # a ~/status this soon after an event may predate it: its state is not trusted
+RELEASED = "RELEASED: "  # how the error line of a release teleop made begins (the sim headset reads it)
+ERROR_HOLD_S = 8.0  # an error stays on the HUD this long (a limit or the normal line shows after it)
+STATUS_GRACE_S = 1.0  # a ~/status this soon after an event may predate it: its state is not trusted
 
 
 @dataclass
@@ -35,15 +36,15 @@ class HudState:
     episode_index: int | None = None
     elapsed_s: float = 0.0
     saved_count: int = 0
-    engaged: bool | None = None        # None: no teleop status yet
-    input_hz: float | None = None      # None: no bridge diagnostics yet
-    headset: str = ""                  # the bridge's connection state
-    limits: list[str] = field(default_factory=list)   # teleop safety limits shaping the target now
-    error: str = ""                    # the newest error still within ERROR_HOLD_S
-    arm: str = ""                      # arm state from /arm/status ("OK", "ERROR: ...")
-    releases: int = 0                  # clutch releases teleop made (teleop's forced_releases)
-    degraded: list[str] = field(default_factory=list)   # deliveries below their mark (piper_recorder.process.delivery)
-    last_release: str = ""             # ... the newest one's reason
+    engaged: bool | None = None  # None: no teleop status yet
+    input_hz: float | None = None  # None: no bridge diagnostics yet
+    headset: str = ""  # the bridge's connection state
+    limits: list[str] = field(default_factory=list)  # teleop safety limits shaping the target now
+    error: str = ""  # the newest error still within ERROR_HOLD_S
+    arm: str = ""  # arm state from /arm/status ("OK", "ERROR: ...")
+    releases: int = 0  # clutch releases teleop made (teleop's forced_releases)
+    degraded: list[str] = field(default_factory=list)  # deliveries below their mark (piper_recorder.process.delivery)
+    last_release: str = ""  # ... the newest one's reason
     # the last saved episode's curation: "ep3 success ok" (outcome label, integrity verdict; docs/curation.md)
     last_episode: str = ""
 
@@ -65,7 +66,7 @@ class HudState:
         (``delivery.link_health``: panels below their rate, a recorder losing frames), else nothing."""
         if self.error:
             return self.error, "error"
-        if self.limits:   # before a degraded delivery: it shapes the arm's motion now
+        if self.limits:  # before a degraded delivery: it shapes the arm's motion now
             return "LIMIT " + ", ".join(self.limits), "limit"
         if self.degraded:
             more = f" (+{len(self.degraded) - 1})" if len(self.degraded) > 1 else ""
@@ -106,8 +107,8 @@ class HudModel:
         self.releases = 0
         self.last_release = ""
         self.degraded: list[str] = []
-        self._teleop_seen = False   # a late or restarted quest_video shows only a recent release
-        self._last_ep: dict[str, Any] = {}   # the last saved episode's index, outcome and verdict
+        self._teleop_seen = False  # a late or restarted quest_video shows only a recent release
+        self._last_ep: dict[str, Any] = {}  # the last saved episode's index, outcome and verdict
 
     # ---- inputs ---------------------------------------------------------------------------------
     def error(self, now: float, text: str) -> None:
@@ -130,7 +131,7 @@ class HudModel:
             self._saved = {i for i in saved if isinstance(i, int)}
         answers = st.get("answers")
         if st.get("ok") is False and answers != self._answers and isinstance(st.get("message"), str):
-            self.error(now, f"{self.recorder}: {st['message']}")   # a refusal (by anyone's call)
+            self.error(now, f"{self.recorder}: {st['message']}")  # a refusal (by anyone's call)
         self._answers = answers
 
     def on_episode_event(self, now: float, ev: dict[str, Any]) -> None:
@@ -150,7 +151,11 @@ class HudModel:
             self.recording, self._start_ns = False, None
             if kind == "saved" and idx is not None:
                 self._saved.add(idx)
-                self._last_ep = {"episode": idx, "outcome": _word(ev.get("outcome")), "verdict": _word(ev.get("verdict"))}
+                self._last_ep = {
+                    "episode": idx,
+                    "outcome": _word(ev.get("outcome")),
+                    "verdict": _word(ev.get("verdict")),
+                }
         elif kind == "labeled" and idx is not None:
             if self._last_ep.get("episode") != idx:
                 self._last_ep = {"episode": idx, "verdict": ""}
@@ -170,8 +175,11 @@ class HudModel:
         releases, reason = st.get("forced_releases"), st.get("last_release")
         if isinstance(releases, int) and not isinstance(releases, bool):
             age = st.get("last_release_age_s")
-            age = float(age) if isinstance(age, (int, float)) and not isinstance(age, bool) \
-                and math.isfinite(age) and age >= 0 else None
+            age = (
+                float(age)
+                if isinstance(age, (int, float)) and not isinstance(age, bool) and math.isfinite(age) and age >= 0
+                else None
+            )
             # the first status (a quest_video started late, or restarted) shows a release only while it is
             # recent: one the operator has not answered yet, not the count of an earlier session
             fresh = (age is not None and age < self.error_hold_s) if first else releases > self.releases
@@ -182,8 +190,11 @@ class HudModel:
             self.last_release = reason if isinstance(reason, str) else ""
         alarm = st.get("last_alarm")
         if alarm and alarm != self._last_alarm and isinstance(alarm, dict):
-            self.error(now, f"{alarm.get('recorder')}/{alarm.get('action')}: {alarm.get('outcome')} "
-                            f"{alarm.get('message') or ''}".strip())
+            self.error(
+                now,
+                f"{alarm.get('recorder')}/{alarm.get('action')}: {alarm.get('outcome')} "
+                f"{alarm.get('message') or ''}".strip(),
+            )
         self._last_alarm = alarm
 
     def on_delivery(self, degraded: list[str]) -> None:
@@ -206,11 +217,22 @@ class HudModel:
         else:
             elapsed = self._elapsed_s + (now - self._elapsed_at)
         error = self._error if now - self._error_t <= self.error_hold_s else ""
-        return HudState(recording=self.recording, episode_index=self.episode_index, elapsed_s=max(0.0, elapsed),
-                        saved_count=len(self._saved), engaged=self.engaged, input_hz=self.input_hz,
-                        headset=self.headset, limits=list(self.limits), error=error, arm=self.arm,
-                        releases=self.releases, last_release=self.last_release, degraded=list(self.degraded),
-                        last_episode=self._last_episode())
+        return HudState(
+            recording=self.recording,
+            episode_index=self.episode_index,
+            elapsed_s=max(0.0, elapsed),
+            saved_count=len(self._saved),
+            engaged=self.engaged,
+            input_hz=self.input_hz,
+            headset=self.headset,
+            limits=list(self.limits),
+            error=error,
+            arm=self.arm,
+            releases=self.releases,
+            last_release=self.last_release,
+            degraded=list(self.degraded),
+            last_episode=self._last_episode(),
+        )
 
     def _last_episode(self) -> str:
         e = self._last_ep
@@ -232,14 +254,14 @@ READY_GREEN = (90, 230, 90)
 INFO_GREY = (200, 200, 210)
 LIMIT_AMBER = (255, 190, 40)
 _FONTS: dict[int, ImageFont.ImageFont | ImageFont.FreeTypeFont] = {}
-_DARKEN = [v * 35 // 100 for v in range(256)] * 3   # the label banner: 35 % of each channel
+_DARKEN = [v * 35 // 100 for v in range(256)] * 3  # the label banner: 35 % of each channel
 
 
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     if size not in _FONTS:
         try:
             _FONTS[size] = ImageFont.load_default(size=size)
-        except (TypeError, OSError):   # Pillow without FreeType: the fixed bitmap font
+        except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
             _FONTS[size] = ImageFont.load_default()
     return _FONTS[size]
 
@@ -259,13 +281,14 @@ def _text_mask(text: str, size: int) -> Image.Image:
         ImageDraw.Draw(mask).text((0, 0), text, font=font, fill=255)
         with _CACHE_LOCK:
             if len(_MASKS) >= MASK_CACHE:
-                _MASKS.pop(next(iter(_MASKS)))   # the oldest: a recording's headlines come and go
+                _MASKS.pop(next(iter(_MASKS)))  # the oldest: a recording's headlines come and go
             _MASKS[key] = mask
     return mask
 
 
-def _draw_text(img: Image.Image, xy: tuple[int, int], text: str, size: int, fill: tuple[int, int, int],
-               keep: bool = True) -> None:
+def _draw_text(
+    img: Image.Image, xy: tuple[int, int], text: str, size: int, fill: tuple[int, int, int], keep: bool = True
+) -> None:
     """``text`` at ``xy``; ``keep``: from its kept mask (a line drawn again and again), else drawn
     directly (a line that changes each frame, the recording timer: a mask would be made once and used once)."""
     if not text:
@@ -277,7 +300,7 @@ def _draw_text(img: Image.Image, xy: tuple[int, int], text: str, size: int, fill
 
 
 MASK_CACHE = 256
-_CACHE_LOCK = threading.Lock()   # the caches below are shared by whatever threads draw
+_CACHE_LOCK = threading.Lock()  # the caches below are shared by whatever threads draw
 _MASKS: dict[tuple[str, int], Image.Image] = {}
 
 
@@ -285,10 +308,11 @@ def render_hud_image(state: HudState) -> Image.Image:
     img = Image.new("RGB", HUD_SIZE, BACKGROUND)
     draw = ImageDraw.Draw(img)
     if state.recording:
-        draw.rectangle((0, 0, 8, HUD_SIZE[1]), fill=REC_RED)            # a red bar while recording
+        draw.rectangle((0, 0, 8, HUD_SIZE[1]), fill=REC_RED)  # a red bar while recording
         draw.ellipse((588, 20, 620, 52), fill=REC_RED)
-    _draw_text(img, (18, 10), state.headline(), 44, REC_RED if state.recording else READY_GREEN,
-               keep=not state.recording)
+    _draw_text(
+        img, (18, 10), state.headline(), 44, REC_RED if state.recording else READY_GREEN, keep=not state.recording
+    )
     _draw_text(img, (18, 66), state.info_line(), 24, INFO_GREY)
     alert, kind = state.alert_line()
     if alert:
@@ -302,7 +326,7 @@ def _visual_key(state: HudState) -> tuple[Any, ...]:
     return state.recording, state.headline(), state.info_line(), alert[:56], kind
 
 
-_HUD_JPEG: dict[tuple[Any, ...], bytes] = {}   # the last HUD image, by (visual key, quality)
+_HUD_JPEG: dict[tuple[Any, ...], bytes] = {}  # the last HUD image, by (visual key, quality)
 
 
 def render_hud(state: HudState, quality: int = 80) -> bytes:
@@ -332,7 +356,7 @@ def with_comment(jpeg: bytes, comment: bytes) -> bytes:
     if jpeg[:2] != b"\xff\xd8":
         raise ValueError("not a JPEG (no SOI marker)")
     at = 2
-    if jpeg[2:4] == b"\xff\xe0":   # APP0 first, as JFIF wants it
+    if jpeg[2:4] == b"\xff\xe0":  # APP0 first, as JFIF wants it
         at = 4 + int.from_bytes(jpeg[4:6], "big")
     return jpeg[:at] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + jpeg[at:]
 

@@ -32,6 +32,7 @@ Every accepted message keeps its raw line text (``raw``, without the newline) so
 publish it verbatim on ``/quest/raw`` and the recorder can store it; rejected lines are not
 published anywhere (only counted; ``last_rejection`` holds the latest reason and detail for logs).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,7 @@ from piper_recorder.names import QUEST_DEVICES, QUEST_HANDS
 
 MAX_LINE_BYTES = 64 * 1024
 QUAT_TOLERANCE = 0.1
-HANDS = QUEST_HANDS                  # the protocol's device keys are the topics' (/quest/<device>/pose)
+HANDS = QUEST_HANDS  # the protocol's device keys are the topics' (/quest/<device>/pose)
 DEVICES = QUEST_DEVICES
 FRAME_KEYS = ("mono", "t", "frame", "state", "space", *DEVICES)  # any of them: the line is no hello
 _SPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
@@ -222,7 +223,10 @@ def _hand(obj: Any, where: str, tolerance: float) -> HandSample:
         if not -1.0 <= s <= 1.0:
             raise Rejected("out_of_range", f"{where}.stick[{i}]={s}")
     return HandSample(
-        pos=pos, quat=quat, valid=valid, tracked=tracked,
+        pos=pos,
+        quat=quat,
+        valid=valid,
+        tracked=tracked,
         trigger=_ranged(_get(obj, "trigger", where), 0.0, 1.0, f"{where}.trigger"),
         squeeze=_ranged(_get(obj, "squeeze", where), 0.0, 1.0, f"{where}.squeeze"),
         stick=stick,  # type: ignore[arg-type]
@@ -248,7 +252,9 @@ def _frame(obj: dict, raw: str, tolerance: float) -> Frame:
     return Frame(
         t=_ranged(_get(obj, "t", ""), -MAX_ABS_TIME_S, MAX_ABS_TIME_S, "t"),
         mono=_ranged(_get(obj, "mono", ""), -MAX_ABS_TIME_S, MAX_ABS_TIME_S, "mono"),
-        frame=frame_no, state=state, space=space,
+        frame=frame_no,
+        state=state,
+        space=space,
         head=_device(_get(obj, "head", ""), "head", tolerance),
         left=_hand(_get(obj, "left", ""), "left", tolerance),
         right=_hand(_get(obj, "right", ""), "right", tolerance),
@@ -294,8 +300,8 @@ def _check_tree(obj: dict) -> None:
                 if depth >= MAX_DEPTH:
                     raise Rejected("too_deep", f"{_at(path, k)}: more than {MAX_DEPTH} levels")
                 stack.append((v, _at(path, k), depth + 1))
-            elif t is int and not -_INT_MAX <= v < _INT_MAX:   # every consumer holds int64
-                if abs(v) >= _FLOAT_MAX:   # as a number field reports it: the float it would be is inf
+            elif t is int and not -_INT_MAX <= v < _INT_MAX:  # every consumer holds int64
+                if abs(v) >= _FLOAT_MAX:  # as a number field reports it: the float it would be is inf
                     raise Rejected("non_finite", _at(path, k))
                 raise Rejected("out_of_range", f"{_at(path, k)}: an integer beyond 64 bits")
 

@@ -5,6 +5,7 @@ non-blocking, polled).
 Both wait ``first_s`` after a failed attempt, double the wait up to ``max_s`` on each further
 failure and go back to ``first_s`` once the connection carried data. Plain Python, no ROS.
 """
+
 from __future__ import annotations
 
 import math

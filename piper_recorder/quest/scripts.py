@@ -31,6 +31,7 @@ opened below the clutch's release threshold and closed again (``teleop.clutch``)
 kept squeezing would never engage again after one stall. The motion goes on meanwhile;
 ``sample`` stays a pure function of the time and the release times noticed so far.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,9 +49,9 @@ HEAD_POS = (0.0, 1.6, 0.0)
 LEFT_HOME = (-0.2, 1.1, -0.35)
 RIGHT_HOME = (0.2, 1.1, -0.35)
 PRESS_S = 0.15
-REGRIP_OPEN_S = 0.15    # letting go of the squeeze ...
-REGRIP_PAUSE_S = 0.4    # ... a short pause, hand open ...
-REGRIP_CLOSE_S = 0.3    # ... and squeezing again
+REGRIP_OPEN_S = 0.15  # letting go of the squeeze ...
+REGRIP_PAUSE_S = 0.4  # ... a short pause, hand open ...
+REGRIP_CLOSE_S = 0.3  # ... and squeezing again
 REGRIP_S = REGRIP_OPEN_S + REGRIP_PAUSE_S + REGRIP_CLOSE_S
 
 
@@ -68,11 +69,28 @@ def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
     return (0.0, math.sin(yaw / 2.0), 0.0, math.cos(yaw / 2.0))
 
 
-def _hand(pos: Sequence[float], quat: Sequence[float], trigger: float = 0.0, squeeze: float = 0.0, primary: bool = False,
-          secondary: bool = False, stick_click: bool = False) -> dict[str, Any]:
-    return {"pos": [float(p) for p in pos], "quat": [float(q) for q in quat], "valid": True, "tracked": True,
-            "trigger": float(trigger), "squeeze": float(squeeze), "stick": [0.0, 0.0],
-            "stick_click": bool(stick_click), "primary": bool(primary), "secondary": bool(secondary), "menu": False}
+def _hand(
+    pos: Sequence[float],
+    quat: Sequence[float],
+    trigger: float = 0.0,
+    squeeze: float = 0.0,
+    primary: bool = False,
+    secondary: bool = False,
+    stick_click: bool = False,
+) -> dict[str, Any]:
+    return {
+        "pos": [float(p) for p in pos],
+        "quat": [float(q) for q in quat],
+        "valid": True,
+        "tracked": True,
+        "trigger": float(trigger),
+        "squeeze": float(squeeze),
+        "stick": [0.0, 0.0],
+        "stick_click": bool(stick_click),
+        "primary": bool(primary),
+        "secondary": bool(secondary),
+        "menu": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -98,7 +116,7 @@ class ScriptedHeadset:
         rng = random.Random(seed)
         # The seed only varies the phase of the head's breathing sway (the hands stay predictable).
         self._head_phase = rng.uniform(0.0, 2.0 * math.pi)
-        self._regrips: tuple[float, ...] = ()   # script times at which a release was noticed (replaced whole)
+        self._regrips: tuple[float, ...] = ()  # script times at which a release was noticed (replaced whole)
 
     @property
     def regrips(self) -> tuple[float, ...]:
@@ -109,7 +127,7 @@ class ScriptedHeadset:
         Ignored (False) while a re-grip is under way or for a time before the last one."""
         if self._regrips and t < self._regrips[-1] + REGRIP_S:
             return False
-        self._regrips = (*self._regrips, float(t))   # one assignment: the send thread reads it unlocked
+        self._regrips = (*self._regrips, float(t))  # one assignment: the send thread reads it unlocked
         return True
 
     def right(self, t: float) -> RightHand:
@@ -118,8 +136,9 @@ class ScriptedHeadset:
         factor = 1.0
         for tr in self._regrips:
             if tr <= t < tr + REGRIP_S:
-                factor *= 1.0 - _ramp(t, tr, tr + REGRIP_OPEN_S) + _ramp(t, tr + REGRIP_S - REGRIP_CLOSE_S,
-                                                                         tr + REGRIP_S)
+                factor *= (
+                    1.0 - _ramp(t, tr, tr + REGRIP_OPEN_S) + _ramp(t, tr + REGRIP_S - REGRIP_CLOSE_S, tr + REGRIP_S)
+                )
         return hand if factor == 1.0 else replace(hand, squeeze=hand.squeeze * factor)
 
     def _scripted(self, t: float) -> RightHand:
@@ -130,8 +149,7 @@ class ScriptedHeadset:
             env = _ramp(u, 0.3, 1.3)
             w = 2.0 * math.pi / LOOP_S
             r = 0.04 * env
-            pos = (RIGHT_HOME[0] + r * math.sin(w * u), RIGHT_HOME[1] + r * (1.0 - math.cos(w * u)),
-                   RIGHT_HOME[2])
+            pos = (RIGHT_HOME[0] + r * math.sin(w * u), RIGHT_HOME[1] + r * (1.0 - math.cos(w * u)), RIGHT_HOME[2])
             return RightHand(pos, (0.0, 0.0, 0.0, 1.0), 0.5, _ramp(u, 0.0, 0.3), False, False)
         if self.script == "continuous":
             return self._continuous(t - LEAD_S)
@@ -142,17 +160,20 @@ class ScriptedHeadset:
         m = min(max(c - 1.0, 0.0), 7.0)  # motion time inside the cycle
         env = _ramp(c, 1.0, 1.5) * (1.0 - _ramp(c, 7.5, 8.0))
         w = 2.0 * math.pi / LOOP_S
-        pos = (RIGHT_HOME[0] + env * 0.05 * math.sin(w * m),
-               RIGHT_HOME[1] + env * 0.03 * math.sin(2.0 * w * m),
-               RIGHT_HOME[2] + env * 0.02 * (1.0 - math.cos(w * m)))
+        pos = (
+            RIGHT_HOME[0] + env * 0.05 * math.sin(w * m),
+            RIGHT_HOME[1] + env * 0.03 * math.sin(2.0 * w * m),
+            RIGHT_HOME[2] + env * 0.02 * (1.0 - math.cos(w * m)),
+        )
         quat = _yaw_quat(env * math.radians(10.0) * math.sin(w * m))
         trigger = env * 0.5 * (1.0 - math.cos(2.0 * math.pi * m / 3.5))
         press_start = self.buttons and 0.0 <= c < PRESS_S
         press_end = self.buttons and 9.0 <= c < 9.0 + PRESS_S
         discard = k % 3 == 2
-        stick = self.buttons and k % 3 == 1 and 8.9 <= c < 9.3   # held across the stop press: failure
-        return RightHand(pos, quat, trigger, squeeze, press_start or (press_end and not discard),
-                         press_end and discard, stick)
+        stick = self.buttons and k % 3 == 1 and 8.9 <= c < 9.3  # held across the stop press: failure
+        return RightHand(
+            pos, quat, trigger, squeeze, press_start or (press_end and not discard), press_end and discard, stick
+        )
 
     @staticmethod
     def _continuous(u: float) -> RightHand:
@@ -160,15 +181,18 @@ class ScriptedHeadset:
         m = max(u - 0.3, 0.0)
         env = _ramp(m, 0.0, 1.0)
         w = 2.0 * math.pi / LOOP_S
-        pos = (RIGHT_HOME[0] + env * 0.05 * math.sin(w * m),
-               RIGHT_HOME[1] + env * 0.03 * math.sin(2.0 * w * m),
-               RIGHT_HOME[2] + env * 0.02 * (1.0 - math.cos(w * m)))
+        pos = (
+            RIGHT_HOME[0] + env * 0.05 * math.sin(w * m),
+            RIGHT_HOME[1] + env * 0.03 * math.sin(2.0 * w * m),
+            RIGHT_HOME[2] + env * 0.02 * (1.0 - math.cos(w * m)),
+        )
         quat = _yaw_quat(env * math.radians(10.0) * math.sin(0.7 * w * m))
         trigger = 0.5 - 0.4 * env * math.cos(2.0 * math.pi * m / TRIGGER_S)
         return RightHand(pos, quat, trigger, _ramp(u, 0.0, 0.3), False, False)
 
-    def sample(self, t: float, *, mono: float | None = None, frame: int | None = None,
-               rate_hz: float = 90.0) -> dict[str, Any]:
+    def sample(
+        self, t: float, *, mono: float | None = None, frame: int | None = None, rate_hz: float = 90.0
+    ) -> dict[str, Any]:
         """The full protocol frame at ``t`` s since connect (``mono`` defaults to ``t``)."""
         mono = t if mono is None else mono
         sway = 0.005 * math.sin(2.0 * math.pi * 0.25 * t + self._head_phase)
@@ -179,8 +203,12 @@ class ScriptedHeadset:
             "frame": int(round(t * rate_hz)) if frame is None else frame,
             "state": "FOCUSED",
             "space": "stage",
-            "head": {"pos": [HEAD_POS[0], HEAD_POS[1] + sway, HEAD_POS[2]], "quat": [0.0, 0.0, 0.0, 1.0],
-                     "valid": True, "tracked": True},
+            "head": {
+                "pos": [HEAD_POS[0], HEAD_POS[1] + sway, HEAD_POS[2]],
+                "quat": [0.0, 0.0, 0.0, 1.0],
+                "valid": True,
+                "tracked": True,
+            },
             "left": _hand(LEFT_HOME, (0.0, 0.0, 0.0, 1.0)),
             "right": _hand(r.pos, r.quat, r.trigger, r.squeeze, r.primary, r.secondary, r.stick_click),
         }

@@ -30,6 +30,7 @@ first HUD seen only sets the count. ``regrips`` (report) lists when.
 The hello carries ``mono`` (the script's t = 0), so a client can compute the script time of a frame
 as ``frame.mono - hello["mono"]`` and predict it with ``ScriptedHeadset.sample``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,7 @@ from .scripts import REGRIP_S, SCRIPTS, ScriptedHeadset
 from .sim_video import SimVideoServer
 
 APP_NAME = "piper-sim-quest"
-REGRIP_RETRY_S = 1.0   # the HUD still shows the clutch idle this long after a re-grip: re-grip again
+REGRIP_RETRY_S = 1.0  # the HUD still shows the clutch idle this long after a re-grip: re-grip again
 PROTOCOL_VERSION = 1
 
 
@@ -94,8 +95,16 @@ class SimConfig:
             raise ValueError(f"script must be one of {SCRIPTS}")
         if self.replay and not Path(self.replay).is_file():
             raise ValueError(f"replay file not found: {self.replay}")
-        for name in ("heartbeat_s", "delay_ms", "jitter_ms", "stall_after_s", "stall_s", "lag_after_s",
-                     "lag_rate", "lag_max_s"):
+        for name in (
+            "heartbeat_s",
+            "delay_ms",
+            "jitter_ms",
+            "stall_after_s",
+            "stall_s",
+            "lag_after_s",
+            "lag_rate",
+            "lag_max_s",
+        ):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be finite and >= 0")
@@ -143,14 +152,14 @@ class SimQuestServer:
         config.validate()
         self.config = config
         self.commands: Counter[str] = Counter()
-        self.haptics: list[dict[str, Any]] = []   # as received
-        self.haptic_times: list[float] = []       # time.time() at each one's arrival
-        self.colors: list[dict[str, Any]] = []    # with "t_recv" (time.time() at arrival)
+        self.haptics: list[dict[str, Any]] = []  # as received
+        self.haptic_times: list[float] = []  # time.time() at each one's arrival
+        self.colors: list[dict[str, Any]] = []  # with "t_recv" (time.time() at arrival)
         self.video = SimVideoServer(config.host, config.video_port, self._on_hud) if config.video_port >= 0 else None
-        self.regrips: list[dict[str, Any]] = []   # {"t": wall time, "releases": the HUD's count}
-        self._releases_seen: int | None = None    # the HUD's release count last read
-        self._awaiting_engage = False             # re-gripped; the HUD has not shown the clutch engaged since
-        self._headsets: dict[int, tuple[ScriptedHeadset, float]] = {}   # connection -> (script, its start)
+        self.regrips: list[dict[str, Any]] = []  # {"t": wall time, "releases": the HUD's count}
+        self._releases_seen: int | None = None  # the HUD's release count last read
+        self._awaiting_engage = False  # re-gripped; the HUD has not shown the clutch engaged since
+        self._headsets: dict[int, tuple[ScriptedHeadset, float]] = {}  # connection -> (script, its start)
         self.connections = 0
         self.frames_sent = 0
         self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -191,10 +200,15 @@ class SimQuestServer:
     def report(self) -> dict[str, Any]:
         """Everything observed so far, JSON-ready."""
         with self._lock:
-            out: dict[str, Any] = {"port": self.port, "connections": self.connections, "frames_sent": self.frames_sent,
-                                   "commands": dict(self.commands),
-                                   "haptics": [{**h, "t_recv": t} for h, t in zip(self.haptics, self.haptic_times)],
-                                   "colors": list(self.colors), "regrips": list(self.regrips)}
+            out: dict[str, Any] = {
+                "port": self.port,
+                "connections": self.connections,
+                "frames_sent": self.frames_sent,
+                "commands": dict(self.commands),
+                "haptics": [{**h, "t_recv": t} for h, t in zip(self.haptics, self.haptic_times)],
+                "colors": list(self.colors),
+                "regrips": list(self.regrips),
+            }
         out["video"] = self.video.report() if self.video is not None else None
         return out
 
@@ -241,9 +255,16 @@ class SimQuestServer:
         if self._replay is None:
             with self._lock:
                 self._headsets[index] = (headset, start)
-        hello = {"app": APP_NAME, "protocol": PROTOCOL_VERSION, "device": "simulated", "rate_hz": cfg.rate,
-                 "script": "replay" if self._replay else cfg.script, "buttons": cfg.buttons, "seed": cfg.seed,
-                 "mono": start + cfg.mono_offset_s}
+        hello = {
+            "app": APP_NAME,
+            "protocol": PROTOCOL_VERSION,
+            "device": "simulated",
+            "rate_hz": cfg.rate,
+            "script": "replay" if self._replay else cfg.script,
+            "buttons": cfg.buttons,
+            "seed": cfg.seed,
+            "mono": start + cfg.mono_offset_s,
+        }
         if self._replay:
             hello["replay"] = {"file": Path(cfg.replay).name, "frames": len(self._replay.frames)}
         last_send = start
@@ -291,8 +312,11 @@ class SimQuestServer:
                     beat += 1
                     next_heartbeat += cfg.heartbeat_s
                     if not stalled:
-                        conn.sendall(encode({"heartbeat": beat, "state": "FOCUSED",
-                                             "mono": time.monotonic() + cfg.mono_offset_s}))
+                        conn.sendall(
+                            encode(
+                                {"heartbeat": beat, "state": "FOCUSED", "mono": time.monotonic() + cfg.mono_offset_s}
+                            )
+                        )
                     continue
                 assert capture is not None  # a frame, not a heartbeat
                 mono = capture + cfg.mono_offset_s
@@ -309,7 +333,7 @@ class SimQuestServer:
                 except (TypeError, ValueError):
                     continue  # a replayed line that cannot be re-encoded finitely
                 if stalled:
-                    held.append(line)   # sent with the first frame after the stall
+                    held.append(line)  # sent with the first frame after the stall
                     continue
                 conn.sendall(b"".join(held) + line)
                 with self._lock:
@@ -342,7 +366,7 @@ class SimQuestServer:
                 self._awaiting_engage = False
             told = engaged is False and str(hud.get("error") or "").startswith(RELEASED)
             if not self.config.regrip or (seen is None and not told):
-                return   # the first HUD only sets the count
+                return  # the first HUD only sets the count
             now = time.monotonic()
             if seen is None or releases > seen:
                 why = f"clutch release #{releases} ({hud.get('last_release')})"
@@ -350,8 +374,11 @@ class SimQuestServer:
                 self._awaiting_engage = True
             elif self._awaiting_engage and engaged is False:
                 why = "clutch still idle after a re-grip"
-                started = [h.regrip(now - start) for h, start in self._headsets.values()
-                           if h.regrips and now - start >= h.regrips[-1] + REGRIP_S + REGRIP_RETRY_S]
+                started = [
+                    h.regrip(now - start)
+                    for h, start in self._headsets.values()
+                    if h.regrips and now - start >= h.regrips[-1] + REGRIP_S + REGRIP_RETRY_S
+                ]
             if not why or not any(started):
                 return
             self.regrips.append({"t": time.time(), "releases": releases, "why": why})
@@ -402,41 +429,66 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=d.rate, help="frames per second")
     p.add_argument("--script", choices=SCRIPTS, default=d.script)
     p.add_argument("--replay", default=d.replay, metavar="FILE.quest.jsonl", help="replay a recorded stream")
-    p.add_argument("--duration", type=float, default=0.0,
-                   help="exit after this many seconds (0 = run until signalled)")
+    p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0 = run until signalled)")
     p.add_argument("--no-buttons", action="store_true", help="no A/B presses (episodes driven by services)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--delay-ms", type=float, default=d.delay_ms, help="fixed network delay to simulate")
-    p.add_argument("--jitter-ms", type=float, default=d.jitter_ms,
-                   help="mean exponential network jitter to simulate")
-    p.add_argument("--mono-offset", type=float, default=d.mono_offset_s,
-                   help="headset clock = host monotonic + this (s)")
-    p.add_argument("--stall-after", type=float, default=d.stall_after_s,
-                   help="stop sending this long after connect (s)")
+    p.add_argument("--jitter-ms", type=float, default=d.jitter_ms, help="mean exponential network jitter to simulate")
+    p.add_argument(
+        "--mono-offset", type=float, default=d.mono_offset_s, help="headset clock = host monotonic + this (s)"
+    )
+    p.add_argument(
+        "--stall-after", type=float, default=d.stall_after_s, help="stop sending this long after connect (s)"
+    )
     p.add_argument("--stall-for", type=float, default=d.stall_s, help="... for this long (s)")
     p.add_argument("--stall-burst", action="store_true", help="send the frames of the stall at once after it")
-    p.add_argument("--lag-after", type=float, default=d.lag_after_s,
-                   help="fall behind from this long after connect (s) ...")
-    p.add_argument("--lag-rate", type=float, default=d.lag_rate,
-                   help="... by this many seconds per second ...")
+    p.add_argument(
+        "--lag-after", type=float, default=d.lag_after_s, help="fall behind from this long after connect (s) ..."
+    )
+    p.add_argument("--lag-rate", type=float, default=d.lag_rate, help="... by this many seconds per second ...")
     p.add_argument("--lag-max", type=float, default=d.lag_max_s, help="... up to this delay (s)")
-    p.add_argument("--video-port", type=int, default=d.video_port,
-                   help="accept the video/HUD channel on this port (the app: 8736; 0 = any free; -1 = off)")
-    p.add_argument("--no-regrip", action="store_true",
-                   help="keep squeezing after a clutch release shown on the HUD (default: re-grip like an operator)")
-    p.add_argument("--report", default="", metavar="FILE.json",
-                   help="write what the headset received (commands, haptics, colours, video) here twice a second")
+    p.add_argument(
+        "--video-port",
+        type=int,
+        default=d.video_port,
+        help="accept the video/HUD channel on this port (the app: 8736; 0 = any free; -1 = off)",
+    )
+    p.add_argument(
+        "--no-regrip",
+        action="store_true",
+        help="keep squeezing after a clutch release shown on the HUD (default: re-grip like an operator)",
+    )
+    p.add_argument(
+        "--report",
+        default="",
+        metavar="FILE.json",
+        help="write what the headset received (commands, haptics, colours, video) here twice a second",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    cfg = SimConfig(host=args.host, port=args.port, rate=args.rate, script=args.script, replay=args.replay,
-                    buttons=not args.no_buttons, seed=args.seed, delay_ms=args.delay_ms,
-                    jitter_ms=args.jitter_ms, mono_offset_s=args.mono_offset, stall_after_s=args.stall_after,
-                    stall_s=args.stall_for, stall_burst=args.stall_burst, lag_after_s=args.lag_after,
-                    lag_rate=args.lag_rate, lag_max_s=args.lag_max, video_port=args.video_port,
-                    regrip=not args.no_regrip)
+    cfg = SimConfig(
+        host=args.host,
+        port=args.port,
+        rate=args.rate,
+        script=args.script,
+        replay=args.replay,
+        buttons=not args.no_buttons,
+        seed=args.seed,
+        delay_ms=args.delay_ms,
+        jitter_ms=args.jitter_ms,
+        mono_offset_s=args.mono_offset,
+        stall_after_s=args.stall_after,
+        stall_s=args.stall_for,
+        stall_burst=args.stall_burst,
+        lag_after_s=args.lag_after,
+        lag_rate=args.lag_rate,
+        lag_max_s=args.lag_max,
+        video_port=args.video_port,
+        regrip=not args.no_regrip,
+    )
     try:
         problem = file_problem(args.report) if args.report else None
         if problem:
@@ -448,10 +500,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     done = threading.Event()
     on_stop_signals(lambda _sig: done.set())
-    watch_parent(done.set)   # a SIGKILLed launcher: no headset left serving (supervision)
+    watch_parent(done.set)  # a SIGKILLed launcher: no headset left serving (supervision)
     video = f" video={cfg.host}:{server.video.port}" if server.video is not None else ""
-    print(f"{APP_NAME} listening on {cfg.host}:{port}{video} script={'replay' if cfg.replay else cfg.script} "
-          f"rate={cfg.rate:g}", flush=True)
+    print(
+        f"{APP_NAME} listening on {cfg.host}:{port}{video} script={'replay' if cfg.replay else cfg.script} "
+        f"rate={cfg.rate:g}",
+        flush=True,
+    )
     deadline = time.monotonic() + args.duration if args.duration > 0 else math.inf
     while not done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
         if args.report:
@@ -461,8 +516,11 @@ def main(argv: list[str] | None = None) -> int:
     server.stop()
     if args.report:
         server.write_report(args.report)
-    print(f"{APP_NAME}: stopped; connections={server.connections} frames={server.frames_sent} "
-          f"commands={dict(server.commands)}", flush=True)
+    print(
+        f"{APP_NAME}: stopped; connections={server.connections} frames={server.frames_sent} "
+        f"commands={dict(server.commands)}",
+        flush=True,
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ HUD states, so tests can check what the operator would have read. ``on_hud`` (op
 with each decoded HUD state on the receiving thread: the simulated headset reads the HUD as an
 operator would (a clutch release teleop made: re-grip).
 """
+
 from __future__ import annotations
 
 import io
@@ -46,8 +47,9 @@ class PanelStats:
 class SimVideoServer:
     """Threaded listener; ``start()`` binds and returns the port."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0,
-                 on_hud: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, on_hud: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self.host, self.port = host, port
         self.on_hud = on_hud
         self.connections = 0
@@ -121,7 +123,7 @@ class SimVideoServer:
             if reader.error:
                 with self._lock:
                     self.framing_errors += 1
-                return   # as the app: a framing error ends the connection
+                return  # as the app: a framing error ends the connection
 
     def _on_frame(self, panel: int, jpeg: bytes) -> None:
         now = time.monotonic()
@@ -159,8 +161,20 @@ class SimVideoServer:
     def report(self) -> dict[str, Any]:
         now = time.monotonic()
         with self._lock:
-            return {"port": self.port, "connections": self.connections, "framing_errors": self.framing_errors,
-                    "panels": {str(p): {"frames": s.frames, "decode_errors": s.decode_errors, "bytes": s.bytes,
-                                        "size": list(s.size), "rate_hz": round(s.rate(now), 2)}
-                               for p, s in sorted(self.panels.items())},
-                    "hud": self.hud, "hud_history": list(self.hud_history)}
+            return {
+                "port": self.port,
+                "connections": self.connections,
+                "framing_errors": self.framing_errors,
+                "panels": {
+                    str(p): {
+                        "frames": s.frames,
+                        "decode_errors": s.decode_errors,
+                        "bytes": s.bytes,
+                        "size": list(s.size),
+                        "rate_hz": round(s.rate(now), 2),
+                    }
+                    for p, s in sorted(self.panels.items())
+                },
+                "hud": self.hud,
+                "hud_history": list(self.hud_history),
+            }

@@ -23,6 +23,7 @@ Commands on the pose socket (JSON lines) that belong to the panels: ``color_comm
 tint over passthrough), ``panel_command`` (place one panel) and ``PANELS_FRONT`` (re-place all in
 front of the head). ``ui_command_from_json`` validates a request before the bridge forwards it.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,12 +40,12 @@ from piper_recorder.errors import PiperInputError
 from .reconnect import Backoff, try_connect, validate_link
 
 VIDEO_PORT = 8736
-MAGIC = 0x31564350                 # b"PCV1" read as a little-endian u32
-HEADER = struct.Struct("<IB3xI")   # magic, panel, 3 pad bytes, payload length
-HUD_PANEL = 3                      # panels 0..2 are cameras (left to right), 3 is the HUD strip
+MAGIC = 0x31564350  # b"PCV1" read as a little-endian u32
+HEADER = struct.Struct("<IB3xI")  # magic, panel, 3 pad bytes, payload length
+HUD_PANEL = 3  # panels 0..2 are cameras (left to right), 3 is the HUD strip
 MAX_CAMERA_PANELS = 3
-MAX_PAYLOAD = 4 * 1024 * 1024      # the app refuses larger frames (and drops the connection)
-HUD_SIZE = (640, 140)              # what the app's HUD quad is laid out for (width, height)
+MAX_PAYLOAD = 4 * 1024 * 1024  # the app refuses larger frames (and drops the connection)
+HUD_SIZE = (640, 140)  # what the app's HUD quad is laid out for (width, height)
 
 # The view tint the app applies over passthrough, (r, g, b, a): transparent when idle, red while recording.
 TINT_IDLE = (0.0, 0.0, 0.0, 0.0)
@@ -95,8 +96,8 @@ class FrameReader:
                 break
             if len(self._buf) < HEADER.size + length:
                 break
-            out.append(Frame(panel, bytes(self._buf[HEADER.size:HEADER.size + length])))
-            del self._buf[:HEADER.size + length]
+            out.append(Frame(panel, bytes(self._buf[HEADER.size : HEADER.size + length])))
+            del self._buf[: HEADER.size + length]
         return out
 
 
@@ -114,8 +115,15 @@ def panel_command(panel: int, x: float, y: float, z: float, width: float, yaw_de
     """Place one panel (metres in the headset's reporting space; the app clamps width to 0.1..3 m)."""
     if not 0 <= panel <= HUD_PANEL:
         raise ValueError(f"panel {panel} outside 0..{HUD_PANEL}")
-    return {"cmd": "panel", "cam": int(panel), "x": float(x), "y": float(y), "z": float(z),
-            "width": float(width), "yaw": float(yaw_deg)}
+    return {
+        "cmd": "panel",
+        "cam": int(panel),
+        "x": float(x),
+        "y": float(y),
+        "z": float(z),
+        "width": float(width),
+        "yaw": float(yaw_deg),
+    }
 
 
 PANELS_FRONT: dict[str, Any] = {"cmd": "panels_front"}
@@ -147,8 +155,7 @@ def ui_command_from_json(text: str) -> dict[str, Any] | None:
     cam = obj.get("cam")
     pos = [num(k, -100.0, 100.0) for k in ("x", "y", "z")]
     width, yaw = num("width", 0.1, 3.0), num("yaw", -360.0, 360.0) if "yaw" in obj else 0.0
-    if isinstance(cam, bool) or not isinstance(cam, int) or any(v is None for v in pos) or width is None \
-            or yaw is None:
+    if isinstance(cam, bool) or not isinstance(cam, int) or any(v is None for v in pos) or width is None or yaw is None:
         return None
     try:
         return panel_command(cam, pos[0], pos[1], pos[2], width, yaw)  # type: ignore[arg-type]
@@ -164,24 +171,29 @@ class SenderConfig:
     reconnect_s: float = 1.0
     reconnect_max_s: float = 5.0
     connect_timeout_s: float = 1.0
-    sndbuf_bytes: int = 256 * 1024   # small: back-pressure shows at once and frames drop instead of queueing
-    finish_timeout_s: float = 1.0    # bound on finishing a frame whose first bytes went out
+    sndbuf_bytes: int = 256 * 1024  # small: back-pressure shows at once and frames drop instead of queueing
+    finish_timeout_s: float = 1.0  # bound on finishing a frame whose first bytes went out
 
     def validate(self) -> None:
-        validate_link(self.port, self.reconnect_s, self.reconnect_max_s,
-                      connect_timeout_s=self.connect_timeout_s, finish_timeout_s=self.finish_timeout_s)
+        validate_link(
+            self.port,
+            self.reconnect_s,
+            self.reconnect_max_s,
+            connect_timeout_s=self.connect_timeout_s,
+            finish_timeout_s=self.finish_timeout_s,
+        )
         if self.sndbuf_bytes < 4096:
             raise ValueError("sndbuf_bytes must be >= 4096")
 
 
 @dataclass
 class SenderStats:
-    state: str = "idle"          # idle | connected | backoff | stopped
+    state: str = "idle"  # idle | connected | backoff | stopped
     connects: int = 0
     connect_failures: int = 0
     disconnects: int = 0
-    sent: dict[int, int] = field(default_factory=dict)      # frames per panel
-    dropped: dict[int, int] = field(default_factory=dict)   # frames per panel dropped (socket busy / down)
+    sent: dict[int, int] = field(default_factory=dict)  # frames per panel
+    dropped: dict[int, int] = field(default_factory=dict)  # frames per panel dropped (socket busy / down)
     bytes_sent: int = 0
     last_error: str = ""
 
@@ -232,7 +244,7 @@ class PanelSender:
         try:
             n = sock.send(data)
         except BlockingIOError:
-            self._count(self.stats.dropped, panel)   # the link is busy: drop, never queue
+            self._count(self.stats.dropped, panel)  # the link is busy: drop, never queue
             return False
         except OSError as exc:
             self._fail(f"send: {exc}")
@@ -243,7 +255,7 @@ class PanelSender:
             return False
         self._count(self.stats.sent, panel)
         self.stats.bytes_sent += len(data)
-        self._backoff.reset()   # back to the short back-off once a frame went through
+        self._backoff.reset()  # back to the short back-off once a frame went through
         return True
 
     def _finish(self, sock: socket.socket, rest: bytes) -> bool:

@@ -30,6 +30,7 @@ whole within ``request_timeout_s``; a page silent for ``page_timeout_s`` (it sen
 second) is dropped; a page message is at most ``max_message_bytes`` and must be one line; the CSP
 allows nothing but this server.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,37 +58,53 @@ from piper_recorder.process.supervision import on_stop_signals, watch_parent
 from .client import DEFAULT_PORT, NOTICE_PERIOD_S
 from .protocol import MAX_LINE_BYTES, Hello, Rejected, parse_line
 from .video import FrameReader as VideoFrameReader, VIDEO_PORT
-from .websocket import (CLOSE_NORMAL, CLOSE_POLICY, CLOSE_PROTOCOL, CLOSE_TOO_BIG, OP_BINARY, OP_TEXT,
-                        FrameReader, WebSocketClosed, accept_key, close_frame, encode_frame, valid_key)
+from .websocket import (
+    CLOSE_NORMAL,
+    CLOSE_POLICY,
+    CLOSE_PROTOCOL,
+    CLOSE_TOO_BIG,
+    OP_BINARY,
+    OP_TEXT,
+    FrameReader,
+    WebSocketClosed,
+    accept_key,
+    close_frame,
+    encode_frame,
+    valid_key,
+)
 
 APP_NAME = "piper-quest-web"
 WEB_PORT = 8737
-ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
-          "/app.js": ("app.js", "text/javascript; charset=utf-8"),
-          "/app.css": ("app.css", "text/css; charset=utf-8")}
+ASSETS = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/app.css": ("app.css", "text/css; charset=utf-8"),
+}
 MAX_REQUEST_BYTES = 16 * 1024
 
 
 def csp(host: str) -> str:
     """Nothing but this server: its script, its style, its WebSocket, images made from its own frames."""
-    return ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
-            f"connect-src 'self' ws://{host} wss://{host}; base-uri 'none'; form-action 'none'; "
-            "frame-ancestors 'none'")
+    return (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+        f"connect-src 'self' ws://{host} wss://{host}; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    )
 
 
 @dataclass
 class WebConfig:
-    host: str = "127.0.0.1"          # the page's server (adb reverse reaches it on the headset's localhost)
-    port: int = WEB_PORT             # 0 = any free port (printed)
-    bridge_host: str = "127.0.0.1"   # where quest_bridge and quest_video connect (the app's two servers)
+    host: str = "127.0.0.1"  # the page's server (adb reverse reaches it on the headset's localhost)
+    port: int = WEB_PORT  # 0 = any free port (printed)
+    bridge_host: str = "127.0.0.1"  # where quest_bridge and quest_video connect (the app's two servers)
     bridge_port: int = DEFAULT_PORT
-    video_port: int = VIDEO_PORT     # -1: no video channel
-    cert: str = ""                   # PEM certificate and key: serve HTTPS (LAN use); both or neither
+    video_port: int = VIDEO_PORT  # -1: no video channel
+    cert: str = ""  # PEM certificate and key: serve HTTPS (LAN use); both or neither
     key: str = ""
-    allowed_hosts: list[str] = field(default_factory=list)   # extra Host names (a LAN name for HTTPS)
+    allowed_hosts: list[str] = field(default_factory=list)  # extra Host names (a LAN name for HTTPS)
     max_message_bytes: int = MAX_LINE_BYTES
-    max_pending_bytes: int = 1 << 20   # unsent bytes to the page above which a video frame is dropped
-    max_buffer_bytes: int = 8 << 20    # ... above which the page is too slow and is dropped
+    max_pending_bytes: int = 1 << 20  # unsent bytes to the page above which a video frame is dropped
+    max_buffer_bytes: int = 8 << 20  # ... above which the page is too slow and is dropped
     request_timeout_s: float = 5.0
     page_timeout_s: float = 5.0
     # plain HTTP on a non-loopback host: anyone on that network can open the page and drive the arm, and it
@@ -96,9 +113,11 @@ class WebConfig:
 
     def validate(self) -> None:
         if not is_loopback(self.host) and not self.cert and not self.insecure_http:
-            raise ValueError(f"host {self.host!r} is not a loopback address: give cert and key (HTTPS: the secure "
-                             "context WebXR needs), or insecure_http (--insecure-http) to serve plain HTTP on that "
-                             "network anyway (anyone on it can open the page and drive the arm)")
+            raise ValueError(
+                f"host {self.host!r} is not a loopback address: give cert and key (HTTPS: the secure "
+                "context WebXR needs), or insecure_http (--insecure-http) to serve plain HTTP on that "
+                "network anyway (anyone on it can open the page and drive the arm)"
+            )
         for name in ("port", "bridge_port"):
             if not 0 <= getattr(self, name) < 65536:
                 raise ValueError(f"{name} {getattr(self, name)} out of range")
@@ -138,7 +157,7 @@ def port_clash(endpoints: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
     names = list(endpoints)
     norm = {n: ("127.0.0.1" if h == "localhost" else h, p) for n, (h, p) in endpoints.items()}
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             (ha, pa), (hb, pb) = norm[a], norm[b]
             if pa and pa == pb and (ha == hb or ha in _ANY_ADDRESS or hb in _ANY_ADDRESS):
                 return a, b
@@ -159,8 +178,11 @@ def origin_allowed(origin: str | None, host_header: str | None) -> bool:
         parts = urlsplit(origin.strip())
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and parts.netloc.lower() == host_header.strip().lower() \
+    return (
+        parts.scheme in ("http", "https")
+        and parts.netloc.lower() == host_header.strip().lower()
         and not parts.path.strip("/")
+    )
 
 
 class NotAHello(Rejected):
@@ -175,7 +197,7 @@ def web_hello(data: bytes, page: int = 0) -> bytes:
     msg = parse_line(data)
     if not isinstance(msg, Hello):
         raise NotAHello("bad_type", "not a hello line")
-    obj = json.loads(msg.raw)   # validated: finite, bounded, encodable
+    obj = json.loads(msg.raw)  # validated: finite, bounded, encodable
     obj["hello"]["client"] = "web"
     obj["hello"]["page"] = page
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
@@ -185,7 +207,7 @@ class _Page:
     def __init__(self, writer: asyncio.StreamWriter, peer: str):
         self.writer, self.peer = writer, peer
         self.closed = False
-        self.refused, self.noticed = 0, 0    # lines refused here, and how many the page was told of
+        self.refused, self.noticed = 0, 0  # lines refused here, and how many the page was told of
         self.last_refusal = ("", "")
         self.notice_t = -math.inf
 
@@ -200,8 +222,19 @@ class _Page:
         (``client.NOTICE_PERIOD_S`` apart at most; what comes in between goes with the next)."""
         if self.refused > self.noticed and now - self.notice_t >= NOTICE_PERIOD_S:
             reason, detail = self.last_refusal
-            self.send(OP_TEXT, json.dumps({"cmd": "rejected", "by": "quest_web", "lines": self.refused - self.noticed,
-                                           "total": self.refused, "reason": reason, "detail": detail}).encode())
+            self.send(
+                OP_TEXT,
+                json.dumps(
+                    {
+                        "cmd": "rejected",
+                        "by": "quest_web",
+                        "lines": self.refused - self.noticed,
+                        "total": self.refused,
+                        "reason": reason,
+                        "detail": detail,
+                    }
+                ).encode(),
+            )
             self.noticed, self.notice_t = self.refused, now
 
     def pending(self) -> int:
@@ -239,9 +272,9 @@ class WebRelay:
         self._servers: list[asyncio.base_events.Server] = []
         self._thread: threading.Thread | None = None
         self._heartbeat: asyncio.Task[None]
-        self._writers: set[asyncio.StreamWriter] = set()   # every open connection, closed on stop
+        self._writers: set[asyncio.StreamWriter] = set()  # every open connection, closed on stop
         for name, _ctype in ASSETS.values():
-            asset(name)   # every asset must be there before anything is served
+            asset(name)  # every asset must be there before anything is served
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> dict[str, int]:
@@ -274,8 +307,9 @@ class WebRelay:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.load_cert_chain(cfg.cert, cfg.key)
         web = await asyncio.start_server(self._http, cfg.host, cfg.port, ssl=tls, limit=MAX_REQUEST_BYTES)
-        bridge = await asyncio.start_server(self._bridge_conn, cfg.bridge_host, cfg.bridge_port,
-                                            limit=cfg.max_message_bytes)
+        bridge = await asyncio.start_server(
+            self._bridge_conn, cfg.bridge_host, cfg.bridge_port, limit=cfg.max_message_bytes
+        )
         self._servers = [web, bridge]
         self.ports = {"web": web.sockets[0].getsockname()[1], "bridge": bridge.sockets[0].getsockname()[1]}
         if cfg.video_port >= 0:
@@ -292,14 +326,14 @@ class WebRelay:
                 self.page.close(CLOSE_NORMAL, "server stopping")
             if self.bridge is not None:
                 self.bridge.close()
-            for w in list(self._writers):   # each handler then ends on its own (EOF), none is cancelled
+            for w in list(self._writers):  # each handler then ends on its own (EOF), none is cancelled
                 w.close()
             self._heartbeat.cancel()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             if tasks:
                 await asyncio.wait(tasks, timeout=2.0)
 
-        if self._thread is not None and self._thread.is_alive():   # a loop that runs: close what it serves
+        if self._thread is not None and self._thread.is_alive():  # a loop that runs: close what it serves
             done = asyncio.run_coroutine_threadsafe(close(), self._loop)
             try:
                 done.result(3.0)
@@ -308,13 +342,18 @@ class WebRelay:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(3.0)
         if not (self._thread is not None and self._thread.is_alive()) and not self._loop.is_closed():
-            self._loop.close()   # never started, failed to start, or stopped: nothing may be left to run on it
+            self._loop.close()  # never started, failed to start, or stopped: nothing may be left to run on it
 
     def report(self) -> dict[str, Any]:
-        return {"page_connected": self.page is not None, "bridge_connected": self.bridge is not None,
-                "hello": json.loads(self.hello) if self.hello else None, "ports": self.ports,
-                "counters": dict(self.counters), "panels_sent": dict(self.panels_sent),
-                "panels_dropped": dict(self.panels_dropped)}
+        return {
+            "page_connected": self.page is not None,
+            "bridge_connected": self.bridge is not None,
+            "hello": json.loads(self.hello) if self.hello else None,
+            "ports": self.ports,
+            "counters": dict(self.counters),
+            "panels_sent": dict(self.panels_sent),
+            "panels_dropped": dict(self.panels_dropped),
+        }
 
     def write_report(self, path: str) -> None:
         """The report, written atomically: taken on the relay's loop while it runs (its counters change
@@ -331,7 +370,7 @@ class WebRelay:
             try:
                 self._loop.call_soon_threadsafe(take)
                 report = taken.result(2.0)
-            except (RuntimeError, concurrent.futures.TimeoutError):   # the loop is stopping: the next will do
+            except (RuntimeError, concurrent.futures.TimeoutError):  # the loop is stopping: the next will do
                 return
         else:
             report = self.report()
@@ -345,7 +384,13 @@ class WebRelay:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.cfg.request_timeout_s)
-            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ssl.SSLError):
+            except (
+                asyncio.TimeoutError,
+                asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError,
+                ConnectionError,
+                ssl.SSLError,
+            ):
                 self.counters["http_incomplete"] += 1
                 return
             lines = head.decode("latin-1").split("\r\n")
@@ -373,8 +418,9 @@ class WebRelay:
             if entry is None:
                 return self._respond(writer, 404, b"not found\n", host=str(host))
             self.counters["http_" + entry[0]] += 1
-            self._respond(writer, 200, asset(entry[0]), {"Content-Type": entry[1]}, head=method == "HEAD",
-                          host=str(host))
+            self._respond(
+                writer, 200, asset(entry[0]), {"Content-Type": entry[1]}, head=method == "HEAD", host=str(host)
+            )
         finally:
             if not writer.is_closing():
                 try:
@@ -384,28 +430,59 @@ class WebRelay:
                 writer.close()
             self._writers.discard(writer)
 
-    def _respond(self, writer: asyncio.StreamWriter, status: int, body: bytes,
-                 headers: dict[str, str] | None = None, head: bool = False, host: str = "") -> None:
-        reason = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-                  409: "Conflict", 421: "Misdirected Request", 426: "Upgrade Required"}.get(status, "Error")
-        hdrs = {"Content-Type": "text/plain", "Content-Length": str(len(body)), "Cache-Control": "no-store",
-                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-                "Content-Security-Policy": csp(host or "127.0.0.1"), "Connection": "close", **(headers or {})}
+    def _respond(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        head: bool = False,
+        host: str = "",
+    ) -> None:
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            403: "Forbidden",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            409: "Conflict",
+            421: "Misdirected Request",
+            426: "Upgrade Required",
+        }.get(status, "Error")
+        hdrs = {
+            "Content-Type": "text/plain",
+            "Content-Length": str(len(body)),
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Content-Security-Policy": csp(host or "127.0.0.1"),
+            "Connection": "close",
+            **(headers or {}),
+        }
         out = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n"
         writer.write(out.encode("latin-1") + (b"" if head else body))
 
     # -- the page's WebSocket -----------------------------------------------------------------------
-    async def _websocket(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         headers: dict[str, str], host: str) -> None:
+    async def _websocket(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, headers: dict[str, str], host: str
+    ) -> None:
         if not origin_allowed(headers.get("origin"), host):
             self.counters["refused_origin"] += 1
             return self._respond(writer, 403, b"WebSocket from another origin\n")
         key = headers.get("sec-websocket-key")
-        if headers.get("upgrade", "").lower() != "websocket" or "upgrade" not in headers.get("connection", "").lower() \
-                or headers.get("sec-websocket-version") != "13" or not valid_key(key):
+        if (
+            headers.get("upgrade", "").lower() != "websocket"
+            or "upgrade" not in headers.get("connection", "").lower()
+            or headers.get("sec-websocket-version") != "13"
+            or not valid_key(key)
+        ):
             return self._respond(writer, 426, b"WebSocket upgrade expected\n", {"Sec-WebSocket-Version": "13"})
-        writer.write(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      f"Sec-WebSocket-Accept: {accept_key(str(key))}\r\n\r\n").encode())
+        writer.write(
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Accept: {accept_key(str(key))}\r\n\r\n"
+            ).encode()
+        )
         peer = str(writer.get_extra_info("peername"))
         page = _Page(writer, peer)
         if self.page is not None:
@@ -439,7 +516,7 @@ class WebRelay:
                     page.close(CLOSE_POLICY, refusal)
                     break
         except WebSocketClosed as exc:
-            if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG):   # the page broke the protocol: it is told how
+            if exc.code in (CLOSE_PROTOCOL, CLOSE_TOO_BIG):  # the page broke the protocol: it is told how
                 self.counters[f"page_closed_{exc.code}"] += 1
                 page.close(exc.code, exc.reason)
             else:
@@ -460,11 +537,11 @@ class WebRelay:
             page.refuse("not_one_line", "a message is one protocol line, without a newline")
             return None
         hello: bytes | None = None
-        if b'"hello"' in data:   # a hello however it is spaced (frames carry no such key, and pay nothing)
+        if b'"hello"' in data:  # a hello however it is spaced (frames carry no such key, and pay nothing)
             try:
                 hello = web_hello(data, self.counters["pages"])
             except NotAHello:
-                pass   # a frame or heartbeat with a stray "hello" key: the bridge's parser takes it as what it is
+                pass  # a frame or heartbeat with a stray "hello" key: the bridge's parser takes it as what it is
             except Rejected as exc:
                 self.counters["page_bad_hello"] += 1
                 self.counters[f"page_bad_hello.{exc.reason}"] += 1
@@ -565,8 +642,11 @@ class WebRelay:
 
 def _parser() -> argparse.ArgumentParser:
     d = WebConfig()
-    p = argparse.ArgumentParser(prog=APP_NAME, description="The headset as a WebXR page: serves the page and "
-                                "relays it to quest_bridge / quest_video as the native app would.")
+    p = argparse.ArgumentParser(
+        prog=APP_NAME,
+        description="The headset as a WebXR page: serves the page and "
+        "relays it to quest_bridge / quest_video as the native app would.",
+    )
     p.add_argument("--host", default=d.host, help="the page's address (default: loopback; adb reverse reaches it)")
     p.add_argument("--port", type=int, default=d.port, help="the page's port (0 = any free port, printed)")
     p.add_argument("--bridge-host", default=d.bridge_host, help="where quest_bridge / quest_video connect")
@@ -575,18 +655,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cert", default=d.cert, help="PEM certificate: serve HTTPS (LAN use), with --key")
     p.add_argument("--key", default=d.key, help="PEM private key of --cert")
     p.add_argument("--allowed-host", action="append", default=[], help="another Host name to accept (repeatable)")
-    p.add_argument("--insecure-http", action="store_true",
-                   help="serve plain HTTP on a non-loopback --host (refused otherwise without --cert/--key): "
-                        "anyone on that network can open the page and drive the arm")
+    p.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback --host (refused otherwise without --cert/--key): "
+        "anyone on that network can open the page and drive the arm",
+    )
     p.add_argument("--report", default="", metavar="FILE.json", help="write the relay's counters here twice a second")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    cfg = WebConfig(host=args.host, port=args.port, bridge_host=args.bridge_host, bridge_port=args.bridge_port,
-                    video_port=args.video_port, cert=args.cert, key=args.key, allowed_hosts=args.allowed_host,
-                    insecure_http=args.insecure_http)
+    cfg = WebConfig(
+        host=args.host,
+        port=args.port,
+        bridge_host=args.bridge_host,
+        bridge_port=args.bridge_port,
+        video_port=args.video_port,
+        cert=args.cert,
+        key=args.key,
+        allowed_hosts=args.allowed_host,
+        insecure_http=args.insecure_http,
+    )
     try:
         problem = file_problem(args.report) if args.report else None
         if problem:
@@ -599,9 +690,12 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     on_stop_signals(lambda _sig: done.set())
     watch_parent(done.set)
-    print(f"{APP_NAME}: page at {cfg.scheme}://{cfg.host}:{ports['web']}/ (headset: adb reverse tcp:{ports['web']} "
-          f"tcp:{ports['web']}, then open {cfg.scheme}://localhost:{ports['web']}/); bridge {cfg.bridge_host}:"
-          f"{ports['bridge']}" + (f" video {cfg.bridge_host}:{ports['video']}" if "video" in ports else ""), flush=True)
+    print(
+        f"{APP_NAME}: page at {cfg.scheme}://{cfg.host}:{ports['web']}/ (headset: adb reverse tcp:{ports['web']} "
+        f"tcp:{ports['web']}, then open {cfg.scheme}://localhost:{ports['web']}/); bridge {cfg.bridge_host}:"
+        f"{ports['bridge']}" + (f" video {cfg.bridge_host}:{ports['video']}" if "video" in ports else ""),
+        flush=True,
+    )
     while not done.wait(0.5):
         if args.report:
             relay.write_report(args.report)

@@ -6,6 +6,7 @@ masked client frames (a client frame without the mask is a protocol error, as th
 reassembling fragmented messages up to ``max_size`` (larger: the connection is closed with 1009),
 answering pings, and writing unmasked server frames. It never buffers an unbounded message.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,7 @@ from piper_recorder.errors import PiperError
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_UNSUPPORTED, CLOSE_POLICY, CLOSE_TOO_BIG = 1000, 1002, 1003, 1008, 1009
-MAX_CLOSE_REASON = 123   # a control frame's payload is at most 125 bytes, 2 of them the code
+MAX_CLOSE_REASON = 123  # a control frame's payload is at most 125 bytes, 2 of them the code
 
 
 class WebSocketClosed(PiperError):

@@ -7,6 +7,7 @@ functions, so a bag converts with exactly the settings the live recorder used. T
 differences are explicit arguments: its cameras may come from a mapping file (``cameras``), it has
 no real-time deadline (``offline``), and it names itself as the producer.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,9 +21,23 @@ from typing import Any, ClassVar, TypeVar
 from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.features import PIPER_TABLE, FeatureTable
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
-from piper_recorder.names import (ARM_PROVENANCE, CAMERA, COLOR_TOPIC_PATTERN, COMMANDED_GRIPPER, COMMANDED_POSE,
-                                  DEPTH_TOPIC_PATTERN, EEF_POSE, JOINT_STATES, LEROBOT_RECORDER, QUEST_HELLO, QUEST_RAW,
-                                  REWARD, RGBD_RECORDER, camera_topic, check_topic_pattern)
+from piper_recorder.names import (
+    ARM_PROVENANCE,
+    CAMERA,
+    COLOR_TOPIC_PATTERN,
+    COMMANDED_GRIPPER,
+    COMMANDED_POSE,
+    DEPTH_TOPIC_PATTERN,
+    EEF_POSE,
+    JOINT_STATES,
+    LEROBOT_RECORDER,
+    QUEST_HELLO,
+    QUEST_RAW,
+    REWARD,
+    RGBD_RECORDER,
+    camera_topic,
+    check_topic_pattern,
+)
 from piper_recorder.params.derived import effective_params
 from piper_recorder.errors import RgbdError
 from piper_recorder.params.params_file import node_params, read_params_file
@@ -66,31 +81,33 @@ class RecorderConfig:
     # read-only once the node runs (declare_config), since a change could not take effect.
     runtime_params: ClassVar[frozenset[str]] = frozenset({"task"})
 
-    task: str = ""                      # read again at every start_episode (ros2 param set)
+    task: str = ""  # read again at every start_episode (ros2 param set)
     fps: float = float(CAMERA.fps)
-    timestamp_mode: str = DEFAULT_TIMESTAMP_MODE   # nominal | capture
-    lateness_s: float = DEFAULT_LATENESS_S         # a row is assembled once its time + this has passed
-    stale_s: float = 0.25               # inputs older than this at a row's time are counted stale
-    max_episode_s: float = 600.0        # auto-stop; 0 = unlimited
+    timestamp_mode: str = DEFAULT_TIMESTAMP_MODE  # nominal | capture
+    lateness_s: float = DEFAULT_LATENESS_S  # a row is assembled once its time + this has passed
+    stale_s: float = 0.25  # inputs older than this at a row's time are counted stale
+    max_episode_s: float = 600.0  # auto-stop; 0 = unlimited
     # rows wait this long more before they go to the writer, so a stop stamped up to lateness_s + this
     # before its request is handled (a headset press: teleop, DDS and a loaded machine in between;
     # stop_episode_at) still ends the episode exactly there; only delays the writer, costs no CPU
     stop_reach_s: float = 0.1
-    on_shutdown: str = "save"           # save | discard the episode in flight on SIGINT/SIGTERM
+    on_shutdown: str = "save"  # save | discard the episode in flight on SIGINT/SIGTERM
     camera_height: int = CAMERA.height
     camera_width: int = CAMERA.width
-    camera_serials: list[str] = field(default_factory=list)   # per camera, for provenance (launchers: each camera's section's)
-    image_topic_pattern: str = COLOR_TOPIC_PATTERN   # names: one placeholder, {cam}
+    camera_serials: list[str] = field(
+        default_factory=list
+    )  # per camera, for provenance (launchers: each camera's section's)
+    image_topic_pattern: str = COLOR_TOPIC_PATTERN  # names: one placeholder, {cam}
     image_reliability: str = "reliable"  # reliable | best_effort
     joint_states_topic: str = JOINT_STATES
     eef_topic: str = EEF_POSE
     commanded_pose_topic: str = COMMANDED_POSE
     commanded_gripper_topic: str = COMMANDED_GRIPPER
-    mapping: str = ""                   # a mapping file (recording.inputs): input topics, joint names,
-                                        # gripper scales, extra inputs; "" = the topics above as they are
+    mapping: str = ""  # a mapping file (recording.inputs): input topics, joint names,
+    # gripper scales, extra inputs; "" = the topics above as they are
     provenance_topic: str = ARM_PROVENANCE
     hello_topic: str = QUEST_HELLO
-    provenance_wait_s: float = 2.0      # at the first start_episode, wait this long for /arm/provenance
+    provenance_wait_s: float = 2.0  # at the first start_episode, wait this long for /arm/provenance
     status_hz: float = 2.0
     # a frame that waited longer than this for the writer thread is dropped and counted
     # (frames_dropped_writer_behind): a recorder that cannot keep up sheds frames instead of growing a
@@ -113,20 +130,28 @@ class RecorderConfig:
 
     def camera_topics(self) -> dict[str, CameraTopics]:
         """Each camera's topics and size, as the node subscribes them."""
-        return {cam: CameraTopics(camera_topic(self.image_topic_pattern, cam), None, *self.camera_size(cam))
-                for cam in self.camera_list()}
+        return {
+            cam: CameraTopics(camera_topic(self.image_topic_pattern, cam), None, *self.camera_size(cam))
+            for cam in self.camera_list()
+        }
 
     def assembly(self, cameras: Sequence[str] | None = None, table: FeatureTable = PIPER_TABLE) -> AssemblyConfig:
         """``table``: the feature table with any extra inputs of the mapping (``TopicMap.table``)."""
-        return AssemblyConfig(fps=self.fps, cameras=tuple(self.camera_list() if cameras is None else cameras),
-                              timestamp_mode=self.timestamp_mode, lateness_s=self.lateness_s, stale_s=self.stale_s,
-                              table=table)
+        return AssemblyConfig(
+            fps=self.fps,
+            cameras=tuple(self.camera_list() if cameras is None else cameras),
+            timestamp_mode=self.timestamp_mode,
+            lateness_s=self.lateness_s,
+            stale_s=self.stale_s,
+            table=table,
+        )
 
     def validate(self) -> None:
-        for cam in self.camera_list():   # names go into topic names and file paths: never "../x" or "a/b"
+        for cam in self.camera_list():  # names go into topic names and file paths: never "../x" or "a/b"
             if not CAMERA_NAME.fullmatch(cam):
-                raise ValueError(f"camera name {cam!r} must be a plain identifier (letters, digits, '_', "
-                                 "starting with a letter)")
+                raise ValueError(
+                    f"camera name {cam!r} must be a plain identifier (letters, digits, '_', starting with a letter)"
+                )
         self.assembly().validate()
         if self.on_shutdown not in ("save", "discard"):
             raise ValueError(f"on_shutdown must be 'save' or 'discard', got {self.on_shutdown!r}")
@@ -138,7 +163,7 @@ class RecorderConfig:
             raise ValueError(f"stop_reach_s must be in [0, 5], got {self.stop_reach_s}")
         if not self.writer_max_lag_s > 0:
             raise ValueError(f"writer_max_lag_s must be > 0, got {self.writer_max_lag_s}")
-        if self.max_episode_s * self.fps > 2 ** 24:
+        if self.max_episode_s * self.fps > 2**24:
             raise ValueError("max_episode_s too long for float32 timestamps on the 1/fps grid")
         if self.camera_height <= 0 or self.camera_width <= 0:
             raise ValueError("camera_height and camera_width must be positive")
@@ -149,14 +174,25 @@ class RecorderConfig:
     # ---- session record parts ------------------------------------------------------------------
     def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
         """The ``recording`` block; ``output``: where the data went if not the configured root/path."""
-        return {"recorder": recorder, "fps": self.fps, "timestamp_mode": self.timestamp_mode,
-                "lateness_s": self.lateness_s, "stale_s": self.stale_s, "max_episode_s": self.max_episode_s}
+        return {
+            "recorder": recorder,
+            "fps": self.fps,
+            "timestamp_mode": self.timestamp_mode,
+            "lateness_s": self.lateness_s,
+            "stale_s": self.stale_s,
+            "max_episode_s": self.max_episode_s,
+        }
 
     def camera_record(self, cameras: Mapping[str, CameraTopics]) -> dict[str, Any]:
         serials = self.camera_serials if len(self.camera_serials) == len(cameras) else [UNKNOWN] * len(cameras)
-        return {cam: {"serial": serial, "topic": c.color,
-                      "profile": {"width": c.width, "height": c.height, "fps": self.fps, "encoding": "rgb8"}}
-                for (cam, c), serial in zip(cameras.items(), serials)}
+        return {
+            cam: {
+                "serial": serial,
+                "topic": c.color,
+                "profile": {"width": c.width, "height": c.height, "fps": self.fps, "encoding": "rgb8"},
+            }
+            for (cam, c), serial in zip(cameras.items(), serials)
+        }
 
 
 @dataclass
@@ -174,8 +210,8 @@ class LeRobotRecorderConfig(RecorderConfig):
     node_name: ClassVar[str] = LEROBOT_RECORDER
 
     root: str = "lerobot_dataset"
-    cameras: list[str] = field(default_factory=lambda: ["cam_front", "cam_wrist"])   # launchers: piper_launch.cameras
-    camera_heights: list[int] = field(default_factory=list)   # per camera; empty = camera_height for all
+    cameras: list[str] = field(default_factory=lambda: ["cam_front", "cam_wrist"])  # launchers: piper_launch.cameras
+    camera_heights: list[int] = field(default_factory=list)  # per camera; empty = camera_height for all
     camera_widths: list[int] = field(default_factory=list)
     raw_quest_topic: str = QUEST_RAW
     save_raw_quest: bool = True
@@ -184,15 +220,15 @@ class LeRobotRecorderConfig(RecorderConfig):
     pix_fmt: str = "yuv420p"
     crf: int = 23
     preset: str = "veryfast"
-    gop: int = 0                         # 0 = the writer's measured default
-    encoder_max_block_s: float = 2.0     # wait for encoder queue space, then drop (see the class docstring)
+    gop: int = 0  # 0 = the writer's measured default
+    encoder_max_block_s: float = 2.0  # wait for encoder queue space, then drop (see the class docstring)
     chunks_size: int = 1000
-    rotation_type: str = "quat_wxyz"     # or "quaternion" (GR00T N1.5)
+    rotation_type: str = "quat_wxyz"  # or "quaternion" (GR00T N1.5)
     combined_columns: bool = True
-    on_binding_change: str = "warn"      # warn | refuse
-    lerobot_version: str = "v2.0"        # v2.0 | v2.1 (adds meta/episodes_stats.jsonl)
-    actor_topic: str = ""                # who acted (/policy/actor) -> column complementary_info.actor;
-                                         # "" = no column (piper-launch sets it when the policy node runs)
+    on_binding_change: str = "warn"  # warn | refuse
+    lerobot_version: str = "v2.0"  # v2.0 | v2.1 (adds meta/episodes_stats.jsonl)
+    actor_topic: str = ""  # who acted (/policy/actor) -> column complementary_info.actor;
+    # "" = no column (piper-launch sets it when the policy node runs)
 
     def camera_list(self) -> list[str]:
         return list(self.cameras)
@@ -200,8 +236,10 @@ class LeRobotRecorderConfig(RecorderConfig):
     def camera_size(self, camera: str) -> tuple[int, int]:
         """Per-camera size if configured; a camera not in ``cameras`` (converter mapping) gets the default."""
         i = self.cameras.index(camera) if camera in self.cameras else -1
-        return (self.camera_heights[i] if self.camera_heights and i >= 0 else self.camera_height,
-                self.camera_widths[i] if self.camera_widths and i >= 0 else self.camera_width)
+        return (
+            self.camera_heights[i] if self.camera_heights and i >= 0 else self.camera_height,
+            self.camera_widths[i] if self.camera_widths and i >= 0 else self.camera_width,
+        )
 
     def validate(self) -> None:
         super().validate()
@@ -227,12 +265,22 @@ class LeRobotRecorderConfig(RecorderConfig):
             raise ValueError(f"fps must be a whole number for LeRobot, got {self.fps}")
 
     def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
-        return {**super().recording_record(recorder), "root": self.root if output is None else output,
-                "video": {"codec": self.codec, "pix_fmt": self.pix_fmt, "crf": self.crf, "preset": self.preset,
-                          "gop": self.gop or "writer default", "bf": 0},
-                "rotation_type": self.rotation_type, "combined_columns": self.combined_columns,
-                "lerobot_version": self.lerobot_version,
-                "save_raw_quest": self.save_raw_quest}
+        return {
+            **super().recording_record(recorder),
+            "root": self.root if output is None else output,
+            "video": {
+                "codec": self.codec,
+                "pix_fmt": self.pix_fmt,
+                "crf": self.crf,
+                "preset": self.preset,
+                "gop": self.gop or "writer default",
+                "bf": 0,
+            },
+            "rotation_type": self.rotation_type,
+            "combined_columns": self.combined_columns,
+            "lerobot_version": self.lerobot_version,
+            "save_raw_quest": self.save_raw_quest,
+        }
 
 
 @dataclass
@@ -240,11 +288,11 @@ class RgbdRecorderConfig(RecorderConfig):
     node_name: ClassVar[str] = RGBD_RECORDER
 
     path: str = "rgbd.hdf5"
-    camera: str = "cam_front"            # launchers: the first of piper_launch.cameras
+    camera: str = "cam_front"  # launchers: the first of piper_launch.cameras
     depth_topic_pattern: str = DEPTH_TOPIC_PATTERN
-    reward_topic: str = REWARD           # optional; rewards are 0 without it
+    reward_topic: str = REWARD  # optional; rewards are 0 without it
     rgb_jpeg_quality: int = 88
-    depth_codec: str = "jpeg2000"        # jpeg2000 | jpeg2000_strict | htj2k (needs an imagecodecs with HTJ2K)
+    depth_codec: str = "jpeg2000"  # jpeg2000 | jpeg2000_strict | htj2k (needs an imagecodecs with HTJ2K)
     depth_min_m: float = 0.1
     depth_max_m: float = 6.0
 
@@ -252,8 +300,10 @@ class RgbdRecorderConfig(RecorderConfig):
         return [self.camera]
 
     def camera_topics(self) -> dict[str, CameraTopics]:
-        return {cam: dataclasses.replace(c, depth=camera_topic(self.depth_topic_pattern, cam))
-                for cam, c in super().camera_topics().items()}
+        return {
+            cam: dataclasses.replace(c, depth=camera_topic(self.depth_topic_pattern, cam))
+            for cam, c in super().camera_topics().items()
+        }
 
     def validate(self) -> None:
         if not self.camera:
@@ -264,9 +314,14 @@ class RgbdRecorderConfig(RecorderConfig):
         check_topic_pattern("depth_topic_pattern", self.depth_topic_pattern)
 
     def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
-        return {**super().recording_record(recorder), "path": self.path if output is None else output,
-                "depth_codec": self.depth_codec, "rgb_jpeg_quality": self.rgb_jpeg_quality,
-                "depth_min_m": self.depth_min_m, "depth_max_m": self.depth_max_m}
+        return {
+            **super().recording_record(recorder),
+            "path": self.path if output is None else output,
+            "depth_codec": self.depth_codec,
+            "rgb_jpeg_quality": self.rgb_jpeg_quality,
+            "depth_min_m": self.depth_min_m,
+            "depth_max_m": self.depth_max_m,
+        }
 
     def camera_record(self, cameras: Mapping[str, CameraTopics]) -> dict[str, Any]:
         rec = super().camera_record(cameras)
@@ -280,8 +335,12 @@ RECORDER_CONFIGS: dict[str, type[RecorderConfig]] = {"lerobot": LeRobotRecorderC
 
 
 # ---- writers -----------------------------------------------------------------------------------
-def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
-                          offline: bool = False, table: FeatureTable = PIPER_TABLE) -> WriterConfig:
+def lerobot_writer_config(
+    cfg: LeRobotRecorderConfig,
+    cameras: Mapping[str, CameraTopics] | None = None,
+    offline: bool = False,
+    table: FeatureTable = PIPER_TABLE,
+) -> WriterConfig:
     """The LeRobot ``WriterConfig`` for ``cfg`` with the columns of ``table``. Live, a frame waits
     ``encoder_max_block_s`` for the encoder; ``offline`` (the converter: no real-time deadline) it waits
     as long as needed, never dropped, and the encoder is deterministic (``VideoConfig.deterministic``):
@@ -291,21 +350,38 @@ def lerobot_writer_config(cfg: LeRobotRecorderConfig, cameras: Mapping[str, Came
     from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
-    video: dict[str, Any] = dict(codec=cfg.codec, pix_fmt=cfg.pix_fmt, crf=cfg.crf, preset=cfg.preset, bf=0,
-                                 max_block_s=None if offline else cfg.encoder_max_block_s, deterministic=offline)
+    video: dict[str, Any] = dict(
+        codec=cfg.codec,
+        pix_fmt=cfg.pix_fmt,
+        crf=cfg.crf,
+        preset=cfg.preset,
+        bf=0,
+        max_block_s=None if offline else cfg.encoder_max_block_s,
+        deterministic=offline,
+    )
     if cfg.gop:
         video["gop"] = cfg.gop
     return WriterConfig(
-        fps=int(cfg.fps), robot_type=cfg.robot_type,
+        fps=int(cfg.fps),
+        robot_type=cfg.robot_type,
         cameras={cam: CameraSpec(height=c.height, width=c.width) for cam, c in cams.items()},
-        features=lerobot_features(table), video=VideoConfig(**video), chunks_size=cfg.chunks_size,
-        save_raw_quest=cfg.save_raw_quest, rotation_type=cfg.rotation_type,
-        combined_columns=cfg.combined_columns, on_binding_change=cfg.on_binding_change,
-        lerobot_version=cfg.lerobot_version)
+        features=lerobot_features(table),
+        video=VideoConfig(**video),
+        chunks_size=cfg.chunks_size,
+        save_raw_quest=cfg.save_raw_quest,
+        rotation_type=cfg.rotation_type,
+        combined_columns=cfg.combined_columns,
+        on_binding_change=cfg.on_binding_change,
+        lerobot_version=cfg.lerobot_version,
+    )
 
 
-def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopics] | None = None,
-                       producer: str = RGBD_RECORDER, table: FeatureTable = PIPER_TABLE) -> RgbdConfig:
+def rgbd_writer_config(
+    cfg: RgbdRecorderConfig,
+    cameras: Mapping[str, CameraTopics] | None = None,
+    producer: str = RGBD_RECORDER,
+    table: FeatureTable = PIPER_TABLE,
+) -> RgbdConfig:
     """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"]. Raises
     RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
     recorder and the converter say so when they start, not at their first frame."""
@@ -314,19 +390,37 @@ def rgbd_writer_config(cfg: RgbdRecorderConfig, cameras: Mapping[str, CameraTopi
 
     if problem := depth_profile_problem(cfg.depth_codec):
         raise RgbdError(f"depth_codec: {problem}")
-    (cam, c), = (cfg.camera_topics() if cameras is None else cameras).items()
-    env = {"source": f"piper_recorder {producer}", "robot": "agilex_piper", "fps": cfg.fps, "camera": cam,
-           "state_terms": list(table.rgbd_keys("state")),
-           "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)"}
-    return RgbdConfig(width=c.width, height=c.height, rgb_jpeg_quality=cfg.rgb_jpeg_quality,
-                      depth_codec=cfg.depth_codec, depth_min_m=cfg.depth_min_m, depth_max_m=cfg.depth_max_m,
-                      rgb_source=c.color, depth_source=c.depth or "", env_args=env)
+    ((cam, c),) = (cfg.camera_topics() if cameras is None else cameras).items()
+    env = {
+        "source": f"piper_recorder {producer}",
+        "robot": "agilex_piper",
+        "fps": cfg.fps,
+        "camera": cam,
+        "state_terms": list(table.rgbd_keys("state")),
+        "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)",
+    }
+    return RgbdConfig(
+        width=c.width,
+        height=c.height,
+        rgb_jpeg_quality=cfg.rgb_jpeg_quality,
+        depth_codec=cfg.depth_codec,
+        depth_min_m=cfg.depth_min_m,
+        depth_max_m=cfg.depth_max_m,
+        rgb_source=c.color,
+        depth_source=c.depth or "",
+        env_args=env,
+    )
 
 
 # ---- session record ----------------------------------------------------------------------------
-def session_record(cfg: RecorderConfig, recorder: str, provenance: Mapping[str, Any] | None,
-                   hello: Any, cameras: Mapping[str, CameraTopics] | None = None,
-                   output: str | None = None) -> dict[str, Any]:
+def session_record(
+    cfg: RecorderConfig,
+    recorder: str,
+    provenance: Mapping[str, Any] | None,
+    hello: Any,
+    cameras: Mapping[str, CameraTopics] | None = None,
+    output: str | None = None,
+) -> dict[str, Any]:
     """Arm provenance (the /arm/provenance JSON) + cameras + headset hello + recording settings.
 
     Nested so the writer's binding keys resolve: control.backend, control.impedance.{kp,kd,t_ff,
@@ -334,11 +428,14 @@ def session_record(cfg: RecorderConfig, recorder: str, provenance: Mapping[str, 
     """
     p = dict(provenance or {})
     return {
-        "control": {"backend": p.get("backend", UNKNOWN),
-                    "impedance": {k: p.get(k, UNKNOWN) for k in IMPEDANCE_KEYS}},
-        "arm": {"firmware": p.get("firmware", UNKNOWN), "model": p.get("arm_model", UNKNOWN),
-                "can_channel": p.get("can_channel", UNKNOWN), "sdk_version": p.get("sdk_version", UNKNOWN),
-                "provenance": p or UNKNOWN},
+        "control": {"backend": p.get("backend", UNKNOWN), "impedance": {k: p.get(k, UNKNOWN) for k in IMPEDANCE_KEYS}},
+        "arm": {
+            "firmware": p.get("firmware", UNKNOWN),
+            "model": p.get("arm_model", UNKNOWN),
+            "can_channel": p.get("can_channel", UNKNOWN),
+            "sdk_version": p.get("sdk_version", UNKNOWN),
+            "provenance": p or UNKNOWN,
+        },
         "cameras": cfg.camera_record(cfg.camera_topics() if cameras is None else cameras),
         "headset": hello if hello is not None else UNKNOWN,
         "recording": cfg.recording_record(recorder, output),
@@ -370,14 +467,15 @@ def load_config(cls: type[C], params_file: str | Path | None = None, node: str |
     names = {f.name for f in dataclasses.fields(cls)} - {"verdict"}
     prefix = "verdict."
     vhints = typing.get_type_hints(VerdictConfig)
-    vvalues = {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}
+    vvalues = {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
     values = {k: v for k, v in values.items() if not k.startswith(prefix)}
     unknown = sorted(set(values) - names) + sorted(prefix + k for k in set(vvalues) - set(vhints))
     if unknown:
         raise ValueError(f"{where}: unknown parameters {unknown}")
     try:
-        verdict = VerdictConfig(**{k: coerce_param(prefix + k, vhints[k], v) for k, v in vvalues.items()
-                                   if v is not None})
+        verdict = VerdictConfig(
+            **{k: coerce_param(prefix + k, vhints[k], v) for k, v in vvalues.items() if v is not None}
+        )
         verdict.validate()
         cfg = cls(**{k: coerce_param(k, hints[k], v) for k, v in values.items() if v is not None}, verdict=verdict)
         cfg.validate()

@@ -9,6 +9,7 @@ clear refusal and changes nothing; an episode is always either saved whole or di
 A save that fails while the writer still holds the episode (e.g. a full disk) goes to ``save_failed``:
 nothing is discarded, ``stop`` retries the save (once space is back) and ``discard`` drops it.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,7 @@ def _preroll(buf: deque[_T], start_ns: int, reach_ns: int = 0) -> list[_T]:
     items = sorted(buf, key=lambda x: x[0])
     newest = max((i for i, x in enumerate(items) if x[0] <= start_ns), default=0)
     first = next((i for i, x in enumerate(items) if x[0] >= start_ns - reach_ns), newest)
-    return items[min(first, newest):]
+    return items[min(first, newest) :]
 
 
 @dataclass
@@ -70,8 +71,9 @@ def parse_stop_at(payload: str) -> int:
     except ValueError:
         arg = None
     if not isinstance(arg, dict) or set(arg) != {"end_ns"}:
-        raise ValueError('stop_episode_at wants a JSON object {"end_ns": <integer ROS-clock ns>}, got '
-                         f"{payload[:80]!r}")
+        raise ValueError(
+            f'stop_episode_at wants a JSON object {{"end_ns": <integer ROS-clock ns>}}, got {payload[:80]!r}'
+        )
     end = arg["end_ns"]
     if not isinstance(end, int) or isinstance(end, bool) or end <= 0:
         raise ValueError(f"stop_episode_at: end_ns must be a positive integer (ns), got {end!r}")
@@ -89,7 +91,7 @@ class _Unsaved:
     origin_ns: int | None
     end_ns: int
     reason: str
-    sink: QueuedSink | None = None   # its frames dropped behind the writer join the counters at the save
+    sink: QueuedSink | None = None  # its frames dropped behind the writer join the counters at the save
 
 
 class _InputError(PiperError):
@@ -107,13 +109,23 @@ class EpisodeController:
     """``tick_stats``: record the tick thread's delays in each episode (``tick_delay_ms``); off for a
     replay (the bag converter), whose ticks follow the log times and measure nothing."""
 
-    def __init__(self, target: EpisodeTarget[Any], assembly: AssemblyConfig, *, recorder: str,
-                 max_episode_s: float, publish_event: Callable[[dict[str, Any]], None],
-                 session_record: Callable[[], dict[str, Any]], on_change: Callable[[], None] = lambda: None,
-                 log: Callable[[str], object] = print, tick_stats: bool = True,
-                 max_lag_s: float = DEFAULT_MAX_LAG_S,
-                 episode_fields: Callable[[int, int], dict[str, Any]] | None = None, stop_reach_s: float = 0.0,
-                 drain: Callable[[], object] = lambda: None):
+    def __init__(
+        self,
+        target: EpisodeTarget[Any],
+        assembly: AssemblyConfig,
+        *,
+        recorder: str,
+        max_episode_s: float,
+        publish_event: Callable[[dict[str, Any]], None],
+        session_record: Callable[[], dict[str, Any]],
+        on_change: Callable[[], None] = lambda: None,
+        log: Callable[[str], object] = print,
+        tick_stats: bool = True,
+        max_lag_s: float = DEFAULT_MAX_LAG_S,
+        episode_fields: Callable[[int, int], dict[str, Any]] | None = None,
+        stop_reach_s: float = 0.0,
+        drain: Callable[[], object] = lambda: None,
+    ):
         assembly.validate()
         # hands over every message received so far (the node's polled inputs): a stop calls it once the
         # assembly delay has passed, before the last rows are assembled
@@ -123,18 +135,22 @@ class EpisodeController:
         self._reach_ns = round(stop_reach_s * 1e9)
         self.max_lag_s = max_lag_s
         self._tick_stats = tick_stats
-        self._episode_fields = episode_fields   # (row-0 time, end) -> fields of the saved episode's record
+        self._episode_fields = episode_fields  # (row-0 time, end) -> fields of the saved episode's record
         self.target, self.assembly, self.recorder = target, assembly, recorder
         self.max_episode_ns = int(max_episode_s * 1e9) if max_episode_s > 0 else 0
-        self._publish_event, self._session_record, self._on_change, self._log = \
-            publish_event, session_record, on_change, log
+        self._publish_event, self._session_record, self._on_change, self._log = (
+            publish_event,
+            session_record,
+            on_change,
+            log,
+        )
         self.worker = WriterWorker(f"{recorder}-writer")
-        self._lock = threading.Lock()            # assembler and state; held only for short work
-        self._service = threading.Lock()         # one state transition at a time
+        self._lock = threading.Lock()  # assembler and state; held only for short work
+        self._service = threading.Lock()  # one state transition at a time
         self.state = IDLE
         self._asm: EpisodeAssembler | None = None
         self._sink: QueuedSink | None = None
-        self._stop_at: int | None = None   # a stop was requested for this time: no row after it is assembled
+        self._stop_at: int | None = None  # a stop was requested for this time: no row after it is assembled
         self._episode: int | None = None
         self._task = ""
         self._session_started = False
@@ -148,20 +164,20 @@ class EpisodeController:
         # every camera's newest capture stamps, idle or not: an episode's phase estimate starts from them
         self._captures = {cam: CaptureHistory(window_captures(assembly.fps)) for cam in assembly.cameras}
         self.last_counters: dict[str, Any] = {}
-        self._delay_s = assembly.delay_ns(target.depth) / 1e9   # rows are assembled this long after their time
+        self._delay_s = assembly.delay_ns(target.depth) / 1e9  # rows are assembled this long after their time
         self._tick_delays: list[int] = []
-        self._unsaved: _Unsaved | None = None    # the finished episode a failed save left with the writer
-        self._label: dict[str, Any] = {}   # the episode in flight's outcome label, applied at its save
-        self.last_label: dict[str, Any] = {}   # the last label given (episode, outcome, note): ~/status
-        self.last_verdict: dict[str, Any] = {}   # the last saved episode's verdict: ~/status
+        self._unsaved: _Unsaved | None = None  # the finished episode a failed save left with the writer
+        self._label: dict[str, Any] = {}  # the episode in flight's outcome label, applied at its save
+        self.last_label: dict[str, Any] = {}  # the last label given (episode, outcome, note): ~/status
+        self.last_verdict: dict[str, Any] = {}  # the last saved episode's verdict: ~/status
         self.last_message = "idle"
-        self.last_ok = True    # whether the last answer was a success (False: a refusal, shown on the HUD)
-        self.answers = 0       # answers given so far: tells a repeated refusal from the same one
+        self.last_ok = True  # whether the last answer was a success (False: a refusal, shown on the HUD)
+        self.answers = 0  # answers given so far: tells a repeated refusal from the same one
 
     # ---- inputs (any thread) ----------------------------------------------------------------
     def add_input(self, name: str, stamp_ns: int, values: Sequence[float] | np.ndarray) -> None:
         """One sample of a feature-table input (``InputRouter`` calls this for every vector message)."""
-        v = np.asarray(values, dtype=np.float32)   # once: the pre-roll and the assembler share it
+        v = np.asarray(values, dtype=np.float32)  # once: the pre-roll and the assembler share it
         with self._lock:
             buf = self._preroll_inputs.get(name)
             if buf is None:
@@ -231,11 +247,11 @@ class EpisodeController:
         with self._lock:
             if self._asm is None or self.state != RECORDING:
                 return
-            now_ns -= self._reach_ns   # rows held back for a stamped stop (stop_reach_s)
+            now_ns -= self._reach_ns  # rows held back for a stamped stop (stop_reach_s)
             due = self._asm.next_due_ns
-            if self._stop_at is not None:   # a stop is on its way to the worker: rows end at its time
+            if self._stop_at is not None:  # a stop is on its way to the worker: rows end at its time
                 now_ns = min(now_ns, self._stop_at + round(self._delay_s * 1e9))
-            if now_ns >= due:   # how late the tick thread assembled a row (rows stay on the grid regardless)
+            if now_ns >= due:  # how late the tick thread assembled a row (rows stay on the grid regardless)
                 self._tick_delays.append(now_ns - due)
             self._asm.advance(now_ns)
             if self.max_episode_ns and now_ns - self._asm.start_ns >= self.max_episode_ns:
@@ -254,8 +270,10 @@ class EpisodeController:
             if self.state == SAVE_FAILED:
                 return self._refuse(self._unsaved_hint())
             if self.state != IDLE:
-                return self._refuse(f"already recording episode {self._episode} "
-                                    f"('{self._task}'); call stop_episode or discard_episode first")
+                return self._refuse(
+                    f"already recording episode {self._episode} "
+                    f"('{self._task}'); call stop_episode or discard_episode first"
+                )
             if self.target.needs_task and not task.strip():
                 return self._refuse("parameter 'task' is empty; set it (ros2 param set <node> task '...') first")
             start_ns = now()
@@ -273,8 +291,13 @@ class EpisodeController:
                 self.worker.take_error()
                 self._sink = QueuedSink(sink, self.worker, self.max_lag_s, shed_row_frames=not self.target.depth)
                 self._stop_at = None
-                self._asm = EpisodeAssembler(self.assembly, start_ns, self._sink, depth=self.target.depth,
-                                             history={cam: h.before(start_ns) for cam, h in self._captures.items()})
+                self._asm = EpisodeAssembler(
+                    self.assembly,
+                    start_ns,
+                    self._sink,
+                    depth=self.target.depth,
+                    history={cam: h.before(start_ns) for cam, h in self._captures.items()},
+                )
                 self._tick_delays = []
                 for name, inputs in self._preroll_inputs.items():
                     for stamp, values in _preroll(inputs, start_ns):
@@ -310,18 +333,24 @@ class EpisodeController:
             if state != RECORDING or asm is None:
                 problem = "" if state == SAVE_FAILED else self._not_recording("stop")
             elif end_ns < asm.start_ns:
-                problem = (f"stop_episode_at: end_ns {end_ns} is {(asm.start_ns - end_ns) / 1e6:.0f} ms before "
-                           f"episode {self._episode}'s start: a stop for an earlier episode, not applied")
+                problem = (
+                    f"stop_episode_at: end_ns {end_ns} is {(asm.start_ns - end_ns) / 1e6:.0f} ms before "
+                    f"episode {self._episode}'s start: a stop for an earlier episode, not applied"
+                )
             else:
                 problem, end, written = "", min(end_ns, arrival_ns), asm.assembled_until_ns
                 if written is not None and end < written:
-                    note = (f"; ended {(written - end) / 1e6:.0f} ms after end_ns: the rows up to there were "
-                            "written when the stop arrived")
+                    note = (
+                        f"; ended {(written - end) / 1e6:.0f} ms after end_ns: the rows up to there were "
+                        "written when the stop arrived"
+                    )
                     end = written
                 elif end_ns > arrival_ns + STOP_STAMP_FUTURE_TOLERANCE_NS:
-                    note = (f"; end_ns was {(end_ns - arrival_ns) / 1e6:.0f} ms after the request's arrival "
-                            "(clocks disagree): ended at the arrival")
-                elif end == end_ns:   # the usual case: what ending at the arrival would have added
+                    note = (
+                        f"; end_ns was {(end_ns - arrival_ns) / 1e6:.0f} ms after the request's arrival "
+                        "(clocks disagree): ended at the arrival"
+                    )
+                elif end == end_ns:  # the usual case: what ending at the arrival would have added
                     note = f"; ended at end_ns, {(arrival_ns - end) / 1e6:.0f} ms before the request arrived"
                 else:
                     note = "; ended at the request's arrival (end_ns a little after it: clock noise)"
@@ -329,14 +358,15 @@ class EpisodeController:
         if problem:
             return self._refuse(problem)
         if state == SAVE_FAILED:
-            return self.stop(end_ns)   # retries the save of the episode held (its end is kept)
-        ans = self.stop(end, only=asm)   # only that episode: a new one started meanwhile is not ended
+            return self.stop(end_ns)  # retries the save of the episode held (its end is kept)
+        ans = self.stop(end, only=asm)  # only that episode: a new one started meanwhile is not ended
         self._log(f"stop_episode_at{note}")
         ans.message += note
         return ans
 
-    def stop(self, end_ns: int | Callable[[], int], reason: str = "stop_episode",
-             only: EpisodeAssembler | None = None) -> Answer:
+    def stop(
+        self, end_ns: int | Callable[[], int], reason: str = "stop_episode", only: EpisodeAssembler | None = None
+    ) -> Answer:
         """Save the episode in flight, or retry a failed save (``only``: just if it is still that episode, for
         the auto-stop)."""
         with self._service:
@@ -365,7 +395,7 @@ class EpisodeController:
                     counters["tick_delay_ms"] = self._delay_stats()
                 self._asm, sink, self._stop_at = None, self._sink, None
             self.last_counters = counters
-            timeout = reason != "stop_episode"   # max_episode_s or shutdown: a truncation, not a terminal
+            timeout = reason != "stop_episode"  # max_episode_s or shutdown: a truncation, not a terminal
             if counters["rows"] < self.target.min_rows:
                 missing = asm.missing_inputs(end)
                 why = f"empty: {counters['rows']} rows" + (f", never received {missing}" if missing else "")
@@ -382,16 +412,22 @@ class EpisodeController:
         except Exception as exc:  # noqa: BLE001 - a failed save leaves no half-written episode
             why = f"{type(exc).__name__}: {exc}"
             held = self._writer_holds_episode()
-            if not (held and self.target.keeps_failed_save(exc)):   # not held: nothing left to discard
-                return self._drop(f"save failed: {why}" + ("" if held else "; the episode is lost"), ok=False,
-                                  start_ns=u.start_ns, discard_writer=held)
+            if not (held and self.target.keeps_failed_save(exc)):  # not held: nothing left to discard
+                return self._drop(
+                    f"save failed: {why}" + ("" if held else "; the episode is lost"),
+                    ok=False,
+                    start_ns=u.start_ns,
+                    discard_writer=held,
+                )
             self._unsaved = u
             with self._lock:
                 self.state = SAVE_FAILED
-            event = self._event("save_failed", start_ns=u.origin_ns, end_ns=u.end_ns, rows=u.counters["rows"],
-                                reason=why)
-            return self._done(Answer(False, f"saving episode {self._episode} failed ({why}); "
-                                            + self._unsaved_hint(), event))
+            event = self._event(
+                "save_failed", start_ns=u.origin_ns, end_ns=u.end_ns, rows=u.counters["rows"], reason=why
+            )
+            return self._done(
+                Answer(False, f"saving episode {self._episode} failed ({why}); " + self._unsaved_hint(), event)
+            )
         self._unsaved = None
         idx = self._episode
         assert idx is not None
@@ -406,9 +442,15 @@ class EpisodeController:
         verdict = f"; verdict {rec[VERDICT_KEY]}" if VERDICT_KEY in rec else ""
         if rec.get(VERDICT_KEY) not in (None, "ok"):
             verdict += f" ({'; '.join(rec.get(REASONS_KEY) or [])})"
-        return self._done(Answer(True, f"saved episode {idx}: {u.counters['rows']} rows ({u.reason}; saved "
-                                       f"{late:.2f} s after its end, the save {time.monotonic() - t0:.2f} s)"
-                                       f"{verdict}", event))
+        return self._done(
+            Answer(
+                True,
+                f"saved episode {idx}: {u.counters['rows']} rows ({u.reason}; saved "
+                f"{late:.2f} s after its end, the save {time.monotonic() - t0:.2f} s)"
+                f"{verdict}",
+                event,
+            )
+        )
 
     def _retry_save(self) -> Answer:
         u = self._unsaved
@@ -422,10 +464,13 @@ class EpisodeController:
         err = self.worker.take_error()
         if err is not None:
             raise _InputError(err)
-        if u.sink is not None and u.sink.behind:   # on the writer thread: every frame before the save is counted
+        if u.sink is not None and u.sink.behind:  # on the writer thread: every frame before the save is counted
             u.counters["frames_dropped_writer_behind"] = dict(u.sink.behind)
-        fields = {} if self._episode_fields is None else \
-            self._episode_fields(u.origin_ns if u.origin_ns is not None else u.start_ns, u.end_ns)
+        fields = (
+            {}
+            if self._episode_fields is None
+            else self._episode_fields(u.origin_ns if u.origin_ns is not None else u.start_ns, u.end_ns)
+        )
         with self._lock:
             label = dict(self._label)
         return self.target.save_episode({**u.counters, **fields, **label}, u.timeout)
@@ -439,8 +484,10 @@ class EpisodeController:
             return True
 
     def _unsaved_hint(self) -> str:
-        return (f"episode {self._episode} is not saved but kept: free disk space and call stop_episode to "
-                "retry the save, or discard_episode to drop it")
+        return (
+            f"episode {self._episode} is not saved but kept: free disk space and call stop_episode to "
+            "retry the save, or discard_episode to drop it"
+        )
 
     def discard(self, reason: str = "discard_episode") -> Answer:
         with self._service:
@@ -493,8 +540,10 @@ class EpisodeController:
                 return self._refuse("cannot label: no episode in flight and none saved in this session")
             idx = saved[-1] if episode is None else episode
             if idx not in saved:
-                return self._refuse(f"cannot label episode {idx}: not saved in this session (saved: {saved}); "
-                                    "use piper-dataset label afterwards")
+                return self._refuse(
+                    f"cannot label episode {idx}: not saved in this session (saved: {saved}); "
+                    "use piper-dataset label afterwards"
+                )
             try:
                 self.worker.call(lambda: self.target.label_saved(idx, fields))
             except Exception as exc:  # noqa: BLE001 - e.g. a full disk: the record is unchanged
@@ -512,10 +561,10 @@ class EpisodeController:
         """Save or discard the episode in flight, then close the writer. Idempotent."""
         ans = Answer(True, "closed")
         if self.state == SAVE_FAILED and save:
-            ans = self.stop(time.time_ns, reason="shutdown")   # one more try before the writer closes
+            ans = self.stop(time.time_ns, reason="shutdown")  # one more try before the writer closes
         elif self.state == RECORDING:
             ans = self.stop(time.time_ns, reason="shutdown") if save else self.discard(reason="shutdown")
-        if self.state == SAVE_FAILED:   # the writer discards it on close anyway: say so
+        if self.state == SAVE_FAILED:  # the writer discards it on close anyway: say so
             ans = self.discard(reason=f"shutdown; {ans.message}" if not ans.ok else "shutdown")
             ans = Answer(False, ans.message, ans.event) if save else ans
         with self._service:
@@ -536,18 +585,31 @@ class EpisodeController:
         ``max_lag_s`` it says so; at ``max_lag_s`` it drops frames, counted in ``frames_dropped_writer_behind``)."""
         lag = self.worker.lag_s()
         with self._lock:
-            st: dict[str, Any] = {"recorder": self.recorder, "state": self.state, "episode_index": self._episode,
-                                  "task": self._task, "saved_this_session": [i for i, _ in self._saved],
-                                  "writer_backlog": self.worker.backlog, "writer_lag_s": round(lag, 3),
-                                  "falling_behind": lag > 0.5 * self.max_lag_s, "message": self.last_message,
-                                  "ok": self.last_ok, "answers": self.answers,
-                                  "last_label": dict(self.last_label), "last_verdict": dict(self.last_verdict)}
+            st: dict[str, Any] = {
+                "recorder": self.recorder,
+                "state": self.state,
+                "episode_index": self._episode,
+                "task": self._task,
+                "saved_this_session": [i for i, _ in self._saved],
+                "writer_backlog": self.worker.backlog,
+                "writer_lag_s": round(lag, 3),
+                "falling_behind": lag > 0.5 * self.max_lag_s,
+                "message": self.last_message,
+                "ok": self.last_ok,
+                "answers": self.answers,
+                "last_label": dict(self.last_label),
+                "last_verdict": dict(self.last_verdict),
+            }
             if self._asm is not None:
                 behind = dict(self._sink.behind) if self._sink is not None else {}
-                st.update(elapsed_s=round((now_ns - self._asm.start_ns) / 1e9, 3), rows=self._asm.rows,
-                          frames_dropped_writer_behind=behind,
-                          waiting_for=self._asm.missing_inputs() if self._asm.origin_ns is None else [],
-                          counters=self._asm.counters.to_dict(), tick_delay_ms=self._delay_stats())
+                st.update(
+                    elapsed_s=round((now_ns - self._asm.start_ns) / 1e9, 3),
+                    rows=self._asm.rows,
+                    frames_dropped_writer_behind=behind,
+                    waiting_for=self._asm.missing_inputs() if self._asm.origin_ns is None else [],
+                    counters=self._asm.counters.to_dict(),
+                    tick_delay_ms=self._delay_stats(),
+                )
             else:
                 st["counters"] = self.last_counters
         return st
@@ -558,8 +620,12 @@ class EpisodeController:
         if not self._tick_delays:
             return {"ticks": 0}
         d = np.asarray(self._tick_delays, dtype=np.float64) / 1e6
-        return {"ticks": int(d.size), "p50": round(float(np.percentile(d, 50)), 3),
-                "p99": round(float(np.percentile(d, 99)), 3), "max": round(float(d.max()), 3)}
+        return {
+            "ticks": int(d.size),
+            "p50": round(float(np.percentile(d, 50)), 3),
+            "p99": round(float(np.percentile(d, 99)), 3),
+            "max": round(float(d.max()), 3),
+        }
 
     def _not_recording(self, what: str) -> str:
         if self.state == SAVING:
@@ -583,10 +649,24 @@ class EpisodeController:
         self.worker.take_error()
         self.target.discard_episode()
 
-    def _event(self, event: str, start_ns: int | None, end_ns: int | None = None, rows: int | None = None,
-               reason: str | None = None) -> dict[str, Any]:
-        return {"recorder": self.recorder, "event": event, "episode_index": self._episode, "task": self._task,
-                "start_ns": start_ns, "end_ns": end_ns, "rows": rows, "reason": reason}
+    def _event(
+        self,
+        event: str,
+        start_ns: int | None,
+        end_ns: int | None = None,
+        rows: int | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "recorder": self.recorder,
+            "event": event,
+            "episode_index": self._episode,
+            "task": self._task,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "rows": rows,
+            "reason": reason,
+        }
 
     def _refuse(self, message: str) -> Answer:
         self.last_message, self.last_ok, self.answers = message, False, self.answers + 1

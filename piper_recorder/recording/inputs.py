@@ -36,6 +36,7 @@ Mapping file (every key optional; overrides the recorder settings)::
         required: true                # rows wait for its first sample (false: zeros until then)
         rgbd: state                   # RGB-D role: state (default for observation.*) | null
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,7 +53,7 @@ from piper_recorder.names import ARM_PROVENANCE, EPISODE_EVENTS, QUEST_HELLO
 from .config import CameraTopics, LeRobotRecorderConfig, RecorderConfig
 
 EVENTS_TOPIC = EPISODE_EVENTS
-CHANNELS = ("raw_quest", "provenance", "hello", "episode_events")   # string topics, not row inputs
+CHANNELS = ("raw_quest", "provenance", "hello", "episode_events")  # string topics, not row inputs
 
 
 @dataclass
@@ -109,8 +110,9 @@ class TopicMap:
         return req
 
     def optional(self) -> dict[str, str]:
-        opt = {t: "std_msgs/msg/String" for t in (self.raw_quest, self.provenance, self.hello, self.episode_events)
-               if t}
+        opt = {
+            t: "std_msgs/msg/String" for t in (self.raw_quest, self.provenance, self.hello, self.episode_events) if t
+        }
         opt.update({b.topic: b.adapter.msg_type for spec, b in self.active() if not spec.required and b.topic})
         return opt
 
@@ -118,39 +120,56 @@ class TopicMap:
         """For provenance (``source.topics``); the Piper inputs keep the layout of earlier releases."""
         js, cg = self.inputs["joint_states"].adapter, self.inputs["commanded_gripper"].adapter
         d: dict[str, Any] = {
-            "joint_states": self.topic("joint_states"), "eef_pose": self.topic("eef_pose"),
-            "commanded_pose": self.topic("commanded_pose"), "commanded_gripper": self.topic("commanded_gripper"),
+            "joint_states": self.topic("joint_states"),
+            "eef_pose": self.topic("eef_pose"),
+            "commanded_pose": self.topic("commanded_pose"),
+            "commanded_gripper": self.topic("commanded_gripper"),
             "cameras": {k: dataclasses.asdict(c) for k, c in self.cameras.items()},
             "joint_names": list(js.joint_names) if isinstance(js, JointStateAdapter) else None,
             "gripper_scale": js.gripper_scale if isinstance(js, JointStateAdapter) else 1.0,
             "commanded_gripper_joint": cg.name if isinstance(cg, GripperAdapter) else None,
             "commanded_gripper_scale": cg.scale if isinstance(cg, GripperAdapter) else 1.0,
-            "raw_quest": self.raw_quest, "reward": self.topic("reward"), "provenance": self.provenance,
-            "hello": self.hello, "episode_events": self.episode_events,
+            "raw_quest": self.raw_quest,
+            "reward": self.topic("reward"),
+            "provenance": self.provenance,
+            "hello": self.hello,
+            "episode_events": self.episode_events,
         }
         extra = [s for s in self.table.inputs if s not in PIPER_TABLE.inputs]
         if extra:
-            d["inputs"] = {s.name: {"topic": self.topic(s.name), "adapter": s.adapter,
-                                    **self.inputs[s.name].adapter.options()} for s in extra}
+            d["inputs"] = {
+                s.name: {"topic": self.topic(s.name), "adapter": s.adapter, **self.inputs[s.name].adapter.options()}
+                for s in extra
+            }
         return d
 
 
 def topic_map(fmt: str, s: RecorderConfig, mapping: str | Path | None = None) -> TopicMap:
     """The recorder's topics (as its node subscribes them), overridden by a mapping file: ``mapping``,
     else the recorder's ``mapping`` parameter."""
-    inputs = {spec.name: InputBinding(getattr(s, spec.topic_param, "") or None, make_adapter(spec.adapter))
-              for spec in PIPER_TABLE.inputs}
-    tm = TopicMap(inputs=inputs, cameras=s.camera_topics(), fmt=fmt,
-                  raw_quest=s.raw_quest_topic if isinstance(s, LeRobotRecorderConfig) and s.save_raw_quest else None,
-                  provenance=s.provenance_topic or None, hello=s.hello_topic or None)
+    inputs = {
+        spec.name: InputBinding(getattr(s, spec.topic_param, "") or None, make_adapter(spec.adapter))
+        for spec in PIPER_TABLE.inputs
+    }
+    tm = TopicMap(
+        inputs=inputs,
+        cameras=s.camera_topics(),
+        fmt=fmt,
+        raw_quest=s.raw_quest_topic if isinstance(s, LeRobotRecorderConfig) and s.save_raw_quest else None,
+        provenance=s.provenance_topic or None,
+        hello=s.hello_topic or None,
+    )
     if fmt != "rgbd":
-        tm.inputs["reward"].topic = None   # the LeRobot dataset has no reward
+        tm.inputs["reward"].topic = None  # the LeRobot dataset has no reward
     path = mapping if mapping is not None else (s.mapping or None)
     doc = yaml.safe_load(Path(path).read_text()) or {} if path is not None else {}
-    for spec, features in OPT_IN:   # joins the table (and the columns) only when it has a topic
+    for spec, features in OPT_IN:  # joins the table (and the columns) only when it has a topic
         where = f"{path}: {spec.name}"
-        topic = _topic(doc[spec.name], where) if isinstance(doc, dict) and spec.name in doc \
+        topic = (
+            _topic(doc[spec.name], where)
+            if isinstance(doc, dict) and spec.name in doc
             else getattr(s, spec.topic_param, "") or None
+        )
         if topic and fmt in spec.formats:
             tm.table = tm.table.extended(spec, *features)
             tm.inputs[spec.name] = InputBinding(topic, make_adapter(spec.adapter, None, where))
@@ -172,11 +191,18 @@ def _topic(v: Any, where: str) -> str | None:
 
 
 def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig) -> None:
-    known = {*(spec.name for spec in PIPER_TABLE.inputs), *(spec.name for spec, _ in OPT_IN), "cameras", "inputs",
-             *CHANNELS}
+    known = {
+        *(spec.name for spec in PIPER_TABLE.inputs),
+        *(spec.name for spec, _ in OPT_IN),
+        "cameras",
+        "inputs",
+        *CHANNELS,
+    }
     if not isinstance(doc, dict) or set(doc) - known:
-        raise ValueError(f"{src}: unknown mapping keys {sorted(set(doc) - known) if isinstance(doc, dict) else doc}"
-                         f" (known: {sorted(known)})")
+        raise ValueError(
+            f"{src}: unknown mapping keys {sorted(set(doc) - known) if isinstance(doc, dict) else doc}"
+            f" (known: {sorted(known)})"
+        )
     for spec in PIPER_TABLE.inputs:
         if spec.name in doc:
             v = doc[spec.name]
@@ -198,8 +224,12 @@ def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig
             h, w = s.camera_size(name)
             color = _topic(c["color"], f"{src}: cameras.{name}.color")
             assert color is not None
-            out[str(name)] = CameraTopics(color, _topic(c.get("depth"), f"{src}: cameras.{name}.depth"),
-                                          int(c.get("height", h)), int(c.get("width", w)))
+            out[str(name)] = CameraTopics(
+                color,
+                _topic(c.get("depth"), f"{src}: cameras.{name}.depth"),
+                int(c.get("height", h)),
+                int(c.get("width", w)),
+            )
         tm.cameras = out
     for name, entry in (doc.get("inputs") or {}).items():
         add_extra_input(tm, str(name), entry, f"{src}: inputs.{name}")
@@ -212,8 +242,18 @@ def add_extra_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
     """One extra input from a mapping entry: its table entry (input + one feature) and its binding."""
     if not isinstance(entry, dict) or "adapter" not in entry or "topic" not in entry:
         raise ValueError(f"{where}: needs at least {{topic: /..., adapter: {{joint_state|pose|...}}}}")
-    unknown = set(entry) - {"topic", "adapter", "column", "names", "required", "rgbd", "combined",
-                            "name", "scale", "gripper_scale"}   # the last three: adapter options
+    unknown = set(entry) - {
+        "topic",
+        "adapter",
+        "column",
+        "names",
+        "required",
+        "rgbd",
+        "combined",
+        "name",
+        "scale",
+        "gripper_scale",
+    }  # the last three: adapter options
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
     adapter = make_adapter(str(entry["adapter"]), entry, where)
@@ -221,8 +261,16 @@ def add_extra_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
     names = tuple(str(n) for n in entry.get("names", adapter.names))
     default_role = "state" if column is None or str(column).startswith("observation.") else None
     spec = InputSpec(name, str(entry["adapter"]), adapter.dim, required=bool(entry.get("required", True)))
-    feature = Feature(name, name, 0, adapter.dim, None if column is None else str(column), names,
-                      rgbd=entry.get("rgbd", default_role), combined=entry.get("combined"))
+    feature = Feature(
+        name,
+        name,
+        0,
+        adapter.dim,
+        None if column is None else str(column),
+        names,
+        rgbd=entry.get("rgbd", default_role),
+        combined=entry.get("combined"),
+    )
     try:
         tm.table = tm.table.extended(spec, feature)
         if feature.column is not None:
@@ -231,12 +279,10 @@ def add_extra_input(tm: TopicMap, name: str, entry: Any, where: str) -> None:
             seen: set[tuple[str | None, str]] = set()
             for f in lerobot_features(tm.table):
                 f.validate()
-                for sl in f.slices():   # modality.json names one slice per group and name
+                for sl in f.slices():  # modality.json names one slice per group and name
                     if (f.group, sl[0]) in seen:
                         raise ValueError(f"modality name {f.group}.{sl[0]} is taken; choose another column")
                     seen.add((f.group, sl[0]))
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from exc
     tm.inputs[name] = InputBinding(_topic(entry["topic"], f"{where}.topic"), adapter)
-
-

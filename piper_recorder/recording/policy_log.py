@@ -14,6 +14,7 @@ force at its start, or, when the actor arrived first (the two topics have no mut
 first active provenance received during it. ``acted`` answers, for an episode's time span, every
 policy that acted with its intervals in seconds on the episode's ``timestamp`` axis (row 0 = 0.0).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -25,9 +26,11 @@ from typing import Any
 from piper_recorder.names import POLICY_ACTOR, POLICY_PROVENANCE
 
 POLICY = "policy"
-VOLATILE = ("active",)   # provenance keys that change between start and stop of the same policy
-UNKNOWN: dict[str, Any] = {"backend": "unknown",
-                           "note": f"{POLICY_ACTOR} said policy but no {POLICY_PROVENANCE} named it"}
+VOLATILE = ("active",)  # provenance keys that change between start and stop of the same policy
+UNKNOWN: dict[str, Any] = {
+    "backend": "unknown",
+    "note": f"{POLICY_ACTOR} said policy but no {POLICY_PROVENANCE} named it",
+}
 
 
 def identity(provenance: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,7 +46,7 @@ class PolicyLog:
         self._lock = threading.Lock()
         self._keep = keep
         self._actor: list[tuple[int, str]] = []
-        self._prov: list[tuple[int, dict[str, Any] | None]] = []   # None: stopped (not active)
+        self._prov: list[tuple[int, dict[str, Any] | None]] = []  # None: stopped (not active)
 
     def on_actor(self, t_ns: int, actor: str) -> None:
         with self._lock:
@@ -57,7 +60,7 @@ class PolicyLog:
             self._insert(self._prov, (int(t_ns), identity(doc) if doc is not None and doc.get("active") else None))
 
     def _insert(self, seq: list[Any], item: tuple[int, Any]) -> None:
-        if seq and item[0] < seq[-1][0]:   # callbacks of one topic arrive in order; stamps may tie
+        if seq and item[0] < seq[-1][0]:  # callbacks of one topic arrive in order; stamps may tie
             item = (seq[-1][0], item[1])
         seq.append(item)
         if len(seq) > self._keep:
@@ -67,8 +70,8 @@ class PolicyLog:
         times = [t for t, _ in self._prov]
         i = bisect.bisect_right(times, s) - 1
         if i >= 0 and self._prov[i][1] is not None:
-            return self._prov[i][1]   # type: ignore[return-value]
-        for t, doc in self._prov[i + 1:]:
+            return self._prov[i][1]  # type: ignore[return-value]
+        for t, doc in self._prov[i + 1 :]:
             if t > e:
                 break
             if doc is not None:
@@ -87,7 +90,7 @@ class PolicyLog:
                     continue
                 until = actor[k + 1][0] if k + 1 < len(actor) else end_ns
                 s, e = max(t, origin_ns), min(until, end_ns)
-                if e <= s:   # before or after the episode
+                if e <= s:  # before or after the episode
                     continue
                 doc = self._policy_for(t, until)
                 key = json.dumps(doc, sort_keys=True, default=str)

@@ -5,6 +5,7 @@ passes each decoded bag message the same way (with its log time as the receive t
 gripper scales, extra inputs of a mapping, image checks and the stamps (header, or the receive time for
 unstamped messages) are applied identically live and offline.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -35,8 +36,8 @@ class InputSink(Protocol):
 @dataclass(frozen=True)
 class Route:
     topic: str
-    msg_type: str      # "pkg/msg/Type"
-    kind: str          # IMAGE | INPUT | LATCHED | TEXT
+    msg_type: str  # "pkg/msg/Type"
+    kind: str  # IMAGE | INPUT | LATCHED | TEXT
 
 
 class InputRouter:
@@ -45,25 +46,36 @@ class InputRouter:
     Frames of the wrong size or encoding are dropped, counted in ``rejected`` per camera, and ``warn``
     is called once per camera with the reason."""
 
-    def __init__(self, topics: TopicMap, sink: InputSink, *, depth: bool,
-                 warn: Callable[[str], object] = lambda m: None):
+    def __init__(
+        self, topics: TopicMap, sink: InputSink, *, depth: bool, warn: Callable[[str], object] = lambda m: None
+    ):
         self.sink, self.depth, self._warn = sink, depth, warn
         self.rejected: dict[str, int] = {}
         self._handlers: dict[str, list[Handler]] = {}
         self._types: dict[str, tuple[str, str]] = {}
-        self._timed: set[str] = set()   # topics with a handler that reads the receive time
+        self._timed: set[str] = set()  # topics with a handler that reads the receive time
         for spec, b in topics.active():
             assert b.topic is not None
-            self._on(b.topic, b.adapter.msg_type, LATCHED if spec.latched else INPUT, self._vector(spec.name, b.adapter),
-                     timed=not b.adapter.stamped)
+            self._on(
+                b.topic,
+                b.adapter.msg_type,
+                LATCHED if spec.latched else INPUT,
+                self._vector(spec.name, b.adapter),
+                timed=not b.adapter.stamped,
+            )
         self._sizes = {cam: (ct.height, ct.width) for cam, ct in topics.cameras.items()}
         for cam, ct in topics.cameras.items():
             self._on(ct.color, "sensor_msgs/msg/Image", IMAGE, self._image_handler(cam, False))
             if depth and ct.depth:
                 self._on(ct.depth, "sensor_msgs/msg/Image", IMAGE, self._image_handler(cam, True))
         if not depth and topics.raw_quest:
-            self._on(topics.raw_quest, "std_msgs/msg/String", TEXT, lambda m, now: sink.add_raw_quest(now, m.data),
-                     timed=True)
+            self._on(
+                topics.raw_quest,
+                "std_msgs/msg/String",
+                TEXT,
+                lambda m, now: sink.add_raw_quest(now, m.data),
+                timed=True,
+            )
 
     @property
     def routes(self) -> list[Route]:
@@ -94,7 +106,7 @@ class InputRouter:
         fn = self.handler(topic)
         if topic in self._timed:
             return lambda msg: fn(msg, now())
-        return lambda msg: fn(msg, 0)   # 0: no handler of this topic reads it
+        return lambda msg: fn(msg, 0)  # 0: no handler of this topic reads it
 
     def _on(self, topic: str, msg_type: str, kind: str, fn: Handler, timed: bool = False) -> None:
         have = self._types.setdefault(topic, (msg_type, kind))
@@ -107,15 +119,18 @@ class InputRouter:
     def _vector(self, name: str, adapter: Adapter) -> Handler:
         add, read = self.sink.add_input, adapter.read
         if adapter.stamped:
+
             def handle(msg: Any, now: int) -> None:
                 v = read(msg)
                 if v is not None:
                     add(name, stamp_ns(msg), v)
         else:
+
             def handle(msg: Any, now: int) -> None:
                 v = read(msg)
                 if v is not None:
                     add(name, now, v)
+
         return handle
 
     def _image_handler(self, cam: str, depth: bool) -> Handler:
@@ -127,6 +142,7 @@ class InputRouter:
             img = image(cam, msg, depth, size)
             if img is not None:
                 add(cam, stamp_ns(msg), img)
+
         return handle
 
     def _image(self, cam: str, msg: Any, depth: bool, size: tuple[int, int]) -> np.ndarray | None:

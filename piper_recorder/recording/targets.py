@@ -5,6 +5,7 @@ Every method runs on the controller's writer thread. A target makes the episode'
 sink's counters and end flags: ``save_episode(counters, timeout)``. ``source`` (the bag converter:
 where the episode came from) is a per-episode argument that goes into the saved record.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from .verdict import VerdictConfig, judge
 
 LABEL_KEYS = ("outcome", "outcome_note")
 S = TypeVar("S", bound=Sink)
-S_co = TypeVar("S_co", bound=Sink, covariant=True)   # a target's sink type (only handed out)
+S_co = TypeVar("S_co", bound=Sink, covariant=True)  # a target's sink type (only handed out)
 Record = dict[str, Any]
 
 
@@ -28,8 +29,9 @@ class LeRobotDatasetWriter(LeRobotRows, Protocol):
 
     def begin_session(self, record: Record) -> Any: ...
     def start_episode(self, task: str) -> int: ...
-    def save_episode(self, counters: Mapping[str, Any] | None = None,
-                     annotate: Any = None) -> Mapping[str, Any] | None: ...
+    def save_episode(
+        self, counters: Mapping[str, Any] | None = None, annotate: Any = None
+    ) -> Mapping[str, Any] | None: ...
     def update_episode(self, index: int, fields: Mapping[str, Any]) -> Any: ...
     def discard_episode(self) -> None: ...
     def delete_last_episode(self) -> Any: ...
@@ -40,8 +42,9 @@ class RgbdDatasetWriter(RgbdSteps, Protocol):
     """The RGB-D writer calls a target makes (``rgbd_writer.writer.RgbdWriter``)."""
 
     def start_episode(self, seed: int | None = None, meta: Mapping[str, Any] | None = None) -> int: ...
-    def end_episode(self, success: bool | None = None,
-                    meta: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None: ...
+    def end_episode(
+        self, success: bool | None = None, meta: Mapping[str, Any] | None = None
+    ) -> Mapping[str, Any] | None: ...
     def update_episode_attrs(self, index: int, attrs: Mapping[str, Any]) -> None: ...
     def discard_episode(self) -> None: ...
     def close(self) -> None: ...
@@ -49,8 +52,8 @@ class RgbdDatasetWriter(RgbdSteps, Protocol):
 
 class EpisodeTarget(Protocol[S_co]):
     kind: str
-    depth: bool          # frames must carry depth (RGB-D observations)
-    min_rows: int        # fewer assembled rows than this: the episode is empty and discarded
+    depth: bool  # frames must carry depth (RGB-D observations)
+    min_rows: int  # fewer assembled rows than this: the episode is empty and discarded
     needs_task: bool
 
     def begin_session(self, record: Record) -> None: ...
@@ -78,13 +81,20 @@ def _holds(writer: object) -> bool:
 class LeRobotTarget:
     kind, depth, min_rows, needs_task = "lerobot", False, 1, True
 
-    def __init__(self, writer: LeRobotDatasetWriter, save_raw_quest: bool = True, table: FeatureTable = PIPER_TABLE,
-                 verdict: VerdictConfig | None = None, fps: float = 30.0, cameras: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        writer: LeRobotDatasetWriter,
+        save_raw_quest: bool = True,
+        table: FeatureTable = PIPER_TABLE,
+        verdict: VerdictConfig | None = None,
+        fps: float = 30.0,
+        cameras: tuple[str, ...] = (),
+    ):
         self.writer, self.save_raw_quest, self.table = writer, save_raw_quest, table
         self.verdict, self.fps, self.cameras = verdict or VerdictConfig(), fps, cameras
         self._source: Record | None = None
         self._policy: Record | None = None
-        self._sink: LeRobotSink | None = None   # the episode's, kept until it is saved or discarded
+        self._sink: LeRobotSink | None = None  # the episode's, kept until it is saved or discarded
 
     def begin_session(self, record: Record) -> None:
         self.writer.begin_session(record)
@@ -92,7 +102,7 @@ class LeRobotTarget:
     def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, LeRobotSink]:
         idx = int(self.writer.start_episode(task))
         self._source = source
-        self._policy = record.get("policy")   # a rollout names its policy in episodes.jsonl
+        self._policy = record.get("policy")  # a rollout names its policy in episodes.jsonl
         self._sink = LeRobotSink(self.writer, self.save_raw_quest, self.table)
         return idx, self._sink
 
@@ -107,7 +117,7 @@ class LeRobotTarget:
             return judge(record, cfg, fps, cams or tuple(videos), videos, times).fields()
 
         rec = self.writer.save_episode({**counters, **source, **sink.counters(), **extra}, annotate=annotate)
-        self._sink = None   # saved (a failed save keeps it: the retry saves the same episode)
+        self._sink = None  # saved (a failed save keeps it: the retry saves the same episode)
         return dict(rec) if isinstance(rec, dict) else {}
 
     def label_saved(self, index: int, fields: Record) -> None:
@@ -140,11 +150,17 @@ class RgbdTarget:
 
     kind, depth, min_rows, needs_task = "rgbd", True, 2, False
 
-    def __init__(self, writer: RgbdDatasetWriter, camera: str, table: FeatureTable = PIPER_TABLE,
-                 verdict: VerdictConfig | None = None, fps: float = 30.0):
+    def __init__(
+        self,
+        writer: RgbdDatasetWriter,
+        camera: str,
+        table: FeatureTable = PIPER_TABLE,
+        verdict: VerdictConfig | None = None,
+        fps: float = 30.0,
+    ):
         self.writer, self.camera, self.table = writer, camera, table
         self.verdict, self.fps = verdict or VerdictConfig(), fps
-        self._sink: RgbdSink | None = None   # the episode's, kept until it is saved or discarded
+        self._sink: RgbdSink | None = None  # the episode's, kept until it is saved or discarded
 
     def begin_session(self, record: Record) -> None:
         """Nothing up front: every episode carries the record it was recorded under."""
@@ -158,7 +174,7 @@ class RgbdTarget:
         return idx, self._sink
 
     def save_episode(self, counters: Record, timeout: bool) -> Record:
-        sink, self._sink = _open_sink(self._sink), None   # a failed save is never retried (keeps_failed_save)
+        sink, self._sink = _open_sink(self._sink), None  # a failed save is never retried (keeps_failed_save)
         sink.end(terminal=not timeout, timeout=timeout)
         v = judge(counters, self.verdict, self.fps, (self.camera,))
         meta = {**{k: counters[k] for k in LABEL_KEYS if k in counters}, **v.fields()}
@@ -167,8 +183,12 @@ class RgbdTarget:
         outcome = counters.get("outcome")
         success = None if outcome is None else outcome == "success"
         rec = self.writer.end_episode(success=success, meta=meta)
-        return {"observations": sink.observations, "transitions": sink.transitions, **meta,
-                **(dict(rec) if isinstance(rec, dict) else {})}
+        return {
+            "observations": sink.observations,
+            "transitions": sink.transitions,
+            **meta,
+            **(dict(rec) if isinstance(rec, dict) else {}),
+        }
 
     def label_saved(self, index: int, fields: Record) -> None:
         """The episode's attrs in the file (one journaled transaction under the writer's lock)."""
@@ -188,7 +208,7 @@ class RgbdTarget:
         self.writer.discard_episode()
 
     def delete_last_episode(self) -> None:
-        delete = getattr(self.writer, "delete_last_episode", None)   # writers that cannot delete lack it
+        delete = getattr(self.writer, "delete_last_episode", None)  # writers that cannot delete lack it
         if delete is None:
             raise NotImplementedError("the RGB-D writer cannot delete a committed episode")
         delete()

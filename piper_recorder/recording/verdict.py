@@ -21,6 +21,7 @@ Inputs, all known at the save:
 Every threshold is a field of ``VerdictConfig``, which the recorders expose as parameters
 (``verdict.*``). A reason names the camera or input, the count and the threshold it crossed.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,9 @@ VERDICTS = (OK, WARN, BAD)
 OUTCOMES = ("success", "failure")
 VERDICT_KEY, REASONS_KEY = "verdict", "verdict_reasons"
 OUTCOME_KEY, NOTE_KEY = "outcome", "outcome_note"
-NOTE_MAX = 200   # characters of an outcome note: a short remark, not a log
-PTS_TOLERANCE_S = 1e-4   # LeRobot's default ``tolerance_s``
-ARM_INPUTS = ("joint_states", "eef_pose")   # the arm's feedback (values_stale of these: feedback gaps)
+NOTE_MAX = 200  # characters of an outcome note: a short remark, not a log
+PTS_TOLERANCE_S = 1e-4  # LeRobot's default ``tolerance_s``
+ARM_INPUTS = ("joint_states", "eef_pose")  # the arm's feedback (values_stale of these: feedback gaps)
 
 
 @dataclass
@@ -48,17 +49,17 @@ class VerdictConfig:
     no drops) and what a camera stall of a second crosses.
     """
 
-    warn_repeated: float = 0.03     # frames repeated (a row re-used the previous frame), per camera
+    warn_repeated: float = 0.03  # frames repeated (a row re-used the previous frame), per camera
     bad_repeated: float = 0.10
-    warn_dropped: float = 0.0       # frames skipped (capture jitter) or lost (writer, encoder), per camera
+    warn_dropped: float = 0.0  # frames skipped (capture jitter) or lost (writer, encoder), per camera
     bad_dropped: float = 0.02
-    warn_stale: float = 0.0         # rows with an arm input older than stale_s (a feedback gap)
+    warn_stale: float = 0.0  # rows with an arm input older than stale_s (a feedback gap)
     bad_stale: float = 0.05
-    warn_late: float = 0.02         # messages that arrived after their row was assembled, per input
+    warn_late: float = 0.02  # messages that arrived after their row was assembled, per input
     bad_late: float = 0.10
-    warn_frame_age_ms: float = 150.0   # the oldest frame a row carried (frame_age_max_ms): a stall
+    warn_frame_age_ms: float = 150.0  # the oldest frame a row carried (frame_age_max_ms): a stall
     bad_frame_age_ms: float = 500.0
-    warn_frame_ahead_ms: float = 5.0   # a frame captured this long after its row: a clock step
+    warn_frame_ahead_ms: float = 5.0  # a frame captured this long after its row: a clock step
     bad_frame_ahead_ms: float = 50.0
 
     def validate(self) -> None:
@@ -118,9 +119,15 @@ def _num(d: Any, key: str) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
 
 
-def judge(record: Mapping[str, Any], cfg: VerdictConfig, fps: float, cameras: Sequence[str],
-          videos: Mapping[str, Path] | None = None, timestamps: Sequence[float] | None = None,
-          video_rows: str = "frames") -> Verdict:
+def judge(
+    record: Mapping[str, Any],
+    cfg: VerdictConfig,
+    fps: float,
+    cameras: Sequence[str],
+    videos: Mapping[str, Path] | None = None,
+    timestamps: Sequence[float] | None = None,
+    video_rows: str = "frames",
+) -> Verdict:
     """The verdict of one saved episode from its ``record`` (episodes.jsonl keys: counters + the
     writer's); ``videos``: each camera's mp4 to read the PTS back from; ``timestamps``: the rows'
     written times; ``video_rows``: what a row's frame count is compared against (``frames`` for LeRobot,
@@ -140,30 +147,52 @@ def judge(record: Mapping[str, Any], cfg: VerdictConfig, fps: float, cameras: Se
         # frames not in the episode, by cause: skipped between two rows (the camera delivered two within one
         # row period: capture jitter, no row without its frame) or lost (shed behind the writer, refused by
         # the encoder); one threshold on the sum, each cause named in the reason
-        causes = {"skipped between rows (capture jitter)": _num(record.get("frames_dropped"), cam),
-                  "lost behind the writer": _num(record.get("frames_dropped_writer_behind"), cam),
-                  "lost to a full encoder queue": _num(vdrop.get(cam), "queue_full")
-                  + _num(record.get("frames_rejected_by_encoder"), cam)}
+        causes = {
+            "skipped between rows (capture jitter)": _num(record.get("frames_dropped"), cam),
+            "lost behind the writer": _num(record.get("frames_dropped_writer_behind"), cam),
+            "lost to a full encoder queue": _num(vdrop.get(cam), "queue_full")
+            + _num(record.get("frames_rejected_by_encoder"), cam),
+        }
         named = [(what, n) for what, n in causes.items() if n]
         what = named[0][0] if len(named) == 1 else ", ".join(f"{w} {n:g}" for w, n in named)
         j.frac(f"{cam}: frames {what}", sum(causes.values()), rows, cfg.warn_dropped, cfg.bad_dropped)
         pts_drops = _num(vdrop.get(cam), "non_increasing_pts")
         if pts_drops:
             j.add(1, f"{cam}: {pts_drops:g} frames with a non-increasing PTS dropped by the encoder")
-        j.frac(f"{cam}: frames repeated", _num(record.get("frames_repeated"), cam), rows,
-               cfg.warn_repeated, cfg.bad_repeated)
+        j.frac(
+            f"{cam}: frames repeated",
+            _num(record.get("frames_repeated"), cam),
+            rows,
+            cfg.warn_repeated,
+            cfg.bad_repeated,
+        )
         j.frac(f"{cam}: stale frames", _num(record.get("frames_stale"), cam), rows, cfg.warn_stale, cfg.bad_stale)
-        age = _map(record, "frame_age_max_ms") or _map(record, "frame_behind_max_ms")   # older roots: new frames only
-        j.limit(f"{cam}: oldest frame at a row (camera stall)", _num(age, cam),
-                cfg.warn_frame_age_ms, cfg.bad_frame_age_ms, "ms")
-        j.limit(f"{cam}: frame captured after its row (clock step)", _num(record.get("frame_ahead_max_ms"), cam),
-                cfg.warn_frame_ahead_ms, cfg.bad_frame_ahead_ms, "ms")
+        age = _map(record, "frame_age_max_ms") or _map(record, "frame_behind_max_ms")  # older roots: new frames only
+        j.limit(
+            f"{cam}: oldest frame at a row (camera stall)",
+            _num(age, cam),
+            cfg.warn_frame_age_ms,
+            cfg.bad_frame_age_ms,
+            "ms",
+        )
+        j.limit(
+            f"{cam}: frame captured after its row (clock step)",
+            _num(record.get("frame_ahead_max_ms"), cam),
+            cfg.warn_frame_ahead_ms,
+            cfg.bad_frame_ahead_ms,
+            "ms",
+        )
         if _num(record.get("frames_unpaired"), cam):
             j.add(1, f"{cam}: {_num(record.get('frames_unpaired'), cam):g} colour/depth images without a partner")
     stale = _map(record, "values_stale")
     for name in ARM_INPUTS:
-        j.frac(f"arm feedback {name} stale (gap longer than stale_s)", _num(stale, name), rows,
-               cfg.warn_stale, cfg.bad_stale)
+        j.frac(
+            f"arm feedback {name} stale (gap longer than stale_s)",
+            _num(stale, name),
+            rows,
+            cfg.warn_stale,
+            cfg.bad_stale,
+        )
     for name in sorted(k for k in stale if k not in ARM_INPUTS):
         j.frac(f"input {name} stale", _num(stale, name), rows, cfg.warn_stale, cfg.bad_stale)
     late = _map(record, "messages_late")
@@ -191,8 +220,7 @@ def _check_grid(j: _Judge, what: str, times: list[float], fps: float, strict_gri
     if strict_grid:
         off = [k for k, t in enumerate(times) if abs(t - k / fps) >= PTS_TOLERANCE_S]
         if off:
-            j.add(2, f"{what}: {len(off)} off the 1/{fps:g} s grid (first at index {off[0]}: "
-                     f"{times[off[0]]:.6f} s)")
+            j.add(2, f"{what}: {len(off)} off the 1/{fps:g} s grid (first at index {off[0]}: {times[off[0]]:.6f} s)")
 
 
 def read_pts(path: Path) -> list[float]:

@@ -12,6 +12,7 @@ plus one frame's encoder wait, whatever the load, and ``lag_s()`` says at once h
 A target whose rows cannot exist without their frame (the RGB-D steps) passes ``shed_row_frames=False``:
 its rows are written whole, however late.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,8 @@ class WriterWorker:
     def __init__(self, name: str = "writer"):
         # (call, future or None, monotonic time it was queued)
         self._q: queue.Queue[tuple[Callable[[], Any], Future[Any] | None, float] | None] = queue.Queue()
-        self.error: BaseException | None = None   # first failure of a fire-and-forget call since reset
-        self._running_since: float | None = None   # when the call now running was queued
+        self.error: BaseException | None = None  # first failure of a fire-and-forget call since reset
+        self._running_since: float | None = None  # when the call now running was queued
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -91,8 +92,9 @@ class QueuedSink:
     ``behind``: frames dropped per camera because they waited more than ``max_lag_s`` (module doc).
     """
 
-    def __init__(self, inner: Sink, worker: WriterWorker, max_lag_s: float = DEFAULT_MAX_LAG_S,
-                 shed_row_frames: bool = True):
+    def __init__(
+        self, inner: Sink, worker: WriterWorker, max_lag_s: float = DEFAULT_MAX_LAG_S, shed_row_frames: bool = True
+    ):
         self.inner, self._worker, self.max_lag_s = inner, worker, max_lag_s
         self.shed_row_frames = shed_row_frames
         self.behind: dict[str, int] = {}

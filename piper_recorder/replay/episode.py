@@ -1,4 +1,5 @@
 """Load one episode's absolute actions from a LeRobot v2.0 root (ours or any with the same features)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ class ReplayEpisode:
         return float(self.t[-1]) if len(self.t) else 0.0
 
 
-def load_episode(root: str | Path, episode_index: int, pose_key: str = "action.arm_eef",
-                 gripper_key: str = "action.gripper") -> ReplayEpisode:
+def load_episode(
+    root: str | Path, episode_index: int, pose_key: str = "action.arm_eef", gripper_key: str = "action.gripper"
+) -> ReplayEpisode:
     root = Path(root)
     info = json.loads((root / INFO).read_text())
     for key in (pose_key, gripper_key):

@@ -1,4 +1,5 @@
 """Replay timing and the slow approach to the first pose; tracking-error statistics."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,8 +44,9 @@ class Approach:
     def pose_at(self, elapsed: float) -> np.ndarray:
         s = float(np.clip(elapsed / self.duration, 0.0, 1.0))
         s = s * s * (3.0 - 2.0 * s)  # smoothstep: zero velocity at both ends
-        return np.concatenate([self.start[:3] + s * (self.goal[:3] - self.start[:3]),
-                               _slerp(self.start[3:], self.goal[3:], s)])
+        return np.concatenate(
+            [self.start[:3] + s * (self.goal[:3] - self.start[:3]), _slerp(self.start[3:], self.goal[3:], s)]
+        )
 
 
 def row_at(t: np.ndarray, elapsed: float, speed: float) -> int:
@@ -85,10 +87,15 @@ class TrackingStats:
             return {"samples": len(self.commanded)}
         raw = self._errors(0.0)
         lags = np.arange(0.0, self.max_lag_s + 1e-9, 0.005)
-        rms = [float(np.sqrt(np.mean(e ** 2))) if e.size else np.inf for e in map(self._errors, lags.tolist())]
+        rms = [float(np.sqrt(np.mean(e**2))) if e.size else np.inf for e in map(self._errors, lags.tolist())]
         best = int(np.argmin(rms))
         comp = self._errors(float(lags[best]))
-        return {"samples": len(self.commanded), "rms_m": float(np.sqrt(np.mean(raw ** 2))),
-                "p95_m": float(np.percentile(raw, 95)), "max_m": float(raw.max()),
-                "lag_s": float(lags[best]), "lag_rms_m": float(np.sqrt(np.mean(comp ** 2))),
-                "lag_max_m": float(comp.max())}
+        return {
+            "samples": len(self.commanded),
+            "rms_m": float(np.sqrt(np.mean(raw**2))),
+            "p95_m": float(np.percentile(raw, 95)),
+            "max_m": float(raw.max()),
+            "lag_s": float(lags[best]),
+            "lag_rms_m": float(np.sqrt(np.mean(comp**2))),
+            "lag_max_m": float(comp.max()),
+        }

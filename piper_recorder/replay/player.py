@@ -15,6 +15,7 @@ like a fresh one, never with a jump from wherever the arm is now. The recorded t
 in it: the result counts the holds (``feedback_holds``) and ``held_s``. Holding longer than
 ``feedback_wait_s`` in all aborts (the arm keeps holding).
 """
+
 from __future__ import annotations
 
 import threading
@@ -39,9 +40,9 @@ class ReplayConfig:
     approach_angular_speed: float = 0.5
     settle_tolerance_m: float = 0.01
     settle_timeout_s: float = 5.0
-    stale_feedback_s: float = 0.3            # older arm feedback: no target, the arm holds
-    steady_feedback_s: float = 0.5           # feedback without a stale gap this long before the arm moves
-    feedback_wait_s: float = 5.0             # total time held on stale or unsteady feedback, then abort
+    stale_feedback_s: float = 0.3  # older arm feedback: no target, the arm holds
+    steady_feedback_s: float = 0.5  # feedback without a stale gap this long before the arm moves
+    feedback_wait_s: float = 5.0  # total time held on stale or unsteady feedback, then abort
     frame_id: str = "arm_base"
     autoplay: bool = False
 
@@ -86,9 +87,9 @@ class ReplayPlayer:
         self._episode: ReplayEpisode | None = None
         self._approach: Approach | None = None
         self._phase_t0 = 0.0
-        self._held_s = 0.0      # this run: time spent waiting for steady feedback without a target
-        self._holds = 0         # this run: how often feedback went stale after the arm started moving
-        self._resume_at = 0.0   # playback time (s) where play starts or goes on after a hold
+        self._held_s = 0.0  # this run: time spent waiting for steady feedback without a target
+        self._holds = 0  # this run: how often feedback went stale after the arm started moving
+        self._resume_at = 0.0  # playback time (s) where play starts or goes on after a hold
         self._stats = TrackingStats()
 
     # -- feedback -----------------------------------------------------------------------------
@@ -96,7 +97,7 @@ class ReplayPlayer:
         """A measured EEF pose (xyz + quat wxyz) arrived at ``now``."""
         with self._lock:
             if self._measured_at is None or now - self._measured_at > self.cfg.stale_feedback_s:
-                self._steady_since = now   # a gap: steadiness starts over
+                self._steady_since = now  # a gap: steadiness starts over
             self._measured, self._measured_at = np.asarray(pose, dtype=np.float64).copy(), now
 
     def _fresh(self, now: float) -> np.ndarray | None:
@@ -126,8 +127,10 @@ class ReplayPlayer:
             self._leave_waiting_if_steady(now)
             play = f"{len(episode.t)} rows ({episode.duration / self.cfg.speed:.1f} s)"
             if self.state == "waiting":
-                return True, (f"waiting for steady arm feedback ({self.cfg.steady_feedback_s:.1f} s), then "
-                              f"approaching the first pose and playing {play}")
+                return True, (
+                    f"waiting for steady arm feedback ({self.cfg.steady_feedback_s:.1f} s), then "
+                    f"approaching the first pose and playing {play}"
+                )
             assert self._approach is not None
             return True, f"approaching the first pose ({self._approach.duration:.1f} s), then playing {play}"
 
@@ -147,13 +150,16 @@ class ReplayPlayer:
             episode = self._episode
             assert episode is not None
             measured = self._fresh(now)
-            if measured is None and state != "waiting":   # hold; approach anew once steady
+            if measured is None and state != "waiting":  # hold; approach anew once steady
                 self.state, self._phase_t0 = "waiting", now
                 self._holds += 1
             if self.state == "waiting":
                 if self._held_s + (now - self._phase_t0) > self.cfg.feedback_wait_s:
-                    return Step(result=self._finish(
-                        "aborted", f"arm feedback stale or unsteady for {self.cfg.feedback_wait_s:.1f} s; holding"))
+                    return Step(
+                        result=self._finish(
+                            "aborted", f"arm feedback stale or unsteady for {self.cfg.feedback_wait_s:.1f} s; holding"
+                        )
+                    )
                 if not self._leave_waiting_if_steady(now):
                     return Step()
             assert measured is not None
@@ -175,7 +181,7 @@ class ReplayPlayer:
             if k >= len(episode.t) - 1 and elapsed * self.cfg.speed > episode.duration + 1.0 / episode.fps:
                 return Step(result=self._finish("done"))
             k = max(0, min(k, len(episode.t) - 1))
-            self._resume_at = elapsed * self.cfg.speed   # a hold from here goes on from this row
+            self._resume_at = elapsed * self.cfg.speed  # a hold from here goes on from this row
             self._stats.add(elapsed, episode.poses[k], measured)
             return Step(Target(episode.poses[k], float(episode.gripper[k])))
 
@@ -190,13 +196,23 @@ class ReplayPlayer:
             return False
         assert self._episode is not None and self._measured is not None
         self._held_s += now - self._phase_t0
-        self._approach = Approach(self._measured.copy(), self._episode.poses[self._resume_row()],
-                                  self.cfg.approach_linear_speed, self.cfg.approach_angular_speed)
+        self._approach = Approach(
+            self._measured.copy(),
+            self._episode.poses[self._resume_row()],
+            self.cfg.approach_linear_speed,
+            self.cfg.approach_angular_speed,
+        )
         self.state, self._phase_t0 = "approach", now
         return True
 
     def _finish(self, state: str, reason: str = "") -> dict:
         self.state = state
         episode = self._episode.episode_index if self._episode is not None else self.cfg.episode
-        return {"state": state, "episode": episode, "reason": reason, "feedback_holds": self._holds,
-                "held_s": round(self._held_s, 3), **self._stats.summary()}
+        return {
+            "state": state,
+            "episode": episode,
+            "reason": reason,
+            "feedback_holds": self._holds,
+            "held_s": round(self._held_s, 3),
+            **self._stats.summary(),
+        }

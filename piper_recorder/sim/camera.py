@@ -4,6 +4,7 @@ A camera is placed by its position and a point it looks at (``look_at``), which 
 sim camera is configured. Optical frame: z forward along the optical axis, x right, y down, so
 ``depth`` of a point is its z in the optical frame (the quantity RealSense depth images store).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,8 +71,7 @@ class PinholeCamera:
     rotation: np.ndarray  # (3, 3) optical axes as columns, arm base frame
 
     @classmethod
-    def looking_at(cls, intrinsics: Intrinsics, position: Sequence[float],
-                   target: Sequence[float]) -> PinholeCamera:
+    def looking_at(cls, intrinsics: Intrinsics, position: Sequence[float], target: Sequence[float]) -> PinholeCamera:
         origin = np.asarray(position, float).reshape(3)
         return cls(intrinsics, origin, look_at_rotation(origin, np.asarray(target, float).reshape(3)))
 

@@ -1,4 +1,5 @@
 """Fault injection for sim cameras: a pause window, periodic drops and capture-time jitter."""
+
 from __future__ import annotations
 
 import random

@@ -4,6 +4,7 @@ The camera renders the EEF *at the frame stamp*, so a recorded frame and the arm
 same stamp agree. Poses arrive asynchronously, so the camera captures slightly in the past (its
 render latency) where the history already brackets the capture time.
 """
+
 from __future__ import annotations
 
 import bisect

@@ -1,4 +1,5 @@
 """Find the rendered EEF marker in a (possibly lossy-decoded) RGB frame, for alignment tests and tools."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -6,6 +6,7 @@ copy of the base images and a disc painted into a small bounding box, so two 640
 30 fps fit comfortably on a shared 2-core machine. The disc's depth is the marker's distance along
 the optical axis in millimetres, the same number a RealSense aligned depth image would hold.
 """
+
 from __future__ import annotations
 
 import numpy as np

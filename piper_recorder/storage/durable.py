@@ -4,6 +4,7 @@
 file's own directory entry, ``fsync_parent(path)``. Every other durable write
 (tmp file + fsync + rename, the LeRobot root lock, JSON lines) is in ``lerobot/format/fsutil.py``.
 """
+
 from __future__ import annotations
 
 import os

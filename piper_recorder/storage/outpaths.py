@@ -8,6 +8,7 @@ Every dataset tool that takes ``--out`` compares here, with every symlink of bot
 ``dir_problem`` / ``file_problem`` say why an output cannot go where it is asked to (a file given for a
 directory, a directory for a file), so a tool refuses it in one line before it starts anything.
 """
+
 from __future__ import annotations
 
 import os

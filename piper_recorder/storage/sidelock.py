@@ -14,6 +14,7 @@ locks a new file, and both would write. The classic fix is applied here:
 A lock file left by an older version or by a killed run (flock dies with the process) is simply
 taken over and removed at the end.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -45,7 +46,7 @@ class SideLock:
             if same:
                 self.fd = fd
                 return
-            os.close(fd)   # locked a file its holder had just removed: lock the current one
+            os.close(fd)  # locked a file its holder had just removed: lock the current one
         raise busy()
 
     def close(self) -> None:

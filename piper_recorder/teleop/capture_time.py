@@ -13,6 +13,7 @@ a preempted read is wide and loses to any unpreempted one), so one held thread d
 result. The window follows slow host clock slewing (NTP: at most 0.5 ms/s); a host clock step shows
 once the pairs of the window have been replaced.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,8 +24,12 @@ from collections.abc import Callable
 class HostToMono:
     """``convert(stamp_ns)`` -> monotonic seconds, never later than now; clocks injectable for tests."""
 
-    def __init__(self, host_ns: Callable[[], int] = time.time_ns, mono_ns: Callable[[], int] = time.monotonic_ns,
-                 window_s: float = 2.0):
+    def __init__(
+        self,
+        host_ns: Callable[[], int] = time.time_ns,
+        mono_ns: Callable[[], int] = time.monotonic_ns,
+        window_s: float = 2.0,
+    ):
         self._host, self._mono = host_ns, mono_ns
         self._window_ns = round(window_s * 1e9)
         # (read time, width, offset): widths increase from the front, so the front is the tightest pair

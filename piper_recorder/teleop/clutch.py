@@ -8,6 +8,7 @@ An engage that is refused (no arm feedback, arm fault, arm outside the workspace
 the grip stays closed: the clutch latches poses only at the moment it engages, so a late engage
 cannot jump.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,16 +23,17 @@ class ClutchConfig:
 
     def validate(self) -> None:
         if not (0.0 <= self.release_below < self.engage_above <= 1.0):
-            raise ValueError("clutch needs 0 <= release_below < engage_above <= 1 "
-                             f"(got {self.release_below}, {self.engage_above})")
+            raise ValueError(
+                f"clutch needs 0 <= release_below < engage_above <= 1 (got {self.release_below}, {self.engage_above})"
+            )
 
 
 class ClutchEvent(Enum):
     NONE = "none"
     ENGAGED = "engaged"
-    RELEASED = "released"        # grip opened
-    FORCED_RELEASE = "forced"    # menu / watchdog / interlock
-    REFUSED = "refused"          # grip closed but an interlock said no
+    RELEASED = "released"  # grip opened
+    FORCED_RELEASE = "forced"  # menu / watchdog / interlock
+    REFUSED = "refused"  # grip closed but an interlock said no
 
 
 class Clutch:

@@ -5,6 +5,7 @@ hard (``min_cutoff``), fast deliberate motion passes with little lag (``beta``).
 uses one cutoff from the speed norm so the path is not distorted axis by axis; the orientation
 variant does the same with the angular speed and slerps.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,9 @@ from .rotations import Quat, angle_between_t, as_floats, slerp_t, unit_t
 
 @dataclass
 class FilterConfig:
-    min_cutoff: float = 1.2     # Hz, cutoff at rest
-    beta: float = 0.02          # cutoff gain per unit speed (m/s for position, rad/s for orientation)
-    d_cutoff: float = 1.0       # Hz, cutoff of the speed estimate
+    min_cutoff: float = 1.2  # Hz, cutoff at rest
+    beta: float = 0.02  # cutoff gain per unit speed (m/s for position, rad/s for orientation)
+    d_cutoff: float = 1.0  # Hz, cutoff of the speed estimate
     enabled: bool = True
 
     def validate(self) -> None:

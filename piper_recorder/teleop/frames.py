@@ -5,6 +5,7 @@ robot_x = -xr_z, robot_y = -xr_x, robot_z = xr_y (a proper rotation, det +1), op
 a yaw about the robot's z axis so an operator standing at an angle to the arm still pushes
 "forward" into the arm's +x.
 """
+
 from __future__ import annotations
 
 import math

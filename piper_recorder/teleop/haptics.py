@@ -17,14 +17,20 @@ recorders (both save, seconds apart on a busy machine) is felt once: ``confirm``
 confirmation that repeats the previous one with no press in between (``new_press``; within
 ``dedupe_s``: episodes driven through the services have no presses).
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
 
 # episode event -> pattern name
-EVENT_PATTERNS = {"started": "start", "saved": "save", "discarded": "discard", "deleted": "delete",
-                  "save_failed": "refused"}
+EVENT_PATTERNS = {
+    "started": "start",
+    "saved": "save",
+    "discarded": "discard",
+    "deleted": "delete",
+    "save_failed": "refused",
+}
 
 
 @dataclass
@@ -44,9 +50,9 @@ class HapticConfig:
     success: list[float] = field(default_factory=lambda: [0.6, 80.0, 2.0])
     failure: list[float] = field(default_factory=lambda: [1.0, 160.0, 2.0])
     bad: list[float] = field(default_factory=lambda: [1.0, 400.0, 3.0])
-    gap_s: float = 0.2                 # from one pulse's start to the next one's
-    dedupe_s: float = 30.0             # the same confirmation again (another recorder) within this is felt once
-    limit_repeat_s: float = 2.0        # a limit that keeps re-engaging pulses at most this often
+    gap_s: float = 0.2  # from one pulse's start to the next one's
+    dedupe_s: float = 30.0  # the same confirmation again (another recorder) within this is felt once
+    limit_repeat_s: float = 2.0  # a limit that keeps re-engaging pulses at most this often
 
     @staticmethod
     def names() -> list[str]:
@@ -64,8 +70,9 @@ class HapticConfig:
                 raise ValueError(f"haptics.{name} must be [amp, ms, count], got {v!r}")
             amp, ms, count = v
             if not 0.0 <= amp <= 1.0 or not 0 <= ms <= 2000 or count != int(count) or not 0 <= count <= 10:
-                raise ValueError(f"haptics.{name}: amp in [0, 1], ms in [0, 2000], count an integer in [0, 10]; "
-                                 f"got {v!r}")
+                raise ValueError(
+                    f"haptics.{name}: amp in [0, 1], ms in [0, 2000], count an integer in [0, 10]; got {v!r}"
+                )
         for name, hi in (("gap_s", 10.0), ("dedupe_s", 600.0), ("limit_repeat_s", 60.0)):
             v = getattr(self, name)
             if not (math.isfinite(v) and 0.0 <= v <= hi):

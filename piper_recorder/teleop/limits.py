@@ -6,6 +6,7 @@ published target. Because the box is convex and the previous target was inside i
 step stays inside the box, so the two hard guarantees (inside the box, step within the caps) hold
 for every published target; ``check`` asserts exactly those.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,14 +20,14 @@ from .rotations import Quat, angle_between, angle_between_t, as_floats, is_finit
 
 @dataclass
 class LimitsConfig:
-    max_linear_speed: float = 0.8      # m/s
-    max_angular_speed: float = 2.5     # rad/s
+    max_linear_speed: float = 0.8  # m/s
+    max_angular_speed: float = 2.5  # rad/s
     # The clamp box: teleop moves a target that leaves it back onto its surface (ROS parameters
     # ``limits.workspace_min/max``). Not the arm's acceptance box (piper_arm's ``workspace_min/max``,
     # ``ArmConfig.accept_box``), which refuses a target outside it and is wider, so a clamped target is accepted.
     workspace_min: list[float] = field(default_factory=lambda: [0.05, -0.35, 0.03])  # m, arm base
     workspace_max: list[float] = field(default_factory=lambda: [0.55, 0.35, 0.50])
-    tether_m: float = 0.12             # max distance target <-> measured EEF; <= 0 disables
+    tether_m: float = 0.12  # max distance target <-> measured EEF; <= 0 disables
 
     def validate(self) -> None:
         for name in ("max_linear_speed", "max_angular_speed"):
@@ -36,7 +37,8 @@ class LimitsConfig:
         if len(self.workspace_min) != 3 or len(self.workspace_max) != 3:
             raise ValueError("workspace_min / workspace_max need 3 values (x, y, z)")
         if not is_finite(self.workspace_min, self.workspace_max) or any(
-                lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max)):
+            lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max)
+        ):
             raise ValueError(f"workspace box is empty: {self.workspace_min} .. {self.workspace_max}")
         if not math.isfinite(self.tether_m):
             raise ValueError(f"tether_m must be finite, got {self.tether_m}")
@@ -62,7 +64,7 @@ class Limits:
         self.cfg = cfg
         self._lo, self._hi = cfg.clamp_box
         self.clamp_lo, self.clamp_hi = np.array(self._lo, dtype=float), np.array(self._hi, dtype=float)
-        self.acted: tuple[str, ...] = ()   # LIMIT_NAMES that changed the target at the last ``apply``
+        self.acted: tuple[str, ...] = ()  # LIMIT_NAMES that changed the target at the last ``apply``
 
     def inside(self, p: np.ndarray | Sequence[float], margin: float = 0.0) -> bool:
         return all(lo - margin <= v <= hi + margin for v, lo, hi in zip(as_floats(p), self._lo, self._hi))
@@ -80,8 +82,15 @@ class Limits:
         k = self.cfg.tether_m / n
         return np.array([m + (v - m) * k for v, m in zip(pl, ml)])
 
-    def cap_step(self, prev_p: np.ndarray, prev_q: np.ndarray, p: np.ndarray, q: np.ndarray,
-                 dt: float, acted: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def cap_step(
+        self,
+        prev_p: np.ndarray,
+        prev_q: np.ndarray,
+        p: np.ndarray,
+        q: np.ndarray,
+        dt: float,
+        acted: list[str] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         max_lin = self.cfg.max_linear_speed * dt
         pl, prev = as_floats(p), as_floats(prev_p)
         n = math.dist(pl, prev)
@@ -97,8 +106,9 @@ class Limits:
                 acted.append("angular_speed")
         return p, normalize(q)
 
-    def apply(self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray,
-              measured_p: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    def apply(
+        self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray, measured_p: np.ndarray, dt: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         acted: list[str] = []
         tethered = self.tether(p, measured_p)
         if tethered.tolist() != as_floats(p):
@@ -110,8 +120,15 @@ class Limits:
         self.acted = tuple(acted)
         return out
 
-    def apply_t(self, p: list[float], q: Sequence[float], prev_p: Sequence[float], prev_q: Sequence[float],
-                measured_p: Sequence[float], dt: float) -> tuple[list[float], Quat]:
+    def apply_t(
+        self,
+        p: list[float],
+        q: Sequence[float],
+        prev_p: Sequence[float],
+        prev_q: Sequence[float],
+        measured_p: Sequence[float],
+        dt: float,
+    ) -> tuple[list[float], Quat]:
         """``apply`` on float sequences (the control tick's path): the same steps, the same ``acted``."""
         acted: list[str] = []
         tethered = p
@@ -139,8 +156,9 @@ class Limits:
         self.acted = tuple(acted)
         return clamped, unit_t(q)
 
-    def check_t(self, p: Sequence[float], q: Sequence[float], prev_p: Sequence[float], prev_q: Sequence[float],
-                dt: float) -> None:
+    def check_t(
+        self, p: Sequence[float], q: Sequence[float], prev_p: Sequence[float], prev_q: Sequence[float], dt: float
+    ) -> None:
         """``check`` on float sequences (the control tick's path; ``check`` converts arrays to these)."""
         if not all(math.isfinite(v) for v in p) or not all(math.isfinite(v) for v in q):
             raise LimitViolation(f"non-finite target {np.array(p)} {np.array(q)}")

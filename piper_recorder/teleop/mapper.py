@@ -33,6 +33,7 @@ reconnected, the SpaceMouse was unplugged or plugged in) is a clutch event: the 
 and stays disarmed until the new source's grip opens, and the held hand pose and joys are forgotten, so
 the arm moves only on a fresh grip of the new source, from where it stands.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,19 +52,19 @@ from ..names import DELETE_LAST_EPISODE, DISCARD_EPISODE, QUEST_HANDS, START_EPI
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
 MAX_ABS_POS = 100.0  # m; larger coordinates are garbage (and would overflow the arithmetic)
-STALL_TICKS = 3      # a tick this many periods late means our own process was stalled ...
+STALL_TICKS = 3  # a tick this many periods late means our own process was stalled ...
 STALL_GRACE_S = 0.05  # ... and the watchdogs wait this long for the queued messages to be delivered
 
 
 @dataclass
 class TeleopConfig:
-    hand: str = "right"                 # controller that drives the arm; the other hand's X/A deletes
+    hand: str = "right"  # controller that drives the arm; the other hand's X/A deletes
     control_rate_hz: float = 100.0
     pos_scale: float = 1.0
-    stale_timeout_s: float = 0.25       # headset watchdog: disengage after this long without data
-    arm_stale_timeout_s: float = 0.5    # arm feedback older than this refuses / drops the clutch
-    gripper_max_width: float = 0.07     # m; width = max * (1 - trigger)
-    delete_hold_s: float = 1.0          # hold the other hand's primary this long to delete the last episode
+    stale_timeout_s: float = 0.25  # headset watchdog: disengage after this long without data
+    arm_stale_timeout_s: float = 0.5  # arm feedback older than this refuses / drops the clutch
+    gripper_max_width: float = 0.07  # m; width = max * (1 - trigger)
+    delete_hold_s: float = 1.0  # hold the other hand's primary this long to delete the last episode
     # the stop chord: A alone labels the stopped episode success (False: leaves it unlabelled), A with the
     # thumbstick held pressed labels it failure
     outcome_on_stop: bool = True
@@ -83,8 +84,14 @@ class TeleopConfig:
     def validate(self) -> None:
         if self.hand not in QUEST_HANDS:
             raise ValueError(f"hand must be 'left' or 'right', got {self.hand!r}")
-        for name in ("control_rate_hz", "pos_scale", "stale_timeout_s", "arm_stale_timeout_s",
-                     "gripper_max_width", "delete_hold_s"):
+        for name in (
+            "control_rate_hz",
+            "pos_scale",
+            "stale_timeout_s",
+            "arm_stale_timeout_s",
+            "gripper_max_width",
+            "delete_hold_s",
+        ):
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be finite and > 0, got {v}")
@@ -96,6 +103,7 @@ class TeleopConfig:
 
 class Action(Enum):
     """Recorder service calls requested by the buttons."""
+
     START = START_EPISODE
     STOP = STOP_EPISODE
     DISCARD = DISCARD_EPISODE
@@ -109,7 +117,7 @@ class Joy:
     primary: bool = False
     secondary: bool = False
     menu: bool = False
-    stick_click: bool = False   # the thumbstick pressed in: held across a stop, it labels the episode failure
+    stick_click: bool = False  # the thumbstick pressed in: held across a stop, it labels the episode failure
 
 
 @dataclass
@@ -123,10 +131,10 @@ class TickResult:
     target: Pose | None = None
     gripper: float | None = None
     clutch: ClutchEvent = ClutchEvent.NONE
-    reason: str | None = None           # why the clutch refused or was forced to release
+    reason: str | None = None  # why the clutch refused or was forced to release
     actions: list[Action] = field(default_factory=list)
-    haptics: list[str] = field(default_factory=list)   # patterns to play now ("refused", "release")
-    outcome: str | None = None   # the stop chord's label for the episode being stopped (docs/curation.md)
+    haptics: list[str] = field(default_factory=list)  # patterns to play now ("refused", "release")
+    outcome: str | None = None  # the stop chord's label for the episode being stopped (docs/curation.md)
     # the capture stamp (header stamp, ROS ns) of the press that asked for the STOP: the episode ends there,
     # not when the request reaches a recorder (stop_episode_at); None: unstamped, it ends at the arrival
     stop_stamp_ns: int | None = None
@@ -134,14 +142,14 @@ class TickResult:
 
 @dataclass
 class Counters:
-    rejected_inputs: int = 0      # non-finite / non-unit poses and joys ignored
-    refused_engages: int = 0      # ticks where the grip was closed but an interlock refused
+    rejected_inputs: int = 0  # non-finite / non-unit poses and joys ignored
+    refused_engages: int = 0  # ticks where the grip was closed but an interlock refused
     forced_releases: int = 0
-    unsafe_targets: int = 0       # targets that failed the final check (never published)
+    unsafe_targets: int = 0  # targets that failed the final check (never published)
     published: int = 0
     out_of_order_inputs: int = 0  # headset poses/joys captured (at the source) before the one held (ignored)
-    source_changes: int = 0       # the input source changed (a new page or connection): a forced release
-    limit_hits: dict[str, int] = field(default_factory=dict)   # limits.LIMIT_NAMES: times each started acting
+    source_changes: int = 0  # the input source changed (a new page or connection): a forced release
+    limit_hits: dict[str, int] = field(default_factory=dict)  # limits.LIMIT_NAMES: times each started acting
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +180,11 @@ def _valid_pose(p: ArrayLike, q: ArrayLike) -> _FPose | None:
         return None
     if len(pl) != 3 or len(ql) != 4 or not is_finite(pl, ql):
         return None
-    if max(abs(v) for v in pl) > MAX_ABS_POS or max(abs(v) for v in ql) > 2.0 \
-            or abs(math.sqrt(sum(v * v for v in ql)) - 1.0) > QUAT_NORM_TOL:
+    if (
+        max(abs(v) for v in pl) > MAX_ABS_POS
+        or max(abs(v) for v in ql) > 2.0
+        or abs(math.sqrt(sum(v * v for v in ql)) - 1.0) > QUAT_NORM_TOL
+    ):
         return None
     return _FPose(tuple(pl), unit_t(ql))
 
@@ -194,7 +205,7 @@ class TeleopCore:
         self.pos_filter = OneEuroPosition(cfg.filter)
         self.rot_filter = OneEuroOrientation(cfg.filter)
         self.counters = Counters()
-        self.limits_seen: set[str] = set()   # limits that acted since the caller last cleared it (status)
+        self.limits_seen: set[str] = set()  # limits that acted since the caller last cleared it (status)
         self.recording = False
         self._hand: _FPose | None = None
         self._hand_t = -math.inf
@@ -208,8 +219,8 @@ class TeleopCore:
         self._joints_t = -math.inf
         self._arm_fault: str | None = None
         self._actions: list[Action] = []
-        self._outcome: str | None = None   # the label of the last stop press, handed out with it
-        self._stop_stamp: int | None = None   # the last stop press's capture stamp, handed out with it
+        self._outcome: str | None = None  # the label of the last stop press, handed out with it
+        self._stop_stamp: int | None = None  # the last stop press's capture stamp, handed out with it
         self._other_primary_since: float | None = None
         self._delete_fired = False
         self._c0: _FPose | None = None
@@ -217,12 +228,12 @@ class TeleopCore:
         self._prev: _FPose | None = None
         self._last_tick_t: float | None = None
         self._grace_until = -math.inf
-        self._released: tuple[ClutchEvent, str | None] | None = None   # a release on_joy applied, to report
-        self._refusal_felt = False   # this grip attempt's refusal was already pulsed (reset when the grip opens)
-        self._source_order: int | None = None   # the stamp of the last source change (both hands report it)
-        self._baseline: set[str] = set()   # hands whose next joy only sets the button state (no press edges)
-        self.last_release: str | None = None   # why the newest forced release happened (menu, stale stream, ...)
-        self.last_release_t: float | None = None   # ... and when (monotonic): a late HUD still shows a recent one
+        self._released: tuple[ClutchEvent, str | None] | None = None  # a release on_joy applied, to report
+        self._refusal_felt = False  # this grip attempt's refusal was already pulsed (reset when the grip opens)
+        self._source_order: int | None = None  # the stamp of the last source change (both hands report it)
+        self._baseline: set[str] = set()  # hands whose next joy only sets the button state (no press edges)
+        self.last_release: str | None = None  # why the newest forced release happened (menu, stale stream, ...)
+        self.last_release_t: float | None = None  # ... and when (monotonic): a late HUD still shows a recent one
 
     # ---- inputs -------------------------------------------------------------------------------
     @staticmethod
@@ -243,7 +254,7 @@ class TeleopCore:
             self.counters.rejected_inputs += 1
             return False
         if not self._newer(t, order, self._hand_t, self._hand_order):
-            self.counters.out_of_order_inputs += 1   # older than the pose held: never drive with it
+            self.counters.out_of_order_inputs += 1  # older than the pose held: never drive with it
             return False
         # newer at the source: its capture time is not earlier than the held one's, whatever t's noise
         self._hand, self._hand_t, self._hand_order = pose, max(t, self._hand_t) if order is not None else t, order
@@ -254,14 +265,20 @@ class TeleopCore:
         if not all(math.isfinite(v) for v in (joy.trigger, joy.squeeze)):
             self.counters.rejected_inputs += 1
             return False
-        joy = Joy(min(1.0, max(0.0, joy.trigger)), min(1.0, max(0.0, joy.squeeze)),
-                  bool(joy.primary), bool(joy.secondary), bool(joy.menu), bool(joy.stick_click))
-        baseline = hand in self._baseline   # the first joy of a new source: a button held is no press
+        joy = Joy(
+            min(1.0, max(0.0, joy.trigger)),
+            min(1.0, max(0.0, joy.squeeze)),
+            bool(joy.primary),
+            bool(joy.secondary),
+            bool(joy.menu),
+            bool(joy.stick_click),
+        )
+        baseline = hand in self._baseline  # the first joy of a new source: a button held is no press
         self._baseline.discard(hand)
         if hand == self.cfg.hand:
             prev = joy if baseline else self._joy or Joy()
             if joy.primary and not prev.primary:
-                if self.recording:   # the stop chord: the thumbstick held in says failure
+                if self.recording:  # the stop chord: the thumbstick held in says failure
                     self._outcome = "failure" if joy.stick_click else "success" if self.cfg.outcome_on_stop else None
                     self._stop_stamp = order
                 self._actions.append(Action.STOP if self.recording else Action.START)
@@ -283,7 +300,7 @@ class TeleopCore:
                 self.counters.out_of_order_inputs += 1
         elif hand == self.cfg.other_hand:
             if joy.primary and baseline:
-                self._delete_fired = True   # held when the source changed: the hold counts from a fresh press
+                self._delete_fired = True  # held when the source changed: the hold counts from a fresh press
             elif joy.primary:
                 if self._other_primary_since is None:
                     self._other_primary_since = t
@@ -321,8 +338,11 @@ class TeleopCore:
 
     def on_joint_states(self, t: float, positions: ArrayLike) -> bool:
         # the node's list of floats as it is; anything else as numpy reads it (and refuses it)
-        values = positions if type(positions) is list and all(type(x) is float for x in positions) \
+        values = (
+            positions
+            if type(positions) is list and all(type(x) is float for x in positions)
             else np.asarray(positions, dtype=float)
+        )
         if not is_finite(values):
             self.counters.rejected_inputs += 1
             return False
@@ -359,15 +379,15 @@ class TeleopCore:
         if self._released is not None:
             (res.clutch, res.reason), self._released = self._released, None
             if res.clutch is ClutchEvent.FORCED_RELEASE and res.reason != "menu":
-                res.haptics.append("release")   # not the operator's doing: tell the hand to re-grip
-            return res   # released on an input: no target this tick, whatever came after
+                res.haptics.append("release")  # not the operator's doing: tell the hand to re-grip
+            return res  # released on an input: no target this tick, whatever came after
         if self.clutch.engaged and t >= self._grace_until:
             reason = self._stream_problem(t) or self._arm_problem(t)
             if reason is not None:
                 return self._forced(t, res, reason)
         if self._joy is not None and t - self._joy_t <= self.cfg.stale_timeout_s:
             if self._joy.squeeze < self.cfg.clutch.release_below:
-                self._refusal_felt = False   # the grip opened: the next closing is a new attempt
+                self._refusal_felt = False  # the grip opened: the next closing is a new attempt
             # the interlocks decide an engage only: an engaged clutch ignores them (the watchdogs above
             # release it), so they are not evaluated 100 times a second for nothing
             refuse = None if self.clutch.engaged else self._refuse_reason(t)
@@ -376,7 +396,7 @@ class TeleopCore:
             if ev is ClutchEvent.REFUSED:
                 self.counters.refused_engages += 1
                 res.reason = refuse
-                if not self._refusal_felt:   # once per grip attempt: the clutch retries every tick
+                if not self._refusal_felt:  # once per grip attempt: the clutch retries every tick
                     self._refusal_felt = True
                     res.haptics.append("refused")
             elif ev is ClutchEvent.FORCED_RELEASE:
@@ -429,7 +449,7 @@ class TeleopCore:
 
     def _latch(self) -> None:
         assert self._hand is not None and self._arm is not None  # _refuse_reason let the clutch engage
-        self.limits.acted = ()   # a limit still acting at the first tick of a new engagement is a new hit
+        self.limits.acted = ()  # a limit still acting at the first tick of a new engagement is a new hit
         self._c0 = self._hand
         self._e0 = self._arm
         self._prev = self._arm
@@ -450,7 +470,7 @@ class TeleopCore:
     def _forced(self, t: float, res: TickResult, reason: str) -> TickResult:
         if self.clutch.force_release() is ClutchEvent.FORCED_RELEASE:
             res.clutch, res.reason = ClutchEvent.FORCED_RELEASE, self._count_release(t, reason)
-            res.haptics.append("release")   # not the operator's doing: tell the hand to re-grip
+            res.haptics.append("release")  # not the operator's doing: tell the hand to re-grip
         return res
 
     def _count_release(self, t: float, reason: str) -> str:

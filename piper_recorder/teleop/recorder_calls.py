@@ -28,6 +28,7 @@ whenever no call is in flight and nothing newer is known, so a teleop that misse
 topic is VOLATILE: a teleop started late, or a relaunched recorder that lost its episode) corrects
 itself without an extra press.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,15 +39,15 @@ from enum import Enum
 from .mapper import Action
 
 RECORDING, IDLE, SAVING = "recording", "idle", "saving"
-SAVE_FAILED = "save_failed"   # the save failed (e.g. a full disk) and the recorder kept the episode: stop retries it
-UNSAVED = (RECORDING, SAVE_FAILED)   # states where the next press must stop (save), never start
+SAVE_FAILED = "save_failed"  # the save failed (e.g. a full disk) and the recorder kept the episode: stop retries it
+UNSAVED = (RECORDING, SAVE_FAILED)  # states where the next press must stop (save), never start
 
 
 @dataclass
 class RecorderCallConfig:
-    call_timeout_s: float = 3.0    # a reply later than this is reported, and the call re-matched and resent
-    retry_window_s: float = 20.0   # a press not delivered this long after it is reported FAILED
-    status_grace_s: float = 1.0    # a ~/status this soon after a reply/event may predate it: not trusted
+    call_timeout_s: float = 3.0  # a reply later than this is reported, and the call re-matched and resent
+    retry_window_s: float = 20.0  # a press not delivered this long after it is reported FAILED
+    status_grace_s: float = 1.0  # a ~/status this soon after a reply/event may predate it: not trusted
 
     def validate(self) -> None:
         for name in ("call_timeout_s", "retry_window_s", "status_grace_s"):
@@ -58,12 +59,12 @@ class RecorderCallConfig:
 
 
 class Outcome(Enum):
-    OK = "ok"                    # answered success, or the effect was seen (event / status)
-    REFUSED = "refused"          # answered failure (the recorder's message says why)
-    TIMEOUT = "timeout"          # no answer within call_timeout_s: re-matching, will resend if allowed
+    OK = "ok"  # answered success, or the effect was seen (event / status)
+    REFUSED = "refused"  # answered failure (the recorder's message says why)
+    TIMEOUT = "timeout"  # no answer within call_timeout_s: re-matching, will resend if allowed
     UNAVAILABLE = "unavailable"  # the service is not matched at all: waiting for it
-    RETRY = "retry"              # resent to the (re-)matched recorder
-    FAILED = "failed"            # given up: the press did not take effect
+    RETRY = "retry"  # resent to the (re-)matched recorder
+    FAILED = "failed"  # given up: the press did not take effect
 
     @property
     def alarm(self) -> str | None:
@@ -93,18 +94,22 @@ class Send:
     call_id: int
     recorder: str
     action: Action
-    end_ns: int | None = None   # STOP: the press's capture stamp (ROS ns) the episode ends at; None: at arrival
+    end_ns: int | None = None  # STOP: the press's capture stamp (ROS ns) the episode ends at; None: at arrival
 
 
 @dataclass
 class PollResult:
     sends: list[Send] = field(default_factory=list)
-    reconnect: list[str] = field(default_factory=list)   # destroy and re-create these recorders' clients
+    reconnect: list[str] = field(default_factory=list)  # destroy and re-create these recorders' clients
     reports: list[Report] = field(default_factory=list)
 
 
-_EFFECT_EVENT = {Action.START: "started", Action.STOP: "saved", Action.DISCARD: "discarded",
-                 Action.DELETE_LAST: "deleted"}
+_EFFECT_EVENT = {
+    Action.START: "started",
+    Action.STOP: "saved",
+    Action.DISCARD: "discarded",
+    Action.DELETE_LAST: "deleted",
+}
 NEW, SENT, WAITING = "new", "sent", "waiting"
 
 
@@ -112,22 +117,22 @@ NEW, SENT, WAITING = "new", "sent", "waiting"
 class _Call:
     action: Action
     pressed_t: float
-    end_ns: int | None = None     # the press's capture stamp, the same in every attempt (Send.end_ns)
+    end_ns: int | None = None  # the press's capture stamp, the same in every attempt (Send.end_ns)
     call_id: int = -1
     phase: str = NEW
     sent_t: float = -math.inf
     waiting_since: float = -math.inf
     effect_seen: bool = False
-    up_t: float = math.inf        # when the recorder was first seen up again while this call waited
-    ids: set[int] = field(default_factory=set)   # every attempt's id: a late answer to any of them counts
+    up_t: float = math.inf  # when the recorder was first seen up again while this call waited
+    ids: set[int] = field(default_factory=set)  # every attempt's id: a late answer to any of them counts
 
 
 @dataclass
 class _Recorder:
-    state: str | None = None      # what we believe: recording | idle | saving | closed | None (unknown)
-    state_t: float = -math.inf    # when a press, reply or event set it (status is ignored within the grace)
-    status: str | None = None     # the last ~/status state
-    status_t: float = -math.inf   # its arrival
+    state: str | None = None  # what we believe: recording | idle | saving | closed | None (unknown)
+    state_t: float = -math.inf  # when a press, reply or event set it (status is ignored within the grace)
+    status: str | None = None  # the last ~/status state
+    status_t: float = -math.inf  # its arrival
     call: _Call | None = None
 
 
@@ -139,7 +144,7 @@ class RecorderCalls:
         self.cfg.validate()
         self.recorders = {name: _Recorder() for name in recorders}
         self._next_id = 0
-        self._ids: dict[int, tuple[str, Action]] = {}   # call id -> (recorder, action), also once superseded
+        self._ids: dict[int, tuple[str, Action]] = {}  # call id -> (recorder, action), also once superseded
 
     # ---- state ---------------------------------------------------------------------------------
     @property
@@ -159,7 +164,7 @@ class RecorderCalls:
         for rec in self.recorders.values():
             rec.call = _Call(action, t, end_ns if action is Action.STOP else None)
             if action is Action.START:
-                rec.state, rec.state_t = RECORDING, t     # optimistic until answered; a timeout undoes it
+                rec.state, rec.state_t = RECORDING, t  # optimistic until answered; a timeout undoes it
             elif action in (Action.STOP, Action.DISCARD):
                 rec.state, rec.state_t = IDLE, t
 
@@ -180,7 +185,7 @@ class RecorderCalls:
             elif action in (Action.STOP, Action.DISCARD):
                 rec.state, rec.state_t = IDLE, t
         else:
-            rec.state, rec.state_t = None, -math.inf   # refused: let the next status say where it is
+            rec.state, rec.state_t = None, -math.inf  # refused: let the next status say where it is
         rec.call = None
         return Report(name, action, outcome, message)
 
@@ -218,52 +223,72 @@ class RecorderCalls:
                     out.sends.append(self._send(name, call, t))
                 else:
                     call.phase, call.waiting_since = WAITING, t
-                    rec.state, rec.state_t = None, -math.inf   # not delivered: the optimistic state is void
+                    rec.state, rec.state_t = None, -math.inf  # not delivered: the optimistic state is void
                     out.reports.append(Report(name, call.action, Outcome.UNAVAILABLE, "service not matched"))
             elif call.phase == SENT:
                 if t - call.sent_t >= self.cfg.call_timeout_s and call.effect_seen:
-                    rec.call = None   # the reply was lost, but its event says it happened: nothing to alarm
-                    out.reports.append(Report(name, call.action, Outcome.OK,
-                                              f"{_EFFECT_EVENT[call.action]} (reply lost)"))
+                    rec.call = None  # the reply was lost, but its event says it happened: nothing to alarm
+                    out.reports.append(
+                        Report(name, call.action, Outcome.OK, f"{_EFFECT_EVENT[call.action]} (reply lost)")
+                    )
                     continue
                 if t - call.sent_t >= self.cfg.call_timeout_s:
-                    rec.state, rec.state_t = None, -math.inf   # unknown until the recorder says
+                    rec.state, rec.state_t = None, -math.inf  # unknown until the recorder says
                     out.reconnect.append(name)
                     if call.action is Action.DELETE_LAST:
                         rec.call = None
-                        out.reports.append(Report(name, call.action, Outcome.FAILED,
-                                                  f"no answer in {self.cfg.call_timeout_s:g} s; not resent "
-                                                  "(it may have deleted): check the dataset, hold again"))
+                        out.reports.append(
+                            Report(
+                                name,
+                                call.action,
+                                Outcome.FAILED,
+                                f"no answer in {self.cfg.call_timeout_s:g} s; not resent "
+                                "(it may have deleted): check the dataset, hold again",
+                            )
+                        )
                         continue
                     call.phase, call.waiting_since, call.up_t = WAITING, t, math.inf
-                    out.reports.append(Report(name, call.action, Outcome.TIMEOUT,
-                                              f"no answer in {self.cfg.call_timeout_s:g} s; re-matching"))
+                    out.reports.append(
+                        Report(
+                            name,
+                            call.action,
+                            Outcome.TIMEOUT,
+                            f"no answer in {self.cfg.call_timeout_s:g} s; re-matching",
+                        )
+                    )
             if call.phase == WAITING:
                 report = self._resolve_waiting(name, rec, call, t, ready, out)
                 if report is not None:
                     out.reports.append(report)
         return out
 
-    def _resolve_waiting(self, name: str, rec: _Recorder, call: _Call, t: float, ready: Callable[[str], bool],
-                         out: PollResult) -> Report | None:
+    def _resolve_waiting(
+        self, name: str, rec: _Recorder, call: _Call, t: float, ready: Callable[[str], bool], out: PollResult
+    ) -> Report | None:
         if call.effect_seen:
             return self._done(rec, Outcome.OK, name, call, f"{_EFFECT_EVENT[call.action]} (reply lost)")
         if t - call.pressed_t > self.cfg.retry_window_s:
-            return self._done(rec, Outcome.FAILED, name, call,
-                              f"not delivered within {self.cfg.retry_window_s:g} s of the press")
+            return self._done(
+                rec, Outcome.FAILED, name, call, f"not delivered within {self.cfg.retry_window_s:g} s of the press"
+            )
         if rec.status_t <= call.waiting_since:
-            return None   # not up again yet (no status since the timeout)
+            return None  # not up again yet (no status since the timeout)
         st = rec.status
         if call.action is Action.START and st == RECORDING:
             return self._done(rec, Outcome.OK, name, call, "recording (per status; reply lost)")
         if call.action is Action.STOP and st == IDLE:
-            return self._done(rec, Outcome.FAILED, name, call,
-                              "recorder is idle and saved nothing: the episode was lost (recorder restarted?)")
+            return self._done(
+                rec,
+                Outcome.FAILED,
+                name,
+                call,
+                "recorder is idle and saved nothing: the episode was lost (recorder restarted?)",
+            )
         if call.action is Action.DISCARD and st == IDLE:
             return self._done(rec, Outcome.OK, name, call, "not recording (per status)")
         resend = st == IDLE if call.action is Action.START else st in UNSAVED
         if not resend:
-            return None   # saving (or closed): wait for it to settle
+            return None  # saving (or closed): wait for it to settle
         if call.up_t == math.inf:
             # Seen up again: resend only through clients created now. Older ones may be matched to the
             # dead endpoint alone, and "ready" would send the request nowhere once more.
@@ -271,7 +296,7 @@ class RecorderCalls:
             out.reconnect.append(name)
             return None
         if not ready(name):
-            return None   # the fresh clients are not matched yet
+            return None  # the fresh clients are not matched yet
         out.sends.append(self._send(name, call, t))
         return Report(name, call.action, Outcome.RETRY, "resent to the re-matched recorder")
 

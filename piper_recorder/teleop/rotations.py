@@ -7,6 +7,7 @@ unit tests against hand-computed values and in the node; inside, the arithmetic 
 take float sequences and return tuples (or nested lists): the control tick's path, which keeps its
 poses as floats and makes arrays only for what it hands out.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,7 @@ def is_finite(*arrays: np.ndarray | list[float]) -> bool:
     for a in arrays:
         try:
             values = a.ravel().tolist() if isinstance(a, np.ndarray) else [float(x) for x in a]
-        except TypeError:   # nested sequences: numpy flattens them
+        except TypeError:  # nested sequences: numpy flattens them
             values = np.asarray(a, dtype=float).ravel().tolist()
         for x in values:
             if not math.isfinite(x):
@@ -54,12 +55,14 @@ def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Hamilton product a*b (apply b, then a)."""
     ax, ay, az, aw = as_floats(a)
     bx, by, bz, bw = as_floats(b)
-    return np.array([
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-        aw * bw - ax * bx - ay * by - az * bz,
-    ])
+    return np.array(
+        [
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+            aw * bw - ax * bx - ay * by - az * bz,
+        ]
+    )
 
 
 def quat_conj(q: np.ndarray) -> np.ndarray:
@@ -68,9 +71,11 @@ def quat_conj(q: np.ndarray) -> np.ndarray:
 
 
 def _matrix(x: float, y: float, z: float, w: float) -> list[list[float]]:
-    return [[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]]
+    return [
+        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+    ]
 
 
 def quat_to_matrix(q: np.ndarray) -> np.ndarray:
@@ -105,9 +110,11 @@ def matrix_to_quat(m: np.ndarray) -> np.ndarray:
 def _matmul(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
     (a00, a01, a02), (a10, a11, a12), (a20, a21, a22) = a
     (b00, b01, b02), (b10, b11, b12), (b20, b21, b22) = b
-    return [[a00 * b00 + a01 * b10 + a02 * b20, a00 * b01 + a01 * b11 + a02 * b21, a00 * b02 + a01 * b12 + a02 * b22],
-            [a10 * b00 + a11 * b10 + a12 * b20, a10 * b01 + a11 * b11 + a12 * b21, a10 * b02 + a11 * b12 + a12 * b22],
-            [a20 * b00 + a21 * b10 + a22 * b20, a20 * b01 + a21 * b11 + a22 * b21, a20 * b02 + a21 * b12 + a22 * b22]]
+    return [
+        [a00 * b00 + a01 * b10 + a02 * b20, a00 * b01 + a01 * b11 + a02 * b21, a00 * b02 + a01 * b12 + a02 * b22],
+        [a10 * b00 + a11 * b10 + a12 * b20, a10 * b01 + a11 * b11 + a12 * b21, a10 * b02 + a11 * b12 + a12 * b22],
+        [a20 * b00 + a21 * b10 + a22 * b20, a20 * b01 + a21 * b11 + a22 * b21, a20 * b02 + a21 * b12 + a22 * b22],
+    ]
 
 
 def conjugate_rotation(m: np.ndarray, q: np.ndarray) -> list[list[float]]:
@@ -142,7 +149,7 @@ def angle_between(a: np.ndarray, b: np.ndarray) -> float:
     bx, by, bz, bw = as_floats(b)
     ax, ay, az, aw = _unit(ax, ay, az, aw, a)
     bx, by, bz, bw = _unit(bx, by, bz, bw, b)
-    ax, ay, az = -ax, -ay, -az   # conj(a) * b
+    ax, ay, az = -ax, -ay, -az  # conj(a) * b
     rx = aw * bx + ax * bw + ay * bz - az * by
     ry = aw * by - ax * bz + ay * bw + az * bx
     rz = aw * bz + ax * by - ay * bx + az * bw
@@ -154,7 +161,7 @@ def angle_between_t(a: Sequence[float], b: Sequence[float]) -> float:
     """``angle_between`` of two float sequences (the control tick's scalar path)."""
     ax, ay, az, aw = _unit(a[0], a[1], a[2], a[3], a)
     bx, by, bz, bw = _unit(b[0], b[1], b[2], b[3], b)
-    ax, ay, az = -ax, -ay, -az   # conj(a) * b
+    ax, ay, az = -ax, -ay, -az  # conj(a) * b
     rx = aw * bx + ax * bw + ay * bz - az * by
     ry = aw * by - ax * bz + ay * bw + az * bx
     rz = aw * bz + ax * by - ay * bx + az * bw
@@ -194,10 +201,12 @@ def quat_mul_t(a: Sequence[float], b: Sequence[float]) -> Quat:
     """``quat_mul`` of two float sequences, as a tuple."""
     ax, ay, az, aw = a
     bx, by, bz, bw = b
-    return (aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-            aw * bw - ax * bx - ay * by - az * bz)
+    return (
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+        aw * bw - ax * bx - ay * by - az * bz,
+    )
 
 
 def conjugate_rotation_t(ml: list[list[float]], mt: list[list[float]], q: Sequence[float]) -> list[list[float]]:

@@ -23,6 +23,7 @@ Times come from ``clock`` (monotonic seconds) and ``to_mono`` (header stamps), b
 tests run a session on a fake clock. ``tick`` runs at 100 Hz: it allocates one small ``Tick`` and
 nothing else of its own.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,9 +44,9 @@ from .haptics import EVENT_PATTERNS, HapticConfig, HapticScheduler
 from .mapper import Joy, TeleopConfig, TeleopCore, TickResult
 from .recorder_calls import RecorderCallConfig, RecorderCalls, Report, Send
 
-ALARM_PATTERN = {"timeout": "timeout", "failed": "refused"}   # RecorderCalls' alarm -> haptics pattern
+ALARM_PATTERN = {"timeout": "timeout", "failed": "refused"}  # RecorderCalls' alarm -> haptics pattern
 STATUS_MIN_PERIOD_S = 0.1
-REFUSAL_LOG_PERIOD_S = 2.0   # a grip kept closed against an interlock is logged at most this often
+REFUSAL_LOG_PERIOD_S = 2.0  # a grip kept closed against an interlock is logged at most this often
 _CLUTCH_CHANGES = (ClutchEvent.ENGAGED, ClutchEvent.RELEASED, ClutchEvent.FORCED_RELEASE)
 
 
@@ -54,11 +55,11 @@ class TeleopNodeConfig:
     recorders: list[str] = field(default_factory=lambda: ["lerobot_recorder", "rgbd_recorder"])
     haptic_amp: float = 0.6
     haptic_ms: int = 40
-    fault_on_arm_error: bool = True   # an ERROR level in /arm/status refuses / releases the clutch
+    fault_on_arm_error: bool = True  # an ERROR level in /arm/status refuses / releases the clutch
     arm_frame: str = "arm_base"
-    call_timeout_s: float = 3.0       # a recorder service call unanswered this long is reported and resent
-    retry_window_s: float = 20.0      # ... until this long after the press; then it is reported as failed
-    input: str = "headset"            # headset (/quest/* from quest_bridge) | spacemouse (spacemouse.*)
+    call_timeout_s: float = 3.0  # a recorder service call unanswered this long is reported and resent
+    retry_window_s: float = 20.0  # ... until this long after the press; then it is reported as failed
+    input: str = "headset"  # headset (/quest/* from quest_bridge) | spacemouse (spacemouse.*)
 
     def calls(self) -> RecorderCallConfig:
         return RecorderCallConfig(call_timeout_s=self.call_timeout_s, retry_window_s=self.retry_window_s)
@@ -85,8 +86,8 @@ class Tick:
     node must do besides publishing the target."""
 
     result: TickResult
-    engage_haptic: dict[str, Any] | None = None   # the engage buzz to put on /quest/haptic
-    log_refusal: bool = False                     # log this refusal (rate-limited)
+    engage_haptic: dict[str, Any] | None = None  # the engage buzz to put on /quest/haptic
+    log_refusal: bool = False  # log this refusal (rate-limited)
 
 
 @dataclass
@@ -94,12 +95,12 @@ class ServiceStep:
     """One service poll: calls to send, clients to re-create, outcomes to log, pulses and status to publish."""
 
     sends: list[Send] = field(default_factory=list)
-    reconnect: list[str] = field(default_factory=list)       # recorders whose Trigger clients to re-create
-    relabel: list[str] = field(default_factory=list)         # recorders whose label client to re-create
-    reports: list[Report] = field(default_factory=list)      # every call outcome, to log
-    late_labels: list[tuple[str, str, str]] = field(default_factory=list)   # (recorder, outcome, message)
-    haptic: list[dict[str, Any]] = field(default_factory=list)   # /quest/haptic commands due now
-    status: dict[str, Any] | None = None                     # /teleop/status to publish now
+    reconnect: list[str] = field(default_factory=list)  # recorders whose Trigger clients to re-create
+    relabel: list[str] = field(default_factory=list)  # recorders whose label client to re-create
+    reports: list[Report] = field(default_factory=list)  # every call outcome, to log
+    late_labels: list[tuple[str, str, str]] = field(default_factory=list)  # (recorder, outcome, message)
+    haptic: list[dict[str, Any]] = field(default_factory=list)  # /quest/haptic commands due now
+    status: dict[str, Any] | None = None  # /teleop/status to publish now
 
 
 @dataclass
@@ -111,9 +112,15 @@ class ReplyStep:
 class TeleopSession:
     """See the module docstring; every public method takes the session's lock."""
 
-    def __init__(self, cfg: TeleopConfig, ncfg: TeleopNodeConfig, haptics: HapticConfig,
-                 spacemouse: SpaceMouseInput | None = None, clock: Callable[[], float] = time.monotonic,
-                 to_mono: HostToMono | None = None):
+    def __init__(
+        self,
+        cfg: TeleopConfig,
+        ncfg: TeleopNodeConfig,
+        haptics: HapticConfig,
+        spacemouse: SpaceMouseInput | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        to_mono: HostToMono | None = None,
+    ):
         ncfg.validate()
         self.cfg, self.ncfg = cfg, ncfg
         # validates the assembled config; a SpaceMouse speaks the arm base frame already
@@ -126,12 +133,12 @@ class TeleopSession:
         self._to_mono = to_mono or HostToMono()
         self._lock = threading.Lock()
         self._engage = {"hand": cfg.hand, "amp": ncfg.haptic_amp, "ms": ncfg.haptic_ms}
-        self._labels_pending: dict[str, tuple[Pending, float, str]] = {}   # rec -> (call, sent, outcome)
-        self._presses = 0   # button presses so far (the bad verdict's pattern is felt once per press)
-        self._bad_felt: tuple[int, float] = (-1, -math.inf)   # (presses, when) at the last 'bad' pattern
-        self.last_outcome: dict[str, Any] | None = None       # the last label a recorder confirmed
+        self._labels_pending: dict[str, tuple[Pending, float, str]] = {}  # rec -> (call, sent, outcome)
+        self._presses = 0  # button presses so far (the bad verdict's pattern is felt once per press)
+        self._bad_felt: tuple[int, float] = (-1, -math.inf)  # (presses, when) at the last 'bad' pattern
+        self.last_outcome: dict[str, Any] | None = None  # the last label a recorder confirmed
         self.last_alarm: dict[str, Any] | None = None
-        self._limits_active: tuple[str, ...] = ()   # the limits that shaped the last published target
+        self._limits_active: tuple[str, ...] = ()  # the limits that shaped the last published target
         self._status_dirty = False
         self._status_sent = 0.0
         self._last_refusal_log = -math.inf
@@ -143,7 +150,7 @@ class TeleopSession:
         return self._to_mono.convert(stamp_ns), (stamp_ns if stamp_ns > 0 else None)
 
     def on_hand_pose(self, stamp_ns: int, p: Sequence[float], q: Sequence[float]) -> None:
-        with self._lock:   # the converter's state too
+        with self._lock:  # the converter's state too
             t, order = self._captured(stamp_ns)
             self.core.on_hand_pose(t, p, q, order)
 
@@ -193,9 +200,9 @@ class TeleopSession:
             self.calls.on_event(now, rec, kind)
             self.core.on_recording(self.calls.recording)
             if kind in EVENT_PATTERNS:
-                self.haptics.confirm(now, EVENT_PATTERNS[kind])   # once for all recorders
+                self.haptics.confirm(now, EVENT_PATTERNS[kind])  # once for all recorders
             if kind == "labeled" and ev.get("outcome") in ("success", "failure"):
-                self.haptics.confirm(now, str(ev["outcome"]))      # felt once for all recorders
+                self.haptics.confirm(now, str(ev["outcome"]))  # felt once for all recorders
                 self.last_outcome = {"episode_index": ev.get("episode_index"), "outcome": ev["outcome"]}
                 self._status_dirty = True
             if kind == "saved" and ev.get("verdict") == "bad":
@@ -226,7 +233,7 @@ class TeleopSession:
             now = self._clock()
             was = self.spacemouse.connected
             self.spacemouse.on_state(now, state, detail)
-            if self.spacemouse.connected != was:   # unplugged or plugged in: a change of input source
+            if self.spacemouse.connected != was:  # unplugged or plugged in: a change of input source
                 self.core.on_source_change(now, f"spacemouse {state}")
             self._status_dirty = True
 
@@ -238,13 +245,13 @@ class TeleopSession:
             now = self._clock()
             res = self.core.tick(now) if self.spacemouse is None else self.spacemouse.step(self.core, now)
             for action in res.actions:
-                self.calls.press(now, action, res.stop_stamp_ns)   # a STOP ends at its press's stamp
+                self.calls.press(now, action, res.stop_stamp_ns)  # a STOP ends at its press's stamp
                 self.haptics.new_press()
                 self._presses += 1
             if res.actions:
                 self.core.on_recording(self.calls.recording)
             self._track_limits(now, self.core.limits.acted if res.target is not None else ())
-            for name in res.haptics:   # a refused grip, a release the operator did not make
+            for name in res.haptics:  # a refused grip, a release the operator did not make
                 self.haptics.play(now, name)
             clutch = res.clutch
             if clutch in _CLUTCH_CHANGES:
@@ -278,8 +285,11 @@ class TeleopSession:
                 self._alarm(now, report)
             # a label not answered within call_timeout_s (a dead endpoint still matched) is reported, and
             # that recorder's label client re-created, as RecorderCalls does for the Trigger clients
-            late = [(rec, outcome) for rec, (call, sent, outcome) in self._labels_pending.items()
-                    if not call.done() and now - sent > self.ncfg.call_timeout_s]
+            late = [
+                (rec, outcome)
+                for rec, (call, sent, outcome) in self._labels_pending.items()
+                if not call.done() and now - sent > self.ncfg.call_timeout_s
+            ]
             for rec, outcome in late:
                 del self._labels_pending[rec]
                 message = f"no answer within {self.ncfg.call_timeout_s:g} s"
@@ -307,10 +317,16 @@ class TeleopSession:
         alarm = report.outcome.alarm
         if alarm is None:
             return
-        self.haptics.play(now, ALARM_PATTERN[alarm])   # several recorders at once: one pattern
-        seq = (self.last_alarm or {}).get("seq", 0) + 1   # tells a repeated alarm from the same one
-        self.last_alarm = {"recorder": report.recorder, "action": report.action.value,
-                           "outcome": report.outcome.value, "message": report.message, "pattern": alarm, "seq": seq}
+        self.haptics.play(now, ALARM_PATTERN[alarm])  # several recorders at once: one pattern
+        seq = (self.last_alarm or {}).get("seq", 0) + 1  # tells a repeated alarm from the same one
+        self.last_alarm = {
+            "recorder": report.recorder,
+            "action": report.action.value,
+            "outcome": report.outcome.value,
+            "message": report.message,
+            "pattern": alarm,
+            "seq": seq,
+        }
         self._status_dirty = True
 
     # ---- label calls (the stop chord) ---------------------------------------------------------
@@ -333,8 +349,14 @@ class TeleopSession:
     def _label_alarm(self, now: float, rec: str, message: str) -> None:
         self.haptics.play(now, "refused")
         seq = (self.last_alarm or {}).get("seq", 0) + 1
-        self.last_alarm = {"recorder": rec, "action": "label_episode", "outcome": "refused",
-                           "message": message, "pattern": "failed", "seq": seq}
+        self.last_alarm = {
+            "recorder": rec,
+            "action": "label_episode",
+            "outcome": "refused",
+            "message": message,
+            "pattern": "failed",
+            "seq": seq,
+        }
         self._status_dirty = True
 
     # ---- outputs ------------------------------------------------------------------------------
@@ -355,15 +377,22 @@ class TeleopSession:
     def _status(self, now: float) -> dict[str, Any]:
         core = self.core
         # limits_active: every limit that changed a target since the last status, so a brief hit shows
-        status = {"engaged": core.engaged, "recording": core.recording, **asdict(core.counters),
-                  "limits_active": sorted(core.limits_seen | set(self._limits_active)),
-                  "recorders": {n: r.state for n, r in self.calls.recorders.items()},
-                  "calls_in_flight": self.calls.pending(), "last_alarm": self.last_alarm,
-                  "last_release": core.last_release,
-                  "last_release_age_s": None if core.last_release_t is None
-                  else round(max(0.0, now - core.last_release_t), 3),
-                  "haptics": dict(self.haptics.played), "input": self.ncfg.input,
-                  "last_outcome": self.last_outcome}
+        status = {
+            "engaged": core.engaged,
+            "recording": core.recording,
+            **asdict(core.counters),
+            "limits_active": sorted(core.limits_seen | set(self._limits_active)),
+            "recorders": {n: r.state for n, r in self.calls.recorders.items()},
+            "calls_in_flight": self.calls.pending(),
+            "last_alarm": self.last_alarm,
+            "last_release": core.last_release,
+            "last_release_age_s": None
+            if core.last_release_t is None
+            else round(max(0.0, now - core.last_release_t), 3),
+            "haptics": dict(self.haptics.played),
+            "input": self.ncfg.input,
+            "last_outcome": self.last_outcome,
+        }
         if self.spacemouse is not None:
             status["spacemouse"] = self.spacemouse.status()
         core.limits_seen.clear()

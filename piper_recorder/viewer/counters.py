@@ -4,6 +4,7 @@ A counter is a number, or a dict of numbers per camera / input (``video_dropped_
 level more). Problem counters (drops, repeats, late, stale, encoder drops, ...) are highlighted when
 non-zero; the rest is shown for context. Unknown keys are listed as they are, so nothing is hidden.
 """
+
 from __future__ import annotations
 
 import json
@@ -83,8 +84,10 @@ def summary_cell(record: dict[str, Any], anchor: str | None = None) -> str:
     found = problems(record)
     if not found:
         return '<span class="ok">none</span>'
-    badges = " ".join(f'<span class="badge bad" data-counter="{esc(k)}">{esc(label.split(" (")[0])} '
-                      f"{_num(n)}</span>" for k, label, n in found)
+    badges = " ".join(
+        f'<span class="badge bad" data-counter="{esc(k)}">{esc(label.split(" (")[0])} {_num(n)}</span>'
+        for k, label, n in found
+    )
     return f'<a href="#{esc(anchor)}">{badges}</a>' if anchor else badges
 
 
@@ -95,20 +98,26 @@ def counters_table(record: dict[str, Any], table_id: str, skip: set[str] | froze
     def row(key: str, label: str, value: Any, problem: bool) -> None:
         if isinstance(value, dict) and key == "tick_delay_ms":
             tot = ", ".join(f"{esc(a)} {_num(b)}" for a, b in value.items())
-            rows.append(f'<tr data-counter="{esc(key)}"><td class="l">{esc(label)}</td><td class="l" colspan="2">'
-                        f"{tot}</td></tr>")
+            rows.append(
+                f'<tr data-counter="{esc(key)}"><td class="l">{esc(label)}</td><td class="l" colspan="2">'
+                f"{tot}</td></tr>"
+            )
             return
         if key in MAXIMA and isinstance(value, dict):
-            tot, detail = _num(max((v for v in value.values() if isinstance(v, (int, float))), default=0)), \
-                _breakdown(value)
+            tot, detail = (
+                _num(max((v for v in value.values() if isinstance(v, (int, float))), default=0)),
+                _breakdown(value),
+            )
         elif isinstance(value, (dict, int, float)) and not isinstance(value, bool):
             tot, detail = _num(total(value)), _breakdown(value)
         else:
             tot, detail = "", f"<code>{esc(value if isinstance(value, str) else json.dumps(value))}</code>"
         bad = problem and total(value) != 0
         cls = ' class="bad"' if bad else ""
-        rows.append(f'<tr data-counter="{esc(key)}"{cls}><td class="l">{esc(label)}</td><td>{tot}</td>'
-                    f'<td class="l">{detail}</td></tr>')
+        rows.append(
+            f'<tr data-counter="{esc(key)}"{cls}><td class="l">{esc(label)}</td><td>{tot}</td>'
+            f'<td class="l">{detail}</td></tr>'
+        )
 
     for key, label in PROBLEMS.items():
         if key in record and key not in skip:
@@ -120,5 +129,7 @@ def counters_table(record: dict[str, Any], table_id: str, skip: set[str] | froze
         row(key, key, record[key], False)
     if not rows:
         return ""
-    return (f'<table class="counters" id="{esc(table_id)}"><tr><th class="l">counter</th><th>total</th>'
-            f'<th class="l">per camera / input</th></tr>{"".join(rows)}</table>')
+    return (
+        f'<table class="counters" id="{esc(table_id)}"><tr><th class="l">counter</th><th>total</th>'
+        f'<th class="l">per camera / input</th></tr>{"".join(rows)}</table>'
+    )

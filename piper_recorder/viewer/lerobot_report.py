@@ -1,4 +1,5 @@
 """HTML report of a LeRobot v2.0 root: overview, provenance, and per-episode videos synced to plots."""
+
 from __future__ import annotations
 
 import base64
@@ -16,14 +17,27 @@ from piper_recorder.lerobot.format.root import Root
 from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
 
-STANDARD_EPISODE_KEYS = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
-                         "video_frame_lengths", "outcome", "outcome_note", "verdict", "verdict_reasons"}
+STANDARD_EPISODE_KEYS = {
+    "episode_index",
+    "tasks",
+    "task_index",
+    "length",
+    "video_frame_length",
+    "video_frame_lengths",
+    "outcome",
+    "outcome_note",
+    "verdict",
+    "verdict_reasons",
+}
 
 
 def session_changes(sessions: list[dict[str, Any]]) -> list[tuple[int, str, Any, Any]]:
     """(session number, key, old, new) for every binding key that changed between consecutive sessions."""
-    return [(i, k, old, new) for i in range(1, len(sessions))
-            for k, old, new in binding_changes(sessions[i - 1], sessions[i])]
+    return [
+        (i, k, old, new)
+        for i in range(1, len(sessions))
+        for k, old, new in binding_changes(sessions[i - 1], sessions[i])
+    ]
 
 
 def _pts_seconds(path: Path) -> np.ndarray:
@@ -74,8 +88,10 @@ def verdict_cell(ep: dict[str, Any]) -> str:
     got = ep.get("verdict_reasons")
     reasons: list[Any] = got if isinstance(got, list) else []
     title = f' title="{esc(chr(10).join(str(r) for r in reasons))}"' if reasons else ""
-    return f'<span class="badge {"ok" if v == "ok" else "warn" if v == "warn" else "bad"}" data-verdict="{esc(v)}"' \
-           f"{title}>{esc(v)}</span>"
+    return (
+        f'<span class="badge {"ok" if v == "ok" else "warn" if v == "warn" else "bad"}" data-verdict="{esc(v)}"'
+        f"{title}>{esc(v)}</span>"
+    )
 
 
 def verdict_block(ep: dict[str, Any]) -> str:
@@ -85,14 +101,16 @@ def verdict_block(ep: dict[str, Any]) -> str:
     items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
     note = ep.get("outcome_note")
     note_html = f" ({esc(note)})" if isinstance(note, str) and note else ""
-    return (f'<div class="curation">outcome {outcome_cell(ep)}{note_html} · verdict {verdict_cell(ep)}'
-            f'{f"<ul>{items}</ul>" if items else ""}</div>')
+    return (
+        f'<div class="curation">outcome {outcome_cell(ep)}{note_html} · verdict {verdict_cell(ep)}'
+        f"{f'<ul>{items}</ul>' if items else ''}</div>"
+    )
 
 
 def render(root: Path, out: Path, episodes: list[int] | None = None, embed_videos: bool = True) -> str:
     """Write the report for ``root`` to ``out`` and return the HTML."""
     root = Path(root)
-    model = Root.open(root)   # a damaged root: DatasetError naming the file (piper-view exits 2)
+    model = Root.open(root)  # a damaged root: DatasetError naming the file (piper-view exits 2)
     info, eps = model.info, model.episodes
     sessions = metacheck.load_jsonl(model.path / SESSIONS)
     fps = float(info.fps)
@@ -104,16 +122,29 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         line = dict(e.raw)
         extra = {k: v for k, v in line.items() if k not in STANDARD_EPISODE_KEYS}
         frames = e.extras.get("video_frame_lengths", {})
-        overview_rows.append([e.index, esc(", ".join(e.tasks)), e.length,
-                              f"{e.length / fps:.2f}", *[frames.get(c, "") for c in cams],
-                              outcome_cell(line), verdict_cell(line),
-                              summary_cell(extra, f"counters-ep{e.index}" if e.index in shown else None)])
-    body = [f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.codebase_version)}, "
-            f"robot <b>{esc(info.robot_type)}</b>, {fps:g} fps, {info.total_episodes} episodes, "
-            f"{info.total_frames} rows, {info.total_tasks} tasks, cameras: {esc(', '.join(cams))}</p>",
-            table(["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "outcome", "verdict",
-                   "problems"],
-                  overview_rows, left=2), "</section>"]
+        overview_rows.append(
+            [
+                e.index,
+                esc(", ".join(e.tasks)),
+                e.length,
+                f"{e.length / fps:.2f}",
+                *[frames.get(c, "") for c in cams],
+                outcome_cell(line),
+                verdict_cell(line),
+                summary_cell(extra, f"counters-ep{e.index}" if e.index in shown else None),
+            ]
+        )
+    body = [
+        f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.codebase_version)}, "
+        f"robot <b>{esc(info.robot_type)}</b>, {fps:g} fps, {info.total_episodes} episodes, "
+        f"{info.total_frames} rows, {info.total_tasks} tasks, cameras: {esc(', '.join(cams))}</p>",
+        table(
+            ["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "outcome", "verdict", "problems"],
+            overview_rows,
+            left=2,
+        ),
+        "</section>",
+    ]
 
     prov = ["<section><h2>Provenance</h2>"]
     if sessions:
@@ -123,8 +154,9 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         prov.append(f"<p>{len(sessions)} collection session(s).</p>")
         if changes:
             prov.append('<p class="warn">Binding keys changed between sessions (mixed controllers):</p>')
-            prov.append(table(["session", "key", "old", "new"],
-                              [[i, esc(k), esc(o), esc(n)] for i, k, o, n in changes], left=2))
+            prov.append(
+                table(["session", "key", "old", "new"], [[i, esc(k), esc(o), esc(n)] for i, k, o, n in changes], left=2)
+            )
         else:
             prov.append('<p class="ok">No binding-key changes across sessions.</p>')
     else:
@@ -143,8 +175,12 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
         t = ts[:, 0]
         group = f"ep{idx}"
         tl = [round(float(v), 4) for v in t]
-        sec = [f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(episode.tasks))}</h2>',
-               verdict_block(ep), time_controls(group, float(t[-1]) if len(t) else 0.0), '<div class="videos">']
+        sec = [
+            f'<section id="episode-{idx}"><h2>Episode {idx}: {esc(", ".join(episode.tasks))}</h2>',
+            verdict_block(ep),
+            time_controls(group, float(t[-1]) if len(t) else 0.0),
+            '<div class="videos">',
+        ]
         counters = counters_table({k: v for k, v in ep.items() if k not in STANDARD_EPISODE_KEYS}, f"counters-{group}")
         frame_iv: list[dict[str, Any]] = []
         for key, cam in zip(video_keys, cams):
@@ -152,20 +188,23 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
             if not vpath.exists():
                 sec.append(f'<p class="warn">missing video {esc(vpath.name)} for {esc(cam)}</p>')
                 continue
-            sec.append(f'<figure><video data-group="{group}" data-camera="{esc(cam)}" muted playsinline controls '
-                       f'preload="auto" src="{_video_src(vpath, out.parent, embed_videos)}"></video>'
-                       f"<figcaption>{esc(cam)}</figcaption></figure>")
+            sec.append(
+                f'<figure><video data-group="{group}" data-camera="{esc(cam)}" muted playsinline controls '
+                f'preload="auto" src="{_video_src(vpath, out.parent, embed_videos)}"></video>'
+                f"<figcaption>{esc(cam)}</figcaption></figure>"
+            )
             pts = _pts_seconds(vpath)
             if len(pts) > 1:
                 frame_iv.append({"cam": cam, "t": pts[1:], "dt": np.diff(pts) * 1000.0})
         sec.append("</div>")
-        flat = []   # frame intervals that are all 1/fps (nominal mode) carry no information: say so, no plot
+        flat = []  # frame intervals that are all 1/fps (nominal mode) carry no information: say so, no plot
         for fi in frame_iv:
             if np.all(np.abs(fi["dt"] - 1000.0 / fps) < 1.0):
                 flat.append(fi["cam"])
         if flat:
-            sec.append(f'<p class="note">Frame intervals of {esc(", ".join(flat))}: every one 1/fps '
-                       f"(one frame per row).</p>")
+            sec.append(
+                f'<p class="note">Frame intervals of {esc(", ".join(flat))}: every one 1/fps (one frame per row).</p>'
+            )
         sec.append('<div class="plots">')
 
         def add(pid: str, title: str, unit: str, series: list[dict[str, Any]], tt: list[float] = tl) -> None:
@@ -174,7 +213,12 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
 
         joints = _column(tbl, "observation.arm_joint")
         if joints is not None:
-            add("joints", "joint positions", "rad", [_series(f"joint{j + 1}", joints[:, j]) for j in range(joints.shape[1])])
+            add(
+                "joints",
+                "joint positions",
+                "rad",
+                [_series(f"joint{j + 1}", joints[:, j]) for j in range(joints.shape[1])],
+            )
         eef, cmd = _column(tbl, "observation.arm_eef"), _column(tbl, "action.arm_eef")
         for axis, name in enumerate("xyz"):
             series = []
@@ -185,13 +229,19 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
             if series:
                 add(f"eef-{name}", f"EEF {name}: commanded vs measured", "m", series)
         grip, gcmd = _column(tbl, "observation.gripper"), _column(tbl, "action.gripper")
-        gs = ([_series("measured", grip[:, 0])] if grip is not None else []) + \
-             ([_series("commanded", gcmd[:, 0], dash=True)] if gcmd is not None else [])
+        gs = ([_series("measured", grip[:, 0])] if grip is not None else []) + (
+            [_series("commanded", gcmd[:, 0], dash=True)] if gcmd is not None else []
+        )
         if gs:
             add("gripper", "gripper width", "m", gs)
         for fi in (f for f in frame_iv if f["cam"] not in flat):
-            add(f"frames-{fi['cam']}", f"{fi['cam']} frame intervals", "ms", [_series("interval", fi["dt"])],
-                [round(float(v), 4) for v in fi["t"]])
+            add(
+                f"frames-{fi['cam']}",
+                f"{fi['cam']} frame intervals",
+                "ms",
+                [_series("interval", fi["dt"])],
+                [round(float(v), 4) for v in fi["t"]],
+            )
         sec.append("</div>")
         if counters:
             sec.append(f"<h3>Counters</h3>{counters}")

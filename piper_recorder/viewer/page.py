@@ -3,6 +3,7 @@
 Everything is inline (no CDN, no network), so a report opens anywhere, including air-gapped robots.
 Data arrives as one JSON blob; each ``<canvas data-plot=...>`` is drawn from it by ``PLOT_JS``.
 """
+
 from __future__ import annotations
 
 import html
@@ -85,9 +86,11 @@ def esc(value: Any) -> str:
 
 def table(headers: list[str], rows: list[list[Any]], left: int = 1) -> str:
     """An HTML table; the first ``left`` columns are left-aligned (names), the rest numbers."""
+
     def cell(tag: str, i: int, v: Any) -> str:
         cls = ' class="l"' if i < left else ""
         return f"<{tag}{cls}>{v}</{tag}>"
+
     head = "".join(cell("th", i, esc(h)) for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -98,13 +101,17 @@ def plot_canvas(plot_id: str, group: str) -> str:
 
 
 def time_controls(group: str, duration: float) -> str:
-    return (f'<div class="ctl">time <input type="range" id="slider-{esc(group)}" data-slider="{esc(group)}" '
-            f'min="0" max="{duration:.3f}" step="0.001" value="0"> <span id="cursor-{esc(group)}"></span></div>')
+    return (
+        f'<div class="ctl">time <input type="range" id="slider-{esc(group)}" data-slider="{esc(group)}" '
+        f'min="0" max="{duration:.3f}" step="0.001" value="0"> <span id="cursor-{esc(group)}"></span></div>'
+    )
 
 
 def page(title: str, body: str, data: dict[str, Any]) -> str:
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
-            f"<style>{CSS}</style></head><body><header><h1>{esc(title)}</h1></header><main>{body}</main>"
-            f'<script type="application/json" id="report-data">{blob}</script><script>{PLOT_JS}</script>'
-            "</body></html>")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{CSS}</style></head><body><header><h1>{esc(title)}</h1></header><main>{body}</main>"
+        f'<script type="application/json" id="report-data">{blob}</script><script>{PLOT_JS}</script>'
+        "</body></html>"
+    )

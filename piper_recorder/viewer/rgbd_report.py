@@ -1,4 +1,5 @@
 """HTML report of an RGB-D HDF5 file: index summary, RGB and colour-mapped depth thumbnails, actions, rewards."""
+
 from __future__ import annotations
 
 import base64
@@ -66,16 +67,40 @@ def _render(path: Path, out: Path, episodes: list[int] | None) -> str:
         rgb_ds, depth_ds = f["observations/rgb_jpeg"], f["observations/depth_jp2"]
         actions, rewards = f["transitions/actions"], f["transitions/rewards"]
         lo, hi = float(attrs.get("depth_min_m", 0.1)) * 1000, float(attrs.get("depth_max_m", 6.0)) * 1000
-        summary = [[esc(k), esc(attrs[k].decode() if isinstance(attrs[k], bytes) else attrs[k])]
-                   for k in ("schema_name", "format_version", "writer_status", "total_episodes", "total_transitions",
-                             "total_observations", "camera_width", "camera_height", "rgb_codec", "depth_codec")
-                   if k in attrs]
-        index_rows = [[e, int(lengths[e]), int(lengths[e]) + 1, int(obs_off[e]), int(tr_off[e]),
-                       esc(f[f"episodes/demo_{e}"].attrs.get("success", "")) if f"episodes/demo_{e}" in f else ""]
-                      for e in range(len(lengths))]
-        body = [f"<section><h2>File</h2><p><code>{esc(path)}</code></p>", table(["attribute", "value"], summary, 2),
-                "<h3>Index</h3>", table(["episode", "transitions", "observations", "obs_offset",
-                                         "transition_offset", "success"], index_rows), "</section>"]
+        summary = [
+            [esc(k), esc(attrs[k].decode() if isinstance(attrs[k], bytes) else attrs[k])]
+            for k in (
+                "schema_name",
+                "format_version",
+                "writer_status",
+                "total_episodes",
+                "total_transitions",
+                "total_observations",
+                "camera_width",
+                "camera_height",
+                "rgb_codec",
+                "depth_codec",
+            )
+            if k in attrs
+        ]
+        index_rows = [
+            [
+                e,
+                int(lengths[e]),
+                int(lengths[e]) + 1,
+                int(obs_off[e]),
+                int(tr_off[e]),
+                esc(f[f"episodes/demo_{e}"].attrs.get("success", "")) if f"episodes/demo_{e}" in f else "",
+            ]
+            for e in range(len(lengths))
+        ]
+        body = [
+            f"<section><h2>File</h2><p><code>{esc(path)}</code></p>",
+            table(["attribute", "value"], summary, 2),
+            "<h3>Index</h3>",
+            table(["episode", "transitions", "observations", "obs_offset", "transition_offset", "success"], index_rows),
+            "</section>",
+        ]
         for e in range(len(lengths)):
             if episodes is not None and e not in episodes:
                 continue
@@ -86,22 +111,37 @@ def _render(path: Path, out: Path, episodes: list[int] | None) -> str:
                 row = int(obs_off[e]) + int(j)
                 rgb = Image.open(io.BytesIO(rgb_ds[row].tobytes())).convert("RGB")
                 depth = np.asarray(Image.open(io.BytesIO(depth_ds[row].tobytes())))
-                thumbs.append(f'<figure><img alt="rgb {j}" src="{_data_uri(rgb)}">'
-                              f'<img alt="depth {j}" src="{_data_uri(Image.fromarray(colorize_depth(depth, lo, hi)))}">'
-                              f"<figcaption>obs {j}</figcaption></figure>")
-            a = actions[int(tr_off[e]):int(tr_off[e]) + int(lengths[e])]
-            r = rewards[int(tr_off[e]):int(tr_off[e]) + int(lengths[e])]
+                thumbs.append(
+                    f'<figure><img alt="rgb {j}" src="{_data_uri(rgb)}">'
+                    f'<img alt="depth {j}" src="{_data_uri(Image.fromarray(colorize_depth(depth, lo, hi)))}">'
+                    f"<figcaption>obs {j}</figcaption></figure>"
+                )
+            a = actions[int(tr_off[e]) : int(tr_off[e]) + int(lengths[e])]
+            r = rewards[int(tr_off[e]) : int(tr_off[e]) + int(lengths[e])]
             steps = list(range(len(a)))
             group = f"demo{e}"
             a2 = a.reshape(len(a), -1)
-            plots[f"{group}-actions"] = {"title": "actions", "unit": "", "t": steps,
-                                         "series": [{"name": f"a[{k}]", "y": [round(float(v), 6) for v in a2[:, k]]}
-                                                    for k in range(a2.shape[1])]}
-            plots[f"{group}-rewards"] = {"title": "rewards", "unit": "", "t": steps,
-                                         "series": [{"name": "reward", "y": [round(float(v), 6) for v in r.reshape(-1)]}]}
-            body += [f'<section id="demo-{e}"><h2>demo_{e}: {int(lengths[e])} transitions</h2>',
-                     f'<div class="thumbs">{"".join(thumbs)}</div><div class="plots">',
-                     plot_canvas(f"{group}-actions", group), plot_canvas(f"{group}-rewards", group), "</div></section>"]
+            plots[f"{group}-actions"] = {
+                "title": "actions",
+                "unit": "",
+                "t": steps,
+                "series": [
+                    {"name": f"a[{k}]", "y": [round(float(v), 6) for v in a2[:, k]]} for k in range(a2.shape[1])
+                ],
+            }
+            plots[f"{group}-rewards"] = {
+                "title": "rewards",
+                "unit": "",
+                "t": steps,
+                "series": [{"name": "reward", "y": [round(float(v), 6) for v in r.reshape(-1)]}],
+            }
+            body += [
+                f'<section id="demo-{e}"><h2>demo_{e}: {int(lengths[e])} transitions</h2>',
+                f'<div class="thumbs">{"".join(thumbs)}</div><div class="plots">',
+                plot_canvas(f"{group}-actions", group),
+                plot_canvas(f"{group}-rewards", group),
+                "</div></section>",
+            ]
     html_text = page(f"piper_recorder report — {path.name}", "".join(body), {"plots": plots})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ frame k of each camera's mp4 (nominal mode writes exactly one frame per row), by
   (GR00T's opencv backend), compared bit for bit with OpenCV's own sequential decode.
 Prints one JSON object: rows checked and, per rule, rows that got another frame (with examples).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,11 @@ def main() -> int:
     for ep in episodes:
         e = ep["episode_index"]
         chunk = e // info["chunks_size"]
-        ts = pq.read_table(root / info["data_path"].format(episode_chunk=chunk, episode_index=e),
-                           columns=["timestamp"]).column("timestamp").to_numpy()
+        ts = (
+            pq.read_table(root / info["data_path"].format(episode_chunk=chunk, episode_index=e), columns=["timestamp"])
+            .column("timestamp")
+            .to_numpy()
+        )
         assert ts.dtype == np.float32
         for cam in cams:
             path = str(root / info["video_path"].format(episode_chunk=chunk, video_key=cam, episode_index=e))
@@ -96,9 +100,12 @@ def main() -> int:
                     return None
                 return idx, bgr
 
-
-            LOOKUPS = {"at_or_before": at_or_before, "played_at": played_at, "index_approx": index_approx,
-                       "opencv": opencv}
+            LOOKUPS = {
+                "at_or_before": at_or_before,
+                "played_at": played_at,
+                "index_approx": index_approx,
+                "opencv": opencv,
+            }
             for k, t in enumerate(ts):
                 rows += 1
                 got: dict[str, int | None] = {}
@@ -109,17 +116,38 @@ def main() -> int:
                         got[r] = None
                 if got["opencv"] is not None:  # the sim repeats frames: equal pixels are the paired frame
                     idx, bgr = got["opencv"]
-                    got["opencv"] = k if np.array_equal(cv_frames[k], bgr) else next(
-                        (j for j in range(max(0, idx - 8), min(len(cv_frames), idx + 9))
-                         if np.array_equal(cv_frames[j], bgr)), None)
+                    got["opencv"] = (
+                        k
+                        if np.array_equal(cv_frames[k], bgr)
+                        else next(
+                            (
+                                j
+                                for j in range(max(0, idx - 8), min(len(cv_frames), idx + 9))
+                                if np.array_equal(cv_frames[j], bgr)
+                            ),
+                            None,
+                        )
+                    )
                 for r in rules:
                     if got[r] != k:
-                        misses[r].append({"episode": e, "camera": cam.split(".")[-1], "row": k, "t": float(t),
-                                          "got": got[r], "pts_k": float(pts[k])})
+                        misses[r].append(
+                            {
+                                "episode": e,
+                                "camera": cam.split(".")[-1],
+                                "row": k,
+                                "t": float(t),
+                                "got": got[r],
+                                "pts_k": float(pts[k]),
+                            }
+                        )
             cap.release()
-    out = {"rows": rows, "cameras": len(cams), "misses": {r: len(v) for r, v in misses.items()},
-           "examples": {r: v[:5] for r, v in misses.items() if v},
-           "cv2_fps": cv_fps}
+    out = {
+        "rows": rows,
+        "cameras": len(cams),
+        "misses": {r: len(v) for r, v in misses.items()},
+        "examples": {r: v[:5] for r, v in misses.items() if v},
+        "cv2_fps": cv_fps,
+    }
     print(json.dumps(out))
     return 0 if not any(misses.values()) else 1
 

@@ -4,6 +4,7 @@ size), output ``action``, normalisation from the root's meta/stats.json. LeRobot
 statistics inside the policy; 0.4.x saves them as pre/post-processor pipelines next to the weights.
 Runs inside a consumer virtualenv; prints one JSON object describing what it saved.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,12 +37,26 @@ def main() -> int:
             h, w, c = f["shape"]  # LeRobot's convention: names [height, width, channels]
             inputs[key] = PolicyFeature(FeatureType.VISUAL, (c, h, w))
     outputs = {"action": PolicyFeature(FeatureType.ACTION, tuple(feats["action"]["shape"]))}
-    cfg = ACTConfig(input_features=inputs, output_features=outputs, device="cpu", push_to_hub=False,
-                    pretrained_backbone_weights=None, dim_model=64, n_heads=4, dim_feedforward=128,
-                    n_encoder_layers=1, n_decoder_layers=1, use_vae=False,
-                    chunk_size=args.chunk, n_action_steps=args.chunk)
-    stats = {k: {s: torch.tensor(v, dtype=torch.float32) for s, v in st.items() if s in ("mean", "std", "min", "max")}
-             for k, st in stats_json.items() if k in inputs or k in outputs}
+    cfg = ACTConfig(
+        input_features=inputs,
+        output_features=outputs,
+        device="cpu",
+        push_to_hub=False,
+        pretrained_backbone_weights=None,
+        dim_model=64,
+        n_heads=4,
+        dim_feedforward=128,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        use_vae=False,
+        chunk_size=args.chunk,
+        n_action_steps=args.chunk,
+    )
+    stats = {
+        k: {s: torch.tensor(v, dtype=torch.float32) for s, v in st.items() if s in ("mean", "std", "min", "max")}
+        for k, st in stats_json.items()
+        if k in inputs or k in outputs
+    }
     missing = sorted(k for k in (*inputs, *outputs) if k not in stats)
     if missing:
         print(f"{root}: meta/stats.json has no statistics for {missing}", file=sys.stderr)
@@ -61,8 +76,16 @@ def main() -> int:
         pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
         pre.save_pretrained(out)
         post.save_pretrained(out)
-    print(json.dumps({"lerobot": version("lerobot"), "checkpoint": str(out), "inputs": sorted(inputs),
-                      "files": sorted(p.name for p in out.iterdir())}))
+    print(
+        json.dumps(
+            {
+                "lerobot": version("lerobot"),
+                "checkpoint": str(out),
+                "inputs": sorted(inputs),
+                "files": sorted(p.name for p in out.iterdir()),
+            }
+        )
+    )
     return 0
 
 

@@ -3,6 +3,7 @@ trained on. Runs inside a consumer virtualenv (LeRobot 0.3.x normalizes inside t
 saves pre/post-processor pipelines next to the weights and the caller applies them).
 Prints one JSON object: the action shape and whether every value is finite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,14 @@ def main() -> int:
                 a = post(a)
         actions.append(a)
     a = torch.cat(actions)
-    out = {"lerobot": version("lerobot"), "inputs": sorted(inputs), "action_shape": list(a.shape),
-           "action_dim": int(ds.meta.features["action"]["shape"][0]), "finite": bool(torch.isfinite(a).all()),
-           "first_action": [round(float(v), 5) for v in a[0]]}
+    out = {
+        "lerobot": version("lerobot"),
+        "inputs": sorted(inputs),
+        "action_shape": list(a.shape),
+        "action_dim": int(ds.meta.features["action"]["shape"][0]),
+        "finite": bool(torch.isfinite(a).all()),
+        "first_action": [round(float(v), 5) for v in a[0]],
+    }
     print(json.dumps(out))
     return 0 if out["finite"] and out["action_shape"][-1] == out["action_dim"] else 1
 

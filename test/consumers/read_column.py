@@ -4,6 +4,7 @@ Runs inside a consumer virtualenv. ``LeRobotDataset(repo_id, root=ROOT)`` with L
 prints one JSON object: the column's value per row (in row order) and the keys LeRobot's
 ``dataset_to_policy_features`` offers a policy as inputs/outputs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,14 @@ def main() -> int:
 
     ds = LeRobotDataset(args.repo_id, root=args.root)
     values = [ds.hf_dataset[i][args.column] for i in range(len(ds))]
-    print(json.dumps({"values": [v.tolist() if hasattr(v, "tolist") else v for v in values],
-                      "policy_features": sorted(dataset_to_policy_features(ds.meta.features))}))
+    print(
+        json.dumps(
+            {
+                "values": [v.tolist() if hasattr(v, "tolist") else v for v in values],
+                "policy_features": sorted(dataset_to_policy_features(ds.meta.features)),
+            }
+        )
+    )
     return 0
 
 

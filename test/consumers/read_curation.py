@@ -5,6 +5,7 @@ Runs inside the .venv-lerobot04 consumer virtualenv. Prints one JSON object: per
 ``outcome``, ``outcome_note``, ``verdict`` and ``verdict_reasons`` as LeRobot returns them, and the
 column names it kept.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,11 @@ def main() -> int:
         ds = LeRobotDataset(args.repo_id, root=args.root)
         eps = ds.meta.episodes
         out["columns"] = list(eps.column_names)
-        out["episodes"] = [{k: eps[i][k] if k in eps.column_names else "<missing>" for k in KEYS}
-                           for i in range(len(eps))]
+        out["episodes"] = [
+            {k: eps[i][k] if k in eps.column_names else "<missing>" for k in KEYS} for i in range(len(eps))
+        ]
         out["rows"] = len(ds)
-        item = ds[0]   # a row still loads (frames decode) with the extra columns present
+        item = ds[0]  # a row still loads (frames decode) with the extra columns present
         out["first_row_keys"] = sorted(k for k in item if k.startswith("observation.images."))
     except Exception as e:  # noqa: BLE001 - report what the user would see
         out["error"] = f"{type(e).__name__}: {e}"

@@ -9,6 +9,7 @@ timestamp and applies LeRobot's own checks.
 Prints one JSON object: rows, frames decoded per camera, failures and the first error text, and the
 warnings LeRobot logged while opening the root.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,18 @@ def main() -> int:
     cams = list(ds.meta.camera_keys)
     # public up to 0.4.x; 0.6.1 keeps it private and hands it to its reader (lerobot_dataset.py:219, :263)
     backend = getattr(ds, "video_backend", None) or getattr(ds, "_video_backend", None)
-    out.update(codebase_version=ds.meta.info["codebase_version"], tolerance_s=ds.tolerance_s,
-               video_backend=backend, rows=len(ds), episodes=ds.meta.total_episodes, cameras=cams,
-               decoded=dict.fromkeys(cams, 0), failed_rows=0, first_error=None, bad_images=0)
+    out.update(
+        codebase_version=ds.meta.info["codebase_version"],
+        tolerance_s=ds.tolerance_s,
+        video_backend=backend,
+        rows=len(ds),
+        episodes=ds.meta.total_episodes,
+        cameras=cams,
+        decoded=dict.fromkeys(cams, 0),
+        failed_rows=0,
+        first_error=None,
+        bad_images=0,
+    )
     shapes = {c: tuple(ds.meta.features[c]["shape"]) for c in cams}
     import random
 
@@ -70,8 +80,12 @@ def main() -> int:
         for c in cams:
             img = item[c]
             h, w, ch = shapes[c]
-            ok = tuple(img.shape) == (ch, h, w) and math.isfinite(float(img.sum())) \
-                and float(img.min()) >= 0.0 and float(img.max()) <= 1.0
+            ok = (
+                tuple(img.shape) == (ch, h, w)
+                and math.isfinite(float(img.sum()))
+                and float(img.min()) >= 0.0
+                and float(img.max()) <= 1.0
+            )
             out["decoded"][c] += 1
             out["bad_images"] += 0 if ok else 1
     out["seconds"] = round(time.monotonic() - t0, 1)

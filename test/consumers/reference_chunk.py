@@ -6,6 +6,7 @@ observation.state = arm_joint + arm_eef + gripper as the recorder writes it), th
 standard loop: pre-processor (0.4.x) -> ``select_action`` n_action_steps times (the policy's own
 action queue) -> post-processor. Prints one JSON object with the rows.
 """
+
 from __future__ import annotations
 
 import argparse

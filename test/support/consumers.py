@@ -3,6 +3,7 @@ what we write: the venvs' pythons, a hermetic environment, and the JSON report a
 
 ``PIPER_CONSUMERS=skip`` skips the consumer checks visibly for a local run; it is refused when CI is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
-SCRIPTS = ROOT / "test" / "consumers"   # the scripts that run inside the consumer venvs
+SCRIPTS = ROOT / "test" / "consumers"  # the scripts that run inside the consumer venvs
 
 
 def in_ci() -> bool:
@@ -45,8 +46,11 @@ def consumer_python(name: str) -> Path:
         stamp = f".venv-{name}/.bootstrapped"
         p = subprocess.run(["make", stamp], cwd=ROOT, capture_output=True, text=True)
         timed(f"make {stamp}", t0)
-        _venvs[name] = (ROOT / f".venv-{name}" / "bin" / "python") if p.returncode == 0 else \
-            f"`make {stamp}` failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
+        _venvs[name] = (
+            (ROOT / f".venv-{name}" / "bin" / "python")
+            if p.returncode == 0
+            else f"`make {stamp}` failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
+        )
     got = _venvs[name]
     if isinstance(got, str):
         pytest.fail(got)

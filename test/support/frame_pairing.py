@@ -1,6 +1,7 @@
 """Row/frame pairing on synthetic stamps: a camera with a phase, jitter and drops against the row grid, fed
 with the arm inputs through the episode assembler like the live tick thread; ``check`` proves that the
 counters say what the rows hold and that no row holds a capture from after it."""
+
 from __future__ import annotations
 
 import random
@@ -100,5 +101,8 @@ def slot_of(stamp, phase_ms, fps=FPS):
 
 def lag(pairs, phase_ms):
     """How many slots behind its row each row's frame is: row k holds slot k - lag (constant when locked)."""
-    return {round((t - START) * FPS / SEC) - slot_of(s, phase_ms) for j, (t, s) in enumerate(pairs)
-            if j == 0 or s != pairs[j - 1][1]}
+    return {
+        round((t - START) * FPS / SEC) - slot_of(s, phase_ms)
+        for j, (t, s) in enumerate(pairs)
+        if j == 0 or s != pairs[j - 1][1]
+    }

@@ -3,6 +3,7 @@ where ROS's launch is not installed: each action records its arguments (``graph`
 would start). The ``stub_launch`` fixture installs them (test/conftest.py lists this module in
 ``pytest_plugins``); ``install_realsense`` adds a realsense2_camera of a given version to the stand-in index.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -75,18 +76,25 @@ def stub_launch(monkeypatch) -> dict[str, Path]:
 
     mods = {
         "launch": _module("launch", LaunchDescription=Action),
-        "launch.actions": _module("launch.actions", DeclareLaunchArgument=Action, ExecuteProcess=ExecuteProcess,
-                                  LogInfo=LogInfo, OpaqueFunction=OpaqueFunction,
-                                  SetEnvironmentVariable=SetEnvironmentVariable,
-                                  UnsetEnvironmentVariable=UnsetEnvironmentVariable),
+        "launch.actions": _module(
+            "launch.actions",
+            DeclareLaunchArgument=Action,
+            ExecuteProcess=ExecuteProcess,
+            LogInfo=LogInfo,
+            OpaqueFunction=OpaqueFunction,
+            SetEnvironmentVariable=SetEnvironmentVariable,
+            UnsetEnvironmentVariable=UnsetEnvironmentVariable,
+        ),
         "launch.substitutions": _module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
         "launch_ros": _module("launch_ros"),
         "launch_ros.actions": _module("launch_ros.actions", Node=Node),
         "launch_ros.substitutions": _module("launch_ros.substitutions", ExecutableInPackage=Action),
         "ament_index_python": _module("ament_index_python"),
-        "ament_index_python.packages": _module("ament_index_python.packages",
-                                               get_package_share_directory=get_package_share_directory,
-                                               PackageNotFoundError=PackageNotFoundError),
+        "ament_index_python.packages": _module(
+            "ament_index_python.packages",
+            get_package_share_directory=get_package_share_directory,
+            PackageNotFoundError=PackageNotFoundError,
+        ),
     }
     for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
@@ -97,15 +105,17 @@ def install_realsense(shares: dict[str, Path], tmp_path: Path, version: str) -> 
     """A realsense2_camera share directory in the stand-in ament index, with the package.xml of ``version``."""
     share = tmp_path / f"realsense2_camera-{version}" / "share" / "realsense2_camera"
     share.mkdir(parents=True)
-    (share / "package.xml").write_text(f'<?xml version="1.0"?>\n<package format="3">\n  <name>realsense2_camera'
-                                       f'</name>\n  <version>{version}</version>\n</package>\n')
+    (share / "package.xml").write_text(
+        f'<?xml version="1.0"?>\n<package format="3">\n  <name>realsense2_camera'
+        f"</name>\n  <version>{version}</version>\n</package>\n"
+    )
     shares["realsense2_camera"] = share
     return share / "package.xml"
 
 
 def graph(name: str, **args: str) -> list[Action]:
     """The actions ``ros2 launch piper_recorder <name>.launch.py key:=value ...`` would run."""
-    from piper_recorder.graph.arguments import LAUNCH_ARGUMENTS   # here: the plugin loads with every test session
+    from piper_recorder.graph.arguments import LAUNCH_ARGUMENTS  # here: the plugin loads with every test session
 
     spec = importlib.util.spec_from_file_location(f"{name}_launch", ROOT / "launch" / f"{name}.launch.py")
     mod = importlib.util.module_from_spec(spec)

@@ -1,5 +1,6 @@
 """Shared helpers for the LeRobot writer tests: plausible rows, frames that carry their own index,
 and independent readers (pyarrow, PyAV, json) that never use the writer's code."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,7 @@ def index_frame(k: int) -> np.ndarray:
     for bit in range(GRID[0] * GRID[1]):
         if (k >> bit) & 1:
             r, c = divmod(bit, GRID[1])
-            img[r * bh:(r + 1) * bh, c * bw:(c + 1) * bw] = 255
+            img[r * bh : (r + 1) * bh, c * bw : (c + 1) * bw] = 255
     return img
 
 
@@ -30,7 +31,7 @@ def frame_index_of(img: np.ndarray) -> int:
     k = 0
     for bit in range(GRID[0] * GRID[1]):
         r, c = divmod(bit, GRID[1])
-        if img[r * bh + 2:(r + 1) * bh - 2, c * bw + 2:(c + 1) * bw - 2].mean() > 128:
+        if img[r * bh + 2 : (r + 1) * bh - 2, c * bw + 2 : (c + 1) * bw - 2].mean() > 128:
             k |= 1 << bit
     return k
 
@@ -40,8 +41,14 @@ def row_values(t: float, seed: int) -> dict[str, np.ndarray]:
     ph = 0.7 * seed + np.arange(7) * 0.9
     f = 1.0 + 0.13 * seed
     q = 0.8 * np.sin(f * t + ph[:6])
-    quat = np.array([np.cos(0.3 * np.sin(f * t + ph[0])), 0.2 * np.sin(0.9 * t + ph[1]),
-                     0.1 * np.cos(1.1 * t + ph[2]), 0.15 * np.sin(0.7 * t + ph[3])])
+    quat = np.array(
+        [
+            np.cos(0.3 * np.sin(f * t + ph[0])),
+            0.2 * np.sin(0.9 * t + ph[1]),
+            0.1 * np.cos(1.1 * t + ph[2]),
+            0.15 * np.sin(0.7 * t + ph[3]),
+        ]
+    )
     quat /= np.linalg.norm(quat)
     pos = 0.3 + 0.1 * np.sin(f * t + ph[4:7])
     return {

@@ -1,6 +1,7 @@
 """LeRobot roots recorded by the real writer whose camera frames spell their row index, and the independent
 checks of a root built from them (pyarrow for the rows, PyAV for the frames, json for the meta, piper-validate
 and lerobot-doctor as processes): what the dataset edits must keep."""
+
 from __future__ import annotations
 
 import json
@@ -22,13 +23,19 @@ CAMS = ("cam_front", "cam_wrist")
 TASKS = ("pick", "place", "stack")
 
 
-def record(root: Path, lengths: list[int], seed0: int = 0, cams=CAMS, version: str = "v2.0", extra=None,
-           **cfg_kw) -> None:
+def record(
+    root: Path, lengths: list[int], seed0: int = 0, cams=CAMS, version: str = "v2.0", extra=None, **cfg_kw
+) -> None:
     """Episodes recorded by the real writer on the row grid; camera frame k spells k in its pixels.
     Episode j has seed ``seed0 + j`` and task ``TASKS[(seed0 + j) % 3]``; ``extra(t, seed)`` gives the
     values of extra features."""
-    cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(H, W) for c in cams}, lerobot_version=version,
-                       video=VideoConfig(max_block_s=None), **cfg_kw)
+    cfg = WriterConfig(
+        fps=FPS,
+        cameras={c: CameraSpec(H, W) for c in cams},
+        lerobot_version=version,
+        video=VideoConfig(max_block_s=None),
+        **cfg_kw,
+    )
     with LeRobotWriter(root, cfg) as w:
         w.begin_session({"control": {"backend": "position"}, "recording": {"fps": FPS}, "root_tag": root.name})
         for j, n in enumerate(lengths):
@@ -103,6 +110,10 @@ def validate(root: Path) -> None:
 
 
 def doctor(root: Path) -> None:
-    r = subprocess.run([str(BIN / "lerobot-doctor"), "check", str(root), "--ci", "--fail-on", "warn"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(BIN / "lerobot-doctor"), "check", str(root), "--ci", "--fail-on", "warn"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

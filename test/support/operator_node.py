@@ -1,5 +1,6 @@
 """The operator's side of a recording graph, as an rclpy node in the test's process: the recorders' Trigger
 services, their status and episode events, and quest_video's status."""
+
 from __future__ import annotations
 
 import json
@@ -26,15 +27,20 @@ class Operator:
         self.video_status: dict[str, Any] = {}
         self.node.create_subscription(String, "/episode_events", lambda m: self.events.append(json.loads(m.data)), 50)
         for rec in RECORDERS:
-            self.node.create_subscription(String, f"/{rec}/status",
-                                          lambda m, r=rec: self.status.__setitem__(r, json.loads(m.data)), 10)
-        self.node.create_subscription(String, "/quest_video/status",
-                                      lambda m: self.video_status.update(json.loads(m.data)), 10)
+            self.node.create_subscription(
+                String, f"/{rec}/status", lambda m, r=rec: self.status.__setitem__(r, json.loads(m.data)), 10
+            )
+        self.node.create_subscription(
+            String, "/quest_video/status", lambda m: self.video_status.update(json.loads(m.data)), 10
+        )
         from std_srvs.srv import Trigger
 
         self.trigger = Trigger
-        self.clients = {(rec, srv): self.node.create_client(Trigger, f"/{rec}/{srv}") for rec in RECORDERS
-                        for srv in ("start_episode", "stop_episode", "discard_episode", "delete_last_episode")}
+        self.clients = {
+            (rec, srv): self.node.create_client(Trigger, f"/{rec}/{srv}")
+            for rec in RECORDERS
+            for srv in ("start_episode", "stop_episode", "discard_episode", "delete_last_episode")
+        }
         self.executor = MultiThreadedExecutor(num_threads=2, context=self.ctx)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self._spin, daemon=True)

@@ -1,5 +1,6 @@
 """The recorders' episode controller on its own: a fake LeRobot writer that keeps what it is given (and fails
 a test that calls it from two threads), a settable wall clock, and synthetic arm and camera inputs."""
+
 from __future__ import annotations
 
 import threading
@@ -79,9 +80,16 @@ def make(target, cams=("cam_front",), max_s=0.0, lateness=0.0, reach=0.0):
     """A controller over ``target`` at 30 fps and the list its events go to."""
     events = []
     cfg = AssemblyConfig(fps=30, cameras=cams, lateness_s=lateness)
-    c = EpisodeController(target, cfg, recorder="lerobot_recorder", max_episode_s=max_s,
-                          publish_event=events.append, session_record=lambda: {"recording": {"fps": 30}},
-                          log=lambda m: None, stop_reach_s=reach)
+    c = EpisodeController(
+        target,
+        cfg,
+        recorder="lerobot_recorder",
+        max_episode_s=max_s,
+        publish_event=events.append,
+        session_record=lambda: {"recording": {"fps": 30}},
+        log=lambda m: None,
+        stop_reach_s=reach,
+    )
     return c, events
 
 

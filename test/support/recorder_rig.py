@@ -1,4 +1,5 @@
 """Test rig for the recorder process tests: a synthetic arm + cameras publisher and service/event helpers."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
@@ -39,24 +40,42 @@ class Rig:
         self.node = Node("test_rig", context=self.ctx)
         n = self.node
         rel = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+        )
         self.pub_js = n.create_publisher(JointState, "/arm/joint_states", rel)
         self.pub_eef = n.create_publisher(PoseStamped, "/arm/eef_pose", rel)
         self.pub_cmd = n.create_publisher(PoseStamped, "/arm/commanded_pose", rel)
         self.pub_grip = n.create_publisher(JointState, "/arm/commanded_gripper", rel)
         self.pub_reward = n.create_publisher(Float32, "/reward", rel) if reward else None
         self.pub_prov = n.create_publisher(String, "/arm/provenance", latched)
-        self.pub_prov.publish(String(data=json.dumps({"backend": "emulator", "kp": 10.0, "kd": 0.8, "t_ff": 0.0,
-                                                      "gravity_ff": True, "firmware": "S-V1.6-3"})))
+        self.pub_prov.publish(
+            String(
+                data=json.dumps(
+                    {
+                        "backend": "emulator",
+                        "kp": 10.0,
+                        "kd": 0.8,
+                        "t_ff": 0.0,
+                        "gravity_ff": True,
+                        "firmware": "S-V1.6-3",
+                    }
+                )
+            )
+        )
         self.pub_img = {c: n.create_publisher(Image, f"/{c}/color/image_raw", rel) for c in cams}
-        self.pub_depth = {c: n.create_publisher(Image, f"/{c}/aligned_depth_to_color/image_raw", rel)
-                          for c in cams} if depth else {}
+        self.pub_depth = (
+            {c: n.create_publisher(Image, f"/{c}/aligned_depth_to_color/image_raw", rel) for c in cams} if depth else {}
+        )
         self.events: list[dict] = []
         self.status: dict[str, dict] = {}
         self.status_at: dict[str, float] = {}
-        n.create_subscription(String, "/episode_events", lambda m: self.events.append(json.loads(m.data)),
-                              QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        n.create_subscription(
+            String,
+            "/episode_events",
+            lambda m: self.events.append(json.loads(m.data)),
+            QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE),
+        )
         self.frames_published = {c: 0 for c in cams}
         self._rng = np.random.default_rng(0)
         self.paused = threading.Event()
@@ -96,8 +115,9 @@ class Rig:
             if not self.paused.is_set():
                 stamp = ns_to_stamp(t)
                 v = (t / 1e9) % 10.0
-                js = JointState(name=[f"joint{k}" for k in range(1, 7)] + ["gripper"],
-                                position=[v + k for k in range(6)] + [0.05])
+                js = JointState(
+                    name=[f"joint{k}" for k in range(1, 7)] + ["gripper"], position=[v + k for k in range(6)] + [0.05]
+                )
                 js.header.stamp = stamp
                 self.pub_js.publish(js)
                 eef = PoseStamped()
@@ -201,8 +221,20 @@ REC = "lerobot_recorder"
 
 def recorder_args(root: Path, *extra: str) -> list[str]:
     """The LeRobot recorder's command line for the rig's cameras (``extra``: more ``name:=value`` parameters)."""
-    args = ["piper-lerobot-recorder", "--ros-args", "-p", f"root:={root}", "-p", "task:=pick the cube",
-            "-p", f"camera_width:={W}", "-p", f"camera_height:={H}", "-p", "provenance_wait_s:=3.0"]
+    args = [
+        "piper-lerobot-recorder",
+        "--ros-args",
+        "-p",
+        f"root:={root}",
+        "-p",
+        "task:=pick the cube",
+        "-p",
+        f"camera_width:={W}",
+        "-p",
+        f"camera_height:={H}",
+        "-p",
+        "provenance_wait_s:=3.0",
+    ]
     for e in extra:
         args += ["-p", e]
     return args

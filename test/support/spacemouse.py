@@ -1,5 +1,6 @@
 """A SpaceMouse without the device: its HID reports as bytes (the split layout's translation, rotation and
 button reports, the wireless models' single report) and a FIFO the reader opens like /dev/hidrawN."""
+
 from __future__ import annotations
 
 import fcntl
@@ -9,15 +10,15 @@ import termios
 import time
 
 
-def trans(x: int, y: int, z: int) -> bytes:          # split layout, report 1
+def trans(x: int, y: int, z: int) -> bytes:  # split layout, report 1
     return struct.pack("<B3h", 1, x, y, z)
 
 
-def rot(rx: int, ry: int, rz: int) -> bytes:         # split layout, report 2
+def rot(rx: int, ry: int, rz: int) -> bytes:  # split layout, report 2
     return struct.pack("<B3h", 2, rx, ry, rz)
 
 
-def single(x: int, y: int, z: int, rx: int, ry: int, rz: int) -> bytes:   # SpaceMouse Wireless, report 1
+def single(x: int, y: int, z: int, rx: int, ry: int, rz: int) -> bytes:  # SpaceMouse Wireless, report 1
     return struct.pack("<B6h", 1, x, y, z, rx, ry, rz)
 
 
@@ -32,7 +33,7 @@ class FakeHidraw:
     def __init__(self, path):
         self.path = str(path)
         os.mkfifo(self.path)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)   # a writer that never blocks on open
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)  # a writer that never blocks on open
 
     def pending(self) -> int:
         buf = bytearray(4)

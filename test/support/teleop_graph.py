@@ -1,6 +1,7 @@
 """The graph around a teleop process, faked by one rclpy node in the test: quest_bridge's poses and joys,
 piper_arm's feedback (its targets and gripper commands recorded) and two recorders' services (the calls and
 labels they get recorded)."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-rclpy = pytest.importorskip("rclpy")   # ROS nodes or messages: skipped where ROS is not installed
+rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from sensor_msgs.msg import JointState, Joy  # noqa: E402
@@ -42,8 +43,9 @@ class FakeGraph:
         self.haptics: list[dict] = []
         self.calls: list[str] = []
         self.status: list[dict] = []
-        n.create_subscription(PoseStamped, "/arm/target_pose",
-                              lambda m: self.targets.append((time.monotonic(), m)), 100)
+        n.create_subscription(
+            PoseStamped, "/arm/target_pose", lambda m: self.targets.append((time.monotonic(), m)), 100
+        )
         n.create_subscription(JointState, "/arm/target_gripper", lambda m: self.grippers.append(m.position[0]), 100)
         n.create_subscription(String, "/quest/haptic", lambda m: self.haptics.append(json.loads(m.data)), 10)
         n.create_subscription(String, "/teleop/status", lambda m: self.status.append(json.loads(m.data)), 10)
@@ -58,7 +60,7 @@ class FakeGraph:
         self.hand = [0.2, 1.1, -0.35]
         self.joy = {"right": [0.0, 0.0, 0, 0, 0, 0], "left": [0.0, 0.0, 0, 0, 0, 0]}  # trig, squeeze, buttons
         self.headset = True
-        self.arm = True   # False: the arm feedback stops (piper_arm gone)
+        self.arm = True  # False: the arm feedback stops (piper_arm gone)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
         self._stop = threading.Event()
@@ -72,6 +74,7 @@ class FakeGraph:
             self.calls.append(name)
             resp.success, resp.message = True, "ok"
             return resp
+
         return handle
 
     def _label_handler(self, rec):
@@ -79,6 +82,7 @@ class FakeGraph:
             self.labels.append((rec, json.loads(req.load_namespace)))
             resp.success, resp.message = self.on_label(rec, self.labels[-1][1])
             return resp
+
         return handle
 
     def on_label(self, rec, label):

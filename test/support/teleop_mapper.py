@@ -1,5 +1,6 @@
 """The teleop core (the mapper) driven like the node drives it, on a time the test advances: hand pose, joy and
 arm feedback, one tick per 10 ms; ``exact`` is a configuration whose targets equal the mapping formula."""
+
 from __future__ import annotations
 
 import math
@@ -55,5 +56,8 @@ class Rig:
 
 def exact(**kw):
     """No filter, no tether, generous caps: targets equal the mapping formula."""
-    return dict(filter=FilterConfig(enabled=False),
-                limits=LimitsConfig(max_linear_speed=100.0, max_angular_speed=100.0, tether_m=0.0), **kw)
+    return dict(
+        filter=FilterConfig(enabled=False),
+        limits=LimitsConfig(max_linear_speed=100.0, max_angular_speed=100.0, tether_m=0.0),
+        **kw,
+    )

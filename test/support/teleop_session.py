@@ -1,5 +1,6 @@
 """The teleop session driven like the teleop node drives it, on a clock the test sets: stamped headset inputs,
 arm feedback and one tick per 10 ms, with the recorders' answers handed back by the test."""
+
 from __future__ import annotations
 
 from piper_recorder.teleop.capture_time import HostToMono
@@ -30,9 +31,13 @@ class Rig:
 
     def __init__(self, **cfg: object) -> None:
         self.clock = Clock()
-        self.session = TeleopSession(TeleopConfig(**cfg), TeleopNodeConfig(recorders=list(RECORDERS)),
-                                     HapticConfig(), clock=self.clock,
-                                     to_mono=HostToMono(host_ns=self.clock.ns, mono_ns=self.clock.ns))
+        self.session = TeleopSession(
+            TeleopConfig(**cfg),
+            TeleopNodeConfig(recorders=list(RECORDERS)),
+            HapticConfig(),
+            clock=self.clock,
+            to_mono=HostToMono(host_ns=self.clock.ns, mono_ns=self.clock.ns),
+        )
         self.joy, self.other = Joy(), Joy()
         self.headset_alive = self.arm_alive = True
 

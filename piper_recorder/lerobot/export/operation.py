@@ -22,6 +22,7 @@ What the operation keeps:
   new episodes go to new files), so a reader that loaded the previous meta before the swap keeps
   reading the same bytes after it.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -50,8 +51,11 @@ TARGETS = ("v2.1", "v3.0")
 
 # ---- commit ---------------------------------------------------------------------------------
 def _paths(out: Path) -> tuple[Path, Path, Path]:
-    return (out.with_name(f".{out.name}.export-staging"), out.with_name(f".{out.name}.export-old"),
-            out.with_name(f".{out.name}.export-lock"))
+    return (
+        out.with_name(f".{out.name}.export-staging"),
+        out.with_name(f".{out.name}.export-old"),
+        out.with_name(f".{out.name}.export-lock"),
+    )
 
 
 def _fsync_tree(root: Path) -> None:
@@ -129,8 +133,9 @@ class ExportResult:
     seconds_of_data: float  # added rows / fps
 
 
-def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: bool = False,
-           **options: Any) -> ExportResult:
+def export(
+    root: str | os.PathLike, to: str, out: str | os.PathLike, progress: bool = False, **options: Any
+) -> ExportResult:
     """Export ``root`` (ours, v2.0 or v2.1) as LeRobot ``to`` ("v2.1" or "v3.0") into ``out``.
 
     A re-run into the same ``out`` appends the episodes added to ``root`` since; ``options`` go to
@@ -141,9 +146,10 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
         raise ExportError(f"--to {to!r}: must be one of {', '.join(TARGETS)}")
     given = Path(out)
     root, out = Path(root).resolve(), located(given)
-    if nested(given, root):   # symlinks resolved on both sides: --out Alink/v30 is inside A
-        raise ExportError(f"--out {given} must be outside the source root {root} and not contain it "
-                          f"(resolved: {given.resolve()})")
+    if nested(given, root):  # symlinks resolved on both sides: --out Alink/v30 is inside A
+        raise ExportError(
+            f"--out {given} must be outside the source root {root} and not contain it (resolved: {given.resolve()})"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     staging, _, lock_path = _paths(out)
     lock = _Lock(lock_path)
@@ -168,13 +174,19 @@ def export(root: str | os.PathLike, to: str, out: str | os.PathLike, progress: b
         except (av.FFmpegError, pa.ArrowException) as e:
             raise ExportError(f"{root}: a payload file cannot be read ({e})") from None
         new_state.fingerprints = (state.fingerprints if state else []) + [
-            src.fingerprint(i) for i in range(done, len(src.episodes))]
+            src.fingerprint(i) for i in range(done, len(src.episodes))
+        ]
         write_json(staging / layout.EXPORT_STATE, new_state.to_json())
         commit(staging, out)
         added = src.episodes[done:]
-        return ExportResult(to, out, len(src.episodes), len(added),
-                            sum(int(e["length"]) for e in src.episodes),
-                            sum(int(e["length"]) for e in added) / src.fps)
+        return ExportResult(
+            to,
+            out,
+            len(src.episodes),
+            len(added),
+            sum(int(e["length"]) for e in src.episodes),
+            sum(int(e["length"]) for e in added) / src.fps,
+        )
     except BaseException:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

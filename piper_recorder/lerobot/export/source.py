@@ -2,6 +2,7 @@
 ``meta/episodes.jsonl``, ``modality.json``, the bookkeeping columns); every episode must have every camera.
 Anything else is an ``ExportError`` (the CLI exits 2). Each episode's fingerprint (its episodes.jsonl line, file
 sizes, a hash of its parquet and of both ends of each mp4) lets a re-run check what was exported is unchanged."""
+
 from __future__ import annotations
 
 import hashlib
@@ -74,8 +75,9 @@ class Source:
         have = read_json(path) if path.is_file() else {}
         return [k for k in self.video_keys if k not in have]
 
-    def episode_stats(self, i: int, own: dict[int, dict],
-                      cameras: Sequence[str] = ()) -> tuple[dict, dict[str, tuple[np.ndarray, int]]]:
+    def episode_stats(
+        self, i: int, own: dict[int, dict], cameras: Sequence[str] = ()
+    ) -> tuple[dict, dict[str, tuple[np.ndarray, int]]]:
         """Episode ``i``'s LeRobot v2.1 stats and, for ``cameras``, its (histograms, frames) sample.
 
         Stats: the source's own line (``own``), else ``episode_stats.root_episode_stats`` (the
@@ -96,8 +98,11 @@ class Source:
             return own[i], hists
         if decoded and set(decoded) == set(self.video_keys):  # no record: one decode serves both
             columns = es.read_columns(self.root / self.data_rel(i), self.info)
-            stats = {k: es.vector_stats(columns[k]) if k in columns else es.hist_stats(*decoded[k])
-                     for k in self.info["features"] if k in columns or k in decoded}  # info.json order
+            stats = {
+                k: es.vector_stats(columns[k]) if k in columns else es.hist_stats(*decoded[k])
+                for k in self.info["features"]
+                if k in columns or k in decoded
+            }  # info.json order
             return es.to_jsonable(stats), hists
         return es.root_episode_stats(self.root, self.info, i), hists
 
@@ -131,40 +136,48 @@ def open_source(root: str | os.PathLike, model: Root | None = None) -> Source:
             raise ExportError(str(exc)) from None
     info = model.info
     if info.codebase_version not in SOURCE_VERSIONS:
-        raise ExportError(f"{root}: codebase_version {info.raw.get('codebase_version')!r} cannot be exported "
-                          f"(piper-export reads {', '.join(SOURCE_VERSIONS)})")
+        raise ExportError(
+            f"{root}: codebase_version {info.raw.get('codebase_version')!r} cannot be exported "
+            f"(piper-export reads {', '.join(SOURCE_VERSIONS)})"
+        )
     keys = list(info.video_keys)
-    ours = (info.data_path == layout.DATA_PATH
-            and info.video_path in ((layout.VIDEO_PATH,) if keys else (None, layout.VIDEO_PATH))
-            and all(k in info.features and info.features[k].dtype == d for k, d in BOOKKEEPING.items())
-            and model.modality is not None
-            and (root / layout.EPISODES).is_file()
-            and (root / layout.TASKS).is_file()
-            and isinstance(info.raw.get("fps"), int))
+    ours = (
+        info.data_path == layout.DATA_PATH
+        and info.video_path in ((layout.VIDEO_PATH,) if keys else (None, layout.VIDEO_PATH))
+        and all(k in info.features and info.features[k].dtype == d for k, d in BOOKKEEPING.items())
+        and model.modality is not None
+        and (root / layout.EPISODES).is_file()
+        and (root / layout.TASKS).is_file()
+        and isinstance(info.raw.get("fps"), int)
+    )
     if not ours:
-        raise ExportError(f"{root}: not a root written by piper_recorder (its path templates, "
-                          f"bookkeeping columns, {layout.MODALITY}, {layout.EPISODES} or {layout.TASKS} differ)")
+        raise ExportError(
+            f"{root}: not a root written by piper_recorder (its path templates, "
+            f"bookkeeping columns, {layout.MODALITY}, {layout.EPISODES} or {layout.TASKS} differ)"
+        )
     bad_keys = [k for k in keys if not k.startswith(layout.VIDEO_KEY_PREFIX)]
     if bad_keys:
         raise ExportError(f"{root}: video features {bad_keys} are not {layout.VIDEO_KEY_PREFIX}<camera>")
     cams = set(info.cameras)
     task_indices = {t.index for t in model.tasks}
-    src = Source(root, info.to_json(), [e.to_json() for e in model.episodes], [t.to_json() for t in model.tasks],
-                 keys, model)
+    src = Source(
+        root, info.to_json(), [e.to_json() for e in model.episodes], [t.to_json() for t in model.tasks], keys, model
+    )
     for i, e in enumerate(model.episodes):
         if e.index != i:
-            raise ExportError(f"{root}: {layout.EPISODES} line {i + 1} has episode_index "
-                              f"{e.index}, expected {i}")
+            raise ExportError(f"{root}: {layout.EPISODES} line {i + 1} has episode_index {e.index}, expected {i}")
         if (-1 if e.task_index is None else e.task_index) not in task_indices:
-            raise ExportError(f"{root}: episode {i} has task_index {e.extras.get('task_index')} "
-                              f"missing from {layout.TASKS}")
+            raise ExportError(
+                f"{root}: episode {i} has task_index {e.extras.get('task_index')} missing from {layout.TASKS}"
+            )
         lengths = e.extras.get("video_frame_lengths")
         if keys and (not isinstance(lengths, Mapping) or set(lengths) != cams):
             have = sorted(lengths) if isinstance(lengths, Mapping) else None
-            raise ExportError(f"{root}: episode {i} has cameras {have}, the root declares "
-                              f"{sorted(cams)}; cameras must be the same in every episode")
-        missing = [r for r in [src.data_rel(i)] + [src.video_rel(i, k) for k in keys]
-                   if not (root / r).is_file()]
+            raise ExportError(
+                f"{root}: episode {i} has cameras {have}, the root declares "
+                f"{sorted(cams)}; cameras must be the same in every episode"
+            )
+        missing = [r for r in [src.data_rel(i)] + [src.video_rel(i, k) for k in keys] if not (root / r).is_file()]
         if missing:
             raise ExportError(f"{root}: episode {i} is missing {missing}")
     return src

@@ -1,5 +1,6 @@
 """The state of a previous export (``meta/piper_export.json``): what the output holds, checked against the
 source before an append (``load_state``, ``check_prefix``), and the camera histograms kept for stats."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,9 +26,15 @@ class State:
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"tool": "piper-export", "version": __version__, "to": self.to, "source": self.source,
-                "episodes": len(self.fingerprints), "fingerprints": self.fingerprints,
-                "extra": self.extra}
+        return {
+            "tool": "piper-export",
+            "version": __version__,
+            "to": self.to,
+            "source": self.source,
+            "episodes": len(self.fingerprints),
+            "fingerprints": self.fingerprints,
+            "extra": self.extra,
+        }
 
 
 @dataclass
@@ -83,8 +90,10 @@ def load_state(out: Path, to: str) -> State | None:
     path = out / layout.EXPORT_STATE
     if not path.is_file():
         if any(out.iterdir()):
-            raise ExportError(f"{out} is not empty and holds no piper-export output "
-                              f"({layout.EXPORT_STATE} missing); choose an empty or new directory")
+            raise ExportError(
+                f"{out} is not empty and holds no piper-export output "
+                f"({layout.EXPORT_STATE} missing); choose an empty or new directory"
+            )
         return None
     try:
         raw = read_json(path)
@@ -100,9 +109,13 @@ def check_prefix(src: Source, state: State) -> None:
     """The exported episodes must still be the source's first episodes, unchanged."""
     n = len(state.fingerprints)
     if n > len(src.episodes):
-        raise ExportError(f"the export holds {n} episodes but {src.root} has only "
-                          f"{len(src.episodes)} (episodes deleted since); export to a fresh directory")
+        raise ExportError(
+            f"the export holds {n} episodes but {src.root} has only "
+            f"{len(src.episodes)} (episodes deleted since); export to a fresh directory"
+        )
     for i in range(n):
         if src.fingerprint(i) != state.fingerprints[i]:
-            raise ExportError(f"episode {i} of {src.root} changed since it was exported "
-                              "(re-recorded, repaired or edited); export to a fresh directory")
+            raise ExportError(
+                f"episode {i} of {src.root} changed since it was exported "
+                "(re-recorded, repaired or edited); export to a fresh directory"
+            )

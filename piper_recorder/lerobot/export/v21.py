@@ -6,6 +6,7 @@ is already v2.1, else the recorder's per-episode record, else computed from the 
 decoded sample of each video). On a re-run the lines and payload of the
 episodes already exported come from the previous export.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,16 +28,17 @@ def stats_json(src: Source, cameras: dict[str, dict]) -> dict:
     return stats
 
 
-def build(src: Source, state: State | None, prev: Path | None, staging: Path,
-          progress: bool = False) -> State:
+def build(src: Source, state: State | None, prev: Path | None, staging: Path, progress: bool = False) -> State:
     done = len(state.fingerprints) if state else 0
     lines: list[dict] = []
     if prev is not None:
         link_tree(prev, staging, skip=lambda rel: rel.startswith(f"{layout.META_DIR}/"))
         lines = fsutil.read_jsonl(prev / layout.EPISODES_STATS)[:done]
         if len(lines) != done:
-            raise ExportError(f"{prev / layout.EPISODES_STATS} has {len(lines)} lines for {done} exported "
-                              "episodes; export to a fresh directory")
+            raise ExportError(
+                f"{prev / layout.EPISODES_STATS} has {len(lines)} lines for {done} exported "
+                "episodes; export to a fresh directory"
+            )
     own = src.own_episode_stats()
     cams = src.cameras_without_stats()
     totals = camera_totals(src, state, own)

@@ -21,6 +21,7 @@ Appending follows LeRobot's own resume rule ("when resuming, move to the next fi
 writes the new episodes into new data, video and meta/episodes files and never rewrites a file of
 the previous export (those are hard links in the staging tree).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,7 @@ DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
 CHUNK_FILE_PATTERN = "chunk-{chunk_index:03d}/file-{file_index:03d}"
 DATA_PATH = "data/" + CHUNK_FILE_PATTERN + ".parquet"
 VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE_PATTERN + ".mp4"
-EPISODES_DIR = f"{layout.META_DIR}/episodes"   # v3.0 meta files beside the v2.x ones (layout.INFO, STATS)
+EPISODES_DIR = f"{layout.META_DIR}/episodes"  # v3.0 meta files beside the v2.x ones (layout.INFO, STATS)
 EPISODES_PATH = f"{EPISODES_DIR}/{CHUNK_FILE_PATTERN}.parquet"
 TASKS_PATH = f"{layout.META_DIR}/tasks.parquet"
 STAT_KEYS = episode_stats.EPISODE_STATS_KEYS  # min, max, mean, std, count
@@ -63,8 +64,14 @@ def next_file(index: tuple[int, int], chunks_size: int = DEFAULT_CHUNK_SIZE) -> 
 def parquet_size_mb(path: Path) -> float:
     """LeRobot's ``get_parquet_file_size_in_mb``: total uncompressed size of the column chunks."""
     md = pq.read_metadata(path)
-    return sum(md.row_group(g).column(c).total_uncompressed_size
-               for g in range(md.num_row_groups) for c in range(md.row_group(g).num_columns)) / 1024 ** 2
+    return (
+        sum(
+            md.row_group(g).column(c).total_uncompressed_size
+            for g in range(md.num_row_groups)
+            for c in range(md.row_group(g).num_columns)
+        )
+        / 1024**2
+    )
 
 
 # ---- output files being filled --------------------------------------------------------------
@@ -91,14 +98,19 @@ class _Builder:
         last = extra.get("last_files") or {}
         cs = self.chunks_size
         self.next_data = next_file(tuple(last["data"]), cs) if last.get("data") else (0, 0)
-        self.next_video = {k: next_file(tuple(last["videos"][k]), cs) if k in last.get("videos", {}) else (0, 0)
-                           for k in src.video_keys}
+        self.next_video = {
+            k: next_file(tuple(last["videos"][k]), cs) if k in last.get("videos", {}) else (0, 0)
+            for k in src.video_keys
+        }
         self.meta_index = next_file(tuple(last["episodes"]), cs) if last.get("episodes") else (0, 0)
         self.frames = int(extra.get("frames", 0))
         self.data: _DataFile | None = None
         self.videos: dict[str, _VideoFile | None] = {k: None for k in src.video_keys}
-        self.last_files: dict[str, Any] = {"data": last.get("data"), "videos": dict(last.get("videos", {})),
-                           "episodes": self.meta_index}
+        self.last_files: dict[str, Any] = {
+            "data": last.get("data"),
+            "videos": dict(last.get("videos", {})),
+            "episodes": self.meta_index,
+        }
 
     # data
     def add_data(self, i: int, row: dict) -> int:
@@ -114,8 +126,9 @@ class _Builder:
             index = self.next_data
             out = self.staging / DATA_PATH.format(chunk_index=index[0], file_index=index[1])
             out.parent.mkdir(parents=True, exist_ok=True)
-            self.data = _DataFile(index, out, pq.ParquetWriter(out, table.schema, compression="snappy",
-                                                               use_dictionary=True), table.schema)
+            self.data = _DataFile(
+                index, out, pq.ParquetWriter(out, table.schema, compression="snappy", use_dictionary=True), table.schema
+            )
             self.next_data = next_file(index, self.chunks_size)
             self.last_files["data"] = index
         if table.schema.remove_metadata() != self.data.schema.remove_metadata():
@@ -123,8 +136,14 @@ class _Builder:
         self.data.writer.write_table(pa.Table.from_arrays(table.columns, schema=self.data.schema))
         self.data.size_mb += size
         n = table.num_rows
-        row.update({"data/chunk_index": self.data.index[0], "data/file_index": self.data.index[1],
-                    "dataset_from_index": self.frames, "dataset_to_index": self.frames + n})
+        row.update(
+            {
+                "data/chunk_index": self.data.index[0],
+                "data/file_index": self.data.index[1],
+                "dataset_from_index": self.frames,
+                "dataset_to_index": self.frames + n,
+            }
+        )
         self.frames += n
         return n
 
@@ -144,12 +163,15 @@ class _Builder:
             raise ExportError(f"episode {i}, {key}: {path} cannot be read ({e})") from None
 
     def _add_video(self, key: str, path: Path, timestamps: np.ndarray, row: dict) -> None:
-        size = path.stat().st_size / 1024 ** 2
+        size = path.stat().st_size / 1024**2
         cur = self.videos[key]
         if cur is not None:
             frames_s = (cur.writer.frames + len(timestamps)) / self.src.fps
-            if (cur.size_mb + size >= self.video_mb or frames_s > MAX_FILE_S
-                    or StreamSignature.of(path) != cur.writer.signature):
+            if (
+                cur.size_mb + size >= self.video_mb
+                or frames_s > MAX_FILE_S
+                or StreamSignature.of(path) != cur.writer.signature
+            ):
                 self._close_video(key)
                 cur = None
         if cur is None:
@@ -161,9 +183,14 @@ class _Builder:
             self.last_files["videos"][key] = index
         from_tick, end_tick = cur.writer.add_episode(path, timestamps)
         cur.size_mb += size
-        row.update({f"videos/{key}/chunk_index": cur.index[0], f"videos/{key}/file_index": cur.index[1],
-                    f"videos/{key}/from_timestamp": from_tick / TICKS,
-                    f"videos/{key}/to_timestamp": end_tick / TICKS})
+        row.update(
+            {
+                f"videos/{key}/chunk_index": cur.index[0],
+                f"videos/{key}/file_index": cur.index[1],
+                f"videos/{key}/from_timestamp": from_tick / TICKS,
+                f"videos/{key}/to_timestamp": end_tick / TICKS,
+            }
+        )
 
     def _close_video(self, key: str) -> None:
         cur = self.videos[key]
@@ -200,26 +227,36 @@ def _stat_type(feature: dict, stat: str) -> pa.DataType:
 
 # the episodes.jsonl curation keys carried into meta/episodes (null where an episode has none): LeRobot
 # 0.4+ keeps every meta/episodes column but stats/* in ``dataset.meta.episodes`` (``load_episodes``)
-CURATION_COLUMNS: dict[str, pa.DataType] = {"outcome": pa.string(), "outcome_note": pa.string(),
-                                           "verdict": pa.string(), "verdict_reasons": pa.list_(pa.string())}
+CURATION_COLUMNS: dict[str, pa.DataType] = {
+    "outcome": pa.string(),
+    "outcome_note": pa.string(),
+    "verdict": pa.string(),
+    "verdict_reasons": pa.list_(pa.string()),
+}
 
 
 def episodes_schema(src: Source) -> pa.Schema:
     """meta/episodes columns and types, fixed so that every file of every run has the same schema."""
-    fields = [pa.field("episode_index", pa.int64()), pa.field("tasks", pa.list_(pa.string())),
-              pa.field("length", pa.int64()), pa.field("data/chunk_index", pa.int64()),
-              pa.field("data/file_index", pa.int64()), pa.field("dataset_from_index", pa.int64()),
-              pa.field("dataset_to_index", pa.int64())]
+    fields = [
+        pa.field("episode_index", pa.int64()),
+        pa.field("tasks", pa.list_(pa.string())),
+        pa.field("length", pa.int64()),
+        pa.field("data/chunk_index", pa.int64()),
+        pa.field("data/file_index", pa.int64()),
+        pa.field("dataset_from_index", pa.int64()),
+        pa.field("dataset_to_index", pa.int64()),
+    ]
     for key in src.video_keys:
-        fields += [pa.field(f"videos/{key}/chunk_index", pa.int64()),
-                   pa.field(f"videos/{key}/file_index", pa.int64()),
-                   pa.field(f"videos/{key}/from_timestamp", pa.float64()),
-                   pa.field(f"videos/{key}/to_timestamp", pa.float64())]
+        fields += [
+            pa.field(f"videos/{key}/chunk_index", pa.int64()),
+            pa.field(f"videos/{key}/file_index", pa.int64()),
+            pa.field(f"videos/{key}/from_timestamp", pa.float64()),
+            pa.field(f"videos/{key}/to_timestamp", pa.float64()),
+        ]
     for key, feat in src.info["features"].items():
         for stat in STAT_KEYS:
             fields.append(pa.field(f"stats/{key}/{stat}", _stat_type(feat, stat)))
-    fields += [pa.field("meta/episodes/chunk_index", pa.int64()),
-               pa.field("meta/episodes/file_index", pa.int64())]
+    fields += [pa.field("meta/episodes/chunk_index", pa.int64()), pa.field("meta/episodes/file_index", pa.int64())]
     fields += [pa.field(k, t, nullable=True) for k, t in CURATION_COLUMNS.items()]
     return pa.schema(fields)
 
@@ -241,20 +278,41 @@ def tasks_table(tasks: list[dict]) -> pa.Table:
     names = [t["task"] for t in tasks]
     pandas_meta = {
         "index_columns": ["__index_level_0__"],
-        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode",
-                            "numpy_type": "object", "metadata": {"encoding": "UTF-8"}}],
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
         "columns": [
-            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
-             "numpy_type": "int64", "metadata": None},
-            {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode",
-             "numpy_type": "object", "metadata": None}],
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {
+                "name": None,
+                "field_name": "__index_level_0__",
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": None,
+            },
+        ],
         "creator": {"library": "pyarrow", "version": pa.__version__},
         "pandas_version": "2.2.3",
     }
-    schema = pa.schema([pa.field("task_index", pa.int64()), pa.field("__index_level_0__", pa.string())],
-                       metadata={b"pandas": json.dumps(pandas_meta).encode()})
-    return pa.Table.from_arrays([pa.array([int(t["task_index"]) for t in tasks], pa.int64()),
-                                 pa.array(names, pa.string())], schema=schema)
+    schema = pa.schema(
+        [pa.field("task_index", pa.int64()), pa.field("__index_level_0__", pa.string())],
+        metadata={b"pandas": json.dumps(pandas_meta).encode()},
+    )
+    return pa.Table.from_arrays(
+        [pa.array([int(t["task_index"]) for t in tasks], pa.int64()), pa.array(names, pa.string())], schema=schema
+    )
 
 
 def info_json(src: Source, total_frames: int, data_mb: float, video_mb: float) -> dict:
@@ -304,25 +362,38 @@ def stats_json(src: Source, per_episode: list[dict], cameras: dict[str, dict]) -
 
 
 # ---- the build ------------------------------------------------------------------------------
-def build(src: Source, state: State | None, prev: Path | None, staging: Path, progress: bool = False,
-          data_files_size_in_mb: float = DEFAULT_DATA_FILE_SIZE_IN_MB,
-          video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_IN_MB) -> State:
+def build(
+    src: Source,
+    state: State | None,
+    prev: Path | None,
+    staging: Path,
+    progress: bool = False,
+    data_files_size_in_mb: float = DEFAULT_DATA_FILE_SIZE_IN_MB,
+    video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+) -> State:
     done = len(state.fingerprints) if state else 0
     extra = state.extra if state else {}
     if state is not None:
         data_files_size_in_mb = extra.get("data_files_size_in_mb", data_files_size_in_mb)
         video_files_size_in_mb = extra.get("video_files_size_in_mb", video_files_size_in_mb)
         if extra.get("video_keys") != src.video_keys:
-            raise ExportError(f"the export has cameras {extra.get('video_keys')}, the source now "
-                              f"{src.video_keys}; export to a fresh directory")
+            raise ExportError(
+                f"the export has cameras {extra.get('video_keys')}, the source now "
+                f"{src.video_keys}; export to a fresh directory"
+            )
     per_episode: list[dict] = []
     if prev is not None:
-        link_tree(prev, staging,
-                  skip=lambda rel: rel.startswith(f"{layout.META_DIR}/") and not rel.startswith(f"{EPISODES_DIR}/"))
+        link_tree(
+            prev,
+            staging,
+            skip=lambda rel: rel.startswith(f"{layout.META_DIR}/") and not rel.startswith(f"{EPISODES_DIR}/"),
+        )
         per_episode = read_episode_stats(prev, src)
         if len(per_episode) != done:
-            raise ExportError(f"{prev / EPISODES_DIR} holds {len(per_episode)} episodes, its state "
-                              f"{done}; export to a fresh directory")
+            raise ExportError(
+                f"{prev / EPISODES_DIR} holds {len(per_episode)} episodes, its state "
+                f"{done}; export to a fresh directory"
+            )
     b = _Builder(src, staging, extra, data_files_size_in_mb, video_files_size_in_mb)
     schema = episodes_schema(src)
     rows: list[dict] = []
@@ -361,13 +432,23 @@ def build(src: Source, state: State | None, prev: Path | None, staging: Path, pr
     meta_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), meta_path, compression="snappy")
     pq.write_table(tasks_table(src.tasks), staging / TASKS_PATH)
-    write_json(staging / layout.INFO,
-               info_json(src, b.frames, data_files_size_in_mb, video_files_size_in_mb))
+    write_json(staging / layout.INFO, info_json(src, b.frames, data_files_size_in_mb, video_files_size_in_mb))
     write_json(staging / layout.STATS, stats_json(src, per_episode, totals.entries()))
     carry_meta(src, staging)
-    last = {"data": list(b.last_files["data"]), "episodes": list(b.meta_index),
-            "videos": {k: list(v) for k, v in b.last_files["videos"].items()}}
-    return State(CODEBASE_VERSION, str(src.root), extra={
-        "last_files": last, "frames": b.frames, "video_keys": src.video_keys,
-        "camera_hist": totals.to_json(),
-        "data_files_size_in_mb": data_files_size_in_mb, "video_files_size_in_mb": video_files_size_in_mb})
+    last = {
+        "data": list(b.last_files["data"]),
+        "episodes": list(b.meta_index),
+        "videos": {k: list(v) for k, v in b.last_files["videos"].items()},
+    }
+    return State(
+        CODEBASE_VERSION,
+        str(src.root),
+        extra={
+            "last_files": last,
+            "frames": b.frames,
+            "video_keys": src.video_keys,
+            "camera_hist": totals.to_json(),
+            "data_files_size_in_mb": data_files_size_in_mb,
+            "video_files_size_in_mb": video_files_size_in_mb,
+        },
+    )

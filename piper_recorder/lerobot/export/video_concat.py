@@ -22,6 +22,7 @@ return each row's own frame:
   at most half a float32 step of the row time plus one float32 step of the file time, < 1e-4 s while
   a file stays below ``MAX_FILE_S`` (1,024 s; float32 steps 6.1e-5 s there), so files are cut there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -74,8 +75,9 @@ class VideoFileWriter:
         self.path, self.fps = path, fps
         path.parent.mkdir(parents=True, exist_ok=True)
         self.signature = StreamSignature.of(template)
-        self._out = av.open(str(path), "w", format="mp4",
-                            options={"movflags": "faststart", "video_track_timescale": str(TICKS)})
+        self._out = av.open(
+            str(path), "w", format="mp4", options={"movflags": "faststart", "video_track_timescale": str(TICKS)}
+        )
         try:
             with av.open(str(template)) as c:
                 self._stream = self._out.add_stream_from_template(c.streams.video[0], opaque=True)
@@ -95,8 +97,10 @@ class VideoFileWriter:
         off = np.nonzero((ts != nearest) & (ts != rounded_up))[0]
         if n == 0 or len(off):
             k = int(off[0]) if len(off) else 0
-            raise ConcatError(f"row {k} has timestamp {float(ts[k]) if n else None}, not {k}/{self.fps} in float32; "
-                              "v3.0 needs rows on the frame grid")
+            raise ConcatError(
+                f"row {k} has timestamp {float(ts[k]) if n else None}, not {k}/{self.fps} in float32; "
+                "v3.0 needs rows on the frame grid"
+            )
         step = frame_step(self.fps)
         first = self.frames * step
         half = 0.5 / self.fps
@@ -112,13 +116,16 @@ class VideoFileWriter:
                 if k >= n:
                     raise ConcatError(f"{src}: more video frames than the episode's {n} rows")
                 if pkt.pts is None or pkt.dts != pkt.pts:
-                    raise ConcatError(f"{src}: frame {k} has pts {pkt.pts} != dts {pkt.dts} "
-                                      "(B-frames); v3.0 export needs frames in presentation order")
+                    raise ConcatError(
+                        f"{src}: frame {k} has pts {pkt.pts} != dts {pkt.dts} "
+                        "(B-frames); v3.0 export needs frames in presentation order"
+                    )
                 if abs(float(pkt.pts * tb) - float(ts[k])) > half:
                     raise ConcatError(
                         f"{src}: frame {k} at {float(pkt.pts * tb):.4f} s is not row {k}'s frame "
                         f"(row at {float(ts[k]):.4f} s); frames must pair one to one with rows "
-                        "(timestamp_mode nominal)")
+                        "(timestamp_mode nominal)"
+                    )
                 self.bytes += pkt.size
                 pkt.stream = self._stream
                 pkt.time_base = TIME_BASE

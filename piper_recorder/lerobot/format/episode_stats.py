@@ -21,6 +21,7 @@ sampled pixels, including q01/q99, and merge exactly across episodes (sum). ``ro
 recomputes the same sample from a saved episode by decoding its videos (the values then differ from
 the live ones only by compression loss).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,16 +45,20 @@ def vector_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     a = np.asarray(values)
     if a.ndim not in (1, 2) or len(a) == 0:
         raise ValueError(f"vector_stats needs a non-empty (N,) or (N, D) array, got {a.shape}")
-    keep: Literal[True, False] = a.ndim == 1   # numpy's stubs type keepdims by its literal value
-    return {"min": np.min(a, axis=0, keepdims=keep), "max": np.max(a, axis=0, keepdims=keep),
-            "mean": np.mean(a, axis=0, keepdims=keep), "std": np.std(a, axis=0, keepdims=keep),
-            "count": np.array([len(a)])}
+    keep: Literal[True, False] = a.ndim == 1  # numpy's stubs type keepdims by its literal value
+    return {
+        "min": np.min(a, axis=0, keepdims=keep),
+        "max": np.max(a, axis=0, keepdims=keep),
+        "mean": np.mean(a, axis=0, keepdims=keep),
+        "std": np.std(a, axis=0, keepdims=keep),
+        "count": np.array([len(a)]),
+    }
 
 
 # ---- images -------------------------------------------------------------------------------------
 def lerobot_sample_indices(n: int) -> list[int]:
     """The frames LeRobot 0.3.3 samples from an n-frame episode (``compute_stats.sample_indices``)."""
-    k = max(min(100, n), min(int(n ** 0.75), 10_000))
+    k = max(min(100, n), min(int(n**0.75), 10_000))
     return np.round(np.linspace(0, n - 1, k)).astype(int).tolist()
 
 
@@ -114,9 +119,13 @@ def hist_stats(hist: np.ndarray, frames: int) -> dict[str, np.ndarray]:
     mean = (h * np.arange(256, dtype=np.int64)).sum(axis=1) / n  # exact integer sum, as np.mean
     var = (h * (v - mean[:, None]) ** 2).sum(axis=1) / n
     col = (3, 1, 1)
-    return {"min": (lo / 255.0).reshape(col), "max": (hi / 255.0).reshape(col),
-            "mean": (mean / 255.0).reshape(col), "std": (np.sqrt(var) / 255.0).reshape(col),
-            "count": np.array([int(frames)])}
+    return {
+        "min": (lo / 255.0).reshape(col),
+        "max": (hi / 255.0).reshape(col),
+        "mean": (mean / 255.0).reshape(col),
+        "std": (np.sqrt(var) / 255.0).reshape(col),
+        "count": np.array([int(frames)]),
+    }
 
 
 def hist_quantile(hist: np.ndarray, p: float) -> np.ndarray:
@@ -186,9 +195,13 @@ def aggregate_stats(stats_list: Iterable[Mapping[str, Mapping[str, Any]]]) -> di
             counts = np.expand_dims(counts, -1)
         mean = (means * counts).sum(axis=0) / total
         var = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
-        out[key] = {"min": np.min(np.stack([s["min"] for s in fs]), axis=0),
-                    "max": np.max(np.stack([s["max"] for s in fs]), axis=0),
-                    "mean": mean, "std": np.sqrt(var), "count": total}
+        out[key] = {
+            "min": np.min(np.stack([s["min"] for s in fs]), axis=0),
+            "max": np.max(np.stack([s["max"] for s in fs]), axis=0),
+            "mean": mean,
+            "std": np.sqrt(var),
+            "count": total,
+        }
     return out
 
 
@@ -258,12 +271,14 @@ def root_episode_stats(root: Path, info: dict, episode_index: int, *, cached: bo
 
 
 # ---- the writer's per-episode record (layout.record_relpath) ------------------------------------
-def make_record(episode_index: int, length: int, stats: dict,
-                images: Mapping[str, tuple[np.ndarray, int]]) -> dict:
-    return {"episode_index": int(episode_index), "length": int(length), "stride": SAMPLE_STRIDE,
-            "stats": stats,
-            "images": {k: {"frames": int(f), "hist": np.asarray(h, np.int64).tolist()}
-                       for k, (h, f) in images.items()}}
+def make_record(episode_index: int, length: int, stats: dict, images: Mapping[str, tuple[np.ndarray, int]]) -> dict:
+    return {
+        "episode_index": int(episode_index),
+        "length": int(length),
+        "stride": SAMPLE_STRIDE,
+        "stats": stats,
+        "images": {k: {"frames": int(f), "hist": np.asarray(h, np.int64).tolist()} for k, (h, f) in images.items()},
+    }
 
 
 def load_record(path: Path) -> dict | None:

@@ -3,6 +3,7 @@
 ``DatasetError``, ``SchemaError`` and ``EpisodeStateError`` are the project's (``piper_recorder.errors``,
 shared with the RGB-D writer); this module adds the writer's own.
 """
+
 from __future__ import annotations
 
 from piper_recorder.errors import DatasetError, EpisodeStateError, SchemaError

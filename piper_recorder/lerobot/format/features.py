@@ -7,6 +7,7 @@ feature order) when ``WriterConfig.combined_columns`` is on, because LeRobot pol
 lerobot-doctor look for them. The columns, names and modality slices are those of the feature table
 (``features.table``): ``lerobot_features(table)``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,8 +15,19 @@ from dataclasses import dataclass, field
 from piper_recorder.features.table import JOINTS, PIPER_TABLE, POSE, POSE_SLICES, FeatureTable, Slice
 from piper_recorder.names import IMAGES_PREFIX
 
-__all__ = ["BOOKKEEPING", "COMBINED", "FeatureSpec", "JOINTS", "POSE", "POSE_SLICES", "Slice", "combined_names",
-           "combined_specs", "lerobot_features", "piper_features"]
+__all__ = [
+    "BOOKKEEPING",
+    "COMBINED",
+    "FeatureSpec",
+    "JOINTS",
+    "POSE",
+    "POSE_SLICES",
+    "Slice",
+    "combined_names",
+    "combined_specs",
+    "lerobot_features",
+    "piper_features",
+]
 
 BOOKKEEPING: dict[str, str] = {
     "timestamp": "float32",
@@ -33,7 +45,7 @@ class FeatureSpec:
     key: str
     names: tuple[str, ...]
     modality: tuple[Slice, ...] = field(default=())
-    combined: str | None = None      # the combined column this joins (observation.state, action)
+    combined: str | None = None  # the combined column this joins (observation.state, action)
 
     @property
     def dim(self) -> int:
@@ -64,8 +76,7 @@ class FeatureSpec:
 
 def lerobot_features(table: FeatureTable) -> tuple[FeatureSpec, ...]:
     """The LeRobot columns of a feature table, in table order."""
-    return tuple(FeatureSpec(f.column, f.names, f.modality, f.combined) for f in table.features
-                 if f.column is not None)
+    return tuple(FeatureSpec(f.column, f.names, f.modality, f.combined) for f in table.features if f.column is not None)
 
 
 def piper_features() -> tuple[FeatureSpec, ...]:
@@ -83,8 +94,9 @@ def combined_specs(features: tuple[FeatureSpec, ...]) -> dict[str, tuple[Feature
 
 
 # combined column -> split columns concatenated in this order (the Piper set)
-COMBINED: dict[str, tuple[str, ...]] = {k: tuple(p.key for p in parts)
-                                        for k, parts in combined_specs(piper_features()).items()}
+COMBINED: dict[str, tuple[str, ...]] = {
+    k: tuple(p.key for p in parts) for k, parts in combined_specs(piper_features()).items()
+}
 
 
 def combined_names(parts: tuple[FeatureSpec, ...]) -> list[str]:

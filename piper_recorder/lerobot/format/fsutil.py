@@ -3,6 +3,7 @@
 All writer I/O that must not be half-done goes through these few functions, so a test can inject a
 failure (e.g. ``OSError(ENOSPC)``) at each step by monkeypatching them.
 """
+
 from __future__ import annotations
 
 import fcntl

@@ -5,6 +5,7 @@ the viewer and replay all name and format paths through it, so the layout is wri
 Readers format the templates the root's own ``info.json`` carries (``data_file``, ``video_file``);
 the writer fills ours (``data_relpath``, ``video_relpath``, ``extras_relpath``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ DEFAULT_CHUNKS_SIZE = 1000
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 EXTRAS_PATH = "extras/episode_{episode_index:06d}.quest.jsonl"
-VIDEO_KEY_PREFIX = IMAGES_PREFIX    # piper_recorder.names: observation.images.<camera>
+VIDEO_KEY_PREFIX = IMAGES_PREFIX  # piper_recorder.names: observation.images.<camera>
 # quaternion rotation_type names the writer may tag modality.json with (w-first: "quat_wxyz" as the
 # spec writes, "quaternion" as GR00T N1.5's schema names it); GR00T accepts a few more (validate.py).
 ROTATION_TYPES = ("quat_wxyz", "quaternion")
@@ -27,22 +28,22 @@ ROTATION_TYPES = ("quat_wxyz", "quaternion")
 # The meta/ files, named here only (test/test_module_graph.py): paths relative to the root (``root / INFO``);
 # code and messages use these names, never the file names spelt out.
 META_DIR = "meta"
-INFO = f"{META_DIR}/info.json"                    # version, rate, totals, path templates, features
-EPISODES = f"{META_DIR}/episodes.jsonl"           # the commit record: one line per saved episode
+INFO = f"{META_DIR}/info.json"  # version, rate, totals, path templates, features
+EPISODES = f"{META_DIR}/episodes.jsonl"  # the commit record: one line per saved episode
 TASKS = f"{META_DIR}/tasks.jsonl"
 STATS = f"{META_DIR}/stats.json"
-EPISODES_STATS = f"{META_DIR}/episodes_stats.jsonl"   # v2.1: per-episode stats
-MODALITY = f"{META_DIR}/modality.json"            # GR00T: the state/action slices, the videos
-RELATIVE_STATS = f"{META_DIR}/relative_stats.json"    # piper-finalize
-DELTA_STATS = f"{META_DIR}/delta_stats.json"          # piper-finalize
-SESSIONS = f"{META_DIR}/collection_sessions.jsonl"    # provenance: every collection session
+EPISODES_STATS = f"{META_DIR}/episodes_stats.jsonl"  # v2.1: per-episode stats
+MODALITY = f"{META_DIR}/modality.json"  # GR00T: the state/action slices, the videos
+RELATIVE_STATS = f"{META_DIR}/relative_stats.json"  # piper-finalize
+DELTA_STATS = f"{META_DIR}/delta_stats.json"  # piper-finalize
+SESSIONS = f"{META_DIR}/collection_sessions.jsonl"  # provenance: every collection session
 COLLECTION_META = f"{META_DIR}/collection_meta.json"  # provenance: the last session
-DATASET_EDITS = f"{META_DIR}/dataset_edits.jsonl"     # piper-dataset: the edits that built this root
-EXPORT_STATE = f"{META_DIR}/piper_export.json"        # a piper-export output: what it holds
-STATS_CACHE = f"{META_DIR}/.cache/stats"          # per-episode stats sketches and records
+DATASET_EDITS = f"{META_DIR}/dataset_edits.jsonl"  # piper-dataset: the edits that built this root
+EXPORT_STATE = f"{META_DIR}/piper_export.json"  # a piper-export output: what it holds
+STATS_CACHE = f"{META_DIR}/.cache/stats"  # per-episode stats sketches and records
 
-STAGING = ".staging"              # the episode in flight (deleted by repair)
-RECOVERED = ".recovered"          # files repair or piper-recover moved aside, by time stamp
+STAGING = ".staging"  # the episode in flight (deleted by repair)
+RECOVERED = ".recovered"  # files repair or piper-recover moved aside, by time stamp
 PAYLOAD_DIRS = ("data", "videos", "extras")
 
 

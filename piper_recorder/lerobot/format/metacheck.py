@@ -3,6 +3,7 @@ viewer, finalize, the writer's open): a damaged or hand-edited file gives a Data
 file and the field, never a TypeError deep inside. piper-validate reports such problems one by one.
 The typed read model (``lerobot.format.root``) parses what these checks pass.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,13 +65,20 @@ def check_info(info: Any, path: Path) -> dict[str, Any]:
         raise DatasetError(f"{path}: must be a JSON object, got {type(info).__name__}")
     feats = info.get("features")
     if not isinstance(feats, dict):
-        raise DatasetError(f"{path}: 'features' must be an object mapping column names to features, "
-                           f"got {type(feats).__name__}")
+        raise DatasetError(
+            f"{path}: 'features' must be an object mapping column names to features, got {type(feats).__name__}"
+        )
     for key, f in feats.items():
-        if not (isinstance(f, dict) and isinstance(f.get("dtype"), str) and isinstance(f.get("shape"), list)
-                and all(_int(s) for s in f["shape"])):
-            raise DatasetError(f"{path}: feature '{key}' must be an object with a 'dtype' string and a 'shape' "
-                               f"list of integers, got {f!r:.80}")
+        if not (
+            isinstance(f, dict)
+            and isinstance(f.get("dtype"), str)
+            and isinstance(f.get("shape"), list)
+            and all(_int(s) for s in f["shape"])
+        ):
+            raise DatasetError(
+                f"{path}: feature '{key}' must be an object with a 'dtype' string and a 'shape' "
+                f"list of integers, got {f!r:.80}"
+            )
     fps = info.get("fps")
     if not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0):
         raise DatasetError(f"{path}: 'fps' must be a positive number, got {fps!r}")
@@ -86,8 +94,9 @@ def check_info(info: Any, path: Path) -> dict[str, Any]:
 def check_episodes(episodes: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
     for n, ep in enumerate(episodes, 1):
         if not (_int(ep.get("episode_index")) and ep["episode_index"] >= 0):
-            raise DatasetError(f"{path}: line {n}: 'episode_index' must be an integer >= 0, got "
-                               f"{ep.get('episode_index')!r}")
+            raise DatasetError(
+                f"{path}: line {n}: 'episode_index' must be an integer >= 0, got {ep.get('episode_index')!r}"
+            )
         if not (_int(ep.get("length")) and ep["length"] >= 0):
             raise DatasetError(f"{path}: line {n}: 'length' must be an integer >= 0, got {ep.get('length')!r}")
         tasks = ep.get("tasks")

@@ -3,6 +3,7 @@
 A policy is bound to the controller that produced its data, so a new session whose binding keys
 differ from the previous session's is either warned about loudly or refused.
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,14 +46,19 @@ def binding_changes(previous: dict | None, record: dict) -> list[tuple[str, Any,
     """(key, old, new) for every binding key whose value differs from the previous session."""
     if previous is None:
         return []
-    return [(k, lookup(previous, k), lookup(record, k)) for k in BINDING_KEYS
-            if lookup(previous, k) != lookup(record, k)]
+    return [
+        (k, lookup(previous, k), lookup(record, k)) for k in BINDING_KEYS if lookup(previous, k) != lookup(record, k)
+    ]
 
 
 def format_warning(root: Path, changes: list[tuple[str, Any, Any]]) -> str:
     bar = "!" * 78
-    lines = [bar, "!! WARNING: binding-critical settings changed since the previous session of",
-             f"!!   {root}", "!! Mixing controllers makes the action-to-motion mapping inconsistent."]
+    lines = [
+        bar,
+        "!! WARNING: binding-critical settings changed since the previous session of",
+        f"!!   {root}",
+        "!! Mixing controllers makes the action-to-motion mapping inconsistent.",
+    ]
     lines += [f"!!   {k}: {json.dumps(old)} -> {json.dumps(new)}" for k, old, new in changes]
     lines += ["!! Start a fresh --root for this configuration instead.", bar]
     return "\n".join(lines)
@@ -64,17 +70,21 @@ def begin_session(root: Path, record: dict, writer_version: str, refuse: bool) -
     sessions = fsutil.read_jsonl(path)
     previous = sessions[-1] if sessions else None
     full = copy.deepcopy(record)
-    full.update(session_id=uuid.uuid4().hex,
-                started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                writer_version=writer_version)
+    full.update(
+        session_id=uuid.uuid4().hex,
+        started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        writer_version=writer_version,
+    )
     changes = binding_changes(previous, full)
     if changes:
         text = format_warning(root, changes)
         if refuse:
             raise BindingChangeError(
-                "binding keys changed since the previous session (" +
-                ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes) +
-                "); start a fresh root", changes)
+                "binding keys changed since the previous session ("
+                + ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
+                + "); start a fresh root",
+                changes,
+            )
         print(text, file=sys.stderr, flush=True)
         log.warning("%s", text)
     # The file is append-only in content; rewriting it atomically means a crash never leaves a torn line.

@@ -2,6 +2,7 @@
 
 Used by finalize and validate, which must read a root without trusting the writer's own code.
 """
+
 from __future__ import annotations
 
 import json

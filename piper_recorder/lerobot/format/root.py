@@ -9,6 +9,7 @@ Every parsed object keeps the document it came from (``raw``) so that code writi
 (an export's info.json, an edit's episodes.jsonl) copies it key for key, in its order.
 Writers build their dicts themselves (``writer.meta_builders``); ``validate`` reads the raw files on its own.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -41,16 +42,21 @@ class Feature:
     dtype: str
     shape: tuple[int, ...]
     names: tuple[str, ...] | None
-    video: Mapping[str, Any] | None   # the feature's "info" ("video.codec", "video.pix_fmt", ...)
+    video: Mapping[str, Any] | None  # the feature's "info" ("video.codec", "video.pix_fmt", ...)
     raw: Mapping[str, Any] = field(repr=False, compare=False)
 
     @staticmethod
     def from_json(key: str, doc: Mapping[str, Any]) -> Feature:
         names = doc.get("names")
         vinfo = doc.get("info")
-        return Feature(key, str(doc["dtype"]), tuple(int(s) for s in doc["shape"]),
-                       None if names is None else tuple(str(n) for n in names),
-                       _frozen(vinfo) if isinstance(vinfo, Mapping) else None, _frozen(doc))
+        return Feature(
+            key,
+            str(doc["dtype"]),
+            tuple(int(s) for s in doc["shape"]),
+            None if names is None else tuple(str(n) for n in names),
+            _frozen(vinfo) if isinstance(vinfo, Mapping) else None,
+            _frozen(doc),
+        )
 
     @property
     def is_video(self) -> bool:
@@ -97,10 +103,19 @@ class Info:
             raise SchemaError(f"{path}: total_episodes/total_frames/total_tasks must be integers") from None
         version = doc.get("codebase_version")
         robot = doc.get("robot_type")
-        return Info(str(version) if version is not None else "", None if robot is None else str(robot),
-                    doc["fps"], int(doc["chunks_size"]), totals[0], totals[1], totals[2], str(doc["data_path"]),
-                    None if doc.get("video_path") is None else str(doc["video_path"]),
-                    MappingProxyType(feats), _frozen(doc))
+        return Info(
+            str(version) if version is not None else "",
+            None if robot is None else str(robot),
+            doc["fps"],
+            int(doc["chunks_size"]),
+            totals[0],
+            totals[1],
+            totals[2],
+            str(doc["data_path"]),
+            None if doc.get("video_path") is None else str(doc["video_path"]),
+            MappingProxyType(feats),
+            _frozen(doc),
+        )
 
     @property
     def video_keys(self) -> tuple[str, ...]:
@@ -127,6 +142,7 @@ class Info:
     def to_json(self) -> dict[str, Any]:
         """The document as read (a deep copy: callers derive other files from it)."""
         import copy
+
         return copy.deepcopy(dict(self.raw))
 
 
@@ -144,8 +160,13 @@ class Episode:
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> Episode:
         """A line already checked by ``metacheck.check_episodes``."""
-        return Episode(int(doc["episode_index"]), int(doc["length"]), tuple(doc["tasks"]),
-                       _frozen({k: v for k, v in doc.items() if k not in EPISODE_KEYS}), _frozen(doc))
+        return Episode(
+            int(doc["episode_index"]),
+            int(doc["length"]),
+            tuple(doc["tasks"]),
+            _frozen({k: v for k, v in doc.items() if k not in EPISODE_KEYS}),
+            _frozen(doc),
+        )
 
     @property
     def task_index(self) -> int | None:
@@ -154,6 +175,7 @@ class Episode:
 
     def to_json(self) -> dict[str, Any]:
         import copy
+
         return copy.deepcopy(dict(self.raw))
 
 
@@ -172,6 +194,7 @@ class Task:
 
     def to_json(self) -> dict[str, Any]:
         import copy
+
         return copy.deepcopy(dict(self.raw)) if self.raw else {"task_index": self.index, "task": self.task}
 
 
@@ -209,8 +232,15 @@ class Modality:
             for n, e in entries.items():
                 try:
                     rot = e.get("rotation_type")
-                    out.append(Slice(str(n), str(e.get("original_key") or default), int(e["start"]),
-                                     int(e["end"]), None if rot is None else str(rot)))
+                    out.append(
+                        Slice(
+                            str(n),
+                            str(e.get("original_key") or default),
+                            int(e["start"]),
+                            int(e["end"]),
+                            None if rot is None else str(rot),
+                        )
+                    )
                 except (AttributeError, KeyError, TypeError, ValueError):
                     raise SchemaError(f"{path}: {group}.{n} needs integer 'start' and 'end', got {e!r:.80}") from None
             return tuple(out)
@@ -222,7 +252,7 @@ class Modality:
         video = {}
         for name, e in video_doc.items():
             original = str(e.get("original_key", IMAGES_PREFIX + str(name))) if isinstance(e, Mapping) else ""
-            video[str(name)] = original[len(IMAGES_PREFIX):] if original.startswith(IMAGES_PREFIX) else str(name)
+            video[str(name)] = original[len(IMAGES_PREFIX) :] if original.startswith(IMAGES_PREFIX) else str(name)
         language = tuple(f"annotation.{n}" for n in annotation_doc) or (DEFAULT_LANGUAGE_KEY,)
         return Modality(slices("state"), slices("action"), video, language, _frozen(doc))
 
@@ -257,6 +287,7 @@ class Modality:
 
     def to_json(self) -> dict[str, Any]:
         import copy
+
         return copy.deepcopy(dict(self.raw))
 
 

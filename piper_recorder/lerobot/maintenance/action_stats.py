@@ -27,6 +27,7 @@ A combined ``action`` column is not re-derived on its own: when its values equal
 split action columns concatenated in info.json order, its entry is the concatenation of their
 entries (statistics are per element, so this is exact); otherwise it is left out with a note.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,8 +39,15 @@ import pyarrow.parquet as pq
 
 from piper_recorder.lerobot.format import fsutil, metacheck
 from piper_recorder.lerobot.format.errors import DatasetError
-from piper_recorder.lerobot.format.layout import (DELTA_STATS, EPISODES, INFO, MODALITY, RELATIVE_STATS, ROTATION_TYPES,
-                                                  data_file)
+from piper_recorder.lerobot.format.layout import (
+    DELTA_STATS,
+    EPISODES,
+    INFO,
+    MODALITY,
+    RELATIVE_STATS,
+    ROTATION_TYPES,
+    data_file,
+)
 from piper_recorder.lerobot.format.raw_read import column_array, vector_features
 from piper_recorder.lerobot.maintenance import se3
 
@@ -106,8 +114,14 @@ class StreamingStats:
         if len(sample) == 0:  # subsampling kept nothing: fall back to the extremes
             sample = np.stack([self.lo, self.hi])
         q01, q99 = np.quantile(sample, [0.01, 0.99], axis=0)
-        return {"mean": self.mean.tolist(), "std": np.sqrt(self.m2 / self.count).tolist(),
-                "min": self.lo.tolist(), "max": self.hi.tolist(), "q01": q01.tolist(), "q99": q99.tolist()}
+        return {
+            "mean": self.mean.tolist(),
+            "std": np.sqrt(self.m2 / self.count).tolist(),
+            "min": self.lo.tolist(),
+            "max": self.hi.tolist(),
+            "q01": q01.tolist(),
+            "q99": q99.tolist(),
+        }
 
 
 def window_indices(n: int, horizon: int) -> np.ndarray:
@@ -139,7 +153,7 @@ def default_pairs(features: dict[str, dict]) -> dict[str, str]:
     for key, feat in features.items():
         if not key.startswith("action."):
             continue
-        obs = "observation." + key[len("action."):]
+        obs = "observation." + key[len("action.") :]
         if obs in features and list(features[obs]["shape"]) == list(feat["shape"]):
             pairs[key] = obs
     return pairs
@@ -150,8 +164,7 @@ def default_pose_columns(features: dict[str, dict], modality: dict | None) -> se
     poses = set()
     for section in ("state", "action"):
         for entry in (modality or {}).get(section, {}).values():
-            if (entry.get("rotation_type") in ROTATION_TYPES and entry.get("start") == 3
-                    and entry.get("end") == 7):
+            if entry.get("rotation_type") in ROTATION_TYPES and entry.get("start") == 3 and entry.get("end") == 7:
                 poses.add(entry.get("original_key"))
     for key, feat in features.items():
         names = feat.get("names")
@@ -241,8 +254,14 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
             notes.append(f"'{combined}' is not {' + '.join(split_order)} concatenated; left out of both files")
     relative.update(obs_stats)
     delta.update(obs_stats)
-    return FinalizeResult(relative=relative, delta=delta, episodes=len(episodes), rows=total_rows,
-                          samples=total_rows * cfg.horizon, notes=notes)
+    return FinalizeResult(
+        relative=relative,
+        delta=delta,
+        episodes=len(episodes),
+        rows=total_rows,
+        samples=total_rows * cfg.horizon,
+        notes=notes,
+    )
 
 
 def finalize_root(root: Path, cfg: FinalizeConfig | None = None) -> FinalizeResult:

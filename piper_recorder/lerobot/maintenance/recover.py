@@ -18,6 +18,7 @@ one place that may, and only when asked, after showing its plan (``--dry-run``):
 It refuses (changing nothing) when a saved episode's files are missing or the configuration does not
 match the root.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -45,17 +46,20 @@ RECOVERED_BY = "piper-recover"
 @dataclass
 class Plan:
     root: Path
-    remove: list[str] = field(default_factory=list)       # unsaved leftovers: staging, *.tmp
-    rebuilt: list[dict] = field(default_factory=list)     # episodes.jsonl lines rebuilt from disk
-    move: list[str] = field(default_factory=list)         # files no episode names -> .recovered/
+    remove: list[str] = field(default_factory=list)  # unsaved leftovers: staging, *.tmp
+    rebuilt: list[dict] = field(default_factory=list)  # episodes.jsonl lines rebuilt from disk
+    move: list[str] = field(default_factory=list)  # files no episode names -> .recovered/
     write_info: bool = False
-    notes: list[str] = field(default_factory=list)        # episodes on disk that could not be rebuilt
-    problems: list[str] = field(default_factory=list)     # what stops recovery (nothing is changed)
+    notes: list[str] = field(default_factory=list)  # episodes on disk that could not be rebuilt
+    problems: list[str] = field(default_factory=list)  # what stops recovery (nothing is changed)
 
     def lines(self) -> list[str]:
         out = [f"remove unsaved {rel}" for rel in self.remove]
-        out += [f"rebuild {layout.EPISODES} line of episode {r['episode_index']} ({r['length']} rows, "
-                f"task {r['tasks'][0]!r}, video frames {r.get('video_frame_lengths', {})})" for r in self.rebuilt]
+        out += [
+            f"rebuild {layout.EPISODES} line of episode {r['episode_index']} ({r['length']} rows, "
+            f"task {r['tasks'][0]!r}, video frames {r.get('video_frame_lengths', {})})"
+            for r in self.rebuilt
+        ]
         out += [f"move {rel} to {layout.RECOVERED}/" for rel in self.move]
         if self.write_info:
             out.append(f"write {layout.INFO} from the configuration (missing, or its totals disagree)")
@@ -75,8 +79,11 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
         p.remove.append(layout.STAGING)
     for top in (*layout.PAYLOAD_DIRS, layout.META_DIR):
         if (root / top).exists():
-            p.remove += [q.relative_to(root).as_posix() for q in sorted((root / top).rglob("*" + fsutil.TMP_SUFFIX))
-                         if q.is_file()]
+            p.remove += [
+                q.relative_to(root).as_posix()
+                for q in sorted((root / top).rglob("*" + fsutil.TMP_SUFFIX))
+                if q.is_file()
+            ]
     try:
         episodes = crash_repair.load_episodes(root)
         tasks = {int(t["task_index"]): t["task"] for t in fsutil.read_jsonl(root / layout.TASKS)}
@@ -89,11 +96,16 @@ def plan(root: Path, wcfg: WriterConfig) -> Plan:
     _check_config(p, root, wcfg, info_path)
     if p.problems:
         return p
-    missing = [rel for rel in sorted(crash_repair.expected_files(episodes, cameras, cs))
-               if not rel.startswith(("extras/", layout.STATS_CACHE)) and not (root / rel).exists()]
+    missing = [
+        rel
+        for rel in sorted(crash_repair.expected_files(episodes, cameras, cs))
+        if not rel.startswith(("extras/", layout.STATS_CACHE)) and not (root / rel).exists()
+    ]
     if missing:
-        p.problems.append(f"files of saved episodes are missing: {missing[:5]}; recovery cannot recreate them "
-                          "(restore them from a backup)")
+        p.problems.append(
+            f"files of saved episodes are missing: {missing[:5]}; recovery cannot recreate them "
+            "(restore them from a backup)"
+        )
         return p
     first = sum(int(e["length"]) for e in episodes)
     i = len(episodes)
@@ -122,21 +134,29 @@ def _check_config(p: Plan, root: Path, wcfg: WriterConfig, info_path: Path) -> N
             p.problems.append(f"{info_path} is not valid JSON ({e}); move it away to rebuild it from --config")
             return
         if info.get("features") != want or info.get("fps") != wcfg.fps or info.get("chunks_size") != wcfg.chunks_size:
-            p.problems.append(f"the configuration does not match {layout.INFO} (fps, chunks_size or features); "
-                              "pass the configuration the root was recorded with")
+            p.problems.append(
+                f"the configuration does not match {layout.INFO} (fps, chunks_size or features); "
+                "pass the configuration the root was recorded with"
+            )
         return
     columns = {k for k, v in want.items() if v["dtype"] != "video"}
     data = sorted((root / "data").rglob("*.parquet")) if (root / "data").exists() else []
     if data:
         have = set(pq.read_schema(data[0]).names)
         if have != columns:
-            p.problems.append(f"the configuration's columns differ from {data[0].relative_to(root)}: "
-                              f"{sorted(have ^ columns)}; pass the configuration the root was recorded with")
+            p.problems.append(
+                f"the configuration's columns differ from {data[0].relative_to(root)}: "
+                f"{sorted(have ^ columns)}; pass the configuration the root was recorded with"
+            )
     keys = {layout.video_key(c) for c in wcfg.cameras}
-    on_disk = {d.name for d in (root / "videos").glob("chunk-*/*") if d.is_dir()} if (root / "videos").exists() else set()
+    on_disk = (
+        {d.name for d in (root / "videos").glob("chunk-*/*") if d.is_dir()} if (root / "videos").exists() else set()
+    )
     if on_disk and on_disk != keys:
-        p.problems.append(f"videos on disk are for {sorted(on_disk)}, the configuration records {sorted(keys)}; "
-                          "pass the configuration the root was recorded with")
+        p.problems.append(
+            f"videos on disk are for {sorted(on_disk)}, the configuration records {sorted(keys)}; "
+            "pass the configuration the root was recorded with"
+        )
 
 
 def _rebuild(root: Path, wcfg: WriterConfig, i: int, first: int, tasks: dict[int, str]) -> tuple[dict | None, str]:
@@ -211,5 +231,5 @@ def apply(p: Plan, wcfg: WriterConfig) -> list[str]:
             done.append(f"wrote {layout.INFO}")
     finally:
         os.close(fd)
-    LeRobotWriter(root, wcfg).close()   # checks the result and regenerates tasks, stats and info totals
+    LeRobotWriter(root, wcfg).close()  # checks the result and regenerates tasks, stats and info totals
     return done

@@ -39,6 +39,7 @@ one float32 step (< 1e-7 relative), inside the validator's and lerobot-doctor's 
 writer's cached stats sketch is older than the rewritten parquet and so rebuilt when a writer next
 opens the root. Frame counts, durations and rows stay the same.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -71,9 +72,9 @@ class FilePlan:
     path: Path
     episode: int
     camera: str
-    action: str                       # ok | rewrite | refuse
+    action: str  # ok | rewrite | refuse
     reason: str = ""
-    mode: str = ""                    # nominal | capture (how the new PTS were derived)
+    mode: str = ""  # nominal | capture (how the new PTS were derived)
     old_pts: list[int] = field(default_factory=list)
     new_pts: list[int] = field(default_factory=list)
     old_time_base: Fraction = MS
@@ -81,17 +82,23 @@ class FilePlan:
     @property
     def max_shift_s(self) -> float:
         """Largest |new - old| presentation time change (s)."""
-        return max((abs(n / TICKS - float(o * self.old_time_base)) for o, n in zip(self.old_pts, self.new_pts)),
-                   default=0.0)
+        return max(
+            (abs(n / TICKS - float(o * self.old_time_base)) for o, n in zip(self.old_pts, self.new_pts)), default=0.0
+        )
 
     def describe(self, root: Path) -> str:
         rel = self.path.relative_to(root)
         if self.action == REWRITE:
-            tb = (f"time base 1/{self.old_time_base.denominator} -> 1/{TICKS}" if self.old_time_base != TIME_BASE
-                  else "PTS moved onto the k/fps grid")
-            return (f"{rel}: {len(self.new_pts)} frames, {tb} ({self.mode}"
-                    f"{'' if not self.reason else ', ' + self.reason}; largest shift "
-                    f"{self.max_shift_s * 1e3:.3f} ms)")
+            tb = (
+                f"time base 1/{self.old_time_base.denominator} -> 1/{TICKS}"
+                if self.old_time_base != TIME_BASE
+                else "PTS moved onto the k/fps grid"
+            )
+            return (
+                f"{rel}: {len(self.new_pts)} frames, {tb} ({self.mode}"
+                f"{'' if not self.reason else ', ' + self.reason}; largest shift "
+                f"{self.max_shift_s * 1e3:.3f} ms)"
+            )
         if self.action == OK:
             return f"{rel}: already 1/{TICKS}, skipped"
         return f"{rel}: NOT repaired: {self.reason}"
@@ -104,7 +111,7 @@ class DataPlan:
 
     path: Path
     episode: int
-    action: str                       # ok | rewrite | refuse
+    action: str  # ok | rewrite | refuse
     reason: str = ""
     new_ts: np.ndarray | None = None
     rows_moved: int = 0
@@ -123,7 +130,7 @@ class RepairReport:
     plans: list[FilePlan]
     rewritten: int = 0
     removed_tmp: list[Path] = field(default_factory=list)
-    seconds_of_video: float = 0.0     # rows / fps over every planned file
+    seconds_of_video: float = 0.0  # rows / fps over every planned file
     data: list[DataPlan] = field(default_factory=list)
     data_rewritten: int = 0
 
@@ -177,8 +184,9 @@ def _nominal_rows(pts: list[int], tb: Fraction, ts: np.ndarray, grid: np.ndarray
     return rows.tolist()
 
 
-def plan_file(path: Path, episode: int, camera: str, ts: np.ndarray, mode: str | None,
-              grid: np.ndarray | None = None) -> FilePlan:
+def plan_file(
+    path: Path, episode: int, camera: str, ts: np.ndarray, mode: str | None, grid: np.ndarray | None = None
+) -> FilePlan:
     """How to retime one video: ``ts`` are the episode's float32 row timestamps as stored, ``grid``
     the ones they must become (``grid_timestamp``; default: ``ts``); ``mode`` the episode's recorded
     timestamp_mode (None: infer it)."""
@@ -212,7 +220,7 @@ def plan_file(path: Path, episode: int, camera: str, ts: np.ndarray, mode: str |
         plan.new_pts = [pts_ticks(float(grid[r])) for r in rows]
         if len(rows) < len(ts):
             plan.reason = f"{len(ts) - len(rows)} rows without a frame stay so"
-    elif tb == TIME_BASE:           # frames off the rows in 1/90000: capture mode, nothing to do
+    elif tb == TIME_BASE:  # frames off the rows in 1/90000: capture mode, nothing to do
         plan.action = OK
         return plan
     else:
@@ -254,8 +262,16 @@ def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
             ts = np.asarray(table.column("timestamp").to_numpy(), np.float32)
             grid = _grid(table.column("frame_index").to_numpy(), fps)
         except (OSError, ValueError, KeyError, pa.ArrowException) as e:
-            plans += [FilePlan(video_file(root, info, i, k), i, k.split(".")[-1], REFUSE,
-                               f"cannot read the episode's timestamps: {e}") for k in keys]
+            plans += [
+                FilePlan(
+                    video_file(root, info, i, k),
+                    i,
+                    k.split(".")[-1],
+                    REFUSE,
+                    f"cannot read the episode's timestamps: {e}",
+                )
+                for k in keys
+            ]
             data.append(DataPlan(path, i, REFUSE, f"cannot read the episode's timestamps: {e}"))
             continue
         mode = ep.get("timestamp_mode") if ep.get("timestamp_mode") in ("nominal", "capture") else None
@@ -283,8 +299,12 @@ def rewrite_data(plan: DataPlan) -> None:
     new = table.set_column(i, field_, pa.array(plan.new_ts, type=field_.type))
     tmp = src.with_name(src.name + fsutil.TMP_SUFFIX)
     try:
-        pq.write_table(new, tmp, compression=compression.lower() if compression != "UNCOMPRESSED" else "none",
-                       row_group_size=row_group)
+        pq.write_table(
+            new,
+            tmp,
+            compression=compression.lower() if compression != "UNCOMPRESSED" else "none",
+            row_group_size=row_group,
+        )
         fsutil.fsync_file(tmp)
         back = pq.read_table(tmp)
         if not back.equals(new, check_metadata=True):
@@ -319,8 +339,10 @@ def remux(src: Path, dst: Path, new_pts: list[int], period: int) -> tuple[str, b
     no reordering) and each packet lasting ``period`` ticks; returns the packets' digest and the
     source's codec extradata."""
     h = hashlib.blake2b(digest_size=16)
-    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4",
-                                          options={"video_track_timescale": str(TICKS)}) as out:
+    with (
+        av.open(str(src)) as inp,
+        av.open(str(dst), "w", format="mp4", options={"video_track_timescale": str(TICKS)}) as out,
+    ):
         s_in = inp.streams.video[0]
         extradata = s_in.codec_context.extradata
         s_out = out.add_stream_from_template(s_in)
@@ -361,16 +383,20 @@ def rewrite_file(plan: FilePlan, period: int) -> None:
     fsutil.fsync_dir(src.parent)
 
 
-def repair_root(root: str | Path, dry_run: bool = False,
-                progress: Callable[[FilePlan | DataPlan], None] | None = None) -> RepairReport:
+def repair_root(
+    root: str | Path, dry_run: bool = False, progress: Callable[[FilePlan | DataPlan], None] | None = None
+) -> RepairReport:
     """Retime every video of ``root`` and move nominal episodes' row timestamps onto the grid (see
     the module docstring); ``dry_run`` only plans. ``progress`` is called once per file after it is
     handled."""
     root = Path(root)
     if not (root / INFO).is_file():
         raise DatasetError(f"{root}: not a LeRobot root (no {INFO})")
-    lock = None if dry_run else fsutil.lock_root(
-        root, f"{root} is open in a writer (a recorder or converter); stop it first")
+    lock = (
+        None
+        if dry_run
+        else fsutil.lock_root(root, f"{root} is open in a writer (a recorder or converter); stop it first")
+    )
     try:
         report = RepairReport([])
         if not dry_run:
@@ -386,20 +412,20 @@ def repair_root(root: str | Path, dry_run: bool = False,
         for plan in report.plans:
             by_episode.setdefault(plan.episode, []).append(plan)
         for ep in sorted(set(by_episode) | set(data)):
-            for plan in by_episode.get(ep, []):          # videos first: their PTS map to rows through
+            for plan in by_episode.get(ep, []):  # videos first: their PTS map to rows through
                 if plan.action == REWRITE and not dry_run:  # the old or the grid timestamps alike
                     rewrite_file(plan, period)
                     report.rewritten += 1
                 if progress is not None:
                     progress(plan)
             d = data.get(ep)
-            if d is not None:                                # then the parquet: a kill in between
-                if d.action == REWRITE and not dry_run:      # leaves videos on the grid, found OK
-                    rewrite_data(d)                           # by the re-run, which ends the job
+            if d is not None:  # then the parquet: a kill in between
+                if d.action == REWRITE and not dry_run:  # leaves videos on the grid, found OK
+                    rewrite_data(d)  # by the re-run, which ends the job
                     report.data_rewritten += 1
                 if progress is not None:
                     progress(d)
         return report
     finally:
         if lock is not None:
-            os.close(lock)   # releases the flock
+            os.close(lock)  # releases the flock

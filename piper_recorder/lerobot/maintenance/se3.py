@@ -5,6 +5,7 @@ is canonical: ``w >= 0``, and when ``w == 0`` the first non-zero of ``x, y, z`` 
 may have either sign and need not be exactly unit (they are normalised), since float32 storage
 rounds them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,12 +39,15 @@ def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b = np.asarray(b, dtype=np.float64)
     aw, ax, ay, az = np.moveaxis(a, -1, 0)
     bw, bx, by, bz = np.moveaxis(b, -1, 0)
-    return np.stack([
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ], axis=-1)
+    return np.stack(
+        [
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ],
+        axis=-1,
+    )
 
 
 def rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:

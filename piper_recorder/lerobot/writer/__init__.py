@@ -2,6 +2,7 @@
 ``CameraSpec``, ``VideoConfig``); inside it, the video encoders, meta builders, statistics sketches and its own
 open-time crash repair (``crash_repair``; the explicit ``piper-recover`` is ``maintenance.recover``). Imports
 ``format`` only."""
+
 from .config import CameraSpec, WriterConfig
 from .dataset_writer import LeRobotWriter
 from .video_encoder import VideoConfig

@@ -1,5 +1,6 @@
 """The LeRobot writer's configuration (a leaf of the writer: meta builders, repair and recover take a
 ``WriterConfig`` without importing the writer)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,8 +42,9 @@ class WriterConfig:
         if self.on_binding_change not in ("warn", "refuse"):
             raise ValueError('WriterConfig.on_binding_change must be "warn" or "refuse"')
         if self.lerobot_version not in CODEBASE_VERSIONS:
-            raise ValueError(f"WriterConfig.lerobot_version must be one of {CODEBASE_VERSIONS}, "
-                             f"got {self.lerobot_version!r}")
+            raise ValueError(
+                f"WriterConfig.lerobot_version must be one of {CODEBASE_VERSIONS}, got {self.lerobot_version!r}"
+            )
         keys = [f.key for f in self.features]
         if not keys or len(set(keys)) != len(keys):
             raise ValueError("WriterConfig.features: need at least one feature, unique keys")

@@ -25,6 +25,7 @@ then are refused with False) and ``add_frame`` waits for encoder queue space wit
 The other calls are serialised by the operation lock.
 Empty episodes (no rows) are discarded by ``save_episode`` (it returns None): they leave nothing.
 """
+
 from __future__ import annotations
 
 import errno
@@ -86,9 +87,13 @@ class _Episode:
 
 def io_reason(e: OSError) -> str:
     """An I/O failure as what happened to the files: the errno's meaning first, then the OS's text."""
-    what = {errno.EFBIG: "a file grew past the file-size limit (ulimit -f) or the file system's largest file",
-            errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
-            errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}.get(e.errno or 0)
+    what = {
+        errno.EFBIG: "a file grew past the file-size limit (ulimit -f) or the file system's largest file",
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is exhausted",
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "permission denied",
+    }.get(e.errno or 0)
     text = " ".join(str(e).split())
     return f"{what}: {text}" if what else text
 
@@ -96,10 +101,10 @@ def io_reason(e: OSError) -> str:
 class LeRobotWriter:
     """Writes episodes into a LeRobot v2.0 or v2.1 root; see the module docstring."""
 
-    _ep: _Episode | None          # the episode in flight (guarded by _state_lock)
-    _lock_fd: int | None          # the root lock (fsutil.lock_root) until close
+    _ep: _Episode | None  # the episode in flight (guarded by _state_lock)
+    _lock_fd: int | None  # the root lock (fsutil.lock_root) until close
 
-    _episodes: list[dict]   # episodes.jsonl as committed
+    _episodes: list[dict]  # episodes.jsonl as committed
 
     def __init__(self, root: str | os.PathLike, cfg: WriterConfig | None = None):
         self.cfg = cfg = cfg or WriterConfig()
@@ -136,7 +141,8 @@ class LeRobotWriter:
             if self._ep is not None:
                 raise EpisodeStateError("begin_session while an episode is being recorded")
             _, changes = provenance.begin_session(
-                self.root, record, __version__, self.cfg.on_binding_change == "refuse")
+                self.root, record, __version__, self.cfg.on_binding_change == "refuse"
+            )
             return changes
 
     def _new_episode(self, task: str) -> _Episode:
@@ -159,8 +165,9 @@ class LeRobotWriter:
             idx, staging = ep.index, ep.staging
             try:
                 for cam, spec in self.cfg.cameras.items():
-                    ep.encoders[cam] = VideoEncoder(staging / f"{cam}.mp4", cam, spec.height,
-                                                    spec.width, self.cfg.fps, self.cfg.video)
+                    ep.encoders[cam] = VideoEncoder(
+                        staging / f"{cam}.mp4", cam, spec.height, spec.width, self.cfg.fps, self.cfg.video
+                    )
                     ep.samplers[cam] = episode_stats.ImageSampler()
                     ep.encoders[cam].on_frame = ep.samplers[cam].offer
                 if self.cfg.save_raw_quest:
@@ -179,8 +186,7 @@ class LeRobotWriter:
             if ep.saving:
                 raise EpisodeStateError("add_row after save_episode started")
             if ep.times and not float(np.float32(timestamp)) > ep.times[-1]:
-                raise SchemaError(f"timestamp: {timestamp} is not after the previous row "
-                                  f"({ep.times[-1]}) in float32")
+                raise SchemaError(f"timestamp: {timestamp} is not after the previous row ({ep.times[-1]}) in float32")
             ep.append(row, float(np.float32(timestamp)))
 
     def add_frame(self, camera: str, rgb: np.ndarray, t: float) -> bool:
@@ -193,8 +199,9 @@ class LeRobotWriter:
             ep = self._require_episode("add_frame")
             enc = ep.encoders.get(camera)
             if enc is None:
-                raise SchemaError(f"{layout.video_key(camera)}: unknown camera "
-                                  f"(configured: {sorted(self.cfg.cameras)})")
+                raise SchemaError(
+                    f"{layout.video_key(camera)}: unknown camera (configured: {sorted(self.cfg.cameras)})"
+                )
             if ep.saving:
                 return False
         if not np.isfinite(t):
@@ -212,8 +219,7 @@ class LeRobotWriter:
                 ep.quest.write(text.replace("\n", " ") + "\n")
                 ep.quest_lines += 1
 
-    def save_episode(self, counters: Mapping[str, Any] | None = None,
-                     annotate: Annotate | None = None) -> dict | None:
+    def save_episode(self, counters: Mapping[str, Any] | None = None, annotate: Annotate | None = None) -> dict | None:
         """Finish and commit the episode; returns its episodes.jsonl record (None if it was empty).
 
         ``counters`` (JSON-serialisable) are merged into the record. ``annotate(record, videos,
@@ -234,13 +240,12 @@ class LeRobotWriter:
                 ep.frame_counts = self._flush(ep)
             empty = [c for c, n in ep.frame_counts.items() if n == 0]
             if empty:
-                raise DatasetError(f"episode {ep.index}: no video frames from {empty}; "
-                                   "discard_episode() it")
+                raise DatasetError(f"episode {ep.index}: no video frames from {empty}; discard_episode() it")
             t1 = time.perf_counter()
             record = self._record(ep, counters)
             if annotate is not None:
                 videos = {cam: ep.staging / f"{cam}.mp4" for cam in self.cfg.cameras}
-                extra = dict(annotate(record, videos, ep.times[:ep.n]))
+                extra = dict(annotate(record, videos, ep.times[: ep.n]))
                 clash = sorted(set(extra) & set(record))
                 if clash:
                     raise DatasetError(f"save_episode: annotations {clash} clash with the record's keys")
@@ -248,15 +253,25 @@ class LeRobotWriter:
             self._commit_save(ep, record)
             self._set_episode(None)
             self._session_saved.append(ep.index)
-            log.debug("episode %d saved: encoder flush %.0f ms, write + commit %.0f ms (stats record "
-                      "%.1f ms)", ep.index, (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000,
-                      ep.record_ms)
+            log.debug(
+                "episode %d saved: encoder flush %.0f ms, write + commit %.0f ms (stats record %.1f ms)",
+                ep.index,
+                (t1 - t0) * 1000,
+                (time.perf_counter() - t1) * 1000,
+                ep.record_ms,
+            )
             return record
 
-    def import_episode(self, task: str, timestamps: np.ndarray, columns: Mapping[str, np.ndarray],
-                       videos: Mapping[str, str | os.PathLike], raw_quest: str | os.PathLike | None,
-                       record: Mapping[str, Any],
-                       images: Mapping[str, tuple[np.ndarray, int]] | None = None) -> dict:
+    def import_episode(
+        self,
+        task: str,
+        timestamps: np.ndarray,
+        columns: Mapping[str, np.ndarray],
+        videos: Mapping[str, str | os.PathLike],
+        raw_quest: str | os.PathLike | None,
+        record: Mapping[str, Any],
+        images: Mapping[str, tuple[np.ndarray, int]] | None = None,
+    ) -> dict:
         """Commit an episode that another writer with the same config already finished (e.g. a parallel
         converter's staging root), without re-encoding: its split-feature ``columns`` (n x dim each),
         ``timestamps``, finished mp4s and raw-line file are MOVED in; ``record`` is its episodes.jsonl
@@ -279,14 +294,22 @@ class LeRobotWriter:
             v = np.asarray(columns[f.key], np.float32)
             if v.size != n * f.dim or not np.all(np.isfinite(v)):
                 raise SchemaError(f"{f.key}: expected {n} finite rows of {f.dim}, got shape {v.shape}")
-            rows[:, pos:pos + f.dim] = v.reshape(n, f.dim)
+            rows[:, pos : pos + f.dim] = v.reshape(n, f.dim)
             pos += f.dim
         missing = [c for c in self.cfg.cameras if c not in videos]
         if missing:
             raise SchemaError(f"import_episode: no video for cameras {missing}")
         lengths = record.get("video_frame_lengths") or {}
-        reserved = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
-                    "video_frame_lengths", "video_dropped_frames", "raw_quest_lines"}
+        reserved = {
+            "episode_index",
+            "tasks",
+            "task_index",
+            "length",
+            "video_frame_length",
+            "video_frame_lengths",
+            "video_dropped_frames",
+            "raw_quest_lines",
+        }
         with self._lock:
             ep = self._new_episode(task)
             idx, staging = ep.index, ep.staging
@@ -300,15 +323,22 @@ class LeRobotWriter:
                     else:
                         (staging / "quest.jsonl").touch()
                 ep.frame_counts = {cam: int(lengths.get(cam, 0)) for cam in self.cfg.cameras}
-                ep.images = {cam: (images[cam] if images and cam in images
-                                   else episode_stats.decode_sample(staging / f"{cam}.mp4"))
-                             for cam in self.cfg.cameras}
+                ep.images = {
+                    cam: (
+                        images[cam] if images and cam in images else episode_stats.decode_sample(staging / f"{cam}.mp4")
+                    )
+                    for cam in self.cfg.cameras
+                }
                 ep.quest_lines = int(record.get("raw_quest_lines", 0) or 0)
                 rec = self._record(ep, {k: v for k, v in record.items() if k not in reserved})
                 if "video_dropped_frames" in record:
                     rec["video_dropped_frames"] = record["video_dropped_frames"]
-                self._commit_save(ep, rec, retry="this episode was not written and the root is as it was "
-                                                 "before it; fix the cause and run the command again")
+                self._commit_save(
+                    ep,
+                    rec,
+                    retry="this episode was not written and the root is as it was "
+                    "before it; fix the cause and run the command again",
+                )
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
@@ -319,8 +349,16 @@ class LeRobotWriter:
         """Set ``fields`` in saved episode ``index``'s episodes.jsonl line (a label given after the save);
         the line is rewritten by one atomic replace of episodes.jsonl (fsynced), nothing else changes.
         The writer's own keys (indices, length, video counts) cannot be set this way."""
-        reserved = {"episode_index", "tasks", "task_index", "length", "video_frame_length",
-                    "video_frame_lengths", "video_dropped_frames", "raw_quest_lines"}
+        reserved = {
+            "episode_index",
+            "tasks",
+            "task_index",
+            "length",
+            "video_frame_length",
+            "video_frame_lengths",
+            "video_dropped_frames",
+            "raw_quest_lines",
+        }
         bad = sorted(set(fields) & reserved)
         if bad:
             raise DatasetError(f"update_episode: {bad} are the writer's own keys")
@@ -337,8 +375,9 @@ class LeRobotWriter:
             try:
                 fsutil.atomic_write(self.root / layout.EPISODES, fsutil.jsonl_bytes(episodes))
             except OSError as e:
-                raise SaveFailedError(f"labelling episode {index} failed ({io_reason(e)}); "
-                                      f"{layout.EPISODES} is unchanged") from e
+                raise SaveFailedError(
+                    f"labelling episode {index} failed ({io_reason(e)}); {layout.EPISODES} is unchanged"
+                ) from e
             self._episodes = episodes
             return rec
 
@@ -400,12 +439,12 @@ class LeRobotWriter:
             try:
                 info = metacheck.load_info(self.root)
             except DatasetError as e:
-                raise crash_repair.DamagedRootError(f"{e}; the root was left untouched; "
-                                              f"{crash_repair.recover_hint(self.root)}") from None
+                raise crash_repair.DamagedRootError(
+                    f"{e}; the root was left untouched; {crash_repair.recover_hint(self.root)}"
+                ) from None
             self._check_compatible(info)
-        metacheck.load_episodes(self.root), metacheck.load_tasks(self.root)   # shapes checked before repair uses them
-        self._episodes, tasks, self.repairs = crash_repair.repair(self.root, list(cfg.cameras),
-                                                            cfg.chunks_size, info)
+        metacheck.load_episodes(self.root), metacheck.load_tasks(self.root)  # shapes checked before repair uses them
+        self._episodes, tasks, self.repairs = crash_repair.repair(self.root, list(cfg.cameras), cfg.chunks_size, info)
         self._tasks = tasks
         self._task_index = {t["task"]: int(t["task_index"]) for t in tasks}
         self._next_index = sum(int(e["length"]) for e in self._episodes)
@@ -414,27 +453,36 @@ class LeRobotWriter:
         t0 = time.perf_counter()
         self._records = [_StatsRecord.of(self._load_record(e)) for e in self._episodes]
         if self._decoded_stats:
-            log.warning("%s: image statistics of %d episodes rebuilt from their videos in %.1f s "
-                        "(their stats records were missing; kept from now on)", self.root,
-                        self._decoded_stats, time.perf_counter() - t0)
+            log.warning(
+                "%s: image statistics of %d episodes rebuilt from their videos in %.1f s "
+                "(their stats records were missing; kept from now on)",
+                self.root,
+                self._decoded_stats,
+                time.perf_counter() - t0,
+            )
         self._write_derived_if_changed()
 
     def _check_compatible(self, info: dict) -> None:
         have_version = info.get("codebase_version")
         if have_version != self.cfg.lerobot_version:
-            raise DatasetError(f"{self.root} is a LeRobot {have_version} root but lerobot_version is "
-                               f"{self.cfg.lerobot_version!r}; resume it with lerobot_version "
-                               f"{have_version!r} or record into a fresh root (piper-export converts)")
+            raise DatasetError(
+                f"{self.root} is a LeRobot {have_version} root but lerobot_version is "
+                f"{self.cfg.lerobot_version!r}; resume it with lerobot_version "
+                f"{have_version!r} or record into a fresh root (piper-export converts)"
+            )
         want = meta_builders.features_json(self.cfg)
         if info.get("fps") != self.cfg.fps or info.get("features") != want:
             have = info.get("features", {})
             diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
-            raise DatasetError(f"{self.root} was recorded with a different configuration "
-                               f"(fps {info.get('fps')} vs {self.cfg.fps}; features differing: "
-                               f"{diff}); use a fresh root")
+            raise DatasetError(
+                f"{self.root} was recorded with a different configuration "
+                f"(fps {info.get('fps')} vs {self.cfg.fps}; features differing: "
+                f"{diff}); use a fresh root"
+            )
         if info.get("chunks_size") != self.cfg.chunks_size:
-            raise DatasetError(f"{self.root}: chunks_size {info.get('chunks_size')} "
-                               f"!= configured {self.cfg.chunks_size}")
+            raise DatasetError(
+                f"{self.root}: chunks_size {info.get('chunks_size')} != configured {self.cfg.chunks_size}"
+            )
 
     def _load_sketch(self, e: dict) -> np.ndarray:
         """The episode's stats sketch from the cache, rebuilt from parquet when missing or stale."""
@@ -445,8 +493,7 @@ class LeRobotWriter:
         try:  # valid if newer than the parquet (written after it) and of the right shape and count
             if path.stat().st_mtime_ns >= data.stat().st_mtime_ns:
                 sk = np.load(path)
-                if (sk.shape == (self._width + len(BOOKKEEPING), rows)
-                        and np.all(sk[:, 0] == e["length"])):
+                if sk.shape == (self._width + len(BOOKKEEPING), rows) and np.all(sk[:, 0] == e["length"]):
                     return sk
         except (OSError, ValueError):
             pass
@@ -481,15 +528,15 @@ class LeRobotWriter:
                 fresh = path.stat().st_mtime_ns >= data.stat().st_mtime_ns
             except OSError:
                 fresh = False
-            if (fresh and rec.get("length") == n and len(images) == len(cams)
-                    and list(rec.get("stats", {})) == keys):
+            if fresh and rec.get("length") == n and len(images) == len(cams) and list(rec.get("stats", {})) == keys:
                 return rec
         if len(images) < len(cams):
             self._decoded_stats += 1
         for cam in cams.values():
             if cam not in images:
                 images[cam] = episode_stats.decode_sample(
-                    self.root / layout.video_relpath(i, cam, self.cfg.chunks_size))
+                    self.root / layout.video_relpath(i, cam, self.cfg.chunks_size)
+                )
         columns = episode_stats.read_columns(data, {"features": meta_builders.features_json(self.cfg)})
         rec = self._make_record(i, n, columns, images)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -500,8 +547,9 @@ class LeRobotWriter:
         """Feature keys of an episodes_stats line, in info.json ``features`` order."""
         return list(meta_builders.features_json(self.cfg))
 
-    def _make_record(self, i: int, n: int, columns: Mapping[str, np.ndarray],
-                     images: Mapping[str, tuple[np.ndarray, int]]) -> dict:
+    def _make_record(
+        self, i: int, n: int, columns: Mapping[str, np.ndarray], images: Mapping[str, tuple[np.ndarray, int]]
+    ) -> dict:
         st: dict[str, dict[str, np.ndarray]] = {}
         for key in self._stats_keys():
             if key in columns:
@@ -510,8 +558,8 @@ class LeRobotWriter:
                 cam = layout.camera_of(key)
                 st[key] = episode_stats.hist_stats(*images[cam])
         return episode_stats.make_record(
-            i, n, episode_stats.to_jsonable(st),
-            {layout.video_key(c): images[c] for c in self.cfg.cameras})
+            i, n, episode_stats.to_jsonable(st), {layout.video_key(c): images[c] for c in self.cfg.cameras}
+        )
 
     def _episode_columns(self, ep: _Episode) -> dict[str, np.ndarray]:
         """The episode's parquet columns (stored dtypes; shape-[1] columns 1-D), from memory."""
@@ -519,23 +567,33 @@ class LeRobotWriter:
         cols: dict[str, np.ndarray] = {}
         pos = 0
         for f in self._features:
-            cols[f.key] = ep.rows[:n, pos:pos + f.dim]
+            cols[f.key] = ep.rows[:n, pos : pos + f.dim]
             pos += f.dim
         for key, parts in self._combined.items():
             cols[key] = np.concatenate([cols[p.key] for p in parts], axis=1)
         cols = {k: np.ascontiguousarray(v[:, 0] if v.shape[1] == 1 else v) for k, v in cols.items()}
-        cols.update(timestamp=np.asarray(ep.times, np.float32), frame_index=np.arange(n, dtype=np.int64),
-                    episode_index=np.full(n, ep.index, np.int64),
-                    index=np.arange(first, first + n, dtype=np.int64),
-                    task_index=np.full(n, ep.task_index, np.int64))
+        cols.update(
+            timestamp=np.asarray(ep.times, np.float32),
+            frame_index=np.arange(n, dtype=np.int64),
+            episode_index=np.full(n, ep.index, np.int64),
+            index=np.arange(first, first + n, dtype=np.int64),
+            task_index=np.full(n, ep.task_index, np.int64),
+        )
         return cols
 
     def _episode_matrix(self, ep: _Episode) -> np.ndarray:
         """The values ``_table_matrix`` would read back from the episode's parquet, from memory."""
         n = ep.n
         first = self._next_index
-        book = np.column_stack([np.asarray(ep.times, np.float32), np.arange(n), np.full(n, ep.index),
-                                np.arange(first, first + n), np.full(n, ep.task_index)])
+        book = np.column_stack(
+            [
+                np.asarray(ep.times, np.float32),
+                np.arange(n),
+                np.full(n, ep.index),
+                np.arange(first, first + n),
+                np.full(n, ep.task_index),
+            ]
+        )
         return np.concatenate([ep.rows[:n].astype(np.float64), book.astype(np.float64)], axis=1)
 
     def _table_matrix(self, table: pa.Table) -> np.ndarray:
@@ -573,7 +631,7 @@ class LeRobotWriter:
                 v32 = v.astype(np.float32)
             if not np.all(np.isfinite(v32)):
                 raise SchemaError(f"{f.key}: non-finite value {v.tolist()} (in float32)")
-            row[pos:pos + f.dim] = v32
+            row[pos : pos + f.dim] = v32
             pos += f.dim
         return row
 
@@ -600,15 +658,19 @@ class LeRobotWriter:
         return counts
 
     def _record(self, ep: _Episode, counters: Mapping[str, Any] | None) -> dict:
-        rec: dict[str, Any] = {"episode_index": ep.index, "tasks": [ep.task],
-                               "task_index": ep.task_index, "length": ep.n}
+        rec: dict[str, Any] = {
+            "episode_index": ep.index,
+            "tasks": [ep.task],
+            "task_index": ep.task_index,
+            "length": ep.n,
+        }
         if self.cfg.cameras:
             fc = ep.frame_counts or {}
             rec["video_frame_length"] = min(fc.values())
             rec["video_frame_lengths"] = dict(fc)
             rec["video_dropped_frames"] = {
-                c: {"non_increasing_pts": e.dropped_pts, "queue_full": e.dropped_queue}
-                for c, e in ep.encoders.items()}
+                c: {"non_increasing_pts": e.dropped_pts, "queue_full": e.dropped_queue} for c, e in ep.encoders.items()
+            }
         if self.cfg.save_raw_quest:
             rec["raw_quest_lines"] = ep.quest_lines
         for k, v in (counters or {}).items():
@@ -627,7 +689,7 @@ class LeRobotWriter:
         cols: dict[str, np.ndarray] = {}
         pos = 0
         for f in self._features:
-            cols[f.key] = rows[:, pos:pos + f.dim]
+            cols[f.key] = rows[:, pos : pos + f.dim]
             pos += f.dim
         for key, parts in self._combined.items():
             cols[key] = np.concatenate([cols[p.key] for p in parts], axis=1)
@@ -658,17 +720,24 @@ class LeRobotWriter:
     def _payload(self, ep: _Episode) -> list[tuple[Path, Path]]:
         """(staging file, final path) for every file the episode owns."""
         cs = self.cfg.chunks_size
-        moves = [(ep.staging / "data.parquet", self.root / layout.data_relpath(ep.index, cs)),
-                 (ep.staging / "stats.npy", self.root / layout.cache_relpath(ep.index)),
-                 (ep.staging / "episode.json", self.root / layout.record_relpath(ep.index))]
-        moves += [(ep.staging / f"{cam}.mp4", self.root / layout.video_relpath(ep.index, cam, cs))
-                  for cam in self.cfg.cameras]
+        moves = [
+            (ep.staging / "data.parquet", self.root / layout.data_relpath(ep.index, cs)),
+            (ep.staging / "stats.npy", self.root / layout.cache_relpath(ep.index)),
+            (ep.staging / "episode.json", self.root / layout.record_relpath(ep.index)),
+        ]
+        moves += [
+            (ep.staging / f"{cam}.mp4", self.root / layout.video_relpath(ep.index, cam, cs)) for cam in self.cfg.cameras
+        ]
         if self.cfg.save_raw_quest:
             moves.append((ep.staging / "quest.jsonl", self.root / layout.extras_relpath(ep.index)))
         return moves
 
-    def _commit_save(self, ep: _Episode, record: dict,
-                     retry: str = "the dataset is unchanged, retry save_episode() or discard_episode()") -> None:
+    def _commit_save(
+        self,
+        ep: _Episode,
+        record: dict,
+        retry: str = "the dataset is unchanged, retry save_episode() or discard_episode()",
+    ) -> None:
         """Commit one episode (``retry``: what the caller can do after an I/O failure, in its own terms:
         the recorder API's save_episode(), or a command line that imports episodes)."""
         episodes = self._episodes + [record]
@@ -684,14 +753,11 @@ class LeRobotWriter:
             sk = stats_sketch.sketch(self._episode_matrix(ep))
             fsutil.write_tmp(ep.staging / "stats.npy", _npy_bytes(sk)).rename(ep.staging / "stats.npy")
             t0 = time.perf_counter()
-            images = ep.images if ep.images is not None else {
-                c: (s.hist, s.frames) for c, s in ep.samplers.items()}
+            images = ep.images if ep.images is not None else {c: (s.hist, s.frames) for c, s in ep.samplers.items()}
             rec = self._make_record(ep.index, ep.n, self._episode_columns(ep), images)
             ep.record_ms = (time.perf_counter() - t0) * 1000
-            fsutil.write_tmp(ep.staging / "episode.json", fsutil.json_bytes(rec)).rename(
-                ep.staging / "episode.json")
-            contents = self._derived(episodes, tasks, self._sketches + [sk],
-                                     self._records + [_StatsRecord.of(rec)])
+            fsutil.write_tmp(ep.staging / "episode.json", fsutil.json_bytes(rec)).rename(ep.staging / "episode.json")
+            contents = self._derived(episodes, tasks, self._sketches + [sk], self._records + [_StatsRecord.of(rec)])
             contents.append((layout.EPISODES, fsutil.jsonl_bytes(episodes)))
             for rel, data in contents:
                 path = self.root / rel
@@ -719,8 +785,9 @@ class LeRobotWriter:
         self._next_index += ep.n
         shutil.rmtree(ep.staging, ignore_errors=True)
 
-    def _rollback(self, tmps: list[tuple[Path, Path]], done: list[tuple[Path, bytes | None]],
-                  moved: list[tuple[Path, Path]]) -> None:
+    def _rollback(
+        self, tmps: list[tuple[Path, Path]], done: list[tuple[Path, bytes | None]], moved: list[tuple[Path, Path]]
+    ) -> None:
         """Undo a failed save/delete as far as the OS lets us; the next open repairs the rest."""
         for tmp, _ in tmps:
             tmp.unlink(missing_ok=True)
@@ -738,8 +805,9 @@ class LeRobotWriter:
             except OSError as e:
                 log.error("rollback of %s failed (%s); the next open repairs it", dst, e)
 
-    def _derived(self, episodes: list[dict], tasks: list[dict], sketches: list[np.ndarray],
-                 records: list[_StatsRecord]) -> list[tuple[str, bytes]]:
+    def _derived(
+        self, episodes: list[dict], tasks: list[dict], sketches: list[np.ndarray], records: list[_StatsRecord]
+    ) -> list[tuple[str, bytes]]:
         """New content of the files derived from episodes.jsonl (written before it)."""
         out = [(layout.TASKS, fsutil.jsonl_bytes(tasks))]
         if sketches:
@@ -797,8 +865,9 @@ class LeRobotWriter:
         except BaseException as e:
             self._rollback(tmps, done, [])
             if isinstance(e, OSError):
-                raise DatasetError(f"deleting episode {last['episode_index']} failed ({e}); "
-                                   "the dataset is unchanged") from e
+                raise DatasetError(
+                    f"deleting episode {last['episode_index']} failed ({e}); the dataset is unchanged"
+                ) from e
             raise
         i = int(last["episode_index"])
         for path in self._payload_paths(i):
@@ -810,8 +879,12 @@ class LeRobotWriter:
 
     def _payload_paths(self, i: int) -> list[Path]:
         cs = self.cfg.chunks_size
-        paths = [self.root / layout.data_relpath(i, cs), self.root / layout.cache_relpath(i),
-                 self.root / layout.record_relpath(i), self.root / layout.extras_relpath(i)]
+        paths = [
+            self.root / layout.data_relpath(i, cs),
+            self.root / layout.cache_relpath(i),
+            self.root / layout.record_relpath(i),
+            self.root / layout.extras_relpath(i),
+        ]
         paths += [self.root / layout.video_relpath(i, cam, cs) for cam in self.cfg.cameras]
         return paths
 
@@ -840,8 +913,7 @@ class _StatsRecord:
     @classmethod
     def of(cls, rec: dict) -> _StatsRecord:
         line = fsutil.jsonl_bytes([episode_stats.stats_line(rec["episode_index"], rec["stats"])])
-        return cls(line, {k: (np.asarray(v["hist"], np.int64), int(v["frames"]))
-                          for k, v in rec["images"].items()})
+        return cls(line, {k: (np.asarray(v["hist"], np.int64), int(v["frames"])) for k, v in rec["images"].items()})
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
@@ -860,8 +932,10 @@ def _npy_bytes(a: np.ndarray) -> bytes:
 
 def _hf_feature(t: pa.DataType) -> dict:
     """HF datasets feature description stored in the parquet schema metadata (as LeRobot does)."""
+
     def value(v: pa.DataType) -> dict:
         return {"dtype": {"float": "float32", "double": "float64"}.get(str(v), str(v)), "_type": "Value"}
+
     if isinstance(t, pa.FixedSizeListType):
         return {"feature": value(t.value_type), "length": t.list_size, "_type": "Sequence"}
     return value(t)

@@ -4,6 +4,7 @@
 episodes_stats.jsonl) are derived from it and from the per-episode stats sketches and records,
 which is what lets repair regenerate them.
 """
+
 from __future__ import annotations
 
 from ..format.features import BOOKKEEPING, combined_names, combined_specs
@@ -55,8 +56,9 @@ def features_json(cfg: WriterConfig) -> dict:
 
 def _codec_name(codec: str) -> str:
     """Stream codec name as ffprobe reports it (libx264 -> h264), which LeRobot records."""
-    return {"libx264": "h264", "libx265": "hevc", "libsvtav1": "av1", "libaom-av1": "av1",
-            "libvpx-vp9": "vp9"}.get(codec, codec)
+    return {"libx264": "h264", "libx265": "hevc", "libsvtav1": "av1", "libaom-av1": "av1", "libvpx-vp9": "vp9"}.get(
+        codec, codec
+    )
 
 
 def info_json(cfg: WriterConfig, episodes: list[dict], n_tasks: int) -> dict:
@@ -83,7 +85,7 @@ def modality_json(cfg: WriterConfig) -> dict:
     """GR00T-style map slicing the split columns; rotations tagged with ``cfg.rotation_type``."""
     out: dict[str, dict] = {"state": {}, "action": {}}
     for f in cfg.features:
-        if f.group is None:   # complementary_info.*: not a modality
+        if f.group is None:  # complementary_info.*: not a modality
             continue
         for name, a, b, is_rot in f.slices():
             entry: dict = {"start": a, "end": b, "original_key": f.key}

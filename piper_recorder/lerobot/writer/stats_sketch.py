@@ -11,12 +11,14 @@ Each saved episode gets a sketch per element (one row per scalar of every cached
   near the answer lie in its tails contributes at most 0.1 % rank error (a coarser-grid episode at
   most 5 % times its row share). Rebuilding from parquet reproduces the same sketches.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-LEVELS = np.unique(np.concatenate([
-    np.linspace(0.0, 0.05, 51), np.linspace(0.05, 0.95, 19), np.linspace(0.95, 1.0, 51)]))
+LEVELS = np.unique(
+    np.concatenate([np.linspace(0.0, 0.05, 51), np.linspace(0.05, 0.95, 19), np.linspace(0.95, 1.0, 51)])
+)
 HEAD = 5  # n, mean, M2, min, max
 STAT_KEYS = ("mean", "std", "min", "max", "q01", "q99")
 
@@ -47,12 +49,17 @@ def merge(sketches: np.ndarray) -> dict[str, np.ndarray]:
     std = np.sqrt(np.maximum(m2 / total, 0.0))
     q = s[:, :, HEAD:].transpose(1, 0, 2)  # [elements, episodes, L]
     w = (n / total).T  # [elements, episodes]
-    return {"mean": mean, "std": std, "min": s[:, :, 3].min(axis=0), "max": s[:, :, 4].max(axis=0),
-            "q01": _mixture_quantile(q, w, 0.01), "q99": _mixture_quantile(q, w, 0.99)}
+    return {
+        "mean": mean,
+        "std": std,
+        "min": s[:, :, 3].min(axis=0),
+        "max": s[:, :, 4].max(axis=0),
+        "q01": _mixture_quantile(q, w, 0.01),
+        "q99": _mixture_quantile(q, w, 0.99),
+    }
 
 
-def _mixture_cdf(qw: np.ndarray, lev: np.ndarray, j0: np.ndarray, w: np.ndarray, x: np.ndarray,
-                 L: int) -> np.ndarray:
+def _mixture_cdf(qw: np.ndarray, lev: np.ndarray, j0: np.ndarray, w: np.ndarray, x: np.ndarray, L: int) -> np.ndarray:
     """Weighted mixture of piecewise-linear CDFs at x (one x per element).
 
     ``qw`` [elements, episodes, width] is a window of the stored points starting at column ``j0``
@@ -99,8 +106,17 @@ def _mixture_quantile(q: np.ndarray, w: np.ndarray, p: float, iters: int = 60) -
     return out
 
 
-def _bisect(qw: np.ndarray, lev: np.ndarray, j0: np.ndarray, w: np.ndarray, a: np.ndarray, b: np.ndarray,
-            p: float, L: int, iters: int) -> np.ndarray:
+def _bisect(
+    qw: np.ndarray,
+    lev: np.ndarray,
+    j0: np.ndarray,
+    w: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    p: float,
+    L: int,
+    iters: int,
+) -> np.ndarray:
     for _ in range(iters):
         mid = 0.5 * (a + b)
         below_p = _mixture_cdf(qw, lev, j0, w, mid, L) < p
@@ -111,8 +127,7 @@ def _bisect(qw: np.ndarray, lev: np.ndarray, j0: np.ndarray, w: np.ndarray, a: n
     return b
 
 
-def to_json(merged: dict[str, np.ndarray], layout: list[tuple[str, int]],
-            combined: dict[str, tuple[str, ...]]) -> dict:
+def to_json(merged: dict[str, np.ndarray], layout: list[tuple[str, int]], combined: dict[str, tuple[str, ...]]) -> dict:
     """Split merged element arrays back into ``{column: {mean, std, min, max, q01, q99}}``.
 
     ``layout`` is the ordered (column, width) list the sketch rows were built from; ``combined``
@@ -121,7 +136,7 @@ def to_json(merged: dict[str, np.ndarray], layout: list[tuple[str, int]],
     out: dict[str, dict[str, list[float]]] = {}
     pos = 0
     for key, width in layout:
-        out[key] = {k: merged[k][pos:pos + width].astype(float).tolist() for k in STAT_KEYS}
+        out[key] = {k: merged[k][pos : pos + width].astype(float).tolist() for k in STAT_KEYS}
         pos += width
     for key, parts in combined.items():
         out[key] = {k: [v for p in parts for v in out[p][k]] for k in STAT_KEYS}

@@ -40,6 +40,7 @@ drops the frame and counts it (``queue_full``); ``max_block_s=None`` blocks unti
 benchmarks). With ``queue_size=16`` an encoder may fall ~0.7 s behind before frames drop, and a save
 never drains more than 16 frames per camera (the worst-case stop-to-saved latency).
 """
+
 from __future__ import annotations
 
 import logging
@@ -112,7 +113,7 @@ class VideoEncoder:
         # called by ``add`` with the RGB array of each frame it queues, in order (before ``add`` returns:
         # the array is the caller's then); the frames queued are the frames encoded
         self.on_frame: Callable[[np.ndarray], None] | None = None
-        self._reformatter = VideoReformatter()   # one swscale context for every frame of the episode
+        self._reformatter = VideoReformatter()  # one swscale context for every frame of the episode
         self._error: BaseException | None = None
         self._closing = False
         self._aborted = False
@@ -149,16 +150,16 @@ class VideoEncoder:
         """Queue one RGB frame at ``t`` s; False if dropped (non-increasing PTS or queue full)."""
         if self._error is not None:
             raise DatasetError(f"video encoder for {self.name} failed: {self._error!r}") from self._error
-        if (not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8
-                or rgb.shape != (self.height, self.width, 3)):
+        if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.shape != (self.height, self.width, 3):
             got = (getattr(rgb, "shape", None), getattr(rgb, "dtype", type(rgb)))
-            raise SchemaError(f"{IMAGES_PREFIX}{self.name}: expected uint8 "
-                              f"({self.height}, {self.width}, 3), got shape/dtype {got}")
+            raise SchemaError(
+                f"{IMAGES_PREFIX}{self.name}: expected uint8 ({self.height}, {self.width}, 3), got shape/dtype {got}"
+            )
         pts = pts_ticks(t)
         if self._closing or pts <= self.last_pts:
             self.dropped_pts += 1
             return False
-        frame = self._convert(rgb)   # a new frame: the caller may reuse rgb
+        frame = self._convert(rgb)  # a new frame: the caller may reuse rgb
         frame.pts = pts
         frame.time_base = TIME_BASE
         try:
@@ -174,12 +175,12 @@ class VideoEncoder:
     def _convert(self, rgb: np.ndarray) -> av.VideoFrame:
         """``rgb`` in the stream's pixel format, as ``encode`` would convert it (module doc)."""
         try:
-            src = av.VideoFrame.from_numpy_buffer(rgb, format="rgb24")   # a view of rgb's pixels
-        except ValueError:   # rows not contiguous (a channel-reordered view): copy them
+            src = av.VideoFrame.from_numpy_buffer(rgb, format="rgb24")  # a view of rgb's pixels
+        except ValueError:  # rows not contiguous (a channel-reordered view): copy them
             src = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
         w, h, fmt, threads = self._target
         out = self._reformatter.reformat(src, w, h, fmt, threads=threads)
-        if out is src:   # nothing to convert (an rgb24 stream): the frame must not share the caller's pixels
+        if out is src:  # nothing to convert (an rgb24 stream): the frame must not share the caller's pixels
             out = av.VideoFrame.from_ndarray(rgb, format="rgb24")
         return out
 

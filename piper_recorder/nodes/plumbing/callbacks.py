@@ -1,5 +1,6 @@
 """Typed callbacks for rclpy: a subscription callback taking any message, and a timer callback whose
 signature rclpy's executors read in one attribute."""
+
 from __future__ import annotations
 
 import inspect
@@ -24,8 +25,10 @@ def timer_callback(fn: Callable[[], None]) -> Callable[[], None]:
     ``TimerInfo`` parameter in a timer callback's ``inspect.signature`` on every call; for a bound method
     that is pure Python costing tens of microseconds (a 50 Hz timer: ~3 ms of CPU a second on a busy
     machine), for a function carrying ``__signature__`` one attribute read. The call itself is ``fn()``."""
+
     def call() -> None:
         fn()
+
     call.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]
     call.__name__ = call.__qualname__ = getattr(fn, "__name__", "timer_callback")
     return call

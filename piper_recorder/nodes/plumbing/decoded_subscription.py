@@ -1,5 +1,6 @@
 """Subscriptions whose callback gets the message decoded from its serialized bytes (``cdr.decode``) for the
 graph's hot types, and the count of the ones that did not decode."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,12 +13,19 @@ from piper_recorder.cdr.decode import decode, warm_decoder
 
 # Message types whose subscriptions take the serialized bytes and decode them with ``cdr.decode``
 # (the bag converter's decoder) instead of rclpy's conversion: the graph's hot topics.
-DECODED_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/JointState", "geometry_msgs/msg/PoseStamped",
-                           "sensor_msgs/msg/Joy", "std_msgs/msg/String"})
+DECODED_TYPES = frozenset(
+    {
+        "sensor_msgs/msg/Image",
+        "sensor_msgs/msg/JointState",
+        "geometry_msgs/msg/PoseStamped",
+        "sensor_msgs/msg/Joy",
+        "std_msgs/msg/String",
+    }
+)
 
 
 def type_name(msg_class: Any) -> str:
-    """"pkg/msg/Type" of an rclpy message class."""
+    """ "pkg/msg/Type" of an rclpy message class."""
     return f"{msg_class.__module__.split('.')[0]}/msg/{msg_class.__name__}"
 
 
@@ -30,12 +38,20 @@ class DecodeErrors:
 
     def add(self, node: Node, topic: str, exc: Exception, what: str = "did not decode") -> None:
         self.counts[topic] = self.counts.get(topic, 0) + 1
-        node.get_logger().error(f"{topic}: a message {what} ({exc!r}); dropped "
-                                f"({self.counts[topic]} so far)", throttle_duration_sec=10.0)
+        node.get_logger().error(
+            f"{topic}: a message {what} ({exc!r}); dropped ({self.counts[topic]} so far)", throttle_duration_sec=10.0
+        )
 
 
-def create_decoded_subscription(node: Node, msg_class: Any, topic: str, callback: Callable[[Any], None],
-                                qos: Any, errors: DecodeErrors | None = None, **kwargs: Any) -> Any:
+def create_decoded_subscription(
+    node: Node,
+    msg_class: Any,
+    topic: str,
+    callback: Callable[[Any], None],
+    qos: Any,
+    errors: DecodeErrors | None = None,
+    **kwargs: Any,
+) -> Any:
     """``node.create_subscription`` whose callback gets the message decoded by ``cdr.decode`` (a
     rosbags object with the ROS field names, ``uint8[]`` as numpy) for ``DECODED_TYPES``, and rclpy's
     own message otherwise. rclpy hands over the serialized bytes, so each message skips its C
@@ -58,4 +74,5 @@ def create_decoded_subscription(node: Node, msg_class: Any, topic: str, callback
             bad.add(node, topic, exc)
             return
         callback(msg)
+
     return node.create_subscription(msg_class, topic, on_serialized, qos, raw=True, **kwargs)

@@ -1,6 +1,7 @@
 """The executors a node spins on: which one (``executor_for``, ``executor_class``, chosen by what this rclpy
 can do), the loop that spins it (``spin_until``), the one that notes a service request's arrival
 (``ArrivalExecutor``), and work a coroutine service callback awaits on a thread (``run_in_thread``)."""
+
 from __future__ import annotations
 
 import inspect
@@ -70,8 +71,11 @@ def events_executor_awaits_services(version: tuple[int, ...] | None = None) -> b
 def executor_for(node: Node, kind: str = "events") -> str:
     """``kind``, unless it is ``events`` and the node answers a service with a coroutine this rclpy's
     EventsExecutor cannot await: then ``single`` (the node's services are what it spins for)."""
-    if kind == "events" and not events_executor_awaits_services() and any(
-            inspect.iscoroutinefunction(srv.callback) for srv in node.services):
+    if (
+        kind == "events"
+        and not events_executor_awaits_services()
+        and any(inspect.iscoroutinefunction(srv.callback) for srv in node.services)
+    ):
         return "single"
     return kind
 
@@ -125,12 +129,14 @@ class ArrivalExecutor(SingleThreadedExecutor):
         stamp = getattr(header, "received_timestamp", None)
         self.arrival_ns = int(stamp) if isinstance(stamp, int) and stamp > 0 else None
 
-    if hasattr(Executor, "_execute_service"):   # Humble/Iron: take, then execute with the header
+    if hasattr(Executor, "_execute_service"):  # Humble/Iron: take, then execute with the header
+
         async def _execute_service(self, srv: Any, request_and_header: Any) -> None:
             if request_and_header is not None:
                 self._note(request_and_header[1])
             await super()._execute_service(srv, request_and_header)  # type: ignore[misc]
     else:
+
         def _take_service(self, srv: Any) -> Any:
             from rclpy.exceptions import InvalidHandle
             from rclpy.executors import await_or_execute
@@ -147,6 +153,7 @@ class ArrivalExecutor(SingleThreadedExecutor):
                 self._note(header)
                 response = await await_or_execute(srv.callback, request, srv.srv_type.Response())
                 srv.send_response(response, header)
+
             return _execute
 
 

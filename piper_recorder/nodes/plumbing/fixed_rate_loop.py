@@ -1,4 +1,5 @@
 """A control loop on its own thread at a fixed rate (teleop's and the policy's)."""
+
 from __future__ import annotations
 
 import threading
@@ -15,8 +16,9 @@ class FixedRateLoop:
     ``tick`` goes to ``on_error`` and the loop goes on; without ``on_error`` it ends the loop.
     """
 
-    def __init__(self, period_s: float, tick: Callable[[], None], name: str,
-                 on_error: Callable[[Exception], None] | None = None):
+    def __init__(
+        self, period_s: float, tick: Callable[[], None], name: str, on_error: Callable[[Exception], None] | None = None
+    ):
         self.period_s, self.tick, self.on_error = period_s, tick, on_error
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -32,7 +34,7 @@ class FixedRateLoop:
                 if self._stop.wait(delay):
                     break
             elif delay < -period:
-                next_t = time.monotonic()   # fell behind (machine stalled): resync, never burst
+                next_t = time.monotonic()  # fell behind (machine stalled): resync, never burst
             if self.on_error is None:
                 self.tick()
                 continue

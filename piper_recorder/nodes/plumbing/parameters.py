@@ -1,6 +1,7 @@
 """Typed node parameters: every node declares its parameters from one typed dataclass (``declare_config``),
 so the config class is the single place that names, types and defaults a parameter, and a bad value fails at
 start-up with a message naming it (``ParameterError``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,11 @@ def _coerce(name: str, typ: Any, value: Any) -> Any:
 
 def _descriptor(name: str, typ: Any, settable: bool) -> ParameterDescriptor:
     return ParameterDescriptor(
-        name=name, type=_ROS_TYPES[typ].value, read_only=not settable,
-        description="may change at run time" if settable else "read at start-up; restart the node to change it")
+        name=name,
+        type=_ROS_TYPES[typ].value,
+        read_only=not settable,
+        description="may change at run time" if settable else "read at start-up; restart the node to change it",
+    )
 
 
 def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
@@ -62,7 +66,7 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
     hints = typing.get_type_hints(cls)
     runtime: frozenset[str] = getattr(cls, "runtime_params", frozenset())
     values: dict[str, Any] = {}
-    fields: dict[str, str] = {}   # parameter name -> field name
+    fields: dict[str, str] = {}  # parameter name -> field name
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.init:
             continue
@@ -81,8 +85,11 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
         given = node.declare_parameter(name, None, ParameterDescriptor(dynamic_typing=True)).value
         value = default if given is None else _coerce(name, typ, given)
         if value is not None:
-            node.set_descriptor(name, _descriptor(name, typ, f.name in runtime),
-                                Parameter(name, _ROS_TYPES[typ], value).get_parameter_value())
+            node.set_descriptor(
+                name,
+                _descriptor(name, typ, f.name in runtime),
+                Parameter(name, _ROS_TYPES[typ], value).get_parameter_value(),
+            )
         values[f.name] = value
         fields[name] = f.name
     try:
@@ -96,6 +103,7 @@ def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
         raise ParameterError(f"{node.get_name()}: {exc}") from exc
     check = getattr(cfg, "check_runtime", None)
     if runtime and callable(check):
+
         def _on_set(params: list[Parameter]) -> SetParametersResult:
             for p in params:
                 field_name = fields.get(p.name)

@@ -1,4 +1,5 @@
 """Subscriptions no executor serves, taken in batches by the thread that uses them (``PolledInputs``)."""
+
 from __future__ import annotations
 
 import threading
@@ -37,14 +38,19 @@ class PolledInputs:
 
     def __init__(self, owner: Node, errors: DecodeErrors | None = None):
         self.owner = owner
-        self.node = Node(f"{owner.get_name()}_inputs", namespace=owner.get_namespace(), context=owner.context,
-                         use_global_arguments=False, start_parameter_services=False)
+        self.node = Node(
+            f"{owner.get_name()}_inputs",
+            namespace=owner.get_namespace(),
+            context=owner.context,
+            use_global_arguments=False,
+            start_parameter_services=False,
+        )
         self.errors = errors if errors is not None else DecodeErrors()
         self._subs: list[tuple[Any, str | None, str, Callable[[Any, int], None]]] = []
         self._lock = threading.Lock()
         self._sim_time = bool(owner.get_parameter("use_sim_time").value)
-        self._wake = self.node.create_guard_condition(lambda: None)   # ``interrupt``: ends a ``wait`` at once
-        self._wait_set: tuple[Any, int] | None = None   # rclpy's wait set and how many subscriptions it holds
+        self._wake = self.node.create_guard_condition(lambda: None)  # ``interrupt``: ends a ``wait`` at once
+        self._wait_set: tuple[Any, int] | None = None  # rclpy's wait set and how many subscriptions it holds
 
     def wait(self, timeout_s: float) -> bool:
         """Block until a message is waiting in any subscription (True), ``interrupt`` is called or the
@@ -79,10 +85,10 @@ class PolledInputs:
         name = type_name(msg_class)
         decoded = name in DECODED_TYPES
         if decoded:
-            warm_decoder(name)   # the store is built now, not while the first batch waits
+            warm_decoder(name)  # the store is built now, not while the first batch waits
         resolved = self.owner.resolve_topic_name(topic)
         sub = self.node.create_subscription(msg_class, resolved, _never_called, qos, raw=decoded)
-        with self._lock:   # a poller may be running already
+        with self._lock:  # a poller may be running already
             self._subs.append((sub, name if decoded else None, resolved, handler))
         return sub
 

@@ -1,5 +1,6 @@
 """A node's process from start to clean shutdown: its command line, rclpy, the executor, stop signals and the
 parent's watch (``run_node``)."""
+
 from __future__ import annotations
 
 import os
@@ -28,18 +29,18 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     discard the episode in flight and publish its last event before the process exits.
     """
     argv = list(sys.argv if args is None else args)
-    if wants_help(argv):   # rcl would ignore --help and start the node: print usage, start nothing
+    if wants_help(argv):  # rcl would ignore --help and start the node: print usage, start nothing
         module = sys.modules.get(getattr(factory, "__module__", ""))
         print(node_usage(argv[0] if argv else "", getattr(module, "__doc__", None)), end="")
         return 0
     prog = os.path.basename(argv[0]) if argv else "node"
-    problem = argument_problem(argv)   # rclpy.init refuses with a traceback, or ignores what is not its own
+    problem = argument_problem(argv)  # rclpy.init refuses with a traceback, or ignores what is not its own
     if problem:
         print(f"{prog}: error: {problem}", file=sys.stderr)
         return 2
     try:
         rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
-    except rclpy_implementation.RCLError as exc:   # e.g. an invalid ROS_DOMAIN_ID in the environment
+    except rclpy_implementation.RCLError as exc:  # e.g. an invalid ROS_DOMAIN_ID in the environment
         print(f"{prog}: error: cannot start ROS: {rcl_message(exc)}", file=sys.stderr)
         return 2
     stop = threading.Event()
@@ -67,7 +68,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         hook = getattr(node, "on_shutdown", None)
         if callable(hook):
             hook()  # the executor still spins: the hook may publish and call services
-        teardown.start()   # the node's work is done; what is left is the middleware's
+        teardown.start()  # the node's work is done; what is left is the middleware's
         stop_spin.set()
         spinner.join(timeout=2.0)
         spin.shutdown(timeout_sec=2.0)

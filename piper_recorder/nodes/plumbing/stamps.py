@@ -1,4 +1,5 @@
 """A node's clock as ROS stamps: now in nanoseconds and nanoseconds as a ``builtin_interfaces/Time``."""
+
 from __future__ import annotations
 
 from builtin_interfaces.msg import Time

@@ -4,6 +4,7 @@ Run it with the trainer's interpreter: ``PYTHONPATH=/path/to/piper_recorder
 .venv-lerobot04/bin/python -m piper_recorder.policy.server --checkpoint DIR`` (or the console script
 after ``pip install --no-deps -e /path/to/piper_recorder`` in that environment).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,10 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
     ap.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, mps")
     ap.add_argument("--workers", type=int, default=8, help="handler threads (connections served at once)")
-    ap.add_argument("--queue", type=int, default=16,
-                    help="connections waiting for a handler; more are answered 503 at once")
-    ap.add_argument("--client-timeout", type=float, default=10.0,
-                    help="seconds a client may leave a read or write waiting before it is dropped")
+    ap.add_argument(
+        "--queue", type=int, default=16, help="connections waiting for a handler; more are answered 503 at once"
+    )
+    ap.add_argument(
+        "--client-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client may leave a read or write waiting before it is dropped",
+    )
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -39,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piper-policy-server: {e}", file=sys.stderr)
         return 2
     try:
-        server = make_server(runner, args.host, args.port, workers=args.workers, queued=args.queue,
-                             client_timeout_s=args.client_timeout)
+        server = make_server(
+            runner, args.host, args.port, workers=args.workers, queued=args.queue, client_timeout_s=args.client_timeout
+        )
     except ValueError as e:
         print(f"piper-policy-server: {e}", file=sys.stderr)
         return 2
@@ -53,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         public = True
     if public:
         logging.getLogger("piper_policy_server").warning(
-            "listening on %s: anyone who reaches it can query the policy (no authentication)", args.host)
+            "listening on %s: anyone who reaches it can query the policy (no authentication)", args.host
+        )
 
     def stop(_sig: int, _frame: FrameType | None) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -62,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     info = runner.info()
     port = server.server_address[1]
-    print(f"piper-policy-server: ready http://{args.host}:{port} {info['policy_type']} chunk {info['chunk_size']} "
-          f"lerobot {info['lerobot']} {info['content_hash']}", flush=True)
+    print(
+        f"piper-policy-server: ready http://{args.host}:{port} {info['policy_type']} chunk {info['chunk_size']} "
+        f"lerobot {info['lerobot']} {info['content_hash']}",
+        flush=True,
+    )
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -15,6 +15,7 @@ no socket timeout: 300 half-sent requests held 300 threads for over a minute):
   runner's own cameras and sizes), and decoded in at most ``decoders`` threads at once;
 - a client that goes away costs one log line, not a traceback.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,15 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from piper_recorder.policy.server.protocol import (MAX_PIXELS, ImageRule, PredictRequest, ProtocolError,
-                                                   RequestRefused, encode_answer, parse_request)
+from piper_recorder.policy.server.protocol import (
+    MAX_PIXELS,
+    ImageRule,
+    PredictRequest,
+    ProtocolError,
+    RequestRefused,
+    encode_answer,
+    parse_request,
+)
 
 LOG = logging.getLogger("piper_policy_server")
 MAX_BODY = 64 * 1024 * 1024
@@ -46,21 +54,27 @@ _BUSY = b'{"error": "server busy: every worker is serving and the queue is full;
 class Runner(Protocol):
     """Answers one decoded request with (n, 8) absolute action rows (n may exceed the horizon)."""
 
-    def info(self) -> dict[str, object]:
-        ...
+    def info(self) -> dict[str, object]: ...
 
-    def predict(self, request: PredictRequest) -> npt.NDArray[np.floating]:
-        ...
+    def predict(self, request: PredictRequest) -> npt.NDArray[np.floating]: ...
 
 
 class PolicyHTTPServer(HTTPServer):
     """An HTTP server with a fixed pool of handler threads and a bounded queue (see the module doc)."""
 
-    request_queue_size = 64   # the listen backlog: bursts are accepted and answered (503 if full), not lost
+    request_queue_size = 64  # the listen backlog: bursts are accepted and answered (503 if full), not lost
 
-    def __init__(self, address: tuple[str, int], runner: Runner, *, workers: int = WORKERS,
-                 queued: int = QUEUED, decoders: int = DECODERS, client_timeout_s: float = CLIENT_TIMEOUT_S,
-                 body_deadline_s: float = BODY_DEADLINE_S):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        runner: Runner,
+        *,
+        workers: int = WORKERS,
+        queued: int = QUEUED,
+        decoders: int = DECODERS,
+        client_timeout_s: float = CLIENT_TIMEOUT_S,
+        body_deadline_s: float = BODY_DEADLINE_S,
+    ):
         if workers < 1 or queued < 0 or decoders < 1 or not client_timeout_s > 0 or not body_deadline_s > 0:
             raise ValueError("workers and decoders must be >= 1, queued >= 0, the timeouts > 0")
         self.runner = runner
@@ -71,10 +85,11 @@ class PolicyHTTPServer(HTTPServer):
         self.served = 0
         self.refused_busy = 0
         self._pending: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(maxsize=queued + workers)
-        self._busy = threading.Semaphore(workers + queued)   # connections held: in a worker or waiting
+        self._busy = threading.Semaphore(workers + queued)  # connections held: in a worker or waiting
         super().__init__(address, _Handler)
-        self._workers = [threading.Thread(target=self._work, name=f"policy-http-{i}", daemon=True)
-                         for i in range(workers)]
+        self._workers = [
+            threading.Thread(target=self._work, name=f"policy-http-{i}", daemon=True) for i in range(workers)
+        ]
         for t in self._workers:
             t.start()
 
@@ -84,10 +99,12 @@ class PolicyHTTPServer(HTTPServer):
             self.refused_busy += 1
             try:
                 request.settimeout(0.5)
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Connection: close\r\nContent-Length: " + str(len(_BUSY)).encode() + b"\r\n\r\n" + _BUSY)
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: " + str(len(_BUSY)).encode() + b"\r\n\r\n" + _BUSY
+                )
                 request.shutdown(socket.SHUT_WR)
-                request.setblocking(False)   # a timeout would make recv wait for more data
+                request.setblocking(False)  # a timeout would make recv wait for more data
                 # what the client already sent, unread, would make close() send a reset that can destroy
                 # the 503 on its way: drain it without waiting (the accept loop never blocks on a client)
                 for _ in range(16):
@@ -135,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.connection.settimeout(self.server.client_timeout_s)   # every read and write of this connection
+        self.connection.settimeout(self.server.client_timeout_s)  # every read and write of this connection
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
         LOG.debug("%s " + format, self.address_string(), *args)
@@ -187,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
-            self.close_connection = True   # the unread body would be taken for the next request
+            self.close_connection = True  # the unread body would be taken for the next request
             self._error(411, "Content-Length required")
             return
         if not 0 < length <= MAX_BODY:

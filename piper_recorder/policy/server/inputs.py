@@ -10,6 +10,7 @@ is a different observation); a mismatch is refused naming the feature.
 
 numpy only: unit-tested in the project's venv, used by the LeRobot runner in the trainer's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,30 +45,35 @@ def _state(feature: InputFeature, request: PredictRequest) -> F32:
         need = f"{feature.key}" + (f" or its parts {', '.join(parts)}" if parts else "")
         raise RequestRefused(f"state lacks {need} (sent: {', '.join(sorted(request.state)) or 'none'})")
     if vec.shape != tuple(feature.shape):
-        raise RequestRefused(f"{feature.key}: the policy was trained on shape {list(feature.shape)}, "
-                             f"the request gives {list(vec.shape)}")
+        raise RequestRefused(
+            f"{feature.key}: the policy was trained on shape {list(feature.shape)}, the request gives {list(vec.shape)}"
+        )
     return vec.astype(np.float32)
 
 
 def _camera(feature: InputFeature, request: PredictRequest) -> str:
     if feature.key.startswith(IMAGES_PREFIX):
-        return feature.key[len(IMAGES_PREFIX):]
+        return feature.key[len(IMAGES_PREFIX) :]
     if feature.key == SINGLE_IMAGE and len(request.images) == 1:
         return next(iter(request.images))
-    raise RequestRefused(f"{feature.key}: no camera of the request maps to it "
-                         f"(sent: {', '.join(sorted(request.images)) or 'none'})")
+    raise RequestRefused(
+        f"{feature.key}: no camera of the request maps to it (sent: {', '.join(sorted(request.images)) or 'none'})"
+    )
 
 
 def _image(feature: InputFeature, request: PredictRequest) -> F32:
     cam = _camera(feature, request)
     if cam not in request.images:
-        raise RequestRefused(f"{feature.key}: camera {cam!r} missing from images "
-                             f"(sent: {', '.join(sorted(request.images)) or 'none'})")
+        raise RequestRefused(
+            f"{feature.key}: camera {cam!r} missing from images (sent: {', '.join(sorted(request.images)) or 'none'})"
+        )
     rgb = request.images[cam]
     c, h, w = feature.shape
     if rgb.shape != (h, w, c):
-        raise RequestRefused(f"{feature.key}: the policy was trained on {w}x{h}x{c} frames, "
-                             f"camera {cam!r} sends {rgb.shape[1]}x{rgb.shape[0]}x{rgb.shape[2]}")
+        raise RequestRefused(
+            f"{feature.key}: the policy was trained on {w}x{h}x{c} frames, "
+            f"camera {cam!r} sends {rgb.shape[1]}x{rgb.shape[0]}x{rgb.shape[2]}"
+        )
     return np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32) / np.float32(255.0)
 
 

@@ -13,6 +13,7 @@ observation (ACT, SmolVLA, pi0, ...) answer through ``predict_action_chunk`` (AC
 TD-MPC) through ``n_action_steps`` calls of ``select_action`` after the reset, their own episode
 start (the first call generates the chunk, the rest pop it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,43 +63,60 @@ class LeRobotRunner:
     def __init__(self, checkpoint: str | Path, device: str = "cpu"):
         self.checkpoint = Path(checkpoint).resolve()
         if not (self.checkpoint / "config.json").is_file():
-            raise CheckpointError(f"{self.checkpoint}: no config.json (expected a LeRobot pretrained_model "
-                                  f"directory, e.g. outputs/train/.../checkpoints/last/pretrained_model)")
+            raise CheckpointError(
+                f"{self.checkpoint}: no config.json (expected a LeRobot pretrained_model "
+                f"directory, e.g. outputs/train/.../checkpoints/last/pretrained_model)"
+            )
         try:
             self._torch: Any = importlib.import_module("torch")
             configs: Any = importlib.import_module("lerobot.configs.policies")
             factory: Any = importlib.import_module("lerobot.policies.factory")
         except ImportError as e:
-            raise CheckpointError(f"torch and lerobot must be importable here ({e}): run the server in the "
-                                  f"trainer's environment (README: Running a policy)") from e
+            raise CheckpointError(
+                f"torch and lerobot must be importable here ({e}): run the server in the "
+                f"trainer's environment (README: Running a policy)"
+            ) from e
         cfg = configs.PreTrainedConfig.from_pretrained(str(self.checkpoint))
         cfg.device = device
         self.config: Any = cfg
         self.device = device
         self.policy: Any = factory.get_policy_class(cfg.type).from_pretrained(str(self.checkpoint), config=cfg)
         self.policy.eval()
-        self.features = tuple(InputFeature(k, str(getattr(f.type, "value", f.type)), tuple(f.shape))
-                              for k, f in cfg.input_features.items())
+        self.features = tuple(
+            InputFeature(k, str(getattr(f.type, "value", f.type)), tuple(f.shape))
+            for k, f in cfg.input_features.items()
+        )
         bad = [f"{f.key} ({f.kind})" for f in self.features if f.kind not in SUPPORTED_INPUTS]
         if bad:
             raise CheckpointError(f"inputs the /predict protocol cannot provide: {', '.join(bad)}")
         action = cfg.output_features.get("action")
         if action is None or tuple(action.shape) != (ACTION_WIDTH,):
-            raise CheckpointError(f"the policy's action is {None if action is None else list(action.shape)}; "
-                                  f"/predict answers {ACTION_WIDTH} columns (action.arm_eef + action.gripper)")
+            raise CheckpointError(
+                f"the policy's action is {None if action is None else list(action.shape)}; "
+                f"/predict answers {ACTION_WIDTH} columns (action.arm_eef + action.gripper)"
+            )
         self._pre: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._post: Callable[[Any], Any] | None = None
         make = getattr(factory, "make_pre_post_processors", None)
         if make is not None:  # LeRobot >= 0.4: normalisation lives in the saved pipelines
             if not (self.checkpoint / "policy_preprocessor.json").is_file():
-                raise CheckpointError(f"{self.checkpoint}: no policy_preprocessor.json; LeRobot "
-                                      f"{_lerobot_version()} needs the processors lerobot-train saves "
-                                      f"(a 0.3.x checkpoint: serve it from a LeRobot 0.3 environment)")
-            self._pre, self._post = make(cfg, pretrained_path=str(self.checkpoint),
-                                         preprocessor_overrides={"device_processor": {"device": device}})
+                raise CheckpointError(
+                    f"{self.checkpoint}: no policy_preprocessor.json; LeRobot "
+                    f"{_lerobot_version()} needs the processors lerobot-train saves "
+                    f"(a 0.3.x checkpoint: serve it from a LeRobot 0.3 environment)"
+                )
+            self._pre, self._post = make(
+                cfg,
+                pretrained_path=str(self.checkpoint),
+                preprocessor_overrides={"device_processor": {"device": device}},
+            )
         self._info: dict[str, object] = {
-            "backend": "lerobot", "checkpoint": str(self.checkpoint), "content_hash": content_hash(self.checkpoint),
-            "policy_type": cfg.type, "lerobot": _lerobot_version(), "device": device,
+            "backend": "lerobot",
+            "checkpoint": str(self.checkpoint),
+            "content_hash": content_hash(self.checkpoint),
+            "policy_type": cfg.type,
+            "lerobot": _lerobot_version(),
+            "device": device,
             "chunk_size": int(getattr(cfg, "chunk_size", 0) or getattr(cfg, "n_action_steps", 1)),
             "n_action_steps": int(getattr(cfg, "n_action_steps", 1)),
             "inputs": {f.key: {"type": f.kind, "shape": list(f.shape)} for f in self.features},

@@ -7,6 +7,7 @@ Request ``{"task": str, "state": {feature key: [floats]}, "images": {camera: bas
 Only stdlib and numpy at import time: this module runs in the trainer's virtualenv (the server)
 and in the project's (clients, tests, benches). Pillow is imported when a JPEG is encoded/decoded.
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,8 +28,8 @@ U8 = npt.NDArray[np.uint8]
 
 ACTION_WIDTH = 8  # x, y, z, qw, qx, qy, qz, gripper: the dataset's `action` column
 MAX_HORIZON = 10_000
-MAX_IMAGES = 8                # images per request when the policy does not say which cameras it takes
-MAX_PIXELS = 4096 * 4096      # per image (a 4K frame is 8.3 Mpx); also Pillow's MAX_IMAGE_PIXELS in the server
+MAX_IMAGES = 8  # images per request when the policy does not say which cameras it takes
+MAX_PIXELS = 4096 * 4096  # per image (a 4K frame is 8.3 Mpx); also Pillow's MAX_IMAGE_PIXELS in the server
 
 
 class ProtocolError(PiperInputError, ValueError):
@@ -109,18 +110,18 @@ def jpeg_size(raw: bytes) -> tuple[int, int] | None:
         if raw[i] != 0xFF:
             return None
         marker = raw[i + 1]
-        if marker == 0xFF:   # fill byte
+        if marker == 0xFF:  # fill byte
             i += 1
             continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:   # segments without a length
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # segments without a length
             i += 2
             continue
-        n = int.from_bytes(raw[i + 2:i + 4], "big")
+        n = int.from_bytes(raw[i + 2 : i + 4], "big")
         if marker in _SOF:
             if i + 9 > len(raw):
                 return None
-            return int.from_bytes(raw[i + 7:i + 9], "big"), int.from_bytes(raw[i + 5:i + 7], "big")
-        if marker == 0xDA or n < 2:   # start of scan before any frame header
+            return int.from_bytes(raw[i + 7 : i + 9], "big"), int.from_bytes(raw[i + 5 : i + 7], "big")
+        if marker == 0xDA or n < 2:  # start of scan before any frame header
             return None
         i += 2 + n
     return None
@@ -136,24 +137,23 @@ def _open_jpeg(text: str, camera: str, rule: ImageRule) -> object:
     except (binascii.Error, ValueError) as e:
         raise ProtocolError(f"images.{camera}: not base64 ({e})") from e
     if not raw.startswith(JPEG_MAGIC):
-        raise ProtocolError(f"images.{camera}: not a JPEG (the protocol sends base64 JPEG; this starts "
-                            f"{raw[:8]!r})")
+        raise ProtocolError(f"images.{camera}: not a JPEG (the protocol sends base64 JPEG; this starts {raw[:8]!r})")
     size = jpeg_size(raw)
     if size is None:
         raise ProtocolError(f"images.{camera}: not a readable JPEG (no frame header)")
     w, h = size
-    want = rule.single if rule.cameras is not None and camera not in rule.cameras else \
-        (rule.cameras or {}).get(camera)
+    want = rule.single if rule.cameras is not None and camera not in rule.cameras else (rule.cameras or {}).get(camera)
     if want is not None and (w, h) != want:
-        raise ProtocolError(f"images.{camera}: {w}x{h}, the policy was trained on {want[0]}x{want[1]} frames "
-                            f"(the server never resizes)")
+        raise ProtocolError(
+            f"images.{camera}: {w}x{h}, the policy was trained on {want[0]}x{want[1]} frames (the server never resizes)"
+        )
     if w * h > rule.max_pixels:
         raise ProtocolError(f"images.{camera}: {w}x{h} is more than {rule.max_pixels} pixels")
     try:
-        im = Image.open(io.BytesIO(raw), formats=["JPEG"])   # reads the header only
+        im = Image.open(io.BytesIO(raw), formats=["JPEG"])  # reads the header only
     except (ValueError, OSError, UnidentifiedImageError, Image.DecompressionBombError) as e:
         raise ProtocolError(f"images.{camera}: not a readable JPEG ({e})") from e
-    if im.size != (w, h):   # Pillow read another frame header than ours: trust neither
+    if im.size != (w, h):  # Pillow read another frame header than ours: trust neither
         im.close()
         raise ProtocolError(f"images.{camera}: not a readable JPEG (inconsistent frame headers)")
     return im
@@ -166,7 +166,7 @@ def _decode_opened(im: object, camera: str) -> U8:
     try:
         with im:
             return np.asarray(im.convert("RGB"), dtype=np.uint8)
-    except (ValueError, OSError, Image.DecompressionBombError) as e:   # truncated or corrupt scan data
+    except (ValueError, OSError, Image.DecompressionBombError) as e:  # truncated or corrupt scan data
         raise ProtocolError(f"images.{camera}: a damaged JPEG ({e})") from e
 
 
@@ -175,18 +175,20 @@ def decode_jpeg(text: str, camera: str, rule: ImageRule | None = None) -> U8:
     return _decode_opened(_open_jpeg(text, camera, rule or ImageRule()), camera)
 
 
-def encode_request(task: str, state: dict[str, F32], images: dict[str, U8], horizon: int,
-                   quality: int = 90) -> bytes:
+def encode_request(task: str, state: dict[str, F32], images: dict[str, U8], horizon: int, quality: int = 90) -> bytes:
     """The JSON body a PiperPilot client posts."""
-    body = {"task": task,
-            "state": {k: [float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1)] for k, v in state.items()},
-            "images": {cam: encode_jpeg(img, quality) for cam, img in images.items()},
-            "horizon": int(horizon)}
+    body = {
+        "task": task,
+        "state": {k: [float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1)] for k, v in state.items()},
+        "images": {cam: encode_jpeg(img, quality) for cam, img in images.items()},
+        "horizon": int(horizon),
+    }
     return json.dumps(body).encode("utf-8")
 
 
-def parse_request(body: bytes, rule: ImageRule | None = None,
-                  decode_gate: AbstractContextManager[object] | None = None) -> PredictRequest:
+def parse_request(
+    body: bytes, rule: ImageRule | None = None, decode_gate: AbstractContextManager[object] | None = None
+) -> PredictRequest:
     """Check and decode a request body; every defect is one ProtocolError naming the field.
 
     Everything is checked before any image is decoded: the fields, which images the policy uses
@@ -207,8 +209,11 @@ def parse_request(body: bytes, rule: ImageRule | None = None,
         raise ProtocolError("state must be an object {feature key: [numbers]}")
     state: dict[str, F32] = {}
     for key, values in state_doc.items():
-        if not isinstance(values, list) or not values or \
-                not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        ):
             raise ProtocolError(f"state.{key} must be a non-empty list of numbers")
         state[str(key)] = _finite_f32(values, f"state.{key}", "value")
     images_doc = doc.get("images", {})
@@ -257,8 +262,12 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
         rows = rows[:horizon]
     if not isinstance(rows, list) or not rows or len(rows) > horizon:
         raise ProtocolError(f"answer must hold 1..{horizon} action rows")
-    if not all(isinstance(r, list) and len(r) == ACTION_WIDTH and
-               all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r) for r in rows):
+    if not all(
+        isinstance(r, list)
+        and len(r) == ACTION_WIDTH
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r)
+        for r in rows
+    ):
         raise ProtocolError(f"every action row must be {ACTION_WIDTH} numbers")
     return _finite_f32(rows, "answer", "action")
 

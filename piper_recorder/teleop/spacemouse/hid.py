@@ -18,6 +18,7 @@ Device axes (as the reports give them; the HID usage tables' convention, as pysp
 it): x to the right, y toward the user, z down, a right-handed frame (the cap pushed away from the
 user is -y); rotations are right-handed about those axes (+rz = clockwise seen from above).
 """
+
 from __future__ import annotations
 
 import os
@@ -27,14 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TRANSLATION, ROTATION, BUTTONS = 1, 2, 3
-SPLIT_LEN, SINGLE_LEN = 7, 13     # report id + 3 or 6 int16
+SPLIT_LEN, SINGLE_LEN = 7, 13  # report id + 3 or 6 int16
 MAX_BUTTON_BYTES = 8
-GARBAGE_FACTOR = 4.0   # a raw value beyond this many full scales is not a deflection but garbage
+GARBAGE_FACTOR = 4.0  # a raw value beyond this many full scales is not a deflection but garbage
 
 # USB vendor ids: Logitech (3Dconnexion's devices before 2011) and 3Dconnexion
 VENDOR_LOGITECH, VENDOR_3DCONNEXION = 0x046D, 0x256F
-LOGITECH_3DX_PRODUCTS = frozenset({0xC603, 0xC605, 0xC606, 0xC621, 0xC623, 0xC625, 0xC626, 0xC627, 0xC628,
-                                   0xC629, 0xC62B})   # Logitech also makes mice: only these are 3Dconnexion's
+LOGITECH_3DX_PRODUCTS = frozenset(
+    {0xC603, 0xC605, 0xC606, 0xC621, 0xC623, 0xC625, 0xC626, 0xC627, 0xC628, 0xC629, 0xC62B}
+)  # Logitech also makes mice: only these are 3Dconnexion's
 DROP_REASONS = ("empty", "bad_length", "out_of_range")
 
 
@@ -45,6 +47,7 @@ def is_3dconnexion(vendor: int, product: int) -> bool:
 @dataclass
 class HidState:
     """The device's latest values: raw axes (device frame) and the button bitmask."""
+
     translation: tuple[int, int, int] = (0, 0, 0)
     rotation: tuple[int, int, int] = (0, 0, 0)
     buttons: int = 0
@@ -52,18 +55,19 @@ class HidState:
 
 @dataclass
 class Decoded:
-    kind: str                       # "motion", "buttons", "other" (a report that is not input we use), "drop"
-    reason: str = ""                # for "drop": one of DROP_REASONS
+    kind: str  # "motion", "buttons", "other" (a report that is not input we use), "drop"
+    reason: str = ""  # for "drop": one of DROP_REASONS
 
 
 @dataclass
 class HidDecoder:
     """Applies reports to ``state``; a malformed report changes nothing and is counted by reason."""
+
     full_scale: float = 350.0
     state: HidState = field(default_factory=HidState)
     drops: dict[str, int] = field(default_factory=dict)
     reports: int = 0
-    layout: str = ""                # "split" or "single" once report 1 has been seen
+    layout: str = ""  # "split" or "single" once report 1 has been seen
 
     def decode(self, report: bytes) -> Decoded:
         self.reports += 1
@@ -106,7 +110,7 @@ class HidDecoder:
 
 @dataclass(frozen=True)
 class HidrawDevice:
-    path: str          # /dev/hidrawN
+    path: str  # /dev/hidrawN
     vendor: int
     product: int
     name: str

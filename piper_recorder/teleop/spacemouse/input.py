@@ -33,6 +33,7 @@ A deflection is held until the next report; a device that reported a deflection 
 mid-motion never keeps the arm moving. When a safety limit holds the target the virtual pose is
 re-based onto the published target (``TeleopCore.rebase``): pushing into a wall winds nothing up.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,24 +51,24 @@ from .hid import DROP_REASONS, HidDecoder
 # = -x, base z = up = -z); a proper rotation, so rotation vectors map like translations
 DEVICE_TO_BASE = np.array([[0.0, -1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
 MAX_BUTTON = 63
-TELEOP_INPUTS = ("headset", "spacemouse")   # teleop's ``input`` parameter (and the launch argument teleop_input)
+TELEOP_INPUTS = ("headset", "spacemouse")  # teleop's ``input`` parameter (and the launch argument teleop_input)
 
 
 @dataclass
 class SpaceMouseConfig:
-    device: str = "auto"            # /dev/hidrawN, or auto: the first 3Dconnexion node in /sys/class/hidraw
-    full_scale: float = 350.0       # raw report value at full deflection
-    deadband: float = 0.1           # fraction of full scale ignored around rest (a resting cap reads a few counts)
-    linear_speed: float = 0.1       # m/s at full deflection
-    angular_speed: float = 0.8      # rad/s at full deflection
-    rotation: bool = True           # false: translation only
-    yaw_offset_deg: float = 0.0     # the device's "away from the user" relative to the arm's +x, about +z
+    device: str = "auto"  # /dev/hidrawN, or auto: the first 3Dconnexion node in /sys/class/hidraw
+    full_scale: float = 350.0  # raw report value at full deflection
+    deadband: float = 0.1  # fraction of full scale ignored around rest (a resting cap reads a few counts)
+    linear_speed: float = 0.1  # m/s at full deflection
+    angular_speed: float = 0.8  # rad/s at full deflection
+    rotation: bool = True  # false: translation only
+    yaw_offset_deg: float = 0.0  # the device's "away from the user" relative to the arm's +x, about +z
     clutch_button: int = 0
     gripper_button: int = 1
-    record_hold_s: float = 1.0      # hold the gripper button this long: start / stop-and-save an episode
-    discard_button: int = -1        # -1: none
+    record_hold_s: float = 1.0  # hold the gripper button this long: start / stop-and-save an episode
+    discard_button: int = -1  # -1: none
     report_timeout_s: float = 0.25  # a deflection not reported again within this is taken as rest; 0: never
-    reopen_s: float = 1.0           # retry opening an absent or lost device this often
+    reopen_s: float = 1.0  # retry opening an absent or lost device this often
 
     def validate(self) -> None:
         for name in ("full_scale", "linear_speed", "angular_speed", "record_hold_s", "reopen_s"):
@@ -87,8 +88,10 @@ class SpaceMouseConfig:
             raise ValueError(f"spacemouse.discard_button must be -1 (none) or 0..{MAX_BUTTON}")
         used = [b for b in (self.clutch_button, self.gripper_button, self.discard_button) if b >= 0]
         if len(set(used)) != len(used):
-            raise ValueError(f"spacemouse buttons must differ: clutch {self.clutch_button}, gripper "
-                             f"{self.gripper_button}, discard {self.discard_button}")
+            raise ValueError(
+                f"spacemouse buttons must differ: clutch {self.clutch_button}, gripper "
+                f"{self.gripper_button}, discard {self.discard_button}"
+            )
         if not self.device:
             raise ValueError("spacemouse.device must be a path or 'auto'")
 
@@ -96,15 +99,15 @@ class SpaceMouseConfig:
 @dataclass
 class SpaceMouseCounters:
     reports: int = 0
-    drops: dict[str, int] = field(default_factory=dict)   # hid.DROP_REASONS: malformed reports ignored
-    other_reports: int = 0     # well-formed reports that are not motion or buttons (battery, ...)
-    stalls: int = 0            # deflections not repeated within report_timeout_s (taken as rest)
+    drops: dict[str, int] = field(default_factory=dict)  # hid.DROP_REASONS: malformed reports ignored
+    other_reports: int = 0  # well-formed reports that are not motion or buttons (battery, ...)
+    stalls: int = 0  # deflections not repeated within report_timeout_s (taken as rest)
     clutch_presses: int = 0
     gripper_toggles: int = 0
     record_holds: int = 0
     discard_presses: int = 0
     disconnects: int = 0
-    bad_devices: int = 0       # closed as not a SpaceMouse (reports too fast or malformed; reader.HidrawReader)
+    bad_devices: int = 0  # closed as not a SpaceMouse (reports too fast or malformed; reader.HidrawReader)
 
 
 def _shaped(raw: tuple[int, int, int], full_scale: float, deadband: float) -> np.ndarray:
@@ -140,16 +143,16 @@ class SpaceMouseInput:
         self.gripper_closed = False
         self.p: np.ndarray = np.zeros(3)
         self.q = np.array([0.0, 0.0, 0.0, 1.0])
-        self._v = np.zeros(3)          # arm base frame, m/s
-        self._w = np.zeros(3)          # rad/s
-        self._t: float | None = None   # integrated up to
-        self._motion_t = -math.inf     # the last motion report
+        self._v = np.zeros(3)  # arm base frame, m/s
+        self._w = np.zeros(3)  # rad/s
+        self._t: float | None = None  # integrated up to
+        self._motion_t = -math.inf  # the last motion report
         self._buttons = 0
         self._grip_down_t: float | None = None
         self._record_fired = False
         self._pulse_primary = False
         self._pulse_secondary = False
-        self._fed_live = False         # the last Joy fed had the clutch on or a press: the next one must follow
+        self._fed_live = False  # the last Joy fed had the clutch on or a press: the next one must follow
         # the core's clutch may wait for an open grip (after its forced release, a refusal, a reconnect):
         # the next Joy fed is an open one, so the next press engages
         self._disarmed = False
@@ -166,9 +169,9 @@ class SpaceMouseInput:
         if state == "bad":
             self.counters.bad_devices += 1
         if state == "open" and not self.connected:
-            self._disarmed = True   # the core may have released on the silence: re-arm it with an open grip
+            self._disarmed = True  # the core may have released on the silence: re-arm it with an open grip
         self.device_state, self.device_detail = state, detail
-        if state != "open":   # nothing held over a reconnect: no motion, no clutch, no half press
+        if state != "open":  # nothing held over a reconnect: no motion, no clutch, no half press
             self._integrate(t)
             self._v, self._w = np.zeros(3), np.zeros(3)
             self.clutch_on = False
@@ -199,7 +202,7 @@ class SpaceMouseInput:
         if pressed & c:
             self.counters.clutch_presses += 1
             self.clutch_on = not self.clutch_on
-            if self.clutch_on:   # a fresh virtual pose per engagement: it stays small
+            if self.clutch_on:  # a fresh virtual pose per engagement: it stays small
                 self.p, self.q = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
         if pressed & g:
             self._grip_down_t, self._record_fired = t, False
@@ -227,7 +230,7 @@ class SpaceMouseInput:
         moving = bool(np.any(self._v) or np.any(self._w))
         timeout = self.cfg.report_timeout_s
         if moving and timeout > 0 and t - self._motion_t > timeout:
-            end = max(self._t, self._motion_t + timeout)   # the deflection counted until the timeout, then rest
+            end = max(self._t, self._motion_t + timeout)  # the deflection counted until the timeout, then rest
         dt = end - self._t
         if self.clutch_on and dt > 0:
             self.p = self.p + self._v * dt
@@ -248,9 +251,14 @@ class SpaceMouseInput:
         self._check_hold(t)
         squeeze = 1.0 if self.clutch_on and not self._disarmed else 0.0
         self._disarmed = False
-        joy = Joy(trigger=1.0 if self.gripper_closed else 0.0, squeeze=squeeze,
-                  primary=self._pulse_primary, secondary=self._pulse_secondary, menu=False)
-        self._pulse_primary = self._pulse_secondary = False   # one tick high: the core acts on the edge
+        joy = Joy(
+            trigger=1.0 if self.gripper_closed else 0.0,
+            squeeze=squeeze,
+            primary=self._pulse_primary,
+            secondary=self._pulse_secondary,
+            menu=False,
+        )
+        self._pulse_primary = self._pulse_secondary = False  # one tick high: the core acts on the edge
         return self.p.copy(), self.q.copy(), joy
 
     def recenter(self) -> None:
@@ -266,8 +274,14 @@ class SpaceMouseInput:
         if self.connected:
             self._integrate(t)
             self._check_hold(t)
-        active = (self.clutch_on or core.engaged or self._pulse_primary or self._pulse_secondary or self._fed_live
-                  or self._disarmed)
+        active = (
+            self.clutch_on
+            or core.engaged
+            or self._pulse_primary
+            or self._pulse_secondary
+            or self._fed_live
+            or self._disarmed
+        )
         fed = self.sample(t) if active else None
         # after a Joy with the clutch on or a press, feed the one that lets go too (the core re-arms the
         # clutch on an open grip and sees a press by its edge)
@@ -279,14 +293,19 @@ class SpaceMouseInput:
         res = core.tick(t)
         if res.clutch in (ClutchEvent.FORCED_RELEASE, ClutchEvent.REFUSED):
             self.clutch_on = False
-            self._disarmed = True   # press again: a late engage or a re-engage never starts by surprise
+            self._disarmed = True  # press again: a late engage or a re-engage never starts by surprise
         if res.target is not None and core.limits.acted and fed is not None:
-            self.recenter()          # a limit holds the target: follow it, wind nothing up
+            self.recenter()  # a limit holds the target: follow it, wind nothing up
             core.on_hand_pose(t, self.p, self.q)
             core.rebase()
         return res
 
     def status(self) -> dict[str, object]:
-        return {"device": self.device_state, "detail": self.device_detail, "layout": self.decoder.layout,
-                "clutch": self.clutch_on, "gripper_closed": self.gripper_closed,
-                **{k: v for k, v in vars(self.counters).items()}}
+        return {
+            "device": self.device_state,
+            "detail": self.device_detail,
+            "layout": self.decoder.layout,
+            "clutch": self.clutch_on,
+            "gripper_closed": self.gripper_closed,
+            **{k: v for k, v in vars(self.counters).items()},
+        }

@@ -13,6 +13,7 @@ than ``MAX_REPORTS_PER_S`` reports within a second (a full-speed USB interrupt e
 ``MAX_MALFORMED_RUN`` refused reports in a row close it as ``bad`` (``on_state("bad", why)``); it is
 tried again after ``BAD_RETRY_S``, so such a node costs a few milliseconds every few seconds.
 """
+
 from __future__ import annotations
 
 import errno
@@ -24,20 +25,27 @@ from collections.abc import Callable
 
 from .hid import hidraw_devices
 
-READ_SIZE = 64          # larger than any 3Dconnexion input report (a hidraw read returns one report)
+READ_SIZE = 64  # larger than any 3Dconnexion input report (a hidraw read returns one report)
 POLL_MS = 500
-MAX_REPORTS_PER_S = 1000   # USB full speed polls an interrupt endpoint at most every 1 ms
-MAX_MALFORMED_RUN = 50     # reports in a row the caller refused: not the device it expects
-BAD_RETRY_S = 5.0          # a bad device is opened again after this long (a replug, auto finding another)
+MAX_REPORTS_PER_S = 1000  # USB full speed polls an interrupt endpoint at most every 1 ms
+MAX_MALFORMED_RUN = 50  # reports in a row the caller refused: not the device it expects
+BAD_RETRY_S = 5.0  # a bad device is opened again after this long (a replug, auto finding another)
 
 
 class HidrawReader:
     """``on_report(t, report)`` returns False for a report it cannot use (None or True: fine);
     ``on_state(state, detail)``: "open", "absent", "lost" or "bad" with why."""
 
-    def __init__(self, device: str, on_report: Callable[[float, bytes], bool | None],
-                 on_state: Callable[[str, str], None], reopen_s: float = 1.0,
-                 sysfs: str = "/sys/class/hidraw", dev: str = "/dev", bad_retry_s: float = BAD_RETRY_S):
+    def __init__(
+        self,
+        device: str,
+        on_report: Callable[[float, bytes], bool | None],
+        on_state: Callable[[str, str], None],
+        reopen_s: float = 1.0,
+        sysfs: str = "/sys/class/hidraw",
+        dev: str = "/dev",
+        bad_retry_s: float = BAD_RETRY_S,
+    ):
         self.device, self.reopen_s, self.bad_retry_s = device, reopen_s, bad_retry_s
         self._on_report, self._on_state = on_report, on_state
         self._sysfs, self._dev = sysfs, dev
@@ -111,14 +119,18 @@ class HidrawReader:
             reads += 1
             if reads > MAX_REPORTS_PER_S:
                 if t - window_t < 1.0:
-                    return "bad", (f"more than {MAX_REPORTS_PER_S} reports a second (it never blocks: not a HID "
-                                   f"device?); trying again in {self.bad_retry_s:g} s")
+                    return "bad", (
+                        f"more than {MAX_REPORTS_PER_S} reports a second (it never blocks: not a HID "
+                        f"device?); trying again in {self.bad_retry_s:g} s"
+                    )
                 window_t, reads = t, 1
             if self._on_report(t, report) is False:
                 refused += 1
                 if refused >= MAX_MALFORMED_RUN:
-                    return "bad", (f"{refused} malformed reports in a row (not a SpaceMouse?); trying again in "
-                                   f"{self.bad_retry_s:g} s")
+                    return "bad", (
+                        f"{refused} malformed reports in a row (not a SpaceMouse?); trying again in "
+                        f"{self.bad_retry_s:g} s"
+                    )
             else:
                 refused = 0
         return "lost", "stopped"
