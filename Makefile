@@ -1,5 +1,5 @@
 # The two commands: `make demo` and `make test`. Both bootstrap the venv (and system packages) on first use.
-# `make check` is the one-minute loop while working: ruff, mypy and the unit tier (test/conftest.py says
+# `make check` is the one-minute loop while working: ruff (format and lint), mypy and the unit tier (test/conftest.py says
 # what each tier is); `make test` runs every tier, as CI does.
 #
 # ROS_DISTRO picks the ROS 2 wheels from PyPI and the Python they run on (requirements/ros-<distro>.txt):
@@ -41,6 +41,7 @@ test: $(STAMP) web-test-deps
 # less the in-process tests that take seconds (`slow`: real-time loops, deadlines, fuzzing); `make test` runs all.
 UNIT_TIER := not ros and not integration and not slow
 check: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -m "$(UNIT_TIER)" test

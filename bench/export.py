@@ -90,7 +90,8 @@ def record_template(root: Path, seconds: float, w: int, h: int) -> None:
 
 def replicate(template: Path, root: Path, episodes: int) -> None:
     """``episodes`` copies of the template episode through ``import_episode`` (mp4s hard-linked),
-    with the recorded episode's camera sample histograms (what a converter's staging record holds)."""
+    with the recorded episode's camera sample histograms (what a converter's staging record holds).
+    """
     info = json.loads((template / "meta/info.json").read_text())
     line = json.loads((template / "meta/episodes.jsonl").read_text().splitlines()[0])
     table = pq.read_table(template / "data/chunk-000/episode_000000.parquet")

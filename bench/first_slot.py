@@ -178,7 +178,8 @@ def _episode(pairs: list[tuple[int, int]], stamps: list[int], first: int) -> dic
 
 def idle_cost(n: int = 5000, repeat: int = 40) -> None:
     """What an idle recorder does per frame: ``EpisodeController.add_frame`` while no episode runs (the
-    pre-roll and, with the capture history, one append), best of ``repeat`` runs of ``n`` frames."""
+    pre-roll and, with the capture history, one append), best of ``repeat`` runs of ``n`` frames.
+    """
     c = EpisodeController(
         _Target(),
         AssemblyConfig(fps=FPS, cameras=(CAM,)),

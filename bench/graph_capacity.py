@@ -57,7 +57,7 @@ THIRD_CAMERA = {
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads) from /proc/<pid>/stat."""
+    """Utime + stime of a process (all its threads) from /proc/<pid>/stat."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -68,7 +68,8 @@ def cpu_seconds(pid: int) -> float:
 def host_reference_ms(repeats: int = 5) -> float:
     """CPU milliseconds of a fixed workload (2,000 forward kinematics, 2,000 IK solves from a near seed,
     4,000 serialized PoseStamped), the fastest of ``repeats``: a measure of this host's speed right now,
-    taken on a quiet graph-free moment. Only ``piper_recorder``'s own pure-Python code runs in it."""
+    taken on a quiet graph-free moment. Only ``piper_recorder``'s own pure-Python code runs in it.
+    """
     import numpy as np
 
     from piper_recorder.cdr import encode as cdr_encode

@@ -62,7 +62,8 @@ def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -
     """One episode in this process; returns the figures (called via the subprocess entry).
 
     ``paced`` feeds in real time as a live recorder does (encoder queues near empty at stop);
-    otherwise flat out, so the queues are full at stop (worst-case save latency)."""
+    otherwise flat out, so the queues are full at stop (worst-case save latency).
+    """
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
     from video_gop import make_scene
@@ -201,7 +202,7 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
 
 
 def image_stats_cost() -> dict:
-    """ms per sampled frame for the histograms; decode-rebuild speed of one 10 s 640x480 mp4."""
+    """Ms per sampled frame for the histograms; decode-rebuild speed of one 10 s 640x480 mp4."""
     from piper_recorder.lerobot.format import episode_stats
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig, VideoEncoder
     from video_gop import make_scene

@@ -47,7 +47,8 @@ MS = Fraction(1, 1000)
 def build_root(root: Path, episodes: int, seconds: float) -> None:
     """Record one episode with the writer (real encoding), then commit copies of it as the other
     episodes through the writer's ``import_episode`` (the converter's path): realistic files, and
-    the build costs one episode of encoding whatever the root's length."""
+    the build costs one episode of encoding whatever the root's length.
+    """
     import pyarrow.parquet as pq
     from lerobot_writer import _rows
     from video_gop import make_scene

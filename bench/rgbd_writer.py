@@ -62,7 +62,8 @@ class Scene:
 
 def ms_per(fn, n):
     """(wall ms, process CPU ms) per call. CPU time is what contention does not inflate much; it
-    includes OpenJPEG's own worker thread, which runs the encode while the calling thread waits."""
+    includes OpenJPEG's own worker thread, which runs the encode while the calling thread waits.
+    """
     fn()
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n):
@@ -209,7 +210,8 @@ def rate(fn, n):
 
 def two_thread_ceiling(path, n):
     """Throughput of two threads decoding independent depth frames over one thread: the most any
-    two-thread loader can gain over a one-thread baseline that does the same decode work."""
+    two-thread loader can gain over a one-thread baseline that does the same decode work.
+    """
     with h5py.File(path, "r") as f:
         data = [bytes(f["observations/depth_jp2"][i]) for i in range(min(n, len(f["observations/depth_jp2"])))]
 

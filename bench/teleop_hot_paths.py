@@ -88,8 +88,9 @@ def measure(n: int, repeat: int) -> dict[str, Any]:
     out["targets"] = targets
 
     def ticks() -> float:
-        """us of CPU per engaged tick: each tick timed on its own (the inputs that keep it engaged are
-        fed between the timings), less the cost of the two clock reads."""
+        """Us of CPU per engaged tick: each tick timed on its own (the inputs that keep it engaged are
+        fed between the timings), less the cost of the two clock reads.
+        """
         spent, empty = 0.0, 0.0
         for _ in range(n):
             clock[0] += 0.01
@@ -170,7 +171,8 @@ def run_child(tree: str, n: int, repeat: int) -> dict[str, Any]:
 
 def compare(rev: str, n: int, repeat: int, rounds: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """This tree's figures and the baseline's, from child processes run alternately (``rounds`` each, the
-    best per figure): a burst of load from elsewhere then hits both alike."""
+    best per figure): a burst of load from elsewhere then hits both alike.
+    """
     with tempfile.TemporaryDirectory(prefix="teleop_hot_paths-") as tmp:
         trees = [str(ROOT)]
         if rev:

@@ -106,7 +106,8 @@ def stats(name: str, xs: list[float]) -> str:
 class CanTap:
     """A second bus on the arm's virtual channel. python-can stamps each frame when it is sent and
     queues a copy for every other bus on the channel, so the frames are read only after the run:
-    no reader thread competes with the arm node for this process's GIL while it is measured."""
+    no reader thread competes with the arm node for this process's GIL while it is measured.
+    """
 
     def __init__(self, channel: str, backend: str):
         self.bus = can.Bus(interface="virtual", channel=channel, receive_own_messages=False)
@@ -255,7 +256,8 @@ def web_client(port: int, replay: Path, go: Path) -> int:
     would contend for the GIL with the arm node being measured): the replayed frames over a WebSocket to
     piper-quest-web, one text message each as app.js sends them, each at its capture time (host
     CLOCK_MONOTONIC = ``start`` + the frame's mono). A first hello (mono -1) lets the bridge connect; once
-    ``go`` exists, a fresh hello carries the stream's t = 0 (``mono``) and the frames follow."""
+    ``go`` exists, a fresh hello carries the stream's t = 0 (``mono``) and the frames follow.
+    """
     ws = WebSocketClient(port)
     if ws.status != 101:
         print(f"piper-quest-web refused the WebSocket ({ws.status})", flush=True)

@@ -56,13 +56,14 @@ def _comments(cls: type) -> dict[str, str]:
 
 def _type_name(t: object) -> str:
     """``int``, ``list[str]``, ``str | None``. A parametrised builtin is no plain class: Python 3.10 says
-    ``isinstance(list[str], type)`` and its ``__name__`` is just ``list``."""
+    ``isinstance(list[str], type)`` and its ``__name__`` is just ``list``.
+    """
     plain = isinstance(t, type) and typing.get_origin(t) is None
     return t.__name__ if plain else str(t).replace("typing.", "")
 
 
 def node_configs() -> dict[str, list[tuple[type, str]]]:
-    """node name -> (config dataclass, parameter prefix), as each node module declares them."""
+    """Node name -> (config dataclass, parameter prefix), as each node module declares them."""
     out: dict[str, list[tuple[type, str]]] = {}
     for path in sorted(NODES_DIR.glob("*.py")):
         if path.stem in NOT_NODES:

@@ -71,7 +71,8 @@ def _graph(context, *_args, **_kwargs):
 def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
     """The nodes on one computer: DDS on loopback, images sized for shared memory (config/fastdds_loopback.xml),
     unless the shell names a Fast DDS profile of its own (README "Restricting DDS on the robot").
-    The variables are the ones this install's Fast DDS and rcl read (``launch_dds_env``)."""
+    The variables are the ones this install's Fast DDS and rcl read (``launch_dds_env``).
+    """
     return [
         SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
         for k, v in launch_dds_env().items()

@@ -60,7 +60,8 @@ def _graph(context, *_args, **_kwargs):
 def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
     """Every node's DDS sockets on loopback, images sized for shared memory (config/fastdds_loopback.xml,
     unless the shell names a profile of its own), in the variables this install's Fast DDS and rcl read
-    (piper_recorder/graph/rosenv.py ``launch_dds_env``)."""
+    (piper_recorder/graph/rosenv.py ``launch_dds_env``).
+    """
     return [
         SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
         for k, v in launch_dds_env().items()

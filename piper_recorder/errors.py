@@ -42,12 +42,14 @@ class RgbdError(PiperInputError):
 
 class SchemaError(DatasetError, RgbdError, ValueError):
     """A row, frame or array does not match the configured features (shape, dtype, non-finite values);
-    the message names the column or field."""
+    the message names the column or field.
+    """
 
 
 class EpisodeStateError(DatasetError, RgbdError, RuntimeError):
     """A call does not fit the episode state (``add_row`` with no episode started, an episode ended
-    with too few observations, a writer already closed)."""
+    with too few observations, a writer already closed).
+    """
 
 
 def _decoder_errors() -> tuple[type[BaseException], ...]:

@@ -28,7 +28,8 @@ STATUS = "~/status"  # every node's String JSON status, under its own name
 def node_topic(node: str, name: str) -> str:
     """The full name of node ``node``'s private topic or service ``name`` (``~/status``, ``start_episode``),
     the node in the root namespace as the launchers start it: ``node_topic("teleop", STATUS)`` is
-    ``/teleop/status``."""
+    ``/teleop/status``.
+    """
     return f"/{node}/{name.removeprefix('~/')}"
 
 

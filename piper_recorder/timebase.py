@@ -24,7 +24,8 @@ def grid_timestamp(index: int, fps: float) -> np.float32:
     whose PTS is >= that frame's exact grid time ``index / fps``; torchvision/torchcodec time lookups
     (GR00T) take the last frame whose PTS is <= ``t``. The video writer floors each PTS from ``t``
     (``pts_ticks``), so both hold only when ``t >= index / fps``; nearest rounding puts ``t`` below
-    the grid for about half the rows and LeRobot then gets the next frame, 1/fps away."""
+    the grid for about half the rows and LeRobot then gets the next frame, 1/fps away.
+    """
     exact = Fraction(index) / Fraction(fps)
     t = np.float32(float(exact))
     if Fraction(float(t)) < exact:
@@ -35,7 +36,8 @@ def grid_timestamp(index: int, fps: float) -> np.float32:
 def pts_ticks(t: float) -> int:
     """PTS in 1/90000 s, rounded down from the float32 time: ``pts * TIME_BASE <= float32(t)`` and
     ``float32(t) - pts * TIME_BASE < 1/90000`` hold exactly: float32(t) is a dyadic rational and the
-    floor is taken in exact arithmetic, so no float rounding can push a PTS past its row time."""
+    floor is taken in exact arithmetic, so no float rounding can push a PTS past its row time.
+    """
     return math.floor(Fraction(float(np.float32(t))) * TICKS)
 
 

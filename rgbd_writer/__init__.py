@@ -2,7 +2,8 @@
 ``RgbdConfig``; each episode one journaled transaction, ``journal``), the reader and loaders (``RgbdFile``,
 ``TransitionDataset``, ``SequenceDataset``, ``split_episodes``), the codecs (``codecs``: depth quantisation, RGB
 JPEG, lossless JPEG 2000 profiles), the schema and validation (``validate.validate_file``; ``python -m
-rgbd_writer.validate FILE [--full]``) and the errors it raises."""
+rgbd_writer.validate FILE [--full]``) and the errors it raises.
+"""
 
 from .config import RgbdConfig
 from .errors import EpisodeStateError, FileStateError, RgbdError, SchemaError

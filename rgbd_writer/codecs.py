@@ -55,7 +55,8 @@ def depth_profiles_available() -> tuple[str, ...]:
 
 def depth_profile_problem(profile: str) -> str | None:
     """Why depth cannot be encoded in ``profile`` here (None if it can): an unknown name, or HTJ2K
-    without an imagecodecs that has it."""
+    without an imagecodecs that has it.
+    """
     if profile not in DEPTH_PROFILES:
         return f"unknown depth profile {profile!r}; expected one of {DEPTH_PROFILES}"
     if profile == "htj2k" and not htj2k_available():
@@ -107,13 +108,15 @@ def decode_rgb_jpeg(data: Buffer) -> np.ndarray:
 
 def _codec_input(data: Buffer) -> bytes:
     """``data`` as imagecodecs' decoders take it: any buffer, read without a copy. Their stubs declare
-    ``Buffer`` in newer releases and ``bytes | bytearray | mmap`` in older ones; ``bytes`` suits both."""
+    ``Buffer`` in newer releases and ``bytes | bytearray | mmap`` in older ones; ``bytes`` suits both.
+    """
     return cast(bytes, data)
 
 
 def decode_rgb_fast(data: Buffer) -> np.ndarray:
     """JPEG bytes -> HxWx3 uint8 RGB with imagecodecs' libjpeg-turbo: the same pixels as
-    :func:`decode_rgb_jpeg` at less than half its CPU (Pillow copies the image twice on the way to numpy)."""
+    :func:`decode_rgb_jpeg` at less than half its CPU (Pillow copies the image twice on the way to numpy).
+    """
     import imagecodecs
 
     rgb = imagecodecs.jpeg8_decode(_codec_input(data))
@@ -134,7 +137,8 @@ class _Memfd:
     overwrite that file and we would read back whatever it holds. ``intact()`` (the inode the path
     reaches is still ours) is checked before and after every encode, and the descriptor is closed
     only while it is still ours: when its thread ends (its ``threading.local`` entry is dropped; before,
-    every ended encoder thread leaked its memfd)."""
+    every ended encoder thread leaked its memfd).
+    """
 
     def __init__(self) -> None:
         import imagecodecs
@@ -189,7 +193,8 @@ _scratch = _Scratch()
 def codestream_problem(cs: Buffer, height: int, width: int) -> str | None:
     """Why a single-component codestream is not whole (None if it is): SOC, a SIZ of ``width`` x
     ``height``, tile-parts whose lengths (Psot) chain exactly to an EOC ending it. A structural walk
-    (microseconds), no decode: it catches a truncated or spliced codestream, which no decoder reads."""
+    (microseconds), no decode: it catches a truncated or spliced codestream, which no decoder reads.
+    """
     mv = memoryview(cs).cast("B")
     n = len(mv)
     if n < 4 or bytes(mv[:2]) != b"\xff\x4f":
@@ -298,7 +303,8 @@ def jp2_codestream(data: Buffer) -> memoryview:
 
 def _main_header(mv: memoryview) -> tuple[list[tuple[int, int, int]], int]:
     """The main header's marker segments after SOC as (offset, marker, length), and the offset where
-    the walk stopped: the first tile-part (SOT), garbage, or the end."""
+    the walk stopped: the first tile-part (SOT), garbage, or the end.
+    """
     segments, i = [], 2
     while i + 4 <= len(mv):
         marker, length = struct.unpack(">HH", mv[i : i + 4])
@@ -353,7 +359,8 @@ def decode_depth_pillow(data: Buffer) -> np.ndarray:
 def decode_depth_fast(data: Buffer, threads: int = 1) -> np.ndarray:
     """JP2 bytes -> HxW uint16 mm, bit-exact: HTJ2K codestreams with OpenJPH (about half OpenJPEG's
     CPU) where imagecodecs has it, everything else (and HTJ2K without OpenJPH) with imagecodecs'
-    OpenJPEG 2.5 (``threads`` decoder threads)."""
+    OpenJPEG 2.5 (``threads`` decoder threads).
+    """
     import imagecodecs
 
     try:

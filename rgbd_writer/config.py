@@ -1,5 +1,6 @@
 """The RGB-D writer's configuration: a leaf module (schema, validate and writer all read it, so it
-imports none of them)."""
+imports none of them).
+"""
 
 from __future__ import annotations
 

@@ -539,7 +539,8 @@ class RgbdWriter:
     def update_episode_attrs(self, index: int, attrs: Mapping[str, Any]) -> None:
         """Set attrs of committed episode ``index`` (``/episodes/demo_N``; a label given after the save) in
         one journaled transaction, under the writer's lock like every other change of the file. The
-        layout attrs (offsets, counts, times) cannot be set this way."""
+        layout attrs (offsets, counts, times) cannot be set this way.
+        """
         self._check_open()
         if self._ep is not None:
             raise EpisodeStateError("end or discard the episode in flight before labelling a saved one")

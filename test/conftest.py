@@ -70,7 +70,8 @@ def _probe(args: tuple[Any, ...]) -> bool:
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     """Record a child process started while a unit-tier test runs (the report fails the test). It only
-    records: an exception raised from an audit hook can leave the interpreter inconsistent."""
+    records: an exception raised from an audit hook can leave the interpreter inconsistent.
+    """
     if not _guarded:
         return
     item, phase = _guarded[0]

@@ -182,7 +182,8 @@ def video_frames(n_frames: int, seed: int = 0) -> np.ndarray:
 
 def grid_times(n: int, fps: int = FPS, up: bool = True) -> np.ndarray:
     """Row timestamps k/fps as float32: rounded UP (the smallest float32 >= k/fps, what recorders write
-    now), or to the nearest float32 with ``up=False`` (older recorders)."""
+    now), or to the nearest float32 with ``up=False`` (older recorders).
+    """
     out = (np.arange(n) / fps).astype(np.float32)
     if up:
         for k in range(n):
@@ -208,7 +209,8 @@ def write_video(
 ) -> None:
     """libx264/yuv420p, no B-frames, frame k at pts ``grid_pts(t_k, time_base)`` with ``t_k`` row k's
     timestamp (``grid_times(.., up=round_up)``), or ``pts[k]``; ``time_base=MS`` gives the whole-ms
-    files older recorders wrote. The last packet lasts one period."""
+    files older recorders wrote. The last packet lasts one period.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     frames = video_frames(n_frames, seed)
     times = grid_times(n_frames, fps, up=round_up)
@@ -243,7 +245,8 @@ def write_root(
     round_up: bool = True,
 ) -> Path:
     """Write a complete v2.0 root. ``episodes``: (task, split-column arrays) per episode, in order.
-    ``round_up=False``: timestamps k/fps rounded to the nearest float32, as older recorders wrote them."""
+    ``round_up=False``: timestamps k/fps rounded to the nearest float32, as older recorders wrote them.
+    """
     root = Path(root)
     (root / "meta").mkdir(parents=True, exist_ok=True)
     features = _features(cameras, combined)

@@ -53,7 +53,8 @@ class Proc:
 class ProcGroup:
     """Context manager owning several processes: stops all of them on exit, even after a failure, and
     then prints their output if the block failed (pytest shows it with the failure). A wait on them passes
-    ``logs`` to ``support.waiting.wait_for``, which shows every process's output when it times out."""
+    ``logs`` to ``support.waiting.wait_for``, which shows every process's output when it times out.
+    """
 
     def __init__(self, env: dict[str, str], log_dir: Path):
         self.env, self.log_dir, self.procs = env, log_dir, []

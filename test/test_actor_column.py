@@ -127,7 +127,8 @@ def test_router_stamps_actor_messages_with_the_receive_time():
 @pytest.mark.integration
 def test_rollout_bag_converts_to_rows_that_say_who_acted(tmp_path):
     """A rollout bag: the latched "policy" before the episode, a takeover at 1.6 s, back to the policy
-    at 2.2 s; every row holds the code of the last message at or before its grid time."""
+    at 2.2 s; every row holds the code of the last message at or before its grid time.
+    """
     scen = SynthScenario(duration_s=3.0, episodes=[(0.5, 2.5)], cameras=("cam_front",), width=W, height=H)
     changes = [(0.2, "policy"), (1.6, "operator"), (2.2, "policy")]
     recv = [scen.t0_ns + round(s * 1e9) for s, _ in changes]
@@ -184,7 +185,8 @@ def test_rollout_bag_converts_to_rows_that_say_who_acted(tmp_path):
 @pytest.fixture(scope="module")
 def rollout_root(tmp_path_factory) -> tuple[Path, list[float]]:
     """A converted bag whose first /policy/actor message comes mid-episode (0.9 s; the episode runs
-    0.5-2.0 s), then a takeover at 1.4 s; and its column as written."""
+    0.5-2.0 s), then a takeover at 1.4 s; and its column as written.
+    """
     tmp = tmp_path_factory.mktemp("rollout")
     scen = SynthScenario(duration_s=2.5, episodes=[(0.5, 2.0)], cameras=("cam_front",), width=W, height=H)
     extra = [

@@ -242,7 +242,8 @@ def test_arm_node_reports_missing_can_interface(ros_domain, tmp_path):
 @pytest.mark.timeout(60)
 def test_impedance_node_refuses_a_firmware_it_does_not_drive(ros_domain, tmp_path):
     """Issue 21.16 through the node: on an (emulated) S-V1.6-5 the impedance backend refuses before the
-    arm is enabled, and the node exits 2 with the message naming the firmware and the way out."""
+    arm is enabled, and the node exits 2 with the message naming the firmware and the way out.
+    """
     import subprocess
     import sys
     from pathlib import Path

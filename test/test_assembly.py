@@ -388,7 +388,8 @@ def test_rgbd_consecutive_ticks_give_t_plus_one_observations(terminal, timeout):
 
 def test_grid_timestamp_is_the_smallest_float32_at_or_after_the_grid():
     """Row times never fall below index / fps (LeRobot's torchcodec lookup needs the floored PTS at or
-    after the grid) and stay within one float32 step of it; nearest rounding falls below for ~half."""
+    after the grid) and stay within one float32 step of it; nearest rounding falls below for ~half.
+    """
     from fractions import Fraction
 
     below = 0

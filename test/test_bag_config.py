@@ -39,7 +39,7 @@ def test_mapping_cameras_take_the_configured_sizes(tmp_path):
 
 
 def test_message_helpers_on_rosbags_messages():
-    """rosbags messages carry numpy arrays where rclpy has array.array/bytes: same results."""
+    """Rosbags messages carry numpy arrays where rclpy has array.array/bytes: same results."""
     rng = np.random.default_rng(1)
     rgb = rng.integers(0, 255, (6, 5, 3), dtype=np.uint8)
     depth = rng.integers(0, 5000, (6, 5), dtype=np.uint16)

@@ -534,7 +534,8 @@ def test_episodes_start_from_the_capture_history_the_live_recorder_had(tmp_path,
     """Live, a recorder keeps each camera's newest capture stamps while idle (``CaptureHistory``) and an
     episode's phase estimate starts from them; the converter, which skips decoding between episodes,
     keeps each camera topic's last phase window there, so every episode starts from the same history:
-    the newest ``window_captures`` (colour, or paired colour/depth) stamps received before its start."""
+    the newest ``window_captures`` (colour, or paired colour/depth) stamps received before its start.
+    """
     from piper_recorder.assembly.frame_assign import window_captures
     from piper_recorder.bag.source import BagSource
     from piper_recorder.assembly.messages import stamp_to_ns

@@ -79,7 +79,8 @@ MSGTYPE = {
 
 class BagRecorder:
     """``ros2 bag record`` stand-in: raw subscriptions stamped at receive, one thread writing rosbags
-    bags (sqlite3 + MCAP; sqlite objects must stay on the thread that opened them)."""
+    bags (sqlite3 + MCAP; sqlite objects must stay on the thread that opened them).
+    """
 
     def __init__(self, ros_domain, paths: dict[str, Path]):
         ros_domain.apply()
@@ -119,7 +120,8 @@ class BagRecorder:
         capture from before the recorders started: an episode started within 2 s of a recorder's start has
         its camera phase estimated from fewer captures live (what the recorder saw) than in the conversion
         (the bag's full window), and may rightly pick a frame a slot apart (seen: every row one capture
-        earlier live, when the first episode started 0.22 s after the recorder's first frame)."""
+        earlier live, when the first episode started 0.22 s after the recorder's first frame).
+        """
         need = window_captures(30.0) + 5
         seen: dict[str, int] = {}
 

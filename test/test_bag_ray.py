@@ -82,7 +82,8 @@ def cfg(tmp_path_factory) -> Path:
 # ---- the local cluster listens on loopback only (issue #21 item 9) ------------------------------------
 def _descendants(root: int) -> set[int]:
     """``root`` and every process below it (from /proc: Ray's node processes are the driver's children,
-    its workers the raylet's)."""
+    its workers the raylet's).
+    """
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -112,7 +113,8 @@ def _hex_addr(text: str) -> str:
 
 def _listening(pids: set[int]) -> list[tuple[int, str, str, int]]:
     """(pid, process name, address, port) of every listening TCP and bound UDP socket the processes hold,
-    from the kernel's tables (what `ss -ltnup` shows)."""
+    from the kernel's tables (what `ss -ltnup` shows).
+    """
     inode_pid: dict[str, int] = {}
     for pid in pids:
         try:
@@ -310,7 +312,8 @@ def test_ray_rgbd_matches_local(cluster, bags, cfg, tmp_path):
 
 def _worker_converting(bag: Path) -> int | None:
     """Pid of the Ray worker executing a bag task (Ray titles a busy worker ray::<function>) that has
-    ``bag``'s database open right now, i.e. is in the middle of converting it."""
+    ``bag``'s database open right now, i.e. is in the middle of converting it.
+    """
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue

@@ -1,5 +1,6 @@
 """cdr.decode.decode reads what rclpy serializes (the bytes a raw subscription hands over) back to the
-same values, ignores bytes after the message as rclpy does, and refuses a payload cut short or not CDR."""
+same values, ignores bytes after the message as rclpy does, and refuses a payload cut short or not CDR.
+"""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def store_decode(data: bytes, msg_type: str):
 def test_fast_decoders_give_the_stores_objects_and_refuse_every_cut() -> None:
     """The struct decoders of the hot types build the same objects as the store's generated deserializers
     for random messages (every string length mod 4, empty and full sequences), and a payload cut anywhere
-    before its last field's end is a ValueError, never a partial message."""
+    before its last field's end is a ValueError, never a partial message.
+    """
     import random
 
     import numpy as np

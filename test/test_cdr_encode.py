@@ -1,6 +1,7 @@
 """The struct-built serialized messages (``cdr.encode``) are the messages rclpy would publish: rclpy's own
 deserializer gives back every field, and the bytes equal rclpy's serialization wherever rmw writes
-defined bytes (it leaves alignment padding unset and adds slack after the last field)."""
+defined bytes (it leaves alignment padding unset and adds slack after the last field).
+"""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def set_header(msg, ns: int, frame_id: str) -> None:
 
 def same_defined_bytes(ours: bytes, msg) -> None:
     """Our bytes are rmw's for the same message apart from its padding: a copy of ours re-serialized by
-    rclpy starts with ours byte for byte, except where rmw leaves padding unset (zero in ours)."""
+    rclpy starts with ours byte for byte, except where rmw leaves padding unset (zero in ours).
+    """
     theirs = serialize(msg)
     assert len(theirs) >= len(ours)
     diff = [i for i in range(len(ours)) if ours[i] != theirs[i]]

@@ -76,7 +76,8 @@ def test_pairing_line_reports_the_worst_offset_both_ways_and_a_future_frame_fail
 
 def test_whole_ms_root_fails_naming_the_worst_row_and_the_fix(tmp_path):
     """A root as recorders before issue 11 wrote it (time base 1/1000): at 30 fps two rows in three
-    sit up to 1 ms after their frame, beyond LeRobot's 1e-4 s."""
+    sit up to 1 ms after their frame, beyond LeRobot's 1e-4 s.
+    """
     from lerobot_fixtures import MS
 
     root = small_root(tmp_path / "r", lengths=(6, 5), time_base=MS)

@@ -5,7 +5,8 @@ recorders created their roots in the working directory). Given bad arguments, ba
 path of the wrong kind, each names the problem in one line and exits 2, never with a traceback.
 
 Each runs from its own empty directory in a leased ROS domain (on loopback): it must leave the
-directory empty and print no ROS log line (a node that started logs its start-up)."""
+directory empty and print no ROS log line (a node that started logs its start-up).
+"""
 
 from __future__ import annotations
 
@@ -131,7 +132,8 @@ TOOL_CASES: dict[str, list[list[str]]] = {
 def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path, ros_domain):
     """Every console script: bad arguments, bad ``--ros-args``, a path of the wrong kind. Exit 2, no
     traceback, the last line names the program (argparse's usage may come before it); a node prints
-    that one line only (no rcl log line), and none starts (a started node runs until the timeout)."""
+    that one line only (no rcl log line), and none starts (a started node runs until the timeout).
+    """
     assert set(NODES) | set(TOOL_CASES) == CONSOLE
     env = {**os.environ, **ros_domain.env(), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     (tmp_path / "a_file").write_text("not what anyone wants\n")

@@ -66,7 +66,8 @@ pytestmark = [
 
 class Roots:
     """Dataset roots made once per session on first use; a failure is remembered and reported by
-    every test that needs that root."""
+    every test that needs that root.
+    """
 
     def __init__(self, base: Path):
         self.base = base
@@ -180,7 +181,8 @@ def test_every_frame_lookup_rule_gets_the_paired_frame(roots, hf_home):
     """#11.6: torchvision's last-at-or-before after a keyframe seek (GR00T N1.5 torchvision_av),
     torchcodec played-at (GR00T torchcodec), torchcodec index in approximate mode within 1e-4 s
     (LeRobot's default) and OpenCV's CAP_PROP_FPS index + CAP_PROP_POS_FRAMES seek (GR00T opencv) all
-    return frame k for row k of every episode and camera of the recorded root."""
+    return frame k for row k of every episode and camera of the recorded root.
+    """
     py = consumer_python("lerobot03")
     root = roots.get("v2.0")
     t0 = time.monotonic()
@@ -239,7 +241,8 @@ def test_lerobot_train_act_checkpoint_acts(version, consumer, roots, hf_home, tm
 def _curated_root(base: Path) -> tuple[Path, list[dict]]:
     """Three episodes saved by the recorders' episode controller through the real LeRobot writer (64x64,
     1 camera, 2 s each; the second with its camera stalled for 1 s: verdict bad), ok/bad by construction
-    whatever the machine's load, unlike a graph recording."""
+    whatever the machine's load, unlike a graph recording.
+    """
     from piper_recorder.lerobot.writer import LeRobotWriter
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
     from piper_recorder.recording.targets import LeRobotTarget
@@ -266,7 +269,8 @@ def _curated_root(base: Path) -> tuple[Path, list[dict]]:
 def test_curation_filter_read_by_lerobot03_and_labels_kept_by_lerobot04(hf_home, tmp_path):
     """#24 item 4: ``piper-dataset label`` + ``filter --outcome success --verdict ok`` give a root LeRobot 0.3.3
     reads at its defaults (every frame decoded); the labelled root's v3.0 export carries outcome and verdict
-    into meta/episodes/, and LeRobot 0.4.4 keeps them in ``dataset.meta.episodes``."""
+    into meta/episodes/, and LeRobot 0.4.4 keeps them in ``dataset.meta.episodes``.
+    """
     src, eps = _curated_root(tmp_path)
     labelled = tmp_path / "labelled"
     tool = str(BIN / "piper-dataset")

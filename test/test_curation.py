@@ -234,7 +234,8 @@ def test_rgbd_labels_and_verdict_in_the_episode_attrs(tmp_path: Path):
 def test_rgbd_success_is_written_only_for_labelled_episodes(tmp_path: Path):
     """``success`` in ``/episodes/demo_N`` where known: a labelled success True, a labelled failure False, an
     unlabelled episode (stopped or timed out, good or bad) none at all, so a loader filtering on it never
-    trains on unlabelled data. ``piper-dataset label`` sets it; the validator accepts both. Read with h5py."""
+    trains on unlabelled data. ``piper-dataset label`` sets it; the validator accepts both. Read with h5py.
+    """
     path = tmp_path / "rgbd.hdf5"
     cfg = RgbdRecorderConfig(path=str(path), camera="cam_front", camera_height=32, camera_width=32, lateness_s=0.0)
     events: list[dict] = []

@@ -1,6 +1,7 @@
 """A root damaged by something other than a crash is refused by the writer and by piper-bag2dataset (exit 2)
 with the reason and the way out, nothing moved; piper-recover (dry run first) rebuilds it and the result
-validates and takes appends. Checked with the independent validator, pyarrow and hashes of every file."""
+validates and takes appends. Checked with the independent validator, pyarrow and hashes of every file.
+"""
 
 from __future__ import annotations
 

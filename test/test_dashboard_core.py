@@ -1,5 +1,6 @@
 """piper-dashboard without ROS: rates, the view model, the token rule, the HTTP server's routes, the
-thumbnail cadence and the re-alignment reference frame (checked against an independent PyAV decode)."""
+thumbnail cadence and the re-alignment reference frame (checked against an independent PyAV decode).
+"""
 
 from __future__ import annotations
 
@@ -293,7 +294,8 @@ def test_reference_frame_is_frame_zero(served, tmp_path):
 
 def test_page_is_self_contained():
     """No CDN, nothing from the network: the script and the stylesheet are this server's own paths, and
-    the document carries no inline script, style or event handler (the CSP allows none)."""
+    the document carries no inline script, style or event handler (the CSP allows none).
+    """
     import re
 
     from piper_recorder.dashboard.page import static_file

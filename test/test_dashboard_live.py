@@ -49,7 +49,8 @@ BLEND_CHECK = """() => {
 
 def _wait(page, expr: str, timeout: float, state_url: str = "") -> None:
     """Poll ``expr`` in the page; as a function, since the page's CSP forbids eval of a string. On a
-    timeout the message carries the dashboard's state (``state_url``)."""
+    timeout the message carries the dashboard's state (``state_url``).
+    """
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:

@@ -2,7 +2,8 @@
 readers: pyarrow for the rows, PyAV for the frames (each test frame spells its row index in its
 pixels), json for the meta, piper-validate and lerobot-doctor as separate processes. Roots are
 recorded by the real writer (fast, small frames); the demo roots through the sim graph and
-LeRobot 0.3.3's loader are in test_dataset_edit_consumers.py."""
+LeRobot 0.3.3's loader are in test_dataset_edit_consumers.py.
+"""
 
 from __future__ import annotations
 
@@ -133,7 +134,8 @@ PIPER_COMBINED = {
 def test_edit_rebuilds_the_combined_columns_the_writer_recorded(tmp_path):
     """info.json records which combined column each split column joins, so a column joining one the
     old name guess does not know (LeRobot's observation.environment_state) edits like any other; a
-    root written before the record (no key) still edits by the guess."""
+    root written before the record (no key) still edits by the guess.
+    """
     obj = FeatureSpec("observation.object_pose", ("x", "y", "z"), combined="observation.environment_state")
     src, out = tmp_path / "src", tmp_path / "out"
     record(
@@ -280,7 +282,8 @@ def _rotation_tags(root: Path) -> dict[str, str]:
 
 def test_retype_tags_the_quaternions_for_gr00t_and_changes_nothing_else(tmp_path):
     """GR00T N1.5's modality schema rejects the spec's ``quat_wxyz`` (its pydantic enum has
-    ``quaternion``, w-first): retype changes that tag and nothing else a reader sees."""
+    ``quaternion``, w-first): retype changes that tag and nothing else a reader sees.
+    """
     src, out = tmp_path / "src", tmp_path / "out"
     record(src, [12, 9, 10])
     assert _rotation_tags(src) == {"state.eef_rot": "quat_wxyz", "action.eef_rot": "quat_wxyz"}

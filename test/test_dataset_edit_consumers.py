@@ -3,7 +3,8 @@ pass piper-validate, lerobot-doctor and LeRobot 0.3.3's loader (every row, every
 default tolerance); deleting episode 1 of the merged 3 keeps every index and video paired with its
 rows (pyarrow + PyAV: frame count, PTS and the row index each frame spells) and still loads in
 LeRobot. The consumer venv is support/consumers.py's (built through make; PIPER_CONSUMERS=skip skips
-visibly, refused in CI)."""
+visibly, refused in CI).
+"""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 def record_roots(base: Path) -> tuple[Path, Path]:
     """Two roots recorded by the real writer (rows on the grid, frames spelling their row index):
     faster and steadier than piper-demo's sim graph, which on this shared 2-core machine at load ~40
-    stalled (no camera message within 90 s) or stopped late."""
+    stalled (no camera message within 90 s) or stopped late.
+    """
     a, b = base / "a", base / "b"
     record(a, [110, 115])
     record(b, [120], seed0=2)
@@ -35,7 +37,8 @@ def record_roots(base: Path) -> tuple[Path, Path]:
 
 def check_pairing(root: Path) -> int:
     """Per episode, with pyarrow and PyAV only: indices continuous across the root, and every camera's
-    video has one frame per row whose PTS is the row's timestamp (within 1e-4 s). Returns the rows."""
+    video has one frame per row whose PTS is the row's timestamp (within 1e-4 s). Returns the rows.
+    """
     info = json.loads((root / "meta/info.json").read_text())
     cams = [k for k, f in info["features"].items() if f["dtype"] == "video"]
     index = 0

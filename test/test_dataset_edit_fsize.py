@@ -1,5 +1,6 @@
 """piper-dataset under a file-size limit (``ulimit -f``): the message is for a command-line user
-(#21 item 11). It told them to "retry save_episode() or discard_episode()", the recorder API's words."""
+(#21 item 11). It told them to "retry save_episode() or discard_episode()", the recorder API's words.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """piper-dataset on RGB-D HDF5 files (issue 15.2): every output episode is checked with h5py against
 its source episode (payload bytes, states, actions, rewards, flags, extras, task), the index and
-offsets against the spec's invariants computed here, and the file with piper-validate."""
+offsets against the spec's invariants computed here, and the file with piper-validate.
+"""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def episode(f: h5py.File, e: int) -> dict:
 
 def check_file(path: Path, expect: list[tuple[Path, int, str]]) -> None:
     """``path`` holds exactly ``expect`` (source file, source episode, task), in order, and its index
-    follows the spec: obs_t / obs_t+1 rows, episode ids, offsets and lengths."""
+    follows the spec: obs_t / obs_t+1 rows, episode ids, offsets and lengths.
+    """
     with h5py.File(path, "r") as f:
         assert int(f.attrs["total_episodes"]) == len(expect)
         idx = f["index"]

@@ -2,7 +2,8 @@
 launcher and the demo start it (``rosenv`` environment, config/fastdds_loopback.xml) binds UDP/TCP sockets
 on 127.0.0.1 only, and discovery still works across processes (a probe in this process sees it and
 receives its topic); the whole sim graph, run in a network namespace of its own that has a LAN interface
-too, binds nothing beyond loopback and joins no multicast group."""
+too, binds nothing beyond loopback and joins no multicast group.
+"""
 
 from __future__ import annotations
 
@@ -138,7 +139,8 @@ def _sockets(pid: int) -> dict[int, list[str]]:
 def test_sim_graph_binds_nothing_beyond_loopback_and_joins_no_multicast_group(ros_domain, tmp_path):
     """Every process of ``piper-launch sim`` (the launcher's own probe included), after the graph is up
     (all nodes discovered) and running: its sockets on loopback only, no multicast membership anywhere
-    in its namespace, although a LAN interface with an address is there to be used."""
+    in its namespace, although a LAN interface with an address is there to be used.
+    """
     if not _netns_works():
         if os.environ.get("CI"):
             pytest.fail("CI must run this test: unshare/nsenter (util-linux) with CAP_SYS_ADMIN are needed")

@@ -1,6 +1,7 @@
 """create_decoded_subscription: the hot topics' messages reach callbacks decoded by cdr.decode (the
 bag converter's decoder) with the same values rclpy's own conversion gives; a payload that does not
-decode is a counted drop, and the executor goes on."""
+decode is a counted drop, and the executor goes on.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """One default per setting (issue 12.1): the layers that carry a setting agree on its default (node
 config classes, which the nodes declare as parameters; the cores they build; the bag converter, which
 loads the recorder classes without --config; command-line defaults), and the shipped parameter files
-set only what differs from the defaults."""
+set only what differs from the defaults.
+"""
 
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ def test_node_configs_build_their_cores_defaults():
 
 def test_command_line_defaults_are_the_config_defaults():
     """piper-sim-quest's options default to its SimConfig; the sim graph's headset to the same, except
-    that the graph drives episodes through the recorders' services (no A/B presses)."""
+    that the graph drives episodes through the recorders' services (no A/B presses).
+    """
     from piper_recorder.quest.sim_server import SimConfig, _parser
 
     args = _parser().parse_args([])
@@ -214,7 +216,8 @@ def _values(params: dict, prefix: str = ""):
 def camera_statements(doc: dict) -> dict[str, list[str]]:
     """Where (``node.key``) a parameter file states each camera's name and each serial: in any section,
     as a whole value or inside one (a topic ``/cam_front/...``), and every value of a key that names a
-    serial. A section's key (the camera's own node) is no statement of the name."""
+    serial. A section's key (the camera's own node) is no statement of the name.
+    """
     cameras = [str(c) for c in doc.get(LAUNCH_SECTION, {}).get("cameras") or []]
     serials = {
         str(v)
@@ -233,7 +236,8 @@ def camera_statements(doc: dict) -> dict[str, list[str]]:
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_configs_state_each_camera_name_and_serial_once(path):
     """A camera's name is in piper_launch.cameras and nowhere else, its serial in its own section and
-    nowhere else: the recorders, quest_video and the bag converter derive theirs (params.derived)."""
+    nowhere else: the recorders, quest_video and the bag converter derive theirs (params.derived).
+    """
     doc = read_params_file(path)
     cameras = doc[LAUNCH_SECTION]["cameras"]
     assert cameras and len(set(cameras)) == len(cameras)
@@ -281,7 +285,8 @@ def test_the_restatement_check_finds_the_old_layout():
 @pytest.mark.parametrize("mode", ["sim", "robot"])
 def test_the_launchers_and_the_converter_derive_the_same_cameras(mode, tmp_path):
     """One derivation (params.derived.derived_params): the launch files' node parameters, piper-launch's
-    effective file and the converter's load_config give each node the same cameras and serials."""
+    effective file and the converter's load_config give each node the same cameras and serials.
+    """
     doc = read_params_file(config_path(mode))
     cameras = doc[LAUNCH_SECTION]["cameras"]
     serials = [str(doc[c].get("serial", doc[c].get("serial_no"))) for c in cameras]
@@ -359,7 +364,8 @@ def test_a_file_of_the_old_layout_loads_when_it_agrees_and_is_refused_when_it_co
 
 def test_the_cameras_sizes_and_serials_reach_the_recorders(tmp_path):
     """A camera's size and serial are stated in its section only; the launch argument's subset and a
-    --set of a camera reach the recorders (piper-launch derives after the sets)."""
+    --set of a camera reach the recorders (piper-launch derives after the sets).
+    """
     plan = plan_graph("sim", config_path("sim"), ["cam_front.width=320", "cam_wrist.serial=w-9"], tmp_path)
     eff = read_params_file(plan.params_file)
     assert (eff["lerobot_recorder"]["camera_widths"], eff["lerobot_recorder"]["camera_heights"]) == (

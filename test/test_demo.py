@@ -46,7 +46,8 @@ def _check_alignment(root: Path, episode: int, cam: str) -> tuple[list[float], i
     Nominal mode re-stamps each frame to its row time, so the capture time is only known to lie within
     the frame period before it: the error is the closest approach of the EEF's projection in that
     window. Returns the pixel error per row with a fresh (red) marker, and the number of rows whose
-    frame has the yellow marker the sim draws when it did not know the EEF at the capture time."""
+    frame has the yellow marker the sim draws when it did not know the EEF at the capture time.
+    """
     import pyarrow.parquet as pq
 
     table = pq.read_table(root / f"data/chunk-000/episode_{episode:06d}.parquet").to_pydict()

@@ -1,6 +1,7 @@
 """RGB-D colour/depth pairing by nearest stamp within half a frame period (issue 16.10): realsense
 without ``enable_sync`` stamps depth and colour a few ms apart; every capture still pairs with its own
-half, in any arrival order, and what cannot pair is counted in the episode's counters."""
+half, in any arrival order, and what cannot pair is counted in the episode's counters.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def captures(n, depth_offset_ms, t0=10**18, seed=0):
 
 def interleave(caps, seed):
     """Both topics' messages in one arrival order: each topic in stamp order, the two shuffled against
-    each other by up to 3 frames (separate DDS topics)."""
+    each other by up to 3 frames (separate DDS topics).
+    """
     rng = random.Random(seed)
     msgs = [(c + rng.randint(0, 90 * MS), "color", i, c) for i, (c, _) in enumerate(caps)]
     msgs += [(d + rng.randint(0, 90 * MS), "depth", i, d) for i, (_, d) in enumerate(caps)]

@@ -1,6 +1,7 @@
 """The manual's reference pages are what the code says (docs/gen_reference.py generates them from the
 nodes' config dataclasses and piper_recorder.names; `make docs` rewrites them), and mkdocs.yml's nav names
-exactly the pages in docs/ (`mkdocs build --strict` in `make docs` checks the links themselves)."""
+exactly the pages in docs/ (`mkdocs build --strict` in `make docs` checks the links themselves).
+"""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def test_nav_names_exactly_the_pages():
 
 def test_nodes_create_services_only_by_the_names_in_the_reference():
     """A service name written as a literal in a node would be missing from docs/reference/services.md:
-    every ``create_service`` call takes its name from ``piper_recorder.names`` (a constant, or a loop over one)."""
+    every ``create_service`` call takes its name from ``piper_recorder.names`` (a constant, or a loop over one).
+    """
     import ast
 
     literal = []

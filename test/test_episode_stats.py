@@ -11,7 +11,8 @@ from piper_recorder.lerobot.format import episode_stats as es
 
 def _lerobot_image_stats(frames: np.ndarray) -> dict:
     """compute_episode_stats for an image feature, written out: CHW uint8, LeRobot's downsample rule,
-    stats over (0, 2, 3) with keepdims, / 255, batch dim squeezed."""
+    stats over (0, 2, 3) with keepdims, / 255, batch dim squeezed.
+    """
     h, w = frames.shape[1:3]
     f = 1 if max(h, w) < 300 else (int(w / 150) if w > h else int(h / 150))
     img = np.stack([fr.transpose(2, 0, 1)[:, ::f, ::f] for fr in frames])

@@ -3,7 +3,8 @@
 rclpy's EventsExecutor awaits a coroutine service callback only from a release on (Jazzy's 7.1.11; PyPI has
 7.1.6, whose EventsExecutor hands the coroutine to send_response and the call is never answered).
 ``executor_for`` picks the single-threaded executor there; this checks the release table against what the
-installed rclpy really does, and that the choice answers."""
+installed rclpy really does, and that the choice answers.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_release_table(version, awaits):
 
 def _answered(kind: str, ros_domain) -> bool:
     """Whether a coroutine service (awaiting work on a thread, as piper_arm's /arm/enable does) spun by a
-    ``kind`` executor (``chosen``: the one ``executor_for`` picks) answers a call within 5 s."""
+    ``kind`` executor (``chosen``: the one ``executor_for`` picks) answers a call within 5 s.
+    """
     from rclpy.executors import SingleThreadedExecutor
 
     ros_domain.apply()

@@ -1,5 +1,6 @@
 """piper-export: v2.1 and v3.0 outputs read back with independent readers (pyarrow, PyAV, json,
-lerobot-doctor), appends, kills (an exception mid-export and a SIGKILL), and the refusals (exit 2)."""
+lerobot-doctor), appends, kills (an exception mid-export and a SIGKILL), and the refusals (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -226,7 +227,8 @@ def test_v30_file_duration_cap_and_old_millisecond_pts(tmp_path, monkeypatch):
 
 def test_grid_rows_meet_lerobot_rules_across_a_whole_file():
     """Rows float32(k/30) of 10 s episodes back to back up to the file cap, frames on the grid:
-    LeRobot's float32 tolerance, the float64 distance and torchcodec's index rule hold everywhere."""
+    LeRobot's float32 tolerance, the float64 distance and torchcodec's index rule hold everywhere.
+    """
     step = video_concat.frame_step(30)
     ts = (np.arange(300) / 30).astype(np.float32)
     n_eps = int(video_concat.MAX_FILE_S * 30) // 300

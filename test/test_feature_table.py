@@ -182,7 +182,8 @@ def test_router_applies_the_mapping_and_checks_images(tmp_path):
 def test_receivers_read_the_clock_only_for_unstamped_topics_and_route_alike(tmp_path):
     """The nodes' callbacks (``InputRouter.receiver``) give the sink what ``route`` gives it, reading the
     receive time (the ROS clock: a few us a call) only on topics whose handlers use it: the unstamped
-    /r (Float32) and the headset lines, never for the stamped arm inputs and images."""
+    /r (Float32) and the headset lines, never for the stamped arm inputs and images.
+    """
     m = tmp_path / "m.yaml"
     m.write_text(yaml.safe_dump({"joint_states": "/js", "reward": "/r"}))
     msgs = [
@@ -320,7 +321,8 @@ def test_extra_input_from_a_bag_through_config_alone(tmp_path):
 def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain, tmp_path):
     """Real recorder processes given only a mapping file: the LeRobot wrench column and the RGB-D wrench
     state term hold the published values on the grid, and the joint names / gripper scales of the
-    mapping apply as in the converter."""
+    mapping apply as in the converter.
+    """
     from geometry_msgs.msg import WrenchStamped
     from proc import ProcGroup
     from rclpy.qos import QoSProfile, ReliabilityPolicy

@@ -1,5 +1,6 @@
 """nodes.plumbing.fixed_rate_loop.FixedRateLoop, the control loop of teleop and the policy node: an error in a tick goes to
-the owner and the loop goes on; stop() ends it at once."""
+the owner and the loop goes on; stop() ends it at once.
+"""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def test_stop_wakes_a_long_period_at_once():
 
 
 def test_timer_callback_calls_through_with_a_stated_empty_signature():
-    """rclpy's executor inspects a timer callback's signature on every call (for a TimerInfo parameter):
-    the wrapper states it has none, so that is one attribute read, and the call is the callback's."""
+    """Rclpy's executor inspects a timer callback's signature on every call (for a TimerInfo parameter):
+    the wrapper states it has none, so that is one attribute read, and the call is the callback's.
+    """
     import inspect
 
     from piper_recorder.nodes.plumbing.callbacks import timer_callback
@@ -76,7 +78,8 @@ class _Executor:
 def test_spin_until_asks_rclpy_ok_rarely_yet_ends_soon_after_a_shutdown(monkeypatch):
     """``spin_until`` runs the executor until ``stop``; it asks ``rclpy.ok()`` (a lock) only every 256
     callbacks or after a spin_once that waited (nothing came: what a shut-down context gives), so a busy
-    recorder does not pay it per message, and a context shut down mid-burst still ends the loop."""
+    recorder does not pay it per message, and a context shut down mid-burst still ends the loop.
+    """
     from piper_recorder.nodes.plumbing import executors as common
 
     asked: list[int] = []

@@ -1,7 +1,8 @@
 """Frame-to-row pairing when rows carry frames (nominal mode, RGB-D): causal, phase-locked, one-to-one, bounded.
 
 Synthetic capture stamps at a known phase and jitter go through the real assembler; every check
-recomputes from the rows' frame stamps what the counters claim (repeats, drops, offsets)."""
+recomputes from the rows' frame stamps what the counters claim (repeats, drops, offsets).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from support.frame_pairing import FPS, MS, PERIOD, SEC, START, Rows, assemble, c
 @pytest.mark.slow
 def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(phase_ms, mode, depth):
     """The alias of issue 16.11: captures straddling t_k with ±10 ms jitter used to flip between rows.
-    Causal (issue 21.15): the band reaches past t_k, so each row holds the previous slot's capture."""
+    Causal (issue 21.15): the band reaches past t_k, so each row holds the previous slot's capture.
+    """
     stamps = camera(20.0, phase_ms, 10.0, seed=int(phase_ms * 10) + 7)
     pairs, c = assemble(stamps, 20.0, mode, depth)
     repeats, drops, offsets = check(pairs, stamps, c)
@@ -34,7 +36,8 @@ def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(pha
 @pytest.mark.slow
 def test_camera_midway_between_rows_stays_one_to_one_and_counts_the_far_pairs(phase_ms):
     """Captures midway between two rows with ±10 ms jitter: the pairing stays one to one and causal,
-    each row holding the slot whose whole band is before it."""
+    each row holding the slot whose whole band is before it.
+    """
     stamps = camera(20.0, phase_ms, 10.0, seed=3)
     pairs, c = assemble(stamps, 20.0)
     repeats, drops, offsets = check(pairs, stamps, c)
@@ -116,7 +119,8 @@ def test_first_capture_across_the_half_period_does_not_start_the_estimate_on_the
     """Captures centred 12-15 ms from the row times with ±10 ms jitter: some land past the half period.
     Started from a single such capture, the estimate sat on the far side within the hysteresis and
     later wrapped (a repeat and a drop mid-episode); it starts from the warm-up's circular mean and a
-    far side it may still start on (near the half period) is kept, not flipped."""
+    far side it may still start on (near the half period) is kept, not flipped.
+    """
     stamps = camera(12.0, phase_ms, 10.0, seed=100 + seed)
     pairs, c = assemble(stamps, 12.0)
     repeats, drops, offsets = check(pairs, stamps, c)
@@ -145,7 +149,8 @@ def test_a_stalling_row_rate_camera_repeats_its_missing_slots_and_drops_nothing(
     """The live flake of issue 16.11's test on a loaded machine: captures 11.5 ms from the row times
     with ±10 ms jitter, slots missed in runs. The warm-up then holds ~8 captures, whose resultant fell
     below the lock threshold by chance: the phase read 0 and a capture jittered past the half period
-    was passed over (a drop and a repeat). A stall is only ever a repeat per missing slot."""
+    was passed over (a drop and a repeat). A stall is only ever a repeat per missing slot.
+    """
     gone = stall_runs(seed, 4.0, 0.05 + 0.1 * (seed % 3))
     stamps = camera(4.0, phase_ms, 10.0, seed=seed, skip=gone)
     pairs, c = assemble(stamps, 4.0)
@@ -199,7 +204,8 @@ LIVE_FLAP_MS = [
 def test_a_lock_from_the_warm_up_is_kept_while_a_first_lock_would_still_be_taken():
     """The warm-up's 12 captures locked at a resultant of 0.29 (the bar: 0.15); two captures later it was
     0.19, under the flat 0.2 a lock was kept down to: unlocked, that row took the newest frame (a drop),
-    the lock came back a slot earlier (a repeat). Keeping never needs more than a first lock."""
+    the lock came back a slot earlier (a repeat). Keeping never needs more than a first lock.
+    """
     assert all(keep_threshold(n) <= lock_threshold(n) for n in range(1, 200))
     assert keep_threshold(60) == pytest.approx(0.2) and keep_threshold(12) == pytest.approx(0.15)
     stamps = [START + round(ms * MS) for ms in LIVE_FLAP_MS]
@@ -235,7 +241,8 @@ class _Episodes:
 
 def record(stamps, start, seconds, latency=22 * MS):
     """One episode through the recorder core (``EpisodeController``, lateness 0.15 s): the camera's frames
-    arrive ``latency`` after capture from before the start on (the recorder idle), arm inputs at 100 Hz."""
+    arrive ``latency`` after capture from before the start on (the recorder idle), arm inputs at 100 Hz.
+    """
     from piper_recorder.recording.controller import EpisodeController
 
     target = _Episodes()
@@ -275,7 +282,8 @@ def record(stamps, start, seconds, latency=22 * MS):
 
 def running_camera(seed, lead_s=2.0, seconds=2.0):
     """(phase_ms, stamps): a row-rate camera with ±10 ms jitter running ``lead_s`` before the start, its
-    captures 8-16.6 ms from the row times (either side), where the first slot's choice is closest."""
+    captures 8-16.6 ms from the row times (either side), where the first slot's choice is closest.
+    """
     rng = random.Random(seed)
     phase_ms = rng.choice([-1, 1]) * rng.uniform(8, 16.6)
     first, last = -round(lead_s * FPS), round(seconds * FPS)
@@ -291,7 +299,8 @@ def test_first_slot_comes_from_the_captures_before_the_start(seed, slots_back):
     which the pre-roll (the newest frame at or before the start on) did not reach: row 0 took the
     pre-roll frame, row 1 repeated it, and every row held a frame 56 ms old instead of 23 ms. Seed 225
     (9.5 ms before): too early, the slot stepped back a period at row 15 (a repeat). The recorder keeps
-    the camera's captures while idle (``CaptureHistory``): the first slot comes from 2 s of them."""
+    the camera's captures while idle (``CaptureHistory``): the first slot comes from 2 s of them.
+    """
     phase_ms, stamps = running_camera(seed)
     pairs, c = record(stamps, START, 2.0)
     repeats, drops, _ = check(pairs, stamps, c)
@@ -304,7 +313,8 @@ def test_first_slot_comes_from_the_captures_before_the_start(seed, slots_back):
 
 def test_the_warm_up_is_what_the_history_does_not_cover():
     """Row 0 waits for WARMUP_S of captures only when the recorder saw less before the start (a recorder
-    or a camera just started): with 2 s of them it is due at its plain delay."""
+    or a camera just started): with 2 s of them it is due at its plain delay.
+    """
     cfg = AssemblyConfig(fps=FPS, cameras=("cam",), timestamp_mode="nominal", lateness_s=0.1)
     due = {}
     for name, lead_s in (("none", 0.0), ("0.1 s", 0.1), ("2 s", 2.0)):
@@ -318,7 +328,8 @@ def test_the_warm_up_is_what_the_history_does_not_cover():
 @pytest.mark.parametrize("lead_s", [0.1, 0.3])
 def test_recorder_started_just_before_the_episode_pairs_one_to_one(lead_s):
     """The first episode right after the recorder (or the camera) started: the few captures before it
-    and the warm-up's (each once), a camera straddling the rows with ±10 ms jitter."""
+    and the warm-up's (each once), a camera straddling the rows with ±10 ms jitter.
+    """
     for seed in range(6):
         rng = random.Random(seed)
         phase_ms = rng.uniform(-3, 3)
@@ -346,7 +357,8 @@ def test_capture_history_forgets_what_came_before_a_restart():
 
 def test_camera_restarted_before_the_start_locks_to_its_new_phase():
     """A camera restarted 0.45 s before the episode with another phase: what came before its silence does
-    not count, the new captures (more than the warm-up) give the slot."""
+    not count, the new captures (more than the warm-up) give the slot.
+    """
     rng = random.Random(4)
     old = [START + round(i * PERIOD + 2 * MS + rng.uniform(-10, 10) * MS) for i in range(-90, -35)]  # to -1.2 s
     new = [START + round(i * PERIOD - 12 * MS + rng.uniform(-10, 10) * MS) for i in range(-13, 61)]  # from -0.45 s
@@ -371,7 +383,8 @@ class _Recomputing(PhaseTracker):
 @pytest.mark.parametrize("seed", range(4))
 def test_phase_tracker_with_cached_phasors_gives_the_same_estimates_bit_for_bit(seed):
     """``PhaseTracker`` keeps each capture's phasor (computed once when added) instead of recomputing the
-    window's at every update, and inlines ``wrap``: every estimate, band and slot is the same float."""
+    window's at every update, and inlines ``wrap``: every estimate, band and slot is the same float.
+    """
     rng = random.Random(seed)
     p = 1e9 / 30
     new, old = PhaseTracker(p, 60), _Recomputing(p, 60)

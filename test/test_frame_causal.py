@@ -3,7 +3,8 @@ noise allowed), never the next capture, on the bag path (real rosbags, the conve
 imagecodecs reading the output) as on the live path (the same assembler, synthetic stamps).
 
 The phase-locked pairing used to take the capture nearest the row, up to half a period after it: a
-camera firing a few ms after each row gave every row the next frame, and the RGB-D depth of it."""
+camera firing a few ms after each row gave every row the next frame, and the RGB-D depth of it.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ FIRST_S, LAST_S = 0.2, 10.2  # the episode: 301 rows at 30 fps, on the camera's 
 
 def agilex_bag(tmp: Path, delay_ms: float) -> tuple[Path, Path]:
     """An AgileX-layout bag (joint7 gripper, one /camera RealSense) whose camera fires ``delay_ms``
-    after each row time, and the mapping file the converter needs for it."""
+    after each row time, and the mapping file the converter needs for it.
+    """
     s = agilex_scenario(duration_s=LAST_S + 0.5, width=W, height=H)
     # --episode ranges count from the bag's first message, received latency_ns after t0
     s.camera_delay_ns = round(delay_ms * MS) + s.latency_ns
@@ -149,7 +151,8 @@ def test_live_camera_after_each_row_pairs_the_capture_at_or_before_it(delay_ms, 
 @pytest.mark.parametrize("seed", range(6))
 def test_live_jittery_camera_at_any_phase_is_causal_one_to_one_and_bounded(seed):
     """±10 ms jitter at a random phase: no repeat, no drop, no capture more than 1 ms after its row,
-    none older than one period plus the jitter band (20 ms) plus the first slot's margin (<= 4.2 ms)."""
+    none older than one period plus the jitter band (20 ms) plus the first slot's margin (<= 4.2 ms).
+    """
     phase_ms = random.Random(seed).uniform(-16.6, 16.6)
     stamps = camera(10.0, phase_ms, 10.0, seed=seed + 40)
     pairs, c = assemble(stamps, 10.0)

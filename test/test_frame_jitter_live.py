@@ -3,7 +3,8 @@ captures straddle the row times, recorded by lerobot_recorder in nominal mode: n
 
 Each episode's start is timed so that the grid lands in the middle of the camera's jitter band (the
 "started" event tells where it really landed); under the old "newest frame at or before t_k" rule
-such an episode repeats and drops about one frame in five."""
+such an episode repeats and drops about one frame in five.
+"""
 
 from __future__ import annotations
 

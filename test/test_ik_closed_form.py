@@ -1,6 +1,7 @@
 """``kinematics.closed_form_ik`` and ``kinematics.ik``: the exact solutions of the Piper's spherical-wrist
 geometry, checked against the forward kinematics (itself checked against piper_sdk's ``CalFK``), and ``ik``
-giving the damped iteration's answer wherever the closed form does not apply."""
+giving the damped iteration's answer wherever the closed form does not apply.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def residual(target: np.ndarray, q: np.ndarray | list[float]) -> tuple[float, fl
 
 def test_every_joint_configuration_is_found_again_from_its_pose():
     """For poses made by FK from random joints, the closed form finds an exact solution within the limits, and
-    the one it picks is no farther from the seed than the joints the pose was made from."""
+    the one it picks is no farther from the seed than the joints the pose was made from.
+    """
     for _ in range(3000):
         q = RNG.uniform(LO, HI)
         seed = q + RNG.normal(0.0, 0.03, 6)
@@ -66,7 +68,8 @@ def all_solutions(target: np.ndarray) -> list[list[float]]:
 
 def test_at_the_wrist_singularity_joints_4_and_6_share_the_turn():
     """With joint 5 at 0 only q4 + q6 is set by the pose: each takes half the turn from the seed (the minimum-norm
-    step a damped iteration takes), or what its limit leaves."""
+    step a damped iteration takes), or what its limit leaves.
+    """
     straight = shared = 0
     for _ in range(300):
         q = RNG.uniform(LO, HI)
@@ -130,7 +133,8 @@ def test_ik_is_the_closed_form_near_the_seed_and_the_damped_iteration_elsewhere(
 @pytest.mark.parametrize("speed", [1.0, 3.0])
 def test_a_streamed_target_gets_the_damped_iterations_solutions(speed):
     """Along a teleop-like stream (figure-eight with a wrist swing, 100 Hz) every target is solved in closed form,
-    on the branch the damped iteration follows, to within that iteration's tolerance."""
+    on the branch the damped iteration follows, to within that iteration's tolerance.
+    """
     t0, q_cf, q_dls = kin.fk(READY), READY, READY
     for k in range(600):
         t = k * 0.01 * speed

@@ -5,7 +5,8 @@ Counted exactly: the cameras are paused (their fault plan) while the counts are 
 totals (each sim_camera's ~/status) and the received totals (each consumer's ``images_received``) are
 both at rest; the difference over a 22 s publishing window is compared per (consumer, camera).
 A shared-memory segment smaller than one frame (Fast DDS's default 512 KiB) gave best-effort
-subscribers 6-12 of 30 fps: this test is what fails then."""
+subscribers 6-12 of 30 fps: this test is what fails then.
+"""
 
 from __future__ import annotations
 

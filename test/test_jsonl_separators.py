@@ -1,6 +1,7 @@
 """Line-break code points (U+2028, U+2029, U+0085, \\x1c-\\x1e, \\v, \\f, \\r) in a task or in the headset
 hello: every JSON-lines file stays one record per line for any splitter, the root reopens, validates,
-renders and takes appended bag conversions; a root written before the escaping is still read."""
+renders and takes appended bag conversions; a root written before the escaping is still read.
+"""
 
 from __future__ import annotations
 

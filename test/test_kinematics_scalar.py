@@ -1,6 +1,7 @@
 """The scalar kinematics (``chain``, the Jacobian, the rotation helpers, ``solve_ik``) against their numpy
 formulation: the 4x4 modified-DH product per link, numpy's rotation matrices and the DLS iteration on arrays
-(what ``kinematics`` computed before it went scalar), on random joints and targets."""
+(what ``kinematics`` computed before it went scalar), on random joints and targets.
+"""
 
 from __future__ import annotations
 
@@ -164,7 +165,8 @@ def test_limits_check_builds_the_normalised_target_and_refuses_what_it_must():
 
 def test_limits_check_builds_a_fallback_seed_only_after_a_failed_solve():
     """The fallback seeds (the controller's: a feedback snapshot, home) cost a snapshot each: none is built for
-    a target the last solution reaches, and they are tried in order until one reaches it."""
+    a target the last solution reaches, and they are tried in order until one reaches it.
+    """
     from piper_recorder.piper.limits import Rejection, TargetLimits
 
     lim = TargetLimits(

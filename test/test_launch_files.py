@@ -1,5 +1,6 @@
 """Launch files and configs: always checked statically (AST + YAML against setup.py and the node
-config classes); with `launch_ros` importable, their launch descriptions are evaluated too."""
+config classes); with `launch_ros` importable, their launch descriptions are evaluated too.
+"""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def _node_calls(tree: ast.AST) -> list[dict[str, object]]:
 @pytest.mark.parametrize("name", ["sim", "robot"])
 def test_launch_file_references_declared_executables(name):
     """The launch file turns graph.graph_node.launch_graph (the graph piper-launch starts too) into launch_ros
-    actions; every executable of that graph is declared in setup.py and every node has a config section."""
+    actions; every executable of that graph is declared in setup.py and every node has a config section.
+    """
     tree = ast.parse(LAUNCH[name].read_text(), filename=str(LAUNCH[name]))
     assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
     assert _node_calls(tree)

@@ -46,7 +46,8 @@ OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_re
 
 def label(action: Action) -> str:
     """The output label launch gives a process (launch/descriptions/executable.py: ``name`` (a Node's
-    ``exec_name``) if given, else the basename of the command's first word after the prefix)."""
+    ``exec_name``) if given, else the basename of the command's first word after the prefix).
+    """
     kw = action.kwargs
     given = kw.get("exec_name") if isinstance(action, Node) else kw.get("name")
     if given:
@@ -142,7 +143,7 @@ def robot_config(tmp_path: Path, **sections: dict) -> Path:
 
 
 def camera_nodes(actions: list[Action]) -> dict[str, dict]:
-    """camera -> what its realsense2_camera_node gets: its config section, then the launch file's dict."""
+    """Camera -> what its realsense2_camera_node gets: its config section, then the launch file's dict."""
     out = {}
     for a in actions:
         if isinstance(a, Node) and a.kwargs["package"] == "realsense2_camera":
@@ -154,7 +155,8 @@ def camera_nodes(actions: list[Action]) -> dict[str, dict]:
 def test_robot_launch_sets_the_image_qos_a_recorder_needs_on_every_camera(stub_launch):
     """realsense2_camera's default image QoS, SYSTEM_DEFAULT, is a keep-last 1 writer on Fast DDS: the launch
     names a reliable profile with a history of its own but bounded in memory, for the colour (and so the
-    aligned depth) and the depth stream, and keeps camera_info at the driver's DEFAULT."""
+    aligned depth) and the depth stream, and keeps camera_info at the driver's DEFAULT.
+    """
     pytest.importorskip("rclpy")  # the profiles' contents are rclpy's
     from rclpy.qos import HistoryPolicy, QoSPresetProfiles, ReliabilityPolicy
 
@@ -186,7 +188,8 @@ def test_robot_launch_refuses_an_image_qos_the_driver_does_not_know(stub_launch,
 def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stub_launch, tmp_path):
     """A D405 (device_type d405) streams colour from its stereo module: realsense2_camera reads that profile
     from depth_module.color_profile and ignores rgb_camera.color_profile there; every other model keeps
-    rgb_camera.color_profile (and rgb_camera.profile for the older wrappers)."""
+    rgb_camera.color_profile (and rgb_camera.profile for the older wrappers).
+    """
     nodes = camera_nodes(graph("robot", config=str(robot_config(tmp_path, cam_wrist={"device_type": "d405"}))))
     wrist, front = nodes["cam_wrist"], nodes["cam_front"]
     assert wrist["depth_module.color_profile"] == wrist["depth_module.depth_profile"] == "640x480x30"
@@ -216,7 +219,8 @@ def test_robot_launch_gives_a_d405_its_colour_profile_under_the_depth_module(stu
 def test_robot_launch_refuses_a_realsense_driver_whose_cameras_would_share_topics(stub_launch, tmp_path):
     """realsense2_camera 4.54.1 and older name topics relative to the node's namespace: both cameras, started in
     the root namespace, would publish /color/image_raw. The launch refuses it, naming the version and the
-    fix; 4.55.1 and later (Jazzy's 4.55-4.58) start; without the driver in the index the check is a note."""
+    fix; 4.55.1 and later (Jazzy's 4.55-4.58) start; without the driver in the index the check is a note.
+    """
     xml = install_realsense(stub_launch, tmp_path, "4.54.1")
     with pytest.raises(LaunchError) as err:
         graph("robot")
@@ -251,7 +255,8 @@ def test_pip_launcher_robot_params_carry_both_profile_names(tmp_path):
 def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path, monkeypatch):
     """`ros2 run piper_recorder piper-launch sim` in a colcon install: the system Python runs it, the
     package sits in <install>/lib/python3.X/site-packages, the scripts in <install>/lib/piper_recorder
-    (setup.cfg), the config in <install>/share/piper_recorder/config; none of them on PATH."""
+    (setup.cfg), the config in <install>/share/piper_recorder/config; none of them on PATH.
+    """
     install = tmp_path / "install" / "piper_recorder"
     site = install / "lib" / "python3.12" / "site-packages"
     (site / "piper_recorder").mkdir(parents=True)
@@ -300,7 +305,8 @@ def test_dashboard_is_an_on_off_launch_argument(stub_launch, tmp_path):
 
 def test_sim_graph_without_the_sim_headset_keeps_the_bridge_on_an_external_one(stub_launch, tmp_path):
     """Issue 21.14: the sim graph always started piper-sim-quest and overwrote quest_bridge's host/port
-    (a --set quest_bridge.port=... was silently replaced by the sim headset's)."""
+    (a --set quest_bridge.port=... was silently replaced by the sim headset's).
+    """
     cfg = ROOT / "config" / "sim.yaml"
     ext = ["quest_bridge.host=192.168.1.50", "quest_bridge.port=9911", "quest_video.port=9912"]
     for kw, sets in (({"sim_headset": "false"}, ext), ({}, [*ext, "piper_launch.sim_quest.enabled=false"])):
@@ -345,7 +351,8 @@ def test_a_set_the_sim_graph_would_overwrite_is_refused_with_the_way_out(tmp_pat
 def test_headset_web_starts_the_page_server_where_the_bridge_and_video_connect(stub_launch, tmp_path):
     """Issue 22.3: ``headset:=web`` (launch files and ``piper-launch --headset web``) starts quest_web, a plain
     process listening where quest_bridge and quest_video connect; no simulated headset; nothing of the
-    nodes' parameters changes."""
+    nodes' parameters changes.
+    """
     for mode in ("sim", "robot"):
         actions = graph(mode, headset="web")
         (web,) = [a for a in actions if isinstance(a, ExecuteProcess)]
@@ -385,7 +392,8 @@ def test_headset_web_starts_the_page_server_where_the_bridge_and_video_connect(s
 def test_contradictory_launch_settings_are_refused_naming_both(stub_launch, tmp_path):
     """The simulated headset asked for and turned off, a headset asked for in a SpaceMouse graph, the page on
     the port its relay binds for quest_bridge: each refused while planning, naming both settings, through
-    piper-launch's plan and the launch files' arguments alike; nothing is planned (no parameter file)."""
+    piper-launch's plan and the launch files' arguments alike; nothing is planned (no parameter file).
+    """
     cfg = ROOT / "config" / "sim.yaml"
     refused = [  # (mode, sets, plan_graph's launch arguments, what the message says)
         (

@@ -1,5 +1,6 @@
 """piper-launch as a real process: the simulated graph comes up from config/sim.yaml (every node in
-the ROS graph), and Ctrl-C stops every process cleanly (exit 0, recorders first)."""
+the ROS graph), and Ctrl-C stops every process cleanly (exit 0, recorders first).
+"""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def test_piper_launch_sim_refuses_a_set_it_would_overwrite():
 
 def test_piper_launch_sim_with_an_external_headset(tmp_path):
     """--no-sim-headset: no piper-sim-quest; quest_bridge connects to the headset the user names (here
-    the simulated headset's server run by the test, standing in for a real Quest on another port)."""
+    the simulated headset's server run by the test, standing in for a real Quest on another port).
+    """
     from piper_recorder.quest.sim_server import SimConfig, SimQuestServer
 
     headset = SimQuestServer(SimConfig(port=0, buttons=False, script="idle"))

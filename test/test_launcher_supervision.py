@@ -1,5 +1,6 @@
 """No node outlives its launcher, however the launcher ends (SIGKILL included), and SIGTERM/SIGHUP do
-what Ctrl-C does: the recorders save the episode in flight, then everything exits."""
+what Ctrl-C does: the recorders save the episode in flight, then everything exits.
+"""
 
 from __future__ import annotations
 
@@ -212,7 +213,8 @@ sys.exit(run_node(Hangs, [sys.argv[0]]))
 
 def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_domain):
     """run_node bounds the teardown after the node's work (``supervision.TeardownWatchdog``): a node whose
-    destroy_node never returns exits 0 within the bound after SIGINT, and its stderr says where it hung."""
+    destroy_node never returns exits 0 within the bound after SIGINT, and its stderr says where it hung.
+    """
     from piper_recorder.process.supervision import TEARDOWN_TIMEOUT_S
 
     (tmp_path / "n.py").write_text(HUNG_TEARDOWN)

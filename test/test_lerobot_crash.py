@@ -1,5 +1,6 @@
 """SIGKILL a writer at random instants: the next open repairs the root, the independent validator
-passes, and every episode saved before the kill is byte-identical."""
+passes, and every episode saved before the kill is byte-identical.
+"""
 
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ class Zygote:
     forked). A thread drains its stdout into a queue, so a writer never blocks on a full pipe and every
     wait has a bound: on timeout the failure says what was awaited, what the writer printed last, the
     kernel state of both processes and their stacks (py-spy if installed; always the worker's
-    faulthandler dump on SIGUSR1, from its stderr)."""
+    faulthandler dump on SIGUSR1, from its stderr).
+    """
 
     def __init__(self, root: Path, version: str, log_dir: Path):
         env = dict(
@@ -120,7 +122,8 @@ class Zygote:
 
     def until(self, prefix: str, what: str, timeout: float = WAIT_S, writer_lives: bool = True) -> str:
         """The next line starting with ``prefix``. Fails after ``timeout``, or at once when the writer exited
-        (``writer_lives``: the line is the writer's to print) or the worker did."""
+        (``writer_lives``: the line is the writer's to print) or the worker did.
+        """
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -175,7 +178,8 @@ class Zygote:
 
 def kept_saves(lines: list[str]) -> int:
     """Episodes this trial certainly left saved: each ``saved`` line not followed by ``deleting`` (the
-    worker prints ``deleting`` before it deletes, so a kill before that line deletes nothing)."""
+    worker prints ``deleting`` before it deletes, so a kill before that line deletes nothing).
+    """
     return sum(
         line.startswith("saved") and (i + 1 == len(lines) or lines[i + 1] != "deleting") for i, line in enumerate(lines)
     )

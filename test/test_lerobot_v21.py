@@ -1,5 +1,6 @@
 """LeRobot v2.1 output (meta/episodes_stats.jsonl) and per-camera image statistics, checked with numpy,
-pyarrow, json and lerobot-doctor against values computed here from the frames and rows fed in."""
+pyarrow, json and lerobot-doctor against values computed here from the frames and rows fed in.
+"""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def cfg(version: str = "v2.1", **kw) -> WriterConfig:
 
 def frame(cam: str, k: int, seed: int) -> np.ndarray:
     """Smooth content (survives encoding) with different per-channel distributions: R a moving
-    horizontal ramp over 0..255, G a vertical ramp over 40..120, B one level per frame."""
+    horizontal ramp over 0..255, G a vertical ramp over 40..120, B one level per frame.
+    """
     h, w = CAMS[cam]
     img = np.empty((h, w, 3), np.uint8)
     img[..., 0] = ((np.arange(w) * 255 // (w - 1) + 3 * k + seed) % 256)[None, :]
@@ -70,7 +72,7 @@ def sample_pixels(frames: list[np.ndarray]) -> np.ndarray:
 
 
 def lerobot_aggregate(stats_list: list[dict]) -> dict:
-    """lerobot 0.3.3 load_episodes_stats + aggregate_stats (cast to numpy, shape checks, weighted merge)."""
+    """Lerobot 0.3.3 load_episodes_stats + aggregate_stats (cast to numpy, shape checks, weighted merge)."""
     items = [{k: {s: np.array(v) for s, v in d.items()} for k, d in st.items()} for st in stats_list]
     for st in items:
         for key, d in st.items():
@@ -154,7 +156,8 @@ def check_root(root: Path, fed: list[dict[str, list[np.ndarray]]]) -> None:
 
 def gr00t_stats_rules(root: Path) -> None:
     """GR00T N1.5 (gr00t/data/dataset.py): every stats.json entry validates as mean/std/min/max/q01/q99,
-    and each state/action modality slices every stat of its original_key by [start:end]."""
+    and each state/action modality slices every stat of its original_key by [start:end].
+    """
     stats = json.loads((root / "meta/stats.json").read_text())
     modality = json.loads((root / "meta/modality.json").read_text())
     for key, e in stats.items():

@@ -32,7 +32,8 @@ def config(**kw) -> WriterConfig:
 
 def record(w: LeRobotWriter, task: str, n: int, seed: int, jitter_ms=None, quest: int = 0) -> dict:
     """One episode of n rows at k/fps; each camera frame k carries k in its pixels and is taken
-    ``jitter_ms[k]`` ms before its row (0 = exactly at the row time)."""
+    ``jitter_ms[k]`` ms before its row (0 = exactly at the row time).
+    """
     w.start_episode(task)
     for k in range(n):
         t = float(grid_timestamp(k, FPS))  # as the assembler feeds rows: k/fps rounded up to float32
@@ -208,7 +209,8 @@ def test_single_episode_quantiles_match_numpy():
 
 def test_video_pts_and_both_lookup_rules(tmp_path):
     """Frames taken 0..12 ms before their row: for every row, 'nearest within half a period' and
-    'last frame with pts <= float32(timestamp)' both return the frame written for that row."""
+    'last frame with pts <= float32(timestamp)' both return the frame written for that row.
+    """
     root = tmp_path / "ds"
     n = 90
     rng = np.random.default_rng(7)
@@ -244,7 +246,8 @@ def test_video_pts_and_both_lookup_rules(tmp_path):
 def test_every_frame_meets_both_rules_exactly(tmp_path, fps):
     """Nominal (frames at row times, up to 10 min into an episode) and capture (arbitrary times):
     read back with PyAV, every frame's pts * time_base is <= float32(its time) and less than 1e-4 s
-    below it, checked in exact arithmetic. Whole-ms PTS fail the second rule for 2 rows in 3."""
+    below it, checked in exact arithmetic. Whole-ms PTS fail the second rule for 2 rows in 3.
+    """
     root = tmp_path / "ds"
     ks = sorted({*range(40), *range(40, 600 * fps, 997), 600 * fps - 1})  # rows k/fps, sparse past 40
     rng = np.random.default_rng(fps)
@@ -473,7 +476,8 @@ def test_stats_cache_rebuilt_when_missing_or_stale(tmp_path):
 @pytest.mark.slow
 def test_back_pressure_drops_and_counts_without_blocking(tmp_path):
     """A queue of one frame and no waiting: the caller never blocks on encoding; every refused
-    frame is reported by add_frame and counted, every accepted one is in the file."""
+    frame is reported by add_frame and counted, every accepted one is in the file.
+    """
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
     root = tmp_path / "ds"
@@ -520,7 +524,8 @@ def test_bad_config_is_refused(tmp_path):
 def test_camera_thread_racing_save_never_blocks_or_corrupts(tmp_path):
     """A camera thread keeps pushing frames while the episode is saved: add_frame answers False
     during the save (no waiting on it), EpisodeStateError once no episode is open; the file holds
-    exactly the frames that were accepted."""
+    exactly the frames that were accepted.
+    """
     import threading
     import time
 
@@ -562,7 +567,8 @@ def test_camera_thread_racing_save_never_blocks_or_corrupts(tmp_path):
 
 def test_open_repairs_leftovers_deterministically(tmp_path):
     """Leftovers of each crash window: an episode in flight, payload moved but not committed,
-    interrupted atomic writes, stale derived metadata. Saved episodes stay byte-identical."""
+    interrupted atomic writes, stale derived metadata. Saved episodes stay byte-identical.
+    """
     root = tmp_path / "ds"
     with LeRobotWriter(root, config()) as w:
         record(w, "a", 20, 0, quest=1)
@@ -598,7 +604,8 @@ def test_open_repairs_leftovers_deterministically(tmp_path):
 def test_offline_encoder_is_deterministic_x264_without_mbtree(tmp_path):
     """The converter's encoder runs x264 with mbtree=0 (``VideoConfig.deterministic``): with mbtree on,
     identical frames gave different packets when thread timing varied (bench/video_determinism.py), so a
-    retried Ray task decoded to other pixels. Live recording keeps x264's default (mbtree on)."""
+    retried Ray task decoded to other pixels. Live recording keeps x264's default (mbtree on).
+    """
     from piper_recorder.lerobot.writer.video_encoder import VideoEncoder
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
 
@@ -617,7 +624,8 @@ def test_offline_encoder_is_deterministic_x264_without_mbtree(tmp_path):
 
 def _reference_packets(frames, cfg):
     """The packets PyAV gives for ``frames`` handed to ``encode`` as rgb24 frames (the encoder's input
-    before it converted frames itself): same stream settings as ``VideoEncoder``."""
+    before it converted frames itself): same stream settings as ``VideoEncoder``.
+    """
     import io
 
     import av
@@ -651,7 +659,8 @@ def test_encoder_converts_frames_as_pyav_encode_does_packets_identical(tmp_path,
     """``VideoEncoder.add`` converts RGB to yuv420p itself (no RGB copy, one swscale context): x264 gets
     the very pixels PyAV's own conversion in ``encode`` gave, so the packets are byte-identical; the
     frames queued own their pixels (the caller's array is overwritten right after ``add``), a padded-row
-    array converts like a contiguous one, and the stats sampler sees every queued frame's RGB in order."""
+    array converts like a contiguous one, and the stats sampler sees every queued frame's RGB in order.
+    """
     import av
 
     from piper_recorder.lerobot.writer.video_encoder import VideoEncoder

@@ -1,5 +1,6 @@
 """A full disk (ENOSPC) at any step of save / delete fails with a clear error and leaves the dataset
-byte-for-byte as it was; the episode stays pending and a retry succeeds."""
+byte-for-byte as it was; the episode stays pending and a retry succeeds.
+"""
 
 from __future__ import annotations
 

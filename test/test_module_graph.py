@@ -5,7 +5,8 @@ subpackages, and one place per concept (each shared helper defined once, names a
 Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:``, inside a function
 (a lazy import is still a dependency, and a cycle through one is still a cycle), and ``importlib.import_module``
 of a literal name. The tests keep the same rules: no module imports a test module, every ``test_*``
-file holds tests, and one polling wait."""
+file holds tests, and one polling wait.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def _modules() -> dict[str, Path]:
 def _imported(m: str, p: Path) -> list[tuple[str, list[str]]]:
     """(base, names) of every import in ``m``'s source, anywhere in it, relative imports resolved:
     ``import a.b`` -> ("a.b", []), ``from a import b, c`` -> ("a", ["b", "c"]), and
-    ``importlib.import_module("a.b")`` of a literal -> ("a.b", [])."""
+    ``importlib.import_module("a.b")`` of a literal -> ("a.b", []).
+    """
     pkg = (m if p.name == "__init__.py" else m.rpartition(".")[0]).split(".")
     out: list[tuple[str, list[str]]] = []
     for n in ast.walk(_tree(p)):
@@ -188,7 +190,8 @@ def test_every_subpackage_is_in_one_tier_and_imports_downward_only():
 
 def test_no_cycles_between_subpackages():
     """Collapsed to subpackages (piper_recorder.<a>, then piper_recorder.<a>.<b>), the import graph (every import,
-    function-level included) has no cycle: a subpackage never needs one that needs it."""
+    function-level included) has no cycle: a subpackage never needs one that needs it.
+    """
     graph = _imports(_modules())
     for depth in (2, 3):
 

@@ -156,7 +156,8 @@ def test_a_stale_lock_file_is_taken_over_and_removed(roots):
 
 def test_an_opener_racing_a_release_never_shares_the_lock(tmp_path, monkeypatch):
     """B opens the lock file, the holder A releases (unlinks, closes), C locks a new file, then B's flock
-    succeeds on A's orphaned inode: B must notice and fail on C's, not run beside C."""
+    succeeds on A's orphaned inode: B must notice and fail on C's, not run beside C.
+    """
     import piper_recorder.storage.sidelock as sl
 
     path = tmp_path / ".out.dsedit-lock"

@@ -2,7 +2,8 @@
 Humble (jammy) and Jazzy (noble); every runtime dependency in setup.py's install_requires is covered by one of
 those keys or listed in requirements/robot.txt (what a robot installs with pip), never both; every third-party
 module the code imports is one of them; the version is written only in package.xml; the oldest Python is the
-same wherever it is stated."""
+same wherever it is stated.
+"""
 
 from __future__ import annotations
 
@@ -135,7 +136,8 @@ def test_each_runtime_dependency_is_installed_by_rosdep_or_by_robot_txt_never_bo
 
 def _imported_modules() -> dict[str, set[str]]:
     """Top-level third-party module -> the files importing it (anywhere in the file), in both packages and
-    the launch files."""
+    the launch files.
+    """
     files = [
         *ROOT.joinpath("piper_recorder").rglob("*.py"),
         *ROOT.joinpath("rgbd_writer").rglob("*.py"),

@@ -4,7 +4,8 @@ piper-quest-web (the relay), quest_bridge, teleop and the emulated piper_arm. Pa
 still; page B (a reload, a second tab: the same origin) connects with its grip held, its controller
 30 cm further forward and its clock 1,000 s behind. The relay replaces A, and the arm must not move
 (< 1 mm, measured and commanded) until B opens its grip and grips again; then it follows B from where
-it stands (B's 5 cm, not the 30 cm offset)."""
+it stands (B's 5 cm, not the 30 cm offset).
+"""
 
 from __future__ import annotations
 

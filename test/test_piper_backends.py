@@ -257,7 +257,8 @@ def test_impedance_hold_uses_keepalive_and_step_clamp(impedance_rig):
 
 class QueuedTargets:
     """The node's polled inputs in miniature: ``put`` a target; ``wait`` returns when one waits (or at
-    the timeout, or on ``interrupt``); ``poll`` hands them to the controller as the node's handlers do."""
+    the timeout, or on ``interrupt``); ``poll`` hands them to the controller as the node's handlers do.
+    """
 
     def __init__(self):
         import threading
@@ -293,7 +294,8 @@ class QueuedTargets:
 def test_position_loop_runs_on_its_targets():
     """With the node's inputs, position control sends each target when it arrives (one tick per target,
     not the next 200 Hz tick) and otherwise ticks at hold_rate_hz (50 Hz: keepalives, holds); a stop ends
-    a wait at once."""
+    a wait at once.
+    """
     channel = f"piper_emu_{uuid.uuid4().hex[:10]}"
     emu = PiperEmulator(channel, EmulatorConfig(q_init=ArmConfig().home_joints)).start()  # off the singular rest pose
     link = PiperLink(channel, "virtual")

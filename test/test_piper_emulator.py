@@ -1,5 +1,6 @@
 """The CAN emulator against piper_sdk itself: the SDK decodes what the emulator sends, the emulator
-decodes what the SDK sends (every command the backends use), at the feedback rates of the arm."""
+decodes what the SDK sends (every command the backends use), at the feedback rates of the arm.
+"""
 
 from __future__ import annotations
 
@@ -214,7 +215,8 @@ def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
     """``PiperLink.position_command`` encodes MotionCtrl_2 + EndPoseCtrl itself: the frames equal those
     piper_sdk's ``MotionCtrl_2`` + ``EndPoseCtrl`` put on the bus for the same speed and pose, both
     through the emulator's direct virtual bus (one hand-over) and through the SDK's own per-frame send
-    (a real bus's path), and the emulated firmware follows them."""
+    (a real bus's path), and the emulated firmware follows them.
+    """
     emu, link = arm
     emu.log_rx = True
     link.enable()
@@ -260,7 +262,8 @@ def test_position_command_sends_the_sdks_frames_byte_for_byte(arm):
 
 def test_gripper_command_sends_the_sdks_frame_byte_for_byte(arm):
     """``PiperLink.gripper`` encodes GripperCtrl itself (``wire.gripper_ctrl``): the frame equals the one
-    piper_sdk's ``GripperCtrl`` puts on the bus for the same width and effort, and the emulated gripper follows."""
+    piper_sdk's ``GripperCtrl`` puts on the bus for the same width and effort, and the emulated gripper follows.
+    """
     emu, link = arm
     emu.log_rx = True
     link.enable()
@@ -347,7 +350,8 @@ def test_disabled_arm_ignores_motion_commands(arm):
 def test_virtual_bus_hands_the_sent_frame_over_without_copying_it_and_copies_for_a_second_reader():
     """vbus.DirectVirtualBus (the emulator's bus, and the SDK's once PiperLink opened it on
     ``virtual``): the first reader gets the sender's message object, a further reader a copy with
-    the same id and bytes; a real bus kind is left alone."""
+    the same id and bytes; a real bus kind is left alone.
+    """
     from can.interfaces.virtual import VirtualBus
 
     from piper_recorder.piper.vbus import DirectVirtualBus, make_direct

@@ -1,6 +1,7 @@
 """The emulator's tick without its thread (no ROS, no wall clock): the scalar dynamics and gravity against
 their numpy formulation, and the feedback frames of a tick as one ordered hand-over on the direct virtual
-bus (vbus.DirectVirtualBus: SimpleQueue receivers, send_frames, recv)."""
+bus (vbus.DirectVirtualBus: SimpleQueue receivers, send_frames, recv).
+"""
 
 from __future__ import annotations
 
@@ -167,7 +168,8 @@ def test_direct_bus_receive_queue_keeps_what_was_pending_and_times_out():
 def test_direct_bus_polls_an_emptied_queue_without_hanging():
     """A poll (timeout 0) right after the queue was emptied: Python 3.10's SimpleQueue.get(True, 0)
     hung there in most such runs; busy threads make the interpreter's pauses that expose it. The
-    polling runs in a daemon thread so that a hang fails the test instead of stopping the suite."""
+    polling runs in a daemon thread so that a hang fails the test instead of stopping the suite.
+    """
     ch = f"drain-{uuid.uuid4().hex[:8]}"
     tx, rx = DirectVirtualBus(channel=ch), DirectVirtualBus(channel=ch)
     stop, polled = threading.Event(), []

@@ -152,7 +152,8 @@ def test_other_frames_are_left_to_the_sdk():
 
 def test_link_feedback_snapshot_is_rebuilt_only_after_a_frame_and_is_read_only():
     """PiperLink.feedback(): the same snapshot while no frame was taken, a new one after any; its arrays
-    cannot be changed by one reader under another."""
+    cannot be changed by one reader under another.
+    """
     import uuid
 
     import numpy as np

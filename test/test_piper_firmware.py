@@ -120,7 +120,8 @@ def run_impedance(arm: Arm, seconds: float = 2.5) -> ArmController:
 def test_impedance_backend_adapts_and_holds_the_arm_against_gravity(arms, firmware):
     """On each band the backend drives, the torque the emulated firmware applies is the gravity the
     backend meant, and the arm holds its pose (it sagged or was thrown before: 4x torque on joints 1-3
-    on 1.7-5, a misread 12-bit torque on 1.8-8)."""
+    on 1.7-5, a misread 12-bit torque on 1.8-8).
+    """
     arm = arms(firmware)
     ctl = run_impedance(arm)
     try:

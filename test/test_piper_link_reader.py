@@ -22,7 +22,8 @@ def link_and_tap():
 
 def test_sdk_reader_on_the_virtual_bus_parses_every_frame_in_order_and_survives_a_failing_one(link_and_tap):
     """The SDK's reader thread with the link's draining ReadCanMessage: bursts arrive whole and in order,
-    a frame whose parsing raises is dropped and the reader goes on (as the SDK's own ReadCanMessage)."""
+    a frame whose parsing raises is dropped and the reader goes on (as the SDK's own ReadCanMessage).
+    """
     import time
 
     from piper_recorder.piper.vbus import DirectVirtualBus
@@ -58,7 +59,8 @@ def test_sdk_reader_on_the_virtual_bus_parses_every_frame_in_order_and_survives_
 
 def test_a_frame_listener_with_ids_is_called_for_those_frames_only(link_and_tap):
     """``set_frame_listener(listener, frame_ids)``: the node listens for the last frame of each feedback set,
-    not for every one of the ~2,300 frames a second."""
+    not for every one of the ~2,300 frames a second.
+    """
     import time
 
     from piper_recorder.piper.vbus import DirectVirtualBus

@@ -529,7 +529,8 @@ def test_resume_and_start_are_refused_while_the_headset_says_the_grip_is_held(ro
     """~/resume while the operator held the grip was accepted: the policy published until the next joy
     message took over again (14 of 30 tries, 1-6 targets). The grip on the joy stream (not teleop's
     1 Hz status) now refuses it, with teleop's hysteresis: held above takeover_above until below
-    takeover_release_below."""
+    takeover_release_below.
+    """
     rig = Rig(root, latency_ms=50)
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
     rig.run(0.5)
@@ -581,7 +582,8 @@ def test_teleop_engaged_refuses_until_it_says_otherwise_or_its_status_stops(root
 
 def test_no_policy_target_while_the_grip_is_held_whatever_the_order(root: Path):
     """The gate is checked by the tick itself: a grip recorded while paused (or by any path that did
-    not take over) publishes nothing from the next tick on, mid-chunk."""
+    not take over) publishes nothing from the next tick on, mid-chunk.
+    """
     rig = Rig(root, latency_ms=50)
     assert rig.rt.start(rig.clock.ns, ARM_PROV)[0]
     rig.run(1.0)
@@ -595,7 +597,8 @@ def test_no_policy_target_while_the_grip_is_held_whatever_the_order(root: Path):
 def test_builder_start_uses_the_captures_before_it_as_the_recorders_do(root: Path):
     """Frames seen while stopped feed the start's phase estimate (CaptureHistory, as in the recorders):
     the first observation is the first tick's, not one after a camera warm-up; a builder that saw
-    only two frames before the start waits for that warm-up."""
+    only two frames before the start waits for that warm-up.
+    """
     from piper_recorder.assembly.assembler import WARMUP_S
 
     def first_obs_tick(before: int) -> int:

@@ -1,6 +1,7 @@
 """The gr00t backend against a GR00T N1.5 inference service built from the published schema
 (test/gr00t_test_server.py): round trip with the training root's modality keys, error answers,
-timeouts (and recovery after one), api_token, the server's own modality config."""
+timeouts (and recovery after one), api_token, the server's own modality config.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def observation(seed: int = 0) -> Observation:
 
 def drift_policy(data: dict[str, Any]) -> dict[str, np.ndarray]:
     """A policy the test can predict: the EEF drifts 1 mm per step in x, rotation and gripper held.
-    Checks the observation the way GR00T's policy would (shapes and dtypes per key)."""
+    Checks the observation the way GR00T's policy would (shapes and dtypes per key).
+    """
     for cam in ("video.front", "video.wrist"):
         v = data[cam]
         if v.dtype != np.uint8 or v.shape != (1, H, W, 3):

@@ -102,7 +102,8 @@ def test_no_server_is_a_backend_error():
 # ---- #21 item 1: redirects are refused --------------------------------------------------------------
 class _Origin:
     """A real http.server: ``redirect`` answers every request with ``code`` to ``to`` + the same path;
-    without it, it is the other origin: GET /predict answers rows, GET /info its own hash."""
+    without it, it is the other origin: GET /predict answers rows, GET /info its own hash.
+    """
 
     def __init__(self, code: int = 302, to: str | None = None):
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -149,8 +150,9 @@ class _Origin:
 
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_a_redirect_to_another_origin_is_refused_for_predict_and_info(code):
-    """urllib's default opener followed a 302 (as a GET) to any origin: the arm ran that origin's rows
-    and /info's content_hash (the rollout's provenance) named that origin's checkpoint."""
+    """Urllib's default opener followed a 302 (as a GET) to any origin: the arm ran that origin's rows
+    and /info's content_hash (the rollout's provenance) named that origin's checkpoint.
+    """
     other = _Origin()
     front = _Origin(code, to=other.url)
     try:
@@ -244,7 +246,8 @@ def test_transport_failures_say_what_the_server_did(reply, match):
 )
 def test_malformed_answers_name_the_problem(server, body, match):
     """These escaped as RecursionError / OverflowError (the pause read "backend RecursionError: ...") or
-    became inf in float32."""
+    became inf in float32.
+    """
     url, st = server
     st.body = body
     with pytest.raises(BackendError, match=match) as e:

@@ -1,6 +1,7 @@
 """piper-policy-server's ROS-free parts in the project's venv (no torch): PiperPilot's /predict
 protocol both ways, the request -> input-feature mapping, the HTTP server over a stand-in runner.
-The real LeRobot checkpoint is served in test/test_policy_server_act.py (trainer venv)."""
+The real LeRobot checkpoint is served in test/test_policy_server_act.py (trainer venv).
+"""
 
 from __future__ import annotations
 
@@ -257,7 +258,8 @@ def jpeg_bytes(rgb: npt.NDArray[np.uint8]) -> bytes:
 
 def claimed_size(jpeg: bytes, w: int, h: int) -> bytes:
     """The same small JPEG with its frame header (SOF0) claiming w x h: Pillow's lazy open reports that
-    size; decoding it would allocate w*h*3 bytes before finding the scan data too short."""
+    size; decoding it would allocate w*h*3 bytes before finding the scan data too short.
+    """
     i = jpeg.index(b"\xff\xc0")
     return jpeg[: i + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + jpeg[i + 9 :]
 
@@ -298,7 +300,8 @@ def body_with(images: dict[str, str]) -> bytes:
 
 def test_images_of_cameras_the_policy_does_not_use_are_not_decoded(served_inputs):
     """Every image was decoded, used or not: here the unused ones are a PNG and bytes that are no image
-    at all, which the old server refused (400) after decoding them."""
+    at all, which the old server refused (400) after decoding them.
+    """
     png = io.BytesIO()
     Image.fromarray(frame()).save(png, format="PNG")
     status, doc = post(
@@ -310,7 +313,8 @@ def test_images_of_cameras_the_policy_does_not_use_are_not_decoded(served_inputs
 
 def test_a_used_image_of_another_size_is_refused_from_its_header(served_inputs):
     """A 12500x12500 frame header over 600 bytes: refused with the size, before any decode (the old
-    server decoded it first: 470 MB for this one image)."""
+    server decoded it first: 470 MB for this one image).
+    """
     bomb = claimed_size(jpeg_bytes(frame()), 12500, 12500)
     from piper_recorder.policy.server.protocol import jpeg_size
 
@@ -331,7 +335,8 @@ def test_only_jpeg_is_accepted(served_inputs, fmt):
 
 def test_without_listed_inputs_count_and_pixels_are_bounded(served):
     """A runner that does not list its inputs: at most MAX_IMAGES images of at most MAX_PIXELS each,
-    both checked before decoding; and Pillow's own bomb cap is set to the same bound."""
+    both checked before decoding; and Pillow's own bomb cap is set to the same bound.
+    """
     from piper_recorder.policy.server.protocol import MAX_IMAGES, MAX_PIXELS
 
     _server, _runner, url = served
@@ -378,7 +383,8 @@ def closed_by_server(s: socket.socket, within_s: float) -> bool:
 
 def test_half_sent_requests_are_bounded_and_time_out():
     """300 half-sent requests held 300 threads for over 60 s; now a fixed pool serves, excess
-    connections get 503 at once, and a client that stops sending is dropped after the socket timeout."""
+    connections get 503 at once, and a client that stops sending is dropped after the socket timeout.
+    """
     runner = Chunker()
     server = make_server(runner, "127.0.0.1", 0, workers=3, queued=2, client_timeout_s=0.5)
     t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -412,7 +418,8 @@ def test_half_sent_requests_are_bounded_and_time_out():
 
 def test_a_client_that_goes_away_costs_no_traceback(capfd):
     """A client that resets the connection before its answer: socketserver printed a traceback per
-    client to stderr."""
+    client to stderr.
+    """
 
     class Slow(Chunker):
         def predict(self, req: PredictRequest) -> npt.NDArray[np.float32]:

@@ -44,7 +44,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 @pytest.fixture(scope="module")
 def demo_root(tmp_path_factory) -> Path:
     """One saved episode with rows and stats. piper-demo may save nothing on a loaded machine (seen: the
-    recorder discarded the episode, "never received ['commanded_gripper']"), so it gets a second try."""
+    recorder discarded the episode, "never received ['commanded_gripper']"), so it gets a second try.
+    """
     log = ""
     for attempt in range(2):
         out = tmp_path_factory.mktemp(f"policy_demo{attempt}")

@@ -153,7 +153,8 @@ def stop_server(p: subprocess.Popen) -> None:
 
 def grip_until_takeover(s, w: Watch) -> None:
     """The operator closes the right grip on the headset's joy topic until the policy's actor says
-    ``operator`` (the takeover), as the bridge would publish it while the hand stays closed."""
+    ``operator`` (the takeover), as the bridge would publish it while the hand stays closed.
+    """
     from sensor_msgs.msg import Joy
 
     pub = s._node.create_publisher(Joy, "/quest/right/joy", 10)
@@ -168,7 +169,8 @@ def grip_until_takeover(s, w: Watch) -> None:
 def check_envelope(targets: list, breaks: list[int], cfg: LimitsConfig, dt: float) -> None:
     """Every target finite, unit and in the box; consecutive policy targets within 2x the speed caps
     (the caps hold per control tick; DDS delivery jitter bunches ticks), except across the marks
-    where another source (takeover) or a re-anchor (resume) starts a new run."""
+    where another source (takeover) or a re-anchor (resume) starts a new run.
+    """
     lo, hi = (np.array(c) for c in cfg.clamp_box)
     for _, p, q in targets:
         assert np.all(np.isfinite(p)) and np.all(np.isfinite(q)) and abs(np.linalg.norm(q) - 1) < 1e-6
@@ -315,7 +317,8 @@ def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
 
 def wait_inputs(w: Watch) -> None:
     """The policy node has arm feedback and a frame of every trained camera (else ~/start refuses
-    for that, before any binding check: a race on a loaded machine)."""
+    for that, before any binding check: a race on a loaded machine).
+    """
     w.wait(
         lambda: bool(w.status.get("input_age_s")) and None not in w.status["input_age_s"].values(),
         60,
@@ -331,7 +334,8 @@ def wait_pause(w: Watch, before: int, what: str) -> None:
 def assert_held(w: Watch, since_ns: int) -> None:
     """Targets keep coming at control rate and all equal: the arm holds. Only targets the policy
     published after ``since_ns`` (a time after the pause status arrived) count: one published before
-    the pause may reach this node after that status on a loaded machine (another topic, no order)."""
+    the pause may reach this node after that status on a loaded machine (another topic, no order).
+    """
     with w.lock:
         got = [t for t in w.targets if t[0] > since_ns]
     assert len(got) >= 15, f"only {len(got)} targets in 1 s while paused"
@@ -343,7 +347,8 @@ def test_rollout_rows_say_who_acted(tmp_path):
     """A hold policy drives the sim arm while the recorders record one episode; the operator's grip
     takes over in the middle. The launcher switched the LeRobot recorder's ``actor_topic`` on with the
     policy node, so each row's complementary_info.actor (read with pyarrow) is the policy's code (1)
-    before the takeover and the operator's (2) after it, changing once."""
+    before the takeover and the operator's (2) after it, changing once.
+    """
     import pyarrow.parquet as pq
 
     from piper_recorder.graph.sim_session import SimSession, size_overrides
@@ -393,7 +398,8 @@ def test_start_is_refused_while_the_headset_grip_is_held(tmp_path):
     """#21 item 2 in the graph: the simulated headset holds the right grip closed (script ``circle``,
     engaged from 1.3 s on, as quest_bridge publishes it every frame). ~/start is refused naming the
     grip and the policy never publishes a target (its tick counter stays 0). The old node accepted it
-    and published until the next joy message took over."""
+    and published until the next joy message took over.
+    """
     from std_msgs.msg import String
 
     from piper_recorder.graph.sim_session import SimSession, size_overrides
@@ -432,7 +438,8 @@ def test_a_policy_started_mid_episode_is_named_with_when_it_acted(tmp_path):
     ~/resume hands back. episodes.jsonl names the policy (the old recorder named none: no policy was
     active at the episode's start) with both stretches it drove the arm, on the rows' time axis. With
     the headset idle nothing commands the arm before the policy, so the episode's rows (which need
-    /arm/commanded_gripper) begin with the policy's first targets: its first stretch starts at row 0."""
+    /arm/commanded_gripper) begin with the policy's first targets: its first stretch starts at row 0.
+    """
     from piper_recorder.graph.sim_session import SimSession, size_overrides
 
     train = training_root(tmp_path / "train", None)

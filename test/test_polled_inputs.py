@@ -1,7 +1,8 @@
 """PolledInputs: subscriptions no executor serves. ``poll`` hands over every waiting message in order,
 decoded (cdr.decode) with its DDS reception time; a payload that does not decode is a counted drop;
 the owner's remappings apply; ``wait`` returns when a message waits, at its timeout, or on ``interrupt``;
-the owner's executor never runs their callbacks."""
+the owner's executor never runs their callbacks.
+"""
 
 from __future__ import annotations
 

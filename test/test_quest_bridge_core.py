@@ -58,7 +58,8 @@ def test_hello_and_heartbeat_pass_raw_only():
 
 def test_a_connection_and_a_new_page_start_a_new_source_with_a_fresh_clock():
     """A reload whose clock runs 1,000 s behind the old page's is stamped at its own capture times; the
-    same page's hellos again (a controller change, an XR session) are no new source."""
+    same page's hellos again (a controller change, an XR session) are no new source.
+    """
     core = BridgeCore()
     assert core.on_connection().source_change
     assert not core.handle(frame(mono=5000.0), 2000 * S).source_change
@@ -103,7 +104,7 @@ def test_a_frame_with_a_hello_key_does_not_replace_the_hello():
 
 
 def _backlog(n=180, release_at=90, regrip_at=None, press=()):
-    """n frames of a 90 Hz stream, all read at once; the right grip opens at ``release_at``."""
+    """N frames of a 90 Hz stream, all read at once; the right grip opens at ``release_at``."""
     msgs = []
     for i in range(n):
         squeeze = 1.0 if i < release_at or (regrip_at is not None and i >= regrip_at) else 0.0
@@ -166,7 +167,8 @@ def test_hellos_that_cannot_be_represented_are_refused_by_name_and_the_good_one_
 
 def test_a_hello_that_cannot_be_encoded_is_dropped_and_counted_not_raised():
     """Behind the parser: a Hello built another way with a value json cannot encode never reaches
-    /quest/hello, and nothing raises into the client thread (which would drop the batch's raw lines)."""
+    /quest/hello, and nothing raises into the client thread (which would drop the batch's raw lines).
+    """
     core = BridgeCore()
     out = core.handle(Hello(info={"app": "x", "v": float("nan")}, raw="{}"), 1)
     assert out.hello_json is None and out.hello is None and out.raw == "{}"

@@ -321,7 +321,8 @@ def test_bridge_drops_bad_lines_and_reports_them(ros_domain, tmp_path):
 @pytest.mark.timeout(90)
 def test_bridge_forwards_panel_commands_and_replays_the_tint_on_reconnect(ros_domain, tmp_path):
     """/quest/command: checked, forwarded to the headset; the latest tint and panel placement are sent
-    again when a restarted headset connects (it shows the recording tint without waiting for a change)."""
+    again when a restarted headset connects (it shows the recording tint without waiting for a change).
+    """
     ros_domain.apply()
     import rclpy
     from std_msgs.msg import String

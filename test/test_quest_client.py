@@ -192,7 +192,8 @@ def test_backoff_schedule_shared_by_client_and_video_sender():
 
 def test_a_web_page_is_told_why_its_lines_are_refused_at_most_once_a_second():
     """The page (hello "client": "web") gets {"cmd": "rejected", ...} with the parser's reason, the first at
-    once and the rest rate-limited into the next; a headset that did not say it can show them gets none."""
+    once and the rest rate-limited into the next; a headset that did not say it can show them gets none.
+    """
     import json
     import socket
 

@@ -86,7 +86,8 @@ def test_host_clock_step_forward_followed_after_confirmation():
 def test_backlog_after_a_stall_keeps_its_capture_times():
     """2 s of frames held back (a stalled bridge or link) arrive at one instant: each keeps its own
     capture time. (The jump rule used to count that single instant as a confirmed host clock step and
-    stamped the whole backlog "now": seconds-old poses looked fresh to teleop.)"""
+    stamped the whole backlog "now": seconds-old poses looked fresh to teleop.)
+    """
     m = MonoClockMapper(ClockMapperConfig(window_s=10.0, jump_threshold_s=0.25, jump_confirm_s=1.0))
     t = 0.0
     while t < 3.0:

@@ -1,5 +1,6 @@
 """The simulated headset: deterministic script timeline, frames on the wire match ScriptedHeadset.sample,
-replay of a recorded stream with its relative timing, and the CLI."""
+replay of a recorded stream with its relative timing, and the CLI.
+"""
 
 from __future__ import annotations
 
@@ -209,7 +210,8 @@ def _hud(sender, **state):
 def test_sim_headset_regrips_when_the_hud_shows_a_release():
     """Over the real channels: the headset squeezes (continuous script); a HUD frame whose release count
     grew makes it open the grip below the clutch's release threshold and squeeze again. The first HUD
-    only sets the count; a HUD that still shows the clutch idle a while after the re-grip re-grips again."""
+    only sets the count; a HUD that still shows the clutch idle a while after the re-grip re-grips again.
+    """
     from piper_recorder.quest.video import PanelSender, SenderConfig
 
     server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0), log=lambda _m: None)
@@ -253,7 +255,8 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
 def test_sim_headset_regrips_when_its_first_hud_already_says_to():
     """A video channel that comes up after a release: the first HUD already shows the clutch idle with
     the release's error line; the operator reading it re-grips, and so does the sim. A first HUD that
-    shows only a count (no error, or the clutch engaged) does not."""
+    shows only a count (no error, or the clutch engaged) does not.
+    """
     from piper_recorder.quest.video import PanelSender, SenderConfig
 
     for first, regrips in (

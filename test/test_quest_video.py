@@ -250,7 +250,8 @@ def test_limits_report_which_one_shaped_the_target():
 
 def test_hud_shows_a_release_teleop_made_and_counts_it():
     """Issue 20.4: a forced release (teleop's forced_releases grows, the clutch idle) shows on the HUD
-    with its reason and what to do, and the HUD state carries the count (the sim headset re-grips on it)."""
+    with its reason and what to do, and the HUD state carries the count (the sim headset re-grips on it).
+    """
     m = HudModel("lerobot_recorder")
     m.on_teleop_status(10.0, {"engaged": False, "forced_releases": 2, "last_release": "menu"})
     assert m.state(10.0).error == "" and m.state(10.0).releases == 2  # the first status: the count only
@@ -268,7 +269,8 @@ def test_hud_shows_a_release_teleop_made_and_counts_it():
 def test_hud_that_hears_teleop_late_still_shows_a_recent_release():
     """A quest_video that hears teleop only after a release (started late, discovery slow, restarted)
     shows it if it is recent (``last_release_age_s`` within the error hold), from when it happened; an
-    old one, or one on a teleop that gives no age, only sets the count."""
+    old one, or one on a teleop that gives no age, only sets the count.
+    """
     m = HudModel("lerobot_recorder", error_hold_s=8.0)
     m.on_teleop_status(
         100.0,
@@ -294,7 +296,8 @@ def test_hud_that_hears_teleop_late_still_shows_a_recent_release():
 
 def test_hud_image_is_encoded_once_per_look_and_each_frame_carries_its_own_state(monkeypatch):
     """A HUD whose pixels did not change reuses its JPEG (drawn once); the state (timer, rates) still
-    reaches the headset in each frame's comment, and the image decodes to what a direct render gives."""
+    reaches the headset in each frame's comment, and the image decodes to what a direct render gives.
+    """
     from piper_recorder.quest import hud
 
     monkeypatch.setattr(hud, "_HUD_JPEG", {})  # no look cached by an earlier test

@@ -1,6 +1,7 @@
 """Issue 20.5 in real processes: quest_video's ~/status carries, per camera, the frames it received
 (count, rates) and the panels it sent against their target; sim_camera's ~/status its published rate;
-the HUD the headset decodes carries the resulting health (nothing degraded on a quiet loopback)."""
+the HUD the headset decodes carries the resulting health (nothing degraded on a quiet loopback).
+"""
 
 from __future__ import annotations
 

@@ -313,7 +313,8 @@ def _run_session(page: Any, w: Watcher, report: Path, graph: Graph) -> None:
 
     def released_stale(script: str) -> tuple[int, dict]:
         """Run ``script`` (it returns framesSent before it hides the page): teleop releases the clutch as
-        the stream goes stale; the frames sent before and the page's stats half a second later."""
+        the stream goes stale; the frames sent before and the page's stats half a second later.
+        """
         sent = page.evaluate(script)
         wait_for(lambda: w.teleop.get("engaged") is False, 5.0, "the clutch released", dump, step=0.05)
         assert "stale" in str(w.teleop.get("last_release")), w.teleop

@@ -1,7 +1,8 @@
 """The headset page in headless Chromium without an XR device (no IWER), served by the relay in this process
 (no ROS): it must not claim to be ready when WebXR offers no immersive session but say why; a "rejected"
 command from the host is shown (which component refused how many lines, and why); a close reason is
-shown with the reconnect. ~5 s."""
+shown with the reconnect. ~5 s.
+"""
 
 from __future__ import annotations
 

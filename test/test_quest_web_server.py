@@ -247,7 +247,8 @@ def test_protocol_errors_close_the_page_with_a_reason(relay):
 
 def test_a_lan_address_needs_a_certificate_or_the_named_opt_in(tmp_path):
     """Plain HTTP on the LAN would let anyone there open the page and drive the arm (the dashboard asks for
-    a token there): a non-loopback host needs cert + key, or insecure_http said out loud."""
+    a token there): a non-loopback host needs cert + key, or insecure_http said out loud.
+    """
     for host in ("0.0.0.0", "::", "192.168.1.50", "robot.lan"):
         with pytest.raises(ValueError, match=f"host '{host}' is not a loopback address: give cert and key"):
             WebConfig(host=host).validate()
@@ -271,7 +272,8 @@ def _closed(ws: WebSocketClient) -> tuple[int, str]:
 def test_a_hello_no_consumer_could_hold_closes_the_page_with_its_reason(relay, caplog):
     """NaN, 1e999, 30,000 nested lists, an unpaired surrogate: each is refused with a counted, named
     reason and a close frame saying it; the good hello stays the one the bridge gets, and no connection
-    handler raises (asyncio's "Unhandled exception in client_connected_cb")."""
+    handler raises (asyncio's "Unhandled exception in client_connected_cb").
+    """
     from support.quest_hellos import UNREPRESENTABLE
 
     bridge = _bridge(relay)
@@ -356,7 +358,8 @@ def test_https_with_a_user_certificate(tmp_path):
 def test_each_new_page_starts_a_new_source_before_any_of_its_lines(relay):
     """Page A is replaced by page B (a reload, a second tab): the bridge hears the relay's hello for B
     before B's first frame, whether or not B sends a hello of its own; a bridge connecting later gets
-    the current page's hello, not an earlier page's."""
+    the current page's hello, not an earlier page's.
+    """
     bridge = _bridge(relay)
     lines = bridge.makefile("rb")
     a = _ws(relay.ports["web"])
@@ -390,8 +393,9 @@ def test_each_new_page_starts_a_new_source_before_any_of_its_lines(relay):
 
 
 def test_the_report_after_stop_is_written_and_leaves_no_coroutine_behind(tmp_path, recwarn):
-    """main writes a last report after stopping the relay: it must hold the final counters, at once, and
-    no coroutine may be left unawaited on the stopped loop (a RuntimeWarning at exit)."""
+    """Main writes a last report after stopping the relay: it must hold the final counters, at once, and
+    no coroutine may be left unawaited on the stopped loop (a RuntimeWarning at exit).
+    """
     import gc
 
     gc.collect()  # what earlier tests left behind is theirs, not this relay's
@@ -420,7 +424,8 @@ def test_the_report_after_stop_is_written_and_leaves_no_coroutine_behind(tmp_pat
 
 def test_a_relay_that_could_not_start_or_never_did_stops_without_leaving_its_loop(recwarn):
     """start() failing (its port taken) and a relay never started: stop() closes the loop and schedules
-    nothing on it (before, a coroutine never awaited and an unclosed loop surfaced in a later test)."""
+    nothing on it (before, a coroutine never awaited and an unclosed loop surfaced in a later test).
+    """
     import gc
 
     gc.collect()
@@ -445,7 +450,8 @@ def test_a_relay_that_could_not_start_or_never_did_stops_without_leaving_its_loo
 @pytest.mark.integration
 def test_piper_quest_web_report_at_shutdown(tmp_path):
     """The console script with --report, stopped by SIGINT: a final report, nothing on stderr about an
-    unawaited coroutine."""
+    unawaited coroutine.
+    """
     import signal
     import subprocess
     import sys
@@ -477,7 +483,8 @@ def test_piper_quest_web_report_at_shutdown(tmp_path):
 @pytest.mark.slow  # waits out the notices' rate limit
 def test_the_page_is_told_why_its_lines_are_refused():
     """quest_bridge's client (its parser refuses a frame with 1e999) and the relay (a message of two lines)
-    each tell the page, as a command line, what they refused and why; rate-limited to one a second each."""
+    each tell the page, as a command line, what they refused and why; rate-limited to one a second each.
+    """
     from piper_recorder.quest.client import ClientConfig, QuestClient
 
     relay = WebRelay(WebConfig(port=0, bridge_port=0, video_port=-1), log=lambda _l: None)  # pages silent 5 s

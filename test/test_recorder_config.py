@@ -140,7 +140,8 @@ def test_validate_errors_name_the_parameter(tmp_path, cls, values, needle):
 def test_nodes_declare_the_shared_classes_and_read_a_file_as_load_config(ros_domain):
     """declare_config on a real node started as the launchers start it (config/sim.yaml, then the
     parameters launch_overrides derives: a launch file's ``parameters=[config, derived]``) gives what the
-    converter loads from the file."""
+    converter loads from the file.
+    """
     rclpy = pytest.importorskip("rclpy")
     from rclpy.node import Node
     from rclpy.parameter import Parameter

@@ -87,7 +87,8 @@ def test_preroll_makes_row_zero_the_start():
 
 def test_the_episode_starts_when_asked_not_when_the_writer_has_opened_its_files():
     """The writer's session and episode start take their time (files, a session record); meanwhile the
-    inputs keep arriving into the buffers, so the episode starts at the request, wherever it is aimed."""
+    inputs keep arriving into the buffers, so the episode starts at the request, wherever it is aimed.
+    """
     clock = Clock()
 
     class SlowWriter(FakeLeRobotWriter):
@@ -200,7 +201,8 @@ def test_refused_session_leaves_recorder_idle_and_retries():
 
 def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monkeypatch):
     """An encoder stalled longer than encoder_max_block_s: frames are dropped on the writer thread and
-    episodes.jsonl shows it (frames_written < length, each drop counted)."""
+    episodes.jsonl shows it (frames_written < length, each drop counted).
+    """
     import dataclasses
     import json
 
@@ -263,7 +265,8 @@ def test_nominal_encoder_drops_show_as_frames_written_below_rows(tmp_path, monke
 
 def test_full_disk_at_save_keeps_the_episode_and_a_later_stop_saves_it(tmp_path, monkeypatch):
     """ENOSPC while saving: the answer says so, nothing is discarded, start is refused until the episode is
-    dealt with, and stop_episode once space is back saves it whole (validated by the independent checker)."""
+    dealt with, and stop_episode once space is back saves it whole (validated by the independent checker).
+    """
     import errno
     import json
 
@@ -341,7 +344,8 @@ def test_failed_save_can_be_discarded_and_shutdown_drops_it():
 
 def test_rgbd_save_failure_is_reported_once_without_a_failed_discard():
     """The RGB-D writer rolls a failed commit back (its journal truncates the episode's frames): the answer
-    says the episode is lost, with no misleading "discard failed", and the next episode can start."""
+    says the episode is lost, with no misleading "discard failed", and the next episode can start.
+    """
 
     class FullDisk(FakeRgbdWriter):
         recording = False  # what RgbdWriter reports after end_episode rolled back
@@ -375,7 +379,8 @@ def test_row_zero_frame_depends_on_stamps_not_on_what_arrived_before_the_start()
     (or the other way round): both must pick the same frames. A camera at the row rate captures ~2 ms
     before each row with +-10 ms of jitter, so the locked slot is a period back and row 0's frame is the
     capture ~35 ms before the start; the newest capture before the start (~2 ms) is row 1's. Before, a
-    recorder that held the newest one before the start took it for row 0 (what it had) and repeated it."""
+    recorder that held the newest one before the start took it for row 0 (what it had) and repeated it.
+    """
     rng = np.random.default_rng(7)
     period = 1e9 / 30
     t0 = time.time_ns() // 1_000_000_000 * 1_000_000_000

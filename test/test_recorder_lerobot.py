@@ -126,7 +126,8 @@ def test_stop_episode_at_ends_200_ms_before_its_arrival_with_exact_rows(ros_doma
     """A stop stamped 200 ms before it is sent (a headset press delivered late) ends there: the saved
     end is the stamp and the rows are the grid ticks from the start to it. ``stop_reach_s`` 0.4: rows wait
     that much more than ``lateness_s``, so 200 ms back is not yet written when the stop arrives, however
-    loaded this machine (``assembled_until_ns``)."""
+    loaded this machine (``assembled_until_ns``).
+    """
     from piper_recorder.names import STOP_EPISODE_AT
 
     root = tmp_path / "ds"

@@ -180,7 +180,8 @@ def node_configs():
 @pytest.mark.parametrize("mode", ["sim", "robot"])
 def test_every_node_parameter_is_typed_and_read_only_unless_applied_at_run_time(ros_domain, mode):
     """The shipped parameter files (integers where floats are declared, lists) load into typed
-    parameters; only `task` and the sim camera's faults may change on a running node."""
+    parameters; only `task` and the sim camera's faults may change on a running node.
+    """
     import rclpy
     from rclpy.node import Node
     from rclpy.parameter import Parameter

@@ -1,5 +1,6 @@
 """A stop always answers (no ROS): a recorder whose writer cannot keep up still ends the episode at its
-stop time, within lateness + the writer's lag bound + the save, with the shed frames counted."""
+stop time, within lateness + the writer's lag bound + the save, with the shed frames counted.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """piper-repair on roots with whole-ms video PTS (as recorders wrote them before issue 11).
 
 The roots come from the spec-built fixtures (PyAV directly, not the writer); the results are read
-back with PyAV and pyarrow and checked in exact arithmetic, and by the validator."""
+back with PyAV and pyarrow and checked in exact arithmetic, and by the validator.
+"""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def set_capture(root: Path, ep: int) -> None:
 
 def old_root(path: Path, lengths=(12, 9, 7)) -> Path:
     """Whole-ms root: nominal episodes (frame k at floor(float32(k/30) * 1000) ms) and, as the last
-    episode, a capture-mode one with frames off the rows."""
+    episode, a capture-mode one with frames off the rows.
+    """
     root = small_root(path, lengths=lengths, time_base=MS)
     last = len(lengths) - 1
     for c, cam in enumerate(CAMS):
@@ -241,7 +243,8 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, v
     """A root from the project's writer fed row times k/30 (what recorders did before issue 11:
     timestamps rounded to the nearest float32, frames floored from them), downgraded to whole-ms PTS
     (what it wrote before that), repaired: parquet tables equal, and PTS and packets equal, those of
-    the same recording written now (rows at grid_timestamp, k/30 rounded up); lerobot-doctor accepts it."""
+    the same recording written now (rows at grid_timestamp, k/30 rounded up); lerobot-doctor accepts it.
+    """
     from piper_recorder.assembly.assembler import grid_timestamp
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
     from support.lerobot_data import H, W, index_frame, row_values
@@ -304,7 +307,8 @@ def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, v
 
 def nearest_root(path: Path, time_base: Fraction, lengths=(41, 9)) -> Path:
     """A root as recorders wrote it before the up-rounding: timestamps k/30 rounded to the NEAREST
-    float32 (below k/30 for rows 17, 19, ...), frame PTS floored from them (in ``time_base``)."""
+    float32 (below k/30 for rows 17, 19, ...), frame PTS floored from them (in ``time_base``).
+    """
     return small_root(path, lengths=lengths, time_base=time_base, round_up=False)
 
 
@@ -316,7 +320,8 @@ def data_path(root: Path, ep: int) -> Path:
 def test_nearest_rounded_timestamps_are_moved_onto_the_grid(tmp_path, time_base):
     """Nominal episodes: the parquet's timestamp column becomes k/30 rounded up to float32, every other
     column, the schema and its metadata unchanged; the videos' packets stay bit-identical at PTS
-    floor(t * 90000) = 3000 k; LeRobot's lookup then gets every row's frame."""
+    floor(t * 90000) = 3000 k; LeRobot's lookup then gets every row's frame.
+    """
     root = nearest_root(tmp_path / "r", time_base)
     below = [k for k, t in enumerate(timestamps(root, 0)) if Fraction(t) < Fraction(k, 30)]
     assert below and not [k for k, t in enumerate(timestamps(root, 1)) if Fraction(t) < Fraction(k, 30)]
@@ -371,7 +376,8 @@ def test_nearest_rounded_timestamps_are_moved_onto_the_grid(tmp_path, time_base)
 def test_killed_between_videos_and_parquet_rerun_finishes(tmp_path, monkeypatch):
     """Videos go first, then their episode's parquet: a failure (or kill) at the parquet's rename
     leaves the parquet byte for byte as it was and no temp file; the videos, already on the grid, are
-    skipped by the re-run, which rewrites the parquet."""
+    skipped by the re-run, which rewrites the parquet.
+    """
     root = nearest_root(tmp_path / "r", MS)
     parquet = data_path(root, 0)
     digest = sha(parquet)

@@ -178,7 +178,8 @@ def test_replay_aborts_and_holds_on_stale_arm_feedback(recorded, ros_domain, tmp
 def test_slow_episode_load_does_not_starve_arm_feedback(recorded, ros_domain, monkeypatch):
     """Reading the episode must not happen inside an executor callback: while it blocks, no
     /arm/eef_pose callback runs and playback would abort on "stale" feedback the moment it starts.
-    In-process: the replay node on its EventsExecutor, an echoing arm in its own context and thread."""
+    In-process: the replay node on its EventsExecutor, an echoing arm in its own context and thread.
+    """
     import rclpy
     from geometry_msgs.msg import PoseStamped
     from rclpy.executors import SingleThreadedExecutor

@@ -1,5 +1,6 @@
 """Replay core: episode loading, the slow approach, playback timing, tracking statistics and the player
-(the state machine: when the arm may move on its feedback)."""
+(the state machine: when the arm may move on its feedback).
+"""
 
 import json
 
@@ -113,7 +114,8 @@ def _episode(n: int = 30, fps: float = 30.0) -> ReplayEpisode:
 
 class Sim:
     """A fake clock, an arm that follows every target at once, and feedback at 100 Hz except in ``gaps``
-    (``(t0, t1)`` intervals without any); records every target with the age of the feedback it saw."""
+    (``(t0, t1)`` intervals without any); records every target with the age of the feedback it saw.
+    """
 
     def __init__(self, gaps=(), **cfg):
         self.player = ReplayPlayer(ReplayConfig(**{"approach_linear_speed": 0.15, **cfg}))
@@ -141,7 +143,8 @@ class Sim:
 
 def test_player_start_hiccup_holds_then_plays():
     """One feedback message, then a pause longer than ``stale_feedback_s`` (a starting arm node, a loaded
-    machine): the run waits without moving, then plays the whole episode."""
+    machine): the run waits without moving, then plays the whole episode.
+    """
     sim = Sim(gaps=[(0.001, 0.6)])
     sim.run(0.0)
     sim.player.on_feedback(sim.pose, 0.0)

@@ -41,7 +41,8 @@ def test_quantize_uint16_millimetres_same_range_rule():
 @pytest.mark.parametrize("lo_m, hi_m", [(0.1, 6.0), (0.0004, 65.535), (0.001, 0.001), (30.0, 65.535)])
 def test_quantize_uint16_is_the_range_rule_for_every_value(lo_m, hi_m):
     """The uint16 path (one wrapping subtract + compare) against the rule itself, every value, any range
-    the config allows (0 < min <= max <= 65.535 m); a new array each time, a strided input too."""
+    the config allows (0 < min <= max <= 65.535 m); a new array each time, a strided input too.
+    """
     mm = np.arange(65536, dtype=np.uint16).reshape(256, 256)
     lo, hi = round(lo_m * 1000), round(hi_m * 1000)
     want = np.where((mm >= lo) & (mm <= hi), mm, 0)
@@ -209,7 +210,8 @@ def _scratch_memfds() -> int:
 
 def test_ended_encoder_threads_close_their_scratch_memfd():
     """Every writer's pool threads end at close(): each used to leak its memfd (threading.local never
-    ran the scratch's __del__ per thread)."""
+    ran the scratch's __del__ per thread).
+    """
     import gc
     import threading
 
@@ -224,8 +226,9 @@ def test_ended_encoder_threads_close_their_scratch_memfd():
 
 
 def test_a_scratch_descriptor_number_taken_over_by_another_file_is_never_written(tmp_path):
-    """glymur reaches the memfd as /proc/self/fd/N: if N is closed elsewhere and reused, the encoder
-    must not truncate and overwrite the file that now holds N (nor read its bytes back as a payload)."""
+    """Glymur reaches the memfd as /proc/self/fd/N: if N is closed elsewhere and reused, the encoder
+    must not truncate and overwrite the file that now holds N (nor read its bytes back as a payload).
+    """
     mm = codecs.quantize_depth(cw.frame(3, 1, 48, 64)[1], 0.1, 6.0)
     ref = codecs.encode_depth(mm)
     fd, _ = codecs._scratch.path()

@@ -1,5 +1,6 @@
 """One writer per HDF5 file whatever path reaches it (symlink, hard link, another directory), and the
-crash journal is found through any symlink: real processes, independent checks with h5py."""
+crash journal is found through any symlink: real processes, independent checks with h5py.
+"""
 
 from __future__ import annotations
 
@@ -139,7 +140,8 @@ def test_journal_of_a_killed_writer_is_found_through_another_path(tmp_path):
 def test_releasing_the_lock_cannot_let_a_third_writer_in(tmp_path):
     """Behavioural check of the release: the lock is the file's own inode, so a writer closing (no lock file
     to unlink) lets exactly one next writer in, and a third is refused while that one writes. (The old
-    <path>.lock race needed an interleaving inside the constructor; this test does not reproduce it.)"""
+    <path>.lock race needed an interleaving inside the constructor; this test does not reproduce it.)
+    """
     path = tmp_path / "f.hdf5"
     a = RgbdWriter(path, RgbdConfig(width=cw.W, height=cw.H))
     cw.write_episode(a, 0)
@@ -190,7 +192,8 @@ def test_bag2dataset_rgbd_through_a_symlink_is_refused_while_a_writer_holds_the_
 
 def test_a_creator_killed_after_linking_the_new_file_leaves_no_second_link(tmp_path):
     """Killed between linking the new file into place and removing its temporary name: the next writer
-    removes that dead creator's name (not a live one's) instead of refusing a file with two links."""
+    removes that dead creator's name (not a live one's) instead of refusing a file with two links.
+    """
     path = tmp_path / "f.hdf5"
     with RgbdWriter(path, RgbdConfig(width=cw.W, height=cw.H)) as w:
         cw.write_episode(w, 0)

@@ -411,7 +411,8 @@ def test_delete_last_episode_then_append(written):
 def test_htj2k_without_an_encoder_is_refused_when_configured_and_when_a_frame_comes(tmp_path, monkeypatch):
     """Not an encoder thread's AttributeError at the first frame: the recorder and the converter refuse it when
     they make their writer's config (at start), the writer before it queues a frame, naming the profiles there
-    are. The parameters themselves still load (a config file is not wrong on another install)."""
+    are. The parameters themselves still load (a config file is not wrong on another install).
+    """
     from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_config
 
     monkeypatch.setattr(codecs, "htj2k_available", lambda: False)

@@ -1,6 +1,7 @@
 """The typed read model of a LeRobot v2.x root (``piper_recorder.lerobot.format.root``): what it parses from a
 root the fixtures write, the paths it resolves, the modality groups, and the input errors of damaged
-meta files. ROS-free."""
+meta files. ROS-free.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 Fast DDS 3 (Kilted) reads only FASTDDS_DEFAULT_PROFILES_FILE, Fast DDS 2 (Humble, Jazzy) only
 FASTRTPS_DEFAULT_PROFILES_FILE; rcl of Iron and newer reads ROS_AUTOMATIC_DISCOVERY_RANGE, Humble's only
 ROS_LOCALHOST_ONLY. Each install is simulated by a folder of libraries that say so, and this machine's
-own libraries are checked to say what the chosen variables claim."""
+own libraries are checked to say what the chosen variables claim.
+"""
 
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ def test_launch_env_sets_ours_unsets_stale_ones_and_keeps_a_users_profile(tmp_pa
 
 def test_this_machines_libraries_read_the_variables_chosen():
     """The real check behind the simulated ones: the Fast DDS library rclpy loads here contains the
-    profile variable chosen and not the other, and its rcl the discovery variable chosen."""
+    profile variable chosen and not the other, and its rcl the discovery variable chosen.
+    """
     f = dds_features()
     lib = next((d for d in ros_lib_dirs() if (d / "librcl.so").is_file()), None)
     if lib is None:

@@ -1,5 +1,6 @@
 """Sim camera: geometry, rendering and marker finding (pure), and the node's topics, encodings,
-stamps and EEF-at-stamp rendering (a real piper-sim-camera process)."""
+stamps and EEF-at-stamp rendering (a real piper-sim-camera process).
+"""
 
 from __future__ import annotations
 
@@ -206,7 +207,8 @@ def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
 def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain):
     """sim_camera's writers are a real camera's: the profiles the launch sets on realsense2_camera (its images
     reliable keep-last 10, the aligned depth with the colour stream's QoS as the driver does), so what the
-    graph tests measure (test_image_delivery) holds for the robot."""
+    graph tests measure (test_image_delivery) holds for the robot.
+    """
     ros_domain.apply()
     import rclpy
     from rclpy.qos import QoSPresetProfiles, ReliabilityPolicy

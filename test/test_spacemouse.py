@@ -1,7 +1,8 @@
 """SpaceMouse input without ROS: 3Dconnexion HID reports (byte fixtures written from the documented
 layouts, piper_recorder.teleop.spacemouse.hid) decoded, read through a fake device the reader opens exactly
 like /dev/hidraw (a FIFO, one report per read), found in a fake sysfs tree, and mapped through the real
-TeleopCore (clutch, limits, recorder actions) with an ideal arm that follows its targets."""
+TeleopCore (clutch, limits, recorder actions) with an ideal arm that follows its targets.
+"""
 
 from __future__ import annotations
 
@@ -133,7 +134,8 @@ def test_reader_reports_an_absent_device_and_retries(tmp_path):
 
 def test_a_device_that_never_blocks_is_closed_as_bad_not_spun_on():
     """/dev/zero as the device: every read returns at once. The reader stops after a second's worth of
-    reports at most, reports why ("bad"), and waits before trying again: the process stays idle."""
+    reports at most, reports why ("bad"), and waits before trying again: the process stays idle.
+    """
     states: list[tuple[str, str]] = []
     reads = [0]
 
@@ -426,7 +428,8 @@ def test_teleop_input_spacemouse_starts_no_headset_node(tmp_path):
 
 def test_unplugging_the_device_releases_at_once_through_the_session():
     """A device lost or plugged in again is a change of input source: the session releases the clutch
-    at that moment (not a stale stream later) and the next engage needs a fresh press."""
+    at that moment (not a stale stream later) and the next engage needs a fresh press.
+    """
     from piper_recorder.teleop.haptics import HapticConfig
     from piper_recorder.teleop.session import TeleopNodeConfig, TeleopSession
 

@@ -6,7 +6,8 @@ The arm holds while the clutch is off, however hard the cap is pushed; after the
 flange moves forward (+x) by what the deflection commands (0.1 m/s at full deflection); garbage reports
 are counted drops in /teleop/status and move nothing; the clutch button again stops it; holding the
 right button 1 s calls start_episode, holding it again stop_episode (on a recorder's services the test
-offers); teleop publishes the latched hello the recorders put in their provenance."""
+offers); teleop publishes the latched hello the recorders put in their provenance.
+"""
 
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ def replay(dev: FakeHidraw, report: bytes, seconds: float, timeout_s: float = 0.
     """The device streaming one deflection at its report rate, then coming to rest; returns how long the
     deflection was on the wire as teleop counts it (a gap between reports longer than its
     ``spacemouse.report_timeout_s`` counts as rest after it: this process starved on a loaded machine
-    is a device that stopped reporting)."""
+    is a device that stopped reporting).
+    """
     end = time.monotonic() + seconds
     sent: list[float] = []
     while time.monotonic() < end:

@@ -1,7 +1,8 @@
 """A stop at a given time (no ROS): teleop's stop carries the headset press's capture stamp in every
 attempt (an unstamped press: none, a plain stop at arrival), and the controller ends the episode there:
 exact rows, refused before the episode's start (a resent stop of an earlier episode), never after the
-request's arrival nor before the rows already written."""
+request's arrival nor before the rows already written.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Haptic confirmations from the teleop process (real piper-teleop): driven by what the recorders answer and
 announce on /episode_events, not by the press, so a refused start feels different from a started one;
-a safety limit starting to hold the target pulses and shows in /teleop/status."""
+a safety limit starting to hold the target pulses and shows in /teleop/status.
+"""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ def test_refused_start_feels_different_from_a_started_one_and_limits_pulse(recor
 def test_refused_grip_and_forced_release_reach_quest_haptic(recorders):
     """Issue 20.4: a grip refused by the interlocks (no arm feedback) gives the refused pattern on
     /quest/haptic (it gave none), once for the held grip; a stalled headset stream releases the clutch
-    with the release pattern, and /teleop/status counts it and says why."""
+    with the release pattern, and /teleop/status counts it and says why.
+    """
     g = recorders
     time.sleep(0.5)
     g.arm = False

@@ -84,7 +84,8 @@ def test_apply_names_the_limits_that_acted():
 @pytest.mark.parametrize("tether_m", [0.12, 0.0])
 def test_scalar_apply_and_check_equal_the_array_versions(tether_m):
     """``apply_t``/``check_t`` (the control tick's path) give exactly ``apply``/``check``'s targets,
-    the same ``acted``, and refuse what they refuse."""
+    the same ``acted``, and refuse what they refuse.
+    """
     lim, ref = Limits(LimitsConfig(tether_m=tether_m)), Limits(LimitsConfig(tether_m=tether_m))
     rng = np.random.default_rng(3)
     prev_p, prev_q = np.array([0.3, 0.0, 0.2]), I

@@ -1,5 +1,6 @@
 """TeleopCore end to end on synthetic streams: mapping by hand, no jump on (re-)engage, limits,
-watchdog, interlocks, gripper, buttons, and garbage input never producing an output."""
+watchdog, interlocks, gripper, buttons, and garbage input never producing an output.
+"""
 
 import math
 
@@ -102,7 +103,8 @@ def test_stale_headset_disengages_within_watchdog():
 
 def test_own_stall_is_not_a_stale_stream():
     """The teleop process itself frozen for 0.4 s (overloaded host): the first ticks after it resumes
-    must not trip the watchdog before the queued messages are delivered."""
+    must not trip the watchdog before the queued messages are delivered.
+    """
     rig = Rig()
     rig.engage()
     rig.step(5)
@@ -315,7 +317,8 @@ def test_menu_in_a_stale_message_still_releases():
 
 def test_staleness_is_judged_by_capture_time_not_arrival():
     """The node passes capture times: a bridge falling 0.4 s behind still delivers a message every
-    tick, but none newer than the last fresh one, so the arm stops once that is stale_timeout_s old."""
+    tick, but none newer than the last fresh one, so the arm stops once that is stale_timeout_s old.
+    """
     rig = Rig(stale_timeout_s=0.25)
     rig.engage()
     core, t_fresh = rig.core, rig.t
@@ -379,7 +382,8 @@ def _felt(results, scheduler, t):
 )
 def test_refused_grip_gives_the_refused_pattern_once_per_grip(setup, reason):
     """The clutch retries a refused grip every tick; the old core returned no haptic at all, so the
-    operator felt nothing and thought the arm followed. Now: the refused pattern, once per attempt."""
+    operator felt nothing and thought the arm followed. Now: the refused pattern, once per attempt.
+    """
     from piper_recorder.teleop.haptics import HapticConfig, HapticScheduler
 
     rig = Rig()
@@ -422,7 +426,8 @@ def test_forced_release_gives_the_release_pattern_and_its_reason():
 
 def test_the_stop_chord_labels_the_stopped_episode():
     """docs/curation.md: A stops as success, A with the thumbstick held in as failure; a start carries none;
-    with outcome_on_stop off a plain A stops unlabelled and the chord still says failure."""
+    with outcome_on_stop off a plain A stops unlabelled and the chord still says failure.
+    """
     for on_stop, plain in ((True, "success"), (False, None)):
         rig = Rig(outcome_on_stop=on_stop)
         got = []
@@ -444,7 +449,8 @@ def test_the_stop_chord_labels_the_stopped_episode():
 
 def test_inputs_as_float_lists_and_as_arrays_drive_the_same_targets():
     """The node passes lists of floats (checked without numpy); arrays, ints and other sequences go
-    through numpy: both must give the same targets, and the same rejections."""
+    through numpy: both must give the same targets, and the same rejections.
+    """
     rng = np.random.default_rng(5)
     a, b = Rig(), Rig()
     for rig in (a, b):

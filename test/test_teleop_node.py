@@ -1,5 +1,6 @@
 """The teleop node as a real process: topics in and out, haptic on engage, recorder services from
-buttons (including hold-to-delete), no targets while released or fed NaN, and stop on a stale stream."""
+buttons (including hold-to-delete), no targets while released or fed NaN, and stop on a stale stream.
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ header stamp to the monotonic clock, ``mono_now - (host_now - stamp)``: two cloc
 held between them (GIL hand-over, OS preemption on a loaded box) by more than the 11-14 ms between
 frames put a later input before the previous one, which was then counted and dropped. Fix: the core
 orders inputs by their stamp (the source's order), and the node converts with ``HostToMono`` (the
-tightest clock-read pair of the last 2 s), which one held thread does not move."""
+tightest clock-read pair of the last 2 s), which one held thread does not move.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ HEADSET_MONO0 = 1234.5  # the headset's own clock, unrelated to the host's
 
 def headset_stream(seconds: float, seed: int) -> list[tuple[int, int]]:
     """(stamp from the real bridge clock mapper (host ns), host-monotonic arrival ns at teleop) of a
-    stream captured at ``HZ`` whose transport delay jitters (2 ms + exponential 3 ms, in order)."""
+    stream captured at ``HZ`` whose transport delay jitters (2 ms + exponential 3 ms, in order).
+    """
     rng = random.Random(seed)
     mapper = MonoClockMapper()
     out, last_recv = [], 0
@@ -39,7 +41,8 @@ def headset_stream(seconds: float, seed: int) -> list[tuple[int, int]]:
 
 class HeldClocks:
     """The host's two clocks as a thread reading them sees them: now and then (p = ``held``) the thread
-    is held 15-30 ms between one read and the next (a GIL hand-over plus an OS preemption)."""
+    is held 15-30 ms between one read and the next (a GIL hand-over plus an OS preemption).
+    """
 
     def __init__(self, seed: int, held: float = 0.004):
         self.rng, self.held, self.t = random.Random(seed), held, 0

@@ -1,6 +1,7 @@
 """RecorderCalls (no ROS): every recorder call has a deadline; a timeout is reported, the client is
 re-created and the press resent once the recorder is up again, unless its state shows the press took
-effect; a press is never silently lost; the toggle follows what the recorders said."""
+effect; a press is never silently lost; the toggle follows what the recorders said.
+"""
 
 import pytest
 

@@ -3,7 +3,8 @@ the next press in the (simulated) headset starts an episode on the new recorder 
 or the operator feels the timeout pulse first; never a silent loss. A stamped stop press ends the
 episode at its capture stamp, however late its request reaches the recorder. Real processes:
 piper-lerobot-recorder and piper-teleop; this process plays the arm, the cameras
-(support.recorder_rig.Rig) and the headset's right controller."""
+(support.recorder_rig.Rig) and the headset's right controller.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class Headset:
 
     def __init__(self, rig: Rig, stamp_lag_s: float | None = None):
         """``stamp_lag_s``: stamp each joy with its capture time, this long before it is published (the
-        headset-to-host delay quest_bridge's clock mapping leaves in the stamp); None: unstamped."""
+        headset-to-host delay quest_bridge's clock mapping leaves in the stamp); None: unstamped.
+        """
         from sensor_msgs.msg import Joy
 
         self._joy_type = Joy
@@ -188,7 +190,8 @@ def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domai
 def test_a_headset_stop_ends_the_episode_at_the_press_stamp(ros_domain, tmp_path):
     """The stop press's Joy is stamped 50 ms before it is published (the headset-to-host delay) and then
     crosses teleop (its 100 Hz tick, 50 Hz service poll) before its request reaches the recorder; the
-    episode still ends at the stamp itself, and its rows are the grid ticks up to it."""
+    episode still ends at the stamp itself, and its rows are the grid ticks up to it.
+    """
     root = tmp_path / "ds"
     rig = Rig(ros_domain)
     rig.watch_status(REC)

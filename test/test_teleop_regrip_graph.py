@@ -5,7 +5,8 @@ piper-sim-quest (``continuous`` script: squeezing from connect on, never letting
 video channel on), quest_bridge, teleop, the emulated piper_arm and quest_video (HUD only). The sim
 stalls for 1 s (socket open, nothing sent): teleop releases (stale stream), pulses ``release``,
 counts it in /teleop/status; quest_video's HUD shows the count; the sim reads it there, opens the grip
-and squeezes again; teleop engages again and publishes targets."""
+and squeezes again; teleop engages again and publishes targets.
+"""
 
 from __future__ import annotations
 

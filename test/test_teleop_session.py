@@ -1,5 +1,6 @@
 """TeleopSession on a fake clock, no ROS: what the teleop node publishes and calls, decided in plain Python
-(engage / release, a stale stream, a refused grip, recorder calls and the stop chord's label)."""
+(engage / release, a stale stream, a refused grip, recorder calls and the stop chord's label).
+"""
 
 from __future__ import annotations
 

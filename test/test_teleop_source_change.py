@@ -1,6 +1,7 @@
 """A change of input source (another page took over the relay, the headset reconnected) is a clutch
 event: the clutch releases at once, stays released while the new source's grip is held, and the arm
-then follows the new source from where it stands, never the old anchor."""
+then follows the new source from where it stands, never the old anchor.
+"""
 
 import math
 
@@ -94,7 +95,8 @@ def test_buttons_held_across_the_change_are_no_press():
 
 def test_stamp_order_restarts_with_the_new_source():
     """A reload whose clock runs 1,000 s behind: its stamps are older than the old page's, yet its
-    inputs are taken (the order held is the old source's)."""
+    inputs are taken (the order held is the old source's).
+    """
     core = TeleopCore(TeleopConfig(**exact()))
     core.on_hand_pose(10.0, HAND_P, [0, 0, 0, 1.0], order=2_000_000_000_000)
     core.on_source_change(10.01, REASON, "right", order=2_000_000_000_001)

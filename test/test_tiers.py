@@ -2,7 +2,8 @@
 DDS fails, naming the marker it needs, even when the code under test swallows the refusal; the same
 tests marked pass; a test taking ``ros_domain`` is marked ``ros`` by itself; an import-time system probe
 (``uname -p``) is no process of the test's. Runs the suite's own conftest on a small test file in a child
-pytest, so the guard is checked exactly as `make check` and `make test` apply it."""
+pytest, so the guard is checked exactly as `make check` and `make test` apply it.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The type checker is part of the suite: mypy with the project's configuration (pyproject.toml,
 [tool.mypy]: check_untyped_defs and disallow_untyped_defs everywhere, bag.run excepted until its rewrite
 is merged) passes on piper_recorder and rgbd_writer, so loosely typed seams (``Any`` hand-offs, Optional
-misuse) are caught when they are written."""
+misuse) are caught when they are written.
+"""
 
 from __future__ import annotations
 

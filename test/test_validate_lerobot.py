@@ -353,7 +353,8 @@ def test_nearest_rounded_timestamps_fail_lerobots_lookup_rounded_up_ones_pass(tm
     """Timestamps k/30 rounded to the NEAREST float32 (below the grid for rows 17, 19, ...) with PTS
     floored from them onto 1/90000: every row's last frame at or before t is its own, but LeRobot asks
     for frame round(t * 30) and gets the first frame at or after k/30 exactly: frame k + 1 there.
-    The same rows rounded up (what the recorder writes now) pass both rules."""
+    The same rows rounded up (what the recorder writes now) pass both rules.
+    """
     old = small_root(tmp_path / "old", lengths=(41,), cameras=("cam_front",), round_up=False)
     ts = pq.read_table(old / "data/chunk-000/episode_000000.parquet").column("timestamp").to_numpy()
     below = [k for k, t in enumerate(ts) if Fraction(float(t)) < Fraction(k, 30)]
@@ -379,7 +380,8 @@ def test_nearest_rounded_timestamps_fail_lerobots_lookup_rounded_up_ones_pass(tm
 def test_capture_mode_frames_off_the_rows_pass_nominal_ones_do_not(root):
     """Capture mode keeps frames at capture times (here 1 to 20 ms after each row but row 0): the row
     rules do not apply, only 'row 0 has a frame' and a fine time base; the same file in a nominal
-    episode fails."""
+    episode fails.
+    """
     rng = np.random.default_rng(3)
     pts = [0] + [grid_pts(k / 30, FINE) + int(rng.integers(90, 1800)) for k in range(1, 9)]
     write_video(root / V1, 9, pts=pts)

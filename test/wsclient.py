@@ -1,5 +1,6 @@
 """A minimal browser-side WebSocket client over a raw socket (masked frames, RFC 6455), written apart from
-the server's framing so that tests and bench/teleop_latency.py check piper-quest-web independently."""
+the server's framing so that tests and bench/teleop_latency.py check piper-quest-web independently.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Stamped events -> episode rows and frames, shared by the live recorders and the rosbag converter (no ROS):
 the assembler (``EpisodeAssembler``, its rules, use and determinism in ``assembler``), its configuration, the
-camera frame assignment, depth pairing and the sinks that hand rows to the LeRobot and RGB-D writers."""
+camera frame assignment, depth pairing and the sinks that hand rows to the LeRobot and RGB-D writers.
+"""
 
 from .assembler import STATE_INPUTS, TIMESTAMP_MODES, AssemblyConfig, Counters, EpisodeAssembler, Frame, Row, Sink
 from .frame_assign import CaptureHistory, window_captures

@@ -145,12 +145,14 @@ class AssemblyConfig:
 
     def preroll_frames_ns(self, depth: bool = False) -> int:
         """Frames captured this long before an episode's start that row 0 may take
-        (``frame_assign.first_row_reach_ns`` when rows carry frames; else only the newest at or before it)."""
+        (``frame_assign.first_row_reach_ns`` when rows carry frames; else only the newest at or before it).
+        """
         return first_row_reach_ns(1e9 / self.fps) if self.frames_in_rows(depth) else 0
 
     def delay_ns(self, depth: bool = False) -> int:
         """How long after t_k row k is assembled: every message it may use has arrived by then if each
-        arrives within ``lateness_s`` of its stamp. Callers stop feeding ``end + delay`` after an end."""
+        arrives within ``lateness_s`` of its stamp. Callers stop feeding ``end + delay`` after an end.
+        """
         return round(self.lateness_s * 1e9) + self.frame_horizon_ns(depth)
 
 
@@ -218,7 +220,8 @@ class EpisodeAssembler:
 
     ``history``: per camera, capture stamps seen before the episode (``CaptureHistory.before(start_ns)``);
     they only feed the phase trackers (frames themselves come through ``add_frame``), so row 0's slot
-    comes from as many captures as later rows' and needs no warm-up when they cover ``WARMUP_S``."""
+    comes from as many captures as later rows' and needs no warm-up when they cover ``WARMUP_S``.
+    """
 
     def __init__(
         self,
@@ -297,14 +300,16 @@ class EpisodeAssembler:
     @property
     def next_due_ns(self) -> int:
         """When the next tick may be assembled: its grid time + ``config.delay_ns`` (the first one also
-        waits for the phase warm-up)."""
+        waits for the phase warm-up).
+        """
         return self.tick_ns(self._next_k) + self._delay_ns + (self._warmup_ns if self._next_k == 0 else 0)
 
     @property
     def assembled_until_ns(self) -> int | None:
         """Everything up to this time (rows, frames sent with their capture time, raw lines) has gone to
         the sink; None before the first ``advance``. An episode cannot end before it: those rows are
-        written (the sink takes no row back), so a stop stamped earlier ends here."""
+        written (the sink takes no row back), so a stop stamped earlier ends here.
+        """
         return self._assembled_ns
 
     @property
@@ -429,14 +434,15 @@ class EpisodeAssembler:
         self._sink.frame(cam, frame, max(0, rel_ns) / 1e9)
 
     def _grid_offset(self, stamp_ns: int) -> int:
-        """stamp - its nearest grid time, in [-P/2, P/2] (integer, on the exact grid)."""
+        """Stamp - its nearest grid time, in [-P/2, P/2] (integer, on the exact grid)."""
         unit = 1_000_000_000 * self._den
         k = (2 * (stamp_ns - self.start_ns) * self._num + unit) // (2 * unit)
         return stamp_ns - self.tick_ns(k)
 
     def _row_frame(self, cam: str, t: int) -> Sample[int, Frame] | None:
         """The frame for the row at t (phase-locked pairing, ``frame_assign``); None if there is none yet.
-        Commits nothing but the phase tracker's input, so a skipped start tick can call it."""
+        Commits nothing but the phase tracker's input, so a skipped start tick can call it.
+        """
         buf, tracker = self._frames[cam], self._phase[cam]
         limit = t + self._horizon_ns
         fed = self._fed_ns[cam]

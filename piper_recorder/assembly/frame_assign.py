@@ -80,7 +80,8 @@ class CaptureHistory:
     ``add`` is all an idle recorder does per frame (an append). A jump of more than ``HISTORY_GAP_S``
     between stamps (a camera restarted or reconfigured: its phase and rate may have changed) forgets what
     came before, and so does ``before`` for a camera silent that long before the start: the episode then
-    waits for the warm-up it lacks, as after a recorder start."""
+    waits for the warm-up it lacks, as after a recorder start.
+    """
 
     def __init__(self, window: int, gap_ns: int = round(HISTORY_GAP_S * 1e9)):
         self._stamps: deque[int] = deque(maxlen=max(1, window))
@@ -97,14 +98,15 @@ class CaptureHistory:
 
     def before(self, start_ns: int) -> list[int]:
         """The kept stamps (sorted) for an episode starting at ``start_ns``; none if the camera has been
-        silent for more than ``HISTORY_GAP_S`` by then."""
+        silent for more than ``HISTORY_GAP_S`` by then.
+        """
         if self._newest is None or start_ns - self._newest > self._gap:
             return []
         return sorted(self._stamps)
 
 
 def wrap(x: float, period: float) -> float:
-    """x folded into [-period/2, period/2)."""
+    """X folded into [-period/2, period/2)."""
     return (x + period / 2) % period - period / 2
 
 
@@ -114,7 +116,8 @@ class PhaseTracker:
     ``add`` the offsets of new captures; ``phase_ns`` brings the estimate up to date with them. The
     first estimate starts from the circular mean of what was added (the assembler gives it the
     captures before the episode and at least ``WARMUP_S`` of them before row 0), later ones move
-    continuously from the previous one."""
+    continuously from the previous one.
+    """
 
     def __init__(self, period_ns: float, window: int):
         self.period = float(period_ns)
@@ -166,7 +169,8 @@ class PhaseTracker:
     def _causal_slot(self, phase: float) -> float:
         """The phase moved back by whole periods so that its band's end ``slot + jitter_up`` stays within
         ``CAUSAL_TOL_NS`` of the row (the freshest causal slot), continuous with the previous slot;
-        forward again only once ``HYSTERESIS`` of a period clear of the tolerance."""
+        forward again only once ``HYSTERESIS`` of a period clear of the tolerance.
+        """
         p, up = self.period, self.jitter_up
         hyst = HYSTERESIS * p
         if self._slot is None:
@@ -206,7 +210,8 @@ def lock_threshold(n: int) -> float:
     ~0.41 per capture) falls below ``MIN_COHERENCE`` by chance in ~3% of episodes: its phase then reads
     0, and captures jittered past the half period repeat and drop. So the bar is lowered to what such a
     camera clears with 3 sigma, down to ``COHERENCE_FLOOR`` (other rates spread their captures evenly:
-    their resultant is near 0 at any n); from ~40 captures it is ``MIN_COHERENCE``."""
+    their resultant is near 0 at any n); from ~40 captures it is ``MIN_COHERENCE``.
+    """
     return min(MIN_COHERENCE, max(COHERENCE_FLOOR, 0.505 - 3 * 0.41 / math.sqrt(max(1, n))))
 
 
@@ -216,14 +221,16 @@ def keep_threshold(n: int) -> float:
     ``COHERENCE_FLOOR``. A flat ``KEEP_COHERENCE`` asked more than a first lock up to ~16 captures: a lock
     taken from the warm-up at 0.29 was lost two captures later at 0.19 (a camera at the row rate with
     ±10 ms jitter, ~0.2 % of 4 s episodes), the unlocked rows took the newest frame (a drop) and the lock
-    came back a slot earlier (a repeat)."""
+    came back a slot earlier (a repeat).
+    """
     return max(COHERENCE_FLOOR, lock_threshold(n) - (MIN_COHERENCE - KEEP_COHERENCE))
 
 
 def horizon_ns(period_ns: float) -> int:
     """How far past t_k the phase tracker is fed before row k's frame is chosen (the frame itself is
     captured at or before ``t_k + CAUSAL_TOL_NS``): the captures of the next row's slot, so a capture
-    jittered past the row beyond the measured band widens the band before a row could wait for it."""
+    jittered past the row beyond the measured band widens the band before a row could wait for it.
+    """
     return math.ceil(period_ns * (1 + HYSTERESIS))
 
 
@@ -233,7 +240,8 @@ def first_row_reach_ns(period_ns: float) -> int:
     Row 0 chooses among the captures stamped within this reach only, whatever arrived before or after
     the start (the recorder's pre-roll, the bag converter's receive order): a choice among every frame a
     process happened to hold made the live recorder and the bag converter pick frames a period apart
-    when a frame reached one before the start request and the other after it."""
+    when a frame reached one before the start request and the other after it.
+    """
     return math.ceil(2 * period_ns)
 
 
@@ -243,7 +251,8 @@ def pick(
     """Index (into the sorted ``stamps``) of the frame for a row targeting ``target_ns``: the nearest
     one newer than ``after_ns`` (the previous row's frame), within half a period of the target and
     captured at or before ``limit_ns`` (the causal bound); earlier wins a tie. ``target_ns`` None (no
-    lock): the newest one newer than ``after_ns`` at or before ``limit_ns``. None: no such frame (repeat)."""
+    lock): the newest one newer than ``after_ns`` at or before ``limit_ns``. None: no such frame (repeat).
+    """
     if target_ns is None:
         newest = None
         for i, s in enumerate(stamps):

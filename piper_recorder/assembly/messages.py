@@ -31,7 +31,8 @@ def stamp_ns(msg: Any) -> int:
 
 def image_to_numpy(msg: Any) -> np.ndarray:
     """sensor_msgs/Image -> HxWx3 uint8 RGB or HxW uint16 without copying (rgb8, 16UC1/mono16);
-    bgr8/rgba8/bgra8 need one copy to reorder channels. Raises ValueError for other encodings."""
+    bgr8/rgba8/bgra8 need one copy to reorder channels. Raises ValueError for other encodings.
+    """
     h, w, step, enc = int(msg.height), int(msg.width), int(msg.step), msg.encoding
     buf = np.frombuffer(msg.data, dtype=np.uint8)
     if buf.size < h * step:
@@ -55,7 +56,8 @@ def joint_positions(
 ) -> list[float] | None:
     """The 7 assembler positions (6 joints rad + gripper m) from a JointState, picked by ``names``
     (positional if the message is unnamed); None if incomplete. ``gripper_scale`` multiplies the last
-    one (e.g. a driver that reports the gripper in other units). ``cache`` maps name tuples to indices."""
+    one (e.g. a driver that reports the gripper in other units). ``cache`` maps name tuples to indices.
+    """
     key = tuple(msg.name)
     idx = cache.get(key)
     if idx is None:
@@ -105,7 +107,8 @@ def pose7(position: Sequence[float], quat_xyzw: Sequence[float]) -> np.ndarray:
 # ---- message adapters --------------------------------------------------------------------------
 class Adapter(Protocol):
     """Reads one input vector from a message; None if the message does not hold it (counted nowhere:
-    e.g. a JointState without the mapped names)."""
+    e.g. a JointState without the mapped names).
+    """
 
     msg_type: ClassVar[str]  # ROS type name, "pkg/msg/Type"
     dim: ClassVar[int]
@@ -237,7 +240,8 @@ ACTOR_CODES: dict[str, float] = {"none": 0.0, "policy": 1.0, "operator": 2.0}
 class ActorAdapter:
     """std_msgs/String "none" | "policy" | "operator" (the policy node's latched /policy/actor) -> its
     code in ``ACTOR_CODES`` (0 none/teleop recording, 1 policy, 2 operator takeover); another value is
-    not a sample (the row keeps the last code). No header: stamped with the receive time."""
+    not a sample (the row keeps the last code). No header: stamped with the receive time.
+    """
 
     msg_type: ClassVar[str] = "std_msgs/msg/String"
     dim: ClassVar[int] = 1

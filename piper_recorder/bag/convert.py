@@ -200,7 +200,8 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
 
 def _begun_in_bag(spans: list[EpisodeSpan], src: BagSource, notes: list[str]) -> list[EpisodeSpan]:
     """Drop live episodes that began before the bag did (``ros2 bag record`` started mid-episode):
-    their first rows are not in the bag, so a conversion could only be a silently shorter episode."""
+    their first rows are not in the bag, so a conversion could only be a silently shorter episode.
+    """
     keep = []
     for s in spans:
         if s.start_ns < src.start_ns:

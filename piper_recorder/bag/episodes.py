@@ -105,7 +105,8 @@ def spans_from_events(lines: Iterable[str], recorder: str | None = None) -> list
 
 def spans_from_ranges(ranges: Iterable[str], bag_start_ns: int, min_gap_ns: int = 0) -> list[EpisodeSpan]:
     """``START:END`` in seconds from the bag's first message, e.g. ``2.5:12``; sorted, at least
-    ``min_gap_ns`` apart (one pass feeds one episode at a time)."""
+    ``min_gap_ns`` apart (one pass feeds one episode at a time).
+    """
     spans = []
     for text in ranges:
         try:

@@ -29,7 +29,7 @@ def _add_done(done: dict[str, list[SpanKey]], source: Any) -> None:
 
 
 def lerobot_done(root: Path) -> dict[str, list[SpanKey]]:
-    """fingerprint -> converted episode spans, from the episodes.jsonl ``source`` counters."""
+    """Fingerprint -> converted episode spans, from the episodes.jsonl ``source`` counters."""
     from piper_recorder.lerobot.format import fsutil, layout
 
     done: dict[str, list[SpanKey]] = {}
@@ -39,7 +39,7 @@ def lerobot_done(root: Path) -> dict[str, list[SpanKey]]:
 
 
 def rgbd_done(path: Path) -> dict[str, list[SpanKey]]:
-    """fingerprint -> converted episode spans, from each demo's ``source`` attribute."""
+    """Fingerprint -> converted episode spans, from each demo's ``source`` attribute."""
     import h5py
 
     done: dict[str, list[SpanKey]] = {}
@@ -130,7 +130,8 @@ def import_rgbd(writer: Any, staged_path: Path) -> int:
 def copy_rgbd_episode(writer: Any, f: Any, episode: int, meta_update: dict[str, Any] | None = None) -> None:
     """Append episode ``episode`` of the open RGB-D file ``f`` to ``writer`` as one committed episode:
     payloads copied as stored (never re-encoded), states, transitions and extras as they are, the demo's
-    own attributes kept (``meta_update`` overrides some); indices and offsets are the writer's."""
+    own attributes kept (``meta_update`` overrides some); indices and offsets are the writer's.
+    """
     from rgbd_writer import schema
 
     rgb, depth = f[schema.RGB], f[schema.DEPTH]

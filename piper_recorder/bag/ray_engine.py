@@ -219,7 +219,8 @@ class _Poller:
 class RayEngine:
     """Bags as Ray tasks. ``address``: an existing cluster (``ray.init(address)``; also RAY_ADDRESS);
     without one a new local cluster of ``cpus`` CPUs (default: all) is started on 127.0.0.1 (never one
-    found running) and stopped at the end. A driver that already called ``ray.init`` (tests) is used as it is."""
+    found running) and stopped at the end. A driver that already called ``ray.init`` (tests) is used as it is.
+    """
 
     address: str | None = None
     cpus: int | None = None

@@ -49,7 +49,8 @@ class Engine(Protocol):
         self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
     ) -> Generator[BagResult, None, None]:
         """Convert every job and yield the results in job order. Never raises for one bag (a lost worker
-        is that bag's failed result); closing the iterator early cancels what is still running."""
+        is that bag's failed result); closing the iterator early cancels what is still running.
+        """
         ...
 
 
@@ -189,7 +190,8 @@ def local_engine(jobs: int) -> Engine:
 # ---- the run -------------------------------------------------------------------------------------
 def staging_root(out: Path, staging: str | Path | None = None) -> Path:
     """Where a run's staging datasets go: beside the output by default; under ``staging`` (a path every
-    worker can reach, for a cluster) named after the output's absolute path, so outputs never share one."""
+    worker can reach, for a cluster) named after the output's absolute path, so outputs never share one.
+    """
     if staging is None:
         return out.parent / f".{out.name}.bag2dataset"
     tag = hashlib.sha1(str(out).encode()).hexdigest()[:10]
@@ -208,7 +210,8 @@ def convert_many(
 ) -> RunSummary:
     """Convert ``bags`` into ``out`` (created or appended to) with ``engine`` (default: the local one
     for ``jobs``). Raises only for output-level errors (unusable output path/config, an engine that
-    cannot start); per-bag problems are in the returned results."""
+    cannot start); per-bag problems are in the returned results.
+    """
     t0 = time.perf_counter()
     out = Path(out).absolute()
     names = [str(b) for b in bags]

@@ -113,7 +113,7 @@ class BagSource:
 
     @property
     def topics(self) -> dict[str, str]:
-        """topic -> message type."""
+        """Topic -> message type."""
         return {c.topic: c.msgtype for c in self._reader.connections}
 
     def message_counts(self) -> dict[str, int]:

@@ -40,7 +40,8 @@ def _decoder(msg_type: str) -> tuple[Any, Any, Any]:
 
 def warm_decoder(msg_type: str) -> None:
     """Load the store and build ``msg_type``'s decoder now (both cached): a node calls it while it starts,
-    so its first message does not pay for them. Raises ``KeyError`` for a type the store does not know."""
+    so its first message does not pay for them. Raises ``KeyError`` for a type the store does not know.
+    """
     _decoder(msg_type)
 
 
@@ -49,7 +50,8 @@ def decode(data: bytes | memoryview, msg_type: str) -> Any:
     field names; ``uint8[]`` as a numpy array over ``data``, not a copy). Raises ``ValueError`` on a
     payload that is not CDR or too short for its fields; bytes after the message (alignment padding,
     or the slack of ``rclpy.serialization.serialize_message``'s buffer) are ignored, as rclpy's own
-    deserializer ignores them (the store's ``deserialize_cdr`` refuses more than 3)."""
+    deserializer ignores them (the store's ``deserialize_cdr`` refuses more than 3).
+    """
     view = memoryview(data)
     if len(view) < 4 or view[0] != 0 or view[1] not in (0, 1):
         raise ValueError(f"{msg_type}: not a CDR payload (encapsulation {bytes(view[:4]).hex()})")

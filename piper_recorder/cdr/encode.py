@@ -55,7 +55,8 @@ def _header_tail(frame_id: str, align: int) -> bytes:
 
 def restamp(message: bytes, stamp_ns: int) -> bytes:
     """A serialized message whose first field is a ``std_msgs/Header``, with ``header.stamp`` replaced: a
-    message that never changes but for its stamp (a camera's CameraInfo) is serialized once and restamped."""
+    message that never changes but for its stamp (a camera's CameraInfo) is serialized once and restamped.
+    """
     return message[:4] + _stamp(stamp_ns) + message[12:]
 
 
@@ -150,7 +151,8 @@ def image(
     stamp_ns: int, frame_id: str, height: int, width: int, encoding: str, step: int, data: bytes | memoryview
 ) -> bytes:
     """sensor_msgs/Image, little-endian pixels (``data``: ``height * step`` bytes, e.g. a C-contiguous
-    numpy array's ``memoryview``): one copy of the pixels."""
+    numpy array's ``memoryview``): one copy of the pixels.
+    """
     mv = memoryview(data).cast("B")
     return b"".join(
         (ENCAPSULATION, _stamp(stamp_ns), _image_meta(frame_id, height, width, encoding, step, mv.nbytes), mv)

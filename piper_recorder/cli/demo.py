@@ -38,7 +38,8 @@ SETTLE_S = 3.0  # after start-up (imports, discovery, encoder set-up) before the
 # ---- checks and summary ---------------------------------------------------------------------------
 def lerobot_doctor(root: Path) -> tuple[bool | None, list[str]]:
     """``lerobot-doctor check ROOT --ci --fail-on warn`` (a warning fails the demo) ->
-    (passed, its WARN/FAIL messages as "check: message"); (None, [why]) if it is not installed."""
+    (passed, its WARN/FAIL messages as "check: message"); (None, [why]) if it is not installed.
+    """
     try:
         exe = find_script("lerobot-doctor")
     except LaunchError:

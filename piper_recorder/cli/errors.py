@@ -20,7 +20,8 @@ F = TypeVar("F", bound=Callable[..., int])
 
 def exits_2_on_bad_input(prog: str) -> Callable[[F], F]:
     """Decorate a console script's ``main(argv) -> int``: input errors become ``prog: message`` and 2;
-    a bug prints its traceback and ``prog: internal error ...`` and returns 1."""
+    a bug prints its traceback and ``prog: internal error ...`` and returns 1.
+    """
 
     def wrap(main: F) -> F:
         @functools.wraps(main)

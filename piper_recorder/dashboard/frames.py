@@ -84,7 +84,8 @@ class FrameStore:
 
 class ReferenceFrames:
     """Frame 0 of an episode's video in one of the configured LeRobot roots, downscaled like the
-    thumbnails, as JPEG; cached per (root, episode, camera, file size and mtime)."""
+    thumbnails, as JPEG; cached per (root, episode, camera, file size and mtime).
+    """
 
     def __init__(self, roots: list[str], width: int, quality: int):
         self.roots = [Path(r) for r in roots]

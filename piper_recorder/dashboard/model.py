@@ -474,7 +474,8 @@ class DashboardModel:
         """A camera's published rate: its own status (sim_camera, by capture stamp: exact). A
         realsense2_camera publishes no status: then the best capture-stamp rate any consumer received
         (exact too, and what was demonstrably published), else the camera_info rate measured here (a 2 s
-        window: +-1 frame, too coarse alone to judge 99 %)."""
+        window: +-1 frame, too coarse alone to judge 99 %).
+        """
         st = self._camera_status.get(camera)
         if st is not None and now - st.t <= self.cfg.stale_s:
             fps = _float(st.data.get("fps"))
@@ -489,7 +490,8 @@ class DashboardModel:
 
     def _delivery_view(self, now: float) -> list[JsonDict]:
         """Per (consumer, camera): frames received vs published and panels sent vs their target
-        (``delivery.link_health``), from fresh statuses only (a stale one is the topic check's job)."""
+        (``delivery.link_health``), from fresh statuses only (a stale one is the topic check's job).
+        """
         statuses = {
             n: s.data for n, s in (*self._recorders.items(), *self._consumers.items()) if now - s.t <= self.cfg.stale_s
         }

@@ -64,7 +64,8 @@ def _host_name(header: str) -> str | None:
 def host_allowed(header: str | None, bound: str, local_addr: str, names: Iterable[str]) -> bool:
     """Whether a request's ``Host`` names this server: a loopback name or address, the bound address,
     the address the client connected to (an IP literal: a page reached by the robot's address), or one of
-    ``names`` (the ``allowed_hosts`` parameter). A DNS-rebinding page sends its own name: refused."""
+    ``names`` (the ``allowed_hosts`` parameter). A DNS-rebinding page sends its own name: refused.
+    """
     if not header:
         return False
     name = _host_name(header)
@@ -111,7 +112,8 @@ class Dashboard:
 
 class _DeadlineReader(io.RawIOBase):
     """The connection's input with a deadline per request: a socket timeout alone is per ``recv``, so a
-    client sending one byte every few seconds would hold its thread (and a slot) for ever."""
+    client sending one byte every few seconds would hold its thread (and a slot) for ever.
+    """
 
     def __init__(self, sock: socket.socket, limit_s: float):
         self._sock, self._limit = sock, limit_s

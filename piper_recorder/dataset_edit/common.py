@@ -74,7 +74,8 @@ def parse_episodes(text: str, n: int) -> list[int]:
 
 def split_fraction(n: int, fraction: float, seed: int) -> list[int]:
     """The episodes a seeded random split by ``fraction`` selects: the RGB-D loader's own
-    ``split_episodes`` (its "val" part), so both formats split a given count identically."""
+    ``split_episodes`` (its "val" part), so both formats split a given count identically.
+    """
     from rgbd_writer.reader import split_episodes
 
     if not 0.0 < fraction < 1.0:
@@ -178,7 +179,8 @@ def check_mergeable(
     sources: Sequence[S], differences: Callable[[S, S], list[str]], name: Callable[[S], object]
 ) -> None:
     """Every source must agree with the first (the format's ``differences`` empty); the error names
-    each pair that does not and what differs, so one run shows every problem."""
+    each pair that does not and what differs, so one run shows every problem.
+    """
     problems = []
     for s in sources[1:]:
         d = differences(sources[0], s)
@@ -195,7 +197,8 @@ def staging_path(out: Path) -> Path:
 
 class OutputLock(SideLock):
     """One edit per output path at a time: a flock on ``.<name>.dsedit-lock`` beside it, removed when the
-    edit ends, refused or not (``SideLock``: never while another live process holds it)."""
+    edit ends, refused or not (``SideLock``: never while another live process holds it).
+    """
 
     def __init__(self, out: Path):
         super().__init__(

@@ -115,7 +115,8 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
 def _guess_combined(key: str, names: tuple[str, ...], feats: dict[str, dict[str, Any]]) -> str | None:
     """For roots written before info.json recorded it (``meta.COMBINED_RECORD``): the combined column
     (observation.state, action) whose element names hold this column's ("arm_eef.qw" for
-    observation.arm_eef's "qw"); the features check in ``config_of`` proves the guess."""
+    observation.arm_eef's "qw"); the features check in ``config_of`` proves the guess.
+    """
     part = key.split(".", 1)[-1]
     for combined in COMBINED:
         same_group = combined.split(".")[0] == key.split(".")[0]  # observation.* -> observation.state
@@ -246,7 +247,8 @@ def _columns(table: pa.Table, keys: list[str]) -> dict[str, np.ndarray]:
 
 def _images(src: Source, i: int) -> dict[str, tuple[np.ndarray, int]]:
     """The episode's sampled image histograms by camera from its stats record (missing ones are
-    decoded from the video by ``import_episode``, as the writer does)."""
+    decoded from the video by ``import_episode``, as the writer does).
+    """
     rec = episode_stats.load_record(src.root / episode_stats.record_relpath(i)) or {}
     if rec.get("episode_index") != i:
         return {}

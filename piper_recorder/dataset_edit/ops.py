@@ -283,7 +283,8 @@ def retype(
     """Re-tag the quaternion slices of a LeRobot root's ``modality.json`` (``quat_wxyz``, the spec's name,
     or ``quaternion``, the w-first name GR00T N1.5's schema accepts; it rejects ``quat_wxyz``). The rows
     are w-first either way, so only the tag changes: the root is rebuilt by the writer like any edit
-    (videos linked, rows and stats as written), into ``out`` or in place."""
+    (videos linked, rows and stats as written), into ``out`` or in place.
+    """
     if rotation_type not in ROTATION_TYPES:
         raise EditError(f"retype: rotation type must be one of {', '.join(ROTATION_TYPES)}, got {rotation_type!r}")
     kind = _kind([src])
@@ -318,7 +319,8 @@ def label(
 ) -> Result:
     """Mark the given episodes success / failure (``note``: a short remark; a label without one clears an
     old note): their episodes.jsonl lines (LeRobot) or demo attrs (RGB-D, whose ``success`` follows);
-    through the same staged rebuild as every edit, into ``out`` or in place."""
+    through the same staged rebuild as every edit, into ``out`` or in place.
+    """
     try:
         fields = label_fields(outcome, note)
     except ValueError as exc:
@@ -345,7 +347,8 @@ def filter_(
     progress: Progress | None = None,
 ) -> Result:
     """The episodes whose outcome and verdict are among the given ones (comma lists; ``none``: unlabelled /
-    no verdict), renumbered, into the new dataset ``out`` (source unchanged)."""
+    no verdict), renumbered, into the new dataset ``out`` (source unchanged).
+    """
     want_o = parse_choice(outcomes, OUTCOMES, "outcome")
     want_v = parse_choice(verdicts, VERDICTS, "verdict")
     if want_o is None and want_v is None:

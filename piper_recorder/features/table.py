@@ -28,7 +28,8 @@ class InputSpec:
     optional input is zeros until its first sample. ``topic_param``: the recorder parameter naming its
     default topic (``RecorderConfig``); ``formats``: the datasets whose recorder subscribes it;
     ``latched``: its topic is latched (transient local), so the recorders subscribe it that way and get
-    the current value on joining."""
+    the current value on joining.
+    """
 
     name: str
     adapter: str  # message adapter kind (assembly.messages.ADAPTERS)
@@ -42,7 +43,8 @@ class InputSpec:
 @dataclass(frozen=True)
 class Feature:
     """Row value ``key`` = ``input``'s values [start:stop]; ``column``: its LeRobot column (None: not
-    one); ``rgbd``: its RGB-D role (state term, part of the action in table order, the reward)."""
+    one); ``rgbd``: its RGB-D role (state term, part of the action in table order, the reward).
+    """
 
     key: str
     input: str

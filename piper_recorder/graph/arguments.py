@@ -1,5 +1,6 @@
 """The launch arguments (``LAUNCH_ARGUMENTS``, shared by both launch files and piper-launch) and ``--set``
-overrides, turned into per-node parameters on top of a config file."""
+overrides, turned into per-node parameters on top of a config file.
+"""
 
 from __future__ import annotations
 
@@ -86,8 +87,9 @@ GRAPH_ARGUMENTS = (
 
 
 def teleop_input(cfg: Mapping[str, Mapping[str, Any]], overrides: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """teleop's ``input`` (the launch argument ``teleop_input`` is an override of it): with
-    ``spacemouse`` the graph starts no headset node."""
+    """Teleop's ``input`` (the launch argument ``teleop_input`` is an override of it): with
+    ``spacemouse`` the graph starts no headset node.
+    """
     value = str({**cfg.get("teleop", {}), **(overrides or {}).get("teleop", {})}.get("input", TELEOP_INPUTS[0]))
     if value not in TELEOP_INPUTS:
         raise LaunchError(f"teleop input must be one of {', '.join(TELEOP_INPUTS)}, got {value!r}")

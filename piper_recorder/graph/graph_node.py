@@ -1,5 +1,6 @@
 """The graph as data: each process either launcher starts (``GraphNode``), in start order, from a config and
-the launch arguments (``graph_nodes``, ``launch_graph``)."""
+the launch arguments (``graph_nodes``, ``launch_graph``).
+"""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_
 class GraphNode:
     """One process of the graph, as both launchers start it: ``launch/*.launch.py`` as a launch_ros
     ``Node`` (or ``ExecuteProcess`` when not ``ros_node``) of ``package``/``executable``, piper-launch
-    as ``script`` with ``--params-file``. ``parameters`` go on top of the node's section of the config."""
+    as ``script`` with ``--params-file``. ``parameters`` go on top of the node's section of the config.
+    """
 
     name: str
     executable: str
@@ -92,7 +94,8 @@ def graph_nodes(
     """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
     order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments);
     ``dashboard``, ``sim_headset``: the launch arguments ("" = ``piper_launch.dashboard``,
-    ``piper_launch.sim_quest.enabled``)."""
+    ``piper_launch.sim_quest.enabled``).
+    """
     overrides = overrides or {}
     cameras = list(cameras)
 
@@ -180,7 +183,8 @@ def launch_graph(
     **launch_args: str,
 ) -> list[GraphNode]:
     """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
-    arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters."""
+    arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters.
+    """
     cfg = read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)
     return graph_nodes(mode, cfg, cameras, overrides, dashboard, sim_headset, headset)

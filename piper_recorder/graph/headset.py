@@ -1,5 +1,6 @@
 """Which headset the graph talks to (``headset_kind``: native app, WebXR page, simulated, none for a
-SpaceMouse) and the settings of the two the graph starts itself (``SimQuestSettings``, ``QuestWebSettings``)."""
+SpaceMouse) and the settings of the two the graph starts itself (``SimQuestSettings``, ``QuestWebSettings``).
+"""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class SimQuestSettings:
     """``piper_launch.sim_quest``: the simulated headset of the sim graph (defaults: its own, except
     ``buttons``: the graph drives episodes through the recorders' services). ``enabled`` false (or the
     launch argument ``sim_headset:=false``, ``piper-launch sim --no-sim-headset``): no simulated
-    headset; quest_bridge and quest_video keep their own host/port, for a real headset."""
+    headset; quest_bridge and quest_video keep their own host/port, for a real headset.
+    """
 
     enabled: bool = True
     host: str = SimConfig.host
@@ -72,7 +74,8 @@ class QuestWebSettings:
     """``piper_launch.quest_web``: the WebXR headset page (``headset:=web``). It listens where quest_bridge
     and quest_video connect (their own host/port, as the native app's servers), so no node parameter
     changes with it; ``port`` is the page's (``adb reverse tcp:PORT tcp:PORT``, then
-    ``http://localhost:PORT`` in the Quest Browser), ``cert``/``key`` serve HTTPS for LAN use."""
+    ``http://localhost:PORT`` in the Quest Browser), ``cert``/``key`` serve HTTPS for LAN use.
+    """
 
     host: str = WebConfig.host
     port: int = WebConfig.port
@@ -92,7 +95,8 @@ class QuestWebSettings:
         """What piper-quest-web would refuse at its start, refused while planning: a non-loopback host without
         a certificate (unless ``insecure_http``). And the relay binds the page's port and, on quest_bridge's
         host, quest_bridge's and quest_video's: two of them on one port would fail only at the bind
-        (``address already in use``); refused here, naming both."""
+        (``address already in use``); refused here, naming both.
+        """
         if not is_loopback(str(self.host)) and not self.cert and not flag(self.insecure_http, False):
             raise LaunchError(
                 f"{LAUNCH_SECTION}.quest_web.host={self.host!r} is not a loopback address: set "
@@ -147,7 +151,8 @@ def headset_kind(
     launch argument ``headset`` (native | web | sim), else sim in sim mode unless ``sim_headset`` ("" =
     ``piper_launch.sim_quest.enabled``, default true) is false, else native. Settings that contradict each
     other are refused before anything starts, naming both (a SpaceMouse graph and a headset asked for, the
-    simulated headset asked for and turned off, ...), never resolved by one silently winning."""
+    simulated headset asked for and turned off, ...), never resolved by one silently winning.
+    """
     if headset and headset not in HEADSETS:
         raise LaunchError(f"headset must be one of {' | '.join(HEADSETS)}, got {headset!r}")
     asked_sim = None if sim_headset == "" else flag(sim_headset, False)  # None: not given
@@ -200,5 +205,6 @@ SIM_HEADSET_WAY_OUT = (
 
 def headset_video(cfg: Mapping[str, Any]) -> bool:
     """Whether to start quest_video (panels + HUD to the headset): a ``quest_video`` section and
-    ``piper_launch.headset_video`` not false."""
+    ``piper_launch.headset_video`` not false.
+    """
     return "quest_video" in cfg and bool(cfg.get(LAUNCH_SECTION, {}).get("headset_video", True))

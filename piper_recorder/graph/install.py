@@ -1,5 +1,6 @@
 """Where the package is installed: its config files (``config_path``) and console scripts (``find_script``),
-in a source tree, a venv (pip) and a colcon install alike."""
+in a source tree, a venv (pip) and a colcon install alike.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 def install_prefixes() -> list[Path]:
     """Where this package's data files and scripts may be installed: the interpreter's prefix (pip,
     a venv) and the prefix the package itself was installed under (a colcon install runs the system
-    Python, whose prefix is /usr, with the package in ``<install>/lib/python3.X/site-packages``)."""
+    Python, whose prefix is /usr, with the package in ``<install>/lib/python3.X/site-packages``).
+    """
     out = [Path(sys.prefix)]
     out += [p for p in PACKAGE_ROOT.parents[:4] if p not in out]
     return out
@@ -42,7 +44,8 @@ def config_path(mode_or_path: str) -> Path:
 def script_dirs(bin_dir: Path | None = None) -> list[Path]:
     """Where this package's console scripts are, in order: ``bin_dir``, next to the interpreter (pip,
     a venv), ``<prefix>/lib/piper_recorder`` of the package's own install (colcon puts them there for
-    ``ros2 run``, off PATH: setup.cfg), then the interpreter's ``bin``."""
+    ``ros2 run``, off PATH: setup.cfg), then the interpreter's ``bin``.
+    """
     dirs = [bin_dir] if bin_dir else []
     dirs.append(Path(sys.executable).parent)
     dirs += [p / "lib" / "piper_recorder" for p in install_prefixes()]

@@ -42,7 +42,8 @@ class DdsFeatures:
 
     ``fastdds_major``: 3 (``libfastdds``), 2 (``libfastrtps``) or None (not found: both profile
     variables are set, so the profile applies whichever it is). ``discovery_range``: librcl reads
-    ``ROS_AUTOMATIC_DISCOVERY_RANGE``; False means ``ROS_LOCALHOST_ONLY`` is all there is (Humble)."""
+    ``ROS_AUTOMATIC_DISCOVERY_RANGE``; False means ``ROS_LOCALHOST_ONLY`` is all there is (Humble).
+    """
 
     fastdds_major: int | None = None
     discovery_range: bool = True
@@ -66,7 +67,8 @@ class DdsFeatures:
 def ros_lib_dirs() -> list[Path]:
     """Where the ROS libraries live that rclpy loads: the prefix holding rclpy first (a venv of PyPI
     wheels: its ``lib``; an apt install: ``/opt/ros/<distro>/lib``), then AMENT_PREFIX_PATH's and this
-    Python's prefix. Found without importing rclpy."""
+    Python's prefix. Found without importing rclpy.
+    """
     dirs: list[Path] = []
     try:
         spec = importlib.util.find_spec("rclpy")
@@ -105,7 +107,8 @@ def loopback_profile() -> Path | None:
 
 def loopback_env(base: dict[str, str] | None = None, features: DdsFeatures | None = None) -> dict[str, str]:
     """``base`` (default: os.environ) plus the variables that keep DDS on loopback (see the module doc),
-    named as ``features`` (default: this install's) reads them."""
+    named as ``features`` (default: this install's) reads them.
+    """
     env = dict(os.environ if base is None else base)
     f = features or dds_features()
     rmw = env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
@@ -128,7 +131,8 @@ def launch_dds_env(base: dict[str, str] | None = None, features: DdsFeatures | N
 
     The loopback profile, unless the launching shell already names a Fast DDS profile of its own in the
     variable this Fast DDS reads (e.g. one that adds the robot's LAN interface to watch it from another
-    computer): the user's profile wins, and nothing is changed."""
+    computer): the user's profile wins, and nothing is changed.
+    """
     env = dict(os.environ if base is None else base)
     f = features or dds_features()
     if any(env.get(var) for var in f.profile_vars):

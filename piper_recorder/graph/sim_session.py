@@ -141,7 +141,8 @@ class SimSession:
         """Spin the session's node until ``stop``. An error out of the executor (a callback's, or rclpy's
         ``InvalidHandle`` for an entity destroyed while the executor waited on it) is printed and the spin
         goes on: a session whose executor stopped sees no status and no service response again, and its
-        next call waits out its whole timeout."""
+        next call waits out its whole timeout.
+        """
         assert self._executor is not None and self._ctx is not None
         while not self._stopping and self._ctx.ok():
             try:
@@ -156,7 +157,8 @@ class SimSession:
         """A node and executor of its own, spun by the calling thread, for the subscriptions a wait creates
         and destroys. Destroying an entity of the session's node while its MultiThreadedExecutor waits on
         it in the spinner thread makes rclpy raise ``InvalidHandle`` there (``test_sim_session_spin``); here
-        creation, spinning and destruction share one thread."""
+        creation, spinning and destruction share one thread.
+        """
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
@@ -338,7 +340,8 @@ class SimSession:
         100 ms of sending it (ros2/rmw_fastrtps#390): a loaded machine's discovery can lose the first
         answer of a fresh client although the recorder acted on the request. The status's ``answers``
         count rising past ``answers0`` (its value when the request went) shows the answer was given;
-        ``LOST_ANSWER_S`` later without the response, the status's ok/message stand for it."""
+        ``LOST_ANSWER_S`` later without the response, the status's ok/message stand for it.
+        """
         deadline = time.monotonic() + timeout
         seen_at: float | None = None
         done = threading.Event()
@@ -373,7 +376,8 @@ class SimSession:
         (``_await_answer``: a lost response is read from the recorder's status).
 
         ``at``: recorder -> monotonic time to send its request (the calls still overlap). When each
-        request went and each answer came are kept in ``sent[srv][rec]`` and ``answered[srv][rec]``."""
+        request went and each answer came are kept in ``sent[srv][rec]`` and ``answered[srv][rec]``.
+        """
         from std_srvs.srv import Trigger
 
         answered: dict[str, float] = {}
@@ -416,7 +420,8 @@ class SimSession:
 
     def stop_episode(self, timeout: float = 120.0, at: dict[str, float] | None = None) -> EpisodeResult:
         """Stop both recorders (each at ``at[rec]``, monotonic, if given) and wait for their "saved"
-        events; returns the events and the stop-to-saved latencies."""
+        events; returns the events and the stop-to-saved latencies.
+        """
         with self._cond:
             seen = len(self.events)
         t_stop = {rec: max(time.monotonic(), (at or {}).get(rec, 0.0)) for rec in RECORDER_NODES}
@@ -445,7 +450,8 @@ class SimSession:
     def record(self, seconds: float) -> EpisodeResult:
         """One episode of ``seconds`` in each recorder: each one's stop is sent ``seconds`` after its episode
         started (the ``start_ns`` of its "started" event; a first start that waited for /arm/provenance
-        or for the writer does not shorten the episode)."""
+        or for the writer does not shorten the episode).
+        """
         with self._cond:
             seen = len(self.events)
         self.start_episode()
@@ -453,7 +459,8 @@ class SimSession:
 
     def _stop_times(self, seen: int, seconds: float, timeout: float = 10.0) -> dict[str, float]:
         """Monotonic send time of each recorder's stop: ``seconds`` after its "started" event's start_ns
-        (ROS time = system time here); the start request's send time if the event did not come."""
+        (ROS time = system time here); the start request's send time if the event did not come.
+        """
         starts: dict[str, int] = {}
 
         def started() -> bool:
@@ -480,7 +487,8 @@ def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
     """``WxH`` -> --set items giving every camera that image size (the recorders follow the cameras' sizes:
-    ``params.derived``)."""
+    ``params.derived``).
+    """
     try:
         w, h = (int(v) for v in size.lower().split("x"))
     except ValueError:

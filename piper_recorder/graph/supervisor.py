@@ -80,7 +80,8 @@ class Graph:
 
     def start(self) -> Graph:
         """Start every process; each ends by itself if this process dies without stopping it (SIGKILL
-        included: ``supervision.watch_parent``, told our pid through ``PIPER_LAUNCHER_PID``)."""
+        included: ``supervision.watch_parent``, told our pid through ``PIPER_LAUNCHER_PID``).
+        """
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**self.env, LAUNCHER_PID_ENV: str(os.getpid())}
         for spec in self.plan.processes:

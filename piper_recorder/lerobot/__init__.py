@@ -2,4 +2,5 @@
 (test/test_module_graph.py): ``format`` (what a root is and how to read it: ``Root``), ``writer`` (the streaming
 ``LeRobotWriter``), ``validate`` (piper-validate's independent checks: ``validate_root``), ``export`` (piper-export
 to LeRobot v2.1 / v3.0) and ``maintenance`` (piper-repair, piper-recover, piper-finalize). Import from those
-faces: nothing is re-exported here, so that reading a file name from ``format.layout`` loads no video encoder."""
+faces: nothing is re-exported here, so that reading a file name from ``format.layout`` loads no video encoder.
+"""

@@ -528,7 +528,8 @@ def _video_frames(path: Path, full: bool) -> _Video:
 def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each row time (float32 values): index of the last frame with ``pts * tb <= t`` (-1: none)
     and ``t - pts * tb`` in s (inf: none). Exact: a float32 times the time base denominator (< 2**29)
-    and a PTS times its numerator (< 2**53) are exact in float64, so the comparison is too."""
+    and a PTS times its numerator (< 2**53) are exact in float64, so the comparison is too.
+    """
     if tb.denominator < 2**29 and (len(pts) == 0 or int(np.abs(pts).max()) * tb.numerator < 2**53):
         frame = pts.astype(np.float64) * tb.numerator
         row = ts.astype(np.float64) * tb.denominator
@@ -548,7 +549,8 @@ def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray
 def _lerobot_frames(pts: np.ndarray, tb: Fraction, ts: np.ndarray, fps: float) -> np.ndarray:
     """LeRobot 0.3/0.4's default lookup (torchcodec, approximate seek) for each row time: frame index
     ``i = round(t * fps)`` (half to even, as Python's round), then the first frame whose ``pts * tb`` is
-    >= ``i / fps``, compared exactly in integers; ``len(pts)`` where there is none."""
+    >= ``i / fps``, compared exactly in integers; ``len(pts)`` where there is none.
+    """
     f = Fraction(fps).limit_denominator(1_000_000)
     want = np.rint(ts.astype(np.float64) * float(fps)).astype(np.int64)
     frame = [p * tb.numerator * f.numerator for p in pts.tolist()]  # pts*tb >= i/f in exact integers
@@ -805,7 +807,8 @@ def _check_episodes_stats(
     per_episode: list[dict[str, _ColumnAccumulator]],
 ) -> None:
     """LeRobot v2.1 meta/episodes_stats.jsonl: one line per episode, in order, every feature with
-    min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count match the data."""
+    min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count match the data.
+    """
     if len(lines) != len(episodes):
         rep.add(path, f"{len(lines)} lines for {len(episodes)} episodes in {EPISODES}")
     for pos, line in enumerate(lines):
@@ -982,7 +985,8 @@ def validate_root(
 ) -> list[str]:
     """Every problem found in the LeRobot v2.0 / v2.1 root, one line each; [] when valid. ``timing``, when
     given, receives the video timing figures (rows checked, the worst row); ``pairing`` the worst frame
-    capture offsets ahead of and behind their rows."""
+    capture offsets ahead of and behind their rows.
+    """
     root = Path(root)
     rep = _Report(
         root,

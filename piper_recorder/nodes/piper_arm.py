@@ -163,7 +163,8 @@ class PiperArmNode(Node):
     def _on_frame(self, frame_id: int, _stamp: float) -> None:
         """SDK reader thread, on the last frame of a joint / pose set (the listener's ids): publish the set.
         The link parses only the sets of ``feedback_publish_hz`` (``FeedbackDecimator``), so each one that
-        completes is published, from the frames' values (``PiperLink.joint_state``, ``flange_pose``)."""
+        completes is published, from the frames' values (``PiperLink.joint_state``, ``flange_pose``).
+        """
         if frame_id == ID_JOINTS[-1]:
             stamp, position, velocity, effort = self.link.joint_state()
             self.pub_joints.publish(

@@ -175,7 +175,8 @@ class PolicyNode(Node):
 
     def _on_joy(self, msg: Joy) -> None:
         """Every joy message of the hand feeds the operator gate (grip held or open), not only grips:
-        ~/start and ~/resume are refused while the headset says the grip is held."""
+        ~/start and ~/resume are refused while the headset says the grip is held.
+        """
         if len(msg.axes) < 2:
             return
         with self._lock:

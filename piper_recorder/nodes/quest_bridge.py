@@ -151,7 +151,8 @@ class QuestBridge(Node):
         joins is served from its next frame on. Messages go out serialized by ``cdr.encode`` (rclpy's
         conversion of a typed message was most of each publish's cost). A new input source is marked
         first, by an empty Joy on each hand (teleop releases its clutch on it, before any of the new
-        source's poses or grips can reach it on the same streams)."""
+        source's poses or grips can reach it on the same streams).
+        """
         if out.source_change:
             for pub in self.joy_pubs.values():
                 pub.publish(cdr_encode.joy(recv_ns, "", [], []))

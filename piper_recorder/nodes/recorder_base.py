@@ -286,7 +286,8 @@ class RecorderNode(Node):
 
     async def _srv_stop_at(self, req: AddDiagnostics.Request, res: AddDiagnostics.Response) -> AddDiagnostics.Response:
         """``load_namespace`` carries ``{"end_ns": <int>}`` (ROS-clock ns): the episode ends there
-        (``EpisodeController.stop_at``: refused before the episode's start, never after the arrival)."""
+        (``EpisodeController.stop_at``: refused before the episode's start, never after the arrival).
+        """
         arrival = arrival_or_now(self._control_exec, self)  # first: the arrival of this request
         try:
             end = parse_stop_at(req.load_namespace)
@@ -304,7 +305,8 @@ class RecorderNode(Node):
 
     async def _srv_label(self, req: AddDiagnostics.Request, res: AddDiagnostics.Response) -> AddDiagnostics.Response:
         """``load_namespace`` carries ``{"outcome": "success"|"failure", "note": "...", "episode": N}``
-        (note and episode optional: the episode in flight, else the last one saved this session)."""
+        (note and episode optional: the episode in flight, else the last one saved this session).
+        """
         try:
             arg = json.loads(req.load_namespace)
         except ValueError:
@@ -338,7 +340,8 @@ class RecorderNode(Node):
 
     def _status_tick(self) -> None:
         """The periodic status (tick thread): the delivery snapshot is taken here only (the controller also
-        publishes the status on changes, from other threads, which reuse the last snapshot)."""
+        publishes the status on changes, from other threads, which reuse the last snapshot).
+        """
         self._images_received = self.image_counts.snapshot(time.monotonic())
         self._publish_status()
 
@@ -358,7 +361,8 @@ class RecorderNode(Node):
     # ---- tick thread / shutdown -------------------------------------------------------------
     def _tick_loop(self) -> None:
         """Rows as they fall due, and the status every ``1 / status_hz`` (its schedule advances by whole
-        periods; a late one is published at once, never twice in a row to catch up)."""
+        periods; a late one is published at once, never twice in a row to catch up).
+        """
         c = self.controller
         clock, period = time.monotonic, self._status_period_s
         next_status = clock()

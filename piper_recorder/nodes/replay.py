@@ -91,7 +91,8 @@ class ReplayNode(Node):
 
     def _load(self) -> None:
         """Read the episode: before spinning, or on a thread (a read inside a callback of this
-        single-threaded executor would hold back /arm/eef_pose, and playback would start on stale feedback)."""
+        single-threaded executor would hold back /arm/eef_pose, and playback would start on stale feedback).
+        """
         if not self._loading.acquire(blocking=False):
             return  # a load is already running
         try:

@@ -66,7 +66,8 @@ from piper_recorder.sim.scene import SceneRenderer
 @dataclass
 class SimCameraConfig:
     """Parameters of one sim camera (validated at start-up); the fault parameters may change at run
-    time (the node's own callback re-arms the fault plan), every other one is read-only."""
+    time (the node's own callback re-arms the fault plan), every other one is read-only.
+    """
 
     runtime_params: ClassVar[frozenset[str]] = frozenset({"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"})
 
@@ -180,7 +181,8 @@ class SimCamera(Node):
     def _publish_status(self) -> None:
         """Counters for benches and tests: frames published and skipped (faults, stalls), stale poses; and
         ``fps``, the published rate (by capture stamp, as each consumer counts what it received), against
-        which the dashboard and the HUD judge every subscriber's delivery (``nominal_fps``: the parameter)."""
+        which the dashboard and the HUD judge every subscriber's delivery (``nominal_fps``: the parameter).
+        """
         sent = self._sent.snapshot(time.monotonic(), lambda stamp: int(stamp))["color"]
         self.pub_status.publish(
             String(
@@ -201,7 +203,8 @@ class SimCamera(Node):
 
     def _camera_info(self, frame_id: str) -> bytes:
         """This camera's CameraInfo, serialized once (every message differs only in its stamp:
-        ``cdr_encode.restamp``)."""
+        ``cdr_encode.restamp``).
+        """
         k = self.camera.intrinsics
         info = CameraInfo()
         info.header.frame_id = frame_id
@@ -227,7 +230,8 @@ class SimCamera(Node):
 
     def _capture_loop(self) -> None:
         """Capture slots lie on a steady monotonic grid; a late wake-up still stamps and renders its
-        slot (from the pose history), and slots missed entirely are skipped like a camera would."""
+        slot (from the pose history), and slots missed entirely are skipped like a camera would.
+        """
         period = 1.0 / self.cfg.fps
         latency_ns = int(self.cfg.render_latency_ms * 1e6)
         w = self.camera.intrinsics.width
@@ -263,7 +267,8 @@ class SimCamera(Node):
     def _ros_time_ns(self, mono_s: float) -> int:
         """ROS time of the monotonic instant ``mono_s``: the ROS clock read between two monotonic reads.
         A thread switch between the reads (the GIL, a loaded machine) would shift the stamp off the
-        capture time by its length, so a read bracketed by more than 1 ms is taken again."""
+        capture time by its length, so a read bracketed by more than 1 ms is taken again.
+        """
         for _ in range(5):
             m0 = time.monotonic_ns()
             ros = now_ns(self)
@@ -275,7 +280,8 @@ class SimCamera(Node):
     def _pose_at(self, capture_ns: int) -> tuple[np.ndarray | None, bool]:
         """(EEF at the capture time, stale). Waits briefly until the history brackets the capture time so
         the pose is interpolated; past ``pose_wait_ms`` the newest pose is used and flagged stale (drawn
-        yellow). With no pose stream at all the marker is absent."""
+        yellow). With no pose stream at all the marker is absent.
+        """
         deadline = time.monotonic() + self.cfg.pose_wait_ms / 1000.0
         while True:
             self.inputs.poll()

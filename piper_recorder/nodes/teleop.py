@@ -329,7 +329,8 @@ class TeleopNode(Node):
     def _send_label(self, outcome: str) -> None:
         """The stop chord's label to every recorder (it lands on the episode being stopped: in flight, or
         just saved if the stop got there first). Not retried: a refusal, or no answer within call_timeout_s, pulses ``refused``
-        and is logged, and the episode can be labelled afterwards (service or piper-dataset label)."""
+        and is logged, and the episode can be labelled afterwards (service or piper-dataset label).
+        """
         req = AddDiagnostics.Request(load_namespace=json.dumps({"outcome": outcome}))
         for rec, client in self.label_clients.items():
             if not client.service_is_ready():

@@ -60,7 +60,8 @@ def is_d405(section: Mapping[str, Any]) -> bool:
 
 def color_profile_key(section: Mapping[str, Any]) -> str:
     """The parameter realsense-ros reads a camera's colour profile from: ``D405_COLOR_PROFILE`` for a D405,
-    ``COLOR_PROFILE`` for every other model."""
+    ``COLOR_PROFILE`` for every other model.
+    """
     return D405_COLOR_PROFILE if is_d405(section) else COLOR_PROFILE
 
 
@@ -178,7 +179,8 @@ def _serials(
     cams: Mapping[str, CameraSection],
 ) -> dict[str, Any]:
     """``camera_serials`` of ``names`` from the cameras' sections; a node's own list (older layout, one
-    per camera of ``aligned``) must agree with them, and stands in for a camera whose section has none."""
+    per camera of ``aligned``) must agree with them, and stands in for a camera whose section has none.
+    """
     own = section.get("camera_serials") or []
     stated: dict[str, str] = {}
     if own:
@@ -202,7 +204,8 @@ def _lerobot_sizes(
     section: Mapping[str, Any], aligned: Sequence[str], names: Sequence[str], cams: Mapping[str, CameraSection]
 ) -> dict[str, Any]:
     """Per-camera ``camera_heights``/``camera_widths`` when a camera states its size or the node its own
-    per-camera lists (older layout: restricted to ``names``, and checked against the cameras)."""
+    per-camera lists (older layout: restricted to ``names``, and checked against the cameras).
+    """
     default = (int(section.get("camera_height", CAMERA.height)), int(section.get("camera_width", CAMERA.width)))
     heights, widths = section.get("camera_heights") or [], section.get("camera_widths") or []
     own = (

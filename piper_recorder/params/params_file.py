@@ -37,7 +37,8 @@ def read_params_file(path: str | Path) -> dict[str, dict[str, Any]]:
 
 def node_params(doc: Mapping[str, Mapping[str, Any]], node: str) -> dict[str, Any]:
     """The parameters rcl gives node ``node`` from a file: the ``/**`` wildcard section, then its own
-    (``node`` or ``/node``)."""
+    (``node`` or ``/node``).
+    """
     out: dict[str, Any] = {}
     for key in ("/**", node, f"/{node}"):
         out.update(doc.get(key) or {})

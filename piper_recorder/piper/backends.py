@@ -196,7 +196,8 @@ class ImpedanceBackend:
 
     def configure(self, dialect: MitDialect) -> None:
         """Take the firmware's MIT dialect (``PiperLink.dialect`` once it read the firmware); raise
-        ``FirmwareRefused`` for a firmware this backend does not drive."""
+        ``FirmwareRefused`` for a firmware this backend does not drive.
+        """
         if dialect.refusal is not None:
             raise FirmwareRefused(dialect.refusal)
         self.dialect = dialect

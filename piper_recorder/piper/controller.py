@@ -54,7 +54,8 @@ class ArmController:
         """``take_inputs``: called at the start of every tick on the control thread, outside the lock (the
         node's polled target subscriptions: they call ``set_target``/``set_gripper``). ``wait_inputs(s)``:
         block until inputs are waiting (True) or ``s`` passed; with it the position backend's loop runs on
-        its targets (``_run_on_inputs``); ``interrupt`` ends such a wait (``stop``)."""
+        its targets (``_run_on_inputs``); ``interrupt`` ends such a wait (``stop``).
+        """
         cfg.validate()
         self.take_inputs, self.wait_inputs, self.interrupt = take_inputs, wait_inputs, interrupt
         self.cfg, self.link = cfg, link
@@ -84,7 +85,8 @@ class ArmController:
     # ------------------------------------------------------------ lifecycle
     def start(self, enable: bool = True, feedback_timeout: float = 3.0) -> None:
         """Read the firmware version, wait for feedback, enable (optional) and hold the current pose.
-        Raises ``FirmwareRefused`` (before enabling) if the impedance backend does not drive this firmware."""
+        Raises ``FirmwareRefused`` (before enabling) if the impedance backend does not drive this firmware.
+        """
         self.firmware = self.link.firmware()
         if isinstance(self.backend, ImpedanceBackend):
             self.backend.configure(self.link.dialect)
@@ -248,7 +250,8 @@ class ArmController:
         soon as it arrives (at most ``control_rate_hz`` ticks a second: a burst is taken together), and
         without one the loop ticks at ``hold_rate_hz`` (keepalives, holds, homing steps, CAN silence).
         A fixed 200 Hz loop relaying 100 Hz targets spent half its ticks on nothing and held each target
-        up to a period; here a teleop stream costs one tick per target."""
+        up to a period; here a teleop stream costs one tick per target.
+        """
         hold, gap = 1.0 / self.cfg.hold_rate_hz, 1.0 / self.cfg.control_rate_hz
         clock = time.monotonic
         last = clock() - hold
@@ -281,7 +284,8 @@ class ArmController:
 
     def tick(self) -> None:
         """One control step. The feedback snapshot is built only when the step reads it (entering control,
-        the impedance backend): a position tick needs only the newest joint frame's stamp."""
+        the impedance backend): a position tick needs only the newest joint frame's stamp.
+        """
         if self.take_inputs is not None:
             self.take_inputs()
         stamp = self.link.feedback_stamp()

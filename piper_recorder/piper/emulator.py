@@ -282,7 +282,8 @@ class PiperEmulator:
 
     def _gravity(self, frames: list[kin.Frame]) -> list[float]:
         """tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
-        9.81 (z_ix c_iy - z_iy c_ix), accumulated from the flange inwards."""
+        9.81 (z_ix c_iy - z_iy c_ix), accumulated from the flange inwards.
+        """
         tau = [0.0] * 6
         mass = mx = my = 0.0
         for i in range(5, -1, -1):
@@ -297,7 +298,8 @@ class PiperEmulator:
 
     def _frames(self, q: list[float]) -> list[kin.Frame]:
         """``kin.chain(q)``, kept for the newest q: a tick's feedback FK and the next tick's gravity
-        see the same joints, so each tick builds the link frames once instead of twice."""
+        see the same joints, so each tick builds the link frames once instead of twice.
+        """
         cached = self._fk_cache
         if cached is None or cached[0] != q:
             cached = self._fk_cache = (list(q), kin.chain(q))  # a copy: callers go on to change q

@@ -43,7 +43,8 @@ _VERSION = re.compile(rb"S-V(\d+)\.(\d+)-(\d+)")
 def parse_version(raw: bytes | str | None, complete: bool = True) -> Version | None:
     """(major, minor, patch) of the first "S-V<a>.<b>-<c>" in ``raw``; a digit run of more than 2
     digits ends in a glued 6-digit build date (YYMMDD), which is not the patch. None if none parses,
-    or (``complete`` False: more bytes may follow) if the digits run to the end of ``raw``."""
+    or (``complete`` False: more bytes may follow) if the digits run to the end of ``raw``.
+    """
     if raw is None:
         return None
     data = raw.encode(errors="ignore") if isinstance(raw, str) else bytes(raw)

@@ -60,7 +60,8 @@ def _floats(v: np.ndarray | Iterable[float], n: int) -> list[float]:
 def chain(q: list[float]) -> list[Frame]:
     """Base->frame i for i = 1..6 as ``Frame`` tuples (modified DH: frame i = frame i-1 Rx(alpha) Tx(a)
     Rz(theta) Tz(d)). With the columns x, y, z of frame i-1: u = ca y + sa z; frame i has
-    x' = ct x + st u, y' = ct u - st x, z' = ca z - sa y, and origin p + a x + d z'."""
+    x' = ct x + st u, y' = ct u - st x, z' = ca z - sa y, and origin p + a x + d z'.
+    """
     xx, xy, xz, yx, yy, yz, zx, zy, zz = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0  # columns x, y, z
     px = py = pz = 0.0
     cos, sin = math.cos, math.sin
@@ -114,7 +115,8 @@ def fk(q: np.ndarray) -> np.ndarray:
 
 def _jacobian_rows(frames: list[Frame]) -> list[list[float]]:
     """Rows of the 6x6 geometric Jacobian [v; w] of the flange: column i is z_i x (p_6 - p_i), z_i
-    (modified DH: joint i turns about z of frame i)."""
+    (modified DH: joint i turns about z of frame i).
+    """
     ex, ey, ez = frames[-1][9:12]
     vx, vy, vz, wx, wy, wz = [], [], [], [], [], []
     for f in frames:
@@ -159,7 +161,8 @@ def euler_rot(rx: float, ry: float, rz: float) -> Rot:
 
 def euler_quat(rx: float, ry: float, rz: float) -> tuple[float, float, float, float]:
     """The quaternion xyzw (w >= 0, as ``matrix_to_quat``) of ``euler_rot``: qz(rz) qy(ry) qx(rx), without
-    building the matrix (the arm node converts every end-pose feedback it publishes)."""
+    building the matrix (the arm node converts every end-pose feedback it publishes).
+    """
     cx, sx = math.cos(rx / 2.0), math.sin(rx / 2.0)
     cy, sy = math.cos(ry / 2.0), math.sin(ry / 2.0)
     cz, sz = math.cos(rz / 2.0), math.sin(rz / 2.0)
@@ -278,11 +281,12 @@ def pose_to_matrix(pos: np.ndarray, quat_xyzw: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- IK
 def _dls_step(rows: list[list[float]], e: list[float], lam2: float) -> list[float]:
-    """dq = J^T (J J^T + lam2 I)^-1 e for the 6x6 J given by its rows: Cholesky of the SPD matrix in floats.
+    """Dq = J^T (J J^T + lam2 I)^-1 e for the 6x6 J given by its rows: Cholesky of the SPD matrix in floats.
 
     In a live process, between the other threads' work, numpy's 6x6 matmuls and ``linalg.solve`` (its
     wrapper: a dozen Python-level checks and an errstate) cost ~2x this loop; hot in a microbenchmark
-    they are a little faster. lam2 > 0 keeps the matrix positive definite; NaN input gives NaN out."""
+    they are a little faster. lam2 > 0 keeps the matrix positive definite; NaN input gives NaN out.
+    """
     a = [[0.0] * 6 for _ in range(6)]
     for i in range(6):
         ri, ai = rows[i], a[i]
@@ -405,7 +409,7 @@ _TWO_PI = 2.0 * math.pi
 
 
 def _turns_to(v: float, ref: float) -> float:
-    """v moved by whole turns to within pi of ref (the joints' ranges are each under a turn)."""
+    """V moved by whole turns to within pi of ref (the joints' ranges are each under a turn)."""
     return v - _TWO_PI * round((v - ref) / _TWO_PI)
 
 
@@ -420,7 +424,8 @@ def closed_form_ik(
     and no joint more than ``max_jump`` from the seed; None if there is none (out of reach, beyond a limit,
     a NaN) or the arm's DH table is not the Piper's geometry. At the wrist singularity (joint 5 at 0, where
     only q4 + q6 is determined) joints 4 and 6 share the turn from the seed equally, as far as their limits
-    allow."""
+    allow.
+    """
     if not _CLOSED_FORM:
         return None
     return _closed_form(
@@ -506,7 +511,8 @@ def ik(
     reach, where the damped iteration settles within the callers' tolerance or fails) the answer is
     ``solve_ik``'s, as before. Within ``max_jump`` (``solve_ik``'s ``max_step``, one damped step) the nearest
     exact solution is the one the damped iteration converges to from that seed, to its tolerance
-    (test_ik_closed_form)."""
+    (test_ik_closed_form).
+    """
     if _CLOSED_FORM:
         rows = np.asarray(target, dtype=float)[:3].tolist()
         q = _closed_form(rows, _floats(q_seed, 6), _floats(q_min, 6), _floats(q_max, 6), max_jump)

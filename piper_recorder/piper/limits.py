@@ -21,7 +21,8 @@ class Rejection:
 class TargetLimits:
     """What piper_arm accepts of a target: a flange position inside the acceptance box (``accept_min`` ..
     ``accept_max``, m, arm base; ``ArmConfig.accept_box``: refused outside, never clamped) and a joint-limited
-    IK solution (``q_min`` .. ``q_max``)."""
+    IK solution (``q_min`` .. ``q_max``).
+    """
 
     q_min: np.ndarray
     q_max: np.ndarray

@@ -195,7 +195,8 @@ class FeedbackFrames:
 
     def drivers_enabled(self, since: float = 0.0) -> bool:
         """All six drivers report enabled (status bit 6, the SDK's ``driver_enable_status``) and a low-speed
-        frame arrived after ``since``: ``GetArmLowSpdInfoMsgs().time_stamp > since and all(GetArmEnableStatus())``."""
+        frame arrived after ``since``: ``GetArmLowSpdInfoMsgs().time_stamp > since and all(GetArmEnableStatus())``.
+        """
         return self.driver_stamp > since and all(b & 0x40 for b in self.driver_status)
 
 
@@ -244,7 +245,8 @@ def _drain_reader(port: Any) -> Callable[[], object]:
     """The SDK's ``C_STD_CAN.ReadCanMessage`` for a ``DirectVirtualBus``: it blocks for a frame as the SDK's
     does (``recv(1)``), then hands every frame already queued to the parser in the same call, in order,
     instead of one bus-state check, ``recv`` and status per frame (~2,300 frames a second). As the SDK's,
-    it reports failures as a status and never raises: a frame whose parsing fails is dropped."""
+    it reports failures as a status and never raises: a frame whose parsing fails is dropped.
+    """
     bus, status = port.recv_bus, port.CAN_STATUS
     inbox = bus.queue
 
@@ -272,7 +274,8 @@ def _drain_reader(port: Any) -> Callable[[], object]:
 
 def _end_pose_ints(pose: np.ndarray) -> tuple[list[int], np.ndarray]:
     """A flange pose as EndPoseCtrl's integers (X, Y, Z in 0.001 mm, RX, RY, RZ in 0.001 deg, the SDK's
-    Euler convention) and the pose those integers encode."""
+    Euler convention) and the pose those integers encode.
+    """
     (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = np.asarray(pose, dtype=float)[:3].tolist()
     xyz = [round(px * 1e6), round(py * 1e6), round(pz * 1e6)]
     rpy = [round(math.degrees(v) * 1000) for v in kin.rot_euler((r00, r01, r02, r10, r11, r12, r20, r21, r22))]
@@ -301,7 +304,8 @@ class PiperLink:
         """``feedback_hz``: parse the arm's ~200 Hz feedback sets (status, end pose, joints, gripper) at most
         this often (``FeedbackDecimator``); None parses every frame. Every other frame is always parsed.
         ``sdk_feedback``: piper_sdk parses the feedback frames too (``FeedbackFrames`` reads them either
-        way), so its getters hold them: for checks of the emulator against the SDK."""
+        way), so its getters hold them: for checks of the emulator against the SDK.
+        """
         self.channel, self.interface = channel, interface
         decimator = FeedbackDecimator(feedback_hz) if feedback_hz else None
         self._tx = threading.Lock()
@@ -374,7 +378,8 @@ class PiperLink:
         Called ~400 times a second (the control loop at 200 Hz, the node's publisher per feedback set),
         while the sets come at ``feedback_hz``: a snapshot is built (plain float math) only when a frame
         was taken since the last one (``FeedbackFrames.seq``), else the same one is handed out again. Its
-        arrays are read-only, so no reader can change what another one sees."""
+        arrays are read-only, so no reader can change what another one sees.
+        """
         f = self.frames
         gain = self.dialect.effort_gain
         key = (f.seq, gain)  # read before the fields: a frame taken meanwhile only makes the next call rebuild
@@ -416,7 +421,8 @@ class PiperLink:
         the six joints then the gripper (rad, rad/s, N m; the gripper's width in m, velocity 0, effort N m).
 
         Plain floats from the frames, without building a ``feedback`` snapshot: the node publishes one
-        per joint set (100 a second) from the reader thread, where the frames it reads are complete."""
+        per joint set (100 a second) from the reader thread, where the frames it reads are complete.
+        """
         f = self.frames
         width, g_effort = _gripper_si(f)
         return (
@@ -428,7 +434,8 @@ class PiperLink:
 
     def flange_pose(self) -> tuple[float, tuple[float, float, float], tuple[float, float, float, float]]:
         """The newest end-pose feedback as /arm/eef_pose carries it: (stamp, position m, quaternion xyzw
-        with w >= 0); plain floats, as ``joint_state``."""
+        with w >= 0); plain floats, as ``joint_state``.
+        """
         f = self.frames
         xyz, rpy = _pose_si(f)
         return f.pose_stamp, xyz, kin.euler_quat(*rpy)
@@ -438,7 +445,8 @@ class PiperLink:
 
         Parsed from the raw 0x4AF bytes: the SDK's ``GetPiperFirmwareVersion`` keeps 8 characters, so
         "S-V1.8-10" would read "S-V1.8-1" (another MIT dialect, ``firmware``); the SDK's string is the
-        fallback when the raw bytes do not parse."""
+        fallback when the raw bytes do not parse.
+        """
         deadline = time.monotonic() + timeout
         asked_again = False
         found: str | None = None
@@ -502,7 +510,8 @@ class PiperLink:
         Why not through the SDK: per frame it builds a message object, a ``can.Message`` and the payload
         field by field through range-checked converters (a ctypes and a struct round trip per int32),
         a call chain of ~15 Python frames that runs cold at the teleop rate between the graph's other
-        work: ~100 us of the control loop's ~500 per target (thread CPU in the demo graph)."""
+        work: ~100 us of the control loop's ~500 per target (thread CPU in the demo graph).
+        """
         ints, sent = _end_pose_ints(pose)
         frames = [motion_ctrl_2(0x01, MOVE_P, int(speed))] + end_pose_frames(*ints)
         with self._tx:
@@ -513,7 +522,8 @@ class PiperLink:
         """Send on the SDK's CAN port, in order: an emulator's virtual bus takes them in one hand-over
         (``DirectVirtualBus.send_frames``), a real bus one ``SendCanMessage`` each as the SDK sends
         (its bus-state check and error status included). A frame the port does not take is counted in
-        ``send_errors`` (the SDK logs it and goes on; so does the control loop, which sends again)."""
+        ``send_errors`` (the SDK logs it and goes on; so does the control loop, which sends again).
+        """
         port = self.sdk.GetCanBus()
         bus = port.send_bus
         if isinstance(bus, DirectVirtualBus):
@@ -534,7 +544,8 @@ class PiperLink:
     def gripper(self, width: float, effort: float) -> float:
         """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m). Encoded by
         ``wire.gripper_ctrl``, byte for byte the SDK's frame (test_piper_emulator), and sent as
-        ``position_command`` sends (``_send_frames``): the teleop stream moves the gripper nearly every tick."""
+        ``position_command`` sends (``_send_frames``): the teleop stream moves the gripper nearly every tick.
+        """
         w = round(width * 1e6)
         frame = gripper_ctrl(w, int(round(effort * 1000)), 0x01)
         with self._tx:

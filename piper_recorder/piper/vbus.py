@@ -28,7 +28,8 @@ from can.interfaces.virtual import VirtualBus, channels_lock
 
 def _direct_queue(bus: VirtualBus) -> None:
     """Replace the bus's receive queue in its channel by a SimpleQueue, keeping what it held. A frame
-    sent at the very instant of the swap may be missed, as by a reader that opens on a busy bus."""
+    sent at the very instant of the swap may be missed, as by a reader that opens on a busy bus.
+    """
     old = bus.queue
     if isinstance(old, queue.SimpleQueue):
         return
@@ -100,7 +101,8 @@ class DirectVirtualBus(VirtualBus):
 def make_direct(bus: object) -> bool:
     """Turn a python-can ``VirtualBus`` the SDK opened into a ``DirectVirtualBus`` (same object, same
     channel: ``send``/``recv`` change and its receive queue becomes a SimpleQueue); False, and nothing
-    changed, for any other kind of bus."""
+    changed, for any other kind of bus.
+    """
     if type(bus) is VirtualBus:
         bus.__class__ = DirectVirtualBus
         _direct_queue(bus)

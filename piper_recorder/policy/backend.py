@@ -33,7 +33,8 @@ class BackendError(PiperError, RuntimeError):
 
 class BackendTimeout(BackendError):
     """No answer within the backend's timeout: reported as a query timeout, like the runtime's own
-    deadline (whichever clock fires first, a slow server reads the same in ~/status)."""
+    deadline (whichever clock fires first, a slow server reads the same in ~/status).
+    """
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Observation:
 @dataclass(frozen=True)
 class ActionChunk:
     """A backend's answer: ``rows`` (n, ACTION_DIM) float32, row k is the target for time
-    ``t0_ns + k * period`` where ``t0_ns`` is normally ``obs_stamp_ns`` (the observation it answers)."""
+    ``t0_ns + k * period`` where ``t0_ns`` is normally ``obs_stamp_ns`` (the observation it answers).
+    """
 
     rows: F32
     obs_stamp_ns: int

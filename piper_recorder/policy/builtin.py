@@ -1,5 +1,6 @@
 """Dry-run backends: ``hold`` (stay where the arm is) and ``replay:<root>:<episode>`` (a recorded
-episode's absolute actions, by time since the run started). Neither needs a server."""
+episode's absolute actions, by time since the run started). Neither needs a server.
+"""
 
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ class LeadTime:
     query latencies (submit to answer taken, on the control ticks) plus one control period (a query
     leaves on a tick, up to a period after the ideal instant) plus ``margin_ns`` (jitter), never more
     than a whole chunk (then the next query leaves as soon as an answer arrives). Before the first
-    answer it is 0: the executor's ``query_ahead`` floor applies."""
+    answer it is 0: the executor's ``query_ahead`` floor applies.
+    """
 
     def __init__(self, period_ns: int, margin_ns: int, chunk_ns: int, window: int = 32):
         self.period_ns, self.margin_ns, self.chunk_ns = int(period_ns), int(margin_ns), int(chunk_ns)
@@ -131,7 +132,8 @@ class ChunkExecutor:
 
     def want_query(self, now_ns: int, lead_ns: int = 0) -> bool:
         """True when a new query should be sent now (the caller keeps at most one in flight): the
-        newest chunk ran ``replan_every`` steps, or has at most ``max(query_ahead rows, lead_ns)`` left."""
+        newest chunk ran ``replan_every`` steps, or has at most ``max(query_ahead rows, lead_ns)`` left.
+        """
         if not self._chunks:
             return True
         c = self._chunks[-1]

@@ -89,7 +89,8 @@ def pack(message: Mapping[str, object]) -> bytes:
 
 def unpack(raw: bytes) -> object:
     """Decode one reply; AnswerError says why it cannot be (msgpack's own exceptions often carry no
-    text: a FormatError or StackError reads ``()``)."""
+    text: a FormatError or StackError reads ``()``).
+    """
     try:
         return msgpack.unpackb(raw, object_hook=_decode)
     except AnswerError:

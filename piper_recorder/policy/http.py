@@ -98,7 +98,8 @@ def explain(where: str, e: BaseException, timeout_s: float) -> BackendError:
 
 def _read(r: http.client.HTTPResponse, where: str) -> bytes:
     """The whole answer, at most MAX_ANSWER bytes. With a Content-Length, ``read()`` raises
-    IncompleteRead when the server closes early (``read(n)`` would hand back the part silently)."""
+    IncompleteRead when the server closes early (``read(n)`` would hand back the part silently).
+    """
     announced = r.getheader("Content-Length")
     if announced is not None and announced.strip().isdigit():
         if int(announced) > MAX_ANSWER:
@@ -135,7 +136,8 @@ class HttpBackend:
 
     def _server_hash(self) -> tuple[str | None, str]:
         """The server's own checkpoint hash if it publishes one (GET /info ``content_hash``), and why
-        there is none when asking failed (a redirect is refused, never followed)."""
+        there is none when asking failed (a redirect is refused, never followed).
+        """
         try:
             info = json.loads(self._get("/info"))
         except BackendError as e:

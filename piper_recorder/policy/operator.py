@@ -45,7 +45,8 @@ class OperatorGate:
 
     def on_joy(self, now_ns: int, squeeze: float) -> bool:
         """One joy message of the takeover hand; True when the grip is held after it. A non-finite
-        squeeze is ignored (teleop rejects the message too) and changes nothing."""
+        squeeze is ignored (teleop rejects the message too) and changes nothing.
+        """
         if not math.isfinite(squeeze):
             return self.grip_held
         self.squeeze, self._joy_ns = float(squeeze), int(now_ns)

@@ -61,7 +61,8 @@ class Envelope:
 
     def apply(self, row: F64, measured_p: F64) -> Target | None:
         """The envelope's target for a policy row (x y z qw qx qy qz gripper), or None when the row is
-        unusable (non-finite, non-unit quaternion, or it would break a hard limit): the caller holds."""
+        unusable (non-finite, non-unit quaternion, or it would break a hard limit): the caller holds.
+        """
         prev = self._prev
         if prev is None:
             raise RuntimeError("Envelope.apply before reset")

@@ -1,6 +1,7 @@
 """A policy backend from its spec string (``make_backend``): the ``policy`` parameter of the policy node and the
 launch argument ``policy:=SPEC``. The one module that knows every backend; the backends know only the
-interface (``policy.backend``)."""
+interface (``policy.backend``).
+"""
 
 from __future__ import annotations
 

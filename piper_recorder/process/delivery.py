@@ -119,7 +119,8 @@ def _num(v: Any) -> float | None:
 
 def received_rate(entry: Mapping[str, Any]) -> float | None:
     """The consumer's rate of one camera: the exact stamp rate while frames arrive, else the arrival rate
-    (0 when it stopped receiving: no new stamp, so no stamp rate)."""
+    (0 when it stopped receiving: no new stamp, so no stamp rate).
+    """
     fps, stamp_fps = _num(entry.get("fps")), _num(entry.get("stamp_fps"))
     if fps is not None and fps <= 0.0:
         return 0.0

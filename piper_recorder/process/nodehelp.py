@@ -19,7 +19,8 @@ HELP_FLAGS = ("-h", "--help")
 
 def wants_help(argv: Sequence[str]) -> bool:
     """``-h``/``--help`` among the program's own arguments (``argv[0]`` is the program; anything from
-    ``--ros-args`` on is rcl's, where a ``-h`` could be a value)."""
+    ``--ros-args`` on is rcl's, where a ``-h`` could be a value).
+    """
     own = list(argv[1:])
     if "--ros-args" in own:
         own = own[: own.index("--ros-args")]
@@ -42,7 +43,8 @@ def argument_problem(argv: Sequence[str]) -> str | None:
     """What is wrong with a node's command line (``argv[0]`` is the program), in one line, or None: a
     ``--params-file`` that is not a file, what rcl cannot parse (``-p NAME`` without ``:=VALUE``, a remap
     without ``:=``, an unknown log level, a flag without its value), or an argument outside ``--ros-args``
-    (a node takes no other: its settings are ROS parameters). Parses only; starts nothing."""
+    (a node takes no other: its settings are ROS parameters). Parses only; starts nothing.
+    """
     from rclpy.impl.implementation_singleton import rclpy_implementation
     from rclpy.utilities import remove_ros_args
 

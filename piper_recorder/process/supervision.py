@@ -36,7 +36,8 @@ def on_stop_signals(handler: Callable[[int], None]) -> None:
 
 def interrupt_on_stop_signals() -> None:
     """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT, so ``with``/``finally`` clean-ups run
-    (piper-demo stops its graph, pytest tears its fixtures down) instead of the process just dying."""
+    (piper-demo stops its graph, pytest tears its fixtures down) instead of the process just dying.
+    """
 
     def _raise(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
@@ -55,7 +56,8 @@ def expected_parent() -> int:
 
 def watch_parent(on_gone: Callable[[], None], interval_s: float = 0.25, parent: int | None = None) -> threading.Event:
     """Call ``on_gone()`` once, on a daemon thread, when this process's parent is no longer ``parent``
-    (default ``expected_parent()``); returns an event that ends the watch when set."""
+    (default ``expected_parent()``); returns an event that ends the watch when set.
+    """
     want = expected_parent() if parent is None else parent
     done = threading.Event()
 
@@ -81,7 +83,8 @@ class TeardownWatchdog:
     then outlives its stop signal until a supervisor SIGKILLs it: ``ros2 launch`` reports the node died
     with -9, ``piper-demo`` fails. If ``finish()`` has not come ``timeout_s`` after ``start()``, the watchdog
     says so on stderr with every thread's Python stack (where it hung) and ends the process with exit
-    code 0: nothing is left to lose, the node's work ended before ``start()``."""
+    code 0: nothing is left to lose, the node's work ended before ``start()``.
+    """
 
     def __init__(self, what: str, timeout_s: float = TEARDOWN_TIMEOUT_S) -> None:
         self.what, self.timeout_s = what, timeout_s
@@ -90,7 +93,8 @@ class TeardownWatchdog:
 
     def start(self) -> None:
         """Start the clock; again: no-op (``run_node`` starts it after the node's hook, or in its
-        ``finally`` when the node never got that far)."""
+        ``finally`` when the node never got that far).
+        """
         if not self._started:
             self._started = True
             threading.Thread(target=self._watch, name="teardown-watchdog", daemon=True).start()

@@ -63,7 +63,8 @@ class HudState:
 
     def alert_line(self) -> tuple[str, str]:
         """(text, kind): the error if one is held, else the active limits, else a degraded delivery
-        (``delivery.link_health``: panels below their rate, a recorder losing frames), else nothing."""
+        (``delivery.link_health``: panels below their rate, a recorder losing frames), else nothing.
+        """
         if self.error:
             return self.error, "error"
         if self.limits:  # before a degraded delivery: it shapes the arm's motion now
@@ -83,7 +84,8 @@ class HudState:
 
 class HudModel:
     """Folds the graph's status messages into a ``HudState``; every method takes explicit times
-    (``now`` in seconds on the wall clock, the one the recorders stamp ``start_ns`` with)."""
+    (``now`` in seconds on the wall clock, the one the recorders stamp ``start_ns`` with).
+    """
 
     def __init__(self, recorder: str = "lerobot_recorder", error_hold_s: float = ERROR_HOLD_S) -> None:
         self.recorder = recorder
@@ -270,7 +272,8 @@ def _text_mask(text: str, size: int) -> Image.Image:
     """``text`` in the default font at ``size`` px as an "L" coverage mask, its origin where
     ``ImageDraw.text`` would put it. Rasterising the glyphs (FreeType) was most of what a HUD or a
     labelled panel cost to draw; the lines change rarely (the headline each tenth of a second while
-    recording), so the masks are kept (``_MASKS``, bounded) and only pasted in the line's colour."""
+    recording), so the masks are kept (``_MASKS``, bounded) and only pasted in the line's colour.
+    """
     key = (text, size)
     with _CACHE_LOCK:
         mask = _MASKS.get(key)
@@ -290,7 +293,8 @@ def _draw_text(
     img: Image.Image, xy: tuple[int, int], text: str, size: int, fill: tuple[int, int, int], keep: bool = True
 ) -> None:
     """``text`` at ``xy``; ``keep``: from its kept mask (a line drawn again and again), else drawn
-    directly (a line that changes each frame, the recording timer: a mask would be made once and used once)."""
+    directly (a line that changes each frame, the recording timer: a mask would be made once and used once).
+    """
     if not text:
         return
     if keep:
@@ -333,7 +337,8 @@ def render_hud(state: HudState, quality: int = 80) -> bytes:
     """The HUD as JPEG, with the state it shows as JSON in a comment segment.
 
     The image is encoded again only when what it shows changes (``_visual_key``); the state, which
-    changes more often (``elapsed_s``, ``input_hz``), goes into each frame's own comment segment."""
+    changes more often (``elapsed_s``, ``input_hz``), goes into each frame's own comment segment.
+    """
     comment = json.dumps(state.to_dict(), separators=(",", ":")).encode()
     key = (_visual_key(state), quality)
     with _CACHE_LOCK:
@@ -350,7 +355,8 @@ def render_hud(state: HudState, quality: int = 80) -> bytes:
 
 def with_comment(jpeg: bytes, comment: bytes) -> bytes:
     """``jpeg`` with a COM segment holding ``comment`` after its SOI and APP0 (JFIF) header, where
-    Pillow writes its own; decoders skip COM segments."""
+    Pillow writes its own; decoders skip COM segments.
+    """
     if len(comment) > 0xFFFD:
         raise ValueError(f"a JPEG comment holds at most 65,533 bytes, not {len(comment)}")
     if jpeg[:2] != b"\xff\xd8":
@@ -380,7 +386,8 @@ def hud_state_from_jpeg(jpeg: bytes) -> dict[str, Any] | None:
 # ---- camera panels ------------------------------------------------------------------------------
 def encode_panel(rgb: np.ndarray, quality: int = 70, max_width: int = 640, label: str = "") -> bytes:
     """One camera frame (HxWx3 uint8 RGB) as a panel JPEG: at most ``max_width`` wide (aspect kept),
-    the camera's name in a darkened banner on top (the app draws no text of its own)."""
+    the camera's name in a darkened banner on top (the app draws no text of its own).
+    """
     img = Image.fromarray(rgb, "RGB")
     if img.width > max_width:
         img = img.resize((max_width, max(1, round(img.height * max_width / img.width))), Image.Resampling.BILINEAR)

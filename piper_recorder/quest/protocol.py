@@ -277,7 +277,8 @@ def _unencodable(text: str) -> bool:
 def _check_tree(obj: dict) -> None:
     """Every value of a line is one a consumer can hold and re-encode: numbers finite (1e999 overflows to
     inf), integers within 64 bits, strings (keys too) encodable as UTF-8, nesting at most ``MAX_DEPTH``.
-    Iterative (no recursion limit to hit); the first offender is named by its path, e.g. ``hello.v[2]``."""
+    Iterative (no recursion limit to hit); the first offender is named by its path, e.g. ``hello.v[2]``.
+    """
     stack: list[tuple[Any, str, int]] = [(obj, "", 1)]
     while stack:
         node, path, depth = stack.pop()

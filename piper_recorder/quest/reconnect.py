@@ -39,7 +39,8 @@ def validate_link(port: int, reconnect_s: float, reconnect_max_s: float, **timeo
 @dataclass
 class Backoff:
     """Exponential back-off: ``failed()`` gives the wait before the next attempt and doubles the one
-    after it; ``reset()`` after a connection that delivered goes back to the short wait."""
+    after it; ``reset()`` after a connection that delivered goes back to the short wait.
+    """
 
     first_s: float
     max_s: float
@@ -67,7 +68,8 @@ class LinkStats(Protocol):
 
 def try_connect(host: str, port: int, timeout_s: float, stats: LinkStats) -> socket.socket | None:
     """One attempt: the socket with Nagle off (small pose lines and frames must not wait), or None with
-    the failure counted in ``stats`` (state "backoff"); the caller then waits ``Backoff.failed()``."""
+    the failure counted in ``stats`` (state "backoff"); the caller then waits ``Backoff.failed()``.
+    """
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as exc:

@@ -124,7 +124,8 @@ class ScriptedHeadset:
 
     def regrip(self, t: float) -> bool:
         """Teleop released the clutch (noticed at script time ``t``): open and close the grip again.
-        Ignored (False) while a re-grip is under way or for a time before the last one."""
+        Ignored (False) while a re-grip is under way or for a time before the last one.
+        """
         if self._regrips and t < self._regrips[-1] + REGRIP_S:
             return False
         self._regrips = (*self._regrips, float(t))  # one assignment: the send thread reads it unlocked

@@ -354,7 +354,8 @@ class SimQuestServer:
         clutch while this hand squeezed: re-grip, as the operator reading it would; and if the HUD
         still shows the clutch idle ``REGRIP_RETRY_S`` after a re-grip (the open grip fell into a
         stall and never reached teleop), try again, until it shows it engaged. The first HUD only sets
-        the count, unless it already says to re-grip (the video channel came up after the release)."""
+        the count, unless it already says to re-grip (the video channel came up after the release).
+        """
         releases = hud.get("releases")
         if not isinstance(releases, int) or isinstance(releases, bool):
             return

@@ -77,7 +77,8 @@ class Frame:
 
 class FrameReader:
     """Incremental parser of the channel (the app's receiving side). ``feed`` returns whole frames;
-    after a framing error ``error`` is set and the connection must be closed (as the app does)."""
+    after a framing error ``error`` is set and the connection must be closed (as the app does).
+    """
 
     def __init__(self) -> None:
         self._buf = bytearray()

@@ -153,7 +153,8 @@ _ANY_ADDRESS = {"", "0.0.0.0", "::"}
 
 def port_clash(endpoints: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
     """The first two of ``endpoints`` (name -> (host, port)) that would bind the same port: one nonzero
-    port on the same address, or on an address and the wildcard that covers it; None when none do."""
+    port on the same address, or on an address and the wildcard that covers it; None when none do.
+    """
     names = list(endpoints)
     norm = {n: ("127.0.0.1" if h == "localhost" else h, p) for n, (h, p) in endpoints.items()}
     for i, a in enumerate(names):
@@ -171,7 +172,8 @@ def asset(name: str) -> bytes:
 
 def origin_allowed(origin: str | None, host_header: str | None) -> bool:
     """The WebSocket's ``Origin`` is this server (scheme http/https, same host and port as ``Host``):
-    a page of another site open in the headset's browser cannot drive the arm."""
+    a page of another site open in the headset's browser cannot drive the arm.
+    """
     if not origin or not host_header:
         return False
     try:
@@ -193,7 +195,8 @@ def web_hello(data: bytes, page: int = 0) -> bytes:
     """The page's hello line with ``client: web`` and the relay's number of the page set, whatever the
     page said. A line the bridge would refuse, or one that could not be re-encoded (a NaN, 1e999, an
     unpaired surrogate, nesting past ``protocol.MAX_DEPTH``), raises
-    :class:`~piper_recorder.quest.protocol.Rejected` with the parser's reason (``bad_type``: not a hello)."""
+    :class:`~piper_recorder.quest.protocol.Rejected` with the parser's reason (``bad_type``: not a hello).
+    """
     msg = parse_line(data)
     if not isinstance(msg, Hello):
         raise NotAHello("bad_type", "not a hello line")
@@ -219,7 +222,8 @@ class _Page:
 
     def notice(self, now: float) -> None:
         """Tell the page why its lines were refused here, as quest_bridge tells it of its parser's refusals
-        (``client.NOTICE_PERIOD_S`` apart at most; what comes in between goes with the next)."""
+        (``client.NOTICE_PERIOD_S`` apart at most; what comes in between goes with the next).
+        """
         if self.refused > self.noticed and now - self.notice_t >= NOTICE_PERIOD_S:
             reason, detail = self.last_refusal
             self.send(
@@ -357,7 +361,8 @@ class WebRelay:
 
     def write_report(self, path: str) -> None:
         """The report, written atomically: taken on the relay's loop while it runs (its counters change
-        there), directly once ``stop`` ended it (a stopped loop runs nothing handed to it)."""
+        there), directly once ``stop`` ended it (a stopped loop runs nothing handed to it).
+        """
         if self._thread is not None and self._thread.is_alive():
             taken: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
 
@@ -531,7 +536,8 @@ class WebRelay:
 
     def _from_page(self, page: _Page, data: bytes) -> str | None:
         """One protocol line from the page to the bridge (whose parser validates it). A hello the bridge
-        would refuse is not relayed (the last good one stays): the page is closed, the reason returned."""
+        would refuse is not relayed (the last good one stays): the page is closed, the reason returned.
+        """
         if b"\n" in data or b"\r" in data or not data.strip():
             self.counters["page_not_one_line"] += 1
             page.refuse("not_one_line", "a message is one protocol line, without a newline")
@@ -594,7 +600,8 @@ class WebRelay:
 
     async def _idle_heartbeat(self) -> None:
         """No page: the bridge still hears a heartbeat (its diagnostics say "connected, no frames"
-        instead of reconnecting every ``silence_timeout_s``); the state says why."""
+        instead of reconnecting every ``silence_timeout_s``); the state says why.
+        """
         n = 0
         while True:
             await asyncio.sleep(1.0)

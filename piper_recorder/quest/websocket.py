@@ -61,7 +61,8 @@ def encode_frame(opcode: int, payload: bytes) -> bytes:
 
 def close_frame(code: int, reason: str = "") -> bytes:
     """A close frame; the reason is cut to ``MAX_CLOSE_REASON`` bytes on a character boundary (a browser
-    fails a connection whose close reason is not valid UTF-8)."""
+    fails a connection whose close reason is not valid UTF-8).
+    """
     text = reason.encode("utf-8", "replace")
     if len(text) > MAX_CLOSE_REASON:
         text = text[:MAX_CLOSE_REASON].decode("utf-8", "ignore").encode()
@@ -108,7 +109,8 @@ class FrameReader:
 
     async def read(self) -> Message:
         """The next data message; raises :class:`WebSocketClosed` on close or a protocol error and
-        ``asyncio.IncompleteReadError`` when the connection drops."""
+        ``asyncio.IncompleteReadError`` when the connection drops.
+        """
         parts: list[bytes] = []
         first: int | None = None
         size = 0

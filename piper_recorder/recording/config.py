@@ -66,7 +66,8 @@ class CameraTopics:
 def task_problem(task: Any) -> str | None:
     """Why ``task`` cannot label an episode, or None. Both recorder nodes refuse the same tasks (at
     ``ros2 param set`` and at start_episode), so a start refused by one is refused by the other and
-    the LeRobot and RGB-D datasets keep the same episode numbers."""
+    the LeRobot and RGB-D datasets keep the same episode numbers.
+    """
     if not isinstance(task, str) or not task.strip():
         return f"task must be a non-blank string, got {task!r}"
     return None
@@ -344,7 +345,8 @@ def lerobot_writer_config(
     """The LeRobot ``WriterConfig`` for ``cfg`` with the columns of ``table``. Live, a frame waits
     ``encoder_max_block_s`` for the encoder; ``offline`` (the converter: no real-time deadline) it waits
     as long as needed, never dropped, and the encoder is deterministic (``VideoConfig.deterministic``):
-    the same bag gives the same video whatever the engine, scheduling or retries."""
+    the same bag gives the same video whatever the engine, scheduling or retries.
+    """
     from piper_recorder.lerobot.format.features import lerobot_features
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
     from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
@@ -384,7 +386,8 @@ def rgbd_writer_config(
 ) -> RgbdConfig:
     """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"]. Raises
     RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
-    recorder and the converter say so when they start, not at their first frame."""
+    recorder and the converter say so when they start, not at their first frame.
+    """
     from rgbd_writer.codecs import depth_profile_problem
     from rgbd_writer import RgbdConfig
 
@@ -487,7 +490,8 @@ def load_config(cls: type[C], params_file: str | Path | None = None, node: str |
 def coerce_param(name: str, typ: Any, value: Any) -> Any:
     """A parameter value (from YAML or from rcl) -> the field's type, as rcl types a parameter: ints
     pass for floats, any non-string sequence for a list (None for an empty one); nothing else converts.
-    The one rule for recorder nodes (``declare_config``) and the bag converter (``load_config``)."""
+    The one rule for recorder nodes (``declare_config``) and the bag converter (``load_config``).
+    """
     if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if typing.get_origin(typ) is list and not isinstance(value, (str, bytes)):

@@ -49,7 +49,8 @@ def _keep(buf: deque[_T], item: _T, window_ns: int) -> None:
 def _preroll(buf: deque[_T], start_ns: int, reach_ns: int = 0) -> list[_T]:
     """The newest sample at or before ``start_ns``, those captured within ``reach_ns`` before it, and every
     later one: what a recorder already running at ``start_ns`` would hold (frames: what row 0 may take,
-    ``AssemblyConfig.preroll_frames_ns``)."""
+    ``AssemblyConfig.preroll_frames_ns``).
+    """
     items = sorted(buf, key=lambda x: x[0])
     newest = max((i for i, x in enumerate(items) if x[0] <= start_ns), default=0)
     first = next((i for i, x in enumerate(items) if x[0] >= start_ns - reach_ns), newest)
@@ -65,7 +66,8 @@ class Answer:
 
 def parse_stop_at(payload: str) -> int:
     """The end time of a ``stop_episode_at`` request: ``{"end_ns": <int, ROS-clock ns>}``; ValueError
-    with the reason (a client's bug: refused, never guessed)."""
+    with the reason (a client's bug: refused, never guessed).
+    """
     try:
         arg = json.loads(payload)
     except ValueError:
@@ -83,7 +85,8 @@ def parse_stop_at(payload: str) -> int:
 @dataclass
 class _Unsaved:
     """A finished episode whose save is (still) to be done: what a retry of the save needs (the
-    target keeps the episode's sink itself)."""
+    target keeps the episode's sink itself).
+    """
 
     counters: dict[str, Any]
     timeout: bool
@@ -107,7 +110,8 @@ class _InputError(PiperError):
 
 class EpisodeController:
     """``tick_stats``: record the tick thread's delays in each episode (``tick_delay_ms``); off for a
-    replay (the bag converter), whose ticks follow the log times and measure nothing."""
+    replay (the bag converter), whose ticks follow the log times and measure nothing.
+    """
 
     def __init__(
         self,
@@ -263,7 +267,8 @@ class EpisodeController:
     def start(self, task: str, now: Callable[[], int], source: Record | None = None) -> Answer:
         """Start an episode at ``now()`` as the request is taken, before the writer opens its files (their
         milliseconds are no part of the episode; the buffers hold what arrives meanwhile); ``source``: where
-        its messages come from (a bag), saved with it."""
+        its messages come from (a bag), saved with it.
+        """
         with self._service:
             if self.state == CLOSED:
                 return self._refuse("recorder is shutting down; no new episodes")
@@ -313,7 +318,8 @@ class EpisodeController:
 
     def request_stop(self, end_ns: int) -> None:
         """Note at once (any thread, before ``stop`` gets its turn) that the episode ends at ``end_ns``: the
-        tick thread assembles no row after it, however long the stop then waits for the service lock."""
+        tick thread assembles no row after it, however long the stop then waits for the service lock.
+        """
         with self._lock:
             if self.state == RECORDING and self._asm is not None:
                 self._stop_at = int(end_ns) if self._stop_at is None else min(self._stop_at, int(end_ns))
@@ -327,7 +333,8 @@ class EpisodeController:
         ``min(end_ns, arrival_ns)`` (a press is not later than its request), at the arrival if the stamp
         is more than ``STOP_STAMP_FUTURE_TOLERANCE_NS`` after it (the clocks disagree), and never before
         ``assembled_until_ns`` (rows up to there are written; the answer then says how far after the
-        stamp it ended). Not recording, or a failed save held: as ``stop``."""
+        stamp it ended). Not recording, or a failed save held: as ``stop``.
+        """
         with self._lock:
             state, asm = self.state, self._asm
             if state != RECORDING or asm is None:
@@ -368,7 +375,8 @@ class EpisodeController:
         self, end_ns: int | Callable[[], int], reason: str = "stop_episode", only: EpisodeAssembler | None = None
     ) -> Answer:
         """Save the episode in flight, or retry a failed save (``only``: just if it is still that episode, for
-        the auto-stop)."""
+        the auto-stop).
+        """
         with self._service:
             if only is not None and self._asm is not only:
                 return Answer(False, "episode already ended")
@@ -477,7 +485,8 @@ class EpisodeController:
 
     def _writer_holds_episode(self) -> bool:
         """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
-        staged; the RGB-D writer's journal rollback ends it)."""
+        staged; the RGB-D writer's journal rollback ends it).
+        """
         try:
             return self.worker.call(self.target.holds_episode)
         except Exception:  # noqa: BLE001
@@ -523,7 +532,8 @@ class EpisodeController:
         """Mark an episode success / failure (with an optional short note): the episode in flight (applied
         at its save; ``episode`` None or its index), else an episode saved in this session (``episode``,
         default the last one: its record is rewritten at once). Waits for a save in progress, so a label
-        given while the episode is being saved lands on it."""
+        given while the episode is being saved lands on it.
+        """
         try:
             fields = label_fields(outcome, note)
         except ValueError as exc:
@@ -582,7 +592,8 @@ class EpisodeController:
     # ---- status -----------------------------------------------------------------------------
     def status(self, now_ns: int) -> dict[str, Any]:
         """``writer_lag_s``/``falling_behind``: how far the writer thread is behind real time (at half of
-        ``max_lag_s`` it says so; at ``max_lag_s`` it drops frames, counted in ``frames_dropped_writer_behind``)."""
+        ``max_lag_s`` it says so; at ``max_lag_s`` it drops frames, counted in ``frames_dropped_writer_behind``).
+        """
         lag = self.worker.lag_s()
         with self._lock:
             st: dict[str, Any] = {

@@ -146,7 +146,8 @@ class TopicMap:
 
 def topic_map(fmt: str, s: RecorderConfig, mapping: str | Path | None = None) -> TopicMap:
     """The recorder's topics (as its node subscribes them), overridden by a mapping file: ``mapping``,
-    else the recorder's ``mapping`` parameter."""
+    else the recorder's ``mapping`` parameter.
+    """
     inputs = {
         spec.name: InputBinding(getattr(s, spec.topic_param, "") or None, make_adapter(spec.adapter))
         for spec in PIPER_TABLE.inputs

@@ -40,7 +40,8 @@ def identity(provenance: Mapping[str, Any]) -> dict[str, Any]:
 
 class PolicyLog:
     """Thread-safe: the recorder's message callbacks add, its writer thread asks. Keeps the last
-    ``keep`` events of each stream (actor changes are rare: a start, a takeover, a resume)."""
+    ``keep`` events of each stream (actor changes are rare: a start, a takeover, a resume).
+    """
 
     def __init__(self, keep: int = 10_000):
         self._lock = threading.Lock()
@@ -81,7 +82,8 @@ class PolicyLog:
     def acted(self, origin_ns: int, end_ns: int) -> list[dict[str, Any]]:
         """Every policy that acted in [origin_ns, end_ns]: its identity plus ``acted_s`` ([from, to]
         pairs, seconds from ``origin_ns``, the episode's timestamp 0), ``first_s`` and ``last_s``; in the
-        order they first acted."""
+        order they first acted.
+        """
         with self._lock:
             actor = list(self._actor)
             out: dict[str, dict[str, Any]] = {}
@@ -104,7 +106,8 @@ class PolicyLog:
 def episode_fields(log: PolicyLog, origin_ns: int, end_ns: int) -> dict[str, Any]:
     """What an episode's ``episodes.jsonl`` line gets: ``policies`` (every policy that acted, with
     when) and ``policy`` (the first of them; a recorder that saw a policy active at the start names
-    that one instead, as before). Nothing for an episode no policy acted in."""
+    that one instead, as before). Nothing for an episode no policy acted in.
+    """
     acted = log.acted(origin_ns, end_ns)
     if not acted:
         return {}

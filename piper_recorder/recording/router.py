@@ -44,7 +44,8 @@ class InputRouter:
     """Topic -> handlers for one recorder format (``depth``: RGB-D, colour and depth paired by the sink).
 
     Frames of the wrong size or encoding are dropped, counted in ``rejected`` per camera, and ``warn``
-    is called once per camera with the reason."""
+    is called once per camera with the reason.
+    """
 
     def __init__(
         self, topics: TopicMap, sink: InputSink, *, depth: bool, warn: Callable[[str], object] = lambda m: None
@@ -88,7 +89,8 @@ class InputRouter:
 
     def uses_receive_time(self, topic: str) -> bool:
         """Whether a message on ``topic`` needs its receive time (an unstamped input, the headset lines):
-        the others are stamped by their header alone."""
+        the others are stamped by their header alone.
+        """
         return topic in self._timed
 
     def handler(self, topic: str) -> Handler:
@@ -102,7 +104,8 @@ class InputRouter:
         """An executor's subscription callback for ``topic``: ``route`` with the receive time from
         ``now()``, read only for a topic that uses it (``uses_receive_time``: reading the ROS clock costs a
         few us a message, for ~500 stamped messages a second that never look at it). The recorders take
-        their inputs with the reception time instead (``nodes.plumbing.polled_inputs.PolledInputs``: ``handler``)."""
+        their inputs with the reception time instead (``nodes.plumbing.polled_inputs.PolledInputs``: ``handler``).
+        """
         fn = self.handler(topic)
         if topic in self._timed:
             return lambda msg: fn(msg, now())

@@ -146,7 +146,8 @@ class LeRobotTarget:
 
 class RgbdTarget:
     """RGB-D HDF5: the session record, task and source go into each episode's metadata (the format has
-    no session)."""
+    no session).
+    """
 
     kind, depth, min_rows, needs_task = "rgbd", True, 2, False
 
@@ -197,7 +198,8 @@ class RgbdTarget:
 
     def keeps_failed_save(self, exc: BaseException) -> bool:
         """Never: a failed commit is rolled back by the journal, which truncates the episode's frames
-        (they were appended past the committed end); the frames are not held anywhere else."""
+        (they were appended past the committed end); the frames are not held anywhere else.
+        """
         return False
 
     def holds_episode(self) -> bool:

@@ -93,7 +93,8 @@ class _Judge:
 
     def frac(self, what: str, count: float, rows: int, warn: float, bad: float, per: str = "of") -> None:
         """``count`` of ``rows`` (``per="for"``: messages, which can outnumber the rows) against the
-        fractions ``warn`` / ``bad`` (strictly above)."""
+        fractions ``warn`` / ``bad`` (strictly above).
+        """
         if count <= 0 or rows <= 0:
             return
         f = count / rows
@@ -131,7 +132,8 @@ def judge(
     """The verdict of one saved episode from its ``record`` (episodes.jsonl keys: counters + the
     writer's); ``videos``: each camera's mp4 to read the PTS back from; ``timestamps``: the rows'
     written times; ``video_rows``: what a row's frame count is compared against (``frames`` for LeRobot,
-    ``observations`` for RGB-D, where ``length`` is the transitions and a frame is an observation)."""
+    ``observations`` for RGB-D, where ``length`` is the transitions and a frame is an observation).
+    """
     j = _Judge()
     rows = int(_num(record, "length") or _num(record, "rows"))
     nominal = record.get("timestamp_mode", "nominal") == "nominal"
@@ -225,7 +227,8 @@ def _check_grid(j: _Judge, what: str, times: list[float], fps: float, strict_gri
 
 def read_pts(path: Path) -> list[float]:
     """The mp4's video packet PTS in seconds, in presentation order, demuxed without decoding (~1 ms for
-    a 10 s episode). With ``bf=0`` (our encoder) decode order is presentation order."""
+    a 10 s episode). With ``bf=0`` (our encoder) decode order is presentation order.
+    """
     import av
 
     with av.open(str(path)) as c:

@@ -75,7 +75,8 @@ class Step:
 
 class ReplayPlayer:
     """Thread-safe: feedback arrives on the executor, ticks on the playback thread, starts and stops on
-    service callbacks; every method takes the monotonic time ``now`` (s) from its caller."""
+    service callbacks; every method takes the monotonic time ``now`` (s) from its caller.
+    """
 
     def __init__(self, cfg: ReplayConfig) -> None:
         self.cfg = cfg
@@ -115,7 +116,8 @@ class ReplayPlayer:
     # -- start / stop -------------------------------------------------------------------------
     def start(self, episode: ReplayEpisode, now: float) -> tuple[bool, str]:
         """Begin a run: waiting for steady feedback, then the approach. Refused without any fresh feedback
-        (nothing to plan from: the arm node is not running)."""
+        (nothing to plan from: the arm node is not running).
+        """
         with self._lock:
             if self.state in ACTIVE:
                 return False, f"already playing (state {self.state})"
@@ -191,7 +193,8 @@ class ReplayPlayer:
 
     def _leave_waiting_if_steady(self, now: float) -> bool:
         """From waiting to the approach, planned from the pose measured now to the row play starts or goes
-        on from, once feedback is steady."""
+        on from, once feedback is steady.
+        """
         if not self._steady(now):
             return False
         assert self._episode is not None and self._measured is not None

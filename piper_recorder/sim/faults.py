@@ -11,7 +11,8 @@ class FaultPlan:
     """``pause_at_s``/``pause_s``: publish nothing in [pause_at_s, pause_at_s + pause_s) measured from
     ``origin_s`` (node start, or the moment the plan was re-armed at runtime); ``pause_at_s < 0``
     disables it. ``drop_every_n``: skip every n-th frame (0 = off). ``jitter_ms``: delay each capture
-    by a uniform random 0..jitter_ms (the stamp is the delayed capture time)."""
+    by a uniform random 0..jitter_ms (the stamp is the delayed capture time).
+    """
 
     pause_at_s: float = -1.0
     pause_s: float = 0.0

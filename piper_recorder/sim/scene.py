@@ -44,7 +44,8 @@ class SceneRenderer:
         """Fill and return the frame buffers (reused across calls: copy or publish before the next call).
 
         ``stale``: the position is only the newest known one, not the EEF at the capture time; the
-        marker is then yellow, so checks can tell a sim limitation from a recording error."""
+        marker is then yellow, so checks can tell a sim limitation from a recording error.
+        """
         np.copyto(self.rgb, self.base_rgb)
         np.copyto(self.depth, self.base_depth)
         if eef_position is None:

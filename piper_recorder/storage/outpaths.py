@@ -32,14 +32,16 @@ def overlapping_input(out: str | os.PathLike[str], inputs: Iterable[str | os.Pat
 
 def located(out: str | os.PathLike[str]) -> Path:
     """``out`` with its directory resolved and its own name kept: where the tool stages, locks and
-    renames (beside the real directory, whatever symlink led there)."""
+    renames (beside the real directory, whatever symlink led there).
+    """
     p = Path(out).absolute()
     return p.parent.resolve() / p.name
 
 
 def dir_problem(path: str | os.PathLike[str]) -> str | None:
     """Why ``path`` cannot be, or be made, a directory (a file there, or a file where a parent would be);
-    None when it can. For an output option checked before anything starts."""
+    None when it can. For an output option checked before anything starts.
+    """
     p = Path(path)
     for q in (p, *p.parents):
         if q.exists():
@@ -49,7 +51,8 @@ def dir_problem(path: str | os.PathLike[str]) -> str | None:
 
 def file_problem(path: str | os.PathLike[str]) -> str | None:
     """Why a file cannot be written at ``path`` (a directory there, its directory missing or not one);
-    None when it can."""
+    None when it can.
+    """
     p = Path(path)
     if p.is_dir():
         return f"{p} is a directory"

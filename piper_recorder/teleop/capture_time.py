@@ -37,7 +37,8 @@ class HostToMono:
 
     def offset_ns(self) -> tuple[int, int]:
         """Read the clocks once more; (host - monotonic offset of the tightest recent pair, now on the
-        monotonic clock)."""
+        monotonic clock).
+        """
         m0 = self._mono()
         h = self._host()
         m1 = self._mono()

@@ -119,7 +119,8 @@ class HapticScheduler:
     def confirm(self, now: float, name: str) -> bool:
         """Play a confirmation unless it repeats the previous one with no press in between (within
         ``dedupe_s``): the same save reported by each recorder, however far apart on a busy machine
-        their saves finish, is felt once; True when queued."""
+        their saves finish, is felt once; True when queued.
+        """
         if name == self._last_confirm[0] and now - self._last_confirm[1] < self.cfg.dedupe_s:
             return False
         self._last_confirm = (name, now)

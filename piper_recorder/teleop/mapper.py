@@ -155,7 +155,8 @@ class Counters:
 @dataclass(frozen=True, slots=True)
 class _FPose:
     """A pose held by the core, as floats: the tick's arithmetic is scalar (``rotations.*_t``), and
-    tuples need no defensive copies; arrays are made only for the target handed out."""
+    tuples need no defensive copies; arrays are made only for the target handed out.
+    """
 
     p: tuple[float, ...]
     q: Quat
@@ -163,7 +164,8 @@ class _FPose:
 
 def _floats(v: ArrayLike) -> list[float] | None:
     """``v`` flattened to floats as numpy would (None: not numbers); a list or tuple of floats (what
-    the node passes, 100-200 times a second) without numpy."""
+    the node passes, 100-200 times a second) without numpy.
+    """
     if type(v) is list or type(v) is tuple:
         if all(type(x) is float for x in v):
             return list(v)
@@ -192,7 +194,8 @@ def _valid_pose(p: ArrayLike, q: ArrayLike) -> _FPose | None:
 class TeleopCore:
     def __init__(self, cfg: TeleopConfig, remap: np.ndarray | None = None):
         """``remap``: the input's frame -> arm base (default: the XR stage remap of ``cfg.frame``); an
-        input that already speaks the arm base frame (``piper_recorder.teleop.spacemouse``) passes the identity."""
+        input that already speaks the arm base frame (``piper_recorder.teleop.spacemouse``) passes the identity.
+        """
         cfg.validate()
         self.cfg = cfg
         self.M = remap_matrix(cfg.frame) if remap is None else np.asarray(remap, dtype=float).reshape(3, 3)
@@ -242,7 +245,8 @@ class TeleopCore:
         bridge gave it, which rises with the headset's capture clock) when both have one: ``t`` is that
         stamp moved onto this host's monotonic clock, and the move reads two clocks, so a thread preempted
         between the reads shifts it by the preemption (inputs of a rising stream would be judged out of
-        order, and dropped). By ``t`` otherwise."""
+        order, and dropped). By ``t`` otherwise.
+        """
         if order is not None and held_order is not None:
             return order >= held_order
         return t >= held_t
@@ -313,7 +317,8 @@ class TeleopCore:
         """The input source changed (see the module docstring). A headset reports it on each hand's joy
         stream (``hand``; None: every hand at once) with one source stamp (``order``): the release acts
         once, and each hand's held input is forgotten when its own stream says so, after anything that
-        stream delivered of the old source."""
+        stream delivered of the old source.
+        """
         if order is None or order != self._source_order:
             self._source_order = order
             self.counters.source_changes += 1
@@ -462,7 +467,8 @@ class TeleopCore:
         An absolute input (a tracked controller) must not: its offset is the operator's hand. A rate
         input (a SpaceMouse integrates its twist into a pose) calls it when a limit held the target:
         without it the integrated pose runs on past the workspace wall or the tether, and pulling back
-        first has to unwind all of that before the arm moves."""
+        first has to unwind all of that before the arm moves.
+        """
         if self.clutch.engaged and self._hand is not None and self._prev is not None:
             self._c0 = self._hand
             self._e0 = self._prev

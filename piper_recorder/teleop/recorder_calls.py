@@ -69,7 +69,8 @@ class Outcome(Enum):
     @property
     def alarm(self) -> str | None:
         """Which haptic pattern tells the operator: ``timeout`` while it is being retried, ``failed`` when
-        the press did not (or not everywhere) take effect, None when nothing is wrong."""
+        the press did not (or not everywhere) take effect, None when nothing is wrong.
+        """
         if self in (Outcome.TIMEOUT, Outcome.UNAVAILABLE):
             return "timeout"
         if self in (Outcome.REFUSED, Outcome.FAILED):
@@ -150,7 +151,8 @@ class RecorderCalls:
     @property
     def recording(self) -> bool:
         """The toggle: True when any recorder is (believed) recording or holds an episode whose save
-        failed, so the next press stops (and retries that save)."""
+        failed, so the next press stops (and retries that save).
+        """
         return any(r.state in UNSAVED for r in self.recorders.values())
 
     def pending(self) -> dict[str, str]:
@@ -160,7 +162,8 @@ class RecorderCalls:
     # ---- inputs --------------------------------------------------------------------------------
     def press(self, t: float, action: Action, end_ns: int | None = None) -> None:
         """The operator pressed: a new call on every recorder (superseding one still in flight);
-        ``end_ns``: a STOP's capture stamp (ROS ns), or None (unstamped: the episode ends at arrival)."""
+        ``end_ns``: a STOP's capture stamp (ROS ns), or None (unstamped: the episode ends at arrival).
+        """
         for rec in self.recorders.values():
             rec.call = _Call(action, t, end_ns if action is Action.STOP else None)
             if action is Action.START:
@@ -170,7 +173,8 @@ class RecorderCalls:
 
     def on_reply(self, t: float, call_id: int, success: bool, message: str = "") -> Report | None:
         """A reply, possibly late (after a timeout: still the answer) or to a call a newer press replaced
-        (reported, but the newer press owns the state)."""
+        (reported, but the newer press owns the state).
+        """
         known = self._ids.pop(call_id, None)
         if known is None:
             return None

@@ -20,7 +20,8 @@ Quat = tuple[float, float, float, float]
 
 def as_floats(v: np.ndarray | Sequence[float]) -> list[float]:
     """The elements as Python floats: the teleop math runs at 100-200 Hz on 3-4 element vectors, where
-    each numpy call (~1-5 us of dispatch) costs more than the arithmetic it does."""
+    each numpy call (~1-5 us of dispatch) costs more than the arithmetic it does.
+    """
     return v.tolist() if isinstance(v, np.ndarray) else [float(x) for x in v]
 
 

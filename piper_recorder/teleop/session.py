@@ -83,7 +83,8 @@ class Pending(Protocol):
 @dataclass(slots=True)
 class Tick:
     """One control tick: the core's result (target, gripper, clutch event, presses, label) and what the
-    node must do besides publishing the target."""
+    node must do besides publishing the target.
+    """
 
     result: TickResult
     engage_haptic: dict[str, Any] | None = None  # the engage buzz to put on /quest/haptic
@@ -146,7 +147,8 @@ class TeleopSession:
     # ---- inputs -------------------------------------------------------------------------------
     def _captured(self, stamp_ns: int) -> tuple[float, int | None]:
         """A message's capture time on the monotonic clock (never later than now) and its source order
-        (the stamp; None when unstamped: all we know is that it arrived now)."""
+        (the stamp; None when unstamped: all we know is that it arrived now).
+        """
         return self._to_mono.convert(stamp_ns), (stamp_ns if stamp_ns > 0 else None)
 
     def on_hand_pose(self, stamp_ns: int, p: Sequence[float], q: Sequence[float]) -> None:
@@ -240,7 +242,8 @@ class TeleopSession:
     # ---- control tick -------------------------------------------------------------------------
     def tick(self) -> Tick:
         """The next target (while engaged) and what else the tick did: presses become recorder calls,
-        limits and interlocks pulse the headset, a clutch change makes the status due."""
+        limits and interlocks pulse the headset, a clutch change makes the status due.
+        """
         with self._lock:
             now = self._clock()
             res = self.core.tick(now) if self.spacemouse is None else self.spacemouse.step(self.core, now)
@@ -263,7 +266,8 @@ class TeleopSession:
 
     def _track_limits(self, now: float, active: tuple[str, ...]) -> None:
         """Pulse ``haptics.limit`` when a limit starts shaping the target (the core counts the hits),
-        and make the status due."""
+        and make the status due.
+        """
         if active == self._limits_active:
             return
         if any(name not in self._limits_active for name in active):
@@ -274,7 +278,8 @@ class TeleopSession:
     # ---- recorder calls -----------------------------------------------------------------------
     def poll(self, ready: Callable[[str], bool]) -> ServiceStep:
         """Advance the recorder calls (``ready(recorder)``: its Trigger clients are matched) and the label
-        deadlines; hand out the haptic pulses due and the status when it is due."""
+        deadlines; hand out the haptic pulses due and the status when it is due.
+        """
         out = ServiceStep()
         with self._lock:
             now = self._clock()

@@ -40,7 +40,8 @@ def render(path: Path, out: Path, episodes: list[int] | None = None) -> str:
 
     h5py raises KeyError, TypeError, RuntimeError, ... on a damaged file; if reading fails and the
     validator finds problems, that is an RgbdError listing them (piper-view exits 2), while a failure
-    on a file the validator accepts is a bug here and propagates."""
+    on a file the validator accepts is a bug here and propagates.
+    """
     try:
         return _render(Path(path), out, episodes)
     except Exception as exc:

@@ -1,6 +1,7 @@
 """Episodes recorded through the recorders' own episode controller and a real writer (LeRobot or RGB-D), fed
 like the node: arm inputs at 100 Hz and 30 fps frames, optionally with a camera stall (a ``bad`` verdict by
-construction, whatever the machine's load)."""
+construction, whatever the machine's load).
+"""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def record_episode(
     c: EpisodeController, seconds: float, stall: tuple[float, float] | None = None, px: int = 16
 ) -> None:
     """Feed ``seconds`` of arm inputs (100 Hz) and 30 fps frames; ``stall``: (from, to) s without frames.
-    Each episode starts 2 s after the previous one's fed end (its samples are not a later one's pre-roll)."""
+    Each episode starts 2 s after the previous one's fed end (its samples are not a later one's pre-roll).
+    """
     t = CLOCK[0] = max(time.time_ns(), CLOCK[0] + 2_000 * MS)
     assert c.start("pick", lambda: t).ok
     n = int(seconds * 300)

@@ -1,6 +1,7 @@
 """Row/frame pairing on synthetic stamps: a camera with a phase, jitter and drops against the row grid, fed
 with the arm inputs through the episode assembler like the live tick thread; ``check`` proves that the
-counters say what the rows hold and that no row holds a capture from after it."""
+counters say what the rows hold and that no row holds a capture from after it.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class Rows:
 
 def camera(seconds, phase_ms, jitter_ms, fps=FPS, seed=0, skip=()):
     """Capture stamps of a camera at ``fps`` whose slots sit ``phase_ms`` after the row grid, each
-    moved by a uniform ±jitter_ms; slot indices in ``skip`` are not captured (a real drop)."""
+    moved by a uniform ±jitter_ms; slot indices in ``skip`` are not captured (a real drop).
+    """
     rng = random.Random(seed)
     out = []
     for i in range(-3, int(seconds * fps) + 4):

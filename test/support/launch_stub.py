@@ -66,7 +66,8 @@ def _module(name: str, **attrs) -> types.ModuleType:
 @pytest.fixture
 def stub_launch(monkeypatch) -> dict[str, Path]:
     """Stand-ins for launch, launch_ros and the ament index; returns the index's package -> share directory
-    (a test adds realsense2_camera with ``install_realsense``)."""
+    (a test adds realsense2_camera with ``install_realsense``).
+    """
     shares = {"piper_recorder": ROOT}
 
     def get_package_share_directory(pkg: str) -> str:

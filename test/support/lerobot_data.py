@@ -1,5 +1,6 @@
 """Shared helpers for the LeRobot writer tests: plausible rows, frames that carry their own index,
-and independent readers (pyarrow, PyAV, json) that never use the writer's code."""
+and independent readers (pyarrow, PyAV, json) that never use the writer's code.
+"""
 
 from __future__ import annotations
 

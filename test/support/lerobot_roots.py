@@ -1,6 +1,7 @@
 """LeRobot roots recorded by the real writer whose camera frames spell their row index, and the independent
 checks of a root built from them (pyarrow for the rows, PyAV for the frames, json for the meta, piper-validate
-and lerobot-doctor as processes): what the dataset edits must keep."""
+and lerobot-doctor as processes): what the dataset edits must keep.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def record(
 ) -> None:
     """Episodes recorded by the real writer on the row grid; camera frame k spells k in its pixels.
     Episode j has seed ``seed0 + j`` and task ``TASKS[(seed0 + j) % 3]``; ``extra(t, seed)`` gives the
-    values of extra features."""
+    values of extra features.
+    """
     cfg = WriterConfig(
         fps=FPS,
         cameras={c: CameraSpec(H, W) for c in cams},
@@ -74,7 +76,8 @@ def video_pairs(root: Path, ep: int, cam: str) -> tuple[list[int], list[float]]:
 def check_root(root: Path, expect: list[tuple[Path, int, str]]) -> None:
     """``root`` holds exactly the episodes ``expect`` lists (source root, source episode, task), in that
     order: rows equal the source rows, indices renumbered and continuous, task indices pointing at the
-    task strings, and every row's video frame (PyAV) the frame of its row, at the row's time."""
+    task strings, and every row's video frame (PyAV) the frame of its row, at the row's time.
+    """
     info = json.loads((root / "meta/info.json").read_text())
     eps = jsonl(root / "meta/episodes.jsonl")
     tasks = {t["task_index"]: t["task"] for t in jsonl(root / "meta/tasks.jsonl")}

@@ -1,5 +1,6 @@
 """Which config dataclasses each of our nodes declares as its ROS parameters (and under which prefix), read
-from the node modules: what the config files and the defaults are checked against."""
+from the node modules: what the config files and the defaults are checked against.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The operator's side of a recording graph, as an rclpy node in the test's process: the recorders' Trigger
-services, their status and episode events, and quest_video's status."""
+services, their status and episode events, and quest_video's status.
+"""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ class Operator:
 
     def call(self, rec: str, service: str, timeout: float = 60.0) -> tuple[bool, str]:
         """One Trigger call; clients are made once and kept (a fresh client's first request can go
-        unanswered while discovery of its reply reader is still under way on a loaded machine)."""
+        unanswered while discovery of its reply reader is still under way on a loaded machine).
+        """
         client = self.clients[(rec, service)]
         assert client.wait_for_service(timeout), f"/{rec}/{service} not available"
         future = client.call_async(self.trigger.Request())

@@ -1,6 +1,7 @@
 """Headset hellos no consumer could hold, by the reason they are refused: the page and the app send their hello
 as JSON, the bridge republishes it as JSON on /quest/hello and the recorders store it in every episode's
-provenance, so the bridge's parser and the web relay both refuse these by name."""
+provenance, so the bridge's parser and the web relay both refuse these by name.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The recorders' episode controller on its own: a fake LeRobot writer that keeps what it is given (and fails
-a test that calls it from two threads), a settable wall clock, and synthetic arm and camera inputs."""
+a test that calls it from two threads), a settable wall clock, and synthetic arm and camera inputs.
+"""
 
 from __future__ import annotations
 

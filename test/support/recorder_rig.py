@@ -182,7 +182,8 @@ class Rig:
 
     def call_json(self, recorder: str, service: str, payload: dict | str, timeout: float = 60.0):
         """A recorder's AddDiagnostics service (``label_episode``, ``stop_episode_at``): ``payload`` as JSON
-        in ``load_namespace`` (a str as it is); the response (success, message)."""
+        in ``load_namespace`` (a str as it is); the response (success, message).
+        """
         from diagnostic_msgs.srv import AddDiagnostics
 
         text = payload if isinstance(payload, str) else json.dumps(payload)

@@ -1,5 +1,6 @@
 """Reading the JSON report a process of the graph under test rewrites while the test polls it (the sim
-headset's, the web relay's)."""
+headset's, the web relay's).
+"""
 
 from __future__ import annotations
 

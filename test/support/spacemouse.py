@@ -1,5 +1,6 @@
 """A SpaceMouse without the device: its HID reports as bytes (the split layout's translation, rotation and
-button reports, the wireless models' single report) and a FIFO the reader opens like /dev/hidrawN."""
+button reports, the wireless models' single report) and a FIFO the reader opens like /dev/hidrawN.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def buttons(mask: int, nbytes: int = 2) -> bytes:
 
 class FakeHidraw:
     """A FIFO the reader opens like /dev/hidrawN; each report is written once the previous one was read,
-    so every read returns exactly one report, as hidraw's do."""
+    so every read returns exactly one report, as hidraw's do.
+    """
 
     def __init__(self, path):
         self.path = str(path)

@@ -1,6 +1,7 @@
 """The graph around a teleop process, faked by one rclpy node in the test: quest_bridge's poses and joys,
 piper_arm's feedback (its targets and gripper commands recorded) and two recorders' services (the calls and
-labels they get recorded)."""
+labels they get recorded).
+"""
 
 from __future__ import annotations
 

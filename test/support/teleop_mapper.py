@@ -1,5 +1,6 @@
 """The teleop core (the mapper) driven like the node drives it, on a time the test advances: hand pose, joy and
-arm feedback, one tick per 10 ms; ``exact`` is a configuration whose targets equal the mapping formula."""
+arm feedback, one tick per 10 ms; ``exact`` is a configuration whose targets equal the mapping formula.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The teleop session driven like the teleop node drives it, on a clock the test sets: stamped headset inputs,
-arm feedback and one tick per 10 ms, with the recorders' answers handed back by the test."""
+arm feedback and one tick per 10 ms, with the recorders' answers handed back by the test.
+"""
 
 from __future__ import annotations
 

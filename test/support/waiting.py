@@ -1,5 +1,6 @@
 """The one polling wait of the suite: graph tests, emulators and sockets all wait through it, so that a wait
-that times out always says what it waited for, and with the processes' logs where there are any."""
+that times out always says what it waited for, and with the processes' logs where there are any.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def wait_for(
     """``cond()``'s first truthy value, polled every ``step`` s for ``timeout`` s; else an AssertionError
     naming ``what`` (default: the condition's source) followed by ``logs()`` (e.g. ``ProcGroup.logs``: every
     process's output, or a node's state). ``cond`` is asked once more at the deadline, so a poll that a
-    starved thread slept through still counts."""
+    starved thread slept through still counts.
+    """
     end = time.monotonic() + timeout
     while True:
         v = cond()

@@ -1,5 +1,6 @@
 """The export's file operations: payload files hard-linked (never re-encoded, never written into), new files
-as new inodes, the meta files carried along, and a progress bar."""
+as new inodes, the meta files carried along, and a progress bar.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The source of an export (``open_source``): only roots this project writes (our path templates,
 ``meta/episodes.jsonl``, ``modality.json``, the bookkeeping columns); every episode must have every camera.
 Anything else is an ``ExportError`` (the CLI exits 2). Each episode's fingerprint (its episodes.jsonl line, file
-sizes, a hash of its parquet and of both ends of each mp4) lets a re-run check what was exported is unchanged."""
+sizes, a hash of its parquet and of both ends of each mp4) lets a re-run check what was exported is unchanged.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class ExportError(DatasetError):
 @dataclass
 class Source:
     """A validated source root: its meta (``root.Root``; ``info``, ``episodes``, ``tasks`` as the documents
-    the exports copy from) and the per-episode payload paths."""
+    the exports copy from) and the per-episode payload paths.
+    """
 
     root: Path
     info: dict
@@ -125,7 +127,8 @@ class Source:
 
 def open_source(root: str | os.PathLike, model: Root | None = None) -> Source:
     """Read and check a root written by this project (``model``: its meta, when already read);
-    ``ExportError`` for anything else."""
+    ``ExportError`` for anything else.
+    """
     root = Path(root)
     if model is None:
         if not Root.is_root(root):

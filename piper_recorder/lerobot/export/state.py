@@ -1,5 +1,6 @@
 """The state of a previous export (``meta/piper_export.json``): what the output holds, checked against the
-source before an append (``load_state``, ``check_prefix``), and the camera histograms kept for stats."""
+source before an append (``load_state``, ``check_prefix``), and the camera histograms kept for stats.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ class State:
 class CameraTotals:
     """Summed sample histograms per camera, for stats.json camera entries the source lacks
     (``episode_stats.image_entry``: mean/std/min/max/q01/q99); kept in the export state so a re-run
-    only adds the new episodes' samples."""
+    only adds the new episodes' samples.
+    """
 
     hist: dict[str, np.ndarray] = field(default_factory=dict)
     frames: dict[str, int] = field(default_factory=dict)

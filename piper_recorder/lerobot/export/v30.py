@@ -344,7 +344,8 @@ def info_json(src: Source, total_frames: int, data_mb: float, video_mb: float) -
 
 def stats_json(src: Source, per_episode: list[dict], cameras: dict[str, dict]) -> dict:
     """``aggregate_stats`` over all episodes, plus q01/q99 from the source's stats.json (over the
-    same episodes) or, for cameras it lacks, from the summed sample histograms (``cameras``)."""
+    same episodes) or, for cameras it lacks, from the summed sample histograms (``cameras``).
+    """
     agg = episode_stats.aggregate_stats(per_episode) if per_episode else {}
     path = src.root / layout.STATS
     extra = read_json(path) if path.is_file() else {}

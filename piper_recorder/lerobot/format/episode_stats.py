@@ -98,7 +98,8 @@ class ImageSampler:
 
     def offer(self, frame: Any) -> None:
         """Call once per frame that goes into the video, in order: an HxWx3 uint8 array or a PyAV
-        rgb24 ``VideoFrame`` (converted only when sampled)."""
+        rgb24 ``VideoFrame`` (converted only when sampled).
+        """
         if self.offered % self.stride == 0:
             rgb = frame if isinstance(frame, np.ndarray) else frame.to_ndarray(format="rgb24")
             self.hist += _frame_histogram(rgb)
@@ -144,7 +145,8 @@ def hist_quantile(hist: np.ndarray, p: float) -> np.ndarray:
 
 def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     """LeRobot's image stats of the given (N, H, W, 3) uint8 frames (all of them: they are the
-    sample; ``frames[lerobot_sample_indices(len(frames))]`` reproduces LeRobot's own choice)."""
+    sample; ``frames[lerobot_sample_indices(len(frames))]`` reproduces LeRobot's own choice).
+    """
     a = np.asarray(frames)
     return hist_stats(histogram(a), len(a))
 
@@ -167,7 +169,8 @@ def to_jsonable(stats: Mapping[str, Mapping[str, Any]]) -> dict:
 def episode_stats(columns: Mapping[str, np.ndarray], frames: Mapping[str, np.ndarray]) -> dict:
     """The ``stats`` of one episodes_stats.jsonl line: ``columns`` (parquet columns in their stored
     dtypes, (N,) or (N, D)) by feature key and camera ``frames`` (the sample, (K, H, W, 3) uint8) by
-    video key. JSON-ready."""
+    video key. JSON-ready.
+    """
     out = {k: vector_stats(v) for k, v in columns.items()}
     out.update({k: image_stats(f) for k, f in frames.items()})
     return to_jsonable(out)
@@ -181,7 +184,8 @@ def stats_line(episode_index: int, stats: dict) -> dict:
 # ---- aggregation --------------------------------------------------------------------------------
 def aggregate_stats(stats_list: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, np.ndarray]]:
     """LeRobot's ``aggregate_stats``: union of keys; min of mins, max of maxes, count-weighted mean,
-    parallel-combined (population) variance, summed count. Accepts numpy or JSON (list) values."""
+    parallel-combined (population) variance, summed count. Accepts numpy or JSON (list) values.
+    """
     items = [{k: {s: np.asarray(v) for s, v in d.items()} for k, d in st.items()} for st in stats_list]
     keys = {k for st in items for k in st}
     out: dict[str, dict[str, np.ndarray]] = {}

@@ -13,7 +13,8 @@ __all__ = ["BindingChangeError", "DatasetError", "EpisodeStateError", "SaveFaile
 
 class SaveFailedError(DatasetError):
     """A save failed on I/O (e.g. a full disk) before its commit point: the dataset is unchanged and the
-    episode stays pending, so ``save_episode`` may be retried once the cause is gone."""
+    episode stays pending, so ``save_episode`` may be retried once the cause is gone.
+    """
 
 
 class BindingChangeError(DatasetError):

@@ -55,7 +55,8 @@ class FeatureSpec:
     def group(self) -> str | None:
         """modality.json group: "action" for action.*, "state" for observation.* (and other keys an
         extra input names), None for ``complementary_info.*`` (per-frame info that is neither: e.g.
-        who acted; not a modality a policy slices, so modality.json does not list it)."""
+        who acted; not a modality a policy slices, so modality.json does not list it).
+        """
         if self.key.startswith("complementary_info."):
             return None
         return "action" if self.key.startswith("action") else "state"

@@ -107,7 +107,8 @@ ROOT_LOCK = ".lock"
 def lock_root(root: Path, busy: str) -> int:
     """Hold the one-writer lock of a LeRobot root (``<root>/.lock``, a flock that dies with the
     process); returns the fd, whose close releases it. ``busy``: the DatasetError text when another
-    process holds it. Used by the writer and by every tool that rewrites a root in place."""
+    process holds it. Used by the writer and by every tool that rewrites a root in place.
+    """
     fd = os.open(Path(root) / ROOT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -149,7 +149,8 @@ class Info:
 @dataclass(frozen=True)
 class Episode:
     """One ``episodes.jsonl`` line: index, length, tasks; what this project adds (``task_index``,
-    outcome, verdict, counters, frame lengths) is in ``extras``."""
+    outcome, verdict, counters, frame lengths) is in ``extras``.
+    """
 
     index: int
     length: int
@@ -213,7 +214,8 @@ class Slice:
 @dataclass(frozen=True)
 class Modality:
     """``meta/modality.json``: the state and action slices, the videos (modality name -> camera) and
-    the language keys (``annotation.<name>``)."""
+    the language keys (``annotation.<name>``).
+    """
 
     state: tuple[Slice, ...]
     action: tuple[Slice, ...]
@@ -259,7 +261,8 @@ class Modality:
     @staticmethod
     def load(source: Mapping[str, object] | str | Path | None) -> Modality:
         """A modality.json dict, its path, a root holding meta/modality.json, or None (the
-        recorder's default Piper layout; cameras then follow the observation)."""
+        recorder's default Piper layout; cameras then follow the observation).
+        """
         if source is None:
             doc: dict[str, dict[str, object]] = {"state": {}, "action": {}}
             for f in piper_features():
@@ -301,7 +304,8 @@ def read_info(root: str | Path) -> Info:
 @dataclass(frozen=True)
 class Root:
     """A v2.x root's meta, read once: ``info.json`` (required), ``episodes.jsonl`` and ``tasks.jsonl``
-    (empty when absent: a root before its first save) and ``modality.json`` (None when absent)."""
+    (empty when absent: a root before its first save) and ``modality.json`` (None when absent).
+    """
 
     path: Path
     info: Info

@@ -107,7 +107,8 @@ class FilePlan:
 @dataclass
 class DataPlan:
     """What the repair does with one nominal episode's parquet: ``timestamp`` onto the k/fps grid
-    (``grid_timestamp``: rounded up to float32), rewritten after the episode's videos."""
+    (``grid_timestamp``: rounded up to float32), rewritten after the episode's videos.
+    """
 
     path: Path
     episode: int
@@ -162,7 +163,8 @@ def _read_packets(path: Path) -> tuple[Fraction, list[int], list[int]]:
 
 def _floor_rows(pts: list[int], times: np.ndarray, den: int) -> np.ndarray:
     """For each PTS the row whose ``floor(float32(t) * den)`` it is (-1: none). Exact: a float32 times
-    ``den`` (1000 or 90000) is exact in float64."""
+    ``den`` (1000 or 90000) is exact in float64.
+    """
     row = np.floor(times.astype(np.float64) * den).astype(np.int64)
     want = np.asarray(pts, np.int64)
     idx = np.searchsorted(row, want)
@@ -174,7 +176,8 @@ def _nominal_rows(pts: list[int], tb: Fraction, ts: np.ndarray, grid: np.ndarray
     """For each PTS the row it was written for: ``floor(float32(t) / tb)`` of the row's timestamp as
     the parquet holds it (what the old writer did), or of its grid timestamp (a file this repair or
     the current writer already wrote while the parquet still holds the old value); None if some frame
-    matches no row or two frames the same row."""
+    matches no row or two frames the same row.
+    """
     if not pts:
         return None
     a, b = _floor_rows(pts, ts, tb.denominator), _floor_rows(pts, grid, tb.denominator)
@@ -189,7 +192,8 @@ def plan_file(
 ) -> FilePlan:
     """How to retime one video: ``ts`` are the episode's float32 row timestamps as stored, ``grid``
     the ones they must become (``grid_timestamp``; default: ``ts``); ``mode`` the episode's recorded
-    timestamp_mode (None: infer it)."""
+    timestamp_mode (None: infer it).
+    """
     grid = ts if grid is None else grid
     plan = FilePlan(path, episode, camera, REFUSE)
     try:
@@ -244,7 +248,8 @@ def _grid(table_frame_index: np.ndarray, fps: float) -> np.ndarray:
 
 def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
     """A plan per video of every saved episode, the seconds of video they hold, and a plan per
-    nominal episode's parquet (listed after that episode's videos are planned: videos go first)."""
+    nominal episode's parquet (listed after that episode's videos are planned: videos go first).
+    """
     root = Path(root)
     try:
         info = read_json(root / INFO)
@@ -287,7 +292,8 @@ def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
 def rewrite_data(plan: DataPlan) -> None:
     """Replace the parquet's ``timestamp`` column by ``plan.new_ts``, every other column, the schema
     and its metadata unchanged: ``<name>.tmp`` beside it, fsynced, read back and compared, renamed
-    over the original, directory fsynced."""
+    over the original, directory fsynced.
+    """
     src = plan.path
     pf = pq.ParquetFile(src)
     table = pf.read()
@@ -337,7 +343,8 @@ def _packet_digest(path: Path) -> tuple[str, bytes | None, list[int]]:
 def remux(src: Path, dst: Path, new_pts: list[int], period: int) -> tuple[str, bytes | None]:
     """Copy ``src``'s video packets into ``dst`` (mp4, time base 1/90000) with ``new_pts`` (dts = pts:
     no reordering) and each packet lasting ``period`` ticks; returns the packets' digest and the
-    source's codec extradata."""
+    source's codec extradata.
+    """
     h = hashlib.blake2b(digest_size=16)
     with (
         av.open(str(src)) as inp,
@@ -388,7 +395,8 @@ def repair_root(
 ) -> RepairReport:
     """Retime every video of ``root`` and move nominal episodes' row timestamps onto the grid (see
     the module docstring); ``dry_run`` only plans. ``progress`` is called once per file after it is
-    handled."""
+    handled.
+    """
     root = Path(root)
     if not (root / INFO).is_file():
         raise DatasetError(f"{root}: not a LeRobot root (no {INFO})")

@@ -1,5 +1,6 @@
 """The LeRobot writer's configuration (a leaf of the writer: meta builders, repair and recover take a
-``WriterConfig`` without importing the writer)."""
+``WriterConfig`` without importing the writer).
+"""
 
 from __future__ import annotations
 

@@ -76,7 +76,8 @@ def check_consistent(
     root: Path, episodes: list[dict], cameras: Iterable[str], chunks_size: int, info: dict | None
 ) -> None:
     """Raise ``DamagedRootError`` (saying what is inconsistent and how to recover) unless the root is
-    what the writer leaves, possibly with one interrupted save or delete of episode ``len(episodes)``."""
+    what the writer leaves, possibly with one interrupted save or delete of episode ``len(episodes)``.
+    """
     n = len(episodes)
     expected = expected_files(episodes, cameras, chunks_size)
     files = payload_files(root)
@@ -149,7 +150,8 @@ def repair(
 ) -> tuple[list[dict], list[dict], list[str]]:
     """Repair ``root`` in place after ``check_consistent``; returns (episodes, tasks, actions taken).
 
-    ``info``: the root's info.json (None if there is none)."""
+    ``info``: the root's info.json (None if there is none).
+    """
     actions: list[str] = []
     episodes = load_episodes(root)
     check_consistent(root, episodes, cameras, chunks_size, info)

@@ -348,7 +348,8 @@ class LeRobotWriter:
     def update_episode(self, index: int, fields: Mapping[str, Any]) -> dict:
         """Set ``fields`` in saved episode ``index``'s episodes.jsonl line (a label given after the save);
         the line is rewritten by one atomic replace of episodes.jsonl (fsynced), nothing else changes.
-        The writer's own keys (indices, length, video counts) cannot be set this way."""
+        The writer's own keys (indices, length, video counts) cannot be set this way.
+        """
         reserved = {
             "episode_index",
             "tasks",
@@ -506,7 +507,8 @@ class LeRobotWriter:
     def _load_record(self, e: dict) -> dict:
         """The episode's stats record (episodes_stats line + image histograms), rebuilt when missing
         or stale: vectors from the parquet, images from the record if they still fit, else from
-        the same frames decoded from the videos (``episode_stats.decode_sample``)."""
+        the same frames decoded from the videos (``episode_stats.decode_sample``).
+        """
         i, n = int(e["episode_index"]), int(e["length"])
         path = self.root / layout.record_relpath(i)
         data = self.root / layout.data_relpath(i, self.cfg.chunks_size)
@@ -739,7 +741,8 @@ class LeRobotWriter:
         retry: str = "the dataset is unchanged, retry save_episode() or discard_episode()",
     ) -> None:
         """Commit one episode (``retry``: what the caller can do after an I/O failure, in its own terms:
-        the recorder API's save_episode(), or a command line that imports episodes)."""
+        the recorder API's save_episode(), or a command line that imports episodes).
+        """
         episodes = self._episodes + [record]
         tasks = list(self._tasks)
         if ep.task_index == len(tasks):
@@ -826,7 +829,8 @@ class LeRobotWriter:
 
     def _image_stats(self, records: list[_StatsRecord]) -> dict:
         """stats.json camera entries: the episodes' sampled histograms merged (exact), as
-        mean/std/min/max/q01/q99 of shape (3, 1, 1); no ``count`` (GR00T reads every key)."""
+        mean/std/min/max/q01/q99 of shape (3, 1, 1); no ``count`` (GR00T reads every key).
+        """
         out = {}
         for cam in self.cfg.cameras:
             key = layout.video_key(cam)
@@ -905,7 +909,8 @@ class LeRobotWriter:
 @dataclass(frozen=True)
 class _StatsRecord:
     """An episode's stats record as the derived files need it: its episodes_stats.jsonl line (bytes,
-    serialised once) and its cameras' sampled histograms by video key."""
+    serialised once) and its cameras' sampled histograms by video key.
+    """
 
     line: bytes
     images: dict[str, tuple[np.ndarray, int]]

@@ -20,7 +20,8 @@ COMBINED_RECORD = "piper_combined"
 
 def combined_record(cfg: WriterConfig) -> dict[str, str]:
     """Split column -> the combined column it joins (every feature that names one, in feature order;
-    recorded even with ``combined_columns`` off, so an edit rebuilds exactly this configuration)."""
+    recorded even with ``combined_columns`` off, so an edit rebuilds exactly this configuration).
+    """
     return {f.key: f.combined for f in cfg.features if f.combined is not None}
 
 

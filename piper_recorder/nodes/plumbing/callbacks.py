@@ -1,5 +1,6 @@
 """Typed callbacks for rclpy: a subscription callback taking any message, and a timer callback whose
-signature rclpy's executors read in one attribute."""
+signature rclpy's executors read in one attribute.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ def message_callback(fn: Callable[..., None]) -> Callable[[Any], None]:
     ``create_subscription`` (which may bind loop variables as defaults: ``lambda m, c=cam: ...``). Jazzy's and
     Humble's rclpy declare the callback's parameter with a type variable no argument binds, so a bare lambda's
     parameter cannot be inferred there; Kilted's binds it to the message class, which is untyped: ``Any``
-    either way."""
+    either way.
+    """
     return fn
 
 
@@ -24,7 +26,8 @@ def timer_callback(fn: Callable[[], None]) -> Callable[[], None]:
     """``fn`` as a timer callback whose signature is stated (no parameters). rclpy's executors look for a
     ``TimerInfo`` parameter in a timer callback's ``inspect.signature`` on every call; for a bound method
     that is pure Python costing tens of microseconds (a 50 Hz timer: ~3 ms of CPU a second on a busy
-    machine), for a function carrying ``__signature__`` one attribute read. The call itself is ``fn()``."""
+    machine), for a function carrying ``__signature__`` one attribute read. The call itself is ``fn()``.
+    """
 
     def call() -> None:
         fn()

@@ -1,5 +1,6 @@
 """Subscriptions whose callback gets the message decoded from its serialized bytes (``cdr.decode``) for the
-graph's hot types, and the count of the ones that did not decode."""
+graph's hot types, and the count of the ones that did not decode.
+"""
 
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ DECODED_TYPES = frozenset(
 
 
 def type_name(msg_class: Any) -> str:
-    """ "pkg/msg/Type" of an rclpy message class."""
+    """The ``pkg/msg/Type`` name of an rclpy message class."""
     return f"{msg_class.__module__.split('.')[0]}/msg/{msg_class.__name__}"
 
 
 class DecodeErrors:
     """Serialized messages that did not decode (never expected from a matched DDS type): counted per
-    topic and logged at most every 10 s, never raised into the executor."""
+    topic and logged at most every 10 s, never raised into the executor.
+    """
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
@@ -58,7 +60,8 @@ def create_decoded_subscription(
     struct and the generated classes' per-field setters: about a quarter of a recorder's executor
     thread (``bench/executor_overhead.py``: ``events`` against ``decoded``). The graph's hot inputs
     are taken by ``PolledInputs`` instead (half that again); this is the executor form, for a
-    subscription an executor must serve, and the bench's baseline."""
+    subscription an executor must serve, and the bench's baseline.
+    """
     name = type_name(msg_class)
     if name not in DECODED_TYPES:
         return node.create_subscription(msg_class, topic, callback, qos, **kwargs)

@@ -1,6 +1,7 @@
 """The executors a node spins on: which one (``executor_for``, ``executor_class``, chosen by what this rclpy
 can do), the loop that spins it (``spin_until``), the one that notes a service request's arrival
-(``ArrivalExecutor``), and work a coroutine service callback awaits on a thread (``run_in_thread``)."""
+(``ArrivalExecutor``), and work a coroutine service callback awaits on a thread (``run_in_thread``).
+"""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def events_executor_awaits_services(version: tuple[int, ...] | None = None) -> b
 
 def executor_for(node: Node, kind: str = "events") -> str:
     """``kind``, unless it is ``events`` and the node answers a service with a coroutine this rclpy's
-    EventsExecutor cannot await: then ``single`` (the node's services are what it spins for)."""
+    EventsExecutor cannot await: then ``single`` (the node's services are what it spins for).
+    """
     if (
         kind == "events"
         and not events_executor_awaits_services()
@@ -159,7 +161,8 @@ class ArrivalExecutor(SingleThreadedExecutor):
 
 def arrival_or_now(executor: Executor, node: Node, max_age_s: float = 5.0) -> int:
     """The arrival time (ROS ns) of the request being served on ``executor`` if it is an
-    ``ArrivalExecutor`` and the node runs on system time (no ``use_sim_time``); else now."""
+    ``ArrivalExecutor`` and the node runs on system time (no ``use_sim_time``); else now.
+    """
     now = now_ns(node)
     arrival = getattr(executor, "arrival_ns", None)
     if arrival is None or node.get_parameter("use_sim_time").value:

@@ -1,6 +1,7 @@
 """Typed node parameters: every node declares its parameters from one typed dataclass (``declare_config``),
 so the config class is the single place that names, types and defaults a parameter, and a bad value fails at
-start-up with a message naming it (``ParameterError``)."""
+start-up with a message naming it (``ParameterError``).
+"""
 
 from __future__ import annotations
 

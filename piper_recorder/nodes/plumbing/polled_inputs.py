@@ -55,7 +55,8 @@ class PolledInputs:
     def wait(self, timeout_s: float) -> bool:
         """Block until a message is waiting in any subscription (True), ``interrupt`` is called or the
         timeout passes (False). One thread waits at a time. rclpy's wait set, as ``rclpy.wait_for_message``
-        uses it: a loop that acts on its inputs as they come (piper_arm's position control) sleeps here."""
+        uses it: a loop that acts on its inputs as they come (piper_arm's position control) sleeps here.
+        """
         from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
         with self._lock:

@@ -1,5 +1,6 @@
 """The QoS profiles of the graph's image subscribers: a recorder's (reliable, a second of slack) and a live
-viewer's (best-effort, the newest frames)."""
+viewer's (best-effort, the newest frames).
+"""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ RECORDER_IMAGE_SLACK_S = 1.0
 def recorder_image_qos(fps: float, reliable: bool = True) -> QoSProfile:
     """QoS of a recorder's image subscription: reliable (every frame is a row's; ``image_reliability`` may
     choose best-effort), keep-last ``RECORDER_IMAGE_SLACK_S`` of frames at ``fps`` (at least
-    ``LIVE_IMAGE_DEPTH``)."""
+    ``LIVE_IMAGE_DEPTH``).
+    """
     return QoSProfile(
         depth=max(LIVE_IMAGE_DEPTH, math.ceil(RECORDER_IMAGE_SLACK_S * fps)),
         history=HistoryPolicy.KEEP_LAST,
@@ -37,7 +39,8 @@ def recorder_image_qos(fps: float, reliable: bool = True) -> QoSProfile:
 def live_image_qos() -> QoSProfile:
     """QoS of a subscriber that shows or acts on the newest frames (quest_video, the policy node, the
     dashboard): best-effort, so a slow one never holds the camera's writer back (the recorders, which must
-    keep every frame, subscribe reliable: ``recorder_base``), keep-last ``LIVE_IMAGE_DEPTH``."""
+    keep every frame, subscribe reliable: ``recorder_base``), keep-last ``LIVE_IMAGE_DEPTH``.
+    """
     return QoSProfile(
         depth=LIVE_IMAGE_DEPTH, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT
     )

@@ -1,5 +1,6 @@
 """A node's process from start to clean shutdown: its command line, rclpy, the executor, stop signals and the
-parent's watch (``run_node``)."""
+parent's watch (``run_node``).
+"""
 
 from __future__ import annotations
 

@@ -178,7 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self, length: int) -> bytes | None:
         """The body, or None (connection closed) when the client stops sending: each read waits at most
-        the socket timeout, all of them together at most ``body_deadline_s``."""
+        the socket timeout, all of them together at most ``body_deadline_s``.
+        """
         deadline = time.monotonic() + self.server.body_deadline_s
         parts: list[bytes] = []
         left = length
@@ -234,7 +235,8 @@ class _Handler(BaseHTTPRequestHandler):
 def make_server(runner: Runner, host: str = "127.0.0.1", port: int = 8000, **bounds: Any) -> PolicyHTTPServer:
     """A bound server (port 0 picks a free one: ``server.server_address[1]``); call serve_forever().
     ``bounds``: ``workers``, ``queued``, ``decoders``, ``client_timeout_s``, ``body_deadline_s``.
-    Caps Pillow's ``MAX_IMAGE_PIXELS`` for this process too (the server decodes nothing larger)."""
+    Caps Pillow's ``MAX_IMAGE_PIXELS`` for this process too (the server decodes nothing larger).
+    """
     from PIL import Image
 
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS

@@ -58,7 +58,8 @@ def _lerobot_version() -> str:
 
 class LeRobotRunner:
     """Loads a checkpoint directory (``.../pretrained_model``: config.json, model.safetensors and,
-    from LeRobot 0.4, policy_{pre,post}processor*.json/safetensors) and answers requests."""
+    from LeRobot 0.4, policy_{pre,post}processor*.json/safetensors) and answers requests.
+    """
 
     def __init__(self, checkpoint: str | Path, device: str = "cpu"):
         self.checkpoint = Path(checkpoint).resolve()

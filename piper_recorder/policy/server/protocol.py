@@ -38,7 +38,8 @@ class ProtocolError(PiperInputError, ValueError):
 
 class RequestRefused(PiperInputError, ValueError):
     """A well-formed request this policy cannot answer (missing camera, another image size or state
-    width): HTTP 400 with the reason, unlike a failure inside the model (500)."""
+    width): HTTP 400 with the reason, unlike a failure inside the model (500).
+    """
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ class ImageRule:
     not decoded (the policy does not use them) and a used one of another size is refused from its
     header. ``single``: the policy takes one image of any camera (LeRobot's ``observation.image``),
     of that size. Neither known (a runner that does not list its inputs): at most ``max_images``
-    images of at most ``max_pixels`` each. JPEG only, always (PiperPilot's protocol)."""
+    images of at most ``max_pixels`` each. JPEG only, always (PiperPilot's protocol).
+    """
 
     cameras: dict[str, tuple[int, int]] | None = None
     single: tuple[int, int] | None = None
@@ -104,7 +106,8 @@ _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0x
 def jpeg_size(raw: bytes) -> tuple[int, int] | None:
     """(width, height) from a JPEG's frame header (SOFn), walking the marker segments; None if there is
     none before the scan. Read here rather than by Pillow so that a frame too large for Pillow's bomb
-    cap is refused with its size, like any other wrong size."""
+    cap is refused with its size, like any other wrong size.
+    """
     i = 2
     while i + 4 <= len(raw):
         if raw[i] != 0xFF:
@@ -129,7 +132,8 @@ def jpeg_size(raw: bytes) -> tuple[int, int] | None:
 
 def _open_jpeg(text: str, camera: str, rule: ImageRule) -> object:
     """base64 JPEG -> a lazily opened Pillow image (header read, nothing decoded), its format and size
-    checked; ProtocolError names the camera."""
+    checked; ProtocolError names the camera.
+    """
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -194,7 +198,8 @@ def parse_request(
     Everything is checked before any image is decoded: the fields, which images the policy uses
     (``rule``; the others are dropped undecoded), their count, and each one's format and size from its
     JPEG header. Only then are the used images decoded, inside ``decode_gate`` (the server's bounded
-    decoder slots) when given."""
+    decoder slots) when given.
+    """
     doc = _json(body, "body")
     if not isinstance(doc, dict):
         raise ProtocolError("body must be a JSON object")
@@ -253,7 +258,8 @@ def encode_answer(actions: npt.NDArray[np.floating]) -> bytes:
 def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
     """Client side: the answer's rows as (n, 8) float32, n in [1, horizon]; ProtocolError otherwise
     (including an ``{"error": ...}`` answer). ``cut``: keep the first ``horizon`` rows of a longer
-    answer instead (servers written for PiperPilot may answer their whole chunk)."""
+    answer instead (servers written for PiperPilot may answer their whole chunk).
+    """
     doc = _json(body, "answer")
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         raise ProtocolError(f"server error: {doc['error']}")
@@ -274,7 +280,8 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
 
 def _json(body: bytes, what: str) -> object:
     """``json.loads`` whose every failure is a ProtocolError in the sender's terms: not JSON, or nested
-    deeper than the parser's recursion limit (``[[[[...`` a few thousand deep raises RecursionError)."""
+    deeper than the parser's recursion limit (``[[[[...`` a few thousand deep raises RecursionError).
+    """
     try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -285,7 +292,8 @@ def _json(body: bytes, what: str) -> object:
 
 def _finite_f32(values: object, what: str, kind: str) -> F32:
     """Numbers -> float32, refusing what float32 cannot hold as such: non-finite values, and values out
-    of float32's range (an integer beyond float64 raises OverflowError; 1e39 would become inf)."""
+    of float32's range (an integer beyond float64 raises OverflowError; 1e39 would become inf).
+    """
     out_of_range = f"{what}: {'action value' if kind == 'action' else 'value'} out of range"
     try:
         wide = np.asarray(values, dtype=np.float64)

@@ -122,7 +122,8 @@ _HID_NAME = re.compile(r"^HID_NAME=(.*)$", re.M)
 
 def hidraw_devices(sysfs: str | Path = "/sys/class/hidraw", dev: str | Path = "/dev") -> list[HidrawDevice]:
     """The 3Dconnexion devices among the hidraw nodes, by name (``HID_ID=bus:vendor:product`` in each
-    node's ``device/uevent``, the kernel's own record; no ioctl, no extra dependency)."""
+    node's ``device/uevent``, the kernel's own record; no ioctl, no extra dependency).
+    """
     out = []
     root = Path(sysfs)
     try:

@@ -130,7 +130,8 @@ class SpaceMouseInput:
     """Decoded reports -> a virtual hand pose (arm base frame) and a Joy, fed to a TeleopCore by ``step``.
 
     Times are monotonic seconds; every method is called under the caller's one lock (reader thread
-    and control thread)."""
+    and control thread).
+    """
 
     def __init__(self, cfg: SpaceMouseConfig):
         cfg.validate()
@@ -244,7 +245,8 @@ class SpaceMouseInput:
     # ---- control tick --------------------------------------------------------------------------
     def sample(self, t: float) -> tuple[np.ndarray, np.ndarray, Joy] | None:
         """The hand pose and Joy for a tick at ``t``; None while the device is not open (the core's
-        staleness rule then releases the clutch)."""
+        staleness rule then releases the clutch).
+        """
         if not self.connected:
             return None
         self._integrate(t)
@@ -270,7 +272,8 @@ class SpaceMouseInput:
         With the clutch off and nothing to press the core is not fed at all (it then has nothing to do
         each tick, as with no headset): the integration and the hold timer still advance here, and the
         tick that turns the clutch on (or carries a press) feeds the pose and the Joy the core engages
-        or acts on."""
+        or acts on.
+        """
         if self.connected:
             self._integrate(t)
             self._check_hold(t)

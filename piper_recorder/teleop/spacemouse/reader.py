@@ -34,7 +34,8 @@ BAD_RETRY_S = 5.0  # a bad device is opened again after this long (a replug, aut
 
 class HidrawReader:
     """``on_report(t, report)`` returns False for a report it cannot use (None or True: fine);
-    ``on_state(state, detail)``: "open", "absent", "lost" or "bad" with why."""
+    ``on_state(state, detail)``: "open", "absent", "lost" or "bad" with why.
+    """
 
     def __init__(
         self,
@@ -94,7 +95,8 @@ class HidrawReader:
 
     def _read(self, fd: int) -> tuple[str, str]:
         """Read reports until the device goes away ("lost") or turns out not to be one ("bad"), with why,
-        or ``stop``."""
+        or ``stop``.
+        """
         poller = select.poll()
         poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
         window_t, reads, refused = time.monotonic(), 0, 0
