@@ -87,7 +87,7 @@ def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
                 lambda: json.loads(status()["enabled"]) and status()["_message"].startswith("holding"), 10
             ), group.logs()
 
-            # enable through the service (a coroutine: its up-to-2 s wait for the drivers runs off the executor)
+            # enable through the service: answered by the EventsExecutor once the drivers confirm
             enable = node.create_client(Trigger, "/arm/enable")
             assert enable.wait_for_service(5)
             fut = enable.call_async(Trigger.Request())

@@ -42,7 +42,7 @@ def test_release_table(version, awaits):
 
 
 def _answered(kind: str, ros_domain) -> bool:
-    """Whether a coroutine service (awaiting work on a thread, as piper_arm's /arm/enable does) spun by a
+    """Whether a coroutine service (awaiting work on a thread, as the recorders' start and stop do) spun by a
     ``kind`` executor (``chosen``: the one ``executor_for`` picks) answers a call within 5 s.
     """
     from rclpy.executors import SingleThreadedExecutor

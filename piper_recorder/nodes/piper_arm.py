@@ -30,7 +30,6 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.cdr import encode as cdr_encode
-from piper_recorder.nodes.plumbing.executors import run_in_thread
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
 from piper_recorder.nodes.plumbing.run_node import run_node
@@ -213,8 +212,11 @@ class PiperArmNode(Node):
         self.pub_provenance.publish(String(data=json.dumps(record)))
 
     # ------------------------------------------------------------ services
-    async def _srv_enable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
-        ok = await run_in_thread(self.ctl.enable)  # waits up to 2 s for the drivers: off the executor
+    def _srv_enable(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
+        # Waits for the drivers (at most 2 s) on the executor's thread, which carries nothing that cannot wait
+        # that long (the 2 Hz status, parameters). A plain callback keeps the node on the EventsExecutor, which
+        # in older Jazzy rclpy cannot await a coroutine service.
+        ok = self.ctl.enable()
         res.success, res.message = ok, "enabled" if ok else "enable sent, not confirmed by the drivers"
         return res
 
@@ -243,8 +245,7 @@ class PiperArmNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    # The executor serves the services only (the EventsExecutor where it awaits /arm/enable, a coroutine:
-    # run_node's executor_for): feedback is published from the SDK reader thread and the control loop takes
-    # the targets (PolledInputs); /arm/enable waits for the drivers on a thread of its own. Feedback off the
-    # executor took the arm stage's teleop latency p99 from ~50-250 ms to ~5-12 ms.
+    # The executor (the EventsExecutor: no service is a coroutine) serves the services, the status and the
+    # parameters only: feedback is published from the SDK reader thread and the control loop takes the targets
+    # (PolledInputs).
     sys.exit(run_node(PiperArmNode, args))
