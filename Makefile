@@ -40,11 +40,13 @@ test: $(STAMP) web-test-deps
 # The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py),
 # less the in-process tests that take seconds (`slow`: real-time loops, deadlines, fuzzing); `make test` runs all.
 UNIT_TIER := not ros and not integration and not slow
+# Its in-process tests share nothing but the CPU: one pytest-xdist worker per core halves its wall time.
+UNIT_WORKERS ?= auto
 check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q -m "$(UNIT_TIER)" test
+	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 
 # The manual: docs/ built by MkDocs (Material) with --strict link checking, in its own venv (.venv-docs).
 DOCS_VENV := .venv-docs
@@ -143,7 +145,7 @@ test-consumers: $(STAMP) consumers
 # image delivery to every subscriber, and the demo.
 DISTRO_TESTS := test/test_dds_loopback.py test/test_image_delivery.py
 test-distro: $(STAMP)
-	$(BIN)/python -m pytest -q -m "$(UNIT_TIER)" test
+	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 	$(BIN)/python -m pytest -q $(DISTRO_TESTS)
 	$(BIN)/piper-demo --out demo_output/$(ROS_DISTRO)
 
@@ -163,7 +165,7 @@ $(CORE_VENV)/.bootstrapped: requirements/dev.txt setup.py setup.cfg package.xml
 test-core: $(CORE_VENV)/.bootstrapped | system-deps
 	$(CORE_VENV)/bin/python -m mypy --python-version $(CORE_PY) --follow-imports=silent --exclude '$(CORE_MYPY_EXCLUDE)' \
 	  piper_recorder rgbd_writer
-	$(CORE_VENV)/bin/python -m pytest -q -m "$(UNIT_TIER)" test
+	$(CORE_VENV)/bin/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 
 # CI builds the other legs' venvs while the consumer venvs download (`make -j4 consumers other-venvs`): one after
 # another here, since each `pip install -e .` writes into the source tree.
