@@ -46,6 +46,7 @@ exit status: 0 all bags converted or skipped; 1 some bags failed (each is report
 
 @exits_2_on_bad_input("piper-bag2dataset")
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-bag2dataset`` on ``argv`` (default: the command line); returns the exit status."""
     ap = argparse.ArgumentParser(
         prog="piper-bag2dataset",
         description=__doc__.splitlines()[0],

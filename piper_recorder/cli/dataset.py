@@ -101,6 +101,7 @@ def _progress(enabled: bool) -> ops.Progress | None:
 
 @exits_2_on_bad_input(PROG)
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-dataset`` on ``argv`` (default: the command line); returns the exit status."""
     args = _parser().parse_args(argv)
     prog = _progress(not args.quiet and not args.dry_run and sys.stderr.isatty())
     t0 = time.monotonic()

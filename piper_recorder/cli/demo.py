@@ -1,16 +1,10 @@
 """piper-demo --out DIR [--episodes 3] [--seconds 10]: record through the simulated ROS 2 graph, validate.
 
-Starts the simulated graph from config/sim.yaml as separate processes (piper_recorder.graph.plan):
-simulated headset (its built-in ``continuous`` script: clutch engaged throughout, figure-eight with a
-yaw swing, moving trigger, no buttons), quest_bridge, teleop, piper_arm (CAN emulator), the sim
-cameras and both recorders, in a private ROS domain on loopback. When arm feedback, every camera and
-both recorders are up, it records N episodes through the recorders' services (start both, wait S
-seconds, stop both, wait for both "saved" events), stops the graph, validates DIR/lerobot
-(piper-validate rules; lerobot-doctor --fail-on warn when installed: any warning fails the demo) and
-DIR/rgbd.hdf5, and prints a summary. Exit status 0 only if every step and every check passed.
-
-The graph and its client are ``piper_recorder.graph.sim_session.SimSession`` (end-to-end tests and
-bench/graph_capacity.py use it too).
+Starts config/sim.yaml's graph as separate processes in a private loopback ROS domain (the simulated headset
+runs its ``continuous`` script: clutch engaged throughout), records N episodes through both recorders'
+services, stops the graph, validates DIR/lerobot (lerobot-doctor too when installed: any warning fails) and
+DIR/rgbd.hdf5. Exit status 0 only if every step and check passed. The graph and its client are
+``graph.sim_session.SimSession``.
 """
 
 from __future__ import annotations
@@ -37,8 +31,9 @@ SETTLE_S = 3.0  # after start-up (imports, discovery, encoder set-up) before the
 
 # ---- checks and summary ---------------------------------------------------------------------------
 def lerobot_doctor(root: Path) -> tuple[bool | None, list[str]]:
-    """``lerobot-doctor check ROOT --ci --fail-on warn`` (a warning fails the demo) ->
-    (passed, its WARN/FAIL messages as "check: message"); (None, [why]) if it is not installed.
+    """Run ``lerobot-doctor check ROOT --ci --fail-on warn`` (a warning fails the demo).
+
+    Returns (passed, its WARN/FAIL messages as "check: message"), or (None, [why]) if it is not installed.
     """
     try:
         exe = find_script("lerobot-doctor")
@@ -124,6 +119,7 @@ def _clear(out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-demo`` on ``argv`` (default: the command line); returns the exit status."""
     ap = argparse.ArgumentParser(prog="piper-demo", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path, help="output directory (DIR/lerobot, DIR/rgbd.hdf5)")
     ap.add_argument("--episodes", type=int, default=3)

@@ -1,6 +1,8 @@
-"""One error seam for the console scripts: input a command cannot use ends with one line on stderr and
-exit code 2, never a traceback; any other exception is a bug and ends with its traceback, a line that
-says so, and exit code 1. Which errors count as bad input: ``piper_recorder.errors.is_input_error``.
+"""One error seam for the console scripts: bad input ends with one line and exit 2, a bug with a traceback.
+
+Input a command cannot use ends with one line on stderr and exit code 2, never a traceback; any other
+exception is a bug and ends with its traceback, a line that says so, and exit code 1. Which errors count as
+bad input: ``piper_recorder.errors.is_input_error``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ F = TypeVar("F", bound=Callable[..., int])
 
 
 def exits_2_on_bad_input(prog: str) -> Callable[[F], F]:
-    """Decorate a console script's ``main(argv) -> int``: input errors become ``prog: message`` and 2;
-    a bug prints its traceback and ``prog: internal error ...`` and returns 1.
+    """Decorate a console script's ``main(argv) -> int`` with the seam.
+
+    Input errors become ``prog: message`` and 2; a bug prints its traceback and ``prog: internal error ...``
+    and returns 1.
     """
 
     def wrap(main: F) -> F:

@@ -25,6 +25,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 @exits_2_on_bad_input("piper-finalize")
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-finalize`` on ``argv`` (default: the command line); returns the exit status."""
     p = argparse.ArgumentParser(
         prog="piper-finalize", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

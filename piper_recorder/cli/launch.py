@@ -24,6 +24,7 @@ from piper_recorder.process.supervision import on_stop_signals
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-launch`` on ``argv`` (default: the command line); returns the exit status."""
     p = argparse.ArgumentParser(prog="piper-launch", description=__doc__.splitlines()[0])
     p.add_argument("mode", choices=["sim", "robot"])
     p.add_argument("--config", help="parameter file (default: config/<mode>.yaml)")

@@ -1,5 +1,4 @@
-"""piper-recover ROOT --config CONFIG [--dry-run]: bring a LeRobot root the recorders refuse as damaged back
-into a state they append to.
+"""piper-recover ROOT --config CONFIG [--dry-run]: bring a damaged LeRobot root back to a state recorders append to.
 
 The recorders and piper-bag2dataset never move a saved episode's files on their own: a root whose files
 disagree with meta/ beyond what a crash leaves (meta/info.json missing, an emptied episodes.jsonl with
@@ -21,6 +20,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-recover`` on ``argv`` (default: the command line); returns the exit status."""
     ap = argparse.ArgumentParser(
         prog="piper-recover",
         description=__doc__.split("\n\n")[0],

@@ -26,6 +26,7 @@ from piper_recorder.cli.errors import exits_2_on_bad_input
 
 @exits_2_on_bad_input("piper-repair")
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-repair`` on ``argv`` (default: the command line); returns the exit status."""
     p = argparse.ArgumentParser(
         prog="piper-repair", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -37,6 +37,7 @@ def _validate_hdf5(path: Path, full: bool) -> list[str] | None:
 
 @exits_2_on_bad_input("piper-validate")
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-validate`` on ``argv`` (default: the command line); returns the exit status."""
     p = argparse.ArgumentParser(
         prog="piper-validate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

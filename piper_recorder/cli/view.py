@@ -11,6 +11,7 @@ from piper_recorder.cli.errors import exits_2_on_bad_input
 
 @exits_2_on_bad_input("piper-view")
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-view`` on ``argv`` (default: the command line); returns the exit status."""
     ap = argparse.ArgumentParser(prog="piper-view", description=__doc__)
     ap.add_argument("path", type=Path, help="a LeRobot v2.0 root directory or an RGB-D .hdf5 file")
     ap.add_argument("--episode", type=int, action="append", help="only this episode (repeatable)")

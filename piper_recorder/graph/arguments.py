@@ -1,5 +1,6 @@
-"""The launch arguments (``LAUNCH_ARGUMENTS``, shared by both launch files and piper-launch) and ``--set``
-overrides, turned into per-node parameters on top of a config file.
+"""The launch arguments and ``--set`` overrides, turned into per-node parameters on top of a config file.
+
+``LAUNCH_ARGUMENTS`` is shared by both launch files and piper-launch.
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ GRAPH_ARGUMENTS = (
 
 
 def teleop_input(cfg: Mapping[str, Mapping[str, Any]], overrides: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """Teleop's ``input`` (the launch argument ``teleop_input`` is an override of it): with
-    ``spacemouse`` the graph starts no headset node.
+    """Teleop's ``input`` (the launch argument ``teleop_input`` overrides it).
+
+    With ``spacemouse`` the graph starts no headset node.
     """
     value = str({**cfg.get("teleop", {}), **(overrides or {}).get("teleop", {})}.get("input", TELEOP_INPUTS[0]))
     if value not in TELEOP_INPUTS:

@@ -1,6 +1,8 @@
-"""The package's executables, stated once: each node's ROS executable name (``ros2 run``, launch files,
-``GraphNode.executable``) and console script (pip, piper-launch), both the same entry point, and the tools
-that are console scripts only. setup.py reads this file without importing the package (it imports nothing).
+"""The package's executables, stated once: each node's ROS executable and console script, and the tools.
+
+A node's ROS executable (``ros2 run``, launch files, ``GraphNode.executable``) and console script (pip,
+piper-launch) are the same entry point. setup.py reads this file without importing the package, so it
+imports nothing.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ def script(executable: str) -> str:
 
 
 def console_scripts() -> dict[str, str]:
-    """Every entry point setup.py installs: each console script, and each node again under its ROS executable
-    name (colcon puts them in lib/piper_recorder for ``ros2 run``: setup.cfg).
+    """Every entry point setup.py installs: each console script, and each node again under its ROS name.
+
+    colcon puts the latter in lib/piper_recorder for ``ros2 run`` (setup.cfg).
     """
     nodes = {s: entry for s, entry in NODE_EXECUTABLES.values()}
     return {**nodes, **TOOL_SCRIPTS, **{exe: entry for exe, (_, entry) in NODE_EXECUTABLES.items()}}

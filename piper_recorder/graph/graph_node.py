@@ -1,5 +1,6 @@
-"""The graph as data: each process either launcher starts (``GraphNode``), in start order, from a config and
-the launch arguments (``graph_nodes``, ``launch_graph``).
+"""The graph as data: each process either launcher starts (``GraphNode``), in start order.
+
+``graph_nodes`` and ``launch_graph`` build it from a config and the launch arguments.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_
 
 @dataclass(frozen=True)
 class GraphNode:
-    """One process of the graph, as both launchers start it: ``launch/*.launch.py`` as a launch_ros
-    ``Node`` (or ``ExecuteProcess`` when not ``ros_node``) of ``package``/``executable``, piper-launch
+    """One process of the graph, as both launchers start it.
+
+    ``launch/*.launch.py`` starts it as a launch_ros ``Node`` (or ``ExecuteProcess`` when not ``ros_node``) of ``package``/``executable``, piper-launch
     as ``script`` with ``--params-file``. ``parameters`` go on top of the node's section of the config.
     """
 
@@ -91,8 +93,9 @@ def graph_nodes(
     sim_headset: str | bool = "",
     headset: str = "",
 ) -> list[GraphNode]:
-    """The graph of ``mode`` (sim: simulated headset and cameras; robot: realsense2_camera), in start
-    order, from a config; ``overrides``: per-node parameters on top of it (the launch arguments);
+    """The graph of ``mode`` from a config, in start order.
+
+    ``mode``: sim (simulated headset and cameras) or robot (realsense2_camera); ``overrides``: per-node parameters on top of it (the launch arguments);
     ``dashboard``, ``sim_headset``: the launch arguments ("" = ``piper_launch.dashboard``,
     ``piper_launch.sim_quest.enabled``).
     """
@@ -182,8 +185,9 @@ def launch_graph(
     headset: str = "",
     **launch_args: str,
 ) -> list[GraphNode]:
-    """What ``ros2 launch piper_recorder <mode>.launch.py`` starts: the config file plus the launch
-    arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters.
+    """What ``ros2 launch piper_recorder <mode>.launch.py`` starts.
+
+    That is the config file plus the launch arguments (task, root, rgbd_path, backend, cameras, policy, policy_root) as per-node parameters.
     """
     cfg = read_config(config_file)
     cameras, overrides = launch_overrides(cfg, **launch_args)

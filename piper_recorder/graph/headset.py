@@ -1,5 +1,7 @@
-"""Which headset the graph talks to (``headset_kind``: native app, WebXR page, simulated, none for a
-SpaceMouse) and the settings of the two the graph starts itself (``SimQuestSettings``, ``QuestWebSettings``).
+"""Which headset the graph talks to (``headset_kind``), and the settings of those the graph starts itself.
+
+The kinds: native app, WebXR page, simulated, or none for a SpaceMouse; the graph starts the simulated
+headset (``SimQuestSettings``) and the WebXR page's relay (``QuestWebSettings``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def _launch_settings(cfg: Mapping[str, Mapping[str, Any]], name: str, settings: 
 
 @dataclass(frozen=True)
 class SimQuestSettings:
-    """``piper_launch.sim_quest``: the simulated headset of the sim graph (defaults: its own, except
+    """``piper_launch.sim_quest``: the simulated headset of the sim graph.
+
+    Defaults are its own, except
     ``buttons``: the graph drives episodes through the recorders' services). ``enabled`` false (or the
     launch argument ``sim_headset:=false``, ``piper-launch sim --no-sim-headset``): no simulated
     headset; quest_bridge and quest_video keep their own host/port, for a real headset.
@@ -50,6 +54,7 @@ class SimQuestSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> SimQuestSettings:
+        """The settings of a config's ``piper_launch.sim_quest`` section (unknown keys refused)."""
         return cls(**_launch_settings(cfg, "sim_quest", cls))
 
     def argv(self, video: bool = False) -> list[str]:
@@ -71,7 +76,9 @@ class SimQuestSettings:
 
 @dataclass(frozen=True)
 class QuestWebSettings:
-    """``piper_launch.quest_web``: the WebXR headset page (``headset:=web``). It listens where quest_bridge
+    """``piper_launch.quest_web``: the WebXR headset page (``headset:=web``).
+
+    It listens where quest_bridge
     and quest_video connect (their own host/port, as the native app's servers), so no node parameter
     changes with it; ``port`` is the page's (``adb reverse tcp:PORT tcp:PORT``, then
     ``http://localhost:PORT`` in the Quest Browser), ``cert``/``key`` serve HTTPS for LAN use.
@@ -87,13 +94,15 @@ class QuestWebSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Mapping[str, Any]]) -> QuestWebSettings:
+        """The settings of a config's ``piper_launch.quest_web`` section (unknown keys refused)."""
         section = _launch_settings(cfg, "quest_web", cls)
         section["allowed_hosts"] = tuple(section.get("allowed_hosts") or ())
         return cls(**section)
 
     def check(self, cfg: Mapping[str, Mapping[str, Any]], video: bool) -> None:
-        """What piper-quest-web would refuse at its start, refused while planning: a non-loopback host without
-        a certificate (unless ``insecure_http``). And the relay binds the page's port and, on quest_bridge's
+        """Refuse while planning what piper-quest-web would refuse at its start.
+
+        That is a non-loopback host without a certificate (unless ``insecure_http``). And the relay binds the page's port and, on quest_bridge's
         host, quest_bridge's and quest_video's: two of them on one port would fail only at the bind
         (``address already in use``); refused here, naming both.
         """
@@ -147,7 +156,9 @@ def headset_kind(
     headset: str = "",
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """Which headset the graph talks to: "none" when teleop follows a SpaceMouse (``teleop_input``), else the
+    """Which headset the graph talks to.
+
+    "none" when teleop follows a SpaceMouse (``teleop_input``), else the
     launch argument ``headset`` (native | web | sim), else sim in sim mode unless ``sim_headset`` ("" =
     ``piper_launch.sim_quest.enabled``, default true) is false, else native. Settings that contradict each
     other are refused before anything starts, naming both (a SpaceMouse graph and a headset asked for, the
@@ -204,7 +215,8 @@ SIM_HEADSET_WAY_OUT = (
 
 
 def headset_video(cfg: Mapping[str, Any]) -> bool:
-    """Whether to start quest_video (panels + HUD to the headset): a ``quest_video`` section and
-    ``piper_launch.headset_video`` not false.
+    """Whether to start quest_video (panels + HUD to the headset).
+
+    Yes with a ``quest_video`` section and ``piper_launch.headset_video`` not false.
     """
     return "quest_video" in cfg and bool(cfg.get(LAUNCH_SECTION, {}).get("headset_video", True))

@@ -1,5 +1,6 @@
-"""Where the package is installed: its config files (``config_path``) and console scripts (``find_script``),
-in a source tree, a venv (pip) and a colcon install alike.
+"""Where the package is installed: its config files and console scripts, found alike in every install.
+
+A source tree, a venv (pip) and a colcon install (``config_path``, ``find_script``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def install_prefixes() -> list[Path]:
-    """Where this package's data files and scripts may be installed: the interpreter's prefix (pip,
-    a venv) and the prefix the package itself was installed under (a colcon install runs the system
+    """Where this package's data files and scripts may be installed.
+
+    The interpreter's prefix (pip, a venv) and the prefix the package itself was installed under (a colcon install runs the system
     Python, whose prefix is /usr, with the package in ``<install>/lib/python3.X/site-packages``).
     """
     out = [Path(sys.prefix)]
@@ -42,7 +44,9 @@ def config_path(mode_or_path: str) -> Path:
 
 
 def script_dirs(bin_dir: Path | None = None) -> list[Path]:
-    """Where this package's console scripts are, in order: ``bin_dir``, next to the interpreter (pip,
+    """Where this package's console scripts are, in order.
+
+    ``bin_dir``, next to the interpreter (pip,
     a venv), ``<prefix>/lib/piper_recorder`` of the package's own install (colcon puts them there for
     ``ros2 run``, off PATH: setup.cfg), then the interpreter's ``bin``.
     """
@@ -53,6 +57,7 @@ def script_dirs(bin_dir: Path | None = None) -> list[Path]:
 
 
 def find_script(name: str, bin_dir: Path | None = None) -> str:
+    """The path of console script ``name`` (``script_dirs``, then PATH); LaunchError if there is none."""
     dirs = script_dirs(bin_dir)
     for d in dirs:
         if (d / name).is_file() and os.access(d / name, os.X_OK):

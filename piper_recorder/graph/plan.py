@@ -1,14 +1,8 @@
 """The pip-only launcher's plan: the same graph as launch/*.launch.py from the same config, without `launch`.
 
-The PyPI ROS 2 wheels have rclpy but no `launch`/`ros2 launch`, so ``piper-launch`` and ``piper-demo``
-use this module. It reads a ROS 2 parameter file (config/sim.yaml or config/robot.yaml), applies
-``node.param=value`` overrides, writes the effective file next to the logs, and resolves every node to
-the command line it runs as: ``<bin>/<console script> --ros-args -r __node:=<name> --params-file <file>``.
-The ``piper_launch`` section (not a node) names the cameras and the simulated headset's settings; what
-the nodes derive from the cameras (the recorders' lists and serials, quest_video's panels) is
-``params.derived.derived_params``, which the bag converter's ``load_config`` applies too.
-
-Planning starts no process, signal or thread (a plan is checked in milliseconds, and the launch files
+The PyPI ROS 2 wheels have rclpy but no `launch`, so ``piper-launch`` and ``piper-demo`` use this module: it
+reads a parameter file, applies ``node.param=value`` overrides, writes the effective file next to the logs,
+and resolves every node to its command line. Planning starts no process, signal or thread (the launch files
 import it inside ``ros2 launch``); ``graph.supervisor.Graph`` runs a plan.
 """
 
@@ -34,6 +28,8 @@ from .ports import free_port
 
 @dataclass
 class ProcessSpec:
+    """One process to start: its name and command line."""
+
     name: str
     argv: list[str]
     node: bool = True  # a ROS node that must appear in the graph
@@ -52,10 +48,12 @@ class GraphPlan:
 
     @property
     def node_names(self) -> list[str]:
+        """The ROS nodes that must appear in the graph."""
         return [p.name for p in self.processes if p.node]
 
     @property
     def cameras(self) -> list[str]:
+        """The graph's camera names (``piper_launch.cameras``)."""
         return list(self.config.get(LAUNCH_SECTION, {}).get("cameras", []))
 
 
@@ -70,8 +68,10 @@ def plan_graph(
     headset: str = "",
     **launch_args: str,
 ) -> GraphPlan:
-    """Resolve the config into the processes to start (``mode`` = sim: sim cameras + sim headset,
-    unless ``sim_headset`` / ``piper_launch.sim_quest.enabled`` is false).
+    """Resolve the config into the processes to start.
+
+    ``mode`` sim starts sim cameras and the sim headset (unless ``sim_headset`` /
+    ``piper_launch.sim_quest.enabled`` is false).
 
     ``launch_args`` are the launch files' arguments (task, root, rgbd_path, backend, cameras, policy,
     policy_root);

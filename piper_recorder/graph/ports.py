@@ -6,6 +6,7 @@ import socket
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the OS's choice for port 0)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -1,5 +1,7 @@
-"""The realsense2_camera driver as the robot graph starts it: the parameters each camera node gets
-(``realsense_parameters``) and the driver version whose topics fit ``names`` (``realsense_check``).
+"""The realsense2_camera driver as the robot graph starts it.
+
+The parameters each camera node gets (``realsense_parameters``) and the driver version whose topics fit
+``names`` (``realsense_check``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ REALSENSE_DEFAULTS: dict[str, Any] = {
 
 
 def realsense_parameters(cfg: Mapping[str, Mapping[str, Any]], camera: str) -> dict[str, Any]:
-    """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section: its
+    """Parameters a ``realsense2_camera_node`` named ``camera`` gets on top of its config section.
+
+    Its
     ``camera_name``, what the section does not state of REALSENSE_DEFAULTS and of the profile (colour:
     ``names.CAMERA``, under the model's name for it, ``params.derived.color_profile_key``; depth: the colour
     one), and each profile under the older wrappers' name too (REALSENSE_PROFILE_ALIASES). A QoS the driver
@@ -81,8 +85,9 @@ REALSENSE_NODE_TOPICS = (4, 55, 1)
 
 
 def realsense_version() -> tuple[tuple[int, ...], Path] | None:
-    """The installed realsense2_camera's version and its package.xml, found through the ament index; None
-    when it is not found there (no ROS install on the path, the driver not installed) or states none.
+    """The installed realsense2_camera's version and its package.xml, found through the ament index.
+
+    None when it is not found there (no ROS install on the path, the driver not installed) or states none.
     """
     try:
         from ament_index_python.packages import get_package_share_directory
@@ -96,8 +101,9 @@ def realsense_version() -> tuple[tuple[int, ...], Path] | None:
 
 
 def realsense_check() -> str | None:
-    """Refuse (LaunchError) a realsense2_camera whose topics would not be ``/<camera>/...``
-    (``REALSENSE_NODE_TOPICS``); a note when its version cannot be read, None when it fits.
+    """Refuse (LaunchError) a realsense2_camera whose topics would not be ``/<camera>/...``.
+
+    ``REALSENSE_NODE_TOPICS`` states them. Returns a note when its version cannot be read, None when it fits.
     """
     found = realsense_version()
     need = ".".join(map(str, REALSENSE_NODE_TOPICS))

@@ -50,6 +50,7 @@ class DdsFeatures:
 
     @property
     def profile_vars(self) -> tuple[str, ...]:
+        """The Fast DDS profile variables this install reads (both names when its version is unknown)."""
         return {3: (FASTDDS3_PROFILE_VAR,), 2: (FASTDDS2_PROFILE_VAR,)}.get(self.fastdds_major or 0, PROFILE_VARS)
 
     @classmethod
@@ -65,9 +66,11 @@ class DdsFeatures:
 
 
 def ros_lib_dirs() -> list[Path]:
-    """Where the ROS libraries live that rclpy loads: the prefix holding rclpy first (a venv of PyPI
+    """Where the ROS libraries live that rclpy loads, found without importing rclpy.
+
+    The prefix holding rclpy first (a venv of PyPI
     wheels: its ``lib``; an apt install: ``/opt/ros/<distro>/lib``), then AMENT_PREFIX_PATH's and this
-    Python's prefix. Found without importing rclpy.
+    Python's prefix.
     """
     dirs: list[Path] = []
     try:
@@ -106,8 +109,9 @@ def loopback_profile() -> Path | None:
 
 
 def loopback_env(base: dict[str, str] | None = None, features: DdsFeatures | None = None) -> dict[str, str]:
-    """``base`` (default: os.environ) plus the variables that keep DDS on loopback (see the module doc),
-    named as ``features`` (default: this install's) reads them.
+    """``base`` (default: os.environ) plus the variables that keep DDS on loopback (see the module doc).
+
+    They are named as ``features`` (default: this install's) reads them.
     """
     env = dict(os.environ if base is None else base)
     f = features or dds_features()
@@ -163,6 +167,7 @@ class DomainLease:
     _fd: int = field(repr=False)
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default: os.environ) with this domain and the loopback variables."""
         env = loopback_env(dict(os.environ if base is None else base))
         env["ROS_DOMAIN_ID"] = str(self.domain_id)
         env["PYTHONUNBUFFERED"] = "1"
@@ -174,6 +179,7 @@ class DomainLease:
         apply_dds_env(self.env(base))
 
     def release(self) -> None:
+        """Give the domain back (close the lock file)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -49,11 +49,13 @@ CONTINUOUS = "continuous"  # the sim headset's never-pausing script (piper_recor
 
 
 class DemoError(PiperError, RuntimeError):
-    pass
+    """The simulated graph failed: a node did not come up, a recorder refused or did not answer."""
 
 
 @dataclass
 class EpisodeResult:
+    """One episode of every recorder: its "saved" events and stop-to-saved latencies."""
+
     index: int
     events: dict[str, dict[str, Any]] = field(default_factory=dict)  # recorder -> "saved" event
     stop_to_saved_s: dict[str, float] = field(default_factory=dict)
@@ -98,10 +100,12 @@ class SimSession:
 
     @property
     def cameras(self) -> list[str]:
+        """The graph's camera names."""
         return self.plan.cameras
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self, timeout: float = 90.0) -> SimSession:
+        """Start the graph and the client node; wait until every node and recorder is up."""
         self.out.mkdir(parents=True, exist_ok=True)
         self.lease.apply()
         self.graph.start()
@@ -138,7 +142,9 @@ class SimSession:
         self._spinner.start()
 
     def _spin(self) -> None:
-        """Spin the session's node until ``stop``. An error out of the executor (a callback's, or rclpy's
+        """Spin the session's node until ``stop``.
+
+        An error out of the executor (a callback's, or rclpy's
         ``InvalidHandle`` for an entity destroyed while the executor waited on it) is printed and the spin
         goes on: a session whose executor stopped sees no status and no service response again, and its
         next call waits out its whole timeout.
@@ -154,8 +160,9 @@ class SimSession:
 
     @contextmanager
     def _probe(self) -> Iterator[tuple[Node, Executor]]:
-        """A node and executor of its own, spun by the calling thread, for the subscriptions a wait creates
-        and destroys. Destroying an entity of the session's node while its MultiThreadedExecutor waits on
+        """A node and executor of its own, spun by the calling thread, for a wait's own subscriptions.
+
+        Destroying an entity of the session's node while its MultiThreadedExecutor waits on
         it in the spinner thread makes rclpy raise ``InvalidHandle`` there (``test_sim_session_spin``); here
         creation, spinning and destruction share one thread.
         """
@@ -296,6 +303,7 @@ class SimSession:
         raise DemoError(f"{what}\n{self.graph.logs()}")
 
     def stop(self) -> dict[str, int | None]:
+        """Stop the client node and the graph; returns each process's exit code."""
         self._stopping = True
         if self._node is not None:
             if self._executor is not None:
@@ -335,8 +343,9 @@ class SimSession:
             return int((self.status.get(rec) or {}).get("answers", 0))
 
     def _await_answer(self, rec: str, srv: str, fut: Future, answers0: int, timeout: float) -> tuple[bool, str]:
-        """The recorder's answer to one call: the response, or, if that is lost, what its ``~/status``
-        says it answered. rmw_fastrtps drops a response whose reader the server has not matched within
+        """The recorder's answer to one call: the response, or, if that is lost, what its ``~/status`` says.
+
+        rmw_fastrtps drops a response whose reader the server has not matched within
         100 ms of sending it (ros2/rmw_fastrtps#390): a loaded machine's discovery can lose the first
         answer of a fresh client although the recorder acted on the request. The status's ``answers``
         count rising past ``answers0`` (its value when the request went) shows the answer was given;
@@ -371,9 +380,10 @@ class SimSession:
     def call_all(
         self, srv: str, timeout: float = 30.0, at: dict[str, float] | None = None
     ) -> dict[str, tuple[bool, str]]:
-        """Call ``srv`` on every recorder at once (one after the other, the second recorder's episode
-        would start or end a whole save later than the first's) and wait for every answer
-        (``_await_answer``: a lost response is read from the recorder's status).
+        """Call ``srv`` on every recorder at once and wait for every answer.
+
+        At once: one after the other, the second recorder's episode would start or end a whole save later
+        than the first's. A lost response is read from the recorder's status (``_await_answer``).
 
         ``at``: recorder -> monotonic time to send its request (the calls still overlap). When each
         request went and each answer came are kept in ``sent[srv][rec]`` and ``answered[srv][rec]``.
@@ -414,13 +424,15 @@ class SimSession:
                 raise DemoError(f"setting {node}.{name}={value!r} failed")
 
     def start_episode(self) -> None:
+        """Start an episode in every recorder; DemoError if one refuses."""
         for rec, (ok, msg) in self.call_all(START_EPISODE).items():
             if not ok:
                 self._fail(f"{rec} {START_EPISODE} refused: {msg}")
 
     def stop_episode(self, timeout: float = 120.0, at: dict[str, float] | None = None) -> EpisodeResult:
-        """Stop both recorders (each at ``at[rec]``, monotonic, if given) and wait for their "saved"
-        events; returns the events and the stop-to-saved latencies.
+        """Stop both recorders and wait for their "saved" events.
+
+        Each stops at ``at[rec]`` (monotonic) if given. Returns the events and the stop-to-saved latencies.
         """
         with self._cond:
             seen = len(self.events)
@@ -448,8 +460,9 @@ class SimSession:
         return result
 
     def record(self, seconds: float) -> EpisodeResult:
-        """One episode of ``seconds`` in each recorder: each one's stop is sent ``seconds`` after its episode
-        started (the ``start_ns`` of its "started" event; a first start that waited for /arm/provenance
+        """One episode of ``seconds`` in each recorder.
+
+        Each one's stop is sent ``seconds`` after its episode started (the ``start_ns`` of its "started" event; a first start that waited for /arm/provenance
         or for the writer does not shorten the episode).
         """
         with self._cond:
@@ -458,8 +471,10 @@ class SimSession:
         return self.stop_episode(at=self._stop_times(seen, seconds))
 
     def _stop_times(self, seen: int, seconds: float, timeout: float = 10.0) -> dict[str, float]:
-        """Monotonic send time of each recorder's stop: ``seconds`` after its "started" event's start_ns
-        (ROS time = system time here); the start request's send time if the event did not come.
+        """Monotonic send time of each recorder's stop.
+
+        That is ``seconds`` after its "started" event's start_ns (ROS time = system time here), or after the
+        start request's send time if the event did not come.
         """
         starts: dict[str, int] = {}
 
@@ -486,8 +501,9 @@ def _note_answer(answered: dict[str, float], rec: str, _fut: object) -> None:
 
 
 def size_overrides(config: str | Path, size: str) -> list[str]:
-    """``WxH`` -> --set items giving every camera that image size (the recorders follow the cameras' sizes:
-    ``params.derived``).
+    """``WxH`` -> --set items giving every camera that image size.
+
+    The recorders follow the cameras' sizes (``params.derived``).
     """
     try:
         w, h = (int(v) for v in size.lower().split("x"))

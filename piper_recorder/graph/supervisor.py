@@ -79,8 +79,10 @@ class Graph:
         self.exit_codes: dict[str, int | None] = {}
 
     def start(self) -> Graph:
-        """Start every process; each ends by itself if this process dies without stopping it (SIGKILL
-        included: ``supervision.watch_parent``, told our pid through ``PIPER_LAUNCHER_PID``).
+        """Start every process.
+
+        Each ends by itself if this process dies without stopping it (SIGKILL included:
+        ``supervision.watch_parent``, told our pid through ``PIPER_LAUNCHER_PID``).
         """
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**self.env, LAUNCHER_PID_ENV: str(os.getpid())}
@@ -89,9 +91,11 @@ class Graph:
         return self
 
     def dead(self) -> list[str]:
+        """The processes that have exited."""
         return [r.spec.name for r in self.running if not r.alive()]
 
     def logs(self, n: int = 40) -> str:
+        """The last ``n`` lines of every process's log, each under its name and exit status."""
         return "\n".join(f"----- {r.spec.name} (exit {r.popen.poll()})\n{r.tail(n)}" for r in self.running)
 
     def wait_nodes(self, probe: Any, timeout: float = 60.0) -> None:

@@ -1,12 +1,9 @@
 """dashboard (``piper-dashboard``): the live, read-only web dashboard, served next to the graph.
 
-A thin adapter: subscriptions feed ``piper_recorder.dashboard.model.DashboardModel`` and the frame
-store; ``piper_recorder.dashboard.server`` serves the page on ``host:port`` (127.0.0.1:8740 by default;
-any other address needs ``token``). Read-only by construction: the node creates no publisher, no
-service client and no service of its own (rclpy's implicit /rosout and /parameter_events aside).
-Images are subscribed only while a page fetched a thumbnail within ``watch_timeout_s`` (the node
-otherwise costs only the small topics); camera rates come from the ``camera_info`` beside each image
-topic. Cameras follow ``image_topic_pattern``, the recorders' parameter (``piper_recorder.names``).
+Subscriptions feed ``dashboard.model.DashboardModel`` and the frame store; ``dashboard.server`` serves
+the page on ``host:port`` (loopback by default; any other address needs ``token``). Read-only by
+construction: no publisher, service or service client of its own. Images are subscribed only while a
+page fetched a thumbnail within ``watch_timeout_s``; camera rates come from each ``camera_info``.
 """
 
 from __future__ import annotations
@@ -58,6 +55,8 @@ RATE_TOPICS: dict[str, tuple[type, bool]] = {
 
 
 class DashboardNode(Node):
+    """The dashboard's node: subscriptions into the model, and the web server."""
+
     def __init__(self) -> None:
         super().__init__("dashboard")
         cfg = declare_config(self, DashboardConfig)
@@ -225,10 +224,12 @@ class DashboardNode(Node):
         )
 
     def on_shutdown(self) -> None:
+        """Close the web server."""
         self.server.close()
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-dashboard``)."""
     sys.exit(run_node(DashboardNode, args))
 
 

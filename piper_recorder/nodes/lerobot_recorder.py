@@ -1,11 +1,9 @@
-"""lerobot_recorder: arm topics + cameras -> LeRobot v2.0 dataset episodes through the four Trigger services.
+"""lerobot_recorder: arm topics + cameras -> LeRobot v2.0 episodes, driven by the four Trigger services.
 
-Threads and timing: see recorder_base. Rows follow the exact 1/fps grid (piper_recorder.assembly);
-frames go to the writer's per-camera encoders one per row re-stamped to the row time
-(``timestamp_mode: nominal``, the default) or with their capture time (``capture``). A frame waits up to ``encoder_max_block_s``
-on the writer thread for encoder queue space before it is dropped and counted (trade-off: see
-``LeRobotRecorderConfig`` in piper_recorder.recording.config). Its columns are the feature table's
-(plus any extra inputs of its ``mapping``).
+Rows follow the exact 1/fps grid (piper_recorder.assembly); each camera's frames go to its encoder one per
+row re-stamped to the row time (``timestamp_mode: nominal``, the default) or at their capture time
+(``capture``). A frame waits up to ``encoder_max_block_s`` for encoder queue space, then is dropped and
+counted. Columns are the feature table's. Threads and timing: see recorder_base.
 """
 
 from __future__ import annotations
@@ -21,6 +19,8 @@ from .recorder_base import RecorderNode
 
 
 class LeRobotRecorder(RecorderNode):
+    """The recorder node writing LeRobot v2.0 episodes."""
+
     config_class = LeRobotRecorderConfig
     fmt = "lerobot"
     cfg: LeRobotRecorderConfig
@@ -29,6 +29,7 @@ class LeRobotRecorder(RecorderNode):
         super().__init__(LeRobotRecorderConfig.node_name)
 
     def make_target(self, topics: TopicMap) -> LeRobotTarget:
+        """A LeRobot writer for these topics' cameras and feature table, behind its recording target."""
         from piper_recorder.lerobot.writer import LeRobotWriter
 
         writer = LeRobotWriter(self.cfg.root, lerobot_writer_config(self.cfg, topics.cameras, table=topics.table))
@@ -43,4 +44,5 @@ class LeRobotRecorder(RecorderNode):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-lerobot-recorder``)."""
     sys.exit(run_node(LeRobotRecorder, args))

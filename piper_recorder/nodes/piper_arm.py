@@ -1,16 +1,10 @@
 """piper_arm node: thin ROS adapter around ``piper_recorder.piper.controller.ArmController``.
 
-Subscribes /arm/target_pose (PoseStamped, absolute flange target, frame "arm_base" or empty) and
-/arm/target_gripper (JointState ["gripper"], m), keeping only the newest unread target of each; the
-control loop takes them at its tick (on the node ``piper_arm_inputs``). Publishes /arm/joint_states
-and /arm/eef_pose at ``feedback_publish_hz`` (100 Hz; from the SDK reader thread as a joint / end-pose
-frame set completes),
-stamped with the host receive time of those frames (capture time);
-/arm/commanded_pose and /arm/commanded_gripper with exactly what went on the bus, stamped when it
-was sent; /arm/status (DiagnosticArray, 2 Hz); /arm/provenance (String JSON, transient local).
-Services /arm/enable, /arm/disable, /arm/go_home (std_srvs/Trigger).
-With ``emulate: true`` the CAN-level emulator runs in this process on a python-can virtual bus named
-after ``can_channel``; the node then enables the arm and holds the current pose.
+Targets (/arm/target_pose: absolute flange pose in "arm_base"; /arm/target_gripper: m) keep only the newest
+unread one of each; the control loop takes them at its tick. Feedback (/arm/joint_states, /arm/eef_pose)
+is published from the SDK reader thread as a frame set completes, stamped with the frames' host receive
+time; /arm/commanded_* carry exactly what went on the bus, stamped when sent. With ``emulate: true`` the
+CAN-level emulator runs in this process on a virtual bus named after ``can_channel``.
 """
 
 from __future__ import annotations
@@ -64,6 +58,8 @@ def _pose_bytes(stamp_ns: int, t: np.ndarray) -> bytes:
 
 
 class PiperArmNode(Node):
+    """The arm's node: targets into the controller, feedback and commands out, the Trigger services."""
+
     def __init__(self) -> None:
         super().__init__("piper_arm")
         self.cfg = cfg = declare_config(self, ArmConfig)
@@ -95,8 +91,8 @@ class PiperArmNode(Node):
         self.pub_provenance = self.create_publisher(String, ARM_PROVENANCE, latched)
 
         # targets are taken by the control loop at each tick (PolledInputs), not by an executor waking for
-        # each of ~200 a second: the tick that sends them validates them just before; in position control
-        # the loop wakes when they arrive (ArmController._run_on_inputs)
+        # each: the tick that sends them validates them just before; in position control the loop wakes
+        # when they arrive (ArmController._run_on_inputs)
         self.inputs = PolledInputs(self)
         self.ctl = ArmController(
             cfg,
@@ -116,8 +112,7 @@ class PiperArmNode(Node):
         self._publish_provenance()
 
         # Targets are absolute and superseded by the next one: keep only the newest unread one. With a deeper
-        # queue a starved process works through a backlog oldest first (IK ~1.3 ms each), and the arm runs
-        # up to half a second behind the operator (teleop_latency p90 150 ms at load 8 with depth 50).
+        # queue a starved process works through a backlog oldest first and the arm lags the operator.
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
         self.inputs.subscribe(PoseStamped, TARGET_POSE, self._on_target, newest)
         self.inputs.subscribe(JointState, TARGET_GRIPPER, self._on_gripper, newest)
@@ -151,7 +146,7 @@ class PiperArmNode(Node):
 
     # ------------------------------------------------------------ outputs
     # The four 100 Hz topics go out as serialized bytes (``cdr.encode``): rclpy's conversion of a typed
-    # message was most of each publish's cost in this process (module doc there).
+    # message is most of a publish's cost (module doc there).
     def _on_command(self, stamp_s: float, pose: np.ndarray | None, gripper: float | None) -> None:
         ns = int(stamp_s * 1e9)
         if pose is not None:
@@ -160,7 +155,8 @@ class PiperArmNode(Node):
             self.pub_cmd_gripper.publish(cdr_encode.joint_state(ns, "", GRIPPER_JOINTS, (float(gripper),)))
 
     def _on_frame(self, frame_id: int, _stamp: float) -> None:
-        """SDK reader thread, on the last frame of a joint / pose set (the listener's ids): publish the set.
+        """Publish a completed joint / pose frame set (SDK reader thread, on the set's last frame).
+
         The link parses only the sets of ``feedback_publish_hz`` (``FeedbackDecimator``), so each one that
         completes is published, from the frames' values (``PiperLink.joint_state``, ``flange_pose``).
         """
@@ -236,6 +232,7 @@ class PiperArmNode(Node):
         return res
 
     def on_shutdown(self) -> None:
+        """Stop the control loop, close the link, stop the emulator."""
         self.link.set_frame_listener(None)
         self.ctl.stop()
         self.inputs.destroy()
@@ -245,7 +242,8 @@ class PiperArmNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-arm``)."""
     # The executor (the EventsExecutor: no service is a coroutine) serves the services, the status and the
-    # parameters only: feedback is published from the SDK reader thread and the control loop takes the targets
-    # (PolledInputs).
+    # parameters only: feedback is published from the SDK reader thread, so executor delays never reach the
+    # teleop latency, and the control loop takes the targets (PolledInputs).
     sys.exit(run_node(PiperArmNode, args))

@@ -1,18 +1,10 @@
 """policy: a trained policy drives /arm/target_pose and /arm/target_gripper, safely, through the graph.
 
-A thin adapter over ``piper_recorder.policy`` (no torch here: servers run out of process). Camera
-and arm messages feed the ``ObservationBuilder`` (the recorders' assembly) with their capture
-stamps; a control thread at ``control_rate_hz`` asks the ``PolicyRuntime`` for the next target
-(queries run on worker threads and never block it) and publishes it. Not a ROS timer, for the same
-reason as teleop: a shared executor would delay the ticks behind image callbacks.
-
-Takeover: the operator's grip on ``/quest/<hand>/joy`` (squeeze above ``takeover_above``, teleop's
-engage rule, held until below ``takeover_release_below``) or teleop reporting ``engaged`` stops the
-policy's targets at once (teleop drives); only ``~/resume`` hands the arm back, and ``~/start`` /
-``~/resume`` are refused while the grip is held or teleop is engaged (``policy.operator``). Services ``~/start``, ``~/stop``, ``~/pause``, ``~/resume``
-(std_srvs/Trigger); ``~/status`` (String JSON, 2 Hz); ``/policy/provenance`` (String JSON, latched:
-backend, URL or checkpoint, content hash, chunk settings, ``active``) and ``/policy/actor`` (String,
-latched: ``policy`` | ``operator`` | ``none``) for the recorders.
+A thin adapter over ``piper_recorder.policy`` (no torch here: servers run out of process). Camera and arm
+messages feed the ``ObservationBuilder`` with their capture stamps; a control thread at ``control_rate_hz``
+(not a ROS timer, which would wait behind image callbacks) asks the ``PolicyRuntime`` for the next target.
+Takeover: the operator's grip on ``/quest/<hand>/joy`` or teleop reporting ``engaged`` stops the policy's
+targets at once; only ``~/resume`` hands the arm back, refused while the grip is held (``policy.operator``).
 """
 
 from __future__ import annotations
@@ -76,6 +68,8 @@ def training_root(cfg: PolicyConfig) -> str:
 
 
 class PolicyNode(Node):
+    """The policy's node: observations in, targets out on a control thread, the four Trigger services."""
+
     def __init__(self) -> None:
         super().__init__("policy")
         cfg = declare_config(self, PolicyConfig)
@@ -131,7 +125,7 @@ class PolicyNode(Node):
             self.create_service(Trigger, f"~/{name}", fn, callback_group=g)
         self.create_timer(1.0 / STATUS_HZ, self._publish_status, callback_group=g)
         # The latched topics are published on the executor thread only (the control thread publishes just
-        # the targets, as teleop does): publishing them from the control thread crashed the EventsExecutor.
+        # the targets, as teleop does): publishing them from the control thread can crash the EventsExecutor.
         self._actor_pub = ""
         self.create_timer(1.0 / ACTOR_POLL_HZ, self._publish_actor, callback_group=g)
         self._actor = "none"
@@ -174,7 +168,8 @@ class PolicyNode(Node):
             self._arm_provenance = prov if isinstance(prov, dict) else None
 
     def _on_joy(self, msg: Joy) -> None:
-        """Every joy message of the hand feeds the operator gate (grip held or open), not only grips:
+        """Feed every joy message of the hand to the operator gate (grip held or open), not only grips.
+
         ~/start and ~/resume are refused while the headset says the grip is held.
         """
         if len(msg.axes) < 2:
@@ -319,6 +314,7 @@ class PolicyNode(Node):
         return res
 
     def on_shutdown(self) -> None:
+        """Stop the control thread and the runtime, close the backend."""
         self._loop.stop()
         with self._lock:
             self.runtime.stop("shutdown")
@@ -326,4 +322,5 @@ class PolicyNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-policy``)."""
     sys.exit(run_node(PolicyNode, args))

@@ -1,14 +1,9 @@
 """quest_bridge: headset TCP stream -> ROS topics (thin adapter over piper_recorder.quest).
 
-Publishes /quest/{head,left,right}/pose (capture-time stamps, only valid & tracked devices),
-/quest/{left,right}/joy, /quest/raw (every accepted raw line, verbatim; rejected lines are only
-counted), /quest/hello (transient local) and diagnostics on /diagnostics; forwards /quest/haptic
-to the headset as {"cmd": "haptic", ...}, and /quest/command (the panel commands of
-``piper_recorder.quest.video``: view tint ``color``, ``panel`` placement, ``panels_front``) after
-checking them; the latest tint and each panel's placement are sent again on every (re)connect, so a
-restarted headset shows the recording tint at once. A backlog read from the socket at once is coalesced for
-control (newest pose, joys with a button edge or the lowest grip, newest joy:
-``BridgeCore.handle_batch``), never for /quest/raw.
+Poses carry capture-time stamps (valid, tracked devices only); /quest/raw carries every accepted line
+verbatim. /quest/haptic and /quest/command go to the headset after checking; the latest tint and panel
+placements are sent again on every (re)connect, so a restarted headset shows the recording tint at once.
+A backlog read at once is coalesced for control (``BridgeCore.handle_batch``), never for /quest/raw.
 """
 
 from __future__ import annotations
@@ -52,6 +47,8 @@ from piper_recorder.quest.video import ui_command_from_json
 
 @dataclass
 class QuestBridgeConfig:
+    """The bridge's ROS parameters."""
+
     # the headset link's and the clock mapper's settings default to their cores' (one set of defaults)
     host: str = ClientConfig.host
     port: int = ClientConfig.port
@@ -68,6 +65,7 @@ class QuestBridgeConfig:
     stale_s: float = 0.5  # no frame for this long while connected -> WARN
 
     def client(self) -> ClientConfig:
+        """The headset link's settings."""
         return ClientConfig(
             host=self.host,
             port=self.port,
@@ -79,6 +77,7 @@ class QuestBridgeConfig:
         )
 
     def clock(self) -> ClockMapperConfig:
+        """The clock mapper's settings."""
         return ClockMapperConfig(
             window_s=self.clock_window_s,
             jump_threshold_s=self.clock_jump_threshold_s,
@@ -86,6 +85,7 @@ class QuestBridgeConfig:
         )
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         self.client().validate()
         self.clock().validate()
         if not (math.isfinite(self.diagnostics_period_s) and self.diagnostics_period_s > 0):
@@ -95,6 +95,8 @@ class QuestBridgeConfig:
 
 
 class QuestBridge(Node):
+    """The bridge's node: the headset client's messages out as topics, haptics and commands in."""
+
     def __init__(self) -> None:
         super().__init__("quest_bridge")
         self.cfg = declare_config(self, QuestBridgeConfig)
@@ -115,8 +117,6 @@ class QuestBridge(Node):
         self.create_subscription(String, QUEST_COMMAND, self._on_command, 10)
         self.command_invalid = 0
         self._ui_state: dict[str, dict] = {}  # "color" / "panel<N>" -> the latest such command (replayed on connect)
-        # one message per topic, refilled for each frame: publish serialises it at once, and only the
-        # client thread publishes them (~450 messages/s otherwise built and dropped)
         self.client = QuestClient(self.cfg.client(), self._on_message, self._on_event, on_batch=self._on_batch)
         self.create_timer(self.cfg.diagnostics_period_s, timer_callback(self._publish_diagnostics))
         self.client.start()
@@ -146,12 +146,12 @@ class QuestBridge(Node):
             self._publish(out, recv_ns)
 
     def _publish(self, out: BridgeOutput, recv_ns: int) -> None:
-        """A topic nobody subscribes to (often /quest/head/pose and the other hand's pose) is not even
-        serialized: ~540 messages/s at 90 Hz otherwise. A subscriber (a rosbag recorder included) that
-        joins is served from its next frame on. Messages go out serialized by ``cdr.encode`` (rclpy's
-        conversion of a typed message was most of each publish's cost). A new input source is marked
-        first, by an empty Joy on each hand (teleop releases its clutch on it, before any of the new
-        source's poses or grips can reach it on the same streams).
+        """Publish one frame's messages, serialized by ``cdr.encode``.
+
+        A topic nobody subscribes to (often /quest/head/pose and the other hand's pose) is not even
+        serialized; a subscriber that joins is served from its next frame on. A new input source is marked
+        first, by an empty Joy on each hand: teleop releases its clutch on it before any of the new source's
+        poses or grips can reach it on the same streams.
         """
         if out.source_change:
             for pub in self.joy_pubs.values():
@@ -246,10 +246,12 @@ class QuestBridge(Node):
         self.diag_pub.publish(arr)
 
     def on_shutdown(self) -> None:
+        """Stop the headset client."""
         self.client.stop()
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-quest-bridge``)."""
     sys.exit(run_node(QuestBridge, args))
 
 

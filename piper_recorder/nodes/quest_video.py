@@ -1,19 +1,10 @@
 """quest_video: camera panels and the HUD to the headset app's video channel (thin adapter).
 
-Its own process, not a thread of quest_bridge: JPEG encoding (a few ms per 640x480 frame, several
-cameras at 15 fps) holding the GIL in the bridge would delay the pose callbacks, and the pose path's
-latency is the one thing this must not touch; a process of its own also keeps a stalled video link
-and the bridge's reconnects apart. Image messages are only stored by the callbacks; one stream
-thread (``fps``) encodes each camera's newest frame when it is new (``quest.hud.encode_panel``) and
-sends it through ``quest.video.PanelSender`` (non-blocking; a busy link drops the frame), and at
-``hud_hz`` renders the HUD (``quest.hud``) from ``HudModel``, fed by the recorder's status and
-``/episode_events``, ``/teleop/status``, the bridge's ``/diagnostics`` and ``/arm/status``. The view
-tint (red while recording) goes to quest_bridge as a ``/quest/command`` on each change and every
-``tint_refresh_s``.
-
-``~/status`` (String JSON, 1 Hz): link state, frames sent / dropped per panel, and per camera the
-latency from capture (the image stamp) to the frame's last byte handed to the socket (p50/p99/max
-over the last 300 frames), the encode time, and the camera frames received and panels sent.
+Its own process, not a thread of quest_bridge: JPEG encoding holding the GIL there would delay the pose
+path, and a stalled video link stays apart from the bridge's reconnects. Callbacks only store images; one
+stream thread encodes each camera's newest frame when it is new and sends it without blocking (a busy link
+drops the frame), and renders the HUD at ``hud_hz``. The view tint (red while recording) goes to
+quest_bridge as a ``/quest/command`` on each change and every ``tint_refresh_s``.
 """
 
 from __future__ import annotations
@@ -75,6 +66,8 @@ RECORDER_STALE_S = 3.0
 
 @dataclass
 class QuestVideoConfig:
+    """The node's ROS parameters."""
+
     # the video channel's link settings default to the sender's (one set of defaults)
     host: str = SenderConfig.host
     port: int = SenderConfig.port
@@ -94,11 +87,13 @@ class QuestVideoConfig:
     reconnect_max_s: float = SenderConfig.reconnect_max_s
 
     def sender(self) -> SenderConfig:
+        """The video channel's link settings."""
         return SenderConfig(
             host=self.host, port=self.port, reconnect_s=self.reconnect_s, reconnect_max_s=self.reconnect_max_s
         )
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         self.sender().validate()
         if len(self.cameras) > MAX_CAMERA_PANELS or any(not c.isidentifier() for c in self.cameras):
             raise ValueError(f"cameras: at most {MAX_CAMERA_PANELS} plain names, got {self.cameras}")
@@ -117,6 +112,12 @@ class QuestVideoConfig:
 
 
 class QuestVideo(Node):
+    """The node: camera images and graph status in, panels and the HUD out to the headset.
+
+    ``~/status`` (1 Hz) reports the link, frames sent / dropped per panel, and per camera the latency from
+    capture to the frame's last byte handed to the socket (over the last ``LATENCY_WINDOW`` frames).
+    """
+
     def __init__(self) -> None:
         super().__init__("quest_video")
         self.cfg = declare_config(self, QuestVideoConfig)
@@ -356,12 +357,14 @@ class QuestVideo(Node):
         self.pub_status.publish(String(data=json.dumps(status)))
 
     def on_shutdown(self) -> None:
+        """Stop the stream thread and close the link."""
         self._stop.set()
         self._thread.join(2.0)
         self.sender.close()
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-quest-video``)."""
     sys.exit(run_node(QuestVideo, args))
 
 

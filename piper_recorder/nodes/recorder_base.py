@@ -1,33 +1,22 @@
-"""Shared rclpy shell of both recorders: subscriptions, the four Trigger services, ``label_episode``
-(docs/curation.md) and ``stop_episode_at`` (a stop at a given time: teleop's headset press), status,
-events, provenance.
+"""Shared rclpy shell of both recorders: inputs, services, status, events, provenance.
 
-Threads (why encoding never blocks a message callback):
-- The inputs (arm, cameras, headset lines: ~500 messages/s) are served by no executor: the tick
-  thread takes what arrived before each row (``nodes.plumbing.polled_inputs.PolledInputs``, on a node of their own,
-  ``<name>_inputs``), with each message's DDS reception time as its receive time: about half the
-  CPU of an executor waking for each message (``bench/executor_overhead.py``). A message only wraps
-  its buffer with numpy (no copy for rgb8/16UC1) and goes into the assembler under a short lock. The
-  histories (QoS depth) hold more than arrives between two polls: images a second
-  (``recorder_image_qos``), arm topics 0.5 s.
-- ``run_node``'s EventsExecutor serves the rest: the latched provenance, hello and policy topics.
-- The services live on a second, message-free node (``<name>_control``, its services named under
-  the recorder's own name: ``/lerobot_recorder/stop_episode``) spun by its own executor thread, so a
-  stop is taken when it arrives, not after the images queued before it on a busy recorder; its
-  arrival time (``ArrivalExecutor``: its DDS reception, not when its callback got the thread) is the
-  episode's end (``controller.request_stop``: no row after it is assembled).
-- The tick thread sleeps until the next grid tick plus the lateness allowance (computed from the grid,
-  not a periodic timer, so late wake-ups never shift rows; at most 50 ms, 20 ms while idle), takes the
-  inputs and calls ``controller.tick(now)``; a stop takes them once more after the lateness allowance.
+Services: the four Trigger ones, ``label_episode`` (docs/curation.md), ``stop_episode_at`` (a stop at a given time).
+
+Threads (why encoding never blocks taking a message):
+- No executor serves the inputs: the tick thread takes what arrived before each row (``PolledInputs``, on
+  a node of their own, ``<name>_inputs``), each message with its DDS reception time as its receive time.
+  A message only wraps its buffer (no copy for rgb8/16UC1) into the assembler under a short lock. The QoS
+  histories hold more than arrives between two polls: images a second, arm topics 0.5 s.
+- ``run_node``'s executor serves the rest: the latched provenance, hello and policy topics.
+- The services live on a message-free node (``<name>_control``, services named under the recorder's own
+  name) spun by its own thread, so a stop is taken when it arrives, not behind queued images; its DDS
+  arrival (``ArrivalExecutor``) is the episode's end (no row after it is assembled).
+- The tick thread sleeps until the next grid tick plus the lateness allowance (from the grid, not a
+  periodic timer, so late wake-ups never shift rows), takes the inputs and calls ``controller.tick``.
 - One writer thread (``WriterWorker``) owns every writer call; the writers encode in their own threads.
-Images: QoS reliable, a second of frames kept by default (``image_reliability``: reliable | best_effort),
-so a briefly busy process loses no frames; DDS absorbs short stalls in its history.
-Inputs: the node subscribes what the input router (``recording.router``, shared with the bag
-converter) lists for the recorder's topic map (``recording.inputs``: its topic parameters and its
-``mapping`` file: joint names, gripper scales, extra inputs of the feature table) and hands it every
-message; the router turns messages into the controller's inputs exactly as the converter does. A
-latched input (``InputSpec.latched``: the policy node's /policy/actor) is subscribed transient-local,
-so a recorder started after the policy node still gets the current value.
+Inputs are what the input router (``recording.router``, shared with the bag converter) lists for the
+recorder's topic map, turned into the controller's inputs exactly as the converter does. A latched input
+is subscribed transient-local, so a recorder started after its publisher still gets the current value.
 """
 
 from __future__ import annotations
@@ -89,6 +78,7 @@ class RecorderNode(Node):
     fmt: str  # "lerobot" | "rgbd": which inputs of the feature table it records
 
     def make_target(self, topics: TopicMap) -> EpisodeTarget[Any]:
+        """The writer target for these topics (each recorder builds its own)."""
         raise NotImplementedError
 
     def __init__(self, name: str):
@@ -196,9 +186,8 @@ class RecorderNode(Node):
             target=spin_until, args=(self._control_exec, self._control_stop), name="control", daemon=True
         )
         self._control_thread.start()
-        # ~/status is published by the tick thread (_tick_loop), not an executor timer: it then keeps coming
-        # whatever the executor does (a demo once saw a recorder answer its services and never publish a
-        # status in 90 s), and the executor carries only messages and nothing periodic
+        # ~/status is published by the tick thread (_tick_loop), not an executor timer, so it keeps coming
+        # whatever the executor does, and the executor carries only messages and nothing periodic
         self._status_period_s = 1.0 / cfg.status_hz
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="tick", daemon=True)
@@ -275,8 +264,8 @@ class RecorderNode(Node):
                 ),
             )
         # the episode starts once the writer is ready (samples of that moment seed it); its stop, when the
-        # request arrives. Starting at the request's arrival made the live jittery-camera check repeat a
-        # frame (test_frame_jitter_live) for grids 7-11 ms off the jitter centre: not yet understood.
+        # request arrives. Starting at the request's arrival makes test_frame_jitter_live repeat a frame for
+        # some grid phases (cause not understood), so the start is not taken at the arrival.
         return self._answer(res, await run_in_thread(lambda: self.controller.start(task, lambda: now_ns(self))))
 
     async def _srv_stop(self, _req: Trigger.Request, res: Trigger.Response) -> Trigger.Response:
@@ -285,7 +274,9 @@ class RecorderNode(Node):
         return self._answer(res, await run_in_thread(lambda: self.controller.stop(end)))
 
     async def _srv_stop_at(self, req: AddDiagnostics.Request, res: AddDiagnostics.Response) -> AddDiagnostics.Response:
-        """``load_namespace`` carries ``{"end_ns": <int>}`` (ROS-clock ns): the episode ends there
+        """Stop the episode at a given time.
+
+        ``load_namespace`` carries ``{"end_ns": <int>}`` (ROS-clock ns): the episode ends there
         (``EpisodeController.stop_at``: refused before the episode's start, never after the arrival).
         """
         arrival = arrival_or_now(self._control_exec, self)  # first: the arrival of this request
@@ -304,7 +295,9 @@ class RecorderNode(Node):
         return self._answer(res, await run_in_thread(self.controller.discard))
 
     async def _srv_label(self, req: AddDiagnostics.Request, res: AddDiagnostics.Response) -> AddDiagnostics.Response:
-        """``load_namespace`` carries ``{"outcome": "success"|"failure", "note": "...", "episode": N}``
+        """Label an episode's outcome.
+
+        ``load_namespace`` carries ``{"outcome": "success"|"failure", "note": "...", "episode": N}``
         (note and episode optional: the episode in flight, else the last one saved this session).
         """
         try:
@@ -339,8 +332,10 @@ class RecorderNode(Node):
         self.pub_events.publish(String(data=json.dumps(event)))
 
     def _status_tick(self) -> None:
-        """The periodic status (tick thread): the delivery snapshot is taken here only (the controller also
-        publishes the status on changes, from other threads, which reuse the last snapshot).
+        """Publish the periodic status (tick thread).
+
+        The delivery snapshot is taken here only; the controller also publishes the status on changes, from
+        other threads, which reuse the last snapshot.
         """
         self._images_received = self.image_counts.snapshot(time.monotonic())
         self._publish_status()
@@ -360,8 +355,10 @@ class RecorderNode(Node):
 
     # ---- tick thread / shutdown -------------------------------------------------------------
     def _tick_loop(self) -> None:
-        """Rows as they fall due, and the status every ``1 / status_hz`` (its schedule advances by whole
-        periods; a late one is published at once, never twice in a row to catch up).
+        """Assemble rows as they fall due, and publish the status every ``1 / status_hz``.
+
+        The status schedule advances by whole periods: a late one is published at once, never twice in a row
+        to catch up.
         """
         c = self.controller
         clock, period = time.monotonic, self._status_period_s
@@ -393,6 +390,7 @@ class RecorderNode(Node):
                 self._stop.wait(0.01)
 
     def on_shutdown(self) -> None:
+        """Stop the tick thread, save or discard the episode in flight (``on_shutdown``), stop the services."""
         if self._shutdown_done:
             return
         self._shutdown_done = True

@@ -1,14 +1,9 @@
 """replay node: play one recorded episode's absolute actions back into the arm.
 
-It first moves slowly from the measured pose to the episode's first commanded pose, then publishes
-``action.arm_eef`` / ``action.gripper`` on /arm/target_pose and /arm/target_gripper at the recorded
-timestamps (scaled by ``speed``). The state machine is ``piper_recorder.replay.player.ReplayPlayer``:
-it moves only on fresh arm feedback and once feedback is steady; on stale feedback the node stops
-publishing (the arm's own stale-target rule makes it hold), then approaches the row where it stopped
-anew and goes on, or aborts after ``feedback_wait_s`` of holding in all. When done it reports the commanded-vs-measured tracking error on ``~/result`` (JSON,
-transient local) and in the log: the raw commanded-vs-measured RMS (which includes the arm's lag) and
-the RMS after removing the best constant lag. A ``root`` that is not a directory ends the node at
-start (exit 2, one line); an episode not yet in the root is loaded again when asked to play.
+It moves slowly from the measured pose to the episode's first commanded pose, then publishes
+``action.arm_eef`` / ``action.gripper`` as targets at the recorded times (scaled by ``speed``). It moves
+only on fresh, steady arm feedback (``replay.player.ReplayPlayer``). When done it reports the
+commanded-vs-measured tracking error, raw and after removing the best constant lag, on ``~/result``.
 """
 
 from __future__ import annotations
@@ -37,6 +32,8 @@ from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARG
 
 
 class ReplayNode(Node):
+    """The replay node: the player's targets out on a thread of their own, arm feedback in."""
+
     def __init__(self) -> None:
         super().__init__("replay")
         self.cfg = declare_config(self, ReplayConfig)
@@ -90,8 +87,10 @@ class ReplayNode(Node):
                 self.cfg.autoplay = False
 
     def _load(self) -> None:
-        """Read the episode: before spinning, or on a thread (a read inside a callback of this
-        single-threaded executor would hold back /arm/eef_pose, and playback would start on stale feedback).
+        """Read the episode: before spinning, or on a thread.
+
+        A read inside a callback of this single-threaded executor would hold back /arm/eef_pose, and
+        playback would start on stale feedback.
         """
         if not self._loading.acquire(blocking=False):
             return  # a load is already running
@@ -158,6 +157,7 @@ class ReplayNode(Node):
         log(f"replay {result['state']}: {json.dumps(result)}")
 
     def on_shutdown(self) -> None:
+        """Stop playback and report the result so far."""
         self._stop.set()
         self._play_thread.join(2.0)
         result = self._player.stop("shutdown")
@@ -166,6 +166,7 @@ class ReplayNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-replay``)."""
     sys.exit(run_node(ReplayNode, args))
 
 

@@ -20,6 +20,8 @@ from .recorder_base import RecorderNode
 
 
 class RgbdRecorder(RecorderNode):
+    """The recorder node writing one camera's RGB-D episodes to HDF5."""
+
     config_class = RgbdRecorderConfig
     fmt = "rgbd"
     cfg: RgbdRecorderConfig
@@ -28,6 +30,7 @@ class RgbdRecorder(RecorderNode):
         super().__init__(RgbdRecorderConfig.node_name)
 
     def make_target(self, topics: TopicMap) -> RgbdTarget:
+        """An RGB-D writer for these topics' first camera, behind its recording target."""
         from rgbd_writer import RgbdWriter
 
         writer = RgbdWriter(self.cfg.path, rgbd_writer_config(self.cfg, topics.cameras, table=topics.table))
@@ -35,4 +38,5 @@ class RgbdRecorder(RecorderNode):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-rgbd-recorder``)."""
     sys.exit(run_node(RgbdRecorder, args))

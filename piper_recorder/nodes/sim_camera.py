@@ -1,23 +1,10 @@
-"""sim_camera: a simulated RealSense (realsense2_camera topics and encodings) looking at the arm.
+"""sim_camera: a simulated RealSense (realsense2_camera topics, encodings and QoS) looking at the arm.
 
-Topics (node name = camera name, e.g. ``--ros-args -r __node:=cam_front``):
-``/<cam>/color/image_raw`` rgb8, ``/<cam>/aligned_depth_to_color/image_raw`` 16UC1 mm with the same
-stamp, and ``/<cam>/color/camera_info`` + ``/<cam>/aligned_depth_to_color/camera_info``; plus
-``/<cam>/status`` (String JSON, 1 Hz): frames published, skipped by faults and by stalls, stale poses.
-Images and camera_info go out with the QoS profiles the robot launch gives realsense2_camera
-(``names.CAMERA_IMAGE_QOS``, ``names.CAMERA_INFO_QOS``).
-
-Each sim camera is *static*, placed by ``position``/``look_at`` in the arm base frame; the sim
-"wrist" camera is a second static viewpoint, not mounted on the flange. The arm's EEF from
-``/arm/eef_pose`` is drawn as a red disc whose depth is its optical-axis distance.
-
-Timing: frames come from a dedicated thread on a steady ``1/fps`` grid of capture slots (not a ROS
-timer in the shared executor). The stamp is the slot's time minus ``render_latency_ms``, and the EEF is
-interpolated from a short pose history to exactly that time, so the drawn marker is the EEF *at
-the frame stamp* (the latency lets poses published just after the capture time arrive first; if
-the newest pose is still older than the capture time, the thread waits up to ``pose_wait_ms`` more;
-after that it draws the newest pose as a *yellow* marker, so a check can tell the sim's own
-staleness on a stalled machine from a recording error).
+Node name = camera name. Each camera is static, placed by ``position``/``look_at`` in the arm base frame;
+the EEF from ``/arm/eef_pose`` is drawn as a red disc whose depth is its optical-axis distance. Frames come
+from a thread on a steady ``1/fps`` grid; the stamp is the slot's time minus ``render_latency_ms`` and the
+EEF is interpolated to exactly that stamp. A pose still missing after ``pose_wait_ms`` is drawn from the
+newest one as a yellow marker, so a check can tell the sim's own staleness from a recording error.
 """
 
 from __future__ import annotations
@@ -65,8 +52,10 @@ from piper_recorder.sim.scene import SceneRenderer
 
 @dataclass
 class SimCameraConfig:
-    """Parameters of one sim camera (validated at start-up); the fault parameters may change at run
-    time (the node's own callback re-arms the fault plan), every other one is read-only.
+    """Parameters of one sim camera, validated at start-up.
+
+    The fault parameters may change at run time (the node's own callback re-arms the fault plan); every
+    other one is read-only.
     """
 
     runtime_params: ClassVar[frozenset[str]] = frozenset({"pause_at_s", "pause_s", "drop_every_n", "jitter_ms"})
@@ -90,6 +79,7 @@ class SimCameraConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if not (16 <= self.width <= 4096 and 16 <= self.height <= 4096):
             raise ValueError(f"width/height out of range: {self.width}x{self.height}")
         if not 0.5 <= self.fps <= 240:
@@ -103,6 +93,8 @@ class SimCameraConfig:
 
 
 class SimCamera(Node):
+    """The sim camera's node: a capture thread rendering and publishing, a 1 Hz status."""
+
     def __init__(self) -> None:
         super().__init__("sim_camera")
         self.cfg = declare_config(self, SimCameraConfig)
@@ -171,6 +163,7 @@ class SimCamera(Node):
         return SetParametersResult(successful=True)
 
     def counters(self) -> dict[str, int]:
+        """Frames published and skipped (faults, stalls), and frames drawn with a stale pose."""
         return {
             "published": self.published,
             "skipped_faults": self.skipped,
@@ -179,9 +172,10 @@ class SimCamera(Node):
         }
 
     def _publish_status(self) -> None:
-        """Counters for benches and tests: frames published and skipped (faults, stalls), stale poses; and
-        ``fps``, the published rate (by capture stamp, as each consumer counts what it received), against
-        which the dashboard and the HUD judge every subscriber's delivery (``nominal_fps``: the parameter).
+        """Publish the counters, and ``fps``: the published rate by capture stamp.
+
+        The dashboard and the HUD judge every subscriber's delivery against ``fps`` (``nominal_fps`` is the
+        parameter).
         """
         sent = self._sent.snapshot(time.monotonic(), lambda stamp: int(stamp))["color"]
         self.pub_status.publish(
@@ -202,9 +196,7 @@ class SimCamera(Node):
         self.history.add(stamp_to_ns(msg.header.stamp), (p.x, p.y, p.z))
 
     def _camera_info(self, frame_id: str) -> bytes:
-        """This camera's CameraInfo, serialized once (every message differs only in its stamp:
-        ``cdr_encode.restamp``).
-        """
+        """This camera's CameraInfo, serialized once (messages differ only in their stamp: ``cdr_encode.restamp``)."""
         k = self.camera.intrinsics
         info = CameraInfo()
         info.header.frame_id = frame_id
@@ -229,8 +221,10 @@ class SimCamera(Node):
         )
 
     def _capture_loop(self) -> None:
-        """Capture slots lie on a steady monotonic grid; a late wake-up still stamps and renders its
-        slot (from the pose history), and slots missed entirely are skipped like a camera would.
+        """Capture frames on a steady monotonic grid of slots.
+
+        A late wake-up still stamps and renders its slot (from the pose history); slots missed entirely are
+        skipped, as a camera would.
         """
         period = 1.0 / self.cfg.fps
         latency_ns = int(self.cfg.render_latency_ms * 1e6)
@@ -266,6 +260,7 @@ class SimCamera(Node):
 
     def _ros_time_ns(self, mono_s: float) -> int:
         """ROS time of the monotonic instant ``mono_s``: the ROS clock read between two monotonic reads.
+
         A thread switch between the reads (the GIL, a loaded machine) would shift the stamp off the
         capture time by its length, so a read bracketed by more than 1 ms is taken again.
         """
@@ -278,8 +273,9 @@ class SimCamera(Node):
         return ros - ((m0 + m1) // 2 - int(mono_s * 1e9))
 
     def _pose_at(self, capture_ns: int) -> tuple[np.ndarray | None, bool]:
-        """(EEF at the capture time, stale). Waits briefly until the history brackets the capture time so
-        the pose is interpolated; past ``pose_wait_ms`` the newest pose is used and flagged stale (drawn
+        """(EEF at the capture time, stale).
+
+        Waits briefly until the history brackets the capture time so the pose is interpolated; past ``pose_wait_ms`` the newest pose is used and flagged stale (drawn
         yellow). With no pose stream at all the marker is absent.
         """
         deadline = time.monotonic() + self.cfg.pose_wait_ms / 1000.0
@@ -299,11 +295,12 @@ class SimCamera(Node):
             self.pub_color.publish(self._image(capture_ns, "rgb8", rgb, 3 * width))
         if self.pub_depth.get_subscription_count():  # aligned to colour: same optical frame id
             self.pub_depth.publish(self._image(capture_ns, "16UC1", depth, 2 * width))
-        for pub in (self.pub_color_info, self.pub_depth_info):  # likewise: ~120 messages/s for 2 cameras
+        for pub in (self.pub_color_info, self.pub_depth_info):  # likewise
             if pub.get_subscription_count():
                 pub.publish(cdr_encode.restamp(self._info, capture_ns))
 
     def on_shutdown(self) -> None:
+        """Stop the capture thread and log the counters."""
         self._stop.set()
         self._thread.join(timeout=2.0)
         self.inputs.destroy()
@@ -314,6 +311,7 @@ class SimCamera(Node):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-sim-camera``)."""
     # Events executor like the other device nodes; it serves the status timer and the parameters only: the
     # capture thread takes the EEF pose, renders and publishes.
     sys.exit(run_node(SimCamera, args))

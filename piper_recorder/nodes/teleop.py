@@ -1,54 +1,20 @@
 """teleop: Quest controller -> /arm/target_pose and /arm/target_gripper, and buttons -> recorder services.
 
-A thin adapter around ``piper_recorder.teleop.session.TeleopSession``, which holds the session's
-coordination (the core, recorder calls, labels, haptics, limits, status) without ROS: this node turns
-messages into plain values, calls it, publishes what it returns, and owns the clients, timers and the
-control thread. Headset poses and joys are fed to the core with their capture time (``header.stamp``, which quest_bridge maps from the headset clock to
-the host clock) moved onto the monotonic clock (``teleop.capture_time.HostToMono``), so a
-late-delivered old pose counts as old (an unstamped message, stamp 0, counts from its arrival), and
-with the stamp itself as their order (an input stamped after the one held is never "out of order",
-whatever the clock conversion's noise); arm feedback with its arrival time. A
-dedicated control thread at ``control_rate_hz`` asks the core for the next target. (Not a ROS
-timer: in a shared Python executor a 100 Hz timer starved the subscriptions for 250 ms at a time, which tripped the stale-stream watchdog; the executor is
-single-threaded because the callbacks only store data under one lock.) Targets are published only
-while the clutch is engaged; when it releases (grip open, menu, stale headset stream, lost arm
-feedback, arm fault) publishing stops and the arm holds.
-
-Parameters: the fields of ``TeleopConfig`` (``hand``, ``control_rate_hz``, ``pos_scale``, ...), its
-sub-configs under ``clutch.``, ``frame.``, ``filter.``, ``limits.``, and ``TeleopNodeConfig`` (``teleop.session``).
-Buttons call ``/<recorder>/{start,stop,discard,delete_last}_episode`` asynchronously on every
-recorder in ``recorders`` through ``piper_recorder.teleop.recorder_calls.RecorderCalls``: each call
-has a deadline (``call_timeout_s``); a timeout pulses the headset (``haptics.timeout``),
-is logged, re-creates that recorder's clients (a fresh client matches the relaunched server; the
-old one may hold a dead endpoint) and resends once the recorder publishes its ``~/status`` again;
-a press that did not take effect (refused, failed) pulses ``haptics.refused``. A stop press goes to
-``/<recorder>/stop_episode_at`` with the Joy's capture stamp (``header.stamp``), in every attempt, so
-the episode ends when the operator pressed, not when a (busy, or resent) request arrived; an
-unstamped press, or a recorder without that service (an older build), gets ``stop_episode``. Replies, ``/episode_events``
-and the recorders' ``~/status`` keep the start/stop toggle on what the recorders actually do.
-Confirmations (``piper_recorder.teleop.haptics``) follow what the recorders did: ``/episode_events``
-started / saved / discarded / deleted pulse ``haptics.start`` / ``save`` / ``discard`` / ``delete``
-(once for all recorders), and a safety limit starting to shape the target pulses ``haptics.limit``.
-Clients are created, called and destroyed only on the executor thread (a ``SERVICE_POLL_HZ``
-timer). ``/teleop/status`` (String JSON, 1 Hz, and at once, at most 10 Hz, when the clutch or the active
-limits change) carries the counters (``limit_hits``: how often each safety limit started acting this
-session), ``limits_active`` (the limits acting now or since the previous status), each recorder's
-state, the calls in flight, ``haptics`` (patterns played) and ``last_release`` (the reason of the
-newest forced release; ``forced_releases`` counts them). A grip the interlocks refuse pulses
-``haptics.refused`` once per grip attempt, a release the operator did not make ``haptics.release``
-(the core's ``TickResult.haptics``); both used to be silent.
-
-``input: spacemouse`` drives the same core from a 3Dconnexion SpaceMouse instead of the headset
-(``piper_recorder.teleop.spacemouse``, parameters ``spacemouse.*``): no ``/quest/*`` subscription; a reader
-thread blocks on the hidraw device (no CPU while the cap rests) and hands each report to
-``SpaceMouseInput`` under the lock, and each control tick feeds the integrated pose and the buttons to
-the core (``SpaceMouseInput.step``). It is a mode of this node, not a node of its own, because the
-clutch interlocks, limits, recorder calls and status live here: a separate node publishing
-``/quest/*`` would have to stream poses at the control rate even with the cap at rest (the staleness
-rule) and would pass for a headset in the recorders' provenance. In this mode teleop publishes the
-latched ``/quest/hello`` the recorders put in their provenance, ``{"client": "spacemouse", "device"}``
-(no quest_bridge runs then), and ``/teleop/status`` carries ``input`` and ``spacemouse`` (device
-state, reports, drops by reason, stalls, presses).
+A thin adapter around ``teleop.session.TeleopSession`` (the session's coordination, without ROS): the node
+turns messages into plain values, calls it, publishes what it returns, and owns the clients, timers and the
+control thread.
+- Headset poses and joys reach the core with their capture stamp moved onto the monotonic clock
+  (``capture_time.HostToMono``), so a late-delivered old pose counts as old and the stamp is their order;
+  arm feedback carries its arrival time.
+- A control thread at ``control_rate_hz`` asks the core for the next target (a ROS timer in a shared
+  executor would starve the subscriptions and trip the stale-stream watchdog). Targets are published only
+  while the clutch is engaged; on a release publishing stops and the arm holds.
+- Buttons call every recorder in ``recorders`` through ``teleop.recorder_calls.RecorderCalls``; a stop goes
+  to ``stop_episode_at`` with the press's capture stamp, so the episode ends when the operator pressed.
+  Service clients are created, called and destroyed only on the executor thread.
+- ``input: spacemouse`` drives the same core from a SpaceMouse (``teleop.spacemouse``). It is a mode of
+  this node, not a node of its own, because the interlocks, limits, recorder calls and status live here, and
+  a node publishing ``/quest/*`` would pass for a headset in the recorders' provenance.
 """
 
 from __future__ import annotations
@@ -141,6 +107,8 @@ def _joy(msg: JoyMsg) -> Joy | None:
 
 
 class TeleopNode(Node):
+    """The teleop node: headset or SpaceMouse in, arm targets out, buttons to the recorders' services."""
+
     def __init__(self) -> None:
         super().__init__("teleop")
         cfg = declare_config(self, TeleopConfig)
@@ -164,7 +132,7 @@ class TeleopNode(Node):
         self.pub_haptic = self.create_publisher(String, QUEST_HAPTIC, reliable)
         self.pub_status = self.create_publisher(String, STATUS, reliable)
 
-        # the headset and arm streams (~470 messages/s) are taken by the control loop at each tick
+        # the headset and arm streams are taken by the control loop at each tick
         # (PolledInputs: no executor wake-up per message), decoded as the recorders decode them; best-effort
         # as sensor data, with half a second of history so a stalled tick loses no button edge
         streams = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
@@ -255,6 +223,7 @@ class TeleopNode(Node):
 
     # ---- control loop -------------------------------------------------------------------------
     def on_shutdown(self) -> None:
+        """Stop the control thread and the input reader."""
         self._loop.stop()
         if self._reader is not None:
             self._reader.stop()
@@ -279,7 +248,7 @@ class TeleopNode(Node):
         if res.target is None or res.gripper is None:  # a target always comes with its gripper width
             return
         # serialized here (``cdr.encode``) and published as bytes: rclpy's conversion of a typed message
-        # was most of each 100 Hz publish's cost
+        # is most of a publish's cost
         ns = now_ns(self)
         self.pub_target.publish(
             cdr_encode.pose_stamped(ns, self.ncfg.arm_frame, res.target.p.tolist(), res.target.q.tolist())
@@ -327,7 +296,9 @@ class TeleopNode(Node):
             self.pub_status.publish(String(data=json.dumps(step.status)))
 
     def _send_label(self, outcome: str) -> None:
-        """The stop chord's label to every recorder (it lands on the episode being stopped: in flight, or
+        """Send the stop chord's label to every recorder.
+
+        It lands on the episode being stopped: in flight, or
         just saved if the stop got there first). Not retried: a refusal, or no answer within call_timeout_s, pulses ``refused``
         and is logged, and the episode can be labelled afterwards (service or piper-dataset label).
         """
@@ -363,7 +334,7 @@ class TeleopNode(Node):
         """A Trigger or ``stop_episode_at`` (AddDiagnostics) reply: both are (success, message)."""
         try:
             reply = future.result()
-            if reply is None:  # cancelled, no reply set (was an AttributeError on None, reported alike)
+            if reply is None:  # cancelled, no reply set
                 raise RuntimeError("no reply (call cancelled)")
             success, message = bool(reply.success), str(reply.message)
         except Exception as exc:  # noqa: BLE001 - a failed call is reported, never raised into the executor
@@ -393,4 +364,5 @@ class TeleopNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Run the node (console script ``piper-teleop``)."""
     sys.exit(run_node(TeleopNode, args))  # callbacks only store data; the control loop has its own thread

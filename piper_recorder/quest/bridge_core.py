@@ -10,7 +10,7 @@ leaves (defence in depth behind the parser; a failing record is dropped and coun
 
 ``handle_batch`` takes every message that was waiting in the socket at once. When the bridge fell
 behind (a burst, or the bridge starved of CPU) that is a backlog of old frames, and publishing them
-all replayed seconds of old motion into teleop. The control records are therefore coalesced: per
+all would replay seconds of old motion into teleop. The control records are therefore coalesced: per
 device only the newest pose; per hand only the joys that carry a change (a button edge), the one
 with the lowest grip (a release anywhere in the backlog is never coalesced away) and the newest.
 Every raw line and hello still goes out, in order, for recording.
@@ -39,6 +39,8 @@ MAX_STAMP_AGE_NS = 60 * 10**9
 
 @dataclass(frozen=True)
 class PoseOut:
+    """One device pose to publish on ``/quest/<device>/pose``, stamped with its capture time."""
+
     device: str  # head | left | right  -> /quest/<device>/pose
     stamp_ns: int
     frame_id: str  # "quest_<space>"
@@ -48,6 +50,8 @@ class PoseOut:
 
 @dataclass(frozen=True)
 class JoyOut:
+    """One hand's axes and buttons to publish on ``/quest/<hand>/joy``."""
+
     hand: str  # left | right  -> /quest/<hand>/joy
     stamp_ns: int
     frame_id: str
@@ -57,6 +61,8 @@ class JoyOut:
 
 @dataclass
 class BridgeOutput:
+    """What one headset message makes the node publish."""
+
     poses: list[PoseOut] = field(default_factory=list)
     joys: list[JoyOut] = field(default_factory=list)
     raw: str | None = None  # -> /quest/raw
@@ -98,6 +104,7 @@ class BridgeCore:
         self.counters["source_changes"] += 1
 
     def handle(self, msg: Message, recv_ns: int) -> BridgeOutput:
+        """What one accepted message, received at ``recv_ns``, makes the node publish."""
         out = BridgeOutput(raw=msg.raw)
         if isinstance(msg, Hello):
             try:

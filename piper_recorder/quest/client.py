@@ -38,6 +38,8 @@ NOTICE_PERIOD_S = 1.0  # at most one such notice a second
 
 @dataclass
 class ClientConfig:
+    """The headset link's settings."""
+
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     reconnect_s: float = 1.0
@@ -48,6 +50,7 @@ class ClientConfig:
     quat_tolerance: float = QUAT_TOLERANCE
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         validate_link(
             self.port,
             self.reconnect_s,
@@ -63,6 +66,8 @@ class ClientConfig:
 
 @dataclass
 class ClientStats:
+    """The link's state and counters (read by diagnostics)."""
+
     state: str = "idle"  # idle | connecting | connected | backoff | stopped
     connects: int = 0
     connect_failures: int = 0
@@ -113,11 +118,13 @@ class QuestClient:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> QuestClient:
+        """Start the client's thread; returns the client."""
         self._thread = threading.Thread(target=self._run, name="quest-client", daemon=True)
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 3.0) -> None:
+        """Stop the thread and close the socket."""
         self._stop.set()
         self._close()
         if self._thread is not None:
@@ -126,6 +133,7 @@ class QuestClient:
 
     @property
     def connected(self) -> bool:
+        """Whether a headset is connected now."""
         return self.stats.state == "connected"
 
     # -- commands ----------------------------------------------------------------------------

@@ -14,8 +14,8 @@ backwards, or a consistent jump of the host clock (every observation for at leas
 of receive time later than the estimate by more than ``jump_threshold_s``) reset the window; a jump
 the other way is followed immediately because it lowers the minimum. "For at least" matters: after
 a stall, a backlog arrives at one instant with its oldest line far above the estimate; that single
-instant must not count as confirmed (it did, and re-based the clock so that the whole backlog got
-"now" as capture time, which made seconds-old poses look fresh).
+instant must not count as confirmed, or the clock re-bases so that the whole backlog gets "now" as
+capture time and seconds-old poses look fresh.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class SlidingMin:
         self._q: deque[tuple[int, int]] = deque()
 
     def push(self, key: int, value: int) -> None:
+        """Add ``value`` at ``key``; drop what fell out of the window."""
         q = self._q
         while q and q[-1][1] >= value:
             q.pop()
@@ -40,10 +41,12 @@ class SlidingMin:
             q.popleft()
 
     def clear(self) -> None:
+        """Forget every value."""
         self._q.clear()
 
     @property
     def min(self) -> int | None:
+        """The window's minimum, or None when it is empty."""
         return self._q[0][1] if self._q else None
 
     def __bool__(self) -> bool:
@@ -52,11 +55,14 @@ class SlidingMin:
 
 @dataclass
 class ClockMapperConfig:
+    """The clock mapper's settings."""
+
     window_s: float = 10.0  # sliding window of the minimum; long enough to catch a low-delay frame
     jump_threshold_s: float = 0.25  # a host clock step larger than this resets the window
     jump_confirm_s: float = 1.0  # ... once every observation for this long confirms it
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if not self.window_s > 0 or not self.jump_confirm_s > 0 or not self.jump_threshold_s > 0:
             raise ValueError("clock mapper: window_s, jump_threshold_s and jump_confirm_s must be > 0")
         if self.jump_confirm_s > self.window_s:

@@ -32,6 +32,8 @@ STATUS_GRACE_S = 1.0  # a ~/status this soon after an event may predate it: its 
 
 @dataclass
 class HudState:
+    """What the HUD shows at one instant."""
+
     recording: bool = False
     episode_index: int | None = None
     elapsed_s: float = 0.0
@@ -49,6 +51,7 @@ class HudState:
     last_episode: str = ""
 
     def headline(self) -> str:
+        """The first line: recording and its timer, or ready and the episodes saved."""
         if self.recording:
             ep = "?" if self.episode_index is None else str(self.episode_index)
             minutes, seconds = divmod(max(0.0, self.elapsed_s), 60.0)
@@ -57,13 +60,15 @@ class HudState:
         return f"READY  {self.saved_count} saved{last}"
 
     def info_line(self) -> str:
+        """The second line: episodes saved, clutch, input rate, arm state."""
         clutch = "--" if self.engaged is None else ("ENGAGED" if self.engaged else "idle")
         rate = "--" if self.input_hz is None else f"{self.input_hz:.0f} Hz"
         return f"{self.saved_count} saved | {clutch} | input {rate} | arm {self.arm or '--'}"
 
     def alert_line(self) -> tuple[str, str]:
-        """(text, kind): the error if one is held, else the active limits, else a degraded delivery
-        (``delivery.link_health``: panels below their rate, a recorder losing frames), else nothing.
+        """(text, kind) of the alert line: the held error, else the active limits, else a degraded delivery.
+
+        A degraded delivery (``delivery.link_health``): panels below their rate, a recorder losing frames.
         """
         if self.error:
             return self.error, "error"
@@ -75,6 +80,7 @@ class HudState:
         return "", ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The state as JSON-ready values (what the HUD image carries in its comment)."""
         d = asdict(self)
         d["elapsed_s"] = round(self.elapsed_s, 2)
         d["input_hz"] = None if self.input_hz is None else round(self.input_hz, 1)
@@ -83,8 +89,10 @@ class HudState:
 
 
 class HudModel:
-    """Folds the graph's status messages into a ``HudState``; every method takes explicit times
-    (``now`` in seconds on the wall clock, the one the recorders stamp ``start_ns`` with).
+    """Folds the graph's status messages into a ``HudState``.
+
+    Every method takes explicit times (``now`` in seconds on the wall clock, the one the recorders stamp
+    ``start_ns`` with).
     """
 
     def __init__(self, recorder: str = "lerobot_recorder", error_hold_s: float = ERROR_HOLD_S) -> None:
@@ -114,9 +122,11 @@ class HudModel:
 
     # ---- inputs ---------------------------------------------------------------------------------
     def error(self, now: float, text: str) -> None:
+        """Show ``text`` as the error line for a while."""
         self._error, self._error_t = text[:120], now
 
     def on_recorder_status(self, now: float, st: dict[str, Any]) -> None:
+        """Take the primary recorder's ``~/status``."""
         if st.get("recorder", self.recorder) != self.recorder:
             return
         state = st.get("state")
@@ -137,6 +147,7 @@ class HudModel:
         self._answers = answers
 
     def on_episode_event(self, now: float, ev: dict[str, Any]) -> None:
+        """Take one ``/episode_events`` event of the primary recorder."""
         kind, idx = ev.get("event"), ev.get("episode_index")
         if ev.get("recorder") != self.recorder:
             if kind == "save_failed":
@@ -168,6 +179,7 @@ class HudModel:
             self.error(now, f"{self.recorder}: save failed ({ev.get('reason')})")
 
     def on_teleop_status(self, now: float, st: dict[str, Any]) -> None:
+        """Take ``/teleop/status``: clutch, active limits, refusals, forced releases."""
         first, self._teleop_seen = not self._teleop_seen, True
         if isinstance(st.get("engaged"), bool):
             self.engaged = st["engaged"]
@@ -204,14 +216,17 @@ class HudModel:
         self.degraded = [str(d) for d in degraded]
 
     def on_headset(self, state: str, rate_hz: float | None) -> None:
+        """Take the bridge's connection state and input rate."""
         self.headset = state
         self.input_hz = rate_hz if state == "connected" else 0.0
 
     def on_arm(self, now: float, level: str, message: str) -> None:
+        """Take the arm's diagnostic level and message."""
         self.arm = level if level == "OK" else f"{level}: {message}"[:40]
 
     # ---- output ---------------------------------------------------------------------------------
     def state(self, now: float) -> HudState:
+        """The HUD state at ``now``."""
         if not self.recording:
             elapsed = 0.0
         elif self._start_ns is not None:
@@ -269,9 +284,10 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
 
 
 def _text_mask(text: str, size: int) -> Image.Image:
-    """``text`` in the default font at ``size`` px as an "L" coverage mask, its origin where
-    ``ImageDraw.text`` would put it. Rasterising the glyphs (FreeType) was most of what a HUD or a
-    labelled panel cost to draw; the lines change rarely (the headline each tenth of a second while
+    """``text`` in the default font at ``size`` px as an "L" coverage mask.
+
+    Its origin is where ``ImageDraw.text`` would put it. Rasterising the glyphs (FreeType) is most of what a
+    HUD or a labelled panel costs to draw; the lines change rarely (the headline each tenth of a second while
     recording), so the masks are kept (``_MASKS``, bounded) and only pasted in the line's colour.
     """
     key = (text, size)
@@ -292,7 +308,9 @@ def _text_mask(text: str, size: int) -> Image.Image:
 def _draw_text(
     img: Image.Image, xy: tuple[int, int], text: str, size: int, fill: tuple[int, int, int], keep: bool = True
 ) -> None:
-    """``text`` at ``xy``; ``keep``: from its kept mask (a line drawn again and again), else drawn
+    """Draw ``text`` at ``xy``.
+
+    ``keep``: from its kept mask (a line drawn again and again), else drawn
     directly (a line that changes each frame, the recording timer: a mask would be made once and used once).
     """
     if not text:
@@ -309,6 +327,7 @@ _MASKS: dict[tuple[str, int], Image.Image] = {}
 
 
 def render_hud_image(state: HudState) -> Image.Image:
+    """The HUD strip drawn from ``state``."""
     img = Image.new("RGB", HUD_SIZE, BACKGROUND)
     draw = ImageDraw.Draw(img)
     if state.recording:
@@ -354,8 +373,9 @@ def render_hud(state: HudState, quality: int = 80) -> bytes:
 
 
 def with_comment(jpeg: bytes, comment: bytes) -> bytes:
-    """``jpeg`` with a COM segment holding ``comment`` after its SOI and APP0 (JFIF) header, where
-    Pillow writes its own; decoders skip COM segments.
+    """``jpeg`` with a COM segment holding ``comment``; decoders skip COM segments.
+
+    The segment goes after the SOI and APP0 (JFIF) header, where Pillow writes its own.
     """
     if len(comment) > 0xFFFD:
         raise ValueError(f"a JPEG comment holds at most 65,533 bytes, not {len(comment)}")
@@ -385,8 +405,10 @@ def hud_state_from_jpeg(jpeg: bytes) -> dict[str, Any] | None:
 
 # ---- camera panels ------------------------------------------------------------------------------
 def encode_panel(rgb: np.ndarray, quality: int = 70, max_width: int = 640, label: str = "") -> bytes:
-    """One camera frame (HxWx3 uint8 RGB) as a panel JPEG: at most ``max_width`` wide (aspect kept),
-    the camera's name in a darkened banner on top (the app draws no text of its own).
+    """One camera frame (HxWx3 uint8 RGB) as a panel JPEG.
+
+    At most ``max_width`` wide (aspect kept), the camera's name in a darkened banner on top (the app draws no
+    text of its own).
     """
     img = Image.fromarray(rgb, "RGB")
     if img.width > max_width:

@@ -107,6 +107,7 @@ class Frame:
     raw: str = field(repr=False, compare=False)
 
     def hand(self, name: str) -> HandSample:
+        """The ``left`` or ``right`` hand's sample."""
         return self.left if name == "left" else self.right
 
 
@@ -266,7 +267,7 @@ _DECODER = json.JSONDecoder(parse_constant=_no_constants)
 
 
 def _unencodable(text: str) -> bool:
-    """A string JSON allows but UTF-8 cannot encode (an unpaired surrogate escape such as ``"\\ud800"``)."""
+    r"""A string JSON allows but UTF-8 cannot encode (an unpaired surrogate escape such as ``"\ud800"``)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -275,8 +276,9 @@ def _unencodable(text: str) -> bool:
 
 
 def _check_tree(obj: dict) -> None:
-    """Every value of a line is one a consumer can hold and re-encode: numbers finite (1e999 overflows to
-    inf), integers within 64 bits, strings (keys too) encodable as UTF-8, nesting at most ``MAX_DEPTH``.
+    """Check that every value of a line is one a consumer can hold and re-encode.
+
+    Numbers finite (1e999 overflows to inf), integers within 64 bits, strings (keys too) encodable as UTF-8, nesting at most ``MAX_DEPTH``.
     Iterative (no recursion limit to hit); the first offender is named by its path, e.g. ``hello.v[2]``.
     """
     stack: list[tuple[Any, str, int]] = [(obj, "", 1)]
@@ -382,13 +384,16 @@ class StreamParser:
 
     @property
     def rejected_total(self) -> int:
+        """Lines rejected so far, all reasons."""
         return sum(self.rejected.values())
 
     def reset(self) -> None:
+        """Drop the partial line held (a new connection)."""
         self._buf.clear()
         self._discarding = False
 
     def feed(self, data: bytes) -> list[Message]:
+        """The messages completed by ``data``, validated; never raises."""
         out: list[Message] = []
         start = 0
         n = len(data)

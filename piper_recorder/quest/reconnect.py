@@ -1,8 +1,7 @@
-"""Reconnecting to the headset: the settings check, back-off schedule and connect attempt shared by
-the pose client (:mod:`.client`, a blocking thread) and the panel video sender (:mod:`.video`,
-non-blocking, polled).
+"""Reconnecting to the headset: the settings check, back-off schedule and connect attempt, shared.
 
-Both wait ``first_s`` after a failed attempt, double the wait up to ``max_s`` on each further
+The pose client (:mod:`.client`, a blocking thread) and the panel video sender (:mod:`.video`, non-blocking,
+polled) both wait ``first_s`` after a failed attempt, double the wait up to ``max_s`` on each further
 failure and go back to ``first_s`` once the connection carried data. Plain Python, no ROS.
 """
 
@@ -38,8 +37,10 @@ def validate_link(port: int, reconnect_s: float, reconnect_max_s: float, **timeo
 
 @dataclass
 class Backoff:
-    """Exponential back-off: ``failed()`` gives the wait before the next attempt and doubles the one
-    after it; ``reset()`` after a connection that delivered goes back to the short wait.
+    """Exponential back-off between connection attempts.
+
+    ``failed()`` gives the wait before the next attempt and doubles the one after it; ``reset()`` after a
+    connection that delivered goes back to the short wait.
     """
 
     first_s: float
@@ -51,10 +52,12 @@ class Backoff:
         self.delay_s = self.first_s
 
     def failed(self) -> float:
+        """The wait before the next attempt; doubles the one after it."""
         wait, self.delay_s = self.delay_s, min(self.delay_s * 2, self.max_s)
         return wait
 
     def reset(self) -> None:
+        """Back to the short wait (a connection delivered)."""
         self.delay_s = self.first_s
 
 
@@ -67,8 +70,10 @@ class LinkStats(Protocol):
 
 
 def try_connect(host: str, port: int, timeout_s: float, stats: LinkStats) -> socket.socket | None:
-    """One attempt: the socket with Nagle off (small pose lines and frames must not wait), or None with
-    the failure counted in ``stats`` (state "backoff"); the caller then waits ``Backoff.failed()``.
+    """One connection attempt: the socket with Nagle off, or None.
+
+    Nagle is off because small pose lines and frames must not wait. On failure it returns None with the
+    failure counted in ``stats`` (state "backoff"); the caller then waits ``Backoff.failed()``.
     """
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)

@@ -120,10 +120,12 @@ class ScriptedHeadset:
 
     @property
     def regrips(self) -> tuple[float, ...]:
+        """The script times at which a re-grip started."""
         return self._regrips
 
     def regrip(self, t: float) -> bool:
         """Teleop released the clutch (noticed at script time ``t``): open and close the grip again.
+
         Ignored (False) while a re-grip is under way or for a time before the last one.
         """
         if self._regrips and t < self._regrips[-1] + REGRIP_S:

@@ -64,6 +64,8 @@ PROTOCOL_VERSION = 1
 
 @dataclass
 class SimConfig:
+    """The simulated headset's settings (``piper-sim-quest``'s arguments)."""
+
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT  # 0 = any free port (see ``SimQuestServer.port``)
     rate: float = 90.0
@@ -85,6 +87,7 @@ class SimConfig:
     regrip: bool = True  # re-grip when the HUD shows a clutch release teleop made (needs the video channel)
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if not 0 <= self.port < 65536:
             raise ValueError(f"port {self.port} out of range")
         if not -1 <= self.video_port < 65536:
@@ -119,6 +122,7 @@ class ReplayFrames:
 
     @classmethod
     def load(cls, path: str | Path) -> ReplayFrames:
+        """The frames of a recorded ``*.quest.jsonl``, with their relative times."""
         out = cls()
         mono0: float | None = None
         with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:  # \n only, never \r
@@ -172,6 +176,7 @@ class SimQuestServer:
         self.port = 0
 
     def start(self) -> int:
+        """Listen and serve connections on threads; returns the bound port."""
         ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         ls.bind((self.config.host, self.config.port))
@@ -185,6 +190,7 @@ class SimQuestServer:
         return self.port
 
     def stop(self) -> None:
+        """Stop serving and close every connection."""
         self._stop.set()
         if self._listener is not None:
             self._listener.close()
@@ -213,6 +219,7 @@ class SimQuestServer:
         return out
 
     def write_report(self, path: str | Path) -> None:
+        """Write the report as JSON, atomically."""
         tmp = f"{path}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(self.report(), fh)
@@ -350,7 +357,9 @@ class SimQuestServer:
             self._log(f"{APP_NAME}: client #{index} disconnected after {n} frames")
 
     def _on_hud(self, hud: dict[str, Any]) -> None:
-        """A HUD frame arrived (video thread). A grown ``releases`` count means teleop released the
+        """Re-grip when a HUD frame (video thread) shows a clutch release teleop made.
+
+        A grown ``releases`` count means teleop released the
         clutch while this hand squeezed: re-grip, as the operator reading it would; and if the HUD
         still shows the clutch idle ``REGRIP_RETRY_S`` after a re-grip (the open grip fell into a
         stall and never reached teleop), try again, until it shows it engaged. The first HUD only sets
@@ -469,6 +478,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-sim-quest`` until SIGINT/SIGTERM; returns the exit status."""
     args = _parser().parse_args(argv)
     cfg = SimConfig(
         host=args.host,

@@ -31,6 +31,8 @@ HUD_HISTORY = 500
 
 @dataclass
 class PanelStats:
+    """One panel's frames, decode failures, bytes, last size and receive times."""
+
     frames: int = 0
     decode_errors: int = 0
     bytes: int = 0
@@ -38,6 +40,7 @@ class PanelStats:
     recv: deque[float] = field(default_factory=lambda: deque(maxlen=400))
 
     def rate(self, now: float) -> float:
+        """Frames a second over the last ``RATE_WINDOW_S``."""
         recent = [t for t in self.recv if now - t <= RATE_WINDOW_S]
         if len(recent) < 2:
             return 0.0
@@ -64,6 +67,7 @@ class SimVideoServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> int:
+        """Listen and serve on a thread; returns the bound port."""
         ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         ls.bind((self.host, self.port))
@@ -76,6 +80,7 @@ class SimVideoServer:
         return self.port
 
     def stop(self) -> None:
+        """Stop serving and close the connection."""
         self._stop.set()
         if self._listener is not None:
             self._listener.close()
@@ -159,6 +164,7 @@ class SimVideoServer:
             self.on_hud(hud)
 
     def report(self) -> dict[str, Any]:
+        """Per panel counters and rates, and the HUD states seen."""
         now = time.monotonic()
         with self._lock:
             return {

@@ -58,6 +58,7 @@ class FramingError(PiperInputError, ValueError):
 
 
 def frame_header(panel: int, length: int) -> bytes:
+    """The 12-byte header of a frame; FramingError for what the app would drop the connection on."""
     if not 0 <= panel <= HUD_PANEL:
         raise FramingError(f"panel {panel} outside 0..{HUD_PANEL}")
     if not 0 < length <= MAX_PAYLOAD:
@@ -66,17 +67,22 @@ def frame_header(panel: int, length: int) -> bytes:
 
 
 def encode_frame(panel: int, jpeg: bytes) -> bytes:
+    """A whole frame: header and JPEG."""
     return frame_header(panel, len(jpeg)) + jpeg
 
 
 @dataclass
 class Frame:
+    """One received frame: its panel and JPEG."""
+
     panel: int
     payload: bytes
 
 
 class FrameReader:
-    """Incremental parser of the channel (the app's receiving side). ``feed`` returns whole frames;
+    """Incremental parser of the channel (the app's receiving side).
+
+    ``feed`` returns whole frames;
     after a framing error ``error`` is set and the connection must be closed (as the app does).
     """
 
@@ -85,6 +91,7 @@ class FrameReader:
         self.error = ""
 
     def feed(self, data: bytes) -> list[Frame]:
+        """The frames completed by ``data``; none once ``error`` is set."""
         if self.error:
             return []
         self._buf += data
@@ -108,6 +115,7 @@ def _unit(v: float) -> float:
 
 
 def color_command(rgba: tuple[float, float, float, float]) -> dict[str, Any]:
+    """The command tinting the view over passthrough (components in [0, 1])."""
     r, g, b, a = rgba
     return {"cmd": "color", "r": _unit(r), "g": _unit(g), "b": _unit(b), "a": _unit(a)}
 
@@ -167,6 +175,8 @@ def ui_command_from_json(text: str) -> dict[str, Any] | None:
 # ---- host side ----------------------------------------------------------------------------------
 @dataclass
 class SenderConfig:
+    """The panel sender's settings."""
+
     host: str = "127.0.0.1"
     port: int = VIDEO_PORT
     reconnect_s: float = 1.0
@@ -176,6 +186,7 @@ class SenderConfig:
     finish_timeout_s: float = 1.0  # bound on finishing a frame whose first bytes went out
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         validate_link(
             self.port,
             self.reconnect_s,
@@ -189,6 +200,8 @@ class SenderConfig:
 
 @dataclass
 class SenderStats:
+    """The sender's state and counters, frames sent and dropped per panel."""
+
     state: str = "idle"  # idle | connected | backoff | stopped
     connects: int = 0
     connect_failures: int = 0
@@ -213,6 +226,7 @@ class PanelSender:
 
     @property
     def connected(self) -> bool:
+        """Whether the channel is connected now."""
         return self._sock is not None
 
     def ensure_connected(self) -> bool:
@@ -282,6 +296,7 @@ class PanelSender:
         counter[panel] = counter.get(panel, 0) + 1
 
     def close(self) -> None:
+        """Close the connection."""
         sock, self._sock = self._sock, None
         if sock is not None:
             try:

@@ -94,6 +94,8 @@ def csp(host: str) -> str:
 
 @dataclass
 class WebConfig:
+    """The relay's settings (``piper-quest-web``'s arguments)."""
+
     host: str = "127.0.0.1"  # the page's server (adb reverse reaches it on the headset's localhost)
     port: int = WEB_PORT  # 0 = any free port (printed)
     bridge_host: str = "127.0.0.1"  # where quest_bridge and quest_video connect (the app's two servers)
@@ -112,6 +114,7 @@ class WebConfig:
     insecure_http: bool = False
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if not is_loopback(self.host) and not self.cert and not self.insecure_http:
             raise ValueError(
                 f"host {self.host!r} is not a loopback address: give cert and key (HTTPS: the secure "
@@ -145,6 +148,7 @@ class WebConfig:
 
     @property
     def scheme(self) -> str:
+        """``https`` with a certificate, else ``http``."""
         return "https" if self.cert else "http"
 
 
@@ -152,8 +156,9 @@ _ANY_ADDRESS = {"", "0.0.0.0", "::"}
 
 
 def port_clash(endpoints: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
-    """The first two of ``endpoints`` (name -> (host, port)) that would bind the same port: one nonzero
-    port on the same address, or on an address and the wildcard that covers it; None when none do.
+    """The first two of ``endpoints`` (name -> (host, port)) that would bind the same port, or None.
+
+    The same port is one nonzero port on the same address, or on an address and the wildcard that covers it.
     """
     names = list(endpoints)
     norm = {n: ("127.0.0.1" if h == "localhost" else h, p) for n, (h, p) in endpoints.items()}
@@ -171,8 +176,9 @@ def asset(name: str) -> bytes:
 
 
 def origin_allowed(origin: str | None, host_header: str | None) -> bool:
-    """The WebSocket's ``Origin`` is this server (scheme http/https, same host and port as ``Host``):
-    a page of another site open in the headset's browser cannot drive the arm.
+    """Whether the WebSocket's ``Origin`` is this server (scheme http/https, same host and port as ``Host``).
+
+    So a page of another site open in the headset's browser cannot drive the arm.
     """
     if not origin or not host_header:
         return False
@@ -192,8 +198,9 @@ class NotAHello(Rejected):
 
 
 def web_hello(data: bytes, page: int = 0) -> bytes:
-    """The page's hello line with ``client: web`` and the relay's number of the page set, whatever the
-    page said. A line the bridge would refuse, or one that could not be re-encoded (a NaN, 1e999, an
+    """The page's hello line with ``client: web`` and the relay's number of the page set, whatever the page said.
+
+    A line the bridge would refuse, or one that could not be re-encoded (a NaN, 1e999, an
     unpaired surrogate, nesting past ``protocol.MAX_DEPTH``), raises
     :class:`~piper_recorder.quest.protocol.Rejected` with the parser's reason (``bad_type``: not a hello).
     """
@@ -221,8 +228,9 @@ class _Page:
         self.notice(time.monotonic())
 
     def notice(self, now: float) -> None:
-        """Tell the page why its lines were refused here, as quest_bridge tells it of its parser's refusals
-        (``client.NOTICE_PERIOD_S`` apart at most; what comes in between goes with the next).
+        """Tell the page why its lines were refused here, as quest_bridge tells it of its parser's refusals.
+
+        At most one notice every ``client.NOTICE_PERIOD_S``; what comes in between goes with the next.
         """
         if self.refused > self.noticed and now - self.notice_t >= NOTICE_PERIOD_S:
             reason, detail = self.last_refusal
@@ -282,6 +290,7 @@ class WebRelay:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> dict[str, int]:
+        """Start the relay's loop on a thread; returns the bound ports by name."""
         ready = threading.Event()
         errors: list[BaseException] = []
 
@@ -323,6 +332,8 @@ class WebRelay:
         self._heartbeat = self._loop.create_task(self._idle_heartbeat())
 
     def stop(self) -> None:
+        """Close the servers and connections and end the loop."""
+
         async def close() -> None:
             for s in self._servers:
                 s.close()
@@ -349,6 +360,7 @@ class WebRelay:
             self._loop.close()  # never started, failed to start, or stopped: nothing may be left to run on it
 
     def report(self) -> dict[str, Any]:
+        """The relay's state and counters."""
         return {
             "page_connected": self.page is not None,
             "bridge_connected": self.bridge is not None,
@@ -360,7 +372,9 @@ class WebRelay:
         }
 
     def write_report(self, path: str) -> None:
-        """The report, written atomically: taken on the relay's loop while it runs (its counters change
+        """Write the report atomically.
+
+        It is taken on the relay's loop while it runs (its counters change
         there), directly once ``stop`` ended it (a stopped loop runs nothing handed to it).
         """
         if self._thread is not None and self._thread.is_alive():
@@ -535,7 +549,9 @@ class WebRelay:
                 self._log(f"{APP_NAME}: page disconnected")
 
     def _from_page(self, page: _Page, data: bytes) -> str | None:
-        """One protocol line from the page to the bridge (whose parser validates it). A hello the bridge
+        """Relay one protocol line from the page to the bridge (whose parser validates it).
+
+        A hello the bridge
         would refuse is not relayed (the last good one stays): the page is closed, the reason returned.
         """
         if b"\n" in data or b"\r" in data or not data.strip():
@@ -599,7 +615,9 @@ class WebRelay:
             self._writers.discard(writer)
 
     async def _idle_heartbeat(self) -> None:
-        """No page: the bridge still hears a heartbeat (its diagnostics say "connected, no frames"
+        """Send heartbeats to the bridge while no page is connected.
+
+        The bridge still hears a heartbeat (its diagnostics say "connected, no frames"
         instead of reconnecting every ``silence_timeout_s``); the state says why.
         """
         n = 0
@@ -673,6 +691,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``piper-quest-web`` until SIGINT/SIGTERM; returns the exit status."""
     args = _parser().parse_args(argv)
     cfg = WebConfig(
         host=args.host,

@@ -60,8 +60,9 @@ def encode_frame(opcode: int, payload: bytes) -> bytes:
 
 
 def close_frame(code: int, reason: str = "") -> bytes:
-    """A close frame; the reason is cut to ``MAX_CLOSE_REASON`` bytes on a character boundary (a browser
-    fails a connection whose close reason is not valid UTF-8).
+    """A close frame; the reason is cut to ``MAX_CLOSE_REASON`` bytes on a character boundary.
+
+    A browser fails a connection whose close reason is not valid UTF-8.
     """
     text = reason.encode("utf-8", "replace")
     if len(text) > MAX_CLOSE_REASON:
@@ -79,6 +80,8 @@ def _unmask(mask: bytes, data: bytes) -> bytes:
 
 @dataclass
 class Message:
+    """One data message: text (UTF-8) or binary."""
+
     text: bool
     data: bytes
 
@@ -108,8 +111,10 @@ class FrameReader:
         return fin, opcode, _unmask(mask, await self._r.readexactly(n))
 
     async def read(self) -> Message:
-        """The next data message; raises :class:`WebSocketClosed` on close or a protocol error and
-        ``asyncio.IncompleteReadError`` when the connection drops.
+        """The next data message.
+
+        Raises :class:`WebSocketClosed` on close or a protocol error and ``asyncio.IncompleteReadError`` when
+        the connection drops.
         """
         parts: list[bytes] = []
         first: int | None = None

@@ -2,10 +2,10 @@
 
 The stamp of a headset input is its capture time on the host clock (quest_bridge maps the headset's
 clock to it); teleop times inputs on the monotonic clock, which never steps. Converting one stamp by
-reading both clocks at the moment it arrives (``mono - (host_now - stamp)``, what the node did) makes
-the result earlier by however long the thread was held between the two reads: a GIL hand-over or an
-OS preemption of 10-20 ms on a loaded machine, longer than the 11-14 ms between two headset frames,
-so a later input could come out earlier than the one before.
+reading both clocks at the moment it arrives (``mono - (host_now - stamp)``) makes the result earlier
+by however long the thread was held between the two reads (a GIL hand-over, an OS preemption), which on
+a loaded machine can exceed the time between two headset frames: a later input could come out earlier
+than the one before.
 
 ``HostToMono`` converts with the host-minus-monotonic offset of the tightest clock-read pair of the
 last ``window_s`` (each conversion reads monotonic, host, monotonic: the pair's width bounds its error;
@@ -36,8 +36,9 @@ class HostToMono:
         self._pairs: deque[tuple[int, int, int]] = deque()
 
     def offset_ns(self) -> tuple[int, int]:
-        """Read the clocks once more; (host - monotonic offset of the tightest recent pair, now on the
-        monotonic clock).
+        """Read the clocks once more.
+
+        Returns (host - monotonic offset of the tightest recent pair, now on the monotonic clock).
         """
         m0 = self._mono()
         h = self._host()

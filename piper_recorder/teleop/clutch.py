@@ -18,10 +18,13 @@ from enum import Enum
 
 @dataclass
 class ClutchConfig:
+    """Grip thresholds: engage above one, release below the other (hysteresis)."""
+
     engage_above: float = 0.7
     release_below: float = 0.3
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if not (0.0 <= self.release_below < self.engage_above <= 1.0):
             raise ValueError(
                 f"clutch needs 0 <= release_below < engage_above <= 1 (got {self.release_below}, {self.engage_above})"
@@ -29,6 +32,8 @@ class ClutchConfig:
 
 
 class ClutchEvent(Enum):
+    """What a clutch update did."""
+
     NONE = "none"
     ENGAGED = "engaged"
     RELEASED = "released"  # grip opened
@@ -37,6 +42,8 @@ class ClutchEvent(Enum):
 
 
 class Clutch:
+    """The grip clutch: engaged while the grip is held, with hysteresis and forced releases."""
+
     def __init__(self, cfg: ClutchConfig):
         cfg.validate()
         self.cfg = cfg

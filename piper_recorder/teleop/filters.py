@@ -19,12 +19,15 @@ from .rotations import Quat, angle_between_t, as_floats, slerp_t, unit_t
 
 @dataclass
 class FilterConfig:
+    """The One Euro filter's settings for position and orientation."""
+
     min_cutoff: float = 1.2  # Hz, cutoff at rest
     beta: float = 0.02  # cutoff gain per unit speed (m/s for position, rad/s for orientation)
     d_cutoff: float = 1.0  # Hz, cutoff of the speed estimate
     enabled: bool = True
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         for name in ("min_cutoff", "beta", "d_cutoff"):
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0 or (name != "beta" and v == 0):
@@ -58,10 +61,12 @@ class OneEuroPosition:
         self._speed = _Speed(cfg)
 
     def reset(self, x: np.ndarray | Sequence[float]) -> None:
+        """Start again from ``x``, at rest."""
         self._x = np.asarray(x, dtype=float).tolist()
         self._speed.value = 0.0
 
     def __call__(self, x: np.ndarray, dt: float) -> np.ndarray:
+        """The filtered position of ``x`` as an array (``step`` on floats)."""
         return np.array(self.step(np.asarray(x, dtype=float).tolist(), dt))
 
     def step(self, x: list[float], dt: float) -> list[float]:
@@ -87,10 +92,12 @@ class OneEuroOrientation:
         self._speed = _Speed(cfg)
 
     def reset(self, q: np.ndarray | Sequence[float]) -> None:
+        """Start again from ``q`` (xyzw), at rest."""
         self._q = unit_t(as_floats(q))
         self._speed.value = 0.0
 
     def __call__(self, q: np.ndarray, dt: float) -> np.ndarray:
+        """The filtered orientation of ``q`` as an array (``step`` on floats)."""
         return np.array(self.step(as_floats(q), dt))
 
     def step(self, q: Sequence[float], dt: float) -> Quat:

@@ -21,9 +21,12 @@ XR_TO_ROBOT = np.array([[0.0, 0.0, -1.0], [-1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
 
 @dataclass
 class FrameConfig:
+    """The XR stage -> arm base remap's setting: a yaw offset about the robot's +z."""
+
     yaw_offset_deg: float = 0.0  # rotation about robot +z applied after the fixed remap
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if not math.isfinite(self.yaw_offset_deg) or abs(self.yaw_offset_deg) > 360.0:
             raise ValueError(f"yaw_offset_deg must be finite and within +-360, got {self.yaw_offset_deg}")
 

@@ -56,6 +56,7 @@ class HapticConfig:
 
     @staticmethod
     def names() -> list[str]:
+        """The names of the configurable patterns."""
         return [f.name for f in fields(HapticConfig) if f.type in ("list[float]", list[float])]
 
     def pattern(self, name: str) -> list[tuple[float, float, int]]:
@@ -64,6 +65,7 @@ class HapticConfig:
         return [(i * self.gap_s, float(amp), int(ms)) for i in range(int(count))]
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         for name in self.names():
             v = getattr(self, name)
             if len(v) != 3 or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in v):
@@ -81,6 +83,8 @@ class HapticConfig:
 
 @dataclass(frozen=True)
 class Pulse:
+    """One haptic pulse due at a time, and the pattern it belongs to."""
+
     due: float
     amp: float
     ms: int
@@ -117,9 +121,10 @@ class HapticScheduler:
         self._last_confirm = ("", -math.inf)
 
     def confirm(self, now: float, name: str) -> bool:
-        """Play a confirmation unless it repeats the previous one with no press in between (within
-        ``dedupe_s``): the same save reported by each recorder, however far apart on a busy machine
-        their saves finish, is felt once; True when queued.
+        """Play a confirmation unless it repeats the previous one with no press in between; True when queued.
+
+        Within ``dedupe_s``: the same save reported by each recorder, however far apart on a busy machine
+        their saves finish, is felt once.
         """
         if name == self._last_confirm[0] and now - self._last_confirm[1] < self.cfg.dedupe_s:
             return False
@@ -127,6 +132,7 @@ class HapticScheduler:
         return self.play(now, name)
 
     def due(self, now: float) -> list[Pulse]:
+        """Take the pulses due by ``now``."""
         out = [p for p in self._pulses if p.due <= now]
         self._pulses = [p for p in self._pulses if p.due > now]
         return out

@@ -20,6 +20,8 @@ from .rotations import Quat, angle_between, angle_between_t, as_floats, is_finit
 
 @dataclass
 class LimitsConfig:
+    """Teleop's safety limits: speeds, the clamp box and the tether to the measured pose."""
+
     max_linear_speed: float = 0.8  # m/s
     max_angular_speed: float = 2.5  # rad/s
     # The clamp box: teleop moves a target that leaves it back onto its surface (ROS parameters
@@ -30,6 +32,7 @@ class LimitsConfig:
     tether_m: float = 0.12  # max distance target <-> measured EEF; <= 0 disables
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         for name in ("max_linear_speed", "max_angular_speed"):
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
@@ -57,6 +60,8 @@ LIMIT_NAMES = ("tether", "workspace", "linear_speed", "angular_speed")
 
 
 class Limits:
+    """The safety limits applied to each target before it is handed out."""
+
     EPS = 1e-9
 
     def __init__(self, cfg: LimitsConfig):
@@ -67,12 +72,15 @@ class Limits:
         self.acted: tuple[str, ...] = ()  # LIMIT_NAMES that changed the target at the last ``apply``
 
     def inside(self, p: np.ndarray | Sequence[float], margin: float = 0.0) -> bool:
+        """Whether ``p`` is inside the clamp box grown by ``margin``."""
         return all(lo - margin <= v <= hi + margin for v, lo, hi in zip(as_floats(p), self._lo, self._hi))
 
     def clamp_workspace(self, p: np.ndarray) -> np.ndarray:
+        """``p`` moved onto the clamp box."""
         return np.array([min(max(v, lo), hi) for v, lo, hi in zip(as_floats(p), self._lo, self._hi)])
 
     def tether(self, p: np.ndarray, measured: np.ndarray) -> np.ndarray:
+        """``p`` pulled to within ``tether_m`` of the measured position (unchanged when off)."""
         if self.cfg.tether_m <= 0:
             return np.asarray(p, dtype=float)
         pl, ml = as_floats(p), as_floats(measured)
@@ -91,6 +99,7 @@ class Limits:
         dt: float,
         acted: list[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
+        """(p, q) with the step from (prev_p, prev_q) capped at the speed limits over ``dt``; names what acted."""
         max_lin = self.cfg.max_linear_speed * dt
         pl, prev = as_floats(p), as_floats(prev_p)
         n = math.dist(pl, prev)
@@ -109,6 +118,7 @@ class Limits:
     def apply(
         self, p: np.ndarray, q: np.ndarray, prev_p: np.ndarray, prev_q: np.ndarray, measured_p: np.ndarray, dt: float
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The target (p, q) after tether, clamp box and speed caps; ``self.acted`` names the limits that shaped it."""
         acted: list[str] = []
         tethered = self.tether(p, measured_p)
         if tethered.tolist() != as_floats(p):

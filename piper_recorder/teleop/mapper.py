@@ -6,7 +6,7 @@ while the clutch is engaged.
 
 Headset inputs carry their capture time (the node maps ``header.stamp`` onto the monotonic clock),
 not their arrival: a bridge that falls behind delivers old poses late, and judging them by arrival
-replayed seconds of old motion. The watchdog therefore releases once the newest pose or joy was
+would replay seconds of old motion. The watchdog therefore releases once the newest pose or joy was
 captured more than ``stale_timeout_s`` ago, however recently it arrived; a pose older than the one
 held is ignored. A grip release (or the menu button) acts in ``on_joy`` at once, before any later
 message of the same backlog can hide it, whatever the age of the message that carried it.
@@ -58,6 +58,8 @@ STALL_GRACE_S = 0.05  # ... and the watchdogs wait this long for the queued mess
 
 @dataclass
 class TeleopConfig:
+    """Teleop's parameters (its sub-configs: ``clutch``, ``frame``, ``filter``, ``limits``)."""
+
     hand: str = "right"  # controller that drives the arm; the other hand's X/A deletes
     control_rate_hz: float = 100.0
     pos_scale: float = 1.0
@@ -75,13 +77,16 @@ class TeleopConfig:
 
     @property
     def other_hand(self) -> str:
+        """The hand that does not drive the arm."""
         return "left" if self.hand == "right" else "right"
 
     @property
     def period(self) -> float:
+        """The control period in seconds."""
         return 1.0 / self.control_rate_hz
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if self.hand not in QUEST_HANDS:
             raise ValueError(f"hand must be 'left' or 'right', got {self.hand!r}")
         for name in (
@@ -112,6 +117,8 @@ class Action(Enum):
 
 @dataclass
 class Joy:
+    """One hand's controls: trigger and squeeze in [0, 1], and the buttons."""
+
     trigger: float = 0.0
     squeeze: float = 0.0
     primary: bool = False
@@ -122,12 +129,16 @@ class Joy:
 
 @dataclass
 class Pose:
+    """A position (m) and unit quaternion (xyzw)."""
+
     p: np.ndarray
     q: np.ndarray  # xyzw, unit
 
 
 @dataclass
 class TickResult:
+    """What one control tick did: the target (while engaged), clutch event, presses, haptics."""
+
     target: Pose | None = None
     gripper: float | None = None
     clutch: ClutchEvent = ClutchEvent.NONE
@@ -142,6 +153,8 @@ class TickResult:
 
 @dataclass
 class Counters:
+    """The core's counters for the status."""
+
     rejected_inputs: int = 0  # non-finite / non-unit poses and joys ignored
     refused_engages: int = 0  # ticks where the grip was closed but an interlock refused
     forced_releases: int = 0
@@ -154,8 +167,10 @@ class Counters:
 
 @dataclass(frozen=True, slots=True)
 class _FPose:
-    """A pose held by the core, as floats: the tick's arithmetic is scalar (``rotations.*_t``), and
-    tuples need no defensive copies; arrays are made only for the target handed out.
+    """A pose held by the core, as floats.
+
+    The tick's arithmetic is scalar (``rotations.*_t``), and tuples need no defensive copies; arrays are made
+    only for the target handed out.
     """
 
     p: tuple[float, ...]
@@ -163,8 +178,9 @@ class _FPose:
 
 
 def _floats(v: ArrayLike) -> list[float] | None:
-    """``v`` flattened to floats as numpy would (None: not numbers); a list or tuple of floats (what
-    the node passes, 100-200 times a second) without numpy.
+    """``v`` flattened to floats as numpy would (None: not numbers).
+
+    A list or tuple of floats (what the node passes, on every message) is taken without numpy.
     """
     if type(v) is list or type(v) is tuple:
         if all(type(x) is float for x in v):
@@ -192,8 +208,12 @@ def _valid_pose(p: ArrayLike, q: ArrayLike) -> _FPose | None:
 
 
 class TeleopCore:
+    """The teleop state machine: inputs in through ``on_*``, a target out of each ``tick``."""
+
     def __init__(self, cfg: TeleopConfig, remap: np.ndarray | None = None):
-        """``remap``: the input's frame -> arm base (default: the XR stage remap of ``cfg.frame``); an
+        """Start idle (clutch released, nothing held).
+
+        ``remap``: the input's frame -> arm base (default: the XR stage remap of ``cfg.frame``); an
         input that already speaks the arm base frame (``piper_recorder.teleop.spacemouse``) passes the identity.
         """
         cfg.validate()
@@ -241,7 +261,9 @@ class TeleopCore:
     # ---- inputs -------------------------------------------------------------------------------
     @staticmethod
     def _newer(t: float, order: int | None, held_t: float, held_order: int | None) -> bool:
-        """Whether an input is not older than the one held. By the source's order (the header stamp the
+        """Whether an input is not older than the one held.
+
+        By the source's order (the header stamp the
         bridge gave it, which rises with the headset's capture clock) when both have one: ``t`` is that
         stamp moved onto this host's monotonic clock, and the move reads two clocks, so a thread preempted
         between the reads shifts it by the preemption (inputs of a rising stream would be judged out of
@@ -314,7 +336,9 @@ class TeleopCore:
         return True
 
     def on_source_change(self, t: float, reason: str, hand: str | None = None, order: int | None = None) -> None:
-        """The input source changed (see the module docstring). A headset reports it on each hand's joy
+        """The input source changed (see the module docstring): release, and forget the held inputs.
+
+        A headset reports it on each hand's joy
         stream (``hand``; None: every hand at once) with one source stamp (``order``): the release acts
         once, and each hand's held input is forgotten when its own stream says so, after anything that
         stream delivered of the old source.
@@ -334,6 +358,7 @@ class TeleopCore:
         self._baseline.update(hands)
 
     def on_arm_pose(self, t: float, p: ArrayLike, q: ArrayLike) -> bool:
+        """Take the arm's measured flange pose at ``t``; False when refused (not finite, not unit)."""
         pose = _valid_pose(p, q)
         if pose is None:
             self.counters.rejected_inputs += 1
@@ -342,6 +367,7 @@ class TeleopCore:
         return True
 
     def on_joint_states(self, t: float, positions: ArrayLike) -> bool:
+        """Take the arm's joint positions at ``t``; False when refused."""
         # the node's list of floats as it is; anything else as numpy reads it (and refuses it)
         values = (
             positions
@@ -364,10 +390,12 @@ class TeleopCore:
 
     @property
     def engaged(self) -> bool:
+        """Whether the clutch is engaged."""
         return self.clutch.engaged
 
     # ---- control tick -------------------------------------------------------------------------
     def tick(self, t: float) -> TickResult:
+        """One control tick at ``t``: the next target while engaged, and what else happened."""
         res = TickResult()
         self._check_delete_hold(t)
         res.actions, self._actions = self._actions, []

@@ -1,8 +1,8 @@
 """Teleop's calls to the recorders' services: deadline, re-match, retry, and what the record toggle shows.
 
 Why: when a recorder is SIGKILLed and relaunched, teleop's service client still holds the dead
-server's endpoint until its DDS lease runs out, and a request sent to it is never answered; the
-operator, told nothing, believed an episode was recording. This policy is plain Python driven with
+server's endpoint until its DDS lease runs out, and a request sent to it is never answered; an
+operator told nothing would believe an episode was recording. This policy is plain Python driven with
 explicit (monotonic) times; the node is a thin adapter that sends what ``poll`` asks for and feeds
 back replies, ``/episode_events`` and each recorder's ``~/status``.
 
@@ -45,11 +45,14 @@ UNSAVED = (RECORDING, SAVE_FAILED)  # states where the next press must stop (sav
 
 @dataclass
 class RecorderCallConfig:
+    """The calls' deadline, retry window and status grace."""
+
     call_timeout_s: float = 3.0  # a reply later than this is reported, and the call re-matched and resent
     retry_window_s: float = 20.0  # a press not delivered this long after it is reported FAILED
     status_grace_s: float = 1.0  # a ~/status this soon after a reply/event may predate it: not trusted
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         for name in ("call_timeout_s", "retry_window_s", "status_grace_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
@@ -59,6 +62,8 @@ class RecorderCallConfig:
 
 
 class Outcome(Enum):
+    """How a press ended, or where it stands, on one recorder."""
+
     OK = "ok"  # answered success, or the effect was seen (event / status)
     REFUSED = "refused"  # answered failure (the recorder's message says why)
     TIMEOUT = "timeout"  # no answer within call_timeout_s: re-matching, will resend if allowed
@@ -68,8 +73,10 @@ class Outcome(Enum):
 
     @property
     def alarm(self) -> str | None:
-        """Which haptic pattern tells the operator: ``timeout`` while it is being retried, ``failed`` when
-        the press did not (or not everywhere) take effect, None when nothing is wrong.
+        """Which haptic pattern tells the operator, or None when nothing is wrong.
+
+        ``timeout`` while it is being retried, ``failed`` when
+        the press did not (or not everywhere) take effect.
         """
         if self in (Outcome.TIMEOUT, Outcome.UNAVAILABLE):
             return "timeout"
@@ -80,6 +87,8 @@ class Outcome(Enum):
 
 @dataclass(frozen=True)
 class Report:
+    """One recorder's outcome of one press, to log and feel."""
+
     recorder: str
     action: Action
     outcome: Outcome
@@ -92,6 +101,8 @@ class Report:
 
 @dataclass(frozen=True)
 class Send:
+    """One request for the node to send."""
+
     call_id: int
     recorder: str
     action: Action
@@ -100,6 +111,8 @@ class Send:
 
 @dataclass
 class PollResult:
+    """What one poll asks of the node: requests to send, clients to re-create, reports."""
+
     sends: list[Send] = field(default_factory=list)
     reconnect: list[str] = field(default_factory=list)  # destroy and re-create these recorders' clients
     reports: list[Report] = field(default_factory=list)
@@ -150,7 +163,9 @@ class RecorderCalls:
     # ---- state ---------------------------------------------------------------------------------
     @property
     def recording(self) -> bool:
-        """The toggle: True when any recorder is (believed) recording or holds an episode whose save
+        """The record toggle's state.
+
+        True when any recorder is (believed) recording or holds an episode whose save
         failed, so the next press stops (and retries that save).
         """
         return any(r.state in UNSAVED for r in self.recorders.values())
@@ -161,7 +176,8 @@ class RecorderCalls:
 
     # ---- inputs --------------------------------------------------------------------------------
     def press(self, t: float, action: Action, end_ns: int | None = None) -> None:
-        """The operator pressed: a new call on every recorder (superseding one still in flight);
+        """The operator pressed: a new call on every recorder, superseding one still in flight.
+
         ``end_ns``: a STOP's capture stamp (ROS ns), or None (unstamped: the episode ends at arrival).
         """
         for rec in self.recorders.values():
@@ -172,8 +188,10 @@ class RecorderCalls:
                 rec.state, rec.state_t = IDLE, t
 
     def on_reply(self, t: float, call_id: int, success: bool, message: str = "") -> Report | None:
-        """A reply, possibly late (after a timeout: still the answer) or to a call a newer press replaced
-        (reported, but the newer press owns the state).
+        """Take a reply, possibly late or to a call a newer press replaced.
+
+        A late reply (after a timeout) is still the answer; one to a replaced call is reported, but the newer
+        press owns the state.
         """
         known = self._ids.pop(call_id, None)
         if known is None:
@@ -194,6 +212,7 @@ class RecorderCalls:
         return Report(name, action, outcome, message)
 
     def on_event(self, t: float, recorder: str, event: str) -> None:
+        """Take one of a recorder's ``/episode_events`` (the effect of a press, seen)."""
         rec = self.recorders.get(recorder)
         if rec is None:
             return
@@ -207,6 +226,7 @@ class RecorderCalls:
             rec.call.effect_seen = True
 
     def on_status(self, t: float, recorder: str, state: str) -> None:
+        """Take a recorder's state from its ``~/status``."""
         rec = self.recorders.get(recorder)
         if rec is None or not isinstance(state, str):
             return

@@ -3,7 +3,7 @@
 Quaternions are ``[x, y, z, w]`` (the ROS / OpenXR order) everywhere in teleop; datasets convert
 to wxyz at the writer. Every function takes and returns plain float arrays so the same code runs in
 unit tests against hand-computed values and in the node; inside, the arithmetic is on Python floats
-(``as_floats``), which is 5-20x cheaper than numpy calls on 3-4 element vectors. The ``*_t`` variants
+(``as_floats``), much cheaper than numpy calls on 3-4 element vectors. The ``*_t`` variants
 take float sequences and return tuples (or nested lists): the control tick's path, which keeps its
 poses as floats and makes arrays only for what it hands out.
 """
@@ -19,13 +19,16 @@ Quat = tuple[float, float, float, float]
 
 
 def as_floats(v: np.ndarray | Sequence[float]) -> list[float]:
-    """The elements as Python floats: the teleop math runs at 100-200 Hz on 3-4 element vectors, where
-    each numpy call (~1-5 us of dispatch) costs more than the arithmetic it does.
+    """The elements as Python floats.
+
+    The teleop math runs on 3-4 element vectors, where each numpy call's dispatch costs more than the
+    arithmetic it does.
     """
     return v.tolist() if isinstance(v, np.ndarray) else [float(x) for x in v]
 
 
 def is_finite(*arrays: np.ndarray | list[float]) -> bool:
+    """Whether every element of every array is finite."""
     for a in arrays:
         try:
             values = a.ravel().tolist() if isinstance(a, np.ndarray) else [float(x) for x in a]
@@ -67,6 +70,7 @@ def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def quat_conj(q: np.ndarray) -> np.ndarray:
+    """The conjugate of ``q`` (xyzw): the inverse of a unit quaternion."""
     x, y, z, w = as_floats(q)
     return np.array([-x, -y, -z, w])
 
@@ -80,6 +84,7 @@ def _matrix(x: float, y: float, z: float, w: float) -> list[list[float]]:
 
 
 def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    """The 3x3 rotation matrix of ``q`` (xyzw, normalised first)."""
     x, y, z, w = as_floats(q)
     return np.array(_matrix(*_unit(x, y, z, w, q)))
 
@@ -133,6 +138,7 @@ def rotate_then(r: list[list[float]], q: np.ndarray) -> np.ndarray:
 
 
 def axis_angle_to_quat(axis: np.ndarray, angle: float) -> np.ndarray:
+    """The unit quaternion (xyzw) rotating by ``angle`` rad about ``axis``."""
     axis = np.asarray(axis, dtype=float)
     axis = axis / np.linalg.norm(axis)
     s = math.sin(angle / 2.0)
@@ -140,6 +146,7 @@ def axis_angle_to_quat(axis: np.ndarray, angle: float) -> np.ndarray:
 
 
 def rot_z(angle: float) -> np.ndarray:
+    """The 3x3 rotation by ``angle`` rad about +z."""
     c, s = math.cos(angle), math.sin(angle)
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 

@@ -52,6 +52,8 @@ _CLUTCH_CHANGES = (ClutchEvent.ENGAGED, ClutchEvent.RELEASED, ClutchEvent.FORCED
 
 @dataclass
 class TeleopNodeConfig:
+    """The teleop node's own parameters: recorders, haptics, calls, faults."""
+
     recorders: list[str] = field(default_factory=lambda: ["lerobot_recorder", "rgbd_recorder"])
     haptic_amp: float = 0.6
     haptic_ms: int = 40
@@ -62,9 +64,11 @@ class TeleopNodeConfig:
     input: str = "headset"  # headset (/quest/* from quest_bridge) | spacemouse (spacemouse.*)
 
     def calls(self) -> RecorderCallConfig:
+        """The recorder calls' settings."""
         return RecorderCallConfig(call_timeout_s=self.call_timeout_s, retry_window_s=self.retry_window_s)
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         if not 0.0 <= self.haptic_amp <= 1.0 or not 0 <= self.haptic_ms <= 2000:
             raise ValueError("haptic_amp must be in [0, 1] and haptic_ms in [0, 2000]")
         if any(not r or "/" in r for r in self.recorders):
@@ -77,13 +81,15 @@ class TeleopNodeConfig:
 class Pending(Protocol):
     """A call in flight (an rclpy ``Future``): whether its answer has come."""
 
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Whether the answer has come."""
 
 
 @dataclass(slots=True)
 class Tick:
-    """One control tick: the core's result (target, gripper, clutch event, presses, label) and what the
-    node must do besides publishing the target.
+    """One control tick: the core's result and what the node must do besides publishing the target.
+
+    The core's result: target, gripper, clutch event, presses, label.
     """
 
     result: TickResult
@@ -106,6 +112,8 @@ class ServiceStep:
 
 @dataclass
 class ReplyStep:
+    """What one reply makes the node do: log a report, pulse the headset."""
+
     report: Report | None = None
     haptic: list[dict[str, Any]] = field(default_factory=list)
 
@@ -146,12 +154,14 @@ class TeleopSession:
 
     # ---- inputs -------------------------------------------------------------------------------
     def _captured(self, stamp_ns: int) -> tuple[float, int | None]:
-        """A message's capture time on the monotonic clock (never later than now) and its source order
-        (the stamp; None when unstamped: all we know is that it arrived now).
+        """A message's capture time on the monotonic clock (never later than now) and its source order.
+
+        The order is the stamp; None when unstamped (all we know is that it arrived now).
         """
         return self._to_mono.convert(stamp_ns), (stamp_ns if stamp_ns > 0 else None)
 
     def on_hand_pose(self, stamp_ns: int, p: Sequence[float], q: Sequence[float]) -> None:
+        """Take the driving hand's pose, stamped at capture (ns)."""
         with self._lock:  # the converter's state too
             t, order = self._captured(stamp_ns)
             self.core.on_hand_pose(t, p, q, order)
@@ -173,10 +183,12 @@ class TeleopSession:
             self._status_dirty = True
 
     def on_arm_pose(self, p: Sequence[float], q: Sequence[float]) -> None:
+        """Take the arm's measured flange pose, at its arrival."""
         with self._lock:
             self.core.on_arm_pose(self._clock(), p, q)
 
     def on_joints(self, positions: Sequence[float]) -> None:
+        """Take the arm's joint positions, at their arrival."""
         with self._lock:
             self.core.on_joint_states(self._clock(), positions)
 
@@ -225,11 +237,13 @@ class TeleopSession:
             self.core.on_recording(self.calls.recording)
 
     def on_spacemouse_report(self, t: float, report: bytes) -> bool:
+        """Take one SpaceMouse report (reader thread); False when it cannot be used."""
         assert self.spacemouse is not None
         with self._lock:
             return self.spacemouse.on_report(t, report)
 
     def on_spacemouse_state(self, state: str, detail: str) -> None:
+        """Take the SpaceMouse device's state (reader thread)."""
         assert self.spacemouse is not None
         with self._lock:
             now = self._clock()
@@ -241,7 +255,9 @@ class TeleopSession:
 
     # ---- control tick -------------------------------------------------------------------------
     def tick(self) -> Tick:
-        """The next target (while engaged) and what else the tick did: presses become recorder calls,
+        """The next target (while engaged) and what else the tick did.
+
+        Presses become recorder calls,
         limits and interlocks pulse the headset, a clutch change makes the status due.
         """
         with self._lock:
@@ -265,8 +281,9 @@ class TeleopSession:
         return Tick(res, self._engage if clutch is ClutchEvent.ENGAGED else None, log_refusal)
 
     def _track_limits(self, now: float, active: tuple[str, ...]) -> None:
-        """Pulse ``haptics.limit`` when a limit starts shaping the target (the core counts the hits),
-        and make the status due.
+        """Pulse ``haptics.limit`` when a limit starts shaping the target, and make the status due.
+
+        The core counts the hits.
         """
         if active == self._limits_active:
             return
@@ -277,8 +294,9 @@ class TeleopSession:
 
     # ---- recorder calls -----------------------------------------------------------------------
     def poll(self, ready: Callable[[str], bool]) -> ServiceStep:
-        """Advance the recorder calls (``ready(recorder)``: its Trigger clients are matched) and the label
-        deadlines; hand out the haptic pulses due and the status when it is due.
+        """Advance the recorder calls and the label deadlines.
+
+        ``ready(recorder)``: its Trigger clients are matched. Hands out the haptic pulses due and the status when it is due.
         """
         out = ServiceStep()
         with self._lock:

@@ -1,6 +1,4 @@
-"""Subscriptions whose callback gets the message decoded from its serialized bytes (``cdr.decode``) for the
-graph's hot types, and the count of the ones that did not decode.
-"""
+"""Subscriptions whose callback gets the message decoded from its bytes (``cdr.decode``) for the hot types."""
 
 from __future__ import annotations
 
@@ -31,14 +29,16 @@ def type_name(msg_class: Any) -> str:
 
 
 class DecodeErrors:
-    """Serialized messages that did not decode (never expected from a matched DDS type): counted per
-    topic and logged at most every 10 s, never raised into the executor.
+    """Serialized messages that did not decode (never expected from a matched DDS type).
+
+    Counted per topic and logged at most every 10 s, never raised into the executor.
     """
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
 
     def add(self, node: Node, topic: str, exc: Exception, what: str = "did not decode") -> None:
+        """Count and log one dropped message of ``topic``."""
         self.counts[topic] = self.counts.get(topic, 0) + 1
         node.get_logger().error(
             f"{topic}: a message {what} ({exc!r}); dropped ({self.counts[topic]} so far)", throttle_duration_sec=10.0
@@ -54,20 +54,20 @@ def create_decoded_subscription(
     errors: DecodeErrors | None = None,
     **kwargs: Any,
 ) -> Any:
-    """``node.create_subscription`` whose callback gets the message decoded by ``cdr.decode`` (a
-    rosbags object with the ROS field names, ``uint8[]`` as numpy) for ``DECODED_TYPES``, and rclpy's
-    own message otherwise. rclpy hands over the serialized bytes, so each message skips its C
-    struct and the generated classes' per-field setters: about a quarter of a recorder's executor
-    thread (``bench/executor_overhead.py``: ``events`` against ``decoded``). The graph's hot inputs
-    are taken by ``PolledInputs`` instead (half that again); this is the executor form, for a
-    subscription an executor must serve, and the bench's baseline.
+    """``node.create_subscription`` whose callback gets the message decoded by ``cdr.decode``.
+
+    For ``DECODED_TYPES`` the callback gets a rosbags object with the ROS field names (``uint8[]`` as
+    numpy), rclpy's own message otherwise. rclpy hands over the serialized bytes, so each message skips its
+    C struct and the generated classes' per-field setters (``bench/executor_overhead.py``: ``decoded``). The
+    graph's hot inputs are taken by ``PolledInputs`` instead, cheaper still; this is the executor form, for
+    a subscription an executor must serve.
     """
     name = type_name(msg_class)
     if name not in DECODED_TYPES:
         return node.create_subscription(msg_class, topic, callback, qos, **kwargs)
     bad = errors if errors is not None else DecodeErrors()
-    # the type store and this type's decoder are built here, before the subscription exists: on the first
-    # message they held the executor for ~0.35 s of CPU (seconds on a loaded machine) with images queuing
+    # the type store and this type's decoder are built here, before the subscription exists: built on the
+    # first message they would hold the executor while images queue
     warm_decoder(name)
 
     def on_serialized(data: bytes) -> None:

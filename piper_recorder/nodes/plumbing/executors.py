@@ -1,6 +1,7 @@
-"""The executors a node spins on: which one (``executor_for``, ``executor_class``, chosen by what this rclpy
-can do), the loop that spins it (``spin_until``), the one that notes a service request's arrival
-(``ArrivalExecutor``), and work a coroutine service callback awaits on a thread (``run_in_thread``).
+"""The executors a node spins on, chosen by what this rclpy can do, and the helpers around them.
+
+``executor_for``/``executor_class`` choose one, ``spin_until`` spins it, ``ArrivalExecutor`` notes a service
+request's arrival, ``run_in_thread`` runs work a coroutine service callback awaits.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from .stamps import now_ns
 
 
 def spin_until(executor: Executor, stop: threading.Event) -> None:
+    """Spin ``executor`` until ``stop`` is set or rclpy shuts down."""
     # spin_once in a loop rather than spin(): rclpy's EventsExecutor.spin() runs no timers when it is
     # spun from a thread other than the main one (Kilted wheels); spin_once does. spin_once runs one
-    # callback: rclpy.ok() (the context's lock, ~1 us) is asked after a wait of 50 ms or more (nothing came:
-    # a shut-down context delivers nothing, its spin_once waits out the timeout) and every 256 callbacks,
-    # not after every one of a recorder's ~500 messages a second.
+    # callback: rclpy.ok() (it takes the context's lock) is asked after a wait of 50 ms or more (nothing
+    # came: a shut-down context delivers nothing, its spin_once waits out the timeout) and every 256
+    # callbacks, not after every message.
     ok, clock = rclpy.ok, time.monotonic
     n = 0
     try:
@@ -70,8 +72,10 @@ def events_executor_awaits_services(version: tuple[int, ...] | None = None) -> b
 
 
 def executor_for(node: Node, kind: str = "events") -> str:
-    """``kind``, unless it is ``events`` and the node answers a service with a coroutine this rclpy's
-    EventsExecutor cannot await: then ``single`` (the node's services are what it spins for).
+    """``kind``, or ``single`` where the EventsExecutor could not answer the node's services.
+
+    That is when ``kind`` is ``events`` and the node answers a service with a coroutine this rclpy's
+    EventsExecutor cannot await (the node's services are what it spins for).
     """
     if (
         kind == "events"
@@ -83,12 +87,12 @@ def executor_for(node: Node, kind: str = "events") -> str:
 
 
 def executor_class(kind: str = "events") -> Callable[..., Executor]:
-    """What makes the executor of ``kind``: its class, or for ``events`` rclpy's EventsExecutor (a factory
-    function, not a class). ``events`` (default): single-threaded, lowest cost per callback and the
-    only one that kept up with a recorder's input in ``bench/executor_overhead.py`` (the
-    MultiThreadedExecutor delivered half the 200 Hz arm messages and lost images); an rclpy without it
-    (Humble's) gets the SingleThreadedExecutor instead. ``single``: the classic SingleThreadedExecutor;
-    ``multi``: MultiThreadedExecutor (4 threads).
+    """What makes the executor of ``kind``: its class, or for ``events`` rclpy's EventsExecutor (a factory).
+
+    ``events`` (default): single-threaded, lowest cost per callback, and unlike the MultiThreadedExecutor it
+    keeps up with a recorder's input (``bench/executor_overhead.py``); an rclpy without it (Humble's) gets
+    the SingleThreadedExecutor instead. ``single``: the classic SingleThreadedExecutor; ``multi``:
+    MultiThreadedExecutor (4 threads).
     Callbacks must not block on single-threaded executors: long work goes to a thread and a service
     callback awaits it as a coroutine (see ``run_in_thread``).
     """
@@ -160,8 +164,10 @@ class ArrivalExecutor(SingleThreadedExecutor):
 
 
 def arrival_or_now(executor: Executor, node: Node, max_age_s: float = 5.0) -> int:
-    """The arrival time (ROS ns) of the request being served on ``executor`` if it is an
-    ``ArrivalExecutor`` and the node runs on system time (no ``use_sim_time``); else now.
+    """The arrival time (ROS ns) of the request being served on ``executor``, else now.
+
+    The arrival is known when ``executor`` is an ``ArrivalExecutor`` and the node runs on system time (no
+    ``use_sim_time``).
     """
     now = now_ns(node)
     arrival = getattr(executor, "arrival_ns", None)

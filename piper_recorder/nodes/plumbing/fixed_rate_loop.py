@@ -44,5 +44,6 @@ class FixedRateLoop:
                 self.on_error(exc)
 
     def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop the loop and join its thread."""
         self._stop.set()
         self._thread.join(timeout_s)

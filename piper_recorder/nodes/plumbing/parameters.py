@@ -1,5 +1,6 @@
-"""Typed node parameters: every node declares its parameters from one typed dataclass (``declare_config``),
-so the config class is the single place that names, types and defaults a parameter, and a bad value fails at
+"""Typed node parameters: every node declares its parameters from one typed dataclass (``declare_config``).
+
+The config class is the single place that names, types and defaults a parameter, and a bad value fails at
 start-up with a message naming it (``ParameterError``).
 """
 
@@ -53,8 +54,9 @@ def _descriptor(name: str, typ: Any, settable: bool) -> ParameterDescriptor:
 
 
 def declare_config(node: Node, cls: type[C], prefix: str = "") -> C:
-    """Declare one statically typed ROS parameter per dataclass field (defaults from the class) and
-    return the filled config.
+    """Declare one statically typed ROS parameter per dataclass field and return the filled config.
+
+    Defaults come from the class.
 
     Fields of type bool/int/float/str and list[...] of those map to ROS parameters of that type; a
     field named ``foo`` with ``prefix='bar.'`` becomes parameter ``bar.foo``. A start-up value (``-p``,

@@ -15,15 +15,12 @@ from .stamps import now_ns
 
 
 class PolledInputs:
-    """Subscriptions no executor serves: the thread that uses their messages takes them in batches
-    (``poll``) at its own pace, instead of the executor waking for each one.
+    """Subscriptions no executor serves: the thread that uses their messages takes them in batches (``poll``).
 
-    Why: an executor wakes, dispatches and hands over each message alone, and in this graph every
-    wake-up runs cold. A recorder's input (800 arm messages/s, two 640x480 cameras at 30 fps) cost its
-    process 0.17-0.18 CPU-s/s through the EventsExecutor (with this decoder) and 0.09-0.11 taken every
-    33 ms (``bench/executor_overhead.py``, interleaved runs). The recorders take theirs on the tick
-    thread before each row, piper_arm its targets in its control loop, a sim camera the arm's pose
-    when it renders. A subscription's history (its QoS depth) must hold what
+    Why: an executor wakes, dispatches and hands over each message alone, and in this graph every wake-up
+    runs cold; taking a batch at the user's own pace costs about half (``bench/executor_overhead.py``). The
+    recorders take theirs on the tick thread before each row, piper_arm its targets in its control loop, a
+    sim camera the arm's pose when it renders. A subscription's history (its QoS depth) must hold what
     arrives between two polls.
 
     The subscriptions live on a node of their own, ``<node>_inputs`` (an executor serves a node's
@@ -53,8 +50,9 @@ class PolledInputs:
         self._wait_set: tuple[Any, int] | None = None  # rclpy's wait set and how many subscriptions it holds
 
     def wait(self, timeout_s: float) -> bool:
-        """Block until a message is waiting in any subscription (True), ``interrupt`` is called or the
-        timeout passes (False). One thread waits at a time. rclpy's wait set, as ``rclpy.wait_for_message``
+        """Block until a message is waiting in any subscription (True), or ``interrupt`` or the timeout (False).
+
+        One thread waits at a time. rclpy's wait set, as ``rclpy.wait_for_message``
         uses it: a loop that acts on its inputs as they come (piper_arm's position control) sleeps here.
         """
         from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
@@ -121,6 +119,7 @@ class PolledInputs:
         return n
 
     def destroy(self) -> None:
+        """Destroy the inputs' node and its subscriptions."""
         self._wait_set = None
         self.node.destroy_node()
 

@@ -1,6 +1,4 @@
-"""A node's process from start to clean shutdown: its command line, rclpy, the executor, stop signals and the
-parent's watch (``run_node``).
-"""
+"""A node's process from start to clean shutdown: command line, rclpy, executor, stop signals, parent watch."""
 
 from __future__ import annotations
 
@@ -22,9 +20,10 @@ from .parameters import ParameterError
 
 
 def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "events") -> int:
-    """Create the node, spin it (``make_executor(executor_for(node, executor))``) until SIGINT, SIGTERM or
-    SIGHUP, or until the process that started it is gone (``supervision.watch_parent``: a SIGKILLed
-    launcher), then shut down cleanly.
+    """Create the node, spin it until a stop signal or its parent is gone, then shut down cleanly.
+
+    The executor is ``make_executor(executor_for(node, executor))``; the stops are SIGINT, SIGTERM, SIGHUP and
+    the end of the process that started it (``supervision.watch_parent``: a SIGKILLed launcher).
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
     discard the episode in flight and publish its last event before the process exits.

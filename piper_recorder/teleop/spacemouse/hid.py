@@ -41,6 +41,7 @@ DROP_REASONS = ("empty", "bad_length", "out_of_range")
 
 
 def is_3dconnexion(vendor: int, product: int) -> bool:
+    """Whether a USB vendor/product pair is a 3Dconnexion device."""
     return vendor == VENDOR_3DCONNEXION or (vendor == VENDOR_LOGITECH and product in LOGITECH_3DX_PRODUCTS)
 
 
@@ -55,6 +56,8 @@ class HidState:
 
 @dataclass
 class Decoded:
+    """What one report was: motion, buttons, another report, or a drop and why."""
+
     kind: str  # "motion", "buttons", "other" (a report that is not input we use), "drop"
     reason: str = ""  # for "drop": one of DROP_REASONS
 
@@ -70,6 +73,7 @@ class HidDecoder:
     layout: str = ""  # "split" or "single" once report 1 has been seen
 
     def decode(self, report: bytes) -> Decoded:
+        """Decode one report into the decoder's state; a malformed one is a counted drop."""
         self.reports += 1
         if not report:
             return self._drop("empty")
@@ -110,6 +114,8 @@ class HidDecoder:
 
 @dataclass(frozen=True)
 class HidrawDevice:
+    """One hidraw node of a 3Dconnexion device."""
+
     path: str  # /dev/hidrawN
     vendor: int
     product: int
@@ -121,8 +127,10 @@ _HID_NAME = re.compile(r"^HID_NAME=(.*)$", re.M)
 
 
 def hidraw_devices(sysfs: str | Path = "/sys/class/hidraw", dev: str | Path = "/dev") -> list[HidrawDevice]:
-    """The 3Dconnexion devices among the hidraw nodes, by name (``HID_ID=bus:vendor:product`` in each
-    node's ``device/uevent``, the kernel's own record; no ioctl, no extra dependency).
+    """The 3Dconnexion devices among the hidraw nodes, by name.
+
+    Found by ``HID_ID=bus:vendor:product`` in each node's ``device/uevent``, the kernel's own record: no
+    ioctl, no extra dependency.
     """
     out = []
     root = Path(sysfs)

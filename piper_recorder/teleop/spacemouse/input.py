@@ -56,6 +56,8 @@ TELEOP_INPUTS = ("headset", "spacemouse")  # teleop's ``input`` parameter (and t
 
 @dataclass
 class SpaceMouseConfig:
+    """The SpaceMouse mode's parameters (``spacemouse.*``)."""
+
     device: str = "auto"  # /dev/hidrawN, or auto: the first 3Dconnexion node in /sys/class/hidraw
     full_scale: float = 350.0  # raw report value at full deflection
     deadband: float = 0.1  # fraction of full scale ignored around rest (a resting cap reads a few counts)
@@ -71,6 +73,7 @@ class SpaceMouseConfig:
     reopen_s: float = 1.0  # retry opening an absent or lost device this often
 
     def validate(self) -> None:
+        """Raise ValueError naming the first bad setting."""
         for name in ("full_scale", "linear_speed", "angular_speed", "record_hold_s", "reopen_s"):
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
@@ -98,6 +101,8 @@ class SpaceMouseConfig:
 
 @dataclass
 class SpaceMouseCounters:
+    """Reports, drops by reason, stalls and presses, for the status."""
+
     reports: int = 0
     drops: dict[str, int] = field(default_factory=dict)  # hid.DROP_REASONS: malformed reports ignored
     other_reports: int = 0  # well-formed reports that are not motion or buttons (battery, ...)
@@ -160,6 +165,7 @@ class SpaceMouseInput:
 
     @property
     def connected(self) -> bool:
+        """Whether the device is open."""
         return self.device_state == "open"
 
     # ---- device --------------------------------------------------------------------------------
@@ -244,8 +250,9 @@ class SpaceMouseInput:
 
     # ---- control tick --------------------------------------------------------------------------
     def sample(self, t: float) -> tuple[np.ndarray, np.ndarray, Joy] | None:
-        """The hand pose and Joy for a tick at ``t``; None while the device is not open (the core's
-        staleness rule then releases the clutch).
+        """The hand pose and Joy for a tick at ``t``; None while the device is not open.
+
+        The core's staleness rule then releases the clutch.
         """
         if not self.connected:
             return None
@@ -264,6 +271,7 @@ class SpaceMouseInput:
         return self.p.copy(), self.q.copy(), joy
 
     def recenter(self) -> None:
+        """Put the integrated hand pose back at the origin."""
         self.p, self.q = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
 
     def step(self, core: TeleopCore, t: float) -> TickResult:
@@ -304,6 +312,7 @@ class SpaceMouseInput:
         return res
 
     def status(self) -> dict[str, object]:
+        """The device's state and counters for ``/teleop/status``."""
         return {
             "device": self.device_state,
             "detail": self.device_detail,

@@ -33,7 +33,9 @@ BAD_RETRY_S = 5.0  # a bad device is opened again after this long (a replug, aut
 
 
 class HidrawReader:
-    """``on_report(t, report)`` returns False for a report it cannot use (None or True: fine);
+    """A thread reading a hidraw device's reports, reopening it as it comes and goes.
+
+    ``on_report(t, report)`` returns False for a report it cannot use (None or True: fine);
     ``on_state(state, detail)``: "open", "absent", "lost" or "bad" with why.
     """
 
@@ -54,10 +56,12 @@ class HidrawReader:
         self._thread = threading.Thread(target=self._run, name="spacemouse-hidraw", daemon=True)
 
     def start(self) -> HidrawReader:
+        """Start the thread; returns the reader."""
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 2.0) -> None:
+        """Stop the thread and close the device."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -94,8 +98,9 @@ class HidrawReader:
                 self._stop.wait(self.bad_retry_s if state == "bad" else self.reopen_s)
 
     def _read(self, fd: int) -> tuple[str, str]:
-        """Read reports until the device goes away ("lost") or turns out not to be one ("bad"), with why,
-        or ``stop``.
+        """Read reports until ``stop``, or until the device goes away ("lost") or turns out not to be one ("bad").
+
+        The state reported says why.
         """
         poller = select.poll()
         poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
