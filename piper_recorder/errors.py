@@ -1,21 +1,14 @@
 """The project's error root and the one rule for exit codes.
 
-Every exception class the project defines derives from ``PiperError``. Those that mean "this input
-cannot be used" (a missing, truncated, garbled or wrongly typed file, a parameter out of range, a bag
-that cannot be converted, a peer's malformed message) derive from ``PiperInputError``: the console
-scripts (``cli.errors``) and the recorder nodes turn exactly these, and ``OSError`` (missing or
-unreadable files, a full disk), into a one-line message and exit code 2. Anything else is a bug in
-the reading code (a bare ValueError, TypeError, KeyError, ...): exit 1 with the traceback, so it is
-reported as a bug and not mistaken for bad input.
+Every project exception derives from ``PiperError``; those meaning "this input cannot be used" (a missing,
+truncated or garbled file, a parameter out of range, an unconvertible bag, a peer's malformed message)
+derive from ``PiperInputError``. The console scripts (``cli.errors``) and the recorder nodes turn these,
+``OSError`` and the third-party decoders' own errors (``is_input_error``: by type, never ValueError as a
+whole) into a one-line message and exit code 2; anything else is a bug in the reading code: exit 1 with
+the traceback, so it is not mistaken for bad input.
 
-A third-party decoder's own "these bytes do not decode" error (JSON, UTF-8, pyarrow's ArrowInvalid,
-PyAV's FFmpeg errors) is input as well: ``is_input_error`` knows those by type, never ValueError as a
-whole.
-
-The formats' shared names live here once: ``SchemaError`` (a value does not fit the schema) and
-``EpisodeStateError`` (a call does not fit the episode state) are raised by both the LeRobot writer
-and the RGB-D writer, and are both a ``DatasetError`` and an ``RgbdError`` so that either format's
-callers catch them with their own base. This module imports nothing of the project (a leaf).
+``SchemaError`` and ``EpisodeStateError`` are raised by both the LeRobot and the RGB-D writer, so each is a
+``DatasetError`` and an ``RgbdError``. A leaf: imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -41,14 +34,17 @@ class RgbdError(PiperInputError):
 
 
 class SchemaError(DatasetError, RgbdError, ValueError):
-    """A row, frame or array does not match the configured features (shape, dtype, non-finite values);
-    the message names the column or field.
+    """A row, frame or array does not match the configured features.
+
+    The message names the column or field and what is wrong (shape, dtype, non-finite values).
     """
 
 
 class EpisodeStateError(DatasetError, RgbdError, RuntimeError):
-    """A call does not fit the episode state (``add_row`` with no episode started, an episode ended
-    with too few observations, a writer already closed).
+    """A call does not fit the episode state.
+
+    For example ``add_row`` with no episode started, an episode ended with too few observations, or a
+    writer already closed.
     """
 
 

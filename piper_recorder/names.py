@@ -1,15 +1,10 @@
-"""The project's names, stated once: the graph's nodes, topics and services, the camera and headset topic
-patterns (one placeholder each, ``{cam}`` and ``{device}``), the dataset's image feature keys and the
-camera profile every layer defaults to.
+"""The project's names, stated once: nodes, topics, services, image feature keys, the camera profile.
 
-Every node, core and converter that needs one of these imports it from here, so a renamed topic or a
-changed default is one edit; ``test_module_graph`` forbids the image-feature prefix, the camera topic
-suffixes and the graph's topic and service names (``/arm/...``, ``/quest/...``, ``~/status``, ...) as
-literals anywhere else. The nodes that follow cameras (recorders, policy, dashboard, quest_video) take the
-same ``image_topic_pattern`` parameter with the same default, so a camera namespace set for the recorders
-(a RealSense ``/camera/{cam}/color/image_raw``) is set the same way for every image consumer.
-
-A leaf: imports nothing of the project.
+Camera and headset topic patterns take one placeholder each (``{cam}``, ``{device}``). Everything imports
+these from here, so a rename is one edit; ``test_module_graph`` forbids the image-feature prefix, the camera
+topic suffixes and the graph's topic and service names as literals anywhere else. Every node that follows
+cameras takes the same ``image_topic_pattern`` parameter with the same default, so a camera namespace is
+set the same way for every image consumer. A leaf: imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -26,8 +21,9 @@ STATUS = "~/status"  # every node's String JSON status, under its own name
 
 
 def node_topic(node: str, name: str) -> str:
-    """The full name of node ``node``'s private topic or service ``name`` (``~/status``, ``start_episode``),
-    the node in the root namespace as the launchers start it: ``node_topic("teleop", STATUS)`` is
+    """The full name of node ``node``'s private topic or service ``name`` (``~/status``, ``start_episode``).
+
+    The node sits in the root namespace, as the launchers start it: ``node_topic("teleop", STATUS)`` is
     ``/teleop/status``.
     """
     return f"/{node}/{name.removeprefix('~/')}"

@@ -34,9 +34,11 @@ def grid_timestamp(index: int, fps: float) -> np.float32:
 
 
 def pts_ticks(t: float) -> int:
-    """PTS in 1/90000 s, rounded down from the float32 time: ``pts * TIME_BASE <= float32(t)`` and
-    ``float32(t) - pts * TIME_BASE < 1/90000`` hold exactly: float32(t) is a dyadic rational and the
-    floor is taken in exact arithmetic, so no float rounding can push a PTS past its row time.
+    """PTS in 1/90000 s, rounded down from the float32 time.
+
+    ``pts * TIME_BASE <= float32(t)`` and ``float32(t) - pts * TIME_BASE < 1/90000`` hold exactly:
+    float32(t) is a dyadic rational and the floor is taken in exact arithmetic, so no float rounding can
+    push a PTS past its row time.
     """
     return math.floor(Fraction(float(np.float32(t))) * TICKS)
 

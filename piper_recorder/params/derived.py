@@ -1,26 +1,16 @@
 """A parameter file's effective parameters: what it states once, derived for every node that follows it.
 
-The cameras are stated once in a parameter file (config/sim.yaml, config/robot.yaml): their names in
-``piper_launch.cameras``, and each camera's serial and profile in its own section (a sim_camera's
-``serial``, ``width``, ``height``; a realsense2_camera's ``serial_no`` and ``rgb_camera.color_profile``, a
-D405's ``depth_module.color_profile``: ``color_profile_key``; unstated, the profile is ``names.CAMERA``). The nodes that follow the cameras get their lists from
-``derived_params``: the LeRobot recorder records every camera (``cameras``), the RGB-D recorder the
-first (``camera``), each with their serials (``camera_serials``, provenance) and, when a camera states
-its size, that size (``camera_heights``/``camera_widths``, ``camera_height``/``camera_width``);
-quest_video shows the first ``MAX_CAMERA_PANELS``. It is the one derivation: the launchers pass it on
-as parameters (``graph.arguments.launch_overrides``: the launch files' node parameters and piper-launch's
-effective file), and the bag converter and piper-recover load the recorders' settings through
-``effective_params`` (``recording.config.load_config``), so a recorder follows the same cameras live
-and offline.
+Cameras are stated once (config/sim.yaml, config/robot.yaml): their names in ``piper_launch.cameras``, each
+one's serial and profile in its own section (a sim_camera's ``serial``, ``width``, ``height``; a
+realsense2_camera's ``serial_no`` and colour profile, ``color_profile_key``; unstated: ``names.CAMERA``).
+``derived_params`` is the one derivation: the LeRobot recorder records every camera, the RGB-D recorder the
+first, quest_video shows the first ``MAX_CAMERA_PANELS``, with their serials and stated sizes. The launchers
+pass it on (``graph.arguments.launch_overrides``) and the bag converter and piper-recover load it through
+``effective_params``, so a recorder follows the same cameras live and offline.
 
-A file in the older layout, with the lists written out per node, still loads: a node's own list that
-agrees with the cameras is kept (it may choose among them: ``rgbd_recorder.camera: cam_wrist``,
-``lerobot_recorder.cameras: [cam_front]``), and one that contradicts them (a camera the file does not
-configure, a serial or size other than the camera's section says) is refused with a ValueError naming
-both places, never silently replaced. A file without ``piper_launch.cameras`` (a recorder's section
-alone) derives nothing: its values are its own.
-
-Pure: no ROS, no process.
+A node's own list (the older per-node layout) is kept when it agrees with the cameras (it may choose among
+them) and refused with a ValueError naming both places when it contradicts them, never silently replaced.
+A file without ``piper_launch.cameras`` derives nothing. Pure: no ROS, no process.
 """
 
 from __future__ import annotations
@@ -59,8 +49,9 @@ def is_d405(section: Mapping[str, Any]) -> bool:
 
 
 def color_profile_key(section: Mapping[str, Any]) -> str:
-    """The parameter realsense-ros reads a camera's colour profile from: ``D405_COLOR_PROFILE`` for a D405,
-    ``COLOR_PROFILE`` for every other model.
+    """The parameter realsense-ros reads a camera's colour profile from.
+
+    ``D405_COLOR_PROFILE`` for a D405, ``COLOR_PROFILE`` for every other model.
     """
     return D405_COLOR_PROFILE if is_d405(section) else COLOR_PROFILE
 
@@ -77,6 +68,7 @@ class CameraSection:
 
     @classmethod
     def of(cls, doc: Doc, name: str) -> CameraSection:
+        """Camera ``name``'s section of ``doc``; ValueError for a profile it cannot use or states in the wrong key."""
         section = doc.get(name) or {}
         key = next((k for k in SERIAL_KEYS if section.get(k) not in (None, "")), SERIAL_KEYS[0])
         serial = section.get(key)
@@ -103,6 +95,7 @@ class CameraSection:
 
     @property
     def where(self) -> str:
+        """Where the serial is stated (``section.key``), for error messages."""
         return f"{self.name}.{self.serial_key}"
 
 
@@ -178,8 +171,10 @@ def _serials(
     names: Sequence[str],
     cams: Mapping[str, CameraSection],
 ) -> dict[str, Any]:
-    """``camera_serials`` of ``names`` from the cameras' sections; a node's own list (older layout, one
-    per camera of ``aligned``) must agree with them, and stands in for a camera whose section has none.
+    """``camera_serials`` of ``names`` from the cameras' sections.
+
+    A node's own list (older layout, one per camera of ``aligned``) must agree with them, and stands in
+    for a camera whose section has none.
     """
     own = section.get("camera_serials") or []
     stated: dict[str, str] = {}
@@ -203,8 +198,9 @@ def _serials(
 def _lerobot_sizes(
     section: Mapping[str, Any], aligned: Sequence[str], names: Sequence[str], cams: Mapping[str, CameraSection]
 ) -> dict[str, Any]:
-    """Per-camera ``camera_heights``/``camera_widths`` when a camera states its size or the node its own
-    per-camera lists (older layout: restricted to ``names``, and checked against the cameras).
+    """Per-camera ``camera_heights``/``camera_widths``, when a camera or the node states sizes.
+
+    A node's own per-camera lists (older layout) are restricted to ``names`` and checked against the cameras.
     """
     default = (int(section.get("camera_height", CAMERA.height)), int(section.get("camera_width", CAMERA.width)))
     heights, widths = section.get("camera_heights") or [], section.get("camera_widths") or []

@@ -36,8 +36,9 @@ def read_params_file(path: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def node_params(doc: Mapping[str, Mapping[str, Any]], node: str) -> dict[str, Any]:
-    """The parameters rcl gives node ``node`` from a file: the ``/**`` wildcard section, then its own
-    (``node`` or ``/node``).
+    """The parameters rcl gives node ``node`` from a file.
+
+    The ``/**`` wildcard section, then the node's own (``node`` or ``/node``) on top.
     """
     out: dict[str, Any] = {}
     for key in ("/**", node, f"/{node}"):

@@ -1,4 +1,5 @@
-"""What every process of the graph shares, without ROS: stop signals, the parent's watch and the teardown
-watchdog (``supervision``), a node's command line and ``--help`` (``nodehelp``), and the image delivery counts
-the nodes report (``delivery``).
+"""What every process of the graph shares, without ROS.
+
+Stop signals, the parent's watch and the teardown watchdog (``supervision``), a node's command line and
+``--help`` (``nodehelp``), and the image delivery counts the nodes report (``delivery``).
 """

@@ -1,25 +1,19 @@
 """Per-subscriber image delivery: what each consumer received of what each camera published (no ROS).
 
-Why: a publisher's rate says nothing about its subscribers. A camera at 30 fps with a recorder
-receiving 97 % of it (a lost frame per second, on a loaded host or a transport that falls back to
-UDP) or quest_video sending panels at 2 fps looked healthy on the dashboard and the HUD, because both
-showed only publisher rates. So every image consumer (both recorders, quest_video, the policy node)
-counts, per camera, the frames it received and reports them in its ``~/status``; each camera reports
-what it published (sim_camera's ``~/status``; a realsense2_camera has none, and the dashboard falls
-back to the camera_info rate it measures); ``link_health`` compares the two per (consumer, camera).
+A publisher's rate says nothing about its subscribers, so every image consumer (both recorders, quest_video,
+the policy node) counts per camera the frames it received and reports them in its ``~/status``; each camera
+reports what it published (a realsense2_camera has no status: the dashboard measures its camera_info rate);
+``link_health`` compares the two per (consumer, camera).
 
-The hot path (every image callback) is ``ImageCounts.on_image``: one list-item increment and one
-reference store of the message's header (an existing object: no allocation, no lock; the counters
-are written by the one executor thread that runs the callbacks and read by the status timer, which
-tolerates a count one frame old). Everything else runs at status rate (``snapshot``, 1-2 Hz).
+The hot path, ``ImageCounts.on_image``, is one list-item increment and one reference store: no allocation,
+no lock (one executor thread writes, the status timer reads and tolerates a count one frame old).
 
 Status fields (``images_received``, per camera):
   ``count``      frames received since start;
   ``fps``        frames received per second over the last ``window_s`` (arrival clock);
-  ``stamp_fps``  frames received per second of *capture* time over the window: (frames) / (newest
-                 header stamp now - newest stamp at the window start). Against a steady camera this
-                 is exact (no +-1 frame sampling error: the stamps advance by whole periods), so a
-                 98 % delivery reads 98 %, not 97-99 %; None until two snapshots saw frames.
+  ``stamp_fps``  frames per second of *capture* time over the window: frames / (newest header stamp now -
+                 newest stamp at the window start); exact against a steady camera (no +-1 frame sampling
+                 error); None until two snapshots saw frames.
 and the consumer's need (``images_required``): ``{"min_delivery": 0.99}`` (recorders: a lost frame is
 a repeated row), ``{"min_fps": f}`` (the policy: its input rate); quest_video adds ``panels`` per
 camera: ``fps`` sent, ``target_fps`` (min(its fps, the camera's rate)) and ``min_fps``.
@@ -99,6 +93,7 @@ class Link:
     why: str  # empty when ok
 
     def to_dict(self) -> dict[str, Any]:
+        """The link as the dashboard's JSON shows it (rates rounded)."""
         return {
             "consumer": self.consumer,
             "camera": self.camera,
@@ -118,8 +113,9 @@ def _num(v: Any) -> float | None:
 
 
 def received_rate(entry: Mapping[str, Any]) -> float | None:
-    """The consumer's rate of one camera: the exact stamp rate while frames arrive, else the arrival rate
-    (0 when it stopped receiving: no new stamp, so no stamp rate).
+    """The consumer's rate of one camera: the exact stamp rate while frames arrive, else the arrival rate.
+
+    0 when it stopped receiving (no new stamp, so no stamp rate).
     """
     fps, stamp_fps = _num(entry.get("fps")), _num(entry.get("stamp_fps"))
     if fps is not None and fps <= 0.0:

@@ -1,11 +1,9 @@
 """The ROS nodes' command lines (``piper-dashboard --help``, ``dashboard --ros-args ...``), checked before ROS.
 
-A node's arguments go to rcl, which ignores ``--help`` and starts the node: a user asking for help got a
-running node (and a dashboard serving, a recorder creating its root in the working directory). The nodes'
-``run_node`` asks ``wants_help`` first and, if so, prints ``node_usage`` and exits 0 before rclpy starts.
-It then asks ``argument_problem``: rcl refuses arguments it cannot parse (a missing ``--params-file``,
-``-p rate`` without a value) from ``rclpy.init`` with an RCLError and a traceback, and ignores the ones
-outside ``--ros-args``; the node instead names the problem in one line and exits 2.
+rcl ignores ``--help`` and starts the node (a dashboard serving, a recorder creating its root), and refuses
+what it cannot parse with an RCLError traceback from ``rclpy.init``. So a node's ``run_node`` asks
+``wants_help`` first (prints ``node_usage``, exits 0), then ``argument_problem`` (names the problem in one
+line, exits 2), both before rclpy starts.
 """
 
 from __future__ import annotations
@@ -18,8 +16,9 @@ HELP_FLAGS = ("-h", "--help")
 
 
 def wants_help(argv: Sequence[str]) -> bool:
-    """``-h``/``--help`` among the program's own arguments (``argv[0]`` is the program; anything from
-    ``--ros-args`` on is rcl's, where a ``-h`` could be a value).
+    """Whether ``-h``/``--help`` is among the program's own arguments.
+
+    ``argv[0]`` is the program; anything from ``--ros-args`` on is rcl's, where a ``-h`` could be a value.
     """
     own = list(argv[1:])
     if "--ros-args" in own:
@@ -40,8 +39,9 @@ def node_usage(prog: str, doc: str | None) -> str:
 
 
 def argument_problem(argv: Sequence[str]) -> str | None:
-    """What is wrong with a node's command line (``argv[0]`` is the program), in one line, or None: a
-    ``--params-file`` that is not a file, what rcl cannot parse (``-p NAME`` without ``:=VALUE``, a remap
+    """What is wrong with a node's command line (``argv[0]`` is the program), in one line, or None.
+
+    A ``--params-file`` that is not a file, what rcl cannot parse (``-p NAME`` without ``:=VALUE``, a remap
     without ``:=``, an unknown log level, a flag without its value), or an argument outside ``--ros-args``
     (a node takes no other: its settings are ROS parameters). Parses only; starts nothing.
     """

@@ -1,13 +1,10 @@
 """Process supervision shared by every process the graph starts (no ROS): stop signals and the launcher's death.
 
-A node must end when whoever started it ends, however that ends: on a robot, a launcher that crashes
-or is SIGKILLed must not leave the arm node and the recorders running with nobody to stop them.
-SIGKILL cannot be caught by the launcher, so each child watches for itself: ``watch_parent`` polls
-``getppid()`` (4 Hz, a few microseconds a poll) and reports once when the parent is gone; the node
-then shuts down exactly as on Ctrl-C (recorders save the episode in flight). The launcher passes its
-pid in ``PIPER_LAUNCHER_PID`` so that a parent that died before the child's first look still counts;
-without it (``ros2 launch``, a shell) the parent at start-up is the one watched. SIGTERM and SIGHUP
-(a closed terminal, an ssh session gone) do what SIGINT does.
+A node must end when whoever started it ends, however that ends: a launcher that crashed or was SIGKILLed
+must not leave the arm node and the recorders running. SIGKILL cannot be caught, so each child watches its
+parent (``watch_parent``) and then shuts down as on Ctrl-C (recorders save the episode in flight). The
+launcher passes its pid in ``PIPER_LAUNCHER_PID``, so a parent that died before the child's first look still
+counts. SIGTERM and SIGHUP (a closed terminal, an ssh session gone) do what SIGINT does.
 """
 
 from __future__ import annotations
@@ -35,8 +32,10 @@ def on_stop_signals(handler: Callable[[int], None]) -> None:
 
 
 def interrupt_on_stop_signals() -> None:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT, so ``with``/``finally`` clean-ups run
-    (piper-demo stops its graph, pytest tears its fixtures down) instead of the process just dying.
+    """Make SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT.
+
+    So ``with``/``finally`` clean-ups run (piper-demo stops its graph, pytest tears its fixtures down)
+    instead of the process just dying.
     """
 
     def _raise(signum: int, _frame: Any) -> None:
@@ -55,8 +54,10 @@ def expected_parent() -> int:
 
 
 def watch_parent(on_gone: Callable[[], None], interval_s: float = 0.25, parent: int | None = None) -> threading.Event:
-    """Call ``on_gone()`` once, on a daemon thread, when this process's parent is no longer ``parent``
-    (default ``expected_parent()``); returns an event that ends the watch when set.
+    """Call ``on_gone()`` once, on a daemon thread, when this process's parent is no longer ``parent``.
+
+    ``parent`` defaults to ``expected_parent()``; polls ``getppid()`` every ``interval_s``. Returns an event
+    that ends the watch when set.
     """
     want = expected_parent() if parent is None else parent
     done = threading.Event()
@@ -76,14 +77,12 @@ TEARDOWN_TIMEOUT_S = 5.0
 
 
 class TeardownWatchdog:
-    """Bounds a process's last step: the middleware teardown (``destroy_node``, ``rclpy.shutdown``) after
-    the node's own work is done (a recorder has saved, a camera has stopped).
+    """Bounds a process's last step: the middleware teardown after the node's own work is done.
 
-    That teardown can hang inside rclpy/Fast DDS on a thread race (ros2/rclpy#456 and its kin). The process
-    then outlives its stop signal until a supervisor SIGKILLs it: ``ros2 launch`` reports the node died
-    with -9, ``piper-demo`` fails. If ``finish()`` has not come ``timeout_s`` after ``start()``, the watchdog
-    says so on stderr with every thread's Python stack (where it hung) and ends the process with exit
-    code 0: nothing is left to lose, the node's work ended before ``start()``.
+    That teardown (``destroy_node``, ``rclpy.shutdown``) can hang inside rclpy/Fast DDS on a thread race
+    (ros2/rclpy#456 and its kin), and a supervisor then SIGKILLs the process (``ros2 launch`` reports -9).
+    If ``finish()`` has not come ``timeout_s`` after ``start()``, the watchdog prints every thread's Python
+    stack on stderr and exits 0: nothing is left to lose, the node's work ended before ``start()``.
     """
 
     def __init__(self, what: str, timeout_s: float = TEARDOWN_TIMEOUT_S) -> None:
@@ -92,14 +91,16 @@ class TeardownWatchdog:
         self._started = False
 
     def start(self) -> None:
-        """Start the clock; again: no-op (``run_node`` starts it after the node's hook, or in its
-        ``finally`` when the node never got that far).
+        """Start the clock; a second call is a no-op.
+
+        ``run_node`` starts it after the node's hook, or in its ``finally`` when the node never got that far.
         """
         if not self._started:
             self._started = True
             threading.Thread(target=self._watch, name="teardown-watchdog", daemon=True).start()
 
     def finish(self) -> None:
+        """The teardown is done: the watchdog stands down."""
         self._done.set()
 
     def _watch(self) -> None:
