@@ -1,5 +1,7 @@
-"""Camera thumbnails (encoded only when a page asks, at most ``thumb_hz`` per camera) and the
-reference frames of the re-alignment view (frame 0 of a recorded episode's video, decoded with PyAV).
+"""Camera thumbnails, encoded only when a page asks, and the re-alignment view's reference frames.
+
+A camera's thumbnail is encoded at most ``thumb_hz`` times a second, however many pages ask; a reference
+frame is frame 0 of a recorded episode's video, decoded with PyAV.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ def downscale(rgb: np.ndarray, width: int) -> np.ndarray:
 
 
 def encode_jpeg(rgb: np.ndarray, quality: int) -> bytes:
+    """An RGB uint8 image as JPEG bytes at ``quality`` (Pillow, imported on first use)."""
     from PIL import Image
 
     buf = io.BytesIO()
@@ -31,6 +34,8 @@ def encode_jpeg(rgb: np.ndarray, quality: int) -> bytes:
 
 @dataclass
 class Thumbnail:
+    """One camera's encoded thumbnail."""
+
     jpeg: bytes
     stamp_ns: int  # capture stamp of the frame it shows
     made_t: float  # monotonic time it was encoded
@@ -53,6 +58,7 @@ class FrameStore:
         self.encoded = 0
 
     def put(self, camera: str, rgb: np.ndarray, stamp_ns: int) -> None:
+        """Keep ``rgb`` (by reference, not copied) as ``camera``'s newest frame."""
         with self._lock:
             self._latest[camera] = (rgb, int(stamp_ns))
 
@@ -62,10 +68,12 @@ class FrameStore:
             self._latest.clear()
 
     def watched(self, now: float) -> bool:
+        """Whether a page asked for a thumbnail within ``watch_timeout_s`` of ``now``."""
         with self._lock:
             return self._asked_t is not None and now - self._asked_t < self.watch_timeout_s
 
     def thumbnail(self, camera: str, now: float) -> Thumbnail | None:
+        """``camera``'s thumbnail, re-encoded only when a period passed and a newer frame arrived; None: no frame."""
         with self._lock:
             self._asked_t = now
             cached = self._thumbs.get(camera)
@@ -83,8 +91,9 @@ class FrameStore:
 
 
 class ReferenceFrames:
-    """Frame 0 of an episode's video in one of the configured LeRobot roots, downscaled like the
-    thumbnails, as JPEG; cached per (root, episode, camera, file size and mtime).
+    """Frame 0 of an episode's video in one of the configured LeRobot roots, as a JPEG thumbnail.
+
+    Downscaled like the thumbnails; cached per (root, episode, camera, file size and mtime).
     """
 
     def __init__(self, roots: list[str], width: int, quality: int):

@@ -67,6 +67,7 @@ class DashboardConfig:
     max_connections: int = 32  # connections served at once (one thread each); beyond: 503 at once
 
     def validate(self) -> None:
+        """ValueError naming the first parameter out of range (a non-loopback host needs a token)."""
         check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535, got {self.port}")
@@ -96,6 +97,7 @@ class DashboardConfig:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a loopback address (another host name may resolve anywhere)."""
     import ipaddress
 
     if host == "localhost":
@@ -317,6 +319,8 @@ class _Stamped:
 
 
 class DashboardModel:
+    """The dashboard's state: fed by the node's ``on_*`` callbacks, read as one JSON ``view``; thread-safe."""
+
     def __init__(self, cfg: DashboardConfig):
         self.cfg = cfg
         self._lock = threading.Lock()
@@ -342,12 +346,14 @@ class DashboardModel:
             self._required[topic] = required
 
     def tick(self, topic: str, t: float) -> None:
+        """A message of a watched ``topic`` arrived at ``t`` (others are ignored)."""
         with self._lock:
             meter = self._rates.get(topic)
             if meter is not None:
                 meter.tick(t)
 
     def set_nodes(self, names: set[str], t: float) -> None:
+        """The node names seen in the graph at ``t``."""
         with self._lock:
             self._nodes, self._nodes_t = set(names), t
 
@@ -356,11 +362,13 @@ class DashboardModel:
         return camera_topic(camera_info_pattern(self.cfg.image_topic_pattern), camera)
 
     def set_cameras(self, cameras: list[str]) -> None:
+        """The cameras shown (discovered in the graph when not configured)."""
         with self._lock:
             self._cameras = list(cameras)
 
     @property
     def cameras(self) -> list[str]:
+        """The cameras shown."""
         with self._lock:
             return list(self._cameras)
 
@@ -383,11 +391,13 @@ class DashboardModel:
             self._camera_status[camera] = _Stamped(clean, t)
 
     def on_teleop_status(self, status: JsonDict, t: float) -> None:
+        """Teleop's ``~/status``, validated here (``clean_teleop_status``)."""
         clean = clean_teleop_status(status)
         with self._lock:
             self._teleop = _Stamped(clean, t)
 
     def on_diagnostic(self, name: str, level: int, message: str, values: dict[str, str], t: float) -> None:
+        """A ``/diagnostics`` entry; only the headset link's (``HEADSET_DIAG``) is kept."""
         if name != HEADSET_DIAG:
             return
         values = {str(k)[:MAX_TEXT]: str(v)[:MAX_TEXT] for k, v in list(values.items())[: 4 * MAX_ITEMS]}
@@ -401,18 +411,21 @@ class DashboardModel:
                 self._offset0 = (key, offset)
 
     def on_joints(self, names: list[str], positions: list[float], t: float) -> None:
+        """The arm's joint states (rad; the gripper in m); a non-finite position is kept as None."""
         with self._lock:
             self._joints = _Stamped(
                 {"names": [str(n)[:MAX_TEXT] for n in names], "positions": [_float(p) for p in positions]}, t
             )
 
     def on_event(self, event: JsonDict, t: float) -> None:
+        """An ``/episode_events`` line; the newest few are shown."""
         clean = clean_event(event)
         with self._lock:
             self._events.appendleft({**clean, "_t": t})
 
     # ---- the view model ---------------------------------------------------------------------------
     def view(self, now: float) -> JsonDict:
+        """The whole view model at ``now`` (monotonic s), as the page reads it from ``/api/state``."""
         with self._lock:
             recorders = [self._recorder_view(n, now) for n in self.cfg.recorders]
             timers = [r for r in recorders if r["state"] == "recording"]
@@ -471,10 +484,11 @@ class DashboardModel:
         }
 
     def _published_fps(self, camera: str, now: float, best_received: float | None) -> float | None:
-        """A camera's published rate: its own status (sim_camera, by capture stamp: exact). A
-        realsense2_camera publishes no status: then the best capture-stamp rate any consumer received
-        (exact too, and what was demonstrably published), else the camera_info rate measured here (a 2 s
-        window: +-1 frame, too coarse alone to judge 99 %).
+        """A camera's published rate: its own status (sim_camera, by capture stamp: exact).
+
+        A realsense2_camera publishes no status: then the best capture-stamp rate any consumer received
+        (exact too, and demonstrably published), else the camera_info rate measured here (a 2 s window:
+        +-1 frame, too coarse alone to judge 99 %).
         """
         st = self._camera_status.get(camera)
         if st is not None and now - st.t <= self.cfg.stale_s:
@@ -489,8 +503,9 @@ class DashboardModel:
         return None
 
     def _delivery_view(self, now: float) -> list[JsonDict]:
-        """Per (consumer, camera): frames received vs published and panels sent vs their target
-        (``delivery.link_health``), from fresh statuses only (a stale one is the topic check's job).
+        """Per (consumer, camera): frames received vs published and panels sent vs their target.
+
+        Judged by ``delivery.link_health`` from fresh statuses only (a stale one is the topic check's job).
         """
         statuses = {
             n: s.data for n, s in (*self._recorders.items(), *self._consumers.items()) if now - s.t <= self.cfg.stale_s

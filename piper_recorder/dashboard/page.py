@@ -1,18 +1,15 @@
-"""The dashboard page: an HTML document, its stylesheet and its script, all served by the dashboard
-itself (no CDN, no network).
+"""The dashboard page: an HTML document, its stylesheet and its script, all served by the dashboard.
 
-The script and the stylesheet are separate resources (``/dashboard.js``, ``/dashboard.css``) so that
-the Content-Security-Policy can forbid every inline script, event handler and style attribute
-(``script-src 'self'``, no ``'unsafe-inline'``): a status field that smuggles markup into the page
-(a recorder's ``rows`` once did) still cannot run anything. The script builds markup only through
-its ``H`...``` template, which escapes every interpolated value, and shows numbers only as numbers.
+No CDN, no network. The script and the stylesheet are separate resources (``/dashboard.js``,
+``/dashboard.css``) so that the Content-Security-Policy can forbid every inline script, event handler and
+style attribute: a status field that smuggles markup into the page still cannot run anything. The script
+builds markup only through its ``H`...``` template, which escapes every interpolated value, and shows
+numbers only as numbers.
 
-The script polls ``/api/state`` twice a second and renders it, each section on its own (one that
-cannot be drawn leaves the others current); it fetches camera thumbnails (the server encodes at most
-``thumb_hz`` per camera, so polling faster costs nothing) only while the page is visible; the
-re-alignment view draws the live thumbnail and frame 0 of a chosen recorded episode into one canvas,
-blended (``alpha``) or as their difference. The page carries the token of its own URL (``?token=``)
-into every request it makes.
+The script polls ``/api/state`` twice a second and renders each section on its own (one that cannot be
+drawn leaves the others current); it fetches thumbnails only while the page is visible; the re-alignment
+view blends (``alpha``) or differences the live thumbnail and frame 0 of a recorded episode. The page
+carries the token of its own URL (``?token=``) into every request it makes.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 class RateMeter:
     """Arrival times of one topic's messages over the last ``window_s`` seconds (monotonic clock).
 
-        ``rate(now)`` is (messages in the window - 1) / their span once two arrived, so a 200 Hz topic reads
-        200 and not 199 over a 1 s window; it falls to 0 once fewer than two arrivals lie within the window
+    ``rate(now)`` is (messages in the window - 1) / their span once two arrived, so a 200 Hz topic reads
+    200 and not 199 over a 1 s window; it falls to 0 once fewer than two arrivals lie within the window
     (``age`` says how long the topic has been silent).
     """
 
@@ -21,6 +21,7 @@ class RateMeter:
     _times: deque[float] = field(default_factory=deque)
 
     def tick(self, t: float) -> None:
+        """One message arrived at ``t``."""
         self.total += 1
         self.last_t = t
         self._times.append(t)
@@ -31,6 +32,7 @@ class RateMeter:
             self._times.popleft()
 
     def rate(self, now: float) -> float:
+        """Messages per second over the window ending at ``now``; 0 with fewer than two in it."""
         self._trim(now)
         if len(self._times) < 2:
             return 0.0
@@ -38,4 +40,5 @@ class RateMeter:
         return (len(self._times) - 1) / span if span > 0 else 0.0
 
     def age(self, now: float) -> float | None:
+        """Seconds since the last message, or None if none arrived."""
         return None if self.last_t is None else max(0.0, now - self.last_t)

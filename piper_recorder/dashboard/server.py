@@ -62,9 +62,10 @@ def _host_name(header: str) -> str | None:
 
 
 def host_allowed(header: str | None, bound: str, local_addr: str, names: Iterable[str]) -> bool:
-    """Whether a request's ``Host`` names this server: a loopback name or address, the bound address,
-    the address the client connected to (an IP literal: a page reached by the robot's address), or one of
-    ``names`` (the ``allowed_hosts`` parameter). A DNS-rebinding page sends its own name: refused.
+    """Whether a request's ``Host`` names this server; a DNS-rebinding page sends its own name: refused.
+
+    Allowed: a loopback name or address, the bound address, the address the client connected to (an IP
+    literal: a page reached by the robot's address), or one of ``names`` (the ``allowed_hosts`` parameter).
     """
     if not header:
         return False
@@ -100,6 +101,7 @@ class Dashboard:
 
     @classmethod
     def create(cls, cfg: DashboardConfig, clock: Callable[[], float] = time.monotonic) -> Dashboard:
+        """The dashboard of a validated ``cfg``: an empty model, frame store and reference frames."""
         cfg.validate()
         return cls(
             cfg,
@@ -111,8 +113,10 @@ class Dashboard:
 
 
 class _DeadlineReader(io.RawIOBase):
-    """The connection's input with a deadline per request: a socket timeout alone is per ``recv``, so a
-    client sending one byte every few seconds would hold its thread (and a slot) for ever.
+    """The connection's input with a deadline per request.
+
+    A socket timeout alone is per ``recv``, so a client sending one byte every few seconds would hold its
+    thread (and a slot) for ever.
     """
 
     def __init__(self, sock: socket.socket, limit_s: float):
@@ -291,6 +295,7 @@ class DashboardServer(ThreadingHTTPServer):
             print(line, file=sys.stderr)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve on a thread of its own if a slot is free, else answer 503 at once and close."""
         if not self._slots.acquire(blocking=False):
             # every slot busy (slow or many clients): answer at once rather than queue a thread
             self.refused_busy += 1
@@ -308,6 +313,7 @@ class DashboardServer(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve the connection, then free its slot."""
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -322,10 +328,12 @@ class DashboardServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
+        """The page's address as bound (the port resolved when 0 was asked)."""
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/"
 
     def start(self) -> DashboardServer:
+        """Serve on a daemon thread; returns the server."""
         self._thread = threading.Thread(
             target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="dashboard-http", daemon=True
         )
@@ -333,6 +341,7 @@ class DashboardServer(ThreadingHTTPServer):
         return self
 
     def close(self) -> None:
+        """Stop serving, close the socket and wait (up to 2 s) for the serving thread."""
         self.shutdown()
         self.server_close()
         if self._thread is not None:

@@ -24,12 +24,14 @@ class ReplayEpisode:
 
     @property
     def duration(self) -> float:
+        """Seconds from the first row to the last."""
         return float(self.t[-1]) if len(self.t) else 0.0
 
 
 def load_episode(
     root: str | Path, episode_index: int, pose_key: str = "action.arm_eef", gripper_key: str = "action.gripper"
 ) -> ReplayEpisode:
+    """Episode ``episode_index`` of ``root``: times from 0, unit quaternions; ValueError when unusable."""
     root = Path(root)
     info = json.loads((root / INFO).read_text())
     for key in (pose_key, gripper_key):

@@ -21,6 +21,7 @@ def _slerp(q0: np.ndarray, q1: np.ndarray, s: float) -> np.ndarray:
 
 
 def angle_between(q0: np.ndarray, q1: np.ndarray) -> float:
+    """The rotation angle (rad) between two orientations given as quaternions (either sign)."""
     d = abs(float(np.dot(q0 / np.linalg.norm(q0), q1 / np.linalg.norm(q1))))
     return 2.0 * float(np.arccos(np.clip(d, -1.0, 1.0)))
 
@@ -36,12 +37,14 @@ class Approach:
 
     @property
     def duration(self) -> float:
+        """Seconds the approach takes (at least 0.3 s)."""
         dist = float(np.linalg.norm(self.goal[:3] - self.start[:3]))
         ang = angle_between(self.start[3:], self.goal[3:])
         # Smoothstep peaks at 1.5x the mean rate, so stretch the move to keep the peak within the limits.
         return 1.5 * max(dist / self.linear_speed, ang / self.angular_speed, 0.2)
 
     def pose_at(self, elapsed: float) -> np.ndarray:
+        """The pose (xyz + wxyz) ``elapsed`` seconds into the approach; ``goal`` from ``duration`` on."""
         s = float(np.clip(elapsed / self.duration, 0.0, 1.0))
         s = s * s * (3.0 - 2.0 * s)  # smoothstep: zero velocity at both ends
         return np.concatenate(
@@ -68,6 +71,7 @@ class TrackingStats:
     measured: list[tuple[float, np.ndarray]] = field(default_factory=list)
 
     def add(self, t: float, commanded: np.ndarray, measured: np.ndarray) -> None:
+        """Record one tick's commanded and measured positions at wall time ``t`` (s)."""
         self.commanded.append((t, np.asarray(commanded[:3], dtype=np.float64)))
         self.measured.append((t, np.asarray(measured[:3], dtype=np.float64)))
 
@@ -83,6 +87,7 @@ class TrackingStats:
         return np.linalg.norm(pm[keep] - ref, axis=1)
 
     def summary(self) -> dict[str, float | int]:
+        """Raw and lag-compensated error statistics (m) and the fitted lag (s); only ``samples`` if too few."""
         if len(self.commanded) < 2:
             return {"samples": len(self.commanded)}
         raw = self._errors(0.0)

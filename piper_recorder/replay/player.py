@@ -3,17 +3,12 @@
 The one safety rule: a target is produced only while the newest arm feedback is younger than
 ``stale_feedback_s``; without a target the arm holds its last one (its own stale-target rule).
 
-A start needs *steady* feedback (no gap longer than ``stale_feedback_s`` for ``steady_feedback_s``),
-not one fresh message: the approach is planned from the measured pose, and a feedback stream that
-has just appeared (the arm node still starting, a loaded machine) may pause again at once.
-
-Stale feedback holds instead of aborting (a loaded 2-core machine starves 100 Hz feedback for 0.3-0.4 s
-now and then, at start-up as in the middle of a run): no target is produced, and once feedback is steady
-again the arm approaches, slowly and from the pose then measured, the pose of the row where it stopped
-(row 0 before playback), settles, and playback goes on from that row: every motion after a hold starts
-like a fresh one, never with a jump from wherever the arm is now. The recorded timing then has a pause
-in it: the result counts the holds (``feedback_holds``) and ``held_s``. Holding longer than
-``feedback_wait_s`` in all aborts (the arm keeps holding).
+A start needs *steady* feedback (no gap longer than ``stale_feedback_s`` for ``steady_feedback_s``):
+the approach is planned from the measured pose, and a stream that has just appeared may pause again.
+Stale feedback holds instead of aborting (a loaded machine starves it now and then): once steady again
+the arm approaches, slowly and from the pose then measured, the row where it stopped, settles, and
+playback goes on from that row, never with a jump. The result counts the holds (``feedback_holds``,
+``held_s``); holding longer than ``feedback_wait_s`` in all aborts (the arm keeps holding).
 """
 
 from __future__ import annotations
@@ -32,6 +27,8 @@ ACTIVE = ("waiting", "approach", "settle", "play")
 
 @dataclass
 class ReplayConfig:
+    """The replay node's parameters (speeds in m/s and rad/s, times in s)."""
+
     root: str = ""
     episode: int = 0
     speed: float = 1.0
@@ -47,6 +44,7 @@ class ReplayConfig:
     autoplay: bool = False
 
     def validate(self) -> None:
+        """ValueError naming the first parameter out of range."""
         if self.speed <= 0 or self.rate_hz <= 0:
             raise ValueError("parameters 'speed' and 'rate_hz' must be > 0")
         if self.approach_linear_speed <= 0 or self.approach_angular_speed <= 0:
@@ -74,7 +72,9 @@ class Step:
 
 
 class ReplayPlayer:
-    """Thread-safe: feedback arrives on the executor, ticks on the playback thread, starts and stops on
+    """One replay run at a time, from start to its result.
+
+    Thread-safe: feedback arrives on the executor, ticks on the playback thread, starts and stops on
     service callbacks; every method takes the monotonic time ``now`` (s) from its caller.
     """
 
@@ -110,13 +110,15 @@ class ReplayPlayer:
         return self._fresh(now) is not None and now - self._steady_since >= self.cfg.steady_feedback_s
 
     def fresh(self, now: float) -> bool:
+        """Whether the newest arm feedback is younger than ``stale_feedback_s`` at ``now``."""
         with self._lock:
             return self._fresh(now) is not None
 
     # -- start / stop -------------------------------------------------------------------------
     def start(self, episode: ReplayEpisode, now: float) -> tuple[bool, str]:
-        """Begin a run: waiting for steady feedback, then the approach. Refused without any fresh feedback
-        (nothing to plan from: the arm node is not running).
+        """Begin a run: waiting for steady feedback, then the approach.
+
+        Refused without any fresh feedback (nothing to plan from: the arm node is not running).
         """
         with self._lock:
             if self.state in ACTIVE:
@@ -145,6 +147,7 @@ class ReplayPlayer:
 
     # -- ticks --------------------------------------------------------------------------------
     def tick(self, now: float) -> Step:
+        """Advance the run to ``now``: the target to publish, or the result when it ended."""
         with self._lock:
             state = self.state
             if state not in ACTIVE:
@@ -192,8 +195,9 @@ class ReplayPlayer:
         return max(0, min(row_at(self._episode.t, self._resume_at, 1.0), len(self._episode.t) - 1))
 
     def _leave_waiting_if_steady(self, now: float) -> bool:
-        """From waiting to the approach, planned from the pose measured now to the row play starts or goes
-        on from, once feedback is steady.
+        """From waiting to the approach, once feedback is steady.
+
+        The approach runs from the pose measured now to the row play starts or goes on from.
         """
         if not self._steady(now):
             return False

@@ -1,5 +1,6 @@
-"""Simulated RGB-D cameras without ROS: pinhole geometry, a cheap pre-rendered scene with the arm's
-end effector drawn as a marker, pose interpolation to the capture time, and fault schedules.
+"""Simulated RGB-D cameras without ROS.
 
-The sim_camera node (piper_recorder/nodes/sim_camera.py) is a thin adapter around this package.
+Pinhole geometry, a cheap pre-rendered scene with the arm's end effector drawn as a marker, pose
+interpolation to the capture time, and fault schedules. The sim_camera node (nodes/sim_camera.py) is a
+thin adapter around this package.
 """

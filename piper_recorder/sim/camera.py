@@ -33,6 +33,7 @@ class Intrinsics:
 
     @classmethod
     def from_list(cls, width: int, height: int, fx_fy_cx_cy: list[float]) -> Intrinsics:
+        """Intrinsics from a ``[fx, fy, cx, cy]`` parameter; empty: ``default``. ValueError when malformed."""
         if not fx_fy_cx_cy:
             return cls.default(width, height)
         if len(fx_fy_cx_cy) != 4:
@@ -43,6 +44,7 @@ class Intrinsics:
         return cls(width, height, fx, fy, cx, cy)
 
     def k_matrix(self) -> list[float]:
+        """The row-major 3x3 K of a sensor_msgs/CameraInfo."""
         return [self.fx, 0.0, self.cx, 0.0, self.fy, self.cy, 0.0, 0.0, 1.0]
 
 
@@ -72,6 +74,7 @@ class PinholeCamera:
 
     @classmethod
     def looking_at(cls, intrinsics: Intrinsics, position: Sequence[float], target: Sequence[float]) -> PinholeCamera:
+        """A camera at ``position`` whose optical axis points at ``target`` (base frame, metres)."""
         origin = np.asarray(position, float).reshape(3)
         return cls(intrinsics, origin, look_at_rotation(origin, np.asarray(target, float).reshape(3)))
 

@@ -25,6 +25,7 @@ class PoseHistory:
         self._lock = threading.Lock()
 
     def add(self, stamp_ns: int, xyz: Sequence[float] | np.ndarray) -> None:
+        """Append a position; an older stamp is ignored and an equal one replaces the newest point."""
         p = np.asarray(xyz, float).reshape(3)
         with self._lock:
             if self._stamps and stamp_ns <= self._stamps[-1]:
@@ -35,6 +36,7 @@ class PoseHistory:
             self._points.append(p)
 
     def at(self, stamp_ns: int) -> np.ndarray | None:
+        """The position at ``stamp_ns``, interpolated (held beyond the ends); None while empty."""
         with self._lock:
             if not self._stamps:
                 return None
@@ -49,5 +51,6 @@ class PoseHistory:
             return (1.0 - a) * self._points[i - 1] + a * self._points[i]
 
     def latest_stamp(self) -> int | None:
+        """The newest stamp held (ns), or None while empty."""
         with self._lock:
             return self._stamps[-1] if self._stamps else None

@@ -1,10 +1,9 @@
-"""A cheap RGB-D scene: a pre-rendered textured table and backdrop, plus the EEF drawn as a red disc
-(yellow when the sim did not know the EEF at the capture time).
+"""A cheap RGB-D scene: a pre-rendered textured table and backdrop, plus the EEF drawn as a disc.
 
-Everything static is rendered once per camera (``SceneRenderer.__init__``); a frame then costs one
-copy of the base images and a disc painted into a small bounding box, so two 640x480 cameras at
-30 fps fit comfortably on a shared 2-core machine. The disc's depth is the marker's distance along
-the optical axis in millimetres, the same number a RealSense aligned depth image would hold.
+The disc is red, yellow when the sim did not know the EEF at the capture time. Everything static is
+rendered once per camera, so a frame costs one copy of the base images and a disc painted into a small
+bounding box. The disc's depth is the marker's distance along the optical axis in millimetres, what a
+RealSense aligned depth image holds.
 """
 
 from __future__ import annotations
