@@ -1,4 +1,4 @@
-"""Generate the reference pages (docs/reference/) from the code's own definitions, so they cannot drift:
+"""Generate the reference pages (docs/reference/) from the code's own definitions, so they cannot drift.
 
 - parameters.md: every node's ROS parameters, read from the config dataclasses the node passes to
   ``declare_config`` (name with its prefix, type, default, and the comment written beside the field);

@@ -69,9 +69,11 @@ def _graph(context, *_args, **_kwargs):
 
 
 def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
-    """The nodes on one computer: DDS on loopback, images sized for shared memory (config/fastdds_loopback.xml),
-    unless the shell names a Fast DDS profile of its own (README "Restricting DDS on the robot").
-    The variables are the ones this install's Fast DDS and rcl read (``launch_dds_env``).
+    """The nodes on one computer: DDS on loopback, images sized for shared memory.
+
+    The profile is config/fastdds_loopback.xml unless the shell names a Fast DDS profile of its own (README
+    "Restricting DDS on the robot"). The variables are the ones this install's Fast DDS and rcl read
+    (``launch_dds_env``).
     """
     return [
         SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
@@ -80,6 +82,7 @@ def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
 
 
 def generate_launch_description() -> LaunchDescription:
+    """The robot graph: loopback DDS, the launch arguments, then the nodes of the chosen config."""
     return LaunchDescription(
         _loopback_dds()
         + [DeclareLaunchArgument(k, default_value="", description=h) for k, h in LAUNCH_ARGUMENTS.items()]

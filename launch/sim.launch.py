@@ -58,9 +58,10 @@ def _graph(context, *_args, **_kwargs):
 
 
 def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
-    """Every node's DDS sockets on loopback, images sized for shared memory (config/fastdds_loopback.xml,
-    unless the shell names a profile of its own), in the variables this install's Fast DDS and rcl read
-    (piper_recorder/graph/rosenv.py ``launch_dds_env``).
+    """Every node's DDS sockets on loopback, images sized for shared memory.
+
+    The profile is config/fastdds_loopback.xml unless the shell names one of its own, set in the variables
+    this install's Fast DDS and rcl read (piper_recorder/graph/rosenv.py ``launch_dds_env``).
     """
     return [
         SetEnvironmentVariable(k, v) if v is not None else UnsetEnvironmentVariable(k)
@@ -69,6 +70,7 @@ def _loopback_dds() -> list[SetEnvironmentVariable | UnsetEnvironmentVariable]:
 
 
 def generate_launch_description() -> LaunchDescription:
+    """The simulated graph: loopback DDS, the launch arguments, then the nodes of the chosen config."""
     return LaunchDescription(
         _loopback_dds()
         + [DeclareLaunchArgument(k, default_value="", description=h) for k, h in LAUNCH_ARGUMENTS.items()]

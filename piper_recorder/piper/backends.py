@@ -52,7 +52,7 @@ class ArmConfig:
     # j2/j3 limits with the wrist singular (j5 = 0), where no IK can follow small Cartesian targets
     emulator_start_joints: list[float] = field(default_factory=lambda: [0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     # an in-process virtual bus cannot fall silent: a feedback gap there means the host starved the
-    # emulator's thread (seen for > 0.2 s on a loaded 2-core box), so emulation relaxes can_silence_s
+    # emulator's thread, so emulation relaxes can_silence_s
     emulator_can_silence_s: float = 1.0
     # the firmware version the emulator reports and whose MIT dialect it speaks ("" = the emulator's
     # default, S-V1.8-5; e.g. S-V1.8-8 for the 12-bit MIT frame, firmware.py)
@@ -63,14 +63,13 @@ class ArmConfig:
     hold_rate_hz: float = 50.0
     # /arm/joint_states and /arm/eef_pose rate (Hz): every complete feedback set of the arm (~200 Hz) is
     # read, every other one published. No consumer needs 200 Hz (rows at 30 Hz hold the newest sample,
-    # <= 10 ms old at 100 Hz; teleop ticks at 100 Hz; cameras at 30 Hz), and each of ~7 subscribers paid
-    # for every message: 100 Hz halved the graph's arm-topic cost. >= the arm's rate publishes every set.
+    # <= 10 ms old at 100 Hz; teleop ticks at 100 Hz) and every subscriber pays for every message.
+    # >= the arm's rate publishes every set.
     feedback_publish_hz: float = 100.0
     # MotionCtrl_2 speed percentage: caps the firmware's joint speeds. Streamed EndPoseCtrl targets need
     # full speed (as piper_sdk's end-pose demo sends): near the ready pose a 5 cm sideways hand move
-    # counter-rotates joints 4 and 6 by ~0.8 rad, and at 50 % a figure-eight with a +-10 deg yaw
-    # swing lagged by 19 mm / 17 deg RMS (bench/arm_tracking.py --motion figure8). Teleop already
-    # caps the target's speed and tethers it to the measured pose.
+    # counter-rotates joints 4 and 6 by ~0.8 rad, and a lower cap lags the path. Teleop already caps
+    # the target's speed and tethers it to the measured pose.
     speed: int = 100
     kp: list[float] = field(default_factory=lambda: [5.0, 25.0, 5.0, 8.0, 8.0, 5.0])
     kd: list[float] = field(default_factory=lambda: [0.3, 1.2, 0.3, 0.45, 0.45, 0.3])
@@ -104,6 +103,7 @@ class ArmConfig:
         return np.array(self.workspace_min, dtype=float), np.array(self.workspace_max, dtype=float)
 
     def validate(self) -> None:
+        """ValueError naming the first parameter out of range (the JointMitCtrl ranges for the gains)."""
         if self.backend not in ("position", "impedance"):
             raise ValueError(f"backend must be 'position' or 'impedance', got {self.backend!r}")
         for name in ("kp", "kd", "t_ff", "joint_min", "joint_max", "home_joints", "emulator_start_joints"):
@@ -147,6 +147,8 @@ class ArmConfig:
 
 
 class PositionBackend:
+    """Streams EndPoseCtrl targets in MOVE P; the firmware solves IK and servoes."""
+
     name = "position"
     uses_feedback = False  # the firmware servoes to the pose: ``command`` reads no feedback (passed None)
 
@@ -156,15 +158,18 @@ class PositionBackend:
         self._last_t = -1e9
 
     def activate(self, fb: Feedback, now: float) -> None:
+        """Enter MOVE P at the configured speed; the next ``command`` sends its pose."""
         self.link.mode_position(self.cfg.speed)
         self._last_sent, self._last_t = None, -1e9
 
     def ready(self) -> bool:
+        """Always ready once activated."""
         return True
 
     def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback | None, now: float) -> np.ndarray | None:
-        # the pose's bytes as the key: comparing two 4x4 arrays (np.array_equal) and copying one cost
-        # ~30 us a target in the live loop; equal bytes are equal values (a -0.0 for a 0.0 only sends again)
+        """Send ``pose`` (4x4, arm base) unless it was sent within ``keepalive_s``; the pose sent, or None."""
+        # the pose's bytes as the key, cheaper than comparing and copying 4x4 arrays in the live loop;
+        # equal bytes are equal values (a -0.0 for a 0.0 only sends again)
         key = pose.tobytes()
         if key == self._last_sent and now - self._last_t < self.cfg.keepalive_s:
             return None
@@ -173,10 +178,13 @@ class PositionBackend:
         return sent
 
     def deactivate(self, fb: Feedback | None) -> None:
+        """Forget the last pose sent (the next activation sends afresh)."""
         self._last_sent = None
 
 
 class ImpedanceBackend:
+    """Joint impedance over JointMitCtrl from the host's IK solution, in the firmware's MIT dialect (module doc)."""
+
     name = "impedance"
     uses_feedback = True
 
@@ -195,14 +203,16 @@ class ImpedanceBackend:
         self.dialect: MitDialect | None = None  # set by configure() before anything is sent
 
     def configure(self, dialect: MitDialect) -> None:
-        """Take the firmware's MIT dialect (``PiperLink.dialect`` once it read the firmware); raise
-        ``FirmwareRefused`` for a firmware this backend does not drive.
+        """Take the firmware's MIT dialect (``PiperLink.dialect`` once it read the firmware).
+
+        Raises ``FirmwareRefused`` for a firmware this backend does not drive.
         """
         if dialect.refusal is not None:
             raise FirmwareRefused(dialect.refusal)
         self.dialect = dialect
 
     def ready(self) -> bool:
+        """Whether the gravity sample is taken and MIT mode entered."""
         return self._phase == "mit"
 
     def activate(self, fb: Feedback, now: float) -> None:
@@ -226,9 +236,11 @@ class ImpedanceBackend:
         self.link.mode_mit(self.cfg.speed)
 
     def gain_scale(self, now: float) -> float:
+        """The gains' ramp factor, 0 to 1 over ``gain_ramp_s`` after entering MIT mode (0 before)."""
         return min(1.0, max(0.0, (now - self._t_phase) / self.cfg.gain_ramp_s)) if self._phase == "mit" else 0.0
 
     def command(self, pose: np.ndarray, q: np.ndarray, fb: Feedback | None, now: float) -> np.ndarray | None:
+        """Step the joint reference toward ``q`` and send it; the pose of the references sent, or None."""
         assert fb is not None  # uses_feedback: the controller passes every tick's snapshot
         if self._phase == "sampling":
             if fb.effort_stamp != self._last_effort_stamp:
@@ -293,4 +305,5 @@ class ImpedanceBackend:
 
 
 def make_backend(cfg: ArmConfig, link: PiperLink) -> PositionBackend | ImpedanceBackend:
+    """The backend ``cfg.backend`` names, on ``link``."""
     return PositionBackend(cfg, link) if cfg.backend == "position" else ImpedanceBackend(cfg, link)

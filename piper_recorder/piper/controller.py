@@ -42,6 +42,12 @@ class _Target:
 
 
 class ArmController:
+    """The arm's control loop on a thread of its own, with the safety rules of the module docstring.
+
+    Inputs (``set_target``, ``set_gripper``, ``enable``, ...) may come from any thread; one lock guards the
+    state the loop reads.
+    """
+
     def __init__(
         self,
         cfg: ArmConfig,
@@ -51,7 +57,9 @@ class ArmController:
         wait_inputs: Callable[[float], bool] | None = None,
         interrupt: Callable[[], None] | None = None,
     ):
-        """``take_inputs``: called at the start of every tick on the control thread, outside the lock (the
+        """Build the controller on ``link``; ``cfg`` is validated here.
+
+        ``take_inputs``: called at the start of every tick on the control thread, outside the lock (the
         node's polled target subscriptions: they call ``set_target``/``set_gripper``). ``wait_inputs(s)``:
         block until inputs are waiting (True) or ``s`` passed; with it the position backend's loop runs on
         its targets (``_run_on_inputs``); ``interrupt`` ends such a wait (``stop``).
@@ -85,6 +93,7 @@ class ArmController:
     # ------------------------------------------------------------ lifecycle
     def start(self, enable: bool = True, feedback_timeout: float = 3.0) -> None:
         """Read the firmware version, wait for feedback, enable (optional) and hold the current pose.
+
         Raises ``FirmwareRefused`` (before enabling) if the impedance backend does not drive this firmware.
         """
         self.firmware = self.link.firmware()
@@ -113,6 +122,7 @@ class ArmController:
 
     # ------------------------------------------------------------ inputs
     def set_target(self, pos: Any, quat_xyzw: Any) -> bool:
+        """Validate a flange target (m, quaternion xyzw, arm base) and make it the goal; False if refused."""
         with self._lock:
             if not self._enabled:
                 return self._refuse(Rejection("disabled", "arm disabled"))
@@ -141,6 +151,7 @@ class ArmController:
         yield np.array(self.cfg.home_joints)
 
     def set_gripper(self, width: float) -> bool:
+        """Set the gripper's target width (m, clipped to [0, gripper_max]); False when out of range."""
         w, top = float(width), self.cfg.gripper_max
         with self._lock:  # scalar math: numpy's isfinite / clip on one float cost more, once per teleop tick
             if not math.isfinite(w) or w < -1e-4 or w > top + 1e-4:
@@ -174,6 +185,7 @@ class ArmController:
         return confirmed
 
     def disable(self) -> None:
+        """Leave control (the backend's clean hold), drop target and homing, then disable the drivers."""
         with self._lock:
             if self._active:
                 self.backend.deactivate(self.link.feedback())
@@ -183,6 +195,7 @@ class ArmController:
         self.link.disable()
 
     def go_home(self) -> bool:
+        """Start a joint trajectory to ``home_joints`` at ``home_speed``; False when disabled or without feedback."""
         fb = self.feedback()
         with self._lock:
             if not self._enabled or fb is None:
@@ -201,9 +214,11 @@ class ArmController:
         return fb if fb.stamp > 0 else None
 
     def homing(self) -> bool:
+        """Whether a go-home trajectory is running."""
         return self._home is not None
 
     def status(self) -> dict[str, Any]:
+        """The controller's counters, state and link health, for the node's ``~/status``."""
         fb = self.feedback()
         age = time.time() - fb.stamp if fb else None
         hold = self._hold
@@ -246,11 +261,12 @@ class ArmController:
             self.state = f"error: {exc!r}"
 
     def _run_on_inputs(self, wait: Callable[[float], bool]) -> None:
-        """Position control: the firmware interpolates between end-pose targets, so a target goes out as
-        soon as it arrives (at most ``control_rate_hz`` ticks a second: a burst is taken together), and
-        without one the loop ticks at ``hold_rate_hz`` (keepalives, holds, homing steps, CAN silence).
-        A fixed 200 Hz loop relaying 100 Hz targets spent half its ticks on nothing and held each target
-        up to a period; here a teleop stream costs one tick per target.
+        """Position control: a target goes out as soon as it arrives; without one, ticks at ``hold_rate_hz``.
+
+        The firmware interpolates between end-pose targets, so nothing is gained by a fixed-rate loop, which
+        would idle between targets and hold each up to a period. At most ``control_rate_hz`` ticks a second
+        (a burst is taken together); the hold ticks send keepalives, holds, homing steps and check CAN
+        silence.
         """
         hold, gap = 1.0 / self.cfg.hold_rate_hz, 1.0 / self.cfg.control_rate_hz
         clock = time.monotonic
@@ -283,8 +299,10 @@ class ArmController:
                 time.sleep(delay)
 
     def tick(self) -> None:
-        """One control step. The feedback snapshot is built only when the step reads it (entering control,
-        the impedance backend): a position tick needs only the newest joint frame's stamp.
+        """One control step.
+
+        The feedback snapshot is built only when the step reads it (entering control, the impedance
+        backend): a position tick needs only the newest joint frame's stamp.
         """
         if self.take_inputs is not None:
             self.take_inputs()

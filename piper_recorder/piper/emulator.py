@@ -67,6 +67,8 @@ from .vbus import DirectVirtualBus
 
 @dataclass
 class EmulatorConfig:
+    """The emulated arm: firmware release, feedback rates, servo and rigid-body model (SI units)."""
+
     # a release whose MIT frame is the SDK's as documented (firmware.py); set another to emulate its dialect
     firmware: str = "S-V1.8-5"
     feedback_hz: float = 200.0
@@ -127,6 +129,7 @@ class PiperEmulator:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> PiperEmulator:
+        """Open the virtual bus and run the firmware loop on a daemon thread; returns the emulator."""
         self._bus = DirectVirtualBus(channel=self.channel, receive_own_messages=False)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"piper-emu-{self.channel}", daemon=True)
@@ -134,6 +137,7 @@ class PiperEmulator:
         return self
 
     def stop(self) -> None:
+        """Stop the loop and close the bus."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
@@ -152,6 +156,7 @@ class PiperEmulator:
         self.silent = silent
 
     def joints(self) -> np.ndarray:
+        """The emulated joint positions now (rad), a copy."""
         with self._lock:
             return self.q.copy()
 
@@ -281,8 +286,10 @@ class PiperEmulator:
         return np.array(self._gravity(self._frames([float(v) for v in np.asarray(q, dtype=float)[:6].tolist()])))
 
     def _gravity(self, frames: list[kin.Frame]) -> list[float]:
-        """tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
-        9.81 (z_ix c_iy - z_iy c_ix), accumulated from the flange inwards.
+        """Holding torques from the link frames, accumulated from the flange inwards.
+
+        tau_i = z_i . (c_i x (-g)) with c_i = sum_{k >= i} m_k (p_k - o_i); for g along -z this is
+        9.81 (z_ix c_iy - z_iy c_ix).
         """
         tau = [0.0] * 6
         mass = mx = my = 0.0
@@ -297,8 +304,10 @@ class PiperEmulator:
         return tau
 
     def _frames(self, q: list[float]) -> list[kin.Frame]:
-        """``kin.chain(q)``, kept for the newest q: a tick's feedback FK and the next tick's gravity
-        see the same joints, so each tick builds the link frames once instead of twice.
+        """``kin.chain(q)``, kept for the newest q.
+
+        A tick's feedback FK and the next tick's gravity see the same joints, so each tick builds the link
+        frames once instead of twice.
         """
         cached = self._fk_cache
         if cached is None or cached[0] != q:

@@ -41,9 +41,11 @@ _VERSION = re.compile(rb"S-V(\d+)\.(\d+)-(\d+)")
 
 
 def parse_version(raw: bytes | str | None, complete: bool = True) -> Version | None:
-    """(major, minor, patch) of the first "S-V<a>.<b>-<c>" in ``raw``; a digit run of more than 2
-    digits ends in a glued 6-digit build date (YYMMDD), which is not the patch. None if none parses,
-    or (``complete`` False: more bytes may follow) if the digits run to the end of ``raw``.
+    """(major, minor, patch) of the first "S-V<a>.<b>-<c>" in ``raw``.
+
+    A patch run of more than 2 digits ends in a glued 6-digit build date (YYMMDD), which is not the
+    patch. None if none parses, or (``complete`` False: more bytes may follow) if the digits run to the
+    end of ``raw``.
     """
     if raw is None:
         return None
@@ -60,6 +62,7 @@ def parse_version(raw: bytes | str | None, complete: bool = True) -> Version | N
 
 
 def version_string(v: Version) -> str:
+    """The firmware's own spelling of a version: ``S-V1.8-3``."""
     return f"S-V{v[0]}.{v[1]}-{v[2]}"
 
 
@@ -77,6 +80,7 @@ class MitDialect:
     refusal: str | None = None  # why the impedance backend must not run (None: it may)
 
     def describe(self) -> str:
+        """One line for the log: the firmware, its MIT frame, torque range, move mode and gains."""
         gains = "" if set(self.torque_gain) == {1.0} else f", firmware torque x{list(self.torque_gain)}"
         return (
             f"{self.firmware or 'unknown firmware'}: MIT frame {self.frame} over {list(self.t_range)} N m, "

@@ -58,9 +58,11 @@ def _floats(v: np.ndarray | Iterable[float], n: int) -> list[float]:
 
 
 def chain(q: list[float]) -> list[Frame]:
-    """Base->frame i for i = 1..6 as ``Frame`` tuples (modified DH: frame i = frame i-1 Rx(alpha) Tx(a)
-    Rz(theta) Tz(d)). With the columns x, y, z of frame i-1: u = ca y + sa z; frame i has
-    x' = ct x + st u, y' = ct u - st x, z' = ca z - sa y, and origin p + a x + d z'.
+    """Base->frame i for i = 1..6 as ``Frame`` tuples.
+
+    Modified DH: frame i = frame i-1 Rx(alpha) Tx(a) Rz(theta) Tz(d). With the columns x, y, z of frame
+    i-1: u = ca y + sa z; frame i has x' = ct x + st u, y' = ct u - st x, z' = ca z - sa y, and origin
+    p + a x + d z'.
     """
     xx, xy, xz, yx, yy, yz, zx, zy, zz = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0  # columns x, y, z
     px = py = pz = 0.0
@@ -114,8 +116,9 @@ def fk(q: np.ndarray) -> np.ndarray:
 
 
 def _jacobian_rows(frames: list[Frame]) -> list[list[float]]:
-    """Rows of the 6x6 geometric Jacobian [v; w] of the flange: column i is z_i x (p_6 - p_i), z_i
-    (modified DH: joint i turns about z of frame i).
+    """Rows of the 6x6 geometric Jacobian [v; w] of the flange.
+
+    Column i is z_i x (p_6 - p_i), z_i (modified DH: joint i turns about z of frame i).
     """
     ex, ey, ez = frames[-1][9:12]
     vx, vy, vz, wx, wy, wz = [], [], [], [], [], []
@@ -160,8 +163,9 @@ def euler_rot(rx: float, ry: float, rz: float) -> Rot:
 
 
 def euler_quat(rx: float, ry: float, rz: float) -> tuple[float, float, float, float]:
-    """The quaternion xyzw (w >= 0, as ``matrix_to_quat``) of ``euler_rot``: qz(rz) qy(ry) qx(rx), without
-    building the matrix (the arm node converts every end-pose feedback it publishes).
+    """The quaternion xyzw (w >= 0, as ``matrix_to_quat``) of ``euler_rot``: qz(rz) qy(ry) qx(rx).
+
+    Without building the matrix: the arm node converts every end-pose feedback it publishes.
     """
     cx, sx = math.cos(rx / 2.0), math.sin(rx / 2.0)
     cy, sy = math.cos(ry / 2.0), math.sin(ry / 2.0)
@@ -212,12 +216,13 @@ def quat_rot(x: float, y: float, z: float, w: float) -> Rot:
 
 
 def quat_to_matrix(q_xyzw: np.ndarray) -> np.ndarray:
+    """The 3x3 rotation of a quaternion xyzw (normalised here)."""
     x, y, z, w = _floats(q_xyzw, 4)
     return np.array(quat_rot(x, y, z, w)).reshape(3, 3)
 
 
 def matrix_to_quat(r: np.ndarray) -> np.ndarray:
-    """Rotation matrix -> unit quaternion xyzw with w >= 0 (scalar math: ~400 calls/s in the arm node)."""
+    """Rotation matrix -> unit quaternion xyzw with w >= 0 (scalar math: the arm node's hot path)."""
     (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = np.asarray(r)[:3, :3].tolist()
     tr = r00 + r11 + r22
     if tr > 0:
@@ -275,6 +280,7 @@ def rotation_error(r_target: np.ndarray, r: np.ndarray) -> np.ndarray:
 
 
 def pose_to_matrix(pos: np.ndarray, quat_xyzw: np.ndarray) -> np.ndarray:
+    """A 4x4 homogeneous transform from a position (m) and a quaternion xyzw."""
     x, y, z = _floats(pos, 3)
     return frame_matrix(quat_rot(*_floats(quat_xyzw, 4)) + (x, y, z))
 
@@ -283,9 +289,9 @@ def pose_to_matrix(pos: np.ndarray, quat_xyzw: np.ndarray) -> np.ndarray:
 def _dls_step(rows: list[list[float]], e: list[float], lam2: float) -> list[float]:
     """Dq = J^T (J J^T + lam2 I)^-1 e for the 6x6 J given by its rows: Cholesky of the SPD matrix in floats.
 
-    In a live process, between the other threads' work, numpy's 6x6 matmuls and ``linalg.solve`` (its
-    wrapper: a dozen Python-level checks and an errstate) cost ~2x this loop; hot in a microbenchmark
-    they are a little faster. lam2 > 0 keeps the matrix positive definite; NaN input gives NaN out.
+    Scalar, because in a live process numpy's 6x6 matmuls and ``linalg.solve`` (its wrapper's Python-level
+    checks and errstate) cost more than this loop. lam2 > 0 keeps the matrix positive definite; NaN input
+    gives NaN out.
     """
     a = [[0.0] * 6 for _ in range(6)]
     for i in range(6):
@@ -327,6 +333,8 @@ def _dls_step(rows: list[list[float]], e: list[float], lam2: float) -> list[floa
 
 @dataclass
 class IkResult:
+    """An IK answer: joints (rad), its residuals and how it was found; check ``ok()`` before using it."""
+
     q: np.ndarray
     pos_err: float  # m
     rot_err: float  # rad
@@ -334,6 +342,7 @@ class IkResult:
     closed_form: bool = False  # solved by ``closed_form_ik`` (``ik``), not by damped steps
 
     def ok(self, pos_tol: float = 1e-3, rot_tol: float = 1e-2) -> bool:
+        """Whether the residuals are within ``pos_tol`` (m) and ``rot_tol`` (rad)."""
         return self.pos_err <= pos_tol and self.rot_err <= rot_tol
 
 
@@ -420,11 +429,12 @@ def closed_form_ik(
     q_max: np.ndarray = SDK_JOINT_MAX,
     max_jump: float = math.inf,
 ) -> list[float] | None:
-    """The exact joint solution of a flange pose nearest ``q_seed`` (max over the joints), within the limits
-    and no joint more than ``max_jump`` from the seed; None if there is none (out of reach, beyond a limit,
-    a NaN) or the arm's DH table is not the Piper's geometry. At the wrist singularity (joint 5 at 0, where
-    only q4 + q6 is determined) joints 4 and 6 share the turn from the seed equally, as far as their limits
-    allow.
+    """The exact joint solution of a flange pose nearest ``q_seed`` (max over the joints), or None.
+
+    Within the limits and no joint more than ``max_jump`` from the seed; None if there is none (out of
+    reach, beyond a limit, a NaN) or the arm's DH table is not the Piper's geometry. At the wrist
+    singularity (joint 5 at 0, where only q4 + q6 is determined) joints 4 and 6 share the turn from the
+    seed equally, as far as their limits allow.
     """
     if not _CLOSED_FORM:
         return None
@@ -501,17 +511,15 @@ def ik(
     max_iter: int = 50,
     max_jump: float = 0.25,
 ) -> IkResult:
-    """The flange pose's joints near ``q_seed``: the closed-form solution when one lies within ``max_jump`` of the
-    seed in every joint, else ``solve_ik`` (damped least squares from the seed). Check ``ok()``.
+    """The flange pose's joints near ``q_seed``; check ``ok()``.
 
-    Why both: the controller's reachability check and the emulator's firmware IK each solve ~100 targets a
-    second; along such a stream the closed form with its check against ``chain`` costs ~14 us a target, the
-    damped steps from the same seed ~60 (``bench/arm_hot_paths.py``), and its answer is exact. Where no exact
-    solution is near the seed (a jump, the wrist near its singularity, a target just past a limit or out of
-    reach, where the damped iteration settles within the callers' tolerance or fails) the answer is
-    ``solve_ik``'s, as before. Within ``max_jump`` (``solve_ik``'s ``max_step``, one damped step) the nearest
-    exact solution is the one the damped iteration converges to from that seed, to its tolerance
-    (test_ik_closed_form).
+    The closed-form solution when one lies within ``max_jump`` of the seed in every joint, else
+    ``solve_ik`` (damped least squares from the seed). Why both: along a target stream the closed form,
+    checked against ``chain``, is cheaper than the damped steps and exact; where no exact solution is near
+    the seed (a jump, the wrist near its singularity, a target just past a limit or out of reach) the
+    damped iteration settles within the callers' tolerance or fails. Within ``max_jump`` (``solve_ik``'s
+    ``max_step``, one damped step) the nearest exact solution is the one the damped iteration converges
+    to from that seed, to its tolerance (test_ik_closed_form).
     """
     if _CLOSED_FORM:
         rows = np.asarray(target, dtype=float)[:3].tolist()

@@ -13,15 +13,18 @@ from . import kinematics as kin
 
 @dataclass
 class Rejection:
+    """Why a target was refused: a reason code and a detail for the log."""
+
     reason: str  # "non_finite" | "bad_quaternion" | "out_of_workspace" | "unreachable"
     detail: str
 
 
 @dataclass
 class TargetLimits:
-    """What piper_arm accepts of a target: a flange position inside the acceptance box (``accept_min`` ..
-    ``accept_max``, m, arm base; ``ArmConfig.accept_box``: refused outside, never clamped) and a joint-limited
-    IK solution (``q_min`` .. ``q_max``).
+    """What piper_arm accepts of a target: a flange position in the acceptance box and a joint-limited IK solution.
+
+    The box is ``accept_min`` .. ``accept_max`` (m, arm base; ``ArmConfig.accept_box``): refused outside,
+    never clamped. The joint limits are ``q_min`` .. ``q_max`` (rad).
     """
 
     q_min: np.ndarray

@@ -83,12 +83,10 @@ class Feedback:
 class FeedbackDecimator:
     """Which of the arm's ~200 Hz feedback frames to hand to piper_sdk's parser, at most ``hz`` sets a second.
 
-    The SDK's parser costs ~45 us a frame (every frame runs through all its update functions, each under
-    a lock), ~0.1 core for the ~2,300 frames a second an arm sends; the node publishes feedback at
-    ``feedback_publish_hz`` (100 Hz), so parsing the sets it never publishes was half of that for nothing.
-    A multi-frame set (end pose 0x2A2-0x2A4, joints 0x2A5-0x2A7) is kept or skipped whole, decided at
-    its first frame, so a parsed set is never a mix of two instants. Motor frames (already 100/20 Hz)
-    and every other frame are always parsed.
+    The SDK's parser is costly per frame and the node publishes feedback at ``feedback_publish_hz``, so the
+    sets it never publishes are not parsed. A multi-frame set (end pose 0x2A2-0x2A4, joints 0x2A5-0x2A7)
+    is kept or skipped whole, decided at its first frame, so a parsed set is never a mix of two instants.
+    Motor frames (already 100/20 Hz) and every other frame are always parsed.
     """
 
     def __init__(self, hz: float):
@@ -97,6 +95,7 @@ class FeedbackDecimator:
         self._skipping: set[int] = set()
 
     def skip(self, fid: int, stamp: float) -> bool:
+        """Whether frame ``fid`` received at ``stamp`` (s) is to be skipped, not parsed."""
         head = _SET_HEAD.get(fid)
         if head is None:
             return False
@@ -116,12 +115,11 @@ _SET_HEAD = {fid: head for head, members in _SETS.items() for fid in members}
 
 
 class FeedbackFrames:
-    """The arm's feedback frames (status, end pose, joints, gripper, motor high- and low-speed) decoded here, in
-    the SDK's units and with the SDK's rules; every other frame goes to piper_sdk's parser.
+    """The arm's feedback frames decoded here, in the SDK's units and with the SDK's rules.
 
-    The SDK's parser costs ~20 us a frame (``DecodeMessage`` then all 19 of its update functions, each
-    under its own lock), ~0.09 core for the ~1,500 feedback frames a second the node uses; a ``struct``
-    unpack of the same 8 bytes costs ~1 us. The layouts and rules are those of piper_sdk's
+    Status, end pose, joints, gripper, motor high- and low-speed frames; every other frame goes to
+    piper_sdk's parser, which runs every frame through all its update functions, each under its own lock,
+    where a ``struct`` unpack of the same 8 bytes is enough. The layouts and rules are those of piper_sdk's
     ``C_PiperParserV2.DecodeMessage`` and ``C_PiperInterface_V2.__Update*`` (big-endian; signed 32-bit
     joints and pose, 16-bit motor speed/current; with the SDK's default abnormal-data filter a frame
     with an out-of-range value is dropped whole; the SDK's joint/gripper software limits are off,
@@ -194,8 +192,10 @@ class FeedbackFrames:
         return False
 
     def drivers_enabled(self, since: float = 0.0) -> bool:
-        """All six drivers report enabled (status bit 6, the SDK's ``driver_enable_status``) and a low-speed
-        frame arrived after ``since``: ``GetArmLowSpdInfoMsgs().time_stamp > since and all(GetArmEnableStatus())``.
+        """Whether all six drivers report enabled in a low-speed frame that arrived after ``since``.
+
+        Status bit 6, the SDK's ``driver_enable_status``: as
+        ``GetArmLowSpdInfoMsgs().time_stamp > since and all(GetArmEnableStatus())``.
         """
         return self.driver_stamp > since and all(b & 0x40 for b in self.driver_status)
 
@@ -242,10 +242,11 @@ def _pose_si(f: FeedbackFrames) -> tuple[tuple[float, float, float], tuple[float
 
 
 def _drain_reader(port: Any) -> Callable[[], object]:
-    """The SDK's ``C_STD_CAN.ReadCanMessage`` for a ``DirectVirtualBus``: it blocks for a frame as the SDK's
-    does (``recv(1)``), then hands every frame already queued to the parser in the same call, in order,
-    instead of one bus-state check, ``recv`` and status per frame (~2,300 frames a second). As the SDK's,
-    it reports failures as a status and never raises: a frame whose parsing fails is dropped.
+    """The SDK's ``C_STD_CAN.ReadCanMessage`` for a ``DirectVirtualBus``.
+
+    It blocks for a frame as the SDK's does (``recv(1)``), then hands every frame already queued to the
+    parser in the same call, in order, instead of one bus-state check, ``recv`` and status per frame. As
+    the SDK's, it reports failures as a status and never raises: a frame whose parsing fails is dropped.
     """
     bus, status = port.recv_bus, port.CAN_STATUS
     inbox = bus.queue
@@ -273,8 +274,9 @@ def _drain_reader(port: Any) -> Callable[[], object]:
 
 
 def _end_pose_ints(pose: np.ndarray) -> tuple[list[int], np.ndarray]:
-    """A flange pose as EndPoseCtrl's integers (X, Y, Z in 0.001 mm, RX, RY, RZ in 0.001 deg, the SDK's
-    Euler convention) and the pose those integers encode.
+    """A flange pose as EndPoseCtrl's integers, and the pose those integers encode.
+
+    X, Y, Z in 0.001 mm, RX, RY, RZ in 0.001 deg, the SDK's Euler convention.
     """
     (r00, r01, r02, px), (r10, r11, r12, py), (r20, r21, r22, pz) = np.asarray(pose, dtype=float)[:3].tolist()
     xyz = [round(px * 1e6), round(py * 1e6), round(pz * 1e6)]
@@ -301,7 +303,9 @@ class PiperLink:
         feedback_hz: float | None = None,
         sdk_feedback: bool = False,
     ):
-        """``feedback_hz``: parse the arm's ~200 Hz feedback sets (status, end pose, joints, gripper) at most
+        """Open the SDK's interface on ``channel`` over python-can ``interface`` (module docstring).
+
+        ``feedback_hz``: parse the arm's ~200 Hz feedback sets (status, end pose, joints, gripper) at most
         this often (``FeedbackDecimator``); None parses every frame. Every other frame is always parsed.
         ``sdk_feedback``: piper_sdk parses the feedback frames too (``FeedbackFrames`` reads them either
         way), so its getters hold them: for checks of the emulator against the SDK.
@@ -359,8 +363,9 @@ class PiperLink:
     def set_frame_listener(
         self, listener: Callable[[int, float], None] | None, frame_ids: Iterable[int] | None = None
     ) -> None:
-        """Call ``listener(frame_id, host_stamp)`` on the SDK reader thread after each frame of ``frame_ids``
-        (every frame when None) was parsed.
+        """Call ``listener(frame_id, host_stamp)`` on the SDK reader thread after each frame of ``frame_ids``.
+
+        Every frame when ``frame_ids`` is None; after the frame was parsed.
 
         Lets a node publish feedback at the arm's own rate (e.g. on the last joint frame, 0x2A7)
         instead of polling; keep it short, it delays the SDK's parsing of the next frame.
@@ -369,6 +374,7 @@ class PiperLink:
         self._frame_listener = listener
 
     def close(self) -> None:
+        """Disconnect the SDK's port (its reader thread ends)."""
         self.sdk.DisconnectPort()
 
     # ------------------------------------------------------------ feedback
@@ -417,8 +423,9 @@ class PiperLink:
         return self.frames.joint_stamp
 
     def joint_state(self) -> tuple[float, list[float], list[float], list[float]]:
-        """The newest joint feedback as /arm/joint_states carries it: (stamp, position, velocity, effort) of
-        the six joints then the gripper (rad, rad/s, N m; the gripper's width in m, velocity 0, effort N m).
+        """The newest joint feedback as /arm/joint_states carries it: (stamp, position, velocity, effort).
+
+        The six joints then the gripper (rad, rad/s, N m; the gripper's width in m, velocity 0, effort N m).
 
         Plain floats from the frames, without building a ``feedback`` snapshot: the node publishes one
         per joint set (100 a second) from the reader thread, where the frames it reads are complete.
@@ -433,8 +440,9 @@ class PiperLink:
         )
 
     def flange_pose(self) -> tuple[float, tuple[float, float, float], tuple[float, float, float, float]]:
-        """The newest end-pose feedback as /arm/eef_pose carries it: (stamp, position m, quaternion xyzw
-        with w >= 0); plain floats, as ``joint_state``.
+        """The newest end-pose feedback as /arm/eef_pose carries it: (stamp, position m, quaternion xyzw).
+
+        The quaternion has w >= 0; plain floats, as ``joint_state``.
         """
         f = self.frames
         xyz, rpy = _pose_si(f)
@@ -477,18 +485,22 @@ class PiperLink:
 
     # ------------------------------------------------------------ commands
     def enable(self) -> None:
+        """EnableArm for all joints (sent once; ``enabled`` tells when the drivers confirm)."""
         with self._tx:
             self.sdk.EnableArm(7)
 
     def disable(self) -> None:
+        """DisableArm for all joints."""
         with self._tx:
             self.sdk.DisableArm(7)
 
     def mode_position(self, speed: int) -> None:
+        """MotionCtrl_2 into CAN control, MOVE P, at ``speed`` %."""
         with self._tx:
             self.sdk.MotionCtrl_2(0x01, 0x00, int(speed), 0x00)
 
     def mode_joint(self, speed: int) -> None:
+        """MotionCtrl_2 into CAN control, MOVE J, at ``speed`` %."""
         with self._tx:
             self.sdk.MotionCtrl_2(0x01, 0x01, int(speed), 0x00)
 
@@ -502,15 +514,14 @@ class PiperLink:
                 self.sdk.GetCanBus().SendCanMessage(ID_MOTION_CTRL_2, [0x01, mode, int(speed), 0xAD, 0, 0, 0, 0])
 
     def position_command(self, speed: int, pose: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """MotionCtrl_2 into position mode at ``speed`` then EndPoseCtrl (0.001 mm / 0.001 deg, the SDK's Euler
-        convention): what the position backend sends per target. Returns the integers sent and the pose they
-        encode. The frames are the SDK's ``MotionCtrl_2`` + ``EndPoseCtrl`` byte for byte (test_piper_emulator
-        compares them), encoded by ``wire`` and handed to the SDK's CAN port in one call (``_send_frames``).
+        """MotionCtrl_2 into position mode at ``speed``, then EndPoseCtrl: what the position backend sends per target.
 
-        Why not through the SDK: per frame it builds a message object, a ``can.Message`` and the payload
-        field by field through range-checked converters (a ctypes and a struct round trip per int32),
-        a call chain of ~15 Python frames that runs cold at the teleop rate between the graph's other
-        work: ~100 us of the control loop's ~500 per target (thread CPU in the demo graph).
+        EndPoseCtrl in 0.001 mm / 0.001 deg, the SDK's Euler convention. Returns the integers sent and the
+        pose they encode. The frames are the SDK's ``MotionCtrl_2`` + ``EndPoseCtrl`` byte for byte
+        (test_piper_emulator compares them), encoded by ``wire`` and handed to the SDK's CAN port in one call
+        (``_send_frames``). Not through the SDK: per frame it builds a message object, a ``can.Message``
+        and the payload field by field through range-checked converters, a long call chain that runs cold
+        at the teleop rate.
         """
         ints, sent = _end_pose_ints(pose)
         frames = [motion_ctrl_2(0x01, MOVE_P, int(speed))] + end_pose_frames(*ints)
@@ -519,10 +530,12 @@ class PiperLink:
         return ints, sent
 
     def _send_frames(self, frames: list[Frame]) -> None:
-        """Send on the SDK's CAN port, in order: an emulator's virtual bus takes them in one hand-over
-        (``DirectVirtualBus.send_frames``), a real bus one ``SendCanMessage`` each as the SDK sends
-        (its bus-state check and error status included). A frame the port does not take is counted in
-        ``send_errors`` (the SDK logs it and goes on; so does the control loop, which sends again).
+        """Send on the SDK's CAN port, in order.
+
+        An emulator's virtual bus takes them in one hand-over (``DirectVirtualBus.send_frames``), a real bus
+        one ``SendCanMessage`` each as the SDK sends (its bus-state check and error status included). A
+        frame the port does not take is counted in ``send_errors`` (the SDK logs it and goes on; so does
+        the control loop, which sends again).
         """
         port = self.sdk.GetCanBus()
         bus = port.send_bus
@@ -538,12 +551,14 @@ class PiperLink:
                 self.send_errors += 1
 
     def joint_ctrl(self, q: np.ndarray) -> None:
+        """JointCtrl to joints ``q`` (rad; sent in 0.001 deg)."""
         with self._tx:
             self.sdk.JointCtrl(*[round(math.degrees(v) * 1000) for v in q])
 
     def gripper(self, width: float, effort: float) -> float:
-        """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m). Encoded by
-        ``wire.gripper_ctrl``, byte for byte the SDK's frame (test_piper_emulator), and sent as
+        """GripperCtrl (0.001 mm, 0.001 N m, enabled); returns the width actually encoded (m).
+
+        Encoded by ``wire.gripper_ctrl``, byte for byte the SDK's frame (test_piper_emulator), and sent as
         ``position_command`` sends (``_send_frames``): the teleop stream moves the gripper nearly every tick.
         """
         w = round(width * 1e6)
@@ -553,9 +568,10 @@ class PiperLink:
         return w / 1e6
 
     def mit(self, joint: int, pos: float, vel: float, kp: float, kd: float, t_ff: float) -> float:
-        """JointMitCtrl for joint 1..6 in this firmware's dialect; returns the position reference the
-        frame carries (rad). ``t_ff`` is the torque field as the firmware reads it (callers divide by
-        the dialect's ``torque_gain``).
+        """JointMitCtrl for joint 1..6 in this firmware's dialect; returns the position reference sent (rad).
+
+        ``t_ff`` is the torque field as the firmware reads it (callers divide by the dialect's
+        ``torque_gain``).
 
         SDK frame: the SDK packs with a truncating float->uint map (8 bits for torque: 0.063 N m steps,
         and 0 is not representable); we pre-add half a step so the wire value is the nearest code, and

@@ -1,19 +1,12 @@
 """python-can's ``virtual`` bus without its per-frame overheads, for the emulated arm link.
 
-Both ends of the emulated arm link use it: the emulator (~2,300 feedback frames a second) and
-piper_sdk's side (its reader thread takes every one of them; its sending side a few command frames
-per control tick). What python-can's ``VirtualBus`` spends per frame and this one does not:
-
-* a defensive ``deepcopy`` of each sent message per receiver (more than encoding the frame). Each
-  sender builds a fresh ``can.Message`` per frame and never touches it again (the emulator's
-  ``send_frames``, the SDK's ``C_STD_CAN.SendCanMessage``), so the first receiver gets the message
-  itself and any further one a plain copy;
-* a ``queue.Queue`` per receiver (a Python-level lock and two condition variables per put and per
-  get): a ``queue.SimpleQueue`` (C, same ``put``/``get(block, timeout)`` calls) replaces it;
-* ``BusABC.recv``'s filter and logging loop on every receive, for a bus that has no filters.
-
-``send_frames`` hands a tick's frames over in one call, in order, with one receive stamp.
-Only ever used for ``interface="virtual"``: a real (SocketCAN) bus is the SDK's, untouched.
+Both ends of the emulated link use it: the emulator's feedback stream, piper_sdk's reader and its command
+side. Against ``VirtualBus`` it drops, per frame: the defensive ``deepcopy`` per receiver (every sender
+builds a fresh ``can.Message`` and never touches it again, so the first receiver gets the message itself,
+any further one a plain copy); the ``queue.Queue`` per receiver (a C ``queue.SimpleQueue``, same calls,
+replaces it); and ``BusABC.recv``'s filter and logging loop, on a bus without filters. ``send_frames``
+hands a tick's frames over in one call, in order, with one receive stamp. Only for
+``interface="virtual"``: a real (SocketCAN) bus is the SDK's, untouched.
 """
 
 from __future__ import annotations
@@ -27,8 +20,9 @@ from can.interfaces.virtual import VirtualBus, channels_lock
 
 
 def _direct_queue(bus: VirtualBus) -> None:
-    """Replace the bus's receive queue in its channel by a SimpleQueue, keeping what it held. A frame
-    sent at the very instant of the swap may be missed, as by a reader that opens on a busy bus.
+    """Replace the bus's receive queue in its channel by a SimpleQueue, keeping what it held.
+
+    A frame sent at the very instant of the swap may be missed, as by a reader that opens on a busy bus.
     """
     old = bus.queue
     if isinstance(old, queue.SimpleQueue):
@@ -47,11 +41,14 @@ def _direct_queue(bus: VirtualBus) -> None:
 
 
 class DirectVirtualBus(VirtualBus):
+    """A ``VirtualBus`` with a SimpleQueue per receiver and no per-frame deepcopy (module docstring)."""
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         _direct_queue(self)
 
     def send(self, msg: can.Message, timeout: float | None = None) -> None:
+        """Deliver ``msg`` to every other end: the message itself to the first, a plain copy to the rest."""
         self._check_if_open()
         stamp = time.time()
         first = True
@@ -81,13 +78,14 @@ class DirectVirtualBus(VirtualBus):
                 put(can.Message(stamp, fid, False, False, False, ch, None, data, False, True))
 
     def recv(self, timeout: float | None = None) -> can.Message | None:
+        """The next frame, waiting up to ``timeout`` s (None: for ever); None on timeout."""
         if self._filters is not None:
             return super().recv(timeout)
         self._check_if_open()
         q = self.queue
         try:
             # Non-blocking first, which leaves an empty queue's lock held: Python 3.10's timed get()
-            # that finds the lock free waits forever once its deadline has passed (timeout 0: ~1 us).
+            # that finds the lock free waits forever once its deadline has passed.
             return q.get_nowait()
         except queue.Empty:
             if timeout is not None and timeout <= 0:
@@ -99,9 +97,10 @@ class DirectVirtualBus(VirtualBus):
 
 
 def make_direct(bus: object) -> bool:
-    """Turn a python-can ``VirtualBus`` the SDK opened into a ``DirectVirtualBus`` (same object, same
-    channel: ``send``/``recv`` change and its receive queue becomes a SimpleQueue); False, and nothing
-    changed, for any other kind of bus.
+    """Turn a python-can ``VirtualBus`` the SDK opened into a ``DirectVirtualBus``; False for any other bus.
+
+    The same object on the same channel: ``send``/``recv`` change and its receive queue becomes a
+    SimpleQueue. Any other kind of bus is left unchanged.
     """
     if type(bus) is VirtualBus:
         bus.__class__ = DirectVirtualBus

@@ -36,8 +36,10 @@ Frame = tuple[int, bytes]
 
 
 def motion_ctrl_2(ctrl_mode: int, move_mode: int, speed: int, mit_mode: int = 0x00) -> Frame:
-    """MotionCtrl_2 (0x151) as piper_sdk's ``MotionCtrl_2`` encodes it (residence time and installation
-    position 0, two zero bytes); ``speed`` 0-100 %, refused outside it as the SDK refuses it.
+    """MotionCtrl_2 (0x151) as piper_sdk's ``MotionCtrl_2`` encodes it.
+
+    Residence time and installation position 0, two zero bytes; ``speed`` 0-100 %, refused outside it as
+    the SDK refuses it.
     """
     if not 0 <= speed <= 100:
         raise ValueError(f"MotionCtrl_2 speed {speed} out of range 0-100")
@@ -45,17 +47,20 @@ def motion_ctrl_2(ctrl_mode: int, move_mode: int, speed: int, mit_mode: int = 0x
 
 
 def end_pose_frames(x: int, y: int, z: int, rx: int, ry: int, rz: int) -> list[Frame]:
-    """EndPoseCtrl (0x152-0x154: X,Y | Z,RX | RY,RZ, big-endian int32 in 0.001 mm / 0.001 deg) as
-    piper_sdk's ``EndPoseCtrl`` encodes it.
+    """EndPoseCtrl (0x152-0x154) as piper_sdk's ``EndPoseCtrl`` encodes it.
+
+    X,Y | Z,RX | RY,RZ, big-endian int32 in 0.001 mm / 0.001 deg.
     """
     pack = PAIR.pack
     return [(ID_POSE_CTRL[0], pack(x, y)), (ID_POSE_CTRL[1], pack(z, rx)), (ID_POSE_CTRL[2], pack(ry, rz))]
 
 
 def gripper_ctrl(width: int, effort: int, code: int, set_zero: int = 0x00) -> Frame:
-    """GripperCtrl (0x159: width int32 in 0.001 mm, effort uint16 in 0.001 N m, status code, set-zero flag) as
-    piper_sdk's ``GripperCtrl`` encodes it with its gripper soft limit off (PiperLink's construction); the
-    values the SDK's ``ArmMsgGripperCtrl`` refuses are refused here the same way.
+    """GripperCtrl (0x159) as piper_sdk's ``GripperCtrl`` encodes it with its gripper soft limit off.
+
+    Width int32 in 0.001 mm, effort uint16 in 0.001 N m, status code, set-zero flag; the soft limit is off
+    as PiperLink constructs the SDK, and the values the SDK's ``ArmMsgGripperCtrl`` refuses are refused here
+    the same way.
     """
     if code not in (0x00, 0x01, 0x02, 0x03):
         raise ValueError(f"GripperCtrl status code {code} out of range [0x00, 0x01, 0x02, 0x03]")
@@ -70,6 +75,7 @@ _GRIPPER_CTRL = struct.Struct(">iHBB")
 
 
 def uint_to_float(x: int, lo: float, hi: float, bits: int) -> float:
+    """A ``bits``-wide unsigned field code back to its value in [lo, hi] (piper_sdk's ``UintToFloat``)."""
     return x * (hi - lo) / float((1 << bits) - 1) + lo
 
 
@@ -80,6 +86,8 @@ def float_to_uint(x: float, lo: float, hi: float, bits: int) -> int:
 
 @dataclass
 class MitCommand:
+    """One joint's decoded JointMitCtrl: position (rad), velocity (rad/s), gains and feed-forward torque (N m)."""
+
     pos: float
     vel: float
     kp: float
@@ -88,9 +96,10 @@ class MitCommand:
 
 
 def decode_mit(data: bytes, frame: str = "crc8", t_range: tuple[float, float] = MIT_T) -> MitCommand | None:
-    """Unpack one 0x15A-0x15F payload as a firmware reading ``frame`` does (``firmware.MitDialect``):
-    "crc8" (piper_sdk 0.6.2's frame: 8-bit torque, 4-bit XOR check; None when the check is wrong) or
-    "raw12" (S-V1.8-8 and later: 12-bit torque in bytes 6-7, no check).
+    """Unpack one 0x15A-0x15F payload as a firmware reading ``frame`` does (``firmware.MitDialect``).
+
+    "crc8": piper_sdk 0.6.2's frame, 8-bit torque and a 4-bit XOR check (None when the check is wrong);
+    "raw12": S-V1.8-8 and later, 12-bit torque in bytes 6-7, no check.
     """
     d = bytes(data)
     pos = (d[0] << 8) | d[1]
@@ -114,8 +123,9 @@ def decode_mit(data: bytes, frame: str = "crc8", t_range: tuple[float, float] = 
 
 
 def encode_mit_raw12(pos: float, vel: float, kp: float, kd: float, t_ff: float, t_range: tuple[float, float]) -> bytes:
-    """The S-V1.8-8+ JointMitCtrl payload (``firmware``): piper_sdk 0.6.2 cannot encode it. Each value
-    maps to the nearest code of its field (clipped into the field's range).
+    """The S-V1.8-8+ JointMitCtrl payload (``firmware``), which piper_sdk 0.6.2 cannot encode.
+
+    Each value maps to the nearest code of its field (clipped into the field's range).
     """
 
     def code(x: float, lo: float, hi: float, bits: int) -> int:
