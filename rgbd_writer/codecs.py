@@ -82,8 +82,8 @@ def quantize_depth(depth: np.ndarray, min_m: float, max_m: float) -> np.ndarray:
         lo, hi = int(round(min_m * 1000.0)), int(round(max_m * 1000.0))
         if not 0 <= lo <= hi <= 0xFFFF:
             return np.where((depth >= lo) & (depth <= hi), depth, 0).astype(np.uint16, copy=False)
-        # lo <= d <= hi as one unsigned compare: d - lo wraps past hi - lo for d < lo (2 passes, not 5:
-        # ~10x faster at 640x480; the same values, test_rgbd_codecs checks every uint16)
+        # lo <= d <= hi as one unsigned compare: d - lo wraps past hi - lo for d < lo (2 passes, not 5;
+        # the same values, test_rgbd_codecs checks every uint16)
         keep = np.subtract(depth, np.uint16(lo), dtype=np.uint16) <= np.uint16(hi - lo)
         return np.multiply(depth, keep, dtype=np.uint16)
     d = depth.astype(np.float64, copy=False)

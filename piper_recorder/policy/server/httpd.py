@@ -5,8 +5,8 @@ predictions is a ``Runner``: the LeRobot checkpoint runner in production, a dela
 ``bench/policy_latency.py``. One request is inferred at a time (a lock: models are not re-entrant);
 ``/info`` answers while an inference runs.
 
-Bounded work, whatever the clients do (ThreadingHTTPServer gave every connection its own thread with
-no socket timeout: 300 half-sent requests held 300 threads for over a minute):
+Bounded work, whatever the clients do (ThreadingHTTPServer gives every connection its own thread with no
+socket timeout, so half-sent requests hold threads for as long as the clients like):
 - a fixed pool of ``workers`` handler threads; up to ``queued`` accepted connections wait for one,
   and a connection beyond that is answered 503 at once and closed;
 - every connection has a socket timeout (``client_timeout_s``, each read and write) and a request body
