@@ -1,20 +1,19 @@
 """Frame codecs: depth quantisation, RGB JPEG, lossless depth JPEG 2000 (JP2 container).
 
 Depth profiles (all reversible 5/3, lossless, decodable bit-exactly by Pillow/OpenJPEG >= 2.5):
-- ``"jpeg2000_strict"``: the reference encoding exactly, OpenJPEG defaults (6 resolutions, one tile,
-  64x64 code-blocks): same JP2 boxes and coding parameters as Pillow's
-  ``save(format="JPEG2000", irreversible=False)`` (only the COM marker differs). About 40 ms of CPU
-  per 640x480 frame: two encoder threads need ~1.3 of this machine's 2 cores at 30 fps.
-- ``"jpeg2000"`` (default): the same reference parameters plus the selective arithmetic-coding
-  bypass code-block style (a JPEG 2000 Part 1 mode switch every decoder handles), about 30% less CPU
-  for ~18% larger depth payloads; measured to keep up with 30 fps where the strict profile did not.
-- ``"htj2k"``: High-Throughput JPEG 2000 (Part 15) code-blocks from OpenJPH via imagecodecs, wrapped
-  in the same JP2 box structure (brand ``jp2 ``, compatibility ``jph ``) so it is still a JP2 file.
-  Encoding needs imagecodecs >= ``HTJ2K_IMAGECODECS`` (no such release is built for Python 3.10):
-  ``depth_profile_problem`` says so before a frame is queued. Any OpenJPEG >= 2.5 decodes it.
 
-JPEG 2000 is encoded through glymur (libopenjp2 via ctypes, which releases the GIL, so the writer's
-encoder threads run in parallel; Pillow's JPEG 2000 encoder holds the GIL).
+- ``"jpeg2000_strict"``: the reference encoding exactly, OpenJPEG defaults (6 resolutions, one tile, 64x64
+  code-blocks): the JP2 boxes and coding parameters of Pillow's ``save(format="JPEG2000", irreversible=False)``
+  (only the COM marker differs). Too slow for two cameras at 30 fps on a 2-core machine.
+- ``"jpeg2000"`` (default): the same plus the selective arithmetic-coding bypass code-block style (a JPEG 2000
+  Part 1 mode switch every decoder handles): less CPU for somewhat larger depth payloads, and it keeps up at 30 fps.
+- ``"htj2k"``: High-Throughput JPEG 2000 (Part 15) code-blocks from OpenJPH via imagecodecs, in the same JP2 box
+  structure (brand ``jp2 ``, compatibility ``jph ``). Encoding needs imagecodecs >= ``HTJ2K_IMAGECODECS`` (no
+  such release is built for Python 3.10): ``depth_profile_problem`` says so before a frame is queued. Any
+  OpenJPEG >= 2.5 decodes it.
+
+JPEG 2000 is encoded through glymur (libopenjp2 via ctypes, which releases the GIL, so the writer's encoder
+threads run in parallel; Pillow's JPEG 2000 encoder holds the GIL).
 """
 
 from __future__ import annotations
@@ -54,8 +53,9 @@ def depth_profiles_available() -> tuple[str, ...]:
 
 
 def depth_profile_problem(profile: str) -> str | None:
-    """Why depth cannot be encoded in ``profile`` here (None if it can): an unknown name, or HTJ2K
-    without an imagecodecs that has it.
+    """Why depth cannot be encoded in ``profile`` here (None if it can).
+
+    An unknown name, or HTJ2K without an imagecodecs that has it.
     """
     if profile not in DEPTH_PROFILES:
         return f"unknown depth profile {profile!r}; expected one of {DEPTH_PROFILES}"
@@ -82,8 +82,8 @@ def quantize_depth(depth: np.ndarray, min_m: float, max_m: float) -> np.ndarray:
         lo, hi = int(round(min_m * 1000.0)), int(round(max_m * 1000.0))
         if not 0 <= lo <= hi <= 0xFFFF:
             return np.where((depth >= lo) & (depth <= hi), depth, 0).astype(np.uint16, copy=False)
-        # lo <= d <= hi as one unsigned compare: d - lo wraps past hi - lo for d < lo (2 passes, not 5:
-        # ~10x faster at 640x480; the same values, test_rgbd_codecs checks every uint16)
+        # lo <= d <= hi as one unsigned compare: d - lo wraps past hi - lo for d < lo (2 passes, not 5;
+        # the same values, test_rgbd_codecs checks every uint16)
         keep = np.subtract(depth, np.uint16(lo), dtype=np.uint16) <= np.uint16(hi - lo)
         return np.multiply(depth, keep, dtype=np.uint16)
     d = depth.astype(np.float64, copy=False)
@@ -107,15 +107,18 @@ def decode_rgb_jpeg(data: Buffer) -> np.ndarray:
 
 
 def _codec_input(data: Buffer) -> bytes:
-    """``data`` as imagecodecs' decoders take it: any buffer, read without a copy. Their stubs declare
-    ``Buffer`` in newer releases and ``bytes | bytearray | mmap`` in older ones; ``bytes`` suits both.
+    """``data`` as imagecodecs' decoders take it: any buffer, read without a copy.
+
+    Their stubs declare ``Buffer`` in newer releases and ``bytes | bytearray | mmap`` in older ones; ``bytes`` suits
+    both.
     """
     return cast(bytes, data)
 
 
 def decode_rgb_fast(data: Buffer) -> np.ndarray:
-    """JPEG bytes -> HxWx3 uint8 RGB with imagecodecs' libjpeg-turbo: the same pixels as
-    :func:`decode_rgb_jpeg` at less than half its CPU (Pillow copies the image twice on the way to numpy).
+    """JPEG bytes -> HxWx3 uint8 RGB with imagecodecs' libjpeg-turbo: the same pixels as :func:`decode_rgb_jpeg`.
+
+    Cheaper than Pillow, which copies the image twice on the way to numpy.
     """
     import imagecodecs
 
@@ -128,16 +131,14 @@ def decode_rgb_fast(data: Buffer) -> np.ndarray:
 
 
 class _Memfd:
-    """One thread's scratch file for glymur (which writes to a path): a memfd, so nothing is left on
-    any file system, even after SIGKILL. glymur parses an existing file before writing, so it always
-    holds a valid codestream (a 1x1 one to start with).
+    """One thread's scratch file for glymur (which writes to a path): a memfd, left on no file system even after SIGKILL.
 
-    It is reached as ``/proc/self/fd/N``, i.e. through a descriptor *number*: if anything in the
-    process closed N by mistake and the number went to another file, glymur would truncate and
-    overwrite that file and we would read back whatever it holds. ``intact()`` (the inode the path
-    reaches is still ours) is checked before and after every encode, and the descriptor is closed
-    only while it is still ours: when its thread ends (its ``threading.local`` entry is dropped; before,
-    every ended encoder thread leaked its memfd).
+    glymur parses an existing file before writing, so it always holds a valid codestream (a 1x1 one to start with).
+    It is reached as ``/proc/self/fd/N``, through a descriptor *number*: had anything in the process closed N by
+    mistake and the number gone to another file, glymur would overwrite that file and we would read back whatever it
+    holds. So ``intact()`` (the inode the path reaches is still ours) is checked before and after every encode, and
+    the descriptor is closed, only while it is still ours, when its thread ends (its ``threading.local`` entry is
+    dropped).
     """
 
     def __init__(self) -> None:
@@ -191,9 +192,10 @@ _scratch = _Scratch()
 
 
 def codestream_problem(cs: Buffer, height: int, width: int) -> str | None:
-    """Why a single-component codestream is not whole (None if it is): SOC, a SIZ of ``width`` x
-    ``height``, tile-parts whose lengths (Psot) chain exactly to an EOC ending it. A structural walk
-    (microseconds), no decode: it catches a truncated or spliced codestream, which no decoder reads.
+    """Why a single-component codestream is not whole (None if it is).
+
+    Whole: SOC, a SIZ of ``width`` x ``height``, tile-parts whose lengths (Psot) chain exactly to an EOC ending it. A
+    structural walk, no decode: it catches a truncated or spliced codestream, which no decoder reads.
     """
     mv = memoryview(cs).cast("B")
     n = len(mv)
@@ -302,8 +304,9 @@ def jp2_codestream(data: Buffer) -> memoryview:
 
 
 def _main_header(mv: memoryview) -> tuple[list[tuple[int, int, int]], int]:
-    """The main header's marker segments after SOC as (offset, marker, length), and the offset where
-    the walk stopped: the first tile-part (SOT), garbage, or the end.
+    """The main header's marker segments after SOC as (offset, marker, length), and where the walk stopped.
+
+    It stops at the first tile-part (SOT), garbage, or the end.
     """
     segments, i = [], 2
     while i + 4 <= len(mv):
@@ -357,9 +360,10 @@ def decode_depth_pillow(data: Buffer) -> np.ndarray:
 
 
 def decode_depth_fast(data: Buffer, threads: int = 1) -> np.ndarray:
-    """JP2 bytes -> HxW uint16 mm, bit-exact: HTJ2K codestreams with OpenJPH (about half OpenJPEG's
-    CPU) where imagecodecs has it, everything else (and HTJ2K without OpenJPH) with imagecodecs'
-    OpenJPEG 2.5 (``threads`` decoder threads).
+    """JP2 bytes -> HxW uint16 mm, bit-exact.
+
+    HTJ2K codestreams go to OpenJPH (the cheaper decoder) where imagecodecs has it, everything else (and HTJ2K without
+    OpenJPH) to imagecodecs' OpenJPEG 2.5 (``threads`` decoder threads).
     """
     import imagecodecs
 

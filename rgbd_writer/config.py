@@ -1,5 +1,6 @@
-"""The RGB-D writer's configuration: a leaf module (schema, validate and writer all read it, so it
-imports none of them).
+"""The RGB-D writer's configuration.
+
+A leaf module: schema, validate and writer all read it, so it imports none of them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class RgbdConfig:
     durable: bool = True  # fsync journal records and commits (power-loss safety, not just SIGKILL)
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for a size, quality, codec or depth range the writer cannot use."""
         if self.width <= 0 or self.height <= 0:
             raise ValueError("width and height must be positive")
         if not 1 <= self.rgb_jpeg_quality <= 100:

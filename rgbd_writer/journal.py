@@ -34,6 +34,7 @@ _PAGE = 4096
 
 
 def journal_path(path: str) -> str:
+    """The undo journal of the file at ``path`` (beside it)."""
     return path + ".journal"
 
 
@@ -70,25 +71,30 @@ class JournaledFile:
 
     # -- file-object protocol used by HDF5's fileobj driver --------------------------------------
     def seek(self, pos: int, whence: int = 0) -> int:
+        """Move the file position (the file-object protocol h5py uses)."""
         self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
         return self._pos
 
     def tell(self) -> int:
+        """The file position."""
         return self._pos
 
     def read(self, size: int = -1) -> bytes:
+        """Read from the position: committed bytes as changed in memory, new bytes from disk."""
         end = self._size if size < 0 else min(self._size, self._pos + size)
         data = self._read_at(self._pos, max(0, end - self._pos))
         self._pos += len(data)
         return data
 
     def readinto(self, buf: Buffer) -> int:
+        """Read into ``buf`` from the position."""
         mv = memoryview(buf).cast("B")
         data = self.read(len(mv))
         mv[: len(data)] = data
         return len(data)
 
     def write(self, data: Buffer) -> int:
+        """Write at the position: before the transaction's start into memory pages, past it to disk."""
         mv = memoryview(data).cast("B")
         pos, n = self._pos, len(mv)
         split = min(max(self.original_size - pos, 0), n)  # bytes that land before original_size
@@ -101,6 +107,7 @@ class JournaledFile:
         return n
 
     def truncate(self, size: int | None = None) -> int:
+        """Set the file's size; committed bytes cut off become zeros in memory pages, never on disk."""
         size = self._pos if size is None else size
         if size < self.original_size:  # what HDF5 would read back after extending again: zeros
             self._write_pages(size, memoryview(bytes(self.original_size - size)))
@@ -109,6 +116,7 @@ class JournaledFile:
         return size
 
     def flush(self) -> None:
+        """Nothing to do: new bytes are written through and changed pages wait for the commit."""
         pass
 
     # -- page overlay ----------------------------------------------------------------------------

@@ -186,6 +186,7 @@ class RgbdFile:
         return out
 
     def close(self) -> None:
+        """Close this process's file handle."""
         if self._h5 is not None and self._pid == os.getpid():
             self._h5.close()
         self._h5 = None

@@ -80,6 +80,7 @@ def root_attrs(cfg: RgbdConfig) -> dict[str, AttrValue]:
 
 
 def rgb_attrs(cfg: RgbdConfig) -> dict[str, AttrValue]:
+    """The attrs of the RGB dataset for ``cfg`` (the reference schema's names)."""
     return {
         "source": cfg.rgb_source,
         "source_space": "raw_sensor",
@@ -100,6 +101,7 @@ def rgb_attrs(cfg: RgbdConfig) -> dict[str, AttrValue]:
 
 
 def depth_attrs(cfg: RgbdConfig) -> dict[str, AttrValue]:
+    """The attrs of the depth dataset for ``cfg`` (the reference schema's names)."""
     return {
         "source": cfg.depth_source,
         "source_space": "raw_sensor",

@@ -383,6 +383,7 @@ def validate_file(path: str | os.PathLike[str], full: bool = False) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``python -m rgbd_writer.validate`` command: print each problem; 1 if any, else 0."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file")
     ap.add_argument("--full", action="store_true", help="decode every payload, not a sample")

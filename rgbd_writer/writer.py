@@ -60,6 +60,8 @@ EncodedPayload: TypeAlias = "bytes | bytearray | memoryview | np.ndarray"
 
 @dataclass
 class WriterStats:
+    """What the writer counted: frames submitted and written, and its back-pressure waits."""
+
     frames_submitted: int = 0
     frames_written: int = 0
     backpressure_waits: int = 0  # add_observation calls that found the queue full
@@ -349,10 +351,12 @@ class RgbdWriter:
     # ---------------------------------------------------------------- episode API
     @property
     def recording(self) -> bool:
+        """Whether an episode is open."""
         return self._ep is not None
 
     @property
     def total_episodes(self) -> int:
+        """The number of committed episodes."""
         return self._n_episodes
 
     @property
@@ -416,11 +420,10 @@ class RgbdWriter:
     def add_encoded_observation(
         self, rgb_jpeg: EncodedPayload, depth_encoded: EncodedPayload, state: Mapping[str, np.ndarray] | None = None
     ) -> int:
-        """Queue an observation already compressed with this file's codecs (bytes or uint8 arrays, e.g.
-        rows copied from a staged file): stored as given, no re-encoding.
+        """Queue an observation already compressed with this file's codecs: stored as given, no re-encoding.
 
-        The JPEG/JP2 headers must match the camera size and the depth codestream the configured
-        profile. Same ordering and back-pressure as ``add_observation``.
+        Bytes or uint8 arrays, e.g. rows copied from a staged file. The JPEG/JP2 headers must match the camera size and
+        the depth codestream the configured profile. Same ordering and back-pressure as ``add_observation``.
         """
         ep = self._require_episode()
         self._raise_sink_error()
@@ -537,9 +540,10 @@ class RgbdWriter:
         return summary
 
     def update_episode_attrs(self, index: int, attrs: Mapping[str, Any]) -> None:
-        """Set attrs of committed episode ``index`` (``/episodes/demo_N``; a label given after the save) in
-        one journaled transaction, under the writer's lock like every other change of the file. The
-        layout attrs (offsets, counts, times) cannot be set this way.
+        """Set attrs of committed episode ``index`` (``/episodes/demo_N``; a label given after the save).
+
+        One journaled transaction, under the writer's lock like every other change of the file. The layout attrs
+        (offsets, counts, times) cannot be set this way.
         """
         self._check_open()
         if self._ep is not None:

@@ -1,4 +1,4 @@
-"""Line-break code points (U+2028, U+2029, U+0085, \\x1c-\\x1e, \\v, \\f, \\r) in a task or in the headset
+r"""Line-break code points (U+2028, U+2029, U+0085, \x1c-\x1e, \v, \f, \r) in a task or in the headset
 hello: every JSON-lines file stays one record per line for any splitter, the root reopens, validates,
 renders and takes appended bag conversions; a root written before the escaping is still read.
 """
@@ -40,7 +40,7 @@ def record_episode(w: LeRobotWriter, task: str, seed: int, n: int = 6) -> None:
 
 
 def lines_by_newline(path: Path) -> list[dict]:
-    """Independent reader: bytes split on b"\\n" only."""
+    r"""Independent reader: bytes split on b"\n" only."""
     return [json.loads(x) for x in path.read_bytes().split(b"\n") if x.strip()]
 
 
@@ -77,7 +77,7 @@ def test_separators_in_tasks_and_hello_keep_the_root_usable(tmp_path):
 
 @pytest.mark.integration
 def test_root_written_with_raw_separators_is_still_read(tmp_path):
-    """What the old writer left: the code points raw inside JSON strings (valid JSON on one \\n line)."""
+    r"""What the old writer left: the code points raw inside JSON strings (valid JSON on one \n line)."""
     root = tmp_path / "ds"
     with LeRobotWriter(root, cfg()) as w:
         w.begin_session({"recording": {"fps": 30}, "headset": HELLO})

@@ -1,5 +1,6 @@
-"""Stamped events -> episode rows and frames, shared by the live recorders and the rosbag converter (no ROS):
-the assembler (``EpisodeAssembler``, its rules, use and determinism in ``assembler``), its configuration, the
+"""Stamped events -> episode rows and frames, shared by the live recorders and the rosbag converter (no ROS).
+
+The assembler (``EpisodeAssembler``: its rules, use and determinism in ``assembler``), its configuration, the
 camera frame assignment, depth pairing and the sinks that hand rows to the LeRobot and RGB-D writers.
 """
 

@@ -1,91 +1,55 @@
 """Stamped events -> rows on an exact time grid plus per-camera frames (README.md, Timing).
 
-Rules (one place, shared by the live recorders and the rosbag converter):
-- Grid: tick k is at ``t_k = start_ns + floor(k * 1e9 / fps)`` (integer ns). A tick is assembled once
-  ``now >= t_k + delay`` so messages still in flight count: ``delay = lateness``, plus, when rows carry
-  frames (nominal, RGB-D), the frame horizon (1.25 periods: how far past t_k the phase tracker sees
-  captures before row k's frame, itself captured at or before t_k, is chosen, ``frame_assign``); the
-  cameras' phase estimates start from their captures before the start (``history``: a recorder's
-  ``CaptureHistory``), and when those cover less than ``frame_assign.WARMUP_S`` (0.3 s) the first tick
-  waits for the rest. Timer wake-ups never move the grid.
-- A row holds, for every input, the newest sample stamped <= t_k (buffers are sorted by stamp, so the
-  arrival order does not matter). A sample older than ``stale_s`` at t_k is still used and counted in
-  ``values_stale``. A message stamped at or before an already assembled tick is counted in
-  ``messages_late`` (and still used for later ticks). Samples with NaN/inf are dropped and counted in
-  ``messages_invalid``, so rows hold the last finite value.
-- Origin: rows never contain NaN, so ticks before every required input (joint states, measured pose,
-  commanded pose, commanded gripper, one frame per camera) has a sample are skipped and counted
-  (``skipped_start_ticks``). The first complete tick k0 becomes the row origin: row i is tick k0 + i,
-  its ``timestamp = grid_timestamp(i, fps)`` (i / fps rounded up to float32) and ``origin_ns = t_k0``. Feed a short pre-roll (samples from
-  before ``start_ns``, e.g. the latest of each input) and k0 is 0.
-- Frames, ``capture`` mode: each frame stamped in [origin, end] goes to ``sink.frame`` in stamp order
-  with ``t = (stamp - origin_ns) / 1e9``, once ``now >= stamp + lateness``; the newest frame at or
-  before the origin is sent with t = 0 (so row 0 has a frame at or before it), unless the next frame
-  is within 1 ms of the origin (it gets PTS 0 itself). A frame stamped at or
-  before one already sent is dropped and counted (``frames_late``). Gaps in what is sent are counted
-  in ``frames_missing``: for consecutive sent frames more than 1.5 frame periods apart,
-  ``round(dt * fps) - 1`` (a 0.5 s camera pause at 30 fps: 14), whatever the cause (the camera
-  paused, frames lost in transport, or frames also counted in ``frames_late``). Capture mode only:
-  the dict stays empty when rows carry the frames (nominal, RGB-D): ``frames_repeated`` counts gaps there.
-- Frames, ``nominal`` mode (and always for RGB-D observations): every row carries, per camera, one
-  frame chosen by causal phase-locked pairing (``frame_assign``): captured at or before ``t_k`` (1 ms
-  of clock noise allowed), the frame nearest ``t_k`` plus the camera's causal slot (its tracked
-  capture phase moved back by whole periods until its jitter band ends at or before the row), newer
-  than the previous row's, within half a period of that target; a camera not locked to the rows
-  takes its newest frame at or before ``t_k``.
-  Reusing the previous row's frame (none there) counts ``frames_repeated``, frames skipped between two
-  rows count ``frames_dropped``, a frame older than ``stale_s`` counts ``frames_stale``; over new
-  frames, ``frames_ahead`` counts those captured after t_k, ``frame_ahead_max_ms`` /
-  ``frame_behind_max_ms`` are the largest offsets after / before t_k (``frame_offset_max_ms`` the
-  larger of the two); a frame arriving after a row within its horizon was assembled counts
-  ``frames_late``. Row 0 with no frame near its target takes the newest frame at or before t_0 (the
-  pre-roll). The LeRobot sink writes the frame re-stamped to the row time.
+The rules, in one place for the live recorders and the rosbag converter:
+
+- Grid: tick k is at ``t_k = start_ns + floor(k * 1e9 / fps)`` (integer ns), assembled once
+  ``now >= t_k + config.delay_ns(depth)``: the lateness allowance plus, when rows carry frames (nominal, RGB-D),
+  the frame horizon (``frame_assign``). The cameras' phase estimates start from their captures before the start
+  (``history``); when those cover less than ``frame_assign.WARMUP_S`` the first tick waits. Timer wake-ups never
+  move the grid.
+- A row holds, for every input, the newest sample stamped <= t_k (buffers sort by stamp: arrival order does not
+  matter). A sample older than ``stale_s`` is still used and counted in ``values_stale``; a message stamped at or
+  before an assembled tick counts in ``messages_late`` (still used later); non-finite samples are dropped
+  (``messages_invalid``), so rows hold the last finite value.
+- Origin: rows never contain NaN, so ticks before every required input (and one frame per camera) has a sample
+  are skipped (``skipped_start_ticks``). The first complete tick k0 is the origin: row i is tick k0 + i,
+  ``timestamp = grid_timestamp(i, fps)`` (i / fps rounded up to float32), ``origin_ns = t_k0``. A pre-roll (the
+  latest sample of each input before ``start_ns``) makes k0 = 0.
+- Frames, ``capture`` mode: each frame stamped in [origin, end] goes to ``sink.frame`` in stamp order at
+  ``t = (stamp - origin_ns) / 1e9`` once ``now >= stamp + lateness``; the newest frame at or before the origin is
+  sent at t = 0 (row 0 has a frame), unless the next is within 1 ms of the origin. A frame stamped at or before
+  one already sent is dropped (``frames_late``); gaps over 1.5 periods count ``round(dt * fps) - 1`` in
+  ``frames_missing``, whatever the cause.
+- Frames, ``nominal`` mode (always for RGB-D): every row carries, per camera, the frame chosen by causal
+  phase-locked pairing (``frame_assign``). Reusing the previous row's frame counts ``frames_repeated``, frames
+  skipped between rows ``frames_dropped``, a frame older than ``stale_s`` ``frames_stale``; ``frames_ahead``,
+  ``frame_ahead_max_ms`` / ``frame_behind_max_ms`` (``frame_offset_max_ms`` the larger) measure new frames
+  against t_k; a frame arriving after its row was assembled counts ``frames_late``. The LeRobot sink writes the
+  frame re-stamped to the row time.
 - Raw headset lines stamped in [start_ns, end] go to ``sink.raw_quest`` in stamp order.
-- ``finish(end_ns)`` assembles every remaining tick with t_k <= end_ns and releases what is buffered
-  up to end_ns; call it after feeding every message received up to ``end_ns + config.delay_ns(depth)``.
+- ``finish(end_ns)`` assembles every tick with t_k <= end_ns and releases what is buffered up to it; call it after
+  feeding every message received up to ``end_ns + config.delay_ns(depth)``.
 
-Inputs and row values come from the feature table (``AssemblyConfig.table``, ``features.table``):
-``add_input(name, stamp, values)`` takes any input of the table; ``add_joint_state`` & co. are the Piper
-inputs by name. Quaternions: add_eef_pose/add_commanded_pose take ROS order (x, y, z, w); rows store
-(w, x, y, z).
+Inputs and row values come from the feature table (``AssemblyConfig.table``): ``add_input(name, stamp, values)``
+takes any of its inputs, ``add_joint_state`` & co. the Piper inputs by name; all stamps are int ns of the ROS
+clock. Poses come in ROS order (x, y, z, w) and rows store (w, x, y, z). RGB-D colour and depth arrive apart:
+``DepthPairer`` pairs them by nearest stamp before ``add_frame``. ``counters.to_dict()`` and the sink's counters
+make the episode's record.
 
-Use::
+Determinism: rows depend only on stamps, so the same messages in any order give the same rows as long as each
+arrives before ``now`` passes its stamp + lateness. To reproduce a live episode from a bag (the live recorder does
+exactly this):
 
-    from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSink, RgbdSink
-    cfg = AssemblyConfig(fps=30, cameras=("cam_front", "cam_wrist"), timestamp_mode="capture",
-                         lateness_s=0.05, stale_s=0.25)
-    sink = LeRobotSink(lerobot_writer, save_raw_quest=True)        # or RgbdSink(rgbd_writer, "cam_front")
-    asm = EpisodeAssembler(cfg, start_ns, sink, depth=False)       # depth=True for RGB-D (frames carry depth)
-    asm.add_joint_state(stamp_ns, [j1..j6, gripper_m])             # all stamps: int ns, ROS clock
-    asm.add_eef_pose(stamp_ns, (x, y, z), (qx, qy, qz, qw))        # ROS xyzw in; rows hold wxyz
-    asm.add_commanded_pose(stamp_ns, (x, y, z), (qx, qy, qz, qw))
-    asm.add_commanded_gripper(stamp_ns, width_m)
-    asm.add_reward(stamp_ns, r)                                    # optional; 0 until the first one
-    asm.add_input(name, stamp_ns, values)                          # any input of cfg.table (features.table)
-    asm.add_frame(cam, stamp_ns, rgb_uint8_hwc, depth=None)        # depth: uint16 mm HxW (RGB-D)
-    # RGB-D: colour and depth arrive apart; DepthPairer(period_ns) pairs them by nearest stamp (within
-    # half a period; EpisodeController.add_color/add_depth do that and count frames_unpaired)
-    asm.add_raw_quest(stamp_ns, line)                              # stamp = receive time
-    asm.advance(now_ns)                                            # assembles ticks with t_k + cfg.delay_ns() <= now
-    counters = asm.finish(end_ns)                                  # remaining ticks with t_k <= end_ns
-    record = {**counters.to_dict(), **sink.counters()}             # LeRobotSink; -> writer.save_episode(record)
-    rgbd_sink.end(terminal=True, timeout=False)                    # RgbdSink: then writer.end_episode(...)
-
-Determinism: rows depend only on stamps, so the same messages fed in any order give the same rows as
-long as each arrives before ``now`` passes its stamp + lateness. To reproduce a live episode from a bag
-(the live recorder does exactly this):
-  1. ``start_ns`` = the "started" event's start_ns; same fps / cameras / timestamp_mode / lateness_s /
-     stale_s as the recorder's parameters (``depth=True`` for RGB-D).
-  2. Pre-roll: first feed the newest message of each input (and camera) received before start_ns (of a
-     camera whose frames go in rows, also those captured within ``cfg.preroll_frames_ns(depth)`` before it), and
-     pass ``history``: per camera the stamps of the captures received before start_ns, as the
-     recorder's ``CaptureHistory`` kept them (the newest ``window_captures(fps)``, none before a silence
-     of ``HISTORY_GAP_S``); the phase estimate starts from them.
-  3. Then each message received in [start_ns, end_ns + cfg.delay_ns(depth)] in receive order: ``advance(t_recv)``
-     then ``add_*(stamp, ...)`` (raw headset lines: stamp = receive time).
-  4. ``finish(end_ns)`` with the "saved" event's end_ns. The "saved" event's start_ns is ``origin_ns``
-     (t_k0; equal to the started start_ns unless inputs were missing at the start) and its rows equal
-     ``counters.rows``.
+1. ``start_ns`` = the "started" event's start_ns; the recorder's fps / cameras / timestamp_mode / lateness_s /
+   stale_s (``depth=True`` for RGB-D).
+2. Pre-roll: feed the newest message of each input and camera received before start_ns (for a camera whose
+   frames go in rows, also those captured within ``cfg.preroll_frames_ns(depth)`` before it), and pass
+   ``history``: per camera the capture stamps received before start_ns as the recorder's ``CaptureHistory``
+   kept them.
+3. Then each message received in [start_ns, end_ns + cfg.delay_ns(depth)] in receive order: ``advance(t_recv)``,
+   then ``add_*(stamp, ...)`` (raw headset lines: stamp = receive time).
+4. ``finish(end_ns)`` with the "saved" event's end_ns; its start_ns is ``origin_ns`` and its rows
+   ``counters.rows``.
 """
 
 from __future__ import annotations
@@ -117,6 +81,8 @@ STATE_INPUTS = PIPER_TABLE.required
 
 @dataclass(frozen=True)
 class AssemblyConfig:
+    """How stamped events become rows: rate, cameras, timestamp mode, lateness and staleness, and the feature table."""
+
     fps: float = float(CAMERA.fps)
     cameras: tuple[str, ...] = ("cam_front", "cam_wrist")
     timestamp_mode: str = DEFAULT_TIMESTAMP_MODE
@@ -125,6 +91,7 @@ class AssemblyConfig:
     table: FeatureTable = PIPER_TABLE  # inputs sampled per row and the row values cut from them
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for a configuration the assembler cannot run with."""
         self.table.validate()
         if not self.fps > 0:
             raise ValueError(f"fps must be > 0, got {self.fps}")
@@ -144,14 +111,17 @@ class AssemblyConfig:
         return horizon_ns(1e9 / self.fps) if self.frames_in_rows(depth) else 0
 
     def preroll_frames_ns(self, depth: bool = False) -> int:
-        """Frames captured this long before an episode's start that row 0 may take
-        (``frame_assign.first_row_reach_ns`` when rows carry frames; else only the newest at or before it).
+        """Frames captured this long before an episode's start that row 0 may take.
+
+        ``frame_assign.first_row_reach_ns`` when rows carry frames; else only the newest at or before it.
         """
         return first_row_reach_ns(1e9 / self.fps) if self.frames_in_rows(depth) else 0
 
     def delay_ns(self, depth: bool = False) -> int:
-        """How long after t_k row k is assembled: every message it may use has arrived by then if each
-        arrives within ``lateness_s`` of its stamp. Callers stop feeding ``end + delay`` after an end.
+        """How long after t_k row k is assembled.
+
+        Every message it may use has arrived by then if each arrives within ``lateness_s`` of its stamp. Callers stop
+        feeding ``end + delay`` after an end.
         """
         return round(self.lateness_s * 1e9) + self.frame_horizon_ns(depth)
 
@@ -167,6 +137,8 @@ class Frame:
 
 @dataclass(frozen=True)
 class Row:
+    """One assembled row: its index, grid time, values and frames, for a sink."""
+
     index: int  # row index within the episode (0-based)
     timestamp: np.float32  # grid_timestamp(index, fps)
     tick_ns: int  # absolute grid time of this row
@@ -175,9 +147,16 @@ class Row:
 
 
 class Sink(Protocol):
-    def row(self, row: Row) -> None: ...
-    def frame(self, camera: str, frame: Frame, t: float) -> None: ...
-    def raw_quest(self, line: str) -> None: ...
+    """Where the assembler sends rows, frames and raw headset lines (the LeRobot and RGB-D sinks)."""
+
+    def row(self, row: Row) -> None:
+        """Take the next row."""
+
+    def frame(self, camera: str, frame: Frame, t: float) -> None:
+        """Take a camera frame at ``t`` seconds from the row origin."""
+
+    def raw_quest(self, line: str) -> None:
+        """Take one raw headset line."""
 
 
 @dataclass
@@ -212,6 +191,7 @@ class Counters:
         d[key] = d.get(key, 0) + n
 
     def to_dict(self) -> dict[str, Any]:
+        """The counters as plain values, for episodes.jsonl."""
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
 
 
@@ -290,6 +270,7 @@ class EpisodeAssembler:
 
     # ---- grid -------------------------------------------------------------------------------
     def tick_ns(self, k: int) -> int:
+        """The grid time of tick ``k`` (integer ns, exact)."""
         return self.start_ns + (k * 1_000_000_000 * self._den) // self._num
 
     @property
@@ -299,25 +280,29 @@ class EpisodeAssembler:
 
     @property
     def next_due_ns(self) -> int:
-        """When the next tick may be assembled: its grid time + ``config.delay_ns`` (the first one also
-        waits for the phase warm-up).
+        """When the next tick may be assembled: its grid time + ``config.delay_ns``.
+
+        The first one also waits for the phase warm-up.
         """
         return self.tick_ns(self._next_k) + self._delay_ns + (self._warmup_ns if self._next_k == 0 else 0)
 
     @property
     def assembled_until_ns(self) -> int | None:
-        """Everything up to this time (rows, frames sent with their capture time, raw lines) has gone to
-        the sink; None before the first ``advance``. An episode cannot end before it: those rows are
-        written (the sink takes no row back), so a stop stamped earlier ends here.
+        """Everything up to this time (rows, frames sent with their capture time, raw lines) has gone to the sink.
+
+        None before the first ``advance``. An episode cannot end before it: those rows are written (the sink takes no
+        row back), so a stop stamped earlier ends here.
         """
         return self._assembled_ns
 
     @property
     def rows(self) -> int:
+        """The number of rows sent to the sink."""
         return self.counters.rows
 
     @property
     def finished(self) -> bool:
+        """Whether ``finish`` has been called."""
         return self._end_ns is not None
 
     def missing_inputs(self, t_ns: int | None = None) -> list[str]:
@@ -354,18 +339,23 @@ class EpisodeAssembler:
         self.add_input("joint_states", stamp_ns, v)
 
     def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        """Add a measured end-effector pose (ROS xyzw quaternion in; rows hold wxyz)."""
         self.add_input("eef_pose", stamp_ns, pose7(position, quat_xyzw))
 
     def add_commanded_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        """Add a commanded end-effector pose (ROS xyzw quaternion in; rows hold wxyz)."""
         self.add_input("commanded_pose", stamp_ns, pose7(position, quat_xyzw))
 
     def add_commanded_gripper(self, stamp_ns: int, width_m: float) -> None:
+        """Add a commanded gripper width (m)."""
         self.add_input("commanded_gripper", stamp_ns, np.array([width_m], dtype=np.float32))
 
     def add_reward(self, stamp_ns: int, reward: float) -> None:
+        """Add a reward (rows hold 0 until the first one)."""
         self.add_input("reward", stamp_ns, np.array([reward], dtype=np.float32))
 
     def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
+        """Add a camera frame (``depth``: uint16 mm HxW, required for RGB-D)."""
         if camera not in self._frames:
             raise KeyError(f"unknown camera {camera!r} (configured: {list(self._frames)})")
         if self._depth and depth is None:
@@ -388,6 +378,7 @@ class EpisodeAssembler:
 
     def add_raw_quest(self, stamp_ns: int, line: str) -> None:
         # (stamp, arrival seq) keeps distinct lines that share a receive stamp
+        """Add one raw headset line, stamped with its receive time."""
         self._raw.insert((int(stamp_ns), self._raw_seq), line)
         self._raw_seq += 1
 
@@ -441,6 +432,7 @@ class EpisodeAssembler:
 
     def _row_frame(self, cam: str, t: int) -> Sample[int, Frame] | None:
         """The frame for the row at t (phase-locked pairing, ``frame_assign``); None if there is none yet.
+
         Commits nothing but the phase tracker's input, so a skipped start tick can call it.
         """
         buf, tracker = self._frames[cam], self._phase[cam]

@@ -12,6 +12,8 @@ V = TypeVar("V")
 
 @dataclass(frozen=True)
 class Sample(Generic[K, V]):
+    """One stamped value."""
+
     stamp_ns: K
     value: V
 
@@ -30,6 +32,7 @@ class SampleBuffer(Generic[K, V]):
         return len(self._stamps)
 
     def insert(self, stamp_ns: K, value: V) -> None:
+        """Insert a sample in stamp order (a sample with the same stamp is replaced)."""
         i = bisect.bisect_left(self._stamps, stamp_ns)
         if i < len(self._stamps) and self._stamps[i] == stamp_ns:
             self._values[i] = value
@@ -43,9 +46,11 @@ class SampleBuffer(Generic[K, V]):
         return self._stamps
 
     def at(self, i: int) -> Sample[K, V]:
+        """The ``i``-th sample in stamp order."""
         return Sample(self._stamps[i], self._values[i])
 
     def first(self) -> Sample[K, V] | None:
+        """The oldest sample, or None."""
         return Sample(self._stamps[0], self._values[0]) if self._stamps else None
 
     def index_at(self, t_ns: K) -> int:
@@ -53,6 +58,7 @@ class SampleBuffer(Generic[K, V]):
         return bisect.bisect_right(self._stamps, t_ns) - 1
 
     def latest_at(self, t_ns: K) -> Sample[K, V] | None:
+        """The newest sample stamped at or before ``t_ns``, or None."""
         i = self.index_at(t_ns)
         return None if i < 0 else Sample(self._stamps[i], self._values[i])
 

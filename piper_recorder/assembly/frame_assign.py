@@ -1,56 +1,35 @@
 """Which camera frame goes with which row (nominal mode and RGB-D observations): causal, phase-locked.
 
-Causal: row k's frame was captured at or before ``t_k`` (``CAUSAL_TOL_NS``, 1 ms, of clock noise
-allowed), as LeRobot's own recorder (the newest frame at the tick) and a policy at run time see it; a
-later capture would leak the commanded motion into the observation. An earlier version took the
-capture nearest ``t_k`` (up to half a period after it): a camera firing 3 ms after each row gave every
-row the next frame.
+Causal: row k's frame was captured at or before ``t_k`` (``CAUSAL_TOL_NS`` of clock noise allowed), as LeRobot's
+own recorder and a policy at run time see it; a later capture would leak the commanded motion into the
+observation. Phase-locked, not simply "the newest frame at or before t_k": a camera at the row rate whose
+captures sit near a row time flips, with jitter, between just before and just after it, so one row repeats a
+frame and the next drops one although every frame arrived. So each camera is locked to a slot:
 
-Why not simply "the newest frame at or before t_k": a camera running at the row rate whose captures sit
-near a row time flips, with jitter, between just before and just after it, so one row repeats a frame
-and the next drops one although every frame arrived. Instead each camera is locked to a slot:
+- ``PhaseTracker`` estimates the camera's capture phase against the grid (the wrapped median of the last
+  ``window`` frames' offsets to their nearest row time) and the jitter around it (the largest deviation either
+  side, widened by (n+1)/(n-1) for a small sample). A camera not phase-coherent with the rows (another rate:
+  mean resultant length below ``MIN_COHERENCE``, or ``KEEP_COHERENCE`` once locked) has no slot; a first lock
+  from few captures needs less (``lock_threshold``), keeping it less again (``keep_threshold``).
+- The slot is the phase moved back by whole periods until the latest capture the jitter allows is at or before
+  the row; the first slot keeps a margin of twice its uncertainty (capped at ``HYSTERESIS`` / 2 of a period), so
+  a later, better estimate does not move it. It then follows the phase: back a period (one repeat) as soon as
+  its band reaches past ``t_k + CAUSAL_TOL_NS``, forward (one drop) only once the fresher slot's band ends
+  ``HYSTERESIS`` of a period before that. A steady camera's frames are at most one period plus its jitter band
+  plus that first margin old, and at most ``CAUSAL_TOL_NS`` new.
+- Row k takes the frame nearest ``t_k + slot`` among those newer than the previous row's frame, within half a
+  period and captured by ``t_k + CAUSAL_TOL_NS``; none there: the previous frame is repeated, and frames passed
+  over are dropped. A capture jittered past the row beyond the band widens the band instead (one repeat).
+- Cameras not locked take the newest frame captured at or before ``t_k`` (a 60 fps camera: every other frame
+  dropped). The phase estimate only wraps ``HYSTERESIS`` of a period past the half period; the slot follows it
+  continuously.
+- The first estimate comes from the camera's captures before the episode (``CaptureHistory``) and the episode's
+  own up to the horizon; when those before it cover less than ``WARMUP_S``, row 0 waits for the rest (a slot
+  from too few captures lands a period off or steps back as the estimate grows).
 
-- ``PhaseTracker`` keeps a robust running estimate of the camera's capture phase relative to the
-  grid: the median (wrapped, so it stays continuous) of the offsets of the last ``window`` frames to
-  their nearest row time, and of the jitter around it (the largest deviation either side, widened by
-  the small-sample factor (n+1)/(n-1): n uniform samples fall short of their bound by 1/(n+1) of the
-  range). A camera that is not phase-coherent with the rows (another rate: the offsets spread around
-  the period, mean resultant length below ``MIN_COHERENCE``, or below ``KEEP_COHERENCE`` once
-  locked) has no slot (``slot_ns`` None). A first lock from few captures (the warm-up, a stalling
-  camera) needs less (``lock_threshold``): their resultant is too noisy for ``MIN_COHERENCE``; and
-  keeping a lock needs as much less again (``keep_threshold``), never more than a first lock would.
-- The slot is the phase moved back by whole periods until the latest capture the measured jitter
-  allows is at or before the row: the first slot's band ends twice its uncertainty (band / (n+1))
-  before ``t_k``, i.e. that plus 1 ms inside the tolerance (capped at ``HYSTERESIS`` / 2 of a period
-  inside it: 3.2 ms before ``t_k`` at 30 fps), so a later, better estimate does not move it. It then moves continuously with the phase; back a period (one repeat)
-  as soon as its band reaches past ``t_k + CAUSAL_TOL_NS``, forward a period (one drop) only once the
-  fresher slot's band ends ``HYSTERESIS`` of a period before that (so the estimate's noise does not
-  carry it across and back; only a camera drifting against the rows gets there). A camera 3 ms after
-  the rows thus pairs row k with the capture 3 ms after row k-1. A steady camera's frames are at most
-  one period plus its jitter band plus that first margin old (±10 ms at 30 fps: <= 33.3 + 20 + 3.2 ms),
-  and at most 1 ms new.
-- Row k targets ``t_k + slot`` and takes the frame nearest that target among the frames newer than
-  the previous row's frame, within half a period of the target and captured at or before
-  ``t_k + CAUSAL_TOL_NS``; none there: the previous frame is repeated. Frames passed over are dropped.
-  A camera at the row rate whose jitter stays within its measured band gives no repeat and no drop at
-  any phase. A capture jittered past the row beyond the measured band is never taken for that row: it
-  widens the band, the slot moves back (one repeat) and the next row takes it.
-- Cameras not locked take the newest frame captured at or before ``t_k`` (a 60 fps camera: every
-  other frame dropped).
-- The phase estimate only wraps once it is ``HYSTERESIS`` (a quarter) of a period past the half
-  period; the slot follows the wrapped phase continuously (a wrap by a period moves nothing).
-- The first estimate comes from the camera's captures before the episode (``CaptureHistory``: the
-  recorder keeps the last ``window_captures`` stamps while idle too) and the episode's own up to the
-  horizon; when those before it cover less than ``WARMUP_S`` (a recorder or camera just started), row
-  0 waits for the rest. From ~10 captures the first slot was unsure: its band's edge, estimated from the
-  largest of few deviations, came out too late (the slot a period further back than the band needs:
-  row 0 found no frame there, row 1 repeated row 0's, and the rows held frames older than the bound
-  below) or too early (the slot stepped back a period, one repeat, as the estimate grew).
-
-Everything is a function of the stamps of frames captured up to ``t_k + horizon``, so the live
-recorder and the bag converter choose the same frames (rows are assembled after that horizon plus
-the lateness allowance). The assembler counts, per camera, the largest offset ahead of the row
-(``frame_ahead_max_ms``, at most the 1 ms tolerance) and behind it (``frame_behind_max_ms``).
+Everything is a function of the stamps of frames captured up to ``t_k + horizon``, so the live recorder and the
+bag converter choose the same frames. The assembler counts per camera the largest offset ahead of the row
+(``frame_ahead_max_ms``) and behind it (``frame_behind_max_ms``).
 """
 
 from __future__ import annotations
@@ -74,13 +53,12 @@ def window_captures(fps: float) -> int:
 
 
 class CaptureHistory:
-    """The newest ``window`` capture stamps of one camera, kept whatever the recorder is doing, so that an
-    episode's phase estimate starts from as many captures as it is later kept on, not from a warm-up.
+    """The newest ``window`` capture stamps of one camera, kept whatever the recorder is doing.
 
-    ``add`` is all an idle recorder does per frame (an append). A jump of more than ``HISTORY_GAP_S``
-    between stamps (a camera restarted or reconfigured: its phase and rate may have changed) forgets what
-    came before, and so does ``before`` for a camera silent that long before the start: the episode then
-    waits for the warm-up it lacks, as after a recorder start.
+    An episode's phase estimate then starts from as many captures as it is later kept on, not from a warm-up.
+    ``add`` is all an idle recorder does per frame (an append). A jump of more than ``HISTORY_GAP_S`` between stamps
+    (a camera restarted or reconfigured: its phase and rate may have changed) forgets what came before, and so does
+    ``before`` for a camera silent that long before the start: the episode then waits for the warm-up it lacks.
     """
 
     def __init__(self, window: int, gap_ns: int = round(HISTORY_GAP_S * 1e9)):
@@ -89,6 +67,7 @@ class CaptureHistory:
         self._newest: int | None = None
 
     def add(self, stamp_ns: int) -> None:
+        """Keep one capture stamp (forgetting the history after a gap of ``HISTORY_GAP_S``)."""
         newest = self._newest
         if newest is None or abs(stamp_ns - newest) > self._gap:
             self._stamps.clear()
@@ -97,8 +76,9 @@ class CaptureHistory:
         self._stamps.append(stamp_ns)
 
     def before(self, start_ns: int) -> list[int]:
-        """The kept stamps (sorted) for an episode starting at ``start_ns``; none if the camera has been
-        silent for more than ``HISTORY_GAP_S`` by then.
+        """The kept stamps (sorted) for an episode starting at ``start_ns``.
+
+        None if the camera has been silent for more than ``HISTORY_GAP_S`` by then.
         """
         if self._newest is None or start_ns - self._newest > self._gap:
             return []
@@ -167,9 +147,10 @@ class PhaseTracker:
             self._slot = self._causal_slot(phase)
 
     def _causal_slot(self, phase: float) -> float:
-        """The phase moved back by whole periods so that its band's end ``slot + jitter_up`` stays within
-        ``CAUSAL_TOL_NS`` of the row (the freshest causal slot), continuous with the previous slot;
-        forward again only once ``HYSTERESIS`` of a period clear of the tolerance.
+        """The phase moved back by whole periods until its band's end ``slot + jitter_up`` is within ``CAUSAL_TOL_NS``.
+
+        That is the freshest causal slot, continuous with the previous slot; it moves forward again only once
+        ``HYSTERESIS`` of a period clear of the tolerance.
         """
         p, up = self.period, self.jitter_up
         hyst = HYSTERESIS * p
@@ -205,42 +186,44 @@ class PhaseTracker:
 
 
 def lock_threshold(n: int) -> float:
-    """Resultant length a first lock needs from ``n`` captures. The warm-up gives ~10 (fewer when the
-    camera stalls), and from so few a camera at the row rate with ±10 ms jitter (resultant ~0.5, spread
-    ~0.41 per capture) falls below ``MIN_COHERENCE`` by chance in ~3% of episodes: its phase then reads
-    0, and captures jittered past the half period repeat and drop. So the bar is lowered to what such a
-    camera clears with 3 sigma, down to ``COHERENCE_FLOOR`` (other rates spread their captures evenly:
-    their resultant is near 0 at any n); from ~40 captures it is ``MIN_COHERENCE``.
+    """Resultant length a first lock needs from ``n`` captures.
+
+    The warm-up gives few captures, and from so few a camera at the row rate with ±10 ms jitter (resultant ~0.5,
+    spread ~0.41 per capture) can fall below ``MIN_COHERENCE`` by chance: its phase then reads 0, and captures
+    jittered past the half period repeat and drop. So the bar is what such a camera clears with 3 sigma, down to
+    ``COHERENCE_FLOOR`` (other rates spread their captures evenly: resultant near 0 at any n); from ~40 captures it
+    is ``MIN_COHERENCE``.
     """
     return min(MIN_COHERENCE, max(COHERENCE_FLOOR, 0.505 - 3 * 0.41 / math.sqrt(max(1, n))))
 
 
 def keep_threshold(n: int) -> float:
-    """Resultant length a lock needs to be kept with ``n`` captures in the window: the first lock's bar
-    minus the same hysteresis as from ``MIN_COHERENCE`` down to ``KEEP_COHERENCE``, at least
-    ``COHERENCE_FLOOR``. A flat ``KEEP_COHERENCE`` asked more than a first lock up to ~16 captures: a lock
-    taken from the warm-up at 0.29 was lost two captures later at 0.19 (a camera at the row rate with
-    ±10 ms jitter, ~0.2 % of 4 s episodes), the unlocked rows took the newest frame (a drop) and the lock
-    came back a slot earlier (a repeat).
+    """Resultant length a lock needs to be kept with ``n`` captures in the window.
+
+    The first lock's bar minus the same hysteresis as from ``MIN_COHERENCE`` down to ``KEEP_COHERENCE``, at least
+    ``COHERENCE_FLOOR``: a flat ``KEEP_COHERENCE`` would ask more than a first lock for few captures, so a lock taken
+    from the warm-up could be lost at once (a drop while unlocked, then a repeat when it comes back a slot earlier).
     """
     return max(COHERENCE_FLOOR, lock_threshold(n) - (MIN_COHERENCE - KEEP_COHERENCE))
 
 
 def horizon_ns(period_ns: float) -> int:
-    """How far past t_k the phase tracker is fed before row k's frame is chosen (the frame itself is
-    captured at or before ``t_k + CAUSAL_TOL_NS``): the captures of the next row's slot, so a capture
-    jittered past the row beyond the measured band widens the band before a row could wait for it.
+    """How far past t_k the phase tracker is fed before row k's frame is chosen.
+
+    The frame itself is captured at or before ``t_k + CAUSAL_TOL_NS``; the horizon covers the captures of the next
+    row's slot, so a capture jittered past the row beyond the measured band widens the band before a row could wait
+    for it.
     """
     return math.ceil(period_ns * (1 + HYSTERESIS))
 
 
 def first_row_reach_ns(period_ns: float) -> int:
-    """How far before row 0 its frame may have been captured: two periods (the slot sits up to a period
-    plus the jitter band before the row, and the nearest frame to it is sought within half a period).
-    Row 0 chooses among the captures stamped within this reach only, whatever arrived before or after
-    the start (the recorder's pre-roll, the bag converter's receive order): a choice among every frame a
-    process happened to hold made the live recorder and the bag converter pick frames a period apart
-    when a frame reached one before the start request and the other after it.
+    """How far before row 0 its frame may have been captured: two periods.
+
+    The slot sits up to a period plus the jitter band before the row, and the nearest frame to it is sought within
+    half a period. Row 0 chooses among the captures stamped within this reach only, whatever arrived before or after
+    the start (the recorder's pre-roll, the bag converter's receive order), so the live recorder and the bag
+    converter pick the same frame even when a frame reached one before the start request and the other after it.
     """
     return math.ceil(2 * period_ns)
 
@@ -248,10 +231,11 @@ def first_row_reach_ns(period_ns: float) -> int:
 def pick(
     stamps: list[int], after_ns: int | None, target_ns: float | None, period_ns: float, limit_ns: int
 ) -> int | None:
-    """Index (into the sorted ``stamps``) of the frame for a row targeting ``target_ns``: the nearest
-    one newer than ``after_ns`` (the previous row's frame), within half a period of the target and
-    captured at or before ``limit_ns`` (the causal bound); earlier wins a tie. ``target_ns`` None (no
-    lock): the newest one newer than ``after_ns`` at or before ``limit_ns``. None: no such frame (repeat).
+    """Index (into the sorted ``stamps``) of the frame for a row targeting ``target_ns``; None: no such frame (repeat).
+
+    The nearest frame newer than ``after_ns`` (the previous row's frame), within half a period of the target and
+    captured at or before ``limit_ns`` (the causal bound); earlier wins a tie. ``target_ns`` None (no lock): the
+    newest one newer than ``after_ns`` at or before ``limit_ns``.
     """
     if target_ns is None:
         newest = None

@@ -30,7 +30,8 @@ def stamp_ns(msg: Any) -> int:
 
 
 def image_to_numpy(msg: Any) -> np.ndarray:
-    """sensor_msgs/Image -> HxWx3 uint8 RGB or HxW uint16 without copying (rgb8, 16UC1/mono16);
+    """sensor_msgs/Image -> HxWx3 uint8 RGB or HxW uint16, without copying for rgb8 and 16UC1/mono16.
+
     bgr8/rgba8/bgra8 need one copy to reorder channels. Raises ValueError for other encodings.
     """
     h, w, step, enc = int(msg.height), int(msg.width), int(msg.step), msg.encoding
@@ -54,9 +55,10 @@ def image_to_numpy(msg: Any) -> np.ndarray:
 def joint_positions(
     msg: Any, cache: dict[tuple[str, ...], list[int]], names: Sequence[str] = ARM_JOINTS, gripper_scale: float = 1.0
 ) -> list[float] | None:
-    """The 7 assembler positions (6 joints rad + gripper m) from a JointState, picked by ``names``
-    (positional if the message is unnamed); None if incomplete. ``gripper_scale`` multiplies the last
-    one (e.g. a driver that reports the gripper in other units). ``cache`` maps name tuples to indices.
+    """The 7 assembler positions (6 joints rad + gripper m) from a JointState; None if incomplete.
+
+    Picked by ``names`` (positional if the message is unnamed); ``gripper_scale`` multiplies the last one (a driver
+    that reports the gripper in other units). ``cache`` maps name tuples to indices.
     """
     key = tuple(msg.name)
     idx = cache.get(key)
@@ -106,8 +108,9 @@ def pose7(position: Sequence[float], quat_xyzw: Sequence[float]) -> np.ndarray:
 
 # ---- message adapters --------------------------------------------------------------------------
 class Adapter(Protocol):
-    """Reads one input vector from a message; None if the message does not hold it (counted nowhere:
-    e.g. a JointState without the mapped names).
+    """Reads one input vector from a message; None if the message does not hold it.
+
+    None is counted nowhere: e.g. a JointState without the mapped names.
     """
 
     msg_type: ClassVar[str]  # ROS type name, "pkg/msg/Type"
@@ -115,8 +118,11 @@ class Adapter(Protocol):
     names: ClassVar[tuple[str, ...]]  # default element names of the dataset column
     stamped: ClassVar[bool]  # header.stamp is the sample time (else the receive time)
 
-    def read(self, msg: Any) -> np.ndarray | None: ...
-    def options(self) -> dict[str, Any]: ...
+    def read(self, msg: Any) -> np.ndarray | None:
+        """The input vector (float32, ``dim``) the message holds, or None."""
+
+    def options(self) -> dict[str, Any]:
+        """The options a mapping file would set to give this adapter."""
 
 
 @dataclass
@@ -133,16 +139,19 @@ class JointStateAdapter:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str) -> JointStateAdapter:
+        """Build the adapter from a mapping file's options (``where`` names the entry in errors)."""
         names = d.get("names", list(ARM_JOINTS))
         if not isinstance(names, (list, tuple)) or len(names) != 7:
             raise ValueError(f"{where}.names needs 7 names (6 joints + gripper), got {names}")
         return cls(tuple(str(n) for n in names), float(d.get("gripper_scale", 1.0)))
 
     def read(self, msg: Any) -> np.ndarray | None:
+        """The input vector the message holds, or None (see ``Adapter``)."""
         pos = joint_positions(msg, self._cache, self.joint_names, self.gripper_scale)
         return None if pos is None else np.asarray(pos, dtype=np.float32)
 
     def options(self) -> dict[str, Any]:
+        """The options that rebuild this adapter (see ``Adapter``)."""
         return {"names": list(self.joint_names), "gripper_scale": self.gripper_scale}
 
 
@@ -159,14 +168,17 @@ class GripperAdapter:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str) -> GripperAdapter:
+        """Build the adapter from a mapping file's options (``where`` names the entry in errors)."""
         name = d.get("name")
         return cls(None if name is None else str(name), float(d.get("scale", 1.0)))
 
     def read(self, msg: Any) -> np.ndarray | None:
+        """The input vector the message holds, or None (see ``Adapter``)."""
         w = gripper_width(msg, self.name, self.scale)
         return None if w is None else np.array([w], dtype=np.float32)
 
     def options(self) -> dict[str, Any]:
+        """The options that rebuild this adapter (see ``Adapter``)."""
         return {"name": self.name, "scale": self.scale}
 
 
@@ -181,12 +193,15 @@ class PoseAdapter:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str) -> PoseAdapter:
+        """Build the adapter from a mapping file's options (``where`` names the entry in errors)."""
         return cls()
 
     def read(self, msg: Any) -> np.ndarray | None:
+        """The input vector the message holds, or None (see ``Adapter``)."""
         return pose7(*pose(msg))
 
     def options(self) -> dict[str, Any]:
+        """The options that rebuild this adapter (see ``Adapter``)."""
         return {}
 
 
@@ -201,12 +216,15 @@ class Float32Adapter:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str) -> Float32Adapter:
+        """Build the adapter from a mapping file's options (``where`` names the entry in errors)."""
         return cls()
 
     def read(self, msg: Any) -> np.ndarray | None:
+        """The input vector the message holds, or None (see ``Adapter``)."""
         return np.array([float(msg.data)], dtype=np.float32)
 
     def options(self) -> dict[str, Any]:
+        """The options that rebuild this adapter (see ``Adapter``)."""
         return {}
 
 
@@ -221,13 +239,16 @@ class WrenchAdapter:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str) -> WrenchAdapter:
+        """Build the adapter from a mapping file's options (``where`` names the entry in errors)."""
         return cls()
 
     def read(self, msg: Any) -> np.ndarray | None:
+        """The input vector the message holds, or None (see ``Adapter``)."""
         f, t = msg.wrench.force, msg.wrench.torque
         return np.array([f.x, f.y, f.z, t.x, t.y, t.z], dtype=np.float32)
 
     def options(self) -> dict[str, Any]:
+        """The options that rebuild this adapter (see ``Adapter``)."""
         return {}
 
 
@@ -238,9 +259,10 @@ ACTOR_CODES: dict[str, float] = {"none": 0.0, "policy": 1.0, "operator": 2.0}
 
 @dataclass
 class ActorAdapter:
-    """std_msgs/String "none" | "policy" | "operator" (the policy node's latched /policy/actor) -> its
-    code in ``ACTOR_CODES`` (0 none/teleop recording, 1 policy, 2 operator takeover); another value is
-    not a sample (the row keeps the last code). No header: stamped with the receive time.
+    """std_msgs/String "none" | "policy" | "operator" (the policy node's latched /policy/actor) -> its ``ACTOR_CODES``.
+
+    Codes: 0 none/teleop recording, 1 policy, 2 operator takeover; another value is not a sample (the row keeps the
+    last code). No header: stamped with the receive time.
     """
 
     msg_type: ClassVar[str] = "std_msgs/msg/String"
@@ -250,13 +272,16 @@ class ActorAdapter:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str) -> ActorAdapter:
+        """Build the adapter from a mapping file's options (``where`` names the entry in errors)."""
         return cls()
 
     def read(self, msg: Any) -> np.ndarray | None:
+        """The input vector the message holds, or None (see ``Adapter``)."""
         code = ACTOR_CODES.get(str(msg.data).strip())
         return None if code is None else np.array([code], dtype=np.float32)
 
     def options(self) -> dict[str, Any]:
+        """The options that rebuild this adapter (see ``Adapter``)."""
         return {}
 
 

@@ -28,9 +28,11 @@ class DepthPairer:
         self.unpaired = 0
 
     def add_color(self, stamp_ns: int, rgb: Any) -> list[Pair]:
+        """Add a colour image; returns the pairs it completes."""
         return self._add(False, int(stamp_ns), rgb)
 
     def add_depth(self, stamp_ns: int, depth: Any) -> list[Pair]:
+        """Add a depth image; returns the pairs it completes."""
         return self._add(True, int(stamp_ns), depth)
 
     def _add(self, is_depth: bool, stamp: int, img: Any) -> list[Pair]:

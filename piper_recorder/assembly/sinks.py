@@ -24,22 +24,28 @@ RGBD_STATE_TERMS = PIPER_TABLE.rgbd_keys("state")
 class LeRobotRows(Protocol):
     """What ``LeRobotSink`` calls on a LeRobot writer (``lerobot.writer.LeRobotWriter``)."""
 
-    def add_row(self, timestamp: float, values: Mapping[str, np.ndarray]) -> None: ...
-    def add_frame(self, camera: str, rgb: np.ndarray, t: float) -> bool: ...
-    def add_raw_quest(self, line: str) -> None: ...
+    def add_row(self, timestamp: float, values: Mapping[str, np.ndarray]) -> None:
+        """Add one row of the open episode."""
+
+    def add_frame(self, camera: str, rgb: np.ndarray, t: float) -> bool:
+        """Add one camera frame at ``t`` seconds; False when the writer refused it."""
+
+    def add_raw_quest(self, line: str) -> None:
+        """Add one raw headset line."""
 
 
 class RgbdSteps(Protocol):
     """What ``RgbdSink`` calls on an RGB-D writer (``rgbd_writer.writer.RgbdWriter``)."""
 
-    def add_observation(self, rgb: np.ndarray, depth: np.ndarray, state: Mapping[str, np.ndarray]) -> Any: ...
-    def add_transition(
-        self, action: np.ndarray, reward: float, terminal: bool = False, timeout: bool = False
-    ) -> Any: ...
+    def add_observation(self, rgb: np.ndarray, depth: np.ndarray, state: Mapping[str, np.ndarray]) -> Any:
+        """Add the observation of the next step."""
+
+    def add_transition(self, action: np.ndarray, reward: float, terminal: bool = False, timeout: bool = False) -> Any:
+        """Add the action and reward that follow the last observation."""
 
 
 class LeRobotSink:
-    """Feeds a LeRobotWriter; counts frames the writer refused (non-increasing ms PTS) per camera."""
+    """Feeds a LeRobotWriter; counts frames the writer refused (non-increasing PTS) per camera."""
 
     def __init__(self, writer: LeRobotRows, save_raw_quest: bool = True, table: FeatureTable = PIPER_TABLE):
         self.writer, self.save_raw_quest = writer, save_raw_quest
@@ -48,12 +54,14 @@ class LeRobotSink:
         self.frames_rejected: dict[str, int] = {}
 
     def row(self, row: Row) -> None:
+        """Write the row's values to the writer (and its frames, when rows carry them)."""
         t = float(row.timestamp)
         self.writer.add_row(t, {col: row.values[key] for col, key in self.columns.items()})
         for cam, frame in row.frames.items():  # nominal mode: one frame per row, at the row time
             self._frame(cam, frame, t)
 
     def frame(self, camera: str, frame: Frame, t: float) -> None:
+        """Write a frame sent with its own time (capture mode)."""
         self._frame(camera, frame, t)
 
     def _frame(self, camera: str, frame: Frame, t: float) -> None:
@@ -62,10 +70,12 @@ class LeRobotSink:
         d[camera] = d.get(camera, 0) + 1
 
     def raw_quest(self, line: str) -> None:
+        """Keep a raw headset line when ``save_raw_quest`` is on."""
         if self.save_raw_quest:
             self.writer.add_raw_quest(line)
 
     def counters(self) -> dict[str, Any]:
+        """The sink's counters for the episode's record (frames written and refused, per camera)."""
         return {"frames_written": dict(self.frames_written), "frames_rejected_by_encoder": dict(self.frames_rejected)}
 
 
@@ -84,6 +94,7 @@ class RgbdSink:
         self._last_action: tuple[np.ndarray, float] | None = None
 
     def row(self, row: Row) -> None:
+        """Turn the row into RGB-D steps: the previous row's action and reward, then this observation."""
         reward = float(row.values[self.reward_key][0]) if self.reward_key is not None else 0.0
         action = (np.concatenate([row.values[k] for k in self.action_parts]).astype(np.float32), reward)
         if self._last_action is None:
@@ -95,6 +106,7 @@ class RgbdSink:
         self._last_action = action
 
     def frame(self, camera: str, frame: Frame, t: float) -> None:
+        """Refuse: RGB-D observations take their frame from the row (assemble with ``depth=True``)."""
         raise RuntimeError("RGB-D observations take their frame from the row; assemble with depth=True")
 
     def raw_quest(self, line: str) -> None:

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class ConvertOptions:
+    """How to convert a bag: the format, the recorder's settings and topics, episode ranges and task."""
+
     fmt: str  # "lerobot" | "rgbd"
     settings: RecorderConfig  # the recorder's own config class (recording.config)
     topics: TopicMap
@@ -72,11 +74,14 @@ class ConvertOptions:
 
     @property
     def recorder_name(self) -> str:
+        """The node name of the recorder the conversion stands in for."""
         return self.settings.node_name
 
 
 @dataclass
 class BagResult:
+    """What converting one bag gave: its status, fingerprint, staging dataset, episodes, notes and costs."""
+
     index: int
     bag: str
     status: str = "failed"  # converted | skipped | failed
@@ -94,6 +99,7 @@ class BagResult:
 
 # ---- writers (the recorder nodes' settings; offline: never drop frames) --------------------------
 def open_writer(opts: ConvertOptions, path: Path) -> LeRobotWriter | RgbdWriter:
+    """The staging dataset's writer, with the recorder node's settings (offline: never drop frames)."""
     return _lerobot_writer(opts, path) if opts.fmt == "lerobot" else _rgbd_writer(opts, path)
 
 
@@ -152,6 +158,7 @@ def _latest_json(src: BagSource, topic: str | None) -> dict[str, Any] | None:
 
 # ---- checks and spans ----------------------------------------------------------------------------
 def check_topics(src: BagSource, opts: ConvertOptions) -> None:
+    """Raise ``BagError`` unless the bag holds every required topic with the expected message type."""
     have = src.topics
     required = opts.topics.required(depth=opts.fmt == "rgbd")
     wrong = [
@@ -174,6 +181,7 @@ def check_topics(src: BagSource, opts: ConvertOptions) -> None:
 
 
 def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list[EpisodeSpan]:
+    """The episode spans to convert: ``--episode`` ranges, else /episode_events, else the whole bag."""
     tm = opts.topics
     if tm.episode_events and tm.episode_events in src.topics:
         lines = [m.msg.data for m in src.messages([tm.episode_events])]
@@ -199,8 +207,9 @@ def choose_spans(src: BagSource, opts: ConvertOptions, notes: list[str]) -> list
 
 
 def _begun_in_bag(spans: list[EpisodeSpan], src: BagSource, notes: list[str]) -> list[EpisodeSpan]:
-    """Drop live episodes that began before the bag did (``ros2 bag record`` started mid-episode):
-    their first rows are not in the bag, so a conversion could only be a silently shorter episode.
+    """Drop live episodes that began before the bag did (``ros2 bag record`` started mid-episode).
+
+    Their first rows are not in the bag, so a conversion could only be a silently shorter episode.
     """
     keep = []
     for s in spans:

@@ -27,10 +27,12 @@ class EpisodeSpan:
 
     @property
     def feed_from_ns(self) -> int:
+        """Where feeding the episode's messages starts (its pre-roll)."""
         return self.start_ns if self.feed_ns is None else min(self.feed_ns, self.start_ns)
 
     @property
     def timeout(self) -> bool:
+        """Whether the live episode ended otherwise than by a stop (a truncation)."""
         return self.reason != "stop_episode"
 
 
@@ -104,8 +106,9 @@ def spans_from_events(lines: Iterable[str], recorder: str | None = None) -> list
 
 
 def spans_from_ranges(ranges: Iterable[str], bag_start_ns: int, min_gap_ns: int = 0) -> list[EpisodeSpan]:
-    """``START:END`` in seconds from the bag's first message, e.g. ``2.5:12``; sorted, at least
-    ``min_gap_ns`` apart (one pass feeds one episode at a time).
+    """Episode spans from ``START:END`` ranges in seconds from the bag's first message, e.g. ``2.5:12``.
+
+    Sorted, at least ``min_gap_ns`` apart (one pass feeds one episode at a time).
     """
     spans = []
     for text in ranges:

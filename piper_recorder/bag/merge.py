@@ -128,9 +128,10 @@ def import_rgbd(writer: Any, staged_path: Path) -> int:
 
 
 def copy_rgbd_episode(writer: Any, f: Any, episode: int, meta_update: dict[str, Any] | None = None) -> None:
-    """Append episode ``episode`` of the open RGB-D file ``f`` to ``writer`` as one committed episode:
-    payloads copied as stored (never re-encoded), states, transitions and extras as they are, the demo's
-    own attributes kept (``meta_update`` overrides some); indices and offsets are the writer's.
+    """Append episode ``episode`` of the open RGB-D file ``f`` to ``writer`` as one committed episode.
+
+    Payloads are copied as stored (never re-encoded), states, transitions and extras as they are, the demo's own
+    attributes kept (``meta_update`` overrides some); indices and offsets are the writer's.
     """
     from rgbd_writer import schema
 

@@ -62,9 +62,11 @@ class ProgressBoard:
         self._new: dict[int, tuple[float, float]] = {}
 
     def report(self, index: int, done_s: float, total_s: float) -> None:
+        """Record a bag's progress (seconds done of total)."""
         self._new[index] = (done_s, total_s)
 
     def take(self) -> dict[int, tuple[float, float]]:
+        """The progress reported since the last take."""
         new, self._new = self._new, {}
         return new
 
@@ -153,12 +155,11 @@ def _local_token() -> None:
 
 
 def init_local(ray: ModuleType, cpus: int | None, attempts: int = 3) -> None:
-    """Start a new local Ray cluster of ``cpus`` CPUs on 127.0.0.1 only (``_loopback_node``), with token
-    authentication (``_local_token``): no dashboard, no usage stats.
+    """Start a new local Ray cluster of ``cpus`` CPUs on 127.0.0.1 only, with token authentication.
 
-    Ray's raylet aborts its start when its Python agents take more than ~15 s to report their ports
-    (seen on this 2-core machine under a load average of 30); the next attempt starts with warm
-    imports, so it is retried a few times before giving up.
+    No dashboard, no usage stats (``_loopback_node``, ``_local_token``). Ray's raylet aborts its start when its
+    Python agents are slow to report their ports on a loaded machine; the next attempt starts with warm imports, so
+    it is retried a few times before giving up.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     _local_token()
@@ -217,9 +218,11 @@ class _Poller:
 
 @dataclass
 class RayEngine:
-    """Bags as Ray tasks. ``address``: an existing cluster (``ray.init(address)``; also RAY_ADDRESS);
-    without one a new local cluster of ``cpus`` CPUs (default: all) is started on 127.0.0.1 (never one
-    found running) and stopped at the end. A driver that already called ``ray.init`` (tests) is used as it is.
+    """Bags as Ray tasks.
+
+    ``address``: an existing cluster (``ray.init(address)``; also RAY_ADDRESS); without one a new local cluster of
+    ``cpus`` CPUs (default: all) is started on 127.0.0.1 (never one found running) and stopped at the end. A driver
+    that already called ``ray.init`` (tests) is used as it is.
     """
 
     address: str | None = None
@@ -238,6 +241,7 @@ class RayEngine:
         self.close()
 
     def connect(self) -> None:
+        """Join the cluster at ``address``, or start a local one (a driver already connected is used as it is)."""
         ray = import_ray()
         if ray.is_initialized():
             return
@@ -254,6 +258,7 @@ class RayEngine:
         self._owned = True
 
     def close(self) -> None:
+        """Shut down the cluster this engine started or joined."""
         if self._owned:
             import_ray().shutdown()
             self._owned = False
@@ -261,6 +266,7 @@ class RayEngine:
     def results(
         self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
     ) -> Generator[BagResult, None, None]:
+        """Convert every job as a Ray task and yield the results in job order (see ``run.Engine``)."""
         if not jobs:
             return
         self.connect()

@@ -48,24 +48,30 @@ class Engine(Protocol):
     def results(
         self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
     ) -> Generator[BagResult, None, None]:
-        """Convert every job and yield the results in job order. Never raises for one bag (a lost worker
-        is that bag's failed result); closing the iterator early cancels what is still running.
+        """Convert every job and yield the results in job order.
+
+        Never raises for one bag (a lost worker is that bag's failed result); closing the iterator early cancels what is
+        still running.
         """
         ...
 
 
 @dataclass
 class RunSummary:
+    """What a run gave: every bag's result and the run's wall and writer times."""
+
     results: list[BagResult] = field(default_factory=list)
     append_s: float = 0.0  # wall time in the one writer (the run's serial part)
     wall_s: float = 0.0
 
     @property
     def failed(self) -> list[BagResult]:
+        """The bags that failed."""
         return [r for r in self.results if r.status == "failed"]
 
     @property
     def episodes(self) -> int:
+        """The episodes converted in this run."""
         return sum(r.episodes for r in self.results if r.status == "converted")
 
 
@@ -123,6 +129,7 @@ class InProcess:
     def results(
         self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
     ) -> Generator[BagResult, None, None]:
+        """Convert every job in this process, in order."""
         for job in jobs:
             yield convert_bag(job.index, job.bag, opts, job.staging, done, progress)
 
@@ -150,6 +157,7 @@ class ProcessPool:
     def results(
         self, jobs: Sequence[BagJob], opts: ConvertOptions, done: DoneMap, progress: Progress
     ) -> Generator[BagResult, None, None]:
+        """Convert the jobs in ``jobs`` spawned worker processes and yield the results in job order."""
         ctx = mp.get_context("spawn")  # no forked copies of the parent's open writer
         q = ctx.Queue()  # handed to each worker at start-up: progress reports
         pump = threading.Thread(target=_pump, args=(q, progress), daemon=True)
@@ -184,13 +192,16 @@ def _result(fut: Future[BagResult], job: BagJob) -> BagResult:
 
 
 def local_engine(jobs: int) -> Engine:
+    """The engine for ``--jobs``: this process for 1, a process pool above."""
     return InProcess() if jobs <= 1 else ProcessPool(jobs)
 
 
 # ---- the run -------------------------------------------------------------------------------------
 def staging_root(out: Path, staging: str | Path | None = None) -> Path:
-    """Where a run's staging datasets go: beside the output by default; under ``staging`` (a path every
-    worker can reach, for a cluster) named after the output's absolute path, so outputs never share one.
+    """Where a run's staging datasets go: beside the output by default.
+
+    Under ``staging`` (a path every worker can reach, for a cluster) they are named after the output's absolute
+    path, so outputs never share one.
     """
     if staging is None:
         return out.parent / f".{out.name}.bag2dataset"
@@ -208,9 +219,10 @@ def convert_many(
     engine: Engine | None = None,
     staging: str | Path | None = None,
 ) -> RunSummary:
-    """Convert ``bags`` into ``out`` (created or appended to) with ``engine`` (default: the local one
-    for ``jobs``). Raises only for output-level errors (unusable output path/config, an engine that
-    cannot start); per-bag problems are in the returned results.
+    """Convert ``bags`` into ``out`` (created or appended to) with ``engine`` (default: the local one for ``jobs``).
+
+    Raises only for output-level errors (unusable output path/config, an engine that cannot start); per-bag problems
+    are in the returned results.
     """
     t0 = time.perf_counter()
     out = Path(out).absolute()

@@ -33,6 +33,8 @@ class BagError(PiperInputError):
 
 @dataclass(frozen=True)
 class BagMessage:
+    """One decoded bag message with its receive (log) time."""
+
     topic: str
     msgtype: str
     log_ns: int  # when the recording node received it: the converter's notion of "now"
@@ -41,6 +43,8 @@ class BagMessage:
 
 @dataclass(frozen=True)
 class RawMessage:
+    """One serialized bag message with its receive (log) time."""
+
     topic: str
     msgtype: str
     log_ns: int
@@ -74,6 +78,7 @@ def bag_fingerprint(path: Path) -> str:
 
 
 def bag_size(path: Path) -> int:
+    """The bag's size on disk (every file of a bag directory)."""
     path = Path(path)
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
@@ -100,6 +105,7 @@ class BagSource:
             raise BagError(f"{self.path}: cannot open bag ({why})") from exc
 
     def close(self) -> None:
+        """Close the bag (errors closing a broken bag are ignored)."""
         try:
             self._reader.close()
         except Exception:  # noqa: BLE001 - closing a broken bag must not hide the first error
@@ -117,6 +123,7 @@ class BagSource:
         return {c.topic: c.msgtype for c in self._reader.connections}
 
     def message_counts(self) -> dict[str, int]:
+        """The number of messages per topic."""
         out: dict[str, int] = {}
         for c in self._reader.connections:
             out[c.topic] = out.get(c.topic, 0) + int(c.msgcount or 0)
@@ -124,14 +131,17 @@ class BagSource:
 
     @property
     def start_ns(self) -> int:
+        """The log time of the bag's first message."""
         return int(self._reader.start_time)
 
     @property
     def end_ns(self) -> int:
+        """The log time of the bag's last message."""
         return int(self._reader.end_time)
 
     @property
     def duration_s(self) -> float:
+        """The bag's span in seconds."""
         return max(0, self.end_ns - self.start_ns) / 1e9
 
     def raw_messages(self, topics: Collection[str], stop_ns: int | None = None) -> Iterator[RawMessage]:
@@ -146,6 +156,7 @@ class BagSource:
             raise BagError(f"{self.path}: cannot read messages ({type(exc).__name__}: {exc})") from exc
 
     def decode(self, raw: RawMessage) -> Any:
+        """The message object of a raw message; ``BagError`` when it does not decode."""
         try:
             return self._reader.deserialize(raw.data, raw.msgtype)
         except Exception as exc:

@@ -37,11 +37,13 @@ T = TYPESTORE.types
 
 
 def header(stamp_ns: int, frame_id: str = "") -> Any:
+    """A std_msgs/Header stamped ``stamp_ns``."""
     stamp = T["builtin_interfaces/msg/Time"](sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
     return T["std_msgs/msg/Header"](stamp=stamp, frame_id=frame_id)
 
 
 def joint_state(stamp_ns: int, names: list[str], positions: np.ndarray) -> Any:
+    """A sensor_msgs/JointState of ``positions`` by ``names``."""
     empty = np.zeros(0, dtype=np.float64)
     return T["sensor_msgs/msg/JointState"](
         header=header(stamp_ns),
@@ -53,6 +55,7 @@ def joint_state(stamp_ns: int, names: list[str], positions: np.ndarray) -> Any:
 
 
 def pose_stamped(stamp_ns: int, pos: np.ndarray, quat_xyzw: np.ndarray, frame_id: str = "arm_base") -> Any:
+    """A geometry_msgs/PoseStamped (ROS xyzw quaternion)."""
     P = T["geometry_msgs/msg/Point"](x=float(pos[0]), y=float(pos[1]), z=float(pos[2]))
     Q = T["geometry_msgs/msg/Quaternion"](
         x=float(quat_xyzw[0]), y=float(quat_xyzw[1]), z=float(quat_xyzw[2]), w=float(quat_xyzw[3])
@@ -63,6 +66,7 @@ def pose_stamped(stamp_ns: int, pos: np.ndarray, quat_xyzw: np.ndarray, frame_id
 
 
 def image(stamp_ns: int, array: np.ndarray, encoding: str, frame_id: str = "") -> Any:
+    """A sensor_msgs/Image of ``array`` in ``encoding``."""
     h, w = array.shape[:2]
     data = np.frombuffer(np.ascontiguousarray(array).tobytes(), dtype=np.uint8)
     return T["sensor_msgs/msg/Image"](
@@ -77,6 +81,7 @@ def image(stamp_ns: int, array: np.ndarray, encoding: str, frame_id: str = "") -
 
 
 def string(text: str) -> Any:
+    """A std_msgs/String."""
     return T["std_msgs/msg/String"](data=text)
 
 
@@ -126,6 +131,7 @@ class SynthScenario:
     camera_delay_ns: int | None = None  # capture after each camera slot k / camera_fps; None: (i + 1) ms for camera i
 
     def camera_topics(self, cam: str) -> tuple[str, str | None]:
+        """Camera ``cam``'s colour and depth topics (depth None when the scenario has none)."""
         color, depth = self.camera_topic_map.get(
             cam, (camera_topic(COLOR_TOPIC_PATTERN, cam), camera_topic(DEPTH_TOPIC_PATTERN, cam))
         )

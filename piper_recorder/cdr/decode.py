@@ -1,14 +1,9 @@
-"""Serialized ROS 2 messages (CDR) decoded without rclpy: the ``rosbags`` type store of the ROS 2
-release the project targets.
+"""Serialized ROS 2 messages (CDR) decoded without rclpy, by the ``rosbags`` type store of the targeted release.
 
-The bag converter reads bags with the store, and the live recorders, teleop, piper_arm and
-the sim cameras decode their hot subscriptions with it (``nodes.plumbing.polled_inputs.PolledInputs``: rclpy hands
-over the serialized bytes), so bag and live paths give the assembler the same message objects. It is
-also cheaper: a subscriber process of a 100 Hz PoseStamped and a 100 Hz JointState on this 2-core
-machine spent ~330 us of CPU per message on the EventsExecutor with rclpy's typed take, ~260 us taking
-the bytes and decoding them here, ~200 us taking the bytes alone (3 interleaved 35 s runs each);
-``bench/executor_overhead.py`` compares the kinds for a recorder's input. The store is loaded on first
-use (~0.35 s of CPU): the nodes load it while they start (``warm_decoder``).
+The bag converter reads bags with the store, and the live recorders, teleop, piper_arm and the sim cameras decode
+their hot subscriptions with it (``PolledInputs``: rclpy hands over the serialized bytes), so bag and live paths
+give the assembler the same message objects, at less CPU than rclpy's typed take (docs/performance.md). The
+store is loaded on first use; the nodes load it while they start (``warm_decoder``).
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ STORE = Stores.ROS2_KILTED  # the bag converter's default store too (bag.source)
 
 @cache
 def typestore() -> Any:
-    """The rosbags type store of ROS 2 Kilted (imported on first use: ~0.35 s of CPU)."""
+    """The rosbags type store of ROS 2 Kilted (imported on first use, which costs: see ``warm_decoder``)."""
     from rosbags.typesys import get_typestore
 
     return get_typestore(STORE)
@@ -39,18 +34,21 @@ def _decoder(msg_type: str) -> tuple[Any, Any, Any]:
 
 
 def warm_decoder(msg_type: str) -> None:
-    """Load the store and build ``msg_type``'s decoder now (both cached): a node calls it while it starts,
-    so its first message does not pay for them. Raises ``KeyError`` for a type the store does not know.
+    """Load the store and build ``msg_type``'s decoder now (both cached).
+
+    A node calls it while it starts, so its first message does not pay for them. Raises ``KeyError`` for a type the
+    store does not know.
     """
     _decoder(msg_type)
 
 
 def decode(data: bytes | memoryview, msg_type: str) -> Any:
-    """One serialized message of ``msg_type`` ("pkg/msg/Type") as a rosbags message object (the ROS
-    field names; ``uint8[]`` as a numpy array over ``data``, not a copy). Raises ``ValueError`` on a
-    payload that is not CDR or too short for its fields; bytes after the message (alignment padding,
-    or the slack of ``rclpy.serialization.serialize_message``'s buffer) are ignored, as rclpy's own
-    deserializer ignores them (the store's ``deserialize_cdr`` refuses more than 3).
+    """One serialized message of ``msg_type`` ("pkg/msg/Type") as a rosbags message object.
+
+    The ROS field names; ``uint8[]`` as a numpy array over ``data``, not a copy. Raises ``ValueError`` on a payload
+    that is not CDR or too short for its fields; bytes after the message (alignment padding, or the slack of
+    ``rclpy.serialization.serialize_message``'s buffer) are ignored, as rclpy's own deserializer ignores them (the
+    store's ``deserialize_cdr`` refuses more than 3).
     """
     view = memoryview(data)
     if len(view) < 4 or view[0] != 0 or view[1] not in (0, 1):
@@ -67,10 +65,8 @@ def decode(data: bytes | memoryview, msg_type: str) -> Any:
 
 
 # ---- the hot types, decoded with struct into the store's own classes ------------------------------
-# The store's generated deserializers read field by field through a nested call per sub-message: in the
-# graph a PoseStamped cost 38-58 us of CPU to decode (29-44 us here), a JointState 30-40 (the same here: its
-# three numpy arrays dominate); hot loop 3.8 -> 2.3 and 9.6 -> 7.9 us. These read each fixed block with one
-# ``struct`` call and build the same objects (test_cdr: equal to the
+# The store's generated deserializers read field by field through a nested call per sub-message; these read
+# each fixed block with one ``struct`` call and build the same objects (figures: docs/performance.md) (test_cdr: equal to the
 # store's for random messages, and the same errors). Little-endian only (what every ROS 2 writer here
 # sends); big-endian payloads take the store's path. Offsets count from the end of the encapsulation
 # header; a field is aligned to its size; an empty sequence has no element alignment.

@@ -1,19 +1,15 @@
 """Serialized ROS 2 messages (CDR, little-endian XCDR1) built with ``struct`` for the graph's hot topics.
 
-Why: rclpy's ``publish(msg)`` converts the Python message field by field into its C struct and then
-serializes it; ``publish(bytes)`` hands the serialized message to the middleware as it is. In a
-process that wakes 100-200 times a second to publish, that conversion was most of the publish: a
-PoseStamped cost ~150 us of CPU typed and ~60-80 us as bytes, with no subscriber and a 10 ms pause
-between publishes as in the graph (hot loops: 6-11 vs 2.4-3.5 us), so the arm's four 100 Hz topics,
-teleop's targets, the bridge's headset topics and the cameras publish bytes built here.
+Why: rclpy's ``publish(msg)`` converts the Python message field by field into its C struct before serializing
+it, most of a small message's publish; ``publish(bytes)`` hands the serialized message to the middleware as it
+is. So the arm's 100 Hz topics, teleop's targets, the bridge's headset topics and the cameras publish bytes built
+here (figures: docs/performance.md).
 
-The layouts are ROS 2's (Fast DDS's CDR as rmw_fastrtps writes it): a 4-byte encapsulation header
-(``00 01 00 00``: CDR little-endian), then each field aligned to its own size counted from the end of
-that header, strings as a uint32 length including the NUL, sequences as a uint32 count then the
-elements. Padding bytes are zeros (rmw leaves them unset) and nothing follows the last field (rmw's
-buffer has a few bytes of slack there); every reader takes those as the same message.
-``test_cdr_encode`` checks each encoder against rclpy: deserialized, the bytes give back the message.
-No ROS import here.
+The layouts are ROS 2's (Fast DDS's CDR as rmw_fastrtps writes it): a 4-byte encapsulation header (``00 01 00
+00``: CDR little-endian), then each field aligned to its own size counted from the end of that header, strings as
+a uint32 length including the NUL, sequences as a uint32 count then the elements. Padding bytes are zeros and
+nothing follows the last field; every reader takes those as the same message. ``test_cdr_encode`` checks each
+encoder against rclpy. No ROS import here.
 """
 
 from __future__ import annotations
@@ -54,8 +50,9 @@ def _header_tail(frame_id: str, align: int) -> bytes:
 
 
 def restamp(message: bytes, stamp_ns: int) -> bytes:
-    """A serialized message whose first field is a ``std_msgs/Header``, with ``header.stamp`` replaced: a
-    message that never changes but for its stamp (a camera's CameraInfo) is serialized once and restamped.
+    """A serialized message whose first field is a ``std_msgs/Header``, with ``header.stamp`` replaced.
+
+    A message that never changes but for its stamp (a camera's CameraInfo) is serialized once and restamped.
     """
     return message[:4] + _stamp(stamp_ns) + message[12:]
 
@@ -150,8 +147,9 @@ def _image_meta(frame_id: str, height: int, width: int, encoding: str, step: int
 def image(
     stamp_ns: int, frame_id: str, height: int, width: int, encoding: str, step: int, data: bytes | memoryview
 ) -> bytes:
-    """sensor_msgs/Image, little-endian pixels (``data``: ``height * step`` bytes, e.g. a C-contiguous
-    numpy array's ``memoryview``): one copy of the pixels.
+    """sensor_msgs/Image with little-endian pixels, serialized with one copy of the pixels.
+
+    ``data``: ``height * step`` bytes, e.g. a C-contiguous numpy array's ``memoryview``.
     """
     mv = memoryview(data).cast("B")
     return b"".join(

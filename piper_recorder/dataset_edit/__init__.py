@@ -1,5 +1,6 @@
-"""Dataset editing (``piper-dataset merge|split|delete|retask``) for LeRobot v2.0/v2.1 roots and
-RGB-D HDF5 files; see ``ops`` for the operations and ``common`` for how outputs are committed.
+"""Dataset editing (``piper-dataset merge|split|delete|retask``) for LeRobot v2.0/v2.1 roots and RGB-D HDF5 files.
+
+``ops`` holds the operations, ``common`` how outputs are committed.
 """
 
 from .common import EditError, Pick

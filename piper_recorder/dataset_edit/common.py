@@ -1,12 +1,10 @@
-"""What every edit shares, whatever the format: the plan (which source episode becomes which output
-episode, under which task), episode selections, and the staged, atomic commit of the output.
+"""What every edit shares, whatever the format: the plan, episode selections, and the staged, atomic commit.
 
-Every operation is "build a new dataset from picked episodes of the sources": merge picks all
-episodes of every source, split the selected ones (and the rest), delete all but the deleted ones,
-retask all of them under renamed tasks. The new dataset is built beside the output path under a
-hidden staging name by the format's own writer (so indices, offsets, metadata and statistics are
-exactly what the writer produces) and renamed over the output at the end; a killed run leaves the
-sources untouched and only that hidden staging path behind, which the next run removes.
+The plan says which source episode becomes which output episode, under which task. Every operation builds a new
+dataset from picked episodes of the sources (merge: all of every source; split: the selected ones and the rest;
+delete: all but the deleted ones; retask: all under renamed tasks), beside the output under a hidden staging name,
+by the format's own writer (so indices, offsets, metadata and statistics are the writer's), then renamed over the
+output. A killed run leaves the sources untouched and only the staging path, which the next run removes.
 """
 
 from __future__ import annotations
@@ -73,8 +71,9 @@ def parse_episodes(text: str, n: int) -> list[int]:
 
 
 def split_fraction(n: int, fraction: float, seed: int) -> list[int]:
-    """The episodes a seeded random split by ``fraction`` selects: the RGB-D loader's own
-    ``split_episodes`` (its "val" part), so both formats split a given count identically.
+    """The episodes a seeded random split by ``fraction`` selects.
+
+    The RGB-D loader's own ``split_episodes`` (its "val" part), so both formats split a given count identically.
     """
     from rgbd_writer.reader import split_episodes
 
@@ -99,6 +98,7 @@ def parse_renames(pairs: list[str]) -> dict[str, str]:
 
 
 def retask_picks(episodes: list[EpisodeInfo], renames: dict[str, str]) -> list[Pick]:
+    """Every episode, under its renamed task; ``EditError`` for a rename of a task no episode has."""
     known = {e.task for e in episodes}
     unknown = sorted(set(renames) - known)
     if unknown:
@@ -140,6 +140,7 @@ def label_picks(episodes: list[EpisodeInfo], chosen: list[int], fields: dict[str
 
 
 def picks_of(source: int, episodes: list[EpisodeInfo], keep: list[int] | None = None) -> list[Pick]:
+    """The picks of source ``source``'s episodes ``keep`` (default: all), each under its own task."""
     idx = range(len(episodes)) if keep is None else keep
     return [Pick(source, i, episodes[i].task) for i in idx]
 
@@ -178,8 +179,9 @@ def describe_plan(picks: list[Pick], names: list[str], episodes: list[list[Episo
 def check_mergeable(
     sources: Sequence[S], differences: Callable[[S, S], list[str]], name: Callable[[S], object]
 ) -> None:
-    """Every source must agree with the first (the format's ``differences`` empty); the error names
-    each pair that does not and what differs, so one run shows every problem.
+    """Every source must agree with the first (the format's ``differences`` empty).
+
+    The error names each pair that does not and what differs, so one run shows every problem.
     """
     problems = []
     for s in sources[1:]:
@@ -192,12 +194,15 @@ def check_mergeable(
 
 # ---- the staged output ----------------------------------------------------------------------------
 def staging_path(out: Path) -> Path:
+    """The hidden staging path beside ``out`` where an edit builds its output."""
     return out.with_name(f".{out.name}{STAGING_SUFFIX}")
 
 
 class OutputLock(SideLock):
-    """One edit per output path at a time: a flock on ``.<name>.dsedit-lock`` beside it, removed when the
-    edit ends, refused or not (``SideLock``: never while another live process holds it).
+    """One edit per output path at a time: a flock on ``.<name>.dsedit-lock`` beside it.
+
+    The lock file is removed when the edit ends, refused or not (``SideLock``: never while another live process holds
+    it).
     """
 
     def __init__(self, out: Path):

@@ -62,22 +62,26 @@ class LeRobotSource:
 
     @property
     def root(self) -> Path:
+        """The source root."""
         return self.src.root
 
     @property
     def episodes(self) -> list[EpisodeInfo]:
+        """The source's episodes as the edit plans them: task, length and curation fields."""
         return [
             EpisodeInfo(e.tasks[0], e.length, {k: e.extras[k] for k in CURATION_KEYS if k in e.extras})
             for e in self.src.meta.episodes
         ]
 
     def close(self) -> None:
+        """Release the root's writer lock."""
         if self.lock_fd is not None:
             os.close(self.lock_fd)
             self.lock_fd = None
 
 
 def is_root(path: Path) -> bool:
+    """Whether ``path`` is a LeRobot root."""
     return Root.is_root(path)
 
 
@@ -113,9 +117,10 @@ def open_root(path: Path, lock: bool = True) -> LeRobotSource:
 
 
 def _guess_combined(key: str, names: tuple[str, ...], feats: dict[str, dict[str, Any]]) -> str | None:
-    """For roots written before info.json recorded it (``meta.COMBINED_RECORD``): the combined column
-    (observation.state, action) whose element names hold this column's ("arm_eef.qw" for
-    observation.arm_eef's "qw"); the features check in ``config_of`` proves the guess.
+    """The combined column (observation.state, action) whose element names hold this column's.
+
+    For roots whose info.json does not record it (``meta.COMBINED_RECORD``): "arm_eef.qw" for observation.arm_eef's
+    "qw"; the features check in ``config_of`` proves the guess.
     """
     part = key.split(".", 1)[-1]
     for combined in COMBINED:
@@ -246,8 +251,9 @@ def _columns(table: pa.Table, keys: list[str]) -> dict[str, np.ndarray]:
 
 
 def _images(src: Source, i: int) -> dict[str, tuple[np.ndarray, int]]:
-    """The episode's sampled image histograms by camera from its stats record (missing ones are
-    decoded from the video by ``import_episode``, as the writer does).
+    """The episode's sampled image histograms by camera from its stats record.
+
+    Missing ones are decoded from the video by ``import_episode``, as the writer does.
     """
     rec = episode_stats.load_record(src.root / episode_stats.record_relpath(i)) or {}
     if rec.get("episode_index") != i:
@@ -341,4 +347,5 @@ def edit_record(op: str, sources: list[Path], picks: list[Pick], **extra: Any) -
 
 
 def now() -> float:
+    """The monotonic clock an edit times itself with."""
     return time.monotonic()

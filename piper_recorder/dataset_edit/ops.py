@@ -1,13 +1,10 @@
-"""The edits (merge, split, delete, retask; retype for LeRobot roots) over either format, staged and committed
-atomically.
+"""The edits (merge, split, delete, retask; retype for LeRobot roots) over either format, staged and committed atomically.
 
-Sources are opened holding their writers' locks (a LeRobot root's ``.lock`` flock, an RGB-D file's
-OFD lock), so no recorder changes them while they are read. Each output is built under a hidden
-staging name beside it (``.<name>.dsedit-staging``) and then renamed into place: a new output
-appears whole or not at all; an edit in place (delete / retask without ``--out``) swaps the new
-root with the old one in one ``renameat2(RENAME_EXCHANGE)`` (``export.commit``) or renames the new
-RGB-D file over the old one, while still holding the source's lock. A killed run leaves the sources
-untouched and only the staging path, which the next run on that output removes.
+Sources are opened holding their writers' locks (a LeRobot root's ``.lock`` flock, an RGB-D file's OFD lock), so
+no recorder changes them while they are read. Each output is built under ``.<name>.dsedit-staging`` beside it and
+renamed into place: a new output appears whole or not at all; an edit in place swaps the new root with the old in
+one ``renameat2(RENAME_EXCHANGE)`` (``export.commit``) or renames the new RGB-D file over the old, still holding
+the source's lock. A killed run leaves the sources untouched and only the staging path, which the next run removes.
 """
 
 from __future__ import annotations
@@ -62,6 +59,8 @@ class Output:
 
 @dataclass
 class Result:
+    """What an edit did (or, in a dry run, would do): its outputs, plan and totals."""
+
     operation: str
     kind: str  # "lerobot" or "rgbd"
     outputs: list[Path]
@@ -280,10 +279,11 @@ def retask(
 def retype(
     src: Path, rotation_type: str, out: Path | None = None, dry_run: bool = False, progress: Progress | None = None
 ) -> Result:
-    """Re-tag the quaternion slices of a LeRobot root's ``modality.json`` (``quat_wxyz``, the spec's name,
-    or ``quaternion``, the w-first name GR00T N1.5's schema accepts; it rejects ``quat_wxyz``). The rows
-    are w-first either way, so only the tag changes: the root is rebuilt by the writer like any edit
-    (videos linked, rows and stats as written), into ``out`` or in place.
+    """Re-tag the quaternion slices of a LeRobot root's ``modality.json``.
+
+    ``quat_wxyz`` is the spec's name, ``quaternion`` the w-first name GR00T N1.5's schema accepts (it rejects
+    ``quat_wxyz``). The rows are w-first either way, so only the tag changes: the root is rebuilt by the writer like
+    any edit (videos linked, rows and stats as written), into ``out`` or in place.
     """
     if rotation_type not in ROTATION_TYPES:
         raise EditError(f"retype: rotation type must be one of {', '.join(ROTATION_TYPES)}, got {rotation_type!r}")
@@ -317,9 +317,10 @@ def label(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> Result:
-    """Mark the given episodes success / failure (``note``: a short remark; a label without one clears an
-    old note): their episodes.jsonl lines (LeRobot) or demo attrs (RGB-D, whose ``success`` follows);
-    through the same staged rebuild as every edit, into ``out`` or in place.
+    """Mark the given episodes success / failure, through the same staged rebuild as every edit.
+
+    ``note``: a short remark (a label without one clears an old note). It goes to their episodes.jsonl lines
+    (LeRobot) or demo attrs (RGB-D, whose ``success`` follows), into ``out`` or in place.
     """
     try:
         fields = label_fields(outcome, note)
@@ -346,8 +347,9 @@ def filter_(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> Result:
-    """The episodes whose outcome and verdict are among the given ones (comma lists; ``none``: unlabelled /
-    no verdict), renumbered, into the new dataset ``out`` (source unchanged).
+    """The episodes whose outcome and verdict are among the given ones, renumbered, into the new dataset ``out``.
+
+    Comma lists; ``none``: unlabelled / no verdict. The source is unchanged.
     """
     want_o = parse_choice(outcomes, OUTCOMES, "outcome")
     want_v = parse_choice(verdicts, VERDICTS, "verdict")

@@ -1,12 +1,11 @@
-"""Editing optimized RGB-D HDF5 files (``rlroverlab.offline_rgbd_v2``): the picked episodes are copied
-through ``RgbdWriter`` (``bag.merge.copy_rgbd_episode``): JPEG / JPEG 2000 payloads stored as they
-are (``add_encoded_observation``, never re-encoded), states, actions, rewards, flags and extras as
-they are, so the observation timeline, ``/index`` (obs/next_obs indices, episode ids, offsets,
-lengths), the totals and ``/episodes/demo_N`` numbering are the writer's own, and the output passes
-its validation on close. A demo's attributes are kept (``task``, ``provenance``, the bag converter's
-``source``), except those the writer sets itself; the original recording times stay in
-``recorded_start_time_ns`` / ``recorded_end_time_ns`` and the demo's origin in ``edited_from``.
-Retask rewrites the ``task`` attribute.
+"""Editing optimized RGB-D HDF5 files (``rlroverlab.offline_rgbd_v2``) by copying picked episodes through the writer.
+
+``bag.merge.copy_rgbd_episode`` stores JPEG / JPEG 2000 payloads as they are (never re-encoded), states, actions,
+rewards, flags and extras as they are, so the observation timeline, ``/index``, the totals and
+``/episodes/demo_N`` numbering are the writer's own and the output passes its validation on close. A demo's
+attributes are kept (``task``, ``provenance``, the bag converter's ``source``) except those the writer sets; the
+original recording times stay in ``recorded_start_time_ns`` / ``recorded_end_time_ns`` and the demo's origin in
+``edited_from``. Retask rewrites the ``task`` attribute.
 """
 
 from __future__ import annotations
@@ -51,6 +50,8 @@ _AGREE = (
 
 @dataclass
 class RgbdSource:
+    """One source RGB-D file: its attrs, episodes, dataset layout and writer lock."""
+
     path: Path
     attrs: dict[str, Any]
     episodes: list[EpisodeInfo]
@@ -59,6 +60,7 @@ class RgbdSource:
     lock_fd: int | None
 
     def config(self) -> RgbdConfig:
+        """The writer configuration the file was written with."""
         a = self.attrs
         return RgbdConfig(
             width=int(a.get("camera_width", CAMERA.width)),
@@ -74,12 +76,14 @@ class RgbdSource:
         )
 
     def close(self) -> None:
+        """Release the file's writer lock."""
         if self.lock_fd is not None:
             os.close(self.lock_fd)
             self.lock_fd = None
 
 
 def is_file(path: Path) -> bool:
+    """Whether ``path`` is an RGB-D file (by suffix, or an HDF5 file)."""
     return path.suffix in SUFFIXES or (path.is_file() and h5py.is_hdf5(path))
 
 
@@ -147,6 +151,7 @@ def open_file(path: Path, lock: bool = True) -> RgbdSource:
 
 
 def differences(a: RgbdSource, b: RgbdSource) -> list[str]:
+    """What differs between two sources that a merge needs equal (attrs and dataset layout)."""
     out = [f"{k}: {a.attrs.get(k)!r} vs {b.attrs.get(k)!r}" for k in _AGREE if a.attrs.get(k) != b.attrs.get(k)]
     for k in sorted(set(a.layout) | set(b.layout)):
         if a.layout.get(k) != b.layout.get(k):

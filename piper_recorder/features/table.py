@@ -42,8 +42,10 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class Feature:
-    """Row value ``key`` = ``input``'s values [start:stop]; ``column``: its LeRobot column (None: not
-    one); ``rgbd``: its RGB-D role (state term, part of the action in table order, the reward).
+    """Row value ``key`` = ``input``'s values [start:stop].
+
+    ``column``: its LeRobot column (None: not one); ``rgbd``: its RGB-D role (state term, part of the action in
+    table order, the reward).
     """
 
     key: str
@@ -59,10 +61,13 @@ class Feature:
 
 @dataclass(frozen=True)
 class FeatureTable:
+    """The stamped inputs and the row values and dataset columns cut from them."""
+
     inputs: tuple[InputSpec, ...]
     features: tuple[Feature, ...]
 
     def input(self, name: str) -> InputSpec:
+        """The input named ``name``; ``KeyError`` listing the inputs otherwise."""
         for spec in self.inputs:
             if spec.name == name:
                 return spec
@@ -70,6 +75,7 @@ class FeatureTable:
 
     @property
     def required(self) -> tuple[str, ...]:
+        """The inputs every row waits for."""
         return tuple(s.name for s in self.inputs if s.required)
 
     def rgbd_keys(self, role: str) -> tuple[str, ...]:
@@ -87,6 +93,7 @@ class FeatureTable:
         return table
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for duplicate names, bad dimensions or slices, or unknown formats and roles."""
         names = [s.name for s in self.inputs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate input names in {names}")

@@ -1,35 +1,25 @@
 """Independent checks of a LeRobot v2.0 / v2.1 root against the spec and what common loaders need.
 
-``validate_root(root, full=False) -> list[str]``: one line per problem, each prefixed with the file
-(relative to the root); an empty list means valid. ``full`` decodes every video frame instead of
-counting packets. The checks read the files with pyarrow, PyAV and json only, never the writer.
-On purpose they do not use the typed read model (``lerobot.format.root``) the other readers share either:
-the validator reads the raw meta files itself so that it stays an independent check of that model.
+``validate_root(root, full=False)`` returns one line per problem, prefixed with the file (relative to the root);
+``full`` decodes every frame instead of counting packets. The checks read the files with pyarrow, PyAV and json
+only: never the writer, nor the typed read model the other readers share, so they stay an independent check.
 
-Timestamps are an error, not a warning, when consecutive differences leave 1/fps by more than
-LeRobot's default tolerance (1e-4 s): LeRobot's loader refuses such a dataset.
+Timestamps whose consecutive differences leave 1/fps by more than 1e-4 s (LeRobot's default tolerance) are an
+error: LeRobot's loader refuses them.
 
-Video timing (every row of every video, from packet PTS only, no decoding): each row's frame is the
-last one with ``pts * time_base <= float32(timestamp)`` (torchcodec/torchvision), and it must lie less
-than 1e-4 s before the row (LeRobot's default ``tolerance_s``), compared in exact arithmetic. Both
-must hold at once; whole-ms PTS (time base 1/1000, older recorders) fail the second for two rows in
-three at 30 fps, and ``piper-repair`` fixes them. LeRobot's own lookup (0.3/0.4 default decoder:
-torchcodec in approximate seek mode) is checked too: it asks for frame ``round(t * fps)`` and gets the
-first frame whose PTS is at or after that frame's exact grid time ``index / fps``; that must be the
-same frame as the first rule's, within 1e-4 s. A timestamp below the grid (``k / fps`` rounded to
-the NEAREST float32, as recorders before the up-rounding did) with a PTS floored from it fails this for
-about half the rows (LeRobot gets the next frame); ``piper-repair`` moves those rows onto the grid.
-Episodes recorded with ``timestamp_mode: capture`` keep frames at their capture times, which by design
-do not sit on the rows: there only row 0 must have a frame at or before it and the time base must
-resolve 1e-4 s. The worst row over the root (per rule) is kept in a ``TimingSummary`` when the caller
-passes one.
+Video timing (every row, from packet PTS only): each row's frame is the last one with ``pts * time_base <=
+float32(timestamp)`` (torchcodec/torchvision) and must lie less than 1e-4 s before the row, compared exactly;
+whole-ms PTS (time base 1/1000) fail this for two rows in three at 30 fps (``piper-repair`` fixes them).
+LeRobot's own lookup (0.3/0.4 default: torchcodec, approximate seek) asks for frame ``round(t * fps)`` and gets
+the first frame whose PTS is at or after ``index / fps``; it must give the same frame, within 1e-4 s. A row time
+below the grid (k/fps rounded to the nearest float32) with a PTS floored from it fails this; ``piper-repair``
+moves such rows onto the grid. ``timestamp_mode: capture`` episodes keep frames at their capture times, off the
+rows by design: there only row 0 must have a frame at or before it and the time base must resolve 1e-4 s.
 
-Frame pairing (the recorder's per-episode counters in meta/episodes.jsonl, since a nominal video is
-re-stamped to the row times): a row's frame must have been captured at or before the row, within
-``CAUSAL_TOLERANCE_MS`` (1 ms, the clock mapper's noise; DESIGN.md Timing): ``frame_ahead_max_ms``
-above that is a problem (a frame from the future leaks the commanded motion into the observation).
-The worst offsets both ways (ahead of and behind the row) go into a ``PairingSummary``. Older roots
-record only ``frame_offset_max_ms`` (no direction): reported as such, not checked.
+Frame pairing (the recorder's per-episode counters in meta/episodes.jsonl): a row's frame must have been captured
+at or before the row, within ``CAUSAL_TOLERANCE_MS`` (the clock mapper's noise; DESIGN.md Timing); a frame from
+the future leaks the commanded motion into the observation. Roots recording only the undirected
+``frame_offset_max_ms`` are reported, not checked.
 """
 
 from __future__ import annotations
@@ -116,6 +106,7 @@ class WorstRow:
     gap_s: float
 
     def describe_row(self) -> str:
+        """The row, its frame and the gap between them, in words."""
         frame = (
             "no frame at or before it"
             if self.pts is None
@@ -125,6 +116,7 @@ class WorstRow:
         return f"row {self.row}: timestamp {self.timestamp:.6f} s, {frame}{gap}"
 
     def describe(self) -> str:
+        """The row with its episode and camera, in words."""
         return f"episode {self.episode}, {self.camera}, {self.describe_row()}"
 
 
@@ -140,6 +132,7 @@ class TimingSummary:
     lerobot_worst: WorstRow | None = None  # the worst of those (gap_s: |frame time - t|; inf: no frame)
 
     def describe(self) -> str:
+        """The video timing figures as one line."""
         if self.worst is None:
             text = "no nominal-mode video rows"
         else:
@@ -168,6 +161,8 @@ class PairingSummary:
         return new if old is None or new[0] > old[0] else old
 
     def describe(self) -> str:
+        """The worst capture offsets as one line."""
+
         def one(w: tuple[float, int, str]) -> str:
             return f"{w[0]:.3f} ms (episode {w[1]}, {w[2]})"
 
@@ -526,9 +521,10 @@ def _video_frames(path: Path, full: bool) -> _Video:
 
 
 def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each row time (float32 values): index of the last frame with ``pts * tb <= t`` (-1: none)
-    and ``t - pts * tb`` in s (inf: none). Exact: a float32 times the time base denominator (< 2**29)
-    and a PTS times its numerator (< 2**53) are exact in float64, so the comparison is too.
+    """For each row time (float32): the last frame with ``pts * tb <= t`` (-1: none) and ``t - pts * tb`` in s (inf: none).
+
+    Exact: a float32 times the time base denominator (< 2**29) and a PTS times its numerator (< 2**53) are exact in
+    float64, so the comparison is too.
     """
     if tb.denominator < 2**29 and (len(pts) == 0 or int(np.abs(pts).max()) * tb.numerator < 2**53):
         frame = pts.astype(np.float64) * tb.numerator
@@ -547,9 +543,10 @@ def _row_gaps(pts: np.ndarray, tb: Fraction, ts: np.ndarray) -> tuple[np.ndarray
 
 
 def _lerobot_frames(pts: np.ndarray, tb: Fraction, ts: np.ndarray, fps: float) -> np.ndarray:
-    """LeRobot 0.3/0.4's default lookup (torchcodec, approximate seek) for each row time: frame index
-    ``i = round(t * fps)`` (half to even, as Python's round), then the first frame whose ``pts * tb`` is
-    >= ``i / fps``, compared exactly in integers; ``len(pts)`` where there is none.
+    """LeRobot 0.3/0.4's default lookup (torchcodec, approximate seek) for each row time; ``len(pts)`` for none.
+
+    Frame index ``i = round(t * fps)`` (half to even, as Python's round), then the first frame whose ``pts * tb`` is
+    >= ``i / fps``, compared exactly in integers.
     """
     f = Fraction(fps).limit_denominator(1_000_000)
     want = np.rint(ts.astype(np.float64) * float(fps)).astype(np.int64)
@@ -806,8 +803,10 @@ def _check_episodes_stats(
     episodes: list[dict],
     per_episode: list[dict[str, _ColumnAccumulator]],
 ) -> None:
-    """LeRobot v2.1 meta/episodes_stats.jsonl: one line per episode, in order, every feature with
-    min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count match the data.
+    """Check LeRobot v2.1 meta/episodes_stats.jsonl: one line per episode, in order.
+
+    Every feature has min/max/mean/std/count (vectors (D,), images (3, 1, 1)); vector min/max/mean/count must match
+    the data.
     """
     if len(lines) != len(episodes):
         rep.add(path, f"{len(lines)} lines for {len(episodes)} episodes in {EPISODES}")
@@ -983,9 +982,10 @@ def _check_pairing(rep: _Report, path: Path, pos: int, ep: dict) -> None:
 def validate_root(
     root: str | Path, full: bool = False, timing: TimingSummary | None = None, pairing: PairingSummary | None = None
 ) -> list[str]:
-    """Every problem found in the LeRobot v2.0 / v2.1 root, one line each; [] when valid. ``timing``, when
-    given, receives the video timing figures (rows checked, the worst row); ``pairing`` the worst frame
-    capture offsets ahead of and behind their rows.
+    """Every problem found in the LeRobot v2.0 / v2.1 root, one line each; [] when valid.
+
+    ``timing``, when given, receives the video timing figures (rows checked, the worst row); ``pairing`` the worst
+    frame capture offsets ahead of and behind their rows.
     """
     root = Path(root)
     rep = _Report(

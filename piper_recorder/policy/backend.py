@@ -32,8 +32,9 @@ class BackendError(PiperError, RuntimeError):
 
 
 class BackendTimeout(BackendError):
-    """No answer within the backend's timeout: reported as a query timeout, like the runtime's own
-    deadline (whichever clock fires first, a slow server reads the same in ~/status).
+    """No answer within the backend's timeout: reported as a query timeout, like the runtime's own deadline.
+
+    Whichever clock fires first, a slow server reads the same in ~/status.
     """
 
 
@@ -55,8 +56,10 @@ class Observation:
 
 @dataclass(frozen=True)
 class ActionChunk:
-    """A backend's answer: ``rows`` (n, ACTION_DIM) float32, row k is the target for time
-    ``t0_ns + k * period`` where ``t0_ns`` is normally ``obs_stamp_ns`` (the observation it answers).
+    """A backend's answer: ``rows`` (n, ACTION_DIM) float32.
+
+    Row k is the target for time ``t0_ns + k * period``, where ``t0_ns`` is normally ``obs_stamp_ns`` (the
+    observation it answers).
     """
 
     rows: F32
@@ -81,4 +84,5 @@ class PolicyBackend(Protocol):
         """At most ``horizon`` rows answering ``obs``. May block; raises ``BackendError``."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the backend's connections."""

@@ -50,4 +50,5 @@ def mismatches(trained: Mapping[str, Any] | None, live: Mapping[str, Any]) -> li
 
 
 def describe(found: list[Mismatch]) -> str:
+    """The mismatches as one line for the operator."""
     return "; ".join(f"{k}: trained {json.dumps(a)} != live {json.dumps(b)}" for k, a, b in found)

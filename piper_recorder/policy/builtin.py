@@ -1,5 +1,7 @@
-"""Dry-run backends: ``hold`` (stay where the arm is) and ``replay:<root>:<episode>`` (a recorded
-episode's absolute actions, by time since the run started). Neither needs a server.
+"""Dry-run backends that need no server.
+
+``hold`` stays where the arm is; ``replay:<root>:<episode>`` plays a recorded episode's absolute actions, by time
+since the run started.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ class HoldBackend:
     """Answers every observation with its own measured pose and gripper: the arm holds."""
 
     def describe(self) -> dict[str, object]:
+        """Provenance: the ``hold`` backend."""
         return {"backend": "hold", "content_hash": None}
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
+        """``horizon`` rows holding the observed pose and gripper."""
         eef = obs.state.get("observation.arm_eef")
         grip = obs.state.get("observation.gripper")
         if eef is None or grip is None:
@@ -29,6 +33,7 @@ class HoldBackend:
         return ActionChunk(np.tile(row, (horizon, 1)), obs.stamp_ns, obs.stamp_ns)
 
     def close(self) -> None:
+        """Nothing to release."""
         pass
 
 
@@ -46,9 +51,11 @@ class ReplayBackend:
         self._hash = hashlib.sha256(path[0].read_bytes()).hexdigest() if path else None
 
     def describe(self) -> dict[str, object]:
+        """Provenance: the replayed root and episode."""
         return {"backend": "replay", "checkpoint": f"{self.root}:{self.episode}", "content_hash": self._hash}
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
+        """The episode's actions from the time since the run started, at most ``horizon`` rows."""
         if self._t0 is None:
             self._t0 = obs.stamp_ns
         k0 = int(round((obs.stamp_ns - self._t0) * self.fps / 1e9))
@@ -56,4 +63,5 @@ class ReplayBackend:
         return ActionChunk(self.rows[idx].copy(), obs.stamp_ns, obs.stamp_ns)
 
     def close(self) -> None:
+        """Nothing to release."""
         pass

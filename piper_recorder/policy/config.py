@@ -18,6 +18,8 @@ BINDING_ACTIONS = ("warn", "refuse")
 
 @dataclass
 class PolicyConfig:
+    """The policy node's parameters: backend, chunking, safety bounds and the binding check."""
+
     policy: str = "hold"  # http://host:port | gr00t://host:port | hold | replay:<root>:<episode>
     root: str = ""  # training root (meta/ is read for features, cameras, fps, provenance)
     task: str = ""  # task string sent with every query ("" = the root's first task)
@@ -45,9 +47,11 @@ class PolicyConfig:
 
     @property
     def period_s(self) -> float:
+        """The control period (s)."""
         return 1.0 / self.control_rate_hz
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the parameter for a bad value."""
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.on_binding_mismatch not in BINDING_ACTIONS:

@@ -26,11 +26,12 @@ F64 = npt.NDArray[np.float64]
 
 
 class LeadTime:
-    """How long before the newest chunk runs out the next query must leave: the p99 of the recent
-    query latencies (submit to answer taken, on the control ticks) plus one control period (a query
-    leaves on a tick, up to a period after the ideal instant) plus ``margin_ns`` (jitter), never more
-    than a whole chunk (then the next query leaves as soon as an answer arrives). Before the first
-    answer it is 0: the executor's ``query_ahead`` floor applies.
+    """How long before the newest chunk runs out the next query must leave.
+
+    The p99 of the recent query latencies (submit to answer taken, on the control ticks) plus one control period (a
+    query leaves on a tick, up to a period after the ideal instant) plus ``margin_ns`` (jitter), never more than a
+    whole chunk (then the next query leaves as soon as an answer arrives). Before the first answer it is 0: the
+    executor's ``query_ahead`` floor applies.
     """
 
     def __init__(self, period_ns: int, margin_ns: int, chunk_ns: int, window: int = 32):
@@ -38,12 +39,15 @@ class LeadTime:
         self._recent: deque[int] = deque(maxlen=window)
 
     def observe(self, latency_ns: int) -> None:
+        """Record one query's latency."""
         self._recent.append(int(latency_ns))
 
     def p99_ns(self) -> int | None:
+        """The p99 of the recent latencies, or None before the first."""
         return int(np.percentile(np.asarray(self._recent, dtype=np.float64), 99)) if self._recent else None
 
     def lead_ns(self) -> int:
+        """The lead time now (0 before the first answer)."""
         p99 = self.p99_ns()
         if p99 is None:
             return 0
@@ -59,6 +63,8 @@ class _Chunk:
 
 @dataclass
 class ExecutorCounters:
+    """What the executor counted: chunks and rows received, rows that arrived too late, stale chunks."""
+
     chunks: int = 0
     rows_received: int = 0
     rows_dropped_late: int = 0  # rows whose time passed before their chunk arrived
@@ -66,6 +72,8 @@ class ExecutorCounters:
 
 
 class ChunkExecutor:
+    """Action chunks in, the action due at each control tick out (the module's rules)."""
+
     def __init__(
         self,
         period_ns: int,
@@ -91,6 +99,7 @@ class ChunkExecutor:
         return (now_ns - c.t0_ns) // self.period_ns
 
     def add(self, chunk: ActionChunk, now_ns: int) -> None:
+        """Take a new chunk at ``now_ns``; rows already past are dropped and counted."""
         rows = np.asarray(chunk.rows, dtype=np.float64)
         c = _Chunk(rows, int(chunk.t0_ns), 0)
         k = max(0, self._k(c, now_ns))
@@ -131,8 +140,9 @@ class ChunkExecutor:
         return out
 
     def want_query(self, now_ns: int, lead_ns: int = 0) -> bool:
-        """True when a new query should be sent now (the caller keeps at most one in flight): the
-        newest chunk ran ``replan_every`` steps, or has at most ``max(query_ahead rows, lead_ns)`` left.
+        """True when a new query should be sent now (the caller keeps at most one in flight).
+
+        That is when the newest chunk ran ``replan_every`` steps, or has at most ``max(query_ahead rows, lead_ns)`` left.
         """
         if not self._chunks:
             return True

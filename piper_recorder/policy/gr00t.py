@@ -84,12 +84,14 @@ def _decode(obj: dict[object, object]) -> object:
 
 
 def pack(message: Mapping[str, object]) -> bytes:
+    """One message as msgpack, numpy arrays as GR00T's ``__ndarray_class__`` entries."""
     return cast(bytes, msgpack.packb(message, default=_encode))
 
 
 def unpack(raw: bytes) -> object:
-    """Decode one reply; AnswerError says why it cannot be (msgpack's own exceptions often carry no
-    text: a FormatError or StackError reads ``()``).
+    """Decode one reply; AnswerError says why it cannot be.
+
+    msgpack's own exceptions often carry no text (a FormatError or StackError reads ``()``).
     """
     try:
         return msgpack.unpackb(raw, object_hook=_decode)
@@ -201,6 +203,7 @@ class Gr00tBackend:
         return cast(dict[str, object], reply)
 
     def ping(self) -> bool:
+        """Whether the server answers a ping."""
         try:
             self.call("ping")
             return True
@@ -317,6 +320,7 @@ class Gr00tBackend:
 
     # -- PolicyBackend -----------------------------------------------------------------------------
     def describe(self) -> dict[str, object]:
+        """Provenance: the backend, its address, the modality map in use and the keys the server asked for."""
         out: dict[str, object] = {
             "backend": "gr00t",
             "url": f"gr00t://{self.host}:{self.port}",
@@ -328,11 +332,13 @@ class Gr00tBackend:
         return out
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
+        """At most ``horizon`` rows answering ``obs`` from the server's ``get_action``."""
         answer = self.call("get_action", self.observation_message(obs))
         rows = self.rows_from_answer(answer, horizon)
         return ActionChunk(rows=rows, obs_stamp_ns=obs.stamp_ns, t0_ns=obs.stamp_ns, info={"backend": "gr00t"})
 
     def close(self) -> None:
+        """Close the socket."""
         with self._lock:
             self._reset_socket()
         self._ctx.term()

@@ -97,8 +97,10 @@ def explain(where: str, e: BaseException, timeout_s: float) -> BackendError:
 
 
 def _read(r: http.client.HTTPResponse, where: str) -> bytes:
-    """The whole answer, at most MAX_ANSWER bytes. With a Content-Length, ``read()`` raises
-    IncompleteRead when the server closes early (``read(n)`` would hand back the part silently).
+    """The whole answer, at most MAX_ANSWER bytes.
+
+    With a Content-Length, ``read()`` raises IncompleteRead when the server closes early (``read(n)`` would hand back
+    the part silently).
     """
     announced = r.getheader("Content-Length")
     if announced is not None and announced.strip().isdigit():
@@ -112,6 +114,8 @@ def _read(r: http.client.HTTPResponse, where: str) -> bytes:
 
 
 class HttpBackend:
+    """A PiperPilot ``/predict`` server at ``url``: one connection per query, redirects refused."""
+
     def __init__(self, url: str, timeout_s: float = 1.0):
         if not math.isfinite(timeout_s) or timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
@@ -120,6 +124,7 @@ class HttpBackend:
         self._open = _opener().open
 
     def describe(self) -> dict[str, object]:
+        """Provenance: the backend, its URL and the server's ``content_hash`` when it publishes one."""
         out: dict[str, object] = {"backend": "http", "url": self.url, "protocol": "PiperPilot /predict"}
         h, problem = self._server_hash()
         out["content_hash"] = h
@@ -135,8 +140,9 @@ class HttpBackend:
             raise explain(f"{self.url}{path}", e, self.timeout_s) from e
 
     def _server_hash(self) -> tuple[str | None, str]:
-        """The server's own checkpoint hash if it publishes one (GET /info ``content_hash``), and why
-        there is none when asking failed (a redirect is refused, never followed).
+        """The server's own checkpoint hash if it publishes one (GET /info ``content_hash``), and why there is none.
+
+        The reason is given when asking failed (a redirect is refused, never followed).
         """
         try:
             info = json.loads(self._get("/info"))
@@ -151,6 +157,7 @@ class HttpBackend:
         raise explain(f"{self.url}/predict", e, self.timeout_s) from e
 
     def predict(self, obs: Observation, horizon: int) -> ActionChunk:
+        """At most ``horizon`` rows answering ``obs``; ``BackendError`` saying what the server did."""
         body = encode_request(obs.task, obs.state, obs.images, horizon)
         req = urllib.request.Request(
             self.url + "/predict", data=body, method="POST", headers={"Content-Type": "application/json"}
@@ -169,4 +176,5 @@ class HttpBackend:
         )
 
     def close(self) -> None:
+        """Nothing to release (one connection per query)."""
         pass

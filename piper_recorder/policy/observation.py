@@ -44,6 +44,8 @@ class MetaError(PiperInputError, ValueError):
 
 @dataclass(frozen=True)
 class TrainingMeta:
+    """What a training root says about its data: rate, cameras and sizes, state columns, tasks, stats and session."""
+
     root: Path
     fps: float
     cameras: dict[str, tuple[int, int]]  # camera name -> (height, width)
@@ -55,6 +57,7 @@ class TrainingMeta:
 
     @classmethod
     def load(cls, root: str | Path) -> TrainingMeta:
+        """Read it from the root at ``root``; ``MetaError`` saying what is missing."""
         root = Path(root)
         try:
             model = Root.open(root)
@@ -178,11 +181,13 @@ class ObservationBuilder:
         self._feed("commanded_gripper", "add_commanded_gripper", stamp_ns, float(positions[6]))
 
     def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        """Add a measured end-effector pose (ROS xyzw quaternion)."""
         self.eef = (position, quat_xyzw)
         self._feed("eef_pose", "add_eef_pose", stamp_ns, position, quat_xyzw)
         self._feed("commanded_pose", "add_commanded_pose", stamp_ns, position, quat_xyzw)
 
     def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None:
+        """Add a camera frame."""
         seen = self.cams.get(camera)
         if seen is None:
             return
@@ -230,6 +235,7 @@ class ObservationBuilder:
             getattr(self._asm, method)(*args)
 
     def stop(self) -> None:
+        """Stop assembling (until the next start)."""
         self._asm = None
 
     def advance(self, now_ns: int) -> Observation | None:
@@ -241,6 +247,7 @@ class ObservationBuilder:
         return None if row is None else self.observation(row)
 
     def observation(self, row: Row) -> Observation:
+        """The ``Observation`` of an assembled row, with the columns the policy was trained on."""
         state: dict[str, F32] = {k: np.asarray(row.values[v], dtype=np.float32) for k, v in ROW_VALUE.items()}
         for key in self.meta.state_keys:
             if key in COMBINED:

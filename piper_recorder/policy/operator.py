@@ -27,6 +27,8 @@ TELEOP_STATUS_STALE_S = 3.0  # three missed 1 Hz statuses: teleop is not running
 
 @dataclass
 class OperatorGate:
+    """Whether the operator holds the arm, from the grip on the headset's joy stream and teleop's status."""
+
     hand: str = "right"
     takeover_above: float = 0.7
     release_below: float = 0.3
@@ -44,8 +46,9 @@ class OperatorGate:
         self._teleop_ns: int | None = None
 
     def on_joy(self, now_ns: int, squeeze: float) -> bool:
-        """One joy message of the takeover hand; True when the grip is held after it. A non-finite
-        squeeze is ignored (teleop rejects the message too) and changes nothing.
+        """One joy message of the takeover hand; True when the grip is held after it.
+
+        A non-finite squeeze is ignored (teleop rejects the message too) and changes nothing.
         """
         if not math.isfinite(squeeze):
             return self.grip_held

@@ -41,9 +41,14 @@ Result = ActionChunk | BaseException
 class QueryRunner(Protocol):
     """Runs ``backend.predict`` somewhere else; ``poll`` hands back the finished result once."""
 
-    def submit(self, obs: Observation, horizon: int) -> None: ...
-    def poll(self) -> Result | None: ...
-    def abandon(self) -> None: ...
+    def submit(self, obs: Observation, horizon: int) -> None:
+        """Start a query for ``obs``."""
+
+    def poll(self) -> Result | None:
+        """The finished query's chunk or exception, once; None while it runs."""
+
+    def abandon(self) -> None:
+        """Forget the query in flight: its late answer is ignored."""
 
 
 class ThreadRunner:
@@ -56,6 +61,7 @@ class ThreadRunner:
         self._result: Result | None = None
 
     def submit(self, obs: Observation, horizon: int) -> None:
+        """Start a query for ``obs`` on a new worker thread."""
         with self._lock:
             self._gen += 1
             gen = self._gen
@@ -73,11 +79,13 @@ class ThreadRunner:
         threading.Thread(target=run, name="policy-query", daemon=True).start()
 
     def poll(self) -> Result | None:
+        """The finished query's chunk or exception, once; None while it runs."""
         with self._lock:
             res, self._result = self._result, None
             return res
 
     def abandon(self) -> None:
+        """Forget the query in flight: its late answer is ignored."""
         with self._lock:
             self._gen += 1
             self._result = None
@@ -85,12 +93,16 @@ class ThreadRunner:
 
 @dataclass(frozen=True)
 class Tick:
+    """What one control tick decided: the target to publish (or none), who acts, and whether it is a policy action."""
+
     target: Target | None  # publish this (None: publish nothing)
     actor: str  # policy | operator | none
     due: bool  # the target is a policy action (False: hold)
 
 
 class PolicyRuntime:
+    """The policy's states, its queries off the control thread and one safe target per control tick."""
+
     def __init__(
         self,
         cfg: PolicyConfig,
@@ -153,6 +165,11 @@ class PolicyRuntime:
 
     # ---- commands -------------------------------------------------------------------------------
     def start(self, now_ns: int, arm_provenance: Mapping[str, Any] | None) -> tuple[bool, str]:
+        """Start running at ``now_ns``; returns (False, why) when refused.
+
+        Refused when not idle, while the operator holds the arm, when live inputs differ from the training root, or for
+        a binding mismatch in refuse mode.
+        """
         if self.state in (RUNNING, PAUSED, TAKEOVER):
             return False, f"already {self.state}"
         refusal = self._operator_refusal(now_ns, "start")
@@ -188,6 +205,7 @@ class PolicyRuntime:
         self.envelope.reset(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64), self.builder.gripper)
 
     def stop(self, reason: str = "stopped") -> tuple[bool, str]:
+        """Stop; the arm holds its last target."""
         if self.state in (IDLE, STOPPED):
             return False, f"not running ({self.state})"
         self.runner.abandon()
@@ -197,6 +215,7 @@ class PolicyRuntime:
         return True, reason
 
     def pause(self, reason: str) -> tuple[bool, str]:
+        """Pause with ``reason``: the arm holds the previous target until a resume."""
         if self.state != RUNNING:
             return False, f"not running ({self.state})"
         self.state, self.reason = PAUSED, reason
@@ -219,6 +238,7 @@ class PolicyRuntime:
         return True
 
     def resume(self, now_ns: int) -> tuple[bool, str]:
+        """Resume running at ``now_ns`` from the measured pose; refused while the operator holds the arm."""
         if self.state not in (PAUSED, TAKEOVER):
             return False, f"nothing to resume ({self.state})"
         refusal = self._operator_refusal(now_ns, "resume")
@@ -256,6 +276,7 @@ class PolicyRuntime:
         }
 
     def tick(self, now_ns: int) -> Tick:
+        """The control tick at ``now_ns``: the due action through the envelope, a hold, or nothing."""
         if self.state in (IDLE, STOPPED):
             return Tick(None, "none", False)
         if self.state in (RUNNING, PAUSED) and self.operator.holder(now_ns) is not None:
@@ -330,12 +351,14 @@ class PolicyRuntime:
 
     # ---- reporting ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, object]:
+        """The backend's provenance."""
         try:
             return dict(self.backend.describe())
         except Exception as e:  # noqa: BLE001 - provenance must not fail the start
             return {"backend": type(self.backend).__name__, "describe_error": str(e)}
 
     def provenance(self) -> dict[str, object]:
+        """The policy's provenance: backend, spec, training root, chunk settings and binding mismatches."""
         return {
             **self.describe(),
             "spec": self.cfg.policy,
@@ -345,6 +368,7 @@ class PolicyRuntime:
         }
 
     def status(self) -> dict[str, object]:
+        """The runtime's state and counters for ``~/status``."""
         lat = np.asarray(self.latency_ms, dtype=np.float64)
         p50, p99 = (float(np.percentile(lat, 50)), float(np.percentile(lat, 99))) if len(lat) else (None, None)
         lead_ns = max(self.lead_ns(), self.cfg.query_ahead * self.executor.period_ns)  # as want_query uses it

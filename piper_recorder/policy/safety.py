@@ -23,16 +23,21 @@ QUAT_NORM_TOL = 0.1  # the same tolerance teleop applies to headset quaternions
 
 @dataclass(frozen=True)
 class Target:
+    """One arm target: position (m, arm base), quaternion (x, y, z, w) and gripper width (m)."""
+
     p: F64  # m, arm base
     q: F64  # x, y, z, w
     gripper: float  # m
 
     def finite(self) -> bool:
+        """Whether every value is finite."""
         return bool(np.all(np.isfinite(self.p)) and np.all(np.isfinite(self.q)) and np.isfinite(self.gripper))
 
 
 @dataclass
 class Envelope:
+    """Teleop's envelope around policy targets, counting hits by reason."""
+
     limits_cfg: LimitsConfig
     gripper_max: float
     period_s: float
@@ -44,6 +49,7 @@ class Envelope:
 
     @property
     def prev(self) -> Target | None:
+        """The previous target (None before the first)."""
         return self._prev
 
     def reset(self, p: F64, q_xyzw: F64, gripper: float) -> None:
@@ -60,8 +66,9 @@ class Envelope:
         return self._prev
 
     def apply(self, row: F64, measured_p: F64) -> Target | None:
-        """The envelope's target for a policy row (x y z qw qx qy qz gripper), or None when the row is
-        unusable (non-finite, non-unit quaternion, or it would break a hard limit): the caller holds.
+        """The envelope's target for a policy row (x y z qw qx qy qz gripper), or None: the caller holds.
+
+        None when the row is unusable: non-finite, a non-unit quaternion, or it would break a hard limit.
         """
         prev = self._prev
         if prev is None:

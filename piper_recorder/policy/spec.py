@@ -1,6 +1,7 @@
-"""A policy backend from its spec string (``make_backend``): the ``policy`` parameter of the policy node and the
-launch argument ``policy:=SPEC``. The one module that knows every backend; the backends know only the
-interface (``policy.backend``).
+"""A policy backend from its spec string (``make_backend``).
+
+The spec is the ``policy`` parameter of the policy node and the launch argument ``policy:=SPEC``. The one module
+that knows every backend; the backends know only the interface (``policy.backend``).
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from .http import HttpBackend
 
 
 def make_backend(spec: str, *, timeout_s: float = 1.0, root: str | None = None) -> PolicyBackend:
-    """Backend from a spec string: ``http://host:port[/prefix]``, ``gr00t://host:port``,
-    ``hold``, ``replay:<root>:<episode>``.
+    """Backend from a spec string: ``http://host:port[/prefix]``, ``gr00t://host:port``, ``hold``, ``replay:<root>:<episode>``.
 
     ``gr00t://`` imports ``piper_recorder.policy.gr00t`` and calls
-    ``Gr00tBackend(host, port, timeout_s=..., modality=<root>/meta/modality.json)`` (the training
-    root's modality map names the GR00T keys; without a root the backend uses its default).
+    ``Gr00tBackend(host, port, timeout_s=..., modality=<root>/meta/modality.json)`` (the training root's modality
+    map names the GR00T keys; without a root the backend uses its default).
     """
     spec = spec.strip()
     if spec.startswith(("http://", "https://")):

@@ -1,11 +1,10 @@
 """The recorders' parameters, writer settings and session record: one ROS-free definition for both paths.
 
-The recorder nodes declare these dataclasses as ROS parameters (``nodes.plumbing.parameters.declare_config``); the
-rosbag converter loads the same classes from the same parameter files (``load_config``, e.g.
-config/sim.yaml or config/robot.yaml) and builds its writers and session record with the same
-functions, so a bag converts with exactly the settings the live recorder used. The converter's only
-differences are explicit arguments: its cameras may come from a mapping file (``cameras``), it has
-no real-time deadline (``offline``), and it names itself as the producer.
+The recorder nodes declare these dataclasses as ROS parameters (``declare_config``); the rosbag converter loads
+the same classes from the same parameter files (``load_config``) and builds its writers and session record with
+the same functions, so a bag converts with exactly the settings the live recorder used. The converter differs
+only by explicit arguments: cameras from a mapping file (``cameras``), no real-time deadline (``offline``), and
+its own producer name.
 """
 
 from __future__ import annotations
@@ -64,9 +63,10 @@ class CameraTopics:
 
 
 def task_problem(task: Any) -> str | None:
-    """Why ``task`` cannot label an episode, or None. Both recorder nodes refuse the same tasks (at
-    ``ros2 param set`` and at start_episode), so a start refused by one is refused by the other and
-    the LeRobot and RGB-D datasets keep the same episode numbers.
+    """Why ``task`` cannot label an episode, or None.
+
+    Both recorder nodes refuse the same tasks (at ``ros2 param set`` and at start_episode), so a start refused by one
+    is refused by the other and the LeRobot and RGB-D datasets keep the same episode numbers.
     """
     if not isinstance(task, str) or not task.strip():
         return f"task must be a non-blank string, got {task!r}"
@@ -123,6 +123,7 @@ class RecorderConfig:
         return task_problem(value) if name == "task" else f"{name} cannot change at run time"
 
     def camera_list(self) -> list[str]:
+        """The recorded cameras, in order."""
         raise NotImplementedError
 
     def camera_size(self, camera: str) -> tuple[int, int]:
@@ -148,6 +149,7 @@ class RecorderConfig:
         )
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the parameter for a bad value."""
         for cam in self.camera_list():  # names go into topic names and file paths: never "../x" or "a/b"
             if not CAMERA_NAME.fullmatch(cam):
                 raise ValueError(
@@ -185,6 +187,7 @@ class RecorderConfig:
         }
 
     def camera_record(self, cameras: Mapping[str, CameraTopics]) -> dict[str, Any]:
+        """The cameras' part of the session record: each camera's topics and size."""
         serials = self.camera_serials if len(self.camera_serials) == len(cameras) else [UNKNOWN] * len(cameras)
         return {
             cam: {
@@ -198,14 +201,14 @@ class RecorderConfig:
 
 @dataclass
 class LeRobotRecorderConfig(RecorderConfig):
-    """``encoder_max_block_s``: how long a frame may wait for space in its camera's encoder queue
-    before it is dropped (``VideoConfig.max_block_s``). The wait happens on the recorder's writer
-    thread, never in a ROS callback, so a long one only holds back the rows and frames queued behind it
-    (in memory: ~0.9 MB per 640x480 frame, ~110 MB for 2 s of two cameras at 30 fps) and the
-    stop-to-saved time. Long enough, it rides out a machine that stalls for a moment without losing a
-    frame (in nominal mode every lost frame breaks frames == rows); a machine that cannot keep up for
-    that long still drops frames, each counted in episodes.jsonl (``frames_rejected_by_encoder``,
-    ``video_dropped_frames.queue_full``, and ``frames_written`` below ``length`` in nominal mode).
+    """The LeRobot recorder's parameters.
+
+    ``encoder_max_block_s``: how long a frame may wait for space in its camera's encoder queue before it is dropped
+    (``VideoConfig.max_block_s``). The wait happens on the recorder's writer thread, never in a ROS callback, so a
+    long one only holds back what is queued behind it (in memory: 0.9 MB a 640x480 frame) and the stop-to-saved
+    time. Long enough, it rides out a machine that stalls for a moment without losing a frame (in nominal mode every
+    lost frame breaks frames == rows); a machine that cannot keep up for that long still drops frames, each counted
+    in episodes.jsonl (``frames_rejected_by_encoder``, ``video_dropped_frames.queue_full``).
     """
 
     node_name: ClassVar[str] = LEROBOT_RECORDER
@@ -232,6 +235,7 @@ class LeRobotRecorderConfig(RecorderConfig):
     # "" = no column (piper-launch sets it when the policy node runs)
 
     def camera_list(self) -> list[str]:
+        """The recorded cameras, in order."""
         return list(self.cameras)
 
     def camera_size(self, camera: str) -> tuple[int, int]:
@@ -243,6 +247,7 @@ class LeRobotRecorderConfig(RecorderConfig):
         )
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the parameter for a bad value."""
         super().validate()
         if not self.root:
             raise ValueError("root must be a directory path")
@@ -266,6 +271,7 @@ class LeRobotRecorderConfig(RecorderConfig):
             raise ValueError(f"fps must be a whole number for LeRobot, got {self.fps}")
 
     def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
+        """The recording settings for the session record."""
         return {
             **super().recording_record(recorder),
             "root": self.root if output is None else output,
@@ -286,6 +292,8 @@ class LeRobotRecorderConfig(RecorderConfig):
 
 @dataclass
 class RgbdRecorderConfig(RecorderConfig):
+    """The RGB-D recorder's parameters: one camera, its depth codec and the file."""
+
     node_name: ClassVar[str] = RGBD_RECORDER
 
     path: str = "rgbd.hdf5"
@@ -298,15 +306,18 @@ class RgbdRecorderConfig(RecorderConfig):
     depth_max_m: float = 6.0
 
     def camera_list(self) -> list[str]:
+        """The one recorded camera."""
         return [self.camera]
 
     def camera_topics(self) -> dict[str, CameraTopics]:
+        """The one camera's colour, depth and info topics."""
         return {
             cam: dataclasses.replace(c, depth=camera_topic(self.depth_topic_pattern, cam))
             for cam, c in super().camera_topics().items()
         }
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the parameter for a bad value."""
         if not self.camera:
             raise ValueError("camera must name the RGB-D camera")
         super().validate()
@@ -315,6 +326,7 @@ class RgbdRecorderConfig(RecorderConfig):
         check_topic_pattern("depth_topic_pattern", self.depth_topic_pattern)
 
     def recording_record(self, recorder: str, output: str | None = None) -> dict[str, Any]:
+        """The recording settings for the session record."""
         return {
             **super().recording_record(recorder),
             "path": self.path if output is None else output,
@@ -325,6 +337,7 @@ class RgbdRecorderConfig(RecorderConfig):
         }
 
     def camera_record(self, cameras: Mapping[str, CameraTopics]) -> dict[str, Any]:
+        """The camera's part of the session record."""
         rec = super().camera_record(cameras)
         for cam, c in cameras.items():
             if c.depth:
@@ -342,10 +355,11 @@ def lerobot_writer_config(
     offline: bool = False,
     table: FeatureTable = PIPER_TABLE,
 ) -> WriterConfig:
-    """The LeRobot ``WriterConfig`` for ``cfg`` with the columns of ``table``. Live, a frame waits
-    ``encoder_max_block_s`` for the encoder; ``offline`` (the converter: no real-time deadline) it waits
-    as long as needed, never dropped, and the encoder is deterministic (``VideoConfig.deterministic``):
-    the same bag gives the same video whatever the engine, scheduling or retries.
+    """The LeRobot ``WriterConfig`` for ``cfg`` with the columns of ``table``.
+
+    Live, a frame waits ``encoder_max_block_s`` for the encoder; ``offline`` (the converter: no real-time deadline)
+    it waits as long as needed, never dropped, and the encoder is deterministic (``VideoConfig.deterministic``): the
+    same bag gives the same video whatever the engine, scheduling or retries.
     """
     from piper_recorder.lerobot.format.features import lerobot_features
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig
@@ -384,8 +398,9 @@ def rgbd_writer_config(
     producer: str = RGBD_RECORDER,
     table: FeatureTable = PIPER_TABLE,
 ) -> RgbdConfig:
-    """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"]. Raises
-    RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
+    """The ``RgbdConfig`` for ``cfg``'s one camera; ``producer`` is recorded in env_args["source"].
+
+    Raises RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
     recorder and the converter say so when they start, not at their first frame.
     """
     from rgbd_writer.codecs import depth_profile_problem
@@ -450,12 +465,11 @@ C = TypeVar("C", bound=RecorderConfig)
 
 
 def load_config(cls: type[C], params_file: str | Path | None = None, node: str | None = None) -> C:
-    """``cls`` with the defaults updated from a ROS 2 parameter file's ``/**`` and ``<node>`` sections
-    (``ros__parameters``) and what the node derives from the file's cameras (``params.derived``: the
-    launchers give the live node the same), read with the rules ``declare_config`` applies; then
-    ``validate()``.
+    """``cls`` with the defaults updated from a ROS 2 parameter file, then ``validate()``.
 
-    Raises ValueError naming the file and the parameter for unknown names, wrong types and bad values.
+    The file's ``/**`` and ``<node>`` sections (``ros__parameters``) and what the node derives from the file's
+    cameras (``params.derived``: the launchers give the live node the same), read with the rules ``declare_config``
+    applies. Raises ValueError naming the file and the parameter for unknown names, wrong types and bad values.
     """
     node = node or cls.node_name
     where = f"{params_file}: {node}" if params_file is not None else node
@@ -488,9 +502,10 @@ def load_config(cls: type[C], params_file: str | Path | None = None, node: str |
 
 
 def coerce_param(name: str, typ: Any, value: Any) -> Any:
-    """A parameter value (from YAML or from rcl) -> the field's type, as rcl types a parameter: ints
-    pass for floats, any non-string sequence for a list (None for an empty one); nothing else converts.
-    The one rule for recorder nodes (``declare_config``) and the bag converter (``load_config``).
+    """A parameter value (from YAML or from rcl) -> the field's type, as rcl types a parameter.
+
+    Ints pass for floats, any non-string sequence for a list (None for an empty one); nothing else converts. The one
+    rule for recorder nodes (``declare_config``) and the bag converter (``load_config``).
     """
     if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)

@@ -47,9 +47,10 @@ def _keep(buf: deque[_T], item: _T, window_ns: int) -> None:
 
 
 def _preroll(buf: deque[_T], start_ns: int, reach_ns: int = 0) -> list[_T]:
-    """The newest sample at or before ``start_ns``, those captured within ``reach_ns`` before it, and every
-    later one: what a recorder already running at ``start_ns`` would hold (frames: what row 0 may take,
-    ``AssemblyConfig.preroll_frames_ns``).
+    """What a recorder already running at ``start_ns`` would hold.
+
+    The newest sample at or before ``start_ns``, those captured within ``reach_ns`` before it, and every later one
+    (frames: what row 0 may take, ``AssemblyConfig.preroll_frames_ns``).
     """
     items = sorted(buf, key=lambda x: x[0])
     newest = max((i for i, x in enumerate(items) if x[0] <= start_ns), default=0)
@@ -59,14 +60,17 @@ def _preroll(buf: deque[_T], start_ns: int, reach_ns: int = 0) -> list[_T]:
 
 @dataclass
 class Answer:
+    """A service's answer: whether it did what was asked, the message for the caller, and the event it published."""
+
     ok: bool
     message: str
     event: dict[str, Any] | None = None
 
 
 def parse_stop_at(payload: str) -> int:
-    """The end time of a ``stop_episode_at`` request: ``{"end_ns": <int, ROS-clock ns>}``; ValueError
-    with the reason (a client's bug: refused, never guessed).
+    """The end time of a ``stop_episode_at`` request: ``{"end_ns": <int, ROS-clock ns>}``.
+
+    ValueError with the reason otherwise (a client's bug: refused, never guessed).
     """
     try:
         arg = json.loads(payload)
@@ -84,8 +88,9 @@ def parse_stop_at(payload: str) -> int:
 
 @dataclass
 class _Unsaved:
-    """A finished episode whose save is (still) to be done: what a retry of the save needs (the
-    target keeps the episode's sink itself).
+    """A finished episode whose save is still to be done: what a retry of the save needs.
+
+    The target keeps the episode's sink itself.
     """
 
     counters: dict[str, Any]
@@ -109,8 +114,10 @@ class _InputError(PiperError):
 
 
 class EpisodeController:
-    """``tick_stats``: record the tick thread's delays in each episode (``tick_delay_ms``); off for a
-    replay (the bag converter), whose ticks follow the log times and measure nothing.
+    """The episode state machine of one recorder: inputs, ticks, the services, and the writer thread's work.
+
+    ``tick_stats``: record the tick thread's delays in each episode (``tick_delay_ms``); off for a replay (the bag
+    converter), whose ticks follow the log times and measure nothing.
     """
 
     def __init__(
@@ -191,21 +198,27 @@ class EpisodeController:
                 self._asm.add_input(name, stamp_ns, v)
 
     def add_joint_state(self, stamp_ns: int, positions: Sequence[float]) -> None:
+        """Add a joint state (6 joints rad + gripper m)."""
         self.add_input("joint_states", stamp_ns, positions)
 
     def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        """Add a measured end-effector pose (ROS xyzw quaternion)."""
         self.add_input("eef_pose", stamp_ns, pose7(position, quat_xyzw))
 
     def add_commanded_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
+        """Add a commanded end-effector pose (ROS xyzw quaternion)."""
         self.add_input("commanded_pose", stamp_ns, pose7(position, quat_xyzw))
 
     def add_commanded_gripper(self, stamp_ns: int, width_m: float) -> None:
+        """Add a commanded gripper width (m)."""
         self.add_input("commanded_gripper", stamp_ns, [width_m])
 
     def add_reward(self, stamp_ns: int, reward: float) -> None:
+        """Add a reward."""
         self.add_input("reward", stamp_ns, [reward])
 
     def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
+        """Add a camera frame (colour, with its depth for RGB-D)."""
         with self._lock:
             _keep(self._preroll_frames.setdefault(camera, deque()), (stamp_ns, rgb, depth), PREROLL_FRAMES_NS)
             captures = self._captures.get(camera)
@@ -219,6 +232,7 @@ class EpisodeController:
         self._pair(camera, stamp_ns, rgb, is_depth=False)
 
     def add_depth(self, camera: str, stamp_ns: int, depth: Any) -> None:
+        """Add a depth image, to be paired with its colour image by stamp."""
         self._pair(camera, stamp_ns, depth, is_depth=True)
 
     def _pair(self, camera: str, stamp_ns: int, img: Any, is_depth: bool) -> None:
@@ -234,6 +248,7 @@ class EpisodeController:
             self.add_frame(camera, stamp, rgb, depth)
 
     def add_raw_quest(self, stamp_ns: int, line: str) -> None:
+        """Add one raw headset line, stamped with its receive time."""
         with self._lock:
             if self._asm is not None and self.state in (RECORDING, SAVING):
                 self._asm.add_raw_quest(stamp_ns, line)
@@ -247,6 +262,7 @@ class EpisodeController:
             return self._asm.next_due_ns + self._reach_ns
 
     def tick(self, now_ns: int) -> None:
+        """Assemble what is due at ``now_ns`` (the tick thread), and auto-stop a full episode."""
         auto_stop: int | None = None
         with self._lock:
             if self._asm is None or self.state != RECORDING:
@@ -265,9 +281,10 @@ class EpisodeController:
 
     # ---- services (block the caller) -------------------------------------------------------
     def start(self, task: str, now: Callable[[], int], source: Record | None = None) -> Answer:
-        """Start an episode at ``now()`` as the request is taken, before the writer opens its files (their
-        milliseconds are no part of the episode; the buffers hold what arrives meanwhile); ``source``: where
-        its messages come from (a bag), saved with it.
+        """Start an episode at ``now()`` as the request is taken, before the writer opens its files.
+
+        The file opening is no part of the episode (the buffers hold what arrives meanwhile); ``source``: where its
+        messages come from (a bag), saved with it.
         """
         with self._service:
             if self.state == CLOSED:
@@ -317,23 +334,23 @@ class EpisodeController:
             return self._done(Answer(True, f"recording episode {idx} (task '{task}')", event))
 
     def request_stop(self, end_ns: int) -> None:
-        """Note at once (any thread, before ``stop`` gets its turn) that the episode ends at ``end_ns``: the
-        tick thread assembles no row after it, however long the stop then waits for the service lock.
+        """Note at once (any thread, before ``stop`` gets its turn) that the episode ends at ``end_ns``.
+
+        The tick thread assembles no row after it, however long the stop then waits for the service lock.
         """
         with self._lock:
             if self.state == RECORDING and self._asm is not None:
                 self._stop_at = int(end_ns) if self._stop_at is None else min(self._stop_at, int(end_ns))
 
     def stop_at(self, end_ns: int, arrival_ns: int) -> Answer:
-        """Stop at ``end_ns``, the time the stop was asked for by its requester (a headset press's capture
-        stamp), its request having arrived at ``arrival_ns``; both on the recorder's ROS clock.
+        """Stop at ``end_ns``, when the requester asked (a headset press's capture stamp); the request arrived at ``arrival_ns``.
 
-        A stamp before the episode's start is refused: it is a stop for an earlier episode (a press
-        resent after its episode ended) and must not end this one. The episode ends at
-        ``min(end_ns, arrival_ns)`` (a press is not later than its request), at the arrival if the stamp
-        is more than ``STOP_STAMP_FUTURE_TOLERANCE_NS`` after it (the clocks disagree), and never before
-        ``assembled_until_ns`` (rows up to there are written; the answer then says how far after the
-        stamp it ended). Not recording, or a failed save held: as ``stop``.
+        Both are on the recorder's ROS clock. A stamp before the episode's start is refused: it is a stop for an earlier
+        episode (a press resent after its episode ended) and must not end this one. The episode ends at
+        ``min(end_ns, arrival_ns)`` (a press is not later than its request), at the arrival if the stamp is more than
+        ``STOP_STAMP_FUTURE_TOLERANCE_NS`` after it (the clocks disagree), and never before ``assembled_until_ns`` (rows
+        up to there are written; the answer then says how far after the stamp it ended). Not recording, or a failed save
+        held: as ``stop``.
         """
         with self._lock:
             state, asm = self.state, self._asm
@@ -374,8 +391,9 @@ class EpisodeController:
     def stop(
         self, end_ns: int | Callable[[], int], reason: str = "stop_episode", only: EpisodeAssembler | None = None
     ) -> Answer:
-        """Save the episode in flight, or retry a failed save (``only``: just if it is still that episode, for
-        the auto-stop).
+        """Save the episode in flight, or retry a failed save.
+
+        ``only``: just if it is still that episode, for the auto-stop.
         """
         with self._service:
             if only is not None and self._asm is not only:
@@ -484,8 +502,9 @@ class EpisodeController:
         return self.target.save_episode({**u.counters, **fields, **label}, u.timeout)
 
     def _writer_holds_episode(self) -> bool:
-        """True if the writer still has the episode after the failed save (the LeRobot writer keeps it
-        staged; the RGB-D writer's journal rollback ends it).
+        """True if the writer still has the episode after the failed save.
+
+        The LeRobot writer keeps it staged; the RGB-D writer's journal rollback ends it.
         """
         try:
             return self.worker.call(self.target.holds_episode)
@@ -499,6 +518,7 @@ class EpisodeController:
         )
 
     def discard(self, reason: str = "discard_episode") -> Answer:
+        """Drop the episode in flight, or a failed save the writer still holds."""
         with self._service:
             if self.state == SAVE_FAILED:
                 self._unsaved = None
@@ -513,6 +533,7 @@ class EpisodeController:
             return self._drop(reason, ok=True, start_ns=asm.start_ns if asm else None)
 
     def delete_last(self) -> Answer:
+        """Delete the last episode saved in this session."""
         with self._service:
             if self.state != IDLE:
                 return self._refuse(f"episode {self._episode} is {self.state}; stop or discard it before deleting")
@@ -529,10 +550,11 @@ class EpisodeController:
             return self._done(Answer(True, f"deleted episode {idx}", event))
 
     def label(self, outcome: str, note: str = "", episode: int | None = None) -> Answer:
-        """Mark an episode success / failure (with an optional short note): the episode in flight (applied
-        at its save; ``episode`` None or its index), else an episode saved in this session (``episode``,
-        default the last one: its record is rewritten at once). Waits for a save in progress, so a label
-        given while the episode is being saved lands on it.
+        """Mark an episode success / failure, with an optional short note.
+
+        The episode in flight (applied at its save; ``episode`` None or its index), else an episode saved in this
+        session (``episode``, default the last one: its record is rewritten at once). Waits for a save in progress, so a
+        label given while the episode is being saved lands on it.
         """
         try:
             fields = label_fields(outcome, note)
@@ -591,8 +613,10 @@ class EpisodeController:
 
     # ---- status -----------------------------------------------------------------------------
     def status(self, now_ns: int) -> dict[str, Any]:
-        """``writer_lag_s``/``falling_behind``: how far the writer thread is behind real time (at half of
-        ``max_lag_s`` it says so; at ``max_lag_s`` it drops frames, counted in ``frames_dropped_writer_behind``).
+        """The controller's state for the status topic.
+
+        ``writer_lag_s``/``falling_behind``: how far the writer thread is behind real time (at half of ``max_lag_s`` it
+        says so; at ``max_lag_s`` it drops frames, counted in ``frames_dropped_writer_behind``).
         """
         lag = self.worker.lag_s()
         with self._lock:

@@ -78,15 +78,18 @@ class TopicMap:
     episode_events: str | None = EVENTS_TOPIC
 
     def topic(self, name: str) -> str | None:
+        """The topic of input ``name``, or None when not subscribed."""
         b = self.inputs.get(name)
         return b.topic if b is not None else None
 
     @property
     def joint_states(self) -> str | None:
+        """The joint states topic."""
         return self.topic("joint_states")
 
     @property
     def reward(self) -> str | None:
+        """The reward topic, or None."""
         return self.topic("reward")
 
     def active(self) -> list[tuple[InputSpec, InputBinding]]:
@@ -100,6 +103,7 @@ class TopicMap:
 
     # message type every mapped input needs (the converter checks the bag against this)
     def required(self, depth: bool) -> dict[str, str]:
+        """The message type each required topic must carry (the converter checks a bag against it)."""
         req = {b.topic: b.adapter.msg_type for spec, b in self.active() if spec.required and b.topic}
         for cam in self.cameras.values():
             req[cam.color] = "sensor_msgs/msg/Image"
@@ -110,6 +114,7 @@ class TopicMap:
         return req
 
     def optional(self) -> dict[str, str]:
+        """The message type of each optional topic (raw headset lines, provenance, events)."""
         opt = {
             t: "std_msgs/msg/String" for t in (self.raw_quest, self.provenance, self.hello, self.episode_events) if t
         }
@@ -145,8 +150,9 @@ class TopicMap:
 
 
 def topic_map(fmt: str, s: RecorderConfig, mapping: str | Path | None = None) -> TopicMap:
-    """The recorder's topics (as its node subscribes them), overridden by a mapping file: ``mapping``,
-    else the recorder's ``mapping`` parameter.
+    """The recorder's topics (as its node subscribes them), overridden by a mapping file.
+
+    The file is ``mapping``, else the recorder's ``mapping`` parameter.
     """
     inputs = {
         spec.name: InputBinding(getattr(s, spec.topic_param, "") or None, make_adapter(spec.adapter))
@@ -192,6 +198,7 @@ def _topic(v: Any, where: str) -> str | None:
 
 
 def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig) -> None:
+    """Apply a mapping file's document ``doc`` (read from ``src``) to ``tm``; ValueError naming the key."""
     known = {
         *(spec.name for spec in PIPER_TABLE.inputs),
         *(spec.name for spec, _ in OPT_IN),

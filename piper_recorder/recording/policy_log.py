@@ -1,18 +1,11 @@
 """Which policies acted in an episode, and when: for its ``episodes.jsonl`` line (no ROS).
 
-The recorder names a rollout's policy from the session record taken at the episode's start (the
-policy node's latched ``/policy/provenance`` with ``active``). An episode started before
-``/policy/start`` recorded policy rows with no policy named, and one that outlived a policy switch
-named only the first. This log keeps the two latched streams as the recorder receives them, on its
-own clock (the clock of the episode's start and row times):
-
-- ``/policy/provenance``: which policy the node runs (``active``: started, not yet stopped);
-- ``/policy/actor``: ``policy`` | ``operator`` | ``none``, who drives the arm.
-
-The policy acts while the actor is ``policy``. Each such interval is attributed to the provenance in
-force at its start, or, when the actor arrived first (the two topics have no mutual order), to the
-first active provenance received during it. ``acted`` answers, for an episode's time span, every
-policy that acted with its intervals in seconds on the episode's ``timestamp`` axis (row 0 = 0.0).
+A session record taken at the episode's start cannot say it: an episode may start before ``/policy/start`` or
+outlive a policy switch. So the log keeps two latched streams as the recorder receives them, on its own clock:
+``/policy/provenance`` (which policy the node runs; ``active``: started, not stopped) and ``/policy/actor``
+(``policy`` | ``operator`` | ``none``, who drives the arm). The policy acts while the actor is ``policy``; each
+such interval goes to the provenance in force at its start or, when the actor arrived first (the topics have no
+mutual order), to the first active provenance received during it.
 """
 
 from __future__ import annotations
@@ -39,8 +32,10 @@ def identity(provenance: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class PolicyLog:
-    """Thread-safe: the recorder's message callbacks add, its writer thread asks. Keeps the last
-    ``keep`` events of each stream (actor changes are rare: a start, a takeover, a resume).
+    """The two latched policy streams as the recorder receives them, on its clock.
+
+    Thread-safe: the recorder's message callbacks add, its writer thread asks. Keeps the last ``keep`` events of each
+    stream (actor changes are rare: a start, a takeover, a resume).
     """
 
     def __init__(self, keep: int = 10_000):
@@ -50,12 +45,14 @@ class PolicyLog:
         self._prov: list[tuple[int, dict[str, Any] | None]] = []  # None: stopped (not active)
 
     def on_actor(self, t_ns: int, actor: str) -> None:
+        """Record who drives the arm from ``t_ns`` (a ``/policy/actor`` message)."""
         with self._lock:
             if self._actor and self._actor[-1][1] == actor:
                 return
             self._insert(self._actor, (int(t_ns), str(actor)))
 
     def on_provenance(self, t_ns: int, provenance: object) -> None:
+        """Record which policy the node runs from ``t_ns`` (a ``/policy/provenance`` message)."""
         doc = provenance if isinstance(provenance, Mapping) else None
         with self._lock:
             self._insert(self._prov, (int(t_ns), identity(doc) if doc is not None and doc.get("active") else None))
@@ -80,9 +77,10 @@ class PolicyLog:
         return UNKNOWN
 
     def acted(self, origin_ns: int, end_ns: int) -> list[dict[str, Any]]:
-        """Every policy that acted in [origin_ns, end_ns]: its identity plus ``acted_s`` ([from, to]
-        pairs, seconds from ``origin_ns``, the episode's timestamp 0), ``first_s`` and ``last_s``; in the
-        order they first acted.
+        """Every policy that acted in [origin_ns, end_ns], in the order they first acted.
+
+        Each with its identity plus ``acted_s`` ([from, to] pairs, seconds from ``origin_ns``, the episode's timestamp 0),
+        ``first_s`` and ``last_s``.
         """
         with self._lock:
             actor = list(self._actor)
@@ -104,9 +102,10 @@ class PolicyLog:
 
 
 def episode_fields(log: PolicyLog, origin_ns: int, end_ns: int) -> dict[str, Any]:
-    """What an episode's ``episodes.jsonl`` line gets: ``policies`` (every policy that acted, with
-    when) and ``policy`` (the first of them; a recorder that saw a policy active at the start names
-    that one instead, as before). Nothing for an episode no policy acted in.
+    """What an episode's ``episodes.jsonl`` line gets; nothing for an episode no policy acted in.
+
+    ``policies``: every policy that acted, with when; ``policy``: the first of them, or the policy a recorder saw
+    active at the start.
     """
     acted = log.acted(origin_ns, end_ns)
     if not acted:

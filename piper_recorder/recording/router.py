@@ -26,15 +26,26 @@ Handler = Callable[[Any, int], None]
 class InputSink(Protocol):
     """What the router feeds (``EpisodeController``)."""
 
-    def add_input(self, name: str, stamp_ns: int, values: np.ndarray) -> None: ...
-    def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None: ...
-    def add_color(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None: ...
-    def add_depth(self, camera: str, stamp_ns: int, depth: np.ndarray) -> None: ...
-    def add_raw_quest(self, stamp_ns: int, line: str) -> None: ...
+    def add_input(self, name: str, stamp_ns: int, values: np.ndarray) -> None:
+        """Add a sample of a table input."""
+
+    def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None = None) -> None:
+        """Add a camera frame (with its depth when already paired)."""
+
+    def add_color(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None:
+        """Add a colour image to pair with its depth image."""
+
+    def add_depth(self, camera: str, stamp_ns: int, depth: np.ndarray) -> None:
+        """Add a depth image to pair with its colour image."""
+
+    def add_raw_quest(self, stamp_ns: int, line: str) -> None:
+        """Add one raw headset line."""
 
 
 @dataclass(frozen=True)
 class Route:
+    """One subscription a recorder makes: topic, message type and how its messages are handled."""
+
     topic: str
     msg_type: str  # "pkg/msg/Type"
     kind: str  # IMAGE | INPUT | LATCHED | TEXT
@@ -80,6 +91,7 @@ class InputRouter:
 
     @property
     def routes(self) -> list[Route]:
+        """The subscriptions the recorder makes, one per topic."""
         return [Route(t, typ, kind) for t, (typ, kind) in self._types.items()]
 
     def route(self, topic: str, msg: Any, now_ns: int) -> None:
@@ -88,8 +100,9 @@ class InputRouter:
             fn(msg, now_ns)
 
     def uses_receive_time(self, topic: str) -> bool:
-        """Whether a message on ``topic`` needs its receive time (an unstamped input, the headset lines):
-        the others are stamped by their header alone.
+        """Whether a message on ``topic`` needs its receive time (an unstamped input, the headset lines).
+
+        The others are stamped by their header alone.
         """
         return topic in self._timed
 
@@ -101,10 +114,11 @@ class InputRouter:
         return lambda msg, now: self.route(topic, msg, now)
 
     def receiver(self, topic: str, now: Callable[[], int]) -> Callable[[Any], None]:
-        """An executor's subscription callback for ``topic``: ``route`` with the receive time from
-        ``now()``, read only for a topic that uses it (``uses_receive_time``: reading the ROS clock costs a
-        few us a message, for ~500 stamped messages a second that never look at it). The recorders take
-        their inputs with the reception time instead (``nodes.plumbing.polled_inputs.PolledInputs``: ``handler``).
+        """An executor's subscription callback for ``topic``: ``route`` with the receive time from ``now()``.
+
+        ``now()`` is read only for a topic that uses it (``uses_receive_time``): reading the ROS clock has a cost per
+        message that stamped messages never need. The recorders take their inputs with the reception time instead
+        (``nodes.plumbing.polled_inputs.PolledInputs``: ``handler``).
         """
         fn = self.handler(topic)
         if topic in self._timed:

@@ -27,44 +27,83 @@ Record = dict[str, Any]
 class LeRobotDatasetWriter(LeRobotRows, Protocol):
     """The LeRobot writer calls a target makes (``lerobot.writer.LeRobotWriter``)."""
 
-    def begin_session(self, record: Record) -> Any: ...
-    def start_episode(self, task: str) -> int: ...
-    def save_episode(
-        self, counters: Mapping[str, Any] | None = None, annotate: Any = None
-    ) -> Mapping[str, Any] | None: ...
-    def update_episode(self, index: int, fields: Mapping[str, Any]) -> Any: ...
-    def discard_episode(self) -> None: ...
-    def delete_last_episode(self) -> Any: ...
-    def close(self) -> None: ...
+    def begin_session(self, record: Record) -> Any:
+        """Record a collection session."""
+
+    def start_episode(self, task: str) -> int:
+        """Open an episode with its task; returns its index."""
+
+    def save_episode(self, counters: Mapping[str, Any] | None = None, annotate: Any = None) -> Mapping[str, Any] | None:
+        """Save the open episode with the recorder's counters; None for an empty one."""
+
+    def update_episode(self, index: int, fields: Mapping[str, Any]) -> Any:
+        """Set fields in a saved episode's line."""
+
+    def discard_episode(self) -> None:
+        """Drop the open episode."""
+
+    def delete_last_episode(self) -> Any:
+        """Delete the last saved episode."""
+
+    def close(self) -> None:
+        """Close the writer."""
 
 
 class RgbdDatasetWriter(RgbdSteps, Protocol):
     """The RGB-D writer calls a target makes (``rgbd_writer.writer.RgbdWriter``)."""
 
-    def start_episode(self, seed: int | None = None, meta: Mapping[str, Any] | None = None) -> int: ...
+    def start_episode(self, seed: int | None = None, meta: Mapping[str, Any] | None = None) -> int:
+        """Open an episode; returns its index."""
+
     def end_episode(
         self, success: bool | None = None, meta: Mapping[str, Any] | None = None
-    ) -> Mapping[str, Any] | None: ...
-    def update_episode_attrs(self, index: int, attrs: Mapping[str, Any]) -> None: ...
-    def discard_episode(self) -> None: ...
-    def close(self) -> None: ...
+    ) -> Mapping[str, Any] | None:
+        """Commit the open episode with its metadata; None for an empty one."""
+
+    def update_episode_attrs(self, index: int, attrs: Mapping[str, Any]) -> None:
+        """Set attrs of a committed episode."""
+
+    def discard_episode(self) -> None:
+        """Drop the open episode."""
+
+    def close(self) -> None:
+        """Close the file."""
 
 
 class EpisodeTarget(Protocol[S_co]):
+    """A writer adapter the episode controller drives, whatever the dataset format; every call on the writer thread."""
+
     kind: str
     depth: bool  # frames must carry depth (RGB-D observations)
     min_rows: int  # fewer assembled rows than this: the episode is empty and discarded
     needs_task: bool
 
-    def begin_session(self, record: Record) -> None: ...
-    def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, S_co]: ...
-    def save_episode(self, counters: Record, timeout: bool) -> Record: ...
-    def label_saved(self, index: int, fields: Record) -> None: ...
-    def keeps_failed_save(self, exc: BaseException) -> bool: ...
-    def holds_episode(self) -> bool: ...
-    def discard_episode(self) -> None: ...
-    def delete_last_episode(self) -> None: ...
-    def close(self) -> None: ...
+    def begin_session(self, record: Record) -> None:
+        """Record the session a recorder starts."""
+
+    def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, S_co]:
+        """Open an episode; returns its index and the sink the assembler feeds."""
+
+    def save_episode(self, counters: Record, timeout: bool) -> Record:
+        """Save the episode from its sink's counters and end flags; returns the saved record."""
+
+    def label_saved(self, index: int, fields: Record) -> None:
+        """Set the label fields of a saved episode."""
+
+    def keeps_failed_save(self, exc: BaseException) -> bool:
+        """Whether the writer still holds the episode after this save failure (a retry can save it)."""
+
+    def holds_episode(self) -> bool:
+        """Whether the writer has an episode open."""
+
+    def discard_episode(self) -> None:
+        """Drop the episode in flight."""
+
+    def delete_last_episode(self) -> None:
+        """Delete the last saved episode."""
+
+    def close(self) -> None:
+        """Close the writer."""
 
 
 def _open_sink(sink: S | None) -> S:
@@ -79,6 +118,8 @@ def _holds(writer: object) -> bool:
 
 
 class LeRobotTarget:
+    """The LeRobot target: one writer for every episode, the session recorded once."""
+
     kind, depth, min_rows, needs_task = "lerobot", False, 1, True
 
     def __init__(
@@ -97,9 +138,11 @@ class LeRobotTarget:
         self._sink: LeRobotSink | None = None  # the episode's, kept until it is saved or discarded
 
     def begin_session(self, record: Record) -> None:
+        """Record the session in the dataset's provenance."""
         self.writer.begin_session(record)
 
     def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, LeRobotSink]:
+        """Open an episode with its task; returns its index and sink."""
         idx = int(self.writer.start_episode(task))
         self._source = source
         self._policy = record.get("policy")  # a rollout names its policy in episodes.jsonl
@@ -107,6 +150,7 @@ class LeRobotTarget:
         return idx, self._sink
 
     def save_episode(self, counters: Record, timeout: bool) -> Record:
+        """Save the episode with the assembly's counters and its verdict."""
         sink = _open_sink(self._sink)
         source = {} if self._source is None else {"source": self._source}
         extra = {} if self._policy is None else {"policy": self._policy}
@@ -131,23 +175,25 @@ class LeRobotTarget:
         return isinstance(exc, SaveFailedError)
 
     def holds_episode(self) -> bool:
+        """Whether the writer has an episode open."""
         return _holds(self.writer)
 
     def discard_episode(self) -> None:
+        """Drop the episode in flight."""
         self._sink = None
         self.writer.discard_episode()
 
     def delete_last_episode(self) -> None:
+        """Delete the last saved episode."""
         self.writer.delete_last_episode()
 
     def close(self) -> None:
+        """Close the writer."""
         self.writer.close()
 
 
 class RgbdTarget:
-    """RGB-D HDF5: the session record, task and source go into each episode's metadata (the format has
-    no session).
-    """
+    """RGB-D HDF5: the session record, task and source go into each episode's metadata (the format has no session)."""
 
     kind, depth, min_rows, needs_task = "rgbd", True, 2, False
 
@@ -167,6 +213,7 @@ class RgbdTarget:
         """Nothing up front: every episode carries the record it was recorded under."""
 
     def start_episode(self, task: str, record: Record, source: Record | None = None) -> tuple[int, RgbdSink]:
+        """Open an episode with its metadata; returns its index and sink."""
         meta = {"task": task, "provenance": json.dumps(record, sort_keys=True)}
         if source is not None:
             meta["source"] = json.dumps(source, sort_keys=True)
@@ -175,6 +222,7 @@ class RgbdTarget:
         return idx, self._sink
 
     def save_episode(self, counters: Record, timeout: bool) -> Record:
+        """Commit the episode with the assembly's counters and its verdict."""
         sink, self._sink = _open_sink(self._sink), None  # a failed save is never retried (keeps_failed_save)
         sink.end(terminal=not timeout, timeout=timeout)
         v = judge(counters, self.verdict, self.fps, (self.camera,))
@@ -197,23 +245,25 @@ class RgbdTarget:
         self.writer.update_episode_attrs(index, {**fields, **success})
 
     def keeps_failed_save(self, exc: BaseException) -> bool:
-        """Never: a failed commit is rolled back by the journal, which truncates the episode's frames
-        (they were appended past the committed end); the frames are not held anywhere else.
-        """
+        """Never: the journal rolls a failed commit back, truncating the episode's frames, which are held nowhere else."""
         return False
 
     def holds_episode(self) -> bool:
+        """Whether the writer has an episode open."""
         return _holds(self.writer)
 
     def discard_episode(self) -> None:
+        """Drop the episode in flight."""
         self._sink = None
         self.writer.discard_episode()
 
     def delete_last_episode(self) -> None:
+        """Delete the last committed episode."""
         delete = getattr(self.writer, "delete_last_episode", None)  # writers that cannot delete lack it
         if delete is None:
             raise NotImplementedError("the RGB-D writer cannot delete a committed episode")
         delete()
 
     def close(self) -> None:
+        """Close the file."""
         self.writer.close()

@@ -63,6 +63,7 @@ class VerdictConfig:
     bad_frame_ahead_ms: float = 50.0
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for a negative threshold or a bad one below its warning."""
         for f in fields(self):
             v = getattr(self, f.name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
@@ -74,6 +75,8 @@ class VerdictConfig:
 
 @dataclass(frozen=True)
 class Verdict:
+    """An episode's verdict (ok, warn or bad) and the reasons for it."""
+
     verdict: str
     reasons: tuple[str, ...]
 
@@ -92,8 +95,9 @@ class _Judge:
         self.reasons.append(f"{VERDICTS[level]}: {reason}")
 
     def frac(self, what: str, count: float, rows: int, warn: float, bad: float, per: str = "of") -> None:
-        """``count`` of ``rows`` (``per="for"``: messages, which can outnumber the rows) against the
-        fractions ``warn`` / ``bad`` (strictly above).
+        """Judge ``count`` of ``rows`` against the fractions ``warn`` / ``bad`` (strictly above).
+
+        ``per="for"``: messages, which can outnumber the rows.
         """
         if count <= 0 or rows <= 0:
             return
@@ -129,10 +133,11 @@ def judge(
     timestamps: Sequence[float] | None = None,
     video_rows: str = "frames",
 ) -> Verdict:
-    """The verdict of one saved episode from its ``record`` (episodes.jsonl keys: counters + the
-    writer's); ``videos``: each camera's mp4 to read the PTS back from; ``timestamps``: the rows'
-    written times; ``video_rows``: what a row's frame count is compared against (``frames`` for LeRobot,
-    ``observations`` for RGB-D, where ``length`` is the transitions and a frame is an observation).
+    """The verdict of one saved episode from its ``record`` (episodes.jsonl keys: counters + the writer's).
+
+    ``videos``: each camera's mp4 to read the PTS back from; ``timestamps``: the rows' written times; ``video_rows``:
+    what a row's frame count is compared against (``frames`` for LeRobot, ``observations`` for RGB-D, where
+    ``length`` is the transitions and a frame is an observation).
     """
     j = _Judge()
     rows = int(_num(record, "length") or _num(record, "rows"))
@@ -226,8 +231,9 @@ def _check_grid(j: _Judge, what: str, times: list[float], fps: float, strict_gri
 
 
 def read_pts(path: Path) -> list[float]:
-    """The mp4's video packet PTS in seconds, in presentation order, demuxed without decoding (~1 ms for
-    a 10 s episode). With ``bf=0`` (our encoder) decode order is presentation order.
+    """The mp4's video packet PTS in seconds, in presentation order, demuxed without decoding.
+
+    With ``bf=0`` (our encoder) decode order is presentation order.
     """
     import av
 

@@ -30,6 +30,8 @@ DEFAULT_MAX_LAG_S = 2.0
 
 
 class WriterWorker:
+    """The one thread that makes every writer call, in the order they were queued."""
+
     def __init__(self, name: str = "writer"):
         # (call, future or None, monotonic time it was queued)
         self._q: queue.Queue[tuple[Callable[[], Any], Future[Any] | None, float] | None] = queue.Queue()
@@ -40,6 +42,7 @@ class WriterWorker:
 
     @property
     def backlog(self) -> int:
+        """The number of calls queued."""
         return self._q.qsize()
 
     def lag_s(self) -> float:
@@ -58,10 +61,12 @@ class WriterWorker:
         return fut.result(timeout)
 
     def take_error(self) -> BaseException | None:
+        """The first failure of a fire-and-forget call since the last take, and reset it."""
         err, self.error = self.error, None
         return err
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Finish the queued calls and stop the thread (waits up to ``timeout``)."""
         self._q.put(None)
         self._thread.join(timeout)
 
@@ -104,6 +109,7 @@ class QueuedSink:
             self.behind[cam] = self.behind.get(cam, 0) + 1
 
     def row(self, row: Row) -> None:
+        """Queue the row for the writer thread, shedding its frames when the writer is too far behind."""
         if not (row.frames and self.shed_row_frames):
             self._worker.post(lambda: self.inner.row(row))
             return
@@ -119,6 +125,7 @@ class QueuedSink:
         self._worker.post(write)
 
     def frame(self, camera: str, frame: Frame, t: float) -> None:
+        """Queue a frame for the writer thread, dropped when the writer is too far behind."""
         queued = time.monotonic()
 
         def write() -> None:
@@ -130,4 +137,5 @@ class QueuedSink:
         self._worker.post(write)
 
     def raw_quest(self, line: str) -> None:
+        """Queue a raw headset line for the writer thread."""
         self._worker.post(lambda: self.inner.raw_quest(line))

@@ -1,12 +1,10 @@
 """Where an output may go relative to its inputs, compared on resolved paths (a leaf module).
 
-``piper-dataset merge A B --out Alink/merged`` (``Alink`` a symlink to ``A``) used to pass the check
-that an output is not inside an input, which compared ``out.absolute()`` (symlinks kept) with the
-resolved input; the output then lived inside ``A`` and a later in-place edit of ``A`` deleted it.
 Every dataset tool that takes ``--out`` compares here, with every symlink of both paths resolved
-(``Path.resolve``: the existing part of a path is resolved, a missing tail kept as given).
-``dir_problem`` / ``file_problem`` say why an output cannot go where it is asked to (a file given for a
-directory, a directory for a file), so a tool refuses it in one line before it starts anything.
+(``Path.resolve``: a missing tail kept as given): an output reached through a symlink into an input would
+otherwise live inside it, and a later in-place edit of that input would delete it. ``dir_problem`` /
+``file_problem`` say why an output cannot go where it is asked to, so a tool refuses it in one line before it
+starts anything.
 """
 
 from __future__ import annotations
@@ -31,16 +29,18 @@ def overlapping_input(out: str | os.PathLike[str], inputs: Iterable[str | os.Pat
 
 
 def located(out: str | os.PathLike[str]) -> Path:
-    """``out`` with its directory resolved and its own name kept: where the tool stages, locks and
-    renames (beside the real directory, whatever symlink led there).
+    """``out`` with its directory resolved and its own name kept.
+
+    That is where the tool stages, locks and renames: beside the real directory, whatever symlink led there.
     """
     p = Path(out).absolute()
     return p.parent.resolve() / p.name
 
 
 def dir_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why ``path`` cannot be, or be made, a directory (a file there, or a file where a parent would be);
-    None when it can. For an output option checked before anything starts.
+    """Why ``path`` cannot be, or be made, a directory; None when it can.
+
+    A file there, or a file where a parent would be: an output option checked before anything starts.
     """
     p = Path(path)
     for q in (p, *p.parents):
@@ -50,9 +50,7 @@ def dir_problem(path: str | os.PathLike[str]) -> str | None:
 
 
 def file_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why a file cannot be written at ``path`` (a directory there, its directory missing or not one);
-    None when it can.
-    """
+    """Why a file cannot be written at ``path`` (a directory there, its directory missing or not one); None when it can."""
     p = Path(path)
     if p.is_dir():
         return f"{p} is a directory"

@@ -1,18 +1,16 @@
 """An exclusive lock on a hidden file beside an output, removed again when released (a leaf module).
 
 The dataset tools (``piper-dataset``, ``piper-export``) serialize runs on one output with a flock on
-``.<name>.<tool>-lock`` beside it. The file used to stay forever (one beside every root and output,
-refused runs included) because unlinking a flock file naively races: a second process that opened
-the file just before the holder unlinked it would lock the orphaned inode while a third creates and
-locks a new file, and both would write. The classic fix is applied here:
+``.<name>.<tool>-lock`` beside it. Unlinking a flock file naively races (a process that opened the file just
+before the holder unlinked it locks the orphaned inode while a third creates and locks a new file, and both
+write), so:
 
-- release: unlink the path *while still holding* the lock, then close. Only the holder unlinks, so a
-  lock some other live process holds is never removed (a refused run does not touch the file);
-- acquire: open (create), flock, then check the path still names the inode locked; if not (the
-  holder removed it in between), close and start again on the new file.
+- release: unlink the path *while still holding* the lock, then close. Only the holder unlinks, so a lock another
+  live process holds is never removed (a refused run does not touch the file);
+- acquire: open (create), flock, then check the path still names the inode locked; if not (the holder removed it
+  in between), close and start again on the new file.
 
-A lock file left by an older version or by a killed run (flock dies with the process) is simply
-taken over and removed at the end.
+A lock file left by a killed run (flock dies with the process) is simply taken over and removed at the end.
 """
 
 from __future__ import annotations

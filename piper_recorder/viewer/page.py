@@ -81,6 +81,7 @@ window.addEventListener('resize', drawAll); drawAll();
 
 
 def esc(value: Any) -> str:
+    """``value`` as HTML-escaped text."""
     return html.escape(str(value))
 
 
@@ -97,10 +98,12 @@ def table(headers: list[str], rows: list[list[Any]], left: int = 1) -> str:
 
 
 def plot_canvas(plot_id: str, group: str) -> str:
+    """The canvas a plot of ``plot_id`` draws in, linked to the time slider of ``group``."""
     return f'<canvas data-plot="{esc(plot_id)}" data-group="{esc(group)}"></canvas>'
 
 
 def time_controls(group: str, duration: float) -> str:
+    """The time slider and cursor readout of ``group``, over ``duration`` seconds."""
     return (
         f'<div class="ctl">time <input type="range" id="slider-{esc(group)}" data-slider="{esc(group)}" '
         f'min="0" max="{duration:.3f}" step="0.001" value="0"> <span id="cursor-{esc(group)}"></span></div>'
@@ -108,6 +111,7 @@ def time_controls(group: str, duration: float) -> str:
 
 
 def page(title: str, body: str, data: dict[str, Any]) -> str:
+    """The whole self-contained HTML page, with ``data`` embedded as JSON for its script."""
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'

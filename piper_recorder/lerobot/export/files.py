@@ -1,5 +1,7 @@
-"""The export's file operations: payload files hard-linked (never re-encoded, never written into), new files
-as new inodes, the meta files carried along, and a progress bar.
+"""The export's file operations and its progress bar.
+
+Payload files are hard-linked (never re-encoded, never written into), new files are new inodes, and the meta
+files are carried along.
 """
 
 from __future__ import annotations
@@ -50,10 +52,12 @@ def write_file(path: Path, data: bytes) -> None:
 
 
 def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as a new JSON file at ``path``."""
     write_file(path, fsutil.json_bytes(obj))
 
 
 def carry_meta(src: Source, staging: Path) -> None:
+    """Copy the meta files the export carries along unchanged from the source into ``staging``."""
     for rel in CARRIED_META:
         path = src.root / rel
         if path.is_file():
@@ -61,6 +65,7 @@ def carry_meta(src: Source, staging: Path) -> None:
 
 
 def iter_progress(items: Iterable[T], total: int, desc: str, enabled: bool) -> Iterator[T]:
+    """Yield ``items``, with a progress bar on stderr when ``enabled``."""
     if not enabled:
         yield from items
         return

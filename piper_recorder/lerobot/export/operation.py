@@ -1,26 +1,15 @@
 """Export one of our LeRobot v2.0/v2.1 roots to LeRobot v2.1 or v3.0 (``piper-export``).
 
-``export(root, to, out)`` is the whole operation; ``export.v21`` and ``export.v30`` build the
-target layouts from the parts they share (``source``, ``state``, ``files``), and this module alone calls them.
-What the operation keeps:
+``export(root, to, out)`` is the whole operation and the only caller of ``v21`` and ``v30``; what it reads is
+``source``'s rule, what an append checks is ``state``'s.
 
-* **Reading the source** (``source.open_source``): only roots this project writes (our path templates,
-  ``meta/episodes.jsonl``, ``modality.json``, the bookkeeping columns); every episode must have
-  every camera. Anything else is an ``ExportError`` (the CLI exits 2).
-* **Appending** (``state``): the output's ``meta/piper_export.json`` lists what was exported, with a
-  fingerprint of each source episode (its episodes.jsonl line, file sizes, a hash of its parquet
-  and of both ends of each mp4). A re-run checks that the exported episodes are unchanged in the
-  source and exports only the new ones; a source that lost or changed an exported episode is an
-  error (export to a fresh directory).
-* **Crash safety**: the new state is built in ``.<out>.export-staging`` next to the output (files
-  kept from the previous export are hard links, never written to), fsynced, and swapped with the
-  output in one ``renameat2(RENAME_EXCHANGE)``; the old tree is then deleted. A killed export leaves
-  the previous export untouched (the next run deletes the staging tree); a reader opening the output
-  at any instant finds one complete export (where the filesystem cannot exchange, two renames leave a
-  moment without the directory, never a mixed one; the next run restores it if killed in between).
-  An append never rewrites a payload file of the previous export (v2.1: one file per episode; v3.0:
-  new episodes go to new files), so a reader that loaded the previous meta before the swap keeps
-  reading the same bytes after it.
+Crash safety: the new state is built in ``.<out>.export-staging`` next to the output (files kept from the
+previous export are hard links, never written to), fsynced, and swapped with the output in one
+``renameat2(RENAME_EXCHANGE)``; the old tree is then deleted. A killed export leaves the previous export
+untouched (the next run deletes the staging tree), and a reader finds one complete export at any instant
+(without an exchange, two renames leave a moment without the directory, never a mixed one; the next run restores
+it if killed in between). An append never rewrites a payload file of the previous export (v2.1: one file per
+episode; v3.0: new episodes go to new files), so a reader holding the previous meta keeps reading the same bytes.
 """
 
 from __future__ import annotations
@@ -125,6 +114,8 @@ class _Lock(SideLock):
 # ---- the operation --------------------------------------------------------------------------
 @dataclass
 class ExportResult:
+    """What an export did: the target version, the output, and its episode and row counts."""
+
     to: str
     out: Path
     episodes: int  # total in the output

@@ -1,7 +1,9 @@
-"""The source of an export (``open_source``): only roots this project writes (our path templates,
-``meta/episodes.jsonl``, ``modality.json``, the bookkeeping columns); every episode must have every camera.
-Anything else is an ``ExportError`` (the CLI exits 2). Each episode's fingerprint (its episodes.jsonl line, file
-sizes, a hash of its parquet and of both ends of each mp4) lets a re-run check what was exported is unchanged.
+"""The source of an export (``open_source``): only roots this project writes.
+
+Our path templates, ``meta/episodes.jsonl``, ``modality.json``, the bookkeeping columns, and every camera in
+every episode; anything else is an ``ExportError`` (the CLI exits 2). Each episode's fingerprint (its
+episodes.jsonl line, file sizes, a hash of its parquet and of both ends of each mp4) lets a re-run check that
+what was exported is unchanged.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ class ExportError(DatasetError):
 
 @dataclass
 class Source:
-    """A validated source root: its meta (``root.Root``; ``info``, ``episodes``, ``tasks`` as the documents
-    the exports copy from) and the per-episode payload paths.
+    """A validated source root: its meta and the per-episode payload paths.
+
+    ``meta`` is a ``root.Root``; its ``info``, ``episodes`` and ``tasks`` are the documents the exports copy from.
     """
 
     root: Path
@@ -46,19 +49,24 @@ class Source:
 
     @property
     def version(self) -> str:
+        """The source's ``codebase_version``."""
         return self.meta.info.codebase_version
 
     @property
     def fps(self) -> int:
+        """The source's frame rate."""
         return int(self.meta.info.fps)
 
     def data_rel(self, i: int) -> str:
+        """Episode ``i``'s parquet path, relative to the root."""
         return self.meta.info.data_relpath(i)
 
     def video_rel(self, i: int, key: str) -> str:
+        """Episode ``i``'s mp4 path for camera ``key``, relative to the root."""
         return self.meta.info.video_relpath(i, key)
 
     def extras_rel(self, i: int) -> str:
+        """Episode ``i``'s extras path, relative to the root."""
         return layout.extras_relpath(i)
 
     def own_episode_stats(self) -> dict[int, dict]:
@@ -126,8 +134,9 @@ class Source:
 
 
 def open_source(root: str | os.PathLike, model: Root | None = None) -> Source:
-    """Read and check a root written by this project (``model``: its meta, when already read);
-    ``ExportError`` for anything else.
+    """Read and check a root written by this project; ``ExportError`` for anything else.
+
+    ``model`` is its meta, when already read.
     """
     root = Path(root)
     if model is None:

@@ -1,5 +1,7 @@
-"""The state of a previous export (``meta/piper_export.json``): what the output holds, checked against the
-source before an append (``load_state``, ``check_prefix``), and the camera histograms kept for stats.
+"""The state of a previous export (``meta/piper_export.json``).
+
+It says what the output holds, is checked against the source before an append (``load_state``,
+``check_prefix``), and keeps the camera histograms for stats.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class State:
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        """The state as the JSON object written to ``meta/piper_export.json``."""
         return {
             "tool": "piper-export",
             "version": __version__,
@@ -40,9 +43,10 @@ class State:
 
 @dataclass
 class CameraTotals:
-    """Summed sample histograms per camera, for stats.json camera entries the source lacks
-    (``episode_stats.image_entry``: mean/std/min/max/q01/q99); kept in the export state so a re-run
-    only adds the new episodes' samples.
+    """Summed sample histograms per camera, for the stats.json camera entries the source lacks.
+
+    ``episode_stats.image_entry`` gives mean/std/min/max/q01/q99; kept in the export state so a re-run only adds the
+    new episodes' samples.
     """
 
     hist: dict[str, np.ndarray] = field(default_factory=dict)
@@ -50,6 +54,7 @@ class CameraTotals:
 
     @staticmethod
     def from_json(obj: dict | None) -> CameraTotals:
+        """The totals read back from the export state (empty for ``None``)."""
         t = CameraTotals()
         for key, v in (obj or {}).items():
             t.hist[key] = np.asarray(v["hist"], np.int64)
@@ -57,14 +62,17 @@ class CameraTotals:
         return t
 
     def to_json(self) -> dict:
+        """The totals as JSON for the export state."""
         return {k: {"hist": self.hist[k].tolist(), "frames": self.frames[k]} for k in self.hist}
 
     def add(self, hists: dict[str, tuple[np.ndarray, int]]) -> None:
+        """Add the sample histograms and frame counts of more episodes."""
         for key, (h, n) in hists.items():
             self.hist[key] = self.hist.get(key, np.zeros((3, 256), np.int64)) + np.asarray(h, np.int64)
             self.frames[key] = self.frames.get(key, 0) + int(n)
 
     def entries(self) -> dict[str, dict]:
+        """The stats.json entry of each camera from its summed histogram."""
         from ..format.episode_stats import image_entry, to_jsonable
 
         return {k: to_jsonable({k: image_entry(self.hist[k], self.frames[k])})[k] for k in self.hist}

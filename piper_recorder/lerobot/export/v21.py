@@ -29,6 +29,7 @@ def stats_json(src: Source, cameras: dict[str, dict]) -> dict:
 
 
 def build(src: Source, state: State | None, prev: Path | None, staging: Path, progress: bool = False) -> State:
+    """Build the v2.1 export of ``src`` in ``staging``, after the ``state`` of the previous one in ``prev``."""
     done = len(state.fingerprints) if state else 0
     lines: list[dict] = []
     if prev is not None:

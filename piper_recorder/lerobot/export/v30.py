@@ -1,5 +1,7 @@
-"""LeRobot v3.0 export in the layout of lerobot 0.4.4 (``src/lerobot/datasets/utils.py``,
-``lerobot_dataset.py``, ``v30/convert_dataset_v21_to_v30.py`` at tag v0.4.4).
+"""LeRobot v3.0 export in the layout of lerobot 0.4.4.
+
+The reference is lerobot's ``src/lerobot/datasets/utils.py``, ``lerobot_dataset.py`` and
+``v30/convert_dataset_v21_to_v30.py`` at tag v0.4.4:
 
 * ``data/chunk-XXX/file-YYY.parquet``: the episodes' rows, unchanged, many episodes per file; a new
   file when the next episode would take the file to ``data_files_size_in_mb`` (default 100) counted
@@ -343,8 +345,10 @@ def info_json(src: Source, total_frames: int, data_mb: float, video_mb: float) -
 
 
 def stats_json(src: Source, per_episode: list[dict], cameras: dict[str, dict]) -> dict:
-    """``aggregate_stats`` over all episodes, plus q01/q99 from the source's stats.json (over the
-    same episodes) or, for cameras it lacks, from the summed sample histograms (``cameras``).
+    """``aggregate_stats`` over all episodes, plus q01/q99 where known.
+
+    q01/q99 come from the source's stats.json (over the same episodes) or, for cameras it lacks, from the summed
+    sample histograms (``cameras``).
     """
     agg = episode_stats.aggregate_stats(per_episode) if per_episode else {}
     path = src.root / layout.STATS
@@ -372,6 +376,7 @@ def build(
     data_files_size_in_mb: float = DEFAULT_DATA_FILE_SIZE_IN_MB,
     video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_IN_MB,
 ) -> State:
+    """Build the v3.0 export of ``src`` in ``staging``, after the ``state`` of the previous one in ``prev``."""
     done = len(state.fingerprints) if state else 0
     extra = state.extra if state else {}
     if state is not None:

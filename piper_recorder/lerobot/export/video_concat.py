@@ -1,26 +1,23 @@
 """Concatenate episode mp4s into one LeRobot v3.0 video file by remuxing (no decoding, no re-encoding).
 
-Every packet's payload is copied byte for byte; only its timestamps are written anew, on a 1/90000
-time base (``TIME_BASE``): the file's i-th frame gets ``pts = i * 90000 / fps``, the exact frame
-grid LeRobot's own encoder writes (frame i at i/fps). Why the grid and not an offset of the source
-PTS (``floor(float32(t) * 90000)`` per episode): LeRobot 0.4.4 finds a row's frame with torchcodec
-``get_frames_at(index=round((from_timestamp + timestamp) * average_fps))`` in *approximate* seek
-mode, which after a seek returns the first frame whose PTS is at or after ``index / fps``; a frame
-one tick before its grid time is then skipped and the next frame returned (measured with
-torchcodec 0.10: 49 of the first 120 frames of a floor-stamped file came back one late). On the
-grid, that lookup, LeRobot's pyav path (nearest frame) and its float32 tolerance check (1e-4 s) all
-return each row's own frame:
+Every packet's payload is copied byte for byte; only its timestamps are written anew, on a 1/90000 time base
+(``TIME_BASE``): the file's i-th frame gets ``pts = i * 90000 / fps``, the frame grid LeRobot's own encoder
+writes. Why the grid and not an offset of the source PTS (``floor(float32(t) * 90000)``): LeRobot 0.4.4 finds a
+row's frame with torchcodec ``get_frames_at(index=round((from_timestamp + timestamp) * average_fps))`` in
+*approximate* seek mode, which returns the first frame whose PTS is at or after ``index / fps``, so a frame one
+tick before its grid time is skipped. On the grid, that lookup, LeRobot's pyav path (nearest frame) and its
+float32 tolerance check (1e-4 s) all return each row's own frame:
 
 * episode ``e`` starts at tick ``frames_before_e * 90000 / fps``; ``from_timestamp`` is that time and
-  ``to_timestamp`` the next episode's start (the file's end for the last one), as LeRobot's
-  converter writes them (sums of episode durations);
-* rows must sit on the grid (``timestamp_k`` is ``k / fps`` rounded up to float32, what the recorder
-  writes (``assembly.grid_timestamp``), or rounded to nearest, what it wrote before) and
-  pair one to one with frames (frame count = row count, frame k within half a frame period of row
-  k, no B-frames); anything else cannot be expressed in v3.0 and ``ConcatError`` says why;
-* LeRobot compares ``float32(from_timestamp + timestamp)`` with ``float32(pts)``: the two differ by
-  at most half a float32 step of the row time plus one float32 step of the file time, < 1e-4 s while
-  a file stays below ``MAX_FILE_S`` (1,024 s; float32 steps 6.1e-5 s there), so files are cut there.
+  ``to_timestamp`` the next episode's start (the file's end for the last one), as LeRobot's converter writes
+  them (sums of episode durations);
+* rows must sit on the grid (``timestamp_k`` is ``k / fps`` rounded up to float32, what the recorder writes
+  (``assembly.grid_timestamp``), or rounded to nearest, as older roots have it) and pair one to one with frames
+  (frame count = row count, frame k within half a frame period of row k, no B-frames); anything else cannot be
+  expressed in v3.0 and ``ConcatError`` says why;
+* LeRobot compares ``float32(from_timestamp + timestamp)`` with ``float32(pts)``: the two differ by at most half
+  a float32 step of the row time plus one float32 step of the file time, < 1e-4 s while a file stays below
+  ``MAX_FILE_S`` (1,024 s; float32 steps 6.1e-5 s there), so files are cut there.
 """
 
 from __future__ import annotations
@@ -60,6 +57,7 @@ class StreamSignature:
 
     @staticmethod
     def of(path: Path) -> StreamSignature:
+        """The signature of the first video stream of the mp4 at ``path``."""
         with av.open(str(path)) as c:
             if not c.streams.video:
                 raise ConcatError(f"{path}: no video stream")
@@ -139,9 +137,11 @@ class VideoFileWriter:
         return first, first + n * step
 
     def close(self) -> None:
+        """Finish the file (writes the mp4's trailer)."""
         self._out.close()
 
     def abort(self) -> None:
+        """Close the file after a failure, ignoring errors: the staging tree is deleted with it."""
         try:
             self._out.close()
         except Exception:  # a broken file is deleted with the staging tree

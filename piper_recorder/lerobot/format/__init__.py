@@ -1,7 +1,8 @@
-"""The LeRobot v2.x format: where files live and what they are called (``layout``), columns (``features``), the
-typed read model of a root (``Root``, ``read_info``; ``metacheck``, ``raw_read``), per-episode statistics
-(``episode_stats``), provenance, crash-safe file primitives (``fsutil``) and the errors a reader or writer
-raises. Imports nothing else of ``piper_recorder.lerobot``.
+"""The LeRobot v2.x format; imports nothing else of ``piper_recorder.lerobot``.
+
+Where files live (``layout``), columns (``features``), the typed read model of a root (``Root``, ``read_info``;
+``metacheck``, ``raw_read``), per-episode statistics (``episode_stats``), provenance, crash-safe file primitives
+(``fsutil``) and the errors a reader or writer raises.
 """
 
 from .errors import BindingChangeError, DatasetError, EpisodeStateError, SaveFailedError, SchemaError

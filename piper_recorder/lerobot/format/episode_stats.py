@@ -10,16 +10,12 @@ Follows lerobot 0.3.3 ``lerobot/datasets/compute_stats.py`` (``get_feature_stats
   is >= 300 px: 640x480 -> 160x120), stats per channel over (frames, height, width) divided by 255,
   shape ``(3, 1, 1)``; ``count`` is the number of frames in the sample.
 
-Which frames: LeRobot samples ``sample_indices(n)`` (evenly spaced, 100 to 10,000 frames) from the
-PNGs it keeps on disk. A streaming recorder does not know ``n`` in advance and keeps no frames, so
-the writer takes every ``SAMPLE_STRIDE``-th frame it encodes (video frames 0, 5, 10, ...; 180 of
-a 30 s episode at 30 fps, where LeRobot takes 164) and folds each into per-channel 256-bin
-histograms (``ImageSampler``): constant memory, about 0.2 ms per sampled 640x480 frame (0.05 ms
-per camera-frame on average) where the frame is queued for encoding (``VideoEncoder.add``, with the
-RGB pixels given), nothing left to do at save but ~1 ms of bookkeeping. Histograms make every statistic exact for the
-sampled pixels, including q01/q99, and merge exactly across episodes (sum). ``root_episode_stats``
-recomputes the same sample from a saved episode by decoding its videos (the values then differ from
-the live ones only by compression loss).
+Which frames: LeRobot samples ``sample_indices(n)`` (evenly spaced, 100 to 10,000 frames) from the PNGs it keeps.
+A streaming recorder knows no ``n`` in advance and keeps no frames, so the writer folds every
+``SAMPLE_STRIDE``-th frame it encodes into per-channel 256-bin histograms (``ImageSampler``, fed where the frame
+is queued for encoding): constant memory, and every statistic exact for the sampled pixels, q01/q99 included,
+merging exactly across episodes (sum). ``root_episode_stats`` recomputes the same sample from a saved episode by
+decoding its videos (differing from the live values only by compression loss).
 """
 
 from __future__ import annotations
@@ -83,7 +79,7 @@ def histogram(frames: np.ndarray) -> np.ndarray:
 
 
 def _frame_histogram(rgb: np.ndarray) -> np.ndarray:
-    ds = downsample(rgb)  # one bincount per channel: ~3x faster than one over offset values
+    ds = downsample(rgb)  # one bincount per channel: faster than one over offset values
     return np.stack([np.bincount(ds[..., c].ravel(), minlength=256) for c in range(3)]).astype(np.int64)
 
 
@@ -97,8 +93,9 @@ class ImageSampler:
         self.offered = 0
 
     def offer(self, frame: Any) -> None:
-        """Call once per frame that goes into the video, in order: an HxWx3 uint8 array or a PyAV
-        rgb24 ``VideoFrame`` (converted only when sampled).
+        """Call once per frame that goes into the video, in order.
+
+        ``frame`` is an HxWx3 uint8 array or a PyAV rgb24 ``VideoFrame`` (converted only when sampled).
         """
         if self.offered % self.stride == 0:
             rgb = frame if isinstance(frame, np.ndarray) else frame.to_ndarray(format="rgb24")
@@ -144,8 +141,10 @@ def hist_quantile(hist: np.ndarray, p: float) -> np.ndarray:
 
 
 def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
-    """LeRobot's image stats of the given (N, H, W, 3) uint8 frames (all of them: they are the
-    sample; ``frames[lerobot_sample_indices(len(frames))]`` reproduces LeRobot's own choice).
+    """LeRobot's image stats of the given (N, H, W, 3) uint8 frames.
+
+    All of them: they are the sample (``frames[lerobot_sample_indices(len(frames))]`` reproduces LeRobot's own
+    choice).
     """
     a = np.asarray(frames)
     return hist_stats(histogram(a), len(a))
@@ -167,9 +166,10 @@ def to_jsonable(stats: Mapping[str, Mapping[str, Any]]) -> dict:
 
 
 def episode_stats(columns: Mapping[str, np.ndarray], frames: Mapping[str, np.ndarray]) -> dict:
-    """The ``stats`` of one episodes_stats.jsonl line: ``columns`` (parquet columns in their stored
-    dtypes, (N,) or (N, D)) by feature key and camera ``frames`` (the sample, (K, H, W, 3) uint8) by
-    video key. JSON-ready.
+    """The ``stats`` of one episodes_stats.jsonl line, JSON-ready.
+
+    ``columns``: parquet columns in their stored dtypes, (N,) or (N, D), by feature key; ``frames``: each camera's
+    sample, (K, H, W, 3) uint8, by video key.
     """
     out = {k: vector_stats(v) for k, v in columns.items()}
     out.update({k: image_stats(f) for k, f in frames.items()})
@@ -183,8 +183,10 @@ def stats_line(episode_index: int, stats: dict) -> dict:
 
 # ---- aggregation --------------------------------------------------------------------------------
 def aggregate_stats(stats_list: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, np.ndarray]]:
-    """LeRobot's ``aggregate_stats``: union of keys; min of mins, max of maxes, count-weighted mean,
-    parallel-combined (population) variance, summed count. Accepts numpy or JSON (list) values.
+    """LeRobot's ``aggregate_stats``.
+
+    Union of keys; min of mins, max of maxes, count-weighted mean, parallel-combined (population) variance, summed
+    count. Accepts numpy or JSON (list) values.
     """
     items = [{k: {s: np.asarray(v) for s, v in d.items()} for k, d in st.items()} for st in stats_list]
     keys = {k for st in items for k in st}
@@ -276,6 +278,7 @@ def root_episode_stats(root: Path, info: dict, episode_index: int, *, cached: bo
 
 # ---- the writer's per-episode record (layout.record_relpath) ------------------------------------
 def make_record(episode_index: int, length: int, stats: dict, images: Mapping[str, tuple[np.ndarray, int]]) -> dict:
+    """The writer's per-episode stats record: the vector stats and each camera's sample histograms."""
     return {
         "episode_index": int(episode_index),
         "length": int(length),

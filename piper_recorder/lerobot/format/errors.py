@@ -1,7 +1,7 @@
-"""Errors raised by the LeRobot writer. Callers catch ``DatasetError`` for any of them.
+"""Errors raised by the LeRobot writer; callers catch ``DatasetError`` for any of them.
 
-``DatasetError``, ``SchemaError`` and ``EpisodeStateError`` are the project's (``piper_recorder.errors``,
-shared with the RGB-D writer); this module adds the writer's own.
+``DatasetError``, ``SchemaError`` and ``EpisodeStateError`` are the project's (``piper_recorder.errors``, shared
+with the RGB-D writer); this module adds the writer's own.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ __all__ = ["BindingChangeError", "DatasetError", "EpisodeStateError", "SaveFaile
 
 
 class SaveFailedError(DatasetError):
-    """A save failed on I/O (e.g. a full disk) before its commit point: the dataset is unchanged and the
-    episode stays pending, so ``save_episode`` may be retried once the cause is gone.
+    """A save failed on I/O (e.g. a full disk) before its commit point.
+
+    The dataset is unchanged and the episode stays pending, so ``save_episode`` may be retried once the cause is gone.
     """
 
 

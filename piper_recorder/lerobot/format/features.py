@@ -49,13 +49,15 @@ class FeatureSpec:
 
     @property
     def dim(self) -> int:
+        """The number of elements in the column."""
         return len(self.names)
 
     @property
     def group(self) -> str | None:
-        """modality.json group: "action" for action.*, "state" for observation.* (and other keys an
-        extra input names), None for ``complementary_info.*`` (per-frame info that is neither: e.g.
-        who acted; not a modality a policy slices, so modality.json does not list it).
+        """The modality.json group: "action" for action.*, "state" for observation.* and other inputs' keys.
+
+        None for ``complementary_info.*``: per-frame info that is neither (e.g. who acted), not a modality a policy
+        slices, so modality.json does not list it.
         """
         if self.key.startswith("complementary_info."):
             return None
@@ -66,6 +68,7 @@ class FeatureSpec:
         return self.modality or ((self.key.split(".")[-1], 0, self.dim, False),)
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for a spec that cannot be a column of ours."""
         if not self.key or not self.names or len(set(self.names)) != len(self.names):
             raise ValueError(f"feature {self.key!r}: needs a key and unique element names")
         if self.key in BOOKKEEPING or self.key.startswith(IMAGES_PREFIX):

@@ -51,6 +51,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def json_bytes(obj: Any, indent: int = 4) -> bytes:
+    """``obj`` as UTF-8 JSON text ending in a newline, as the meta files are written."""
     return (json.dumps(obj, indent=indent, ensure_ascii=False) + "\n").encode()
 
 
@@ -77,10 +78,10 @@ class JsonLinesError(DatasetError, ValueError):
 
 
 def parse_jsonl(path: Path, data: bytes) -> list[Any]:
-    """Parse JSON lines split on ``\n`` only, skipping blank lines.
+    r"""Parse JSON lines split on ``\n`` only, skipping blank lines.
 
-    Never ``splitlines()``: roots written before the writer escaped U+2028/U+2029/U+0085 hold them
-    raw inside strings, which is valid JSON as long as nothing splits the line there.
+    Never ``splitlines()``: older roots hold U+2028/U+2029/U+0085 raw inside strings, which is valid JSON as
+    long as nothing splits the line there.
     """
     out = []
     for n, line in enumerate(data.decode("utf-8").split("\n"), 1):
@@ -105,9 +106,10 @@ ROOT_LOCK = ".lock"
 
 
 def lock_root(root: Path, busy: str) -> int:
-    """Hold the one-writer lock of a LeRobot root (``<root>/.lock``, a flock that dies with the
-    process); returns the fd, whose close releases it. ``busy``: the DatasetError text when another
-    process holds it. Used by the writer and by every tool that rewrites a root in place.
+    """Hold the one-writer lock of a LeRobot root; returns the fd, whose close releases it.
+
+    The lock is ``<root>/.lock``, a flock that dies with the process; ``busy`` is the DatasetError text when another
+    process holds it. The writer and every tool that rewrites a root in place take it.
     """
     fd = os.open(Path(root) / ROOT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:

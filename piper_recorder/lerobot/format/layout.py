@@ -48,10 +48,12 @@ PAYLOAD_DIRS = ("data", "videos", "extras")
 
 
 def episode_name(ep: int) -> str:
+    """``episode_000042``: an episode's file stem."""
     return f"episode_{ep:06d}"
 
 
 def video_key(camera: str) -> str:
+    """The feature key of ``camera``'s video (``observation.images.<camera>``)."""
     return VIDEO_KEY_PREFIX + camera
 
 
@@ -69,14 +71,17 @@ def format_path(template: str, ep: int, chunks_size: int, video_key: str | None 
 
 
 def data_relpath(ep: int, chunks_size: int) -> str:
+    """Our template's parquet path of episode ``ep``."""
     return format_path(DATA_PATH, ep, chunks_size)
 
 
 def video_relpath(ep: int, camera: str, chunks_size: int) -> str:
+    """Our template's mp4 path of ``camera`` in episode ``ep``."""
     return format_path(VIDEO_PATH, ep, chunks_size, video_key(camera))
 
 
 def extras_relpath(ep: int) -> str:
+    """Episode ``ep``'s extras file (the raw headset lines)."""
     return EXTRAS_PATH.format(episode_index=ep)
 
 
@@ -92,12 +97,15 @@ def record_relpath(ep: int) -> str:
 
 # ---- reading any v2.x root: its own templates from info.json --------------------------------------
 def chunks_size(info: Mapping[str, Any]) -> int:
+    """The root's episodes per chunk (``info.json``'s ``chunks_size``)."""
     return int(info.get("chunks_size", DEFAULT_CHUNKS_SIZE))
 
 
 def data_file(root: Path, info: Mapping[str, Any], episode_index: int) -> Path:
+    """Episode ``episode_index``'s parquet, by the root's own ``data_path`` template."""
     return Path(root) / format_path(info["data_path"], episode_index, chunks_size(info))
 
 
 def video_file(root: Path, info: Mapping[str, Any], episode_index: int, video_key: str) -> Path:
+    """Episode ``episode_index``'s mp4 of ``video_key``, by the root's own ``video_path`` template."""
     return Path(root) / format_path(info["video_path"], episode_index, chunks_size(info), video_key)

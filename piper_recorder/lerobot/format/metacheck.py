@@ -1,7 +1,8 @@
-"""Shape checks of a LeRobot root's meta files for the code that reads them to do something else (the
-viewer, finalize, the writer's open): a damaged or hand-edited file gives a DatasetError naming the
-file and the field, never a TypeError deep inside. piper-validate reports such problems one by one.
-The typed read model (``lerobot.format.root``) parses what these checks pass.
+"""Shape checks of a LeRobot root's meta files, for code that reads them to do something else.
+
+The viewer, finalize and the writer's open get a DatasetError naming the file and the field for a damaged or
+hand-edited file, never a TypeError deep inside; piper-validate reports such problems one by one. The typed read
+model (``lerobot.format.root``) parses what these checks pass.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def _text(path: Path) -> str:
 
 
 def load_json(path: Path) -> Any:
+    """The JSON document at ``path``; DatasetError when missing, not UTF-8 or not JSON."""
     try:
         return json.loads(_text(path))
     except ValueError as e:
@@ -35,6 +37,7 @@ def load_json(path: Path) -> Any:
 
 
 def load_json_object(path: Path) -> dict[str, Any]:
+    """Like ``load_json``, and the document must be an object."""
     doc = load_json(path)
     if not isinstance(doc, dict):
         raise DatasetError(f"{path}: must be a JSON object, got {type(doc).__name__}")
@@ -92,6 +95,7 @@ def check_info(info: Any, path: Path) -> dict[str, Any]:
 
 
 def check_episodes(episodes: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """Return ``episodes`` (episodes.jsonl's lines) once each has the fields readers use."""
     for n, ep in enumerate(episodes, 1):
         if not (_int(ep.get("episode_index")) and ep["episode_index"] >= 0):
             raise DatasetError(
@@ -108,6 +112,7 @@ def check_episodes(episodes: list[dict[str, Any]], path: Path) -> list[dict[str,
 
 
 def check_tasks(tasks: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """Return ``tasks`` (tasks.jsonl's lines) once each has an integer index and a string task."""
     for n, t in enumerate(tasks, 1):
         if not (_int(t.get("task_index")) and isinstance(t.get("task"), str)):
             raise DatasetError(f"{path}: line {n}: needs an integer 'task_index' and a string 'task', got {t!r:.80}")
@@ -115,15 +120,18 @@ def check_tasks(tasks: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]
 
 
 def load_info(root: Path) -> dict[str, Any]:
+    """``meta/info.json`` of ``root``, checked."""
     path = Path(root) / INFO
     return check_info(load_json(path), path)
 
 
 def load_episodes(root: Path) -> list[dict[str, Any]]:
+    """``meta/episodes.jsonl`` of ``root``, checked (empty when absent)."""
     path = Path(root) / EPISODES
     return check_episodes(load_jsonl(path), path)
 
 
 def load_tasks(root: Path) -> list[dict[str, Any]]:
+    """``meta/tasks.jsonl`` of ``root``, checked (empty when absent)."""
     path = Path(root) / TASKS
     return check_tasks(load_jsonl(path), path)

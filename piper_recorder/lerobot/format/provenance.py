@@ -52,6 +52,7 @@ def binding_changes(previous: dict | None, record: dict) -> list[tuple[str, Any,
 
 
 def format_warning(root: Path, changes: list[tuple[str, Any, Any]]) -> str:
+    """The loud multi-line warning printed when ``changes`` (binding keys) differ from the previous session."""
     bar = "!" * 78
     lines = [
         bar,

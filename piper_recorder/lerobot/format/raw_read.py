@@ -16,12 +16,13 @@ from . import fsutil
 
 
 def read_json(path: Path) -> Any:
+    """The JSON document at ``path``."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """Every non-blank line (split on ``\n`` only) parsed as JSON; a bad line raises naming file and line."""
+    r"""Every non-blank line (split on ``\n`` only) parsed as JSON; a bad line raises naming file and line."""
     return fsutil.parse_jsonl(path, Path(path).read_bytes())
 
 
@@ -31,6 +32,7 @@ def vector_features(info: dict) -> dict[str, dict]:
 
 
 def video_keys(info: dict) -> list[str]:
+    """The video feature keys of an ``info.json`` document."""
     return [k for k, v in info["features"].items() if v.get("dtype") == "video"]
 
 

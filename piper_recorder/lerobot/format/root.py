@@ -1,13 +1,10 @@
-"""A typed, read-only model of a LeRobot v2.x root: ``Info``, ``Feature``, ``Episode``, ``Task``,
-``Modality`` and ``Root`` (``Root.open`` reads the meta files once).
+"""A typed, read-only model of a LeRobot v2.x root (``Root.open`` reads the meta files once).
 
-The readers (export, dataset edits, the policy runtime, dashboard, viewer) go through it so that a
-field's name, type and default are written down once and a damaged file fails in one way: the meta
-files' shapes are checked by ``metacheck`` (a ``DatasetError`` naming the file and the field), and
-what the model parses beyond that raises ``SchemaError`` (a ``DatasetError`` and a ``ValueError``).
-Every parsed object keeps the document it came from (``raw``) so that code writing a derived file
-(an export's info.json, an edit's episodes.jsonl) copies it key for key, in its order.
-Writers build their dicts themselves (``writer.meta_builders``); ``validate`` reads the raw files on its own.
+Readers (export, dataset edits, the policy runtime, dashboard, viewer) go through it so a field's name, type and
+default are written once and a damaged file fails one way: shapes are checked by ``metacheck`` (a
+``DatasetError`` naming the file and the field), what the model parses beyond that raises ``SchemaError``. Every
+parsed object keeps its document (``raw``) so a derived file (an export's info.json) copies it key for key, in
+order. Writers build their dicts themselves (``writer.meta_builders``); ``validate`` reads the raw files itself.
 """
 
 from __future__ import annotations
@@ -47,6 +44,7 @@ class Feature:
 
     @staticmethod
     def from_json(key: str, doc: Mapping[str, Any]) -> Feature:
+        """One entry of info.json's ``features``."""
         names = doc.get("names")
         vinfo = doc.get("info")
         return Feature(
@@ -60,6 +58,7 @@ class Feature:
 
     @property
     def is_video(self) -> bool:
+        """Whether the feature is a camera's video."""
         return self.dtype == "video"
 
     @property
@@ -119,10 +118,12 @@ class Info:
 
     @property
     def video_keys(self) -> tuple[str, ...]:
+        """The video feature keys, in file order."""
         return tuple(k for k, f in self.features.items() if f.is_video)
 
     @property
     def cameras(self) -> tuple[str, ...]:
+        """The camera names of the video features, in file order."""
         return tuple(layout.camera_of(k) for k in self.video_keys)
 
     @property
@@ -131,6 +132,7 @@ class Info:
         return {k: f for k, f in self.features.items() if not f.is_video}
 
     def data_relpath(self, episode: int) -> str:
+        """Episode ``episode``'s parquet path by the root's own template."""
         return layout.format_path(self.data_path, episode, self.chunks_size)
 
     def video_relpath(self, episode: int, key: str) -> str:
@@ -148,8 +150,9 @@ class Info:
 
 @dataclass(frozen=True)
 class Episode:
-    """One ``episodes.jsonl`` line: index, length, tasks; what this project adds (``task_index``,
-    outcome, verdict, counters, frame lengths) is in ``extras``.
+    """One ``episodes.jsonl`` line: index, length, tasks.
+
+    What this project adds (``task_index``, outcome, verdict, counters, frame lengths) is in ``extras``.
     """
 
     index: int
@@ -171,10 +174,12 @@ class Episode:
 
     @property
     def task_index(self) -> int | None:
+        """The ``task_index`` this project writes, when it is an integer."""
         v = self.extras.get("task_index")
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     def to_json(self) -> dict[str, Any]:
+        """The line as read (a deep copy)."""
         import copy
 
         return copy.deepcopy(dict(self.raw))
@@ -194,6 +199,7 @@ class Task:
         return Task(int(doc["task_index"]), str(doc["task"]), _frozen(doc))
 
     def to_json(self) -> dict[str, Any]:
+        """The line as read, or built from the fields."""
         import copy
 
         return copy.deepcopy(dict(self.raw)) if self.raw else {"task_index": self.index, "task": self.task}
@@ -213,8 +219,9 @@ class Slice:
 
 @dataclass(frozen=True)
 class Modality:
-    """``meta/modality.json``: the state and action slices, the videos (modality name -> camera) and
-    the language keys (``annotation.<name>``).
+    """``meta/modality.json``: the state and action slices, the videos and the language keys.
+
+    ``video`` maps a modality name to a camera; ``language`` holds the ``annotation.<name>`` keys.
     """
 
     state: tuple[Slice, ...]
@@ -225,6 +232,8 @@ class Modality:
 
     @staticmethod
     def from_json(doc: Mapping[str, object], path: Path | str = MODALITY) -> Modality:
+        """Parse a modality.json document; ``SchemaError`` naming ``path`` for a malformed slice."""
+
         def slices(group: str) -> tuple[Slice, ...]:
             entries = doc.get(group) or {}
             if not isinstance(entries, Mapping):
@@ -260,8 +269,9 @@ class Modality:
 
     @staticmethod
     def load(source: Mapping[str, object] | str | Path | None) -> Modality:
-        """A modality.json dict, its path, a root holding meta/modality.json, or None (the
-        recorder's default Piper layout; cameras then follow the observation).
+        """The modality of a modality.json dict, its path, or a root holding meta/modality.json.
+
+        None gives the recorder's default Piper layout (cameras then follow the observation).
         """
         if source is None:
             doc: dict[str, dict[str, object]] = {"state": {}, "action": {}}
@@ -282,6 +292,7 @@ class Modality:
         return Modality.from_json(loaded, path)
 
     def slices(self, group: str) -> tuple[Slice, ...]:
+        """The slices of ``group`` (``state`` or ``action``), in file order."""
         return {"state": self.state, "action": self.action}[group]
 
     def names(self, group: str) -> tuple[str, ...]:
@@ -289,6 +300,7 @@ class Modality:
         return tuple(s.name for s in self.slices(group))
 
     def to_json(self) -> dict[str, Any]:
+        """The document as read (a deep copy)."""
         import copy
 
         return copy.deepcopy(dict(self.raw))
@@ -303,8 +315,10 @@ def read_info(root: str | Path) -> Info:
 # ---- the root ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Root:
-    """A v2.x root's meta, read once: ``info.json`` (required), ``episodes.jsonl`` and ``tasks.jsonl``
-    (empty when absent: a root before its first save) and ``modality.json`` (None when absent).
+    """A v2.x root's meta, read once.
+
+    ``info.json`` is required; ``episodes.jsonl`` and ``tasks.jsonl`` are empty when absent (a root before its first
+    save) and ``modality`` is None without a ``modality.json``.
     """
 
     path: Path
@@ -315,6 +329,7 @@ class Root:
 
     @staticmethod
     def is_root(path: str | Path) -> bool:
+        """Whether ``path`` is a directory holding ``meta/info.json``."""
         return Path(path).is_dir() and (Path(path) / INFO).is_file()
 
     @staticmethod
@@ -331,14 +346,17 @@ class Root:
 
     @property
     def video_keys(self) -> tuple[str, ...]:
+        """The video feature keys, in file order."""
         return self.info.video_keys
 
     @property
     def cameras(self) -> tuple[str, ...]:
+        """The camera names, in file order."""
         return self.info.cameras
 
     @property
     def fps(self) -> int | float:
+        """The root's frame rate."""
         return self.info.fps
 
     def state_names(self) -> tuple[str, ...]:
@@ -346,12 +364,15 @@ class Root:
         return self.modality.names("state") if self.modality else ()
 
     def action_names(self) -> tuple[str, ...]:
+        """modality.json's action slice names (empty without a modality.json)."""
         return self.modality.names("action") if self.modality else ()
 
     def task_text(self, index: int) -> str | None:
+        """The task string of task index ``index``, or None."""
         return next((t.task for t in self.tasks if t.index == index), None)
 
     def data_file(self, episode: int) -> Path:
+        """Episode ``episode``'s parquet."""
         return self.path / self.info.data_relpath(episode)
 
     def video_file(self, episode: int, camera: str) -> Path:

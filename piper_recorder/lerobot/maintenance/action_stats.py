@@ -18,14 +18,12 @@ pair of every episode (n * H samples per episode), ``{mean, std, min, max, q01, 
 wide as the column; std is the population std, q01/q99 linear-interpolated quantiles. Both files
 also carry per-row statistics of every ``observation.*`` column as stored.
 
-Memory stays bounded: mean, std, min and max are always exact (streamed per episode); q01/q99 are
-exact while a column has at most ``quantile_sample_cap`` samples, and beyond that are taken from a
-seeded uniform random subsample of about that size (1000 episodes of 60 s at H = 30 would
-otherwise hold ~3 GB per pose column).
+Memory stays bounded: mean, std, min and max are exact (streamed per episode); q01/q99 are exact up to
+``quantile_sample_cap`` samples a column and come from a seeded uniform subsample of about that size beyond.
 
-A combined ``action`` column is not re-derived on its own: when its values equal the
-split action columns concatenated in info.json order, its entry is the concatenation of their
-entries (statistics are per element, so this is exact); otherwise it is left out with a note.
+A combined ``action`` column is not re-derived: when its values equal the split action columns concatenated in
+info.json order, its entry is the concatenation of theirs (exact: statistics are per element); otherwise it is
+left out with a note.
 """
 
 from __future__ import annotations
@@ -62,6 +60,8 @@ class FinalizeError(DatasetError):
 
 @dataclass
 class FinalizeConfig:
+    """What ``piper-finalize`` computes: the horizon, the column pairs, the pose columns and the quantile sample cap."""
+
     horizon: int = 30
     # action column -> observation column; None pairs action.<x> with observation.<x>
     pairs: dict[str, str] | None = None
@@ -71,6 +71,7 @@ class FinalizeConfig:
     log: Callable[[str], None] = field(default=print, repr=False)
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for a horizon or a sample cap below 1."""
         if self.horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {self.horizon}")
         if self.quantile_sample_cap < 1:
@@ -91,6 +92,7 @@ class StreamingStats:
         self.samples: list[np.ndarray] = []
 
     def add(self, x: np.ndarray) -> None:
+        """Fold a batch of samples (rows) into the statistics."""
         x = np.asarray(x, dtype=np.float64)
         if len(x) == 0:
             return
@@ -109,6 +111,7 @@ class StreamingStats:
         self.samples.append(x if self.keep >= 1.0 else x[self.rng.random(n) < self.keep])
 
     def result(self) -> dict[str, list[float]]:
+        """The stats.json-shaped entry: mean, std, min, max, q01, q99 per element."""
         assert self.mean is not None and self.m2 is not None and self.lo is not None and self.hi is not None
         sample = np.concatenate(self.samples)
         if len(sample) == 0:  # subsampling kept nothing: fall back to the extremes
@@ -175,6 +178,8 @@ def default_pose_columns(features: dict[str, dict], modality: dict | None) -> se
 
 @dataclass
 class FinalizeResult:
+    """What ``finalize`` wrote: the relative and delta statistics, with the counts behind them and notes."""
+
     relative: dict[str, dict]
     delta: dict[str, dict]
     episodes: int

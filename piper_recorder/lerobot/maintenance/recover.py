@@ -1,22 +1,20 @@
 """Explicit recovery of a LeRobot root the writer refuses as damaged (``piper-recover``).
 
-The writer never moves a saved episode's files on its own (``writer.crash_repair.check_consistent``). This is the
-one place that may, and only when asked, after showing its plan (``--dry-run``):
+The writer never moves a saved episode's files on its own (``writer.crash_repair.check_consistent``); this is the
+one place that may, only when asked, after showing its plan (``--dry-run``):
 
 * rebuilds the ``episodes.jsonl`` lines of episodes whose files are complete on disk but whose line is
-  gone (an emptied or truncated episodes.jsonl): consecutive episodes from the first missing line,
-  each with a parquet file that reads back with the right ``episode_index``, ``frame_index``,
-  ``index`` (continuing the previous episode) and a ``task_index`` present in tasks.jsonl, and an mp4
-  per camera; its record holds what can be measured (length, task, video frame counts), flagged
-  ``"recovered_by": "piper-recover"`` (the recording counters are lost);
-* writes ``meta/info.json`` from the given recorder configuration when it is missing (once the
-  configuration is checked against the parquet columns and the cameras on disk) or when its totals
-  disagree with the recovered episodes (once the configuration is checked against it);
-* moves every remaining file under data/, videos/, extras/ that no episode names to
-  ``.recovered/<time>/`` (nothing is deleted but the staging area and ``*.tmp`` leftovers);
+  gone: consecutive episodes from the first missing line, each with a parquet that reads back with the right
+  ``episode_index``, ``frame_index``, ``index`` (continuing the previous episode) and a ``task_index`` in
+  tasks.jsonl, and an mp4 per camera; the line holds what can be measured (length, task, video frame counts),
+  flagged ``"recovered_by": "piper-recover"`` (the recording counters are lost);
+* writes ``meta/info.json`` from the given recorder configuration when it is missing or its totals disagree
+  with the recovered episodes, once the configuration is checked against the parquet columns and cameras;
+* moves every remaining file under data/, videos/, extras/ that no episode names to ``.recovered/<time>/``
+  (nothing is deleted but the staging area and ``*.tmp`` leftovers);
 * then opens the root with the writer, which regenerates tasks, stats and info totals.
-It refuses (changing nothing) when a saved episode's files are missing or the configuration does not
-match the root.
+
+It changes nothing when a saved episode's files are missing or the configuration does not match the root.
 """
 
 from __future__ import annotations
@@ -45,6 +43,8 @@ RECOVERED_BY = "piper-recover"
 
 @dataclass
 class Plan:
+    """What ``piper-recover`` would do to a root, or the problems that stop it."""
+
     root: Path
     remove: list[str] = field(default_factory=list)  # unsaved leftovers: staging, *.tmp
     rebuilt: list[dict] = field(default_factory=list)  # episodes.jsonl lines rebuilt from disk
@@ -54,6 +54,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)  # what stops recovery (nothing is changed)
 
     def lines(self) -> list[str]:
+        """The plan as lines for the operator, one per action."""
         out = [f"remove unsaved {rel}" for rel in self.remove]
         out += [
             f"rebuild {layout.EPISODES} line of episode {r['episode_index']} ({r['length']} rows, "

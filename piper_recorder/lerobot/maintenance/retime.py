@@ -1,43 +1,30 @@
 """Put an existing root's video PTS and nominal row timestamps on the grid (``piper-repair``), by remuxing.
 
-Earlier recorders wrote PTS in whole milliseconds (time base 1/1000, ``floor(float32(t) *
-1000)``), which puts two rows in three at 30 fps up to 1 ms after their frame: beyond LeRobot's default
-tolerance (1e-4 s). Until the up-rounding they also wrote row timestamps k/fps rounded to the NEAREST
-float32, below the grid for about half the rows: LeRobot's own lookup (frame ``round(t * fps)``, the
-first at or after ``k / fps`` exactly) then gets the next frame whenever the PTS is floored from such a
-row. The encoded frames are fine; only timestamps are off. This module copies every packet unchanged
-(no decoding, no re-encoding: packet bytes and codec extradata stay bit-identical) into a new mp4 whose
-PTS follow the writer's rule (``writer.video_encoder.pts_ticks``), and rewrites nominal episodes' ``timestamp``
-column to what the assembler writes now (``grid_timestamp``: k/fps rounded up to float32):
+Roots of older recorders hold whole-millisecond PTS (time base 1/1000, ``floor(float32(t) * 1000)``: two rows
+in three at 30 fps up to 1 ms after their frame, beyond LeRobot's 1e-4 s tolerance) and row timestamps k/fps
+rounded to the nearest float32 (below the grid for about half the rows, where LeRobot's lookup, the first frame
+at or after ``k / fps``, gets the next frame). Every packet is copied unchanged (packet bytes and codec extradata
+stay bit-identical) into a new mp4 whose PTS follow the writer's rule (``writer.video_encoder.pts_ticks``), and
+nominal episodes' ``timestamp`` column becomes ``grid_timestamp`` (k/fps rounded up to float32):
 
-* nominal episodes (one frame per row at the row time): each PTS (1/1000 or 1/90000) came from
-  exactly one row, the one whose ``floor(float32(t) / time_base)`` it is, with ``t`` the row's stored
-  timestamp or its grid timestamp (rows are 1/fps apart, so the match is unique); that frame gets
-  ``pts_ticks(grid timestamp)`` = the exact grid time, then the parquet's timestamps become the grid
-  timestamps, and every lookup rule holds for every row. A frame dropped by the encoder leaves its row
-  without a frame, before and after.
-* capture episodes (frames at their capture times): the capture time was only kept to the millisecond
-  below it, so the best statement the file can make is ``m`` ms exactly: new PTS = ``m * 90``. It stays
-  at or before the true capture time (never later, which would break "last frame at or before t"),
-  changes no frame's time, and applying the float32 floor to ``m / 1000`` instead could only move it
-  up to one float32 step earlier (61 us at 10 min) for no gain. The sub-millisecond part is lost for
-  good; only a new recording has it. Their rows and 1/90000 files are left as they are.
-* the mode comes from the episode's ``timestamp_mode`` in ``meta/episodes.jsonl``; without one, an
-  episode whose every frame matches a distinct row is nominal, otherwise capture.
+* nominal episodes (one frame per row at the row time): each PTS came from exactly one row, the one whose
+  ``floor(float32(t) / time_base)`` it is, with ``t`` the stored or the grid timestamp (rows are 1/fps apart, so
+  the match is unique); that frame gets ``pts_ticks(grid timestamp)``. A frame dropped by the encoder leaves its
+  row without a frame, before and after.
+* capture episodes (frames at their capture times, kept only to the millisecond below): new PTS = ``m * 90`` for
+  ``m`` ms, never later than the true capture time ("last frame at or before t" holds); rows and 1/90000 files
+  are left as they are.
+* the mode is the episode's ``timestamp_mode`` in ``meta/episodes.jsonl``; without one, an episode whose every
+  frame matches a distinct row is nominal, otherwise capture.
 
-Safety: the root's writer lock is held (a recorder or converter writing to the root makes the repair
-refuse); each file is written as ``<name>.tmp`` beside it, fsynced, read back and compared (packet
-bytes, count, PTS; the whole parquet table with its schema metadata), renamed over the original and
-the directory fsynced, so a kill at any instant leaves every file either old or new (a leftover
-``.tmp`` is removed by the next run). Per episode the videos go first and the parquet last: a video
-already on the grid maps through the grid timestamps, so after a kill between the two the re-run skips
-the videos and rewrites the parquet. A file already right is skipped, so re-running resumes. A file
-that cannot be mapped (unknown time base, reordered frames, a PTS that matches no row) is reported and
-left untouched. The parquet keeps every other column, its schema and metadata, compression and row
-groups. stats.json / episodes_stats.jsonl timestamp entries are left as they are: they move by at most
-one float32 step (< 1e-7 relative), inside the validator's and lerobot-doctor's tolerances; the
-writer's cached stats sketch is older than the rewritten parquet and so rebuilt when a writer next
-opens the root. Frame counts, durations and rows stay the same.
+Safety: the root's writer lock is held; each file is written as ``<name>.tmp`` beside it, fsynced, read back and
+compared (packet bytes, count, PTS; the whole parquet table with its schema metadata), renamed over the original
+and the directory fsynced, so a kill leaves every file old or new (the next run removes a leftover ``.tmp``).
+Videos go before their parquet: a video already on the grid maps through the grid timestamps, so a re-run after a
+kill in between skips the videos and rewrites the parquet; a file already right is skipped. A file that cannot be
+mapped (unknown time base, reordered frames, a PTS matching no row) is reported and left untouched. stats.json /
+episodes_stats.jsonl timestamp entries stay (they move by at most one float32 step, inside the validators'
+tolerances); the writer's cached stats sketch, older than the parquet, is rebuilt when a writer next opens it.
 """
 
 from __future__ import annotations
@@ -87,6 +74,7 @@ class FilePlan:
         )
 
     def describe(self, root: Path) -> str:
+        """One line saying what the repair does with this video."""
         rel = self.path.relative_to(root)
         if self.action == REWRITE:
             tb = (
@@ -106,8 +94,9 @@ class FilePlan:
 
 @dataclass
 class DataPlan:
-    """What the repair does with one nominal episode's parquet: ``timestamp`` onto the k/fps grid
-    (``grid_timestamp``: rounded up to float32), rewritten after the episode's videos.
+    """What the repair does with one nominal episode's parquet, rewritten after the episode's videos.
+
+    ``timestamp`` goes onto the k/fps grid (``grid_timestamp``: rounded up to float32).
     """
 
     path: Path
@@ -118,6 +107,7 @@ class DataPlan:
     rows_moved: int = 0
 
     def describe(self, root: Path) -> str:
+        """One line saying what the repair does with this parquet."""
         rel = self.path.relative_to(root)
         if self.action == REWRITE:
             return f"{rel}: {self.rows_moved} row timestamps moved up onto the k/fps grid (one float32 step)"
@@ -128,6 +118,8 @@ class DataPlan:
 
 @dataclass
 class RepairReport:
+    """The plans of a repair and what it rewrote."""
+
     plans: list[FilePlan]
     rewritten: int = 0
     removed_tmp: list[Path] = field(default_factory=list)
@@ -136,9 +128,11 @@ class RepairReport:
     data_rewritten: int = 0
 
     def count(self, action: str) -> int:
+        """The number of video plans with ``action``."""
         return sum(p.action == action for p in self.plans)
 
     def data_count(self, action: str) -> int:
+        """The number of parquet plans with ``action``."""
         return sum(p.action == action for p in self.data)
 
 
@@ -162,8 +156,9 @@ def _read_packets(path: Path) -> tuple[Fraction, list[int], list[int]]:
 
 
 def _floor_rows(pts: list[int], times: np.ndarray, den: int) -> np.ndarray:
-    """For each PTS the row whose ``floor(float32(t) * den)`` it is (-1: none). Exact: a float32 times
-    ``den`` (1000 or 90000) is exact in float64.
+    """For each PTS the row whose ``floor(float32(t) * den)`` it is (-1: none).
+
+    Exact: a float32 times ``den`` (1000 or 90000) is exact in float64.
     """
     row = np.floor(times.astype(np.float64) * den).astype(np.int64)
     want = np.asarray(pts, np.int64)
@@ -173,10 +168,10 @@ def _floor_rows(pts: list[int], times: np.ndarray, den: int) -> np.ndarray:
 
 
 def _nominal_rows(pts: list[int], tb: Fraction, ts: np.ndarray, grid: np.ndarray) -> list[int] | None:
-    """For each PTS the row it was written for: ``floor(float32(t) / tb)`` of the row's timestamp as
-    the parquet holds it (what the old writer did), or of its grid timestamp (a file this repair or
-    the current writer already wrote while the parquet still holds the old value); None if some frame
-    matches no row or two frames the same row.
+    """For each PTS the row it was written for; None if a frame matches no row or two frames one row.
+
+    The PTS is ``floor(float32(t) / tb)`` of the row's timestamp as the parquet holds it, or of its grid timestamp
+    (a file already on the grid while the parquet still holds the off-grid value).
     """
     if not pts:
         return None
@@ -190,9 +185,10 @@ def _nominal_rows(pts: list[int], tb: Fraction, ts: np.ndarray, grid: np.ndarray
 def plan_file(
     path: Path, episode: int, camera: str, ts: np.ndarray, mode: str | None, grid: np.ndarray | None = None
 ) -> FilePlan:
-    """How to retime one video: ``ts`` are the episode's float32 row timestamps as stored, ``grid``
-    the ones they must become (``grid_timestamp``; default: ``ts``); ``mode`` the episode's recorded
-    timestamp_mode (None: infer it).
+    """How to retime one video.
+
+    ``ts`` are the episode's float32 row timestamps as stored, ``grid`` the ones they must become
+    (``grid_timestamp``; default: ``ts``); ``mode`` the episode's recorded timestamp_mode (None: infer it).
     """
     grid = ts if grid is None else grid
     plan = FilePlan(path, episode, camera, REFUSE)
@@ -247,8 +243,9 @@ def _grid(table_frame_index: np.ndarray, fps: float) -> np.ndarray:
 
 
 def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
-    """A plan per video of every saved episode, the seconds of video they hold, and a plan per
-    nominal episode's parquet (listed after that episode's videos are planned: videos go first).
+    """A plan per video of every saved episode, the seconds of video they hold, and a plan per nominal parquet.
+
+    An episode's parquet plan is listed after its videos' plans: videos go first.
     """
     root = Path(root)
     try:
@@ -290,9 +287,10 @@ def plan_root(root: str | Path) -> tuple[list[FilePlan], float, list[DataPlan]]:
 
 
 def rewrite_data(plan: DataPlan) -> None:
-    """Replace the parquet's ``timestamp`` column by ``plan.new_ts``, every other column, the schema
-    and its metadata unchanged: ``<name>.tmp`` beside it, fsynced, read back and compared, renamed
-    over the original, directory fsynced.
+    """Replace the parquet's ``timestamp`` column by ``plan.new_ts``, all else unchanged.
+
+    Every other column, the schema and its metadata stay; ``<name>.tmp`` is written beside it, fsynced, read back and
+    compared, renamed over the original, and the directory fsynced.
     """
     src = plan.path
     pf = pq.ParquetFile(src)
@@ -341,9 +339,10 @@ def _packet_digest(path: Path) -> tuple[str, bytes | None, list[int]]:
 
 
 def remux(src: Path, dst: Path, new_pts: list[int], period: int) -> tuple[str, bytes | None]:
-    """Copy ``src``'s video packets into ``dst`` (mp4, time base 1/90000) with ``new_pts`` (dts = pts:
-    no reordering) and each packet lasting ``period`` ticks; returns the packets' digest and the
-    source's codec extradata.
+    """Copy ``src``'s video packets into ``dst`` (mp4, time base 1/90000) with ``new_pts``.
+
+    dts = pts (no reordering) and each packet lasts ``period`` ticks; returns the packets' digest and the source's
+    codec extradata.
     """
     h = hashlib.blake2b(digest_size=16)
     with (
@@ -393,9 +392,9 @@ def rewrite_file(plan: FilePlan, period: int) -> None:
 def repair_root(
     root: str | Path, dry_run: bool = False, progress: Callable[[FilePlan | DataPlan], None] | None = None
 ) -> RepairReport:
-    """Retime every video of ``root`` and move nominal episodes' row timestamps onto the grid (see
-    the module docstring); ``dry_run`` only plans. ``progress`` is called once per file after it is
-    handled.
+    """Retime every video of ``root`` and move nominal episodes' row timestamps onto the grid.
+
+    The rules are the module's; ``dry_run`` only plans. ``progress`` is called once per file after it is handled.
     """
     root = Path(root)
     if not (root / INFO).is_file():

@@ -1,7 +1,8 @@
-"""The streaming LeRobot v2.0 / v2.1 writer (``LeRobotWriter``) and its configuration (``WriterConfig``,
-``CameraSpec``, ``VideoConfig``); inside it, the video encoders, meta builders, statistics sketches and its own
-open-time crash repair (``crash_repair``; the explicit ``piper-recover`` is ``maintenance.recover``). Imports
-``format`` only.
+"""The streaming LeRobot v2.0 / v2.1 writer (``LeRobotWriter``) and its configuration; imports ``format`` only.
+
+Configuration: ``WriterConfig``, ``CameraSpec``, ``VideoConfig``. Inside: the video encoders, meta builders,
+statistics sketches and the open-time crash repair (``crash_repair``; the explicit ``piper-recover`` is
+``maintenance.recover``).
 """
 
 from .config import CameraSpec, WriterConfig

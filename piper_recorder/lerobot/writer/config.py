@@ -1,5 +1,6 @@
-"""The LeRobot writer's configuration (a leaf of the writer: meta builders, repair and recover take a
-``WriterConfig`` without importing the writer).
+"""The LeRobot writer's configuration.
+
+A leaf of the writer: meta builders, repair and recover take a ``WriterConfig`` without importing the writer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from .video_encoder import VideoConfig
 
 @dataclass
 class CameraSpec:
+    """One camera's frame size."""
+
     height: int = CAMERA.height
     width: int = CAMERA.width
 
@@ -36,6 +39,7 @@ class WriterConfig:
     lerobot_version: str = CODEBASE_VERSION  # "v2.1" adds meta/episodes_stats.jsonl
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for a configuration the writer cannot record with."""
         if self.fps <= 0 or self.chunks_size <= 0:
             raise ValueError("WriterConfig: fps and chunks_size must be positive")
         if self.rotation_type not in ROTATION_TYPES:

@@ -53,6 +53,7 @@ class DamagedRootError(DatasetError):
 
 
 def recover_hint(root: Path) -> str:
+    """What to tell the operator about a damaged root: the commands that inspect and recover it."""
     return (
         f"inspect it with `piper-validate {root}`; `piper-recover {root} --config CONFIG --dry-run` lists "
         "what can be rebuilt and what would be moved to .recovered/, and runs it without --dry-run"
@@ -75,8 +76,10 @@ def payload_files(root: Path) -> list[tuple[str, int | None]]:
 def check_consistent(
     root: Path, episodes: list[dict], cameras: Iterable[str], chunks_size: int, info: dict | None
 ) -> None:
-    """Raise ``DamagedRootError`` (saying what is inconsistent and how to recover) unless the root is
-    what the writer leaves, possibly with one interrupted save or delete of episode ``len(episodes)``.
+    """Raise ``DamagedRootError`` unless the root is what the writer leaves, give or take one interrupted change.
+
+    The one change is a save or delete of episode ``len(episodes)``; the error says what is inconsistent and how to
+    recover.
     """
     n = len(episodes)
     expected = expected_files(episodes, cameras, chunks_size)
@@ -131,6 +134,7 @@ def expected_files(episodes: list[dict], cameras: Iterable[str], chunks_size: in
 
 
 def load_episodes(root: Path) -> list[dict]:
+    """The commit record ``meta/episodes.jsonl`` of ``root``; DatasetError unless its episode indices run 0, 1, 2, ..."""
     path = root / EPISODES
     try:
         episodes = fsutil.read_jsonl(path)

@@ -121,14 +121,17 @@ class LeRobotWriter:
     # ---- public API -------------------------------------------------------------------------
     @property
     def recording(self) -> bool:
+        """Whether an episode is open."""
         return self._ep is not None
 
     @property
     def total_episodes(self) -> int:
+        """The number of saved episodes."""
         return len(self._episodes)
 
     @property
     def total_frames(self) -> int:
+        """The number of saved rows."""
         return self._next_index
 
     def begin_session(self, record: dict) -> list[tuple[str, Any, Any]]:
@@ -272,13 +275,13 @@ class LeRobotWriter:
         record: Mapping[str, Any],
         images: Mapping[str, tuple[np.ndarray, int]] | None = None,
     ) -> dict:
-        """Commit an episode that another writer with the same config already finished (e.g. a parallel
-        converter's staging root), without re-encoding: its split-feature ``columns`` (n x dim each),
-        ``timestamps``, finished mp4s and raw-line file are MOVED in; ``record`` is its episodes.jsonl
-        line (indices and task index are reassigned here, its counters are kept). ``images`` are the
-        cameras' sampled image histograms ``{camera: (hist, frames)}`` from the other writer's episode
-        record; without them they are taken from the moved videos (``episode_stats.decode_sample``).
-        Same commit path and crash safety as ``save_episode``; returns the new record.
+        """Commit an episode another writer with the same config already finished, without re-encoding.
+
+        E.g. a parallel converter's staging root: its split-feature ``columns`` (n x dim each), ``timestamps``, finished
+        mp4s and raw-line file are MOVED in; ``record`` is its episodes.jsonl line (indices and task index are reassigned
+        here, its counters kept). ``images`` are the cameras' sampled histograms ``{camera: (hist, frames)}`` from the
+        other writer's record; without them they come from the moved videos (``episode_stats.decode_sample``). Same
+        commit path and crash safety as ``save_episode``; returns the new record.
         """
         if not isinstance(task, str) or not task.strip():
             raise SchemaError("task: must be a non-empty string")
@@ -346,9 +349,10 @@ class LeRobotWriter:
             return rec
 
     def update_episode(self, index: int, fields: Mapping[str, Any]) -> dict:
-        """Set ``fields`` in saved episode ``index``'s episodes.jsonl line (a label given after the save);
-        the line is rewritten by one atomic replace of episodes.jsonl (fsynced), nothing else changes.
-        The writer's own keys (indices, length, video counts) cannot be set this way.
+        """Set ``fields`` in saved episode ``index``'s episodes.jsonl line (a label given after the save).
+
+        The line is rewritten by one atomic replace of episodes.jsonl (fsynced); nothing else changes. The writer's own
+        keys (indices, length, video counts) cannot be set this way.
         """
         reserved = {
             "episode_index",
@@ -505,9 +509,10 @@ class LeRobotWriter:
         return sk
 
     def _load_record(self, e: dict) -> dict:
-        """The episode's stats record (episodes_stats line + image histograms), rebuilt when missing
-        or stale: vectors from the parquet, images from the record if they still fit, else from
-        the same frames decoded from the videos (``episode_stats.decode_sample``).
+        """The episode's stats record (episodes_stats line + image histograms), rebuilt when missing or stale.
+
+        Vectors come from the parquet, images from the record if they still fit, else from the same frames decoded from
+        the videos (``episode_stats.decode_sample``).
         """
         i, n = int(e["episode_index"]), int(e["length"])
         path = self.root / layout.record_relpath(i)
@@ -740,8 +745,10 @@ class LeRobotWriter:
         record: dict,
         retry: str = "the dataset is unchanged, retry save_episode() or discard_episode()",
     ) -> None:
-        """Commit one episode (``retry``: what the caller can do after an I/O failure, in its own terms:
-        the recorder API's save_episode(), or a command line that imports episodes).
+        """Commit one episode.
+
+        ``retry`` says what the caller can do after an I/O failure, in its own terms: the recorder API's save_episode(),
+        or a command line that imports episodes.
         """
         episodes = self._episodes + [record]
         tasks = list(self._tasks)
@@ -828,7 +835,8 @@ class LeRobotWriter:
         return out
 
     def _image_stats(self, records: list[_StatsRecord]) -> dict:
-        """stats.json camera entries: the episodes' sampled histograms merged (exact), as
+        """stats.json camera entries: the episodes' sampled histograms merged (exact).
+
         mean/std/min/max/q01/q99 of shape (3, 1, 1); no ``count`` (GR00T reads every key).
         """
         out = {}
@@ -908,8 +916,9 @@ class LeRobotWriter:
 
 @dataclass(frozen=True)
 class _StatsRecord:
-    """An episode's stats record as the derived files need it: its episodes_stats.jsonl line (bytes,
-    serialised once) and its cameras' sampled histograms by video key.
+    """An episode's stats record as the derived files need it.
+
+    Its episodes_stats.jsonl line (bytes, serialised once) and its cameras' sampled histograms by video key.
     """
 
     line: bytes

@@ -19,8 +19,9 @@ COMBINED_RECORD = "piper_combined"
 
 
 def combined_record(cfg: WriterConfig) -> dict[str, str]:
-    """Split column -> the combined column it joins (every feature that names one, in feature order;
-    recorded even with ``combined_columns`` off, so an edit rebuilds exactly this configuration).
+    """Split column -> the combined column it joins (every feature that names one, in feature order).
+
+    Recorded even with ``combined_columns`` off, so an edit rebuilds exactly this configuration.
     """
     return {f.key: f.combined for f in cfg.features if f.combined is not None}
 
@@ -63,6 +64,7 @@ def _codec_name(codec: str) -> str:
 
 
 def info_json(cfg: WriterConfig, episodes: list[dict], n_tasks: int) -> dict:
+    """``meta/info.json`` for the saved ``episodes`` and ``n_tasks`` tasks."""
     n = len(episodes)
     return {
         "codebase_version": cfg.lerobot_version,

@@ -1,44 +1,27 @@
 """Streaming mp4 encoding: one encoder thread per camera fed through a bounded queue.
 
-Frames are encoded while the episode runs (no intermediate image files), so saving only flushes the
-encoder's few look-ahead frames. PyAV releases the GIL inside libx264 and swscale, so the encoder
-threads run in parallel with the recorder's callbacks.
+Frames are encoded while the episode runs (no intermediate image files), so a save only flushes the encoder's few
+look-ahead frames; PyAV releases the GIL inside libx264 and swscale, so encoders run beside the recorder's
+callbacks. ``add`` converts the caller's RGB array to the stream's ``pix_fmt`` itself, reading it in place
+(``VideoFrame.from_numpy_buffer``) with one swscale context per encoder: the conversion PyAV's ``encode`` applies,
+so the packets are byte-identical (test_lerobot_writer), without a copy of every frame. The queued frame owns
+its pixels: the caller may reuse its array once ``add`` returns.
 
-Pixel conversion: ``add`` converts the caller's RGB array to the stream's ``pix_fmt`` (yuv420p) itself,
-reading the array in place (``VideoFrame.from_numpy_buffer``, no copy) with one swscale context kept
-per encoder, and queues the converted frame: the same conversion (swscale, bilinear, the codec's
-thread count) that PyAV's ``encode`` applies to an RGB frame, so the packets are byte-identical
-(test_lerobot_writer), without the RGB copy ``from_ndarray`` made for every frame (~0.3 ms at 640x480,
-bench/recorder_hot_paths.py). The queued frame owns its pixels: the caller may reuse its array as
-soon as ``add`` returns, as before.
+Timing: the time base is 1/90000 (``video_track_timescale=90000``) and a frame's PTS is
+``floor(float32(t) * 90000)``, computed exactly (``pts_ticks``), so a frame stamped at a row's time meets both
+lookup rules: ``pts * tb <= float32(timestamp)`` (torchcodec and torchvision take the last frame at or before t)
+and a gap under 1/90000 s, well inside LeRobot's ``tolerance_s`` of 1e-4 s. Every packet lasts one nominal frame
+period, so torchcodec accepts a query at the last row; ``bf=0`` (no B-frames) by default for the same reason.
 
-Timing: the mp4 time base is 1/90000 (the MPEG clock; ``video_track_timescale=90000``) and each
-frame's PTS is ``floor(float32(t) * 90000)``, computed exactly (``pts_ticks``). A frame stamped at a
-row's time therefore satisfies both lookup rules at once: ``pts * tb <= float32(timestamp)`` (torchcodec
-and torchvision take the last frame at or before t) and ``float32(timestamp) - pts * tb < 1/90000 s``,
-well inside LeRobot's default ``tolerance_s`` of 1e-4 s (whole-ms PTS, used before, are up to 1 ms off
-and failed it for two rows in three at 30 fps; ``piper-repair`` rewrites such files). Every packet
-carries a duration of one nominal frame period (3000 ticks at 30 fps), so the last frame has a proper
-duration and torchcodec accepts a query at the last row. ``bf=0`` (no B-frames) by default for the
-same reason.
+Keyframe interval: random access costs about half a GOP of decoding and the file shrinks little beyond ~1 s, so
+``gop=15`` (0.5 s at 30 fps) keeps random-frame fetches near the cost training loaders pay per sample; raise it
+for archival size, lower it (LeRobot's own encoder uses 2) when decode time dominates training (figures:
+docs/performance.md, ``bench/video_gop.py``).
 
-Keyframe interval (``gop``), measured with ``bench/video_gop.py`` (640x480 panning textured scene
-with a moving object and sensor noise, crf 23 veryfast bf=0; random access = open, seek, decode to a
-random frame; 2-core shared machine)::
-
-    gop       2     5    10    15    30    60   120   250
-    MB/min  31.1  16.3  10.2   8.6   6.4   5.4   5.1   5.1
-    ms/seek  5.6   5.3   5.3   6.3  12.2  14.4  21.7  51.6
-
-Random access costs about half a GOP of decoding, the file shrinks little beyond ~1 s. Default
-``gop=15`` (0.5 s at 30 fps): random-frame fetches stay near the all-keyframe-ish cost (~6 ms) that
-training loaders pay per sample, for ~35 % more bytes than gop=30. Raise it for archival size, lower
-it (LeRobot's own encoder uses 2) when decode time dominates training.
-
-Back-pressure: ``add`` blocks at most ``VideoConfig.max_block_s`` (2 s) for queue space, then
-drops the frame and counts it (``queue_full``); ``max_block_s=None`` blocks until space frees (used by
-benchmarks). With ``queue_size=16`` an encoder may fall ~0.7 s behind before frames drop, and a save
-never drains more than 16 frames per camera (the worst-case stop-to-saved latency).
+Back-pressure: ``add`` blocks at most ``VideoConfig.max_block_s`` for queue space, then drops the frame and
+counts it (``queue_full``); ``max_block_s=None`` blocks until space frees (benchmarks). ``queue_size`` bounds
+both how far an encoder may fall behind before frames drop and what a save drains (the worst-case stop-to-saved
+latency).
 """
 
 from __future__ import annotations
@@ -74,21 +57,21 @@ class VideoConfig:
     gop: int = 15
     bf: int = 0
     # x264 threads per camera: each camera already encodes on its own thread, and one x264 thread per
-    # camera costs ~6 % less CPU per frame than x264's auto threading (4.02 vs 4.28 ms at 640x480
-    # here), which is what bounds offline conversion. 0 = codec default (one large camera).
+    # camera costs less CPU per frame than x264's auto threading, which is what bounds offline conversion
+    # (docs/performance.md). 0 = codec default (one large camera).
     threads: int = 1
     queue_size: int = 16  # frames per camera (~0.5 s); bounds memory and the backlog a save drains
     # how long ``add`` waits for queue space before dropping the frame (None: no limit); the live
     # recorders' default (``encoder_max_block_s``) rides out a machine that stalls for a moment
     max_block_s: float | None = 2.0
     # libx264's macroblock-tree rate control off (x264 ``mbtree=0``): the same frames then always give the
-    # same packets. With mbtree on, x264 (threads=1, PyAV 18.1 / FFmpeg 8, core 165) gave different packets
-    # for identical input frames in about one conversion in six when thread timing varied
-    # (bench/video_determinism.py --jitter; 0 of 60 with it off): a retried or differently scheduled
-    # conversion decoded to other pixels. The offline converter sets it (``lerobot_writer_config``).
+    # same packets. With mbtree on, identical input frames can give different packets when thread timing
+    # varies, so a retried or differently scheduled conversion decodes to other pixels (docs/performance.md).
+    # The offline converter sets it (``lerobot_writer_config``).
     deterministic: bool = False
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for an encoder FFmpeg lacks or settings out of range."""
         try:
             av.codec.Codec(self.codec, "w")
         except Exception as e:

@@ -17,6 +17,7 @@ from types import FrameType
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``piper-policy-server`` command: serve a LeRobot checkpoint behind ``/predict`` until interrupted."""
     ap = argparse.ArgumentParser(prog="piper-policy-server", description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", required=True, help="a LeRobot pretrained_model directory")
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default loopback)")

@@ -5,8 +5,8 @@ predictions is a ``Runner``: the LeRobot checkpoint runner in production, a dela
 ``bench/policy_latency.py``. One request is inferred at a time (a lock: models are not re-entrant);
 ``/info`` answers while an inference runs.
 
-Bounded work, whatever the clients do (ThreadingHTTPServer gave every connection its own thread with
-no socket timeout: 300 half-sent requests held 300 threads for over a minute):
+Bounded work, whatever the clients do (ThreadingHTTPServer gives every connection its own thread with no
+socket timeout, so half-sent requests hold threads for as long as the clients like):
 - a fixed pool of ``workers`` handler threads; up to ``queued`` accepted connections wait for one,
   and a connection beyond that is answered 503 at once and closed;
 - every connection has a socket timeout (``client_timeout_s``, each read and write) and a request body
@@ -54,9 +54,11 @@ _BUSY = b'{"error": "server busy: every worker is serving and the queue is full;
 class Runner(Protocol):
     """Answers one decoded request with (n, 8) absolute action rows (n may exceed the horizon)."""
 
-    def info(self) -> dict[str, object]: ...
+    def info(self) -> dict[str, object]:
+        """What ``GET /info`` answers: the checkpoint, its inputs and its ``content_hash``."""
 
-    def predict(self, request: PredictRequest) -> npt.NDArray[np.floating]: ...
+    def predict(self, request: PredictRequest) -> npt.NDArray[np.floating]:
+        """The (n, 8) absolute action rows answering ``request``."""
 
 
 class PolicyHTTPServer(HTTPServer):
@@ -139,6 +141,7 @@ class PolicyHTTPServer(HTTPServer):
             LOG.error("client %s: %s: %s", client_address, type(exc).__name__, exc)
 
     def server_close(self) -> None:
+        """Close the socket and stop the worker threads."""
         super().server_close()
         for _ in self._workers:
             self._pending.put(None)
@@ -177,8 +180,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"no such endpoint {self.path!r} (POST /predict, GET /info)")
 
     def _read_body(self, length: int) -> bytes | None:
-        """The body, or None (connection closed) when the client stops sending: each read waits at most
-        the socket timeout, all of them together at most ``body_deadline_s``.
+        """The body, or None (connection closed) when the client stops sending.
+
+        Each read waits at most the socket timeout, all of them together at most ``body_deadline_s``.
         """
         deadline = time.monotonic() + self.server.body_deadline_s
         parts: list[bytes] = []
@@ -234,8 +238,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 def make_server(runner: Runner, host: str = "127.0.0.1", port: int = 8000, **bounds: Any) -> PolicyHTTPServer:
     """A bound server (port 0 picks a free one: ``server.server_address[1]``); call serve_forever().
-    ``bounds``: ``workers``, ``queued``, ``decoders``, ``client_timeout_s``, ``body_deadline_s``.
-    Caps Pillow's ``MAX_IMAGE_PIXELS`` for this process too (the server decodes nothing larger).
+
+    ``bounds``: ``workers``, ``queued``, ``decoders``, ``client_timeout_s``, ``body_deadline_s``. Caps Pillow's
+    ``MAX_IMAGE_PIXELS`` for this process too (the server decodes nothing larger).
     """
     from PIL import Image
 

@@ -57,8 +57,10 @@ def _lerobot_version() -> str:
 
 
 class LeRobotRunner:
-    """Loads a checkpoint directory (``.../pretrained_model``: config.json, model.safetensors and,
-    from LeRobot 0.4, policy_{pre,post}processor*.json/safetensors) and answers requests.
+    """Loads a checkpoint directory and answers requests.
+
+    The directory is ``.../pretrained_model``: config.json, model.safetensors and, from LeRobot 0.4,
+    policy_{pre,post}processor*.json/safetensors.
     """
 
     def __init__(self, checkpoint: str | Path, device: str = "cpu"):
@@ -125,9 +127,11 @@ class LeRobotRunner:
         }
 
     def info(self) -> dict[str, object]:
+        """What ``GET /info`` answers: the checkpoint, its inputs and its ``content_hash``."""
         return dict(self._info)
 
     def predict(self, request: PredictRequest) -> npt.NDArray[np.float32]:
+        """The policy's action rows for ``request``, in absolute targets."""
         torch = self._torch
         arrays = build_inputs(self.features, request)
         batch: dict[str, Any] = {k: torch.from_numpy(v) for k, v in arrays.items()}

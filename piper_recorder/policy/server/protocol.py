@@ -37,8 +37,9 @@ class ProtocolError(PiperInputError, ValueError):
 
 
 class RequestRefused(PiperInputError, ValueError):
-    """A well-formed request this policy cannot answer (missing camera, another image size or state
-    width): HTTP 400 with the reason, unlike a failure inside the model (500).
+    """A well-formed request this policy cannot answer (missing camera, another image size or state width).
+
+    HTTP 400 with the reason, unlike a failure inside the model (500).
     """
 
 
@@ -63,14 +64,13 @@ def encode_jpeg(rgb: U8, quality: int = 90) -> str:
 
 @dataclass(frozen=True)
 class ImageRule:
-    """What a request's images may be, checked before any is decoded (a decoded frame costs W*H*3
-    bytes whatever its file size: a 1.2 MB body of six 12500x12500 PNGs took 3.9 GB).
+    """What a request's images may be, checked before any is decoded.
 
-    ``cameras``: camera name -> (width, height) the policy was trained on; images of other cameras are
-    not decoded (the policy does not use them) and a used one of another size is refused from its
-    header. ``single``: the policy takes one image of any camera (LeRobot's ``observation.image``),
-    of that size. Neither known (a runner that does not list its inputs): at most ``max_images``
-    images of at most ``max_pixels`` each. JPEG only, always (PiperPilot's protocol).
+    A decoded frame costs W*H*3 bytes whatever its file size. ``cameras``: camera name -> (width, height) the policy
+    was trained on; images of other cameras are not decoded (the policy does not use them) and a used one of another
+    size is refused from its header. ``single``: the policy takes one image of any camera (LeRobot's
+    ``observation.image``), of that size. Neither known (a runner that does not list its inputs): at most
+    ``max_images`` images of at most ``max_pixels`` each. JPEG only, always (PiperPilot's protocol).
     """
 
     cameras: dict[str, tuple[int, int]] | None = None
@@ -104,9 +104,10 @@ _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0x
 
 
 def jpeg_size(raw: bytes) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's frame header (SOFn), walking the marker segments; None if there is
-    none before the scan. Read here rather than by Pillow so that a frame too large for Pillow's bomb
-    cap is refused with its size, like any other wrong size.
+    """(width, height) from a JPEG's frame header (SOFn), walking the marker segments; None before the scan.
+
+    Read here rather than by Pillow so that a frame too large for Pillow's bomb cap is refused with its size, like
+    any other wrong size.
     """
     i = 2
     while i + 4 <= len(raw):
@@ -131,8 +132,9 @@ def jpeg_size(raw: bytes) -> tuple[int, int] | None:
 
 
 def _open_jpeg(text: str, camera: str, rule: ImageRule) -> object:
-    """base64 JPEG -> a lazily opened Pillow image (header read, nothing decoded), its format and size
-    checked; ProtocolError names the camera.
+    """base64 JPEG -> a lazily opened Pillow image (header read, nothing decoded), its format and size checked.
+
+    ProtocolError names the camera.
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -256,9 +258,10 @@ def encode_answer(actions: npt.NDArray[np.floating]) -> bytes:
 
 
 def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
-    """Client side: the answer's rows as (n, 8) float32, n in [1, horizon]; ProtocolError otherwise
-    (including an ``{"error": ...}`` answer). ``cut``: keep the first ``horizon`` rows of a longer
-    answer instead (servers written for PiperPilot may answer their whole chunk).
+    """Client side: the answer's rows as (n, 8) float32, n in [1, horizon]; ProtocolError otherwise.
+
+    An ``{"error": ...}`` answer is a ProtocolError too. ``cut``: keep the first ``horizon`` rows of a longer answer
+    instead (servers written for PiperPilot may answer their whole chunk).
     """
     doc = _json(body, "answer")
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
@@ -279,8 +282,10 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
 
 
 def _json(body: bytes, what: str) -> object:
-    """``json.loads`` whose every failure is a ProtocolError in the sender's terms: not JSON, or nested
-    deeper than the parser's recursion limit (``[[[[...`` a few thousand deep raises RecursionError).
+    """``json.loads`` whose every failure is a ProtocolError in the sender's terms.
+
+    Not JSON, or nested deeper than the parser's recursion limit (``[[[[...`` a few thousand deep raises
+    RecursionError).
     """
     try:
         return json.loads(body)
@@ -291,8 +296,10 @@ def _json(body: bytes, what: str) -> object:
 
 
 def _finite_f32(values: object, what: str, kind: str) -> F32:
-    """Numbers -> float32, refusing what float32 cannot hold as such: non-finite values, and values out
-    of float32's range (an integer beyond float64 raises OverflowError; 1e39 would become inf).
+    """Numbers -> float32, refusing what float32 cannot hold as such.
+
+    Refused: non-finite values, and values out of float32's range (an integer beyond float64 raises OverflowError;
+    1e39 would become inf).
     """
     out_of_range = f"{what}: {'action value' if kind == 'action' else 'value'} out of range"
     try:
