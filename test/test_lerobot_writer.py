@@ -565,6 +565,38 @@ def test_camera_thread_racing_save_never_blocks_or_corrupts(tmp_path):
     assert idx == list(range(accepted[0]))
 
 
+def test_a_frame_converted_while_finishing_begins_is_refused_not_lost(tmp_path, monkeypatch):
+    """``add`` converts a frame outside any lock; if ``request_finish`` puts its end marker meanwhile, the
+    frame is refused (False): accepted behind the marker, it would be counted by the caller and never
+    encoded (the race a camera thread and a save can run).
+    """
+    import threading
+
+    from piper_recorder.lerobot.writer.video_encoder import VideoEncoder
+
+    enc = VideoEncoder(tmp_path / "a.mp4", "cam", 48, 64, 30, VideoConfig(max_block_s=None))
+    rgb = np.zeros((48, 64, 3), np.uint8)
+    assert enc.add(rgb, 0.0)
+    converting, go_on = threading.Event(), threading.Event()
+    convert = enc._convert
+
+    def slow_convert(frame):
+        converting.set()
+        go_on.wait(5)
+        return convert(frame)
+
+    monkeypatch.setattr(enc, "_convert", slow_convert)
+    answer: list[bool] = []
+    camera = threading.Thread(target=lambda: answer.append(enc.add(rgb, 1 / 30)))
+    camera.start()
+    assert converting.wait(5)
+    enc.request_finish()  # the end marker is queued while the second frame is being converted
+    go_on.set()
+    camera.join(5)
+    assert answer == [False]
+    assert enc.finish() == 1 and enc.dropped_pts == 0 and enc.dropped_queue == 0
+
+
 def test_open_repairs_leftovers_deterministically(tmp_path):
     """Leftovers of each crash window: an episode in flight, payload moved but not committed,
     interrupted atomic writes, stale derived metadata. Saved episodes stay byte-identical.

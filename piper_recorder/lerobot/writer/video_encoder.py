@@ -99,6 +99,9 @@ class VideoEncoder:
         self._reformatter = VideoReformatter()  # one swscale context for every frame of the episode
         self._error: BaseException | None = None
         self._closing = False
+        # add's last check and its put, against request_finish's flag and sentinel: a frame accepted after the
+        # sentinel would be counted by the caller and never encoded
+        self._admit = threading.Lock()
         self._aborted = False
         self._q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
         self._out = av.open(str(path), "w", format="mp4", options={"video_track_timescale": str(TICKS)})
@@ -139,17 +142,22 @@ class VideoEncoder:
                 f"{IMAGES_PREFIX}{self.name}: expected uint8 ({self.height}, {self.width}, 3), got shape/dtype {got}"
             )
         pts = pts_ticks(t)
-        if self._closing or pts <= self.last_pts:
+        if self._closing:
+            return False
+        if pts <= self.last_pts:
             self.dropped_pts += 1
             return False
         frame = self._convert(rgb)  # a new frame: the caller may reuse rgb
         frame.pts = pts
         frame.time_base = TIME_BASE
-        try:
-            self._q.put(frame, timeout=self.cfg.max_block_s)
-        except queue.Full:
-            self.dropped_queue += 1
-            return False
+        with self._admit:
+            if self._closing:  # finishing began while the frame was converted
+                return False
+            try:
+                self._q.put(frame, timeout=self.cfg.max_block_s)
+            except queue.Full:
+                self.dropped_queue += 1
+                return False
         self.last_pts = pts
         if self.on_frame is not None:
             self.on_frame(rgb)
@@ -205,9 +213,11 @@ class VideoEncoder:
 
     def request_finish(self) -> None:
         """Stop accepting frames and let the thread flush; lets several cameras flush in parallel."""
-        if not self._closing:
+        with self._admit:
+            if self._closing:
+                return
             self._closing = True
-            self._put_sentinel()
+        self._put_sentinel()
 
     def finish(self) -> int:
         """Flush and close the file; returns the encoded frame count. Raises if encoding failed."""
