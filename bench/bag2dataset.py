@@ -31,7 +31,7 @@ from piper_recorder.bag.source import bag_size
 from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
+from _common import clean_up, machine_line, parser, run_child, tool
 
 W, H = 640, 480
 CAMS = ("cam_front", "cam_wrist")

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
-from bag2dataset import make_bag, per_bag_seconds  # noqa: E402 - the sibling bench's bags
+from _common import clean_up, machine_line, parser, run_child, tool
+from bag2dataset import make_bag, per_bag_seconds
 
-from piper_recorder.bag.ray_engine import import_ray, init_local  # noqa: E402
+from piper_recorder.bag.ray_engine import import_ray, init_local
 
 
 @dataclass

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from graph_capacity import cpu_seconds  # noqa: E402
 
-from piper_recorder.graph.sim_session import SimSession, size_overrides  # noqa: E402
 from piper_recorder.graph.ports import free_port  # noqa: E402
+from piper_recorder.graph.sim_session import SimSession, size_overrides  # noqa: E402
 
 
 def watcher(base: str, cameras: list[str], stop: threading.Event, counts: dict[str, int]) -> None:

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
-from export import CAMS, ensure_root, ensure_template  # noqa: E402  (bench/export.py's recipe)
+from _common import clean_up, machine_line, parser, run_child, tool
+from export import CAMS, ensure_root, ensure_template
 
 
 def link_tree_time(roots: list[Path], out: Path) -> float:

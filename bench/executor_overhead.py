@@ -156,6 +156,7 @@ def main() -> None:
             )
             sub.wait()
             print("        " + pub.stdout.strip(), flush=True)
+    return None
 
 
 if __name__ == "__main__":

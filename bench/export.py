@@ -31,11 +31,11 @@ import pyarrow.parquet as pq
 
 from piper_recorder.lerobot.format import episode_stats, layout
 from piper_recorder.lerobot.format.features import piper_features
-from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import clean_up, machine_line, parser, run_child, tool  # noqa: E402
+from _common import clean_up, machine_line, parser, run_child, tool
 
 FPS = 30
 CAMS = ("cam_front", "cam_wrist", "cam_side")

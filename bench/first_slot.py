@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from piper_recorder.assembly import AssemblyConfig, Frame, Row  # noqa: E402
-from piper_recorder.recording.controller import EpisodeController  # noqa: E402
+from piper_recorder.assembly import AssemblyConfig, Frame, Row
+from piper_recorder.recording.controller import EpisodeController
 
 MS = 1_000_000
 SEC = 1_000_000_000
@@ -107,7 +107,7 @@ def run(seed: int, episodes: int, args: argparse.Namespace) -> list[dict[str, An
         recorder="bench",
         max_episode_s=0,
         publish_event=lambda e: None,
-        session_record=lambda: {},
+        session_record=dict,
         log=lambda m: None,
         tick_stats=False,
     )
@@ -186,7 +186,7 @@ def idle_cost(n: int = 5000, repeat: int = 40) -> None:
         recorder="bench",
         max_episode_s=0,
         publish_event=lambda e: None,
-        session_record=lambda: {},
+        session_record=dict,
         log=lambda m: None,
     )
     t0 = 1_600_000_000 * SEC

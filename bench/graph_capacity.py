@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from piper_recorder.graph.sim_session import SimSession, size_overrides  # noqa: E402
-from piper_recorder.params.derived import LAUNCH_SECTION  # noqa: E402
 from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic  # noqa: E402
+from piper_recorder.params.derived import LAUNCH_SECTION  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 THIRD_CAMERA = {

@@ -64,11 +64,12 @@ def run_episode(seconds: float, root: str, paced: bool, version: str = "v2.0") -
     ``paced`` feeds in real time as a live recorder does (encoder queues near empty at stop);
     otherwise flat out, so the queues are full at stop (worst-case save latency).
     """
-    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    import logging
+
     from video_gop import make_scene
 
-    import logging
+    from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
     phases: list[str] = []
 
@@ -136,8 +137,7 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from piper_recorder.lerobot.writer import stats_sketch
-    from piper_recorder.lerobot.writer import LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer import LeRobotWriter, WriterConfig, stats_sketch
 
     cfg = WriterConfig(fps=FPS, cameras={}, save_raw_quest=False, lerobot_version=version)
     with tempfile.TemporaryDirectory() as d:
@@ -203,9 +203,10 @@ def stats_at(n_episodes: int, rows: int, version: str = "v2.0") -> dict:
 
 def image_stats_cost() -> dict:
     """Ms per sampled frame for the histograms; decode-rebuild speed of one 10 s 640x480 mp4."""
+    from video_gop import make_scene
+
     from piper_recorder.lerobot.format import episode_stats
     from piper_recorder.lerobot.writer.video_encoder import VideoConfig, VideoEncoder
-    from video_gop import make_scene
 
     pool = list(make_scene(60))
     sampler = episode_stats.ImageSampler(stride=1)

@@ -244,7 +244,7 @@ def bench_router(rounds: int) -> None:
             recorder="bench",
             max_episode_s=0,
             publish_event=lambda e: None,
-            session_record=lambda: {},
+            session_record=dict,
             log=lambda m: None,
             tick_stats=False,
         )

@@ -53,8 +53,8 @@ def build_root(root: Path, episodes: int, seconds: float) -> None:
     from lerobot_writer import _rows
     from video_gop import make_scene
 
-    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
     pool = list(make_scene(120))
     cfg = WriterConfig(fps=FPS, cameras={c: CameraSpec(H, W) for c in CAMS}, video=VideoConfig(max_block_s=None))

@@ -24,9 +24,12 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rgbd_writer import codecs  # noqa: E402
-from rgbd_writer.reader import SequenceDataset, TransitionDataset  # noqa: E402
-from rgbd_writer import RgbdConfig, RgbdWriter  # noqa: E402
+from rgbd_writer import (
+    RgbdConfig,
+    RgbdWriter,
+    codecs,
+)
+from rgbd_writer.reader import SequenceDataset, TransitionDataset
 
 H, W = 480, 640
 

@@ -94,7 +94,7 @@ def main() -> None:
     results: dict[str, list[float]] = {c[0]: [] for c in configs}
     with lease_domain() as lease:
         env = lease.env()
-        logs = open(tmp / "log.txt", "wb")
+        logs = open(tmp / "log.txt", "wb")  # closed in the finally below  # noqa: SIM115
         arm = subprocess.Popen(
             [tool("piper-arm"), "--ros-args", "-p", "emulate:=true"], env=env, stdout=logs, stderr=subprocess.STDOUT
         )

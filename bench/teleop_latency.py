@@ -58,13 +58,12 @@ import can
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
-from proc import ProcGroup  # noqa: E402  (test helper: real processes, always reaped)
-
-from wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
+from proc import ProcGroup
+from wsclient import WebSocketClient
 
 from piper_recorder.graph.ports import free_port
-from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402
-from piper_recorder.graph.rosenv import lease_domain  # noqa: E402
+from piper_recorder.graph.rosenv import lease_domain
+from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset
 
 RATE = 90.0
 STEP_M = 0.01  # XR x step (m) -> robot y step of the same size
@@ -422,12 +421,9 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                     while len(video_status) == n and time.monotonic() < deadline:
                         time.sleep(0.05)
                 logs = procs.logs()
-                if web is not None:
-                    if hellos:
-                        relay_cpu = (cpu_seconds(relay.popen.pid) - relay_cpu0) / (time.monotonic() - relay_w0)
-                        print(
-                            f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core"
-                        )
+                if web is not None and hellos:
+                    relay_cpu = (cpu_seconds(relay.popen.pid) - relay_cpu0) / (time.monotonic() - relay_w0)
+                    print(f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core")
         finally:
             arm.on_shutdown()
             tap.drain()

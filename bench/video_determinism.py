@@ -30,12 +30,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from piper_recorder.bag import source as bag_source  # noqa: E402
-from piper_recorder.bag.config import topic_map  # noqa: E402
-from piper_recorder.bag.convert import ConvertOptions, convert_bag  # noqa: E402
-from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag  # noqa: E402
-from piper_recorder.lerobot.writer import video_encoder  # noqa: E402
-from piper_recorder.recording.config import RECORDER_CONFIGS, load_config  # noqa: E402
+from piper_recorder.bag import source as bag_source
+from piper_recorder.bag.config import topic_map
+from piper_recorder.bag.convert import ConvertOptions, convert_bag
+from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
+from piper_recorder.lerobot.writer import video_encoder
+from piper_recorder.recording.config import RECORDER_CONFIGS, load_config
 
 CAMS = ("cam_front", "cam_wrist")
 LOG: dict[str, list[tuple[str, int | float, str]]] = defaultdict(list)  # video -> (what, t/pts, hash)

@@ -23,7 +23,7 @@ import av
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from piper_recorder.lerobot.writer.video_encoder import VideoConfig, VideoEncoder, pts_ticks  # noqa: E402
+from piper_recorder.lerobot.writer.video_encoder import VideoConfig, VideoEncoder, pts_ticks
 
 H, W, FPS = 480, 640, 30
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 
 from ament_index_python.packages import get_package_share_directory
-from launch import LaunchDescription
 from launch.actions import (
     DeclareLaunchArgument,
     ExecuteProcess,
@@ -30,6 +29,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
+from launch import LaunchDescription
 from piper_recorder.graph.arguments import GRAPH_ARGUMENTS, LAUNCH_ARGUMENTS
 from piper_recorder.graph.graph_node import GraphNode, launch_graph
 from piper_recorder.graph.install import PACKAGE

@@ -117,7 +117,6 @@ class JournaledFile:
 
     def flush(self) -> None:
         """Nothing to do: new bytes are written through and changed pages wait for the commit."""
-        pass
 
     # -- page overlay ----------------------------------------------------------------------------
     def _page(self, p: int) -> bytearray:

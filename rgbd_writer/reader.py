@@ -18,8 +18,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from typing import TYPE_CHECKING, Any, TypeAlias
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import h5py
 import numpy as np
@@ -223,7 +223,7 @@ class _Base:
             raise ValueError("layout must be 'CHW' or 'HWC'")
         self.file = RgbdFile(path, decoder=decoder, threads=threads, allow_incomplete=allow_incomplete)
         n = self.file.n_episodes
-        self.episodes = np.arange(n) if episodes is None else np.asarray(sorted(set(int(e) for e in episodes)))
+        self.episodes = np.arange(n) if episodes is None else np.asarray(sorted({int(e) for e in episodes}))
         if self.episodes.size and (self.episodes.min() < 0 or self.episodes.max() >= n):
             raise IndexError(f"episodes must be in 0..{n - 1}")
         self.layout, self.rgb, self.depth = layout, rgb, depth

@@ -210,7 +210,7 @@ def _check_payloads(
             img = codecs.decode_rgb_jpeg(rgb_ds[r])
             if img.shape != (H, W, 3):
                 raise ValueError(f"decoded shape {img.shape}, expected {(H, W, 3)}")
-        except Exception as e:
+        except Exception as e:  # whatever the decoder raises is reported as a problem  # noqa: BLE001
             problems.append(f"{schema.RGB}[{r}]: does not decode as a {W}x{H} RGB JPEG ({e})")
             reported += 1
         try:
@@ -225,7 +225,7 @@ def _check_payloads(
             nz = d[d != 0]
             if nz.size and (nz.min() < vmin or nz.max() > vmax):
                 raise ValueError(f"non-zero depth outside [{vmin}, {vmax}] mm")
-        except Exception as e:
+        except Exception as e:  # whatever the decoder raises is reported as a problem  # noqa: BLE001
             problems.append(f"{schema.DEPTH}[{r}]: bad depth payload ({e})")
             reported += 1
 

@@ -35,9 +35,9 @@ import queue
 import struct
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
-from collections.abc import Mapping
 
 import h5py
 import numpy as np
@@ -332,7 +332,7 @@ class RgbdWriter:
         if self._h5 is not None:
             try:
                 self._h5.close()
-            except Exception:  # the rollback below restores the bytes regardless
+            except Exception:  # the rollback below restores the bytes regardless  # noqa: BLE001
                 pass
             self._h5 = None
         if self._jf is not None:
@@ -441,7 +441,7 @@ class RgbdWriter:
                     raise ValueError(f"codestream is {codecs.jp2_profile(raw)}, the file uses {c.depth_codec}")
                 if kind == "depth" and (problem := codecs.codestream_problem(codecs.jp2_codestream(raw), *size[::-1])):
                     raise ValueError(f"codestream is broken: {problem}")
-            except Exception as e:
+            except Exception as e:  # whatever the codec raises rejects the payload  # noqa: BLE001
                 raise SchemaError(f"encoded {kind} payload rejected: {e}") from None
             if size != (c.width, c.height):
                 raise SchemaError(f"encoded {kind} payload is {size[0]}x{size[1]}, camera is {c.width}x{c.height}")
@@ -719,7 +719,7 @@ class RgbdWriter:
                 try:
                     if self._error is None:
                         batch.append(item.result())
-                except BaseException as e:  # surfaced to the caller by _raise_sink_error
+                except BaseException as e:  # surfaced to the caller by _raise_sink_error  # noqa: BLE001
                     self._error = e
                     batch = []
                 if self._error is not None:
@@ -736,7 +736,7 @@ class RgbdWriter:
                             ds[n0 + i] = np.frombuffer(payload, dtype=np.uint8)
                     self.stats.encode_s += sum(b[2] for b in batch)
                     self._obs_written += k
-                except BaseException as e:
+                except BaseException as e:  # surfaced to the caller by _raise_sink_error  # noqa: BLE001
                     self._error = e
                 for _ in batch:
                     self.stats.frames_written += 1

@@ -10,19 +10,19 @@ from .pairing import DepthPairer
 from .sinks import LEROBOT_COLUMNS, RGBD_STATE_TERMS, LeRobotSink, RgbdSink
 
 __all__ = [
+    "LEROBOT_COLUMNS",
+    "RGBD_STATE_TERMS",
+    "STATE_INPUTS",
+    "TIMESTAMP_MODES",
     "AssemblyConfig",
     "CaptureHistory",
     "Counters",
     "DepthPairer",
     "EpisodeAssembler",
     "Frame",
-    "LEROBOT_COLUMNS",
     "LeRobotSink",
-    "RGBD_STATE_TERMS",
     "RgbdSink",
     "Row",
-    "STATE_INPUTS",
     "Sink",
-    "TIMESTAMP_MODES",
     "window_captures",
 ]

@@ -61,11 +61,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from piper_recorder.features.table import PIPER_TABLE, FeatureTable
 from piper_recorder.names import CAMERA
 
 from ..timebase import grid_timestamp
 from .buffers import Sample, SampleBuffer
-from piper_recorder.features.table import PIPER_TABLE, FeatureTable
 from .frame_assign import CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, first_row_reach_ns, horizon_ns, pick, window_captures
 from .messages import pose7
 
@@ -223,7 +223,7 @@ class EpisodeAssembler:
         self._row0_reach_ns = first_row_reach_ns(self._period_ns)
         window = window_captures(config.fps)
         self._phase = {cam: PhaseTracker(self._period_ns, window) for cam in config.cameras}
-        self._fed_ns: dict[str, int | None] = {cam: None for cam in config.cameras}  # tracker fed up to here
+        self._fed_ns: dict[str, int | None] = dict.fromkeys(config.cameras)  # tracker fed up to here
         history = history or {}
         self._history = {cam: sorted(int(s) for s in history.get(cam, ())) for cam in config.cameras}
         # the first tick also waits for the part of WARMUP_S of captures the history does not cover, so
@@ -245,7 +245,7 @@ class EpisodeAssembler:
         self._last_tick_ns: int | None = None  # time of the last assembled (or skipped) tick
         self._origin_k: int | None = None
         self.origin_ns: int | None = None
-        self._sent_ns: dict[str, int | None] = {cam: None for cam in config.cameras}  # last frame sent / chosen
+        self._sent_ns: dict[str, int | None] = dict.fromkeys(config.cameras)  # last frame sent / chosen
         self._end_ns: int | None = None
         self.counters = Counters(timestamp_mode=config.timestamp_mode)
         for cam in config.cameras:

@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .assembler import Frame, Row
 from piper_recorder.features.table import PIPER_TABLE, FeatureTable
+
+from .assembler import Frame, Row
 
 # The Piper table's LeRobot columns (column -> row value key) and RGB-D state terms.
 LEROBOT_COLUMNS = PIPER_TABLE.columns()

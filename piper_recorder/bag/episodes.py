@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ def spans_from_ranges(ranges: Iterable[str], bag_start_ns: int, min_gap_ns: int 
             raise ValueError(f"--episode {text!r}: need 0 <= START < END")
         spans.append(EpisodeSpan(bag_start_ns + round(a * 1e9), bag_start_ns + round(b * 1e9), origin="range"))
     spans.sort(key=lambda s: s.start_ns)
-    for prev, nxt in zip(spans, spans[1:]):
+    for prev, nxt in itertools.pairwise(spans):
         if nxt.start_ns < prev.end_ns + min_gap_ns:
             raise ValueError(
                 f"--episode ranges overlap or are closer than {min_gap_ns / 1e9:g} s "

@@ -252,7 +252,7 @@ class RayEngine:
                 ray.init(address=address, logging_level="WARNING")
             else:
                 init_local(ray, self.cpus)
-        except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: one clear line
+        except Exception as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
             raise RayUnavailable(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from exc
         self._owned = True

@@ -179,10 +179,10 @@ def peak_rss_mb() -> float:
 
 
 __all__ = [
+    "FINGERPRINT_METHOD",
     "BagError",
     "BagMessage",
     "BagSource",
-    "FINGERPRINT_METHOD",
     "RawMessage",
     "bag_fingerprint",
     "bag_size",

@@ -20,11 +20,11 @@ from typing import Any
 
 from piper_recorder.graph.errors import LaunchError
 from piper_recorder.graph.install import config_path, find_script
+from piper_recorder.graph.sim_session import DemoError, EpisodeResult, SimSession, size_overrides
 from piper_recorder.lerobot.format.fsutil import read_jsonl
 from piper_recorder.lerobot.format.layout import EPISODES, INFO
-from piper_recorder.storage.outpaths import dir_problem
-from piper_recorder.graph.sim_session import DemoError, EpisodeResult, SimSession, size_overrides
 from piper_recorder.process.supervision import interrupt_on_stop_signals
+from piper_recorder.storage.outpaths import dir_problem
 
 SETTLE_S = 3.0  # after start-up (imports, discovery, encoder set-up) before the first episode
 

@@ -13,9 +13,9 @@ import argparse
 import sys
 import time
 
+from piper_recorder.cli.errors import exits_2_on_bad_input
 from piper_recorder.lerobot.export.operation import TARGETS, export
 from piper_recorder.lerobot.export.source import ExportError
-from piper_recorder.cli.errors import exits_2_on_bad_input
 
 
 @exits_2_on_bad_input("piper-export")

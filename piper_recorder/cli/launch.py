@@ -14,13 +14,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from piper_recorder.graph.supervisor import Graph
 from piper_recorder.graph.errors import LaunchError
 from piper_recorder.graph.install import config_path
 from piper_recorder.graph.plan import plan_graph
-from piper_recorder.storage.outpaths import dir_problem
 from piper_recorder.graph.rosenv import apply_dds_env, lease_domain, loopback_env
+from piper_recorder.graph.supervisor import Graph
 from piper_recorder.process.supervision import on_stop_signals
+from piper_recorder.storage.outpaths import dir_problem
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print what would be done, change nothing")
     a = ap.parse_args(argv)
 
-    from piper_recorder.lerobot.maintenance import recover
     from piper_recorder.lerobot.format.errors import DatasetError
+    from piper_recorder.lerobot.maintenance import recover
     from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config, load_config
     from piper_recorder.recording.inputs import topic_map
 

@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from piper_recorder.cli.errors import exits_2_on_bad_input
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.maintenance.retime import OK, REFUSE, REWRITE, DataPlan, FilePlan, repair_root
-from piper_recorder.cli.errors import exits_2_on_bad_input
 
 
 @exits_2_on_bad_input("piper-repair")

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piper_recorder.dashboard.rates import RateMeter
-from piper_recorder.process.delivery import link_health
 from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_info_pattern, camera_topic, check_topic_pattern
 from piper_recorder.piper.kinematics import SDK_JOINT_MAX, SDK_JOINT_MIN
+from piper_recorder.process.delivery import link_health
 from piper_recorder.teleop.limits import LIMIT_NAMES
 from piper_recorder.viewer.counters import INFO, PROBLEMS, total
 

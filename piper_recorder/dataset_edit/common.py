@@ -165,7 +165,7 @@ def describe_plan(picks: list[Pick], names: list[str], episodes: list[list[Episo
 
     for o, p in enumerate(picks):
         if run:
-            lo, lp = run[-1]
+            _lo, lp = run[-1]
             same_task = p.task == lp.task or (
                 p.task == episodes[p.source][p.episode].task and lp.task == episodes[lp.source][lp.episode].task
             )

@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -36,12 +36,11 @@ from piper_recorder import __version__
 from piper_recorder.lerobot.export.files import link_or_copy
 from piper_recorder.lerobot.export.source import ExportError, Source, open_source
 from piper_recorder.lerobot.format import episode_stats, fsutil, layout
-from piper_recorder.lerobot.writer import meta_builders
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.format.features import BOOKKEEPING, COMBINED, FeatureSpec, Slice
 from piper_recorder.lerobot.format.root import Root
+from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig, meta_builders
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from piper_recorder.names import IMAGES_PREFIX
 
 from .common import TOOL, EditError, EpisodeInfo, Pick

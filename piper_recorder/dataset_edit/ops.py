@@ -12,19 +12,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 
 from piper_recorder.lerobot.export import operation as export
 from piper_recorder.lerobot.format import fsutil
 from piper_recorder.lerobot.format.layout import INFO, MODALITY, ROTATION_TYPES
-
+from piper_recorder.recording.verdict import OUTCOMES, VERDICTS, label_fields
 from piper_recorder.storage.outpaths import located, nested
 
 from . import lerobot_edit, rgbd_edit
-from piper_recorder.recording.verdict import OUTCOMES, VERDICTS, label_fields
-
 from .common import (
     EditError,
     EpisodeInfo,

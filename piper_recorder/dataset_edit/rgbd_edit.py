@@ -14,10 +14,10 @@ import fcntl
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import h5py
 import numpy as np
@@ -25,9 +25,8 @@ import numpy as np
 from piper_recorder.bag.merge import copy_rgbd_episode
 from piper_recorder.lerobot.format import fsutil
 from piper_recorder.names import CAMERA
-from rgbd_writer import schema
+from rgbd_writer import RgbdConfig, RgbdWriter, schema
 from rgbd_writer.validate import validate_file
-from rgbd_writer import RgbdConfig, RgbdWriter
 
 from .common import EditError, EpisodeInfo, Pick
 

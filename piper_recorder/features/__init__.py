@@ -6,4 +6,4 @@ action and reward terms) they become.
 
 from .table import ACTOR_FEATURE, ACTOR_INPUT, OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
 
-__all__ = ["ACTOR_FEATURE", "ACTOR_INPUT", "Feature", "FeatureTable", "InputSpec", "OPT_IN", "PIPER_TABLE"]
+__all__ = ["ACTOR_FEATURE", "ACTOR_INPUT", "OPT_IN", "PIPER_TABLE", "Feature", "FeatureTable", "InputSpec"]

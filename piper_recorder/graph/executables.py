@@ -53,5 +53,5 @@ def console_scripts() -> dict[str, str]:
 
     colcon puts the latter in lib/piper_recorder for ``ros2 run`` (setup.cfg).
     """
-    nodes = {s: entry for s, entry in NODE_EXECUTABLES.values()}
+    nodes = dict(NODE_EXECUTABLES.values())
     return {**nodes, **TOOL_SCRIPTS, **{exe: entry for exe, (_, entry) in NODE_EXECUTABLES.items()}}

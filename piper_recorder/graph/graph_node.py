@@ -19,7 +19,6 @@ from .headset import QuestWebSettings, SimQuestSettings, headset_kind, headset_v
 from .install import PACKAGE
 from .realsense import REALSENSE_PACKAGE, realsense_check, realsense_parameters
 
-
 START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder", "quest_video")
 
 

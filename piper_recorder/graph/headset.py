@@ -20,7 +20,6 @@ from piper_recorder.quest.web_server import WebConfig, port_clash
 from .arguments import flag, teleop_input
 from .errors import LaunchError
 
-
 HEADSETS = ("native", "web", "sim")
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from .errors import LaunchError
 
-
 PACKAGE = "piper_recorder"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 

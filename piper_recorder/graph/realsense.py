@@ -17,7 +17,6 @@ from piper_recorder.params.derived import COLOR_PROFILE, DEPTH_PROFILE, color_pr
 
 from .errors import LaunchError
 
-
 # realsense-ros >= 4.55.1 reads one profile per stream (rgb_camera.color_profile, depth_module.depth_profile);
 # 4.0.1 to 4.54.1 read one per module (rgb_camera.profile, depth_module.profile). Each version silently ignores
 # the other's names, so a camera section's profiles are given under both. A D405's colour profile is

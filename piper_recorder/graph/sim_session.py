@@ -12,29 +12,29 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from piper_recorder.errors import PiperError
-from piper_recorder.graph.supervisor import Graph
 from piper_recorder.graph.install import config_path
 from piper_recorder.graph.plan import plan_graph
-from piper_recorder.names import RECORDER_NODES
-from piper_recorder.params.derived import LAUNCH_SECTION
+from piper_recorder.graph.rosenv import lease_domain
+from piper_recorder.graph.supervisor import Graph
 from piper_recorder.names import (
     COLOR_TOPIC_PATTERN,
     EEF_POSE,
     EPISODE_EVENTS,
+    RECORDER_NODES,
     START_EPISODE,
     STATUS,
     STOP_EPISODE,
     camera_topic,
     node_topic,
 )
+from piper_recorder.params.derived import LAUNCH_SECTION
 from piper_recorder.params.params_file import read_params_file
-from piper_recorder.graph.rosenv import lease_domain
 
 if TYPE_CHECKING:  # rclpy is imported when the session starts
     from rclpy.client import Client

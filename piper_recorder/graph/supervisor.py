@@ -29,7 +29,7 @@ class _Running:
     def __init__(self, spec: ProcessSpec, env: dict[str, str], log_dir: Path, echo: bool):
         self.spec = spec
         self.log_path = log_dir / f"{spec.name}.log"
-        self._log = open(self.log_path, "ab", buffering=0)
+        self._log = open(self.log_path, "ab", buffering=0)  # open while the child writes; _pump closes it  # noqa: SIM115
         self.popen = subprocess.Popen(
             spec.argv,
             env=env,

@@ -25,6 +25,7 @@ the future leaks the commanded motion into the observation. Roots recording only
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -57,7 +58,7 @@ CODEBASE_VERSIONS = ("v2.0", "v2.1")
 TIMESTAMP_TOLERANCE_S = 1e-4
 CAUSAL_TOLERANCE_MS = 1.0  # a row's frame may be captured at most this long after the row (DESIGN.md, Timing)
 INT_BOOKKEEPING = ("frame_index", "episode_index", "index", "task_index")
-BOOKKEEPING_DTYPES = {"timestamp": "float32", **{k: "int64" for k in INT_BOOKKEEPING}}
+BOOKKEEPING_DTYPES = {"timestamp": "float32", **dict.fromkeys(INT_BOOKKEEPING, "int64")}
 INFO_KEYS = (
     "codebase_version",
     "robot_type",
@@ -689,7 +690,7 @@ def _check_videos(
             rep.add(path, "no frames")
             continue
         sorted_t = sorted(times)
-        if any(b <= a for a, b in zip(sorted_t, sorted_t[1:])):
+        if any(b <= a for a, b in itertools.pairwise(sorted_t)):
             rep.add(path, "duplicate presentation timestamps")
         if sorted_t[0] < 0:
             rep.add(path, f"first PTS {sorted_t[0]:.4f} s is before the episode start")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 
+from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.recording.config import LeRobotRecorderConfig, lerobot_writer_config
 from piper_recorder.recording.inputs import TopicMap
 from piper_recorder.recording.targets import LeRobotTarget
 
-from piper_recorder.nodes.plumbing.run_node import run_node
 from .recorder_base import RecorderNode
 
 

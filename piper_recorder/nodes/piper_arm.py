@@ -24,15 +24,6 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.cdr import encode as cdr_encode
-from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
-from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
-from piper_recorder.nodes.plumbing.run_node import run_node
-from piper_recorder.piper import kinematics as kin
-from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
-from piper_recorder.piper.controller import ArmController
-from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
-from piper_recorder.piper.link import SDK_VERSION, PiperLink
-from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
 from piper_recorder.names import (
     ARM_DISABLE,
     ARM_ENABLE,
@@ -48,6 +39,15 @@ from piper_recorder.names import (
     TARGET_GRIPPER,
     TARGET_POSE,
 )
+from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.piper import kinematics as kin
+from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
+from piper_recorder.piper.controller import ArmController
+from piper_recorder.piper.emulator import EmulatorConfig, PiperEmulator
+from piper_recorder.piper.link import SDK_VERSION, PiperLink
+from piper_recorder.piper.wire import ID_JOINTS, ID_POSE
 
 FRAME = "arm_base"
 

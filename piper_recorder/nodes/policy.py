@@ -24,7 +24,6 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from piper_recorder.assembly.messages import image_to_numpy, joint_positions, pose, stamp_ns
-from piper_recorder.process.delivery import ImageCounts
 from piper_recorder.names import (
     ARM_PROVENANCE,
     EEF_POSE,
@@ -47,11 +46,12 @@ from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_con
 from piper_recorder.nodes.plumbing.qos import live_image_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns, ns_to_stamp
-from piper_recorder.policy.spec import make_backend
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
 from piper_recorder.policy.runtime import PolicyRuntime
 from piper_recorder.policy.safety import Target
+from piper_recorder.policy.spec import make_backend
+from piper_recorder.process.delivery import ImageCounts
 from piper_recorder.teleop.limits import LimitsConfig
 
 STATUS_HZ = 2.0

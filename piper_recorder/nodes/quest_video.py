@@ -26,8 +26,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image as ImageMsg
 from std_msgs.msg import String
 
-from piper_recorder.assembly.messages import image_to_numpy
-from piper_recorder.process.delivery import ImageCounts, link_health, panel_target, received_rate
+from piper_recorder.assembly.messages import image_to_numpy, stamp_to_ns
 from piper_recorder.names import (
     ARM_STATUS,
     CAMERA_STATUS_TOPIC_PATTERN,
@@ -42,17 +41,17 @@ from piper_recorder.names import (
     check_topic_pattern,
     node_topic,
 )
-from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.nodes.plumbing.callbacks import timer_callback
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.qos import live_image_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.process.delivery import ImageCounts, link_health, panel_target, received_rate
 from piper_recorder.quest.hud import HudModel, encode_panel, render_hud
 from piper_recorder.quest.video import (
+    HUD_PANEL,
     MAX_CAMERA_PANELS,
     TINT_IDLE,
     TINT_RECORDING,
-    HUD_PANEL,
     PanelSender,
     SenderConfig,
     color_command,

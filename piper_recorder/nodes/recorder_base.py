@@ -33,15 +33,6 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
-from piper_recorder.recording.controller import Answer, EpisodeController, parse_stop_at
-from piper_recorder.recording.inputs import TopicMap, topic_map
-from piper_recorder.recording.policy_log import PolicyLog, episode_fields
-from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
-from piper_recorder.recording.targets import EpisodeTarget
-from piper_recorder.recording.verdict import VerdictConfig
-
-from piper_recorder.process.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.errors import describe, is_input_error
 from piper_recorder.names import (
     EPISODE_EVENTS,
@@ -52,7 +43,6 @@ from piper_recorder.names import (
     STATUS,
     STOP_EPISODE_AT,
 )
-
 from piper_recorder.nodes.plumbing.callbacks import message_callback
 from piper_recorder.nodes.plumbing.decoded_subscription import DecodeErrors
 from piper_recorder.nodes.plumbing.executors import ArrivalExecutor, arrival_or_now, run_in_thread, spin_until
@@ -60,6 +50,14 @@ from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_con
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
 from piper_recorder.nodes.plumbing.qos import recorder_image_qos
 from piper_recorder.nodes.plumbing.stamps import now_ns
+from piper_recorder.process.delivery import RECORDER_MIN_DELIVERY, ImageCounts
+from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
+from piper_recorder.recording.controller import Answer, EpisodeController, parse_stop_at
+from piper_recorder.recording.inputs import TopicMap, topic_map
+from piper_recorder.recording.policy_log import PolicyLog, episode_fields
+from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
+from piper_recorder.recording.targets import EpisodeTarget
+from piper_recorder.recording.verdict import VerdictConfig
 
 
 def message_class(msg_type: str) -> Any:

@@ -22,13 +22,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE
 from piper_recorder.nodes.plumbing.executors import run_in_thread
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
 from piper_recorder.replay.episode import ReplayEpisode, load_episode
 from piper_recorder.replay.player import ReplayConfig, ReplayPlayer, Target
-from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE
 
 
 class ReplayNode(Node):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import sys
 
+from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.recording.config import RgbdRecorderConfig, rgbd_writer_config
 from piper_recorder.recording.inputs import TopicMap
 from piper_recorder.recording.targets import RgbdTarget
 
-from piper_recorder.nodes.plumbing.run_node import run_node
 from .recorder_base import RecorderNode
 
 

@@ -26,8 +26,8 @@ from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
+from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.cdr import encode as cdr_encode
-from piper_recorder.process.delivery import ImageCounts, received_rate
 from piper_recorder.names import (
     CAMERA,
     CAMERA_IMAGE_QOS,
@@ -39,11 +39,11 @@ from piper_recorder.names import (
     EEF_POSE,
     STATUS,
 )
-from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns
+from piper_recorder.process.delivery import ImageCounts, received_rate
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
 from piper_recorder.sim.history import PoseHistory
@@ -245,7 +245,7 @@ class SimCamera(Node):
                     self._publish_frame(stamp, w)
                     self.published += 1
                     self._sent.on_image(0, stamp)  # the published rate for the delivery health
-            except Exception as exc:  # context shut down under us during exit
+            except Exception as exc:  # context shut down under us during exit  # noqa: BLE001
                 if self._stop.is_set():
                     break
                 self.get_logger().error(f"frame {index} failed: {exc!r}")

@@ -32,16 +32,18 @@ from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
-from sensor_msgs.msg import JointState, Joy as JoyMsg
+from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Joy as JoyMsg
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.cdr import encode as cdr_encode
 from piper_recorder.names import (
     ARM_STATUS,
-    GRIPPER_JOINTS,
     EEF_POSE,
     EPISODE_EVENTS,
+    GRIPPER_JOINTS,
     JOINT_STATES,
     LABEL_EPISODE,
     QUEST_HANDS,
@@ -56,15 +58,12 @@ from piper_recorder.names import (
     node_topic,
     quest_topic,
 )
-from piper_recorder.assembly.messages import stamp_to_ns
 from piper_recorder.nodes.plumbing.callbacks import message_callback, timer_callback
 from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns
-from piper_recorder.teleop.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
-from piper_recorder.teleop.spacemouse.reader import HidrawReader
 from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
@@ -74,6 +73,8 @@ from piper_recorder.teleop.limits import LimitsConfig
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig
 from piper_recorder.teleop.recorder_calls import Outcome, Report
 from piper_recorder.teleop.session import TeleopNodeConfig, TeleopSession
+from piper_recorder.teleop.spacemouse.input import SpaceMouseConfig, SpaceMouseInput
+from piper_recorder.teleop.spacemouse.reader import HidrawReader
 
 __all__ = ["HAPTIC_PATTERNS", "TeleopNode", "TeleopNodeConfig", "main"]
 

@@ -257,7 +257,7 @@ class ArmController:
     def _tick_safely(self) -> None:
         try:
             self.tick()
-        except Exception as exc:  # keep the loop alive; report in status
+        except Exception as exc:  # keep the loop alive; report in status  # noqa: BLE001
             self.state = f"error: {exc!r}"
 
     def _run_on_inputs(self, wait: Callable[[float], bool]) -> None:

@@ -37,6 +37,8 @@ import can
 import numpy as np
 
 from . import kinematics as kin
+from .firmware import mit_dialect
+from .vbus import DirectVirtualBus
 from .wire import (
     ID_ENABLE,
     ID_FIRMWARE,
@@ -61,8 +63,6 @@ from .wire import (
     MitCommand,
     decode_mit,
 )
-from .firmware import mit_dialect
-from .vbus import DirectVirtualBus
 
 
 @dataclass

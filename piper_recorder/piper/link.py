@@ -353,7 +353,7 @@ class PiperLink:
             if listener is not None and (listened is None or msg.arbitration_id in listened):
                 try:
                     listener(msg.arbitration_id, msg.timestamp)
-                except Exception as exc:  # the SDK's reader thread exits on any exception: never let one out
+                except Exception as exc:  # the SDK's reader thread exits on any exception: never let one out  # noqa: BLE001
                     self.listener_errors += 1
                     self.last_listener_error = repr(exc)
 

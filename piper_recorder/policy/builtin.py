@@ -34,7 +34,6 @@ class HoldBackend:
 
     def close(self) -> None:
         """Nothing to release."""
-        pass
 
 
 class ReplayBackend:
@@ -64,4 +63,3 @@ class ReplayBackend:
 
     def close(self) -> None:
         """Nothing to release."""
-        pass

@@ -177,4 +177,3 @@ class HttpBackend:
 
     def close(self) -> None:
         """Nothing to release (one connection per query)."""
-        pass

@@ -19,15 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
 from piper_recorder.assembly import CaptureHistory, window_captures
+from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
 from piper_recorder.errors import DatasetError, PiperInputError
 from piper_recorder.lerobot.format.features import COMBINED
 from piper_recorder.lerobot.format.layout import COLLECTION_META, SESSIONS, STATS
 from piper_recorder.lerobot.format.root import Root
 from piper_recorder.names import EEF_POSE, IMAGES_PREFIX, JOINT_STATES
 
-from .backend import ACTION_KEYS, STATE_KEYS, F32, Observation
+from .backend import ACTION_KEYS, F32, STATE_KEYS, Observation
 
 ROW_VALUE = {
     "observation.arm_joint": "arm_joint",

@@ -46,7 +46,7 @@ class ImageCounts:
     rate returns the ``images_received`` dict; ``stamp_ns(header)`` turns a kept header into ns.
     """
 
-    __slots__ = ("cameras", "count", "last", "window_s", "_snaps")
+    __slots__ = ("_snaps", "cameras", "count", "last", "window_s")
 
     def __init__(self, cameras: Sequence[str], window_s: float = WINDOW_S) -> None:
         self.cameras = list(cameras)

@@ -8,6 +8,7 @@ line, exits 2), both before rclpy starts.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ def argument_problem(argv: Sequence[str]) -> str | None:
     from rclpy.utilities import remove_ros_args
 
     args = list(argv)
-    for flag, path in zip(args, args[1:]):
+    for flag, path in itertools.pairwise(args):
         if flag == "--params-file" and not os.path.isfile(path):  # rcl: "Error parsing a event near line 0"
             return f"--params-file {path}: {'not a file' if os.path.exists(path) else 'no such file'}"
     try:

@@ -24,6 +24,7 @@ app's or the page's metadata again) changes nothing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import Counter, deque
@@ -188,7 +189,7 @@ def coalesce(outs: list[BridgeOutput]) -> int:
     for seq in joys.values():
         keep_joy.add(seq[-1][:2])
         keep_joy.add(min(seq, key=lambda e: e[2].axes[1])[:2])  # lowest squeeze (the first of equals)
-        for prev, cur in zip(seq, seq[1:]):
+        for prev, cur in itertools.pairwise(seq):
             if cur[2].buttons != prev[2].buttons:
                 keep_joy.add(cur[:2])
     kept_poses = set(newest_pose.values())

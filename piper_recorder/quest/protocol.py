@@ -39,9 +39,9 @@ import json
 import math
 import re
 import sys
-from math import isfinite
 from collections import Counter
 from dataclasses import dataclass, field
+from math import isfinite
 from typing import Any
 
 from piper_recorder.errors import PiperInputError

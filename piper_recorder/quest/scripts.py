@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, replace
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 SCRIPTS = ("demo", "idle", "circle", "continuous")

@@ -43,13 +43,13 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
-from piper_recorder.storage.outpaths import file_problem
 from piper_recorder.process.supervision import on_stop_signals, watch_parent
+from piper_recorder.storage.outpaths import file_problem
 
 from .client import DEFAULT_HOST, DEFAULT_PORT
 from .hud import RELEASED

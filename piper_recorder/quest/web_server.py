@@ -52,12 +52,13 @@ from urllib.parse import urlsplit
 
 from piper_recorder.dashboard.model import is_loopback
 from piper_recorder.dashboard.server import host_allowed
-from piper_recorder.storage.outpaths import file_problem
 from piper_recorder.process.supervision import on_stop_signals, watch_parent
+from piper_recorder.storage.outpaths import file_problem
 
 from .client import DEFAULT_PORT, NOTICE_PERIOD_S
 from .protocol import MAX_LINE_BYTES, Hello, Rejected, parse_line
-from .video import FrameReader as VideoFrameReader, VIDEO_PORT
+from .video import VIDEO_PORT
+from .video import FrameReader as VideoFrameReader
 from .websocket import (
     CLOSE_NORMAL,
     CLOSE_POLICY,
@@ -411,7 +412,7 @@ class WebRelay:
                 ssl.SSLError,
             ):
                 self.counters["http_incomplete"] += 1
-                return
+                return None
             lines = head.decode("latin-1").split("\r\n")
             parts = lines[0].split(" ")
             headers: dict[str, str] = {}
@@ -432,7 +433,7 @@ class WebRelay:
                 return self._respond(writer, 405, b"GET only\n", {"Allow": "GET, HEAD"})
             if path == "/ws":
                 await self._websocket(reader, writer, headers, str(host))
-                return
+                return None
             entry = ASSETS.get(path)
             if entry is None:
                 return self._respond(writer, 404, b"not found\n", host=str(host))

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from piper_recorder.assembly import AssemblyConfig
-from piper_recorder.features import PIPER_TABLE, FeatureTable
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
+from piper_recorder.errors import RgbdError
+from piper_recorder.features import PIPER_TABLE, FeatureTable
 from piper_recorder.names import (
     ARM_PROVENANCE,
     CAMERA,
@@ -38,7 +39,6 @@ from piper_recorder.names import (
     check_topic_pattern,
 )
 from piper_recorder.params.derived import effective_params
-from piper_recorder.errors import RgbdError
 from piper_recorder.params.params_file import node_params, read_params_file
 
 from .verdict import VerdictConfig
@@ -362,19 +362,19 @@ def lerobot_writer_config(
     same bag gives the same video whatever the engine, scheduling or retries.
     """
     from piper_recorder.lerobot.format.features import lerobot_features
-    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
     from piper_recorder.lerobot.writer import CameraSpec, WriterConfig
+    from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 
     cams = cfg.camera_topics() if cameras is None else cameras
-    video: dict[str, Any] = dict(
-        codec=cfg.codec,
-        pix_fmt=cfg.pix_fmt,
-        crf=cfg.crf,
-        preset=cfg.preset,
-        bf=0,
-        max_block_s=None if offline else cfg.encoder_max_block_s,
-        deterministic=offline,
-    )
+    video: dict[str, Any] = {
+        "codec": cfg.codec,
+        "pix_fmt": cfg.pix_fmt,
+        "crf": cfg.crf,
+        "preset": cfg.preset,
+        "bf": 0,
+        "max_block_s": None if offline else cfg.encoder_max_block_s,
+        "deterministic": offline,
+    }
     if cfg.gop:
         video["gop"] = cfg.gop
     return WriterConfig(
@@ -403,8 +403,8 @@ def rgbd_writer_config(
     Raises RgbdError where this install cannot encode ``depth_codec`` (htj2k without an imagecodecs that has it): the
     recorder and the converter say so when they start, not at their first frame.
     """
-    from rgbd_writer.codecs import depth_profile_problem
     from rgbd_writer import RgbdConfig
+    from rgbd_writer.codecs import depth_profile_problem
 
     if problem := depth_profile_problem(cfg.depth_codec):
         raise RgbdError(f"depth_codec: {problem}")

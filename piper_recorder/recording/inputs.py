@@ -46,8 +46,8 @@ from typing import Any
 
 import yaml
 
-from piper_recorder.features.table import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
 from piper_recorder.assembly.messages import Adapter, GripperAdapter, JointStateAdapter, make_adapter
+from piper_recorder.features.table import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
 from piper_recorder.names import ARM_PROVENANCE, EPISODE_EVENTS, QUEST_HELLO
 
 from .config import CameraTopics, LeRobotRecorderConfig, RecorderConfig

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 from piper_recorder.assembly import LeRobotSink, RgbdSink, Sink
-from piper_recorder.features import PIPER_TABLE, FeatureTable
 from piper_recorder.assembly.sinks import LeRobotRows, RgbdSteps
+from piper_recorder.features import PIPER_TABLE, FeatureTable
 
 from .verdict import VerdictConfig, judge
 

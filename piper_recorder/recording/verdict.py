@@ -24,6 +24,7 @@ Every threshold is a field of ``VerdictConfig``, which the recorders expose as p
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -221,7 +222,7 @@ def judge(
 
 def _check_grid(j: _Judge, what: str, times: list[float], fps: float, strict_grid: bool) -> None:
     """Strictly increasing; with ``strict_grid`` each time within PTS_TOLERANCE_S of ``k / fps``."""
-    back = sum(1 for a, b in zip(times, times[1:]) if b <= a)
+    back = sum(1 for a, b in itertools.pairwise(times) if b <= a)
     if back:
         j.add(2, f"{what}: {back} non-increasing steps")
     if strict_grid:

@@ -7,9 +7,8 @@ sim camera is configured. Optical frame: z forward along the optical axis, x rig
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 

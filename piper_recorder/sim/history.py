@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import deque
-
 from collections.abc import Sequence
 
 import numpy as np

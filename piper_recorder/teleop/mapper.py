@@ -43,12 +43,12 @@ from enum import Enum
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..names import DELETE_LAST_EPISODE, DISCARD_EPISODE, QUEST_HANDS, START_EPISODE, STOP_EPISODE
 from .clutch import Clutch, ClutchConfig, ClutchEvent
 from .filters import FilterConfig, OneEuroOrientation, OneEuroPosition
 from .frames import FrameConfig, remap_matrix
 from .limits import Limits, LimitsConfig, LimitViolation
 from .rotations import Quat, conjugate_rotation_t, is_finite, quat_mul_t, rotate_then_t, unit_t
-from ..names import DELETE_LAST_EPISODE, DISCARD_EPISODE, QUEST_HANDS, START_EPISODE, STOP_EPISODE
 
 QUAT_NORM_TOL = 0.1  # input quaternions further than this from unit length are rejected, not "fixed"
 MAX_ABS_POS = 100.0  # m; larger coordinates are garbage (and would overflow the arithmetic)
@@ -182,9 +182,8 @@ def _floats(v: ArrayLike) -> list[float] | None:
 
     A list or tuple of floats (what the node passes, on every message) is taken without numpy.
     """
-    if type(v) is list or type(v) is tuple:
-        if all(type(x) is float for x in v):
-            return list(v)
+    if (type(v) is list or type(v) is tuple) and all(type(x) is float for x in v):
+        return list(v)
     try:
         return np.asarray(v, dtype=float).ravel().tolist()
     except (TypeError, ValueError):

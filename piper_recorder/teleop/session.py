@@ -219,12 +219,16 @@ class TeleopSession:
                 self.haptics.confirm(now, str(ev["outcome"]))  # felt once for all recorders
                 self.last_outcome = {"episode_index": ev.get("episode_index"), "outcome": ev["outcome"]}
                 self._status_dirty = True
-            if kind == "saved" and ev.get("verdict") == "bad":
-                # once per stop, not per recorder (their episode numbers may differ): again only after a
-                # press, or dedupe_s later for episodes driven through the services
-                if self._presses > self._bad_felt[0] or now - self._bad_felt[1] > self.haptics.cfg.dedupe_s:
-                    self._bad_felt = (self._presses, now)
-                    self.haptics.play(now, "bad")
+            # a bad verdict is felt once per stop, not per recorder (their episode numbers may differ): again
+            # only after a press, or dedupe_s later for episodes driven through the services
+            felt_press, felt_at = self._bad_felt
+            if (
+                kind == "saved"
+                and ev.get("verdict") == "bad"
+                and (self._presses > felt_press or now - felt_at > self.haptics.cfg.dedupe_s)
+            ):
+                self._bad_felt = (self._presses, now)
+                self.haptics.play(now, "bad")
 
     def on_recorder_status(self, rec: str, data: str) -> None:
         """One recorder's ``~/status`` JSON message."""

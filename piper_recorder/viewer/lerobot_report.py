@@ -135,9 +135,11 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
             ]
         )
     body = [
-        f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.codebase_version)}, "
-        f"robot <b>{esc(info.robot_type)}</b>, {fps:g} fps, {info.total_episodes} episodes, "
-        f"{info.total_frames} rows, {info.total_tasks} tasks, cameras: {esc(', '.join(cams))}</p>",
+        (
+            f"<section><h2>Dataset</h2><p><code>{esc(root)}</code> — {esc(info.codebase_version)}, "
+            f"robot <b>{esc(info.robot_type)}</b>, {fps:g} fps, {info.total_episodes} episodes, "
+            f"{info.total_frames} rows, {info.total_tasks} tasks, cameras: {esc(', '.join(cams))}</p>"
+        ),
         table(
             ["episode", "task", "rows", "duration s", *[f"{c} frames" for c in cams], "outcome", "verdict", "problems"],
             overview_rows,

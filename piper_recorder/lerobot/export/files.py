@@ -9,13 +9,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
-from collections.abc import Callable, Iterable, Iterator
-
 
 from ..format import fsutil, layout
-
 from .source import Source
 
 T = TypeVar("T")

@@ -30,7 +30,6 @@ from piper_recorder.storage.outpaths import located, nested
 from piper_recorder.storage.sidelock import SideLock
 
 from ..format import fsutil, layout
-
 from .files import write_json
 from .source import ExportError, open_source
 from .state import check_prefix, load_state

@@ -11,19 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 
 import numpy as np
-
 
 from ..format import fsutil, layout
 from ..format.errors import DatasetError
 from ..format.features import BOOKKEEPING
 from ..format.raw_read import read_json
 from ..format.root import Root
-
 
 SOURCE_VERSIONS = ("v2.0", "v2.1")
 _HASH_SPAN = 256 * 1024  # bytes hashed at each end of an mp4 (covers the moov box either way)

@@ -15,7 +15,6 @@ from piper_recorder import __version__
 
 from ..format import layout
 from ..format.raw_read import read_json
-
 from .source import ExportError, Source
 
 

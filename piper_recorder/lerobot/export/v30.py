@@ -107,7 +107,7 @@ class _Builder:
         self.meta_index = next_file(tuple(last["episodes"]), cs) if last.get("episodes") else (0, 0)
         self.frames = int(extra.get("frames", 0))
         self.data: _DataFile | None = None
-        self.videos: dict[str, _VideoFile | None] = {k: None for k in src.video_keys}
+        self.videos: dict[str, _VideoFile | None] = dict.fromkeys(src.video_keys)
         self.last_files: dict[str, Any] = {
             "data": last.get("data"),
             "videos": dict(last.get("videos", {})),
@@ -209,7 +209,7 @@ class _Builder:
         if self.data is not None:
             try:
                 self.data.writer.close()
-            except Exception:
+            except Exception:  # an abort closes what it can  # noqa: BLE001
                 pass
         for cur in self.videos.values():
             if cur is not None:

@@ -144,5 +144,5 @@ class VideoFileWriter:
         """Close the file after a failure, ignoring errors: the staging tree is deleted with it."""
         try:
             self._out.close()
-        except Exception:  # a broken file is deleted with the staging tree
+        except Exception:  # a broken file is deleted with the staging tree  # noqa: BLE001
             pass

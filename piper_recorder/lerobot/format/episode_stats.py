@@ -21,9 +21,9 @@ decoding its videos (differing from the live values only by compression loss).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
-from collections.abc import Iterable, Mapping
 
 import numpy as np
 

@@ -18,10 +18,10 @@ from piper_recorder.names import IMAGES_PREFIX
 __all__ = [
     "BOOKKEEPING",
     "COMBINED",
-    "FeatureSpec",
     "JOINTS",
     "POSE",
     "POSE_SLICES",
+    "FeatureSpec",
     "Slice",
     "combined_names",
     "combined_specs",

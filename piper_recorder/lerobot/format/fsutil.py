@@ -9,9 +9,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 from piper_recorder.storage.durable import fsync_dir, fsync_file  # noqa: F401 - called through this module (tests inject faults)
 

@@ -28,9 +28,9 @@ left out with a note.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -254,7 +254,7 @@ def compute(root: Path, cfg: FinalizeConfig) -> FinalizeResult:
     if combined is not None:
         if combined_matches:
             for out in (relative, delta):
-                out[combined] = {s: sum((out[k][s] for k in split_order), []) for s in STAT_KEYS}
+                out[combined] = {s: [v for k in split_order for v in out[k][s]] for s in STAT_KEYS}
         else:
             notes.append(f"'{combined}' is not {' + '.join(split_order)} concatenated; left out of both files")
     relative.update(obs_stats)

@@ -37,7 +37,6 @@ from ..format.features import BOOKKEEPING
 from ..writer import crash_repair, meta_builders
 from ..writer.config import WriterConfig
 
-
 RECOVERED_BY = "piper-recover"
 
 

@@ -30,6 +30,7 @@ tolerances); the writer's cached stats sketch, older than the parquet, is rebuil
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,7 +208,7 @@ def plan_file(
     if not pts:
         plan.reason = "no frames"
         return plan
-    if dts != pts or any(b <= a for a, b in zip(pts, pts[1:])):
+    if dts != pts or any(b <= a for a, b in itertools.pairwise(pts)):
         plan.reason = "frames are reordered (B-frames) or PTS not increasing; not a file this recorder wrote"
         return plan
     rows = _nominal_rows(pts, tb, ts, grid) if mode != "capture" else None

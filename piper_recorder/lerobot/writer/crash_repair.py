@@ -21,8 +21,8 @@ import logging
 import re
 import shutil
 import time
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..format import fsutil

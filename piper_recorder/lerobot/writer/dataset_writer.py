@@ -35,9 +35,9 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 import numpy as np
@@ -174,7 +174,8 @@ class LeRobotWriter:
                     ep.samplers[cam] = episode_stats.ImageSampler()
                     ep.encoders[cam].on_frame = ep.samplers[cam].offer
                 if self.cfg.save_raw_quest:
-                    ep.quest = open(staging / "quest.jsonl", "w", encoding="utf-8")
+                    # written until the save; _flush or _abort closes it
+                    ep.quest = open(staging / "quest.jsonl", "w", encoding="utf-8")  # noqa: SIM115
             except BaseException:
                 self._abort(ep)
                 raise

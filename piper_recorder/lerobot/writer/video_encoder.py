@@ -188,7 +188,7 @@ class VideoEncoder:
             # being deleted, and with no frame muxed PyAV never created one: nothing to persist then
             if self.frames and not self._aborted:
                 fsync_file(self.path)
-        except BaseException as e:  # surfaced to the caller by add()/finish()
+        except BaseException as e:  # surfaced to the caller by add()/finish()  # noqa: BLE001
             self._error = e
             log.error("encoder %s failed: %r", self.name, e)
             self._drain()
@@ -235,7 +235,7 @@ class VideoEncoder:
         self._thread.join()
         try:
             self._out.close()
-        except Exception:  # already closed or broken: nothing to keep
+        except Exception:  # already closed or broken: nothing to keep  # noqa: BLE001
             pass
 
     def _put_sentinel(self) -> None:

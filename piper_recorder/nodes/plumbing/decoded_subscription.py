@@ -9,7 +9,6 @@ from rclpy.node import Node
 
 from piper_recorder.cdr.decode import decode, warm_decoder
 
-
 # Message types whose subscriptions take the serialized bytes and decode them with ``cdr.decode``
 # (the bag converter's decoder) instead of rclpy's conversion: the graph's hot topics.
 DECODED_TYPES = frozenset(
@@ -73,7 +72,7 @@ def create_decoded_subscription(
     def on_serialized(data: bytes) -> None:
         try:
             msg = decode(data, name)
-        except Exception as exc:  # a payload the store cannot read: a counted drop, the executor goes on
+        except Exception as exc:  # a payload the store cannot read: a counted drop, the executor goes on  # noqa: BLE001
             bad.add(node, topic, exc)
             return
         callback(msg)

@@ -17,7 +17,6 @@ from rclpy.parameter import Parameter
 from piper_recorder.errors import PiperInputError
 from piper_recorder.recording.config import coerce_param
 
-
 C = TypeVar("C")
 
 

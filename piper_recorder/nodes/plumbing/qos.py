@@ -10,7 +10,6 @@ import math
 
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-
 #: Frames a live (best-effort) image subscriber keeps while its process is off the CPU: a third of a second
 #: at 30 fps. Shallower histories (``qos_profile_sensor_data``'s 5) lose frames on a busy 2-core machine.
 LIVE_IMAGE_DEPTH = 10

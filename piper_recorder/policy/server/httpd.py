@@ -157,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.connection.settimeout(self.server.client_timeout_s)  # every read and write of this connection
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
+    def log_message(self, format: str, *args: object) -> None:
         LOG.debug("%s " + format, self.address_string(), *args)
 
     def _send(self, status: int, body: bytes) -> None:
@@ -170,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._send(status, json.dumps({"error": message}).encode("utf-8"))
 
-    def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/info", "/health"):
             info = dict(self.server.runner.info())
@@ -202,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return b"".join(parts)
 
-    def do_POST(self) -> None:  # noqa: N802 (stdlib name)
+    def do_POST(self) -> None:
         if self.path.split("?", 1)[0].rstrip("/") != "/predict":
             self._error(404, f"no such endpoint {self.path!r} (POST /predict, GET /info)")
             return
@@ -229,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ProtocolError, RequestRefused) as e:
             self._error(400, str(e))
             return
-        except Exception as e:  # noqa: BLE001 - any model failure is answered, the server keeps serving
+        except Exception as e:
             LOG.exception("predict failed")
             self._error(500, f"{type(e).__name__}: {e}")
             return

@@ -319,5 +319,5 @@ class SpaceMouseInput:
             "layout": self.decoder.layout,
             "clutch": self.clutch_on,
             "gripper_closed": self.gripper_closed,
-            **{k: v for k, v in vars(self.counters).items()},
+            **dict(vars(self.counters).items()),
         }
