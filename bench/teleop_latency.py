@@ -58,9 +58,9 @@ import can
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
-from proc import ProcGroup  # noqa: E402  (test helper: real processes, always reaped)
+from support.proc import ProcGroup  # noqa: E402  (test helper: real processes, always reaped)
 
-from wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
+from support.wsclient import WebSocketClient  # noqa: E402  (test helper: the page's side of the WebSocket)
 
 from piper_recorder.graph.ports import free_port
 from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset  # noqa: E402

@@ -16,7 +16,7 @@ import uuid
 
 import numpy as np
 import pytest
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 
 def _status_values(arr) -> dict:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 rclpy = pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from support.recorder_rig import H, W, Rig  # noqa: E402

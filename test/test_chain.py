@@ -41,7 +41,7 @@ from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.quest.scripts import ScriptedHeadset  # noqa: E402
 from piper_recorder.teleop.frames import FrameConfig, remap_matrix  # noqa: E402
 from piper_recorder.teleop.rotations import angle_between, matrix_to_quat, quat_to_matrix  # noqa: E402
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 STALL_AT = 6.5  # script time of the SIGSTOP (engaged, moving)

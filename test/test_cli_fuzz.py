@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import yaml
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 
 from piper_recorder.bag.synth import SynthScenario, scenario_messages, write_bag
 from piper_recorder.cli import bag2dataset, dataset, finalize, validate, view

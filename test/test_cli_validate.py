@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ def test_whole_ms_root_fails_naming_the_worst_row_and_the_fix(tmp_path):
     """A root as recorders before issue 11 wrote it (time base 1/1000): at 30 fps two rows in three
     sit up to 1 ms after their frame, beyond LeRobot's 1e-4 s.
     """
-    from lerobot_fixtures import MS
+    from support.lerobot_fixtures import MS
 
     root = small_root(tmp_path / "r", lengths=(6, 5), time_base=MS)
     res = run(str(root))
@@ -119,7 +119,7 @@ def test_missing_path_and_unknown_file_exit_2(tmp_path):
 
 
 def test_hdf5_goes_to_rgbd_validator(tmp_path):
-    import rgbd_crash_worker as cw
+    from support import rgbd_crash_worker as cw
     from rgbd_writer import RgbdConfig, RgbdWriter
 
     good = tmp_path / "ok.hdf5"

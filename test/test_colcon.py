@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from proc import Proc
+from support.proc import Proc
 
 from piper_recorder.graph.executables import console_scripts
 

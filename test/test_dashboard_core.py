@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 from piper_recorder.dashboard.model import DashboardConfig, DashboardModel, is_loopback
 from piper_recorder.dashboard.page import render_page
 from piper_recorder.dashboard.rates import RateMeter

@@ -1,7 +1,7 @@
 """piper-dashboard on a hostile network and a graph that misbehaves (issue #21, items 3, 4, 5, 7).
 
 Real parts throughout: the dashboard's own HTTP server on loopback, raw sockets for the slow and
-vanishing clients, headless Chromium (test/browser.py) for the page. No ROS: statuses are fed to the
+vanishing clients, headless Chromium (test/support/browser.py) for the page. No ROS: statuses are fed to the
 model as the node would, as parsed JSON.
 """
 
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from browser import open_page
+from support.browser import open_page
 from piper_recorder.dashboard.model import DashboardConfig, DashboardModel
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
 

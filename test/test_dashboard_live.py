@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from browser import open_page
+from support.browser import open_page
 from piper_recorder.graph.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 from piper_recorder.dataset_edit import EditError, merge, retask, split
 from rgbd_writer import RgbdConfig, RgbdWriter
 

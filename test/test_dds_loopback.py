@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 from piper_recorder.graph.rosenv import DISCOVERY_RANGE, dds_features, loopback_env
 

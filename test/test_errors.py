@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 
 from piper_recorder import errors
 from piper_recorder.errors import (

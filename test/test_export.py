@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 from piper_recorder.lerobot.export import video_concat
 from piper_recorder.lerobot.export.operation import export
 from piper_recorder.lerobot.export.source import ExportError
@@ -472,7 +472,7 @@ def test_refusals_exit_2_with_a_clear_message(tmp_path):
         (root / "meta/episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
 
     def short_video(root):
-        from lerobot_fixtures import write_video
+        from support.lerobot_fixtures import write_video
 
         write_video(root / "videos/chunk-000/observation.images.cam_front/episode_000001.mp4", 25)
 

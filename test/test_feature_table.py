@@ -324,7 +324,7 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
     mapping apply as in the converter.
     """
     from geometry_msgs.msg import WrenchStamped
-    from proc import ProcGroup
+    from support.proc import ProcGroup
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from support.recorder_rig import Rig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lerobot_fixtures import random_episode, small_root, write_root
+from support.lerobot_fixtures import random_episode, small_root, write_root
 from piper_recorder.lerobot.maintenance.action_stats import FinalizeConfig, compute, finalize_root
 
 BIN = Path(sys.executable).parent

@@ -20,7 +20,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 from support.recorder_rig import H, W, Rig  # noqa: E402
 
 from piper_recorder.assembly.messages import stamp_to_ns  # noqa: E402

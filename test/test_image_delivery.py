@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMS = ["cam_front", "cam_wrist", "cam_side"]

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lerobot_fixtures import small_root
-from proc import ProcGroup
+from support.lerobot_fixtures import small_root
+from support.proc import ProcGroup
 
 from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_topic, image_key
 

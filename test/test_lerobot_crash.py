@@ -25,7 +25,7 @@ from piper_recorder.lerobot.writer import LeRobotWriter
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from lerobot_crash_worker import config  # noqa: E402
+from support.lerobot_crash_worker import config  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ class Zygote:
         self.stderr_path = log_dir / "crash_worker.stderr"
         self._stderr = open(self.stderr_path, "w")
         self.p = subprocess.Popen(
-            [sys.executable, str(HERE / "lerobot_crash_worker.py"), str(root)],
+            [sys.executable, str(HERE / "support" / "lerobot_crash_worker.py"), str(root)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

@@ -292,7 +292,7 @@ def test_validator_catches_bad_episodes_stats(tmp_path):
 
 def test_root_episode_stats_cached_and_recomputed(tmp_path):
     from piper_recorder.lerobot.format.episode_stats import root_episode_stats
-    from lerobot_fixtures import small_root
+    from support.lerobot_fixtures import small_root
 
     root = tmp_path / "ds"
     with LeRobotWriter(root, cfg()) as w:

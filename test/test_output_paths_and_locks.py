@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 from support.lerobot_data import tree_hashes
 
 pytestmark = pytest.mark.integration

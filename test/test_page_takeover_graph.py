@@ -23,8 +23,8 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
-from wsclient import WebSocketClient  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
+from support.wsclient import WebSocketClient  # noqa: E402
 
 from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.names import ARM_GO_HOME, COMMANDED_POSE, EEF_POSE, TELEOP_STATUS  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 from piper_recorder.policy.backend import ActionChunk, BackendError, BackendTimeout, Observation
 from piper_recorder.policy.spec import make_backend
 from piper_recorder.policy.binding import live_record, mismatches

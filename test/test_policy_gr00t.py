@@ -1,5 +1,5 @@
 """The gr00t backend against a GR00T N1.5 inference service built from the published schema
-(test/gr00t_test_server.py): round trip with the training root's modality keys, error answers,
+(test/support/gr00t_test_server.py): round trip with the training root's modality keys, error answers,
 timeouts (and recovery after one), api_token, the server's own modality config.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gr00t_test_server import Gr00tTestServer
+from support.gr00t_test_server import Gr00tTestServer
 from piper_recorder.policy.backend import BackendError, Observation, PolicyBackend
 from piper_recorder.policy.spec import make_backend
 from piper_recorder.policy.gr00t import Gr00tBackend

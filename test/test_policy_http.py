@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from policy_http_server import serve
+from support.policy_http_server import serve
 from piper_recorder.policy.backend import BackendError, BackendTimeout, Observation
 from piper_recorder.policy.spec import make_backend
 

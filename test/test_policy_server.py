@@ -21,7 +21,7 @@ import numpy.typing as npt
 import pytest
 from PIL import Image
 
-from policy_http_server import post
+from support.policy_http_server import post
 from piper_recorder.policy.server.httpd import PolicyHTTPServer, make_server
 from piper_recorder.policy.server.inputs import InputFeature, build_inputs
 from piper_recorder.policy.server.protocol import (

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from piper_recorder.policy.server.protocol import encode_request
-from policy_http_server import post
+from support.policy_http_server import post
 from support.consumers import BIN, SCRIPTS, consumer_env, consumer_python, tail
 
 ROOT = Path(__file__).resolve().parents[1]

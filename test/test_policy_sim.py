@@ -1,6 +1,6 @@
 """The policy node in the simulated graph, as separate processes (#13 proof).
 
-A /predict server written from the published schema (test/policy_http_server.py, its own process)
+A /predict server written from the published schema (test/support/policy_http_server.py, its own process)
 drives the emulated arm through the policy node while both recorders record; the rollout validates
 (piper-validate) and its episodes.jsonl names the policy. In the same graph: the binding check
 refuses a root recorded with other gains and lists them; the operator's grip takes over mid-chunk
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 from piper_recorder.graph.plan import plan_graph
 from piper_recorder.graph.ports import free_port
 from piper_recorder.teleop.limits import LimitsConfig
@@ -138,7 +138,7 @@ def call(s, srv: str, timeout: float = 20.0) -> tuple[bool, str]:
 
 def start_server(port: int, delay: float = 0.0) -> subprocess.Popen:
     p = subprocess.Popen(
-        [sys.executable, str(ROOT / "test" / "policy_http_server.py"), str(port), "--delay", str(delay)],
+        [sys.executable, str(ROOT / "test" / "support" / "policy_http_server.py"), str(port), "--delay", str(delay)],
         stdout=subprocess.PIPE,
         text=True,
     )

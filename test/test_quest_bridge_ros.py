@@ -15,7 +15,7 @@ import re
 import time
 
 import pytest
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 MONO_OFFSET = -500.0  # the sim headset clock = host CLOCK_MONOTONIC - 500 s
 MONO_OFFSET_2 = 3000.0  # after the simulated headset restart

@@ -15,7 +15,7 @@ rclpy = pytest.importorskip("rclpy")
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 
 from piper_recorder.process.delivery import link_health  # noqa: E402
 from piper_recorder.quest.sim_video import SimVideoServer  # noqa: E402

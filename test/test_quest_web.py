@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from browser import CHROMIUM_ARGS, chromium_path
+from support.browser import CHROMIUM_ARGS, chromium_path
 from piper_recorder.graph.install import config_path
 from piper_recorder.graph.plan import plan_graph
 from piper_recorder.graph.ports import free_port

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from browser import CHROMIUM_ARGS, chromium_path
+from support.browser import CHROMIUM_ARGS, chromium_path
 from piper_recorder.quest.web_server import WebConfig, WebRelay
 from support.waiting import wait_for
 

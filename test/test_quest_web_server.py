@@ -20,7 +20,7 @@ from piper_recorder.quest.protocol import Frame, Hello, Rejected, StreamParser
 from piper_recorder.quest.video import encode_frame as pcv1
 from piper_recorder.quest.web_server import ASSETS, WebConfig, WebRelay, asset, origin_allowed, web_hello
 from piper_recorder.quest.websocket import accept_key
-from wsclient import WebSocketClient
+from support.wsclient import WebSocketClient
 
 FRAME = {
     "t": 12.5,

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 
-from proc import BIN  # noqa: E402
+from support.proc import BIN  # noqa: E402
 
 from piper_recorder.assembly.messages import image_to_numpy, joint_positions  # noqa: E402
 

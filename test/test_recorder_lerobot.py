@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from support.recorder_rig import REC, Rig, episodes, recorder_args  # noqa: E402

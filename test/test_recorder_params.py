@@ -21,7 +21,7 @@ from rcl_interfaces.msg import Parameter as ParameterMsg  # noqa: E402
 from rcl_interfaces.msg import ParameterType, ParameterValue  # noqa: E402
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 from support.recorder_rig import H, W, Rig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from support.recorder_rig import H, W, Rig  # noqa: E402

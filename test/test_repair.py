@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lerobot_fixtures import FINE, MS, small_root, write_video
+from support.lerobot_fixtures import FINE, MS, small_root, write_video
 from piper_recorder.lerobot.format import fsutil
 from piper_recorder.lerobot.format.errors import DatasetError
 from piper_recorder.lerobot.maintenance.retime import repair_root

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 BIN = Path(sys.executable).parent
 # Position backend on the emulated arm, commanded vs measured EEF RMS after removing the best constant

@@ -15,7 +15,7 @@ from PIL import Image
 
 from rgbd_writer import codecs
 
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 
 # Encoding HTJ2K needs an imagecodecs with OpenJPH (codecs.HTJ2K_IMAGECODECS on; none for Python 3.10).
 NEEDS_HTJ2K = pytest.mark.skipif(

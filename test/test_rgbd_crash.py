@@ -19,7 +19,7 @@ from rgbd_writer import codecs
 from rgbd_writer.validate import validate_file
 from rgbd_writer import RgbdConfig, RgbdWriter
 
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def test_sigkill_at_random_instants(tmp_path):
     rolled_back = deletes = 0
     for k in range(KILLS):
         p = subprocess.Popen(
-            [sys.executable, str(ROOT / "test" / "rgbd_crash_worker.py"), path, str(committed)],
+            [sys.executable, str(ROOT / "test" / "support" / "rgbd_crash_worker.py"), path, str(committed)],
             stdout=subprocess.PIPE,
             text=True,
             env=env,

@@ -17,7 +17,7 @@ from rgbd_writer.errors import FileStateError
 from rgbd_writer.validate import validate_file
 from rgbd_writer import RgbdConfig, RgbdWriter
 
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TEST_DIR = Path(__file__).parent
@@ -27,7 +27,7 @@ TEST_DIR = Path(__file__).parent
 WORKER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[4])
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 from rgbd_writer.errors import FileStateError
 from rgbd_writer import RgbdConfig, RgbdWriter
 path, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -12,7 +12,7 @@ from rgbd_writer import codecs, reader
 from rgbd_writer.reader import RgbdFile, SequenceDataset, TransitionDataset, collate, split_episodes
 from rgbd_writer import RgbdConfig, RgbdWriter
 
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 
 N_EP = 4
 

@@ -16,7 +16,7 @@ from rgbd_writer import codecs, schema
 from rgbd_writer.validate import validate_file
 from rgbd_writer import RgbdConfig, RgbdWriter
 
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 
 
 @pytest.fixture(scope="module")

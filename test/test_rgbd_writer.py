@@ -14,7 +14,7 @@ from rgbd_writer.errors import EpisodeStateError, FileStateError, RgbdError, Sch
 from rgbd_writer.validate import validate_file
 from rgbd_writer import RgbdConfig, RgbdWriter
 
-import rgbd_crash_worker as cw
+from support import rgbd_crash_worker as cw
 
 H, W = cw.H, cw.W
 

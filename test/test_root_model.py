@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lerobot_fixtures import small_root
+from support.lerobot_fixtures import small_root
 from piper_recorder.errors import DatasetError, PiperInputError, SchemaError, is_input_error
 from piper_recorder.lerobot.format.root import Episode, Info, Modality, Root, Slice, Task, read_info
 

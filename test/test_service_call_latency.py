@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 pytest.importorskip("rclpy")
-PROBE = Path(__file__).with_name("service_probe.py")
+PROBE = Path(__file__).parent / "support" / "service_probe.py"
 CALLS = 40
 
 

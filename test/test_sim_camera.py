@@ -110,7 +110,7 @@ def _eef(t: float) -> np.ndarray:
 
 
 def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
-    from proc import ProcGroup
+    from support.proc import ProcGroup
 
     ros_domain.apply()
     import rclpy

@@ -27,7 +27,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 from support.spacemouse import FakeHidraw, buttons, trans  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from proc import ProcGroup
+from support.proc import ProcGroup
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402

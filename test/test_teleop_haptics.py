@@ -13,7 +13,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 from std_msgs.msg import String  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 from support.teleop_graph import FakeGraph  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 

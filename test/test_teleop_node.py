@@ -11,7 +11,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 from support.teleop_graph import ARM, FakeGraph  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("rclpy")  # ROS nodes or messages: skipped where ROS is not installed
 from std_msgs.msg import String  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 from support.recorder_rig import REC, Rig, episodes, recorder_args  # noqa: E402
 
 from piper_recorder.nodes.plumbing.stamps import ns_to_stamp  # noqa: E402

@@ -22,7 +22,7 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from proc import ProcGroup  # noqa: E402
+from support.proc import ProcGroup  # noqa: E402
 
 from piper_recorder.graph.ports import free_port  # noqa: E402
 from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerobot_fixtures import FINE, MS, grid_pts, small_root, write_video
+from support.lerobot_fixtures import FINE, MS, grid_pts, small_root, write_video
 from piper_recorder.lerobot.maintenance.action_stats import FinalizeConfig, finalize_root
 from piper_recorder.lerobot.validate import TimingSummary, validate_root
 
@@ -407,7 +407,7 @@ def test_each_corruption_is_reported(root, mutate, where, fragment):
 
 
 def test_empty_root_is_valid_until_an_episode_is_listed(tmp_path):
-    from lerobot_fixtures import write_root
+    from support.lerobot_fixtures import write_root
 
     root = write_root(tmp_path / "r", [], cameras=("cam_front",))
     assert json.loads((root / "meta/stats.json").read_text()) == {}
@@ -440,7 +440,7 @@ def test_finalize_output_checked_when_present(root):
 
 def test_chunked_root(tmp_path):
     """Episodes spread over chunks use the chunk number of the templates; totals count the chunks."""
-    from lerobot_fixtures import random_episode, write_root
+    from support.lerobot_fixtures import random_episode, write_root
 
     rng = np.random.default_rng(3)
     root = write_root(
@@ -454,7 +454,7 @@ def test_chunked_root(tmp_path):
 
 def test_writer_output_validates_and_finalizes(tmp_path):
     """The project's own writer, across a resume, a discard and a delete, against this independent validator."""
-    from lerobot_fixtures import random_episode
+    from support.lerobot_fixtures import random_episode
     from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 
     root = tmp_path / "w"

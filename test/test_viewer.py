@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from browser import open_page
-from lerobot_fixtures import small_root
+from support.browser import open_page
+from support.lerobot_fixtures import small_root
 
 pytestmark = pytest.mark.integration
 

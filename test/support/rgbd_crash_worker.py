@@ -1,6 +1,6 @@
 """Deterministic RGB-D episodes for the rgbd tests, and the writer loop the SIGKILL test kills.
 
-Run: ``python test/rgbd_crash_worker.py FILE START_EPISODE`` - keeps committing episodes, deleting
+Run: ``python test/support/rgbd_crash_worker.py FILE START_EPISODE`` - keeps committing episodes, deleting
 the last one now and then, closing and reopening the writer; prints ``OP commit|delete <episode>``
 before each operation and ``OK`` after it.
 """

@@ -24,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/, for the support package
 from piper_recorder.assembly.assembler import grid_timestamp  # noqa: E402
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig  # noqa: E402
 from support.lerobot_data import H, W, index_frame, row_values  # noqa: E402
