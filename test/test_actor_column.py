@@ -35,9 +35,9 @@ from piper_recorder.recording.config import (
 )
 from piper_recorder.recording.inputs import topic_map
 from piper_recorder.recording.router import INPUT, LATCHED, InputRouter
+from support.paths import ROOT
 
 pytestmark = pytest.mark.timeout(180)
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 STRING = "std_msgs/msg/String"
 COLUMN = "complementary_info.actor"

@@ -20,11 +20,11 @@ import pytest
 from support.proc import Proc
 
 from piper_recorder.graph.executables import console_scripts
+from support.paths import ROOT
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("colcon_core")
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "piper_recorder"
 SOURCES = ("package.xml", "setup.py", "setup.cfg", "resource", "launch", "config", "piper_recorder", "rgbd_writer")
 

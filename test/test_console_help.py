@@ -20,7 +20,6 @@ import pytest
 
 from piper_recorder.graph.executables import NODE_EXECUTABLES, TOOL_SCRIPTS, console_scripts
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
 

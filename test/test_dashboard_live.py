@@ -16,14 +16,13 @@ import secrets
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from support.browser import open_page
 from piper_recorder.graph.ports import free_port
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"
 W, H = 320, 240
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]

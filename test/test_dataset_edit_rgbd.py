@@ -19,11 +19,11 @@ import pytest
 from support import rgbd_crash_worker as cw
 from piper_recorder.dataset_edit import EditError, merge, retask, split
 from rgbd_writer import RgbdConfig, RgbdWriter
+from support.paths import ROOT
 
 pytestmark = pytest.mark.integration
 
-ROOT_DIR = Path(__file__).resolve().parents[1]
-BIN = ROOT_DIR / ".venv" / "bin"
+BIN = ROOT / ".venv" / "bin"
 
 
 def write(path: Path, seeds: list[int], **kw) -> None:

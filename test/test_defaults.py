@@ -32,9 +32,10 @@ from piper_recorder.recording.config import (
     rgbd_writer_config,
 )
 from support.node_configs import config_classes
+from support.paths import ROOT
 
 TIMING = ("timestamp_mode", "lateness_s")
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "config").glob("*.yaml"))
+CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
 
 
 def _default(cls, name):

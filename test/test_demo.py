@@ -21,8 +21,8 @@ import pytest
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.marker import find_marker
 from piper_recorder.params.params_file import read_params_file
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"
 W, H = 320, 240
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]

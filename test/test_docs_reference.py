@@ -6,12 +6,10 @@ exactly the pages in docs/ (`mkdocs build --strict` in `make docs` checks the li
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
+from support.paths import ROOT
 
 
 def _generator():

@@ -29,8 +29,8 @@ from piper_recorder.errors import (
     SchemaError,
     is_input_error,
 )
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 BUILTIN_EXCEPTIONS = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
 # An AssertionError on purpose: the teleop limit checks fail the way an `assert` does (tests and the

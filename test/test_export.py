@@ -26,11 +26,11 @@ from piper_recorder.lerobot.export.source import ExportError
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import H, W, frame_index_of, index_frame, row_values, tree_hashes
+from support.paths import ROOT
 
 FPS = 30
 CAMS = ("cam_front", "cam_wrist")
-ROOT_DIR = Path(__file__).resolve().parents[1]
-BIN = ROOT_DIR / ".venv" / "bin"
+BIN = ROOT / ".venv" / "bin"
 
 
 def record(root: Path, lengths: list[int], seed0: int = 0, cams=CAMS) -> None:
@@ -319,7 +319,7 @@ def test_sigkill_mid_export_leaves_previous_export(tmp_path):
     hashes = tree_hashes(out)
     record(src, [60] * 12, seed0=1)
     staging = tmp_path / ".v30.export-staging"
-    env = dict(os.environ, PYTHONPATH=str(ROOT_DIR))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen(
         [str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out), "-q"],
         env=env,

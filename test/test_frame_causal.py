@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import av
@@ -24,8 +23,7 @@ from piper_recorder.bag.synth import agilex_scenario, scenario_messages, write_b
 from piper_recorder.cli.bag2dataset import main as bag2dataset
 from piper_recorder.lerobot.validate import validate_root
 
-sys.path.insert(0, str(Path(__file__).parent))
-from support.frame_pairing import MS, PERIOD, assemble, camera, check  # noqa: E402
+from support.frame_pairing import MS, PERIOD, assemble, camera, check
 
 pytestmark = pytest.mark.timeout(180)
 W, H = 64, 48

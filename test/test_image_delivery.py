@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from support.lerobot_fixtures import small_root
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CAMS = ["cam_front", "cam_wrist", "cam_side"]
 WINDOW_S = 22.0
 MIN_DELIVERY = 0.995

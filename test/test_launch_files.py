@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,8 @@ from piper_recorder.params.derived import LAUNCH_SECTION
 from piper_recorder.params.params_file import read_params_file
 from piper_recorder.graph.executables import NODE_EXECUTABLES
 from support.node_configs import config_classes
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = {name: ROOT / "launch" / f"{name}.launch.py" for name in ("sim", "robot")}
 CONFIG = {name: ROOT / "config" / f"{name}.yaml" for name in ("sim", "robot")}
 OUR_NODES = ("quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video")

@@ -39,8 +39,8 @@ from support.launch_stub import (
     graph,
     install_realsense,
 )
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 OUR_NODES = {"quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder", "quest_video"}
 
 

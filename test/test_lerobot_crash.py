@@ -23,9 +23,8 @@ import pytest
 from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.lerobot.writer import LeRobotWriter
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from support.lerobot_crash_worker import config  # noqa: E402
+from support.lerobot_crash_worker import config
+from support.paths import ROOT, SUPPORT_DIR
 
 pytestmark = pytest.mark.integration
 
@@ -85,13 +84,11 @@ class Zygote:
     """
 
     def __init__(self, root: Path, version: str, log_dir: Path):
-        env = dict(
-            os.environ, PYTHONPATH=str(HERE.parent), OPENBLAS_NUM_THREADS="1", PIPER_TEST_LEROBOT_VERSION=version
-        )
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", PIPER_TEST_LEROBOT_VERSION=version)
         self.stderr_path = log_dir / "crash_worker.stderr"
         self._stderr = open(self.stderr_path, "w")
         self.p = subprocess.Popen(
-            [sys.executable, str(HERE / "support" / "lerobot_crash_worker.py"), str(root)],
+            [sys.executable, str(SUPPORT_DIR / "lerobot_crash_worker.py"), str(root)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

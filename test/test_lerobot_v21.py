@@ -18,11 +18,11 @@ from piper_recorder.lerobot.validate import validate_root
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from support.lerobot_data import read_jsonl_strict, read_table, row_values, tree_hashes
+from support.paths import ROOT
 
 FPS = 30
 STRIDE = 5  # the documented sample: video frames 0, 5, 10, ...
 CAMS = {"cam_front": (240, 320), "cam_wrist": (48, 64)}  # 320 px wide: LeRobot downsamples by 2
-ROOT_DIR = Path(__file__).resolve().parents[1]
 SIX = {"mean", "std", "min", "max", "q01", "q99"}
 
 
@@ -170,7 +170,7 @@ def gr00t_stats_rules(root: Path) -> None:
 
 
 def doctor(root: Path) -> None:
-    exe = ROOT_DIR / ".venv/bin/lerobot-doctor"
+    exe = ROOT / ".venv/bin/lerobot-doctor"
     if not exe.exists():
         exe = Path(shutil.which("lerobot-doctor") or "lerobot-doctor")
     r = subprocess.run(

@@ -19,10 +19,10 @@ from piper_recorder.lerobot.writer import stats_sketch
 from piper_recorder.lerobot.format.errors import BindingChangeError, DatasetError, EpisodeStateError, SchemaError
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, VideoConfig, WriterConfig
 from support.lerobot_data import H, W, decode_video, index_frame, read_jsonl_strict, read_table, row_values, tree_hashes
+from support.paths import ROOT
 
 FPS = 30
 CAMS = ("cam_front", "cam_wrist")
-ROOT_DIR = Path(__file__).resolve().parents[1]
 
 
 def config(**kw) -> WriterConfig:
@@ -282,7 +282,7 @@ def test_lerobot_doctor_and_validator_pass(tmp_path):
     with LeRobotWriter(root, config()) as w:
         for e in range(3):
             record(w, ["pick the cube", "stack"][e % 2], 110 + 7 * e, e, quest=1)
-    doctor = ROOT_DIR / ".venv/bin/lerobot-doctor"
+    doctor = ROOT / ".venv/bin/lerobot-doctor"
     if not doctor.exists():
         doctor = Path(shutil.which("lerobot-doctor") or "lerobot-doctor")
     r = subprocess.run(

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT, TEST_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("piper_recorder", "rgbd_writer")
 
 
@@ -466,7 +466,6 @@ def test_no_source_file_cites_an_issue():
 # The tests keep the same rule: what two test files share lives in the helper package test/support/ (or in
 # conftest.py's fixtures), never in one of the tests, so that a test module can move or go without breaking
 # another; a wait polls through the one support.waiting.wait_for, which says what timed out.
-TEST_DIR = ROOT / "test"
 
 
 @functools.cache

@@ -12,14 +12,13 @@ import importlib.metadata
 import re
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 from packaging.requirements import Requirement
 
 import piper_recorder
 from rgbd_writer import codecs
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # The keys rosdep resolves, with their source in ros/rosdistro. ROS packages: released for humble and jazzy
 # (<distro>/distribution.yaml, the repository named here).

@@ -33,8 +33,8 @@ import pytest
 from piper_recorder.policy.server.protocol import encode_request
 from support.policy_http_server import post
 from support.consumers import BIN, SCRIPTS, consumer_env, consumer_python, tail
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 30
 ROW = 40
 W, H = 160, 120

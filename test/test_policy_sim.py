@@ -25,8 +25,8 @@ from support.lerobot_fixtures import small_root
 from piper_recorder.graph.plan import plan_graph
 from piper_recorder.graph.ports import free_port
 from piper_recorder.teleop.limits import LimitsConfig
+from support.paths import ROOT, SUPPORT_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim.yaml"
 W, H = 320, 240
 pytestmark = pytest.mark.timeout(420)
@@ -138,7 +138,7 @@ def call(s, srv: str, timeout: float = 20.0) -> tuple[bool, str]:
 
 def start_server(port: int, delay: float = 0.0) -> subprocess.Popen:
     p = subprocess.Popen(
-        [sys.executable, str(ROOT / "test" / "support" / "policy_http_server.py"), str(port), "--delay", str(delay)],
+        [sys.executable, str(SUPPORT_DIR / "policy_http_server.py"), str(port), "--delay", str(delay)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -32,9 +32,9 @@ from piper_recorder.graph.supervisor import Graph
 from piper_recorder.quest.video import TINT_RECORDING
 from support.reports import read_report
 from support.waiting import wait_for
+from support.paths import ROOT
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
-ROOT = Path(__file__).resolve().parents[1]
 IWER = ROOT / "test" / "web" / "node_modules" / "iwer" / "build" / "iwer.js"
 RECORDERS = ("lerobot_recorder", "rgbd_recorder")
 # The emulated Quest 3, and a record of every haptic pulse that reaches its controllers' actuators.

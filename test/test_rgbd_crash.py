@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -20,10 +19,10 @@ from rgbd_writer.validate import validate_file
 from rgbd_writer import RgbdConfig, RgbdWriter
 
 from support import rgbd_crash_worker as cw
+from support.paths import ROOT, SUPPORT_DIR
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
 KILLS = 24
 
 
@@ -61,7 +60,7 @@ def test_sigkill_at_random_instants(tmp_path):
     rolled_back = deletes = 0
     for k in range(KILLS):
         p = subprocess.Popen(
-            [sys.executable, str(ROOT / "test" / "support" / "rgbd_crash_worker.py"), path, str(committed)],
+            [sys.executable, str(SUPPORT_DIR / "rgbd_crash_worker.py"), path, str(committed)],
             stdout=subprocess.PIPE,
             text=True,
             env=env,

@@ -18,9 +18,9 @@ from rgbd_writer.validate import validate_file
 from rgbd_writer import RgbdConfig, RgbdWriter
 
 from support import rgbd_crash_worker as cw
+from support.paths import TEST_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-TEST_DIR = Path(__file__).parent
 
 # A writer process: opens PATH, commits N episodes from FIRST, prints "ready", waits for a line on stdin
 # ("commit": one more episode then close; "hold": start an episode, add frames, print "mid", sleep).

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from support.proc import ProcGroup
+from support.paths import SUPPORT_DIR
 
 pytest.importorskip("rclpy")
-PROBE = Path(__file__).parent / "support" / "service_probe.py"
+PROBE = SUPPORT_DIR / "service_probe.py"
 CALLS = 40
 
 

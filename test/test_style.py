@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
 RUFF = Path(sys.executable).with_name("ruff")
 
 

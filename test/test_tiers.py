@@ -10,12 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import TEST_DIR
 
 pytestmark = pytest.mark.integration
-HERE = Path(__file__).resolve().parent
 
 CASES = """
 import subprocess, sys
@@ -49,8 +48,8 @@ def test_auto_marked_ros(ros_domain, request):
 
 
 def test_the_guard_fails_unmarked_process_and_dds_tests(tmp_path):
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "support").symlink_to(HERE / "support")  # the helper package its pytest_plugins load
+    shutil.copy(TEST_DIR / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "support").symlink_to(TEST_DIR / "support")  # the helper package its pytest_plugins load
     (tmp_path / "test_cases.py").write_text(CASES)
     p = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_cases.py"],

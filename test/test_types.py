@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_mypy_passes():

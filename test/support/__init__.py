@@ -5,6 +5,7 @@ test files need lives in this package, not in one of the tests. Fixtures every m
 through ``pytest_plugins`` in test/conftest.py.
 
 - ``waiting``: ``wait_for``, the suite's one polling wait (says what timed out, with the logs it is given)
+- ``paths``: the checkout's root, the test folder and this package, for tests in any folder of the tree
 - ``consumers``: the LeRobot consumer venvs, their environment and JSON reports
 - ``curation``, ``recorder_controller``: episodes through the recorders' episode controller (real writers;
   a fake LeRobot writer)

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 SCRIPTS = ROOT / "test" / "consumers"  # the scripts that run inside the consumer venvs
 

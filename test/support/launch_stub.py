@@ -12,8 +12,7 @@ import types
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import ROOT
 
 
 class Action:
