@@ -64,7 +64,7 @@ bench: $(STAMP)
 
 bootstrap: $(STAMP) web-test-deps
 
-# The headset page's CI test (test/test_quest_web.py) injects Meta's WebXR emulator (npm `iwer`, MIT) into
+# The headset page's CI test (test/system/test_quest_web.py) injects Meta's WebXR emulator (npm `iwer`, MIT) into
 # headless Chromium: pinned in test/web/package-lock.json, installed by `npm ci` into the git-ignored
 # test/web/node_modules (test-only; the page itself ships none of it).
 WEB_DEPS := test/web/node_modules/.installed
@@ -141,7 +141,7 @@ test-consumers: $(STAMP) consumers
 
 # A second distro's leg, as CI runs it (ROS_DISTRO=kilted make test-distro): the unit tier, DDS staying on loopback,
 # image delivery to every subscriber, and the demo.
-DISTRO_TESTS := test/test_dds_loopback.py test/test_image_delivery.py
+DISTRO_TESTS := test/system/test_dds_loopback.py test/system/test_image_delivery.py
 test-distro: $(STAMP)
 	$(BIN)/python -m pytest -q -m "$(UNIT_TIER)" test
 	$(BIN)/python -m pytest -q $(DISTRO_TESTS)

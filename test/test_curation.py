@@ -4,7 +4,7 @@ writers (LeRobot v2.0 root, RGB-D HDF5 file) driven by the recorders' own episod
 
 Every output is read back with independent readers (json, pyarrow, h5py, PyAV through our
 validator) and validated; the graph-level proof (service, headset chord, a stalled sim camera) is
-test/test_curation_graph.py.
+test/system/test_curation_graph.py.
 """
 
 from __future__ import annotations
