@@ -1,6 +1,6 @@
 """piper-policy-server's ROS-free parts in the project's venv (no torch): PiperPilot's /predict
 protocol both ways, the request -> input-feature mapping, the HTTP server over a stand-in runner.
-The real LeRobot checkpoint is served in test/test_policy_server_act.py (trainer venv).
+The real LeRobot checkpoint is served in test/policy/server/test_policy_server_act.py (trainer venv).
 """
 
 from __future__ import annotations
