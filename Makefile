@@ -110,7 +110,7 @@ $(STAMP): $(ROS_REQUIREMENTS) requirements/dev.txt setup.py setup.cfg package.xm
 	touch $(STAMP)
 
 # Consumer virtualenvs: real trainers (LeRobot 0.3.3 reads v2.x, 0.4.4 and 0.6.1 read v3.0) with torch, outside .venv
-# so the project's own environment stays free of torch. Built on demand (minutes, GBs); test/test_consumers.py drives
+# so the project's own environment stays free of torch. Built on demand (minutes, GBs); test/lerobot/test_consumers.py drives
 # them.
 CONSUMER_VENVS := .venv-lerobot03 .venv-lerobot04 .venv-lerobot06
 # LeRobot 0.6 requires Python >= 3.12; 0.3.3 and 0.4.4 run on 3.11 (the torch wheel this machine keeps is cp311).
@@ -137,7 +137,7 @@ consumer-system-deps:
 
 # The consumer tests alone (the venvs are built first); `make test` runs them too, skipping none.
 test-consumers: $(STAMP) consumers
-	$(BIN)/python -m pytest -q test/test_consumers.py
+	$(BIN)/python -m pytest -q test/lerobot/test_consumers.py
 
 # A second distro's leg, as CI runs it (ROS_DISTRO=kilted make test-distro): the unit tier, DDS staying on loopback,
 # image delivery to every subscriber, and the demo.

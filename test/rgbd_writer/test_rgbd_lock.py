@@ -18,7 +18,7 @@ from rgbd_writer.validate import validate_file
 from rgbd_writer import RgbdConfig, RgbdWriter
 
 from support import rgbd_crash_worker as cw
-from support.paths import TEST_DIR
+from support.paths import ROOT, SUPPORT_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 WORKER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[4])
-from support import rgbd_crash_worker as cw
+import rgbd_crash_worker as cw
 from rgbd_writer.errors import FileStateError
 from rgbd_writer import RgbdConfig, RgbdWriter
 path, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -57,7 +57,8 @@ elif cmd == "hold":
 
 def writer(path: Path, first: int, n: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(path), str(first), str(n), str(TEST_DIR)],
+        [sys.executable, "-c", WORKER, str(path), str(first), str(n), str(SUPPORT_DIR)],
+        cwd=ROOT,  # -c puts the cwd first on sys.path: the checkout's rgbd_writer, not test/rgbd_writer/ (its tests)
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
