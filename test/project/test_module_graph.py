@@ -5,7 +5,7 @@ subpackages, and one place per concept (each shared helper defined once, names a
 Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:``, inside a function
 (a lazy import is still a dependency, and a cycle through one is still a cycle), and ``importlib.import_module``
 of a literal name. The tests keep the same rules: no module imports a test module, every ``test_*``
-file holds tests, and one polling wait.
+file holds tests, one polling wait, and the test tree mirrors the source tree.
 """
 
 from __future__ import annotations
@@ -532,3 +532,64 @@ def test_one_polling_wait_in_the_tests():
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names
     ]
     assert [w.partition(":")[0] for w in where] == ["test/support/waiting.py"], where
+
+
+# The test tree mirrors the source tree: the tests of piper_recorder/<package>/ (at any depth: lerobot/writer/)
+# live in test/<package>/, those of rgbd_writer/ in test/rgbd_writer/, so the tests of a module are found where
+# its path says. Two folders mirror no package: test/project/ for the repository's own rules (architecture,
+# style, types, tiers, packaging, launch files, configs, docs) and test/system/ for the graph as a whole
+# (several nodes as real processes, end to end). Helpers live in test/support/, the scripts the consumer venvs
+# run in test/consumers/; neither holds a test, and no test folder holds a helper.
+TEST_FOLDERS = {"project": "the repository's own rules", "system": "the graph as a whole, end to end"}
+HELPER_FOLDERS = {"support", "consumers"}
+
+
+def _mirrored_source(folder: Path) -> Path:
+    """The source folder a test folder stands for (``test/lerobot/writer`` -> ``piper_recorder/lerobot/writer``,
+    ``test/rgbd_writer`` -> ``rgbd_writer``); it mirrors a package when that folder is one.
+    """
+    parts = folder.relative_to(TEST_DIR).parts
+    return ROOT.joinpath(*parts) if parts[0] in PACKAGES else ROOT.joinpath("piper_recorder", *parts)
+
+
+def _misplaced(path: Path) -> str | None:
+    """Why a file of the test tree is not where the layout puts it, or None."""
+    rel = path.relative_to(TEST_DIR)
+    top = rel.parts[0]
+    if len(rel.parts) == 1:
+        if path.name == "conftest.py":
+            return None
+        return (
+            "at the top of test/: a test goes in the folder of the package it tests (test/<package>/), "
+            "test/project/ or test/system/; a helper in test/support/"
+        )
+    if top in HELPER_FOLDERS:
+        return f"a test in test/{top}/, which holds helpers only" if path.name.startswith("test_") else None
+    if not path.name.startswith("test_"):
+        return "a helper module beside the tests: helpers live in test/support/ (imported as support.<name>)"
+    if top in TEST_FOLDERS:
+        return None if len(rel.parts) == 2 else f"in a subfolder of test/{top}/, which has none"
+    source = _mirrored_source(path.parent)
+    if not (source / "__init__.py").is_file():
+        return (
+            f"{path.parent.relative_to(ROOT)}/ mirrors no source package ({source.relative_to(ROOT)}/ is none): "
+            f"name the folder after the package the test is about, or use test/project/ "
+            f"({TEST_FOLDERS['project']}) or test/system/ ({TEST_FOLDERS['system']})"
+        )
+    return None
+
+
+def test_the_test_tree_mirrors_the_source_tree():
+    found = [f"{p.relative_to(ROOT)}: {why}" for p in _test_tree_files() if (why := _misplaced(p))]
+    assert found == [], "\n".join(found)
+
+
+def test_test_module_names_are_unique():
+    """Test modules are imported by their file names (the test folders are not packages): two test files of
+    the same name in different folders would stop the collection.
+    """
+    seen: dict[str, list[str]] = {}
+    for p in _test_tree_files():
+        if p.name.startswith("test_"):
+            seen.setdefault(p.name, []).append(str(p.relative_to(ROOT)))
+    assert {n: ps for n, ps in seen.items() if len(ps) > 1} == {}
