@@ -66,7 +66,7 @@ bench: $(STAMP)
 
 bootstrap: $(STAMP) web-test-deps
 
-# The headset page's CI test (test/test_quest_web.py) injects Meta's WebXR emulator (npm `iwer`, MIT) into
+# The headset page's CI test (test/system/test_quest_web.py) injects Meta's WebXR emulator (npm `iwer`, MIT) into
 # headless Chromium: pinned in test/web/package-lock.json, installed by `npm ci` into the git-ignored
 # test/web/node_modules (test-only; the page itself ships none of it).
 WEB_DEPS := test/web/node_modules/.installed
@@ -112,7 +112,7 @@ $(STAMP): $(ROS_REQUIREMENTS) requirements/dev.txt setup.py setup.cfg package.xm
 	touch $(STAMP)
 
 # Consumer virtualenvs: real trainers (LeRobot 0.3.3 reads v2.x, 0.4.4 and 0.6.1 read v3.0) with torch, outside .venv
-# so the project's own environment stays free of torch. Built on demand (minutes, GBs); test/test_consumers.py drives
+# so the project's own environment stays free of torch. Built on demand (minutes, GBs); test/lerobot/test_consumers.py drives
 # them.
 CONSUMER_VENVS := .venv-lerobot03 .venv-lerobot04 .venv-lerobot06
 # LeRobot 0.6 requires Python >= 3.12; 0.3.3 and 0.4.4 run on 3.11 (the torch wheel this machine keeps is cp311).
@@ -139,11 +139,11 @@ consumer-system-deps:
 
 # The consumer tests alone (the venvs are built first); `make test` runs them too, skipping none.
 test-consumers: $(STAMP) consumers
-	$(BIN)/python -m pytest -q test/test_consumers.py
+	$(BIN)/python -m pytest -q test/lerobot/test_consumers.py
 
 # A second distro's leg, as CI runs it (ROS_DISTRO=kilted make test-distro): the unit tier, DDS staying on loopback,
 # image delivery to every subscriber, and the demo.
-DISTRO_TESTS := test/test_dds_loopback.py test/test_image_delivery.py
+DISTRO_TESTS := test/system/test_dds_loopback.py test/system/test_image_delivery.py
 test-distro: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 	$(BIN)/python -m pytest -q $(DISTRO_TESTS)

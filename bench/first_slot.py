@@ -1,6 +1,6 @@
 """First-slot repeats and drops of a jittery row-rate camera, through the real recorder core.
 
-Simulates what ``test/test_frame_jitter_live.py`` does with real processes, with the real
+Simulates what ``test/system/test_frame_jitter_live.py`` does with real processes, with the real
 ``EpisodeController`` (pre-roll, idle frames, assembler, phase tracker, ``pick``) and a sink that keeps
 each row's frame stamp: a camera at the row rate whose captures are delayed by a uniform 0..20 ms (the
 sim camera's ``jitter_ms: 20``), frames arriving ``--latency-ms`` (the sim camera's render latency) plus

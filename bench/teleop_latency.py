@@ -58,12 +58,12 @@ import can
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
-from proc import ProcGroup
-from wsclient import WebSocketClient
-
 from piper_recorder.graph.ports import free_port
 from piper_recorder.graph.rosenv import lease_domain
 from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset
+
+from support.proc import ProcGroup
+from support.wsclient import WebSocketClient
 
 RATE = 90.0
 STEP_M = 0.01  # XR x step (m) -> robot y step of the same size

@@ -5,7 +5,7 @@
 - names.md: the graph's topics and the camera topic patterns, read from ``piper_recorder.names``;
 - services.md: every node's services (``piper_recorder.names.SERVICES``, the names the nodes create).
 
-``make docs`` runs it before ``mkdocs build``; test/test_docs_reference.py checks that the committed pages
+``make docs`` runs it before ``mkdocs build``; test/project/test_docs_reference.py checks that the committed pages
 equal what it generates. Usage: ``python docs/gen_reference.py [--check]``.
 """
 

@@ -25,7 +25,10 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "test"))
+# test/ for the helper package (``support``), then the checkout itself, as ``python -m pytest`` from the root
+# has it: test/rgbd_writer/ (the tests of rgbd_writer) would otherwise be found on test/'s entry as an empty
+# namespace package in place of the real one when pytest runs from another directory.
+sys.path[:0] = [str(ROOT / "test"), str(ROOT)]
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.pop("ROS_LOCALHOST_ONLY", None)
 

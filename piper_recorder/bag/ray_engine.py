@@ -117,7 +117,7 @@ def _loopback_node(ray: ModuleType) -> Iterator[None]:
     ``::`` and, for the runtime-env agent, on the host's network address. With
     ``ray_constants.ENABLE_RAY_CLUSTER`` off the node address is the loopback address (read by the
     driver here, at start-up only: later processes get it from their node) and everything binds
-    127.0.0.1 (checked in test/test_bag_ray.py with the kernel's socket table). The environment
+    127.0.0.1 (checked in test/bag/test_bag_ray.py with the kernel's socket table). The environment
     variable carries it to the processes started now; both are restored after.
     """
     constants = importlib.import_module("ray._private.ray_constants")

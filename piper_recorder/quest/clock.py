@@ -7,7 +7,7 @@ Each frame gives one observation ``d = host_recv_ns - mono_ns = offset + delay``
 
 Accuracy: the estimate is late by exactly the minimum one-way delay of the window (unobservable
 without a round trip; for adb over USB it is sub-millisecond), plus headset/host drift within the
-window (50 ppm over 10 s = 0.5 ms). Measured figures are in test/test_quest_clock.py and the report.
+window (50 ppm over 10 s = 0.5 ms). Measured figures are in test/quest/test_quest_clock.py and the report.
 
 Clock jumps: a headset reboot/reconnect (``reset()`` from the client), the headset clock going
 backwards, or a consistent jump of the host clock (every observation for at least ``jump_confirm_s``

@@ -5,6 +5,7 @@ test files need lives in this package, not in one of the tests. Fixtures every m
 through ``pytest_plugins`` in test/conftest.py.
 
 - ``waiting``: ``wait_for``, the suite's one polling wait (says what timed out, with the logs it is given)
+- ``paths``: the checkout's root, the test folder and this package, for tests in any folder of the tree
 - ``consumers``: the LeRobot consumer venvs, their environment and JSON reports
 - ``curation``, ``recorder_controller``: episodes through the recorders' episode controller (real writers;
   a fake LeRobot writer)
@@ -16,4 +17,15 @@ through ``pytest_plugins`` in test/conftest.py.
 - ``operator_node``, ``reports``, ``recorder_rig``, ``teleop_graph``: the ROS side of graph tests (an operator
   node, the sim headset's report, a synthetic arm and cameras, the graph around a teleop process)
 - ``teleop_mapper``, ``teleop_session``, ``spacemouse``, ``quest_hellos``: teleop and input fixtures
+- ``lerobot_fixtures``: tiny LeRobot v2.0 roots written straight from the spec (not by the writer)
+- ``proc``: project console scripts as real processes, always reaped (the benches import it too)
+- ``browser``, ``wsclient``: headless Chromium for page tests; a raw-socket WebSocket client (the page's side)
+- ``gr00t_test_server``, ``policy_http_server``: inference services written from the published schemas (the
+  latter also run as a process of its own by the sim graph's policy test)
+
+Scripts the tests run as processes of their own (``python test/support/NAME.py ...``), importable too:
+
+- ``lerobot_crash_worker``, ``rgbd_crash_worker``: the writers' loops the SIGKILL tests kill (the RGB-D one
+  also holds the deterministic episodes the rgbd tests share)
+- ``service_probe``: a Trigger service and its fresh-client callers
 """

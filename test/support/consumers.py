@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import ROOT
+
 BIN = ROOT / ".venv" / "bin"
 SCRIPTS = ROOT / "test" / "consumers"  # the scripts that run inside the consumer venvs
 

@@ -5,6 +5,7 @@ counters say what the rows hold and that no row holds a capture from after it.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -80,7 +81,7 @@ def assemble(stamps, seconds, mode="nominal", depth=False, transport=None, laten
 def check(pairs, stamps, c):
     """What the counters say equals what the rows hold: repeats, drops; returns the offsets (ns)."""
     used = [s for _, s in pairs]
-    repeats = sum(1 for a, b in zip(used, used[1:]) if a == b)
+    repeats = sum(1 for a, b in itertools.pairwise(used) if a == b)
     assert used == sorted(used)
     drops = sum(1 for s in stamps if used[0] < s < used[-1] and s not in set(used))
     assert c.frames_repeated["cam"] == repeats and c.frames_dropped["cam"] == drops

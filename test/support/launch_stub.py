@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import ROOT
 
 
 class Action:
@@ -123,5 +123,5 @@ def graph(name: str, **args: str) -> list[Action]:
     spec.loader.exec_module(mod)
     (ld,) = mod.generate_launch_description().args
     (opaque,) = [a for a in ld if isinstance(a, OpaqueFunction)]
-    context = {k: "" for k in LAUNCH_ARGUMENTS} | args
+    context = dict.fromkeys(LAUNCH_ARGUMENTS, "") | args
     return opaque.kwargs["function"](context)

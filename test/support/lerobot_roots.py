@@ -16,9 +16,11 @@ import pyarrow.parquet as pq
 from piper_recorder.assembly.assembler import grid_timestamp
 from piper_recorder.lerobot.writer import CameraSpec, LeRobotWriter, WriterConfig
 from piper_recorder.lerobot.writer.video_encoder import VideoConfig
-from support.lerobot_data import H, W, frame_index_of, index_frame, row_values
 
-BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
+from support.lerobot_data import H, W, frame_index_of, index_frame, row_values
+from support.paths import ROOT
+
+BIN = ROOT / ".venv" / "bin"
 FPS = 30
 CAMS = ("cam_front", "cam_wrist")
 TASKS = ("pick", "place", "stack")

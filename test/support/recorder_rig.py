@@ -76,7 +76,7 @@ class Rig:
             lambda m: self.events.append(json.loads(m.data)),
             QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE),
         )
-        self.frames_published = {c: 0 for c in cams}
+        self.frames_published = dict.fromkeys(cams, 0)
         self._rng = np.random.default_rng(0)
         self.paused = threading.Event()
         self._stop = threading.Event()

@@ -25,7 +25,7 @@ VIDEO_KEY_PREFIX = IMAGES_PREFIX  # piper_recorder.names: observation.images.<ca
 # spec writes, "quaternion" as GR00T N1.5's schema names it); GR00T accepts a few more (validate.py).
 ROTATION_TYPES = ("quat_wxyz", "quaternion")
 
-# The meta/ files, named here only (test/test_module_graph.py): paths relative to the root (``root / INFO``);
+# The meta/ files, named here only (test/project/test_module_graph.py): paths relative to the root (``root / INFO``);
 # code and messages use these names, never the file names spelt out.
 META_DIR = "meta"
 INFO = f"{META_DIR}/info.json"  # version, rate, totals, path templates, features

@@ -1,0 +1,236 @@
+"""Sim camera: geometry, rendering and marker finding (pure), and the node's topics, encodings,
+stamps and EEF-at-stamp rendering (a real piper-sim-camera process).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from piper_recorder.sim.camera import Intrinsics, PinholeCamera
+from piper_recorder.sim.faults import FaultPlan
+from piper_recorder.sim.history import PoseHistory
+from piper_recorder.sim.marker import find_marker
+from piper_recorder.sim.scene import FAR_MM, SceneRenderer
+
+FRONT = ([0.9, 0.0, 0.45], [0.25, 0.0, 0.15])
+
+
+def test_projection_of_optical_axis_and_offsets():
+    k = Intrinsics.default(640, 480)
+    cam = PinholeCamera.looking_at(k, *FRONT)
+    u, v, z = cam.project(FRONT[1])
+    assert (u, v) == pytest.approx((k.cx, k.cy), abs=1e-6)
+    assert z == pytest.approx(np.linalg.norm(np.subtract(FRONT[1], FRONT[0])))
+    # the camera looks along -x (z up), so +y in the base frame is image-right
+    u2, _, _ = cam.project([0.25, 0.1, 0.15])
+    assert u2 > u
+    u3, v3, _ = cam.project([0.25, 0.0, 0.30])  # higher in the world -> smaller v (image up)
+    assert v3 < v and u3 == pytest.approx(u, abs=1e-6)
+    assert math.isnan(cam.project([2.0, 0.0, 0.45])[0])  # behind the camera
+
+
+def test_render_marker_and_depth_consistent():
+    cam = PinholeCamera.looking_at(Intrinsics.default(320, 240), *FRONT)
+    r = SceneRenderer(cam)
+    rgb0, depth0 = (a.copy() for a in r.render(None))
+    assert find_marker(rgb0) is None
+    assert depth0.min() > 0 and depth0.max() <= FAR_MM
+    p = np.array([0.3, 0.08, 0.25])
+    rgb, depth = r.render(p)
+    u, v, z = cam.project(p)
+    found = find_marker(rgb)
+    assert found is not None and abs(found[0] - u) < 1.0 and abs(found[1] - v) < 1.0
+    assert depth[round(v), round(u)] == round(z * 1000)
+    assert depth[round(v), round(u)] < depth0[round(v), round(u)]  # marker is in front of the table
+    assert r.render(np.array([0.25, 5.0, 0.2]))[0].tolist() == rgb0.tolist()  # out of view: no marker
+    stale_rgb, _ = r.render(p, stale=True)  # pose not known at the capture time: yellow, not red
+    assert find_marker(stale_rgb) is None
+    su, sv = find_marker(stale_rgb, stale=True)
+    assert abs(su - u) < 1.0 and abs(sv - v) < 1.0
+    assert find_marker(r.render(p)[0], stale=True) is None
+
+
+def test_find_marker_survives_h264():
+    av = pytest.importorskip("av")
+    import io
+
+    cam = PinholeCamera.looking_at(Intrinsics.default(320, 240), *FRONT)
+    r = SceneRenderer(cam)
+    buf = io.BytesIO()
+    points = [np.array([0.25 + 0.01 * i, 0.1 - 0.02 * i, 0.2 + 0.01 * i]) for i in range(10)]
+    with av.open(buf, "w", format="mp4") as out:
+        s = out.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt = 320, 240, "yuv420p"
+        s.options = {"crf": "23", "preset": "veryfast"}
+        for p in points:
+            for pkt in s.encode(av.VideoFrame.from_ndarray(r.render(p)[0], format="rgb24")):
+                out.mux(pkt)
+        for pkt in s.encode():
+            out.mux(pkt)
+    buf.seek(0)
+    with av.open(buf) as inp:
+        frames = [f.to_ndarray(format="rgb24") for f in inp.decode(video=0)]
+    assert len(frames) == len(points)
+    for f, p in zip(frames, points):
+        u, v, _ = cam.project(p)
+        found = find_marker(f)
+        assert found is not None and math.hypot(found[0] - u, found[1] - v) < 1.5
+
+
+def test_pose_history_interpolates_and_holds_ends():
+    h = PoseHistory()
+    assert h.at(5) is None
+    h.add(100, [0, 0, 0])
+    h.add(200, [1, 2, 3])
+    h.add(150, [9, 9, 9])  # out of order: ignored
+    assert h.at(150).tolist() == [0.5, 1.0, 1.5]
+    assert h.at(50).tolist() == [0, 0, 0] and h.at(300).tolist() == [1, 2, 3]
+
+
+def test_fault_plan():
+    f = FaultPlan(pause_at_s=1.0, pause_s=0.5, drop_every_n=3, origin_s=10.0)
+    assert not f.paused(10.9) and f.paused(11.0) and f.paused(11.49) and not f.paused(11.5)
+    assert [f.dropped(i) for i in range(6)] == [False, False, True, False, False, True]
+    assert FaultPlan().jitter_s() == 0.0
+    with pytest.raises(ValueError):
+        FaultPlan(pause_s=-1)
+
+
+# ---- the node as a real process ------------------------------------------------------------------
+
+
+def _eef(t: float) -> np.ndarray:
+    """A fast circle so that a one-frame misalignment is many pixels."""
+    return np.array([0.28 + 0.08 * math.cos(2.0 * t), 0.10 * math.sin(2.0 * t), 0.22])
+
+
+def test_node_topics_stamps_and_marker_at_stamp(ros_domain, tmp_path):
+    from support.proc import ProcGroup
+
+    ros_domain.apply()
+    import rclpy
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import CameraInfo, Image
+
+    from piper_recorder.assembly.messages import stamp_to_ns
+    from piper_recorder.nodes.plumbing.stamps import ns_to_stamp
+
+    with ProcGroup(ros_domain.env(), tmp_path) as procs:
+        cam_proc = procs.start(
+            "piper-sim-camera",
+            "--ros-args",
+            "-r",
+            "__node:=cam_t",
+            "-p",
+            "width:=320",
+            "-p",
+            "height:=240",
+            "-p",
+            "fps:=30.0",
+            "-p",
+            "pose_wait_ms:=1000.0",
+        )
+        ctx = rclpy.Context()
+        rclpy.init(context=ctx)
+        node = rclpy.create_node("probe", context=ctx)
+        got: dict[str, list] = {"color": [], "depth": [], "info": []}
+        node.create_subscription(Image, "/cam_t/color/image_raw", lambda m: got["color"].append(m), 50)
+        node.create_subscription(Image, "/cam_t/aligned_depth_to_color/image_raw", lambda m: got["depth"].append(m), 50)
+        node.create_subscription(CameraInfo, "/cam_t/color/camera_info", lambda m: got["info"].append(m), 50)
+        pub = node.create_publisher(PoseStamped, "/arm/eef_pose", 50)
+        ex = SingleThreadedExecutor(context=ctx)
+        ex.add_node(node)
+        t0 = time.time()
+        stop = threading.Event()
+
+        def publish_poses():  # 200 Hz, stamped with the time the pose is "measured"
+            while not stop.is_set():
+                now = time.time_ns()
+                p = _eef(now / 1e9 - t0)
+                msg = PoseStamped()
+                msg.header.stamp = ns_to_stamp(now)
+                msg.header.frame_id = "arm_base"
+                msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(x) for x in p)
+                msg.pose.orientation.w = 1.0
+                pub.publish(msg)
+                time.sleep(0.005)
+
+        th = threading.Thread(target=publish_poses, daemon=True)
+        th.start()
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline and len(got["color"]) < 45:
+                ex.spin_once(timeout_sec=0.05)
+                assert cam_proc.alive(), procs.logs()
+        finally:
+            stop.set()
+            th.join()
+            node.destroy_node()
+            rclpy.shutdown(context=ctx)
+        assert len(got["color"]) >= 45, procs.logs()
+        color = got["color"][10:]  # skip frames rendered before the pose stream settled
+        assert all(m.encoding == "rgb8" and m.width == 320 and m.height == 240 and m.step == 960 for m in color)
+        depth_by_stamp = {stamp_to_ns(m.header.stamp): m for m in got["depth"]}
+        assert all(m.encoding == "16UC1" and m.step == 640 for m in got["depth"])
+        info = got["info"][-1]
+        k = Intrinsics.default(320, 240)
+        assert list(info.k) == pytest.approx(k.k_matrix())
+        cam = PinholeCamera.looking_at(k, *FRONT)
+        gaps = np.diff([stamp_to_ns(m.header.stamp) for m in color]) / 1e9
+        # stamps lie on a steady 1/fps grid: gaps are whole periods (several when a loaded machine stalls)
+        periods = gaps * 30
+        assert np.all(np.abs(periods - np.round(periods)) < 0.05) and np.all(periods > 0.5), gaps
+        errors, shifted = [], []
+        paired = [m for m in color if stamp_to_ns(m.header.stamp) in depth_by_stamp]  # same capture, same stamp
+        assert len(paired) >= len(color) - 3  # the last depth images may still be in flight
+        for m in paired:
+            s = stamp_to_ns(m.header.stamp)
+            rgb = np.frombuffer(bytes(m.data), np.uint8).reshape(240, 320, 3)
+            u, v = find_marker(rgb)
+            pu, pv, z = cam.project(_eef(s / 1e9 - t0))
+            errors.append(math.hypot(u - pu, v - pv))
+            su, sv, _ = cam.project(_eef(s / 1e9 - t0 - 1 / 30))
+            shifted.append(math.hypot(u - su, v - sv))
+            d = np.frombuffer(bytes(depth_by_stamp[s].data), np.uint16).reshape(240, 320)
+            assert abs(int(d[round(v), round(u)]) - z * 1000) < 15  # marker depth = optical depth (mm)
+        # the marker is the EEF at the frame stamp, far better than one frame off
+        assert np.median(errors) < 1.5 and max(errors) < 3.0, (errors, procs.logs())
+        assert np.median(shifted) > 3 * max(np.median(errors), 0.5)
+
+
+def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain):
+    """sim_camera's writers are a real camera's: the profiles the launch sets on realsense2_camera (its images
+    reliable keep-last 10, the aligned depth with the colour stream's QoS as the driver does), so what the
+    graph tests measure (test_image_delivery) holds for the robot.
+    """
+    ros_domain.apply()
+    import rclpy
+    from rclpy.qos import QoSPresetProfiles, ReliabilityPolicy
+
+    from piper_recorder.graph.realsense import REALSENSE_QOS
+    from piper_recorder.nodes.sim_camera import SimCamera
+
+    rclpy.init(args=["--ros-args", "-r", "__node:=cam_q", "-p", "width:=64", "-p", "height:=48"])
+    try:
+        node = SimCamera()
+        try:
+            for pub, key in (
+                (node.pub_color, "color_qos"),
+                (node.pub_depth, "color_qos"),
+                (node.pub_color_info, "color_info_qos"),
+                (node.pub_depth_info, "color_info_qos"),
+            ):
+                assert pub.qos_profile == QoSPresetProfiles[REALSENSE_QOS[key]].value, (pub.topic_name, key)
+            assert node.pub_color.qos_profile.depth == 10
+            assert node.pub_color.qos_profile.reliability == ReliabilityPolicy.RELIABLE
+        finally:
+            node.on_shutdown()
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()

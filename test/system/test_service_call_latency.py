@@ -1,0 +1,41 @@
+"""Calls from fresh service clients answer at once under the shipped Fast DDS profile.
+
+`ros2 service call` (how users drive episodes), the launcher and the tests each make a new client
+per call. With a profile whose writers suppress NACKs after a send (``nack_supression_duration``
+100 ms), 9 of 40 such calls took 3.0 s, Fast DDS's heartbeat period; with the default every one
+answered within 0.1 s (config/fastdds_loopback.xml says why the profile keeps the default).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from support.paths import SUPPORT_DIR
+from support.proc import ProcGroup
+
+pytest.importorskip("rclpy")
+PROBE = SUPPORT_DIR / "service_probe.py"
+CALLS = 40
+
+
+def test_fresh_client_service_calls_answer_within_a_second(ros_domain, tmp_path):
+    env = ros_domain.env()
+    name = "/probe/trigger"
+    with ProcGroup(env, tmp_path) as procs:
+        procs.start(sys.executable, str(PROBE), "server", name, name="probe_server")
+        out = subprocess.run(
+            [sys.executable, str(PROBE), "calls", name, str(CALLS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
+    seconds = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    assert len(seconds) == CALLS
+    slow = [s for s in seconds if s is None or s > 1.0]
+    assert not slow, f"{len(slow)} of {CALLS} calls took over 1 s: {slow}"
