@@ -342,6 +342,9 @@ class RecorderNode(Node):
         st = self.controller.status(now_ns(self))
         st["images_received"] = self._images_received
         st["images_required"] = {"min_delivery": RECORDER_MIN_DELIVERY}
+        actor = self.policy_log.actor()
+        if actor is not None:  # who drives the arm, as this recorder has heard it (the rows' actor column)
+            st["actor"] = actor
         if self.router.rejected:
             st["frames_wrong_size"] = dict(self.router.rejected)
         if self.decode_errors.counts:

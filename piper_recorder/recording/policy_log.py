@@ -51,6 +51,11 @@ class PolicyLog:
                 return
             self._insert(self._actor, (int(t_ns), str(actor)))
 
+    def actor(self) -> str | None:
+        """Who drives the arm as far as the recorder knows (the last ``/policy/actor``; None before any)."""
+        with self._lock:
+            return self._actor[-1][1] if self._actor else None
+
     def on_provenance(self, t_ns: int, provenance: object) -> None:
         """Record which policy the node runs from ``t_ns`` (a ``/policy/provenance`` message)."""
         doc = provenance if isinstance(provenance, Mapping) else None

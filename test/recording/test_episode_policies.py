@@ -99,3 +99,12 @@ def test_an_episode_started_before_the_policy_names_it_in_episodes_jsonl(tmp_pat
     assert pol["acted_s"] == [
         [round((t + 301 * MS - first_row_ns) / 1e9, 3), round((t + 700 * MS - first_row_ns) / 1e9, 3)]
     ]
+
+
+def test_the_log_says_who_acts_as_last_heard():
+    log = PolicyLog()
+    assert log.actor() is None
+    log.on_actor(1_000, "policy")
+    log.on_actor(2_000, "operator")
+    log.on_actor(3_000, "operator")  # a repeat changes nothing
+    assert log.actor() == "operator"

@@ -97,6 +97,10 @@ class Watch:
         node.create_subscription(PoseStamped, "/arm/target_pose", self._target, QoSProfile(depth=200))
         node.create_subscription(String, "/policy/status", lambda m: self._set("status", json.loads(m.data)), 10)
         node.create_subscription(String, "/policy/actor", lambda m: self._set("actor", m.data), latched)
+        self.recorder: dict = {}  # the LeRobot recorder's status
+        node.create_subscription(
+            String, "/lerobot_recorder/status", lambda m: self._set("recorder", json.loads(m.data)), 10
+        )
         node.create_subscription(String, "/arm/provenance", lambda m: self._set("arm", json.loads(m.data)), latched)
         self.commanded = 0
         node.create_subscription(JointState, "/arm/commanded_gripper", self._commanded, QoSProfile(depth=50))
@@ -373,6 +377,8 @@ def test_rollout_rows_say_who_acted(tmp_path):
         ok, msg = call(s, "start")
         assert ok, msg
         w.wait(lambda: w.actor == "policy", 30, "the policy acting")
+        # the recorder hears the actor on its own subscription, which may come later than the test's
+        w.wait(lambda: w.recorder.get("actor") == "policy", 30, "the recorder hearing the policy act")
         s.start_episode()
         time.sleep(2.0)
         grip_until_takeover(s, w)
