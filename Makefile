@@ -34,8 +34,11 @@ endif
 demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
+# Every tier: the unit tier on a worker per core, then the tiers that start processes and DDS one test at a time
+# (they keep real time on the machine's cores).
 test: $(STAMP) web-test-deps
-	$(BIN)/python -m pytest -q test
+	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
+	$(BIN)/python -m pytest -q -m "not ($(UNIT_TIER))" test
 
 # The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py),
 # less the in-process tests that take seconds (`slow`: real-time loops, deadlines, fuzzing); `make test` runs all.
