@@ -42,6 +42,37 @@ GRIPPER_JOINTS = ("gripper",)
 ARM_STATUS = "/arm/status"
 ARM_PROVENANCE = "/arm/provenance"
 
+# Several arms: each arm's nodes and topics live under the arm's namespace (``/left/arm/joint_states``); one arm
+# (no names) keeps the names above. An arm name is a ROS namespace token and a dataset column prefix.
+BIMANUAL = ("left", "right")
+_ARM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def parse_arms(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The arm names of ``"left,right"`` (or a list of names); ``()`` for one arm (``""``, ``[]``).
+
+    ValueError for a name that is not a lower-case ROS namespace token, a duplicate, or a single name (one arm
+    keeps the unprefixed names).
+    """
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    arms = tuple(str(a).strip() for a in parts if str(a).strip())
+    bad = [a for a in arms if not _ARM_NAME.match(a) or a == "arm"]
+    if bad:
+        raise ValueError(f"arms: names must be lower-case namespace tokens other than 'arm', got {bad}")
+    if len(set(arms)) != len(arms):
+        raise ValueError(f"arms: each name once, got {list(arms)}")
+    if len(arms) == 1:
+        raise ValueError(f"arms: name two or more arms (one arm keeps the unprefixed names), got {list(arms)}")
+    return arms
+
+
+def arm_topic(arm: str | None, name: str) -> str:
+    """Topic or service ``name`` of arm ``arm``: under its namespace (``/left/arm/enable``); unchanged for None."""
+    if not arm:
+        return name
+    return f"/{arm}{name}" if name.startswith("/") else f"/{arm}/{name}"
+
+
 # ---- headset (quest_bridge) and the recorders' events ----------------------------------------------
 QUEST_HELLO = "/quest/hello"
 QUEST_RAW = "/quest/raw"

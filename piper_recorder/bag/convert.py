@@ -156,6 +156,13 @@ def _latest_json(src: BagSource, topic: str | None) -> dict[str, Any] | None:
     return v if isinstance(v, dict) else {"raw": last}
 
 
+def _provenance(src: BagSource, topics: TopicMap) -> dict[str, Any] | None:
+    """The arm's last provenance JSON in the bag; several arms: each arm's, by name (``session_record``)."""
+    if topics.table.arms:
+        return {a: _latest_json(src, t) for a, t in topics.provenance_topics().items() if a is not None}
+    return _latest_json(src, topics.provenance)
+
+
 # ---- checks and spans ----------------------------------------------------------------------------
 def check_topics(src: BagSource, opts: ConvertOptions) -> None:
     """Raise ``BagError`` unless the bag holds every required topic with the expected message type."""
@@ -284,7 +291,7 @@ def _convert(
         **session_record(
             opts.settings,
             opts.recorder_name,
-            _latest_json(src, opts.topics.provenance),
+            _provenance(src, opts.topics),
             _latest_json(src, opts.topics.hello),
             opts.topics.cameras,
             opts.output,

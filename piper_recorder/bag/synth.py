@@ -29,6 +29,7 @@ from piper_recorder.names import (
     EPISODE_EVENTS,
     JOINT_STATES,
     QUEST_RAW,
+    arm_topic,
     camera_topic,
 )
 
@@ -129,6 +130,8 @@ class SynthScenario:
     camera_topic_map: dict[str, tuple[str, str]] = field(default_factory=dict)  # cam -> (color, depth)
     depth: bool = True
     camera_delay_ns: int | None = None  # capture after each camera slot k / camera_fps; None: (i + 1) ms for camera i
+    # several arms: each arm's topics under its namespace (names.arm_topic), arm i moving at its own pace and place
+    arms: tuple[str, ...] = ()
 
     def camera_topics(self, cam: str) -> tuple[str, str | None]:
         """Camera ``cam``'s colour and depth topics (depth None when the scenario has none)."""
@@ -158,10 +161,21 @@ _Item = tuple[str, str, int, Any]
 _Merged = tuple[int, tuple[int, int], str, str, Any]
 
 
-def _arm_pose(t: float) -> tuple[np.ndarray, np.ndarray]:
-    pos = np.array([0.30 + 0.05 * np.sin(0.8 * t), 0.05 * np.cos(0.8 * t), 0.25 + 0.02 * np.sin(1.6 * t)])
+def _arm_pose(t: float, arm_i: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Arm ``arm_i``'s flange at ``t``: arm 0 as one arm has always moved; arm 1 faster, beside it (y - 0.3 m)."""
+    t = t * (1.0 + 0.5 * arm_i)
+    pos = np.array([0.30 + 0.05 * np.sin(0.8 * t), 0.05 * np.cos(0.8 * t) - 0.3 * arm_i, 0.25 + 0.02 * np.sin(1.6 * t)])
     yaw = 0.2 * np.sin(0.5 * t)
     return pos, np.array([0.0, np.sin(yaw / 2), 0.0, np.cos(yaw / 2)])  # pitch-ish rotation, xyzw
+
+
+def _arms(s: SynthScenario) -> list[tuple[int, str | None]]:
+    """(index, arm name) of each arm of the scenario; one arm is (0, None)."""
+    return list(enumerate(s.arms)) if s.arms else [(0, None)]
+
+
+def _gripper_m(t: float, arm_i: int) -> float:
+    return 0.03 + 0.02 * np.sin(t * (1.0 + 0.5 * arm_i))
 
 
 def scenario_messages(s: SynthScenario) -> Iterator[tuple[str, str, int, Any]]:
@@ -192,7 +206,15 @@ def _provenance(s: SynthScenario) -> Iterator[_Merged]:
         "can_channel": "can0",
         "sdk_version": "0.6.2",
     }
-    items = [(s.topics["provenance"], "std_msgs/msg/String", s.t0_ns, string(json.dumps(prov)))]
+    items = [
+        (
+            arm_topic(arm, s.topics["provenance"]),
+            "std_msgs/msg/String",
+            s.t0_ns,
+            string(json.dumps({**prov, "can_channel": f"can{i}"} if arm else prov)),
+        )
+        for i, arm in _arms(s)
+    ]
     return _stream(s, 0, iter(items if s.topics.get("provenance") else []))
 
 
@@ -201,16 +223,18 @@ def _arm(s: SynthScenario) -> Iterator[_Merged]:
         for k in range(int(s.duration_s * s.arm_hz)):
             ns = s.t0_ns + int(k * 1e9 / s.arm_hz)
             t = (ns - s.t0_ns) / 1e9
-            pos, q = _arm_pose(t)
-            gripper = s.gripper_scale_out * (0.03 + 0.02 * np.sin(t))
-            joints = np.array([0.1 * np.sin(t + j) for j in range(6)] + [gripper])
-            yield (
-                s.topics["joint_states"],
-                "sensor_msgs/msg/JointState",
-                ns,
-                joint_state(ns, list(s.joint_names), joints),
-            )
-            yield s.topics["eef_pose"], "geometry_msgs/msg/PoseStamped", ns, pose_stamped(ns, pos, q)
+            for i, arm in _arms(s):
+                pos, q = _arm_pose(t, i)
+                gripper = s.gripper_scale_out * _gripper_m(t, i)
+                joints = np.array([0.1 * np.sin(t * (1.0 + 0.5 * i) + j) for j in range(6)] + [gripper])
+                yield (
+                    arm_topic(arm, s.topics["joint_states"]),
+                    "sensor_msgs/msg/JointState",
+                    ns,
+                    joint_state(ns, list(s.joint_names), joints),
+                )
+                pose = pose_stamped(ns, pos, q)
+                yield arm_topic(arm, s.topics["eef_pose"]), "geometry_msgs/msg/PoseStamped", ns, pose
 
     return _stream(s, 1, gen())
 
@@ -221,14 +245,16 @@ def _commands(s: SynthScenario) -> Iterator[_Merged]:
             return
         for k in range(int(s.duration_s * s.command_hz)):
             ns = s.t0_ns + int(k * 1e9 / s.command_hz) + 3_000_000
-            pos, q = _arm_pose((ns - s.t0_ns) / 1e9 + 0.02)
-            yield s.topics["commanded_pose"], "geometry_msgs/msg/PoseStamped", ns, pose_stamped(ns, pos, q)
-            yield (
-                s.topics["commanded_gripper"],
-                "sensor_msgs/msg/JointState",
-                ns,
-                joint_state(ns, [s.joint_names[-1]], np.array([s.gripper_scale_out * 0.04])),
-            )
+            for i, arm in _arms(s):
+                pos, q = _arm_pose((ns - s.t0_ns) / 1e9 + 0.02, i)
+                pose = pose_stamped(ns, pos, q)
+                yield arm_topic(arm, s.topics["commanded_pose"]), "geometry_msgs/msg/PoseStamped", ns, pose
+                yield (
+                    arm_topic(arm, s.topics["commanded_gripper"]),
+                    "sensor_msgs/msg/JointState",
+                    ns,
+                    joint_state(ns, [s.joint_names[-1]], np.array([s.gripper_scale_out * (0.04 - 0.01 * i)])),
+                )
 
     return _stream(s, 2, gen())
 

@@ -12,7 +12,7 @@ for a new message type, its adapter. No ROS, no numpy: plain data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # (sub-modality name, start, end, is_rotation): one modality.json slice of a column
 Slice = tuple[str, int, int, bool]
@@ -28,7 +28,8 @@ class InputSpec:
     optional input is zeros until its first sample. ``topic_param``: the recorder parameter naming its
     default topic (``RecorderConfig``); ``formats``: the datasets whose recorder subscribes it;
     ``latched``: its topic is latched (transient local), so the recorders subscribe it that way and get
-    the current value on joining.
+    the current value on joining. ``arm``: the arm whose namespace the topic is under (several arms:
+    ``names.arm_topic``), None for one arm.
     """
 
     name: str
@@ -38,14 +39,16 @@ class InputSpec:
     topic_param: str = ""
     formats: tuple[str, ...] = FORMATS
     latched: bool = False
+    arm: str | None = None
 
 
 @dataclass(frozen=True)
 class Feature:
     """Row value ``key`` = ``input``'s values [start:stop].
 
-    ``column``: its LeRobot column (None: not one); ``rgbd``: its RGB-D role (state term, part of the action in
-    table order, the reward).
+    ``column``: its LeRobot column (None: not one); ``rgbd``: its RGB-D role (state term, part of the action, the
+    reward), in table order within one ``rgbd_rank`` (lower ranks first: several arms' actions put every pose
+    before the grippers).
     """
 
     key: str
@@ -57,6 +60,7 @@ class Feature:
     modality: tuple[Slice, ...] = ()
     rgbd: str | None = None
     combined: str | None = None  # the LeRobot combined column this joins, in table order
+    rgbd_rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class FeatureTable:
 
     inputs: tuple[InputSpec, ...]
     features: tuple[Feature, ...]
+    arms: tuple[str, ...] = ()  # the arms' names (several arms), () for one arm
 
     def input(self, name: str) -> InputSpec:
         """The input named ``name``; ``KeyError`` listing the inputs otherwise."""
@@ -79,8 +84,17 @@ class FeatureTable:
         return tuple(s.name for s in self.inputs if s.required)
 
     def rgbd_keys(self, role: str) -> tuple[str, ...]:
-        """Row value keys with an RGB-D role, in table order."""
-        return tuple(f.key for f in self.features if f.rgbd == role)
+        """Row value keys with an RGB-D role, by ``rgbd_rank`` then in table order."""
+        return tuple(f.key for f in sorted((f for f in self.features if f.rgbd == role), key=lambda f: f.rgbd_rank))
+
+    def rgbd_names(self, role: str) -> tuple[str, ...]:
+        """The element names of the RGB-D values of ``role`` concatenated, named as their LeRobot column's last part.
+
+        E.g. ``left_arm_eef.x`` ... ``right_gripper.width`` for several arms' action.
+        """
+        by_key = {f.key: f for f in self.features}
+        label = {k: (f.column.split(".", 1)[1] if f.column else k) for k, f in by_key.items()}
+        return tuple(f"{label[k]}.{n}" for k in self.rgbd_keys(role) for n in by_key[k].names)
 
     def columns(self) -> dict[str, str]:
         """LeRobot column -> row value key, in column order."""
@@ -88,7 +102,7 @@ class FeatureTable:
 
     def extended(self, spec: InputSpec, *features: Feature) -> FeatureTable:
         """This table plus one input and the features cut from it (appended: existing columns keep their order)."""
-        table = FeatureTable((*self.inputs, spec), (*self.features, *features))
+        table = FeatureTable((*self.inputs, spec), (*self.features, *features), self.arms)
         table.validate()
         return table
 
@@ -169,6 +183,54 @@ PIPER_TABLE = FeatureTable(
     ),
 )
 PIPER_TABLE.validate()
+
+
+def _arm_column(arm: str, column: str | None) -> str | None:
+    """``observation.arm_joint`` of arm ``left``: ``observation.left_arm_joint``."""
+    if column is None:
+        return None
+    group, _, rest = column.partition(".")
+    return f"{group}.{arm}_{rest}"
+
+
+def arms_table(arms: tuple[str, ...]) -> FeatureTable:
+    """The feature table of several arms (``names.parse_arms``), or ``PIPER_TABLE`` for one arm (``()``).
+
+    Each arm has the Piper inputs and columns with its name in front (input ``left_joint_states`` on
+    ``/left/arm/joint_states``, column ``observation.left_arm_joint``, modality slice ``left_eef_pos``, RGB-D state
+    term ``left_arm_eef``); the combined columns concatenate the arms in the order given (every observation of
+    the first arm, then the second's; the same for the actions). The RGB-D action is every arm's pose, then every
+    arm's gripper: ``left_cmd_eef`` (7), ``right_cmd_eef`` (7), ``left_cmd_gripper``, ``right_cmd_gripper``. One
+    reward input for the scene.
+    """
+    if not arms:
+        return PIPER_TABLE
+    per_arm = [s for s in PIPER_TABLE.inputs if s.name != "reward"]
+    inputs = [replace(s, name=f"{a}_{s.name}", arm=a) for a in arms for s in per_arm]
+    arm_inputs = {s.name for s in per_arm}
+
+    def of(arm: str, f: Feature) -> Feature:
+        return replace(
+            f,
+            key=f"{arm}_{f.key}",
+            input=f"{arm}_{f.input}",
+            column=_arm_column(arm, f.column),
+            modality=tuple((f"{arm}_{n}", a, b, rot) for n, a, b, rot in f.modality),
+            rgbd_rank=1 if f.rgbd == "action" and f.input == "commanded_gripper" else 0,
+        )
+
+    arm_features = [f for f in PIPER_TABLE.features if f.input in arm_inputs]
+    observed = [of(a, f) for a in arms for f in arm_features if f.combined != ACTION]
+    acted = [of(a, f) for a in arms for f in arm_features if f.combined == ACTION]
+    rest = [f for f in PIPER_TABLE.features if f.input not in arm_inputs]
+    table = FeatureTable(
+        (*inputs, *(s for s in PIPER_TABLE.inputs if s.name not in arm_inputs)),
+        (*observed, *acted, *rest),
+        tuple(arms),
+    )
+    table.validate()
+    return table
+
 
 # Opt-in entries: appended to the table only when their topic is set (the recorder's ``topic_param``, or
 # the input's key in a mapping file), so datasets recorded without them keep the Piper columns exactly.

@@ -25,6 +25,7 @@ import importlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from diagnostic_msgs.srv import AddDiagnostics
@@ -94,7 +95,9 @@ class RecorderNode(Node):
                 raise  # a bug: the traceback, not a parameter message
             raise ParameterError(f"{name}: cannot open the dataset: {describe(exc)}") from exc
         self._images_received: dict[str, dict[str, Any]] = {}  # the last snapshot (status timer only)
-        self._arm_provenance: dict[str, Any] | None = None
+        # each arm's /arm/provenance JSON (key None for one arm); the event is set once every arm's arrived
+        self._arm_provenance: dict[str | None, dict[str, Any]] = {}
+        self._prov_topics = topics.provenance_topics() if topics.table.arms else {None: cfg.provenance_topic}
         self._hello: dict[str, Any] | None = None
         self._prov_event = threading.Event()
         self._prov_waited = False
@@ -149,7 +152,10 @@ class RecorderNode(Node):
                 else arm_qos
             )
             self.inputs.subscribe(message_class(r.msg_type), r.topic, self._receiver(r), qos)
-        self.create_subscription(String, cfg.provenance_topic, self._on_provenance, latched)
+        for arm, topic in self._prov_topics.items():
+            self.create_subscription(String, topic, self._provenance_receiver(arm, topic), latched)
+        if not self._prov_topics:  # a mapping without provenance topics: nothing to wait for
+            self._prov_event.set()
         self.create_subscription(String, cfg.hello_topic, self._on_hello, latched)
         self._policy: dict[str, Any] | None = None  # the running policy (policy node), named in the provenance
         self.create_subscription(String, POLICY_PROVENANCE, self._on_policy, latched)
@@ -207,13 +213,20 @@ class RecorderNode(Node):
 
         return on_image
 
-    def _on_provenance(self, msg: String) -> None:
-        try:
-            self._arm_provenance = json.loads(msg.data)
-        except ValueError:
-            self.get_logger().warning(f"ignoring non-JSON {self.cfg.provenance_topic}: {msg.data[:80]!r}")
-            return
-        self._prov_event.set()
+    def _provenance_receiver(self, arm: str | None, topic: str) -> Callable[[String], None]:
+        def on_provenance(msg: String) -> None:
+            try:
+                prov = json.loads(msg.data)
+            except ValueError:
+                prov = None
+            if not isinstance(prov, dict):
+                self.get_logger().warning(f"ignoring a {topic} that is no JSON object: {msg.data[:80]!r}")
+                return
+            self._arm_provenance[arm] = prov
+            if set(self._arm_provenance) >= set(self._prov_topics):
+                self._prov_event.set()
+
+        return on_provenance
 
     def _on_hello(self, msg: String) -> None:
         try:
@@ -234,11 +247,14 @@ class RecorderNode(Node):
         """The shared session record (recording.config), once /arm/provenance arrived or the wait ran out."""
         if not self._prov_event.wait(0.0 if self._prov_waited else self.cfg.provenance_wait_s):
             self._prov_waited = True  # wait once per process, not at every start
+            missing = [t for a, t in self._prov_topics.items() if a not in self._arm_provenance]
             self.get_logger().warning(
-                f"no {self.cfg.provenance_topic} within {self.cfg.provenance_wait_s} s; "
+                f"no {', '.join(missing)} within {self.cfg.provenance_wait_s} s; "
                 "recording control/arm provenance as 'unknown'"
             )
-        record = session_record(self.cfg, self.get_name(), self._arm_provenance, self._hello, self.topics.cameras)
+        got = dict(self._arm_provenance)
+        prov = {a: p for a, p in got.items() if a is not None} if self.topics.table.arms else got.get(None)
+        record = session_record(self.cfg, self.get_name(), prov, self._hello, self.topics.cameras)
         if self._policy is not None:  # a rollout: the episode names the policy that drove the arm
             record["policy"] = self._policy
         return record

@@ -21,6 +21,7 @@ from piper_recorder.assembly import AssemblyConfig
 from piper_recorder.assembly.assembler import DEFAULT_LATENESS_S, DEFAULT_TIMESTAMP_MODE
 from piper_recorder.errors import RgbdError
 from piper_recorder.features import PIPER_TABLE, FeatureTable
+from piper_recorder.features.table import arms_table
 from piper_recorder.names import (
     ARM_PROVENANCE,
     CAMERA,
@@ -35,8 +36,10 @@ from piper_recorder.names import (
     QUEST_RAW,
     REWARD,
     RGBD_RECORDER,
+    arm_topic,
     camera_topic,
     check_topic_pattern,
+    parse_arms,
 )
 from piper_recorder.params.derived import effective_params
 from piper_recorder.params.params_file import node_params, read_params_file
@@ -104,6 +107,9 @@ class RecorderConfig:
     eef_topic: str = EEF_POSE
     commanded_pose_topic: str = COMMANDED_POSE
     commanded_gripper_topic: str = COMMANDED_GRIPPER
+    # several arms (launchers: piper_launch.arms): their names, each arm's topics above under its namespace
+    # (/left/arm/joint_states) and its columns named for it (observation.left_arm_joint); empty: one arm
+    arms: list[str] = field(default_factory=list)
     mapping: str = ""  # a mapping file (recording.inputs): input topics, joint names,
     # gripper scales, extra inputs; "" = the topics above as they are
     provenance_topic: str = ARM_PROVENANCE
@@ -137,6 +143,15 @@ class RecorderConfig:
             for cam in self.camera_list()
         }
 
+    def arm_names(self) -> tuple[str, ...]:
+        """The arms' names (``names.parse_arms``): () for one arm."""
+        return parse_arms(self.arms)
+
+    def provenance_topics(self) -> dict[str | None, str]:
+        """Each arm's provenance topic (key None for one arm)."""
+        arms: tuple[str | None, ...] = self.arm_names() or (None,)
+        return {a: arm_topic(a, self.provenance_topic) for a in arms}
+
     def assembly(self, cameras: Sequence[str] | None = None, table: FeatureTable = PIPER_TABLE) -> AssemblyConfig:
         """``table``: the feature table with any extra inputs of the mapping (``TopicMap.table``)."""
         return AssemblyConfig(
@@ -150,6 +165,7 @@ class RecorderConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the parameter for a bad value."""
+        arms_table(self.arm_names())
         for cam in self.camera_list():  # names go into topic names and file paths: never "../x" or "a/b"
             if not CAMERA_NAME.fullmatch(cam):
                 raise ValueError(
@@ -184,6 +200,7 @@ class RecorderConfig:
             "lateness_s": self.lateness_s,
             "stale_s": self.stale_s,
             "max_episode_s": self.max_episode_s,
+            **({"arms": list(self.arm_names())} if self.arms else {}),
         }
 
     def camera_record(self, cameras: Mapping[str, CameraTopics]) -> dict[str, Any]:
@@ -417,6 +434,13 @@ def rgbd_writer_config(
         "state_terms": list(table.rgbd_keys("state")),
         "action": "commanded eef pose (x, y, z, qw, qx, qy, qz) + gripper width (m)",
     }
+    if table.arms:  # several arms: every arm's pose, then every arm's gripper; each element named
+        env.update(
+            arms=list(table.arms),
+            action=f"each arm's commanded eef pose (x, y, z, qw, qx, qy, qz), then each arm's gripper width (m); "
+            f"arms in order {', '.join(table.arms)}",
+            action_names=list(table.rgbd_names("action")),
+        )
     return RgbdConfig(
         width=c.width,
         height=c.height,
@@ -442,8 +466,24 @@ def session_record(
     """Arm provenance (the /arm/provenance JSON) + cameras + headset hello + recording settings.
 
     Nested so the writer's binding keys resolve: control.backend, control.impedance.{kp,kd,t_ff,
-    gravity_ff}, arm.firmware, recording.fps. Anything the arm did not report is "unknown".
+    gravity_ff}, arm.firmware, recording.fps. Anything the arm did not report is "unknown". Several arms:
+    ``provenance`` maps each arm's name to its JSON, and each arm's ``control`` and ``arm`` blocks sit under
+    ``arms.<name>`` (binding keys ``arms.left.control.backend``, ...).
     """
+    common = {
+        "cameras": cfg.camera_record(cfg.camera_topics() if cameras is None else cameras),
+        "headset": hello if hello is not None else UNKNOWN,
+        "recording": cfg.recording_record(recorder, output),
+    }
+    arms = cfg.arm_names()
+    if arms:
+        given = dict(provenance or {})
+        return {"arms": {a: _arm_record(given.get(a)) for a in arms}, **common}
+    return {**_arm_record(provenance), **common}
+
+
+def _arm_record(provenance: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One arm's ``control`` and ``arm`` blocks from its /arm/provenance JSON."""
     p = dict(provenance or {})
     return {
         "control": {"backend": p.get("backend", UNKNOWN), "impedance": {k: p.get(k, UNKNOWN) for k in IMPEDANCE_KEYS}},
@@ -454,9 +494,6 @@ def session_record(
             "sdk_version": p.get("sdk_version", UNKNOWN),
             "provenance": p or UNKNOWN,
         },
-        "cameras": cfg.camera_record(cfg.camera_topics() if cameras is None else cameras),
-        "headset": hello if hello is not None else UNKNOWN,
-        "recording": cfg.recording_record(recorder, output),
     }
 
 

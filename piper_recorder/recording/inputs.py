@@ -27,6 +27,9 @@ Mapping file (every key optional; overrides the recorder settings)::
     provenance: /arm/provenance       # std_msgs/String JSON
     hello: /quest/hello
     episode_events: /episode_events
+    arms: [left, right]               # several arms (default: the recorder's ``arms``): each arm's inputs
+    left_joint_states: /left/joint_states_single   # take the arm's name in front: left_eef_pose,
+                                      # left_commanded_pose, left_commanded_gripper, right_... (same forms)
     inputs:                           # extra inputs: one feature-table entry each, appended as columns
       wrench:                         # input name = RGB-D state term /observations/state/wrench
         topic: /ft_sensor/wrench
@@ -47,8 +50,8 @@ from typing import Any
 import yaml
 
 from piper_recorder.assembly.messages import Adapter, GripperAdapter, JointStateAdapter, make_adapter
-from piper_recorder.features.table import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec
-from piper_recorder.names import ARM_PROVENANCE, EPISODE_EVENTS, QUEST_HELLO
+from piper_recorder.features.table import OPT_IN, PIPER_TABLE, Feature, FeatureTable, InputSpec, arms_table
+from piper_recorder.names import ARM_PROVENANCE, EPISODE_EVENTS, QUEST_HELLO, arm_topic, parse_arms
 
 from .config import CameraTopics, LeRobotRecorderConfig, RecorderConfig
 
@@ -76,6 +79,14 @@ class TopicMap:
     provenance: str | None = ARM_PROVENANCE
     hello: str | None = QUEST_HELLO
     episode_events: str | None = EVENTS_TOPIC
+    # several arms: each arm's provenance topic (``provenance`` is None then)
+    arm_provenance: dict[str, str | None] = dataclasses.field(default_factory=dict)
+
+    def provenance_topics(self) -> dict[str | None, str]:
+        """Each arm's provenance topic that is recorded (key None for one arm)."""
+        if self.table.arms:
+            return {a: t for a, t in self.arm_provenance.items() if t}
+        return {None: self.provenance} if self.provenance else {}
 
     def topic(self, name: str) -> str | None:
         """The topic of input ``name``, or None when not subscribed."""
@@ -115,32 +126,43 @@ class TopicMap:
 
     def optional(self) -> dict[str, str]:
         """The message type of each optional topic (raw headset lines, provenance, events)."""
-        opt = {
-            t: "std_msgs/msg/String" for t in (self.raw_quest, self.provenance, self.hello, self.episode_events) if t
-        }
+        channels = (self.raw_quest, *self.provenance_topics().values(), self.hello, self.episode_events)
+        opt = {t: "std_msgs/msg/String" for t in channels if t}
         opt.update({b.topic: b.adapter.msg_type for spec, b in self.active() if not spec.required and b.topic})
         return opt
 
-    def to_dict(self) -> dict[str, Any]:
-        """For provenance (``source.topics``); the Piper inputs keep the layout of earlier releases."""
-        js, cg = self.inputs["joint_states"].adapter, self.inputs["commanded_gripper"].adapter
-        d: dict[str, Any] = {
-            "joint_states": self.topic("joint_states"),
-            "eef_pose": self.topic("eef_pose"),
-            "commanded_pose": self.topic("commanded_pose"),
-            "commanded_gripper": self.topic("commanded_gripper"),
-            "cameras": {k: dataclasses.asdict(c) for k, c in self.cameras.items()},
+    def _arm_dict(self, prefix: str) -> dict[str, Any]:
+        js, cg = self.inputs[f"{prefix}joint_states"].adapter, self.inputs[f"{prefix}commanded_gripper"].adapter
+        arm = {"provenance": self.arm_provenance.get(prefix[:-1])} if prefix else {}
+        return {
+            **arm,
+            "joint_states": self.topic(f"{prefix}joint_states"),
+            "eef_pose": self.topic(f"{prefix}eef_pose"),
+            "commanded_pose": self.topic(f"{prefix}commanded_pose"),
+            "commanded_gripper": self.topic(f"{prefix}commanded_gripper"),
             "joint_names": list(js.joint_names) if isinstance(js, JointStateAdapter) else None,
             "gripper_scale": js.gripper_scale if isinstance(js, JointStateAdapter) else 1.0,
             "commanded_gripper_joint": cg.name if isinstance(cg, GripperAdapter) else None,
             "commanded_gripper_scale": cg.scale if isinstance(cg, GripperAdapter) else 1.0,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """For provenance (``source.topics``); one arm's inputs keep the layout of earlier releases.
+
+        Several arms: each arm's inputs under ``arms.<name>``.
+        """
+        arms = self.table.arms
+        d: dict[str, Any] = {
+            **({"arms": {a: self._arm_dict(f"{a}_") for a in arms}} if arms else self._arm_dict("")),
+            "cameras": {k: dataclasses.asdict(c) for k, c in self.cameras.items()},
             "raw_quest": self.raw_quest,
             "reward": self.topic("reward"),
             "provenance": self.provenance,
             "hello": self.hello,
             "episode_events": self.episode_events,
         }
-        extra = [s for s in self.table.inputs if s not in PIPER_TABLE.inputs]
+        base = arms_table(self.table.arms).inputs
+        extra = [s for s in self.table.inputs if s not in base]
         if extra:
             d["inputs"] = {
                 s.name: {"topic": self.topic(s.name), "adapter": s.adapter, **self.inputs[s.name].adapter.options()}
@@ -152,24 +174,38 @@ class TopicMap:
 def topic_map(fmt: str, s: RecorderConfig, mapping: str | Path | None = None) -> TopicMap:
     """The recorder's topics (as its node subscribes them), overridden by a mapping file.
 
-    The file is ``mapping``, else the recorder's ``mapping`` parameter.
+    The file is ``mapping``, else the recorder's ``mapping`` parameter. A file's ``arms`` replace ``s.arms``, so the
+    session record names the arms the data has.
     """
+    path = mapping if mapping is not None else (s.mapping or None)
+    doc = yaml.safe_load(Path(path).read_text()) or {} if path is not None else {}
+    try:
+        arms = parse_arms(doc["arms"]) if isinstance(doc, dict) and "arms" in doc else s.arm_names()
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    table = arms_table(arms)
     inputs = {
-        spec.name: InputBinding(getattr(s, spec.topic_param, "") or None, make_adapter(spec.adapter))
-        for spec in PIPER_TABLE.inputs
+        spec.name: InputBinding(
+            arm_topic(spec.arm, getattr(s, spec.topic_param, "")) if getattr(s, spec.topic_param, "") else None,
+            make_adapter(spec.adapter),
+        )
+        for spec in table.inputs
     }
     tm = TopicMap(
         inputs=inputs,
         cameras=s.camera_topics(),
+        table=table,
         fmt=fmt,
         raw_quest=s.raw_quest_topic if isinstance(s, LeRobotRecorderConfig) and s.save_raw_quest else None,
         provenance=s.provenance_topic or None,
         hello=s.hello_topic or None,
     )
+    if arms:
+        tm.provenance = None
+        tm.arm_provenance = {a: arm_topic(a, s.provenance_topic) if s.provenance_topic else None for a in arms}
+        s.arms = list(arms)  # a mapping's arms are the session's: its record names them
     if fmt != "rgbd":
         tm.inputs["reward"].topic = None  # the LeRobot dataset has no reward
-    path = mapping if mapping is not None else (s.mapping or None)
-    doc = yaml.safe_load(Path(path).read_text()) or {} if path is not None else {}
     for spec, features in OPT_IN:  # joins the table (and the columns) only when it has a topic
         where = f"{path}: {spec.name}"
         topic = (
@@ -199,28 +235,36 @@ def _topic(v: Any, where: str) -> str | None:
 
 def apply_mapping(tm: TopicMap, doc: dict[str, Any], src: str, s: RecorderConfig) -> None:
     """Apply a mapping file's document ``doc`` (read from ``src``) to ``tm``; ValueError naming the key."""
+    base = arms_table(tm.table.arms).inputs
+    arm_channels = {f"{a}_provenance": a for a in tm.table.arms}
+    channels = [c for c in CHANNELS if not (tm.table.arms and c == "provenance")]  # several arms: one per arm
     known = {
-        *(spec.name for spec in PIPER_TABLE.inputs),
+        *(spec.name for spec in base),
         *(spec.name for spec, _ in OPT_IN),
+        "arms",
         "cameras",
         "inputs",
-        *CHANNELS,
+        *channels,
+        *arm_channels,
     }
     if not isinstance(doc, dict) or set(doc) - known:
         raise ValueError(
             f"{src}: unknown mapping keys {sorted(set(doc) - known) if isinstance(doc, dict) else doc}"
             f" (known: {sorted(known)})"
         )
-    for spec in PIPER_TABLE.inputs:
+    for spec in base:
         if spec.name in doc:
             v = doc[spec.name]
             b = tm.inputs[spec.name]
             b.topic = _topic(v, f"{src}: {spec.name}")
             if isinstance(v, dict):
                 b.adapter = make_adapter(spec.adapter, v, f"{src}: {spec.name}")
-    for key in CHANNELS:
+    for key in channels:
         if key in doc:
             setattr(tm, key, _topic(doc[key], f"{src}: {key}"))
+    for key, arm in arm_channels.items():
+        if key in doc:
+            tm.arm_provenance[arm] = _topic(doc[key], f"{src}: {key}")
     if "cameras" in doc:
         cams = doc["cameras"]
         if not isinstance(cams, dict) or not cams:

@@ -21,15 +21,24 @@ from .layout import COLLECTION_META, SESSIONS
 
 log = logging.getLogger(__name__)
 
-BINDING_KEYS = (
+# Each arm's binding keys, under its name in ``arms`` when the session recorded several arms.
+ARM_BINDING_KEYS = (
     "control.backend",
     "control.impedance.kp",
     "control.impedance.kd",
     "control.impedance.t_ff",
     "control.impedance.gravity_ff",
     "arm.firmware",
-    "recording.fps",
 )
+BINDING_KEYS = (*ARM_BINDING_KEYS, "recording.fps")  # one arm's session
+
+
+def binding_keys(record: dict | None) -> tuple[str, ...]:
+    """The binding keys of a session record: ``BINDING_KEYS``, or each arm's (``arms.left.control.backend``, ...)."""
+    arms = record.get("arms") if isinstance(record, dict) else None
+    if not isinstance(arms, dict):
+        return BINDING_KEYS
+    return (*(f"arms.{a}.{k}" for a in arms for k in ARM_BINDING_KEYS), "recording.fps")
 
 
 def lookup(record: dict, dotted: str) -> Any:
@@ -46,9 +55,8 @@ def binding_changes(previous: dict | None, record: dict) -> list[tuple[str, Any,
     """(key, old, new) for every binding key whose value differs from the previous session."""
     if previous is None:
         return []
-    return [
-        (k, lookup(previous, k), lookup(record, k)) for k in BINDING_KEYS if lookup(previous, k) != lookup(record, k)
-    ]
+    keys = dict.fromkeys((*binding_keys(previous), *binding_keys(record)))  # one arm -> two: every key differs
+    return [(k, lookup(previous, k), lookup(record, k)) for k in keys if lookup(previous, k) != lookup(record, k)]
 
 
 def format_warning(root: Path, changes: list[tuple[str, Any, Any]]) -> str:
