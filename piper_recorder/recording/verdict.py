@@ -38,7 +38,8 @@ VERDICT_KEY, REASONS_KEY = "verdict", "verdict_reasons"
 OUTCOME_KEY, NOTE_KEY = "outcome", "outcome_note"
 NOTE_MAX = 200  # characters of an outcome note: a short remark, not a log
 PTS_TOLERANCE_S = 1e-4  # LeRobot's default ``tolerance_s``
-ARM_INPUTS = ("joint_states", "eef_pose")  # the arm's feedback (values_stale of these: feedback gaps)
+# the arm's feedback (values_stale of these: feedback gaps); several arms' carry the arm's name in front
+ARM_INPUTS = ("joint_states", "eef_pose")
 
 
 @dataclass
@@ -202,7 +203,9 @@ def judge(
             cfg.bad_stale,
         )
     for name in sorted(k for k in stale if k not in ARM_INPUTS):
-        j.frac(f"input {name} stale", _num(stale, name), rows, cfg.warn_stale, cfg.bad_stale)
+        arm = name.partition("_")[2] in ARM_INPUTS  # several arms: left_joint_states, ...
+        what = f"arm feedback {name} stale (gap longer than stale_s)" if arm else f"input {name} stale"
+        j.frac(what, _num(stale, name), rows, cfg.warn_stale, cfg.bad_stale)
     late = _map(record, "messages_late")
     for name in sorted(late):
         j.frac(f"{name}: messages late", _num(late, name), rows, cfg.warn_late, cfg.bad_late, per="for")

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from piper_recorder.lerobot.format import metacheck
 from piper_recorder.lerobot.format.layout import SESSIONS
-from piper_recorder.lerobot.format.provenance import BINDING_KEYS, binding_changes, lookup
+from piper_recorder.lerobot.format.provenance import binding_changes, binding_keys, lookup
 from piper_recorder.lerobot.format.root import Root
 from piper_recorder.viewer.counters import counters_table, summary_cell
 from piper_recorder.viewer.page import esc, page, plot_canvas, table, time_controls
@@ -48,6 +48,12 @@ def _pts_seconds(path: Path) -> np.ndarray:
         tb = stream.time_base
         assert tb is not None  # mp4 streams have one
         return np.sort(np.asarray(pts, dtype=np.float64)) * float(tb)
+
+
+def _arm_prefixes(columns: list[str]) -> list[str]:
+    """The column prefix of each arm: ``[""]`` for one arm, ``["left_", "right_"]`` for two (their column order)."""
+    arms = [c[len("observation.") : -len("arm_joint")] for c in columns if c.endswith("_arm_joint")]
+    return [a for a in arms if a.endswith("_")] if "observation.arm_joint" not in columns and arms else [""]
 
 
 def _column(table: Any, name: str) -> np.ndarray | None:
@@ -151,7 +157,9 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
     prov = ["<section><h2>Provenance</h2>"]
     if sessions:
         last = sessions[-1]
-        prov.append(table(["binding key", "latest session"], [[esc(k), esc(lookup(last, k))] for k in BINDING_KEYS]))
+        prov.append(
+            table(["binding key", "latest session"], [[esc(k), esc(lookup(last, k))] for k in binding_keys(last)])
+        )
         changes = session_changes(sessions)
         prov.append(f"<p>{len(sessions)} collection session(s).</p>")
         if changes:
@@ -213,29 +221,31 @@ def render(root: Path, out: Path, episodes: list[int] | None = None, embed_video
             plots[f"{group}-{pid}"] = {"title": title, "unit": unit, "t": tt, "series": series}
             sec.append(plot_canvas(f"{group}-{pid}", group))
 
-        joints = _column(tbl, "observation.arm_joint")
-        if joints is not None:
-            add(
-                "joints",
-                "joint positions",
-                "rad",
-                [_series(f"joint{j + 1}", joints[:, j]) for j in range(joints.shape[1])],
+        for arm in _arm_prefixes(tbl.column_names):  # "" for one arm; "left_", "right_" for several
+            who = f"{arm[:-1]}: " if arm else ""
+            joints = _column(tbl, f"observation.{arm}arm_joint")
+            if joints is not None:
+                add(
+                    f"{arm}joints",
+                    f"{who}joint positions",
+                    "rad",
+                    [_series(f"joint{j + 1}", joints[:, j]) for j in range(joints.shape[1])],
+                )
+            eef, cmd = _column(tbl, f"observation.{arm}arm_eef"), _column(tbl, f"action.{arm}arm_eef")
+            for axis, name in enumerate("xyz"):
+                series = []
+                if eef is not None:
+                    series.append(_series(f"measured {name}", eef[:, axis]))
+                if cmd is not None:
+                    series.append(_series(f"commanded {name}", cmd[:, axis], dash=True))
+                if series:
+                    add(f"{arm}eef-{name}", f"{who}EEF {name}: commanded vs measured", "m", series)
+            grip, gcmd = _column(tbl, f"observation.{arm}gripper"), _column(tbl, f"action.{arm}gripper")
+            gs = ([_series("measured", grip[:, 0])] if grip is not None else []) + (
+                [_series("commanded", gcmd[:, 0], dash=True)] if gcmd is not None else []
             )
-        eef, cmd = _column(tbl, "observation.arm_eef"), _column(tbl, "action.arm_eef")
-        for axis, name in enumerate("xyz"):
-            series = []
-            if eef is not None:
-                series.append(_series(f"measured {name}", eef[:, axis]))
-            if cmd is not None:
-                series.append(_series(f"commanded {name}", cmd[:, axis], dash=True))
-            if series:
-                add(f"eef-{name}", f"EEF {name}: commanded vs measured", "m", series)
-        grip, gcmd = _column(tbl, "observation.gripper"), _column(tbl, "action.gripper")
-        gs = ([_series("measured", grip[:, 0])] if grip is not None else []) + (
-            [_series("commanded", gcmd[:, 0], dash=True)] if gcmd is not None else []
-        )
-        if gs:
-            add("gripper", "gripper width", "m", gs)
+            if gs:
+                add(f"{arm}gripper", f"{who}gripper width", "m", gs)
         for fi in (f for f in frame_iv if f["cam"] not in flat):
             add(
                 f"frames-{fi['cam']}",

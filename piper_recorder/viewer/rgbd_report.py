@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,19 @@ def render(path: Path, out: Path, episodes: list[int] | None = None) -> str:
         raise RgbdError(f"{path}: cannot show a damaged file: {problems[0]}{more}") from exc
 
 
+def _action_names(f: h5py.File) -> list[str]:
+    """The action's element names where the file states them (``env_args.action_names``: several arms)."""
+    try:
+        names = json.loads(f["data"].attrs["env_args"]).get("action_names")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
+def _element(names: list[str], k: int) -> str:
+    return names[k] if k < len(names) else f"a[{k}]"
+
+
 def _render(path: Path, out: Path, episodes: list[int] | None) -> str:
     plots: dict[str, Any] = {}
     with h5py.File(path, "r") as f:
@@ -68,6 +82,7 @@ def _render(path: Path, out: Path, episodes: list[int] | None) -> str:
         rgb_ds, depth_ds = f["observations/rgb_jpeg"], f["observations/depth_jp2"]
         actions, rewards = f["transitions/actions"], f["transitions/rewards"]
         lo, hi = float(attrs.get("depth_min_m", 0.1)) * 1000, float(attrs.get("depth_max_m", 6.0)) * 1000
+        action_names = _action_names(f)
         summary = [
             [esc(k), esc(attrs[k].decode() if isinstance(attrs[k], bytes) else attrs[k])]
             for k in (
@@ -127,7 +142,8 @@ def _render(path: Path, out: Path, episodes: list[int] | None) -> str:
                 "unit": "",
                 "t": steps,
                 "series": [
-                    {"name": f"a[{k}]", "y": [round(float(v), 6) for v in a2[:, k]]} for k in range(a2.shape[1])
+                    {"name": _element(action_names, k), "y": [round(float(v), 6) for v in a2[:, k]]}
+                    for k in range(a2.shape[1])
                 ],
             }
             plots[f"{group}-rewards"] = {

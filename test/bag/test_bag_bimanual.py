@@ -214,3 +214,39 @@ def test_a_mapping_for_two_arms_refuses_one_arm_keys_and_bad_names(tmp_path, cfg
         assert run(bag, "--format", "lerobot", "--out", tmp_path / "x", "--config", cfg, "--mapping", path) == 2, doc
         out = capsys.readouterr()
         assert words in out.err + out.out, (doc, out)
+
+
+def test_a_bimanual_root_finalizes_exports_and_views_per_arm(tmp_path, cfg):
+    from piper_recorder.cli.export import main as export
+    from piper_recorder.cli.finalize import main as finalize
+    from piper_recorder.cli.view import main as view
+
+    scenario = SynthScenario(duration_s=2.0, cameras=("cam_front",), width=W, height=H, arms=ARMS)
+    bag = write_bag(tmp_path / "bag", scenario_messages(scenario))
+    root = tmp_path / "lerobot"
+    assert run(bag, "--format", "lerobot", "--out", root, "--config", cfg, "--episode", "0.2:1.8") == 0
+    # relative/delta statistics: each arm's action against its own state (the right arm stands 0.3 m away:
+    # against the other arm's state its relative y would be about +-0.3 m)
+    assert finalize(["--root", str(root), "--horizon", "4"]) == 0
+    rel = json.loads((root / "meta/relative_stats.json").read_text())
+    for arm in ARMS:
+        y = rel[f"action.{arm}_arm_eef"]
+        assert abs(y["mean"][1]) < 0.05 and len(y["mean"]) == 7, (arm, y["mean"])
+        assert len(rel[f"action.{arm}_gripper"]["mean"]) == 1
+    # the v2.1 and v3.0 exports keep every arm's column
+    for version in ("v2.1", "v3.0"):
+        out = tmp_path / f"export-{version}"
+        assert export([str(root), "--to", version, "--out", str(out), "-q"]) == 0
+        features = json.loads((out / "meta/info.json").read_text())["features"]
+        assert {f"observation.{a}_arm_eef" for a in ARMS} | {"action"} <= set(features), version
+    # the report plots each arm under its name
+    html = tmp_path / "report.html"
+    assert view([str(root), "--out", str(html)]) == 0
+    text = html.read_text()
+    for arm in ARMS:
+        assert f"{arm}: joint positions" in text and f"{arm}: gripper width" in text
+    assert "arms.right.arm.firmware" in text  # the binding keys per arm
+    h5 = tmp_path / "rgbd.hdf5"
+    assert run(bag, "--format", "rgbd", "--out", h5, "--config", cfg, "--episode", "0.2:1.8") == 0
+    assert view([str(h5), "--out", str(tmp_path / "rgbd.html")]) == 0
+    assert "right_gripper.width" in (tmp_path / "rgbd.html").read_text()

@@ -85,6 +85,12 @@ def test_verdict_thresholds_and_reasons():
     # arm feedback gap (stale rows) and a clock step (a frame captured 20 ms after its row)
     v = judge({**HEALTHY, "values_stale": {"joint_states": 4}, "frame_ahead_max_ms": {"cam": 20.0}}, cfg, 30, ["cam"])
     assert v.verdict == "warn" and len(v.reasons) == 2, v.reasons
+    # two arms: each arm's feedback gap is named as arm feedback with the arm's name; another input as an input
+    v = judge({**HEALTHY, "values_stale": {"right_eef_pose": 20, "wrench": 20}}, cfg, 30, ["cam"])
+    assert [r.split(":")[1].strip() for r in v.reasons] == [
+        "arm feedback right_eef_pose stale (gap longer than stale_s)",
+        "input wrench stale",
+    ], v.reasons
     # thresholds are parameters: a laxer config accepts the same counts
     assert (
         judge(
