@@ -41,6 +41,9 @@ ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
 GRIPPER_JOINTS = ("gripper",)
 ARM_STATUS = "/arm/status"
 ARM_PROVENANCE = "/arm/provenance"
+# Two arms: each arm's nodes and topics live under its name as a namespace (/left/arm/joint_states), and the
+# headset hand of the same name drives it.
+BIMANUAL_ARMS = ("left", "right")
 
 # ---- headset (quest_bridge) and the recorders' events ----------------------------------------------
 QUEST_HELLO = "/quest/hello"
