@@ -1,5 +1,5 @@
 """Two arms driven like the node drives them, on a time the test advances: each hand's pose and joy, each
-arm's feedback, one tick per 10 ms.
+arm's feedback, one tick per 10 ms; the core (``Rig``) or the whole session (``SessionRig``).
 
 The two arms stand at different poses, so an arm that took the other's input shows it.
 """
@@ -11,10 +11,15 @@ import math
 import numpy as np
 
 from piper_recorder.teleop.bimanual import BimanualConfig, BimanualCore, BimanualTickResult
+from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.clutch import ClutchEvent
 from piper_recorder.teleop.frames import ArmBaseConfig
+from piper_recorder.teleop.haptics import HapticConfig
 from piper_recorder.teleop.mapper import Joy, TeleopConfig
 from piper_recorder.teleop.rotations import axis_angle_to_quat
+from piper_recorder.teleop.session import ArmsTick, TeleopNodeConfig, TeleopSession
+
+from support.teleop_session import RECORDERS, Clock
 
 DT = 0.01
 HANDS = ("left", "right")
@@ -66,3 +71,43 @@ class Rig:
         for h in hands:
             assert res.arms[h].clutch is ClutchEvent.ENGAGED, (h, res.arms[h])
         return res
+
+
+class SessionRig:
+    """Feeds a two-arm TeleopSession like the node: stamped headset inputs per hand, feedback per arm, 10 ms ticks."""
+
+    def __init__(self, arm_bases: dict[str, ArmBaseConfig] | None = None, **cfg: object) -> None:
+        self.clock = Clock()
+        self.session = TeleopSession(
+            TeleopConfig(**cfg),
+            TeleopNodeConfig(recorders=list(RECORDERS)),
+            HapticConfig(),
+            clock=self.clock,
+            to_mono=HostToMono(host_ns=self.clock.ns, mono_ns=self.clock.ns),
+            bimanual=BimanualConfig(bases=arm_bases or {}),
+        )
+        self.hand_p = {h: tuple(HAND_P[h].tolist()) for h in HANDS}
+        self.joy = {h: Joy() for h in HANDS}
+        self.headset_alive = True
+        self.arm_alive = dict.fromkeys(HANDS, True)
+
+    def step(self, n: int = 1) -> list[ArmsTick]:
+        out = []
+        for _ in range(n):
+            self.clock.t += DT
+            s, stamp = self.session, self.clock.ns()
+            for h in HANDS:
+                if self.headset_alive:
+                    s.on_hand_pose(stamp, self.hand_p[h], (0.0, 0.0, 0.0, 1.0), hand=h)
+                    s.on_joy(stamp, h, Joy(**vars(self.joy[h])))
+                if self.arm_alive[h]:
+                    s.on_arm_pose(ARM_P[h].tolist(), ARM_Q[h].tolist(), arm=h)
+                    s.on_joints([0.0] * 7, arm=h)
+            out.append(s.tick_arms())
+        return out
+
+    def wait(self, seconds: float) -> None:
+        self.clock.t += seconds
+
+    def poll(self, ready: bool = True):
+        return self.session.poll(lambda _rec: ready)
