@@ -76,12 +76,12 @@ class BimanualTickResult:
 class BimanualCore(Coordinator):
     """Two arm engines, one per hand, and the episode buttons: inputs in through ``on_*``, targets out of ``tick``."""
 
-    def __init__(self, cfg: TeleopConfig, arms: BimanualConfig | None = None):
+    def __init__(self, cfg: TeleopConfig, bimanual: BimanualConfig | None = None):
         """Start idle (both clutches released, nothing held); ValueError names a bad setting."""
         cfg.validate()
-        arms = arms or BimanualConfig()
-        arms.validate()
-        engines = {arm: ArmEngine(cfg, arm_remap(cfg.frame, arms.base(arm))) for arm in arms.arms}
+        bimanual = bimanual or BimanualConfig()
+        bimanual.validate()
+        engines = {arm: ArmEngine(cfg, arm_remap(cfg.frame, bimanual.base(arm))) for arm in bimanual.arms}
         super().__init__(cfg, engines, Counters())  # the session's own: rejected joys, source changes
 
     # ---- inputs: a hand's pose and an arm's feedback go to that arm's engine --------------------

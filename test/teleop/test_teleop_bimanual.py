@@ -205,7 +205,9 @@ def test_a_source_change_releases_both_arms_and_each_needs_a_fresh_grip_of_its_o
 
 # ---- (f) the episode buttons: the same as with one arm ------------------------------------------------------------
 def _press_sequence() -> list[tuple[int, str, dict[str, object]]]:
-    """(tick, hand, joy fields) of a session: start, stop with the failure chord, start, discard, delete by holding."""
+    """(tick, hand, joy fields) of a session: start, stop with the failure chord, start, discard, start, stop,
+    delete by holding; the hands as ``TeleopConfig.hand`` right names them.
+    """
     return [
         (5, "right", {"primary": True}),  # start
         (7, "right", {}),
@@ -218,6 +220,10 @@ def _press_sequence() -> list[tuple[int, str, dict[str, object]]]:
         (40, "right", {"secondary": True}),  # discard
         (42, "right", {}),
         (50, "left", {"primary": True}),  # held 1 s: delete the last episode
+        (60, "right", {"primary": True}),  # start (while the other hand holds its button)
+        (62, "right", {}),
+        (80, "right", {"primary": True}),  # stop, labelled success
+        (82, "right", {}),
         (170, "left", {}),
         (180, "right", {"squeeze": 1.0, "menu": True}),  # grips and menu buttons are no episode buttons
         (182, "left", {"squeeze": 1.0, "trigger": 1.0}),
@@ -254,6 +260,8 @@ def test_the_episode_buttons_do_with_two_arms_what_they_do_with_one(buttons_hand
         (20, [Action.STOP], "failure", 21),
         (30, [Action.START], None, None),
         (40, [Action.DISCARD], None, None),
+        (60, [Action.START], None, None),
+        (80, [Action.STOP], "success", 81),
         (150, [Action.DELETE_LAST], None, None),
     ]
 
