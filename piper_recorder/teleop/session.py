@@ -19,6 +19,14 @@ callbacks, the control thread (``tick``, at ``control_rate_hz``) and a SpaceMous
 - the status dict (``/teleop/status``), due at once (at most every ``STATUS_MIN_PERIOD_S``) when the
   clutch, the active limits, an alarm or a label changed.
 
+Two arms (``bimanual``, ``teleop.bimanual.BimanualCore``): each hand drives the arm of its name, so a hand
+pose carries its hand and arm feedback its arm; ``tick_arms`` hands out each arm's target and what its
+clutch did. An arm's refusals, forced releases and limits pulse that arm's hand; the engage buzz too.
+The presses' confirmations and alarms pulse the buttons hand (``TeleopConfig.hand``), as with one arm.
+The status keeps every single-arm key (``engaged``: any arm; the counters summed over the arms; the
+newest forced release of either) and adds ``arms``: each arm's clutch, limits, release and counters.
+A SpaceMouse drives one arm only: with two arms the input must be the headset.
+
 Times come from ``clock`` (monotonic seconds) and ``to_mono`` (header stamps), both injectable, so the
 tests run a session on a fake clock. ``tick`` runs at 100 Hz: it allocates one small ``Tick`` and
 nothing else of its own.
@@ -38,10 +46,12 @@ import numpy as np
 
 from piper_recorder.teleop.spacemouse.input import TELEOP_INPUTS, SpaceMouseInput
 
+from .arm_engine import ArmEngine, ArmTick
+from .bimanual import BimanualConfig, BimanualCore, BimanualTickResult
 from .capture_time import HostToMono
 from .clutch import ClutchEvent
 from .haptics import EVENT_PATTERNS, HapticConfig, HapticScheduler
-from .mapper import Joy, TeleopConfig, TeleopCore, TickResult
+from .mapper import Action, Joy, TeleopConfig, TeleopCore, TickResult
 from .recorder_calls import RecorderCallConfig, RecorderCalls, Report, Send
 
 ALARM_PATTERN = {"timeout": "timeout", "failed": "refused"}  # RecorderCalls' alarm -> haptics pattern
@@ -97,6 +107,15 @@ class Tick:
     log_refusal: bool = False  # log this refusal (rate-limited)
 
 
+@dataclass(slots=True)
+class ArmsTick:
+    """One control tick of two arms: the core's result (each arm's target and clutch, the presses) and what else to do."""
+
+    result: BimanualTickResult
+    engage_haptics: list[dict[str, Any]] = field(default_factory=list)  # an engage buzz per arm engaged (its hand)
+    log_refusals: list[str] = field(default_factory=list)  # the arms whose refusal to log now (rate-limited per arm)
+
+
 @dataclass
 class ServiceStep:
     """One service poll: calls to send, clients to re-create, outcomes to log, pulses and status to publish."""
@@ -129,28 +148,50 @@ class TeleopSession:
         spacemouse: SpaceMouseInput | None = None,
         clock: Callable[[], float] = time.monotonic,
         to_mono: HostToMono | None = None,
+        bimanual: BimanualConfig | None = None,
     ):
+        """``bimanual``: two arms, one per hand (None: one arm, driven by ``cfg.hand``)."""
         ncfg.validate()
+        if bimanual is not None and (spacemouse is not None or ncfg.input != TELEOP_INPUTS[0]):
+            raise ValueError(
+                f"input {ncfg.input!r} drives one arm: two arms ({', '.join(bimanual.arms)}) take input "
+                f"{TELEOP_INPUTS[0]!r}"
+            )
         self.cfg, self.ncfg = cfg, ncfg
         # validates the assembled config; a SpaceMouse speaks the arm base frame already
-        self.core = TeleopCore(cfg, remap=np.eye(3) if spacemouse is not None else None)
+        self.core: TeleopCore | BimanualCore = (
+            TeleopCore(cfg, remap=np.eye(3) if spacemouse is not None else None)
+            if bimanual is None
+            else BimanualCore(cfg, bimanual)
+        )
         self.spacemouse = spacemouse
+        # the buttons hand's: the presses' confirmations and alarms, and (with one arm) everything
         self.haptics = HapticScheduler(haptics)
+        # each arm's hand (the arm's name; one arm: the driving hand) -> the scheduler its pulses play on
+        self._hand_haptics = {
+            hand: self.haptics if hand == cfg.hand else HapticScheduler(haptics) for hand in self.core.arms
+        }
         self.calls = RecorderCalls(list(ncfg.recorders), ncfg.calls())
         self._clock = clock
         # header stamps (the ROS clock) onto the monotonic clock, immune to a thread held between clock reads
         self._to_mono = to_mono or HostToMono()
         self._lock = threading.Lock()
-        self._engage = {"hand": cfg.hand, "amp": ncfg.haptic_amp, "ms": ncfg.haptic_ms}
+        self._engage = {hand: {"hand": hand, "amp": ncfg.haptic_amp, "ms": ncfg.haptic_ms} for hand in self.core.arms}
         self._labels_pending: dict[str, tuple[Pending, float, str]] = {}  # rec -> (call, sent, outcome)
         self._presses = 0  # button presses so far (the bad verdict's pattern is felt once per press)
         self._bad_felt: tuple[int, float] = (-1, -math.inf)  # (presses, when) at the last 'bad' pattern
         self.last_outcome: dict[str, Any] | None = None  # the last label a recorder confirmed
         self.last_alarm: dict[str, Any] | None = None
-        self._limits_active: tuple[str, ...] = ()  # the limits that shaped the last published target
+        # per arm: the limits that shaped its last published target
+        self._limits_active: dict[str, tuple[str, ...]] = dict.fromkeys(self.core.arms, ())
         self._status_dirty = False
         self._status_sent = 0.0
-        self._last_refusal_log = -math.inf
+        self._last_refusal_log = dict.fromkeys(self.core.arms, -math.inf)
+
+    @property
+    def bimanual(self) -> bool:
+        """Whether this session drives two arms (``tick_arms``) rather than one (``tick``)."""
+        return isinstance(self.core, BimanualCore)
 
     # ---- inputs -------------------------------------------------------------------------------
     def _captured(self, stamp_ns: int) -> tuple[float, int | None]:
@@ -160,11 +201,15 @@ class TeleopSession:
         """
         return self._to_mono.convert(stamp_ns), (stamp_ns if stamp_ns > 0 else None)
 
-    def on_hand_pose(self, stamp_ns: int, p: Sequence[float], q: Sequence[float]) -> None:
-        """Take the driving hand's pose, stamped at capture (ns)."""
+    def on_hand_pose(self, stamp_ns: int, p: Sequence[float], q: Sequence[float], hand: str | None = None) -> None:
+        """Take a driving hand's pose, stamped at capture (ns).
+
+        ``hand``: which (None: the one driving hand of a single arm); ValueError for a hand that drives no arm.
+        """
         with self._lock:  # the converter's state too
+            engine = self.core.engine(hand)
             t, order = self._captured(stamp_ns)
-            self.core.on_hand_pose(t, p, q, order)
+            engine.on_hand_pose(t, p, q, order)
 
     def on_joy(self, stamp_ns: int, hand: str, joy: Joy | None) -> None:
         """``joy`` None: a message too short to be a controller's (counted as rejected)."""
@@ -182,22 +227,25 @@ class TeleopSession:
             self.core.on_source_change(t, reason, hand, order)
             self._status_dirty = True
 
-    def on_arm_pose(self, p: Sequence[float], q: Sequence[float]) -> None:
-        """Take the arm's measured flange pose, at its arrival."""
+    def on_arm_pose(self, p: Sequence[float], q: Sequence[float], arm: str | None = None) -> None:
+        """Take an arm's measured flange pose, at its arrival (``arm`` None: the one arm)."""
         with self._lock:
-            self.core.on_arm_pose(self._clock(), p, q)
+            self.core.engine(arm).on_arm_pose(self._clock(), p, q)
 
-    def on_joints(self, positions: Sequence[float]) -> None:
-        """Take the arm's joint positions, at their arrival."""
+    def on_joints(self, positions: Sequence[float], arm: str | None = None) -> None:
+        """Take an arm's joint positions, at their arrival (``arm`` None: the one arm)."""
         with self._lock:
-            self.core.on_joint_states(self._clock(), positions)
+            self.core.engine(arm).on_joint_states(self._clock(), positions)
 
-    def on_arm_errors(self, errors: Sequence[str]) -> None:
-        """The ERROR entries of one /arm/status (none: the fault cleared), unless ``fault_on_arm_error`` is off."""
+    def on_arm_errors(self, errors: Sequence[str], arm: str | None = None) -> None:
+        """The ERROR entries of one /arm/status (none: the fault cleared), unless ``fault_on_arm_error`` is off.
+
+        ``arm``: whose status (None: the one arm); a fault refuses or releases that arm alone.
+        """
         if not self.ncfg.fault_on_arm_error:
             return
         with self._lock:
-            self.core.on_arm_fault("; ".join(errors) if errors else None)
+            self.core.engine(arm).on_arm_fault("; ".join(errors) if errors else None)
 
     def on_episode_event(self, data: str) -> None:
         """One ``/episode_events`` JSON message: the toggle, confirmations, the label, a bad verdict."""
@@ -248,7 +296,7 @@ class TeleopSession:
 
     def on_spacemouse_state(self, state: str, detail: str) -> None:
         """Take the SpaceMouse device's state (reader thread)."""
-        assert self.spacemouse is not None
+        assert self.spacemouse is not None and isinstance(self.core, TeleopCore)
         with self._lock:
             now = self._clock()
             was = self.spacemouse.connected
@@ -259,41 +307,68 @@ class TeleopSession:
 
     # ---- control tick -------------------------------------------------------------------------
     def tick(self) -> Tick:
-        """The next target (while engaged) and what else the tick did.
+        """The next target (while engaged) and what else the tick did (one arm; two: ``tick_arms``).
 
         Presses become recorder calls,
         limits and interlocks pulse the headset, a clutch change makes the status due.
         """
+        core = self.core
+        if not isinstance(core, TeleopCore):
+            raise TypeError("a two-arm session ticks with tick_arms()")
         with self._lock:
             now = self._clock()
-            res = self.core.tick(now) if self.spacemouse is None else self.spacemouse.step(self.core, now)
-            for action in res.actions:
-                self.calls.press(now, action, res.stop_stamp_ns)  # a STOP ends at its press's stamp
-                self.haptics.new_press()
-                self._presses += 1
-            if res.actions:
-                self.core.on_recording(self.calls.recording)
-            self._track_limits(now, self.core.limits.acted if res.target is not None else ())
-            for name in res.haptics:  # a refused grip, a release the operator did not make
-                self.haptics.play(now, name)
-            clutch = res.clutch
-            if clutch in _CLUTCH_CHANGES:
-                self._status_dirty = True
-            log_refusal = clutch is ClutchEvent.REFUSED and now - self._last_refusal_log > REFUSAL_LOG_PERIOD_S
-            if log_refusal:
-                self._last_refusal_log = now
-        return Tick(res, self._engage if clutch is ClutchEvent.ENGAGED else None, log_refusal)
+            res = core.tick(now) if self.spacemouse is None else self.spacemouse.step(core, now)
+            self._presses_to_calls(now, res.actions, res.stop_stamp_ns)
+            log_refusal = self._arm_ticked(now, self.cfg.hand, core.arm, res)
+        return Tick(res, self._engage[self.cfg.hand] if res.clutch is ClutchEvent.ENGAGED else None, log_refusal)
 
-    def _track_limits(self, now: float, active: tuple[str, ...]) -> None:
-        """Pulse ``haptics.limit`` when a limit starts shaping the target, and make the status due.
+    def tick_arms(self) -> ArmsTick:
+        """Each arm's next target (while its clutch is engaged) and what else the tick did (two arms; one: ``tick``)."""
+        core = self.core
+        if not isinstance(core, BimanualCore):
+            raise TypeError("a single-arm session ticks with tick()")
+        with self._lock:
+            now = self._clock()
+            res = core.tick(now)
+            self._presses_to_calls(now, res.actions, res.stop_stamp_ns)
+            out = ArmsTick(res)
+            for arm, arm_res in res.arms.items():
+                if self._arm_ticked(now, arm, core.arms[arm], arm_res):
+                    out.log_refusals.append(arm)
+                if arm_res.clutch is ClutchEvent.ENGAGED:
+                    out.engage_haptics.append(self._engage[arm])
+        return out
+
+    def _presses_to_calls(self, now: float, actions: list[Action], stop_stamp_ns: int | None) -> None:
+        for action in actions:
+            self.calls.press(now, action, stop_stamp_ns)  # a STOP ends at its press's stamp
+            self.haptics.new_press()
+            self._presses += 1
+        if actions:
+            self.core.on_recording(self.calls.recording)
+
+    def _arm_ticked(self, now: float, arm: str, engine: ArmEngine, res: ArmTick) -> bool:
+        """Follow what one arm's tick did: its limits and haptics (on its hand), the status; whether to log its refusal."""
+        self._track_limits(now, arm, engine.limits.acted if res.target is not None else ())
+        for name in res.haptics:  # a refused grip, a release the operator did not make
+            self._hand_haptics[arm].play(now, name)
+        if res.clutch in _CLUTCH_CHANGES:
+            self._status_dirty = True
+        log_refusal = res.clutch is ClutchEvent.REFUSED and now - self._last_refusal_log[arm] > REFUSAL_LOG_PERIOD_S
+        if log_refusal:
+            self._last_refusal_log[arm] = now
+        return log_refusal
+
+    def _track_limits(self, now: float, arm: str, active: tuple[str, ...]) -> None:
+        """Pulse ``haptics.limit`` on the arm's hand when a limit starts shaping its target, and make the status due.
 
         The core counts the hits.
         """
-        if active == self._limits_active:
+        if active == self._limits_active[arm]:
             return
-        if any(name not in self._limits_active for name in active):
-            self.haptics.play(now, "limit")
-        self._limits_active = active
+        if any(name not in self._limits_active[arm] for name in active):
+            self._hand_haptics[arm].play(now, "limit")
+        self._limits_active[arm] = active
         self._status_dirty = True
 
     # ---- recorder calls -----------------------------------------------------------------------
@@ -388,8 +463,11 @@ class TeleopSession:
 
     # ---- outputs ------------------------------------------------------------------------------
     def _due(self, now: float) -> list[dict[str, Any]]:
-        hand = self.cfg.hand
-        return [{"hand": hand, "amp": p.amp, "ms": p.ms} for p in self.haptics.due(now)]
+        return [
+            {"hand": hand, "amp": p.amp, "ms": p.ms}
+            for hand, scheduler in self._hand_haptics.items()
+            for p in scheduler.due(now)
+        ]
 
     def haptic_due(self) -> list[dict[str, Any]]:
         """The /quest/haptic commands due now."""
@@ -403,25 +481,51 @@ class TeleopSession:
 
     def _status(self, now: float) -> dict[str, Any]:
         core = self.core
+        arms = core.arms
         # limits_active: every limit that changed a target since the last status, so a brief hit shows
+        limits = {arm: sorted(e.limits_seen | set(self._limits_active[arm])) for arm, e in arms.items()}
+        newest = max(arms.values(), key=lambda e: -math.inf if e.last_release_t is None else e.last_release_t)
+        counters = core.counters if isinstance(core, TeleopCore) else core.total_counters()
+        played: dict[str, int] = {}
+        for scheduler in self._hand_haptics.values():
+            for name, n in scheduler.played.items():
+                played[name] = played.get(name, 0) + n
         status = {
             "engaged": core.engaged,
             "recording": core.recording,
-            **asdict(core.counters),
-            "limits_active": sorted(core.limits_seen | set(self._limits_active)),
+            **asdict(counters),
+            "limits_active": sorted({name for names in limits.values() for name in names}),
             "recorders": {n: r.state for n, r in self.calls.recorders.items()},
             "calls_in_flight": self.calls.pending(),
             "last_alarm": self.last_alarm,
-            "last_release": core.last_release,
-            "last_release_age_s": None
-            if core.last_release_t is None
-            else round(max(0.0, now - core.last_release_t), 3),
-            "haptics": dict(self.haptics.played),
+            "last_release": newest.last_release,
+            "last_release_age_s": _age(now, newest.last_release_t),
+            "haptics": played,
             "input": self.ncfg.input,
             "last_outcome": self.last_outcome,
         }
         if self.spacemouse is not None:
             status["spacemouse"] = self.spacemouse.status()
-        core.limits_seen.clear()
+        if isinstance(core, BimanualCore):
+            status["arms"] = {arm: _arm_status(now, e, limits[arm]) for arm, e in arms.items()}
+        for e in arms.values():
+            e.limits_seen.clear()
         self._status_dirty, self._status_sent = False, now
         return status
+
+
+def _age(now: float, t: float | None) -> float | None:
+    return None if t is None else round(max(0.0, now - t), 3)
+
+
+def _arm_status(now: float, engine: ArmEngine, limits_active: list[str]) -> dict[str, Any]:
+    """One arm's part of a two-arm status: its clutch, limits, newest forced release and counters."""
+    counters = asdict(engine.counters)
+    del counters["source_changes"]  # the session's (a new source releases both arms), not an arm's
+    return {
+        "engaged": engine.engaged,
+        "limits_active": limits_active,
+        "last_release": engine.last_release,
+        "last_release_age_s": _age(now, engine.last_release_t),
+        **counters,
+    }
