@@ -41,13 +41,10 @@ ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7)) + ("gripper",)
 GRIPPER_JOINTS = ("gripper",)
 ARM_STATUS = "/arm/status"
 ARM_PROVENANCE = "/arm/provenance"
-# Two arms: each arm's nodes and topics live under its name as a namespace (/left/arm/joint_states), and the
-# headset hand of the same name drives it.
-BIMANUAL_ARMS = ("left", "right")
-
 # Several arms: each arm's nodes and topics live under the arm's namespace (``/left/arm/joint_states``); one arm
-# (no names) keeps the names above. An arm name is a ROS namespace token and a dataset column prefix.
-BIMANUAL = ("left", "right")
+# (no names) keeps the names above. An arm name is a ROS namespace token and a dataset column prefix. Two arms
+# driven by the headset are named for the hands (the hand of the same name drives each).
+BIMANUAL_ARMS = ("left", "right")
 _ARM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
