@@ -53,7 +53,7 @@ def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
         executable=p.executable,
         name=p.name,
         namespace=p.namespace,
-        exec_name=p.name,
+        exec_name=p.key,
         output="screen",
         prefix=p.prefix,
         parameters=[config, p.parameters],

@@ -17,7 +17,17 @@ LEROBOT_RECORDER = "lerobot_recorder"
 RGBD_RECORDER = "rgbd_recorder"
 RECORDER_NODES = (LEROBOT_RECORDER, RGBD_RECORDER)
 QUEST_VIDEO_NODE = "quest_video"
+TELEOP_NODE = "teleop"
 STATUS = "~/status"  # every node's String JSON status, under its own name
+
+
+def node_key(name: str, namespace: str = "") -> str:
+    """How the graph names a node: ``piper_arm``, or ``left/piper_arm`` under an arm's namespace.
+
+    ``namespace`` as ROS reports it (``/``, ``/left``) or as a launcher sets it (``left``).
+    """
+    ns = namespace.strip("/")
+    return f"{ns}/{name}" if ns else name
 
 
 def node_topic(node: str, name: str) -> str:
@@ -66,6 +76,15 @@ def parse_arms(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return arms
 
 
+def in_namespace(name: str) -> str:
+    """``name`` relative to its node's namespace (``/arm/enable`` -> ``arm/enable``).
+
+    A node in the root namespace (one arm) resolves it to ``name``; one started under an arm's namespace
+    (``-r __ns:=/left``) to the arm's (``arm_topic``).
+    """
+    return name.lstrip("/")
+
+
 def arm_topic(arm: str | None, name: str) -> str:
     """Topic or service ``name`` of arm ``arm``: under its namespace (``/left/arm/enable``); unchanged for None."""
     if not arm:
@@ -96,7 +115,7 @@ def quest_topic(pattern: str, device: str) -> str:
 
 
 # ---- teleop and policy -------------------------------------------------------------------------------
-TELEOP_STATUS = node_topic("teleop", STATUS)  # clutch, limits, input (read by policy, dashboard, quest_video)
+TELEOP_STATUS = node_topic(TELEOP_NODE, STATUS)  # clutch, limits, input (read by policy, dashboard, quest_video)
 POLICY_ACTOR = "/policy/actor"  # who acts (policy | operator), latched: the recorders' actor column
 POLICY_PROVENANCE = "/policy/provenance"  # the policy's identity, latched: the recorders' session record
 

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NODE.PARAM=VALUE",
         help="override a parameter (value parsed as YAML); repeatable",
     )
-    for arg in ("task", "root", "rgbd-path", "backend", "cameras", "policy", "policy-root", "teleop-input"):
+    for arg in ("task", "root", "rgbd-path", "backend", "cameras", "arms", "policy", "policy-root", "teleop-input"):
         p.add_argument(f"--{arg}", default="", help=f"as the launch files' {arg.replace('-', '_')} argument")
     p.add_argument(
         "--dashboard",
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             rgbd_path=args.rgbd_path,
             backend=args.backend,
             cameras=args.cameras,
+            arms=args.arms,
             policy=args.policy,
             policy_root=args.policy_root,
             teleop_input=args.teleop_input,

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from piper_recorder.names import parse_arms
 from piper_recorder.params.derived import LAUNCH_SECTION, derived_params
 from piper_recorder.params.params_file import read_params_file
 from piper_recorder.teleop.spacemouse.input import TELEOP_INPUTS
@@ -57,6 +58,8 @@ LAUNCH_ARGUMENTS = {  # name -> description; the launch files and piper-launch t
     "rgbd_path": "RGB-D HDF5 file (default: from the config)",
     "backend": "arm backend: position | impedance (default: from the config)",
     "cameras": "comma-separated cameras to start and record (default: piper_launch.cameras)",
+    "arms": "comma-separated arm names for several arms, e.g. left,right: one piper_arm per arm under its "
+    "namespace (/left/arm/...), each with its own section left/piper_arm (default: piper_launch.arms, else one arm)",
     "policy": "start the policy node with this backend: http://host:port | gr00t://host:port | hold | "
     "replay:<root>:<episode> (default: no policy node)",
     "policy_root": "the policy's training root (default: policy.root in the config, or the replay root)",
@@ -78,6 +81,7 @@ GRAPH_ARGUMENTS = (
     "rgbd_path",
     "backend",
     "cameras",
+    "arms",
     "policy",
     "policy_root",
     "dashboard",
@@ -116,6 +120,7 @@ def launch_overrides(
     policy: str = "",
     policy_root: str = "",
     teleop_input: str = "",
+    arms: str = "",
 ) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The launch arguments shared by both launch files and piper-launch -> (cameras, {node: params}).
 
@@ -124,16 +129,20 @@ def launch_overrides(
     (``params.derived.derived_params``: the recorders' camera lists and provenance serials,
     quest_video's panels), which a launch file passes on top of the config file.
     """
-    chosen, out = argument_overrides(cfg, task, root, rgbd_path, backend, cameras, policy, policy_root, teleop_input)
-    for node, params in checked_derived_params(cfg, chosen).items():
+    chosen, out = argument_overrides(
+        cfg, task, root, rgbd_path, backend, cameras, policy, policy_root, teleop_input, arms
+    )
+    for node, params in checked_derived_params(cfg, chosen, launch_arms(cfg, out)).items():
         out.setdefault(node, {}).update(params)
     return chosen, out
 
 
-def checked_derived_params(cfg: Mapping[str, Mapping[str, Any]], cameras: list[str]) -> dict[str, dict[str, Any]]:
-    """``params.derived.derived_params``, a contradiction refused as a LaunchError."""
+def checked_derived_params(
+    cfg: Mapping[str, Mapping[str, Any]], cameras: list[str], arms: tuple[str, ...] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``params.derived.derived_params`` (``arms`` None: the config's), a contradiction refused as a LaunchError."""
     try:
-        return derived_params(cfg, cameras)
+        return derived_params(cfg, cameras, arms)
     except ValueError as exc:
         raise LaunchError(str(exc)) from None
 
@@ -148,6 +157,7 @@ def argument_overrides(
     policy: str = "",
     policy_root: str = "",
     teleop_input: str = "",
+    arms: str = "",
 ) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """``launch_overrides`` without the parameters derived from the cameras: (cameras, {node: params})."""
     configured = list(cfg.get(LAUNCH_SECTION, {}).get("cameras", []))
@@ -173,7 +183,23 @@ def argument_overrides(
         if teleop_input not in TELEOP_INPUTS:
             raise LaunchError(f"teleop_input must be one of {', '.join(TELEOP_INPUTS)}, got {teleop_input!r}")
         out.setdefault("teleop", {})["input"] = teleop_input
+    if arms:
+        try:
+            out.setdefault(LAUNCH_SECTION, {})["arms"] = list(parse_arms(arms))
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
     return chosen, out
+
+
+def launch_arms(
+    cfg: Mapping[str, Mapping[str, Any]], overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[str, ...]:
+    """The graph's arms: the ``arms`` launch argument, else ``piper_launch.arms``; () for one arm."""
+    value = {**cfg.get(LAUNCH_SECTION, {}), **(overrides or {}).get(LAUNCH_SECTION, {})}.get("arms") or []
+    try:
+        return parse_arms(value if isinstance(value, (str, list, tuple)) else str(value))
+    except ValueError as exc:
+        raise LaunchError(f"{LAUNCH_SECTION}.{exc}") from None
 
 
 def flag(value: str | bool, default: bool) -> bool:

@@ -10,16 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.names import POLICY_ACTOR
+from piper_recorder.names import POLICY_ACTOR, node_key
 from piper_recorder.params.derived import LAUNCH_SECTION
 
-from .arguments import launch_overrides, policy_enabled, read_config
+from .arguments import launch_arms, launch_overrides, policy_enabled, read_config
+from .errors import LaunchError
 from .executables import POLICY_NODE, QUEST_WEB, SIM_CAMERA, SIM_QUEST, script
 from .headset import QuestWebSettings, SimQuestSettings, headset_kind, headset_video
 from .install import PACKAGE
 from .realsense import REALSENSE_PACKAGE, realsense_check, realsense_parameters
 
 START_ORDER = ("piper_arm", "quest_bridge", "teleop", "lerobot_recorder", "rgbd_recorder", "quest_video")
+ARM_NODE = START_ORDER[0]  # one per arm with several arms, each under its arm's namespace
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,11 @@ class GraphNode:
     # them to another value is refused with this, never silently overwritten: plan_graph)
     derived: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # said when the graph starts (a check that could not be made)
+
+    @property
+    def key(self) -> str:
+        """Its name in the parameter file and among the processes: ``left/piper_arm`` under an arm's namespace."""
+        return node_key(self.name, self.namespace or "")
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
@@ -80,6 +87,36 @@ def dashboard_params(
     root = {**cfg.get("lerobot_recorder", {}), **(overrides or {}).get("lerobot_recorder", {})}.get("root")
     if "roots" not in section and root:
         out["roots"] = [str(root)]
+    return out
+
+
+def arm_nodes(
+    mode: str, cfg: Mapping[str, Mapping[str, Any]], arms: tuple[str, ...], overrides: Mapping[str, Mapping[str, Any]]
+) -> list[GraphNode]:
+    """One ``piper_arm`` per arm under the arm's namespace (``/left/piper_arm``: ``/left/arm/joint_states``, ...).
+
+    Each arm's parameters: the ``piper_arm`` section (what the arms share), then the arm's own ``left/piper_arm``
+    section, then the launch arguments'. On the robot two arms on one CAN channel are refused, naming both.
+    """
+    out = []
+    for arm in arms:
+        key = f"{arm}/{ARM_NODE}"
+        params = {**cfg.get(ARM_NODE, {}), **cfg.get(key, {}), **overrides.get(ARM_NODE, {}), **overrides.get(key, {})}
+        out.append(
+            GraphNode(
+                ARM_NODE, ARM_NODE, script(ARM_NODE), prefix=nice_prefix(cfg, key), namespace=arm, parameters=params
+            )
+        )
+    if mode != "sim":
+        channels: dict[str, str] = {}
+        for n in out:
+            channel = str(n.parameters.get("can_channel", "can0"))
+            if channel in channels:
+                raise LaunchError(
+                    f"{channels[channel]}/{ARM_NODE} and {n.namespace}/{ARM_NODE} both drive CAN channel {channel!r}: "
+                    f"set each arm's can_channel in its own section ({n.namespace}/{ARM_NODE}: can_channel: ...)"
+                )
+            channels[channel] = str(n.namespace)
     return out
 
 
@@ -141,8 +178,13 @@ def graph_nodes(
                 "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
                 f"video_port={quest.video_port!r})",
             }
+    arms = launch_arms(cfg, overrides)
     for name in START_ORDER[:3]:
-        if name in cfg and (use_headset or name != "quest_bridge"):  # a node without a config section is not started
+        if name not in cfg or (not use_headset and name == "quest_bridge"):  # no config section: not started
+            continue
+        if name == ARM_NODE and arms:
+            nodes += arm_nodes(mode, cfg, arms, overrides)
+        else:
             nodes.append(ours(name, name, script(name), why.get(name), **peer.get(name, {})))
     driver_note = realsense_check() if mode != "sim" and cameras else None  # refuses a driver too old
     for cam in cameras:
@@ -170,7 +212,7 @@ def graph_nodes(
     ]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
-    dash = dashboard_params(cfg, dashboard, [n.name for n in nodes if n.ros_node], overrides)
+    dash = dashboard_params(cfg, dashboard, [n.key for n in nodes if n.ros_node], overrides)
     if dash is not None:  # the read-only web dashboard expects exactly the nodes started here
         nodes.append(ours("dashboard", "dashboard", script("dashboard"), **dash))
     return nodes

@@ -37,7 +37,10 @@ class ProcessSpec:
 
 @dataclass
 class GraphPlan:
-    """Everything to start, in order, plus the effective parameter file."""
+    """Everything to start, in order, plus the effective parameter file.
+
+    A process's name is its node's (``left/piper_arm`` for a node under an arm's namespace).
+    """
 
     mode: str
     params_file: Path
@@ -114,20 +117,20 @@ def plan_graph(
     explicit = {item.partition("=")[0] for item in sets}
     for n in nodes:
         for key, value in n.parameters.items():
-            given = cfg.get(n.name, {}).get(key)
-            if f"{n.name}.{key}" in explicit and given != value:
+            given = cfg.get(n.key, {}).get(key)
+            if f"{n.key}.{key}" in explicit and given != value:
                 way_out = (
                     SIM_HEADSET_WAY_OUT
                     if n.name in ("quest_bridge", "quest_video")
                     else "drop the --set (or start the graph without what it follows)"
                 )
                 raise LaunchError(
-                    f"--set {n.name}.{key}={given!r} conflicts with "
+                    f"--set {n.key}.{key}={given!r} conflicts with "
                     f"{n.derived.get(key, 'a value the graph derives')}, which this graph sets it "
                     f"to ({value!r}); {way_out}"
                 )
         if n.parameters:
-            cfg.setdefault(n.name, {}).update(n.parameters)
+            cfg.setdefault(n.key, {}).update(n.parameters)
     params_file = dump_params(cfg, run_dir / "params.yaml")
     plan = GraphPlan(mode, params_file, cfg, notes=list(dict.fromkeys(note for n in nodes for note in n.notes)))
     for n in nodes:
@@ -139,10 +142,11 @@ def plan_graph(
                 "--ros-args",
                 "-r",
                 f"__node:={n.name}",
+                *(("-r", f"__ns:=/{n.namespace}") if n.namespace else ()),
                 "--params-file",
                 str(params_file),
             ]
-            plan.processes.append(ProcessSpec(n.name, n.prefix.split() + argv if n.prefix else argv))
+            plan.processes.append(ProcessSpec(n.key, n.prefix.split() + argv if n.prefix else argv))
         elif shutil.which("ros2"):
             plan.processes.append(
                 ProcessSpec(

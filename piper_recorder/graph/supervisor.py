@@ -21,7 +21,7 @@ from typing import Any
 
 from piper_recorder.graph.errors import LaunchError
 from piper_recorder.graph.plan import GraphPlan, ProcessSpec
-from piper_recorder.names import RECORDER_NODES
+from piper_recorder.names import RECORDER_NODES, node_key
 from piper_recorder.process.supervision import LAUNCHER_PID_ENV
 
 
@@ -106,7 +106,7 @@ class Graph:
             dead = self.dead()
             if dead:
                 raise LaunchError(f"process(es) exited during start-up: {dead}\n{self.logs()}")
-            seen = {name for name, _ns in probe.get_node_names_and_namespaces()}
+            seen = {node_key(name, ns) for name, ns in probe.get_node_names_and_namespaces()}
             if want <= seen:
                 return
             if time.monotonic() > deadline:

@@ -35,6 +35,7 @@ from piper_recorder.names import (
     TELEOP_STATUS,
     camera_topic,
     camera_topic_regex,
+    node_key,
     node_topic,
     quest_topic,
 )
@@ -185,7 +186,7 @@ class DashboardNode(Node):
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
-        self.model.set_nodes({n for n, _ns in self.get_node_names_and_namespaces()}, now)
+        self.model.set_nodes({node_key(n, ns) for n, ns in self.get_node_names_and_namespaces()}, now)
         if not self.cfg.cameras:
             found = sorted(
                 {

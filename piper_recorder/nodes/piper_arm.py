@@ -38,6 +38,7 @@ from piper_recorder.names import (
     JOINT_STATES,
     TARGET_GRIPPER,
     TARGET_POSE,
+    in_namespace,
 )
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
@@ -83,12 +84,12 @@ class PiperArmNode(Node):
         latched = QoSProfile(
             depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
         )
-        self.pub_joints = self.create_publisher(JointState, JOINT_STATES, arm_qos)
-        self.pub_eef = self.create_publisher(PoseStamped, EEF_POSE, arm_qos)
-        self.pub_cmd_pose = self.create_publisher(PoseStamped, COMMANDED_POSE, arm_qos)
-        self.pub_cmd_gripper = self.create_publisher(JointState, COMMANDED_GRIPPER, arm_qos)
-        self.pub_status = self.create_publisher(DiagnosticArray, ARM_STATUS, QoSProfile(depth=10))
-        self.pub_provenance = self.create_publisher(String, ARM_PROVENANCE, latched)
+        self.pub_joints = self.create_publisher(JointState, in_namespace(JOINT_STATES), arm_qos)
+        self.pub_eef = self.create_publisher(PoseStamped, in_namespace(EEF_POSE), arm_qos)
+        self.pub_cmd_pose = self.create_publisher(PoseStamped, in_namespace(COMMANDED_POSE), arm_qos)
+        self.pub_cmd_gripper = self.create_publisher(JointState, in_namespace(COMMANDED_GRIPPER), arm_qos)
+        self.pub_status = self.create_publisher(DiagnosticArray, in_namespace(ARM_STATUS), QoSProfile(depth=10))
+        self.pub_provenance = self.create_publisher(String, in_namespace(ARM_PROVENANCE), latched)
 
         # targets are taken by the control loop at each tick (PolledInputs), not by an executor waking for
         # each: the tick that sends them validates them just before; in position control the loop wakes
@@ -114,12 +115,12 @@ class PiperArmNode(Node):
         # Targets are absolute and superseded by the next one: keep only the newest unread one. With a deeper
         # queue a starved process works through a backlog oldest first and the arm lags the operator.
         newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-        self.inputs.subscribe(PoseStamped, TARGET_POSE, self._on_target, newest)
-        self.inputs.subscribe(JointState, TARGET_GRIPPER, self._on_gripper, newest)
+        self.inputs.subscribe(PoseStamped, in_namespace(TARGET_POSE), self._on_target, newest)
+        self.inputs.subscribe(JointState, in_namespace(TARGET_GRIPPER), self._on_gripper, newest)
         services = MutuallyExclusiveCallbackGroup()
-        self.create_service(Trigger, ARM_ENABLE, self._srv_enable, callback_group=services)
-        self.create_service(Trigger, ARM_DISABLE, self._srv_disable, callback_group=services)
-        self.create_service(Trigger, ARM_GO_HOME, self._srv_go_home, callback_group=services)
+        self.create_service(Trigger, in_namespace(ARM_ENABLE), self._srv_enable, callback_group=services)
+        self.create_service(Trigger, in_namespace(ARM_DISABLE), self._srv_disable, callback_group=services)
+        self.create_service(Trigger, in_namespace(ARM_GO_HOME), self._srv_go_home, callback_group=services)
         self.link.set_frame_listener(self._on_frame, (ID_JOINTS[-1], ID_POSE[-1]))
         self.create_timer(0.5, self._publish_status, callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(

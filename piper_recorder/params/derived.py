@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from piper_recorder.names import CAMERA, LEROBOT_RECORDER, QUEST_VIDEO_NODE, RGBD_RECORDER
+from piper_recorder.names import CAMERA, LEROBOT_RECORDER, QUEST_VIDEO_NODE, RGBD_RECORDER, TELEOP_NODE, parse_arms
 from piper_recorder.quest.video import MAX_CAMERA_PANELS
 
 LAUNCH_SECTION = "piper_launch"  # not a node: what the launchers start (cameras, the simulated headset, ...)
@@ -104,20 +104,26 @@ def configured_cameras(doc: Doc) -> list[str]:
     return [str(c) for c in (doc.get(LAUNCH_SECTION, {}).get("cameras") or [])]
 
 
-def derived_params(doc: Doc, cameras: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
-    """{node: parameters} the camera-following nodes of ``doc`` get from its cameras (module doc).
+ARM_FOLLOWERS = (LEROBOT_RECORDER, RGBD_RECORDER, TELEOP_NODE)  # the nodes that take piper_launch.arms as ``arms``
+
+
+def derived_params(
+    doc: Doc, cameras: Sequence[str] | None = None, arms: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """{node: parameters} the camera- and arm-following nodes of ``doc`` get from its cameras and arms (module doc).
 
     ``cameras``: the cameras the graph starts (the launch argument's subset), default
-    ``piper_launch.cameras``. Only nodes with a section in ``doc`` get parameters. Raises ValueError
-    when a node's own list contradicts the cameras.
+    ``piper_launch.cameras``; ``arms``: the arms (the launch argument), default ``piper_launch.arms``. Only nodes
+    with a section in ``doc`` get parameters. Raises ValueError when a node's own list contradicts the cameras or
+    the arms.
     """
+    out = _arm_params(doc, arms)
     configured = configured_cameras(doc)
     chosen = [str(c) for c in (configured if cameras is None else cameras)]
     if not configured and not chosen:
-        return {}
+        return out
     known = {*configured, *chosen}
     cams = {c: CameraSection.of(doc, c) for c in known}
-    out: dict[str, dict[str, Any]] = {}
 
     def own_list(node: str, key: str) -> list[str]:
         value = doc[node].get(key)
@@ -141,7 +147,7 @@ def derived_params(doc: Doc, cameras: Sequence[str] | None = None) -> dict[str, 
         params: dict[str, Any] = {"cameras": names}
         params.update(_serials(node, section, own or configured, names, cams))
         params.update(_lerobot_sizes(section, own or configured, names, cams))
-        out[node] = params
+        out.setdefault(node, {}).update(params)
     if RGBD_RECORDER in doc:
         node, section = RGBD_RECORDER, doc[RGBD_RECORDER]
         own = own_list(node, "camera")
@@ -149,11 +155,39 @@ def derived_params(doc: Doc, cameras: Sequence[str] | None = None) -> dict[str, 
             cam = own[0] if own and own[0] in chosen else chosen[0]
             params = {"camera": cam, **_serials(node, section, own or [cam], [cam], cams)}
             params.update(_rgbd_size(section, cams[cam]))
-            out[node] = params
+            out.setdefault(node, {}).update(params)
     if QUEST_VIDEO_NODE in doc:  # the headset's panels: its own list among the cameras started, else the first ones
         own = own_list(QUEST_VIDEO_NODE, "cameras")
         out[QUEST_VIDEO_NODE] = {"cameras": [c for c in own if c in chosen] if own else chosen[:MAX_CAMERA_PANELS]}
     return out
+
+
+def _arm_params(doc: Doc, arms: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """``arms`` for every node of ``ARM_FOLLOWERS`` in ``doc`` (none for one arm); a node's own other list refused."""
+    chosen = _named_arms(
+        LAUNCH_SECTION, list(arms) if arms is not None else (doc.get(LAUNCH_SECTION) or {}).get("arms")
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for node in ARM_FOLLOWERS:
+        if node not in doc:
+            continue
+        own = _named_arms(node, doc[node].get("arms"))
+        if own and own != chosen:
+            raise ValueError(
+                f"{node}.arms {list(own)} contradicts the graph's arms {list(chosen)} ({LAUNCH_SECTION}.arms): "
+                f"state the arms once, in {LAUNCH_SECTION}.arms"
+            )
+        if chosen:
+            out[node] = {"arms": list(chosen)}
+    return out
+
+
+def _named_arms(section: str, value: Any) -> tuple[str, ...]:
+    """``names.parse_arms`` of a section's ``arms``; its ValueError names the section (``piper_launch.arms: ...``)."""
+    try:
+        return parse_arms(value or [])
+    except ValueError as exc:
+        raise ValueError(f"{section}.{exc}") from None
 
 
 def effective_params(doc: Doc, cameras: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
