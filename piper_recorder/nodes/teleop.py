@@ -55,6 +55,7 @@ from piper_recorder.names import (
     STOP_EPISODE_AT,
     TARGET_GRIPPER,
     TARGET_POSE,
+    arm_topic,
     node_topic,
     quest_topic,
 )
@@ -64,10 +65,12 @@ from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns
+from piper_recorder.teleop.arm_engine import ArmTick
+from piper_recorder.teleop.bimanual import BASE_PREFIX, BimanualConfig
 from piper_recorder.teleop.capture_time import HostToMono
 from piper_recorder.teleop.clutch import ClutchConfig, ClutchEvent
 from piper_recorder.teleop.filters import FilterConfig
-from piper_recorder.teleop.frames import FrameConfig
+from piper_recorder.teleop.frames import ArmBaseConfig, FrameConfig
 from piper_recorder.teleop.haptics import HapticConfig
 from piper_recorder.teleop.limits import LimitsConfig
 from piper_recorder.teleop.mapper import Action, Joy, TeleopConfig
@@ -121,15 +124,23 @@ class TeleopNode(Node):
         haptics = declare_config(self, HapticConfig, "haptics.")
         sm_cfg = declare_config(self, SpaceMouseConfig, "spacemouse.")
         spacemouse = SpaceMouseInput(sm_cfg) if self.ncfg.input == "spacemouse" else None
+        bimanual = self._bimanual()
         self.session = TeleopSession(
-            cfg, self.ncfg, haptics, spacemouse, to_mono=HostToMono(host_ns=lambda: now_ns(self))
+            cfg, self.ncfg, haptics, spacemouse, to_mono=HostToMono(host_ns=lambda: now_ns(self)), bimanual=bimanual
         )
         self.cfg = cfg
+        # the arms driven: None for one arm (the root namespace's /arm/...), else each arm's namespace
+        self.arms: tuple[str | None, ...] = bimanual.arms if bimanual is not None else (None,)
 
         g = ReentrantCallbackGroup()
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
-        self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
+        self.pub_targets = {
+            arm: (
+                self.create_publisher(PoseStamped, arm_topic(arm, TARGET_POSE), reliable),
+                self.create_publisher(JointState, arm_topic(arm, TARGET_GRIPPER), reliable),
+            )
+            for arm in self.arms
+        }
         self.pub_haptic = self.create_publisher(String, QUEST_HAPTIC, reliable)
         self.pub_status = self.create_publisher(String, STATUS, reliable)
 
@@ -139,14 +150,27 @@ class TeleopNode(Node):
         streams = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
         self.inputs = PolledInputs(self)
         if spacemouse is None:
-            self.inputs.subscribe(PoseStamped, quest_topic(QUEST_POSE_PATTERN, cfg.hand), self._on_hand_pose, streams)
+            for hand in self.arms if bimanual is not None else (cfg.hand,):  # the hands that drive an arm
+                pose = functools.partial(self._on_hand_pose, hand if bimanual is not None else None)
+                self.inputs.subscribe(PoseStamped, quest_topic(QUEST_POSE_PATTERN, str(hand)), pose, streams)
             for hand in QUEST_HANDS:
                 self.inputs.subscribe(
                     JoyMsg, quest_topic(QUEST_JOY_PATTERN, hand), functools.partial(self._on_joy, hand), streams
                 )
-        self.inputs.subscribe(PoseStamped, EEF_POSE, self._on_arm_pose, streams)
-        self.inputs.subscribe(JointState, JOINT_STATES, self._on_joints, streams)
-        self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable, callback_group=g)
+        for arm in self.arms:
+            self.inputs.subscribe(
+                PoseStamped, arm_topic(arm, EEF_POSE), functools.partial(self._on_arm_pose, arm), streams
+            )
+            self.inputs.subscribe(
+                JointState, arm_topic(arm, JOINT_STATES), functools.partial(self._on_joints, arm), streams
+            )
+            self.create_subscription(
+                DiagnosticArray,
+                arm_topic(arm, ARM_STATUS),
+                functools.partial(self._on_arm_status, arm),
+                reliable,
+                callback_group=g,
+            )
         self.create_subscription(
             String,
             EPISODE_EVENTS,
@@ -182,15 +206,23 @@ class TeleopNode(Node):
                 sm_cfg.device, self.session.on_spacemouse_report, self._on_spacemouse_state, sm_cfg.reopen_s
             ).start()
         self._loop = FixedRateLoop(self.cfg.period, self._tick, "teleop-control")
+        drives = f"arms={','.join(bimanual.arms)}" if bimanual is not None else f"hand={cfg.hand}"
         self.get_logger().info(
-            f"teleop: input={self.ncfg.input} hand={cfg.hand} rate={cfg.control_rate_hz} Hz "
-            f"recorders={self.ncfg.recorders}"
+            f"teleop: input={self.ncfg.input} {drives} rate={cfg.control_rate_hz} Hz recorders={self.ncfg.recorders}"
         )
 
+    def _bimanual(self) -> BimanualConfig | None:
+        """Two arms' settings (``arms``, each arm's ``arm_base.<arm>.*``), or None for one arm."""
+        if not self.ncfg.arms:
+            return None
+        arms = tuple(self.ncfg.arms)
+        bases = {a: declare_config(self, ArmBaseConfig, f"{BASE_PREFIX}{a}.") for a in arms if a}
+        return BimanualConfig(arms, bases)
+
     # ---- inputs -------------------------------------------------------------------------------
-    def _on_hand_pose(self, msg: PoseStamped, _received_ns: int) -> None:
+    def _on_hand_pose(self, hand: str | None, msg: PoseStamped, _received_ns: int) -> None:
         p, q = _pose_lists(msg)
-        self.session.on_hand_pose(stamp_to_ns(msg.header.stamp), p, q)
+        self.session.on_hand_pose(stamp_to_ns(msg.header.stamp), p, q, hand)
 
     def _on_joy(self, hand: str, msg: JoyMsg, _received_ns: int) -> None:
         if len(msg.axes) == 0 and len(msg.buttons) == 0:  # quest_bridge's mark of a new input source
@@ -198,15 +230,16 @@ class TeleopNode(Node):
             return
         self.session.on_joy(stamp_to_ns(msg.header.stamp), hand, _joy(msg))
 
-    def _on_arm_pose(self, msg: PoseStamped, _received_ns: int) -> None:
+    def _on_arm_pose(self, arm: str | None, msg: PoseStamped, _received_ns: int) -> None:
         p, q = _pose_lists(msg)
-        self.session.on_arm_pose(p, q)
+        self.session.on_arm_pose(p, q, arm)
 
-    def _on_joints(self, msg: JointState, _received_ns: int) -> None:
-        self.session.on_joints(list(msg.position))
+    def _on_joints(self, arm: str | None, msg: JointState, _received_ns: int) -> None:
+        self.session.on_joints(list(msg.position), arm)
 
-    def _on_arm_status(self, msg: DiagnosticArray) -> None:
-        self.session.on_arm_errors([f"{s.name}: {s.message}" for s in msg.status if s.level == DiagnosticStatus.ERROR])
+    def _on_arm_status(self, arm: str | None, msg: DiagnosticArray) -> None:
+        errors = [f"{s.name}: {s.message}" for s in msg.status if s.level == DiagnosticStatus.ERROR]
+        self.session.on_arm_errors(errors, arm)
 
     def _on_spacemouse_state(self, state: str, detail: str) -> None:
         self.session.on_spacemouse_state(state, detail)
@@ -232,29 +265,52 @@ class TeleopNode(Node):
 
     def _tick(self) -> None:
         self.inputs.poll()
+        if self.session.bimanual:
+            self._tick_arms()
+            return
         step = self.session.tick()
         res = step.result
-        for action in res.actions:
-            self.get_logger().info(f"button: {action.value} on {self.ncfg.recorders}")
-        if res.outcome is not None:
-            self._send_label(res.outcome)
+        self._presses(res.actions, res.outcome)
+        self._arm_ticked(None, res, step.engage_haptic, step.log_refusal)
 
-        if step.engage_haptic is not None:
-            self.get_logger().info("clutch engaged")
-            self.pub_haptic.publish(String(data=json.dumps(step.engage_haptic)))
+    def _tick_arms(self) -> None:
+        step = self.session.tick_arms()
+        res = step.result
+        self._presses(res.actions, res.outcome)
+        for command in step.engage_haptics:  # each on the hand of the arm that engaged
+            self.pub_haptic.publish(String(data=json.dumps(command)))
+        for arm, arm_res in res.arms.items():
+            self._arm_ticked(arm, arm_res, None, arm in step.log_refusals)
+
+    def _presses(self, actions: list[Action], outcome: str | None) -> None:
+        for action in actions:
+            self.get_logger().info(f"button: {action.value} on {self.ncfg.recorders}")
+        if outcome is not None:
+            self._send_label(outcome)
+
+    def _arm_ticked(
+        self, arm: str | None, res: ArmTick, engage_haptic: dict[str, Any] | None, log_refusal: bool
+    ) -> None:
+        """Log one arm's clutch change, publish its target while engaged (one arm: ``arm`` None)."""
+        who = f"{arm} " if arm else ""
+        if engage_haptic is not None:
+            self.pub_haptic.publish(String(data=json.dumps(engage_haptic)))
+        if res.clutch is ClutchEvent.ENGAGED:
+            self.get_logger().info(f"{who}clutch engaged")
         elif res.clutch in (ClutchEvent.RELEASED, ClutchEvent.FORCED_RELEASE):
-            self.get_logger().info(f"clutch released ({res.reason or 'grip opened'})")
-        elif step.log_refusal:
-            self.get_logger().warning(f"clutch refused: {res.reason}")
+            self.get_logger().info(f"{who}clutch released ({res.reason or 'grip opened'})")
+        elif log_refusal:
+            self.get_logger().warning(f"{who}clutch refused: {res.reason}")
         if res.target is None or res.gripper is None:  # a target always comes with its gripper width
             return
         # serialized here (``cdr.encode``) and published as bytes: rclpy's conversion of a typed message
         # is most of a publish's cost
         ns = now_ns(self)
-        self.pub_target.publish(
+        pub_target, pub_gripper = self.pub_targets[arm]
+        pub_target.publish(
             cdr_encode.pose_stamped(ns, self.ncfg.arm_frame, res.target.p.tolist(), res.target.q.tolist())
         )
-        self.pub_gripper.publish(cdr_encode.joint_state(ns, "", GRIPPER_JOINTS, (float(res.gripper),)))
+        pub_gripper.publish(cdr_encode.joint_state(ns, "", GRIPPER_JOINTS, (float(res.gripper),)))
 
     # ---- recorder services (executor thread) ---------------------------------------------------
     def _make_clients(self, rec: str) -> dict[Action, Client]:

@@ -72,6 +72,9 @@ class TeleopNodeConfig:
     call_timeout_s: float = 3.0  # a recorder service call unanswered this long is reported and resent
     retry_window_s: float = 20.0  # ... until this long after the press; then it is reported as failed
     input: str = "headset"  # headset (/quest/* from quest_bridge) | spacemouse (spacemouse.*)
+    # two arms (launchers: piper_launch.arms), each driven by the hand of its name, with its base calibration
+    # arm_base.<arm>.* (teleop.frames.ArmBaseConfig); empty: one arm, driven by ``hand``
+    arms: list[str] = field(default_factory=list)
 
     def calls(self) -> RecorderCallConfig:
         """The recorder calls' settings."""
