@@ -132,7 +132,7 @@ def launch_overrides(
     chosen, out = argument_overrides(
         cfg, task, root, rgbd_path, backend, cameras, policy, policy_root, teleop_input, arms
     )
-    for node, params in checked_derived_params(cfg, chosen, launch_arms(cfg, out)).items():
+    for node, params in checked_derived_params(cfg, chosen, launch_arms(cfg, out) if arms else None).items():
         out.setdefault(node, {}).update(params)
     return chosen, out
 

@@ -163,10 +163,15 @@ def derived_params(
 
 
 def _arm_params(doc: Doc, arms: Sequence[str] | None) -> dict[str, dict[str, Any]]:
-    """``arms`` for every node of ``ARM_FOLLOWERS`` in ``doc`` (none for one arm); a node's own other list refused."""
-    chosen = _named_arms(
-        LAUNCH_SECTION, list(arms) if arms is not None else (doc.get(LAUNCH_SECTION) or {}).get("arms")
-    )
+    """``arms`` for every node of ``ARM_FOLLOWERS`` in ``doc`` (none for one arm); a node's own other list refused.
+
+    Where neither ``arms`` nor the file's ``piper_launch.arms`` states the graph's arms (a recorders' file for the
+    bag converter), each node's own list stands.
+    """
+    launch = doc.get(LAUNCH_SECTION) or {}
+    if arms is None and "arms" not in launch:
+        return {}
+    chosen = _named_arms(LAUNCH_SECTION, list(arms) if arms is not None else launch.get("arms"))
     out: dict[str, dict[str, Any]] = {}
     for node in ARM_FOLLOWERS:
         if node not in doc:
