@@ -154,6 +154,7 @@ def graph_nodes(
     peer: dict[str, dict[str, Any]] = {}
     why: dict[str, dict[str, str]] = {}
     kind = headset_kind(mode, cfg, sim_headset, headset, overrides)
+    arms = launch_arms(cfg, overrides)
     use_headset = kind != "none"  # a SpaceMouse needs no headset node
     if kind == "web":  # the page's relay, where quest_bridge and quest_video connect (their own host/port)
         merged = {n: {**cfg.get(n, {}), **overrides.get(n, {})} for n in ("quest_bridge", "quest_video")}
@@ -165,7 +166,8 @@ def graph_nodes(
     if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
         video = headset_video(cfg)
-        nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
+        quest_args = quest.argv(video, two_hands=bool(arms))  # two arms: both hands drive
+        nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest_args)))
         peer["quest_bridge"] = {"host": str(quest.host), "port": int(quest.port)}
         why["quest_bridge"] = {
             k: f"the simulated headset's {k} ({LAUNCH_SECTION}.sim_quest.{k}={v!r})"
@@ -178,7 +180,6 @@ def graph_nodes(
                 "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
                 f"video_port={quest.video_port!r})",
             }
-    arms = launch_arms(cfg, overrides)
     for name in START_ORDER[:3]:
         if name not in cfg or (not use_headset and name == "quest_bridge"):  # no config section: not started
             continue
@@ -188,8 +189,8 @@ def graph_nodes(
             nodes.append(ours(name, name, script(name), why.get(name), **peer.get(name, {})))
     driver_note = realsense_check() if mode != "sim" and cameras else None  # refuses a driver too old
     for cam in cameras:
-        if mode == "sim":
-            nodes.append(ours(cam, *SIM_CAMERA))
+        if mode == "sim":  # several arms: each camera draws every arm's flange
+            nodes.append(ours(cam, *SIM_CAMERA, **({"arms": list(arms)} if arms else {})))
         else:
             nodes.append(
                 GraphNode(
