@@ -109,7 +109,7 @@ TICK = 0.01  # the node's 100 Hz playback loop
 def _episode(n: int = 30, fps: float = 30.0) -> ReplayEpisode:
     poses = np.tile(np.array([0.40, 0.0, 0.20, 1.0, 0.0, 0.0, 0.0]), (n, 1))  # 0.1 m away: a 1 s approach
     poses[:, 1] = np.linspace(0.0, 0.02, n)
-    return ReplayEpisode(0, np.arange(n) / fps, poses, np.full(n, 0.04), fps)
+    return ReplayEpisode.one_arm(0, np.arange(n) / fps, poses, np.full(n, 0.04), fps)
 
 
 class Sim:
