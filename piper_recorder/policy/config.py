@@ -48,8 +48,7 @@ class PolicyConfig:
     on_binding_mismatch: str = "refuse"  # warn | refuse (training root's provenance vs the live arm)
     lateness_s: float = 0.02  # observation rows assembled this long after their grid time
     gripper_max_width: float = 0.07  # m; gripper targets are clamped into [0, this]
-    # the live arms: [] one arm (the unprefixed topics); [left, right] two, each under its namespace
-    arms: list[str] = field(default_factory=list)
+    arms: list[str] = field(default_factory=list)  # [] one arm; [left, right]: each arm's topics under its namespace
     hand: str = "right"  # the headset hand whose grip takes over (teleop's hand); two arms: each arm's own hand
     takeover_above: float = 0.7  # grip (squeeze) above this = operator takeover (teleop's engage_above)
     takeover_release_below: float = 0.3  # ... held until it falls below this (teleop's release_below)

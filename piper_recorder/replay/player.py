@@ -50,8 +50,7 @@ class ReplayConfig:
     feedback_wait_s: float = 5.0  # total time held on stale or unsteady feedback, then abort
     frame_id: str = "arm_base"
     autoplay: bool = False
-    # the live arms: [] one arm (the unprefixed topics); [left, right] two, each under its namespace
-    arms: list[str] = field(default_factory=list)
+    arms: list[str] = field(default_factory=list)  # [] one arm; [left, right]: each arm's topics under its namespace
 
     def arm_names(self) -> tuple[str, ...]:
         """The live arms' names (``names.parse_arms``): () for one arm."""
