@@ -18,7 +18,9 @@ Two arms (``OperatorGates``): each arm has its gate, watching the hand of the ar
 drives the left arm, ``names.BIMANUAL_ARMS``) and teleop's clutch of that arm (``arms.<arm>.engaged`` in
 its status, ``engaged_by_arm``). A grip on either hand holds that arm for the operator, and the policy
 stops for both arms (a bimanual policy's rows move the arms together: it cannot go on with one hand
-taken away); ``holder`` names the arm.
+taken away); ``holder`` names the arm. What does not say its arm errs towards the operator: a joy message
+of no named hand is the configured ``hand``'s, and teleop's top-level ``engaged`` (any arm) sets every
+arm's clutch.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class OperatorGates:
             raise ValueError(
                 f"arms {list(arms)}: each arm is taken over by the hand of its name, one of {list(QUEST_HANDS)}"
             )
-        self.arms = arms
+        self.arms, self.hand = arms, hand
         keys: tuple[str | None, ...] = arms or (None,)
         self.gates = {a: OperatorGate(a or hand, takeover_above, release_below) for a in keys}
 
@@ -126,19 +128,27 @@ class OperatorGates:
         return self.gates[arm]
 
     def hand_arm(self, hand: str | None) -> str | None:
-        """The arm a hand's joy stream takes over: the arm of its name (None: the one arm's hand)."""
+        """The arm a hand's joy stream takes over: the arm of its name (None: the configured hand's)."""
         if not self.arms:
             return None
+        hand = hand or self.hand
         if hand not in self.arms:
-            raise ValueError(f"hand {hand!r}: the arms are {', '.join(self.arms)}; name the hand of a joy message")
+            raise ValueError(f"hand {hand!r}: the arms are {', '.join(self.arms)}")
         return hand
 
     def on_joy(self, now_ns: int, squeeze: float, hand: str | None = None) -> bool:
-        """One joy message of ``hand`` (None: the one arm's hand); True when that hand's grip is held after it."""
+        """One joy message of ``hand`` (None: the configured hand); True when that hand's grip is held after it."""
         return self.gate(self.hand_arm(hand)).on_joy(now_ns, squeeze)
 
     def on_teleop_status(self, now_ns: int, engaged: bool, arm: str | None = None) -> bool:
-        """Teleop's reported clutch of ``arm`` (None for one arm); True when it says engaged."""
+        """Teleop's reported clutch of ``arm``; True when it says engaged.
+
+        None: one arm's clutch, or with several arms teleop's top-level ``engaged`` (any arm), which sets them all.
+        """
+        if arm is None and self.arms:
+            for gate in self.gates.values():  # every gate, none skipped
+                gate.on_teleop_status(now_ns, engaged)
+            return bool(engaged)
         return self.gate(arm).on_teleop_status(now_ns, engaged)
 
     def holders(self, now_ns: int) -> dict[str | None, str]:

@@ -163,15 +163,15 @@ class PolicyRuntime:
 
     # ---- the operator ---------------------------------------------------------------------------
     def on_joy(self, now_ns: int, squeeze: float, hand: str | None = None) -> bool:
-        """A joy message of ``hand`` (one arm: None, the takeover hand); True when it took the arms from the policy."""
+        """A joy message of ``hand`` (None: the configured ``hand``); True when it took the arms from the policy."""
         if self.operator.on_joy(now_ns, squeeze, hand):
             arm = self.operator.hand_arm(hand)
-            topic = quest_topic(QUEST_JOY_PATTERN, hand or self.cfg.hand)
+            topic = quest_topic(QUEST_JOY_PATTERN, arm or hand or self.cfg.hand)
             return self.takeover(f"operator grip on {topic}" + (f" ({arm} arm)" if arm else ""))
         return False
 
     def on_teleop_status(self, now_ns: int, engaged: bool, arm: str | None = None) -> bool:
-        """Teleop's reported clutch of ``arm`` (None for one arm); True when it took the arms from the policy."""
+        """Teleop's reported clutch of ``arm`` (None: one arm's, or any arm's); True when it took the arms from the policy."""
         if self.operator.on_teleop_status(now_ns, engaged, arm):
             return self.takeover("teleop clutch engaged" + (f" ({arm} arm)" if arm else ""))
         return False

@@ -123,14 +123,16 @@ class ReplayPlayer:
         self._holds = 0  # this run: how often feedback went stale after the arm started moving
         self._resume_at = 0.0  # playback time (s) where play starts or goes on after a hold
         self._stats = {a: TrackingStats() for a in self.arms}
+        self.foreign_feedback = 0  # feedback of an arm this replay does not drive, ignored
 
     # -- feedback -----------------------------------------------------------------------------
     def on_feedback(self, pose: np.ndarray, now: float, arm: Arm = None) -> None:
         """A measured EEF pose (xyz + quat wxyz) of ``arm`` (None: the one arm) arrived at ``now``."""
         with self._lock:
             fb = self._feedback.get(arm)
-            if fb is None:
-                raise ValueError(f"feedback of arm {arm!r}: this replay drives {_arms_text(self.cfg.arm_names())}")
+            if fb is None:  # an arm this replay does not drive (a graph of other arms): never a plan's start
+                self.foreign_feedback += 1
+                return
             if fb.at is None or now - fb.at > self.cfg.stale_feedback_s:
                 fb.steady_since = now  # a gap: steadiness starts over
             fb.pose, fb.at = np.asarray(pose, dtype=np.float64).copy(), now

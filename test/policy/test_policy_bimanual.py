@@ -301,6 +301,21 @@ def test_teleops_two_arm_status_says_which_clutch_is_engaged(rig: Rig, bimanual_
     assert rig.rt.state == TAKEOVER and rig.rt.reason == "teleop clutch engaged (right arm)"
 
 
+def test_what_does_not_name_its_arm_errs_towards_the_operator(rig: Rig, bimanual_training_root: Path):
+    """A node that does not say which hand or arm (the one-arm subscriptions): a joy message is the configured
+    hand's, teleop's top-level ``engaged`` (any arm) holds every arm.
+    """
+    assert rig.rt.start(rig.clock.ns, live_provenance(bimanual_training_root))[0]
+    assert rig.rt.on_joy(rig.clock.ns, 0.9)  # hand: right, the default
+    assert rig.rt.reason == "operator grip on /quest/right/joy (right arm)"
+    rig.rt.on_joy(rig.clock.ns, 0.0)
+    assert rig.rt.resume(rig.clock.ns)[0]
+    assert rig.rt.on_teleop_status(rig.clock.ns, True)
+    assert set(rig.rt.operator.holders(rig.clock.ns)) == set(ARMS)
+    rig.rt.on_teleop_status(rig.clock.ns, False)
+    assert rig.rt.resume(rig.clock.ns)[0]
+
+
 # ---- binding and the arms ----------------------------------------------------------------------------------
 def test_binding_is_checked_per_arm(bimanual_training_root: Path):
     live = live_provenance(bimanual_training_root)
