@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,7 +191,10 @@ def graph_nodes(
     driver_note = realsense_check() if mode != "sim" and cameras else None  # refuses a driver too old
     for cam in cameras:
         if mode == "sim":  # several arms: each camera draws every arm's flange
-            nodes.append(ours(cam, *SIM_CAMERA, **({"arms": list(arms)} if arms else {})))
+            sim_cam = ours(cam, *SIM_CAMERA)
+            if arms:
+                sim_cam = dataclasses.replace(sim_cam, parameters={**sim_cam.parameters, "arms": list(arms)})
+            nodes.append(sim_cam)
         else:
             nodes.append(
                 GraphNode(

@@ -55,7 +55,9 @@ class SceneRenderer:
         np.copyto(self.depth, self.base_depth)
         if eef_position is None:
             return self.rgb, self.depth
-        points = eef_position if isinstance(eef_position, (list, tuple)) else [eef_position]
+        points: Sequence[np.ndarray] = (
+            eef_position if isinstance(eef_position, (list, tuple)) else [np.asarray(eef_position)]
+        )
         projected = [self.camera.project(p) for p in points]
         for u, v, z in sorted(projected, key=lambda uvz: -uvz[2]):  # far first: a nearer disc covers it
             self._disc_at(u, v, z, stale)
