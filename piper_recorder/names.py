@@ -18,6 +18,8 @@ RGBD_RECORDER = "rgbd_recorder"
 RECORDER_NODES = (LEROBOT_RECORDER, RGBD_RECORDER)
 QUEST_VIDEO_NODE = "quest_video"
 TELEOP_NODE = "teleop"
+POLICY_NODE = "policy"
+REPLAY_NODE = "replay"
 STATUS = "~/status"  # every node's String JSON status, under its own name
 
 

@@ -20,7 +20,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from piper_recorder.names import CAMERA, LEROBOT_RECORDER, QUEST_VIDEO_NODE, RGBD_RECORDER, TELEOP_NODE, parse_arms
+from piper_recorder.names import (
+    CAMERA,
+    LEROBOT_RECORDER,
+    POLICY_NODE,
+    QUEST_VIDEO_NODE,
+    REPLAY_NODE,
+    RGBD_RECORDER,
+    TELEOP_NODE,
+    parse_arms,
+)
 from piper_recorder.quest.video import MAX_CAMERA_PANELS
 
 LAUNCH_SECTION = "piper_launch"  # not a node: what the launchers start (cameras, the simulated headset, ...)
@@ -104,7 +113,8 @@ def configured_cameras(doc: Doc) -> list[str]:
     return [str(c) for c in (doc.get(LAUNCH_SECTION, {}).get("cameras") or [])]
 
 
-ARM_FOLLOWERS = (LEROBOT_RECORDER, RGBD_RECORDER, TELEOP_NODE)  # the nodes that take piper_launch.arms as ``arms``
+# the nodes that take piper_launch.arms as ``arms`` (policy and replay: each arm's feedback and targets)
+ARM_FOLLOWERS = (LEROBOT_RECORDER, RGBD_RECORDER, TELEOP_NODE, POLICY_NODE, REPLAY_NODE)
 
 
 def derived_params(
