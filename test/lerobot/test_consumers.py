@@ -32,29 +32,22 @@ from pathlib import Path
 
 import pytest
 
-from support.consumers import BIN, SCRIPTS, consumer_env, consumer_python, run_json, tail, timed
+from support.consumers import (
+    ACT_FLAGS,
+    BIN,
+    SCRIPTS,
+    TRAIN_STEPS,
+    consumer_env,
+    consumer_python,
+    run_json,
+    tail,
+    timed,
+)
 
 EPISODES, SECONDS = 2, 4
-TRAIN_STEPS = 4
 # (version, the consumer venv that reads it): every consumer of each version
 READERS = [("v2.0", "lerobot03"), ("v2.1", "lerobot03"), ("v3.0", "lerobot04"), ("v3.0", "lerobot06")]
 READER_IDS = [f"{v}-{c}" for v, c in READERS]
-# reference-facts §6: a small ACT that runs offline on CPU; everything else stays at lerobot-train's defaults
-ACT_FLAGS = [
-    "--policy.type=act",
-    "--policy.device=cpu",
-    "--policy.push_to_hub=false",
-    "--policy.pretrained_backbone_weights=null",
-    "--policy.dim_model=64",
-    "--policy.n_encoder_layers=1",
-    "--policy.n_decoder_layers=1",
-    "--policy.chunk_size=10",
-    "--policy.n_action_steps=10",
-    "--policy.use_vae=false",
-    "--batch_size=2",
-    "--num_workers=0",
-    "--wandb.enable=false",
-]
 # lerobot-train's flag that turns off evaluation in a simulator: `eval_freq` up to 0.4.x, `env_eval_freq` in 0.6.1
 # (lerobot/configs/train.py:113 of its wheel; draccus refuses the old name)
 EVAL_OFF = {"lerobot06": "--env_eval_freq=0"}
