@@ -22,6 +22,7 @@ from typing import Any
 
 from piper_recorder.names import (
     CAMERA,
+    DASHBOARD_NODE,
     LEROBOT_RECORDER,
     POLICY_NODE,
     QUEST_VIDEO_NODE,
@@ -113,9 +114,17 @@ def configured_cameras(doc: Doc) -> list[str]:
     return [str(c) for c in (doc.get(LAUNCH_SECTION, {}).get("cameras") or [])]
 
 
-# the nodes that take piper_launch.arms as ``arms`` (policy and replay: each arm's feedback and targets; quest_video:
-# each arm's clutch and state on the HUD)
-ARM_FOLLOWERS = (LEROBOT_RECORDER, RGBD_RECORDER, TELEOP_NODE, POLICY_NODE, REPLAY_NODE, QUEST_VIDEO_NODE)
+# the nodes that take piper_launch.arms as ``arms`` (policy and replay: each arm's feedback and targets; quest_video
+# and the dashboard: each arm's state shown under its name)
+ARM_FOLLOWERS = (
+    LEROBOT_RECORDER,
+    RGBD_RECORDER,
+    TELEOP_NODE,
+    POLICY_NODE,
+    REPLAY_NODE,
+    QUEST_VIDEO_NODE,
+    DASHBOARD_NODE,
+)
 
 
 def derived_params(

@@ -54,6 +54,27 @@ def test_two_arms_start_a_piper_arm_under_each_namespace(tmp_path):
     assert "arms" not in read_params_file(one.params_file)["quest_video"]
 
 
+def test_the_dashboard_follows_the_arms(tmp_path):
+    """The dashboard shows each arm and expects each arm's piper_arm; a section of its own that names other arms
+    is refused like any follower's; one arm: no arms, the plain piper_arm.
+    """
+    plan = plan_graph("sim", config_path("sim"), SIM, tmp_path, dashboard="true", arms="left,right")
+    dash = read_params_file(plan.params_file)["dashboard"]
+    assert dash["arms"] == ["left", "right"]
+    assert {"left/piper_arm", "right/piper_arm"} <= set(dash["nodes"]) and "piper_arm" not in dash["nodes"]
+    one = read_params_file(plan_graph("sim", config_path("sim"), SIM, tmp_path / "one", dashboard="true").params_file)
+    assert "arms" not in one["dashboard"] and "piper_arm" in one["dashboard"]["nodes"]
+    with pytest.raises(LaunchError, match=r"dashboard.arms \['a', 'b'\] contradicts"):
+        plan_graph(
+            "sim",
+            config_path("sim"),
+            [*SIM, "dashboard.arms=[a, b]"],
+            tmp_path / "bad",
+            dashboard="true",
+            arms="left,right",
+        )
+
+
 def test_the_arms_come_from_the_config_and_the_launch_files_see_the_same(tmp_path):
     doc = read_params_file(config_path("robot"))
     doc[LAUNCH_SECTION]["arms"] = ["left", "right"]
