@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.names import POLICY_ACTOR, node_key
+from piper_recorder.names import DASHBOARD_NODE, POLICY_ACTOR, node_key
 from piper_recorder.params.derived import LAUNCH_SECTION
 
 from .arguments import launch_arms, launch_overrides, policy_enabled, read_config
@@ -71,20 +71,24 @@ def dashboard_params(
     dashboard: str | bool,
     nodes: Iterable[str],
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    arms: tuple[str, ...] = (),
 ) -> dict[str, Any] | None:
     """The ``dashboard`` node's parameters on top of its config section, or None when it is off.
 
     ``dashboard``: the launch argument ("" = ``piper_launch.dashboard``). Unless the config sets them,
-    the dashboard expects exactly the nodes the launch starts and offers the LeRobot recorder's root
-    for the re-alignment view (``overrides``: the launch arguments' parameters, see ``launch_overrides``).
+    the dashboard expects exactly the nodes the launch starts, shows the graph's ``arms`` and offers the LeRobot
+    recorder's root for the re-alignment view (``overrides``: the launch arguments' parameters, see
+    ``launch_overrides``; a section's own arms are checked against the graph's there, ``params.derived``).
     """
     flag = cfg.get(LAUNCH_SECTION, {}).get("dashboard", False) if dashboard == "" else dashboard
     if str(flag).strip().lower() not in ("true", "1", "yes", "on"):
         return None
-    section = cfg.get("dashboard", {})
+    section = cfg.get(DASHBOARD_NODE, {})
     out: dict[str, Any] = {}
     if "nodes" not in section:
-        out["nodes"] = [n for n in nodes if n != "dashboard"]
+        out["nodes"] = [n for n in nodes if n != DASHBOARD_NODE]
+    if arms and "arms" not in section:
+        out["arms"] = list(arms)
     root = {**cfg.get("lerobot_recorder", {}), **(overrides or {}).get("lerobot_recorder", {})}.get("root")
     if "roots" not in section and root:
         out["roots"] = [str(root)]
@@ -217,9 +221,9 @@ def graph_nodes(
     ]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
-    dash = dashboard_params(cfg, dashboard, [n.key for n in nodes if n.ros_node], overrides)
-    if dash is not None:  # the read-only web dashboard expects exactly the nodes started here
-        nodes.append(ours("dashboard", "dashboard", script("dashboard"), **dash))
+    dash = dashboard_params(cfg, dashboard, [n.key for n in nodes if n.ros_node], overrides, arms)
+    if dash is not None:  # the read-only web dashboard expects exactly the nodes started here, and their arms
+        nodes.append(ours(DASHBOARD_NODE, DASHBOARD_NODE, script(DASHBOARD_NODE), **dash))
     return nodes
 
 

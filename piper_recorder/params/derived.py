@@ -22,6 +22,7 @@ from typing import Any
 
 from piper_recorder.names import (
     CAMERA,
+    DASHBOARD_NODE,
     LEROBOT_RECORDER,
     POLICY_NODE,
     QUEST_VIDEO_NODE,
@@ -113,8 +114,17 @@ def configured_cameras(doc: Doc) -> list[str]:
     return [str(c) for c in (doc.get(LAUNCH_SECTION, {}).get("cameras") or [])]
 
 
-# the nodes that take piper_launch.arms as ``arms`` (policy and replay: each arm's feedback and targets)
-ARM_FOLLOWERS = (LEROBOT_RECORDER, RGBD_RECORDER, TELEOP_NODE, POLICY_NODE, REPLAY_NODE)
+# the nodes that take piper_launch.arms as ``arms`` (policy and replay: each arm's feedback and targets; quest_video
+# and the dashboard: each arm's state shown under its name)
+ARM_FOLLOWERS = (
+    LEROBOT_RECORDER,
+    RGBD_RECORDER,
+    TELEOP_NODE,
+    POLICY_NODE,
+    REPLAY_NODE,
+    QUEST_VIDEO_NODE,
+    DASHBOARD_NODE,
+)
 
 
 def derived_params(
@@ -168,7 +178,8 @@ def derived_params(
             out.setdefault(node, {}).update(params)
     if QUEST_VIDEO_NODE in doc:  # the headset's panels: its own list among the cameras started, else the first ones
         own = own_list(QUEST_VIDEO_NODE, "cameras")
-        out[QUEST_VIDEO_NODE] = {"cameras": [c for c in own if c in chosen] if own else chosen[:MAX_CAMERA_PANELS]}
+        panels = [c for c in own if c in chosen] if own else chosen[:MAX_CAMERA_PANELS]
+        out.setdefault(QUEST_VIDEO_NODE, {})["cameras"] = panels  # beside its arms
     return out
 
 
