@@ -25,13 +25,21 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from piper_recorder.graph.ports import free_port  # noqa: E402
-from piper_recorder.names import ARM_GO_HOME, BIMANUAL_ARMS, EEF_POSE, TELEOP_STATUS, arm_topic  # noqa: E402
-from piper_recorder.quest.scripts import BIMANUAL_STILL_S  # noqa: E402
+from piper_recorder.names import (  # noqa: E402
+    ARM_GO_HOME,
+    BIMANUAL_ARMS,
+    EEF_POSE,
+    QUEST_RAW,
+    TELEOP_STATUS,
+    arm_topic,
+)
+from piper_recorder.quest.scripts import BIMANUAL_STILL_S, LEAD_S  # noqa: E402
 
 from support.proc import ProcGroup  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
+RATE_HZ = 90.0  # the simulated headset's frame rate (its default)
 
 
 class Probe:
@@ -46,6 +54,8 @@ class Probe:
                 PoseStamped, arm_topic(arm, EEF_POSE), lambda m, a=arm: self._pose(a, m), qos_profile_sensor_data
             )
         self.node.create_subscription(String, TELEOP_STATUS, lambda m: setattr(self, "status", json.loads(m.data)), 10)
+        self.script_start: float | None = None  # the headset script's t = 0 on this host's monotonic clock
+        self.node.create_subscription(String, QUEST_RAW, self._raw, 10)
         self.go_home = {a: self.node.create_client(Trigger, arm_topic(a, ARM_GO_HOME)) for a in BIMANUAL_ARMS}
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
@@ -56,6 +66,13 @@ class Probe:
     def _pose(self, arm: str, m: PoseStamped) -> None:
         p = m.pose.position
         self.poses[arm].append((time.monotonic(), np.array([p.x, p.y, p.z])))
+
+    def _raw(self, m: String) -> None:
+        """A headset frame's ``mono`` (the sim's clock: host monotonic) less its script time ``frame / 90``."""
+        if self.script_start is None:
+            frame = json.loads(m.data)
+            if "mono" in frame and "frame" in frame:
+                self.script_start = float(frame["mono"]) - int(frame["frame"]) / RATE_HZ
 
     def _spin(self) -> None:
         while not self._stop.is_set():
@@ -106,8 +123,10 @@ def test_each_arm_follows_its_own_hand_only(ros_domain, tmp_path):
             wait_for(lambda: "listening" in sim.output(), 10, "sim headset", procs.logs)
             procs.start("piper-quest-bridge", "--ros-args", "-p", f"port:={port}", "-p", "reconnect_s:=0.1")
             wait_for(lambda: all(probe.engaged().values()), 30, "both clutches engaged by the grips", procs.logs)
-            t0 = time.monotonic()  # the grips closed ~0.3 s into the script: the still phase has begun
-            time.sleep(BIMANUAL_STILL_S + 5.0)
+            wait_for(lambda: probe.script_start is not None, 10, "a headset frame on /quest/raw", procs.logs)
+            assert probe.script_start is not None
+            t0 = probe.script_start + LEAD_S  # the grips close over the next 0.3 s; then the still phase
+            time.sleep(max(0.0, t0 + BIMANUAL_STILL_S + 5.5 - time.monotonic()))
             still = {a: probe.between(a, t0 + 0.3, t0 + BIMANUAL_STILL_S - 0.8) for a in BIMANUAL_ARMS}
             moving = {
                 a: probe.between(a, t0 + BIMANUAL_STILL_S + 1.0, t0 + BIMANUAL_STILL_S + 5.0) for a in BIMANUAL_ARMS
