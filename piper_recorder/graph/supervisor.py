@@ -28,7 +28,10 @@ from piper_recorder.process.supervision import LAUNCHER_PID_ENV
 class _Running:
     def __init__(self, spec: ProcessSpec, env: dict[str, str], log_dir: Path, echo: bool):
         self.spec = spec
-        self.log_path = log_dir / f"{spec.name}.log"
+        self.log_path = (
+            log_dir / f"{spec.name}.log"
+        )  # a namespaced node's in its namespace's folder: left/piper_arm.log
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab", buffering=0)  # open while the child writes; _pump closes it  # noqa: SIM115
         self.popen = subprocess.Popen(
             spec.argv,
