@@ -115,10 +115,10 @@ def camera_skips(log: Path) -> int:
     return int(m.group(1)) + int(m.group(2)) if m else -1
 
 
-def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0) -> dict:
+def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0, arms: str = "") -> dict:
     config = config_with_cameras(n, tmp, jitter_ms)
     out = tmp / f"{n}cam"
-    session = SimSession(out, config, size_overrides(config, size))
+    session = SimSession(out, config, size_overrides(config, size), arms=arms)
     with session:
         session.wait_motion()
         procs = {r.spec.name: r.popen.pid for r in session.graph.running}
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="640x480")
     ap.add_argument("--quick", action="store_true", help="10 s episodes, 1 and 2 cameras")
     ap.add_argument("--jitter-ms", type=float, default=0.0, help="sim cameras' jitter_ms fault (0: off)")
+    ap.add_argument("--arms", default="", help="several arms, e.g. left,right (default: one arm)")
     args = ap.parse_args(argv)
     seconds, counts = args.seconds, [int(c) for c in args.cameras.split(",")]
     if args.quick:
@@ -173,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         for n in counts:
             before = os.getloadavg()[0]
             reference = host_reference_ms()
-            r = run(n, seconds, args.size, Path(tmp), args.jitter_ms)
+            r = run(n, seconds, args.size, Path(tmp), args.jitter_ms, args.arms)
             print(
                 f"\n== {n} camera(s), {args.size} @ 30 fps, {seconds:g} s episode"
+                + (f", arms {args.arms}" if args.arms else "")
                 + (f", capture jitter 0..{args.jitter_ms:g} ms" if args.jitter_ms else "")
                 + f" (load average {before:.1f} before the graph started, {os.getloadavg()[0]:.1f} at its end)"
             )

@@ -18,6 +18,10 @@ RGBD_RECORDER = "rgbd_recorder"
 RECORDER_NODES = (LEROBOT_RECORDER, RGBD_RECORDER)
 QUEST_VIDEO_NODE = "quest_video"
 TELEOP_NODE = "teleop"
+POLICY_NODE = "policy"
+REPLAY_NODE = "replay"
+DASHBOARD_NODE = "dashboard"
+PIPER_ARM_NODE = "piper_arm"  # one per arm with several arms, each under its arm's namespace (``node_key``)
 STATUS = "~/status"  # every node's String JSON status, under its own name
 
 

@@ -37,7 +37,7 @@ from piper_recorder.process.supervision import interrupt_on_stop_signals  # noqa
 
 # Fixtures every test module may use, from the helper package (test/support/); a test module defines only
 # its own fixtures and imports no other test module (test_module_graph keeps it so).
-pytest_plugins = ["support.launch_stub"]
+pytest_plugins = ["support.launch_stub", "support.bimanual_roots"]
 
 # a `timeout` or a SIGTERM to pytest tears the fixtures down (graphs stopped) instead of orphaning them;
 # a SIGKILL leaves every node to notice its launcher is gone (supervision.watch_parent)

@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="parameter file (default: config/sim.yaml)")
     ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="parameter override")
     ap.add_argument("--cameras", default="", help="comma-separated subset of the configured cameras")
+    ap.add_argument("--arms", default="", help="several arms, e.g. left,right (default: one arm)")
     ap.add_argument("--size", metavar="WxH", help="camera size for every camera and both recorders (default: config)")
     ap.add_argument("--verbose", action="store_true", help="echo every node's output")
     args = ap.parse_args(argv)
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     results: list[EpisodeResult] = []
     try:
-        session = SimSession(out, args.config, args.set, cameras=args.cameras, echo=args.verbose)
+        session = SimSession(out, args.config, args.set, cameras=args.cameras, echo=args.verbose, arms=args.arms)
         print(
             f"piper-demo: starting the simulated graph ({', '.join(session.plan.node_names)}); "
             f"logs in {session.log_dir}",

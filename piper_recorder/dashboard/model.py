@@ -3,6 +3,11 @@
 The node calls the ``on_*`` methods from its callbacks with the arrival time on the monotonic clock;
 the HTTP server calls ``view(now)``. One lock guards the state, so both may run on any thread. No ROS
 here: the tests feed it plain dicts.
+
+Two arms (``arms``, as the graph derives it): each arm's feedback and commands are watched under its namespace
+(``rate_topics``), the expected ``piper_arm`` is each arm's (``left/piper_arm``), and the view adds ``arms``: per
+arm its joints, feedback age and rate, commanded pose rate and age, and its clutch from teleop's status. One arm's
+view has exactly the keys it always had.
 """
 
 from __future__ import annotations
@@ -14,14 +19,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piper_recorder.dashboard.rates import RateMeter
-from piper_recorder.names import COLOR_TOPIC_PATTERN, camera_info_pattern, camera_topic, check_topic_pattern
+from piper_recorder.names import (
+    COLOR_TOPIC_PATTERN,
+    COMMANDED_POSE,
+    JOINT_STATES,
+    PIPER_ARM_NODE,
+    QUEST_HANDS,
+    QUEST_POSE_PATTERN,
+    arm_topic,
+    camera_info_pattern,
+    camera_topic,
+    check_topic_pattern,
+    node_key,
+    parse_arms,
+    quest_topic,
+)
 from piper_recorder.piper.kinematics import SDK_JOINT_MAX, SDK_JOINT_MIN
 from piper_recorder.process.delivery import link_health
 from piper_recorder.teleop.limits import LIMIT_NAMES
 from piper_recorder.viewer.counters import INFO, PROBLEMS, total
 
 JsonDict = dict[str, Any]
-DEFAULT_NODES = ["quest_bridge", "teleop", "piper_arm", "lerobot_recorder", "rgbd_recorder"]
+DEFAULT_NODES = ["quest_bridge", "teleop", PIPER_ARM_NODE, "lerobot_recorder", "rgbd_recorder"]
 DEFAULT_RECORDERS = ["lerobot_recorder", "rgbd_recorder"]
 NEAR_LIMIT = 0.05  # a joint within 5 % of its range from a limit is flagged
 HEADSET_DIAG = "quest_bridge: headset"
@@ -35,6 +54,23 @@ TELEOP_COUNTERS = (
     "out_of_order_inputs",
 )
 IMAGE_CONSUMERS = ("quest_video", "policy")  # besides the recorders: their ~/status carries images_received
+JOINTS, POSE = "joints", "pose"  # what a rate topic carries (the node subscribes a JointState, a PoseStamped)
+
+
+def rate_topics(arms: tuple[str, ...] = ()) -> list[tuple[str, str, bool]]:
+    """(topic, what it carries, required) of the topics whose rate shows: one per link of the chain.
+
+    Headset -> bridge (a hand's pose), each arm's feedback, each arm's commands (only sent while something
+    drives the arm: their silence is no fault). ``/arm/eef_pose`` would only repeat joint_states' 200 Hz at the
+    same cost. Two arms: each arm's topics under its namespace and each hand that drives an arm.
+    """
+    each: tuple[str | None, ...] = arms or (None,)
+    hands = [h for h in QUEST_HANDS if h in arms] or ["right"]
+    return [
+        *((arm_topic(a, JOINT_STATES), JOINTS, True) for a in each),
+        *((quest_topic(QUEST_POSE_PATTERN, h), POSE, True) for h in hands),
+        *((arm_topic(a, COMMANDED_POSE), POSE, False) for a in each),
+    ]
 
 
 @dataclass
@@ -44,7 +80,8 @@ class DashboardConfig:
     host: str = "127.0.0.1"  # anything but loopback needs ``token``
     port: int = 8740  # 0: any free port (logged)
     token: str = ""  # required in every request when set (``?token=``, or Bearer header)
-    nodes: list[str] = field(default_factory=lambda: list(DEFAULT_NODES))
+    nodes: list[str] = field(default_factory=lambda: list(DEFAULT_NODES))  # with arms: piper_arm is each arm's
+    arms: list[str] = field(default_factory=list)  # [] one arm; [left, right]: each arm shown under its name
     cameras: list[str] = field(default_factory=list)  # empty: every camera of image_topic_pattern in the graph
     image_topic_pattern: str = COLOR_TOPIC_PATTERN  # the recorders' parameter: each camera's colour topic
     recorders: list[str] = field(default_factory=lambda: list(DEFAULT_RECORDERS))
@@ -69,6 +106,7 @@ class DashboardConfig:
     def validate(self) -> None:
         """ValueError naming the first parameter out of range (a non-loopback host needs a token)."""
         check_topic_pattern("image_topic_pattern", self.image_topic_pattern)
+        parse_arms(self.arms)
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         if not is_loopback(self.host) and not self.token:
@@ -94,6 +132,18 @@ class DashboardConfig:
                 raise ValueError(f"{name} must be finite and > 0, got {v}")
         if len(self.joint_min) != len(self.joint_max) or any(a >= b for a, b in zip(self.joint_min, self.joint_max)):
             raise ValueError("joint_min and joint_max need the same length and min < max")
+
+    def arm_names(self) -> tuple[str, ...]:
+        """The arms' names (``names.parse_arms``): () for one arm."""
+        return parse_arms(self.arms)
+
+    def expected_nodes(self) -> list[str]:
+        """``nodes``, ``piper_arm`` standing for each arm's (``left/piper_arm``) with several arms."""
+        arms = self.arm_names()
+        out: list[str] = []
+        for n in self.nodes:
+            out += [node_key(n, a) for a in arms] if arms and n == PIPER_ARM_NODE else [n]
+        return out
 
 
 def is_loopback(host: str) -> bool:
@@ -276,6 +326,21 @@ def clean_teleop_status(status: Any) -> JsonDict:
     }
     for key in TELEOP_COUNTERS:
         out[key] = f.count(key)
+    per_arm = f.data.get("arms")
+    if isinstance(per_arm, dict) and len(per_arm) <= MAX_ITEMS:  # two arms: each arm's clutch (teleop.session)
+        out["arms"] = {}
+        for arm, entry in per_arm.items():
+            a = _Fields(entry)
+            name = str(arm)[:MAX_TEXT]
+            out["arms"][name] = {
+                "engaged": a.flag("engaged"),
+                "limits_active": a.texts("limits_active"),
+                "last_release": a.text("last_release"),
+                "forced_releases": a.count("forced_releases"),
+            }
+            f.invalid += [f"arms.{name}.{k}" for k in a.invalid]
+    elif per_arm is not None:
+        f.invalid.append("arms")
     alarm = f.data.get("last_alarm")
     if isinstance(alarm, dict):
         a = _Fields(alarm)
@@ -334,6 +399,8 @@ class DashboardModel:
         self._headset: _Stamped | None = None
         self._offset0: tuple[tuple[str, str], float] | None = None  # (connection, first clock offset ns)
         self._joints: _Stamped | None = None
+        self._arms = cfg.arm_names()  # () for one arm
+        self._arm_joints: dict[str, _Stamped] = {}  # two arms: each arm's joint states
         self._consumers: dict[str, _Stamped] = {}  # quest_video, policy: ~/status (images_received)
         self._camera_status: dict[str, _Stamped] = {}  # sim_camera ~/status (published fps)
         self._events: deque[JsonDict] = deque(maxlen=8)
@@ -410,12 +477,17 @@ class DashboardModel:
             if offset is not None and (self._offset0 is None or self._offset0[0] != key):
                 self._offset0 = (key, offset)
 
-    def on_joints(self, names: list[str], positions: list[float], t: float) -> None:
-        """The arm's joint states (rad; the gripper in m); a non-finite position is kept as None."""
+    def on_joints(self, names: list[str], positions: list[float], t: float, arm: str | None = None) -> None:
+        """The arm's joint states (rad; the gripper in m); a non-finite position is kept as None.
+
+        ``arm``: whose (two arms); an arm not configured is ignored.
+        """
+        joints = _Stamped({"names": [str(n)[:MAX_TEXT] for n in names], "positions": [_float(p) for p in positions]}, t)
         with self._lock:
-            self._joints = _Stamped(
-                {"names": [str(n)[:MAX_TEXT] for n in names], "positions": [_float(p) for p in positions]}, t
-            )
+            if arm is None:
+                self._joints = joints
+            elif arm in self._arms:
+                self._arm_joints[arm] = joints
 
     def on_event(self, event: JsonDict, t: float) -> None:
         """An ``/episode_events`` line; the newest few are shown."""
@@ -429,7 +501,7 @@ class DashboardModel:
         with self._lock:
             recorders = [self._recorder_view(n, now) for n in self.cfg.recorders]
             timers = [r for r in recorders if r["state"] == "recording"]
-            return {
+            view: JsonDict = {
                 "t": round(now, 3),  # the dashboard's clock (monotonic s) when this view was made
                 "graph": self._graph_view(now),
                 "recorders": recorders,
@@ -440,13 +512,16 @@ class DashboardModel:
                     "saved_this_session": max((r["saved_this_session"] for r in recorders), default=0),
                 },
                 "cameras": [{"name": c, **self._rate_view(self.camera_info_topic(c), now)} for c in self._cameras],
-                "joints": self._joints_view(now),
+                "joints": self._joints_view(now, self._joints),
                 "teleop": self._teleop_view(now),
                 "headset": self._headset_view(now),
                 "events": [
                     {k: v for k, v in e.items() if k != "_t"} | {"age_s": round(now - e["_t"], 1)} for e in self._events
                 ],
             }
+            if self._arms:  # two arms: each one under its name (one arm: the keys it always had)
+                view["arms"] = [self._arm_view(a, now) for a in self._arms]
+            return view
 
     def _rate_view(self, topic: str, now: float) -> JsonDict:
         meter = self._rates.get(topic)
@@ -456,7 +531,7 @@ class DashboardModel:
         return {"rate_hz": round(meter.rate(now), 1), "age_s": None if age is None else round(age, 2)}
 
     def _graph_view(self, now: float) -> JsonDict:
-        expected = list(dict.fromkeys([*self.cfg.nodes, *self._cameras]))
+        expected = list(dict.fromkeys([*self.cfg.expected_nodes(), *self._cameras]))
         nodes = [{"name": n, "present": n in self._nodes} for n in expected]
         nodes += [{"name": n, "present": True, "extra": True} for n in sorted(self._nodes - set(expected))]
         topics = []
@@ -600,10 +675,29 @@ class DashboardModel:
             "invalid_fields": list(d["invalid_fields"]),
         }
 
-    def _joints_view(self, now: float) -> JsonDict:
-        if self._joints is None:
+    def _arm_view(self, arm: str, now: float) -> JsonDict:
+        """Arm ``arm``'s part of a two-arm view: its joints, feedback, commands and clutch."""
+        feedback = self._rate_view(arm_topic(arm, JOINT_STATES), now)
+        commanded = self._rate_view(arm_topic(arm, COMMANDED_POSE), now)
+        clutch: JsonDict | None = None
+        if self._teleop is not None:
+            entry = (self._teleop.data.get("arms") or {}).get(arm)
+            if entry is not None:
+                clutch = {**entry, "stale": now - self._teleop.t > self.cfg.stale_s}
+        return {
+            "name": arm,
+            **self._joints_view(now, self._arm_joints.get(arm)),
+            "feedback_topic": arm_topic(arm, JOINT_STATES),
+            "feedback_rate_hz": feedback["rate_hz"],
+            "commanded": commanded,
+            "clutch": clutch,
+        }
+
+    def _joints_view(self, now: float, joints_in: _Stamped | None) -> JsonDict:
+        """An arm's joints, each with its range, and their age."""
+        if joints_in is None:
             return {"joints": [], "gripper": None, "age_s": None}
-        names, pos = self._joints.data["names"], self._joints.data["positions"]
+        names, pos = joints_in.data["names"], joints_in.data["positions"]
         lo, hi = self.cfg.joint_min, self.cfg.joint_max
         joints: list[JsonDict] = []
         gripper: JsonDict | None = None
@@ -627,7 +721,7 @@ class DashboardModel:
                     "near_limit": frac <= NEAR_LIMIT or frac >= 1.0 - NEAR_LIMIT,
                 }
             )
-        return {"joints": joints, "gripper": gripper, "age_s": round(now - self._joints.t, 2)}
+        return {"joints": joints, "gripper": gripper, "age_s": round(now - joints_in.t, 2)}
 
     def _teleop_view(self, now: float) -> JsonDict:
         if self._teleop is None:

@@ -33,6 +33,7 @@ td.l,th.l{text-align:left}th{color:#8b96a5;font-weight:500}tr.problem td{backgro
 .chip.ok{background:#1f5f35}.chip.missing{background:#8a1f1f}.chip.extra{background:#2a3441;color:#8b96a5}
 .limit{padding:6px 10px;border-radius:6px;background:#2a3441;min-width:120px}.limit b{display:block;font-size:18px}
 .limit.active{background:#e53935;color:#fff;box-shadow:0 0 12px #e53935}
+tr.arm-head th{color:#e6e9ee;font-weight:600;padding-top:8px}
 .thumbs{display:flex;flex-wrap:wrap;gap:8px}.thumbs figure{margin:0}.thumbs img{width:320px;max-width:100%;background:#000;display:block;min-height:60px}
 figcaption{font-size:12px;color:#8b96a5}.bar{position:relative;height:14px;background:#2a3441;border-radius:3px}
 .bar i{position:absolute;top:-2px;width:3px;height:18px;background:#4fc3f7}.bar.near i{background:#e53935}
@@ -153,15 +154,33 @@ function renderTeleop(t) {
     t.last_release ? H`<span>last release</span><span class="msg" id="last-release">${t.last_release}</span>` : ''}${
     a ? H`<span>last alarm</span><span class="msg">${a.recorder + ' ' + a.action + ': ' + a.outcome + ' ' + (a.message || '')}</span>` : ''}`);
 }
-function renderJoints(j) {
+function jointRows(j) {
   const row = (name, p, lo, hi, near, d) => H`<tr class="joint" data-joint="${name}" data-near="${near === true}"><td class="l">${name}</td><td>${num(p, d)}</td><td class="b"><div class="bar ${near ? 'near' : ''}"><i data-frac="${Math.max(0, Math.min(1, (p - lo) / (hi - lo)))}"></i></div></td><td class="muted">${num(lo, 2)} … ${num(hi, 2)}</td></tr>`;
   const rows = list(j.joints).map(x => row(x.name, x.position, x.min, x.max, x.near_limit, 3));
   if (j.gripper) rows.push(row('gripper (m)', j.gripper.position, j.gripper.min, j.gripper.max, false, 4));
-  setHTML('joints', rows.length ? H`${rows}` : H`<tr><td class="l muted">no @JOINT_STATES@</td></tr>`);
+  return rows;
+}
+function placeBars() {
   // positions through the CSSOM: the policy allows no style attribute in markup
   for (const i of $('joints').querySelectorAll('.bar i')) {
     const f = parseFloat(i.dataset.frac); i.style.left = `calc(${(Number.isFinite(f) ? f : 0) * 100}% - 1px)`;
   }
+}
+function renderJoints(j) {
+  const rows = jointRows(j);
+  setHTML('joints', rows.length ? H`${rows}` : H`<tr><td class="l muted">no @JOINT_STATES@</td></tr>`);
+  placeBars();
+}
+function renderArms(arms) {
+  // two arms: each arm's head row (feedback age and rate, commands, clutch), then its joints
+  setHTML('joints', H`${list(arms).map(a => {
+    const rows = jointRows(a), c = a.commanded || {}, k = a.clutch;
+    const clutch = k ? (k.engaged === true ? 'engaged' : k.engaged === false ? 'idle' : '–') + (k.stale ? ' (stale)' : '') : 'no status';
+    return H`<tr class="arm-head" data-arm="${a.name}"><th class="l" colspan="4">${a.name} <span class="muted">· feedback ${isNum(a.age_s) ? num(a.age_s, 2) + ' s ago' : 'none'} (${num(a.feedback_rate_hz)} Hz) · commanded pose ${isNum(c.age_s) ? num(c.rate_hz) + ' Hz, ' + num(c.age_s, 2) + ' s ago' : 'none'} · clutch <span class="clutch">${clutch}</span>${
+      k && k.last_release ? H` · last release <span class="msg last-release">${k.last_release}</span>` : ''}</span></th></tr>${
+      rows.length ? rows : H`<tr><td class="l muted">no ${a.feedback_topic}</td></tr>`}`;
+  })}`);
+  placeBars();
 }
 function renderHeadset(h) {
   if (!h.present) { setHTML('headset', H`<span>link</span><span>no @DIAGNOSTICS@ from quest_bridge</span>`); return; }
@@ -176,7 +195,8 @@ function renderEvents(es) {
     list(es).map(e => H`<tr><td class="l">${e.recorder}</td><td class="l">${e.event}</td><td>${num(e.episode_index, 0)}</td><td>${num(e.rows, 0)}</td><td class="l">${e.outcome || ''}</td><td class="l ${e.verdict === 'bad' ? 'bad' : e.verdict === 'warn' ? 'warn' : ''}" title="${list(e.verdict_reasons).join('\n')}">${e.verdict || ''}</td><td class="l msg">${[e.reason || '', ...list(e.verdict_reasons)].filter(x => x).join('; ')}</td><td>${num(e.age_s)}</td></tr>`)}`);
 }
 const SECTIONS = [[s => renderHeader(s)], [s => renderGraph(s.graph)], [s => renderRecorders(s.recorders)],
-  [s => renderCameras(s.cameras)], [s => renderTeleop(s.teleop)], [s => renderJoints(s.joints)],
+  [s => renderCameras(s.cameras)], [s => renderTeleop(s.teleop)],
+  [s => Array.isArray(s.arms) ? renderArms(s.arms) : renderJoints(s.joints)],
   [s => renderHeadset(s.headset)], [s => renderEvents(s.events)]];
 async function pollState() {
   let s;

@@ -185,10 +185,10 @@ PIPER_TABLE = FeatureTable(
 PIPER_TABLE.validate()
 
 
-def _arm_column(arm: str, column: str | None) -> str | None:
-    """``observation.arm_joint`` of arm ``left``: ``observation.left_arm_joint``."""
-    if column is None:
-        return None
+def arm_column(arm: str | None, column: str | None) -> str | None:
+    """``observation.arm_joint`` of arm ``left``: ``observation.left_arm_joint``; unchanged for one arm (None)."""
+    if column is None or not arm:
+        return column
     group, _, rest = column.partition(".")
     return f"{group}.{arm}_{rest}"
 
@@ -214,7 +214,7 @@ def arms_table(arms: tuple[str, ...]) -> FeatureTable:
             f,
             key=f"{arm}_{f.key}",
             input=f"{arm}_{f.input}",
-            column=_arm_column(arm, f.column),
+            column=arm_column(arm, f.column),
             modality=tuple((f"{arm}_{n}", a, b, rot) for n, a, b, rot in f.modality),
             rgbd_rank=1 if f.rgbd == "action" and f.input == "commanded_gripper" else 0,
         )

@@ -5,12 +5,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piper_recorder.names import POLICY_ACTOR, node_key
+from piper_recorder.names import DASHBOARD_NODE, POLICY_ACTOR, node_key
 from piper_recorder.params.derived import LAUNCH_SECTION
 
 from .arguments import launch_arms, launch_overrides, policy_enabled, read_config
@@ -70,20 +71,24 @@ def dashboard_params(
     dashboard: str | bool,
     nodes: Iterable[str],
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    arms: tuple[str, ...] = (),
 ) -> dict[str, Any] | None:
     """The ``dashboard`` node's parameters on top of its config section, or None when it is off.
 
     ``dashboard``: the launch argument ("" = ``piper_launch.dashboard``). Unless the config sets them,
-    the dashboard expects exactly the nodes the launch starts and offers the LeRobot recorder's root
-    for the re-alignment view (``overrides``: the launch arguments' parameters, see ``launch_overrides``).
+    the dashboard expects exactly the nodes the launch starts, shows the graph's ``arms`` and offers the LeRobot
+    recorder's root for the re-alignment view (``overrides``: the launch arguments' parameters, see
+    ``launch_overrides``; a section's own arms are checked against the graph's there, ``params.derived``).
     """
     flag = cfg.get(LAUNCH_SECTION, {}).get("dashboard", False) if dashboard == "" else dashboard
     if str(flag).strip().lower() not in ("true", "1", "yes", "on"):
         return None
-    section = cfg.get("dashboard", {})
+    section = cfg.get(DASHBOARD_NODE, {})
     out: dict[str, Any] = {}
     if "nodes" not in section:
-        out["nodes"] = [n for n in nodes if n != "dashboard"]
+        out["nodes"] = [n for n in nodes if n != DASHBOARD_NODE]
+    if arms and "arms" not in section:
+        out["arms"] = list(arms)
     root = {**cfg.get("lerobot_recorder", {}), **(overrides or {}).get("lerobot_recorder", {})}.get("root")
     if "roots" not in section and root:
         out["roots"] = [str(root)]
@@ -154,6 +159,7 @@ def graph_nodes(
     peer: dict[str, dict[str, Any]] = {}
     why: dict[str, dict[str, str]] = {}
     kind = headset_kind(mode, cfg, sim_headset, headset, overrides)
+    arms = launch_arms(cfg, overrides)
     use_headset = kind != "none"  # a SpaceMouse needs no headset node
     if kind == "web":  # the page's relay, where quest_bridge and quest_video connect (their own host/port)
         merged = {n: {**cfg.get(n, {}), **overrides.get(n, {})} for n in ("quest_bridge", "quest_video")}
@@ -165,7 +171,8 @@ def graph_nodes(
     if kind == "sim":
         quest = SimQuestSettings.from_config(cfg)
         video = headset_video(cfg)
-        nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest.argv(video))))
+        quest_args = quest.argv(video, two_hands=bool(arms))  # two arms: both hands drive
+        nodes.append(GraphNode(SIM_QUEST[0], *SIM_QUEST, ros_node=False, args=tuple(quest_args)))
         peer["quest_bridge"] = {"host": str(quest.host), "port": int(quest.port)}
         why["quest_bridge"] = {
             k: f"the simulated headset's {k} ({LAUNCH_SECTION}.sim_quest.{k}={v!r})"
@@ -178,7 +185,6 @@ def graph_nodes(
                 "port": f"the simulated headset's video channel ({LAUNCH_SECTION}.sim_quest."
                 f"video_port={quest.video_port!r})",
             }
-    arms = launch_arms(cfg, overrides)
     for name in START_ORDER[:3]:
         if name not in cfg or (not use_headset and name == "quest_bridge"):  # no config section: not started
             continue
@@ -188,8 +194,11 @@ def graph_nodes(
             nodes.append(ours(name, name, script(name), why.get(name), **peer.get(name, {})))
     driver_note = realsense_check() if mode != "sim" and cameras else None  # refuses a driver too old
     for cam in cameras:
-        if mode == "sim":
-            nodes.append(ours(cam, *SIM_CAMERA))
+        if mode == "sim":  # several arms: each camera draws every arm's flange
+            sim_cam = ours(cam, *SIM_CAMERA)
+            if arms:
+                sim_cam = dataclasses.replace(sim_cam, parameters={**sim_cam.parameters, "arms": list(arms)})
+            nodes.append(sim_cam)
         else:
             nodes.append(
                 GraphNode(
@@ -212,9 +221,9 @@ def graph_nodes(
     ]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
-    dash = dashboard_params(cfg, dashboard, [n.key for n in nodes if n.ros_node], overrides)
-    if dash is not None:  # the read-only web dashboard expects exactly the nodes started here
-        nodes.append(ours("dashboard", "dashboard", script("dashboard"), **dash))
+    dash = dashboard_params(cfg, dashboard, [n.key for n in nodes if n.ros_node], overrides, arms)
+    if dash is not None:  # the read-only web dashboard expects exactly the nodes started here, and their arms
+        nodes.append(ours(DASHBOARD_NODE, DASHBOARD_NODE, script(DASHBOARD_NODE), **dash))
     return nodes
 
 

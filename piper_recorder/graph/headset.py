@@ -56,8 +56,11 @@ class SimQuestSettings:
         """The settings of a config's ``piper_launch.sim_quest`` section (unknown keys refused)."""
         return cls(**_launch_settings(cfg, "sim_quest", cls))
 
-    def argv(self, video: bool = False) -> list[str]:
-        """piper-sim-quest's command-line arguments (``video``: also accept quest_video's channel)."""
+    def argv(self, video: bool = False, two_hands: bool = False) -> list[str]:
+        """piper-sim-quest's command-line arguments.
+
+        ``video``: also accept quest_video's channel; ``two_hands``: move the left controller too (two arms).
+        """
         out = [
             "--host",
             str(self.host),
@@ -69,6 +72,7 @@ class SimQuestSettings:
             str(self.rate),
         ]
         out += [] if self.buttons else ["--no-buttons"]
+        out += ["--two-hands"] if two_hands else []
         out += ["--video-port", str(self.video_port)] if video else []
         return out + (["--report", self.report] if self.report else [])
 

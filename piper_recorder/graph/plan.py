@@ -59,6 +59,11 @@ class GraphPlan:
         """The graph's camera names (``piper_launch.cameras``)."""
         return list(self.config.get(LAUNCH_SECTION, {}).get("cameras", []))
 
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The graph's arms (``piper_launch.arms``), () for one arm."""
+        return tuple(self.config.get(LAUNCH_SECTION, {}).get("arms") or ())
+
 
 def plan_graph(
     mode: str,

@@ -30,6 +30,7 @@ from piper_recorder.names import (
     START_EPISODE,
     STATUS,
     STOP_EPISODE,
+    arm_topic,
     camera_topic,
     node_topic,
 )
@@ -72,6 +73,7 @@ class SimSession:
         log_dir: Path | None = None,
         cameras: str = "",
         echo: bool = False,
+        arms: str = "",
     ):
         self.out = Path(out)
         self.log_dir = Path(log_dir) if log_dir else self.out / "logs"
@@ -82,7 +84,7 @@ class SimSession:
             f"piper_launch.sim_quest.script={CONTINUOUS}",
             *sets,
         ]
-        self.plan = plan_graph("sim", config or config_path("sim"), sets, self.log_dir, cameras=cameras)
+        self.plan = plan_graph("sim", config or config_path("sim"), sets, self.log_dir, cameras=cameras, arms=arms)
         self.lease = lease_domain()
         self.graph = Graph(self.plan, self.lease.env(), self.log_dir, echo=echo)
         self.events: list[dict[str, Any]] = []
@@ -254,7 +256,7 @@ class SimSession:
 
         deadline = time.monotonic() + timeout
         left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-        self._first_message(PoseStamped, EEF_POSE, left())
+        self._first_messages(PoseStamped, self._arm_topics(EEF_POSE), left())
         self._first_messages(Image, [camera_topic(COLOR_TOPIC_PATTERN, cam) for cam in self.cameras], left())
         for rec in RECORDER_NODES:
             for srv in (START_EPISODE, STOP_EPISODE):
@@ -270,26 +272,33 @@ class SimSession:
                     f"discovery failure, 1 a recorder that does not publish or a lost match)"
                 )
 
+    def _arm_topics(self, name: str) -> list[str]:
+        """``name`` of every arm of the graph (``/left/arm/eef_pose``, ...; one arm: ``name``)."""
+        return [arm_topic(a, name) for a in self.plan.arms] or [name]
+
     def wait_motion(self, min_m: float = 0.005, timeout: float = 30.0) -> float:
-        """Wait until the EEF has moved ``min_m`` (teleop engaged, the arm follows); returns the motion seen."""
+        """Wait until every arm's EEF has moved ``min_m`` (teleop engaged, the arm follows); returns the least motion."""
         from geometry_msgs.msg import PoseStamped
         from rclpy.qos import qos_profile_sensor_data
 
-        points: list[tuple[float, float, float]] = []
+        points: dict[str, list[tuple[float, float, float]]] = {t: [] for t in self._arm_topics(EEF_POSE)}
 
-        def cb(m: Any) -> None:
+        def cb(topic: str, m: Any) -> None:
             p = m.pose.position
-            points.append((p.x, p.y, p.z))
+            points[topic].append((p.x, p.y, p.z))
 
         def moved() -> float:
-            if not points:
+            if not all(points.values()):
                 return 0.0
-            a = points[0]
-            return max(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for b in points[-50:])
+            return min(
+                max(sum((x - y) ** 2 for x, y in zip(seen[0], b)) ** 0.5 for b in seen[-50:])
+                for seen in points.values()
+            )
 
         deadline = time.monotonic() + timeout
         with self._probe() as (node, executor):
-            node.create_subscription(PoseStamped, EEF_POSE, cb, qos_profile_sensor_data)
+            for topic in points:
+                node.create_subscription(PoseStamped, topic, partial(cb, topic), qos_profile_sensor_data)
             while moved() < min_m and time.monotonic() < deadline:
                 executor.spin_once(timeout_sec=0.05)
             return moved()

@@ -3,11 +3,14 @@
 Subscriptions feed ``dashboard.model.DashboardModel`` and the frame store; ``dashboard.server`` serves
 the page on ``host:port`` (loopback by default; any other address needs ``token``). Read-only by
 construction: no publisher, service or service client of its own. Images are subscribed only while a
-page fetched a thumbnail within ``watch_timeout_s``; camera rates come from each ``camera_info``.
+page fetched a thumbnail within ``watch_timeout_s``; camera rates come from each ``camera_info``. Two arms
+(``arms``, as the graph derives it): each arm's feedback and commands under its namespace
+(``dashboard.model.rate_topics``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -22,37 +25,25 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 
 from piper_recorder.assembly.messages import image_to_numpy, stamp_ns
-from piper_recorder.dashboard.model import IMAGE_CONSUMERS, DashboardConfig, JsonDict
+from piper_recorder.dashboard.model import IMAGE_CONSUMERS, JOINTS, DashboardConfig, JsonDict, rate_topics
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
 from piper_recorder.names import (
     CAMERA_STATUS_TOPIC_PATTERN,
-    COMMANDED_POSE,
     DIAGNOSTICS,
     EPISODE_EVENTS,
     JOINT_STATES,
-    QUEST_POSE_PATTERN,
     STATUS,
     TELEOP_STATUS,
+    arm_topic,
     camera_topic,
     camera_topic_regex,
     node_key,
     node_topic,
-    quest_topic,
 )
 from piper_recorder.nodes.plumbing.callbacks import message_callback
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.qos import live_image_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
-
-# topic -> (type, required): silence of a required topic marks the graph degraded. One topic per link of
-# the chain (headset -> bridge, arm feedback, arm commands); /arm/eef_pose would only repeat joint_states'
-# 200 Hz at the same cost. The arm sends commands only while something drives it (teleop engaged, replay):
-# their rate is shown, their silence is no fault.
-RATE_TOPICS: dict[str, tuple[type, bool]] = {
-    JOINT_STATES: (JointState, True),
-    quest_topic(QUEST_POSE_PATTERN, "right"): (PoseStamped, True),
-    COMMANDED_POSE: (PoseStamped, False),
-}
 
 
 class DashboardNode(Node):
@@ -65,17 +56,24 @@ class DashboardNode(Node):
         self.dash = Dashboard.create(cfg)
         self.model = self.dash.model
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        for topic, (typ, required) in RATE_TOPICS.items():
+        # silence of a required topic marks the graph degraded; the joint states are also shown
+        for topic, what, required in rate_topics(cfg.arm_names()):
             self.model.watch_topic(topic, required)
-            if topic == JOINT_STATES:
+            if what == JOINTS:
                 continue
             self.create_subscription(
-                typ,
+                PoseStamped,
                 topic,
                 message_callback(lambda _m, tp=topic: self.model.tick(tp, time.monotonic())),
                 qos_profile_sensor_data,
             )
-        self.create_subscription(JointState, JOINT_STATES, self._on_joints, qos_profile_sensor_data)
+        for arm in cfg.arm_names() or (None,):  # each arm's under its namespace
+            self.create_subscription(
+                JointState,
+                arm_topic(arm, JOINT_STATES),
+                functools.partial(self._on_joints, arm),
+                qos_profile_sensor_data,
+            )
         for rec in cfg.recorders:
             topic = node_topic(rec, STATUS)
             self.model.watch_topic(topic)
@@ -136,10 +134,10 @@ class DashboardNode(Node):
         if isinstance(data, dict):
             sink(data, t)
 
-    def _on_joints(self, msg: JointState) -> None:
+    def _on_joints(self, arm: str | None, msg: JointState) -> None:
         t = time.monotonic()
-        self.model.tick(JOINT_STATES, t)
-        self.model.on_joints(list(msg.name), list(msg.position), t)
+        self.model.tick(arm_topic(arm, JOINT_STATES), t)
+        self.model.on_joints(list(msg.name), list(msg.position), t, arm)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         t = time.monotonic()

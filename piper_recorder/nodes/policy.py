@@ -13,6 +13,7 @@ import json
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped
@@ -48,6 +49,7 @@ from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns, ns_to_stamp
 from piper_recorder.policy.config import PolicyConfig
 from piper_recorder.policy.observation import MetaError, ObservationBuilder, TrainingMeta
+from piper_recorder.policy.operator import engaged_by_arm
 from piper_recorder.policy.runtime import PolicyRuntime
 from piper_recorder.policy.safety import Target
 from piper_recorder.policy.spec import make_backend
@@ -86,7 +88,9 @@ class PolicyNode(Node):
         self.builder = ObservationBuilder(meta, task, cfg.fps, cfg.lateness_s)
         self.runtime = PolicyRuntime(cfg, self.builder, backend, log=self._warn)
         self._lock = threading.Lock()
-        self._arm_provenance: dict[str, Any] | None = None
+        # each arm's /arm/provenance JSON (key None for one arm)
+        self._arm_provenance: dict[str | None, dict[str, Any]] = {}
+        self.arms = cfg.arm_names()
         self._joint_cache: dict[tuple[str, ...], list[int]] = {}
         self._actor = ""
         self._state = ""
@@ -97,15 +101,23 @@ class PolicyNode(Node):
             depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
         )
         images = live_image_qos()
-        self.pub_target = self.create_publisher(PoseStamped, TARGET_POSE, reliable)
-        self.pub_gripper = self.create_publisher(JointState, TARGET_GRIPPER, reliable)
+        self.pub_targets = {
+            arm: (
+                self.create_publisher(PoseStamped, topic, reliable),
+                self.create_publisher(JointState, cfg.arm_topics(TARGET_GRIPPER)[arm], reliable),
+            )
+            for arm, topic in cfg.arm_topics(TARGET_POSE).items()
+        }
         self.pub_status = self.create_publisher(String, STATUS, reliable)
         self.pub_provenance = self.create_publisher(String, POLICY_PROVENANCE, latched)
         self.pub_actor = self.create_publisher(String, POLICY_ACTOR, latched)
         sensor = qos_profile_sensor_data
-        self.create_subscription(JointState, JOINT_STATES, self._on_joints, sensor, callback_group=g)
-        self.create_subscription(PoseStamped, EEF_POSE, self._on_eef, sensor, callback_group=g)
-        self.create_subscription(String, ARM_PROVENANCE, self._on_arm_provenance, latched, callback_group=g)
+        for arm, topic in cfg.arm_topics(JOINT_STATES).items():
+            self.create_subscription(JointState, topic, partial(self._on_joints, arm), sensor, callback_group=g)
+        for arm, topic in cfg.arm_topics(EEF_POSE).items():
+            self.create_subscription(PoseStamped, topic, partial(self._on_eef, arm), sensor, callback_group=g)
+        for arm, topic in cfg.arm_topics(ARM_PROVENANCE).items():
+            self.create_subscription(String, topic, partial(self._on_arm_provenance, arm), latched, callback_group=g)
         # frames received per camera against the observation grid's rate (delivery health, piper_recorder.process.delivery)
         self.image_counts = ImageCounts(list(meta.cameras))
         self.input_fps = cfg.fps or meta.fps
@@ -117,7 +129,9 @@ class PolicyNode(Node):
                 images,
                 callback_group=g,
             )
-        self.create_subscription(Joy, quest_topic(QUEST_JOY_PATTERN, cfg.hand), self._on_joy, sensor, callback_group=g)
+        for hand in self.arms or (cfg.hand,):  # two arms: each hand takes over the arm of its name
+            joy = partial(self._on_joy, hand if self.arms else None)
+            self.create_subscription(Joy, quest_topic(QUEST_JOY_PATTERN, hand), joy, sensor, callback_group=g)
         self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable, callback_group=g)
         for name, fn in zip(
             POLICY_SERVICES, (self._srv_start, self._srv_stop, self._srv_pause, self._srv_resume), strict=True
@@ -139,16 +153,16 @@ class PolicyNode(Node):
         self.get_logger().warning(message)
 
     # ---- inputs -------------------------------------------------------------------------------
-    def _on_joints(self, msg: JointState) -> None:
+    def _on_joints(self, arm: str | None, msg: JointState) -> None:
         pos = joint_positions(msg, self._joint_cache)
         if pos is not None:
             with self._lock:
-                self.builder.add_joint_state(stamp_ns(msg), pos)
+                self.builder.add_joint_state(stamp_ns(msg), pos, arm)
 
-    def _on_eef(self, msg: PoseStamped) -> None:
+    def _on_eef(self, arm: str | None, msg: PoseStamped) -> None:
         p, q = pose(msg)
         with self._lock:
-            self.builder.add_eef_pose(stamp_ns(msg), p, q)
+            self.builder.add_eef_pose(stamp_ns(msg), p, q, arm)
 
     def _on_image(self, cam: str, i: int, msg: Image) -> None:
         self.image_counts.on_image(i, msg.header)  # a counter bump per frame (the executor's one thread)
@@ -159,15 +173,18 @@ class PolicyNode(Node):
         with self._lock:
             self.builder.add_frame(cam, stamp_ns(msg), rgb)
 
-    def _on_arm_provenance(self, msg: String) -> None:
+    def _on_arm_provenance(self, arm: str | None, msg: String) -> None:
         try:
             prov = json.loads(msg.data)
         except ValueError:
             return
         with self._lock:
-            self._arm_provenance = prov if isinstance(prov, dict) else None
+            if isinstance(prov, dict):
+                self._arm_provenance[arm] = prov
+            else:
+                self._arm_provenance.pop(arm, None)
 
-    def _on_joy(self, msg: Joy) -> None:
+    def _on_joy(self, hand: str | None, msg: Joy) -> None:
         """Feed every joy message of the hand to the operator gate (grip held or open), not only grips.
 
         ~/start and ~/resume are refused while the headset says the grip is held.
@@ -175,20 +192,22 @@ class PolicyNode(Node):
         if len(msg.axes) < 2:
             return
         with self._lock:
-            changed = self.runtime.on_joy(now_ns(self), float(msg.axes[1]))
+            changed = self.runtime.on_joy(now_ns(self), float(msg.axes[1]), hand)
             why = self.runtime.reason
         if changed:
             self._took_over(why)
 
     def _on_teleop_status(self, msg: String) -> None:
         try:
-            engaged = json.loads(msg.data).get("engaged")
-        except (ValueError, AttributeError):
+            doc = json.loads(msg.data)
+        except ValueError:
             return
-        if not isinstance(engaged, bool):
+        if not isinstance(doc, dict):
             return
+        changed = False
         with self._lock:
-            changed = self.runtime.on_teleop_status(now_ns(self), engaged)
+            for arm, engaged in engaged_by_arm(doc, self.arms).items():
+                changed = self.runtime.on_teleop_status(now_ns(self), engaged, arm) or changed
             why = self.runtime.reason
         if changed:
             self._took_over(why)
@@ -211,14 +230,14 @@ class PolicyNode(Node):
         with self._lock:
             tick = self.runtime.tick(now_ns(self))
             state, reason = self.runtime.state, self.runtime.reason
-            if tick.target is not None:
-                self._publish_target(tick.target)
+            for arm, target in tick.targets.items():
+                self._publish_target(arm, target)
         if state != self._state:
             self._state = state
             self.get_logger().info(f"state: {state}" + (f" ({reason})" if reason else ""))
         self._actor = tick.actor
 
-    def _publish_target(self, t: Target) -> None:
+    def _publish_target(self, arm: str | None, t: Target) -> None:
         if not t.finite():  # the runtime guarantees it; this is the last gate before the arm
             return
         stamp = ns_to_stamp(now_ns(self))
@@ -228,11 +247,12 @@ class PolicyNode(Node):
         (msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z, msg.pose.orientation.w) = (
             float(v) for v in t.q
         )
-        self.pub_target.publish(msg)
+        pub_target, pub_gripper = self.pub_targets[arm]
+        pub_target.publish(msg)
         grip = JointState()
         grip.header.stamp = stamp
         grip.name, grip.position = ["gripper"], [float(t.gripper)]
-        self.pub_gripper.publish(grip)
+        pub_gripper.publish(grip)
 
     def _publish_actor(self) -> None:
         actor = self._actor
@@ -265,10 +285,10 @@ class PolicyNode(Node):
         except MetaError as exc:
             return str(exc)
         old = self.builder.meta
-        if meta.cameras != old.cameras or meta.fps != old.fps:
+        if meta.cameras != old.cameras or meta.fps != old.fps or meta.layout != old.layout:
             return (
                 f"the training root changed (cameras {old.cameras} -> {meta.cameras}, fps {old.fps} -> "
-                f"{meta.fps}); restart the node"
+                f"{meta.fps}, arms {old.arms} -> {meta.arms}); restart the node"
             )
         self.builder.meta = meta
         return None
@@ -279,7 +299,9 @@ class PolicyNode(Node):
                 problem = self._reload_meta()
                 if problem:
                     return False, f"refused: {problem}", ""
-                ok, msg = self.runtime.start(now_ns(self), self._arm_provenance)
+                prov = dict(self._arm_provenance)
+                arm_prov = {a: p for a, p in prov.items() if a is not None} if self.arms else prov.get(None)
+                ok, msg = self.runtime.start(now_ns(self), arm_prov)
             return ok, msg, self._provenance(True) if ok else ""  # outside the lock
 
         ok, msg, prov = await run_in_thread(start)

@@ -4,7 +4,9 @@ Its own process, not a thread of quest_bridge: JPEG encoding holding the GIL the
 path, and a stalled video link stays apart from the bridge's reconnects. Callbacks only store images; one
 stream thread encodes each camera's newest frame when it is new and sends it without blocking (a busy link
 drops the frame), and renders the HUD at ``hud_hz``. The view tint (red while recording) goes to
-quest_bridge as a ``/quest/command`` on each change and every ``tint_refresh_s``.
+quest_bridge as a ``/quest/command`` on each change and every ``tint_refresh_s``. Two arms (``arms``, as the
+graph derives it): the HUD shows each arm's clutch and releases (teleop's status) and each arm's
+``/<arm>/arm/status``.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from piper_recorder.names import (
     QUEST_COMMAND,
     STATUS,
     TELEOP_STATUS,
+    arm_topic,
     camera_topic,
     check_topic_pattern,
     node_topic,
+    parse_arms,
 )
 from piper_recorder.nodes.plumbing.callbacks import timer_callback
 from piper_recorder.nodes.plumbing.parameters import declare_config
@@ -80,6 +84,7 @@ class QuestVideoConfig:
     hud_hz: float = 5.0
     hud_quality: int = 80
     recorder: str = LEROBOT_RECORDER  # whose status and events the HUD shows
+    arms: list[str] = field(default_factory=list)  # [] one arm; [left, right]: each arm's clutch and state
     tint: bool = True
     tint_refresh_s: float = 5.0
     reconnect_s: float = SenderConfig.reconnect_s
@@ -108,6 +113,7 @@ class QuestVideoConfig:
             raise ValueError("max_width must be in [64, 640] (the app's panels)")
         if not self.recorder or "/" in self.recorder:
             raise ValueError("recorder must be a plain node name")
+        parse_arms(self.arms)
 
 
 class QuestVideo(Node):
@@ -121,7 +127,7 @@ class QuestVideo(Node):
         super().__init__("quest_video")
         self.cfg = declare_config(self, QuestVideoConfig)
         self._lock = threading.Lock()
-        self.model = HudModel(self.cfg.recorder)
+        self.model = HudModel(self.cfg.recorder, arms=parse_arms(self.cfg.arms))
         self.sender = PanelSender(self.cfg.sender())
         self._latest: dict[int, tuple[int, Any]] = {}  # panel -> (seq, image message)
         self._sent_seq: dict[int, int] = {}
@@ -156,7 +162,10 @@ class QuestVideo(Node):
         self.create_subscription(String, EPISODE_EVENTS, self._on_episode_event, reliable)
         self.create_subscription(String, TELEOP_STATUS, self._on_teleop_status, reliable)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 10)
-        self.create_subscription(DiagnosticArray, ARM_STATUS, self._on_arm_status, reliable)
+        for arm in parse_arms(self.cfg.arms) or (None,):  # each arm's status under its namespace
+            self.create_subscription(
+                DiagnosticArray, arm_topic(arm, ARM_STATUS), functools.partial(self._on_arm_status, arm), reliable
+            )
         self.pub_command = self.create_publisher(String, QUEST_COMMAND, reliable)
         self.pub_status = self.create_publisher(String, STATUS, reliable)
         self.create_timer(1.0, timer_callback(self._publish_status))
@@ -222,7 +231,7 @@ class QuestVideo(Node):
                         values.get("state", ""), rate if rate is not None and math.isfinite(rate) else None
                     )
 
-    def _on_arm_status(self, msg: DiagnosticArray) -> None:
+    def _on_arm_status(self, arm: str | None, msg: DiagnosticArray) -> None:
         if not msg.status:
             return
         worst = max(
@@ -230,7 +239,7 @@ class QuestVideo(Node):
         )
         level = int.from_bytes(worst.level, "little") if isinstance(worst.level, bytes) else int(worst.level)
         with self._lock:
-            self.model.on_arm(time.time(), LEVELS.get(level, str(level)), worst.message)
+            self.model.on_arm(time.time(), LEVELS.get(level, str(level)), worst.message, arm)
 
     # ---- stream thread ------------------------------------------------------------------------
     def _stream(self) -> None:

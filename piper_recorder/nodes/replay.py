@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE
+from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE, arm_topic
 from piper_recorder.nodes.plumbing.executors import run_in_thread
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.run_node import run_node
@@ -46,13 +47,20 @@ class ReplayNode(Node):
             )
             raise ParameterError(f"replay: parameter 'root' {why} (the LeRobot root to replay)")
         self._player = ReplayPlayer(self.cfg)
-        self._pub_pose = self.create_publisher(PoseStamped, TARGET_POSE, 10)
-        self._pub_grip = self.create_publisher(JointState, TARGET_GRIPPER, 10)
+        arms: tuple[str | None, ...] = self.cfg.arm_names() or (None,)  # two arms: each under its namespace
+        self._pubs = {
+            arm: (
+                self.create_publisher(PoseStamped, arm_topic(arm, TARGET_POSE), 10),
+                self.create_publisher(JointState, arm_topic(arm, TARGET_GRIPPER), 10),
+            )
+            for arm in arms
+        }
         latched = QoSProfile(
             depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
         )
         self._pub_result = self.create_publisher(String, "~/result", latched)
-        self.create_subscription(PoseStamped, EEF_POSE, self._on_eef, 10)
+        for arm in arms:
+            self.create_subscription(PoseStamped, arm_topic(arm, EEF_POSE), partial(self._on_eef, arm), 10)
         for name, fn in zip(REPLAY_SERVICES, (self._srv_play, self._srv_stop), strict=True):
             self.create_service(Trigger, f"~/{name}", fn)
         self._loaded: ReplayEpisode | None = None
@@ -70,9 +78,9 @@ class ReplayNode(Node):
         self._play_thread.start()
 
     # -- inputs -------------------------------------------------------------------------------
-    def _on_eef(self, msg: PoseStamped) -> None:
+    def _on_eef(self, arm: str | None, msg: PoseStamped) -> None:
         p, q = msg.pose.position, msg.pose.orientation
-        self._player.on_feedback(np.array([p.x, p.y, p.z, q.w, q.x, q.y, q.z]), time.monotonic())
+        self._player.on_feedback(np.array([p.x, p.y, p.z, q.w, q.x, q.y, q.z]), time.monotonic(), arm)
 
     # -- services -----------------------------------------------------------------------------
     def _autoplay_once(self) -> None:
@@ -128,8 +136,8 @@ class ReplayNode(Node):
         next_t = time.monotonic()
         while not self._stop.is_set():
             step = self._player.tick(time.monotonic())
-            if step.target is not None:
-                self._publish(step.target)
+            for arm, target in step.targets.items():
+                self._publish(arm, target)
             if step.result is not None:
                 self._report(step.result)
             next_t += period
@@ -138,7 +146,7 @@ class ReplayNode(Node):
                 next_t, delay = time.monotonic(), 0.0
             self._stop.wait(max(0.0, delay))
 
-    def _publish(self, target: Target) -> None:
+    def _publish(self, arm: str | None, target: Target) -> None:
         stamp = ns_to_stamp(self.get_clock().now().nanoseconds)
         pose = target.pose
         msg = PoseStamped()
@@ -146,10 +154,11 @@ class ReplayNode(Node):
         msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in pose[:3])
         w, x, y, z = (float(v) for v in pose[3:])
         msg.pose.orientation.w, msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z = w, x, y, z
-        self._pub_pose.publish(msg)
+        pub_pose, pub_grip = self._pubs[arm]
+        pub_pose.publish(msg)
         js = JointState(name=["gripper"], position=[float(target.gripper)])
         js.header.stamp = stamp
-        self._pub_grip.publish(js)
+        pub_grip.publish(js)
 
     def _report(self, result: dict) -> None:
         self._pub_result.publish(String(data=json.dumps(result)))

@@ -9,6 +9,7 @@ newest one as a yellow marker, so a check can tell the sim's own staleness from 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -38,6 +39,7 @@ from piper_recorder.names import (
     DEPTH_INFO,
     EEF_POSE,
     STATUS,
+    arm_topic,
 )
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
@@ -47,7 +49,7 @@ from piper_recorder.process.delivery import ImageCounts, received_rate
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
 from piper_recorder.sim.faults import FaultPlan
 from piper_recorder.sim.history import PoseHistory
-from piper_recorder.sim.scene import SceneRenderer
+from piper_recorder.sim.scene import SceneRenderer, arm_bases
 
 
 @dataclass
@@ -72,6 +74,9 @@ class SimCameraConfig:
     render_latency_ms: float = 20.0
     pose_wait_ms: float = 150.0  # extra wait for a pose newer than the capture time (a busy machine)
     eef_topic: str = EEF_POSE
+    # several arms (launchers: piper_launch.arms): each arm's flange, its eef_topic under its namespace, drawn
+    # where the scene puts its base (sim.scene.arm_bases: side by side along y); empty: one arm at the origin
+    arms: list[str] = field(default_factory=list)
     pause_at_s: float = -1.0
     pause_s: float = 0.0
     drop_every_n: int = 0
@@ -103,7 +108,11 @@ class SimCamera(Node):
         k = Intrinsics.from_list(self.cfg.width, self.cfg.height, self.cfg.intrinsics)
         self.camera = PinholeCamera.looking_at(k, self.cfg.position, self.cfg.look_at)
         self.renderer = SceneRenderer(self.camera, self.cfg.table_z, self.cfg.marker_radius_m)
-        self.history = PoseHistory()
+        # each arm's flange history and where its base stands in the scene (one arm: None, at the origin)
+        arms: list[str | None] = list(self.cfg.arms) or [None]
+        bases = arm_bases(self.cfg.arms) if self.cfg.arms else {}
+        self.histories = {a: PoseHistory() for a in arms}
+        self.bases = {a: bases.get(a, np.zeros(3)) if a else np.zeros(3) for a in arms}
         self._start = time.monotonic()
         self.faults = self._fault_plan(self.cfg, self._start)
         self.published = 0
@@ -120,7 +129,10 @@ class SimCamera(Node):
         # the arm's 100 Hz pose is taken when a frame is rendered (PolledInputs), not by an executor waking
         # for each pose: the capture loop is the only reader of the history (50: 0.5 s between renders)
         self.inputs = PolledInputs(self)
-        self.inputs.subscribe(PoseStamped, self.cfg.eef_topic, self._on_eef, 50)
+        for arm, history in self.histories.items():
+            self.inputs.subscribe(
+                PoseStamped, arm_topic(arm, self.cfg.eef_topic), functools.partial(self._on_eef, history), 50
+            )
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -191,9 +203,10 @@ class SimCamera(Node):
             )
         )
 
-    def _on_eef(self, msg: PoseStamped, _received_ns: int) -> None:
+    @staticmethod
+    def _on_eef(history: PoseHistory, msg: PoseStamped, _received_ns: int) -> None:
         p = msg.pose.position
-        self.history.add(stamp_to_ns(msg.header.stamp), (p.x, p.y, p.z))
+        history.add(stamp_to_ns(msg.header.stamp), (p.x, p.y, p.z))
 
     def _camera_info(self, frame_id: str) -> bytes:
         """This camera's CameraInfo, serialized once (messages differ only in their stamp: ``cdr_encode.restamp``)."""
@@ -272,21 +285,27 @@ class SimCamera(Node):
                 break
         return ros - ((m0 + m1) // 2 - int(mono_s * 1e9))
 
-    def _pose_at(self, capture_ns: int) -> tuple[np.ndarray | None, bool]:
-        """(EEF at the capture time, stale).
+    def _pose_at(self, capture_ns: int) -> tuple[np.ndarray | list[np.ndarray] | None, bool]:
+        """(EEF at the capture time, stale); several arms: each arm's flange in the scene.
 
-        Waits briefly until the history brackets the capture time so the pose is interpolated; past ``pose_wait_ms`` the newest pose is used and flagged stale (drawn
-        yellow). With no pose stream at all the marker is absent.
+        Waits briefly until every history brackets the capture time so the pose is interpolated; past ``pose_wait_ms``
+        the newest poses are used and flagged stale (drawn yellow). An arm with no pose stream at all has no marker.
         """
         deadline = time.monotonic() + self.cfg.pose_wait_ms / 1000.0
+        stale = False
         while True:
             self.inputs.poll()
-            latest = self.history.latest_stamp()
-            if latest is None or latest >= capture_ns:
-                return self.history.at(capture_ns), False
+            latest = [h.latest_stamp() for h in self.histories.values()]
+            if all(t is None or t >= capture_ns for t in latest):
+                break
             if time.monotonic() >= deadline or self._stop.wait(0.002):
                 self.stale_poses += 1
-                return self.history.at(capture_ns), True
+                stale = True
+                break
+        if len(self.histories) == 1:
+            return self.histories[None].at(capture_ns), stale
+        points = [(h.at(capture_ns), self.bases[a]) for a, h in self.histories.items()]
+        return [p + base for p, base in points if p is not None], stale
 
     def _publish_frame(self, capture_ns: int, width: int) -> None:
         rgb, depth = self.renderer.render(*self._pose_at(capture_ns))

@@ -20,7 +20,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from piper_recorder.names import CAMERA, LEROBOT_RECORDER, QUEST_VIDEO_NODE, RGBD_RECORDER, TELEOP_NODE, parse_arms
+from piper_recorder.names import (
+    CAMERA,
+    DASHBOARD_NODE,
+    LEROBOT_RECORDER,
+    POLICY_NODE,
+    QUEST_VIDEO_NODE,
+    REPLAY_NODE,
+    RGBD_RECORDER,
+    TELEOP_NODE,
+    parse_arms,
+)
 from piper_recorder.quest.video import MAX_CAMERA_PANELS
 
 LAUNCH_SECTION = "piper_launch"  # not a node: what the launchers start (cameras, the simulated headset, ...)
@@ -104,7 +114,17 @@ def configured_cameras(doc: Doc) -> list[str]:
     return [str(c) for c in (doc.get(LAUNCH_SECTION, {}).get("cameras") or [])]
 
 
-ARM_FOLLOWERS = (LEROBOT_RECORDER, RGBD_RECORDER, TELEOP_NODE)  # the nodes that take piper_launch.arms as ``arms``
+# the nodes that take piper_launch.arms as ``arms`` (policy and replay: each arm's feedback and targets; quest_video
+# and the dashboard: each arm's state shown under its name)
+ARM_FOLLOWERS = (
+    LEROBOT_RECORDER,
+    RGBD_RECORDER,
+    TELEOP_NODE,
+    POLICY_NODE,
+    REPLAY_NODE,
+    QUEST_VIDEO_NODE,
+    DASHBOARD_NODE,
+)
 
 
 def derived_params(
@@ -158,7 +178,8 @@ def derived_params(
             out.setdefault(node, {}).update(params)
     if QUEST_VIDEO_NODE in doc:  # the headset's panels: its own list among the cameras started, else the first ones
         own = own_list(QUEST_VIDEO_NODE, "cameras")
-        out[QUEST_VIDEO_NODE] = {"cameras": [c for c in own if c in chosen] if own else chosen[:MAX_CAMERA_PANELS]}
+        panels = [c for c in own if c in chosen] if own else chosen[:MAX_CAMERA_PANELS]
+        out.setdefault(QUEST_VIDEO_NODE, {})["cameras"] = panels  # beside its arms
     return out
 
 

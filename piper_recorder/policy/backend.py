@@ -5,8 +5,10 @@ Every backend (``http`` PiperPilot ``/predict``, ``gr00t`` ZeroMQ client, the ``
 server takes: the chunk executor calls it off the control thread and never waits on it. No ROS and
 no torch here.
 
-Action rows are in the training root's action column layout: ``action.arm_eef`` (x, y, z, qw, qx,
-qy, qz; metres, arm-base frame, absolute) followed by ``action.gripper`` (metres): ``ACTION_DIM`` = 8.
+Action rows are in the training root's combined ``action`` column layout
+(``lerobot.format.action_layout.ActionLayout``): one arm's ``action.arm_eef`` (x, y, z, qw, qx, qy, qz;
+metres, arm-base frame, absolute) followed by ``action.gripper`` (metres), ``ACTION_DIM`` = 8; two arms
+each arm's 8 in the root's order (left, then right: 16). The names below are one arm's.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ import numpy as np
 import numpy.typing as npt
 
 from piper_recorder.errors import PiperError
+from piper_recorder.lerobot.format.action_layout import ActionLayout
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
 
-ACTION_KEYS: tuple[str, ...] = ("action.arm_eef", "action.gripper")
-ACTION_DIM = 8
-STATE_KEYS: tuple[str, ...] = ("observation.arm_joint", "observation.arm_eef", "observation.gripper")
+SINGLE_ARM = ActionLayout.single()
+ACTION_KEYS: tuple[str, ...] = tuple(SINGLE_ARM.columns())  # action.arm_eef, action.gripper
+ACTION_DIM = SINGLE_ARM.dim
+STATE_KEYS: tuple[str, ...] = tuple(SINGLE_ARM.arms[0].state_column(k) for k in ("arm_joint", "arm_eef", "gripper"))
 
 
 class BackendError(PiperError, RuntimeError):
@@ -56,7 +60,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class ActionChunk:
-    """A backend's answer: ``rows`` (n, ACTION_DIM) float32.
+    """A backend's answer: ``rows`` (n, the layout's ``dim``) float32; the runtime checks the width against the root.
 
     Row k is the target for time ``t0_ns + k * period``, where ``t0_ns`` is normally ``obs_stamp_ns`` (the
     observation it answers).
@@ -68,8 +72,8 @@ class ActionChunk:
     info: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.rows.ndim != 2 or self.rows.shape[1] != ACTION_DIM:
-            raise BackendError(f"action chunk must be (n, {ACTION_DIM}), got {self.rows.shape}")
+        if self.rows.ndim != 2 or self.rows.shape[1] < 1:
+            raise BackendError(f"action chunk must be (n, action width), got {self.rows.shape}")
 
 
 @runtime_checkable

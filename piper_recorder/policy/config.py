@@ -2,6 +2,9 @@
 
 Flat scalar fields are the ``policy`` node's ROS parameters (``declare_config``); the envelope is
 teleop's own ``LimitsConfig`` (parameters ``limits.*``), so policy and operator share one envelope.
+Two arms (``arms: [left, right]``, as the recorders take it): each arm's topics under its namespace
+(``arm_topics``), each arm taken over by the hand of its name; ``hand`` is then unused, and every arm takes
+the one ``limits.*`` envelope in its own base frame, as teleop does.
 """
 
 from __future__ import annotations
@@ -9,7 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from piper_recorder.names import COLOR_TOPIC_PATTERN, QUEST_HANDS, check_topic_pattern
+from piper_recorder.names import (
+    BIMANUAL_ARMS,
+    COLOR_TOPIC_PATTERN,
+    QUEST_HANDS,
+    arm_topic,
+    check_topic_pattern,
+    parse_arms,
+)
 from piper_recorder.teleop.limits import LimitsConfig
 
 MODES = ("receding", "ensemble")
@@ -38,7 +48,8 @@ class PolicyConfig:
     on_binding_mismatch: str = "refuse"  # warn | refuse (training root's provenance vs the live arm)
     lateness_s: float = 0.02  # observation rows assembled this long after their grid time
     gripper_max_width: float = 0.07  # m; gripper targets are clamped into [0, this]
-    hand: str = "right"  # the headset hand whose grip takes over (teleop's hand)
+    arms: list[str] = field(default_factory=list)  # [] one arm; [left, right]: each arm's topics under its namespace
+    hand: str = "right"  # the headset hand whose grip takes over (teleop's hand); two arms: each arm's own hand
     takeover_above: float = 0.7  # grip (squeeze) above this = operator takeover (teleop's engage_above)
     takeover_release_below: float = 0.3  # ... held until it falls below this (teleop's release_below)
     arm_frame: str = "arm_base"
@@ -50,8 +61,22 @@ class PolicyConfig:
         """The control period (s)."""
         return 1.0 / self.control_rate_hz
 
+    def arm_names(self) -> tuple[str, ...]:
+        """The live arms' names (``names.parse_arms``): () for one arm."""
+        return parse_arms(self.arms)
+
+    def arm_topics(self, name: str) -> dict[str | None, str]:
+        """Each live arm's topic ``name`` (``/arm/joint_states`` -> ``/left/arm/joint_states``); key None for one arm."""
+        return {a: arm_topic(a, name) for a in (self.arm_names() or (None,))}
+
     def validate(self) -> None:
         """Raise ``ValueError`` naming the parameter for a bad value."""
+        arms = self.arm_names()
+        if arms and set(arms) != set(BIMANUAL_ARMS):
+            raise ValueError(
+                f"arms must be empty (one arm) or name the arms {', '.join(BIMANUAL_ARMS)}, each taken over by "
+                f"the hand of its name; got {list(arms)}"
+            )
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.on_binding_mismatch not in BINDING_ACTIONS:

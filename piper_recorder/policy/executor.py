@@ -5,7 +5,8 @@ rate). At time ``now`` the due row is ``k = floor((now - t0) / period)``; rows b
 the query was in flight and are dropped (counted). ``receding``: the newest chunk covering ``now``
 gives the action. ``ensemble`` (ACT temporal ensembling): every chunk covering ``now`` votes with
 weight ``exp(-m * i)``, ``i = 0`` for the oldest prediction (ACT's convention; ``m`` configurable),
-quaternions sign-aligned before averaging and renormalised. The next query is due once the newest
+each arm's quaternion (``ActionLayout``: its slice of the row) sign-aligned before averaging and
+renormalised. The next query is due once the newest
 chunk has run ``replan_every`` steps or has no more than the lead time left (``lead_ns``: the
 runtime derives it from the measured round trip, ``LeadTime``; ``query_ahead`` rows at least), so
 its answer arrives before the chunk runs out. Pure and clock-free: every method takes ``now_ns``.
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .backend import ActionChunk
+from piper_recorder.lerobot.format.action_layout import ActionLayout
+
+from .backend import SINGLE_ARM, ActionChunk
 
 F64 = npt.NDArray[np.float64]
 
@@ -81,6 +84,7 @@ class ChunkExecutor:
         ensemble_m: float = 0.01,
         replan_every: int = 10,
         query_ahead: int = 10,
+        layout: ActionLayout = SINGLE_ARM,
     ):
         if period_ns <= 0:
             raise ValueError("period_ns must be > 0")
@@ -88,6 +92,7 @@ class ChunkExecutor:
             raise ValueError(f"mode must be receding or ensemble, got {mode!r}")
         self.period_ns, self.mode, self.m = int(period_ns), mode, float(ensemble_m)
         self.replan_every, self.query_ahead = int(replan_every), int(query_ahead)
+        self.layout = layout
         self._chunks: list[_Chunk] = []  # oldest first (by observation time)
         self.counters = ExecutorCounters()
 
@@ -119,7 +124,7 @@ class ChunkExecutor:
         return [(c, k) for c in self._chunks if 0 <= (k := self._k(c, now_ns)) < len(c.rows)]
 
     def action(self, now_ns: int) -> F64 | None:
-        """The action due at ``now_ns`` (ACTION_DIM, quat wxyz), or None when no chunk covers it."""
+        """The action due at ``now_ns`` (the layout's row, quat wxyz), or None when no chunk covers it."""
         cov = self._covering(now_ns)
         if not cov:
             return None
@@ -130,13 +135,14 @@ class ChunkExecutor:
         preds = np.stack([c.rows[k] for c, k in cov])  # oldest first
         w = np.exp(-self.m * np.arange(len(preds), dtype=np.float64))
         w /= w.sum()
-        quats = preds[:, 3:7].copy()
-        ref = quats[0]
-        quats[np.einsum("ij,j->i", quats, ref) < 0] *= -1.0  # one hemisphere before averaging
         out: F64 = np.einsum("i,ij->j", w, preds)
-        q = np.einsum("i,ij->j", w, quats)
-        n = float(np.linalg.norm(q))
-        out[3:7] = q / n if n > 0 and math.isfinite(n) else ref
+        for arm in self.layout.arms:
+            quats = preds[:, arm.quat].copy()
+            ref = quats[0]
+            quats[np.einsum("ij,j->i", quats, ref) < 0] *= -1.0  # one hemisphere before averaging
+            q = np.einsum("i,ij->j", w, quats)
+            n = float(np.linalg.norm(q))
+            out[arm.quat] = q / n if n > 0 and math.isfinite(n) else ref
         return out
 
     def want_query(self, now_ns: int, lead_ns: int = 0) -> bool:

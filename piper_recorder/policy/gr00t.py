@@ -9,7 +9,9 @@ requests are ``{"endpoint": "get_action" | "get_modality_config" | "ping", "data
 Keys come from the training root's ``meta/modality.json`` (``lerobot.format.root.Modality``; default: the recorder's own Piper layout):
 ``video.<cam>`` (1, H, W, 3) uint8, ``state.<name>`` (1, D) = the slice ``[start:end]`` of its
 ``original_key`` column, the language key(s) ``[task]``; the answer's ``action.<name>`` (horizon, D)
-arrays go back into their slices of the ``action`` columns (``action.arm_eef`` + ``action.gripper``).
+arrays go back into their slices of the ``action`` columns, placed in the row by the training root's
+action layout (``layout``; one arm ``action.arm_eef`` + ``action.gripper``; two arms each arm's columns,
+whose modality.json slices are ``left_eef_pos``, ``left_eef_rot``, ``left_gripper``, ``right_...``).
 The server's own ``get_modality_config`` (asked once) says which keys it wants; an observation
 history longer than the current step is refused rather than faked.
 
@@ -33,11 +35,11 @@ import numpy.typing as npt
 import zmq
 
 from piper_recorder.errors import PiperInputError
+from piper_recorder.lerobot.format.action_layout import ActionLayout
 from piper_recorder.lerobot.format.features import COMBINED
 from piper_recorder.lerobot.format.root import Modality, Slice
 from piper_recorder.policy.backend import (
-    ACTION_DIM,
-    ACTION_KEYS,
+    SINGLE_ARM,
     ActionChunk,
     BackendError,
     BackendTimeout,
@@ -143,8 +145,10 @@ class Gr00tBackend:
         timeout_s: float = 1.0,
         api_token: str | None = None,
         modality: Mapping[str, object] | str | Path | None = None,
+        layout: ActionLayout = SINGLE_ARM,
     ):
         self.host, self.port = host, int(port)
+        self.layout = layout
         self.timeout_ms = max(1, int(timeout_s * 1000))
         self.api_token = api_token if api_token is not None else os.environ.get(TOKEN_ENV) or None
         self.modality = Modality.load(modality)
@@ -274,12 +278,10 @@ class Gr00tBackend:
         return msg
 
     def rows_from_answer(self, answer: Mapping[str, object], horizon: int) -> npt.NDArray[np.float32]:
-        """``action.<name>`` arrays -> (n, ACTION_DIM) rows in the action columns' layout."""
-        offsets = {"action": 0}  # the combined column, or its parts in ACTION_KEYS order
-        at = 0
-        for k in ACTION_KEYS:
-            offsets[k] = at
-            at += max((s.end for s in self.modality.action if s.original_key == k), default=0)
+        """``action.<name>`` arrays -> (n, the layout's dim) rows in the action columns' layout."""
+        offsets = {"action": 0, **self.layout.columns()}  # the combined column, or each arm's columns
+        width = self.layout.dim
+        widths = {"action": width, **self.layout.widths()}
         parts: list[tuple[Slice, npt.NDArray[np.float32]]] = []
         for s in self.modality.action:
             key = f"action.{s.name}"
@@ -305,12 +307,12 @@ class Gr00tBackend:
                 )
             parts.append((s, a))
         n = min(min(a.shape[0] for _, a in parts), horizon)
-        rows = np.full((n, ACTION_DIM), np.nan, dtype=np.float32)
+        rows = np.full((n, width), np.nan, dtype=np.float32)
         for s, a in parts:
-            if s.original_key not in offsets or offsets[s.original_key] + s.end > ACTION_DIM:
+            if s.original_key not in offsets or s.end > widths[s.original_key]:
                 raise BackendError(
                     f"gr00t: action.{s.name} maps to {s.original_key}[{s.start}:{s.end}], outside "
-                    f"the {ACTION_DIM} action columns"
+                    f"the {width} action columns ({', '.join(offsets)})"
                 )
             o = offsets[s.original_key]
             rows[:, o + s.start : o + s.end] = a[:n]

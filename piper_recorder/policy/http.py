@@ -2,7 +2,9 @@
 
 Request ``{"task", "state": {feature key: [floats]}, "images": {camera: base64 JPEG}, "horizon"}``;
 answer ``{"actions": [[x, y, z, qw, qx, qy, qz, gripper], ...]}`` (at most ``horizon`` rows,
-absolute targets in the arm base frame; a longer answer is cut to ``horizon``). Bodies are built and
+absolute targets in the arm base frame; a longer answer is cut to ``horizon``). Two arms: the state holds
+each arm's columns and every row is the training root's whole action (``layout``: 16 values, left's 8 then
+right's), a row of another width is refused with both widths in the message. Bodies are built and
 checked by ``server.protocol``, the one definition both ends use. Standard library only (urllib), one
 connection per query, a hard timeout; any failure (a non-finite action included) is a ``BackendError``
 whose text says what the server did, in the operator's terms (it becomes the pause reason).
@@ -24,10 +26,12 @@ from typing import IO, NoReturn
 
 import PIL.Image  # noqa: F401 - protocol.encode_jpeg imports it lazily: load it with the backend, not in a query
 
-from .backend import ActionChunk, BackendError, BackendTimeout, Observation
+from piper_recorder.lerobot.format.action_layout import ActionLayout
+
+from .backend import SINGLE_ARM, ActionChunk, BackendError, BackendTimeout, Observation
 from .server.protocol import ProtocolError, encode_request, parse_answer
 
-MAX_ANSWER = 32 * 1024 * 1024  # bytes; 10,000 rows of 8 numbers are ~2 MB: more is not an answer
+MAX_ANSWER = 32 * 1024 * 1024  # bytes; 10,000 rows of 16 numbers are ~4 MB: more is not an answer
 ERROR_BODY = 4096  # bytes of an error answer read for its {"error": ...} text
 
 
@@ -116,11 +120,12 @@ def _read(r: http.client.HTTPResponse, where: str) -> bytes:
 class HttpBackend:
     """A PiperPilot ``/predict`` server at ``url``: one connection per query, redirects refused."""
 
-    def __init__(self, url: str, timeout_s: float = 1.0):
+    def __init__(self, url: str, timeout_s: float = 1.0, layout: ActionLayout = SINGLE_ARM):
         if not math.isfinite(timeout_s) or timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.layout = layout
         self._open = _opener().open
 
     def describe(self) -> dict[str, object]:
@@ -168,7 +173,7 @@ class HttpBackend:
         except (OSError, http.client.HTTPException) as e:  # refused, reset, timeout, HTTP errors, redirects
             self._fail(e)
         try:
-            rows = parse_answer(raw, horizon, cut=True)
+            rows = parse_answer(raw, horizon, cut=True, width=self.layout.dim)
         except ProtocolError as e:
             raise BackendError(f"{self.url}/predict: {e}") from e
         return ActionChunk(

@@ -7,6 +7,13 @@ same float32 columns) and turns each assembled row into an ``Observation``: a ro
 recorder would have written at that tick, so the policy sees what it was trained on. Live inputs
 that differ from the root (a camera missing, another image size, another camera rate) are named
 by ``problems()`` and refuse the start.
+
+Several arms: the root's action layout (``ActionLayout``, from its info.json) names its arms, and the
+builder assembles with the recorders' table of those arms (``features.table.arms_table``): each arm's
+joint states and pose feed its own inputs (``arm=`` on ``add_joint_state`` / ``add_eef_pose``), and an
+observation carries each arm's columns (``observation.left_arm_eef`` ...) and ``observation.state`` as the
+root has them (every column of the first arm, then the second's). Samples of an arm the root does not
+have are counted (``foreign_arms``), never assembled.
 """
 
 from __future__ import annotations
@@ -21,19 +28,16 @@ import numpy as np
 
 from piper_recorder.assembly import CaptureHistory, window_captures
 from piper_recorder.assembly.assembler import AssemblyConfig, EpisodeAssembler, Frame, Row
-from piper_recorder.errors import DatasetError, PiperInputError
-from piper_recorder.lerobot.format.features import COMBINED
+from piper_recorder.assembly.messages import pose7
+from piper_recorder.errors import DatasetError, PiperInputError, SchemaError
+from piper_recorder.features.table import STATE, FeatureTable, arms_table
+from piper_recorder.lerobot.format.action_layout import ActionLayout
 from piper_recorder.lerobot.format.layout import COLLECTION_META, SESSIONS, STATS
 from piper_recorder.lerobot.format.root import Root
-from piper_recorder.names import EEF_POSE, IMAGES_PREFIX, JOINT_STATES
+from piper_recorder.names import EEF_POSE, IMAGES_PREFIX, JOINT_STATES, arm_topic
 
-from .backend import ACTION_KEYS, F32, STATE_KEYS, Observation
+from .backend import F32, SINGLE_ARM, Observation
 
-ROW_VALUE = {
-    "observation.arm_joint": "arm_joint",
-    "observation.arm_eef": "arm_eef",
-    "observation.gripper": "gripper",
-}  # feature key -> the assembler's row value
 CAMERA_RATE_TOL = 0.25  # a camera whose measured rate is off the root's fps by more refuses the start
 RATE_SAMPLES = 10
 
@@ -54,6 +58,16 @@ class TrainingMeta:
     modality: dict[str, Any]
     stats: dict[str, Any]
     session: dict[str, Any] | None  # latest collection session record (binding keys)
+    layout: ActionLayout = SINGLE_ARM  # each arm's place in the action row (one arm: action.arm_eef + gripper)
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The arms' names, () for one arm."""
+        return self.layout.arm_names
+
+    def table(self) -> FeatureTable:
+        """The recorders' feature table of the root's arms: the inputs and row values an observation is cut from."""
+        return arms_table(self.arms)
 
     @classmethod
     def load(cls, root: str | Path) -> TrainingMeta:
@@ -64,11 +78,11 @@ class TrainingMeta:
         except (DatasetError, OSError) as e:
             raise MetaError(f"{root}: cannot read its meta files: {e}") from e
         feats = model.info.features
-        missing = [k for k in ACTION_KEYS if k not in feats]
-        if missing:
-            raise MetaError(
-                f"{root}: no {', '.join(missing)} feature: this runtime drives action.arm_eef + action.gripper"
-            )
+        try:
+            layout = ActionLayout.from_features(model.info.to_json()["features"])
+        except SchemaError as e:
+            raise MetaError(f"{root}: {e}") from e
+        observed = _observed(arms_table(layout.arm_names))
         cams: dict[str, tuple[int, int]] = {}
         state: list[str] = []
         unsupported: list[str] = []
@@ -81,12 +95,21 @@ class TrainingMeta:
                     shape = [shape[1], shape[2], shape[0]]
                 cams[key[len(IMAGES_PREFIX) :]] = (shape[0], shape[1])
             elif key.startswith("observation."):
-                if key in ROW_VALUE or key in COMBINED:
+                if key in observed.columns or key in observed.combined:
                     state.append(key)
                 else:
                     unsupported.append(key)
         if unsupported:
-            raise MetaError(f"{root}: observation features the live graph cannot provide: {unsupported}")
+            raise MetaError(
+                f"{root}: observation features the live graph of {layout.describe()} cannot provide: {unsupported}"
+            )
+        for key, parts in observed.combined.items():
+            want = sum(observed.widths[p] for p in parts)
+            if key in feats and feats[key].width != want:
+                raise MetaError(
+                    f"{root}: {key} has {feats[key].width} values; {layout.describe()} give {want} "
+                    f"({' + '.join(parts)})"
+                )
         tasks = tuple(t.task for t in model.tasks)
         session = None
         try:
@@ -103,7 +126,26 @@ class TrainingMeta:
             model.modality.to_json() if model.modality else {},
             _json(root / STATS),
             session,
+            layout,
         )
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """A table's observation columns: column -> row value key and width; combined column -> its parts."""
+
+    columns: dict[str, str]
+    widths: dict[str, int]
+    combined: dict[str, tuple[str, ...]]
+
+
+def _observed(table: FeatureTable) -> _Observed:
+    feats = [f for f in table.features if f.column is not None and f.combined == STATE]
+    return _Observed(
+        {str(f.column): f.key for f in feats},
+        {str(f.column): f.stop - f.start for f in feats},
+        {STATE: tuple(str(f.column) for f in feats)},
+    )
 
 
 def _lines(path: Path) -> list[str]:
@@ -144,16 +186,44 @@ class _CamSeen:
     stamps: list[int] = field(default_factory=list)
 
 
+@dataclass
+class ArmFeedback:
+    """One arm's newest feedback: stamp (ns), measured pose (position, quaternion xyzw) and gripper (m)."""
+
+    newest_ns: int = 0
+    eef: tuple[Sequence[float], Sequence[float]] | None = None
+    gripper: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether both the pose and the joint states (gripper) arrived."""
+        return self.eef is not None and self.gripper is not None
+
+
 class ObservationBuilder:
     """Live arm/camera samples -> the newest assembled observation. Not thread-safe (one lock in the node)."""
 
     def __init__(self, meta: TrainingMeta, task: str, fps: float = 0.0, lateness_s: float = 0.02):
         self.meta, self.task = meta, task
         self.fps = fps or meta.fps
+        table = meta.table()
         self.asm_cfg = AssemblyConfig(
-            fps=self.fps, cameras=tuple(meta.cameras), timestamp_mode="nominal", lateness_s=lateness_s, stale_s=1.0
+            fps=self.fps,
+            cameras=tuple(meta.cameras),
+            timestamp_mode="nominal",
+            lateness_s=lateness_s,
+            stale_s=1.0,
+            table=table,
         )
         self.asm_cfg.validate()
+        observed = _observed(table)
+        self._row_value = observed.columns  # observation column -> the assembler's row value
+        self._combined = {k: parts for k, parts in observed.combined.items() if k in meta.state_keys}
+        # (arm, Piper input name) -> the table's input: one arm's joint_states, two arms' left_joint_states ...
+        self._inputs = {
+            (spec.arm, spec.name.removeprefix(f"{spec.arm}_") if spec.arm else spec.name): spec.name
+            for spec in table.inputs
+        }
         self._asm: EpisodeAssembler | None = None
         self._latest = _LatestRow()
         self._pre: dict[str, tuple[str, tuple[Any, ...]]] = {}  # input -> newest (method, args): pre-roll
@@ -161,10 +231,14 @@ class ObservationBuilder:
         # capture stamps kept while stopped, as the recorders keep them: a start's phase estimate (which
         # frame pairs with which row) comes from a window of captures, not from a warm-up after it
         self._captures = {c: CaptureHistory(window_captures(self.fps)) for c in meta.cameras}
-        self.arm_newest_ns = 0
-        self.eef: tuple[Sequence[float], Sequence[float]] | None = None  # newest measured (p, q xyzw)
-        self.gripper: float | None = None
+        self.feedback: dict[str | None, ArmFeedback] = {a: ArmFeedback() for a in meta.layout.keys}
+        self.foreign_arms: dict[str, int] = {}  # samples of an arm the root does not have, by arm
         self.frames_wrong_size: dict[str, int] = {}
+
+    @property
+    def arm_newest_ns(self) -> int:
+        """The oldest of the arms' newest feedback stamps (the one that goes stale first); 0 before any."""
+        return min(fb.newest_ns for fb in self.feedback.values())
 
     # ---- inputs (stamps in the graph's clock, ns) --------------------------------------------
     def _feed(self, key: str, method: str, *args: Any) -> None:
@@ -172,19 +246,39 @@ class ObservationBuilder:
         if self._asm is not None:
             getattr(self._asm, method)(*args)
 
-    def add_joint_state(self, stamp_ns: int, positions: Sequence[float]) -> None:
-        """6 joints (rad) + gripper (m), the recorders' ``joint_positions`` order."""
-        self.arm_newest_ns = max(self.arm_newest_ns, stamp_ns)
-        self.gripper = float(positions[6])
-        self._feed("joint_states", "add_joint_state", stamp_ns, positions)
-        # the assembler needs a commanded gripper to complete a row; the policy does not use it
-        self._feed("commanded_gripper", "add_commanded_gripper", stamp_ns, float(positions[6]))
+    def _arm(self, arm: str | None) -> ArmFeedback | None:
+        fb = self.feedback.get(arm)
+        if fb is None:
+            label = arm or "the unnamed arm"
+            self.foreign_arms[label] = self.foreign_arms.get(label, 0) + 1
+        return fb
 
-    def add_eef_pose(self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float]) -> None:
-        """Add a measured end-effector pose (ROS xyzw quaternion)."""
-        self.eef = (position, quat_xyzw)
-        self._feed("eef_pose", "add_eef_pose", stamp_ns, position, quat_xyzw)
-        self._feed("commanded_pose", "add_commanded_pose", stamp_ns, position, quat_xyzw)
+    def _feed_input(self, arm: str | None, name: str, stamp_ns: int, values: Any) -> None:
+        full = self._inputs[(arm, name)]
+        self._feed(full, "add_input", full, stamp_ns, values)
+
+    def add_joint_state(self, stamp_ns: int, positions: Sequence[float], arm: str | None = None) -> None:
+        """6 joints (rad) + gripper (m) of ``arm`` (None: the one arm), the recorders' ``joint_positions`` order."""
+        fb = self._arm(arm)
+        if fb is None:
+            return
+        fb.newest_ns = max(fb.newest_ns, stamp_ns)
+        fb.gripper = float(positions[6])
+        self._feed_input(arm, "joint_states", stamp_ns, np.asarray(positions, dtype=np.float32))
+        # the assembler needs a commanded gripper to complete a row; the policy does not use it
+        self._feed_input(arm, "commanded_gripper", stamp_ns, np.array([positions[6]], dtype=np.float32))
+
+    def add_eef_pose(
+        self, stamp_ns: int, position: Sequence[float], quat_xyzw: Sequence[float], arm: str | None = None
+    ) -> None:
+        """Add ``arm``'s measured end-effector pose (ROS xyzw quaternion; None: the one arm)."""
+        fb = self._arm(arm)
+        if fb is None:
+            return
+        fb.eef = (position, quat_xyzw)
+        row = pose7(position, quat_xyzw)
+        self._feed_input(arm, "eef_pose", stamp_ns, row)
+        self._feed_input(arm, "commanded_pose", stamp_ns, row)
 
     def add_frame(self, camera: str, stamp_ns: int, rgb: np.ndarray) -> None:
         """Add a camera frame."""
@@ -220,8 +314,14 @@ class ObservationBuilder:
                     out.append(f"camera {cam}: live rate {rate:.1f} fps, trained at {self.meta.fps:g} fps")
         if self.fps != self.meta.fps:
             out.append(f"fps: node {self.fps:g}, trained at {self.meta.fps:g}")
-        if self.eef is None or self.gripper is None:
-            out.append(f"arm: no {EEF_POSE} and {JOINT_STATES} received")
+        for arm, fb in self.feedback.items():
+            if not fb.complete:
+                who = "arm" if arm is None else f"arm {arm}"
+                out.append(f"{who}: no {arm_topic(arm, EEF_POSE)} and {arm_topic(arm, JOINT_STATES)} received")
+        if self.foreign_arms:
+            out.append(
+                f"arm feedback of {', '.join(sorted(self.foreign_arms))}: the training root has {self.meta.layout.describe()}"
+            )
         return out
 
     # ---- rows ----------------------------------------------------------------------------------
@@ -247,11 +347,9 @@ class ObservationBuilder:
         return None if row is None else self.observation(row)
 
     def observation(self, row: Row) -> Observation:
-        """The ``Observation`` of an assembled row, with the columns the policy was trained on."""
-        state: dict[str, F32] = {k: np.asarray(row.values[v], dtype=np.float32) for k, v in ROW_VALUE.items()}
-        for key in self.meta.state_keys:
-            if key in COMBINED:
-                state[key] = np.concatenate([state[p] for p in COMBINED[key]]).astype(np.float32)
-        state = {k: v for k, v in state.items() if k in self.meta.state_keys or k in STATE_KEYS}
+        """The ``Observation`` of an assembled row: every arm's columns and the combined ones the root has."""
+        state: dict[str, F32] = {k: np.asarray(row.values[v], dtype=np.float32) for k, v in self._row_value.items()}
+        for key, parts in self._combined.items():
+            state[key] = np.concatenate([state[p] for p in parts]).astype(np.float32)
         images = {cam: np.asarray(f.rgb, dtype=np.uint8) for cam, f in row.frames.items()}
         return Observation(task=self.task, state=state, images=images, stamp_ns=row.tick_ns)

@@ -12,6 +12,15 @@ The operator always wins (``operator.OperatorGate``): the grip on the headset's 
 teleop's clutch feed ``on_joy`` / ``on_teleop_status``; while the gate says the operator holds the
 arm, ``start`` and ``resume`` are refused and every tick publishes nothing (a tick that finds the
 grip held takes over then, whatever message order brought it).
+
+Two arms (a root recorded with two, ``TrainingMeta.layout``; the node's ``arms``): a chunk row is the
+root's whole ``action`` (every arm's pose and gripper), each arm's part goes through its own envelope
+against its own measured pose (``safety.ArmsEnvelope``: an unusable part holds every arm for that tick),
+each arm's feedback has its own staleness bound, and a tick publishes a target per arm (``Tick.targets``).
+A grip on either hand, or teleop's clutch of either arm, takes over: that arm is the operator's at once and
+the policy stops publishing for both (it pauses in ``takeover``: a bimanual policy's rows move the arms
+together), the other arm holding its last target by the arm's own rule, until ``resume`` with both hands
+open. A root of one arm on a graph of two (or the reverse) refuses the start in one line.
 """
 
 from __future__ import annotations
@@ -31,8 +40,8 @@ from .backend import ActionChunk, BackendError, BackendTimeout, Observation, Pol
 from .config import PolicyConfig
 from .executor import ChunkExecutor, LeadTime
 from .observation import ObservationBuilder
-from .operator import OperatorGate
-from .safety import Envelope, Target
+from .operator import OperatorGates
+from .safety import Arm, ArmsEnvelope, Target
 
 IDLE, RUNNING, PAUSED, TAKEOVER, STOPPED = "idle", "running", "paused", "takeover", "stopped"
 Result = ActionChunk | BaseException
@@ -93,11 +102,19 @@ class ThreadRunner:
 
 @dataclass(frozen=True)
 class Tick:
-    """What one control tick decided: the target to publish (or none), who acts, and whether it is a policy action."""
+    """What one control tick decided: each arm's target to publish (or none), who acts, and whether it is an action.
 
-    target: Target | None  # publish this (None: publish nothing)
+    ``targets`` maps each arm's name to its target (key None for one arm); empty: publish nothing.
+    """
+
+    targets: dict[Arm, Target]
     actor: str  # policy | operator | none
-    due: bool  # the target is a policy action (False: hold)
+    due: bool  # the targets are a policy action (False: hold)
+
+    @property
+    def target(self) -> Target | None:
+        """One arm's target (None: publish nothing; always None for several arms: use ``targets``)."""
+        return self.targets.get(None)
 
 
 class PolicyRuntime:
@@ -114,13 +131,14 @@ class PolicyRuntime:
         cfg.validate()
         self.cfg, self.builder, self.backend, self.log = cfg, builder, backend, log
         self.runner: QueryRunner = runner or ThreadRunner(backend)
+        self.layout = builder.meta.layout
         self.executor = ChunkExecutor(
-            round(1e9 / builder.fps), cfg.mode, cfg.ensemble_m, cfg.replan_every, cfg.query_ahead
+            round(1e9 / builder.fps), cfg.mode, cfg.ensemble_m, cfg.replan_every, cfg.query_ahead, self.layout
         )
         self.lead = LeadTime(
             round(cfg.period_s * 1e9), round(cfg.lead_margin_s * 1e9), cfg.horizon * self.executor.period_ns
         )
-        self.envelope = Envelope(cfg.limits, cfg.gripper_max_width, cfg.period_s)
+        self.envelope = ArmsEnvelope(self.layout, cfg.limits, cfg.gripper_max_width, cfg.period_s)
         self.state, self.reason = IDLE, ""
         self._started_ns = 0
         self._query_ns: int | None = None  # submit time of the query in flight
@@ -140,20 +158,22 @@ class PolicyRuntime:
         }
         self.binding: list[binding.Mismatch] = []
         self.pause_reasons: dict[str, int] = {}
-        self.operator = OperatorGate(cfg.hand, cfg.takeover_above, cfg.takeover_release_below)
+        self.operator = OperatorGates(cfg.arm_names(), cfg.hand, cfg.takeover_above, cfg.takeover_release_below)
         self.counters["operator_refusals"] = 0
 
     # ---- the operator ---------------------------------------------------------------------------
-    def on_joy(self, now_ns: int, squeeze: float) -> bool:
-        """A joy message of the takeover hand; True when it took the arm from the policy."""
-        if self.operator.on_joy(now_ns, squeeze):
-            return self.takeover(f"operator grip on {quest_topic(QUEST_JOY_PATTERN, self.cfg.hand)}")
+    def on_joy(self, now_ns: int, squeeze: float, hand: str | None = None) -> bool:
+        """A joy message of ``hand`` (None: the configured ``hand``); True when it took the arms from the policy."""
+        if self.operator.on_joy(now_ns, squeeze, hand):
+            arm = self.operator.hand_arm(hand)
+            topic = quest_topic(QUEST_JOY_PATTERN, arm or hand or self.cfg.hand)
+            return self.takeover(f"operator grip on {topic}" + (f" ({arm} arm)" if arm else ""))
         return False
 
-    def on_teleop_status(self, now_ns: int, engaged: bool) -> bool:
-        """Teleop's reported clutch; True when it took the arm from the policy."""
-        if self.operator.on_teleop_status(now_ns, engaged):
-            return self.takeover("teleop clutch engaged")
+    def on_teleop_status(self, now_ns: int, engaged: bool, arm: str | None = None) -> bool:
+        """Teleop's reported clutch of ``arm`` (None: one arm's, or any arm's); True when it took the arms from the policy."""
+        if self.operator.on_teleop_status(now_ns, engaged, arm):
+            return self.takeover("teleop clutch engaged" + (f" ({arm} arm)" if arm else ""))
         return False
 
     def _operator_refusal(self, now_ns: int, what: str) -> str | None:
@@ -161,17 +181,22 @@ class PolicyRuntime:
         if holder is None:
             return None
         self.counters["operator_refusals"] += 1
-        return f"{what} refused: {holder}; the operator has the arm (release the grip, then call ~/{what})"
+        arms = "the arms" if self.layout.arm_names else "the arm"
+        return f"{what} refused: {holder}; the operator has {arms} (release the grip, then call ~/{what})"
 
     # ---- commands -------------------------------------------------------------------------------
     def start(self, now_ns: int, arm_provenance: Mapping[str, Any] | None) -> tuple[bool, str]:
         """Start running at ``now_ns``; returns (False, why) when refused.
 
-        Refused when not idle, while the operator holds the arm, when live inputs differ from the training root, or for
-        a binding mismatch in refuse mode.
+        ``arm_provenance``: the /arm/provenance JSON, or for several arms each arm's by name. Refused when not idle,
+        when the root's arms are not the node's, while the operator holds an arm, when live inputs differ from the
+        training root, or for a binding mismatch in refuse mode.
         """
         if self.state in (RUNNING, PAUSED, TAKEOVER):
             return False, f"already {self.state}"
+        arms = binding.arms_mismatch(self.layout.arm_names, self.cfg.arm_names())
+        if arms:
+            return False, f"refused: {arms}"
         refusal = self._operator_refusal(now_ns, "start")
         if refusal:
             return False, refusal
@@ -179,7 +204,7 @@ class PolicyRuntime:
         if problems:
             return False, "refused: live inputs differ from the training root: " + "; ".join(problems)
         self.binding = binding.mismatches(
-            self.builder.meta.session, binding.live_record(arm_provenance, self.builder.fps)
+            self.builder.meta.session, binding.live_record(arm_provenance, self.builder.fps, self.layout.arm_names)
         )
         note = ""
         if self.binding:
@@ -200,9 +225,11 @@ class PolicyRuntime:
         self.runner.abandon()
         self._query_ns = None
         self._have_chunk = False
-        assert self.builder.eef is not None and self.builder.gripper is not None
-        p, q = self.builder.eef
-        self.envelope.reset(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64), self.builder.gripper)
+        measured: dict[Arm, tuple[Any, Any, float]] = {}
+        for arm, fb in self.builder.feedback.items():
+            assert fb.eef is not None and fb.gripper is not None
+            measured[arm] = (fb.eef[0], fb.eef[1], fb.gripper)
+        self.envelope.reset(measured)
 
     def stop(self, reason: str = "stopped") -> tuple[bool, str]:
         """Stop; the arm holds its last target."""
@@ -244,8 +271,9 @@ class PolicyRuntime:
         refusal = self._operator_refusal(now_ns, "resume")
         if refusal:
             return False, refusal
-        if self.builder.eef is None or self.builder.gripper is None:
-            return False, "no arm feedback"
+        silent = [arm for arm, fb in self.builder.feedback.items() if not fb.complete]
+        if silent:
+            return False, "no arm feedback" + (f" of {', '.join(map(str, silent))}" if silent != [None] else "")
         stale = self._stale(now_ns)
         if stale:
             return False, f"cannot resume: {stale}"
@@ -255,9 +283,11 @@ class PolicyRuntime:
 
     # ---- the control tick ---------------------------------------------------------------------------
     def _stale(self, now_ns: int) -> str | None:
-        arm_age = (now_ns - self.builder.arm_newest_ns) / 1e9
-        if arm_age > self.cfg.arm_stale_s:
-            return f"stale arm: newest feedback {arm_age:.2f} s old (bound {self.cfg.arm_stale_s} s)"
+        for arm, fb in self.builder.feedback.items():
+            arm_age = (now_ns - fb.newest_ns) / 1e9
+            if arm_age > self.cfg.arm_stale_s:
+                who = f"{arm} " if arm else ""
+                return f"stale arm: {who}newest feedback {arm_age:.2f} s old (bound {self.cfg.arm_stale_s} s)"
         for cam, seen in self.builder.cams.items():
             age = (now_ns - seen.newest_ns) / 1e9
             if age > self.cfg.camera_stale_s:
@@ -265,30 +295,34 @@ class PolicyRuntime:
         return None
 
     def ages(self, now_ns: int) -> dict[str, float | None]:
-        """Seconds since the newest arm feedback and each camera's newest frame (None: never)."""
+        """Seconds since each arm's newest feedback (``arm``; two arms ``left_arm`` ...) and each camera's newest frame.
+
+        None: never.
+        """
 
         def age(t: int) -> float | None:
             return round((now_ns - t) / 1e9, 3) if t else None
 
         return {
-            "arm": age(self.builder.arm_newest_ns),
+            **{f"{arm}_arm" if arm else "arm": age(fb.newest_ns) for arm, fb in self.builder.feedback.items()},
             **{cam: age(seen.newest_ns) for cam, seen in self.builder.cams.items()},
         }
 
     def tick(self, now_ns: int) -> Tick:
         """The control tick at ``now_ns``: the due action through the envelope, a hold, or nothing."""
         if self.state in (IDLE, STOPPED):
-            return Tick(None, "none", False)
-        if self.state in (RUNNING, PAUSED) and self.operator.holder(now_ns) is not None:
-            self.takeover(self.operator.holder(now_ns) or "operator")
+            return Tick({}, "none", False)
+        holder = self.operator.holder(now_ns)
+        if self.state in (RUNNING, PAUSED) and holder is not None:
+            self.takeover(holder)
         if self.state == TAKEOVER:
-            return Tick(None, "operator", False)
+            return Tick({}, "operator", False)
         self.counters["ticks"] += 1
         obs = self.builder.advance(now_ns)
         if self.state == RUNNING:
             if self.cfg.max_duration_s > 0 and now_ns - self._started_ns >= self.cfg.max_duration_s * 1e9:
                 self.stop(f"max_duration_s {self.cfg.max_duration_s} reached")
-                return Tick(None, "none", False)
+                return Tick({}, "none", False)
             problem = self._stale(now_ns) or self._collect(now_ns)
             if problem:
                 self.pause(problem)
@@ -302,23 +336,26 @@ class PolicyRuntime:
             self.runner.submit(obs, self.cfg.horizon)
             self._query_ns, self._query_obs_ns = now_ns, obs.stamp_ns
             self.counters["queries"] += 1
-        target: Target | None = None
+        targets: dict[Arm, Target] | None = None
         due = False
         if self.state == RUNNING:
             row = self.executor.action(now_ns)
             if row is None:
                 self.counters["starved_ticks" if self._have_chunk else "waiting_ticks"] += 1
             else:
-                assert self.builder.eef is not None
-                target = self.envelope.apply(row, np.asarray(self.builder.eef[0], dtype=np.float64))
-                due = target is not None
-        if target is None:
-            target = self.envelope.hold()
-        if target is not None and not target.finite():  # cannot happen by construction; never publish it
+                measured = {}
+                for arm, fb in self.builder.feedback.items():
+                    assert fb.eef is not None
+                    measured[arm] = np.asarray(fb.eef[0], dtype=np.float64)
+                targets = self.envelope.apply(row, measured)
+                due = targets is not None
+        if targets is None:
+            targets = self.envelope.hold()
+        if targets is not None and not all(t.finite() for t in targets.values()):  # never by construction
             self.counters["non_finite_refused"] += 1
             self.pause("non-finite target refused")
-            return Tick(None, "policy", False)
-        return Tick(target, "policy", due)
+            return Tick({}, "policy", False)
+        return Tick(targets or {}, "policy", due)
 
     def _collect(self, now_ns: int) -> str | None:
         """Take a finished query, or report one that takes too long. A problem string pauses."""
@@ -341,6 +378,13 @@ class PolicyRuntime:
             self.counters["query_errors"] += 1
             kind = "server error" if isinstance(res, BackendError) else f"backend {type(res).__name__}"
             return f"{kind}: {res}"
+        width = res.rows.shape[1]
+        if width != self.layout.dim:
+            self.counters["query_errors"] += 1
+            return (
+                f"server error: its action rows have {width} values, the training root's action "
+                f"{self.layout.dim} ({self.layout.describe()}: {', '.join(self.layout.columns())})"
+            )
         self.executor.add(res, now_ns)
         self._have_chunk = True
         return None
@@ -375,6 +419,7 @@ class PolicyRuntime:
         return {
             "state": self.state,
             "reason": self.reason,
+            **({"arms": list(self.layout.arm_names)} if self.layout.arm_names else {}),
             **self.counters,
             "chunks": self.executor.counters.chunks,
             "rows_dropped_late": self.executor.counters.rows_dropped_late,
@@ -382,7 +427,7 @@ class PolicyRuntime:
             "query_in_flight": self._query_ns is not None,
             "query_latency_ms": {"p50": p50, "p99": p99, "n": len(lat)},
             "query_lead_ms": round(lead_ns / 1e6, 1),
-            "limit_hits": dict(self.envelope.hits),
+            "limit_hits": self.envelope.hits,  # two arms: each arm's under its name
             "pause_reasons": dict(self.pause_reasons),
             "frames_wrong_size": dict(self.builder.frames_wrong_size),
         }

@@ -4,16 +4,29 @@ The steps are teleop's: tether to the measured pose, workspace box, linear and a
 relative to the previous target, then the hard ``Limits.check``. What differs is only what a policy
 adds: its rows may be non-finite or carry a non-unit quaternion (rejected, the arm holds), and the
 gripper width is clamped into ``[0, gripper_max_width]``. Quaternions are ROS order (x, y, z, w)
-here, as published; policy rows are wxyz and converted once in ``from_row``.
+here, as published; policy rows are wxyz and converted here.
+
+Several arms (``ArmsEnvelope``): each arm's part of the row (``ActionLayout``) goes through its own
+``Envelope``, with its own previous target, its own measured pose for the tether and its own hit counts;
+every arm takes the one ``limits`` config, each in its own base frame, as teleop applies it to two arms. A
+row is one decision of the policy for every arm, so when one arm's part is unusable (non-finite, a
+non-unit quaternion, past a hard limit) that arm holds its previous target and so does every other arm,
+for that tick (counted as ``other_arm`` on them); the next usable row moves them all again. Holding only
+the refused arm would let the other go on alone, and the two-handed tasks a bimanual policy learns
+(carrying one thing with both grippers, handing it over, holding while the other hand works) do not
+survive one hand stopping while the other moves away. What only clamps (tether, workspace, speed caps,
+gripper range) clamps that arm alone and never stops the other.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from piper_recorder.lerobot.format.action_layout import ActionLayout
 from piper_recorder.teleop.limits import Limits, LimitsConfig, LimitViolation
 from piper_recorder.teleop.rotations import angle_between, normalize
 
@@ -70,6 +83,17 @@ class Envelope:
 
         None when the row is unusable: non-finite, a non-unit quaternion, or it would break a hard limit.
         """
+        out = self.propose(row, measured_p)
+        if out is not None:
+            self.commit(out)
+        return out
+
+    def commit(self, target: Target) -> None:
+        """Take ``target`` (from ``propose``) as the previous target: the next one is capped from it."""
+        self._prev = target
+
+    def propose(self, row: F64, measured_p: F64) -> Target | None:
+        """What ``apply`` would return, counting the hits, without taking it as the previous target."""
         prev = self._prev
         if prev is None:
             raise RuntimeError("Envelope.apply before reset")
@@ -104,6 +128,57 @@ class Envelope:
         gc = min(max(g, 0.0), self.gripper_max)
         if gc != g:
             self._hit("gripper")
-        out = Target(pc, qc, gc)
-        self._prev = out
+        return Target(pc, qc, gc)
+
+
+Arm = str | None  # an arm's name, None for one arm
+
+
+class ArmsEnvelope:
+    """Each arm's part of a policy row through its own ``Envelope`` (the module's rules for several arms).
+
+    One arm: exactly ``Envelope``, and ``hits`` its counts. Several: ``hits`` maps each arm to its counts.
+    """
+
+    def __init__(self, layout: ActionLayout, limits_cfg: LimitsConfig, gripper_max: float, period_s: float):
+        self.layout = layout
+        self.envelopes = {a: Envelope(limits_cfg, gripper_max, period_s) for a in layout.keys}
+
+    @property
+    def hits(self) -> dict[str, int] | dict[str, dict[str, int]]:
+        """Hits by reason: one arm's, or each arm's under its name."""
+        if not self.layout.arm_names:
+            return dict(self.envelopes[None].hits)
+        return {str(a): dict(e.hits) for a, e in self.envelopes.items()}
+
+    def reset(self, measured: Mapping[Arm, tuple[F64, F64, float]]) -> None:
+        """Anchor each arm on its measured (position, quaternion xyzw, gripper) at a start or resume."""
+        for a, env in self.envelopes.items():
+            p, q, g = measured[a]
+            env.reset(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64), float(g))
+
+    def hold(self) -> dict[Arm, Target] | None:
+        """Every arm's previous target (None before a reset)."""
+        prev = {a: env.prev for a, env in self.envelopes.items()}
+        return None if any(t is None for t in prev.values()) else {a: t for a, t in prev.items() if t is not None}
+
+    def apply(self, row: F64, measured_p: Mapping[Arm, F64]) -> dict[Arm, Target] | None:
+        """Each arm's target for a policy row, or None when any arm's part is unusable: every arm holds."""
+        row = np.asarray(row, dtype=np.float64).reshape(-1)
+        if row.shape != (self.layout.dim,):
+            for env in self.envelopes.values():
+                env._hit("non_finite")
+            return None
+        proposed = {
+            s.arm: self.envelopes[s.arm].propose(s.part(row), np.asarray(measured_p[s.arm], dtype=np.float64))
+            for s in self.layout.arms
+        }
+        if any(t is None for t in proposed.values()):
+            for a, t in proposed.items():
+                if t is not None:
+                    self.envelopes[a]._hit("other_arm")
+            return None
+        out = {a: t for a, t in proposed.items() if t is not None}
+        for a, t in out.items():
+            self.envelopes[a].commit(t)
         return out

@@ -9,25 +9,60 @@ and ``/arm/status`` (arm state). ``render_hud`` draws it as the 640x140 strip th
 the camera panels and returns a JPEG that also carries the state as JSON in a JPEG comment (COM)
 segment: decoders (the app's stb_image, Pillow) skip it, and a test or tool can read exactly what
 the image shows (``hud_state_from_jpeg``).
+
+Two arms (``arms``, or teleop's status naming them under ``arms``): the second line shows each arm's clutch
+(``L ENGAGED  R idle``) and arm state, a release teleop made shows with the arm it released
+(``RELEASED: L <reason> - re-grip``), and the state carries each arm's part under ``arms``. ``engaged`` (any
+arm), ``releases`` (every arm's, the count the simulated headset re-grips on) and ``last_release`` (the
+newest) keep their one-arm meaning; one arm shows and reports exactly what it did.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from piper_recorder.names import parse_arms
+
 from .video import HUD_SIZE
 
 RELEASED = "RELEASED: "  # how the error line of a release teleop made begins (the sim headset reads it)
 ERROR_HOLD_S = 8.0  # an error stays on the HUD this long (a limit or the normal line shows after it)
 STATUS_GRACE_S = 1.0  # a ~/status this soon after an event may predate it: its state is not trusted
+MIN_LINE_PX = 16  # a two-arm line too wide for the strip is drawn smaller, down to this size
+
+
+def arm_labels(arms: Sequence[str]) -> dict[str, str]:
+    """How the HUD names each arm: its initial in capitals (``L``, ``R``) when the initials tell the arms apart."""
+    initials = [a[:1].upper() for a in arms]
+    if len(set(initials)) == len(initials):
+        return dict(zip(arms, initials))
+    return {a: a.upper() for a in arms}
+
+
+@dataclass
+class ArmHud:
+    """One arm's part of a two-arm HUD: its clutch, limits and releases (teleop's ``arms.<arm>``), its state."""
+
+    label: str  # how the lines name it (``arm_labels``)
+    engaged: bool | None = None  # None: no teleop status of this arm yet
+    limits: list[str] = field(default_factory=list)
+    releases: int = 0  # this arm's forced releases
+    last_release: str = ""  # ... the newest one's reason
+    status: str = ""  # its /<arm>/arm/status ("OK", "ERROR: ...")
+
+
+def _clutch(engaged: bool | None) -> str:
+    return "--" if engaged is None else ("ENGAGED" if engaged else "idle")
 
 
 @dataclass
@@ -49,6 +84,7 @@ class HudState:
     last_release: str = ""  # ... the newest one's reason
     # the last saved episode's curation: "ep3 success ok" (outcome label, integrity verdict; docs/curation.md)
     last_episode: str = ""
+    arms: dict[str, ArmHud] = field(default_factory=dict)  # two arms: each one's part (empty: one arm)
 
     def headline(self) -> str:
         """The first line: recording and its timer, or ready and the episodes saved."""
@@ -60,8 +96,11 @@ class HudState:
         return f"READY  {self.saved_count} saved{last}"
 
     def info_line(self) -> str:
-        """The second line: episodes saved, clutch, input rate, arm state."""
-        clutch = "--" if self.engaged is None else ("ENGAGED" if self.engaged else "idle")
+        """The second line: episodes saved, clutch (each arm's: ``L ENGAGED  R idle``), input rate, arm state."""
+        if self.arms:
+            clutch = "  ".join(f"{a.label} {_clutch(a.engaged)}" for a in self.arms.values())
+        else:
+            clutch = _clutch(self.engaged)
         rate = "--" if self.input_hz is None else f"{self.input_hz:.0f} Hz"
         return f"{self.saved_count} saved | {clutch} | input {rate} | arm {self.arm or '--'}"
 
@@ -72,6 +111,9 @@ class HudState:
         """
         if self.error:
             return self.error, "error"
+        per_arm = [f"{a.label} {', '.join(a.limits)}" for a in self.arms.values() if a.limits]
+        if per_arm:  # two arms: which arm each limit holds
+            return "LIMIT " + "  ".join(per_arm), "limit"
         if self.limits:  # before a degraded delivery: it shapes the arm's motion now
             return "LIMIT " + ", ".join(self.limits), "limit"
         if self.degraded:
@@ -85,6 +127,8 @@ class HudState:
         d["elapsed_s"] = round(self.elapsed_s, 2)
         d["input_hz"] = None if self.input_hz is None else round(self.input_hz, 1)
         d["lines"] = [self.headline(), self.info_line(), self.alert_line()[0]]
+        if not self.arms:
+            del d["arms"]  # one arm: the fields it always had
         return d
 
 
@@ -95,7 +139,10 @@ class HudModel:
     ``start_ns`` with).
     """
 
-    def __init__(self, recorder: str = "lerobot_recorder", error_hold_s: float = ERROR_HOLD_S) -> None:
+    def __init__(
+        self, recorder: str = "lerobot_recorder", error_hold_s: float = ERROR_HOLD_S, arms: Sequence[str] = ()
+    ) -> None:
+        """``arms``: the graph's arms (``names.parse_arms``), () for one arm or to take them from teleop's status."""
         self.recorder = recorder
         self.error_hold_s = error_hold_s
         self.recording = False
@@ -119,6 +166,13 @@ class HudModel:
         self.degraded: list[str] = []
         self._teleop_seen = False  # a late or restarted quest_video shows only a recent release
         self._last_ep: dict[str, Any] = {}  # the last saved episode's index, outcome and verdict
+        self.arms: dict[str, ArmHud] = {}
+        self._arms_seen: set[str] = set()  # the arms teleop's status has reported (each one's first is as above)
+        self._set_arms(parse_arms(list(arms)))
+
+    def _set_arms(self, arms: Sequence[str]) -> None:
+        labels = arm_labels(arms)
+        self.arms = {a: ArmHud(labels[a]) for a in arms}
 
     # ---- inputs ---------------------------------------------------------------------------------
     def error(self, now: float, text: str) -> None:
@@ -186,22 +240,26 @@ class HudModel:
         limits = st.get("limits_active")
         if isinstance(limits, list):
             self.limits = [str(x) for x in limits]
+        per_arm = st.get("arms")
+        if not self.arms and isinstance(per_arm, dict):  # two arms no parameter named: teleop's
+            try:
+                self._set_arms(parse_arms([str(a) for a in per_arm]))
+            except ValueError:
+                pass
+        two = bool(self.arms) and isinstance(per_arm, dict)  # each arm's release judged on its own (_on_arms)
         releases, reason = st.get("forced_releases"), st.get("last_release")
         if isinstance(releases, int) and not isinstance(releases, bool):
-            age = st.get("last_release_age_s")
-            age = (
-                float(age)
-                if isinstance(age, (int, float)) and not isinstance(age, bool) and math.isfinite(age) and age >= 0
-                else None
-            )
+            age = _age(st.get("last_release_age_s"))
             # the first status (a quest_video started late, or restarted) shows a release only while it is
             # recent: one the operator has not answered yet, not the count of an earlier session
             fresh = (age is not None and age < self.error_hold_s) if first else releases > self.releases
-            if fresh and isinstance(reason, str) and reason != "menu" and self.engaged is False:
+            if not two and fresh and isinstance(reason, str) and reason != "menu" and self.engaged is False:
                 # not the operator's doing: say what to do
                 self.error(now - (age or 0.0), f"{RELEASED}{reason} - re-grip")
             self.releases = releases
             self.last_release = reason if isinstance(reason, str) else ""
+        if self.arms and isinstance(per_arm, dict):
+            self._on_arms(now, per_arm)
         alarm = st.get("last_alarm")
         if alarm and alarm != self._last_alarm and isinstance(alarm, dict):
             self.error(
@@ -210,6 +268,40 @@ class HudModel:
                 f"{alarm.get('message') or ''}".strip(),
             )
         self._last_alarm = alarm
+
+    def _on_arms(self, now: float, per_arm: Mapping[str, Any]) -> None:
+        """Each arm's part of a two-arm ``/teleop/status``: its clutch, limits, and the releases teleop made.
+
+        A release shows as with one arm, judged on the arm released (the other may stay engaged), naming it; the
+        arms released together show on one line.
+        """
+        released: list[tuple[str, str, float]] = []  # (label, reason, age)
+        for name, arm in self.arms.items():
+            entry = per_arm.get(name)
+            if not isinstance(entry, dict):
+                continue
+            first = name not in self._arms_seen
+            self._arms_seen.add(name)
+            if isinstance(entry.get("engaged"), bool):
+                arm.engaged = entry["engaged"]
+            limits = entry.get("limits_active")
+            if isinstance(limits, list):
+                arm.limits = [str(x) for x in limits]
+            releases, reason = entry.get("forced_releases"), entry.get("last_release")
+            if not isinstance(releases, int) or isinstance(releases, bool):
+                continue
+            age = _age(entry.get("last_release_age_s"))
+            fresh = (age is not None and age < self.error_hold_s) if first else releases > arm.releases
+            if fresh and isinstance(reason, str) and reason != "menu" and arm.engaged is False:
+                released.append((arm.label, reason, age or 0.0))
+            arm.releases = releases
+            arm.last_release = reason if isinstance(reason, str) else ""
+        if released:
+            by_reason: dict[str, list[str]] = {}
+            for label, reason, _age_s in released:
+                by_reason.setdefault(reason, []).append(label)
+            told = "; ".join(f"{'+'.join(labels)} {reason}" for reason, labels in by_reason.items())
+            self.error(now - min(a for _l, _r, a in released), f"{RELEASED}{told} - re-grip")
 
     def on_delivery(self, degraded: list[str]) -> None:
         """The deliveries below their mark now (``delivery.link_health``: panels, the recorder's frames)."""
@@ -220,9 +312,24 @@ class HudModel:
         self.headset = state
         self.input_hz = rate_hz if state == "connected" else 0.0
 
-    def on_arm(self, now: float, level: str, message: str) -> None:
-        """Take the arm's diagnostic level and message."""
-        self.arm = level if level == "OK" else f"{level}: {message}"[:40]
+    def on_arm(self, now: float, level: str, message: str, arm: str | None = None) -> None:
+        """Take the arm's diagnostic level and message (two arms: arm ``arm``'s; an arm not shown is ignored)."""
+        text = level if level == "OK" else f"{level}: {message}"[:40]
+        if arm is None:
+            self.arm = text
+        elif arm in self.arms:
+            self.arms[arm].status = text
+
+    def _arm_text(self) -> str:
+        """The arm state the second line shows: the one arm's; two arms: OK when every arm is, else each other one's."""
+        if not self.arms:
+            return self.arm
+        states = [a.status for a in self.arms.values()]
+        if all(x == "OK" for x in states):
+            return "OK"
+        if not any(states):
+            return ""
+        return " ".join(f"{a.label} {a.status or '--'}" for a in self.arms.values() if a.status != "OK")[:40]
 
     # ---- output ---------------------------------------------------------------------------------
     def state(self, now: float) -> HudState:
@@ -244,11 +351,12 @@ class HudModel:
             headset=self.headset,
             limits=list(self.limits),
             error=error,
-            arm=self.arm,
+            arm=self._arm_text(),
             releases=self.releases,
             last_release=self.last_release,
             degraded=list(self.degraded),
             last_episode=self._last_episode(),
+            arms={n: dataclasses.replace(a, limits=list(a.limits)) for n, a in self.arms.items()},
         )
 
     def _last_episode(self) -> str:
@@ -257,6 +365,12 @@ class HudModel:
             return ""
         words = [w for w in (e.get("outcome") or "unlabelled", e.get("verdict") or "") if w]
         return f"ep{e['episode']} " + " ".join(words)
+
+
+def _age(v: Any) -> float | None:
+    """A release's age from teleop's status (s, finite, >= 0), or None."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return float(v) if ok else None
 
 
 def _word(v: Any) -> str:
@@ -336,17 +450,38 @@ def render_hud_image(state: HudState) -> Image.Image:
     _draw_text(
         img, (18, 10), state.headline(), 44, REC_RED if state.recording else READY_GREEN, keep=not state.recording
     )
-    _draw_text(img, (18, 66), state.info_line(), 24, INFO_GREY)
-    alert, kind = state.alert_line()
+    (info, info_px), (alert, alert_px), kind = _lower_lines(state)
+    _draw_text(img, (18, 66), info, info_px, INFO_GREY)
     if alert:
-        _draw_text(img, (18, 102), alert[:56], 24, REC_RED if kind == "error" else LIMIT_AMBER)
+        _draw_text(img, (18, 102), alert, alert_px, REC_RED if kind == "error" else LIMIT_AMBER)
     return img
+
+
+def _lower_lines(state: HudState) -> tuple[tuple[str, int], tuple[str, int], str]:
+    """The second and third lines as drawn, (text, font size) each, and the alert's kind.
+
+    One arm: at 24 px, the alert cut at 56 characters, as they always were. Two arms' lines are longer (each arm's
+    clutch, the arm a release names): drawn smaller where they would not fit (``_fit``), the alert cut at 80.
+    """
+    info = state.info_line()
+    alert, kind = state.alert_line()
+    if not state.arms:
+        return (info, 24), (alert[:56], 24), kind
+    alert = alert[:80]
+    return (info, _fit(info, 24)), (alert, _fit(alert, 24)), kind
+
+
+def _fit(text: str, size: int) -> int:
+    """The largest font size up to ``size`` (at least ``MIN_LINE_PX``) at which ``text`` fits the strip from x 18."""
+    room = HUD_SIZE[0] - 18 - 4
+    while size > MIN_LINE_PX and _font(size).getbbox(text)[2] > room:
+        size -= 1
+    return size
 
 
 def _visual_key(state: HudState) -> tuple[Any, ...]:
     """Everything ``render_hud_image`` draws: two states with one key give the same pixels."""
-    alert, kind = state.alert_line()
-    return state.recording, state.headline(), state.info_line(), alert[:56], kind
+    return state.recording, state.headline(), *_lower_lines(state)
 
 
 _HUD_JPEG: dict[tuple[Any, ...], bytes] = {}  # the last HUD image, by (visual key, quality)

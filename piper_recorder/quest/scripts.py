@@ -23,6 +23,16 @@ Tests and the teleop engineer predict the controller at any time with ``Scripted
             buttons ever. For recording sessions driven through the recorders' services (piper-demo):
             every stretch of an episode has moving actions.
 
+``bimanual`` both grips ramp in over 0.3 s from ``LEAD_S`` on and stay closed; for ``BIMANUAL_STILL_S`` the
+            left controller stays still while the right one draws the ``circle``; then both move mirrored
+            (left-right, about the operator's midline): the right along XR +x while the left goes -x, a
+            +-5 cm sine of period ``LOOP_S``, trigger constant 0.5, no buttons. For two-arm tests.
+
+Two hands (``hands=("left", "right")``): the left controller moves too. In ``bimanual`` as above; in every
+other script it mirrors the right one left-right (its x offset from ``LEFT_HOME`` the negative of the right's
+from ``RIGHT_HOME``, its yaw the negative) and grips and triggers with it; the buttons stay the right
+hand's. One hand (the default): the left controller rests at ``LEFT_HOME``, as it always did.
+
 Re-gripping like an operator (every script): when the headset learns that teleop released the clutch
 (``regrip(t)``; the sim server calls it when the HUD's ``releases`` count grows, as an operator reads
 the HUD and feels the release pulse), the hand lets go of the squeeze over ``REGRIP_OPEN_S``, waits
@@ -40,7 +50,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-SCRIPTS = ("demo", "idle", "circle", "continuous")
+SCRIPTS = ("demo", "idle", "circle", "continuous", "bimanual")
+HANDS = ("right",)  # the hands a script moves by default; two: ("left", "right")
+BIMANUAL_STILL_S = 4.0  # bimanual: the left hand's still phase, after the grips close
 LEAD_S = 1.0
 CYCLE_S = 10.0
 LOOP_S = 3.5
@@ -109,10 +121,13 @@ class RightHand:
 class ScriptedHeadset:
     """Scripted headset state. ``sample(t)`` is deterministic for a given (script, buttons, seed)."""
 
-    def __init__(self, script: str = "demo", buttons: bool = True, seed: int = 0):
+    def __init__(self, script: str = "demo", buttons: bool = True, seed: int = 0, hands: Sequence[str] = HANDS):
         if script not in SCRIPTS:
             raise ValueError(f"unknown script {script!r}; choose from {SCRIPTS}")
+        if set(hands) - {"left", "right"} or "right" not in hands:
+            raise ValueError(f"hands must be ('right',) or ('left', 'right'), got {tuple(hands)}")
         self.script, self.buttons, self.seed = script, buttons, seed
+        self.two_hands = "left" in hands
         rng = random.Random(seed)
         # The seed only varies the phase of the head's breathing sway (the hands stay predictable).
         self._head_phase = rng.uniform(0.0, 2.0 * math.pi)
@@ -135,7 +150,20 @@ class ScriptedHeadset:
 
     def right(self, t: float) -> RightHand:
         """The right controller at ``t`` seconds since connect (the script, with any re-grips)."""
-        hand = self._scripted(t)
+        return self._regripped(t, self._scripted(t))
+
+    def left(self, t: float) -> RightHand | None:
+        """The left controller at ``t`` with two hands (the module docstring), else None (it rests at ``LEFT_HOME``)."""
+        if not self.two_hands:
+            return None
+        if self.script == "bimanual":
+            return self._regripped(t, self._bimanual(t - LEAD_S, "left"))
+        r = self._scripted(t)
+        pos = (LEFT_HOME[0] - (r.pos[0] - RIGHT_HOME[0]), LEFT_HOME[1] + r.pos[1] - RIGHT_HOME[1], r.pos[2])
+        quat = (r.quat[0], -r.quat[1], r.quat[2], r.quat[3])  # the yaw about XR +y, negated
+        return self._regripped(t, RightHand(pos, quat, r.trigger, r.squeeze, False, False))
+
+    def _regripped(self, t: float, hand: RightHand) -> RightHand:
         factor = 1.0
         for tr in self._regrips:
             if tr <= t < tr + REGRIP_S:
@@ -156,6 +184,8 @@ class ScriptedHeadset:
             return RightHand(pos, (0.0, 0.0, 0.0, 1.0), 0.5, _ramp(u, 0.0, 0.3), False, False)
         if self.script == "continuous":
             return self._continuous(t - LEAD_S)
+        if self.script == "bimanual":
+            return self._bimanual(t - LEAD_S, "right")
         u = t - LEAD_S
         k = int(u // CYCLE_S)
         c = u - k * CYCLE_S
@@ -193,13 +223,31 @@ class ScriptedHeadset:
         trigger = 0.5 - 0.4 * env * math.cos(2.0 * math.pi * m / TRIGGER_S)
         return RightHand(pos, quat, trigger, _ramp(u, 0.0, 0.3), False, False)
 
+    @staticmethod
+    def _bimanual(u: float, hand: str) -> RightHand:
+        """``hand`` in the ``bimanual`` script, ``u`` s after ``LEAD_S`` (before the re-grips)."""
+        home = RIGHT_HOME if hand == "right" else LEFT_HOME
+        squeeze = _ramp(u, 0.0, 0.3)
+        w = 2.0 * math.pi / LOOP_S
+        m = u - 0.3 - BIMANUAL_STILL_S  # the mirrored phase's time
+        if m < 0.0:  # the still phase: the left hand still, the right one on the circle
+            if hand == "left" or u < 0.3:
+                return RightHand(home, (0.0, 0.0, 0.0, 1.0), 0.5, squeeze, False, False)
+            c = u - 0.3
+            r = 0.04 * _ramp(c, 0.0, 1.0)
+            pos = (home[0] + r * math.sin(w * c), home[1] + r * (1.0 - math.cos(w * c)), home[2])
+            return RightHand(pos, (0.0, 0.0, 0.0, 1.0), 0.5, squeeze, False, False)
+        sign = 1.0 if hand == "right" else -1.0
+        pos = (home[0] + sign * 0.05 * _ramp(m, 0.0, 0.5) * math.sin(w * m), home[1], home[2])
+        return RightHand(pos, (0.0, 0.0, 0.0, 1.0), 0.5, squeeze, False, False)
+
     def sample(
         self, t: float, *, mono: float | None = None, frame: int | None = None, rate_hz: float = 90.0
     ) -> dict[str, Any]:
         """The full protocol frame at ``t`` s since connect (``mono`` defaults to ``t``)."""
         mono = t if mono is None else mono
         sway = 0.005 * math.sin(2.0 * math.pi * 0.25 * t + self._head_phase)
-        r = self.right(t)
+        r, left = self.right(t), self.left(t)
         return {
             "t": mono + 1.5 / rate_hz,  # predicted display time: about one and a half frames ahead
             "mono": mono,
@@ -212,6 +260,8 @@ class ScriptedHeadset:
                 "valid": True,
                 "tracked": True,
             },
-            "left": _hand(LEFT_HOME, (0.0, 0.0, 0.0, 1.0)),
+            "left": _hand(LEFT_HOME, (0.0, 0.0, 0.0, 1.0))
+            if left is None
+            else _hand(left.pos, left.quat, left.trigger, left.squeeze),
             "right": _hand(r.pos, r.quat, r.trigger, r.squeeze, r.primary, r.secondary, r.stick_click),
         }

@@ -54,7 +54,7 @@ from piper_recorder.storage.outpaths import file_problem
 from .client import DEFAULT_HOST, DEFAULT_PORT
 from .hud import RELEASED
 from .protocol import encode
-from .scripts import REGRIP_S, SCRIPTS, ScriptedHeadset
+from .scripts import HANDS, REGRIP_S, SCRIPTS, ScriptedHeadset
 from .sim_video import SimVideoServer
 
 APP_NAME = "piper-sim-quest"
@@ -85,6 +85,7 @@ class SimConfig:
     lag_max_s: float = 5.0  # ... up to this delay
     video_port: int = -1  # >= 0: accept the video channel on this port (0 = any free port); -1: off
     regrip: bool = True  # re-grip when the HUD shows a clutch release teleop made (needs the video channel)
+    two_hands: bool = False  # the left controller moves too (two arms: scripts.ScriptedHeadset, hands)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad setting."""
@@ -257,7 +258,7 @@ class SimQuestServer:
     def _send_loop(self, conn: socket.socket, index: int) -> None:
         cfg = self.config
         rng = random.Random(cfg.seed * 1000 + index)
-        headset = ScriptedHeadset(cfg.script, cfg.buttons, cfg.seed)
+        headset = ScriptedHeadset(cfg.script, cfg.buttons, cfg.seed, ("left", "right") if cfg.two_hands else HANDS)
         start = time.monotonic()
         if self._replay is None:
             with self._lock:
@@ -270,6 +271,7 @@ class SimQuestServer:
             "script": "replay" if self._replay else cfg.script,
             "buttons": cfg.buttons,
             "seed": cfg.seed,
+            "hands": 2 if cfg.two_hands else 1,
             "mono": start + cfg.mono_offset_s,
         }
         if self._replay:
@@ -441,6 +443,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--replay", default=d.replay, metavar="FILE.quest.jsonl", help="replay a recorded stream")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0 = run until signalled)")
     p.add_argument("--no-buttons", action="store_true", help="no A/B presses (episodes driven by services)")
+    p.add_argument("--two-hands", action="store_true", help="move the left controller too (two arms)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--delay-ms", type=float, default=d.delay_ms, help="fixed network delay to simulate")
     p.add_argument("--jitter-ms", type=float, default=d.jitter_ms, help="mean exponential network jitter to simulate")
@@ -487,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         script=args.script,
         replay=args.replay,
         buttons=not args.no_buttons,
+        two_hands=args.two_hands,
         seed=args.seed,
         delay_ms=args.delay_ms,
         jitter_ms=args.jitter_ms,

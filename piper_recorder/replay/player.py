@@ -9,20 +9,28 @@ Stale feedback holds instead of aborting (a loaded machine starves it now and th
 the arm approaches, slowly and from the pose then measured, the row where it stopped, settles, and
 playback goes on from that row, never with a jump. The result counts the holds (``feedback_holds``,
 ``held_s``); holding longer than ``feedback_wait_s`` in all aborts (the arm keeps holding).
+
+Two arms (``ReplayConfig.arms``, an episode of a two-arm root): every rule above holds for the arms
+together, on the episode's one time line. Each arm approaches its own first pose from its own measured
+pose (the approach lasts as long as the slower arm needs; the faster waits at its goal), playback starts
+once both have settled, and one arm's stale feedback holds both (they replay one recorded motion: one
+going on alone would pull apart what both hands held). The result reports each arm's tracking error
+under ``arms``. An episode of another number of arms than the node drives is refused in one line.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from piper_recorder.names import EEF_POSE
+from piper_recorder.names import EEF_POSE, arm_topic, parse_arms
 from piper_recorder.replay.episode import ReplayEpisode
 from piper_recorder.replay.motion import Approach, TrackingStats, row_at
 
 ACTIVE = ("waiting", "approach", "settle", "play")
+Arm = str | None  # an arm's name, None for one arm
 
 
 @dataclass
@@ -42,9 +50,15 @@ class ReplayConfig:
     feedback_wait_s: float = 5.0  # total time held on stale or unsteady feedback, then abort
     frame_id: str = "arm_base"
     autoplay: bool = False
+    arms: list[str] = field(default_factory=list)  # [] one arm; [left, right]: each arm's topics under its namespace
+
+    def arm_names(self) -> tuple[str, ...]:
+        """The live arms' names (``names.parse_arms``): () for one arm."""
+        return parse_arms(self.arms)
 
     def validate(self) -> None:
         """ValueError naming the first parameter out of range."""
+        self.arm_names()
         if self.speed <= 0 or self.rate_hz <= 0:
             raise ValueError("parameters 'speed' and 'rate_hz' must be > 0")
         if self.approach_linear_speed <= 0 or self.approach_angular_speed <= 0:
@@ -65,10 +79,28 @@ class Target:
 
 @dataclass(frozen=True)
 class Step:
-    """What one tick asks of the node: a target to publish, and/or the final result to report."""
+    """What one tick asks of the node: each arm's target to publish (key None for one arm), and/or the result."""
 
-    target: Target | None = None
+    targets: dict[Arm, Target] = field(default_factory=dict)
     result: dict | None = None
+
+    @property
+    def target(self) -> Target | None:
+        """One arm's target (always None for several arms: use ``targets``)."""
+        return self.targets.get(None)
+
+
+@dataclass
+class _Feedback:
+    """One arm's newest measured pose, when it came, and since when it came without a stale gap."""
+
+    pose: np.ndarray | None = None
+    at: float | None = None
+    steady_since: float = 0.0
+
+
+def _arms_text(arms: tuple[str, ...]) -> str:
+    return f"two arms ({', '.join(arms)})" if len(arms) == 2 else (f"arms {', '.join(arms)}" if arms else "one arm")
 
 
 class ReplayPlayer:
@@ -82,35 +114,45 @@ class ReplayPlayer:
         self.cfg = cfg
         self.state = "idle"
         self._lock = threading.Lock()
-        self._measured: np.ndarray | None = None
-        self._measured_at: float | None = None
-        self._steady_since = 0.0
+        self.arms: tuple[Arm, ...] = cfg.arm_names() or (None,)
+        self._feedback = {a: _Feedback() for a in self.arms}
         self._episode: ReplayEpisode | None = None
-        self._approach: Approach | None = None
+        self._approach: dict[Arm, Approach] = {}
         self._phase_t0 = 0.0
         self._held_s = 0.0  # this run: time spent waiting for steady feedback without a target
         self._holds = 0  # this run: how often feedback went stale after the arm started moving
         self._resume_at = 0.0  # playback time (s) where play starts or goes on after a hold
-        self._stats = TrackingStats()
+        self._stats = {a: TrackingStats() for a in self.arms}
+        self.foreign_feedback = 0  # feedback of an arm this replay does not drive, ignored
 
     # -- feedback -----------------------------------------------------------------------------
-    def on_feedback(self, pose: np.ndarray, now: float) -> None:
-        """A measured EEF pose (xyz + quat wxyz) arrived at ``now``."""
+    def on_feedback(self, pose: np.ndarray, now: float, arm: Arm = None) -> None:
+        """A measured EEF pose (xyz + quat wxyz) of ``arm`` (None: the one arm) arrived at ``now``."""
         with self._lock:
-            if self._measured_at is None or now - self._measured_at > self.cfg.stale_feedback_s:
-                self._steady_since = now  # a gap: steadiness starts over
-            self._measured, self._measured_at = np.asarray(pose, dtype=np.float64).copy(), now
+            fb = self._feedback.get(arm)
+            if fb is None:  # an arm this replay does not drive (a graph of other arms): never a plan's start
+                self.foreign_feedback += 1
+                return
+            if fb.at is None or now - fb.at > self.cfg.stale_feedback_s:
+                fb.steady_since = now  # a gap: steadiness starts over
+            fb.pose, fb.at = np.asarray(pose, dtype=np.float64).copy(), now
 
-    def _fresh(self, now: float) -> np.ndarray | None:
-        if self._measured_at is None or now - self._measured_at > self.cfg.stale_feedback_s:
+    def _stale_arms(self, now: float) -> list[Arm]:
+        return [a for a, fb in self._feedback.items() if fb.at is None or now - fb.at > self.cfg.stale_feedback_s]
+
+    def _fresh(self, now: float) -> dict[Arm, np.ndarray] | None:
+        """Every arm's measured pose, or None when any arm's feedback is stale (every arm holds)."""
+        if self._stale_arms(now):
             return None
-        return self._measured
+        return {a: fb.pose for a, fb in self._feedback.items() if fb.pose is not None}
 
     def _steady(self, now: float) -> bool:
-        return self._fresh(now) is not None and now - self._steady_since >= self.cfg.steady_feedback_s
+        return self._fresh(now) is not None and all(
+            now - fb.steady_since >= self.cfg.steady_feedback_s for fb in self._feedback.values()
+        )
 
     def fresh(self, now: float) -> bool:
-        """Whether the newest arm feedback is younger than ``stale_feedback_s`` at ``now``."""
+        """Whether every arm's newest feedback is younger than ``stale_feedback_s`` at ``now``."""
         with self._lock:
             return self._fresh(now) is not None
 
@@ -118,14 +160,26 @@ class ReplayPlayer:
     def start(self, episode: ReplayEpisode, now: float) -> tuple[bool, str]:
         """Begin a run: waiting for steady feedback, then the approach.
 
-        Refused without any fresh feedback (nothing to plan from: the arm node is not running).
+        Refused for an episode of other arms than the node drives, and without any fresh feedback (nothing to plan
+        from: the arm node is not running).
         """
         with self._lock:
             if self.state in ACTIVE:
                 return False, f"already playing (state {self.state})"
-            if self._fresh(now) is None:
-                return False, f"no fresh arm feedback on {EEF_POSE}: is piper_arm running?"
-            self._episode, self._stats = episode, TrackingStats()
+            live = self.cfg.arm_names()
+            if set(episode.arms) != set(live):
+                return False, (
+                    f"episode {episode.episode_index} was recorded with {_arms_text(episode.arms)}, this replay "
+                    f"drives {_arms_text(live)} (set arms:={','.join(episode.arms)})"
+                    if episode.arms
+                    else f"episode {episode.episode_index} was recorded with one arm, this replay drives "
+                    f"{_arms_text(live)} (run it without arms)"
+                )
+            stale = self._stale_arms(now)
+            if stale:
+                topics = ", ".join(arm_topic(a, EEF_POSE) for a in stale)
+                return False, f"no fresh arm feedback on {topics}: is piper_arm running?"
+            self._episode, self._stats = episode, {a: TrackingStats() for a in self.arms}
             self._held_s, self._holds, self._resume_at = 0.0, 0, 0.0
             self.state, self._phase_t0 = "waiting", now
             self._leave_waiting_if_steady(now)
@@ -135,11 +189,10 @@ class ReplayPlayer:
                     f"waiting for steady arm feedback ({self.cfg.steady_feedback_s:.1f} s), then "
                     f"approaching the first pose and playing {play}"
                 )
-            assert self._approach is not None
-            return True, f"approaching the first pose ({self._approach.duration:.1f} s), then playing {play}"
+            return True, f"approaching the first pose ({self._approach_s():.1f} s), then playing {play}"
 
     def stop(self, reason: str = "") -> dict | None:
-        """End an active run (the arm holds its last target); its result, or None when none was active."""
+        """End an active run (the arms hold their last targets); its result, or None when none was active."""
         with self._lock:
             if self.state not in ACTIVE:
                 return None
@@ -147,7 +200,7 @@ class ReplayPlayer:
 
     # -- ticks --------------------------------------------------------------------------------
     def tick(self, now: float) -> Step:
-        """Advance the run to ``now``: the target to publish, or the result when it ended."""
+        """Advance the run to ``now``: each arm's target to publish, or the result when it ended."""
         with self._lock:
             state = self.state
             if state not in ACTIVE:
@@ -168,58 +221,72 @@ class ReplayPlayer:
                 if not self._leave_waiting_if_steady(now):
                     return Step()
             assert measured is not None
-            approach = self._approach
-            assert approach is not None
             k0 = self._resume_row()
             elapsed = now - self._phase_t0
+            tracks = episode.tracks
             if self.state == "approach":
-                target = Target(approach.pose_at(elapsed), float(episode.gripper[k0]))
-                if elapsed >= approach.duration:
+                targets = {
+                    a: Target(ap.pose_at(elapsed), float(tracks[a].gripper[k0])) for a, ap in self._approach.items()
+                }
+                if elapsed >= self._approach_s():
                     self.state, self._phase_t0 = "settle", now
-                return Step(target)
+                return Step(targets)
             if self.state == "settle":
-                close = np.linalg.norm(measured[:3] - episode.poses[k0, :3]) <= self.cfg.settle_tolerance_m
+                close = all(
+                    np.linalg.norm(measured[a][:3] - tracks[a].poses[k0, :3]) <= self.cfg.settle_tolerance_m
+                    for a in self.arms
+                )
                 if close or elapsed >= self.cfg.settle_timeout_s:
                     self.state, self._phase_t0 = "play", now - self._resume_at / self.cfg.speed
-                return Step(Target(episode.poses[k0], float(episode.gripper[k0])))
+                return Step({a: Target(tracks[a].poses[k0], float(tracks[a].gripper[k0])) for a in self.arms})
             k = row_at(episode.t, elapsed, self.cfg.speed)
             if k >= len(episode.t) - 1 and elapsed * self.cfg.speed > episode.duration + 1.0 / episode.fps:
                 return Step(result=self._finish("done"))
             k = max(0, min(k, len(episode.t) - 1))
             self._resume_at = elapsed * self.cfg.speed  # a hold from here goes on from this row
-            self._stats.add(elapsed, episode.poses[k], measured)
-            return Step(Target(episode.poses[k], float(episode.gripper[k])))
+            for a in self.arms:
+                self._stats[a].add(elapsed, tracks[a].poses[k], measured[a])
+            return Step({a: Target(tracks[a].poses[k], float(tracks[a].gripper[k])) for a in self.arms})
+
+    def _approach_s(self) -> float:
+        return max(ap.duration for ap in self._approach.values())
 
     def _resume_row(self) -> int:
         assert self._episode is not None
         return max(0, min(row_at(self._episode.t, self._resume_at, 1.0), len(self._episode.t) - 1))
 
     def _leave_waiting_if_steady(self, now: float) -> bool:
-        """From waiting to the approach, once feedback is steady.
+        """From waiting to the approach, once every arm's feedback is steady.
 
-        The approach runs from the pose measured now to the row play starts or goes on from.
+        Each arm's approach runs from its pose measured now to its row where play starts or goes on.
         """
         if not self._steady(now):
             return False
-        assert self._episode is not None and self._measured is not None
+        assert self._episode is not None
         self._held_s += now - self._phase_t0
-        self._approach = Approach(
-            self._measured.copy(),
-            self._episode.poses[self._resume_row()],
-            self.cfg.approach_linear_speed,
-            self.cfg.approach_angular_speed,
-        )
+        k0 = self._resume_row()
+        self._approach = {}
+        for a, fb in self._feedback.items():
+            assert fb.pose is not None
+            self._approach[a] = Approach(
+                fb.pose.copy(),
+                self._episode.tracks[a].poses[k0],
+                self.cfg.approach_linear_speed,
+                self.cfg.approach_angular_speed,
+            )
         self.state, self._phase_t0 = "approach", now
         return True
 
     def _finish(self, state: str, reason: str = "") -> dict:
         self.state = state
         episode = self._episode.episode_index if self._episode is not None else self.cfg.episode
-        return {
+        out = {
             "state": state,
             "episode": episode,
             "reason": reason,
             "feedback_holds": self._holds,
             "held_s": round(self._held_s, 3),
-            **self._stats.summary(),
         }
+        if self.arms == (None,):
+            return {**out, **self._stats[None].summary()}
+        return {**out, "arms": {str(a): s.summary() for a, s in self._stats.items()}}

@@ -8,6 +8,8 @@ RealSense aligned depth image holds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from piper_recorder.sim.camera import PinholeCamera
@@ -16,6 +18,7 @@ MARKER_RGB = (255, 0, 0)
 STALE_MARKER_RGB = (255, 255, 0)  # drawn instead when the EEF pose at the capture time was not known
 FAR_MM = 4000  # backdrop depth where a ray misses the table
 TILE_M = 0.05  # checkerboard tile size on the table
+ARM_SPACING_M = 0.6  # several arms: their bases this far apart, side by side (``arm_bases``)
 
 
 class SceneRenderer:
@@ -39,19 +42,31 @@ class SceneRenderer:
             disc = self._discs[r] = (xx * xx + yy * yy) <= r * r
         return disc
 
-    def render(self, eef_position: np.ndarray | None, stale: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def render(
+        self, eef_position: np.ndarray | Sequence[np.ndarray] | None, stale: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Fill and return the frame buffers (reused across calls: copy or publish before the next call).
 
-        ``stale``: the position is only the newest known one, not the EEF at the capture time; the
-        marker is then yellow, so checks can tell a sim limitation from a recording error.
+        ``eef_position``: one flange position, or a list of them (several arms: a disc each, the nearer one
+        drawn last); ``stale``: the positions are only the newest known ones, not the EEF at the capture time;
+        the markers are then yellow, so checks can tell a sim limitation from a recording error.
         """
         np.copyto(self.rgb, self.base_rgb)
         np.copyto(self.depth, self.base_depth)
         if eef_position is None:
             return self.rgb, self.depth
-        u, v, z = self.camera.project(eef_position)
+        points: Sequence[np.ndarray] = (
+            eef_position if isinstance(eef_position, (list, tuple)) else [np.asarray(eef_position)]
+        )
+        projected = [self.camera.project(p) for p in points]
+        for u, v, z in sorted(projected, key=lambda uvz: -uvz[2]):  # far first: a nearer disc covers it
+            self._disc_at(u, v, z, stale)
+        return self.rgb, self.depth
+
+    def _disc_at(self, u: float, v: float, z: float, stale: bool) -> None:
+        """Paint one marker disc at pixel (u, v), ``z`` m along the optical axis (nothing behind the camera)."""
         if not z > 0.05:
-            return self.rgb, self.depth
+            return
         k = self.camera.intrinsics
         r = int(np.clip(round(self.marker_radius_m * k.fx / z), 2, 60))
         ui, vi = int(round(u)), int(round(v))
@@ -59,11 +74,20 @@ class SceneRenderer:
         x0, x1, y0, y1 = ui - r, ui + r + 1, vi - r, vi + r + 1
         cx0, cx1, cy0, cy1 = max(x0, 0), min(x1, w), max(y0, 0), min(y1, h)
         if cx0 >= cx1 or cy0 >= cy1:
-            return self.rgb, self.depth
+            return
         mask = self._disc(r)[cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0]
         self.rgb[cy0:cy1, cx0:cx1][mask] = STALE_MARKER_RGB if stale else MARKER_RGB
         self.depth[cy0:cy1, cx0:cx1][mask] = np.uint16(min(round(z * 1000.0), 65535))
-        return self.rgb, self.depth
+
+
+def arm_bases(arms: Sequence[str], spacing_m: float = ARM_SPACING_M) -> dict[str, np.ndarray]:
+    """Where each arm's base stands in the scene, whose flange poses are in its base frame.
+
+    Side by side along y, ``spacing_m`` apart, centred on the scene origin, the first arm on +y (the robot's
+    left), every base facing +x.
+    """
+    n = len(arms)
+    return {a: np.array([0.0, spacing_m * ((n - 1) / 2.0 - i), 0.0]) for i, a in enumerate(arms)}
 
 
 def _render_background(camera: PinholeCamera, table_z: float) -> tuple[np.ndarray, np.ndarray]:

@@ -141,29 +141,15 @@ def test_agilex_drivers_under_two_namespaces_convert_with_a_mapping(tmp_path, cf
     path = tmp_path / "agilex_bimanual.yaml"
     path.write_text(yaml.safe_dump(mapping))
     out = tmp_path / "out"
+
     # the recorder parameters say one arm; the mapping's arms win
-    one_arm = tmp_path / "one_arm.yaml"
-    one_arm.write_text(
-        yaml.safe_dump({"lerobot_recorder": {"ros__parameters": {"camera_width": W, "camera_height": H}}})
-    )
-    assert (
-        run(
-            bag,
-            "--format",
-            "lerobot",
-            "--out",
-            out,
-            "--config",
-            one_arm,
-            "--mapping",
-            path,
-            "--episode",
-            "0.2:1.8",
-            "--task",
-            "fold",
-        )
-        == 0
-    )
+    def convert(fmt: str, dest: Path, node: str) -> int:
+        config = tmp_path / f"{node}.yaml"
+        config.write_text(yaml.safe_dump({node: {"ros__parameters": {"camera_width": W, "camera_height": H}}}))
+        span = ("--episode", "0.2:1.8", "--task", "fold")
+        return run(bag, "--format", fmt, "--out", dest, "--config", config, "--mapping", path, *span)
+
+    assert convert("lerobot", out, "lerobot_recorder") == 0
     assert validate_root(out) == []
     c = columns(out)
     for arm in ARMS:
@@ -174,26 +160,7 @@ def test_agilex_drivers_under_two_namespaces_convert_with_a_mapping(tmp_path, cf
     (session,) = [json.loads(x) for x in (out / "meta/collection_sessions.jsonl").read_text().splitlines()]
     assert session["arms"]["left"]["arm"]["firmware"] == "unknown"  # the driver published no provenance
     h5 = tmp_path / "agilex.hdf5"
-    rgbd_cfg = tmp_path / "rgbd_one_arm.yaml"
-    rgbd_cfg.write_text(yaml.safe_dump({"rgbd_recorder": {"ros__parameters": {"camera_width": W, "camera_height": H}}}))
-    assert (
-        run(
-            bag,
-            "--format",
-            "rgbd",
-            "--out",
-            h5,
-            "--config",
-            rgbd_cfg,
-            "--mapping",
-            path,
-            "--episode",
-            "0.2:1.8",
-            "--task",
-            "fold",
-        )
-        == 0
-    )
+    assert convert("rgbd", h5, "rgbd_recorder") == 0
     assert validate_file(h5, full=True) == []
     with h5py.File(h5, "r") as f:
         assert f["transitions/actions"].shape[1] == 16

@@ -42,14 +42,37 @@ def test_two_arms_start_a_piper_arm_under_each_namespace(tmp_path):
         cfg["right/piper_arm"]["emulator_firmware"] == "S-V1.8-8" and "emulator_firmware" not in cfg["left/piper_arm"]
     )
     assert cfg[LAUNCH_SECTION]["arms"] == ["left", "right"]
-    for node in ("lerobot_recorder", "rgbd_recorder", "teleop"):
+    for node in ("lerobot_recorder", "rgbd_recorder", "teleop", "quest_video"):
         assert cfg[node]["arms"] == ["left", "right"], node
+    assert cfg["quest_video"]["cameras"]  # its panels beside its arms
     # one arm: the plan it had (no namespace, no arms anywhere)
     one = plan_graph("sim", config_path("sim"), SIM, tmp_path / "one")
     assert "piper_arm" in [p.name for p in one.processes]
     assert "-r" in (arm := next(p for p in one.processes if p.name == "piper_arm")).argv
     assert not any(a.startswith("__ns:=") for a in arm.argv)
     assert "arms" not in read_params_file(one.params_file)["lerobot_recorder"]
+    assert "arms" not in read_params_file(one.params_file)["quest_video"]
+
+
+def test_the_dashboard_follows_the_arms(tmp_path):
+    """The dashboard shows each arm and expects each arm's piper_arm; a section of its own that names other arms
+    is refused like any follower's; one arm: no arms, the plain piper_arm.
+    """
+    plan = plan_graph("sim", config_path("sim"), SIM, tmp_path, dashboard="true", arms="left,right")
+    dash = read_params_file(plan.params_file)["dashboard"]
+    assert dash["arms"] == ["left", "right"]
+    assert {"left/piper_arm", "right/piper_arm"} <= set(dash["nodes"]) and "piper_arm" not in dash["nodes"]
+    one = read_params_file(plan_graph("sim", config_path("sim"), SIM, tmp_path / "one", dashboard="true").params_file)
+    assert "arms" not in one["dashboard"] and "piper_arm" in one["dashboard"]["nodes"]
+    with pytest.raises(LaunchError, match=r"dashboard.arms \['a', 'b'\] contradicts"):
+        plan_graph(
+            "sim",
+            config_path("sim"),
+            [*SIM, "dashboard.arms=[a, b]"],
+            tmp_path / "bad",
+            dashboard="true",
+            arms="left,right",
+        )
 
 
 def test_the_arms_come_from_the_config_and_the_launch_files_see_the_same(tmp_path):

@@ -7,7 +7,7 @@ the project's .venv stays free of torch:
 - `.venv-lerobot06` (`lerobot==0.6.1`, the newest on the index; needs Python >= 3.12, the Makefile's
   PYTHON312; reads only v3.0: test/consumers/lerobot06-facts.md).
 The datasets are recorded by `piper-demo` through the real simulated ROS 2 graph (2 episodes of 4 s,
-2 cameras 640x480): a v2.0 root (the default), a v2.1 root (`lerobot_version: v2.1`) and the v2.0 root
+2 cameras at ``SIZE``): a v2.0 root (the default), a v2.1 root (`lerobot_version: v2.1`) and the v2.0 root
 exported to v3.0 by `piper-export`, which both 0.4.4 and 0.6.1 read. The scripts under test/consumers/
 run inside the consumer venvs:
 - read_every_frame.py: `LeRobotDataset(repo_id, root=...)` with LeRobot's defaults (tolerance_s 1e-4 s,
@@ -32,29 +32,26 @@ from pathlib import Path
 
 import pytest
 
-from support.consumers import BIN, SCRIPTS, consumer_env, consumer_python, run_json, tail, timed
+from support.consumers import (
+    ACT_FLAGS,
+    BIN,
+    SCRIPTS,
+    TRAIN_STEPS,
+    consumer_env,
+    consumer_python,
+    run_json,
+    tail,
+    timed,
+)
 
 EPISODES, SECONDS = 2, 4
-TRAIN_STEPS = 4
+# The recorded roots' camera size: what the consumers check (the format, every frame's time and pairing,
+# training) does not depend on it; a quarter of the pixels decodes and trains in a fraction of the time.
+# The graph's own tests record at 640x480.
+SIZE = "320x240"
 # (version, the consumer venv that reads it): every consumer of each version
 READERS = [("v2.0", "lerobot03"), ("v2.1", "lerobot03"), ("v3.0", "lerobot04"), ("v3.0", "lerobot06")]
 READER_IDS = [f"{v}-{c}" for v, c in READERS]
-# reference-facts §6: a small ACT that runs offline on CPU; everything else stays at lerobot-train's defaults
-ACT_FLAGS = [
-    "--policy.type=act",
-    "--policy.device=cpu",
-    "--policy.push_to_hub=false",
-    "--policy.pretrained_backbone_weights=null",
-    "--policy.dim_model=64",
-    "--policy.n_encoder_layers=1",
-    "--policy.n_decoder_layers=1",
-    "--policy.chunk_size=10",
-    "--policy.n_action_steps=10",
-    "--policy.use_vae=false",
-    "--batch_size=2",
-    "--num_workers=0",
-    "--wandb.enable=false",
-]
 # lerobot-train's flag that turns off evaluation in a simulator: `eval_freq` up to 0.4.x, `env_eval_freq` in 0.6.1
 # (lerobot/configs/train.py:113 of its wheel; draccus refuses the old name)
 EVAL_OFF = {"lerobot06": "--env_eval_freq=0"}
@@ -90,6 +87,7 @@ class Roots:
 
     def _record(self, out: Path, *sets: str) -> Path:
         cmd = [str(BIN / "piper-demo"), "--out", str(out), "--episodes", str(EPISODES), "--seconds", str(SECONDS)]
+        cmd += ["--size", SIZE]
         for s in sets:
             cmd += ["--set", s]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

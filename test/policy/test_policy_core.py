@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from piper_recorder.lerobot.format.action_layout import ActionLayout
 from piper_recorder.policy.backend import ActionChunk, BackendError, BackendTimeout, Observation
 from piper_recorder.policy.binding import live_record, mismatches
 from piper_recorder.policy.config import PolicyConfig
@@ -520,7 +521,13 @@ def test_make_backend_gr00t_passes_the_training_roots_modality(root: Path, monke
 
     monkeypatch.setitem(sys.modules, "piper_recorder.policy.gr00t", types.SimpleNamespace(Gr00tBackend=Fake))
     make_backend("gr00t://10.0.0.5:5555", timeout_s=0.7, root=str(root))
-    assert seen == {"host": "10.0.0.5", "port": 5555, "timeout_s": 0.7, "modality": root / "meta" / "modality.json"}
+    assert seen == {
+        "host": "10.0.0.5",
+        "port": 5555,
+        "timeout_s": 0.7,
+        "modality": root / "meta" / "modality.json",
+        "layout": ActionLayout.single(),  # the root's action layout: one arm's 8 columns
+    }
     with pytest.raises(ValueError, match="gr00t://host:port"):
         make_backend("gr00t://nohost")
 

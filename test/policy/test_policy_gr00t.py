@@ -347,3 +347,47 @@ def test_answer_fields_that_are_not_real_arrays_are_named():
         finally:
             backend.close()
             srv.close()
+
+
+# ---- two arms ----------------------------------------------------------------------------------------------
+def test_two_arms_use_the_roots_modality_keys_and_place_each_arms_action(bimanual_training_root):
+    """The modality.json of a two-arm root (the bag converter's) names left_eef_pos ... ; the answer's arrays go
+    back to where the root's action names put each arm's values.
+    """
+    root = bimanual_training_root
+    steps = np.arange(SERVER_HORIZON, dtype=np.float64)[:, None]
+
+    def two_arm_drift(data: dict[str, Any]) -> dict[str, np.ndarray]:
+        out = {}
+        for arm, dx in (("left", 0.001), ("right", -0.002)):
+            out[f"action.{arm}_eef_pos"] = data[f"state.{arm}_eef_pos"] + steps * np.array([[dx, 0.0, 0.0]])
+            out[f"action.{arm}_eef_rot"] = np.repeat(data[f"state.{arm}_eef_rot"], SERVER_HORIZON, axis=0)
+            out[f"action.{arm}_gripper"] = np.repeat(data[f"state.{arm}_gripper"], SERVER_HORIZON, axis=0)
+        return out
+
+    srv = Gr00tTestServer(two_arm_drift)
+    backend = make_backend(f"gr00t://127.0.0.1:{srv.port}", timeout_s=5.0, root=str(root))
+    try:
+        eef = {"left": [0.3, 0.1, 0.2, 1.0, 0.0, 0.0, 0.0], "right": [0.28, -0.2, 0.25, 0.0, 0.0, 0.0, 1.0]}
+        grip = {"left": 0.02, "right": 0.05}
+        state = {}
+        for arm in ("left", "right"):
+            state[f"observation.{arm}_arm_joint"] = np.zeros(6, np.float32)
+            state[f"observation.{arm}_arm_eef"] = np.array(eef[arm], np.float32)
+            state[f"observation.{arm}_gripper"] = np.array([grip[arm]], np.float32)
+        obs = Observation("hand over", state, {"cam_front": np.zeros((48, 64, 3), np.uint8)}, stamp_ns=9)
+        chunk = backend.predict(obs, horizon=10)
+        data = srv.requests[-1]["data"]
+        modality = json.loads((root / "meta/modality.json").read_text())
+        assert {k for k in data if k.startswith("state.")} == {f"state.{n}" for n in modality["state"]}
+        np.testing.assert_array_equal(data["state.right_eef_rot"][0], eef["right"][3:])
+        assert chunk.rows.shape == (10, 16)
+        names = json.loads((root / "meta/info.json").read_text())["features"]["action"]["names"]
+        for arm, dx in (("left", 0.001), ("right", -0.002)):
+            x = names.index(f"{arm}_arm_eef.x")
+            np.testing.assert_allclose(chunk.rows[:, x], eef[arm][0] + np.arange(10) * dx, atol=1e-6)
+            np.testing.assert_allclose(chunk.rows[:, x + 3 : x + 7], np.tile(eef[arm][3:], (10, 1)), atol=1e-6)
+            np.testing.assert_allclose(chunk.rows[:, names.index(f"{arm}_gripper.width")], grip[arm], atol=1e-6)
+    finally:
+        backend.close()
+        srv.close()

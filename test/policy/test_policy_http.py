@@ -261,3 +261,38 @@ def test_an_error_status_carries_the_servers_own_message(server):
     st.body, st.status = b'{"error": "images.cam_front: camera missing"}', 400
     with pytest.raises(BackendError, match="answered HTTP 400 Bad Request: images.cam_front: camera missing"):
         make_backend(url).predict(obs(), 5)
+
+
+# ---- two arms ----------------------------------------------------------------------------------------------
+ARMS = ("left", "right")
+EEF = {"left": [0.30, 0.10, 0.20, 1.0, 0.0, 0.0, 0.0], "right": [0.28, -0.20, 0.25, 0.0, 0.0, 0.0, 1.0]}
+GRIP = {"left": 0.02, "right": 0.05}
+
+
+def two_arm_obs() -> Observation:
+    state = {}
+    for i, arm in enumerate(ARMS):
+        state[f"observation.{arm}_arm_joint"] = np.full(6, 0.1 * (i + 1), np.float32)
+        state[f"observation.{arm}_arm_eef"] = np.array(EEF[arm], np.float32)
+        state[f"observation.{arm}_gripper"] = np.array([GRIP[arm]], np.float32)
+    return Observation("hand over", state, {"cam_front": np.zeros((48, 64, 3), np.uint8)}, stamp_ns=5)
+
+
+def test_two_arms_send_each_arms_columns_and_take_the_roots_16_wide_rows(bimanual_training_root):
+    srv, st = serve(arms=ARMS)
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        chunk = make_backend(url, timeout_s=2.0, root=str(bimanual_training_root)).predict(two_arm_obs(), 6)
+        assert st.problems == [] and st.requests[0]["state"]["observation.right_gripper"] == pytest.approx([0.05])
+        assert chunk.rows.shape == (6, 16)
+        names = json.loads((bimanual_training_root / "meta/info.json").read_text())["features"]["action"]["names"]
+        for arm in ARMS:  # each arm's values where the root's action names put them
+            at = names.index(f"{arm}_arm_eef.x")
+            assert np.abs(chunk.rows[:, at : at + 3] - np.array(EEF[arm][:3])).max() <= 2 * st.radius + 1e-6
+            assert chunk.rows[:, at + 3 : at + 7] == pytest.approx(np.tile(EEF[arm][3:], (6, 1)))
+            assert chunk.rows[:, names.index(f"{arm}_gripper.width")] == pytest.approx(GRIP[arm])
+        st.body = json.dumps({"actions": [[0, 0, 0, 1, 0, 0, 0, 0.03]]}).encode()  # a one-arm server's answer
+        with pytest.raises(BackendError, match=r"every action row must be 16 numbers \(got rows of 8\)"):
+            make_backend(url, timeout_s=2.0, root=str(bimanual_training_root)).predict(two_arm_obs(), 6)
+    finally:
+        srv.shutdown()

@@ -46,6 +46,32 @@ def test_script_is_a_pure_function_of_time():
     assert ScriptedHeadset("demo", seed=6).right(4.56) == a.right(4.56)  # the seed never moves the hands
 
 
+def test_two_hands_mirror_the_right_one_or_follow_the_bimanual_script():
+    from piper_recorder.quest.scripts import BIMANUAL_STILL_S, LEFT_HOME
+
+    one = ScriptedHeadset("continuous")
+    assert one.left(5.0) is None and one.sample(5.0)["left"]["pos"] == list(LEFT_HOME)  # as it always was
+    two = ScriptedHeadset("continuous", hands=("left", "right"))
+    for t in (2.0, 3.3, 7.9):
+        r, lf = two.right(t), two.left(t)
+        assert lf is not None and r == one.right(t)  # the right hand is the one-hand script's
+        assert lf.pos[0] - LEFT_HOME[0] == pytest.approx(-(r.pos[0] - RIGHT_HOME[0]))  # mirrored left-right
+        assert lf.pos[1] - LEFT_HOME[1] == pytest.approx(r.pos[1] - RIGHT_HOME[1]) and lf.pos[2] == r.pos[2]
+        assert lf.squeeze == r.squeeze and not lf.primary
+        assert two.sample(t)["left"]["pos"] == pytest.approx(list(lf.pos))
+    # bimanual: both grip; the left hand still while the right one circles, then the two move mirrored
+    b = ScriptedHeadset("bimanual", hands=("left", "right"))
+    still = [LEAD_S + 0.5 + 0.25 * i for i in range(int((BIMANUAL_STILL_S - 0.3) / 0.25))]
+    assert {b.left(t).pos for t in still} == {LEFT_HOME}
+    assert max(abs(b.right(t).pos[0] - RIGHT_HOME[0]) for t in still) > 0.03
+    assert all(b.left(t).squeeze == b.right(t).squeeze == 1.0 for t in still)
+    moving = [LEAD_S + 0.3 + BIMANUAL_STILL_S + 0.8 + 0.1 * i for i in range(30)]
+    dx = [(b.right(t).pos[0] - RIGHT_HOME[0], b.left(t).pos[0] - LEFT_HOME[0]) for t in moving]
+    assert max(abs(r) for r, _ in dx) > 0.04 and all(lx == pytest.approx(-rx) for rx, lx in dx)
+    with pytest.raises(ValueError, match="hands"):
+        ScriptedHeadset("demo", hands=("left",))
+
+
 def test_demo_cycle_buttons_clutch_and_motion():
     h = ScriptedHeadset("demo")
     samples = timeline(h, LEAD_S + 3 * CYCLE_S)

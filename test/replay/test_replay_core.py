@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from piper_recorder.replay.episode import ReplayEpisode, load_episode
+from piper_recorder.replay.episode import ArmTrack, ReplayEpisode, load_episode
 from piper_recorder.replay.motion import Approach, TrackingStats, angle_between, row_at
 from piper_recorder.replay.player import ReplayConfig, ReplayPlayer
 
@@ -109,7 +109,7 @@ TICK = 0.01  # the node's 100 Hz playback loop
 def _episode(n: int = 30, fps: float = 30.0) -> ReplayEpisode:
     poses = np.tile(np.array([0.40, 0.0, 0.20, 1.0, 0.0, 0.0, 0.0]), (n, 1))  # 0.1 m away: a 1 s approach
     poses[:, 1] = np.linspace(0.0, 0.02, n)
-    return ReplayEpisode(0, np.arange(n) / fps, poses, np.full(n, 0.04), fps)
+    return ReplayEpisode.one_arm(0, np.arange(n) / fps, poses, np.full(n, 0.04), fps)
 
 
 class Sim:
@@ -259,3 +259,129 @@ def test_player_refuses_without_fresh_feedback_and_while_active():
     assert player.start(_episode(), 1.0) == (False, "already playing (state waiting)")
     result = player.stop("operator")
     assert result is not None and result["state"] == "stopped" and player.stop() is None
+
+
+# -- two arms -----------------------------------------------------------------------------------------------
+ARMS = ("left", "right")
+
+
+def test_load_episode_gives_each_arm_its_own_columns(bimanual_training_root):
+    ep = load_episode(bimanual_training_root, 0)
+    t = pq.read_table(bimanual_training_root / "data/chunk-000/episode_000000.parquet")
+    assert ep.arms == ARMS and len(ep.t) == t.num_rows and ep.fps == 30
+    for arm in ARMS:
+        poses = np.asarray(t[f"action.{arm}_arm_eef"].to_pylist(), dtype=np.float64)
+        poses[:, 3:] /= np.linalg.norm(poses[:, 3:], axis=1, keepdims=True)
+        np.testing.assert_allclose(ep.tracks[arm].poses, poses, atol=1e-7)
+        grip = np.asarray(t[f"action.{arm}_gripper"].to_pylist(), dtype=np.float64).reshape(-1)
+        np.testing.assert_array_equal(ep.tracks[arm].gripper, grip)
+    assert not np.allclose(ep.tracks["left"].poses, ep.tracks["right"].poses)  # the synthetic arms stand apart
+    with pytest.raises(ValueError, match="has arms left, right"):
+        ep.poses  # noqa: B018 - one arm's view of a two-arm episode
+
+
+START2 = {
+    "left": np.array([0.30, 0.05, 0.20, 1.0, 0.0, 0.0, 0.0]),
+    "right": np.array([0.30, -0.05, 0.20, 0, 0, 0, 1.0]),
+}
+
+
+def _two_arm_episode(n: int = 60, fps: float = 30.0) -> ReplayEpisode:
+    tracks = {}
+    for arm, (y0, dy, far) in {"left": (0.10, 0.02, 0.05), "right": (-0.10, -0.03, 0.15)}.items():
+        poses = np.tile(START2[arm], (n, 1))
+        poses[:, 0] += far  # the right arm's first pose is 3x further: its approach takes longer
+        poses[:, 1] = y0 + np.linspace(0.0, dy, n)
+        tracks[arm] = ArmTrack(poses, np.full(n, 0.03 if arm == "left" else 0.06))
+    return ReplayEpisode(0, np.arange(n) / fps, tracks, fps)
+
+
+class Sim2:
+    """Two arms on a fake clock, each following its targets at once; ``offset`` shifts an arm's measured pose
+    from its target (a constant tracking error); ``gaps`` silence one arm's feedback.
+    """
+
+    def __init__(self, offset=None, gaps=None, **cfg):
+        self.player = ReplayPlayer(ReplayConfig(arms=list(ARMS), approach_linear_speed=0.15, **cfg))
+        self.now, self.pose = 0.0, {a: START2[a].copy() for a in ARMS}
+        self.offset = offset or {}
+        self.gaps = gaps or {}
+        self.steps: list[tuple[float, dict]] = []
+        self.result: dict | None = None
+
+    def run(self, until: float) -> None:
+        while self.now < until and self.result is None:
+            for arm in ARMS:
+                if not any(t0 <= self.now < t1 for t0, t1 in self.gaps.get(arm, ())):
+                    measured = self.pose[arm].copy()
+                    measured[:3] += self.offset.get(arm, 0.0)
+                    self.player.on_feedback(measured, self.now, arm=arm)
+            step = self.player.tick(self.now)
+            if step.targets:
+                self.steps.append((self.now, {a: t.pose.copy() for a, t in step.targets.items()}))
+                self.pose = {a: t.pose.copy() for a, t in step.targets.items()}
+            self.result = step.result
+            self.now = round(self.now + TICK, 9)
+
+
+def test_two_arms_approach_their_own_first_poses_then_play_and_report_tracking_per_arm():
+    episode = _two_arm_episode()
+    sim = Sim2(offset={"right": np.array([0.0, 0.0, 0.004])})  # the right arm tracks 4 mm low (z: off its path)
+    for arm in ARMS:
+        sim.player.on_feedback(START2[arm], 0.0, arm=arm)
+    ok, msg = sim.player.start(episode, 0.0)
+    assert ok, msg
+    sim.run(30.0)
+    assert sim.result is not None and sim.result["state"] == "done", sim.result
+    assert all(set(targets) == set(ARMS) for _, targets in sim.steps)
+    for arm in ARMS:  # each arm ended the approach on its own first pose, and played its own track to the end
+        firsts = [i for i, (_, t) in enumerate(sim.steps) if np.allclose(t[arm], episode.tracks[arm].poses[0])]
+        assert firsts, arm
+        np.testing.assert_allclose(sim.steps[-1][1][arm], episode.tracks[arm].poses[-1])
+    # the left arm waits at its goal while the slower right arm still approaches
+    left_done = next(i for i, (_, t) in enumerate(sim.steps) if np.allclose(t["left"], episode.tracks["left"].poses[0]))
+    right_done = next(
+        i for i, (_, t) in enumerate(sim.steps) if np.allclose(t["right"], episode.tracks["right"].poses[0])
+    )
+    assert left_done < right_done
+    arms = sim.result["arms"]
+    assert set(arms) == set(ARMS) and arms["left"]["samples"] == arms["right"]["samples"] > 0
+    assert arms["right"]["lag_rms_m"] == pytest.approx(0.004, abs=5e-4)
+    assert arms["right"]["rms_m"] >= arms["right"]["lag_rms_m"] and arms["left"]["lag_rms_m"] < 5e-4
+    assert "rms_m" not in sim.result  # no one-arm summary that would mix the two
+
+
+def test_one_arms_stale_feedback_holds_both_arms():
+    sim = Sim2()
+    sim.player.on_feedback(START2["left"], 0.0, arm="left")
+    sim.player.on_feedback(START2["right"], 0.0, arm="right")
+    assert sim.player.start(_two_arm_episode(n=90), 0.0)[0]
+    while sim.player.state != "play":
+        sim.run(sim.now + TICK)
+    t_gap = sim.now + 0.5
+    sim.gaps = {"right": [(t_gap, t_gap + 0.6)]}
+    sim.run(60.0)
+    assert sim.result is not None and sim.result["state"] == "done" and sim.result["feedback_holds"] == 1
+    silent = [t for t, _ in sim.steps if t_gap + 0.3 + 1e-9 < t < t_gap + 0.6]
+    assert silent == []  # no target for either arm while the right arm's feedback is stale
+
+
+def test_the_arms_of_the_episode_must_be_the_nodes():
+    one = ReplayPlayer(ReplayConfig())
+    one.on_feedback(START, 0.0)
+    assert one.start(_two_arm_episode(), 0.0) == (
+        False,
+        "episode 0 was recorded with two arms (left, right), this replay drives one arm (set arms:=left,right)",
+    )
+    two = ReplayPlayer(ReplayConfig(arms=list(ARMS)))
+    two.on_feedback(START2["left"], 0.0, arm="left")
+    assert two.start(_episode(), 0.0) == (
+        False,
+        "episode 0 was recorded with one arm, this replay drives two arms (left, right) (run it without arms)",
+    )
+    assert two.start(_two_arm_episode(), 0.0) == (
+        False,
+        "no fresh arm feedback on /right/arm/eef_pose: is piper_arm running?",
+    )
+    two.on_feedback(START, 0.1)  # an unnamed arm's feedback (the one-arm topic): no arm's, ignored and counted
+    assert two.foreign_feedback == 1 and not two.fresh(0.1)

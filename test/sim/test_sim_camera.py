@@ -55,6 +55,26 @@ def test_render_marker_and_depth_consistent():
     assert find_marker(r.render(p)[0], stale=True) is None
 
 
+def test_two_arms_are_two_discs_where_the_scene_puts_their_bases():
+    from piper_recorder.sim.scene import arm_bases
+
+    bases = arm_bases(["left", "right"])
+    assert bases["left"].tolist() == [0.0, 0.3, 0.0] and bases["right"].tolist() == [0.0, -0.3, 0.0]
+    cam = PinholeCamera.looking_at(Intrinsics.default(320, 240), [0.9, 0.0, 0.6], [0.2, 0.0, 0.2])
+    r = SceneRenderer(cam)
+    flange = np.array([0.25, 0.0, 0.25])  # the same flange pose in each arm's own base frame
+    rgb, depth = (a.copy() for a in r.render([flange + bases["left"], flange + bases["right"]]))
+    for base in bases.values():
+        u, v, z = cam.project(flange + base)
+        assert tuple(rgb[round(v), round(u)]) == (255, 0, 0) and depth[round(v), round(u)] == round(z * 1000)
+    # each disc where its arm is: the left arm (+y) is image-right seen from the front camera
+    ul, _, _ = cam.project(flange + bases["left"])
+    ur, _, _ = cam.project(flange + bases["right"])
+    assert ul > ur + 50
+    one = r.render(flange + bases["left"])[0]
+    assert tuple(one[round(cam.project(flange + bases["right"])[1]), round(ur)]) != (255, 0, 0)
+
+
 def test_find_marker_survives_h264():
     av = pytest.importorskip("av")
     import io

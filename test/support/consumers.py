@@ -70,3 +70,22 @@ def run_json(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[subpr
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     return p, (json.loads(lines[-1]) if lines else {})
+
+
+TRAIN_STEPS = 4  # lerobot-train steps: the loss is finite and a checkpoint is saved
+# reference-facts §6: a small ACT that runs offline on CPU; everything else stays at lerobot-train's defaults
+ACT_FLAGS = [
+    "--policy.type=act",
+    "--policy.device=cpu",
+    "--policy.push_to_hub=false",
+    "--policy.pretrained_backbone_weights=null",
+    "--policy.dim_model=64",
+    "--policy.n_encoder_layers=1",
+    "--policy.n_decoder_layers=1",
+    "--policy.chunk_size=10",
+    "--policy.n_action_steps=10",
+    "--policy.use_vae=false",
+    "--batch_size=2",
+    "--num_workers=0",
+    "--wandb.enable=false",
+]

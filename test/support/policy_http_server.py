@@ -1,6 +1,8 @@
 """A PiperPilot-style ``/predict`` server written from the published schema (reference-facts §7),
 independent of piper_recorder: it validates every request and answers a slow circle around the
-observed pose. Run in-process (``serve``) or as a process: ``python policy_http_server.py PORT
+observed pose. Two arms (``serve(arms=("left", "right"))``): each arm's state columns are required
+(``observation.left_arm_eef`` ...) and each row is every arm's 8 values in the order given, each arm
+circling around its own pose. Run in-process (``serve``) or as a process: ``python policy_http_server.py PORT
 [--delay S] [--radius M]``. ``GET /stats`` reports the requests seen and any schema problem.
 ``post`` is the tests' raw client for any ``/predict`` server (status and JSON, errors included).
 """
@@ -34,7 +36,14 @@ def post(url: str, body: bytes, timeout_s: float = 10.0) -> tuple[int, dict]:
 STATE_DIMS = {"observation.arm_joint": 6, "observation.arm_eef": 7, "observation.gripper": 1}
 
 
-def schema_problems(req: object) -> list[str]:
+def state_dims(arms: tuple[str, ...] = ()) -> dict[str, int]:
+    """The state columns a request must carry: one arm's, or each arm's with its name in front."""
+    if not arms:
+        return STATE_DIMS
+    return {f"observation.{arm}_{k.split('.', 1)[1]}": n for arm in arms for k, n in STATE_DIMS.items()}
+
+
+def schema_problems(req: object, arms: tuple[str, ...] = ()) -> list[str]:
     out: list[str] = []
     if not isinstance(req, dict):
         return ["request is not an object"]
@@ -47,7 +56,7 @@ def schema_problems(req: object) -> list[str]:
     if not isinstance(state, dict):
         out.append("state is not an object")
     else:
-        for k, n in STATE_DIMS.items():
+        for k, n in state_dims(arms).items():
             v = state.get(k)
             if not (isinstance(v, list) and len(v) == n and all(isinstance(x, (int, float)) for x in v)):
                 out.append(f"state[{k}] is not {n} numbers")
@@ -66,8 +75,8 @@ def schema_problems(req: object) -> list[str]:
 
 
 class State:
-    def __init__(self, delay_s: float = 0.0, radius: float = 0.02, rows: int | None = None):
-        self.delay_s, self.radius, self.rows = delay_s, radius, rows
+    def __init__(self, delay_s: float = 0.0, radius: float = 0.02, rows: int | None = None, arms: tuple[str, ...] = ()):
+        self.delay_s, self.radius, self.rows, self.arms = delay_s, radius, rows, tuple(arms)
         self.requests: list[dict] = []
         self.problems: list[str] = []
         self.image_sizes: dict[str, list[int]] = {}
@@ -77,23 +86,23 @@ class State:
 
 
 def answer(req: dict, st: State) -> dict:
-    eef = req["state"]["observation.arm_eef"]
-    g = req["state"]["observation.gripper"][0]
     n = req["horizon"] if st.rows is None else st.rows
     w = 2 * math.pi * 0.25  # one turn in 4 s, continued from the observed pose
     a0 = w * time.time()
-    acts = []
-    for k in range(n):
-        a = a0 + w * k / 30.0
-        acts.append(
-            [
+    acts: list[list[float]] = [[] for _ in range(n)]
+    for arm in st.arms or ("",):
+        prefix = f"{arm}_" if arm else ""
+        eef = req["state"][f"observation.{prefix}arm_eef"]
+        g = req["state"][f"observation.{prefix}gripper"][0]
+        for k in range(n):
+            a = a0 + w * k / 30.0
+            acts[k] += [
                 eef[0] + st.radius * (math.sin(a) - math.sin(a0)),
                 eef[1] + st.radius * (math.cos(a) - math.cos(a0)),
                 eef[2],
                 *eef[3:7],
                 min(max(g, 0.0), 0.07),
             ]
-        )
     return {"actions": acts}
 
 
@@ -132,7 +141,7 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
                 req = json.loads(raw)
             except ValueError:
                 req = None
-            probs = schema_problems(req)
+            probs = schema_problems(req, st.arms)
             with st.lock:
                 st.problems += probs
                 if isinstance(req, dict):

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from piper_recorder.policy.server.protocol import (
+    ACTION_WIDTH,
     MAX_PIXELS,
     ImageRule,
     PredictRequest,
@@ -52,13 +53,16 @@ _BUSY = b'{"error": "server busy: every worker is serving and the queue is full;
 
 
 class Runner(Protocol):
-    """Answers one decoded request with (n, 8) absolute action rows (n may exceed the horizon)."""
+    """Answers one decoded request with (n, action width) absolute action rows (n may exceed the horizon).
+
+    The width is ``info()["action_width"]`` (one arm's 8 when it says none; two arms 16).
+    """
 
     def info(self) -> dict[str, object]:
-        """What ``GET /info`` answers: the checkpoint, its inputs and its ``content_hash``."""
+        """What ``GET /info`` answers: the checkpoint, its inputs, ``action_width`` and its ``content_hash``."""
 
     def predict(self, request: PredictRequest) -> npt.NDArray[np.floating]:
-        """The (n, 8) absolute action rows answering ``request``."""
+        """The (n, action width) absolute action rows answering ``request``."""
 
 
 class PolicyHTTPServer(HTTPServer):
@@ -83,7 +87,10 @@ class PolicyHTTPServer(HTTPServer):
         self.infer_lock = threading.Lock()
         self.decode_gate = threading.BoundedSemaphore(decoders)
         self.client_timeout_s, self.body_deadline_s = client_timeout_s, body_deadline_s
-        self.image_rule = ImageRule.from_inputs(runner.info().get("inputs"))
+        info = runner.info()
+        self.image_rule = ImageRule.from_inputs(info.get("inputs"))
+        width = info.get("action_width", ACTION_WIDTH)
+        self.action_width = width if isinstance(width, int) and width > 0 else ACTION_WIDTH
         self.served = 0
         self.refused_busy = 0
         self._pending: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(maxsize=queued + workers)
@@ -224,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             del body
             with self.server.infer_lock:
                 actions = np.asarray(self.server.runner.predict(request), dtype=np.float64)
-                answer = encode_answer(actions[: request.horizon])
+                answer = encode_answer(actions[: request.horizon], self.server.action_width)
                 self.server.served += 1
         except (ProtocolError, RequestRefused) as e:
             self._error(400, str(e))

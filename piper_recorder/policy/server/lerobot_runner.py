@@ -93,11 +93,13 @@ class LeRobotRunner:
         if bad:
             raise CheckpointError(f"inputs the /predict protocol cannot provide: {', '.join(bad)}")
         action = cfg.output_features.get("action")
-        if action is None or tuple(action.shape) != (ACTION_WIDTH,):
+        shape = None if action is None else tuple(action.shape)
+        if shape is None or len(shape) != 1 or shape[0] < ACTION_WIDTH or shape[0] % ACTION_WIDTH:
             raise CheckpointError(
-                f"the policy's action is {None if action is None else list(action.shape)}; "
-                f"/predict answers {ACTION_WIDTH} columns (action.arm_eef + action.gripper)"
+                f"the policy's action is {None if shape is None else list(shape)}; /predict answers "
+                f"{ACTION_WIDTH} columns per arm (one arm's action.arm_eef + action.gripper, two arms' 16)"
             )
+        self.action_width = int(shape[0])
         self._pre: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._post: Callable[[Any], Any] | None = None
         make = getattr(factory, "make_pre_post_processors", None)
@@ -123,7 +125,7 @@ class LeRobotRunner:
             "chunk_size": int(getattr(cfg, "chunk_size", 0) or getattr(cfg, "n_action_steps", 1)),
             "n_action_steps": int(getattr(cfg, "n_action_steps", 1)),
             "inputs": {f.key: {"type": f.kind, "shape": list(f.shape)} for f in self.features},
-            "action_width": ACTION_WIDTH,
+            "action_width": self.action_width,
         }
 
     def info(self) -> dict[str, object]:

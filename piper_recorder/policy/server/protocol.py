@@ -3,6 +3,10 @@
 Request ``{"task": str, "state": {feature key: [floats]}, "images": {camera: base64 JPEG},
 "horizon": int}``; answer ``{"actions": [[x, y, z, qw, qx, qy, qz, gripper], ...]}`` (at most
 ``horizon`` rows, absolute targets in the arm base frame). Errors are answered as ``{"error": str}``.
+Two arms: ``state`` carries each arm's columns and ``observation.state`` as the training root has them,
+and an action row is the root's whole ``action`` column, each arm's 8 values in the root's order (16;
+``lerobot.format.action_layout``). The client checks the width against its training root; the server
+answers the width its policy was trained with (a multiple of ``ACTION_WIDTH``).
 
 Only stdlib and numpy at import time: this module runs in the trainer's virtualenv (the server)
 and in the project's (clients, tests, benches). Pillow is imported when a JPEG is encoded/decoded.
@@ -26,7 +30,7 @@ from piper_recorder.names import image_camera
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
 
-ACTION_WIDTH = 8  # x, y, z, qw, qx, qy, qz, gripper: the dataset's `action` column
+ACTION_WIDTH = 8  # one arm's x, y, z, qw, qx, qy, qz, gripper: the dataset's `action` column (two arms: 16)
 MAX_HORIZON = 10_000
 MAX_IMAGES = 8  # images per request when the policy does not say which cameras it takes
 MAX_PIXELS = 4096 * 4096  # per image (a 4K frame is 8.3 Mpx); also Pillow's MAX_IMAGE_PIXELS in the server
@@ -247,18 +251,18 @@ def parse_request(
     return PredictRequest(task=task, state=state, images=images, horizon=horizon)
 
 
-def encode_answer(actions: npt.NDArray[np.floating]) -> bytes:
-    """``{"actions": [[8 floats], ...]}``; refuses anything but finite (n, 8) rows."""
+def encode_answer(actions: npt.NDArray[np.floating], width: int = ACTION_WIDTH) -> bytes:
+    """``{"actions": [[width floats], ...]}``; refuses anything but finite (n, width) rows."""
     a = np.asarray(actions, dtype=np.float64)
-    if a.ndim != 2 or a.shape[1] != ACTION_WIDTH or a.shape[0] < 1:
-        raise ValueError(f"actions must be (n >= 1, {ACTION_WIDTH}), got {a.shape}")
+    if a.ndim != 2 or a.shape[1] != width or a.shape[0] < 1:
+        raise ValueError(f"actions must be (n >= 1, {width}), got {a.shape}")
     if not np.isfinite(a).all():
         raise ValueError("the policy returned a non-finite action")
     return json.dumps({"actions": a.tolist()}).encode("utf-8")
 
 
-def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
-    """Client side: the answer's rows as (n, 8) float32, n in [1, horizon]; ProtocolError otherwise.
+def parse_answer(body: bytes, horizon: int, cut: bool = False, width: int = ACTION_WIDTH) -> F32:
+    """Client side: the answer's rows as (n, width) float32, n in [1, horizon]; ProtocolError otherwise.
 
     An ``{"error": ...}`` answer is a ProtocolError too. ``cut``: keep the first ``horizon`` rows of a longer answer
     instead (servers written for PiperPilot may answer their whole chunk).
@@ -273,11 +277,13 @@ def parse_answer(body: bytes, horizon: int, cut: bool = False) -> F32:
         raise ProtocolError(f"answer must hold 1..{horizon} action rows")
     if not all(
         isinstance(r, list)
-        and len(r) == ACTION_WIDTH
+        and len(r) == width
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r)
         for r in rows
     ):
-        raise ProtocolError(f"every action row must be {ACTION_WIDTH} numbers")
+        got = sorted({len(r) for r in rows if isinstance(r, list)})
+        seen = f" (got rows of {', '.join(map(str, got))})" if got and got != [width] else ""
+        raise ProtocolError(f"every action row must be {width} numbers{seen}")
     return _finite_f32(rows, "answer", "action")
 
 

@@ -21,6 +21,7 @@ import numpy.typing as npt
 import pytest
 from PIL import Image
 
+from piper_recorder.policy.backend import Observation
 from piper_recorder.policy.server.httpd import PolicyHTTPServer, make_server
 from piper_recorder.policy.server.inputs import InputFeature, build_inputs
 from piper_recorder.policy.server.protocol import (
@@ -31,6 +32,7 @@ from piper_recorder.policy.server.protocol import (
     parse_answer,
     parse_request,
 )
+from piper_recorder.policy.spec import make_backend
 
 from support.policy_http_server import post
 
@@ -458,3 +460,44 @@ def test_a_client_that_goes_away_costs_no_traceback(capfd):
         t.join(5)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception occurred" not in err, err
+
+
+# ---- two arms ----------------------------------------------------------------------------------------------
+def test_a_two_arm_checkpoint_takes_the_combined_state_and_answers_its_16_columns(bimanual_training_root):
+    """A stand-in for a checkpoint trained on a two-arm root: its input is observation.state (28) as the client
+    sends it, its action the root's 16 columns; the server answers that width and the client reads it back.
+    """
+    info = json.loads((bimanual_training_root / "meta/info.json").read_text())["features"]
+    state_names, action_names = info["observation.state"]["names"], info["action"]["names"]
+
+    class TwoArms:
+        wrong_width = False
+
+        def info(self) -> dict[str, object]:
+            return {"backend": "test", "action_width": 16, "inputs": {"observation.state": {"type": "STATE"}}}
+
+        def predict(self, req: PredictRequest) -> npt.NDArray[np.float32]:
+            (state,) = build_inputs((InputFeature("observation.state", "STATE", (28,)),), req).values()
+            # hold every arm: its action elements are its state elements of the same names
+            row = np.array([state[state_names.index(n)] for n in action_names], np.float32)
+            return np.tile(row, (4, 1))[:, : 8 if self.wrong_width else 16]
+
+    runner = TwoArms()
+    server = make_server(runner, "127.0.0.1", 0)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        state = np.linspace(-0.5, 0.5, 28).astype(np.float32)
+        obs = Observation("hand over", {"observation.state": state}, {}, stamp_ns=1)
+        chunk = make_backend(url, timeout_s=5.0, root=str(bimanual_training_root)).predict(obs, 4)
+        assert chunk.rows.shape == (4, 16)
+        right_y = action_names.index("right_arm_eef.y")
+        assert chunk.rows[0, right_y] == pytest.approx(state[state_names.index("right_arm_eef.y")])
+        runner.wrong_width = True
+        status, doc = post(url, encode_request("t", {"observation.state": state}, {}, 4))
+        assert status == 500 and "actions must be (n >= 1, 16), got (4, 8)" in doc["error"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join(5)
