@@ -30,6 +30,11 @@ headset's camera panels: N sim cameras (640x480, 30 fps) run in both, and in the
 channel. Prints the p99 ratio (target: within 10 %), the CPU the panel stream costs per camera
 (quest_video's user+system time over the run, /proc) and the panel latency from capture (the image
 stamp) to the frame's last byte handed to the socket, p50/p99 (quest_video's ``~/status``).
+``--arms left,right``: the two-arm graph (teleop with ``arms``): both controllers gripped, each step moves both
+hands the same way in the same frame (the tick's worst case: both arms' targets at once), and each arm node runs
+in this process under its namespace on its own virtual channel with its own tap (python-can's virtual bus lives
+in one process). Both arm nodes share this process's GIL, where the graph gives each arm a process of its own,
+so the figures are an upper bound. Prints every stage per arm, and headset -> CAN p99 per arm.
 ``--client web``: the same run alternately through the native path (piper-sim-quest -> TCP ->
 bridge) and the web path (a WebSocket client sending the page's frames -> piper-quest-web -> TCP -> bridge),
 ``--rounds`` pairs in one invocation, side by side: page -> CAN frame p50/p99 for both and the p99
@@ -39,6 +44,7 @@ not in the loop: on the robot it runs on the headset, not on the host's cores, a
 here would only add its own CPU load to the measured host.
 Usage: .venv/bin/python bench/teleop_latency.py [--backend position|impedance] [--steps 50] [--step-s 0.3]
        [--arm-executor events|single|multi] [--panels 2 [--panel-fps 15] [--rounds 2]] [--client web]
+       [--arms left,right]
 """
 
 from __future__ import annotations
@@ -60,7 +66,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
 from piper_recorder.graph.ports import free_port
 from piper_recorder.graph.rosenv import lease_domain
-from piper_recorder.quest.scripts import RIGHT_HOME, ScriptedHeadset
+from piper_recorder.names import TARGET_POSE, arm_topic, parse_arms
+from piper_recorder.quest.scripts import LEFT_HOME, RIGHT_HOME, ScriptedHeadset
 
 from support.proc import ProcGroup
 from support.wsclient import WebSocketClient
@@ -72,8 +79,8 @@ THRESH = {"position": 0.0002, "impedance": 0.0004}  # m in y / rad of joint 1: w
 # the first filtered tick of a 1 cm step (~0.7 mm)
 
 
-def make_replay(path: Path, steps: int, step_s: float) -> list[int]:
-    """Write the replay stream; return the frame numbers at which the steps happen."""
+def make_replay(path: Path, steps: int, step_s: float, two_hands: bool = False) -> list[int]:
+    """Write the replay stream; return the frame numbers at which the steps happen (both hands' with ``two_hands``)."""
     idle = ScriptedHeadset("idle", buttons=False)
     # (i % 9) extra frames: the 90 Hz frames then land at 9 different phases of teleop's 100 Hz tick
     # (and the arm's 200 Hz one) instead of always the same, so the quantization is sampled fairly.
@@ -88,16 +95,19 @@ def make_replay(path: Path, steps: int, step_s: float) -> list[int]:
             f = idle.sample(n / RATE, frame=n, rate_hz=RATE)
             f["right"]["pos"] = [RIGHT_HOME[0] + offset, RIGHT_HOME[1], RIGHT_HOME[2]]
             f["right"]["squeeze"] = 1.0 if n >= int(0.3 * RATE) else 0.0
+            if two_hands:  # the left hand steps with the right: each arm's base faces the same way
+                f["left"]["pos"] = [LEFT_HOME[0] + offset, LEFT_HOME[1], LEFT_HOME[2]]
+                f["left"]["squeeze"] = f["right"]["squeeze"]
             fh.write(json.dumps(f) + "\n")
     return step_frames
 
 
 def stats(name: str, xs: list[float]) -> str:
     if not xs:
-        return f"{name:<34} n=0"
+        return f"{name:<41} n=0"
     a = np.array(xs) * 1e3
     return (
-        f"{name:<34} n={len(a):3d}  p50 {np.percentile(a, 50):6.2f} ms  p90 {np.percentile(a, 90):6.2f} ms  "
+        f"{name:<41} n={len(a):3d}  p50 {np.percentile(a, 50):6.2f} ms  p90 {np.percentile(a, 90):6.2f} ms  "
         f"p99 {np.percentile(a, 99):6.2f} ms  max {a.max():6.2f} ms"
     )
 
@@ -170,7 +180,12 @@ def main() -> int:
         default="native",
         help="web: compare the native path with the WebXR page's path, side by side",
     )
+    ap.add_argument("--arms", default="", help="left,right: the two-arm graph, each arm measured on its own")
     args = ap.parse_args()
+    try:
+        args.arms = parse_arms(args.arms)
+    except ValueError as e:
+        ap.error(str(e))
     if args.client == "web":
         return compare_clients(args)
     if not args.panels:
@@ -296,24 +311,19 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
         from piper_recorder.nodes.piper_arm import PiperArmNode
 
         replay = Path(tmp) / "steps.quest.jsonl"
-        step_frames = make_replay(replay, args.steps, args.step_s)
-        channel = f"lat_{uuid.uuid4().hex[:8]}"
-        rclpy.init(
-            args=[
-                "bench",
-                "--ros-args",
-                "-p",
-                "emulate:=true",
-                "-p",
-                f"can_channel:={channel}",
-                "-p",
-                f"backend:={args.backend}",
-            ]
-        )
-        arm = PiperArmNode()
-        tap = CanTap(channel, args.backend)  # after the node: only frames from the homing on are queued
+        step_frames = make_replay(replay, args.steps, args.step_s, two_hands=bool(args.arms))
+        rclpy.init(args=["bench", "--ros-args", "-p", "emulate:=true", "-p", f"backend:={args.backend}"])
+        arm_names: tuple[str | None, ...] = args.arms or (None,)
+        arms: dict[str | None, PiperArmNode] = {}
+        taps: dict[str | None, CanTap] = {}
+        for name in arm_names:  # each arm on its own virtual channel, under its namespace with several
+            channel = f"lat_{uuid.uuid4().hex[:8]}"
+            arms[name] = PiperArmNode(
+                namespace=f"/{name}" if name else None, cli_args=["--ros-args", "-p", f"can_channel:={channel}"]
+            )
+            taps[name] = CanTap(channel, args.backend)  # after the node: only frames from the homing on are queued
         probe = rclpy.create_node("latency_probe")
-        targets: list[tuple[float, float]] = []  # (teleop publish time as monotonic, robot y)
+        targets: dict[str | None, list[tuple[float, float]]] = {a: [] for a in arm_names}  # (publish time, robot y)
         hellos: list[dict] = []
         teleop_up = threading.Event()
         off = time.time() - time.monotonic()
@@ -321,26 +331,31 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
             depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
         )
         probe.create_subscription(String, "/quest/hello", lambda m: hellos.append(json.loads(m.data)), latched)
-        probe.create_subscription(
-            PoseStamped,
-            "/arm/target_pose",
-            lambda m: targets.append((m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 - off, m.pose.position.y)),
-            200,
-        )
+        for name in arm_names:
+            probe.create_subscription(
+                PoseStamped,
+                arm_topic(name, TARGET_POSE),
+                lambda m, out=targets[name]: out.append(
+                    (m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 - off, m.pose.position.y)
+                ),
+                200,
+            )
         probe.create_subscription(String, "/teleop/status", lambda m: teleop_up.set(), 10)
         video_status: list[dict] = []
         probe.create_subscription(String, "/quest_video/status", lambda m: video_status.append(json.loads(m.data)), 10)
         video_cpu = [0.0, 0.0]  # CPU s, wall s of quest_video over the measured steps
-        args.arm_executor = executor_for(arm, args.arm_executor)  # what piper-arm's run_node spins here
+        args.arm_executor = executor_for(arms[arm_names[0]], args.arm_executor)  # what piper-arm's run_node spins
         executor = make_executor(args.arm_executor)
-        executor.add_node(arm)
+        for arm in arms.values():
+            executor.add_node(arm)
         executor.add_node(probe)
         stop_spin = threading.Event()
         spinner = threading.Thread(target=spin_until, args=(executor, stop_spin), daemon=True)
         spinner.start()
         try:
-            arm.ctl.go_home()
-            while arm.ctl.homing():
+            for arm in arms.values():
+                arm.ctl.go_home()
+            while any(arm.ctl.homing() for arm in arms.values()):
                 time.sleep(0.05)
             port, vport = free_port(), free_port()
             names = ["cam_front", "cam_wrist", "cam_side"][:cameras]
@@ -356,7 +371,9 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                         f"__node:={cam}",
                         name=cam,
                     )
-                procs.start("piper-teleop")
+                procs.start(
+                    "piper-teleop", *(["--ros-args", "-p", f"arms:=[{','.join(args.arms)}]"] if args.arms else [])
+                )
                 if not teleop_up.wait(30):
                     print(procs.logs())
                     return None
@@ -425,12 +442,15 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
                     relay_cpu = (cpu_seconds(relay.popen.pid) - relay_cpu0) / (time.monotonic() - relay_w0)
                     print(f"piper-quest-web CPU while relaying {RATE:g} frames/s: {relay_cpu * 100:.1f} % of a core")
         finally:
-            arm.on_shutdown()
-            tap.drain()
+            for arm in arms.values():
+                arm.on_shutdown()
+            for tap in taps.values():
+                tap.drain()
             stop_spin.set()
             spinner.join(2)
             executor.shutdown(timeout_sec=2)
-            arm.destroy_node()
+            for arm in arms.values():
+                arm.destroy_node()
             probe.destroy_node()
             rclpy.shutdown()
 
@@ -438,39 +458,47 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
         print("no headset hello\n" + logs)
         return None
     start = float(hellos[-1]["mono"])
-    can_lat, target_lat, arm_lat, missed = [], [], [], []
     thresh = THRESH[args.backend]
-    for i, fn in enumerate(step_frames):
-        t0 = start + fn / RATE  # when step frame fn was due to leave the sim headset
-        xr_dir = 1.0 if i % 2 == 0 else -1.0  # +x (right) first, then alternating
-        y_dir = -xr_dir  # robot y = -xr x; joint 1 turns the same way as y
-        t_can = first_response(tap.frames, t0, y_dir, thresh, args.step_s)
-        t_tgt = first_response(targets, t0, y_dir, 0.0002, args.step_s)
-        if t_can is None:
-            missed.append(str(i))
-            continue
-        can_lat.append(t_can - t0)
-        if t_tgt is not None:
-            target_lat.append(t_tgt - t0)
-            arm_lat.append(t_can - t_tgt)
+    measured: dict[str | None, tuple[list[float], list[float], list[float], list[str]]] = {}
+    for name in arm_names:
+        can_lat, target_lat, arm_lat, missed = [], [], [], []
+        for i, fn in enumerate(step_frames):
+            t0 = start + fn / RATE  # when step frame fn was due to leave the sim headset
+            xr_dir = 1.0 if i % 2 == 0 else -1.0  # +x (right) first, then alternating
+            y_dir = -xr_dir  # robot y = -xr x (each arm's base faces forward); joint 1 turns the same way as y
+            t_can = first_response(taps[name].frames, t0, y_dir, thresh, args.step_s)
+            t_tgt = first_response(targets[name], t0, y_dir, 0.0002, args.step_s)
+            if t_can is None:
+                missed.append(str(i))
+                continue
+            can_lat.append(t_can - t0)
+            if t_tgt is not None:
+                target_lat.append(t_tgt - t0)
+                arm_lat.append(t_can - t_tgt)
+        measured[name] = (can_lat, target_lat, arm_lat, missed)
     load = os.getloadavg()
     if cameras:
         print(f"\n-- {cameras} sim cameras, panels {'streaming' if panels else 'off'} --")
     print(
-        f"teleop latency ({args.backend} backend, {args.arm_executor} arm executor), "
-        f"{len(step_frames)} steps of {STEP_M * 100:.0f} cm every "
-        f"{args.step_s} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs"
+        f"teleop latency ({args.backend} backend, {args.arm_executor} arm executor"
+        f"{', arms ' + ','.join(args.arms) if args.arms else ''}), {len(step_frames)} steps of "
+        f"{STEP_M * 100:.0f} cm every {args.step_s} s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
+        f"on {os.cpu_count()} CPUs"
     )
-    print(stats("headset frame -> teleop target", target_lat))
-    print(stats("teleop target -> CAN frame", arm_lat))
-    print(stats("headset frame -> CAN frame", can_lat))
-    if missed:
-        print(f"steps without a detected CAN response: {', '.join(missed)}")
-    if len(can_lat) < len(step_frames) // 2:
-        print("too few responses measured\n" + logs)
-        return None
-    p99 = float(np.percentile(can_lat, 99)) * 1e3
-    print(f"target p99 < 20 ms: {'met' if p99 < 20 else 'NOT met'} ({p99:.1f} ms)")
+    for name, (can_lat, target_lat, arm_lat, missed) in measured.items():
+        who = f"{name}: " if name else ""
+        print(stats(f"{who}headset frame -> teleop target", target_lat))
+        print(stats(f"{who}teleop target -> CAN frame", arm_lat))
+        print(stats(f"{who}headset frame -> CAN frame", can_lat))
+        if missed:
+            print(f"{who}steps without a detected CAN response: {', '.join(missed)}")
+        if len(can_lat) < len(step_frames) // 2:
+            print(f"{who}too few responses measured\n" + logs)
+            return None
+    for name, (can_lat, *_rest) in measured.items():
+        p99 = float(np.percentile(can_lat, 99)) * 1e3
+        who = f" ({name} arm)" if name else ""
+        print(f"target p99 < 20 ms{who}: {'met' if p99 < 20 else 'NOT met'} ({p99:.1f} ms)")
     if panels:
         if not video_status or not video_status[-1].get("cameras"):
             print("no quest_video status\n" + logs)
@@ -480,7 +508,7 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
             f"quest_video: sent {st['sent']} dropped {st['dropped']}; CPU {video_cpu[0]:.2f} s in {video_cpu[1]:.1f} s"
         )
     return {
-        "can_lat": np.array(can_lat),
+        "can_lat": np.concatenate([np.array(m[0]) for m in measured.values()]),
         "video_cpu_s": video_cpu[0],
         "video_wall_s": video_cpu[1],
         "video_status": video_status[-1] if video_status else {},

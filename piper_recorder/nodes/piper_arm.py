@@ -61,8 +61,9 @@ def _pose_bytes(stamp_ns: int, t: np.ndarray) -> bytes:
 class PiperArmNode(Node):
     """The arm's node: targets into the controller, feedback and commands out, the Trigger services."""
 
-    def __init__(self) -> None:
-        super().__init__("piper_arm")
+    def __init__(self, namespace: str | None = None, cli_args: list[str] | None = None) -> None:
+        """Start the arm; ``namespace`` and ``cli_args`` are its own when several arms share a process (a bench)."""
+        super().__init__("piper_arm", namespace=namespace, cli_args=cli_args)
         self.cfg = cfg = declare_config(self, ArmConfig)
         self.emulator: PiperEmulator | None = None
         if cfg.emulate:
