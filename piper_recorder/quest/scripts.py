@@ -38,7 +38,8 @@ Re-gripping like an operator (every script): when the headset learns that teleop
 the HUD and feels the release pulse), the hand lets go of the squeeze over ``REGRIP_OPEN_S``, waits
 ``REGRIP_PAUSE_S`` and squeezes again over ``REGRIP_CLOSE_S``: a forced release needs the grip
 opened below the clutch's release threshold and closed again (``teleop.clutch``), and a headset that
-kept squeezing would never engage again after one stall. The motion goes on meanwhile;
+kept squeezing would never engage again after one stall. With two hands, ``regrip(t, hands)`` re-grips the
+hands named (an arm's release is its own hand's) while the other keeps squeezing. The motion goes on meanwhile;
 ``sample`` stays a pure function of the time and the release times noticed so far.
 """
 
@@ -131,41 +132,52 @@ class ScriptedHeadset:
         rng = random.Random(seed)
         # The seed only varies the phase of the head's breathing sway (the hands stay predictable).
         self._head_phase = rng.uniform(0.0, 2.0 * math.pi)
-        self._regrips: tuple[float, ...] = ()  # script times at which a release was noticed (replaced whole)
+        # each hand's script times at which a release was noticed (the dict replaced whole: read unlocked)
+        self._regrips: dict[str, tuple[float, ...]] = {"left": (), "right": ()}
 
     @property
     def regrips(self) -> tuple[float, ...]:
-        """The script times at which a re-grip started."""
-        return self._regrips
+        """The script times at which a re-grip of either hand started."""
+        return tuple(sorted(set(self._regrips["left"]) | set(self._regrips["right"])))
 
-    def regrip(self, t: float) -> bool:
-        """Teleop released the clutch (noticed at script time ``t``): open and close the grip again.
+    def regrips_of(self, hand: str) -> tuple[float, ...]:
+        """The script times at which a re-grip of ``hand`` started."""
+        return self._regrips[hand]
 
-        Ignored (False) while a re-grip is under way or for a time before the last one.
+    def regrip(self, t: float, hands: Sequence[str] = ("left", "right")) -> bool:
+        """Teleop released the clutch of ``hands`` (noticed at script time ``t``): open and close their grips again.
+
+        The default is both hands: one arm's clutch is whichever hand drives it. A hand is left alone (False when
+        every hand is) while its re-grip is under way or for a time before its last one.
         """
-        if self._regrips and t < self._regrips[-1] + REGRIP_S:
+        new = dict(self._regrips)
+        for hand in hands:
+            times = new[hand]
+            if not times or t >= times[-1] + REGRIP_S:
+                new[hand] = (*times, float(t))
+        if new == self._regrips:
             return False
-        self._regrips = (*self._regrips, float(t))  # one assignment: the send thread reads it unlocked
+        self._regrips = new  # one assignment: the send thread reads it unlocked
         return True
 
     def right(self, t: float) -> RightHand:
         """The right controller at ``t`` seconds since connect (the script, with any re-grips)."""
-        return self._regripped(t, self._scripted(t))
+        return self._regripped(t, self._scripted(t), "right")
 
     def left(self, t: float) -> RightHand | None:
         """The left controller at ``t`` with two hands (the module docstring), else None (it rests at ``LEFT_HOME``)."""
         if not self.two_hands:
             return None
         if self.script == "bimanual":
-            return self._regripped(t, self._bimanual(t - LEAD_S, "left"))
+            return self._regripped(t, self._bimanual(t - LEAD_S, "left"), "left")
         r = self._scripted(t)
         pos = (LEFT_HOME[0] - (r.pos[0] - RIGHT_HOME[0]), LEFT_HOME[1] + r.pos[1] - RIGHT_HOME[1], r.pos[2])
         quat = (r.quat[0], -r.quat[1], r.quat[2], r.quat[3])  # the yaw about XR +y, negated
-        return self._regripped(t, RightHand(pos, quat, r.trigger, r.squeeze, False, False))
+        return self._regripped(t, RightHand(pos, quat, r.trigger, r.squeeze, False, False), "left")
 
-    def _regripped(self, t: float, hand: RightHand) -> RightHand:
+    def _regripped(self, t: float, hand: RightHand, which: str) -> RightHand:
         factor = 1.0
-        for tr in self._regrips:
+        for tr in self._regrips[which]:
             if tr <= t < tr + REGRIP_S:
                 factor *= (
                     1.0 - _ramp(t, tr, tr + REGRIP_OPEN_S) + _ramp(t, tr + REGRIP_S - REGRIP_CLOSE_S, tr + REGRIP_S)

@@ -25,7 +25,8 @@ Like an operator it re-grips after a clutch release it did not make (``regrip``,
 reads "RELEASED: ... - re-grip" there (and feels ``haptics.release``, whose amplitude and length the
 app cannot tell apart from other pulses reliably, so the HUD is the signal). Each scripted
 connection then lets go of the squeeze and squeezes again (``scripts.ScriptedHeadset.regrip``); the
-first HUD seen only sets the count. ``regrips`` (report) lists when.
+first HUD seen only sets the count. Two arms (the HUD's ``arms``): each arm's own count, and only the hand
+that drives the released arm (``names.BIMANUAL_ARMS``) re-grips. ``regrips`` (report) lists when.
 
 The hello carries ``mono`` (the script's t = 0), so a client can compute the script time of a frame
 as ``frame.mono - hello["mono"]`` and predict it with ``ScriptedHeadset.sample``.
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from piper_recorder.names import BIMANUAL_ARMS
 from piper_recorder.process.supervision import on_stop_signals, watch_parent
 from piper_recorder.storage.outpaths import file_problem
 
@@ -161,9 +163,11 @@ class SimQuestServer:
         self.haptic_times: list[float] = []  # time.time() at each one's arrival
         self.colors: list[dict[str, Any]] = []  # with "t_recv" (time.time() at arrival)
         self.video = SimVideoServer(config.host, config.video_port, self._on_hud) if config.video_port >= 0 else None
-        self.regrips: list[dict[str, Any]] = []  # {"t": wall time, "releases": the HUD's count}
-        self._releases_seen: int | None = None  # the HUD's release count last read
-        self._awaiting_engage = False  # re-gripped; the HUD has not shown the clutch engaged since
+        self.regrips: list[dict[str, Any]] = []  # {"t": wall time, "releases": the HUD's count[, "arm": its name]}
+        # per clutch (None: one arm's, else the arm's name): the HUD's release count last read, and whether it was
+        # re-gripped and the HUD has not shown it engaged since
+        self._releases_seen: dict[str | None, int] = {}
+        self._awaiting_engage: dict[str | None, bool] = {}
         self._headsets: dict[int, tuple[ScriptedHeadset, float]] = {}  # connection -> (script, its start)
         self.connections = 0
         self.frames_sent = 0
@@ -361,39 +365,60 @@ class SimQuestServer:
     def _on_hud(self, hud: dict[str, Any]) -> None:
         """Re-grip when a HUD frame (video thread) shows a clutch release teleop made.
 
-        A grown ``releases`` count means teleop released the
-        clutch while this hand squeezed: re-grip, as the operator reading it would; and if the HUD
-        still shows the clutch idle ``REGRIP_RETRY_S`` after a re-grip (the open grip fell into a
-        stall and never reached teleop), try again, until it shows it engaged. The first HUD only sets
-        the count, unless it already says to re-grip (the video channel came up after the release).
+        A grown ``releases`` count means teleop released the clutch while this hand squeezed: re-grip, as the
+        operator reading it would; and if the HUD still shows the clutch idle ``REGRIP_RETRY_S`` after a re-grip
+        (the open grip fell into a stall and never reached teleop), try again, until it shows it engaged. The
+        first HUD only sets the count, unless it already says to re-grip (the video channel came up after the
+        release). Two arms: each arm's clutch is judged on its own part of the HUD, and its hand re-grips.
         """
-        releases = hud.get("releases")
+        if not self.config.regrip:
+            return
+        error = str(hud.get("error") or "")
+        per_arm = hud.get("arms")
+        if isinstance(per_arm, dict) and per_arm:
+            for arm, entry in per_arm.items():
+                if isinstance(entry, dict):  # told: the error line names this arm's release
+                    reason = str(entry.get("last_release") or "")
+                    told = error.startswith(RELEASED) and bool(reason) and reason in error
+                    hands = (arm,) if arm in BIMANUAL_ARMS else BIMANUAL_ARMS
+                    self._on_clutch(str(arm), entry.get("releases"), entry.get("engaged"), told, hands, reason)
+            return
+        told = error.startswith(RELEASED)
+        self._on_clutch(None, hud.get("releases"), hud.get("engaged"), told, BIMANUAL_ARMS, hud.get("last_release"))
+
+    def _on_clutch(
+        self, arm: str | None, releases: Any, engaged: Any, told: bool, hands: tuple[str, ...], reason: Any
+    ) -> None:
+        """One clutch's part of a HUD frame (``_on_hud``): re-grip ``hands`` when it shows a release to re-grip for."""
         if not isinstance(releases, int) or isinstance(releases, bool):
             return
-        engaged = hud.get("engaged")
         why = ""
         with self._lock:
-            seen, self._releases_seen = self._releases_seen, releases
+            seen = self._releases_seen.get(arm)
+            self._releases_seen[arm] = releases
             if engaged is True:
-                self._awaiting_engage = False
-            told = engaged is False and str(hud.get("error") or "").startswith(RELEASED)
-            if not self.config.regrip or (seen is None and not told):
+                self._awaiting_engage[arm] = False
+            if seen is None and not (told and engaged is False):
                 return  # the first HUD only sets the count
             now = time.monotonic()
+            which = f"{arm} arm's " if arm else ""
             if seen is None or releases > seen:
-                why = f"clutch release #{releases} ({hud.get('last_release')})"
-                started = [h.regrip(now - start) for h, start in self._headsets.values()]
-                self._awaiting_engage = True
-            elif self._awaiting_engage and engaged is False:
-                why = "clutch still idle after a re-grip"
+                why = f"{which}clutch release #{releases} ({reason})"
+                started = [h.regrip(now - start, hands) for h, start in self._headsets.values()]
+                self._awaiting_engage[arm] = True
+            elif self._awaiting_engage.get(arm) and engaged is False:
+                why = f"{which}clutch still idle after a re-grip"
                 started = [
-                    h.regrip(now - start)
+                    h.regrip(now - start, hands)
                     for h, start in self._headsets.values()
-                    if h.regrips and now - start >= h.regrips[-1] + REGRIP_S + REGRIP_RETRY_S
+                    if any(
+                        not h.regrips_of(hand) or now - start >= h.regrips_of(hand)[-1] + REGRIP_S + REGRIP_RETRY_S
+                        for hand in hands
+                    )
                 ]
             if not why or not any(started):
                 return
-            self.regrips.append({"t": time.time(), "releases": releases, "why": why})
+            self.regrips.append({"t": time.time(), "releases": releases, "why": why, **({"arm": arm} if arm else {})})
         self._log(f"{APP_NAME}: HUD shows {why}: re-gripping")
 
     def _read_commands(self, conn: socket.socket) -> None:

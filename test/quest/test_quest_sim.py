@@ -314,6 +314,83 @@ def test_sim_headset_regrips_when_its_first_hud_already_says_to():
             server.stop()
 
 
+def test_two_hands_regrip_only_the_hand_named():
+    """Two arms: a release of one arm re-grips its own hand; the other hand keeps squeezing throughout."""
+    from piper_recorder.quest.scripts import REGRIP_S
+
+    h = ScriptedHeadset("continuous", hands=("left", "right"))
+    assert h.regrip(5.0, ("right",)) and not h.regrip(5.2, ("right",))
+    assert h.regrips_of("right") == (5.0,) and h.regrips_of("left") == ()
+    ts = [5.0 + i * DT for i in range(int(REGRIP_S / DT))]
+    assert min(h.right(t).squeeze for t in ts) < 0.3
+    assert min(h.left(t).squeeze for t in ts) == 1.0
+    assert h.regrip(5.2, ("left",))  # the other hand's own re-grip is not held back by the right's
+    assert min(h.left(5.2 + i * DT).squeeze for i in range(int(REGRIP_S / DT))) < 0.3
+    assert h.regrips == (5.0, 5.2)
+
+
+def test_sim_headset_regrips_the_hand_of_the_arm_released():
+    """Over the real channels, two arms: the HUD's ``arms`` part shows the right arm released (its count grew,
+    the left arm stays engaged): only the right hand opens and squeezes again, and a retry follows while the
+    right arm stays idle; then the left arm's release re-grips the left hand only.
+    """
+    from piper_recorder.quest.hud import ArmHud
+    from piper_recorder.quest.video import PanelSender, SenderConfig
+
+    def arms(left: tuple[bool, int], right: tuple[bool, int]) -> dict:
+        return {
+            "left": ArmHud("L", engaged=left[0], releases=left[1], last_release="x" if left[1] else ""),
+            "right": ArmHud("R", engaged=right[0], releases=right[1], last_release="y" if right[1] else ""),
+        }
+
+    cfg = SimConfig(port=0, script="continuous", video_port=0, two_hands=True)
+    server = SimQuestServer(cfg, log=lambda _m: None)
+    port = server.start()
+    msgs: list = []
+    lock = threading.Lock()
+
+    def on_message(m, _ns):
+        with lock:
+            msgs.append((time.monotonic(), m))
+
+    def squeezes(since: float) -> tuple[list[float], list[float]]:
+        with lock:
+            frames = [m for t, m in msgs if t > since and isinstance(m, Frame)]
+        return [f.left.squeeze for f in frames], [f.right.squeeze for f in frames]
+
+    client = QuestClient(ClientConfig(port=port), on_message).start()
+    sender = PanelSender(SenderConfig(port=server.video.port))
+    try:
+        time.sleep(LEAD_S + 0.8)
+        _hud(sender, engaged=True, arms=arms((True, 0), (True, 0)))  # the first HUD: the counts so far
+        time.sleep(0.3)
+        assert server.report()["regrips"] == []
+        t_release = time.monotonic()
+        _hud(sender, engaged=True, releases=1, arms=arms((True, 0), (False, 1)))
+        time.sleep(1.5)
+        left, right = squeezes(t_release)
+        assert min(right) < 0.3 and right[-1] > 0.7, right[::10]
+        assert min(left) == 1.0, left[::10]
+        assert [r.get("arm") for r in server.report()["regrips"]] == ["right"]
+        time.sleep(0.5)
+        _hud(sender, engaged=True, releases=1, arms=arms((True, 0), (False, 1)))  # still idle: again, right only
+        time.sleep(0.2)
+        assert [r.get("arm") for r in server.report()["regrips"]] == ["right", "right"]
+        _hud(sender, engaged=True, releases=1, arms=arms((True, 0), (True, 1)))  # engaged again: retries end
+        time.sleep(1.0)  # the retry's squeeze is back
+        t_left = time.monotonic()
+        _hud(sender, engaged=True, releases=2, arms=arms((False, 1), (True, 1)))
+        time.sleep(1.5)
+        left, right = squeezes(t_left)
+        assert min(left) < 0.3 and left[-1] > 0.7, left[::10]
+        assert min(right) > 0.7, right[::10]  # the right hand squeezes on
+        assert [r.get("arm") for r in server.report()["regrips"]] == ["right", "right", "left"]
+    finally:
+        sender.close()
+        client.stop()
+        server.stop()
+
+
 def test_no_regrip_keeps_squeezing():
     from piper_recorder.quest.video import PanelSender, SenderConfig
 
