@@ -93,16 +93,6 @@ class TopicMap:
         b = self.inputs.get(name)
         return b.topic if b is not None else None
 
-    @property
-    def joint_states(self) -> str | None:
-        """The joint states topic."""
-        return self.topic("joint_states")
-
-    @property
-    def reward(self) -> str | None:
-        """The reward topic, or None."""
-        return self.topic("reward")
-
     def active(self) -> list[tuple[InputSpec, InputBinding]]:
         """The inputs this format records from a topic, in table order."""
         out = []
