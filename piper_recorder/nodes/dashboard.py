@@ -29,6 +29,7 @@ from piper_recorder.dashboard.model import IMAGE_CONSUMERS, JOINTS, DashboardCon
 from piper_recorder.dashboard.server import Dashboard, DashboardServer
 from piper_recorder.names import (
     CAMERA_STATUS_TOPIC_PATTERN,
+    DASHBOARD_NODE,
     DIAGNOSTICS,
     EPISODE_EVENTS,
     JOINT_STATES,
@@ -50,7 +51,7 @@ class DashboardNode(Node):
     """The dashboard's node: subscriptions into the model, and the web server."""
 
     def __init__(self) -> None:
-        super().__init__("dashboard")
+        super().__init__(DASHBOARD_NODE)
         cfg = declare_config(self, DashboardConfig)
         self.cfg = cfg
         self.dash = Dashboard.create(cfg)

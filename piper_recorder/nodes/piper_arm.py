@@ -36,6 +36,7 @@ from piper_recorder.names import (
     EEF_POSE,
     GRIPPER_JOINTS,
     JOINT_STATES,
+    PIPER_ARM_NODE,
     TARGET_GRIPPER,
     TARGET_POSE,
     in_namespace,
@@ -63,7 +64,7 @@ class PiperArmNode(Node):
 
     def __init__(self, namespace: str | None = None, cli_args: list[str] | None = None) -> None:
         """Start the arm; ``namespace`` and ``cli_args`` are its own when several arms share a process (a bench)."""
-        super().__init__("piper_arm", namespace=namespace, cli_args=cli_args)
+        super().__init__(PIPER_ARM_NODE, namespace=namespace, cli_args=cli_args)
         self.cfg = cfg = declare_config(self, ArmConfig)
         self.emulator: PiperEmulator | None = None
         if cfg.emulate:

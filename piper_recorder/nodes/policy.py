@@ -30,6 +30,7 @@ from piper_recorder.names import (
     EEF_POSE,
     JOINT_STATES,
     POLICY_ACTOR,
+    POLICY_NODE,
     POLICY_PROVENANCE,
     POLICY_SERVICES,
     QUEST_JOY_PATTERN,
@@ -73,7 +74,7 @@ class PolicyNode(Node):
     """The policy's node: observations in, targets out on a control thread, the four Trigger services."""
 
     def __init__(self) -> None:
-        super().__init__("policy")
+        super().__init__(POLICY_NODE)
         cfg = declare_config(self, PolicyConfig)
         cfg.limits = declare_config(self, LimitsConfig, "limits.")
         try:

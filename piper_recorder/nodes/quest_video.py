@@ -37,6 +37,7 @@ from piper_recorder.names import (
     EPISODE_EVENTS,
     LEROBOT_RECORDER,
     QUEST_COMMAND,
+    QUEST_VIDEO_NODE,
     STATUS,
     TELEOP_STATUS,
     arm_topic,
@@ -124,7 +125,7 @@ class QuestVideo(Node):
     """
 
     def __init__(self) -> None:
-        super().__init__("quest_video")
+        super().__init__(QUEST_VIDEO_NODE)
         self.cfg = declare_config(self, QuestVideoConfig)
         self._lock = threading.Lock()
         self.model = HudModel(self.cfg.recorder, arms=parse_arms(self.cfg.arms))

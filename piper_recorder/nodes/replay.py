@@ -23,7 +23,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from piper_recorder.names import EEF_POSE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE, arm_topic
+from piper_recorder.names import EEF_POSE, REPLAY_NODE, REPLAY_SERVICES, TARGET_GRIPPER, TARGET_POSE, arm_topic
 from piper_recorder.nodes.plumbing.executors import run_in_thread
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.run_node import run_node
@@ -36,7 +36,7 @@ class ReplayNode(Node):
     """The replay node: the player's targets out on a thread of their own, arm feedback in."""
 
     def __init__(self) -> None:
-        super().__init__("replay")
+        super().__init__(REPLAY_NODE)
         self.cfg = declare_config(self, ReplayConfig)
         root = Path(self.cfg.root)
         if not self.cfg.root or not root.is_dir():  # an episode may be saved later, never a root created

@@ -55,6 +55,7 @@ from piper_recorder.names import (
     STOP_EPISODE_AT,
     TARGET_GRIPPER,
     TARGET_POSE,
+    TELEOP_NODE,
     arm_topic,
     node_topic,
     quest_topic,
@@ -114,7 +115,7 @@ class TeleopNode(Node):
     """The teleop node: headset or SpaceMouse in, arm targets out, buttons to the recorders' services."""
 
     def __init__(self) -> None:
-        super().__init__("teleop")
+        super().__init__(TELEOP_NODE)
         cfg = declare_config(self, TeleopConfig)
         cfg.clutch = declare_config(self, ClutchConfig, "clutch.")
         cfg.frame = declare_config(self, FrameConfig, "frame.")

@@ -2,12 +2,14 @@
 Humble (jammy) and Jazzy (noble); every runtime dependency in setup.py's install_requires is covered by one of
 those keys or listed in requirements/robot.txt (what a robot installs with pip), never both; every third-party
 module the code imports is one of them; the version is written only in package.xml; the oldest Python is the
-same wherever it is stated.
+same wherever it is stated; the executables' node names (graph/executables.py imports nothing, so it spells
+them) are the names each node starts under and the names module's.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.metadata
 import re
 import sys
@@ -182,6 +184,27 @@ def test_the_version_is_written_only_in_package_xml():
     assert piper_recorder.__version__ == importlib.metadata.version("piper_recorder") == version
     literal = re.compile(r"^__version__\s*=\s*['\"]", re.M)
     assert [p for p in ROOT.joinpath("piper_recorder").rglob("*.py") if literal.search(p.read_text())] == []
+
+
+def test_each_node_executable_is_the_name_its_node_starts_under():
+    from piper_recorder import names
+    from piper_recorder.graph import executables
+
+    started_under = {}
+    for exe, (_script, entry) in executables.NODE_EXECUTABLES.items():
+        module = importlib.import_module(entry.split(":")[0])
+        tree = ast.parse(ROOT.joinpath(*module.__name__.split(".")).with_suffix(".py").read_text())
+        for call in ast.walk(tree):  # super().__init__(NAME, ...) of the module's Node
+            f = call.func if isinstance(call, ast.Call) else None
+            init = isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call)
+            if init and call.args and getattr(f.value.func, "id", None) == "super":
+                name = eval(compile(ast.Expression(call.args[0]), module.__name__, "eval"), vars(module))
+                started_under[exe] = name
+    assert {e: n for e, n in started_under.items() if e != n} == {}
+    assert set(started_under) == set(executables.NODE_EXECUTABLES) - {"sim_quest", "quest_web"}  # not ROS nodes
+    node_names = {v for k, v in vars(names).items() if k.endswith(("_NODE", "_RECORDER")) and isinstance(v, str)}
+    assert node_names <= set(executables.NODE_EXECUTABLES), node_names - set(executables.NODE_EXECUTABLES)
+    assert executables.POLICY_NODE[0] == names.POLICY_NODE
 
 
 def test_the_oldest_python_is_the_same_everywhere():
