@@ -18,7 +18,10 @@ def main() -> int:
     ap.add_argument("--repo-id", default="local/piper")
     args = ap.parse_args()
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
-    from lerobot.datasets.utils import dataset_to_policy_features
+    try:
+        from lerobot.datasets.utils import dataset_to_policy_features
+    except ImportError:  # 0.6 moved it
+        from lerobot.utils.feature_utils import dataset_to_policy_features
 
     ds = LeRobotDataset(args.repo_id, root=args.root)
     values = [ds.hf_dataset[i][args.column] for i in range(len(ds))]

@@ -1,4 +1,4 @@
-"""Real consumers read and train on what we write (issue 11, Proof).
+"""Real consumers read and train on what we write.
 
 Each consumer runs in its own virtualenv that the Makefile builds on demand (`make consumers`), so
 the project's .venv stays free of torch:
@@ -28,6 +28,7 @@ import math
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,19 +37,19 @@ from support.consumers import (
     ACT_FLAGS,
     BIN,
     SCRIPTS,
+    SIZE,
     TRAIN_STEPS,
+    DemoRoots,
     consumer_env,
     consumer_python,
+    export_v30,
+    record_demo,
     run_json,
     tail,
     timed,
 )
 
 EPISODES, SECONDS = 2, 4
-# The recorded roots' camera size: what the consumers check (the format, every frame's time and pairing,
-# training) does not depend on it; a quarter of the pixels decodes and trains in a fraction of the time.
-# The graph's own tests record at 640x480.
-SIZE = "320x240"
 # (version, the consumer venv that reads it): every consumer of each version
 READERS = [("v2.0", "lerobot03"), ("v2.1", "lerobot03"), ("v3.0", "lerobot04"), ("v3.0", "lerobot06")]
 READER_IDS = [f"{v}-{c}" for v, c in READERS]
@@ -61,80 +62,27 @@ pytestmark = [
 ]  # the first use may build a consumer venv (~5 min cold)
 
 
-class Roots:
-    """Dataset roots made once per session on first use; a failure is remembered and reported by
-    every test that needs that root.
-    """
+def make_roots(base: Path) -> DemoRoots:
+    """The v2.0 root (the default), the v2.1 root (``lerobot_version: v2.1``) and the v2.0 root exported to v3.0."""
 
-    def __init__(self, base: Path):
-        self.base = base
-        self._made: dict[str, Path | str] = {}
-
-    def get(self, version: str) -> Path:
-        if version not in self._made:
-            t0 = time.monotonic()
-            try:
-                self._made[version] = {"v2.0": self._record_v20, "v2.1": self._record_v21, "v3.0": self._export_v30}[
-                    version
-                ]()
-            except AssertionError as e:
-                self._made[version] = str(e)
-            timed(f"make the {version} root", t0)
-        got = self._made[version]
-        if isinstance(got, str):
-            pytest.fail(got)
-        return got
-
-    def _record(self, out: Path, *sets: str) -> Path:
-        cmd = [str(BIN / "piper-demo"), "--out", str(out), "--episodes", str(EPISODES), "--seconds", str(SECONDS)]
-        cmd += ["--size", SIZE]
-        for s in sets:
-            cmd += ["--set", s]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        root = out / "lerobot"
-        # piper-demo's exit status also gates on lerobot-doctor's data-quality warnings, which 4 s sim
-        # episodes raise (frozen gripper, one quaternion outlier); the format is checked by piper-validate.
-        assert (root / "meta" / "episodes.jsonl").is_file(), (
-            f"piper-demo {' '.join(sets)} wrote no LeRobot root ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
-        )
-        saved = [ln for ln in (root / "meta" / "episodes.jsonl").read_text().splitlines() if ln.strip()]
-        assert len(saved) == EPISODES, (
-            f"piper-demo {' '.join(sets)} saved {len(saved)} of {EPISODES} episodes ({p.returncode}):\n"
-            f"{tail(p.stdout)}\n--- stderr (head)\n{p.stderr[:4000]}"
-        )
-        v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
-        assert v.returncode == 0, f"piper-validate {root} failed:\n{tail(v.stdout + v.stderr)}"
-        return root
-
-    def _record_v20(self) -> Path:
-        return self._record(self.base / "v20")
-
-    def _record_v21(self) -> Path:
-        root = self._record(self.base / "v21", "lerobot_recorder.lerobot_version=v2.1")
+    def v21() -> Path:
+        root = record_demo(base / "v21", EPISODES, SECONDS, SIZE, "--set", "lerobot_recorder.lerobot_version=v2.1")
         info = json.loads((root / "meta" / "info.json").read_text())
         assert info["codebase_version"] == "v2.1", f"lerobot_version=v2.1 wrote {info['codebase_version']}"
         return root
 
-    def _export_v30(self) -> Path:
-        src, out = self.get("v2.0"), self.base / "v30"
-        p = subprocess.run(
-            [str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert p.returncode == 0, f"piper-export --to v3.0 failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
-        return out
+    makers: dict[str, Callable[[], Path]] = {
+        "v2.0": lambda: record_demo(base / "v20", EPISODES, SECONDS, SIZE),
+        "v2.1": v21,
+        "v3.0": lambda: export_v30(roots.get("v2.0"), base / "v30"),
+    }
+    roots = DemoRoots(makers)
+    return roots
 
 
 @pytest.fixture(scope="module")
-def roots(tmp_path_factory) -> Roots:
-    return Roots(tmp_path_factory.mktemp("consumer_roots"))
-
-
-@pytest.fixture(scope="module")
-def hf_home(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("hf_home")
+def roots(tmp_path_factory) -> DemoRoots:
+    return make_roots(tmp_path_factory.mktemp("consumer_roots"))
 
 
 def pinned_lerobot(consumer: str) -> str:

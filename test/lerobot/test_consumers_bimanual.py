@@ -16,17 +16,19 @@ import math
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from support.consumers import (
     ACT_FLAGS,
-    BIN,
     SCRIPTS,
+    SIZE,
     TRAIN_STEPS,
+    DemoRoots,
     consumer_env,
     consumer_python,
+    export_v30,
+    record_demo,
     run_json,
     tail,
     timed,
@@ -39,60 +41,18 @@ PER_ARM = ("arm_joint", "arm_eef", "gripper")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 
-class BimanualRoots:
-    """The two-arm v2.0 root recorded once, and its v3.0 export; a failure is reported by every test needing it."""
-
-    def __init__(self, base: Path):
-        self.base = base
-        self._made: dict[str, Path | str] = {}
-
-    def get(self, version: str) -> Path:
-        if version not in self._made:
-            t0 = time.monotonic()
-            try:
-                self._made[version] = self._record() if version == "v2.0" else self._export(self.get("v2.0"))
-            except AssertionError as e:
-                self._made[version] = str(e)
-            timed(f"make the two-arm {version} root", t0)
-        got = self._made[version]
-        if isinstance(got, str):
-            pytest.fail(got)
-        return got
-
-    def _record(self) -> Path:
-        out = self.base / "v20"
-        cmd = [str(BIN / "piper-demo"), "--out", str(out), "--arms", ",".join(ARMS), "--size", "320x240"]
-        cmd += ["--episodes", str(EPISODES), "--seconds", str(SECONDS)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        root = out / "lerobot"
-        saved = (root / "meta" / "episodes.jsonl").read_text().splitlines() if (root / "meta").is_dir() else []
-        assert len([ln for ln in saved if ln.strip()]) == EPISODES, (
-            f"piper-demo --arms saved {len(saved)} of {EPISODES} episodes ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
-        )
-        v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
-        assert v.returncode == 0, f"piper-validate {root} failed:\n{tail(v.stdout + v.stderr)}"
-        return root
-
-    def _export(self, src: Path) -> Path:
-        out = self.base / "v30"
-        p = subprocess.run(
-            [str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert p.returncode == 0, f"piper-export --to v3.0 failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
-        return out
-
-
 @pytest.fixture(scope="module")
-def roots(tmp_path_factory) -> BimanualRoots:
-    return BimanualRoots(tmp_path_factory.mktemp("bimanual_roots"))
-
-
-@pytest.fixture(scope="module")
-def hf_home(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("hf_home")
+def roots(tmp_path_factory) -> DemoRoots:
+    """The two-arm v2.0 root recorded once, and its v3.0 export."""
+    base = tmp_path_factory.mktemp("bimanual_roots")
+    roots = DemoRoots(
+        {
+            "v2.0": lambda: record_demo(base / "v20", EPISODES, SECONDS, SIZE, "--arms", ",".join(ARMS)),
+            "v3.0": lambda: export_v30(roots.get("v2.0"), base / "v30"),
+        },
+        what="two-arm ",
+    )
+    return roots
 
 
 @pytest.mark.parametrize(("version", "consumer"), READERS, ids=[f"{v}-{c}" for v, c in READERS])

@@ -1,5 +1,6 @@
 """Running the real consumers (LeRobot releases in their own venvs, built through make on first use) on
-what we write: the venvs' pythons, a hermetic environment, and the JSON report a consumer script prints.
+what we write: the venvs' pythons, a hermetic environment, the JSON report a consumer script prints, and the
+roots they read (recorded by ``piper-demo`` through the simulated graph, made once per session on first use).
 
 ``PIPER_CONSUMERS=skip`` skips the consumer checks visibly for a local run; it is refused when CI is set.
 """
@@ -10,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,10 @@ def run_json(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[subpr
     return p, (json.loads(lines[-1]) if lines else {})
 
 
+# The recorded roots' camera size: what the consumers check (the format, every frame's time and pairing,
+# training) does not depend on it; a quarter of the pixels decodes and trains in a fraction of the time.
+# The graph's own tests record at 640x480.
+SIZE = "320x240"
 TRAIN_STEPS = 4  # lerobot-train steps: the loss is finite and a checkpoint is saved
 # reference-facts §6: a small ACT that runs offline on CPU; everything else stays at lerobot-train's defaults
 ACT_FLAGS = [
@@ -89,3 +95,62 @@ ACT_FLAGS = [
     "--num_workers=0",
     "--wandb.enable=false",
 ]
+
+
+class DemoRoots:
+    """Dataset roots made once per session on first use (``makers``: each version's maker); a failure is
+    remembered and reported by every test that needs that root. ``what`` names them in the timing lines.
+    """
+
+    def __init__(self, makers: dict[str, Callable[[], Path]], what: str = ""):
+        self.makers = makers
+        self.what = what
+        self._made: dict[str, Path | str] = {}
+
+    def get(self, version: str) -> Path:
+        if version not in self._made:
+            t0 = time.monotonic()
+            try:
+                self._made[version] = self.makers[version]()
+            except AssertionError as e:
+                self._made[version] = str(e)
+            timed(f"make the {self.what}{version} root", t0)
+        got = self._made[version]
+        if isinstance(got, str):
+            pytest.fail(got)
+        return got
+
+
+def record_demo(out: Path, episodes: int, seconds: float, size: str, *args: str) -> Path:
+    """A LeRobot root of ``episodes`` recorded by ``piper-demo`` (``args``: more of its arguments) and validated.
+
+    piper-demo's exit status also gates on lerobot-doctor's data-quality warnings, which short sim episodes raise
+    (frozen gripper, one quaternion outlier); the format is checked by piper-validate.
+    """
+    cmd = [str(BIN / "piper-demo"), "--out", str(out), "--episodes", str(episodes), "--seconds", str(seconds)]
+    p = subprocess.run([*cmd, "--size", size, *args], capture_output=True, text=True, timeout=600)
+    root = out / "lerobot"
+    episodes_file = root / "meta" / "episodes.jsonl"
+    assert episodes_file.is_file(), f"piper-demo {' '.join(args)} wrote no LeRobot root ({p.returncode}):\n" + tail(
+        p.stdout + p.stderr
+    )
+    saved = [ln for ln in episodes_file.read_text().splitlines() if ln.strip()]
+    assert len(saved) == episodes, (
+        f"piper-demo {' '.join(args)} saved {len(saved)} of {episodes} episodes ({p.returncode}):\n"
+        f"{tail(p.stdout)}\n--- stderr (head)\n{p.stderr[:4000]}"
+    )
+    v = subprocess.run([str(BIN / "piper-validate"), str(root)], capture_output=True, text=True, timeout=600)
+    assert v.returncode == 0, f"piper-validate {root} failed:\n{tail(v.stdout + v.stderr)}"
+    return root
+
+
+def export_v30(src: Path, out: Path) -> Path:
+    """``src`` exported to v3.0 by ``piper-export`` (what LeRobot 0.4 and later read)."""
+    p = subprocess.run(
+        [str(BIN / "piper-export"), str(src), "--to", "v3.0", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, f"piper-export --to v3.0 failed ({p.returncode}):\n{tail(p.stdout + p.stderr)}"
+    return out
