@@ -227,6 +227,25 @@ def test_regrip_opens_below_release_and_closes_above_engage():
     assert ScriptedHeadset("continuous").right(5.3).squeeze == 1.0  # deterministic: only the noticed one acts
 
 
+class Listener:
+    """A headset client keeping each frame the sim sends with its arrival time."""
+
+    def __init__(self, port: int):
+        self._frames: list[tuple[float, Frame]] = []
+        self._lock = threading.Lock()
+        self.client = QuestClient(ClientConfig(port=port), self._on_message).start()
+
+    def _on_message(self, m, _ns) -> None:
+        if isinstance(m, Frame):
+            with self._lock:
+                self._frames.append((time.monotonic(), m))
+
+    def since(self, t0: float) -> list[Frame]:
+        """The frames that arrived after ``t0`` (monotonic)."""
+        with self._lock:
+            return [m for t, m in self._frames if t > t0]
+
+
 def _hud(sender, **state):
     from piper_recorder.quest.hud import HudState, render_hud
     from piper_recorder.quest.video import HUD_PANEL
@@ -243,14 +262,7 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
 
     server = SimQuestServer(SimConfig(port=0, script="continuous", video_port=0), log=lambda _m: None)
     port = server.start()
-    msgs: list = []
-    lock = threading.Lock()
-
-    def on_message(m, _ns):
-        with lock:
-            msgs.append((time.monotonic(), m))
-
-    client = QuestClient(ClientConfig(port=port), on_message).start()
+    listener = Listener(port)
     sender = PanelSender(SenderConfig(port=server.video.port))
     try:
         time.sleep(LEAD_S + 0.8)
@@ -260,8 +272,7 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
         t_release = time.monotonic()
         _hud(sender, engaged=False, releases=4, last_release="headset stream stale (1.013 s)")
         time.sleep(1.5)
-        with lock:
-            after = [m.right.squeeze for t, m in msgs if t > t_release and isinstance(m, Frame)]
+        after = [m.right.squeeze for m in listener.since(t_release)]
         assert min(after) < 0.3 and after[-1] > 0.7, after[::10]
         assert len(server.report()["regrips"]) == 1
         time.sleep(0.5)
@@ -275,7 +286,7 @@ def test_sim_headset_regrips_when_the_hud_shows_a_release():
         assert len(server.report()["regrips"]) == 2
     finally:
         sender.close()
-        client.stop()
+        listener.client.stop()
         server.stop()
 
 
@@ -346,19 +357,12 @@ def test_sim_headset_regrips_the_hand_of_the_arm_released():
     cfg = SimConfig(port=0, script="continuous", video_port=0, two_hands=True)
     server = SimQuestServer(cfg, log=lambda _m: None)
     port = server.start()
-    msgs: list = []
-    lock = threading.Lock()
-
-    def on_message(m, _ns):
-        with lock:
-            msgs.append((time.monotonic(), m))
+    listener = Listener(port)
 
     def squeezes(since: float) -> tuple[list[float], list[float]]:
-        with lock:
-            frames = [m for t, m in msgs if t > since and isinstance(m, Frame)]
+        frames = listener.since(since)
         return [f.left.squeeze for f in frames], [f.right.squeeze for f in frames]
 
-    client = QuestClient(ClientConfig(port=port), on_message).start()
     sender = PanelSender(SenderConfig(port=server.video.port))
     try:
         time.sleep(LEAD_S + 0.8)
@@ -387,7 +391,7 @@ def test_sim_headset_regrips_the_hand_of_the_arm_released():
         assert [r.get("arm") for r in server.report()["regrips"]] == ["right", "right", "left"]
     finally:
         sender.close()
-        client.stop()
+        listener.client.stop()
         server.stop()
 
 

@@ -10,7 +10,6 @@ circle; then both move, in opposite directions along the robot's y (the operator
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
@@ -19,7 +18,6 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
@@ -36,17 +34,18 @@ from piper_recorder.names import (  # noqa: E402
 from piper_recorder.quest.scripts import BIMANUAL_STILL_S, LEAD_S  # noqa: E402
 
 from support.proc import ProcGroup  # noqa: E402
+from support.spun_node import SpunNode  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 RATE_HZ = 90.0  # the simulated headset's frame rate (its default)
 
 
-class Probe:
+class Probe(SpunNode):
     """Each arm's flange positions (monotonic time, xyz) and teleop's status, spun on a thread of its own."""
 
     def __init__(self) -> None:
-        self.node = rclpy.create_node("bimanual_probe")
+        super().__init__("bimanual_probe")
         self.poses: dict[str, list[tuple[float, np.ndarray]]] = {a: [] for a in BIMANUAL_ARMS}
         self.status: dict[str, Any] = {}
         for arm in BIMANUAL_ARMS:
@@ -57,11 +56,7 @@ class Probe:
         self.script_start: float | None = None  # the headset script's t = 0 on this host's monotonic clock
         self.node.create_subscription(String, QUEST_RAW, self._raw, 10)
         self.go_home = {a: self.node.create_client(Trigger, arm_topic(a, ARM_GO_HOME)) for a in BIMANUAL_ARMS}
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self.start()
 
     def _pose(self, arm: str, m: PoseStamped) -> None:
         p = m.pose.position
@@ -74,10 +69,6 @@ class Probe:
             if "mono" in frame and "frame" in frame:
                 self.script_start = float(frame["mono"]) - int(frame["frame"]) / RATE_HZ
 
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self.executor.spin_once(timeout_sec=0.05)
-
     def engaged(self) -> dict[str, bool]:
         return {a: bool((self.status.get("arms") or {}).get(a, {}).get("engaged")) for a in BIMANUAL_ARMS}
 
@@ -88,11 +79,6 @@ class Probe:
         """The arm's flange y interpolated onto ``grid`` (monotonic times)."""
         seen = list(self.poses[arm])
         return np.interp(grid, [t for t, _ in seen], [p[1] for _, p in seen])
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self.node.destroy_node()
 
 
 def test_each_arm_follows_its_own_hand_only(ros_domain, tmp_path):

@@ -19,7 +19,6 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -29,6 +28,7 @@ from piper_recorder.nodes.teleop import SOURCE_CHANGE_REASON  # noqa: E402
 from piper_recorder.quest.scripts import HEAD_POS, LEFT_HOME, RIGHT_HOME  # noqa: E402
 
 from support.proc import ProcGroup  # noqa: E402
+from support.spun_node import SpunNode  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 from support.wsclient import WebSocketClient  # noqa: E402
 
@@ -86,9 +86,9 @@ class Page(threading.Thread):
             frame += 1
 
 
-class Probe:
+class Probe(SpunNode):
     def __init__(self) -> None:
-        self.node = rclpy.create_node("takeover_probe")
+        super().__init__("takeover_probe")
         self.status: list[dict[str, Any]] = []
         self.eef: list[tuple[float, np.ndarray]] = []
         self.commanded: list[tuple[float, np.ndarray]] = []
@@ -96,28 +96,15 @@ class Probe:
         self.node.create_subscription(PoseStamped, EEF_POSE, lambda m: self.eef.append(self._p(m)), 200)
         self.node.create_subscription(PoseStamped, COMMANDED_POSE, lambda m: self.commanded.append(self._p(m)), 200)
         self.go_home = self.node.create_client(Trigger, ARM_GO_HOME)
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self.start()
 
     @staticmethod
     def _p(m: PoseStamped) -> tuple[float, np.ndarray]:
         p = m.pose.position
         return time.monotonic(), np.array([p.x, p.y, p.z])
 
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self.executor.spin_once(timeout_sec=0.05)
-
     def last(self) -> dict[str, Any]:
         return self.status[-1] if self.status else {}
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self.node.destroy_node()
 
 
 def _moved(samples: list[tuple[float, np.ndarray]], since: float, origin: np.ndarray) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-import threading
 import time
 from typing import Any
 
@@ -23,22 +22,22 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from support.proc import ProcGroup  # noqa: E402
 from support.spacemouse import FakeHidraw, buttons, trans  # noqa: E402
+from support.spun_node import SpunNode  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 REPORT_PERIOD_S = 0.008  # the replay sends a report every 8 ms while deflected
 
 
-class Probe:
+class Probe(SpunNode):
     def __init__(self) -> None:
-        self.node = rclpy.create_node("spacemouse_probe")
+        super().__init__("spacemouse_probe")
         self.status: dict[str, Any] = {}
         self.eef: np.ndarray | None = None
         self.commanded = 0
@@ -56,11 +55,7 @@ class Probe:
         self.calls: list[str] = []  # a recorder's services, as teleop calls them on the buttons
         for action in ("start_episode", "stop_episode", "discard_episode", "delete_last_episode"):
             self.node.create_service(Trigger, f"/probe_rec/{action}", lambda req, resp, a=action: self._call(a, resp))
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self.start()
 
     def _on_status(self, m: String) -> None:
         self.status = json.loads(m.data)
@@ -76,15 +71,6 @@ class Probe:
         self.calls.append(action)
         resp.success, resp.message = True, f"{action} done"
         return resp
-
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self.node.destroy_node()
 
 
 def replay(dev: FakeHidraw, report: bytes, seconds: float, timeout_s: float = 0.25) -> float:

@@ -11,14 +11,12 @@ and squeezes again; teleop engages again and publishes targets.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -27,37 +25,25 @@ from piper_recorder.teleop.haptics import HapticConfig  # noqa: E402
 
 from support.proc import ProcGroup  # noqa: E402
 from support.reports import read_report  # noqa: E402
+from support.spun_node import SpunNode  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(150)
 STALL_AFTER_S, STALL_S = 10.0, 1.0  # late enough for quest_video to hear teleop first
 
 
-class Probe:
+class Probe(SpunNode):
     def __init__(self) -> None:
-        self.node = rclpy.create_node("regrip_probe")
+        super().__init__("regrip_probe")
         self.status: list[tuple[float, dict[str, Any]]] = []
         self.node.create_subscription(
             String, "/teleop/status", lambda m: self.status.append((time.monotonic(), json.loads(m.data))), 50
         )
         self.go_home = self.node.create_client(Trigger, "/arm/go_home")
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self.executor.spin_once(timeout_sec=0.05)
+        self.start()
 
     def last(self) -> dict[str, Any]:
         return self.status[-1][1] if self.status else {}
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self.node.destroy_node()
 
 
 def test_stalled_headset_releases_then_the_sim_operator_regrips(ros_domain, tmp_path):
