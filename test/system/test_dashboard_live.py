@@ -230,3 +230,57 @@ def test_dashboard_live_in_browser(tmp_path):
             assert diff["meanErr"] < 1.0 and diff["maxErr"] <= 3, diff
             page.wait_for_timeout(1200)  # a few more polls: still no error
             assert errors == []
+
+
+def test_dashboard_shows_each_arm_of_a_two_arm_graph_in_browser(tmp_path):
+    """Two arms: the page lists each arm's node, and shows each arm under its name with its own feedback (its
+    namespace's joint states at the arm's rate), its commanded pose and its clutch engaged by its own hand.
+    """
+    from piper_recorder.graph.sim_session import SimSession, size_overrides
+
+    port = free_port()
+    sets = size_overrides(SIM, f"{W}x{H}") + [
+        "piper_launch.dashboard=true",
+        f"dashboard.port={port}",
+        "dashboard.silent_s=5.0",
+        "piper_arm.can_silence_s=5.0",
+        "teleop.arm_stale_timeout_s=3.0",
+    ]
+    arms = ("left", "right")
+    with SimSession(tmp_path / "out", sets=sets, arms=",".join(arms)) as s:
+        assert {f"{a}/piper_arm" for a in arms} <= set(s.plan.node_names)
+        base, state_url = f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{port}/api/state"
+        deadline = time.monotonic() + 20
+        while _get(base) != 200:
+            assert time.monotonic() < deadline, "dashboard not serving"
+            time.sleep(0.2)
+        with open_page(base) as (page, errors):
+            _wait(page, "document.getElementById('health').textContent === 'graph healthy'", 60000, state_url)
+            present = page.eval_on_selector_all(
+                "#nodes .chip", "cs => cs.map(c => [c.dataset.node, c.dataset.present])"
+            )
+            assert {n for n, p in present if p == "true"} >= set(s.plan.node_names) - {"dashboard"}
+            heads = "Array.from(document.querySelectorAll('#joints tr.arm-head'))"
+            _wait(
+                page,
+                f"{heads}.map(h => h.dataset.arm).join() === 'left,right' && "
+                f"{heads}.every(h => h.querySelector('.clutch').textContent === 'engaged')",
+                30000,
+                state_url,
+            )
+            view = _get_json(state_url)["arms"]
+            assert [a["name"] for a in view] == list(arms)
+            for a in view:
+                assert a["feedback_topic"] == f"/{a['name']}/arm/joint_states"
+                assert a["feedback_rate_hz"] > 50 and a["commanded"]["rate_hz"] > 20, a
+                assert a["clutch"]["engaged"] is True, a
+            # each arm's head row, then its own joint rows (six joints and the gripper at least)
+            rows = page.eval_on_selector_all(
+                "#joints tr", "rs => rs.map(r => r.classList.contains('arm-head') ? r.dataset.arm : 'joint')"
+            )
+            split = rows.index("right")
+            assert rows[0] == "left" and rows[1:split].count("joint") >= 6 and rows[split + 1 :].count("joint") >= 6
+            heads_text = page.eval_on_selector_all("#joints tr.arm-head", "hs => hs.map(h => h.textContent)")
+            assert all(" Hz" in t and "s ago" in t for t in heads_text), heads_text
+            page.wait_for_timeout(1200)  # a few more polls: still no error
+            assert errors == []
