@@ -42,6 +42,9 @@ from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic  # no
 from piper_recorder.params.derived import LAUNCH_SECTION  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# the whole graph's CPU budget (cores): one arm with 2 cameras, two arms with 3; and one piper_arm's
+BUDGET = {False: (2, 1.2), True: (3, 1.3)}
+ARM_BUDGET = 0.15
 THIRD_CAMERA = {
     "cam_side": {
         "ros__parameters": {
@@ -203,9 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                 + f"; host reference workload {reference:.0f} ms (lower: a faster host)"
             )
             total = sum(r["cpu"].values())
+            cams, budget = BUDGET[bool(args.arms)]
             print(
                 f"  total CPU {total:.2f} cores ({100 * total / (os.cpu_count() or 1):.0f} % of this machine's "
-                f"{os.cpu_count()} cores; budget 1.2 cores, piper_arm 0.15); stop->saved "
+                f"{os.cpu_count()} cores; budget {budget} cores with {cams} cameras"
+                f"{' and two arms' if args.arms else ''}, each piper_arm {ARM_BUDGET}); stop->saved "
                 + ", ".join(f"{k} {v:.2f}s" for k, v in r["stop_to_saved_s"].items())
             )
             if zero:
