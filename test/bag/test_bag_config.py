@@ -24,7 +24,9 @@ def test_packaged_configs_map_the_graph_topics(mode):
     assert tm.cameras["cam_wrist"].color == "/cam_wrist/color/image_raw"
     assert tm.topic("joint_states") == "/arm/joint_states" and tm.raw_quest == "/quest/raw"
     r = topic_map("rgbd", load_config(RgbdRecorderConfig, config_path(mode)))
-    assert r.cameras["cam_front"].depth == "/cam_front/aligned_depth_to_color/image_raw" and r.topic("reward") == "/reward"
+    assert (
+        r.cameras["cam_front"].depth == "/cam_front/aligned_depth_to_color/image_raw" and r.topic("reward") == "/reward"
+    )
 
 
 def test_mapping_cameras_take_the_configured_sizes(tmp_path):

@@ -18,6 +18,7 @@ def main() -> int:
     ap.add_argument("--repo-id", default="local/piper")
     args = ap.parse_args()
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
     try:
         from lerobot.datasets.utils import dataset_to_policy_features
     except ImportError:  # 0.6 moved it
