@@ -66,6 +66,12 @@ _PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn"
 _SYSTEM_PROBES = {"uname", "ldconfig", "gcc", "cc", "ld", "objdump"}
 
 
+@pytest.fixture(scope="module")
+def hf_home(tmp_path_factory) -> Path:
+    """A hermetic Hugging Face cache for the consumers of one test module (``support.consumers``)."""
+    return tmp_path_factory.mktemp("hf_home")
+
+
 def _probe(args: tuple[Any, ...]) -> bool:
     exe = args[0] if args else None
     return isinstance(exe, (str, bytes, os.PathLike)) and os.path.basename(os.fsdecode(exe)) in _SYSTEM_PROBES
