@@ -32,10 +32,14 @@ class _Lease:
         pass
 
 
+class _Plan:
+    arms: tuple[str, ...] = ()  # one arm: the waits watch the root namespace's topics
+
+
 def _session() -> SimSession:
     s = SimSession.__new__(SimSession)  # the session's ROS client without a graph
     s._cond, s.events, s.status, s._stopping, s._clients = threading.Condition(), [], {}, False, {}
-    s.graph, s.lease = _Graph(), _Lease()  # type: ignore[assignment]
+    s.graph, s.lease, s.plan = _Graph(), _Lease(), _Plan()  # type: ignore[assignment]
     s._start_client()
     return s
 
