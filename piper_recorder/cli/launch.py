@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         p.error(f"--log-dir: {problem}")
 
+    own_log_dir = not args.log_dir  # a temp dir of ours: removed again when nothing starts
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="piper-launch-"))
     lease = None
     if args.domain_id is None:
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     except LaunchError as exc:
         print(f"piper-launch: {exc}", file=sys.stderr)
+        if own_log_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
         return 2
     for note in plan.skipped:
         print(f"piper-launch: not started: {note}", file=sys.stderr)

@@ -76,17 +76,21 @@ def test_piper_launch_sim_up_and_clean_shutdown(tmp_path):
     assert str(tmp_path / "lerobot") in params and "width: 160" in params
 
 
-def test_piper_launch_sim_refuses_a_set_it_would_overwrite():
-    """Issue 21.14: --set quest_bridge.port=... was silently replaced by the simulated headset's port."""
+def test_piper_launch_sim_refuses_a_set_it_would_overwrite(tmp_path):
+    """--set quest_bridge.port=... would be replaced by the simulated headset's port: refused in one line, and
+    the temp log dir made for the graph that never started is gone.
+    """
     res = subprocess.run(
         [str(Path(sys.executable).parent / "piper-launch"), "sim", "--quiet", "--set", "quest_bridge.port=9911"],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--set quest_bridge.port=9911 conflicts with the simulated headset's port" in res.stderr
     assert "--no-sim-headset" in res.stderr
+    assert list(tmp_path.glob("piper-launch-*")) == []
 
 
 def test_piper_launch_sim_with_an_external_headset(tmp_path):
