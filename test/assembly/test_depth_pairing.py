@@ -1,4 +1,4 @@
-"""RGB-D colour/depth pairing by nearest stamp within half a frame period (issue 16.10): realsense
+"""RGB-D colour/depth pairing by nearest stamp within half a frame period: realsense
 without ``enable_sync`` stamps depth and colour a few ms apart; every capture still pairs with its own
 half, in any arrival order, and what cannot pair is counted in the episode's counters.
 """

@@ -22,8 +22,8 @@ from support.frame_pairing import FPS, MS, PERIOD, SEC, START, Rows, assemble, c
 @pytest.mark.parametrize("mode,depth", [("nominal", False), ("capture", True)])  # LeRobot nominal, RGB-D
 @pytest.mark.slow
 def test_row_rate_camera_with_10ms_jitter_near_the_row_time_pairs_one_to_one(phase_ms, mode, depth):
-    """The alias of issue 16.11: captures straddling t_k with ±10 ms jitter used to flip between rows.
-    Causal (issue 21.15): the band reaches past t_k, so each row holds the previous slot's capture.
+    """The alias: captures straddling t_k with ±10 ms jitter used to flip between rows.
+    Causal: the band reaches past t_k, so each row holds the previous slot's capture.
     """
     stamps = camera(20.0, phase_ms, 10.0, seed=int(phase_ms * 10) + 7)
     pairs, c = assemble(stamps, 20.0, mode, depth)
@@ -147,7 +147,7 @@ def stall_runs(seed, seconds, frac):
 @pytest.mark.parametrize("phase_ms", [11.5, -11.5])
 @pytest.mark.slow
 def test_a_stalling_row_rate_camera_repeats_its_missing_slots_and_drops_nothing(phase_ms, seed):
-    """The live flake of issue 16.11's test on a loaded machine: captures 11.5 ms from the row times
+    """The live flake of the jitter test on a loaded machine: captures 11.5 ms from the row times
     with ±10 ms jitter, slots missed in runs. The warm-up then holds ~8 captures, whose resultant fell
     below the lock threshold by chance: the phase read 0 and a capture jittered past the half period
     was passed over (a drop and a repeat). A stall is only ever a repeat per missing slot.

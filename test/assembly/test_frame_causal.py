@@ -1,4 +1,4 @@
-"""Frames are causal (issue 21.15): a row's frame was captured at or before the row (1 ms of clock
+"""Frames are causal: a row's frame was captured at or before the row (1 ms of clock
 noise allowed), never the next capture, on the bag path (real rosbags, the converter, PyAV / h5py /
 imagecodecs reading the output) as on the live path (the same assembler, synthetic stamps).
 

@@ -405,7 +405,7 @@ def test_agilex_mapping_file(tmp_path, cfg):
     h5 = tmp_path / "agilex.hdf5"
     assert run(bag, "--format", "rgbd", "--out", h5, "--config", cfg, "--mapping", mapping) == 0
     assert validate_file(h5, full=True) == []
-    # no --config (issue 12): the code defaults give nominal timing, which every loader accepts
+    # no --config: the code defaults give nominal timing, which every loader accepts
     doc = yaml.safe_load(mapping.read_text())
     doc["cameras"]["cam_front"].update(height=H, width=W)
     mapping.write_text(yaml.safe_dump(doc))

@@ -42,7 +42,7 @@ def set_counters(root: Path, per_episode: list[dict]) -> None:
 
 
 def test_pairing_line_reports_the_worst_offset_both_ways_and_a_future_frame_fails(tmp_path):
-    """Issue 21.15: the rows' frames must be captured at or before the row (1 ms of clock noise)."""
+    """The rows' frames must be captured at or before the row (1 ms of clock noise)."""
     root = small_root(tmp_path / "r", lengths=(6, 5))
     set_counters(
         root,
@@ -75,7 +75,7 @@ def test_pairing_line_reports_the_worst_offset_both_ways_and_a_future_frame_fail
 
 
 def test_whole_ms_root_fails_naming_the_worst_row_and_the_fix(tmp_path):
-    """A root as recorders before issue 11 wrote it (time base 1/1000): at 30 fps two rows in three
+    """A root as older recorders wrote it (time base 1/1000): at 30 fps two rows in three
     sit up to 1 ms after their frame, beyond LeRobot's 1e-4 s.
     """
     from support.lerobot_fixtures import MS

@@ -178,7 +178,7 @@ def test_view_model():
     assert v["teleop"]["engaged"] and v["teleop"]["counters"] == {"published": 500}
     assert v["teleop"]["last_release"] is None
     m.on_teleop_status({"engaged": False, "forced_releases": 1, "last_release": "headset stream stale (1.013 s)"}, 10.4)
-    t = m.view(10.5)["teleop"]  # a release teleop made: counted and why (issue 20.4)
+    t = m.view(10.5)["teleop"]  # a release teleop made: counted and why
     assert t["counters"]["forced_releases"] == 1 and t["last_release"] == "headset stream stale (1.013 s)"
 
     h = v["headset"]

@@ -1,4 +1,4 @@
-"""piper-dataset merge|split|delete|retask on LeRobot roots (issue 15.2), checked with independent
+"""piper-dataset merge|split|delete|retask on LeRobot roots, checked with independent
 readers: pyarrow for the rows, PyAV for the frames (each test frame spells its row index in its
 pixels), json for the meta, piper-validate and lerobot-doctor as separate processes. Roots are
 recorded by the real writer (fast, small frames); the demo roots through the sim graph and

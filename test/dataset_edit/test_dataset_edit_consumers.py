@@ -1,4 +1,4 @@
-"""piper-dataset and a real trainer (issue 15.2, Proof): two roots recorded by the writer, merged,
+"""piper-dataset and a real trainer: two roots recorded by the writer, merged,
 pass piper-validate, lerobot-doctor and LeRobot 0.3.3's loader (every row, every camera, at its
 default tolerance); deleting episode 1 of the merged 3 keeps every index and video paired with its
 rows (pyarrow + PyAV: frame count, PTS and the row index each frame spells) and still loads in

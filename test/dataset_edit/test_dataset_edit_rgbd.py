@@ -1,4 +1,4 @@
-"""piper-dataset on RGB-D HDF5 files (issue 15.2): every output episode is checked with h5py against
+"""piper-dataset on RGB-D HDF5 files: every output episode is checked with h5py against
 its source episode (payload bytes, states, actions, rewards, flags, extras, task), the index and
 offsets against the spec's invariants computed here, and the file with piper-validate.
 """

@@ -1,4 +1,4 @@
-"""One feature table and one input router (issue 12.3, 12.4): an input added through config alone
+"""One feature table and one input router: an input added through config alone
 reaches both datasets, live and from a bag; the live node reads a mapping as the converter does.
 
 The extra input is a 6-D wrench from a geometry_msgs/WrenchStamped topic, declared only in a mapping

@@ -26,7 +26,7 @@ def _status_values(arr) -> dict:
 
 
 @pytest.mark.timeout(60)
-# impedance on S-V1.8-8: the 12-bit MIT frame the emulated firmware decodes (issue 21.16)
+# impedance on S-V1.8-8: the 12-bit MIT frame the emulated firmware decodes
 @pytest.mark.parametrize("backend,firmware", [("position", ""), ("impedance", ""), ("impedance", "S-V1.8-8")])
 def test_arm_node_end_to_end(ros_domain, tmp_path, backend, firmware):
     channel = f"emu_{uuid.uuid4().hex[:8]}"
@@ -242,7 +242,7 @@ def test_arm_node_reports_missing_can_interface(ros_domain, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_impedance_node_refuses_a_firmware_it_does_not_drive(ros_domain, tmp_path):
-    """Issue 21.16 through the node: on an (emulated) S-V1.6-5 the impedance backend refuses before the
+    """Through the node: on an (emulated) S-V1.6-5 the impedance backend refuses before the
     arm is enabled, and the node exits 2 with the message naming the firmware and the way out.
     """
     import subprocess

@@ -160,7 +160,7 @@ def test_sigkill_mid_episode_then_restart(ros_domain, tmp_path):
 
 
 def test_status_reports_frames_received_per_camera(ros_domain, tmp_path):
-    """Issue 20.5: the recorder's ~/status says, per camera (colour and depth), how many frames it received
+    """The recorder's ~/status says, per camera (colour and depth), how many frames it received
     and at what rate (arrival and capture-stamp), and what it needs (99 % of them): the delivery the
     dashboard and the HUD judge against the camera's published rate.
     """

@@ -140,7 +140,7 @@ def test_refused_start_feels_different_from_a_started_one_and_limits_pulse(recor
 
 
 def test_refused_grip_and_forced_release_reach_quest_haptic(recorders):
-    """Issue 20.4: a grip refused by the interlocks (no arm feedback) gives the refused pattern on
+    """A grip refused by the interlocks (no arm feedback) gives the refused pattern on
     /quest/haptic (it gave none), once for the held grip; a stalled headset stream releases the clutch
     with the release pattern, and /teleop/status counts it and says why.
     """

@@ -1,4 +1,4 @@
-"""Issue 21.16: the impedance backend knows the firmware it talks to (real piper_sdk over python-can's
+"""The impedance backend knows the firmware it talks to (real piper_sdk over python-can's
 virtual bus, the CAN emulator reporting and decoding as each firmware band does, piper_recorder.piper
 .firmware for the bands and where their facts come from).
 

@@ -1,4 +1,4 @@
-"""Per-subscriber delivery health (issue 20.5), without ROS: consumers count frames received per camera,
+"""Per-subscriber delivery health, without ROS: consumers count frames received per camera,
 cameras report what they published, ``link_health`` judges each (consumer, camera), and the dashboard's
 graph health and the HUD follow it. Publisher rates alone called all of these healthy.
 """

@@ -1,4 +1,4 @@
-"""One default per setting (issue 12.1): the layers that carry a setting agree on its default (node
+"""One default per setting: the layers that carry a setting agree on its default (node
 config classes, which the nodes declare as parameters; the cores they build; the bag converter, which
 loads the recorder classes without --config; command-line defaults), and the shipped parameter files
 set only what differs from the defaults.
@@ -203,7 +203,7 @@ def test_rotation_types_are_defined_once():
     assert RgbdRecorderConfig().camera in LeRobotRecorderConfig().cameras
 
 
-# ---- each camera stated once (issue 23.1) ------------------------------------------------------------
+# ---- each camera stated once ------------------------------------------------------------
 def _values(params: dict, prefix: str = ""):
     """(dotted key, scalar) for every value of a section, nested mappings and lists included."""
     for key, value in params.items():

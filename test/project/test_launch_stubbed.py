@@ -304,7 +304,7 @@ def test_dashboard_is_an_on_off_launch_argument(stub_launch, tmp_path):
 
 
 def test_sim_graph_without_the_sim_headset_keeps_the_bridge_on_an_external_one(stub_launch, tmp_path):
-    """Issue 21.14: the sim graph always started piper-sim-quest and overwrote quest_bridge's host/port
+    """The sim graph always started piper-sim-quest and overwrote quest_bridge's host/port
     (a --set quest_bridge.port=... was silently replaced by the sim headset's).
     """
     cfg = ROOT / "config" / "sim.yaml"
@@ -349,7 +349,7 @@ def test_a_set_the_sim_graph_would_overwrite_is_refused_with_the_way_out(tmp_pat
 
 
 def test_headset_web_starts_the_page_server_where_the_bridge_and_video_connect(stub_launch, tmp_path):
-    """Issue 22.3: ``headset:=web`` (launch files and ``piper-launch --headset web``) starts quest_web, a plain
+    """``headset:=web`` (launch files and ``piper-launch --headset web``) starts quest_web, a plain
     process listening where quest_bridge and quest_video connect; no simulated headset; nothing of the
     nodes' parameters changes.
     """

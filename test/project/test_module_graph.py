@@ -447,14 +447,14 @@ def test_the_teleop_session_needs_no_ros():
     assert {m: names for m, names in found.items() if names} == {}
 
 
-# this project's own issues, as the source used to cite them: "issue 21.16", "(#13)", "(issue #21)"; a public
-# repository's issue quoted as evidence names its repository ("piper_sdk issue #73") and stays
+# this project's own issues, as the source used to cite them: the word issue and its number, a number after "(#" or
+# "(issue #"; a public repository's issue quoted as evidence names its repository ("piper_sdk issue #73") and stays
 ISSUE_REFERENCE = re.compile(r"\bissues?\s+\d|\(#\d+\)|\(issues?\s+#\d+\)", re.IGNORECASE)
 
 
 def test_no_source_file_cites_an_issue():
-    """Source says why in its own words; which issue asked for it is history, and lives in the commits."""
-    files = [p for d in (*PACKAGES, "launch", "bench") for p in (ROOT / d).rglob("*.py")]
+    """Source and tests say why in their own words; which issue asked for it is history, and lives in the commits."""
+    files = [*(p for d in (*PACKAGES, "launch", "bench") for p in (ROOT / d).rglob("*.py")), *_test_tree_files()]
     hits = [
         f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
         for p in files

@@ -209,7 +209,7 @@ def test_cli_runs_for_duration(capsys):
     assert sim_server.main(["--port", "0", "--replay", "/nonexistent.quest.jsonl"]) == 2
 
 
-# ---- re-gripping after a release teleop made (issue 20.4) ----------------------------------------
+# ---- re-gripping after a release teleop made ----------------------------------------
 def test_regrip_opens_below_release_and_closes_above_engage():
     """The teleop clutch re-engages only after the grip opened below 0.3 and closed above 0.7 again."""
     from piper_recorder.quest.scripts import REGRIP_S

@@ -250,7 +250,7 @@ def test_limits_report_which_one_shaped_the_target():
 
 
 def test_hud_shows_a_release_teleop_made_and_counts_it():
-    """Issue 20.4: a forced release (teleop's forced_releases grows, the clutch idle) shows on the HUD
+    """A forced release (teleop's forced_releases grows, the clutch idle) shows on the HUD
     with its reason and what to do, and the HUD state carries the count (the sim headset re-grips on it).
     """
     m = HudModel("lerobot_recorder")

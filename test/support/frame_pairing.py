@@ -92,7 +92,7 @@ def check(pairs, stamps, c):
     assert c.frame_ahead_max_ms["cam"] == pytest.approx(max([0, *signed]) / 1e6, abs=1e-3)
     assert c.frame_behind_max_ms["cam"] == pytest.approx(max([0, *(-o for o in signed)]) / 1e6, abs=1e-3)
     assert c.frame_offset_max_ms["cam"] == pytest.approx(max(offsets) / 1e6, abs=1e-3)
-    # causal: never a capture more than the 1 ms tolerance after its row (issue 21.15)
+    # causal: never a capture more than the 1 ms tolerance after its row
     assert max(signed) <= MS
     return repeats, drops, offsets
 

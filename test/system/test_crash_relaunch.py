@@ -3,7 +3,7 @@ the relaunched recorders answer start and stop within 5 s and save, the episode 
 is untouched, the one in flight is the only loss, and the second launcher stops cleanly on Ctrl-C.
 
 The full default sim graph (2 cameras at 640x480, headset video), as a user runs it: the case where
-``stop_episode`` used to get no answer within 60 s (issue 20). ~60 s.
+``stop_episode`` used to get no answer within 60 s. ~60 s.
 """
 
 from __future__ import annotations

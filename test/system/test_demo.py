@@ -103,7 +103,7 @@ def _independent_readers(out: Path, episodes: int) -> None:
 def test_demo_cli_records_valid_aligned_datasets(tmp_path):
     out = tmp_path / "demo"
     # As `make demo` records (nominal mode, one frame per row) and validates: lerobot-doctor --fail-on
-    # warn (issue 7): no frozen-action run (>= 5 % of an episode), no action jump, no timestamp gap, as
+    # warn: no frozen-action run (>= 5 % of an episode), no action jump, no timestamp gap, as
     # many video frames as rows.
     proc = subprocess.run(
         [

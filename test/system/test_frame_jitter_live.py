@@ -1,4 +1,4 @@
-"""Issue 16.11 through real processes: a sim camera with ±10 ms capture jitter (``jitter_ms: 20``) whose
+"""Frame jitter through real processes: a sim camera with ±10 ms capture jitter (``jitter_ms: 20``) whose
 captures straddle the row times, recorded by lerobot_recorder in nominal mode: no repeat, no drop.
 
 Each episode's start is timed so that the grid lands in the middle of the camera's jitter band (the
@@ -116,7 +116,7 @@ def test_jittery_camera_straddling_the_row_times_gives_no_repeat_and_no_drop(ros
                 late = ep["frames_late"][CAM]  # a loaded machine may deliver a frame after its row: counted
                 assert ep["frames_dropped"][CAM] <= late, (json.dumps(ep), landed)
                 assert ep["frames_repeated"][CAM] <= stalls + late, (json.dumps(ep), landed, stalls)
-                # causal (issue 21.15): never a capture more than 1 ms after its row; at most a period plus
+                # causal: never a capture more than 1 ms after its row; at most a period plus
                 # the ±10 ms band plus the first slot's margin (4.2 ms) before it
                 assert ep["frame_ahead_max_ms"][CAM] <= 1.0 and ep["frame_behind_max_ms"][CAM] <= 33.34 + 20 + 4.2, ep
             # at least one episode faced the alias case: the grid inside the camera's ±10 ms jitter band

@@ -224,7 +224,7 @@ def test_policy_drives_the_sim_arm_safely_and_the_rollout_names_it(tmp_path):
             assert ok, msg
             w.wait(lambda: w.actor == "policy" and w.status.get("chunks", 0) > 3, 30, "chunks")
             w.wait(lambda: w.commanded > 10, 90, "the arm taking the policy's targets")
-            # its inputs' delivery (issue 20.5): frames received per camera against its input rate
+            # its inputs' delivery: frames received per camera against its input rate
             w.wait(
                 lambda: all(
                     (v or {}).get("stamp_fps") for v in (w.status.get("images_received") or {"": None}).values()

@@ -1,4 +1,4 @@
-"""Issue 20.5 in real processes: quest_video's ~/status carries, per camera, the frames it received
+"""Delivery health in real processes: quest_video's ~/status carries, per camera, the frames it received
 (count, rates) and the panels it sent against their target; sim_camera's ~/status its published rate;
 the HUD the headset decodes carries the resulting health (nothing degraded on a quiet loopback).
 """

@@ -1,4 +1,4 @@
-"""Issue 20.4 through real processes: a headset stall releases the clutch, and the simulated headset
+"""Re-gripping through real processes: a headset stall releases the clutch, and the simulated headset
 re-grips like an operator, so teleop drives the arm again (in ``make demo`` it never engaged again).
 
 piper-sim-quest (``continuous`` script: squeezing from connect on, never letting go by itself; its

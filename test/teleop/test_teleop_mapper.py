@@ -365,7 +365,7 @@ def test_limit_hits_count_each_onset_and_limits_seen_collects():
     assert rig.core.counters.limit_hits == {"workspace": 2}
 
 
-# ---- what the hand feels about the clutch (issue 20.4): the core's haptic output ----------------
+# ---- what the hand feels about the clutch: the core's haptic output ----------------
 def _felt(results, scheduler, t):
     """Feed the core's haptic output to the real scheduler as the node does; the pulses due by ``t``."""
     for i, r in enumerate(results):

@@ -1,4 +1,4 @@
-"""Issue 21.17: teleop counted 11-16 "out of order inputs" a minute from a headset stream whose mono and
+"""Teleop counted 11-16 "out of order inputs" a minute from a headset stream whose mono and
 frame rose. ROS-free reproduction with the real bridge clock mapper and teleop core.
 
 Cause: not the bridge (its mapped stamps rise whenever the frames arrive in order: a lower minimum

@@ -132,7 +132,7 @@ def test_rgbd_report_in_browser(tmp_path):
 
 
 def _with_counters(root: Path) -> None:
-    """Give the episodes the record a recorder writes (issue 16.12): one problem in episode 0."""
+    """Give the episodes the record a recorder writes: one problem in episode 0."""
     path = root / "meta" / "episodes.jsonl"
     eps = [json.loads(line) for line in path.read_text().splitlines()]
     for ep in eps:
