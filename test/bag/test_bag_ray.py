@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -42,15 +43,20 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 @pytest.fixture(scope="module")
 def cluster():
-    """One local Ray cluster for the module: 2 CPUs on 127.0.0.1 (two workers convert at once)."""
-    saved = {k: os.environ.get(k) for k in RAY_ENV}
-    os.environ.update(RAY_ENV)
+    """One local Ray cluster for the module: 2 CPUs on 127.0.0.1 (two workers convert at once). Its session
+    files, and those of the clusters the CLI starts, go to a directory of the module's (short: Ray's socket
+    paths must fit 107 bytes), removed at its end.
+    """
+    temp = tempfile.mkdtemp(prefix="ray-")
+    saved = {k: os.environ.get(k) for k in (*RAY_ENV, "RAY_TMPDIR")}
+    os.environ.update(RAY_ENV, RAY_TMPDIR=temp)
     os.environ.pop("RAY_ADDRESS", None)
     init_local(ray, 2)  # ray.init(address="local", num_cpus=2, ...): 127.0.0.1, no dashboard
     try:
         yield ray.cluster_resources()
     finally:
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -24,7 +24,6 @@ A missing consumer venv is built through make (minutes, several GB; the pip cach
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import time
@@ -34,11 +33,9 @@ from pathlib import Path
 import pytest
 
 from support.consumers import (
-    ACT_FLAGS,
     BIN,
     SCRIPTS,
     SIZE,
-    TRAIN_STEPS,
     DemoRoots,
     consumer_env,
     consumer_python,
@@ -47,15 +44,13 @@ from support.consumers import (
     run_json,
     tail,
     timed,
+    train_act,
 )
 
 EPISODES, SECONDS = 2, 4
 # (version, the consumer venv that reads it): every consumer of each version
 READERS = [("v2.0", "lerobot03"), ("v2.1", "lerobot03"), ("v3.0", "lerobot04"), ("v3.0", "lerobot06")]
 READER_IDS = [f"{v}-{c}" for v, c in READERS]
-# lerobot-train's flag that turns off evaluation in a simulator: `eval_freq` up to 0.4.x, `env_eval_freq` in 0.6.1
-# (lerobot/configs/train.py:113 of its wheel; draccus refuses the old name)
-EVAL_OFF = {"lerobot06": "--env_eval_freq=0"}
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.timeout(1800),
@@ -139,41 +134,10 @@ def test_every_frame_lookup_rule_gets_the_paired_frame(roots, hf_home):
     assert rep["rows"] > 0 and rep["misses"] == dict.fromkeys(rep["misses"], 0), json.dumps(rep["examples"])
 
 
-def _losses(log: str) -> list[float]:
-    return [float(v) for v in re.findall(r"\bloss:\s*([-+0-9.eE]+|nan|inf)", log)]
-
-
 @pytest.mark.parametrize(("version", "consumer"), READERS, ids=READER_IDS)
 def test_lerobot_train_act_checkpoint_acts(version, consumer, roots, hf_home, tmp_path):
-    py = consumer_python(consumer)
-    root = roots.get(version)
-    out = tmp_path / "train"
-    env = consumer_env(hf_home)
-    t0 = time.monotonic()
-    p = subprocess.run(
-        [
-            str(py.parent / "lerobot-train"),
-            "--dataset.repo_id=local/piper",
-            f"--dataset.root={root}",
-            *ACT_FLAGS,
-            f"--steps={TRAIN_STEPS}",
-            f"--save_freq={TRAIN_STEPS}",
-            "--log_freq=1",
-            EVAL_OFF.get(consumer, "--eval_freq=0"),
-            f"--output_dir={out}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-    timed(f"{consumer} lerobot-train {TRAIN_STEPS} steps on {version}", t0)
-    log = p.stdout + p.stderr
-    assert p.returncode == 0, f"lerobot-train on {version} failed ({p.returncode}):\n{tail(log)}"
-    losses = _losses(log)
-    assert len(losses) >= TRAIN_STEPS - 1 and all(math.isfinite(v) for v in losses), tail(log)
-    ckpt = out / "checkpoints" / "last" / "pretrained_model"
-    assert (ckpt / "model.safetensors").is_file(), sorted(str(x.relative_to(out)) for x in out.rglob("*"))
+    py, root, env = consumer_python(consumer), roots.get(version), consumer_env(hf_home)
+    ckpt = train_act(consumer, root, tmp_path / "train", env)
     t0 = time.monotonic()
     p, rep = run_json([str(py), str(SCRIPTS / "policy_actions.py"), str(ckpt), str(root)], env, 600)
     timed(f"{consumer} checkpoint actions on {version}", t0)

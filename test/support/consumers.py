@@ -8,7 +8,9 @@ roots they read (recorded by ``piper-demo`` through the simulated graph, made on
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -61,9 +63,13 @@ def consumer_python(name: str) -> Path:
 
 
 def consumer_env(hf_home: Path) -> dict[str, str]:
-    """Offline, hermetic caches; nothing of the project's venv leaks into the consumer's interpreter."""
+    """Offline, hermetic caches; nothing of the project's venv leaks into the consumer's interpreter, and its
+    temporary files (a policy config per checkpoint load, torch's compile cache) stay beside its cache, not in /tmp.
+    """
+    tmp = hf_home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf_home), WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf_home), WANDB_MODE="disabled", PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
     return env
 
 
@@ -95,6 +101,44 @@ ACT_FLAGS = [
     "--num_workers=0",
     "--wandb.enable=false",
 ]
+
+
+# lerobot-train's flag that turns off evaluation in a simulator: `eval_freq` up to 0.4.x, `env_eval_freq` in 0.6.1
+# (lerobot/configs/train.py:113 of its wheel; draccus refuses the old name)
+EVAL_OFF = {"lerobot06": "--env_eval_freq=0"}
+
+
+def train_act(consumer: str, root: Path, out: Path, env: dict[str, str]) -> Path:
+    """``lerobot-train`` of the ``consumer`` venv: ACT (``ACT_FLAGS``, else its defaults) for ``TRAIN_STEPS`` steps
+    on ``root``; asserts it exits 0 with a finite loss at every logged step, and returns the saved checkpoint.
+    """
+    py = consumer_python(consumer)
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [
+            str(py.parent / "lerobot-train"),
+            "--dataset.repo_id=local/piper",
+            f"--dataset.root={root}",
+            *ACT_FLAGS,
+            f"--steps={TRAIN_STEPS}",
+            f"--save_freq={TRAIN_STEPS}",
+            "--log_freq=1",
+            EVAL_OFF.get(consumer, "--eval_freq=0"),
+            f"--output_dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    timed(f"{consumer} lerobot-train {TRAIN_STEPS} steps on {root}", t0)
+    log = p.stdout + p.stderr
+    assert p.returncode == 0, f"lerobot-train on {root} failed ({p.returncode}):\n{tail(log)}"
+    losses = [float(v) for v in re.findall(r"\bloss:\s*([-+0-9.eE]+|nan|inf)", log)]
+    assert len(losses) >= TRAIN_STEPS - 1 and all(math.isfinite(v) for v in losses), tail(log)
+    ckpt = out / "checkpoints" / "last" / "pretrained_model"
+    assert (ckpt / "model.safetensors").is_file(), sorted(str(x.relative_to(out)) for x in out.rglob("*"))
+    return ckpt
 
 
 class DemoRoots:
