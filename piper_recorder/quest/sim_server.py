@@ -411,8 +411,8 @@ class SimQuestServer:
                 started = [
                     h.regrip(now - start, hands)
                     for h, start in self._headsets.values()
-                    if any(
-                        not h.regrips_of(hand) or now - start >= h.regrips_of(hand)[-1] + REGRIP_S + REGRIP_RETRY_S
+                    if any(  # a hand that re-gripped, long enough ago
+                        (times := h.regrips_of(hand)) and now - start >= times[-1] + REGRIP_S + REGRIP_RETRY_S
                         for hand in hands
                     )
                 ]
