@@ -149,7 +149,7 @@ def _fixed(x: np.ndarray) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1), type=pa.float32()), x.shape[1])
 
 
-MS = Fraction(1, 1000)  # whole-ms PTS, as recorders before the 1/30 s time base wrote them
+MS = Fraction(1, 1000)  # whole-ms PTS, as older recorders wrote them
 FINE = Fraction(1, 90000)  # the MPEG clock the recorders write now
 
 

@@ -1,4 +1,4 @@
-"""piper-repair on roots with whole-ms video PTS (as recorders wrote them before the 1/30 s time base).
+"""piper-repair on roots with whole-ms video PTS (as older recorders wrote them, before the 1/90000 s clock).
 
 The roots come from the spec-built fixtures (PyAV directly, not the writer); the results are read
 back with PyAV and pyarrow and checked in exact arithmetic, and by the validator.
@@ -241,7 +241,7 @@ def to_whole_ms(path: Path) -> None:
 
 @pytest.mark.parametrize("version", ["v2.0", "v2.1"])
 def test_repairing_an_old_recording_gives_what_the_writer_writes_now(tmp_path, version):
-    """A root from the project's writer fed row times k/30 (what recorders did before the 1/30 s time base:
+    """A root from the project's writer fed row times k/30 (what recorders did before rows sat on the rounded-up grid:
     timestamps rounded to the nearest float32, frames floored from them), downgraded to whole-ms PTS
     (what it wrote before that), repaired: parquet tables equal, and PTS and packets equal, those of
     the same recording written now (rows at grid_timestamp, k/30 rounded up); lerobot-doctor accepts it.
