@@ -1,9 +1,10 @@
 """quest_video: camera panels and the HUD to the headset app's video channel (thin adapter).
 
 Its own process, not a thread of quest_bridge: JPEG encoding holding the GIL there would delay the pose
-path, and a stalled video link stays apart from the bridge's reconnects. Callbacks only store images; one
-stream thread encodes each camera's newest frame when it is new and sends it without blocking (a busy link
-drops the frame), and renders the HUD at ``hud_hz``. The view tint (red while recording) goes to
+path, and a stalled video link stays apart from the bridge's reconnects. One stream thread takes the images
+that arrived since its last tick (``PolledInputs``: no executor wake-up per frame, and each frame a view of
+its serialized bytes), encodes each camera's newest frame when it is new and sends it without blocking (a
+busy link drops the frame), and renders the HUD at ``hud_hz``. The view tint (red while recording) goes to
 quest_bridge as a ``/quest/command`` on each change and every ``tint_refresh_s``. Two arms (``arms``, as the
 graph derives it): the HUD shows each arm's clutch and releases (teleop's status) and each arm's
 ``/<arm>/arm/status``.
@@ -48,6 +49,7 @@ from piper_recorder.names import (
 )
 from piper_recorder.nodes.plumbing.callbacks import timer_callback
 from piper_recorder.nodes.plumbing.parameters import declare_config
+from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
 from piper_recorder.nodes.plumbing.qos import live_image_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.process.delivery import ImageCounts, link_health, panel_target, received_rate
@@ -66,6 +68,9 @@ LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
 BRIDGE_STATUS = "quest_bridge: headset"
 LATENCY_WINDOW = 300
 RECORDER_STALE_S = 3.0
+#: The stream thread takes the images at least this often: the live history (``LIVE_IMAGE_DEPTH`` frames)
+#: holds a third of a second at 30 fps, and ``fps`` may be as low as 0.5.
+POLL_S = 0.1
 
 
 @dataclass
@@ -145,8 +150,10 @@ class QuestVideo(Node):
         self._recorder_status_t = -math.inf
         self.skipped_frames = 0  # camera frames that arrived but were never sent (the camera outran fps)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        # taken by the stream thread at each tick (its history holds what arrives between two ticks)
+        self.inputs = PolledInputs(self)
         for idx, cam in enumerate(self.cfg.cameras):
-            self.create_subscription(
+            self.inputs.subscribe(
                 ImageMsg,
                 camera_topic(self.cfg.image_topic_pattern, cam),
                 functools.partial(self._on_image, idx),
@@ -178,8 +185,8 @@ class QuestVideo(Node):
             f"+ HUD at {self.cfg.hud_hz:g} Hz to {self.cfg.host}:{self.cfg.port}"
         )
 
-    # ---- inputs (executor thread: store only) --------------------------------------------------
-    def _on_image(self, idx: int, msg: ImageMsg) -> None:
+    # ---- inputs (images: the stream thread's poll; the rest: the executor thread, store only) ------
+    def _on_image(self, idx: int, msg: Any, _received_ns: int) -> None:
         with self._lock:
             prev = self._latest.get(idx, (0, None))[0]
             if prev and self._sent_seq.get(idx, 0) != prev:
@@ -251,6 +258,12 @@ class QuestVideo(Node):
         tint: tuple[float, float, float, float] | None = None
         tint_sent = -math.inf
         while not self._stop.is_set():
+            self.inputs.poll()  # every frame is counted (delivery health), linked or not
+            now = time.monotonic()
+            if now < next_t:  # between two panel ticks (a low fps): only take the images, whose history is bounded
+                if self._stop.wait(min(next_t - now, POLL_S)):
+                    break
+                continue
             linked = self.sender.ensure_connected()  # nothing is encoded while the headset is away
             for idx in range(len(self.cfg.cameras)):
                 if linked:
@@ -267,11 +280,8 @@ class QuestVideo(Node):
                     self.pub_command.publish(String(data=json.dumps(color_command(want))))
                     tint, tint_sent = want, now
             next_t += period
-            delay = next_t - time.monotonic()
-            if delay < -period:
+            if next_t < time.monotonic() - period:
                 next_t = time.monotonic()  # fell behind: resync, never burst
-            elif delay > 0 and self._stop.wait(delay):
-                break
 
     def _send_camera(self, idx: int) -> None:
         with self._lock:
@@ -369,6 +379,7 @@ class QuestVideo(Node):
         """Stop the stream thread and close the link."""
         self._stop.set()
         self._thread.join(2.0)
+        self.inputs.destroy()
         self.sender.close()
 
 
