@@ -5,8 +5,9 @@ Chain (each arrow crosses a process or a bus):
   -> piper_arm node (in this process) -> piper_sdk -> python-can virtual bus -> CAN-level emulator
 
 How a headset frame is tied to the CAN frame it causes (no field is smuggled through the messages):
-* The sim headset replays a generated stream (``--replay``): grip closed, right controller still,
-  then every ``--step-s`` a 1 cm step to the right or left (alternating). A step lives in one known
+* The sim headset replays a generated stream (``--replay``): grip closed, right controller still, half a
+  step to the left ``PRIME_S`` before the first step (a still hand sends nothing to measure from), then
+  every ``--step-s`` a 1 cm step to the right or left (alternating). A step lives in one known
   headset frame n, written with ``mono = n / 90`` s. The sim sends each replayed frame at its
   capture time ``start + mono`` on the host CLOCK_MONOTONIC, and its hello carries ``start``
   (``mono`` in the hello), so step frame n is due to leave at ``hello.mono + n / 90``. The sim
@@ -75,6 +76,9 @@ from support.wsclient import WebSocketClient
 RATE = 90.0
 STEP_M = 0.01  # XR x step (m) -> robot y step of the same size
 LEAD_S = 2.5  # still controller, grip closed, before the first step
+# Half a step (to the side the first step leaves from) this long before the first step: a still gripped hand
+# sends no target and the arm no command, so without it the first step had nothing to be measured from
+PRIME_S = 1.0
 THRESH = {"position": 0.0002, "impedance": 0.0004}  # m in y / rad of joint 1: well above the tail, below
 # the first filtered tick of a 1 cm step (~0.7 mm)
 
@@ -91,7 +95,8 @@ def make_replay(path: Path, steps: int, step_s: float, two_hands: bool = False) 
         for n in range(n_frames):
             while k < len(step_frames) and step_frames[k] <= n:
                 k += 1
-            offset = 0.0 if k == 0 else (STEP_M / 2 if k % 2 == 1 else -STEP_M / 2)
+            primed = n >= int(round((LEAD_S - PRIME_S) * RATE))
+            offset = (-STEP_M / 2 if primed else 0.0) if k == 0 else (STEP_M / 2 if k % 2 == 1 else -STEP_M / 2)
             f = idle.sample(n / RATE, frame=n, rate_hz=RATE)
             f["right"]["pos"] = [RIGHT_HOME[0] + offset, RIGHT_HOME[1], RIGHT_HOME[2]]
             f["right"]["squeeze"] = 1.0 if n >= int(0.3 * RATE) else 0.0
