@@ -7,8 +7,9 @@ Chain (each arrow crosses a process or a bus):
 How a headset frame is tied to the CAN frame it causes (no field is smuggled through the messages):
 * The sim headset replays a generated stream (``--replay``): grip closed, right controller still, half a
   step to the left ``PRIME_S`` before the first step (a still hand sends nothing to measure from), then
-  every ``--step-s`` a 1 cm step to the right or left (alternating). A step lives in one known
-  headset frame n, written with ``mono = n / 90`` s. The sim sends each replayed frame at its
+  every ``--step-s`` a 1 cm step to the right or left (alternating). Steps before teleop's first target
+  (the clutch engages once the freshly started processes have discovered each other) are counted apart.
+  A step lives in one known headset frame n, written with ``mono = n / 90`` s. The sim sends each replayed frame at its
   capture time ``start + mono`` on the host CLOCK_MONOTONIC, and its hello carries ``start``
   (``mono`` in the hello), so step frame n is due to leave at ``hello.mono + n / 90``. The sim
   thread waking late only makes the measured latency larger (conservative).
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -75,7 +77,7 @@ from support.wsclient import WebSocketClient
 
 RATE = 90.0
 STEP_M = 0.01  # XR x step (m) -> robot y step of the same size
-LEAD_S = 2.5  # still controller, grip closed, before the first step
+LEAD_S = 3.5  # still controller, grip closed, before the first step (teleop engages 0.3-3 s into the stream)
 # Half a step (to the side the first step leaves from) this long before the first step: a still gripped hand
 # sends no target and the arm no command, so without it the first step had nothing to be measured from
 PRIME_S = 1.0
@@ -465,10 +467,17 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
     start = float(hellos[-1]["mono"])
     thresh = THRESH[args.backend]
     measured: dict[str | None, tuple[list[float], list[float], list[float], list[str]]] = {}
+    early: dict[str | None, int] = {}
     for name in arm_names:
         can_lat, target_lat, arm_lat, missed = [], [], [], []
+        # teleop engages once the hand, the joys and the arm's feedback have all reached it (DDS discovery
+        # of the freshly started processes: 0.3-3 s here); a step before its first target is start-up
+        engaged = targets[name][0][0] if targets[name] else math.inf
         for i, fn in enumerate(step_frames):
             t0 = start + fn / RATE  # when step frame fn was due to leave the sim headset
+            if t0 < engaged:
+                early[name] = early.get(name, 0) + 1
+                continue
             xr_dir = 1.0 if i % 2 == 0 else -1.0  # +x (right) first, then alternating
             y_dir = -xr_dir  # robot y = -xr x (each arm's base faces forward); joint 1 turns the same way as y
             t_can = first_response(taps[name].frames, t0, y_dir, thresh, args.step_s)
@@ -495,6 +504,8 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
         print(stats(f"{who}headset frame -> teleop target", target_lat))
         print(stats(f"{who}teleop target -> CAN frame", arm_lat))
         print(stats(f"{who}headset frame -> CAN frame", can_lat))
+        if early.get(name):
+            print(f"{who}steps before the clutch engaged (not measured): {early[name]}")
         if missed:
             print(f"{who}steps without a detected CAN response: {', '.join(missed)}")
         if len(can_lat) < len(step_frames) // 2:
