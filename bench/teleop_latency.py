@@ -92,13 +92,14 @@ def make_replay(path: Path, steps: int, step_s: float, two_hands: bool = False) 
     # (and the arm's 200 Hz one) instead of always the same, so the quantization is sampled fairly.
     step_frames = [int(round((LEAD_S + i * step_s) * RATE)) + i % 9 for i in range(steps)]
     n_frames = step_frames[-1] + int(RATE * 1.0)
+    prime_frame = int(round((LEAD_S - PRIME_S) * RATE))
     with open(path, "w") as fh:
         k = 0
         for n in range(n_frames):
             while k < len(step_frames) and step_frames[k] <= n:
                 k += 1
-            primed = n >= int(round((LEAD_S - PRIME_S) * RATE))
-            offset = (-STEP_M / 2 if primed else 0.0) if k == 0 else (STEP_M / 2 if k % 2 == 1 else -STEP_M / 2)
+            # still, then primed half a step to the left (-x), then each step to the other side
+            offset = 0.0 if n < prime_frame else (STEP_M / 2 if k % 2 == 1 else -STEP_M / 2)
             f = idle.sample(n / RATE, frame=n, rate_hz=RATE)
             f["right"]["pos"] = [RIGHT_HOME[0] + offset, RIGHT_HOME[1], RIGHT_HOME[2]]
             f["right"]["squeeze"] = 1.0 if n >= int(0.3 * RATE) else 0.0
