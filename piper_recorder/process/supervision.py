@@ -22,11 +22,29 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def on_stop_signals(handler: Callable[[int], None]) -> None:
-    """Call ``handler(signum)`` on SIGINT, SIGTERM and SIGHUP (main thread only, like ``signal.signal``)."""
+    """Call ``handler(signum)`` on SIGINT, SIGTERM and SIGHUP, on a thread of its own (install from the main thread).
+
+    Python runs a signal handler in the main thread between two bytecodes, wherever that thread is: inside
+    ``Event.wait``'s critical section, a handler calling ``Event.set`` waited for a lock its own thread held,
+    and the process hung on every later signal too (a node's ``while not stop.wait(0.1)``; a simulated
+    headset that ignored SIGINT and SIGTERM until SIGKILL). So the signal only writes its number to a pipe
+    (no Python lock), and a daemon thread reading it calls ``handler``, which may take any lock.
+    """
+    read_fd, write_fd = os.pipe()  # not inherited by children
+    os.set_blocking(write_fd, False)
 
     def _handle(signum: int, _frame: Any) -> None:
-        handler(signum)
+        try:
+            os.write(write_fd, bytes((signum,)))
+        except BlockingIOError:  # a full pipe holds stop requests enough
+            pass
 
+    def _deliver() -> None:
+        while data := os.read(read_fd, 64):
+            for signum in data:
+                handler(signum)
+
+    threading.Thread(target=_deliver, name="stop-signals", daemon=True).start()
     for sig in STOP_SIGNALS:
         signal.signal(sig, _handle)
 

@@ -1,0 +1,36 @@
+"""on_stop_signals: a stop signal's handler runs on a thread of its own, so it may take a lock the main thread
+holds when the signal comes (``Event.set`` while the main thread is inside ``Event.wait``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from piper_recorder.process.supervision import STOP_SIGNALS, on_stop_signals
+
+
+@pytest.mark.timeout(20)
+def test_a_stop_signal_while_the_main_thread_holds_the_handlers_lock_is_handled_once_it_is_released():
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    lock = threading.Lock()
+    calls: list[tuple[int, bool]] = []
+    done = threading.Event()
+
+    def handler(signum: int) -> None:
+        with lock:  # as Event.set takes the lock of the Event.wait the main thread may be in
+            calls.append((signum, threading.current_thread() is threading.main_thread()))
+        done.set()
+
+    try:
+        on_stop_signals(handler)
+        with lock:
+            signal.raise_signal(signal.SIGHUP)  # Python runs its handler in this thread, inside this block
+            assert not done.wait(0.2)  # the handler waits for the lock; the main thread goes on
+        assert done.wait(5.0)
+        assert calls == [(signal.SIGHUP, False)]
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)
