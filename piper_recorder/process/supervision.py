@@ -24,29 +24,34 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def on_stop_signals(handler: Callable[[int], None]) -> None:
     """Call ``handler(signum)`` on SIGINT, SIGTERM and SIGHUP, on a thread of its own (install from the main thread).
 
-    Python runs a signal handler in the main thread between two bytecodes, wherever that thread is: inside
-    ``Event.wait``'s critical section, a handler calling ``Event.set`` waited for a lock its own thread held,
-    and the process hung on every later signal too (a node's ``while not stop.wait(0.1)``; a simulated
-    headset that ignored SIGINT and SIGTERM until SIGKILL). So the signal only writes its number to a pipe
-    (no Python lock), and a daemon thread reading it calls ``handler``, which may take any lock.
+    Python runs a signal handler in the main thread between two bytecodes, which fails a stop two ways:
+    - wherever that thread is: inside ``Event.wait``'s critical section, a handler calling ``Event.set`` waited
+      for a lock its own thread held, and the process hung on every later signal too;
+    - only if the main thread learns of it: the kernel gives a signal to any of the process's threads, and
+      when another thread running bytecode took it, CPython (3.11, 3.12) cleared its "signals pending" flag
+      and the handler waited for the next signal the main thread took (a stop that never came).
+    So the signal's number is written to a pipe by CPython's C-level handler (``signal.set_wakeup_fd``),
+    in whichever thread took it, with no Python lock; a daemon thread reading the pipe calls ``handler``,
+    which may take any lock. The process has one wakeup fd: this claims it (no asyncio loop in the main
+    thread may set its own).
     """
     read_fd, write_fd = os.pipe()  # not inherited by children
-    os.set_blocking(write_fd, False)
-
-    def _handle(signum: int, _frame: Any) -> None:
-        try:
-            os.write(write_fd, bytes((signum,)))
-        except BlockingIOError:  # a full pipe holds stop requests enough
-            pass
+    os.set_blocking(write_fd, False)  # a full pipe drops the byte: pending stops enough
 
     def _deliver() -> None:
         while data := os.read(read_fd, 64):
             for signum in data:
-                handler(signum)
+                if signum in STOP_SIGNALS:  # the wakeup fd carries every signal with a Python handler
+                    handler(signum)
 
-    threading.Thread(target=_deliver, name="stop-signals", daemon=True).start()
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)  # ValueError outside the main thread
     for sig in STOP_SIGNALS:
-        signal.signal(sig, _handle)
+        signal.signal(sig, _noop)  # a Python-level handler, so CPython's C handler runs (and writes the fd)
+    threading.Thread(target=_deliver, name="stop-signals", daemon=True).start()  # a byte sent before waits
+
+
+def _noop(_signum: int, _frame: Any) -> None:
+    """The Python-level half of a stop signal: nothing (the wakeup fd delivers it, see ``on_stop_signals``)."""
 
 
 def interrupt_on_stop_signals() -> None:
