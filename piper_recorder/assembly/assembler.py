@@ -17,7 +17,8 @@ The rules, in one place for the live recorders and the rosbag converter:
   latest sample of each input before ``start_ns``) makes k0 = 0.
 - Frames, ``capture`` mode: each frame stamped in [origin, end] goes to ``sink.frame`` in stamp order at
   ``t = (stamp - origin_ns) / 1e9`` once ``now >= stamp + lateness``; the newest frame at or before the origin is
-  sent at t = 0 (row 0 has a frame), unless the next is within 1 ms of the origin. A frame stamped at or before
+  sent at t = 0 (row 0 has a frame), unless the next one's PTS is 0 too (``pts_ticks``: within 1/90000 s of the
+  origin; that one then opens the video). A frame stamped at or before
   one already sent is dropped (``frames_late``); gaps over 1.5 periods count ``round(dt * fps) - 1`` in
   ``frames_missing``, whatever the cause.
 - Frames, ``nominal`` mode (always for RGB-D): every row carries, per camera, the frame chosen by causal
@@ -64,7 +65,7 @@ import numpy as np
 from piper_recorder.features.table import PIPER_TABLE, FeatureTable
 from piper_recorder.names import CAMERA
 
-from ..timebase import grid_timestamp
+from ..timebase import grid_timestamp, pts_ticks
 from .buffers import Sample, SampleBuffer
 from .frame_assign import CAUSAL_TOL_NS, WARMUP_S, PhaseTracker, first_row_reach_ns, horizon_ns, pick, window_captures
 from .messages import pose7
@@ -491,7 +492,7 @@ class EpisodeAssembler:
                 for cam, f in got.items():  # the frame at/before the origin opens the video at t = 0 ...
                     self._frames[cam].drop_through(t)
                     nxt = self._frames[cam].first()
-                    if nxt is None or nxt.stamp_ns - t >= 1_000_000:  # ... unless the next one floors to 0 ms
+                    if nxt is None or pts_ticks((nxt.stamp_ns - t) / 1e9) > 0:  # ... unless the next one's PTS is 0
                         self._send(cam, f.value, 0)
         for name, s in have.items():
             if t - s.stamp_ns > self._stale_ns:

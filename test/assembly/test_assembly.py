@@ -10,6 +10,7 @@ import pytest
 
 from piper_recorder.assembly import AssemblyConfig, EpisodeAssembler, LeRobotSink, RgbdSink
 from piper_recorder.assembly.assembler import grid_timestamp
+from piper_recorder.timebase import pts_ticks
 
 MS = 1_000_000
 START = 1_700_000_000_000_000_000 + 123_456_789  # a realistic ROS-clock origin, not grid aligned
@@ -238,7 +239,14 @@ def test_capture_mode_camera_gap_counted_as_frames_missing():
     assert nominal.frames_missing == {} and nominal.frames_repeated["cam_front"] >= 14
 
 
-def test_capture_mode_frame_right_after_origin_opens_the_video():
+@pytest.mark.parametrize(
+    ("after_ns", "opening"),
+    [(MS // 2, True), (MS - 1, True), (12_000, True), (10_000, False), (0, False)],
+)
+def test_capture_mode_video_opens_at_zero_unless_the_next_frame_shares_pts_zero(after_ns, opening):
+    # PTS count 1/90000 s (11.1 us): a frame 0.5 ms after the origin has its own PTS (45), so the frame before
+    # the origin still opens the video at 0 and row 0 has a frame at its time; only a frame within one tick
+    # of the origin would share PTS 0, and then it opens the video itself
     cfg = AssemblyConfig(fps=30, cameras=("cam_front",), timestamp_mode="capture")
     sink = RecordingSink()
     asm = EpisodeAssembler(cfg, START, sink)
@@ -246,11 +254,13 @@ def test_capture_mode_frame_right_after_origin_opens_the_video():
     asm.add_eef_pose(START, (0, 0, 0), (0, 0, 0, 1))
     asm.add_commanded_pose(START, (0, 0, 0), (0, 0, 0, 1))
     asm.add_commanded_gripper(START, 0.0)
-    for s in (START - 33 * MS, START + MS // 2, START + 34 * MS):
+    for s in (START - 33 * MS, START + after_ns, START + 34 * MS):
         asm.add_frame("cam_front", s, np.zeros((2, 2, 3), np.uint8))
     asm.finish(START + 50 * MS)
-    # the pre-origin frame would share PTS 0 ms with the one 0.5 ms after the origin: it is left out
-    assert [(s - START, t) for _, s, t in sink.frames] == [(MS // 2, 0.0005), (34 * MS, 0.034)]
+    sent = [(s - START, t) for _, s, t in sink.frames]
+    assert sent == [(-33 * MS, 0.0)] * opening + [(after_ns, after_ns / 1e9), (34 * MS, 0.034)]
+    pts = [pts_ticks(t) for _, t in sent]
+    assert pts[0] == 0 and all(b > a for a, b in itertools.pairwise(pts))  # the encoder takes every one
 
 
 def test_raw_quest_lines_in_stamp_order_within_episode():
