@@ -40,9 +40,9 @@ def test_a_stop_signal_while_the_main_thread_holds_the_handlers_lock_is_handled_
 
 @pytest.mark.timeout(20)
 def test_a_stop_signal_taken_by_another_thread_reaches_the_handler_while_the_main_thread_waits():
-    # The kernel gives a process's signal to any thread; CPython 3.12's eval loop lets a thread other than the
-    # main one clear the "signals pending" flag, so a Python-level handler waits for the next signal that
-    # the main thread itself takes. The stop must arrive anyway, at once.
+    # The kernel gives a process's signal to any thread; the eval loop of CPython 3.11 and 3.12 lets a thread
+    # other than the main one clear the "signals pending" flag, so a Python-level handler waits for the next
+    # signal that the main thread itself takes. The stop must arrive anyway, at once.
     saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     got = threading.Event()
     quit_busy = threading.Event()
