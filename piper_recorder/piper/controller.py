@@ -8,7 +8,8 @@ Safety rules, in the order the tick applies them:
    hold (the last pose actually commanded). A target older than ``stale_target_s`` counts one
    stale event and is dropped.
 Targets are validated on arrival (``set_target``): non-finite, non-unit quaternion, outside the
-workspace box, or without a joint-limited IK solution -> refused and counted by reason.
+workspace box, or without a joint-limited IK solution -> refused and counted by reason; one just past a
+joint limit becomes the nearest pose the limited joints reach (``limits.TargetLimits``).
 
 ``ArmController(cfg, link)``: ``start()``, ``stop()``, ``set_target(pos, quat_xyzw) -> bool``,
 ``set_gripper(width) -> bool``, ``enable()``, ``disable()``, ``go_home()``, ``feedback()``,
@@ -68,7 +69,13 @@ class ArmController:
         self.take_inputs, self.wait_inputs, self.interrupt = take_inputs, wait_inputs, interrupt
         self.cfg, self.link = cfg, link
         self.backend = make_backend(cfg, link)
-        self.limits = TargetLimits(np.array(cfg.joint_min), np.array(cfg.joint_max), *cfg.accept_box)
+        self.limits = TargetLimits(
+            np.array(cfg.joint_min),
+            np.array(cfg.joint_max),
+            *cfg.accept_box,
+            slide_pos_tol=cfg.limit_slide_m,
+            slide_rot_tol=cfg.limit_slide_rad,
+        )
         self.on_command = on_command
         self._lock = threading.Lock()
         self._target: _Target | None = None
@@ -233,6 +240,7 @@ class ArmController:
             "can_channel": self.link.channel,
             "targets_accepted": self.accepted,
             "targets_refused": dict(self.refused),
+            "targets_at_joint_limit": self.limits.at_joint_limit,
             "last_refusal": self.last_refusal,
             "stale_events": self.stale_events,
             "can_silence_events": self.silence_events,

@@ -347,6 +347,7 @@ class IkResult:
 
 
 _CONVERGED = (2e-5, 2e-4)  # m, rad: where the damped iteration stops (``solve_ik``'s pos_tol, rot_tol)
+_ROT_WEIGHT = 0.1  # m per rad: how the damped iteration's best iterate weighs a rotation error against a position one
 
 
 def solve_ik(
@@ -359,12 +360,18 @@ def solve_ik(
     max_step: float = 0.25,
     pos_tol: float = _CONVERGED[0],
     rot_tol: float = _CONVERGED[1],
+    hold_limits: bool = False,
 ) -> IkResult:
     """Damped least squares on the flange pose, warm-started from ``q_seed``, clamped to limits.
 
     dq = J^T (J J^T + lambda^2 I)^-1 e; a streaming target (small motion per call) converges in
     a few iterations. The result is the best iterate; check ``ok()`` before using it. All in scalar
     floats (``_dls_step``).
+
+    ``hold_limits``: a joint at a limit that the step would push past is taken out of the step (its
+    Jacobian column zeroed) and the others solve for the rest, and the iteration ends when it stops
+    improving. For a target past a limit this finds the nearest pose with that joint at its limit; the plain
+    clamped step spends itself on the clamped joint and can stall at its seed.
     """
     lo, hi = _floats(q_min, 6), _floats(q_max, 6)
     # min(max(v, lo), hi) keeps a NaN (as np.minimum/np.maximum do): such a seed never converges
@@ -374,6 +381,7 @@ def solve_ik(
     r_t = (*t_rows[0][:3], *t_rows[1][:3], *t_rows[2][:3])
     lam2 = damping * damping
     best_q, best_pe, best_re, best_cost = q, math.inf, math.inf, math.inf
+    prev_cost = math.inf
     it = 0
     for it in range(max_iter + 1):
         frames = chain(q)
@@ -381,11 +389,28 @@ def solve_ik(
         ex, ey, ez = tx - f[9], ty - f[10], tz - f[11]
         wx, wy, wz = rot_error_of(r_t, f)
         pe, re = math.sqrt(ex * ex + ey * ey + ez * ez), math.sqrt(wx * wx + wy * wy + wz * wz)
-        if it == 0 or pe + 0.1 * re < best_cost:
-            best_q, best_pe, best_re, best_cost = q, pe, re, pe + 0.1 * re
+        # the cost the steps lower: with hold_limits their own (weighted squares), else the sum of the residuals
+        cost = math.hypot(pe, _ROT_WEIGHT * re) if hold_limits else pe + _ROT_WEIGHT * re
+        if it == 0 or cost < best_cost:
+            best_q, best_pe, best_re, best_cost = q, pe, re, cost
         if (pe <= pos_tol and re <= rot_tol) or it == max_iter:
             break
-        dq = _dls_step(_jacobian_rows(frames), [ex, ey, ez, wx, wy, wz], lam2)
+        if hold_limits and prev_cost - cost < 1e-7:
+            break  # at the limit's nearest pose (or stuck): no better iterate is coming
+        prev_cost = cost
+        rows = _jacobian_rows(frames)
+        if not hold_limits:
+            dq = _dls_step(rows, [ex, ey, ez, wx, wy, wz], lam2)
+        else:
+            # the rotation weighted as the best iterate's cost weighs it (0.1 m per rad): a target the limited
+            # joints cannot reach trades position against rotation, and each step must lower that cost
+            rows = rows[:3] + [[_ROT_WEIGHT * v for v in r] for r in rows[3:]]
+            err = [ex, ey, ez, _ROT_WEIGHT * wx, _ROT_WEIGHT * wy, _ROT_WEIGHT * wz]
+            dq = _dls_step(rows, err, lam2)
+            held = [j for j in range(6) if (dq[j] < 0.0 and q[j] <= lo[j]) or (dq[j] > 0.0 and q[j] >= hi[j])]
+            if held:
+                rows = [[0.0 if j in held else v for j, v in enumerate(r)] for r in rows]
+                dq = _dls_step(rows, err, lam2)
         n = max(abs(v) for v in dq)
         if n > max_step:
             s = max_step / n

@@ -1,4 +1,10 @@
-"""Target validation: finite numbers, unit quaternion, the acceptance box, joint-limited reachability."""
+"""Target validation: finite numbers, unit quaternion, the acceptance box, joint-limited reachability.
+
+A target just past a joint limit is not refused: it becomes the nearest pose the limited joints reach (the
+damped iteration's clamped solution from the last one), so the arm slides along the limit as the operator's
+hand goes past it. A refusal there would stop the arm until the target came back in reach, and then jump it
+to wherever the target had gone meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,10 @@ class TargetLimits:
     """What piper_arm accepts of a target: a flange position in the acceptance box and a joint-limited IK solution.
 
     The box is ``accept_min`` .. ``accept_max`` (m, arm base; ``ArmConfig.accept_box``): refused outside,
-    never clamped. The joint limits are ``q_min`` .. ``q_max`` (rad).
+    never clamped. The joint limits are ``q_min`` .. ``q_max`` (rad). A target whose nearest joint-limited
+    solution from the seed misses it by at most ``slide_pos_tol`` / ``slide_rot_tol``, with a joint at its
+    limit and no joint more than ``slide_max_jump`` from the seed, is accepted as that solution's pose
+    (counted in ``at_joint_limit``); one missed by more is refused as unreachable.
     """
 
     q_min: np.ndarray
@@ -33,12 +42,18 @@ class TargetLimits:
     accept_max: np.ndarray
     ik_pos_tol: float = 1e-3  # the emulator's firmware IK accepts the same residuals
     ik_rot_tol: float = 1e-2
+    slide_pos_tol: float = 0.02  # m; 0 with slide_rot_tol 0: refuse every target past a limit
+    slide_rot_tol: float = 0.2  # rad
+    slide_max_jump: float = 0.25  # rad, kinematics.ik's max_jump: a continuation of the last solution
+    at_joint_limit: int = 0  # targets accepted as their joint-limited pose
 
     def __post_init__(self) -> None:
         self._box = (
             np.asarray(self.accept_min, dtype=float).tolist(),
             np.asarray(self.accept_max, dtype=float).tolist(),
         )
+        self._q_lo = np.asarray(self.q_min, dtype=float).tolist()
+        self._q_hi = np.asarray(self.q_max, dtype=float).tolist()
 
     def check(
         self, pos: np.ndarray, quat_xyzw: np.ndarray, q_seed: np.ndarray, fallback_seeds: Iterable[np.ndarray] = ()
@@ -67,6 +82,13 @@ class TargetLimits:
         x, y, z, w = qv[0] / n, qv[1] / n, qv[2] / n, qv[3] / n
         target = kin.frame_matrix(kin.quat_rot(x, y, z, w) + (p[0], p[1], p[2]))
         res = kin.ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
+        if not res.ok(self.ik_pos_tol, self.ik_rot_tol) and (self.slide_pos_tol > 0.0 or self.slide_rot_tol > 0.0):
+            held = kin.solve_ik(target, q_seed, self.q_min, self.q_max, max_iter=40, hold_limits=True)
+            if held.ok(self.ik_pos_tol, self.ik_rot_tol):
+                return target, held.q
+            if self._slides(held, q_seed):
+                self.at_joint_limit += 1
+                return kin.fk(held.q), held.q
         seeds = iter(fallback_seeds)  # the next seed is built only after a failed solve
         while not res.ok(self.ik_pos_tol, self.ik_rot_tol) and (seed := next(seeds, None)) is not None:
             res = kin.ik(target, seed, self.q_min, self.q_max, max_iter=60)
@@ -75,3 +97,14 @@ class TargetLimits:
                 "unreachable", f"IK residual {res.pos_err * 1000:.1f} mm / {np.degrees(res.rot_err):.1f} deg"
             )
         return target, res.q
+
+    def _slides(self, res: kin.IkResult, q_seed: np.ndarray) -> bool:
+        """Whether ``res`` (the solve from ``q_seed`` that missed) is the target's pose at a joint limit."""
+        if res.pos_err > self.slide_pos_tol or res.rot_err > self.slide_rot_tol:
+            return False
+        q = res.q.tolist()
+        # solve_ik clamps to the limits exactly: a joint at its limit equals it
+        at_limit = any(v in (a, b) for v, a, b in zip(q, self._q_lo, self._q_hi))
+        return at_limit and max(abs(v - s) for v, s in zip(q, np.asarray(q_seed, dtype=float).tolist())) <= (
+            self.slide_max_jump
+        )

@@ -189,3 +189,58 @@ def test_limits_check_builds_a_fallback_seed_only_after_a_failed_solve():
     res = lim.check(t[:3, 3], quat, far, seeds(("measured", far), ("home", ready), ("unused", ready)))
     assert not isinstance(res, Rejection) and np.allclose(kin.fk(res[1]), t, atol=1e-6)
     assert built == ["measured", "home"]
+
+
+def _past_joint5_limit() -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Joint 5's upper limit 0.1 rad above the ready pose's, and a target stream from ready that would turn
+    joint 5 0.15 rad past it (moving joints 1 and 3 too) and back: (q_max, ready, joint 5 offsets).
+    """
+    q_max = kin.SDK_JOINT_MAX.copy()
+    q_max[4] = 0.6
+    ready = np.array([0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
+    return q_max, ready, list(np.r_[np.linspace(0.0, 0.25, 26), np.linspace(0.25, 0.0, 26)])
+
+
+def test_a_target_just_past_a_joint_limit_moves_the_arm_along_the_limit_and_back_without_a_jump():
+    from piper_recorder.piper.limits import Rejection, TargetLimits
+
+    q_max, ready, offsets = _past_joint5_limit()
+    lim = TargetLimits(kin.SDK_JOINT_MIN, q_max, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]))
+    seed, prev, past = ready, None, 0
+    for d in offsets:
+        t = kin.fk(ready + np.array([0.02 * d, 0.0, 0.1 * d, 0.0, d, 0.0]))
+        res = lim.check(t[:3, 3], kin.matrix_to_quat(t[:3, :3]), seed)
+        assert not isinstance(res, Rejection), (d, res)
+        pose, q = res
+        assert q[4] <= 0.6
+        err = np.linalg.norm(pose[:3, 3] - t[:3, 3])
+        if d <= 0.1 + 1e-9:  # within the limit: the target itself
+            assert np.allclose(pose, t, atol=1e-9) and np.allclose(
+                q, ready + [0.02 * d, 0, 0.1 * d, 0, d, 0], atol=1e-6
+            )
+        elif err > 1e-3:  # past it: joint 5 at its limit, the others as near the target as they reach
+            past += 1
+            assert q[4] == 0.6 and err < 5e-3 and np.allclose(pose, kin.fk(q), atol=1e-12), (d, q, err)
+        if prev is not None and d != prev[0]:
+            # the target moves 1.2 mm a step: so does the arm, never frozen and never jumping
+            step = np.linalg.norm(pose[:3, 3] - prev[1][:3, 3])
+            assert 2e-4 < step < 3e-3, (d, step)
+        seed, prev = q, (d, pose)
+    assert past >= 20 and lim.at_joint_limit >= past
+
+
+@pytest.mark.parametrize("slide", [True, False])
+def test_a_target_far_past_a_joint_limit_or_any_past_it_without_sliding_is_refused(slide):
+    from piper_recorder.piper.limits import Rejection, TargetLimits
+
+    q_max, ready, _ = _past_joint5_limit()
+    tol = {} if slide else {"slide_pos_tol": 0.0, "slide_rot_tol": 0.0}
+    lim = TargetLimits(kin.SDK_JOINT_MIN, q_max, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]), **tol)
+    at_limit = ready + np.array([0.0, 0.0, 0.0, 0.0, 0.1, 0.0])
+    for extra, refused in ((0.05, not slide), (0.5, True)):
+        t = kin.fk(at_limit + np.array([0.0, 0.0, 0.0, 0.0, extra, 0.0]))
+        res = lim.check(t[:3, 3], kin.matrix_to_quat(t[:3, :3]), at_limit)
+        assert isinstance(res, Rejection) == refused, (extra, res)
+        if refused:
+            assert res.reason == "unreachable"
+    assert lim.at_joint_limit == (1 if slide else 0)

@@ -141,6 +141,38 @@ def test_bad_targets_are_refused_and_counted(position_rig):
     assert np.allclose(np.array(position_rig.emu._pose_cmd[:3]) / 1e6, pose[:3, 3], atol=2e-6)
 
 
+@pytest.mark.parametrize("position_rig", [{"joint_max": [2.6179, 3.14, 0.0, 1.745, 0.6, 2.0944]}], indirect=True)
+def test_a_stream_past_a_joint_limit_slides_along_it_and_the_gripper_keeps_moving(position_rig):
+    """Joint 5's limit 0.1 rad above home; the stream would turn it 0.2 rad past (joints 1 and 3 moving too) and
+    back, while the gripper opens: every target is taken, the firmware gets each pose (no freeze, no jump at the
+    way back), joint 5 stops at its limit, and the gripper commands go on throughout.
+    """
+    rig = position_rig
+    rig.go_home()
+    home = np.array(rig.cfg.home_joints)
+    offsets = np.r_[np.linspace(0.0, 0.3, 100), np.linspace(0.3, 0.0, 100)]
+    n0 = len(rig.sent)
+    q5_seen = []
+    for k, d in enumerate(offsets):
+        t = kin.fk(home + np.array([0.02 * d, 0.0, 0.1 * d, 0.0, d, 0.0]))
+        assert rig.ctl.set_target(t[:3, 3], kin.matrix_to_quat(t[:3, :3])), rig.ctl.last_refusal
+        assert rig.ctl.set_gripper(0.02 + 0.0002 * k)
+        time.sleep(0.01)
+        q5_seen.append(rig.ctl.feedback().joints[4])
+    time.sleep(0.2)
+    st = rig.ctl.status()
+    assert st["targets_refused"] == {} and st["targets_at_joint_limit"] >= 50, st
+    # the firmware solves each pose to within its IK tolerance (the emulator: 1 mm, 0.01 rad)
+    assert 0.6 - 5e-3 <= max(q5_seen) <= 0.6 + 0.012, max(q5_seen)
+    poses = [p[:3, 3] for _, p, _ in rig.sent[n0:] if p is not None]
+    steps = np.linalg.norm(np.diff(poses, axis=0), axis=1)
+    assert len(poses) >= 150 and steps.max() < 4e-3, (len(poses), steps.max())
+    grips = [g for _, _, g in rig.sent[n0:] if g is not None]
+    assert len(set(grips)) >= 150 and max(grips) > 0.055, (len(set(grips)), max(grips))
+    # the firmware took the last one: the arm stands where the last pose sent puts it
+    assert np.linalg.norm(rig.ctl.feedback().pose[:3, 3] - poses[-1]) < 2e-3
+
+
 def test_stale_target_holds_the_last_command(position_rig):
     rig = position_rig
     rig.go_home()
