@@ -239,3 +239,51 @@ def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_do
     assert "work done" in out
     assert TEARDOWN_TIMEOUT_S - 0.5 < took < TEARDOWN_TIMEOUT_S + 5, took
     assert "hangs_in_teardown: teardown still running" in err and "destroy_node" in err, err
+
+
+HUNG_WORK = """
+import sys, threading
+from rclpy.node import Node
+from piper_recorder.nodes.plumbing.run_node import run_node
+
+class Hangs(Node):
+    def __init__(self):
+        super().__init__("hangs_in_its_work")
+    def on_shutdown(self):
+        print("stopping", flush=True)
+        threading.Event().wait()   # the node's own stop never ends
+
+print("up", flush=True)
+sys.exit(run_node(Hangs, [sys.argv[0]]))
+"""
+
+
+def test_a_second_stop_signal_while_a_node_is_stuck_stopping_prints_where_it_is(tmp_path, ros_domain):
+    """A node whose own stop hangs cannot be bounded (a recorder's save takes what it takes), but a second
+    stop signal (a supervisor's SIGTERM after its grace) prints every thread's stack on stderr, so the log says
+    where it hung before the SIGKILL.
+    """
+    (tmp_path / "n.py").write_text(HUNG_WORK)
+    p = subprocess.Popen(
+        [sys.executable, str(tmp_path / "n.py")],
+        env=ros_domain.env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "up"
+        time.sleep(1.0)  # spinning
+        p.send_signal(signal.SIGINT)
+        assert p.stdout.readline().strip() == "stopping"
+        time.sleep(0.5)
+        assert p.poll() is None  # stuck in on_shutdown
+        p.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        p.kill()
+        _, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert "n.py: still stopping; where each thread is:" in err, err
+    assert "in on_shutdown" in err and 'File "' in err, err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
@@ -26,7 +27,9 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     the end of the process that started it (``supervision.watch_parent``: a SIGKILLed launcher).
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
-    discard the episode in flight and publish its last event before the process exits.
+    discard the episode in flight and publish its last event before the process exits. A stop signal that
+    comes while the process is stopping prints every thread's stack on stderr (a supervisor's SIGTERM after
+    its grace leaves the node's log saying where the stop hung).
     """
     argv = list(sys.argv if args is None else args)
     if wants_help(argv):  # rcl would ignore --help and start the node: print usage, start nothing
@@ -44,7 +47,14 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         print(f"{prog}: error: cannot start ROS: {rcl_message(exc)}", file=sys.stderr)
         return 2
     stop = threading.Event()
-    on_stop_signals(lambda _sig: stop.set())
+
+    def _on_stop(_signum: int) -> None:
+        if stop.is_set():  # a second stop while stopping (a supervisor's SIGTERM): show where it is stuck
+            print(f"{prog}: still stopping; where each thread is:", file=sys.stderr, flush=True)
+            faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        stop.set()
+
+    on_stop_signals(_on_stop)
     watch_parent(stop.set)
     node: Node | None = None
     code = 0
