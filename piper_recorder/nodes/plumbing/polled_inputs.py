@@ -7,11 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy
 
 from piper_recorder.cdr.decode import decode, warm_decoder
 
 from .decoded_subscription import DECODED_TYPES, DecodeErrors, type_name
 from .stamps import now_ns
+
+BOUNDLESS_TAKE = 1000  # a poll's most from a KEEP_ALL subscription (its history has no depth)
 
 
 class PolledInputs:
@@ -30,7 +33,10 @@ class PolledInputs:
     ``use_sim_time``). A payload that does not decode, or whose handler raises, is a counted drop
     (``errors``, logged at most every 10 s): the thread that polls goes on (a control loop, the
     rows). ``poll`` may be called from several threads: one takes at a time, so each topic's messages
-    are handled in order.
+    are handled in order. A poll takes at most a subscription's history depth from it (what it can hold:
+    ``BOUNDLESS_TAKE`` for KEEP_ALL): a topic whose handler is slower than its messages come (piper_arm
+    solving IK for targets it refuses) must not keep the poll taking its newest forever, while the other
+    topics (the gripper) and the poller's own work (the control tick) wait.
     """
 
     def __init__(self, owner: Node, errors: DecodeErrors | None = None):
@@ -43,7 +49,7 @@ class PolledInputs:
             start_parameter_services=False,
         )
         self.errors = errors if errors is not None else DecodeErrors()
-        self._subs: list[tuple[Any, str | None, str, Callable[[Any, int], None]]] = []
+        self._subs: list[tuple[Any, str | None, str, Callable[[Any, int], None], int]] = []
         self._lock = threading.Lock()
         self._sim_time = bool(owner.get_parameter("use_sim_time").value)
         self._wake = self.node.create_guard_condition(lambda: None)  # ``interrupt``: ends a ``wait`` at once
@@ -87,17 +93,20 @@ class PolledInputs:
             warm_decoder(name)  # the store is built now, not while the first batch waits
         resolved = self.owner.resolve_topic_name(topic)
         sub = self.node.create_subscription(msg_class, resolved, _never_called, qos, raw=decoded)
+        profile = sub.qos_profile
+        keep_last = profile.history != HistoryPolicy.KEEP_ALL and profile.depth > 0
+        most = profile.depth if keep_last else BOUNDLESS_TAKE
         with self._lock:  # a poller may be running already
-            self._subs.append((sub, name if decoded else None, resolved, handler))
+            self._subs.append((sub, name if decoded else None, resolved, handler, most))
         return sub
 
     def poll(self) -> int:
-        """Take and hand over every message waiting in every subscription; returns how many."""
+        """Take and hand over the messages waiting in every subscription (at most its depth each); returns how many."""
         n = 0
         with self._lock:
-            for sub, name, topic, handler in self._subs:
+            for sub, name, topic, handler, most in self._subs:
                 h = sub.handle
-                while True:
+                for _ in range(most):
                     with h:
                         got = h.take_message(sub.msg_type, name is not None)
                     if got is None:

@@ -98,3 +98,59 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
         stop.set()
         time.sleep(0.1)
         rclpy.shutdown(context=ctx)
+
+
+def test_a_poll_ends_and_reaches_every_topic_while_a_slow_handler_topic_keeps_coming(ros_domain):
+    """A topic whose handler takes longer than its messages' period (piper_arm refusing targets after its IK
+    search) gets at most its depth per poll: the poll returns, and the other topic's message is handed over.
+    """
+    ros_domain.apply()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    stop = threading.Event()
+    try:
+        owner = rclpy.create_node("owner", context=ctx)
+        talker = rclpy.create_node("talker", context=ctx)
+        inputs = PolledInputs(owner)
+        newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        targets: list[float] = []
+        widths: list[float] = []
+
+        def slow(m, _t: int) -> None:
+            time.sleep(0.015)  # slower than the 5 ms between targets
+            targets.append(m.pose.position.x)
+
+        inputs.subscribe(PoseStamped, "/arm/target_pose", slow, newest)
+        inputs.subscribe(String, "/arm/target_gripper", lambda m, _t: widths.append(float(m.data)), newest)
+        pose_pub = talker.create_publisher(PoseStamped, "/arm/target_pose", newest)
+        width_pub = talker.create_publisher(String, "/arm/target_gripper", newest)
+        deadline = time.monotonic() + 10
+        while (
+            pose_pub.get_subscription_count() < 1 or width_pub.get_subscription_count() < 1
+        ) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        def stream() -> None:
+            i = 0
+            while not stop.is_set():
+                pose_pub.publish(cdr_encode.pose_stamped(i, "arm_base", (0.001 * i, 0.0, 0.3), (0, 0, 0, 1)))
+                i += 1
+                time.sleep(0.005)
+
+        threading.Thread(target=stream, daemon=True).start()
+        assert inputs.wait(5.0) is True
+        width_pub.publish(cdr_encode.string("0.03"))
+        time.sleep(0.05)  # the width is waiting before the poll starts
+        polls: list[int] = []
+        poller = threading.Thread(target=lambda: polls.extend(inputs.poll() for _ in range(3)), daemon=True)
+        poller.start()
+        poller.join(timeout=3.0)
+        assert not poller.is_alive(), f"a poll still taking the slow topic after 3 s ({len(targets)} taken)"
+        assert widths == [0.03], widths
+        assert polls[0] == 2 and all(1 <= n <= 2 for n in polls), polls  # at most the depth of each
+        stop.set()
+        inputs.destroy()
+    finally:
+        stop.set()
+        time.sleep(0.1)
+        rclpy.shutdown(context=ctx)
