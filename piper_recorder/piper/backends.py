@@ -92,10 +92,10 @@ class ArmConfig:
     # (``limits.TargetLimits``). Not teleop's clamp box (``limits.workspace_min/max``, ``LimitsConfig.clamp_box``).
     workspace_min: list[float] = field(default_factory=lambda: [-0.05, -0.45, 0.0])
     workspace_max: list[float] = field(default_factory=lambda: [0.65, 0.45, 0.65])
-    # A target just past a joint limit becomes the nearest pose the limited joints reach when that pose is
-    # within these of it (``limits.TargetLimits``): the arm slides along the limit. 0 and 0: refused.
-    limit_slide_m: float = 0.02
-    limit_slide_rad: float = 0.2
+    # A target past a joint limit becomes the nearest pose the limited joints reach when that pose is within
+    # these of it (``limits.TargetLimits``): the arm slides along the limit. 0 and 0: refused.
+    limit_slide_m: float = 0.1
+    limit_slide_rad: float = 0.5
     home_joints: list[float] = field(default_factory=lambda: [0.0, 0.9, -0.9, 0.0, 0.5, 0.0])
     home_speed: float = 0.6  # rad/s of the go_home joint trajectory
     gripper_max: float = 0.07  # m
@@ -136,9 +136,9 @@ class ArmConfig:
             raise ValueError("joint_min must be below joint_max")
         if any(lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max)):
             raise ValueError("workspace_min must be below workspace_max")
-        if not (0.0 <= self.limit_slide_m <= 0.1 and 0.0 <= self.limit_slide_rad <= 0.5):
+        if not (0.0 <= self.limit_slide_m <= 0.2 and 0.0 <= self.limit_slide_rad <= 1.0):
             raise ValueError(
-                f"limit_slide_m must lie in [0, 0.1] m and limit_slide_rad in [0, 0.5] rad, "
+                f"limit_slide_m must lie in [0, 0.2] m and limit_slide_rad in [0, 1] rad, "
                 f"got {self.limit_slide_m}, {self.limit_slide_rad}"
             )
         for name in (

@@ -8,7 +8,7 @@ Safety rules, in the order the tick applies them:
    hold (the last pose actually commanded). A target older than ``stale_target_s`` counts one
    stale event and is dropped.
 Targets are validated on arrival (``set_target``): non-finite, non-unit quaternion, outside the
-workspace box, or without a joint-limited IK solution -> refused and counted by reason; one just past a
+workspace box, or without a joint-limited IK solution -> refused and counted by reason; one past a
 joint limit becomes the nearest pose the limited joints reach (``limits.TargetLimits``).
 
 ``ArmController(cfg, link)``: ``start()``, ``stop()``, ``set_target(pos, quat_xyzw) -> bool``,

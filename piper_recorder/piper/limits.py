@@ -1,6 +1,6 @@
 """Target validation: finite numbers, unit quaternion, the acceptance box, joint-limited reachability.
 
-A target just past a joint limit is not refused: it becomes the nearest pose the limited joints reach (the
+A target past a joint limit is not refused: it becomes the nearest pose the limited joints reach (the
 damped iteration's clamped solution from the last one), so the arm slides along the limit as the operator's
 hand goes past it. A refusal there would stop the arm until the target came back in reach, and then jump it
 to wherever the target had gone meanwhile.
@@ -42,8 +42,8 @@ class TargetLimits:
     accept_max: np.ndarray
     ik_pos_tol: float = 1e-3  # the emulator's firmware IK accepts the same residuals
     ik_rot_tol: float = 1e-2
-    slide_pos_tol: float = 0.02  # m; 0 with slide_rot_tol 0: refuse every target past a limit
-    slide_rot_tol: float = 0.2  # rad
+    slide_pos_tol: float = 0.1  # m; 0 with slide_rot_tol 0: refuse every target past a limit
+    slide_rot_tol: float = 0.5  # rad
     slide_max_jump: float = 0.25  # rad, kinematics.ik's max_jump: a continuation of the last solution
     at_joint_limit: int = 0  # targets accepted as their joint-limited pose
 
@@ -81,8 +81,12 @@ class TargetLimits:
             return Rejection("out_of_workspace", f"pos={np.round(pos, 4).tolist()}")
         x, y, z, w = qv[0] / n, qv[1] / n, qv[2] / n, qv[3] / n
         target = kin.frame_matrix(kin.quat_rot(x, y, z, w) + (p[0], p[1], p[2]))
-        res = kin.ik(target, q_seed, self.q_min, self.q_max, max_iter=40)
-        if not res.ok(self.ik_pos_tol, self.ik_rot_tol) and (self.slide_pos_tol > 0.0 or self.slide_rot_tol > 0.0):
+        slides = self.slide_pos_tol > 0.0 or self.slide_rot_tol > 0.0
+        # from a seed at a limit (the last target slid) only the closed form is tried before the held solve:
+        # the plain damped steps push that joint past its limit and stall
+        at_limit = slides and self._at_limit(np.asarray(q_seed, dtype=float).tolist())
+        res = kin.ik(target, q_seed, self.q_min, self.q_max, max_iter=0 if at_limit else 40)
+        if not res.ok(self.ik_pos_tol, self.ik_rot_tol) and slides:
             held = kin.solve_ik(target, q_seed, self.q_min, self.q_max, max_iter=40, hold_limits=True)
             if held.ok(self.ik_pos_tol, self.ik_rot_tol):
                 return target, held.q
@@ -103,8 +107,10 @@ class TargetLimits:
         if res.pos_err > self.slide_pos_tol or res.rot_err > self.slide_rot_tol:
             return False
         q = res.q.tolist()
-        # solve_ik clamps to the limits exactly: a joint at its limit equals it
-        at_limit = any(v in (a, b) for v, a, b in zip(q, self._q_lo, self._q_hi))
-        return at_limit and max(abs(v - s) for v, s in zip(q, np.asarray(q_seed, dtype=float).tolist())) <= (
+        return self._at_limit(q) and max(abs(v - s) for v, s in zip(q, np.asarray(q_seed, dtype=float).tolist())) <= (
             self.slide_max_jump
         )
+
+    def _at_limit(self, q: list[float]) -> bool:
+        """Whether a joint of ``q`` is at its limit (solve_ik clamps to the limits exactly: it equals it)."""
+        return any(v in (a, b) for v, a, b in zip(q, self._q_lo, self._q_hi))

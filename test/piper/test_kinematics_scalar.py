@@ -237,7 +237,7 @@ def test_a_target_far_past_a_joint_limit_or_any_past_it_without_sliding_is_refus
     tol = {} if slide else {"slide_pos_tol": 0.0, "slide_rot_tol": 0.0}
     lim = TargetLimits(kin.SDK_JOINT_MIN, q_max, np.array([-0.05, -0.45, 0.0]), np.array([0.65, 0.45, 0.65]), **tol)
     at_limit = ready + np.array([0.0, 0.0, 0.0, 0.0, 0.1, 0.0])
-    for extra, refused in ((0.05, not slide), (0.5, True)):
+    for extra, refused in ((0.05, not slide), (0.8, True)):
         t = kin.fk(at_limit + np.array([0.0, 0.0, 0.0, 0.0, extra, 0.0]))
         res = lim.check(t[:3, 3], kin.matrix_to_quat(t[:3, :3]), at_limit)
         assert isinstance(res, Rejection) == refused, (extra, res)
