@@ -1,8 +1,8 @@
 """Target validation: finite numbers, unit quaternion, the acceptance box, joint-limited reachability.
 
 A target past a joint limit is not refused: it becomes the nearest pose the limited joints reach (the
-damped iteration's clamped solution from the last one), so the arm slides along the limit as the operator's
-hand goes past it. A refusal there would stop the arm until the target came back in reach, and then jump it
+damped iteration from the last solution with that joint held at its limit, ``kinematics.solve_ik``'s
+``hold_limits``), so the arm slides along the limit as the operator's hand goes past it. A refusal there would stop the arm until the target came back in reach, and then jump it
 to wherever the target had gone meanwhile.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class TargetLimits:
     slide_pos_tol: float = 0.1  # m; 0 with slide_rot_tol 0: refuse every target past a limit
     slide_rot_tol: float = 0.5  # rad
     slide_max_jump: float = 0.25  # rad, kinematics.ik's max_jump: a continuation of the last solution
-    at_joint_limit: int = 0  # targets accepted as their joint-limited pose
+    at_joint_limit: int = field(default=0, init=False)  # targets accepted as their joint-limited pose
 
     def __post_init__(self) -> None:
         self._box = (
