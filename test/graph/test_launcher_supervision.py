@@ -211,13 +211,9 @@ sys.exit(run_node(Hangs, [sys.argv[0]]))
 """
 
 
-def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_domain):
-    """run_node bounds the teardown after the node's work (``supervision.TeardownWatchdog``): a node whose
-    destroy_node never returns exits 0 within the bound after SIGINT, and its stderr says where it hung.
-    """
-    from piper_recorder.process.supervision import TEARDOWN_TIMEOUT_S
-
-    (tmp_path / "n.py").write_text(HUNG_TEARDOWN)
+def _spinning_script(tmp_path: Path, ros_domain, text: str) -> subprocess.Popen:
+    """Run ``text`` as a node's script (it prints "up" before spinning); returned once it has spun 1 s."""
+    (tmp_path / "n.py").write_text(text)
     p = subprocess.Popen(
         [sys.executable, str(tmp_path / "n.py")],
         env=ros_domain.env(),
@@ -228,6 +224,20 @@ def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_do
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "up"
         time.sleep(1.0)  # spinning
+    except BaseException:
+        p.kill()
+        raise
+    return p
+
+
+def test_a_node_whose_teardown_hangs_still_exits_after_its_work(tmp_path, ros_domain):
+    """run_node bounds the teardown after the node's work (``supervision.TeardownWatchdog``): a node whose
+    destroy_node never returns exits 0 within the bound after SIGINT, and its stderr says where it hung.
+    """
+    from piper_recorder.process.supervision import TEARDOWN_TIMEOUT_S
+
+    p = _spinning_script(tmp_path, ros_domain, HUNG_TEARDOWN)
+    try:
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=TEARDOWN_TIMEOUT_S + 10)
@@ -263,17 +273,8 @@ def test_a_second_stop_signal_while_a_node_is_stuck_stopping_prints_where_it_is(
     stop signal (a supervisor's SIGTERM after its grace) prints every thread's stack on stderr, so the log says
     where it hung before the SIGKILL.
     """
-    (tmp_path / "n.py").write_text(HUNG_WORK)
-    p = subprocess.Popen(
-        [sys.executable, str(tmp_path / "n.py")],
-        env=ros_domain.env(),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    p = _spinning_script(tmp_path, ros_domain, HUNG_WORK)
     try:
-        assert p.stdout is not None and p.stdout.readline().strip() == "up"
-        time.sleep(1.0)  # spinning
         p.send_signal(signal.SIGINT)
         assert p.stdout.readline().strip() == "stopping"
         time.sleep(0.5)

@@ -22,6 +22,13 @@ from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs  # noqa: E4
 QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 
 
+def _matched(*pubs) -> None:
+    """Wait (up to 10 s) until each publisher has its subscriber."""
+    deadline = time.monotonic() + 10
+    while any(p.get_subscription_count() < 1 for p in pubs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
     ros_domain.apply()
     ctx = rclpy.Context()
@@ -58,11 +65,7 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
         threading.Thread(target=spin, daemon=True).start()
         pose_pub = talker.create_publisher(PoseStamped, "/robot/eef", QOS)
         line_pub = talker.create_publisher(String, "/lines", QOS)
-        deadline = time.monotonic() + 10
-        while (
-            pose_pub.get_subscription_count() < 1 or line_pub.get_subscription_count() < 1
-        ) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _matched(pose_pub, line_pub)
         assert inputs.wait(0.05) is False and inputs.poll() == 0  # nothing sent yet
 
         before = time.time_ns()
@@ -124,11 +127,7 @@ def test_a_poll_ends_and_reaches_every_topic_while_a_slow_handler_topic_keeps_co
         inputs.subscribe(String, "/arm/target_gripper", lambda m, _t: widths.append(float(m.data)), newest)
         pose_pub = talker.create_publisher(PoseStamped, "/arm/target_pose", newest)
         width_pub = talker.create_publisher(String, "/arm/target_gripper", newest)
-        deadline = time.monotonic() + 10
-        while (
-            pose_pub.get_subscription_count() < 1 or width_pub.get_subscription_count() < 1
-        ) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _matched(pose_pub, width_pub)
 
         def stream() -> None:
             i = 0
