@@ -112,6 +112,17 @@ def test_rgb_jpeg_decodes_with_pillow_and_libjpeg():
     assert Image.open(io.BytesIO(data)).info.get("progressive") is None
 
 
+@pytest.mark.parametrize("quality", [50, 88, 95])
+def test_rgb_jpeg_is_the_jpeg_pillow_writes(quality):
+    """The encoder reads the array in place, yet writes Pillow's bytes: datasets do not change with it."""
+    smooth, _, _ = cw.frame(3, 0, 96, 128)
+    noise = np.random.default_rng(quality).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    for rgb in (smooth, noise, smooth[:, ::-1]):  # the last one a view with negative strides
+        buf = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(rgb), "RGB").save(buf, format="JPEG", quality=quality)
+        assert codecs.encode_rgb_jpeg(rgb, quality) == buf.getvalue()
+
+
 def test_encode_depth_rejects_bad_input():
     with pytest.raises(ValueError):
         codecs.encode_depth(np.zeros((4, 4), np.float32))
