@@ -32,6 +32,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from piper_recorder.names import parse_arms
+from rgbd_writer.codecs import encode_rgb_jpeg
 
 from .video import HUD_SIZE
 
@@ -539,19 +540,34 @@ def hud_state_from_jpeg(jpeg: bytes) -> dict[str, Any] | None:
 
 
 # ---- camera panels ------------------------------------------------------------------------------
+_DARKEN_LUT = np.array(_DARKEN[:256], np.uint8)
+
+
 def encode_panel(rgb: np.ndarray, quality: int = 70, max_width: int = 640, label: str = "") -> bytes:
     """One camera frame (HxWx3 uint8 RGB) as a panel JPEG.
 
     At most ``max_width`` wide (aspect kept), the camera's name in a darkened banner on top (the app draws no
-    text of its own).
+    text of its own). The banner is painted into a copy of the frame and the copy encoded in place
+    (``encode_rgb_jpeg``): no image object per frame.
     """
-    img = Image.fromarray(rgb, "RGB")
-    if img.width > max_width:
-        img = img.resize((max_width, max(1, round(img.height * max_width / img.width))), Image.Resampling.BILINEAR)
+    if rgb.shape[1] > max_width:
+        img = Image.fromarray(rgb, "RGB")
+        size = (max_width, max(1, round(img.height * max_width / img.width)))
+        rgb = np.asarray(img.resize(size, Image.Resampling.BILINEAR))
     if label:
-        h = max(22, img.height // 16)
-        img.paste(img.crop((0, 0, img.width, h)).point(_DARKEN), (0, 0))
-        _draw_text(img, (8, 2), label, h - 6, (255, 255, 255))
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality)
-    return buf.getvalue()
+        rgb = rgb.copy()  # the caller's pixels (a received message's) stay as they are
+        h = min(max(22, rgb.shape[0] // 16), rgb.shape[0])
+        banner = rgb[:h]
+        np.take(_DARKEN_LUT, banner, out=banner)
+        _blend_text(banner, (8, 2), label, h - 6, 255)
+    return encode_rgb_jpeg(rgb, quality)
+
+
+def _blend_text(rgb: np.ndarray, xy: tuple[int, int], text: str, size: int, value: int) -> None:
+    """Paint ``text`` at ``xy`` into ``rgb`` in the grey ``value``, blended by its glyphs' coverage (``_text_mask``)."""
+    mask = np.asarray(_text_mask(text, size), np.uint16)
+    x, y = xy
+    region = rgb[y : y + mask.shape[0], x : x + mask.shape[1]]
+    m = mask[: region.shape[0], : region.shape[1], None]
+    px = region.astype(np.uint16)
+    region[...] = (px * (255 - m) + value * m + 127) // 255

@@ -83,6 +83,22 @@ def test_panel_jpeg_width_and_quality():
         assert im.format == "JPEG" and im.size == (640, 360)
 
 
+def test_panel_is_the_frame_pillow_would_label_and_encode():
+    """The banner painted in numpy is Pillow's: darkened rows, the name blended by its glyph coverage."""
+    from piper_recorder.quest.hud import _DARKEN, _draw_text
+
+    rgb = _rgb()
+    img = Image.fromarray(rgb, "RGB")
+    h = 480 // 16
+    img.paste(img.crop((0, 0, 640, h)).point(_DARKEN), (0, 0))
+    _draw_text(img, (8, 2), "cam_front", h - 6, (255, 255, 255))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=70)
+    before = rgb.copy()
+    assert encode_panel(rgb, 70, 640, "cam_front") == buf.getvalue()
+    assert np.array_equal(rgb, before)  # the caller's frame is left as it was
+
+
 def test_sender_to_sim_headset_decodes_and_reconnects():
     server = SimVideoServer("127.0.0.1", 0)
     port = server.start()
