@@ -102,7 +102,9 @@ def encode_rgb_jpeg(rgb: np.ndarray, quality: int) -> bytes:
     """
     import imagecodecs
 
-    return bytes(imagecodecs.jpeg8_encode(np.ascontiguousarray(rgb, dtype=np.uint8), level=quality))
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:  # libjpeg would take it as grey or CMYK
+        raise ValueError(f"an RGB JPEG needs uint8 HxWx3 pixels, got {rgb.dtype} {rgb.shape}")
+    return bytes(imagecodecs.jpeg8_encode(np.ascontiguousarray(rgb), level=quality))
 
 
 def decode_rgb_jpeg(data: Buffer) -> np.ndarray:

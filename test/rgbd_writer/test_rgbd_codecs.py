@@ -121,6 +121,9 @@ def test_rgb_jpeg_is_the_jpeg_pillow_writes(quality):
         buf = io.BytesIO()
         Image.fromarray(np.ascontiguousarray(rgb), "RGB").save(buf, format="JPEG", quality=quality)
         assert codecs.encode_rgb_jpeg(rgb, quality) == buf.getvalue()
+    for bad in (noise[..., 0], np.dstack([noise, noise[..., :1]]), noise.astype(np.float32)):  # grey, RGBA, float
+        with pytest.raises(ValueError, match="uint8 HxWx3"):
+            codecs.encode_rgb_jpeg(bad, quality)
 
 
 def test_encode_depth_rejects_bad_input():
