@@ -2,8 +2,9 @@
 
 A target past a joint limit is not refused: it becomes the nearest pose the limited joints reach (the
 damped iteration from the last solution with that joint held at its limit, ``kinematics.solve_ik``'s
-``hold_limits``), so the arm slides along the limit as the operator's hand goes past it. A refusal there would stop the arm until the target came back in reach, and then jump it
-to wherever the target had gone meanwhile.
+``hold_limits``), so the arm slides along the limit as the operator's hand goes past it. A refusal there
+would stop the arm until the target came back in reach, and then jump it to wherever the target had gone
+meanwhile.
 """
 
 from __future__ import annotations

@@ -19,14 +19,14 @@ from std_msgs.msg import String  # noqa: E402
 from piper_recorder.cdr import encode as cdr_encode  # noqa: E402
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs  # noqa: E402
 
+from support.waiting import wait_for  # noqa: E402
+
 QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def _matched(*pubs) -> None:
     """Wait (up to 10 s) until each publisher has its subscriber."""
-    deadline = time.monotonic() + 10
-    while any(p.get_subscription_count() < 1 for p in pubs) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: all(p.get_subscription_count() >= 1 for p in pubs), 10, "the subscriptions matched")
 
 
 def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
@@ -76,10 +76,12 @@ def test_polled_inputs_hand_over_in_order_with_reception_times(ros_domain):
         line_pub.publish(cdr_encode.string("boom"))  # its handler raises: dropped and counted, polling goes on
         line_pub.publish(cdr_encode.string("after"))
         assert inputs.wait(5.0) is True
-        deadline = time.monotonic() + 5
-        while (len(poses) < 20 or len(lines) < 21) and time.monotonic() < deadline:
+
+        def all_polled() -> bool:
             inputs.poll()
-            time.sleep(0.01)
+            return len(poses) >= 20 and len(lines) >= 21
+
+        wait_for(all_polled, 5, "the 20 poses and 21 lines polled", step=0.01)
         after = time.time_ns()
         assert [m.header.stamp.nanosec for m, _ in poses] == [1_000 + i for i in range(20)]
         assert [m.pose.position.x for m, _ in poses] == [0.01 * i for i in range(20)]
