@@ -13,6 +13,7 @@ NODE_EXECUTABLES: dict[str, tuple[str, str]] = {
     "teleop": ("piper-teleop", "piper_recorder.nodes.teleop:main"),
     "piper_arm": ("piper-arm", "piper_recorder.nodes.piper_arm:main"),
     "sim_camera": ("piper-sim-camera", "piper_recorder.nodes.sim_camera:main"),
+    "sim_cameras": ("piper-sim-cameras", "piper_recorder.nodes.sim_cameras:main"),
     "sim_quest": ("piper-sim-quest", "piper_recorder.quest.sim_server:main"),
     "lerobot_recorder": ("piper-lerobot-recorder", "piper_recorder.nodes.lerobot_recorder:main"),
     "rgbd_recorder": ("piper-rgbd-recorder", "piper_recorder.nodes.rgbd_recorder:main"),
@@ -38,6 +39,7 @@ TOOL_SCRIPTS: dict[str, str] = {
 }
 # the processes the graph starts whose executable is not their node name: (ROS executable, console script)
 SIM_CAMERA = ("sim_camera", NODE_EXECUTABLES["sim_camera"][0])
+SIM_CAMERAS = ("sim_cameras", NODE_EXECUTABLES["sim_cameras"][0])  # the simulated graph's cameras, one process
 SIM_QUEST = ("sim_quest", NODE_EXECUTABLES["sim_quest"][0])
 QUEST_WEB = ("quest_web", NODE_EXECUTABLES["quest_web"][0])
 POLICY_NODE = ("policy", NODE_EXECUTABLES["policy"][0])  # node name, console script; started when a policy is set

@@ -5,6 +5,9 @@ the EEF from ``/arm/eef_pose`` is drawn as a red disc whose depth is its optical
 from a thread on a steady ``1/fps`` grid; the stamp is the slot's time minus ``render_latency_ms`` and the
 EEF is interpolated to exactly that stamp. A pose still missing after ``pose_wait_ms`` is drawn from the
 newest one as a yellow marker, so a check can tell the sim's own staleness from a recording error.
+
+``piper-sim-camera`` runs one camera, named by its node name; the simulated graph runs all of its cameras in
+one process (``nodes.sim_cameras``).
 """
 
 from __future__ import annotations
@@ -98,10 +101,14 @@ class SimCameraConfig:
 
 
 class SimCamera(Node):
-    """The sim camera's node: a capture thread rendering and publishing, a 1 Hz status."""
+    """The sim camera's node: a capture thread rendering and publishing, a 1 Hz status.
 
-    def __init__(self) -> None:
-        super().__init__("sim_camera")
+    ``name``: the camera's (its parameter section, topics and frame ids); ``parameter_overrides`` go over
+    its start-up parameters (the host's ``arms``).
+    """
+
+    def __init__(self, name: str = "sim_camera", parameter_overrides: list[Parameter] | None = None) -> None:
+        super().__init__(name, parameter_overrides=parameter_overrides)
         self.cfg = declare_config(self, SimCameraConfig)
         cam = self.get_name()
         self.serial = self.cfg.serial or f"sim-{cam}"
@@ -330,7 +337,7 @@ class SimCamera(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Run the node (console script ``piper-sim-camera``)."""
+    """Run one camera (console script ``piper-sim-camera``), named by its node name."""
     # Events executor like the other device nodes; it serves the status timer and the parameters only: the
     # capture thread takes the EEF pose, renders and publishes.
     sys.exit(run_node(SimCamera, args))

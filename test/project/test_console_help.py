@@ -69,6 +69,7 @@ NODES = [
     "piper-teleop",
     "piper-arm",
     "piper-sim-camera",
+    "piper-sim-cameras",
     "piper-lerobot-recorder",
     "piper-rgbd-recorder",
     "piper-replay",
@@ -84,8 +85,10 @@ NODE_CASES = [
     ["--ros-args", "--log-level", "loud"],
     ["--bogus"],
 ]
-# ... and the nodes whose parameter names a path: one of the wrong kind ends them at start
+# ... and the nodes whose parameter names a path (one of the wrong kind ends them at start), or the nodes
+# to run (none, or not a node name)
 NODE_PATH_CASES = {
+    "piper-sim-cameras": [["--ros-args", "-p", "cameras:=[cam-a]"], ["--ros-args", "-p", "cameras:=[cam_a, cam_a]"]],
     "piper-replay": [
         ["--ros-args", "-p", "root:={missing}"],
         ["--ros-args", "-p", "root:={file}"],

@@ -196,12 +196,20 @@ def test_each_node_executable_is_the_name_its_node_starts_under():
     for exe, (_script, entry) in executables.NODE_EXECUTABLES.items():
         module = importlib.import_module(entry.split(":")[0])
         tree = ast.parse(ROOT.joinpath(*module.__name__.split(".")).with_suffix(".py").read_text())
-        for call in ast.walk(tree):  # super().__init__(NAME, ...) of the module's Node
-            f = call.func if isinstance(call, ast.Call) else None
-            init = isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call)
-            if init and call.args and getattr(f.value.func, "id", None) == "super":
-                name = eval(compile(ast.Expression(call.args[0]), module.__name__, "eval"), vars(module))
-                started_under[exe] = name
+        for fn in ast.walk(tree):  # super().__init__(NAME, ...) in the __init__ of the module's Node
+            if not (isinstance(fn, ast.FunctionDef) and fn.name == "__init__"):
+                continue
+            # a name taken as an argument (SimCamera's, whose host names each camera): its default
+            params = fn.args.args[len(fn.args.args) - len(fn.args.defaults) :]
+            defaults = {a.arg: d for a, d in zip(params, fn.args.defaults, strict=True)}
+            for call in ast.walk(fn):
+                f = call.func if isinstance(call, ast.Call) else None
+                init = isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call)
+                if init and call.args and getattr(f.value.func, "id", None) == "super":
+                    arg = call.args[0]
+                    arg = defaults.get(arg.id, arg) if isinstance(arg, ast.Name) else arg
+                    name = eval(compile(ast.Expression(arg), module.__name__, "eval"), vars(module))
+                    started_under[exe] = name
     assert {e: n for e, n in started_under.items() if e != n} == {}
     assert set(started_under) == set(executables.NODE_EXECUTABLES) - {"sim_quest", "quest_web"}  # not ROS nodes
     node_names = {v for k, v in vars(names).items() if k.endswith(("_NODE", "_RECORDER")) and isinstance(v, str)}

@@ -4,6 +4,7 @@ stamps and EEF-at-stamp rendering (a real piper-sim-camera process).
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -254,3 +255,65 @@ def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain
             node.destroy_node()
     finally:
         rclpy.shutdown()
+
+
+def test_camera_process_runs_each_camera_under_its_own_name_and_section(ros_domain, tmp_path):
+    """piper-sim-cameras (the simulated graph's cameras, one process): each camera is a node under its own
+    name, with its own parameter section (size, serial), topics and frames; the process's ``arms`` reach every
+    camera (each subscribes to both arms' poses); a stop ends them all, each logging its counters.
+    """
+    from support.proc import ProcGroup
+    from support.waiting import wait_for
+
+    ros_domain.apply()
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "sim_cameras:\n  ros__parameters:\n    cameras: [cam_a, cam_b]\n    arms: [left, right]\n"
+        "cam_a:\n  ros__parameters:\n    width: 160\n    height: 120\n    serial: serial-a\n"
+        "cam_b:\n  ros__parameters:\n    width: 320\n    height: 240\n"
+    )
+    with ProcGroup(ros_domain.env(), tmp_path / "logs") as procs:
+        host = procs.start("piper-sim-cameras", "--ros-args", "--params-file", str(params))
+        ctx = rclpy.Context()
+        rclpy.init(context=ctx)
+        node = rclpy.create_node("probe", context=ctx)
+        frames: dict[str, list[Image]] = {"cam_a": [], "cam_b": []}
+        status: dict[str, str] = {}
+        for cam, got in frames.items():
+            node.create_subscription(Image, f"/{cam}/color/image_raw", got.append, 10)
+            node.create_subscription(String, f"/{cam}/status", lambda m, c=cam: status.__setitem__(c, m.data), 10)
+        ex = SingleThreadedExecutor(context=ctx)
+        ex.add_node(node)
+
+        def spun(cond):
+            def check():
+                ex.spin_once(timeout_sec=0.02)
+                assert host.alive(), procs.logs()
+                return cond()
+
+            return check
+
+        try:
+            wait_for(spun(lambda: all(len(f) >= 10 for f in frames.values())), 30, "both cameras' frames", procs.logs)
+            names = {n for n, _ in node.get_node_names_and_namespaces()}
+            assert {"sim_cameras", "cam_a", "cam_b"} <= names, names
+            for arm in ("left", "right"):  # each camera takes each arm's flange pose
+                readers = {i.node_name for i in node.get_subscriptions_info_by_topic(f"/{arm}/arm/eef_pose")}
+                assert readers == {"cam_a_inputs", "cam_b_inputs"}, (arm, readers)
+            wait_for(spun(lambda: len(status) == 2), 10, "both cameras' status", procs.logs)
+        finally:
+            node.destroy_node()
+            rclpy.shutdown(context=ctx)
+        a, b = frames["cam_a"][-1], frames["cam_b"][-1]
+        assert (a.width, a.height, a.header.frame_id) == (160, 120, "cam_a_color_optical_frame")
+        assert (b.width, b.height, b.header.frame_id) == (320, 240, "cam_b_color_optical_frame")
+        assert json.loads(status["cam_a"])["camera"] == "cam_a" and json.loads(status["cam_b"])["camera"] == "cam_b"
+        assert host.stop() == 0, procs.logs()
+        log = host.output()
+        assert "[cam_a]: published" in log and "[cam_b]: published" in log, log
+        assert "sim camera cam_a (serial-a) 160x120" in log, log

@@ -27,7 +27,9 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     the end of the process that started it (``supervision.watch_parent``: a SIGKILLed launcher).
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
-    discard the episode in flight and publish its last event before the process exits. A stop signal that
+    discard the episode in flight and publish its last event before the process exits. A node that runs
+    others in its process lists them in ``hosted`` (the sim cameras' node): the executor spins them with it,
+    its ``on_shutdown`` stops them, and they are destroyed before it. A stop signal that
     comes while the process is stopping prints every thread's stack on stderr (a supervisor's SIGTERM after
     its grace leaves the node's log saying where the stop hung).
     """
@@ -68,7 +70,8 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         teardown.what = node.get_name()
 
         spin = make_executor(executor_for(node, executor))
-        spin.add_node(node)
+        for each in (node, *getattr(node, "hosted", ())):
+            spin.add_node(each)
         stop_spin = threading.Event()
         spinner = threading.Thread(target=spin_until, args=(spin, stop_spin), name="executor", daemon=True)
         spinner.start()
@@ -85,7 +88,8 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     finally:
         teardown.start()
         if node is not None:
-            node.destroy_node()
+            for each in (*getattr(node, "hosted", ()), node):
+                each.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
         teardown.finish()
