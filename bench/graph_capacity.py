@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from piper_recorder.graph.sim_session import SimSession, size_overrides  # noqa: E402
-from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, camera_topic  # noqa: E402
+from piper_recorder.names import CAMERA_STATUS_TOPIC_PATTERN, SIM_CAMERAS_NODE, camera_topic  # noqa: E402
 from piper_recorder.params.derived import LAUNCH_SECTION  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -113,8 +113,11 @@ def camera_status(session: SimSession, cam: str) -> dict:
     return json.loads(session._first_message(String, camera_topic(CAMERA_STATUS_TOPIC_PATTERN, cam), 10.0).data)
 
 
-def camera_skips(log: Path) -> int:
-    m = re.search(r"skipped (\d+) \(faults\) and (\d+) \(stalls\)", log.read_text())
+def camera_skips(log: Path, cam: str) -> int:
+    """Frames ``cam`` skipped over the whole run, from its exit line in the sim cameras' log (-1: none found)."""
+    m = re.search(
+        rf"\[{re.escape(cam)}\]: published \d+ frames, skipped (\d+) \(faults\) and (\d+) \(stalls\)", log.read_text()
+    )
     return int(m.group(1)) + int(m.group(2)) if m else -1
 
 
@@ -151,7 +154,7 @@ def run(n: int, seconds: float, size: str, tmp: Path, jitter_ms: float = 0.0, ar
             "dropped": ep["frames_dropped"].get(cam, 0),
             "ahead_max_ms": ep.get("frame_ahead_max_ms", {}).get(cam, "n/a"),
             "behind_max_ms": ep.get("frame_behind_max_ms", {}).get(cam, "n/a"),
-            "camera_skips_whole_run": camera_skips(out / "logs" / f"{cam}.log"),
+            "camera_skips_whole_run": camera_skips(out / "logs" / f"{SIM_CAMERAS_NODE}.log", cam),
         }
     delays = {
         "lerobot_recorder": ep.get("tick_delay_ms", {}),

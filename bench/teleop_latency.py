@@ -368,16 +368,17 @@ def run(args, cameras: int, panels: bool, client: str = "native") -> dict | None
             port, vport = free_port(), free_port()
             names = ["cam_front", "cam_wrist", "cam_side"][:cameras]
             with ProcGroup(lease.env(), Path(tmp) / "logs") as procs:
-                for cam in names:  # bulk work at nice 5, as in the sim graph (piper_launch.bulk_nice)
+                if names:  # one process, bulk work at nice 5, as in the sim graph (piper_launch.bulk_nice)
                     procs.start(
                         "nice",
                         "-n",
                         "5",
-                        str(Path(sys.executable).parent / "piper-sim-camera"),
+                        str(Path(sys.executable).parent / "piper-sim-cameras"),
                         "--ros-args",
-                        "-r",
-                        f"__node:={cam}",
-                        name=cam,
+                        "-p",
+                        f"cameras:=[{', '.join(names)}]",
+                        *(["-p", f"arms:=[{', '.join(args.arms)}]"] if args.arms else []),
+                        name="sim_cameras",
                     )
                 procs.start(
                     "piper-teleop", *(["--ros-args", "-p", f"arms:=[{','.join(args.arms)}]"] if args.arms else [])

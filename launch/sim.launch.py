@@ -39,11 +39,13 @@ from piper_recorder.graph.rosenv import launch_dds_env
 def _action(p: GraphNode, config: str) -> ExecuteProcess | Node:
     if not p.ros_node:  # the simulated headset, or the WebXR page's server (headset:=web)
         return ExecuteProcess(cmd=[ExecutableInPackage(p.executable, p.package), *p.args], name=p.name, output="screen")
-    # exec_name labels the output: without it launch uses the first word of the command, "nice" with a prefix
+    # exec_name labels the output: without it launch uses the first word of the command, "nice" with a prefix.
+    # A process that runs several nodes (the sim cameras) gets no name: it would remap every node's name to it;
+    # its parameters then go to every node in it (launch_ros keys them /**), which take only the ones they declare.
     return Node(
         package=p.package,
         executable=p.executable,
-        name=p.name,
+        name=None if p.hosts else p.name,
         namespace=p.namespace,
         exec_name=p.key,
         output="screen",

@@ -16,7 +16,7 @@ from piper_recorder.params.derived import LAUNCH_SECTION
 
 from .arguments import launch_arms, launch_overrides, policy_enabled, read_config
 from .errors import LaunchError
-from .executables import POLICY_NODE, QUEST_WEB, SIM_CAMERA, SIM_QUEST, script
+from .executables import POLICY_NODE, QUEST_WEB, SIM_CAMERAS, SIM_QUEST, script
 from .headset import QuestWebSettings, SimQuestSettings, headset_kind, headset_video
 from .install import PACKAGE
 from .realsense import REALSENSE_PACKAGE, realsense_check, realsense_parameters
@@ -46,11 +46,19 @@ class GraphNode:
     # them to another value is refused with this, never silently overwritten: plan_graph)
     derived: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # said when the graph starts (a check that could not be made)
+    # the nodes it runs besides its own, each under its own name and parameter section (the sim cameras'
+    # process); such a process is started without a node-name remap, which would rename them all
+    hosts: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         """Its name in the parameter file and among the processes: ``left/piper_arm`` under an arm's namespace."""
         return node_key(self.name, self.namespace or "")
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """The ROS nodes this process brings up: its own, then those it hosts."""
+        return (self.key, *self.hosts)
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
@@ -62,7 +70,7 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
     """
     launch = cfg.get(LAUNCH_SECTION, {})
     nice = int(launch.get("bulk_nice", 0))
-    bulk = {*launch.get("cameras", []), "lerobot_recorder", "rgbd_recorder", "quest_video"}
+    bulk = {*launch.get("cameras", []), SIM_CAMERAS[0], "lerobot_recorder", "rgbd_recorder", "quest_video"}
     return f"nice -n {nice}" if nice and name in bulk else None
 
 
@@ -193,23 +201,24 @@ def graph_nodes(
         else:
             nodes.append(ours(name, name, script(name), why.get(name), **peer.get(name, {})))
     driver_note = realsense_check() if mode != "sim" and cameras else None  # refuses a driver too old
-    for cam in cameras:
-        if mode == "sim":  # several arms: each camera draws every arm's flange
-            sim_cam = ours(cam, *SIM_CAMERA)
-            if arms:
-                sim_cam = dataclasses.replace(sim_cam, parameters={**sim_cam.parameters, "arms": list(arms)})
-            nodes.append(sim_cam)
-        else:
-            nodes.append(
-                GraphNode(
-                    cam,
-                    "realsense2_camera_node",
-                    package=REALSENSE_PACKAGE,
-                    namespace="",
-                    parameters=realsense_parameters(cfg, cam),
-                    notes=(driver_note,) if driver_note else (),
-                )
+    if mode == "sim" and cameras:  # one process runs every sim camera; with several arms each draws every flange
+        derived = {"cameras": f"the graph's cameras ({LAUNCH_SECTION}.cameras)"}
+        given: dict[str, Any] = {"cameras": cameras}
+        if arms:
+            derived["arms"] = f"the graph's arms ({LAUNCH_SECTION}.arms)"
+            given["arms"] = list(arms)
+        nodes.append(dataclasses.replace(ours(SIM_CAMERAS[0], *SIM_CAMERAS, derived, **given), hosts=tuple(cameras)))
+    for cam in cameras if mode != "sim" else ():  # one realsense2_camera process per camera
+        nodes.append(
+            GraphNode(
+                cam,
+                "realsense2_camera_node",
+                package=REALSENSE_PACKAGE,
+                namespace="",
+                parameters=realsense_parameters(cfg, cam),
+                notes=(driver_note,) if driver_note else (),
             )
+        )
     policy = policy_enabled(cfg, overrides)
     if policy:  # rollouts are data: the LeRobot rows say who acted (complementary_info.actor)
         peer.setdefault("lerobot_recorder", {})["actor_topic"] = POLICY_ACTOR
@@ -221,7 +230,9 @@ def graph_nodes(
     ]
     if policy:  # launch argument policy:=SPEC (ROS executable "policy")
         nodes.append(ours(POLICY_NODE[0], POLICY_NODE[0], POLICY_NODE[1]))
-    dash = dashboard_params(cfg, dashboard, [n.key for n in nodes if n.ros_node], overrides, arms)
+    dash = dashboard_params(
+        cfg, dashboard, [name for n in nodes if n.ros_node for name in n.node_names], overrides, arms
+    )
     if dash is not None:  # the read-only web dashboard expects exactly the nodes started here, and their arms
         nodes.append(ours(DASHBOARD_NODE, DASHBOARD_NODE, script(DASHBOARD_NODE), **dash))
     return nodes

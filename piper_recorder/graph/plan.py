@@ -33,6 +33,7 @@ class ProcessSpec:
     name: str
     argv: list[str]
     node: bool = True  # a ROS node that must appear in the graph
+    hosts: tuple[str, ...] = ()  # the nodes it runs besides its own (GraphNode.hosts), which must appear too
 
 
 @dataclass
@@ -52,7 +53,7 @@ class GraphPlan:
     @property
     def node_names(self) -> list[str]:
         """The ROS nodes that must appear in the graph."""
-        return [p.name for p in self.processes if p.node]
+        return [name for p in self.processes if p.node for name in (p.name, *p.hosts)]
 
     @property
     def cameras(self) -> list[str]:
@@ -145,13 +146,13 @@ def plan_graph(
             argv = [
                 find_script(n.script, bin_dir),
                 "--ros-args",
-                "-r",
-                f"__node:={n.name}",
+                *(("-r", f"__node:={n.name}") if not n.hosts else ()),  # a remap would rename every node it runs
                 *(("-r", f"__ns:=/{n.namespace}") if n.namespace else ()),
                 "--params-file",
                 str(params_file),
             ]
-            plan.processes.append(ProcessSpec(n.key, n.prefix.split() + argv if n.prefix else argv))
+            argv = n.prefix.split() + argv if n.prefix else argv
+            plan.processes.append(ProcessSpec(n.key, argv, hosts=n.hosts))
         elif shutil.which("ros2"):
             plan.processes.append(
                 ProcessSpec(

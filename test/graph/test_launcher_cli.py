@@ -69,9 +69,17 @@ def test_piper_launch_sim_up_and_clean_shutdown(tmp_path):
     out = "".join(lines) + rest
     assert proc.returncode == 0, out
     assert "piper-launch: stopped; exit codes" in out
-    for name in ("sim_quest", "piper_arm", "quest_bridge", "teleop", "cam_front", "lerobot_recorder", "rgbd_recorder"):
+    for name in (
+        "sim_quest",
+        "piper_arm",
+        "quest_bridge",
+        "teleop",
+        "sim_cameras",
+        "lerobot_recorder",
+        "rgbd_recorder",
+    ):
         assert (logs / f"{name}.log").is_file()
-    assert "published" in (logs / "cam_front.log").read_text()  # the camera's clean-exit summary
+    assert "[cam_front]: published" in (logs / "sim_cameras.log").read_text()  # the camera's clean-exit summary
     params = (logs / "params.yaml").read_text()
     assert str(tmp_path / "lerobot") in params and "width: 160" in params
 

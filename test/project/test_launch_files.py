@@ -63,15 +63,14 @@ def test_launch_file_references_declared_executables(name):
     cfg = read_params_file(CONFIG[name])
     cameras = cfg[LAUNCH_SECTION]["cameras"]
     graph = launch_graph(name, CONFIG[name])
-    ours = [
-        (p.name, p.executable) for p in graph if p.package == "piper_recorder" and p.name not in cameras and p.ros_node
-    ]
+    camera_nodes = [p for p in graph if set(p.node_names) & set(cameras)]
+    ours = [(p.name, p.executable) for p in graph if p.package == "piper_recorder" and p.ros_node]
+    ours = [(n, exe) for n, exe in ours if n not in {p.name for p in camera_nodes}]
     assert {n for n, _ in ours} == set(OUR_NODES)
     for node_name, exe in ours:
         assert exe in executables, f"{name} graph uses executable {exe!r} not declared in setup.py"
         assert node_name in cfg, f"{node_name} has no section in {name}.yaml"
-    camera_nodes = [p for p in graph if p.name in cameras]
-    assert [p.name for p in camera_nodes] == cameras
+    assert [c for p in camera_nodes for c in p.node_names if c in cameras] == cameras
     optional = launch_graph(name, CONFIG[name], dashboard="true", policy="hold")
     extra = [(p.name, p.executable) for p in optional if p.name not in {q.name for q in graph}]
     assert extra == [("policy", "policy"), ("dashboard", "dashboard")]  # started by launch arguments only
@@ -79,8 +78,11 @@ def test_launch_file_references_declared_executables(name):
     if name == "robot":
         assert {p.executable for p in graph if p.package != "piper_recorder"} == {"realsense2_camera_node"}
         assert all(p.package == "realsense2_camera" and p.namespace == "" for p in camera_nodes)
-    else:
-        assert {p.executable for p in camera_nodes} == {"sim_camera"}
+    else:  # one process runs every sim camera, each under its own name (a name remap would rename them all)
+        assert [(p.name, p.executable, p.hosts) for p in camera_nodes] == [
+            ("sim_cameras", "sim_cameras", tuple(cameras))
+        ]
+        assert camera_nodes[0].parameters == {"cameras": cameras} and "sim_cameras" in executables
         headset = [p for p in graph if not p.ros_node]
         assert [p.executable for p in headset] == ["sim_quest"] and "sim_quest" in executables
         assert headset[0].args[headset[0].args.index("--video-port") + 1] == "8736"  # quest_video's peer
@@ -129,7 +131,7 @@ def test_pip_launcher_plan_matches_config(tmp_path):
         "piper_arm",
         "quest_bridge",
         "teleop",
-        "cam_front",
+        "sim_cameras",
         "lerobot_recorder",
         "rgbd_recorder",
         "quest_video",
@@ -150,10 +152,16 @@ def test_pip_launcher_plan_matches_config(tmp_path):
     assert cfg["cam_front"]["width"] == 320 and cfg["lerobot_recorder"]["task"] == "stack"
     assert cfg["lerobot_recorder"]["cameras"] == ["cam_front"]
     assert cfg["lerobot_recorder"]["camera_serials"] == ["sim-front-0001"]
-    cam = next(p for p in plan.processes if p.name == "cam_front")
+    cam = next(p for p in plan.processes if p.name == "sim_cameras")
     nice = cfg[LAUNCH_SECTION]["bulk_nice"]
     assert nice > 0 and cam.argv[:3] == ["nice", "-n", str(nice)]  # bulk work yields to the control chain
-    assert cam.argv[4:] == ["--ros-args", "-r", "__node:=cam_front", "--params-file", str(plan.params_file)]
+    assert cam.argv[3].endswith("piper-sim-cameras")
+    assert cam.argv[4:] == ["--ros-args", "--params-file", str(plan.params_file)]  # no remap: cameras keep their names
+    assert cfg["sim_cameras"] == {"cameras": ["cam_front"]} and cam.hosts == ("cam_front",)
+    assert plan.node_names == [  # what the launcher waits for: the cameras too
+        *("piper_arm", "quest_bridge", "teleop", "sim_cameras", "cam_front"),
+        *("lerobot_recorder", "rgbd_recorder", "quest_video"),
+    ]
     arm = next(p for p in plan.processes if p.name == "piper_arm")
     assert arm.argv[0].endswith("piper-arm")
     assert "&" not in plan.params_file.read_text()  # rcl rejects YAML aliases

@@ -58,10 +58,14 @@ def label(action: Action) -> str:
 
 def test_sim_launch_labels_every_process_by_its_node_even_behind_nice(stub_launch):
     actions = graph("sim", task="stack", cameras="cam_front,cam_wrist")
-    nodes = {a.kwargs["name"]: a for a in actions if isinstance(a, Node)}
-    assert set(nodes) == OUR_NODES | {"cam_front", "cam_wrist"}
+    nodes = {a.kwargs["exec_name"]: a for a in actions if isinstance(a, Node)}
+    assert set(nodes) == OUR_NODES | {"sim_cameras"}
+    assert {n: a.kwargs["name"] for n, a in nodes.items() if a.kwargs["name"] != n} == {"sim_cameras": None}
+    # the cameras' process: unnamed (a name would remap every camera's), its node given the cameras
+    assert nodes["sim_cameras"].kwargs["executable"] == "sim_cameras"
+    assert nodes["sim_cameras"].kwargs["parameters"][1] == {"cameras": ["cam_front", "cam_wrist"]}
     nice = f"nice -n {read_params_file(ROOT / 'config' / 'sim.yaml')[LAUNCH_SECTION]['bulk_nice']}"
-    bulk = {"cam_front", "cam_wrist", "lerobot_recorder", "rgbd_recorder", "quest_video"}
+    bulk = {"sim_cameras", "lerobot_recorder", "rgbd_recorder", "quest_video"}
     assert {n for n, a in nodes.items() if a.kwargs.get("prefix") == nice} == bulk  # still niced
     assert {n: label(a) for n, a in nodes.items()} == {n: n for n in nodes}  # not "nice"
     (headset,) = [a for a in actions if isinstance(a, ExecuteProcess)]
@@ -262,7 +266,7 @@ def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path,
     (site / "piper_recorder").mkdir(parents=True)
     scripts = install / "lib" / "piper_recorder"
     scripts.mkdir(parents=True)
-    for exe in ("piper-sim-quest", "piper-sim-camera", *(script for script, _ in NODE_EXECUTABLES.values())):
+    for exe in (script for script, _ in NODE_EXECUTABLES.values()):
         (scripts / exe).write_text("#!/usr/bin/python3\n")
         (scripts / exe).chmod(0o755)
     share = install / "share" / "piper_recorder" / "config"
@@ -279,7 +283,7 @@ def test_pip_launcher_finds_its_scripts_and_config_in_a_colcon_install(tmp_path,
     plan = plan_graph("sim", config, [], tmp_path / "run")
     argv0 = {p.name: Path(next(a for a in p.argv if "/" in a)) for p in plan.processes}
     assert argv0["sim_quest"] == scripts / "piper-sim-quest"
-    assert argv0["cam_front"] == scripts / "piper-sim-camera"
+    assert argv0["sim_cameras"] == scripts / "piper-sim-cameras"
     assert argv0["lerobot_recorder"] == scripts / "piper-lerobot-recorder"
 
 
@@ -292,7 +296,8 @@ def test_dashboard_is_an_on_off_launch_argument(stub_launch, tmp_path):
         assert dash.kwargs["executable"] == "dashboard" and dash.kwargs["exec_name"] == "dashboard"
         params = dash.kwargs["parameters"][1]
         assert params["roots"] == ["/data/cube"]  # the recording root, for the re-alignment view
-        assert set(params["nodes"]) == OUR_NODES | {"cam_front"}
+        # every node it starts, each sim camera by its own name beside the process that runs them
+        assert set(params["nodes"]) == OUR_NODES | {"cam_front"} | ({"sim_cameras"} if mode == "sim" else set())
     # piper-launch: the same argument, or piper_launch.dashboard in the config (what --set reaches)
     plan = plan_graph("sim", ROOT / "config" / "sim.yaml", [], tmp_path, dashboard="true")
     assert plan.node_names[-1] == "dashboard" and plan.processes[-1].argv[0].endswith("piper-dashboard")
