@@ -170,8 +170,8 @@ test-core: $(CORE_VENV)/.bootstrapped | system-deps
 	  piper_recorder rgbd_writer
 	$(CORE_VENV)/bin/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 
-# CI builds the other legs' venvs while the consumer venvs download (`make -j4 consumers other-venvs`): one after
-# another here, since each `pip install -e .` writes into the source tree.
+# CI builds the other legs' venvs while the consumer venvs download (.ci/run): one after another here, since each
+# `pip install -e .` writes into the source tree.
 other-venvs:
 	$(MAKE) ROS_DISTRO=kilted .venv-kilted/.bootstrapped
 	$(MAKE) $(CORE_VENV)/.bootstrapped
