@@ -21,7 +21,7 @@ TELEOP_NODE = "teleop"
 POLICY_NODE = "policy"
 REPLAY_NODE = "replay"
 DASHBOARD_NODE = "dashboard"
-# the simulated graph's camera process: it runs every sim camera as a node of its own (nodes/sim_camera.py)
+# the simulated graph's camera process: it runs every sim camera as a node of its own (nodes/sim_cameras.py)
 SIM_CAMERAS_NODE = "sim_cameras"
 PIPER_ARM_NODE = "piper_arm"  # one per arm with several arms, each under its arm's namespace (``node_key``)
 STATUS = "~/status"  # every node's String JSON status, under its own name

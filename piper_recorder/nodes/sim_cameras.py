@@ -3,8 +3,8 @@
 The ``sim_cameras`` node creates one ``SimCamera`` per name in its ``cameras`` parameter, as
 realsense2_camera's cameras may share one component container: each camera keeps its own parameters (its
 section), topics and capture thread, but the process is one DDS participant, so each arm pose reaches it once
-rather than once per camera process, and its publisher does one delivery less per camera (two arms, 3
-cameras: the whole graph 0.13 cores less, docs/performance.md). ``arms`` goes to every camera.
+rather than once per camera process, and its publisher does one delivery less per camera (measured in
+docs/performance.md). ``arms`` goes to every camera.
 """
 
 from __future__ import annotations
