@@ -62,7 +62,7 @@ class GraphNode:
 
 
 def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
-    """``nice -n N`` for the buffered bulk work (cameras, recorders) when ``piper_launch.bulk_nice`` is set.
+    """``nice -n N`` for the buffered bulk work (sim cameras, recorders, quest_video) with ``piper_launch.bulk_nice``.
 
     Camera rendering and encoding may run at a lower CPU priority than the control chain
     (headset -> bridge -> teleop -> arm), whose stalls become frozen or jumping actions. Used by
@@ -70,7 +70,7 @@ def nice_prefix(cfg: Mapping[str, Mapping[str, Any]], name: str) -> str | None:
     """
     launch = cfg.get(LAUNCH_SECTION, {})
     nice = int(launch.get("bulk_nice", 0))
-    bulk = {*launch.get("cameras", []), SIM_CAMERAS[0], "lerobot_recorder", "rgbd_recorder", "quest_video"}
+    bulk = {SIM_CAMERAS[0], "lerobot_recorder", "rgbd_recorder", "quest_video"}
     return f"nice -n {nice}" if nice and name in bulk else None
 
 

@@ -1,22 +1,21 @@
 """sim_cameras: the simulated graph's cameras, each a ``sim_camera`` node of its own, all in one process.
 
-The ``sim_cameras`` node creates one ``SimCamera`` per name in its ``cameras`` parameter, as
+The ``sim_cameras`` node (a ``HostNode``) runs one ``SimCamera`` per name in its ``cameras`` parameter, as
 realsense2_camera's cameras may share one component container: each camera keeps its own parameters (its
-section), topics and capture thread, but the process is one DDS participant, so each arm pose reaches it once
-rather than once per camera process, and its publisher does one delivery less per camera (measured in
-docs/performance.md). ``arms`` goes to every camera.
+section), topics and capture thread, and each arm pose reaches the process once. ``arms`` goes to every camera.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.validate_node_name import validate_node_name
 
 from piper_recorder.names import SIM_CAMERAS_NODE
+from piper_recorder.nodes.plumbing.host import HostNode
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.sim_camera import SimCamera
@@ -43,30 +42,14 @@ class SimCamerasConfig:
                 raise ValueError(f"cameras: {cam!r} is not a valid node name ({str(exc).splitlines()[0]})") from exc
 
 
-class SimCameras(Node):
-    """The node of the sim cameras' process: it creates one ``SimCamera`` per name in ``cameras`` (module doc).
-
-    It has no topic of its own; ``run_node`` spins the cameras with it (``hosted``) and stops each.
-    """
+class SimCameras(HostNode):
+    """The node of the sim cameras' process: it runs one ``SimCamera`` per name in ``cameras`` (module doc)."""
 
     def __init__(self) -> None:
         super().__init__(SIM_CAMERAS_NODE)
         self.cfg = declare_config(self, SimCamerasConfig)
         arms = [Parameter("arms", Parameter.Type.STRING_ARRAY, list(self.cfg.arms))] if self.cfg.arms else None
-        self.hosted: list[SimCamera] = []
-        try:
-            for cam in self.cfg.cameras:
-                self.hosted.append(SimCamera(cam, arms))
-        except BaseException:  # a camera's bad section (its ParameterError names it): stop those already running
-            self.on_shutdown()
-            for node in self.hosted:
-                node.destroy_node()
-            raise
-
-    def on_shutdown(self) -> None:
-        """Stop every camera (each logs its counters)."""
-        for node in self.hosted:
-            node.on_shutdown()
+        self.host(functools.partial(SimCamera, cam, arms) for cam in self.cfg.cameras)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -64,8 +64,9 @@ def test_launch_file_references_declared_executables(name):
     cameras = cfg[LAUNCH_SECTION]["cameras"]
     graph = launch_graph(name, CONFIG[name])
     camera_nodes = [p for p in graph if set(p.node_names) & set(cameras)]
-    ours = [(p.name, p.executable) for p in graph if p.package == "piper_recorder" and p.ros_node]
-    ours = [(n, exe) for n, exe in ours if n not in {p.name for p in camera_nodes}]
+    ours = [
+        (p.name, p.executable) for p in graph if p.package == "piper_recorder" and p.ros_node and p not in camera_nodes
+    ]
     assert {n for n, _ in ours} == set(OUR_NODES)
     for node_name, exe in ours:
         assert exe in executables, f"{name} graph uses executable {exe!r} not declared in setup.py"

@@ -317,3 +317,20 @@ def test_camera_process_runs_each_camera_under_its_own_name_and_section(ros_doma
         log = host.output()
         assert "[cam_a]: published" in log and "[cam_b]: published" in log, log
         assert "sim camera cam_a (serial-a) 160x120" in log, log
+
+
+def test_camera_process_with_a_bad_camera_section_stops_the_cameras_it_started_and_says_why(ros_domain, tmp_path):
+    """A later camera's bad section ends the process with exit 2 and that camera's problem as its last line;
+    the camera already running is stopped (its summary) and no traceback is printed.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).parent / "piper-sim-cameras"
+    args = ["--ros-args", "-p", "cameras:=[cam_a, cam_b]", "-p", "cam_b:width:=-1"]
+    p = subprocess.run([str(exe), *args], env=ros_domain.env(), capture_output=True, text=True, timeout=60)
+    out = p.stdout + p.stderr
+    assert p.returncode == 2 and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1] == "piper-sim-cameras: error: cam_b: width/height out of range: -1x480", out
+    assert "[cam_a]: published" in out, out  # cam_a had started: stopped, with its counters

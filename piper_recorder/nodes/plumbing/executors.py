@@ -71,16 +71,17 @@ def events_executor_awaits_services(version: tuple[int, ...] | None = None) -> b
     return first is not None and version is not None and version >= first
 
 
-def executor_for(node: Node, kind: str = "events") -> str:
-    """``kind``, or ``single`` where the EventsExecutor could not answer the node's services.
+def executor_for(node: Node, kind: str = "events", *others: Node) -> str:
+    """``kind``, or ``single`` where the EventsExecutor could not answer the services of the nodes it spins.
 
-    That is when ``kind`` is ``events`` and the node answers a service with a coroutine this rclpy's
-    EventsExecutor cannot await (the node's services are what it spins for).
+    Those are ``node`` and ``others`` (a ``HostNode``'s hosted nodes). That is when ``kind`` is ``events`` and a
+    node answers a service with a coroutine this rclpy's EventsExecutor cannot await (the node's services are
+    what it spins for).
     """
     if (
         kind == "events"
         and not events_executor_awaits_services()
-        and any(inspect.iscoroutinefunction(srv.callback) for srv in node.services)
+        and any(inspect.iscoroutinefunction(srv.callback) for n in (node, *others) for srv in n.services)
     ):
         return "single"
     return kind

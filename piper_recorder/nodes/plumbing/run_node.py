@@ -17,21 +17,21 @@ from piper_recorder.process.nodehelp import argument_problem, node_usage, rcl_me
 from piper_recorder.process.supervision import TeardownWatchdog, on_stop_signals, watch_parent
 
 from .executors import executor_for, make_executor, spin_until
+from .host import HostNode
 from .parameters import ParameterError
 
 
 def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, executor: str = "events") -> int:
     """Create the node, spin it until a stop signal or its parent is gone, then shut down cleanly.
 
-    The executor is ``make_executor(executor_for(node, executor))``; the stops are SIGINT, SIGTERM, SIGHUP and
-    the end of the process that started it (``supervision.watch_parent``: a SIGKILLed launcher).
+    The executor is ``make_executor(executor_for(node, executor, *hosted))``; the stops are SIGINT, SIGTERM,
+    SIGHUP and the end of the process that started it (``supervision.watch_parent``: a SIGKILLed launcher).
 
     The node's ``on_shutdown()`` (if any) runs while rclpy is still up, so a recorder can save or
-    discard the episode in flight and publish its last event before the process exits. A node that runs
-    others in its process lists them in ``hosted`` (the sim cameras' node): the executor spins them with it,
-    its ``on_shutdown`` stops them, and they are destroyed before it. A stop signal that
-    comes while the process is stopping prints every thread's stack on stderr (a supervisor's SIGTERM after
-    its grace leaves the node's log saying where the stop hung).
+    discard the episode in flight and publish its last event before the process exits. A ``HostNode``'s
+    ``hosted`` nodes spin with it and are destroyed before it (its ``on_shutdown`` stops them). A stop signal
+    that comes while the process is stopping prints every thread's stack on stderr (a supervisor's SIGTERM
+    after its grace leaves the node's log saying where the stop hung).
     """
     argv = list(sys.argv if args is None else args)
     if wants_help(argv):  # rcl would ignore --help and start the node: print usage, start nothing
@@ -69,8 +69,9 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
             return 2
         teardown.what = node.get_name()
 
-        spin = make_executor(executor_for(node, executor))
-        for each in (node, *getattr(node, "hosted", ())):
+        hosted = node.hosted if isinstance(node, HostNode) else []
+        spin = make_executor(executor_for(node, executor, *hosted))
+        for each in (node, *hosted):
             spin.add_node(each)
         stop_spin = threading.Event()
         spinner = threading.Thread(target=spin_until, args=(spin, stop_spin), name="executor", daemon=True)
@@ -88,7 +89,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     finally:
         teardown.start()
         if node is not None:
-            for each in (*getattr(node, "hosted", ()), node):
+            for each in (*(node.hosted if isinstance(node, HostNode) else ()), node):
                 each.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
