@@ -277,6 +277,10 @@ class SimCamera(Node):
                 slot += missed * period
                 index += missed
                 self.late_skipped += missed
+                self.get_logger().warning(
+                    f"capture thread woke {behind * 1e3:.0f} ms late: skipped {missed} frame slot(s)",
+                    throttle_duration_sec=5.0,
+                )
 
     def _ros_time_ns(self, mono_s: float) -> int:
         """ROS time of the monotonic instant ``mono_s``: the ROS clock read between two monotonic reads.

@@ -257,6 +257,44 @@ def test_node_publishes_with_the_qos_the_robot_launch_gives_realsense(ros_domain
         rclpy.shutdown()
 
 
+def test_a_stalled_capture_thread_skips_the_slots_it_missed_and_says_so(ros_domain, monkeypatch, capfd):
+    """A capture thread that wakes whole frame periods late (a stall) skips the slots it missed, never bursts
+    them out, counts them and logs how late it woke.
+    """
+    ros_domain.apply()
+    import rclpy
+
+    from piper_recorder.nodes.sim_camera import SimCamera
+
+    from support.waiting import wait_for
+
+    publish = SimCamera._publish_frame
+    stamps: list[int] = []
+
+    def stalling(self, stamp: int, width: int) -> None:
+        stamps.append(stamp)
+        if len(stamps) == 3:
+            time.sleep(0.25)  # 7.5 periods at 30 fps
+        publish(self, stamp, width)
+
+    monkeypatch.setattr(SimCamera, "_publish_frame", stalling)
+    rclpy.init(args=["--ros-args", "-r", "__node:=cam_s", "-p", "width:=64", "-p", "height:=48"])
+    try:
+        node = SimCamera()
+        try:
+            wait_for(lambda: len(stamps) >= 8, 10, "frames after the stall")
+        finally:
+            node.on_shutdown()
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()
+    periods = np.round(np.diff(stamps) * 30 / 1e9).astype(int)
+    assert 5 <= node.late_skipped <= 8, node.late_skipped
+    assert periods[2] == node.late_skipped + 1 and all(periods[3:] == 1), periods  # the gap, then no burst
+    err = capfd.readouterr().err
+    assert err.count("capture thread woke") == 1 and f"skipped {node.late_skipped} frame slot(s)" in err, err
+
+
 def test_camera_process_runs_each_camera_under_its_own_name_and_section(ros_domain, tmp_path):
     """piper-sim-cameras (the simulated graph's cameras, one process): each camera is a node under its own
     name, with its own parameter section (size, serial), topics and frames; the process's ``arms`` reach every
