@@ -3,7 +3,8 @@
 Nodes in one process share one DDS participant: a message published once reaches all of them, so the
 publisher does one delivery for the process rather than one per node. They also share one interpreter
 lock, so hosting suits nodes whose Python work is light (the sim cameras), not nodes that each keep busy
-threads (the two recorders together stalled their row ticks and cost more: docs/performance.md). Each
+threads (the two recorders together saved nothing and, in quiet runs, ran their row ticks later:
+docs/performance.md). Each
 hosted node keeps its own name, parameter section, topics, services and threads. ``run_node`` spins the
 hosted nodes with the host, calls the host's ``on_shutdown`` (which stops each) and destroys them before it.
 """

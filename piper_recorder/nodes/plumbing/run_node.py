@@ -59,6 +59,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     on_stop_signals(_on_stop)
     watch_parent(stop.set)
     node: Node | None = None
+    hosted: list[Node] = []  # a HostNode's nodes, spun and destroyed with it
     code = 0
     teardown = TeardownWatchdog(argv[0] if argv else "node")
     try:
@@ -67,9 +68,9 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
         except ParameterError as exc:
             print(f"{prog}: error: {exc}", file=sys.stderr)
             return 2
+        hosted = node.hosted if isinstance(node, HostNode) else []
         teardown.what = node.get_name()
 
-        hosted = node.hosted if isinstance(node, HostNode) else []
         spin = make_executor(executor_for(node, executor, *hosted))
         for each in (node, *hosted):
             spin.add_node(each)
@@ -89,7 +90,7 @@ def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None, exe
     finally:
         teardown.start()
         if node is not None:
-            for each in (*(node.hosted if isinstance(node, HostNode) else ()), node):
+            for each in (*hosted, node):
                 each.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
