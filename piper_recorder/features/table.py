@@ -28,8 +28,11 @@ class InputSpec:
     optional input is zeros until its first sample. ``topic_param``: the recorder parameter naming its
     default topic (``RecorderConfig``); ``formats``: the datasets whose recorder subscribes it;
     ``latched``: its topic is latched (transient local), so the recorders subscribe it that way and get
-    the current value on joining. ``arm``: the arm whose namespace the topic is under (several arms:
-    ``names.arm_topic``), None for one arm.
+    the current value on joining. ``stream``: its topic is a high-rate stream in which each sample supersedes
+    the last (the arm's 100 Hz feedback and commands), so the recorders subscribe it best-effort: a reliable
+    reader costs the publishing process a timed event per sample, and a sample lost on the way only leaves a
+    row the one before it, whose age the assembler checks (older than ``stale_s``: counted in ``values_stale``).
+    ``arm``: the arm whose namespace the topic is under (several arms: ``names.arm_topic``), None for one arm.
     """
 
     name: str
@@ -39,6 +42,7 @@ class InputSpec:
     topic_param: str = ""
     formats: tuple[str, ...] = FORMATS
     latched: bool = False
+    stream: bool = False
     arm: str | None = None
 
 
@@ -137,10 +141,11 @@ STATE, ACTION = "observation.state", "action"
 # and gripper as the action; the RGB-D reward. Column order is the dataset's: do not reorder.
 PIPER_TABLE = FeatureTable(
     inputs=(
-        InputSpec("joint_states", "joint_state", 7, topic_param="joint_states_topic"),  # 6 joints + gripper
-        InputSpec("eef_pose", "pose", 7, topic_param="eef_topic"),
-        InputSpec("commanded_pose", "pose", 7, topic_param="commanded_pose_topic"),
-        InputSpec("commanded_gripper", "gripper", 1, topic_param="commanded_gripper_topic"),
+        # 6 joints + gripper
+        InputSpec("joint_states", "joint_state", 7, topic_param="joint_states_topic", stream=True),
+        InputSpec("eef_pose", "pose", 7, topic_param="eef_topic", stream=True),
+        InputSpec("commanded_pose", "pose", 7, topic_param="commanded_pose_topic", stream=True),
+        InputSpec("commanded_gripper", "gripper", 1, topic_param="commanded_gripper_topic", stream=True),
         InputSpec("reward", "float32", 1, required=False, topic_param="reward_topic", formats=("rgbd",)),
     ),
     features=(

@@ -115,8 +115,10 @@ class PiperArmNode(Node):
         self._publish_provenance()
 
         # Targets are absolute and superseded by the next one: keep only the newest unread one. With a deeper
-        # queue a starved process works through a backlog oldest first and the arm lags the operator.
-        newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        # queue a starved process works through a backlog oldest first and the arm lags the operator. Best-effort
+        # for the same reason: a lost target is replaced by the next tick's, and a reliable reader would cost the
+        # sender (teleop, the policy at 100 Hz) a timed event per target (plumbing.qos.recorder_input_qos).
+        newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
         self.inputs.subscribe(PoseStamped, in_namespace(TARGET_POSE), self._on_target, newest)
         self.inputs.subscribe(JointState, in_namespace(TARGET_GRIPPER), self._on_gripper, newest)
         services = MutuallyExclusiveCallbackGroup()

@@ -49,14 +49,14 @@ from piper_recorder.nodes.plumbing.decoded_subscription import DecodeErrors
 from piper_recorder.nodes.plumbing.executors import ArrivalExecutor, arrival_or_now, run_in_thread, spin_until
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
-from piper_recorder.nodes.plumbing.qos import recorder_image_qos
+from piper_recorder.nodes.plumbing.qos import recorder_input_qos
 from piper_recorder.nodes.plumbing.stamps import now_ns
 from piper_recorder.process.delivery import RECORDER_MIN_DELIVERY, ImageCounts
 from piper_recorder.recording.config import RecorderConfig, session_record, task_problem
 from piper_recorder.recording.controller import Answer, EpisodeController, parse_stop_at
 from piper_recorder.recording.inputs import TopicMap, topic_map
 from piper_recorder.recording.policy_log import PolicyLog, episode_fields
-from piper_recorder.recording.router import IMAGE, LATCHED, TEXT, InputRouter, Route
+from piper_recorder.recording.router import LATCHED, InputRouter, Route
 from piper_recorder.recording.targets import EpisodeTarget
 from piper_recorder.recording.verdict import VerdictConfig
 
@@ -105,7 +105,6 @@ class RecorderNode(Node):
             depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
         )
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        self.image_qos = recorder_image_qos(cfg.fps, cfg.image_reliability == "reliable")
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.pub_events = self.create_publisher(String, EPISODE_EVENTS, reliable)
         self.policy_log = PolicyLog()  # every policy that acted in an episode, and when (episodes.jsonl)
@@ -132,25 +131,13 @@ class RecorderNode(Node):
             streams += [(f"{cam}/depth", ct.depth) for cam, ct in topics.cameras.items() if ct.depth]
         self.image_counts = ImageCounts([name for name, _ in streams])
         self._image_index = {topic: i for i, (_, topic) in enumerate(streams)}
-        arm_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-        # a latched input (/policy/actor): its current value on joining, and every change after it
-        latched_input = QoSProfile(
-            depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
-        )
         self.decode_errors = DecodeErrors()
         # taken on the tick thread before each row, not by the executor (PolledInputs; module doc), and
         # decoded as the bag converter decodes (cdr.decode): the same objects into the router
         self.inputs = PolledInputs(self, self.decode_errors)
+        image_reliable = cfg.image_reliability == "reliable"
         for r in self.router.routes:
-            qos = (
-                self.image_qos
-                if r.kind == IMAGE
-                else 1000
-                if r.kind == TEXT
-                else latched_input
-                if r.kind == LATCHED
-                else arm_qos
-            )
+            qos = recorder_input_qos(r.kind, cfg.fps, image_reliable)
             self.inputs.subscribe(message_class(r.msg_type), r.topic, self._receiver(r), qos)
         for arm, topic in self._prov_topics.items():
             self.create_subscription(String, topic, self._provenance_receiver(arm, topic), latched)
@@ -163,7 +150,7 @@ class RecorderNode(Node):
             String,
             POLICY_ACTOR,
             message_callback(lambda m: self.policy_log.on_actor(now_ns(self), m.data)),
-            latched_input,
+            recorder_input_qos(LATCHED, cfg.fps),
         )
         # services on their own node and executor thread (module doc): answered however busy the inputs are
         self._control = Node(

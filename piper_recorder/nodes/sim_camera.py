@@ -25,7 +25,7 @@ from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSPresetProfiles
+from rclpy.qos import QoSPresetProfiles, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
@@ -134,11 +134,13 @@ class SimCamera(Node):
         self.pub_color_info = self.create_publisher(CameraInfo, f"~/{COLOR_INFO}", info_qos)
         self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", info_qos)
         # the arm's 100 Hz pose is taken when a frame is rendered (PolledInputs), not by an executor waking
-        # for each pose: the capture loop is the only reader of the history (50: 0.5 s between renders)
+        # for each pose: the capture loop is the only reader of the history (50: 0.5 s between renders);
+        # best-effort, as the recorders take the arm's streams (plumbing.qos.recorder_input_qos)
         self.inputs = PolledInputs(self)
+        poses = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)
         for arm, history in self.histories.items():
             self.inputs.subscribe(
-                PoseStamped, arm_topic(arm, self.cfg.eef_topic), functools.partial(self._on_eef, history), 50
+                PoseStamped, arm_topic(arm, self.cfg.eef_topic), functools.partial(self._on_eef, history), poses
             )
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)

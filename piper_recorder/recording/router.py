@@ -18,8 +18,9 @@ from piper_recorder.assembly.messages import Adapter, image_to_numpy, stamp_ns
 
 from .inputs import TopicMap
 
-# route kinds: the nodes pick a QoS per kind (LATCHED: an input whose topic is latched, ``InputSpec.latched``)
-IMAGE, INPUT, LATCHED, TEXT = "image", "input", "latched", "text"
+# route kinds: the nodes pick a QoS per kind (LATCHED: an input whose topic is latched, ``InputSpec.latched``;
+# STREAM: one whose samples supersede each other at a high rate, ``InputSpec.stream``)
+IMAGE, INPUT, LATCHED, STREAM, TEXT = "image", "input", "latched", "stream", "text"
 Handler = Callable[[Any, int], None]
 
 
@@ -48,7 +49,7 @@ class Route:
 
     topic: str
     msg_type: str  # "pkg/msg/Type"
-    kind: str  # IMAGE | INPUT | LATCHED | TEXT
+    kind: str  # IMAGE | INPUT | LATCHED | STREAM | TEXT
 
 
 class InputRouter:
@@ -71,7 +72,7 @@ class InputRouter:
             self._on(
                 b.topic,
                 b.adapter.msg_type,
-                LATCHED if spec.latched else INPUT,
+                LATCHED if spec.latched else STREAM if spec.stream else INPUT,
                 self._vector(spec.name, b.adapter),
                 timed=not b.adapter.stamped,
             )

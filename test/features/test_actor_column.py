@@ -34,7 +34,7 @@ from piper_recorder.recording.config import (
     rgbd_writer_config,
 )
 from piper_recorder.recording.inputs import topic_map
-from piper_recorder.recording.router import INPUT, LATCHED, InputRouter
+from piper_recorder.recording.router import LATCHED, STREAM, InputRouter
 
 from support.paths import ROOT
 
@@ -84,7 +84,7 @@ def test_actor_entry_is_opt_in_and_appends_one_column():
     assert all(e["original_key"] != COLUMN for sec in ("state", "action") for e in modality[sec].values())
     assert tm.to_dict()["inputs"] == {"actor": {"topic": ACTOR_TOPIC, "adapter": "actor"}}
     routes = {r.topic: r.kind for r in InputRouter(tm, _Sink(), depth=False).routes}
-    assert routes[ACTOR_TOPIC] == LATCHED and routes["/arm/joint_states"] == INPUT
+    assert routes[ACTOR_TOPIC] == LATCHED and routes["/arm/joint_states"] == STREAM
     # RGB-D has no role for it: its state terms stay the Piper ones
     r = topic_map("rgbd", RgbdRecorderConfig())
     assert "actor" not in r.inputs and rgbd_writer_config(RgbdRecorderConfig(), r.cameras, table=r.table).env_args[

@@ -330,6 +330,7 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
 
     from support.proc import ProcGroup
     from support.recorder_rig import Rig
+    from support.waiting import wait_for
 
     reversed_names = [f"joint{i}" for i in range(6, 0, -1)] + ["gripper"]
     mapping = write_mapping(
@@ -383,6 +384,28 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
             for rec in recorders:
                 resp = rig.call(rec, "start_episode")
                 assert resp.success, resp.message
+            # the recorders' subscriptions as the graph sees them (plumbing.qos): the arm's streams best-effort,
+            # the mapping's own input reliable
+            readers = {f"{rec}_inputs" for rec in recorders}
+            wait_for(
+                lambda: all(
+                    {i.node_name for i in rig.node.get_subscriptions_info_by_topic(t)} >= readers
+                    for t in ("/arm/joint_states", WRENCH_TOPIC)
+                ),
+                timeout=10,
+                what="the recorders' subscriptions in the graph",
+            )
+            for topic, reliability in (
+                ("/arm/joint_states", ReliabilityPolicy.BEST_EFFORT),
+                ("/arm/commanded_gripper", ReliabilityPolicy.BEST_EFFORT),
+                (WRENCH_TOPIC, ReliabilityPolicy.RELIABLE),
+            ):
+                seen = {
+                    i.node_name: i.qos_profile.reliability
+                    for i in rig.node.get_subscriptions_info_by_topic(topic)
+                    if i.node_name in readers
+                }
+                assert seen == dict.fromkeys(readers, reliability), (topic, seen)
             time.sleep(1.5)
             for rec in recorders:
                 resp = rig.call(rec, "stop_episode")

@@ -1,14 +1,17 @@
-"""The QoS profiles of the graph's image subscribers.
+"""The QoS profiles of the graph's subscribers of images and of the recorders' inputs.
 
-A recorder's is reliable with a second of slack; a live viewer's is best-effort, keeping the newest frames.
-History slots hold a frame only while it waits, so a deeper history costs nothing while the process keeps up.
+A recorder's image subscription is reliable with a second of slack; a live viewer's is best-effort, keeping the
+newest frames. History slots hold a message only while it waits, so a deeper history costs nothing while the
+process keeps up. Publishers stay reliable, so every subscriber (``ros2 topic echo``, a bag) matches them.
 """
 
 from __future__ import annotations
 
 import math
 
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from piper_recorder.recording.router import IMAGE, LATCHED, STREAM, TEXT
 
 #: Frames a live (best-effort) image subscriber keeps while its process is off the CPU: a third of a second
 #: at 30 fps. Shallower histories (``qos_profile_sensor_data``'s 5) lose frames on a busy 2-core machine.
@@ -43,3 +46,29 @@ def live_image_qos() -> QoSProfile:
     return QoSProfile(
         depth=LIVE_IMAGE_DEPTH, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT
     )
+
+
+#: Samples a recorder's subscription to a 100 Hz arm stream keeps between two of its polls: half a second.
+RECORDER_INPUT_DEPTH = 50
+#: Raw headset lines a recorder keeps between two polls (90 Hz, bursty after a reconnect).
+RECORDER_TEXT_DEPTH = 1000
+
+
+def recorder_input_qos(kind: str, fps: float, image_reliable: bool = True) -> QoSProfile:
+    """QoS of a recorder's subscription to one input (``kind``: the route's, ``recording.router``).
+
+    Images: ``recorder_image_qos``. A stream (``InputSpec.stream``: the arm's feedback and commands at 100 Hz)
+    is best-effort: each sample a reliable reader takes costs the publishing process a timed event (Fast
+    DDS's per-reader NACK suppression), ~1,000 wake-ups a second in each piper_arm with both recorders,
+    while a lost sample only leaves a row the one before it (its age is checked). A latched input gets the
+    current value on joining (transient local); everything else (raw headset lines, a mapping's own inputs,
+    the RGB-D reward) is reliable: a lost one would be lost from the record.
+    """
+    if kind == IMAGE:
+        return recorder_image_qos(fps, image_reliable)
+    if kind == STREAM:
+        return QoSProfile(depth=RECORDER_INPUT_DEPTH, reliability=ReliabilityPolicy.BEST_EFFORT)
+    if kind == LATCHED:  # the policy's actor: its current value on joining, and every change after it
+        return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    depth = RECORDER_TEXT_DEPTH if kind == TEXT else RECORDER_INPUT_DEPTH
+    return QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
