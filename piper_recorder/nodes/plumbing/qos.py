@@ -59,7 +59,7 @@ def recorder_input_qos(kind: str, fps: float, image_reliable: bool = True) -> Qo
 
     Images: ``recorder_image_qos``. A stream (``InputSpec.stream``: the arm's feedback and commands at 100 Hz)
     is best-effort: each sample a reliable reader takes costs the publishing process a timed event (Fast
-    DDS's per-reader NACK suppression), ~1,000 wake-ups a second in each piper_arm with both recorders,
+    DDS's per-reader NACK suppression), ~930 wake-ups a second in a piper_arm read by both recorders,
     while a lost sample only leaves a row the one before it (its age is checked). A latched input gets the
     current value on joining (transient local); everything else (raw headset lines, a mapping's own inputs,
     the RGB-D reward) is reliable: a lost one would be lost from the record.
