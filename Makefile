@@ -35,23 +35,20 @@ demo: $(STAMP)
 	$(BIN)/piper-demo --out demo_output
 
 # Every tier: the unit tier on a worker per core; the tests that start no DDS (seconds-long in-process tests,
-# console scripts, servers, a browser, the consumers) and the untimed DDS ones two at a time, each test file on one
-# worker; then the DDS graphs one at a time on an otherwise idle machine, since their checks hold real-time graphs
-# to their rates.
+# console scripts, servers, a browser, the consumers) two at a time, each test file on one worker; then the DDS
+# graphs one at a time on an otherwise idle machine, since their checks hold real-time graphs to their rates.
 test: $(STAMP) web-test-deps
 	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 	$(BIN)/python -m pytest -q -n $(SHARED_WORKERS) --dist loadfile -m "$(SHARED_TIER)" test
-	$(BIN)/python -m pytest -q -m "$(ROS_TIER)" test
+	$(BIN)/python -m pytest -q -m "ros" test
 
 # The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py),
 # less the in-process tests that take seconds (`slow`: real-time loops, deadlines, fuzzing); `make test` runs all.
 UNIT_TIER := not ros and not integration and not slow
 # Its in-process tests share nothing but the CPU: one pytest-xdist worker per core halves its wall time.
 UNIT_WORKERS ?= auto
-# The slow and integration tests without DDS, and the DDS tests that hold no graph to its rates (`untimed`): their
-# deadlines hold beside one other such test (two workers). The rest of the DDS tests run one at a time.
-SHARED_TIER := ((slow or integration) and not ros) or untimed
-ROS_TIER := ros and not untimed
+# The slow and integration tests without DDS: their deadlines hold beside one other such test (two workers).
+SHARED_TIER := (slow or integration) and not ros
 SHARED_WORKERS ?= 2
 check: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -5,7 +5,6 @@ Tiers (pyproject.toml declares the markers; `make check` runs the unit tier, `ma
 
 - ``ros``: starts DDS (rclpy in this process or ROS nodes in child processes). A test that takes the
   ``ros_domain`` fixture is marked automatically; one that starts DDS otherwise says so with the marker.
-  ``untimed`` besides: it holds no graph to its rates, so ``make test`` runs it beside one other test.
 - ``integration``: starts other processes (console scripts, HTTP servers, a browser, a Ray cluster, mypy).
 - ``slow``: in-process (the guard applies) but seconds long: control loops, sockets and deadlines that run
   against wall-clock time, fuzzing, long synthetic bags. `make check` leaves them to `make test`.
@@ -107,8 +106,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "ros_domain" in getattr(item, "fixturenames", ()) and item.get_closest_marker("ros") is None:
             item.add_marker(pytest.mark.ros)
-        if item.get_closest_marker("untimed") and item.get_closest_marker("ros") is None:
-            raise pytest.UsageError(f"{item.nodeid}: `untimed` marks a `ros` test (one that starts DDS)")
 
 
 def _is_unit(item: pytest.Item) -> bool:

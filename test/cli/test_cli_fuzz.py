@@ -306,7 +306,6 @@ def test_console_scripts_on_info_json_with_features_as_a_list(tmp_path, inputs, 
     assert p.returncode == 2 and "Traceback" not in p.stderr and "features" in p.stderr, p.stderr
 
 
-@pytest.mark.untimed
 def test_recorders_exit_2_on_bad_camera_names_and_damaged_roots(ros_domain, tmp_path, inputs):
     """A camera name is a plain identifier, checked before anything touches the disk; a damaged root
     is refused with a message. Exit code 2 and no traceback in every case.

@@ -87,7 +87,6 @@ def _sourced(install: Path, *cmd: str) -> list[str]:
     return ["bash", "-c", 'source "$0/setup.bash" && exec "$@"', str(install), *cmd]
 
 
-@pytest.mark.untimed
 def test_a_node_starts_from_the_install(ros_domain, tmp_path, tmp_path_factory):
     install = _install("plain", tmp_path_factory)
     env = ros_domain.env()

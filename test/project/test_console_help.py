@@ -32,7 +32,6 @@ def test_scripts_found():
     assert len(SCRIPTS) >= 30 and "piper-dashboard" in SCRIPTS and "dashboard" in SCRIPTS
 
 
-@pytest.mark.untimed
 def test_every_console_script_prints_usage_on_help(tmp_path, ros_domain):
     env = {**os.environ, **ros_domain.env(), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
 
@@ -132,7 +131,6 @@ TOOL_CASES: dict[str, list[list[str]]] = {
 }
 
 
-@pytest.mark.untimed
 def test_scripts_with_bad_input_name_the_problem_in_one_line_and_exit_2(tmp_path, ros_domain):
     """Every console script: bad arguments, bad ``--ros-args``, a path of the wrong kind. Exit 2, no
     traceback, the last line names the program (argparse's usage may come before it); a node prints

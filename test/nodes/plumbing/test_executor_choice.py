@@ -93,11 +93,9 @@ def _answered(kind: str, ros_domain) -> bool:
         rclpy.shutdown(context=ctx)
 
 
-@pytest.mark.untimed
 def test_the_events_executor_awaits_coroutine_services_exactly_where_the_table_says(ros_domain):
     assert _answered("events", ros_domain) is events_executor_awaits_services()
 
 
-@pytest.mark.untimed
 def test_the_executor_chosen_for_a_coroutine_service_answers_it(ros_domain):
     assert _answered("chosen", ros_domain)

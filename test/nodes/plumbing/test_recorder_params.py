@@ -79,7 +79,6 @@ def refused(result, needle: str = "") -> None:
     assert not result.successful and result.reason and needle in result.reason, result
 
 
-@pytest.mark.untimed
 def test_running_recorders_refuse_what_cannot_apply_and_agree_on_tasks(ros_domain, tmp_path):
     root, h5 = tmp_path / "ds", tmp_path / "rgbd.hdf5"
     rig = Rig(ros_domain, cams=("cam_front",), depth=True)
@@ -178,7 +177,6 @@ def node_configs():
     }
 
 
-@pytest.mark.untimed
 @pytest.mark.parametrize("mode", ["sim", "robot"])
 def test_every_node_parameter_is_typed_and_read_only_unless_applied_at_run_time(ros_domain, mode):
     """The shipped parameter files (integers where floats are declared, lists) load into typed
