@@ -40,7 +40,7 @@ demo: $(STAMP)
 test: $(STAMP) web-test-deps
 	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 	$(BIN)/python -m pytest -q -n $(SHARED_WORKERS) --dist loadfile -m "$(SHARED_TIER)" test
-	$(BIN)/python -m pytest -q -m "ros" test
+	$(BIN)/python -m pytest -q -m "$(ROS_TIER)" test
 
 # The unit tier: in-process tests, no child process and no DDS (the tiers' guard in test/conftest.py),
 # less the in-process tests that take seconds (`slow`: real-time loops, deadlines, fuzzing); `make test` runs all.
@@ -49,6 +49,8 @@ UNIT_TIER := not ros and not integration and not slow
 UNIT_WORKERS ?= auto
 # The slow and integration tests without DDS: their deadlines hold beside one other such test (two workers).
 SHARED_TIER := (slow or integration) and not ros
+# The DDS tests, one at a time.
+ROS_TIER := ros
 SHARED_WORKERS ?= 2
 check: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -2,7 +2,8 @@
 DDS fails, naming the marker it needs, even when the code under test swallows the refusal; the same
 tests marked pass; a test taking ``ros_domain`` is marked ``ros`` by itself; an import-time system probe
 (``uname -p``) is no process of the test's. Runs the suite's own conftest on a small test file in a child
-pytest, so the guard is checked exactly as `make check` and `make test` apply it.
+pytest, so the guard is checked exactly as `make check` and `make test` apply it. The Makefile's three
+tiers put every test in exactly one of them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from support.paths import TEST_DIR
+from support.paths import ROOT, TEST_DIR
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +96,59 @@ def test_the_guard_fails_unmarked_process_and_dds_tests(tmp_path):
         timeout=120,
     )
     assert "4/6 tests collected (2 deselected)" in q.stdout, q.stdout
+
+
+MARKED = """
+import pytest
+
+def test_plain(): pass
+
+@pytest.mark.slow
+def test_slow(): pass
+
+@pytest.mark.integration
+def test_integration(): pass
+
+@pytest.mark.ros
+def test_ros(): pass
+
+@pytest.mark.ros
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ros_integration_slow(): pass
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_integration_slow(): pass
+"""
+
+
+def _make_variable(name: str) -> str:
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line.startswith(f"{name} :="):
+            return line.split(":=", 1)[1].strip()
+    raise AssertionError(f"no {name} in the Makefile")
+
+
+def _collected(cwd, expression: str) -> set[str]:
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-m", expression, "t.py"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return {line.split("::")[1] for line in p.stdout.splitlines() if line.startswith("t.py::")}
+
+
+def test_make_tests_tiers_take_every_test_exactly_once(tmp_path):
+    shutil.copy(TEST_DIR / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "support").symlink_to(TEST_DIR / "support")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")  # the declared markers
+    (tmp_path / "t.py").write_text(MARKED)
+    tiers = {name: _collected(tmp_path, _make_variable(name)) for name in ("UNIT_TIER", "SHARED_TIER", "ROS_TIER")}
+    assert tiers == {
+        "UNIT_TIER": {"test_plain"},
+        "SHARED_TIER": {"test_slow", "test_integration", "test_integration_slow"},
+        "ROS_TIER": {"test_ros", "test_ros_integration_slow"},
+    }
