@@ -387,19 +387,19 @@ def test_live_nodes_take_the_extra_input_and_the_mappings_joint_names(ros_domain
             # the recorders' subscriptions as the graph sees them (plumbing.qos): the arm's streams best-effort,
             # the mapping's own input reliable
             readers = {f"{rec}_inputs" for rec in recorders}
+            expected = {
+                "/arm/joint_states": ReliabilityPolicy.BEST_EFFORT,
+                "/arm/commanded_gripper": ReliabilityPolicy.BEST_EFFORT,
+                WRENCH_TOPIC: ReliabilityPolicy.RELIABLE,
+            }
             wait_for(
                 lambda: all(
-                    {i.node_name for i in rig.node.get_subscriptions_info_by_topic(t)} >= readers
-                    for t in ("/arm/joint_states", WRENCH_TOPIC)
+                    {i.node_name for i in rig.node.get_subscriptions_info_by_topic(t)} >= readers for t in expected
                 ),
                 timeout=10,
                 what="the recorders' subscriptions in the graph",
             )
-            for topic, reliability in (
-                ("/arm/joint_states", ReliabilityPolicy.BEST_EFFORT),
-                ("/arm/commanded_gripper", ReliabilityPolicy.BEST_EFFORT),
-                (WRENCH_TOPIC, ReliabilityPolicy.RELIABLE),
-            ):
+            for topic, reliability in expected.items():
                 seen = {
                     i.node_name: i.qos_profile.reliability
                     for i in rig.node.get_subscriptions_info_by_topic(topic)
