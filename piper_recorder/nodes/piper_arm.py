@@ -43,6 +43,7 @@ from piper_recorder.names import (
 )
 from piper_recorder.nodes.plumbing.parameters import ParameterError, declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.qos import stream_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.piper import kinematics as kin
 from piper_recorder.piper.backends import ArmConfig, FirmwareRefused
@@ -117,8 +118,8 @@ class PiperArmNode(Node):
         # Targets are absolute and superseded by the next one: keep only the newest unread one. With a deeper
         # queue a starved process works through a backlog oldest first and the arm lags the operator. Best-effort
         # for the same reason: a lost target is replaced by the next tick's, and a reliable reader would cost the
-        # sender (teleop, the policy at 100 Hz) a timed event per target (plumbing.qos.recorder_input_qos).
-        newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+        # sender (teleop, the policy at 100 Hz) a timed event per target (plumbing.qos.stream_qos).
+        newest = stream_qos(depth=1)
         self.inputs.subscribe(PoseStamped, in_namespace(TARGET_POSE), self._on_target, newest)
         self.inputs.subscribe(JointState, in_namespace(TARGET_GRIPPER), self._on_gripper, newest)
         services = MutuallyExclusiveCallbackGroup()

@@ -25,7 +25,7 @@ from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSPresetProfiles, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSPresetProfiles
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
@@ -46,6 +46,7 @@ from piper_recorder.names import (
 )
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.qos import stream_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns
 from piper_recorder.process.delivery import ImageCounts, received_rate
@@ -135,12 +136,11 @@ class SimCamera(Node):
         self.pub_depth_info = self.create_publisher(CameraInfo, f"~/{DEPTH_INFO}", info_qos)
         # the arm's 100 Hz pose is taken when a frame is rendered (PolledInputs), not by an executor waking
         # for each pose: the capture loop is the only reader of the history (50: 0.5 s between renders);
-        # best-effort, as the recorders take the arm's streams (plumbing.qos.recorder_input_qos)
+        # best-effort, as every reader of the arm's streams (plumbing.qos.stream_qos)
         self.inputs = PolledInputs(self)
-        poses = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)
         for arm, history in self.histories.items():
             self.inputs.subscribe(
-                PoseStamped, arm_topic(arm, self.cfg.eef_topic), functools.partial(self._on_eef, history), poses
+                PoseStamped, arm_topic(arm, self.cfg.eef_topic), functools.partial(self._on_eef, history), stream_qos()
             )
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)

@@ -30,7 +30,7 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.client import Client
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from sensor_msgs.msg import Joy as JoyMsg
@@ -64,6 +64,7 @@ from piper_recorder.nodes.plumbing.callbacks import message_callback, timer_call
 from piper_recorder.nodes.plumbing.fixed_rate_loop import FixedRateLoop
 from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
+from piper_recorder.nodes.plumbing.qos import stream_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
 from piper_recorder.nodes.plumbing.stamps import now_ns
 from piper_recorder.teleop.arm_engine import ArmTick
@@ -148,7 +149,7 @@ class TeleopNode(Node):
         # the headset and arm streams are taken by the control loop at each tick
         # (PolledInputs: no executor wake-up per message), decoded as the recorders decode them; best-effort
         # as sensor data, with half a second of history so a stalled tick loses no button edge
-        streams = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
+        streams = stream_qos()
         self.inputs = PolledInputs(self)
         if spacemouse is None:
             for hand in self.arms if bimanual is not None else (cfg.hand,):  # the hands that drive an arm

@@ -1,7 +1,11 @@
-"""The QoS profiles of the graph's subscribers of images and of the recorders' inputs.
+"""The QoS profiles of the graph's subscribers: images, the 100 Hz streams, the recorders' other inputs.
 
 A recorder's image subscription is reliable with a second of slack; a live viewer's is best-effort, keeping the
-newest frames. History slots hold a message only while it waits, so a deeper history costs nothing while the
+newest frames. A reader of a stream whose samples supersede each other (the arm's feedback and commands, its
+targets) is best-effort (``stream_qos``): each sample a reliable reader takes costs the publishing process a
+timed event (Fast DDS's per-reader NACK suppression: ~930 wake-ups a second in a piper_arm read by both
+recorders), while a lost sample is replaced by the next one (a recorder's row keeps the one before it, whose
+age is checked). History slots hold a message only while it waits, so a deeper history costs nothing while the
 process keeps up. Publishers stay reliable, so every subscriber (``ros2 topic echo``, a bag) matches them.
 """
 
@@ -48,27 +52,29 @@ def live_image_qos() -> QoSProfile:
     )
 
 
-#: Samples a recorder's subscription to a 100 Hz arm stream keeps between two of its polls: half a second.
-RECORDER_INPUT_DEPTH = 50
+#: Samples a subscription to a 100 Hz stream keeps between two polls of its reader: half a second.
+STREAM_DEPTH = 50
 #: Raw headset lines a recorder keeps between two polls (90 Hz, bursty after a reconnect).
 RECORDER_TEXT_DEPTH = 1000
+
+
+def stream_qos(depth: int = STREAM_DEPTH) -> QoSProfile:
+    """QoS of a reader of a high-rate stream whose samples supersede each other: best-effort, keep-last ``depth``."""
+    return QoSProfile(depth=depth, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
 def recorder_input_qos(kind: str, fps: float, image_reliable: bool = True) -> QoSProfile:
     """QoS of a recorder's subscription to one input (``kind``: the route's, ``recording.router``).
 
-    Images: ``recorder_image_qos``. A stream (``InputSpec.stream``: the arm's feedback and commands at 100 Hz)
-    is best-effort: each sample a reliable reader takes costs the publishing process a timed event (Fast
-    DDS's per-reader NACK suppression), ~930 wake-ups a second in a piper_arm read by both recorders,
-    while a lost sample only leaves a row the one before it (its age is checked). A latched input gets the
-    current value on joining (transient local); everything else (raw headset lines, a mapping's own inputs,
-    the RGB-D reward) is reliable: a lost one would be lost from the record.
+    Images: ``recorder_image_qos``. A stream (``InputSpec.stream``: the arm's feedback and commands at 100 Hz):
+    ``stream_qos``. A latched input gets the current value on joining (transient local); everything else (raw
+    headset lines, a mapping's own inputs, the RGB-D reward) is reliable: a lost one would be lost from the record.
     """
     if kind == IMAGE:
         return recorder_image_qos(fps, image_reliable)
     if kind == STREAM:
-        return QoSProfile(depth=RECORDER_INPUT_DEPTH, reliability=ReliabilityPolicy.BEST_EFFORT)
+        return stream_qos()
     if kind == LATCHED:  # the policy's actor: its current value on joining, and every change after it
         return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    depth = RECORDER_TEXT_DEPTH if kind == TEXT else RECORDER_INPUT_DEPTH
+    depth = RECORDER_TEXT_DEPTH if kind == TEXT else STREAM_DEPTH
     return QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
