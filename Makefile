@@ -152,8 +152,8 @@ test-consumers: $(STAMP) consumers
 	$(BIN)/python -m pytest -q test/lerobot/test_consumers.py
 
 # A second distro's leg, as CI runs it (ROS_DISTRO=kilted make test-distro): the unit tier, DDS staying on loopback,
-# image delivery to every subscriber, and the demo.
-DISTRO_TESTS := test/system/test_dds_loopback.py test/system/test_image_delivery.py
+# image delivery to every subscriber, service replies to fresh clients (the profile's service settings), and the demo.
+DISTRO_TESTS := test/system/test_dds_loopback.py test/system/test_image_delivery.py test/system/test_service_call_latency.py
 test-distro: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) -m "$(UNIT_TIER)" test
 	$(BIN)/python -m pytest -q $(DISTRO_TESTS)

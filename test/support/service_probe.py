@@ -4,6 +4,11 @@
 ``python service_probe.py calls NAME N``: call it ``N`` times, each from a new client as
 ``ros2 service call`` makes one (created, waited for, called once, destroyed), and print one JSON
 line: each call's seconds from the request to the answer (None: no answer within 10 s).
+``python service_probe.py unmatched NAME``: call ``NAME`` from a client whose reply reader the server can never
+match (it asks for transient-local replies, the server's writer is volatile), then at once from a plain client,
+and print one JSON line: the plain call's seconds to its answer (None: none within 10 s). The server answers
+the plain call only after giving up on the first, so this is how long a server waits for a client's reply
+reader (the reply writer's ``max_blocking_time``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from std_srvs.srv import Trigger
 
 
@@ -49,11 +55,33 @@ def calls(name: str, n: int) -> None:
     print(json.dumps({"seconds": seconds}))
 
 
+def unmatched(name: str) -> None:
+    node = Node("probe_caller")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    stranded = node.create_client(
+        Trigger, name, qos_profile=QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    )
+    plain = node.create_client(Trigger, name)
+    if not plain.wait_for_service(timeout_sec=30.0):
+        raise SystemExit(f"{name} not available")
+    # the stranded client's request writer is announced with the plain client's endpoints; give the server's
+    # side of discovery a moment past the plain client's (a request sent before the match would be lost)
+    time.sleep(0.5)
+    stranded.call_async(Trigger.Request())
+    t0 = time.monotonic()
+    future = plain.call_async(Trigger.Request())
+    executor.spin_until_future_complete(future, timeout_sec=10.0)
+    print(json.dumps({"seconds": time.monotonic() - t0 if future.done() else None}))
+
+
 if __name__ == "__main__":
     rclpy.init()
     try:
         if sys.argv[1] == "server":
             serve(sys.argv[2])
+        elif sys.argv[1] == "unmatched":
+            unmatched(sys.argv[2])
         else:
             calls(sys.argv[2], int(sys.argv[3]))
     finally:
