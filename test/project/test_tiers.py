@@ -2,7 +2,7 @@
 DDS fails, naming the marker it needs, even when the code under test swallows the refusal; the same
 tests marked pass; a test taking ``ros_domain`` is marked ``ros`` by itself; an import-time system probe
 (``uname -p``) is no process of the test's. Runs the suite's own conftest on a small test file in a child
-pytest, so the guard is checked exactly as `make check` and `make test` apply it. The Makefile's three
+pytest, so the guard is checked exactly as `make check` and `make test` apply it. The Makefile's four
 tiers put every test in exactly one of them.
 """
 
@@ -146,9 +146,14 @@ def test_make_tests_tiers_take_every_test_exactly_once(tmp_path):
     (tmp_path / "support").symlink_to(TEST_DIR / "support")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")  # the declared markers
     (tmp_path / "t.py").write_text(MARKED)
-    tiers = {name: _collected(tmp_path, _make_variable(name)) for name in ("UNIT_TIER", "SHARED_TIER", "ROS_TIER")}
+    names = ("UNIT_TIER", "TIMED_TIER", "BESIDE_TIER", "ROS_TIER")
+    tiers = {name: _collected(tmp_path, _make_variable(name)) for name in names}
     assert tiers == {
         "UNIT_TIER": {"test_plain"},
-        "SHARED_TIER": {"test_slow", "test_integration", "test_integration_slow"},
+        "TIMED_TIER": {"test_slow", "test_integration_slow"},  # deadlines: never at idle priority
+        "BESIDE_TIER": {"test_integration"},
         "ROS_TIER": {"test_ros", "test_ros_integration_slow"},
     }
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("\ntest: ") :].split("\n\n", 1)[0]  # make test's rule, to its blank line
+    assert all(f'-m "$({name})"' in recipe for name in names), recipe
