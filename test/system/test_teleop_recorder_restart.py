@@ -115,6 +115,14 @@ def test_press_after_recorder_restart_starts_on_new_recorder_or_pulses(ros_domai
             restart = time.monotonic()
             g.start(*recorder_args(root, "on_shutdown:=discard"), name="recorder2")
             assert rig.wait_up(REC, restart, timeout=30)["state"] == "idle"
+            # the operator presses once the headset shows the relaunched recorder idle: teleop's view, which
+            # can lag this process's by its own discovery of the new recorder (seen: more than 0.5 s; before
+            # it, a press still reads as the stop of recorder 1's episode, and the recorder refuses it)
+            wait_for(
+                lambda: head.status[-1]["recorders"][REC] == "idle" and not head.status[-1]["recording"],
+                10,
+                "teleop shows the relaunched recorder idle",
+            )
             time.sleep(1.0)  # an operator glancing at the headset
 
             n_events, n_haptics = len(events_at), len(head.haptics)
