@@ -27,35 +27,30 @@ PROBE = SUPPORT_DIR / "service_probe.py"
 CALLS = 40
 
 
-def test_fresh_client_service_calls_answer_within_a_second(ros_domain, tmp_path):
+NAME = "/probe/trigger"
+
+
+def _probe_against_a_server(ros_domain, tmp_path, *args: str) -> tuple[object, str]:
+    """Serve ``NAME`` from a probe process, run the probe's caller ``args`` against it: its JSON line's
+    ``seconds`` and the server's log (read before the server stops).
+    """
     env = ros_domain.env()
-    name = "/probe/trigger"
     with ProcGroup(env, tmp_path) as procs:
-        procs.start(sys.executable, str(PROBE), "server", name, name="probe_server")
-        out = subprocess.run(
-            [sys.executable, str(PROBE), "calls", name, str(CALLS)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-    assert out.returncode == 0, out.stderr[-2000:]
-    seconds = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
-    assert len(seconds) == CALLS
+        procs.start(sys.executable, str(PROBE), "server", NAME, name="probe_server")
+        out = subprocess.run([sys.executable, str(PROBE), *args], env=env, capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])["seconds"], procs.logs()
+
+
+def test_fresh_client_service_calls_answer_within_a_second(ros_domain, tmp_path):
+    seconds, _ = _probe_against_a_server(ros_domain, tmp_path, "calls", NAME, str(CALLS))
+    assert isinstance(seconds, list) and len(seconds) == CALLS
     slow = [s for s in seconds if s is None or s > 1.0]
     assert not slow, f"{len(slow)} of {CALLS} calls took over 1 s: {slow}"
 
 
 def test_a_server_waits_a_second_for_a_new_clients_reply_reader(ros_domain, tmp_path):
-    env = ros_domain.env()
-    name = "/probe/trigger"
-    with ProcGroup(env, tmp_path) as procs:
-        procs.start(sys.executable, str(PROBE), "server", name, name="probe_server")
-        out = subprocess.run(
-            [sys.executable, str(PROBE), "unmatched", name], env=env, capture_output=True, text=True, timeout=120
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        waited = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
-        # the stranded client's reply given up on (rmw_fastrtps's words), then the plain call answered
-        assert waited is not None and 0.8 < waited < 3.0, (waited, procs.logs())
-        assert "failed to send response" in procs.logs(), procs.logs()
+    waited, server_log = _probe_against_a_server(ros_domain, tmp_path, "unmatched", NAME)
+    # the stranded client's reply given up on (rmw_fastrtps's words), then the plain call answered
+    assert isinstance(waited, float) and 0.8 < waited < 3.0, (waited, server_log)
+    assert "failed to send response" in server_log, server_log
