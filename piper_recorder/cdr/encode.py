@@ -144,6 +144,31 @@ def _image_meta(frame_id: str, height: int, width: int, encoding: str, step: int
     return bytes(out)
 
 
+class ImageBuffer:
+    """One camera stream's serialized sensor_msgs/Image in a reusable ``bytearray``: pixels written in place.
+
+    A camera that renders each frame into ``pixels`` and sets the stamp (``set_stamp``) publishes ``buffer`` as
+    it is: no header-and-pixels join per frame (``image``), so one copy of the frame and one allocation of its
+    size fewer. The layout is ``image``'s; only the stamp and the pixels change between frames.
+    """
+
+    def __init__(self, frame_id: str, height: int, width: int, encoding: str, step: int):
+        size = height * step
+        head = ENCAPSULATION + _stamp(0) + _image_meta(frame_id, height, width, encoding, step, size)
+        self.buffer = bytearray(len(head) + size)
+        self.buffer[: len(head)] = head
+        self.data_offset = len(head)
+
+    @property
+    def pixels(self) -> memoryview:
+        """The message's ``data`` bytes, writable (``height * step``)."""
+        return memoryview(self.buffer)[self.data_offset :]
+
+    def set_stamp(self, stamp_ns: int) -> None:
+        """Set ``header.stamp`` (ns)."""
+        _STAMP.pack_into(self.buffer, 4, *divmod(int(stamp_ns), 1_000_000_000))
+
+
 def image(
     stamp_ns: int, frame_id: str, height: int, width: int, encoding: str, step: int, data: bytes | memoryview
 ) -> bytes:

@@ -48,6 +48,7 @@ from piper_recorder.nodes.plumbing.parameters import declare_config
 from piper_recorder.nodes.plumbing.polled_inputs import PolledInputs
 from piper_recorder.nodes.plumbing.qos import stream_qos
 from piper_recorder.nodes.plumbing.run_node import run_node
+from piper_recorder.nodes.plumbing.serialized import publish_serialized
 from piper_recorder.nodes.plumbing.stamps import now_ns
 from piper_recorder.process.delivery import ImageCounts, received_rate
 from piper_recorder.sim.camera import Intrinsics, PinholeCamera
@@ -115,7 +116,17 @@ class SimCamera(Node):
         self.serial = self.cfg.serial or f"sim-{cam}"
         k = Intrinsics.from_list(self.cfg.width, self.cfg.height, self.cfg.intrinsics)
         self.camera = PinholeCamera.looking_at(k, self.cfg.position, self.cfg.look_at)
-        self.renderer = SceneRenderer(self.camera, self.cfg.table_z, self.cfg.marker_radius_m)
+        # each frame is rendered into the serialized messages it is published as (no per-frame message built)
+        self._frame_id = f"{cam}_color_optical_frame"
+        self._color_msg = cdr_encode.ImageBuffer(self._frame_id, k.height, k.width, "rgb8", 3 * k.width)
+        self._depth_msg = cdr_encode.ImageBuffer(self._frame_id, k.height, k.width, "16UC1", 2 * k.width)
+        self.renderer = SceneRenderer(
+            self.camera,
+            self.cfg.table_z,
+            self.cfg.marker_radius_m,
+            rgb=np.frombuffer(self._color_msg.pixels, np.uint8).reshape(k.height, k.width, 3),
+            depth=np.frombuffer(self._depth_msg.pixels, "<u2").reshape(k.height, k.width),
+        )
         # each arm's flange history and where its base stands in the scene (one arm: None, at the origin)
         arms: list[str | None] = list(self.cfg.arms) or [None]
         bases = arm_bases(self.cfg.arms) if self.cfg.arms else {}
@@ -145,7 +156,6 @@ class SimCamera(Node):
         self.pub_status = self.create_publisher(String, STATUS, 10)
         self.create_timer(1.0, self._publish_status)
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self._frame_id = f"{cam}_color_optical_frame"
         self._info = self._camera_info(self._frame_id)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._capture_loop, name=f"{cam}-capture", daemon=True)
@@ -230,18 +240,6 @@ class SimCamera(Node):
         info.p = [k.fx, 0.0, k.cx, 0.0, 0.0, k.fy, k.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
         return serialize_message(info)
 
-    def _image(self, stamp_ns: int, encoding: str, pixels: np.ndarray, step: int) -> bytes:
-        """A serialized Image of ``pixels`` (``cdr.encode``: one copy of the pixels, no typed message)."""
-        return cdr_encode.image(
-            stamp_ns,
-            self._frame_id,
-            pixels.shape[0],
-            pixels.shape[1],
-            encoding,
-            step,
-            np.ascontiguousarray(pixels).data,
-        )
-
     def _capture_loop(self) -> None:
         """Capture frames on a steady monotonic grid of slots.
 
@@ -250,7 +248,6 @@ class SimCamera(Node):
         """
         period = 1.0 / self.cfg.fps
         latency_ns = int(self.cfg.render_latency_ms * 1e6)
-        w = self.camera.intrinsics.width
         slot = time.monotonic()
         index = 0
         while not self._stop.is_set():
@@ -264,7 +261,7 @@ class SimCamera(Node):
                     self.skipped += 1
                 else:
                     stamp = self._ros_time_ns(capture) - latency_ns
-                    self._publish_frame(stamp, w)
+                    self._publish_frame(stamp)
                     self.published += 1
                     self._sent.on_image(0, stamp)  # the published rate for the delivery health
             except Exception as exc:  # context shut down under us during exit  # noqa: BLE001
@@ -320,13 +317,16 @@ class SimCamera(Node):
         points = [(h.at(capture_ns), self.bases[a]) for a, h in self.histories.items()]
         return [p + base for p, base in points if p is not None], stale
 
-    def _publish_frame(self, capture_ns: int, width: int) -> None:
-        rgb, depth = self.renderer.render(*self._pose_at(capture_ns))
-        # An image nobody subscribes to is not even copied into a message (saves CPU on a small box).
+    def _publish_frame(self, capture_ns: int) -> None:
+        # A depth image nobody subscribes to is not even drawn, an image nobody takes not published.
+        with_depth = self.pub_depth.get_subscription_count() > 0
+        self.renderer.render(*self._pose_at(capture_ns), depth=with_depth)
         if self.pub_color.get_subscription_count():
-            self.pub_color.publish(self._image(capture_ns, "rgb8", rgb, 3 * width))
-        if self.pub_depth.get_subscription_count():  # aligned to colour: same optical frame id
-            self.pub_depth.publish(self._image(capture_ns, "16UC1", depth, 2 * width))
+            self._color_msg.set_stamp(capture_ns)
+            publish_serialized(self.pub_color, self._color_msg.buffer)
+        if with_depth:  # aligned to colour: same optical frame id
+            self._depth_msg.set_stamp(capture_ns)
+            publish_serialized(self.pub_depth, self._depth_msg.buffer)
         for pub in (self.pub_color_info, self.pub_depth_info):  # likewise
             if pub.get_subscription_count():
                 pub.publish(cdr_encode.restamp(self._info, capture_ns))

@@ -24,13 +24,24 @@ ARM_SPACING_M = 0.6  # several arms: their bases this far apart, side by side (`
 class SceneRenderer:
     """Renders (rgb uint8 HxWx3, depth uint16 HxW mm) for one static camera and an EEF position."""
 
-    def __init__(self, camera: PinholeCamera, table_z: float = 0.0, marker_radius_m: float = 0.02):
+    def __init__(
+        self,
+        camera: PinholeCamera,
+        table_z: float = 0.0,
+        marker_radius_m: float = 0.02,
+        rgb: np.ndarray | None = None,
+        depth: np.ndarray | None = None,
+    ):
+        """A renderer for ``camera``; ``rgb``, ``depth``: the arrays it renders into, new ones when not given.
+
+        A camera node passes the pixels of the messages it publishes (``cdr.encode.ImageBuffer``).
+        """
         self.camera = camera
         self.marker_radius_m = marker_radius_m
         k = camera.intrinsics
         self.base_rgb, self.base_depth = _render_background(camera, table_z)
-        self.rgb = np.empty_like(self.base_rgb)
-        self.depth = np.empty_like(self.base_depth)
+        self.rgb = _target(rgb, self.base_rgb, "rgb")
+        self.depth = _target(depth, self.base_depth, "depth")
         # Disc stamps are cached by pixel radius: a boolean mask per radius.
         self._discs: dict[int, np.ndarray] = {}
         self._shape = (k.height, k.width)
@@ -43,16 +54,18 @@ class SceneRenderer:
         return disc
 
     def render(
-        self, eef_position: np.ndarray | Sequence[np.ndarray] | None, stale: bool = False
+        self, eef_position: np.ndarray | Sequence[np.ndarray] | None, stale: bool = False, depth: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         """Fill and return the frame buffers (reused across calls: copy or publish before the next call).
 
         ``eef_position``: one flange position, or a list of them (several arms: a disc each, the nearer one
         drawn last); ``stale``: the positions are only the newest known ones, not the EEF at the capture time;
-        the markers are then yellow, so checks can tell a sim limitation from a recording error.
+        the markers are then yellow, so checks can tell a sim limitation from a recording error. ``depth``
+        False: the depth buffer is left as it was (a frame nobody takes the depth of).
         """
         np.copyto(self.rgb, self.base_rgb)
-        np.copyto(self.depth, self.base_depth)
+        if depth:
+            np.copyto(self.depth, self.base_depth)
         if eef_position is None:
             return self.rgb, self.depth
         points: Sequence[np.ndarray] = (
@@ -60,10 +73,10 @@ class SceneRenderer:
         )
         projected = [self.camera.project(p) for p in points]
         for u, v, z in sorted(projected, key=lambda uvz: -uvz[2]):  # far first: a nearer disc covers it
-            self._disc_at(u, v, z, stale)
+            self._disc_at(u, v, z, stale, depth)
         return self.rgb, self.depth
 
-    def _disc_at(self, u: float, v: float, z: float, stale: bool) -> None:
+    def _disc_at(self, u: float, v: float, z: float, stale: bool, depth: bool) -> None:
         """Paint one marker disc at pixel (u, v), ``z`` m along the optical axis (nothing behind the camera)."""
         if not z > 0.05:
             return
@@ -77,7 +90,17 @@ class SceneRenderer:
             return
         mask = self._disc(r)[cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0]
         self.rgb[cy0:cy1, cx0:cx1][mask] = STALE_MARKER_RGB if stale else MARKER_RGB
-        self.depth[cy0:cy1, cx0:cx1][mask] = np.uint16(min(round(z * 1000.0), 65535))
+        if depth:
+            self.depth[cy0:cy1, cx0:cx1][mask] = np.uint16(min(round(z * 1000.0), 65535))
+
+
+def _target(given: np.ndarray | None, base: np.ndarray, name: str) -> np.ndarray:
+    """The array a renderer fills: ``given`` (checked against the base image's shape and type), else a new one."""
+    if given is None:
+        return np.empty_like(base)
+    if given.shape != base.shape or given.dtype != base.dtype:
+        raise ValueError(f"{name} buffer: {given.dtype}{given.shape}, the camera renders {base.dtype}{base.shape}")
+    return given
 
 
 def arm_bases(arms: Sequence[str], spacing_m: float = ARM_SPACING_M) -> dict[str, np.ndarray]:

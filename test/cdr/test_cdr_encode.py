@@ -106,6 +106,27 @@ def test_image_round_trips_through_rclpy(encoding, dtype, channels):
             same_defined_bytes(ours, m)
 
 
+def test_an_image_buffer_is_the_image_message_with_its_pixels_and_stamp_set_in_place():
+    rng = np.random.default_rng(5)
+    for encoding, dtype, channels in (("rgb8", np.uint8, 3), ("16UC1", "<u2", 1)):
+        for frame_id in FRAME_IDS:
+            h, w = 6, 10
+            shape = (h, w, channels) if channels > 1 else (h, w)
+            step = w * channels * np.dtype(dtype).itemsize
+            buf = enc.ImageBuffer(frame_id, h, w, encoding, step)
+            pixels = np.frombuffer(buf.pixels, dtype).reshape(shape)  # a writable view of the message's data
+            for _ in range(2):  # the same buffer, frame after frame
+                px = rng.integers(0, 255, size=shape).astype(dtype)
+                ns = int(rng.integers(0, 2**31)) * 1_000_000_000 + int(rng.integers(0, 1_000_000_000))
+                pixels[...] = px
+                buf.set_stamp(ns)
+                assert bytes(buf.buffer) == enc.image(ns, frame_id, h, w, encoding, step, px.data)
+                m = deserialize(bytes(buf.buffer), Image)
+                assert (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, m.header.frame_id) == (ns, frame_id)
+                assert (m.height, m.width, m.encoding, m.step) == (h, w, encoding, step)
+                assert bytes(m.data) == px.tobytes()
+
+
 def test_restamp_changes_only_the_stamp():
     info = CameraInfo()
     set_header(info, 5, "cam_front_color_optical_frame")

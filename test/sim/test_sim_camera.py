@@ -56,6 +56,25 @@ def test_render_marker_and_depth_consistent():
     assert find_marker(r.render(p)[0], stale=True) is None
 
 
+def test_a_renderer_draws_into_the_arrays_it_is_given_and_leaves_depth_when_told():
+    cam = PinholeCamera.looking_at(Intrinsics.default(320, 240), *FRONT)
+    own = SceneRenderer(cam)
+    rgb_out, depth_out = np.zeros((240, 320, 3), np.uint8), np.zeros((240, 320), np.uint16)
+    given = SceneRenderer(cam, rgb=rgb_out, depth=depth_out)
+    p = np.array([0.3, 0.08, 0.25])
+    rgb, depth = given.render(p)
+    assert rgb is rgb_out and depth is depth_out
+    assert rgb.tolist() == own.render(p)[0].tolist() and depth.tolist() == own.render(p)[1].tolist()
+    before = depth.copy()
+    rgb, depth = given.render(p + np.array([0.0, -0.1, 0.0]), depth=False)  # nobody takes this frame's depth
+    assert rgb.tolist() == own.render(p + np.array([0.0, -0.1, 0.0]))[0].tolist()
+    assert depth.tolist() == before.tolist()
+    with pytest.raises(ValueError, match="rgb buffer"):
+        SceneRenderer(cam, rgb=np.zeros((240, 320, 3), np.uint16))
+    with pytest.raises(ValueError, match="depth buffer"):
+        SceneRenderer(cam, depth=np.zeros((480, 640), np.uint16))
+
+
 def test_two_arms_are_two_discs_where_the_scene_puts_their_bases():
     from piper_recorder.sim.scene import arm_bases
 
@@ -271,11 +290,11 @@ def test_a_stalled_capture_thread_skips_the_slots_it_missed_and_says_so(ros_doma
     publish = SimCamera._publish_frame
     stamps: list[int] = []
 
-    def stalling(self, stamp: int, width: int) -> None:
+    def stalling(self, stamp: int) -> None:
         stamps.append(stamp)
         if len(stamps) == 3:
             time.sleep(0.25)  # 7.5 periods at 30 fps
-        publish(self, stamp, width)
+        publish(self, stamp)
 
     monkeypatch.setattr(SimCamera, "_publish_frame", stalling)
     rclpy.init(args=["--ros-args", "-r", "__node:=cam_s", "-p", "width:=64", "-p", "height:=48"])
