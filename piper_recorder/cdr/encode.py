@@ -2,8 +2,8 @@
 
 Why: rclpy's ``publish(msg)`` converts the Python message field by field into its C struct before serializing
 it, most of a small message's publish; ``publish(bytes)`` hands the serialized message to the middleware as it
-is. So the arm's 100 Hz topics, teleop's targets, the bridge's headset topics and the cameras publish bytes built
-here (figures: docs/performance.md).
+is. So the arm's 100 Hz topics, teleop's targets, the bridge's headset topics and the cameras (``ImageBuffer``: each
+frame drawn into its message) publish messages built here (figures: docs/performance.md).
 
 The layouts are ROS 2's (Fast DDS's CDR as rmw_fastrtps writes it): a 4-byte encapsulation header (``00 01 00
 00``: CDR little-endian), then each field aligned to its own size counted from the end of that header, strings as
