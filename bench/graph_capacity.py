@@ -18,7 +18,9 @@ a fixed single-threaded workload's CPU time just before the graph starts (``host
 scalar kinematics and frame encoding the arm process runs; lower is a faster host). It shows a host
 whose compute is slower; it did not show the slow phases seen on 2026-12-05, when every process of the
 graph cost 20-25 % more while the reference stayed at 162-172 ms (docs/performance.md). Compare trees
-in alternating rounds, not across minutes.
+in alternating rounds, not across minutes. On a VM the graph costs the most on an otherwise idle machine: each
+message that wakes an idle vCPU costs more than one to a busy vCPU, and beside a busy loop at nice 19 the same
+graph took up to 0.2 cores less (docs/performance.md).
 """
 
 from __future__ import annotations
