@@ -148,8 +148,8 @@ class ImageBuffer:
     """One camera stream's serialized sensor_msgs/Image in a reusable ``bytearray``: pixels written in place.
 
     A camera that renders each frame into ``pixels`` and sets the stamp (``set_stamp``) publishes ``buffer`` as
-    it is: no header-and-pixels join per frame (``image``), so one copy of the frame and one allocation of its
-    size fewer. The layout is ``image``'s; only the stamp and the pixels change between frames.
+    it is: no new message per frame, so one copy of the frame and one allocation of its size fewer. Only the
+    stamp and the pixels change between frames; ``image`` builds a one-off message the same way.
     """
 
     def __init__(self, frame_id: str, height: int, width: int, encoding: str, step: int):
@@ -172,11 +172,11 @@ class ImageBuffer:
 def image(
     stamp_ns: int, frame_id: str, height: int, width: int, encoding: str, step: int, data: bytes | memoryview
 ) -> bytes:
-    """sensor_msgs/Image with little-endian pixels, serialized with one copy of the pixels.
+    """One sensor_msgs/Image with little-endian pixels, as bytes: an ``ImageBuffer`` filled once.
 
     ``data``: ``height * step`` bytes, e.g. a C-contiguous numpy array's ``memoryview``.
     """
-    mv = memoryview(data).cast("B")
-    return b"".join(
-        (ENCAPSULATION, _stamp(stamp_ns), _image_meta(frame_id, height, width, encoding, step, mv.nbytes), mv)
-    )
+    buf = ImageBuffer(frame_id, height, width, encoding, step)
+    buf.pixels[:] = memoryview(data).cast("B")
+    buf.set_stamp(stamp_ns)
+    return bytes(buf.buffer)
